@@ -1,0 +1,48 @@
+# llmbus: the two commands a newcomer needs, each doing whatever set-up is missing first.
+#   make run    install deps, build, fetch the default model, start the embedded stack,
+#               answer a prompt (PROMPT="..."), stop the stack
+#   make serve  the same stack, left running (HTTP on 127.0.0.1:8000) until Ctrl-C
+#   make test   install deps, build (ASan+UBSan, warnings are errors), fetch the model,
+#               run every test under ctest
+SHELL := /bin/bash
+JOBS ?= $(shell nproc)
+PROMPT ?= What is the capital of France? Answer in one sentence.
+MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
+VENV := .venv
+
+.PHONY: run serve test deps model venv build build-release clean
+
+deps:
+	@ops/install-deps.sh
+
+model: deps
+	@ops/fetch-model.sh >/dev/null
+
+# Python side of the tests: flatc's Python output needs the flatbuffers runtime, plus
+# nats-py for the cross-language client and openai for the HTTP front door.
+$(VENV)/.stamp: ops/requirements-test.txt
+	@python3 -m venv $(VENV)
+	@$(VENV)/bin/pip install --quiet --disable-pip-version-check -r ops/requirements-test.txt
+	@touch $@
+venv: deps $(VENV)/.stamp
+
+build: deps
+	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g" \
+	  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DLLB_SANITIZE=ON -DLLB_WERROR=ON >/dev/null
+	@cmake --build build -j$(JOBS)
+
+build-release: deps
+	@cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DLLB_SANITIZE=OFF >/dev/null
+	@cmake --build build-release -j$(JOBS)
+
+test: build model venv
+	@cd build && ctest --output-on-failure -j$(JOBS) --timeout 900
+
+run: build-release model
+	@build-release/cmd/llmbus run --model $(MODEL) "$(PROMPT)"
+
+serve: build-release model
+	@build-release/cmd/llmbus serve --model $(MODEL) --http 127.0.0.1:8000
+
+clean:
+	rm -rf build build-release

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs every system dependency of llmbus from Debian's packages, only what is missing.
+# Idempotent, and quiet when everything is already present.
+set -euo pipefail
+
+pkgs=(build-essential cmake pkg-config git python3 python3-venv
+      libnats-dev nats-server libevent-dev
+      flatbuffers-compiler libflatbuffers-dev python3-flatbuffers
+      libcmocka-dev libpcre2-dev libjansson-dev curl)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

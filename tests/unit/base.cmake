@@ -1,0 +1,2 @@
+llb_add_test(test_status SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_status.c
+             LIBS llmbus_base PkgConfig::CMOCKA LABELS unit)
