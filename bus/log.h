@@ -12,6 +12,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum llb_log_level {
   LLB_LOG_LEVEL_DEBUG,
   LLB_LOG_LEVEL_INFO,
@@ -43,5 +47,9 @@ int64_t llb_now_ns(void);
 
 /* Wall clock (CLOCK_REALTIME), nanoseconds since the Unix epoch. */
 int64_t llb_wall_ns(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -12,6 +12,10 @@
 
 #include <stdarg.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define LLB_STATUS_LIST(X)                                         \
   X(OK, "ok")                                                      \
   X(INVALID_ARGUMENT, "invalid argument")                          \
@@ -57,5 +61,9 @@ const char *llb_err_last_where(void);
 
 /* Forgets this thread's last error. */
 void llb_err_clear(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -3,7 +3,7 @@
  * Field names and meanings follow vLLM v1 (vllm/sampling_params.py) and OpenAI's API.
  * The struct is self-contained (fixed-size arrays, no pointers), so it is copied by value
  * and needs no ownership rules; the limits below are enforced by the input processor with
- * a clear error naming the field. The wire form is in schemas/*.fbs; the codec converts.
+ * a clear error naming the field. The wire form is in the schemas/ .fbs files; the codec converts.
  */
 #ifndef LLB_SAMPLING_PARAMS_H
 #define LLB_SAMPLING_PARAMS_H
