@@ -1,0 +1,114 @@
+// Codecs of control.fbs: Heartbeat, SchedulerStats, ErrorReply.
+#include "control_generated.h"
+#include "schemas/codec_internal.h"
+#include "schemas/control.h"
+
+using namespace llb_codec;
+
+// ---- Heartbeat ---------------------------------------------------------------------------
+
+static fb::Offset<void> build_heartbeat(Enc &e, const llb_heartbeat &m) {
+  auto actor = e.str(m.actor, "actor", true);
+  auto instance = e.str(m.instance, "instance");
+  auto host = e.str(m.host, "host");
+  if (!e.ok())
+    return 0;
+  return llmbus::CreateHeartbeat(e.b, LLB_SCHEMA_VERSION, actor, instance, host, m.pid,
+                                 m.uptime_s, m.seq, m.timestamp, m.ready, m.inflight)
+      .Union();
+}
+
+static bool read_heartbeat(Dec &d, const llmbus::Heartbeat &t, llb_heartbeat &m) {
+  m.pid = t.pid();
+  m.uptime_s = t.uptime_s();
+  m.seq = t.seq();
+  m.timestamp = t.timestamp();
+  m.ready = t.ready();
+  m.inflight = t.inflight();
+  return d.str(t.actor(), &m.actor, "actor", true) &&
+         d.str(t.instance(), &m.instance, "instance") && d.str(t.host(), &m.host, "host");
+}
+
+LLB_CODEC_DEFINE(heartbeat, Heartbeat, LLB_MESSAGE_KIND_HEARTBEAT)
+
+// ---- SchedulerStats ----------------------------------------------------------------------
+
+static fb::Offset<void> build_scheduler_stats(Enc &e, const llb_scheduler_stats &m) {
+  auto engine = e.str(m.engine_id, "engine_id");
+  if (!e.ok())
+    return 0;
+  llmbus::SchedulerStatsBuilder t(e.b);
+  t.add_version(LLB_SCHEMA_VERSION);
+  t.add_engine_id(engine);
+  t.add_step(m.step);
+  t.add_timestamp(m.timestamp);
+  t.add_num_running_reqs(m.num_running_reqs);
+  t.add_num_waiting_reqs(m.num_waiting_reqs);
+  t.add_kv_cache_usage(m.kv_cache_usage);
+  t.add_num_free_blocks(m.num_free_blocks);
+  t.add_num_total_blocks(m.num_total_blocks);
+  t.add_prefix_cache_queries(m.prefix_cache_queries);
+  t.add_prefix_cache_hits(m.prefix_cache_hits);
+  t.add_num_preemptions(m.num_preemptions);
+  t.add_prompt_tokens_total(m.prompt_tokens_total);
+  t.add_generation_tokens_total(m.generation_tokens_total);
+  t.add_encoder_cache_queries(m.encoder_cache_queries);
+  t.add_encoder_cache_hits(m.encoder_cache_hits);
+  return t.Finish().Union();
+}
+
+static bool read_scheduler_stats(Dec &d, const llmbus::SchedulerStats &t,
+                                 llb_scheduler_stats &m) {
+  m.step = t.step();
+  m.timestamp = t.timestamp();
+  m.num_running_reqs = t.num_running_reqs();
+  m.num_waiting_reqs = t.num_waiting_reqs();
+  m.kv_cache_usage = t.kv_cache_usage();
+  m.num_free_blocks = t.num_free_blocks();
+  m.num_total_blocks = t.num_total_blocks();
+  m.prefix_cache_queries = t.prefix_cache_queries();
+  m.prefix_cache_hits = t.prefix_cache_hits();
+  m.num_preemptions = t.num_preemptions();
+  m.prompt_tokens_total = t.prompt_tokens_total();
+  m.generation_tokens_total = t.generation_tokens_total();
+  m.encoder_cache_queries = t.encoder_cache_queries();
+  m.encoder_cache_hits = t.encoder_cache_hits();
+  return d.str(t.engine_id(), &m.engine_id, "engine_id");
+}
+
+LLB_CODEC_DEFINE(scheduler_stats, SchedulerStats, LLB_MESSAGE_KIND_SCHEDULER_STATS)
+
+// ---- ErrorReply --------------------------------------------------------------------------
+
+static fb::Offset<void> build_error_reply(Enc &e, const llb_error_reply &m) {
+  if (m.error.code == 0)
+    e.fail(LLB_STATUS_INVALID_ARGUMENT, "error", "code 0 is not an error");
+  auto err = enc_error(e, m.error, "error");
+  auto id = e.str(m.request_id, "request_id");
+  if (!e.ok())
+    return 0;
+  return llmbus::CreateErrorReply(e.b, LLB_SCHEMA_VERSION, err, id).Union();
+}
+
+static bool read_error_reply(Dec &d, const llmbus::ErrorReply &t, llb_error_reply &m) {
+  if (!t.error() || t.error()->code() == 0)
+    return d.fail(LLB_STATUS_MALFORMED, "error", "required, missing or code 0");
+  return dec_error(d, t.error(), &m.error, "error") &&
+         d.str(t.request_id(), &m.request_id, "request_id");
+}
+
+LLB_CODEC_DEFINE(error_reply, ErrorReply, LLB_MESSAGE_KIND_ERROR_REPLY)
+
+extern "C" llb_status llb_error_reply_encode_status(llb_status status, const char *request_id,
+                                                    const char *field, struct llb_buf *out) {
+  char message[512];
+  snprintf(message, sizeof message, "%s", llb_err_last()); // copy: encoding may set errors
+  if (message[0] == '\0')
+    snprintf(message, sizeof message, "%s", llb_strerror(status));
+  llb_error_reply r{};
+  r.error.code = status == LLB_STATUS_OK ? LLB_STATUS_INTERNAL : status;
+  r.error.message = llb_str_c(message);
+  r.error.field = llb_str_c(field);
+  r.request_id = llb_str_c(request_id);
+  return llb_error_reply_encode_buf(&r, out);
+}

@@ -1,0 +1,80 @@
+/* Control plane: Heartbeat, SchedulerStats, ErrorReply (schemas/control.fbs).
+ * Conventions: codec.h. */
+#ifndef LLB_SCHEMAS_CONTROL_H
+#define LLB_SCHEMAS_CONTROL_H
+
+#include "schemas/codec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct llb_heartbeat {
+  uint16_t version;
+  struct llb_str actor;    /* required: "scheduler", ... */
+  struct llb_str instance;
+  struct llb_str host;
+  int32_t pid;
+  double uptime_s;
+  uint64_t seq;
+  double timestamp;        /* seconds since the epoch */
+  bool ready;
+  int32_t inflight;
+};
+
+/* vLLM v1 SchedulerStats + cumulative counters for Prometheus. */
+struct llb_scheduler_stats {
+  uint16_t version;
+  struct llb_str engine_id;
+  uint64_t step;
+  double timestamp;
+  int32_t num_running_reqs;
+  int32_t num_waiting_reqs;
+  float kv_cache_usage; /* [0, 1] */
+  int32_t num_free_blocks;
+  int32_t num_total_blocks;
+  uint64_t prefix_cache_queries; /* tokens, cumulative */
+  uint64_t prefix_cache_hits;
+  uint64_t num_preemptions;
+  uint64_t prompt_tokens_total;
+  uint64_t generation_tokens_total;
+  uint64_t encoder_cache_queries;
+  uint64_t encoder_cache_hits;
+};
+
+/* The generic error reply to any request subject. */
+struct llb_error_reply {
+  uint16_t version;
+  struct llb_error_info error; /* required, code != 0 */
+  struct llb_str request_id;
+};
+
+llb_status llb_heartbeat_encode(const struct llb_heartbeat *m, uint8_t *buf, size_t cap,
+                                size_t *len_out);
+llb_status llb_heartbeat_encode_buf(const struct llb_heartbeat *m, struct llb_buf *out);
+llb_status llb_heartbeat_decode(const uint8_t *buf, size_t len, struct llb_arena *arena,
+                                struct llb_heartbeat *out);
+
+llb_status llb_scheduler_stats_encode(const struct llb_scheduler_stats *m, uint8_t *buf,
+                                      size_t cap, size_t *len_out);
+llb_status llb_scheduler_stats_encode_buf(const struct llb_scheduler_stats *m,
+                                          struct llb_buf *out);
+llb_status llb_scheduler_stats_decode(const uint8_t *buf, size_t len, struct llb_arena *arena,
+                                      struct llb_scheduler_stats *out);
+
+llb_status llb_error_reply_encode(const struct llb_error_reply *m, uint8_t *buf, size_t cap,
+                                  size_t *len_out);
+llb_status llb_error_reply_encode_buf(const struct llb_error_reply *m, struct llb_buf *out);
+llb_status llb_error_reply_decode(const uint8_t *buf, size_t len, struct llb_arena *arena,
+                                  struct llb_error_reply *out);
+
+/* Builds an ErrorReply from this thread's last error (llb_err_last()) and `status` into
+ * `out`: the one-liner an actor uses to answer a bad request. */
+llb_status llb_error_reply_encode_status(llb_status status, const char *request_id,
+                                         const char *field, struct llb_buf *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,54 @@
+/* EngineCoreRequest and AbortRequests: input_processor -> scheduler
+ * (schemas/engine_core_request.fbs; vLLM v1 EngineCoreRequest). Conventions: codec.h. */
+#ifndef LLB_SCHEMAS_ENGINE_CORE_REQUEST_H
+#define LLB_SCHEMAS_ENGINE_CORE_REQUEST_H
+
+#include "schemas/codec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct llb_engine_core_request {
+  uint16_t version;
+  struct llb_str request_id;        /* internal, unique per engine; required */
+  struct llb_str external_id;       /* the client's request_id */
+  const int32_t *prompt_token_ids;  /* [num_prompt_token_ids], required non-empty */
+  int32_t num_prompt_token_ids;
+  const struct llb_sampling_params *sampling_params; /* required */
+  int32_t eos_token_id;             /* -1 = none */
+  double arrival_time;              /* seconds since the Unix epoch */
+  int32_t priority;                 /* lower runs first */
+  struct llb_str cache_salt;
+  const struct llb_mm_feature *mm_features;
+  int32_t num_mm_features;
+  struct llb_str reply_to;          /* the client's reply subject */
+  int32_t client_index;             /* completion index of an n > 1 child */
+  struct llb_str parent_request_id; /* set on n > 1 children */
+};
+
+struct llb_abort_requests {
+  uint16_t version;
+  const struct llb_str *request_ids; /* [num_request_ids] */
+  int32_t num_request_ids;
+};
+
+llb_status llb_engine_core_request_encode(const struct llb_engine_core_request *m, uint8_t *buf,
+                                          size_t cap, size_t *len_out);
+llb_status llb_engine_core_request_encode_buf(const struct llb_engine_core_request *m,
+                                              struct llb_buf *out);
+llb_status llb_engine_core_request_decode(const uint8_t *buf, size_t len,
+                                          struct llb_arena *arena,
+                                          struct llb_engine_core_request *out);
+
+llb_status llb_abort_requests_encode(const struct llb_abort_requests *m, uint8_t *buf,
+                                     size_t cap, size_t *len_out);
+llb_status llb_abort_requests_encode_buf(const struct llb_abort_requests *m, struct llb_buf *out);
+llb_status llb_abort_requests_decode(const uint8_t *buf, size_t len, struct llb_arena *arena,
+                                     struct llb_abort_requests *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

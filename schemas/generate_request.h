@@ -1,0 +1,72 @@
+/* GenerateRequest and AbortRequest: client -> input_processor (schemas/generate_request.fbs).
+ * Conventions of every codec function: schemas/codec.h. */
+#ifndef LLB_SCHEMAS_GENERATE_REQUEST_H
+#define LLB_SCHEMAS_GENERATE_REQUEST_H
+
+#include "schemas/codec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct llb_chat_message {
+  struct llb_str role;    /* "system", "user", "assistant" */
+  struct llb_str content;
+};
+
+/* A raw multimodal input: precomputed embeddings replacing placeholder tokens. */
+struct llb_mm_item {
+  struct llb_str modality;
+  const uint8_t *data;        /* [num_rows, num_cols] of dtype, little-endian */
+  int64_t data_bytes;         /* num_rows * num_cols * element size (checked) */
+  struct llb_str dtype;       /* "f16" or "f32" */
+  int32_t num_rows, num_cols; /* >= 1 */
+  int32_t placeholder_offset; /* >= 0 */
+};
+
+/* One of prompt, messages or prompt_token_ids carries the input (checked by the input
+ * processor, not by the codec). */
+struct llb_generate_request {
+  uint16_t version;                  /* set by decode; encode writes LLB_SCHEMA_VERSION */
+  struct llb_str request_id;         /* the client's id, may be empty */
+  struct llb_str prompt;
+  const struct llb_chat_message *messages;
+  int32_t num_messages;
+  const int32_t *prompt_token_ids;   /* [num_prompt_token_ids] */
+  int32_t num_prompt_token_ids;
+  struct llb_str chat_template;      /* template name, "" = the model's */
+  bool add_generation_prompt;        /* vLLM default true */
+  bool raw;                          /* no chat template */
+  const struct llb_sampling_params *sampling_params; /* encode: NULL = defaults; decode: never NULL */
+  int32_t priority;
+  struct llb_str cache_salt;
+  const struct llb_mm_item *mm_items;
+  int32_t num_mm_items;
+};
+
+struct llb_abort_request {
+  uint16_t version;
+  struct llb_str request_id; /* required, non-empty */
+};
+
+/* Zeroes `m` and sets the vLLM defaults that are not zero (add_generation_prompt). */
+void llb_generate_request_init(struct llb_generate_request *m);
+
+llb_status llb_generate_request_encode(const struct llb_generate_request *m, uint8_t *buf,
+                                       size_t cap, size_t *len_out);
+llb_status llb_generate_request_encode_buf(const struct llb_generate_request *m,
+                                           struct llb_buf *out);
+llb_status llb_generate_request_decode(const uint8_t *buf, size_t len, struct llb_arena *arena,
+                                       struct llb_generate_request *out);
+
+llb_status llb_abort_request_encode(const struct llb_abort_request *m, uint8_t *buf, size_t cap,
+                                    size_t *len_out);
+llb_status llb_abort_request_encode_buf(const struct llb_abort_request *m, struct llb_buf *out);
+llb_status llb_abort_request_decode(const uint8_t *buf, size_t len, struct llb_arena *arena,
+                                    struct llb_abort_request *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

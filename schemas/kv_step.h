@@ -1,0 +1,71 @@
+/* KVStep / KVStepResult: scheduler <-> kv_manager, one batched round trip per step
+ * (schemas/kv_step.fbs; the operations of vLLM v1 KVCacheManager). Conventions: codec.h. */
+#ifndef LLB_SCHEMAS_KV_STEP_H
+#define LLB_SCHEMAS_KV_STEP_H
+
+#include "schemas/codec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum llb_kv_op_kind {
+  LLB_KV_OP_KIND_FREE = 0,     /* free the request's blocks (ref counts down, to the LRU) */
+  LLB_KV_OP_KIND_ALLOCATE = 1, /* give the request slots for num_tokens (lookup first if asked) */
+  LLB_KV_OP_KIND_CACHE = 2,    /* register the request's full blocks in the prefix cache */
+};
+
+struct llb_kv_op {
+  enum llb_kv_op_kind kind;
+  struct llb_str req_id;        /* required */
+  int32_t num_tokens;           /* total tokens that need slots, lookahead included */
+  const uint64_t *block_hashes; /* [num_block_hashes]: full-block hashes (prefix cache) */
+  int32_t num_block_hashes;
+  int32_t num_computed_tokens;
+  bool lookup;                  /* ALLOCATE: look the prefix cache up first */
+};
+
+struct llb_kv_step {
+  uint16_t version;
+  uint64_t step;
+  const struct llb_kv_op *ops; /* [num_ops], applied in order */
+  int32_t num_ops;
+};
+
+struct llb_kv_op_result {
+  struct llb_str req_id;      /* required */
+  int32_t status;             /* llb_status of this op */
+  int32_t num_cached_tokens;  /* prefix-cache hit, tokens */
+  const int32_t *block_ids;   /* [num_block_ids]: blocks newly given, in order */
+  int32_t num_block_ids;
+};
+
+struct llb_kv_step_result {
+  uint16_t version;
+  uint64_t step;                          /* the KVStep answered */
+  const struct llb_kv_op_result *results; /* [num_results], one per op in op order */
+  int32_t num_results;
+  int32_t num_free_blocks;
+  int32_t num_total_blocks;
+  uint64_t prefix_cache_queries;          /* tokens, cumulative */
+  uint64_t prefix_cache_hits;
+  struct llb_error_info error;            /* code 0 = none */
+};
+
+llb_status llb_kv_step_encode(const struct llb_kv_step *m, uint8_t *buf, size_t cap,
+                              size_t *len_out);
+llb_status llb_kv_step_encode_buf(const struct llb_kv_step *m, struct llb_buf *out);
+llb_status llb_kv_step_decode(const uint8_t *buf, size_t len, struct llb_arena *arena,
+                              struct llb_kv_step *out);
+
+llb_status llb_kv_step_result_encode(const struct llb_kv_step_result *m, uint8_t *buf,
+                                     size_t cap, size_t *len_out);
+llb_status llb_kv_step_result_encode_buf(const struct llb_kv_step_result *m, struct llb_buf *out);
+llb_status llb_kv_step_result_decode(const uint8_t *buf, size_t len, struct llb_arena *arena,
+                                     struct llb_kv_step_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

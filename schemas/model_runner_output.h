@@ -1,0 +1,36 @@
+/* ModelRunnerOutput: gpu_worker -> scheduler, the reply to a SchedulerOutput
+ * (schemas/model_runner_output.fbs; vLLM v1 vllm/v1/outputs.py). Conventions: codec.h. */
+#ifndef LLB_SCHEMAS_MODEL_RUNNER_OUTPUT_H
+#define LLB_SCHEMAS_MODEL_RUNNER_OUTPUT_H
+
+#include "schemas/codec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct llb_model_runner_output {
+  uint16_t version;
+  uint64_t step;                     /* the SchedulerOutput.step answered */
+  const struct llb_str *req_ids;     /* [num_reqs], batch order */
+  int32_t num_reqs;
+  const int32_t *sampled_token_ids;  /* [num_sampled_token_ids], request i after 0..i-1 */
+  int32_t num_sampled_token_ids;     /* = sum of num_sampled (checked) */
+  const int32_t *num_sampled;        /* [num_reqs], >= 0 */
+  struct llb_logprobs_lists logprobs; /* num_tokens 0 = none */
+  struct llb_error_info error;        /* code 0 = none */
+};
+
+llb_status llb_model_runner_output_encode(const struct llb_model_runner_output *m, uint8_t *buf,
+                                          size_t cap, size_t *len_out);
+llb_status llb_model_runner_output_encode_buf(const struct llb_model_runner_output *m,
+                                              struct llb_buf *out);
+llb_status llb_model_runner_output_decode(const uint8_t *buf, size_t len,
+                                          struct llb_arena *arena,
+                                          struct llb_model_runner_output *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

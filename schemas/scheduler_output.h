@@ -1,0 +1,83 @@
+/* SchedulerOutput: scheduler -> gpu_worker, one per step (schemas/scheduler_output.fbs;
+ * vLLM v1 vllm/v1/core/sched/output.py). Conventions: codec.h. */
+#ifndef LLB_SCHEMAS_SCHEDULER_OUTPUT_H
+#define LLB_SCHEMAS_SCHEDULER_OUTPUT_H
+
+#include "schemas/codec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A request the worker has not seen (or sees again after preemption). */
+struct llb_new_request_data {
+  struct llb_str req_id;                             /* required */
+  const int32_t *prompt_token_ids;                   /* [num_prompt_token_ids] */
+  int32_t num_prompt_token_ids;
+  const struct llb_sampling_params *sampling_params; /* required */
+  const int32_t *block_ids;                          /* [num_block_ids], in order */
+  int32_t num_block_ids;
+  int32_t num_computed_tokens;
+  const struct llb_mm_feature *mm_features;
+  int32_t num_mm_features;
+};
+
+/* Deltas for requests in the worker's persistent batch: parallel arrays of num_reqs. The
+ * flattened arrays hold request i's entries after those of requests 0..i-1. */
+struct llb_cached_request_data {
+  int32_t num_reqs;
+  const struct llb_str *req_ids;        /* [num_reqs] */
+  const bool *resumed_from_preemption;  /* [num_reqs] */
+  const int32_t *new_token_ids;         /* [num_new_token_ids] (pipeline parallelism only) */
+  int32_t num_new_token_ids;            /* = sum of new_token_counts */
+  const int32_t *new_token_counts;      /* [num_reqs]; encode: NULL = all 0 */
+  const int32_t *new_block_ids;         /* [num_new_block_ids] */
+  int32_t num_new_block_ids;            /* = sum of new_block_counts */
+  const int32_t *new_block_counts;      /* [num_reqs]; encode: NULL = all 0 */
+  const int32_t *num_computed_tokens;   /* [num_reqs] */
+  const int32_t *num_output_tokens;     /* [num_reqs] */
+};
+
+struct llb_scheduled_tokens {
+  struct llb_str req_id; /* required */
+  int32_t num_tokens;    /* >= 0 */
+};
+
+struct llb_scheduled_encoder_input {
+  struct llb_str req_id;    /* required */
+  const int32_t *input_ids; /* [num_input_ids]: indices into the request's mm_features */
+  int32_t num_input_ids;
+};
+
+struct llb_scheduler_output {
+  uint16_t version;
+  uint64_t step;
+  const struct llb_new_request_data *scheduled_new_reqs; /* [num_scheduled_new_reqs] */
+  int32_t num_scheduled_new_reqs;
+  struct llb_cached_request_data scheduled_cached_reqs;
+  const struct llb_scheduled_tokens *num_scheduled_tokens; /* [num_scheduled_reqs] */
+  int32_t num_scheduled_reqs;
+  int32_t total_num_scheduled_tokens; /* = sum of num_scheduled_tokens[].num_tokens (checked) */
+  const struct llb_scheduled_encoder_input *scheduled_encoder_inputs;
+  int32_t num_scheduled_encoder_inputs;
+  const struct llb_str *finished_req_ids;
+  int32_t num_finished_req_ids;
+  const struct llb_str *free_encoder_mm_hashes;
+  int32_t num_free_encoder_mm_hashes;
+  const struct llb_str *preempted_req_ids;
+  int32_t num_preempted_req_ids;
+  int32_t block_size; /* >= 1 */
+};
+
+llb_status llb_scheduler_output_encode(const struct llb_scheduler_output *m, uint8_t *buf,
+                                       size_t cap, size_t *len_out);
+llb_status llb_scheduler_output_encode_buf(const struct llb_scheduler_output *m,
+                                           struct llb_buf *out);
+llb_status llb_scheduler_output_decode(const uint8_t *buf, size_t len, struct llb_arena *arena,
+                                       struct llb_scheduler_output *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
