@@ -1,0 +1,111 @@
+/* The op table of a transformer forward pass (DESIGN.md §10).
+ *
+ * model/forward.c is written once against `struct backend_ops`; kernels/cpu implements it
+ * (kernels/cuda later). Activations are row-major float buffers in the backend's memory
+ * (host memory for the CPU backend). Weights are views of GGUF tensors: never copied,
+ * never dequantized as a whole. Every op returns a status and validates what it indexes
+ * (token ids, slots, block ids); none allocates. Per-row reductions never depend on how many
+ * rows are in the call (DESIGN.md §5): a row's result is bit-identical alone or in a batch.
+ */
+#ifndef LLB_KERNELS_BACKEND_H
+#define LLB_KERNELS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bus/status.h"
+#include "kernels/quant.h"
+
+/* A 2-D weight in GGUF layout: `rows` rows of `cols` weights each (ne[0] = cols). */
+struct backend_weight {
+  enum ggml_type type;
+  int64_t rows;     /* ne[1]: output features */
+  int64_t cols;     /* ne[0]: input features, a multiple of the type's block size */
+  size_t row_bytes; /* bytes of one row */
+  const void *data; /* [rows, row_bytes], e.g. into a GGUF mapping; not owned */
+};
+
+/* Sizes an execution context is prepared for; ops reject calls beyond them. */
+struct backend_ctx_params {
+  int32_t n_threads;       /* CPU threads, >= 1 (the calling thread counts) */
+  int32_t max_num_tokens;  /* rows of one call */
+  int64_t max_row_elems;   /* largest `cols` of a matmul input row */
+  int32_t max_context_len; /* longest sequence attention reads */
+};
+
+enum backend_rope_style {
+  BACKEND_ROPE_STYLE_NORM = 0, /* rotate pairs (x[2i], x[2i+1]) (ggml GGML_ROPE_TYPE_NORM) */
+  BACKEND_ROPE_STYLE_NEOX = 2  /* rotate pairs (x[i], x[i + n_dims/2]) (GGML_ROPE_TYPE_NEOX) */
+};
+
+struct backend_rope_params {
+  int32_t n_dims; /* rotated dims per head (<= head_dim, even) */
+  float freq_base, freq_scale;
+  enum backend_rope_style style;
+};
+
+/* One layer's paged KV cache, IEEE fp16 bit patterns. */
+struct backend_kv_layer {
+  uint16_t *k; /* [num_blocks, block_size, n_kv_heads, head_dim] */
+  uint16_t *v; /* [num_blocks, block_size, n_kv_heads, head_dim] */
+  int32_t num_blocks, block_size, n_kv_heads, head_dim;
+};
+
+/* Paged causal attention of a flattened batch (vLLM layout). Query row i of sequence s
+ * (rows query_start_loc[s] .. query_start_loc[s+1]-1, q_len of them) sits at context
+ * index seq_lens[s] - q_len + i and attends keys 0..that index, read through the block
+ * table. GQA: query head h reads KV head h / (n_heads / n_kv_heads). */
+struct backend_attn_params {
+  const float *q;                 /* [num_tokens, n_heads, head_dim] */
+  float *out;                     /* [num_tokens, n_heads, head_dim] */
+  const struct backend_kv_layer *kv;
+  int32_t num_tokens, n_heads;
+  float scale;                    /* softmax scale, usually 1/sqrt(head_dim) */
+  int32_t num_seqs;
+  const int32_t *query_start_loc; /* [num_seqs + 1] */
+  const int32_t *seq_lens;        /* [num_seqs] */
+  const int32_t *block_tables;    /* [num_seqs, max_blocks_per_seq] */
+  int32_t max_blocks_per_seq;
+};
+
+struct backend_ctx; /* per-backend execution state: threads, scratch */
+
+struct backend_ops {
+  const char *name;
+  /* Creates an execution context (threads, scratch sized by p). Caller frees with
+   * ctx_destroy. INVALID_ARGUMENT on bad sizes, OUT_OF_MEMORY. */
+  llb_status (*ctx_create)(const struct backend_ctx_params *p, struct backend_ctx **out);
+  void (*ctx_destroy)(struct backend_ctx *c); /* NULL ok */
+  /* out [n, table->cols] = rows ids[n] of table, dequantized (bit-exact with ggml). */
+  llb_status (*embed)(struct backend_ctx *c, const struct backend_weight *table, const int32_t *ids,
+                      int32_t n, float *out);
+  /* out [n_rows, dim] = x * 1/sqrt(mean(x^2) + eps) * w (ggml rms_norm then mul; the sum of
+   * squares in double as ggml). x [n_rows, dim], w [dim]; out may alias x. */
+  llb_status (*rms_norm)(struct backend_ctx *c, const float *x, const float *w, int32_t n_rows,
+                         int32_t dim, float eps, float *out);
+  /* For each j < n_w: out[j] [n_rows, w[j]->rows] = x [n_rows, cols] times w[j] transposed, all
+   * w[j] with the same cols. Numerics of ggml's CPU mul_mat: x is quantized per row to the
+   * weight type's vec_dot type and the dot runs on integer blocks. */
+  llb_status (*matmul)(struct backend_ctx *c, const float *x, int32_t n_rows,
+                       const struct backend_weight *const *w, float *const *out, int32_t n_w);
+  /* Rotates x [n_rows, n_heads, head_dim] in place; positions [n_rows]. ggml_rope_ext with
+   * ext_factor 0, attn_factor 1. */
+  llb_status (*rope)(struct backend_ctx *c, float *x, const int32_t *positions, int32_t n_rows,
+                     int32_t n_heads, int32_t head_dim, const struct backend_rope_params *p);
+  /* Stores k, v [n_rows, n_kv_heads, head_dim] as fp16 at slot_mapping [n_rows]
+   * (block * block_size + offset; -1 skips the row). INVALID_ARGUMENT on a slot out of range. */
+  llb_status (*kv_write)(struct backend_ctx *c, const struct backend_kv_layer *kv, const float *k,
+                         const float *v, const int64_t *slot_mapping, int32_t n_rows);
+  /* See struct backend_attn_params. INVALID_ARGUMENT on inconsistent lengths or block ids. */
+  llb_status (*attention)(struct backend_ctx *c, const struct backend_attn_params *p);
+  /* out [n] = silu(gate) * up, silu(x) = x / (1 + exp(-x)). out may alias gate or up. */
+  llb_status (*swiglu)(struct backend_ctx *c, const float *gate, const float *up, int64_t n,
+                       float *out);
+  /* x [n] += y [n]. */
+  llb_status (*add)(struct backend_ctx *c, float *x, const float *y, int64_t n);
+};
+
+/* The CPU backend (kernels/cpu): SIMD (AVX2/FMA/F16C, detected at run time) and threads. */
+const struct backend_ops *backend_cpu_ops(void);
+
+#endif

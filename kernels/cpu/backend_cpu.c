@@ -1,0 +1,18 @@
+/* The CPU backend's op table. */
+#include "kernels/cpu/cpu_backend.h"
+
+static const struct backend_ops cpu_ops = {
+    .name = "cpu",
+    .ctx_create = cpu_ctx_create,
+    .ctx_destroy = cpu_ctx_destroy,
+    .embed = cpu_embed,
+    .rms_norm = cpu_rms_norm,
+    .matmul = cpu_matmul,
+    .rope = cpu_rope,
+    .kv_write = cpu_kv_write,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+};
+
+const struct backend_ops *backend_cpu_ops(void) { return &cpu_ops; }

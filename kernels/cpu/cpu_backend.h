@@ -1,0 +1,47 @@
+/* CPU backend internals shared by the kernels/cpu sources, and its test hooks.
+ * The public surface is `backend_cpu_ops()` in kernels/backend.h. */
+#ifndef LLB_KERNELS_CPU_CPU_BACKEND_H
+#define LLB_KERNELS_CPU_CPU_BACKEND_H
+
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/threadpool.h"
+#include "kernels/cpu/vec_dot.h"
+
+/* Most weights one matmul call takes (q, k, v share one input). */
+#define CPU_MATMUL_MAX_WEIGHTS 3
+
+struct backend_ctx {
+  struct backend_ctx_params params;
+  enum cpu_simd_level level;  /* SIMD path of every op; detected, lowered by tests */
+  struct cpu_threadpool *pool;
+  uint8_t *act;               /* [CPU_MATMUL_MAX_WEIGHTS, max_num_tokens, 4 * max_row_elems] bytes */
+  size_t act_bytes;
+  float *scores;              /* [n_threads, max_context_len] attention probabilities */
+  int32_t *row_seq;           /* [max_num_tokens] sequence of each query row */
+};
+
+/* Selects the SIMD path of every op of c (clamped to what the CPU runs), for tests that
+ * compare paths. Returns the level in effect. */
+enum cpu_simd_level cpu_backend_set_simd_level(struct backend_ctx *c, enum cpu_simd_level level);
+
+/* The ops, also reachable through backend_cpu_ops(); see kernels/backend.h. */
+llb_status cpu_ctx_create(const struct backend_ctx_params *p, struct backend_ctx **out);
+void cpu_ctx_destroy(struct backend_ctx *c);
+llb_status cpu_embed(struct backend_ctx *c, const struct backend_weight *table, const int32_t *ids,
+                     int32_t n, float *out);
+llb_status cpu_rms_norm(struct backend_ctx *c, const float *x, const float *w, int32_t n_rows,
+                        int32_t dim, float eps, float *out);
+llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
+                      const struct backend_weight *const *w, float *const *out, int32_t n_w);
+llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, int32_t n_rows,
+                    int32_t n_heads, int32_t head_dim, const struct backend_rope_params *p);
+llb_status cpu_kv_write(struct backend_ctx *c, const struct backend_kv_layer *kv, const float *k,
+                        const float *v, const int64_t *slot_mapping, int32_t n_rows);
+llb_status cpu_attention(struct backend_ctx *c, const struct backend_attn_params *p);
+llb_status cpu_swiglu(struct backend_ctx *c, const float *gate, const float *up, int64_t n,
+                      float *out);
+llb_status cpu_add(struct backend_ctx *c, float *x, const float *y, int64_t n);
+
+#endif

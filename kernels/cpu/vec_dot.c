@@ -1,0 +1,530 @@
+/* Activation quantization and dot products: one float order per type, scalar and AVX2.
+ * Compiled with -ffp-contract=off so that only the explicit fmaf/_mm256_fmadd_ps fuse. */
+#include "kernels/cpu/vec_dot.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define CPU_HAVE_X86 1
+#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#else
+#define CPU_HAVE_X86 0
+#endif
+
+enum cpu_simd_level cpu_simd_level_detect(void) {
+#if CPU_HAVE_X86
+  /* __builtin_cpu_supports reads data __builtin_cpu_init filled once; cheap to repeat. */
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
+    return CPU_SIMD_LEVEL_AVX2;
+#endif
+  return CPU_SIMD_LEVEL_SCALAR;
+}
+
+enum ggml_type cpu_vec_dot_type(enum ggml_type w) {
+  switch (w) {
+  case GGML_TYPE_Q4_0:
+  case GGML_TYPE_Q8_0: return GGML_TYPE_Q8_0;
+  case GGML_TYPE_Q4_1: return GGML_TYPE_Q8_1;
+  case GGML_TYPE_Q4_K:
+  case GGML_TYPE_Q5_K:
+  case GGML_TYPE_Q6_K: return GGML_TYPE_Q8_K;
+  case GGML_TYPE_F16: return GGML_TYPE_F16;
+  case GGML_TYPE_BF16: return GGML_TYPE_BF16;
+  case GGML_TYPE_F32: return GGML_TYPE_F32;
+  default: return GGML_TYPE_COUNT;
+  }
+}
+
+size_t cpu_act_row_bytes(enum ggml_type w, int64_t k) {
+  switch (cpu_vec_dot_type(w)) {
+  case GGML_TYPE_Q8_0: return (size_t)(k / QK8_0) * sizeof(block_q8_0);
+  case GGML_TYPE_Q8_1: return (size_t)(k / 32) * sizeof(block_q8_1);
+  case GGML_TYPE_Q8_K: return (size_t)(k / QK_K) * sizeof(block_q8_K);
+  case GGML_TYPE_F16:
+  case GGML_TYPE_BF16: return (size_t)k * sizeof(uint16_t);
+  case GGML_TYPE_F32: return (size_t)k * sizeof(float);
+  default: return 0;
+  }
+}
+
+/* ---------------------------------------------------------------- activation quantization */
+
+/* Q8_0/Q8_1 of one block of 32 as ggml's AVX2 quantize_row_q8_0/q8_1: d = amax / 127,
+ * q = round-half-even(x * (127 / amax)). Returns d; *sum gets sum(q). */
+static float quantize_block_q8(const float *x, int8_t *qs, int *sum) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+  const float d = amax / 127.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  int s = 0;
+  for (int j = 0; j < 32; j++) {
+    qs[j] = (int8_t)lrintf(x[j] * id);
+    s += qs[j];
+  }
+  *sum = s;
+  return d;
+}
+
+/* Q8_K as ggml's quantize_row_q8_K_ref: scale from the signed max, clamp at 127. */
+static void quantize_block_q8_K(const float *x, block_q8_K *y) {
+  float max = 0.0f, amax = 0.0f;
+  for (int j = 0; j < QK_K; j++) {
+    const float ax = fabsf(x[j]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[j];
+    }
+  }
+  if (amax == 0.0f) {
+    memset(y, 0, sizeof(*y));
+    return;
+  }
+  const float iscale = -127.0f / max;
+  for (int j = 0; j < QK_K; j++) {
+    const long v = lrintf(iscale * x[j]);
+    y->qs[j] = (int8_t)(v < 127 ? v : 127);
+  }
+  for (int g = 0; g < QK_K / 16; g++) {
+    int s = 0;
+    for (int j = 0; j < 16; j++) s += y->qs[g * 16 + j];
+    y->bsums[g] = (int16_t)s;
+  }
+  y->d = 1.0f / iscale;
+}
+
+void cpu_quantize_act_row(enum ggml_type w, const float *x, void *out, int64_t k) {
+  switch (cpu_vec_dot_type(w)) {
+  case GGML_TYPE_Q8_0: {
+    block_q8_0 *y = out;
+    for (int64_t b = 0; b < k / QK8_0; b++) {
+      int sum;
+      y[b].d = llb_fp32_to_fp16(quantize_block_q8(x + b * QK8_0, y[b].qs, &sum));
+    }
+    break;
+  }
+  case GGML_TYPE_Q8_1: {
+    block_q8_1 *y = out;
+    for (int64_t b = 0; b < k / 32; b++) {
+      int sum;
+      const float d = quantize_block_q8(x + b * 32, y[b].qs, &sum);
+      y[b].d = llb_fp32_to_fp16(d);
+      y[b].s = llb_fp32_to_fp16(d * (float)sum);
+    }
+    break;
+  }
+  case GGML_TYPE_Q8_K: {
+    block_q8_K *y = out;
+    for (int64_t b = 0; b < k / QK_K; b++) quantize_block_q8_K(x + b * QK_K, &y[b]);
+    break;
+  }
+  case GGML_TYPE_F16: {
+    uint16_t *y = out;
+    for (int64_t i = 0; i < k; i++) y[i] = llb_fp32_to_fp16(x[i]);
+    break;
+  }
+  case GGML_TYPE_BF16: {
+    uint16_t *y = out;
+    for (int64_t i = 0; i < k; i++) y[i] = llb_fp32_to_bf16(x[i]);
+    break;
+  }
+  case GGML_TYPE_F32: memcpy(out, x, (size_t)k * sizeof(float)); break;
+  default: break;
+  }
+}
+
+/* ---------------------------------------------------------------- scalar dots */
+
+/* The one lane-sum order of every 8-lane dot (ggml's hsum_float_8). */
+static float hsum8(const float a[8]) {
+  const float r0 = a[4] + a[0], r1 = a[5] + a[1], r2 = a[6] + a[2], r3 = a[7] + a[3];
+  return (r0 + r2) + (r1 + r3);
+}
+
+/* Unpacks block weights to int8 in element order. */
+static void unpack_q4_0(const block_q4_0 *x, int8_t q[32]) {
+  for (int j = 0; j < 16; j++) {
+    q[j] = (int8_t)((x->qs[j] & 0x0F) - 8);
+    q[j + 16] = (int8_t)((x->qs[j] >> 4) - 8);
+  }
+}
+
+static void unpack_q4_1(const block_q4_1 *x, int8_t q[32]) {
+  for (int j = 0; j < 16; j++) {
+    q[j] = (int8_t)(x->qs[j] & 0x0F);
+    q[j + 16] = (int8_t)(x->qs[j] >> 4);
+  }
+}
+
+/* Lane update of one 32-block: lane l += d * sum_{e in 4l..4l+3} q[e] * a[e]. */
+static void lanes_block(float acc[8], float d, const int8_t *q, const int8_t *a) {
+  for (int l = 0; l < 8; l++) {
+    int s = 0;
+    for (int e = 4 * l; e < 4 * l + 4; e++) s += q[e] * a[e];
+    acc[l] = fmaf(d, (float)s, acc[l]);
+  }
+}
+
+static void dot_q4_0_scalar(int64_t k, const void *w, const void *const *act, int n, float *out) {
+  const block_q4_0 *x = w;
+  for (int r = 0; r < n; r++) {
+    const block_q8_0 *y = act[r];
+    float acc[8] = {0};
+    int8_t q[32];
+    for (int64_t b = 0; b < k / 32; b++) {
+      unpack_q4_0(&x[b], q);
+      lanes_block(acc, llb_fp16_to_fp32(x[b].d) * llb_fp16_to_fp32(y[b].d), q, y[b].qs);
+    }
+    out[r] = hsum8(acc);
+  }
+}
+
+static void dot_q4_1_scalar(int64_t k, const void *w, const void *const *act, int n, float *out) {
+  const block_q4_1 *x = w;
+  for (int r = 0; r < n; r++) {
+    const block_q8_1 *y = act[r];
+    float acc[8] = {0};
+    float summs = 0.0f;
+    int8_t q[32];
+    for (int64_t b = 0; b < k / 32; b++) {
+      unpack_q4_1(&x[b], q);
+      summs += llb_fp16_to_fp32(x[b].m) * llb_fp16_to_fp32(y[b].s);
+      lanes_block(acc, llb_fp16_to_fp32(x[b].d) * llb_fp16_to_fp32(y[b].d), q, y[b].qs);
+    }
+    out[r] = hsum8(acc) + summs;
+  }
+}
+
+static void dot_q8_0_scalar(int64_t k, const void *w, const void *const *act, int n, float *out) {
+  const block_q8_0 *x = w;
+  for (int r = 0; r < n; r++) {
+    const block_q8_0 *y = act[r];
+    float acc[8] = {0};
+    for (int64_t b = 0; b < k / 32; b++)
+      lanes_block(acc, llb_fp16_to_fp32(x[b].d) * llb_fp16_to_fp32(y[b].d), x[b].qs, y[b].qs);
+    out[r] = hsum8(acc);
+  }
+}
+
+/* 8-lane float dot of converted elements; `load` picks the element conversion. */
+#define DEFINE_FLOAT_DOT_SCALAR(name, wtype, atype, wconv, aconv)                                \
+  static void name(int64_t k, const void *w, const void *const *act, int n, float *out) {        \
+    const wtype *x = w;                                                                           \
+    for (int r = 0; r < n; r++) {                                                                 \
+      const atype *y = act[r];                                                                    \
+      float acc[8] = {0};                                                                         \
+      const int64_t k8 = k - k % 8;                                                               \
+      for (int64_t i = 0; i < k8; i++) acc[i % 8] = fmaf(wconv(x[i]), aconv(y[i]), acc[i % 8]);  \
+      float s = hsum8(acc);                                                                       \
+      for (int64_t i = k8; i < k; i++) s += wconv(x[i]) * aconv(y[i]);                            \
+      out[r] = s;                                                                                 \
+    }                                                                                             \
+  }
+#define CONV_ID(v) (v)
+DEFINE_FLOAT_DOT_SCALAR(dot_f32_scalar, float, float, CONV_ID, CONV_ID)
+DEFINE_FLOAT_DOT_SCALAR(dot_f16_scalar, uint16_t, uint16_t, llb_fp16_to_fp32, llb_fp16_to_fp32)
+DEFINE_FLOAT_DOT_SCALAR(dot_bf16_scalar, uint16_t, uint16_t, llb_bf16_to_fp32, llb_bf16_to_fp32)
+
+/* K-quants: 6-bit scale/min j of a q4_K/q5_K block (ggml get_scale_min_k4). */
+static void scale_min_k4(int j, const uint8_t *s, int *sc, int *mn) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *mn = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+/* q4_K/q5_K: w = d*sc_j*q - dmin*m_j per sub-block j of 32; sumf += d*d8*isum - dmin*d8*imin. */
+static float dot_q45_K_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, float d,
+                             float dmin, const block_q8_K *y) {
+  int32_t isum = 0, imin = 0;
+  for (int j = 0; j < 8; j++) {
+    int sc, mn;
+    scale_min_k4(j, scales, &sc, &mn);
+    imin += mn * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+    const uint8_t *q = qs + 32 * (j / 2);
+    const int shift = (j % 2) * 4;
+    int32_t s = 0;
+    for (int l = 0; l < 32; l++) {
+      int v = (q[l] >> shift) & 0x0F;
+      if (qh) v += ((qh[l] >> j) & 1) << 4;
+      s += v * y->qs[32 * j + l];
+    }
+    isum += sc * s;
+  }
+  return (y->d * d) * (float)isum - (y->d * dmin) * (float)imin;
+}
+
+static void dot_q4_K_scalar(int64_t k, const void *w, const void *const *act, int n, float *out) {
+  const block_q4_K *x = w;
+  for (int r = 0; r < n; r++) {
+    const block_q8_K *y = act[r];
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < k / QK_K; b++)
+      sumf += dot_q45_K_block(x[b].scales, x[b].qs, NULL, llb_fp16_to_fp32(x[b].d),
+                              llb_fp16_to_fp32(x[b].dmin), &y[b]);
+    out[r] = sumf;
+  }
+}
+
+static void dot_q5_K_scalar(int64_t k, const void *w, const void *const *act, int n, float *out) {
+  const block_q5_K *x = w;
+  for (int r = 0; r < n; r++) {
+    const block_q8_K *y = act[r];
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < k / QK_K; b++)
+      sumf += dot_q45_K_block(x[b].scales, x[b].qs, x[b].qh, llb_fp16_to_fp32(x[b].d),
+                              llb_fp16_to_fp32(x[b].dmin), &y[b]);
+    out[r] = sumf;
+  }
+}
+
+/* q6_K: w = d * sc_g * (q - 32), q 6-bit, 16 groups of 16 (layout of dequantize_row_q6_K). */
+static void dot_q6_K_scalar(int64_t k, const void *w, const void *const *act, int n, float *out) {
+  const block_q6_K *x = w;
+  for (int r = 0; r < n; r++) {
+    const block_q8_K *y = act[r];
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < k / QK_K; b++) {
+      int8_t q[QK_K];
+      const uint8_t *ql = x[b].ql, *qh = x[b].qh;
+      for (int half = 0; half < 2; half++) {
+        int8_t *o = q + 128 * half;
+        for (int l = 0; l < 32; l++) {
+          o[l] = (int8_t)(((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32);
+          o[l + 32] = (int8_t)(((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
+          o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+          o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+        ql += 64;
+        qh += 32;
+      }
+      int32_t isum = 0;
+      for (int g = 0; g < QK_K / 16; g++) {
+        int32_t s = 0;
+        for (int l = 0; l < 16; l++) s += q[16 * g + l] * y[b].qs[16 * g + l];
+        isum += x[b].scales[g] * s;
+      }
+      sumf += (llb_fp16_to_fp32(x[b].d) * y[b].d) * (float)isum;
+    }
+    out[r] = sumf;
+  }
+}
+
+/* ---------------------------------------------------------------- AVX2 dots */
+#if CPU_HAVE_X86
+
+AVX2_TARGET static inline float hsum8_avx(__m256 x) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31). */
+AVX2_TARGET static inline __m256i nibbles32(const uint8_t *qs) {
+  const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+  const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+
+AVX2_TARGET static inline float fp16_avx(uint16_t h) { return _cvtsh_ss(h); }
+
+/* 8 int32 lanes of sums of 4 products, x unsigned bytes, y signed bytes, as float. */
+AVX2_TARGET static inline __m256 lanes_us(__m256i xu, __m256i ys) {
+  const __m256i p16 = _mm256_maddubs_epi16(xu, ys);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* Same for signed x (ggml mul_sum_i8_pairs_float). */
+AVX2_TARGET static inline __m256 lanes_ss(__m256i xs, __m256i ys) {
+  return lanes_us(_mm256_sign_epi8(xs, xs), _mm256_sign_epi8(ys, xs));
+}
+
+#define DOT_ROWS_SWITCH(fn)                                                                       \
+  switch (n) {                                                                                    \
+  case 1: fn(k, w, act, 1, out); break;                                                           \
+  case 2: fn(k, w, act, 2, out); break;                                                           \
+  case 3: fn(k, w, act, 3, out); break;                                                           \
+  default: fn(k, w, act, 4, out); break;                                                          \
+  }
+
+AVX2_TARGET static inline __attribute__((always_inline)) void
+dot_q4_1_avx2_n(int64_t k, const void *w, const void *const *act, const int n, float *out) {
+  const block_q4_1 *x = w;
+  __m256 acc[CPU_DOT_MAX_ROWS];
+  float summs[CPU_DOT_MAX_ROWS];
+  for (int r = 0; r < n; r++) {
+    acc[r] = _mm256_setzero_ps();
+    summs[r] = 0.0f;
+  }
+  for (int64_t b = 0; b < k / 32; b++) {
+    const float dx = fp16_avx(x[b].d), mx = fp16_avx(x[b].m);
+    const __m256i qx = nibbles32(x[b].qs);
+    for (int r = 0; r < n; r++) {
+      const block_q8_1 *y = (const block_q8_1 *)act[r] + b;
+      summs[r] += mx * fp16_avx(y->s);
+      const __m256 d = _mm256_set1_ps(dx * fp16_avx(y->d));
+      const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+      acc[r] = _mm256_fmadd_ps(d, lanes_us(qx, qy), acc[r]);
+    }
+  }
+  for (int r = 0; r < n; r++) out[r] = hsum8_avx(acc[r]) + summs[r];
+}
+
+AVX2_TARGET static void dot_q4_1_avx2(int64_t k, const void *w, const void *const *act, int n,
+                                      float *out) {
+  DOT_ROWS_SWITCH(dot_q4_1_avx2_n)
+}
+
+/* Q4_0 and Q8_0: signed weights, Q8_0 activations. */
+AVX2_TARGET static inline __attribute__((always_inline)) void
+dot_q_0_avx2_n(int64_t k, const void *w, const void *const *act, const int n, float *out,
+               const int is_q4) {
+  __m256 acc[CPU_DOT_MAX_ROWS];
+  for (int r = 0; r < n; r++) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k / 32; b++) {
+    float dx;
+    __m256i qx;
+    if (is_q4) {
+      const block_q4_0 *x = (const block_q4_0 *)w + b;
+      dx = fp16_avx(x->d);
+      qx = _mm256_sub_epi8(nibbles32(x->qs), _mm256_set1_epi8(8));
+    } else {
+      const block_q8_0 *x = (const block_q8_0 *)w + b;
+      dx = fp16_avx(x->d);
+      qx = _mm256_loadu_si256((const __m256i *)x->qs);
+    }
+    for (int r = 0; r < n; r++) {
+      const block_q8_0 *y = (const block_q8_0 *)act[r] + b;
+      const __m256 d = _mm256_set1_ps(dx * fp16_avx(y->d));
+      const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+      acc[r] = _mm256_fmadd_ps(d, lanes_ss(qx, qy), acc[r]);
+    }
+  }
+  for (int r = 0; r < n; r++) out[r] = hsum8_avx(acc[r]);
+}
+
+AVX2_TARGET static inline __attribute__((always_inline)) void
+dot_q4_0_avx2_n(int64_t k, const void *w, const void *const *act, const int n, float *out) {
+  dot_q_0_avx2_n(k, w, act, n, out, 1);
+}
+AVX2_TARGET static inline __attribute__((always_inline)) void
+dot_q8_0_avx2_n(int64_t k, const void *w, const void *const *act, const int n, float *out) {
+  dot_q_0_avx2_n(k, w, act, n, out, 0);
+}
+AVX2_TARGET static void dot_q4_0_avx2(int64_t k, const void *w, const void *const *act, int n,
+                                      float *out) {
+  DOT_ROWS_SWITCH(dot_q4_0_avx2_n)
+}
+AVX2_TARGET static void dot_q8_0_avx2(int64_t k, const void *w, const void *const *act, int n,
+                                      float *out) {
+  DOT_ROWS_SWITCH(dot_q8_0_avx2_n)
+}
+
+AVX2_TARGET static inline __m256 load8_f32(const float *p) { return _mm256_loadu_ps(p); }
+AVX2_TARGET static inline __m256 load8_f16(const uint16_t *p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+AVX2_TARGET static inline __m256 load8_bf16(const uint16_t *p) {
+  const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
+
+#define DEFINE_FLOAT_DOT_AVX2(name, wtype, atype, wload, aload, wconv, aconv)                    \
+  AVX2_TARGET static void name(int64_t k, const void *w, const void *const *act, int n,           \
+                               float *out) {                                                      \
+    const wtype *x = w;                                                                           \
+    const int64_t k8 = k - k % 8;                                                                 \
+    for (int r = 0; r < n; r++) {                                                                 \
+      const atype *y = act[r];                                                                    \
+      __m256 acc = _mm256_setzero_ps();                                                           \
+      for (int64_t i = 0; i < k8; i += 8) acc = _mm256_fmadd_ps(wload(x + i), aload(y + i), acc); \
+      float s = hsum8_avx(acc);                                                                   \
+      for (int64_t i = k8; i < k; i++) s += wconv(x[i]) * aconv(y[i]);                            \
+      out[r] = s;                                                                                 \
+    }                                                                                             \
+  }
+DEFINE_FLOAT_DOT_AVX2(dot_f32_avx2, float, float, load8_f32, load8_f32, CONV_ID, CONV_ID)
+DEFINE_FLOAT_DOT_AVX2(dot_f16_avx2, uint16_t, uint16_t, load8_f16, load8_f16, llb_fp16_to_fp32,
+                      llb_fp16_to_fp32)
+DEFINE_FLOAT_DOT_AVX2(dot_bf16_avx2, uint16_t, uint16_t, load8_bf16, load8_bf16, llb_bf16_to_fp32,
+                      llb_bf16_to_fp32)
+
+AVX2_TARGET static float dot_f32_f16_avx2(int64_t n, const float *q, const uint16_t *k) {
+  const int64_t n8 = n - n % 8;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n8; i += 8) acc = _mm256_fmadd_ps(load8_f32(q + i), load8_f16(k + i), acc);
+  float s = hsum8_avx(acc);
+  for (int64_t i = n8; i < n; i++) s += q[i] * llb_fp16_to_fp32(k[i]);
+  return s;
+}
+
+AVX2_TARGET static void axpy_f16_avx2(int64_t n, float a, const uint16_t *v, float *y) {
+  const int64_t n8 = n - n % 8;
+  const __m256 av = _mm256_set1_ps(a);
+  for (int64_t i = 0; i < n8; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8_f16(v + i), _mm256_loadu_ps(y + i)));
+  for (int64_t i = n8; i < n; i++) y[i] = fmaf(a, llb_fp16_to_fp32(v[i]), y[i]);
+}
+#endif /* CPU_HAVE_X86 */
+
+/* ---------------------------------------------------------------- selection */
+
+cpu_vec_dot_fn cpu_vec_dot_select(enum ggml_type w, enum cpu_simd_level level) {
+  if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
+#if CPU_HAVE_X86
+  if (level == CPU_SIMD_LEVEL_AVX2) {
+    switch (w) {
+    case GGML_TYPE_Q4_0: return dot_q4_0_avx2;
+    case GGML_TYPE_Q4_1: return dot_q4_1_avx2;
+    case GGML_TYPE_Q8_0: return dot_q8_0_avx2;
+    case GGML_TYPE_F32: return dot_f32_avx2;
+    case GGML_TYPE_F16: return dot_f16_avx2;
+    case GGML_TYPE_BF16: return dot_bf16_avx2;
+    default: break; /* K-quants: the shared exact-integer implementation below */
+    }
+  }
+#endif
+  switch (w) {
+  case GGML_TYPE_Q4_0: return dot_q4_0_scalar;
+  case GGML_TYPE_Q4_1: return dot_q4_1_scalar;
+  case GGML_TYPE_Q8_0: return dot_q8_0_scalar;
+  case GGML_TYPE_Q4_K: return dot_q4_K_scalar;
+  case GGML_TYPE_Q5_K: return dot_q5_K_scalar;
+  case GGML_TYPE_Q6_K: return dot_q6_K_scalar;
+  case GGML_TYPE_F32: return dot_f32_scalar;
+  case GGML_TYPE_F16: return dot_f16_scalar;
+  case GGML_TYPE_BF16: return dot_bf16_scalar;
+  default: return NULL;
+  }
+}
+
+float cpu_dot_f32_f16(enum cpu_simd_level level, int64_t n, const float *q, const uint16_t *k) {
+#if CPU_HAVE_X86
+  if (level == CPU_SIMD_LEVEL_AVX2) return dot_f32_f16_avx2(n, q, k);
+#endif
+  (void)level;
+  float acc[8] = {0};
+  const int64_t n8 = n - n % 8;
+  for (int64_t i = 0; i < n8; i++) acc[i % 8] = fmaf(q[i], llb_fp16_to_fp32(k[i]), acc[i % 8]);
+  float s = hsum8(acc);
+  for (int64_t i = n8; i < n; i++) s += q[i] * llb_fp16_to_fp32(k[i]);
+  return s;
+}
+
+void cpu_axpy_f16(enum cpu_simd_level level, int64_t n, float a, const uint16_t *v, float *y) {
+#if CPU_HAVE_X86
+  if (level == CPU_SIMD_LEVEL_AVX2) {
+    axpy_f16_avx2(n, a, v, y);
+    return;
+  }
+#endif
+  (void)level;
+  for (int64_t i = 0; i < n; i++) y[i] = fmaf(a, llb_fp16_to_fp32(v[i]), y[i]);
+}

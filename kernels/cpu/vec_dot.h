@@ -1,0 +1,78 @@
+/* Activation quantization and dot products of the CPU matmul, scalar and AVX2.
+ *
+ * Numerics follow ggml's CPU backend (ggml-cpu quants.c, type_traits_cpu): a weight row of
+ * type T is dotted with an activation row quantized to T's vec_dot type (Q4_0/Q8_0 -> Q8_0,
+ * Q4_1 -> Q8_1, Q4_K/Q5_K/Q6_K -> Q8_K, F16 -> F16, BF16 -> BF16, F32 -> F32), and the
+ * integer products of a block are summed exactly before any float is touched.
+ *
+ * Same results on every path: each dot has ONE defined float order, which the scalar and the
+ * AVX2 code both follow, so they agree bit for bit (tests check it):
+ *   - Q4_0, Q4_1, Q8_0: ggml's AVX2 order. Eight float lanes; lane l of block b gets
+ *     fma(d_w*d_a, (float)(sum of the integer products of elements 4l..4l+3), lane),
+ *     then the lanes are summed as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)); Q4_1 then adds
+ *     sum_b m_w*s_a accumulated block by block.
+ *   - F32, F16, BF16: element i goes to lane i % 8 by fma, lanes summed as above, a tail of
+ *     k % 8 elements added in order.
+ *   - Q4_K, Q5_K, Q6_K: exact int32 sums per super-block, then float in block order (one
+ *     shared implementation; the int work is cheap next to memory traffic for these types).
+ * Activation quantization is one scalar implementation shared by all paths (cheap: O(k) per
+ * row against O(k * n) for the dots), rounding to nearest even as ggml's AVX2 quantizer does.
+ */
+#ifndef LLB_KERNELS_CPU_VEC_DOT_H
+#define LLB_KERNELS_CPU_VEC_DOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/quant.h"
+
+enum cpu_simd_level {
+  CPU_SIMD_LEVEL_SCALAR = 0, /* portable C */
+  CPU_SIMD_LEVEL_AVX2 = 1    /* AVX2 + FMA + F16C */
+};
+
+/* Best level this CPU runs (__builtin_cpu_supports). */
+enum cpu_simd_level cpu_simd_level_detect(void);
+
+/* Activation block of Q4_1 dots (ggml block_q8_1): d = amax/127, s = d * sum(qs). 36 bytes. */
+typedef struct {
+  uint16_t d; /* fp16 */
+  uint16_t s; /* fp16 */
+  int8_t qs[32];
+} block_q8_1;
+
+/* Activation block of K-quant dots (ggml block_q8_K). 292 bytes. */
+typedef struct {
+  float d;
+  int8_t qs[QK_K];
+  int16_t bsums[QK_K / 16]; /* sums of qs in groups of 16 */
+} block_q8_K;
+
+/* Most activation rows one dot call takes (they share the unpacked weight row). */
+#define CPU_DOT_MAX_ROWS 4
+
+/* vec_dot type of weight type w; GGML_TYPE_COUNT if w has no dot here. */
+enum ggml_type cpu_vec_dot_type(enum ggml_type w);
+
+/* Bytes of one activation row of k elements quantized for weight type w (k a multiple of
+ * w's block size); 0 if unsupported. */
+size_t cpu_act_row_bytes(enum ggml_type w, int64_t k);
+
+/* Quantizes x [k] for dots with weight type w into out [cpu_act_row_bytes(w, k)]. */
+void cpu_quantize_act_row(enum ggml_type w, const float *x, void *out, int64_t k);
+
+/* out[r] = dot(weight row w_row [k], activation row act[r]) for r < n_rows (1..4). */
+typedef void (*cpu_vec_dot_fn)(int64_t k, const void *w_row, const void *const *act, int n_rows,
+                               float *out);
+
+/* The dot of weight type w at `level` (clamped to what the CPU runs); NULL if unsupported. */
+cpu_vec_dot_fn cpu_vec_dot_select(enum ggml_type w, enum cpu_simd_level level);
+
+/* Attention helpers; `level` must not exceed cpu_simd_level_detect() (callers clamp once).
+ * Same lane order as the F16 dot: sum_i q[i] * fp16(k[i]). */
+float cpu_dot_f32_f16(enum cpu_simd_level level, int64_t n, const float *q, const uint16_t *k);
+
+/* y[i] = fma(a, fp16(v[i]), y[i]) for i < n (elementwise: identical on every path). */
+void cpu_axpy_f16(enum cpu_simd_level level, int64_t n, float a, const uint16_t *v, float *y);
+
+#endif

@@ -1,0 +1,343 @@
+/* LLaMA forward pass against kernels/backend.h (llama.cpp llm_build_llama, vLLM v1 batch). */
+#include "model/forward.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+
+struct llama_layer {
+  const float *attn_norm, *ffn_norm; /* [E] */
+  struct backend_weight wq;          /* [H*D rows, E cols] */
+  struct backend_weight wk, wv;      /* [Hkv*D rows, E cols] */
+  struct backend_weight wo;          /* [E rows, H*D cols] */
+  struct backend_weight w_gate, w_up; /* [F rows, E cols] */
+  struct backend_weight w_down;      /* [E rows, F cols] */
+};
+
+struct llama_model {
+  struct llama_config cfg;
+  struct backend_weight tok_embd; /* [V rows, E cols] */
+  struct backend_weight output;   /* [V rows, E cols]; token_embd when tied */
+  const float *output_norm;       /* [E] */
+  struct llama_layer *layers;     /* [block_count] */
+};
+
+struct llama_kv_cache {
+  const struct llama_model *model;
+  uint16_t *data;                   /* [block_count, 2, num_blocks, block_size, Hkv, D] fp16 */
+  struct backend_kv_layer *layers;  /* [block_count] views into data */
+};
+
+struct llama_forward_ctx {
+  const struct llama_model *m;
+  const struct backend_ops *ops;
+  struct backend_ctx *bc;
+  int32_t max_num_tokens;
+  int32_t *ids;   /* [max_num_tokens] token ids with embedding rows masked to 0 */
+  float *x;       /* [max_num_tokens, E] residual stream */
+  float *xn;      /* [max_num_tokens, max(E, H*D)] normed input / op output */
+  float *q;       /* [max_num_tokens, H*D] */
+  float *k, *v;   /* [max_num_tokens, Hkv*D] */
+  float *attn;    /* [max_num_tokens, H*D] */
+  float *gate, *up; /* [max_num_tokens, F] */
+};
+
+/* ---------------------------------------------------------------- model */
+
+static llb_status weight_view(const struct gguf_file *f, const char *name, int64_t cols, int64_t rows,
+                              struct backend_weight *out) {
+  const struct gguf_tensor *t = gguf_find_tensor(f, name);
+  if (!t) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "tensor %s missing", name);
+  switch (t->type) {
+  case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_Q4_0:
+  case GGML_TYPE_Q4_1: case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+  case GGML_TYPE_Q6_K: break;
+  default:
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "tensor %s has type %s, no matmul for it", name,
+                    ggml_type_name(t->type));
+  }
+  if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "tensor %s is [%lld, %lld], expected [%lld, %lld]", name,
+                    (long long)t->ne[0], (long long)t->ne[1], (long long)cols, (long long)rows);
+  size_t row_bytes;
+  llb_status st = ggml_row_bytes(t->type, cols, &row_bytes);
+  if (st != LLB_STATUS_OK) return LLB_ERRF(LLB_STATUS_MALFORMED, "tensor %s: rows of %lld", name, (long long)cols);
+  if (t->size_bytes < row_bytes * (size_t)rows)
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "tensor %s: %zu bytes for %lld rows", name, t->size_bytes,
+                    (long long)rows);
+  *out = (struct backend_weight){.type = t->type, .rows = rows, .cols = cols, .row_bytes = row_bytes,
+                                 .data = t->data};
+  return LLB_STATUS_OK;
+}
+
+static llb_status norm_view(const struct gguf_file *f, const char *name, int64_t n, const float **out) {
+  const struct gguf_tensor *t = gguf_find_tensor(f, name);
+  if (!t) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "tensor %s missing", name);
+  if (t->type != GGML_TYPE_F32)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "norm %s has type %s, expected f32", name, ggml_type_name(t->type));
+  if (t->ne[0] != n || t->ne[1] != 1 || t->size_bytes < (size_t)n * sizeof(float))
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "norm %s: expected [%lld]", name, (long long)n);
+  if ((uintptr_t)t->data % sizeof(float) != 0)
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "norm %s: data not 4-byte aligned", name);
+  *out = t->data;
+  return LLB_STATUS_OK;
+}
+
+llb_status llama_model_load(const struct gguf_file *f, struct llama_model **out) {
+  if (!f || !out) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NULL argument");
+  *out = NULL;
+  llb_status st;
+  struct llama_model *m = calloc(1, sizeof(*m));
+  if (!m) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "llama_model");
+  st = llama_config_from_gguf(f, &m->cfg);
+  if (st != LLB_STATUS_OK) goto fail;
+  st = llama_config_check_tensors(f, &m->cfg);
+  if (st != LLB_STATUS_OK) goto fail;
+  const struct llama_config *c = &m->cfg;
+  const int64_t E = c->embedding_length, F = c->feed_forward_length, V = c->vocab_size;
+  const int64_t HD = (int64_t)c->head_count * c->head_dim, KD = (int64_t)c->head_count_kv * c->head_dim;
+  if (c->block_count < 1 || E < 1 || F < 1 || V < 1 || c->head_count < 1 || c->head_count_kv < 1 ||
+      c->head_dim < 2 || c->head_count % c->head_count_kv != 0 || c->rope_dimension_count < 2 ||
+      c->rope_dimension_count > c->head_dim || c->rope_dimension_count % 2 != 0 || c->context_length < 1) {
+    st = LLB_ERRF(LLB_STATUS_MALFORMED, "unusable llama config (heads %d/%d, head_dim %d, rope dims %d)",
+                  c->head_count, c->head_count_kv, c->head_dim, c->rope_dimension_count);
+    goto fail;
+  }
+  if ((st = weight_view(f, "token_embd.weight", E, V, &m->tok_embd)) != LLB_STATUS_OK) goto fail;
+  if (c->tied_embeddings) m->output = m->tok_embd;
+  else if ((st = weight_view(f, "output.weight", E, V, &m->output)) != LLB_STATUS_OK) goto fail;
+  if ((st = norm_view(f, "output_norm.weight", E, &m->output_norm)) != LLB_STATUS_OK) goto fail;
+  m->layers = calloc((size_t)c->block_count, sizeof(*m->layers));
+  if (!m->layers) {
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "llama layers");
+    goto fail;
+  }
+  for (int32_t i = 0; i < c->block_count; i++) {
+    struct llama_layer *l = &m->layers[i];
+    char n[96];
+#define LAYER_TENSOR(suffix) (snprintf(n, sizeof(n), "blk.%d." suffix, i), n)
+    if ((st = norm_view(f, LAYER_TENSOR("attn_norm.weight"), E, &l->attn_norm)) != LLB_STATUS_OK ||
+        (st = norm_view(f, LAYER_TENSOR("ffn_norm.weight"), E, &l->ffn_norm)) != LLB_STATUS_OK ||
+        (st = weight_view(f, LAYER_TENSOR("attn_q.weight"), E, HD, &l->wq)) != LLB_STATUS_OK ||
+        (st = weight_view(f, LAYER_TENSOR("attn_k.weight"), E, KD, &l->wk)) != LLB_STATUS_OK ||
+        (st = weight_view(f, LAYER_TENSOR("attn_v.weight"), E, KD, &l->wv)) != LLB_STATUS_OK ||
+        (st = weight_view(f, LAYER_TENSOR("attn_output.weight"), HD, E, &l->wo)) != LLB_STATUS_OK ||
+        (st = weight_view(f, LAYER_TENSOR("ffn_gate.weight"), E, F, &l->w_gate)) != LLB_STATUS_OK ||
+        (st = weight_view(f, LAYER_TENSOR("ffn_up.weight"), E, F, &l->w_up)) != LLB_STATUS_OK ||
+        (st = weight_view(f, LAYER_TENSOR("ffn_down.weight"), F, E, &l->w_down)) != LLB_STATUS_OK)
+      goto fail;
+#undef LAYER_TENSOR
+  }
+  *out = m;
+  return LLB_STATUS_OK;
+fail:
+  llama_model_destroy(m);
+  return st;
+}
+
+void llama_model_destroy(struct llama_model *m) {
+  if (!m) return;
+  free(m->layers);
+  free(m);
+}
+
+const struct llama_config *llama_model_config(const struct llama_model *m) { return &m->cfg; }
+
+/* ---------------------------------------------------------------- KV cache */
+
+llb_status llama_kv_cache_create(const struct llama_model *m, int32_t num_blocks, int32_t block_size,
+                                 struct llama_kv_cache **out) {
+  if (!m || !out || num_blocks < 1 || block_size < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache of %d blocks of %d", num_blocks, block_size);
+  *out = NULL;
+  const struct llama_config *c = &m->cfg;
+  const size_t per_tensor = (size_t)num_blocks * (size_t)block_size * (size_t)c->head_count_kv * (size_t)c->head_dim;
+  if (per_tensor / (size_t)num_blocks / (size_t)block_size != (size_t)c->head_count_kv * (size_t)c->head_dim ||
+      per_tensor > SIZE_MAX / 4 / (size_t)c->block_count)
+    return LLB_ERRF(LLB_STATUS_TOO_LARGE, "kv cache of %d blocks of %d overflows", num_blocks, block_size);
+  llb_status st;
+  struct llama_kv_cache *kv = calloc(1, sizeof(*kv));
+  if (!kv) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv cache");
+  kv->model = m;
+  kv->data = calloc(per_tensor * 2 * (size_t)c->block_count, sizeof(uint16_t));
+  kv->layers = calloc((size_t)c->block_count, sizeof(*kv->layers));
+  if (!kv->data || !kv->layers) {
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv cache: %zu bytes", per_tensor * 4 * (size_t)c->block_count);
+    goto fail;
+  }
+  for (int32_t i = 0; i < c->block_count; i++)
+    kv->layers[i] = (struct backend_kv_layer){.k = kv->data + (size_t)(2 * i) * per_tensor,
+                                              .v = kv->data + (size_t)(2 * i + 1) * per_tensor,
+                                              .num_blocks = num_blocks, .block_size = block_size,
+                                              .n_kv_heads = c->head_count_kv, .head_dim = c->head_dim};
+  *out = kv;
+  return LLB_STATUS_OK;
+fail:
+  llama_kv_cache_destroy(kv);
+  return st;
+}
+
+void llama_kv_cache_destroy(struct llama_kv_cache *kv) {
+  if (!kv) return;
+  free(kv->data);
+  free(kv->layers);
+  free(kv);
+}
+
+/* ---------------------------------------------------------------- forward context */
+
+llb_status llama_forward_ctx_create(const struct llama_model *m, int32_t max_num_tokens, int32_t n_threads,
+                                    struct llama_forward_ctx **out) {
+  if (!m || !out || max_num_tokens < 1 || n_threads < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "forward ctx: %d tokens, %d threads", max_num_tokens, n_threads);
+  *out = NULL;
+  const struct llama_config *c = &m->cfg;
+  const int64_t E = c->embedding_length, F = c->feed_forward_length;
+  const int64_t HD = (int64_t)c->head_count * c->head_dim, KD = (int64_t)c->head_count_kv * c->head_dim;
+  const int64_t wide = E > HD ? E : HD;
+  llb_status st;
+  struct llama_forward_ctx *fc = calloc(1, sizeof(*fc));
+  if (!fc) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "forward ctx");
+  fc->m = m;
+  fc->ops = backend_cpu_ops();
+  fc->max_num_tokens = max_num_tokens;
+  const struct backend_ctx_params bp = {.n_threads = n_threads, .max_num_tokens = max_num_tokens,
+                                        .max_row_elems = wide > F ? wide : F,
+                                        .max_context_len = c->context_length};
+  st = fc->ops->ctx_create(&bp, &fc->bc);
+  if (st != LLB_STATUS_OK) goto fail;
+  const size_t T = (size_t)max_num_tokens;
+  fc->ids = malloc(T * sizeof(int32_t));
+  fc->x = malloc(T * (size_t)E * sizeof(float));
+  fc->xn = malloc(T * (size_t)wide * sizeof(float));
+  fc->q = malloc(T * (size_t)HD * sizeof(float));
+  fc->k = malloc(T * (size_t)KD * sizeof(float));
+  fc->v = malloc(T * (size_t)KD * sizeof(float));
+  fc->attn = malloc(T * (size_t)HD * sizeof(float));
+  fc->gate = malloc(T * (size_t)F * sizeof(float));
+  fc->up = malloc(T * (size_t)F * sizeof(float));
+  if (!fc->ids || !fc->x || !fc->xn || !fc->q || !fc->k || !fc->v || !fc->attn || !fc->gate || !fc->up) {
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "forward scratch for %d tokens", max_num_tokens);
+    goto fail;
+  }
+  *out = fc;
+  return LLB_STATUS_OK;
+fail:
+  llama_forward_ctx_destroy(fc);
+  return st;
+}
+
+void llama_forward_ctx_destroy(struct llama_forward_ctx *c) {
+  if (!c) return;
+  if (c->ops) c->ops->ctx_destroy(c->bc);
+  free(c->ids);
+  free(c->x);
+  free(c->xn);
+  free(c->q);
+  free(c->k);
+  free(c->v);
+  free(c->attn);
+  free(c->gate);
+  free(c->up);
+  free(c);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+static llb_status check_batch(const struct llama_forward_ctx *c, const struct llama_batch *b) {
+  if (b->num_tokens < 1 || b->num_tokens > c->max_num_tokens)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "num_tokens %d not in [1, %d]", b->num_tokens, c->max_num_tokens);
+  if (b->num_seqs < 1 || b->num_seqs > b->num_tokens || b->max_blocks_per_seq < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "num_seqs %d, max_blocks_per_seq %d", b->num_seqs,
+                    b->max_blocks_per_seq);
+  if (!b->positions || !b->slot_mapping || !b->query_start_loc || !b->seq_lens || !b->block_tables ||
+      (!b->token_ids && !(b->input_embeds && !b->embeds_mask)))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "batch array missing");
+  if (b->num_logits < 0 || b->num_logits > b->num_tokens || (b->num_logits > 0 && !b->logits_indices))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "num_logits %d of %d tokens", b->num_logits, b->num_tokens);
+  for (int32_t i = 0; i < b->num_logits; i++)
+    if (b->logits_indices[i] < 0 || b->logits_indices[i] >= b->num_tokens)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "logits_indices[%d] = %d not in [0, %d)", i,
+                      b->logits_indices[i], b->num_tokens);
+  return LLB_STATUS_OK;
+}
+
+#define FWD_TRY(call)                          \
+  do {                                         \
+    llb_status st_ = (call);                   \
+    if (st_ != LLB_STATUS_OK) return st_;      \
+  } while (0)
+
+llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv, const struct llama_batch *b,
+                         float *logits) {
+  if (!c || !kv || !b || (b->num_logits > 0 && !logits))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NULL argument");
+  if (kv->model != c->m) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache of another model");
+  FWD_TRY(check_batch(c, b));
+  const struct llama_model *m = c->m;
+  const struct llama_config *cfg = &m->cfg;
+  const struct backend_ops *ops = c->ops;
+  struct backend_ctx *bc = c->bc;
+  const int32_t T = b->num_tokens, E = cfg->embedding_length, D = cfg->head_dim;
+  const int64_t F = cfg->feed_forward_length;
+
+  /* embeddings, with rows of input_embeds where the mask says so */
+  if (b->input_embeds && !b->embeds_mask) {
+    memcpy(c->x, b->input_embeds, (size_t)T * (size_t)E * sizeof(float));
+  } else {
+    for (int32_t i = 0; i < T; i++) c->ids[i] = (b->embeds_mask && b->embeds_mask[i]) ? 0 : b->token_ids[i];
+    FWD_TRY(ops->embed(bc, &m->tok_embd, c->ids, T, c->x));
+    if (b->input_embeds)
+      for (int32_t i = 0; i < T; i++)
+        if (b->embeds_mask[i])
+          memcpy(c->x + (size_t)i * E, b->input_embeds + (size_t)i * E, (size_t)E * sizeof(float));
+  }
+
+  const struct backend_rope_params rope = {
+      .n_dims = cfg->rope_dimension_count, .freq_base = cfg->rope_freq_base, .freq_scale = cfg->rope_freq_scale,
+      .style = cfg->rope_type == LLAMA_ROPE_TYPE_NEOX ? BACKEND_ROPE_STYLE_NEOX : BACKEND_ROPE_STYLE_NORM};
+  const float eps = cfg->layer_norm_rms_epsilon;
+  for (int32_t il = 0; il < cfg->block_count; il++) {
+    const struct llama_layer *l = &m->layers[il];
+    /* attention block */
+    FWD_TRY(ops->rms_norm(bc, c->x, l->attn_norm, T, E, eps, c->xn));
+    const struct backend_weight *qkv[3] = {&l->wq, &l->wk, &l->wv};
+    float *qkv_out[3] = {c->q, c->k, c->v};
+    FWD_TRY(ops->matmul(bc, c->xn, T, qkv, qkv_out, 3));
+    FWD_TRY(ops->rope(bc, c->q, b->positions, T, cfg->head_count, D, &rope));
+    FWD_TRY(ops->rope(bc, c->k, b->positions, T, cfg->head_count_kv, D, &rope));
+    FWD_TRY(ops->kv_write(bc, &kv->layers[il], c->k, c->v, b->slot_mapping, T));
+    const struct backend_attn_params ap = {
+        .q = c->q, .out = c->attn, .kv = &kv->layers[il], .num_tokens = T, .n_heads = cfg->head_count,
+        .scale = 1.0f / sqrtf((float)D), .num_seqs = b->num_seqs, .query_start_loc = b->query_start_loc,
+        .seq_lens = b->seq_lens, .block_tables = b->block_tables, .max_blocks_per_seq = b->max_blocks_per_seq};
+    FWD_TRY(ops->attention(bc, &ap));
+    const struct backend_weight *wo[1] = {&l->wo};
+    float *o_out[1] = {c->xn};
+    FWD_TRY(ops->matmul(bc, c->attn, T, wo, o_out, 1));
+    FWD_TRY(ops->add(bc, c->x, c->xn, (int64_t)T * E));
+    /* feed-forward block */
+    FWD_TRY(ops->rms_norm(bc, c->x, l->ffn_norm, T, E, eps, c->xn));
+    const struct backend_weight *gu[2] = {&l->w_gate, &l->w_up};
+    float *gu_out[2] = {c->gate, c->up};
+    FWD_TRY(ops->matmul(bc, c->xn, T, gu, gu_out, 2));
+    FWD_TRY(ops->swiglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
+    const struct backend_weight *down[1] = {&l->w_down};
+    float *d_out[1] = {c->xn};
+    FWD_TRY(ops->matmul(bc, c->gate, T, down, d_out, 1));
+    FWD_TRY(ops->add(bc, c->x, c->xn, (int64_t)T * E));
+  }
+
+  if (b->num_logits == 0) return LLB_STATUS_OK;
+  /* final norm and logits only for the rows asked for */
+  for (int32_t i = 0; i < b->num_logits; i++)
+    memcpy(c->xn + (size_t)i * E, c->x + (size_t)b->logits_indices[i] * E, (size_t)E * sizeof(float));
+  FWD_TRY(ops->rms_norm(bc, c->xn, m->output_norm, b->num_logits, E, eps, c->xn));
+  const struct backend_weight *outw[1] = {&m->output};
+  float *l_out[1] = {logits};
+  FWD_TRY(ops->matmul(bc, c->xn, b->num_logits, outw, l_out, 1));
+  return LLB_STATUS_OK;
+}

@@ -1,0 +1,83 @@
+/* LLaMA-family forward pass over a paged KV cache (vLLM v1 flattened batch, gpu_model_runner).
+ *
+ * Written once against the op table of kernels/backend.h (the CPU backend today). Weights are
+ * views into the GGUF mapping: nothing is copied or dequantized as a whole. The cache and all
+ * scratch are allocated up front; llama_forward allocates nothing. Numerics follow llama.cpp's
+ * CPU path (ggml mul_mat with quantized activations, rms_norm, rope_ext, soft_max); per-row
+ * reductions do not depend on the batch, so a token's logits are bit-identical alone or in
+ * any batch (DESIGN.md §5).
+ */
+#ifndef LLB_MODEL_FORWARD_H
+#define LLB_MODEL_FORWARD_H
+
+#include <stdint.h>
+
+#include "bus/status.h"
+#include "model/config.h"
+#include "model/gguf.h"
+
+struct llama_model;     /* config + tensor views into the gguf mapping (no copy of weights) */
+struct llama_kv_cache;  /* per layer K and V [num_blocks, block_size, head_count_kv, head_dim], fp16 */
+struct llama_forward_ctx; /* preallocated scratch + thread pool; no allocation per step */
+
+/* Loads the config and tensor views of a LLaMA-shaped model from f, which must outlive the
+ * model. Checks every tensor's presence, shape (llama_config_check_tensors) and type: matmul
+ * weights F32/F16/BF16/Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K, norms F32. Caller frees with
+ * llama_model_destroy. Errors: NOT_FOUND/MALFORMED/UNSUPPORTED naming the tensor or key,
+ * OUT_OF_MEMORY. */
+llb_status llama_model_load(const struct gguf_file *f, struct llama_model **out);
+
+/* NULL ok. */
+void llama_model_destroy(struct llama_model *m);
+
+/* The model's hyperparameters; valid while m lives. */
+const struct llama_config *llama_model_config(const struct llama_model *m);
+
+/* Allocates the paged KV cache of m in one zeroed allocation: per layer K and V
+ * [num_blocks, block_size, head_count_kv, head_dim] as fp16 (llama.cpp's default cache type).
+ * Slot s = block_id * block_size + offset. Caller frees with llama_kv_cache_destroy.
+ * INVALID_ARGUMENT on non-positive sizes, TOO_LARGE if the size overflows, OUT_OF_MEMORY. */
+llb_status llama_kv_cache_create(const struct llama_model *m, int32_t num_blocks, int32_t block_size,
+                                 struct llama_kv_cache **out);
+
+/* NULL ok. */
+void llama_kv_cache_destroy(struct llama_kv_cache *kv);
+
+struct llama_batch {                     /* vLLM-style flattened batch (gpu_model_runner) */
+  int32_t num_tokens;
+  const int32_t *token_ids;              /* [num_tokens] */
+  const int32_t *positions;              /* [num_tokens] */
+  const int64_t *slot_mapping;           /* [num_tokens] block_id * block_size + offset; -1 = skip write */
+  int32_t num_seqs;
+  const int32_t *query_start_loc;        /* [num_seqs + 1] token rows of each seq, cumulative */
+  const int32_t *seq_lens;               /* [num_seqs] context length after this step's tokens */
+  const int32_t *block_tables;           /* [num_seqs, max_blocks_per_seq] */
+  int32_t max_blocks_per_seq;
+  const float *input_embeds;             /* optional [num_tokens, embedding_length]; NULL = none */
+  const uint8_t *embeds_mask;            /* optional [num_tokens]: 1 = take the row from input_embeds */
+  int32_t num_logits;
+  const int32_t *logits_indices;         /* [num_logits] token rows that produce logits */
+};
+
+/* Creates the execution context of m: scratch for up to max_num_tokens rows per step and a
+ * persistent pool of n_threads threads (the caller of llama_forward counts as one). m must
+ * outlive it. Caller frees with llama_forward_ctx_destroy. INVALID_ARGUMENT, OUT_OF_MEMORY,
+ * INTERNAL (thread start). */
+llb_status llama_forward_ctx_create(const struct llama_model *m, int32_t max_num_tokens, int32_t n_threads,
+                                    struct llama_forward_ctx **out);
+
+/* NULL ok. */
+void llama_forward_ctx_destroy(struct llama_forward_ctx *c);
+
+/* Runs one step: embeds the batch's tokens (rows with embeds_mask[i] = 1 come from
+ * input_embeds instead; input_embeds without a mask replaces every row, and then token_ids
+ * are not read), writes their K/V at slot_mapping, attends each query row causally over its
+ * sequence's cache through block_tables (the row at index i of a sequence with q_len rows
+ * sits at context index seq_lens - q_len + i), and writes logits [num_logits, vocab_size]
+ * for the rows logits_indices. Query rows of a sequence must have their K/V written by this
+ * step or earlier ones. INVALID_ARGUMENT naming the field (sizes, ids, slots, block ids out of
+ * range); kv must belong to c's model. Not thread-safe per ctx. */
+llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv, const struct llama_batch *b,
+                         float *logits /* [num_logits, vocab_size] */);
+
+#endif

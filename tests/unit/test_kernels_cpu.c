@@ -1,0 +1,412 @@
+/* CPU kernels (kernels/cpu) against naive references over shapes, types and seeds.
+ *
+ * Tolerances: quantized matmul vs a dequantized-weight double reference: per output,
+ * sum_i |w_i| * step_i (step = the activation quantization step, amax_block/127 for q8
+ * types, |x| 2^-11 for f16, |x| 2^-8 for bf16) + 2e-3 * (sum |w_i x_i| + sum_b |m_b sum x_b|)
+ * + 1e-4 (fp16 rounding of block scales). Q4_0/Q4_1/Q8_0 vs an integer-block reference
+ * written here in the documented float order: exact. RoPE, attention, norms: 1e-4 relative.
+ * Scalar vs AVX2 paths, batch vs single rows, 1 vs 2 threads: bit-identical. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/quant.h"
+
+static uint64_t rng_state;
+static uint32_t rnd(void) {
+  rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (uint32_t)(rng_state >> 33);
+}
+static float rndf(void) { return (float)rnd() / 2147483648.0f - 1.0f; } /* [-1, 1) */
+
+/* Random weight rows: random bytes, then block scales set to sane fp16 values. */
+static void *random_weight(enum ggml_type t, int64_t rows, int64_t cols, size_t *row_bytes) {
+  assert_int_equal(ggml_row_bytes(t, cols, row_bytes), LLB_STATUS_OK);
+  uint8_t *p = malloc(*row_bytes * (size_t)rows);
+  const size_t bb = ggml_type_block_bytes(t);
+  const size_t nb = *row_bytes * (size_t)rows / bb;
+  for (size_t i = 0; i < *row_bytes * (size_t)rows; i++) p[i] = (uint8_t)rnd();
+  for (size_t b = 0; b < nb; b++) {
+    uint8_t *blk = p + b * bb;
+    uint16_t h1 = llb_fp32_to_fp16(0.01f + 0.02f * fabsf(rndf())), h2 = llb_fp32_to_fp16(0.02f * rndf());
+    switch (t) {
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q8_0: memcpy(blk, &h1, 2); break;
+    case GGML_TYPE_Q4_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+      memcpy(blk, &h1, 2);
+      memcpy(blk + 2, &h2, 2);
+      break;
+    case GGML_TYPE_Q6_K: memcpy(blk + 208, &h1, 2); break;
+    case GGML_TYPE_F16: h1 = llb_fp32_to_fp16(rndf()); memcpy(blk, &h1, 2); break;
+    case GGML_TYPE_BF16: h1 = llb_fp32_to_bf16(rndf()); memcpy(blk, &h1, 2); break;
+    case GGML_TYPE_F32: { float f = rndf(); memcpy(blk, &f, 4); break; }
+    default: fail();
+    }
+  }
+  return p;
+}
+
+static struct backend_ctx *make_ctx(int n_threads) {
+  struct backend_ctx_params p = {.n_threads = n_threads, .max_num_tokens = 16, .max_row_elems = 1024,
+                                 .max_context_len = 256};
+  struct backend_ctx *c = NULL;
+  assert_int_equal(backend_cpu_ops()->ctx_create(&p, &c), LLB_STATUS_OK);
+  return c;
+}
+
+static void run_matmul(struct backend_ctx *c, const float *x, int32_t n_rows, const struct backend_weight *w,
+                       float *out) {
+  const struct backend_weight *ws[1] = {w};
+  float *outs[1] = {out};
+  assert_int_equal(backend_cpu_ops()->matmul(c, x, n_rows, ws, outs, 1), LLB_STATUS_OK);
+}
+
+static double act_step(enum ggml_type t, const float *x, int64_t i) {
+  const int64_t bs = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K ? 256 : 32;
+  switch (t) {
+  case GGML_TYPE_F32: return 0.0;
+  case GGML_TYPE_F16: return fabs(x[i]) / 2048.0;
+  case GGML_TYPE_BF16: return fabs(x[i]) / 256.0;
+  default: {
+    double amax = 0;
+    for (int64_t j = i - i % bs; j < i - i % bs + bs; j++) amax = fmax(amax, fabs(x[j]));
+    return amax / 127.0;
+  }
+  }
+}
+
+/* Integer-block reference of Q4_0/Q4_1/Q8_0 in the documented order (vec_dot.h). */
+static float ref_dot_q32(enum ggml_type t, const uint8_t *w, const void *act, int64_t k) {
+  float lanes[8] = {0}, summs = 0.0f;
+  for (int64_t b = 0; b < k / 32; b++) {
+    int q[32];
+    float dw, m = 0.0f;
+    const uint8_t *blk = w + (size_t)b * ggml_type_block_bytes(t);
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    dw = llb_fp16_to_fp32(h);
+    for (int e = 0; e < 32; e++) {
+      if (t == GGML_TYPE_Q8_0) q[e] = (int8_t)blk[2 + e];
+      else {
+        const uint8_t byte = blk[(t == GGML_TYPE_Q4_1 ? 4 : 2) + e % 16];
+        q[e] = (e < 16 ? byte & 15 : byte >> 4) - (t == GGML_TYPE_Q4_0 ? 8 : 0);
+      }
+    }
+    float da;
+    const int8_t *qa;
+    if (t == GGML_TYPE_Q4_1) {
+      const block_q8_1 *y = (const block_q8_1 *)act + b;
+      uint16_t mh;
+      memcpy(&mh, blk + 2, 2);
+      m = llb_fp16_to_fp32(mh);
+      da = llb_fp16_to_fp32(y->d);
+      summs += m * llb_fp16_to_fp32(y->s);
+      qa = y->qs;
+    } else {
+      const block_q8_0 *y = (const block_q8_0 *)act + b;
+      da = llb_fp16_to_fp32(y->d);
+      qa = y->qs;
+    }
+    for (int l = 0; l < 8; l++) {
+      int s = 0;
+      for (int e = 4 * l; e < 4 * l + 4; e++) s += q[e] * qa[e];
+      lanes[l] = fmaf(dw * da, (float)s, lanes[l]);
+    }
+  }
+  const float r0 = lanes[0] + lanes[4], r1 = lanes[1] + lanes[5], r2 = lanes[2] + lanes[6], r3 = lanes[3] + lanes[7];
+  return (r0 + r2) + (r1 + r3) + summs;
+}
+
+static const enum ggml_type k_types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K,
+                                         GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_F16, GGML_TYPE_BF16,
+                                         GGML_TYPE_F32};
+
+static void test_matmul_matches_references_for_all_types(void **state) {
+  (void)state;
+  struct backend_ctx *c = make_ctx(2);
+  const int32_t rows_grid[] = {1, 3, 7};
+  const int64_t n_grid[] = {5, 33}, k_grid[] = {256, 512};
+  for (size_t ti = 0; ti < sizeof(k_types) / sizeof(k_types[0]); ti++)
+    for (int seed = 1; seed <= 2; seed++)
+      for (int ri = 0; ri < 3; ri++)
+        for (int ni = 0; ni < 2; ni++)
+          for (int ki = 0; ki < 2; ki++) {
+            const enum ggml_type t = k_types[ti];
+            const int32_t T = rows_grid[ri];
+            const int64_t N = n_grid[ni], K = k_grid[ki];
+            rng_state = (uint64_t)seed * 7919 + ti * 131 + (uint64_t)(ri * 17 + ni * 5 + ki);
+            size_t rb;
+            uint8_t *w = random_weight(t, N, K, &rb);
+            float *x = malloc(sizeof(float) * (size_t)(T * K)), *out = malloc(sizeof(float) * (size_t)(T * N));
+            float *wf = malloc(sizeof(float) * (size_t)K);
+            for (int64_t i = 0; i < T * K; i++) x[i] = rndf() * (1.0f + (float)(i % 7));
+            struct backend_weight bw = {.type = t, .rows = N, .cols = K, .row_bytes = rb, .data = w};
+            run_matmul(c, x, T, &bw, out);
+            uint8_t *act = malloc(cpu_act_row_bytes(t, K));
+            for (int64_t n = 0; n < N; n++) {
+              assert_int_equal(ggml_dequantize_row(t, w + (size_t)n * rb, wf, K), LLB_STATUS_OK);
+              for (int32_t r = 0; r < T; r++) {
+                const float *xr = x + r * K;
+                double ref = 0, tol = 1e-4, mag = 0;
+                for (int64_t i = 0; i < K; i++) {
+                  ref += (double)wf[i] * xr[i];
+                  tol += fabs(wf[i]) * act_step(t, xr, i);
+                  mag += fabs((double)wf[i] * xr[i]);
+                }
+                if (t == GGML_TYPE_Q4_1)
+                  for (int64_t b = 0; b < K / 32; b++) {
+                    uint16_t mh;
+                    double sx = 0;
+                    memcpy(&mh, w + (size_t)n * rb + (size_t)b * 20 + 2, 2);
+                    for (int e = 0; e < 32; e++) sx += xr[b * 32 + e];
+                    mag += fabs(llb_fp16_to_fp32(mh) * sx);
+                  }
+                tol += 2e-3 * mag;
+                const float got = out[r * N + n];
+                if (fabs(got - ref) > tol)
+                  fail_msg("%s T=%d N=%lld K=%lld row %d col %lld: %g vs %g (tol %g)", ggml_type_name(t), T,
+                           (long long)N, (long long)K, r, (long long)n, got, ref, tol);
+                if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q8_0) {
+                  cpu_quantize_act_row(t, xr, act, K);
+                  const float exact = ref_dot_q32(t, w + (size_t)n * rb, act, K);
+                  if (memcmp(&exact, &got, sizeof(float)) != 0)
+                    fail_msg("%s integer reference %.9g vs %.9g", ggml_type_name(t), exact, got);
+                }
+              }
+            }
+            free(act);
+            free(w);
+            free(x);
+            free(out);
+            free(wf);
+          }
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
+/* Same inputs through the scalar and AVX2 paths, 1 and 2 threads, alone and in a batch of 7. */
+static void test_matmul_bit_identical_across_paths_threads_and_batches(void **state) {
+  (void)state;
+  struct backend_ctx *c1 = make_ctx(1), *c2 = make_ctx(2);
+  for (size_t ti = 0; ti < sizeof(k_types) / sizeof(k_types[0]); ti++) {
+    const enum ggml_type t = k_types[ti];
+    const int64_t N = 37, K = 512;
+    rng_state = 99 + ti;
+    size_t rb;
+    uint8_t *w = random_weight(t, N, K, &rb);
+    struct backend_weight bw = {.type = t, .rows = N, .cols = K, .row_bytes = rb, .data = w};
+    float x[7 * 512], batch[7 * 37], single[37], other[7 * 37];
+    for (int i = 0; i < 7 * 512; i++) x[i] = rndf() * 3.0f;
+    run_matmul(c2, x, 7, &bw, batch);
+    for (int r = 0; r < 7; r++) {
+      run_matmul(c1, x + r * K, 1, &bw, single);
+      assert_memory_equal(single, batch + r * N, sizeof(single));
+    }
+    for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= CPU_SIMD_LEVEL_AVX2; lvl++) {
+      cpu_backend_set_simd_level(c1, (enum cpu_simd_level)lvl);
+      run_matmul(c1, x, 7, &bw, other);
+      assert_memory_equal(other, batch, sizeof(other));
+    }
+    free(w);
+  }
+  backend_cpu_ops()->ctx_destroy(c1);
+  backend_cpu_ops()->ctx_destroy(c2);
+}
+
+static void test_rope_norm_and_neox_match_reference(void **state) {
+  (void)state;
+  struct backend_ctx *c = make_ctx(2);
+  const int32_t T = 5, H = 3, D = 16;
+  for (int style = 0; style <= 2; style += 2)
+    for (int32_t n_dims = 8; n_dims <= 16; n_dims += 8) {
+      float x[5 * 3 * 16], y[5 * 3 * 16];
+      const int32_t pos[5] = {0, 1, 7, 30, 63};
+      rng_state = 5 + (uint64_t)style + (uint64_t)n_dims;
+      for (int i = 0; i < T * H * D; i++) x[i] = y[i] = rndf();
+      const struct backend_rope_params p = {.n_dims = n_dims, .freq_base = 10000.0f, .freq_scale = 0.5f,
+                                            .style = (enum backend_rope_style)style};
+      assert_int_equal(backend_cpu_ops()->rope(c, y, pos, T, H, D, &p), LLB_STATUS_OK);
+      for (int32_t t = 0; t < T; t++)
+        for (int32_t h = 0; h < H; h++) {
+          const float *a = x + (t * H + h) * D;
+          const float *b = y + (t * H + h) * D;
+          for (int32_t i = 0; i < D; i++) {
+            double ref = a[i];
+            if (i < n_dims) {
+              const int32_t pair = style == 2 ? i % (n_dims / 2) : i / 2;
+              const bool first = style == 2 ? i < n_dims / 2 : i % 2 == 0;
+              const int32_t other = style == 2 ? (first ? i + n_dims / 2 : i - n_dims / 2) : (first ? i + 1 : i - 1);
+              const double th = 0.5 * pos[t] * pow(10000.0, -2.0 * pair / n_dims);
+              ref = first ? a[i] * cos(th) - a[other] * sin(th) : a[other] * sin(th) + a[i] * cos(th);
+            }
+            if (fabs(ref - b[i]) > 1e-4) fail_msg("style %d dims %d t %d h %d i %d: %g vs %g", style, n_dims, t, h, i, b[i], ref);
+          }
+        }
+    }
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
+/* Paged attention with a shuffled block table vs contiguous naive attention (GQA 4:2). */
+static void test_paged_attention_matches_contiguous_reference(void **state) {
+  (void)state;
+  enum { NB = 16, BS = 4, HKV = 2, H = 4, D = 8, MB = 8 };
+  struct backend_ctx *c = make_ctx(2);
+  static uint16_t kc[NB * BS * HKV * D], vc[NB * BS * HKV * D];
+  struct backend_kv_layer kv = {kc, vc, NB, BS, HKV, D};
+  for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= CPU_SIMD_LEVEL_AVX2; lvl++) {
+    cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
+    rng_state = 42;
+    /* seq 0: 13 keys, last 5 are queries (chunk); seq 1: 22 keys, 1 query (decode) */
+    const int32_t seq_lens[2] = {13, 22}, qsl[3] = {0, 5, 6};
+    int32_t perm[NB], tables[2 * MB];
+    for (int i = 0; i < NB; i++) perm[i] = i;
+    for (int i = NB - 1; i > 0; i--) {
+      const int j = (int)(rnd() % (uint32_t)(i + 1)), tmp = perm[i];
+      perm[i] = perm[j];
+      perm[j] = tmp;
+    }
+    for (int i = 0; i < 2 * MB; i++) tables[i] = perm[i];
+    static float keys[2][22][HKV * D], vals[2][22][HKV * D];
+    for (int s = 0; s < 2; s++)
+      for (int j = 0; j < seq_lens[s]; j++) {
+        float kr[HKV * D], vr[HKV * D];
+        for (int i = 0; i < HKV * D; i++) {
+          kr[i] = rndf() * 2;
+          vr[i] = rndf();
+          keys[s][j][i] = llb_fp16_to_fp32(llb_fp32_to_fp16(kr[i]));
+          vals[s][j][i] = llb_fp16_to_fp32(llb_fp32_to_fp16(vr[i]));
+        }
+        const int64_t slot = (int64_t)tables[s * MB + j / BS] * BS + j % BS;
+        assert_int_equal(backend_cpu_ops()->kv_write(c, &kv, kr, vr, &slot, 1), LLB_STATUS_OK);
+      }
+    float q[6 * H * D], out[6 * H * D];
+    for (int i = 0; i < 6 * H * D; i++) q[i] = rndf();
+    const float scale = 1.0f / sqrtf((float)D);
+    struct backend_attn_params p = {.q = q, .out = out, .kv = &kv, .num_tokens = 6, .n_heads = H, .scale = scale,
+                                    .num_seqs = 2, .query_start_loc = qsl, .seq_lens = seq_lens,
+                                    .block_tables = tables, .max_blocks_per_seq = MB};
+    assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
+    for (int tok = 0; tok < 6; tok++) {
+      const int s = tok < 5 ? 0 : 1;
+      const int q_len = qsl[s + 1] - qsl[s];
+      const int n_ctx = seq_lens[s] - q_len + (tok - qsl[s]) + 1;
+      for (int h = 0; h < H; h++) {
+        const int kvh = h / (H / HKV);
+        double sc[22], mx = -1e30, sum = 0;
+        for (int j = 0; j < n_ctx; j++) {
+          double d = 0;
+          for (int i = 0; i < D; i++) d += (double)q[(tok * H + h) * D + i] * keys[s][j][kvh * D + i];
+          sc[j] = d * scale;
+          mx = fmax(mx, sc[j]);
+        }
+        for (int j = 0; j < n_ctx; j++) sum += (sc[j] = exp(sc[j] - mx));
+        for (int i = 0; i < D; i++) {
+          double o = 0;
+          for (int j = 0; j < n_ctx; j++) o += sc[j] / sum * vals[s][j][kvh * D + i];
+          if (fabs(o - out[(tok * H + h) * D + i]) > 1e-5)
+            fail_msg("level %d tok %d head %d dim %d: %g vs %g", lvl, tok, h, i, out[(tok * H + h) * D + i], o);
+        }
+      }
+    }
+    /* a block id out of range is refused */
+    tables[1] = NB;
+    assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_INVALID_ARGUMENT);
+  }
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
+static void test_kv_write_skips_negative_slots_and_refuses_out_of_range(void **state) {
+  (void)state;
+  struct backend_ctx *c = make_ctx(2);
+  uint16_t kc[2 * 2 * 4] = {0}, vc[2 * 2 * 4] = {0};
+  struct backend_kv_layer kv = {kc, vc, 2, 2, 1, 4};
+  const float k[8] = {1, 2, 3, 4, 5, 6, 7, 8}, v[8] = {-1, -2, -3, -4, -5, -6, -7, -8};
+  const int64_t slots[2] = {-1, 3};
+  assert_int_equal(backend_cpu_ops()->kv_write(c, &kv, k, v, slots, 2), LLB_STATUS_OK);
+  for (int i = 0; i < 12; i++) assert_int_equal(kc[i], 0);
+  for (int i = 0; i < 4; i++) {
+    assert_true(llb_fp16_to_fp32(kc[12 + i]) == k[4 + i]);
+    assert_true(llb_fp16_to_fp32(vc[12 + i]) == v[4 + i]);
+  }
+  const int64_t bad = 4;
+  assert_int_equal(backend_cpu_ops()->kv_write(c, &kv, k, v, &bad, 1), LLB_STATUS_INVALID_ARGUMENT);
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
+static void test_norm_swiglu_add_embed_match_reference(void **state) {
+  (void)state;
+  struct backend_ctx *c = make_ctx(2);
+  rng_state = 7;
+  enum { T = 3, E = 64 };
+  float x[T * E], w[E], y[T * E], g[T * E], u[T * E], o[T * E];
+  for (int i = 0; i < T * E; i++) x[i] = rndf() * 4, g[i] = rndf() * 6, u[i] = rndf();
+  for (int i = 0; i < E; i++) w[i] = rndf();
+  assert_int_equal(backend_cpu_ops()->rms_norm(c, x, w, T, E, 1e-5f, y), LLB_STATUS_OK);
+  for (int r = 0; r < T; r++) {
+    double ss = 0;
+    for (int i = 0; i < E; i++) ss += (double)x[r * E + i] * x[r * E + i];
+    for (int i = 0; i < E; i++) {
+      const double ref = x[r * E + i] / sqrt(ss / E + 1e-5) * w[i];
+      assert_true(fabs(ref - y[r * E + i]) <= 1e-5 * (1 + fabs(ref)));
+    }
+  }
+  assert_int_equal(backend_cpu_ops()->swiglu(c, g, u, T * E, o), LLB_STATUS_OK);
+  for (int i = 0; i < T * E; i++) {
+    const double ref = g[i] / (1 + exp(-(double)g[i])) * u[i];
+    assert_true(fabs(ref - o[i]) <= 1e-5 * (1 + fabs(ref)));
+  }
+  memcpy(y, x, sizeof(x));
+  assert_int_equal(backend_cpu_ops()->add(c, y, g, T * E), LLB_STATUS_OK);
+  for (int i = 0; i < T * E; i++) assert_true(y[i] == x[i] + g[i]);
+  size_t rb;
+  uint8_t *tab = random_weight(GGML_TYPE_Q4_1, 11, E, &rb);
+  struct backend_weight bw = {.type = GGML_TYPE_Q4_1, .rows = 11, .cols = E, .row_bytes = rb, .data = tab};
+  const int32_t ids[3] = {10, 0, 4};
+  float ref[E];
+  assert_int_equal(backend_cpu_ops()->embed(c, &bw, ids, 3, y), LLB_STATUS_OK);
+  for (int r = 0; r < 3; r++) {
+    assert_int_equal(ggml_dequantize_row(GGML_TYPE_Q4_1, tab + (size_t)ids[r] * rb, ref, E), LLB_STATUS_OK);
+    assert_memory_equal(ref, y + r * E, sizeof(ref));
+  }
+  const int32_t bad = 11;
+  assert_int_equal(backend_cpu_ops()->embed(c, &bw, &bad, 1, y), LLB_STATUS_INVALID_ARGUMENT);
+  free(tab);
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
+static void count_task(void *arg, int ith, int nth) {
+  _Atomic int *counts = arg;
+  atomic_fetch_add(&counts[ith], 1);
+  (void)nth;
+}
+
+static void test_threadpool_runs_every_thread_once_per_run(void **state) {
+  (void)state;
+  struct cpu_threadpool *p = NULL;
+  assert_int_equal(cpu_threadpool_create(3, &p), LLB_STATUS_OK);
+  _Atomic int counts[3] = {0};
+  for (int i = 0; i < 1000; i++) cpu_threadpool_run(p, count_task, counts);
+  for (int i = 0; i < 3; i++) assert_int_equal(atomic_load(&counts[i]), 1000);
+  cpu_threadpool_destroy(p);
+  assert_int_equal(cpu_threadpool_create(0, &p), LLB_STATUS_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_matmul_matches_references_for_all_types),
+      cmocka_unit_test(test_matmul_bit_identical_across_paths_threads_and_batches),
+      cmocka_unit_test(test_rope_norm_and_neox_match_reference),
+      cmocka_unit_test(test_paged_attention_matches_contiguous_reference),
+      cmocka_unit_test(test_kv_write_skips_negative_slots_and_refuses_out_of_range),
+      cmocka_unit_test(test_norm_swiglu_add_embed_match_reference),
+      cmocka_unit_test(test_threadpool_runs_every_thread_once_per_run),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
