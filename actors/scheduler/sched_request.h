@@ -1,0 +1,134 @@
+/* A request inside the scheduler (vLLM v1 vllm/v1/request.py Request): its tokens (prompt
+ * then outputs, in one buffer sized at creation so no step allocates), progress, KV blocks
+ * and full-block hashes, and the per-step scratch the scheduler fills.
+ *
+ * Callers outside the scheduler only read it (sched_find_request). The token buffer holds
+ * num_prompt_tokens + max_tokens ids (capped by max_model_len); block arrays hold
+ * ceil(max_model_len / block_size) entries.
+ */
+#ifndef LLB_SCHED_REQUEST_H
+#define LLB_SCHED_REQUEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bus/status.h"
+#include "schemas/sampling_params.h"
+
+enum sched_request_status {
+  SCHED_REQUEST_STATUS_WAITING = 0,
+  SCHED_REQUEST_STATUS_RUNNING,
+  SCHED_REQUEST_STATUS_PREEMPTED,          /* waiting again, to be recomputed */
+  SCHED_REQUEST_STATUS_FINISHED_STOPPED,   /* EOS or a stop token */
+  SCHED_REQUEST_STATUS_FINISHED_LENGTH_CAPPED,
+  SCHED_REQUEST_STATUS_FINISHED_ABORTED,
+  SCHED_REQUEST_STATUS_FINISHED_ERROR,
+};
+
+/* Why a request finished; values equal FinishReason in schemas/common.fbs. */
+enum sched_finish_reason {
+  SCHED_FINISH_REASON_NONE = 0,
+  SCHED_FINISH_REASON_STOP = 1,
+  SCHED_FINISH_REASON_LENGTH = 2,
+  SCHED_FINISH_REASON_ABORT = 3,
+  SCHED_FINISH_REASON_ERROR = 4,
+};
+
+/* A multimodal input: its embeddings replace `length` placeholder tokens from `offset`;
+ * mm_hash (kv_hash_bytes of the content hash string) is an extra key of every block the
+ * placeholders overlap. */
+struct sched_mm_feature {
+  int32_t offset;
+  int32_t length;
+  uint64_t mm_hash;
+};
+
+/* What sched_add_request needs (vLLM EngineCoreRequest); everything is copied. */
+struct sched_new_request {
+  const char *request_id;               /* unique among live requests, <= 255 bytes */
+  const int32_t *prompt_token_ids;      /* [num_prompt_tokens], >= 1 */
+  int32_t num_prompt_tokens;
+  struct llb_sampling_params sampling_params;
+  int32_t eos_token_id;                 /* -1 = none */
+  double arrival_time;                  /* seconds since the Unix epoch */
+  int32_t priority;                     /* lower runs first (priority policy) */
+  const char *cache_salt;               /* NULL or "" = none */
+  const struct sched_mm_feature *mm_features; /* [num_mm_features], sorted by offset */
+  int32_t num_mm_features;
+};
+
+struct sched_request {
+  char *request_id;
+  struct llb_sampling_params sampling_params;
+  int32_t eos_token_id;
+  double arrival_time;
+  int32_t priority;
+  uint64_t arrival_seq;                 /* admission order: ties in the waiting queue */
+
+  int32_t *token_ids;                   /* [cap_tokens]: prompt, then outputs */
+  int32_t num_prompt_tokens, num_tokens, cap_tokens;
+  int32_t max_tokens;                   /* resolved output cap (-1 in params = context) */
+  int32_t num_computed_tokens;          /* tokens whose KV is in the cache */
+  enum sched_request_status status;
+  enum sched_finish_reason finish_reason;
+  int32_t stop_token_id;                /* the stop token that finished it, -1 none */
+
+  int32_t *block_ids;                   /* [num_block_ids] of cap_blocks, in order */
+  int32_t num_block_ids, cap_blocks;
+  uint64_t *block_hashes;               /* [num_block_hashes]: hashes of full token blocks */
+  int32_t num_block_hashes;
+  int32_t num_cached_blocks;            /* blocks registered in the prefix cache (CACHE sent) */
+  bool has_cache_salt;
+  uint64_t cache_salt_hash;
+  struct sched_mm_feature *mm_features; /* [num_mm_features] */
+  int32_t num_mm_features;
+
+  int32_t num_cached_tokens;            /* prefix-cache hit of the first scheduling, -1 unknown */
+  int32_t num_preemptions;
+  bool on_worker;                       /* in the worker's persistent batch */
+  bool kv_free_pending;                 /* blocks released in the mirror, FREE op not sent yet */
+  bool abort_pending;                   /* aborted while its step was in flight */
+  enum sched_finish_reason abort_reason;
+
+  /* per-step scratch (valid between sched_schedule and sched_update_from_output) */
+  int32_t num_scheduled_tokens;
+  int32_t planned_new_blocks;           /* mirror blocks reserved for this step */
+  int32_t num_lookahead_tokens;         /* slots beyond the scheduled tokens this step */
+  int32_t step_blocks_begin;            /* block_ids index where this step's blocks start */
+  bool scheduled_as_new;                /* NewRequestData (first time or resumed) */
+  bool lookup;                          /* prefix-cache lookup with this step's ALLOCATE */
+  int32_t queue_index;                  /* position in the waiting queue's heap, -1 none */
+  int32_t pending_cache_upto;           /* released: blocks to register before the FREE */
+  int64_t sampled_offset;               /* this step's sampled tokens in the model output */
+  int32_t num_sampled;
+};
+
+/* Creates a request from `nr`: copies ids, params, salt hash and mm features, resolves
+ * max_tokens against max_model_len, computes the prompt's full-block hashes. Caller frees
+ * with sched_request_destroy. Errors: INVALID_ARGUMENT (empty prompt, prompt not shorter
+ * than max_model_len, bad id), OUT_OF_MEMORY. */
+llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_model_len,
+                                int32_t block_size, uint64_t arrival_seq,
+                                struct sched_request **out);
+void sched_request_destroy(struct sched_request *r); /* accepts NULL */
+
+static inline int32_t sched_request_num_output_tokens(const struct sched_request *r) {
+  return r->num_tokens - r->num_prompt_tokens;
+}
+static inline bool sched_request_is_finished(const struct sched_request *r) {
+  return r->status >= SCHED_REQUEST_STATUS_FINISHED_STOPPED;
+}
+
+/* Extends block_hashes over every full block of token_ids (vLLM Request.block_hashes,
+ * chained with kv_block_hash). No allocation. */
+void sched_request_update_block_hashes(struct sched_request *r, int32_t block_size);
+
+/* Appends one sampled token and applies vLLM's stop checks in its order (v1/core/sched/
+ * utils.py check_stop): max_tokens or max_model_len reached caps it (LENGTH); else, once
+ * min_tokens are out, EOS (unless ignore_eos) or a stop_token_id stops it (STOP). Returns the finish reason
+ * (NONE = keep going) and sets status/finish_reason/stop_token_id. Never overflows: the
+ * buffer holds every token up to the length cap. */
+enum sched_finish_reason sched_request_append_token(struct sched_request *r, int32_t token_id,
+                                                    int32_t max_model_len);
+
+#endif

@@ -1,0 +1,745 @@
+/* The scheduler's step: schedule, apply the kv reply, update from the worker's output.
+ * See scheduler.h; semantics of vLLM v1 core/sched/scheduler.py, our own code. */
+#include "actors/scheduler/scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "bus/log.h"
+
+/* An op of the kv step in flight and the request it concerns. */
+struct op_ref {
+  struct sched_request *req;
+  enum kv_op_kind kind;
+};
+
+struct scheduler {
+  struct sched_config cfg;
+  int32_t max_blocks_per_req;
+  uint64_t next_arrival_seq, step;
+  bool step_in_flight, kv_in_flight;
+
+  uint64_t map_mask;                 /* live requests by id: open addressing */
+  struct sched_request **map;
+  int32_t num_live;
+
+  struct sched_request **running;    /* [num_running] in admission order, cap max_num_seqs */
+  int32_t num_running;
+  struct sched_queue waiting;
+  struct sched_request **scheduled;  /* this step's requests, cap max_num_seqs */
+  int32_t num_scheduled;
+  int32_t total_scheduled;
+
+  struct sched_request **free_pending; /* released in the mirror, FREE not sent yet */
+  int32_t num_free_pending, cap_free_pending;
+  struct sched_request **zombies;    /* finished, FREE in the kv step in flight */
+  int32_t num_zombies, cap_zombies;
+  struct op_ref *op_refs;            /* [num_op_refs] ops of the kv step in flight */
+  int32_t num_op_refs, cap_op_refs;
+
+  int32_t *block_refs;               /* mirror: [num_blocks] */
+  int32_t num_free;
+  struct sched_str_list finished_ids; /* for the next sched_output */
+  struct sched_str_list preempted_ids;
+  struct sched_stats stats;
+};
+
+static int32_t div_up(int64_t a, int64_t b) { return (int32_t)((a + b - 1) / b); }
+
+void sched_config_init(struct sched_config *c) {
+  *c = (struct sched_config){.max_num_batched_tokens = 2048, .max_num_seqs = 256,
+                             .max_model_len = 2048, .enable_chunked_prefill = true,
+                             .enable_prefix_caching = true, .policy = SCHED_POLICY_FCFS,
+                             .num_blocks = 1024, .block_size = 16, .num_lookahead_tokens = 16,
+                             .max_deferred_kv_ops = 64};
+}
+
+/* ---- growable pointer arrays ---- */
+
+static llb_status push_ptr(void ***arr, int32_t *num, int32_t *cap, void *p, size_t elem) {
+  if (*num == *cap) {
+    int32_t c = *cap ? *cap * 2 : 16;
+    void *a = realloc(*arr, (size_t)c * elem);
+    if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "scheduler: list of %d", c);
+    *arr = a;
+    *cap = c;
+  }
+  if (elem == sizeof(void *)) (*arr)[(*num)++] = p;
+  return LLB_STATUS_OK;
+}
+
+/* ---- request map ---- */
+
+static uint64_t id_hash(const char *id) { return kv_hash_bytes(id, strlen(id)); }
+
+static int64_t map_slot(const struct scheduler *s, const char *id) {
+  for (uint64_t i = id_hash(id) & s->map_mask;; i = (i + 1) & s->map_mask) {
+    if (!s->map[i]) return -1;
+    if (strcmp(s->map[i]->request_id, id) == 0) return (int64_t)i;
+  }
+}
+
+static void map_put(struct sched_request **map, uint64_t mask, struct sched_request *r) {
+  uint64_t i = id_hash(r->request_id) & mask;
+  while (map[i]) i = (i + 1) & mask;
+  map[i] = r;
+}
+
+static llb_status map_add(struct scheduler *s, struct sched_request *r) {
+  if ((uint64_t)(s->num_live + 1) * 2 > s->map_mask + 1) {
+    uint64_t size = (s->map_mask + 1) * 2;
+    struct sched_request **map = calloc(size, sizeof(*map));
+    if (!map) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "scheduler: request map of %llu", (unsigned long long)size);
+    for (uint64_t i = 0; i <= s->map_mask; i++)
+      if (s->map[i]) map_put(map, size - 1, s->map[i]);
+    free(s->map);
+    s->map = map;
+    s->map_mask = size - 1;
+  }
+  map_put(s->map, s->map_mask, r);
+  s->num_live++;
+  return LLB_STATUS_OK;
+}
+
+static void map_remove(struct scheduler *s, const struct sched_request *r) {
+  int64_t at = map_slot(s, r->request_id);
+  if (at < 0 || s->map[at] != r) return;
+  uint64_t hole = (uint64_t)at;
+  for (uint64_t j = (hole + 1) & s->map_mask; s->map[j]; j = (j + 1) & s->map_mask) {
+    uint64_t home = id_hash(s->map[j]->request_id) & s->map_mask;
+    bool in_range = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (!in_range) {
+      s->map[hole] = s->map[j];
+      hole = j;
+    }
+  }
+  s->map[hole] = NULL;
+  s->num_live--;
+}
+
+/* ---- lifecycle ---- */
+
+llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) {
+  if (!cfg || !out) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sched_create: NULL argument");
+  *out = NULL;
+  const char *bad = cfg->max_num_batched_tokens < 1 ? "max_num_batched_tokens"
+                    : cfg->max_num_seqs < 1         ? "max_num_seqs"
+                    : cfg->max_model_len < 2        ? "max_model_len"
+                    : cfg->num_blocks < 1           ? "num_blocks"
+                    : cfg->block_size < 1           ? "block_size"
+                    : cfg->num_lookahead_tokens < 0 ? "num_lookahead_tokens"
+                    : cfg->long_prefill_token_threshold < 0 ? "long_prefill_token_threshold"
+                    : cfg->max_deferred_kv_ops < 0  ? "max_deferred_kv_ops"
+                    : (cfg->policy != SCHED_POLICY_FCFS && cfg->policy != SCHED_POLICY_PRIORITY) ? "policy"
+                                                    : NULL;
+  if (bad) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "scheduler config: bad %s", bad);
+  struct scheduler *s = calloc(1, sizeof(*s));
+  if (!s) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "sched_create");
+  s->cfg = *cfg;
+  s->max_blocks_per_req = div_up(cfg->max_model_len, cfg->block_size);
+  sched_queue_init(&s->waiting, cfg->policy);
+  s->map_mask = 63;
+  s->map = calloc(s->map_mask + 1, sizeof(*s->map));
+  s->running = calloc((size_t)cfg->max_num_seqs, sizeof(*s->running));
+  s->scheduled = calloc((size_t)cfg->max_num_seqs, sizeof(*s->scheduled));
+  s->block_refs = calloc((size_t)cfg->num_blocks, sizeof(*s->block_refs));
+  if (!s->map || !s->running || !s->scheduled || !s->block_refs) goto fail;
+  s->num_free = cfg->num_blocks;
+  *out = s;
+  return LLB_STATUS_OK;
+fail:
+  sched_destroy(s);
+  return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "sched_create: %d blocks", cfg->num_blocks);
+}
+
+void sched_destroy(struct scheduler *s) {
+  if (!s) return;
+  if (s->map)
+    for (uint64_t i = 0; i <= s->map_mask; i++) sched_request_destroy(s->map[i]);
+  for (int32_t i = 0; i < s->num_free_pending; i++)
+    if (sched_request_is_finished(s->free_pending[i])) sched_request_destroy(s->free_pending[i]);
+  for (int32_t i = 0; i < s->num_zombies; i++) sched_request_destroy(s->zombies[i]);
+  free(s->map);
+  free(s->running);
+  free(s->scheduled);
+  free(s->free_pending);
+  free(s->zombies);
+  free(s->op_refs);
+  free(s->block_refs);
+  sched_queue_free(&s->waiting);
+  sched_str_list_free(&s->finished_ids);
+  sched_str_list_free(&s->preempted_ids);
+  free(s);
+}
+
+llb_status sched_add_request(struct scheduler *s, const struct sched_new_request *nr) {
+  if (!s || !nr || !nr->request_id) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sched_add_request: NULL");
+  if (map_slot(s, nr->request_id) >= 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request %s already exists", nr->request_id);
+  if (div_up((int64_t)nr->num_prompt_tokens + 1, s->cfg.block_size) > s->cfg.num_blocks)
+    return LLB_ERRF(LLB_STATUS_TOO_LARGE, "request %s: %d prompt tokens exceed the KV cache (%d blocks of %d)",
+                    nr->request_id, nr->num_prompt_tokens, s->cfg.num_blocks, s->cfg.block_size);
+  struct sched_request *r = NULL;
+  llb_status st = sched_request_create(nr, s->cfg.max_model_len, s->cfg.block_size,
+                                       s->next_arrival_seq++, &r);
+  if (st) return st;
+  st = map_add(s, r);
+  if (!st) {
+    st = sched_queue_push(&s->waiting, r);
+    if (st) map_remove(s, r);
+  }
+  if (st) sched_request_destroy(r);
+  return st;
+}
+
+/* ---- mirror ---- */
+
+/* Number of r's blocks that can be registered in the prefix cache now. */
+static int32_t cacheable_blocks(const struct scheduler *s, const struct sched_request *r, int32_t held) {
+  int32_t n = r->num_computed_tokens / s->cfg.block_size;
+  if (n > held) n = held;
+  if (n > r->num_block_hashes) n = r->num_block_hashes;
+  return n;
+}
+
+/* Releases r's blocks in the mirror; the FREE op (with the CACHE of its computed blocks
+ * before it) is deferred to the next kv step. */
+static llb_status release_blocks(struct scheduler *s, struct sched_request *r) {
+  for (int32_t i = 0; i < r->num_block_ids; i++)
+    if (--s->block_refs[r->block_ids[i]] == 0) s->num_free++;
+  if (r->num_block_ids > 0 && !r->kv_free_pending) {
+    llb_status st = push_ptr((void ***)&s->free_pending, &s->num_free_pending, &s->cap_free_pending,
+                             r, sizeof(r));
+    if (st) return st;
+    r->kv_free_pending = true;
+  }
+  /* Full computed blocks to register before the FREE (emit_kv_step). */
+  if (r->num_block_ids > 0) r->pending_cache_upto = cacheable_blocks(s, r, r->num_block_ids);
+  r->num_block_ids = 0;
+  return LLB_STATUS_OK;
+}
+
+/* Blocks r needs for n more tokens: false when even the minimum does not fit. */
+static bool plan_blocks(struct scheduler *s, struct sched_request *r, int32_t n) {
+  int32_t held = r->num_block_ids;
+  int64_t end = (int64_t)r->num_computed_tokens + n;
+  int32_t need = div_up(end, s->cfg.block_size) - held;
+  r->planned_new_blocks = 0;
+  r->num_lookahead_tokens = 0;
+  if (need <= 0) return true;
+  int32_t want = div_up(end + s->cfg.num_lookahead_tokens, s->cfg.block_size);
+  if (want > s->max_blocks_per_req) want = s->max_blocks_per_req;
+  want -= held;
+  if (want < need) want = need;
+  if (want <= s->num_free) r->planned_new_blocks = want;
+  else if (need <= s->num_free) r->planned_new_blocks = need;
+  else return false;
+  s->num_free -= r->planned_new_blocks;
+  return true;
+}
+
+static void unplan_blocks(struct scheduler *s, struct sched_request *r) {
+  s->num_free += r->planned_new_blocks;
+  r->planned_new_blocks = 0;
+}
+
+/* ---- scheduling helpers ---- */
+
+static void remove_scheduled(struct scheduler *s, struct sched_request *r) {
+  for (int32_t i = 0; i < s->num_scheduled; i++) {
+    if (s->scheduled[i] != r) continue;
+    memmove(s->scheduled + i, s->scheduled + i + 1, (size_t)(s->num_scheduled - i - 1) * sizeof(*s->scheduled));
+    s->num_scheduled--;
+    s->total_scheduled -= r->num_scheduled_tokens;
+    break;
+  }
+  unplan_blocks(s, r);
+  r->num_scheduled_tokens = 0;
+  r->lookup = false;
+}
+
+static void remove_running(struct scheduler *s, const struct sched_request *r) {
+  for (int32_t i = 0; i < s->num_running; i++) {
+    if (s->running[i] != r) continue;
+    memmove(s->running + i, s->running + i + 1, (size_t)(s->num_running - i - 1) * sizeof(*s->running));
+    s->num_running--;
+    return;
+  }
+}
+
+/* Preemption by recompute (vLLM _preempt_request): blocks freed, progress reset, back to
+ * the front of the waiting queue; outputs are kept and recomputed with the prompt. */
+static llb_status preempt(struct scheduler *s, struct sched_request *r) {
+  remove_scheduled(s, r);
+  remove_running(s, r);
+  llb_status st = release_blocks(s, r);
+  r->num_computed_tokens = 0;
+  r->status = SCHED_REQUEST_STATUS_PREEMPTED;
+  r->num_preemptions++;
+  s->stats.num_preemptions++;
+  if (r->on_worker && !st) st = sched_str_list_add(&s->preempted_ids, r->request_id);
+  r->on_worker = false;
+  llb_status st2 = sched_queue_push_front(&s->waiting, r);
+  return st ? st : st2;
+}
+
+/* FCFS: the last admitted; PRIORITY: the largest (priority, arrival) (vLLM). */
+static struct sched_request *pick_victim(const struct scheduler *s) {
+  struct sched_request *v = s->running[s->num_running - 1];
+  if (s->cfg.policy == SCHED_POLICY_PRIORITY) {
+    for (int32_t i = 0; i < s->num_running; i++) {
+      struct sched_request *r = s->running[i];
+      if (r->priority > v->priority ||
+          (r->priority == v->priority && (r->arrival_time > v->arrival_time ||
+                                          (r->arrival_time == v->arrival_time && r->arrival_seq > v->arrival_seq))))
+        v = r;
+    }
+  }
+  return v;
+}
+
+/* Tokens r may compute this step under the budget. */
+static int32_t tokens_to_schedule(const struct scheduler *s, const struct sched_request *r, int32_t budget) {
+  int32_t n = r->num_tokens - r->num_computed_tokens;
+  if (s->cfg.long_prefill_token_threshold > 0 && n > s->cfg.long_prefill_token_threshold)
+    n = s->cfg.long_prefill_token_threshold;
+  return n < budget ? n : budget;
+}
+
+static void mark_scheduled(struct scheduler *s, struct sched_request *r, int32_t n, bool as_new) {
+  r->num_scheduled_tokens = n;
+  r->scheduled_as_new = as_new;
+  r->step_blocks_begin = as_new ? 0 : r->num_block_ids;
+  s->scheduled[s->num_scheduled++] = r;
+  s->total_scheduled += n;
+}
+
+/* ---- kv step emission ---- */
+
+static llb_status add_op_ref(struct scheduler *s, struct sched_request *r, enum kv_op_kind kind) {
+  if (s->num_op_refs == s->cap_op_refs) {
+    int32_t c = s->cap_op_refs ? s->cap_op_refs * 2 : 64;
+    struct op_ref *a = realloc(s->op_refs, (size_t)c * sizeof(*a));
+    if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "scheduler: %d kv ops", c);
+    s->op_refs = a;
+    s->cap_op_refs = c;
+  }
+  s->op_refs[s->num_op_refs++] = (struct op_ref){.req = r, .kind = kind};
+  return LLB_STATUS_OK;
+}
+
+static llb_status emit_cache(struct scheduler *s, struct kv_step *kv, struct sched_request *r, int32_t upto) {
+  if (!s->cfg.enable_prefix_caching || upto <= r->num_cached_blocks) return LLB_STATUS_OK;
+  llb_status st = kv_step_add_op(kv, KV_OP_KIND_CACHE, r->request_id, 0,
+                                 r->num_cached_blocks * s->cfg.block_size, false,
+                                 r->block_hashes + r->num_cached_blocks, upto - r->num_cached_blocks);
+  if (!st) st = add_op_ref(s, r, KV_OP_KIND_CACHE);
+  if (!st) r->num_cached_blocks = upto;
+  return st;
+}
+
+/* Deferred ops: CACHE+FREE of released requests, CACHE of running ones. */
+static int32_t num_deferred(const struct scheduler *s) {
+  int32_t n = s->num_free_pending;
+  for (int32_t i = 0; i < s->num_running; i++)
+    if (s->cfg.enable_prefix_caching &&
+        cacheable_blocks(s, s->running[i], s->running[i]->num_block_ids) > s->running[i]->num_cached_blocks)
+      n++;
+  return n;
+}
+
+static llb_status emit_kv_step(struct scheduler *s, struct kv_step *kv) {
+  llb_status st = LLB_STATUS_OK;
+  for (int32_t i = 0; i < s->num_free_pending && !st; i++) {
+    struct sched_request *r = s->free_pending[i];
+    st = emit_cache(s, kv, r, r->pending_cache_upto);
+    if (!st) st = kv_step_add_op(kv, KV_OP_KIND_FREE, r->request_id, 0, 0, false, NULL, 0);
+    if (!st) st = add_op_ref(s, r, KV_OP_KIND_FREE);
+    if (st) break;
+    r->kv_free_pending = false;
+    r->num_cached_blocks = 0;
+    if (sched_request_is_finished(r))
+      st = push_ptr((void ***)&s->zombies, &s->num_zombies, &s->cap_zombies, r, sizeof(r));
+  }
+  s->num_free_pending = 0;
+  for (int32_t i = 0; i < s->num_running && !st; i++) {
+    struct sched_request *r = s->running[i];
+    st = emit_cache(s, kv, r, cacheable_blocks(s, r, r->num_block_ids));
+  }
+  for (int32_t i = 0; i < s->num_scheduled && !st; i++) {
+    struct sched_request *r = s->scheduled[i];
+    if (r->planned_new_blocks == 0) continue;
+    int32_t num_hashes = 0;
+    if (r->lookup) {
+      num_hashes = (r->num_scheduled_tokens - 1) / s->cfg.block_size;
+      if (num_hashes > r->num_block_hashes) num_hashes = r->num_block_hashes;
+    }
+    int32_t slots = (r->num_block_ids + r->planned_new_blocks) * s->cfg.block_size;
+    st = kv_step_add_op(kv, KV_OP_KIND_ALLOCATE, r->request_id, slots, r->num_computed_tokens,
+                        r->lookup, r->block_hashes, num_hashes);
+    if (!st) st = add_op_ref(s, r, KV_OP_KIND_ALLOCATE);
+  }
+  return st;
+}
+
+/* Fills `out` from the scheduled list; `final` marks new requests as sent to the worker. */
+static llb_status assemble_output(struct scheduler *s, struct sched_output *out, bool final) {
+  out->step = s->step;
+  out->block_size = s->cfg.block_size;
+  out->num_new_reqs = out->num_cached_reqs = 0;
+  out->total_num_scheduled_tokens = 0;
+  if (out->cap_new_reqs < s->num_scheduled || out->cap_cached_reqs < s->num_scheduled) {
+    int32_t cap = s->cfg.max_num_seqs;
+    void *a = realloc(out->new_reqs, (size_t)cap * sizeof(*out->new_reqs));
+    if (a) out->new_reqs = a;
+    void *b = realloc(out->cached_reqs, (size_t)cap * sizeof(*out->cached_reqs));
+    if (b) out->cached_reqs = b;
+    if (!a || !b) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "sched_output of %d requests", cap);
+    out->cap_new_reqs = out->cap_cached_reqs = cap;
+  }
+  for (int32_t i = 0; i < s->num_scheduled; i++) {
+    struct sched_request *r = s->scheduled[i];
+    out->total_num_scheduled_tokens += r->num_scheduled_tokens;
+    if (r->scheduled_as_new) {
+      out->new_reqs[out->num_new_reqs++] = (struct sched_new_req_data){
+          .req_id = r->request_id, .prompt_token_ids = r->token_ids,
+          .num_prompt_tokens = r->num_prompt_tokens,
+          .output_token_ids = r->token_ids + r->num_prompt_tokens,
+          .num_output_tokens = sched_request_num_output_tokens(r),
+          .sampling_params = &r->sampling_params, .block_ids = r->block_ids,
+          .num_block_ids = r->num_block_ids, .num_computed_tokens = r->num_computed_tokens,
+          .num_scheduled_tokens = r->num_scheduled_tokens,
+          .resumed_from_preemption = r->num_preemptions > 0, .mm_features = r->mm_features,
+          .num_mm_features = r->num_mm_features};
+      if (final) r->on_worker = true;
+    } else {
+      out->cached_reqs[out->num_cached_reqs++] = (struct sched_cached_req_data){
+          .req_id = r->request_id, .new_block_ids = r->block_ids + r->step_blocks_begin,
+          .num_new_block_ids = r->num_block_ids - r->step_blocks_begin,
+          .num_computed_tokens = r->num_computed_tokens,
+          .num_output_tokens = sched_request_num_output_tokens(r),
+          .num_scheduled_tokens = r->num_scheduled_tokens};
+    }
+  }
+  if (final) s->step_in_flight = out->total_num_scheduled_tokens > 0;
+  return LLB_STATUS_OK;
+}
+
+static llb_status copy_strs(struct sched_str_list *dst, const struct sched_str_list *src) {
+  sched_str_list_clear(dst);
+  for (int32_t i = 0; i < src->num; i++) {
+    llb_status st = sched_str_list_add(dst, sched_str_list_get(src, i));
+    if (st) return st;
+  }
+  return LLB_STATUS_OK;
+}
+
+/* ---- schedule ---- */
+
+llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct kv_step *kv) {
+  if (s->step_in_flight || s->kv_in_flight)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu still in flight", (unsigned long long)s->step);
+  s->step++;
+  kv_step_clear(kv, s->step);
+  sched_str_list_clear(&s->preempted_ids);
+  s->num_scheduled = 0;
+  s->total_scheduled = 0;
+  s->num_op_refs = 0;
+  llb_status st = LLB_STATUS_OK;
+  int32_t budget = s->cfg.max_num_batched_tokens;
+  bool preempted = false;
+
+  /* Running requests first (decodes and unfinished prefills). */
+  for (int32_t i = 0; i < s->num_running && budget > 0 && !st;) {
+    struct sched_request *r = s->running[i];
+    int32_t n = tokens_to_schedule(s, r, budget);
+    if (n <= 0) {
+      i++;
+      continue;
+    }
+    bool ok = true;
+    while (!plan_blocks(s, r, n)) {
+      struct sched_request *v = pick_victim(s);
+      int32_t vi = 0;
+      while (s->running[vi] != v) vi++;
+      if (v->num_scheduled_tokens > 0) budget += v->num_scheduled_tokens;
+      st = preempt(s, v);
+      preempted = true;
+      if (v == r || st) {
+        ok = false;
+        break;
+      }
+      if (vi < i) i--;
+    }
+    if (!ok) break; /* r preempted itself: no room for it, none for the rest (vLLM) */
+    r->lookup = false;
+    mark_scheduled(s, r, n, false);
+    budget -= n;
+    i++;
+  }
+
+  /* Then waiting ones, unless this step had to preempt (vLLM). */
+  while (!preempted && !st && budget > 0 && s->num_running < s->cfg.max_num_seqs) {
+    struct sched_request *r = sched_queue_peek(&s->waiting);
+    if (!r) break;
+    int32_t n = tokens_to_schedule(s, r, budget);
+    if (!s->cfg.enable_chunked_prefill && n < r->num_tokens - r->num_computed_tokens) break;
+    if (!plan_blocks(s, r, n)) break;
+    sched_queue_pop(&s->waiting);
+    s->running[s->num_running++] = r;
+    r->status = SCHED_REQUEST_STATUS_RUNNING;
+    r->lookup = s->cfg.enable_prefix_caching;
+    mark_scheduled(s, r, n, true);
+    budget -= n;
+  }
+
+  bool allocates = false;
+  for (int32_t i = 0; i < s->num_scheduled; i++) allocates |= s->scheduled[i]->planned_new_blocks > 0;
+  int32_t deferred = num_deferred(s);
+  if (!st && (allocates || (deferred > 0 && (s->num_scheduled == 0 || deferred >= s->cfg.max_deferred_kv_ops)))) {
+    st = emit_kv_step(s, kv);
+    s->kv_in_flight = kv->num_ops > 0;
+    if (s->kv_in_flight) s->stats.num_kv_round_trips++;
+  }
+  if (!st) st = copy_strs(&out->finished_req_ids, &s->finished_ids);
+  if (!st) st = copy_strs(&out->preempted_req_ids, &s->preempted_ids);
+  if (!st) st = assemble_output(s, out, kv->num_ops == 0);
+  if (!st) sched_str_list_clear(&s->finished_ids);
+  return st;
+}
+
+/* ---- kv reply ---- */
+
+static llb_status finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
+                         struct sched_engine_outputs *eo, int32_t first_pos, int32_t n_new);
+
+/* A refused allocation: this step goes on without r. */
+static llb_status unschedule(struct scheduler *s, struct sched_request *r) {
+  bool as_new = r->scheduled_as_new;
+  remove_scheduled(s, r);
+  if (r->abort_pending) return finish(s, r, r->abort_reason, NULL, 0, 0);
+  if (!as_new) return LLB_STATUS_OK;
+  remove_running(s, r);
+  r->status = r->num_preemptions > 0 ? SCHED_REQUEST_STATUS_PREEMPTED : SCHED_REQUEST_STATUS_WAITING;
+  return sched_queue_push_front(&s->waiting, r);
+}
+
+static void destroy_zombies(struct scheduler *s) {
+  for (int32_t i = 0; i < s->num_zombies; i++) sched_request_destroy(s->zombies[i]);
+  s->num_zombies = 0;
+}
+
+llb_status sched_apply_kv_result(struct scheduler *s, const struct kv_step_result *res,
+                                 struct sched_output *out) {
+  if (!s->kv_in_flight) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "no kv step in flight");
+  s->kv_in_flight = false;
+  destroy_zombies(s);
+  llb_status st = LLB_STATUS_OK;
+  bool valid = res->step == s->step && res->num_results == s->num_op_refs;
+  for (int32_t i = 0; i < s->num_op_refs && !st; i++) {
+    struct op_ref *ref = &s->op_refs[i];
+    if (ref->kind != KV_OP_KIND_ALLOCATE) continue;
+    struct sched_request *r = ref->req;
+    const struct kv_op_result *kr = valid ? &res->results[i] : NULL;
+    const int32_t *ids = kr ? kv_step_result_block_ids(res, kr) : NULL;
+    int32_t n_ids = kr && ids ? kr->num_block_ids : 0;
+    bool ok = kr && kr->status == LLB_STATUS_OK && r->num_block_ids + n_ids <= r->cap_blocks &&
+              kr->num_cached_tokens >= 0 && kr->num_cached_tokens < r->num_scheduled_tokens &&
+              (!r->lookup || kr->num_cached_tokens % s->cfg.block_size == 0);
+    unplan_blocks(s, r);
+    if (!ok) {
+      s->stats.num_kv_alloc_failures++;
+      LLB_LOG_WARN("kv_alloc_refused", "req=%s step=%llu status=%d", r->request_id,
+                   (unsigned long long)s->step, kr ? (int)kr->status : -1);
+      /* blocks given despite the refusal would be lost: keep them with the request */
+      if (kr && kr->status == LLB_STATUS_OK && r->num_block_ids + n_ids <= r->cap_blocks) {
+        for (int32_t k = 0; k < n_ids; k++) {
+          if (s->block_refs[ids[k]]++ == 0) s->num_free--;
+          r->block_ids[r->num_block_ids++] = ids[k];
+        }
+      }
+      st = unschedule(s, r);
+      continue;
+    }
+    for (int32_t k = 0; k < n_ids; k++) {
+      if (ids[k] < 0 || ids[k] >= s->cfg.num_blocks) continue;
+      if (s->block_refs[ids[k]]++ == 0) s->num_free--;
+      r->block_ids[r->num_block_ids++] = ids[k];
+    }
+    if (r->lookup) {
+      int32_t c = kr->num_cached_tokens;
+      s->stats.prefix_cache_queries += (uint64_t)r->num_tokens;
+      s->stats.prefix_cache_hits += (uint64_t)c;
+      r->num_computed_tokens += c;
+      r->num_scheduled_tokens -= c;
+      r->num_cached_blocks = c / s->cfg.block_size; /* hit blocks carry their hash already */
+      if (r->num_cached_tokens < 0) r->num_cached_tokens = c;
+      r->lookup = false;
+    }
+  }
+  s->total_scheduled = 0;
+  for (int32_t i = 0; i < s->num_scheduled; i++) s->total_scheduled += s->scheduled[i]->num_scheduled_tokens;
+  if (!valid) {
+    LLB_LOG_ERROR("kv_result_mismatch", "step=%llu result_step=%llu ops=%d results=%d",
+                  (unsigned long long)s->step, (unsigned long long)res->step, s->num_op_refs, res->num_results);
+  } else if (res->num_free_blocks != s->num_free) {
+    s->stats.num_kv_mirror_mismatches++;
+    LLB_LOG_WARN("kv_mirror_mismatch", "step=%llu mirror=%d kv=%d", (unsigned long long)s->step,
+                 s->num_free, res->num_free_blocks);
+    s->num_free = res->num_free_blocks; /* the kv_manager is authoritative */
+  }
+  s->num_op_refs = 0;
+  llb_status st2 = assemble_output(s, out, true);
+  if (st) return st;
+  if (st2) return st2;
+  return valid ? LLB_STATUS_OK
+               : LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv result does not answer step %llu",
+                          (unsigned long long)s->step);
+}
+
+/* ---- update ---- */
+
+/* Ends r: output, leaves running/waiting and the map; blocks freed with the next kv step. */
+static llb_status finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
+                         struct sched_engine_outputs *eo, int32_t first_pos, int32_t n_new) {
+  llb_status st = LLB_STATUS_OK;
+  r->finish_reason = reason;
+  switch (reason) {
+  case SCHED_FINISH_REASON_STOP: r->status = SCHED_REQUEST_STATUS_FINISHED_STOPPED; break;
+  case SCHED_FINISH_REASON_LENGTH: r->status = SCHED_REQUEST_STATUS_FINISHED_LENGTH_CAPPED; break;
+  case SCHED_FINISH_REASON_ERROR: r->status = SCHED_REQUEST_STATUS_FINISHED_ERROR; break;
+  default: r->status = SCHED_REQUEST_STATUS_FINISHED_ABORTED; r->finish_reason = SCHED_FINISH_REASON_ABORT; break;
+  }
+  if (eo) st = sched_engine_outputs_add(eo, r, first_pos, n_new);
+  if (r->queue_index >= 0) sched_queue_remove(&s->waiting, r);
+  remove_running(s, r);
+  if (r->on_worker) {
+    llb_status st2 = sched_str_list_add(&s->finished_ids, r->request_id);
+    if (!st) st = st2;
+    r->on_worker = false;
+  }
+  llb_status st3 = release_blocks(s, r);
+  if (!st) st = st3;
+  map_remove(s, r);
+  if (!r->kv_free_pending) sched_request_destroy(r);
+  return st;
+}
+
+llb_status sched_update_from_output(struct scheduler *s, const struct sched_model_output *mo,
+                                    struct sched_engine_outputs *eo) {
+  if (!s->step_in_flight || mo->step != s->step)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu, in flight: %s %llu",
+                    (unsigned long long)mo->step, s->step_in_flight ? "step" : "none",
+                    (unsigned long long)s->step);
+  if (mo->num_reqs < 0 || (mo->num_reqs > 0 && (!mo->req_ids || !mo->num_sampled)))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu: bad arrays",
+                    (unsigned long long)mo->step);
+  sched_engine_outputs_clear(eo, s->step);
+  s->step_in_flight = false;
+  /* Find each row's request (the worker's order may differ from ours). */
+  int64_t off = 0;
+  for (int32_t i = 0; i < mo->num_reqs; i++) {
+    int64_t at = mo->req_ids[i] ? map_slot(s, mo->req_ids[i]) : -1;
+    int32_t n = mo->num_sampled[i] > 0 ? mo->num_sampled[i] : 0;
+    if (at >= 0 && s->map[at]->num_scheduled_tokens > 0 && n > 0 && mo->sampled_token_ids) {
+      s->map[at]->sampled_offset = off;
+      s->map[at]->num_sampled = n;
+    }
+    off += n;
+  }
+  llb_status st = LLB_STATUS_OK;
+  for (int32_t k = 0; k < s->num_scheduled && !st; k++) {
+    struct sched_request *r = s->scheduled[k];
+    int32_t n_sched = r->num_scheduled_tokens, n_sampled = r->num_sampled;
+    r->num_scheduled_tokens = r->num_sampled = 0;
+    r->step_blocks_begin = r->num_block_ids;
+    int32_t context = r->num_tokens;
+    if (r->num_computed_tokens < context) {
+      int32_t catch_up = context - r->num_computed_tokens;
+      s->stats.num_prompt_tokens += (uint64_t)(catch_up < n_sched ? catch_up : n_sched);
+    }
+    r->num_computed_tokens += n_sched;
+    if (r->abort_pending) { /* its ABORT output went out with sched_abort_requests */
+      st = finish(s, r, r->abort_reason, NULL, 0, 0);
+      continue;
+    }
+    int32_t first_pos = sched_request_num_output_tokens(r), n_new = 0;
+    enum sched_finish_reason reason = SCHED_FINISH_REASON_NONE;
+    if (r->num_computed_tokens >= context) { /* caught up: the sampled tokens are new */
+      for (int32_t t = 0; t < n_sampled && reason == SCHED_FINISH_REASON_NONE; t++, n_new++)
+        reason = sched_request_append_token(r, mo->sampled_token_ids[r->sampled_offset + t],
+                                            s->cfg.max_model_len);
+      s->stats.num_generation_tokens += (uint64_t)n_new;
+      sched_request_update_block_hashes(r, s->cfg.block_size);
+    }
+    if (reason != SCHED_FINISH_REASON_NONE) st = finish(s, r, reason, eo, first_pos, n_new);
+    else if (n_new > 0) st = sched_engine_outputs_add(eo, r, first_pos, n_new);
+  }
+  s->num_scheduled = 0;
+  s->total_scheduled = 0;
+  return st;
+}
+
+llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids, int32_t n,
+                                enum sched_finish_reason reason, struct sched_engine_outputs *eo) {
+  if (reason != SCHED_FINISH_REASON_ERROR) reason = SCHED_FINISH_REASON_ABORT;
+  llb_status st = LLB_STATUS_OK;
+  for (int32_t i = 0; i < n && !st; i++) {
+    int64_t at = req_ids[i] ? map_slot(s, req_ids[i]) : -1;
+    if (at < 0) continue;
+    struct sched_request *r = s->map[at];
+    if (r->abort_pending) continue;
+    if (r->num_scheduled_tokens > 0) {
+      /* Its step is in flight (kv or worker): tell the client now, clean up with the step. */
+      r->abort_pending = true;
+      r->abort_reason = reason;
+      r->finish_reason = reason;
+      st = sched_engine_outputs_add(eo, r, sched_request_num_output_tokens(r), 0);
+      continue;
+    }
+    st = finish(s, r, reason, eo, sched_request_num_output_tokens(r), 0);
+  }
+  return st;
+}
+
+void sched_preempt_all(struct scheduler *s, bool kv_lost) {
+  while (s->num_scheduled > 0) remove_scheduled(s, s->scheduled[s->num_scheduled - 1]);
+  s->step_in_flight = s->kv_in_flight = false;
+  s->num_op_refs = 0;
+  destroy_zombies(s);
+  while (s->num_running > 0) {
+    struct sched_request *r = s->running[s->num_running - 1];
+    if (r->abort_pending) (void)finish(s, r, r->abort_reason, NULL, 0, 0);
+    else (void)preempt(s, r);
+  }
+  if (!kv_lost) return;
+  for (int32_t i = 0; i < s->num_free_pending; i++) {
+    struct sched_request *r = s->free_pending[i];
+    r->kv_free_pending = false;
+    r->num_cached_blocks = 0;
+    if (sched_request_is_finished(r)) sched_request_destroy(r);
+  }
+  s->num_free_pending = 0;
+  memset(s->block_refs, 0, (size_t)s->cfg.num_blocks * sizeof(*s->block_refs));
+  s->num_free = s->cfg.num_blocks;
+}
+
+void sched_get_stats(const struct scheduler *s, struct sched_stats *out) {
+  *out = s->stats;
+  out->step = s->step;
+  out->num_running = s->num_running;
+  out->num_waiting = s->waiting.num;
+  out->num_free_blocks = s->num_free;
+  out->kv_cache_usage = 1.0 - (double)s->num_free / (double)s->cfg.num_blocks;
+}
+
+int32_t sched_num_unfinished(const struct scheduler *s) { return s->num_running + s->waiting.num; }
+
+const struct sched_request *sched_find_request(const struct scheduler *s, const char *req_id) {
+  int64_t at = map_slot(s, req_id);
+  return at < 0 ? NULL : s->map[at];
+}
+
+int32_t sched_mirror_ref(const struct scheduler *s, int32_t block_id) {
+  return block_id < 0 || block_id >= s->cfg.num_blocks ? -1 : s->block_refs[block_id];
+}

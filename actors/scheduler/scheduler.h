@@ -1,0 +1,137 @@
+/* The scheduler: EngineCore's step loop as pure logic (vLLM v1 vllm/v1/core/sched/
+ * scheduler.py), planned against an exact mirror of the kv_manager's free blocks
+ * (DESIGN.md §4). One step:
+ *
+ *   sched_schedule(s, &out, &kv)              plan: running first, then waiting; chunked
+ *                                             prefill; preemption by recompute
+ *   if (kv.num_ops > 0) {                     one round trip to the kv_manager
+ *     send kv, get res;
+ *     sched_apply_kv_result(s, &res, &out);   block ids, prefix hits, failures
+ *   }
+ *   if (out.total_num_scheduled_tokens > 0) { execute on the worker
+ *     get model output mo (mo.step == out.step);
+ *     sched_update_from_output(s, &mo, &eo);  append tokens, stop checks → EngineCoreOutputs
+ *   }
+ *
+ * Blocks: the scheduler is the kv_manager's only client. It keeps a reference count per
+ * block id it has been given, so it knows exactly which blocks are free, plans every
+ * allocation against that count (assuming no prefix hit: a hit only lowers consumption)
+ * and never overcommits. FREE and CACHE ops (finished or preempted requests, newly full
+ * blocks) are deferred and ride ahead of the next step's allocations; the mirror counts
+ * freed blocks as free at once, which is exact because they are sent before any ALLOCATE
+ * that uses them. So a step whose requests need no new block (decode inside a block, or
+ * inside the lookahead) sends nothing to the kv_manager. Deferred ops are flushed when a
+ * step allocates, when max_deferred_kv_ops accumulate, or when nothing is scheduled.
+ *
+ * Allocation sizes: a request gets ceil((num_computed + scheduled + lookahead) /
+ * block_size) blocks when it needs more (num_lookahead_tokens, trimmed when blocks are
+ * short), so a decode stream costs one KV round trip per (1 + lookahead / block_size)
+ * blocks. A new request's prefix-cache hit is capped below the planned chunk's end, so
+ * at least one token is computed and the planned blocks still cover it.
+ *
+ * n > 1 is fanned out by the input processor: the scheduler sees independent requests.
+ * Every sched_output has a step number; a model output must name the step it answers
+ * (only one step in flight for now). Not thread-safe: one owner (the actor's loop).
+ */
+#ifndef LLB_SCHEDULER_H
+#define LLB_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "schemas/kv_ops.h"
+#include "actors/scheduler/sched_output.h"
+#include "actors/scheduler/sched_queue.h"
+#include "actors/scheduler/sched_request.h"
+#include "bus/status.h"
+
+struct scheduler;
+
+struct sched_config {
+  int32_t max_num_batched_tokens;  /* token budget per step (default 2048) */
+  int32_t max_num_seqs;            /* running requests at most (default 256) */
+  int32_t max_model_len;           /* prompt + output tokens at most (default 2048) */
+  int32_t long_prefill_token_threshold; /* > 0: a prefill takes at most this many tokens per step */
+  bool enable_chunked_prefill;     /* default true; false: a prompt is scheduled whole or waits */
+  bool enable_prefix_caching;      /* default true */
+  enum sched_policy policy;        /* default FCFS */
+  int32_t num_blocks;              /* the kv_manager's pool size (default 1024) */
+  int32_t block_size;              /* tokens per block (default 16) */
+  int32_t num_lookahead_tokens;    /* extra slots per allocation (default = block_size) */
+  int32_t max_deferred_kv_ops;     /* flush deferred FREE/CACHE ops beyond this (default 64) */
+};
+
+struct sched_stats {
+  uint64_t step;
+  int32_t num_running, num_waiting;
+  int32_t num_free_blocks;         /* mirror */
+  double kv_cache_usage;           /* 1 - free / num_blocks */
+  uint64_t prefix_cache_queries;   /* tokens of the requests looked up (vLLM PrefixCacheStats) */
+  uint64_t prefix_cache_hits;      /* tokens found */
+  uint64_t num_preemptions;
+  uint64_t num_prompt_tokens;      /* tokens computed while catching up to the context */
+  uint64_t num_generation_tokens;  /* tokens sampled and kept */
+  uint64_t num_kv_round_trips;     /* kv_steps sent */
+  uint64_t num_kv_mirror_mismatches; /* replies whose free count differed from the mirror */
+  uint64_t num_kv_alloc_failures;  /* ALLOCATE ops refused although planned */
+};
+
+/* vLLM-like defaults (see the field comments). */
+void sched_config_init(struct sched_config *c);
+
+/* Creates a scheduler. Caller frees with sched_destroy. Errors: INVALID_ARGUMENT (a value
+ * out of range, named in the message), OUT_OF_MEMORY. */
+llb_status sched_create(const struct sched_config *cfg, struct scheduler **out);
+/* Frees the scheduler and every request it holds. Accepts NULL. */
+void sched_destroy(struct scheduler *s);
+
+/* Queues a request (status WAITING). Everything in `nr` is copied. Errors:
+ * INVALID_ARGUMENT (duplicate id, empty prompt, bad fields), TOO_LARGE (prompt not shorter
+ * than max_model_len, or more blocks than the pool has), OUT_OF_MEMORY. */
+llb_status sched_add_request(struct scheduler *s, const struct sched_new_request *nr);
+
+/* Plans step N+1: fills `out` and the step's kv ops in `kv` (both cleared first). When
+ * kv->num_ops == 0, `out` is final. Otherwise send kv and call sched_apply_kv_result with
+ * the answer before anything else. Errors: INVALID_ARGUMENT if a step is still in flight
+ * (no sched_update_from_output yet) or a kv round trip is unanswered; OUT_OF_MEMORY. */
+llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct kv_step *kv);
+
+/* Consumes the kv_manager's answer to the last kv step: gives new requests their blocks
+ * and prefix hits (num_computed_tokens jumps by the hit, the scheduled count shrinks by
+ * it), running ones their new blocks; a refused allocation unschedules that request for
+ * this step (a new one goes back to the front of the waiting queue) and counts an
+ * alloc failure; resyncs the mirror to res->num_free_blocks if they differ. Rewrites `out`
+ * (final). Errors: INVALID_ARGUMENT (no kv step pending, step or op count mismatch: then
+ * every request of the step is unscheduled), OUT_OF_MEMORY. */
+llb_status sched_apply_kv_result(struct scheduler *s, const struct kv_step_result *res,
+                                 struct sched_output *out);
+
+/* Applies the worker's output for the step in flight: advances num_computed_tokens by the
+ * scheduled tokens, appends sampled tokens of requests that caught up with their context
+ * (partial prefills sample nothing), checks stops, and writes one entry per request with
+ * new tokens or a finish into `eo` (cleared first). Finished requests leave; their blocks
+ * are freed with the next kv step; their ids reach the worker in the next sched_output.
+ * Errors: INVALID_ARGUMENT (no step in flight, or mo->step is not it), OUT_OF_MEMORY. */
+llb_status sched_update_from_output(struct scheduler *s, const struct sched_model_output *mo,
+                                    struct sched_engine_outputs *eo);
+
+/* Finishes requests with `reason` (ABORT or ERROR), appending their final outputs to `eo`
+ * (not cleared). A request whose step is in flight finishes when that step's output is
+ * applied. Unknown ids are ignored (already finished). Errors: OUT_OF_MEMORY. */
+llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids, int32_t n,
+                                enum sched_finish_reason reason, struct sched_engine_outputs *eo);
+
+/* Recovery (DESIGN.md §6): preempts every running request for recompute and forgets the
+ * step in flight. kv_lost = true (the kv_manager restarted empty): the mirror starts with
+ * every block free and no FREE op is sent; false (the worker restarted): blocks are freed
+ * through the next kv step as usual. */
+void sched_preempt_all(struct scheduler *s, bool kv_lost);
+
+void sched_get_stats(const struct scheduler *s, struct sched_stats *out);
+int32_t sched_num_unfinished(const struct scheduler *s);  /* waiting + running */
+/* The live request with that id (waiting or running), or NULL. Read-only. */
+const struct sched_request *sched_find_request(const struct scheduler *s, const char *req_id);
+/* Mirror reference count of a block (tests). */
+int32_t sched_mirror_ref(const struct scheduler *s, int32_t block_id);
+
+#endif

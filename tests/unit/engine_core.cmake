@@ -1,0 +1,9 @@
+# Engine core: kv_manager and scheduler pure logic (actors/kv_manager, actors/scheduler).
+llb_add_test(test_kv_block_pool SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kv_block_pool.c
+             LIBS llmbus_kv_manager PkgConfig::CMOCKA LABELS unit)
+llb_add_test(test_kv_manager SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kv_manager.c
+             LIBS llmbus_kv_manager PkgConfig::CMOCKA LABELS unit)
+llb_add_test(test_scheduler SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler.c
+             LIBS llmbus_scheduler_core llmbus_kv_manager PkgConfig::CMOCKA LABELS unit)
+llb_add_test(test_scheduler_stop SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler_stop.c
+             LIBS llmbus_scheduler_core llmbus_kv_manager PkgConfig::CMOCKA LABELS unit)

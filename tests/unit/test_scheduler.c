@@ -1,0 +1,422 @@
+/* Scheduler: budgets, chunked prefill, preemption and resume, FCFS and priority order,
+ * abort, KV round trips only when blocks are needed, prefix hits (actors/scheduler). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+
+#include "test_scheduler_harness.h"
+
+static struct sched_config base_cfg(void) {
+  struct sched_config c;
+  sched_config_init(&c);
+  c.block_size = 4;
+  c.num_blocks = 64;
+  c.max_model_len = 256;
+  c.num_lookahead_tokens = 0;
+  return c;
+}
+
+/* Runs until nothing is left (bounded); returns the steps taken. */
+static int run_all(struct harness *h, int max_steps) {
+  int n = 0;
+  while (sched_num_unfinished(h->s) > 0 && n < max_steps) {
+    h_step(h);
+    n++;
+  }
+  assert_int_equal(sched_num_unfinished(h->s), 0);
+  return n;
+}
+
+static void assert_all_blocks_free(struct harness *h) {
+  h_step(h); /* an idle step flushes the deferred frees */
+  struct kv_manager_stats ks;
+  kv_manager_get_stats(h->kv, &ks);
+  assert_int_equal(ks.num_free_blocks, h->cfg.num_blocks);
+  assert_int_equal(ks.num_requests, 0);
+  struct sched_stats ss;
+  sched_get_stats(h->s, &ss);
+  assert_int_equal(ss.num_free_blocks, h->cfg.num_blocks);
+  for (int32_t b = 0; b < h->cfg.num_blocks; b++) assert_int_equal(sched_mirror_ref(h->s, b), 0);
+}
+
+static void test_token_budget_and_max_num_seqs_are_respected(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.max_num_batched_tokens = 64;
+  c.max_num_seqs = 3;
+  struct harness h;
+  h_init(&h, &c);
+  for (int i = 0; i < 8; i++) {
+    char id[16];
+    snprintf(id, sizeof(id), "r%d", i);
+    h_add(&h, id, 30, 5, 0, i);
+  }
+  h_step(&h);
+  assert_int_equal(h.out.num_new_reqs, 3);              /* 30 + 30 + 4 (chunk) */
+  assert_int_equal(h.out.total_num_scheduled_tokens, 64);
+  assert_int_equal(h.out.new_reqs[2].num_scheduled_tokens, 4);
+  h_step(&h);                                            /* r0, r1 decode; r2 continues */
+  assert_int_equal(h.out.num_cached_reqs, 3);
+  assert_int_equal(h.out.num_new_reqs, 0);               /* max_num_seqs */
+  assert_int_equal(h.out.total_num_scheduled_tokens, 1 + 1 + 26);
+  run_all(&h, 100);                                      /* harness checks every step */
+  assert_all_blocks_free(&h);
+  h_fini(&h);
+}
+
+static void test_chunked_prefill_splits_a_long_prompt_then_decodes(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.max_num_batched_tokens = 32;
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "long", 100, 3, 0, 0);
+  int32_t chunks[4] = {32, 32, 32, 4};
+  for (int i = 0; i < 4; i++) {
+    h_step(&h);
+    assert_int_equal(h.out.total_num_scheduled_tokens, chunks[i]);
+    assert_int_equal(h.eo.num_outputs, i == 3 ? 1 : 0);  /* a token only once caught up */
+  }
+  assert_int_equal(sched_find_request(h.s, "long")->num_computed_tokens, 100);
+  h_step(&h);
+  assert_int_equal(h.out.total_num_scheduled_tokens, 1);  /* decode */
+  assert_int_equal(h.eo.outputs[0].first_output_pos, 1);
+  /* disabled chunking: the prompt waits for a budget that holds it whole */
+  struct sched_config c2 = c;
+  c2.enable_chunked_prefill = false;
+  struct harness h2;
+  h_init(&h2, &c2);
+  h_add(&h2, "big", 40, 2, 0, 0);
+  h_add(&h2, "small", 8, 2, 0, 1);
+  h_step(&h2);
+  assert_int_equal(h2.out.total_num_scheduled_tokens, 0);
+  h_fini(&h2);
+  h_fini(&h);
+}
+
+/* Tokens of every output of a run, per request, checked for continuity. */
+struct collected {
+  char id[8][8];
+  int32_t toks[8][64];
+  int32_t n[8];
+};
+
+static void collect(struct collected *col, const struct harness *h) {
+  for (int32_t i = 0; i < h->eo.num_outputs; i++) {
+    const char *id = sched_engine_outputs_req_id(&h->eo, i);
+    int k = id[1] - '0';
+    snprintf(col->id[k], sizeof(col->id[k]), "%s", id);
+    assert_int_equal(h->eo.outputs[i].first_output_pos, col->n[k]); /* no gap, no duplicate */
+    const int32_t *t = sched_engine_outputs_tokens(&h->eo, i);
+    for (int32_t j = 0; j < h->eo.outputs[i].num_new_tokens; j++) col->toks[k][col->n[k]++] = t[j];
+  }
+}
+
+static void test_preemption_recomputes_and_resumes_with_identical_tokens(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.num_blocks = 10; /* 40 slots for two requests that need 2 x 28 */
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "r0", 8, 20, 0, 0);
+  h_add(&h, "r1", 8, 20, 0, 1);
+  struct collected col = {0};
+  int steps = 0;
+  bool saw_preempted = false;
+  while (sched_num_unfinished(h.s) > 0 && steps < 200) {
+    h_step(&h);
+    collect(&col, &h);
+    saw_preempted |= h.out.preempted_req_ids.num > 0;
+    steps++;
+  }
+  assert_int_equal(sched_num_unfinished(h.s), 0);
+  assert_true(saw_preempted);
+  struct sched_stats ss;
+  sched_get_stats(h.s, &ss);
+  assert_true(ss.num_preemptions >= 1);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(col.n[k], 20);
+    for (int32_t p = 0; p < 20; p++) assert_int_equal(col.toks[k][p], h_token(&h, col.id[k], p));
+  }
+  assert_all_blocks_free(&h);
+  h_fini(&h);
+}
+
+static void test_resumed_request_is_sent_whole_with_its_outputs(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.num_blocks = 6;
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "r0", 8, 12, 0, 0);
+  h_add(&h, "r1", 8, 12, 0, 1);
+  bool resumed = false;
+  for (int s = 0; s < 100 && sched_num_unfinished(h.s) > 0; s++) {
+    h_step(&h);
+    for (int32_t i = 0; i < h.out.num_new_reqs; i++) {
+      const struct sched_new_req_data *n = &h.out.new_reqs[i];
+      if (!n->resumed_from_preemption) continue;
+      resumed = true;
+      assert_true(n->num_output_tokens > 0);          /* recomputed as context */
+      assert_int_equal(n->num_prompt_tokens, 8);
+    }
+  }
+  assert_true(resumed);
+  assert_all_blocks_free(&h);
+  h_fini(&h);
+}
+
+static void test_fcfs_serves_in_arrival_order(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.max_num_seqs = 1;
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "r2", 4, 2, 0, 0.0);
+  h_add(&h, "r0", 4, 2, -5, 1.0); /* priority ignored under FCFS */
+  h_add(&h, "r1", 4, 2, 0, 2.0);
+  const char *order[3] = {"r2", "r0", "r1"};
+  int next = 0;
+  for (int s = 0; s < 20 && sched_num_unfinished(h.s) > 0; s++) {
+    h_step(&h);
+    for (int32_t i = 0; i < h.out.num_new_reqs; i++) assert_string_equal(h.out.new_reqs[i].req_id, order[next++]);
+  }
+  assert_int_equal(next, 3);
+  h_fini(&h);
+}
+
+static void test_priority_serves_lower_value_first_then_arrival(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.max_num_seqs = 1;
+  c.policy = SCHED_POLICY_PRIORITY;
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "r0", 4, 2, 5, 0.0);
+  h_add(&h, "r1", 4, 2, 1, 3.0);
+  h_add(&h, "r2", 4, 2, 1, 2.0);
+  h_add(&h, "r3", 4, 2, 0, 9.0);
+  const char *order[4] = {"r3", "r2", "r1", "r0"};
+  int next = 0;
+  for (int s = 0; s < 30 && sched_num_unfinished(h.s) > 0; s++) {
+    h_step(&h);
+    for (int32_t i = 0; i < h.out.num_new_reqs; i++) assert_string_equal(h.out.new_reqs[i].req_id, order[next++]);
+  }
+  assert_int_equal(next, 4);
+  h_fini(&h);
+}
+
+static void test_priority_preempts_the_lowest_priority_running_request(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.policy = SCHED_POLICY_PRIORITY;
+  c.num_blocks = 6;
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "r0", 4, 16, 9, 0.0); /* admitted first, least important */
+  h_add(&h, "r1", 4, 16, 0, 1.0);
+  h_step(&h);
+  assert_int_equal(h.out.num_new_reqs, 2);
+  for (int s = 0; s < 40 && h.out.preempted_req_ids.num == 0; s++) h_step(&h);
+  assert_int_equal(h.out.preempted_req_ids.num, 1);
+  assert_string_equal(sched_str_list_get(&h.out.preempted_req_ids, 0), "r0");
+  assert_int_equal(sched_find_request(h.s, "r0")->status, SCHED_REQUEST_STATUS_PREEMPTED);
+  assert_int_equal(sched_find_request(h.s, "r0")->num_computed_tokens, 0);
+  run_all(&h, 200);
+  assert_all_blocks_free(&h);
+  h_fini(&h);
+}
+
+static void test_abort_frees_everything(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.max_num_seqs = 2;
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "r0", 20, 50, 0, 0);
+  h_add(&h, "r1", 20, 50, 0, 1);
+  h_add(&h, "r2", 20, 50, 0, 2);
+  h_step(&h);
+  h_step(&h);
+  struct sched_engine_outputs eo;
+  sched_engine_outputs_init(&eo);
+  const char *ids[4] = {"r0", "r2", "nope", "r1"};
+  assert_int_equal(sched_abort_requests(h.s, ids, 4, SCHED_FINISH_REASON_ABORT, &eo), LLB_STATUS_OK);
+  assert_int_equal(eo.num_outputs, 3);
+  for (int32_t i = 0; i < 3; i++) assert_int_equal(eo.outputs[i].finish_reason, SCHED_FINISH_REASON_ABORT);
+  assert_null(sched_find_request(h.s, "r1"));
+  assert_int_equal(sched_num_unfinished(h.s), 0);
+  h_step(&h);
+  assert_int_equal(h.out.finished_req_ids.num, 2);        /* r0, r1 were on the worker */
+  assert_int_equal(h.step.num_ops, 2);                    /* their FREE ops */
+  struct kv_manager_stats ks;
+  kv_manager_get_stats(h.kv, &ks);
+  assert_int_equal(ks.num_free_blocks, c.num_blocks);
+  sched_engine_outputs_free(&eo);
+  assert_all_blocks_free(&h);
+  h_fini(&h);
+}
+
+static void test_abort_during_a_kv_round_trip_finishes_after_it(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "r0", 10, 50, 0, 0);
+  assert_int_equal(sched_schedule(h.s, &h.out, &h.step), LLB_STATUS_OK);
+  assert_true(h.step.num_ops > 0);
+  struct sched_engine_outputs eo;
+  sched_engine_outputs_init(&eo);
+  const char *id = "r0";
+  assert_int_equal(sched_abort_requests(h.s, &id, 1, SCHED_FINISH_REASON_ABORT, &eo), LLB_STATUS_OK);
+  assert_int_equal(eo.num_outputs, 1);
+  assert_int_equal(kv_manager_apply_step(h.kv, &h.step, &h.res), LLB_STATUS_OK);
+  assert_int_equal(sched_apply_kv_result(h.s, &h.res, &h.out), LLB_STATUS_OK);
+  h_execute(&h);
+  assert_int_equal(h.eo.num_outputs, 0);                  /* no second final output */
+  assert_int_equal(sched_num_unfinished(h.s), 0);
+  sched_engine_outputs_free(&eo);
+  assert_all_blocks_free(&h);
+  h_fini(&h);
+}
+
+static void test_decode_inside_allocated_blocks_makes_no_kv_round_trip(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.block_size = 16;
+  c.num_lookahead_tokens = 16;
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "r0", 5, 40, 0, 0);
+  assert_true(h_schedule(&h));                            /* prefill: 5 + 16 slots = 2 blocks */
+  assert_int_equal(h.out.new_reqs[0].num_block_ids, 2);
+  h_execute(&h);
+  int trips = 0;
+  for (int s = 0; s < 27; s++) {                          /* decode while computed + 1 <= 32 */
+    bool trip = h_schedule(&h);
+    if (trip) trips++;
+    assert_int_equal(h.step.num_ops, 0);
+    h_execute(&h);
+  }
+  assert_int_equal(trips, 0);
+  assert_true(h_schedule(&h));                            /* token 32 needs block 3 */
+  assert_int_equal(h.out.cached_reqs[0].num_new_block_ids, 2); /* with lookahead */
+  h_execute(&h);
+  h_fini(&h);
+}
+
+static void test_prefix_hit_reduces_scheduled_tokens(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "r0", 41, 2, 0, 0);
+  run_all(&h, 10);
+  h_add(&h, "r1", 41, 2, 0, 1);
+  h_step(&h);
+  assert_int_equal(h.out.num_new_reqs, 1);
+  assert_int_equal(h.out.new_reqs[0].num_computed_tokens, 40);
+  assert_int_equal(h.out.new_reqs[0].num_scheduled_tokens, 1);
+  assert_int_equal(h.out.total_num_scheduled_tokens, 1);
+  assert_int_equal(h.eo.outputs[0].num_cached_tokens, 40);
+  struct sched_stats ss;
+  sched_get_stats(h.s, &ss);
+  assert_int_equal(ss.prefix_cache_hits, 40);
+  assert_int_equal(ss.prefix_cache_queries, 82);
+  /* the same prompt with a budget smaller than the cached prefix: hit capped below the chunk */
+  run_all(&h, 10);
+  h_fini(&h);
+}
+
+static void test_refused_allocation_unschedules_the_request(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.num_blocks = 8;
+  struct harness h;
+  h_init(&h, &c);
+  /* someone else holds 6 blocks behind the scheduler's back: the mirror is out of sync */
+  kv_step_clear(&h.step, 0);
+  assert_int_equal(kv_step_add_op(&h.step, KV_OP_KIND_ALLOCATE, "intruder", 24, 0, false, NULL, 0), LLB_STATUS_OK);
+  assert_int_equal(kv_manager_apply_step(h.kv, &h.step, &h.res), LLB_STATUS_OK);
+  h_add(&h, "r0", 16, 4, 0, 0);
+  h_add(&h, "r1", 4, 4, 0, 1);
+  assert_true(h_schedule_unchecked_mirror(&h));
+  assert_int_equal(h.out.num_new_reqs, 1);               /* r0 (4 blocks) refused, r1 fits */
+  assert_string_equal(h.out.new_reqs[0].req_id, "r1");
+  assert_int_equal(sched_find_request(h.s, "r0")->status, SCHED_REQUEST_STATUS_WAITING);
+  struct sched_stats ss;
+  sched_get_stats(h.s, &ss);
+  assert_int_equal(ss.num_kv_alloc_failures, 1);
+  assert_int_equal(ss.num_kv_mirror_mismatches, 1);
+  assert_int_equal(ss.num_free_blocks, h.res.num_free_blocks);
+  h_execute(&h);
+  h_fini(&h);
+}
+
+/* Random arrivals (shared prompts, so prefix hits), aborts, tight blocks and preemption:
+ * every step the harness checks the exact mirror and the worker's block tables. */
+static void test_random_load_keeps_mirror_exact_and_leaks_nothing(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.num_blocks = 24;
+  c.max_num_batched_tokens = 48;
+  c.max_num_seqs = 6;
+  c.num_lookahead_tokens = 4;
+  c.policy = SCHED_POLICY_PRIORITY;
+  struct harness h;
+  h_init(&h, &c);
+  uint64_t rng = 7;
+  int added = 0;
+  struct sched_engine_outputs eo;
+  sched_engine_outputs_init(&eo);
+  for (int step = 0; step < 3000; step++) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    uint32_t x = (uint32_t)(rng >> 33);
+    if (x % 3 == 0 && added < 400) {
+      char id[16];
+      snprintf(id, sizeof(id), "q%d", added);
+      h_add(&h, id, 4 + (int32_t)(x / 3 % 40), 1 + (int32_t)(x / 7 % 24), (int32_t)(x / 11 % 3), added);
+      added++;
+    }
+    if (x % 17 == 0 && added > 0) {
+      char id[16];
+      snprintf(id, sizeof(id), "q%d", (int)(x / 17 % (uint32_t)added));
+      const char *ids[1] = {id};
+      assert_int_equal(sched_abort_requests(h.s, ids, 1, SCHED_FINISH_REASON_ABORT, &eo), LLB_STATUS_OK);
+    }
+    h_step(&h);
+  }
+  run_all(&h, 2000);
+  struct sched_stats ss;
+  sched_get_stats(h.s, &ss);
+  assert_true(ss.num_preemptions > 0);
+  assert_true(ss.prefix_cache_hits > 0);
+  assert_int_equal(ss.num_kv_mirror_mismatches, 0);
+  assert_int_equal(ss.num_kv_alloc_failures, 0);
+  sched_engine_outputs_free(&eo);
+  assert_all_blocks_free(&h);
+  h_fini(&h);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_token_budget_and_max_num_seqs_are_respected),
+      cmocka_unit_test(test_chunked_prefill_splits_a_long_prompt_then_decodes),
+      cmocka_unit_test(test_preemption_recomputes_and_resumes_with_identical_tokens),
+      cmocka_unit_test(test_resumed_request_is_sent_whole_with_its_outputs),
+      cmocka_unit_test(test_fcfs_serves_in_arrival_order),
+      cmocka_unit_test(test_priority_serves_lower_value_first_then_arrival),
+      cmocka_unit_test(test_priority_preempts_the_lowest_priority_running_request),
+      cmocka_unit_test(test_abort_frees_everything),
+      cmocka_unit_test(test_abort_during_a_kv_round_trip_finishes_after_it),
+      cmocka_unit_test(test_decode_inside_allocated_blocks_makes_no_kv_round_trip),
+      cmocka_unit_test(test_prefix_hit_reduces_scheduled_tokens),
+      cmocka_unit_test(test_refused_allocation_unschedules_the_request),
+      cmocka_unit_test(test_random_load_keeps_mirror_exact_and_leaks_nothing),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
