@@ -1,0 +1,75 @@
+/* The input processor actor: binds the pure logic of input_processor.h to the bus.
+ *
+ * Subscribes, in queue group "input_processor":
+ *   <prefix>.generate.<tenant>  GenerateRequest (reply subject = where the client reads its
+ *                               RequestOutputs) → one EngineCoreRequest per child on
+ *                               <prefix>.engine.<eid>.requests, reply_to = the client's reply
+ *                               subject; any problem → a RequestOutput with error + finished
+ *                               to the client's reply subject (or counted and logged when the
+ *                               message has none).
+ *   <prefix>.abort.<tenant>     AbortRequest{request_id = the internal id the client got in
+ *                               RequestOutput.request_id} → AbortRequests{[id, 0_id, ...,
+ *                               (max_n-1)_id]} on <prefix>.engine.<eid>.abort (the engine
+ *                               ignores ids it does not run; the processor keeps no state).
+ * <tenant> is "*" (every tenant) by default. The tenant salts the prefix cache
+ * (DESIGN.md §7): cache_salt = "<tenant>" or "<tenant>/<client salt>".
+ *
+ * n > 1: the engine samples each child with stream 0, so child i gets seed + i (vLLM
+ * vllm/v1/engine/parent_req.py); its wire sampling_params.n carries the client's n so the
+ * output processor can group the children (the engine runs one sequence per
+ * EngineCoreRequest whatever n says).
+ *
+ * Threading: handlers run on the bus delivery threads (one per subscription); the logic is
+ * stateless per request, the counters are atomic.
+ */
+#ifndef LLB_ACTORS_INPUT_PROCESSOR_ACTOR_H
+#define LLB_ACTORS_INPUT_PROCESSOR_ACTOR_H
+
+#include <stdint.h>
+
+#include "bus/bus.h"
+#include "bus/status.h"
+
+#define INPROC_ACTOR_QUEUE_GROUP "input_processor"
+#define INPROC_ACTOR_MAX_N 16 /* largest n accepted; also the abort fan-out width */
+
+struct inproc_actor_options {
+  const char *model_path;  /* GGUF holding the tokenizer (and chat template); required */
+  int32_t max_model_len;   /* tokens; 0 = min(the model's context length, 4096) */
+  const char *tenant;      /* subject token or "*" (every tenant); NULL = "*" */
+  const char *engine_id;   /* <eid>; NULL = "0" */
+};
+
+/* Counters since start (monotonic). */
+struct inproc_actor_stats {
+  uint64_t requests;        /* GenerateRequests accepted and forwarded */
+  uint64_t engine_requests; /* EngineCoreRequests published (children) */
+  uint64_t rejected;        /* well-formed requests refused with a field error */
+  uint64_t malformed;       /* undecodable messages (generate or abort) */
+  uint64_t no_reply;        /* errors that could not be answered: no reply subject */
+  uint64_t aborts;          /* AbortRequests forwarded */
+  uint64_t publish_errors;  /* failed publishes (each logged) */
+};
+
+struct inproc_actor;
+
+/* Loads the tokenizer and chat template of o->model_path and creates the preprocessor.
+ * Errors: INVALID_ARGUMENT (bad tenant / engine id / max_model_len), the GGUF reader's or
+ * tokenizer's error naming the file, OUT_OF_MEMORY. *out: inproc_actor_destroy(). */
+llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inproc_actor **out);
+
+/* Subscribes the generate and abort handlers on `bus` (borrowed; it must outlive the
+ * subscriptions, i.e. destroy the bus before the actor). Errors: those of bus_subscribe and
+ * the subject builders. */
+llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus);
+
+/* The effective max_model_len (after the default was resolved). */
+int32_t inproc_actor_max_model_len(const struct inproc_actor *a);
+
+/* Counters, read atomically one by one. */
+void inproc_actor_get_stats(const struct inproc_actor *a, struct inproc_actor_stats *out);
+
+/* Frees the actor. Call after bus_destroy() of the bus it was started on. NULL ok. */
+void inproc_actor_destroy(struct inproc_actor *a);
+
+#endif

@@ -1,0 +1,388 @@
+/* Input processor; see input_processor.h. */
+#include "actors/input_processor/input_processor.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "bus/log.h"
+#include "model/tokenizer.h"
+
+#define DEFAULT_MAX_N 16
+#define DEFAULT_MAX_PROMPT_BYTES (1 << 20)
+
+struct inproc_t {
+  const struct tokenizer *tok;
+  struct inproc_config cfg;
+  int32_t vocab_size;
+};
+
+static const char *const known_roles[] = {"system", "user", "assistant", "tool"};
+
+static uint64_t os_random_u64(void *ctx) {
+  (void)ctx;
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
+    v = (uint64_t)llb_wall_ns() * 0x9E3779B97F4A7C15ull ^ (uint64_t)llb_now_ns();
+  }
+  return v;
+}
+
+llb_status inproc_create(const struct tokenizer *tok, const struct inproc_config *cfg,
+                         struct inproc_t **out) {
+  if (!tok || !cfg || cfg->max_model_len < 2) {
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "input processor needs a tokenizer and max_model_len >= 2");
+  }
+  if (cfg->max_logprobs < 0 || cfg->max_logprobs > LLB_MAX_LOGPROBS || cfg->max_n < 0) {
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "max_logprobs %d outside [0, %d] or max_n %d < 0",
+                    cfg->max_logprobs, LLB_MAX_LOGPROBS, cfg->max_n);
+  }
+  struct inproc_t *p = calloc(1, sizeof *p);
+  if (!p) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "input processor");
+  p->tok = tok;
+  p->cfg = *cfg;
+  if (!p->cfg.max_n) p->cfg.max_n = DEFAULT_MAX_N;
+  if (!p->cfg.max_logprobs) p->cfg.max_logprobs = LLB_MAX_LOGPROBS;
+  if (!p->cfg.max_prompt_bytes) p->cfg.max_prompt_bytes = DEFAULT_MAX_PROMPT_BYTES;
+  if (!p->cfg.random_u64) p->cfg.random_u64 = os_random_u64;
+  p->vocab_size = tokenizer_vocab_size(tok);
+  *out = p;
+  return LLB_STATUS_OK;
+}
+
+void inproc_destroy(struct inproc_t *p) { free(p); }
+
+static void add_error(struct inproc_errors *errs, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void add_error(struct inproc_errors *errs, const char *field, const char *fmt, ...) {
+  if (errs->num_errors >= INPROC_MAX_ERRORS) {
+    errs->num_dropped++;
+    return;
+  }
+  struct inproc_field_error *e = &errs->errors[errs->num_errors++];
+  snprintf(e->field, sizeof e->field, "%s", field);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
+}
+
+/* Strict UTF-8 (no overlongs, surrogates, or values above U+10FFFF). */
+static bool utf8_valid(const char *s, size_t n) {
+  const uint8_t *u = (const uint8_t *)s;
+  size_t i = 0;
+  while (i < n) {
+    uint8_t b = u[i];
+    size_t need = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3
+                : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    if (need == 0 || need > n - i) return false;
+    if (need > 1) {
+      uint8_t lo = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80;
+      uint8_t hi = b == 0xED ? 0x9F : b == 0xF4 ? 0x8F : 0xBF;
+      if (u[i + 1] < lo || u[i + 1] > hi) return false;
+      for (size_t k = 2; k < need; k++) if ((u[i + k] & 0xC0) != 0x80) return false;
+    }
+    i += need;
+  }
+  return true;
+}
+
+static bool in_range(float v, float lo, float hi) { return isfinite(v) && v >= lo && v <= hi; }
+
+static void validate_sampling(const struct inproc_t *p, const struct llb_sampling_params *sp,
+                              struct inproc_errors *errs) {
+  if (sp->n < 1) add_error(errs, "n", "must be at least 1, got %d", sp->n);
+  else if (sp->n > p->cfg.max_n) add_error(errs, "n", "must be at most %d, got %d", p->cfg.max_n, sp->n);
+  if (!isfinite(sp->temperature) || sp->temperature < 0) {
+    add_error(errs, "temperature", "must be a finite number >= 0, got %g", (double)sp->temperature);
+  }
+  if (!(isfinite(sp->top_p) && sp->top_p > 0 && sp->top_p <= 1)) {
+    add_error(errs, "top_p", "must be in (0, 1], got %g", (double)sp->top_p);
+  }
+  if (sp->top_k < -1) add_error(errs, "top_k", "must be -1 or 0 (off) or at least 1, got %d", sp->top_k);
+  if (!in_range(sp->min_p, 0, 1)) add_error(errs, "min_p", "must be in [0, 1], got %g", (double)sp->min_p);
+  if (!in_range(sp->presence_penalty, -2, 2)) {
+    add_error(errs, "presence_penalty", "must be in [-2, 2], got %g", (double)sp->presence_penalty);
+  }
+  if (!in_range(sp->frequency_penalty, -2, 2)) {
+    add_error(errs, "frequency_penalty", "must be in [-2, 2], got %g", (double)sp->frequency_penalty);
+  }
+  if (!(isfinite(sp->repetition_penalty) && sp->repetition_penalty > 0 && sp->repetition_penalty <= 2)) {
+    add_error(errs, "repetition_penalty", "must be in (0, 2], got %g", (double)sp->repetition_penalty);
+  }
+  if (sp->max_tokens != -1 && sp->max_tokens < 1) {
+    add_error(errs, "max_tokens", "must be at least 1 (or -1 for up to the context length), got %d",
+              sp->max_tokens);
+  }
+  if (sp->min_tokens < 0) {
+    add_error(errs, "min_tokens", "must be at least 0, got %d", sp->min_tokens);
+  } else if (sp->max_tokens >= 1 && sp->min_tokens > sp->max_tokens) {
+    add_error(errs, "min_tokens", "must not exceed max_tokens (%d), got %d", sp->max_tokens, sp->min_tokens);
+  }
+  if (sp->num_stop < 0 || sp->num_stop > LLB_MAX_STOP_STRINGS) {
+    add_error(errs, "stop", "at most %d stop strings, got %d", LLB_MAX_STOP_STRINGS, sp->num_stop);
+  } else {
+    for (int32_t i = 0; i < sp->num_stop; i++) {
+      char field[INPROC_MAX_FIELD_BYTES];
+      snprintf(field, sizeof field, "stop[%d]", i);
+      size_t len = strnlen(sp->stop[i], sizeof sp->stop[i]);
+      if (len == sizeof sp->stop[i]) {
+        add_error(errs, field, "is longer than %d bytes", LLB_MAX_STOP_STRING_BYTES);
+      } else if (len == 0) {
+        add_error(errs, field, "is empty");
+      } else if (!utf8_valid(sp->stop[i], len)) {
+        add_error(errs, field, "is not valid UTF-8");
+      }
+    }
+  }
+  if (sp->num_stop_token_ids < 0 || sp->num_stop_token_ids > LLB_MAX_STOP_TOKEN_IDS) {
+    add_error(errs, "stop_token_ids", "at most %d stop token ids, got %d", LLB_MAX_STOP_TOKEN_IDS,
+              sp->num_stop_token_ids);
+  } else {
+    for (int32_t i = 0; i < sp->num_stop_token_ids; i++) {
+      int32_t id = sp->stop_token_ids[i];
+      if (id < 0 || id >= p->vocab_size) {
+        char field[INPROC_MAX_FIELD_BYTES];
+        snprintf(field, sizeof field, "stop_token_ids[%d]", i);
+        add_error(errs, field, "token id %d is outside the vocabulary [0, %d)", id, p->vocab_size);
+      }
+    }
+  }
+  if (sp->logprobs < -1 || sp->logprobs > p->cfg.max_logprobs) {
+    add_error(errs, "logprobs", "must be between 0 and %d (or -1 for none), got %d", p->cfg.max_logprobs,
+              sp->logprobs);
+  }
+  if (sp->prompt_logprobs != -1) {
+    add_error(errs, "prompt_logprobs", "is not supported (only -1), got %d", sp->prompt_logprobs);
+  }
+  if (sp->output_kind != LLB_OUTPUT_KIND_CUMULATIVE && sp->output_kind != LLB_OUTPUT_KIND_DELTA &&
+      sp->output_kind != LLB_OUTPUT_KIND_FINAL_ONLY) {
+    add_error(errs, "output_kind", "must be CUMULATIVE (0), DELTA (1) or FINAL_ONLY (2), got %d",
+              (int)sp->output_kind);
+  }
+}
+
+static bool printable_id(const char *s) {
+  for (; *s; s++) if ((uint8_t)*s <= 0x20 || (uint8_t)*s >= 0x7F) return false;
+  return true;
+}
+
+static void validate_text(const char *field, const char *text, int64_t *total, int64_t max_bytes,
+                          struct inproc_errors *errs) {
+  size_t len = strlen(text);
+  *total += (int64_t)len;
+  if (!utf8_valid(text, len)) add_error(errs, field, "is not valid UTF-8");
+  else if (*total > max_bytes) add_error(errs, field, "is longer than %" PRId64 " bytes", max_bytes);
+}
+
+static void validate_prompt(const struct inproc_t *p, const struct inproc_generate_request *req,
+                            struct inproc_errors *errs) {
+  int sources = (req->prompt != NULL) + (req->messages != NULL) + (req->prompt_token_ids != NULL);
+  if (sources == 0) {
+    add_error(errs, "prompt", "one of prompt, messages or prompt_token_ids is required");
+    return;
+  }
+  if (sources > 1) {
+    add_error(errs, "prompt", "give only one of prompt, messages or prompt_token_ids (got %d)", sources);
+    return;
+  }
+  int64_t total = 0;
+  if (req->prompt) {
+    if (!req->prompt[0]) add_error(errs, "prompt", "is empty");
+    else validate_text("prompt", req->prompt, &total, p->cfg.max_prompt_bytes, errs);
+  } else if (req->messages) {
+    if (req->num_messages == 0) add_error(errs, "messages", "is empty");
+    if (req->raw) add_error(errs, "raw", "applies to prompt text only; messages always use the chat template");
+    for (size_t i = 0; i < req->num_messages; i++) {
+      const struct chat_message *m = &req->messages[i];
+      char field[INPROC_MAX_FIELD_BYTES];
+      snprintf(field, sizeof field, "messages[%zu].role", i);
+      bool known = false;
+      for (size_t r = 0; m->role && r < sizeof known_roles / sizeof *known_roles; r++) {
+        known |= strcmp(m->role, known_roles[r]) == 0;
+      }
+      if (!m->role) add_error(errs, field, "is required");
+      else if (!known) {
+        add_error(errs, field, "unknown role \"%.32s\"; expected system, user, assistant or tool", m->role);
+      }
+      snprintf(field, sizeof field, "messages[%zu].content", i);
+      if (!m->content) add_error(errs, field, "is required");
+      else validate_text(field, m->content, &total, p->cfg.max_prompt_bytes, errs);
+    }
+  } else {
+    if (req->num_prompt_token_ids <= 0) add_error(errs, "prompt_token_ids", "is empty");
+    for (int64_t i = 0; i < req->num_prompt_token_ids; i++) {
+      int32_t id = req->prompt_token_ids[i];
+      if (id < 0 || id >= p->vocab_size) {
+        char field[INPROC_MAX_FIELD_BYTES];
+        snprintf(field, sizeof field, "prompt_token_ids[%" PRId64 "]", i);
+        add_error(errs, field, "token id %d is outside the vocabulary [0, %d)", id, p->vocab_size);
+        break; /* one is enough to say what is wrong */
+      }
+    }
+  }
+}
+
+llb_status inproc_validate(const struct inproc_t *p, const struct inproc_generate_request *req,
+                           struct inproc_errors *errs) {
+  memset(errs, 0, sizeof *errs);
+  if (!req->request_id || !req->request_id[0]) {
+    add_error(errs, "request_id", "is required");
+  } else if (strlen(req->request_id) >= INPROC_MAX_EXTERNAL_ID_BYTES) {
+    add_error(errs, "request_id", "is longer than %d bytes", INPROC_MAX_EXTERNAL_ID_BYTES - 1);
+  } else if (!printable_id(req->request_id)) {
+    add_error(errs, "request_id", "must be printable ASCII without spaces");
+  }
+  validate_prompt(p, req, errs);
+  if (req->chat_template) {
+    enum chat_template_kind k;
+    if (chat_template_from_name(req->chat_template, &k) != LLB_STATUS_OK) {
+      add_error(errs, "chat_template", "unknown chat template \"%.64s\"", req->chat_template);
+    }
+  } else if (req->messages && !p->cfg.has_chat_template) {
+    add_error(errs, "messages", "the model has no chat template; name one in chat_template");
+  }
+  validate_sampling(p, &req->sampling_params, errs);
+  if (req->cache_salt && !req->cache_salt[0]) add_error(errs, "cache_salt", "must not be empty");
+  if (req->cache_salt && strlen(req->cache_salt) >= INPROC_MAX_CACHE_SALT_BYTES) {
+    add_error(errs, "cache_salt", "is longer than %d bytes", INPROC_MAX_CACHE_SALT_BYTES - 1);
+  }
+  if (req->reply_to && strlen(req->reply_to) >= INPROC_MAX_REPLY_TO_BYTES) {
+    add_error(errs, "reply_to", "is longer than %d bytes", INPROC_MAX_REPLY_TO_BYTES - 1);
+  }
+  return errs->num_errors ? LLB_STATUS_INVALID_ARGUMENT : LLB_STATUS_OK;
+}
+
+/* Tokenizes the prompt into out->prompt_token_ids. */
+static llb_status tokenize_prompt(const struct inproc_t *p, const struct inproc_generate_request *req,
+                                  struct inproc_processed *out) {
+  if (req->prompt_token_ids) {
+    int64_t n = req->num_prompt_token_ids;
+    out->prompt_token_ids = malloc((size_t)n * sizeof(int32_t));
+    if (!out->prompt_token_ids) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prompt of %" PRId64 " tokens", n);
+    memcpy(out->prompt_token_ids, req->prompt_token_ids, (size_t)n * sizeof(int32_t));
+    out->num_prompt_tokens = n;
+    return LLB_STATUS_OK;
+  }
+  bool templated = req->messages || (!req->raw && (req->chat_template || p->cfg.has_chat_template));
+  if (!templated) {
+    return tokenizer_encode(p->tok, req->prompt, strlen(req->prompt), true, true, &out->prompt_token_ids,
+                            &out->num_prompt_tokens);
+  }
+  enum chat_template_kind kind = p->cfg.chat_template;
+  if (req->chat_template) {
+    llb_status st = chat_template_from_name(req->chat_template, &kind);
+    if (st != LLB_STATUS_OK) return st;
+  }
+  struct chat_message single = {.role = "user", .content = req->prompt};
+  const struct chat_message *msgs = req->messages ? req->messages : &single;
+  size_t num = req->messages ? req->num_messages : 1;
+  char *text = NULL;
+  llb_status st = chat_template_apply(kind, msgs, num, true, &text);
+  if (st != LLB_STATUS_OK) return st;
+  /* The template writes its own special tokens (vLLM: add_special_tokens=False for chat). */
+  st = tokenizer_encode(p->tok, text, strlen(text), false, true, &out->prompt_token_ids,
+                        &out->num_prompt_tokens);
+  free(text);
+  if (st != LLB_STATUS_OK) return st;
+  int32_t bos = tokenizer_bos_id(p->tok);
+  if (tokenizer_add_bos(p->tok) && bos >= 0 &&
+      (out->num_prompt_tokens == 0 || out->prompt_token_ids[0] != bos)) {
+    int32_t *ids = realloc(out->prompt_token_ids, (size_t)(out->num_prompt_tokens + 1) * sizeof(int32_t));
+    if (!ids) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prompt with BOS");
+    memmove(ids + 1, ids, (size_t)out->num_prompt_tokens * sizeof(int32_t));
+    ids[0] = bos;
+    out->prompt_token_ids = ids;
+    out->num_prompt_tokens++;
+  }
+  return LLB_STATUS_OK;
+}
+
+llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate_request *req,
+                          struct inproc_processed *out, struct inproc_errors *errs) {
+  memset(out, 0, sizeof *out);
+  llb_status st = inproc_validate(p, req, errs);
+  if (st != LLB_STATUS_OK) return st;
+  st = tokenize_prompt(p, req, out);
+  if (st != LLB_STATUS_OK) return st;
+
+  const char *src = req->prompt ? "prompt" : req->messages ? "messages" : "prompt_token_ids";
+  int64_t num_prompt = out->num_prompt_tokens;
+  int32_t max_len = p->cfg.max_model_len;
+  struct llb_sampling_params sp = req->sampling_params;
+  if (num_prompt == 0) {
+    add_error(errs, src, "tokenizes to no tokens");
+  } else if (num_prompt >= max_len) {
+    add_error(errs, src, "has %" PRId64 " tokens but the context length is %d tokens, leaving no room "
+              "for output", num_prompt, max_len);
+  } else if (sp.max_tokens == -1) {
+    sp.max_tokens = (int32_t)(max_len - num_prompt);
+    if (sp.min_tokens > sp.max_tokens) {
+      add_error(errs, "min_tokens", "must not exceed the %d tokens left in the context, got %d",
+                sp.max_tokens, sp.min_tokens);
+    }
+  } else if (num_prompt + sp.max_tokens > max_len) {
+    add_error(errs, "max_tokens", "the prompt has %" PRId64 " tokens and max_tokens is %d: %" PRId64
+              " in total exceeds the context length of %d tokens", num_prompt, sp.max_tokens,
+              num_prompt + sp.max_tokens, max_len);
+  }
+  if (errs->num_errors) return LLB_STATUS_INVALID_ARGUMENT;
+
+  if (!sp.has_seed) {
+    sp.seed = p->cfg.random_u64(p->cfg.random_ctx);
+    sp.has_seed = true;
+  }
+  int32_t n = sp.n;
+  sp.n = 1;
+  char parent[INPROC_MAX_ID_BYTES];
+  snprintf(parent, sizeof parent, "%s-%016" PRIx64, req->request_id, p->cfg.random_u64(p->cfg.random_ctx));
+  out->requests = calloc((size_t)n, sizeof *out->requests);
+  if (!out->requests) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "%d engine requests", n);
+  out->num_requests = n;
+  int64_t arrival = req->arrival_time_ns ? req->arrival_time_ns : llb_wall_ns();
+  for (int32_t i = 0; i < n; i++) {
+    struct inproc_engine_request *e = &out->requests[i];
+    if (n == 1) snprintf(e->request_id, sizeof e->request_id, "%s", parent);
+    else snprintf(e->request_id, sizeof e->request_id, "%d_%.200s", i, parent);
+    snprintf(e->parent_request_id, sizeof e->parent_request_id, "%s", parent);
+    snprintf(e->external_request_id, sizeof e->external_request_id, "%s", req->request_id);
+    e->prompt_token_ids = out->prompt_token_ids;
+    e->num_prompt_tokens = num_prompt;
+    e->sampling_params = sp;
+    e->eos_token_id = tokenizer_eos_id(p->tok);
+    e->arrival_time_ns = arrival;
+    e->priority = req->priority;
+    snprintf(e->cache_salt, sizeof e->cache_salt, "%s", req->cache_salt ? req->cache_salt : "");
+    e->child_index = i;
+    e->num_children = n;
+    snprintf(e->reply_to, sizeof e->reply_to, "%s", req->reply_to ? req->reply_to : "");
+  }
+  return LLB_STATUS_OK;
+}
+
+void inproc_processed_free(struct inproc_processed *out) {
+  if (!out) return;
+  free(out->prompt_token_ids);
+  free(out->requests);
+  memset(out, 0, sizeof *out);
+}
+
+void inproc_errors_format(const struct inproc_errors *errs, char *buf, size_t size) {
+  if (!size) return;
+  buf[0] = '\0';
+  size_t used = 0;
+  for (int32_t i = 0; i < errs->num_errors && used < size; i++) {
+    int w = snprintf(buf + used, size - used, "%s%s: %s", i ? "; " : "", errs->errors[i].field,
+                     errs->errors[i].message);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  if (errs->num_dropped && used < size) {
+    snprintf(buf + used, size - used, "; and %d more", errs->num_dropped);
+  }
+}

@@ -1,0 +1,133 @@
+/* Input processor: a client's GenerateRequest → validated EngineCoreRequest(s) (pure logic).
+ *
+ * Validates every field with an OpenAI-style parameter name and a clear message (vLLM
+ * vllm/sampling_params.py _verify_args and vllm/entrypoints/openai/protocol.py), applies
+ * the chat template (model/chat_template.h) unless `raw`, tokenizes (model/tokenizer.h),
+ * resolves max_tokens = -1 to what fits in the context, draws a seed when none is given
+ * (so that a replay is deterministic), names the request (external id + "-" + random
+ * suffix, as vLLM's AsyncLLM) and fans n > 1 out into n child requests with ids
+ * "<i>_<parent id>" (vLLM ParentRequest), the same prompt and seed, and stream index i
+ * (the sampler keys its draws by (seed, stream, position)). Stateless per request: the
+ * preprocessor only holds the tokenizer, template and limits, so calls may run on many
+ * threads at once.
+ */
+#ifndef LLB_INPUT_PROCESSOR_H
+#define LLB_INPUT_PROCESSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bus/status.h"
+#include "model/chat_template.h"
+#include "schemas/sampling_params.h"
+
+struct tokenizer;
+
+#define INPROC_MAX_ID_BYTES 256        /* internal ids, NUL included */
+#define INPROC_MAX_EXTERNAL_ID_BYTES 128 /* client request ids: at most 127 bytes */
+#define INPROC_MAX_REPLY_TO_BYTES 256
+#define INPROC_MAX_CACHE_SALT_BYTES 256
+#define INPROC_MAX_ERRORS 32
+#define INPROC_MAX_FIELD_BYTES 48
+#define INPROC_MAX_MESSAGE_BYTES 256
+
+/* The client's GenerateRequest as plain data (the wire form is schemas/; the codec fills
+ * this). Exactly one of prompt, messages, prompt_token_ids. All pointers are borrowed. */
+struct inproc_generate_request {
+  const char *request_id;              /* the client's id (external); required */
+  const char *prompt;                  /* UTF-8 text, or NULL */
+  const struct chat_message *messages; /* [num_messages], or NULL */
+  size_t num_messages;
+  const int32_t *prompt_token_ids;     /* [num_prompt_token_ids], or NULL */
+  int64_t num_prompt_token_ids;
+  const char *chat_template;           /* template name ("chatml", ...); NULL = the model's */
+  bool raw;                            /* prompt text is tokenized as is, no chat template */
+  struct llb_sampling_params sampling_params;
+  int32_t priority;                    /* lower runs first (vLLM priority scheduling) */
+  const char *cache_salt;              /* prefix-cache salt (tenant); NULL = none */
+  const char *reply_to;                /* subject for the RequestOutputs; NULL = "" */
+  int64_t arrival_time_ns;             /* wall clock; 0 = now */
+};
+
+/* One rejected field. */
+struct inproc_field_error {
+  char field[INPROC_MAX_FIELD_BYTES];     /* OpenAI-style name: "temperature", "messages[1].role" */
+  char message[INPROC_MAX_MESSAGE_BYTES]; /* what is wrong, with the numbers involved */
+};
+
+/* All problems found in one request (the first INPROC_MAX_ERRORS; `num_dropped` counts more). */
+struct inproc_errors {
+  int32_t num_errors;
+  int32_t num_dropped;
+  struct inproc_field_error errors[INPROC_MAX_ERRORS];
+};
+
+/* One EngineCoreRequest (vLLM v1 vllm/v1/engine/__init__.py) for one child. */
+struct inproc_engine_request {
+  char request_id[INPROC_MAX_ID_BYTES];         /* engine id: "<i>_<parent>" when n > 1, else the parent id */
+  char parent_request_id[INPROC_MAX_ID_BYTES];  /* "<external>-<16 hex>" */
+  char external_request_id[INPROC_MAX_EXTERNAL_ID_BYTES];
+  const int32_t *prompt_token_ids;              /* [num_prompt_tokens], shared by the children */
+  int64_t num_prompt_tokens;
+  struct llb_sampling_params sampling_params;   /* n = 1, seed set, max_tokens resolved */
+  int32_t eos_token_id;                         /* -1 if the model has none */
+  int64_t arrival_time_ns;
+  int32_t priority;
+  char cache_salt[INPROC_MAX_CACHE_SALT_BYTES]; /* "" = none */
+  int32_t child_index;                          /* 0..num_children-1; the sampler's stream */
+  int32_t num_children;                         /* the client's n */
+  char reply_to[INPROC_MAX_REPLY_TO_BYTES];
+};
+
+/* The result of preprocessing one request; free with inproc_processed_free. */
+struct inproc_processed {
+  int32_t *prompt_token_ids;               /* [num_prompt_tokens] owned */
+  int64_t num_prompt_tokens;
+  struct inproc_engine_request *requests;  /* [num_requests] = n children */
+  int32_t num_requests;
+};
+
+/* Limits and defaults of one model. */
+struct inproc_config {
+  int32_t max_model_len;           /* context length in tokens: prompt + output */
+  int32_t max_n;                   /* largest n (default 16 when 0) */
+  int32_t max_logprobs;            /* largest logprobs (<= LLB_MAX_LOGPROBS; 0 = that) */
+  int64_t max_prompt_bytes;        /* longest prompt text / message content total (0 = 1 MiB) */
+  bool has_chat_template;          /* the model's own template, from GGUF */
+  enum chat_template_kind chat_template;
+  /* Random source for seeds and id suffixes; NULL = getrandom(2). Tests pin it. */
+  uint64_t (*random_u64)(void *ctx);
+  void *random_ctx;
+};
+
+struct inproc_t;
+
+/* Creates a preprocessor over `tok` (borrowed; outlives it). Errors: INVALID_ARGUMENT
+ * (max_model_len < 2, max_logprobs > LLB_MAX_LOGPROBS), OUT_OF_MEMORY. */
+llb_status inproc_create(const struct tokenizer *tok, const struct inproc_config *cfg,
+                         struct inproc_t **out);
+
+/* Frees the preprocessor. Accepts NULL. */
+void inproc_destroy(struct inproc_t *p);
+
+/* Checks everything that needs no tokenization (ids, prompt shape, roles, sampling
+ * params); appends each problem to `errs` (which it clears first). Returns OK when none,
+ * else INVALID_ARGUMENT. */
+llb_status inproc_validate(const struct inproc_t *p, const struct inproc_generate_request *req,
+                           struct inproc_errors *errs);
+
+/* Validates, templates, tokenizes and fans out `req` into `out` (zeroed first; free with
+ * inproc_processed_free, also after a failure). Errors: INVALID_ARGUMENT with `errs`
+ * filled (field errors, including the prompt and max_tokens against max_model_len),
+ * OUT_OF_MEMORY, or the tokenizer's own error. */
+llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate_request *req,
+                          struct inproc_processed *out, struct inproc_errors *errs);
+
+/* Frees what `out` owns and zeroes it. Accepts NULL. */
+void inproc_processed_free(struct inproc_processed *out);
+
+/* Writes "field: message; field: message" into buf (truncated to size), for error replies. */
+void inproc_errors_format(const struct inproc_errors *errs, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,233 @@
+/* Output processor: EngineCoreOutputs → RequestOutput for the client (pure logic).
+ *
+ * One processor per engine keeps per-request state keyed by the engine request id (vLLM v1
+ * vllm/v1/engine/output_processor.py OutputProcessor + RequestState + ParentRequest):
+ * incremental detokenization (detokenizer.h), stop strings (stop_strings.h) with text held
+ * back while it could still begin one, logprobs with decoded token text and the cumulative
+ * logprob, output kinds CUMULATIVE / DELTA / FINAL_ONLY, n > 1 aggregation of children into
+ * one parent RequestOutput, metrics, and de-duplication by output position (a scheduler
+ * replaying a request after a restart re-sends tokens the client already has).
+ *
+ * Flow for the actor: outproc_register() for every EngineCoreRequest (idempotent), then
+ * outproc_process() for every EngineCoreOutput of a batch into one outproc_result, then
+ * send result.outputs[i] to result.outputs[i].reply_to, publish an engine abort for every
+ * result.abort_ids[i] (requests a stop string finished that the engine still runs), and for
+ * every result.unknown_ids[i] rebuild the request (outproc_register_resume with the engine's
+ * token history) and process that output again; then outproc_result_clear().
+ *
+ * Not thread-safe: one thread drives a processor. Times are wall-clock ns (llb_wall_ns):
+ * they cross processes and hosts.
+ */
+#ifndef LLB_OUTPUT_PROCESSOR_H
+#define LLB_OUTPUT_PROCESSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bus/status.h"
+#include "schemas/sampling_params.h"
+
+struct tokenizer;
+
+#define OUTPROC_MAX_ID_BYTES 256      /* request ids, NUL included */
+#define OUTPROC_MAX_REPLY_TO_BYTES 256
+#define OUTPROC_MAX_ERROR_BYTES 256
+
+/* Why a completion ended (vLLM FinishReason + ERROR). */
+enum outproc_finish_reason {
+  OUTPROC_FINISH_REASON_NONE = 0,   /* still running */
+  OUTPROC_FINISH_REASON_STOP = 1,   /* EOS, a stop token id or a stop string */
+  OUTPROC_FINISH_REASON_LENGTH = 2, /* max_tokens or the context length */
+  OUTPROC_FINISH_REASON_ABORT = 3,  /* aborted by the client or the engine */
+  OUTPROC_FINISH_REASON_ERROR = 4,  /* failed; the output's `error` says why */
+};
+
+/* "stop", "length", "abort", "error"; NULL for NONE (OpenAI's finish_reason strings). */
+const char *outproc_finish_reason_name(enum outproc_finish_reason r);
+
+/* What stopped a STOP-finished completion (vLLM stop_reason: str | int | None). */
+enum outproc_stop_reason_kind {
+  OUTPROC_STOP_REASON_KIND_NONE = 0,   /* EOS, or not stopped */
+  OUTPROC_STOP_REASON_KIND_STRING = 1, /* stop_str */
+  OUTPROC_STOP_REASON_KIND_TOKEN = 2,  /* stop_token_id, one of stop_token_ids */
+};
+
+/* --- input: what the engine sends ------------------------------------------------------ */
+
+/* One candidate of a position's logprobs, as the sampler reports it. */
+struct outproc_candidate {
+  int32_t token_id;
+  float logprob;
+};
+
+/* Logprobs of one sampled position (actors/gpu_worker/sampler.h sampler_result). */
+struct outproc_new_logprobs {
+  int32_t token_id;   /* the sampled token */
+  float logprob;      /* its logprob */
+  int32_t num_top;    /* 0..LLB_MAX_LOGPROBS, best first */
+  struct outproc_candidate top[LLB_MAX_LOGPROBS];
+};
+
+/* One EngineCoreOutput. Pointers are borrowed for the duration of the call. */
+struct outproc_engine_output {
+  const char *request_id;                   /* engine request id */
+  const int32_t *new_token_ids;             /* [num_new_tokens] */
+  int32_t num_new_tokens;
+  int64_t first_output_pos;                 /* output position of new_token_ids[0] */
+  const struct outproc_new_logprobs *new_logprobs; /* [num_new_tokens] or NULL */
+  enum outproc_finish_reason finish_reason; /* NONE while the engine keeps running it */
+  int32_t stop_token_id;                    /* STOP by a stop_token_ids entry; -1 for EOS / none */
+  int32_t num_cached_tokens;                /* prefix-cache hits; -1 = not reported */
+  int64_t scheduled_time_ns;                /* when the engine first scheduled it; 0 = not reported */
+  int64_t timestamp_ns;                     /* when the engine produced it; 0 = use `now_ns` */
+};
+
+/* A request as registered from its EngineCoreRequest. Pointers are borrowed for the call. */
+struct outproc_request_info {
+  const char *request_id;          /* engine request id (a child id when n > 1) */
+  const char *parent_request_id;   /* groups the children of one client request; NULL = request_id */
+  const char *external_request_id; /* the id the client sent; NULL = parent_request_id */
+  const char *reply_to;            /* where the client's RequestOutputs go; NULL = "" */
+  int32_t child_index;             /* 0..num_children-1: CompletionOutput.index */
+  int32_t num_children;            /* the client's n (>= 1) */
+  const int32_t *prompt_token_ids; /* [num_prompt_tokens] */
+  int64_t num_prompt_tokens;
+  const struct llb_sampling_params *sampling_params; /* output_kind, stop, logprobs, ... */
+  int64_t arrival_time_ns;
+};
+
+/* --- output: what the client gets ------------------------------------------------------ */
+
+/* One token with its logprob and text. `text` / `bytes` point into the completion's arena. */
+struct outproc_token_logprob {
+  int32_t token_id;
+  int32_t rank;          /* 1 = most likely; -1 = not known (sampled token outside the top) */
+  float logprob;
+  const char *text;      /* [text_len] the token's bytes as valid UTF-8 (partial → U+FFFD) */
+  uint32_t text_len;
+  const char *bytes;     /* [num_bytes] the token's raw bytes (OpenAI logprobs `bytes`) */
+  uint32_t num_bytes;
+};
+
+/* Logprobs of one output position: the sampled token, then the top candidates. */
+struct outproc_position_logprobs {
+  struct outproc_token_logprob sampled;
+  int32_t num_top;
+  struct outproc_token_logprob top[LLB_MAX_LOGPROBS];
+};
+
+/* vLLM CompletionOutput. All memory belongs to the enclosing outproc_result. */
+struct outproc_completion {
+  int32_t index;                 /* child index: 0..n-1 */
+  char *text;                    /* [text_len + 1] valid UTF-8, NUL-terminated; DELTA: new text only */
+  size_t text_len;
+  int32_t *token_ids;            /* [num_token_ids]; DELTA: new tokens only */
+  int64_t num_token_ids;
+  bool has_logprobs;             /* sampling_params.logprobs >= 0 */
+  double cumulative_logprob;     /* over every sampled token so far */
+  struct outproc_position_logprobs *logprobs; /* [num_logprobs] aligned with the tail of token_ids */
+  int64_t num_logprobs;          /* == num_token_ids, fewer only for a resumed request */
+  char *logprob_arena;           /* backing store of the logprob texts */
+  enum outproc_finish_reason finish_reason;
+  enum outproc_stop_reason_kind stop_reason_kind;
+  char stop_str[LLB_MAX_STOP_STRING_BYTES + 1]; /* STRING */
+  int32_t stop_token_id;         /* TOKEN */
+};
+
+/* Timing and counts of a request (vLLM RequestStateStats / RequestMetrics). For n > 1: the
+ * earliest first times, the latest last times, token counts summed over the children. */
+struct outproc_metrics {
+  int64_t arrival_time_ns;
+  int64_t first_scheduled_time_ns; /* 0 = not reported */
+  int64_t first_token_time_ns;     /* 0 = no token yet */
+  int64_t last_token_time_ns;
+  int64_t finished_time_ns;        /* 0 = not finished */
+  int32_t num_cached_tokens;       /* -1 = not reported */
+  int64_t num_prompt_tokens;
+  int64_t num_generation_tokens;
+};
+
+/* vLLM RequestOutput. */
+struct outproc_request_output {
+  char request_id[OUTPROC_MAX_ID_BYTES]; /* the external id the client sent */
+  char reply_to[OUTPROC_MAX_REPLY_TO_BYTES];
+  const int32_t *prompt_token_ids;       /* [num_prompt_tokens]; NULL in DELTA outputs after the first */
+  int64_t num_prompt_tokens;
+  struct outproc_completion *outputs;    /* [num_outputs], by index */
+  int32_t num_outputs;
+  bool finished;                         /* the last output of this request */
+  struct outproc_metrics metrics;
+  char error[OUTPROC_MAX_ERROR_BYTES];   /* why, when a completion finished with ERROR */
+};
+
+/* Everything one or more outproc_process calls produced; owns all memory it points to. */
+struct outproc_result {
+  struct outproc_request_output *outputs; /* [num_outputs] to send, in order */
+  int64_t num_outputs, cap_outputs;
+  char (*abort_ids)[OUTPROC_MAX_ID_BYTES]; /* [num_abort] engine request ids to abort */
+  int64_t num_abort, cap_abort;
+  char (*unknown_ids)[OUTPROC_MAX_ID_BYTES]; /* [num_unknown] outputs for unregistered requests */
+  int64_t num_unknown, cap_unknown;
+};
+
+/* Zeroes `r` (an empty result). */
+void outproc_result_init(struct outproc_result *r);
+
+/* Frees what the outputs point to and empties the lists, keeping their capacity. */
+void outproc_result_clear(struct outproc_result *r);
+
+/* Frees everything; `r` is empty afterwards. Accepts NULL. */
+void outproc_result_free(struct outproc_result *r);
+
+/* --- the processor --------------------------------------------------------------------- */
+
+struct outproc_t;
+
+/* Creates a processor over `tok` (borrowed; outlives the processor). Errors: OUT_OF_MEMORY. */
+llb_status outproc_create(const struct tokenizer *tok, struct outproc_t **out);
+
+/* Frees all request state. Accepts NULL. */
+void outproc_destroy(struct outproc_t *p);
+
+/* Registers one engine request (copies everything). Registering a known id again is a
+ * no-op (a replayed EngineCoreRequest). Errors: INVALID_ARGUMENT (missing id or params,
+ * child_index outside [0, num_children), a parent already registered with another n or
+ * external id), OUT_OF_MEMORY. */
+llb_status outproc_register(struct outproc_t *p, const struct outproc_request_info *info);
+
+/* Registers a request whose earlier outputs a previous processor instance already handled
+ * (DESIGN.md §6): `history[0, num_history)` are the request's first output tokens; they are
+ * detokenized and counted as delivered, so the next output continues the stream where the
+ * old processor left off (exactly, when the old one sent an output after each step).
+ * Logprobs of the history are not known: later outputs carry logprobs only for newer
+ * positions. Errors: as outproc_register; INVALID_ARGUMENT if the id is already known or
+ * a history token is outside the vocabulary. */
+llb_status outproc_register_resume(struct outproc_t *p, const struct outproc_request_info *info,
+                                   const int32_t *history, int64_t num_history);
+
+/* Processes one EngineCoreOutput at wall time `now_ns`, appending to `res`: at most one
+ * RequestOutput, an abort id when a stop string finished a request the engine still runs,
+ * or an unknown id for an unregistered request (outputs of requests that finished recently
+ * are dropped silently). Tokens before the request's next expected output position are
+ * duplicates and are dropped; a gap (first_output_pos beyond it) finishes the request with
+ * ERROR (and an engine abort) because tokens were lost. Errors: OUT_OF_MEMORY, and
+ * INVALID_ARGUMENT for a bad token id (the request then finishes with ERROR, reported in
+ * `res`) — the processor stays usable after any error. */
+llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_output *eo,
+                           int64_t now_ns, struct outproc_result *res);
+
+/* Finishes a request with ABORT at `now_ns` and appends its final RequestOutput (the text
+ * held back for stop strings is released). `request_id` may be an engine request id (one
+ * child) or a parent id (every unfinished child). Errors: NOT_FOUND, OUT_OF_MEMORY. */
+llb_status outproc_abort(struct outproc_t *p, const char *request_id, int64_t now_ns,
+                         struct outproc_result *res);
+
+/* As outproc_abort, but finishes with ERROR and `message` in RequestOutput.error. */
+llb_status outproc_fail(struct outproc_t *p, const char *request_id, const char *message,
+                        int64_t now_ns, struct outproc_result *res);
+
+/* Requests (engine ids, children counted one by one) that are registered and unfinished. */
+int64_t outproc_num_unfinished(const struct outproc_t *p);
+
+#endif

@@ -1,0 +1,282 @@
+/* Input processor: field validation (each bad request names the right field), templating,
+ * context-length checks, seeds, ids and n > 1 fan-out. GPT-2 vocab by path. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+
+#include "actors/input_processor/input_processor.h"
+#include "test_output_common.h"
+
+static struct tokenizer *tok;
+static struct inproc_t *proc;
+static uint64_t rng_state;
+
+static uint64_t test_random(void *ctx) { /* splitmix64: pinned, so ids and seeds are known */
+  (void)ctx;
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+#define MAX_MODEL_LEN 256
+
+static int setup(void **state) {
+  (void)state;
+  struct inproc_config cfg = {.max_model_len = MAX_MODEL_LEN, .max_n = 8, .max_logprobs = 5,
+                              .has_chat_template = true, .chat_template = CHAT_TEMPLATE_CHATML,
+                              .random_u64 = test_random};
+  rng_state = 42;
+  return inproc_create(tok, &cfg, &proc) == LLB_STATUS_OK ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  inproc_destroy(proc);
+  return 0;
+}
+
+static struct inproc_generate_request base_request(void) {
+  struct inproc_generate_request r = {.request_id = "req-1", .prompt = "Hello world", .raw = true,
+                                      .reply_to = "_INBOX.abc"};
+  llb_sampling_params_init(&r.sampling_params);
+  return r;
+}
+
+static const struct chat_message good_msgs[2] = {{"system", "Be brief."}, {"user", "Hi there"}};
+static const struct chat_message bad_role_msgs[2] = {{"user", "a"}, {"wizard", "b"}};
+static const int32_t bad_ids[3] = {10, 99999999, 11};
+static const int32_t good_ids[2] = {10, 11};
+
+static void mutate(int which, struct inproc_generate_request *r) {
+  struct llb_sampling_params *sp = &r->sampling_params;
+  switch (which) {
+  case 0: sp->temperature = -0.5f; break;
+  case 1: sp->temperature = NAN; break;
+  case 2: sp->top_p = 0.0f; break;
+  case 3: sp->top_p = 1.5f; break;
+  case 4: sp->top_k = -2; break;
+  case 5: sp->min_p = 1.5f; break;
+  case 6: sp->presence_penalty = 2.5f; break;
+  case 7: sp->frequency_penalty = -3.0f; break;
+  case 8: sp->repetition_penalty = 0.0f; break;
+  case 9: sp->n = 0; break;
+  case 10: sp->n = 9; break;
+  case 11: sp->max_tokens = 0; break;
+  case 12: sp->max_tokens = 4; sp->min_tokens = 5; break;
+  case 13: sp->num_stop = LLB_MAX_STOP_STRINGS + 1; break;
+  case 14: sp->num_stop = 1; memset(sp->stop[0], 'x', sizeof sp->stop[0]); break;
+  case 15: sp->logprobs = LLB_MAX_LOGPROBS + 1; break;
+  case 16: r->prompt = ""; break;
+  case 17: r->messages = good_msgs; r->num_messages = 2; r->raw = false; break;
+  case 18: r->prompt = NULL; r->prompt_token_ids = bad_ids; r->num_prompt_token_ids = 3; break;
+  case 19: r->chat_template = "no-such-template"; break;
+  case 20: r->prompt = NULL; r->messages = bad_role_msgs; r->num_messages = 2; r->raw = false; break;
+  case 21: r->request_id = ""; break;
+  case 22: sp->num_stop = 1; sp->stop[0][0] = '\0'; break;
+  case 23: sp->num_stop_token_ids = 1; sp->stop_token_ids[0] = -4; break;
+  case 24: sp->prompt_logprobs = 2; break;
+  case 25: r->prompt = NULL; break;
+  case 26: r->prompt = "bad \xff utf8"; break;
+  case 27: r->cache_salt = ""; break;
+  case 28: sp->logprobs = 6; break; /* over this model's max_logprobs (5) */
+  case 29: r->prompt = NULL; r->messages = good_msgs; r->num_messages = 2; break; /* raw + messages */
+  default: break;
+  }
+}
+
+static void test_bad_requests_name_the_offending_field(void **state) {
+  (void)state;
+  static const char *const want[] = {
+      "temperature", "temperature", "top_p", "top_p", "top_k", "min_p", "presence_penalty",
+      "frequency_penalty", "repetition_penalty", "n", "n", "max_tokens", "min_tokens", "stop",
+      "stop[0]", "logprobs", "prompt", "prompt", "prompt_token_ids[1]", "chat_template",
+      "messages[1].role", "request_id", "stop[0]", "stop_token_ids[0]", "prompt_logprobs",
+      "prompt", "prompt", "cache_salt", "logprobs", "raw"};
+  for (int i = 0; i < (int)(sizeof want / sizeof *want); i++) {
+    struct inproc_generate_request r = base_request();
+    mutate(i, &r);
+    struct inproc_errors errs;
+    struct inproc_processed out;
+    llb_status st = inproc_process(proc, &r, &out, &errs);
+    if (st != LLB_STATUS_INVALID_ARGUMENT || errs.num_errors != 1 ||
+        strcmp(errs.errors[0].field, want[i]) != 0) {
+      char buf[1024];
+      inproc_errors_format(&errs, buf, sizeof buf);
+      fail_msg("case %d: want one error on %s, got status %d: %s", i, want[i], st, buf);
+    }
+    assert_true(strlen(errs.errors[0].message) > 4);
+    inproc_processed_free(&out);
+  }
+}
+
+static void test_all_field_errors_are_reported_together(void **state) {
+  (void)state;
+  struct inproc_generate_request r = base_request();
+  r.sampling_params.temperature = -1;
+  r.sampling_params.top_p = 2;
+  r.sampling_params.n = 0;
+  struct inproc_errors errs;
+  assert_int_equal(inproc_validate(proc, &r, &errs), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(errs.num_errors, 3);
+  char buf[512];
+  inproc_errors_format(&errs, buf, sizeof buf);
+  assert_non_null(strstr(buf, "temperature: must be a finite number >= 0, got -1"));
+  assert_non_null(strstr(buf, "; top_p: "));
+}
+
+static void test_prompt_too_long_for_the_context_names_both_lengths(void **state) {
+  (void)state;
+  int32_t ids[MAX_MODEL_LEN];
+  for (int i = 0; i < MAX_MODEL_LEN; i++) ids[i] = 100 + i;
+  struct inproc_generate_request r = base_request();
+  r.prompt = NULL;
+  r.prompt_token_ids = ids;
+  r.num_prompt_token_ids = MAX_MODEL_LEN;
+  struct inproc_errors errs;
+  struct inproc_processed out;
+  assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_INVALID_ARGUMENT);
+  assert_string_equal(errs.errors[0].field, "prompt_token_ids");
+  assert_non_null(strstr(errs.errors[0].message, "has 256 tokens but the context length is 256"));
+  inproc_processed_free(&out);
+  /* Fits alone, but not with max_tokens: the message gives both numbers and the limit. */
+  r.num_prompt_token_ids = 250;
+  r.sampling_params.max_tokens = 10;
+  assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_INVALID_ARGUMENT);
+  assert_string_equal(errs.errors[0].field, "max_tokens");
+  assert_non_null(strstr(errs.errors[0].message, "250 tokens and max_tokens is 10"));
+  assert_non_null(strstr(errs.errors[0].message, "context length of 256"));
+  inproc_processed_free(&out);
+}
+
+static void test_max_tokens_minus_one_fills_the_context(void **state) {
+  (void)state;
+  struct inproc_generate_request r = base_request();
+  r.prompt = NULL;
+  r.prompt_token_ids = good_ids;
+  r.num_prompt_token_ids = 2;
+  r.sampling_params.max_tokens = -1;
+  struct inproc_errors errs;
+  struct inproc_processed out;
+  assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
+  assert_int_equal(out.requests[0].sampling_params.max_tokens, MAX_MODEL_LEN - 2);
+  assert_int_equal(out.requests[0].num_prompt_tokens, 2);
+  assert_int_equal(out.requests[0].prompt_token_ids[1], 11);
+  inproc_processed_free(&out);
+}
+
+static void test_raw_prompt_is_tokenized_as_is(void **state) {
+  (void)state;
+  struct inproc_generate_request r = base_request();
+  struct inproc_errors errs;
+  struct inproc_processed out;
+  assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
+  int32_t *want = NULL;
+  int64_t n_want = 0;
+  assert_int_equal(tokenizer_encode(tok, r.prompt, strlen(r.prompt), true, true, &want, &n_want), LLB_STATUS_OK);
+  assert_int_equal(out.num_prompt_tokens, n_want);
+  assert_memory_equal(out.prompt_token_ids, want, (size_t)n_want * sizeof(int32_t));
+  assert_int_equal(out.requests[0].eos_token_id, tokenizer_eos_id(tok));
+  free(want);
+  inproc_processed_free(&out);
+}
+
+static void test_messages_go_through_the_chat_template(void **state) {
+  (void)state;
+  struct inproc_generate_request r = base_request();
+  r.prompt = NULL;
+  r.raw = false;
+  r.messages = good_msgs;
+  r.num_messages = 2;
+  r.chat_template = "chatml";
+  struct inproc_errors errs;
+  struct inproc_processed out;
+  assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
+  char *text = NULL;
+  assert_int_equal(chat_template_apply(CHAT_TEMPLATE_CHATML, good_msgs, 2, true, &text), LLB_STATUS_OK);
+  assert_non_null(strstr(text, "Be brief."));
+  int32_t *want = NULL;
+  int64_t n_want = 0;
+  assert_int_equal(tokenizer_encode(tok, text, strlen(text), false, true, &want, &n_want), LLB_STATUS_OK);
+  int64_t off = out.num_prompt_tokens - n_want; /* 1 when the vocab adds a BOS */
+  assert_true(off == 0 || off == 1);
+  assert_memory_equal(out.prompt_token_ids + off, want, (size_t)n_want * sizeof(int32_t));
+  free(want);
+  free(text);
+  inproc_processed_free(&out);
+}
+
+static void test_seed_is_drawn_when_missing_and_kept_when_given(void **state) {
+  (void)state;
+  struct inproc_generate_request r = base_request();
+  struct inproc_errors errs;
+  struct inproc_processed a, b;
+  assert_int_equal(inproc_process(proc, &r, &a, &errs), LLB_STATUS_OK);
+  assert_true(a.requests[0].sampling_params.has_seed);
+  assert_int_equal(inproc_process(proc, &r, &b, &errs), LLB_STATUS_OK);
+  assert_true(a.requests[0].sampling_params.seed != b.requests[0].sampling_params.seed);
+  /* Ids: external id, '-', 16 hex digits; different each time. */
+  assert_int_equal(strncmp(a.requests[0].request_id, "req-1-", 6), 0);
+  assert_int_equal(strlen(a.requests[0].request_id), 6 + 16);
+  assert_string_not_equal(a.requests[0].request_id, b.requests[0].request_id);
+  inproc_processed_free(&a);
+  inproc_processed_free(&b);
+  r.sampling_params.has_seed = true;
+  r.sampling_params.seed = 1234;
+  assert_int_equal(inproc_process(proc, &r, &a, &errs), LLB_STATUS_OK);
+  assert_int_equal(a.requests[0].sampling_params.seed, 1234);
+  inproc_processed_free(&a);
+}
+
+static void test_n_fans_out_into_children_with_distinct_ids_and_streams(void **state) {
+  (void)state;
+  struct inproc_generate_request r = base_request();
+  r.sampling_params.n = 4;
+  r.priority = -3;
+  r.cache_salt = "tenant-a";
+  r.arrival_time_ns = 777;
+  struct inproc_errors errs;
+  struct inproc_processed out;
+  assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
+  assert_int_equal(out.num_requests, 4);
+  uint64_t seed = out.requests[0].sampling_params.seed;
+  for (int i = 0; i < 4; i++) {
+    const struct inproc_engine_request *e = &out.requests[i];
+    char want[INPROC_MAX_ID_BYTES + 16];
+    snprintf(want, sizeof want, "%d_%s", i, e->parent_request_id);
+    assert_string_equal(e->request_id, want);
+    assert_string_equal(e->external_request_id, "req-1");
+    assert_int_equal(e->child_index, i);
+    assert_int_equal(e->num_children, 4);
+    assert_int_equal(e->sampling_params.n, 1);
+    assert_int_equal(e->sampling_params.seed, seed); /* same seed, the stream index differs */
+    assert_ptr_equal(e->prompt_token_ids, out.prompt_token_ids);
+    assert_int_equal(e->priority, -3);
+    assert_string_equal(e->cache_salt, "tenant-a");
+    assert_string_equal(e->reply_to, "_INBOX.abc");
+    assert_int_equal(e->arrival_time_ns, 777);
+    for (int j = 0; j < i; j++) assert_string_not_equal(e->request_id, out.requests[j].request_id);
+  }
+  inproc_processed_free(&out);
+}
+
+int main(void) {
+  tok = test_load_tokenizer();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bad_requests_name_the_offending_field),
+      cmocka_unit_test(test_all_field_errors_are_reported_together),
+      cmocka_unit_test(test_prompt_too_long_for_the_context_names_both_lengths),
+      cmocka_unit_test(test_max_tokens_minus_one_fills_the_context),
+      cmocka_unit_test(test_raw_prompt_is_tokenized_as_is),
+      cmocka_unit_test(test_messages_go_through_the_chat_template),
+      cmocka_unit_test(test_seed_is_drawn_when_missing_and_kept_when_given),
+      cmocka_unit_test(test_n_fans_out_into_children_with_distinct_ids_and_streams),
+  };
+  int rc = cmocka_run_group_tests(tests, setup, teardown);
+  tokenizer_destroy(tok);
+  return rc;
+}
