@@ -1,0 +1,194 @@
+/* schemas codec: decoders refuse every truncation, wrong identifiers, oversized and
+ * version-less buffers with a clear message, and survive random corruption. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "schemas/scheduler_output.h"
+#include "tests/unit/test_codec_samples.h"
+
+/* splitmix64: a fixed-seed generator so that failures replay. */
+static uint64_t next_rand(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+static void test_every_truncation_is_rejected(void **state) {
+  (void)state;
+  for (int i = 0; i < codec_num_cases(); i++) {
+    const struct codec_case *c = codec_case_at(i);
+    struct llb_buf enc = {0};
+    struct llb_arena arena;
+    _Alignas(16) uint8_t view[CODEC_MAX_VIEW_BYTES];
+    llb_arena_init(&arena, NULL, 0);
+    assert_int_equal(c->encode_sample(&enc), LLB_STATUS_OK);
+    for (size_t len = 0; len < enc.len; len++) {
+      /* A fresh heap copy of exactly `len` bytes, so ASan sees any read past the end. */
+      uint8_t *cut = malloc(len ? len : 1);
+      memcpy(cut, enc.data, len);
+      llb_status st = c->decode(cut, len, &arena, view);
+      if (st == LLB_STATUS_OK)
+        fail_msg("%s: truncation to %zu of %zu bytes was accepted", c->name, len, enc.len);
+      assert_int_equal(st, LLB_STATUS_MALFORMED);
+      /* Same cut with the size prefix rewritten to match: must not crash either way. */
+      if (len >= 4) {
+        uint32_t n = (uint32_t)(len - 4);
+        memcpy(cut, &n, 4);
+        (void)c->decode(cut, len, &arena, view);
+      }
+      free(cut);
+      llb_arena_reset(&arena);
+    }
+    llb_buf_free(&enc);
+    llb_arena_destroy(&arena);
+  }
+}
+
+static void test_random_bit_flips_never_crash(void **state) {
+  (void)state;
+  int accepted = 0, rejected = 0;
+  for (int i = 0; i < codec_num_cases(); i++) {
+    const struct codec_case *c = codec_case_at(i);
+    struct llb_buf enc = {0}, again = {0};
+    struct llb_arena arena;
+    _Alignas(16) uint8_t view[CODEC_MAX_VIEW_BYTES];
+    llb_arena_init(&arena, NULL, 0);
+    assert_int_equal(c->encode_sample(&enc), LLB_STATUS_OK);
+    uint8_t *buf = malloc(enc.len);
+    for (uint64_t seed = 0; seed < 600; seed++) {
+      uint64_t s = seed * 1000003 + (uint64_t)i;
+      memcpy(buf, enc.data, enc.len);
+      int flips = 1 + (int)(next_rand(&s) % 4);
+      for (int f = 0; f < flips; f++) {
+        uint64_t bit = next_rand(&s) % (enc.len * 8);
+        buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+      }
+      llb_status st = c->decode(buf, enc.len, &arena, view);
+      if (st == LLB_STATUS_OK) {
+        accepted++;
+        /* Whatever passes the checks is a well-formed view: it encodes again. */
+        if (c->encode_view(view, &again) != LLB_STATUS_OK)
+          fail_msg("%s seed %llu: accepted view does not re-encode: %s", c->name,
+                   (unsigned long long)seed, llb_err_last());
+      } else {
+        rejected++;
+        assert_true(st == LLB_STATUS_MALFORMED || st == LLB_STATUS_TOO_LARGE);
+        assert_true(strlen(llb_err_last()) > 0);
+      }
+      llb_arena_reset(&arena);
+    }
+    free(buf);
+    llb_buf_free(&enc);
+    llb_buf_free(&again);
+    llb_arena_destroy(&arena);
+  }
+  /* Both outcomes occur: flips in data bytes pass, flips in offsets are caught. */
+  assert_true(accepted > 0);
+  assert_true(rejected > 0);
+}
+
+static void test_oversized_buffer_is_rejected_naming_the_limit(void **state) {
+  (void)state;
+  const struct codec_case *c = codec_case_of(LLB_MESSAGE_KIND_SCHEDULER_OUTPUT);
+  struct llb_buf enc = {0};
+  struct llb_arena arena;
+  _Alignas(16) uint8_t view[CODEC_MAX_VIEW_BYTES];
+  llb_arena_init(&arena, NULL, 0);
+  assert_int_equal(c->encode_sample(&enc), LLB_STATUS_OK);
+  size_t big = LLB_MAX_MESSAGE_BYTES + 1;
+  uint8_t *buf = calloc(1, big);
+  memcpy(buf, enc.data, enc.len);
+  assert_int_equal(c->decode(buf, big, &arena, view), LLB_STATUS_TOO_LARGE);
+  assert_non_null(strstr(llb_err_last(), "8388608"));
+  assert_non_null(strstr(llb_err_last(), "LLB_MAX_MESSAGE_BYTES"));
+  assert_non_null(strstr(llb_err_last(), "SchedulerOutput"));
+  free(buf);
+  llb_buf_free(&enc);
+  llb_arena_destroy(&arena);
+}
+
+static void test_wrong_message_type_is_rejected_naming_both(void **state) {
+  (void)state;
+  struct llb_arena arena;
+  _Alignas(16) uint8_t view[CODEC_MAX_VIEW_BYTES];
+  llb_arena_init(&arena, NULL, 0);
+  for (int i = 0; i < codec_num_cases(); i++) {
+    struct llb_buf enc = {0};
+    assert_int_equal(codec_case_at(i)->encode_sample(&enc), LLB_STATUS_OK);
+    for (int j = 0; j < codec_num_cases(); j++) {
+      if (i == j)
+        continue;
+      const struct codec_case *d = codec_case_at(j);
+      assert_int_equal(d->decode(enc.data, enc.len, &arena, view), LLB_STATUS_MALFORMED);
+      assert_non_null(strstr(llb_err_last(), llb_message_kind_identifier(d->kind)));
+      assert_non_null(strstr(llb_err_last(), llb_message_kind_name(codec_case_at(i)->kind)));
+    }
+    /* An identifier nobody uses. */
+    memcpy(enc.data + 8, "X\x01YZ", 4);
+    assert_int_equal(codec_case_at(i)->decode(enc.data, enc.len, &arena, view),
+                     LLB_STATUS_MALFORMED);
+    assert_non_null(strstr(llb_err_last(), "not an llmbus message"));
+    assert_non_null(strstr(llb_err_last(), "X\\x01YZ"));
+    llb_buf_free(&enc);
+  }
+  llb_arena_destroy(&arena);
+}
+
+static void test_table_without_version_is_rejected(void **state) {
+  (void)state;
+  /* A hand-built size-prefixed buffer whose root table has no fields at all:
+   * [size 16][root 12][ident][vtable: 4, 4][table: soffset 4]. */
+  for (int i = 0; i < codec_num_cases(); i++) {
+    const struct codec_case *c = codec_case_at(i);
+    _Alignas(8) uint8_t buf[20] = {16, 0, 0, 0, 12, 0, 0, 0, 0, 0, 0, 0,
+                                   4,  0, 4, 0, 4,  0, 0, 0};
+    memcpy(buf + 8, llb_message_kind_identifier(c->kind), 4);
+    struct llb_arena arena;
+    _Alignas(16) uint8_t view[CODEC_MAX_VIEW_BYTES];
+    llb_arena_init(&arena, NULL, 0);
+    assert_int_equal(c->decode(buf, sizeof buf, &arena, view), LLB_STATUS_MALFORMED);
+    assert_non_null(strstr(llb_err_last(), "version"));
+    llb_arena_destroy(&arena);
+  }
+}
+
+static void test_inconsistent_scheduled_token_total_is_rejected(void **state) {
+  (void)state;
+  struct llb_scheduled_tokens t[2] = {{llb_str_c("a"), 5}, {llb_str_c("b"), 1}};
+  struct llb_scheduler_output m = {.num_scheduled_tokens = t, .num_scheduled_reqs = 2,
+                                   .total_num_scheduled_tokens = 7, .block_size = 16};
+  struct llb_buf enc = {0};
+  struct llb_arena arena;
+  struct llb_scheduler_output out;
+  llb_arena_init(&arena, NULL, 0);
+  assert_int_equal(llb_scheduler_output_encode_buf(&m, &enc), LLB_STATUS_OK);
+  assert_int_equal(llb_scheduler_output_decode(enc.data, enc.len, &arena, &out),
+                   LLB_STATUS_MALFORMED);
+  assert_non_null(strstr(llb_err_last(), "SchedulerOutput.total_num_scheduled_tokens"));
+  assert_int_equal(out.num_scheduled_reqs, 0); /* a failed decode leaves an empty view */
+  m.total_num_scheduled_tokens = 6;
+  assert_int_equal(llb_scheduler_output_encode_buf(&m, &enc), LLB_STATUS_OK);
+  assert_int_equal(llb_scheduler_output_decode(enc.data, enc.len, &arena, &out), LLB_STATUS_OK);
+  assert_int_equal(out.num_scheduled_reqs, 2);
+  llb_buf_free(&enc);
+  llb_arena_destroy(&arena);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_every_truncation_is_rejected),
+      cmocka_unit_test(test_random_bit_flips_never_crash),
+      cmocka_unit_test(test_oversized_buffer_is_rejected_naming_the_limit),
+      cmocka_unit_test(test_wrong_message_type_is_rejected_naming_both),
+      cmocka_unit_test(test_table_without_version_is_rejected),
+      cmocka_unit_test(test_inconsistent_scheduled_token_total_is_rejected),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
