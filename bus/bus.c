@@ -1,0 +1,738 @@
+/* The actor runtime over the NATS C client and its libevent adapter (see bus.h). */
+#include "bus/bus.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <nats/nats.h>
+/* Defines non-static functions: included in this one file only (PLATFORM.md). */
+#include <nats/adapters/libevent.h>
+
+#include "bus/log.h"
+
+#define BUS_CLOSE_WAIT_MS 10000 /* bus_destroy: bound on waiting for close/handler completion */
+
+struct bus_sub {
+  struct bus *bus;
+  natsSubscription *ns;
+  bus_handler_fn fn; /* NULL for a synchronous subscription */
+  void *user;
+  bool complete; /* asynchronous: the last handler has returned after close */
+  struct bus_sub *next;
+};
+
+struct bus {
+  natsConnection *nc;
+  struct event_base *base;
+  struct event *loop_stop_ev; /* activated to end the loop; queued even before it runs */
+  pthread_t loop_thread;
+  bool loop_started;
+  char prefix[BUS_SUBJECT_MAX / 2 + 1];
+  char urls[1024];
+  char url[256]; /* last connected server */
+  int64_t rc_min_ms, rc_max_ms, drain_timeout_ms;
+  bool install_signals;
+
+  pthread_mutex_t mu; /* guards the fields below and url */
+  pthread_cond_t cv;
+  bool closed; /* the connection's closed callback ran */
+  struct bus_sub *subs;
+
+  int stop_pipe[2]; /* bus_stop writes a byte; bus_actor_run polls the read end */
+  bool signals_installed;
+  struct sigaction old_term, old_int;
+
+  struct event *hb_ev; /* heartbeat timer on the loop thread; NULL = none */
+  uint8_t *hb_buf;
+  size_t hb_cap;
+  bus_heartbeat_fn hb_fn;
+  void *hb_user;
+  char hb_subject[BUS_SUBJECT_MAX];
+};
+
+/* ---- status mapping: the one checked-call path for NATS return codes ---- */
+
+static llb_status map_nats(natsStatus s) {
+  switch (s) {
+    case NATS_OK: return LLB_STATUS_OK;
+    case NATS_TIMEOUT: return LLB_STATUS_TIMEOUT;
+    case NATS_NO_SERVER: return LLB_STATUS_NO_SERVER;
+    case NATS_NO_RESPONDERS: return LLB_STATUS_NOT_FOUND;
+    case NATS_CONNECTION_CLOSED:
+    case NATS_DRAINING:
+    case NATS_INVALID_SUBSCRIPTION: return LLB_STATUS_CLOSED;
+    case NATS_NO_MEMORY: return LLB_STATUS_OUT_OF_MEMORY;
+    case NATS_INVALID_ARG:
+    case NATS_INVALID_SUBJECT:
+    case NATS_INVALID_QUEUE_NAME: return LLB_STATUS_INVALID_ARGUMENT;
+    case NATS_MAX_PAYLOAD: return LLB_STATUS_TOO_LARGE;
+    case NATS_SSL_ERROR: return LLB_STATUS_INVALID_ARGUMENT;
+    default: return LLB_STATUS_CONNECTION;
+  }
+}
+
+/* Records a NATS failure with the caller's location: "<what>: <nats status> (<detail>)". */
+#define BUS_NATS_ERR(s, what)                                                             \
+  llb_err_set(map_nats(s), __FILE__, __func__, __LINE__, "%s: %s (%s)", (what),          \
+              natsStatus_GetText(s), nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "")
+
+/* ---- connection callbacks (run on the client's internal threads) ---- */
+
+static void log_conn_event(struct bus *b, natsConnection *nc, llb_log_level lvl, const char *ev) {
+  char url[256] = "";
+  if (natsConnection_GetConnectedUrl(nc, url, sizeof url) != NATS_OK || !url[0]) {
+    pthread_mutex_lock(&b->mu);
+    snprintf(url, sizeof url, "%s", b->url);
+    pthread_mutex_unlock(&b->mu);
+  } else {
+    pthread_mutex_lock(&b->mu);
+    snprintf(b->url, sizeof b->url, "%s", url);
+    pthread_mutex_unlock(&b->mu);
+  }
+  const char *err = NULL;
+  natsStatus last = natsConnection_GetLastError(nc, &err);
+  char q[300];
+  llb_log(lvl, ev, "url=%s last_error=%s", url,
+          llb_log_quote(q, sizeof q, last != NATS_OK && err ? err : "none"));
+}
+
+static void on_disconnected(natsConnection *nc, void *closure) {
+  /* A deliberate close also reports a disconnect; its bus_closed line says enough. */
+  if (natsConnection_IsClosed(nc)) return;
+  log_conn_event(closure, nc, LLB_LOG_LEVEL_WARN, "bus_disconnected");
+}
+
+static void on_reconnected(natsConnection *nc, void *closure) {
+  log_conn_event(closure, nc, LLB_LOG_LEVEL_INFO, "bus_reconnected");
+}
+
+static void on_closed(natsConnection *nc, void *closure) {
+  struct bus *b = closure;
+  log_conn_event(b, nc, LLB_LOG_LEVEL_INFO, "bus_closed");
+  pthread_mutex_lock(&b->mu);
+  b->closed = true;
+  pthread_cond_broadcast(&b->cv);
+  pthread_mutex_unlock(&b->mu);
+}
+
+/* Exponential backoff with ±10% jitter; `attempts` counts rounds over all servers (>= 1). */
+static int64_t reconnect_delay(natsConnection *nc, int attempts, void *closure) {
+  (void)nc;
+  struct bus *b = closure;
+  int64_t d = b->rc_min_ms;
+  for (int i = 1; i < attempts && d < b->rc_max_ms; i++) d *= 2;
+  if (d > b->rc_max_ms) d = b->rc_max_ms;
+  int64_t jitter = d / 10;
+  if (jitter > 0) d += (int64_t)(nats_NowInNanoSeconds() % (uint64_t)(2 * jitter + 1)) - jitter;
+  LLB_LOG_DEBUG("bus_reconnect_wait", "attempt=%d delay_ms=%lld", attempts, (long long)d);
+  return d;
+}
+
+/* ---- the loop thread ---- */
+
+static void *loop_main(void *arg) {
+  struct bus *b = arg;
+  event_base_loop(b->base, EVLOOP_NO_EXIT_ON_EMPTY);
+  return NULL;
+}
+
+/* event_base_loopbreak() before the loop starts is lost (the loop clears the flag on entry);
+ * an activated event is not, so the stop goes through one. */
+static void on_loop_stop(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  event_base_loopbreak(arg);
+}
+
+/* ---- stop signals: installed by bus_connect, so a SIGTERM during start-up is not lost ---- */
+
+static volatile sig_atomic_t signal_stop_fd = -1;
+
+static void on_stop_signal(int sig) {
+  int saved = errno;
+  unsigned char c = (unsigned char)sig;
+  if (signal_stop_fd >= 0) {
+    ssize_t w = write(signal_stop_fd, &c, 1);
+    (void)w;
+  }
+  errno = saved;
+}
+
+static void signals_install(struct bus *b) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  signal_stop_fd = b->stop_pipe[1];
+  sigaction(SIGTERM, &sa, &b->old_term);
+  sigaction(SIGINT, &sa, &b->old_int);
+  b->signals_installed = true;
+}
+
+static void signals_restore(struct bus *b) {
+  if (!b->signals_installed) return;
+  sigaction(SIGTERM, &b->old_term, NULL);
+  sigaction(SIGINT, &b->old_int, NULL);
+  signal_stop_fd = -1;
+  b->signals_installed = false;
+}
+
+static pthread_once_t libevent_once = PTHREAD_ONCE_INIT;
+static void libevent_init_once(void) { natsLibevent_Init(); }
+
+void bus_options_init(struct bus_options *o) {
+  memset(o, 0, sizeof *o);
+  o->urls = "nats://127.0.0.1:4222";
+  o->name = "llmbus";
+  o->prefix = BUS_DEFAULT_PREFIX;
+  o->connect_timeout_ms = 2000;
+  o->max_reconnect = -1;
+  o->reconnect_wait_min_ms = 100;
+  o->reconnect_wait_max_ms = 5000;
+  o->drain_timeout_ms = 30000;
+  o->install_signal_handlers = true;
+}
+
+static llb_status set_options(struct bus *b, const struct bus_options *o, natsOptions *opts) {
+  natsStatus s;
+  if ((s = natsOptions_SetURL(opts, b->urls)) != NATS_OK)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bad NATS URL list \"%s\": %s", b->urls,
+                    natsStatus_GetText(s));
+  if ((s = natsOptions_SetName(opts, o->name ? o->name : "llmbus")) != NATS_OK)
+    return BUS_NATS_ERR(s, "set client name");
+  if ((s = natsOptions_SetSendAsap(opts, true)) != NATS_OK) return BUS_NATS_ERR(s, "SendAsap");
+  if ((s = natsOptions_SetTimeout(opts, o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 2000)) != NATS_OK)
+    return BUS_NATS_ERR(s, "connect timeout");
+  if ((s = natsOptions_SetMaxReconnect(opts, o->max_reconnect)) != NATS_OK)
+    return BUS_NATS_ERR(s, "max reconnect");
+  if ((s = natsOptions_SetCustomReconnectDelay(opts, reconnect_delay, b)) != NATS_OK)
+    return BUS_NATS_ERR(s, "reconnect delay");
+  if ((s = natsOptions_SetDisconnectedCB(opts, on_disconnected, b)) != NATS_OK ||
+      (s = natsOptions_SetReconnectedCB(opts, on_reconnected, b)) != NATS_OK ||
+      (s = natsOptions_SetClosedCB(opts, on_closed, b)) != NATS_OK)
+    return BUS_NATS_ERR(s, "connection callbacks");
+  if (o->creds_file) {
+    if (access(o->creds_file, R_OK) != 0)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "credentials file %s: %s", o->creds_file,
+                      strerror(errno));
+    if ((s = natsOptions_SetUserCredentialsFromFiles(opts, o->creds_file, NULL)) != NATS_OK)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "credentials file %s: %s", o->creds_file,
+                      natsStatus_GetText(s));
+  }
+  if (o->tls_ca_file || o->tls_cert_file || o->tls_key_file) {
+    if ((s = natsOptions_SetSecure(opts, true)) != NATS_OK) return BUS_NATS_ERR(s, "TLS");
+    if (o->tls_ca_file && (s = natsOptions_LoadCATrustedCertificates(opts, o->tls_ca_file)) != NATS_OK)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "TLS CA file %s: %s (%s)", o->tls_ca_file,
+                      natsStatus_GetText(s), nats_GetLastError(NULL));
+    if ((o->tls_cert_file != NULL) != (o->tls_key_file != NULL))
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                      "TLS client certificate and key must be given together (cert=%s key=%s)",
+                      o->tls_cert_file ? o->tls_cert_file : "none",
+                      o->tls_key_file ? o->tls_key_file : "none");
+    if (o->tls_cert_file &&
+        (s = natsOptions_LoadCertificatesChain(opts, o->tls_cert_file, o->tls_key_file)) != NATS_OK)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "TLS certificate %s / key %s: %s (%s)",
+                      o->tls_cert_file, o->tls_key_file, natsStatus_GetText(s),
+                      nats_GetLastError(NULL));
+  }
+  if ((s = natsOptions_SetEventLoop(opts, b->base, natsLibevent_Attach, natsLibevent_Read,
+                                    natsLibevent_Write, natsLibevent_Detach)) != NATS_OK)
+    return BUS_NATS_ERR(s, "event loop");
+  return LLB_STATUS_OK;
+}
+
+llb_status bus_connect(const struct bus_options *o, struct bus **out) {
+  llb_status st = LLB_STATUS_OK;
+  natsOptions *opts = NULL;
+  struct bus *b = NULL;
+  if (!o || !out) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bus_connect: NULL argument");
+  *out = NULL;
+  const char *prefix = o->prefix ? o->prefix : BUS_DEFAULT_PREFIX;
+  if ((st = bus_prefix_check(prefix)) != LLB_STATUS_OK) return st;
+  const char *urls = o->urls && *o->urls ? o->urls : "nats://127.0.0.1:4222";
+  if (strlen(urls) >= sizeof b->urls)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NATS URL list longer than %zu bytes",
+                    sizeof b->urls - 1);
+
+  pthread_once(&libevent_once, libevent_init_once); /* before event_base_new (PLATFORM.md) */
+  b = calloc(1, sizeof *b);
+  if (!b) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "bus_connect: no memory");
+  b->stop_pipe[0] = b->stop_pipe[1] = -1;
+  pthread_mutex_init(&b->mu, NULL);
+  pthread_cond_init(&b->cv, NULL);
+  snprintf(b->prefix, sizeof b->prefix, "%s", prefix);
+  snprintf(b->urls, sizeof b->urls, "%s", urls);
+  b->rc_min_ms = o->reconnect_wait_min_ms > 0 ? o->reconnect_wait_min_ms : 100;
+  b->rc_max_ms = o->reconnect_wait_max_ms >= b->rc_min_ms ? o->reconnect_wait_max_ms : b->rc_min_ms;
+  b->drain_timeout_ms = o->drain_timeout_ms > 0 ? o->drain_timeout_ms : 30000;
+  b->install_signals = o->install_signal_handlers;
+  if (pipe2(b->stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    st = LLB_ERRF(LLB_STATUS_IO, "bus_connect: pipe: %s", strerror(errno));
+    goto fail;
+  }
+  if (b->install_signals) signals_install(b);
+  b->base = event_base_new();
+  if (!b->base) {
+    st = LLB_ERRF(LLB_STATUS_INTERNAL, "bus_connect: event_base_new failed");
+    goto fail;
+  }
+  b->loop_stop_ev = event_new(b->base, -1, 0, on_loop_stop, b->base);
+  if (!b->loop_stop_ev) {
+    st = LLB_ERRF(LLB_STATUS_INTERNAL, "bus_connect: event_new failed");
+    goto fail;
+  }
+  /* The loop must run before the first flush, or nothing is read (PLATFORM.md). */
+  if (pthread_create(&b->loop_thread, NULL, loop_main, b) != 0) {
+    st = LLB_ERRF(LLB_STATUS_INTERNAL, "bus_connect: cannot start the loop thread");
+    goto fail;
+  }
+  b->loop_started = true;
+
+  natsStatus s = natsOptions_Create(&opts);
+  if (s != NATS_OK) {
+    st = BUS_NATS_ERR(s, "natsOptions_Create");
+    goto fail;
+  }
+  if ((st = set_options(b, o, opts)) != LLB_STATUS_OK) goto fail;
+  s = natsConnection_Connect(&b->nc, opts);
+  if (s == NATS_NO_SERVER || s == NATS_TIMEOUT || s == NATS_IO_ERROR) {
+    st = LLB_ERRF(LLB_STATUS_NO_SERVER, "no NATS server answered at %s (%s; connect timeout %lld ms)",
+                  b->urls, nats_GetLastError(NULL) ? nats_GetLastError(NULL) : natsStatus_GetText(s),
+                  (long long)(o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 2000));
+    b->nc = NULL;
+    goto fail;
+  }
+  if (s != NATS_OK) {
+    st = LLB_ERRF(map_nats(s) == LLB_STATUS_OK ? LLB_STATUS_CONNECTION : map_nats(s),
+                  "connecting to %s: %s (%s)", b->urls, natsStatus_GetText(s),
+                  nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "");
+    b->nc = NULL;
+    goto fail;
+  }
+  natsOptions_Destroy(opts);
+  natsConnection_GetConnectedUrl(b->nc, b->url, sizeof b->url);
+  LLB_LOG_INFO("bus_connected", "url=%s max_payload=%lld prefix=%s", b->url,
+               (long long)natsConnection_GetMaxPayload(b->nc), b->prefix);
+  *out = b;
+  return LLB_STATUS_OK;
+
+fail:
+  natsOptions_Destroy(opts);
+  bus_destroy(b);
+  return st;
+}
+
+static void wait_flag(struct bus *b, const bool *flag, int64_t timeout_ms) {
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += timeout_ms / 1000;
+  dl.tv_nsec += (timeout_ms % 1000) * 1000000L;
+  if (dl.tv_nsec >= 1000000000L) {
+    dl.tv_sec++;
+    dl.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&b->mu);
+  while (!*flag)
+    if (pthread_cond_timedwait(&b->cv, &b->mu, &dl) == ETIMEDOUT) break;
+  pthread_mutex_unlock(&b->mu);
+}
+
+static void heartbeat_stop(struct bus *b) {
+  if (!b->hb_ev) return;
+  event_del(b->hb_ev); /* libevent 2.1: waits for a callback running on the loop thread */
+  event_free(b->hb_ev);
+  b->hb_ev = NULL;
+  free(b->hb_buf);
+  b->hb_buf = NULL;
+}
+
+void bus_destroy(struct bus *b) {
+  if (!b) return;
+  signals_restore(b);
+  heartbeat_stop(b);
+  if (b->nc) {
+    natsConnection_Close(b->nc);
+    wait_flag(b, &b->closed, BUS_CLOSE_WAIT_MS);
+    /* No handler may run after we return: wait for each asynchronous subscription's last. */
+    for (struct bus_sub *s = b->subs; s; s = s->next)
+      if (s->fn) wait_flag(b, &s->complete, BUS_CLOSE_WAIT_MS);
+  }
+  while (b->subs) {
+    struct bus_sub *s = b->subs;
+    b->subs = s->next;
+    natsSubscription_Destroy(s->ns);
+    free(s);
+  }
+  natsConnection_Destroy(b->nc);
+  if (b->loop_started) {
+    event_active(b->loop_stop_ev, EV_READ, 0);
+    pthread_join(b->loop_thread, NULL);
+  }
+  if (b->loop_stop_ev) event_free(b->loop_stop_ev);
+  if (b->base) event_base_free(b->base);
+  for (int i = 0; i < 2; i++)
+    if (b->stop_pipe[i] >= 0) close(b->stop_pipe[i]);
+  pthread_cond_destroy(&b->cv);
+  pthread_mutex_destroy(&b->mu);
+  free(b);
+}
+
+const char *bus_prefix(const struct bus *b) { return b->prefix; }
+
+int64_t bus_max_payload(struct bus *b) {
+  return natsConnection_IsClosed(b->nc) ? 0 : natsConnection_GetMaxPayload(b->nc);
+}
+
+void bus_connected_url(struct bus *b, char *buf, size_t cap) {
+  if (!cap) return;
+  buf[0] = '\0';
+  if (natsConnection_GetConnectedUrl(b->nc, buf, cap) != NATS_OK) buf[0] = '\0';
+}
+
+struct event_base *bus_event_base(struct bus *b) { return b->base; }
+
+/* ---- messages ---- */
+
+static void fill_msg(struct bus_msg *bm, natsMsg *m) {
+  memset(bm, 0, sizeof *bm);
+  bm->subject = natsMsg_GetSubject(m);
+  const char *reply = natsMsg_GetReply(m);
+  bm->reply = reply && *reply ? reply : NULL;
+  bm->data = (const uint8_t *)natsMsg_GetData(m);
+  bm->len = (size_t)natsMsg_GetDataLength(m);
+  bm->impl = m;
+  const char *tp = NULL;
+  if (natsMsgHeader_Get(m, BUS_TRACEPARENT_HEADER, &tp) == NATS_OK &&
+      bus_traceparent_parse(tp, &bm->trace) == LLB_STATUS_OK) {
+    bm->trace_received = true;
+  } else {
+    llb_err_clear();
+    bus_trace_new(&bm->trace);
+  }
+}
+
+const char *bus_msg_header(const struct bus_msg *msg, const char *key) {
+  const char *v = NULL;
+  if (!msg || !msg->impl || !key) return NULL;
+  if (natsMsgHeader_Get((natsMsg *)msg->impl, key, &v) != NATS_OK) return NULL;
+  return v;
+}
+
+void bus_msg_destroy(struct bus_msg *msg) {
+  if (!msg) return;
+  natsMsg_Destroy((natsMsg *)msg->impl);
+  free(msg);
+}
+
+static llb_status wrap_owned(natsMsg *m, struct bus_msg **out) {
+  struct bus_msg *bm = malloc(sizeof *bm);
+  if (!bm) {
+    natsMsg_Destroy(m);
+    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "no memory for a message");
+  }
+  fill_msg(bm, m);
+  *out = bm;
+  return LLB_STATUS_OK;
+}
+
+/* Builds the natsMsg of `m` with its traceparent and headers, after the size check. */
+static llb_status build_msg(struct bus *b, const struct bus_out_msg *m, const char *reply,
+                            natsMsg **out) {
+  if (!b || !m || !m->subject || !*m->subject || (m->len && !m->data))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "publish: NULL bus, subject or data");
+  struct bus_trace_ctx fresh;
+  const struct bus_trace_ctx *t = m->trace;
+  if (!t) {
+    bus_trace_new(&fresh);
+    t = &fresh;
+  }
+  char tp[BUS_TRACEPARENT_LEN + 1];
+  bus_traceparent_format(t, tp, sizeof tp);
+  /* Headers count against max_payload: "NATS/1.0\r\n" + "k: v\r\n"... + "\r\n". */
+  size_t hdr = 10 + sizeof BUS_TRACEPARENT_HEADER - 1 + 4 + BUS_TRACEPARENT_LEN + 2;
+  for (int i = 0; i < m->num_headers; i++)
+    hdr += strlen(m->headers[i].key) + strlen(m->headers[i].value) + 4;
+  int64_t maxp = natsConnection_GetMaxPayload(b->nc);
+  if (maxp > 0 && (int64_t)(m->len + hdr) > maxp)
+    return LLB_ERRF(LLB_STATUS_TOO_LARGE,
+                    "message on %s is %zu bytes (payload %zu + headers %zu), over the server's "
+                    "max_payload of %lld bytes",
+                    m->subject, m->len + hdr, m->len, hdr, (long long)maxp);
+  if (m->len > (size_t)INT32_MAX)
+    return LLB_ERRF(LLB_STATUS_TOO_LARGE, "message on %s is %zu bytes", m->subject, m->len);
+  natsMsg *nm = NULL;
+  natsStatus s = natsMsg_Create(&nm, m->subject, reply, (const char *)m->data, (int)m->len);
+  if (s != NATS_OK) return BUS_NATS_ERR(s, m->subject);
+  for (int i = 0; s == NATS_OK && i < m->num_headers; i++)
+    if (strcmp(m->headers[i].key, BUS_TRACEPARENT_HEADER) != 0)
+      s = natsMsgHeader_Add(nm, m->headers[i].key, m->headers[i].value);
+  if (s == NATS_OK) s = natsMsgHeader_Set(nm, BUS_TRACEPARENT_HEADER, tp);
+  if (s != NATS_OK) {
+    natsMsg_Destroy(nm);
+    return BUS_NATS_ERR(s, "message headers");
+  }
+  *out = nm;
+  return LLB_STATUS_OK;
+}
+
+llb_status bus_publish_msg(struct bus *b, const struct bus_out_msg *m) {
+  natsMsg *nm = NULL;
+  llb_status st = build_msg(b, m, m ? m->reply : NULL, &nm);
+  if (st != LLB_STATUS_OK) return st;
+  natsStatus s = natsConnection_PublishMsg(b->nc, nm);
+  natsMsg_Destroy(nm);
+  if (s != NATS_OK) return BUS_NATS_ERR(s, m->subject);
+  return LLB_STATUS_OK;
+}
+
+llb_status bus_publish(struct bus *b, const char *subject, const void *data, size_t len,
+                       const struct bus_trace_ctx *trace) {
+  struct bus_out_msg m = {.subject = subject, .data = data, .len = len, .trace = trace};
+  return bus_publish_msg(b, &m);
+}
+
+llb_status bus_request_msg(struct bus *b, const struct bus_out_msg *m, int64_t timeout_ms,
+                           struct bus_msg **reply) {
+  if (!reply) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bus_request: NULL reply");
+  *reply = NULL;
+  natsMsg *nm = NULL;
+  llb_status st = build_msg(b, m, NULL, &nm);
+  if (st != LLB_STATUS_OK) return st;
+  natsMsg *rm = NULL;
+  natsStatus s = natsConnection_RequestMsg(&rm, b->nc, nm, timeout_ms);
+  natsMsg_Destroy(nm);
+  if (s == NATS_TIMEOUT)
+    return LLB_ERRF(LLB_STATUS_TIMEOUT, "no reply on %s within %lld ms", m->subject,
+                    (long long)timeout_ms);
+  if (s == NATS_NO_RESPONDERS)
+    return LLB_ERRF(LLB_STATUS_NOT_FOUND, "no responders on %s", m->subject);
+  if (s != NATS_OK) return BUS_NATS_ERR(s, m->subject);
+  return wrap_owned(rm, reply);
+}
+
+llb_status bus_request(struct bus *b, const char *subject, const void *data, size_t len,
+                       const struct bus_trace_ctx *trace, int64_t timeout_ms,
+                       struct bus_msg **reply) {
+  struct bus_out_msg m = {.subject = subject, .data = data, .len = len, .trace = trace};
+  return bus_request_msg(b, &m, timeout_ms, reply);
+}
+
+llb_status bus_respond(struct bus *b, const struct bus_msg *msg, const void *data, size_t len,
+                       const struct bus_trace_ctx *trace) {
+  if (!msg || !msg->reply)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "respond: message on %s has no reply subject",
+                    msg && msg->subject ? msg->subject : "(null)");
+  struct bus_trace_ctx child;
+  if (!trace) {
+    bus_trace_child(&msg->trace, &child);
+    trace = &child;
+  }
+  struct bus_out_msg m = {.subject = msg->reply, .data = data, .len = len, .trace = trace};
+  return bus_publish_msg(b, &m);
+}
+
+/* ---- subscriptions ---- */
+
+static void on_msg(natsConnection *nc, natsSubscription *ns, natsMsg *m, void *closure) {
+  (void)nc;
+  (void)ns;
+  struct bus_sub *s = closure;
+  struct bus_msg bm;
+  fill_msg(&bm, m);
+  s->fn(s->bus, &bm, s->user);
+  natsMsg_Destroy(m);
+}
+
+static void on_sub_complete(void *closure) {
+  struct bus_sub *s = closure;
+  pthread_mutex_lock(&s->bus->mu);
+  s->complete = true;
+  pthread_cond_broadcast(&s->bus->cv);
+  pthread_mutex_unlock(&s->bus->mu);
+}
+
+static llb_status subscribe(struct bus *b, const char *subject, const char *queue,
+                            bus_handler_fn fn, void *user, struct bus_sub **out) {
+  if (out) *out = NULL;
+  if (!b || !subject || !*subject)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subscribe: NULL bus or subject");
+  if (queue && !bus_token_valid(queue))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "queue group \"%s\" is not a valid token", queue);
+  struct bus_sub *s = calloc(1, sizeof *s);
+  if (!s) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "subscribe: no memory");
+  s->bus = b;
+  s->fn = fn;
+  s->user = user;
+  natsStatus ns;
+  if (!fn)
+    ns = natsConnection_SubscribeSync(&s->ns, b->nc, subject);
+  else if (queue)
+    ns = natsConnection_QueueSubscribe(&s->ns, b->nc, subject, queue, on_msg, s);
+  else
+    ns = natsConnection_Subscribe(&s->ns, b->nc, subject, on_msg, s);
+  if (ns != NATS_OK) {
+    free(s);
+    return BUS_NATS_ERR(ns, subject);
+  }
+  if (fn && natsSubscription_SetOnCompleteCB(s->ns, on_sub_complete, s) != NATS_OK)
+    s->complete = true; /* already closed: no handler will run */
+  pthread_mutex_lock(&b->mu);
+  s->next = b->subs;
+  b->subs = s;
+  pthread_mutex_unlock(&b->mu);
+  if (out) *out = s;
+  return LLB_STATUS_OK;
+}
+
+llb_status bus_subscribe(struct bus *b, const char *subject, const char *queue,
+                         bus_handler_fn fn, void *user, struct bus_sub **out) {
+  if (!fn) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subscribe %s: NULL handler", subject);
+  return subscribe(b, subject, queue, fn, user, out);
+}
+
+llb_status bus_subscribe_sync(struct bus *b, const char *subject, struct bus_sub **out) {
+  if (!out) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subscribe_sync: NULL out");
+  return subscribe(b, subject, NULL, NULL, NULL, out);
+}
+
+llb_status bus_sub_next_msg(struct bus_sub *sub, int64_t timeout_ms, struct bus_msg **msg) {
+  if (!sub || !msg || sub->fn)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "next_msg: not a synchronous subscription");
+  *msg = NULL;
+  natsMsg *m = NULL;
+  natsStatus s = natsSubscription_NextMsg(&m, sub->ns, timeout_ms);
+  if (s == NATS_TIMEOUT)
+    return LLB_ERRF(LLB_STATUS_TIMEOUT, "no message within %lld ms", (long long)timeout_ms);
+  if (s != NATS_OK) return BUS_NATS_ERR(s, "next message");
+  return wrap_owned(m, msg);
+}
+
+llb_status bus_unsubscribe(struct bus_sub *sub) {
+  if (!sub) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "unsubscribe: NULL");
+  natsStatus s = natsSubscription_Unsubscribe(sub->ns);
+  if (s != NATS_OK) return BUS_NATS_ERR(s, "unsubscribe");
+  return LLB_STATUS_OK;
+}
+
+llb_status bus_new_inbox(struct bus *b, char *buf, size_t cap) {
+  (void)b;
+  natsInbox *inbox = NULL;
+  natsStatus s = natsInbox_Create(&inbox);
+  if (s != NATS_OK) return BUS_NATS_ERR(s, "inbox");
+  int n = snprintf(buf, cap, "%s", (const char *)inbox);
+  natsInbox_Destroy(inbox);
+  if (n < 0 || (size_t)n >= cap) return LLB_ERRF(LLB_STATUS_TOO_LARGE, "inbox needs %d bytes", n + 1);
+  return LLB_STATUS_OK;
+}
+
+llb_status bus_flush(struct bus *b, int64_t timeout_ms) {
+  natsStatus s = natsConnection_FlushTimeout(b->nc, timeout_ms);
+  if (s != NATS_OK) return BUS_NATS_ERR(s, "flush");
+  return LLB_STATUS_OK;
+}
+
+/* ---- heartbeat ---- */
+
+static void heartbeat_tick(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  struct bus *b = arg;
+  size_t len = 0;
+  llb_status st = b->hb_fn(b->hb_user, b->hb_buf, b->hb_cap, &len);
+  if (st == LLB_STATUS_OK && len > b->hb_cap)
+    st = LLB_ERRF(LLB_STATUS_INTERNAL, "heartbeat callback wrote %zu bytes into %zu", len, b->hb_cap);
+  if (st == LLB_STATUS_OK) st = bus_publish(b, b->hb_subject, b->hb_buf, len, NULL);
+  if (st != LLB_STATUS_OK) {
+    char q[600];
+    LLB_LOG_WARN("bus_heartbeat_failed", "subject=%s status=%s err=%s", b->hb_subject,
+                 llb_strerror(st), llb_log_quote(q, sizeof q, llb_err_last()));
+  }
+}
+
+llb_status bus_heartbeat_start(struct bus *b, const char *actor, const char *instance,
+                               int64_t interval_ms, size_t cap, bus_heartbeat_fn fn, void *user) {
+  if (!b || !fn || interval_ms <= 0 || cap == 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                    "heartbeat: need a callback, interval_ms > 0 and cap > 0");
+  char subject[BUS_SUBJECT_MAX];
+  llb_status st = bus_subject_health(b->prefix, actor, instance, subject, sizeof subject);
+  if (st != LLB_STATUS_OK) return st;
+  heartbeat_stop(b);
+  b->hb_buf = malloc(cap);
+  if (!b->hb_buf) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "heartbeat: %zu bytes", cap);
+  b->hb_cap = cap;
+  b->hb_fn = fn;
+  b->hb_user = user;
+  memcpy(b->hb_subject, subject, sizeof subject);
+  b->hb_ev = event_new(b->base, -1, EV_PERSIST, heartbeat_tick, b);
+  if (!b->hb_ev) {
+    free(b->hb_buf);
+    b->hb_buf = NULL;
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "heartbeat: event_new failed");
+  }
+  struct timeval tv = {.tv_sec = interval_ms / 1000, .tv_usec = (interval_ms % 1000) * 1000};
+  event_add(b->hb_ev, &tv);
+  event_active(b->hb_ev, EV_TIMEOUT, 0); /* the first beat right away */
+  return LLB_STATUS_OK;
+}
+
+/* ---- stop, drain, run ---- */
+
+void bus_stop(struct bus *b) {
+  if (!b) return;
+  unsigned char c = 0;
+  ssize_t w = write(b->stop_pipe[1], &c, 1);
+  (void)w;
+}
+
+llb_status bus_drain(struct bus *b, int64_t timeout_ms) {
+  heartbeat_stop(b);
+  int64_t t0 = llb_now_ns();
+  natsStatus s = natsConnection_DrainTimeout(b->nc, timeout_ms);
+  if (s != NATS_OK) {
+    /* Not connected (or already closed): nothing can be delivered; close. */
+    LLB_LOG_WARN("bus_drain_skipped", "reason=%s", natsStatus_GetText(s));
+    natsConnection_Close(b->nc);
+  }
+  wait_flag(b, &b->closed, timeout_ms + 2000);
+  int64_t ms = (llb_now_ns() - t0) / 1000000;
+  pthread_mutex_lock(&b->mu);
+  bool closed = b->closed;
+  pthread_mutex_unlock(&b->mu);
+  const char *err = NULL;
+  /* The client closes the connection when its drain timer fires without a distinct status
+   * in every version, so a drain that lasted the whole timeout counts as cut short. */
+  if (!closed || natsConnection_GetLastError(b->nc, &err) == NATS_TIMEOUT || ms >= timeout_ms) {
+    LLB_LOG_WARN("bus_drain_timeout", "timeout_ms=%lld", (long long)timeout_ms);
+    return LLB_ERRF(LLB_STATUS_TIMEOUT, "drain did not finish within %lld ms",
+                    (long long)timeout_ms);
+  }
+  LLB_LOG_INFO("bus_drained", "duration_ms=%lld", (long long)ms);
+  return LLB_STATUS_OK;
+}
+
+llb_status bus_actor_run(struct bus *b) {
+  if (!b) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bus_actor_run: NULL bus");
+  LLB_LOG_INFO("bus_running", "prefix=%s", b->prefix);
+  unsigned char why = 0;
+  for (;;) {
+    struct pollfd p = {.fd = b->stop_pipe[0], .events = POLLIN};
+    int r = poll(&p, 1, -1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r > 0 && read(b->stop_pipe[0], &why, 1) == 1) break;
+    if (r < 0) break;
+  }
+  LLB_LOG_INFO("bus_stopping", "reason=%s drain_timeout_ms=%lld",
+               why == SIGTERM ? "SIGTERM" : why == SIGINT ? "SIGINT" : "stop",
+               (long long)b->drain_timeout_ms);
+  return bus_drain(b, b->drain_timeout_ms);
+}

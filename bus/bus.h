@@ -1,0 +1,216 @@
+/* The llmbus actor runtime: one NATS connection driven by a libevent loop.
+ *
+ * An actor creates a bus with bus_connect(), subscribes its handlers, optionally starts a
+ * heartbeat, then calls bus_actor_run(), which returns after a graceful drain once SIGTERM,
+ * SIGINT or bus_stop() arrives. NATS types never appear here: only bus/ includes nats.h.
+ *
+ * THREADING CONTRACT
+ * - The bus owns one libevent loop, run by a thread the bus starts in bus_connect() (the
+ *   "loop thread"); socket I/O of the connection happens there. It keeps running until
+ *   bus_destroy(), so requests work before, during and after nothing else runs.
+ * - Message handlers run on the NATS client's delivery threads: one thread per
+ *   subscription. Messages of one subscription are delivered one at a time, in order;
+ *   handlers of different subscriptions run concurrently. A handler may block (e.g. do a
+ *   bus_request()), which delays only its own subscription.
+ * - Heartbeat callbacks and anything the caller adds to bus_event_base() run on the loop
+ *   thread. Never block there and never call bus_request() or bus_sub_next_msg() from it
+ *   (the reply could not be read: deadlock until the timeout).
+ * - Thread-safe from any thread: bus_publish*, bus_request*, bus_respond*, bus_subscribe*,
+ *   bus_new_inbox, bus_max_payload, bus_stop (also async-signal-safe). bus_actor_run and
+ *   bus_destroy are called once, from the thread that owns the bus, never from a handler.
+ * - Messages given to a handler are valid only until the handler returns; copy what you keep.
+ *
+ * Trace context: every publish/request carries a W3C `traceparent` header (bus/trace.h).
+ * The caller passes the span that sends (or NULL to start a new trace); handlers see the
+ * sender's context in msg->trace (a new trace when none or an invalid one arrived);
+ * bus_respond(..., NULL) answers under a child span of it.
+ *
+ * Source followed: NATS C client 3.4 (nats.h: natsOptions_*, natsConnection_*, libevent
+ * adapter), PLATFORM.md (SendAsap, loop start before flush, loopbreak after close).
+ */
+#ifndef LLB_BUS_BUS_H
+#define LLB_BUS_BUS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bus/status.h"
+#include "bus/subject.h"
+#include "bus/trace.h"
+
+struct bus;         /* opaque: a connection plus its loop */
+struct bus_sub;     /* opaque: one subscription, owned by its bus */
+struct event_base;  /* libevent */
+
+/* Connection settings. Initialise with bus_options_init(), then override fields. Strings are
+ * borrowed for the duration of bus_connect() only. */
+struct bus_options {
+  const char *urls;            /* comma-separated server URLs; default "nats://127.0.0.1:4222" */
+  const char *name;            /* client name shown by the server; default "llmbus" */
+  const char *creds_file;      /* NATS credentials (.creds: JWT + NKey seed), NULL = none */
+  const char *tls_ca_file;     /* PEM CA bundle to verify the server, NULL = no TLS unless URL tls:// */
+  const char *tls_cert_file;   /* PEM client certificate (with tls_key_file), NULL = none */
+  const char *tls_key_file;    /* PEM client key, NULL = none */
+  const char *prefix;          /* subject prefix, default BUS_DEFAULT_PREFIX ("llm") */
+  int64_t connect_timeout_ms;  /* per server attempt at start-up, default 2000 */
+  int max_reconnect;           /* reconnect attempts after a loss; -1 (default) = forever */
+  int64_t reconnect_wait_min_ms; /* first reconnect backoff, default 100; doubles per round */
+  int64_t reconnect_wait_max_ms; /* backoff cap, default 5000 */
+  int64_t drain_timeout_ms;    /* bus_actor_run()'s drain limit, default 30000 */
+  bool install_signal_handlers; /* default true: bus_connect() installs SIGTERM/SIGINT handlers
+                                 * that request a stop (so one arriving during start-up is
+                                 * not lost); bus_destroy() restores the previous ones. One
+                                 * bus per process should set it. */
+};
+
+/* Fills `o` with the defaults documented above. */
+void bus_options_init(struct bus_options *o);
+
+/* One received message, as a handler (or bus_request) sees it. */
+struct bus_msg {
+  const char *subject;         /* NUL-terminated */
+  const char *reply;           /* reply subject, NULL if none */
+  const uint8_t *data;         /* [len] payload bytes (not NUL-terminated) */
+  size_t len;
+  struct bus_trace_ctx trace;  /* the sender's span, or a new trace (see trace_received) */
+  bool trace_received;         /* false: no valid traceparent arrived; `trace` is new */
+  void *impl;                  /* private to bus.c */
+};
+
+/* One header (key, value) of an outgoing message; strings borrowed for the call. */
+struct bus_header {
+  const char *key;
+  const char *value;
+};
+
+/* An outgoing message for bus_publish_msg() / bus_request_msg(). */
+struct bus_out_msg {
+  const char *subject;
+  const char *reply;                 /* NULL = none */
+  const void *data;                  /* [len] bytes, may be NULL when len == 0 */
+  size_t len;
+  const struct bus_trace_ctx *trace; /* span that sends; NULL = start a new trace */
+  const struct bus_header *headers;  /* [num_headers] extra headers; "traceparent" is ignored */
+  int num_headers;
+};
+
+/* Handler of a subscription; runs on the subscription's delivery thread (see above).
+ * `msg` is valid until the handler returns. */
+typedef void (*bus_handler_fn)(struct bus *bus, const struct bus_msg *msg, void *user);
+
+/* Fills buf[cap] (at most `cap` bytes) with an encoded heartbeat and sets *len. Runs on the
+ * loop thread every interval; an error status skips that beat (logged). */
+typedef llb_status (*bus_heartbeat_fn)(void *user, uint8_t *buf, size_t cap, size_t *len);
+
+/* Connects to the first server of o->urls that answers and starts the loop thread.
+ * The connection uses SendAsap (no write coalescing: ~0.1-0.3 ms loopback round trips) and
+ * reconnects with exponential backoff (reconnect_wait_min_ms doubling to _max_ms, with
+ * jitter), forever by default; each disconnect, reconnect and close is logged as one line
+ * (event=bus_disconnected|bus_reconnected|bus_closed). Errors: LLB_STATUS_NO_SERVER naming
+ * the URL(s) when none answers; LLB_STATUS_INVALID_ARGUMENT for bad options (prefix, TLS or
+ * credential files that cannot be loaded: the message names the file); LLB_STATUS_CONNECTION
+ * otherwise. On success *out is owned by the caller: bus_destroy(). */
+llb_status bus_connect(const struct bus_options *o, struct bus **out);
+
+/* Closes the connection (no drain: use bus_actor_run or bus_drain for that), stops the loop
+ * thread and frees everything, subscriptions included. No handler runs after it returns.
+ * NULL ok. Never call it from a handler or from the loop thread. */
+void bus_destroy(struct bus *bus);
+
+/* The subject prefix of this bus ("llm" by default); owned by the bus. */
+const char *bus_prefix(const struct bus *bus);
+
+/* The server's max_payload in bytes (1 MiB by default); 0 while disconnected. */
+int64_t bus_max_payload(struct bus *bus);
+
+/* The URL of the server currently connected into buf[cap]; "" when disconnected. */
+void bus_connected_url(struct bus *bus, char *buf, size_t cap);
+
+/* The libevent base of the loop thread, for timers or evhttp of the same actor; events
+ * added there run on the loop thread. Owned by the bus. */
+struct event_base *bus_event_base(struct bus *bus);
+
+/* Publishes `len` bytes on `subject` with a traceparent of `trace` (NULL = new trace).
+ * Errors: LLB_STATUS_TOO_LARGE (message names sizes and the server's max_payload),
+ * LLB_STATUS_INVALID_ARGUMENT (bad subject), LLB_STATUS_CLOSED, LLB_STATUS_CONNECTION.
+ * While reconnecting, messages are buffered by the client (8 MiB) and sent on reconnect. */
+llb_status bus_publish(struct bus *bus, const char *subject, const void *data, size_t len,
+                       const struct bus_trace_ctx *trace);
+
+/* Publishes a message with a reply subject and/or extra headers; errors as bus_publish. */
+llb_status bus_publish_msg(struct bus *bus, const struct bus_out_msg *m);
+
+/* Sends a request and waits up to timeout_ms for the first reply. *reply is owned by the
+ * caller (bus_msg_destroy). Errors: LLB_STATUS_TIMEOUT (message names subject and timeout),
+ * LLB_STATUS_NOT_FOUND when no subscriber listens ("no responders on <subject>"), those of bus_publish.
+ * Blocks the calling thread: never call it on the loop thread. */
+llb_status bus_request(struct bus *bus, const char *subject, const void *data, size_t len,
+                       const struct bus_trace_ctx *trace, int64_t timeout_ms,
+                       struct bus_msg **reply);
+
+/* bus_request with headers; m->reply is ignored (the bus uses its own inbox). */
+llb_status bus_request_msg(struct bus *bus, const struct bus_out_msg *m, int64_t timeout_ms,
+                           struct bus_msg **reply);
+
+/* Publishes `len` bytes to msg->reply. Call it several times for a streamed reply.
+ * trace NULL = a child span of msg->trace. INVALID_ARGUMENT if msg has no reply subject. */
+llb_status bus_respond(struct bus *bus, const struct bus_msg *msg, const void *data, size_t len,
+                       const struct bus_trace_ctx *trace);
+
+/* Frees a message returned by bus_request / bus_sub_next_msg. NULL ok. Never call it on a
+ * message given to a handler. */
+void bus_msg_destroy(struct bus_msg *msg);
+
+/* Value of header `key` of `msg` (first one if repeated), NULL if absent. Valid as long as
+ * the message. */
+const char *bus_msg_header(const struct bus_msg *msg, const char *key);
+
+/* Subscribes `fn` to `subject` (wildcards allowed), in queue group `queue` (NULL = none:
+ * every subscriber gets every message; a group shares them, each message to one member).
+ * `user` is passed to fn and must outlive the subscription. *out (may be NULL) is owned by
+ * the bus. Errors: INVALID_ARGUMENT, CLOSED, CONNECTION. */
+llb_status bus_subscribe(struct bus *bus, const char *subject, const char *queue,
+                         bus_handler_fn fn, void *user, struct bus_sub **out);
+
+/* Subscribes without a handler: messages are queued for bus_sub_next_msg(). Use it to read
+ * a streamed reply on an inbox. *out is owned by the bus. */
+llb_status bus_subscribe_sync(struct bus *bus, const char *subject, struct bus_sub **out);
+
+/* Next message of a synchronous subscription, waiting up to timeout_ms. *msg is owned by the
+ * caller (bus_msg_destroy). Errors: TIMEOUT, INVALID_ARGUMENT (not a sync subscription),
+ * CLOSED. */
+llb_status bus_sub_next_msg(struct bus_sub *sub, int64_t timeout_ms, struct bus_msg **msg);
+
+/* Removes the interest of a subscription; no new message is delivered after it returns
+ * except one already being handled. Memory stays with the bus until bus_destroy(). */
+llb_status bus_unsubscribe(struct bus_sub *sub);
+
+/* Writes a new unique inbox subject ("_INBOX.<random>") into buf[cap]. */
+llb_status bus_new_inbox(struct bus *bus, char *buf, size_t cap);
+
+/* Waits until the server has processed everything published so far, up to timeout_ms. */
+llb_status bus_flush(struct bus *bus, int64_t timeout_ms);
+
+/* Publishes a heartbeat on "<prefix>.health.<actor>.<instance>" every interval_ms (first one
+ * right away), with the bytes `fn` writes into a buffer of `cap` bytes. Replaces a previous
+ * heartbeat. The callback runs on the loop thread; `user` must outlive the bus. */
+llb_status bus_heartbeat_start(struct bus *bus, const char *actor, const char *instance,
+                               int64_t interval_ms, size_t cap, bus_heartbeat_fn fn, void *user);
+
+/* Asks bus_actor_run() to stop: safe from any thread and from a signal handler. A stop
+ * requested before bus_actor_run() is called makes it return right after draining. */
+void bus_stop(struct bus *bus);
+
+/* Runs the actor until bus_stop(), SIGTERM or SIGINT (when o->install_signal_handlers), then
+ * drains: subscriptions stop taking new messages, queued and in-flight handlers finish (their
+ * replies are sent), pending publishes are flushed and the connection is closed, within
+ * drain_timeout_ms. Returns LLB_STATUS_OK after a clean drain (main then exits 0),
+ * LLB_STATUS_TIMEOUT if the drain did not finish in time. Blocks the calling thread. Call
+ * bus_destroy() afterwards. */
+llb_status bus_actor_run(struct bus *bus);
+
+/* Drains now (as bus_actor_run does after a stop) and waits up to timeout_ms. */
+llb_status bus_drain(struct bus *bus, int64_t timeout_ms);
+
+#endif

@@ -1,0 +1,117 @@
+#include "bus/trace.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+static const char hex_digits[] = "0123456789abcdef";
+
+/* Random bytes from the kernel; falls back to a clock-seeded xorshift only if getrandom
+ * fails (it does not on Linux >= 3.17), so an id is never all zero. */
+static void random_bytes(uint8_t *buf, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = getrandom(buf + got, n - got, 0);
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  if (got < n) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^ (uintptr_t)buf;
+    for (; got < n; got++) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      buf[got] = (uint8_t)x;
+    }
+  }
+}
+
+static void random_hex_id(char *out, size_t num_bytes) {
+  uint8_t raw[16];
+  bool all_zero = true;
+  do {
+    random_bytes(raw, num_bytes);
+    for (size_t i = 0; i < num_bytes; i++)
+      if (raw[i]) all_zero = false;
+  } while (all_zero);
+  for (size_t i = 0; i < num_bytes; i++) {
+    out[2 * i] = hex_digits[raw[i] >> 4];
+    out[2 * i + 1] = hex_digits[raw[i] & 15];
+  }
+  out[2 * num_bytes] = '\0';
+}
+
+void bus_trace_new(struct bus_trace_ctx *out) {
+  random_hex_id(out->trace_id, 16);
+  random_hex_id(out->span_id, 8);
+  out->flags = 0x01;
+}
+
+void bus_trace_child(const struct bus_trace_ctx *parent, struct bus_trace_ctx *child) {
+  if (child != parent) {
+    memcpy(child->trace_id, parent->trace_id, sizeof child->trace_id);
+    child->flags = parent->flags;
+  }
+  char old[17];
+  memcpy(old, parent->span_id, sizeof old);
+  do {
+    random_hex_id(child->span_id, 8);
+  } while (memcmp(child->span_id, old, 16) == 0);
+}
+
+static int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1; /* upper case is invalid per the spec */
+}
+
+static bool hex_field(const char *s, size_t n, bool *all_zero) {
+  *all_zero = true;
+  for (size_t i = 0; i < n; i++) {
+    int v = hex_value(s[i]);
+    if (v < 0) return false;
+    if (v) *all_zero = false;
+  }
+  return true;
+}
+
+llb_status bus_traceparent_parse(const char *s, struct bus_trace_ctx *out) {
+  if (!s) return LLB_ERRF(LLB_STATUS_MALFORMED, "traceparent: missing");
+  size_t len = strlen(s);
+  if (len < BUS_TRACEPARENT_LEN)
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "traceparent: %zu characters, need %d", len,
+                    BUS_TRACEPARENT_LEN);
+  bool zero;
+  if (!hex_field(s, 2, &zero) || s[2] != '-')
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "traceparent: bad version field");
+  int version = hex_value(s[0]) * 16 + hex_value(s[1]);
+  if (version == 0xff) return LLB_ERRF(LLB_STATUS_MALFORMED, "traceparent: version ff is invalid");
+  /* Version 00 is exactly 55 characters; future versions may append "-..." fields. */
+  if (version == 0 && len != BUS_TRACEPARENT_LEN)
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "traceparent: version 00 must be %d characters, got %zu",
+                    BUS_TRACEPARENT_LEN, len);
+  if (version != 0 && len > BUS_TRACEPARENT_LEN && s[BUS_TRACEPARENT_LEN] != '-')
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "traceparent: bad field after trace-flags");
+  if (!hex_field(s + 3, 32, &zero) || s[35] != '-')
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "traceparent: trace-id is not 32 lowercase hex digits");
+  if (zero) return LLB_ERRF(LLB_STATUS_MALFORMED, "traceparent: all-zero trace-id");
+  if (!hex_field(s + 36, 16, &zero) || s[52] != '-')
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "traceparent: parent-id is not 16 lowercase hex digits");
+  if (zero) return LLB_ERRF(LLB_STATUS_MALFORMED, "traceparent: all-zero parent-id");
+  if (!hex_field(s + 53, 2, &zero))
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "traceparent: trace-flags are not 2 hex digits");
+  memcpy(out->trace_id, s + 3, 32);
+  out->trace_id[32] = '\0';
+  memcpy(out->span_id, s + 36, 16);
+  out->span_id[16] = '\0';
+  out->flags = (uint8_t)(hex_value(s[53]) * 16 + hex_value(s[54]));
+  return LLB_STATUS_OK;
+}
+
+char *bus_traceparent_format(const struct bus_trace_ctx *t, char *buf, size_t cap) {
+  snprintf(buf, cap, "00-%.32s-%.16s-%02x", t->trace_id, t->span_id, (unsigned)t->flags);
+  return buf;
+}

@@ -1,0 +1,115 @@
+/* Pure-logic tests of bus/subject and bus/trace (no server needed). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "bus/subject.h"
+#include "bus/trace.h"
+
+static void test_subjects_follow_design_table(void **state) {
+  (void)state;
+  char buf[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_subject_generate(NULL, "default", buf, sizeof buf), LLB_STATUS_OK);
+  assert_string_equal(buf, "llm.generate.default");
+  assert_int_equal(bus_subject_abort("llm", "acme", buf, sizeof buf), LLB_STATUS_OK);
+  assert_string_equal(buf, "llm.abort.acme");
+  assert_int_equal(bus_subject_engine("x.llm", "e0", "execute", buf, sizeof buf), LLB_STATUS_OK);
+  assert_string_equal(buf, "x.llm.engine.e0.execute");
+  const char *kinds[] = {"requests", "abort", "kv", "encoder", "execute", "outputs", "stats"};
+  for (int i = 0; i < 7; i++)
+    assert_int_equal(bus_subject_engine("llm", "e1", kinds[i], buf, sizeof buf), LLB_STATUS_OK);
+  assert_int_equal(bus_subject_health("llm", "scheduler", "0", buf, sizeof buf), LLB_STATUS_OK);
+  assert_string_equal(buf, "llm.health.scheduler.0");
+}
+
+static void test_subject_tokens_reject_spaces_dots_wildcards(void **state) {
+  (void)state;
+  char buf[BUS_SUBJECT_MAX];
+  const char *bad[] = {"", "a b", "a.b", "*", ">", "te\tnant", "x>"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_false(bus_token_valid(bad[i]));
+    assert_int_equal(bus_subject_generate("llm", bad[i], buf, sizeof buf),
+                     LLB_STATUS_INVALID_ARGUMENT);
+  }
+  assert_int_equal(bus_subject_generate("llm", NULL, buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "tenant"));
+  assert_int_equal(bus_subject_engine("llm", "e0", "bogus", buf, sizeof buf),
+                   LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(bus_subject_health("llm", "a.b", "0", buf, sizeof buf),
+                   LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(bus_subject_generate("llm..x", "t", buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(bus_subject_generate("llm.*", "t", buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
+  char small[8];
+  assert_int_equal(bus_subject_generate("llm", "default", small, sizeof small), LLB_STATUS_TOO_LARGE);
+}
+
+static void test_traceparent_round_trip(void **state) {
+  (void)state;
+  struct bus_trace_ctx t, p;
+  assert_int_equal(bus_traceparent_parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", &t),
+                   LLB_STATUS_OK);
+  assert_string_equal(t.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+  assert_string_equal(t.span_id, "00f067aa0ba902b7");
+  assert_int_equal(t.flags, 1);
+  char buf[BUS_TRACEPARENT_LEN + 1];
+  bus_traceparent_format(&t, buf, sizeof buf);
+  assert_string_equal(buf, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  bus_trace_new(&t);
+  bus_traceparent_format(&t, buf, sizeof buf);
+  assert_int_equal(strlen(buf), BUS_TRACEPARENT_LEN);
+  assert_int_equal(bus_traceparent_parse(buf, &p), LLB_STATUS_OK);
+  assert_string_equal(p.trace_id, t.trace_id);
+  assert_string_equal(p.span_id, t.span_id);
+  assert_int_equal(p.flags, 1);
+}
+
+static void test_traceparent_invalid_forms_rejected(void **state) {
+  (void)state;
+  const char *bad[] = {
+      "",
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",         /* short */
+      "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",      /* upper case */
+      "00-00000000000000000000000000000000-00f067aa0ba902b7-01",      /* zero trace id */
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",      /* zero span id */
+      "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",      /* version ff */
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",    /* v00 with extra */
+      "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",      /* separator */
+      "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",      /* non-hex */
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0z",      /* flags */
+  };
+  struct bus_trace_ctx t;
+  memset(&t, 0x5a, sizeof t);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    assert_int_equal(bus_traceparent_parse(bad[i], &t), LLB_STATUS_MALFORMED);
+  assert_int_equal(bus_traceparent_parse(NULL, &t), LLB_STATUS_MALFORMED);
+  /* A future version with extra fields is accepted by its version-00 prefix. */
+  assert_int_equal(
+      bus_traceparent_parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", &t),
+      LLB_STATUS_OK);
+}
+
+static void test_child_span_keeps_trace_new_span(void **state) {
+  (void)state;
+  struct bus_trace_ctx parent, child, other;
+  bus_trace_new(&parent);
+  bus_trace_child(&parent, &child);
+  assert_string_equal(child.trace_id, parent.trace_id);
+  assert_string_not_equal(child.span_id, parent.span_id);
+  assert_int_equal(child.flags, parent.flags);
+  bus_trace_new(&other);
+  assert_string_not_equal(other.trace_id, parent.trace_id);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_subjects_follow_design_table),
+      cmocka_unit_test(test_subject_tokens_reject_spaces_dots_wildcards),
+      cmocka_unit_test(test_traceparent_round_trip),
+      cmocka_unit_test(test_traceparent_invalid_forms_rejected),
+      cmocka_unit_test(test_child_span_keeps_trace_new_span),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

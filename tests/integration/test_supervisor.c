@@ -1,0 +1,337 @@
+/* cmd/supervisor: embedded nats-server, restart of a killed child, and a SIGTERM that leaves
+ * no process (child, grandchild or nats-server) and no temporary directory behind. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bus/bus.h"
+#include "bus/log.h"
+#include "cmd/supervisor.h"
+#include "tests/integration/nats_test_server.h"
+
+#define WAIT_MS 30000
+
+/* ---- /proc helpers ---- */
+
+/* Reads comm, state and ppid of `pid`; false if it does not exist. */
+static bool proc_stat(pid_t pid, char *comm, size_t cap, char *state, pid_t *ppid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+  if (!open || !close || close[1] != ' ') return false;
+  size_t len = (size_t)(close - open - 1);
+  if (comm) snprintf(comm, cap, "%.*s", (int)len, open + 1);
+  char st = close[2];
+  if (state) *state = st;
+  if (ppid) *ppid = (pid_t)atoi(close + 4);
+  return true;
+}
+
+/* A live (not zombie) process? */
+static bool alive(pid_t pid) {
+  char state;
+  return pid > 0 && proc_stat(pid, NULL, 0, &state, NULL) && state != 'Z' && state != 'X';
+}
+
+/* Children of `parent` whose comm is `comm`: up to max pids into out; returns the count. */
+static int children_named(pid_t parent, const char *comm, pid_t *out, int max) {
+  DIR *d = opendir("/proc");
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    pid_t pid = (pid_t)atoi(e->d_name);
+    char c[64], state;
+    pid_t pp;
+    if (pid <= 0 || !proc_stat(pid, c, sizeof c, &state, &pp)) continue;
+    if (pp == parent && strcmp(c, comm) == 0 && state != 'Z' && n < max) out[n++] = pid;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+struct child_query {
+  pid_t parent;
+  const char *comm;
+  pid_t not_this;
+  pid_t found;
+};
+
+static bool has_child(void *arg) {
+  struct child_query *q = arg;
+  pid_t pids[8];
+  int n = children_named(q->parent, q->comm, pids, 8);
+  for (int i = 0; i < n; i++)
+    if (pids[i] != q->not_this) {
+      q->found = pids[i];
+      return true;
+    }
+  return false;
+}
+
+static bool pid_gone(void *arg) { return !alive(*(pid_t *)arg); }
+
+static bool file_has_line(void *arg) {
+  FILE *f = fopen(arg, "r");
+  if (!f) return false;
+  char buf[512];
+  bool ok = fgets(buf, sizeof buf, f) && strchr(buf, '\n');
+  fclose(f);
+  return ok;
+}
+
+static bool connect_ok(const char *url) {
+  struct bus_options o;
+  bus_options_init(&o);
+  o.urls = url;
+  o.install_signal_handlers = false;
+  struct bus *b = NULL;
+  if (bus_connect(&o, &b) != LLB_STATUS_OK) return false;
+  bool ok = bus_flush(b, WAIT_MS) == LLB_STATUS_OK;
+  bus_destroy(b);
+  return ok;
+}
+
+/* ---- the helper process: a supervisor with two children, driven by supervisor_poll ---- */
+
+static struct supervisor *helper_sup;
+
+static void helper_on_term(int sig) {
+  (void)sig;
+  supervisor_request_stop(helper_sup);
+}
+
+static int run_helper(const char *info_path) {
+  llb_log_set_actor("test-supervisor");
+  struct supervisor_config cfg;
+  supervisor_config_init(&cfg);
+  cfg.restart_min_ms = 50;
+  cfg.stop_timeout_ms = 5000;
+  if (supervisor_create(&cfg, &helper_sup) != LLB_STATUS_OK) return 2;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = helper_on_term;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  struct child_spec sleeper, shell;
+  if (child_spec_init(&sleeper, "sleeper", "/bin/sleep") != LLB_STATUS_OK ||
+      child_spec_add_arg(&sleeper, "300") != LLB_STATUS_OK ||
+      child_spec_init(&shell, "shell", "/bin/sh") != LLB_STATUS_OK ||
+      child_spec_add_arg(&shell, "-c") != LLB_STATUS_OK ||
+      child_spec_add_arg(&shell, "sleep 301 & wait") != LLB_STATUS_OK)
+    return 3;
+  sleeper.pass_nats_url = false;
+  shell.pass_nats_url = false;
+  if (supervisor_add_child(helper_sup, &sleeper) != LLB_STATUS_OK ||
+      supervisor_add_child(helper_sup, &shell) != LLB_STATUS_OK)
+    return 4;
+  if (supervisor_start(helper_sup) != LLB_STATUS_OK) {
+    fprintf(stderr, "helper: %s\n", llb_err_last());
+    return 5;
+  }
+  FILE *f = fopen(info_path, "w");
+  if (!f) return 6;
+  fprintf(f, "%s %s %d\n", supervisor_nats_url(helper_sup), supervisor_temp_dir(helper_sup),
+          (int)supervisor_child_pid(helper_sup, "nats-server"));
+  fclose(f);
+  while (!supervisor_poll(helper_sup, 1000)) {
+  }
+  llb_status st = supervisor_stop(helper_sup);
+  supervisor_destroy(helper_sup);
+  return st == LLB_STATUS_OK ? 0 : 7;
+}
+
+/* ---- tests ---- */
+
+static void test_killed_child_restarts_and_sigterm_leaves_no_process(void **state) {
+  (void)state;
+  char dir[] = "/tmp/llmbus-suptest-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char info[128];
+  snprintf(info, sizeof info, "%s/info", dir);
+  pid_t parent = getpid();
+  pid_t helper = fork();
+  assert_true(helper >= 0);
+  if (helper == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);
+    execl("/proc/self/exe", "test_supervisor", "--helper", info, (char *)NULL);
+    _exit(127);
+  }
+  assert_true(nats_test_wait_until(file_has_line, info, WAIT_MS));
+  char url[128], tmp_dir[256];
+  int nats_pid = 0;
+  FILE *f = fopen(info, "r");
+  assert_non_null(f);
+  assert_int_equal(fscanf(f, "%127s %255s %d", url, tmp_dir, &nats_pid), 3);
+  fclose(f);
+  struct stat stt;
+  assert_int_equal(stat(tmp_dir, &stt), 0);
+  assert_true(alive(nats_pid));
+  assert_true(connect_ok(url));
+
+  struct child_query sleeper = {.parent = helper, .comm = "sleep"};
+  assert_true(nats_test_wait_until(has_child, &sleeper, WAIT_MS));
+  struct child_query shell = {.parent = helper, .comm = "sh"};
+  assert_true(nats_test_wait_until(has_child, &shell, WAIT_MS));
+  struct child_query grandchild = {.parent = shell.found, .comm = "sleep"};
+  assert_true(nats_test_wait_until(has_child, &grandchild, WAIT_MS));
+
+  /* SIGKILL one child: a new one appears. */
+  pid_t old = sleeper.found;
+  assert_int_equal(kill(old, SIGKILL), 0);
+  struct child_query again = {.parent = helper, .comm = "sleep", .not_this = old};
+  assert_true(nats_test_wait_until(has_child, &again, WAIT_MS));
+  assert_int_not_equal(again.found, old);
+  fprintf(stderr, "sleeper restarted: pid %d -> %d\n", (int)old, (int)again.found);
+
+  /* SIGTERM the supervisor: it exits 0 and nothing remains. */
+  assert_int_equal(kill(helper, SIGTERM), 0);
+  int status = 0;
+  assert_int_equal(waitpid(helper, &status, 0), helper);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  pid_t all[] = {again.found, shell.found, grandchild.found, (pid_t)nats_pid};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    if (!nats_test_wait_until(pid_gone, &all[i], WAIT_MS))
+      fail_msg("process %d is still alive after the supervisor exited", (int)all[i]);
+  }
+  assert_int_not_equal(stat(tmp_dir, &stt), 0);
+  unlink(info);
+  rmdir(dir);
+}
+
+static void test_embedded_nats_accepts_clients_and_is_removed(void **state) {
+  (void)state;
+  struct supervisor_config cfg;
+  supervisor_config_init(&cfg);
+  struct supervisor *s = NULL;
+  assert_int_equal(supervisor_create(&cfg, &s), LLB_STATUS_OK);
+  assert_int_equal(supervisor_start(s), LLB_STATUS_OK);
+  const char *url = supervisor_nats_url(s);
+  assert_memory_equal(url, "nats://127.0.0.1:", 17);
+  assert_true(connect_ok(url));
+  char tmp_dir[256];
+  snprintf(tmp_dir, sizeof tmp_dir, "%s", supervisor_temp_dir(s));
+  pid_t nats = supervisor_child_pid(s, "nats-server");
+  assert_true(alive(nats));
+  /* JetStream got its own store in the temporary directory. */
+  char js[300];
+  snprintf(js, sizeof js, "%s/js", tmp_dir);
+  struct stat st;
+  assert_int_equal(stat(js, &st), 0);
+  assert_int_equal(supervisor_stop(s), LLB_STATUS_OK);
+  assert_false(alive(nats));
+  assert_int_not_equal(stat(tmp_dir, &st), 0);
+  supervisor_destroy(s);
+}
+
+static void test_external_url_is_passed_to_children(void **state) {
+  (void)state;
+  struct nats_test_server srv;
+  assert_int_equal(nats_test_server_start(&srv, 0, false), 0);
+  char dir[] = "/tmp/llmbus-suptest-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char out[128], script[300];
+  snprintf(out, sizeof out, "%s/args", dir);
+  snprintf(script, sizeof script, "echo \"$@\" > %s; exec sleep 300", out);
+  struct supervisor_config cfg;
+  supervisor_config_init(&cfg);
+  cfg.nats_url = srv.url;
+  struct supervisor *s = NULL;
+  assert_int_equal(supervisor_create(&cfg, &s), LLB_STATUS_OK);
+  struct child_spec spec;
+  assert_int_equal(child_spec_init(&spec, "echo", "/bin/sh"), LLB_STATUS_OK);
+  assert_int_equal(child_spec_add_arg(&spec, "-c"), LLB_STATUS_OK);
+  assert_int_equal(child_spec_add_arg(&spec, script), LLB_STATUS_OK);
+  assert_int_equal(child_spec_add_arg(&spec, "echo"), LLB_STATUS_OK); /* $0 */
+  assert_int_equal(supervisor_add_child(s, &spec), LLB_STATUS_OK);
+  assert_int_equal(supervisor_add_child(s, &spec), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(supervisor_start(s), LLB_STATUS_OK);
+  assert_string_equal(supervisor_nats_url(s), srv.url);
+  assert_int_equal(supervisor_child_pid(s, "nats-server"), 0);
+  assert_true(nats_test_wait_until(file_has_line, out, WAIT_MS));
+  FILE *f = fopen(out, "r");
+  char line[256] = "";
+  assert_non_null(fgets(line, sizeof line, f));
+  fclose(f);
+  char want[200];
+  snprintf(want, sizeof want, "--nats %s\n", srv.url);
+  assert_string_equal(line, want);
+  pid_t child = supervisor_child_pid(s, "echo");
+  assert_true(alive(child));
+  assert_int_equal(supervisor_stop(s), LLB_STATUS_OK);
+  assert_false(alive(child));
+  supervisor_destroy(s);
+  unlink(out);
+  rmdir(dir);
+  nats_test_server_stop(&srv);
+}
+
+static void test_serve_actor_specs_and_usage(void **state) {
+  (void)state;
+  struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
+  struct serve_options o = {.model_path = "/m/model.gguf", .http_addr = "127.0.0.1:8000",
+                            .bin_dir = "/opt/llmbus/bin"};
+  int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
+  assert_int_equal(n, 6);
+  const char *programs[] = {"llmbus-input-processor", "llmbus-scheduler", "llmbus-kv-manager",
+                            "llmbus-gpu-worker", "llmbus-output-processor", "llmbus-api-server"};
+  for (int p = 0; p < 6; p++) {
+    char path[128];
+    snprintf(path, sizeof path, "/opt/llmbus/bin/%s", programs[p]);
+    bool found = false;
+    for (int i = 0; i < n; i++)
+      if (strcmp(specs[i].args[0], path) == 0) {
+        found = true;
+        assert_true(specs[i].pass_nats_url);
+        bool has_http = false, has_model = false;
+        for (int a = 1; a + 1 < specs[i].argc; a++) {
+          if (!strcmp(specs[i].args[a], "--http")) has_http = !strcmp(specs[i].args[a + 1], "127.0.0.1:8000");
+          if (!strcmp(specs[i].args[a], "--model")) has_model = !strcmp(specs[i].args[a + 1], "/m/model.gguf");
+        }
+        assert_int_equal(has_http, strcmp(programs[p], "llmbus-api-server") == 0);
+        assert_int_equal(has_model, strcmp(programs[p], "llmbus-kv-manager") != 0);
+      }
+    assert_true(found);
+  }
+  assert_int_equal(serve_actor_specs(&o, specs, 2), -1);
+  char *help[] = {"serve", "--help", NULL};
+  assert_int_equal(cmd_serve(2, help), 0);
+  char *bad[] = {"serve", "--bogus", NULL};
+  assert_int_equal(cmd_serve(2, bad), 2);
+  /* The actor programs are not next to this test binary: a clear failure, not a restart loop. */
+  char *none[] = {"serve", "--nats", "nats://127.0.0.1:1", NULL};
+  assert_int_equal(cmd_serve(3, none), 1);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--helper") == 0) return run_helper(argv[2]);
+  if (!nats_test_server_bin()) {
+    fprintf(stderr, "skipped: no nats-server binary\n");
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_embedded_nats_accepts_clients_and_is_removed),
+      cmocka_unit_test(test_external_url_is_passed_to_children),
+      cmocka_unit_test(test_killed_child_restarts_and_sigterm_leaves_no_process),
+      cmocka_unit_test(test_serve_actor_specs_and_usage),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
