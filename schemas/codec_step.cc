@@ -57,8 +57,9 @@ static fb::Offset<void> build_scheduler_output(Enc &e, const llb_scheduler_outpu
         auto sp = enc_sampling(e, r.sampling_params, "sampling_params", true);
         auto blocks = e.vec(r.block_ids, r.num_block_ids, "block_ids");
         auto mm = enc_mm_features(e, r.mm_features, r.num_mm_features, "mm_features");
+        auto outputs = e.vec(r.output_token_ids, r.num_output_token_ids, "output_token_ids");
         return e.ok() ? llmbus::CreateNewRequestData(e.b, id, prompt, sp, blocks,
-                                                     r.num_computed_tokens, mm)
+                                                     r.num_computed_tokens, mm, outputs)
                       : fb::Offset<llmbus::NewRequestData>(0);
       });
   auto cached = enc_cached(e, m.scheduled_cached_reqs);
@@ -167,7 +168,9 @@ static bool read_scheduler_output(Dec &d, const llmbus::SchedulerOutput &t,
                                      "sampling_params", true) &&
                         d.vec(r.block_ids(), &o.block_ids, &o.num_block_ids, "block_ids") &&
                         dec_mm_features(d, r.mm_features(), &o.mm_features, &o.num_mm_features,
-                                        "mm_features");
+                                        "mm_features") &&
+                        d.vec(r.output_token_ids(), &o.output_token_ids,
+                              &o.num_output_token_ids, "output_token_ids");
                }) &&
       dec_cached(d, t.scheduled_cached_reqs(), m.scheduled_cached_reqs) &&
       d.tables(t.num_scheduled_tokens(), &m.num_scheduled_tokens, &m.num_scheduled_reqs,
@@ -219,11 +222,12 @@ static fb::Offset<void> build_kv_step(Enc &e, const llb_kv_step &m) {
   });
   if (!e.ok())
     return 0;
-  return llmbus::CreateKVStep(e.b, LLB_SCHEMA_VERSION, m.step, ops).Union();
+  return llmbus::CreateKVStep(e.b, LLB_SCHEMA_VERSION, m.step, ops, m.reset).Union();
 }
 
 static bool read_kv_step(Dec &d, const llmbus::KVStep &t, llb_kv_step &m) {
   m.step = t.step();
+  m.reset = t.reset();
   return d.tables(t.ops(), &m.ops, &m.num_ops, "ops",
                   [](Dec &d, const llmbus::KVOp &o, llb_kv_op &v) {
                     int kind = (int)o.kind();

@@ -30,6 +30,8 @@ struct llb_kv_step {
   uint64_t step;
   const struct llb_kv_op *ops; /* [num_ops], applied in order */
   int32_t num_ops;
+  bool reset;                  /* before the ops: release every request, drop the prefix
+                                  cache (the KV contents were lost) */
 };
 
 struct llb_kv_op_result {

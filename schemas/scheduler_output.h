@@ -20,6 +20,9 @@ struct llb_new_request_data {
   int32_t num_computed_tokens;
   const struct llb_mm_feature *mm_features;
   int32_t num_mm_features;
+  const int32_t *output_token_ids;                   /* [num_output_token_ids]: already
+                                                        generated (resumed requests) */
+  int32_t num_output_token_ids;
 };
 
 /* Deltas for requests in the worker's persistent batch: parallel arrays of num_reqs. The

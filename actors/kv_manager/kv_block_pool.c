@@ -138,6 +138,10 @@ static void evict_hash(struct kv_block_pool *p, int32_t id) {
 
 /* ---- public operations ---- */
 
+void kv_block_pool_reset_prefix_cache(struct kv_block_pool *p) {
+  for (int32_t id = 0; id < p->num_blocks; id++) evict_hash(p, id);
+}
+
 llb_status kv_block_pool_get_new_blocks(struct kv_block_pool *p, int32_t n, int32_t *ids) {
   if (n < 0 || (n > 0 && !ids)) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "get_new_blocks: n %d", n);
   if (n > p->num_free)

@@ -63,6 +63,10 @@ int32_t kv_block_pool_ref_cnt(const struct kv_block_pool *p, int32_t id);
 /* Whether block id carries a hash; its value through *hash_out when not NULL. */
 bool kv_block_pool_block_hash(const struct kv_block_pool *p, int32_t id, uint64_t *hash_out);
 
+/* Forgets every block's hash (vLLM's reset_prefix_cache): no later lookup hits until blocks
+ * are cached again. Used when the KV contents are lost (a worker restart). O(num_blocks). */
+void kv_block_pool_reset_prefix_cache(struct kv_block_pool *p);
+
 /* Copies up to cap ids of the free queue, head (next evicted) first, into ids; returns the
  * queue length. For tests and debugging: O(num_free). */
 int32_t kv_block_pool_free_queue_ids(const struct kv_block_pool *p, int32_t *ids, int32_t cap);

@@ -283,9 +283,10 @@ llb_status kv_manager_apply_step(struct kv_manager *m, const struct kv_step *ste
   return st;
 }
 
-void kv_manager_reset(struct kv_manager *m) {
+void kv_manager_reset(struct kv_manager *m, bool drop_prefix_cache) {
   for (int32_t s = 0; s < m->num_slots; s++)
     if (m->slots[s].used) release_req(m, s);
+  if (drop_prefix_cache) kv_block_pool_reset_prefix_cache(m->pool);
 }
 
 void kv_manager_get_stats(const struct kv_manager *m, struct kv_manager_stats *out) {

@@ -66,9 +66,10 @@ void kv_manager_destroy(struct kv_manager *m); /* accepts NULL */
 llb_status kv_manager_apply_step(struct kv_manager *m, const struct kv_step *step,
                                  struct kv_step_result *res);
 
-/* Releases every request's blocks (reverse order each), keeping the prefix cache: used
- * when the scheduler restarts and replays its requests from their prompts. */
-void kv_manager_reset(struct kv_manager *m);
+/* Releases every request's blocks (reverse order each). The prefix cache is kept when the
+ * scheduler restarts and replays its requests from their prompts (the KV contents are still
+ * valid), and dropped (drop_prefix_cache) when the worker lost the KV contents. */
+void kv_manager_reset(struct kv_manager *m, bool drop_prefix_cache);
 
 void kv_manager_get_stats(const struct kv_manager *m, struct kv_manager_stats *out);
 

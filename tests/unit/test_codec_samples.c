@@ -279,7 +279,8 @@ static void fill_scheduler_output(struct llb_scheduler_output *m) {
       .mm_features = mm_features, .num_mm_features = N(mm_features)};
   news[1] = (struct llb_new_request_data){
       .req_id = S("req-2"), .prompt_token_ids = prompt_ids, .num_prompt_token_ids = 3,
-      .sampling_params = sample_sp(), .block_ids = blocks_b, .num_block_ids = 1};
+      .sampling_params = sample_sp(), .block_ids = blocks_b, .num_block_ids = 1,
+      .output_token_ids = new_tok, .num_output_token_ids = N(new_tok)};
   sched[0] = (struct llb_scheduled_tokens){S("req-новый"), 512};
   sched[1] = (struct llb_scheduled_tokens){ids3[0], 1};
   sched[2] = (struct llb_scheduled_tokens){ids3[1], 1};
@@ -315,6 +316,8 @@ static bool equals_scheduler_output(const void *v) {
     CHECK(i32_eq(x->block_ids, x->num_block_ids, y->block_ids, y->num_block_ids));
     CHECK(x->num_computed_tokens == y->num_computed_tokens);
     CHECK(i == 1 ? x->num_mm_features == 0 : mm_eq(x->mm_features, x->num_mm_features));
+    CHECK(i32_eq(x->output_token_ids, x->num_output_token_ids, y->output_token_ids,
+                 y->num_output_token_ids));
   }
   const struct llb_cached_request_data *c = &a->scheduled_cached_reqs;
   CHECK(strs_eq(c->req_ids, c->num_reqs, ids3, 3));
@@ -355,7 +358,7 @@ static void fill_kv_step(struct llb_kv_step *m) {
   ops[2] = (struct llb_kv_op){.kind = LLB_KV_OP_KIND_CACHE, .req_id = ids3[2],
                               .num_tokens = 33, .block_hashes = block_hashes,
                               .num_block_hashes = 2, .num_computed_tokens = 32};
-  *m = (struct llb_kv_step){.step = 77, .ops = ops, .num_ops = N(ops)};
+  *m = (struct llb_kv_step){.step = 77, .ops = ops, .num_ops = N(ops), .reset = true};
 }
 
 static bool equals_kv_step(const void *v) {
@@ -363,6 +366,7 @@ static bool equals_kv_step(const void *v) {
   struct llb_kv_step b;
   fill_kv_step(&b);
   CHECK(a->version == LLB_SCHEMA_VERSION && a->step == 77 && a->num_ops == b.num_ops);
+  CHECK(a->reset == b.reset);
   for (int i = 0; i < b.num_ops; i++) {
     const struct llb_kv_op *x = &a->ops[i], *y = &b.ops[i];
     CHECK(x->kind == y->kind && str_eq(x->req_id, y->req_id) && x->num_tokens == y->num_tokens);

@@ -1,0 +1,232 @@
+/* The kv_manager actor: KVStep in, KVStepResult out (see actor.h). */
+#include "actors/kv_manager/actor.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bus/log.h"
+#include "schemas/kv_ops.h"
+#include "schemas/kv_step.h"
+
+struct kv_manager_actor {
+  struct bus *bus;
+  struct kv_manager *kv;
+  struct kv_manager_config cfg;
+  struct llb_arena arena;            /* decoded KVStep; reset per message */
+  struct kv_step step;               /* the logic's view of the KVStep (reused) */
+  struct kv_step_result res;         /* the logic's answer (reused) */
+  int32_t *op_index;                 /* [cap_op_index]: res index of wire op i */
+  int32_t cap_op_index;
+  struct llb_kv_op_result *wire_results; /* [cap_wire_results] (reused) */
+  int32_t cap_wire_results;
+  struct llb_buf out;                /* encoded reply (reused) */
+  bool have_step;
+  uint64_t last_step;
+  atomic_uint_fast64_t num_steps, num_malformed, num_failed, num_resets, num_stale_frees;
+};
+
+static llb_status grow_array(void **arr, int32_t *cap, int32_t need, size_t elem) {
+  if (need <= *cap) return LLB_STATUS_OK;
+  int32_t n = *cap > 0 ? *cap : 16;
+  while (n < need) n *= 2;
+  void *p = realloc(*arr, (size_t)n * elem);
+  if (!p) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv_manager actor: %d entries", n);
+  *arr = p;
+  *cap = n;
+  return LLB_STATUS_OK;
+}
+
+/* Fills the pool statistics of a reply. */
+static void fill_stats(const struct kv_manager_actor *a, struct llb_kv_step_result *w) {
+  struct kv_manager_stats s;
+  kv_manager_get_stats(a->kv, &s);
+  w->num_free_blocks = s.num_free_blocks;
+  w->num_total_blocks = s.num_blocks;
+  w->prefix_cache_queries = s.prefix_cache_queries;
+  w->prefix_cache_hits = s.prefix_cache_hits;
+}
+
+static void respond(struct kv_manager_actor *a, const struct bus_msg *msg,
+                    const struct llb_kv_step_result *w) {
+  if (!msg->reply) return;
+  llb_status st = llb_kv_step_result_encode_buf(w, &a->out);
+  if (st == LLB_STATUS_OK) st = bus_respond(a->bus, msg, a->out.data, a->out.len, NULL);
+  if (st != LLB_STATUS_OK) {
+    char q[512];
+    LLB_LOG_ERROR("kv_reply_failed", "step=%llu status=%s error=%s",
+                  (unsigned long long)w->step, llb_strerror(st),
+                  llb_log_quote(q, sizeof q, llb_err_last()));
+  }
+}
+
+/* Answers a step that could not be applied with the error field set (the caller recorded
+ * the error with LLB_ERRF). */
+static void respond_error(struct kv_manager_actor *a, const struct bus_msg *msg, uint64_t step,
+                          llb_status status) {
+  char message[512];
+  snprintf(message, sizeof message, "%s", llb_err_last());
+  char q[600];
+  LLB_LOG_WARN("kv_step_rejected", "step=%llu bytes=%zu status=%s reply=%d error=%s",
+               (unsigned long long)step, msg->len, llb_strerror(status), msg->reply != NULL,
+               llb_log_quote(q, sizeof q, message));
+  struct llb_kv_step_result w = {.version = LLB_SCHEMA_VERSION, .step = step};
+  fill_stats(a, &w);
+  w.error.code = (int32_t)status;
+  w.error.message = llb_str_c(message);
+  respond(a, msg, &w);
+}
+
+/* True if an op before `i` frees req_id (then its blocks are gone before op i runs). */
+static bool freed_earlier(const struct llb_kv_step *in, int32_t i) {
+  for (int32_t k = 0; k < i; k++)
+    if (in->ops[k].kind == LLB_KV_OP_KIND_FREE && in->ops[k].req_id.len == in->ops[i].req_id.len &&
+        memcmp(in->ops[k].req_id.data, in->ops[i].req_id.data, in->ops[i].req_id.len) == 0)
+      return true;
+  return false;
+}
+
+static enum kv_op_kind op_kind(enum llb_kv_op_kind k) {
+  switch (k) {
+  case LLB_KV_OP_KIND_FREE: return KV_OP_KIND_FREE;
+  case LLB_KV_OP_KIND_ALLOCATE: return KV_OP_KIND_ALLOCATE;
+  case LLB_KV_OP_KIND_CACHE: return KV_OP_KIND_CACHE;
+  }
+  return KV_OP_KIND_FREE; /* unreachable: the decoder checks the enum range */
+}
+
+/* Converts the wire step into a->step (plus recovery FREE ops, see actor.h); op_index maps
+ * wire op i to its result. */
+static llb_status build_step(struct kv_manager_actor *a, const struct llb_kv_step *in) {
+  kv_step_clear(&a->step, in->step);
+  llb_status st = grow_array((void **)&a->op_index, &a->cap_op_index, in->num_ops,
+                             sizeof(*a->op_index));
+  for (int32_t i = 0; i < in->num_ops && st == LLB_STATUS_OK; i++) {
+    const struct llb_kv_op *op = &in->ops[i];
+    if (op->kind == LLB_KV_OP_KIND_ALLOCATE && op->lookup) {
+      int32_t held = 0;
+      (void)kv_manager_req_blocks(a->kv, op->req_id.data, &held);
+      if (held > 0 && !freed_earlier(in, i)) {
+        LLB_LOG_WARN("kv_stale_request_freed", "req=%s blocks=%d step=%llu", op->req_id.data, held,
+                     (unsigned long long)in->step);
+        atomic_fetch_add(&a->num_stale_frees, 1);
+        st = kv_step_add_op(&a->step, KV_OP_KIND_FREE, op->req_id.data, 0, 0, false, NULL, 0);
+        if (st != LLB_STATUS_OK) break;
+      }
+    }
+    a->op_index[i] = a->step.num_ops;
+    st = kv_step_add_op(&a->step, op_kind(op->kind), op->req_id.data, op->num_tokens,
+                        op->num_computed_tokens, op->lookup, op->block_hashes,
+                        op->num_block_hashes);
+  }
+  return st;
+}
+
+static void on_kv_step(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  struct kv_manager_actor *a = user;
+  llb_arena_reset(&a->arena);
+  struct llb_kv_step in;
+  llb_status st = llb_kv_step_decode(msg->data, msg->len, &a->arena, &in);
+  if (st != LLB_STATUS_OK) {
+    atomic_fetch_add(&a->num_malformed, 1);
+    respond_error(a, msg, 0, st);
+    return;
+  }
+  if (a->have_step && in.step <= a->last_step) {
+    /* A restarted scheduler counts from 1 again: whatever it held is gone. */
+    LLB_LOG_WARN("kv_scheduler_restart", "step=%llu last_step=%llu", (unsigned long long)in.step,
+                 (unsigned long long)a->last_step);
+    kv_manager_reset(a->kv, false);
+    atomic_fetch_add(&a->num_resets, 1);
+  }
+  if (in.reset) {
+    LLB_LOG_WARN("kv_reset", "step=%llu reason=kv_contents_lost", (unsigned long long)in.step);
+    kv_manager_reset(a->kv, true);
+    atomic_fetch_add(&a->num_resets, 1);
+  }
+  a->have_step = true;
+  a->last_step = in.step;
+
+  st = build_step(a, &in);
+  if (st == LLB_STATUS_OK) st = kv_manager_apply_step(a->kv, &a->step, &a->res);
+  if (st == LLB_STATUS_OK)
+    st = grow_array((void **)&a->wire_results, &a->cap_wire_results, in.num_ops,
+                    sizeof(*a->wire_results));
+  if (st != LLB_STATUS_OK) {
+    atomic_fetch_add(&a->num_failed, 1);
+    respond_error(a, msg, in.step, st);
+    return;
+  }
+  for (int32_t i = 0; i < in.num_ops; i++) {
+    const struct kv_op_result *r = &a->res.results[a->op_index[i]];
+    const int32_t *ids = kv_step_result_block_ids(&a->res, r);
+    a->wire_results[i] = (struct llb_kv_op_result){
+        .req_id = in.ops[i].req_id,
+        .status = (int32_t)r->status,
+        .num_cached_tokens = r->num_cached_tokens,
+        .block_ids = ids,
+        .num_block_ids = ids ? r->num_block_ids : 0,
+    };
+  }
+  struct llb_kv_step_result w = {
+      .version = LLB_SCHEMA_VERSION,
+      .step = in.step,
+      .results = a->wire_results,
+      .num_results = in.num_ops,
+  };
+  fill_stats(a, &w);
+  atomic_fetch_add(&a->num_steps, 1);
+  LLB_LOG_DEBUG("kv_step", "step=%llu ops=%d free=%d", (unsigned long long)in.step, in.num_ops,
+                w.num_free_blocks);
+  respond(a, msg, &w);
+}
+
+llb_status kv_manager_actor_create(struct bus *bus, const char *subject,
+                                   const struct kv_manager_config *cfg,
+                                   struct kv_manager_actor **out) {
+  if (!bus || !subject || !cfg || !out)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv_manager_actor_create: NULL argument");
+  *out = NULL;
+  struct kv_manager_actor *a = calloc(1, sizeof(*a));
+  if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv_manager actor");
+  a->bus = bus;
+  a->cfg = *cfg;
+  llb_arena_init(&a->arena, NULL, 0);
+  kv_step_init(&a->step);
+  kv_step_result_init(&a->res);
+  llb_status st = kv_manager_create(cfg, &a->kv);
+  if (st != LLB_STATUS_OK) goto fail;
+  st = bus_subscribe(bus, subject, NULL, on_kv_step, a, NULL);
+  if (st != LLB_STATUS_OK) goto fail;
+  LLB_LOG_INFO("kv_manager_started", "subject=%s num_blocks=%d block_size=%d prefix_caching=%d",
+               subject, cfg->num_blocks, cfg->block_size, cfg->enable_prefix_caching);
+  *out = a;
+  return LLB_STATUS_OK;
+fail:
+  kv_manager_actor_destroy(a);
+  return st;
+}
+
+void kv_manager_actor_destroy(struct kv_manager_actor *a) {
+  if (!a) return;
+  kv_manager_destroy(a->kv);
+  kv_step_free(&a->step);
+  kv_step_result_free(&a->res);
+  llb_arena_destroy(&a->arena);
+  llb_buf_free(&a->out);
+  free(a->op_index);
+  free(a->wire_results);
+  free(a);
+}
+
+void kv_manager_actor_get_counters(const struct kv_manager_actor *a,
+                                   struct kv_manager_actor_counters *out) {
+  struct kv_manager_actor *m = (struct kv_manager_actor *)a;
+  out->num_steps = atomic_load(&m->num_steps);
+  out->num_malformed = atomic_load(&m->num_malformed);
+  out->num_failed = atomic_load(&m->num_failed);
+  out->num_resets = atomic_load(&m->num_resets);
+  out->num_stale_frees = atomic_load(&m->num_stale_frees);
+}

@@ -1,0 +1,709 @@
+/* The scheduler actor: intake handlers + the step loop thread (see actor.h). */
+#include "actors/scheduler/actor.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "actors/scheduler/actor_wire.h"
+#include "bus/log.h"
+#include "bus/subject.h"
+#include "schemas/control.h"
+#include "schemas/engine_core_outputs.h"
+#include "schemas/engine_core_request.h"
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 2000
+#define STALL_WAIT_MS 50
+
+/* What the actor keeps per live request beside the scheduler's own state: routing and the
+ * first output's extra fields. Owned by the meta map once admitted. */
+struct req_meta {
+  char *id, *reply_to, *external_id, *parent_request_id, *cache_salt;
+  int32_t client_index, eos_token_id, priority;
+  double arrival_time;
+  int64_t queued_time_ns, scheduled_time_ns, first_token_time_ns;
+  bool first_sent;
+  int32_t *prompt;        /* [num_prompt], freed once the first output is out */
+  int32_t num_prompt;
+  struct sched_mm_feature *mm; /* [num_mm], freed after admission */
+  int32_t num_mm;
+  struct llb_sampling_params params;
+  struct req_meta *next;  /* intake list */
+  llb_status reject_status; /* admission refused: the error output carries it */
+  char reject_message[256];
+};
+
+struct abort_item {
+  struct abort_item *next;
+  char id[];
+};
+
+struct scheduler_actor {
+  struct bus *bus;
+  struct scheduler_actor_config cfg;
+  char engine_id[BUS_TOKEN_MAX + 1];
+  char subj_requests[BUS_SUBJECT_MAX], subj_abort[BUS_SUBJECT_MAX], subj_kv[BUS_SUBJECT_MAX],
+      subj_execute[BUS_SUBJECT_MAX], subj_outputs[BUS_SUBJECT_MAX], subj_stats[BUS_SUBJECT_MAX];
+  struct scheduler *sched;
+
+  /* intake, under mu */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool stop, thread_started;
+  struct req_meta *intake_head, *intake_tail;
+  struct abort_item *abort_head;
+  pthread_t thread;
+
+  /* handler-thread state (one subscription each) */
+  struct llb_arena req_arena, abort_arena;
+  struct llb_buf req_err_buf;
+
+  /* step-thread state */
+  struct req_meta **map;           /* [map_cap] open addressing, linear probing */
+  int64_t map_cap, map_num;
+  struct req_meta **rejected;      /* [cap_rejected] this iteration's refused requests */
+  int64_t num_rejected, cap_rejected;
+  struct sched_output out;
+  struct kv_step kv;
+  struct kv_step_result kv_res;
+  struct sched_engine_outputs eo, eo_side;
+  struct sched_str_list carry_finished, carry_preempted;
+  struct sched_wire wire;
+  struct llb_engine_core_output *outs;
+  int64_t cap_outs;
+  struct llb_arena arena;          /* decoded replies, reset per round trip */
+  struct llb_buf buf;              /* encoded messages */
+  int64_t backoff_ms;
+  bool kv_reset_pending; /* the worker failed: its KV contents are unknown, so the next KV
+                            step tells the kv_manager to drop its prefix cache */
+  int64_t last_stats_ns;
+
+  atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub;
+};
+
+void scheduler_actor_config_init(struct scheduler_actor_config *c) {
+  memset(c, 0, sizeof(*c));
+  sched_config_init(&c->sched);
+  c->engine_id = "0";
+  c->kv_timeout_ms = 5000;
+  c->execute_timeout_ms = 60000;
+  c->stats_interval_ms = 1000;
+  c->stats_idle_interval_ms = 5000;
+}
+
+/* ---- request metadata ---- */
+
+static void meta_free(struct req_meta *m) {
+  if (!m) return;
+  free(m->id);
+  free(m->reply_to);
+  free(m->external_id);
+  free(m->parent_request_id);
+  free(m->cache_salt);
+  free(m->prompt);
+  free(m->mm);
+  free(m);
+}
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+static int64_t map_find(const struct scheduler_actor *a, const char *id) {
+  if (a->map_cap == 0) return -1;
+  for (int64_t i = (int64_t)(hash_str(id) & (uint64_t)(a->map_cap - 1));; i = (i + 1) & (a->map_cap - 1)) {
+    if (!a->map[i]) return -1;
+    if (strcmp(a->map[i]->id, id) == 0) return i;
+  }
+}
+
+static llb_status map_insert(struct scheduler_actor *a, struct req_meta *m) {
+  if ((a->map_num + 1) * 2 > a->map_cap) {
+    int64_t cap = a->map_cap ? a->map_cap * 2 : 256;
+    struct req_meta **nm = calloc((size_t)cap, sizeof(*nm));
+    if (!nm) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "request map of %lld", (long long)cap);
+    for (int64_t i = 0; i < a->map_cap; i++) {
+      if (!a->map[i]) continue;
+      int64_t j = (int64_t)(hash_str(a->map[i]->id) & (uint64_t)(cap - 1));
+      while (nm[j]) j = (j + 1) & (cap - 1);
+      nm[j] = a->map[i];
+    }
+    free(a->map);
+    a->map = nm;
+    a->map_cap = cap;
+  }
+  int64_t j = (int64_t)(hash_str(m->id) & (uint64_t)(a->map_cap - 1));
+  while (a->map[j]) j = (j + 1) & (a->map_cap - 1);
+  a->map[j] = m;
+  a->map_num++;
+  return LLB_STATUS_OK;
+}
+
+/* Removes slot i (freeing its meta when free_meta); backward-shift deletion keeps probe
+ * chains intact. */
+static void map_remove(struct scheduler_actor *a, int64_t i, bool free_meta) {
+  if (free_meta) meta_free(a->map[i]);
+  a->map[i] = NULL;
+  a->map_num--;
+  int64_t mask = a->map_cap - 1;
+  for (int64_t j = (i + 1) & mask; a->map[j]; j = (j + 1) & mask) {
+    int64_t home = (int64_t)(hash_str(a->map[j]->id) & (uint64_t)mask);
+    /* move j into the hole i if home is not in (i, j] cyclically */
+    bool between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (!between) {
+      a->map[i] = a->map[j];
+      a->map[j] = NULL;
+      i = j;
+    }
+  }
+}
+
+/* ---- intake (handler threads) ---- */
+
+static char *dup_str(struct llb_str s) {
+  char *p = malloc(s.len + 1);
+  if (p) {
+    if (s.len) memcpy(p, s.data, s.len);
+    p[s.len] = '\0';
+  }
+  return p;
+}
+
+static void log_bad_message(const char *what, const struct bus_msg *msg, llb_status st) {
+  char q[600];
+  LLB_LOG_WARN("bad_message", "kind=%s subject=%s bytes=%zu status=%s error=%s", what,
+               msg->subject, msg->len, llb_strerror(st), llb_log_quote(q, sizeof q, llb_err_last()));
+}
+
+static void on_request(struct bus *bus, const struct bus_msg *msg, void *user) {
+  struct scheduler_actor *a = user;
+  llb_arena_reset(&a->req_arena);
+  struct llb_engine_core_request r;
+  llb_status st = llb_engine_core_request_decode(msg->data, msg->len, &a->req_arena, &r);
+  if (st != LLB_STATUS_OK) {
+    atomic_fetch_add(&a->c_rejected, 1);
+    log_bad_message("EngineCoreRequest", msg, st);
+    if (msg->reply && llb_error_reply_encode_status(st, "", "", &a->req_err_buf) == LLB_STATUS_OK)
+      (void)bus_respond(bus, msg, a->req_err_buf.data, a->req_err_buf.len, NULL);
+    return;
+  }
+  struct req_meta *m = calloc(1, sizeof(*m));
+  if (!m) goto oom;
+  m->id = dup_str(r.request_id);
+  m->reply_to = dup_str(r.reply_to);
+  m->external_id = dup_str(r.external_id);
+  m->parent_request_id = dup_str(r.parent_request_id);
+  m->cache_salt = dup_str(r.cache_salt);
+  m->prompt = malloc((size_t)r.num_prompt_token_ids * sizeof(int32_t));
+  m->num_mm = r.num_mm_features;
+  m->mm = m->num_mm > 0 ? malloc((size_t)m->num_mm * sizeof(*m->mm)) : NULL;
+  if (!m->id || !m->reply_to || !m->external_id || !m->parent_request_id || !m->cache_salt ||
+      !m->prompt || (m->num_mm > 0 && !m->mm))
+    goto oom;
+  memcpy(m->prompt, r.prompt_token_ids, (size_t)r.num_prompt_token_ids * sizeof(int32_t));
+  m->num_prompt = r.num_prompt_token_ids;
+  for (int32_t i = 0; i < m->num_mm; i++) {
+    const struct llb_mm_feature *f = &r.mm_features[i];
+    m->mm[i] = (struct sched_mm_feature){.offset = f->offset, .length = f->length,
+                                         .mm_hash = kv_hash_bytes(f->mm_hash.data, f->mm_hash.len)};
+  }
+  m->params = *r.sampling_params;
+  m->client_index = r.client_index;
+  m->eos_token_id = r.eos_token_id;
+  m->priority = r.priority;
+  m->arrival_time = r.arrival_time;
+  m->queued_time_ns = llb_wall_ns();
+  pthread_mutex_lock(&a->mu);
+  if (a->intake_tail) a->intake_tail->next = m;
+  else a->intake_head = m;
+  a->intake_tail = m;
+  pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+  return;
+oom:
+  meta_free(m);
+  atomic_fetch_add(&a->c_rejected, 1);
+  LLB_LOG_ERROR("request_dropped", "reason=out_of_memory bytes=%zu", msg->len);
+}
+
+static void on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  struct scheduler_actor *a = user;
+  llb_arena_reset(&a->abort_arena);
+  struct llb_abort_requests ab;
+  llb_status st = llb_abort_requests_decode(msg->data, msg->len, &a->abort_arena, &ab);
+  if (st != LLB_STATUS_OK) {
+    log_bad_message("AbortRequests", msg, st);
+    return;
+  }
+  for (int32_t i = 0; i < ab.num_request_ids; i++) {
+    struct abort_item *it = malloc(sizeof(*it) + ab.request_ids[i].len + 1);
+    if (!it) break;
+    memcpy(it->id, ab.request_ids[i].data, ab.request_ids[i].len + 1);
+    pthread_mutex_lock(&a->mu);
+    it->next = a->abort_head;
+    a->abort_head = it;
+    pthread_mutex_unlock(&a->mu);
+    atomic_fetch_add(&a->c_aborted, 1);
+  }
+  pthread_mutex_lock(&a->mu);
+  pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- step thread: admission, aborts ---- */
+
+static void admit(struct scheduler_actor *a, struct req_meta *list) {
+  while (list) {
+    struct req_meta *m = list;
+    list = m->next;
+    m->next = NULL;
+    llb_status st;
+    if (map_find(a, m->id) >= 0) {
+      st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request_id '%s' is already running", m->id);
+    } else {
+      struct sched_new_request nr = {
+          .request_id = m->id, .prompt_token_ids = m->prompt, .num_prompt_tokens = m->num_prompt,
+          .sampling_params = m->params, .eos_token_id = m->eos_token_id,
+          .arrival_time = m->arrival_time, .priority = m->priority, .cache_salt = m->cache_salt,
+          .mm_features = m->mm, .num_mm_features = m->num_mm};
+      st = map_insert(a, m);
+      if (st == LLB_STATUS_OK) {
+        st = sched_add_request(a->sched, &nr);
+        if (st != LLB_STATUS_OK) map_remove(a, map_find(a, m->id), false);
+      }
+    }
+    if (st == LLB_STATUS_OK) {
+      atomic_fetch_add(&a->c_requests, 1);
+      free(m->mm);
+      m->mm = NULL;
+      continue;
+    }
+    m->reject_status = st;
+    snprintf(m->reject_message, sizeof m->reject_message, "%s", llb_err_last());
+    char q[300];
+    LLB_LOG_WARN("request_rejected", "req=%s status=%s error=%s", m->id, llb_strerror(st),
+                 llb_log_quote(q, sizeof q, m->reject_message));
+    atomic_fetch_add(&a->c_rejected, 1);
+    if (sched_wire_grow((void **)&a->rejected, &a->cap_rejected, a->num_rejected + 1,
+                        sizeof(*a->rejected)) != LLB_STATUS_OK) {
+      meta_free(m);
+      continue;
+    }
+    a->rejected[a->num_rejected++] = m;
+  }
+}
+
+static void apply_aborts(struct scheduler_actor *a, struct abort_item *list) {
+  while (list) {
+    struct abort_item *it = list;
+    list = it->next;
+    const char *id = it->id;
+    if (sched_abort_requests(a->sched, &id, 1, SCHED_FINISH_REASON_ABORT, &a->eo_side) != LLB_STATUS_OK)
+      LLB_LOG_ERROR("abort_failed", "req=%s", it->id);
+    free(it);
+  }
+}
+
+/* ---- step thread: outputs ---- */
+
+static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output *o,
+                        const struct sched_engine_outputs *eo, int32_t i, int64_t now_ns) {
+  const struct sched_engine_output *e = &eo->outputs[i];
+  llb_engine_core_output_init(o);
+  o->request_id = llb_str_c(sched_engine_outputs_req_id(eo, i));
+  o->new_token_ids = e->num_new_tokens > 0 ? sched_engine_outputs_tokens(eo, i) : NULL;
+  o->num_new_token_ids = e->num_new_tokens;
+  o->first_output_pos = e->first_output_pos;
+  o->finish_reason = (enum llb_finish_reason)e->finish_reason;
+  o->stop_token_id = e->stop_token_id;
+  o->num_cached_tokens = e->num_cached_tokens;
+  o->num_preemptions = e->num_preemptions;
+  int64_t at = map_find(a, o->request_id.data);
+  if (at < 0) return;
+  struct req_meta *m = a->map[at];
+  if (e->num_new_tokens > 0 && m->first_token_time_ns == 0) m->first_token_time_ns = now_ns;
+  o->reply_to = llb_str_c(m->reply_to);
+  o->external_id = llb_str_c(m->external_id);
+  o->arrival_time = m->arrival_time;
+  o->queued_time_ns = m->queued_time_ns;
+  o->scheduled_time_ns = m->scheduled_time_ns;
+  o->first_token_time_ns = m->first_token_time_ns;
+  if (!m->first_sent) {
+    o->prompt_token_ids = m->prompt;
+    o->num_prompt_token_ids = m->num_prompt;
+    o->sampling_params = &m->params;
+    o->parent_request_id = llb_str_c(m->parent_request_id);
+    o->index = m->client_index;
+  }
+}
+
+static void fill_rejected(struct llb_engine_core_output *o, struct req_meta *m) {
+  llb_engine_core_output_init(o);
+  o->request_id = llb_str_c(m->id);
+  o->finish_reason = LLB_FINISH_REASON_ERROR;
+  o->reply_to = llb_str_c(m->reply_to);
+  o->external_id = llb_str_c(m->external_id);
+  o->arrival_time = m->arrival_time;
+  o->queued_time_ns = m->queued_time_ns;
+  o->prompt_token_ids = m->prompt;
+  o->num_prompt_token_ids = m->num_prompt;
+  o->sampling_params = &m->params;
+  o->parent_request_id = llb_str_c(m->parent_request_id);
+  o->index = m->client_index;
+  o->error.code = (int32_t)m->reject_status;
+  o->error.message = llb_str_c(m->reject_message);
+}
+
+/* Publishes one EngineCoreOutputs with the rejections, the side outputs (aborts) and the
+ * step's outputs; then forgets finished requests and drops first-output data. */
+static void publish_outputs(struct scheduler_actor *a, uint64_t step, bool with_step) {
+  const struct sched_engine_outputs *lists[2] = {&a->eo_side, with_step ? &a->eo : NULL};
+  int64_t n = a->num_rejected + a->eo_side.num_outputs + (with_step ? a->eo.num_outputs : 0);
+  if (n == 0) return;
+  if (sched_wire_grow((void **)&a->outs, &a->cap_outs, n, sizeof(*a->outs)) != LLB_STATUS_OK) {
+    LLB_LOG_ERROR("outputs_dropped", "step=%llu outputs=%lld reason=out_of_memory",
+                  (unsigned long long)step, (long long)n);
+    goto cleanup;
+  }
+  int64_t k = 0, now = llb_wall_ns();
+  for (int64_t i = 0; i < a->num_rejected; i++) fill_rejected(&a->outs[k++], a->rejected[i]);
+  for (int l = 0; l < 2; l++)
+    for (int32_t i = 0; lists[l] && i < lists[l]->num_outputs; i++)
+      fill_output(a, &a->outs[k++], lists[l], i, now);
+  struct llb_engine_core_outputs msg = {.version = LLB_SCHEMA_VERSION,
+                                        .engine_id = llb_str_c(a->engine_id), .step = step,
+                                        .timestamp = (double)now / 1e9, .outputs = a->outs,
+                                        .num_outputs = (int32_t)n};
+  llb_status st = llb_engine_core_outputs_encode_buf(&msg, &a->buf);
+  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->subj_outputs, a->buf.data, a->buf.len, NULL);
+  if (st == LLB_STATUS_OK) {
+    atomic_fetch_add(&a->c_pub, 1);
+  } else {
+    char q[600];
+    LLB_LOG_ERROR("outputs_publish_failed", "step=%llu outputs=%lld status=%s error=%s",
+                  (unsigned long long)step, (long long)n, llb_strerror(st),
+                  llb_log_quote(q, sizeof q, llb_err_last()));
+  }
+cleanup:
+  for (int l = 0; l < 2; l++)
+    for (int32_t i = 0; lists[l] && i < lists[l]->num_outputs; i++) {
+      int64_t at = map_find(a, sched_engine_outputs_req_id(lists[l], i));
+      if (at < 0) continue;
+      if (lists[l]->outputs[i].finish_reason != SCHED_FINISH_REASON_NONE) {
+        map_remove(a, at, true);
+      } else if (!a->map[at]->first_sent) {
+        a->map[at]->first_sent = true;
+        free(a->map[at]->prompt);
+        a->map[at]->prompt = NULL;
+      }
+    }
+  for (int64_t i = 0; i < a->num_rejected; i++) meta_free(a->rejected[i]);
+  a->num_rejected = 0;
+  sched_engine_outputs_clear(&a->eo_side, step);
+  sched_engine_outputs_clear(&a->eo, step);
+}
+
+static void publish_stats(struct scheduler_actor *a) {
+  struct sched_stats s;
+  sched_get_stats(a->sched, &s);
+  struct llb_scheduler_stats m = {
+      .version = LLB_SCHEMA_VERSION, .engine_id = llb_str_c(a->engine_id), .step = s.step,
+      .timestamp = (double)llb_wall_ns() / 1e9, .num_running_reqs = s.num_running,
+      .num_waiting_reqs = s.num_waiting, .kv_cache_usage = (float)s.kv_cache_usage,
+      .num_free_blocks = s.num_free_blocks, .num_total_blocks = a->cfg.sched.num_blocks,
+      .prefix_cache_queries = s.prefix_cache_queries, .prefix_cache_hits = s.prefix_cache_hits,
+      .num_preemptions = s.num_preemptions, .prompt_tokens_total = s.num_prompt_tokens,
+      .generation_tokens_total = s.num_generation_tokens};
+  llb_status st = llb_scheduler_stats_encode_buf(&m, &a->buf);
+  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->subj_stats, a->buf.data, a->buf.len, NULL);
+  if (st != LLB_STATUS_OK) LLB_LOG_WARN("stats_publish_failed", "status=%s", llb_strerror(st));
+  a->last_stats_ns = llb_now_ns();
+}
+
+/* ---- step thread: one step ---- */
+
+static void step_failed(struct scheduler_actor *a, const char *what, llb_status st) {
+  char q[600];
+  LLB_LOG_ERROR("step_failed", "peer=%s step=%llu status=%s error=%s action=preempt_all",
+                what, (unsigned long long)a->out.step, llb_strerror(st),
+                llb_log_quote(q, sizeof q, llb_err_last()));
+  sched_preempt_all(a->sched, false);
+  a->backoff_ms = a->backoff_ms ? a->backoff_ms * 2 : BACKOFF_MIN_MS;
+  if (a->backoff_ms > BACKOFF_MAX_MS) a->backoff_ms = BACKOFF_MAX_MS;
+}
+
+/* The KV round trip of this step; OK or the failure (already recorded with LLB_ERRF). */
+static llb_status kv_round_trip(struct scheduler_actor *a) {
+  struct llb_kv_step m;
+  llb_status st = sched_wire_kv_step(&a->wire, &a->kv, &m);
+  m.reset = a->kv_reset_pending;
+  if (!st) st = llb_kv_step_encode_buf(&m, &a->buf);
+  if (st) return st;
+  struct bus_msg *reply = NULL;
+  st = bus_request(a->bus, a->subj_kv, a->buf.data, a->buf.len, NULL, a->cfg.kv_timeout_ms, &reply);
+  if (st) return st;
+  llb_arena_reset(&a->arena);
+  struct llb_kv_step_result r;
+  st = llb_kv_step_result_decode(reply->data, reply->len, &a->arena, &r);
+  bus_msg_destroy(reply);
+  if (st) return st;
+  if (r.error.code != 0)
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "kv_manager error %d: %s", r.error.code, r.error.message.data);
+  a->kv_reset_pending = false;
+  st = sched_wire_kv_result(&r, &a->kv_res);
+  if (st) return st;
+  return sched_apply_kv_result(a->sched, &a->kv_res, &a->out);
+}
+
+static llb_status execute_round_trip(struct scheduler_actor *a) {
+  struct llb_scheduler_output m;
+  llb_status st = sched_wire_scheduler_output(&a->wire, &a->out, &a->carry_finished,
+                                              &a->carry_preempted, &m);
+  if (st) return st;
+  int64_t now = llb_wall_ns();
+  for (int32_t i = 0; i < a->out.num_new_reqs; i++) {
+    int64_t at = map_find(a, a->out.new_reqs[i].req_id);
+    if (at >= 0 && a->map[at]->scheduled_time_ns == 0) a->map[at]->scheduled_time_ns = now;
+  }
+  st = llb_scheduler_output_encode_buf(&m, &a->buf);
+  if (st) return st;
+  sched_str_list_clear(&a->carry_finished);
+  sched_str_list_clear(&a->carry_preempted);
+  struct bus_msg *reply = NULL;
+  st = bus_request(a->bus, a->subj_execute, a->buf.data, a->buf.len, NULL,
+                   a->cfg.execute_timeout_ms, &reply);
+  if (st) return st;
+  llb_arena_reset(&a->arena);
+  struct llb_model_runner_output r;
+  st = llb_model_runner_output_decode(reply->data, reply->len, &a->arena, &r);
+  bus_msg_destroy(reply);
+  if (st) return st;
+  if (r.error.code != 0)
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "worker error %d: %s", r.error.code, r.error.message.data);
+  struct sched_model_output mo;
+  st = sched_wire_model_output(&a->wire, &r, &mo);
+  if (st) return st;
+  return sched_update_from_output(a->sched, &mo, &a->eo);
+}
+
+static llb_status carry_ids(struct sched_str_list *dst, const struct sched_str_list *src) {
+  for (int32_t i = 0; i < src->num; i++) {
+    llb_status st = sched_str_list_add(dst, sched_str_list_get(src, i));
+    if (st) return st;
+  }
+  return LLB_STATUS_OK;
+}
+
+/* One step; returns true if it did anything (tokens executed or kv ops sent). */
+static bool run_step(struct scheduler_actor *a) {
+  llb_status st = sched_schedule(a->sched, &a->out, &a->kv);
+  if (st) {
+    step_failed(a, "schedule", st);
+    return false;
+  }
+  bool did = false;
+  if (a->kv.num_ops > 0) {
+    did = true;
+    st = kv_round_trip(a);
+    if (st) {
+      atomic_fetch_add(&a->c_kv_fail, 1);
+      step_failed(a, "kv_manager", st);
+      return true;
+    }
+  }
+  if (a->out.total_num_scheduled_tokens == 0) {
+    /* Nothing for the worker: keep the ids it must drop for the next SchedulerOutput. */
+    if (carry_ids(&a->carry_finished, &a->out.finished_req_ids) ||
+        carry_ids(&a->carry_preempted, &a->out.preempted_req_ids))
+      LLB_LOG_ERROR("carry_ids_failed", "reason=out_of_memory");
+    a->backoff_ms = 0;
+    return did;
+  }
+  st = execute_round_trip(a);
+  if (st) {
+    atomic_fetch_add(&a->c_exec_fail, 1);
+    a->kv_reset_pending = true;
+    step_failed(a, "gpu_worker", st);
+    return true;
+  }
+  atomic_fetch_add(&a->c_steps, 1);
+  a->backoff_ms = 0;
+  return true;
+}
+
+static int64_t deadline_ms_to_abs(struct timespec *ts, int64_t ms) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  int64_t ns = ts->tv_nsec + (ms % 1000) * 1000000;
+  ts->tv_sec += ms / 1000 + ns / 1000000000;
+  ts->tv_nsec = ns % 1000000000;
+  return ms;
+}
+
+static void *step_thread(void *arg) {
+  struct scheduler_actor *a = arg;
+  bool last_active = false;
+  a->last_stats_ns = llb_now_ns();
+  for (;;) {
+    pthread_mutex_lock(&a->mu);
+    bool busy = sched_num_unfinished(a->sched) > 0;
+    int64_t wait_ms = -1; /* -1 = no wait */
+    if (a->backoff_ms > 0) wait_ms = a->backoff_ms;
+    else if (!busy && !last_active) wait_ms = a->cfg.stats_idle_interval_ms;
+    else if (busy && !last_active) wait_ms = STALL_WAIT_MS;
+    if (wait_ms > 0 && !a->stop && !a->intake_head && !a->abort_head) {
+      int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
+      int64_t stats_in = (busy ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms) - since_stats;
+      if (stats_in < wait_ms) wait_ms = stats_in > 0 ? stats_in : 0;
+      if (wait_ms > 0) {
+        struct timespec ts;
+        deadline_ms_to_abs(&ts, wait_ms);
+        pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+      }
+    }
+    if (a->stop) {
+      pthread_mutex_unlock(&a->mu);
+      break;
+    }
+    struct req_meta *intake = a->intake_head;
+    struct abort_item *aborts = a->abort_head;
+    a->intake_head = a->intake_tail = NULL;
+    a->abort_head = NULL;
+    pthread_mutex_unlock(&a->mu);
+
+    admit(a, intake);
+    apply_aborts(a, aborts);
+    bool stepped = false, did = false;
+    if (sched_num_unfinished(a->sched) > 0 || last_active) {
+      did = run_step(a);
+      stepped = true;
+    }
+    publish_outputs(a, a->out.step, stepped);
+    last_active = did;
+    busy = sched_num_unfinished(a->sched) > 0;
+    int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
+    if (since_stats >= (busy || did ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms))
+      publish_stats(a);
+  }
+  return NULL;
+}
+
+/* ---- lifecycle ---- */
+
+llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
+                                  const struct scheduler_actor_config *cfg,
+                                  struct scheduler_actor **out) {
+  if (!bus || !cfg || !out || !cfg->engine_id || cfg->kv_timeout_ms <= 0 ||
+      cfg->execute_timeout_ms <= 0 || cfg->stats_interval_ms <= 0 || cfg->stats_idle_interval_ms <= 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                    "scheduler actor: need bus, engine id and positive timeouts/intervals");
+  *out = NULL;
+  struct scheduler_actor *a = calloc(1, sizeof(*a));
+  if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "scheduler actor");
+  a->bus = bus;
+  a->cfg = *cfg;
+  snprintf(a->engine_id, sizeof a->engine_id, "%s", cfg->engine_id);
+  a->cfg.engine_id = a->engine_id;
+  pthread_mutex_init(&a->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&a->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  llb_arena_init(&a->req_arena, NULL, 0);
+  llb_arena_init(&a->abort_arena, NULL, 0);
+  llb_arena_init(&a->arena, NULL, 0);
+  sched_output_init(&a->out);
+  kv_step_init(&a->kv);
+  kv_step_result_init(&a->kv_res);
+  sched_engine_outputs_init(&a->eo);
+  sched_engine_outputs_init(&a->eo_side);
+  llb_status st = sched_create(&cfg->sched, &a->sched);
+  const struct { char *buf; const char *kind; } subj[] = {
+      {a->subj_requests, "requests"}, {a->subj_abort, "abort"}, {a->subj_kv, "kv"},
+      {a->subj_execute, "execute"}, {a->subj_outputs, "outputs"}, {a->subj_stats, "stats"}};
+  for (size_t i = 0; i < sizeof subj / sizeof subj[0] && !st; i++)
+    st = bus_subject_engine(prefix, a->engine_id, subj[i].kind, subj[i].buf, BUS_SUBJECT_MAX);
+  if (st) goto fail;
+  if (pthread_create(&a->thread, NULL, step_thread, a) != 0) {
+    st = LLB_ERRF(LLB_STATUS_INTERNAL, "scheduler actor: pthread_create failed");
+    goto fail;
+  }
+  a->thread_started = true;
+  st = bus_subscribe(bus, a->subj_requests, NULL, on_request, a, NULL);
+  if (!st) st = bus_subscribe(bus, a->subj_abort, NULL, on_abort, a, NULL);
+  if (st) goto fail;
+  LLB_LOG_INFO("scheduler_started", "requests=%s num_blocks=%d block_size=%d max_num_seqs=%d "
+               "max_num_batched_tokens=%d max_model_len=%d policy=%s",
+               a->subj_requests, cfg->sched.num_blocks, cfg->sched.block_size,
+               cfg->sched.max_num_seqs, cfg->sched.max_num_batched_tokens, cfg->sched.max_model_len,
+               cfg->sched.policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs");
+  *out = a;
+  return LLB_STATUS_OK;
+fail:
+  scheduler_actor_stop(a);
+  scheduler_actor_destroy(a);
+  return st;
+}
+
+void scheduler_actor_stop(struct scheduler_actor *a) {
+  if (!a) return;
+  pthread_mutex_lock(&a->mu);
+  a->stop = true;
+  pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+  if (a->thread_started) pthread_join(a->thread, NULL);
+  a->thread_started = false;
+}
+
+void scheduler_actor_destroy(struct scheduler_actor *a) {
+  if (!a) return;
+  scheduler_actor_stop(a);
+  while (a->intake_head) {
+    struct req_meta *m = a->intake_head;
+    a->intake_head = m->next;
+    meta_free(m);
+  }
+  while (a->abort_head) {
+    struct abort_item *it = a->abort_head;
+    a->abort_head = it->next;
+    free(it);
+  }
+  for (int64_t i = 0; i < a->map_cap; i++) meta_free(a->map[i]);
+  free(a->map);
+  for (int64_t i = 0; i < a->num_rejected; i++) meta_free(a->rejected[i]);
+  free(a->rejected);
+  sched_destroy(a->sched);
+  sched_output_free(&a->out);
+  kv_step_free(&a->kv);
+  kv_step_result_free(&a->kv_res);
+  sched_engine_outputs_free(&a->eo);
+  sched_engine_outputs_free(&a->eo_side);
+  sched_str_list_free(&a->carry_finished);
+  sched_str_list_free(&a->carry_preempted);
+  sched_wire_free(&a->wire);
+  free(a->outs);
+  llb_arena_destroy(&a->req_arena);
+  llb_arena_destroy(&a->abort_arena);
+  llb_arena_destroy(&a->arena);
+  llb_buf_free(&a->buf);
+  llb_buf_free(&a->req_err_buf);
+  pthread_cond_destroy(&a->cv);
+  pthread_mutex_destroy(&a->mu);
+  free(a);
+}
+
+void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_actor_counters *out) {
+  *out = (struct scheduler_actor_counters){
+      .num_steps = atomic_load(&a->c_steps), .num_requests = atomic_load(&a->c_requests),
+      .num_rejected = atomic_load(&a->c_rejected), .num_aborted = atomic_load(&a->c_aborted),
+      .num_kv_failures = atomic_load(&a->c_kv_fail),
+      .num_execute_failures = atomic_load(&a->c_exec_fail),
+      .num_outputs_published = atomic_load(&a->c_pub)};
+}

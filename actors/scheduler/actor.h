@@ -1,0 +1,77 @@
+/* The scheduler actor: EngineCore's step loop on the bus (DESIGN.md §4, /tmp WIRING).
+ *
+ * Subscribes <prefix>.engine.<eid>.requests (EngineCoreRequest) and .abort (AbortRequests);
+ * their handlers only decode, copy and enqueue under a mutex, then signal the step thread.
+ * The step thread owns the scheduler (scheduler.h) and, per step:
+ *   admit queued requests (sched_add_request; a refused one gets an ERROR output), apply
+ *   queued aborts, sched_schedule → if kv ops: ONE request to .kv (KVStep → KVStepResult)
+ *   → sched_apply_kv_result → if tokens: request to .execute (SchedulerOutput →
+ *   ModelRunnerOutput) → sched_update_from_output → ONE EngineCoreOutputs on .outputs
+ *   with every request's new tokens (a request's first output carries its prompt, sampling
+ *   params, parent id + index and arrival time). SchedulerStats on .stats every
+ *   stats_interval_ms while there is work, at least every stats_idle_interval_ms.
+ * It sleeps on a condition variable when there is nothing to do (never busy-waits).
+ *
+ * Failure (DESIGN.md §6): a timeout, an error reply or an undecodable reply from the
+ * kv_manager or the worker logs one line and preempts every running request
+ * (sched_preempt_all with kv_lost = false: FREE ops for their blocks go with the next KV
+ * step; a restarted, empty kv_manager answers them NOT_FOUND, which is harmless, while a
+ * live one gets its blocks back); then the loop backs off (100 ms doubling to 2 s) and
+ * goes on: requests are recomputed when the actor is back.
+ *
+ * Buffers (wire views, encoded messages, decode arena) are reused across steps: at steady
+ * state a step allocates only inside the FlatBuffers encoder's reused builder.
+ */
+#ifndef LLB_ACTORS_SCHEDULER_ACTOR_H
+#define LLB_ACTORS_SCHEDULER_ACTOR_H
+
+#include <stdint.h>
+
+#include "actors/scheduler/scheduler.h"
+#include "bus/bus.h"
+#include "bus/status.h"
+
+struct scheduler_actor;
+
+struct scheduler_actor_config {
+  struct sched_config sched;
+  const char *engine_id;          /* <eid>; copied */
+  int64_t kv_timeout_ms;          /* KVStep round trip limit (default 5000) */
+  int64_t execute_timeout_ms;     /* SchedulerOutput round trip limit (default 60000) */
+  int64_t stats_interval_ms;      /* while there is work (default 1000) */
+  int64_t stats_idle_interval_ms; /* at least this often (default 5000) */
+};
+
+struct scheduler_actor_counters {
+  uint64_t num_steps;             /* steps executed on the worker */
+  uint64_t num_requests;          /* EngineCoreRequests admitted */
+  uint64_t num_rejected;          /* refused (ERROR output) or undecodable */
+  uint64_t num_aborted;           /* abort ids received */
+  uint64_t num_kv_failures;       /* kv round trips that failed */
+  uint64_t num_execute_failures;  /* execute round trips that failed */
+  uint64_t num_outputs_published; /* EngineCoreOutputs messages */
+};
+
+/* Defaults above, sched_config_init for the scheduler, engine id "0". */
+void scheduler_actor_config_init(struct scheduler_actor_config *c);
+
+/* Creates the scheduler, subscribes .requests and .abort under `prefix` and starts the step
+ * thread. Stop with scheduler_actor_stop (before bus_destroy), free with
+ * scheduler_actor_destroy (after it). Errors: sched_create's, bus_subscribe's,
+ * INVALID_ARGUMENT (subjects), OUT_OF_MEMORY, INTERNAL (thread). */
+llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
+                                  const struct scheduler_actor_config *cfg,
+                                  struct scheduler_actor **out);
+
+/* Stops and joins the step thread (a step in flight ends with its timeout at worst).
+ * Idempotent; NULL ok. */
+void scheduler_actor_stop(struct scheduler_actor *a);
+
+/* Frees everything; call after scheduler_actor_stop and after the bus is drained or
+ * destroyed (no handler may run). NULL ok. */
+void scheduler_actor_destroy(struct scheduler_actor *a);
+
+/* Snapshot of the counters; thread-safe. */
+void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_actor_counters *out);
+
+#endif

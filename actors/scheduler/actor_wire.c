@@ -1,0 +1,162 @@
+/* Scheduler plain structs <-> wire views. See actor_wire.h. */
+#include "actors/scheduler/actor_wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+llb_status sched_wire_grow(void **arr, int64_t *cap, int64_t need, size_t elem) {
+  if (need <= *cap) return LLB_STATUS_OK;
+  int64_t n = *cap > 0 ? *cap : 16;
+  while (n < need) n *= 2;
+  void *p = realloc(*arr, (size_t)n * elem);
+  if (!p) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "scheduler wire: %lld entries", (long long)n);
+  *arr = p;
+  *cap = n;
+  return LLB_STATUS_OK;
+}
+
+#define GROW(w, field, capf, need) \
+  sched_wire_grow((void **)&(w)->field, &(w)->capf, (need), sizeof(*(w)->field))
+
+void sched_wire_free(struct sched_wire *w) {
+  if (!w) return;
+  free(w->kv_ops);
+  free(w->new_reqs);
+  free(w->cached_ids);
+  free(w->cached_resumed);
+  free(w->cached_new_block_counts);
+  free(w->cached_num_computed);
+  free(w->cached_num_output);
+  free(w->cached_new_block_ids);
+  free(w->scheduled);
+  free(w->finished);
+  free(w->preempted);
+  free(w->mo_req_ids);
+  memset(w, 0, sizeof(*w));
+}
+
+llb_status sched_wire_kv_step(struct sched_wire *w, const struct kv_step *kv, struct llb_kv_step *out) {
+  llb_status st = GROW(w, kv_ops, cap_kv_ops, kv->num_ops);
+  if (st) return st;
+  for (int32_t i = 0; i < kv->num_ops; i++) {
+    const struct kv_op *op = &kv->ops[i];
+    const uint64_t *h = kv_step_op_hashes(kv, op);
+    enum llb_kv_op_kind kind = op->kind == KV_OP_KIND_ALLOCATE ? LLB_KV_OP_KIND_ALLOCATE
+                               : op->kind == KV_OP_KIND_CACHE  ? LLB_KV_OP_KIND_CACHE
+                                                               : LLB_KV_OP_KIND_FREE;
+    w->kv_ops[i] = (struct llb_kv_op){.kind = kind,
+                                      .req_id = llb_str_c(op->req_id),
+                                      .num_tokens = op->num_tokens,
+                                      .block_hashes = h,
+                                      .num_block_hashes = h ? op->num_block_hashes : 0,
+                                      .num_computed_tokens = op->num_computed_tokens,
+                                      .lookup = op->lookup};
+  }
+  *out = (struct llb_kv_step){.version = LLB_SCHEMA_VERSION, .step = kv->step, .ops = w->kv_ops,
+                              .num_ops = kv->num_ops};
+  return LLB_STATUS_OK;
+}
+
+llb_status sched_wire_kv_result(const struct llb_kv_step_result *in, struct kv_step_result *out) {
+  kv_step_result_clear(out, in->step);
+  for (int32_t i = 0; i < in->num_results; i++) {
+    const struct llb_kv_op_result *r = &in->results[i];
+    int32_t *ids = NULL;
+    llb_status st = kv_step_result_add(out, (llb_status)r->status, r->num_cached_tokens,
+                                       r->num_block_ids, &ids);
+    if (st) return st;
+    if (r->num_block_ids > 0) memcpy(ids, r->block_ids, (size_t)r->num_block_ids * sizeof(*ids));
+  }
+  out->num_free_blocks = in->num_free_blocks;
+  out->num_total_blocks = in->num_total_blocks;
+  out->prefix_cache_queries = in->prefix_cache_queries;
+  out->prefix_cache_hits = in->prefix_cache_hits;
+  return LLB_STATUS_OK;
+}
+
+static llb_status strs(struct llb_str **dst, int64_t *cap, const struct sched_str_list *a,
+                       const struct sched_str_list *b, int32_t *n_out) {
+  int32_t na = a ? a->num : 0, nb = b ? b->num : 0;
+  llb_status st = sched_wire_grow((void **)dst, cap, (int64_t)na + nb, sizeof(**dst));
+  if (st) return st;
+  for (int32_t i = 0; i < na; i++) (*dst)[i] = llb_str_c(sched_str_list_get(a, i));
+  for (int32_t i = 0; i < nb; i++) (*dst)[na + i] = llb_str_c(sched_str_list_get(b, i));
+  *n_out = na + nb;
+  return LLB_STATUS_OK;
+}
+
+llb_status sched_wire_scheduler_output(struct sched_wire *w, const struct sched_output *o,
+                                       const struct sched_str_list *carry_finished,
+                                       const struct sched_str_list *carry_preempted,
+                                       struct llb_scheduler_output *out) {
+  int32_t nn = o->num_new_reqs, nc = o->num_cached_reqs;
+  int64_t nblocks = 0;
+  for (int32_t i = 0; i < nc; i++) nblocks += o->cached_reqs[i].num_new_block_ids;
+  llb_status st = GROW(w, new_reqs, cap_new_reqs, nn);
+  if (!st) st = GROW(w, scheduled, cap_scheduled, (int64_t)nn + nc);
+  if (!st) st = GROW(w, cached_new_block_ids, cap_cached_new_block_ids, nblocks);
+  if (!st && nc > w->cap_cached) {
+    int64_t cap = w->cap_cached, c2 = cap, c3 = cap, c4 = cap, c5 = cap;
+    st = sched_wire_grow((void **)&w->cached_ids, &cap, nc, sizeof(*w->cached_ids));
+    if (!st) st = sched_wire_grow((void **)&w->cached_resumed, &c2, nc, sizeof(bool));
+    if (!st) st = sched_wire_grow((void **)&w->cached_new_block_counts, &c3, nc, sizeof(int32_t));
+    if (!st) st = sched_wire_grow((void **)&w->cached_num_computed, &c4, nc, sizeof(int32_t));
+    if (!st) st = sched_wire_grow((void **)&w->cached_num_output, &c5, nc, sizeof(int32_t));
+    if (!st) w->cap_cached = cap;
+  }
+  if (st) return st;
+  *out = (struct llb_scheduler_output){.version = LLB_SCHEMA_VERSION, .step = o->step,
+                                       .block_size = o->block_size};
+  for (int32_t i = 0; i < nn; i++) {
+    const struct sched_new_req_data *r = &o->new_reqs[i];
+    w->new_reqs[i] = (struct llb_new_request_data){
+        .req_id = llb_str_c(r->req_id), .prompt_token_ids = r->prompt_token_ids,
+        .num_prompt_token_ids = r->num_prompt_tokens, .sampling_params = r->sampling_params,
+        .output_token_ids = r->output_token_ids, .num_output_token_ids = r->num_output_tokens,
+        .block_ids = r->block_ids, .num_block_ids = r->num_block_ids,
+        .num_computed_tokens = r->num_computed_tokens};
+    w->scheduled[i] = (struct llb_scheduled_tokens){llb_str_c(r->req_id), r->num_scheduled_tokens};
+  }
+  int64_t off = 0;
+  for (int32_t i = 0; i < nc; i++) {
+    const struct sched_cached_req_data *r = &o->cached_reqs[i];
+    w->cached_ids[i] = llb_str_c(r->req_id);
+    w->cached_resumed[i] = false;
+    w->cached_new_block_counts[i] = r->num_new_block_ids;
+    w->cached_num_computed[i] = r->num_computed_tokens;
+    w->cached_num_output[i] = r->num_output_tokens;
+    if (r->num_new_block_ids > 0)
+      memcpy(w->cached_new_block_ids + off, r->new_block_ids,
+             (size_t)r->num_new_block_ids * sizeof(int32_t));
+    off += r->num_new_block_ids;
+    w->scheduled[nn + i] = (struct llb_scheduled_tokens){llb_str_c(r->req_id), r->num_scheduled_tokens};
+  }
+  out->scheduled_new_reqs = w->new_reqs;
+  out->num_scheduled_new_reqs = nn;
+  out->scheduled_cached_reqs = (struct llb_cached_request_data){
+      .num_reqs = nc, .req_ids = w->cached_ids, .resumed_from_preemption = w->cached_resumed,
+      .new_block_ids = w->cached_new_block_ids, .num_new_block_ids = (int32_t)off,
+      .new_block_counts = w->cached_new_block_counts, .num_computed_tokens = w->cached_num_computed,
+      .num_output_tokens = w->cached_num_output};
+  out->num_scheduled_tokens = w->scheduled;
+  out->num_scheduled_reqs = nn + nc;
+  out->total_num_scheduled_tokens = o->total_num_scheduled_tokens;
+  st = strs(&w->finished, &w->cap_finished, carry_finished, &o->finished_req_ids,
+            &out->num_finished_req_ids);
+  if (!st) st = strs(&w->preempted, &w->cap_preempted, carry_preempted, &o->preempted_req_ids,
+                     &out->num_preempted_req_ids);
+  out->finished_req_ids = w->finished;
+  out->preempted_req_ids = w->preempted;
+  return st;
+}
+
+llb_status sched_wire_model_output(struct sched_wire *w, const struct llb_model_runner_output *in,
+                                   struct sched_model_output *out) {
+  llb_status st = GROW(w, mo_req_ids, cap_mo_req_ids, in->num_reqs);
+  if (st) return st;
+  for (int32_t i = 0; i < in->num_reqs; i++) w->mo_req_ids[i] = in->req_ids[i].data;
+  *out = (struct sched_model_output){.step = in->step, .num_reqs = in->num_reqs,
+                                     .req_ids = w->mo_req_ids, .num_sampled = in->num_sampled,
+                                     .sampled_token_ids = in->sampled_token_ids};
+  return LLB_STATUS_OK;
+}

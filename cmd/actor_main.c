@@ -1,0 +1,334 @@
+/* The shared actor main: flags, connect, heartbeat, run, drain (see actor_main.h). */
+#include "cmd/actor_main.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bus/log.h"
+#include "bus/subject.h"
+#include "schemas/control.h"
+
+#ifndef LLB_DEFAULT_MODEL_PATH
+#define LLB_DEFAULT_MODEL_PATH "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+#endif
+
+#define ACTOR_MAIN_EXIT_OK 0
+#define ACTOR_MAIN_EXIT_FAILURE 1
+#define ACTOR_MAIN_EXIT_USAGE 2
+/* Returned by parse_args when the program should go on. */
+#define ACTOR_MAIN_CONTINUE (-1)
+
+#define HEARTBEAT_CAP_BYTES 1024
+
+llb_status actor_main_parse_int64(const char *value, int64_t min, int64_t max, int64_t *out) {
+  if (!value || !*value)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "expected an integer, got an empty value");
+  errno = 0;
+  char *end = NULL;
+  long long v = strtoll(value, &end, 10);
+  if (errno != 0 || *end != '\0' || v < min || v > max)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                    "'%s' is not an integer in [%" PRId64 ", %" PRId64 "]", value, min, max);
+  *out = (int64_t)v;
+  return LLB_STATUS_OK;
+}
+
+static llb_status parse_double(const char *value, double *out) {
+  errno = 0;
+  char *end = NULL;
+  double v = strtod(value, &end);
+  if (!*value || errno != 0 || *end != '\0')
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "'%s' is not a number", value);
+  *out = v;
+  return LLB_STATUS_OK;
+}
+
+/* The common flags as a table over am->common, so one parser serves both lists. */
+enum { NUM_COMMON_FLAGS = 8 };
+static void common_flags_table(struct actor_main *am, struct actor_flag *t) {
+  struct actor_common_flags *c = &am->common;
+  const struct actor_flag table[NUM_COMMON_FLAGS] = {
+      {"nats", ACTOR_FLAG_KIND_STRING, &c->nats_url, "NATS server URL(s), comma-separated", NULL},
+      {"prefix", ACTOR_FLAG_KIND_STRING, &c->prefix, "subject prefix", NULL},
+      {"engine-id", ACTOR_FLAG_KIND_STRING, &c->engine_id, "engine id (<eid> in llm.engine.<eid>.*)",
+       NULL},
+      {"instance", ACTOR_FLAG_KIND_STRING, &c->instance, "instance name in the health subject",
+       NULL},
+      {"model", ACTOR_FLAG_KIND_STRING, &c->model_path, "GGUF model path", NULL},
+      {"creds", ACTOR_FLAG_KIND_STRING, &c->creds_file, "NATS credentials file (.creds)", NULL},
+      {"log-level", ACTOR_FLAG_KIND_STRING, &c->log_level, "debug|info|warn|error", NULL},
+      {"heartbeat-ms", ACTOR_FLAG_KIND_INT64, &c->heartbeat_ms, "heartbeat interval, ms", NULL},
+  };
+  memcpy(t, table, sizeof table);
+}
+
+static void print_flag(FILE *f, const struct actor_flag *fl) {
+  char head[64];
+  snprintf(head, sizeof head, "--%s%s", fl->name,
+           fl->kind == ACTOR_FLAG_KIND_BOOL ? "" : " VALUE");
+  fprintf(f, "  %-28s %s", head, fl->help ? fl->help : "");
+  switch (fl->kind) {
+  case ACTOR_FLAG_KIND_INT32: fprintf(f, " (default %" PRId32 ")", *(int32_t *)fl->target); break;
+  case ACTOR_FLAG_KIND_INT64: fprintf(f, " (default %" PRId64 ")", *(int64_t *)fl->target); break;
+  case ACTOR_FLAG_KIND_DOUBLE: fprintf(f, " (default %g)", *(double *)fl->target); break;
+  case ACTOR_FLAG_KIND_STRING: {
+    const char *v = *(const char **)fl->target;
+    if (v) fprintf(f, " (default %s)", v);
+    break;
+  }
+  case ACTOR_FLAG_KIND_BOOL:
+  case ACTOR_FLAG_KIND_CUSTOM: break;
+  }
+  fputc('\n', f);
+}
+
+static void print_usage(FILE *f, struct actor_main *am, const struct actor_flag *common) {
+  const struct actor_main_spec *s = am->spec;
+  fprintf(f, "usage: %s [flags]\n%s%s", s->program ? s->program : s->actor,
+          s->summary ? s->summary : "", s->summary ? "\n" : "");
+  fprintf(f, "\ncommon flags:\n");
+  for (int i = 0; i < NUM_COMMON_FLAGS; i++) print_flag(f, &common[i]);
+  fprintf(f, "  %-28s %s\n", "--help", "print this help and exit");
+  if (s->num_flags > 0) {
+    fprintf(f, "\n%s flags:\n", s->actor);
+    for (int i = 0; i < s->num_flags; i++) print_flag(f, &s->flags[i]);
+  }
+}
+
+static llb_status set_flag(const struct actor_flag *fl, const char *value) {
+  int64_t v = 0;
+  llb_status st = LLB_STATUS_OK;
+  switch (fl->kind) {
+  case ACTOR_FLAG_KIND_BOOL: *(bool *)fl->target = true; break;
+  case ACTOR_FLAG_KIND_INT32:
+    st = actor_main_parse_int64(value, INT32_MIN, INT32_MAX, &v);
+    if (st == LLB_STATUS_OK) *(int32_t *)fl->target = (int32_t)v;
+    break;
+  case ACTOR_FLAG_KIND_INT64:
+    st = actor_main_parse_int64(value, INT64_MIN, INT64_MAX, &v);
+    if (st == LLB_STATUS_OK) *(int64_t *)fl->target = v;
+    break;
+  case ACTOR_FLAG_KIND_DOUBLE: st = parse_double(value, (double *)fl->target); break;
+  case ACTOR_FLAG_KIND_STRING: *(const char **)fl->target = value; break;
+  case ACTOR_FLAG_KIND_CUSTOM:
+    if (!fl->set) return LLB_ERRF(LLB_STATUS_INTERNAL, "--%s has no setter", fl->name);
+    st = fl->set(value, fl->target);
+    break;
+  }
+  return st;
+}
+
+static const struct actor_flag *find_flag(const struct actor_flag *common,
+                                          const struct actor_main_spec *s, const char *name,
+                                          size_t len) {
+  for (int i = 0; i < NUM_COMMON_FLAGS; i++)
+    if (strlen(common[i].name) == len && strncmp(common[i].name, name, len) == 0) return &common[i];
+  for (int i = 0; i < s->num_flags; i++)
+    if (strlen(s->flags[i].name) == len && strncmp(s->flags[i].name, name, len) == 0)
+      return &s->flags[i];
+  return NULL;
+}
+
+/* Returns ACTOR_MAIN_CONTINUE, or an exit code (0 after --help, 2 on a usage error). */
+static int parse_args(struct actor_main *am, int argc, char **argv) {
+  struct actor_flag common[NUM_COMMON_FLAGS];
+  common_flags_table(am, common);
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+      print_usage(stdout, am, common);
+      return ACTOR_MAIN_EXIT_OK;
+    }
+    if (strncmp(arg, "--", 2) != 0) {
+      fprintf(stderr, "%s: unexpected argument '%s'\n\n", am->spec->actor, arg);
+      print_usage(stderr, am, common);
+      return ACTOR_MAIN_EXIT_USAGE;
+    }
+    const char *name = arg + 2;
+    const char *eq = strchr(name, '=');
+    size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+    const struct actor_flag *fl = find_flag(common, am->spec, name, name_len);
+    if (!fl) {
+      fprintf(stderr, "%s: unknown flag '--%.*s'\n\n", am->spec->actor, (int)name_len, name);
+      print_usage(stderr, am, common);
+      return ACTOR_MAIN_EXIT_USAGE;
+    }
+    const char *value = NULL;
+    if (fl->kind == ACTOR_FLAG_KIND_BOOL) {
+      if (eq) {
+        fprintf(stderr, "%s: --%s takes no value\n", am->spec->actor, fl->name);
+        return ACTOR_MAIN_EXIT_USAGE;
+      }
+    } else if (eq) {
+      value = eq + 1;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      fprintf(stderr, "%s: --%s needs a value\n", am->spec->actor, fl->name);
+      return ACTOR_MAIN_EXIT_USAGE;
+    }
+    if (set_flag(fl, value) != LLB_STATUS_OK) {
+      fprintf(stderr, "%s: --%s: %s\n", am->spec->actor, fl->name, llb_err_last());
+      return ACTOR_MAIN_EXIT_USAGE;
+    }
+  }
+  return ACTOR_MAIN_CONTINUE;
+}
+
+static llb_status apply_log_level(const char *level) {
+  static const struct { const char *name; llb_log_level level; } levels[] = {
+      {"debug", LLB_LOG_LEVEL_DEBUG}, {"info", LLB_LOG_LEVEL_INFO},
+      {"warn", LLB_LOG_LEVEL_WARN},   {"error", LLB_LOG_LEVEL_ERROR}};
+  for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
+    if (strcmp(level, levels[i].name) == 0) {
+      llb_log_set_level(levels[i].level);
+      return LLB_STATUS_OK;
+    }
+  return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--log-level '%s': expected debug|info|warn|error",
+                  level);
+}
+
+/* Runs on the bus loop thread: encode one Heartbeat, never block. */
+static llb_status heartbeat_fill(void *user, uint8_t *buf, size_t cap, size_t *len) {
+  struct actor_main *am = user;
+  struct llb_heartbeat hb = {
+      .version = LLB_SCHEMA_VERSION,
+      .actor = llb_str_c(am->spec->actor),
+      .instance = llb_str_c(am->common.instance),
+      .host = llb_str_c(am->host_buf),
+      .pid = (int32_t)getpid(),
+      .uptime_s = (double)(llb_now_ns() - am->start_ns) / 1e9,
+      .seq = atomic_fetch_add(&am->heartbeat_seq, 1),
+      .timestamp = (double)llb_wall_ns() / 1e9,
+      .ready = atomic_load(&am->ready),
+      .inflight = atomic_load(&am->inflight),
+  };
+  return llb_heartbeat_encode(&hb, buf, cap, len);
+}
+
+static void init_common(struct actor_main *am) {
+  if (gethostname(am->host_buf, sizeof am->host_buf) != 0) snprintf(am->host_buf, sizeof am->host_buf, "host");
+  am->host_buf[sizeof am->host_buf - 1] = '\0';
+  snprintf(am->instance_buf, sizeof am->instance_buf, "%s-%ld", am->host_buf, (long)getpid());
+  /* A subject token has no '.', '*', '>' or spaces: hostnames may have dots. */
+  for (char *p = am->instance_buf; *p; p++)
+    if (*p == '.' || *p == '*' || *p == '>' || *p == ' ') *p = '-';
+  am->common = (struct actor_common_flags){
+      .nats_url = "nats://127.0.0.1:4222",
+      .prefix = BUS_DEFAULT_PREFIX,
+      .engine_id = "0",
+      .instance = am->instance_buf,
+      .model_path = LLB_DEFAULT_MODEL_PATH,
+      .creds_file = NULL,
+      .log_level = "info",
+      .heartbeat_ms = 2000,
+  };
+}
+
+int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
+  if (!spec || !spec->actor || !spec->start) {
+    fprintf(stderr, "actor_main_exec: spec needs an actor name and a start hook\n");
+    return ACTOR_MAIN_EXIT_FAILURE;
+  }
+  struct actor_main am_storage;
+  memset(&am_storage, 0, sizeof am_storage);
+  struct actor_main *am = &am_storage;
+  am->spec = spec;
+  am->start_ns = llb_now_ns();
+  atomic_init(&am->ready, false);
+  atomic_init(&am->inflight, 0);
+  atomic_init(&am->heartbeat_seq, 0);
+  init_common(am);
+
+  int rc = parse_args(am, argc, argv);
+  if (rc != ACTOR_MAIN_CONTINUE) return rc;
+  llb_log_set_actor(spec->actor);
+  if (apply_log_level(am->common.log_level) != LLB_STATUS_OK ||
+      bus_prefix_check(am->common.prefix) != LLB_STATUS_OK ||
+      !bus_token_valid(am->common.engine_id) || !bus_token_valid(am->common.instance) ||
+      am->common.heartbeat_ms <= 0) {
+    if (!bus_token_valid(am->common.engine_id))
+      LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--engine-id '%s' is not a subject token",
+               am->common.engine_id);
+    else if (!bus_token_valid(am->common.instance))
+      LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--instance '%s' is not a subject token",
+               am->common.instance);
+    else if (am->common.heartbeat_ms <= 0)
+      LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--heartbeat-ms must be > 0");
+    fprintf(stderr, "%s: %s\n", spec->actor, llb_err_last());
+    return ACTOR_MAIN_EXIT_USAGE;
+  }
+  if (spec->configure && spec->configure(am, spec->user) != LLB_STATUS_OK) {
+    fprintf(stderr, "%s: %s\n", spec->actor, llb_err_last());
+    return ACTOR_MAIN_EXIT_USAGE;
+  }
+
+  struct bus_options o;
+  bus_options_init(&o);
+  o.urls = am->common.nats_url;
+  o.name = spec->program ? spec->program : spec->actor;
+  o.prefix = am->common.prefix;
+  o.creds_file = am->common.creds_file;
+  llb_status st = bus_connect(&o, &am->bus);
+  if (st != LLB_STATUS_OK) {
+    char q[512];
+    LLB_LOG_ERROR("connect_failed", "url=%s status=%s error=%s", am->common.nats_url,
+                  llb_strerror(st), llb_log_quote(q, sizeof q, llb_err_last()));
+    if (spec->destroy) spec->destroy(am, spec->user);
+    return ACTOR_MAIN_EXIT_FAILURE;
+  }
+  char url[256];
+  bus_connected_url(am->bus, url, sizeof url);
+  LLB_LOG_INFO("connected", "url=%s prefix=%s engine_id=%s instance=%s", url, am->common.prefix,
+               am->common.engine_id, am->common.instance);
+
+  rc = ACTOR_MAIN_EXIT_OK;
+  st = spec->start(am, spec->user);
+  if (st != LLB_STATUS_OK) {
+    char q[512];
+    LLB_LOG_ERROR("start_failed", "status=%s error=%s", llb_strerror(st),
+                  llb_log_quote(q, sizeof q, llb_err_last()));
+    rc = ACTOR_MAIN_EXIT_FAILURE;
+    goto out;
+  }
+  atomic_store(&am->ready, true);
+  st = bus_heartbeat_start(am->bus, spec->actor, am->common.instance, am->common.heartbeat_ms,
+                           HEARTBEAT_CAP_BYTES, heartbeat_fill, am);
+  if (st != LLB_STATUS_OK) {
+    char q[512];
+    LLB_LOG_ERROR("heartbeat_failed", "status=%s error=%s", llb_strerror(st),
+                  llb_log_quote(q, sizeof q, llb_err_last()));
+    rc = ACTOR_MAIN_EXIT_FAILURE;
+    goto out;
+  }
+  LLB_LOG_INFO("ready", "actor=%s", spec->actor);
+  st = bus_actor_run(am->bus);
+  atomic_store(&am->ready, false);
+  if (st != LLB_STATUS_OK) {
+    LLB_LOG_WARN("drain_incomplete", "status=%s", llb_strerror(st));
+    rc = ACTOR_MAIN_EXIT_FAILURE;
+  }
+out:
+  if (spec->stop) spec->stop(am, spec->user);
+  bus_destroy(am->bus);
+  am->bus = NULL;
+  if (spec->destroy) spec->destroy(am, spec->user);
+  LLB_LOG_INFO("exit", "code=%d", rc);
+  return rc;
+}
+
+llb_status actor_main_engine_subject(const struct actor_main *am, const char *kind, char *buf,
+                                     size_t cap) {
+  return bus_subject_engine(am->common.prefix, am->common.engine_id, kind, buf, cap);
+}
+
+void actor_main_set_ready(struct actor_main *am, bool ready) { atomic_store(&am->ready, ready); }
+
+void actor_main_set_inflight(struct actor_main *am, int32_t inflight) {
+  atomic_store(&am->inflight, inflight);
+}

@@ -1,0 +1,119 @@
+/* The shared skeleton of every actor main (llmbus-scheduler, llmbus-kv-manager, ...).
+ *
+ * A main fills one struct actor_main_spec (its name, its own flags, start/stop hooks) and
+ * calls actor_main_exec(), which does the rest in this order:
+ *   1. parse the common flags and the actor's own (--name VALUE or --name=VALUE);
+ *      --help prints both lists and exits 0; a bad flag prints the error + usage, exit 2;
+ *   2. llb_log_set_actor(spec->actor), --log-level;
+ *   3. spec->configure (optional): check the actor's flag values; error = exit 2;
+ *   4. bus_connect to --nats (NO_SERVER: one line naming the URL, exit 1);
+ *   5. spec->start: create the actor, subscribe its handlers, start its threads;
+ *   6. a Heartbeat (schemas/control.h) on <prefix>.health.<actor>.<instance> every
+ *      --heartbeat-ms, carrying ready / inflight (actor_main_set_ready/_inflight);
+ *   7. bus_actor_run: serve until SIGTERM / SIGINT / bus_stop, then drain;
+ *   8. spec->stop (optional; the bus is still there, the connection drained): join threads;
+ *   9. bus_destroy, then spec->destroy (optional): free the actor.
+ * Exit code: 0 after a clean drain, 1 on a start-up or drain failure, 2 on usage errors.
+ *
+ * Common flags: --nats URL (nats://127.0.0.1:4222), --prefix (llm), --engine-id (0),
+ * --instance (<hostname>-<pid>), --model PATH (the build's default model), --creds FILE,
+ * --log-level debug|info|warn|error (info), --heartbeat-ms (2000), --help.
+ *
+ * Threading: actor_main_exec runs on the main thread; start/stop/destroy run there too.
+ * actor_main_set_ready / _set_inflight are atomic and callable from any thread.
+ */
+#ifndef LLB_CMD_ACTOR_MAIN_H
+#define LLB_CMD_ACTOR_MAIN_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bus/bus.h"
+#include "bus/status.h"
+
+/* How a flag's value is stored into its target. */
+enum actor_flag_kind {
+  ACTOR_FLAG_KIND_BOOL,   /* no argument; sets *(bool *)target = true */
+  ACTOR_FLAG_KIND_INT32,  /* one argument, decimal; *(int32_t *)target */
+  ACTOR_FLAG_KIND_INT64,  /* one argument, decimal; *(int64_t *)target */
+  ACTOR_FLAG_KIND_DOUBLE, /* one argument; *(double *)target */
+  ACTOR_FLAG_KIND_STRING, /* one argument; *(const char **)target points into argv */
+  ACTOR_FLAG_KIND_CUSTOM, /* one argument, given to set(value, target) */
+};
+
+/* One actor-specific flag. Targets hold the defaults before parsing (shown by --help). */
+struct actor_flag {
+  const char *name;          /* without the leading "--": "num-blocks" */
+  enum actor_flag_kind kind;
+  void *target;              /* see enum actor_flag_kind; must outlive actor_main_exec */
+  const char *help;          /* one line; the default is appended for non-CUSTOM kinds */
+  /* CUSTOM only: parses `value` into `target`; an error status (with LLB_ERRF message)
+   * makes it a usage error. NULL for other kinds. */
+  llb_status (*set)(const char *value, void *target);
+};
+
+/* Values of the common flags after parsing. Strings point into argv or static storage. */
+struct actor_common_flags {
+  const char *nats_url;   /* comma-separated URLs */
+  const char *prefix;     /* subject prefix */
+  const char *engine_id;  /* <eid> of llm.engine.<eid>.* */
+  const char *instance;   /* health subject token; '.' in the hostname became '-' */
+  const char *model_path; /* GGUF path */
+  const char *creds_file; /* NULL = none */
+  const char *log_level;
+  int64_t heartbeat_ms;
+};
+
+/* The running main, handed to the hooks. */
+struct actor_main {
+  const struct actor_main_spec *spec;
+  struct actor_common_flags common;
+  struct bus *bus;            /* valid from start until after stop */
+  atomic_bool ready;          /* Heartbeat.ready; starts true after start() succeeds */
+  atomic_int inflight;        /* Heartbeat.inflight */
+  int64_t start_ns;           /* llb_now_ns() at exec start, for uptime */
+  atomic_uint_fast64_t heartbeat_seq;
+  char instance_buf[96];      /* default instance storage */
+  char host_buf[64];
+};
+
+struct actor_main_spec {
+  const char *actor;          /* "kv_manager": log actor= and the health subject token */
+  const char *program;        /* "llmbus-kv-manager", for --help */
+  const char *summary;        /* one line for --help */
+  const struct actor_flag *flags; /* [num_flags] the actor's own flags, may be NULL */
+  int num_flags;
+  /* Optional: validate / derive the actor's configuration after parsing, before connecting.
+   * An error (with LLB_ERRF message) is a usage error, exit 2. */
+  llb_status (*configure)(struct actor_main *am, void *user);
+  /* Required: bring the actor up on am->bus (subscribe, start threads). An error ends the
+   * process with exit 1 after spec->stop and spec->destroy ran (they must tolerate a
+   * partial start). */
+  llb_status (*start)(struct actor_main *am, void *user);
+  /* Optional: after the drain, before bus_destroy: stop and join the actor's threads. */
+  void (*stop)(struct actor_main *am, void *user);
+  /* Optional: after bus_destroy: free the actor. */
+  void (*destroy)(struct actor_main *am, void *user);
+  void *user;
+};
+
+/* Runs an actor main as described at the top; returns the process exit code (0, 1, 2).
+ * argv must outlive the call (string flags point into it). */
+int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv);
+
+/* "<prefix>.engine.<eid>.<kind>" of this actor into buf[cap] (kind: requests, abort, kv,
+ * encoder, execute, outputs, stats). Errors as bus_subject_engine. */
+llb_status actor_main_engine_subject(const struct actor_main *am, const char *kind, char *buf,
+                                     size_t cap);
+
+/* Heartbeat fields; thread-safe. */
+void actor_main_set_ready(struct actor_main *am, bool ready);
+void actor_main_set_inflight(struct actor_main *am, int32_t inflight);
+
+/* Parses a decimal integer in [min, max] (for CUSTOM setters). INVALID_ARGUMENT naming the
+ * value and the range otherwise. */
+llb_status actor_main_parse_int64(const char *value, int64_t min, int64_t max, int64_t *out);
+
+#endif

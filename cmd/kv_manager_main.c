@@ -1,0 +1,76 @@
+/* llmbus-kv-manager: the kv_manager actor on llm.engine.<eid>.kv (actors/kv_manager). */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "actors/kv_manager/actor.h"
+#include "bus/log.h"
+#include "cmd/actor_main.h"
+
+struct kv_main {
+  int32_t num_blocks;
+  int32_t block_size;
+  bool no_prefix_caching;
+  struct kv_manager_actor *actor;
+};
+
+static llb_status kv_configure(struct actor_main *am, void *user) {
+  (void)am;
+  struct kv_main *m = user;
+  if (m->num_blocks < 1 || m->block_size < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                    "--num-blocks (%d) and --block-size (%d) must be >= 1", m->num_blocks,
+                    m->block_size);
+  return LLB_STATUS_OK;
+}
+
+static llb_status kv_start(struct actor_main *am, void *user) {
+  struct kv_main *m = user;
+  char subject[BUS_SUBJECT_MAX];
+  llb_status st = actor_main_engine_subject(am, "kv", subject, sizeof subject);
+  if (st != LLB_STATUS_OK) return st;
+  struct kv_manager_config cfg = {.num_blocks = m->num_blocks,
+                                  .block_size = m->block_size,
+                                  .enable_prefix_caching = !m->no_prefix_caching};
+  return kv_manager_actor_create(am->bus, subject, &cfg, &m->actor);
+}
+
+static void kv_destroy(struct actor_main *am, void *user) {
+  (void)am;
+  struct kv_main *m = user;
+  if (m->actor) {
+    struct kv_manager_actor_counters c;
+    kv_manager_actor_get_counters(m->actor, &c);
+    LLB_LOG_INFO("kv_manager_counters", "steps=%llu malformed=%llu failed=%llu resets=%llu "
+                 "stale_frees=%llu",
+                 (unsigned long long)c.num_steps, (unsigned long long)c.num_malformed,
+                 (unsigned long long)c.num_failed, (unsigned long long)c.num_resets,
+                 (unsigned long long)c.num_stale_frees);
+  }
+  kv_manager_actor_destroy(m->actor);
+  m->actor = NULL;
+}
+
+int main(int argc, char **argv) {
+  struct kv_main m = {.num_blocks = 1024, .block_size = 16};
+  const struct actor_flag flags[] = {
+      {"num-blocks", ACTOR_FLAG_KIND_INT32, &m.num_blocks,
+       "KV cache blocks (same value for scheduler, kv_manager and worker)", NULL},
+      {"block-size", ACTOR_FLAG_KIND_INT32, &m.block_size, "tokens per block", NULL},
+      {"no-prefix-caching", ACTOR_FLAG_KIND_BOOL, &m.no_prefix_caching,
+       "disable the prefix cache (lookups miss)", NULL},
+  };
+  const struct actor_main_spec spec = {
+      .actor = "kv_manager",
+      .program = "llmbus-kv-manager",
+      .summary = "Owns the KV cache blocks of one engine: answers KVStep on "
+                 "<prefix>.engine.<eid>.kv.",
+      .flags = flags,
+      .num_flags = (int)(sizeof flags / sizeof flags[0]),
+      .configure = kv_configure,
+      .start = kv_start,
+      .destroy = kv_destroy,
+      .user = &m,
+  };
+  return actor_main_exec(&spec, argc, argv);
+}

@@ -1,0 +1,127 @@
+/* llmbus-scheduler: EngineCore's step loop on llm.engine.<eid>.* (actors/scheduler). */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "actors/scheduler/actor.h"
+#include "bus/log.h"
+#include "cmd/actor_main.h"
+#include "model/config.h"
+#include "model/gguf.h"
+
+#define DEFAULT_MAX_MODEL_LEN_CAP 4096
+
+struct sched_main {
+  struct scheduler_actor_config cfg;
+  int32_t max_model_len;  /* 0 = min(model context, 4096) */
+  const char *policy;
+  bool no_prefix_caching;
+  struct scheduler_actor *actor;
+};
+
+/* max_model_len = min(the model's context_length, 4096) unless --max-model-len. */
+static llb_status resolve_max_model_len(const char *model_path, int32_t *out) {
+  struct gguf_file *f = NULL;
+  llb_status st = gguf_open(model_path, &f);
+  if (st) return LLB_ERRF(st, "--max-model-len not given and model '%s' unreadable: %s", model_path,
+                          llb_err_last());
+  struct llama_config c;
+  st = llama_config_from_gguf(f, &c);
+  gguf_close(f);
+  if (st) return st;
+  *out = c.context_length < DEFAULT_MAX_MODEL_LEN_CAP ? c.context_length : DEFAULT_MAX_MODEL_LEN_CAP;
+  return LLB_STATUS_OK;
+}
+
+static llb_status sched_configure(struct actor_main *am, void *user) {
+  struct sched_main *m = user;
+  struct sched_config *c = &m->cfg.sched;
+  if (strcmp(m->policy, "fcfs") == 0) c->policy = SCHED_POLICY_FCFS;
+  else if (strcmp(m->policy, "priority") == 0) c->policy = SCHED_POLICY_PRIORITY;
+  else return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--policy '%s': expected fcfs|priority", m->policy);
+  c->enable_prefix_caching = !m->no_prefix_caching;
+  if (m->max_model_len > 0) {
+    c->max_model_len = m->max_model_len;
+  } else {
+    llb_status st = resolve_max_model_len(am->common.model_path, &c->max_model_len);
+    if (st) return st;
+  }
+  c->num_lookahead_tokens = c->block_size;
+  m->cfg.engine_id = am->common.engine_id;
+  /* sched_create checks the ranges; do it now so that a bad flag is a usage error. */
+  struct scheduler *probe = NULL;
+  llb_status st = sched_create(c, &probe);
+  sched_destroy(probe);
+  return st;
+}
+
+static llb_status sched_start(struct actor_main *am, void *user) {
+  struct sched_main *m = user;
+  return scheduler_actor_create(am->bus, am->common.prefix, &m->cfg, &m->actor);
+}
+
+static void sched_stop(struct actor_main *am, void *user) {
+  (void)am;
+  struct sched_main *m = user;
+  scheduler_actor_stop(m->actor);
+}
+
+static void sched_destroy_hook(struct actor_main *am, void *user) {
+  (void)am;
+  struct sched_main *m = user;
+  if (m->actor) {
+    struct scheduler_actor_counters c;
+    scheduler_actor_get_counters(m->actor, &c);
+    LLB_LOG_INFO("scheduler_counters", "steps=%llu requests=%llu rejected=%llu aborted=%llu "
+                 "kv_failures=%llu execute_failures=%llu outputs=%llu",
+                 (unsigned long long)c.num_steps, (unsigned long long)c.num_requests,
+                 (unsigned long long)c.num_rejected, (unsigned long long)c.num_aborted,
+                 (unsigned long long)c.num_kv_failures, (unsigned long long)c.num_execute_failures,
+                 (unsigned long long)c.num_outputs_published);
+  }
+  scheduler_actor_destroy(m->actor);
+  m->actor = NULL;
+}
+
+int main(int argc, char **argv) {
+  struct sched_main m = {.policy = "fcfs"};
+  scheduler_actor_config_init(&m.cfg);
+  struct sched_config *c = &m.cfg.sched;
+  c->num_blocks = 1024;
+  c->block_size = 16;
+  c->max_num_seqs = 64;
+  c->max_num_batched_tokens = 512;
+  c->enable_chunked_prefill = true;
+  const struct actor_flag flags[] = {
+      {"num-blocks", ACTOR_FLAG_KIND_INT32, &c->num_blocks,
+       "KV cache blocks (same value for scheduler, kv_manager and worker)", NULL},
+      {"block-size", ACTOR_FLAG_KIND_INT32, &c->block_size, "tokens per block", NULL},
+      {"max-num-seqs", ACTOR_FLAG_KIND_INT32, &c->max_num_seqs, "running requests at most", NULL},
+      {"max-num-batched-tokens", ACTOR_FLAG_KIND_INT32, &c->max_num_batched_tokens,
+       "token budget per step (chunked prefill)", NULL},
+      {"max-model-len", ACTOR_FLAG_KIND_INT32, &m.max_model_len,
+       "prompt + output tokens at most; 0 = min(model context, 4096)", NULL},
+      {"policy", ACTOR_FLAG_KIND_STRING, &m.policy, "fcfs|priority", NULL},
+      {"no-prefix-caching", ACTOR_FLAG_KIND_BOOL, &m.no_prefix_caching,
+       "never look up the prefix cache", NULL},
+      {"kv-timeout-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.kv_timeout_ms,
+       "KVStep round trip limit; beyond it every running request is preempted", NULL},
+      {"execute-timeout-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.execute_timeout_ms,
+       "SchedulerOutput round trip limit; beyond it every running request is preempted", NULL},
+  };
+  const struct actor_main_spec spec = {
+      .actor = "scheduler",
+      .program = "llmbus-scheduler",
+      .summary = "EngineCore: schedules requests from <prefix>.engine.<eid>.requests, drives the "
+                 "kv_manager and the worker, publishes EngineCoreOutputs.",
+      .flags = flags,
+      .num_flags = (int)(sizeof flags / sizeof flags[0]),
+      .configure = sched_configure,
+      .start = sched_start,
+      .stop = sched_stop,
+      .destroy = sched_destroy_hook,
+      .user = &m,
+  };
+  return actor_main_exec(&spec, argc, argv);
+}
