@@ -1,0 +1,147 @@
+/* The gpu_worker actor (see actor.h): SchedulerOutput in, one step of the model runner,
+ * ModelRunnerOutput out, on <prefix>.engine.<eid>.execute. */
+#include "actors/gpu_worker/actor.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/gpu_worker/model_runner.h"
+#include "bus/log.h"
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "schemas/model_runner_output.h"
+#include "schemas/scheduler_output.h"
+
+struct gpu_worker_actor {
+  char engine_id[64];
+  char execute_subject[256];
+  struct gguf_file *file;
+  struct llama_model *model;
+  struct model_runner *runner;
+  /* used only on the execute subscription's delivery thread */
+  struct llb_arena arena; /* decoded SchedulerOutput, reset per message */
+  struct llb_buf reply;   /* encoded ModelRunnerOutput, reused */
+  atomic_uint_fast64_t steps, step_errors, malformed, no_reply, reply_errors, tokens;
+};
+
+llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, struct gpu_worker_actor **out) {
+  *out = NULL;
+  if (!o || !o->model_path || !o->model_path[0])
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "gpu_worker: --model is required");
+  const char *eid = o->engine_id ? o->engine_id : "0";
+  if (strlen(eid) >= sizeof(((struct gpu_worker_actor *)0)->engine_id))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "gpu_worker: engine id \"%s\" too long", eid);
+  struct gpu_worker_actor *a = calloc(1, sizeof(*a));
+  if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "gpu_worker actor");
+  snprintf(a->engine_id, sizeof(a->engine_id), "%s", eid);
+  llb_arena_init(&a->arena, NULL, 0);
+  llb_status st = gguf_open(o->model_path, &a->file);
+  if (st) goto fail;
+  if ((st = llama_model_load(a->file, &a->model))) goto fail;
+  const struct model_runner_config cfg = {.num_blocks = o->num_blocks, .block_size = o->block_size,
+                                          .max_num_batched_tokens = o->max_num_batched_tokens,
+                                          .num_threads = o->num_threads};
+  if ((st = model_runner_create(a->model, &cfg, &a->runner))) goto fail;
+  const struct llama_config *c = llama_model_config(a->model);
+  LLB_LOG_INFO("gpu_worker_ready",
+               "model=%s arch=%s layers=%d vocab=%d kv_cache_mb=%.1f num_blocks=%d block_size=%d "
+               "max_num_batched_tokens=%d threads=%d device=cpu",
+               o->model_path, c->architecture, c->block_count, c->vocab_size,
+               (double)model_runner_kv_cache_bytes(a->runner) / (1024.0 * 1024.0), o->num_blocks, o->block_size,
+               o->max_num_batched_tokens, o->num_threads);
+  *out = a;
+  return LLB_STATUS_OK;
+fail:
+  gpu_worker_actor_destroy(a);
+  return st;
+}
+
+void gpu_worker_actor_destroy(struct gpu_worker_actor *a) {
+  if (!a) return;
+  model_runner_destroy(a->runner);
+  llama_model_destroy(a->model);
+  gguf_close(a->file);
+  llb_arena_destroy(&a->arena);
+  llb_buf_free(&a->reply);
+  free(a);
+}
+
+void gpu_worker_actor_get_stats(const struct gpu_worker_actor *a, struct gpu_worker_actor_stats *out) {
+  *out = (struct gpu_worker_actor_stats){
+      .steps = atomic_load(&a->steps), .step_errors = atomic_load(&a->step_errors),
+      .malformed = atomic_load(&a->malformed), .no_reply = atomic_load(&a->no_reply),
+      .reply_errors = atomic_load(&a->reply_errors), .tokens = atomic_load(&a->tokens)};
+}
+
+/* Encodes `o` and answers `msg`; a reply that cannot be encoded (too large) is replaced by
+ * one carrying that error, so the scheduler never waits for nothing. */
+static void send_reply(struct gpu_worker_actor *a, struct bus *bus, const struct bus_msg *msg,
+                       const struct llb_model_runner_output *o) {
+  llb_status st = llb_model_runner_output_encode_buf(o, &a->reply);
+  if (st) {
+    char text[512];
+    snprintf(text, sizeof(text), "encoding ModelRunnerOutput: %s", llb_err_last());
+    const struct llb_model_runner_output e = {
+        .version = LLB_SCHEMA_VERSION, .step = o->step,
+        .error = {.code = (int32_t)st, .message = llb_str_c(text), .field = llb_str_c("")}};
+    atomic_fetch_add(&a->reply_errors, 1);
+    LLB_LOG_ERROR("gpu_worker_reply_encode", "step=%llu err=\"%s\"", (unsigned long long)o->step, text);
+    if (llb_model_runner_output_encode_buf(&e, &a->reply)) return;
+  }
+  st = bus_respond(bus, msg, a->reply.data, a->reply.len, NULL);
+  if (st) {
+    atomic_fetch_add(&a->reply_errors, 1);
+    LLB_LOG_ERROR("gpu_worker_reply_send", "step=%llu err=\"%s\"", (unsigned long long)o->step, llb_err_last());
+  }
+}
+
+static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
+  struct gpu_worker_actor *a = user;
+  if (!msg->reply) {
+    atomic_fetch_add(&a->no_reply, 1);
+    LLB_LOG_WARN("gpu_worker_no_reply", "subject=%s bytes=%zu: a SchedulerOutput needs a reply subject",
+                 msg->subject, msg->len);
+    return;
+  }
+  llb_arena_reset(&a->arena);
+  struct llb_scheduler_output so;
+  llb_status st = llb_scheduler_output_decode(msg->data, msg->len, &a->arena, &so);
+  if (st) {
+    char text[512];
+    snprintf(text, sizeof(text), "%s", llb_err_last());
+    atomic_fetch_add(&a->malformed, 1);
+    LLB_LOG_WARN("gpu_worker_malformed", "bytes=%zu err=\"%s\"", msg->len, text);
+    const struct llb_model_runner_output e = {
+        .version = LLB_SCHEMA_VERSION,
+        .error = {.code = (int32_t)st, .message = llb_str_c(text), .field = llb_str_c("")}};
+    send_reply(a, bus, msg, &e);
+    return;
+  }
+  const int64_t t0 = llb_now_ns();
+  struct llb_model_runner_output out;
+  st = model_runner_execute(a->runner, &so, &out);
+  const int64_t t1 = llb_now_ns();
+  if (st) {
+    atomic_fetch_add(&a->step_errors, 1);
+    LLB_LOG_WARN("gpu_worker_step_error", "step=%llu code=%s field=%s err=\"%s\"", (unsigned long long)so.step,
+                 llb_strerror(st), out.error.field.data, out.error.message.data);
+  } else {
+    atomic_fetch_add(&a->steps, 1);
+    atomic_fetch_add(&a->tokens, (uint64_t)so.total_num_scheduled_tokens);
+    LLB_LOG_DEBUG("gpu_worker_step", "step=%llu reqs=%d tokens=%d sampled=%d step_ms=%.3f",
+                  (unsigned long long)so.step, out.num_reqs, so.total_num_scheduled_tokens,
+                  out.num_sampled_token_ids, (double)(t1 - t0) / 1e6);
+  }
+  send_reply(a, bus, msg, &out);
+}
+
+llb_status gpu_worker_actor_start(struct gpu_worker_actor *a, struct bus *bus) {
+  llb_status st = bus_subject_engine(bus_prefix(bus), a->engine_id, "execute", a->execute_subject,
+                                     sizeof(a->execute_subject));
+  if (!st) st = bus_subscribe(bus, a->execute_subject, NULL, on_execute, a, NULL);
+  if (st) return st;
+  LLB_LOG_INFO("gpu_worker_subscribed", "execute=%s", a->execute_subject);
+  return LLB_STATUS_OK;
+}

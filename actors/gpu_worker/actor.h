@@ -1,0 +1,59 @@
+/* The gpu_worker actor: binds the model runner (model_runner.h) to the bus.
+ *
+ * Subscribes <prefix>.engine.<eid>.execute (no queue group: the batch is per-worker state, so
+ * a second worker on the same engine gets every step too, and the scheduler takes the first
+ * reply). Each request is a SchedulerOutput; it is decoded (verified), run as one step and
+ * answered with a ModelRunnerOutput whose step is the request's. A malformed message, an
+ * inconsistent step or a failed forward pass is answered with the error field set (step 0
+ * when the message could not be decoded), counted and logged; the actor keeps serving.
+ * A message without a reply subject is counted and logged.
+ *
+ * Threading: one subscription, so steps run one at a time on its delivery thread (the
+ * runner is not thread-safe and needs no lock). Counters are atomic.
+ */
+#ifndef LLB_ACTORS_GPU_WORKER_ACTOR_H
+#define LLB_ACTORS_GPU_WORKER_ACTOR_H
+
+#include <stdint.h>
+
+#include "bus/bus.h"
+#include "bus/status.h"
+
+struct gpu_worker_actor_options {
+  const char *model_path;         /* GGUF of a LLaMA-family model; required */
+  const char *engine_id;          /* <eid>; NULL = "0" */
+  int32_t num_blocks;             /* KV cache blocks (same value as kv_manager, scheduler) */
+  int32_t block_size;             /* tokens per block (same value as kv_manager, scheduler) */
+  int32_t max_num_batched_tokens; /* forward scratch rows, >= the scheduler's budget */
+  int32_t num_threads;            /* forward threads, >= 1 */
+};
+
+/* Counters since start (monotonic). */
+struct gpu_worker_actor_stats {
+  uint64_t steps;         /* SchedulerOutputs answered without error */
+  uint64_t step_errors;   /* well-formed SchedulerOutputs answered with an error */
+  uint64_t malformed;     /* undecodable messages */
+  uint64_t no_reply;      /* messages without a reply subject */
+  uint64_t reply_errors;  /* replies that could not be encoded or sent (each logged) */
+  uint64_t tokens;        /* tokens run through the forward pass */
+};
+
+struct gpu_worker_actor;
+
+/* Opens o->model_path, loads the model and creates the model runner (KV cache of
+ * num_blocks x block_size, logged in MB). Errors: INVALID_ARGUMENT (options), the GGUF
+ * reader's / model loader's error naming the file or tensor, those of model_runner_create.
+ * *out: gpu_worker_actor_destroy(). */
+llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, struct gpu_worker_actor **out);
+
+/* Subscribes the execute handler on `bus` (borrowed; destroy the bus before the actor).
+ * Errors: those of bus_subscribe and bus_subject_engine. */
+llb_status gpu_worker_actor_start(struct gpu_worker_actor *a, struct bus *bus);
+
+/* Counters, read atomically one by one. */
+void gpu_worker_actor_get_stats(const struct gpu_worker_actor *a, struct gpu_worker_actor_stats *out);
+
+/* Frees the actor. Call after bus_destroy() of the bus it was started on. NULL ok. */
+void gpu_worker_actor_destroy(struct gpu_worker_actor *a);
+
+#endif

@@ -1,0 +1,680 @@
+/* Model runner: persistent batch, flattened step batch, forward and sampling.
+ * Follows vLLM v1 gpu_model_runner.py (_update_states, _prepare_inputs, execute_model) and
+ * gpu_input_batch.py / block_table.py (rows, condense, slot mapping). See model_runner.h. */
+#include "actors/gpu_worker/model_runner.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/gpu_worker/sampler.h"
+
+/* One request of the persistent batch. Buffers are owned by the row and reused when the row
+ * is reused (rows are swapped, never freed, until the runner is destroyed). */
+struct mr_request {
+  char *req_id;                 /* [req_id_len + 1], NUL-terminated */
+  size_t req_id_len, req_id_cap;
+  int32_t *token_ids;           /* [num_tokens]: prompt then outputs */
+  int64_t num_prompt_tokens, num_tokens, token_cap;
+  int32_t *block_ids;           /* [num_block_ids]: the block table row */
+  int32_t num_block_ids, block_cap;
+  int32_t num_computed_tokens;
+  struct llb_sampling_params sampling_params;
+};
+
+/* What phase 1 (checking) resolves for one scheduled entry, used by phase 2. */
+struct mr_sched {
+  int32_t new_index;  /* index into scheduled_new_reqs, or -1 */
+  int32_t row;        /* row of the persistent batch once updated */
+  int32_t num_tokens; /* scheduled this step */
+};
+
+struct model_runner {
+  struct model_runner_config cfg;
+  const struct llama_model *model;
+  int32_t vocab_size;
+  int64_t kv_bytes;
+  struct llama_kv_cache *kv;
+  struct llama_forward_ctx *fwd;
+  struct sampler *sampler;
+
+  struct mr_request **rows; /* [num_rows] live, [num_rows, rows_cap) spare */
+  int32_t num_rows, rows_cap;
+
+  /* per-step scratch, grow-only */
+  int32_t step_cap;           /* capacity of the per-row / per-entry arrays below */
+  int8_t *row_removed;        /* [step_cap] phase 1 marks */
+  int32_t *row_cached;        /* [step_cap] cached entry index of a row, -1 */
+  int32_t *row_sched;         /* [step_cap] scheduled tokens of a row (phase 2) */
+  int32_t *cached_row;        /* [step_cap] row of each cached entry */
+  struct mr_sched *sched;     /* [step_cap] */
+  int32_t *token_ids;         /* [max_num_batched_tokens] */
+  int32_t *positions;         /* [max_num_batched_tokens] */
+  int64_t *slot_mapping;      /* [max_num_batched_tokens] */
+  int32_t *query_start_loc;   /* [step_cap + 1] */
+  int32_t *seq_lens;          /* [step_cap] */
+  int32_t *logits_indices;    /* [step_cap] */
+  int32_t *logits_rows;       /* [step_cap] row sampled from each logits row */
+  int32_t *block_tables;      /* [block_tables_cap] as [num_seqs, max_blocks_per_seq] */
+  int64_t block_tables_cap;
+  float *logits;              /* [logits_cap] as [num_logits, vocab_size] */
+  int64_t logits_cap;
+  struct llama_batch batch;
+
+  /* output, grow-only: valid until the next execute */
+  struct llb_str *out_req_ids;   /* [step_cap] */
+  int32_t *out_num_sampled;      /* [step_cap] */
+  int32_t *out_sampled;          /* [step_cap] */
+  struct sampler_result *results; /* [step_cap] */
+  int32_t *lp_token_ids;         /* [lp_cap] as [rows, 1 + max_n] */
+  float *lp_logprobs;            /* [lp_cap] */
+  int32_t *lp_ranks;             /* [step_cap] */
+  int64_t lp_ids_cap, lp_cap;
+  char err_message[512];
+  char err_field[128];
+};
+
+/* ---- small helpers ---- */
+
+static bool grow(void **p, int64_t *cap, int64_t need, size_t elem) {
+  if (need <= *cap) return true;
+  int64_t n = *cap > 0 ? *cap : 16;
+  while (n < need) n *= 2;
+  void *q = realloc(*p, (size_t)n * elem);
+  if (!q) return false;
+  *p = q;
+  *cap = n;
+  return true;
+}
+
+static bool str_eq(const char *a, size_t alen, struct llb_str b) {
+  return alen == b.len && (alen == 0 || memcmp(a, b.data, alen) == 0);
+}
+
+static int32_t find_row(const struct model_runner *r, struct llb_str id) {
+  for (int32_t i = 0; i < r->num_rows; i++)
+    if (str_eq(r->rows[i]->req_id, r->rows[i]->req_id_len, id)) return i;
+  return -1;
+}
+
+static int32_t find_new(const struct llb_scheduler_output *so, struct llb_str id, int32_t limit) {
+  for (int32_t i = 0; i < limit; i++)
+    if (str_eq(so->scheduled_new_reqs[i].req_id.data, so->scheduled_new_reqs[i].req_id.len, id)) return i;
+  return -1;
+}
+
+/* Records an error with the offending field; the message goes through LLB_ERRF too. */
+static llb_status fail(struct model_runner *r, llb_status st, const char *field, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->err_message, sizeof(r->err_message), fmt, ap);
+  va_end(ap);
+  snprintf(r->err_field, sizeof(r->err_field), "%s", field);
+  return LLB_ERRF(st, "%s: %s", field, r->err_message);
+}
+
+static void free_request(struct mr_request *q) {
+  if (!q) return;
+  free(q->req_id);
+  free(q->token_ids);
+  free(q->block_ids);
+  free(q);
+}
+
+/* ---- create / destroy ---- */
+
+llb_status model_runner_create(const struct llama_model *m, const struct model_runner_config *cfg,
+                               struct model_runner **out) {
+  *out = NULL;
+  if (!m || !cfg || cfg->num_blocks < 1 || cfg->block_size < 1 || cfg->max_num_batched_tokens < 1 ||
+      cfg->num_threads < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                    "model runner config: num_blocks %d, block_size %d, max_num_batched_tokens %d, "
+                    "num_threads %d (all must be >= 1)",
+                    cfg ? cfg->num_blocks : 0, cfg ? cfg->block_size : 0,
+                    cfg ? cfg->max_num_batched_tokens : 0, cfg ? cfg->num_threads : 0);
+  llb_status st = LLB_STATUS_OUT_OF_MEMORY;
+  struct model_runner *r = calloc(1, sizeof(*r));
+  if (!r) goto fail;
+  r->cfg = *cfg;
+  r->model = m;
+  const struct llama_config *c = llama_model_config(m);
+  r->vocab_size = c->vocab_size;
+  r->kv_bytes = 2 * (int64_t)c->block_count * cfg->num_blocks * cfg->block_size * c->head_count_kv *
+                c->head_dim * 2;
+  if ((st = llama_kv_cache_create(m, cfg->num_blocks, cfg->block_size, &r->kv))) goto fail;
+  if ((st = llama_forward_ctx_create(m, cfg->max_num_batched_tokens, cfg->num_threads, &r->fwd))) goto fail;
+  if ((st = sampler_create(c->vocab_size, &r->sampler))) goto fail;
+  st = LLB_STATUS_OUT_OF_MEMORY;
+  const size_t nt = (size_t)cfg->max_num_batched_tokens;
+  r->token_ids = malloc(nt * sizeof(int32_t));
+  r->positions = malloc(nt * sizeof(int32_t));
+  r->slot_mapping = malloc(nt * sizeof(int64_t));
+  if (!r->token_ids || !r->positions || !r->slot_mapping) goto fail;
+  *out = r;
+  return LLB_STATUS_OK;
+fail:
+  if (st == LLB_STATUS_OUT_OF_MEMORY) LLB_ERRF(st, "model runner allocation");
+  model_runner_destroy(r);
+  return st;
+}
+
+void model_runner_destroy(struct model_runner *r) {
+  if (!r) return;
+  for (int32_t i = 0; i < r->rows_cap; i++) free_request(r->rows[i]);
+  free(r->rows);
+  free(r->row_removed);
+  free(r->row_cached);
+  free(r->row_sched);
+  free(r->cached_row);
+  free(r->sched);
+  free(r->token_ids);
+  free(r->positions);
+  free(r->slot_mapping);
+  free(r->query_start_loc);
+  free(r->seq_lens);
+  free(r->logits_indices);
+  free(r->logits_rows);
+  free(r->block_tables);
+  free(r->logits);
+  free(r->out_req_ids);
+  free(r->out_num_sampled);
+  free(r->out_sampled);
+  free(r->results);
+  free(r->lp_token_ids);
+  free(r->lp_logprobs);
+  free(r->lp_ranks);
+  sampler_destroy(r->sampler);
+  llama_forward_ctx_destroy(r->fwd);
+  llama_kv_cache_destroy(r->kv);
+  free(r);
+}
+
+int64_t model_runner_kv_cache_bytes(const struct model_runner *r) { return r->kv_bytes; }
+
+int32_t model_runner_num_reqs(const struct model_runner *r) { return r->num_rows; }
+
+const struct llama_batch *model_runner_last_batch(const struct model_runner *r) { return &r->batch; }
+
+/* Grows every per-row / per-entry scratch array to hold n entries. */
+static bool reserve_step(struct model_runner *r, int32_t n) {
+  if (n <= r->step_cap) return true;
+  int32_t cap = r->step_cap > 0 ? r->step_cap : 16;
+  while (cap < n) cap *= 2;
+#define GROW(p, count) \
+  do { void *q_ = realloc((p), (size_t)(count) * sizeof(*(p))); if (!q_) return false; (p) = q_; } while (0)
+  GROW(r->row_removed, cap);
+  GROW(r->row_cached, cap);
+  GROW(r->row_sched, cap);
+  GROW(r->cached_row, cap);
+  GROW(r->sched, cap);
+  GROW(r->query_start_loc, cap + 1);
+  GROW(r->seq_lens, cap);
+  GROW(r->logits_indices, cap);
+  GROW(r->logits_rows, cap);
+  GROW(r->out_req_ids, cap);
+  GROW(r->out_num_sampled, cap);
+  GROW(r->out_sampled, cap);
+  GROW(r->results, cap);
+  GROW(r->lp_ranks, cap);
+#undef GROW
+  r->step_cap = cap;
+  return true;
+}
+
+/* ---- phase 1: check the whole SchedulerOutput against the batch, change nothing ---- */
+
+static llb_status check_blocks(struct model_runner *r, const int32_t *ids, int32_t n, const char *what,
+                               int32_t index) {
+  for (int32_t b = 0; b < n; b++)
+    if (ids[b] < 0 || ids[b] >= r->cfg.num_blocks) {
+      char field[128];
+      snprintf(field, sizeof(field), "%s[%d]", what, index);
+      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "block id %d (entry %d) outside [0, %d)", ids[b], b,
+                  r->cfg.num_blocks);
+    }
+  return LLB_STATUS_OK;
+}
+
+static llb_status check_new(struct model_runner *r, const struct llb_scheduler_output *so, int32_t i) {
+  const struct llb_new_request_data *nr = &so->scheduled_new_reqs[i];
+  char field[96];
+  snprintf(field, sizeof(field), "scheduled_new_reqs[%d]", i);
+  if (nr->req_id.len == 0) return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "empty req_id");
+  if (find_new(so, nr->req_id, i) >= 0)
+    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "request \"%.*s\" added twice", (int)nr->req_id.len,
+                nr->req_id.data);
+  if (!nr->sampling_params) return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "sampling_params missing");
+  if (nr->sampling_params->logprobs > LLB_MAX_LOGPROBS)
+    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "logprobs %d > %d", nr->sampling_params->logprobs,
+                LLB_MAX_LOGPROBS);
+  if (nr->num_mm_features > 0)
+    return fail(r, LLB_STATUS_UNSUPPORTED, field, "multimodal inputs are not supported by this worker");
+  if (nr->num_prompt_token_ids < 1 || (nr->num_prompt_token_ids > 0 && !nr->prompt_token_ids))
+    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "no prompt tokens");
+  for (int32_t t = 0; t < nr->num_prompt_token_ids; t++)
+    if (nr->prompt_token_ids[t] < 0 || nr->prompt_token_ids[t] >= r->vocab_size)
+      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "prompt token %d = %d outside [0, %d)", t,
+                  nr->prompt_token_ids[t], r->vocab_size);
+  if (nr->num_block_ids > 0 && !nr->block_ids)
+    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "num_block_ids %d without block_ids", nr->num_block_ids);
+  if (nr->num_block_ids < 0 || nr->num_block_ids > r->cfg.num_blocks)
+    return fail(r, LLB_STATUS_TOO_LARGE, field, "%d blocks for one request (num_blocks %d)", nr->num_block_ids,
+                r->cfg.num_blocks);
+  llb_status st = check_blocks(r, nr->block_ids, nr->num_block_ids, "scheduled_new_reqs.block_ids", i);
+  if (st) return st;
+  if (nr->num_output_token_ids < 0 || (nr->num_output_token_ids > 0 && !nr->output_token_ids))
+    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "num_output_token_ids %d without output_token_ids",
+                nr->num_output_token_ids);
+  for (int32_t t = 0; t < nr->num_output_token_ids; t++)
+    if (nr->output_token_ids[t] < 0 || nr->output_token_ids[t] >= r->vocab_size)
+      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "output token %d = %d outside [0, %d)", t,
+                  nr->output_token_ids[t], r->vocab_size);
+  const int64_t known = (int64_t)nr->num_prompt_token_ids + nr->num_output_token_ids;
+  if (nr->num_computed_tokens < 0 || nr->num_computed_tokens > known)
+    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "num_computed_tokens %d outside [0, %lld]",
+                nr->num_computed_tokens, (long long)known);
+  return LLB_STATUS_OK;
+}
+
+/* Checks cached entry j; its row's post-update sizes go to *tokens, *computed, *blocks. */
+static llb_status check_cached(struct model_runner *r, const struct llb_cached_request_data *cd, int32_t j,
+                               int64_t *new_tok_off, int64_t *new_blk_off) {
+  char field[96];
+  snprintf(field, sizeof(field), "scheduled_cached_reqs.req_ids[%d]", j);
+  const int32_t row = find_row(r, cd->req_ids[j]);
+  if (row < 0 || r->row_removed[row])
+    return fail(r, LLB_STATUS_NOT_FOUND, field, "unknown request \"%.*s\"", (int)cd->req_ids[j].len,
+                cd->req_ids[j].data);
+  if (r->row_cached[row] >= 0)
+    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "request \"%.*s\" updated twice", (int)cd->req_ids[j].len,
+                cd->req_ids[j].data);
+  r->row_cached[row] = j;
+  r->cached_row[j] = row;
+  const struct mr_request *q = r->rows[row];
+  const int32_t ntok = cd->new_token_counts ? cd->new_token_counts[j] : 0;
+  const int32_t nblk = cd->new_block_counts ? cd->new_block_counts[j] : 0;
+  const bool resumed = cd->resumed_from_preemption && cd->resumed_from_preemption[j];
+  if (ntok < 0 || nblk < 0 || *new_tok_off + ntok > cd->num_new_token_ids ||
+      *new_blk_off + nblk > cd->num_new_block_ids)
+    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "new token/block counts do not match their arrays");
+  llb_status st = check_blocks(r, cd->new_block_ids + *new_blk_off, nblk, "scheduled_cached_reqs.new_block_ids", j);
+  if (st) return st;
+  for (int32_t t = 0; t < ntok; t++)
+    if (cd->new_token_ids[*new_tok_off + t] < 0 || cd->new_token_ids[*new_tok_off + t] >= r->vocab_size)
+      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "new token %d outside [0, %d)",
+                  cd->new_token_ids[*new_tok_off + t], r->vocab_size);
+  *new_tok_off += ntok;
+  *new_blk_off += nblk;
+  const int64_t blocks = (resumed ? 0 : q->num_block_ids) + (int64_t)nblk;
+  if (blocks > r->cfg.num_blocks)
+    return fail(r, LLB_STATUS_TOO_LARGE, field, "%lld blocks for one request (num_blocks %d)", (long long)blocks,
+                r->cfg.num_blocks);
+  const int64_t outputs = q->num_tokens - q->num_prompt_tokens;
+  const int32_t want = cd->num_output_tokens ? cd->num_output_tokens[j] : (int32_t)outputs;
+  if (want < 0 || want > outputs + ntok)
+    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "num_output_tokens %d but the worker knows %lld", want,
+                (long long)(outputs + ntok));
+  const int32_t computed = cd->num_computed_tokens[j];
+  if (computed < 0 || computed > q->num_prompt_tokens + want)
+    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "num_computed_tokens %d outside [0, %lld]", computed,
+                (long long)(q->num_prompt_tokens + want));
+  return LLB_STATUS_OK;
+}
+
+/* Post-update sizes of the request of scheduled entry k (known tokens, computed, blocks). */
+static void resolved_sizes(const struct model_runner *r, const struct llb_scheduler_output *so,
+                           const struct mr_sched *e, int64_t *tokens, int64_t *computed, int64_t *blocks) {
+  if (e->new_index >= 0) {
+    const struct llb_new_request_data *nr = &so->scheduled_new_reqs[e->new_index];
+    *tokens = nr->num_prompt_token_ids;
+    *computed = nr->num_computed_tokens;
+    *blocks = nr->num_block_ids;
+    return;
+  }
+  const struct mr_request *q = r->rows[e->row];
+  const int32_t j = r->row_cached[e->row];
+  if (j < 0) {
+    *tokens = q->num_tokens;
+    *computed = q->num_computed_tokens;
+    *blocks = q->num_block_ids;
+    return;
+  }
+  const struct llb_cached_request_data *cd = &so->scheduled_cached_reqs;
+  const int32_t nblk = cd->new_block_counts ? cd->new_block_counts[j] : 0;
+  const bool resumed = cd->resumed_from_preemption && cd->resumed_from_preemption[j];
+  *tokens = q->num_prompt_tokens +
+            (cd->num_output_tokens ? cd->num_output_tokens[j] : q->num_tokens - q->num_prompt_tokens);
+  *computed = cd->num_computed_tokens[j];
+  *blocks = (resumed ? 0 : q->num_block_ids) + nblk;
+}
+
+static llb_status check_output(struct model_runner *r, const struct llb_scheduler_output *so) {
+  if (so->block_size != r->cfg.block_size)
+    return fail(r, LLB_STATUS_INVALID_ARGUMENT, "block_size", "block_size %d but the worker's KV cache has %d",
+                so->block_size, r->cfg.block_size);
+  if (so->num_scheduled_encoder_inputs > 0)
+    return fail(r, LLB_STATUS_UNSUPPORTED, "scheduled_encoder_inputs", "encoder inputs are not supported");
+  const struct llb_cached_request_data *cd = &so->scheduled_cached_reqs;
+  if (so->num_scheduled_new_reqs < 0 || so->num_scheduled_reqs < 0 || cd->num_reqs < 0 ||
+      (so->num_scheduled_new_reqs > 0 && !so->scheduled_new_reqs) ||
+      (so->num_scheduled_reqs > 0 && !so->num_scheduled_tokens) ||
+      (cd->num_reqs > 0 && (!cd->req_ids || !cd->num_computed_tokens)) ||
+      (cd->num_new_block_ids > 0 && !cd->new_block_ids) || (cd->num_new_token_ids > 0 && !cd->new_token_ids) ||
+      (so->num_finished_req_ids > 0 && !so->finished_req_ids) ||
+      (so->num_preempted_req_ids > 0 && !so->preempted_req_ids))
+    return fail(r, LLB_STATUS_INVALID_ARGUMENT, "", "inconsistent SchedulerOutput view (negative count or NULL array)");
+  if (!reserve_step(r, r->num_rows + so->num_scheduled_new_reqs + cd->num_reqs + so->num_scheduled_reqs + 1))
+    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "step scratch");
+  for (int32_t i = 0; i < r->num_rows; i++) {
+    r->row_removed[i] = 0;
+    r->row_cached[i] = -1;
+  }
+  for (int32_t i = 0; i < so->num_finished_req_ids; i++) {
+    const int32_t row = find_row(r, so->finished_req_ids[i]);
+    if (row >= 0) r->row_removed[row] = 1;
+  }
+  for (int32_t i = 0; i < so->num_preempted_req_ids; i++) {
+    const int32_t row = find_row(r, so->preempted_req_ids[i]);
+    if (row >= 0) r->row_removed[row] = 1;
+  }
+  llb_status st;
+  for (int32_t i = 0; i < so->num_scheduled_new_reqs; i++) {
+    if ((st = check_new(r, so, i))) return st;
+    const int32_t row = find_row(r, so->scheduled_new_reqs[i].req_id);
+    if (row >= 0) r->row_removed[row] = 1; /* replaced, as vLLM overwrites requests[req_id] */
+  }
+  int64_t tok_off = 0, blk_off = 0;
+  for (int32_t j = 0; j < cd->num_reqs; j++)
+    if ((st = check_cached(r, cd, j, &tok_off, &blk_off))) return st;
+  int64_t total = 0;
+  for (int32_t k = 0; k < so->num_scheduled_reqs; k++) {
+    const struct llb_scheduled_tokens *s = &so->num_scheduled_tokens[k];
+    struct mr_sched *e = &r->sched[k];
+    char field[96];
+    snprintf(field, sizeof(field), "num_scheduled_tokens[%d]", k);
+    e->num_tokens = s->num_tokens;
+    e->new_index = find_new(so, s->req_id, so->num_scheduled_new_reqs);
+    e->row = e->new_index >= 0 ? -1 : find_row(r, s->req_id);
+    if (e->new_index < 0 && (e->row < 0 || r->row_removed[e->row]))
+      return fail(r, LLB_STATUS_NOT_FOUND, field, "unknown request \"%.*s\"", (int)s->req_id.len, s->req_id.data);
+    for (int32_t p = 0; p < k; p++)
+      if (str_eq(so->num_scheduled_tokens[p].req_id.data, so->num_scheduled_tokens[p].req_id.len, s->req_id))
+        return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "request \"%.*s\" scheduled twice", (int)s->req_id.len,
+                    s->req_id.data);
+    if (s->num_tokens < 0) return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "negative num_tokens");
+    int64_t tokens, computed, blocks;
+    resolved_sizes(r, so, e, &tokens, &computed, &blocks);
+    const int64_t end = computed + s->num_tokens;
+    if (end > tokens)
+      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field,
+                  "tokens [%lld, %lld) scheduled but request \"%.*s\" has %lld known tokens", (long long)computed,
+                  (long long)end, (int)s->req_id.len, s->req_id.data, (long long)tokens);
+    if (end > blocks * r->cfg.block_size)
+      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field,
+                  "tokens up to %lld scheduled but request \"%.*s\" has %lld blocks of %d", (long long)end,
+                  (int)s->req_id.len, s->req_id.data, (long long)blocks, r->cfg.block_size);
+    total += s->num_tokens;
+  }
+  if (total > r->cfg.max_num_batched_tokens)
+    return fail(r, LLB_STATUS_TOO_LARGE, "total_num_scheduled_tokens",
+                "%lld tokens scheduled; the worker's capacity is %d (--max-num-batched-tokens)", (long long)total,
+                r->cfg.max_num_batched_tokens);
+  return LLB_STATUS_OK;
+}
+
+/* ---- phase 2: apply (only OUT_OF_MEMORY can fail) ---- */
+
+static bool set_tokens(struct mr_request *q, const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {
+  if (!grow((void **)&q->token_ids, &q->token_cap, na + nb + 1, sizeof(int32_t))) return false;
+  if (na) memcpy(q->token_ids, a, (size_t)na * sizeof(int32_t));
+  if (nb) memcpy(q->token_ids + na, b, (size_t)nb * sizeof(int32_t));
+  q->num_tokens = na + nb;
+  return true;
+}
+
+static bool append_blocks(struct mr_request *q, const int32_t *ids, int32_t n) {
+  int64_t cap = q->block_cap;
+  if (!grow((void **)&q->block_ids, &cap, (int64_t)q->num_block_ids + n, sizeof(int32_t))) return false;
+  q->block_cap = (int32_t)cap;
+  if (n) memcpy(q->block_ids + q->num_block_ids, ids, (size_t)n * sizeof(int32_t));
+  q->num_block_ids += n;
+  return true;
+}
+
+static llb_status add_new(struct model_runner *r, const struct llb_new_request_data *nr) {
+  if (r->num_rows == r->rows_cap) {
+    const int32_t cap = r->rows_cap > 0 ? 2 * r->rows_cap : 16;
+    struct mr_request **rows = realloc(r->rows, (size_t)cap * sizeof(*rows));
+    if (!rows) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "batch rows");
+    for (int32_t i = r->rows_cap; i < cap; i++) rows[i] = NULL;
+    r->rows = rows;
+    r->rows_cap = cap;
+  }
+  if (!r->rows[r->num_rows] && !(r->rows[r->num_rows] = calloc(1, sizeof(struct mr_request))))
+    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request row");
+  struct mr_request *q = r->rows[r->num_rows];
+  int64_t idcap = (int64_t)q->req_id_cap;
+  if (!grow((void **)&q->req_id, &idcap, (int64_t)nr->req_id.len + 1, 1))
+    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request id");
+  q->req_id_cap = (size_t)idcap;
+  memcpy(q->req_id, nr->req_id.data, nr->req_id.len);
+  q->req_id[nr->req_id.len] = '\0';
+  q->req_id_len = nr->req_id.len;
+  q->num_prompt_tokens = nr->num_prompt_token_ids;
+  if (!set_tokens(q, nr->prompt_token_ids, nr->num_prompt_token_ids, nr->output_token_ids,
+                  nr->num_output_token_ids))
+    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
+  q->num_block_ids = 0;
+  if (!append_blocks(q, nr->block_ids, nr->num_block_ids)) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
+  q->num_computed_tokens = nr->num_computed_tokens;
+  q->sampling_params = *nr->sampling_params;
+  r->num_rows++;
+  return LLB_STATUS_OK;
+}
+
+static llb_status apply_updates(struct model_runner *r, const struct llb_scheduler_output *so) {
+  const struct llb_cached_request_data *cd = &so->scheduled_cached_reqs;
+  int64_t tok_off = 0, blk_off = 0;
+  for (int32_t j = 0; j < cd->num_reqs; j++) {
+    struct mr_request *q = r->rows[r->cached_row[j]];
+    const int32_t ntok = cd->new_token_counts ? cd->new_token_counts[j] : 0;
+    const int32_t nblk = cd->new_block_counts ? cd->new_block_counts[j] : 0;
+    const int64_t outputs = q->num_tokens - q->num_prompt_tokens;
+    const int64_t want = cd->num_output_tokens ? cd->num_output_tokens[j] : outputs;
+    /* Pipeline-parallel tokens the worker did not sample itself, then drop outputs the
+     * scheduler did not accept. */
+    if (want > outputs) {
+      if (!grow((void **)&q->token_ids, &q->token_cap, q->num_prompt_tokens + want + 1, sizeof(int32_t)))
+        return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
+      memcpy(q->token_ids + q->num_tokens, cd->new_token_ids + tok_off + (ntok - (want - outputs)),
+             (size_t)(want - outputs) * sizeof(int32_t));
+    }
+    q->num_tokens = q->num_prompt_tokens + want;
+    if (cd->resumed_from_preemption && cd->resumed_from_preemption[j]) q->num_block_ids = 0;
+    if (!append_blocks(q, cd->new_block_ids + blk_off, nblk)) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
+    q->num_computed_tokens = cd->num_computed_tokens[j];
+    tok_off += ntok;
+    blk_off += nblk;
+  }
+  /* Condense: fill each removed row with the last live one (vLLM InputBatch.condense). */
+  for (int32_t i = r->num_rows - 1; i >= 0; i--) {
+    if (!r->row_removed[i]) continue;
+    const int32_t last = r->num_rows - 1;
+    struct mr_request *tmp = r->rows[i];
+    r->rows[i] = r->rows[last];
+    r->rows[last] = tmp;
+    r->row_removed[i] = r->row_removed[last];
+    r->num_rows--;
+  }
+  for (int32_t i = 0; i < so->num_scheduled_new_reqs; i++) {
+    llb_status st = add_new(r, &so->scheduled_new_reqs[i]);
+    if (st) return st;
+  }
+  return LLB_STATUS_OK;
+}
+
+/* ---- phase 3: flattened batch, forward, sampling ---- */
+
+static llb_status prepare_inputs(struct model_runner *r, const struct llb_scheduler_output *so, int32_t *num_seqs) {
+  for (int32_t i = 0; i < r->num_rows; i++) r->row_sched[i] = 0;
+  for (int32_t k = 0; k < so->num_scheduled_reqs; k++)
+    if (so->num_scheduled_tokens[k].num_tokens > 0)
+      r->row_sched[find_row(r, so->num_scheduled_tokens[k].req_id)] = so->num_scheduled_tokens[k].num_tokens;
+  int32_t ns = 0, max_blocks = 1;
+  for (int32_t i = 0; i < r->num_rows; i++)
+    if (r->row_sched[i] > 0) {
+      ns++;
+      if (r->rows[i]->num_block_ids > max_blocks) max_blocks = r->rows[i]->num_block_ids;
+    }
+  if (!grow((void **)&r->block_tables, &r->block_tables_cap, (int64_t)ns * max_blocks, sizeof(int32_t)) ||
+      !grow((void **)&r->logits, &r->logits_cap, (int64_t)ns * r->vocab_size, sizeof(float)))
+    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "batch of %d requests", ns);
+  const int32_t bs = r->cfg.block_size;
+  int32_t s = 0, n = 0, nl = 0;
+  r->query_start_loc[0] = 0;
+  for (int32_t i = 0; i < r->num_rows; i++) {
+    const int32_t len = r->row_sched[i];
+    if (len <= 0) continue;
+    const struct mr_request *q = r->rows[i];
+    const int32_t start = q->num_computed_tokens;
+    for (int32_t t = 0; t < len; t++) {
+      const int32_t pos = start + t;
+      r->token_ids[n + t] = q->token_ids[pos];
+      r->positions[n + t] = pos;
+      r->slot_mapping[n + t] = (int64_t)q->block_ids[pos / bs] * bs + pos % bs;
+    }
+    int32_t *bt = r->block_tables + (int64_t)s * max_blocks;
+    memcpy(bt, q->block_ids, (size_t)q->num_block_ids * sizeof(int32_t));
+    for (int32_t b = q->num_block_ids; b < max_blocks; b++) bt[b] = 0;
+    n += len;
+    r->seq_lens[s] = start + len;
+    r->query_start_loc[s + 1] = n;
+    if (start + len == q->num_tokens) { /* reaches the end: sample; else a partial prefill */
+      r->logits_indices[nl] = n - 1;
+      r->logits_rows[nl++] = i;
+    }
+    s++;
+  }
+  r->batch = (struct llama_batch){
+      .num_tokens = n, .token_ids = r->token_ids, .positions = r->positions, .slot_mapping = r->slot_mapping,
+      .num_seqs = ns, .query_start_loc = r->query_start_loc, .seq_lens = r->seq_lens,
+      .block_tables = r->block_tables, .max_blocks_per_seq = max_blocks, .num_logits = nl,
+      .logits_indices = r->logits_indices};
+  *num_seqs = ns;
+  return LLB_STATUS_OK;
+}
+
+/* Samples every logits row into r->results; a copy of the params asks for the batch's
+ * largest top-n so that all logprob rows have the same width (vLLM max_num_logprobs). */
+static llb_status sample_all(struct model_runner *r, int32_t max_n) {
+  for (int32_t l = 0; l < r->batch.num_logits; l++) {
+    const struct mr_request *q = r->rows[r->logits_rows[l]];
+    const struct llb_sampling_params *p = &q->sampling_params;
+    struct llb_sampling_params wide;
+    if (max_n >= 0 && p->logprobs != max_n) {
+      wide = *p;
+      wide.logprobs = max_n;
+      p = &wide;
+    }
+    float *row = r->logits + (int64_t)l * r->vocab_size;
+    const int64_t num_out = q->num_tokens - q->num_prompt_tokens;
+    llb_status st = sampler_sample(r->sampler, p, row, q->token_ids, q->num_prompt_tokens,
+                                   q->token_ids + q->num_prompt_tokens, num_out, 0, num_out, &r->results[l]);
+    if (st) {
+      char field[160];
+      snprintf(field, sizeof(field), "sampling_params of \"%s\"", q->req_id);
+      return fail(r, st, field, "sampling failed: %s", llb_err_last());
+    }
+    if (max_n >= 0) { /* rank: vLLM counts logprobs >= the sampled one (1-based) */
+      const float v = row[r->results[l].token_id];
+      int32_t rank = 0;
+      for (int32_t t = 0; t < r->vocab_size; t++) rank += row[t] >= v;
+      r->lp_ranks[l] = rank;
+    }
+  }
+  return LLB_STATUS_OK;
+}
+
+static llb_status fill_logprobs(struct model_runner *r, int32_t max_n, struct llb_model_runner_output *out) {
+  const int32_t cols = 1 + max_n, rows = r->batch.num_logits;
+  if (!grow((void **)&r->lp_token_ids, &r->lp_ids_cap, (int64_t)rows * cols, sizeof(int32_t)) ||
+      !grow((void **)&r->lp_logprobs, &r->lp_cap, (int64_t)rows * cols, sizeof(float)))
+    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "logprobs");
+  for (int32_t l = 0; l < rows; l++) {
+    const struct sampler_result *res = &r->results[l];
+    int32_t *ids = r->lp_token_ids + (int64_t)l * cols;
+    float *lps = r->lp_logprobs + (int64_t)l * cols;
+    ids[0] = res->token_id;
+    lps[0] = res->logprob;
+    for (int32_t c = 0; c < max_n; c++) {
+      ids[1 + c] = c < res->num_top ? res->top[c].token_id : -1;
+      lps[1 + c] = c < res->num_top ? res->top[c].logprob : -INFINITY;
+    }
+  }
+  out->logprobs = (struct llb_logprobs_lists){.num_tokens = rows, .num_logprobs_per_token = cols,
+                                              .logprob_token_ids = r->lp_token_ids, .logprobs = r->lp_logprobs,
+                                              .sampled_token_ranks = r->lp_ranks};
+  return LLB_STATUS_OK;
+}
+
+static llb_status run_step(struct model_runner *r, const struct llb_scheduler_output *so,
+                           struct llb_model_runner_output *out) {
+  llb_status st = check_output(r, so);
+  if (!st) st = apply_updates(r, so);
+  if (st) return st;
+  int32_t ns = 0;
+  if ((st = prepare_inputs(r, so, &ns))) return st;
+  if (ns == 0) return LLB_STATUS_OK;
+  if ((st = llama_forward(r->fwd, r->kv, &r->batch, r->logits)))
+    return fail(r, st, "", "forward pass: %s", llb_err_last());
+  int32_t max_n = -1;
+  for (int32_t l = 0; l < r->batch.num_logits; l++) {
+    const int32_t n = r->rows[r->logits_rows[l]]->sampling_params.logprobs;
+    if (n > max_n) max_n = n;
+  }
+  if ((st = sample_all(r, max_n))) return st;
+  if (max_n >= 0 && (st = fill_logprobs(r, max_n, out))) return st;
+  /* Everything sampled: now append (a failure above leaves the requests unchanged). */
+  int32_t l = 0, k = 0;
+  for (int32_t i = 0; i < r->num_rows; i++) {
+    if (r->row_sched[i] <= 0) continue;
+    struct mr_request *q = r->rows[i];
+    q->num_computed_tokens += r->row_sched[i];
+    r->out_req_ids[k] = (struct llb_str){q->req_id, q->req_id_len};
+    r->out_num_sampled[k] = 0;
+    if (l < r->batch.num_logits && r->logits_rows[l] == i) {
+      if (!grow((void **)&q->token_ids, &q->token_cap, q->num_tokens + 1, sizeof(int32_t)))
+        return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
+      q->token_ids[q->num_tokens++] = r->results[l].token_id;
+      r->out_sampled[l] = r->results[l].token_id;
+      r->out_num_sampled[k] = 1;
+      l++;
+    }
+    k++;
+  }
+  out->req_ids = r->out_req_ids;
+  out->num_reqs = k;
+  out->sampled_token_ids = r->out_sampled;
+  out->num_sampled_token_ids = l;
+  out->num_sampled = r->out_num_sampled;
+  return LLB_STATUS_OK;
+}
+
+llb_status model_runner_execute(struct model_runner *r, const struct llb_scheduler_output *so,
+                                struct llb_model_runner_output *out) {
+  *out = (struct llb_model_runner_output){.version = LLB_SCHEMA_VERSION, .step = so->step};
+  r->batch.num_tokens = 0;
+  r->err_message[0] = r->err_field[0] = '\0';
+  llb_status st = run_step(r, so, out);
+  if (st) {
+    *out = (struct llb_model_runner_output){.version = LLB_SCHEMA_VERSION, .step = so->step};
+    if (!r->err_message[0]) snprintf(r->err_message, sizeof(r->err_message), "%s", llb_err_last());
+    out->error = (struct llb_error_info){.code = (int32_t)st, .message = llb_str_c(r->err_message),
+                                         .field = llb_str_c(r->err_field)};
+  }
+  return st;
+}

@@ -1,0 +1,90 @@
+/* The worker's model runner: a persistent input batch across steps, the flattened batch of
+ * each step, the forward pass and sampling (vLLM v1 vllm/v1/worker/gpu_model_runner.py
+ * `_update_states`, `_prepare_inputs`, `execute_model`; gpu_input_batch.py InputBatch and
+ * block_table.py BlockTable).
+ *
+ * Pure logic: no bus, no FlatBuffers. It reads the plain C view of a SchedulerOutput
+ * (schemas/scheduler_output.h) and fills the plain C view of a ModelRunnerOutput
+ * (schemas/model_runner_output.h); the actor decodes and encodes around it.
+ *
+ * Per request the runner keeps its id, prompt + output token ids, sampling params, block
+ * table row and num_computed_tokens. Each step it
+ *   1. applies the scheduler's updates: drops finished_req_ids and preempted_req_ids, adds
+ *      scheduled_new_reqs (also a request resumed after preemption, which comes again as new
+ *      with its blocks and num_computed_tokens = 0), applies scheduled_cached_reqs deltas
+ *      (block ids appended, or replaced when resumed_from_preemption; num_computed_tokens;
+ *      num_output_tokens trims outputs the scheduler did not accept);
+ *   2. builds the flattened batch over the requests with scheduled tokens, in persistent
+ *      batch order: token ids of [num_computed_tokens, +num_scheduled), positions,
+ *      slot_mapping (block_id * block_size + offset), query_start_loc, seq_lens,
+ *      block_tables, and logits_indices only for requests whose scheduled range reaches the
+ *      end of their known tokens (a partial prefill chunk samples nothing, as vLLM discards it);
+ *   3. runs llama_forward and samples each such request (sampler_sample, stream 0,
+ *      output_pos = outputs so far), appending the token to the request.
+ * Requests are kept in rows; a removed row is filled with the last one (vLLM's condense).
+ *
+ * The whole SchedulerOutput is checked before anything changes: an unknown request id, a
+ * block id outside [0, num_blocks), a scheduled range beyond the request's known tokens or
+ * blocks, or more tokens than max_num_batched_tokens leave the batch as it was and return an
+ * error (only OUT_OF_MEMORY may leave it half updated). Not thread-safe: one caller at a time.
+ */
+#ifndef LLB_GPU_WORKER_MODEL_RUNNER_H
+#define LLB_GPU_WORKER_MODEL_RUNNER_H
+
+#include <stdint.h>
+
+#include "bus/status.h"
+#include "model/forward.h"
+#include "schemas/model_runner_output.h"
+#include "schemas/scheduler_output.h"
+
+struct model_runner_config {
+  int32_t num_blocks;             /* KV cache blocks (--num-blocks), >= 1 */
+  int32_t block_size;             /* tokens per block (--block-size), >= 1 */
+  int32_t max_num_batched_tokens; /* rows of the forward scratch, >= the scheduler's budget */
+  int32_t num_threads;            /* forward threads, the caller included, >= 1 */
+};
+
+struct model_runner; /* opaque */
+
+/* Creates a runner over model m (borrowed; must outlive the runner): allocates the paged KV
+ * cache (cfg->num_blocks x cfg->block_size slots), the forward scratch for
+ * cfg->max_num_batched_tokens rows with cfg->num_threads threads, and the sampler.
+ * *out: caller frees with model_runner_destroy. Errors: INVALID_ARGUMENT (config),
+ * TOO_LARGE / OUT_OF_MEMORY (KV cache), INTERNAL (threads). */
+llb_status model_runner_create(const struct llama_model *m, const struct model_runner_config *cfg,
+                               struct model_runner **out);
+
+/* Frees the runner, its cache and its requests; NULL ok. */
+void model_runner_destroy(struct model_runner *r);
+
+/* Bytes of the KV cache: 2 (K, V) x layers x num_blocks x block_size x head_count_kv x
+ * head_dim x 2 (fp16). */
+int64_t model_runner_kv_cache_bytes(const struct model_runner *r);
+
+/* Requests in the persistent batch. */
+int32_t model_runner_num_reqs(const struct model_runner *r);
+
+/* Runs one step (see the head comment) and fills *out: version, step = so->step, req_ids of
+ * the scheduled requests in batch order, num_sampled (0 or 1 each), sampled_token_ids, and
+ * logprobs when any sampled request asked for them (rows = sampled tokens; columns = the
+ * sampled token then the top max-n of the batch, as vLLM pads to the largest request;
+ * sampled_token_ranks 1-based, vLLM's count of logprobs >= the sampled one). A step with no
+ * scheduled token only applies the updates. All arrays and strings of *out belong to the
+ * runner and stay valid until the next call or model_runner_destroy.
+ * On error *out has no tokens and out->error holds the status, its message and the offending
+ * field (e.g. "scheduled_cached_reqs.req_ids[1]"), ready to encode.
+ * Errors: NOT_FOUND (a delta or scheduled entry for an unknown request), INVALID_ARGUMENT
+ * (block id out of range, block_size different from the runner's, a scheduled range past the
+ * request's tokens or blocks, duplicate ids, bad sampling params), TOO_LARGE (more than
+ * max_num_batched_tokens, or more blocks than num_blocks for one request), UNSUPPORTED
+ * (multimodal inputs), OUT_OF_MEMORY, and the forward pass' and sampler's errors. */
+llb_status model_runner_execute(struct model_runner *r, const struct llb_scheduler_output *so,
+                                struct llb_model_runner_output *out);
+
+/* The flattened batch of the last model_runner_execute that ran the forward pass (all arrays
+ * owned by the runner, valid until the next call); num_tokens 0 before any. For tests and
+ * diagnostics. */
+const struct llama_batch *model_runner_last_batch(const struct model_runner *r);
+
+#endif

@@ -1,0 +1,99 @@
+/* Token sampler: one row of logits in, one token (and its logprobs) out.
+ *
+ * Follows vLLM v1's sampler (vllm/v1/sample/sampler.py, ops/penalties.py,
+ * ops/topk_topp_sampler.py, logits_processor MinP) for the order of processing and the
+ * meaning of every parameter:
+ *   1. penalties, applied in place to `logits`:
+ *        repetition (over prompt + output tokens, HF/vLLM: positive logits are divided by
+ *        the penalty, negative ones multiplied), then frequency and presence (over output
+ *        tokens only, OpenAI: l -= frequency * count + presence * (count > 0));
+ *   2. logprobs: log-softmax of these penalized logits, before temperature and before any
+ *      filter (see "Logprobs" below);
+ *   3. temperature < 1e-5 (vLLM's _SAMPLING_EPS): greedy, argmax with ties to the lowest id;
+ *   4. otherwise logits / temperature, then min_p (keep p >= min_p * p_max), top_k (keep
+ *      every token >= the k-th largest value, ties at the boundary kept, as vLLM and HF),
+ *      top_p over the distribution renormalized after top_k (keep the smallest prefix, by
+ *      descending probability, whose mass reaches top_p; equal values ordered by id);
+ *   5. one draw by inverse CDF with a uniform double from a counter-based generator.
+ *
+ * Randomness: Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
+ * SC'11) with key = seed and counter = (output_pos, stream, domain tag). A draw depends on
+ * nothing but (seed, stream, output_pos) and the logits: the same request gets the same
+ * tokens alone, in any batch, after preemption or replay (DESIGN.md §5).
+ *
+ * Logprobs: vLLM v1's default logprobs_mode is "raw_logprobs" (before every processor).
+ * We report the log-softmax after penalties and before temperature/filters, as the team
+ * contract fixes: it equals vLLM's raw logprobs whenever no penalty is set (the common
+ * case), it does not depend on temperature (so logprobs of the same text compare across
+ * temperatures) and it is never -inf for a token that top-k/top-p would have cut.
+ *
+ * Allocation: all scratch is made in sampler_create; sampler_sample never allocates.
+ * A sampler is not thread-safe: use one per thread.
+ */
+#ifndef LLB_SAMPLER_H
+#define LLB_SAMPLER_H
+
+#include <stdint.h>
+
+#include "bus/status.h"
+#include "schemas/sampling_params.h"
+
+/* Temperatures below this are greedy (vLLM's _SAMPLING_EPS). */
+#define SAMPLER_GREEDY_EPS 1e-5f
+
+struct sampler_logprob {
+  int32_t token_id;
+  float logprob; /* natural log */
+};
+
+struct sampler_result {
+  int32_t token_id;                            /* the sampled token */
+  float logprob;                               /* of token_id, after penalties, before temperature;
+                                                  0 when not asked for (p->logprobs < 0) */
+  int32_t num_top;                             /* = max(p->logprobs, 0) */
+  struct sampler_logprob top[LLB_MAX_LOGPROBS]; /* [num_top], descending logprob, ties by id */
+};
+
+struct sampler; /* opaque: scratch for vocab-size work */
+
+/* Creates a sampler for rows of `vocab_size` logits (1 .. 2^30). Allocates all scratch now
+ * (about 20 bytes per vocab entry). *out: caller frees with sampler_destroy.
+ * Errors: INVALID_ARGUMENT (vocab_size), OUT_OF_MEMORY. */
+llb_status sampler_create(int32_t vocab_size, struct sampler **out);
+
+/* Frees a sampler; NULL is a no-op. */
+void sampler_destroy(struct sampler *s);
+
+/* Vocabulary size the sampler was created for. */
+int32_t sampler_vocab_size(const struct sampler *s);
+
+/* Samples one token from `logits` [vocab_size], which is modified in place (penalties are
+ * applied to it; temperature and filters are not: on return it holds the penalized logits).
+ * prompt_ids [num_prompt] and output_ids [num_output] (tokens generated so far) feed the
+ * penalties; either may be NULL when its count is 0. Randomness is keyed by (p->seed,
+ * stream, output_pos): same key, same draw, whatever else was sampled before or beside it.
+ * stream is the completion index for n > 1; output_pos the index of the token being
+ * sampled among this completion's outputs. Fills *out (top-n when p->logprobs > 0).
+ * Never allocates. Errors: INVALID_ARGUMENT for a bad parameter (temperature < 0 or
+ * inf, top_p outside (0, 1], min_p outside [0, 1], repetition_penalty <= 0, a non-finite
+ * presence/frequency penalty, logprobs > LLB_MAX_LOGPROBS), a token id outside [0, vocab),
+ * a negative count or a negative output_pos (all checked before logits are touched), or a
+ * NaN / +inf logit or a row whose logits are all -inf (found after the penalties). */
+llb_status sampler_sample(struct sampler *s, const struct llb_sampling_params *p, float *logits,
+                          const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
+                          int64_t num_output, uint32_t stream, int64_t output_pos,
+                          struct sampler_result *out);
+
+/* The uniform double in [0, 1) that sampler_sample draws for this key: 53 bits of
+ * Philox4x32-10(key = seed, counter = {pos lo, pos hi, stream, 0x73616d70 'samp'}).
+ * Pure function; exposed for tests and for anything that must replay a draw. */
+double sampler_uniform(uint64_t seed, uint32_t stream, int64_t output_pos);
+
+/* e^x for x <= 0 as the sampler computes weights (vectorizable Cephes expf, relative error
+ * < 3e-7 against expf, 0 below -87); exposed for tests. */
+float sampler_exp_nonpos(float x);
+
+/* One Philox4x32-10 block: ctr [4] (in), key [2], out [4]. Random123's philox4x32_R(10, ...). */
+void sampler_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+#endif

@@ -1,0 +1,75 @@
+/* llmbus-gpu-worker: SchedulerOutput → forward pass + sampling → ModelRunnerOutput on
+ * <prefix>.engine.<eid>.execute (actors/gpu_worker/actor.h). Flags: the common actor flags
+ * (cmd/actor_main.h) plus --num-blocks, --block-size (the same values as the kv_manager's and
+ * the scheduler's), --max-num-batched-tokens (forward scratch; >= the scheduler's),
+ * --threads and --device (cpu only for now). */
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "actors/gpu_worker/actor.h"
+#include "cmd/actor_main.h"
+
+struct worker_main {
+  int32_t num_blocks, block_size, max_num_batched_tokens, threads;
+  const char *device;
+  struct gpu_worker_actor *actor;
+};
+
+static llb_status worker_main_configure(struct actor_main *am, void *user) {
+  (void)am;
+  struct worker_main *m = user;
+  if (strcmp(m->device, "cpu") != 0)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "--device %s: this build runs on cpu only (--device cpu)", m->device);
+  if (m->num_blocks < 1 || m->block_size < 1 || m->max_num_batched_tokens < 1 || m->threads < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                    "--num-blocks %d, --block-size %d, --max-num-batched-tokens %d, --threads %d: each must be >= 1",
+                    m->num_blocks, m->block_size, m->max_num_batched_tokens, m->threads);
+  return LLB_STATUS_OK;
+}
+
+static llb_status worker_main_start(struct actor_main *am, void *user) {
+  struct worker_main *m = user;
+  const struct gpu_worker_actor_options o = {
+      .model_path = am->common.model_path, .engine_id = am->common.engine_id,
+      .num_blocks = m->num_blocks, .block_size = m->block_size,
+      .max_num_batched_tokens = m->max_num_batched_tokens, .num_threads = m->threads};
+  llb_status st = gpu_worker_actor_create(&o, &m->actor);
+  if (st) return st;
+  return gpu_worker_actor_start(m->actor, am->bus);
+}
+
+static void worker_main_destroy(struct actor_main *am, void *user) {
+  (void)am;
+  struct worker_main *m = user;
+  gpu_worker_actor_destroy(m->actor);
+  m->actor = NULL;
+}
+
+int main(int argc, char **argv) {
+  const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  struct worker_main m = {.num_blocks = 1024, .block_size = 16, .max_num_batched_tokens = 512,
+                          .threads = ncpu > 0 ? (int32_t)ncpu : 1, .device = "cpu"};
+  const struct actor_flag flags[] = {
+      {"num-blocks", ACTOR_FLAG_KIND_INT32, &m.num_blocks, "KV cache blocks (same as kv_manager and scheduler)",
+       NULL},
+      {"block-size", ACTOR_FLAG_KIND_INT32, &m.block_size, "tokens per KV block (same as kv_manager and scheduler)",
+       NULL},
+      {"max-num-batched-tokens", ACTOR_FLAG_KIND_INT32, &m.max_num_batched_tokens,
+       "tokens per step the forward scratch holds (>= the scheduler's)", NULL},
+      {"threads", ACTOR_FLAG_KIND_INT32, &m.threads, "forward-pass threads (default here: the CPUs online)", NULL},
+      {"device", ACTOR_FLAG_KIND_STRING, &m.device, "backend: cpu", NULL},
+  };
+  const struct actor_main_spec spec = {
+      .actor = "gpu_worker",
+      .program = "llmbus-gpu-worker",
+      .summary = "runs each scheduled step: forward pass over the paged KV cache and sampling",
+      .flags = flags,
+      .num_flags = (int)(sizeof flags / sizeof flags[0]),
+      .configure = worker_main_configure,
+      .start = worker_main_start,
+      .destroy = worker_main_destroy,
+      .user = &m,
+  };
+  return actor_main_exec(&spec, argc, argv);
+}

@@ -1,0 +1,506 @@
+/* Model runner (actors/gpu_worker/model_runner.c) on a tiny random LLaMA built with the GGUF
+ * writer (2 layers, E 64, 4 heads, 2 KV heads, head_dim 16, vocab 97, block size 4).
+ *
+ * - The flattened batch of a hand-made case: positions, slot_mapping over non-contiguous
+ *   blocks, query_start_loc, seq_lens, logits_indices (a partial prefill samples nothing),
+ *   block table replacement of a request resumed through CachedRequestData.
+ * - Batch invariance (DESIGN.md §5): two requests, one chunk-prefilled while the other
+ *   decodes, the greedy one preempted and resumed as a new request with recompute on other
+ *   blocks, the seeded one finished and removed: each gets exactly the tokens of a run alone
+ *   with no chunking.
+ * - Logprobs: rows padded to the batch's largest top-n, sampled token first, ranks.
+ * - Errors leave the batch unchanged and are reported in the output's error field: unknown
+ *   request (delta and scheduled entry), block id out of range, token budget, block size.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/gpu_worker/model_runner.h"
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "tests/unit/gguf_writer.h"
+
+enum { L = 2, E = 64, H = 4, HKV = 2, D = 16, F = 128, V = 97, CTX = 256, BS = 4, NB = 64, MAX_TOK = 16 };
+
+static uint64_t rng_state = 777;
+static float rndf(void) {
+  rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (float)(uint32_t)(rng_state >> 32) / 2147483648.0f - 1.0f; /* [-1, 1) */
+}
+
+struct fixture {
+  void *buf;
+  struct gguf_file *f;
+  struct llama_model *m;
+};
+
+static void add_f32(struct gguf_writer *w, const char *name, int64_t cols, int64_t rows, float base, float amp) {
+  float *v = malloc(sizeof(float) * (size_t)(cols * rows));
+  for (int64_t i = 0; i < cols * rows; i++) v[i] = base + amp * rndf();
+  if (rows == 1)
+    assert_int_equal(gguf_writer_add_tensor_f32(w, name, 1, (int64_t[]){cols}, v), LLB_STATUS_OK);
+  else
+    assert_int_equal(gguf_writer_add_tensor_f32(w, name, 2, (int64_t[]){cols, rows}, v), LLB_STATUS_OK);
+  free(v);
+}
+
+static int setup(void **state) {
+  struct fixture *fx = calloc(1, sizeof(*fx));
+  struct gguf_writer *w;
+  assert_int_equal(gguf_writer_create(3, &w), LLB_STATUS_OK);
+  gguf_writer_add_str(w, "general.architecture", "llama");
+  gguf_writer_add_u32(w, "llama.block_count", L);
+  gguf_writer_add_u32(w, "llama.context_length", CTX);
+  gguf_writer_add_u32(w, "llama.embedding_length", E);
+  gguf_writer_add_u32(w, "llama.feed_forward_length", F);
+  gguf_writer_add_u32(w, "llama.attention.head_count", H);
+  gguf_writer_add_u32(w, "llama.attention.head_count_kv", HKV);
+  gguf_writer_add_u32(w, "llama.rope.dimension_count", D);
+  gguf_writer_add_u32(w, "llama.vocab_size", V);
+  gguf_writer_add_f32(w, "llama.rope.freq_base", 10000.0f);
+  gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  add_f32(w, "token_embd.weight", E, V, 0.0f, 4.0f);
+  for (int l = 0; l < L; l++) {
+    char n[64];
+#define NAME(s) (snprintf(n, sizeof(n), "blk.%d." s, l), n)
+    add_f32(w, NAME("attn_norm.weight"), E, 1, 1.0f, 0.3f);
+    add_f32(w, NAME("ffn_norm.weight"), E, 1, 1.0f, 0.3f);
+    add_f32(w, NAME("attn_q.weight"), E, H * D, 0.0f, 0.5f);
+    add_f32(w, NAME("attn_k.weight"), E, HKV * D, 0.0f, 0.5f);
+    add_f32(w, NAME("attn_v.weight"), E, HKV * D, 0.0f, 0.3f);
+    add_f32(w, NAME("attn_output.weight"), H * D, E, 0.0f, 0.2f);
+    add_f32(w, NAME("ffn_gate.weight"), E, F, 0.0f, 0.2f);
+    add_f32(w, NAME("ffn_up.weight"), E, F, 0.0f, 0.2f);
+    add_f32(w, NAME("ffn_down.weight"), F, E, 0.0f, 0.2f);
+#undef NAME
+  }
+  add_f32(w, "output_norm.weight", E, 1, 1.0f, 0.3f);
+  add_f32(w, "output.weight", E, V, 0.0f, 0.6f);
+  size_t size;
+  assert_int_equal(gguf_writer_write_memory(w, &fx->buf, &size), LLB_STATUS_OK);
+  gguf_writer_destroy(w);
+  assert_int_equal(gguf_open_memory(fx->buf, size, &fx->f), LLB_STATUS_OK);
+  assert_int_equal(llama_model_load(fx->f, &fx->m), LLB_STATUS_OK);
+  *state = fx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  struct fixture *fx = *state;
+  llama_model_destroy(fx->m);
+  gguf_close(fx->f);
+  free(fx->buf);
+  free(fx);
+  return 0;
+}
+
+static struct model_runner *make_runner(struct fixture *fx, int32_t threads) {
+  struct model_runner_config cfg = {.num_blocks = NB, .block_size = BS, .max_num_batched_tokens = MAX_TOK,
+                                    .num_threads = threads};
+  struct model_runner *r;
+  assert_int_equal(model_runner_create(fx->m, &cfg, &r), LLB_STATUS_OK);
+  assert_int_equal(model_runner_kv_cache_bytes(r), (int64_t)2 * L * NB * BS * HKV * D * 2);
+  return r;
+}
+
+/* ---- a scripted scheduler: requests with their blocks, building SchedulerOutput views ---- */
+
+struct sim_req {
+  const char *id;
+  int32_t tokens[64]; /* prompt then outputs */
+  int32_t num_prompt, num_tokens, num_computed;
+  int32_t worker_prompt; /* tokens the worker holds as prompt */
+  int32_t blocks[32], num_blocks, num_blocks_sent;
+  bool on_worker;
+  struct llb_sampling_params params;
+};
+
+struct sim_step {
+  struct llb_scheduler_output so;
+  struct llb_new_request_data news[4];
+  struct llb_str cached_ids[4], finished[4], preempted[4];
+  bool resumed[4];
+  int32_t new_block_ids[64], new_block_counts[4], computed[4], num_output[4];
+  struct llb_scheduled_tokens sched[4];
+};
+
+static int32_t next_block = NB - 1; /* hands out blocks downwards: never contiguous upwards */
+
+static void sim_begin(struct sim_step *s, uint64_t step) {
+  memset(s, 0, sizeof(*s));
+  s->so = (struct llb_scheduler_output){.version = 1, .step = step, .block_size = BS,
+                                        .scheduled_new_reqs = s->news, .num_scheduled_tokens = s->sched,
+                                        .finished_req_ids = s->finished, .preempted_req_ids = s->preempted};
+  s->so.scheduled_cached_reqs = (struct llb_cached_request_data){
+      .req_ids = s->cached_ids, .resumed_from_preemption = s->resumed, .new_block_ids = s->new_block_ids,
+      .new_block_counts = s->new_block_counts, .num_computed_tokens = s->computed,
+      .num_output_tokens = s->num_output};
+}
+
+/* Schedules n tokens of q: allocates its blocks, as new data or as a cached delta. */
+static void sim_schedule(struct sim_step *s, struct sim_req *q, int32_t n) {
+  while (q->num_blocks * BS < q->num_computed + n) q->blocks[q->num_blocks++] = next_block--;
+  assert_true(next_block >= 0);
+  if (!q->on_worker) {
+    /* A resumed request comes again as new, with its outputs in output_token_ids. */
+    s->news[s->so.num_scheduled_new_reqs++] = (struct llb_new_request_data){
+        .req_id = llb_str_c(q->id), .prompt_token_ids = q->tokens, .num_prompt_token_ids = q->num_prompt,
+        .output_token_ids = q->tokens + q->num_prompt, .num_output_token_ids = q->num_tokens - q->num_prompt,
+        .sampling_params = &q->params, .block_ids = q->blocks, .num_block_ids = q->num_blocks,
+        .num_computed_tokens = q->num_computed};
+    q->worker_prompt = q->num_prompt;
+    q->on_worker = true;
+  } else {
+    struct llb_cached_request_data *cd = &s->so.scheduled_cached_reqs;
+    const int32_t j = cd->num_reqs++;
+    s->cached_ids[j] = llb_str_c(q->id);
+    s->new_block_counts[j] = q->num_blocks - q->num_blocks_sent;
+    for (int32_t b = q->num_blocks_sent; b < q->num_blocks; b++) s->new_block_ids[cd->num_new_block_ids++] = q->blocks[b];
+    s->computed[j] = q->num_computed;
+    s->num_output[j] = q->num_tokens - q->worker_prompt;
+  }
+  q->num_blocks_sent = q->num_blocks;
+  s->sched[s->so.num_scheduled_reqs++] = (struct llb_scheduled_tokens){llb_str_c(q->id), n};
+  s->so.total_num_scheduled_tokens += n;
+}
+
+static void sim_preempt(struct sim_step *s, struct sim_req *q) {
+  s->preempted[s->so.num_preempted_req_ids++] = llb_str_c(q->id);
+  q->on_worker = false;
+  q->num_computed = 0;
+  q->num_blocks = q->num_blocks_sent = 0;
+}
+
+/* Runs the step and applies its output to the scheduled requests (in `reqs`). */
+static struct llb_model_runner_output sim_run(struct model_runner *r, struct sim_step *s, struct sim_req **reqs,
+                                              int nreqs) {
+  struct llb_model_runner_output out;
+  const llb_status st = model_runner_execute(r, &s->so, &out);
+  if (st) print_error("step %llu: %s (field %s)\n", (unsigned long long)s->so.step, out.error.message.data,
+                      out.error.field.data);
+  assert_int_equal(st, LLB_STATUS_OK);
+  assert_int_equal(out.step, s->so.step);
+  assert_int_equal(out.error.code, 0);
+  assert_int_equal(out.num_reqs, s->so.num_scheduled_reqs);
+  int32_t off = 0;
+  for (int32_t i = 0; i < out.num_reqs; i++) {
+    struct sim_req *q = NULL;
+    for (int k = 0; k < nreqs; k++)
+      if (strlen(reqs[k]->id) == out.req_ids[i].len && memcmp(reqs[k]->id, out.req_ids[i].data, out.req_ids[i].len) == 0)
+        q = reqs[k];
+    assert_non_null(q);
+    int32_t n = 0;
+    for (int32_t k = 0; k < s->so.num_scheduled_reqs; k++)
+      if (strcmp(s->sched[k].req_id.data, q->id) == 0) n = s->sched[k].num_tokens;
+    q->num_computed += n;
+    const bool at_end = q->num_computed == q->num_tokens;
+    assert_int_equal(out.num_sampled[i], at_end ? 1 : 0); /* a partial prefill samples nothing */
+    if (at_end) q->tokens[q->num_tokens++] = out.sampled_token_ids[off++];
+  }
+  assert_int_equal(off, out.num_sampled_token_ids);
+  return out;
+}
+
+static struct sim_req make_req(const char *id, int32_t num_prompt, uint32_t salt, bool greedy) {
+  struct sim_req q = {.id = id, .num_prompt = num_prompt, .num_tokens = num_prompt};
+  for (int32_t t = 0; t < num_prompt; t++) q.tokens[t] = (int32_t)((t * 31u + salt * 17u + 5u) % V);
+  llb_sampling_params_init(&q.params);
+  q.params.temperature = greedy ? 0.0f : 0.9f;
+  q.params.seed = 4242 + salt;
+  q.params.has_seed = true;
+  return q;
+}
+
+/* The reference: q alone, whole prompt in one step, then one token per step. */
+static void run_alone(struct fixture *fx, struct sim_req *q, int32_t num_outputs) {
+  struct model_runner *r = make_runner(fx, 1);
+  struct sim_step s;
+  uint64_t step = 1;
+  while (q->num_tokens - q->num_prompt < num_outputs) {
+    sim_begin(&s, step++);
+    sim_schedule(&s, q, q->num_tokens - q->num_computed);
+    sim_run(r, &s, &q, 1);
+  }
+  model_runner_destroy(r);
+}
+
+enum { NUM_OUT = 8 };
+
+static void test_mixed_chunked_preempted_batch_matches_each_request_alone(void **state) {
+  struct fixture *fx = *state;
+  struct sim_req ref_a = make_req("a", 10, 1, true), ref_b = make_req("b", 13, 2, false);
+  run_alone(fx, &ref_a, NUM_OUT);
+  run_alone(fx, &ref_b, NUM_OUT);
+
+  struct sim_req a = make_req("a", 10, 1, true), b = make_req("b", 13, 2, false);
+  b.params.logprobs = 3;
+  struct sim_req *reqs[] = {&a, &b};
+  struct model_runner *r = make_runner(fx, 2);
+  struct sim_step s;
+  uint64_t step = 1;
+  /* 1: a's whole prompt. 2: a decodes, b's first chunk (7 of 13). 3: a decodes, b's last chunk. */
+  sim_begin(&s, step++);
+  sim_schedule(&s, &a, 10);
+  sim_run(r, &s, reqs, 2);
+  sim_begin(&s, step++);
+  sim_schedule(&s, &a, 1);
+  sim_schedule(&s, &b, 7);
+  struct llb_model_runner_output out = sim_run(r, &s, reqs, 2);
+  assert_int_equal(out.num_sampled_token_ids, 1);
+  assert_int_equal(out.logprobs.num_tokens, 0); /* b (logprobs) sampled nothing yet */
+  sim_begin(&s, step++);
+  sim_schedule(&s, &a, 1);
+  sim_schedule(&s, &b, 6);
+  out = sim_run(r, &s, reqs, 2);
+  assert_int_equal(out.num_sampled_token_ids, 2);
+  assert_int_equal(out.logprobs.num_tokens, 2); /* a's row padded to b's top-3 */
+  assert_int_equal(out.logprobs.num_logprobs_per_token, 4);
+  for (int32_t i = 0; i < 2; i++) {
+    const int32_t *ids = out.logprobs.logprob_token_ids + i * 4;
+    const float *lps = out.logprobs.logprobs + i * 4;
+    assert_int_equal(ids[0], out.sampled_token_ids[i]);
+    assert_true(lps[0] <= 0.0f && lps[1] >= lps[2] && lps[2] >= lps[3] && isfinite(lps[3]));
+    assert_true(out.logprobs.sampled_token_ranks[i] >= 1);
+    if (strcmp(out.req_ids[i].data, "a") == 0) { /* greedy: the top-1 is the sampled one */
+      assert_int_equal(ids[1], ids[0]);
+      assert_int_equal(out.logprobs.sampled_token_ranks[i], 1);
+    }
+  }
+  /* 4..: both decode; at step 6 a is preempted and later resumed as new on other blocks,
+   * recomputed in chunks of at most 8 tokens (its 15 known tokens take two). */
+  while (a.num_tokens - a.num_prompt < NUM_OUT || b.num_tokens - b.num_prompt < NUM_OUT) {
+    sim_begin(&s, step);
+    if (step == 6) {
+      sim_preempt(&s, &a);
+    } else if (a.num_tokens - a.num_prompt < NUM_OUT) {
+      int32_t n = a.num_tokens - a.num_computed;
+      if (n > 8) n = 8;
+      sim_schedule(&s, &a, n);
+    }
+    if (b.num_tokens - b.num_prompt < NUM_OUT) sim_schedule(&s, &b, 1);
+    if (step == 6) assert_int_equal(model_runner_num_reqs(r), 2);
+    sim_run(r, &s, reqs, 2);
+    if (step == 6) assert_int_equal(model_runner_num_reqs(r), 1);
+    step++;
+  }
+  assert_int_equal(a.num_tokens, ref_a.num_tokens);
+  assert_memory_equal(a.tokens, ref_a.tokens, sizeof(int32_t) * (size_t)a.num_tokens);
+  assert_int_equal(b.num_tokens, ref_b.num_tokens);
+  assert_memory_equal(b.tokens, ref_b.tokens, sizeof(int32_t) * (size_t)b.num_tokens);
+  /* The greedy tokens are not all the same token (the check would be weak otherwise). */
+  bool varied = false;
+  for (int32_t t = a.num_prompt + 1; t < a.num_tokens; t++) varied |= a.tokens[t] != a.tokens[a.num_prompt];
+  assert_true(varied);
+
+  /* Finished requests leave the batch. */
+  sim_begin(&s, step++);
+  s.finished[s.so.num_finished_req_ids++] = llb_str_c("b");
+  s.finished[s.so.num_finished_req_ids++] = llb_str_c("a");
+  s.finished[s.so.num_finished_req_ids++] = llb_str_c("never-seen"); /* ignored, as vLLM */
+  assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_OK);
+  assert_int_equal(out.num_reqs, 0);
+  assert_int_equal(model_runner_num_reqs(r), 0);
+  model_runner_destroy(r);
+}
+
+static void test_batch_has_positions_slots_and_logits_rows_of_the_scheduled_ranges(void **state) {
+  struct fixture *fx = *state;
+  struct model_runner *r = make_runner(fx, 1);
+  struct llb_sampling_params p;
+  llb_sampling_params_init(&p);
+  p.temperature = 0.0f;
+  const int32_t x_prompt[6] = {3, 14, 15, 92, 65, 35}, y_prompt[3] = {27, 18, 28};
+  struct sim_step s;
+  struct llb_model_runner_output out;
+
+  /* Step 1: x's prompt on blocks {5, 2}. */
+  sim_begin(&s, 1);
+  s.news[0] = (struct llb_new_request_data){.req_id = llb_str_c("x"), .prompt_token_ids = x_prompt,
+                                            .num_prompt_token_ids = 6, .sampling_params = &p,
+                                            .block_ids = (const int32_t[]){5, 2}, .num_block_ids = 2};
+  s.so.num_scheduled_new_reqs = 1;
+  s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("x"), 6};
+  s.so.num_scheduled_reqs = 1;
+  s.so.total_num_scheduled_tokens = 6;
+  assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_OK);
+  const struct llama_batch *b = model_runner_last_batch(r);
+  assert_int_equal(b->num_tokens, 6);
+  assert_memory_equal(b->token_ids, x_prompt, sizeof(x_prompt));
+  for (int32_t t = 0; t < 6; t++) assert_int_equal(b->positions[t], t);
+  const int64_t slots1[6] = {20, 21, 22, 23, 8, 9};
+  assert_memory_equal(b->slot_mapping, slots1, sizeof(slots1));
+  assert_int_equal(b->num_seqs, 1);
+  assert_int_equal(b->query_start_loc[1], 6);
+  assert_int_equal(b->seq_lens[0], 6);
+  assert_int_equal(b->max_blocks_per_seq, 2);
+  assert_int_equal(b->block_tables[0], 5);
+  assert_int_equal(b->block_tables[1], 2);
+  assert_int_equal(b->num_logits, 1);
+  assert_int_equal(b->logits_indices[0], 5);
+  assert_int_equal(out.num_sampled_token_ids, 1);
+  const int32_t x_out0 = out.sampled_token_ids[0];
+
+  /* Step 2: x decodes at position 6 (block 2, offset 2); y's first 2 of 3 prompt tokens on
+   * block {7}: a partial prefill, no logits row. */
+  sim_begin(&s, 2);
+  s.cached_ids[0] = llb_str_c("x");
+  s.computed[0] = 6;
+  s.num_output[0] = 1;
+  s.so.scheduled_cached_reqs.num_reqs = 1;
+  s.news[0] = (struct llb_new_request_data){.req_id = llb_str_c("y"), .prompt_token_ids = y_prompt,
+                                            .num_prompt_token_ids = 3, .sampling_params = &p,
+                                            .block_ids = (const int32_t[]){7}, .num_block_ids = 1};
+  s.so.num_scheduled_new_reqs = 1;
+  s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("x"), 1};
+  s.sched[1] = (struct llb_scheduled_tokens){llb_str_c("y"), 2};
+  s.so.num_scheduled_reqs = 2;
+  s.so.total_num_scheduled_tokens = 3;
+  assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_OK);
+  b = model_runner_last_batch(r);
+  assert_int_equal(b->num_tokens, 3);
+  const int32_t tok2[3] = {x_out0, 27, 18}, pos2[3] = {6, 0, 1}, qsl2[3] = {0, 1, 3}, len2[2] = {7, 2};
+  const int64_t slots2[3] = {10, 28, 29};
+  assert_memory_equal(b->token_ids, tok2, sizeof(tok2));
+  assert_memory_equal(b->positions, pos2, sizeof(pos2));
+  assert_memory_equal(b->slot_mapping, slots2, sizeof(slots2));
+  assert_memory_equal(b->query_start_loc, qsl2, sizeof(qsl2));
+  assert_memory_equal(b->seq_lens, len2, sizeof(len2));
+  assert_int_equal(b->max_blocks_per_seq, 2);
+  assert_int_equal(b->block_tables[2], 7); /* row 1 = y, padded */
+  assert_int_equal(b->num_logits, 1);
+  assert_int_equal(b->logits_indices[0], 0);
+  assert_int_equal(out.num_reqs, 2);
+  assert_int_equal(out.num_sampled[0], 1);
+  assert_int_equal(out.num_sampled[1], 0);
+  const int32_t x_out1 = out.sampled_token_ids[0];
+
+  /* Step 3: x resumed through CachedRequestData: its block table is replaced by {11, 12}
+   * and its 8 known tokens are recomputed; y's last prompt token at position 2. */
+  sim_begin(&s, 3);
+  s.cached_ids[0] = llb_str_c("x");
+  s.resumed[0] = true;
+  s.new_block_counts[0] = 2;
+  s.new_block_ids[0] = 11;
+  s.new_block_ids[1] = 12;
+  s.so.scheduled_cached_reqs.num_new_block_ids = 2;
+  s.num_output[0] = 2;
+  s.cached_ids[1] = llb_str_c("y");
+  s.computed[1] = 2;
+  s.so.scheduled_cached_reqs.num_reqs = 2;
+  s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("y"), 1};
+  s.sched[1] = (struct llb_scheduled_tokens){llb_str_c("x"), 8};
+  s.so.num_scheduled_reqs = 2;
+  s.so.total_num_scheduled_tokens = 9;
+  assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_OK);
+  b = model_runner_last_batch(r);
+  assert_int_equal(b->num_tokens, 9);
+  const int32_t tok3[9] = {3, 14, 15, 92, 65, 35, x_out0, x_out1, 28};
+  const int64_t slots3[9] = {44, 45, 46, 47, 48, 49, 50, 51, 30};
+  const int32_t pos3[9] = {0, 1, 2, 3, 4, 5, 6, 7, 2};
+  assert_memory_equal(b->token_ids, tok3, sizeof(tok3)); /* batch order: x's row first */
+  assert_memory_equal(b->slot_mapping, slots3, sizeof(slots3));
+  assert_memory_equal(b->positions, pos3, sizeof(pos3));
+  assert_int_equal(b->num_logits, 2);
+  assert_int_equal(b->logits_indices[0], 7);
+  assert_int_equal(b->logits_indices[1], 8);
+  assert_int_equal(out.num_sampled_token_ids, 2);
+  model_runner_destroy(r);
+}
+
+/* Runs `so` expecting status `want` with field `field`; the batch must keep `num_reqs`. */
+static void expect_error(struct model_runner *r, const struct llb_scheduler_output *so, llb_status want,
+                         const char *field, int32_t num_reqs) {
+  struct llb_model_runner_output out;
+  assert_int_equal(model_runner_execute(r, so, &out), want);
+  assert_int_equal(out.error.code, (int32_t)want);
+  assert_true(out.error.message.len > 0);
+  assert_string_equal(out.error.field.data, field);
+  assert_int_equal(out.num_reqs, 0);
+  assert_int_equal(out.num_sampled_token_ids, 0);
+  assert_int_equal(model_runner_num_reqs(r), num_reqs);
+}
+
+static void test_bad_scheduler_output_is_an_error_status_and_changes_nothing(void **state) {
+  struct fixture *fx = *state;
+  struct model_runner *r = make_runner(fx, 1);
+  struct sim_req q = make_req("q", 5, 3, true);
+  struct sim_req *reqs[] = {&q};
+  struct sim_step s;
+  sim_begin(&s, 1);
+  sim_schedule(&s, &q, 5);
+  sim_run(r, &s, reqs, 1);
+
+  /* A delta for a request the worker never saw. */
+  sim_begin(&s, 2);
+  s.cached_ids[0] = llb_str_c("ghost");
+  s.so.scheduled_cached_reqs.num_reqs = 1;
+  expect_error(r, &s.so, LLB_STATUS_NOT_FOUND, "scheduled_cached_reqs.req_ids[0]", 1);
+  /* A scheduled entry for an unknown request. */
+  sim_begin(&s, 2);
+  s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("ghost"), 1};
+  s.so.num_scheduled_reqs = 1;
+  s.so.total_num_scheduled_tokens = 1;
+  expect_error(r, &s.so, LLB_STATUS_NOT_FOUND, "num_scheduled_tokens[0]", 1);
+  /* A new request on a block outside the cache, beside a valid finish of q: neither applies. */
+  struct llb_sampling_params p;
+  llb_sampling_params_init(&p);
+  sim_begin(&s, 2);
+  s.news[0] = (struct llb_new_request_data){.req_id = llb_str_c("n"), .prompt_token_ids = q.tokens,
+                                            .num_prompt_token_ids = 3, .sampling_params = &p,
+                                            .block_ids = (const int32_t[]){1, NB}, .num_block_ids = 2};
+  s.so.num_scheduled_new_reqs = 1;
+  s.finished[s.so.num_finished_req_ids++] = llb_str_c("q");
+  expect_error(r, &s.so, LLB_STATUS_INVALID_ARGUMENT, "scheduled_new_reqs.block_ids[0]", 1);
+  /* A cached delta appending a negative block id. */
+  sim_begin(&s, 2);
+  sim_schedule(&s, &q, 1);
+  s.new_block_counts[0] = 1;
+  s.new_block_ids[0] = -3;
+  s.so.scheduled_cached_reqs.num_new_block_ids = 1;
+  expect_error(r, &s.so, LLB_STATUS_INVALID_ARGUMENT, "scheduled_cached_reqs.new_block_ids[0]", 1);
+  /* More tokens than the worker's scratch holds. */
+  struct sim_req big = make_req("big", MAX_TOK + 1, 4, true);
+  sim_begin(&s, 2);
+  sim_schedule(&s, &big, MAX_TOK + 1);
+  expect_error(r, &s.so, LLB_STATUS_TOO_LARGE, "total_num_scheduled_tokens", 1);
+  /* A range past the request's known tokens. */
+  sim_begin(&s, 2);
+  s.cached_ids[0] = llb_str_c("q");
+  s.computed[0] = q.num_computed;
+  s.num_output[0] = 1;
+  s.so.scheduled_cached_reqs.num_reqs = 1;
+  s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("q"), 2};
+  s.so.num_scheduled_reqs = 1;
+  s.so.total_num_scheduled_tokens = 2;
+  expect_error(r, &s.so, LLB_STATUS_INVALID_ARGUMENT, "num_scheduled_tokens[0]", 1);
+  /* A block size other than the cache's. */
+  sim_begin(&s, 2);
+  s.so.block_size = BS * 2;
+  expect_error(r, &s.so, LLB_STATUS_INVALID_ARGUMENT, "block_size", 1);
+
+  /* The runner keeps serving: q decodes as if nothing had happened. */
+  struct sim_req ref = make_req("q", 5, 3, true);
+  run_alone(fx, &ref, 2);
+  sim_begin(&s, 3);
+  sim_schedule(&s, &q, 1);
+  sim_run(r, &s, reqs, 1);
+  assert_memory_equal(q.tokens, ref.tokens, sizeof(int32_t) * 7);
+  model_runner_destroy(r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_batch_has_positions_slots_and_logits_rows_of_the_scheduled_ranges),
+      cmocka_unit_test(test_mixed_chunked_preempted_batch_matches_each_request_alone),
+      cmocka_unit_test(test_bad_scheduler_output_is_an_error_status_and_changes_nothing),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
