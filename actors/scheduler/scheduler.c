@@ -154,11 +154,13 @@ fail:
 
 void sched_destroy(struct scheduler *s) {
   if (!s) return;
-  if (s->map)
-    for (uint64_t i = 0; i <= s->map_mask; i++) sched_request_destroy(s->map[i]);
+  /* Finished requests left the map but may wait in free_pending or zombies; unfinished
+   * ones in free_pending are still in the map. Read the former before the map is freed. */
   for (int32_t i = 0; i < s->num_free_pending; i++)
     if (sched_request_is_finished(s->free_pending[i])) sched_request_destroy(s->free_pending[i]);
   for (int32_t i = 0; i < s->num_zombies; i++) sched_request_destroy(s->zombies[i]);
+  if (s->map)
+    for (uint64_t i = 0; i <= s->map_mask; i++) sched_request_destroy(s->map[i]);
   free(s->map);
   free(s->running);
   free(s->scheduled);

@@ -261,6 +261,29 @@ static void test_abort_frees_everything(void **state) {
   h_fini(&h);
 }
 
+/* Stopping the engine with work in flight: a preempted request (its FREE still pending,
+ * still in the request map) and an aborted one (pending, out of the map) are both released
+ * exactly once; ASan fails this test on a use-after-free or a leak. */
+static void test_destroy_with_pending_frees_releases_each_request_once(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "r0", 20, 50, 0, 0);
+  h_add(&h, "r1", 20, 50, 0, 1);
+  h_step(&h);
+  h_step(&h);
+  struct sched_engine_outputs eo;
+  sched_engine_outputs_init(&eo);
+  const char *ids[1] = {"r1"};
+  assert_int_equal(sched_abort_requests(h.s, ids, 1, SCHED_FINISH_REASON_ABORT, &eo), LLB_STATUS_OK);
+  assert_int_equal(eo.num_outputs, 1);
+  sched_preempt_all(h.s, false);
+  assert_non_null(sched_find_request(h.s, "r0"));
+  sched_engine_outputs_free(&eo);
+  h_fini(&h);
+}
+
 static void test_abort_during_a_kv_round_trip_finishes_after_it(void **state) {
   (void)state;
   struct sched_config c = base_cfg();
@@ -412,6 +435,7 @@ int main(void) {
       cmocka_unit_test(test_priority_serves_lower_value_first_then_arrival),
       cmocka_unit_test(test_priority_preempts_the_lowest_priority_running_request),
       cmocka_unit_test(test_abort_frees_everything),
+      cmocka_unit_test(test_destroy_with_pending_frees_releases_each_request_once),
       cmocka_unit_test(test_abort_during_a_kv_round_trip_finishes_after_it),
       cmocka_unit_test(test_decode_inside_allocated_blocks_makes_no_kv_round_trip),
       cmocka_unit_test(test_prefix_hit_reduces_scheduled_tokens),
