@@ -1,0 +1,406 @@
+/* Output processor actor; see actor.h. */
+#include "actors/output_processor/actor.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/output_processor/output_processor.h"
+#include "bus/log.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "schemas/engine_core_outputs.h"
+#include "schemas/engine_core_request.h"
+#include "schemas/request_output.h"
+
+#define REPORTED_UNKNOWN_IDS 64 /* unknown ids already answered with an error (ring) */
+#define ABORT_FANOUT 16         /* child ids "<i>_<parent>" aborted with a parent id */
+
+struct outproc_actor {
+  struct tokenizer *tok;
+  struct outproc_t *proc;
+  struct bus *bus;
+  char engine_id[BUS_TOKEN_MAX + 1];
+  char outputs_subject[BUS_SUBJECT_MAX];
+  char abort_subject[BUS_SUBJECT_MAX];
+  /* State of the one delivery thread of the outputs subscription. */
+  struct outproc_result res;
+  struct outproc_result scratch;             /* results that are not sent as they are */
+  char (*aborts)[OUTPROC_MAX_ID_BYTES];      /* [num_aborts] extra engine aborts of a batch */
+  int64_t num_aborts, cap_aborts;
+  char reported[REPORTED_UNKNOWN_IDS][OUTPROC_MAX_ID_BYTES];
+  int32_t reported_next;
+  struct llb_buf buf;
+  atomic_uint_fast64_t batches, engine_outputs, request_outputs, malformed, unknown,
+      register_errors, num_aborted, publish_errors;
+};
+
+llb_status outproc_actor_create(const struct outproc_actor_options *o, struct outproc_actor **out) {
+  *out = NULL;
+  if (!o || !o->model_path) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "output processor: model path required");
+  const char *eid = o->engine_id ? o->engine_id : "0";
+  if (!bus_token_valid(eid)) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine id \"%s\" is not one subject token", eid);
+  struct outproc_actor *a = calloc(1, sizeof *a);
+  struct gguf_file *f = NULL;
+  if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "output processor actor");
+  snprintf(a->engine_id, sizeof a->engine_id, "%s", eid);
+  outproc_result_init(&a->res);
+  outproc_result_init(&a->scratch);
+  llb_status st = gguf_open(o->model_path, &f);
+  if (st == LLB_STATUS_OK) st = tokenizer_load(f, &a->tok);
+  gguf_close(f);
+  if (st == LLB_STATUS_OK) st = outproc_create(a->tok, &a->proc);
+  if (st != LLB_STATUS_OK) {
+    outproc_actor_destroy(a);
+    return st;
+  }
+  LLB_LOG_INFO("output_processor_ready", "model=%s vocab=%d", o->model_path, tokenizer_vocab_size(a->tok));
+  *out = a;
+  return LLB_STATUS_OK;
+}
+
+void outproc_actor_destroy(struct outproc_actor *a) {
+  if (!a) return;
+  outproc_result_free(&a->res);
+  outproc_result_free(&a->scratch);
+  outproc_destroy(a->proc);
+  tokenizer_destroy(a->tok);
+  free(a->aborts);
+  llb_buf_free(&a->buf);
+  free(a);
+}
+
+void outproc_actor_get_stats(const struct outproc_actor *a, struct outproc_actor_stats *out) {
+  struct outproc_actor *m = (struct outproc_actor *)a; /* atomics: loads only */
+  out->batches = atomic_load(&m->batches);
+  out->engine_outputs = atomic_load(&m->engine_outputs);
+  out->request_outputs = atomic_load(&m->request_outputs);
+  out->malformed = atomic_load(&m->malformed);
+  out->unknown = atomic_load(&m->unknown);
+  out->register_errors = atomic_load(&m->register_errors);
+  out->aborts = atomic_load(&m->num_aborted);
+  out->publish_errors = atomic_load(&m->publish_errors);
+}
+
+/* Queues an engine abort of `id` for the end of the batch. */
+static void queue_abort(struct outproc_actor *a, const char *id) {
+  if (a->num_aborts == a->cap_aborts) {
+    int64_t cap = a->cap_aborts ? a->cap_aborts * 2 : 16;
+    void *p = realloc(a->aborts, (size_t)cap * sizeof *a->aborts);
+    if (!p) {
+      LLB_LOG_ERROR("abort_dropped", "request_id=%s error=out_of_memory", id);
+      return;
+    }
+    a->aborts = p;
+    a->cap_aborts = cap;
+  }
+  snprintf(a->aborts[a->num_aborts++], OUTPROC_MAX_ID_BYTES, "%s", id);
+}
+
+/* Publishes `ro` to `reply_to`; counts and logs a failure. */
+static llb_status publish_output(struct outproc_actor *a, const char *reply_to,
+                                 const struct llb_request_output *ro, const struct bus_trace_ctx *span) {
+  llb_status st = llb_request_output_encode_buf(ro, &a->buf);
+  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, reply_to, a->buf.data, a->buf.len, span);
+  if (st == LLB_STATUS_OK) {
+    atomic_fetch_add(&a->request_outputs, 1);
+    return st;
+  }
+  char q[320];
+  atomic_fetch_add(&a->publish_errors, 1);
+  LLB_LOG_ERROR("request_output_publish_failed", "request_id=%s reply_to=%s error=%s", ro->request_id.data,
+                reply_to, llb_log_quote(q, sizeof q, llb_err_last()));
+  return st;
+}
+
+/* Sends a final RequestOutput carrying only an error to `reply_to` (when there is one). */
+static void publish_error(struct outproc_actor *a, const char *reply_to, const char *request_id,
+                          llb_status code, const char *message, const struct bus_trace_ctx *span) {
+  if (!reply_to || !reply_to[0]) return;
+  struct llb_request_output ro = {0};
+  ro.request_id = llb_str_c(request_id);
+  ro.finished = true;
+  ro.metrics.finished_time = (double)llb_wall_ns() / 1e9;
+  ro.error.code = (int32_t)code;
+  ro.error.message = llb_str_c(message);
+  (void)publish_output(a, reply_to, &ro, span);
+}
+
+/* outproc's RequestOutput → the wire view; arrays live in `arena`. */
+static llb_status to_wire(const struct outproc_request_output *o, struct llb_arena *arena,
+                          struct llb_request_output *ro) {
+  memset(ro, 0, sizeof *ro);
+  ro->request_id = llb_str_c(o->request_id);
+  ro->prompt_token_ids = o->prompt_token_ids;
+  ro->num_prompt_token_ids = (int32_t)o->num_prompt_tokens;
+  ro->finished = o->finished;
+  struct llb_completion_output *cs =
+      llb_arena_alloc(arena, (size_t)(o->num_outputs > 0 ? o->num_outputs : 1) * sizeof *cs, _Alignof(struct llb_completion_output));
+  if (!cs) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "completion outputs");
+  for (int32_t i = 0; i < o->num_outputs; i++) {
+    const struct outproc_completion *c = &o->outputs[i];
+    struct llb_completion_output *w = &cs[i];
+    memset(w, 0, sizeof *w);
+    w->index = c->index;
+    w->text = (struct llb_str){c->text ? c->text : "", c->text ? c->text_len : 0};
+    w->token_ids = c->token_ids;
+    w->num_token_ids = (int32_t)c->num_token_ids;
+    w->cumulative_logprob = c->cumulative_logprob;
+    w->finish_reason = (enum llb_finish_reason)c->finish_reason; /* same values 0..4 */
+    if (c->stop_reason_kind == OUTPROC_STOP_REASON_KIND_STRING) {
+      w->stop_reason = llb_str_c(c->stop_str);
+    } else if (c->stop_reason_kind == OUTPROC_STOP_REASON_KIND_TOKEN) {
+      char *s = llb_arena_alloc(arena, 16, 1); /* vLLM's int stop_reason, as decimal text */
+      if (!s) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "stop reason");
+      snprintf(s, 16, "%d", c->stop_token_id);
+      w->stop_reason = llb_str_c(s);
+    }
+    /* The wire wants one logprobs entry per token (a resumed request may have fewer). */
+    if (c->has_logprobs && c->num_logprobs == c->num_token_ids && c->num_logprobs > 0) {
+      struct llb_token_logprobs *lp = llb_arena_alloc(arena, (size_t)c->num_logprobs * sizeof *lp,
+                                                      _Alignof(struct llb_token_logprobs));
+      if (!lp) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "logprobs");
+      for (int64_t t = 0; t < c->num_logprobs; t++) {
+        const struct outproc_position_logprobs *pl = &c->logprobs[t];
+        lp[t] = (struct llb_token_logprobs){
+            .token_id = pl->sampled.token_id, .logprob = pl->sampled.logprob, .rank = pl->sampled.rank,
+            .decoded = {pl->sampled.text ? pl->sampled.text : "", pl->sampled.text ? pl->sampled.text_len : 0}};
+        if (pl->num_top > 0) {
+          struct llb_top_logprob *top = llb_arena_alloc(arena, (size_t)pl->num_top * sizeof *top,
+                                                        _Alignof(struct llb_top_logprob));
+          if (!top) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "top logprobs");
+          for (int32_t j = 0; j < pl->num_top; j++)
+            top[j] = (struct llb_top_logprob){
+                .token_id = pl->top[j].token_id, .logprob = pl->top[j].logprob,
+                .decoded = {pl->top[j].text ? pl->top[j].text : "", pl->top[j].text ? pl->top[j].text_len : 0}};
+          lp[t].top = top;
+          lp[t].num_top = pl->num_top;
+        }
+      }
+      w->logprobs = lp;
+      w->num_logprobs = (int32_t)c->num_logprobs;
+    }
+  }
+  ro->outputs = cs;
+  ro->num_outputs = o->num_outputs;
+  const struct outproc_metrics *m = &o->metrics;
+  ro->metrics = (struct llb_request_metrics){
+      .arrival_time = (double)m->arrival_time_ns / 1e9,
+      .first_scheduled_time = (double)m->first_scheduled_time_ns / 1e9,
+      .first_token_time = (double)m->first_token_time_ns / 1e9,
+      .last_token_time = (double)m->last_token_time_ns / 1e9,
+      .finished_time = (double)m->finished_time_ns / 1e9,
+      .num_cached_tokens = m->num_cached_tokens > 0 ? m->num_cached_tokens : 0,
+      .num_prompt_tokens = (int32_t)m->num_prompt_tokens,
+      .num_generation_tokens = (int32_t)m->num_generation_tokens,
+  };
+  if (o->error[0]) {
+    ro->error.code = LLB_STATUS_INTERNAL;
+    ro->error.message = llb_str_c(o->error);
+  }
+  return LLB_STATUS_OK;
+}
+
+/* Registers a request from its first output. */
+static llb_status register_from(struct outproc_actor *a, const struct llb_engine_core_output *eo) {
+  const struct llb_sampling_params *sp = eo->sampling_params;
+  const char *parent = eo->parent_request_id.len ? eo->parent_request_id.data : eo->request_id.data;
+  /* The input processor writes the client's n into the children's wire n (the engine runs
+   * one sequence per request whatever it says). */
+  int32_t n = sp->n > eo->index ? sp->n : eo->index + 1;
+  struct outproc_request_info info = {
+      .request_id = eo->request_id.data,
+      .parent_request_id = parent,
+      .external_request_id = parent, /* RequestOutput.request_id: the id an abort names */
+      .reply_to = eo->reply_to.data,
+      .child_index = eo->index,
+      .num_children = n,
+      .prompt_token_ids = eo->prompt_token_ids,
+      .num_prompt_tokens = eo->num_prompt_token_ids,
+      .sampling_params = sp,
+      .arrival_time_ns = (int64_t)(eo->arrival_time * 1e9),
+  };
+  return outproc_register(a->proc, &info);
+}
+
+static bool already_reported(struct outproc_actor *a, const char *id) {
+  for (int32_t i = 0; i < REPORTED_UNKNOWN_IDS; i++)
+    if (strcmp(a->reported[i], id) == 0) return true;
+  snprintf(a->reported[a->reported_next], OUTPROC_MAX_ID_BYTES, "%s", id);
+  a->reported_next = (a->reported_next + 1) % REPORTED_UNKNOWN_IDS;
+  return false;
+}
+
+/* An output of a request this instance does not know: count, log, tell the client once,
+ * and stop the engine from running it for nobody. */
+static void handle_unknown(struct outproc_actor *a, const struct llb_engine_core_output *eo,
+                           const struct bus_trace_ctx *span) {
+  atomic_fetch_add(&a->unknown, 1);
+  if (already_reported(a, eo->request_id.data)) return;
+  LLB_LOG_WARN("unknown_request", "request_id=%s first_output_pos=%d reply_to=%s", eo->request_id.data,
+               eo->first_output_pos, eo->reply_to.data);
+  char msg[OUTPROC_MAX_ID_BYTES + 128];
+  snprintf(msg, sizeof msg, "the output processor lost the state of request %s (restarted?); "
+           "resuming a request is not supported yet", eo->request_id.data);
+  publish_error(a, eo->reply_to.data,
+                eo->parent_request_id.len ? eo->parent_request_id.data : eo->request_id.data,
+                LLB_STATUS_NOT_FOUND, msg, span);
+  queue_abort(a, eo->request_id.data);
+}
+
+/* One EngineCoreOutput through the logic; results accumulate in a->res. */
+static void handle_output(struct outproc_actor *a, const struct llb_engine_core_outputs *outs,
+                          const struct llb_engine_core_output *eo, struct llb_arena *arena,
+                          const struct bus_trace_ctx *span) {
+  char q[320];
+  int64_t now = llb_wall_ns();
+  atomic_fetch_add(&a->engine_outputs, 1);
+  if (eo->sampling_params && eo->num_prompt_token_ids > 0) {
+    llb_status st = register_from(a, eo);
+    if (st != LLB_STATUS_OK) {
+      atomic_fetch_add(&a->register_errors, 1);
+      char msg[512];
+      snprintf(msg, sizeof msg, "output processor: %s", llb_err_last());
+      LLB_LOG_ERROR("register_failed", "request_id=%s error=%s", eo->request_id.data,
+                    llb_log_quote(q, sizeof q, msg));
+      publish_error(a, eo->reply_to.data,
+                    eo->parent_request_id.len ? eo->parent_request_id.data : eo->request_id.data, st, msg, span);
+      if (eo->finish_reason == LLB_FINISH_REASON_NONE) queue_abort(a, eo->request_id.data);
+      return;
+    }
+  }
+  if (eo->finish_reason == LLB_FINISH_REASON_ERROR) {
+    const char *why = eo->error.message.len ? eo->error.message.data : "the engine failed the request";
+    llb_status st = outproc_fail(a->proc, eo->request_id.data, why, now, &a->res);
+    if (st == LLB_STATUS_NOT_FOUND) {
+      atomic_fetch_add(&a->unknown, 1);
+      publish_error(a, eo->reply_to.data, eo->request_id.data, eo->error.code ? eo->error.code : LLB_STATUS_INTERNAL,
+                    why, span);
+    }
+    return;
+  }
+  struct outproc_new_logprobs *lps = NULL;
+  const struct llb_logprobs_lists *ll = &eo->new_logprobs;
+  if (ll->num_tokens > 0 && ll->num_tokens == eo->num_new_token_ids && ll->num_logprobs_per_token >= 1) {
+    lps = llb_arena_alloc(arena, (size_t)ll->num_tokens * sizeof *lps, _Alignof(struct outproc_new_logprobs));
+    for (int32_t r = 0; lps && r < ll->num_tokens; r++) {
+      const int64_t row = (int64_t)r * ll->num_logprobs_per_token; /* column 0: the sampled token */
+      int32_t num_top = ll->num_logprobs_per_token - 1;
+      if (num_top > LLB_MAX_LOGPROBS) num_top = LLB_MAX_LOGPROBS;
+      lps[r].token_id = ll->logprob_token_ids[row];
+      lps[r].logprob = ll->logprobs[row];
+      lps[r].num_top = num_top;
+      for (int32_t j = 0; j < num_top; j++)
+        lps[r].top[j] = (struct outproc_candidate){ll->logprob_token_ids[row + 1 + j], ll->logprobs[row + 1 + j]};
+    }
+  }
+  struct outproc_engine_output in = {
+      .request_id = eo->request_id.data,
+      .new_token_ids = eo->new_token_ids,
+      .num_new_tokens = eo->num_new_token_ids,
+      .first_output_pos = eo->first_output_pos,
+      .new_logprobs = lps,
+      .finish_reason = (enum outproc_finish_reason)eo->finish_reason,
+      .stop_token_id = eo->stop_token_id,
+      .num_cached_tokens = eo->num_cached_tokens,
+      .scheduled_time_ns = eo->scheduled_time_ns,
+      .timestamp_ns = outs->timestamp > 0 ? (int64_t)(outs->timestamp * 1e9) : 0,
+  };
+  int64_t unknown_before = a->res.num_unknown;
+  llb_status st = outproc_process(a->proc, &in, now, &a->res);
+  if (st != LLB_STATUS_OK) {
+    LLB_LOG_ERROR("process_failed", "request_id=%s error=%s", eo->request_id.data,
+                  llb_log_quote(q, sizeof q, llb_err_last()));
+  }
+  if (a->res.num_unknown > unknown_before) handle_unknown(a, eo, span);
+}
+
+/* A RequestOutput too large for the bus: fail the request with a short error instead. */
+static void handle_too_large(struct outproc_actor *a, const struct outproc_request_output *o,
+                             const struct bus_trace_ctx *span) {
+  char msg[512];
+  snprintf(msg, sizeof msg, "output too large for the bus: %s", llb_err_last());
+  outproc_result_clear(&a->scratch);
+  (void)outproc_fail(a->proc, o->request_id, msg, llb_wall_ns(), &a->scratch);
+  outproc_result_clear(&a->scratch);
+  publish_error(a, o->reply_to, o->request_id, LLB_STATUS_TOO_LARGE, msg, span);
+  queue_abort(a, o->request_id);
+  for (int32_t i = 0; i < ABORT_FANOUT; i++) {
+    char id[OUTPROC_MAX_ID_BYTES];
+    snprintf(id, sizeof id, "%d_%.200s", i, o->request_id);
+    queue_abort(a, id);
+  }
+}
+
+/* Sends the batch's RequestOutputs and one AbortRequests for every engine abort. */
+static void flush_results(struct outproc_actor *a, struct llb_arena *arena, const struct bus_trace_ctx *span) {
+  for (int64_t i = 0; i < a->res.num_outputs; i++) {
+    const struct outproc_request_output *o = &a->res.outputs[i];
+    if (!o->reply_to[0]) {
+      atomic_fetch_add(&a->publish_errors, 1);
+      LLB_LOG_WARN("request_output_no_reply_to", "request_id=%s", o->request_id);
+      continue;
+    }
+    struct llb_request_output ro;
+    llb_status st = to_wire(o, arena, &ro);
+    if (st == LLB_STATUS_OK) st = publish_output(a, o->reply_to, &ro, span);
+    if (st == LLB_STATUS_TOO_LARGE && !o->finished) handle_too_large(a, o, span);
+  }
+  for (int64_t i = 0; i < a->res.num_abort; i++) queue_abort(a, a->res.abort_ids[i]);
+  if (a->num_aborts > 0) {
+    struct llb_str *ids = llb_arena_alloc(arena, (size_t)a->num_aborts * sizeof *ids, _Alignof(struct llb_str));
+    if (ids) {
+      for (int64_t i = 0; i < a->num_aborts; i++) ids[i] = llb_str_c(a->aborts[i]);
+      struct llb_abort_requests ab = {.request_ids = ids, .num_request_ids = (int32_t)a->num_aborts};
+      llb_status st = llb_abort_requests_encode_buf(&ab, &a->buf);
+      if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->abort_subject, a->buf.data, a->buf.len, span);
+      if (st == LLB_STATUS_OK) {
+        atomic_fetch_add(&a->num_aborted, (uint64_t)a->num_aborts);
+      } else {
+        char q[320];
+        atomic_fetch_add(&a->publish_errors, 1);
+        LLB_LOG_ERROR("abort_publish_failed", "num_ids=%" PRId64 " error=%s", a->num_aborts,
+                      llb_log_quote(q, sizeof q, llb_err_last()));
+      }
+    }
+  }
+  a->num_aborts = 0;
+  outproc_result_clear(&a->res);
+}
+
+static void on_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  struct outproc_actor *a = user;
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  struct llb_engine_core_outputs outs;
+  llb_status st = llb_engine_core_outputs_decode(msg->data, msg->len, &arena, &outs);
+  if (st != LLB_STATUS_OK) {
+    char q[320];
+    atomic_fetch_add(&a->malformed, 1);
+    LLB_LOG_WARN("outputs_malformed", "subject=%s bytes=%zu error=%s", msg->subject, msg->len,
+                 llb_log_quote(q, sizeof q, llb_err_last()));
+    llb_arena_destroy(&arena);
+    return;
+  }
+  atomic_fetch_add(&a->batches, 1);
+  struct bus_trace_ctx span;
+  bus_trace_child(&msg->trace, &span);
+  for (int32_t i = 0; i < outs.num_outputs; i++) handle_output(a, &outs, &outs.outputs[i], &arena, &span);
+  flush_results(a, &arena, &span);
+  llb_arena_destroy(&arena);
+}
+
+llb_status outproc_actor_start(struct outproc_actor *a, struct bus *bus) {
+  a->bus = bus;
+  const char *prefix = bus_prefix(bus);
+  llb_status st = bus_subject_engine(prefix, a->engine_id, "outputs", a->outputs_subject, sizeof a->outputs_subject);
+  if (st == LLB_STATUS_OK)
+    st = bus_subject_engine(prefix, a->engine_id, "abort", a->abort_subject, sizeof a->abort_subject);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, on_outputs, a, NULL);
+  if (st != LLB_STATUS_OK) return st;
+  LLB_LOG_INFO("output_processor_subscribed", "outputs=%s abort=%s", a->outputs_subject, a->abort_subject);
+  return LLB_STATUS_OK;
+}

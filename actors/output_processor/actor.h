@@ -1,0 +1,65 @@
+/* The output processor actor: binds the pure logic of output_processor.h to the bus.
+ *
+ * Subscribes <prefix>.engine.<eid>.outputs (EngineCoreOutputs, one per engine step). For
+ * each output: a request's first output (it carries prompt_token_ids + sampling_params)
+ * registers the request (outproc_register: parent id, child index, n = the wire
+ * sampling_params.n, which the input processor sets to the client's n); an output with
+ * finish_reason ERROR fails the request with the engine's message; every other output goes
+ * through outproc_process. Then each RequestOutput is published to its reply_to, and the
+ * engine requests finished by a stop string (or failed here) are aborted with one
+ * AbortRequests on <prefix>.engine.<eid>.abort.
+ *
+ * RequestOutput.request_id is the internal parent id ("<client id>-<16 hex>"): the id a
+ * client sends in an AbortRequest on <prefix>.abort.<tenant>.
+ *
+ * Outputs of a request this instance never registered (it restarted) cannot be rebuilt yet
+ * (outproc_register_resume needs the engine's token history, which EngineCoreOutputs does
+ * not carry): they are counted and logged, the client gets a final RequestOutput with an
+ * error (never a hang), and the engine request is aborted.
+ *
+ * Threading: one subscription, so one delivery thread drives the (not thread-safe) logic;
+ * counters are atomic.
+ */
+#ifndef LLB_ACTORS_OUTPUT_PROCESSOR_ACTOR_H
+#define LLB_ACTORS_OUTPUT_PROCESSOR_ACTOR_H
+
+#include <stdint.h>
+
+#include "bus/bus.h"
+#include "bus/status.h"
+
+struct outproc_actor_options {
+  const char *model_path; /* GGUF holding the tokenizer; required */
+  const char *engine_id;  /* <eid>; NULL = "0" */
+};
+
+/* Counters since start (monotonic). */
+struct outproc_actor_stats {
+  uint64_t batches;         /* EngineCoreOutputs decoded */
+  uint64_t engine_outputs;  /* EngineCoreOutput entries handled */
+  uint64_t request_outputs; /* RequestOutputs published */
+  uint64_t malformed;       /* undecodable EngineCoreOutputs (dropped) */
+  uint64_t unknown;         /* outputs of requests this instance does not know */
+  uint64_t register_errors; /* first outputs whose registration failed */
+  uint64_t aborts;          /* engine request ids sent in AbortRequests */
+  uint64_t publish_errors;  /* failed publishes (each logged) */
+};
+
+struct outproc_actor;
+
+/* Loads the tokenizer of o->model_path and creates the processor. Errors: INVALID_ARGUMENT
+ * (bad engine id), the GGUF reader's / tokenizer's error naming the file, OUT_OF_MEMORY.
+ * *out: outproc_actor_destroy(). */
+llb_status outproc_actor_create(const struct outproc_actor_options *o, struct outproc_actor **out);
+
+/* Subscribes the outputs handler on `bus` (borrowed; destroy the bus before the actor).
+ * Errors: those of bus_subscribe and the subject builders. */
+llb_status outproc_actor_start(struct outproc_actor *a, struct bus *bus);
+
+/* Counters, read atomically one by one. */
+void outproc_actor_get_stats(const struct outproc_actor *a, struct outproc_actor_stats *out);
+
+/* Frees the actor. Call after bus_destroy() of the bus it was started on. NULL ok. */
+void outproc_actor_destroy(struct outproc_actor *a);
+
+#endif

@@ -1,0 +1,84 @@
+/* The NATS client side of `llmbus generate`, `llmbus chat` and `llmbus run`.
+ *
+ * One request: a fresh inbox is subscribed, a GenerateRequest is published to
+ * <prefix>.generate.<tenant> with the inbox as reply subject, and RequestOutputs (DELTA by
+ * default) are read from the inbox until one says finished. Text is printed as it arrives
+ * (n = 1) or per completion at the end (n > 1); --json prints every RequestOutput as one
+ * JSON line instead. An interrupt (SIGINT, see client_install_sigint) sends an AbortRequest
+ * with the request id of the first RequestOutput to <prefix>.abort.<tenant>.
+ *
+ * Threading: everything runs on the calling thread (the bus has its own loop thread).
+ */
+#ifndef LLB_CMD_CLIENT_H
+#define LLB_CMD_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "bus/bus.h"
+#include "bus/status.h"
+#include "model/chat_template.h"
+#include "schemas/sampling_params.h"
+
+#define CLIENT_DEFAULT_MAX_TOKENS 256
+#define CLIENT_DEFAULT_TIMEOUT_S 60
+
+/* Everything a client command can be told (strings borrowed from argv). */
+struct client_options {
+  const char *nats_url;  /* NULL = nats://127.0.0.1:4222 */
+  const char *prefix;    /* NULL = "llm" */
+  const char *tenant;    /* NULL = "default" */
+  struct llb_sampling_params sp; /* output_kind DELTA, max_tokens CLIENT_DEFAULT_MAX_TOKENS */
+  bool raw;              /* no chat template */
+  const char *system;    /* system message (chat template only) */
+  bool json;             /* one JSON line per RequestOutput on `out` */
+  int64_t timeout_s;     /* longest wait for the next RequestOutput */
+};
+
+/* Fills `o` with the defaults above. */
+void client_options_init(struct client_options *o);
+
+/* Parses argv[*i] if it is one of the shared flags (--nats --prefix --tenant --temperature
+ * --top-p --top-k --min-p --max-tokens --seed --stop (repeatable) --n --raw --system --json
+ * --timeout-s), consuming its value (*i advances). Returns 1 when consumed, 0 when argv[*i]
+ * is not one of them, -1 on a bad or missing value (printed to stderr, prefixed by `cmd`). */
+int client_parse_flag(struct client_options *o, int argc, char **argv, int *i, const char *cmd);
+
+/* Writes the help lines of the shared flags to `f`. */
+void client_print_flags_help(FILE *f);
+
+/* Connects to o->nats_url for a command line client (no signal handlers of the bus: Ctrl-C
+ * stays with the command). Errors: those of bus_connect. *out: bus_destroy(). */
+llb_status client_connect(const struct client_options *o, struct bus **out);
+
+/* Installs a SIGINT/SIGTERM handler that makes the running client_generate abort its request
+ * and return LLB_STATUS_ABORTED. */
+void client_install_sigint(void);
+
+/* True once SIGINT/SIGTERM arrived after client_install_sigint(). */
+bool client_interrupted(void);
+
+/* Called between waits for the next output (about every 100 ms); returning true stops the
+ * request as an interrupt would. */
+typedef bool (*client_idle_fn)(void *user);
+
+/* The prompt: exactly one of `prompt` (templated as one user message, with o->system, unless
+ * o->raw) or `messages[0, num_messages)`. */
+struct client_prompt {
+  const char *prompt;
+  const struct chat_message *messages;
+  size_t num_messages;
+};
+
+/* Sends one request on `bus` and streams its answer to `out` as described at the top.
+ * *answer_out (optional) receives the full text of completion 0 (malloc'd, caller frees;
+ * NULL on error). Errors: TIMEOUT ("no answer from the engine within N s"), NOT_FOUND (no
+ * input processor listens), ABORTED (interrupted / idle said stop), the engine's error
+ * (code and "field: message" of RequestOutput.error), MALFORMED (a reply that does not
+ * decode), those of the bus. */
+llb_status client_generate(struct bus *bus, const struct client_options *o, const struct client_prompt *p,
+                           FILE *out, client_idle_fn idle, void *idle_user, char **answer_out);
+
+#endif
