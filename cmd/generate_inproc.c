@@ -1,0 +1,295 @@
+/* `llmbus generate --inproc`: one prompt through the model in this process, no bus.
+ *
+ * GGUF -> chat template (unless --raw) -> tokenizer -> prefill (chunks of PREFILL_CHUNK rows)
+ * and decode through llama_forward over a paged KV cache with a trivial contiguous block
+ * table -> sampler -> streaming detokenizer to stdout. Stops at EOS (or any other control
+ * token, which in an answer only ever ends the turn) or after --max-tokens. Sampling defaults
+ * are vLLM's (temperature 1, top_p 1, ...); without --seed a seed is drawn from the clock.
+ * A one-line timing summary goes to stderr.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/gpu_worker/sampler.h"
+#include "bus/log.h"
+#include "bus/status.h"
+#include "cmd/commands.h"
+#include "model/chat_template.h"
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "schemas/sampling_params.h"
+
+#define BLOCK_SIZE 16
+#define PREFILL_CHUNK 512
+#define DEFAULT_MAX_TOKENS 256
+
+struct inproc_opts {
+  const char *model_path;
+  const char *prompt;
+  const char *system;
+  bool raw;
+  int32_t threads;
+  struct llb_sampling_params sp;
+};
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: llmbus generate --inproc --model M.gguf [--raw] [--temperature T] [--top-p P]\n"
+          "         [--top-k K] [--min-p P] [--max-tokens N] [--seed S] [--threads N]\n"
+          "         [--system TEXT] \"prompt\"\n"
+          "Runs the model in this process (no bus) and streams the answer to stdout.\n"
+          "  --raw          no chat template: the prompt is plain text to continue\n"
+          "  --temperature  0 = greedy (default 1, as vLLM)\n"
+          "  --max-tokens   default %d, capped by the context length\n"
+          "  --seed         default: drawn from the clock\n"
+          "  --threads      default 2\n",
+          DEFAULT_MAX_TOKENS);
+}
+
+static bool parse_double(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  *out = strtod(s, &end);
+  return errno == 0 && end != s && *end == '\0';
+}
+
+static bool parse_long(const char *s, long long *out) {
+  char *end;
+  errno = 0;
+  *out = strtoll(s, &end, 10);
+  return errno == 0 && end != s && *end == '\0';
+}
+
+/* Returns 0 on success, 2 on a usage error (already printed), 1 for --help. */
+static int parse_args(int argc, char **argv, struct inproc_opts *o) {
+  llb_sampling_params_init(&o->sp);
+  o->sp.max_tokens = DEFAULT_MAX_TOKENS;
+  o->sp.seed = (uint64_t)llb_wall_ns();
+  o->threads = 2;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    double d;
+    long long n;
+    if (strcmp(a, "--inproc") == 0) continue;
+    if (strcmp(a, "--raw") == 0) {
+      o->raw = true;
+      continue;
+    }
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      return 1;
+    }
+    if (a[0] == '-' && a[1] == '-' && !v) {
+      fprintf(stderr, "llmbus generate: %s needs a value\n", a);
+      return 2;
+    }
+    bool ok = true;
+    if (strcmp(a, "--model") == 0) o->model_path = v;
+    else if (strcmp(a, "--system") == 0) o->system = v;
+    else if (strcmp(a, "--temperature") == 0) ok = parse_double(v, &d) && d >= 0, o->sp.temperature = (float)d;
+    else if (strcmp(a, "--top-p") == 0) ok = parse_double(v, &d) && d > 0 && d <= 1, o->sp.top_p = (float)d;
+    else if (strcmp(a, "--min-p") == 0) ok = parse_double(v, &d) && d >= 0 && d <= 1, o->sp.min_p = (float)d;
+    else if (strcmp(a, "--top-k") == 0) ok = parse_long(v, &n) && n >= 0 && n <= INT32_MAX, o->sp.top_k = (int32_t)n;
+    else if (strcmp(a, "--max-tokens") == 0) ok = parse_long(v, &n) && n >= 1 && n <= INT32_MAX, o->sp.max_tokens = (int32_t)n;
+    else if (strcmp(a, "--threads") == 0) ok = parse_long(v, &n) && n >= 1 && n <= 256, o->threads = (int32_t)n;
+    else if (strcmp(a, "--seed") == 0) ok = parse_long(v, &n) && n >= 0, o->sp.seed = (uint64_t)n, o->sp.has_seed = true;
+    else if (a[0] == '-' && a[1] == '-') {
+      fprintf(stderr, "llmbus generate: unknown option %s\n", a);
+      usage(stderr);
+      return 2;
+    } else {
+      if (o->prompt) {
+        fprintf(stderr, "llmbus generate: one prompt only (quote it)\n");
+        return 2;
+      }
+      o->prompt = a;
+      continue;
+    }
+    if (!ok) {
+      fprintf(stderr, "llmbus generate: bad value for %s: '%s'\n", a, v);
+      return 2;
+    }
+    i++;
+  }
+  if (!o->model_path || !o->prompt) {
+    fprintf(stderr, "llmbus generate: --model and a prompt are required\n");
+    usage(stderr);
+    return 2;
+  }
+  return 0;
+}
+
+/* Prompt ids: chat-templated (system + user) unless raw. *ids: malloc'd, caller frees. */
+static llb_status encode_prompt(const struct gguf_file *f, const struct tokenizer *tok,
+                                const struct inproc_opts *o, int32_t **ids, int64_t *n) {
+  if (o->raw) return tokenizer_encode(tok, o->prompt, strlen(o->prompt), true, false, ids, n);
+  enum chat_template_kind kind;
+  llb_status st = chat_template_from_gguf(f, &kind);
+  if (st != LLB_STATUS_OK) return st;
+  struct chat_message msgs[2];
+  size_t num = 0;
+  if (o->system) msgs[num++] = (struct chat_message){.role = "system", .content = o->system};
+  msgs[num++] = (struct chat_message){.role = "user", .content = o->prompt};
+  char *text = NULL;
+  st = chat_template_apply(kind, msgs, num, true, &text);
+  if (st != LLB_STATUS_OK) return st;
+  st = tokenizer_encode(tok, text, strlen(text), true, true, ids, n);
+  free(text);
+  return st;
+}
+
+struct inproc_run {
+  struct gguf_file *gguf;
+  struct tokenizer *tok;
+  struct llama_model *model;
+  struct llama_kv_cache *kv;
+  struct llama_forward_ctx *fwd;
+  struct sampler *sampler;
+  struct detok_stream detok;
+  int32_t *seq;         /* [capacity] prompt + output ids */
+  int32_t *positions;   /* [capacity] */
+  int64_t *slots;       /* [capacity] */
+  int32_t *block_table; /* [num_blocks] identity */
+  float *logits;        /* [vocab_size] */
+  int32_t num_blocks;
+};
+
+static void run_free(struct inproc_run *r) {
+  detok_stream_free(&r->detok);
+  free(r->seq);
+  free(r->positions);
+  free(r->slots);
+  free(r->block_table);
+  free(r->logits);
+  sampler_destroy(r->sampler);
+  llama_forward_ctx_destroy(r->fwd);
+  llama_kv_cache_destroy(r->kv);
+  llama_model_destroy(r->model);
+  tokenizer_destroy(r->tok);
+  gguf_close(r->gguf);
+}
+
+/* Runs seq[start, start + n) of the single sequence and leaves the last row's logits. */
+static llb_status forward_rows(struct inproc_run *r, int32_t start, int32_t n) {
+  const int32_t qsl[2] = {0, n};
+  const int32_t seq_len = start + n;
+  const int32_t last = n - 1;
+  const struct llama_batch b = {
+      .num_tokens = n, .token_ids = r->seq + start, .positions = r->positions + start,
+      .slot_mapping = r->slots + start, .num_seqs = 1, .query_start_loc = qsl,
+      .seq_lens = &seq_len, .block_tables = r->block_table, .max_blocks_per_seq = r->num_blocks,
+      .num_logits = 1, .logits_indices = &last};
+  return llama_forward(r->fwd, r->kv, &b, r->logits);
+}
+
+static int fail_status(const char *what) {
+  fprintf(stderr, "llmbus generate: %s: %s\n", what, llb_err_last_where());
+  return 1;
+}
+
+int cmd_generate_inproc(int argc, char **argv) {
+  struct inproc_opts o = {0};
+  int rc = parse_args(argc, argv, &o);
+  if (rc != 0) return rc == 1 ? 0 : rc;
+
+  struct inproc_run r = {0};
+  int32_t *prompt = NULL;
+  int64_t n_prompt = 0;
+  rc = 1;
+  if (gguf_open(o.model_path, &r.gguf) != LLB_STATUS_OK) { rc = fail_status("open model"); goto done; }
+  if (tokenizer_load(r.gguf, &r.tok) != LLB_STATUS_OK) { rc = fail_status("tokenizer"); goto done; }
+  if (llama_model_load(r.gguf, &r.model) != LLB_STATUS_OK) { rc = fail_status("model"); goto done; }
+  if (encode_prompt(r.gguf, r.tok, &o, &prompt, &n_prompt) != LLB_STATUS_OK) {
+    rc = fail_status("prompt");
+    goto done;
+  }
+  const struct llama_config *cfg = llama_model_config(r.model);
+  if (n_prompt < 1 || n_prompt >= cfg->context_length) {
+    fprintf(stderr, "llmbus generate: prompt of %lld tokens does not fit the context (%d)\n",
+            (long long)n_prompt, cfg->context_length);
+    goto done;
+  }
+  int32_t max_new = o.sp.max_tokens;
+  if (max_new > cfg->context_length - n_prompt) max_new = cfg->context_length - (int32_t)n_prompt;
+  const int32_t capacity = (int32_t)n_prompt + max_new;
+  r.num_blocks = (capacity + BLOCK_SIZE - 1) / BLOCK_SIZE;
+  const int32_t chunk = n_prompt < PREFILL_CHUNK ? (int32_t)n_prompt : PREFILL_CHUNK;
+  if (llama_kv_cache_create(r.model, r.num_blocks, BLOCK_SIZE, &r.kv) != LLB_STATUS_OK ||
+      llama_forward_ctx_create(r.model, chunk, o.threads, &r.fwd) != LLB_STATUS_OK ||
+      sampler_create(cfg->vocab_size, &r.sampler) != LLB_STATUS_OK ||
+      detok_stream_init(&r.detok, r.tok, false, false) != LLB_STATUS_OK) {
+    rc = fail_status("set-up");
+    goto done;
+  }
+  r.seq = malloc((size_t)capacity * sizeof *r.seq);
+  r.positions = malloc((size_t)capacity * sizeof *r.positions);
+  r.slots = malloc((size_t)capacity * sizeof *r.slots);
+  r.block_table = malloc((size_t)r.num_blocks * sizeof *r.block_table);
+  r.logits = malloc((size_t)cfg->vocab_size * sizeof *r.logits);
+  if (!r.seq || !r.positions || !r.slots || !r.block_table || !r.logits) {
+    fprintf(stderr, "llmbus generate: out of memory\n");
+    goto done;
+  }
+  memcpy(r.seq, prompt, (size_t)n_prompt * sizeof *r.seq);
+  for (int32_t i = 0; i < capacity; i++) {
+    r.positions[i] = i;
+    r.slots[i] = i; /* contiguous: block i / BLOCK_SIZE, offset i % BLOCK_SIZE */
+  }
+  for (int32_t b = 0; b < r.num_blocks; b++) r.block_table[b] = b;
+
+  int64_t t0 = llb_now_ns();
+  for (int32_t start = 0; start < n_prompt; start += chunk) {
+    int32_t n = (int32_t)n_prompt - start < chunk ? (int32_t)n_prompt - start : chunk;
+    if (forward_rows(&r, start, n) != LLB_STATUS_OK) { rc = fail_status("prefill"); goto done; }
+  }
+  int64_t t1 = llb_now_ns();
+  const int32_t eos = tokenizer_eos_id(r.tok);
+  int32_t n_out = 0;
+  for (;;) {
+    struct sampler_result res;
+    if (sampler_sample(r.sampler, &o.sp, r.logits, r.seq, n_prompt, r.seq + n_prompt, n_out, 0,
+                       n_out, &res) != LLB_STATUS_OK) {
+      rc = fail_status("sample");
+      goto done;
+    }
+    if (res.token_id == eos || tokenizer_is_control(r.tok, res.token_id)) break;
+    const char *text;
+    size_t len;
+    if (detok_stream_push(&r.detok, res.token_id, &text, &len) != LLB_STATUS_OK) {
+      rc = fail_status("detokenize");
+      goto done;
+    }
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    int32_t pos = (int32_t)n_prompt + n_out;
+    r.seq[pos] = res.token_id;
+    n_out++;
+    if (n_out >= max_new) break;
+    if (forward_rows(&r, pos, 1) != LLB_STATUS_OK) { rc = fail_status("decode"); goto done; }
+  }
+  int64_t t2 = llb_now_ns();
+  const char *rest;
+  size_t rest_len;
+  detok_stream_flush(&r.detok, &rest, &rest_len);
+  fwrite(rest, 1, rest_len, stdout);
+  fputc('\n', stdout);
+  fflush(stdout);
+  double prefill_s = (double)(t1 - t0) / 1e9, decode_s = (double)(t2 - t1) / 1e9;
+  /* Decode rate counts forward steps: every output token but the last needed one. */
+  int32_t decode_steps = n_out > 0 ? n_out - (n_out >= max_new ? 1 : 0) : 0;
+  fprintf(stderr,
+          "prefill: %lld tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n",
+          (long long)n_prompt, prefill_s, prefill_s > 0 ? (double)n_prompt / prefill_s : 0.0,
+          n_out, decode_s, decode_s > 0 && decode_steps > 0 ? decode_steps / decode_s : 0.0);
+  rc = 0;
+done:
+  free(prompt);
+  run_free(&r);
+  return rc;
+}
