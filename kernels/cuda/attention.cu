@@ -1,0 +1,200 @@
+/* Paged causal GQA attention over the fp16 cache (vLLM's paged_attention v2 scheme), one
+ * kernel for decode and for (chunked) prefill: a block computes one (query row, head,
+ * partition of CUDA_ATTN_PARTITION keys); rows whose context spans several partitions are
+ * merged by a second kernel (split-K with the log-sum-exp rescale). The grid covers the
+ * longest allowed context, so one launch shape serves every step (CUDA graphs): blocks past
+ * a row's context return at once. Each row is computed in one fixed order whatever else is
+ * in the batch. Scores and softmax in fp32; K/V read as 16-byte vectors of 8 halves. */
+#include "kernels/cuda/cuda_common.cuh"
+
+#include <float.h>
+
+#define ATTN_THREADS 128
+#define ATTN_WARPS (ATTN_THREADS / 32)
+
+struct attn_args {
+  const float *q;               /* [num_tokens, q_stride] holding [n_heads, head_dim] */
+  float *out_f32;               /* [num_tokens, n_heads, head_dim] or NULL */
+  __half *out_f16;              /* [num_tokens, n_heads, head_dim] or NULL */
+  const __half *kc, *vc;        /* [num_blocks, block_size, n_kv_heads, head_dim] */
+  float *part_out;              /* [num_tokens, n_heads, max_parts, head_dim] */
+  float *part_ml;               /* [num_tokens, n_heads, max_parts, 2] */
+  const int32_t *row_seq;       /* [num_tokens] */
+  const int32_t *qsl;           /* [num_seqs + 1] */
+  const int32_t *seq_lens;      /* [num_seqs] */
+  const int32_t *block_tables;  /* [num_seqs, max_blocks_per_seq] */
+  int64_t q_stride;
+  int32_t n_heads, n_kv_heads, head_dim, block_size, max_blocks_per_seq, max_parts;
+  float scale;
+};
+
+/* Context length seen by query row r (its causal prefix, itself included). */
+__device__ __forceinline__ int32_t attn_row_ctx(const struct attn_args &a, int32_t r, int32_t *seq) {
+  const int32_t s = a.row_seq[r];
+  const int32_t q0 = a.qsl[s], q_len = a.qsl[s + 1] - q0;
+  *seq = s;
+  return a.seq_lens[s] - q_len + (r - q0) + 1;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* grid: (num_tokens, n_heads, max_parts), block: ATTN_THREADS */
+__global__ void __launch_bounds__(ATTN_THREADS) paged_attention_kernel(struct attn_args a) {
+  __shared__ float q_s[CUDA_ATTN_MAX_HEAD_DIM];
+  __shared__ float p_s[CUDA_ATTN_PARTITION];
+  __shared__ float red_s[ATTN_WARPS];
+  __shared__ float acc_s[ATTN_THREADS];
+  const int32_t r = blockIdx.x, h = blockIdx.y, part = blockIdx.z, tid = threadIdx.x;
+  const int32_t D = a.head_dim;
+  int32_t s;
+  const int32_t n_ctx = attn_row_ctx(a, r, &s);
+  const int32_t start = part * CUDA_ATTN_PARTITION;
+  if (start >= n_ctx) return;
+  const int32_t n = min(CUDA_ATTN_PARTITION, n_ctx - start);
+  const int32_t n_parts = (n_ctx + CUDA_ATTN_PARTITION - 1) / CUDA_ATTN_PARTITION;
+  const int32_t kvh = h / (a.n_heads / a.n_kv_heads);
+  const int32_t *table = a.block_tables + (int64_t)s * a.max_blocks_per_seq;
+  const int64_t kv_row = (int64_t)a.n_kv_heads * D;
+  for (int d = tid; d < D; d += ATTN_THREADS) q_s[d] = a.q[(int64_t)r * a.q_stride + (int64_t)h * D + d];
+  __syncthreads();
+
+  /* scores: one key per thread, the dot in order over 16-byte chunks */
+  float m = -FLT_MAX;
+  for (int j = tid; j < n; j += ATTN_THREADS) {
+    const int32_t t = start + j;
+    const int64_t slot = (int64_t)table[t / a.block_size] * a.block_size + t % a.block_size;
+    const uint4 *k = (const uint4 *)(a.kc + slot * kv_row + (int64_t)kvh * D);
+    float dot = 0.0f;
+    for (int c = 0; c < D / 8; c++) {
+      const uint4 raw = k[c];
+      const __half2 *h2 = (const __half2 *)&raw;
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const float2 f = __half22float2(h2[e]);
+        dot = fmaf(q_s[8 * c + 2 * e], f.x, dot);
+        dot = fmaf(q_s[8 * c + 2 * e + 1], f.y, dot);
+      }
+    }
+    const float sc = dot * a.scale;
+    p_s[j] = sc;
+    m = fmaxf(m, sc);
+  }
+  m = warp_max(m);
+  if (tid % 32 == 0) red_s[tid / 32] = m;
+  __syncthreads();
+  m = red_s[0];
+  for (int w = 1; w < ATTN_WARPS; w++) m = fmaxf(m, red_s[w]);
+  __syncthreads();
+  float l = 0.0f;
+  for (int j = tid; j < n; j += ATTN_THREADS) {
+    const float e = expf(p_s[j] - m);
+    p_s[j] = e;
+    l += e;
+  }
+  l = warp_sum(l);
+  if (tid % 32 == 0) red_s[tid / 32] = l;
+  __syncthreads();
+  l = red_s[0];
+  for (int w = 1; w < ATTN_WARPS; w++) l += red_s[w];
+
+  /* out[d] = sum_j p_j v_j[d]: G groups of D threads split the keys, merged in group order */
+  const int64_t out_base = ((int64_t)r * a.n_heads + h) * D;
+  const int64_t part_base = (((int64_t)r * a.n_heads + h) * a.max_parts + part);
+  const int G = D <= ATTN_THREADS ? ATTN_THREADS / D : 1;
+  for (int d0 = 0; d0 < D; d0 += ATTN_THREADS) {
+    const int g = D <= ATTN_THREADS ? tid / D : 0, d = D <= ATTN_THREADS ? tid % D : d0 + tid;
+    float acc = 0.0f;
+    if (g < G && d < D) {
+      for (int j = g; j < n; j += G) {
+        const int32_t t = start + j;
+        const int64_t slot = (int64_t)table[t / a.block_size] * a.block_size + t % a.block_size;
+        acc = fmaf(p_s[j], __half2float(a.vc[slot * kv_row + (int64_t)kvh * D + d]), acc);
+      }
+    }
+    acc_s[tid] = acc;
+    __syncthreads();
+    if (tid < D && (D <= ATTN_THREADS || d < D)) {
+      const int dd = D <= ATTN_THREADS ? tid : d;
+      float sum = D <= ATTN_THREADS ? 0.0f : acc_s[tid];
+      if (D <= ATTN_THREADS)
+        for (int k = 0; k < G; k++) sum += acc_s[k * D + tid];
+      if (n_parts == 1) {
+        const float o = sum / l;
+        if (a.out_f32) a.out_f32[out_base + dd] = o;
+        if (a.out_f16) a.out_f16[out_base + dd] = __float2half_rn(o);
+      } else {
+        a.part_out[part_base * D + dd] = sum;
+      }
+    }
+    __syncthreads();
+    if (D <= ATTN_THREADS) break;
+  }
+  if (n_parts > 1 && tid == 0) {
+    a.part_ml[part_base * 2] = m;
+    a.part_ml[part_base * 2 + 1] = l;
+  }
+}
+
+/* grid: (num_tokens, n_heads), block: ATTN_THREADS */
+__global__ void __launch_bounds__(ATTN_THREADS) paged_attention_combine_kernel(struct attn_args a) {
+  const int32_t r = blockIdx.x, h = blockIdx.y;
+  int32_t s;
+  const int32_t n_ctx = attn_row_ctx(a, r, &s);
+  const int32_t n_parts = (n_ctx + CUDA_ATTN_PARTITION - 1) / CUDA_ATTN_PARTITION;
+  if (n_parts <= 1) return;
+  const int64_t base = ((int64_t)r * a.n_heads + h) * a.max_parts;
+  float M = -FLT_MAX;
+  for (int p = 0; p < n_parts; p++) M = fmaxf(M, a.part_ml[(base + p) * 2]);
+  float L = 0.0f;
+  for (int p = 0; p < n_parts; p++) L += expf(a.part_ml[(base + p) * 2] - M) * a.part_ml[(base + p) * 2 + 1];
+  const int64_t out_base = ((int64_t)r * a.n_heads + h) * a.head_dim;
+  for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int p = 0; p < n_parts; p++)
+      acc += expf(a.part_ml[(base + p) * 2] - M) * a.part_out[(base + p) * a.head_dim + d];
+    const float o = acc / L;
+    if (a.out_f32) a.out_f32[out_base + d] = o;
+    if (a.out_f16) a.out_f16[out_base + d] = __float2half_rn(o);
+  }
+}
+
+llb_status cuda_attention(struct cuda_ctx *c, const struct cuda_attn_params *p) {
+  const struct cuda_kv_layer *kv = p->kv;
+  const struct cuda_ctx_params *cp = &c->params;
+  if (p->num_tokens < 0 || p->n_heads < 1 || kv->n_kv_heads < 1 || p->n_heads % kv->n_kv_heads != 0 ||
+      kv->block_size < 1 || p->max_blocks_per_seq < 1 || (!p->out_f32 && !p->out_f16) ||
+      p->q_stride < (int64_t)p->n_heads * kv->head_dim || p->max_seq_len < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "cuda attention: %d tokens, %d heads, %d kv heads",
+                    p->num_tokens, p->n_heads, kv->n_kv_heads);
+  if (kv->head_dim < 8 || kv->head_dim % 8 != 0 || kv->head_dim > cp->max_head_dim)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda attention: head_dim %d (a multiple of 8, <= %d)",
+                    kv->head_dim, cp->max_head_dim);
+  if (p->num_tokens > cp->max_num_tokens || p->n_heads > cp->max_num_heads ||
+      p->max_seq_len > cp->max_context_len)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                    "cuda attention: %d tokens, %d heads, context %d over the ctx's %d, %d, %d",
+                    p->num_tokens, p->n_heads, p->max_seq_len, cp->max_num_tokens, cp->max_num_heads,
+                    cp->max_context_len);
+  if (p->n_heads > CUDA_MAX_GRID_YZ) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "%d heads", p->n_heads);
+  if (p->num_tokens == 0) return LLB_STATUS_OK;
+  const struct attn_args a = {p->q, p->out_f32, (__half *)p->out_f16, (const __half *)kv->k,
+                              (const __half *)kv->v, c->attn_part_out, c->attn_part_ml, p->row_seq,
+                              p->query_start_loc, p->seq_lens, p->block_tables, p->q_stride, p->n_heads,
+                              kv->n_kv_heads, kv->head_dim, kv->block_size, p->max_blocks_per_seq,
+                              c->max_parts, p->scale};
+  const unsigned parts = cuda_div_up(p->max_seq_len, CUDA_ATTN_PARTITION);
+  paged_attention_kernel<<<dim3(p->num_tokens, p->n_heads, parts), ATTN_THREADS, 0, c->stream>>>(a);
+  CUDA_TRY_LAUNCH();
+  if (parts > 1) {
+    paged_attention_combine_kernel<<<dim3(p->num_tokens, p->n_heads), ATTN_THREADS, 0, c->stream>>>(a);
+    CUDA_TRY_LAUNCH();
+  }
+  return LLB_STATUS_OK;
+}

@@ -1,0 +1,108 @@
+/* Random-weight LLaMA GGUF files (see random_llama.h). */
+#include "kernels/cuda/tools/random_llama.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "tests/unit/gguf_writer.h"
+
+const struct random_llama_shape random_llama_smollm2_135m = {"SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f};
+const struct random_llama_shape random_llama_1b = {"LLaMA-1B", 16, 2048, 32, 8, 64, 8192, 128256, 8192, 500000.0f};
+
+static uint64_t next(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static float uniform01(uint64_t *s) { return (float)(next(s) >> 40) * (1.0f / 16777216.0f); }
+
+static llb_status add_weight(struct gguf_writer *w, const char *name, enum ggml_type t, int64_t cols, int64_t rows,
+                             uint64_t *s) {
+  if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K)
+    if (cols % QK_K != 0) t = t == GGML_TYPE_Q4_K ? GGML_TYPE_Q4_1 : GGML_TYPE_Q8_0;
+  size_t rb;
+  llb_status st = ggml_row_bytes(t, cols, &rb);
+  if (st != LLB_STATUS_OK) return st;
+  const size_t n = rb * (size_t)rows, bb = ggml_type_block_bytes(t);
+  uint8_t *p = malloc(n);
+  if (!p) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "%zu bytes for %s", n, name);
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    const uint64_t r = next(s);
+    memcpy(p + i, &r, 8);
+  }
+  for (size_t i = n - n % 8; i < n; i++) p[i] = (uint8_t)next(s);
+  const float scale = 1.0f / sqrtf((float)cols);
+  for (size_t b = 0; b < n / bb; b++) {
+    uint8_t *blk = p + b * bb;
+    const float jit = 0.75f + 0.5f * uniform01(s);
+    uint16_t d, m;
+    switch (t) {
+    case GGML_TYPE_Q8_0: d = llb_fp32_to_fp16(jit * scale / 64.0f); memcpy(blk, &d, 2); break;
+    case GGML_TYPE_Q4_1:
+      d = llb_fp32_to_fp16(jit * scale / 4.0f), m = llb_fp32_to_fp16(-1.875f * jit * scale);
+      memcpy(blk, &d, 2), memcpy(blk + 2, &m, 2);
+      break;
+    case GGML_TYPE_Q4_K:
+      d = llb_fp32_to_fp16(jit * scale / 120.0f), m = llb_fp32_to_fp16(7.5f * jit * scale / 120.0f);
+      memcpy(blk, &d, 2), memcpy(blk + 2, &m, 2);
+      break;
+    case GGML_TYPE_Q6_K: d = llb_fp32_to_fp16(jit * scale / 1024.0f); memcpy(blk + 208, &d, 2); break;
+    default: break;
+    }
+  }
+  st = gguf_writer_add_tensor(w, name, t, 2, (int64_t[]){cols, rows}, p, n);
+  free(p);
+  return st;
+}
+
+static llb_status add_norm(struct gguf_writer *w, const char *name, int64_t n, uint64_t *s) {
+  float *v = malloc((size_t)n * 4);
+  if (!v) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "norm");
+  for (int64_t i = 0; i < n; i++) v[i] = 1.0f + 0.2f * (uniform01(s) - 0.5f);
+  const llb_status st = gguf_writer_add_tensor_f32(w, name, 1, (int64_t[]){n}, v);
+  free(v);
+  return st;
+}
+
+llb_status random_llama_gguf(const struct random_llama_shape *sh, uint64_t seed, void **buf, size_t *size) {
+  struct gguf_writer *w;
+  llb_status st = gguf_writer_create(3, &w);
+  if (st != LLB_STATUS_OK) return st;
+  uint64_t s = seed;
+  const int64_t E = sh->embd, HD = (int64_t)sh->n_heads * sh->head_dim, KD = (int64_t)sh->n_kv_heads * sh->head_dim;
+  gguf_writer_add_str(w, "general.architecture", "llama");
+  gguf_writer_add_u32(w, "llama.block_count", (uint32_t)sh->n_layers);
+  gguf_writer_add_u32(w, "llama.context_length", (uint32_t)sh->context);
+  gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)E);
+  gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)sh->ffn);
+  gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)sh->n_heads);
+  gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)sh->n_kv_heads);
+  gguf_writer_add_u32(w, "llama.rope.dimension_count", (uint32_t)sh->head_dim);
+  gguf_writer_add_u32(w, "llama.vocab_size", (uint32_t)sh->vocab);
+  gguf_writer_add_f32(w, "llama.rope.freq_base", sh->rope_base);
+  gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  if ((st = add_weight(w, "token_embd.weight", GGML_TYPE_Q8_0, E, sh->vocab, &s)) != LLB_STATUS_OK) goto done;
+  for (int l = 0; l < sh->n_layers; l++) {
+    char n[64];
+#define NAME(x) (snprintf(n, sizeof(n), "blk.%d." x, l), n)
+    if ((st = add_norm(w, NAME("attn_norm.weight"), E, &s)) || (st = add_norm(w, NAME("ffn_norm.weight"), E, &s)) ||
+        (st = add_weight(w, NAME("attn_q.weight"), GGML_TYPE_Q4_K, E, HD, &s)) ||
+        (st = add_weight(w, NAME("attn_k.weight"), GGML_TYPE_Q6_K, E, KD, &s)) ||
+        (st = add_weight(w, NAME("attn_v.weight"), GGML_TYPE_Q8_0, E, KD, &s)) ||
+        (st = add_weight(w, NAME("attn_output.weight"), GGML_TYPE_Q4_1, HD, E, &s)) ||
+        (st = add_weight(w, NAME("ffn_gate.weight"), GGML_TYPE_Q4_K, E, sh->ffn, &s)) ||
+        (st = add_weight(w, NAME("ffn_up.weight"), GGML_TYPE_Q4_1, E, sh->ffn, &s)) ||
+        (st = add_weight(w, NAME("ffn_down.weight"), GGML_TYPE_Q6_K, sh->ffn, E, &s)))
+      goto done;
+#undef NAME
+  }
+  if ((st = add_norm(w, "output_norm.weight", E, &s)) != LLB_STATUS_OK) goto done;
+  st = gguf_writer_write_memory(w, buf, size);
+done:
+  gguf_writer_destroy(w);
+  return st;
+}

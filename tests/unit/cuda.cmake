@@ -1,0 +1,24 @@
+# CUDA backend tests (cuda engineer). No cmocka (tests/unit/test_cuda_harness.h), so that the
+# standalone project kernels/cuda/standalone builds them on GPU machines without our other
+# dependencies. Without a device each prints "no CUDA device: <reason>" and exits 77 (skipped);
+# test_cuda_status runs everywhere (it checks the no-device error path).
+if(LLB_HAVE_CUDA AND TARGET llmbus_kernels_cuda)
+  get_filename_component(llb_cuda_root ${CMAKE_CURRENT_LIST_DIR}/../.. ABSOLUTE)
+  set(llb_cuda_tests
+      test_cuda_status:60 test_cuda_ops:300 test_cuda_attention:300 test_cuda_sample:300 test_cuda_forward:900)
+  foreach(entry IN LISTS llb_cuda_tests)
+    string(REPLACE ":" ";" parts ${entry})
+    list(GET parts 0 t)
+    list(GET parts 1 secs)
+    set(srcs ${CMAKE_CURRENT_LIST_DIR}/${t}.c)
+    if(t STREQUAL "test_cuda_forward")
+      list(APPEND srcs ${llb_cuda_root}/kernels/cuda/tools/random_llama.c ${llb_cuda_root}/tests/unit/gguf_writer.c)
+    endif()
+    llb_add_test(${t} SOURCES ${srcs}
+                 LIBS llmbus_kernels_cuda llmbus_model llmbus_kernels_cpu llmbus_sampler m
+                 LABELS "unit;cuda" TIMEOUT ${secs})
+    # ASan's shadow gap collides with the CUDA driver's mappings; cudart's allocations live
+    # until exit (not leaks of ours).
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0")
+  endforeach()
+endif()

@@ -1,0 +1,123 @@
+/* Paged attention on the device against the CPU backend (kernels/cpu/attention.c) over a grid
+ * of batches: decode (one query row per sequence, contexts past CUDA_ATTN_PARTITION so split-K
+ * runs), prefill, chunked prefill and mixed batches; GQA ratios 1, 3, 4; head_dim 64, 128,
+ * 256; block sizes 16 and 32 with shuffled block tables; random fp16 K/V, never zeros.
+ * Tolerance: |d| <= 2e-5 + 2e-4 * |ref| on fp32 outputs (both fp32: only summation orders
+ * differ); the fp16 output is the fp32 one rounded, within 1 fp16 ulp. Outputs are poisoned
+ * (NaN) first: every element must be written. */
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "tests/unit/test_cuda_harness.h"
+
+struct attn_case {
+  int32_t n_heads, n_kv_heads, head_dim, block_size, num_seqs;
+  int32_t seq_lens[4], q_lens[4];
+};
+
+static void run_case(struct cuda_ctx *g, struct backend_ctx *cpu_ctx, const struct attn_case *tc, uint64_t seed) {
+  const struct backend_ops *cpu = backend_cpu_ops();
+  uint64_t s = seed;
+  const int32_t H = tc->n_heads, HKV = tc->n_kv_heads, D = tc->head_dim, BS = tc->block_size, S = tc->num_seqs;
+  int32_t T = 0, MB = 0, qsl[5] = {0};
+  for (int i = 0; i < S; i++) {
+    T += tc->q_lens[i];
+    qsl[i + 1] = T;
+    MB = MB > (tc->seq_lens[i] + BS - 1) / BS ? MB : (tc->seq_lens[i] + BS - 1) / BS;
+  }
+  const int32_t NB = MB * S + 3;
+  const size_t cache = (size_t)NB * BS * HKV * D;
+  uint16_t *k = malloc(cache * 2), *v = malloc(cache * 2);
+  for (size_t i = 0; i < cache; i++) k[i] = llb_fp32_to_fp16(tc_uniform(&s)), v[i] = llb_fp32_to_fp16(tc_uniform(&s));
+  int32_t *perm = malloc((size_t)NB * 4), *tables = malloc((size_t)S * MB * 4), row_seq[4096];
+  for (int i = 0; i < NB; i++) perm[i] = i;
+  for (int i = NB - 1; i > 0; i--) {
+    const int j = (int)(tc_next(&s) % (uint64_t)(i + 1)), t = perm[i];
+    perm[i] = perm[j], perm[j] = t;
+  }
+  for (int i = 0; i < S * MB; i++) tables[i] = perm[i];
+  for (int sq = 0; sq < S; sq++)
+    for (int r = qsl[sq]; r < qsl[sq + 1]; r++) row_seq[r] = sq;
+  const int64_t q_stride = (int64_t)H * D + 2 * (int64_t)HKV * D;
+  float *q = malloc((size_t)T * q_stride * 4), *qc = malloc((size_t)T * H * D * 4);
+  for (int64_t i = 0; i < (int64_t)T * q_stride; i++) q[i] = 2.0f * tc_uniform(&s);
+  for (int r = 0; r < T; r++) memcpy(qc + (size_t)r * H * D, q + r * q_stride, (size_t)H * D * 4);
+  float *ref = malloc((size_t)T * H * D * 4), *got = malloc((size_t)T * H * D * 4);
+  uint16_t *got16 = malloc((size_t)T * H * D * 2);
+  int32_t max_len = 1;
+  for (int i = 0; i < S; i++) max_len = max_len > tc->seq_lens[i] ? max_len : tc->seq_lens[i];
+  const struct backend_kv_layer cl = {k, v, NB, BS, HKV, D};
+  const struct backend_attn_params cp = {qc, ref, &cl, T, H, 1.0f / sqrtf((float)D), S, qsl, tc->seq_lens, tables, MB};
+  CHECK_OK(cpu->attention(cpu_ctx, &cp));
+  void *k_d, *v_d, *q_d, *o_d, *o16_d, *rs_d, *qsl_d, *len_d, *tab_d;
+  CHECK_OK(tc_upload(g, k, cache * 2, &k_d));
+  CHECK_OK(tc_upload(g, v, cache * 2, &v_d));
+  CHECK_OK(tc_upload(g, q, (size_t)T * q_stride * 4, &q_d));
+  CHECK_OK(tc_upload(g, row_seq, (size_t)T * 4, &rs_d));
+  CHECK_OK(tc_upload(g, qsl, (size_t)(S + 1) * 4, &qsl_d));
+  CHECK_OK(tc_upload(g, tc->seq_lens, (size_t)S * 4, &len_d));
+  CHECK_OK(tc_upload(g, tables, (size_t)S * MB * 4, &tab_d));
+  for (int64_t i = 0; i < (int64_t)T * H * D; i++) got[i] = NAN, got16[i] = 0x7E00;
+  CHECK_OK(tc_upload(g, got, (size_t)T * H * D * 4, &o_d));
+  CHECK_OK(tc_upload(g, got16, (size_t)T * H * D * 2, &o16_d));
+  const struct cuda_kv_layer kl = {k_d, v_d, NB, BS, HKV, D};
+  const struct cuda_attn_params ap = {q_d, q_stride, o_d, o16_d, &kl, T, H, 1.0f / sqrtf((float)D), rs_d, qsl_d,
+                                      len_d, tab_d, MB, max_len + 700 /* a grid wider than needed */};
+  CHECK_OK(cuda_attention(g, &ap));
+  CHECK_OK(cuda_copy_to_host(g, got, o_d, (size_t)T * H * D * 4));
+  CHECK_OK(cuda_copy_to_host(g, got16, o16_d, (size_t)T * H * D * 2));
+  int64_t bad = 0, bad16 = 0;
+  float maxd = 0;
+  for (int64_t i = 0; i < (int64_t)T * H * D; i++) {
+    const float d = fabsf(got[i] - ref[i]);
+    maxd = fmaxf(maxd, isnan(d) ? INFINITY : d);
+    bad += !(d <= 2e-5f + 2e-4f * fabsf(ref[i]));
+    const int u = (int)got16[i] - (int)llb_fp32_to_fp16(got[i]);
+    bad16 += u > 1 || u < -1;
+  }
+  CHECK(bad == 0 && bad16 == 0, "H %d HKV %d D %d BS %d seqs %d (len0 %d q0 %d): %lld f32 (max diff %g), %lld f16 off",
+        H, HKV, D, BS, S, tc->seq_lens[0], tc->q_lens[0], (long long)bad, maxd, (long long)bad16);
+  cuda_mem_free(k_d), cuda_mem_free(v_d), cuda_mem_free(q_d), cuda_mem_free(o_d), cuda_mem_free(o16_d);
+  cuda_mem_free(rs_d), cuda_mem_free(qsl_d), cuda_mem_free(len_d), cuda_mem_free(tab_d);
+  free(k), free(v), free(perm), free(tables), free(q), free(qc), free(ref), free(got), free(got16);
+}
+
+static struct cuda_ctx *g_cuda;
+static struct backend_ctx *g_cpu;
+
+static void test_decode_with_split_k_matches_cpu(void) {
+  const struct attn_case cases[] = {
+      {9, 3, 64, 16, 4, {1, 37, 513, 1500}, {1, 1, 1, 1}},
+      {32, 8, 64, 16, 3, {2100, 512, 7}, {1, 1, 1}},
+      {8, 8, 128, 32, 2, {1025, 300}, {1, 1}},
+      {4, 1, 256, 16, 2, {700, 33}, {1, 1}},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    for (uint64_t seed = 1; seed <= 2; seed++) run_case(g_cuda, g_cpu, &cases[i], seed * 101 + i);
+}
+
+static void test_prefill_and_chunked_prefill_match_cpu(void) {
+  const struct attn_case cases[] = {
+      {9, 3, 64, 16, 1, {600}, {600}},                      /* prefill over 2 partitions */
+      {32, 8, 64, 32, 2, {200, 1100}, {200, 64}},           /* prefill + chunk at the end of 1100 */
+      {8, 2, 128, 16, 3, {50, 900, 17}, {1, 300, 17}},      /* mixed decode / chunk / prefill */
+      {6, 3, 64, 16, 4, {5, 6, 7, 8}, {5, 1, 2, 8}},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    for (uint64_t seed = 1; seed <= 2; seed++) run_case(g_cuda, g_cpu, &cases[i], seed * 211 + i);
+}
+
+int main(void) {
+  tc_require_device();
+  const struct cuda_ctx_params cp = {1024, 32, 256, 4096, 0, 0};
+  const struct backend_ctx_params bp = {4, 1024, 8192, 4096};
+  if (cuda_ctx_create(&cp, &g_cuda) != LLB_STATUS_OK || backend_cpu_ops()->ctx_create(&bp, &g_cpu) != LLB_STATUS_OK) {
+    fprintf(stderr, "context: %s\n", llb_err_last_where());
+    return 1;
+  }
+  RUN_CASE(test_decode_with_split_k_matches_cpu);
+  RUN_CASE(test_prefill_and_chunked_prefill_match_cpu);
+  cuda_ctx_destroy(g_cuda);
+  backend_cpu_ops()->ctx_destroy(g_cpu);
+  return tc_finish();
+}
