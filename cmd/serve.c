@@ -25,6 +25,64 @@ static const struct {
     {"api-server", "llmbus-api-server", true, true},
 };
 
+/* Engine flags serve passes on, and the actors (by index in serve_actors) that take each:
+ * the KV geometry must agree between kv_manager, worker and scheduler. */
+enum { A_KV = 1 << 0, A_WORKER = 1 << 1, A_SCHED = 1 << 2, A_OUT = 1 << 3, A_IN = 1 << 4,
+       A_API = 1 << 5, A_ALL = 0x3f };
+static const struct {
+  const char *name;
+  bool takes_value;
+  unsigned actors;
+  const char *help;
+} engine_flags[] = {
+    {"num-blocks", true, A_KV | A_WORKER | A_SCHED, "KV cache blocks (the cache is allocated once)"},
+    {"block-size", true, A_KV | A_WORKER | A_SCHED, "tokens per KV block"},
+    {"max-num-seqs", true, A_SCHED, "requests running at once"},
+    {"max-num-batched-tokens", true, A_SCHED | A_WORKER, "token budget of one step"},
+    {"max-model-len", true, A_SCHED | A_IN, "context length limit (prompt + output)"},
+    {"policy", true, A_SCHED, "fcfs | priority"},
+    {"no-prefix-caching", false, A_KV | A_SCHED, "disable the prefix cache"},
+    {"threads", true, A_WORKER, "worker threads for the forward pass"},
+    {"device", true, A_WORKER, "cpu | cuda"},
+    {"engine-id", true, A_ALL, "engine id (<eid> in llm.engine.<eid>.*)"},
+    {"prefix", true, A_ALL, "subject prefix (default llm)"},
+    {"log-level", true, A_ALL, "debug | info | warn | error"},
+};
+#define NUM_ENGINE_FLAGS (int)(sizeof engine_flags / sizeof engine_flags[0])
+
+static int engine_flag_index(const char *name) {
+  for (int i = 0; i < NUM_ENGINE_FLAGS; i++)
+    if (strcmp(engine_flags[i].name, name) == 0) return i;
+  return -1;
+}
+
+bool serve_engine_flag_known(const char *name, bool *takes_value) {
+  int i = engine_flag_index(name);
+  if (i >= 0 && takes_value) *takes_value = engine_flags[i].takes_value;
+  return i >= 0;
+}
+
+int serve_engine_flag_add(struct serve_options *o, const char *name, const char *value) {
+  int i = engine_flag_index(name);
+  if (i < 0 || o->num_engine_flags >= SERVE_MAX_ENGINE_FLAGS) return -1;
+  o->engine_flags[o->num_engine_flags++] =
+      (struct serve_engine_flag){engine_flags[i].name, engine_flags[i].takes_value ? value : NULL};
+  return engine_flags[i].takes_value ? 1 : 0;
+}
+
+static llb_status add_engine_flags(const struct serve_options *o, int actor, struct child_spec *spec) {
+  llb_status st = LLB_STATUS_OK;
+  for (int f = 0; f < o->num_engine_flags && !st; f++) {
+    int i = engine_flag_index(o->engine_flags[f].name);
+    if (i < 0 || !(engine_flags[i].actors & (1u << actor))) continue;
+    char arg[80];
+    snprintf(arg, sizeof arg, "--%s", engine_flags[i].name);
+    st = child_spec_add_arg(spec, arg);
+    if (!st && o->engine_flags[f].value) st = child_spec_add_arg(spec, o->engine_flags[f].value);
+  }
+  return st;
+}
+
 int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, int max) {
   int n = (int)(sizeof serve_actors / sizeof serve_actors[0]);
   if (!o || !specs || max < n) {
@@ -56,6 +114,7 @@ int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, i
         (child_spec_add_arg(&specs[i], "--http") != LLB_STATUS_OK ||
          child_spec_add_arg(&specs[i], o->http_addr) != LLB_STATUS_OK))
       return -1;
+    if (add_engine_flags(o, i, &specs[i]) != LLB_STATUS_OK) return -1;
   }
   return n;
 }
@@ -71,7 +130,13 @@ static void serve_usage(FILE *f) {
           "  --nats URL        use this NATS server (comma-separated list) instead\n"
           "  --model PATH      GGUF model file for the actors that need one\n"
           "  --http HOST:PORT  address of the OpenAI-compatible HTTP front door\n"
-          "  --help            this text\n");
+          "  --help            this text\n"
+          "\nengine flags, passed on to the actors that take them:\n");
+  for (int i = 0; i < NUM_ENGINE_FLAGS; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "--%s%s", engine_flags[i].name, engine_flags[i].takes_value ? " V" : "");
+    fprintf(f, "  %-26s %s\n", name, engine_flags[i].help);
+  }
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -83,22 +148,47 @@ int cmd_serve(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
+  /* Engine flags are taken out first; getopt sees only serve's own. */
+  char **own = calloc((size_t)argc + 1, sizeof *own);
+  if (!own) return 1;
+  int n_own = 0;
+  for (int a = 0; a < argc; a++) {
+    bool takes_value = false;
+    const char *name = strncmp(argv[a], "--", 2) == 0 ? argv[a] + 2 : NULL;
+    if (a == 0 || !name || !serve_engine_flag_known(name, &takes_value)) {
+      own[n_own++] = argv[a];
+      continue;
+    }
+    if (takes_value && a + 1 >= argc) {
+      fprintf(stderr, "llmbus serve: --%s needs a value\n", name);
+      free(own);
+      return 2;
+    }
+    if (serve_engine_flag_add(&so, name, takes_value ? argv[a + 1] : NULL) < 0) {
+      fprintf(stderr, "llmbus serve: too many engine flags (at most %d)\n", SERVE_MAX_ENGINE_FLAGS);
+      free(own);
+      return 2;
+    }
+    if (takes_value) a++;
+  }
   optind = 1;
-  int ch;
-  while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+  int ch, usage_rc = -1;
+  while (usage_rc < 0 && (ch = getopt_long(n_own, own, "", longopts, NULL)) != -1) {
     switch (ch) {
       case 'n': so.nats_url = optarg; break;
       case 'm': so.model_path = optarg; break;
       case 'H': so.http_addr = optarg; break;
-      case 'h': serve_usage(stdout); return 0;
-      default: serve_usage(stderr); return 2;
+      case 'h': serve_usage(stdout); usage_rc = 0; break;
+      default: serve_usage(stderr); usage_rc = 2; break;
     }
   }
-  if (optind < argc) {
-    fprintf(stderr, "llmbus serve: unexpected argument \"%s\"\n", argv[optind]);
+  if (usage_rc < 0 && optind < n_own) {
+    fprintf(stderr, "llmbus serve: unexpected argument \"%s\"\n", own[optind]);
     serve_usage(stderr);
-    return 2;
+    usage_rc = 2;
   }
+  free(own);
+  if (usage_rc >= 0) return usage_rc;
   if (so.model_path && access(so.model_path, R_OK) != 0) {
     fprintf(stderr, "llmbus serve: cannot read model %s (run ops/fetch-model.sh?)\n", so.model_path);
     return 1;

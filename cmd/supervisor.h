@@ -46,12 +46,29 @@ llb_status child_spec_init(struct child_spec *spec, const char *name, const char
 llb_status child_spec_add_arg(struct child_spec *spec, const char *arg);
 
 /* What `llmbus serve` was asked for (strings borrowed). */
+#define SERVE_MAX_ENGINE_FLAGS 24
+
+/* An engine flag given to `llmbus serve`, passed on to every actor that takes it. */
+struct serve_engine_flag {
+  const char *name;  /* without "--": "num-blocks" */
+  const char *value; /* NULL for a flag without a value ("no-prefix-caching") */
+};
+
 struct serve_options {
   const char *nats_url;   /* NULL: start an embedded nats-server */
   const char *model_path; /* GGUF model; NULL = the actors' default */
   const char *http_addr;  /* "HOST:PORT" of the api_server; NULL = its default */
   const char *bin_dir;    /* where the actor binaries live; NULL = next to /proc/self/exe */
+  struct serve_engine_flag engine_flags[SERVE_MAX_ENGINE_FLAGS];
+  int num_engine_flags;
 };
+
+/* Adds an engine flag (`--num-blocks 64`, `--no-prefix-caching`, ...) to o if `name` is one
+ * that serve passes on; returns 1 if it takes a value, 0 if not, -1 if unknown or full. */
+int serve_engine_flag_add(struct serve_options *o, const char *name, const char *value);
+
+/* Whether `name` is an engine flag serve passes on; *takes_value says if it has a value. */
+bool serve_engine_flag_known(const char *name, bool *takes_value);
 
 /* Fills specs[0..max) with the actor programs of a full stack (input processor, scheduler,
  * kv manager, gpu worker, output processor, api server), each with --model / --http as

@@ -321,6 +321,48 @@ static void test_serve_actor_specs_and_usage(void **state) {
   assert_int_equal(cmd_serve(3, none), 1);
 }
 
+/* Value of `--flag` in a spec's arguments, "" for a flag without a value, NULL if absent. */
+static const char *spec_flag(const struct child_spec *spec, const char *flag) {
+  for (int a = 1; a < spec->argc; a++)
+    if (!strcmp(spec->args[a], flag))
+      return a + 1 < spec->argc && strncmp(spec->args[a + 1], "--", 2) ? spec->args[a + 1] : "";
+  return NULL;
+}
+
+static const struct child_spec *spec_named(const struct child_spec *specs, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(specs[i].name, name)) return &specs[i];
+  return NULL;
+}
+
+/* The KV geometry must reach kv_manager, worker and scheduler alike, or they disagree about
+ * which blocks exist; flags go only to actors that accept them. */
+static void test_serve_passes_engine_flags_to_the_actors_that_take_them(void **state) {
+  (void)state;
+  struct serve_options o = {.bin_dir = "/opt/llmbus/bin"};
+  assert_int_equal(serve_engine_flag_add(&o, "num-blocks", "24"), 1);
+  assert_int_equal(serve_engine_flag_add(&o, "no-prefix-caching", NULL), 0);
+  assert_int_equal(serve_engine_flag_add(&o, "max-model-len", "512"), 1);
+  assert_int_equal(serve_engine_flag_add(&o, "bogus", "1"), -1);
+  struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
+  int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
+  assert_int_equal(n, 6);
+  const char *geometry[] = {"kv-manager", "gpu-worker", "scheduler"};
+  for (int i = 0; i < 3; i++) {
+    const struct child_spec *c = spec_named(specs, n, geometry[i]);
+    assert_non_null(c);
+    assert_string_equal(spec_flag(c, "--num-blocks"), "24");
+  }
+  assert_null(spec_flag(spec_named(specs, n, "input-processor"), "--num-blocks"));
+  assert_string_equal(spec_flag(spec_named(specs, n, "kv-manager"), "--no-prefix-caching"), "");
+  assert_null(spec_flag(spec_named(specs, n, "gpu-worker"), "--no-prefix-caching"));
+  assert_string_equal(spec_flag(spec_named(specs, n, "input-processor"), "--max-model-len"), "512");
+  assert_string_equal(spec_flag(spec_named(specs, n, "scheduler"), "--max-model-len"), "512");
+  assert_null(spec_flag(spec_named(specs, n, "output-processor"), "--max-model-len"));
+  char *missing_value[] = {"serve", "--num-blocks", NULL};
+  assert_int_equal(cmd_serve(2, missing_value), 2);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--helper") == 0) return run_helper(argv[2]);
   if (!nats_test_server_bin()) {
@@ -332,6 +374,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_external_url_is_passed_to_children),
       cmocka_unit_test(test_killed_child_restarts_and_sigterm_leaves_no_process),
       cmocka_unit_test(test_serve_actor_specs_and_usage),
+      cmocka_unit_test(test_serve_passes_engine_flags_to_the_actors_that_take_them),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
