@@ -1,0 +1,732 @@
+/* The api server actor: evhttp on the bus loop, RequestOutputs from one wildcard inbox
+ * (see actor.h). */
+#include "actors/api_server/actor.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <netinet/in.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "actors/api_server/actor_internal.h"
+#include "actors/api_server/api_metrics.h"
+#include "actors/api_server/api_request.h"
+#include "actors/api_server/api_response.h"
+#include "bus/log.h"
+#include "schemas/control.h"
+#include "schemas/generate_request.h"
+#include "schemas/request_output.h"
+
+static llb_status loop_err(struct api_actor *a, llb_status st) {
+  snprintf(a->setup_error, sizeof a->setup_error, "%s", llb_err_last());
+  return st;
+}
+
+/* ---- the seq table (loop thread) ---------------------------------------------------- */
+
+static void table_add(struct api_actor *a, struct api_sub *s) {
+  struct api_sub **b = &a->table[s->seq % SUB_TABLE_SIZE];
+  s->next = *b;
+  *b = s;
+}
+
+static void table_remove(struct api_actor *a, struct api_sub *s) {
+  for (struct api_sub **p = &a->table[s->seq % SUB_TABLE_SIZE]; *p; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      return;
+    }
+}
+
+static struct api_sub *table_find(struct api_actor *a, uint64_t seq) {
+  for (struct api_sub *s = a->table[seq % SUB_TABLE_SIZE]; s; s = s->next)
+    if (s->seq == seq) return s;
+  return NULL;
+}
+
+/* ---- calls -------------------------------------------------------------------------- */
+
+static void on_close(struct evhttp_connection *conn, void *arg);
+
+static void publish_abort(struct api_actor *a, struct api_sub *s) {
+  struct llb_abort_request ab = {.request_id = llb_str_c(s->engine_id)};
+  struct llb_buf buf = {0};
+  llb_status st = llb_abort_request_encode_buf(&ab, &buf);
+  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->abort_subject, buf.data, buf.len, NULL);
+  llb_buf_free(&buf);
+  if (st != LLB_STATUS_OK)
+    LLB_LOG_WARN("abort_publish_failed", "request_id=%s error=\"%s\"", s->engine_id, llb_err_last());
+  else
+    LLB_LOG_INFO("request_aborted", "request_id=%s", s->engine_id);
+  s->finished = true;
+}
+
+/* Forgets the HTTP side of `c` (the request was answered or the client went away). */
+static void detach_http(struct api_call *c) {
+  if (c->conn) evhttp_connection_set_closecb(c->conn, NULL, NULL);
+  c->conn = NULL;
+  c->req = NULL;
+}
+
+static void call_free(struct api_call *c) {
+  struct api_actor *a = c->a;
+  detach_http(c);
+  for (int32_t i = 0; i < c->num_subs; i++) table_remove(a, &c->subs[i]);
+  if (c->prev) c->prev->next = c->next;
+  else a->calls = c->next;
+  if (c->next) c->next->prev = c->prev;
+  if (c->timer) event_free(c->timer);
+  if (c->probe) event_free(c->probe);
+  api_response_free(&c->resp);
+  api_request_free(&c->parsed);
+  free(c->subs);
+  free(c);
+  atomic_fetch_sub(&a->inflight, 1);
+  api_metrics_request_ended(a->metrics);
+}
+
+/* Aborts every engine request of `c` that may still run. Subs without an engine id yet are
+ * aborted when their first output arrives (the call stays until then or the timeout). */
+static void abort_running(struct api_call *c) {
+  for (int32_t i = 0; i < c->num_subs; i++) {
+    struct api_sub *s = &c->subs[i];
+    if (!s->finished && s->engine_id[0]) publish_abort(c->a, s);
+  }
+}
+
+static bool all_subs_settled(const struct api_call *c) {
+  for (int32_t i = 0; i < c->num_subs; i++)
+    if (!c->subs[i].finished) return false;
+  return true;
+}
+
+/* Ends `c` with error `e`: an HTTP error, or an SSE error event + [DONE] on a started
+ * stream; running engine requests are aborted. */
+static void call_fail(struct api_call *c, const struct api_error *e) {
+  struct api_actor *a = c->a;
+  LLB_LOG_WARN("request_failed", "id=%s status=%d error=\"%.200s\"", c->resp.id, e->http_status, e->message);
+  abort_running(c);
+  if (c->req) {
+    struct evhttp_request *req = c->req;
+    bool started = c->headers_sent;
+    detach_http(c);
+    if (started) {
+      struct api_buf b = {0};
+      if (api_response_stream_error(e, &b) == LLB_STATUS_OK && api_buf_append(&b, "data: [DONE]\n\n", 14)) {
+        struct evbuffer *eb = evbuffer_new();
+        if (eb) {
+          evbuffer_add(eb, b.data, b.len);
+          evhttp_send_reply_chunk(req, eb);
+          evbuffer_free(eb);
+        }
+      }
+      api_buf_free(&b);
+      evhttp_send_reply_end(req);
+      api_metrics_request_failed(a->metrics, e->http_status);
+    } else {
+      api_http_send_error(a, req, e);
+    }
+  } else {
+    api_metrics_request_failed(a->metrics, e->http_status);
+  }
+  c->client_gone = true;
+  if (all_subs_settled(c)) call_free(c);
+}
+
+/* The request finished: metrics, free. */
+static void call_succeed(struct api_call *c) {
+  struct api_actor *a = c->a;
+  int64_t now = llb_now_ns();
+  const char *reason = NULL;
+  int64_t nchoices = (int64_t)c->resp.num_prompts * c->resp.n;
+  for (int64_t i = 0; i < nchoices && !reason; i++) {
+    const char *r = llb_finish_reason_name((enum llb_finish_reason)c->resp.choices[i].finish_reason);
+    if (c->resp.choices[i].finished && r) reason = r;
+  }
+  int64_t prompt = 0;
+  for (int32_t i = 0; i < c->resp.num_prompts; i++) prompt += c->resp.prompt_tokens[i] > 0 ? c->resp.prompt_tokens[i] : 0;
+  double ttft = c->t_first_token_ns ? (double)(c->t_first_token_ns - c->t_start_ns) / 1e9 : -1;
+  double itl = c->gen_tokens > 1 && c->t_last_token_ns > c->t_first_token_ns
+                   ? (double)(c->t_last_token_ns - c->t_first_token_ns) / 1e9 / (double)(c->gen_tokens - 1)
+                   : -1;
+  api_metrics_request_succeeded(a->metrics, reason ? reason : "stop", prompt, c->resp.completion_tokens, ttft,
+                                 itl, (double)(now - c->t_start_ns) / 1e9);
+  LLB_LOG_INFO("request_done", "id=%s prompt_tokens=%lld completion_tokens=%lld e2e_ms=%.1f", c->resp.id,
+               (long long)prompt, (long long)c->resp.completion_tokens, (double)(now - c->t_start_ns) / 1e6);
+  call_free(c);
+}
+
+/* ---- outputs (loop thread) ---------------------------------------------------------- */
+
+static void write_chunk(struct api_call *c, const struct api_buf *b) {
+  if (!c->req || b->len == 0) return;
+  struct evbuffer *eb = evbuffer_new();
+  if (!eb) return;
+  evbuffer_add(eb, b->data, b->len);
+  evhttp_send_reply_chunk(c->req, eb);
+  evbuffer_free(eb);
+}
+
+static void start_stream(struct api_call *c) {
+  struct evkeyvalq *h = evhttp_request_get_output_headers(c->req);
+  evhttp_add_header(h, "Content-Type", "text/event-stream");
+  evhttp_add_header(h, "Cache-Control", "no-cache");
+  evhttp_send_reply_start(c->req, 200, "OK");
+  c->headers_sent = true;
+}
+
+static void handle_output(struct api_actor *a, struct api_sub *s, const struct llb_request_output *ro) {
+  struct api_call *c = s->call;
+  bool first = !s->engine_id[0];
+  if (first) snprintf(s->engine_id, sizeof s->engine_id, "%s", ro->request_id.data);
+  if (c->client_gone) {
+    /* The client left before this request's first output: abort it now. */
+    if (!s->finished && !ro->finished) publish_abort(a, s);
+    s->finished = true;
+    if (all_subs_settled(c)) call_free(c);
+    return;
+  }
+  if (ro->error.code != 0) {
+    struct api_error e;
+    api_error_from_status(ro->error.code, ro->error.message.data, ro->error.field.data, &e);
+    s->finished = true;
+    call_fail(c, &e);
+    return;
+  }
+  int64_t now = llb_now_ns();
+  int64_t before = c->resp.completion_tokens;
+  struct api_buf b = {0};
+  llb_status st;
+  if (c->parsed.stream) {
+    if (!c->headers_sent) start_stream(c);
+    st = api_response_stream_output(&c->resp, s->prompt_index, ro, &b);
+  } else {
+    st = api_response_add_output(&c->resp, s->prompt_index, ro);
+  }
+  int64_t added = c->resp.completion_tokens - before;
+  if (added > 0) {
+    if (!c->t_first_token_ns) c->t_first_token_ns = now;
+    c->t_last_token_ns = now;
+    c->gen_tokens += added;
+  }
+  if (ro->finished) s->finished = true;
+  if (st != LLB_STATUS_OK) {
+    api_buf_free(&b);
+    struct api_error e;
+    api_error_set(&e, 500, NULL, "could not render the response: %s", llb_err_last());
+    call_fail(c, &e);
+    return;
+  }
+  if (c->timer) { /* re-armed: the engine must keep talking (DESIGN.md §6: never a hang) */
+    struct timeval tv = {.tv_sec = a->o.first_output_timeout_s};
+    evtimer_add(c->timer, &tv);
+  }
+  if (!api_response_done(&c->resp)) {
+    write_chunk(c, &b);
+    api_buf_free(&b);
+    return;
+  }
+  struct evhttp_request *req = c->req;
+  detach_http(c);
+  if (c->parsed.stream) {
+    st = api_response_stream_end(&c->resp, &b);
+    c->req = req;
+    write_chunk(c, &b);
+    c->req = NULL;
+    evhttp_send_reply_end(req);
+  } else {
+    st = api_response_render(&c->resp, &b);
+    if (st == LLB_STATUS_OK) {
+      api_http_send_body(req, 200, "application/json", b.data, b.len);
+    } else {
+      struct api_error e;
+      api_error_set(&e, 500, NULL, "could not render the response");
+      api_http_send_error(a, req, &e);
+    }
+  }
+  api_buf_free(&b);
+  call_succeed(c);
+}
+
+static void handle_item(struct api_actor *a, struct inbox_item *it) {
+  struct api_sub *s = table_find(a, it->seq);
+  if (!s || s->finished) return; /* a late output of a request already answered */
+  struct api_call *c = s->call;
+  if (it->no_responders) {
+    struct api_error e;
+    api_error_set(&e, 503, NULL, "no input processor is serving %s (is the engine running?)",
+                  a->generate_subject);
+    s->finished = true;
+    if (c->client_gone) {
+      if (all_subs_settled(c)) call_free(c);
+      return;
+    }
+    call_fail(c, &e);
+    return;
+  }
+  llb_arena_reset(&a->arena);
+  struct llb_request_output ro;
+  llb_status st = llb_request_output_decode(it->data, it->len, &a->arena, &ro);
+  if (st != LLB_STATUS_OK) {
+    LLB_LOG_WARN("output_malformed", "seq=%" PRIu64 " bytes=%zu error=\"%s\"", it->seq, it->len, llb_err_last());
+    if (c->client_gone) return;
+    struct api_error e;
+    api_error_set(&e, 500, NULL, "the engine sent a malformed RequestOutput: %s", llb_err_last());
+    call_fail(c, &e);
+    return;
+  }
+  handle_output(a, s, &ro);
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  struct api_actor *a = arg;
+  pthread_mutex_lock(&a->qmu);
+  struct inbox_item *it = a->qhead;
+  a->qhead = a->qtail = NULL;
+  pthread_mutex_unlock(&a->qmu);
+  while (it) {
+    struct inbox_item *next = it->next;
+    handle_item(a, it);
+    free(it);
+    it = next;
+  }
+}
+
+/* NATS delivery thread: copy and hand over. */
+static void on_inbox(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  struct api_actor *a = user;
+  const char *dot = strrchr(msg->subject, '.');
+  char *end = NULL;
+  uint64_t seq = dot ? strtoull(dot + 1, &end, 10) : 0;
+  if (!dot || !end || *end) return;
+  const char *status = bus_msg_header(msg, "Status");
+  struct inbox_item *it = malloc(sizeof *it + msg->len);
+  if (!it) return;
+  it->next = NULL;
+  it->seq = seq;
+  it->no_responders = msg->len == 0 && status && strncmp(status, "503", 3) == 0;
+  it->len = msg->len;
+  if (msg->len) memcpy(it->data, msg->data, msg->len);
+  pthread_mutex_lock(&a->qmu);
+  if (a->qtail) a->qtail->next = it;
+  else a->qhead = it;
+  a->qtail = it;
+  if (a->wake) event_active(a->wake, EV_READ, 0);
+  pthread_mutex_unlock(&a->qmu);
+}
+
+/* ---- HTTP handlers (loop thread) ---------------------------------------------------- */
+
+static void on_close(struct evhttp_connection *conn, void *arg) {
+  (void)conn;
+  struct api_call *c = arg;
+  /* When evhttp itself failed the connection (EOF, write error, timeout) it detached our
+   * request (no connection) and leaves freeing it to us; otherwise it frees it after this
+   * callback. */
+  struct evhttp_request *orphan = c->req && !evhttp_request_get_connection(c->req) ? c->req : NULL;
+  LLB_LOG_INFO("client_disconnected", "id=%s", c->resp.id);
+  c->req = NULL;
+  c->conn = NULL;
+  c->client_gone = true;
+  abort_running(c);
+  api_metrics_request_failed(c->a->metrics, 499);
+  if (all_subs_settled(c)) call_free(c);
+  if (orphan) evhttp_request_free(orphan);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  struct api_call *c = arg;
+  if (c->client_gone) {
+    /* Nobody waits and no engine id arrived to abort: give up on those. */
+    for (int32_t i = 0; i < c->num_subs; i++) c->subs[i].finished = true;
+    call_free(c);
+    return;
+  }
+  bool any = false;
+  for (int32_t i = 0; i < c->num_subs; i++) any |= c->subs[i].engine_id[0] != '\0';
+  struct api_error e;
+  api_error_set(&e, 503, NULL, any ? "the engine sent no output for %lld s" : "no engine answered within %lld s",
+                (long long)c->a->o.first_output_timeout_s);
+  for (int32_t i = 0; i < c->num_subs; i++)
+    if (!c->subs[i].engine_id[0]) c->subs[i].finished = true;
+  call_fail(c, &e);
+}
+
+/* libevent 2.1 does not read from a connection while its request is being answered, so a
+ * client that leaves before anything is written goes unnoticed until the reply: peek at the
+ * socket instead. EOF or an error frees the connection, whose close callback aborts. */
+static void on_probe(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  struct api_call *c = arg;
+  if (!c->conn) return;
+  struct bufferevent *bev = evhttp_connection_get_bufferevent(c->conn);
+  evutil_socket_t s = bev ? bufferevent_getfd(bev) : -1;
+  if (s < 0) return;
+  char byte;
+  ssize_t n = recv(s, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+    evhttp_connection_free(c->conn); /* runs on_close, which may free `c` */
+}
+
+static void make_id(struct api_actor *a, enum api_endpoint ep, char *buf, size_t cap) {
+  a->id_counter++;
+  snprintf(buf, cap, "%s-%016" PRIx64 "%08" PRIx64, ep == API_ENDPOINT_CHAT ? "chatcmpl" : "cmpl", a->id_salt,
+           a->id_counter);
+}
+
+static void handle_generate(struct api_actor *a, struct evhttp_request *req, enum api_endpoint ep) {
+  struct api_error e;
+  struct evbuffer *in = evhttp_request_get_input_buffer(req);
+  size_t len = evbuffer_get_length(in);
+  if (len > a->o.max_body_bytes) {
+    api_error_set(&e, 413, NULL, "the request body is %zu bytes, over the limit of %zu bytes", len, a->o.max_body_bytes);
+    api_http_send_error(a, req, &e);
+    return;
+  }
+  if (atomic_load(&a->inflight) >= a->o.max_concurrent) {
+    api_error_set(&e, 429, NULL, "too many requests in flight (%d); retry later", a->o.max_concurrent);
+    api_http_send_error(a, req, &e);
+    return;
+  }
+  const char *body = len ? (const char *)evbuffer_pullup(in, (ev_ssize_t)len) : "";
+  struct api_call *c = calloc(1, sizeof *c);
+  if (!c) {
+    api_error_set(&e, 500, NULL, "out of memory");
+    api_http_send_error(a, req, &e);
+    return;
+  }
+  c->a = a;
+  c->t_start_ns = llb_now_ns();
+  struct api_parse_options po = {.served_model = a->model_name};
+  if (api_request_parse(ep, body, len, &po, &c->parsed, &e) != LLB_STATUS_OK) {
+    free(c);
+    api_http_send_error(a, req, &e);
+    return;
+  }
+  char id[64];
+  make_id(a, ep, id, sizeof id);
+  c->num_subs = ep == API_ENDPOINT_CHAT ? 1 : c->parsed.num_prompts;
+  c->subs = calloc((size_t)c->num_subs, sizeof *c->subs);
+  if (!c->subs || api_response_init(&c->resp, &c->parsed, id, (int64_t)time(NULL)) != LLB_STATUS_OK) {
+    free(c->subs);
+    api_request_free(&c->parsed);
+    free(c);
+    api_error_set(&e, 500, NULL, "out of memory");
+    api_http_send_error(a, req, &e);
+    return;
+  }
+  c->req = req;
+  c->conn = evhttp_request_get_connection(req);
+  c->next = a->calls;
+  if (a->calls) a->calls->prev = c;
+  a->calls = c;
+  atomic_fetch_add(&a->inflight, 1);
+  api_metrics_request_started(a->metrics);
+  for (int32_t i = 0; i < c->num_subs; i++) {
+    struct api_sub *s = &c->subs[i];
+    s->seq = ++a->next_seq;
+    s->call = c;
+    s->prompt_index = i;
+    table_add(a, s);
+  }
+  evhttp_connection_set_closecb(c->conn, on_close, c);
+  c->timer = evtimer_new(a->base, on_timer, c);
+  if (c->timer) {
+    struct timeval tv = {.tv_sec = a->o.first_output_timeout_s};
+    evtimer_add(c->timer, &tv);
+  }
+  c->probe = event_new(a->base, -1, EV_PERSIST, on_probe, c);
+  if (c->probe) {
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 250 * 1000};
+    event_add(c->probe, &tv);
+  }
+  for (int32_t i = 0; i < c->num_subs; i++) {
+    struct api_sub *s = &c->subs[i];
+    char rid[96], reply[192];
+    if (c->num_subs > 1) snprintf(rid, sizeof rid, "%s-%d", id, i);
+    else snprintf(rid, sizeof rid, "%s", id);
+    snprintf(reply, sizeof reply, "%s.%" PRIu64, a->inbox, s->seq);
+    struct llb_sampling_params sp;
+    struct llb_generate_request gr;
+    api_request_to_generate(&c->parsed, i, rid, &sp, &gr);
+    llb_status st = llb_generate_request_encode_buf(&gr, &a->enc);
+    if (st == LLB_STATUS_OK) {
+      struct bus_out_msg m = {.subject = a->generate_subject, .reply = reply, .data = a->enc.data, .len = a->enc.len};
+      st = bus_publish_msg(a->bus, &m);
+    }
+    if (st != LLB_STATUS_OK) {
+      if (st == LLB_STATUS_TOO_LARGE)
+        api_error_set(&e, 413, NULL, "the request is too large for the bus: %s", llb_err_last());
+      else if (st == LLB_STATUS_INVALID_ARGUMENT)
+        api_error_set(&e, 400, NULL, "%s", llb_err_last());
+      else
+        api_error_set(&e, 503, NULL, "cannot reach the engine: %s", llb_err_last());
+      for (int32_t j = i; j < c->num_subs; j++) c->subs[j].finished = true;
+      call_fail(c, &e);
+      return;
+    }
+  }
+}
+
+static void on_request(struct evhttp_request *req, void *arg) {
+  struct api_actor *a = arg;
+  const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+  const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+  enum evhttp_cmd_type method = evhttp_request_get_command(req);
+  struct api_error e;
+  if (!path) path = "";
+  bool post = method == EVHTTP_REQ_POST, get = method == EVHTTP_REQ_GET;
+  struct {
+    const char *path;
+    bool is_post;
+  } routes[] = {{"/v1/completions", true}, {"/v1/chat/completions", true}, {"/v1/models", false},
+                {"/health", false},        {"/metrics", false}};
+  int route = -1;
+  for (int i = 0; i < (int)(sizeof routes / sizeof routes[0]); i++)
+    if (strcmp(path, routes[i].path) == 0) route = i;
+  if (route < 0) {
+    api_error_set(&e, 404, NULL, "no route %.200s", path);
+    api_http_send_error(a, req, &e);
+    return;
+  }
+  if (routes[route].is_post ? !post : !get) {
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", routes[route].is_post ? "POST" : "GET");
+    api_error_set(&e, 405, NULL, "%s takes %s", routes[route].path, routes[route].is_post ? "POST" : "GET");
+    api_http_send_error(a, req, &e);
+    return;
+  }
+  if (a->stopped) {
+    api_error_set(&e, 503, NULL, "the server is shutting down");
+    api_http_send_error(a, req, &e);
+    return;
+  }
+  switch (route) {
+    case 0: handle_generate(a, req, API_ENDPOINT_COMPLETIONS); break;
+    case 1: handle_generate(a, req, API_ENDPOINT_CHAT); break;
+    case 2: api_route_models(a, req); break;
+    case 3: api_route_health(a, req); break;
+    default: api_route_metrics(a, req); break;
+  }
+}
+
+/* ---- setup / teardown on the loop thread -------------------------------------------- */
+
+static void setup_signal(struct api_actor *a, llb_status st) {
+  pthread_mutex_lock(&a->setup_mu);
+  a->setup_status = st;
+  a->setup_done = true;
+  pthread_cond_broadcast(&a->setup_cv);
+  pthread_mutex_unlock(&a->setup_mu);
+}
+
+static llb_status run_on_loop(struct api_actor *a, event_callback_fn fn) {
+  pthread_mutex_lock(&a->setup_mu);
+  a->setup_done = false;
+  pthread_mutex_unlock(&a->setup_mu);
+  struct timeval zero = {0, 0};
+  if (event_base_once(a->base, -1, EV_TIMEOUT, fn, a, &zero) != 0)
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "event_base_once failed");
+  pthread_mutex_lock(&a->setup_mu);
+  while (!a->setup_done) pthread_cond_wait(&a->setup_cv, &a->setup_mu);
+  llb_status st = a->setup_status;
+  pthread_mutex_unlock(&a->setup_mu);
+  return st;
+}
+
+static void loop_setup(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  struct api_actor *a = arg;
+  llb_status st = LLB_STATUS_OK;
+  a->wake = event_new(a->base, -1, EV_PERSIST | EV_READ, on_wake, a);
+  a->http = evhttp_new(a->base);
+  if (!a->wake || !a->http) {
+    setup_signal(a, loop_err(a, LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "evhttp_new failed")));
+    return;
+  }
+  event_add(a->wake, NULL);
+  /* Bodies up to 4x the limit reach us (JSON 413); beyond that evhttp refuses them itself. */
+  size_t hard = a->o.max_body_bytes * 4 + 65536;
+  evhttp_set_max_body_size(a->http, (ev_ssize_t)hard);
+  evhttp_set_max_headers_size(a->http, 64 * 1024);
+  evhttp_set_timeout(a->http, (int)a->o.request_timeout_s);
+  evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
+                                          EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+  evhttp_set_gencb(a->http, on_request, a);
+  struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(a->http, a->http_host, (ev_uint16_t)a->http_port);
+  if (!sock) {
+    st = LLB_ERRF(LLB_STATUS_IO, "cannot listen on %s:%d (address in use or not local?)", a->http_host, a->http_port);
+    setup_signal(a, loop_err(a, st));
+    return;
+  }
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  evutil_socket_t s = evhttp_bound_socket_get_fd(sock);
+  if (getsockname(s, (struct sockaddr *)&ss, &sl) == 0) {
+    if (ss.ss_family == AF_INET) a->bound_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    else if (ss.ss_family == AF_INET6) a->bound_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+  }
+  setup_signal(a, LLB_STATUS_OK);
+}
+
+/* Second half of the teardown, once the last replies had a moment to flush. */
+static void loop_free_http(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  struct api_actor *a = arg;
+  if (a->http) evhttp_free(a->http);
+  a->http = NULL;
+  pthread_mutex_lock(&a->qmu);
+  if (a->wake) event_free(a->wake);
+  a->wake = NULL;
+  pthread_mutex_unlock(&a->qmu);
+  setup_signal(a, LLB_STATUS_OK);
+}
+
+static void loop_teardown(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  struct api_actor *a = arg;
+  a->stopped = true;
+  on_wake(-1, 0, a); /* deliver what already arrived */
+  struct api_error e;
+  api_error_set(&e, 503, NULL, "the server is shutting down");
+  while (a->calls) {
+    struct api_call *c = a->calls;
+    /* Subs without an engine id cannot be aborted: settle them so call_fail frees the call. */
+    for (int32_t i = 0; i < c->num_subs; i++)
+      if (!c->subs[i].engine_id[0]) c->subs[i].finished = true;
+    call_fail(c, &e);
+  }
+  struct timeval flush = {.tv_sec = 0, .tv_usec = 300 * 1000};
+  if (event_base_once(a->base, -1, EV_TIMEOUT, loop_free_http, a, &flush) != 0) loop_free_http(-1, 0, a);
+}
+
+/* ---- public ------------------------------------------------------------------------- */
+
+llb_status api_actor_create(const struct api_actor_options *o, struct api_actor **out) {
+  if (!o || !o->model_name || !*o->model_name || strlen(o->model_name) >= API_MAX_MODEL_BYTES)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: --model-name must be 1..%d bytes", API_MAX_MODEL_BYTES - 1);
+  struct api_actor *a = calloc(1, sizeof *a);
+  if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "api_server: out of memory");
+  a->o = *o;
+  if (!a->o.max_body_bytes) a->o.max_body_bytes = 1024 * 1024;
+  if (a->o.request_timeout_s <= 0) a->o.request_timeout_s = 10;
+  if (a->o.first_output_timeout_s <= 0) a->o.first_output_timeout_s = 60;
+  if (a->o.max_concurrent <= 0) a->o.max_concurrent = 256;
+  if (a->o.health_window_ms <= 0) a->o.health_window_ms = 10000;
+  snprintf(a->model_name, sizeof a->model_name, "%s", o->model_name);
+  snprintf(a->tenant, sizeof a->tenant, "%s", o->tenant ? o->tenant : BUS_DEFAULT_TENANT);
+  const char *addr = o->http_addr ? o->http_addr : "127.0.0.1:8000";
+  const char *colon = strrchr(addr, ':');
+  char *end = NULL;
+  long port = colon ? strtol(colon + 1, &end, 10) : -1;
+  size_t hl = colon ? (size_t)(colon - addr) : 0;
+  if (!colon || !end || *end || colon[1] == '\0' || port < 0 || port > 65535 || hl == 0 || hl >= sizeof a->http_host) {
+    free(a);
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: --http \"%s\" is not HOST:PORT", addr);
+  }
+  memcpy(a->http_host, addr, hl);
+  a->http_host[hl] = '\0';
+  if (a->http_host[0] == '[' && hl > 2 && a->http_host[hl - 1] == ']') { /* [::1] */
+    memmove(a->http_host, a->http_host + 1, hl - 2);
+    a->http_host[hl - 2] = '\0';
+  }
+  a->http_port = (int)port;
+  const char *list = o->health_actors ? o->health_actors : API_ACTOR_DEFAULT_HEALTH_ACTORS;
+  while (*list && a->num_health < MAX_HEALTH_ACTORS) {
+    size_t n = strcspn(list, ",");
+    if (n > 0 && n < sizeof a->health[0].actor) {
+      memcpy(a->health[a->num_health].actor, list, n);
+      a->health[a->num_health].actor[n] = '\0';
+      a->num_health++;
+    }
+    list += n;
+    if (*list == ',') list++;
+  }
+  if (getrandom(&a->id_salt, sizeof a->id_salt, 0) != (ssize_t)sizeof a->id_salt)
+    a->id_salt = (uint64_t)llb_wall_ns() ^ ((uint64_t)getpid() << 32);
+  pthread_mutex_init(&a->qmu, NULL);
+  pthread_mutex_init(&a->setup_mu, NULL);
+  pthread_cond_init(&a->setup_cv, NULL);
+  llb_arena_init(&a->arena, NULL, 0);
+  llb_status st = api_metrics_create(a->model_name, &a->metrics);
+  if (st != LLB_STATUS_OK) {
+    api_actor_destroy(a);
+    return st;
+  }
+  *out = a;
+  return LLB_STATUS_OK;
+}
+
+llb_status api_actor_start(struct api_actor *a, struct bus *bus) {
+  a->bus = bus;
+  a->base = bus_event_base(bus);
+  const char *prefix = bus_prefix(bus);
+  llb_status st = bus_subject_generate(prefix, a->tenant, a->generate_subject, sizeof a->generate_subject);
+  if (st == LLB_STATUS_OK) st = bus_subject_abort(prefix, a->tenant, a->abort_subject, sizeof a->abort_subject);
+  if (st == LLB_STATUS_OK) st = bus_new_inbox(bus, a->inbox, sizeof a->inbox);
+  if (st != LLB_STATUS_OK) return st;
+  st = run_on_loop(a, loop_setup);
+  if (st != LLB_STATUS_OK) return LLB_ERRF(st, "%s", a->setup_error);
+  a->started = true;
+  char subj[BUS_SUBJECT_MAX];
+  snprintf(subj, sizeof subj, "%s.*", a->inbox);
+  st = bus_subscribe(bus, subj, NULL, on_inbox, a, NULL);
+  if (st == LLB_STATUS_OK) {
+    snprintf(subj, sizeof subj, "%s.engine.*.stats", prefix);
+    st = bus_subscribe(bus, subj, NULL, api_on_stats, a, NULL);
+  }
+  if (st == LLB_STATUS_OK) {
+    snprintf(subj, sizeof subj, "%s.health.*.*", prefix);
+    st = bus_subscribe(bus, subj, NULL, api_on_heartbeat, a, NULL);
+  }
+  if (st != LLB_STATUS_OK) return st;
+  LLB_LOG_INFO("api_server_listening", "http=%s:%d model=%s generate=%s inbox=%s.*", a->http_host, a->bound_port,
+               a->model_name, a->generate_subject, a->inbox);
+  return LLB_STATUS_OK;
+}
+
+int api_actor_port(const struct api_actor *a) { return a ? a->bound_port : 0; }
+
+int64_t api_actor_inflight(const struct api_actor *a) { return a ? atomic_load(&a->inflight) : 0; }
+
+void api_actor_stop(struct api_actor *a) {
+  if (!a || !a->base || a->stopped || !a->http) return;
+  run_on_loop(a, loop_teardown);
+}
+
+void api_actor_destroy(struct api_actor *a) {
+  if (!a) return;
+  struct inbox_item *it = a->qhead;
+  while (it) {
+    struct inbox_item *next = it->next;
+    free(it);
+    it = next;
+  }
+  llb_arena_destroy(&a->arena);
+  llb_buf_free(&a->enc);
+  api_metrics_destroy(a->metrics);
+  pthread_mutex_destroy(&a->qmu);
+  pthread_mutex_destroy(&a->setup_mu);
+  pthread_cond_destroy(&a->setup_cv);
+  free(a);
+}

@@ -1,0 +1,80 @@
+/* The api server actor: OpenAI-compatible HTTP + SSE (libevent evhttp) over the bus.
+ *
+ * Routes: POST /v1/completions, POST /v1/chat/completions (stream false/true), GET /v1/models,
+ * GET /health, GET /metrics. It talks to the engine only over NATS, like any client:
+ *   - each prompt of a request becomes one GenerateRequest (output_kind DELTA) published on
+ *     <prefix>.generate.<tenant> with reply = <inbox>.<seq>; one wildcard subscription on
+ *     <inbox>.* receives every RequestOutput of this server;
+ *   - a client that goes away (evhttp close callback) gets its engine requests aborted with
+ *     AbortRequest{request_id = RequestOutput.request_id} on <prefix>.abort.<tenant> (at once,
+ *     or on the first output when none arrived yet), which frees their KV blocks;
+ *   - <prefix>.engine.*.stats (SchedulerStats) feeds the engine gauges of /metrics;
+ *     <prefix>.health.*.* (Heartbeat) feeds /health: 200 once every actor named in
+ *     health_actors sent a ready heartbeat within health_window_ms, 503 naming the missing
+ *     ones otherwise.
+ * Status codes: 400 invalid JSON / parameters (the error names the field), 404 unknown model
+ * or route, 405 wrong method, 413 body over max_body_bytes, 429 engine queue full
+ * (RequestOutput.error QUEUE_FULL) or more than max_concurrent requests here, 503 no input
+ * processor subscribed (NATS "no responders") or no first output within
+ * first_output_timeout_s, 500 otherwise. Streams start (200 + headers) only with the first
+ * output, so engine-side validation errors keep their status; an error after that is sent as
+ * an SSE `data: {"error": ...}` event followed by `data: [DONE]`.
+ * Limits of evhttp (libevent 2.1): bodies larger than 4 x max_body_bytes, oversized headers
+ * and unparseable HTTP are refused by evhttp itself (413 / 400 with its HTML page); an idle
+ * or trickling connection is closed after request_timeout_s without a response.
+ *
+ * Threading: HTTP callbacks and all request state live on the bus loop thread
+ * (bus_event_base). NATS handlers (delivery threads) only copy the payload into a locked queue
+ * and activate an event; decoding and writing happen on the loop thread. Setup and teardown
+ * are marshalled onto the loop thread too.
+ */
+#ifndef LLB_ACTORS_API_SERVER_ACTOR_H
+#define LLB_ACTORS_API_SERVER_ACTOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bus/bus.h"
+#include "bus/status.h"
+
+#define API_ACTOR_DEFAULT_HEALTH_ACTORS \
+  "input_processor,scheduler,kv_manager,gpu_worker,output_processor"
+
+struct api_actor_options {
+  const char *http_addr;           /* "HOST:PORT"; NULL = "127.0.0.1:8000"; port 0 = any */
+  const char *model_name;          /* served model id; required */
+  const char *tenant;              /* NULL = "default" */
+  size_t max_body_bytes;           /* 0 = 1 MiB */
+  int64_t request_timeout_s;       /* HTTP read/write inactivity limit; 0 = 10 */
+  int64_t first_output_timeout_s;  /* 0 = 60 */
+  int32_t max_concurrent;          /* requests in flight here; 0 = 256 */
+  const char *health_actors;       /* comma list; NULL = API_ACTOR_DEFAULT_HEALTH_ACTORS, "" = none */
+  int64_t health_window_ms;        /* 0 = 10000 */
+};
+
+struct api_actor;
+
+/* Checks the options and creates the actor (nothing bound yet). Errors: INVALID_ARGUMENT
+ * naming the option, OUT_OF_MEMORY. *out: api_actor_destroy(). */
+llb_status api_actor_create(const struct api_actor_options *o, struct api_actor **out);
+
+/* Subscribes the inbox, stats and health handlers on `bus` (borrowed; outlives the actor's
+ * use of it) and binds the HTTP listener on the bus loop. Errors: IO naming the address when
+ * it cannot be bound, those of bus_subscribe. */
+llb_status api_actor_start(struct api_actor *a, struct bus *bus);
+
+/* The port the listener is bound to (useful with port 0); 0 before start. */
+int api_actor_port(const struct api_actor *a);
+
+/* Requests in flight. */
+int64_t api_actor_inflight(const struct api_actor *a);
+
+/* Ends every request in flight (503 "shutting down", or an error event + [DONE] on a stream)
+ * and closes the listener, on the loop thread; waits for it. Call after the bus drained and
+ * before bus_destroy. Idempotent; no-op if never started. */
+void api_actor_stop(struct api_actor *a);
+
+/* Frees the actor. Call after bus_destroy(). NULL ok. */
+void api_actor_destroy(struct api_actor *a);
+
+#endif

@@ -1,0 +1,114 @@
+/* Private to actors/api_server/actor*.c: the actor's state and the helpers shared by
+ * actor.c (requests, outputs, setup) and actor_routes.c (plain routes, error replies, the
+ * stats and heartbeat handlers). Threading: see actor.h. */
+#ifndef LLB_ACTORS_API_SERVER_ACTOR_INTERNAL_H
+#define LLB_ACTORS_API_SERVER_ACTOR_INTERNAL_H
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "actors/api_server/actor.h"
+#include "actors/api_server/api_metrics.h"
+#include "actors/api_server/api_request.h"
+#include "actors/api_server/api_response.h"
+#include "schemas/codec.h"
+
+#define SUB_TABLE_SIZE 1024
+#define MAX_HEALTH_ACTORS 8
+
+/* One RequestOutput (or no-responders notice) handed from a NATS thread to the loop. */
+struct inbox_item {
+  struct inbox_item *next;
+  uint64_t seq;
+  bool no_responders;
+  size_t len;
+  uint8_t data[]; /* [len] */
+};
+
+struct api_call;
+
+/* One GenerateRequest of a call (one prompt). */
+struct api_sub {
+  uint64_t seq;
+  struct api_call *call;
+  int32_t prompt_index;
+  char engine_id[256];  /* RequestOutput.request_id, "" until the first output */
+  bool finished;        /* final output seen, or aborted */
+  struct api_sub *next; /* in the seq table bucket */
+};
+
+/* One HTTP request in flight. Lives on the loop thread. */
+struct api_call {
+  struct api_actor *a;
+  struct evhttp_request *req;       /* NULL once the client went away */
+  struct evhttp_connection *conn;   /* NULL once the client went away */
+  struct api_request parsed;
+  struct api_response resp;
+  struct api_sub *subs;             /* [num_subs] */
+  int32_t num_subs;
+  bool headers_sent, client_gone;
+  int64_t t_start_ns, t_first_token_ns, t_last_token_ns;
+  int64_t gen_tokens;
+  struct event *timer;              /* first-output timeout */
+  struct event *probe;              /* periodic check that the client is still there */
+  struct api_call *prev, *next;     /* the actor's list */
+};
+
+struct health_entry {
+  char actor[64];
+  _Atomic int64_t last_ready_ns; /* llb_now_ns of the last ready heartbeat, 0 = never */
+};
+
+struct api_actor {
+  struct api_actor_options o;
+  char http_host[128];
+  int http_port, bound_port;
+  char model_name[API_MAX_MODEL_BYTES];
+  char tenant[64];
+  struct bus *bus;
+  struct event_base *base;
+  struct evhttp *http;
+  struct event *wake;
+  char inbox[128];
+  char generate_subject[BUS_SUBJECT_MAX], abort_subject[BUS_SUBJECT_MAX];
+  pthread_mutex_t qmu;
+  struct inbox_item *qhead, *qtail;
+  pthread_mutex_t setup_mu;
+  pthread_cond_t setup_cv;
+  bool setup_done;
+  llb_status setup_status;
+  char setup_error[512];
+  bool started, stopped;
+  /* Loop-thread state. */
+  struct api_sub *table[SUB_TABLE_SIZE];
+  struct api_call *calls;
+  uint64_t next_seq;
+  uint64_t id_salt;
+  uint64_t id_counter;
+  struct llb_arena arena;
+  struct llb_buf enc;
+  struct api_metrics *metrics;
+  atomic_int_fast64_t inflight;
+  struct health_entry health[MAX_HEALTH_ACTORS];
+  int num_health;
+};
+
+/* Sends `body[len]` with `status` and Content-Type `ctype` (loop thread). */
+void api_http_send_body(struct evhttp_request *req, int status, const char *ctype, const char *body,
+                        size_t len);
+/* Sends `e` as OpenAI's error object and counts it in the metrics (loop thread). */
+void api_http_send_error(struct api_actor *a, struct evhttp_request *req, const struct api_error *e);
+/* GET /v1/models, /health, /metrics (loop thread). */
+void api_route_models(struct api_actor *a, struct evhttp_request *req);
+void api_route_health(struct api_actor *a, struct evhttp_request *req);
+void api_route_metrics(struct api_actor *a, struct evhttp_request *req);
+/* Bus handlers of <prefix>.engine.*.stats and <prefix>.health.*.* (delivery threads). */
+void api_on_stats(struct bus *bus, const struct bus_msg *msg, void *user);
+void api_on_heartbeat(struct bus *bus, const struct bus_msg *msg, void *user);
+
+#endif

@@ -1,0 +1,122 @@
+/* Plain routes of the api server (models, health, metrics), error replies, and the stats /
+ * heartbeat handlers (see actor.h, actor_internal.h). */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "actors/api_server/actor_internal.h"
+#include "bus/log.h"
+#include "schemas/control.h"
+
+static const char *reason_phrase(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
+    case 503: return "Service Unavailable";
+    default: return status >= 500 ? "Internal Server Error" : "Error";
+  }
+}
+
+void api_http_send_body(struct evhttp_request *req, int status, const char *ctype, const char *body,
+                      size_t len) {
+  struct evbuffer *b = evbuffer_new();
+  if (!b) {
+    evhttp_send_error(req, 500, NULL);
+    return;
+  }
+  evbuffer_add(b, body, len);
+  evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", ctype);
+  evhttp_send_reply(req, status, reason_phrase(status), b);
+  evbuffer_free(b);
+}
+
+void api_http_send_error(struct api_actor *a, struct evhttp_request *req, const struct api_error *e) {
+  struct api_buf b = {0};
+  if (!api_error_render(e, &b)) {
+    evhttp_send_error(req, 500, NULL);
+    return;
+  }
+  api_http_send_body(req, e->http_status, "application/json", b.data, b.len);
+  api_buf_free(&b);
+  api_metrics_request_failed(a->metrics, e->http_status);
+}
+
+void api_on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  struct api_actor *a = user;
+  uint8_t mem[4096];
+  struct llb_arena arena;
+  llb_arena_init(&arena, mem, sizeof mem);
+  struct llb_scheduler_stats s;
+  if (llb_scheduler_stats_decode(msg->data, msg->len, &arena, &s) == LLB_STATUS_OK)
+    api_metrics_engine_stats(a->metrics, &s);
+  else
+    LLB_LOG_WARN("stats_malformed", "subject=%s error=\"%s\"", msg->subject, llb_err_last());
+  llb_arena_destroy(&arena);
+}
+
+void api_on_heartbeat(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  struct api_actor *a = user;
+  uint8_t mem[2048];
+  struct llb_arena arena;
+  llb_arena_init(&arena, mem, sizeof mem);
+  struct llb_heartbeat hb;
+  if (llb_heartbeat_decode(msg->data, msg->len, &arena, &hb) == LLB_STATUS_OK && hb.ready)
+    for (int i = 0; i < a->num_health; i++)
+      if (strcmp(a->health[i].actor, hb.actor.data) == 0) atomic_store(&a->health[i].last_ready_ns, llb_now_ns());
+  llb_arena_destroy(&arena);
+}
+
+void api_route_models(struct api_actor *a, struct evhttp_request *req) {
+  struct api_buf b = {0};
+  char esc[2 * API_MAX_MODEL_BYTES];
+  size_t j = 0;
+  for (const char *p = a->model_name; *p && j + 3 < sizeof esc; p++) {
+    if (*p == '"' || *p == '\\') esc[j++] = '\\';
+    esc[j++] = *p;
+  }
+  esc[j] = '\0';
+  if (api_buf_printf(&b, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\",\"created\":%lld,"
+                         "\"owned_by\":\"llmbus\",\"root\":\"%s\",\"parent\":null}]}",
+                     esc, (long long)time(NULL), esc))
+    api_http_send_body(req, 200, "application/json", b.data, b.len);
+  else
+    evhttp_send_error(req, 500, NULL);
+  api_buf_free(&b);
+}
+
+void api_route_health(struct api_actor *a, struct evhttp_request *req) {
+  int64_t now = llb_now_ns();
+  struct api_buf missing = {0};
+  for (int i = 0; i < a->num_health; i++) {
+    int64_t t = atomic_load(&a->health[i].last_ready_ns);
+    if (!t || now - t > a->o.health_window_ms * 1000000)
+      api_buf_printf(&missing, "%s%s", missing.len ? ", " : "", a->health[i].actor);
+  }
+  if (missing.len == 0) {
+    api_http_send_body(req, 200, "application/json", "{\"status\":\"ok\"}", 15);
+  } else {
+    struct api_error e;
+    api_error_set(&e, 503, NULL, "not ready: no ready heartbeat within %lld ms from %s",
+                  (long long)a->o.health_window_ms, missing.data);
+    struct api_buf b = {0};
+    if (api_error_render(&e, &b)) api_http_send_body(req, 503, "application/json", b.data, b.len);
+    api_buf_free(&b);
+  }
+  api_buf_free(&missing);
+}
+
+void api_route_metrics(struct api_actor *a, struct evhttp_request *req) {
+  struct api_buf b = {0};
+  if (api_metrics_render(a->metrics, &b))
+    api_http_send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
+  else
+    evhttp_send_error(req, 500, NULL);
+  api_buf_free(&b);
+}
+

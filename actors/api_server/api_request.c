@@ -1,0 +1,667 @@
+/* OpenAI request parsing and validation (see api_request.h). */
+#include "actors/api_server/api_request.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- api_buf ------------------------------------------------------------------------ */
+
+static bool buf_reserve(struct api_buf *b, size_t extra) {
+  if (b->len + extra + 1 <= b->cap) return true;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < b->len + extra + 1) cap *= 2;
+  char *d = realloc(b->data, cap);
+  if (!d) return false;
+  b->data = d;
+  b->cap = cap;
+  return true;
+}
+
+bool api_buf_append(struct api_buf *b, const void *data, size_t len) {
+  if (!buf_reserve(b, len)) return false;
+  if (len) memcpy(b->data + b->len, data, len);
+  b->len += len;
+  b->data[b->len] = '\0';
+  return true;
+}
+
+bool api_buf_printf(struct api_buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0 || !buf_reserve(b, (size_t)n)) return false;
+  va_start(ap, fmt);
+  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+  return true;
+}
+
+void api_buf_free(struct api_buf *b) {
+  if (!b) return;
+  free(b->data);
+  *b = (struct api_buf){0};
+}
+
+/* ---- errors ------------------------------------------------------------------------- */
+
+static const char *error_type(int status) {
+  switch (status) {
+    case 400: return "invalid_request_error";
+    case 404: return "not_found_error";
+    case 405: return "invalid_request_error";
+    case 413: return "invalid_request_error";
+    case 429: return "rate_limit_error";
+    case 503: return "service_unavailable_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+int api_error_set(struct api_error *e, int http_status, const char *param, const char *fmt, ...) {
+  e->http_status = http_status;
+  snprintf(e->type, sizeof e->type, "%s", error_type(http_status));
+  snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+  e->code[0] = '\0';
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
+  return http_status;
+}
+
+void api_error_from_status(int32_t code, const char *message, const char *field,
+                           struct api_error *e) {
+  int status;
+  switch (code) {
+    case LLB_STATUS_INVALID_ARGUMENT:
+    case LLB_STATUS_MALFORMED:
+    case LLB_STATUS_UNSUPPORTED:
+    case LLB_STATUS_TOO_LARGE: status = 400; break;
+    case LLB_STATUS_NOT_FOUND: status = 404; break;
+    case LLB_STATUS_QUEUE_FULL: status = 429; break;
+    case LLB_STATUS_TIMEOUT:
+    case LLB_STATUS_NO_SERVER:
+    case LLB_STATUS_CONNECTION:
+    case LLB_STATUS_CLOSED: status = 503; break;
+    default: status = 500; break;
+  }
+  const char *what = code > 0 && code < LLB_STATUS_COUNT ? llb_strerror((llb_status)code) : "error";
+  api_error_set(e, status, field, "%s", message && *message ? message : what);
+  if (code == LLB_STATUS_QUEUE_FULL) snprintf(e->code, sizeof e->code, "queue_full");
+}
+
+bool api_error_render(const struct api_error *e, struct api_buf *out) {
+  json_t *inner = json_pack("{s:s, s:s, s:o, s:o}", "message", e->message, "type", e->type, "param",
+                            e->param[0] ? json_string(e->param) : json_null(), "code",
+                            e->code[0] ? json_string(e->code) : json_integer(e->http_status));
+  json_t *root = inner ? json_pack("{s:o}", "error", inner) : NULL;
+  char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
+  json_decref(root);
+  bool ok = s && api_buf_append(out, s, strlen(s));
+  free(s);
+  return ok;
+}
+
+/* ---- parsing helpers ---------------------------------------------------------------- */
+
+struct req_impl {
+  json_t *root;
+  char **owned; /* [num_owned] malloc'd strings (joined content parts) */
+  int num_owned, cap_owned;
+};
+
+static bool own_string(struct req_impl *im, char *s) {
+  if (im->num_owned == im->cap_owned) {
+    int cap = im->cap_owned ? im->cap_owned * 2 : 8;
+    char **o = realloc(im->owned, (size_t)cap * sizeof *o);
+    if (!o) return false;
+    im->owned = o;
+    im->cap_owned = cap;
+  }
+  im->owned[im->num_owned++] = s;
+  return true;
+}
+
+static const char *json_type_name(const json_t *v) {
+  switch (json_typeof(v)) {
+    case JSON_OBJECT: return "object";
+    case JSON_ARRAY: return "array";
+    case JSON_STRING: return "string";
+    case JSON_INTEGER: return "integer";
+    case JSON_REAL: return "number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "boolean";
+    default: return "null";
+  }
+}
+
+/* Sets a 400 error and returns INVALID_ARGUMENT. */
+static llb_status bad(struct api_error *err, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static llb_status bad(struct api_error *err, const char *param, const char *fmt, ...) {
+  char msg[sizeof err->message];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  api_error_set(err, 400, param, "%s", msg);
+  return LLB_STATUS_INVALID_ARGUMENT;
+}
+
+static llb_status oom(struct api_error *err) {
+  api_error_set(err, 500, NULL, "out of memory");
+  return LLB_STATUS_OUT_OF_MEMORY;
+}
+
+#define BAD(param, ...) bad(err, (param), __VA_ARGS__)
+
+static llb_status get_bool(json_t *v, const char *name, bool *out, struct api_error *err) {
+  if (!json_is_boolean(v)) return BAD(name, "'%s' must be a boolean, got %s", name, json_type_name(v));
+  *out = json_is_true(v);
+  return LLB_STATUS_OK;
+}
+
+static llb_status get_int(json_t *v, const char *name, int64_t lo, int64_t hi, int64_t *out,
+                          struct api_error *err) {
+  if (!json_is_integer(v))
+    return BAD(name, "'%s' must be an integer, got %s", name, json_type_name(v));
+  json_int_t x = json_integer_value(v);
+  if (x < lo || x > hi)
+    return BAD(name, "'%s' must be in [%lld, %lld], got %lld", name, (long long)lo, (long long)hi,
+               (long long)x);
+  *out = x;
+  return LLB_STATUS_OK;
+}
+
+/* A number in [lo, hi]; lo_open excludes lo. */
+static llb_status get_num(json_t *v, const char *name, double lo, bool lo_open, double hi,
+                          float *out, struct api_error *err) {
+  if (!json_is_number(v)) return BAD(name, "'%s' must be a number, got %s", name, json_type_name(v));
+  double x = json_number_value(v);
+  if (!isfinite(x) || (lo_open ? x <= lo : x < lo) || x > hi)
+    return BAD(name, "'%s' must be in %s%g, %g], got %g", name, lo_open ? "(" : "[", lo, hi, x);
+  *out = (float)x;
+  return LLB_STATUS_OK;
+}
+
+/* Valid UTF-8 is guaranteed by jansson; NUL bytes inside strings are not: refuse them, the
+ * rest of the pipeline uses C strings. */
+static llb_status get_str(json_t *v, const char *name, const char **out, size_t *len,
+                          struct api_error *err) {
+  if (!json_is_string(v)) return BAD(name, "'%s' must be a string, got %s", name, json_type_name(v));
+  size_t n = json_string_length(v);
+  const char *s = json_string_value(v);
+  if (strlen(s) != n) return BAD(name, "'%s' must not contain NUL characters", name);
+  *out = s;
+  if (len) *len = n;
+  return LLB_STATUS_OK;
+}
+
+static llb_status parse_stop(json_t *v, struct llb_sampling_params *sp, struct api_error *err) {
+  char name[64];
+  json_t *one = v;
+  size_t count = 1;
+  if (json_is_array(v)) {
+    count = json_array_size(v);
+    if (count > LLB_MAX_STOP_STRINGS)
+      return BAD("stop", "'stop' holds at most %d strings, got %zu", LLB_MAX_STOP_STRINGS, count);
+  } else if (!json_is_string(v)) {
+    return BAD("stop", "'stop' must be a string or an array of strings, got %s", json_type_name(v));
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (json_is_array(v)) {
+      one = json_array_get(v, i);
+      snprintf(name, sizeof name, "stop[%zu]", i);
+    } else {
+      snprintf(name, sizeof name, "stop");
+    }
+    const char *s;
+    size_t n;
+    if (get_str(one, name, &s, &n, err) != LLB_STATUS_OK) return LLB_STATUS_INVALID_ARGUMENT;
+    if (n == 0) return BAD(name, "'%s' must not be empty", name);
+    if (n > LLB_MAX_STOP_STRING_BYTES)
+      return BAD(name, "'%s' is %zu bytes, at most %d allowed", name, n, LLB_MAX_STOP_STRING_BYTES);
+    memcpy(sp->stop[sp->num_stop], s, n + 1);
+    sp->num_stop++;
+  }
+  return LLB_STATUS_OK;
+}
+
+static llb_status parse_stop_token_ids(json_t *v, struct llb_sampling_params *sp,
+                                       struct api_error *err) {
+  if (!json_is_array(v))
+    return BAD("stop_token_ids", "'stop_token_ids' must be an array of integers, got %s",
+               json_type_name(v));
+  if (json_array_size(v) > LLB_MAX_STOP_TOKEN_IDS)
+    return BAD("stop_token_ids", "'stop_token_ids' holds at most %d ids", LLB_MAX_STOP_TOKEN_IDS);
+  for (size_t i = 0; i < json_array_size(v); i++) {
+    char name[64];
+    snprintf(name, sizeof name, "stop_token_ids[%zu]", i);
+    int64_t x;
+    if (get_int(json_array_get(v, i), name, 0, INT32_MAX, &x, err) != LLB_STATUS_OK)
+      return LLB_STATUS_INVALID_ARGUMENT;
+    sp->stop_token_ids[sp->num_stop_token_ids++] = (int32_t)x;
+  }
+  return LLB_STATUS_OK;
+}
+
+/* A token-id array [ints] into *ids (malloc'd). */
+static llb_status parse_ids(json_t *v, const char *name, int32_t **ids, int32_t *n,
+                            struct api_error *err) {
+  size_t count = json_array_size(v);
+  if (count == 0) return BAD(name, "'%s' must not be empty", name);
+  if (count > INT32_MAX / 2) return BAD(name, "'%s' is too long", name);
+  int32_t *out = malloc(count * sizeof *out);
+  if (!out) return oom(err);
+  for (size_t i = 0; i < count; i++) {
+    char el[64];
+    snprintf(el, sizeof el, "%s[%zu]", name, i);
+    int64_t x;
+    if (get_int(json_array_get(v, i), el, 0, INT32_MAX, &x, err) != LLB_STATUS_OK) {
+      free(out);
+      return LLB_STATUS_INVALID_ARGUMENT;
+    }
+    out[i] = (int32_t)x;
+  }
+  *ids = out;
+  *n = (int32_t)count;
+  return LLB_STATUS_OK;
+}
+
+/* prompt: "text" | ["text", ...] | [id, ...] | [[id, ...], ...] (OpenAI / vLLM). */
+static llb_status parse_prompt(json_t *v, struct api_request *r, struct api_error *err) {
+  size_t count = 1;
+  bool list = json_is_array(v);
+  bool single_ids = list && json_array_size(v) > 0 && json_is_integer(json_array_get(v, 0));
+  if (list && !single_ids) {
+    count = json_array_size(v);
+    if (count == 0) return BAD("prompt", "'prompt' must not be empty");
+    if (count > API_MAX_PROMPTS)
+      return BAD("prompt", "'prompt' holds at most %d prompts, got %zu", API_MAX_PROMPTS, count);
+  } else if (!list && !json_is_string(v)) {
+    return BAD("prompt", "'prompt' must be a string, an array of strings, an array of token ids "
+                         "or an array of token-id arrays, got %s", json_type_name(v));
+  }
+  r->prompts = calloc(count, sizeof *r->prompts);
+  if (!r->prompts) return oom(err);
+  r->num_prompts = (int32_t)count;
+  for (size_t i = 0; i < count; i++) {
+    json_t *p = list && !single_ids ? json_array_get(v, i) : v;
+    char name[64];
+    if (list && !single_ids)
+      snprintf(name, sizeof name, "prompt[%zu]", i);
+    else
+      snprintf(name, sizeof name, "prompt");
+    struct api_prompt *dst = &r->prompts[i];
+    if (json_is_string(p)) {
+      if (get_str(p, name, &dst->text, &dst->text_len, err) != LLB_STATUS_OK)
+        return LLB_STATUS_INVALID_ARGUMENT;
+    } else if (json_is_array(p)) {
+      llb_status st = parse_ids(p, name, &dst->token_ids, &dst->num_token_ids, err);
+      if (st != LLB_STATUS_OK) return st;
+    } else {
+      return BAD(name, "'%s' must be a string or an array of token ids, got %s", name,
+                 json_type_name(p));
+    }
+  }
+  return LLB_STATUS_OK;
+}
+
+/* content: "text" | null | [{"type": "text", "text": "..."}, ...] (parts joined). */
+static llb_status parse_content(json_t *v, const char *name, struct req_impl *im,
+                                struct llb_str *out, struct api_error *err) {
+  if (json_is_null(v) || !v) {
+    *out = llb_str_c("");
+    return LLB_STATUS_OK;
+  }
+  if (json_is_string(v)) {
+    const char *s;
+    size_t n;
+    if (get_str(v, name, &s, &n, err) != LLB_STATUS_OK) return LLB_STATUS_INVALID_ARGUMENT;
+    *out = (struct llb_str){s, n};
+    return LLB_STATUS_OK;
+  }
+  if (!json_is_array(v))
+    return BAD(name, "'%s' must be a string or an array of content parts, got %s", name,
+               json_type_name(v));
+  struct api_buf joined = {0};
+  if (!api_buf_append(&joined, "", 0)) return oom(err);
+  for (size_t i = 0; i < json_array_size(v); i++) {
+    json_t *part = json_array_get(v, i);
+    char pname[128];
+    snprintf(pname, sizeof pname, "%s[%zu]", name, i);
+    const char *type = NULL, *text = NULL;
+    size_t n = 0;
+    if (!json_is_object(part) || get_str(json_object_get(part, "type"), pname, &type, NULL, err) != LLB_STATUS_OK ||
+        strcmp(type, "text") != 0 || get_str(json_object_get(part, "text"), pname, &text, &n, err) != LLB_STATUS_OK) {
+      api_buf_free(&joined);
+      return BAD(pname, "'%s' must be a content part {\"type\": \"text\", \"text\": string} (only text is supported)",
+                 pname);
+    }
+    if (!api_buf_append(&joined, text, n)) {
+      api_buf_free(&joined);
+      return oom(err);
+    }
+  }
+  if (!own_string(im, joined.data)) {
+    api_buf_free(&joined);
+    return oom(err);
+  }
+  *out = (struct llb_str){joined.data, joined.len};
+  return LLB_STATUS_OK;
+}
+
+static llb_status parse_messages(json_t *v, struct api_request *r, struct req_impl *im,
+                                 struct api_error *err) {
+  if (!json_is_array(v)) return BAD("messages", "'messages' must be an array, got %s", json_type_name(v));
+  size_t count = json_array_size(v);
+  if (count == 0) return BAD("messages", "'messages' must not be empty");
+  if (count > API_MAX_MESSAGES)
+    return BAD("messages", "'messages' holds at most %d messages, got %zu", API_MAX_MESSAGES, count);
+  r->messages = calloc(count, sizeof *r->messages);
+  if (!r->messages) return oom(err);
+  r->num_messages = (int32_t)count;
+  for (size_t i = 0; i < count; i++) {
+    json_t *m = json_array_get(v, i);
+    char name[64];
+    snprintf(name, sizeof name, "messages[%zu]", i);
+    if (!json_is_object(m)) return BAD(name, "'%s' must be an object, got %s", name, json_type_name(m));
+    const char *key;
+    json_t *val;
+    json_object_foreach(m, key, val) {
+      if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name")) {
+        char field[160];
+        snprintf(field, sizeof field, "%s.%s", name, key);
+        return BAD(field, "Unrecognized request argument supplied: %s", field);
+      }
+    }
+    char field[96];
+    snprintf(field, sizeof field, "%s.role", name);
+    const char *role;
+    size_t role_len;
+    if (get_str(json_object_get(m, "role"), field, &role, &role_len, err) != LLB_STATUS_OK)
+      return LLB_STATUS_INVALID_ARGUMENT;
+    if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") &&
+        strcmp(role, "developer") && strcmp(role, "tool"))
+      return BAD(field, "'%s' must be one of system, developer, user, assistant, tool; got \"%.40s\"",
+                 field, role);
+    /* OpenAI's "developer" role is the system role of older models. */
+    r->messages[i].role = strcmp(role, "developer") == 0 ? llb_str_c("system") : (struct llb_str){role, role_len};
+    json_t *name_v = json_object_get(m, "name");
+    if (name_v) {
+      char nf[96];
+      snprintf(nf, sizeof nf, "%s.name", name);
+      const char *ignored;
+      if (get_str(name_v, nf, &ignored, NULL, err) != LLB_STATUS_OK) return LLB_STATUS_INVALID_ARGUMENT;
+    }
+    snprintf(field, sizeof field, "%s.content", name);
+    json_t *content = json_object_get(m, "content");
+    if (!content && strcmp(role, "assistant") != 0)
+      return BAD(field, "'%s' is required", field);
+    llb_status st = parse_content(content, field, im, &r->messages[i].content, err);
+    if (st != LLB_STATUS_OK) return st;
+  }
+  return LLB_STATUS_OK;
+}
+
+/* Known fields that are accepted only with their neutral value. */
+static llb_status check_neutral(const char *key, json_t *val, const struct api_request *r,
+                                bool *handled, struct api_error *err) {
+  *handled = true;
+  if (json_is_null(val)) return LLB_STATUS_OK;
+  if (!strcmp(key, "echo") || !strcmp(key, "parallel_tool_calls") || !strcmp(key, "store")) {
+    if (json_is_false(val)) return LLB_STATUS_OK;
+    if (json_is_boolean(val)) return BAD(key, "'%s' = true is not supported", key);
+    return BAD(key, "'%s' must be a boolean, got %s", key, json_type_name(val));
+  }
+  if (!strcmp(key, "logit_bias") || !strcmp(key, "metadata")) {
+    if (json_is_object(val) && json_object_size(val) == 0) return LLB_STATUS_OK;
+    if (json_is_object(val)) return BAD(key, "'%s' is not supported", key);
+    return BAD(key, "'%s' must be an object, got %s", key, json_type_name(val));
+  }
+  if (!strcmp(key, "best_of")) {
+    if (json_is_integer(val) && json_integer_value(val) == r->sampling_params.n) return LLB_STATUS_OK;
+    return BAD(key, "'best_of' is not supported (only best_of = n)");
+  }
+  if (!strcmp(key, "response_format")) {
+    json_t *t = json_is_object(val) ? json_object_get(val, "type") : NULL;
+    if (json_is_string(t) && !strcmp(json_string_value(t), "text") && json_object_size(val) == 1)
+      return LLB_STATUS_OK;
+    return BAD(key, "'response_format' supports only {\"type\": \"text\"}");
+  }
+  if (!strcmp(key, "suffix") || !strcmp(key, "tools") || !strcmp(key, "tool_choice") ||
+      !strcmp(key, "functions") || !strcmp(key, "function_call"))
+    return BAD(key, "'%s' is not supported", key);
+  *handled = false;
+  return LLB_STATUS_OK;
+}
+
+static bool key_is(const char *key, const char *name) { return strcmp(key, name) == 0; }
+
+/* One top-level field; unknown fields are refused. */
+static llb_status parse_field(const char *key, json_t *v, struct api_request *r,
+                              struct req_impl *im, struct api_error *err) {
+  struct llb_sampling_params *sp = &r->sampling_params;
+  bool chat = r->endpoint == API_ENDPOINT_CHAT;
+  int64_t x;
+  llb_status st = LLB_STATUS_OK;
+  if (key_is(key, "model") || key_is(key, "n") || key_is(key, "stream") ||
+      key_is(key, "stream_options") || key_is(key, "max_tokens") ||
+      key_is(key, "max_completion_tokens") || (chat ? key_is(key, "messages") : key_is(key, "prompt")) ||
+      key_is(key, "logprobs"))
+    return LLB_STATUS_OK; /* handled in order by api_request_parse */
+  if (json_is_null(v)) return LLB_STATUS_OK; /* null = default, as the OpenAI client sends it */
+  if (key_is(key, "temperature")) return get_num(v, key, 0, false, 2, &sp->temperature, err);
+  if (key_is(key, "top_p")) return get_num(v, key, 0, true, 1, &sp->top_p, err);
+  if (key_is(key, "min_p")) return get_num(v, key, 0, false, 1, &sp->min_p, err);
+  if (key_is(key, "presence_penalty")) return get_num(v, key, -2, false, 2, &sp->presence_penalty, err);
+  if (key_is(key, "frequency_penalty")) return get_num(v, key, -2, false, 2, &sp->frequency_penalty, err);
+  if (key_is(key, "repetition_penalty")) return get_num(v, key, 0, true, 2, &sp->repetition_penalty, err);
+  if (key_is(key, "top_k")) {
+    st = get_int(v, key, -1, INT32_MAX, &x, err);
+    sp->top_k = (int32_t)x;
+    return st;
+  }
+  if (key_is(key, "min_tokens")) {
+    st = get_int(v, key, 0, INT32_MAX, &x, err);
+    sp->min_tokens = (int32_t)x;
+    return st;
+  }
+  if (key_is(key, "seed")) {
+    if (!json_is_integer(v)) return BAD(key, "'seed' must be an integer, got %s", json_type_name(v));
+    sp->has_seed = true;
+    sp->seed = (uint64_t)json_integer_value(v);
+    return LLB_STATUS_OK;
+  }
+  if (key_is(key, "stop")) return parse_stop(v, sp, err);
+  if (key_is(key, "stop_token_ids")) return parse_stop_token_ids(v, sp, err);
+  if (key_is(key, "ignore_eos")) return get_bool(v, key, &sp->ignore_eos, err);
+  if (key_is(key, "skip_special_tokens")) return get_bool(v, key, &sp->skip_special_tokens, err);
+  if (key_is(key, "include_stop_str_in_output"))
+    return get_bool(v, key, &sp->include_stop_str_in_output, err);
+  if (chat && key_is(key, "top_logprobs")) {
+    st = get_int(v, key, 0, LLB_MAX_LOGPROBS, &x, err);
+    r->top_logprobs = (int32_t)x;
+    return st;
+  }
+  if (key_is(key, "user")) {
+    const char *u;
+    size_t n;
+    if (get_str(v, key, &u, &n, err) != LLB_STATUS_OK) return LLB_STATUS_INVALID_ARGUMENT;
+    if (n >= sizeof r->user) return BAD(key, "'user' is %zu bytes, at most %zu allowed", n, sizeof r->user - 1);
+    memcpy(r->user, u, n + 1);
+    return LLB_STATUS_OK;
+  }
+  bool handled;
+  st = check_neutral(key, v, r, &handled, err);
+  if (handled) return st;
+  (void)im;
+  return BAD(key, "Unrecognized request argument supplied: %s", key);
+}
+
+llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_t len,
+                             const struct api_parse_options *o, struct api_request *out,
+                             struct api_error *err) {
+  memset(out, 0, sizeof *out);
+  memset(err, 0, sizeof *err);
+  out->endpoint = endpoint;
+  llb_sampling_params_init(&out->sampling_params);
+  struct llb_sampling_params *sp = &out->sampling_params;
+  bool chat = endpoint == API_ENDPOINT_CHAT;
+  sp->max_tokens = chat ? -1 : 16;
+  out->top_logprobs = -1;
+  struct req_impl *im = calloc(1, sizeof *im);
+  if (!im) return oom(err);
+  out->impl = im;
+  llb_status st = LLB_STATUS_INVALID_ARGUMENT;
+  json_error_t jerr;
+  im->root = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!im->root) {
+    BAD(NULL, "We could not parse the JSON body of your request: %s at line %d column %d",
+        jerr.text, jerr.line, jerr.column);
+    goto fail;
+  }
+  json_t *root = im->root;
+  if (!json_is_object(root)) {
+    BAD(NULL, "The request body must be a JSON object, got %s", json_type_name(root));
+    goto fail;
+  }
+  /* Order matters: n before best_of, model first so a wrong model is a 404. */
+  const char *model;
+  size_t model_len;
+  json_t *mv = json_object_get(root, "model");
+  if (!mv) {
+    BAD("model", "'model' is required");
+    goto fail;
+  }
+  if (get_str(mv, "model", &model, &model_len, err) != LLB_STATUS_OK) goto fail;
+  if (model_len >= sizeof out->model || strcmp(model, o->served_model) != 0) {
+    api_error_set(err, 404, "model", "The model `%.200s` does not exist. Served: `%s`.", model,
+                  o->served_model);
+    snprintf(err->code, sizeof err->code, "model_not_found");
+    goto fail;
+  }
+  memcpy(out->model, model, model_len + 1);
+  json_t *v;
+  int64_t x;
+  if ((v = json_object_get(root, "n")) && !json_is_null(v)) {
+    if (get_int(v, "n", 1, o->max_n > 0 ? o->max_n : API_MAX_N, &x, err) != LLB_STATUS_OK) goto fail;
+    sp->n = (int32_t)x;
+  }
+  if ((v = json_object_get(root, "stream")) && !json_is_null(v) &&
+      get_bool(v, "stream", &out->stream, err) != LLB_STATUS_OK)
+    goto fail;
+  if ((v = json_object_get(root, "stream_options")) && !json_is_null(v)) {
+    if (!out->stream) {
+      BAD("stream_options", "'stream_options' is only allowed when 'stream' is true");
+      goto fail;
+    }
+    if (!json_is_object(v)) {
+      BAD("stream_options", "'stream_options' must be an object, got %s", json_type_name(v));
+      goto fail;
+    }
+    const char *k;
+    json_t *e;
+    json_object_foreach(v, k, e) {
+      if (strcmp(k, "include_usage") == 0) {
+        if (!json_is_null(e) && get_bool(e, "stream_options.include_usage", &out->include_usage, err) != LLB_STATUS_OK)
+          goto fail;
+      } else {
+        char f[96];
+        snprintf(f, sizeof f, "stream_options.%.60s", k);
+        BAD(f, "Unrecognized request argument supplied: %s", f);
+        goto fail;
+      }
+    }
+  }
+  /* max_completion_tokens (chat) wins over the deprecated max_tokens, as vLLM. */
+  const char *mt_names[2] = {"max_tokens", "max_completion_tokens"};
+  for (int i = 0; i < (chat ? 2 : 1); i++) {
+    if ((v = json_object_get(root, mt_names[i])) && !json_is_null(v)) {
+      if (get_int(v, mt_names[i], 1, INT32_MAX, &x, err) != LLB_STATUS_OK) goto fail;
+      sp->max_tokens = (int32_t)x;
+    }
+  }
+  if ((v = json_object_get(root, "logprobs")) && !json_is_null(v)) {
+    if (chat) {
+      if (get_bool(v, "logprobs", &out->chat_logprobs, err) != LLB_STATUS_OK) goto fail;
+    } else {
+      if (get_int(v, "logprobs", 0, LLB_MAX_LOGPROBS, &x, err) != LLB_STATUS_OK) goto fail;
+      out->top_logprobs = (int32_t)x;
+      sp->logprobs = (int32_t)x;
+    }
+  }
+  const char *key;
+  json_object_foreach(root, key, v) {
+    if (parse_field(key, v, out, im, err) != LLB_STATUS_OK) goto fail;
+  }
+  if (chat) {
+    if (out->top_logprobs >= 0 && !out->chat_logprobs) {
+      BAD("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+      goto fail;
+    }
+    if (out->chat_logprobs) {
+      if (out->top_logprobs < 0) out->top_logprobs = 0;
+      sp->logprobs = out->top_logprobs;
+    }
+    if (!(v = json_object_get(root, "messages"))) {
+      BAD("messages", "'messages' is required");
+      goto fail;
+    }
+    st = parse_messages(v, out, im, err);
+  } else {
+    if (!(v = json_object_get(root, "prompt")) || json_is_null(v)) {
+      BAD("prompt", "'prompt' is required");
+      goto fail;
+    }
+    st = parse_prompt(v, out, err);
+  }
+  if (st != LLB_STATUS_OK) goto fail;
+  return LLB_STATUS_OK;
+fail:
+  api_request_free(out);
+  return st == LLB_STATUS_OK ? LLB_STATUS_INVALID_ARGUMENT : st;
+}
+
+void api_request_free(struct api_request *r) {
+  if (!r) return;
+  for (int32_t i = 0; r->prompts && i < r->num_prompts; i++) free(r->prompts[i].token_ids);
+  free(r->prompts);
+  free(r->messages);
+  struct req_impl *im = r->impl;
+  if (im) {
+    for (int i = 0; i < im->num_owned; i++) free(im->owned[i]);
+    free(im->owned);
+    json_decref(im->root);
+    free(im);
+  }
+  memset(r, 0, sizeof *r);
+}
+
+void api_request_to_generate(const struct api_request *r, int32_t prompt_index,
+                             const char *request_id, struct llb_sampling_params *sp,
+                             struct llb_generate_request *out) {
+  llb_generate_request_init(out);
+  out->request_id = llb_str_c(request_id);
+  *sp = r->sampling_params;
+  sp->output_kind = LLB_OUTPUT_KIND_DELTA; /* non-streamed responses are accumulated here */
+  out->sampling_params = sp;
+  if (r->endpoint == API_ENDPOINT_CHAT) {
+    out->messages = r->messages;
+    out->num_messages = r->num_messages;
+    return;
+  }
+  const struct api_prompt *p = &r->prompts[prompt_index];
+  if (p->text) {
+    out->prompt = (struct llb_str){p->text, p->text_len};
+    out->raw = true; /* completions: the prompt as given, no chat template */
+  } else {
+    out->prompt_token_ids = p->token_ids;
+    out->num_prompt_token_ids = p->num_token_ids;
+  }
+}

@@ -1,0 +1,123 @@
+/* OpenAI request bodies → validated llmbus requests (pure logic: no network, no bus).
+ *
+ * api_request_parse() reads the JSON body of POST /v1/completions or /v1/chat/completions
+ * (OpenAI API reference; field set and defaults as vLLM's
+ * vllm/entrypoints/openai/protocol.py CompletionRequest / ChatCompletionRequest) and fills an
+ * api_request: the prompts or chat messages, struct llb_sampling_params and the response
+ * options (stream, include_usage, logprob shapes). Every problem is reported as an
+ * api_error with the HTTP status and the offending field in OpenAI's `param` form
+ * ("temperature", "messages[1].content", "prompt[2]"): malformed JSON and invalid values 400,
+ * an unknown model 404, an unrecognized field 400 ("Unrecognized request argument supplied:
+ * foo", OpenAI's wording). Checks that need the model (prompt length against the context,
+ * token ids against the vocabulary) are the input processor's; its errors come back in
+ * RequestOutput.error and are mapped by api_error_from_status().
+ *
+ * Also: api_error_* (OpenAI's error object) and api_buf (a growable byte buffer).
+ */
+#ifndef LLB_ACTORS_API_SERVER_API_REQUEST_H
+#define LLB_ACTORS_API_SERVER_API_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bus/status.h"
+#include "schemas/generate_request.h"
+
+#define API_MAX_PROMPTS 64       /* prompts in one completions request (a batch) */
+#define API_MAX_N 16             /* completions per prompt (the input processor's max_n) */
+#define API_MAX_MESSAGES 1024    /* chat messages */
+#define API_MAX_MODEL_BYTES 256  /* model name, NUL included */
+#define API_MAX_USER_BYTES 256
+
+enum api_endpoint {
+  API_ENDPOINT_COMPLETIONS = 0, /* POST /v1/completions */
+  API_ENDPOINT_CHAT = 1,        /* POST /v1/chat/completions */
+};
+
+/* An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}. */
+struct api_error {
+  int http_status;  /* 400, 404, 413, 429, 500, 503, ... */
+  char type[40];    /* "invalid_request_error", "not_found_error", ... */
+  char param[96];   /* offending field, "" = null */
+  char code[40];    /* machine-readable code ("model_not_found"), "" = null */
+  char message[600];
+};
+
+/* Sets `e` (printf-style message); returns `e->http_status`. */
+int api_error_set(struct api_error *e, int http_status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Fills `e` from an engine error (RequestOutput.error: an llb_status code, message, field):
+ * INVALID_ARGUMENT / MALFORMED / UNSUPPORTED / TOO_LARGE → 400, NOT_FOUND → 404,
+ * QUEUE_FULL → 429, TIMEOUT / NO_SERVER / CONNECTION / CLOSED → 503, anything else → 500. */
+void api_error_from_status(int32_t code, const char *message, const char *field,
+                           struct api_error *e);
+
+/* A growable byte buffer (NUL-terminated after every append). Zero-initialize; free with
+ * api_buf_free. Appends return false when memory runs out (the buffer is unchanged). */
+struct api_buf {
+  char *data;
+  size_t len, cap;
+};
+bool api_buf_append(struct api_buf *b, const void *data, size_t len);
+bool api_buf_printf(struct api_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void api_buf_free(struct api_buf *b);
+
+/* `{"error": {...}}` of `e` into `out` (appended). False when out of memory. */
+bool api_error_render(const struct api_error *e, struct api_buf *out);
+
+/* One completions prompt: text, or token ids. */
+struct api_prompt {
+  const char *text;          /* NUL-terminated, NULL when token ids are given */
+  size_t text_len;
+  int32_t *token_ids;        /* [num_token_ids], owned by the request; NULL for text */
+  int32_t num_token_ids;
+};
+
+/* A parsed request. Strings point into the parsed JSON document or into memory the request
+ * owns; everything is freed by api_request_free(). */
+struct api_request {
+  enum api_endpoint endpoint;
+  char model[API_MAX_MODEL_BYTES];
+  bool stream;
+  bool include_usage;             /* stream_options.include_usage */
+  struct api_prompt *prompts;     /* [num_prompts], completions only */
+  int32_t num_prompts;
+  struct llb_chat_message *messages; /* [num_messages], chat only */
+  int32_t num_messages;
+  struct llb_sampling_params sampling_params; /* n, temperature, ..., logprobs (-1 = none) */
+  bool chat_logprobs;             /* chat: logprobs = true */
+  int32_t top_logprobs;           /* chat: top_logprobs (0..20); completions: logprobs or -1 */
+  char user[API_MAX_USER_BYTES];
+  void *impl;                     /* private: the JSON document and owned strings */
+};
+
+/* What the parser checks against. */
+struct api_parse_options {
+  const char *served_model;  /* the only model id accepted (404 otherwise); required */
+  int32_t max_n;             /* 0 = API_MAX_N */
+};
+
+/* Parses and validates `body[len]` (need not be NUL-terminated) for `endpoint`.
+ * Returns LLB_STATUS_OK and fills `out` (caller frees with api_request_free), or
+ * LLB_STATUS_INVALID_ARGUMENT with `err` set (400 / 404; `out` needs no free), or
+ * LLB_STATUS_OUT_OF_MEMORY (err 500). Defaults: completions max_tokens 16; chat
+ * max_completion_tokens / max_tokens absent = -1 (up to the context length, as vLLM);
+ * temperature 1, top_p 1, n 1; stream false. */
+llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_t len,
+                             const struct api_parse_options *o, struct api_request *out,
+                             struct api_error *err);
+
+/* Frees what api_request_parse allocated; `r` is zeroed. NULL ok. */
+void api_request_free(struct api_request *r);
+
+/* The GenerateRequest view of prompt `prompt_index` (completions) or of the messages (chat:
+ * prompt_index 0): borrows from `r`, valid while `r` lives. `sp` receives a copy of the
+ * sampling params with output_kind DELTA (api_response.h accumulates non-streamed ones) and must
+ * outlive `out`. `request_id` is borrowed. */
+void api_request_to_generate(const struct api_request *r, int32_t prompt_index,
+                             const char *request_id, struct llb_sampling_params *sp,
+                             struct llb_generate_request *out);
+
+#endif

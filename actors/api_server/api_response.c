@@ -1,0 +1,310 @@
+/* RequestOutput → OpenAI JSON / SSE (see api_response.h). */
+#include "actors/api_server/api_response.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OOM() LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "api_response: out of memory")
+
+llb_status api_response_init(struct api_response *r, const struct api_request *req,
+                             const char *id, int64_t created) {
+  memset(r, 0, sizeof *r);
+  r->endpoint = req->endpoint;
+  snprintf(r->id, sizeof r->id, "%s", id);
+  snprintf(r->model, sizeof r->model, "%s", req->model);
+  r->created = created;
+  r->stream = req->stream;
+  r->include_usage = req->include_usage;
+  r->n = req->sampling_params.n > 0 ? req->sampling_params.n : 1;
+  r->num_prompts = req->endpoint == API_ENDPOINT_CHAT ? 1 : req->num_prompts;
+  if (r->num_prompts < 1) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_response: no prompt");
+  r->logprobs = req->endpoint == API_ENDPOINT_CHAT ? (req->chat_logprobs ? req->top_logprobs : -1)
+                                                    : req->top_logprobs;
+  size_t nc = (size_t)r->num_prompts * (size_t)r->n;
+  r->choices = calloc(nc, sizeof *r->choices);
+  r->prompt_tokens = malloc((size_t)r->num_prompts * sizeof *r->prompt_tokens);
+  if (!r->choices || !r->prompt_tokens) {
+    api_response_free(r);
+    return OOM();
+  }
+  for (int32_t i = 0; i < r->num_prompts; i++) r->prompt_tokens[i] = -1;
+  return LLB_STATUS_OK;
+}
+
+void api_response_free(struct api_response *r) {
+  if (!r) return;
+  for (int64_t i = 0; r->choices && i < (int64_t)r->num_prompts * r->n; i++) {
+    api_buf_free(&r->choices[i].text);
+    json_decref(r->choices[i].logprobs);
+  }
+  free(r->choices);
+  free(r->prompt_tokens);
+  memset(r, 0, sizeof *r);
+}
+
+bool api_response_done(const struct api_response *r) { return r->num_finished >= r->num_prompts; }
+
+int64_t api_response_count(struct api_response *r, int32_t prompt_index,
+                           const struct llb_request_output *ro) {
+  if (prompt_index < 0 || prompt_index >= r->num_prompts) return 0;
+  if (r->prompt_tokens[prompt_index] < 0) {
+    if (ro->num_prompt_token_ids > 0)
+      r->prompt_tokens[prompt_index] = ro->num_prompt_token_ids;
+    else if (ro->metrics.num_prompt_tokens > 0)
+      r->prompt_tokens[prompt_index] = ro->metrics.num_prompt_tokens;
+  }
+  int64_t gen = 0;
+  for (int32_t i = 0; i < ro->num_outputs; i++) gen += ro->outputs[i].num_token_ids;
+  r->completion_tokens += gen;
+  if (ro->finished) r->num_finished++;
+  return gen;
+}
+
+/* ---- JSON pieces -------------------------------------------------------------------- */
+
+static json_t *lp_json(float x) { return json_real(isfinite(x) && x > -9999.0f ? (double)x : -9999.0); }
+
+static json_t *bytes_json(struct llb_str s) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < s.len; i++) json_array_append_new(a, json_integer((unsigned char)s.data[i]));
+  return a;
+}
+
+static json_t *str_json(struct llb_str s) { return json_stringn(s.data ? s.data : "", s.len); }
+
+/* Completions logprobs of `c` (text_offset continues from *offset). */
+static json_t *completion_logprobs(const struct llb_completion_output *c, int64_t *offset) {
+  json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+  for (int32_t i = 0; i < c->num_logprobs; i++) {
+    const struct llb_token_logprobs *t = &c->logprobs[i];
+    json_array_append_new(tokens, str_json(t->decoded));
+    json_array_append_new(lps, lp_json(t->logprob));
+    json_t *top = json_object();
+    for (int32_t k = 0; k < t->num_top; k++) {
+      const struct llb_top_logprob *tp = &t->top[k];
+      char key[512];
+      snprintf(key, sizeof key, "%.*s", (int)tp->decoded.len, tp->decoded.data ? tp->decoded.data : "");
+      if (!json_object_get(top, key)) json_object_set_new(top, key, lp_json(tp->logprob));
+    }
+    char key[512];
+    snprintf(key, sizeof key, "%.*s", (int)t->decoded.len, t->decoded.data ? t->decoded.data : "");
+    if (!json_object_get(top, key)) json_object_set_new(top, key, lp_json(t->logprob));
+    json_array_append_new(tops, top);
+    json_array_append_new(offs, json_integer(*offset));
+    *offset += (int64_t)t->decoded.len;
+  }
+  return json_pack("{s:o, s:o, s:o, s:o}", "text_offset", offs, "token_logprobs", lps, "tokens",
+                   tokens, "top_logprobs", tops);
+}
+
+/* Chat logprobs of `c`: {"content": [{token, logprob, bytes, top_logprobs}]} with up to
+ * `num_top` alternatives each. */
+static json_t *chat_logprobs(const struct llb_completion_output *c, int32_t num_top) {
+  json_t *content = json_array();
+  for (int32_t i = 0; i < c->num_logprobs; i++) {
+    const struct llb_token_logprobs *t = &c->logprobs[i];
+    json_t *top = json_array();
+    for (int32_t k = 0; k < t->num_top && k < num_top; k++) {
+      const struct llb_top_logprob *tp = &t->top[k];
+      json_array_append_new(top, json_pack("{s:o, s:o, s:o}", "token", str_json(tp->decoded), "logprob",
+                                           lp_json(tp->logprob), "bytes", bytes_json(tp->decoded)));
+    }
+    json_array_append_new(content, json_pack("{s:o, s:o, s:o, s:o}", "token", str_json(t->decoded),
+                                             "logprob", lp_json(t->logprob), "bytes",
+                                             bytes_json(t->decoded), "top_logprobs", top));
+  }
+  return json_pack("{s:o}", "content", content);
+}
+
+static json_t *logprobs_json(struct api_response *r, const struct llb_completion_output *c,
+                             struct api_choice_state *cs) {
+  if (r->logprobs < 0 || c->num_logprobs <= 0) return json_null();
+  return r->endpoint == API_ENDPOINT_CHAT ? chat_logprobs(c, r->logprobs)
+                                          : completion_logprobs(c, &cs->text_offset);
+}
+
+static json_t *finish_json(const struct llb_completion_output *c) {
+  const char *f = llb_finish_reason_name(c->finish_reason);
+  return f ? json_string(f) : json_null();
+}
+
+static json_t *stop_reason_json(const struct llb_completion_output *c) {
+  return c->stop_reason.len ? str_json(c->stop_reason) : json_null();
+}
+
+static json_t *usage_json(const struct api_response *r) {
+  int64_t prompt = 0;
+  for (int32_t i = 0; i < r->num_prompts; i++) prompt += r->prompt_tokens[i] > 0 ? r->prompt_tokens[i] : 0;
+  return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+                   (json_int_t)r->completion_tokens, "total_tokens",
+                   (json_int_t)(prompt + r->completion_tokens));
+}
+
+/* The choice slot of output `c` of sub-request `prompt_index`, or -1. */
+static int64_t choice_index(const struct api_response *r, int32_t prompt_index,
+                            const struct llb_completion_output *c) {
+  if (prompt_index < 0 || prompt_index >= r->num_prompts || c->index < 0 || c->index >= r->n) return -1;
+  return (int64_t)prompt_index * r->n + c->index;
+}
+
+/* Serializes `obj` (stolen) as `data: <json>\n\n` into out. */
+static llb_status emit_event(json_t *obj, struct api_buf *out) {
+  char *s = obj ? json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+  json_decref(obj);
+  bool ok = s && api_buf_append(out, "data: ", 6) && api_buf_append(out, s, strlen(s)) &&
+            api_buf_append(out, "\n\n", 2);
+  free(s);
+  return ok ? LLB_STATUS_OK : OOM();
+}
+
+/* ---- non-streaming ------------------------------------------------------------------ */
+
+/* Appends the arrays of `delta` (stolen) to those of the same keys in *acc. */
+static bool merge_logprobs(json_t **acc, json_t *delta) {
+  if (!delta) return false;
+  if (json_is_null(delta)) {
+    json_decref(delta);
+    return true;
+  }
+  if (!*acc) {
+    *acc = delta;
+    return true;
+  }
+  const char *key;
+  json_t *arr;
+  bool ok = true;
+  json_object_foreach(delta, key, arr) {
+    json_t *dst = json_object_get(*acc, key);
+    ok = ok && dst && json_array_extend(dst, arr) == 0;
+  }
+  json_decref(delta);
+  return ok;
+}
+
+llb_status api_response_add_output(struct api_response *r, int32_t prompt_index,
+                                   const struct llb_request_output *ro) {
+  if (prompt_index < 0 || prompt_index >= r->num_prompts)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_response: prompt index %d of %d", prompt_index,
+                    r->num_prompts);
+  api_response_count(r, prompt_index, ro);
+  for (int32_t i = 0; i < ro->num_outputs; i++) {
+    const struct llb_completion_output *c = &ro->outputs[i];
+    int64_t idx = choice_index(r, prompt_index, c);
+    if (idx < 0) continue;
+    struct api_choice_state *cs = &r->choices[idx];
+    cs->seen = true;
+    if (!api_buf_append(&cs->text, c->text.data ? c->text.data : "", c->text.len)) return OOM();
+    json_t *acc = cs->logprobs;
+    if (!merge_logprobs(&acc, logprobs_json(r, c, cs))) return OOM();
+    cs->logprobs = acc;
+    if (c->finish_reason != LLB_FINISH_REASON_NONE) {
+      cs->finished = true;
+      cs->finish_reason = (int32_t)c->finish_reason;
+      snprintf(cs->stop_reason, sizeof cs->stop_reason, "%.*s", (int)c->stop_reason.len,
+               c->stop_reason.data ? c->stop_reason.data : "");
+    }
+  }
+  return LLB_STATUS_OK;
+}
+
+llb_status api_response_render(struct api_response *r, struct api_buf *out) {
+  json_t *choices = json_array();
+  bool chat = r->endpoint == API_ENDPOINT_CHAT;
+  for (int64_t i = 0; choices && i < (int64_t)r->num_prompts * r->n; i++) {
+    struct api_choice_state *cs = &r->choices[i];
+    if (!cs->seen) continue;
+    const char *fin = llb_finish_reason_name((enum llb_finish_reason)cs->finish_reason);
+    json_t *text = json_stringn(cs->text.data ? cs->text.data : "", cs->text.len);
+    json_t *lp = cs->logprobs ? json_incref(cs->logprobs) : json_null();
+    json_t *fr = fin ? json_string(fin) : json_null();
+    json_t *sr = cs->stop_reason[0] ? json_string(cs->stop_reason) : json_null();
+    json_t *choice = chat ? json_pack("{s:I, s:{s:s, s:o}, s:o, s:o, s:o}", "index", (json_int_t)i, "message",
+                                      "role", "assistant", "content", text, "logprobs", lp,
+                                      "finish_reason", fr, "stop_reason", sr)
+                          : json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)i, "text", text,
+                                      "logprobs", lp, "finish_reason", fr, "stop_reason", sr);
+    if (!choice || json_array_append_new(choices, choice) != 0) {
+      json_decref(choices);
+      return OOM();
+    }
+  }
+  json_t *obj = choices ? json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object",
+                                    chat ? "chat.completion" : "text_completion", "created",
+                                    (json_int_t)r->created, "model", r->model, "choices", choices,
+                                    "usage", usage_json(r))
+                        : NULL;
+  char *s = obj ? json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+  json_decref(obj);
+  bool ok = s && api_buf_append(out, s, strlen(s));
+  free(s);
+  return ok ? LLB_STATUS_OK : OOM();
+}
+
+/* ---- streaming ---------------------------------------------------------------------- */
+
+static json_t *chunk_head(const struct api_response *r, json_t *choices) {
+  json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", r->id, "object",
+                        r->endpoint == API_ENDPOINT_CHAT ? "chat.completion.chunk" : "text_completion",
+                        "created", (json_int_t)r->created, "model", r->model, "choices", choices);
+  if (o && r->include_usage) json_object_set_new(o, "usage", json_null());
+  return o;
+}
+
+llb_status api_response_stream_output(struct api_response *r, int32_t prompt_index,
+                                      const struct llb_request_output *ro, struct api_buf *out) {
+  if (prompt_index < 0 || prompt_index >= r->num_prompts)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_response: prompt index %d of %d", prompt_index,
+                    r->num_prompts);
+  api_response_count(r, prompt_index, ro);
+  bool chat = r->endpoint == API_ENDPOINT_CHAT;
+  for (int32_t i = 0; i < ro->num_outputs; i++) {
+    const struct llb_completion_output *c = &ro->outputs[i];
+    int64_t idx = choice_index(r, prompt_index, c);
+    if (idx < 0) continue;
+    struct api_choice_state *cs = &r->choices[idx];
+    cs->seen = true;
+    llb_status st;
+    if (chat && !cs->role_sent) {
+      cs->role_sent = true;
+      json_t *role = json_pack("[{s:I, s:{s:s, s:s}, s:n, s:n}]", "index", (json_int_t)idx, "delta",
+                               "role", "assistant", "content", "", "logprobs", "finish_reason");
+      if ((st = emit_event(role ? chunk_head(r, role) : NULL, out)) != LLB_STATUS_OK) return st;
+    }
+    bool finishing = c->finish_reason != LLB_FINISH_REASON_NONE;
+    if (c->text.len == 0 && c->num_logprobs == 0 && !finishing) continue;
+    if (finishing) cs->finished = true;
+    json_t *lp = logprobs_json(r, c, cs);
+    json_t *choice;
+    if (chat) {
+      json_t *delta = c->text.len ? json_pack("{s:o}", "content", str_json(c->text)) : json_object();
+      choice = json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)idx, "delta", delta,
+                         "logprobs", lp, "finish_reason", finish_json(c), "stop_reason",
+                         stop_reason_json(c));
+    } else {
+      choice = json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)idx, "text", str_json(c->text),
+                         "logprobs", lp, "finish_reason", finish_json(c), "stop_reason",
+                         stop_reason_json(c));
+    }
+    json_t *choices = choice ? json_pack("[o]", choice) : NULL;
+    if ((st = emit_event(choices ? chunk_head(r, choices) : NULL, out)) != LLB_STATUS_OK) return st;
+  }
+  return LLB_STATUS_OK;
+}
+
+llb_status api_response_stream_error(const struct api_error *e, struct api_buf *out) {
+  bool ok = api_buf_append(out, "data: ", 6) && api_error_render(e, out) && api_buf_append(out, "\n\n", 2);
+  return ok ? LLB_STATUS_OK : OOM();
+}
+
+llb_status api_response_stream_end(struct api_response *r, struct api_buf *out) {
+  if (r->include_usage) {
+    json_t *o = chunk_head(r, json_array());
+    if (o) json_object_set_new(o, "usage", usage_json(r));
+    llb_status st = emit_event(o, out);
+    if (st != LLB_STATUS_OK) return st;
+  }
+  return api_buf_append(out, "data: [DONE]\n\n", 14) ? LLB_STATUS_OK : OOM();
+}

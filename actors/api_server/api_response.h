@@ -1,0 +1,89 @@
+/* RequestOutputs → OpenAI response objects and SSE chunks (pure logic: no network, no bus).
+ *
+ * One api_response per HTTP request. A completions request with several prompts becomes one
+ * GenerateRequest per prompt ("sub-request" prompt_index); choice indexes are
+ * prompt_index * n + CompletionOutput.index, as vLLM's serving_completion.py numbers them.
+ *
+ * Every sub-request runs with output_kind DELTA (so the server sees the first token and can
+ * time it). Non-streaming: api_response_add_output() accumulates each RequestOutput, then
+ * api_response_render() gives the `text_completion` / `chat.completion` object with usage.
+ * Streaming:
+ * api_response_stream_output() turns each RequestOutput into `data: {...}\n\n` events
+ * (`text_completion` / `chat.completion.chunk`; chat sends each choice's role first), and
+ * api_response_stream_end() adds the usage chunk (stream_options.include_usage: empty
+ * `choices`) and `data: [DONE]\n\n`. Chunk and field shapes follow OpenAI's API reference and
+ * vLLM's protocol.py (logprobs: completions {tokens, token_logprobs, top_logprobs,
+ * text_offset}; chat {content: [{token, logprob, bytes, top_logprobs}]}; -inf → -9999.0 as
+ * vLLM). Usage counts prompt tokens once per prompt and every generated token.
+ */
+#ifndef LLB_ACTORS_API_SERVER_API_RESPONSE_H
+#define LLB_ACTORS_API_SERVER_API_RESPONSE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "actors/api_server/api_request.h"
+#include "bus/status.h"
+#include "schemas/request_output.h"
+
+struct api_choice_state {
+  bool seen;             /* an output of this choice arrived */
+  bool role_sent;        /* chat stream: the role delta went out */
+  bool finished;
+  int64_t text_offset;   /* completions logprobs: bytes of text so far */
+  struct api_buf text;   /* non-streaming: text so far */
+  void *logprobs;        /* non-streaming: JSON logprobs so far (private), NULL = none */
+  int32_t finish_reason; /* enum llb_finish_reason */
+  char stop_reason[LLB_MAX_STOP_STRING_BYTES + 1];
+};
+
+struct api_response {
+  enum api_endpoint endpoint;
+  char id[64];           /* "cmpl-..." / "chatcmpl-..." */
+  char model[API_MAX_MODEL_BYTES];
+  int64_t created;       /* Unix seconds */
+  bool stream, include_usage;
+  int32_t n, num_prompts;
+  int32_t logprobs;      /* -1 = none; else top entries per position */
+  struct api_choice_state *choices; /* [num_prompts * n] */
+  int64_t *prompt_tokens;           /* [num_prompts], -1 = not known yet */
+  int64_t completion_tokens;
+  int32_t num_finished;             /* sub-requests whose final output arrived */
+};
+
+/* Sets up `r` for request `req` (borrowed for this call only). `id` is copied. Errors:
+ * OUT_OF_MEMORY. Free with api_response_free. */
+llb_status api_response_init(struct api_response *r, const struct api_request *req,
+                             const char *id, int64_t created);
+void api_response_free(struct api_response *r);
+
+/* True when every sub-request delivered its final output. */
+bool api_response_done(const struct api_response *r);
+
+/* Counts one RequestOutput's tokens into the usage (both modes call it through the
+ * functions below; exposed for metrics): prompt tokens of the first output that carries them
+ * and generated tokens of every completion. Returns the generated tokens it added. */
+int64_t api_response_count(struct api_response *r, int32_t prompt_index,
+                           const struct llb_request_output *ro);
+
+/* Non-streaming: accumulates one DELTA RequestOutput of sub-request `prompt_index` (text,
+ * logprobs, finish and stop reasons per choice). INVALID_ARGUMENT for a bad index;
+ * OUT_OF_MEMORY. */
+llb_status api_response_add_output(struct api_response *r, int32_t prompt_index,
+                                  const struct llb_request_output *ro);
+
+/* Non-streaming: the response object (with usage) appended to `out`. OUT_OF_MEMORY. */
+llb_status api_response_render(struct api_response *r, struct api_buf *out);
+
+/* Streaming: SSE events for one DELTA RequestOutput of `prompt_index` appended to `out`
+ * (one chunk per changed choice; none for an output with nothing new). Errors as above. */
+llb_status api_response_stream_output(struct api_response *r, int32_t prompt_index,
+                                      const struct llb_request_output *ro, struct api_buf *out);
+
+/* Streaming: an error event `data: {"error": {...}}` appended to `out`. */
+llb_status api_response_stream_error(const struct api_error *e, struct api_buf *out);
+
+/* Streaming: the usage chunk (when include_usage) and `data: [DONE]` appended to `out`. */
+llb_status api_response_stream_end(struct api_response *r, struct api_buf *out);
+
+#endif

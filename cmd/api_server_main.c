@@ -1,0 +1,117 @@
+/* llmbus-api-server: the OpenAI-compatible HTTP + SSE front door (actors/api_server/actor.h).
+ * Flags: the common actor flags (cmd/actor_main.h) plus --http, --model-name,
+ * --max-body-bytes, --request-timeout-s, --first-output-timeout-s, --max-concurrent,
+ * --tenant and --health-actors. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "actors/api_server/actor.h"
+#include "cmd/actor_main.h"
+
+struct api_main {
+  const char *http;
+  const char *model_name;
+  int64_t max_body_bytes;
+  int64_t request_timeout_s;
+  int64_t first_output_timeout_s;
+  int32_t max_concurrent;
+  const char *tenant;
+  const char *health_actors;
+  char derived_name[256];
+  struct api_actor *actor;
+};
+
+/* The served model id: --model-name, else the GGUF file's basename without ".gguf". */
+static llb_status api_main_configure(struct actor_main *am, void *user) {
+  struct api_main *m = user;
+  if (m->max_body_bytes < 1024 || m->max_body_bytes > ((int64_t)1 << 30))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--max-body-bytes must be in [1024, 1 GiB], got %lld",
+                    (long long)m->max_body_bytes);
+  if (m->request_timeout_s < 1 || m->first_output_timeout_s < 1 || m->max_concurrent < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                    "--request-timeout-s, --first-output-timeout-s and --max-concurrent must be >= 1");
+  if (m->model_name && *m->model_name) return LLB_STATUS_OK;
+  const char *path = am->common.model_path ? am->common.model_path : "";
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  size_t n = strlen(base);
+  if (n > 5 && strcmp(base + n - 5, ".gguf") == 0) n -= 5;
+  if (n == 0 || n >= sizeof m->derived_name)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "cannot derive a model name from --model \"%s\": give --model-name",
+                    path);
+  memcpy(m->derived_name, base, n);
+  m->derived_name[n] = '\0';
+  m->model_name = m->derived_name;
+  return LLB_STATUS_OK;
+}
+
+static llb_status api_main_start(struct actor_main *am, void *user) {
+  struct api_main *m = user;
+  struct api_actor_options o = {
+      .http_addr = m->http,
+      .model_name = m->model_name,
+      .tenant = m->tenant,
+      .max_body_bytes = (size_t)m->max_body_bytes,
+      .request_timeout_s = m->request_timeout_s,
+      .first_output_timeout_s = m->first_output_timeout_s,
+      .max_concurrent = m->max_concurrent,
+      .health_actors = m->health_actors,
+  };
+  llb_status st = api_actor_create(&o, &m->actor);
+  if (st != LLB_STATUS_OK) return st;
+  return api_actor_start(m->actor, am->bus);
+}
+
+static void api_main_stop(struct actor_main *am, void *user) {
+  (void)am;
+  struct api_main *m = user;
+  api_actor_stop(m->actor);
+}
+
+static void api_main_destroy(struct actor_main *am, void *user) {
+  (void)am;
+  struct api_main *m = user;
+  api_actor_destroy(m->actor);
+  m->actor = NULL;
+}
+
+int main(int argc, char **argv) {
+  struct api_main m = {
+      .http = "127.0.0.1:8000",
+      .model_name = "",
+      .max_body_bytes = 1024 * 1024,
+      .request_timeout_s = 10,
+      .first_output_timeout_s = 60,
+      .max_concurrent = 256,
+      .tenant = "default",
+      .health_actors = API_ACTOR_DEFAULT_HEALTH_ACTORS,
+  };
+  const struct actor_flag flags[] = {
+      {"http", ACTOR_FLAG_KIND_STRING, &m.http, "HOST:PORT to listen on (port 0 = any free port)", NULL},
+      {"model-name", ACTOR_FLAG_KIND_STRING, &m.model_name,
+       "served model id; empty = the --model file's basename without .gguf", NULL},
+      {"max-body-bytes", ACTOR_FLAG_KIND_INT64, &m.max_body_bytes, "largest request body (413 above)", NULL},
+      {"request-timeout-s", ACTOR_FLAG_KIND_INT64, &m.request_timeout_s,
+       "HTTP read/write inactivity limit (slow clients are closed)", NULL},
+      {"first-output-timeout-s", ACTOR_FLAG_KIND_INT64, &m.first_output_timeout_s,
+       "503 when the engine sends nothing for this long", NULL},
+      {"max-concurrent", ACTOR_FLAG_KIND_INT32, &m.max_concurrent, "requests in flight here (429 above)", NULL},
+      {"tenant", ACTOR_FLAG_KIND_STRING, &m.tenant, "publish on <prefix>.generate.<tenant>", NULL},
+      {"health-actors", ACTOR_FLAG_KIND_STRING, &m.health_actors,
+       "actors whose ready heartbeat /health requires (comma list; empty = none)", NULL},
+  };
+  const struct actor_main_spec spec = {
+      .actor = "api_server",
+      .program = "llmbus-api-server",
+      .summary = "OpenAI-compatible HTTP + SSE front door (/v1/completions, /v1/chat/completions, ...)",
+      .flags = flags,
+      .num_flags = (int)(sizeof flags / sizeof flags[0]),
+      .configure = api_main_configure,
+      .start = api_main_start,
+      .stop = api_main_stop,
+      .destroy = api_main_destroy,
+      .user = &m,
+  };
+  return actor_main_exec(&spec, argc, argv);
+}

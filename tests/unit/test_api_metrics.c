@@ -1,0 +1,80 @@
+/* actors/api_server/api_metrics: counters, histograms and engine gauges in Prometheus text. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "actors/api_server/api_metrics.h"
+
+static void expect_line(const char *text, const char *line) {
+  const char *p = strstr(text, line);
+  if (!p || (p != text && p[-1] != '\n') || p[strlen(line)] != '\n') {
+    print_error("missing line: %s\n", line);
+    fail();
+  }
+}
+
+static void test_histograms_are_cumulative_with_sum_and_count(void **state) {
+  (void)state;
+  struct api_metrics *m;
+  assert_int_equal(api_metrics_create("smol", &m), LLB_STATUS_OK);
+  api_metrics_request_started(m);
+  api_metrics_request_started(m);
+  api_metrics_request_ended(m);
+  api_metrics_request_succeeded(m, "stop", 5, 7, 0.03, 0.02, 0.9);
+  api_metrics_request_succeeded(m, "length", 3, 16, 0.5, -1, 2.0);
+  api_metrics_request_failed(m, 429);
+  struct api_buf b = {0};
+  assert_true(api_metrics_render(m, &b));
+  expect_line(b.data, "# TYPE llmbus:time_to_first_token_seconds histogram");
+  expect_line(b.data, "llmbus:num_requests_running{model_name=\"smol\"} 1");
+  expect_line(b.data, "llmbus:request_success_total{model_name=\"smol\",finished_reason=\"stop\"} 1");
+  expect_line(b.data, "llmbus:request_success_total{model_name=\"smol\",finished_reason=\"length\"} 1");
+  expect_line(b.data, "llmbus:request_errors_total{model_name=\"smol\",status=\"429\"} 1");
+  expect_line(b.data, "llmbus:prompt_tokens_total{model_name=\"smol\"} 8");
+  expect_line(b.data, "llmbus:generation_tokens_total{model_name=\"smol\"} 23");
+  expect_line(b.data, "llmbus:time_to_first_token_seconds_bucket{model_name=\"smol\",le=\"0.02\"} 0");
+  expect_line(b.data, "llmbus:time_to_first_token_seconds_bucket{model_name=\"smol\",le=\"0.04\"} 1");
+  expect_line(b.data, "llmbus:time_to_first_token_seconds_bucket{model_name=\"smol\",le=\"0.5\"} 2");
+  expect_line(b.data, "llmbus:time_to_first_token_seconds_bucket{model_name=\"smol\",le=\"+Inf\"} 2");
+  expect_line(b.data, "llmbus:time_to_first_token_seconds_count{model_name=\"smol\"} 2");
+  expect_line(b.data, "llmbus:time_to_first_token_seconds_sum{model_name=\"smol\"} 0.53");
+  expect_line(b.data, "llmbus:inter_token_latency_seconds_count{model_name=\"smol\"} 1");
+  expect_line(b.data, "llmbus:e2e_request_latency_seconds_bucket{model_name=\"smol\",le=\"1\"} 1");
+  api_buf_free(&b);
+  api_metrics_destroy(m);
+}
+
+static void test_engine_gauges_keep_the_latest_stats_per_engine(void **state) {
+  (void)state;
+  struct api_metrics *m;
+  assert_int_equal(api_metrics_create("we\"ird", &m), LLB_STATUS_OK);
+  struct llb_scheduler_stats s = {.engine_id = llb_str_c("0"), .num_waiting_reqs = 4, .num_running_reqs = 2,
+                                  .kv_cache_usage = 0.25f, .prefix_cache_queries = 100, .prefix_cache_hits = 40,
+                                  .num_preemptions = 3};
+  api_metrics_engine_stats(m, &s);
+  s.num_waiting_reqs = 1;
+  api_metrics_engine_stats(m, &s);
+  s.engine_id = llb_str_c("1");
+  s.num_waiting_reqs = 9;
+  api_metrics_engine_stats(m, &s);
+  struct api_buf b = {0};
+  assert_true(api_metrics_render(m, &b));
+  expect_line(b.data, "llmbus:num_requests_waiting{model_name=\"we\\\"ird\",engine=\"0\"} 1");
+  expect_line(b.data, "llmbus:num_requests_waiting{model_name=\"we\\\"ird\",engine=\"1\"} 9");
+  expect_line(b.data, "llmbus:kv_cache_usage_perc{model_name=\"we\\\"ird\",engine=\"0\"} 0.25");
+  expect_line(b.data, "llmbus:prefix_cache_hits_total{model_name=\"we\\\"ird\",engine=\"0\"} 40");
+  expect_line(b.data, "llmbus:num_preemptions_total{model_name=\"we\\\"ird\",engine=\"1\"} 3");
+  api_buf_free(&b);
+  api_metrics_destroy(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_histograms_are_cumulative_with_sum_and_count),
+      cmocka_unit_test(test_engine_gauges_keep_the_latest_stats_per_engine),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

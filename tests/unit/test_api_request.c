@@ -1,0 +1,237 @@
+/* actors/api_server/api_request: OpenAI request bodies → validated requests, errors → 4xx. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "actors/api_server/api_request.h"
+
+static const struct api_parse_options opts = {.served_model = "smol"};
+
+static llb_status parse(enum api_endpoint ep, const char *body, struct api_request *r, struct api_error *e) {
+  return api_request_parse(ep, body, strlen(body), &opts, r, e);
+}
+
+static void test_completion_fields_map_to_sampling_params(void **state) {
+  (void)state;
+  struct api_request r;
+  struct api_error e;
+  const char *body =
+      "{\"model\":\"smol\",\"prompt\":\"Once\",\"max_tokens\":7,\"temperature\":0.5,\"top_p\":0.9,"
+      "\"top_k\":40,\"min_p\":0.05,\"n\":3,\"stop\":[\"\\n\",\"END\"],\"seed\":-5,\"presence_penalty\":0.5,"
+      "\"frequency_penalty\":-1.5,\"logprobs\":2,\"user\":\"u1\",\"stream\":true,"
+      "\"stream_options\":{\"include_usage\":true},\"echo\":false,\"logit_bias\":{}}";
+  assert_int_equal(parse(API_ENDPOINT_COMPLETIONS, body, &r, &e), LLB_STATUS_OK);
+  const struct llb_sampling_params *sp = &r.sampling_params;
+  assert_int_equal(sp->max_tokens, 7);
+  assert_float_equal(sp->temperature, 0.5f, 1e-6);
+  assert_float_equal(sp->top_p, 0.9f, 1e-6);
+  assert_int_equal(sp->top_k, 40);
+  assert_float_equal(sp->min_p, 0.05f, 1e-6);
+  assert_int_equal(sp->n, 3);
+  assert_int_equal(sp->num_stop, 2);
+  assert_string_equal(sp->stop[0], "\n");
+  assert_string_equal(sp->stop[1], "END");
+  assert_true(sp->has_seed);
+  assert_int_equal(sp->seed, (uint64_t)(int64_t)-5);
+  assert_float_equal(sp->presence_penalty, 0.5f, 1e-6);
+  assert_float_equal(sp->frequency_penalty, -1.5f, 1e-6);
+  assert_int_equal(sp->logprobs, 2);
+  assert_int_equal(r.top_logprobs, 2);
+  assert_string_equal(r.user, "u1");
+  assert_true(r.stream);
+  assert_true(r.include_usage);
+  assert_int_equal(r.num_prompts, 1);
+  assert_string_equal(r.prompts[0].text, "Once");
+
+  struct llb_sampling_params gsp;
+  struct llb_generate_request g;
+  api_request_to_generate(&r, 0, "cmpl-1", &gsp, &g);
+  assert_int_equal(gsp.output_kind, LLB_OUTPUT_KIND_DELTA);
+  assert_true(g.raw); /* completions prompts are never templated */
+  assert_memory_equal(g.prompt.data, "Once", 4);
+  assert_memory_equal(g.request_id.data, "cmpl-1", 6);
+  assert_ptr_equal(g.sampling_params, &gsp);
+  api_request_free(&r);
+}
+
+static void test_completion_defaults_are_openai_defaults(void **state) {
+  (void)state;
+  struct api_request r;
+  struct api_error e;
+  assert_int_equal(parse(API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\"}", &r, &e), LLB_STATUS_OK);
+  assert_int_equal(r.sampling_params.max_tokens, 16);
+  assert_int_equal(r.sampling_params.n, 1);
+  assert_float_equal(r.sampling_params.temperature, 1.0f, 0);
+  assert_int_equal(r.sampling_params.logprobs, -1);
+  assert_false(r.sampling_params.has_seed);
+  assert_false(r.stream);
+  api_request_free(&r);
+}
+
+static void test_prompt_forms_give_one_generate_request_each(void **state) {
+  (void)state;
+  struct api_request r;
+  struct api_error e;
+  assert_int_equal(parse(API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[\"a\",\"bc\"]}", &r, &e),
+                   LLB_STATUS_OK);
+  assert_int_equal(r.num_prompts, 2);
+  assert_string_equal(r.prompts[1].text, "bc");
+  api_request_free(&r);
+
+  assert_int_equal(parse(API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2,3]}", &r, &e), LLB_STATUS_OK);
+  assert_int_equal(r.num_prompts, 1);
+  assert_null(r.prompts[0].text);
+  assert_int_equal(r.prompts[0].num_token_ids, 3);
+  assert_int_equal(r.prompts[0].token_ids[2], 3);
+  struct llb_sampling_params sp;
+  struct llb_generate_request g;
+  api_request_to_generate(&r, 0, "id", &sp, &g);
+  assert_int_equal(g.num_prompt_token_ids, 3);
+  assert_int_equal(g.prompt.len, 0);
+  api_request_free(&r);
+
+  assert_int_equal(parse(API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[[5],[6,7]]}", &r, &e),
+                   LLB_STATUS_OK);
+  assert_int_equal(r.num_prompts, 2);
+  assert_int_equal(r.prompts[1].num_token_ids, 2);
+  assert_int_equal(r.prompts[1].token_ids[1], 7);
+  api_request_free(&r);
+}
+
+static void test_chat_messages_parts_and_logprobs(void **state) {
+  (void)state;
+  struct api_request r;
+  struct api_error e;
+  const char *body =
+      "{\"model\":\"smol\",\"messages\":[{\"role\":\"developer\",\"content\":\"Be brief.\"},"
+      "{\"role\":\"user\",\"name\":\"bob\",\"content\":[{\"type\":\"text\",\"text\":\"Hel\"},"
+      "{\"type\":\"text\",\"text\":\"lo\"}]},{\"role\":\"assistant\",\"content\":null}],"
+      "\"max_tokens\":9,\"max_completion_tokens\":5,\"logprobs\":true,\"top_logprobs\":3}";
+  assert_int_equal(parse(API_ENDPOINT_CHAT, body, &r, &e), LLB_STATUS_OK);
+  assert_int_equal(r.num_messages, 3);
+  assert_memory_equal(r.messages[0].role.data, "system", 6);
+  assert_int_equal(r.messages[1].content.len, 5);
+  assert_memory_equal(r.messages[1].content.data, "Hello", 5);
+  assert_int_equal(r.messages[2].content.len, 0);
+  assert_int_equal(r.sampling_params.max_tokens, 5); /* max_completion_tokens wins */
+  assert_true(r.chat_logprobs);
+  assert_int_equal(r.sampling_params.logprobs, 3);
+  struct llb_sampling_params sp;
+  struct llb_generate_request g;
+  api_request_to_generate(&r, 0, "chat-1", &sp, &g);
+  assert_int_equal(g.num_messages, 3);
+  assert_false(g.raw);
+  api_request_free(&r);
+
+  assert_int_equal(parse(API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                         &r, &e), LLB_STATUS_OK);
+  assert_int_equal(r.sampling_params.max_tokens, -1); /* chat: up to the context length */
+  assert_int_equal(r.sampling_params.logprobs, -1);
+  api_request_free(&r);
+}
+
+/* Malformed or hostile bodies: status and the field named. */
+static void test_bad_requests_name_the_field(void **state) {
+  (void)state;
+  static const struct {
+    enum api_endpoint ep;
+    const char *body;
+    int status;
+    const char *param; /* "" = null */
+  } cases[] = {
+      {API_ENDPOINT_COMPLETIONS, "", 400, ""},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\"", 400, ""},
+      {API_ENDPOINT_COMPLETIONS, "[1,2]", 400, ""},
+      {API_ENDPOINT_COMPLETIONS, "{\"prompt\":\"x\"}", 400, "model"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":7,\"prompt\":\"x\"}", 400, "model"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"gpt-4\",\"prompt\":\"x\"}", 404, "model"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\"}", 400, "prompt"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":{}}", 400, "prompt"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[]}", 400, "prompt"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,-2]}", 400, "prompt[1]"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[\"a\",3]}", 400, "prompt[1]"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"max_tokens\":-1}", 400, "max_tokens"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"max_tokens\":1.5}", 400, "max_tokens"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"temperature\":-0.1}", 400, "temperature"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"temperature\":\"hot\"}", 400, "temperature"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"top_p\":0}", 400, "top_p"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"n\":0}", 400, "n"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"n\":1000}", 400, "n"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"logprobs\":21}", 400, "logprobs"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"logprobs\":true}", 400, "logprobs"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"stop\":[\"\"]}", 400, "stop[0]"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"stop\":5}", 400, "stop"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"seed\":\"1\"}", 400, "seed"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"presence_penalty\":3}", 400, "presence_penalty"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"wat\":1}", 400, "wat"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", 400,
+       "stream_options"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"echo\":true}", 400, "echo"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"model\":\"smol\"}", 400, ""},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"a\\u0000b\"}", 400, ""}, /* jansson refuses NUL */
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\"}", 400, "messages"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[]}", 400, "messages"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400,
+       "messages[0].role"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400,
+       "messages[0].content"},
+      {API_ENDPOINT_CHAT,
+       "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
+       "messages[0].content[0]"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"extra\":1}]}", 400,
+       "messages[0].extra"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",
+       400, "top_logprobs"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[]}", 400,
+       "tools"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":\"hi\"}", 400, "messages"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct api_request r;
+    struct api_error e;
+    llb_status st = parse(cases[i].ep, cases[i].body, &r, &e);
+    if (st == LLB_STATUS_OK || e.http_status != cases[i].status || strcmp(e.param, cases[i].param) != 0) {
+      fprintf(stderr, "case %zu (%s): status %d param \"%s\" message \"%s\"\n", i, cases[i].body, e.http_status,
+              e.param, e.message);
+      fail();
+    }
+    assert_true(e.message[0] != '\0');
+  }
+}
+
+static void test_engine_status_codes_map_to_http(void **state) {
+  (void)state;
+  struct api_error e;
+  api_error_from_status(LLB_STATUS_QUEUE_FULL, "queue full", "", &e);
+  assert_int_equal(e.http_status, 429);
+  api_error_from_status(LLB_STATUS_INVALID_ARGUMENT, "too long", "max_tokens", &e);
+  assert_int_equal(e.http_status, 400);
+  assert_string_equal(e.param, "max_tokens");
+  api_error_from_status(LLB_STATUS_TIMEOUT, "", "", &e);
+  assert_int_equal(e.http_status, 503);
+  assert_string_equal(e.message, "timed out");
+  api_error_from_status(LLB_STATUS_DEVICE, "boom", "", &e);
+  assert_int_equal(e.http_status, 500);
+  struct api_buf b = {0};
+  assert_true(api_error_render(&e, &b));
+  assert_string_equal(b.data,
+                      "{\"error\":{\"message\":\"boom\",\"type\":\"server_error\",\"param\":null,\"code\":500}}");
+  api_buf_free(&b);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_completion_fields_map_to_sampling_params),
+      cmocka_unit_test(test_completion_defaults_are_openai_defaults),
+      cmocka_unit_test(test_prompt_forms_give_one_generate_request_each),
+      cmocka_unit_test(test_chat_messages_parts_and_logprobs),
+      cmocka_unit_test(test_bad_requests_name_the_field),
+      cmocka_unit_test(test_engine_status_codes_map_to_http),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
