@@ -98,6 +98,8 @@ int main(int argc, char **argv) {
        "KV cache blocks (same value for scheduler, kv_manager and worker)", NULL},
       {"block-size", ACTOR_FLAG_KIND_INT32, &c->block_size, "tokens per block", NULL},
       {"max-num-seqs", ACTOR_FLAG_KIND_INT32, &c->max_num_seqs, "running requests at most", NULL},
+      {"max-num-waiting", ACTOR_FLAG_KIND_INT32, &c->max_num_waiting,
+       "waiting requests at most; more are refused with QUEUE_FULL (0 = unlimited)", NULL},
       {"max-num-batched-tokens", ACTOR_FLAG_KIND_INT32, &c->max_num_batched_tokens,
        "token budget per step (chunked prefill)", NULL},
       {"max-model-len", ACTOR_FLAG_KIND_INT32, &m.max_model_len,

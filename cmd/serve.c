@@ -38,6 +38,7 @@ static const struct {
     {"num-blocks", true, A_KV | A_WORKER | A_SCHED, "KV cache blocks (the cache is allocated once)"},
     {"block-size", true, A_KV | A_WORKER | A_SCHED, "tokens per KV block"},
     {"max-num-seqs", true, A_SCHED, "requests running at once"},
+    {"max-num-waiting", true, A_SCHED, "requests waiting at most (more get QUEUE_FULL / 429)"},
     {"max-num-batched-tokens", true, A_SCHED | A_WORKER, "token budget of one step"},
     {"max-model-len", true, A_SCHED | A_IN, "context length limit (prompt + output)"},
     {"policy", true, A_SCHED, "fcfs | priority"},

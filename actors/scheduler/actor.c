@@ -49,6 +49,10 @@ struct scheduler_actor {
   char subj_requests[BUS_SUBJECT_MAX], subj_abort[BUS_SUBJECT_MAX], subj_kv[BUS_SUBJECT_MAX],
       subj_execute[BUS_SUBJECT_MAX], subj_outputs[BUS_SUBJECT_MAX], subj_stats[BUS_SUBJECT_MAX];
   struct scheduler *sched;
+  /* The worker's reply of this step (arrays in `arena`, valid until the next step): its
+   * logprobs rows go out with the step's EngineCoreOutputs. */
+  struct llb_model_runner_output mro;
+  bool have_mro;
 
   /* intake, under mu */
   pthread_mutex_t mu;
@@ -313,6 +317,29 @@ static void apply_aborts(struct scheduler_actor *a, struct abort_item *list) {
 
 /* ---- step thread: outputs ---- */
 
+/* The logprobs of req_id's n new tokens: its first n rows in this step's worker reply (rows
+ * follow the sampled tokens, request by request). Empty when the worker sent none. */
+static struct llb_logprobs_lists step_logprobs(const struct scheduler_actor *a, const char *req_id,
+                                               int32_t n) {
+  struct llb_logprobs_lists out = {0};
+  const struct llb_model_runner_output *r = &a->mro;
+  const struct llb_logprobs_lists *ll = &r->logprobs;
+  if (!a->have_mro || n <= 0 || ll->num_tokens == 0 || ll->num_tokens != r->num_sampled_token_ids)
+    return out;
+  int64_t row = 0;
+  for (int32_t i = 0; i < r->num_reqs; row += r->num_sampled[i], i++) {
+    if (strcmp(r->req_ids[i].data, req_id) != 0) continue;
+    if (n > r->num_sampled[i]) return out;
+    const int64_t cols = ll->num_logprobs_per_token;
+    out = (struct llb_logprobs_lists){.num_tokens = n, .num_logprobs_per_token = (int32_t)cols,
+                                      .logprob_token_ids = ll->logprob_token_ids + row * cols,
+                                      .logprobs = ll->logprobs + row * cols,
+                                      .sampled_token_ranks = ll->sampled_token_ranks + row};
+    return out;
+  }
+  return out;
+}
+
 static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output *o,
                         const struct sched_engine_outputs *eo, int32_t i, int64_t now_ns) {
   const struct sched_engine_output *e = &eo->outputs[i];
@@ -325,6 +352,7 @@ static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output
   o->stop_token_id = e->stop_token_id;
   o->num_cached_tokens = e->num_cached_tokens;
   o->num_preemptions = e->num_preemptions;
+  if (eo == &a->eo) o->new_logprobs = step_logprobs(a, o->request_id.data, e->num_new_tokens);
   int64_t at = map_find(a, o->request_id.data);
   if (at < 0) return;
   struct req_meta *m = a->map[at];
@@ -487,6 +515,8 @@ static llb_status execute_round_trip(struct scheduler_actor *a) {
   if (st) return st;
   if (r.error.code != 0)
     return LLB_ERRF(LLB_STATUS_INTERNAL, "worker error %d: %s", r.error.code, r.error.message.data);
+  a->mro = r;
+  a->have_mro = true;
   struct sched_model_output mo;
   st = sched_wire_model_output(&a->wire, &r, &mo);
   if (st) return st;
@@ -503,6 +533,7 @@ static llb_status carry_ids(struct sched_str_list *dst, const struct sched_str_l
 
 /* One step; returns true if it did anything (tokens executed or kv ops sent). */
 static bool run_step(struct scheduler_actor *a) {
+  a->have_mro = false;
   llb_status st = sched_schedule(a->sched, &a->out, &a->kv);
   if (st) {
     step_failed(a, "schedule", st);

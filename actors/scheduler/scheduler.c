@@ -51,7 +51,7 @@ void sched_config_init(struct sched_config *c) {
                              .max_model_len = 2048, .enable_chunked_prefill = true,
                              .enable_prefix_caching = true, .policy = SCHED_POLICY_FCFS,
                              .num_blocks = 1024, .block_size = 16, .num_lookahead_tokens = 16,
-                             .max_deferred_kv_ops = 64};
+                             .max_deferred_kv_ops = 64, .max_num_waiting = 1024};
 }
 
 /* ---- growable pointer arrays ---- */
@@ -178,6 +178,9 @@ llb_status sched_add_request(struct scheduler *s, const struct sched_new_request
   if (!s || !nr || !nr->request_id) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sched_add_request: NULL");
   if (map_slot(s, nr->request_id) >= 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request %s already exists", nr->request_id);
+  if (s->cfg.max_num_waiting > 0 && s->waiting.num >= s->cfg.max_num_waiting)
+    return LLB_ERRF(LLB_STATUS_QUEUE_FULL, "request %s: %d requests are already waiting (max_num_waiting)",
+                    nr->request_id, s->waiting.num);
   if (div_up((int64_t)nr->num_prompt_tokens + 1, s->cfg.block_size) > s->cfg.num_blocks)
     return LLB_ERRF(LLB_STATUS_TOO_LARGE, "request %s: %d prompt tokens exceed the KV cache (%d blocks of %d)",
                     nr->request_id, nr->num_prompt_tokens, s->cfg.num_blocks, s->cfg.block_size);

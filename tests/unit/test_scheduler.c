@@ -284,6 +284,29 @@ static void test_destroy_with_pending_frees_releases_each_request_once(void **st
   h_fini(&h);
 }
 
+/* DESIGN.md §7: a full queue is a clear error for the new request and loses nothing already
+ * accepted. */
+static void test_full_waiting_queue_refuses_new_requests_and_keeps_accepted_ones(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.max_num_waiting = 2;
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "r0", 8, 4, 0, 0);
+  h_add(&h, "r1", 8, 4, 0, 1);
+  int32_t toks[8] = {7, 8, 9, 10, 11, 12, 13, 14};
+  struct sched_new_request nr = {.request_id = "r2", .prompt_token_ids = toks, .num_prompt_tokens = 8,
+                                 .eos_token_id = 2};
+  llb_sampling_params_init(&nr.sampling_params);
+  assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_QUEUE_FULL);
+  assert_non_null(strstr(llb_err_last(), "max_num_waiting"));
+  assert_null(sched_find_request(h.s, "r2"));
+  assert_int_equal(sched_num_unfinished(h.s), 2);
+  h_step(&h); /* both start running: the queue has room again */
+  assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_OK);
+  h_fini(&h);
+}
+
 static void test_abort_during_a_kv_round_trip_finishes_after_it(void **state) {
   (void)state;
   struct sched_config c = base_cfg();
@@ -436,6 +459,7 @@ int main(void) {
       cmocka_unit_test(test_priority_preempts_the_lowest_priority_running_request),
       cmocka_unit_test(test_abort_frees_everything),
       cmocka_unit_test(test_destroy_with_pending_frees_releases_each_request_once),
+      cmocka_unit_test(test_full_waiting_queue_refuses_new_requests_and_keeps_accepted_ones),
       cmocka_unit_test(test_abort_during_a_kv_round_trip_finishes_after_it),
       cmocka_unit_test(test_decode_inside_allocated_blocks_makes_no_kv_round_trip),
       cmocka_unit_test(test_prefix_hit_reduces_scheduled_tokens),
