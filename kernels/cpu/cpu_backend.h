@@ -11,6 +11,8 @@
 
 /* Most weights one matmul call takes (q, k, v share one input). */
 #define CPU_MATMUL_MAX_WEIGHTS 3
+/* Most query heads one attention work item takes (heads sharing a KV head). */
+#define CPU_ATTN_MAX_GROUP 8
 
 struct backend_ctx {
   struct backend_ctx_params params;
@@ -18,7 +20,7 @@ struct backend_ctx {
   struct cpu_threadpool *pool;
   uint8_t *act;               /* [CPU_MATMUL_MAX_WEIGHTS, max_num_tokens, 4 * max_row_elems] bytes */
   size_t act_bytes;
-  float *scores;              /* [n_threads, max_context_len] attention probabilities */
+  float *scores;              /* [n_threads, CPU_ATTN_MAX_GROUP, max_context_len] attention probabilities */
   int32_t *row_seq;           /* [max_num_tokens] sequence of each query row */
 };
 

@@ -7,14 +7,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Output columns a thread walks per weight tile (their rows stay in L1 across the tokens). */
-#define CPU_MATMUL_COL_TILE 16
+/* Output columns per matmul chunk: about CPU_MATMUL_CHUNK_DOTS row-dots, clamped. */
+#define CPU_MATMUL_CHUNK_DOTS 256
+#define CPU_MATMUL_MIN_TILE 16
+#define CPU_MATMUL_MAX_TILE 64
 /* Largest rotated dims per head RoPE takes. */
 #define CPU_ROPE_MAX_DIMS 1024
 
-static void split_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
-  *lo = n * ith / nth;
-  *hi = n * (ith + 1) / nth;
+/* Elements of work below which an op is not worth handing to another thread (a wake-up and
+ * a claim cost about a microsecond; an element costs a nanosecond or less). */
+#define CPU_CHUNK_ELEMS 8192
+
+/* Items per chunk so that a chunk holds at least CPU_CHUNK_ELEMS elements. */
+static int64_t items_per_chunk(int64_t elems_per_item) {
+  const int64_t n = CPU_CHUNK_ELEMS / (elems_per_item > 0 ? elems_per_item : 1);
+  return n > 0 ? n : 1;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Range [lo, hi) of chunk `chunk` of size `per` over n items. */
+static void chunk_range(int64_t chunk, int64_t per, int64_t n, int64_t *lo, int64_t *hi) {
+  *lo = chunk * per;
+  *hi = *lo + per < n ? *lo + per : n;
 }
 
 enum cpu_simd_level cpu_backend_set_simd_level(struct backend_ctx *c, enum cpu_simd_level level) {
@@ -37,7 +52,7 @@ llb_status cpu_ctx_create(const struct backend_ctx_params *p, struct backend_ctx
   if (st != LLB_STATUS_OK) goto fail;
   c->act_bytes = (size_t)p->max_num_tokens * (size_t)p->max_row_elems * sizeof(float);
   c->act = malloc(c->act_bytes * CPU_MATMUL_MAX_WEIGHTS);
-  c->scores = malloc((size_t)p->n_threads * (size_t)p->max_context_len * sizeof(float));
+  c->scores = malloc((size_t)p->n_threads * (size_t)p->max_context_len * CPU_ATTN_MAX_GROUP * sizeof(float));
   c->row_seq = malloc((size_t)p->max_num_tokens * sizeof(int32_t));
   if (!c->act || !c->scores || !c->row_seq) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "cpu backend scratch (%d tokens x %lld elems)",
@@ -66,13 +81,15 @@ struct embed_task {
   const struct backend_weight *table;
   const int32_t *ids;
   int32_t n;
+  int64_t per; /* rows per chunk */
   float *out;
 };
 
-static void embed_run(void *arg, int ith, int nth) {
+static void embed_chunk(void *arg, int64_t chunk, int ith) {
+  (void)ith;
   const struct embed_task *t = arg;
   int64_t lo, hi;
-  split_range(t->n, ith, nth, &lo, &hi);
+  chunk_range(chunk, t->per, t->n, &lo, &hi);
   for (int64_t i = lo; i < hi; i++) {
     const uint8_t *row = (const uint8_t *)t->table->data + (size_t)t->ids[i] * t->table->row_bytes;
     /* type and length were checked by the caller: this cannot fail */
@@ -90,8 +107,8 @@ llb_status cpu_embed(struct backend_ctx *c, const struct backend_weight *table, 
     if (ids[i] < 0 || ids[i] >= table->rows)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "token id %d not in [0, %lld)", ids[i],
                       (long long)table->rows);
-  struct embed_task t = {table, ids, n, out};
-  cpu_threadpool_run(c->pool, embed_run, &t);
+  struct embed_task t = {table, ids, n, items_per_chunk(table->cols), out};
+  cpu_threadpool_parallel(c->pool, embed_chunk, &t, ceil_div(n, t.per));
   return LLB_STATUS_OK;
 }
 
@@ -101,13 +118,15 @@ struct norm_task {
   const float *x, *w;
   int32_t n_rows, dim;
   float eps;
+  int64_t per;
   float *out;
 };
 
-static void rms_norm_run(void *arg, int ith, int nth) {
+static void rms_norm_chunk(void *arg, int64_t chunk, int ith) {
+  (void)ith;
   const struct norm_task *t = arg;
   int64_t lo, hi;
-  split_range(t->n_rows, ith, nth, &lo, &hi);
+  chunk_range(chunk, t->per, t->n_rows, &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
     const float *x = t->x + r * t->dim;
     float *y = t->out + r * t->dim;
@@ -122,8 +141,8 @@ static void rms_norm_run(void *arg, int ith, int nth) {
 llb_status cpu_rms_norm(struct backend_ctx *c, const float *x, const float *w, int32_t n_rows,
                         int32_t dim, float eps, float *out) {
   if (n_rows < 0 || dim < 1) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "rms_norm %d x %d", n_rows, dim);
-  struct norm_task t = {x, w, n_rows, dim, eps, out};
-  cpu_threadpool_run(c->pool, rms_norm_run, &t);
+  struct norm_task t = {x, w, n_rows, dim, eps, items_per_chunk(dim), out};
+  cpu_threadpool_parallel(c->pool, rms_norm_chunk, &t, ceil_div(n_rows, t.per));
   return LLB_STATUS_OK;
 }
 
@@ -141,47 +160,55 @@ struct matmul_task {
   size_t act_row[CPU_MATMUL_MAX_WEIGHTS];
   bool owns_act[CPU_MATMUL_MAX_WEIGHTS]; /* first weight of its vec_dot type quantizes */
   cpu_vec_dot_fn dot[CPU_MATMUL_MAX_WEIGHTS];
-  int64_t total_cols;
+  cpu_gemm_fn gemm[CPU_MATMUL_MAX_WEIGHTS]; /* tile kernel, NULL: dot per column */
+  int64_t rows_per_chunk;                   /* quantization phase */
+  int64_t tile;                             /* output columns per chunk */
+  int64_t chunk_end[CPU_MATMUL_MAX_WEIGHTS]; /* cumulative chunks of weights 0..j */
 };
 
-/* Columns [c0, c1) of weight j for all token rows. */
-static void matmul_cols(const struct matmul_task *t, int j, int64_t c0, int64_t c1) {
-  const struct backend_weight *w = t->w[j];
-  const int64_t n_out = w->rows;
-  float *out = t->out[j];
-  for (int64_t cb = c0; cb < c1; cb += CPU_MATMUL_COL_TILE) {
-    const int64_t ce = cb + CPU_MATMUL_COL_TILE < c1 ? cb + CPU_MATMUL_COL_TILE : c1;
-    for (int32_t r0 = 0; r0 < t->n_rows; r0 += CPU_DOT_MAX_ROWS) {
-      const int nr = t->n_rows - r0 < CPU_DOT_MAX_ROWS ? t->n_rows - r0 : CPU_DOT_MAX_ROWS;
-      const void *rows[CPU_DOT_MAX_ROWS];
-      for (int r = 0; r < nr; r++) rows[r] = t->act[j] + (size_t)(r0 + r) * t->act_row[j];
-      for (int64_t col = cb; col < ce; col++) {
-        float res[CPU_DOT_MAX_ROWS];
-        t->dot[j](t->k, (const uint8_t *)w->data + (size_t)col * w->row_bytes, rows, nr, res);
-        for (int r = 0; r < nr; r++) out[(int64_t)(r0 + r) * n_out + col] = res[r];
-      }
-    }
-  }
-}
-
-static void matmul_run(void *arg, int ith, int nth) {
+static void matmul_quantize_chunk(void *arg, int64_t chunk, int ith) {
+  (void)ith;
   const struct matmul_task *t = arg;
   int64_t lo, hi;
-  split_range(t->n_rows, ith, nth, &lo, &hi);
+  chunk_range(chunk, t->rows_per_chunk, t->n_rows, &lo, &hi);
   for (int j = 0; j < t->n_w; j++) {
     if (!t->owns_act[j]) continue;
     for (int64_t r = lo; r < hi; r++)
       cpu_quantize_act_row(t->w[j]->type, t->x + r * t->k, t->act[j] + (size_t)r * t->act_row[j], t->k);
   }
-  cpu_threadpool_barrier(t->c->pool);
-  /* split the concatenated output columns of all weights evenly */
-  split_range(t->total_cols, ith, nth, &lo, &hi);
-  int64_t base = 0;
-  for (int j = 0; j < t->n_w; j++) {
-    const int64_t n = t->w[j]->rows;
-    const int64_t a = lo > base ? lo : base, b = hi < base + n ? hi : base + n;
-    if (a < b) matmul_cols(t, j, a - base, b - base);
-    base += n;
+}
+
+/* Columns [c0, c1) of weight j for all token rows: rows in groups of CPU_DOT_MAX_ROWS, the
+ * weight tile stays in L1 while the activation rows stream past it. */
+static void matmul_chunk(void *arg, int64_t chunk, int ith) {
+  (void)ith;
+  const struct matmul_task *t = arg;
+  int j = 0;
+  while (chunk >= t->chunk_end[j]) j++;
+  const int64_t first = j == 0 ? 0 : t->chunk_end[j - 1];
+  const struct backend_weight *w = t->w[j];
+  const int64_t n_out = w->rows;
+  int64_t c0, c1;
+  chunk_range(chunk - first, t->tile, n_out, &c0, &c1);
+  float *out = t->out[j];
+  const uint8_t *wd = (const uint8_t *)w->data;
+  for (int32_t r0 = 0; r0 < t->n_rows; r0 += CPU_DOT_MAX_ROWS) {
+    const int nr = t->n_rows - r0 < CPU_DOT_MAX_ROWS ? t->n_rows - r0 : CPU_DOT_MAX_ROWS;
+    const void *rows[CPU_DOT_MAX_ROWS];
+    for (int r = 0; r < nr; r++) rows[r] = t->act[j] + (size_t)(r0 + r) * t->act_row[j];
+    float *o = out + (int64_t)r0 * n_out;
+    if (t->gemm[j]) {
+      for (int64_t col = c0; col < c1; col += CPU_GEMM_MAX_COLS) {
+        const int nc = c1 - col < CPU_GEMM_MAX_COLS ? (int)(c1 - col) : CPU_GEMM_MAX_COLS;
+        t->gemm[j](t->k, wd + (size_t)col * w->row_bytes, w->row_bytes, nc, rows, nr, o + col, n_out);
+      }
+    } else {
+      for (int64_t col = c0; col < c1; col++) {
+        float res[CPU_DOT_MAX_ROWS];
+        t->dot[j](t->k, wd + (size_t)col * w->row_bytes, rows, nr, res);
+        for (int r = 0; r < nr; r++) o[(int64_t)r * n_out + col] = res[r];
+      }
+    }
   }
 }
 
@@ -197,6 +224,11 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
   if (t.k > c->params.max_row_elems)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "matmul row of %lld (max %lld)", (long long)t.k,
                     (long long)c->params.max_row_elems);
+  /* columns per chunk: ~CPU_MATMUL_CHUNK_DOTS row-dots, a multiple of the tile width */
+  int64_t tile = CPU_MATMUL_CHUNK_DOTS / (n_rows > 0 ? n_rows : 1);
+  tile = tile < CPU_MATMUL_MIN_TILE ? CPU_MATMUL_MIN_TILE : tile > CPU_MATMUL_MAX_TILE ? CPU_MATMUL_MAX_TILE : tile;
+  t.tile = tile - tile % CPU_GEMM_MAX_COLS;
+  int64_t n_chunks = 0;
   for (int j = 0; j < n_w; j++) {
     const enum ggml_type ty = w[j]->type;
     if (w[j]->cols != t.k)
@@ -204,6 +236,7 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
                       (long long)t.k, (long long)w[j]->cols);
     t.dot[j] = cpu_vec_dot_select(ty, c->level);
     if (!t.dot[j]) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "matmul weight type %s", ggml_type_name(ty));
+    t.gemm[j] = cpu_gemm_select(ty, c->level);
     if (t.k % ggml_type_block_elems(ty) != 0)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "row of %lld not a multiple of %s blocks",
                       (long long)t.k, ggml_type_name(ty));
@@ -216,10 +249,13 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
         t.act[j] = t.act[i];
         break;
       }
-    t.total_cols += w[j]->rows;
+    n_chunks += ceil_div(w[j]->rows, t.tile);
+    t.chunk_end[j] = n_chunks;
   }
   if (n_rows == 0) return LLB_STATUS_OK;
-  cpu_threadpool_run(c->pool, matmul_run, &t);
+  t.rows_per_chunk = items_per_chunk(t.k);
+  cpu_threadpool_parallel(c->pool, matmul_quantize_chunk, &t, ceil_div(n_rows, t.rows_per_chunk));
+  cpu_threadpool_parallel(c->pool, matmul_chunk, &t, n_chunks);
   return LLB_STATUS_OK;
 }
 
@@ -231,14 +267,16 @@ struct rope_task {
   int32_t n_rows, n_heads, head_dim;
   struct backend_rope_params p;
   float theta_scale;
+  int64_t per;
 };
 
-static void rope_run(void *arg, int ith, int nth) {
+static void rope_chunk(void *arg, int64_t chunk, int ith) {
+  (void)ith;
   const struct rope_task *t = arg;
   const int32_t half = t->p.n_dims / 2;
   float cs[CPU_ROPE_MAX_DIMS / 2], sn[CPU_ROPE_MAX_DIMS / 2];
   int64_t lo, hi;
-  split_range(t->n_rows, ith, nth, &lo, &hi);
+  chunk_range(chunk, t->per, t->n_rows, &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
     /* ggml_rope_cache_init: theta_i = p * theta_scale^i by repeated products, then scaled */
     float theta = (float)t->positions[r];
@@ -250,12 +288,18 @@ static void rope_run(void *arg, int ith, int nth) {
     }
     for (int32_t h = 0; h < t->n_heads; h++) {
       float *v = t->x + (r * t->n_heads + h) * t->head_dim;
-      for (int32_t i = 0; i < half; i++) {
-        const int32_t a = t->p.style == BACKEND_ROPE_STYLE_NEOX ? i : 2 * i;
-        const int32_t b = t->p.style == BACKEND_ROPE_STYLE_NEOX ? i + half : 2 * i + 1;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * cs[i] - x1 * sn[i];
-        v[b] = x0 * sn[i] + x1 * cs[i];
+      if (t->p.style == BACKEND_ROPE_STYLE_NEOX) {
+        for (int32_t i = 0; i < half; i++) {
+          const float x0 = v[i], x1 = v[i + half];
+          v[i] = x0 * cs[i] - x1 * sn[i];
+          v[i + half] = x0 * sn[i] + x1 * cs[i];
+        }
+      } else {
+        for (int32_t i = 0; i < half; i++) {
+          const float x0 = v[2 * i], x1 = v[2 * i + 1];
+          v[2 * i] = x0 * cs[i] - x1 * sn[i];
+          v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+        }
       }
     }
   }
@@ -268,32 +312,34 @@ llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, i
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "rope n_dims %d head_dim %d style %d", p->n_dims,
                     head_dim, (int)p->style);
   struct rope_task t = {x, positions, n_rows, n_heads, head_dim, *p,
-                        powf(p->freq_base, -2.0f / (float)p->n_dims)};
-  cpu_threadpool_run(c->pool, rope_run, &t);
+                        powf(p->freq_base, -2.0f / (float)p->n_dims),
+                        items_per_chunk((int64_t)n_heads * head_dim * 4)};
+  cpu_threadpool_parallel(c->pool, rope_chunk, &t, ceil_div(n_rows, t.per));
   return LLB_STATUS_OK;
 }
 
 /* ---------------------------------------------------------------- KV write */
 
 struct kv_task {
+  enum cpu_simd_level level;
   const struct backend_kv_layer *kv;
   const float *k, *v;
   const int64_t *slots;
   int32_t n_rows;
+  int64_t per;
 };
 
-static void kv_write_run(void *arg, int ith, int nth) {
+static void kv_write_chunk(void *arg, int64_t chunk, int ith) {
+  (void)ith;
   const struct kv_task *t = arg;
   const int64_t row = (int64_t)t->kv->n_kv_heads * t->kv->head_dim;
   int64_t lo, hi;
-  split_range(t->n_rows, ith, nth, &lo, &hi);
+  chunk_range(chunk, t->per, t->n_rows, &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
     if (t->slots[r] < 0) continue;
     uint16_t *kd = t->kv->k + t->slots[r] * row, *vd = t->kv->v + t->slots[r] * row;
-    for (int64_t i = 0; i < row; i++) {
-      kd[i] = llb_fp32_to_fp16(t->k[r * row + i]);
-      vd[i] = llb_fp32_to_fp16(t->v[r * row + i]);
-    }
+    cpu_fp32_to_fp16_row(t->level, t->k + r * row, kd, row);
+    cpu_fp32_to_fp16_row(t->level, t->v + r * row, vd, row);
   }
 }
 
@@ -304,8 +350,9 @@ llb_status cpu_kv_write(struct backend_ctx *c, const struct backend_kv_layer *kv
     if (slot_mapping[r] < -1 || slot_mapping[r] >= n_slots)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "slot %lld of row %d not in [-1, %lld)",
                       (long long)slot_mapping[r], r, (long long)n_slots);
-  struct kv_task t = {kv, k, v, slot_mapping, n_rows};
-  cpu_threadpool_run(c->pool, kv_write_run, &t);
+  struct kv_task t = {c->level, kv, k, v, slot_mapping, n_rows,
+                      items_per_chunk(2 * (int64_t)kv->n_kv_heads * kv->head_dim)};
+  cpu_threadpool_parallel(c->pool, kv_write_chunk, &t, ceil_div(n_rows, t.per));
   return LLB_STATUS_OK;
 }
 
@@ -317,32 +364,34 @@ struct elem_task {
   int64_t n;
 };
 
-static void swiglu_run(void *arg, int ith, int nth) {
+static void swiglu_chunk(void *arg, int64_t chunk, int ith) {
+  (void)ith;
   const struct elem_task *t = arg;
   int64_t lo, hi;
-  split_range(t->n, ith, nth, &lo, &hi);
+  chunk_range(chunk, CPU_CHUNK_ELEMS, t->n, &lo, &hi);
   for (int64_t i = lo; i < hi; i++) {
     const float g = t->a[i];
     t->out[i] = (g / (1.0f + expf(-g))) * t->b[i]; /* ggml_silu_f32, then mul */
   }
 }
 
-static void add_run(void *arg, int ith, int nth) {
+static void add_chunk(void *arg, int64_t chunk, int ith) {
+  (void)ith;
   const struct elem_task *t = arg;
   int64_t lo, hi;
-  split_range(t->n, ith, nth, &lo, &hi);
+  chunk_range(chunk, CPU_CHUNK_ELEMS, t->n, &lo, &hi);
   for (int64_t i = lo; i < hi; i++) t->out[i] = t->a[i] + t->b[i];
 }
 
 llb_status cpu_swiglu(struct backend_ctx *c, const float *gate, const float *up, int64_t n,
                       float *out) {
   struct elem_task t = {gate, up, out, n};
-  cpu_threadpool_run(c->pool, swiglu_run, &t);
+  cpu_threadpool_parallel(c->pool, swiglu_chunk, &t, ceil_div(n, CPU_CHUNK_ELEMS));
   return LLB_STATUS_OK;
 }
 
 llb_status cpu_add(struct backend_ctx *c, float *x, const float *y, int64_t n) {
   struct elem_task t = {x, y, x, n};
-  cpu_threadpool_run(c->pool, add_run, &t);
+  cpu_threadpool_parallel(c->pool, add_chunk, &t, ceil_div(n, CPU_CHUNK_ELEMS));
   return LLB_STATUS_OK;
 }

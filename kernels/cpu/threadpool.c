@@ -1,4 +1,12 @@
-/* Persistent thread pool: spin-then-futex workers woken through a generation counter. */
+/* Persistent thread pool: claimable chunks published through one 64-bit work word, workers
+ * that spin briefly and then sleep on a futex.
+ *
+ * The work word holds (op generation << 32) | flags | next unclaimed chunk. An op's
+ * description lives in slots[generation & 1]; a thread claims chunk i of op g by a CAS
+ * that still finds generation g in the word. Because the caller publishes op g + 1 only
+ * after every chunk of op g is done, and writes op g + 2 into the slot of op g, a claim that
+ * succeeds always reads the description of its own op, and a stale worker (one that slept
+ * through several ops) simply fails its CAS and moves on to the newest op. */
 #include "kernels/cpu/threadpool.h"
 
 #include <limits.h>
@@ -6,15 +14,23 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
-/* Iterations a worker spins on the generation before sleeping (~tens of microseconds):
- * longer than the gap between two ops of one step, far shorter than the gap between steps. */
-#define CPU_POOL_SPIN_ITERS 20000
-/* Iterations the caller or a barrier spins before yielding the core. */
-#define CPU_POOL_YIELD_ITERS 2000
+/* How long an idle worker spins before it sleeps: far longer than the gap between two ops
+ * of a step (microseconds), short enough that an idle engine stops burning a core at once. */
+#define CPU_POOL_SPIN_NS 2000000
+/* Pauses between clock reads while spinning. */
+#define CPU_POOL_SPIN_CHECK 256
+/* Pauses the caller spins waiting for a worker's chunk before it starts yielding the core
+ * (the worker may be descheduled on a loaded machine). */
+#define CPU_POOL_YIELD_ITERS 4000
+
+#define WORK_ALL_BIT ((uint64_t)1 << 31)    /* op runs once on every thread (cpu_threadpool_run) */
+#define WORK_INDEX_MASK (WORK_ALL_BIT - 1)   /* next unclaimed chunk */
 
 struct cpu_worker {
   struct cpu_threadpool *pool;
@@ -22,15 +38,24 @@ struct cpu_worker {
   pthread_t thread;
 };
 
+struct cpu_op_slot {
+  _Atomic(cpu_chunk_fn) chunk_fn;
+  _Atomic(cpu_task_fn) task_fn;
+  _Atomic(void *) arg;
+  _Atomic int64_t n_chunks;
+  _Atomic int64_t done; /* chunks finished */
+};
+
 struct cpu_threadpool {
   int n_threads;
   struct cpu_worker *workers; /* [n_threads - 1], worker i has ith = i + 1 */
   int n_started;
-  cpu_task_fn fn;
-  void *arg;
-  _Atomic uint32_t generation; /* futex word: bumped once per run */
+  uint32_t gen;                /* caller-side generation of the last published op */
+  struct cpu_op_slot slots[2]; /* op g in slots[g & 1] */
+  _Atomic uint64_t work;       /* (gen << 32) | flags | next chunk */
+  _Atomic uint32_t wake;       /* futex word, bumped once per published op */
   _Atomic int n_sleeping;
-  _Atomic int pending; /* workers that have not finished the current run */
+  _Atomic int pending;         /* workers that have not finished the current run() */
   _Atomic int stop;
   _Atomic int barrier_count;
   _Atomic uint32_t barrier_gen;
@@ -42,6 +67,12 @@ static void cpu_relax(void) {
 #endif
 }
 
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void futex_wait_u32(_Atomic uint32_t *addr, uint32_t expected) {
   syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
 }
@@ -50,27 +81,63 @@ static void futex_wake_all(_Atomic uint32_t *addr) {
   syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
+/* Claims and runs chunks of op g (whose word was w) until none is left or a newer op is
+ * published. */
+static void claim_chunks(struct cpu_threadpool *p, uint64_t w, int ith) {
+  const uint32_t g = (uint32_t)(w >> 32);
+  struct cpu_op_slot *s = &p->slots[g & 1];
+  for (;;) {
+    if ((uint32_t)(w >> 32) != g) return;
+    const int64_t idx = (int64_t)(w & WORK_INDEX_MASK);
+    /* may read a newer op's count if g is already over; the CAS below then fails */
+    if (idx >= atomic_load_explicit(&s->n_chunks, memory_order_relaxed)) return;
+    if (atomic_compare_exchange_weak_explicit(&p->work, &w, w + 1, memory_order_acq_rel,
+                                              memory_order_acquire)) {
+      const cpu_chunk_fn fn = atomic_load_explicit(&s->chunk_fn, memory_order_relaxed);
+      fn(atomic_load_explicit(&s->arg, memory_order_relaxed), idx, ith);
+      atomic_fetch_add_explicit(&s->done, 1, memory_order_release);
+      w = atomic_load_explicit(&p->work, memory_order_acquire);
+    }
+  }
+}
+
 static void *cpu_worker_main(void *opaque) {
   struct cpu_worker *w = opaque;
   struct cpu_threadpool *p = w->pool;
-  uint32_t seen = 0;
+  uint32_t done_gen = 0; /* ops up to this generation need nothing from this worker */
   for (;;) {
-    uint32_t g;
-    int spins = 0;
-    while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
-      if (spins < CPU_POOL_SPIN_ITERS) {
+    uint64_t word = atomic_load_explicit(&p->work, memory_order_acquire);
+    if ((uint32_t)(word >> 32) == done_gen) {
+      /* nothing new: spin a while, then sleep until the next op is published */
+      const int64_t t0 = mono_ns();
+      for (int spins = 1;; spins++) {
         cpu_relax();
-        spins++;
-      } else {
-        atomic_fetch_add(&p->n_sleeping, 1);
-        futex_wait_u32(&p->generation, seen);
-        atomic_fetch_sub(&p->n_sleeping, 1);
+        word = atomic_load_explicit(&p->work, memory_order_acquire);
+        if ((uint32_t)(word >> 32) != done_gen) break;
+        if (spins % CPU_POOL_SPIN_CHECK == 0 && mono_ns() - t0 > CPU_POOL_SPIN_NS) {
+          atomic_fetch_add(&p->n_sleeping, 1);
+          const uint32_t seen = atomic_load(&p->wake);
+          word = atomic_load(&p->work);
+          if ((uint32_t)(word >> 32) == done_gen) futex_wait_u32(&p->wake, seen);
+          atomic_fetch_sub(&p->n_sleeping, 1);
+          word = atomic_load_explicit(&p->work, memory_order_acquire);
+          if ((uint32_t)(word >> 32) != done_gen) break;
+        }
       }
     }
-    seen = g;
     if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
-    p->fn(p->arg, w->ith, p->n_threads);
-    atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+    const uint32_t g = (uint32_t)(word >> 32);
+    if (word & WORK_ALL_BIT) {
+      /* the caller waits for every worker, so slot g stays valid until pending drops */
+      struct cpu_op_slot *s = &p->slots[g & 1];
+      const cpu_task_fn fn = atomic_load_explicit(&s->task_fn, memory_order_relaxed);
+      fn(atomic_load_explicit(&s->arg, memory_order_relaxed), w->ith, p->n_threads);
+      done_gen = g;
+      atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+    } else {
+      claim_chunks(p, word, w->ith);
+      done_gen = g;
+    }
   }
   return NULL;
 }
@@ -106,11 +173,21 @@ fail:
   return st;
 }
 
+/* Publishes op word (generation already in it) and wakes sleeping workers. The slot was
+ * written before: the release store makes it visible to whoever reads the word. */
+static void publish(struct cpu_threadpool *p, uint64_t word) {
+  atomic_store_explicit(&p->work, word, memory_order_release);
+  /* seq_cst bump, then read n_sleeping: a worker counted itself before reading `wake`, so
+   * either we see it and wake it, or it sees the new word before sleeping */
+  atomic_fetch_add(&p->wake, 1);
+  if (atomic_load(&p->n_sleeping) > 0) futex_wake_all(&p->wake);
+}
+
 void cpu_threadpool_destroy(struct cpu_threadpool *p) {
   if (!p) return;
   atomic_store(&p->stop, 1);
-  atomic_fetch_add(&p->generation, 1);
-  futex_wake_all(&p->generation);
+  p->gen++;
+  publish(p, (uint64_t)p->gen << 32);
   for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].thread, NULL);
   free(p->workers);
   free(p);
@@ -118,24 +195,44 @@ void cpu_threadpool_destroy(struct cpu_threadpool *p) {
 
 int cpu_threadpool_size(const struct cpu_threadpool *p) { return p->n_threads; }
 
+static void wait_spin(int *spins) {
+  if (++*spins < CPU_POOL_YIELD_ITERS) cpu_relax();
+  else sched_yield();
+}
+
+void cpu_threadpool_parallel(struct cpu_threadpool *p, cpu_chunk_fn fn, void *arg, int64_t n_chunks) {
+  if (n_chunks <= 0) return;
+  if (p->n_threads == 1 || n_chunks == 1) {
+    for (int64_t i = 0; i < n_chunks; i++) fn(arg, i, 0);
+    return;
+  }
+  const uint32_t g = ++p->gen;
+  struct cpu_op_slot *s = &p->slots[g & 1];
+  atomic_store_explicit(&s->chunk_fn, fn, memory_order_relaxed);
+  atomic_store_explicit(&s->arg, arg, memory_order_relaxed);
+  atomic_store_explicit(&s->n_chunks, n_chunks, memory_order_relaxed);
+  atomic_store_explicit(&s->done, 0, memory_order_relaxed);
+  const uint64_t word = (uint64_t)g << 32;
+  publish(p, word);
+  claim_chunks(p, word, 0);
+  int spins = 0;
+  while (atomic_load_explicit(&s->done, memory_order_acquire) < n_chunks) wait_spin(&spins);
+}
+
 void cpu_threadpool_run(struct cpu_threadpool *p, cpu_task_fn fn, void *arg) {
   if (p->n_threads == 1) {
     fn(arg, 0, 1);
     return;
   }
-  p->fn = fn;
-  p->arg = arg;
+  const uint32_t g = ++p->gen;
+  struct cpu_op_slot *s = &p->slots[g & 1];
+  atomic_store_explicit(&s->task_fn, fn, memory_order_relaxed);
+  atomic_store_explicit(&s->arg, arg, memory_order_relaxed);
   atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
-  /* seq_cst bump, then read n_sleeping: a worker that went to sleep before the bump is
-   * counted; one that counts itself after it sees the new generation in futex_wait. */
-  atomic_fetch_add(&p->generation, 1);
-  if (atomic_load(&p->n_sleeping) > 0) futex_wake_all(&p->generation);
+  publish(p, ((uint64_t)g << 32) | WORK_ALL_BIT);
   fn(arg, 0, p->n_threads);
   int spins = 0;
-  while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
-    if (++spins < CPU_POOL_YIELD_ITERS) cpu_relax();
-    else sched_yield();
-  }
+  while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) wait_spin(&spins);
 }
 
 void cpu_threadpool_barrier(struct cpu_threadpool *p) {
@@ -147,8 +244,5 @@ void cpu_threadpool_barrier(struct cpu_threadpool *p) {
     return;
   }
   int spins = 0;
-  while (atomic_load(&p->barrier_gen) == g) {
-    if (++spins < CPU_POOL_YIELD_ITERS) cpu_relax();
-    else sched_yield();
-  }
+  while (atomic_load(&p->barrier_gen) == g) wait_spin(&spins);
 }

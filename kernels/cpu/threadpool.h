@@ -1,11 +1,19 @@
 /* Persistent thread pool for the CPU kernels.
  *
  * Created once with n_threads (the caller counts as thread 0, so n_threads - 1 workers are
- * started); each cpu_threadpool_run() hands one task to all threads and returns when every
- * thread has finished it. Nothing is allocated and no thread is created per run. Idle
- * workers spin briefly (a decode step dispatches hundreds of small tasks) and then sleep
- * on a futex, so an idle engine costs no CPU. Shape follows ggml's threadpool (spin, then
- * sleep on a generation counter) without its graph machinery.
+ * started). Two ways to hand out work, both without allocation or thread creation:
+ *
+ *  - cpu_threadpool_parallel(): an op split into n_chunks independent chunks that threads
+ *    CLAIM (atomic counter, as ggml's current_chunk). The caller works too and returns when
+ *    every chunk is done. Nobody waits for a thread that has not claimed anything, so a
+ *    worker that the OS has descheduled (a loaded machine) costs at most the chunk it holds,
+ *    never a whole op: the caller simply does the remaining chunks itself. This is the path
+ *    of every op of a forward step (hundreds per token).
+ *  - cpu_threadpool_run(): fn runs once on EVERY thread (ith = 0..nth-1), with
+ *    cpu_threadpool_barrier() available inside; kept for work that needs all threads.
+ *
+ * Workers that find no work spin for about a millisecond (ops of one step follow each other
+ * within microseconds) and then sleep on a futex, so an idle engine costs no CPU.
  */
 #ifndef LLB_KERNELS_CPU_THREADPOOL_H
 #define LLB_KERNELS_CPU_THREADPOOL_H
@@ -19,6 +27,10 @@ struct cpu_threadpool;
 /* A task: runs once on every thread, ith in [0, nth). */
 typedef void (*cpu_task_fn)(void *arg, int ith, int nth);
 
+/* A chunk of a parallel op: chunk in [0, n_chunks); ith is the thread running it (for
+ * per-thread scratch), in [0, n_threads). */
+typedef void (*cpu_chunk_fn)(void *arg, int64_t chunk, int ith);
+
 /* Starts n_threads - 1 workers (n_threads in [1, 256]). INVALID_ARGUMENT on a bad count,
  * INTERNAL if a thread cannot be started. Caller frees with cpu_threadpool_destroy. */
 llb_status cpu_threadpool_create(int n_threads, struct cpu_threadpool **out);
@@ -29,12 +41,17 @@ void cpu_threadpool_destroy(struct cpu_threadpool *p);
 /* Number of threads including the caller. */
 int cpu_threadpool_size(const struct cpu_threadpool *p);
 
+/* Runs fn(arg, chunk, ith) for every chunk in [0, n_chunks) on whichever threads claim them
+ * (the caller included) and returns when all are done. n_chunks < 2^31. With one thread or
+ * one chunk everything runs on the caller. Not reentrant: one call at a time, one caller. */
+void cpu_threadpool_parallel(struct cpu_threadpool *p, cpu_chunk_fn fn, void *arg, int64_t n_chunks);
+
 /* Runs fn(arg, ith, nth) on all threads (the caller is ith 0) and waits for all of them.
  * Not reentrant: one run at a time, from one caller thread. */
 void cpu_threadpool_run(struct cpu_threadpool *p, cpu_task_fn fn, void *arg);
 
-/* Barrier among the threads of the current run; call from inside a task, from every
- * thread the same number of times. Memory written before it is visible after it. */
+/* Barrier among the threads of the current cpu_threadpool_run; call from inside its task,
+ * from every thread the same number of times. Memory written before it is visible after it. */
 void cpu_threadpool_barrier(struct cpu_threadpool *p);
 
 #endif

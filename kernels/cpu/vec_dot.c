@@ -472,6 +472,124 @@ AVX2_TARGET static void axpy_f16_avx2(int64_t n, float a, const uint16_t *v, flo
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8_f16(v + i), _mm256_loadu_ps(y + i)));
   for (int64_t i = n8; i < n; i++) y[i] = fmaf(a, llb_fp16_to_fp32(v[i]), y[i]);
 }
+
+/* Tile kernels (cpu_gemm_fn) for Q4_0, Q4_1, Q8_0: per output exactly the float order of
+ * dot_q4_1_avx2_n / dot_q_0_avx2_n; NC weight rows x NR activation rows share loads. */
+enum gemm_kind { GEMM_KIND_Q4_0, GEMM_KIND_Q4_1, GEMM_KIND_Q8_0 };
+
+/* Body of a tile of NC weight rows x NR activation rows; arrays sized exactly so that the
+ * compiler keeps the accumulators in registers. */
+#define GEMM_TILE_BODY(NC, NR)                                                                  \
+  do {                                                                                          \
+    __m256 acc[NC][NR];                                              \
+    float summs[NC][NR];                                             \
+    _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++)                                          \
+      _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++) {                                      \
+        acc[c][r] = _mm256_setzero_ps();                                                          \
+        summs[c][r] = 0.0f;                                                                       \
+      }                                                                                           \
+    const size_t wb = kind == GEMM_KIND_Q4_0 ? sizeof(block_q4_0)                                 \
+                      : kind == GEMM_KIND_Q4_1 ? sizeof(block_q4_1) : sizeof(block_q8_0);         \
+    const size_t ab = kind == GEMM_KIND_Q4_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);           \
+    for (int64_t b = 0; b < k / 32; b++) {                                                        \
+      float dy[NR], sy[NR];                                           \
+      const int8_t *qy[NR];                                                         \
+      _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++) {                                      \
+        const uint8_t *y = (const uint8_t *)act[r] + (size_t)b * ab;                              \
+        uint16_t h;                                                                               \
+        memcpy(&h, y, 2);                                                                         \
+        dy[r] = fp16_avx(h);                                                                      \
+        if (kind == GEMM_KIND_Q4_1) {                                                             \
+          memcpy(&h, y + 2, 2);                                                                   \
+          sy[r] = fp16_avx(h);                                                                    \
+          qy[r] = (const int8_t *)(y + 4);                                                        \
+        } else {                                                                                  \
+          qy[r] = (const int8_t *)(y + 2);                                                        \
+        }                                                                                         \
+      }                                                                                           \
+      _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) {                                      \
+        const uint8_t *x = w + (size_t)c * ws + (size_t)b * wb;                                   \
+        uint16_t h;                                                                               \
+        memcpy(&h, x, 2);                                                                         \
+        const float dx = fp16_avx(h);                                                             \
+        __m256i qx;                                                                               \
+        if (kind == GEMM_KIND_Q4_1) {                                                             \
+          memcpy(&h, x + 2, 2);                                                                   \
+          const float mx = fp16_avx(h);                                                           \
+          _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++) summs[c][r] += mx * sy[r];         \
+          qx = nibbles32(x + 4);                                                                  \
+        } else if (kind == GEMM_KIND_Q4_0) {                                                      \
+          qx = _mm256_sub_epi8(nibbles32(x + 2), _mm256_set1_epi8(8));                            \
+        } else {                                                                                  \
+          qx = _mm256_loadu_si256((const __m256i *)(x + 2));                                      \
+        }                                                                                         \
+        const __m256i ax = kind == GEMM_KIND_Q4_1 ? qx : _mm256_sign_epi8(qx, qx);                \
+        _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++) {                                    \
+          const __m256 d = _mm256_set1_ps(dx * dy[r]);                                            \
+          __m256i y = _mm256_loadu_si256((const __m256i *)qy[r]);                                 \
+          if (kind != GEMM_KIND_Q4_1) y = _mm256_sign_epi8(y, qx);                                \
+          acc[c][r] = _mm256_fmadd_ps(d, lanes_us(ax, y), acc[c][r]);                             \
+        }                                                                                         \
+      }                                                                                           \
+    }                                                                                             \
+    _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++)                                          \
+      _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++) {                                      \
+        const float s = hsum8_avx(acc[c][r]);                                                     \
+        out[(int64_t)r * os + c] = kind == GEMM_KIND_Q4_1 ? s + summs[c][r] : s;                  \
+      } \
+  } while (0)
+
+AVX2_TARGET static inline __attribute__((always_inline)) void
+gemm_tile_avx2(int64_t k, const uint8_t *w, size_t ws, const void *const *act, float *out,
+               int64_t os, const int NC, const int NR, const enum gemm_kind kind) {
+  if (NC == 4 && NR == 1) GEMM_TILE_BODY(4, 1);
+  else if (NC == 4 && NR == 2) GEMM_TILE_BODY(4, 2);
+  else if (NC == 2 && NR == 3) GEMM_TILE_BODY(2, 3);
+  else if (NC == 2 && NR == 4) GEMM_TILE_BODY(2, 4);
+  else if (NC == 1 && NR == 1) GEMM_TILE_BODY(1, 1);
+  else if (NC == 1 && NR == 2) GEMM_TILE_BODY(1, 2);
+  else if (NC == 1 && NR == 3) GEMM_TILE_BODY(1, 3);
+  else GEMM_TILE_BODY(1, 4);
+}
+
+/* Dispatch of one call: columns in groups of 4 (1-2 rows) or 2 (3-4 rows: 8 accumulators
+ * stay in registers), the rest one by one. */
+#define GEMM_TILE_CASE(NC, NR, kind) gemm_tile_avx2(k, wp, w_stride, act, o, out_stride, NC, NR, kind)
+#define DEFINE_GEMM_AVX2(name, kind)                                                              \
+  AVX2_TARGET static void name(int64_t k, const void *w, size_t w_stride, int n_cols,              \
+                               const void *const *act, int n_rows, float *out, int64_t out_stride) { \
+    const int group = n_rows <= 1 ? 1 : n_rows <= 2 ? 4 : 2;                                                      \
+    for (int c = 0; c < n_cols;) {                                                                \
+      const uint8_t *wp = (const uint8_t *)w + (size_t)c * w_stride;                              \
+      float *o = out + c;                                                                         \
+      const int nc = n_cols - c >= group ? group : 1;                                             \
+      if (nc == 4) {                                                                              \
+        if (n_rows == 1) GEMM_TILE_CASE(4, 1, kind);                                              \
+        else GEMM_TILE_CASE(4, 2, kind);                                                          \
+      } else if (nc == 2) {                                                                       \
+        if (n_rows == 3) GEMM_TILE_CASE(2, 3, kind);                                              \
+        else GEMM_TILE_CASE(2, 4, kind);                                                          \
+      } else {                                                                                    \
+        switch (n_rows) {                                                                         \
+        case 1: GEMM_TILE_CASE(1, 1, kind); break;                                                \
+        case 2: GEMM_TILE_CASE(1, 2, kind); break;                                                \
+        case 3: GEMM_TILE_CASE(1, 3, kind); break;                                                \
+        default: GEMM_TILE_CASE(1, 4, kind); break;                                               \
+        }                                                                                         \
+      }                                                                                           \
+      c += nc;                                                                                    \
+    }                                                                                             \
+  }
+DEFINE_GEMM_AVX2(gemm_q4_0_avx2, GEMM_KIND_Q4_0)
+DEFINE_GEMM_AVX2(gemm_q4_1_avx2, GEMM_KIND_Q4_1)
+DEFINE_GEMM_AVX2(gemm_q8_0_avx2, GEMM_KIND_Q8_0)
+
+AVX2_TARGET static void fp32_to_fp16_avx2(const float *x, uint16_t *y, int64_t n) {
+  const int64_t n8 = n - n % 8;
+  for (int64_t i = 0; i < n8; i += 8)
+    _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  for (int64_t i = n8; i < n; i++) y[i] = llb_fp32_to_fp16(x[i]);
+}
 #endif /* CPU_HAVE_X86 */
 
 /* ---------------------------------------------------------------- selection */
@@ -527,4 +645,31 @@ void cpu_axpy_f16(enum cpu_simd_level level, int64_t n, float a, const uint16_t 
 #endif
   (void)level;
   for (int64_t i = 0; i < n; i++) y[i] = fmaf(a, llb_fp16_to_fp32(v[i]), y[i]);
+}
+
+cpu_gemm_fn cpu_gemm_select(enum ggml_type w, enum cpu_simd_level level) {
+  if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
+#if CPU_HAVE_X86
+  if (level == CPU_SIMD_LEVEL_AVX2) {
+    switch (w) {
+    case GGML_TYPE_Q4_0: return gemm_q4_0_avx2;
+    case GGML_TYPE_Q4_1: return gemm_q4_1_avx2;
+    case GGML_TYPE_Q8_0: return gemm_q8_0_avx2;
+    default: break;
+    }
+  }
+#endif
+  (void)w;
+  return NULL;
+}
+
+void cpu_fp32_to_fp16_row(enum cpu_simd_level level, const float *x, uint16_t *y, int64_t n) {
+#if CPU_HAVE_X86
+  if (level == CPU_SIMD_LEVEL_AVX2) {
+    fp32_to_fp16_avx2(x, y, n);
+    return;
+  }
+#endif
+  (void)level;
+  for (int64_t i = 0; i < n; i++) y[i] = llb_fp32_to_fp16(x[i]);
 }

@@ -68,6 +68,25 @@ typedef void (*cpu_vec_dot_fn)(int64_t k, const void *w_row, const void *const *
 /* The dot of weight type w at `level` (clamped to what the CPU runs); NULL if unsupported. */
 cpu_vec_dot_fn cpu_vec_dot_select(enum ggml_type w, enum cpu_simd_level level);
 
+/* Most weight rows (output columns) one gemm tile call takes. */
+#define CPU_GEMM_MAX_COLS 4
+
+/* A tile of a matmul: out[r * out_stride + c] = dot(weight row c, act[r]) for c < n_cols
+ * (1..CPU_GEMM_MAX_COLS; weight row c at w + c * w_stride bytes) and r < n_rows
+ * (1..CPU_DOT_MAX_ROWS). Every output is bit-identical to the cpu_vec_dot_fn of the same type
+ * and level (same float order per output); the tile only shares loads and unpacking: each
+ * weight block is unpacked once for all rows and each activation block read once for all
+ * columns. */
+typedef void (*cpu_gemm_fn)(int64_t k, const void *w, size_t w_stride, int n_cols,
+                            const void *const *act, int n_rows, float *out, int64_t out_stride);
+
+/* The tile kernel of weight type w at `level`; NULL where there is none (then callers loop
+ * over cpu_vec_dot_select's dot per column). */
+cpu_gemm_fn cpu_gemm_select(enum ggml_type w, enum cpu_simd_level level);
+
+/* y[i] = fp16(x[i]) rounded to nearest even (llb_fp32_to_fp16) for i < n; F16C on AVX2. */
+void cpu_fp32_to_fp16_row(enum cpu_simd_level level, const float *x, uint16_t *y, int64_t n);
+
 /* Attention helpers; `level` must not exceed cpu_simd_level_detect() (callers clamp once).
  * Same lane order as the F16 dot: sum_i q[i] * fp16(k[i]). */
 float cpu_dot_f32_f16(enum cpu_simd_level level, int64_t n, const float *q, const uint16_t *k);

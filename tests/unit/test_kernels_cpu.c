@@ -398,6 +398,184 @@ static void test_threadpool_runs_every_thread_once_per_run(void **state) {
   assert_int_equal(cpu_threadpool_create(0, &p), LLB_STATUS_INVALID_ARGUMENT);
 }
 
+/* The tile kernels (several weight rows x several activation rows per call) give every
+ * output bit-identical to the one-column dot, for every tile shape and remainder, on the
+ * SIMD path (the scalar path has no tiles: it is the per-column reference). */
+static void test_gemm_tiles_bit_identical_to_single_dots(void **state) {
+  (void)state;
+  const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
+  const enum cpu_simd_level lvl = cpu_simd_level_detect();
+  for (size_t ti = 0; ti < 3; ti++) {
+    const enum ggml_type t = types[ti];
+    const int64_t N = 11, K = 320;
+    rng_state = 500 + ti;
+    size_t rb;
+    uint8_t *w = random_weight(t, N, K, &rb);
+    const size_t ar = cpu_act_row_bytes(t, K);
+    uint8_t *act = malloc(ar * 4);
+    float x[4 * 320];
+    for (int i = 0; i < 4 * 320; i++) x[i] = rndf() * 2.0f;
+    for (int r = 0; r < 4; r++) cpu_quantize_act_row(t, x + r * K, act + (size_t)r * ar, K);
+    const void *rows[4] = {act, act + ar, act + 2 * ar, act + 3 * ar};
+    const cpu_vec_dot_fn dot = cpu_vec_dot_select(t, lvl);
+    const cpu_gemm_fn gemm = cpu_gemm_select(t, lvl);
+    if (!gemm) {
+      free(act);
+      free(w);
+      continue;
+    }
+    for (int nc = 1; nc <= CPU_GEMM_MAX_COLS; nc++)
+      for (int nr = 1; nr <= CPU_DOT_MAX_ROWS; nr++) {
+        float tile[4 * 11];
+        gemm(K, w + rb, rb, nc, rows, nr, tile, 11);
+        for (int c = 0; c < nc; c++) {
+          float one[4];
+          dot(K, w + (size_t)(1 + c) * rb, rows, nr, one);
+          for (int r = 0; r < nr; r++)
+            if (memcmp(&one[r], &tile[r * 11 + c], sizeof(float)) != 0)
+              fail_msg("%s tile %dx%d col %d row %d: %.9g vs %.9g", ggml_type_name(t), nc, nr, c, r,
+                       tile[r * 11 + c], one[r]);
+        }
+      }
+    free(act);
+    free(w);
+  }
+}
+
+/* Matmul over many row and column counts (every tile remainder): SIMD vs scalar, 2 threads
+ * vs 1, each row alone vs in the batch: bit-identical. */
+static void test_matmul_shapes_bit_identical_across_paths_and_batches(void **state) {
+  (void)state;
+  struct backend_ctx *c1 = make_ctx(1), *c2 = make_ctx(2);
+  const enum ggml_type types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
+  for (size_t ti = 0; ti < 2; ti++)
+    for (int64_t N = 1; N <= 70; N += 23)
+      for (int32_t T = 1; T <= 9; T += 2) {
+        const enum ggml_type t = types[ti];
+        const int64_t K = 256;
+        rng_state = 900 + ti * 97 + (uint64_t)(N * 13 + T);
+        size_t rb;
+        uint8_t *w = random_weight(t, N, K, &rb);
+        struct backend_weight bw = {.type = t, .rows = N, .cols = K, .row_bytes = rb, .data = w};
+        float *x = malloc(sizeof(float) * (size_t)(T * K));
+        float *a = malloc(sizeof(float) * (size_t)(T * N)), *b = malloc(sizeof(float) * (size_t)(T * N));
+        for (int64_t i = 0; i < T * K; i++) x[i] = rndf() * 3.0f;
+        cpu_backend_set_simd_level(c2, cpu_simd_level_detect());
+        run_matmul(c2, x, T, &bw, a);
+        cpu_backend_set_simd_level(c1, CPU_SIMD_LEVEL_SCALAR);
+        run_matmul(c1, x, T, &bw, b);
+        assert_memory_equal(a, b, sizeof(float) * (size_t)(T * N));
+        for (int32_t r = 0; r < T; r++) {
+          run_matmul(c2, x + r * K, 1, &bw, b);
+          assert_memory_equal(a + r * N, b, sizeof(float) * (size_t)N);
+        }
+        free(w);
+        free(x);
+        free(a);
+        free(b);
+      }
+  backend_cpu_ops()->ctx_destroy(c1);
+  backend_cpu_ops()->ctx_destroy(c2);
+}
+
+static void test_fp16_row_conversion_matches_scalar_rounding(void **state) {
+  (void)state;
+  enum { N = 4099 };
+  static float x[N];
+  static uint16_t a[N], b[N];
+  rng_state = 77;
+  for (int i = 0; i < N; i++) {
+    const float mag = ldexpf(1.0f, (int)(rnd() % 50) - 30); /* 2^-30 .. 2^19: subnormal to overflow */
+    x[i] = rndf() * mag;
+  }
+  x[0] = 0.0f;
+  x[1] = -0.0f;
+  x[2] = 65504.0f;
+  x[3] = 65520.0f; /* rounds to inf */
+  x[4] = 5.96e-8f; /* smallest subnormal */
+  cpu_fp32_to_fp16_row(CPU_SIMD_LEVEL_SCALAR, x, a, N);
+  cpu_fp32_to_fp16_row(cpu_simd_level_detect(), x, b, N);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(a[i], llb_fp32_to_fp16(x[i]));
+    if (a[i] != b[i]) fail_msg("x = %.9g: scalar 0x%04x simd 0x%04x", x[i], a[i], b[i]);
+  }
+}
+
+/* GQA attention (6 query heads on 2 KV heads): the SIMD path (heads of a KV head grouped in
+ * one item when there are enough items) equals the scalar per-head path bit for bit, and a
+ * decode row (one item per head) equals the same row computed inside a long prefill. */
+static void test_attention_bit_identical_across_paths_and_grouping(void **state) {
+  (void)state;
+  enum { NB = 16, BS = 8, HKV = 2, H = 6, D = 32, MB = 16, T = 40, Q = 16 };
+  struct backend_ctx *c = make_ctx(2);
+  static uint16_t kc[NB * BS * HKV * D], vc[NB * BS * HKV * D];
+  struct backend_kv_layer kv = {kc, vc, NB, BS, HKV, D};
+  rng_state = 4242;
+  int32_t table[MB];
+  for (int i = 0; i < MB; i++) table[i] = (i * 7 + 3) % NB;
+  static float k[T * HKV * D], v[T * HKV * D], q[Q * H * D], o1[Q * H * D], o2[Q * H * D], od[H * D];
+  int64_t slots[T];
+  for (int i = 0; i < T * HKV * D; i++) k[i] = rndf() * 2, v[i] = rndf();
+  for (int i = 0; i < Q * H * D; i++) q[i] = rndf();
+  for (int j = 0; j < T; j++) slots[j] = (int64_t)table[j / BS] * BS + j % BS;
+  assert_int_equal(backend_cpu_ops()->kv_write(c, &kv, k, v, slots, T), LLB_STATUS_OK);
+  const int32_t qsl[2] = {0, Q}, lens[1] = {T}; /* a chunk: the last Q of T keys */
+  struct backend_attn_params p = {.q = q, .out = o1, .kv = &kv, .num_tokens = Q, .n_heads = H,
+                                  .scale = 0.17f, .num_seqs = 1, .query_start_loc = qsl, .seq_lens = lens,
+                                  .block_tables = table, .max_blocks_per_seq = MB};
+  cpu_backend_set_simd_level(c, cpu_simd_level_detect());
+  assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
+  cpu_backend_set_simd_level(c, CPU_SIMD_LEVEL_SCALAR);
+  p.out = o2;
+  assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
+  assert_memory_equal(o1, o2, sizeof(o1));
+  /* the last row alone, as a decode step */
+  cpu_backend_set_simd_level(c, cpu_simd_level_detect());
+  const int32_t qsl1[2] = {0, 1};
+  struct backend_attn_params pd = p;
+  pd.q = q + (Q - 1) * H * D;
+  pd.out = od;
+  pd.num_tokens = 1;
+  pd.query_start_loc = qsl1;
+  assert_int_equal(backend_cpu_ops()->attention(c, &pd), LLB_STATUS_OK);
+  assert_memory_equal(od, o1 + (Q - 1) * H * D, sizeof(od));
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
+struct chunk_count {
+  _Atomic int *hits; /* [n] */
+  int64_t n;
+  _Atomic int bad_ith;
+};
+
+static void count_chunk(void *arg, int64_t chunk, int ith) {
+  struct chunk_count *cc = arg;
+  if (ith < 0 || ith >= 3) atomic_store(&cc->bad_ith, 1);
+  atomic_fetch_add(&cc->hits[chunk], 1);
+}
+
+/* Thousands of short parallel ops (the shape of a decode step), mixed with all-thread runs:
+ * every chunk runs exactly once, on a valid thread index. */
+static void test_threadpool_parallel_runs_each_chunk_exactly_once(void **state) {
+  (void)state;
+  struct cpu_threadpool *p = NULL;
+  assert_int_equal(cpu_threadpool_create(3, &p), LLB_STATUS_OK);
+  static _Atomic int hits[64];
+  _Atomic int counts[3] = {0};
+  for (int i = 0; i < 3000; i++) {
+    const int64_t n = 1 + i % 64;
+    for (int64_t j = 0; j < n; j++) atomic_store(&hits[j], 0);
+    struct chunk_count cc = {hits, n, 0};
+    cpu_threadpool_parallel(p, count_chunk, &cc, n);
+    assert_int_equal(atomic_load(&cc.bad_ith), 0);
+    for (int64_t j = 0; j < n; j++)
+      if (atomic_load(&hits[j]) != 1) fail_msg("op %d chunk %lld ran %d times", i, (long long)j, atomic_load(&hits[j]));
+    if (i % 7 == 0) cpu_threadpool_run(p, count_task, counts);
+  }
+  for (int i = 0; i < 3; i++) assert_int_equal(atomic_load(&counts[i]), 429);
+  cpu_threadpool_destroy(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_matches_references_for_all_types),
@@ -407,6 +585,11 @@ int main(void) {
       cmocka_unit_test(test_kv_write_skips_negative_slots_and_refuses_out_of_range),
       cmocka_unit_test(test_norm_swiglu_add_embed_match_reference),
       cmocka_unit_test(test_threadpool_runs_every_thread_once_per_run),
+      cmocka_unit_test(test_gemm_tiles_bit_identical_to_single_dots),
+      cmocka_unit_test(test_matmul_shapes_bit_identical_across_paths_and_batches),
+      cmocka_unit_test(test_fp16_row_conversion_matches_scalar_rounding),
+      cmocka_unit_test(test_attention_bit_identical_across_paths_and_grouping),
+      cmocka_unit_test(test_threadpool_parallel_runs_each_chunk_exactly_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,254 @@
+/* llmbus-kernel-bench: speed of the CPU forward pass on a real GGUF model.
+ *
+ *   llmbus-kernel-bench [--model PATH] [--threads N] [--runs N] [--prefill N] [--decode N]
+ *                       [--batch B[,B...]] [--check]
+ *
+ * Prints prefill tok/s (one step of --prefill tokens, logits for the last one), decode tok/s
+ * at each batch size (--decode steps of one token per sequence, every sequence after a
+ * 16-token prompt, logits for every row), as the median (and min/max) of --runs runs, and the
+ * thread count. --check runs the ChatML prompt "What is the capital of France?" greedily and
+ * fails unless the answer names Paris. Shapes follow llama-bench's pp512 / tg runs.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bus/log.h"
+#include "bus/status.h"
+#include "model/chat_template.h"
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+
+#ifndef LLB_DEFAULT_MODEL
+#define LLB_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+#endif
+
+enum { BENCH_BLOCK_SIZE = 16, BENCH_MAX_BATCH = 64, BENCH_PROMPT = 16, BENCH_MAX_RUNS = 64 };
+
+struct bench {
+  struct gguf_file *f;
+  struct llama_model *m;
+  struct llama_forward_ctx *fc;
+  struct llama_kv_cache *kv;
+  int32_t vocab, max_tokens, num_blocks, max_blocks_per_seq;
+  /* step buffers, [max_tokens] each unless noted */
+  int32_t *ids, *pos, *qsl /* [max_tokens + 1] */, *lens, *tables /* [BENCH_MAX_BATCH, max_blocks_per_seq] */,
+      *li;
+  int64_t *slots;
+  float *logits; /* [BENCH_MAX_BATCH, vocab] */
+};
+
+static int die(const char *what, llb_status st) {
+  fprintf(stderr, "%s: %s (%s)\n", what, llb_strerror(st), llb_err_last());
+  return 1;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* One step of n_seqs sequences, each computing len tokens from position start; sequence s
+ * owns blocks [s * max_blocks_per_seq, ...). Logits of the last row of each sequence. */
+static llb_status bench_step(struct bench *b, int32_t n_seqs, int32_t start, int32_t len,
+                             const int32_t *const *seq_ids) {
+  int32_t n = 0;
+  b->qsl[0] = 0;
+  for (int32_t s = 0; s < n_seqs; s++) {
+    for (int32_t r = 0; r < len; r++, n++) {
+      const int32_t p = start + r;
+      b->ids[n] = seq_ids[s][p];
+      b->pos[n] = p;
+      b->slots[n] = (int64_t)b->tables[(int64_t)s * b->max_blocks_per_seq + p / BENCH_BLOCK_SIZE] *
+                        BENCH_BLOCK_SIZE + p % BENCH_BLOCK_SIZE;
+    }
+    b->qsl[s + 1] = n;
+    b->lens[s] = start + len;
+    b->li[s] = n - 1;
+  }
+  const struct llama_batch batch = {.num_tokens = n, .token_ids = b->ids, .positions = b->pos,
+                                    .slot_mapping = b->slots, .num_seqs = n_seqs, .query_start_loc = b->qsl,
+                                    .seq_lens = b->lens, .block_tables = b->tables,
+                                    .max_blocks_per_seq = b->max_blocks_per_seq, .num_logits = n_seqs,
+                                    .logits_indices = b->li};
+  return llama_forward(b->fc, b->kv, &batch, b->logits);
+}
+
+static int32_t argmax(const float *x, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; i++)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+static int run_check(struct bench *b) {
+  struct tokenizer *tok = NULL;
+  llb_status st = tokenizer_load(b->f, &tok);
+  if (st != LLB_STATUS_OK) return die("tokenizer_load", st);
+  const struct chat_message msg = {"user", "What is the capital of France?"};
+  char *text = NULL;
+  int32_t *prompt = NULL;
+  int64_t n_prompt = 0;
+  int rc = 1;
+  if ((st = chat_template_apply(CHAT_TEMPLATE_CHATML, &msg, 1, true, &text)) != LLB_STATUS_OK ||
+      (st = tokenizer_encode(tok, text, strlen(text), true, true, &prompt, &n_prompt)) != LLB_STATUS_OK) {
+    die("prompt", st);
+    goto done;
+  }
+  enum { GEN = 24 };
+  int32_t seq[512];
+  if (n_prompt + GEN > (int64_t)(sizeof(seq) / sizeof(seq[0])) || n_prompt > b->max_tokens) goto done;
+  memcpy(seq, prompt, (size_t)n_prompt * sizeof(int32_t));
+  const int32_t *ids[1] = {seq};
+  char out[1024] = "";
+  size_t out_len = 0;
+  int32_t n = (int32_t)n_prompt;
+  if ((st = bench_step(b, 1, 0, n, ids)) != LLB_STATUS_OK) {
+    die("prefill", st);
+    goto done;
+  }
+  for (int g = 0; g < GEN; g++) {
+    const int32_t next = argmax(b->logits, b->vocab);
+    if (next == tokenizer_eos_id(tok) || tokenizer_is_control(tok, next)) break;
+    const int64_t pl = tokenizer_token_to_piece(tok, next, false, out + out_len, sizeof(out) - 1 - out_len);
+    if (pl > 0 && out_len + (size_t)pl < sizeof(out)) out_len += (size_t)pl;
+    out[out_len] = '\0';
+    seq[n] = next;
+    if ((st = bench_step(b, 1, n, 1, ids)) != LLB_STATUS_OK) {
+      die("decode", st);
+      goto done;
+    }
+    n++;
+  }
+  printf("check: \"%s\"\n", out);
+  rc = strstr(out, "Paris") ? 0 : 1;
+  printf("check: %s\n", rc == 0 ? "ok" : "FAILED (no \"Paris\")");
+done:
+  free(text);
+  free(prompt);
+  tokenizer_destroy(tok);
+  return rc;
+}
+
+static int64_t cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* v: wall tok/s per run; c: process CPU ms per token per run (all threads, spinning included:
+ * on a loaded machine the CPU time is the steadier measure of work done). */
+static void report(const char *what, double *v, double *c, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  qsort(c, (size_t)n, sizeof(double), cmp_double);
+  printf("%-14s %9.2f tok/s  (median of %d; min %.2f, max %.2f)  cpu %.3f ms/tok\n", what, v[n / 2], n,
+         v[0], v[n - 1], c[n / 2]);
+}
+
+int main(int argc, char **argv) {
+  const char *model = LLB_DEFAULT_MODEL;
+  int threads = 2, runs = 5, n_prefill = 512, n_decode = 32, check = 0;
+  int32_t batches[8] = {1, 16};
+  int n_batches = 2;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--check")) check = 1;
+    else if (v && !strcmp(a, "--model")) model = argv[++i];
+    else if (v && !strcmp(a, "--threads")) threads = atoi(argv[++i]);
+    else if (v && !strcmp(a, "--runs")) runs = atoi(argv[++i]);
+    else if (v && !strcmp(a, "--prefill")) n_prefill = atoi(argv[++i]);
+    else if (v && !strcmp(a, "--decode")) n_decode = atoi(argv[++i]);
+    else if (v && !strcmp(a, "--batch")) {
+      n_batches = 0;
+      for (char *s = argv[++i]; *s && n_batches < 8;) {
+        batches[n_batches++] = (int32_t)strtol(s, &s, 10);
+        if (*s == ',') s++;
+        else break;
+      }
+    } else {
+      fprintf(stderr, "usage: %s [--model PATH] [--threads N] [--runs N] [--prefill N] [--decode N] "
+                      "[--batch B[,B...]] [--check]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (threads < 1 || runs < 1 || runs > BENCH_MAX_RUNS || n_prefill < 0 || n_decode < 1) return 2;
+  for (int i = 0; i < n_batches; i++)
+    if (batches[i] < 1 || batches[i] > BENCH_MAX_BATCH) return 2;
+
+  struct bench b = {0};
+  llb_status st;
+  if ((st = gguf_open(model, &b.f)) != LLB_STATUS_OK) return die(model, st);
+  if ((st = llama_model_load(b.f, &b.m)) != LLB_STATUS_OK) return die("llama_model_load", st);
+  const struct llama_config *cfg = llama_model_config(b.m);
+  b.vocab = cfg->vocab_size;
+  int32_t longest = BENCH_PROMPT + n_decode;
+  if (n_prefill > longest) longest = n_prefill;
+  if (longest < 512) longest = 512;
+  b.max_blocks_per_seq = (longest + BENCH_BLOCK_SIZE - 1) / BENCH_BLOCK_SIZE;
+  b.num_blocks = b.max_blocks_per_seq * BENCH_MAX_BATCH;
+  b.max_tokens = BENCH_MAX_BATCH * BENCH_PROMPT > longest ? BENCH_MAX_BATCH * BENCH_PROMPT : longest;
+  if ((st = llama_kv_cache_create(b.m, b.num_blocks, BENCH_BLOCK_SIZE, &b.kv)) != LLB_STATUS_OK)
+    return die("kv cache", st);
+  if ((st = llama_forward_ctx_create(b.m, b.max_tokens, threads, &b.fc)) != LLB_STATUS_OK)
+    return die("forward ctx", st);
+  const size_t T = (size_t)b.max_tokens;
+  b.ids = malloc(T * sizeof(int32_t));
+  b.pos = malloc(T * sizeof(int32_t));
+  b.qsl = malloc((T + 1) * sizeof(int32_t));
+  b.lens = malloc(T * sizeof(int32_t));
+  b.li = malloc(T * sizeof(int32_t));
+  b.slots = malloc(T * sizeof(int64_t));
+  b.tables = malloc((size_t)b.num_blocks * sizeof(int32_t));
+  b.logits = malloc((size_t)BENCH_MAX_BATCH * (size_t)b.vocab * sizeof(float));
+  int32_t *tokens = malloc((size_t)BENCH_MAX_BATCH * (size_t)longest * sizeof(int32_t));
+  const int32_t **seq_ids = malloc(BENCH_MAX_BATCH * sizeof(*seq_ids));
+  if (!b.ids || !b.pos || !b.qsl || !b.lens || !b.li || !b.slots || !b.tables || !b.logits || !tokens || !seq_ids)
+    return die("bench buffers", LLB_STATUS_OUT_OF_MEMORY);
+  for (int32_t i = 0; i < b.num_blocks; i++) b.tables[i] = i;
+  for (int64_t i = 0; i < (int64_t)BENCH_MAX_BATCH * longest; i++) tokens[i] = (int32_t)((i * 7919 + 13) % b.vocab);
+  for (int s = 0; s < BENCH_MAX_BATCH; s++) seq_ids[s] = tokens + (int64_t)s * longest;
+
+  printf("model %s\nthreads %d, runs %d\n", model, threads, runs);
+  int rc = 0;
+  if (check) rc = run_check(&b);
+
+  double v[BENCH_MAX_RUNS], c[BENCH_MAX_RUNS];
+  if (n_prefill > 0) {
+    for (int r = 0; r <= runs; r++) { /* run 0 warms caches and is not counted */
+      const int64_t t0 = llb_now_ns(), c0 = cpu_ns();
+      if ((st = bench_step(&b, 1, 0, n_prefill, seq_ids)) != LLB_STATUS_OK) return die("prefill", st);
+      const double s = (double)(llb_now_ns() - t0) * 1e-9;
+      if (r > 0) v[r - 1] = n_prefill / s, c[r - 1] = (double)(cpu_ns() - c0) * 1e-6 / n_prefill;
+    }
+    char what[32];
+    snprintf(what, sizeof(what), "prefill %d", n_prefill);
+    report(what, v, c, runs);
+  }
+  for (int bi = 0; bi < n_batches; bi++) {
+    const int32_t B = batches[bi];
+    for (int r = 0; r <= runs; r++) {
+      if ((st = bench_step(&b, B, 0, BENCH_PROMPT, seq_ids)) != LLB_STATUS_OK) return die("prompt", st);
+      const int64_t t0 = llb_now_ns(), c0 = cpu_ns();
+      for (int i = 0; i < n_decode; i++)
+        if ((st = bench_step(&b, B, BENCH_PROMPT + i, 1, seq_ids)) != LLB_STATUS_OK) return die("decode", st);
+      const double s = (double)(llb_now_ns() - t0) * 1e-9;
+      if (r > 0) v[r - 1] = (double)B * n_decode / s, c[r - 1] = (double)(cpu_ns() - c0) * 1e-6 / ((double)B * n_decode);
+    }
+    char what[32];
+    snprintf(what, sizeof(what), "decode b%d", B);
+    report(what, v, c, runs);
+  }
+
+  free(tokens);
+  free(seq_ids);
+  free(b.ids); free(b.pos); free(b.qsl); free(b.lens); free(b.li); free(b.slots); free(b.tables);
+  free(b.logits);
+  llama_forward_ctx_destroy(b.fc);
+  llama_kv_cache_destroy(b.kv);
+  llama_model_destroy(b.m);
+  gguf_close(b.f);
+  return rc;
+}
