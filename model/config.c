@@ -218,7 +218,7 @@ llb_status llama_config_from_gguf(const struct gguf_file *f, struct llama_config
   } else {
     c.head_dim = c.embedding_length / c.head_count;
   }
-  int32_t value_length;
+  int32_t value_length = 0;
   arch_key(key, arch, "attention.value_length");
   if ((st = get_i32_opt(f, key, 1, INT32_MAX, c.head_dim, &value_length)) != LLB_STATUS_OK) {
     return st;

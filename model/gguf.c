@@ -86,7 +86,7 @@ static llb_status rd_bytes(struct reader *r, uint64_t n, const uint8_t **out, co
 }
 
 static llb_status rd_u32(struct reader *r, uint32_t *out, const char *what) {
-  const uint8_t *b;
+  const uint8_t *b = NULL;
   llb_status st = rd_bytes(r, 4, &b, what);
   if (st == LLB_STATUS_OK) {
     *out = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
@@ -103,7 +103,7 @@ static uint64_t load_u64(const uint8_t *b) {
 }
 
 static llb_status rd_u64(struct reader *r, uint64_t *out, const char *what) {
-  const uint8_t *b;
+  const uint8_t *b = NULL;
   llb_status st = rd_bytes(r, 8, &b, what);
   if (st == LLB_STATUS_OK) {
     *out = load_u64(b);
@@ -113,7 +113,7 @@ static llb_status rd_u64(struct reader *r, uint64_t *out, const char *what) {
 
 static llb_status rd_str(struct reader *r, struct gguf_str *out, const char *what) {
   uint64_t len;
-  const uint8_t *b;
+  const uint8_t *b = NULL;
   llb_status st = rd_u64(r, &len, what);
   if (st != LLB_STATUS_OK) {
     return st;
@@ -389,7 +389,7 @@ static llb_status check_tensor_data(struct gguf_file *f) {
 
 static llb_status parse_header(struct gguf_file *f, struct reader *r, uint64_t *n_kv,
                                uint64_t *n_tensors) {
-  const uint8_t *magic;
+  const uint8_t *magic = NULL;
   llb_status st = rd_bytes(r, 4, &magic, "magic");
   if (st != LLB_STATUS_OK || memcmp(magic, GGUF_MAGIC, 4) != 0) {
     return LLB_ERRF(LLB_STATUS_MALFORMED, "gguf: not a GGUF file (bad magic, %zu bytes)", f->size);
@@ -693,7 +693,7 @@ static bool load_int(enum gguf_value_type t, const uint8_t *p, int64_t *out, boo
 }
 
 llb_status gguf_get_int(const struct gguf_file *f, const char *key, int64_t *out) {
-  const struct kv_entry *e;
+  const struct kv_entry *e = NULL;
   llb_status st = find_entry(f, key, &e);
   if (st != LLB_STATUS_OK) {
     return st;
@@ -711,7 +711,7 @@ llb_status gguf_get_int(const struct gguf_file *f, const char *key, int64_t *out
 }
 
 llb_status gguf_get_float(const struct gguf_file *f, const char *key, double *out) {
-  const struct kv_entry *e;
+  const struct kv_entry *e = NULL;
   llb_status st = find_entry(f, key, &e);
   if (st != LLB_STATUS_OK) {
     return st;
@@ -729,7 +729,7 @@ llb_status gguf_get_float(const struct gguf_file *f, const char *key, double *ou
 }
 
 llb_status gguf_get_bool(const struct gguf_file *f, const char *key, bool *out) {
-  const struct kv_entry *e;
+  const struct kv_entry *e = NULL;
   llb_status st = find_entry(f, key, &e);
   if (st != LLB_STATUS_OK) {
     return st;
@@ -742,7 +742,7 @@ llb_status gguf_get_bool(const struct gguf_file *f, const char *key, bool *out) 
 }
 
 llb_status gguf_get_str(const struct gguf_file *f, const char *key, struct gguf_str *out) {
-  const struct kv_entry *e;
+  const struct kv_entry *e = NULL;
   llb_status st = find_entry(f, key, &e);
   if (st != LLB_STATUS_OK) {
     return st;
@@ -755,7 +755,7 @@ llb_status gguf_get_str(const struct gguf_file *f, const char *key, struct gguf_
 }
 
 llb_status gguf_get_array(const struct gguf_file *f, const char *key, struct gguf_array *out) {
-  const struct kv_entry *e;
+  const struct kv_entry *e = NULL;
   llb_status st = find_entry(f, key, &e);
   if (st != LLB_STATUS_OK) {
     return st;

@@ -259,9 +259,9 @@ static llb_status parse_ids(json_t *v, const char *name, int32_t **ids, int32_t 
   int32_t *out = malloc(count * sizeof *out);
   if (!out) return oom(err);
   for (size_t i = 0; i < count; i++) {
-    char el[64];
-    snprintf(el, sizeof el, "%s[%zu]", name, i);
-    int64_t x;
+    char el[96];
+    snprintf(el, sizeof el, "%.63s[%zu]", name, i);
+    int64_t x = 0;
     if (get_int(json_array_get(v, i), el, 0, INT32_MAX, &x, err) != LLB_STATUS_OK) {
       free(out);
       return LLB_STATUS_INVALID_ARGUMENT;

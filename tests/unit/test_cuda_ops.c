@@ -52,7 +52,7 @@ static void test_dequantize_matches_ggml_bit_for_bit(void) {
     for (uint64_t seed = 1; seed <= 3; seed++) {
       uint64_t s = seed * 7919 + ti;
       const int64_t n = 256 * (int64_t)(1 + seed * 37);
-      size_t bytes;
+      size_t bytes = 0;
       uint8_t *src = random_blocks(types[ti], n, &s, &bytes);
       float *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
       uint16_t *got16 = malloc((size_t)n * 2);
