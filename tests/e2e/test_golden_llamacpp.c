@@ -4,16 +4,23 @@
  *
  * Usage: test_golden_llamacpp MODEL.gguf GOLDEN.json
  *
- * Tolerance (LOGIT_TOL, absolute, in logit units): model/forward.c follows llama.cpp's CPU
- * numerics (Q8 activations for quantized matmuls, fp16 KV cache), so what is left is float
- * summation order and vectorised exp/silu — effects of order 1e-3..1e-2 on logits that span
- * about 20 units with a standard deviation of 3-4. 0.1 leaves a 10x margin over that while
- * still catching a wrong rope, norm, scale, quantisation or cache layout, each of which moves
- * logits by tenths to whole units. The same bound applies to the mean and standard deviation
- * of the full first-step vector. A greedy step may differ only where llama.cpp's own top-2
- * logits are within LOGIT_TOL of each other (a near-tie that summation order can flip), our
- * token is llama.cpp's runner-up, and at most one case diverges; after a divergence the rest
- * of that continuation is not compared.
+ * Tolerances. Bit-for-bit agreement with llama.cpp is not the bar: this Q4_1 model under ggml's
+ * numerics (activations re-quantized to Q8_1/Q8_0 before every matmul) is chaotic. A 1e-6
+ * relative perturbation of the embeddings moves first-step logits by ~1.2 in a float64
+ * reference with simulated Q8 activations (by 1e-4 without them): it flips a few Q8 roundings,
+ * and each flip is a step of amax/127 next to the massive-activation channels. llama.cpp itself,
+ * same build and machine, moves its logits by up to 0.86 (max |diff| over the top 256; rms 0.47,
+ * mean shift 0.55) when the prompt is evaluated one token per ubatch instead of in one batch.
+ * The bounds below are set from that self-variation (tests/tools/reference_forward.py and
+ * tests/tools/README.md give the measurements); a real numerics bug is an order of magnitude
+ * beyond them: NEOX rope instead of NORM gives max |diff| 5-12, rms 2-7, correlation 0.3-0.65.
+ *
+ * First step, per case, over llama.cpp's top-256 ids: max |diff| <= FIRST_MAX_TOL, rms diff <=
+ * FIRST_RMS_TOL, Pearson correlation >= FIRST_CORR_MIN; mean and std of the full vector within
+ * STAT_TOL; our argmax equal to llama.cpp's unless its top-2 gap is <= TIE_TOL.
+ * Greedy, teacher-forced: every step feeds llama.cpp's token (so one near-tie does not end the
+ * comparison), and at every step llama.cpp's token must be within STEP_TOL of our best logit;
+ * at least MIN_EXACT_PERCENT of all steps must pick exactly llama.cpp's token.
  *
  * The model missing is a skip (77) locally and a failure under CI (env CI=true).
  */
@@ -36,9 +43,14 @@
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 
-#define LOGIT_TOL 0.1f
+#define FIRST_MAX_TOL 1.5f
+#define FIRST_RMS_TOL 0.75
+#define FIRST_CORR_MIN 0.98
+#define STAT_TOL 1.0
+#define TIE_TOL 0.5f
+#define STEP_TOL 1.0f
+#define MIN_EXACT_PERCENT 90
 #define BLOCK_SIZE 16
-#define MAX_DIVERGED 1
 
 static const char *g_model_path;
 static const char *g_golden_path;
@@ -195,12 +207,24 @@ static float compare_first_logits(struct golden_env *e, const json_t *c, const c
                                   int *failures) {
   json_t *fl = jget(c, "first_logits");
   json_t *ids = jget(fl, "top_ids"), *vals = jget(fl, "top_values");
+  const size_t n_top = json_array_size(ids);
   float max_diff = 0.0f;
-  for (size_t i = 0; i < json_array_size(ids); i++) {
+  double sd2 = 0.0, so = 0.0, sg = 0.0, soo = 0.0, sgg = 0.0, sog = 0.0;
+  for (size_t i = 0; i < n_top; i++) {
     int32_t id = (int32_t)json_integer_value(json_array_get(ids, i));
-    float d = fabsf(e->logits[id] - (float)json_number_value(json_array_get(vals, i)));
+    const double ours = e->logits[id], gold = json_number_value(json_array_get(vals, i));
+    float d = (float)fabs(ours - gold);
     if (!(d <= max_diff)) max_diff = d; /* NaN propagates as a failure */
+    sd2 += (ours - gold) * (ours - gold);
+    so += ours;
+    sg += gold;
+    soo += ours * ours;
+    sgg += gold * gold;
+    sog += ours * gold;
   }
+  const double rms = sqrt(sd2 / (double)n_top);
+  const double cov = sog - so * sg / (double)n_top;
+  const double corr = cov / sqrt((soo - so * so / (double)n_top) * (sgg - sg * sg / (double)n_top));
   int32_t argmax = 0;
   double sum = 0.0, sum2 = 0.0;
   for (int32_t i = 0; i < e->vocab; i++) {
@@ -213,22 +237,22 @@ static float compare_first_logits(struct golden_env *e, const json_t *c, const c
   int32_t g0 = (int32_t)json_integer_value(json_array_get(ids, 0));
   float gap = (float)(json_number_value(json_array_get(vals, 0)) -
                       json_number_value(json_array_get(vals, 1)));
-  bool ok = max_diff <= LOGIT_TOL && (argmax == g0 || gap <= LOGIT_TOL) &&
-            fabs(mean - json_number_value(jget(fl, "mean"))) <= LOGIT_TOL &&
-            fabs(std - json_number_value(jget(fl, "std"))) <= LOGIT_TOL;
-  if (!ok) {
-    printf("  %s: first logits off: max|diff| top-256 %.4f, argmax %d vs %d, mean %.4f vs %.4f, "
-           "std %.4f vs %.4f\n", name, max_diff, argmax, g0, mean,
-           json_number_value(jget(fl, "mean")), std, json_number_value(jget(fl, "std")));
-    (*failures)++;
-  }
+  bool ok = max_diff <= FIRST_MAX_TOL && rms <= FIRST_RMS_TOL && corr >= FIRST_CORR_MIN &&
+            (argmax == g0 || gap <= TIE_TOL) &&
+            fabs(mean - json_number_value(jget(fl, "mean"))) <= STAT_TOL &&
+            fabs(std - json_number_value(jget(fl, "std"))) <= STAT_TOL;
+  printf("  %s: first logits: max|diff| %.4f, rms %.4f, corr %.5f, argmax %d vs %d (gap %.4f), "
+         "mean %.4f vs %.4f, std %.4f vs %.4f%s\n", name, max_diff, rms, corr, argmax, g0, gap, mean,
+         json_number_value(jget(fl, "mean")), std, json_number_value(jget(fl, "std")),
+         ok ? "" : ": OFF");
+  if (!ok) (*failures)++;
   return max_diff;
 }
 
 static void test_matches_llamacpp_golden_outputs(void **state) {
   struct golden_env *e = *state;
   json_t *cases = jget(e->doc, "cases");
-  int failures = 0, diverged = 0;
+  int failures = 0, total_steps = 0, total_matched = 0;
   struct llb_sampling_params greedy;
   llb_sampling_params_init(&greedy);
   greedy.temperature = 0.0f;
@@ -246,36 +270,35 @@ static void test_matches_llamacpp_golden_outputs(void **state) {
 
     json_t *steps = jget(c, "greedy");
     int32_t matched = 0, n_steps = (int32_t)json_array_size(steps);
+    float worst = 0.0f;
     for (int32_t s = 0; s < n_steps; s++) {
       if (s > 0) forward_rows(e, n_prompt + s - 1, 1);
+      json_t *st = json_array_get(steps, (size_t)s);
+      int32_t want = (int32_t)json_integer_value(jget(st, "id"));
+      float best = e->logits[0];
+      for (int32_t i = 1; i < e->vocab; i++)
+        if (e->logits[i] > best) best = e->logits[i];
+      const float margin = best - e->logits[want]; /* 0 when we pick llama.cpp's token too */
       struct sampler_result r;
       CHECK_OK(sampler_sample(e->sampler, &greedy, e->logits, e->seq, n_prompt + s, NULL, 0, 0,
                               s, &r));
-      json_t *st = json_array_get(steps, (size_t)s);
-      int32_t want = (int32_t)json_integer_value(jget(st, "id"));
-      if (r.token_id == want) {
-        e->seq[n_prompt + s] = r.token_id;
-        matched++;
-        continue;
+      if (r.token_id == want) matched++;
+      if (!(margin <= worst)) worst = margin;
+      if (!(margin <= STEP_TOL)) {
+        printf("  %s: step %d: llama.cpp's token %d is %.4f below our best (%d)\n", name, s, want,
+               margin, r.token_id);
+        failures++;
       }
-      json_t *t2 = jget(st, "top2_ids"), *v2 = jget(st, "top2_values");
-      float gap = (float)(json_number_value(json_array_get(v2, 0)) -
-                          json_number_value(json_array_get(v2, 1)));
-      bool near_tie = gap <= LOGIT_TOL &&
-                      r.token_id == (int32_t)json_integer_value(json_array_get(t2, 1));
-      printf("  %s: step %d: ours %d (%.4f), llama.cpp %d (%.4f; runner-up %lld, gap %.4f)%s\n",
-             name, s, r.token_id, e->logits[r.token_id], want, e->logits[want],
-             (long long)json_integer_value(json_array_get(t2, 1)), gap,
-             near_tie ? ": near-tie" : ": NOT a near-tie");
-      if (near_tie) diverged++;
-      else failures++;
-      break;
+      e->seq[n_prompt + s] = want; /* teacher forcing: continue on llama.cpp's path */
     }
-    printf("%-24s prompt %4d tokens, first logits max|diff| %.4f, greedy %d/%d\n", name,
-           n_prompt, max_diff, matched, n_steps);
+    total_steps += n_steps;
+    total_matched += matched;
+    printf("%-24s prompt %4d tokens, first logits max|diff| %.4f, greedy %d/%d exact, worst "
+           "margin %.4f\n", name, n_prompt, max_diff, matched, n_steps, worst);
   }
-  if (diverged > MAX_DIVERGED) {
-    printf("%d cases diverged at near-ties; at most %d may\n", diverged, MAX_DIVERGED);
+  if (total_matched * 100 < total_steps * MIN_EXACT_PERCENT) {
+    printf("greedy: %d of %d steps exact, fewer than %d%%\n", total_matched, total_steps,
+           MIN_EXACT_PERCENT);
     failures++;
   }
   assert_int_equal(failures, 0);
