@@ -330,7 +330,7 @@ static void resolved_sizes(const struct model_runner *r, const struct llb_schedu
                            const struct mr_sched *e, int64_t *tokens, int64_t *computed, int64_t *blocks) {
   if (e->new_index >= 0) {
     const struct llb_new_request_data *nr = &so->scheduled_new_reqs[e->new_index];
-    *tokens = nr->num_prompt_token_ids;
+    *tokens = (int64_t)nr->num_prompt_token_ids + nr->num_output_token_ids;
     *computed = nr->num_computed_tokens;
     *blocks = nr->num_block_ids;
     return;

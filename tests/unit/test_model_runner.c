@@ -275,14 +275,15 @@ static void test_mixed_chunked_preempted_batch_matches_each_request_alone(void *
     }
   }
   /* 4..: both decode; at step 6 a is preempted and later resumed as new on other blocks,
-   * recomputed in chunks of at most 8 tokens (its 15 known tokens take two). */
+   * recomputed in chunks of at most 12 tokens: its 15 known tokens take two, and the first,
+   * sent as NewRequestData, already reaches past its 10 prompt tokens into its outputs. */
   while (a.num_tokens - a.num_prompt < NUM_OUT || b.num_tokens - b.num_prompt < NUM_OUT) {
     sim_begin(&s, step);
     if (step == 6) {
       sim_preempt(&s, &a);
     } else if (a.num_tokens - a.num_prompt < NUM_OUT) {
       int32_t n = a.num_tokens - a.num_computed;
-      if (n > 8) n = 8;
+      if (n > 12) n = 12;
       sim_schedule(&s, &a, n);
     }
     if (b.num_tokens - b.num_prompt < NUM_OUT) sim_schedule(&s, &b, 1);
