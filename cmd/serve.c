@@ -23,12 +23,13 @@ static const struct {
     {"output-processor", "llmbus-output-processor", true, false},
     {"input-processor", "llmbus-input-processor", true, false},
     {"api-server", "llmbus-api-server", true, true},
+    {"encoder-cache", "llmbus-encoder-cache", false, false},
 };
 
 /* Engine flags serve passes on, and the actors (by index in serve_actors) that take each:
  * the KV geometry must agree between kv_manager, worker and scheduler. */
 enum { A_KV = 1 << 0, A_WORKER = 1 << 1, A_SCHED = 1 << 2, A_OUT = 1 << 3, A_IN = 1 << 4,
-       A_API = 1 << 5, A_ALL = 0x3f };
+       A_API = 1 << 5, A_ENC = 1 << 6, A_ALL = 0x7f };
 static const struct {
   const char *name;
   bool takes_value;
@@ -43,6 +44,9 @@ static const struct {
     {"max-model-len", true, A_SCHED | A_IN, "context length limit (prompt + output)"},
     {"policy", true, A_SCHED, "fcfs | priority"},
     {"no-prefix-caching", false, A_KV | A_SCHED, "disable the prefix cache"},
+    {"encoder-cache-size", true, A_SCHED | A_ENC,
+     "encoder-output cache, embedding rows (multimodal items kept for reuse)"},
+    {"encoder-compute-budget", true, A_SCHED, "embedding rows encoded per step (0 = the token budget)"},
     {"threads", true, A_WORKER, "worker threads for the forward pass"},
     {"device", true, A_WORKER, "cpu | cuda"},
     {"engine-id", true, A_ALL, "engine id (<eid> in llm.engine.<eid>.*)"},

@@ -54,6 +54,8 @@ static fb::Offset<void> build_scheduler_stats(Enc &e, const llb_scheduler_stats 
   t.add_generation_tokens_total(m.generation_tokens_total);
   t.add_encoder_cache_queries(m.encoder_cache_queries);
   t.add_encoder_cache_hits(m.encoder_cache_hits);
+  t.add_encoder_inputs_computed(m.encoder_inputs_computed);
+  t.add_encoder_embeds_computed(m.encoder_embeds_computed);
   return t.Finish().Union();
 }
 
@@ -73,6 +75,8 @@ static bool read_scheduler_stats(Dec &d, const llmbus::SchedulerStats &t,
   m.generation_tokens_total = t.generation_tokens_total();
   m.encoder_cache_queries = t.encoder_cache_queries();
   m.encoder_cache_hits = t.encoder_cache_hits();
+  m.encoder_inputs_computed = t.encoder_inputs_computed();
+  m.encoder_embeds_computed = t.encoder_embeds_computed();
   return d.str(t.engine_id(), &m.engine_id, "engine_id");
 }
 

@@ -75,7 +75,11 @@ static fb::Offset<void> build_scheduler_output(Enc &e, const llb_scheduler_outpu
       [](Enc &e, const llb_scheduled_encoder_input &s) {
         auto id = e.str(s.req_id, "req_id", true);
         auto in = e.vec(s.input_ids, s.num_input_ids, "input_ids");
-        return e.ok() ? llmbus::CreateScheduledEncoderInput(e.b, id, in)
+        auto mm = enc_mm_features(e, s.mm_features, s.num_mm_features, "mm_features");
+        if (e.ok() && s.num_mm_features != 0 && s.num_mm_features != s.num_input_ids)
+          e.fail(LLB_STATUS_INVALID_ARGUMENT, "mm_features", "%d entries for %d input_ids",
+                 s.num_mm_features, s.num_input_ids);
+        return e.ok() ? llmbus::CreateScheduledEncoderInput(e.b, id, in, mm)
                       : fb::Offset<llmbus::ScheduledEncoderInput>(0);
       });
   auto finished = e.strs(m.finished_req_ids, m.num_finished_req_ids, "finished_req_ids");
@@ -185,8 +189,15 @@ static bool read_scheduler_output(Dec &d, const llmbus::SchedulerOutput &t,
       d.tables(t.scheduled_encoder_inputs(), &m.scheduled_encoder_inputs,
                &m.num_scheduled_encoder_inputs, "scheduled_encoder_inputs",
                [](Dec &d, const llmbus::ScheduledEncoderInput &s, llb_scheduled_encoder_input &o) {
-                 return d.str(s.req_id(), &o.req_id, "req_id", true) &&
-                        d.vec(s.input_ids(), &o.input_ids, &o.num_input_ids, "input_ids");
+                 if (!(d.str(s.req_id(), &o.req_id, "req_id", true) &&
+                       d.vec(s.input_ids(), &o.input_ids, &o.num_input_ids, "input_ids") &&
+                       dec_mm_features(d, s.mm_features(), &o.mm_features, &o.num_mm_features,
+                                       "mm_features")))
+                   return false;
+                 if (o.num_mm_features != 0 && o.num_mm_features != o.num_input_ids)
+                   return d.fail(LLB_STATUS_MALFORMED, "mm_features", "%d entries for %d input_ids",
+                                 o.num_mm_features, o.num_input_ids);
+                 return true;
                }) &&
       d.strs(t.finished_req_ids(), &m.finished_req_ids, &m.num_finished_req_ids,
              "finished_req_ids") &&
@@ -306,11 +317,12 @@ static fb::Offset<void> build_encoder_step(Enc &e, const llb_encoder_step &m) {
       });
   if (!e.ok())
     return 0;
-  return llmbus::CreateEncoderStep(e.b, LLB_SCHEMA_VERSION, m.step, ops).Union();
+  return llmbus::CreateEncoderStep(e.b, LLB_SCHEMA_VERSION, m.step, ops, m.reset).Union();
 }
 
 static bool read_encoder_step(Dec &d, const llmbus::EncoderStep &t, llb_encoder_step &m) {
   m.step = t.step();
+  m.reset = t.reset();
   return d.tables(t.ops(), &m.ops, &m.num_ops, "ops",
                   [](Dec &d, const llmbus::EncoderOp &o, llb_encoder_op &v) {
                     int kind = (int)o.kind();

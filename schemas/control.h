@@ -40,6 +40,8 @@ struct llb_scheduler_stats {
   uint64_t generation_tokens_total;
   uint64_t encoder_cache_queries;
   uint64_t encoder_cache_hits;
+  uint64_t encoder_inputs_computed; /* items sent to the worker's encoder, cumulative */
+  uint64_t encoder_embeds_computed; /* their embedding rows, cumulative */
 };
 
 /* The generic error reply to any request subject. */

@@ -31,6 +31,7 @@ struct llb_encoder_step {
   uint64_t step;
   const struct llb_encoder_op *ops; /* [num_ops], applied in order */
   int32_t num_ops;
+  bool reset;                       /* drop every entry before the ops */
 };
 
 struct llb_encoder_step_result {

@@ -50,6 +50,10 @@ struct llb_scheduled_encoder_input {
   struct llb_str req_id;    /* required */
   const int32_t *input_ids; /* [num_input_ids]: indices into the request's mm_features */
   int32_t num_input_ids;
+  /* The inputs to encode with their data, parallel to input_ids ([num_mm_features] =
+   * num_input_ids when present; 0 = none: the worker then uses the request's own). */
+  const struct llb_mm_feature *mm_features;
+  int32_t num_mm_features;
 };
 
 struct llb_scheduler_output {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/gpu_worker/mm_encoder.h"
 #include "actors/gpu_worker/sampler.h"
 
 /* One request of the persistent batch. Buffers are owned by the row and reused when the row
@@ -23,6 +24,14 @@ struct mr_request {
   int32_t num_block_ids, block_cap;
   int32_t num_computed_tokens;
   struct llb_sampling_params sampling_params;
+  struct mr_mm *mm;             /* [num_mm] multimodal placeholders, by offset */
+  int64_t num_mm, mm_cap;
+};
+
+/* A multimodal item of a request: placeholder range and encoder-output key. */
+struct mr_mm {
+  int32_t offset, length;
+  char *hash;
 };
 
 /* What phase 1 (checking) resolves for one scheduled entry, used by phase 2. */
@@ -63,6 +72,10 @@ struct model_runner {
   float *logits;              /* [logits_cap] as [num_logits, vocab_size] */
   int64_t logits_cap;
   struct llama_batch batch;
+  struct mm_encoder_cache *mm;  /* encoder outputs by mm_hash */
+  int32_t hidden_size;
+  float *embeds;                /* [max_num_batched_tokens, hidden_size], allocated on first use */
+  uint8_t *embeds_mask;         /* [max_num_batched_tokens] */
 
   /* output, grow-only: valid until the next execute */
   struct llb_str *out_req_ids;   /* [step_cap] */
@@ -116,8 +129,15 @@ static llb_status fail(struct model_runner *r, llb_status st, const char *field,
   return LLB_ERRF(st, "%s: %s", field, r->err_message);
 }
 
+static void free_mm(struct mr_request *q) {
+  for (int64_t i = 0; i < q->num_mm; i++) free(q->mm[i].hash);
+  q->num_mm = 0;
+}
+
 static void free_request(struct mr_request *q) {
   if (!q) return;
+  free_mm(q);
+  free(q->mm);
   free(q->req_id);
   free(q->token_ids);
   free(q->block_ids);
@@ -148,6 +168,8 @@ llb_status model_runner_create(const struct llama_model *m, const struct model_r
   if ((st = llama_kv_cache_create(m, cfg->num_blocks, cfg->block_size, &r->kv))) goto fail;
   if ((st = llama_forward_ctx_create(m, cfg->max_num_batched_tokens, cfg->num_threads, &r->fwd))) goto fail;
   if ((st = sampler_create(c->vocab_size, &r->sampler))) goto fail;
+  r->hidden_size = c->embedding_length;
+  if ((st = mm_encoder_cache_create(c->embedding_length, &r->mm))) goto fail;
   st = LLB_STATUS_OUT_OF_MEMORY;
   const size_t nt = (size_t)cfg->max_num_batched_tokens;
   r->token_ids = malloc(nt * sizeof(int32_t));
@@ -188,6 +210,9 @@ void model_runner_destroy(struct model_runner *r) {
   free(r->lp_logprobs);
   free(r->lp_ranks);
   sampler_destroy(r->sampler);
+  mm_encoder_cache_destroy(r->mm);
+  free(r->embeds);
+  free(r->embeds_mask);
   llama_forward_ctx_destroy(r->fwd);
   llama_kv_cache_destroy(r->kv);
   free(r);
@@ -198,6 +223,10 @@ int64_t model_runner_kv_cache_bytes(const struct model_runner *r) { return r->kv
 int32_t model_runner_num_reqs(const struct model_runner *r) { return r->num_rows; }
 
 const struct llama_batch *model_runner_last_batch(const struct model_runner *r) { return &r->batch; }
+
+int32_t model_runner_num_encoder_outputs(const struct model_runner *r) { return mm_encoder_cache_num_entries(r->mm); }
+
+uint64_t model_runner_num_encoded(const struct model_runner *r) { return mm_encoder_cache_num_encoded(r->mm); }
 
 /* Grows every per-row / per-entry scratch array to hold n entries. */
 static bool reserve_step(struct model_runner *r, int32_t n) {
@@ -251,8 +280,17 @@ static llb_status check_new(struct model_runner *r, const struct llb_scheduler_o
   if (nr->sampling_params->logprobs > LLB_MAX_LOGPROBS)
     return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "logprobs %d > %d", nr->sampling_params->logprobs,
                 LLB_MAX_LOGPROBS);
-  if (nr->num_mm_features > 0)
-    return fail(r, LLB_STATUS_UNSUPPORTED, field, "multimodal inputs are not supported by this worker");
+  for (int32_t k = 0; k < nr->num_mm_features; k++) {
+    const struct llb_mm_feature *f = &nr->mm_features[k];
+    if (f->mm_hash.len == 0 || f->length < 1 || (int64_t)f->offset + f->length > nr->num_prompt_token_ids ||
+        (k > 0 && f->offset < nr->mm_features[k - 1].offset + nr->mm_features[k - 1].length))
+      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field,
+                  "mm_features[%d]: placeholders [%d, %lld) unhashed, empty, outside the %d-token prompt or "
+                  "overlapping", k, f->offset, (long long)f->offset + f->length, nr->num_prompt_token_ids);
+    if (!mm_encoder_supports(f->modality))
+      return fail(r, LLB_STATUS_UNSUPPORTED, field, "mm_features[%d]: modality '%s' has no encoder here", k,
+                  f->modality.data);
+  }
   if (nr->num_prompt_token_ids < 1 || (nr->num_prompt_token_ids > 0 && !nr->prompt_token_ids))
     return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "no prompt tokens");
   for (int32_t t = 0; t < nr->num_prompt_token_ids; t++)
@@ -356,8 +394,6 @@ static llb_status check_output(struct model_runner *r, const struct llb_schedule
   if (so->block_size != r->cfg.block_size)
     return fail(r, LLB_STATUS_INVALID_ARGUMENT, "block_size", "block_size %d but the worker's KV cache has %d",
                 so->block_size, r->cfg.block_size);
-  if (so->num_scheduled_encoder_inputs > 0)
-    return fail(r, LLB_STATUS_UNSUPPORTED, "scheduled_encoder_inputs", "encoder inputs are not supported");
   const struct llb_cached_request_data *cd = &so->scheduled_cached_reqs;
   if (so->num_scheduled_new_reqs < 0 || so->num_scheduled_reqs < 0 || cd->num_reqs < 0 ||
       (so->num_scheduled_new_reqs > 0 && !so->scheduled_new_reqs) ||
@@ -419,6 +455,25 @@ static llb_status check_output(struct model_runner *r, const struct llb_schedule
                   (int)s->req_id.len, s->req_id.data, (long long)blocks, r->cfg.block_size);
     total += s->num_tokens;
   }
+  for (int32_t i = 0; i < so->num_scheduled_encoder_inputs; i++) {
+    const struct llb_scheduled_encoder_input *e = &so->scheduled_encoder_inputs[i];
+    char field[96];
+    snprintf(field, sizeof(field), "scheduled_encoder_inputs[%d]", i);
+    const int32_t ni = find_new(so, e->req_id, so->num_scheduled_new_reqs);
+    const int32_t row = ni >= 0 ? -1 : find_row(r, e->req_id);
+    if (ni < 0 && (row < 0 || r->row_removed[row]))
+      return fail(r, LLB_STATUS_NOT_FOUND, field, "unknown request \"%.*s\"", (int)e->req_id.len, e->req_id.data);
+    const int64_t nf = ni >= 0 ? so->scheduled_new_reqs[ni].num_mm_features : r->rows[row]->num_mm;
+    if (e->num_mm_features != e->num_input_ids)
+      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "%d inputs but %d items with data", e->num_input_ids,
+                  e->num_mm_features);
+    for (int32_t k = 0; k < e->num_input_ids; k++) {
+      if (e->input_ids[k] < 0 || e->input_ids[k] >= nf)
+        return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "input id %d outside [0, %lld)", e->input_ids[k],
+                    (long long)nf);
+      if ((st = mm_encoder_check_item(r->mm, &e->mm_features[k]))) return fail(r, st, field, "%s", llb_err_last());
+    }
+  }
   if (total > r->cfg.max_num_batched_tokens)
     return fail(r, LLB_STATUS_TOO_LARGE, "total_num_scheduled_tokens",
                 "%lld tokens scheduled; the worker's capacity is %d (--max-num-batched-tokens)", (long long)total,
@@ -472,6 +527,16 @@ static llb_status add_new(struct model_runner *r, const struct llb_new_request_d
   if (!append_blocks(q, nr->block_ids, nr->num_block_ids)) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
   q->num_computed_tokens = nr->num_computed_tokens;
   q->sampling_params = *nr->sampling_params;
+  free_mm(q);
+  if (!grow((void **)&q->mm, &q->mm_cap, nr->num_mm_features, sizeof(*q->mm)))
+    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "mm features");
+  for (int32_t k = 0; k < nr->num_mm_features; k++) {
+    const struct llb_mm_feature *f = &nr->mm_features[k];
+    char *h = malloc(f->mm_hash.len + 1);
+    if (!h) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "mm hash");
+    memcpy(h, f->mm_hash.data, f->mm_hash.len + 1);
+    q->mm[q->num_mm++] = (struct mr_mm){.offset = f->offset, .length = f->length, .hash = h};
+  }
   r->num_rows++;
   return LLB_STATUS_OK;
 }
@@ -519,6 +584,36 @@ static llb_status apply_updates(struct model_runner *r, const struct llb_schedul
 
 /* ---- phase 3: flattened batch, forward, sampling ---- */
 
+/* vLLM _gather_mm_embeddings for one request: the slices of its items' cached outputs that
+ * overlap its scheduled tokens [start, start + len) go to rows [at, at + len) of r->embeds. */
+static llb_status gather_mm(struct model_runner *r, const struct mr_request *q, int32_t start, int32_t len,
+                            int32_t at, bool *any) {
+  const size_t nt = (size_t)r->cfg.max_num_batched_tokens, hs = (size_t)r->hidden_size;
+  if (!r->embeds) {
+    r->embeds = malloc(nt * hs * sizeof(float));
+    r->embeds_mask = malloc(nt);
+    if (!r->embeds || !r->embeds_mask) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "input embeddings");
+  }
+  if (!*any) memset(r->embeds_mask, 0, nt);
+  for (int64_t k = 0; k < q->num_mm; k++) {
+    const struct mr_mm *m = &q->mm[k];
+    const int32_t lo = m->offset > start ? m->offset : start;
+    const int32_t hi = m->offset + m->length < start + len ? m->offset + m->length : start + len;
+    if (lo >= hi) continue;
+    int32_t rows = 0;
+    const float *out = mm_encoder_cache_get(r->mm, llb_str_c(m->hash), &rows);
+    if (!out || rows != m->length)
+      return fail(r, LLB_STATUS_NOT_FOUND, "scheduled_encoder_inputs",
+                  "request \"%s\": encoder output of item %s is not cached (never scheduled, or freed)",
+                  q->req_id, m->hash);
+    memcpy(r->embeds + (size_t)(at + lo - start) * hs, out + (size_t)(lo - m->offset) * hs,
+           (size_t)(hi - lo) * hs * sizeof(float));
+    memset(r->embeds_mask + at + lo - start, 1, (size_t)(hi - lo));
+    *any = true;
+  }
+  return LLB_STATUS_OK;
+}
+
 static llb_status prepare_inputs(struct model_runner *r, const struct llb_scheduler_output *so, int32_t *num_seqs) {
   for (int32_t i = 0; i < r->num_rows; i++) r->row_sched[i] = 0;
   for (int32_t k = 0; k < so->num_scheduled_reqs; k++)
@@ -535,6 +630,7 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
     return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "batch of %d requests", ns);
   const int32_t bs = r->cfg.block_size;
   int32_t s = 0, n = 0, nl = 0;
+  bool any_mm = false;
   r->query_start_loc[0] = 0;
   for (int32_t i = 0; i < r->num_rows; i++) {
     const int32_t len = r->row_sched[i];
@@ -546,6 +642,10 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
       r->token_ids[n + t] = q->token_ids[pos];
       r->positions[n + t] = pos;
       r->slot_mapping[n + t] = (int64_t)q->block_ids[pos / bs] * bs + pos % bs;
+    }
+    if (q->num_mm > 0) {
+      llb_status st = gather_mm(r, q, start, len, n, &any_mm);
+      if (st) return st;
     }
     int32_t *bt = r->block_tables + (int64_t)s * max_blocks;
     memcpy(bt, q->block_ids, (size_t)q->num_block_ids * sizeof(int32_t));
@@ -563,7 +663,8 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
       .num_tokens = n, .token_ids = r->token_ids, .positions = r->positions, .slot_mapping = r->slot_mapping,
       .num_seqs = ns, .query_start_loc = r->query_start_loc, .seq_lens = r->seq_lens,
       .block_tables = r->block_tables, .max_blocks_per_seq = max_blocks, .num_logits = nl,
-      .logits_indices = r->logits_indices};
+      .logits_indices = r->logits_indices, .input_embeds = any_mm ? r->embeds : NULL,
+      .embeds_mask = any_mm ? r->embeds_mask : NULL};
   *num_seqs = ns;
   return LLB_STATUS_OK;
 }
@@ -626,6 +727,15 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   llb_status st = check_output(r, so);
   if (!st) st = apply_updates(r, so);
   if (st) return st;
+  /* vLLM _update_states + _execute_mm_encoder: drop evicted outputs, then encode. */
+  for (int32_t i = 0; i < so->num_free_encoder_mm_hashes; i++)
+    mm_encoder_cache_drop(r->mm, so->free_encoder_mm_hashes[i]);
+  for (int32_t i = 0; i < so->num_scheduled_encoder_inputs; i++) {
+    const struct llb_scheduled_encoder_input *e = &so->scheduled_encoder_inputs[i];
+    for (int32_t k = 0; k < e->num_mm_features; k++)
+      if ((st = mm_encoder_cache_encode(r->mm, &e->mm_features[k])))
+        return fail(r, st, "scheduled_encoder_inputs", "encoding: %s", llb_err_last());
+  }
   int32_t ns = 0;
   if ((st = prepare_inputs(r, so, &ns))) return st;
   if (ns == 0) return LLB_STATUS_OK;

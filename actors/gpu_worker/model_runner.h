@@ -78,7 +78,14 @@ int32_t model_runner_num_reqs(const struct model_runner *r);
  * (block id out of range, block_size different from the runner's, a scheduled range past the
  * request's tokens or blocks, duplicate ids, bad sampling params), TOO_LARGE (more than
  * max_num_batched_tokens, or more blocks than num_blocks for one request), UNSUPPORTED
- * (multimodal inputs), OUT_OF_MEMORY, and the forward pass' and sampler's errors. */
+ * (a modality without an encoder), OUT_OF_MEMORY, and the forward pass' and sampler's errors.
+ *
+ * Multimodal (mm_encoder.h): new requests' mm_features give placeholder ranges and content
+ * hashes (data optional); free_encoder_mm_hashes are dropped from the encoder-output cache,
+ * then every scheduled_encoder_inputs item (with its data) is encoded into it; each
+ * scheduled range then takes the overlapping rows of its items' cached outputs instead of
+ * the token embeddings (llama_batch.input_embeds + embeds_mask). An overlapping item whose
+ * output is not cached is an error (NOT_FOUND). */
 llb_status model_runner_execute(struct model_runner *r, const struct llb_scheduler_output *so,
                                 struct llb_model_runner_output *out);
 
@@ -86,5 +93,9 @@ llb_status model_runner_execute(struct model_runner *r, const struct llb_schedul
  * owned by the runner, valid until the next call); num_tokens 0 before any. For tests and
  * diagnostics. */
 const struct llama_batch *model_runner_last_batch(const struct model_runner *r);
+
+/* Encoder outputs held (items cached by mm_hash), and items encoded since creation. */
+int32_t model_runner_num_encoder_outputs(const struct model_runner *r);
+uint64_t model_runner_num_encoded(const struct model_runner *r);
 
 #endif

@@ -46,6 +46,18 @@ static int32_t default_max_model_len(const struct gguf_file *f) {
   return ctx > 0 && ctx < DEFAULT_MAX_MODEL_LEN ? (int32_t)ctx : DEFAULT_MAX_MODEL_LEN;
 }
 
+/* "<general.architecture>.embedding_length": columns of "embeds" items; 0 if absent. */
+static int32_t model_hidden_size(const struct gguf_file *f) {
+  struct gguf_str arch;
+  int64_t v = 0;
+  if (gguf_get_str(f, "general.architecture", &arch) == LLB_STATUS_OK && arch.len < 64) {
+    char key[96];
+    snprintf(key, sizeof key, "%.*s.embedding_length", (int)arch.len, arch.data);
+    if (gguf_get_int(f, key, &v) != LLB_STATUS_OK) v = 0;
+  }
+  return v > 0 && v < (1 << 20) ? (int32_t)v : 0;
+}
+
 llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inproc_actor **out) {
   *out = NULL;
   if (!o || !o->model_path) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "input processor: model path required");
@@ -71,6 +83,7 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   cfg.max_model_len = o->max_model_len ? o->max_model_len : default_max_model_len(f);
   cfg.max_n = INPROC_ACTOR_MAX_N;
   cfg.has_chat_template = chat_template_from_gguf(f, &cfg.chat_template) == LLB_STATUS_OK;
+  cfg.hidden_size = model_hidden_size(f);
   a->max_model_len = cfg.max_model_len;
   st = inproc_create(a->tok, &cfg, &a->proc);
   if (st != LLB_STATUS_OK) goto fail;
@@ -160,7 +173,6 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
                                      const char *reply_to, struct llb_arena *arena,
                                      struct inproc_generate_request *req) {
   memset(req, 0, sizeof *req);
-  if (gr->num_mm_items > 0) return "mm_items";
   req->request_id = gr->request_id.len ? gr->request_id.data : DEFAULT_EXTERNAL_ID;
   if (gr->prompt.len) req->prompt = gr->prompt.data;
   if (gr->num_messages > 0) {
@@ -190,13 +202,36 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
   else snprintf(salt, salt_cap, "%s", tenant);
   req->cache_salt = salt;
   req->reply_to = reply_to;
+  if (gr->num_mm_items > 0) {
+    struct inproc_mm_item *items = llb_arena_alloc(arena, (size_t)gr->num_mm_items * sizeof *items,
+                                                   _Alignof(struct inproc_mm_item));
+    if (!items) return "mm_items";
+    for (int32_t i = 0; i < gr->num_mm_items; i++) {
+      const struct llb_mm_item *m = &gr->mm_items[i];
+      items[i] = (struct inproc_mm_item){.modality = m->modality.data, .data = m->data,
+                                         .data_bytes = m->data_bytes, .dtype = m->dtype.data,
+                                         .num_rows = m->num_rows, .num_cols = m->num_cols,
+                                         .placeholder_offset = m->placeholder_offset};
+    }
+    req->mm_items = items;
+    req->num_mm_items = gr->num_mm_items;
+  }
   return NULL;
 }
 
 /* Publishes every child of `pr` to the engine. On a failed publish the children already
  * sent are aborted and the error is returned. */
-static llb_status publish_children(struct inproc_actor *a, const struct inproc_processed *pr,
-                                   const struct bus_trace_ctx *span) {
+static llb_status publish_children(struct inproc_actor *a, const struct inproc_generate_request *req,
+                                   const struct inproc_processed *pr, const struct bus_trace_ctx *span) {
+  struct llb_mm_feature mm[INPROC_MAX_MM_ITEMS];
+  for (int32_t k = 0; k < pr->num_mm_features && k < INPROC_MAX_MM_ITEMS; k++) {
+    const struct inproc_mm_feature *f = &pr->mm_features[k];
+    const struct inproc_mm_item *it = &req->mm_items[f->item];
+    mm[k] = (struct llb_mm_feature){.modality = llb_str_c(it->modality), .mm_hash = llb_str_c(f->mm_hash),
+                                    .offset = f->offset, .length = f->length, .data = it->data,
+                                    .data_bytes = it->data_bytes, .dtype = llb_str_c(it->dtype),
+                                    .num_cols = it->num_cols};
+  }
   struct llb_buf buf = {0};
   llb_status st = LLB_STATUS_OK;
   int32_t sent = 0;
@@ -221,6 +256,8 @@ static llb_status publish_children(struct inproc_actor *a, const struct inproc_p
         .reply_to = llb_str_c(e->reply_to),
         .client_index = e->child_index,
         .parent_request_id = llb_str_c(e->parent_request_id),
+        .mm_features = pr->num_mm_features > 0 ? mm : NULL,
+        .num_mm_features = pr->num_mm_features,
     };
     st = llb_engine_core_request_encode_buf(&m, &buf);
     if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->requests_subject, buf.data, buf.len, span);
@@ -267,8 +304,7 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
   const char *bad = to_inproc_request(&gr, tenant, msg->reply, &arena, &req);
   if (bad) {
     atomic_fetch_add(&a->rejected, 1);
-    reply_error(a, msg, ext_id, LLB_STATUS_UNSUPPORTED,
-                strcmp(bad, "mm_items") == 0 ? "multimodal inputs are not supported yet" : "out of memory", bad);
+    reply_error(a, msg, ext_id, LLB_STATUS_OUT_OF_MEMORY, "out of memory", bad);
     goto done;
   }
   struct inproc_errors errs;
@@ -290,7 +326,7 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
   }
   struct bus_trace_ctx span;
   bus_trace_child(&msg->trace, &span);
-  st = publish_children(a, &pr, &span);
+  st = publish_children(a, &req, &pr, &span);
   if (st != LLB_STATUS_OK) {
     LLB_LOG_ERROR("engine_publish_failed", "request_id=%s error=%s", pr.requests[0].parent_request_id,
                   llb_log_quote(q, sizeof q, llb_err_last()));
@@ -357,6 +393,10 @@ done:
 
 llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
   a->bus = bus;
+  int64_t maxp = bus_max_payload(bus);
+  /* An item travels whole in an EngineCoreRequest and a SchedulerOutput: leave room for
+   * the rest of either message. */
+  if (maxp > 0) inproc_set_max_mm_item_bytes(a->proc, maxp > 256 * 1024 ? maxp - 128 * 1024 : maxp / 2);
   const char *prefix = bus_prefix(bus);
   llb_status st = bus_subject_engine(prefix, a->engine_id, "requests", a->requests_subject,
                                      sizeof a->requests_subject);

@@ -303,6 +303,83 @@ static llb_status tokenize_prompt(const struct inproc_t *p, const struct inproc_
   return LLB_STATUS_OK;
 }
 
+void inproc_set_max_mm_item_bytes(struct inproc_t *p, int64_t n) { p->cfg.max_mm_item_bytes = n; }
+
+/* Checks the multimodal items against the tokenized prompt and hashes them (mm_items.h). */
+static llb_status process_mm(const struct inproc_t *p, const struct inproc_generate_request *req,
+                             int64_t num_prompt, struct inproc_processed *out, struct inproc_errors *errs) {
+  int32_t n = req->num_mm_items;
+  if (n > INPROC_MAX_MM_ITEMS) {
+    add_error(errs, "mm_items", "at most %d items per request, got %d", INPROC_MAX_MM_ITEMS, n);
+    return LLB_STATUS_OK;
+  }
+  if (p->cfg.hidden_size < 1) {
+    add_error(errs, "mm_items", "this model server does not accept multimodal items");
+    return LLB_STATUS_OK;
+  }
+  int64_t max_bytes = p->cfg.max_mm_item_bytes > 0 ? p->cfg.max_mm_item_bytes : 768 * 1024;
+  out->mm_features = calloc((size_t)n, sizeof *out->mm_features);
+  if (!out->mm_features) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "%d mm features", n);
+  for (int32_t i = 0; i < n; i++) {
+    const struct inproc_mm_item *it = &req->mm_items[i];
+    char f[INPROC_MAX_FIELD_BYTES];
+    int64_t esize = it->dtype && strcmp(it->dtype, "f32") == 0 ? 4 : it->dtype && strcmp(it->dtype, "f16") == 0 ? 2 : 0;
+    int errs_before = errs->num_errors;
+    snprintf(f, sizeof f, "mm_items[%d].modality", i);
+    if (!it->modality || strcmp(it->modality, "embeds") != 0)
+      add_error(errs, f, "'%s' is not supported (supported: embeds)", it->modality ? it->modality : "");
+    snprintf(f, sizeof f, "mm_items[%d].dtype", i);
+    if (!esize) add_error(errs, f, "must be f16 or f32, got '%s'", it->dtype ? it->dtype : "");
+    snprintf(f, sizeof f, "mm_items[%d].num_cols", i);
+    if (it->num_cols != p->cfg.hidden_size)
+      add_error(errs, f, "must equal the model's hidden size %d, got %d", p->cfg.hidden_size, it->num_cols);
+    snprintf(f, sizeof f, "mm_items[%d].num_rows", i);
+    if (it->num_rows < 1) add_error(errs, f, "must be at least 1, got %d", it->num_rows);
+    snprintf(f, sizeof f, "mm_items[%d].data", i);
+    if (it->data_bytes > max_bytes)
+      add_error(errs, f, "%" PRId64 " bytes exceed the per-item limit of %" PRId64 " bytes (bus_max_payload "
+                "of the NATS server, minus room for the rest of the message); send fewer rows per item",
+                it->data_bytes, max_bytes);
+    else if (esize && it->num_rows > 0 && it->data_bytes != (int64_t)it->num_rows * it->num_cols * esize)
+      add_error(errs, f, "has %" PRId64 " bytes; [%d, %d] of %s needs %" PRId64, it->data_bytes, it->num_rows,
+                it->num_cols, it->dtype, (int64_t)it->num_rows * it->num_cols * esize);
+    snprintf(f, sizeof f, "mm_items[%d].placeholder_offset", i);
+    if (it->placeholder_offset < 0 || (int64_t)it->placeholder_offset + it->num_rows > num_prompt)
+      add_error(errs, f, "placeholders [%d, %" PRId64 ") must lie inside the %" PRId64 "-token prompt",
+                it->placeholder_offset, (int64_t)it->placeholder_offset + it->num_rows, num_prompt);
+    if (errs->num_errors != errs_before) continue;
+    struct inproc_mm_feature *mf = &out->mm_features[out->num_mm_features++];
+    mf->item = i;
+    mf->offset = it->placeholder_offset;
+    mf->length = it->num_rows;
+    inproc_mm_hash(req->cache_salt, it, mf->mm_hash);
+  }
+  int64_t total = 0;
+  for (int32_t i = 0; i < n; i++) total += req->mm_items[i].data_bytes;
+  if (!errs->num_errors && total > max_bytes)
+    add_error(errs, "mm_items", "%" PRId64 " bytes of item data in one request exceed the limit of %" PRId64
+              " bytes (bus_max_payload of the NATS server, minus room for the rest of the message)",
+              total, max_bytes);
+  if (errs->num_errors) return LLB_STATUS_OK;
+  /* sort by offset (insertion; n <= 64), then no two may overlap */
+  for (int32_t i = 1; i < out->num_mm_features; i++)
+    for (int32_t j = i; j > 0 && out->mm_features[j].offset < out->mm_features[j - 1].offset; j--) {
+      struct inproc_mm_feature t = out->mm_features[j];
+      out->mm_features[j] = out->mm_features[j - 1];
+      out->mm_features[j - 1] = t;
+    }
+  for (int32_t i = 1; i < out->num_mm_features; i++) {
+    const struct inproc_mm_feature *a = &out->mm_features[i - 1], *b = &out->mm_features[i];
+    if (b->offset < a->offset + a->length) {
+      char f[INPROC_MAX_FIELD_BYTES];
+      snprintf(f, sizeof f, "mm_items[%d].placeholder_offset", b->item);
+      add_error(errs, f, "placeholders [%d, %d) overlap those of mm_items[%d] [%d, %d)", b->offset,
+                b->offset + b->length, a->item, a->offset, a->offset + a->length);
+    }
+  }
+  return LLB_STATUS_OK;
+}
+
 llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate_request *req,
                           struct inproc_processed *out, struct inproc_errors *errs) {
   memset(out, 0, sizeof *out);
@@ -330,6 +407,10 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
     add_error(errs, "max_tokens", "the prompt has %" PRId64 " tokens and max_tokens is %d: %" PRId64
               " in total exceeds the context length of %d tokens", num_prompt, sp.max_tokens,
               num_prompt + sp.max_tokens, max_len);
+  }
+  if (!errs->num_errors && req->num_mm_items > 0) {
+    st = process_mm(p, req, num_prompt, out, errs);
+    if (st != LLB_STATUS_OK) return st;
   }
   if (errs->num_errors) return LLB_STATUS_INVALID_ARGUMENT;
 
@@ -369,6 +450,7 @@ void inproc_processed_free(struct inproc_processed *out) {
   if (!out) return;
   free(out->prompt_token_ids);
   free(out->requests);
+  free(out->mm_features);
   memset(out, 0, sizeof *out);
 }
 

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "bus/status.h"
+#include "actors/input_processor/mm_items.h"
 #include "model/chat_template.h"
 #include "schemas/sampling_params.h"
 
@@ -48,6 +49,8 @@ struct inproc_generate_request {
   const char *cache_salt;              /* prefix-cache salt (tenant); NULL = none */
   const char *reply_to;                /* subject for the RequestOutputs; NULL = "" */
   int64_t arrival_time_ns;             /* wall clock; 0 = now */
+  const struct inproc_mm_item *mm_items; /* [num_mm_items] multimodal items (mm_items.h) */
+  int32_t num_mm_items;
 };
 
 /* One rejected field. */
@@ -86,6 +89,9 @@ struct inproc_processed {
   int64_t num_prompt_tokens;
   struct inproc_engine_request *requests;  /* [num_requests] = n children */
   int32_t num_requests;
+  struct inproc_mm_feature *mm_features;   /* [num_mm_features] owned, sorted by offset;
+                                              shared by the children */
+  int32_t num_mm_features;
 };
 
 /* Limits and defaults of one model. */
@@ -97,6 +103,10 @@ struct inproc_config {
   bool has_chat_template;          /* the model's own template, from GGUF */
   enum chat_template_kind chat_template;
   /* Random source for seeds and id suffixes; NULL = getrandom(2). Tests pin it. */
+  int32_t hidden_size;             /* the model's embedding_length: columns of "embeds" items
+                                      (0 = multimodal items refused) */
+  int64_t max_mm_item_bytes;       /* largest item (the bus' max_payload minus room for the
+                                      rest of the message; 0 = 768 KiB) */
   uint64_t (*random_u64)(void *ctx);
   void *random_ctx;
 };
@@ -108,6 +118,9 @@ struct inproc_t;
 llb_status inproc_create(const struct tokenizer *tok, const struct inproc_config *cfg,
                          struct inproc_t **out);
 
+/* Sets max_mm_item_bytes (the actor learns the bus' max_payload after creation). */
+void inproc_set_max_mm_item_bytes(struct inproc_t *p, int64_t n);
+
 /* Frees the preprocessor. Accepts NULL. */
 void inproc_destroy(struct inproc_t *p);
 
@@ -117,6 +130,10 @@ void inproc_destroy(struct inproc_t *p);
 llb_status inproc_validate(const struct inproc_t *p, const struct inproc_generate_request *req,
                            struct inproc_errors *errs);
 
+/* Multimodal items are checked after tokenization: modality "embeds", dtype f16/f32,
+ * num_cols = hidden_size, num_rows >= 1, data_bytes = rows x cols x element size and at most
+ * max_mm_item_bytes (the message names the limit), placeholders inside the prompt and not
+ * overlapping (fields "mm_items[i].<name>"); accepted ones get their mm_hash. */
 /* Validates, templates, tokenizes and fans out `req` into `out` (zeroed first; free with
  * inproc_processed_free, also after a failure). Errors: INVALID_ARGUMENT with `errs`
  * filled (field errors, including the prompt and max_tokens against max_model_len),

@@ -31,6 +31,7 @@ struct req_meta {
   int32_t num_prompt;
   struct sched_mm_feature *mm; /* [num_mm], freed after admission */
   int32_t num_mm;
+  void *mm_blob;          /* the features' strings and data, freed with mm */
   struct llb_sampling_params params;
   struct req_meta *next;  /* intake list */
   llb_status reject_status; /* admission refused: the error output carries it */
@@ -47,7 +48,8 @@ struct scheduler_actor {
   struct scheduler_actor_config cfg;
   char engine_id[BUS_TOKEN_MAX + 1];
   char subj_requests[BUS_SUBJECT_MAX], subj_abort[BUS_SUBJECT_MAX], subj_kv[BUS_SUBJECT_MAX],
-      subj_execute[BUS_SUBJECT_MAX], subj_outputs[BUS_SUBJECT_MAX], subj_stats[BUS_SUBJECT_MAX];
+      subj_execute[BUS_SUBJECT_MAX], subj_outputs[BUS_SUBJECT_MAX], subj_stats[BUS_SUBJECT_MAX],
+      subj_encoder[BUS_SUBJECT_MAX];
   struct scheduler *sched;
   /* The worker's reply of this step (arrays in `arena`, valid until the next step): its
    * logprobs rows go out with the step's EngineCoreOutputs. */
@@ -75,7 +77,8 @@ struct scheduler_actor {
   struct kv_step kv;
   struct kv_step_result kv_res;
   struct sched_engine_outputs eo, eo_side;
-  struct sched_str_list carry_finished, carry_preempted;
+  struct sched_str_list carry_finished, carry_preempted, carry_free_mm;
+  struct encoder_step enc;         /* this step's encoder ops */
   struct sched_wire wire;
   struct llb_engine_core_output *outs;
   int64_t cap_outs;
@@ -86,7 +89,8 @@ struct scheduler_actor {
                             step tells the kv_manager to drop its prefix cache */
   int64_t last_stats_ns;
 
-  atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub;
+  atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub,
+      c_enc_fail;
 };
 
 void scheduler_actor_config_init(struct scheduler_actor_config *c) {
@@ -94,6 +98,7 @@ void scheduler_actor_config_init(struct scheduler_actor_config *c) {
   sched_config_init(&c->sched);
   c->engine_id = "0";
   c->kv_timeout_ms = 5000;
+  c->encoder_timeout_ms = 5000;
   c->execute_timeout_ms = 60000;
   c->stats_interval_ms = 1000;
   c->stats_idle_interval_ms = 5000;
@@ -110,6 +115,7 @@ static void meta_free(struct req_meta *m) {
   free(m->cache_salt);
   free(m->prompt);
   free(m->mm);
+  free(m->mm_blob);
   free(m);
 }
 
@@ -212,10 +218,34 @@ static void on_request(struct bus *bus, const struct bus_msg *msg, void *user) {
     goto oom;
   memcpy(m->prompt, r.prompt_token_ids, (size_t)r.num_prompt_token_ids * sizeof(int32_t));
   m->num_prompt = r.num_prompt_token_ids;
+  size_t blob = 0;
   for (int32_t i = 0; i < m->num_mm; i++) {
     const struct llb_mm_feature *f = &r.mm_features[i];
+    blob += ((size_t)f->data_bytes + 15) / 16 * 16 + f->mm_hash.len + f->modality.len + f->dtype.len + 3;
+  }
+  if (m->num_mm > 0 && !(m->mm_blob = aligned_alloc(16, (blob + 15) / 16 * 16 + 16))) goto oom;
+  size_t off = 0;
+  for (int32_t i = 0; i < m->num_mm; i++) {
+    const struct llb_mm_feature *f = &r.mm_features[i];
+    uint8_t *b = m->mm_blob;
+    const uint8_t *data = NULL;
+    if (f->data_bytes > 0) {
+      memcpy(b + off, f->data, (size_t)f->data_bytes);
+      data = b + off;
+      off += ((size_t)f->data_bytes + 15) / 16 * 16;
+    }
+    const char *strs[3];
+    const struct llb_str *src[3] = {&f->mm_hash, &f->modality, &f->dtype};
+    for (int k = 0; k < 3; k++) {
+      memcpy(b + off, src[k]->data, src[k]->len + 1);
+      strs[k] = (const char *)(b + off);
+      off += src[k]->len + 1;
+    }
     m->mm[i] = (struct sched_mm_feature){.offset = f->offset, .length = f->length,
-                                         .mm_hash = kv_hash_bytes(f->mm_hash.data, f->mm_hash.len)};
+                                         .mm_hash = kv_hash_bytes(f->mm_hash.data, f->mm_hash.len),
+                                         .hash = strs[0], .modality = strs[1], .dtype = strs[2],
+                                         .num_cols = f->num_cols, .data = data,
+                                         .data_bytes = f->data_bytes};
   }
   m->params = *r.sampling_params;
   m->client_index = r.client_index;
@@ -287,6 +317,8 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
       atomic_fetch_add(&a->c_requests, 1);
       free(m->mm);
       m->mm = NULL;
+      free(m->mm_blob);
+      m->mm_blob = NULL;
       continue;
     }
     m->reject_status = st;
@@ -448,7 +480,10 @@ static void publish_stats(struct scheduler_actor *a) {
       .num_free_blocks = s.num_free_blocks, .num_total_blocks = a->cfg.sched.num_blocks,
       .prefix_cache_queries = s.prefix_cache_queries, .prefix_cache_hits = s.prefix_cache_hits,
       .num_preemptions = s.num_preemptions, .prompt_tokens_total = s.num_prompt_tokens,
-      .generation_tokens_total = s.num_generation_tokens};
+      .generation_tokens_total = s.num_generation_tokens,
+      .encoder_cache_queries = s.encoder_cache_queries, .encoder_cache_hits = s.encoder_cache_hits,
+      .encoder_inputs_computed = s.encoder_inputs_computed,
+      .encoder_embeds_computed = s.encoder_embeds_computed};
   llb_status st = llb_scheduler_stats_encode_buf(&m, &a->buf);
   if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->subj_stats, a->buf.data, a->buf.len, NULL);
   if (st != LLB_STATUS_OK) LLB_LOG_WARN("stats_publish_failed", "status=%s", llb_strerror(st));
@@ -490,10 +525,35 @@ static llb_status kv_round_trip(struct scheduler_actor *a) {
   return sched_apply_kv_result(a->sched, &a->kv_res, &a->out);
 }
 
+/* The encoder-cache round trip of this step (its ops are already applied to the mirror);
+ * OK or the failure. A disagreeing answer only resets the accounting (see scheduler.h). */
+static llb_status encoder_round_trip(struct scheduler_actor *a) {
+  struct llb_encoder_step m;
+  llb_status st = sched_wire_encoder_step(&a->wire, &a->enc, &m);
+  if (!st) st = llb_encoder_step_encode_buf(&m, &a->buf);
+  if (st) return st;
+  struct bus_msg *reply = NULL;
+  st = bus_request(a->bus, a->subj_encoder, a->buf.data, a->buf.len, NULL,
+                   a->cfg.encoder_timeout_ms > 0 ? a->cfg.encoder_timeout_ms : 5000, &reply);
+  if (st) return st;
+  llb_arena_reset(&a->arena);
+  struct llb_encoder_step_result r;
+  st = llb_encoder_step_result_decode(reply->data, reply->len, &a->arena, &r);
+  bus_msg_destroy(reply);
+  if (st) return st;
+  if (r.error.code != 0)
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "encoder_cache error %d: %s", r.error.code, r.error.message.data);
+  if (r.step != a->enc.step)
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "encoder_cache answered step %llu, sent %llu",
+                    (unsigned long long)r.step, (unsigned long long)a->enc.step);
+  sched_apply_encoder_result(a->sched, &a->enc, r.results, r.num_results, r.num_free_slots);
+  return LLB_STATUS_OK;
+}
+
 static llb_status execute_round_trip(struct scheduler_actor *a) {
   struct llb_scheduler_output m;
   llb_status st = sched_wire_scheduler_output(&a->wire, &a->out, &a->carry_finished,
-                                              &a->carry_preempted, &m);
+                                              &a->carry_preempted, &a->carry_free_mm, &m);
   if (st) return st;
   int64_t now = llb_wall_ns();
   for (int32_t i = 0; i < a->out.num_new_reqs; i++) {
@@ -504,6 +564,7 @@ static llb_status execute_round_trip(struct scheduler_actor *a) {
   if (st) return st;
   sched_str_list_clear(&a->carry_finished);
   sched_str_list_clear(&a->carry_preempted);
+  sched_str_list_clear(&a->carry_free_mm);
   struct bus_msg *reply = NULL;
   st = bus_request(a->bus, a->subj_execute, a->buf.data, a->buf.len, NULL,
                    a->cfg.execute_timeout_ms, &reply);
@@ -549,10 +610,25 @@ static bool run_step(struct scheduler_actor *a) {
       return true;
     }
   }
+  st = sched_schedule_encoder(a->sched, &a->out, &a->enc);
+  if (st) {
+    step_failed(a, "schedule_encoder", st);
+    return true;
+  }
+  if (a->enc.num_ops > 0 || a->enc.reset) {
+    did = true;
+    st = encoder_round_trip(a);
+    if (st) {
+      atomic_fetch_add(&a->c_enc_fail, 1);
+      step_failed(a, "encoder_cache", st);
+      return true;
+    }
+  }
   if (a->out.total_num_scheduled_tokens == 0) {
     /* Nothing for the worker: keep the ids it must drop for the next SchedulerOutput. */
     if (carry_ids(&a->carry_finished, &a->out.finished_req_ids) ||
-        carry_ids(&a->carry_preempted, &a->out.preempted_req_ids))
+        carry_ids(&a->carry_preempted, &a->out.preempted_req_ids) ||
+        carry_ids(&a->carry_free_mm, &a->out.free_encoder_mm_hashes))
       LLB_LOG_ERROR("carry_ids_failed", "reason=out_of_memory");
     a->backoff_ms = 0;
     return did;
@@ -652,13 +728,15 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   llb_arena_init(&a->arena, NULL, 0);
   sched_output_init(&a->out);
   kv_step_init(&a->kv);
+  encoder_step_init(&a->enc);
   kv_step_result_init(&a->kv_res);
   sched_engine_outputs_init(&a->eo);
   sched_engine_outputs_init(&a->eo_side);
   llb_status st = sched_create(&cfg->sched, &a->sched);
   const struct { char *buf; const char *kind; } subj[] = {
       {a->subj_requests, "requests"}, {a->subj_abort, "abort"}, {a->subj_kv, "kv"},
-      {a->subj_execute, "execute"}, {a->subj_outputs, "outputs"}, {a->subj_stats, "stats"}};
+      {a->subj_execute, "execute"}, {a->subj_outputs, "outputs"}, {a->subj_stats, "stats"},
+      {a->subj_encoder, "encoder"}};
   for (size_t i = 0; i < sizeof subj / sizeof subj[0] && !st; i++)
     st = bus_subject_engine(prefix, a->engine_id, subj[i].kind, subj[i].buf, BUS_SUBJECT_MAX);
   if (st) goto fail;
@@ -718,6 +796,8 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   sched_engine_outputs_free(&a->eo_side);
   sched_str_list_free(&a->carry_finished);
   sched_str_list_free(&a->carry_preempted);
+  sched_str_list_free(&a->carry_free_mm);
+  encoder_step_free(&a->enc);
   sched_wire_free(&a->wire);
   free(a->outs);
   llb_arena_destroy(&a->req_arena);
@@ -736,5 +816,6 @@ void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_ac
       .num_rejected = atomic_load(&a->c_rejected), .num_aborted = atomic_load(&a->c_aborted),
       .num_kv_failures = atomic_load(&a->c_kv_fail),
       .num_execute_failures = atomic_load(&a->c_exec_fail),
+      .num_encoder_failures = atomic_load(&a->c_enc_fail),
       .num_outputs_published = atomic_load(&a->c_pub)};
 }

@@ -5,7 +5,8 @@
  * The step thread owns the scheduler (scheduler.h) and, per step:
  *   admit queued requests (sched_add_request; a refused one gets an ERROR output), apply
  *   queued aborts, sched_schedule → if kv ops: ONE request to .kv (KVStep → KVStepResult)
- *   → sched_apply_kv_result → if tokens: request to .execute (SchedulerOutput →
+ *   → sched_apply_kv_result → sched_schedule_encoder → if encoder ops: ONE request to
+ *   .encoder (EncoderStep → EncoderStepResult, multimodal requests only) → if tokens: request to .execute (SchedulerOutput →
  *   ModelRunnerOutput) → sched_update_from_output → ONE EngineCoreOutputs on .outputs
  *   with every request's new tokens (a request's first output carries its prompt, sampling
  *   params, parent id + index and arrival time). SchedulerStats on .stats every
@@ -37,6 +38,7 @@ struct scheduler_actor_config {
   struct sched_config sched;
   const char *engine_id;          /* <eid>; copied */
   int64_t kv_timeout_ms;          /* KVStep round trip limit (default 5000) */
+  int64_t encoder_timeout_ms;     /* EncoderStep round trip limit (default 5000) */
   int64_t execute_timeout_ms;     /* SchedulerOutput round trip limit (default 60000) */
   int64_t stats_interval_ms;      /* while there is work (default 1000) */
   int64_t stats_idle_interval_ms; /* at least this often (default 5000) */
@@ -49,6 +51,7 @@ struct scheduler_actor_counters {
   uint64_t num_aborted;           /* abort ids received */
   uint64_t num_kv_failures;       /* kv round trips that failed */
   uint64_t num_execute_failures;  /* execute round trips that failed */
+  uint64_t num_encoder_failures;  /* encoder_cache round trips that failed */
   uint64_t num_outputs_published; /* EngineCoreOutputs messages */
 };
 

@@ -32,6 +32,10 @@ void sched_wire_free(struct sched_wire *w) {
   free(w->finished);
   free(w->preempted);
   free(w->mo_req_ids);
+  free(w->mm);
+  free(w->enc_inputs);
+  free(w->free_mm);
+  free(w->enc_ops);
   memset(w, 0, sizeof(*w));
 }
 
@@ -85,9 +89,63 @@ static llb_status strs(struct llb_str **dst, int64_t *cap, const struct sched_st
   return LLB_STATUS_OK;
 }
 
+static struct llb_mm_feature wire_mm(const struct sched_mm_feature *f, bool with_data) {
+  return (struct llb_mm_feature){
+      .modality = llb_str_c(f->modality ? f->modality : "embeds"), .mm_hash = llb_str_c(f->hash),
+      .offset = f->offset, .length = f->length, .data = with_data ? f->data : NULL,
+      .data_bytes = with_data ? f->data_bytes : 0, .dtype = llb_str_c(f->dtype), .num_cols = f->num_cols};
+}
+
+/* Encoder inputs and new requests' metadata into w->mm (one array, two uses). */
+static llb_status wire_mm_parts(struct sched_wire *w, const struct sched_output *o,
+                                struct llb_scheduler_output *out) {
+  int64_t nmm = 0;
+  for (int32_t i = 0; i < o->num_new_reqs; i++) nmm += o->new_reqs[i].num_mm_features;
+  for (int32_t i = 0; i < o->num_encoder_inputs; i++) nmm += o->encoder_inputs[i].num_input_ids;
+  llb_status st = GROW(w, mm, cap_mm, nmm);
+  if (!st) st = GROW(w, enc_inputs, cap_enc_inputs, o->num_encoder_inputs);
+  if (st) return st;
+  int64_t at = 0;
+  for (int32_t i = 0; i < o->num_new_reqs; i++) {
+    const struct sched_new_req_data *r = &o->new_reqs[i];
+    w->new_reqs[i].mm_features = r->num_mm_features > 0 ? w->mm + at : NULL;
+    w->new_reqs[i].num_mm_features = r->num_mm_features;
+    for (int32_t k = 0; k < r->num_mm_features; k++) w->mm[at++] = wire_mm(&r->mm_features[k], false);
+  }
+  for (int32_t i = 0; i < o->num_encoder_inputs; i++) {
+    const struct sched_encoder_input *e = &o->encoder_inputs[i];
+    w->enc_inputs[i] = (struct llb_scheduled_encoder_input){
+        .req_id = llb_str_c(e->req_id), .input_ids = e->input_ids, .num_input_ids = e->num_input_ids,
+        .mm_features = w->mm + at, .num_mm_features = e->num_input_ids};
+    for (int32_t k = 0; k < e->num_input_ids; k++)
+      w->mm[at++] = wire_mm(&e->mm_features[e->input_ids[k]], true);
+  }
+  out->scheduled_encoder_inputs = w->enc_inputs;
+  out->num_scheduled_encoder_inputs = o->num_encoder_inputs;
+  return LLB_STATUS_OK;
+}
+
+llb_status sched_wire_encoder_step(struct sched_wire *w, const struct encoder_step *enc,
+                                   struct llb_encoder_step *out) {
+  llb_status st = GROW(w, enc_ops, cap_enc_ops, enc->num_ops);
+  if (st) return st;
+  for (int32_t i = 0; i < enc->num_ops; i++) {
+    const struct encoder_op *op = &enc->ops[i];
+    w->enc_ops[i] = (struct llb_encoder_op){
+        .kind = (enum llb_encoder_op_kind)op->kind, .req_id = llb_str_c(encoder_step_req_id(enc, op)),
+        .mm_hash = llb_str_c(encoder_step_mm_hash(enc, op)), .input_id = op->input_id,
+        .num_embeds = op->num_embeds, .encoder_compute_budget = op->encoder_compute_budget,
+        .num_embeds_to_schedule = op->num_embeds_to_schedule};
+  }
+  *out = (struct llb_encoder_step){.version = LLB_SCHEMA_VERSION, .step = enc->step, .ops = w->enc_ops,
+                                   .num_ops = enc->num_ops, .reset = enc->reset};
+  return LLB_STATUS_OK;
+}
+
 llb_status sched_wire_scheduler_output(struct sched_wire *w, const struct sched_output *o,
                                        const struct sched_str_list *carry_finished,
                                        const struct sched_str_list *carry_preempted,
+                                       const struct sched_str_list *carry_free_mm,
                                        struct llb_scheduler_output *out) {
   int32_t nn = o->num_new_reqs, nc = o->num_cached_reqs;
   int64_t nblocks = 0;
@@ -145,8 +203,12 @@ llb_status sched_wire_scheduler_output(struct sched_wire *w, const struct sched_
             &out->num_finished_req_ids);
   if (!st) st = strs(&w->preempted, &w->cap_preempted, carry_preempted, &o->preempted_req_ids,
                      &out->num_preempted_req_ids);
+  if (!st) st = strs(&w->free_mm, &w->cap_free_mm, carry_free_mm, &o->free_encoder_mm_hashes,
+                     &out->num_free_encoder_mm_hashes);
+  if (!st) st = wire_mm_parts(w, o, out);
   out->finished_req_ids = w->finished;
   out->preempted_req_ids = w->preempted;
+  out->free_encoder_mm_hashes = w->free_mm;
   return st;
 }
 

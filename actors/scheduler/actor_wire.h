@@ -13,6 +13,8 @@
 
 #include "actors/scheduler/sched_output.h"
 #include "bus/status.h"
+#include "schemas/encoder_ops.h"
+#include "schemas/encoder_step.h"
 #include "schemas/kv_ops.h"
 #include "schemas/kv_step.h"
 #include "schemas/model_runner_output.h"
@@ -35,6 +37,15 @@ struct sched_wire {
   int64_t cap_finished, cap_preempted;
   const char **mo_req_ids;                  /* [cap_mo_req_ids] */
   int64_t cap_mo_req_ids;
+  struct llb_mm_feature *mm;                /* [cap_mm]: new requests' metadata, then the
+                                               encoder inputs' features with data */
+  int64_t cap_mm;
+  struct llb_scheduled_encoder_input *enc_inputs; /* [cap_enc_inputs] */
+  int64_t cap_enc_inputs;
+  struct llb_str *free_mm;                  /* [cap_free_mm] */
+  int64_t cap_free_mm;
+  struct llb_encoder_op *enc_ops;           /* [cap_enc_ops] */
+  int64_t cap_enc_ops;
 };
 
 /* Grows *arr (elements of `elem` bytes) to hold `need`; amortized doubling. OUT_OF_MEMORY. */
@@ -48,12 +59,19 @@ llb_status sched_wire_kv_step(struct sched_wire *w, const struct kv_step *kv, st
 /* Copies a decoded KVStepResult into the logic's kv_step_result (cleared first). */
 llb_status sched_wire_kv_result(const struct llb_kv_step_result *in, struct kv_step_result *out);
 
-/* The wire SchedulerOutput of `o`; finished / preempted ids are carry_* (ids of earlier steps
- * that sent nothing to the worker) followed by o's own. */
+/* The wire SchedulerOutput of `o`; finished / preempted ids and freed encoder hashes are
+ * carry_* (of earlier steps that sent nothing to the worker) followed by o's own. New
+ * requests' mm_features carry metadata only; an item's data goes with the encoder input
+ * that schedules it. carry_free_mm may be NULL. */
 llb_status sched_wire_scheduler_output(struct sched_wire *w, const struct sched_output *o,
                                        const struct sched_str_list *carry_finished,
                                        const struct sched_str_list *carry_preempted,
+                                       const struct sched_str_list *carry_free_mm,
                                        struct llb_scheduler_output *out);
+
+/* The wire EncoderStep of an encoder_step. */
+llb_status sched_wire_encoder_step(struct sched_wire *w, const struct encoder_step *enc,
+                                   struct llb_encoder_step *out);
 
 /* The logic's view of a decoded ModelRunnerOutput (strings point into `in`'s arena). */
 llb_status sched_wire_model_output(struct sched_wire *w, const struct llb_model_runner_output *in,

@@ -53,6 +53,8 @@ void sched_output_free(struct sched_output *o) {
   free(o->cached_reqs);
   sched_str_list_free(&o->finished_req_ids);
   sched_str_list_free(&o->preempted_req_ids);
+  free(o->encoder_inputs);
+  sched_str_list_free(&o->free_encoder_mm_hashes);
   memset(o, 0, sizeof(*o));
 }
 

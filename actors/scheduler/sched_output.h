@@ -61,6 +61,14 @@ struct sched_cached_req_data {
   int32_t num_scheduled_tokens;
 };
 
+/* ScheduledEncoderInput: the request's mm_features[input_ids[i]] are encoded this step. */
+struct sched_encoder_input {
+  const char *req_id;
+  const int32_t *input_ids;              /* [num_input_ids] */
+  int32_t num_input_ids;
+  const struct sched_mm_feature *mm_features; /* the request's [num_mm_features] (with data) */
+};
+
 struct sched_output {
   uint64_t step;
   int32_t block_size;
@@ -71,6 +79,9 @@ struct sched_output {
   int32_t total_num_scheduled_tokens;    /* sum over both lists */
   struct sched_str_list finished_req_ids;  /* the worker drops their state */
   struct sched_str_list preempted_req_ids; /* the worker drops their state (recompute later) */
+  int32_t num_encoder_inputs, cap_encoder_inputs;
+  struct sched_encoder_input *encoder_inputs; /* [num_encoder_inputs] (sched_schedule_encoder) */
+  struct sched_str_list free_encoder_mm_hashes; /* evicted: the worker drops their outputs */
 };
 
 void sched_output_init(struct sched_output *o);

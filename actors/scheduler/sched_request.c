@@ -6,6 +6,41 @@
 
 #include "schemas/kv_ops.h"
 
+/* Deep-copies the features' strings and data into one block (data 16-byte aligned). */
+static bool copy_mm_blob(struct sched_request *r) {
+  size_t total = 0;
+  for (int32_t k = 0; k < r->num_mm_features; k++) {
+    const struct sched_mm_feature *f = &r->mm_features[k];
+    total += (f->data_bytes > 0 ? ((size_t)f->data_bytes + 15) / 16 * 16 : 0);
+    total += (f->hash ? strlen(f->hash) : 0) + (f->modality ? strlen(f->modality) : 0) +
+             (f->dtype ? strlen(f->dtype) : 0) + 3;
+  }
+  uint8_t *blob = aligned_alloc(16, (total + 15) / 16 * 16 + 16);
+  if (!blob) return true;
+  r->mm_blob = blob;
+  size_t off = 0;
+  for (int32_t k = 0; k < r->num_mm_features; k++) {
+    struct sched_mm_feature *f = &r->mm_features[k];
+    if (f->data_bytes > 0 && f->data) {
+      memcpy(blob + off, f->data, (size_t)f->data_bytes);
+      f->data = blob + off;
+      off += ((size_t)f->data_bytes + 15) / 16 * 16;
+    } else {
+      f->data = NULL;
+      f->data_bytes = 0;
+    }
+    const char **strs[3] = {&f->hash, &f->modality, &f->dtype};
+    for (int i = 0; i < 3; i++) {
+      const char *src = *strs[i] ? *strs[i] : "";
+      size_t n = strlen(src) + 1;
+      memcpy(blob + off, src, n);
+      *strs[i] = (const char *)(blob + off);
+      off += n;
+    }
+  }
+  return false;
+}
+
 llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_model_len,
                                 int32_t block_size, uint64_t arrival_seq,
                                 struct sched_request **out) {
@@ -41,10 +76,13 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
   if (!r->request_id || !r->token_ids || !r->block_ids || !r->block_hashes) goto fail;
   memcpy(r->token_ids, nr->prompt_token_ids, (size_t)nr->num_prompt_tokens * sizeof(int32_t));
   if (nr->num_mm_features > 0) {
-    r->mm_features = malloc((size_t)nr->num_mm_features * sizeof(*r->mm_features));
-    if (!r->mm_features) goto fail;
-    memcpy(r->mm_features, nr->mm_features, (size_t)nr->num_mm_features * sizeof(*r->mm_features));
+    size_t n = (size_t)nr->num_mm_features;
+    r->mm_features = malloc(n * sizeof(*r->mm_features));
+    r->enc_input_ids = malloc(n * sizeof(*r->enc_input_ids));
+    if (!r->mm_features || !r->enc_input_ids) goto fail;
+    memcpy(r->mm_features, nr->mm_features, n * sizeof(*r->mm_features));
     r->num_mm_features = nr->num_mm_features;
+    if (copy_mm_blob(r)) goto fail;
   }
   if (nr->cache_salt && nr->cache_salt[0]) {
     r->has_cache_salt = true;
@@ -69,6 +107,8 @@ void sched_request_destroy(struct sched_request *r) {
   free(r->block_ids);
   free(r->block_hashes);
   free(r->mm_features);
+  free(r->mm_blob);
+  free(r->enc_input_ids);
   free(r);
 }
 

@@ -36,11 +36,19 @@ enum sched_finish_reason {
 
 /* A multimodal input: its embeddings replace `length` placeholder tokens from `offset`;
  * mm_hash (kv_hash_bytes of the content hash string) is an extra key of every block the
- * placeholders overlap. */
+ * placeholders overlap. The strings and data are copied by sched_request_create (NULL =
+ * none); `hash` is the encoder-cache key (when NULL or "", the request takes no part in
+ * encoder scheduling: its embeddings are assumed present, as in tests of block hashing). */
 struct sched_mm_feature {
   int32_t offset;
   int32_t length;
   uint64_t mm_hash;
+  const char *hash;         /* content hash string (vLLM mm_hash / identifier) */
+  const char *modality;     /* "embeds", "image", ... */
+  const char *dtype;        /* "f16" / "f32" */
+  int32_t num_cols;
+  const uint8_t *data;      /* [length, num_cols] of dtype, little-endian; 16-byte aligned */
+  int64_t data_bytes;
 };
 
 /* What sched_add_request needs (vLLM EngineCoreRequest); everything is copied. */
@@ -82,6 +90,9 @@ struct sched_request {
   uint64_t cache_salt_hash;
   struct sched_mm_feature *mm_features; /* [num_mm_features] */
   int32_t num_mm_features;
+  void *mm_blob;                        /* owns the features' strings and data */
+  int32_t *enc_input_ids;               /* [num_mm_features] scratch: this step's encoder inputs */
+  int32_t num_enc_inputs;
 
   int32_t num_cached_tokens;            /* prefix-cache hit of the first scheduling, -1 unknown */
   int32_t num_preemptions;

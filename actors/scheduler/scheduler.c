@@ -42,6 +42,11 @@ struct scheduler {
   struct sched_str_list finished_ids; /* for the next sched_output */
   struct sched_str_list preempted_ids;
   struct sched_stats stats;
+
+  struct encoder_cache *ec;          /* mirror of the encoder_cache actor's manager */
+  struct encoder_step enc_pending;   /* FREE_REQUEST ops for the next encoder step */
+  bool enc_reset_pending;            /* the next encoder step resets the actor */
+  int32_t enc_budget;                /* encoder_compute_budget resolved */
 };
 
 static int32_t div_up(int64_t a, int64_t b) { return (int32_t)((a + b - 1) / b); }
@@ -51,7 +56,9 @@ void sched_config_init(struct sched_config *c) {
                              .max_model_len = 2048, .enable_chunked_prefill = true,
                              .enable_prefix_caching = true, .policy = SCHED_POLICY_FCFS,
                              .num_blocks = 1024, .block_size = 16, .num_lookahead_tokens = 16,
-                             .max_deferred_kv_ops = 64, .max_num_waiting = 1024};
+                             .max_deferred_kv_ops = 64, .max_num_waiting = 1024,
+                             .encoder_cache_size = 4096, .encoder_compute_budget = 0,
+                             .max_encoder_bytes_per_step = 768 * 1024};
 }
 
 /* ---- growable pointer arrays ---- */
@@ -130,6 +137,9 @@ llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) 
                     : cfg->num_lookahead_tokens < 0 ? "num_lookahead_tokens"
                     : cfg->long_prefill_token_threshold < 0 ? "long_prefill_token_threshold"
                     : cfg->max_deferred_kv_ops < 0  ? "max_deferred_kv_ops"
+                    : cfg->encoder_cache_size < 1   ? "encoder_cache_size"
+                    : cfg->encoder_compute_budget < 0 ? "encoder_compute_budget"
+                    : cfg->max_encoder_bytes_per_step < 0 ? "max_encoder_bytes_per_step"
                     : (cfg->policy != SCHED_POLICY_FCFS && cfg->policy != SCHED_POLICY_PRIORITY) ? "policy"
                                                     : NULL;
   if (bad) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "scheduler config: bad %s", bad);
@@ -144,6 +154,9 @@ llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) 
   s->scheduled = calloc((size_t)cfg->max_num_seqs, sizeof(*s->scheduled));
   s->block_refs = calloc((size_t)cfg->num_blocks, sizeof(*s->block_refs));
   if (!s->map || !s->running || !s->scheduled || !s->block_refs) goto fail;
+  if (encoder_cache_create(cfg->encoder_cache_size, &s->ec)) goto fail;
+  encoder_step_init(&s->enc_pending);
+  s->enc_budget = cfg->encoder_compute_budget > 0 ? cfg->encoder_compute_budget : cfg->max_num_batched_tokens;
   s->num_free = cfg->num_blocks;
   *out = s;
   return LLB_STATUS_OK;
@@ -171,6 +184,8 @@ void sched_destroy(struct scheduler *s) {
   sched_queue_free(&s->waiting);
   sched_str_list_free(&s->finished_ids);
   sched_str_list_free(&s->preempted_ids);
+  encoder_cache_destroy(s->ec);
+  encoder_step_free(&s->enc_pending);
   free(s);
 }
 
@@ -184,6 +199,21 @@ llb_status sched_add_request(struct scheduler *s, const struct sched_new_request
   if (div_up((int64_t)nr->num_prompt_tokens + 1, s->cfg.block_size) > s->cfg.num_blocks)
     return LLB_ERRF(LLB_STATUS_TOO_LARGE, "request %s: %d prompt tokens exceed the KV cache (%d blocks of %d)",
                     nr->request_id, nr->num_prompt_tokens, s->cfg.num_blocks, s->cfg.block_size);
+  int32_t prev_end = 0;
+  for (int32_t k = 0; k < nr->num_mm_features && nr->mm_features; k++) {
+    const struct sched_mm_feature *f = &nr->mm_features[k];
+    if (f->offset < prev_end || f->length < 1 || f->offset + (int64_t)f->length > nr->num_prompt_tokens)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                      "request %s: mm_features[%d] covers [%d, %lld): outside the %d-token prompt, "
+                      "empty, or overlapping/unsorted", nr->request_id, k, f->offset,
+                      (long long)f->offset + f->length, nr->num_prompt_tokens);
+    if (f->hash && f->hash[0] && (f->length > s->cfg.encoder_cache_size || f->length > s->enc_budget))
+      return LLB_ERRF(LLB_STATUS_TOO_LARGE,
+                      "request %s: mm_features[%d] has %d embedding rows; the encoder cache holds %d "
+                      "and the encoder budget per step is %d", nr->request_id, k, f->length,
+                      s->cfg.encoder_cache_size, s->enc_budget);
+    prev_end = f->offset + f->length;
+  }
   struct sched_request *r = NULL;
   llb_status st = sched_request_create(nr, s->cfg.max_model_len, s->cfg.block_size,
                                        s->next_arrival_seq++, &r);
@@ -272,6 +302,22 @@ static void remove_running(struct scheduler *s, const struct sched_request *r) {
   }
 }
 
+/* True when r takes part in encoder scheduling (a feature with a content hash). */
+static bool has_encoder_inputs(const struct sched_request *r) {
+  for (int32_t k = 0; k < r->num_mm_features; k++)
+    if (r->mm_features[k].hash && r->mm_features[k].hash[0]) return true;
+  return false;
+}
+
+/* vLLM encoder_cache_manager.free(request): the mirror now, the actor with the next encoder
+ * step (a FREE_REQUEST op ahead of that step's own). */
+static llb_status encoder_release(struct scheduler *s, struct sched_request *r) {
+  if (!has_encoder_inputs(r)) return LLB_STATUS_OK;
+  encoder_cache_free_request(s->ec, r->request_id);
+  struct encoder_op op = {.kind = ENCODER_OP_KIND_FREE_REQUEST, .expected = true};
+  return encoder_step_add(&s->enc_pending, &op, r->request_id, "");
+}
+
 /* Preemption by recompute (vLLM _preempt_request): blocks freed, progress reset, back to
  * the front of the waiting queue; outputs are kept and recomputed with the prompt. */
 static llb_status preempt(struct scheduler *s, struct sched_request *r) {
@@ -281,11 +327,12 @@ static llb_status preempt(struct scheduler *s, struct sched_request *r) {
   r->num_computed_tokens = 0;
   r->status = SCHED_REQUEST_STATUS_PREEMPTED;
   r->num_preemptions++;
+  llb_status ste = encoder_release(s, r);
   s->stats.num_preemptions++;
   if (r->on_worker && !st) st = sched_str_list_add(&s->preempted_ids, r->request_id);
   r->on_worker = false;
   llb_status st2 = sched_queue_push_front(&s->waiting, r);
-  return st ? st : st2;
+  return st ? st : st2 ? st2 : ste;
 }
 
 /* FCFS: the last admitted; PRIORITY: the largest (priority, arrival) (vLLM). */
@@ -450,6 +497,8 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   s->num_scheduled = 0;
   s->total_scheduled = 0;
   s->num_op_refs = 0;
+  out->num_encoder_inputs = 0;
+  sched_str_list_clear(&out->free_encoder_mm_hashes);
   llb_status st = LLB_STATUS_OK;
   int32_t budget = s->cfg.max_num_batched_tokens;
   bool preempted = false;
@@ -478,7 +527,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
     }
     if (!ok) break; /* r preempted itself: no room for it, none for the rest (vLLM) */
     r->lookup = false;
-    mark_scheduled(s, r, n, false);
+    mark_scheduled(s, r, n, !r->on_worker); /* a request held back by its encoder inputs */
     budget -= n;
     i++;
   }
@@ -511,6 +560,149 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   if (!st) st = assemble_output(s, out, kv->num_ops == 0);
   if (!st) sched_str_list_clear(&s->finished_ids);
   return st;
+}
+
+/* ---- encoder inputs (vLLM _try_schedule_encoder_inputs) ---- */
+
+/* Plans r's encoder inputs for this step against the mirror; may cut r's tokens. Appends
+ * the ops to enc; *budget and *bytes are the step's remaining rows and sent bytes. */
+static llb_status schedule_encoder_inputs(struct scheduler *s, struct sched_request *r,
+                                          struct encoder_step *enc, int32_t *budget,
+                                          int32_t *to_schedule, int64_t *bytes) {
+  int32_t computed = r->num_computed_tokens, n = r->num_scheduled_tokens;
+  r->num_enc_inputs = 0;
+  llb_status st = LLB_STATUS_OK;
+  for (int32_t i = 0; i < r->num_mm_features && !st; i++) {
+    const struct sched_mm_feature *f = &r->mm_features[i];
+    if (!f->hash || !f->hash[0]) continue;
+    if (f->offset >= computed + n) break;             /* not needed this step */
+    if (f->offset + f->length <= computed) continue;  /* already in the KV cache */
+    bool dup = false;                                 /* same item earlier in this request */
+    for (int32_t k = 0; k < r->num_enc_inputs && !dup; k++)
+      dup = strcmp(r->mm_features[r->enc_input_ids[k]].hash, f->hash) == 0;
+    if (dup) continue;
+    bool hit = false;
+    st = encoder_cache_check_and_update(s->ec, r->request_id, f->hash, &hit);
+    if (st) break;
+    s->stats.encoder_cache_queries++;
+    s->stats.encoder_cache_hits += hit;
+    struct encoder_op op = {.kind = ENCODER_OP_KIND_CHECK_AND_UPDATE, .input_id = i,
+                            .num_embeds = f->length, .expected = hit};
+    st = encoder_step_add(enc, &op, r->request_id, f->hash);
+    if (st || hit) continue;
+    bool fits = *bytes == 0 || s->cfg.max_encoder_bytes_per_step == 0 ||
+                *bytes + f->data_bytes <= s->cfg.max_encoder_bytes_per_step;
+    if (fits) {
+      fits = encoder_cache_can_allocate(s->ec, f->length, *budget, *to_schedule);
+      op = (struct encoder_op){.kind = ENCODER_OP_KIND_CAN_ALLOCATE, .input_id = i,
+                               .num_embeds = f->length, .encoder_compute_budget = *budget,
+                               .num_embeds_to_schedule = *to_schedule, .expected = fits};
+      st = encoder_step_add(enc, &op, r->request_id, f->hash);
+      if (st) break;
+    }
+    if (!fits) { /* schedule the tokens before the item only (none if we are inside it) */
+      n = computed < f->offset ? f->offset - computed : 0;
+      break;
+    }
+    /* vLLM allocates after the loop; at once is the same (the item is scheduled now) and
+     * lets a later request of this step hit it. */
+    st = encoder_cache_allocate(s->ec, r->request_id, f->hash, f->length);
+    if (st) break;
+    op = (struct encoder_op){.kind = ENCODER_OP_KIND_ALLOCATE, .input_id = i,
+                             .num_embeds = f->length, .expected = true};
+    st = encoder_step_add(enc, &op, r->request_id, f->hash);
+    *to_schedule += f->length;
+    *budget -= f->length;
+    *bytes += f->data_bytes;
+    s->stats.encoder_inputs_computed++;
+    s->stats.encoder_embeds_computed += (uint64_t)f->length;
+    r->enc_input_ids[r->num_enc_inputs++] = i;
+  }
+  r->num_scheduled_tokens = n;
+  return st;
+}
+
+llb_status sched_schedule_encoder(struct scheduler *s, struct sched_output *out,
+                                  struct encoder_step *enc) {
+  if (s->kv_in_flight || out->step != s->step)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sched_schedule_encoder: kv step unanswered or no step planned");
+  encoder_step_clear(enc, s->step);
+  llb_status st = LLB_STATUS_OK;
+  for (int32_t i = 0; i < s->enc_pending.num_ops && !st; i++) {
+    const struct encoder_op *op = &s->enc_pending.ops[i];
+    st = encoder_step_add(enc, op, encoder_step_req_id(&s->enc_pending, op), "");
+  }
+  encoder_step_clear(&s->enc_pending, s->step);
+  int32_t budget = s->enc_budget, to_schedule = 0;
+  int64_t bytes = 0;
+  bool changed = false;
+  for (int32_t i = 0; i < s->num_scheduled && !st;) {
+    struct sched_request *r = s->scheduled[i];
+    r->num_enc_inputs = 0;
+    if (r->num_scheduled_tokens <= 0 || !has_encoder_inputs(r)) {
+      i++;
+      continue;
+    }
+    int32_t before = r->num_scheduled_tokens;
+    st = schedule_encoder_inputs(s, r, enc, &budget, &to_schedule, &bytes);
+    if (r->num_scheduled_tokens == before) {
+      i++;
+      continue;
+    }
+    changed = true;
+    if (r->num_scheduled_tokens > 0) {
+      i++;
+      continue;
+    }
+    /* Nothing computable this step: r stays running (blocks kept) and waits for room. */
+    r->num_scheduled_tokens = before; /* remove_scheduled subtracts what was counted */
+    if (r->scheduled_as_new) r->on_worker = false;
+    remove_scheduled(s, r);
+  }
+  int32_t nf = encoder_cache_num_freed(s->ec);
+  for (int32_t i = 0; i < nf && !st; i++)
+    st = sched_str_list_add(&out->free_encoder_mm_hashes, encoder_cache_freed(s->ec, i));
+  encoder_cache_clear_freed(s->ec);
+  if (st) return st;
+  /* A pending reset rides with the next real ops: a step without multimodal work sends
+   * nothing (and an engine without an encoder_cache actor never needs one). */
+  enc->reset = enc->num_ops > 0 && s->enc_reset_pending;
+  if (enc->num_ops > 0) s->enc_reset_pending = false;
+  int32_t ne = 0;
+  for (int32_t i = 0; i < s->num_scheduled; i++) ne += s->scheduled[i]->num_enc_inputs > 0;
+  if (ne > out->cap_encoder_inputs) {
+    void *a = realloc(out->encoder_inputs, (size_t)s->cfg.max_num_seqs * sizeof(*out->encoder_inputs));
+    if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "encoder inputs of %d requests", ne);
+    out->encoder_inputs = a;
+    out->cap_encoder_inputs = s->cfg.max_num_seqs;
+  }
+  out->num_encoder_inputs = 0;
+  for (int32_t i = 0; i < s->num_scheduled; i++) {
+    const struct sched_request *r = s->scheduled[i];
+    if (r->num_enc_inputs == 0) continue;
+    out->encoder_inputs[out->num_encoder_inputs++] = (struct sched_encoder_input){
+        .req_id = r->request_id, .input_ids = r->enc_input_ids, .num_input_ids = r->num_enc_inputs,
+        .mm_features = r->mm_features};
+  }
+  if (!changed) return LLB_STATUS_OK;
+  s->total_scheduled = 0;
+  for (int32_t i = 0; i < s->num_scheduled; i++) s->total_scheduled += s->scheduled[i]->num_scheduled_tokens;
+  return assemble_output(s, out, true);
+}
+
+void sched_apply_encoder_result(struct scheduler *s, const struct encoder_step *enc,
+                                const bool *results, int32_t num_results, int32_t num_free_slots) {
+  s->stats.num_encoder_round_trips++;
+  bool same = num_results == enc->num_ops && num_free_slots == encoder_cache_num_free_slots(s->ec);
+  for (int32_t i = 0; same && i < enc->num_ops; i++) same = results[i] == enc->ops[i].expected;
+  if (same) return;
+  s->stats.num_encoder_mismatches++;
+  LLB_LOG_WARN("encoder_mirror_mismatch", "step=%llu ops=%d results=%d mirror_free=%d actor_free=%d action=reset",
+               (unsigned long long)enc->step, enc->num_ops, num_results,
+               encoder_cache_num_free_slots(s->ec), num_free_slots);
+  (void)encoder_cache_evict_all(s->ec); /* hashes reach the worker with the next step */
+  encoder_step_clear(&s->enc_pending, s->step);
+  s->enc_reset_pending = true;
 }
 
 /* ---- kv reply ---- */
@@ -625,6 +817,8 @@ static llb_status finish(struct scheduler *s, struct sched_request *r, enum sche
   }
   llb_status st3 = release_blocks(s, r);
   if (!st) st = st3;
+  st3 = encoder_release(s, r);
+  if (!st) st = st3;
   map_remove(s, r);
   if (!r->kv_free_pending) sched_request_destroy(r);
   return st;
@@ -717,6 +911,11 @@ void sched_preempt_all(struct scheduler *s, bool kv_lost) {
     if (r->abort_pending) (void)finish(s, r, r->abort_reason, NULL, 0, 0);
     else (void)preempt(s, r);
   }
+  /* The worker's encoder outputs may be gone too: start the accounting again (the hashes go
+   * to the worker's next free_encoder_mm_hashes, in case it is still alive). */
+  (void)encoder_cache_evict_all(s->ec);
+  encoder_step_clear(&s->enc_pending, s->step);
+  s->enc_reset_pending = true;
   if (!kv_lost) return;
   for (int32_t i = 0; i < s->num_free_pending; i++) {
     struct sched_request *r = s->free_pending[i];

@@ -39,6 +39,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "schemas/encoder_ops.h"
 #include "schemas/kv_ops.h"
 #include "actors/scheduler/sched_output.h"
 #include "actors/scheduler/sched_queue.h"
@@ -61,6 +62,13 @@ struct sched_config {
   int32_t max_deferred_kv_ops;     /* flush deferred FREE/CACHE ops beyond this (default 64) */
   int32_t max_num_waiting;         /* waiting requests at most; a new one beyond it is refused
                                       with QUEUE_FULL (default 1024; 0 = unlimited) */
+  int32_t encoder_cache_size;      /* encoder outputs kept, embedding rows (default 4096; the
+                                      encoder_cache actor must get the same value) */
+  int32_t encoder_compute_budget;  /* embedding rows encoded per step at most (default 0 =
+                                      max_num_batched_tokens, as vLLM) */
+  int64_t max_encoder_bytes_per_step; /* item bytes sent to the worker per step at most, beyond
+                                      the first item (keeps SchedulerOutput under the bus'
+                                      max_payload; default 768 KiB; 0 = unlimited) */
 };
 
 struct sched_stats {
@@ -76,6 +84,12 @@ struct sched_stats {
   uint64_t num_kv_round_trips;     /* kv_steps sent */
   uint64_t num_kv_mirror_mismatches; /* replies whose free count differed from the mirror */
   uint64_t num_kv_alloc_failures;  /* ALLOCATE ops refused although planned */
+  uint64_t encoder_cache_queries;  /* check_and_update calls (vLLM encoder cache stats) */
+  uint64_t encoder_cache_hits;     /* ... that found the item cached */
+  uint64_t encoder_inputs_computed; /* items sent to the worker's encoder */
+  uint64_t encoder_embeds_computed; /* their embedding rows */
+  uint64_t num_encoder_round_trips; /* encoder steps sent */
+  uint64_t num_encoder_mismatches; /* encoder_cache answers that differed from the mirror */
 };
 
 /* vLLM-like defaults (see the field comments). */
@@ -107,6 +121,32 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
  * every request of the step is unscheduled), OUT_OF_MEMORY. */
 llb_status sched_apply_kv_result(struct scheduler *s, const struct kv_step_result *res,
                                  struct sched_output *out);
+
+/* Multimodal encoder inputs of the step (vLLM _try_schedule_encoder_inputs), after
+ * sched_schedule and, when it had kv ops, sched_apply_kv_result (so a prefix hit that
+ * already covers an item needs no encoding). For each scheduled request, in order, the items
+ * whose placeholders overlap its scheduled tokens: cached ones take a reference
+ * (check_and_update), the others are allocated against the encoder-cache mirror under the
+ * step's encoder_compute_budget (and max_encoder_bytes_per_step); the request's tokens are
+ * cut before the first item that does not fit (to 0 when its computed tokens are already
+ * inside that item: then it leaves this step). Fills out->encoder_inputs and
+ * out->free_encoder_mm_hashes (entries evicted this step) and rewrites `out` (final).
+ * `enc` (cleared first) gets the step's ops for the encoder_cache actor: the FREE_REQUEST
+ * ops of requests finished or preempted since the last encoder step, then this step's ops
+ * with the mirror's answers in `expected`; enc->reset asks the actor to drop everything
+ * first (after sched_preempt_all or a mismatch). When enc->num_ops == 0 and !enc->reset,
+ * nothing needs sending. Requests without a hashed mm feature are not touched. Errors:
+ * INVALID_ARGUMENT (a kv step unanswered, or no step planned), OUT_OF_MEMORY. */
+llb_status sched_schedule_encoder(struct scheduler *s, struct sched_output *out,
+                                  struct encoder_step *enc);
+
+/* Checks the encoder_cache actor's answer to the last encoder step against the mirror:
+ * each op's result and the free rows. A difference is counted (num_encoder_mismatches),
+ * logged, and makes the next encoder step a reset (the mirror is reset now; its entries'
+ * hashes go to the worker in the next free_encoder_mm_hashes; items are recomputed when
+ * needed). The current step is unaffected (the mirror decided it). */
+void sched_apply_encoder_result(struct scheduler *s, const struct encoder_step *enc,
+                                const bool *results, int32_t num_results, int32_t num_free_slots);
 
 /* Applies the worker's output for the step in flight: advances num_computed_tokens by the
  * scheduled tokens, appends sampled tokens of requests that caught up with their context

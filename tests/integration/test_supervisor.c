@@ -290,10 +290,11 @@ static void test_serve_actor_specs_and_usage(void **state) {
   struct serve_options o = {.model_path = "/m/model.gguf", .http_addr = "127.0.0.1:8000",
                             .bin_dir = "/opt/llmbus/bin"};
   int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
-  assert_int_equal(n, 6);
+  assert_int_equal(n, 7);
   const char *programs[] = {"llmbus-input-processor", "llmbus-scheduler", "llmbus-kv-manager",
-                            "llmbus-gpu-worker", "llmbus-output-processor", "llmbus-api-server"};
-  for (int p = 0; p < 6; p++) {
+                            "llmbus-gpu-worker", "llmbus-output-processor", "llmbus-api-server",
+                            "llmbus-encoder-cache"};
+  for (int p = 0; p < 7; p++) {
     char path[128];
     snprintf(path, sizeof path, "/opt/llmbus/bin/%s", programs[p]);
     bool found = false;
@@ -307,7 +308,8 @@ static void test_serve_actor_specs_and_usage(void **state) {
           if (!strcmp(specs[i].args[a], "--model")) has_model = !strcmp(specs[i].args[a + 1], "/m/model.gguf");
         }
         assert_int_equal(has_http, strcmp(programs[p], "llmbus-api-server") == 0);
-        assert_int_equal(has_model, strcmp(programs[p], "llmbus-kv-manager") != 0);
+        assert_int_equal(has_model, strcmp(programs[p], "llmbus-kv-manager") != 0 &&
+                                        strcmp(programs[p], "llmbus-encoder-cache") != 0);
       }
     assert_true(found);
   }
@@ -346,7 +348,7 @@ static void test_serve_passes_engine_flags_to_the_actors_that_take_them(void **s
   assert_int_equal(serve_engine_flag_add(&o, "bogus", "1"), -1);
   struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
   int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
-  assert_int_equal(n, 6);
+  assert_int_equal(n, 7);
   const char *geometry[] = {"kv-manager", "gpu-worker", "scheduler"};
   for (int i = 0; i < 3; i++) {
     const struct child_spec *c = spec_named(specs, n, geometry[i]);

@@ -285,7 +285,8 @@ static void fill_scheduler_output(struct llb_scheduler_output *m) {
   sched[1] = (struct llb_scheduled_tokens){ids3[0], 1};
   sched[2] = (struct llb_scheduled_tokens){ids3[1], 1};
   sched[3] = (struct llb_scheduled_tokens){ids3[2], 3};
-  enc[0] = (struct llb_scheduled_encoder_input){S("req-новый"), enc_in, N(enc_in)};
+  enc[0] = (struct llb_scheduled_encoder_input){S("req-новый"), enc_in, N(enc_in), mm_features,
+                                                N(mm_features)};
   *m = (struct llb_scheduler_output){
       .step = 0x1122334455667788ULL, .scheduled_new_reqs = news, .num_scheduled_new_reqs = 2,
       .scheduled_cached_reqs = {.num_reqs = 3, .req_ids = ids3,
@@ -337,6 +338,8 @@ static bool equals_scheduler_output(const void *v) {
   CHECK(str_eq(a->scheduled_encoder_inputs[0].req_id, S("req-новый")));
   CHECK(i32_eq(a->scheduled_encoder_inputs[0].input_ids,
                a->scheduled_encoder_inputs[0].num_input_ids, enc_in, N(enc_in)));
+  CHECK(mm_eq(a->scheduled_encoder_inputs[0].mm_features,
+              a->scheduled_encoder_inputs[0].num_mm_features));
   CHECK(strs_eq(a->finished_req_ids, a->num_finished_req_ids, ids3 + 1, 2));
   CHECK(strs_eq(a->free_encoder_mm_hashes, a->num_free_encoder_mm_hashes, hashes2, 2));
   CHECK(strs_eq(a->preempted_req_ids, a->num_preempted_req_ids, ids3, 1));
@@ -418,14 +421,14 @@ static void fill_encoder_step(struct llb_encoder_step *m) {
   ops[2] = (struct llb_encoder_op){LLB_ENCODER_OP_KIND_ALLOCATE, ids3[0], hashes2[1], 1, 64,
                                    0, 0};
   ops[3] = (struct llb_encoder_op){.kind = LLB_ENCODER_OP_KIND_FREE_REQUEST, .req_id = ids3[2]};
-  *m = (struct llb_encoder_step){.step = 9, .ops = ops, .num_ops = N(ops)};
+  *m = (struct llb_encoder_step){.step = 9, .ops = ops, .num_ops = N(ops), .reset = true};
 }
 
 static bool equals_encoder_step(const void *v) {
   const struct llb_encoder_step *a = v;
   struct llb_encoder_step b;
   fill_encoder_step(&b);
-  CHECK(a->version == LLB_SCHEMA_VERSION && a->step == 9 && a->num_ops == 4);
+  CHECK(a->version == LLB_SCHEMA_VERSION && a->step == 9 && a->num_ops == 4 && a->reset);
   for (int i = 0; i < 4; i++) {
     const struct llb_encoder_op *x = &a->ops[i], *y = &b.ops[i];
     CHECK(x->kind == y->kind && str_eq(x->req_id, y->req_id) && str_eq(x->mm_hash, y->mm_hash));
@@ -625,7 +628,8 @@ static void fill_scheduler_stats(struct llb_scheduler_stats *m) {
       .num_running_reqs = 17, .num_waiting_reqs = 4, .kv_cache_usage = 0.625f,
       .num_free_blocks = 192, .num_total_blocks = 512, .prefix_cache_queries = 1000000,
       .prefix_cache_hits = 250000, .num_preemptions = 3, .prompt_tokens_total = 987654,
-      .generation_tokens_total = 123456, .encoder_cache_queries = 40, .encoder_cache_hits = 30};
+      .generation_tokens_total = 123456, .encoder_cache_queries = 40, .encoder_cache_hits = 30,
+      .encoder_inputs_computed = 12, .encoder_embeds_computed = 3456};
 }
 
 static bool equals_scheduler_stats(const void *v) {
@@ -639,7 +643,8 @@ static bool equals_scheduler_stats(const void *v) {
   CHECK(a->prefix_cache_queries == 1000000 && a->prefix_cache_hits == 250000);
   CHECK(a->num_preemptions == 3 && a->prompt_tokens_total == 987654);
   CHECK(a->generation_tokens_total == 123456 && a->encoder_cache_queries == 40);
-  CHECK(a->encoder_cache_hits == 30);
+  CHECK(a->encoder_cache_hits == 30 && a->encoder_inputs_computed == 12);
+  CHECK(a->encoder_embeds_computed == 3456);
   return true;
 }
 

@@ -1,0 +1,46 @@
+/* Multimodal items of a request (vLLM v1 processor.py _validate_mm / MultiModalFeatureSpec):
+ * shape checks and the content hash that keys the encoder cache and the prefix cache.
+ *
+ * Placeholders: an item of num_rows rows replaces the prompt tokens
+ * [placeholder_offset, placeholder_offset + num_rows) of the tokenized prompt (after the
+ * chat template, when one applies). The tokens there can be any valid ids: the engine never
+ * embeds them (their KV comes from the item's rows); with prompt_token_ids the client picks
+ * them, with text it must know where the tokenizer puts them.
+ *
+ * mm_hash: 128 bits as 32 hex digits, of (cache salt, modality, dtype, shape, bytes) under
+ * a fixed key: two 64-bit lanes of multiply-rotate mixing over 8-byte words, each lane
+ * finalized with the other (our code; not cryptographic). 128 bits make an accidental
+ * collision (which would silently share encoder outputs and KV blocks between different
+ * items) negligible at any cache size, at the cost of one pass over the bytes; the salt
+ * (the tenant) keeps a tenant from colliding with another tenant's items on purpose.
+ */
+#ifndef LLB_INPUT_PROCESSOR_MM_ITEMS_H
+#define LLB_INPUT_PROCESSOR_MM_ITEMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define INPROC_MM_HASH_BYTES 33 /* 32 hex digits + NUL */
+#define INPROC_MAX_MM_ITEMS 64
+
+/* One item as the client sent it (borrowed). */
+struct inproc_mm_item {
+  const char *modality;        /* "embeds" (precomputed embeddings) */
+  const uint8_t *data;         /* [num_rows, num_cols] of dtype, little-endian */
+  int64_t data_bytes;
+  const char *dtype;           /* "f16" or "f32" */
+  int32_t num_rows, num_cols;
+  int32_t placeholder_offset;  /* first replaced prompt token */
+};
+
+/* What goes into EngineCoreRequest.mm_features for item `item` of the request. */
+struct inproc_mm_feature {
+  char mm_hash[INPROC_MM_HASH_BYTES];
+  int32_t item;                /* index into the request's mm_items */
+  int32_t offset, length;
+};
+
+/* The 128-bit content hash as 32 hex digits into out[INPROC_MM_HASH_BYTES]. */
+void inproc_mm_hash(const char *salt, const struct inproc_mm_item *it, char *out);
+
+#endif

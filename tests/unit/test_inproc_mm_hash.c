@@ -1,0 +1,44 @@
+/* The input processor's multimodal content hash (actors/input_processor/mm_items.h): stable,
+ * 32 hex digits, and different for any change of salt, modality, dtype, shape or one byte. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "actors/input_processor/mm_items.h"
+
+static void test_hash_is_stable_and_sensitive_to_every_field(void **state) {
+  (void)state;
+  uint8_t data[64];
+  for (int i = 0; i < 64; i++) data[i] = (uint8_t)(i * 7 + 1);
+  struct inproc_mm_item it = {.modality = "embeds", .data = data, .data_bytes = 64, .dtype = "f32",
+                              .num_rows = 2, .num_cols = 8};
+  char h[INPROC_MM_HASH_BYTES], h2[INPROC_MM_HASH_BYTES];
+  inproc_mm_hash("default", &it, h);
+  inproc_mm_hash("default", &it, h2);
+  assert_string_equal(h, h2);
+  assert_int_equal(strlen(h), 32);
+  inproc_mm_hash("tenant-b", &it, h2);
+  assert_string_not_equal(h, h2);
+  struct inproc_mm_item v = it;
+  v.num_rows = 4, v.num_cols = 4;
+  inproc_mm_hash("default", &v, h2);
+  assert_string_not_equal(h, h2);
+  v = it;
+  v.dtype = "f16";
+  inproc_mm_hash("default", &v, h2);
+  assert_string_not_equal(h, h2);
+  for (int i = 0; i < 64; i += 9) {
+    data[i] ^= 1;
+    inproc_mm_hash("default", &it, h2);
+    assert_string_not_equal(h, h2);
+    data[i] ^= 1;
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_hash_is_stable_and_sensitive_to_every_field)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
