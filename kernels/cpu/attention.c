@@ -2,10 +2,13 @@
  *
  * A work item is one query row and the query heads of one KV head (or a single head when
  * there are too few items for the threads); threads claim items, so causal rows of
- * different lengths balance. Each item is computed the same way
- * whatever else is in the batch: scores q.k (8-lane fixed order, kernels/cpu/vec_dot.h)
- * times scale, softmax in f32 with max subtraction and the sum in double (as ggml's
- * soft_max), then out = sum_j p_j v_j by elementwise fma in key order. */
+ * different lengths balance. Each item is computed the same way whatever else is in the
+ * batch, with the arithmetic of llama.cpp's non-flash attention on ggml's CPU backend:
+ * q rounded to fp16, s_j = (q.k_j) * scale with the dot in the context's order (enum
+ * cpu_attn_order), softmax as ggml_vec_soft_max_f32 (ggml's expf, the sum in double of
+ * 16-lane partial sums), probabilities rounded to fp16, then out[d] = sum_j p_j v_j[d] as
+ * one F16 dot per output element in the same order (lane j % 16 or j % 64 by fma in key
+ * order, lanes summed at the end). */
 #include "kernels/cpu/cpu_backend.h"
 
 #include <math.h>
@@ -21,8 +24,11 @@
 
 /* Query heads one AVX2 work item takes at most (they share each key's loads). */
 #define ATTN_MAX_GROUP CPU_ATTN_MAX_GROUP
-/* Largest head_dim of the AVX2 path (the output row of a head stays in registers). */
-#define ATTN_AVX2_MAX_DIM 256
+/* Largest head_dim of the AVX2 path and slice of output dims the generic path combines. */
+#define ATTN_MAX_DIM 256
+#define ATTN_COMB_DIM ATTN_MAX_DIM
+/* Largest head_dim at all. */
+#define ATTN_MAX_HEAD_DIM 1024
 
 struct attn_task {
   const struct backend_ctx *c;
@@ -33,6 +39,7 @@ struct attn_task {
 /* Context of one work item: query row tok, heads h0 .. h0 + n_h - 1 (one KV head). */
 struct attn_item {
   int32_t tok, h0, n_h, kvh, n_ctx;
+  enum cpu_attn_order order; /* float order of this item's dots */
   const int32_t *table; /* [max_blocks_per_seq] */
 };
 
@@ -48,41 +55,132 @@ static struct attn_item attn_item_at(const struct attn_task *t, int64_t item) {
   const int32_t q_len = p->query_start_loc[s + 1] - p->query_start_loc[s];
   it.n_ctx = p->seq_lens[s] - q_len + (it.tok - p->query_start_loc[s]) + 1;
   it.table = p->block_tables + (int64_t)s * p->max_blocks_per_seq;
+  it.order = t->c->attn_order;
+  if (it.order == CPU_ATTN_ORDER_BY_QUERY_LEN)
+    it.order = q_len >= 2 ? CPU_ATTN_ORDER_BATCH : CPU_ATTN_ORDER_SINGLE;
   return it;
 }
 
-/* Softmax of scores [n] in place, ggml's soft_max order: exp(x - max), sum in double;
- * returns 1 / sum. */
-static float softmax_exp(float *scores, int32_t n, float max) {
-  double sum = 0.0;
-  for (int32_t j = 0; j < n; j++) {
-    scores[j] = expf(scores[j] - max);
-    sum += (double)scores[j];
-  }
-  return (float)(1.0 / sum);
+/* Lanes of the p.v accumulation and of the q.k dot in each order. */
+static int32_t order_lanes(enum cpu_attn_order order) { return order == CPU_ATTN_ORDER_BATCH ? 16 : 64; }
+
+/* Order of the q.k dot: tinyBLAS declines rows that are not a multiple of 16 long, and
+ * ggml then runs ggml_vec_dot_f16. */
+static enum cpu_attn_order qk_order(enum cpu_attn_order order, int32_t hd) {
+  return order == CPU_ATTN_ORDER_BATCH && hd % 16 == 0 ? CPU_ATTN_ORDER_BATCH : CPU_ATTN_ORDER_SINGLE;
 }
 
-/* Portable path: per head, per key, through the vec_dot helpers (the reference order). */
-static void attention_item_generic(const struct attn_task *t, const struct attn_item *it, float *scores) {
+/* Sum of the 64 accumulators lane-wise as ggml_vec_dot_f16 (a0 + a2) + (a1 + a3), then
+ * cpu_reduce16. */
+static float reduce64(const float a[64]) {
+  float x[16];
+  for (int l = 0; l < 16; l++) x[l] = (a[l] + a[32 + l]) + (a[16 + l] + a[48 + l]);
+  return cpu_reduce16(x);
+}
+
+/* q.k of one key in `order` (see enum cpu_attn_order); q holds fp16-rounded values. */
+static float dot_qk_scalar(enum cpu_attn_order order, int32_t hd, const float *q, const uint16_t *k) {
+  if (order == CPU_ATTN_ORDER_BATCH) {
+    float lane[16] = {0};
+    for (int32_t i = 0; i < hd; i++) lane[i % 16] = fmaf(q[i], llb_fp16_to_fp32(k[i]), lane[i % 16]);
+    return cpu_reduce16(lane);
+  }
+  float a[64] = {0};
+  const int32_t np = hd - hd % 64;
+  for (int32_t i = 0; i < np; i++) a[i % 64] = fmaf(q[i], llb_fp16_to_fp32(k[i]), a[i % 64]);
+  double s = (double)reduce64(a);
+  for (int32_t i = np; i < hd; i++) s += (double)(q[i] * llb_fp16_to_fp32(k[i]));
+  return (float)s;
+}
+
+/* Softmax of s [n] (already scaled) in place as ggml's soft_max: e = expf_ggml(s - max), the
+ * sum in double of cpu_reduce16 over groups of 16 from key 0 (the last one zero-padded, as
+ * ggml's masked tail), times (float)(1 / sum), then rounded to fp16 (kq is converted to F16
+ * for the product with the F16 V). */
+static void softmax_f16(enum cpu_simd_level level, float *s, int32_t n) {
+  float max = -INFINITY;
+  for (int32_t j = 0; j < n; j++) max = s[j] > max ? s[j] : max;
+  cpu_exp_sub_row(level, s, max, s, n);
+  double sum = 0.0;
+  for (int32_t j0 = 0; j0 < n; j0 += 16) {
+    float g[16] = {0};
+    memcpy(g, s + j0, (size_t)(n - j0 < 16 ? n - j0 : 16) * sizeof(float));
+    sum += (double)cpu_reduce16(g);
+  }
+  const float inv = (float)(1.0 / sum);
+  for (int32_t j = 0; j < n; j++) s[j] *= inv;
+#if ATTN_HAVE_X86
+  if (level == CPU_SIMD_LEVEL_AVX2) {
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      uint16_t h[8];
+      cpu_fp32_to_fp16_row(level, s + j, h, 8);
+      for (int i = 0; i < 8; i++) s[j + i] = llb_fp16_to_fp32(h[i]);
+    }
+    for (; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j]));
+    return;
+  }
+#endif
+  for (int32_t j = 0; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j]));
+}
+
+/* Combines lane accumulators acc [lanes][dn] (rows >= used are zero) into out [dn]. */
+static void combine_lanes(enum cpu_attn_order order, const float *acc, int32_t used, int32_t dn, float *out) {
+  const int32_t lanes = order_lanes(order);
+  float x[16][ATTN_COMB_DIM];
+  for (int32_t l = 0; l < 16; l++) {
+    if (order == CPU_ATTN_ORDER_BATCH) {
+      if (l < used) memcpy(x[l], acc + (int64_t)l * dn, (size_t)dn * sizeof(float));
+      else memset(x[l], 0, (size_t)dn * sizeof(float));
+      continue;
+    }
+    for (int32_t d = 0; d < dn; d++) {
+      float a[4];
+      for (int g = 0; g < 4; g++) a[g] = 16 * g + l < used ? acc[(int64_t)(16 * g + l) * dn + d] : 0.0f;
+      x[l][d] = (a[0] + a[2]) + (a[1] + a[3]);
+    }
+  }
+  (void)lanes;
+  for (int32_t i = 0; i < 8; i++)
+    for (int32_t d = 0; d < dn; d++) x[i][d] = x[i + 8][d] + x[i][d];
+  for (int32_t i = 0; i < 4; i++)
+    for (int32_t d = 0; d < dn; d++) x[i][d] = x[i + 4][d] + x[i][d];
+  for (int32_t d = 0; d < dn; d++) out[d] = (x[0][d] + x[2][d]) + (x[1][d] + x[3][d]);
+}
+
+/* fp16 row of key j of the item's KV head in cache `base` (k or v). */
+static const uint16_t *kv_row_at(const struct backend_kv_layer *kv, const uint16_t *base, const int32_t *table,
+                                 int32_t j, int32_t kvh) {
+  const int64_t slot = (int64_t)table[j / kv->block_size] * kv->block_size + j % kv->block_size;
+  return base + slot * (int64_t)kv->n_kv_heads * kv->head_dim + (int64_t)kvh * kv->head_dim;
+}
+
+/* Portable path, the reference order: per head, per key. acc [64 * ATTN_COMB_DIM] scratch. */
+static void attention_item_generic(const struct attn_task *t, const struct attn_item *it, float *scores,
+                                   float *acc) {
   const struct backend_attn_params *p = t->p;
   const struct backend_kv_layer *kv = p->kv;
-  const int32_t hd = kv->head_dim;
-  const int64_t kv_row = (int64_t)kv->n_kv_heads * hd;
+  const enum cpu_simd_level level = t->c->level;
+  const enum cpu_attn_order order = it->order;
+  const int32_t hd = kv->head_dim, lanes = order_lanes(order);
+  const int32_t used = it->n_ctx < lanes ? it->n_ctx : lanes;
+  float qh[ATTN_MAX_HEAD_DIM];
   for (int32_t h = it->h0; h < it->h0 + it->n_h; h++) {
     const float *q = p->q + ((int64_t)it->tok * p->n_heads + h) * hd;
     float *out = p->out + ((int64_t)it->tok * p->n_heads + h) * hd;
-    float max = -INFINITY;
-    for (int32_t j = 0; j < it->n_ctx; j++) {
-      const int64_t slot = (int64_t)it->table[j / kv->block_size] * kv->block_size + j % kv->block_size;
-      const float sc = cpu_dot_f32_f16(t->c->level, hd, q, kv->k + slot * kv_row + (int64_t)it->kvh * hd) * p->scale;
-      scores[j] = sc;
-      if (sc > max) max = sc;
-    }
-    const float inv = softmax_exp(scores, it->n_ctx, max);
-    memset(out, 0, (size_t)hd * sizeof(float));
-    for (int32_t j = 0; j < it->n_ctx; j++) {
-      const int64_t slot = (int64_t)it->table[j / kv->block_size] * kv->block_size + j % kv->block_size;
-      cpu_axpy_f16(t->c->level, hd, scores[j] * inv, kv->v + slot * kv_row + (int64_t)it->kvh * hd, out);
+    for (int32_t i = 0; i < hd; i++) qh[i] = llb_fp16_to_fp32(llb_fp32_to_fp16(q[i]));
+    for (int32_t j = 0; j < it->n_ctx; j++)
+      scores[j] = dot_qk_scalar(qk_order(order, hd), hd, qh, kv_row_at(kv, kv->k, it->table, j, it->kvh)) * p->scale;
+    softmax_f16(level, scores, it->n_ctx);
+    for (int32_t d0 = 0; d0 < hd; d0 += ATTN_COMB_DIM) {
+      const int32_t dn = hd - d0 < ATTN_COMB_DIM ? hd - d0 : ATTN_COMB_DIM;
+      memset(acc, 0, (size_t)used * (size_t)dn * sizeof(float));
+      for (int32_t j = 0; j < it->n_ctx; j++) {
+        const uint16_t *v = kv_row_at(kv, kv->v, it->table, j, it->kvh) + d0;
+        float *a = acc + (int64_t)(j % lanes) * dn;
+        for (int32_t d = 0; d < dn; d++) a[d] = fmaf(scores[j], llb_fp16_to_fp32(v[d]), a[d]);
+      }
+      combine_lanes(order, acc, used, dn, out + d0);
     }
   }
 }
@@ -95,54 +193,72 @@ ATTN_AVX2_TARGET static inline float attn_hsum8(__m256 x) {
   return _mm_cvtss_f32(r);
 }
 
-/* Same numbers as the generic path (8-lane q.k as cpu_dot_f32_f16, fma per element in key
- * order as cpu_axpy_f16), without a call per key: the heads of one KV head share each key's
- * load and conversion; keys are walked block by block. head_dim % 8 == 0, <= 256. */
+/* cpu_reduce16 of lanes lo (0..7) and hi (8..15). */
+ATTN_AVX2_TARGET static inline float attn_reduce16(__m256 lo, __m256 hi) {
+  return attn_hsum8(_mm256_add_ps(hi, lo));
+}
+
+/* Same numbers as the generic path; the heads of one KV head share each key's load and
+ * conversion. head_dim % 16 == 0 and <= ATTN_MAX_DIM. */
 ATTN_AVX2_TARGET static void attention_item_avx2(const struct attn_task *t, const struct attn_item *it,
-                                                 float *scores /* [n_h, n_ctx] */) {
+                                                 float *scores /* [n_h, n_ctx] */, float *acc) {
   const struct backend_attn_params *p = t->p;
   const struct backend_kv_layer *kv = p->kv;
-  const int32_t hd = kv->head_dim, n_h = it->n_h, n_ctx = it->n_ctx, bs = kv->block_size;
-  const int64_t kv_row = (int64_t)kv->n_kv_heads * hd;
-  const float *q0 = p->q + ((int64_t)it->tok * p->n_heads + it->h0) * hd;
-  float max[ATTN_MAX_GROUP];
-  for (int32_t g = 0; g < n_h; g++) max[g] = -INFINITY;
-  for (int32_t j0 = 0, blk = 0; j0 < n_ctx; j0 += bs, blk++) {
-    const int32_t n = n_ctx - j0 < bs ? n_ctx - j0 : bs;
-    const uint16_t *kb = kv->k + (int64_t)it->table[blk] * bs * kv_row + (int64_t)it->kvh * hd;
-    for (int32_t o = 0; o < n; o++) {
-      const uint16_t *k = kb + (int64_t)o * kv_row;
-      __m256 acc[ATTN_MAX_GROUP];
-      for (int32_t g = 0; g < n_h; g++) acc[g] = _mm256_setzero_ps();
-      for (int32_t i = 0; i < hd; i += 8) {
-        const __m256 kf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i)));
-        for (int32_t g = 0; g < n_h; g++)
-          acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + (int64_t)g * hd + i), kf, acc[g]);
+  const enum cpu_attn_order order = it->order;
+  const int32_t hd = kv->head_dim, n_h = it->n_h, n_ctx = it->n_ctx;
+  const int32_t lanes = order_lanes(order), used = n_ctx < lanes ? n_ctx : lanes;
+  const bool batch = qk_order(order, hd) == CPU_ATTN_ORDER_BATCH;
+  const int32_t np = hd - hd % 64;
+  float qh[ATTN_MAX_GROUP][ATTN_MAX_DIM];
+  for (int32_t g = 0; g < n_h; g++) {
+    const float *q = p->q + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd;
+    for (int32_t i = 0; i < hd; i += 8)
+      _mm256_storeu_ps(qh[g] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
+  }
+  float kf[ATTN_MAX_DIM];
+  for (int32_t j = 0; j < n_ctx; j++) {
+    const uint16_t *k = kv_row_at(kv, kv->k, it->table, j, it->kvh);
+    for (int32_t i = 0; i < hd; i += 8)
+      _mm256_storeu_ps(kf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))));
+    for (int32_t g = 0; g < n_h; g++) {
+      float sc;
+      if (batch) {
+        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+        for (int32_t i = 0; i < hd; i += 16) {
+          lo = _mm256_fmadd_ps(_mm256_loadu_ps(qh[g] + i), _mm256_loadu_ps(kf + i), lo);
+          hi = _mm256_fmadd_ps(_mm256_loadu_ps(qh[g] + i + 8), _mm256_loadu_ps(kf + i + 8), hi);
+        }
+        sc = attn_reduce16(lo, hi);
+      } else {
+        __m256 a[8];
+        for (int c = 0; c < 8; c++) a[c] = _mm256_setzero_ps();
+        for (int32_t i = 0; i < np; i += 64)
+          for (int c = 0; c < 8; c++)
+            a[c] = _mm256_fmadd_ps(_mm256_loadu_ps(qh[g] + i + 8 * c), _mm256_loadu_ps(kf + i + 8 * c), a[c]);
+        /* accumulator m = lanes a[2m] (lo), a[2m+1] (hi): (a0 + a2) + (a1 + a3) */
+        const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
+        const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
+        double s = (double)attn_reduce16(lo, hi);
+        for (int32_t i = np; i < hd; i++) s += (double)(qh[g][i] * kf[i]);
+        sc = (float)s;
       }
-      for (int32_t g = 0; g < n_h; g++) {
-        const float sc = attn_hsum8(acc[g]) * p->scale;
-        scores[(int64_t)g * n_ctx + j0 + o] = sc;
-        if (sc > max[g]) max[g] = sc;
-      }
+      scores[(int64_t)g * n_ctx + j] = sc * p->scale;
     }
   }
   for (int32_t g = 0; g < n_h; g++) {
     float *sg = scores + (int64_t)g * n_ctx;
-    const float inv = softmax_exp(sg, n_ctx, max[g]);
-    __m256 o[ATTN_AVX2_MAX_DIM / 8];
-    for (int32_t i = 0; i < hd / 8; i++) o[i] = _mm256_setzero_ps();
-    for (int32_t j0 = 0, blk = 0; j0 < n_ctx; j0 += bs, blk++) {
-      const int32_t n = n_ctx - j0 < bs ? n_ctx - j0 : bs;
-      const uint16_t *vb = kv->v + (int64_t)it->table[blk] * bs * kv_row + (int64_t)it->kvh * hd;
-      for (int32_t r = 0; r < n; r++) {
-        const __m256 a = _mm256_set1_ps(sg[j0 + r] * inv);
-        const uint16_t *v = vb + (int64_t)r * kv_row;
-        for (int32_t i = 0; i < hd / 8; i++)
-          o[i] = _mm256_fmadd_ps(a, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 8 * i))), o[i]);
-      }
-    }
+    softmax_f16(CPU_SIMD_LEVEL_AVX2, sg, n_ctx);
     float *out = p->out + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd;
-    for (int32_t i = 0; i < hd / 8; i++) _mm256_storeu_ps(out + 8 * i, o[i]);
+    memset(acc, 0, (size_t)used * (size_t)hd * sizeof(float));
+    for (int32_t j = 0; j < n_ctx; j++) {
+      const uint16_t *v = kv_row_at(kv, kv->v, it->table, j, it->kvh);
+      float *a = acc + (int64_t)(j % lanes) * hd;
+      const __m256 pj = _mm256_set1_ps(sg[j]);
+      for (int32_t i = 0; i < hd; i += 8)
+        _mm256_storeu_ps(a + i, _mm256_fmadd_ps(pj, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i))),
+                                                _mm256_loadu_ps(a + i)));
+    }
+    combine_lanes(order, acc, used, hd, out);
   }
 }
 #endif
@@ -151,20 +267,22 @@ static void attention_chunk(void *arg, int64_t chunk, int ith) {
   const struct attn_task *t = arg;
   float *scores = t->c->scores + (size_t)ith * (size_t)t->c->params.max_context_len * ATTN_MAX_GROUP;
   const struct attn_item it = attn_item_at(t, chunk);
+  float acc[64 * ATTN_COMB_DIM]; /* lane accumulators of p.v */
 #if ATTN_HAVE_X86
-  if (t->c->level == CPU_SIMD_LEVEL_AVX2 && t->p->kv->head_dim % 8 == 0 &&
-      t->p->kv->head_dim <= ATTN_AVX2_MAX_DIM) {
-    attention_item_avx2(t, &it, scores);
+  if (t->c->level == CPU_SIMD_LEVEL_AVX2 && t->p->kv->head_dim % 16 == 0 &&
+      t->p->kv->head_dim <= ATTN_MAX_DIM) {
+    attention_item_avx2(t, &it, scores, acc);
     return;
   }
 #endif
-  attention_item_generic(t, &it, scores);
+  attention_item_generic(t, &it, scores, acc);
 }
 
 llb_status cpu_attention(struct backend_ctx *c, const struct backend_attn_params *p) {
   const struct backend_kv_layer *kv = p->kv;
   if (p->num_tokens < 0 || p->num_tokens > c->params.max_num_tokens || p->num_seqs < 0 ||
       p->n_heads < 1 || kv->n_kv_heads < 1 || p->n_heads % kv->n_kv_heads != 0 || kv->head_dim < 1 ||
+      kv->head_dim > ATTN_MAX_HEAD_DIM ||
       kv->block_size < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "attention: %d tokens, %d heads, %d kv heads",
                     p->num_tokens, p->n_heads, kv->n_kv_heads);

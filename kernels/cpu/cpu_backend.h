@@ -14,9 +14,30 @@
 /* Most query heads one attention work item takes (heads sharing a KV head). */
 #define CPU_ATTN_MAX_GROUP 8
 
+/* Float order of attention's two dot products (q.k per key; p.v per output element), one of
+ * the two ggml's CPU mul_mat runs on F16 operands (AVX-512 build, no flash attention):
+ *   BATCH:  llamafile tinyBLAS<16> (ubatches of >= 2 tokens): element i of the dot goes to
+ *           lane i % 16 of ONE accumulator by fma in index order, lanes summed by
+ *           cpu_reduce16.
+ *   SINGLE: ggml_vec_dot_f16 (1-token ubatches): element i goes to lane i % 16 of
+ *           accumulator (i % 64) / 16, accumulators summed as (a0 + a2) + (a1 + a3), then
+ *           cpu_reduce16; a tail of n % 64 elements added in double.
+ * BY_QUERY_LEN: BATCH for rows of a sequence with >= 2 query rows in the call, SINGLE for a
+ *           1-row decode step: llama.cpp's own choice (its ubatch is one sequence), bit-exact
+ *           with it on prefill and decode, still independent of the other sequences in the
+ *           batch; but a decode step no longer equals a recompute of the same token inside a
+ *           prefill (preemption, recompute), so it is opt-in.
+ * Default BATCH (prefill bit-exact with llama.cpp, every row the same order);
+ * env LLMBUS_CPU_ATTN_ORDER=batch|single|llamacpp at context creation selects another. */
+enum cpu_attn_order { CPU_ATTN_ORDER_BATCH = 0, CPU_ATTN_ORDER_SINGLE = 1, CPU_ATTN_ORDER_BY_QUERY_LEN = 2 };
+#ifndef CPU_ATTN_ORDER_DEFAULT
+#define CPU_ATTN_ORDER_DEFAULT CPU_ATTN_ORDER_BATCH
+#endif
+
 struct backend_ctx {
   struct backend_ctx_params params;
   enum cpu_simd_level level;  /* SIMD path of every op; detected, lowered by tests */
+  enum cpu_attn_order attn_order; /* see enum cpu_attn_order */
   struct cpu_threadpool *pool;
   uint8_t *act;               /* [CPU_MATMUL_MAX_WEIGHTS, max_num_tokens, 4 * max_row_elems] bytes */
   size_t act_bytes;
@@ -27,6 +48,9 @@ struct backend_ctx {
 /* Selects the SIMD path of every op of c (clamped to what the CPU runs), for tests that
  * compare paths. Returns the level in effect. */
 enum cpu_simd_level cpu_backend_set_simd_level(struct backend_ctx *c, enum cpu_simd_level level);
+
+/* Selects the attention float order of c (tests; the default is CPU_ATTN_ORDER_DEFAULT). */
+void cpu_backend_set_attn_order(struct backend_ctx *c, enum cpu_attn_order order);
 
 /* The ops, also reachable through backend_cpu_ops(); see kernels/backend.h. */
 llb_status cpu_ctx_create(const struct backend_ctx_params *p, struct backend_ctx **out);

@@ -38,6 +38,8 @@ enum cpu_simd_level cpu_backend_set_simd_level(struct backend_ctx *c, enum cpu_s
   return c->level;
 }
 
+void cpu_backend_set_attn_order(struct backend_ctx *c, enum cpu_attn_order order) { c->attn_order = order; }
+
 llb_status cpu_ctx_create(const struct backend_ctx_params *p, struct backend_ctx **out) {
   if (!p || !out || p->n_threads < 1 || p->max_num_tokens < 1 || p->max_row_elems < 1 ||
       p->max_context_len < 1)
@@ -48,6 +50,11 @@ llb_status cpu_ctx_create(const struct backend_ctx_params *p, struct backend_ctx
   if (!c) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "cpu backend ctx");
   c->params = *p;
   c->level = cpu_simd_level_detect();
+  c->attn_order = CPU_ATTN_ORDER_DEFAULT;
+  const char *order = getenv("LLMBUS_CPU_ATTN_ORDER"); /* see enum cpu_attn_order */
+  if (order && strcmp(order, "batch") == 0) c->attn_order = CPU_ATTN_ORDER_BATCH;
+  else if (order && strcmp(order, "single") == 0) c->attn_order = CPU_ATTN_ORDER_SINGLE;
+  else if (order && strcmp(order, "llamacpp") == 0) c->attn_order = CPU_ATTN_ORDER_BY_QUERY_LEN;
   st = cpu_threadpool_create(p->n_threads, &c->pool);
   if (st != LLB_STATUS_OK) goto fail;
   c->act_bytes = (size_t)p->max_num_tokens * (size_t)p->max_row_elems * sizeof(float);
@@ -286,19 +293,21 @@ static void rope_chunk(void *arg, int64_t chunk, int ith) {
       sn[i] = sinf(th);
       theta *= t->theta_scale;
     }
+    /* ggml's rotate_pairs as its -O3 -march=native build computes it (GCC contracts
+     * x0*c - x1*s to fma(x0, c, -(x1*s)) and x0*s + x1*c to fma(x0, s, x1*c)) */
     for (int32_t h = 0; h < t->n_heads; h++) {
       float *v = t->x + (r * t->n_heads + h) * t->head_dim;
       if (t->p.style == BACKEND_ROPE_STYLE_NEOX) {
         for (int32_t i = 0; i < half; i++) {
           const float x0 = v[i], x1 = v[i + half];
-          v[i] = x0 * cs[i] - x1 * sn[i];
-          v[i + half] = x0 * sn[i] + x1 * cs[i];
+          v[i] = fmaf(x0, cs[i], -(x1 * sn[i]));
+          v[i + half] = fmaf(x0, sn[i], x1 * cs[i]);
         }
       } else {
         for (int32_t i = 0; i < half; i++) {
           const float x0 = v[2 * i], x1 = v[2 * i + 1];
-          v[2 * i] = x0 * cs[i] - x1 * sn[i];
-          v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+          v[2 * i] = fmaf(x0, cs[i], -(x1 * sn[i]));
+          v[2 * i + 1] = fmaf(x0, sn[i], x1 * cs[i]);
         }
       }
     }
@@ -359,6 +368,7 @@ llb_status cpu_kv_write(struct backend_ctx *c, const struct backend_kv_layer *kv
 /* ---------------------------------------------------------------- SwiGLU, add */
 
 struct elem_task {
+  enum cpu_simd_level level;
   const float *a, *b;
   float *out;
   int64_t n;
@@ -369,10 +379,8 @@ static void swiglu_chunk(void *arg, int64_t chunk, int ith) {
   const struct elem_task *t = arg;
   int64_t lo, hi;
   chunk_range(chunk, CPU_CHUNK_ELEMS, t->n, &lo, &hi);
-  for (int64_t i = lo; i < hi; i++) {
-    const float g = t->a[i];
-    t->out[i] = (g / (1.0f + expf(-g))) * t->b[i]; /* ggml_silu_f32, then mul */
-  }
+  /* ggml_vec_swiglu_f32: ggml_v_silu (its own expf), then one multiply */
+  cpu_swiglu_row(t->level, t->a + lo, t->b + lo, t->out + lo, hi - lo);
 }
 
 static void add_chunk(void *arg, int64_t chunk, int ith) {
@@ -385,13 +393,13 @@ static void add_chunk(void *arg, int64_t chunk, int ith) {
 
 llb_status cpu_swiglu(struct backend_ctx *c, const float *gate, const float *up, int64_t n,
                       float *out) {
-  struct elem_task t = {gate, up, out, n};
+  struct elem_task t = {c->level, gate, up, out, n};
   cpu_threadpool_parallel(c->pool, swiglu_chunk, &t, ceil_div(n, CPU_CHUNK_ELEMS));
   return LLB_STATUS_OK;
 }
 
 llb_status cpu_add(struct backend_ctx *c, float *x, const float *y, int64_t n) {
-  struct elem_task t = {x, y, x, n};
+  struct elem_task t = {c->level, x, y, x, n};
   cpu_threadpool_parallel(c->pool, add_chunk, &t, ceil_div(n, CPU_CHUNK_ELEMS));
   return LLB_STATUS_OK;
 }

@@ -456,23 +456,6 @@ DEFINE_FLOAT_DOT_AVX2(dot_f16_avx2, uint16_t, uint16_t, load8_f16, load8_f16, ll
 DEFINE_FLOAT_DOT_AVX2(dot_bf16_avx2, uint16_t, uint16_t, load8_bf16, load8_bf16, llb_bf16_to_fp32,
                       llb_bf16_to_fp32)
 
-AVX2_TARGET static float dot_f32_f16_avx2(int64_t n, const float *q, const uint16_t *k) {
-  const int64_t n8 = n - n % 8;
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n8; i += 8) acc = _mm256_fmadd_ps(load8_f32(q + i), load8_f16(k + i), acc);
-  float s = hsum8_avx(acc);
-  for (int64_t i = n8; i < n; i++) s += q[i] * llb_fp16_to_fp32(k[i]);
-  return s;
-}
-
-AVX2_TARGET static void axpy_f16_avx2(int64_t n, float a, const uint16_t *v, float *y) {
-  const int64_t n8 = n - n % 8;
-  const __m256 av = _mm256_set1_ps(a);
-  for (int64_t i = 0; i < n8; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8_f16(v + i), _mm256_loadu_ps(y + i)));
-  for (int64_t i = n8; i < n; i++) y[i] = fmaf(a, llb_fp16_to_fp32(v[i]), y[i]);
-}
-
 /* Tile kernels (cpu_gemm_fn) for Q4_0, Q4_1, Q8_0: per output exactly the float order of
  * dot_q4_1_avx2_n / dot_q_0_avx2_n; NC weight rows x NR activation rows share loads. */
 enum gemm_kind { GEMM_KIND_Q4_0, GEMM_KIND_Q4_1, GEMM_KIND_Q8_0 };
@@ -623,30 +606,6 @@ cpu_vec_dot_fn cpu_vec_dot_select(enum ggml_type w, enum cpu_simd_level level) {
   }
 }
 
-float cpu_dot_f32_f16(enum cpu_simd_level level, int64_t n, const float *q, const uint16_t *k) {
-#if CPU_HAVE_X86
-  if (level == CPU_SIMD_LEVEL_AVX2) return dot_f32_f16_avx2(n, q, k);
-#endif
-  (void)level;
-  float acc[8] = {0};
-  const int64_t n8 = n - n % 8;
-  for (int64_t i = 0; i < n8; i++) acc[i % 8] = fmaf(q[i], llb_fp16_to_fp32(k[i]), acc[i % 8]);
-  float s = hsum8(acc);
-  for (int64_t i = n8; i < n; i++) s += q[i] * llb_fp16_to_fp32(k[i]);
-  return s;
-}
-
-void cpu_axpy_f16(enum cpu_simd_level level, int64_t n, float a, const uint16_t *v, float *y) {
-#if CPU_HAVE_X86
-  if (level == CPU_SIMD_LEVEL_AVX2) {
-    axpy_f16_avx2(n, a, v, y);
-    return;
-  }
-#endif
-  (void)level;
-  for (int64_t i = 0; i < n; i++) y[i] = fmaf(a, llb_fp16_to_fp32(v[i]), y[i]);
-}
-
 cpu_gemm_fn cpu_gemm_select(enum ggml_type w, enum cpu_simd_level level) {
   if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
 #if CPU_HAVE_X86
@@ -672,4 +631,104 @@ void cpu_fp32_to_fp16_row(enum cpu_simd_level level, const float *x, uint16_t *y
 #endif
   (void)level;
   for (int64_t i = 0; i < n; i++) y[i] = llb_fp32_to_fp16(x[i]);
+}
+
+/* ---------------------------------------------------------------- ggml's expf, SwiGLU */
+
+/* Constants of ggml_v_expf (vec.h): shift 1.5*2^23, log2 e, ln2 in two parts, polynomial. */
+#define EXPG_SHIFT 0x1.8p23f
+#define EXPG_LOG2E 0x1.715476p+0f
+#define EXPG_LN2_HI 0x1.62e4p-1f
+#define EXPG_LN2_LO 0x1.7f7d1cp-20f
+#define EXPG_C5 0x1.0e4020p-7f
+#define EXPG_C4 0x1.573e2ep-5f
+#define EXPG_C3 0x1.555e66p-3f
+#define EXPG_C2 0x1.fffdb6p-2f
+#define EXPG_C1 0x1.ffffecp-1f
+
+float cpu_expf_ggml(float x) {
+  const float z = fmaf(x, EXPG_LOG2E, EXPG_SHIFT);
+  const float n = z - EXPG_SHIFT;
+  const float b = fmaf(-n, EXPG_LN2_LO, fmaf(-n, EXPG_LN2_HI, x));
+  const float u = b * b;
+  const float j = fmaf(fmaf(fmaf(EXPG_C5, b, EXPG_C4), u, fmaf(EXPG_C3, b, EXPG_C2)), u,
+                       fmaf(EXPG_C1, b, 1.0f));
+  if (n != n) return n; /* NaN in, NaN out (scalef of NaN) */
+  if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+  return ldexpf(j, (int)n); /* scalef: one rounding, also into subnormals */
+}
+
+float cpu_reduce16(const float v[16]) {
+  float t[8];
+  for (int i = 0; i < 8; i++) t[i] = v[i + 8] + v[i];
+  for (int i = 0; i < 4; i++) t[i] = t[i + 4] + t[i];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+#if CPU_HAVE_X86
+/* 8 lanes of cpu_expf_ggml. Lanes whose 2^n is not a normal float (n < -125, n > 126) or
+ * that need the |n| > 192 rule go through the scalar function (one rounding in scalef). */
+AVX2_TARGET static inline __m256 expf_ggml_avx2(__m256 x) {
+  const __m256 r = _mm256_set1_ps(EXPG_SHIFT);
+  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(EXPG_LOG2E), r);
+  const __m256 n = _mm256_sub_ps(z, r);
+  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXPG_LN2_LO),
+                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(EXPG_LN2_HI), x));
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 j = _mm256_fmadd_ps(
+      _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(EXPG_C5), b, _mm256_set1_ps(EXPG_C4)), u,
+                      _mm256_fmadd_ps(_mm256_set1_ps(EXPG_C3), b, _mm256_set1_ps(EXPG_C2))),
+      u, _mm256_fmadd_ps(_mm256_set1_ps(EXPG_C1), b, _mm256_set1_ps(1.0f)));
+  /* in range (NaN compares false): -125 <= n <= 126 */
+  const __m256 ok = _mm256_and_ps(_mm256_cmp_ps(n, _mm256_set1_ps(-125.0f), _CMP_GE_OQ),
+                                  _mm256_cmp_ps(n, _mm256_set1_ps(126.0f), _CMP_LE_OQ));
+  if (_mm256_movemask_ps(ok) != 0xFF) {
+    float xs[8], ys[8];
+    _mm256_storeu_ps(xs, x);
+    for (int i = 0; i < 8; i++) ys[i] = cpu_expf_ggml(xs[i]);
+    return _mm256_loadu_ps(ys);
+  }
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(j, _mm256_castsi256_ps(e)); /* exact: the product is a normal float */
+}
+
+AVX2_TARGET static void exp_sub_row_avx2(const float *x, float sub, float *y, int64_t n) {
+  int64_t i = 0;
+  const __m256 s = _mm256_set1_ps(sub);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, expf_ggml_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)));
+  for (; i < n; i++) y[i] = cpu_expf_ggml(x[i] - sub);
+}
+
+AVX2_TARGET static void swiglu_row_avx2(const float *g, const float *u, float *y, int64_t n) {
+  int64_t i = 0;
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(g + i);
+    const __m256 e = expf_ggml_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+  }
+  for (; i < n; i++) y[i] = (g[i] / (1.0f + cpu_expf_ggml(0.0f - g[i]))) * u[i];
+}
+#endif
+
+void cpu_exp_sub_row(enum cpu_simd_level level, const float *x, float sub, float *y, int64_t n) {
+#if CPU_HAVE_X86
+  if (level == CPU_SIMD_LEVEL_AVX2) {
+    exp_sub_row_avx2(x, sub, y, n);
+    return;
+  }
+#endif
+  (void)level;
+  for (int64_t i = 0; i < n; i++) y[i] = cpu_expf_ggml(x[i] - sub);
+}
+
+void cpu_swiglu_row(enum cpu_simd_level level, const float *g, const float *u, float *y, int64_t n) {
+#if CPU_HAVE_X86
+  if (level == CPU_SIMD_LEVEL_AVX2) {
+    swiglu_row_avx2(g, u, y, n);
+    return;
+  }
+#endif
+  (void)level;
+  for (int64_t i = 0; i < n; i++) y[i] = (g[i] / (1.0f + cpu_expf_ggml(0.0f - g[i]))) * u[i];
 }

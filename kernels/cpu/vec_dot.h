@@ -87,11 +87,22 @@ cpu_gemm_fn cpu_gemm_select(enum ggml_type w, enum cpu_simd_level level);
 /* y[i] = fp16(x[i]) rounded to nearest even (llb_fp32_to_fp16) for i < n; F16C on AVX2. */
 void cpu_fp32_to_fp16_row(enum cpu_simd_level level, const float *x, uint16_t *y, int64_t n);
 
-/* Attention helpers; `level` must not exceed cpu_simd_level_detect() (callers clamp once).
- * Same lane order as the F16 dot: sum_i q[i] * fp16(k[i]). */
-float cpu_dot_f32_f16(enum cpu_simd_level level, int64_t n, const float *q, const uint16_t *k);
+/* ggml's vectorized expf (ggml_v_expf, the AVX-512 variant the oracle build runs), lane by
+ * lane: n = round(x * log2 e) by the 1.5*2^23 shift, b = x - n*ln2 in two fma steps, a
+ * degree-5 polynomial j(b) by fma, result j * 2^n (scalef); |n| > 192 gives 0 (n <= 0) or
+ * +inf. Not expf: up to ~1.5 ulp off, but the same bits as ggml on every input. */
+float cpu_expf_ggml(float x);
 
-/* y[i] = fma(a, fp16(v[i]), y[i]) for i < n (elementwise: identical on every path). */
-void cpu_axpy_f16(enum cpu_simd_level level, int64_t n, float a, const uint16_t *v, float *y);
+/* y[i] = cpu_expf_ggml(x[i] - sub) for i < n (ggml_vec_soft_max_f32's exponentials).
+ * Same bits on every level. */
+void cpu_exp_sub_row(enum cpu_simd_level level, const float *x, float sub, float *y, int64_t n);
+
+/* y[i] = (g[i] / (1 + cpu_expf_ggml(0 - g[i]))) * u[i] for i < n: ggml_vec_swiglu_f32
+ * (ggml_v_silu then one multiply). y may alias g or u. Same bits on every level. */
+void cpu_swiglu_row(enum cpu_simd_level level, const float *g, const float *u, float *y, int64_t n);
+
+/* Sum of 16 lanes in _mm512_reduce_add_ps's order: t[i] = v[i+8] + v[i] (8), then
+ * t[i+4] + t[i] (4), then (t0 + t2) + (t1 + t3). */
+float cpu_reduce16(const float v[16]);
 
 #endif

@@ -302,14 +302,18 @@ static void test_paged_attention_matches_contiguous_reference(void **state) {
         double sc[22], mx = -1e30, sum = 0;
         for (int j = 0; j < n_ctx; j++) {
           double d = 0;
-          for (int i = 0; i < D; i++) d += (double)q[(tok * H + h) * D + i] * keys[s][j][kvh * D + i];
+          /* q is rounded to fp16 as ggml converts it for the F16 K */
+          for (int i = 0; i < D; i++)
+            d += (double)llb_fp16_to_fp32(llb_fp32_to_fp16(q[(tok * H + h) * D + i])) * keys[s][j][kvh * D + i];
           sc[j] = d * scale;
           mx = fmax(mx, sc[j]);
         }
         for (int j = 0; j < n_ctx; j++) sum += (sc[j] = exp(sc[j] - mx));
         for (int i = 0; i < D; i++) {
           double o = 0;
-          for (int j = 0; j < n_ctx; j++) o += sc[j] / sum * vals[s][j][kvh * D + i];
+          /* probabilities are rounded to fp16 as ggml converts them for the F16 V */
+          for (int j = 0; j < n_ctx; j++)
+            o += (double)llb_fp16_to_fp32(llb_fp32_to_fp16((float)(sc[j] / sum))) * vals[s][j][kvh * D + i];
           if (fabs(o - out[(tok * H + h) * D + i]) > 1e-5)
             fail_msg("level %d tok %d head %d dim %d: %g vs %g", lvl, tok, h, i, out[(tok * H + h) * D + i], o);
         }
@@ -501,12 +505,15 @@ static void test_fp16_row_conversion_matches_scalar_rounding(void **state) {
   }
 }
 
-/* GQA attention (6 query heads on 2 KV heads): the SIMD path (heads of a KV head grouped in
- * one item when there are enough items) equals the scalar per-head path bit for bit, and a
- * decode row (one item per head) equals the same row computed inside a long prefill. */
+/* GQA attention (6 query heads on 2 KV heads), in each float order (head_dim 80: the
+ * SINGLE order's 64-element steps and its double tail): the SIMD path (heads of a KV head
+ * grouped in one item when there are enough items) equals the scalar per-head path bit for
+ * bit; with BATCH and SINGLE a decode row (one item per head) equals the same row computed
+ * inside a long prefill; BY_QUERY_LEN gives the BATCH rows for the chunk and the SINGLE row
+ * for the decode step. */
 static void test_attention_bit_identical_across_paths_and_grouping(void **state) {
   (void)state;
-  enum { NB = 16, BS = 8, HKV = 2, H = 6, D = 32, MB = 16, T = 40, Q = 16 };
+  enum { NB = 16, BS = 8, HKV = 2, H = 6, D = 80, MB = 16, T = 40, Q = 16 };
   struct backend_ctx *c = make_ctx(2);
   static uint16_t kc[NB * BS * HKV * D], vc[NB * BS * HKV * D];
   struct backend_kv_layer kv = {kc, vc, NB, BS, HKV, D};
@@ -514,32 +521,80 @@ static void test_attention_bit_identical_across_paths_and_grouping(void **state)
   int32_t table[MB];
   for (int i = 0; i < MB; i++) table[i] = (i * 7 + 3) % NB;
   static float k[T * HKV * D], v[T * HKV * D], q[Q * H * D], o1[Q * H * D], o2[Q * H * D], od[H * D];
+  static float chunk_out[2][Q * H * D], dec_out[2][H * D]; /* BATCH, SINGLE */
   int64_t slots[T];
   for (int i = 0; i < T * HKV * D; i++) k[i] = rndf() * 2, v[i] = rndf();
   for (int i = 0; i < Q * H * D; i++) q[i] = rndf();
   for (int j = 0; j < T; j++) slots[j] = (int64_t)table[j / BS] * BS + j % BS;
   assert_int_equal(backend_cpu_ops()->kv_write(c, &kv, k, v, slots, T), LLB_STATUS_OK);
   const int32_t qsl[2] = {0, Q}, lens[1] = {T}; /* a chunk: the last Q of T keys */
-  struct backend_attn_params p = {.q = q, .out = o1, .kv = &kv, .num_tokens = Q, .n_heads = H,
-                                  .scale = 0.17f, .num_seqs = 1, .query_start_loc = qsl, .seq_lens = lens,
-                                  .block_tables = table, .max_blocks_per_seq = MB};
-  cpu_backend_set_simd_level(c, cpu_simd_level_detect());
-  assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
-  cpu_backend_set_simd_level(c, CPU_SIMD_LEVEL_SCALAR);
-  p.out = o2;
-  assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
-  assert_memory_equal(o1, o2, sizeof(o1));
-  /* the last row alone, as a decode step */
-  cpu_backend_set_simd_level(c, cpu_simd_level_detect());
   const int32_t qsl1[2] = {0, 1};
-  struct backend_attn_params pd = p;
-  pd.q = q + (Q - 1) * H * D;
-  pd.out = od;
-  pd.num_tokens = 1;
-  pd.query_start_loc = qsl1;
-  assert_int_equal(backend_cpu_ops()->attention(c, &pd), LLB_STATUS_OK);
-  assert_memory_equal(od, o1 + (Q - 1) * H * D, sizeof(od));
+  for (int order = CPU_ATTN_ORDER_BATCH; order <= CPU_ATTN_ORDER_BY_QUERY_LEN; order++) {
+    cpu_backend_set_attn_order(c, (enum cpu_attn_order)order);
+    struct backend_attn_params p = {.q = q, .out = o1, .kv = &kv, .num_tokens = Q, .n_heads = H,
+                                    .scale = 0.17f, .num_seqs = 1, .query_start_loc = qsl, .seq_lens = lens,
+                                    .block_tables = table, .max_blocks_per_seq = MB};
+    cpu_backend_set_simd_level(c, cpu_simd_level_detect());
+    assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
+    cpu_backend_set_simd_level(c, CPU_SIMD_LEVEL_SCALAR);
+    p.out = o2;
+    assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
+    assert_memory_equal(o1, o2, sizeof(o1));
+    /* the last row alone, as a decode step, on both paths */
+    struct backend_attn_params pd = p;
+    pd.q = q + (Q - 1) * H * D;
+    pd.out = od;
+    pd.num_tokens = 1;
+    pd.query_start_loc = qsl1;
+    assert_int_equal(backend_cpu_ops()->attention(c, &pd), LLB_STATUS_OK);
+    float od_scalar[H * D];
+    memcpy(od_scalar, od, sizeof(od));
+    cpu_backend_set_simd_level(c, cpu_simd_level_detect());
+    assert_int_equal(backend_cpu_ops()->attention(c, &pd), LLB_STATUS_OK);
+    assert_memory_equal(od, od_scalar, sizeof(od));
+    if (order != CPU_ATTN_ORDER_BY_QUERY_LEN) {
+      assert_memory_equal(od, o1 + (Q - 1) * H * D, sizeof(od));
+      memcpy(chunk_out[order], o1, sizeof(o1));
+      memcpy(dec_out[order], od, sizeof(od));
+    } else {
+      assert_memory_equal(o1, chunk_out[CPU_ATTN_ORDER_BATCH], sizeof(o1));
+      assert_memory_equal(od, dec_out[CPU_ATTN_ORDER_SINGLE], sizeof(od));
+    }
+  }
+  /* the two orders are different sums: not one and the same code path */
+  assert_true(memcmp(chunk_out[0], chunk_out[1], sizeof(chunk_out[0])) != 0);
   backend_cpu_ops()->ctx_destroy(c);
+}
+
+/* ggml's expf and SwiGLU: known values, and the AVX2 rows equal the scalar rows bit for bit
+ * over normal, subnormal-result, overflow and special inputs. */
+static void test_ggml_expf_and_swiglu_rows_bit_identical_across_paths(void **state) {
+  (void)state;
+  assert_true(cpu_expf_ggml(0.0f) == 1.0f);
+  assert_true(fabsf(cpu_expf_ggml(1.0f) - 2.7182817f) <= 2e-7f * 2.7182817f);
+  assert_true(fabsf(cpu_expf_ggml(-20.0f) - expf(-20.0f)) <= 4e-7f * expf(-20.0f));
+  assert_true(cpu_expf_ggml(-INFINITY) == 0.0f);
+  assert_true(cpu_expf_ggml(-150.0f) == 0.0f); /* |n| = 216 > 192: ggml's flush to 0 */
+  assert_true(cpu_expf_ggml(-100.0f) > 0.0f);  /* n = -144: a subnormal, not flushed */
+  assert_true(isinf(cpu_expf_ggml(200.0f)));
+  assert_true(isnan(cpu_expf_ggml(NAN)));
+  enum { N = 4099 };
+  static float x[N], u[N], y1[N], y2[N];
+  rng_state = 99;
+  for (int i = 0; i < N; i++) {
+    x[i] = rndf() * (i % 7 == 0 ? 250.0f : i % 3 == 0 ? 110.0f : 12.0f);
+    u[i] = rndf();
+  }
+  x[5] = -INFINITY;
+  x[6] = INFINITY;
+  x[7] = -100.0f; /* subnormal result (after the shift by 1.5) */
+  cpu_exp_sub_row(CPU_SIMD_LEVEL_SCALAR, x, 1.5f, y1, N);
+  cpu_exp_sub_row(cpu_simd_level_detect(), x, 1.5f, y2, N);
+  assert_memory_equal(y1, y2, sizeof(y1));
+  assert_true(y1[7] > 0.0f && y1[7] < 1e-38f);
+  cpu_swiglu_row(CPU_SIMD_LEVEL_SCALAR, x, u, y1, N);
+  cpu_swiglu_row(cpu_simd_level_detect(), x, u, y2, N);
+  assert_memory_equal(y1, y2, sizeof(y1));
 }
 
 struct chunk_count {
@@ -589,6 +644,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_shapes_bit_identical_across_paths_and_batches),
       cmocka_unit_test(test_fp16_row_conversion_matches_scalar_rounding),
       cmocka_unit_test(test_attention_bit_identical_across_paths_and_grouping),
+      cmocka_unit_test(test_ggml_expf_and_swiglu_rows_bit_identical_across_paths),
       cmocka_unit_test(test_threadpool_parallel_runs_each_chunk_exactly_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
