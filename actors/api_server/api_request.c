@@ -1,6 +1,8 @@
 /* OpenAI request parsing and validation (see api_request.h). */
 #include "actors/api_server/api_request.h"
 
+#include "actors/api_server/api_embeds.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -91,7 +93,13 @@ void api_error_from_status(int32_t code, const char *message, const char *field,
     default: status = 500; break;
   }
   const char *what = code > 0 && code < LLB_STATUS_COUNT ? llb_strerror((llb_status)code) : "error";
-  api_error_set(e, status, field, "%s", message && *message ? message : what);
+  char param[sizeof e->param];
+  /* the input processor names items "mm_items[i].x"; over HTTP they are "prompt_embeds[i].x" */
+  if (field && strncmp(field, "mm_items", 8) == 0)
+    snprintf(param, sizeof param, "prompt_embeds%.80s", field + 8);
+  else
+    snprintf(param, sizeof param, "%s", field ? field : "");
+  api_error_set(e, status, param, "%s", message && *message ? message : what);
   if (code == LLB_STATUS_QUEUE_FULL) snprintf(e->code, sizeof e->code, "queue_full");
 }
 
@@ -452,7 +460,8 @@ static llb_status parse_field(const char *key, json_t *v, struct api_request *r,
   llb_status st = LLB_STATUS_OK;
   if (key_is(key, "model") || key_is(key, "n") || key_is(key, "stream") ||
       key_is(key, "stream_options") || key_is(key, "max_tokens") ||
-      key_is(key, "max_completion_tokens") || (chat ? key_is(key, "messages") : key_is(key, "prompt")) ||
+      key_is(key, "max_completion_tokens") ||
+      (chat ? key_is(key, "messages") : key_is(key, "prompt") || key_is(key, "prompt_embeds")) ||
       key_is(key, "logprobs"))
     return LLB_STATUS_OK; /* handled in order by api_request_parse */
   if (json_is_null(v)) return LLB_STATUS_OK; /* null = default, as the OpenAI client sends it */
@@ -620,6 +629,8 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
       goto fail;
     }
     st = parse_prompt(v, out, err);
+    if (st == LLB_STATUS_OK && (v = json_object_get(root, "prompt_embeds")))
+      st = api_parse_prompt_embeds(v, out, err);
   }
   if (st != LLB_STATUS_OK) goto fail;
   return LLB_STATUS_OK;
@@ -633,6 +644,8 @@ void api_request_free(struct api_request *r) {
   for (int32_t i = 0; r->prompts && i < r->num_prompts; i++) free(r->prompts[i].token_ids);
   free(r->prompts);
   free(r->messages);
+  for (int32_t i = 0; r->mm_items && i < r->num_mm_items; i++) free((void *)r->mm_items[i].data);
+  free(r->mm_items);
   struct req_impl *im = r->impl;
   if (im) {
     for (int i = 0; i < im->num_owned; i++) free(im->owned[i]);
@@ -663,5 +676,7 @@ void api_request_to_generate(const struct api_request *r, int32_t prompt_index,
   } else {
     out->prompt_token_ids = p->token_ids;
     out->num_prompt_token_ids = p->num_token_ids;
+    out->mm_items = r->mm_items;
+    out->num_mm_items = r->num_mm_items;
   }
 }

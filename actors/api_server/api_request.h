@@ -90,6 +90,9 @@ struct api_request {
   bool chat_logprobs;             /* chat: logprobs = true */
   int32_t top_logprobs;           /* chat: top_logprobs (0..20); completions: logprobs or -1 */
   char user[API_MAX_USER_BYTES];
+  struct llb_mm_item *mm_items;   /* [num_mm_items] "prompt_embeds" (api_embeds.h), completions;
+                                   * each item's data is owned by the request */
+  int32_t num_mm_items;
   void *impl;                     /* private: the JSON document and owned strings */
 };
 

@@ -452,6 +452,8 @@ int e2e_submit(struct e2e_stack *s, const struct e2e_request *r, struct e2e_pend
   llb_generate_request_init(&g);
   g.request_id = llb_str_c(r->request_id ? r->request_id : "e2e");
   g.sampling_params = &sp;
+  g.mm_items = r->mm_items;
+  g.num_mm_items = r->num_mm_items;
   if (r->messages) {
     g.messages = r->messages;
     g.num_messages = r->num_messages;

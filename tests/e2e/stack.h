@@ -101,6 +101,8 @@ struct e2e_request {
   int32_t num_messages;
   const int32_t *prompt_token_ids;
   int32_t num_prompt_token_ids;
+  const struct llb_mm_item *mm_items; /* [num_mm_items] multimodal items of the prompt, or NULL */
+  int32_t num_mm_items;
   struct llb_sampling_params sp;
 };
 

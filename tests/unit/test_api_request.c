@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
+#include "actors/api_server/api_embeds.h"
 #include "actors/api_server/api_request.h"
 
 static const struct api_parse_options opts = {.served_model = "smol"};
@@ -224,6 +227,127 @@ static void test_engine_status_codes_map_to_http(void **state) {
   api_buf_free(&b);
 }
 
+/* f32 [2, 3] = {1, 2, 3, 4, 5, 6} little-endian, base64 */
+#define EMB_F32_2x3 "AACAPwAAAEAAAEBAAACAQAAAoEAAAMBA"
+
+static void test_prompt_embeds_become_embeds_mm_items(void **state) {
+  (void)state;
+  struct api_request r;
+  struct api_error e;
+  const char *body =
+      "{\"model\":\"smol\",\"prompt\":[10,11,0,0,12,0],\"prompt_embeds\":["
+      "{\"data\":\"" EMB_F32_2x3 "\",\"dtype\":\"float32\",\"shape\":[2,3],\"placeholder_offset\":2},"
+      "{\"data\":\"ADwAwA==\",\"dtype\":\"float16\",\"shape\":[1,2],\"placeholder_offset\":5}]}";
+  assert_int_equal(parse(API_ENDPOINT_COMPLETIONS, body, &r, &e), LLB_STATUS_OK);
+  assert_int_equal(r.num_mm_items, 2);
+  struct llb_sampling_params gsp;
+  struct llb_generate_request g;
+  api_request_to_generate(&r, 0, "cmpl-e", &gsp, &g);
+  assert_int_equal(g.num_prompt_token_ids, 6);
+  assert_int_equal(g.num_mm_items, 2);
+  const struct llb_mm_item *a = &g.mm_items[0], *b = &g.mm_items[1];
+  assert_memory_equal(a->modality.data, "embeds", 6);
+  assert_int_equal(a->modality.len, 6);
+  assert_memory_equal(a->dtype.data, "f32", 3);
+  assert_int_equal(a->num_rows, 2);
+  assert_int_equal(a->num_cols, 3);
+  assert_int_equal(a->placeholder_offset, 2);
+  assert_int_equal(a->data_bytes, 24);
+  const float want[6] = {1, 2, 3, 4, 5, 6};
+  assert_memory_equal(a->data, want, sizeof want);
+  assert_memory_equal(b->dtype.data, "f16", 3);
+  assert_int_equal(b->num_rows, 1);
+  assert_int_equal(b->num_cols, 2);
+  assert_int_equal(b->placeholder_offset, 5);
+  const uint8_t want16[4] = {0x00, 0x3c, 0x00, 0xc0}; /* fp16 1.0, -2.0 */
+  assert_int_equal(b->data_bytes, 4);
+  assert_memory_equal(b->data, want16, 4);
+  api_request_free(&r);
+  /* one object = one item; placeholder_offset defaults to 0 */
+  body = "{\"model\":\"smol\",\"prompt\":[0,0,7],\"prompt_embeds\":"
+         "{\"data\":\"" EMB_F32_2x3 "\",\"dtype\":\"f32\",\"shape\":[2,3]}}";
+  assert_int_equal(parse(API_ENDPOINT_COMPLETIONS, body, &r, &e), LLB_STATUS_OK);
+  assert_int_equal(r.num_mm_items, 1);
+  assert_int_equal(r.mm_items[0].placeholder_offset, 0);
+  api_request_free(&r);
+}
+
+static void test_bad_prompt_embeds_name_the_field(void **state) {
+  (void)state;
+  const struct {
+    enum api_endpoint ep;
+    const char *body;
+    const char *param;
+  } cases[] = {
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"prompt_embeds\":[{\"data\":\"AA!A\","
+       "\"dtype\":\"float32\",\"shape\":[1,1]}]}", "prompt_embeds[0].data"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"prompt_embeds\":[{\"data\":\"AAAAA\","
+       "\"dtype\":\"float32\",\"shape\":[1,1]}]}", "prompt_embeds[0].data"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"prompt_embeds\":[{\"data\":\"" EMB_F32_2x3
+       "\",\"dtype\":\"int8\",\"shape\":[2,3]}]}", "prompt_embeds[0].dtype"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"prompt_embeds\":[{\"data\":\"" EMB_F32_2x3
+       "\",\"dtype\":\"float32\",\"shape\":[2,4]}]}", "prompt_embeds[0].data"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"prompt_embeds\":[{\"data\":\"" EMB_F32_2x3
+       "\",\"dtype\":\"float16\",\"shape\":[2,3]}]}", "prompt_embeds[0].data"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"prompt_embeds\":[{\"data\":\"" EMB_F32_2x3
+       "\",\"dtype\":\"float32\",\"shape\":[6]}]}", "prompt_embeds[0].shape"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"prompt_embeds\":[{\"data\":\"" EMB_F32_2x3
+       "\",\"dtype\":\"float32\",\"shape\":[0,3]}]}", "prompt_embeds[0].shape"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2,3],\"prompt_embeds\":[{\"data\":\"" EMB_F32_2x3
+       "\",\"dtype\":\"float32\",\"shape\":[2,3],\"placeholder_offset\":2}]}", "prompt_embeds[0].placeholder_offset"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"prompt_embeds\":[{\"data\":\"" EMB_F32_2x3
+       "\",\"dtype\":\"float32\",\"shape\":[2,3],\"placeholder_offset\":-1}]}", "prompt_embeds[0].placeholder_offset"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"prompt_embeds\":[{\"data\":\"" EMB_F32_2x3
+       "\",\"dtype\":\"float32\",\"shape\":[2,3],\"scale\":2}]}", "prompt_embeds[0].scale"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"prompt_embeds\":[{\"dtype\":\"float32\","
+       "\"shape\":[2,3]}]}", "prompt_embeds[0].data"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"prompt_embeds\":[]}", "prompt_embeds"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"prompt_embeds\":\"AAAA\"}", "prompt_embeds"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"text\",\"prompt_embeds\":[{\"data\":\"" EMB_F32_2x3
+       "\",\"dtype\":\"float32\",\"shape\":[2,3]}]}", "prompt"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[[1,2],[3,4]],\"prompt_embeds\":[{\"data\":\""
+       EMB_F32_2x3 "\",\"dtype\":\"float32\",\"shape\":[2,3]}]}", "prompt"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+       "\"prompt_embeds\":[]}", "prompt_embeds"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct api_request r;
+    struct api_error e;
+    llb_status st = parse(cases[i].ep, cases[i].body, &r, &e);
+    if (st != LLB_STATUS_INVALID_ARGUMENT || e.http_status != 400 || strcmp(e.param, cases[i].param) != 0) {
+      fprintf(stderr, "case %zu: status %d http %d param '%s' (want '%s'): %s\n", i, st, e.http_status,
+              e.param, cases[i].param, e.message);
+      fail();
+    }
+    assert_int_equal(r.num_mm_items, 0); /* nothing left to free */
+  }
+  /* the input processor's item errors come back under the HTTP field name */
+  struct api_error e;
+  api_error_from_status(LLB_STATUS_INVALID_ARGUMENT, "must be 576", "mm_items[1].num_cols", &e);
+  assert_int_equal(e.http_status, 400);
+  assert_string_equal(e.param, "prompt_embeds[1].num_cols");
+}
+
+static void test_base64_decodes_padded_and_unpadded(void **state) {
+  (void)state;
+  uint8_t *out;
+  size_t n;
+  assert_int_equal(api_base64_decode("YWI=", 4, &out, &n), LLB_STATUS_OK);
+  assert_int_equal(n, 2);
+  assert_memory_equal(out, "ab", 2);
+  free(out);
+  assert_int_equal(api_base64_decode("YQ", 2, &out, &n), LLB_STATUS_OK);
+  assert_int_equal(n, 1);
+  assert_int_equal(out[0], 'a');
+  free(out);
+  assert_int_equal(api_base64_decode("", 0, &out, &n), LLB_STATUS_OK);
+  assert_int_equal(n, 0);
+  free(out);
+  assert_int_equal(api_base64_decode("YQ==YQ==", 8, &out, &n), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(api_base64_decode("Y", 1, &out, &n), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(api_base64_decode("YW I", 4, &out, &n), LLB_STATUS_INVALID_ARGUMENT);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_completion_fields_map_to_sampling_params),
@@ -232,6 +356,9 @@ int main(void) {
       cmocka_unit_test(test_chat_messages_parts_and_logprobs),
       cmocka_unit_test(test_bad_requests_name_the_field),
       cmocka_unit_test(test_engine_status_codes_map_to_http),
+      cmocka_unit_test(test_prompt_embeds_become_embeds_mm_items),
+      cmocka_unit_test(test_bad_prompt_embeds_name_the_field),
+      cmocka_unit_test(test_base64_decodes_padded_and_unpadded),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
