@@ -26,11 +26,22 @@ struct backend_weight {
 };
 
 /* Sizes an execution context is prepared for; ops reject calls beyond them. */
+/* Float order of attention's reductions (DESIGN.md §5). BATCH_INVARIANT: one order for every
+ * query row, so a decode step equals a recompute of the same token (preemption, prefix cache)
+ * and no row depends on the batch. LLAMACPP: llama.cpp's own choice, one order for
+ * multi-token steps and another for single-token ones: bit-exact with its CPU backend on
+ * prefill and decode, but a decode step no longer equals its recompute (for checking only). */
+enum backend_attention_order {
+  BACKEND_ATTENTION_ORDER_BATCH_INVARIANT = 0,
+  BACKEND_ATTENTION_ORDER_LLAMACPP = 1,
+};
+
 struct backend_ctx_params {
   int32_t n_threads;       /* CPU threads, >= 1 (the calling thread counts) */
   int32_t max_num_tokens;  /* rows of one call */
   int64_t max_row_elems;   /* largest `cols` of a matmul input row */
   int32_t max_context_len; /* longest sequence attention reads */
+  enum backend_attention_order attention_order; /* default BATCH_INVARIANT (0) */
 };
 
 enum backend_rope_style {

@@ -191,6 +191,15 @@ void llama_kv_cache_destroy(struct llama_kv_cache *kv) {
 
 llb_status llama_forward_ctx_create(const struct llama_model *m, int32_t max_num_tokens, int32_t n_threads,
                                     struct llama_forward_ctx **out) {
+  const struct llama_forward_options o = {.max_num_tokens = max_num_tokens, .n_threads = n_threads,
+                                          .attention_order = LLAMA_ATTENTION_ORDER_BATCH_INVARIANT};
+  return llama_forward_ctx_create_opts(m, &o, out);
+}
+
+llb_status llama_forward_ctx_create_opts(const struct llama_model *m, const struct llama_forward_options *o,
+                                         struct llama_forward_ctx **out) {
+  if (!o) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "forward ctx: no options");
+  const int32_t max_num_tokens = o->max_num_tokens, n_threads = o->n_threads;
   if (!m || !out || max_num_tokens < 1 || n_threads < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "forward ctx: %d tokens, %d threads", max_num_tokens, n_threads);
   *out = NULL;
@@ -206,7 +215,10 @@ llb_status llama_forward_ctx_create(const struct llama_model *m, int32_t max_num
   fc->max_num_tokens = max_num_tokens;
   const struct backend_ctx_params bp = {.n_threads = n_threads, .max_num_tokens = max_num_tokens,
                                         .max_row_elems = wide > F ? wide : F,
-                                        .max_context_len = c->context_length};
+                                        .max_context_len = c->context_length,
+                                        .attention_order = o->attention_order == LLAMA_ATTENTION_ORDER_LLAMACPP
+                                                               ? BACKEND_ATTENTION_ORDER_LLAMACPP
+                                                               : BACKEND_ATTENTION_ORDER_BATCH_INVARIANT};
   st = fc->ops->ctx_create(&bp, &fc->bc);
   if (st != LLB_STATUS_OK) goto fail;
   const size_t T = (size_t)max_num_tokens;

@@ -59,6 +59,24 @@ struct llama_batch {                     /* vLLM-style flattened batch (gpu_mode
   const int32_t *logits_indices;         /* [num_logits] token rows that produce logits */
 };
 
+/* Attention's float order; see enum backend_attention_order in kernels/backend.h. The engine
+ * uses BATCH_INVARIANT; LLAMACPP reproduces llama.cpp's CPU backend bit for bit on prefill and
+ * decode (tests/e2e/test_golden_llamacpp.c) at the cost of decode == recompute. */
+enum llama_attention_order {
+  LLAMA_ATTENTION_ORDER_BATCH_INVARIANT = 0,
+  LLAMA_ATTENTION_ORDER_LLAMACPP = 1,
+};
+
+struct llama_forward_options {
+  int32_t max_num_tokens; /* rows per step, >= 1 */
+  int32_t n_threads;      /* >= 1; the caller of llama_forward counts as one */
+  enum llama_attention_order attention_order;
+};
+
+/* llama_forward_ctx_create with every option explicit. */
+llb_status llama_forward_ctx_create_opts(const struct llama_model *m, const struct llama_forward_options *o,
+                                         struct llama_forward_ctx **out);
+
 /* Creates the execution context of m: scratch for up to max_num_tokens rows per step and a
  * persistent pool of n_threads threads (the caller of llama_forward counts as one). m must
  * outlive it. Caller frees with llama_forward_ctx_destroy. INVALID_ARGUMENT, OUT_OF_MEMORY,

@@ -27,12 +27,10 @@
  *           with it on prefill and decode, still independent of the other sequences in the
  *           batch; but a decode step no longer equals a recompute of the same token inside a
  *           prefill (preemption, recompute), so it is opt-in.
- * Default BATCH (prefill bit-exact with llama.cpp, every row the same order);
- * env LLMBUS_CPU_ATTN_ORDER=batch|single|llamacpp at context creation selects another. */
+ * backend_ctx_params.attention_order picks BATCH (BATCH_INVARIANT, the default: prefill
+ * bit-exact with llama.cpp, every row the same order) or BY_QUERY_LEN (LLAMACPP); tests set
+ * SINGLE with cpu_backend_set_attn_order. */
 enum cpu_attn_order { CPU_ATTN_ORDER_BATCH = 0, CPU_ATTN_ORDER_SINGLE = 1, CPU_ATTN_ORDER_BY_QUERY_LEN = 2 };
-#ifndef CPU_ATTN_ORDER_DEFAULT
-#define CPU_ATTN_ORDER_DEFAULT CPU_ATTN_ORDER_BATCH
-#endif
 
 struct backend_ctx {
   struct backend_ctx_params params;
@@ -49,7 +47,7 @@ struct backend_ctx {
  * compare paths. Returns the level in effect. */
 enum cpu_simd_level cpu_backend_set_simd_level(struct backend_ctx *c, enum cpu_simd_level level);
 
-/* Selects the attention float order of c (tests; the default is CPU_ATTN_ORDER_DEFAULT). */
+/* Selects the attention float order of c (tests; contexts start with the order of their params). */
 void cpu_backend_set_attn_order(struct backend_ctx *c, enum cpu_attn_order order);
 
 /* The ops, also reachable through backend_cpu_ops(); see kernels/backend.h. */

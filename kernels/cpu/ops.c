@@ -50,11 +50,8 @@ llb_status cpu_ctx_create(const struct backend_ctx_params *p, struct backend_ctx
   if (!c) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "cpu backend ctx");
   c->params = *p;
   c->level = cpu_simd_level_detect();
-  c->attn_order = CPU_ATTN_ORDER_DEFAULT;
-  const char *order = getenv("LLMBUS_CPU_ATTN_ORDER"); /* see enum cpu_attn_order */
-  if (order && strcmp(order, "batch") == 0) c->attn_order = CPU_ATTN_ORDER_BATCH;
-  else if (order && strcmp(order, "single") == 0) c->attn_order = CPU_ATTN_ORDER_SINGLE;
-  else if (order && strcmp(order, "llamacpp") == 0) c->attn_order = CPU_ATTN_ORDER_BY_QUERY_LEN;
+  c->attn_order = p->attention_order == BACKEND_ATTENTION_ORDER_LLAMACPP ? CPU_ATTN_ORDER_BY_QUERY_LEN
+                                                                         : CPU_ATTN_ORDER_BATCH;
   st = cpu_threadpool_create(p->n_threads, &c->pool);
   if (st != LLB_STATUS_OK) goto fail;
   c->act_bytes = (size_t)p->max_num_tokens * (size_t)p->max_row_elems * sizeof(float);

@@ -4,23 +4,24 @@
  *
  * Usage: test_golden_llamacpp MODEL.gguf GOLDEN.json
  *
- * Tolerances. Bit-for-bit agreement with llama.cpp is not the bar: this Q4_1 model under ggml's
- * numerics (activations re-quantized to Q8_1/Q8_0 before every matmul) is chaotic. A 1e-6
- * relative perturbation of the embeddings moves first-step logits by ~1.2 in a float64
- * reference with simulated Q8 activations (by 1e-4 without them): it flips a few Q8 roundings,
- * and each flip is a step of amax/127 next to the massive-activation channels. llama.cpp itself,
- * same build and machine, moves its logits by up to 0.86 (max |diff| over the top 256; rms 0.47,
- * mean shift 0.55) when the prompt is evaluated one token per ubatch instead of in one batch.
- * The bounds below are set from that self-variation (tests/tools/reference_forward.py and
- * tests/tools/README.md give the measurements); a real numerics bug is an order of magnitude
- * beyond them: NEOX rope instead of NORM gives max |diff| 5-12, rms 2-7, correlation 0.3-0.65.
+ * Our CPU kernels follow ggml's op-level arithmetic (Q8 activations, ggml's exp, fp16 q and
+ * attention probabilities, RoPE as fused multiply-adds; kernels/cpu/README.md), so the
+ * numbers are llama.cpp's bit for bit, not merely close. That is the bar, because this Q4_1
+ * model is chaotic under Q8 activations: a 1e-6 relative perturbation of the embeddings moves
+ * the first-step logits by ~1.2 (tests/tools/README.md), so "close" numerics diverge within
+ * a few dozen greedy steps.
  *
- * First step, per case, over llama.cpp's top-256 ids: max |diff| <= FIRST_MAX_TOL, rms diff <=
- * FIRST_RMS_TOL, Pearson correlation >= FIRST_CORR_MIN; mean and std of the full vector within
- * STAT_TOL; our argmax equal to llama.cpp's unless its top-2 gap is <= TIE_TOL.
- * Greedy, teacher-forced: every step feeds llama.cpp's token (so one near-tie does not end the
- * comparison), and at every step llama.cpp's token must be within STEP_TOL of our best logit;
- * at least MIN_EXACT_PERCENT of all steps must pick exactly llama.cpp's token.
+ * llama.cpp sums attention in one order for multi-token ubatches and another for one-token
+ * ones. The engine keeps one order for every row (LLAMA_ATTENTION_ORDER_BATCH_INVARIANT), so
+ * that a decode step equals a recompute of the same token (DESIGN.md §5); it is llama.cpp's
+ * prefill order, so:
+ * 1. In the engine's order, prompt ids are identical and the first step's logits equal
+ *    llama.cpp's over its top-256 ids within FIRST_TOL (bit-exact on the machine that recorded
+ *    them; the slack covers a libm differing in the last bit) with the same argmax.
+ * 2. With LLAMA_ATTENTION_ORDER_LLAMACPP (llama.cpp's choice per step), free-running greedy
+ *    continuations of 64 tokens equal llama.cpp's token for token. A case may diverge only at
+ *    a near-tie: llama.cpp's top two logits within TIE_TOL and our token its runner-up; at
+ *    most one of the cases may diverge.
  *
  * The model missing is a skip (77) locally and a failure under CI (env CI=true).
  */
@@ -43,13 +44,9 @@
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 
-#define FIRST_MAX_TOL 1.5f
-#define FIRST_RMS_TOL 0.75
-#define FIRST_CORR_MIN 0.98
-#define STAT_TOL 1.0
-#define TIE_TOL 0.5f
-#define STEP_TOL 1.0f
-#define MIN_EXACT_PERCENT 90
+#define FIRST_TOL 1e-3f
+#define TIE_TOL 0.1f
+#define MAX_DIVERGENT_CASES 1
 #define BLOCK_SIZE 16
 
 static const char *g_model_path;
@@ -86,7 +83,7 @@ static json_t *jget(const json_t *obj, const char *key) {
   return v;
 }
 
-static int setup(void **state) {
+static int setup_order(void **state, enum llama_attention_order order) {
   struct golden_env *e = calloc(1, sizeof *e);
   assert_non_null(e);
   json_error_t jerr;
@@ -108,7 +105,9 @@ static int setup(void **state) {
   e->max_tokens = longest + n_greedy;
   e->num_blocks = (e->max_tokens + BLOCK_SIZE - 1) / BLOCK_SIZE;
   CHECK_OK(llama_kv_cache_create(e->model, e->num_blocks, BLOCK_SIZE, &e->kv));
-  CHECK_OK(llama_forward_ctx_create(e->model, longest, 2, &e->fwd));
+  const struct llama_forward_options fo = {.max_num_tokens = longest, .n_threads = 2,
+                                           .attention_order = order};
+  CHECK_OK(llama_forward_ctx_create_opts(e->model, &fo, &e->fwd));
   CHECK_OK(sampler_create(e->vocab, &e->sampler));
   e->logits = malloc((size_t)e->vocab * sizeof *e->logits);
   e->seq = malloc((size_t)e->max_tokens * sizeof *e->seq);
@@ -123,6 +122,14 @@ static int setup(void **state) {
   for (int32_t b = 0; b < e->num_blocks; b++) e->block_table[b] = b;
   *state = e;
   return 0;
+}
+
+static int setup_engine_order(void **state) {
+  return setup_order(state, LLAMA_ATTENTION_ORDER_BATCH_INVARIANT);
+}
+
+static int setup_llamacpp_order(void **state) {
+  return setup_order(state, LLAMA_ATTENTION_ORDER_LLAMACPP);
 }
 
 static int teardown(void **state) {
@@ -201,104 +208,97 @@ static bool prompt_ids_match(struct golden_env *e, const json_t *c, const char *
   return same;
 }
 
-/* First-step logits against the golden top-256 and full-vector statistics. Returns the
- * max abs diff over the top-256 ids. */
-static float compare_first_logits(struct golden_env *e, const json_t *c, const char *name,
-                                  int *failures) {
+/* First-step logits against the golden top-256; returns whether they are within FIRST_TOL
+ * with llama.cpp's argmax. */
+static bool first_logits_match(struct golden_env *e, const json_t *c, const char *name) {
   json_t *fl = jget(c, "first_logits");
   json_t *ids = jget(fl, "top_ids"), *vals = jget(fl, "top_values");
-  const size_t n_top = json_array_size(ids);
   float max_diff = 0.0f;
-  double sd2 = 0.0, so = 0.0, sg = 0.0, soo = 0.0, sgg = 0.0, sog = 0.0;
-  for (size_t i = 0; i < n_top; i++) {
+  for (size_t i = 0; i < json_array_size(ids); i++) {
     int32_t id = (int32_t)json_integer_value(json_array_get(ids, i));
-    const double ours = e->logits[id], gold = json_number_value(json_array_get(vals, i));
-    float d = (float)fabs(ours - gold);
+    float d = (float)fabs(e->logits[id] - json_number_value(json_array_get(vals, i)));
     if (!(d <= max_diff)) max_diff = d; /* NaN propagates as a failure */
-    sd2 += (ours - gold) * (ours - gold);
-    so += ours;
-    sg += gold;
-    soo += ours * ours;
-    sgg += gold * gold;
-    sog += ours * gold;
   }
-  const double rms = sqrt(sd2 / (double)n_top);
-  const double cov = sog - so * sg / (double)n_top;
-  const double corr = cov / sqrt((soo - so * so / (double)n_top) * (sgg - sg * sg / (double)n_top));
   int32_t argmax = 0;
-  double sum = 0.0, sum2 = 0.0;
-  for (int32_t i = 0; i < e->vocab; i++) {
+  for (int32_t i = 1; i < e->vocab; i++)
     if (e->logits[i] > e->logits[argmax]) argmax = i;
-    sum += e->logits[i];
-  }
-  double mean = sum / e->vocab;
-  for (int32_t i = 0; i < e->vocab; i++) sum2 += (e->logits[i] - mean) * (e->logits[i] - mean);
-  double std = sqrt(sum2 / e->vocab);
   int32_t g0 = (int32_t)json_integer_value(json_array_get(ids, 0));
-  float gap = (float)(json_number_value(json_array_get(vals, 0)) -
-                      json_number_value(json_array_get(vals, 1)));
-  bool ok = max_diff <= FIRST_MAX_TOL && rms <= FIRST_RMS_TOL && corr >= FIRST_CORR_MIN &&
-            (argmax == g0 || gap <= TIE_TOL) &&
-            fabs(mean - json_number_value(jget(fl, "mean"))) <= STAT_TOL &&
-            fabs(std - json_number_value(jget(fl, "std"))) <= STAT_TOL;
-  printf("  %s: first logits: max|diff| %.4f, rms %.4f, corr %.5f, argmax %d vs %d (gap %.4f), "
-         "mean %.4f vs %.4f, std %.4f vs %.4f%s\n", name, max_diff, rms, corr, argmax, g0, gap, mean,
-         json_number_value(jget(fl, "mean")), std, json_number_value(jget(fl, "std")),
-         ok ? "" : ": OFF");
-  if (!ok) (*failures)++;
-  return max_diff;
+  bool ok = max_diff <= FIRST_TOL && argmax == g0;
+  printf("%-24s first logits: max|diff| %.6f over llama.cpp's top %zu, argmax %d vs %d%s\n", name,
+         max_diff, json_array_size(ids), argmax, g0, ok ? "" : ": OFF");
+  return ok;
 }
 
-static void test_matches_llamacpp_golden_outputs(void **state) {
+/* Loads case c's golden prompt ids into e->seq; returns their count. */
+static int32_t load_prompt(struct golden_env *e, const json_t *c) {
+  json_t *pids = jget(c, "prompt_ids");
+  int32_t n_prompt = (int32_t)json_array_size(pids);
+  for (int32_t i = 0; i < n_prompt; i++)
+    e->seq[i] = (int32_t)json_integer_value(json_array_get(pids, (size_t)i));
+  return n_prompt;
+}
+
+static void test_prompt_ids_and_first_logits_equal_llamacpp(void **state) {
   struct golden_env *e = *state;
   json_t *cases = jget(e->doc, "cases");
-  int failures = 0, total_steps = 0, total_matched = 0;
-  struct llb_sampling_params greedy;
-  llb_sampling_params_init(&greedy);
-  greedy.temperature = 0.0f;
+  int failures = 0;
   for (size_t ci = 0; ci < json_array_size(cases); ci++) {
     const json_t *c = json_array_get(cases, ci);
     const char *name = json_string_value(jget(c, "name"));
     if (!prompt_ids_match(e, c, name)) failures++;
     /* The forward pass is checked on the golden ids, whatever our tokenizer said. */
-    json_t *pids = jget(c, "prompt_ids");
-    int32_t n_prompt = (int32_t)json_array_size(pids);
-    for (int32_t i = 0; i < n_prompt; i++)
-      e->seq[i] = (int32_t)json_integer_value(json_array_get(pids, (size_t)i));
-    forward_rows(e, 0, n_prompt);
-    float max_diff = compare_first_logits(e, c, name, &failures);
-
-    json_t *steps = jget(c, "greedy");
-    int32_t matched = 0, n_steps = (int32_t)json_array_size(steps);
-    float worst = 0.0f;
-    for (int32_t s = 0; s < n_steps; s++) {
-      if (s > 0) forward_rows(e, n_prompt + s - 1, 1);
-      json_t *st = json_array_get(steps, (size_t)s);
-      int32_t want = (int32_t)json_integer_value(jget(st, "id"));
-      float best = e->logits[0];
-      for (int32_t i = 1; i < e->vocab; i++)
-        if (e->logits[i] > best) best = e->logits[i];
-      const float margin = best - e->logits[want]; /* 0 when we pick llama.cpp's token too */
-      struct sampler_result r;
-      CHECK_OK(sampler_sample(e->sampler, &greedy, e->logits, e->seq, n_prompt + s, NULL, 0, 0,
-                              s, &r));
-      if (r.token_id == want) matched++;
-      if (!(margin <= worst)) worst = margin;
-      if (!(margin <= STEP_TOL)) {
-        printf("  %s: step %d: llama.cpp's token %d is %.4f below our best (%d)\n", name, s, want,
-               margin, r.token_id);
-        failures++;
-      }
-      e->seq[n_prompt + s] = want; /* teacher forcing: continue on llama.cpp's path */
-    }
-    total_steps += n_steps;
-    total_matched += matched;
-    printf("%-24s prompt %4d tokens, first logits max|diff| %.4f, greedy %d/%d exact, worst "
-           "margin %.4f\n", name, n_prompt, max_diff, matched, n_steps, worst);
+    forward_rows(e, 0, load_prompt(e, c));
+    if (!first_logits_match(e, c, name)) failures++;
   }
-  if (total_matched * 100 < total_steps * MIN_EXACT_PERCENT) {
-    printf("greedy: %d of %d steps exact, fewer than %d%%\n", total_matched, total_steps,
-           MIN_EXACT_PERCENT);
+  assert_int_equal(failures, 0);
+}
+
+/* Free-running greedy in llama.cpp's attention order: the first step where our token differs
+ * from llama.cpp's, or n_steps; at a divergence *near_tie says whether it is one. */
+static int32_t greedy_divergence(struct golden_env *e, const json_t *c, bool *near_tie) {
+  struct llb_sampling_params greedy;
+  llb_sampling_params_init(&greedy);
+  greedy.temperature = 0.0f;
+  const int32_t n_prompt = load_prompt(e, c);
+  json_t *steps = jget(c, "greedy");
+  const int32_t n_steps = (int32_t)json_array_size(steps);
+  forward_rows(e, 0, n_prompt);
+  for (int32_t s = 0; s < n_steps; s++) {
+    if (s > 0) forward_rows(e, n_prompt + s - 1, 1);
+    json_t *st = json_array_get(steps, (size_t)s);
+    struct sampler_result r;
+    CHECK_OK(sampler_sample(e->sampler, &greedy, e->logits, e->seq, n_prompt + s, NULL, 0, 0, s, &r));
+    if (r.token_id != (int32_t)json_integer_value(jget(st, "id"))) {
+      json_t *ids = jget(st, "top2_ids"), *vals = jget(st, "top2_values");
+      const double gap = json_number_value(json_array_get(vals, 0)) - json_number_value(json_array_get(vals, 1));
+      *near_tie = gap <= TIE_TOL && r.token_id == (int32_t)json_integer_value(json_array_get(ids, 1));
+      printf("  step %d: ours %d, llama.cpp %d; its top-2 gap %.4f%s\n", s, r.token_id,
+             (int)json_integer_value(jget(st, "id")), gap, *near_tie ? " (near-tie)" : "");
+      return s;
+    }
+    e->seq[n_prompt + s] = r.token_id;
+  }
+  return n_steps;
+}
+
+static void test_greedy_continuations_equal_llamacpp_token_for_token(void **state) {
+  struct golden_env *e = *state;
+  json_t *cases = jget(e->doc, "cases");
+  int divergent = 0, failures = 0;
+  for (size_t ci = 0; ci < json_array_size(cases); ci++) {
+    const json_t *c = json_array_get(cases, ci);
+    const char *name = json_string_value(jget(c, "name"));
+    const int32_t n_steps = (int32_t)json_array_size(jget(c, "greedy"));
+    bool near_tie = false;
+    const int32_t at = greedy_divergence(e, c, &near_tie);
+    printf("%-24s greedy: %d/%d tokens equal llama.cpp's\n", name, at, n_steps);
+    if (at < n_steps) {
+      divergent++;
+      if (!near_tie) failures++;
+    }
+  }
+  if (divergent > MAX_DIVERGENT_CASES) {
+    printf("%d cases diverge; at most %d may\n", divergent, MAX_DIVERGENT_CASES);
     failures++;
   }
   assert_int_equal(failures, 0);
@@ -321,7 +321,10 @@ int main(int argc, char **argv) {
     return 77;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_matches_llamacpp_golden_outputs, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_prompt_ids_and_first_logits_equal_llamacpp, setup_engine_order,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_greedy_continuations_equal_llamacpp_token_for_token,
+                                      setup_llamacpp_order, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
