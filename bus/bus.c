@@ -44,6 +44,7 @@ struct bus {
   pthread_mutex_t mu; /* guards the fields below and url */
   pthread_cond_t cv;
   bool closed; /* the connection's closed callback ran */
+  bool ev_attached; /* the client is attached to the loop (see ev_attach / ev_detach) */
   struct bus_sub *subs;
 
   int stop_pipe[2]; /* bus_stop writes a byte; bus_actor_run polls the read end */
@@ -152,6 +153,75 @@ static void on_loop_stop(evutil_socket_t fd, short what, void *arg) {
   event_base_loopbreak(arg);
 }
 
+/* ---- the client's hooks into the loop ----
+ *
+ * The libevent adapter's callbacks, wrapped so the bus knows when the client has detached
+ * from the loop. libnats posts the closed callback BEFORE it detaches (conn.c _close), and a
+ * drain closes the connection on the client's own drain thread: so "closed" alone does not
+ * mean the client is done with b->base. Freeing the base then (bus_destroy) let the drain
+ * thread's natsLibevent_Detach -> event_free lock and write into freed memory: heap
+ * corruption, SIGSEGV/SIGABRT at exit. bus_destroy waits for ev_detach before it frees. */
+
+struct bus_ev {
+  struct bus *bus;
+  void *nle; /* the adapter's natsLibeventEvents; NULL after a failed re-attach */
+};
+
+/* `loop` is the bus (natsOptions_SetEventLoop below); *user_data our bus_ev. */
+static natsStatus ev_attach(void **user_data, void *loop, natsConnection *nc, natsSock sock) {
+  struct bus *b = loop;
+  struct bus_ev *e = *user_data;
+  bool created = false;
+  if (!e) {
+    e = calloc(1, sizeof *e);
+    if (!e) return NATS_NO_MEMORY;
+    e->bus = b;
+    created = true;
+  }
+  void *nle = e->nle;
+  natsStatus s = natsLibevent_Attach(&nle, b->base, nc, sock);
+  if (s != NATS_OK) {
+    /* The adapter freed its state; on a first attach libnats will not call detach. */
+    e->nle = NULL;
+    if (created) free(e);
+    return s;
+  }
+  e->nle = nle;
+  *user_data = e;
+  if (created) {
+    pthread_mutex_lock(&b->mu);
+    b->ev_attached = true;
+    pthread_mutex_unlock(&b->mu);
+  }
+  return NATS_OK;
+}
+
+static natsStatus ev_read(void *user_data, bool add) {
+  struct bus_ev *e = user_data;
+  return e && e->nle ? natsLibevent_Read(e->nle, add) : NATS_ERR;
+}
+
+static natsStatus ev_write(void *user_data, bool add) {
+  struct bus_ev *e = user_data;
+  return e && e->nle ? natsLibevent_Write(e->nle, add) : NATS_ERR;
+}
+
+/* Called once by libnats when it closes the connection, on whichever thread closes it (the
+ * drain thread after a drain). event_free inside waits for a callback of these events that
+ * the loop thread is running. */
+static natsStatus ev_detach(void *user_data) {
+  struct bus_ev *e = user_data;
+  if (!e) return NATS_OK;
+  struct bus *b = e->bus;
+  if (e->nle) natsLibevent_Detach(e->nle);
+  free(e);
+  pthread_mutex_lock(&b->mu);
+  b->ev_attached = false;
+  pthread_cond_broadcast(&b->cv);
+  pthread_mutex_unlock(&b->mu); /* last touch of b: bus_destroy may free it from here on */
+  return NATS_OK;
+}
+
 /* ---- stop signals: installed by bus_connect, so a SIGTERM during start-up is not lost ---- */
 
 static volatile sig_atomic_t signal_stop_fd = -1;
@@ -244,8 +314,7 @@ static llb_status set_options(struct bus *b, const struct bus_options *o, natsOp
                       o->tls_cert_file, o->tls_key_file, natsStatus_GetText(s),
                       nats_GetLastError(NULL));
   }
-  if ((s = natsOptions_SetEventLoop(opts, b->base, natsLibevent_Attach, natsLibevent_Read,
-                                    natsLibevent_Write, natsLibevent_Detach)) != NATS_OK)
+  if ((s = natsOptions_SetEventLoop(opts, b, ev_attach, ev_read, ev_write, ev_detach)) != NATS_OK)
     return BUS_NATS_ERR(s, "event loop");
   return LLB_STATUS_OK;
 }
@@ -331,7 +400,11 @@ fail:
   return st;
 }
 
-static void wait_flag(struct bus *b, const bool *flag, int64_t timeout_ms) {
+static bool deadline_wait(struct bus *b, const struct timespec *dl) {
+  return pthread_cond_timedwait(&b->cv, &b->mu, dl) != ETIMEDOUT;
+}
+
+static struct timespec deadline_in(int64_t timeout_ms) {
   struct timespec dl;
   clock_gettime(CLOCK_REALTIME, &dl);
   dl.tv_sec += timeout_ms / 1000;
@@ -340,10 +413,30 @@ static void wait_flag(struct bus *b, const bool *flag, int64_t timeout_ms) {
     dl.tv_sec++;
     dl.tv_nsec -= 1000000000L;
   }
+  return dl;
+}
+
+/* Waits until *flag is true, up to timeout_ms; returns *flag. */
+static bool wait_flag(struct bus *b, const bool *flag, int64_t timeout_ms) {
+  const struct timespec dl = deadline_in(timeout_ms);
   pthread_mutex_lock(&b->mu);
   while (!*flag)
-    if (pthread_cond_timedwait(&b->cv, &b->mu, &dl) == ETIMEDOUT) break;
+    if (!deadline_wait(b, &dl)) break;
+  bool v = *flag;
   pthread_mutex_unlock(&b->mu);
+  return v;
+}
+
+/* Waits until the connection is closed (when need_closed) AND the client has detached from
+ * the loop (the closed callback comes first, see ev_detach), up to timeout_ms; true if so. */
+static bool wait_closed(struct bus *b, bool need_closed, int64_t timeout_ms) {
+  const struct timespec dl = deadline_in(timeout_ms);
+  pthread_mutex_lock(&b->mu);
+  while ((need_closed && !b->closed) || b->ev_attached)
+    if (!deadline_wait(b, &dl)) break;
+  bool done = (!need_closed || b->closed) && !b->ev_attached;
+  pthread_mutex_unlock(&b->mu);
+  return done;
 }
 
 static void heartbeat_stop(struct bus *b) {
@@ -359,9 +452,13 @@ void bus_destroy(struct bus *b) {
   if (!b) return;
   signals_restore(b);
   heartbeat_stop(b);
-  if (b->nc) {
+  bool detached;
+  if (!b->nc) {
+    detached = wait_closed(b, false, BUS_CLOSE_WAIT_MS); /* a failed connect: normally at once */
+  } else {
+    /* Returns at once when a drain already closed (or is closing) it on the drain thread. */
     natsConnection_Close(b->nc);
-    wait_flag(b, &b->closed, BUS_CLOSE_WAIT_MS);
+    detached = wait_closed(b, true, BUS_CLOSE_WAIT_MS);
     /* No handler may run after we return: wait for each asynchronous subscription's last. */
     for (struct bus_sub *s = b->subs; s; s = s->next)
       if (s->fn) wait_flag(b, &s->complete, BUS_CLOSE_WAIT_MS);
@@ -373,17 +470,38 @@ void bus_destroy(struct bus *b) {
     free(s);
   }
   natsConnection_Destroy(b->nc);
+  b->nc = NULL;
   if (b->loop_started) {
     event_active(b->loop_stop_ev, EV_READ, 0);
     pthread_join(b->loop_thread, NULL);
   }
-  if (b->loop_stop_ev) event_free(b->loop_stop_ev);
-  if (b->base) event_base_free(b->base);
   for (int i = 0; i < 2; i++)
     if (b->stop_pipe[i] >= 0) close(b->stop_pipe[i]);
+  if (!detached) {
+    /* The client still holds events of b->base and will free them and signal b->cv when it
+     * detaches: freeing now would corrupt the heap. Leak the base and the bus instead. */
+    LLB_LOG_ERROR("bus_destroy_leak", "reason=client_not_detached wait_ms=%d", BUS_CLOSE_WAIT_MS);
+    return;
+  }
+  if (b->loop_stop_ev) event_free(b->loop_stop_ev);
+  if (b->base) event_base_free(b->base);
   pthread_cond_destroy(&b->cv);
   pthread_mutex_destroy(&b->mu);
   free(b);
+}
+
+llb_status bus_shutdown(int64_t timeout_ms) {
+  if (timeout_ms <= 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bus_shutdown: timeout_ms %lld must be > 0",
+                    (long long)timeout_ms);
+  natsStatus s = nats_CloseAndWait(timeout_ms);
+  if (s == NATS_TIMEOUT)
+    return LLB_ERRF(LLB_STATUS_TIMEOUT, "NATS client threads still running after %lld ms",
+                    (long long)timeout_ms);
+  if (s == NATS_ILLEGAL_STATE)
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "bus_shutdown called from a NATS client thread");
+  if (s != NATS_OK) return BUS_NATS_ERR(s, "bus_shutdown");
+  return LLB_STATUS_OK;
 }
 
 const char *bus_prefix(const struct bus *b) { return b->prefix; }
@@ -703,11 +821,9 @@ llb_status bus_drain(struct bus *b, int64_t timeout_ms) {
     LLB_LOG_WARN("bus_drain_skipped", "reason=%s", natsStatus_GetText(s));
     natsConnection_Close(b->nc);
   }
-  wait_flag(b, &b->closed, timeout_ms + 2000);
+  /* Closed and detached from the loop: the client's drain thread is done with the bus. */
+  bool closed = wait_closed(b, true, timeout_ms + 2000);
   int64_t ms = (llb_now_ns() - t0) / 1000000;
-  pthread_mutex_lock(&b->mu);
-  bool closed = b->closed;
-  pthread_mutex_unlock(&b->mu);
   const char *err = NULL;
   /* The client closes the connection when its drain timer fires without a distinct status
    * in every version, so a drain that lasted the whole timeout counts as cut short. */

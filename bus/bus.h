@@ -118,6 +118,15 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out);
  * NULL ok. Never call it from a handler or from the loop thread. */
 void bus_destroy(struct bus *bus);
 
+/* Call once at the very end of a process that used buses, after its last bus_destroy():
+ * waits up to timeout_ms (> 0) for the NATS client's internal threads (the thread that
+ * closes a drained connection, delivery threads, timers) to end and releases the client
+ * library, so none of them still runs while the process exits. No bus may be connected
+ * afterwards. Errors: LLB_STATUS_TIMEOUT (some thread still runs; it ends on its own),
+ * LLB_STATUS_INVALID_ARGUMENT (timeout_ms <= 0), LLB_STATUS_INTERNAL (called from a handler
+ * or another client thread). */
+llb_status bus_shutdown(int64_t timeout_ms);
+
 /* The subject prefix of this bus ("llm" by default); owned by the bus. */
 const char *bus_prefix(const struct bus *bus);
 

@@ -24,6 +24,8 @@
 #define ACTOR_MAIN_CONTINUE (-1)
 
 #define HEARTBEAT_CAP_BYTES 1024
+/* Bound on waiting for the NATS client's own threads to end before the process exits. */
+#define ACTOR_MAIN_SHUTDOWN_WAIT_MS 5000
 
 llb_status actor_main_parse_int64(const char *value, int64_t min, int64_t max, int64_t *out) {
   if (!value || !*value)
@@ -318,6 +320,12 @@ out:
   bus_destroy(am->bus);
   am->bus = NULL;
   if (spec->destroy) spec->destroy(am, spec->user);
+  /* The NATS client ends its threads after bus_destroy (the drain's closing thread releases
+   * the connection last): wait for them, so none runs while the process exits. */
+  if (bus_shutdown(ACTOR_MAIN_SHUTDOWN_WAIT_MS) != LLB_STATUS_OK) {
+    char q[512];
+    LLB_LOG_WARN("bus_shutdown_incomplete", "error=%s", llb_log_quote(q, sizeof q, llb_err_last()));
+  }
   LLB_LOG_INFO("exit", "code=%d", rc);
   return rc;
 }

@@ -12,7 +12,8 @@
  *      --heartbeat-ms, carrying ready / inflight (actor_main_set_ready/_inflight);
  *   7. bus_actor_run: serve until SIGTERM / SIGINT / bus_stop, then drain;
  *   8. spec->stop (optional; the bus is still there, the connection drained): join threads;
- *   9. bus_destroy, then spec->destroy (optional): free the actor.
+ *   9. bus_destroy, then spec->destroy (optional): free the actor;
+ *  10. bus_shutdown: wait for the NATS client's own threads to end before the process exits.
  * Exit code: 0 after a clean drain, 1 on a start-up or drain failure, 2 on usage errors.
  *
  * Common flags: --nats URL (nats://127.0.0.1:4222), --prefix (llm), --engine-id (0),
