@@ -25,7 +25,7 @@
 #include "schemas/request_output.h"
 #include "tests/integration/nats_test_server.h"
 
-#define VOCAB "/work/shared/testdata/tokenizer/ggml-vocab-gpt-2.gguf"
+#define VOCAB LLB_TESTDATA_DIR "/tokenizer/ggml-vocab-gpt-2.gguf"
 #define WAIT_MS 20000
 
 static struct nats_test_server srv;

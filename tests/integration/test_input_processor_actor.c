@@ -1,7 +1,7 @@
 /* The input processor actor over a real nats-server: GenerateRequest in on
  * llm.generate.<tenant>, EngineCoreRequests out on llm.engine.0.requests (read by the test),
  * errors back on the client's reply subject, aborts forwarded to llm.engine.0.abort.
- * Tokenizer: the GPT-2 vocab of /work/shared/testdata/tokenizer. */
+ * Tokenizer: the GPT-2 vocab of ../shared/testdata/tokenizer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,7 +22,7 @@
 #include "schemas/request_output.h"
 #include "tests/integration/nats_test_server.h"
 
-#define VOCAB "/work/shared/testdata/tokenizer/ggml-vocab-gpt-2.gguf"
+#define VOCAB LLB_TESTDATA_DIR "/tokenizer/ggml-vocab-gpt-2.gguf"
 #define WAIT_MS 20000
 
 struct fixture {

@@ -1,6 +1,6 @@
 /* The output processor actor over a real nats-server: hand-made EngineCoreOutputs on
  * llm.engine.0.outputs → RequestOutputs on each request's reply subject, engine aborts on
- * llm.engine.0.abort. Tokenizer: the GPT-2 vocab of /work/shared/testdata/tokenizer. */
+ * llm.engine.0.abort. Tokenizer: the GPT-2 vocab of ../shared/testdata/tokenizer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,7 +21,7 @@
 #include "schemas/request_output.h"
 #include "tests/integration/nats_test_server.h"
 
-#define VOCAB "/work/shared/testdata/tokenizer/ggml-vocab-gpt-2.gguf"
+#define VOCAB LLB_TESTDATA_DIR "/tokenizer/ggml-vocab-gpt-2.gguf"
 #define WAIT_MS 20000
 
 struct fixture {

@@ -110,7 +110,7 @@ static void test_prefill_and_chunked_prefill_match_cpu(void) {
 int main(void) {
   tc_require_device();
   const struct cuda_ctx_params cp = {1024, 32, 256, 4096, 0, 0};
-  const struct backend_ctx_params bp = {4, 1024, 8192, 4096};
+  const struct backend_ctx_params bp = {.n_threads = 4, .max_num_tokens = 1024, .max_row_elems = 8192, .max_context_len = 4096};
   if (cuda_ctx_create(&cp, &g_cuda) != LLB_STATUS_OK || backend_cpu_ops()->ctx_create(&bp, &g_cpu) != LLB_STATUS_OK) {
     fprintf(stderr, "context: %s\n", llb_err_last_where());
     return 1;

@@ -12,17 +12,10 @@
 #include "model/tokenizer.h"
 
 /* Loads the vocab named by LLMBUS_TEST_VOCAB, else the GPT-2 vocab of the shared test
- * vectors; exits 77 (skipped) when no file is there. */
+ * vectors (LLB_TESTDATA_DIR); exits 77 (skipped) when no file is there. */
 static inline struct tokenizer *test_load_tokenizer(void) {
-  const char *cands[3] = {getenv("LLMBUS_TEST_VOCAB"),
-                          "/work/shared/testdata/tokenizer/ggml-vocab-gpt-2.gguf", NULL};
-  char buf[1024];
-  const char *src = getenv("LLMBUS_SOURCE_DIR");
-  if (src) {
-    snprintf(buf, sizeof buf, "%s/shared/testdata/tokenizer/ggml-vocab-gpt-2.gguf", src);
-    cands[2] = buf;
-  }
-  for (int i = 0; i < 3; i++) {
+  const char *cands[2] = {getenv("LLMBUS_TEST_VOCAB"), LLB_TESTDATA_DIR "/tokenizer/ggml-vocab-gpt-2.gguf"};
+  for (int i = 0; i < 2; i++) {
     FILE *probe = cands[i] ? fopen(cands[i], "rb") : NULL;
     if (!probe) continue;
     fclose(probe);

@@ -285,7 +285,7 @@ static void test_unknown_pre_tokenizer_is_unsupported_and_named(void **state) {
 }
 
 int main(int argc, char **argv) {
-  g_dir = argc > 1 ? argv[1] : "/work/shared/testdata/tokenizer";
+  g_dir = argc > 1 ? argv[1] : LLB_TESTDATA_DIR "/tokenizer";
   g_model = argc > 2 ? argv[2] : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   char probe[1024];
   snprintf(probe, sizeof(probe), "%s/ggml-vocab-gpt-2.gguf", g_dir);

@@ -139,7 +139,7 @@ static void test_impossible_bytes_become_replacement_characters(void **state) {
 }
 
 int main(int argc, char **argv) {
-  g_dir = argc > 1 ? argv[1] : "/work/shared/testdata/tokenizer";
+  g_dir = argc > 1 ? argv[1] : LLB_TESTDATA_DIR "/tokenizer";
   char probe[1024];
   snprintf(probe, sizeof(probe), "%s/ggml-vocab-gpt-2.gguf", g_dir);
   if (access(probe, R_OK) != 0) {

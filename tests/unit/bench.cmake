@@ -1,0 +1,8 @@
+# llmbus-bench pure parts (owner: bench engineer): percentiles, Poisson arrivals, chunked/SSE
+# decoding, datasets (the tokenizer case uses the default model; skipped without it), /proc
+# memory of a process tree.
+if(TARGET llmbus_bench_core)
+  llb_add_test(test_bench SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bench.c
+               LIBS llmbus_bench_core llmbus_model PkgConfig::CMOCKA m LABELS unit bench TIMEOUT 60
+               ARGS ${LLB_DEFAULT_MODEL})
+endif()
