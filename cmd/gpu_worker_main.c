@@ -2,7 +2,10 @@
  * <prefix>.engine.<eid>.execute (actors/gpu_worker/actor.h). Flags: the common actor flags
  * (cmd/actor_main.h) plus --num-blocks, --block-size (the same values as the kv_manager's and
  * the scheduler's), --max-num-batched-tokens (forward scratch; >= the scheduler's),
- * --threads and --device (cpu only for now). */
+ * --threads, --device cpu|cuda and --gpu-memory-utilization (cuda: the fraction of device
+ * memory for weights, scratch and KV cache when --num-blocks is 0).
+ * --device cuda without a usable device (or in a build without CUDA) ends at start with exit
+ * 1 and one start_failed log line naming the CUDA error; --device cpu never calls CUDA. */
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,17 +16,27 @@
 struct worker_main {
   int32_t num_blocks, block_size, max_num_batched_tokens, threads;
   const char *device;
+  double gpu_memory_utilization;
+  enum model_runner_device dev;
   struct gpu_worker_actor *actor;
 };
 
 static llb_status worker_main_configure(struct actor_main *am, void *user) {
   (void)am;
   struct worker_main *m = user;
-  if (strcmp(m->device, "cpu") != 0)
-    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "--device %s: this build runs on cpu only (--device cpu)", m->device);
-  if (m->num_blocks < 1 || m->block_size < 1 || m->max_num_batched_tokens < 1 || m->threads < 1)
+  if (strcmp(m->device, "cpu") == 0)
+    m->dev = MODEL_RUNNER_DEVICE_CPU;
+  else if (strcmp(m->device, "cuda") == 0)
+    m->dev = MODEL_RUNNER_DEVICE_CUDA;
+  else
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--device %s: one of cpu, cuda", m->device);
+  if (!(m->gpu_memory_utilization > 0.0 && m->gpu_memory_utilization <= 1.0))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--gpu-memory-utilization %g: in (0, 1]", m->gpu_memory_utilization);
+  const int32_t min_blocks = m->dev == MODEL_RUNNER_DEVICE_CUDA ? 0 : 1;
+  if (m->num_blocks < min_blocks || m->block_size < 1 || m->max_num_batched_tokens < 1 || m->threads < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
-                    "--num-blocks %d, --block-size %d, --max-num-batched-tokens %d, --threads %d: each must be >= 1",
+                    "--num-blocks %d, --block-size %d, --max-num-batched-tokens %d, --threads %d: each must be >= 1 "
+                    "(--num-blocks 0: sized from device memory, --device cuda only)",
                     m->num_blocks, m->block_size, m->max_num_batched_tokens, m->threads);
   return LLB_STATUS_OK;
 }
@@ -33,7 +46,8 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
   const struct gpu_worker_actor_options o = {
       .model_path = am->common.model_path, .engine_id = am->common.engine_id,
       .num_blocks = m->num_blocks, .block_size = m->block_size,
-      .max_num_batched_tokens = m->max_num_batched_tokens, .num_threads = m->threads};
+      .max_num_batched_tokens = m->max_num_batched_tokens, .num_threads = m->threads,
+      .device = m->dev, .gpu_memory_utilization = (float)m->gpu_memory_utilization};
   llb_status st = gpu_worker_actor_create(&o, &m->actor);
   if (st) return st;
   return gpu_worker_actor_start(m->actor, am->bus);
@@ -49,7 +63,8 @@ static void worker_main_destroy(struct actor_main *am, void *user) {
 int main(int argc, char **argv) {
   const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   struct worker_main m = {.num_blocks = 1024, .block_size = 16, .max_num_batched_tokens = 512,
-                          .threads = ncpu > 0 ? (int32_t)ncpu : 1, .device = "cpu"};
+                          .threads = ncpu > 0 ? (int32_t)ncpu : 1, .device = "cpu",
+                          .gpu_memory_utilization = 0.9};
   const struct actor_flag flags[] = {
       {"num-blocks", ACTOR_FLAG_KIND_INT32, &m.num_blocks, "KV cache blocks (same as kv_manager and scheduler)",
        NULL},
@@ -58,7 +73,10 @@ int main(int argc, char **argv) {
       {"max-num-batched-tokens", ACTOR_FLAG_KIND_INT32, &m.max_num_batched_tokens,
        "tokens per step the forward scratch holds (>= the scheduler's)", NULL},
       {"threads", ACTOR_FLAG_KIND_INT32, &m.threads, "forward-pass threads (default here: the CPUs online)", NULL},
-      {"device", ACTOR_FLAG_KIND_STRING, &m.device, "backend: cpu", NULL},
+      {"device", ACTOR_FLAG_KIND_STRING, &m.device, "backend: cpu or cuda (builds with CUDA; needs a GPU)", NULL},
+      {"gpu-memory-utilization", ACTOR_FLAG_KIND_DOUBLE, &m.gpu_memory_utilization,
+       "cuda: fraction (0, 1] of device memory for weights + scratch + KV cache (sizes the KV cache "
+       "when --num-blocks is 0; give kv_manager and scheduler the logged num_blocks)", NULL},
   };
   const struct actor_main_spec spec = {
       .actor = "gpu_worker",

@@ -3,6 +3,7 @@
 #include "actors/gpu_worker/actor.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,20 +38,29 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "gpu_worker actor");
   snprintf(a->engine_id, sizeof(a->engine_id), "%s", eid);
   llb_arena_init(&a->arena, NULL, 0);
-  llb_status st = gguf_open(o->model_path, &a->file);
+  const bool cuda = o->device == MODEL_RUNNER_DEVICE_CUDA;
+  llb_status st = model_runner_device_check(o->device); /* before reading a byte of the model */
   if (st) goto fail;
-  if ((st = llama_model_load(a->file, &a->model))) goto fail;
+  if ((st = gguf_open(o->model_path, &a->file))) goto fail;
+  if (!cuda && (st = llama_model_load(a->file, &a->model))) goto fail;
   const struct model_runner_config cfg = {.num_blocks = o->num_blocks, .block_size = o->block_size,
                                           .max_num_batched_tokens = o->max_num_batched_tokens,
-                                          .num_threads = o->num_threads};
+                                          .num_threads = o->num_threads, .device = o->device,
+                                          .gpu_memory_utilization = o->gpu_memory_utilization,
+                                          .gguf = a->file};
   if ((st = model_runner_create(a->model, &cfg, &a->runner))) goto fail;
-  const struct llama_config *c = llama_model_config(a->model);
+  if (cuda) { /* the weights live on the device now */
+    gguf_close(a->file);
+    a->file = NULL;
+  }
+  const struct llama_config *c = model_runner_model_config(a->runner);
   LLB_LOG_INFO("gpu_worker_ready",
                "model=%s arch=%s layers=%d vocab=%d kv_cache_mb=%.1f num_blocks=%d block_size=%d "
-               "max_num_batched_tokens=%d threads=%d device=cpu",
+               "max_num_batched_tokens=%d threads=%d device=%s",
                o->model_path, c->architecture, c->block_count, c->vocab_size,
-               (double)model_runner_kv_cache_bytes(a->runner) / (1024.0 * 1024.0), o->num_blocks, o->block_size,
-               o->max_num_batched_tokens, o->num_threads);
+               (double)model_runner_kv_cache_bytes(a->runner) / (1024.0 * 1024.0),
+               model_runner_num_blocks(a->runner), o->block_size, o->max_num_batched_tokens, o->num_threads,
+               model_runner_device_name(o->device));
   *out = a;
   return LLB_STATUS_OK;
 fail:

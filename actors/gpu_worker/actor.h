@@ -16,16 +16,20 @@
 
 #include <stdint.h>
 
+#include "actors/gpu_worker/model_runner.h"
 #include "bus/bus.h"
 #include "bus/status.h"
 
 struct gpu_worker_actor_options {
   const char *model_path;         /* GGUF of a LLaMA-family model; required */
   const char *engine_id;          /* <eid>; NULL = "0" */
-  int32_t num_blocks;             /* KV cache blocks (same value as kv_manager, scheduler) */
+  int32_t num_blocks;             /* KV cache blocks (same value as kv_manager, scheduler);
+                                     cuda: 0 = sized from gpu_memory_utilization (logged) */
   int32_t block_size;             /* tokens per block (same value as kv_manager, scheduler) */
   int32_t max_num_batched_tokens; /* forward scratch rows, >= the scheduler's budget */
-  int32_t num_threads;            /* forward threads, >= 1 */
+  int32_t num_threads;            /* forward threads, >= 1 (cpu) */
+  enum model_runner_device device; /* cpu (zero value) or cuda */
+  float gpu_memory_utilization;   /* cuda: (0, 1], 0 = 0.9 (model_runner_config) */
 };
 
 /* Counters since start (monotonic). */
@@ -40,9 +44,12 @@ struct gpu_worker_actor_stats {
 
 struct gpu_worker_actor;
 
-/* Opens o->model_path, loads the model and creates the model runner (KV cache of
- * num_blocks x block_size, logged in MB). Errors: INVALID_ARGUMENT (options), the GGUF
- * reader's / model loader's error naming the file or tensor, those of model_runner_create.
+/* Opens o->model_path, loads the model and creates the model runner on o->device (KV cache
+ * of num_blocks x block_size, logged in MB with the device). cuda: the device is probed
+ * first (model_runner_device_check), the weights go to the device only (no host copy) and
+ * the file is closed once loaded. Errors: INVALID_ARGUMENT (options), UNSUPPORTED ("built
+ * without CUDA") / DEVICE (the CUDA runtime's reason), the GGUF reader's / model loader's
+ * error naming the file or tensor, those of model_runner_create.
  * *out: gpu_worker_actor_destroy(). */
 llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, struct gpu_worker_actor **out);
 

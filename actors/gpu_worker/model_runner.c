@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "actors/gpu_worker/mm_encoder.h"
+#include "actors/gpu_worker/runner_backend.h"
 #include "actors/gpu_worker/sampler.h"
 
 /* One request of the persistent batch. Buffers are owned by the row and reused when the row
@@ -43,11 +44,8 @@ struct mr_sched {
 
 struct model_runner {
   struct model_runner_config cfg;
-  const struct llama_model *model;
+  struct runner_backend be;  /* KV cache and forward state on the CPU or the device */
   int32_t vocab_size;
-  int64_t kv_bytes;
-  struct llama_kv_cache *kv;
-  struct llama_forward_ctx *fwd;
   struct sampler *sampler;
 
   struct mr_request **rows; /* [num_rows] live, [num_rows, rows_cap) spare */
@@ -149,37 +147,43 @@ static void free_request(struct mr_request *q) {
 llb_status model_runner_create(const struct llama_model *m, const struct model_runner_config *cfg,
                                struct model_runner **out) {
   *out = NULL;
-  if (!m || !cfg || cfg->num_blocks < 1 || cfg->block_size < 1 || cfg->max_num_batched_tokens < 1 ||
-      cfg->num_threads < 1)
+  if (!cfg || (cfg->device != MODEL_RUNNER_DEVICE_CPU && cfg->device != MODEL_RUNNER_DEVICE_CUDA))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model runner: no config, or an unknown device");
+  const bool cuda = cfg->device == MODEL_RUNNER_DEVICE_CUDA;
+  if (cuda ? !cfg->gguf : !m)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model runner: device %s needs %s",
+                    model_runner_device_name(cfg->device), cuda ? "the GGUF file (cfg.gguf)" : "a loaded model");
+  if (cfg->num_blocks < (cuda ? 0 : 1) || cfg->block_size < 1 || cfg->max_num_batched_tokens < 1 ||
+      cfg->num_threads < 1 || !(cfg->gpu_memory_utilization >= 0.0f && cfg->gpu_memory_utilization <= 1.0f))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
                     "model runner config: num_blocks %d, block_size %d, max_num_batched_tokens %d, "
-                    "num_threads %d (all must be >= 1)",
-                    cfg ? cfg->num_blocks : 0, cfg ? cfg->block_size : 0,
-                    cfg ? cfg->max_num_batched_tokens : 0, cfg ? cfg->num_threads : 0);
-  llb_status st = LLB_STATUS_OUT_OF_MEMORY;
+                    "num_threads %d (all must be >= 1; num_blocks 0 only on cuda), gpu_memory_utilization %g "
+                    "(0 = default, else (0, 1])",
+                    cfg->num_blocks, cfg->block_size, cfg->max_num_batched_tokens, cfg->num_threads,
+                    (double)cfg->gpu_memory_utilization);
   struct model_runner *r = calloc(1, sizeof(*r));
-  if (!r) goto fail;
+  if (!r) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "model runner allocation");
   r->cfg = *cfg;
-  r->model = m;
-  const struct llama_config *c = llama_model_config(m);
+  r->cfg.gguf = NULL; /* borrowed for this call only */
+  llb_status st = runner_backend_create(&r->be, m, cfg);
+  if (st) goto fail;
+  r->cfg.num_blocks = r->be.num_blocks; /* sized from device memory when 0 */
+  const struct llama_config *c = r->be.config;
   r->vocab_size = c->vocab_size;
-  r->kv_bytes = 2 * (int64_t)c->block_count * cfg->num_blocks * cfg->block_size * c->head_count_kv *
-                c->head_dim * 2;
-  if ((st = llama_kv_cache_create(m, cfg->num_blocks, cfg->block_size, &r->kv))) goto fail;
-  if ((st = llama_forward_ctx_create(m, cfg->max_num_batched_tokens, cfg->num_threads, &r->fwd))) goto fail;
   if ((st = sampler_create(c->vocab_size, &r->sampler))) goto fail;
   r->hidden_size = c->embedding_length;
   if ((st = mm_encoder_cache_create(c->embedding_length, &r->mm))) goto fail;
-  st = LLB_STATUS_OUT_OF_MEMORY;
   const size_t nt = (size_t)cfg->max_num_batched_tokens;
   r->token_ids = malloc(nt * sizeof(int32_t));
   r->positions = malloc(nt * sizeof(int32_t));
   r->slot_mapping = malloc(nt * sizeof(int64_t));
-  if (!r->token_ids || !r->positions || !r->slot_mapping) goto fail;
+  if (!r->token_ids || !r->positions || !r->slot_mapping) {
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "model runner allocation");
+    goto fail;
+  }
   *out = r;
   return LLB_STATUS_OK;
 fail:
-  if (st == LLB_STATUS_OUT_OF_MEMORY) LLB_ERRF(st, "model runner allocation");
   model_runner_destroy(r);
   return st;
 }
@@ -213,12 +217,15 @@ void model_runner_destroy(struct model_runner *r) {
   mm_encoder_cache_destroy(r->mm);
   free(r->embeds);
   free(r->embeds_mask);
-  llama_forward_ctx_destroy(r->fwd);
-  llama_kv_cache_destroy(r->kv);
+  runner_backend_destroy(&r->be);
   free(r);
 }
 
-int64_t model_runner_kv_cache_bytes(const struct model_runner *r) { return r->kv_bytes; }
+int64_t model_runner_kv_cache_bytes(const struct model_runner *r) { return r->be.kv_bytes; }
+
+int32_t model_runner_num_blocks(const struct model_runner *r) { return r->cfg.num_blocks; }
+
+const struct llama_config *model_runner_model_config(const struct model_runner *r) { return r->be.config; }
 
 int32_t model_runner_num_reqs(const struct model_runner *r) { return r->num_rows; }
 
@@ -739,8 +746,7 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   int32_t ns = 0;
   if ((st = prepare_inputs(r, so, &ns))) return st;
   if (ns == 0) return LLB_STATUS_OK;
-  if ((st = llama_forward(r->fwd, r->kv, &r->batch, r->logits)))
-    return fail(r, st, "", "forward pass: %s", llb_err_last());
+  if ((st = runner_backend_forward(&r->be, &r->batch, r->logits))) return fail(r, st, "", "forward pass (%s): %s", model_runner_device_name(r->cfg.device), llb_err_last());
   int32_t max_n = -1;
   for (int32_t l = 0; l < r->batch.num_logits; l++) {
     const int32_t n = r->rows[r->logits_rows[l]]->sampling_params.logprobs;

@@ -19,8 +19,10 @@
  *      slot_mapping (block_id * block_size + offset), query_start_loc, seq_lens,
  *      block_tables, and logits_indices only for requests whose scheduled range reaches the
  *      end of their known tokens (a partial prefill chunk samples nothing, as vLLM discards it);
- *   3. runs llama_forward and samples each such request (sampler_sample, stream 0,
- *      output_pos = outputs so far), appending the token to the request.
+ *   3. runs the forward pass (llama_forward on the CPU, cuda_forward on a CUDA device: the
+ *      same flattened batch, logits copied back to the host) and samples each such request
+ *      with the CPU sampler (sampler_sample, stream 0, output_pos = outputs so far),
+ *      appending the token to the request.
  * Requests are kept in rows; a removed row is filled with the last one (vLLM's condense).
  *
  * The whole SchedulerOutput is checked before anything changes: an unknown request id, a
@@ -35,25 +37,53 @@
 
 #include "bus/status.h"
 #include "model/forward.h"
+#include "model/gguf.h"
 #include "schemas/model_runner_output.h"
 #include "schemas/scheduler_output.h"
 
+/* Where the forward pass runs. The zero value is the CPU. */
+enum model_runner_device {
+  MODEL_RUNNER_DEVICE_CPU = 0,  /* model/forward.h over the host KV cache */
+  MODEL_RUNNER_DEVICE_CUDA = 1, /* kernels/cuda/cuda_forward.h; only in builds with LLB_HAVE_CUDA */
+};
+
 struct model_runner_config {
-  int32_t num_blocks;             /* KV cache blocks (--num-blocks), >= 1 */
+  int32_t num_blocks;             /* KV cache blocks (--num-blocks), >= 1; CUDA: 0 = as many as
+                                     gpu_memory_utilization of the device memory holds */
   int32_t block_size;             /* tokens per block (--block-size), >= 1 */
   int32_t max_num_batched_tokens; /* rows of the forward scratch, >= the scheduler's budget */
-  int32_t num_threads;            /* forward threads, the caller included, >= 1 */
+  int32_t num_threads;            /* forward threads, the caller included, >= 1 (CPU only) */
+  enum model_runner_device device; /* CPU (default) or CUDA */
+  float gpu_memory_utilization;   /* CUDA with num_blocks 0: fraction (0, 1] of the device's total
+                                     memory for weights + scratch + KV cache; 0 = 0.9 */
+  const struct gguf_file *gguf;   /* CUDA: the model file, copied to the device during
+                                     model_runner_create (borrowed for the call only); CPU: unused */
 };
 
 struct model_runner; /* opaque */
 
-/* Creates a runner over model m (borrowed; must outlive the runner): allocates the paged KV
- * cache (cfg->num_blocks x cfg->block_size slots), the forward scratch for
- * cfg->max_num_batched_tokens rows with cfg->num_threads threads, and the sampler.
+/* Creates a runner. CPU: over model m (borrowed; must outlive the runner), allocating the
+ * paged KV cache (cfg->num_blocks x cfg->block_size slots) and the forward scratch for
+ * cfg->max_num_batched_tokens rows with cfg->num_threads threads. CUDA: m is unused (may be
+ * NULL); cfg->gguf is loaded to the device (fp16 weights), a forward context is created for
+ * cfg->max_num_batched_tokens rows (sequences and logits rows up to that, at most
+ * RUNNER_CUDA_MAX_SEQS = 1024; contexts up to the model's context_length), then the device KV cache of cfg->num_blocks blocks, or, with
+ * num_blocks 0, of as many as cfg->gpu_memory_utilization leaves (logged, and read back with
+ * model_runner_num_blocks). Both: the sampler (on the host).
  * *out: caller frees with model_runner_destroy. Errors: INVALID_ARGUMENT (config),
- * TOO_LARGE / OUT_OF_MEMORY (KV cache), INTERNAL (threads). */
+ * TOO_LARGE / OUT_OF_MEMORY (KV cache, host or device), INTERNAL (threads); CUDA:
+ * UNSUPPORTED "built without CUDA" in builds without LLB_HAVE_CUDA, DEVICE naming the CUDA
+ * error (no device, driver), and cuda_model_load's errors. Never aborts on a CUDA failure. */
 llb_status model_runner_create(const struct llama_model *m, const struct model_runner_config *cfg,
                                struct model_runner **out);
+
+/* OK when runners on device d can be created in this process: always for the CPU (touches
+ * no CUDA); for CUDA, UNSUPPORTED "built without CUDA" in builds without LLB_HAVE_CUDA, else
+ * DEVICE with the CUDA runtime's reason when no device is usable (cuda_device_probe). */
+llb_status model_runner_device_check(enum model_runner_device d);
+
+/* "cpu" or "cuda". */
+const char *model_runner_device_name(enum model_runner_device d);
 
 /* Frees the runner, its cache and its requests; NULL ok. */
 void model_runner_destroy(struct model_runner *r);
@@ -61,6 +91,12 @@ void model_runner_destroy(struct model_runner *r);
 /* Bytes of the KV cache: 2 (K, V) x layers x num_blocks x block_size x head_count_kv x
  * head_dim x 2 (fp16). */
 int64_t model_runner_kv_cache_bytes(const struct model_runner *r);
+
+/* KV cache blocks of the runner (cfg->num_blocks, or the number sized from device memory). */
+int32_t model_runner_num_blocks(const struct model_runner *r);
+
+/* The model's configuration (owned by the model; valid while the runner lives). */
+const struct llama_config *model_runner_model_config(const struct model_runner *r);
 
 /* Requests in the persistent batch. */
 int32_t model_runner_num_reqs(const struct model_runner *r);

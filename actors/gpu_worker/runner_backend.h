@@ -1,0 +1,38 @@
+/* The model runner's forward pass on its device (private to model_runner.c): the CPU
+ * forward (model/forward.h) or, in builds with LLB_HAVE_CUDA, the CUDA one (runner_cuda.h),
+ * behind one create / forward / destroy. The only file of the runner that tests
+ * LLB_HAVE_CUDA. Not thread-safe.
+ */
+#ifndef LLB_GPU_WORKER_RUNNER_BACKEND_H
+#define LLB_GPU_WORKER_RUNNER_BACKEND_H
+
+#include <stdint.h>
+
+#include "actors/gpu_worker/model_runner.h"
+#include "bus/status.h"
+#include "model/config.h"
+#include "model/forward.h"
+
+struct runner_backend {
+  enum model_runner_device device;
+  const struct llama_config *config; /* of the model, on either device */
+  int32_t num_blocks;                /* KV cache blocks (sized from memory for CUDA num_blocks 0) */
+  int64_t kv_bytes;                  /* KV cache bytes */
+  struct llama_kv_cache *kv;         /* CPU */
+  struct llama_forward_ctx *fwd;     /* CPU */
+  struct runner_cuda *cuda;          /* CUDA */
+};
+
+/* Creates the KV cache and forward state of cfg->device into *b (zeroed first): CPU over m;
+ * CUDA from cfg->gguf (see model_runner_create). On error *b holds nothing to free. Errors:
+ * those of model_runner_create's backend part. */
+llb_status runner_backend_create(struct runner_backend *b, const struct llama_model *m,
+                                 const struct model_runner_config *cfg);
+
+/* One step of batch (host arrays); logits (host [num_logits, vocab_size]). */
+llb_status runner_backend_forward(struct runner_backend *b, const struct llama_batch *batch, float *logits);
+
+/* Frees what runner_backend_create made; a zeroed *b is fine. */
+void runner_backend_destroy(struct runner_backend *b);
+
+#endif
