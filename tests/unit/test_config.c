@@ -84,7 +84,7 @@ static llb_status make_tiny(const struct tiny_opts *o, struct tiny *t) {
     gguf_writer_add_f32(w, key, o->rope_factor);
   }
   const char *toks[V];
-  char tokbuf[V][8];
+  char tokbuf[V][16];
   for (int i = 0; i < V; i++) {
     snprintf(tokbuf[i], sizeof tokbuf[i], "t%d", i);
     toks[i] = tokbuf[i];
