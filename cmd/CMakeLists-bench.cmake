@@ -1,0 +1,14 @@
+# The "bench" area of cmd/: llmbus-bench (serve: an OpenAI-compatible endpoint under load, after
+# vLLM's `bench serve`; engine: decode step in-process vs through the bus). Its pure parts
+# (statistics, arrivals, SSE/chunked decoding, datasets, /proc memory) are the library
+# llmbus_bench_core, unit-tested in tests/unit/bench.cmake.
+add_library(llmbus_bench_core STATIC ${CMAKE_CURRENT_LIST_DIR}/bench_core.c
+            ${CMAKE_CURRENT_LIST_DIR}/bench_dataset.c ${CMAKE_CURRENT_LIST_DIR}/bench_proc.c
+            ${CMAKE_CURRENT_LIST_DIR}/bench_http.c)
+target_include_directories(llmbus_bench_core PUBLIC ${CMAKE_SOURCE_DIR})
+target_link_libraries(llmbus_bench_core PUBLIC llmbus_model llmbus_base PkgConfig::JANSSON m)
+
+add_executable(llmbus-bench ${CMAKE_CURRENT_LIST_DIR}/bench.c ${CMAKE_CURRENT_LIST_DIR}/bench_serve.c
+               ${CMAKE_CURRENT_LIST_DIR}/bench_engine.c)
+target_link_libraries(llmbus-bench PRIVATE llmbus_bench_core llmbus_sampler llmbus_model llmbus_bus
+                      llmbus_schemas llmbus_base PkgConfig::JANSSON Threads::Threads m)
