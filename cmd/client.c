@@ -54,6 +54,8 @@ void client_print_flags_help(FILE *f) {
           "  --n N            completions (default 1)\n"
           "  --raw            no chat template: the prompt is plain text to continue\n"
           "  --system TEXT    system message (with the chat template)\n"
+          "  --chat-template NAME  use this template instead of the model's (chatml, smollm2,\n"
+          "                   llama3, mistral, mistral-v3, gemma, gemma3, phi3)\n"
           "  --json           print every RequestOutput as one JSON line\n"
           "  --timeout-s S    longest wait for the engine's next output (default %d)\n"
           "  --tenant NAME    tenant (default %s); --prefix P subject prefix (default %s)\n",
@@ -81,7 +83,7 @@ int client_parse_flag(struct client_options *o, int argc, char **argv, int *i, c
   if (strcmp(a, "--json") == 0) return o->json = true, 1;
   static const char *const valued[] = {"--nats", "--prefix", "--tenant", "--temperature", "--top-p",
                                        "--top-k", "--min-p", "--max-tokens", "--seed", "--stop",
-                                       "--n", "--system", "--timeout-s"};
+                                       "--n", "--system", "--chat-template", "--timeout-s"};
   bool known = false;
   for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) known |= strcmp(a, valued[k]) == 0;
   if (!known) return 0;
@@ -97,6 +99,7 @@ int client_parse_flag(struct client_options *o, int argc, char **argv, int *i, c
   else if (strcmp(a, "--prefix") == 0) ok = bus_prefix_check(v) == LLB_STATUS_OK, o->prefix = v;
   else if (strcmp(a, "--tenant") == 0) ok = bus_token_valid(v), o->tenant = v;
   else if (strcmp(a, "--system") == 0) o->system = v;
+  else if (strcmp(a, "--chat-template") == 0) o->chat_template = v;
   else if (strcmp(a, "--temperature") == 0) ok = parse_double(v, 0, 1e6, &d), o->sp.temperature = (float)d;
   else if (strcmp(a, "--top-p") == 0) ok = parse_double(v, 1e-9, 1, &d), o->sp.top_p = (float)d;
   else if (strcmp(a, "--min-p") == 0) ok = parse_double(v, 0, 1, &d), o->sp.min_p = (float)d;
@@ -221,6 +224,7 @@ static llb_status send_request(struct bus *bus, const struct client_options *o, 
   gr.request_id = llb_str_c(CLIENT_REQUEST_ID);
   gr.sampling_params = &o->sp;
   gr.raw = o->raw;
+  if (o->chat_template) gr.chat_template = llb_str_c(o->chat_template);
   struct llb_chat_message msgs[2];
   struct llb_chat_message *conv = NULL;
   if (p->messages) {

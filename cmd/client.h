@@ -33,6 +33,7 @@ struct client_options {
   struct llb_sampling_params sp; /* output_kind DELTA, max_tokens CLIENT_DEFAULT_MAX_TOKENS */
   bool raw;              /* no chat template */
   const char *system;    /* system message (chat template only) */
+  const char *chat_template; /* template name ("chatml", "llama3", ...); NULL = the model's */
   bool json;             /* one JSON line per RequestOutput on `out` */
   int64_t timeout_s;     /* longest wait for the next RequestOutput */
 };
@@ -41,7 +42,8 @@ struct client_options {
 void client_options_init(struct client_options *o);
 
 /* Parses argv[*i] if it is one of the shared flags (--nats --prefix --tenant --temperature
- * --top-p --top-k --min-p --max-tokens --seed --stop (repeatable) --n --raw --system --json
+ * --top-p --top-k --min-p --max-tokens --seed --stop (repeatable) --n --raw --system
+ * --chat-template --json
  * --timeout-s), consuming its value (*i advances). Returns 1 when consumed, 0 when argv[*i]
  * is not one of them, -1 on a bad or missing value (printed to stderr, prefixed by `cmd`). */
 int client_parse_flag(struct client_options *o, int argc, char **argv, int *i, const char *cmd);

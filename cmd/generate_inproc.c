@@ -32,6 +32,7 @@ struct inproc_opts {
   const char *model_path;
   const char *prompt;
   const char *system;
+  const char *chat_template; /* NULL = the model's own */
   bool raw;
   int32_t threads;
   struct llb_sampling_params sp;
@@ -41,9 +42,11 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: llmbus generate --inproc --model M.gguf [--raw] [--temperature T] [--top-p P]\n"
           "         [--top-k K] [--min-p P] [--max-tokens N] [--seed S] [--threads N]\n"
-          "         [--system TEXT] \"prompt\"\n"
+          "         [--system TEXT] [--chat-template NAME] \"prompt\"\n"
           "Runs the model in this process (no bus) and streams the answer to stdout.\n"
           "  --raw          no chat template: the prompt is plain text to continue\n"
+          "  --chat-template  name a template instead of the model's (chatml, smollm2, llama3,\n"
+          "                 mistral, mistral-v3, gemma, gemma3, phi3)\n"
           "  --temperature  0 = greedy (default 1, as vLLM)\n"
           "  --max-tokens   default %d, capped by the context length\n"
           "  --seed         default: drawn from the clock\n"
@@ -92,6 +95,7 @@ static int parse_args(int argc, char **argv, struct inproc_opts *o) {
     bool ok = true;
     if (strcmp(a, "--model") == 0) o->model_path = v;
     else if (strcmp(a, "--system") == 0) o->system = v;
+    else if (strcmp(a, "--chat-template") == 0) o->chat_template = v;
     else if (strcmp(a, "--temperature") == 0) ok = parse_double(v, &d) && d >= 0, o->sp.temperature = (float)d;
     else if (strcmp(a, "--top-p") == 0) ok = parse_double(v, &d) && d > 0 && d <= 1, o->sp.top_p = (float)d;
     else if (strcmp(a, "--min-p") == 0) ok = parse_double(v, &d) && d >= 0 && d <= 1, o->sp.min_p = (float)d;
@@ -130,7 +134,8 @@ static llb_status encode_prompt(const struct gguf_file *f, const struct tokenize
                                 const struct inproc_opts *o, int32_t **ids, int64_t *n) {
   if (o->raw) return tokenizer_encode(tok, o->prompt, strlen(o->prompt), true, false, ids, n);
   enum chat_template_kind kind;
-  llb_status st = chat_template_from_gguf(f, &kind);
+  llb_status st = o->chat_template ? chat_template_from_name(o->chat_template, &kind)
+                                   : chat_template_from_gguf(f, &kind);
   if (st != LLB_STATUS_OK) return st;
   struct chat_message msgs[2];
   size_t num = 0;
