@@ -1,5 +1,6 @@
 /* The actor runtime over the NATS C client and its libevent adapter (see bus.h). */
 #include "bus/bus.h"
+#include "bus/bus_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,8 +14,6 @@
 
 #include <event2/event.h>
 #include <nats/nats.h>
-/* Defines non-static functions: included in this one file only (PLATFORM.md). */
-#include <nats/adapters/libevent.h>
 
 #include "bus/log.h"
 
@@ -27,36 +26,6 @@ struct bus_sub {
   void *user;
   bool complete; /* asynchronous: the last handler has returned after close */
   struct bus_sub *next;
-};
-
-struct bus {
-  natsConnection *nc;
-  struct event_base *base;
-  struct event *loop_stop_ev; /* activated to end the loop; queued even before it runs */
-  pthread_t loop_thread;
-  bool loop_started;
-  char prefix[BUS_SUBJECT_MAX / 2 + 1];
-  char urls[1024];
-  char url[256]; /* last connected server */
-  int64_t rc_min_ms, rc_max_ms, drain_timeout_ms;
-  bool install_signals;
-
-  pthread_mutex_t mu; /* guards the fields below and url */
-  pthread_cond_t cv;
-  bool closed; /* the connection's closed callback ran */
-  bool ev_attached; /* the client is attached to the loop (see ev_attach / ev_detach) */
-  struct bus_sub *subs;
-
-  int stop_pipe[2]; /* bus_stop writes a byte; bus_actor_run polls the read end */
-  bool signals_installed;
-  struct sigaction old_term, old_int;
-
-  struct event *hb_ev; /* heartbeat timer on the loop thread; NULL = none */
-  uint8_t *hb_buf;
-  size_t hb_cap;
-  bus_heartbeat_fn hb_fn;
-  void *hb_user;
-  char hb_subject[BUS_SUBJECT_MAX];
 };
 
 /* ---- status mapping: the one checked-call path for NATS return codes ---- */
@@ -137,91 +106,6 @@ static int64_t reconnect_delay(natsConnection *nc, int attempts, void *closure) 
   return d;
 }
 
-/* ---- the loop thread ---- */
-
-static void *loop_main(void *arg) {
-  struct bus *b = arg;
-  event_base_loop(b->base, EVLOOP_NO_EXIT_ON_EMPTY);
-  return NULL;
-}
-
-/* event_base_loopbreak() before the loop starts is lost (the loop clears the flag on entry);
- * an activated event is not, so the stop goes through one. */
-static void on_loop_stop(evutil_socket_t fd, short what, void *arg) {
-  (void)fd;
-  (void)what;
-  event_base_loopbreak(arg);
-}
-
-/* ---- the client's hooks into the loop ----
- *
- * The libevent adapter's callbacks, wrapped so the bus knows when the client has detached
- * from the loop. libnats posts the closed callback BEFORE it detaches (conn.c _close), and a
- * drain closes the connection on the client's own drain thread: so "closed" alone does not
- * mean the client is done with b->base. Freeing the base then (bus_destroy) let the drain
- * thread's natsLibevent_Detach -> event_free lock and write into freed memory: heap
- * corruption, SIGSEGV/SIGABRT at exit. bus_destroy waits for ev_detach before it frees. */
-
-struct bus_ev {
-  struct bus *bus;
-  void *nle; /* the adapter's natsLibeventEvents; NULL after a failed re-attach */
-};
-
-/* `loop` is the bus (natsOptions_SetEventLoop below); *user_data our bus_ev. */
-static natsStatus ev_attach(void **user_data, void *loop, natsConnection *nc, natsSock sock) {
-  struct bus *b = loop;
-  struct bus_ev *e = *user_data;
-  bool created = false;
-  if (!e) {
-    e = calloc(1, sizeof *e);
-    if (!e) return NATS_NO_MEMORY;
-    e->bus = b;
-    created = true;
-  }
-  void *nle = e->nle;
-  natsStatus s = natsLibevent_Attach(&nle, b->base, nc, sock);
-  if (s != NATS_OK) {
-    /* The adapter freed its state; on a first attach libnats will not call detach. */
-    e->nle = NULL;
-    if (created) free(e);
-    return s;
-  }
-  e->nle = nle;
-  *user_data = e;
-  if (created) {
-    pthread_mutex_lock(&b->mu);
-    b->ev_attached = true;
-    pthread_mutex_unlock(&b->mu);
-  }
-  return NATS_OK;
-}
-
-static natsStatus ev_read(void *user_data, bool add) {
-  struct bus_ev *e = user_data;
-  return e && e->nle ? natsLibevent_Read(e->nle, add) : NATS_ERR;
-}
-
-static natsStatus ev_write(void *user_data, bool add) {
-  struct bus_ev *e = user_data;
-  return e && e->nle ? natsLibevent_Write(e->nle, add) : NATS_ERR;
-}
-
-/* Called once by libnats when it closes the connection, on whichever thread closes it (the
- * drain thread after a drain). event_free inside waits for a callback of these events that
- * the loop thread is running. */
-static natsStatus ev_detach(void *user_data) {
-  struct bus_ev *e = user_data;
-  if (!e) return NATS_OK;
-  struct bus *b = e->bus;
-  if (e->nle) natsLibevent_Detach(e->nle);
-  free(e);
-  pthread_mutex_lock(&b->mu);
-  b->ev_attached = false;
-  pthread_cond_broadcast(&b->cv);
-  pthread_mutex_unlock(&b->mu); /* last touch of b: bus_destroy may free it from here on */
-  return NATS_OK;
-}
-
 /* ---- stop signals: installed by bus_connect, so a SIGTERM during start-up is not lost ---- */
 
 static volatile sig_atomic_t signal_stop_fd = -1;
@@ -255,9 +139,6 @@ static void signals_restore(struct bus *b) {
   signal_stop_fd = -1;
   b->signals_installed = false;
 }
-
-static pthread_once_t libevent_once = PTHREAD_ONCE_INIT;
-static void libevent_init_once(void) { natsLibevent_Init(); }
 
 void bus_options_init(struct bus_options *o) {
   memset(o, 0, sizeof *o);
@@ -314,7 +195,7 @@ static llb_status set_options(struct bus *b, const struct bus_options *o, natsOp
                       o->tls_cert_file, o->tls_key_file, natsStatus_GetText(s),
                       nats_GetLastError(NULL));
   }
-  if ((s = natsOptions_SetEventLoop(opts, b, ev_attach, ev_read, ev_write, ev_detach)) != NATS_OK)
+  if ((s = natsOptions_SetEventLoop(opts, b, bus_ev_attach, bus_ev_read, bus_ev_write, bus_ev_detach)) != NATS_OK)
     return BUS_NATS_ERR(s, "event loop");
   return LLB_STATUS_OK;
 }
@@ -332,7 +213,7 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NATS URL list longer than %zu bytes",
                     sizeof b->urls - 1);
 
-  pthread_once(&libevent_once, libevent_init_once); /* before event_base_new (PLATFORM.md) */
+  bus_libevent_init(); /* before event_base_new (PLATFORM.md) */
   b = calloc(1, sizeof *b);
   if (!b) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "bus_connect: no memory");
   b->stop_pipe[0] = b->stop_pipe[1] = -1;
@@ -354,13 +235,13 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
     st = LLB_ERRF(LLB_STATUS_INTERNAL, "bus_connect: event_base_new failed");
     goto fail;
   }
-  b->loop_stop_ev = event_new(b->base, -1, 0, on_loop_stop, b->base);
+  b->loop_stop_ev = event_new(b->base, -1, 0, bus_loop_on_stop, b->base);
   if (!b->loop_stop_ev) {
     st = LLB_ERRF(LLB_STATUS_INTERNAL, "bus_connect: event_new failed");
     goto fail;
   }
   /* The loop must run before the first flush, or nothing is read (PLATFORM.md). */
-  if (pthread_create(&b->loop_thread, NULL, loop_main, b) != 0) {
+  if (pthread_create(&b->loop_thread, NULL, bus_loop_main, b) != 0) {
     st = LLB_ERRF(LLB_STATUS_INTERNAL, "bus_connect: cannot start the loop thread");
     goto fail;
   }
@@ -428,7 +309,7 @@ static bool wait_flag(struct bus *b, const bool *flag, int64_t timeout_ms) {
 }
 
 /* Waits until the connection is closed (when need_closed) AND the client has detached from
- * the loop (the closed callback comes first, see ev_detach), up to timeout_ms; true if so. */
+ * the loop (the closed callback comes first, see bus_ev_detach), up to timeout_ms; true if so. */
 static bool wait_closed(struct bus *b, bool need_closed, int64_t timeout_ms) {
   const struct timespec dl = deadline_in(timeout_ms);
   pthread_mutex_lock(&b->mu);

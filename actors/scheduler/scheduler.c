@@ -1,53 +1,12 @@
 /* The scheduler's step: schedule, apply the kv reply, update from the worker's output.
  * See scheduler.h; semantics of vLLM v1 core/sched/scheduler.py, our own code. */
 #include "actors/scheduler/scheduler.h"
+#include "actors/scheduler/scheduler_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "bus/log.h"
-
-/* An op of the kv step in flight and the request it concerns. */
-struct op_ref {
-  struct sched_request *req;
-  enum kv_op_kind kind;
-};
-
-struct scheduler {
-  struct sched_config cfg;
-  int32_t max_blocks_per_req;
-  uint64_t next_arrival_seq, step;
-  bool step_in_flight, kv_in_flight;
-
-  uint64_t map_mask;                 /* live requests by id: open addressing */
-  struct sched_request **map;
-  int32_t num_live;
-
-  struct sched_request **running;    /* [num_running] in admission order, cap max_num_seqs */
-  int32_t num_running;
-  struct sched_queue waiting;
-  struct sched_request **scheduled;  /* this step's requests, cap max_num_seqs */
-  int32_t num_scheduled;
-  int32_t total_scheduled;
-
-  struct sched_request **free_pending; /* released in the mirror, FREE not sent yet */
-  int32_t num_free_pending, cap_free_pending;
-  struct sched_request **zombies;    /* finished, FREE in the kv step in flight */
-  int32_t num_zombies, cap_zombies;
-  struct op_ref *op_refs;            /* [num_op_refs] ops of the kv step in flight */
-  int32_t num_op_refs, cap_op_refs;
-
-  int32_t *block_refs;               /* mirror: [num_blocks] */
-  int32_t num_free;
-  struct sched_str_list finished_ids; /* for the next sched_output */
-  struct sched_str_list preempted_ids;
-  struct sched_stats stats;
-
-  struct encoder_cache *ec;          /* mirror of the encoder_cache actor's manager */
-  struct encoder_step enc_pending;   /* FREE_REQUEST ops for the next encoder step */
-  bool enc_reset_pending;            /* the next encoder step resets the actor */
-  int32_t enc_budget;                /* encoder_compute_budget resolved */
-};
 
 static int32_t div_up(int64_t a, int64_t b) { return (int32_t)((a + b - 1) / b); }
 
@@ -280,7 +239,7 @@ static void unplan_blocks(struct scheduler *s, struct sched_request *r) {
 
 /* ---- scheduling helpers ---- */
 
-static void remove_scheduled(struct scheduler *s, struct sched_request *r) {
+void sched_remove_scheduled(struct scheduler *s, struct sched_request *r) {
   for (int32_t i = 0; i < s->num_scheduled; i++) {
     if (s->scheduled[i] != r) continue;
     memmove(s->scheduled + i, s->scheduled + i + 1, (size_t)(s->num_scheduled - i - 1) * sizeof(*s->scheduled));
@@ -302,17 +261,10 @@ static void remove_running(struct scheduler *s, const struct sched_request *r) {
   }
 }
 
-/* True when r takes part in encoder scheduling (a feature with a content hash). */
-static bool has_encoder_inputs(const struct sched_request *r) {
-  for (int32_t k = 0; k < r->num_mm_features; k++)
-    if (r->mm_features[k].hash && r->mm_features[k].hash[0]) return true;
-  return false;
-}
-
 /* vLLM encoder_cache_manager.free(request): the mirror now, the actor with the next encoder
  * step (a FREE_REQUEST op ahead of that step's own). */
 static llb_status encoder_release(struct scheduler *s, struct sched_request *r) {
-  if (!has_encoder_inputs(r)) return LLB_STATUS_OK;
+  if (!sched_has_encoder_inputs(r)) return LLB_STATUS_OK;
   encoder_cache_free_request(s->ec, r->request_id);
   struct encoder_op op = {.kind = ENCODER_OP_KIND_FREE_REQUEST, .expected = true};
   return encoder_step_add(&s->enc_pending, &op, r->request_id, "");
@@ -321,7 +273,7 @@ static llb_status encoder_release(struct scheduler *s, struct sched_request *r) 
 /* Preemption by recompute (vLLM _preempt_request): blocks freed, progress reset, back to
  * the front of the waiting queue; outputs are kept and recomputed with the prompt. */
 static llb_status preempt(struct scheduler *s, struct sched_request *r) {
-  remove_scheduled(s, r);
+  sched_remove_scheduled(s, r);
   remove_running(s, r);
   llb_status st = release_blocks(s, r);
   r->num_computed_tokens = 0;
@@ -435,7 +387,7 @@ static llb_status emit_kv_step(struct scheduler *s, struct kv_step *kv) {
 }
 
 /* Fills `out` from the scheduled list; `final` marks new requests as sent to the worker. */
-static llb_status assemble_output(struct scheduler *s, struct sched_output *out, bool final) {
+llb_status sched_assemble_output(struct scheduler *s, struct sched_output *out, bool final) {
   out->step = s->step;
   out->block_size = s->cfg.block_size;
   out->num_new_reqs = out->num_cached_reqs = 0;
@@ -557,152 +509,9 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   }
   if (!st) st = copy_strs(&out->finished_req_ids, &s->finished_ids);
   if (!st) st = copy_strs(&out->preempted_req_ids, &s->preempted_ids);
-  if (!st) st = assemble_output(s, out, kv->num_ops == 0);
+  if (!st) st = sched_assemble_output(s, out, kv->num_ops == 0);
   if (!st) sched_str_list_clear(&s->finished_ids);
   return st;
-}
-
-/* ---- encoder inputs (vLLM _try_schedule_encoder_inputs) ---- */
-
-/* Plans r's encoder inputs for this step against the mirror; may cut r's tokens. Appends
- * the ops to enc; *budget and *bytes are the step's remaining rows and sent bytes. */
-static llb_status schedule_encoder_inputs(struct scheduler *s, struct sched_request *r,
-                                          struct encoder_step *enc, int32_t *budget,
-                                          int32_t *to_schedule, int64_t *bytes) {
-  int32_t computed = r->num_computed_tokens, n = r->num_scheduled_tokens;
-  r->num_enc_inputs = 0;
-  llb_status st = LLB_STATUS_OK;
-  for (int32_t i = 0; i < r->num_mm_features && !st; i++) {
-    const struct sched_mm_feature *f = &r->mm_features[i];
-    if (!f->hash || !f->hash[0]) continue;
-    if (f->offset >= computed + n) break;             /* not needed this step */
-    if (f->offset + f->length <= computed) continue;  /* already in the KV cache */
-    bool dup = false;                                 /* same item earlier in this request */
-    for (int32_t k = 0; k < r->num_enc_inputs && !dup; k++)
-      dup = strcmp(r->mm_features[r->enc_input_ids[k]].hash, f->hash) == 0;
-    if (dup) continue;
-    bool hit = false;
-    st = encoder_cache_check_and_update(s->ec, r->request_id, f->hash, &hit);
-    if (st) break;
-    s->stats.encoder_cache_queries++;
-    s->stats.encoder_cache_hits += hit;
-    struct encoder_op op = {.kind = ENCODER_OP_KIND_CHECK_AND_UPDATE, .input_id = i,
-                            .num_embeds = f->length, .expected = hit};
-    st = encoder_step_add(enc, &op, r->request_id, f->hash);
-    if (st || hit) continue;
-    bool fits = *bytes == 0 || s->cfg.max_encoder_bytes_per_step == 0 ||
-                *bytes + f->data_bytes <= s->cfg.max_encoder_bytes_per_step;
-    if (fits) {
-      fits = encoder_cache_can_allocate(s->ec, f->length, *budget, *to_schedule);
-      op = (struct encoder_op){.kind = ENCODER_OP_KIND_CAN_ALLOCATE, .input_id = i,
-                               .num_embeds = f->length, .encoder_compute_budget = *budget,
-                               .num_embeds_to_schedule = *to_schedule, .expected = fits};
-      st = encoder_step_add(enc, &op, r->request_id, f->hash);
-      if (st) break;
-    }
-    if (!fits) { /* schedule the tokens before the item only (none if we are inside it) */
-      n = computed < f->offset ? f->offset - computed : 0;
-      break;
-    }
-    /* vLLM allocates after the loop; at once is the same (the item is scheduled now) and
-     * lets a later request of this step hit it. */
-    st = encoder_cache_allocate(s->ec, r->request_id, f->hash, f->length);
-    if (st) break;
-    op = (struct encoder_op){.kind = ENCODER_OP_KIND_ALLOCATE, .input_id = i,
-                             .num_embeds = f->length, .expected = true};
-    st = encoder_step_add(enc, &op, r->request_id, f->hash);
-    *to_schedule += f->length;
-    *budget -= f->length;
-    *bytes += f->data_bytes;
-    s->stats.encoder_inputs_computed++;
-    s->stats.encoder_embeds_computed += (uint64_t)f->length;
-    r->enc_input_ids[r->num_enc_inputs++] = i;
-  }
-  r->num_scheduled_tokens = n;
-  return st;
-}
-
-llb_status sched_schedule_encoder(struct scheduler *s, struct sched_output *out,
-                                  struct encoder_step *enc) {
-  if (s->kv_in_flight || out->step != s->step)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sched_schedule_encoder: kv step unanswered or no step planned");
-  encoder_step_clear(enc, s->step);
-  llb_status st = LLB_STATUS_OK;
-  for (int32_t i = 0; i < s->enc_pending.num_ops && !st; i++) {
-    const struct encoder_op *op = &s->enc_pending.ops[i];
-    st = encoder_step_add(enc, op, encoder_step_req_id(&s->enc_pending, op), "");
-  }
-  encoder_step_clear(&s->enc_pending, s->step);
-  int32_t budget = s->enc_budget, to_schedule = 0;
-  int64_t bytes = 0;
-  bool changed = false;
-  for (int32_t i = 0; i < s->num_scheduled && !st;) {
-    struct sched_request *r = s->scheduled[i];
-    r->num_enc_inputs = 0;
-    if (r->num_scheduled_tokens <= 0 || !has_encoder_inputs(r)) {
-      i++;
-      continue;
-    }
-    int32_t before = r->num_scheduled_tokens;
-    st = schedule_encoder_inputs(s, r, enc, &budget, &to_schedule, &bytes);
-    if (r->num_scheduled_tokens == before) {
-      i++;
-      continue;
-    }
-    changed = true;
-    if (r->num_scheduled_tokens > 0) {
-      i++;
-      continue;
-    }
-    /* Nothing computable this step: r stays running (blocks kept) and waits for room. */
-    r->num_scheduled_tokens = before; /* remove_scheduled subtracts what was counted */
-    if (r->scheduled_as_new) r->on_worker = false;
-    remove_scheduled(s, r);
-  }
-  int32_t nf = encoder_cache_num_freed(s->ec);
-  for (int32_t i = 0; i < nf && !st; i++)
-    st = sched_str_list_add(&out->free_encoder_mm_hashes, encoder_cache_freed(s->ec, i));
-  encoder_cache_clear_freed(s->ec);
-  if (st) return st;
-  /* A pending reset rides with the next real ops: a step without multimodal work sends
-   * nothing (and an engine without an encoder_cache actor never needs one). */
-  enc->reset = enc->num_ops > 0 && s->enc_reset_pending;
-  if (enc->num_ops > 0) s->enc_reset_pending = false;
-  int32_t ne = 0;
-  for (int32_t i = 0; i < s->num_scheduled; i++) ne += s->scheduled[i]->num_enc_inputs > 0;
-  if (ne > out->cap_encoder_inputs) {
-    void *a = realloc(out->encoder_inputs, (size_t)s->cfg.max_num_seqs * sizeof(*out->encoder_inputs));
-    if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "encoder inputs of %d requests", ne);
-    out->encoder_inputs = a;
-    out->cap_encoder_inputs = s->cfg.max_num_seqs;
-  }
-  out->num_encoder_inputs = 0;
-  for (int32_t i = 0; i < s->num_scheduled; i++) {
-    const struct sched_request *r = s->scheduled[i];
-    if (r->num_enc_inputs == 0) continue;
-    out->encoder_inputs[out->num_encoder_inputs++] = (struct sched_encoder_input){
-        .req_id = r->request_id, .input_ids = r->enc_input_ids, .num_input_ids = r->num_enc_inputs,
-        .mm_features = r->mm_features};
-  }
-  if (!changed) return LLB_STATUS_OK;
-  s->total_scheduled = 0;
-  for (int32_t i = 0; i < s->num_scheduled; i++) s->total_scheduled += s->scheduled[i]->num_scheduled_tokens;
-  return assemble_output(s, out, true);
-}
-
-void sched_apply_encoder_result(struct scheduler *s, const struct encoder_step *enc,
-                                const bool *results, int32_t num_results, int32_t num_free_slots) {
-  s->stats.num_encoder_round_trips++;
-  bool same = num_results == enc->num_ops && num_free_slots == encoder_cache_num_free_slots(s->ec);
-  for (int32_t i = 0; same && i < enc->num_ops; i++) same = results[i] == enc->ops[i].expected;
-  if (same) return;
-  s->stats.num_encoder_mismatches++;
-  LLB_LOG_WARN("encoder_mirror_mismatch", "step=%llu ops=%d results=%d mirror_free=%d actor_free=%d action=reset",
-               (unsigned long long)enc->step, enc->num_ops, num_results,
-               encoder_cache_num_free_slots(s->ec), num_free_slots);
-  (void)encoder_cache_evict_all(s->ec); /* hashes reach the worker with the next step */
-  encoder_step_clear(&s->enc_pending, s->step);
-  s->enc_reset_pending = true;
 }
 
 /* ---- kv reply ---- */
@@ -713,7 +522,7 @@ static llb_status finish(struct scheduler *s, struct sched_request *r, enum sche
 /* A refused allocation: this step goes on without r. */
 static llb_status unschedule(struct scheduler *s, struct sched_request *r) {
   bool as_new = r->scheduled_as_new;
-  remove_scheduled(s, r);
+  sched_remove_scheduled(s, r);
   if (r->abort_pending) return finish(s, r, r->abort_reason, NULL, 0, 0);
   if (!as_new) return LLB_STATUS_OK;
   remove_running(s, r);
@@ -786,7 +595,7 @@ llb_status sched_apply_kv_result(struct scheduler *s, const struct kv_step_resul
     s->num_free = res->num_free_blocks; /* the kv_manager is authoritative */
   }
   s->num_op_refs = 0;
-  llb_status st2 = assemble_output(s, out, true);
+  llb_status st2 = sched_assemble_output(s, out, true);
   if (st) return st;
   if (st2) return st2;
   return valid ? LLB_STATUS_OK
@@ -902,7 +711,7 @@ llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids,
 }
 
 void sched_preempt_all(struct scheduler *s, bool kv_lost) {
-  while (s->num_scheduled > 0) remove_scheduled(s, s->scheduled[s->num_scheduled - 1]);
+  while (s->num_scheduled > 0) sched_remove_scheduled(s, s->scheduled[s->num_scheduled - 1]);
   s->step_in_flight = s->kv_in_flight = false;
   s->num_op_refs = 0;
   destroy_zombies(s);

@@ -1,0 +1,68 @@
+/* Private to actors/scheduler: the scheduler's state, shared by scheduler.c (schedule, kv
+ * reply, update) and sched_encoder.c (encoder-input scheduling). Not a public header. */
+#ifndef LLB_ACTORS_SCHEDULER_SCHEDULER_INTERNAL_H
+#define LLB_ACTORS_SCHEDULER_SCHEDULER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "actors/scheduler/scheduler.h"
+
+/* An op of the kv step in flight and the request it concerns. */
+struct op_ref {
+  struct sched_request *req;
+  enum kv_op_kind kind;
+};
+
+struct scheduler {
+  struct sched_config cfg;
+  int32_t max_blocks_per_req;
+  uint64_t next_arrival_seq, step;
+  bool step_in_flight, kv_in_flight;
+
+  uint64_t map_mask;                 /* live requests by id: open addressing */
+  struct sched_request **map;
+  int32_t num_live;
+
+  struct sched_request **running;    /* [num_running] in admission order, cap max_num_seqs */
+  int32_t num_running;
+  struct sched_queue waiting;
+  struct sched_request **scheduled;  /* this step's requests, cap max_num_seqs */
+  int32_t num_scheduled;
+  int32_t total_scheduled;
+
+  struct sched_request **free_pending; /* released in the mirror, FREE not sent yet */
+  int32_t num_free_pending, cap_free_pending;
+  struct sched_request **zombies;    /* finished, FREE in the kv step in flight */
+  int32_t num_zombies, cap_zombies;
+  struct op_ref *op_refs;            /* [num_op_refs] ops of the kv step in flight */
+  int32_t num_op_refs, cap_op_refs;
+
+  int32_t *block_refs;               /* mirror: [num_blocks] */
+  int32_t num_free;
+  struct sched_str_list finished_ids; /* for the next sched_output */
+  struct sched_str_list preempted_ids;
+  struct sched_stats stats;
+
+  struct encoder_cache *ec;          /* mirror of the encoder_cache actor's manager */
+  struct encoder_step enc_pending;   /* FREE_REQUEST ops for the next encoder step */
+  bool enc_reset_pending;            /* the next encoder step resets the actor */
+  int32_t enc_budget;                /* encoder_compute_budget resolved */
+};
+
+/* True when r takes part in encoder scheduling (a feature with a content hash). */
+static inline bool sched_has_encoder_inputs(const struct sched_request *r) {
+  for (int32_t k = 0; k < r->num_mm_features; k++)
+    if (r->mm_features[k].hash && r->mm_features[k].hash[0]) return true;
+  return false;
+}
+
+/* Takes r out of this step's scheduled list: its planned blocks are returned to the mirror,
+ * its scheduled token count reset (scheduler.c). */
+void sched_remove_scheduled(struct scheduler *s, struct sched_request *r);
+
+/* Fills `out` from the scheduled list; `final` marks new requests as sent to the worker
+ * (scheduler.c). Errors: OUT_OF_MEMORY. */
+llb_status sched_assemble_output(struct scheduler *s, struct sched_output *out, bool final);
+
+#endif

@@ -1,0 +1,67 @@
+/* Private to bus/: struct bus, shared by bus.c (connection, messages, subscriptions, actor
+ * loop) and bus_loop.c (the libevent loop thread and the NATS client's hooks into it). Not a
+ * public header: it names NATS and libevent types. */
+#ifndef LLB_BUS_BUS_INTERNAL_H
+#define LLB_BUS_BUS_INTERNAL_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <nats/nats.h>
+
+#include "bus/bus.h"
+
+struct bus_sub;
+
+struct bus {
+  natsConnection *nc;
+  struct event_base *base;
+  struct event *loop_stop_ev; /* activated to end the loop; queued even before it runs */
+  pthread_t loop_thread;
+  bool loop_started;
+  char prefix[BUS_SUBJECT_MAX / 2 + 1];
+  char urls[1024];
+  char url[256]; /* last connected server */
+  int64_t rc_min_ms, rc_max_ms, drain_timeout_ms;
+  bool install_signals;
+
+  pthread_mutex_t mu; /* guards the fields below and url */
+  pthread_cond_t cv;
+  bool closed; /* the connection's closed callback ran */
+  bool ev_attached; /* the client is attached to the loop (see bus_ev_attach / bus_ev_detach) */
+  struct bus_sub *subs;
+
+  int stop_pipe[2]; /* bus_stop writes a byte; bus_actor_run polls the read end */
+  bool signals_installed;
+  struct sigaction old_term, old_int;
+
+  struct event *hb_ev; /* heartbeat timer on the loop thread; NULL = none */
+  uint8_t *hb_buf;
+  size_t hb_cap;
+  bus_heartbeat_fn hb_fn;
+  void *hb_user;
+  char hb_subject[BUS_SUBJECT_MAX];
+};
+
+/* ---- bus_loop.c ---- */
+
+/* natsLibevent_Init once per process; call before the first event_base_new (PLATFORM.md). */
+void bus_libevent_init(void);
+
+/* The loop thread's body: runs b->base (arg: the struct bus) until bus_loop_on_stop. */
+void *bus_loop_main(void *arg);
+
+/* Callback of b->loop_stop_ev (arg: the event_base): breaks the loop. */
+void bus_loop_on_stop(evutil_socket_t fd, short what, void *arg);
+
+/* The libevent adapter's callbacks, wrapped (natsOptions_SetEventLoop with `loop` = the bus);
+ * bus_ev_detach clears b->ev_attached, which bus_destroy waits for before freeing b->base. */
+natsStatus bus_ev_attach(void **user_data, void *loop, natsConnection *nc, natsSock sock);
+natsStatus bus_ev_read(void *user_data, bool add);
+natsStatus bus_ev_write(void *user_data, bool add);
+natsStatus bus_ev_detach(void *user_data);
+
+#endif
