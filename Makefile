@@ -1,12 +1,13 @@
 # llmbus: the two commands a newcomer needs, each doing whatever set-up is missing first.
 #   make run    install deps, build, fetch the default model, start the embedded stack,
-#               answer a prompt (PROMPT="..."), stop the stack
+#               answer a prompt (PROMPT="...", greedy unless RUN_FLAGS="..."), stop the stack
 #   make serve  the same stack, left running (HTTP on 127.0.0.1:8000) until Ctrl-C
 #   make test   install deps, build (ASan+UBSan, warnings are errors), fetch the model,
 #               run every test under ctest
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
-PROMPT ?= What is the capital of France? Answer in one sentence.
+PROMPT ?= Name three primary colors.
+RUN_FLAGS ?= --temperature 0 --max-tokens 64
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 VENV := .venv
 
@@ -39,7 +40,7 @@ test: build model venv
 	@cd build && ctest --output-on-failure -j$(JOBS) --timeout 900
 
 run: build-release model
-	@build-release/cmd/llmbus run --model $(MODEL) "$(PROMPT)"
+	@build-release/cmd/llmbus run --model $(MODEL) $(RUN_FLAGS) "$(PROMPT)"
 
 serve: build-release model
 	@build-release/cmd/llmbus serve --model $(MODEL) --http 127.0.0.1:8000
