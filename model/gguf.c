@@ -4,6 +4,7 @@
  * read from the file are capped by how many of their smallest encoding the rest of the file
  * could hold before anything is allocated. */
 #include "model/gguf.h"
+#include "model/gguf_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,37 +25,13 @@
 #define GGUF_MIN_KV_BYTES 13u      /* key length 8 + type 4 + smallest value 1 */
 #define GGUF_MIN_TENSOR_BYTES 32u  /* name length 8 + n_dims 4 + one dim 8 + type 4 + offset 8 */
 
-struct kv_entry {
-  struct gguf_str key;
-  enum gguf_value_type type;
-  const uint8_t *value;  /* scalar: its bytes in the mapping */
-  struct gguf_str str;   /* STRING */
-  struct gguf_array arr; /* ARRAY; arr.strs malloc'd for string arrays */
-};
-
-struct gguf_file {
-  const uint8_t *base;      /* [size] the whole file */
-  size_t size;
-  void *map;                /* mmap'd region (gguf_open) or NULL (gguf_open_memory) */
-  uint32_t version;
-  uint32_t alignment;
-  uint64_t data_offset;     /* start of the data section, from base */
-  int64_t n_kv;
-  struct kv_entry *kv;      /* [n_kv] file order */
-  struct kv_entry **kv_by_key; /* [n_kv] sorted by key */
-  int64_t n_tensors;
-  struct gguf_tensor *tensors;       /* [n_tensors] file order */
-  struct gguf_tensor **tensor_by_name; /* [n_tensors] sorted by name */
-  char *names;              /* NUL-terminated tensor names, back to back */
-};
-
 struct reader {
   const uint8_t *p;
   size_t size;
   size_t pos;
 };
 
-static const char *value_type_name(uint32_t t) {
+const char *gguf_value_type_name(uint32_t t) {
   static const char *const names[] = {"uint8", "int8",   "uint16", "int16", "uint32",
                                       "int32", "float32", "bool",  "string", "array",
                                       "uint64", "int64", "float64"};
@@ -62,7 +39,7 @@ static const char *value_type_name(uint32_t t) {
 }
 
 /* Bytes of a fixed-size value type; 0 for string, array and unknown types. */
-static size_t value_type_size(uint32_t t) {
+size_t gguf_value_type_size(uint32_t t) {
   switch (t) {
     case GGUF_VALUE_TYPE_UINT8: case GGUF_VALUE_TYPE_INT8: case GGUF_VALUE_TYPE_BOOL: return 1;
     case GGUF_VALUE_TYPE_UINT16: case GGUF_VALUE_TYPE_INT16: return 2;
@@ -159,13 +136,13 @@ static llb_status parse_array(struct reader *r, struct gguf_str key, int depth, 
   out->type = (enum gguf_value_type)type;
   out->len = len;
   out->data = r->p + r->pos;
-  size_t esz = value_type_size(type);
+  size_t esz = gguf_value_type_size(type);
   if (esz != 0) {
     if (len > rd_left(r) / esz) {
       return LLB_ERRF(LLB_STATUS_MALFORMED,
                       "gguf: key '%.*s': array of %llu %s elements at offset %zu runs past the "
                       "end of the file", msg_len(key), key.data, (unsigned long long)len,
-                      value_type_name(type), r->pos);
+                      gguf_value_type_name(type), r->pos);
     }
     r->pos += (size_t)(len * esz);
     return LLB_STATUS_OK;
@@ -240,7 +217,7 @@ static llb_status parse_kv(struct reader *r, struct kv_entry *e) {
     return st;
   }
   e->type = (enum gguf_value_type)type;
-  size_t esz = value_type_size(type);
+  size_t esz = gguf_value_type_size(type);
   if (esz != 0) {
     return rd_bytes(r, esz, &e->value, "metadata value");
   }
@@ -277,7 +254,7 @@ static llb_status parse_alignment(struct gguf_file *f) {
   const struct kv_entry *e = &f->kv[i];
   if (e->type != GGUF_VALUE_TYPE_UINT32) {
     return LLB_ERRF(LLB_STATUS_MALFORMED, "gguf: general.alignment has type %s, expected uint32",
-                    value_type_name(e->type));
+                    gguf_value_type_name(e->type));
   }
   uint32_t a = (uint32_t)e->value[0] | (uint32_t)e->value[1] << 8 |
                (uint32_t)e->value[2] << 16 | (uint32_t)e->value[3] << 24;
@@ -650,146 +627,6 @@ int64_t gguf_find_key(const struct gguf_file *f, const char *key) {
     }
   }
   return -1;
-}
-
-static llb_status find_entry(const struct gguf_file *f, const char *key,
-                             const struct kv_entry **out) {
-  int64_t i = gguf_find_key(f, key);
-  if (i < 0) {
-    return LLB_ERRF(LLB_STATUS_NOT_FOUND, "gguf: key '%s' not found", key ? key : "(null)");
-  }
-  *out = &f->kv[i];
-  return LLB_STATUS_OK;
-}
-
-static llb_status type_mismatch(const char *key, enum gguf_value_type got, const char *want) {
-  return LLB_ERRF(LLB_STATUS_MALFORMED, "gguf: key '%s' has type %s, expected %s", key,
-                  value_type_name(got), want);
-}
-
-/* Reads an integer element of type t at p; false if t is not an integer type. A UINT64 above
- * INT64_MAX sets *overflow. */
-static bool load_int(enum gguf_value_type t, const uint8_t *p, int64_t *out, bool *overflow) {
-  uint64_t u = 0;
-  size_t n = value_type_size(t);
-  for (size_t i = n; i-- > 0;) {
-    u = u << 8 | p[i];
-  }
-  *overflow = false;
-  switch (t) {
-    case GGUF_VALUE_TYPE_UINT8: case GGUF_VALUE_TYPE_UINT16: case GGUF_VALUE_TYPE_UINT32:
-      *out = (int64_t)u;
-      return true;
-    case GGUF_VALUE_TYPE_UINT64:
-      *overflow = u > (uint64_t)INT64_MAX;
-      *out = *overflow ? INT64_MAX : (int64_t)u;
-      return true;
-    case GGUF_VALUE_TYPE_INT8: *out = (int8_t)(uint8_t)u; return true;
-    case GGUF_VALUE_TYPE_INT16: *out = (int16_t)(uint16_t)u; return true;
-    case GGUF_VALUE_TYPE_INT32: *out = (int32_t)(uint32_t)u; return true;
-    case GGUF_VALUE_TYPE_INT64: memcpy(out, &u, 8); return true;
-    default: return false;
-  }
-}
-
-llb_status gguf_get_int(const struct gguf_file *f, const char *key, int64_t *out) {
-  const struct kv_entry *e = NULL;
-  llb_status st = find_entry(f, key, &e);
-  if (st != LLB_STATUS_OK) {
-    return st;
-  }
-  int64_t v;
-  bool overflow;
-  if (!load_int(e->type, e->value, &v, &overflow)) {
-    return type_mismatch(key, e->type, "an integer");
-  }
-  if (overflow) {
-    return LLB_ERRF(LLB_STATUS_MALFORMED, "gguf: key '%s' (uint64) does not fit in int64", key);
-  }
-  *out = v;
-  return LLB_STATUS_OK;
-}
-
-llb_status gguf_get_float(const struct gguf_file *f, const char *key, double *out) {
-  const struct kv_entry *e = NULL;
-  llb_status st = find_entry(f, key, &e);
-  if (st != LLB_STATUS_OK) {
-    return st;
-  }
-  if (e->type == GGUF_VALUE_TYPE_FLOAT32) {
-    float v;
-    memcpy(&v, e->value, 4);
-    *out = v;
-  } else if (e->type == GGUF_VALUE_TYPE_FLOAT64) {
-    memcpy(out, e->value, 8);
-  } else {
-    return type_mismatch(key, e->type, "float32 or float64");
-  }
-  return LLB_STATUS_OK;
-}
-
-llb_status gguf_get_bool(const struct gguf_file *f, const char *key, bool *out) {
-  const struct kv_entry *e = NULL;
-  llb_status st = find_entry(f, key, &e);
-  if (st != LLB_STATUS_OK) {
-    return st;
-  }
-  if (e->type != GGUF_VALUE_TYPE_BOOL) {
-    return type_mismatch(key, e->type, "bool");
-  }
-  *out = e->value[0] != 0;
-  return LLB_STATUS_OK;
-}
-
-llb_status gguf_get_str(const struct gguf_file *f, const char *key, struct gguf_str *out) {
-  const struct kv_entry *e = NULL;
-  llb_status st = find_entry(f, key, &e);
-  if (st != LLB_STATUS_OK) {
-    return st;
-  }
-  if (e->type != GGUF_VALUE_TYPE_STRING) {
-    return type_mismatch(key, e->type, "string");
-  }
-  *out = e->str;
-  return LLB_STATUS_OK;
-}
-
-llb_status gguf_get_array(const struct gguf_file *f, const char *key, struct gguf_array *out) {
-  const struct kv_entry *e = NULL;
-  llb_status st = find_entry(f, key, &e);
-  if (st != LLB_STATUS_OK) {
-    return st;
-  }
-  if (e->type != GGUF_VALUE_TYPE_ARRAY) {
-    return type_mismatch(key, e->type, "array");
-  }
-  *out = e->arr;
-  return LLB_STATUS_OK;
-}
-
-float gguf_array_f32(const struct gguf_array *a, uint64_t i) {
-  if (a == NULL || a->type != GGUF_VALUE_TYPE_FLOAT32 || i >= a->len) {
-    return NAN;
-  }
-  float v;
-  memcpy(&v, (const uint8_t *)a->data + i * 4, 4);
-  return v;
-}
-
-int64_t gguf_array_int(const struct gguf_array *a, uint64_t i) {
-  if (a == NULL || i >= a->len) {
-    return 0;
-  }
-  size_t esz = value_type_size(a->type);
-  if (a->type == GGUF_VALUE_TYPE_BOOL) {
-    return ((const uint8_t *)a->data)[i] != 0;
-  }
-  int64_t v;
-  bool overflow;
-  if (esz == 0 || !load_int(a->type, (const uint8_t *)a->data + i * esz, &v, &overflow)) {
-    return 0;
-  }
-  return v;
 }
 
 int64_t gguf_tensor_count(const struct gguf_file *f) { return f->n_tensors; }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "actors/scheduler/actor_internal.h"
 #include "actors/scheduler/actor_wire.h"
 #include "bus/log.h"
 #include "bus/subject.h"
@@ -19,78 +20,9 @@
 #define BACKOFF_MAX_MS 2000
 #define STALL_WAIT_MS 50
 
-/* What the actor keeps per live request beside the scheduler's own state: routing and the
- * first output's extra fields. Owned by the meta map once admitted. */
-struct req_meta {
-  char *id, *reply_to, *external_id, *parent_request_id, *cache_salt;
-  int32_t client_index, eos_token_id, priority;
-  double arrival_time;
-  int64_t queued_time_ns, scheduled_time_ns, first_token_time_ns;
-  bool first_sent;
-  int32_t *prompt;        /* [num_prompt], freed once the first output is out */
-  int32_t num_prompt;
-  struct sched_mm_feature *mm; /* [num_mm], freed after admission */
-  int32_t num_mm;
-  void *mm_blob;          /* the features' strings and data, freed with mm */
-  struct llb_sampling_params params;
-  struct req_meta *next;  /* intake list */
-  llb_status reject_status; /* admission refused: the error output carries it */
-  char reject_message[256];
-};
-
 struct abort_item {
   struct abort_item *next;
   char id[];
-};
-
-struct scheduler_actor {
-  struct bus *bus;
-  struct scheduler_actor_config cfg;
-  char engine_id[BUS_TOKEN_MAX + 1];
-  char subj_requests[BUS_SUBJECT_MAX], subj_abort[BUS_SUBJECT_MAX], subj_kv[BUS_SUBJECT_MAX],
-      subj_execute[BUS_SUBJECT_MAX], subj_outputs[BUS_SUBJECT_MAX], subj_stats[BUS_SUBJECT_MAX],
-      subj_encoder[BUS_SUBJECT_MAX];
-  struct scheduler *sched;
-  /* The worker's reply of this step (arrays in `arena`, valid until the next step): its
-   * logprobs rows go out with the step's EngineCoreOutputs. */
-  struct llb_model_runner_output mro;
-  bool have_mro;
-
-  /* intake, under mu */
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool stop, thread_started;
-  struct req_meta *intake_head, *intake_tail;
-  struct abort_item *abort_head;
-  pthread_t thread;
-
-  /* handler-thread state (one subscription each) */
-  struct llb_arena req_arena, abort_arena;
-  struct llb_buf req_err_buf;
-
-  /* step-thread state */
-  struct req_meta **map;           /* [map_cap] open addressing, linear probing */
-  int64_t map_cap, map_num;
-  struct req_meta **rejected;      /* [cap_rejected] this iteration's refused requests */
-  int64_t num_rejected, cap_rejected;
-  struct sched_output out;
-  struct kv_step kv;
-  struct kv_step_result kv_res;
-  struct sched_engine_outputs eo, eo_side;
-  struct sched_str_list carry_finished, carry_preempted, carry_free_mm;
-  struct encoder_step enc;         /* this step's encoder ops */
-  struct sched_wire wire;
-  struct llb_engine_core_output *outs;
-  int64_t cap_outs;
-  struct llb_arena arena;          /* decoded replies, reset per round trip */
-  struct llb_buf buf;              /* encoded messages */
-  int64_t backoff_ms;
-  bool kv_reset_pending; /* the worker failed: its KV contents are unknown, so the next KV
-                            step tells the kv_manager to drop its prefix cache */
-  int64_t last_stats_ns;
-
-  atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub,
-      c_enc_fail;
 };
 
 void scheduler_actor_config_init(struct scheduler_actor_config *c) {
@@ -106,7 +38,7 @@ void scheduler_actor_config_init(struct scheduler_actor_config *c) {
 
 /* ---- request metadata ---- */
 
-static void meta_free(struct req_meta *m) {
+void sched_actor_meta_free(struct req_meta *m) {
   if (!m) return;
   free(m->id);
   free(m->reply_to);
@@ -125,7 +57,7 @@ static uint64_t hash_str(const char *s) {
   return h;
 }
 
-static int64_t map_find(const struct scheduler_actor *a, const char *id) {
+int64_t sched_actor_map_find(const struct scheduler_actor *a, const char *id) {
   if (a->map_cap == 0) return -1;
   for (int64_t i = (int64_t)(hash_str(id) & (uint64_t)(a->map_cap - 1));; i = (i + 1) & (a->map_cap - 1)) {
     if (!a->map[i]) return -1;
@@ -157,8 +89,8 @@ static llb_status map_insert(struct scheduler_actor *a, struct req_meta *m) {
 
 /* Removes slot i (freeing its meta when free_meta); backward-shift deletion keeps probe
  * chains intact. */
-static void map_remove(struct scheduler_actor *a, int64_t i, bool free_meta) {
-  if (free_meta) meta_free(a->map[i]);
+void sched_actor_map_remove(struct scheduler_actor *a, int64_t i, bool free_meta) {
+  if (free_meta) sched_actor_meta_free(a->map[i]);
   a->map[i] = NULL;
   a->map_num--;
   int64_t mask = a->map_cap - 1;
@@ -261,7 +193,7 @@ static void on_request(struct bus *bus, const struct bus_msg *msg, void *user) {
   pthread_mutex_unlock(&a->mu);
   return;
 oom:
-  meta_free(m);
+  sched_actor_meta_free(m);
   atomic_fetch_add(&a->c_rejected, 1);
   LLB_LOG_ERROR("request_dropped", "reason=out_of_memory bytes=%zu", msg->len);
 }
@@ -299,7 +231,7 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
     list = m->next;
     m->next = NULL;
     llb_status st;
-    if (map_find(a, m->id) >= 0) {
+    if (sched_actor_map_find(a, m->id) >= 0) {
       st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request_id '%s' is already running", m->id);
     } else {
       struct sched_new_request nr = {
@@ -310,7 +242,7 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
       st = map_insert(a, m);
       if (st == LLB_STATUS_OK) {
         st = sched_add_request(a->sched, &nr);
-        if (st != LLB_STATUS_OK) map_remove(a, map_find(a, m->id), false);
+        if (st != LLB_STATUS_OK) sched_actor_map_remove(a, sched_actor_map_find(a, m->id), false);
       }
     }
     if (st == LLB_STATUS_OK) {
@@ -329,7 +261,7 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
     atomic_fetch_add(&a->c_rejected, 1);
     if (sched_wire_grow((void **)&a->rejected, &a->cap_rejected, a->num_rejected + 1,
                         sizeof(*a->rejected)) != LLB_STATUS_OK) {
-      meta_free(m);
+      sched_actor_meta_free(m);
       continue;
     }
     a->rejected[a->num_rejected++] = m;
@@ -345,149 +277,6 @@ static void apply_aborts(struct scheduler_actor *a, struct abort_item *list) {
       LLB_LOG_ERROR("abort_failed", "req=%s", it->id);
     free(it);
   }
-}
-
-/* ---- step thread: outputs ---- */
-
-/* The logprobs of req_id's n new tokens: its first n rows in this step's worker reply (rows
- * follow the sampled tokens, request by request). Empty when the worker sent none. */
-static struct llb_logprobs_lists step_logprobs(const struct scheduler_actor *a, const char *req_id,
-                                               int32_t n) {
-  struct llb_logprobs_lists out = {0};
-  const struct llb_model_runner_output *r = &a->mro;
-  const struct llb_logprobs_lists *ll = &r->logprobs;
-  if (!a->have_mro || n <= 0 || ll->num_tokens == 0 || ll->num_tokens != r->num_sampled_token_ids)
-    return out;
-  int64_t row = 0;
-  for (int32_t i = 0; i < r->num_reqs; row += r->num_sampled[i], i++) {
-    if (strcmp(r->req_ids[i].data, req_id) != 0) continue;
-    if (n > r->num_sampled[i]) return out;
-    const int64_t cols = ll->num_logprobs_per_token;
-    out = (struct llb_logprobs_lists){.num_tokens = n, .num_logprobs_per_token = (int32_t)cols,
-                                      .logprob_token_ids = ll->logprob_token_ids + row * cols,
-                                      .logprobs = ll->logprobs + row * cols,
-                                      .sampled_token_ranks = ll->sampled_token_ranks + row};
-    return out;
-  }
-  return out;
-}
-
-static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output *o,
-                        const struct sched_engine_outputs *eo, int32_t i, int64_t now_ns) {
-  const struct sched_engine_output *e = &eo->outputs[i];
-  llb_engine_core_output_init(o);
-  o->request_id = llb_str_c(sched_engine_outputs_req_id(eo, i));
-  o->new_token_ids = e->num_new_tokens > 0 ? sched_engine_outputs_tokens(eo, i) : NULL;
-  o->num_new_token_ids = e->num_new_tokens;
-  o->first_output_pos = e->first_output_pos;
-  o->finish_reason = (enum llb_finish_reason)e->finish_reason;
-  o->stop_token_id = e->stop_token_id;
-  o->num_cached_tokens = e->num_cached_tokens;
-  o->num_preemptions = e->num_preemptions;
-  if (eo == &a->eo) o->new_logprobs = step_logprobs(a, o->request_id.data, e->num_new_tokens);
-  int64_t at = map_find(a, o->request_id.data);
-  if (at < 0) return;
-  struct req_meta *m = a->map[at];
-  if (e->num_new_tokens > 0 && m->first_token_time_ns == 0) m->first_token_time_ns = now_ns;
-  o->reply_to = llb_str_c(m->reply_to);
-  o->external_id = llb_str_c(m->external_id);
-  o->arrival_time = m->arrival_time;
-  o->queued_time_ns = m->queued_time_ns;
-  o->scheduled_time_ns = m->scheduled_time_ns;
-  o->first_token_time_ns = m->first_token_time_ns;
-  if (!m->first_sent) {
-    o->prompt_token_ids = m->prompt;
-    o->num_prompt_token_ids = m->num_prompt;
-    o->sampling_params = &m->params;
-    o->parent_request_id = llb_str_c(m->parent_request_id);
-    o->index = m->client_index;
-  }
-}
-
-static void fill_rejected(struct llb_engine_core_output *o, struct req_meta *m) {
-  llb_engine_core_output_init(o);
-  o->request_id = llb_str_c(m->id);
-  o->finish_reason = LLB_FINISH_REASON_ERROR;
-  o->reply_to = llb_str_c(m->reply_to);
-  o->external_id = llb_str_c(m->external_id);
-  o->arrival_time = m->arrival_time;
-  o->queued_time_ns = m->queued_time_ns;
-  o->prompt_token_ids = m->prompt;
-  o->num_prompt_token_ids = m->num_prompt;
-  o->sampling_params = &m->params;
-  o->parent_request_id = llb_str_c(m->parent_request_id);
-  o->index = m->client_index;
-  o->error.code = (int32_t)m->reject_status;
-  o->error.message = llb_str_c(m->reject_message);
-}
-
-/* Publishes one EngineCoreOutputs with the rejections, the side outputs (aborts) and the
- * step's outputs; then forgets finished requests and drops first-output data. */
-static void publish_outputs(struct scheduler_actor *a, uint64_t step, bool with_step) {
-  const struct sched_engine_outputs *lists[2] = {&a->eo_side, with_step ? &a->eo : NULL};
-  int64_t n = a->num_rejected + a->eo_side.num_outputs + (with_step ? a->eo.num_outputs : 0);
-  if (n == 0) return;
-  if (sched_wire_grow((void **)&a->outs, &a->cap_outs, n, sizeof(*a->outs)) != LLB_STATUS_OK) {
-    LLB_LOG_ERROR("outputs_dropped", "step=%llu outputs=%lld reason=out_of_memory",
-                  (unsigned long long)step, (long long)n);
-    goto cleanup;
-  }
-  int64_t k = 0, now = llb_wall_ns();
-  for (int64_t i = 0; i < a->num_rejected; i++) fill_rejected(&a->outs[k++], a->rejected[i]);
-  for (int l = 0; l < 2; l++)
-    for (int32_t i = 0; lists[l] && i < lists[l]->num_outputs; i++)
-      fill_output(a, &a->outs[k++], lists[l], i, now);
-  struct llb_engine_core_outputs msg = {.version = LLB_SCHEMA_VERSION,
-                                        .engine_id = llb_str_c(a->engine_id), .step = step,
-                                        .timestamp = (double)now / 1e9, .outputs = a->outs,
-                                        .num_outputs = (int32_t)n};
-  llb_status st = llb_engine_core_outputs_encode_buf(&msg, &a->buf);
-  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->subj_outputs, a->buf.data, a->buf.len, NULL);
-  if (st == LLB_STATUS_OK) {
-    atomic_fetch_add(&a->c_pub, 1);
-  } else {
-    char q[600];
-    LLB_LOG_ERROR("outputs_publish_failed", "step=%llu outputs=%lld status=%s error=%s",
-                  (unsigned long long)step, (long long)n, llb_strerror(st),
-                  llb_log_quote(q, sizeof q, llb_err_last()));
-  }
-cleanup:
-  for (int l = 0; l < 2; l++)
-    for (int32_t i = 0; lists[l] && i < lists[l]->num_outputs; i++) {
-      int64_t at = map_find(a, sched_engine_outputs_req_id(lists[l], i));
-      if (at < 0) continue;
-      if (lists[l]->outputs[i].finish_reason != SCHED_FINISH_REASON_NONE) {
-        map_remove(a, at, true);
-      } else if (!a->map[at]->first_sent) {
-        a->map[at]->first_sent = true;
-        free(a->map[at]->prompt);
-        a->map[at]->prompt = NULL;
-      }
-    }
-  for (int64_t i = 0; i < a->num_rejected; i++) meta_free(a->rejected[i]);
-  a->num_rejected = 0;
-  sched_engine_outputs_clear(&a->eo_side, step);
-  sched_engine_outputs_clear(&a->eo, step);
-}
-
-static void publish_stats(struct scheduler_actor *a) {
-  struct sched_stats s;
-  sched_get_stats(a->sched, &s);
-  struct llb_scheduler_stats m = {
-      .version = LLB_SCHEMA_VERSION, .engine_id = llb_str_c(a->engine_id), .step = s.step,
-      .timestamp = (double)llb_wall_ns() / 1e9, .num_running_reqs = s.num_running,
-      .num_waiting_reqs = s.num_waiting, .kv_cache_usage = (float)s.kv_cache_usage,
-      .num_free_blocks = s.num_free_blocks, .num_total_blocks = a->cfg.sched.num_blocks,
-      .prefix_cache_queries = s.prefix_cache_queries, .prefix_cache_hits = s.prefix_cache_hits,
-      .num_preemptions = s.num_preemptions, .prompt_tokens_total = s.num_prompt_tokens,
-      .generation_tokens_total = s.num_generation_tokens,
-      .encoder_cache_queries = s.encoder_cache_queries, .encoder_cache_hits = s.encoder_cache_hits,
-      .encoder_inputs_computed = s.encoder_inputs_computed,
-      .encoder_embeds_computed = s.encoder_embeds_computed};
-  llb_status st = llb_scheduler_stats_encode_buf(&m, &a->buf);
-  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->subj_stats, a->buf.data, a->buf.len, NULL);
-  if (st != LLB_STATUS_OK) LLB_LOG_WARN("stats_publish_failed", "status=%s", llb_strerror(st));
-  a->last_stats_ns = llb_now_ns();
 }
 
 /* ---- step thread: one step ---- */
@@ -557,7 +346,7 @@ static llb_status execute_round_trip(struct scheduler_actor *a) {
   if (st) return st;
   int64_t now = llb_wall_ns();
   for (int32_t i = 0; i < a->out.num_new_reqs; i++) {
-    int64_t at = map_find(a, a->out.new_reqs[i].req_id);
+    int64_t at = sched_actor_map_find(a, a->out.new_reqs[i].req_id);
     if (at >= 0 && a->map[at]->scheduled_time_ns == 0) a->map[at]->scheduled_time_ns = now;
   }
   st = llb_scheduler_output_encode_buf(&m, &a->buf);
@@ -691,12 +480,12 @@ static void *step_thread(void *arg) {
       did = run_step(a);
       stepped = true;
     }
-    publish_outputs(a, a->out.step, stepped);
+    sched_actor_publish_outputs(a, a->out.step, stepped);
     last_active = did;
     busy = sched_num_unfinished(a->sched) > 0;
     int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
     if (since_stats >= (busy || did ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms))
-      publish_stats(a);
+      sched_actor_publish_stats(a);
   }
   return NULL;
 }
@@ -777,16 +566,16 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   while (a->intake_head) {
     struct req_meta *m = a->intake_head;
     a->intake_head = m->next;
-    meta_free(m);
+    sched_actor_meta_free(m);
   }
   while (a->abort_head) {
     struct abort_item *it = a->abort_head;
     a->abort_head = it->next;
     free(it);
   }
-  for (int64_t i = 0; i < a->map_cap; i++) meta_free(a->map[i]);
+  for (int64_t i = 0; i < a->map_cap; i++) sched_actor_meta_free(a->map[i]);
   free(a->map);
-  for (int64_t i = 0; i < a->num_rejected; i++) meta_free(a->rejected[i]);
+  for (int64_t i = 0; i < a->num_rejected; i++) sched_actor_meta_free(a->rejected[i]);
   free(a->rejected);
   sched_destroy(a->sched);
   sched_output_free(&a->out);

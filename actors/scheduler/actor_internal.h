@@ -1,0 +1,101 @@
+/* Private to actors/scheduler/actor*.c: the actor's state and the helpers shared by actor.c
+ * (intake, step loop, lifecycle) and actor_outputs.c (outputs publishing). Not public API. */
+#ifndef LLB_ACTORS_SCHEDULER_ACTOR_INTERNAL_H
+#define LLB_ACTORS_SCHEDULER_ACTOR_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "actors/scheduler/actor.h"
+#include "actors/scheduler/actor_wire.h"
+#include "bus/subject.h"
+#include "schemas/engine_core_outputs.h"
+#include "schemas/engine_core_request.h"
+
+struct abort_item;
+
+/* What the actor keeps per live request beside the scheduler's own state: routing and the
+ * first output's extra fields. Owned by the meta map once admitted. */
+struct req_meta {
+  char *id, *reply_to, *external_id, *parent_request_id, *cache_salt;
+  int32_t client_index, eos_token_id, priority;
+  double arrival_time;
+  int64_t queued_time_ns, scheduled_time_ns, first_token_time_ns;
+  bool first_sent;
+  int32_t *prompt;        /* [num_prompt], freed once the first output is out */
+  int32_t num_prompt;
+  struct sched_mm_feature *mm; /* [num_mm], freed after admission */
+  int32_t num_mm;
+  void *mm_blob;          /* the features' strings and data, freed with mm */
+  struct llb_sampling_params params;
+  struct req_meta *next;  /* intake list */
+  llb_status reject_status; /* admission refused: the error output carries it */
+  char reject_message[256];
+};
+
+struct scheduler_actor {
+  struct bus *bus;
+  struct scheduler_actor_config cfg;
+  char engine_id[BUS_TOKEN_MAX + 1];
+  char subj_requests[BUS_SUBJECT_MAX], subj_abort[BUS_SUBJECT_MAX], subj_kv[BUS_SUBJECT_MAX],
+      subj_execute[BUS_SUBJECT_MAX], subj_outputs[BUS_SUBJECT_MAX], subj_stats[BUS_SUBJECT_MAX],
+      subj_encoder[BUS_SUBJECT_MAX];
+  struct scheduler *sched;
+  /* The worker's reply of this step (arrays in `arena`, valid until the next step): its
+   * logprobs rows go out with the step's EngineCoreOutputs. */
+  struct llb_model_runner_output mro;
+  bool have_mro;
+
+  /* intake, under mu */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool stop, thread_started;
+  struct req_meta *intake_head, *intake_tail;
+  struct abort_item *abort_head;
+  pthread_t thread;
+
+  /* handler-thread state (one subscription each) */
+  struct llb_arena req_arena, abort_arena;
+  struct llb_buf req_err_buf;
+
+  /* step-thread state */
+  struct req_meta **map;           /* [map_cap] open addressing, linear probing */
+  int64_t map_cap, map_num;
+  struct req_meta **rejected;      /* [cap_rejected] this iteration's refused requests */
+  int64_t num_rejected, cap_rejected;
+  struct sched_output out;
+  struct kv_step kv;
+  struct kv_step_result kv_res;
+  struct sched_engine_outputs eo, eo_side;
+  struct sched_str_list carry_finished, carry_preempted, carry_free_mm;
+  struct encoder_step enc;         /* this step's encoder ops */
+  struct sched_wire wire;
+  struct llb_engine_core_output *outs;
+  int64_t cap_outs;
+  struct llb_arena arena;          /* decoded replies, reset per round trip */
+  struct llb_buf buf;              /* encoded messages */
+  int64_t backoff_ms;
+  bool kv_reset_pending; /* the worker failed: its KV contents are unknown, so the next KV
+                            step tells the kv_manager to drop its prefix cache */
+  int64_t last_stats_ns;
+
+  atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub,
+      c_enc_fail;
+};
+
+/* request metadata (actor.c) */
+void sched_actor_meta_free(struct req_meta *m);
+int64_t sched_actor_map_find(const struct scheduler_actor *a, const char *id);
+/* Removes slot i (freeing its meta when free_meta); backward-shift deletion keeps probe
+ * chains intact. */
+void sched_actor_map_remove(struct scheduler_actor *a, int64_t i, bool free_meta);
+
+/* step thread: outputs (actor_outputs.c) */
+/* Publishes one EngineCoreOutputs with the rejections, the side outputs (aborts) and the
+ * step's outputs; then forgets finished requests and drops first-output data. */
+void sched_actor_publish_outputs(struct scheduler_actor *a, uint64_t step, bool with_step);
+void sched_actor_publish_stats(struct scheduler_actor *a);
+
+#endif

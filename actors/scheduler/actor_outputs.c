@@ -1,0 +1,161 @@
+/* The scheduler actor's step thread: outputs (EngineCoreOutputs and SchedulerStats publishing),
+ * split from actor.c. */
+#include "actors/scheduler/actor.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "actors/scheduler/actor_internal.h"
+#include "actors/scheduler/actor_wire.h"
+#include "bus/log.h"
+#include "bus/subject.h"
+#include "schemas/control.h"
+#include "schemas/engine_core_outputs.h"
+#include "schemas/engine_core_request.h"
+
+/* ---- step thread: outputs ---- */
+
+/* The logprobs of req_id's n new tokens: its first n rows in this step's worker reply (rows
+ * follow the sampled tokens, request by request). Empty when the worker sent none. */
+static struct llb_logprobs_lists step_logprobs(const struct scheduler_actor *a, const char *req_id,
+                                               int32_t n) {
+  struct llb_logprobs_lists out = {0};
+  const struct llb_model_runner_output *r = &a->mro;
+  const struct llb_logprobs_lists *ll = &r->logprobs;
+  if (!a->have_mro || n <= 0 || ll->num_tokens == 0 || ll->num_tokens != r->num_sampled_token_ids)
+    return out;
+  int64_t row = 0;
+  for (int32_t i = 0; i < r->num_reqs; row += r->num_sampled[i], i++) {
+    if (strcmp(r->req_ids[i].data, req_id) != 0) continue;
+    if (n > r->num_sampled[i]) return out;
+    const int64_t cols = ll->num_logprobs_per_token;
+    out = (struct llb_logprobs_lists){.num_tokens = n, .num_logprobs_per_token = (int32_t)cols,
+                                      .logprob_token_ids = ll->logprob_token_ids + row * cols,
+                                      .logprobs = ll->logprobs + row * cols,
+                                      .sampled_token_ranks = ll->sampled_token_ranks + row};
+    return out;
+  }
+  return out;
+}
+
+static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output *o,
+                        const struct sched_engine_outputs *eo, int32_t i, int64_t now_ns) {
+  const struct sched_engine_output *e = &eo->outputs[i];
+  llb_engine_core_output_init(o);
+  o->request_id = llb_str_c(sched_engine_outputs_req_id(eo, i));
+  o->new_token_ids = e->num_new_tokens > 0 ? sched_engine_outputs_tokens(eo, i) : NULL;
+  o->num_new_token_ids = e->num_new_tokens;
+  o->first_output_pos = e->first_output_pos;
+  o->finish_reason = (enum llb_finish_reason)e->finish_reason;
+  o->stop_token_id = e->stop_token_id;
+  o->num_cached_tokens = e->num_cached_tokens;
+  o->num_preemptions = e->num_preemptions;
+  if (eo == &a->eo) o->new_logprobs = step_logprobs(a, o->request_id.data, e->num_new_tokens);
+  int64_t at = sched_actor_map_find(a, o->request_id.data);
+  if (at < 0) return;
+  struct req_meta *m = a->map[at];
+  if (e->num_new_tokens > 0 && m->first_token_time_ns == 0) m->first_token_time_ns = now_ns;
+  o->reply_to = llb_str_c(m->reply_to);
+  o->external_id = llb_str_c(m->external_id);
+  o->arrival_time = m->arrival_time;
+  o->queued_time_ns = m->queued_time_ns;
+  o->scheduled_time_ns = m->scheduled_time_ns;
+  o->first_token_time_ns = m->first_token_time_ns;
+  if (!m->first_sent) {
+    o->prompt_token_ids = m->prompt;
+    o->num_prompt_token_ids = m->num_prompt;
+    o->sampling_params = &m->params;
+    o->parent_request_id = llb_str_c(m->parent_request_id);
+    o->index = m->client_index;
+  }
+}
+
+static void fill_rejected(struct llb_engine_core_output *o, struct req_meta *m) {
+  llb_engine_core_output_init(o);
+  o->request_id = llb_str_c(m->id);
+  o->finish_reason = LLB_FINISH_REASON_ERROR;
+  o->reply_to = llb_str_c(m->reply_to);
+  o->external_id = llb_str_c(m->external_id);
+  o->arrival_time = m->arrival_time;
+  o->queued_time_ns = m->queued_time_ns;
+  o->prompt_token_ids = m->prompt;
+  o->num_prompt_token_ids = m->num_prompt;
+  o->sampling_params = &m->params;
+  o->parent_request_id = llb_str_c(m->parent_request_id);
+  o->index = m->client_index;
+  o->error.code = (int32_t)m->reject_status;
+  o->error.message = llb_str_c(m->reject_message);
+}
+
+/* Publishes one EngineCoreOutputs with the rejections, the side outputs (aborts) and the
+ * step's outputs; then forgets finished requests and drops first-output data. */
+void sched_actor_publish_outputs(struct scheduler_actor *a, uint64_t step, bool with_step) {
+  const struct sched_engine_outputs *lists[2] = {&a->eo_side, with_step ? &a->eo : NULL};
+  int64_t n = a->num_rejected + a->eo_side.num_outputs + (with_step ? a->eo.num_outputs : 0);
+  if (n == 0) return;
+  if (sched_wire_grow((void **)&a->outs, &a->cap_outs, n, sizeof(*a->outs)) != LLB_STATUS_OK) {
+    LLB_LOG_ERROR("outputs_dropped", "step=%llu outputs=%lld reason=out_of_memory",
+                  (unsigned long long)step, (long long)n);
+    goto cleanup;
+  }
+  int64_t k = 0, now = llb_wall_ns();
+  for (int64_t i = 0; i < a->num_rejected; i++) fill_rejected(&a->outs[k++], a->rejected[i]);
+  for (int l = 0; l < 2; l++)
+    for (int32_t i = 0; lists[l] && i < lists[l]->num_outputs; i++)
+      fill_output(a, &a->outs[k++], lists[l], i, now);
+  struct llb_engine_core_outputs msg = {.version = LLB_SCHEMA_VERSION,
+                                        .engine_id = llb_str_c(a->engine_id), .step = step,
+                                        .timestamp = (double)now / 1e9, .outputs = a->outs,
+                                        .num_outputs = (int32_t)n};
+  llb_status st = llb_engine_core_outputs_encode_buf(&msg, &a->buf);
+  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->subj_outputs, a->buf.data, a->buf.len, NULL);
+  if (st == LLB_STATUS_OK) {
+    atomic_fetch_add(&a->c_pub, 1);
+  } else {
+    char q[600];
+    LLB_LOG_ERROR("outputs_publish_failed", "step=%llu outputs=%lld status=%s error=%s",
+                  (unsigned long long)step, (long long)n, llb_strerror(st),
+                  llb_log_quote(q, sizeof q, llb_err_last()));
+  }
+cleanup:
+  for (int l = 0; l < 2; l++)
+    for (int32_t i = 0; lists[l] && i < lists[l]->num_outputs; i++) {
+      int64_t at = sched_actor_map_find(a, sched_engine_outputs_req_id(lists[l], i));
+      if (at < 0) continue;
+      if (lists[l]->outputs[i].finish_reason != SCHED_FINISH_REASON_NONE) {
+        sched_actor_map_remove(a, at, true);
+      } else if (!a->map[at]->first_sent) {
+        a->map[at]->first_sent = true;
+        free(a->map[at]->prompt);
+        a->map[at]->prompt = NULL;
+      }
+    }
+  for (int64_t i = 0; i < a->num_rejected; i++) sched_actor_meta_free(a->rejected[i]);
+  a->num_rejected = 0;
+  sched_engine_outputs_clear(&a->eo_side, step);
+  sched_engine_outputs_clear(&a->eo, step);
+}
+
+void sched_actor_publish_stats(struct scheduler_actor *a) {
+  struct sched_stats s;
+  sched_get_stats(a->sched, &s);
+  struct llb_scheduler_stats m = {
+      .version = LLB_SCHEMA_VERSION, .engine_id = llb_str_c(a->engine_id), .step = s.step,
+      .timestamp = (double)llb_wall_ns() / 1e9, .num_running_reqs = s.num_running,
+      .num_waiting_reqs = s.num_waiting, .kv_cache_usage = (float)s.kv_cache_usage,
+      .num_free_blocks = s.num_free_blocks, .num_total_blocks = a->cfg.sched.num_blocks,
+      .prefix_cache_queries = s.prefix_cache_queries, .prefix_cache_hits = s.prefix_cache_hits,
+      .num_preemptions = s.num_preemptions, .prompt_tokens_total = s.num_prompt_tokens,
+      .generation_tokens_total = s.num_generation_tokens,
+      .encoder_cache_queries = s.encoder_cache_queries, .encoder_cache_hits = s.encoder_cache_hits,
+      .encoder_inputs_computed = s.encoder_inputs_computed,
+      .encoder_embeds_computed = s.encoder_embeds_computed};
+  llb_status st = llb_scheduler_stats_encode_buf(&m, &a->buf);
+  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->subj_stats, a->buf.data, a->buf.len, NULL);
+  if (st != LLB_STATUS_OK) LLB_LOG_WARN("stats_publish_failed", "status=%s", llb_strerror(st));
+  a->last_stats_ns = llb_now_ns();
+}
