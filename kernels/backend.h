@@ -23,6 +23,9 @@ struct backend_weight {
   int64_t cols;     /* ne[0]: input features, a multiple of the type's block size */
   size_t row_bytes; /* bytes of one row */
   const void *data; /* [rows, row_bytes], e.g. into a GGUF mapping; not owned */
+  /* The backend's own matmul layout of data (backend_ops.pack wrote it), or NULL: matmul then
+   * reads data. Not owned. */
+  const void *packed;
 };
 
 /* Sizes an execution context is prepared for; ops reject calls beyond them. */
@@ -114,6 +117,13 @@ struct backend_ops {
                        float *out);
   /* x [n] += y [n]. */
   llb_status (*add)(struct backend_ctx *c, float *x, const float *y, int64_t n);
+  /* Optional (NULL: weights are only read as stored). Bytes of w in the backend's own matmul
+   * layout, 0 when it has none for w. Such a layout changes the float order of matmul (the
+   * CPU backend's: kernels/cpu/packed.h), never its batch invariance. */
+  size_t (*pack_bytes)(const struct backend_weight *w);
+  /* Writes that layout into dst [pack_bytes(w)]; the caller then sets w->packed = dst and keeps
+   * dst alive as long as w is used. INVALID_ARGUMENT if w has no such layout. */
+  llb_status (*pack)(const struct backend_weight *w, void *dst);
 };
 
 /* The CPU backend (kernels/cpu): SIMD (AVX2/FMA/F16C, detected at run time) and threads. */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kernels/backend.h"
 
@@ -18,6 +19,7 @@ struct llama_layer {
 };
 
 struct llama_model {
+  const struct gguf_file *gguf;   /* the views' file */
   struct llama_config cfg;
   struct backend_weight tok_embd; /* [V rows, E cols] */
   struct backend_weight output;   /* [V rows, E cols]; token_embd when tied */
@@ -36,6 +38,9 @@ struct llama_forward_ctx {
   const struct backend_ops *ops;
   struct backend_ctx *bc;
   int32_t max_num_tokens;
+  struct llama_layer *layers;     /* [block_count] m's layers, packed weights set (LLAMA_MATMUL_PACKED) */
+  struct backend_weight output;   /* m's output weight, likewise */
+  void *packed;                   /* every packed layout of this context, one allocation */
   int32_t *ids;   /* [max_num_tokens] token ids with embedding rows masked to 0 */
   float *x;       /* [max_num_tokens, E] residual stream */
   float *xn;      /* [max_num_tokens, max(E, H*D)] normed input / op output */
@@ -92,6 +97,7 @@ llb_status llama_model_load(const struct gguf_file *f, struct llama_model **out)
   llb_status st;
   struct llama_model *m = calloc(1, sizeof(*m));
   if (!m) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "llama_model");
+  m->gguf = f;
   st = llama_config_from_gguf(f, &m->cfg);
   if (st != LLB_STATUS_OK) goto fail;
   st = llama_config_check_tensors(f, &m->cfg);
@@ -189,10 +195,64 @@ void llama_kv_cache_destroy(struct llama_kv_cache *kv) {
 
 /* ---------------------------------------------------------------- forward context */
 
+#define PACK_ALIGN 64
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* The matmul weights of c (the layers', then output) into out [7 * layers + 1]; returns the count. */
+static int32_t matmul_weights(struct llama_forward_ctx *c, struct backend_weight **out) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < c->m->cfg.block_count; i++) {
+    struct llama_layer *l = &c->layers[i];
+    struct backend_weight *ws[7] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+    for (int j = 0; j < 7; j++) out[n++] = ws[j];
+  }
+  out[n++] = &c->output;
+  return n;
+}
+
+/* Packs every weight the backend has a layout for into one allocation (LLAMA_MATMUL_PACKED),
+ * then releases the file pages the layouts replace. */
+static llb_status pack_weights(struct llama_forward_ctx *c) {
+  const struct backend_ops *ops = c->ops;
+  if (!ops->pack_bytes || !ops->pack) return LLB_STATUS_OK;
+  struct backend_weight **ws = malloc(((size_t)c->m->cfg.block_count * 7 + 1) * sizeof(*ws));
+  if (!ws) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "weight list");
+  const int32_t n = matmul_weights(c, ws);
+  size_t total = 0;
+  for (int32_t i = 0; i < n; i++) total += (ops->pack_bytes(ws[i]) + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN;
+  llb_status st = LLB_STATUS_OK;
+  if (total == 0) goto done;
+  /* 2 MiB aligned and huge pages where the kernel gives them: decode streams every packed
+   * byte once per step, and hardware prefetchers stop at 4 KiB page boundaries */
+  total = (total + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+  c->packed = aligned_alloc(HUGE_PAGE, total);
+  if (!c->packed) {
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "packed weights (%zu bytes)", total);
+    goto done;
+  }
+#ifdef MADV_HUGEPAGE
+  (void)madvise(c->packed, total, MADV_HUGEPAGE);
+#endif
+  uint8_t *p = c->packed;
+  for (int32_t i = 0; i < n; i++) {
+    const size_t bytes = ops->pack_bytes(ws[i]);
+    if (bytes == 0) continue;
+    if ((st = ops->pack(ws[i], p)) != LLB_STATUS_OK) goto done;
+    ws[i]->packed = p;
+    p += (bytes + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN;
+  }
+  for (int32_t i = 0; i < n; i++)
+    if (ws[i]->packed) gguf_release_pages(c->m->gguf, ws[i]->data, ws[i]->row_bytes * (size_t)ws[i]->rows);
+done:
+  free(ws);
+  return st;
+}
+
 llb_status llama_forward_ctx_create(const struct llama_model *m, int32_t max_num_tokens, int32_t n_threads,
                                     struct llama_forward_ctx **out) {
   const struct llama_forward_options o = {.max_num_tokens = max_num_tokens, .n_threads = n_threads,
-                                          .attention_order = LLAMA_ATTENTION_ORDER_BATCH_INVARIANT};
+                                          .attention_order = LLAMA_ATTENTION_ORDER_BATCH_INVARIANT,
+                                          .matmul = LLAMA_MATMUL_PACKED};
   return llama_forward_ctx_create_opts(m, &o, out);
 }
 
@@ -221,6 +281,14 @@ llb_status llama_forward_ctx_create_opts(const struct llama_model *m, const stru
                                                                : BACKEND_ATTENTION_ORDER_BATCH_INVARIANT};
   st = fc->ops->ctx_create(&bp, &fc->bc);
   if (st != LLB_STATUS_OK) goto fail;
+  fc->layers = malloc((size_t)c->block_count * sizeof(*fc->layers));
+  if (!fc->layers) {
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "forward ctx layers");
+    goto fail;
+  }
+  memcpy(fc->layers, m->layers, (size_t)c->block_count * sizeof(*fc->layers));
+  fc->output = m->output;
+  if (o->matmul == LLAMA_MATMUL_PACKED && (st = pack_weights(fc)) != LLB_STATUS_OK) goto fail;
   const size_t T = (size_t)max_num_tokens;
   fc->ids = malloc(T * sizeof(int32_t));
   fc->x = malloc(T * (size_t)E * sizeof(float));
@@ -245,6 +313,8 @@ fail:
 void llama_forward_ctx_destroy(struct llama_forward_ctx *c) {
   if (!c) return;
   if (c->ops) c->ops->ctx_destroy(c->bc);
+  free(c->layers);
+  free(c->packed);
   free(c->ids);
   free(c->x);
   free(c->xn);
@@ -313,7 +383,7 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
       .style = cfg->rope_type == LLAMA_ROPE_TYPE_NEOX ? BACKEND_ROPE_STYLE_NEOX : BACKEND_ROPE_STYLE_NORM};
   const float eps = cfg->layer_norm_rms_epsilon;
   for (int32_t il = 0; il < cfg->block_count; il++) {
-    const struct llama_layer *l = &m->layers[il];
+    const struct llama_layer *l = &c->layers[il];
     /* attention block */
     FWD_TRY(ops->rms_norm(bc, c->x, l->attn_norm, T, E, eps, c->xn));
     const struct backend_weight *qkv[3] = {&l->wq, &l->wk, &l->wv};
@@ -348,7 +418,7 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
   for (int32_t i = 0; i < b->num_logits; i++)
     memcpy(c->xn + (size_t)i * E, c->x + (size_t)b->logits_indices[i] * E, (size_t)E * sizeof(float));
   FWD_TRY(ops->rms_norm(bc, c->xn, m->output_norm, b->num_logits, E, eps, c->xn));
-  const struct backend_weight *outw[1] = {&m->output};
+  const struct backend_weight *outw[1] = {&c->output};
   float *l_out[1] = {logits};
   FWD_TRY(ops->matmul(bc, c->xn, b->num_logits, outw, l_out, 1));
   return LLB_STATUS_OK;

@@ -67,10 +67,24 @@ enum llama_attention_order {
   LLAMA_ATTENTION_ORDER_LLAMACPP = 1,
 };
 
+/* How matmuls run; both keep a row's result independent of the batch (DESIGN.md §5).
+ * PACKED: the backend's own weight layout where it has one (CPU: Q4_1 and Q8_0 repacked into
+ * 16-column panels at context creation, int8 dot products, one float order per output:
+ * kernels/cpu/packed.h), ggml's order for other types. The engine's default: several times
+ * faster. The packed copy is private memory of the context (about the size of those weights);
+ * the file pages it replaces are released from the process (gguf_release_pages).
+ * GGML: ggml's vec_dot order on the GGUF layout, bit-exact with llama.cpp's CPU backend
+ * (tests/e2e/test_golden_llamacpp.c). */
+enum llama_matmul_mode {
+  LLAMA_MATMUL_PACKED = 0,
+  LLAMA_MATMUL_GGML = 1,
+};
+
 struct llama_forward_options {
   int32_t max_num_tokens; /* rows per step, >= 1 */
   int32_t n_threads;      /* >= 1; the caller of llama_forward counts as one */
   enum llama_attention_order attention_order;
+  enum llama_matmul_mode matmul;
 };
 
 /* llama_forward_ctx_create with every option explicit. */

@@ -572,6 +572,22 @@ fail:
   return st;
 }
 
+void gguf_release_pages(const struct gguf_file *f, const void *p, size_t n) {
+  if (f == NULL || f->map == NULL || p == NULL) {
+    return;
+  }
+  const uintptr_t lo = (uintptr_t)p, hi = lo + n, base = (uintptr_t)f->base;
+  if (lo < base || hi > base + f->size || hi < lo) {
+    return;
+  }
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t a = (lo + page - 1) / page * page, b = hi / page * page;
+  if (b > a) {
+    /* a read-only private file mapping never written: the pages fault back in from the file */
+    (void)madvise((void *)a, b - a, MADV_DONTNEED);
+  }
+}
+
 void gguf_close(struct gguf_file *f) {
   if (f == NULL) {
     return;

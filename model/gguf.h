@@ -84,6 +84,12 @@ llb_status gguf_open_memory(const void *buf, size_t size, struct gguf_file **out
 /* Unmaps and frees; NULL is accepted. Every pointer obtained from `f` dies with it. */
 void gguf_close(struct gguf_file *f);
 
+/* Drops the whole pages inside [p, p + n) from this process's resident memory when f maps a
+ * file (gguf_open): for data a caller has copied into another layout. They fault back in from
+ * the file if read again, so nothing changes for readers. Nothing happens for gguf_open_memory
+ * buffers or ranges outside f. */
+void gguf_release_pages(const struct gguf_file *f, const void *p, size_t n);
+
 /* GGUF version of the file: 2 or 3. */
 uint32_t gguf_version(const struct gguf_file *f);
 

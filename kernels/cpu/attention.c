@@ -93,6 +93,13 @@ static float dot_qk_scalar(enum cpu_attn_order order, int32_t hd, const float *q
   return (float)s;
 }
 
+#if ATTN_HAVE_X86
+/* s [8] = fp16(s) as float, rounding to nearest even (F16C: exact both ways). */
+ATTN_AVX2_TARGET static void softmax_round8_f16(float *s) {
+  _mm256_storeu_ps(s, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(s), _MM_FROUND_TO_NEAREST_INT)));
+}
+#endif
+
 /* Softmax of s [n] (already scaled) in place as ggml's soft_max: e = expf_ggml(s - max), the
  * sum in double of cpu_reduce16 over groups of 16 from key 0 (the last one zero-padded, as
  * ggml's masked tail), times (float)(1 / sum), then rounded to fp16 (kq is converted to F16
@@ -110,13 +117,9 @@ static void softmax_f16(enum cpu_simd_level level, float *s, int32_t n) {
   const float inv = (float)(1.0 / sum);
   for (int32_t j = 0; j < n; j++) s[j] *= inv;
 #if ATTN_HAVE_X86
-  if (level == CPU_SIMD_LEVEL_AVX2) {
+  if (level >= CPU_SIMD_LEVEL_AVX2) {
     int32_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-      uint16_t h[8];
-      cpu_fp32_to_fp16_row(level, s + j, h, 8);
-      for (int i = 0; i < 8; i++) s[j + i] = llb_fp16_to_fp32(h[i]);
-    }
+    for (; j + 8 <= n; j += 8) softmax_round8_f16(s + j);
     for (; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j]));
     return;
   }
@@ -269,7 +272,7 @@ static void attention_chunk(void *arg, int64_t chunk, int ith) {
   const struct attn_item it = attn_item_at(t, chunk);
   float acc[64 * ATTN_COMB_DIM]; /* lane accumulators of p.v */
 #if ATTN_HAVE_X86
-  if (t->c->level == CPU_SIMD_LEVEL_AVX2 && t->p->kv->head_dim % 16 == 0 &&
+  if (t->c->level >= CPU_SIMD_LEVEL_AVX2 && t->p->kv->head_dim % 16 == 0 &&
       t->p->kv->head_dim <= ATTN_MAX_DIM) {
     attention_item_avx2(t, &it, scores, acc);
     return;

@@ -1,5 +1,6 @@
 /* The CPU backend's op table. */
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/packed.h"
 
 static const struct backend_ops cpu_ops = {
     .name = "cpu",
@@ -13,6 +14,8 @@ static const struct backend_ops cpu_ops = {
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
+    .pack_bytes = cpu_pack_bytes,
+    .pack = cpu_pack_weight,
 };
 
 const struct backend_ops *backend_cpu_ops(void) { return &cpu_ops; }

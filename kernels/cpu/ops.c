@@ -2,6 +2,7 @@
  * Work is split over rows or output columns, never inside a reduction, so a row's result
  * does not depend on the batch or the thread count. */
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/packed.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -165,6 +166,7 @@ struct matmul_task {
   bool owns_act[CPU_MATMUL_MAX_WEIGHTS]; /* first weight of its vec_dot type quantizes */
   cpu_vec_dot_fn dot[CPU_MATMUL_MAX_WEIGHTS];
   cpu_gemm_fn gemm[CPU_MATMUL_MAX_WEIGHTS]; /* tile kernel, NULL: dot per column */
+  cpu_packed_fn packed[CPU_MATMUL_MAX_WEIGHTS]; /* w->packed's kernel, NULL: GGUF layout */
   int64_t rows_per_chunk;                   /* quantization phase */
   int64_t tile;                             /* output columns per chunk */
   int64_t chunk_end[CPU_MATMUL_MAX_WEIGHTS]; /* cumulative chunks of weights 0..j */
@@ -177,8 +179,28 @@ static void matmul_quantize_chunk(void *arg, int64_t chunk, int ith) {
   chunk_range(chunk, t->rows_per_chunk, t->n_rows, &lo, &hi);
   for (int j = 0; j < t->n_w; j++) {
     if (!t->owns_act[j]) continue;
-    for (int64_t r = lo; r < hi; r++)
-      cpu_quantize_act_row(t->w[j]->type, t->x + r * t->k, t->act[j] + (size_t)r * t->act_row[j], t->k);
+    for (int64_t r = lo; r < hi; r++) {
+      uint8_t *row = t->act[j] + (size_t)r * t->act_row[j];
+      if (t->packed[j]) cpu_quantize_act_row_x(t->c->level, t->x + r * t->k, (block_q8_x *)row, t->k);
+      else cpu_quantize_act_row(t->w[j]->type, t->x + r * t->k, row, t->k);
+    }
+  }
+}
+
+/* Columns [c0, c1) (whole panels) of packed weight j for all token rows, CPU_PACKED_MAX_ROWS
+ * rows at a time: the chunk's panels stay in L1/L2 while the activation rows stream past. */
+static void packed_columns(const struct matmul_task *t, int j, int64_t c0, int64_t c1) {
+  const struct backend_weight *w = t->w[j];
+  const int64_t nb = t->k / 32, n_out = w->rows;
+  const size_t panel_bytes = cpu_pack_bytes(w) / (size_t)(n_out / CPU_PACK_COLS);
+  const uint8_t *wp = w->packed;
+  for (int32_t r0 = 0; r0 < t->n_rows; r0 += CPU_PACKED_MAX_ROWS) {
+    const int nr = t->n_rows - r0 < CPU_PACKED_MAX_ROWS ? t->n_rows - r0 : CPU_PACKED_MAX_ROWS;
+    const block_q8_x *rows[CPU_PACKED_MAX_ROWS];
+    for (int r = 0; r < nr; r++) rows[r] = (const block_q8_x *)(t->act[j] + (size_t)(r0 + r) * t->act_row[j]);
+    float *o = t->out[j] + (int64_t)r0 * n_out;
+    for (int64_t col = c0; col < c1; col += CPU_PACK_COLS)
+      t->packed[j](nb, wp + (size_t)(col / CPU_PACK_COLS) * panel_bytes, rows, nr, o + col, n_out);
   }
 }
 
@@ -195,6 +217,10 @@ static void matmul_chunk(void *arg, int64_t chunk, int ith) {
   int64_t c0, c1;
   chunk_range(chunk - first, t->tile, n_out, &c0, &c1);
   float *out = t->out[j];
+  if (t->packed[j]) {
+    packed_columns(t, j, c0, c1);
+    return;
+  }
   const uint8_t *wd = (const uint8_t *)w->data;
   for (int32_t r0 = 0; r0 < t->n_rows; r0 += CPU_DOT_MAX_ROWS) {
     const int nr = t->n_rows - r0 < CPU_DOT_MAX_ROWS ? t->n_rows - r0 : CPU_DOT_MAX_ROWS;
@@ -216,6 +242,11 @@ static void matmul_chunk(void *arg, int64_t chunk, int ith) {
   }
 }
 
+/* Weights whose activations are quantized alike share one quantized copy of x. */
+static int act_kind(const struct matmul_task *t, int j) {
+  return t->packed[j] ? -1 : (int)cpu_vec_dot_type(t->w[j]->type);
+}
+
 llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
                       const struct backend_weight *const *w, float *const *out, int32_t n_w) {
   if (n_w < 1 || n_w > CPU_MATMUL_MAX_WEIGHTS)
@@ -231,7 +262,7 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
   /* columns per chunk: ~CPU_MATMUL_CHUNK_DOTS row-dots, a multiple of the tile width */
   int64_t tile = CPU_MATMUL_CHUNK_DOTS / (n_rows > 0 ? n_rows : 1);
   tile = tile < CPU_MATMUL_MIN_TILE ? CPU_MATMUL_MIN_TILE : tile > CPU_MATMUL_MAX_TILE ? CPU_MATMUL_MAX_TILE : tile;
-  t.tile = tile - tile % CPU_GEMM_MAX_COLS;
+  t.tile = tile - tile % CPU_PACK_COLS; /* whole panels, and a multiple of the gemm tile */
   int64_t n_chunks = 0;
   for (int j = 0; j < n_w; j++) {
     const enum ggml_type ty = w[j]->type;
@@ -244,11 +275,12 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
     if (t.k % ggml_type_block_elems(ty) != 0)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "row of %lld not a multiple of %s blocks",
                       (long long)t.k, ggml_type_name(ty));
-    t.act_row[j] = cpu_act_row_bytes(ty, t.k);
+    t.packed[j] = w[j]->packed && cpu_pack_bytes(w[j]) > 0 ? cpu_packed_select(ty, c->level) : NULL;
+    t.act_row[j] = t.packed[j] ? (size_t)(t.k / 32) * sizeof(block_q8_x) : cpu_act_row_bytes(ty, t.k);
     t.owns_act[j] = true;
     t.act[j] = c->act + (size_t)j * c->act_bytes;
     for (int i = 0; i < j; i++)
-      if (cpu_vec_dot_type(w[i]->type) == cpu_vec_dot_type(ty)) {
+      if (act_kind(&t, i) == act_kind(&t, j)) {
         t.owns_act[j] = false;
         t.act[j] = t.act[i];
         break;

@@ -18,8 +18,12 @@ enum cpu_simd_level cpu_simd_level_detect(void) {
   /* __builtin_cpu_supports reads data __builtin_cpu_init filled once; cheap to repeat. */
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c"))
+      __builtin_cpu_supports("f16c")) {
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+      return CPU_SIMD_LEVEL_AVX512_VNNI;
     return CPU_SIMD_LEVEL_AVX2;
+  }
 #endif
   return CPU_SIMD_LEVEL_SCALAR;
 }
@@ -53,9 +57,7 @@ size_t cpu_act_row_bytes(enum ggml_type w, int64_t k) {
 
 /* ---------------------------------------------------------------- activation quantization */
 
-/* Q8_0/Q8_1 of one block of 32 as ggml's AVX2 quantize_row_q8_0/q8_1: d = amax / 127,
- * q = round-half-even(x * (127 / amax)). Returns d; *sum gets sum(q). */
-static float quantize_block_q8(const float *x, int8_t *qs, int *sum) {
+float cpu_quantize_block_q8(const float *x, int8_t *qs, int *sum) {
   float amax = 0.0f;
   for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
   const float d = amax / 127.0f;
@@ -102,7 +104,7 @@ void cpu_quantize_act_row(enum ggml_type w, const float *x, void *out, int64_t k
     block_q8_0 *y = out;
     for (int64_t b = 0; b < k / QK8_0; b++) {
       int sum;
-      y[b].d = llb_fp32_to_fp16(quantize_block_q8(x + b * QK8_0, y[b].qs, &sum));
+      y[b].d = llb_fp32_to_fp16(cpu_quantize_block_q8(x + b * QK8_0, y[b].qs, &sum));
     }
     break;
   }
@@ -110,7 +112,7 @@ void cpu_quantize_act_row(enum ggml_type w, const float *x, void *out, int64_t k
     block_q8_1 *y = out;
     for (int64_t b = 0; b < k / 32; b++) {
       int sum;
-      const float d = quantize_block_q8(x + b * 32, y[b].qs, &sum);
+      const float d = cpu_quantize_block_q8(x + b * 32, y[b].qs, &sum);
       y[b].d = llb_fp32_to_fp16(d);
       y[b].s = llb_fp32_to_fp16(d * (float)sum);
     }
@@ -580,7 +582,7 @@ AVX2_TARGET static void fp32_to_fp16_avx2(const float *x, uint16_t *y, int64_t n
 cpu_vec_dot_fn cpu_vec_dot_select(enum ggml_type w, enum cpu_simd_level level) {
   if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
 #if CPU_HAVE_X86
-  if (level == CPU_SIMD_LEVEL_AVX2) {
+  if (level >= CPU_SIMD_LEVEL_AVX2) {
     switch (w) {
     case GGML_TYPE_Q4_0: return dot_q4_0_avx2;
     case GGML_TYPE_Q4_1: return dot_q4_1_avx2;
@@ -609,7 +611,7 @@ cpu_vec_dot_fn cpu_vec_dot_select(enum ggml_type w, enum cpu_simd_level level) {
 cpu_gemm_fn cpu_gemm_select(enum ggml_type w, enum cpu_simd_level level) {
   if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
 #if CPU_HAVE_X86
-  if (level == CPU_SIMD_LEVEL_AVX2) {
+  if (level >= CPU_SIMD_LEVEL_AVX2) {
     switch (w) {
     case GGML_TYPE_Q4_0: return gemm_q4_0_avx2;
     case GGML_TYPE_Q4_1: return gemm_q4_1_avx2;
@@ -624,7 +626,7 @@ cpu_gemm_fn cpu_gemm_select(enum ggml_type w, enum cpu_simd_level level) {
 
 void cpu_fp32_to_fp16_row(enum cpu_simd_level level, const float *x, uint16_t *y, int64_t n) {
 #if CPU_HAVE_X86
-  if (level == CPU_SIMD_LEVEL_AVX2) {
+  if (level >= CPU_SIMD_LEVEL_AVX2) {
     fp32_to_fp16_avx2(x, y, n);
     return;
   }
@@ -713,7 +715,7 @@ AVX2_TARGET static void swiglu_row_avx2(const float *g, const float *u, float *y
 
 void cpu_exp_sub_row(enum cpu_simd_level level, const float *x, float sub, float *y, int64_t n) {
 #if CPU_HAVE_X86
-  if (level == CPU_SIMD_LEVEL_AVX2) {
+  if (level >= CPU_SIMD_LEVEL_AVX2) {
     exp_sub_row_avx2(x, sub, y, n);
     return;
   }
@@ -724,7 +726,7 @@ void cpu_exp_sub_row(enum cpu_simd_level level, const float *x, float sub, float
 
 void cpu_swiglu_row(enum cpu_simd_level level, const float *g, const float *u, float *y, int64_t n) {
 #if CPU_HAVE_X86
-  if (level == CPU_SIMD_LEVEL_AVX2) {
+  if (level >= CPU_SIMD_LEVEL_AVX2) {
     swiglu_row_avx2(g, u, y, n);
     return;
   }

@@ -28,7 +28,8 @@
 
 enum cpu_simd_level {
   CPU_SIMD_LEVEL_SCALAR = 0, /* portable C */
-  CPU_SIMD_LEVEL_AVX2 = 1    /* AVX2 + FMA + F16C */
+  CPU_SIMD_LEVEL_AVX2 = 1,   /* AVX2 + FMA + F16C */
+  CPU_SIMD_LEVEL_AVX512_VNNI = 2 /* AVX2 paths, plus AVX-512 F/BW/VL + VNNI for packed matmuls */
 };
 
 /* Best level this CPU runs (__builtin_cpu_supports). */
@@ -57,6 +58,10 @@ enum ggml_type cpu_vec_dot_type(enum ggml_type w);
 /* Bytes of one activation row of k elements quantized for weight type w (k a multiple of
  * w's block size); 0 if unsupported. */
 size_t cpu_act_row_bytes(enum ggml_type w, int64_t k);
+
+/* One block of 32 as ggml's AVX2 quantize_row_q8_0/q8_1: d = amax / 127,
+ * q = round-half-even(x * (127 / amax)). Returns d; *sum gets sum(q). */
+float cpu_quantize_block_q8(const float *x, int8_t *qs, int *sum);
 
 /* Quantizes x [k] for dots with weight type w into out [cpu_act_row_bytes(w, k)]. */
 void cpu_quantize_act_row(enum ggml_type w, const float *x, void *out, int64_t k);

@@ -192,6 +192,7 @@ rows = [  # scenario, metric key, label, higher is better
     ("prefill", "median_ttft_ms", "512-token prefill: TTFT (ms)", False),
     ("conc16", "output_throughput", "16 concurrent: output tok/s", True),
     ("conc16", "request_throughput", "16 concurrent: requests/s", True),
+    ("conc16", "mean_ttft_ms", "16 concurrent: mean TTFT (ms)", False),
     ("conc16", "median_ttft_ms", "16 concurrent: median TTFT (ms)", False),
     ("conc16", "p99_ttft_ms", "16 concurrent: p99 TTFT (ms)", False),
     ("conc16", "median_tpot_ms", "16 concurrent: median TPOT (ms)", False),

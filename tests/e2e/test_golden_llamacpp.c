@@ -45,6 +45,7 @@
 #include "model/tokenizer.h"
 
 #define FIRST_TOL 1e-3f
+#define PACKED_TOL 1.5f /* measured 0.37-0.75 on the 8 cases; a 1e-6 input perturbation moves ~1.2 */
 #define TIE_TOL 0.1f
 #define MAX_DIVERGENT_CASES 1
 #define BLOCK_SIZE 16
@@ -83,7 +84,7 @@ static json_t *jget(const json_t *obj, const char *key) {
   return v;
 }
 
-static int setup_order(void **state, enum llama_attention_order order) {
+static int setup_numerics(void **state, enum llama_attention_order order, enum llama_matmul_mode matmul) {
   struct golden_env *e = calloc(1, sizeof *e);
   assert_non_null(e);
   json_error_t jerr;
@@ -106,7 +107,7 @@ static int setup_order(void **state, enum llama_attention_order order) {
   e->num_blocks = (e->max_tokens + BLOCK_SIZE - 1) / BLOCK_SIZE;
   CHECK_OK(llama_kv_cache_create(e->model, e->num_blocks, BLOCK_SIZE, &e->kv));
   const struct llama_forward_options fo = {.max_num_tokens = longest, .n_threads = 2,
-                                           .attention_order = order};
+                                           .attention_order = order, .matmul = matmul};
   CHECK_OK(llama_forward_ctx_create_opts(e->model, &fo, &e->fwd));
   CHECK_OK(sampler_create(e->vocab, &e->sampler));
   e->logits = malloc((size_t)e->vocab * sizeof *e->logits);
@@ -125,11 +126,15 @@ static int setup_order(void **state, enum llama_attention_order order) {
 }
 
 static int setup_engine_order(void **state) {
-  return setup_order(state, LLAMA_ATTENTION_ORDER_BATCH_INVARIANT);
+  return setup_numerics(state, LLAMA_ATTENTION_ORDER_BATCH_INVARIANT, LLAMA_MATMUL_GGML);
 }
 
 static int setup_llamacpp_order(void **state) {
-  return setup_order(state, LLAMA_ATTENTION_ORDER_LLAMACPP);
+  return setup_numerics(state, LLAMA_ATTENTION_ORDER_LLAMACPP, LLAMA_MATMUL_GGML);
+}
+
+static int setup_engine_defaults(void **state) {
+  return setup_numerics(state, LLAMA_ATTENTION_ORDER_BATCH_INVARIANT, LLAMA_MATMUL_PACKED);
 }
 
 static int teardown(void **state) {
@@ -210,7 +215,7 @@ static bool prompt_ids_match(struct golden_env *e, const json_t *c, const char *
 
 /* First-step logits against the golden top-256; returns whether they are within FIRST_TOL
  * with llama.cpp's argmax. */
-static bool first_logits_match(struct golden_env *e, const json_t *c, const char *name) {
+static bool first_logits_match(struct golden_env *e, const json_t *c, const char *name, float tol) {
   json_t *fl = jget(c, "first_logits");
   json_t *ids = jget(fl, "top_ids"), *vals = jget(fl, "top_values");
   float max_diff = 0.0f;
@@ -223,7 +228,7 @@ static bool first_logits_match(struct golden_env *e, const json_t *c, const char
   for (int32_t i = 1; i < e->vocab; i++)
     if (e->logits[i] > e->logits[argmax]) argmax = i;
   int32_t g0 = (int32_t)json_integer_value(json_array_get(ids, 0));
-  bool ok = max_diff <= FIRST_TOL && argmax == g0;
+  bool ok = max_diff <= tol && argmax == g0;
   printf("%-24s first logits: max|diff| %.6f over llama.cpp's top %zu, argmax %d vs %d%s\n", name,
          max_diff, json_array_size(ids), argmax, g0, ok ? "" : ": OFF");
   return ok;
@@ -248,7 +253,7 @@ static void test_prompt_ids_and_first_logits_equal_llamacpp(void **state) {
     if (!prompt_ids_match(e, c, name)) failures++;
     /* The forward pass is checked on the golden ids, whatever our tokenizer said. */
     forward_rows(e, 0, load_prompt(e, c));
-    if (!first_logits_match(e, c, name)) failures++;
+    if (!first_logits_match(e, c, name, FIRST_TOL)) failures++;
   }
   assert_int_equal(failures, 0);
 }
@@ -304,6 +309,27 @@ static void test_greedy_continuations_equal_llamacpp_token_for_token(void **stat
   assert_int_equal(failures, 0);
 }
 
+/* The engine's own matmuls (LLAMA_MATMUL_PACKED: another float order, the same integer
+ * products): the first step stays within PACKED_TOL of llama.cpp with its argmax; greedy
+ * continuations are printed for the record (they drift apart where this chaotic model meets a
+ * near-tie, as two llama.cpp builds with different kernels do). */
+static void test_engine_numerics_stay_close_to_llamacpp(void **state) {
+  struct golden_env *e = *state;
+  json_t *cases = jget(e->doc, "cases");
+  int failures = 0;
+  for (size_t ci = 0; ci < json_array_size(cases); ci++) {
+    const json_t *c = json_array_get(cases, ci);
+    const char *name = json_string_value(jget(c, "name"));
+    forward_rows(e, 0, load_prompt(e, c));
+    if (!first_logits_match(e, c, name, PACKED_TOL)) failures++;
+    bool near_tie = false;
+    const int32_t at = greedy_divergence(e, c, &near_tie);
+    printf("%-24s greedy (packed matmuls): %d/%zu tokens equal llama.cpp's\n", name, at,
+           json_array_size(jget(c, "greedy")));
+  }
+  assert_int_equal(failures, 0);
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: %s MODEL.gguf GOLDEN.json\n", argv[0]);
@@ -325,6 +351,8 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_greedy_continuations_equal_llamacpp_token_for_token,
                                       setup_llamacpp_order, teardown),
+      cmocka_unit_test_setup_teardown(test_engine_numerics_stay_close_to_llamacpp, setup_engine_defaults,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

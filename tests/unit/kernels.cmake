@@ -1,6 +1,8 @@
-# CPU kernels and the LLaMA forward pass (kernels engineer).
+# CPU kernels (ggml-order and packed matmuls) and the LLaMA forward pass.
 llb_add_test(test_kernels_cpu SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_cpu.c
              LIBS llmbus_kernels_cpu PkgConfig::CMOCKA LABELS unit TIMEOUT 300)
 llb_add_test(test_forward SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward.c
              LIBS llmbus_model llmbus_kernels_cpu llmbus_test_gguf_writer PkgConfig::CMOCKA
              LABELS unit TIMEOUT 300)
+llb_add_test(test_kernels_packed SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_packed.c
+             LIBS llmbus_kernels_cpu PkgConfig::CMOCKA LABELS unit TIMEOUT 300)

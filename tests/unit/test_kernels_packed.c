@@ -1,0 +1,240 @@
+/* Packed Q4_1 / Q8_0 matmuls (kernels/cpu/packed.h) through the CPU backend's matmul.
+ *
+ * 1. Every output equals, bit for bit, a reference written here from the GGUF layout in the
+ *    documented order (exact int32 block sums, acc = fma(d_w * d_a, isum, acc), Q4_1 then
+ *    acc = fma(m_w, s_a, acc)), on every SIMD level this CPU runs (scalar, AVX2, AVX-512
+ *    VNNI), with 1 and 2 threads, for row counts that do and do not fill a kernel tile: so
+ *    the layout is right, the levels agree, and no row depends on the batch.
+ * 2. The reference itself is close to the real product: dequantized weights times float x,
+ *    within the activation quantization error (sum |w_i| * amax_block / 127) — a shared
+ *    misreading of the block format would fail here.
+ * 3. The activation quantizer gives the same bytes at every level, ties included.
+ * 4. Weights without a packed layout are refused by pack and keep working unpacked. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/packed.h"
+#include "kernels/quant.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+static uint32_t rnd(void) {
+  rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (uint32_t)(rng_state >> 33);
+}
+static float rndf(void) { return (float)rnd() / 2147483648.0f - 1.0f; } /* [-1, 1) */
+
+/* GGUF rows of Q4_1 or Q8_0: random quants, sane fp16 scales (and signed Q4_1 mins). */
+static uint8_t *random_weight(enum ggml_type t, int64_t rows, int64_t cols, size_t *row_bytes) {
+  assert_int_equal(ggml_row_bytes(t, cols, row_bytes), LLB_STATUS_OK);
+  const size_t n = *row_bytes * (size_t)rows, bb = ggml_type_block_bytes(t);
+  uint8_t *p = malloc(n);
+  for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rnd();
+  for (size_t b = 0; b < n / bb; b++) {
+    const uint16_t d = llb_fp32_to_fp16(0.005f + 0.02f * fabsf(rndf())), m = llb_fp32_to_fp16(0.1f * rndf());
+    memcpy(p + b * bb, &d, 2);
+    if (t == GGML_TYPE_Q4_1) memcpy(p + b * bb + 2, &m, 2);
+  }
+  return p;
+}
+
+static float h2f(const uint8_t *p) {
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return llb_fp16_to_fp32(h);
+}
+
+/* Weight j of block b of a GGUF row, as the integer the dot multiplies. */
+static int weight_q(enum ggml_type t, const uint8_t *row, int64_t b, int j) {
+  if (t == GGML_TYPE_Q4_1) {
+    const uint8_t q = row[b * 20 + 4 + j % 16];
+    return j < 16 ? q & 0x0F : q >> 4;
+  }
+  return (int8_t)row[b * 34 + 2 + j];
+}
+
+/* The documented activation quantization of one block of 32. */
+static float quantize_ref(const float *x, int8_t q[32], int *sum) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  *sum = 0;
+  for (int j = 0; j < 32; j++) {
+    q[j] = (int8_t)lrintf(x[j] * id);
+    *sum += q[j];
+  }
+  return amax / 127.0f;
+}
+
+/* Reference output (row of x, weight row) in the documented float order. */
+static float output_ref(enum ggml_type t, const uint8_t *wrow, const float *x, int64_t k) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < k / 32; b++) {
+    int8_t q[32];
+    int sum;
+    const float d = quantize_ref(x + b * 32, q, &sum);
+    int32_t isum = 0;
+    for (int j = 0; j < 32; j++) isum += weight_q(t, wrow, b, j) * q[j];
+    const size_t bb = t == GGML_TYPE_Q4_1 ? 20 : 34;
+    acc = fmaf(h2f(wrow + b * bb) * d, (float)isum, acc);
+    if (t == GGML_TYPE_Q4_1) acc = fmaf(h2f(wrow + b * bb + 2), d * (float)sum, acc);
+  }
+  return acc;
+}
+
+/* The real product in double, and the bound of the activation quantization error. */
+static void output_exact(enum ggml_type t, const uint8_t *wrow, const float *x, int64_t k, double *val,
+                         double *bound) {
+  *val = 0.0;
+  *bound = 1e-4;
+  const size_t bb = t == GGML_TYPE_Q4_1 ? 20 : 34;
+  for (int64_t b = 0; b < k / 32; b++) {
+    double amax = 0.0;
+    for (int j = 0; j < 32; j++) amax = fmax(amax, fabs(x[b * 32 + j]));
+    for (int j = 0; j < 32; j++) {
+      double w = (double)h2f(wrow + b * bb) * weight_q(t, wrow, b, j);
+      if (t == GGML_TYPE_Q4_1) w += h2f(wrow + b * bb + 2);
+      *val += w * x[b * 32 + j];
+      *bound += fabs(w) * amax / 127.0 + 1e-6 * fabs(w * x[b * 32 + j]);
+    }
+  }
+}
+
+static struct backend_ctx *make_ctx(int n_threads) {
+  const struct backend_ctx_params p = {.n_threads = n_threads, .max_num_tokens = 32, .max_row_elems = 1024,
+                                       .max_context_len = 16};
+  struct backend_ctx *c = NULL;
+  assert_int_equal(backend_cpu_ops()->ctx_create(&p, &c), LLB_STATUS_OK);
+  return c;
+}
+
+static void check_shape(enum ggml_type t, int64_t rows, int64_t k, int32_t n_rows) {
+  const struct backend_ops *ops = backend_cpu_ops();
+  size_t rb;
+  uint8_t *data = random_weight(t, rows, k, &rb);
+  struct backend_weight w = {.type = t, .rows = rows, .cols = k, .row_bytes = rb, .data = data};
+  const size_t pb = ops->pack_bytes(&w);
+  assert_true(pb > 0);
+  void *packed = aligned_alloc(64, (pb + 63) / 64 * 64);
+  assert_int_equal(ops->pack(&w, packed), LLB_STATUS_OK);
+  w.packed = packed;
+  float *x = malloc((size_t)n_rows * (size_t)k * sizeof(float));
+  for (int64_t i = 0; i < (int64_t)n_rows * k; i++) x[i] = rndf() * (i % 7 == 0 ? 4.0f : 1.0f);
+  for (int64_t i = 0; i < 32; i++) x[i] = 0.0f; /* an all-zero block: d = 0 */
+  float *out = malloc((size_t)n_rows * (size_t)rows * sizeof(float));
+  const struct backend_weight *ws[1] = {&w};
+  float *outs[1] = {out};
+  for (int threads = 1; threads <= 2; threads++) {
+    struct backend_ctx *c = make_ctx(threads);
+    for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+      cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
+      memset(out, 0xFF, (size_t)n_rows * (size_t)rows * sizeof(float));
+      assert_int_equal(ops->matmul(c, x, n_rows, ws, outs, 1), LLB_STATUS_OK);
+      for (int32_t r = 0; r < n_rows; r++)
+        for (int64_t col = 0; col < rows; col++) {
+          const float ref = output_ref(t, data + (size_t)col * rb, x + (int64_t)r * k, k);
+          const float got = out[(int64_t)r * rows + col];
+          if (memcmp(&ref, &got, sizeof ref) != 0)
+            fail_msg("%s %lldx%lld, %d rows, level %d, %d threads: out[%d][%lld] = %.9g, reference %.9g",
+                     ggml_type_name(t), (long long)rows, (long long)k, n_rows, lvl, threads, r,
+                     (long long)col, got, ref);
+        }
+    }
+    ops->ctx_destroy(c);
+  }
+  for (int32_t r = 0; r < n_rows; r++)
+    for (int64_t col = 0; col < rows; col++) {
+      double val, bound;
+      output_exact(t, data + (size_t)col * rb, x + (int64_t)r * k, k, &val, &bound);
+      const double got = out[(int64_t)r * rows + col];
+      if (fabs(got - val) > bound)
+        fail_msg("%s: out[%d][%lld] = %.6g, exact %.6g (bound %.3g)", ggml_type_name(t), r, (long long)col,
+                 got, val, bound);
+    }
+  free(out);
+  free(x);
+  free(packed);
+  free(data);
+}
+
+static void test_packed_matmul_equals_reference_on_every_level(void **state) {
+  (void)state;
+  const enum ggml_type types[2] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
+  const int64_t shapes[][2] = {{16, 32}, {48, 64}, {192, 576}, {64, 1024}};
+  const int32_t row_counts[] = {1, 3, 8, 9, 17, 32};
+  for (int ti = 0; ti < 2; ti++)
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+      for (size_t n = 0; n < sizeof row_counts / sizeof row_counts[0]; n++)
+        check_shape(types[ti], shapes[s][0], shapes[s][1], row_counts[n]);
+}
+
+static void test_activation_quantizer_same_bytes_on_every_level(void **state) {
+  (void)state;
+  enum { K = 256 };
+  float x[K];
+  for (int i = 0; i < K; i++) x[i] = rndf();
+  /* ties: amax 127 makes id 1, so x = n + 0.5 must round half to even */
+  for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) + 0.5f;
+  x[31] = 127.0f;
+  for (int i = 32; i < 64; i++) x[i] = 0.0f;
+  block_q8_x ref[K / 32], got[K / 32];
+  cpu_quantize_act_row_x(CPU_SIMD_LEVEL_SCALAR, x, ref, K);
+  for (int j = 0; j < 31; j++) assert_int_equal(ref[0].qs[j], (int)lrintf(x[j]));
+  assert_int_equal(ref[0].qs[15], 0);  /* -0.5 -> 0 */
+  assert_int_equal(ref[0].qs[18], 2);  /* 2.5 -> 2 */
+  assert_true(ref[1].d == 0.0f && ref[1].sum == 0);
+  for (int lvl = CPU_SIMD_LEVEL_AVX2; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+    memset(got, 0x55, sizeof got);
+    cpu_quantize_act_row_x((enum cpu_simd_level)lvl, x, got, K);
+    for (int b = 0; b < K / 32; b++) {
+      assert_memory_equal(got[b].qs, ref[b].qs, 32);
+      assert_int_equal(got[b].sum, ref[b].sum);
+      assert_true(memcmp(&got[b].d, &ref[b].d, 4) == 0 && memcmp(&got[b].s, &ref[b].s, 4) == 0);
+    }
+  }
+}
+
+static void test_weights_without_layout_are_refused_and_still_work(void **state) {
+  (void)state;
+  const struct backend_ops *ops = backend_cpu_ops();
+  size_t rb;
+  uint8_t *data = random_weight(GGML_TYPE_Q4_1, 24, 64, &rb); /* 24 rows: not whole panels */
+  struct backend_weight w = {.type = GGML_TYPE_Q4_1, .rows = 24, .cols = 64, .row_bytes = rb, .data = data};
+  assert_int_equal(ops->pack_bytes(&w), 0);
+  uint8_t dst[64];
+  assert_int_equal(ops->pack(&w, dst), LLB_STATUS_INVALID_ARGUMENT);
+  struct backend_weight k4 = {.type = GGML_TYPE_Q4_K, .rows = 16, .cols = 256, .row_bytes = 144, .data = data};
+  assert_int_equal(ops->pack_bytes(&k4), 0);
+  /* a packed pointer on a weight without a layout is ignored: GGUF layout, ggml order */
+  w.packed = dst;
+  float x[64], out[24];
+  for (int i = 0; i < 64; i++) x[i] = rndf();
+  struct backend_ctx *c = make_ctx(1);
+  const struct backend_weight *ws[1] = {&w};
+  float *outs[1] = {out};
+  assert_int_equal(ops->matmul(c, x, 1, ws, outs, 1), LLB_STATUS_OK);
+  for (int col = 0; col < 24; col++) {
+    double val, bound;
+    output_exact(GGML_TYPE_Q4_1, data + (size_t)col * rb, x, 64, &val, &bound);
+    assert_true(fabs(out[col] - val) <= bound);
+  }
+  ops->ctx_destroy(c);
+  free(data);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_packed_matmul_equals_reference_on_every_level),
+      cmocka_unit_test(test_activation_quantizer_same_bytes_on_every_level),
+      cmocka_unit_test(test_weights_without_layout_are_refused_and_still_work),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
