@@ -14,6 +14,8 @@
 #      decode  : 1 request, 16-token prompt, 128 output tokens (ignore_eos)   -> TPOT, tok/s
 #      prefill : 1 request, 512-token prompt, 1 output token                   -> TTFT
 #      conc16  : 16 concurrent requests, 100-token prompts, 128 output tokens  -> throughput
+#    and, without a server, the forward passes alone: llmbus-kernel-bench against llama.cpp
+#    through llama-cpp-python's Llama.eval (ops/bench/llamacpp_kernel_bench.py).
 #    Repeats are interleaved A/B (llmbus, llama.cpp, llmbus, ...); each server is started once
 #    per repeat and warmed with one request. The tables give medians over the repeats and the
 #    ratio llmbus / llama.cpp.
@@ -34,7 +36,7 @@ while [ $# -gt 0 ]; do
     --repeats) repeats=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --install-only) install_only=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "compare-llamacpp: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -87,7 +89,7 @@ if [ ! -r "$model" ]; then
 fi
 log "building llmbus in $build (Release)"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLB_SANITIZE=OFF >"$work/cmake.log" 2>&1 &&
-  nice -n 5 cmake --build "$build" -j"$jobs" --target llmbus llmbus-bench >>"$work/cmake.log" 2>&1 || {
+  nice -n 5 cmake --build "$build" -j"$jobs" --target llmbus llmbus-bench llmbus-kernel-bench >>"$work/cmake.log" 2>&1 || {
   tail -20 "$work/cmake.log" >&2
   log "llmbus build failed"
   exit 1
@@ -156,11 +158,23 @@ run_server() { # name rep
   stop_server
 }
 
+# The forward passes alone, no server: llmbus-kernel-bench vs llama.cpp through
+# llama-cpp-python's Llama.eval (ops/bench/llamacpp_kernel_bench.py), 3 runs each.
+run_kernels() { # name rep
+  case "$1" in
+    llmbus) "$build/cmd/llmbus-kernel-bench" --model "$model" --threads "$threads" --runs 3 --prefill 512 \
+              --decode 128 --batch 1 >"$work/kern-$1-$2.txt" 2>&1 ;;
+    llamacpp) "$venv/bin/python" "$root/ops/bench/llamacpp_kernel_bench.py" "$model" "$threads" 3 \
+              >"$work/kern-$1-$2.txt" 2>&1 ;;
+  esac || log "$1 kernel bench repeat $2 failed (see $work/kern-$1-$2.txt)"
+}
+
 for rep in $(seq 1 "$repeats"); do
   if [ $((rep % 2)) -eq 1 ]; then order="llmbus llamacpp"; else order="llamacpp llmbus"; fi
   for name in $order; do
     log "repeat $rep/$repeats: $name"
     run_server "$name" "$rep" || exit 1
+    run_kernels "$name" "$rep"
   done
 done
 
@@ -214,6 +228,20 @@ for scen, key, label, higher in rows:
     ratio = a / b if b and b == b and a == a else float("nan")
     better = "" if ratio != ratio else (" (better)" if (ratio > 1) == higher and abs(ratio - 1) > 0.02 else "")
     print(f"| {label} | {a:.2f} | {b:.2f} | {ratio:.2f}{better} |")
+def kern(name, what):
+    vals = []
+    for rep in range(1, int(repeats) + 1):
+        try:
+            for line in open(f"{work}/kern-{name}-{rep}.txt"):
+                if line.startswith(what):
+                    vals.append(float(line[len(what):].split()[0]))
+        except OSError:
+            pass
+    return statistics.median(vals) if vals else float("nan")
+for what, label in (("prefill 512", "forward only: 512-token prefill tok/s"), ("decode b1", "forward only: batch-1 decode tok/s")):
+    a, b = kern("llmbus", what), kern("llamacpp", what)
+    ratio = a / b if b and b == b and a == a else float("nan")
+    print(f"| {label} | {a:.2f} | {b:.2f} | {ratio:.2f}{' (better)' if ratio > 1.02 else ''} |")
 fa, fb = (sum(r.get("failed", 0) for s in ("decode", "prefill", "conc16") for r in load(n, s)) for n in ("llmbus", "llamacpp"))
 print(f"| failed requests, all runs | {fa} | {fb} | |")
 print()
