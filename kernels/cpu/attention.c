@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #define ATTN_HAVE_X86 1
 #define ATTN_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#define ATTN_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #else
 #define ATTN_HAVE_X86 0
 #endif
@@ -266,12 +267,76 @@ ATTN_AVX2_TARGET static void attention_item_avx2(const struct attn_task *t, cons
 }
 #endif
 
+#if ATTN_HAVE_X86
+/* The BATCH order with 16-lane registers: a q.k dot is one accumulator (lane i % 16), the
+ * p.v lanes j % 16 stay in 16 registers per slice of 16 output dims and are combined there in
+ * combine_lanes' tree. Same numbers as the generic path. Keys are walked block by block (no
+ * division per key); block_size % 16 == 0, head_dim % 16 == 0 and <= ATTN_MAX_DIM. */
+ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, const struct attn_item *it,
+                                                     float *scores /* [n_h, n_ctx] */) {
+  const struct backend_attn_params *p = t->p;
+  const struct backend_kv_layer *kv = p->kv;
+  const int32_t hd = kv->head_dim, n_h = it->n_h, n_ctx = it->n_ctx, bs = kv->block_size;
+  const int64_t stride = (int64_t)kv->n_kv_heads * hd, head_off = (int64_t)it->kvh * hd;
+  const int32_t n_blocks = (n_ctx + bs - 1) / bs;
+  float qh[ATTN_MAX_GROUP][ATTN_MAX_DIM];
+  for (int32_t g = 0; g < n_h; g++) {
+    const float *q = p->q + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd;
+    for (int32_t i = 0; i < hd; i += 16)
+      _mm512_storeu_ps(qh[g] + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
+  }
+  for (int32_t b = 0; b < n_blocks; b++) {
+    const uint16_t *kb = kv->k + (int64_t)it->table[b] * bs * stride + head_off;
+    const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    for (int32_t o = 0; o < n; o++) {
+      const uint16_t *k = kb + o * stride;
+      __m512 kf[ATTN_MAX_DIM / 16];
+      for (int32_t i = 0; i < hd / 16; i++) kf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + 16 * i)));
+      for (int32_t g = 0; g < n_h; g++) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int32_t i = 0; i < hd / 16; i++) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh[g] + 16 * i), kf[i], acc);
+        scores[(int64_t)g * n_ctx + b * bs + o] = _mm512_reduce_add_ps(acc) * p->scale;
+      }
+    }
+  }
+  for (int32_t g = 0; g < n_h; g++) {
+    float *sg = scores + (int64_t)g * n_ctx;
+    softmax_f16(CPU_SIMD_LEVEL_AVX2, sg, n_ctx);
+    float *out = p->out + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd;
+    for (int32_t d0 = 0; d0 < hd; d0 += 16) {
+      __m512 a[16];
+      for (int l = 0; l < 16; l++) a[l] = _mm512_setzero_ps();
+      for (int32_t b = 0; b < n_blocks; b++) {
+        const uint16_t *vb = kv->v + (int64_t)it->table[b] * bs * stride + head_off + d0;
+        const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+        for (int32_t o0 = 0; o0 < n; o0 += 16) {
+          const float *pj = sg + b * bs + o0;
+          _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) {
+            if (o0 + l >= n) break;
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(vb + (int64_t)(o0 + l) * stride));
+            a[l] = _mm512_fmadd_ps(_mm512_set1_ps(pj[l]), _mm512_cvtph_ps(v), a[l]);
+          }
+        }
+      }
+      for (int l = 0; l < 8; l++) a[l] = _mm512_add_ps(a[l + 8], a[l]);
+      for (int l = 0; l < 4; l++) a[l] = _mm512_add_ps(a[l + 4], a[l]);
+      _mm512_storeu_ps(out + d0, _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3])));
+    }
+  }
+}
+#endif
+
 static void attention_chunk(void *arg, int64_t chunk, int ith) {
   const struct attn_task *t = arg;
   float *scores = t->c->scores + (size_t)ith * (size_t)t->c->params.max_context_len * ATTN_MAX_GROUP;
   const struct attn_item it = attn_item_at(t, chunk);
   float acc[64 * ATTN_COMB_DIM]; /* lane accumulators of p.v */
 #if ATTN_HAVE_X86
+  if (t->c->level >= CPU_SIMD_LEVEL_AVX512_VNNI && it.order == CPU_ATTN_ORDER_BATCH &&
+      t->p->kv->head_dim % 16 == 0 && t->p->kv->head_dim <= ATTN_MAX_DIM && t->p->kv->block_size % 16 == 0) {
+    attention_item_avx512(t, &it, scores);
+    return;
+  }
   if (t->c->level >= CPU_SIMD_LEVEL_AVX2 && t->p->kv->head_dim % 16 == 0 &&
       t->p->kv->head_dim <= ATTN_MAX_DIM) {
     attention_item_avx2(t, &it, scores, acc);

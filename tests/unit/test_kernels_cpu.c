@@ -209,7 +209,7 @@ static void test_matmul_bit_identical_across_paths_threads_and_batches(void **st
       run_matmul(c1, x + r * K, 1, &bw, single);
       assert_memory_equal(single, batch + r * N, sizeof(single));
     }
-    for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= CPU_SIMD_LEVEL_AVX2; lvl++) {
+    for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
       cpu_backend_set_simd_level(c1, (enum cpu_simd_level)lvl);
       run_matmul(c1, x, 7, &bw, other);
       assert_memory_equal(other, batch, sizeof(other));
@@ -260,7 +260,7 @@ static void test_paged_attention_matches_contiguous_reference(void **state) {
   struct backend_ctx *c = make_ctx(2);
   static uint16_t kc[NB * BS * HKV * D], vc[NB * BS * HKV * D];
   struct backend_kv_layer kv = {kc, vc, NB, BS, HKV, D};
-  for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= CPU_SIMD_LEVEL_AVX2; lvl++) {
+  for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
     cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
     rng_state = 42;
     /* seq 0: 13 keys, last 5 are queries (chunk); seq 1: 22 keys, 1 query (decode) */
@@ -511,11 +511,10 @@ static void test_fp16_row_conversion_matches_scalar_rounding(void **state) {
  * bit; with BATCH and SINGLE a decode row (one item per head) equals the same row computed
  * inside a long prefill; BY_QUERY_LEN gives the BATCH rows for the chunk and the SINGLE row
  * for the decode step. */
-static void test_attention_bit_identical_across_paths_and_grouping(void **state) {
-  (void)state;
-  enum { NB = 16, BS = 8, HKV = 2, H = 6, D = 80, MB = 16, T = 40, Q = 16 };
+static void check_attention_paths(const int32_t BS) {
+  enum { NB = 16, BS_MAX = 16, HKV = 2, H = 6, D = 80, MB = 16, T = 40, Q = 16 };
   struct backend_ctx *c = make_ctx(2);
-  static uint16_t kc[NB * BS * HKV * D], vc[NB * BS * HKV * D];
+  static uint16_t kc[NB * BS_MAX * HKV * D], vc[NB * BS_MAX * HKV * D];
   struct backend_kv_layer kv = {kc, vc, NB, BS, HKV, D};
   rng_state = 4242;
   int32_t table[MB];
@@ -564,6 +563,13 @@ static void test_attention_bit_identical_across_paths_and_grouping(void **state)
   /* the two orders are different sums: not one and the same code path */
   assert_true(memcmp(chunk_out[0], chunk_out[1], sizeof(chunk_out[0])) != 0);
   backend_cpu_ops()->ctx_destroy(c);
+}
+
+/* Block size 8 takes the AVX2 path, 16 the AVX-512 one where the CPU has it. */
+static void test_attention_bit_identical_across_paths_and_grouping(void **state) {
+  (void)state;
+  check_attention_paths(8);
+  check_attention_paths(16);
 }
 
 /* ggml's expf and SwiGLU: known values, and the AVX2 rows equal the scalar rows bit for bit
