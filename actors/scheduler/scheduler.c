@@ -17,7 +17,7 @@ void sched_config_init(struct sched_config *c) {
                              .num_blocks = 1024, .block_size = 16, .num_lookahead_tokens = 16,
                              .max_deferred_kv_ops = 64, .max_num_waiting = 1024,
                              .encoder_cache_size = 4096, .encoder_compute_budget = 0,
-                             .max_encoder_bytes_per_step = 768 * 1024};
+                             .max_encoder_bytes_per_step = 768 * 1024, .async_scheduling = true};
 }
 
 /* ---- growable pointer arrays ---- */
@@ -112,7 +112,11 @@ llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) 
   s->running = calloc((size_t)cfg->max_num_seqs, sizeof(*s->running));
   s->scheduled = calloc((size_t)cfg->max_num_seqs, sizeof(*s->scheduled));
   s->block_refs = calloc((size_t)cfg->num_blocks, sizeof(*s->block_refs));
-  if (!s->map || !s->running || !s->scheduled || !s->block_refs) goto fail;
+  for (int k = 0; k < 2; k++)
+    s->inflight[k].entries = calloc((size_t)cfg->max_num_seqs, sizeof(*s->inflight[k].entries));
+  if (!s->map || !s->running || !s->scheduled || !s->block_refs || !s->inflight[0].entries ||
+      !s->inflight[1].entries)
+    goto fail;
   if (encoder_cache_create(cfg->encoder_cache_size, &s->ec)) goto fail;
   encoder_step_init(&s->enc_pending);
   s->enc_budget = cfg->encoder_compute_budget > 0 ? cfg->encoder_compute_budget : cfg->max_num_batched_tokens;
@@ -124,8 +128,32 @@ fail:
   return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "sched_create: %d blocks", cfg->num_blocks);
 }
 
+/* A finished request is destroyed when nothing refers to it any more: no deferred FREE, no
+ * FREE in the kv step in flight, no committed step whose output is not applied. */
+static bool can_destroy(const struct sched_request *r) {
+  return sched_request_is_finished(r) && !r->kv_free_pending && !r->zombie && r->num_inflight_steps == 0;
+}
+
+/* Forgets the committed steps (sched_preempt_all, sched_destroy): their requests lose the
+ * references and placeholders; finished ones nothing else holds are destroyed. */
+static void drop_inflight_steps(struct scheduler *s) {
+  for (int32_t k = 0; k < s->num_inflight; k++) {
+    struct sched_step_record *rec = &s->inflight[(s->inflight_head + k) % 2];
+    for (int32_t i = 0; i < rec->num; i++) {
+      struct sched_request *r = rec->entries[i].req;
+      r->num_inflight_steps--;
+      if (rec->entries[i].samples) r->num_output_placeholders--;
+      if (can_destroy(r)) sched_request_destroy(r);
+    }
+    rec->num = 0;
+  }
+  s->num_inflight = 0;
+  s->inflight_head = 0;
+}
+
 void sched_destroy(struct scheduler *s) {
   if (!s) return;
+  if (s->inflight[0].entries && s->inflight[1].entries) drop_inflight_steps(s);
   /* Finished requests left the map but may wait in free_pending or zombies; unfinished
    * ones in free_pending are still in the map. Read the former before the map is freed. */
   for (int32_t i = 0; i < s->num_free_pending; i++)
@@ -140,6 +168,8 @@ void sched_destroy(struct scheduler *s) {
   free(s->zombies);
   free(s->op_refs);
   free(s->block_refs);
+  free(s->inflight[0].entries);
+  free(s->inflight[1].entries);
   sched_queue_free(&s->waiting);
   sched_str_list_free(&s->finished_ids);
   sched_str_list_free(&s->preempted_ids);
@@ -304,7 +334,7 @@ static struct sched_request *pick_victim(const struct scheduler *s) {
 
 /* Tokens r may compute this step under the budget. */
 static int32_t tokens_to_schedule(const struct scheduler *s, const struct sched_request *r, int32_t budget) {
-  int32_t n = r->num_tokens - r->num_computed_tokens;
+  int32_t n = r->num_tokens + r->num_output_placeholders - r->num_computed_tokens;
   if (s->cfg.long_prefill_token_threshold > 0 && n > s->cfg.long_prefill_token_threshold)
     n = s->cfg.long_prefill_token_threshold;
   return n < budget ? n : budget;
@@ -362,8 +392,11 @@ static llb_status emit_kv_step(struct scheduler *s, struct kv_step *kv) {
     if (st) break;
     r->kv_free_pending = false;
     r->num_cached_blocks = 0;
-    if (sched_request_is_finished(r))
+    if (sched_request_is_finished(r)) {
       st = push_ptr((void ***)&s->zombies, &s->num_zombies, &s->cap_zombies, r, sizeof(r));
+      r->zombie = !st;
+      if (st && can_destroy(r)) sched_request_destroy(r);
+    }
   }
   s->num_free_pending = 0;
   for (int32_t i = 0; i < s->num_running && !st; i++) {
@@ -421,11 +454,11 @@ llb_status sched_assemble_output(struct scheduler *s, struct sched_output *out, 
           .req_id = r->request_id, .new_block_ids = r->block_ids + r->step_blocks_begin,
           .num_new_block_ids = r->num_block_ids - r->step_blocks_begin,
           .num_computed_tokens = r->num_computed_tokens,
-          .num_output_tokens = sched_request_num_output_tokens(r),
+          /* with the tokens the worker sampled in steps not applied yet: it feeds them */
+          .num_output_tokens = sched_request_num_output_tokens(r) + r->num_output_placeholders,
           .num_scheduled_tokens = r->num_scheduled_tokens};
     }
   }
-  if (final) s->step_in_flight = out->total_num_scheduled_tokens > 0;
   return LLB_STATUS_OK;
 }
 
@@ -438,11 +471,65 @@ static llb_status copy_strs(struct sched_str_list *dst, const struct sched_str_l
   return LLB_STATUS_OK;
 }
 
+/* ---- commit ---- */
+
+static llb_status finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
+                         struct sched_engine_outputs *eo, int32_t first_pos, int32_t n_new);
+
+/* The planned step was sent (or had no tokens): record it for its output, advance each
+ * request's num_computed_tokens by its scheduled tokens and count a placeholder for the
+ * token it will sample (vLLM _update_after_schedule; async_scheduler.py). No allocation:
+ * records hold max_num_seqs entries. */
+static void commit_step(struct scheduler *s) {
+  if (!s->planned) return;
+  s->planned = false;
+  if (s->num_scheduled == 0 || s->total_scheduled == 0) {
+    for (int32_t i = 0; i < s->num_scheduled; i++) s->scheduled[i]->num_scheduled_tokens = 0;
+    s->num_scheduled = s->total_scheduled = 0;
+    return;
+  }
+  struct sched_step_record *rec = &s->inflight[(s->inflight_head + s->num_inflight) % 2];
+  rec->step = s->step;
+  rec->num = 0;
+  for (int32_t i = 0; i < s->num_scheduled; i++) {
+    struct sched_request *r = s->scheduled[i];
+    int32_t n = r->num_scheduled_tokens;
+    r->num_scheduled_tokens = 0;
+    r->step_blocks_begin = r->num_block_ids;
+    r->lookup = false;
+    if (n <= 0) continue;
+    if (r->num_computed_tokens < r->num_tokens) {
+      int32_t catch_up = r->num_tokens - r->num_computed_tokens;
+      s->stats.num_prompt_tokens += (uint64_t)(catch_up < n ? catch_up : n);
+    }
+    r->num_computed_tokens += n;
+    bool samples = r->num_computed_tokens >= r->num_tokens + r->num_output_placeholders;
+    if (samples) r->num_output_placeholders++;
+    r->num_inflight_steps++;
+    rec->entries[rec->num++] = (struct sched_step_entry){.req = r, .num_scheduled_tokens = n,
+                                                         .samples = samples};
+  }
+  s->num_scheduled = s->total_scheduled = 0;
+  s->num_inflight++;
+}
+
+/* True when r's tokens in flight already take it to max_tokens or max_model_len: it will
+ * finish by length when they are applied, so it gets no further step (vLLM async). */
+static bool length_reached_in_flight(const struct scheduler *s, const struct sched_request *r) {
+  if (r->num_output_placeholders == 0) return false;
+  return sched_request_num_output_tokens(r) + r->num_output_placeholders >= r->max_tokens ||
+         r->num_tokens + r->num_output_placeholders >= s->cfg.max_model_len;
+}
+
 /* ---- schedule ---- */
 
 llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct kv_step *kv) {
-  if (s->step_in_flight || s->kv_in_flight)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu still in flight", (unsigned long long)s->step);
+  if (s->kv_in_flight)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu: kv step unanswered", (unsigned long long)s->step);
+  commit_step(s);
+  if (s->num_inflight > (s->cfg.async_scheduling ? 1 : 0))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu still in flight (%d unanswered)",
+                    (unsigned long long)s->inflight[s->inflight_head].step, s->num_inflight);
   s->step++;
   kv_step_clear(kv, s->step);
   sched_str_list_clear(&s->preempted_ids);
@@ -458,7 +545,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   /* Running requests first (decodes and unfinished prefills). */
   for (int32_t i = 0; i < s->num_running && budget > 0 && !st;) {
     struct sched_request *r = s->running[i];
-    int32_t n = tokens_to_schedule(s, r, budget);
+    int32_t n = r->abort_pending || length_reached_in_flight(s, r) ? 0 : tokens_to_schedule(s, r, budget);
     if (n <= 0) {
       i++;
       continue;
@@ -487,7 +574,11 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   /* Then waiting ones, unless this step had to preempt (vLLM). */
   while (!preempted && !st && budget > 0 && s->num_running < s->cfg.max_num_seqs) {
     struct sched_request *r = sched_queue_peek(&s->waiting);
-    if (!r) break;
+    if (!r || r->num_output_placeholders > 0) break; /* preempted with a step in flight: after it */
+    if (r->abort_pending) { /* aborted while preempted, its step forgotten (sched_preempt_all) */
+      st = finish(s, r, r->abort_reason, NULL, 0, 0);
+      continue;
+    }
     int32_t n = tokens_to_schedule(s, r, budget);
     if (!s->cfg.enable_chunked_prefill && n < r->num_tokens - r->num_computed_tokens) break;
     if (!plan_blocks(s, r, n)) break;
@@ -511,13 +602,12 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   if (!st) st = copy_strs(&out->preempted_req_ids, &s->preempted_ids);
   if (!st) st = sched_assemble_output(s, out, kv->num_ops == 0);
   if (!st) sched_str_list_clear(&s->finished_ids);
+  s->planned = true;
   return st;
 }
 
 /* ---- kv reply ---- */
 
-static llb_status finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
-                         struct sched_engine_outputs *eo, int32_t first_pos, int32_t n_new);
 
 /* A refused allocation: this step goes on without r. */
 static llb_status unschedule(struct scheduler *s, struct sched_request *r) {
@@ -531,7 +621,10 @@ static llb_status unschedule(struct scheduler *s, struct sched_request *r) {
 }
 
 static void destroy_zombies(struct scheduler *s) {
-  for (int32_t i = 0; i < s->num_zombies; i++) sched_request_destroy(s->zombies[i]);
+  for (int32_t i = 0; i < s->num_zombies; i++) {
+    s->zombies[i]->zombie = false;
+    if (can_destroy(s->zombies[i])) sched_request_destroy(s->zombies[i]);
+  }
   s->num_zombies = 0;
 }
 
@@ -629,53 +722,79 @@ static llb_status finish(struct scheduler *s, struct sched_request *r, enum sche
   st3 = encoder_release(s, r);
   if (!st) st = st3;
   map_remove(s, r);
-  if (!r->kv_free_pending) sched_request_destroy(r);
+  if (can_destroy(r)) sched_request_destroy(r);
   return st;
+}
+
+/* The entry of `rec` whose request is named `id`: the live request with that id when it is
+ * in rec (marked by sampled_offset == -2 below), else a finished one, found by scanning. */
+static struct sched_request *entry_request(struct scheduler *s, const struct sched_step_record *rec,
+                                          const char *id) {
+  int64_t at = map_slot(s, id);
+  if (at >= 0 && s->map[at]->sampled_offset == -2) return s->map[at];
+  for (int32_t k = 0; k < rec->num; k++) {
+    struct sched_request *r = rec->entries[k].req;
+    if (sched_request_is_finished(r) && r->sampled_offset == -2 && strcmp(r->request_id, id) == 0) return r;
+  }
+  return NULL;
 }
 
 llb_status sched_update_from_output(struct scheduler *s, const struct sched_model_output *mo,
                                     struct sched_engine_outputs *eo) {
-  if (!s->step_in_flight || mo->step != s->step)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu, in flight: %s %llu",
-                    (unsigned long long)mo->step, s->step_in_flight ? "step" : "none",
-                    (unsigned long long)s->step);
+  if (s->kv_in_flight)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu: kv step %llu unanswered",
+                    (unsigned long long)mo->step, (unsigned long long)s->step);
+  commit_step(s);
+  struct sched_step_record *rec = &s->inflight[s->inflight_head];
+  if (s->num_inflight == 0 || mo->step != rec->step)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu, oldest in flight: %s %llu",
+                    (unsigned long long)mo->step, s->num_inflight ? "step" : "none",
+                    (unsigned long long)(s->num_inflight ? rec->step : 0));
   if (mo->num_reqs < 0 || (mo->num_reqs > 0 && (!mo->req_ids || !mo->num_sampled)))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu: bad arrays",
                     (unsigned long long)mo->step);
-  sched_engine_outputs_clear(eo, s->step);
-  s->step_in_flight = false;
+  sched_engine_outputs_clear(eo, mo->step);
+  s->inflight_head = (s->inflight_head + 1) % 2;
+  s->num_inflight--;
   /* Find each row's request (the worker's order may differ from ours). */
+  for (int32_t k = 0; k < rec->num; k++) {
+    rec->entries[k].req->sampled_offset = -2; /* "in this step, no row yet" */
+    rec->entries[k].req->num_sampled = 0;
+  }
   int64_t off = 0;
   for (int32_t i = 0; i < mo->num_reqs; i++) {
-    int64_t at = mo->req_ids[i] ? map_slot(s, mo->req_ids[i]) : -1;
+    struct sched_request *r = mo->req_ids[i] ? entry_request(s, rec, mo->req_ids[i]) : NULL;
     int32_t n = mo->num_sampled[i] > 0 ? mo->num_sampled[i] : 0;
-    if (at >= 0 && s->map[at]->num_scheduled_tokens > 0 && n > 0 && mo->sampled_token_ids) {
-      s->map[at]->sampled_offset = off;
-      s->map[at]->num_sampled = n;
+    if (r && n > 0 && mo->sampled_token_ids) {
+      r->sampled_offset = off;
+      r->num_sampled = n;
     }
     off += n;
   }
   llb_status st = LLB_STATUS_OK;
-  for (int32_t k = 0; k < s->num_scheduled && !st; k++) {
-    struct sched_request *r = s->scheduled[k];
-    int32_t n_sched = r->num_scheduled_tokens, n_sampled = r->num_sampled;
-    r->num_scheduled_tokens = r->num_sampled = 0;
-    r->step_blocks_begin = r->num_block_ids;
-    int32_t context = r->num_tokens;
-    if (r->num_computed_tokens < context) {
-      int32_t catch_up = context - r->num_computed_tokens;
-      s->stats.num_prompt_tokens += (uint64_t)(catch_up < n_sched ? catch_up : n_sched);
+  for (int32_t k = 0; k < rec->num; k++) {
+    const struct sched_step_entry *e = &rec->entries[k];
+    struct sched_request *r = e->req;
+    int32_t n_sampled = r->num_sampled;
+    int64_t sampled_at = r->sampled_offset;
+    r->num_sampled = 0;
+    r->sampled_offset = 0;
+    r->num_inflight_steps--;
+    if (e->samples) r->num_output_placeholders--;
+    if (st) continue; /* keep the accounting of every entry right */
+    if (sched_request_is_finished(r)) { /* finished after this step was planned: discard */
+      if (can_destroy(r)) sched_request_destroy(r);
+      continue;
     }
-    r->num_computed_tokens += n_sched;
     if (r->abort_pending) { /* its ABORT output went out with sched_abort_requests */
       st = finish(s, r, r->abort_reason, NULL, 0, 0);
       continue;
     }
     int32_t first_pos = sched_request_num_output_tokens(r), n_new = 0;
     enum sched_finish_reason reason = SCHED_FINISH_REASON_NONE;
-    if (r->num_computed_tokens >= context) { /* caught up: the sampled tokens are new */
+    if (e->samples) { /* caught up with its context: the sampled tokens are new */
       for (int32_t t = 0; t < n_sampled && reason == SCHED_FINISH_REASON_NONE; t++, n_new++)
-        reason = sched_request_append_token(r, mo->sampled_token_ids[r->sampled_offset + t],
+        reason = sched_request_append_token(r, mo->sampled_token_ids[sampled_at + t],
                                             s->cfg.max_model_len);
       s->stats.num_generation_tokens += (uint64_t)n_new;
       sched_request_update_block_hashes(r, s->cfg.block_size);
@@ -683,8 +802,7 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
     if (reason != SCHED_FINISH_REASON_NONE) st = finish(s, r, reason, eo, first_pos, n_new);
     else if (n_new > 0) st = sched_engine_outputs_add(eo, r, first_pos, n_new);
   }
-  s->num_scheduled = 0;
-  s->total_scheduled = 0;
+  rec->num = 0;
   return st;
 }
 
@@ -697,7 +815,7 @@ llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids,
     if (at < 0) continue;
     struct sched_request *r = s->map[at];
     if (r->abort_pending) continue;
-    if (r->num_scheduled_tokens > 0) {
+    if (r->num_scheduled_tokens > 0 || r->num_inflight_steps > 0) {
       /* Its step is in flight (kv or worker): tell the client now, clean up with the step. */
       r->abort_pending = true;
       r->abort_reason = reason;
@@ -712,8 +830,9 @@ llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids,
 
 void sched_preempt_all(struct scheduler *s, bool kv_lost) {
   while (s->num_scheduled > 0) sched_remove_scheduled(s, s->scheduled[s->num_scheduled - 1]);
-  s->step_in_flight = s->kv_in_flight = false;
+  s->planned = s->kv_in_flight = false;
   s->num_op_refs = 0;
+  drop_inflight_steps(s);
   destroy_zombies(s);
   while (s->num_running > 0) {
     struct sched_request *r = s->running[s->num_running - 1];
@@ -730,7 +849,7 @@ void sched_preempt_all(struct scheduler *s, bool kv_lost) {
     struct sched_request *r = s->free_pending[i];
     r->kv_free_pending = false;
     r->num_cached_blocks = 0;
-    if (sched_request_is_finished(r)) sched_request_destroy(r);
+    if (can_destroy(r)) sched_request_destroy(r);
   }
   s->num_free_pending = 0;
   memset(s->block_refs, 0, (size_t)s->cfg.num_blocks * sizeof(*s->block_refs));
@@ -752,6 +871,8 @@ const struct sched_request *sched_find_request(const struct scheduler *s, const 
   int64_t at = map_slot(s, req_id);
   return at < 0 ? NULL : s->map[at];
 }
+
+int32_t sched_num_steps_in_flight(const struct scheduler *s) { return s->num_inflight; }
 
 int32_t sched_mirror_ref(const struct scheduler *s, int32_t block_id) {
   return block_id < 0 || block_id >= s->cfg.num_blocks ? -1 : s->block_refs[block_id];

@@ -14,11 +14,28 @@ struct op_ref {
   enum kv_op_kind kind;
 };
 
+/* One request of a committed step (sent to the worker, output not applied yet). */
+struct sched_step_entry {
+  struct sched_request *req;
+  int32_t num_scheduled_tokens;
+  bool samples;                      /* the step reaches the end of its known tokens */
+};
+
+/* A committed step: what its output is applied against (sched_update_from_output). */
+struct sched_step_record {
+  uint64_t step;
+  struct sched_step_entry *entries;  /* [num] of cap max_num_seqs */
+  int32_t num;
+};
+
 struct scheduler {
   struct sched_config cfg;
   int32_t max_blocks_per_req;
   uint64_t next_arrival_seq, step;
-  bool step_in_flight, kv_in_flight;
+  bool planned;                      /* the last sched_schedule's step is not committed yet */
+  bool kv_in_flight;
+  struct sched_step_record inflight[2]; /* committed steps, oldest at inflight_head */
+  int32_t inflight_head, num_inflight;
 
   uint64_t map_mask;                 /* live requests by id: open addressing */
   struct sched_request **map;
