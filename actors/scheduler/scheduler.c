@@ -872,7 +872,9 @@ const struct sched_request *sched_find_request(const struct scheduler *s, const 
   return at < 0 ? NULL : s->map[at];
 }
 
-int32_t sched_num_steps_in_flight(const struct scheduler *s) { return s->num_inflight; }
+int32_t sched_num_steps_in_flight(const struct scheduler *s) {
+  return s->num_inflight + (s->planned && s->total_scheduled > 0 ? 1 : 0);
+}
 
 int32_t sched_mirror_ref(const struct scheduler *s, int32_t block_id) {
   return block_id < 0 || block_id >= s->cfg.num_blocks ? -1 : s->block_refs[block_id];

@@ -195,7 +195,8 @@ void sched_get_stats(const struct scheduler *s, struct sched_stats *out);
 int32_t sched_num_unfinished(const struct scheduler *s);  /* waiting + running */
 /* The live request with that id (waiting or running), or NULL. Read-only. */
 const struct sched_request *sched_find_request(const struct scheduler *s, const char *req_id);
-/* Committed steps whose output is not applied yet: 0, 1, or 2 with async_scheduling. */
+/* Steps with tokens whose output is not applied yet, the last planned one included (it is
+ * committed lazily): 0, 1, or 2 with async_scheduling. */
 int32_t sched_num_steps_in_flight(const struct scheduler *s);
 /* Mirror reference count of a block (tests). */
 int32_t sched_mirror_ref(const struct scheduler *s, int32_t block_id);
