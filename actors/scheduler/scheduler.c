@@ -45,6 +45,11 @@ static int64_t map_slot(const struct scheduler *s, const char *id) {
   }
 }
 
+struct sched_request *sched_map_get(const struct scheduler *s, const char *id) {
+  int64_t at = map_slot(s, id);
+  return at < 0 ? NULL : s->map[at];
+}
+
 static void map_put(struct sched_request **map, uint64_t mask, struct sched_request *r) {
   uint64_t i = id_hash(r->request_id) & mask;
   while (map[i]) i = (i + 1) & mask;
@@ -128,32 +133,9 @@ fail:
   return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "sched_create: %d blocks", cfg->num_blocks);
 }
 
-/* A finished request is destroyed when nothing refers to it any more: no deferred FREE, no
- * FREE in the kv step in flight, no committed step whose output is not applied. */
-static bool can_destroy(const struct sched_request *r) {
-  return sched_request_is_finished(r) && !r->kv_free_pending && !r->zombie && r->num_inflight_steps == 0;
-}
-
-/* Forgets the committed steps (sched_preempt_all, sched_destroy): their requests lose the
- * references and placeholders; finished ones nothing else holds are destroyed. */
-static void drop_inflight_steps(struct scheduler *s) {
-  for (int32_t k = 0; k < s->num_inflight; k++) {
-    struct sched_step_record *rec = &s->inflight[(s->inflight_head + k) % 2];
-    for (int32_t i = 0; i < rec->num; i++) {
-      struct sched_request *r = rec->entries[i].req;
-      r->num_inflight_steps--;
-      if (rec->entries[i].samples) r->num_output_placeholders--;
-      if (can_destroy(r)) sched_request_destroy(r);
-    }
-    rec->num = 0;
-  }
-  s->num_inflight = 0;
-  s->inflight_head = 0;
-}
-
 void sched_destroy(struct scheduler *s) {
   if (!s) return;
-  if (s->inflight[0].entries && s->inflight[1].entries) drop_inflight_steps(s);
+  if (s->inflight[0].entries && s->inflight[1].entries) sched_drop_inflight_steps(s);
   /* Finished requests left the map but may wait in free_pending or zombies; unfinished
    * ones in free_pending are still in the map. Read the former before the map is freed. */
   for (int32_t i = 0; i < s->num_free_pending; i++)
@@ -395,7 +377,7 @@ static llb_status emit_kv_step(struct scheduler *s, struct kv_step *kv) {
     if (sched_request_is_finished(r)) {
       st = push_ptr((void ***)&s->zombies, &s->num_zombies, &s->cap_zombies, r, sizeof(r));
       r->zombie = !st;
-      if (st && can_destroy(r)) sched_request_destroy(r);
+      if (st && sched_can_destroy(r)) sched_request_destroy(r);
     }
   }
   s->num_free_pending = 0;
@@ -473,45 +455,6 @@ static llb_status copy_strs(struct sched_str_list *dst, const struct sched_str_l
 
 /* ---- commit ---- */
 
-static llb_status finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
-                         struct sched_engine_outputs *eo, int32_t first_pos, int32_t n_new);
-
-/* The planned step was sent (or had no tokens): record it for its output, advance each
- * request's num_computed_tokens by its scheduled tokens and count a placeholder for the
- * token it will sample (vLLM _update_after_schedule; async_scheduler.py). No allocation:
- * records hold max_num_seqs entries. */
-static void commit_step(struct scheduler *s) {
-  if (!s->planned) return;
-  s->planned = false;
-  if (s->num_scheduled == 0 || s->total_scheduled == 0) {
-    for (int32_t i = 0; i < s->num_scheduled; i++) s->scheduled[i]->num_scheduled_tokens = 0;
-    s->num_scheduled = s->total_scheduled = 0;
-    return;
-  }
-  struct sched_step_record *rec = &s->inflight[(s->inflight_head + s->num_inflight) % 2];
-  rec->step = s->step;
-  rec->num = 0;
-  for (int32_t i = 0; i < s->num_scheduled; i++) {
-    struct sched_request *r = s->scheduled[i];
-    int32_t n = r->num_scheduled_tokens;
-    r->num_scheduled_tokens = 0;
-    r->step_blocks_begin = r->num_block_ids;
-    r->lookup = false;
-    if (n <= 0) continue;
-    if (r->num_computed_tokens < r->num_tokens) {
-      int32_t catch_up = r->num_tokens - r->num_computed_tokens;
-      s->stats.num_prompt_tokens += (uint64_t)(catch_up < n ? catch_up : n);
-    }
-    r->num_computed_tokens += n;
-    bool samples = r->num_computed_tokens >= r->num_tokens + r->num_output_placeholders;
-    if (samples) r->num_output_placeholders++;
-    r->num_inflight_steps++;
-    rec->entries[rec->num++] = (struct sched_step_entry){.req = r, .num_scheduled_tokens = n,
-                                                         .samples = samples};
-  }
-  s->num_scheduled = s->total_scheduled = 0;
-  s->num_inflight++;
-}
 
 /* True when r's tokens in flight already take it to max_tokens or max_model_len: it will
  * finish by length when they are applied, so it gets no further step (vLLM async). */
@@ -526,7 +469,7 @@ static bool length_reached_in_flight(const struct scheduler *s, const struct sch
 llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct kv_step *kv) {
   if (s->kv_in_flight)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu: kv step unanswered", (unsigned long long)s->step);
-  commit_step(s);
+  sched_commit_step(s);
   if (s->num_inflight > (s->cfg.async_scheduling ? 1 : 0))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu still in flight (%d unanswered)",
                     (unsigned long long)s->inflight[s->inflight_head].step, s->num_inflight);
@@ -576,7 +519,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
     struct sched_request *r = sched_queue_peek(&s->waiting);
     if (!r || r->num_output_placeholders > 0) break; /* preempted with a step in flight: after it */
     if (r->abort_pending) { /* aborted while preempted, its step forgotten (sched_preempt_all) */
-      st = finish(s, r, r->abort_reason, NULL, 0, 0);
+      st = sched_finish(s, r, r->abort_reason, NULL, 0, 0);
       continue;
     }
     int32_t n = tokens_to_schedule(s, r, budget);
@@ -613,7 +556,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
 static llb_status unschedule(struct scheduler *s, struct sched_request *r) {
   bool as_new = r->scheduled_as_new;
   sched_remove_scheduled(s, r);
-  if (r->abort_pending) return finish(s, r, r->abort_reason, NULL, 0, 0);
+  if (r->abort_pending) return sched_finish(s, r, r->abort_reason, NULL, 0, 0);
   if (!as_new) return LLB_STATUS_OK;
   remove_running(s, r);
   r->status = r->num_preemptions > 0 ? SCHED_REQUEST_STATUS_PREEMPTED : SCHED_REQUEST_STATUS_WAITING;
@@ -623,7 +566,7 @@ static llb_status unschedule(struct scheduler *s, struct sched_request *r) {
 static void destroy_zombies(struct scheduler *s) {
   for (int32_t i = 0; i < s->num_zombies; i++) {
     s->zombies[i]->zombie = false;
-    if (can_destroy(s->zombies[i])) sched_request_destroy(s->zombies[i]);
+    if (sched_can_destroy(s->zombies[i])) sched_request_destroy(s->zombies[i]);
   }
   s->num_zombies = 0;
 }
@@ -699,7 +642,7 @@ llb_status sched_apply_kv_result(struct scheduler *s, const struct kv_step_resul
 /* ---- update ---- */
 
 /* Ends r: output, leaves running/waiting and the map; blocks freed with the next kv step. */
-static llb_status finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
+llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
                          struct sched_engine_outputs *eo, int32_t first_pos, int32_t n_new) {
   llb_status st = LLB_STATUS_OK;
   r->finish_reason = reason;
@@ -722,87 +665,7 @@ static llb_status finish(struct scheduler *s, struct sched_request *r, enum sche
   st3 = encoder_release(s, r);
   if (!st) st = st3;
   map_remove(s, r);
-  if (can_destroy(r)) sched_request_destroy(r);
-  return st;
-}
-
-/* The entry of `rec` whose request is named `id`: the live request with that id when it is
- * in rec (marked by sampled_offset == -2 below), else a finished one, found by scanning. */
-static struct sched_request *entry_request(struct scheduler *s, const struct sched_step_record *rec,
-                                          const char *id) {
-  int64_t at = map_slot(s, id);
-  if (at >= 0 && s->map[at]->sampled_offset == -2) return s->map[at];
-  for (int32_t k = 0; k < rec->num; k++) {
-    struct sched_request *r = rec->entries[k].req;
-    if (sched_request_is_finished(r) && r->sampled_offset == -2 && strcmp(r->request_id, id) == 0) return r;
-  }
-  return NULL;
-}
-
-llb_status sched_update_from_output(struct scheduler *s, const struct sched_model_output *mo,
-                                    struct sched_engine_outputs *eo) {
-  if (s->kv_in_flight)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu: kv step %llu unanswered",
-                    (unsigned long long)mo->step, (unsigned long long)s->step);
-  commit_step(s);
-  struct sched_step_record *rec = &s->inflight[s->inflight_head];
-  if (s->num_inflight == 0 || mo->step != rec->step)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu, oldest in flight: %s %llu",
-                    (unsigned long long)mo->step, s->num_inflight ? "step" : "none",
-                    (unsigned long long)(s->num_inflight ? rec->step : 0));
-  if (mo->num_reqs < 0 || (mo->num_reqs > 0 && (!mo->req_ids || !mo->num_sampled)))
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu: bad arrays",
-                    (unsigned long long)mo->step);
-  sched_engine_outputs_clear(eo, mo->step);
-  s->inflight_head = (s->inflight_head + 1) % 2;
-  s->num_inflight--;
-  /* Find each row's request (the worker's order may differ from ours). */
-  for (int32_t k = 0; k < rec->num; k++) {
-    rec->entries[k].req->sampled_offset = -2; /* "in this step, no row yet" */
-    rec->entries[k].req->num_sampled = 0;
-  }
-  int64_t off = 0;
-  for (int32_t i = 0; i < mo->num_reqs; i++) {
-    struct sched_request *r = mo->req_ids[i] ? entry_request(s, rec, mo->req_ids[i]) : NULL;
-    int32_t n = mo->num_sampled[i] > 0 ? mo->num_sampled[i] : 0;
-    if (r && n > 0 && mo->sampled_token_ids) {
-      r->sampled_offset = off;
-      r->num_sampled = n;
-    }
-    off += n;
-  }
-  llb_status st = LLB_STATUS_OK;
-  for (int32_t k = 0; k < rec->num; k++) {
-    const struct sched_step_entry *e = &rec->entries[k];
-    struct sched_request *r = e->req;
-    int32_t n_sampled = r->num_sampled;
-    int64_t sampled_at = r->sampled_offset;
-    r->num_sampled = 0;
-    r->sampled_offset = 0;
-    r->num_inflight_steps--;
-    if (e->samples) r->num_output_placeholders--;
-    if (st) continue; /* keep the accounting of every entry right */
-    if (sched_request_is_finished(r)) { /* finished after this step was planned: discard */
-      if (can_destroy(r)) sched_request_destroy(r);
-      continue;
-    }
-    if (r->abort_pending) { /* its ABORT output went out with sched_abort_requests */
-      st = finish(s, r, r->abort_reason, NULL, 0, 0);
-      continue;
-    }
-    int32_t first_pos = sched_request_num_output_tokens(r), n_new = 0;
-    enum sched_finish_reason reason = SCHED_FINISH_REASON_NONE;
-    if (e->samples) { /* caught up with its context: the sampled tokens are new */
-      for (int32_t t = 0; t < n_sampled && reason == SCHED_FINISH_REASON_NONE; t++, n_new++)
-        reason = sched_request_append_token(r, mo->sampled_token_ids[sampled_at + t],
-                                            s->cfg.max_model_len);
-      s->stats.num_generation_tokens += (uint64_t)n_new;
-      sched_request_update_block_hashes(r, s->cfg.block_size);
-    }
-    if (reason != SCHED_FINISH_REASON_NONE) st = finish(s, r, reason, eo, first_pos, n_new);
-    else if (n_new > 0) st = sched_engine_outputs_add(eo, r, first_pos, n_new);
-  }
-  rec->num = 0;
+  if (sched_can_destroy(r)) sched_request_destroy(r);
   return st;
 }
 
@@ -823,7 +686,7 @@ llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids,
       st = sched_engine_outputs_add(eo, r, sched_request_num_output_tokens(r), 0);
       continue;
     }
-    st = finish(s, r, reason, eo, sched_request_num_output_tokens(r), 0);
+    st = sched_finish(s, r, reason, eo, sched_request_num_output_tokens(r), 0);
   }
   return st;
 }
@@ -832,11 +695,11 @@ void sched_preempt_all(struct scheduler *s, bool kv_lost) {
   while (s->num_scheduled > 0) sched_remove_scheduled(s, s->scheduled[s->num_scheduled - 1]);
   s->planned = s->kv_in_flight = false;
   s->num_op_refs = 0;
-  drop_inflight_steps(s);
+  sched_drop_inflight_steps(s);
   destroy_zombies(s);
   while (s->num_running > 0) {
     struct sched_request *r = s->running[s->num_running - 1];
-    if (r->abort_pending) (void)finish(s, r, r->abort_reason, NULL, 0, 0);
+    if (r->abort_pending) (void)sched_finish(s, r, r->abort_reason, NULL, 0, 0);
     else (void)preempt(s, r);
   }
   /* The worker's encoder outputs may be gone too: start the accounting again (the hashes go
@@ -849,7 +712,7 @@ void sched_preempt_all(struct scheduler *s, bool kv_lost) {
     struct sched_request *r = s->free_pending[i];
     r->kv_free_pending = false;
     r->num_cached_blocks = 0;
-    if (can_destroy(r)) sched_request_destroy(r);
+    if (sched_can_destroy(r)) sched_request_destroy(r);
   }
   s->num_free_pending = 0;
   memset(s->block_refs, 0, (size_t)s->cfg.num_blocks * sizeof(*s->block_refs));
@@ -870,10 +733,6 @@ int32_t sched_num_unfinished(const struct scheduler *s) { return s->num_running 
 const struct sched_request *sched_find_request(const struct scheduler *s, const char *req_id) {
   int64_t at = map_slot(s, req_id);
   return at < 0 ? NULL : s->map[at];
-}
-
-int32_t sched_num_steps_in_flight(const struct scheduler *s) {
-  return s->num_inflight + (s->planned && s->total_scheduled > 0 ? 1 : 0);
 }
 
 int32_t sched_mirror_ref(const struct scheduler *s, int32_t block_id) {

@@ -82,4 +82,27 @@ void sched_remove_scheduled(struct scheduler *s, struct sched_request *r);
  * (scheduler.c). Errors: OUT_OF_MEMORY. */
 llb_status sched_assemble_output(struct scheduler *s, struct sched_output *out, bool final);
 
+/* The live request with that id, or NULL (scheduler.c). */
+struct sched_request *sched_map_get(const struct scheduler *s, const char *id);
+
+/* Ends r with `reason`: output into eo (when not NULL), leaves running/waiting and the map,
+ * blocks released in the mirror (FREE with the next kv step), destroyed when nothing refers
+ * to it (scheduler.c). Errors: OUT_OF_MEMORY. */
+llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
+                        struct sched_engine_outputs *eo, int32_t first_pos, int32_t n_new);
+
+/* A finished request is destroyed when nothing refers to it any more: no deferred FREE, no
+ * FREE in the kv step in flight, no committed step whose output is not applied. */
+static inline bool sched_can_destroy(const struct sched_request *r) {
+  return sched_request_is_finished(r) && !r->kv_free_pending && !r->zombie && r->num_inflight_steps == 0;
+}
+
+/* Commits the planned step if there is one: records it, advances num_computed_tokens,
+ * counts placeholders (sched_inflight.c). No allocation. */
+void sched_commit_step(struct scheduler *s);
+
+/* Forgets the committed steps: their requests lose the references and placeholders; finished
+ * ones nothing else holds are destroyed (sched_inflight.c). */
+void sched_drop_inflight_steps(struct scheduler *s);
+
 #endif
