@@ -51,7 +51,7 @@ struct engine_opts {
   const char *model_path, *nats_url, *prefix, *tenant;
   int32_t tokens, prompt_len, threads, repeats;
   uint64_t seed;
-  bool json;
+  bool json, no_async_scheduling;
 };
 
 static void engine_usage(FILE *f) {
@@ -66,6 +66,7 @@ static void engine_usage(FILE *f) {
           "  --seed S          prompt seed (default 0)\n"
           "  --nats URL        use the stack already serving there (default: start one)\n"
           "  --prefix P        subject prefix (default llm); --tenant T (default default)\n"
+          "  --no-async-scheduling  the stack it starts applies each step before planning the next\n"
           "  --json            one JSON object instead of the table\n");
 }
 
@@ -76,6 +77,7 @@ static int parse(int argc, char **argv, struct engine_opts *o) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return engine_usage(stdout), 1;
     if (!strcmp(a, "--json")) { o->json = true; continue; }
+    if (!strcmp(a, "--no-async-scheduling")) { o->no_async_scheduling = true; continue; }
     if (i + 1 >= argc) {
       fprintf(stderr, "llmbus-bench engine: %s needs a value (or is unknown)\n", a);
       return 2;
@@ -285,7 +287,7 @@ static llb_status stack_start(struct stack *s, const struct engine_opts *o) {
   exe[len] = '\0';
   snprintf(llmbus, sizeof llmbus, "%s/llmbus", dirname(exe));
   char *serve_argv[] = {llmbus, "serve", "--nats", s->url, "--model", (char *)o->model_path, "--threads", threads_s,
-                        NULL};
+                        o->no_async_scheduling ? "--no-async-scheduling" : NULL, NULL};
   s->serve = spawn_quiet(serve_argv);
   if (s->serve < 0) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "cannot start %s", llmbus);
   return LLB_STATUS_OK;

@@ -17,6 +17,7 @@ struct sched_main {
   int32_t max_model_len;  /* 0 = min(model context, 4096) */
   const char *policy;
   bool no_prefix_caching;
+  bool no_async_scheduling;
   struct scheduler_actor *actor;
 };
 
@@ -41,6 +42,7 @@ static llb_status sched_configure(struct actor_main *am, void *user) {
   else if (strcmp(m->policy, "priority") == 0) c->policy = SCHED_POLICY_PRIORITY;
   else return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--policy '%s': expected fcfs|priority", m->policy);
   c->enable_prefix_caching = !m->no_prefix_caching;
+  c->async_scheduling = !m->no_async_scheduling;
   if (m->max_model_len > 0) {
     c->max_model_len = m->max_model_len;
   } else {
@@ -107,6 +109,8 @@ int main(int argc, char **argv) {
       {"policy", ACTOR_FLAG_KIND_STRING, &m.policy, "fcfs|priority", NULL},
       {"no-prefix-caching", ACTOR_FLAG_KIND_BOOL, &m.no_prefix_caching,
        "never look up the prefix cache", NULL},
+      {"no-async-scheduling", ACTOR_FLAG_KIND_BOOL, &m.no_async_scheduling,
+       "synchronous steps: apply step N's output before sending step N+1", NULL},
       {"encoder-cache-size", ACTOR_FLAG_KIND_INT32, &c->encoder_cache_size,
        "encoder-output cache, embedding rows (same value for the encoder_cache actor)", NULL},
       {"encoder-compute-budget", ACTOR_FLAG_KIND_INT32, &c->encoder_compute_budget,

@@ -44,6 +44,8 @@ static const struct {
     {"max-model-len", true, A_SCHED | A_IN, "context length limit (prompt + output)"},
     {"policy", true, A_SCHED, "fcfs | priority"},
     {"no-prefix-caching", false, A_KV | A_SCHED, "disable the prefix cache"},
+    {"no-async-scheduling", false, A_SCHED,
+     "apply each step's output before planning the next (no step ahead on the worker)"},
     {"encoder-cache-size", true, A_SCHED | A_ENC,
      "encoder-output cache, embedding rows (multimodal items kept for reuse)"},
     {"encoder-compute-budget", true, A_SCHED, "embedding rows encoded per step (0 = the token budget)"},

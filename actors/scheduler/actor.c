@@ -339,40 +339,6 @@ static llb_status encoder_round_trip(struct scheduler_actor *a) {
   return LLB_STATUS_OK;
 }
 
-static llb_status execute_round_trip(struct scheduler_actor *a) {
-  struct llb_scheduler_output m;
-  llb_status st = sched_wire_scheduler_output(&a->wire, &a->out, &a->carry_finished,
-                                              &a->carry_preempted, &a->carry_free_mm, &m);
-  if (st) return st;
-  int64_t now = llb_wall_ns();
-  for (int32_t i = 0; i < a->out.num_new_reqs; i++) {
-    int64_t at = sched_actor_map_find(a, a->out.new_reqs[i].req_id);
-    if (at >= 0 && a->map[at]->scheduled_time_ns == 0) a->map[at]->scheduled_time_ns = now;
-  }
-  st = llb_scheduler_output_encode_buf(&m, &a->buf);
-  if (st) return st;
-  sched_str_list_clear(&a->carry_finished);
-  sched_str_list_clear(&a->carry_preempted);
-  sched_str_list_clear(&a->carry_free_mm);
-  struct bus_msg *reply = NULL;
-  st = bus_request(a->bus, a->subj_execute, a->buf.data, a->buf.len, NULL,
-                   a->cfg.execute_timeout_ms, &reply);
-  if (st) return st;
-  llb_arena_reset(&a->arena);
-  struct llb_model_runner_output r;
-  st = llb_model_runner_output_decode(reply->data, reply->len, &a->arena, &r);
-  bus_msg_destroy(reply);
-  if (st) return st;
-  if (r.error.code != 0)
-    return LLB_ERRF(LLB_STATUS_INTERNAL, "worker error %d: %s", r.error.code, r.error.message.data);
-  a->mro = r;
-  a->have_mro = true;
-  struct sched_model_output mo;
-  st = sched_wire_model_output(&a->wire, &r, &mo);
-  if (st) return st;
-  return sched_update_from_output(a->sched, &mo, &a->eo);
-}
-
 static llb_status carry_ids(struct sched_str_list *dst, const struct sched_str_list *src) {
   for (int32_t i = 0; i < src->num; i++) {
     llb_status st = sched_str_list_add(dst, sched_str_list_get(src, i));
@@ -422,7 +388,7 @@ static bool run_step(struct scheduler_actor *a) {
     a->backoff_ms = 0;
     return did;
   }
-  st = execute_round_trip(a);
+  st = sched_actor_execute_sync(a);
   if (st) {
     atomic_fetch_add(&a->c_exec_fail, 1);
     a->kv_reset_pending = true;
@@ -432,6 +398,78 @@ static bool run_step(struct scheduler_actor *a) {
   atomic_fetch_add(&a->c_steps, 1);
   a->backoff_ms = 0;
   return true;
+}
+
+/* A failed worker round trip: its KV contents are unknown, every step in flight is forgotten
+ * (their replies, should they come, are dropped by step number). */
+static void exec_failed(struct scheduler_actor *a, llb_status st) {
+  atomic_fetch_add(&a->c_exec_fail, 1);
+  a->kv_reset_pending = true;
+  a->num_exec_pending = 0;
+  step_failed(a, "gpu_worker", st);
+}
+
+/* One turn of the asynchronous pipeline (depth 2): plans and sends a step when fewer than
+ * two are in flight, then waits for the oldest reply when two are, or when nothing was sent;
+ * the step's EngineCoreOutputs are published by the caller right after. So while the worker
+ * computes step N+1, the scheduler applies N, publishes its outputs and sends N+2. Returns
+ * true if it did anything. */
+static bool run_step_async(struct scheduler_actor *a) {
+  a->have_mro = false;
+  bool did = false, sent = false;
+  if (a->num_exec_pending < 2) {
+    llb_status st = sched_schedule(a->sched, &a->out, &a->kv);
+    if (st) {
+      a->num_exec_pending = 0;
+      step_failed(a, "schedule", st);
+      return false;
+    }
+    if (a->kv.num_ops > 0) {
+      did = true;
+      if ((st = kv_round_trip(a))) {
+        atomic_fetch_add(&a->c_kv_fail, 1);
+        a->num_exec_pending = 0;
+        step_failed(a, "kv_manager", st);
+        return true;
+      }
+    }
+    if ((st = sched_schedule_encoder(a->sched, &a->out, &a->enc))) {
+      a->num_exec_pending = 0;
+      step_failed(a, "schedule_encoder", st);
+      return true;
+    }
+    if (a->enc.num_ops > 0 || a->enc.reset) {
+      did = true;
+      if ((st = encoder_round_trip(a))) {
+        atomic_fetch_add(&a->c_enc_fail, 1);
+        a->num_exec_pending = 0;
+        step_failed(a, "encoder_cache", st);
+        return true;
+      }
+    }
+    if (a->out.total_num_scheduled_tokens == 0) {
+      if (carry_ids(&a->carry_finished, &a->out.finished_req_ids) ||
+          carry_ids(&a->carry_preempted, &a->out.preempted_req_ids) ||
+          carry_ids(&a->carry_free_mm, &a->out.free_encoder_mm_hashes))
+        LLB_LOG_ERROR("carry_ids_failed", "reason=out_of_memory");
+    } else if ((st = sched_actor_execute_send(a))) {
+      exec_failed(a, st);
+      return true;
+    } else {
+      sent = did = true;
+    }
+  }
+  if (a->num_exec_pending == 2 || (!sent && a->num_exec_pending > 0)) {
+    did = true;
+    llb_status st = sched_actor_execute_receive(a);
+    if (st) {
+      exec_failed(a, st);
+      return true;
+    }
+    atomic_fetch_add(&a->c_steps, 1);
+  }
+  if (did) a->backoff_ms = 0;
+  return did;
 }
 
 static int64_t deadline_ms_to_abs(struct timespec *ts, int64_t ms) {
@@ -453,6 +491,7 @@ static void *step_thread(void *arg) {
     if (a->backoff_ms > 0) wait_ms = a->backoff_ms;
     else if (!busy && !last_active) wait_ms = a->cfg.stats_idle_interval_ms;
     else if (busy && !last_active) wait_ms = STALL_WAIT_MS;
+    if (a->num_exec_pending > 0 && a->backoff_ms == 0) wait_ms = -1; /* a reply is due */
     if (wait_ms > 0 && !a->stop && !a->intake_head && !a->abort_head) {
       int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
       int64_t stats_in = (busy ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms) - since_stats;
@@ -476,11 +515,12 @@ static void *step_thread(void *arg) {
     admit(a, intake);
     apply_aborts(a, aborts);
     bool stepped = false, did = false;
-    if (sched_num_unfinished(a->sched) > 0 || last_active) {
-      did = run_step(a);
+    bool async = a->cfg.sched.async_scheduling;
+    if (sched_num_unfinished(a->sched) > 0 || last_active || a->num_exec_pending > 0) {
+      did = async ? run_step_async(a) : run_step(a);
       stepped = true;
     }
-    sched_actor_publish_outputs(a, a->out.step, stepped);
+    sched_actor_publish_outputs(a, async ? a->last_applied_step : a->out.step, stepped);
     last_active = did;
     busy = sched_num_unfinished(a->sched) > 0;
     int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
@@ -528,6 +568,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
       {a->subj_encoder, "encoder"}};
   for (size_t i = 0; i < sizeof subj / sizeof subj[0] && !st; i++)
     st = bus_subject_engine(prefix, a->engine_id, subj[i].kind, subj[i].buf, BUS_SUBJECT_MAX);
+  if (!st && cfg->sched.async_scheduling) st = sched_actor_execute_init(a);
   if (st) goto fail;
   if (pthread_create(&a->thread, NULL, step_thread, a) != 0) {
     st = LLB_ERRF(LLB_STATUS_INTERNAL, "scheduler actor: pthread_create failed");
@@ -538,10 +579,11 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   if (!st) st = bus_subscribe(bus, a->subj_abort, NULL, on_abort, a, NULL);
   if (st) goto fail;
   LLB_LOG_INFO("scheduler_started", "requests=%s num_blocks=%d block_size=%d max_num_seqs=%d "
-               "max_num_batched_tokens=%d max_model_len=%d policy=%s",
+               "max_num_batched_tokens=%d max_model_len=%d policy=%s async_scheduling=%s",
                a->subj_requests, cfg->sched.num_blocks, cfg->sched.block_size,
                cfg->sched.max_num_seqs, cfg->sched.max_num_batched_tokens, cfg->sched.max_model_len,
-               cfg->sched.policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs");
+               cfg->sched.policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs",
+               cfg->sched.async_scheduling ? "on" : "off");
   *out = a;
   return LLB_STATUS_OK;
 fail:
@@ -577,6 +619,7 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   free(a->map);
   for (int64_t i = 0; i < a->num_rejected; i++) sched_actor_meta_free(a->rejected[i]);
   free(a->rejected);
+  sched_actor_execute_free(a);
   sched_destroy(a->sched);
   sched_output_free(&a->out);
   kv_step_free(&a->kv);

@@ -15,6 +15,7 @@
 #include "schemas/engine_core_request.h"
 
 struct abort_item;
+struct exec_reply;
 
 /* What the actor keeps per live request beside the scheduler's own state: routing and the
  * first output's extra fields. Owned by the meta map once admitted. */
@@ -81,6 +82,19 @@ struct scheduler_actor {
                             step tells the kv_manager to drop its prefix cache */
   int64_t last_stats_ns;
 
+  /* asynchronous scheduling (cfg.sched.async_scheduling): steps sent to the worker whose
+   * replies are awaited, oldest first; each is sent with reply subject <exec_inbox>.<step>,
+   * so every reply (a no-responders status too) names its step */
+  char exec_inbox[BUS_SUBJECT_MAX];  /* replies arrive on <exec_inbox>.* (a handler that
+                                        queues copies: the drain never waits on a reader) */
+  pthread_mutex_t exec_mu;
+  pthread_cond_t exec_cv;
+  struct exec_reply *exec_head, *exec_tail; /* under exec_mu */
+  bool exec_sync_init;
+  uint64_t exec_pending[2];
+  int32_t num_exec_pending;
+  uint64_t last_applied_step;
+
   atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub,
       c_enc_fail;
 };
@@ -91,6 +105,23 @@ int64_t sched_actor_map_find(const struct scheduler_actor *a, const char *id);
 /* Removes slot i (freeing its meta when free_meta); backward-shift deletion keeps probe
  * chains intact. */
 void sched_actor_map_remove(struct scheduler_actor *a, int64_t i, bool free_meta);
+
+/* step thread: the worker round trip (actor_execute.c) */
+/* Async scheduling only: the reply inbox and its subscription. Errors: bus_subscribe_sync's. */
+llb_status sched_actor_execute_init(struct scheduler_actor *a);
+/* Frees queued replies and the queue's lock (after the bus is destroyed). */
+void sched_actor_execute_free(struct scheduler_actor *a);
+/* Synchronous: sends a->out to the worker, waits for its reply, applies it into a->eo.
+ * Errors: encoding, bus, an error reply, sched_update_from_output's. */
+llb_status sched_actor_execute_sync(struct scheduler_actor *a);
+/* Async: sends a->out with reply subject <exec_inbox>.<step> and records it as pending;
+ * returns at once. Errors: encoding, bus_publish_msg's. */
+llb_status sched_actor_execute_send(struct scheduler_actor *a);
+/* Async: waits up to execute_timeout_ms for the oldest pending step's reply (replies to
+ * steps forgotten after a failure are dropped), then applies it into a->eo. The step leaves
+ * the pending list whatever happens. Errors: TIMEOUT, NOT_FOUND (no responders), decoding,
+ * an error reply, sched_update_from_output's. */
+llb_status sched_actor_execute_receive(struct scheduler_actor *a);
 
 /* step thread: outputs (actor_outputs.c) */
 /* Publishes one EngineCoreOutputs with the rejections, the side outputs (aborts) and the

@@ -71,7 +71,7 @@ static llb_status schedule_encoder_inputs(struct scheduler *s, struct sched_requ
 
 llb_status sched_schedule_encoder(struct scheduler *s, struct sched_output *out,
                                   struct encoder_step *enc) {
-  if (s->kv_in_flight || out->step != s->step)
+  if (s->kv_in_flight || !s->planned || out->step != s->step)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sched_schedule_encoder: kv step unanswered or no step planned");
   encoder_step_clear(enc, s->step);
   llb_status st = LLB_STATUS_OK;

@@ -99,6 +99,12 @@ struct sched_request {
   bool on_worker;                       /* in the worker's persistent batch */
   bool kv_free_pending;                 /* blocks released in the mirror, FREE op not sent yet */
   bool abort_pending;                   /* aborted while its step was in flight */
+  bool zombie;                          /* finished, FREE op in the kv step in flight */
+  int32_t num_output_placeholders;      /* tokens the worker samples in committed steps whose
+                                           output is not back yet (async scheduling, vLLM's
+                                           num_output_placeholders); 0 in synchronous use */
+  int32_t num_inflight_steps;           /* committed steps not applied yet that include it: a
+                                           finished request lives on until they are applied */
   enum sched_finish_reason abort_reason;
 
   /* per-step scratch (valid between sched_schedule and sched_update_from_output) */

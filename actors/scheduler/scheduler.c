@@ -17,7 +17,7 @@ void sched_config_init(struct sched_config *c) {
                              .num_blocks = 1024, .block_size = 16, .num_lookahead_tokens = 16,
                              .max_deferred_kv_ops = 64, .max_num_waiting = 1024,
                              .encoder_cache_size = 4096, .encoder_compute_budget = 0,
-                             .max_encoder_bytes_per_step = 768 * 1024};
+                             .max_encoder_bytes_per_step = 768 * 1024, .async_scheduling = true};
 }
 
 /* ---- growable pointer arrays ---- */
@@ -43,6 +43,11 @@ static int64_t map_slot(const struct scheduler *s, const char *id) {
     if (!s->map[i]) return -1;
     if (strcmp(s->map[i]->request_id, id) == 0) return (int64_t)i;
   }
+}
+
+struct sched_request *sched_map_get(const struct scheduler *s, const char *id) {
+  int64_t at = map_slot(s, id);
+  return at < 0 ? NULL : s->map[at];
 }
 
 static void map_put(struct sched_request **map, uint64_t mask, struct sched_request *r) {
@@ -112,7 +117,11 @@ llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) 
   s->running = calloc((size_t)cfg->max_num_seqs, sizeof(*s->running));
   s->scheduled = calloc((size_t)cfg->max_num_seqs, sizeof(*s->scheduled));
   s->block_refs = calloc((size_t)cfg->num_blocks, sizeof(*s->block_refs));
-  if (!s->map || !s->running || !s->scheduled || !s->block_refs) goto fail;
+  for (int k = 0; k < 2; k++)
+    s->inflight[k].entries = calloc((size_t)cfg->max_num_seqs, sizeof(*s->inflight[k].entries));
+  if (!s->map || !s->running || !s->scheduled || !s->block_refs || !s->inflight[0].entries ||
+      !s->inflight[1].entries)
+    goto fail;
   if (encoder_cache_create(cfg->encoder_cache_size, &s->ec)) goto fail;
   encoder_step_init(&s->enc_pending);
   s->enc_budget = cfg->encoder_compute_budget > 0 ? cfg->encoder_compute_budget : cfg->max_num_batched_tokens;
@@ -126,6 +135,7 @@ fail:
 
 void sched_destroy(struct scheduler *s) {
   if (!s) return;
+  if (s->inflight[0].entries && s->inflight[1].entries) sched_drop_inflight_steps(s);
   /* Finished requests left the map but may wait in free_pending or zombies; unfinished
    * ones in free_pending are still in the map. Read the former before the map is freed. */
   for (int32_t i = 0; i < s->num_free_pending; i++)
@@ -140,6 +150,8 @@ void sched_destroy(struct scheduler *s) {
   free(s->zombies);
   free(s->op_refs);
   free(s->block_refs);
+  free(s->inflight[0].entries);
+  free(s->inflight[1].entries);
   sched_queue_free(&s->waiting);
   sched_str_list_free(&s->finished_ids);
   sched_str_list_free(&s->preempted_ids);
@@ -304,7 +316,7 @@ static struct sched_request *pick_victim(const struct scheduler *s) {
 
 /* Tokens r may compute this step under the budget. */
 static int32_t tokens_to_schedule(const struct scheduler *s, const struct sched_request *r, int32_t budget) {
-  int32_t n = r->num_tokens - r->num_computed_tokens;
+  int32_t n = r->num_tokens + r->num_output_placeholders - r->num_computed_tokens;
   if (s->cfg.long_prefill_token_threshold > 0 && n > s->cfg.long_prefill_token_threshold)
     n = s->cfg.long_prefill_token_threshold;
   return n < budget ? n : budget;
@@ -362,8 +374,11 @@ static llb_status emit_kv_step(struct scheduler *s, struct kv_step *kv) {
     if (st) break;
     r->kv_free_pending = false;
     r->num_cached_blocks = 0;
-    if (sched_request_is_finished(r))
+    if (sched_request_is_finished(r)) {
       st = push_ptr((void ***)&s->zombies, &s->num_zombies, &s->cap_zombies, r, sizeof(r));
+      r->zombie = !st;
+      if (st && sched_can_destroy(r)) sched_request_destroy(r);
+    }
   }
   s->num_free_pending = 0;
   for (int32_t i = 0; i < s->num_running && !st; i++) {
@@ -421,11 +436,11 @@ llb_status sched_assemble_output(struct scheduler *s, struct sched_output *out, 
           .req_id = r->request_id, .new_block_ids = r->block_ids + r->step_blocks_begin,
           .num_new_block_ids = r->num_block_ids - r->step_blocks_begin,
           .num_computed_tokens = r->num_computed_tokens,
-          .num_output_tokens = sched_request_num_output_tokens(r),
+          /* with the tokens the worker sampled in steps not applied yet: it feeds them */
+          .num_output_tokens = sched_request_num_output_tokens(r) + r->num_output_placeholders,
           .num_scheduled_tokens = r->num_scheduled_tokens};
     }
   }
-  if (final) s->step_in_flight = out->total_num_scheduled_tokens > 0;
   return LLB_STATUS_OK;
 }
 
@@ -438,11 +453,26 @@ static llb_status copy_strs(struct sched_str_list *dst, const struct sched_str_l
   return LLB_STATUS_OK;
 }
 
+/* ---- commit ---- */
+
+
+/* True when r's tokens in flight already take it to max_tokens or max_model_len: it will
+ * finish by length when they are applied, so it gets no further step (vLLM async). */
+static bool length_reached_in_flight(const struct scheduler *s, const struct sched_request *r) {
+  if (r->num_output_placeholders == 0) return false;
+  return sched_request_num_output_tokens(r) + r->num_output_placeholders >= r->max_tokens ||
+         r->num_tokens + r->num_output_placeholders >= s->cfg.max_model_len;
+}
+
 /* ---- schedule ---- */
 
 llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct kv_step *kv) {
-  if (s->step_in_flight || s->kv_in_flight)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu still in flight", (unsigned long long)s->step);
+  if (s->kv_in_flight)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu: kv step unanswered", (unsigned long long)s->step);
+  sched_commit_step(s);
+  if (s->num_inflight > (s->cfg.async_scheduling ? 1 : 0))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu still in flight (%d unanswered)",
+                    (unsigned long long)s->inflight[s->inflight_head].step, s->num_inflight);
   s->step++;
   kv_step_clear(kv, s->step);
   sched_str_list_clear(&s->preempted_ids);
@@ -458,7 +488,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   /* Running requests first (decodes and unfinished prefills). */
   for (int32_t i = 0; i < s->num_running && budget > 0 && !st;) {
     struct sched_request *r = s->running[i];
-    int32_t n = tokens_to_schedule(s, r, budget);
+    int32_t n = r->abort_pending || length_reached_in_flight(s, r) ? 0 : tokens_to_schedule(s, r, budget);
     if (n <= 0) {
       i++;
       continue;
@@ -487,7 +517,11 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   /* Then waiting ones, unless this step had to preempt (vLLM). */
   while (!preempted && !st && budget > 0 && s->num_running < s->cfg.max_num_seqs) {
     struct sched_request *r = sched_queue_peek(&s->waiting);
-    if (!r) break;
+    if (!r || r->num_output_placeholders > 0) break; /* preempted with a step in flight: after it */
+    if (r->abort_pending) { /* aborted while preempted, its step forgotten (sched_preempt_all) */
+      st = sched_finish(s, r, r->abort_reason, NULL, 0, 0);
+      continue;
+    }
     int32_t n = tokens_to_schedule(s, r, budget);
     if (!s->cfg.enable_chunked_prefill && n < r->num_tokens - r->num_computed_tokens) break;
     if (!plan_blocks(s, r, n)) break;
@@ -511,19 +545,18 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   if (!st) st = copy_strs(&out->preempted_req_ids, &s->preempted_ids);
   if (!st) st = sched_assemble_output(s, out, kv->num_ops == 0);
   if (!st) sched_str_list_clear(&s->finished_ids);
+  s->planned = true;
   return st;
 }
 
 /* ---- kv reply ---- */
 
-static llb_status finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
-                         struct sched_engine_outputs *eo, int32_t first_pos, int32_t n_new);
 
 /* A refused allocation: this step goes on without r. */
 static llb_status unschedule(struct scheduler *s, struct sched_request *r) {
   bool as_new = r->scheduled_as_new;
   sched_remove_scheduled(s, r);
-  if (r->abort_pending) return finish(s, r, r->abort_reason, NULL, 0, 0);
+  if (r->abort_pending) return sched_finish(s, r, r->abort_reason, NULL, 0, 0);
   if (!as_new) return LLB_STATUS_OK;
   remove_running(s, r);
   r->status = r->num_preemptions > 0 ? SCHED_REQUEST_STATUS_PREEMPTED : SCHED_REQUEST_STATUS_WAITING;
@@ -531,7 +564,10 @@ static llb_status unschedule(struct scheduler *s, struct sched_request *r) {
 }
 
 static void destroy_zombies(struct scheduler *s) {
-  for (int32_t i = 0; i < s->num_zombies; i++) sched_request_destroy(s->zombies[i]);
+  for (int32_t i = 0; i < s->num_zombies; i++) {
+    s->zombies[i]->zombie = false;
+    if (sched_can_destroy(s->zombies[i])) sched_request_destroy(s->zombies[i]);
+  }
   s->num_zombies = 0;
 }
 
@@ -606,7 +642,7 @@ llb_status sched_apply_kv_result(struct scheduler *s, const struct kv_step_resul
 /* ---- update ---- */
 
 /* Ends r: output, leaves running/waiting and the map; blocks freed with the next kv step. */
-static llb_status finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
+llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
                          struct sched_engine_outputs *eo, int32_t first_pos, int32_t n_new) {
   llb_status st = LLB_STATUS_OK;
   r->finish_reason = reason;
@@ -629,62 +665,7 @@ static llb_status finish(struct scheduler *s, struct sched_request *r, enum sche
   st3 = encoder_release(s, r);
   if (!st) st = st3;
   map_remove(s, r);
-  if (!r->kv_free_pending) sched_request_destroy(r);
-  return st;
-}
-
-llb_status sched_update_from_output(struct scheduler *s, const struct sched_model_output *mo,
-                                    struct sched_engine_outputs *eo) {
-  if (!s->step_in_flight || mo->step != s->step)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu, in flight: %s %llu",
-                    (unsigned long long)mo->step, s->step_in_flight ? "step" : "none",
-                    (unsigned long long)s->step);
-  if (mo->num_reqs < 0 || (mo->num_reqs > 0 && (!mo->req_ids || !mo->num_sampled)))
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu: bad arrays",
-                    (unsigned long long)mo->step);
-  sched_engine_outputs_clear(eo, s->step);
-  s->step_in_flight = false;
-  /* Find each row's request (the worker's order may differ from ours). */
-  int64_t off = 0;
-  for (int32_t i = 0; i < mo->num_reqs; i++) {
-    int64_t at = mo->req_ids[i] ? map_slot(s, mo->req_ids[i]) : -1;
-    int32_t n = mo->num_sampled[i] > 0 ? mo->num_sampled[i] : 0;
-    if (at >= 0 && s->map[at]->num_scheduled_tokens > 0 && n > 0 && mo->sampled_token_ids) {
-      s->map[at]->sampled_offset = off;
-      s->map[at]->num_sampled = n;
-    }
-    off += n;
-  }
-  llb_status st = LLB_STATUS_OK;
-  for (int32_t k = 0; k < s->num_scheduled && !st; k++) {
-    struct sched_request *r = s->scheduled[k];
-    int32_t n_sched = r->num_scheduled_tokens, n_sampled = r->num_sampled;
-    r->num_scheduled_tokens = r->num_sampled = 0;
-    r->step_blocks_begin = r->num_block_ids;
-    int32_t context = r->num_tokens;
-    if (r->num_computed_tokens < context) {
-      int32_t catch_up = context - r->num_computed_tokens;
-      s->stats.num_prompt_tokens += (uint64_t)(catch_up < n_sched ? catch_up : n_sched);
-    }
-    r->num_computed_tokens += n_sched;
-    if (r->abort_pending) { /* its ABORT output went out with sched_abort_requests */
-      st = finish(s, r, r->abort_reason, NULL, 0, 0);
-      continue;
-    }
-    int32_t first_pos = sched_request_num_output_tokens(r), n_new = 0;
-    enum sched_finish_reason reason = SCHED_FINISH_REASON_NONE;
-    if (r->num_computed_tokens >= context) { /* caught up: the sampled tokens are new */
-      for (int32_t t = 0; t < n_sampled && reason == SCHED_FINISH_REASON_NONE; t++, n_new++)
-        reason = sched_request_append_token(r, mo->sampled_token_ids[r->sampled_offset + t],
-                                            s->cfg.max_model_len);
-      s->stats.num_generation_tokens += (uint64_t)n_new;
-      sched_request_update_block_hashes(r, s->cfg.block_size);
-    }
-    if (reason != SCHED_FINISH_REASON_NONE) st = finish(s, r, reason, eo, first_pos, n_new);
-    else if (n_new > 0) st = sched_engine_outputs_add(eo, r, first_pos, n_new);
-  }
-  s->num_scheduled = 0;
-  s->total_scheduled = 0;
+  if (sched_can_destroy(r)) sched_request_destroy(r);
   return st;
 }
 
@@ -697,7 +678,7 @@ llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids,
     if (at < 0) continue;
     struct sched_request *r = s->map[at];
     if (r->abort_pending) continue;
-    if (r->num_scheduled_tokens > 0) {
+    if (r->num_scheduled_tokens > 0 || r->num_inflight_steps > 0) {
       /* Its step is in flight (kv or worker): tell the client now, clean up with the step. */
       r->abort_pending = true;
       r->abort_reason = reason;
@@ -705,19 +686,20 @@ llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids,
       st = sched_engine_outputs_add(eo, r, sched_request_num_output_tokens(r), 0);
       continue;
     }
-    st = finish(s, r, reason, eo, sched_request_num_output_tokens(r), 0);
+    st = sched_finish(s, r, reason, eo, sched_request_num_output_tokens(r), 0);
   }
   return st;
 }
 
 void sched_preempt_all(struct scheduler *s, bool kv_lost) {
   while (s->num_scheduled > 0) sched_remove_scheduled(s, s->scheduled[s->num_scheduled - 1]);
-  s->step_in_flight = s->kv_in_flight = false;
+  s->planned = s->kv_in_flight = false;
   s->num_op_refs = 0;
+  sched_drop_inflight_steps(s);
   destroy_zombies(s);
   while (s->num_running > 0) {
     struct sched_request *r = s->running[s->num_running - 1];
-    if (r->abort_pending) (void)finish(s, r, r->abort_reason, NULL, 0, 0);
+    if (r->abort_pending) (void)sched_finish(s, r, r->abort_reason, NULL, 0, 0);
     else (void)preempt(s, r);
   }
   /* The worker's encoder outputs may be gone too: start the accounting again (the hashes go
@@ -730,7 +712,7 @@ void sched_preempt_all(struct scheduler *s, bool kv_lost) {
     struct sched_request *r = s->free_pending[i];
     r->kv_free_pending = false;
     r->num_cached_blocks = 0;
-    if (sched_request_is_finished(r)) sched_request_destroy(r);
+    if (sched_can_destroy(r)) sched_request_destroy(r);
   }
   s->num_free_pending = 0;
   memset(s->block_refs, 0, (size_t)s->cfg.num_blocks * sizeof(*s->block_refs));

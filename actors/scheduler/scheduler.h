@@ -30,8 +30,24 @@
  * at least one token is computed and the planned blocks still cover it.
  *
  * n > 1 is fanned out by the input processor: the scheduler sees independent requests.
- * Every sched_output has a step number; a model output must name the step it answers
- * (only one step in flight for now). Not thread-safe: one owner (the actor's loop).
+ * Every sched_output has a step number; a model output must name the step it answers.
+ *
+ * Commit and asynchronous scheduling (vLLM v1 core/sched/async_scheduler.py): a planned step
+ * is committed when the caller has sent it, which the scheduler learns lazily, at the next
+ * sched_schedule or sched_update_from_output. Committing advances each request's
+ * num_computed_tokens by its scheduled tokens at once (vLLM _update_after_schedule) and, for
+ * a request whose scheduled range reaches the end of its known tokens, counts a placeholder
+ * for the token the worker will sample. With async_scheduling, sched_schedule may plan step
+ * N+1 while step N is committed and unanswered (depth 2, never more): a request decoding in
+ * N gets its next decode in N+1 with no token in the message (the worker feeds the token it
+ * sampled in N: CachedRequestData.num_output_tokens counts it); a request mid-prefill gets
+ * only prompt tokens, never a decode off a placeholder; a request whose placeholders already
+ * reach max_tokens or max_model_len is not scheduled again. When N's output is applied its
+ * tokens are appended and stops checked; a request that finished at N leaves at once (its
+ * blocks are freed with the next kv step, which the worker executes after N+1) and the token
+ * N+1 computed for it is discarded, never emitted. Without async_scheduling, or with a caller
+ * that always applies the output before scheduling again, it is the synchronous loop above.
+ * Not thread-safe: one owner (the actor's loop).
  */
 #ifndef LLB_SCHEDULER_H
 #define LLB_SCHEDULER_H
@@ -69,6 +85,8 @@ struct sched_config {
   int64_t max_encoder_bytes_per_step; /* item bytes sent to the worker per step at most, beyond
                                       the first item (keeps SchedulerOutput under the bus'
                                       max_payload; default 768 KiB; 0 = unlimited) */
+  bool async_scheduling;           /* allow planning step N+1 before step N's output is applied
+                                      (default true; see the head comment) */
 };
 
 struct sched_stats {
@@ -106,10 +124,12 @@ void sched_destroy(struct scheduler *s);
  * than max_model_len, or more blocks than the pool has), OUT_OF_MEMORY. */
 llb_status sched_add_request(struct scheduler *s, const struct sched_new_request *nr);
 
-/* Plans step N+1: fills `out` and the step's kv ops in `kv` (both cleared first). When
- * kv->num_ops == 0, `out` is final. Otherwise send kv and call sched_apply_kv_result with
- * the answer before anything else. Errors: INVALID_ARGUMENT if a step is still in flight
- * (no sched_update_from_output yet) or a kv round trip is unanswered; OUT_OF_MEMORY. */
+/* Plans step N+1: first commits step N if it was planned and not committed yet (the caller
+ * sent it, or it had no tokens), then fills `out` and the step's kv ops in `kv` (both cleared
+ * first). When kv->num_ops == 0, `out` is final. Otherwise send kv and call
+ * sched_apply_kv_result with the answer before anything else. Errors: INVALID_ARGUMENT if a
+ * kv round trip is unanswered, or a committed step is unanswered without async_scheduling,
+ * or two are with it; OUT_OF_MEMORY. */
 llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct kv_step *kv);
 
 /* Consumes the kv_manager's answer to the last kv step: gives new requests their blocks
@@ -148,12 +168,14 @@ llb_status sched_schedule_encoder(struct scheduler *s, struct sched_output *out,
 void sched_apply_encoder_result(struct scheduler *s, const struct encoder_step *enc,
                                 const bool *results, int32_t num_results, int32_t num_free_slots);
 
-/* Applies the worker's output for the step in flight: advances num_computed_tokens by the
- * scheduled tokens, appends sampled tokens of requests that caught up with their context
- * (partial prefills sample nothing), checks stops, and writes one entry per request with
- * new tokens or a finish into `eo` (cleared first). Finished requests leave; their blocks
- * are freed with the next kv step; their ids reach the worker in the next sched_output.
- * Errors: INVALID_ARGUMENT (no step in flight, or mo->step is not it), OUT_OF_MEMORY. */
+/* Applies the worker's output for the oldest committed step (committing the planned one
+ * first): appends the sampled tokens of requests whose scheduled range reached the end of
+ * their known tokens (partial prefills sample nothing), checks stops, and writes one entry
+ * per request with new tokens or a finish into `eo` (cleared first). Tokens of requests
+ * that finished since the step was planned are discarded. Finished requests leave; their
+ * blocks are freed with the next kv step; their ids reach the worker in the next
+ * sched_output. Errors: INVALID_ARGUMENT (a kv step unanswered, no step in flight, or
+ * mo->step is not the oldest), OUT_OF_MEMORY. */
 llb_status sched_update_from_output(struct scheduler *s, const struct sched_model_output *mo,
                                     struct sched_engine_outputs *eo);
 
@@ -164,7 +186,7 @@ llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids,
                                 enum sched_finish_reason reason, struct sched_engine_outputs *eo);
 
 /* Recovery (DESIGN.md §6): preempts every running request for recompute and forgets the
- * step in flight. kv_lost = true (the kv_manager restarted empty): the mirror starts with
+ * steps in flight (their outputs, should they come, are refused by step number). kv_lost = true (the kv_manager restarted empty): the mirror starts with
  * every block free and no FREE op is sent; false (the worker restarted): blocks are freed
  * through the next kv step as usual. */
 void sched_preempt_all(struct scheduler *s, bool kv_lost);
@@ -173,6 +195,9 @@ void sched_get_stats(const struct scheduler *s, struct sched_stats *out);
 int32_t sched_num_unfinished(const struct scheduler *s);  /* waiting + running */
 /* The live request with that id (waiting or running), or NULL. Read-only. */
 const struct sched_request *sched_find_request(const struct scheduler *s, const char *req_id);
+/* Steps with tokens whose output is not applied yet, the last planned one included (it is
+ * committed lazily): 0, 1, or 2 with async_scheduling. */
+int32_t sched_num_steps_in_flight(const struct scheduler *s);
 /* Mirror reference count of a block (tests). */
 int32_t sched_mirror_ref(const struct scheduler *s, int32_t block_id);
 

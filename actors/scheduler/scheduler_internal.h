@@ -14,11 +14,28 @@ struct op_ref {
   enum kv_op_kind kind;
 };
 
+/* One request of a committed step (sent to the worker, output not applied yet). */
+struct sched_step_entry {
+  struct sched_request *req;
+  int32_t num_scheduled_tokens;
+  bool samples;                      /* the step reaches the end of its known tokens */
+};
+
+/* A committed step: what its output is applied against (sched_update_from_output). */
+struct sched_step_record {
+  uint64_t step;
+  struct sched_step_entry *entries;  /* [num] of cap max_num_seqs */
+  int32_t num;
+};
+
 struct scheduler {
   struct sched_config cfg;
   int32_t max_blocks_per_req;
   uint64_t next_arrival_seq, step;
-  bool step_in_flight, kv_in_flight;
+  bool planned;                      /* the last sched_schedule's step is not committed yet */
+  bool kv_in_flight;
+  struct sched_step_record inflight[2]; /* committed steps, oldest at inflight_head */
+  int32_t inflight_head, num_inflight;
 
   uint64_t map_mask;                 /* live requests by id: open addressing */
   struct sched_request **map;
@@ -64,5 +81,28 @@ void sched_remove_scheduled(struct scheduler *s, struct sched_request *r);
 /* Fills `out` from the scheduled list; `final` marks new requests as sent to the worker
  * (scheduler.c). Errors: OUT_OF_MEMORY. */
 llb_status sched_assemble_output(struct scheduler *s, struct sched_output *out, bool final);
+
+/* The live request with that id, or NULL (scheduler.c). */
+struct sched_request *sched_map_get(const struct scheduler *s, const char *id);
+
+/* Ends r with `reason`: output into eo (when not NULL), leaves running/waiting and the map,
+ * blocks released in the mirror (FREE with the next kv step), destroyed when nothing refers
+ * to it (scheduler.c). Errors: OUT_OF_MEMORY. */
+llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
+                        struct sched_engine_outputs *eo, int32_t first_pos, int32_t n_new);
+
+/* A finished request is destroyed when nothing refers to it any more: no deferred FREE, no
+ * FREE in the kv step in flight, no committed step whose output is not applied. */
+static inline bool sched_can_destroy(const struct sched_request *r) {
+  return sched_request_is_finished(r) && !r->kv_free_pending && !r->zombie && r->num_inflight_steps == 0;
+}
+
+/* Commits the planned step if there is one: records it, advances num_computed_tokens,
+ * counts placeholders (sched_inflight.c). No allocation. */
+void sched_commit_step(struct scheduler *s);
+
+/* Forgets the committed steps: their requests lose the references and placeholders; finished
+ * ones nothing else holds are destroyed (sched_inflight.c). */
+void sched_drop_inflight_steps(struct scheduler *s);
 
 #endif

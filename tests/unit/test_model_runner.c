@@ -497,11 +497,52 @@ static void test_bad_scheduler_output_is_an_error_status_and_changes_nothing(voi
   model_runner_destroy(r);
 }
 
+/* Async scheduling's wire form: step N+1's decode input is the token the worker sampled in
+ * step N, which the scheduler has not seen: the delta carries no token, only
+ * num_output_tokens counting it. The tokens equal the synchronous run's; a count beyond the
+ * tokens the worker sampled is an error reply that changes nothing. */
+static void test_decode_input_may_be_the_workers_own_unapplied_sample(void **state) {
+  struct fixture *fx = *state;
+  struct sim_req ref = make_req("q", 5, 7, true);
+  run_alone(fx, &ref, 3);
+  struct model_runner *r = make_runner(fx, 1);
+  struct sim_req q = make_req("q", 5, 7, true);
+  struct sim_step s;
+  sim_begin(&s, 1);
+  sim_schedule(&s, &q, 5);
+  struct llb_model_runner_output out;
+  assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_OK);
+  int32_t got[3] = {out.sampled_token_ids[0]};
+  for (int32_t k = 1; k < 3; k++) { /* the scheduler knows only how many tokens were sampled */
+    sim_begin(&s, (uint64_t)k + 1);
+    s.cached_ids[0] = llb_str_c("q");
+    s.computed[0] = 5 + k - 1;
+    s.num_output[0] = k;
+    s.so.scheduled_cached_reqs.num_reqs = 1;
+    s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("q"), 1};
+    s.so.num_scheduled_reqs = 1;
+    s.so.total_num_scheduled_tokens = 1;
+    if (k == 2) { /* first a malformed claim: a token the worker never sampled */
+      s.num_output[0] = k + 1;
+      s.computed[0] = 5 + k;
+      expect_error(r, &s.so, LLB_STATUS_INVALID_ARGUMENT, "scheduled_cached_reqs.req_ids[0]", 1);
+      s.num_output[0] = k;
+      s.computed[0] = 5 + k - 1;
+    }
+    assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_OK);
+    assert_int_equal(out.num_sampled[0], 1);
+    got[k] = out.sampled_token_ids[0];
+  }
+  assert_memory_equal(got, ref.tokens + 5, sizeof got);
+  model_runner_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_batch_has_positions_slots_and_logits_rows_of_the_scheduled_ranges),
       cmocka_unit_test(test_mixed_chunked_preempted_batch_matches_each_request_alone),
       cmocka_unit_test(test_bad_scheduler_output_is_an_error_status_and_changes_nothing),
+      cmocka_unit_test(test_decode_input_may_be_the_workers_own_unapplied_sample),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,184 @@
+/* The scheduler actor's step thread: the round trip to the worker (`.execute`), synchronous
+ * (one request/reply per step) or asynchronous (step N+1 sent before step N's reply is back;
+ * see scheduler.h and README.md "Asynchronous scheduling"). */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <time.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/scheduler/actor_internal.h"
+#include "bus/log.h"
+
+/* A reply copied off the delivery thread. */
+struct exec_reply {
+  struct exec_reply *next;
+  uint64_t step;          /* from the subject <exec_inbox>.<step>; 0 when it names none */
+  char status[16];        /* the NATS Status header ("503": no responders), "" none */
+  size_t len;
+  uint8_t data[];
+};
+
+/* The step a reply answers, from its subject <exec_inbox>.<step>; 0 when it names none. */
+static uint64_t reply_step(const struct scheduler_actor *a, const char *subject) {
+  size_t n = strlen(a->exec_inbox);
+  if (!subject || strncmp(subject, a->exec_inbox, n) != 0 || subject[n] != '.') return 0;
+  char *end = NULL;
+  unsigned long long v = strtoull(subject + n + 1, &end, 10);
+  return end && *end == '\0' ? (uint64_t)v : 0;
+}
+
+static void on_exec_reply(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  struct scheduler_actor *a = user;
+  struct exec_reply *r = malloc(sizeof(*r) + msg->len);
+  if (!r) {
+    LLB_LOG_ERROR("exec_reply_dropped", "reason=out_of_memory bytes=%zu", msg->len);
+    return;
+  }
+  r->next = NULL;
+  r->step = reply_step(a, msg->subject);
+  const char *status = msg->len == 0 ? bus_msg_header(msg, "Status") : NULL;
+  snprintf(r->status, sizeof r->status, "%s", status ? status : "");
+  r->len = msg->len;
+  if (msg->len) memcpy(r->data, msg->data, msg->len);
+  pthread_mutex_lock(&a->exec_mu);
+  if (a->exec_tail) a->exec_tail->next = r;
+  else a->exec_head = r;
+  a->exec_tail = r;
+  pthread_cond_signal(&a->exec_cv);
+  pthread_mutex_unlock(&a->exec_mu);
+}
+
+llb_status sched_actor_execute_init(struct scheduler_actor *a) {
+  pthread_mutex_init(&a->exec_mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&a->exec_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  a->exec_sync_init = true;
+  llb_status st = bus_new_inbox(a->bus, a->exec_inbox, sizeof a->exec_inbox - 24);
+  if (st) return st;
+  char subject[BUS_SUBJECT_MAX + 32];
+  snprintf(subject, sizeof subject, "%s.*", a->exec_inbox);
+  return bus_subscribe(a->bus, subject, NULL, on_exec_reply, a, NULL);
+}
+
+void sched_actor_execute_free(struct scheduler_actor *a) {
+  if (!a->exec_sync_init) return;
+  while (a->exec_head) {
+    struct exec_reply *r = a->exec_head;
+    a->exec_head = r->next;
+    free(r);
+  }
+  pthread_cond_destroy(&a->exec_cv);
+  pthread_mutex_destroy(&a->exec_mu);
+  a->exec_sync_init = false;
+}
+
+/* Encodes a->out (with the carried ids) into a->buf and stamps first scheduling times. */
+static llb_status encode_step(struct scheduler_actor *a) {
+  struct llb_scheduler_output m;
+  llb_status st = sched_wire_scheduler_output(&a->wire, &a->out, &a->carry_finished,
+                                              &a->carry_preempted, &a->carry_free_mm, &m);
+  if (st) return st;
+  int64_t now = llb_wall_ns();
+  for (int32_t i = 0; i < a->out.num_new_reqs; i++) {
+    int64_t at = sched_actor_map_find(a, a->out.new_reqs[i].req_id);
+    if (at >= 0 && a->map[at]->scheduled_time_ns == 0) a->map[at]->scheduled_time_ns = now;
+  }
+  st = llb_scheduler_output_encode_buf(&m, &a->buf);
+  if (st) return st;
+  sched_str_list_clear(&a->carry_finished);
+  sched_str_list_clear(&a->carry_preempted);
+  sched_str_list_clear(&a->carry_free_mm);
+  return LLB_STATUS_OK;
+}
+
+/* Decodes the worker's reply and applies it to the scheduler. */
+static llb_status apply_reply(struct scheduler_actor *a, const uint8_t *data, size_t len) {
+  llb_arena_reset(&a->arena);
+  struct llb_model_runner_output r;
+  llb_status st = llb_model_runner_output_decode(data, len, &a->arena, &r);
+  if (st) return st;
+  if (r.error.code != 0)
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "worker error %d: %s", r.error.code, r.error.message.data);
+  a->mro = r;
+  a->have_mro = true;
+  struct sched_model_output mo;
+  st = sched_wire_model_output(&a->wire, &r, &mo);
+  if (st) return st;
+  a->last_applied_step = r.step;
+  return sched_update_from_output(a->sched, &mo, &a->eo);
+}
+
+llb_status sched_actor_execute_sync(struct scheduler_actor *a) {
+  llb_status st = encode_step(a);
+  if (st) return st;
+  struct bus_msg *reply = NULL;
+  st = bus_request(a->bus, a->subj_execute, a->buf.data, a->buf.len, NULL,
+                   a->cfg.execute_timeout_ms, &reply);
+  if (st) return st;
+  st = apply_reply(a, reply->data, reply->len);
+  bus_msg_destroy(reply);
+  return st;
+}
+
+llb_status sched_actor_execute_send(struct scheduler_actor *a) {
+  if (a->num_exec_pending >= 2)
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "step %" PRIu64 ": two steps already in flight", a->out.step);
+  llb_status st = encode_step(a);
+  if (st) return st;
+  char reply_to[BUS_SUBJECT_MAX + 32]; /* the inbox leaves 24 bytes for ".<step>" */
+  snprintf(reply_to, sizeof reply_to, "%s.%" PRIu64, a->exec_inbox, a->out.step);
+  struct bus_out_msg m = {.subject = a->subj_execute, .reply = reply_to, .data = a->buf.data,
+                          .len = a->buf.len};
+  st = bus_publish_msg(a->bus, &m);
+  if (st) return st;
+  a->exec_pending[a->num_exec_pending++] = a->out.step;
+  return LLB_STATUS_OK;
+}
+
+llb_status sched_actor_execute_receive(struct scheduler_actor *a) {
+  if (a->num_exec_pending == 0) return LLB_ERRF(LLB_STATUS_INTERNAL, "no step in flight");
+  uint64_t want = a->exec_pending[0];
+  a->exec_pending[0] = a->exec_pending[1];
+  a->num_exec_pending--;
+  struct timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  int64_t ns = deadline.tv_nsec + (a->cfg.execute_timeout_ms % 1000) * 1000000;
+  deadline.tv_sec += a->cfg.execute_timeout_ms / 1000 + ns / 1000000000;
+  deadline.tv_nsec = ns % 1000000000;
+  for (;;) {
+    pthread_mutex_lock(&a->exec_mu);
+    while (!a->exec_head && pthread_cond_timedwait(&a->exec_cv, &a->exec_mu, &deadline) != ETIMEDOUT) {
+    }
+    struct exec_reply *reply = a->exec_head;
+    if (reply) {
+      a->exec_head = reply->next;
+      if (!a->exec_head) a->exec_tail = NULL;
+    }
+    pthread_mutex_unlock(&a->exec_mu);
+    if (!reply)
+      return LLB_ERRF(LLB_STATUS_TIMEOUT, "no reply on %s for step %" PRIu64 " within %lld ms",
+                      a->subj_execute, want, (long long)a->cfg.execute_timeout_ms);
+    if (reply->step != 0 && reply->step < want) { /* a step forgotten after a failure */
+      LLB_LOG_INFO("stale_reply_dropped", "step=%" PRIu64 " waiting_for=%" PRIu64, reply->step, want);
+      free(reply);
+      continue;
+    }
+    llb_status st;
+    if (reply->step != want)
+      st = LLB_ERRF(LLB_STATUS_INTERNAL, "reply for step %" PRIu64 " while waiting for %" PRIu64, reply->step, want);
+    else if (reply->len == 0) /* a NATS status (503: no worker listens), not a ModelRunnerOutput */
+      st = LLB_ERRF(LLB_STATUS_NOT_FOUND, "no responders on %s (status %s)", a->subj_execute,
+                    reply->status[0] ? reply->status : "none");
+    else
+      st = apply_reply(a, reply->data, reply->len);
+    free(reply);
+    return st;
+  }
+}

@@ -1,0 +1,145 @@
+/* The scheduler's steps in flight: commit of a planned step, applying a model output, and
+ * forgetting steps on recovery (asynchronous scheduling, see scheduler.h; vLLM v1
+ * core/sched/async_scheduler.py and scheduler.py update_from_output, our own code). */
+#include <string.h>
+
+#include "actors/scheduler/scheduler.h"
+#include "actors/scheduler/scheduler_internal.h"
+
+/* The planned step was sent (or had no tokens): record it for its output, advance each
+ * request's num_computed_tokens by its scheduled tokens and count a placeholder for the
+ * token it will sample (vLLM _update_after_schedule; async_scheduler.py). No allocation:
+ * records hold max_num_seqs entries. */
+void sched_commit_step(struct scheduler *s) {
+  if (!s->planned) return;
+  s->planned = false;
+  if (s->num_scheduled == 0 || s->total_scheduled == 0) {
+    for (int32_t i = 0; i < s->num_scheduled; i++) s->scheduled[i]->num_scheduled_tokens = 0;
+    s->num_scheduled = s->total_scheduled = 0;
+    return;
+  }
+  struct sched_step_record *rec = &s->inflight[(s->inflight_head + s->num_inflight) % 2];
+  rec->step = s->step;
+  rec->num = 0;
+  for (int32_t i = 0; i < s->num_scheduled; i++) {
+    struct sched_request *r = s->scheduled[i];
+    int32_t n = r->num_scheduled_tokens;
+    r->num_scheduled_tokens = 0;
+    r->step_blocks_begin = r->num_block_ids;
+    r->lookup = false;
+    if (n <= 0) continue;
+    if (r->num_computed_tokens < r->num_tokens) {
+      int32_t catch_up = r->num_tokens - r->num_computed_tokens;
+      s->stats.num_prompt_tokens += (uint64_t)(catch_up < n ? catch_up : n);
+    }
+    r->num_computed_tokens += n;
+    bool samples = r->num_computed_tokens >= r->num_tokens + r->num_output_placeholders;
+    if (samples) r->num_output_placeholders++;
+    r->num_inflight_steps++;
+    rec->entries[rec->num++] = (struct sched_step_entry){.req = r, .num_scheduled_tokens = n,
+                                                         .samples = samples};
+  }
+  s->num_scheduled = s->total_scheduled = 0;
+  s->num_inflight++;
+}
+
+/* Forgets the committed steps (sched_preempt_all, sched_destroy): their requests lose the
+ * references and placeholders; finished ones nothing else holds are destroyed. */
+void sched_drop_inflight_steps(struct scheduler *s) {
+  for (int32_t k = 0; k < s->num_inflight; k++) {
+    struct sched_step_record *rec = &s->inflight[(s->inflight_head + k) % 2];
+    for (int32_t i = 0; i < rec->num; i++) {
+      struct sched_request *r = rec->entries[i].req;
+      r->num_inflight_steps--;
+      if (rec->entries[i].samples) r->num_output_placeholders--;
+      if (sched_can_destroy(r)) sched_request_destroy(r);
+    }
+    rec->num = 0;
+  }
+  s->num_inflight = 0;
+  s->inflight_head = 0;
+}
+
+/* The entry of `rec` whose request is named `id`: the live request with that id when it is
+ * in rec (marked by sampled_offset == -2 below), else a finished one, found by scanning. */
+static struct sched_request *entry_request(struct scheduler *s, const struct sched_step_record *rec,
+                                          const char *id) {
+  struct sched_request *live = sched_map_get(s, id);
+  if (live && live->sampled_offset == -2) return live;
+  for (int32_t k = 0; k < rec->num; k++) {
+    struct sched_request *r = rec->entries[k].req;
+    if (sched_request_is_finished(r) && r->sampled_offset == -2 && strcmp(r->request_id, id) == 0) return r;
+  }
+  return NULL;
+}
+
+llb_status sched_update_from_output(struct scheduler *s, const struct sched_model_output *mo,
+                                    struct sched_engine_outputs *eo) {
+  if (s->kv_in_flight)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu: kv step %llu unanswered",
+                    (unsigned long long)mo->step, (unsigned long long)s->step);
+  sched_commit_step(s);
+  struct sched_step_record *rec = &s->inflight[s->inflight_head];
+  if (s->num_inflight == 0 || mo->step != rec->step)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu, oldest in flight: %s %llu",
+                    (unsigned long long)mo->step, s->num_inflight ? "step" : "none",
+                    (unsigned long long)(s->num_inflight ? rec->step : 0));
+  if (mo->num_reqs < 0 || (mo->num_reqs > 0 && (!mo->req_ids || !mo->num_sampled)))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu: bad arrays",
+                    (unsigned long long)mo->step);
+  sched_engine_outputs_clear(eo, mo->step);
+  s->inflight_head = (s->inflight_head + 1) % 2;
+  s->num_inflight--;
+  /* Find each row's request (the worker's order may differ from ours). */
+  for (int32_t k = 0; k < rec->num; k++) {
+    rec->entries[k].req->sampled_offset = -2; /* "in this step, no row yet" */
+    rec->entries[k].req->num_sampled = 0;
+  }
+  int64_t off = 0;
+  for (int32_t i = 0; i < mo->num_reqs; i++) {
+    struct sched_request *r = mo->req_ids[i] ? entry_request(s, rec, mo->req_ids[i]) : NULL;
+    int32_t n = mo->num_sampled[i] > 0 ? mo->num_sampled[i] : 0;
+    if (r && n > 0 && mo->sampled_token_ids) {
+      r->sampled_offset = off;
+      r->num_sampled = n;
+    }
+    off += n;
+  }
+  llb_status st = LLB_STATUS_OK;
+  for (int32_t k = 0; k < rec->num; k++) {
+    const struct sched_step_entry *e = &rec->entries[k];
+    struct sched_request *r = e->req;
+    int32_t n_sampled = r->num_sampled;
+    int64_t sampled_at = r->sampled_offset;
+    r->num_sampled = 0;
+    r->sampled_offset = 0;
+    r->num_inflight_steps--;
+    if (e->samples) r->num_output_placeholders--;
+    if (st) continue; /* keep the accounting of every entry right */
+    if (sched_request_is_finished(r)) { /* finished after this step was planned: discard */
+      if (sched_can_destroy(r)) sched_request_destroy(r);
+      continue;
+    }
+    if (r->abort_pending) { /* its ABORT output went out with sched_abort_requests */
+      st = sched_finish(s, r, r->abort_reason, NULL, 0, 0);
+      continue;
+    }
+    int32_t first_pos = sched_request_num_output_tokens(r), n_new = 0;
+    enum sched_finish_reason reason = SCHED_FINISH_REASON_NONE;
+    if (e->samples) { /* caught up with its context: the sampled tokens are new */
+      for (int32_t t = 0; t < n_sampled && reason == SCHED_FINISH_REASON_NONE; t++, n_new++)
+        reason = sched_request_append_token(r, mo->sampled_token_ids[sampled_at + t],
+                                            s->cfg.max_model_len);
+      s->stats.num_generation_tokens += (uint64_t)n_new;
+      sched_request_update_block_hashes(r, s->cfg.block_size);
+    }
+    if (reason != SCHED_FINISH_REASON_NONE) st = sched_finish(s, r, reason, eo, first_pos, n_new);
+    else if (n_new > 0) st = sched_engine_outputs_add(eo, r, first_pos, n_new);
+  }
+  rec->num = 0;
+  return st;
+}
+
+int32_t sched_num_steps_in_flight(const struct scheduler *s) {
+  return s->num_inflight + (s->planned && s->total_scheduled > 0 ? 1 : 0);
+}
