@@ -347,48 +347,67 @@ static llb_status carry_ids(struct sched_str_list *dst, const struct sched_str_l
   return LLB_STATUS_OK;
 }
 
-/* One step; returns true if it did anything (tokens executed or kv ops sent). */
-static bool run_step(struct scheduler_actor *a) {
-  a->have_mro = false;
+enum plan_result {
+  PLAN_SCHEDULE_FAILED, /* schedule() failed: nothing was done */
+  PLAN_FAILED,          /* a KV or encoder round trip (or the encoder plan) failed */
+  PLAN_EMPTY,           /* no tokens for the worker this time */
+  PLAN_READY            /* a.out is a step to send */
+};
+
+/* Plans one step: schedule(), then its one KV and one encoder round trip. An empty step keeps
+ * the ids the worker must drop for the next SchedulerOutput; a failure forgets every step in
+ * flight (their replies are dropped by step number). *did: a round trip was made. */
+static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
   llb_status st = sched_schedule(a->sched, &a->out, &a->kv);
   if (st) {
+    a->num_exec_pending = 0;
     step_failed(a, "schedule", st);
-    return false;
+    return PLAN_SCHEDULE_FAILED;
   }
-  bool did = false;
   if (a->kv.num_ops > 0) {
-    did = true;
-    st = kv_round_trip(a);
-    if (st) {
+    *did = true;
+    if ((st = kv_round_trip(a))) {
       atomic_fetch_add(&a->c_kv_fail, 1);
+      a->num_exec_pending = 0;
       step_failed(a, "kv_manager", st);
-      return true;
+      return PLAN_FAILED;
     }
   }
-  st = sched_schedule_encoder(a->sched, &a->out, &a->enc);
-  if (st) {
+  if ((st = sched_schedule_encoder(a->sched, &a->out, &a->enc))) {
+    a->num_exec_pending = 0;
     step_failed(a, "schedule_encoder", st);
-    return true;
+    return PLAN_FAILED;
   }
   if (a->enc.num_ops > 0 || a->enc.reset) {
-    did = true;
-    st = encoder_round_trip(a);
-    if (st) {
+    *did = true;
+    if ((st = encoder_round_trip(a))) {
       atomic_fetch_add(&a->c_enc_fail, 1);
+      a->num_exec_pending = 0;
       step_failed(a, "encoder_cache", st);
-      return true;
+      return PLAN_FAILED;
     }
   }
   if (a->out.total_num_scheduled_tokens == 0) {
-    /* Nothing for the worker: keep the ids it must drop for the next SchedulerOutput. */
     if (carry_ids(&a->carry_finished, &a->out.finished_req_ids) ||
         carry_ids(&a->carry_preempted, &a->out.preempted_req_ids) ||
         carry_ids(&a->carry_free_mm, &a->out.free_encoder_mm_hashes))
       LLB_LOG_ERROR("carry_ids_failed", "reason=out_of_memory");
-    a->backoff_ms = 0;
-    return did;
+    return PLAN_EMPTY;
   }
-  st = sched_actor_execute_sync(a);
+  return PLAN_READY;
+}
+
+/* One synchronous step; returns true if it did anything (tokens executed or kv ops sent). */
+static bool run_step(struct scheduler_actor *a) {
+  a->have_mro = false;
+  bool did = false;
+  switch (plan_step(a, &did)) {
+  case PLAN_SCHEDULE_FAILED: return false;
+  case PLAN_FAILED: return true;
+  case PLAN_EMPTY: a->backoff_ms = 0; return did;
+  case PLAN_READY: break;
+  }
+  llb_status st = sched_actor_execute_sync(a);
   if (st) {
     atomic_fetch_add(&a->c_exec_fail, 1);
     a->kv_reset_pending = true;
@@ -418,45 +437,19 @@ static bool run_step_async(struct scheduler_actor *a) {
   a->have_mro = false;
   bool did = false, sent = false;
   if (a->num_exec_pending < 2) {
-    llb_status st = sched_schedule(a->sched, &a->out, &a->kv);
-    if (st) {
-      a->num_exec_pending = 0;
-      step_failed(a, "schedule", st);
-      return false;
-    }
-    if (a->kv.num_ops > 0) {
-      did = true;
-      if ((st = kv_round_trip(a))) {
-        atomic_fetch_add(&a->c_kv_fail, 1);
-        a->num_exec_pending = 0;
-        step_failed(a, "kv_manager", st);
+    switch (plan_step(a, &did)) {
+    case PLAN_SCHEDULE_FAILED: return false;
+    case PLAN_FAILED: return true;
+    case PLAN_EMPTY: break;
+    case PLAN_READY: {
+      const llb_status st = sched_actor_execute_send(a);
+      if (st) {
+        exec_failed(a, st);
         return true;
       }
-    }
-    if ((st = sched_schedule_encoder(a->sched, &a->out, &a->enc))) {
-      a->num_exec_pending = 0;
-      step_failed(a, "schedule_encoder", st);
-      return true;
-    }
-    if (a->enc.num_ops > 0 || a->enc.reset) {
-      did = true;
-      if ((st = encoder_round_trip(a))) {
-        atomic_fetch_add(&a->c_enc_fail, 1);
-        a->num_exec_pending = 0;
-        step_failed(a, "encoder_cache", st);
-        return true;
-      }
-    }
-    if (a->out.total_num_scheduled_tokens == 0) {
-      if (carry_ids(&a->carry_finished, &a->out.finished_req_ids) ||
-          carry_ids(&a->carry_preempted, &a->out.preempted_req_ids) ||
-          carry_ids(&a->carry_free_mm, &a->out.free_encoder_mm_hashes))
-        LLB_LOG_ERROR("carry_ids_failed", "reason=out_of_memory");
-    } else if ((st = sched_actor_execute_send(a))) {
-      exec_failed(a, st);
-      return true;
-    } else {
       sent = did = true;
+      break;
+    }
     }
   }
   if (a->num_exec_pending == 2 || (!sent && a->num_exec_pending > 0)) {
