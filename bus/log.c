@@ -19,6 +19,12 @@ void llb_log_set_actor(const char *actor) {
 
 void llb_log_set_level(llb_log_level level) { log_level = (int)level; }
 
+static int current_level(void);
+
+llb_log_level llb_log_get_level(void) { return (llb_log_level)current_level(); }
+
+const char *llb_log_get_actor(void) { return log_actor; }
+
 static int current_level(void) {
   if (log_level >= 0) return log_level;
   const char *env = getenv("LLMBUS_LOG_LEVEL");

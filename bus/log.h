@@ -29,6 +29,10 @@ void llb_log_set_actor(const char *actor);
 /* Sets the lowest level written. */
 void llb_log_set_level(llb_log_level level);
 
+/* The level and actor name in effect (for handing them to a loaded module). */
+llb_log_level llb_log_get_level(void);
+const char *llb_log_get_actor(void);
+
 /* Writes one line: ts, level, actor, event=`event`, then the formatted tail (may be NULL). */
 void llb_log(llb_log_level level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

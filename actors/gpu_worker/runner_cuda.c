@@ -91,3 +91,24 @@ int64_t runner_cuda_kv_bytes(const struct runner_cuda *rc) { return rc->kv_bytes
 llb_status runner_cuda_forward(struct runner_cuda *rc, const struct llama_batch *b, float *logits) {
   return cuda_forward(rc->fwd, rc->kv, b, NULL, logits, NULL);
 }
+
+static void api_log_init(const char *actor, llb_log_level level) {
+  llb_log_set_actor(actor);
+  llb_log_set_level(level);
+}
+
+static const char *api_last_error(void) { return llb_err_last(); }
+
+const struct runner_cuda_api *llb_runner_cuda_api(void) {
+  static const struct runner_cuda_api api = {
+      .log_init = api_log_init,
+      .last_error = api_last_error,
+      .probe = runner_cuda_probe,
+      .create = runner_cuda_create,
+      .destroy = runner_cuda_destroy,
+      .config = runner_cuda_config,
+      .kv_bytes = runner_cuda_kv_bytes,
+      .forward = runner_cuda_forward,
+  };
+  return &api;
+}

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bus/log.h"
 #include "bus/status.h"
 #include "model/config.h"
 #include "model/forward.h"
@@ -49,5 +50,29 @@ int64_t runner_cuda_kv_bytes(const struct runner_cuda *rc);
  * [b->num_logits, vocab_size]) receive the logits rows. Errors of cuda_forward:
  * INVALID_ARGUMENT / UNSUPPORTED (a batch beyond the context's sizes), DEVICE, OUT_OF_MEMORY. */
 llb_status runner_cuda_forward(struct runner_cuda *rc, const struct llama_batch *b, float *logits);
+
+/* The runner as a loadable module: runner_cuda.c and the CUDA kernels are built into
+ * RUNNER_CUDA_MODULE (next to the binaries), which the worker dlopens only for --device cuda,
+ * so that a CPU worker never maps cudart and cuBLAS (~140 MB resident per process: cuBLAS's
+ * relocated data alone is ~85 MB). The module carries its own copies of llmbus_base and
+ * llmbus_model: log settings are handed over by log_init, and a failed call's message is
+ * read back with last_error (runner_backend.c re-raises it). */
+#define RUNNER_CUDA_MODULE "libllmbus_runner_cuda.so"
+#define RUNNER_CUDA_API_SYMBOL "llb_runner_cuda_api"
+
+struct runner_cuda_api {
+  void (*log_init)(const char *actor, llb_log_level level);
+  const char *(*last_error)(void); /* llb_err_last() inside the module */
+  llb_status (*probe)(void);
+  llb_status (*create)(const struct gguf_file *f, int32_t max_num_tokens, int32_t block_size,
+                       float gpu_memory_utilization, int32_t *num_blocks, struct runner_cuda **out);
+  void (*destroy)(struct runner_cuda *rc);
+  const struct llama_config *(*config)(const struct runner_cuda *rc);
+  int64_t (*kv_bytes)(const struct runner_cuda *rc);
+  llb_status (*forward)(struct runner_cuda *rc, const struct llama_batch *b, float *logits);
+};
+
+/* Exported by the module under RUNNER_CUDA_API_SYMBOL. */
+const struct runner_cuda_api *llb_runner_cuda_api(void);
 
 #endif

@@ -2,8 +2,9 @@
  *   - --device cuda without a usable CUDA device (or in a build without CUDA) exits 1 with
  *     exactly one start_failed log line that names the CUDA error, and no crash;
  *   - --device tpu and --gpu-memory-utilization outside (0, 1] are usage errors (exit 2);
- *   - --device cpu of this build (linked with cudart + cuBLAS when built with CUDA) starts on
- *     this machine and drains on SIGTERM (exit 0), i.e. it touches no CUDA.
+ *   - --device cpu of this build starts on this machine and drains on SIGTERM (exit 0), i.e.
+ *     it touches no CUDA, and maps no CUDA library while it runs (a CUDA build loads its
+ *     runner module, and with it cudart and cuBLAS, only for --device cuda).
  * Exits 77 (skipped) when a CUDA device is present (the cuda worker would then start) or no
  * nats-server binary is installed. The cpu case is skipped without the default model. */
 #include <setjmp.h>
@@ -37,7 +38,21 @@ struct run_result {
   size_t len;
   int status;      /* waitpid status */
   bool timed_out;  /* killed after the deadline */
+  bool mapped_cuda; /* when stop_after appeared: a CUDA library was in its /proc/PID/maps */
 };
+
+/* Whether process pid maps a CUDA runtime or cuBLAS library. */
+static bool maps_cuda(pid_t pid) {
+  char path[64], line[1024];
+  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f))
+    found = strstr(line, "libcudart") || strstr(line, "libcublas") || strstr(line, "libllmbus_runner_cuda");
+  fclose(f);
+  return found;
+}
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -88,6 +103,7 @@ static void run_worker(const char *const *args, const char *stop_after, int time
     r->len += take;
     r->out[r->len] = '\0';
     if (stop_after && !stopped && strstr(r->out, stop_after)) {
+      r->mapped_cuda = maps_cuda(pid);
       kill(pid, SIGTERM);
       stopped = true;
     }
@@ -169,6 +185,7 @@ static void a_cpu_worker_starts_and_drains_without_a_gpu(void **state) {
   run_worker(args, "gpu_worker_subscribed", 90000, &r);
   assert_false(r.timed_out);
   assert_non_null(strstr(r.out, "device=cpu"));
+  assert_false(r.mapped_cuda); /* the CUDA runner module is for --device cuda only */
   assert_true(WIFEXITED(r.status));
   if (WEXITSTATUS(r.status) != 0) fprintf(stderr, "worker output:\n%s\n", r.out);
   assert_int_equal(WEXITSTATUS(r.status), 0);
