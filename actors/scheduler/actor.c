@@ -283,9 +283,13 @@ static void apply_aborts(struct scheduler_actor *a, struct abort_item *list) {
 
 static void step_failed(struct scheduler_actor *a, const char *what, llb_status st) {
   char q[600];
-  LLB_LOG_ERROR("step_failed", "peer=%s step=%llu status=%s error=%s action=preempt_all",
-                what, (unsigned long long)a->out.step, llb_strerror(st),
-                llb_log_quote(q, sizeof q, llb_err_last()));
+  if (st == LLB_STATUS_CLOSED) /* shutting down: the connection is closed or the actor stops */
+    LLB_LOG_INFO("step_abandoned", "peer=%s step=%llu reason=%s", what, (unsigned long long)a->out.step,
+                 llb_log_quote(q, sizeof q, llb_err_last()));
+  else
+    LLB_LOG_ERROR("step_failed", "peer=%s step=%llu status=%s error=%s action=preempt_all",
+                  what, (unsigned long long)a->out.step, llb_strerror(st),
+                  llb_log_quote(q, sizeof q, llb_err_last()));
   sched_preempt_all(a->sched, false);
   a->backoff_ms = a->backoff_ms ? a->backoff_ms * 2 : BACKOFF_MIN_MS;
   if (a->backoff_ms > BACKOFF_MAX_MS) a->backoff_ms = BACKOFF_MAX_MS;
@@ -591,6 +595,7 @@ void scheduler_actor_stop(struct scheduler_actor *a) {
   a->stop = true;
   pthread_cond_signal(&a->cv);
   pthread_mutex_unlock(&a->mu);
+  sched_actor_execute_wake_for_stop(a); /* a step thread waiting for a worker reply */
   if (a->thread_started) pthread_join(a->thread, NULL);
   a->thread_started = false;
 }

@@ -67,6 +67,14 @@ llb_status sched_actor_execute_init(struct scheduler_actor *a) {
   return bus_subscribe(a->bus, subject, NULL, on_exec_reply, a, NULL);
 }
 
+void sched_actor_execute_wake_for_stop(struct scheduler_actor *a) {
+  if (!a->exec_sync_init) return;
+  pthread_mutex_lock(&a->exec_mu);
+  a->exec_stop = true;
+  pthread_cond_broadcast(&a->exec_cv);
+  pthread_mutex_unlock(&a->exec_mu);
+}
+
 void sched_actor_execute_free(struct scheduler_actor *a) {
   if (!a->exec_sync_init) return;
   while (a->exec_head) {
@@ -154,14 +162,18 @@ llb_status sched_actor_execute_receive(struct scheduler_actor *a) {
   deadline.tv_nsec = ns % 1000000000;
   for (;;) {
     pthread_mutex_lock(&a->exec_mu);
-    while (!a->exec_head && pthread_cond_timedwait(&a->exec_cv, &a->exec_mu, &deadline) != ETIMEDOUT) {
+    while (!a->exec_head && !a->exec_stop &&
+           pthread_cond_timedwait(&a->exec_cv, &a->exec_mu, &deadline) != ETIMEDOUT) {
     }
     struct exec_reply *reply = a->exec_head;
     if (reply) {
       a->exec_head = reply->next;
       if (!a->exec_head) a->exec_tail = NULL;
     }
+    const bool stopping = a->exec_stop;
     pthread_mutex_unlock(&a->exec_mu);
+    if (!reply && stopping)
+      return LLB_ERRF(LLB_STATUS_CLOSED, "stopping: step %" PRIu64 " abandoned", want);
     if (!reply)
       return LLB_ERRF(LLB_STATUS_TIMEOUT, "no reply on %s for step %" PRIu64 " within %lld ms",
                       a->subj_execute, want, (long long)a->cfg.execute_timeout_ms);

@@ -90,6 +90,7 @@ struct scheduler_actor {
   pthread_mutex_t exec_mu;
   pthread_cond_t exec_cv;
   struct exec_reply *exec_head, *exec_tail; /* under exec_mu */
+  bool exec_stop;                           /* under exec_mu: the actor stops, stop waiting */
   bool exec_sync_init;
   uint64_t exec_pending[2];
   int32_t num_exec_pending;
@@ -111,6 +112,8 @@ void sched_actor_map_remove(struct scheduler_actor *a, int64_t i, bool free_meta
 llb_status sched_actor_execute_init(struct scheduler_actor *a);
 /* Frees queued replies and the queue's lock (after the bus is destroyed). */
 void sched_actor_execute_free(struct scheduler_actor *a);
+/* The actor stops: a step thread waiting for a reply returns CLOSED at once. */
+void sched_actor_execute_wake_for_stop(struct scheduler_actor *a);
 /* Synchronous: sends a->out to the worker, waits for its reply, applies it into a->eo.
  * Errors: encoding, bus, an error reply, sched_update_from_output's. */
 llb_status sched_actor_execute_sync(struct scheduler_actor *a);
@@ -119,8 +122,8 @@ llb_status sched_actor_execute_sync(struct scheduler_actor *a);
 llb_status sched_actor_execute_send(struct scheduler_actor *a);
 /* Async: waits up to execute_timeout_ms for the oldest pending step's reply (replies to
  * steps forgotten after a failure are dropped), then applies it into a->eo. The step leaves
- * the pending list whatever happens. Errors: TIMEOUT, NOT_FOUND (no responders), decoding,
- * an error reply, sched_update_from_output's. */
+ * the pending list whatever happens. Errors: TIMEOUT, NOT_FOUND (no responders), CLOSED (the
+ * actor stops), decoding, an error reply, sched_update_from_output's. */
 llb_status sched_actor_execute_receive(struct scheduler_actor *a);
 
 /* step thread: outputs (actor_outputs.c) */
