@@ -37,8 +37,14 @@ static void cuda_api_load(void) {
     if (h) dlclose(h);
     return;
   }
-  cuda_api_ptr = get();
-  cuda_api_ptr->log_init(llb_log_get_actor(), llb_log_get_level());
+  const struct runner_cuda_api *api = get();
+  if (!api || api->abi_size != sizeof(struct runner_cuda_api)) { /* a module of another build */
+    snprintf(cuda_api_error, sizeof(cuda_api_error), "CUDA runner module %s does not match this binary", path);
+    dlclose(h);
+    return;
+  }
+  api->log_init(llb_log_get_actor(), llb_log_get_level());
+  cuda_api_ptr = api;
 }
 
 /* The module's API, or NULL with *st set (UNSUPPORTED naming the module and dlerror). */

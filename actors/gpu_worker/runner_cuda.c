@@ -101,6 +101,7 @@ static const char *api_last_error(void) { return llb_err_last(); }
 
 const struct runner_cuda_api *llb_runner_cuda_api(void) {
   static const struct runner_cuda_api api = {
+      .abi_size = sizeof(struct runner_cuda_api),
       .log_init = api_log_init,
       .last_error = api_last_error,
       .probe = runner_cuda_probe,

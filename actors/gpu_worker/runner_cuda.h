@@ -61,6 +61,7 @@ llb_status runner_cuda_forward(struct runner_cuda *rc, const struct llama_batch 
 #define RUNNER_CUDA_API_SYMBOL "llb_runner_cuda_api"
 
 struct runner_cuda_api {
+  size_t abi_size; /* sizeof(struct runner_cuda_api) the module was built with */
   void (*log_init)(const char *actor, llb_log_level level);
   const char *(*last_error)(void); /* llb_err_last() inside the module */
   llb_status (*probe)(void);

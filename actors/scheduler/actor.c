@@ -351,6 +351,15 @@ static llb_status carry_ids(struct sched_str_list *dst, const struct sched_str_l
   return LLB_STATUS_OK;
 }
 
+/* This step's ids the worker must drop (finished, preempted, freed encoder items) go with the
+ * next SchedulerOutput instead: the step is not sent (empty, or its planning failed). */
+static void carry_all(struct scheduler_actor *a) {
+  if (carry_ids(&a->carry_finished, &a->out.finished_req_ids) ||
+      carry_ids(&a->carry_preempted, &a->out.preempted_req_ids) ||
+      carry_ids(&a->carry_free_mm, &a->out.free_encoder_mm_hashes))
+    LLB_LOG_ERROR("carry_ids_failed", "reason=out_of_memory");
+}
+
 enum plan_result {
   PLAN_SCHEDULE_FAILED, /* schedule() failed: nothing was done */
   PLAN_FAILED,          /* a KV or encoder round trip (or the encoder plan) failed */
@@ -373,12 +382,14 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
     if ((st = kv_round_trip(a))) {
       atomic_fetch_add(&a->c_kv_fail, 1);
       a->num_exec_pending = 0;
+      carry_all(a);
       step_failed(a, "kv_manager", st);
       return PLAN_FAILED;
     }
   }
   if ((st = sched_schedule_encoder(a->sched, &a->out, &a->enc))) {
     a->num_exec_pending = 0;
+    carry_all(a);
     step_failed(a, "schedule_encoder", st);
     return PLAN_FAILED;
   }
@@ -387,15 +398,13 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
     if ((st = encoder_round_trip(a))) {
       atomic_fetch_add(&a->c_enc_fail, 1);
       a->num_exec_pending = 0;
+      carry_all(a);
       step_failed(a, "encoder_cache", st);
       return PLAN_FAILED;
     }
   }
   if (a->out.total_num_scheduled_tokens == 0) {
-    if (carry_ids(&a->carry_finished, &a->out.finished_req_ids) ||
-        carry_ids(&a->carry_preempted, &a->out.preempted_req_ids) ||
-        carry_ids(&a->carry_free_mm, &a->out.free_encoder_mm_hashes))
-      LLB_LOG_ERROR("carry_ids_failed", "reason=out_of_memory");
+    carry_all(a);
     return PLAN_EMPTY;
   }
   return PLAN_READY;

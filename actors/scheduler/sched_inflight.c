@@ -115,9 +115,14 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
     r->sampled_offset = 0;
     r->num_inflight_steps--;
     if (e->samples) r->num_output_placeholders--;
-    if (st) continue; /* keep the accounting of every entry right */
     if (sched_request_is_finished(r)) { /* finished after this step was planned: discard */
       if (sched_can_destroy(r)) sched_request_destroy(r);
+      continue;
+    }
+    if (st) continue; /* keep the accounting of every entry right */
+    if (e->samples && n_sampled == 0) { /* the worker owed a token: recover (preempt_all) */
+      st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu: no sampled token for %s",
+                    (unsigned long long)mo->step, r->request_id);
       continue;
     }
     if (r->abort_pending) { /* its ABORT output went out with sched_abort_requests */

@@ -383,6 +383,37 @@ static void test_depth_is_two_and_preempt_all_forgets_steps_in_flight(void **sta
   free(a);
 }
 
+/* A worker reply without the token it owed (a row missing, or num_sampled 0, for a request
+ * that samples in that step) is an error, so the actor recovers with preempt_all; the
+ * request is then recomputed and finishes normally instead of waiting forever. */
+static void test_missing_sample_is_an_error_and_recovery_finishes_the_request(void **state) {
+  (void)state;
+  struct async_h *a = calloc(1, sizeof(*a));
+  assert_non_null(a);
+  struct sched_config c = cfg(32, 64);
+  c.async_scheduling = true;
+  h_init(&a->h, &c);
+  h_add(&a->h, "r0", 6, 5, 0, 0);
+  h_schedule(&a->h);
+  aw_execute(a);
+  struct aw_output *out = &a->q[a->q_head];
+  assert_int_equal(out->num_sampled[0], 1);
+  out->num_sampled[0] = 0; /* the worker "forgot" the token */
+  struct sched_model_output mo = {.step = out->step, .num_reqs = out->n, .req_ids = out->id_ptrs,
+                                  .num_sampled = out->num_sampled, .sampled_token_ids = out->sampled};
+  assert_int_not_equal(sched_update_from_output(a->h.s, &mo, &a->h.eo), LLB_STATUS_OK);
+  a->q_head = (a->q_head + 1) % 2;
+  a->q_num--;
+  sched_preempt_all(a->h.s, false); /* what the actor does on a failed step */
+  memset(a->w, 0, sizeof(a->w));     /* the worker drops the rows too (preempted) */
+  run_async(a, 200);
+  assert_true(a->finished[0]);
+  assert_int_equal(a->ntoks[0], 5);
+  assert_no_block_leaked(&a->h);
+  h_fini(&a->h);
+  free(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_async_outputs_equal_sync_with_chunked_prefill),
@@ -393,6 +424,7 @@ int main(void) {
       cmocka_unit_test(test_prefill_chunk_never_gets_a_speculative_decode),
       cmocka_unit_test(test_abort_with_two_steps_in_flight_frees_every_block),
       cmocka_unit_test(test_depth_is_two_and_preempt_all_forgets_steps_in_flight),
+      cmocka_unit_test(test_missing_sample_is_an_error_and_recovery_finishes_the_request),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
