@@ -475,7 +475,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
                     (unsigned long long)s->inflight[s->inflight_head].step, s->num_inflight);
   s->step++;
   kv_step_clear(kv, s->step);
-  sched_str_list_clear(&s->preempted_ids);
+  /* preempted_ids may hold ids from sched_preempt_all since the last step: they go out now */
   s->num_scheduled = 0;
   s->total_scheduled = 0;
   s->num_op_refs = 0;
@@ -545,6 +545,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   if (!st) st = copy_strs(&out->preempted_req_ids, &s->preempted_ids);
   if (!st) st = sched_assemble_output(s, out, kv->num_ops == 0);
   if (!st) sched_str_list_clear(&s->finished_ids);
+  if (!st) sched_str_list_clear(&s->preempted_ids);
   s->planned = true;
   return st;
 }

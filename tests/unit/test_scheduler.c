@@ -280,6 +280,12 @@ static void test_destroy_with_pending_frees_releases_each_request_once(void **st
   assert_int_equal(eo.num_outputs, 1);
   sched_preempt_all(h.s, false);
   assert_non_null(sched_find_request(h.s, "r0"));
+  /* the worker hears of the recovery's preemption with the next step (its row is dropped) */
+  h_schedule(&h);
+  bool told = false;
+  for (int32_t i = 0; i < h.out.preempted_req_ids.num; i++)
+    told |= strcmp(sched_str_list_get(&h.out.preempted_req_ids, i), "r0") == 0;
+  assert_true(told);
   sched_engine_outputs_free(&eo);
   h_fini(&h);
 }
