@@ -422,6 +422,7 @@ static bool run_step(struct scheduler_actor *a) {
   }
   llb_status st = sched_actor_execute_sync(a);
   if (st) {
+    carry_all(a); /* the worker may not have seen this step's ids */
     atomic_fetch_add(&a->c_exec_fail, 1);
     a->kv_reset_pending = true;
     step_failed(a, "gpu_worker", st);
@@ -457,6 +458,7 @@ static bool run_step_async(struct scheduler_actor *a) {
     case PLAN_READY: {
       const llb_status st = sched_actor_execute_send(a);
       if (st) {
+        carry_all(a); /* not sent: its ids go with the next step */
         exec_failed(a, st);
         return true;
       }

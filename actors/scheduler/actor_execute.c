@@ -98,12 +98,16 @@ static llb_status encode_step(struct scheduler_actor *a) {
     int64_t at = sched_actor_map_find(a, a->out.new_reqs[i].req_id);
     if (at >= 0 && a->map[at]->scheduled_time_ns == 0) a->map[at]->scheduled_time_ns = now;
   }
-  st = llb_scheduler_output_encode_buf(&m, &a->buf);
-  if (st) return st;
+  return llb_scheduler_output_encode_buf(&m, &a->buf);
+}
+
+/* The carried ids went out with a step the bus accepted: forget them. Until then they stay,
+ * so that a step that is never sent loses none (sending an id twice is harmless: the worker
+ * ignores ids it has no row for). */
+static void carries_sent(struct scheduler_actor *a) {
   sched_str_list_clear(&a->carry_finished);
   sched_str_list_clear(&a->carry_preempted);
   sched_str_list_clear(&a->carry_free_mm);
-  return LLB_STATUS_OK;
 }
 
 /* Decodes the worker's reply and applies it to the scheduler. */
@@ -130,6 +134,7 @@ llb_status sched_actor_execute_sync(struct scheduler_actor *a) {
   st = bus_request(a->bus, a->subj_execute, a->buf.data, a->buf.len, NULL,
                    a->cfg.execute_timeout_ms, &reply);
   if (st) return st;
+  carries_sent(a);
   st = apply_reply(a, reply->data, reply->len);
   bus_msg_destroy(reply);
   return st;
@@ -146,6 +151,7 @@ llb_status sched_actor_execute_send(struct scheduler_actor *a) {
                           .len = a->buf.len};
   st = bus_publish_msg(a->bus, &m);
   if (st) return st;
+  carries_sent(a);
   a->exec_pending[a->num_exec_pending++] = a->out.step;
   return LLB_STATUS_OK;
 }
