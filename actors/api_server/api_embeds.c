@@ -46,19 +46,6 @@ llb_status api_base64_decode(const char *src, size_t len, uint8_t **out, size_t 
   return LLB_STATUS_OK;
 }
 
-static const char *type_name(const json_t *v) {
-  switch (json_typeof(v)) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "array";
-    case JSON_STRING: return "string";
-    case JSON_INTEGER: return "integer";
-    case JSON_REAL: return "number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "boolean";
-    default: return "null";
-  }
-}
-
 /* Sets a 400 naming `param` and returns INVALID_ARGUMENT. */
 #define BAD(param, ...) (api_error_set(err, 400, (param), __VA_ARGS__), LLB_STATUS_INVALID_ARGUMENT)
 
@@ -66,7 +53,7 @@ static const char *type_name(const json_t *v) {
 static llb_status parse_item(json_t *v, const char *name, const struct api_prompt *p,
                              struct llb_mm_item *m, struct api_error *err) {
   char f[128];
-  if (!json_is_object(v)) return BAD(name, "'%s' must be an object, got %s", name, type_name(v));
+  if (!json_is_object(v)) return BAD(name, "'%s' must be an object, got %s", name, api_json_type_name(v));
   const char *key;
   json_t *x;
   json_object_foreach(v, key, x) {
@@ -110,7 +97,7 @@ static llb_status parse_item(json_t *v, const char *name, const struct api_promp
                p->num_token_ids);
   snprintf(f, sizeof f, "%s.data", name);
   x = json_object_get(v, "data");
-  if (!json_is_string(x)) return BAD(f, "'%s' must be a base64 string, got %s", f, x ? type_name(x) : "nothing");
+  if (!json_is_string(x)) return BAD(f, "'%s' must be a base64 string, got %s", f, x ? api_json_type_name(x) : "nothing");
   uint8_t *data = NULL;
   size_t n = 0;
   llb_status st = api_base64_decode(json_string_value(x), json_string_length(x), &data, &n);
@@ -137,7 +124,7 @@ llb_status api_parse_prompt_embeds(json_t *v, struct api_request *r, struct api_
   if (json_is_null(v)) return LLB_STATUS_OK;
   bool list = json_is_array(v);
   if (!list && !json_is_object(v))
-    return BAD("prompt_embeds", "'prompt_embeds' must be an array of items, got %s", type_name(v));
+    return BAD("prompt_embeds", "'prompt_embeds' must be an array of items, got %s", api_json_type_name(v));
   size_t count = list ? json_array_size(v) : 1;
   if (count == 0) return BAD("prompt_embeds", "'prompt_embeds' must not be empty");
   if (count > API_MAX_PROMPT_EMBEDS)

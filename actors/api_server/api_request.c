@@ -135,7 +135,7 @@ static bool own_string(struct req_impl *im, char *s) {
   return true;
 }
 
-static const char *json_type_name(const json_t *v) {
+const char *api_json_type_name(const json_t *v) {
   switch (json_typeof(v)) {
     case JSON_OBJECT: return "object";
     case JSON_ARRAY: return "array";
@@ -169,7 +169,7 @@ static llb_status oom(struct api_error *err) {
 #define BAD(param, ...) bad(err, (param), __VA_ARGS__)
 
 static llb_status get_bool(json_t *v, const char *name, bool *out, struct api_error *err) {
-  if (!json_is_boolean(v)) return BAD(name, "'%s' must be a boolean, got %s", name, json_type_name(v));
+  if (!json_is_boolean(v)) return BAD(name, "'%s' must be a boolean, got %s", name, api_json_type_name(v));
   *out = json_is_true(v);
   return LLB_STATUS_OK;
 }
@@ -177,7 +177,7 @@ static llb_status get_bool(json_t *v, const char *name, bool *out, struct api_er
 static llb_status get_int(json_t *v, const char *name, int64_t lo, int64_t hi, int64_t *out,
                           struct api_error *err) {
   if (!json_is_integer(v))
-    return BAD(name, "'%s' must be an integer, got %s", name, json_type_name(v));
+    return BAD(name, "'%s' must be an integer, got %s", name, api_json_type_name(v));
   json_int_t x = json_integer_value(v);
   if (x < lo || x > hi)
     return BAD(name, "'%s' must be in [%lld, %lld], got %lld", name, (long long)lo, (long long)hi,
@@ -189,7 +189,7 @@ static llb_status get_int(json_t *v, const char *name, int64_t lo, int64_t hi, i
 /* A number in [lo, hi]; lo_open excludes lo. */
 static llb_status get_num(json_t *v, const char *name, double lo, bool lo_open, double hi,
                           float *out, struct api_error *err) {
-  if (!json_is_number(v)) return BAD(name, "'%s' must be a number, got %s", name, json_type_name(v));
+  if (!json_is_number(v)) return BAD(name, "'%s' must be a number, got %s", name, api_json_type_name(v));
   double x = json_number_value(v);
   if (!isfinite(x) || (lo_open ? x <= lo : x < lo) || x > hi)
     return BAD(name, "'%s' must be in %s%g, %g], got %g", name, lo_open ? "(" : "[", lo, hi, x);
@@ -201,7 +201,7 @@ static llb_status get_num(json_t *v, const char *name, double lo, bool lo_open, 
  * rest of the pipeline uses C strings. */
 static llb_status get_str(json_t *v, const char *name, const char **out, size_t *len,
                           struct api_error *err) {
-  if (!json_is_string(v)) return BAD(name, "'%s' must be a string, got %s", name, json_type_name(v));
+  if (!json_is_string(v)) return BAD(name, "'%s' must be a string, got %s", name, api_json_type_name(v));
   size_t n = json_string_length(v);
   const char *s = json_string_value(v);
   if (strlen(s) != n) return BAD(name, "'%s' must not contain NUL characters", name);
@@ -219,7 +219,7 @@ static llb_status parse_stop(json_t *v, struct llb_sampling_params *sp, struct a
     if (count > LLB_MAX_STOP_STRINGS)
       return BAD("stop", "'stop' holds at most %d strings, got %zu", LLB_MAX_STOP_STRINGS, count);
   } else if (!json_is_string(v)) {
-    return BAD("stop", "'stop' must be a string or an array of strings, got %s", json_type_name(v));
+    return BAD("stop", "'stop' must be a string or an array of strings, got %s", api_json_type_name(v));
   }
   for (size_t i = 0; i < count; i++) {
     if (json_is_array(v)) {
@@ -244,7 +244,7 @@ static llb_status parse_stop_token_ids(json_t *v, struct llb_sampling_params *sp
                                        struct api_error *err) {
   if (!json_is_array(v))
     return BAD("stop_token_ids", "'stop_token_ids' must be an array of integers, got %s",
-               json_type_name(v));
+               api_json_type_name(v));
   if (json_array_size(v) > LLB_MAX_STOP_TOKEN_IDS)
     return BAD("stop_token_ids", "'stop_token_ids' holds at most %d ids", LLB_MAX_STOP_TOKEN_IDS);
   for (size_t i = 0; i < json_array_size(v); i++) {
@@ -293,7 +293,7 @@ static llb_status parse_prompt(json_t *v, struct api_request *r, struct api_erro
       return BAD("prompt", "'prompt' holds at most %d prompts, got %zu", API_MAX_PROMPTS, count);
   } else if (!list && !json_is_string(v)) {
     return BAD("prompt", "'prompt' must be a string, an array of strings, an array of token ids "
-                         "or an array of token-id arrays, got %s", json_type_name(v));
+                         "or an array of token-id arrays, got %s", api_json_type_name(v));
   }
   r->prompts = calloc(count, sizeof *r->prompts);
   if (!r->prompts) return oom(err);
@@ -314,7 +314,7 @@ static llb_status parse_prompt(json_t *v, struct api_request *r, struct api_erro
       if (st != LLB_STATUS_OK) return st;
     } else {
       return BAD(name, "'%s' must be a string or an array of token ids, got %s", name,
-                 json_type_name(p));
+                 api_json_type_name(p));
     }
   }
   return LLB_STATUS_OK;
@@ -336,7 +336,7 @@ static llb_status parse_content(json_t *v, const char *name, struct req_impl *im
   }
   if (!json_is_array(v))
     return BAD(name, "'%s' must be a string or an array of content parts, got %s", name,
-               json_type_name(v));
+               api_json_type_name(v));
   struct api_buf joined = {0};
   if (!api_buf_append(&joined, "", 0)) return oom(err);
   for (size_t i = 0; i < json_array_size(v); i++) {
@@ -366,7 +366,7 @@ static llb_status parse_content(json_t *v, const char *name, struct req_impl *im
 
 static llb_status parse_messages(json_t *v, struct api_request *r, struct req_impl *im,
                                  struct api_error *err) {
-  if (!json_is_array(v)) return BAD("messages", "'messages' must be an array, got %s", json_type_name(v));
+  if (!json_is_array(v)) return BAD("messages", "'messages' must be an array, got %s", api_json_type_name(v));
   size_t count = json_array_size(v);
   if (count == 0) return BAD("messages", "'messages' must not be empty");
   if (count > API_MAX_MESSAGES)
@@ -378,7 +378,7 @@ static llb_status parse_messages(json_t *v, struct api_request *r, struct req_im
     json_t *m = json_array_get(v, i);
     char name[64];
     snprintf(name, sizeof name, "messages[%zu]", i);
-    if (!json_is_object(m)) return BAD(name, "'%s' must be an object, got %s", name, json_type_name(m));
+    if (!json_is_object(m)) return BAD(name, "'%s' must be an object, got %s", name, api_json_type_name(m));
     const char *key;
     json_t *val;
     json_object_foreach(m, key, val) {
@@ -425,12 +425,12 @@ static llb_status check_neutral(const char *key, json_t *val, const struct api_r
   if (!strcmp(key, "echo") || !strcmp(key, "parallel_tool_calls") || !strcmp(key, "store")) {
     if (json_is_false(val)) return LLB_STATUS_OK;
     if (json_is_boolean(val)) return BAD(key, "'%s' = true is not supported", key);
-    return BAD(key, "'%s' must be a boolean, got %s", key, json_type_name(val));
+    return BAD(key, "'%s' must be a boolean, got %s", key, api_json_type_name(val));
   }
   if (!strcmp(key, "logit_bias") || !strcmp(key, "metadata")) {
     if (json_is_object(val) && json_object_size(val) == 0) return LLB_STATUS_OK;
     if (json_is_object(val)) return BAD(key, "'%s' is not supported", key);
-    return BAD(key, "'%s' must be an object, got %s", key, json_type_name(val));
+    return BAD(key, "'%s' must be an object, got %s", key, api_json_type_name(val));
   }
   if (!strcmp(key, "best_of")) {
     if (json_is_integer(val) && json_integer_value(val) == r->sampling_params.n) return LLB_STATUS_OK;
@@ -482,7 +482,7 @@ static llb_status parse_field(const char *key, json_t *v, struct api_request *r,
     return st;
   }
   if (key_is(key, "seed")) {
-    if (!json_is_integer(v)) return BAD(key, "'seed' must be an integer, got %s", json_type_name(v));
+    if (!json_is_integer(v)) return BAD(key, "'seed' must be an integer, got %s", api_json_type_name(v));
     sp->has_seed = true;
     sp->seed = (uint64_t)json_integer_value(v);
     return LLB_STATUS_OK;
@@ -537,7 +537,7 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
   }
   json_t *root = im->root;
   if (!json_is_object(root)) {
-    BAD(NULL, "The request body must be a JSON object, got %s", json_type_name(root));
+    BAD(NULL, "The request body must be a JSON object, got %s", api_json_type_name(root));
     goto fail;
   }
   /* Order matters: n before best_of, model first so a wrong model is a 404. */
@@ -571,7 +571,7 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
       goto fail;
     }
     if (!json_is_object(v)) {
-      BAD("stream_options", "'stream_options' must be an object, got %s", json_type_name(v));
+      BAD("stream_options", "'stream_options' must be an object, got %s", api_json_type_name(v));
       goto fail;
     }
     const char *k;

@@ -115,6 +115,11 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
 /* Frees what api_request_parse allocated; `r` is zeroed. NULL ok. */
 void api_request_free(struct api_request *r);
 
+/* JSON type of v as an error message names it ("object", "array", "string", "integer",
+ * "number", "boolean", "null"). */
+struct json_t;
+const char *api_json_type_name(const struct json_t *v);
+
 /* The GenerateRequest view of prompt `prompt_index` (completions) or of the messages (chat:
  * prompt_index 0): borrows from `r`, valid while `r` lives. `sp` receives a copy of the
  * sampling params with output_kind DELTA (api_response.h accumulates non-streamed ones) and must
