@@ -570,3 +570,8 @@ bool e2e_same_tokens(const char *what, const struct e2e_result *a, const struct 
   }
   return same;
 }
+
+int e2e_stack_teardown(void **state) {
+  struct e2e_stack *s = *state;
+  return s && s->bus ? e2e_stack_stop(s) : 0;
+}

@@ -147,6 +147,10 @@ int e2e_stack_start(struct e2e_stack *s, const char *model, const struct e2e_sta
  * SIGKILLed). Safe on a stack that failed to start or was stopped already. */
 int e2e_stack_stop(struct e2e_stack *s);
 
+/* cmocka teardown for tests whose prestate is their stack: stops it if an assertion left it
+ * running. */
+int e2e_stack_teardown(void **state);
+
 /* Waits until every actor sent at least one more heartbeat than now (up to wait_ms), then
  * checks that no actor's pid changed since the stack became ready. Returns 0, or -1 with
  * the reason on stderr (an actor went silent or was restarted). */

@@ -103,16 +103,10 @@ static void test_abort_mid_stream_frees_every_block(void **state) {
   assert_int_equal(e2e_stack_stop(&s), 0);
 }
 
-/* Stops a stack an assertion left running. */
-static int teardown(void **state) {
-  (void)state;
-  return s.bus ? e2e_stack_stop(&s) : 0;
-}
-
 int main(int argc, char **argv) {
   model = e2e_require_model(argc, argv);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_abort_mid_stream_frees_every_block, teardown),
+      cmocka_unit_test_prestate_setup_teardown(test_abort_mid_stream_frees_every_block, NULL, e2e_stack_teardown, &s),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
