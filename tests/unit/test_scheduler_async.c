@@ -202,6 +202,23 @@ static struct sched_config cfg(int32_t num_blocks, int32_t budget) {
   return c;
 }
 
+/* A fresh fake-worker harness over cfg(num_blocks, budget), asynchronous scheduling on. */
+static struct async_h *async_new(int32_t num_blocks, int32_t budget) {
+  struct async_h *a = calloc(1, sizeof(*a));
+  assert_non_null(a);
+  struct sched_config c = cfg(num_blocks, budget);
+  c.async_scheduling = true;
+  h_init(&a->h, &c);
+  return a;
+}
+
+/* Every block free again, then the harness freed (ASan: nothing leaked or freed twice). */
+static void async_free_checked(struct async_h *a) {
+  assert_no_block_leaked(&a->h);
+  h_fini(&a->h);
+  free(a);
+}
+
 static void add_mix(struct harness *h) {
   h_add(h, "r0", 5, 12, 0, 0);
   h_add(h, "r1", 23, 7, 0, 1);  /* chunked with a small budget */
@@ -263,10 +280,7 @@ static void test_async_outputs_equal_sync_under_preemption(void **state) {
  * never emitted, and the blocks N+1 referenced are freed. */
 static void test_finish_at_step_n_discards_step_n1_token_and_frees_blocks(void **state) {
   (void)state;
-  struct async_h *a = calloc(1, sizeof(*a));
-  assert_non_null(a);
-  struct sched_config c = cfg(32, 64);
-  h_init(&a->h, &c);
+  struct async_h *a = async_new(32, 64);
   a->h.eos = 2;
   a->h.eos_at = 4;
   h_add(&a->h, "r0", 6, 50, 0, 0);
@@ -274,35 +288,25 @@ static void test_finish_at_step_n_discards_step_n1_token_and_frees_blocks(void *
   assert_int_equal(a->ntoks[0], 5); /* 4 tokens then EOS */
   assert_int_equal(a->toks[0][4], 2);
   assert_true(a->worker_samples > 5); /* the worker sampled past the stop */
-  assert_no_block_leaked(&a->h);
-  h_fini(&a->h);
-  free(a);
+  async_free_checked(a);
 }
 
 /* max_tokens is exact and no step is scheduled past it: the worker never samples more. */
 static void test_max_tokens_is_exact_and_not_overrun(void **state) {
   (void)state;
-  struct async_h *a = calloc(1, sizeof(*a));
-  assert_non_null(a);
-  struct sched_config c = cfg(32, 64);
-  h_init(&a->h, &c);
+  struct async_h *a = async_new(32, 64);
   h_add(&a->h, "r0", 6, 7, 0, 0);
   run_async(a, 100);
   assert_int_equal(a->ntoks[0], 7);
   assert_int_equal(a->worker_samples, 7);
-  assert_no_block_leaked(&a->h);
-  h_fini(&a->h);
-  free(a);
+  async_free_checked(a);
 }
 
 /* While a request is mid-prefill, the step planned ahead gives it only prompt tokens; its
  * first decode comes only after the step holding its last chunk. */
 static void test_prefill_chunk_never_gets_a_speculative_decode(void **state) {
   (void)state;
-  struct async_h *a = calloc(1, sizeof(*a));
-  assert_non_null(a);
-  struct sched_config c = cfg(32, 8);
-  h_init(&a->h, &c);
+  struct async_h *a = async_new(32, 8);
   h_add(&a->h, "r0", 30, 3, 0, 0);
   int32_t placeholders_max = 0;
   for (int t = 0; t < 100 && (sched_num_unfinished(a->h.s) > 0 || a->q_num > 0); t++) {
@@ -315,18 +319,13 @@ static void test_prefill_chunk_never_gets_a_speculative_decode(void **state) {
   }
   assert_int_equal(a->ntoks[0], 3);
   assert_true(placeholders_max >= 1);
-  assert_no_block_leaked(&a->h);
-  h_fini(&a->h);
-  free(a);
+  async_free_checked(a);
 }
 
 /* Abort with two steps in flight: one ABORT output, nothing after it, every block freed. */
 static void test_abort_with_two_steps_in_flight_frees_every_block(void **state) {
   (void)state;
-  struct async_h *a = calloc(1, sizeof(*a));
-  assert_non_null(a);
-  struct sched_config c = cfg(32, 64);
-  h_init(&a->h, &c);
+  struct async_h *a = async_new(32, 64);
   h_add(&a->h, "r0", 6, 40, 0, 0);
   h_add(&a->h, "r1", 6, 10, 0, 1);
   for (int t = 0; t < 6; t++) aw_turn(a);
@@ -343,18 +342,13 @@ static void test_abort_with_two_steps_in_flight_frees_every_block(void **state) 
   collect(a);
   run_async(a, 100); /* r0 emits nothing more (collect asserts) */
   assert_int_equal(a->ntoks[1], 10);
-  assert_no_block_leaked(&a->h);
-  h_fini(&a->h);
-  free(a);
+  async_free_checked(a);
 }
 
 /* A third step is refused; recovery forgets both steps in flight and leaks nothing. */
 static void test_depth_is_two_and_preempt_all_forgets_steps_in_flight(void **state) {
   (void)state;
-  struct async_h *a = calloc(1, sizeof(*a));
-  assert_non_null(a);
-  struct sched_config c = cfg(32, 64);
-  h_init(&a->h, &c);
+  struct async_h *a = async_new(32, 64);
   h_add(&a->h, "r0", 6, 40, 0, 0);
   a->h.eos = 2;
   a->h.eos_at = 1; /* r0 finishes with the output of step 2 */
@@ -388,11 +382,7 @@ static void test_depth_is_two_and_preempt_all_forgets_steps_in_flight(void **sta
  * request is then recomputed and finishes normally instead of waiting forever. */
 static void test_missing_sample_is_an_error_and_recovery_finishes_the_request(void **state) {
   (void)state;
-  struct async_h *a = calloc(1, sizeof(*a));
-  assert_non_null(a);
-  struct sched_config c = cfg(32, 64);
-  c.async_scheduling = true;
-  h_init(&a->h, &c);
+  struct async_h *a = async_new(32, 64);
   h_add(&a->h, "r0", 6, 5, 0, 0);
   h_schedule(&a->h);
   aw_execute(a);
@@ -408,9 +398,7 @@ static void test_missing_sample_is_an_error_and_recovery_finishes_the_request(vo
   run_async(a, 200);
   assert_true(a->finished[0]);
   assert_int_equal(a->ntoks[0], 5);
-  assert_no_block_leaked(&a->h);
-  h_fini(&a->h);
-  free(a);
+  async_free_checked(a);
 }
 
 int main(void) {
