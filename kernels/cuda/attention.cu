@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) paged_attention_kernel(struct at
   __shared__ float q_s[CUDA_ATTN_MAX_HEAD_DIM];
   __shared__ float p_s[CUDA_ATTN_PARTITION];
   __shared__ float red_s[ATTN_WARPS];
-  __shared__ float acc_s[ATTN_THREADS];
+  __shared__ float acc_s[ATTN_THREADS * 8]; /* [key groups, head_dim]: KG * D = 8 * ATTN_THREADS */
   const int32_t r = blockIdx.x, h = blockIdx.y, part = blockIdx.z, tid = threadIdx.x;
   const int32_t D = a.head_dim;
   int32_t s;
@@ -104,37 +104,48 @@ __global__ void __launch_bounds__(ATTN_THREADS) paged_attention_kernel(struct at
   l = red_s[0];
   for (int w = 1; w < ATTN_WARPS; w++) l += red_s[w];
 
-  /* out[d] = sum_j p_j v_j[d]: G groups of D threads split the keys, merged in group order */
+  /* out[d] = sum_j p_j v_j[d]. The block's threads form key groups of D / 8 threads: thread c
+   * of a group reads halves [8c, 8c + 8) of its key's V row as one 16-byte load, and group g
+   * takes keys g, g + KG, ... (KG groups: 16 for head_dim 64), so KG keys are in flight at
+   * once instead of one per thread (a chain of dependent 2-byte loads was 140 us of a 512-key
+   * decode row on an H100). The groups' sums are merged in group order: one fixed order per
+   * row whatever the batch. */
+  const int TPK = D / 8, KG = ATTN_THREADS / TPK;
+  const int g = tid / TPK, c = tid % TPK;
+  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  if (g < KG) {
+    const __half *vbase = a.vc + (int64_t)kvh * D + 8 * c;
+#pragma unroll 4
+    for (int j = g; j < n; j += KG) {
+      const int32_t t = start + j;
+      const int64_t slot = (int64_t)table[t / a.block_size] * a.block_size + t % a.block_size;
+      const uint4 raw = *(const uint4 *)(vbase + slot * kv_row);
+      const __half2 *h2 = (const __half2 *)&raw;
+      const float pj = p_s[j];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const float2 f = __half22float2(h2[e]);
+        acc[2 * e] = fmaf(pj, f.x, acc[2 * e]);
+        acc[2 * e + 1] = fmaf(pj, f.y, acc[2 * e + 1]);
+      }
+    }
+  }
+  if (g < KG)
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc_s[g * D + 8 * c + e] = acc[e];
+  __syncthreads();
   const int64_t out_base = ((int64_t)r * a.n_heads + h) * D;
   const int64_t part_base = (((int64_t)r * a.n_heads + h) * a.max_parts + part);
-  const int G = D <= ATTN_THREADS ? ATTN_THREADS / D : 1;
-  for (int d0 = 0; d0 < D; d0 += ATTN_THREADS) {
-    const int g = D <= ATTN_THREADS ? tid / D : 0, d = D <= ATTN_THREADS ? tid % D : d0 + tid;
-    float acc = 0.0f;
-    if (g < G && d < D) {
-      for (int j = g; j < n; j += G) {
-        const int32_t t = start + j;
-        const int64_t slot = (int64_t)table[t / a.block_size] * a.block_size + t % a.block_size;
-        acc = fmaf(p_s[j], __half2float(a.vc[slot * kv_row + (int64_t)kvh * D + d]), acc);
-      }
+  for (int d = tid; d < D; d += ATTN_THREADS) {
+    float sum = 0.0f;
+    for (int k = 0; k < KG; k++) sum += acc_s[k * D + d];
+    if (n_parts == 1) {
+      const float o = sum / l;
+      if (a.out_f32) a.out_f32[out_base + d] = o;
+      if (a.out_f16) a.out_f16[out_base + d] = __float2half_rn(o);
+    } else {
+      a.part_out[part_base * D + d] = sum;
     }
-    acc_s[tid] = acc;
-    __syncthreads();
-    if (tid < D && (D <= ATTN_THREADS || d < D)) {
-      const int dd = D <= ATTN_THREADS ? tid : d;
-      float sum = D <= ATTN_THREADS ? 0.0f : acc_s[tid];
-      if (D <= ATTN_THREADS)
-        for (int k = 0; k < G; k++) sum += acc_s[k * D + tid];
-      if (n_parts == 1) {
-        const float o = sum / l;
-        if (a.out_f32) a.out_f32[out_base + dd] = o;
-        if (a.out_f16) a.out_f16[out_base + dd] = __float2half_rn(o);
-      } else {
-        a.part_out[part_base * D + dd] = sum;
-      }
-    }
-    __syncthreads();
-    if (D <= ATTN_THREADS) break;
   }
   if (n_parts > 1 && tid == 0) {
     a.part_ml[part_base * 2] = m;
