@@ -209,6 +209,9 @@ static llb_status heartbeat_fill(void *user, uint8_t *buf, size_t cap, size_t *l
       .timestamp = (double)llb_wall_ns() / 1e9,
       .ready = atomic_load(&am->ready),
       .inflight = atomic_load(&am->inflight),
+      .engine_id = llb_str_c(am->common.engine_id),
+      .num_gpu_blocks = atomic_load(&am->kv_num_blocks),
+      .block_size = atomic_load(&am->kv_block_size),
   };
   return llb_heartbeat_encode(&hb, buf, cap, len);
 }
@@ -245,6 +248,8 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
   atomic_init(&am->ready, false);
   atomic_init(&am->inflight, 0);
   atomic_init(&am->heartbeat_seq, 0);
+  atomic_init(&am->kv_num_blocks, 0);
+  atomic_init(&am->kv_block_size, 0);
   init_common(am);
 
   int rc = parse_args(am, argc, argv);
@@ -339,4 +344,54 @@ void actor_main_set_ready(struct actor_main *am, bool ready) { atomic_store(&am-
 
 void actor_main_set_inflight(struct actor_main *am, int32_t inflight) {
   atomic_store(&am->inflight, inflight);
+}
+
+void actor_main_set_kv_geometry(struct actor_main *am, int32_t num_blocks, int32_t block_size) {
+  atomic_store(&am->kv_num_blocks, num_blocks);
+  atomic_store(&am->kv_block_size, block_size);
+}
+
+/* True (and the geometry set) when msg is a ready heartbeat of this engine's worker with one. */
+static bool worker_geometry(const struct actor_main *am, const struct bus_msg *msg, struct llb_arena *arena,
+                            int32_t *num_blocks, int32_t *block_size) {
+  struct llb_heartbeat hb;
+  llb_arena_reset(arena);
+  if (llb_heartbeat_decode(msg->data, msg->len, arena, &hb) != LLB_STATUS_OK) return false;
+  const size_t n = strlen(am->common.engine_id);
+  if (!hb.ready || hb.num_gpu_blocks < 1 || hb.block_size < 1 || hb.engine_id.len != n ||
+      memcmp(hb.engine_id.data, am->common.engine_id, n) != 0)
+    return false;
+  *num_blocks = hb.num_gpu_blocks, *block_size = hb.block_size;
+  return true;
+}
+
+llb_status actor_main_wait_kv_geometry(struct actor_main *am, int64_t timeout_ms, int32_t *num_blocks,
+                                       int32_t *block_size) {
+  char subject[BUS_SUBJECT_MAX];
+  /* the health subject of every worker instance (the prefix was checked at start) */
+  if (snprintf(subject, sizeof subject, "%s.health.gpu_worker.*", am->common.prefix) >= (int)sizeof subject)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", am->common.prefix);
+  llb_status st;
+  struct bus_sub *sub = NULL;
+  if ((st = bus_subscribe_sync(am->bus, subject, &sub)) != LLB_STATUS_OK) return st;
+  LLB_LOG_INFO("kv_geometry_wait", "subject=%s engine_id=%s timeout_ms=%lld", subject, am->common.engine_id,
+               (long long)timeout_ms);
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  const int64_t end_ns = llb_now_ns() + timeout_ms * 1000000;
+  bool found = false;
+  while (!found) {
+    const int64_t left_ms = (end_ns - llb_now_ns()) / 1000000;
+    struct bus_msg *msg = NULL;
+    if (left_ms <= 0 || bus_sub_next_msg(sub, left_ms, &msg) != LLB_STATUS_OK) break;
+    found = worker_geometry(am, msg, &arena, num_blocks, block_size);
+    bus_msg_destroy(msg);
+  }
+  llb_arena_destroy(&arena);
+  bus_unsubscribe(sub);
+  if (!found)
+    return LLB_ERRF(LLB_STATUS_TIMEOUT, "--num-blocks 0: no gpu_worker of engine %s announced its KV blocks on %s "
+                    "within %lld ms", am->common.engine_id, subject, (long long)timeout_ms);
+  LLB_LOG_INFO("kv_geometry", "num_blocks=%d block_size=%d source=gpu_worker", *num_blocks, *block_size);
+  return LLB_STATUS_OK;
 }

@@ -76,6 +76,8 @@ struct actor_main {
   atomic_int inflight;        /* Heartbeat.inflight */
   int64_t start_ns;           /* llb_now_ns() at exec start, for uptime */
   atomic_uint_fast64_t heartbeat_seq;
+  atomic_int kv_num_blocks;   /* Heartbeat.num_gpu_blocks (gpu_worker); 0 = not announced */
+  atomic_int kv_block_size;   /* Heartbeat.block_size (gpu_worker) */
   char instance_buf[96];      /* default instance storage */
   char host_buf[64];
 };
@@ -112,6 +114,19 @@ llb_status actor_main_engine_subject(const struct actor_main *am, const char *ki
 /* Heartbeat fields; thread-safe. */
 void actor_main_set_ready(struct actor_main *am, bool ready);
 void actor_main_set_inflight(struct actor_main *am, int32_t inflight);
+
+/* The worker announces its KV cache geometry (the blocks it allocated, e.g. sized from device
+ * memory) in every heartbeat from now on; thread-safe. As vLLM's EngineCore takes
+ * num_gpu_blocks from the workers' memory profile, the scheduler and the kv_manager of the
+ * engine take it from here (actor_main_wait_kv_geometry). */
+void actor_main_set_kv_geometry(struct actor_main *am, int32_t num_blocks, int32_t block_size);
+
+/* Blocks until a ready gpu_worker of this engine (same prefix and --engine-id) announces its
+ * KV geometry in a heartbeat on <prefix>.health.gpu_worker.*, at most timeout_ms; sets
+ * *num_blocks and *block_size. For --num-blocks 0 ("the worker's"). Errors: TIMEOUT naming
+ * the subject and the wait; errors of bus_subscribe_sync. */
+llb_status actor_main_wait_kv_geometry(struct actor_main *am, int64_t timeout_ms, int32_t *num_blocks,
+                                       int32_t *block_size);
 
 /* Parses a decimal integer in [min, max] (for CUSTOM setters). INVALID_ARGUMENT naming the
  * value and the range otherwise. */

@@ -3,7 +3,9 @@
  * (cmd/actor_main.h) plus --num-blocks, --block-size (the same values as the kv_manager's and
  * the scheduler's), --max-num-batched-tokens (forward scratch; >= the scheduler's),
  * --threads, --device cpu|cuda and --gpu-memory-utilization (cuda: the fraction of device
- * memory for weights, scratch and KV cache when --num-blocks is 0).
+ * memory for weights, scratch and KV cache when --num-blocks is 0). Every heartbeat carries
+ * the KV geometry it allocated, which a scheduler / kv_manager started with --num-blocks 0
+ * adopts (cmd/actor_main.h, actor_main_wait_kv_geometry).
  * --device cuda without a usable device (or in a build without CUDA) ends at start with exit
  * 1 and one start_failed log line naming the CUDA error; --device cpu never calls CUDA. */
 #include <stdint.h>
@@ -50,6 +52,8 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
       .device = m->dev, .gpu_memory_utilization = (float)m->gpu_memory_utilization};
   llb_status st = gpu_worker_actor_create(&o, &m->actor);
   if (st) return st;
+  /* every heartbeat carries the geometry: --num-blocks 0 scheduler / kv_manager wait for it */
+  actor_main_set_kv_geometry(am, gpu_worker_actor_num_blocks(m->actor), m->block_size);
   return gpu_worker_actor_start(m->actor, am->bus);
 }
 
@@ -76,7 +80,7 @@ int main(int argc, char **argv) {
       {"device", ACTOR_FLAG_KIND_STRING, &m.device, "backend: cpu or cuda (builds with CUDA; needs a GPU)", NULL},
       {"gpu-memory-utilization", ACTOR_FLAG_KIND_DOUBLE, &m.gpu_memory_utilization,
        "cuda: fraction (0, 1] of device memory for weights + scratch + KV cache (sizes the KV cache "
-       "when --num-blocks is 0; give kv_manager and scheduler the logged num_blocks)", NULL},
+       "when --num-blocks is 0; the number reaches kv_manager and scheduler in the heartbeat)", NULL},
   };
   const struct actor_main_spec spec = {
       .actor = "gpu_worker",

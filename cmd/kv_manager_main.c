@@ -7,6 +7,8 @@
 #include "bus/log.h"
 #include "cmd/actor_main.h"
 
+#define KV_GEOMETRY_WAIT_MS 300000 /* a worker loading a large model onto a GPU */
+
 struct kv_main {
   int32_t num_blocks;
   int32_t block_size;
@@ -17,10 +19,21 @@ struct kv_main {
 static llb_status kv_configure(struct actor_main *am, void *user) {
   (void)am;
   struct kv_main *m = user;
-  if (m->num_blocks < 1 || m->block_size < 1)
+  if (m->num_blocks < 0 || m->block_size < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
-                    "--num-blocks (%d) and --block-size (%d) must be >= 1", m->num_blocks,
-                    m->block_size);
+                    "--num-blocks (%d) must be >= 0 (0: the worker's) and --block-size (%d) >= 1",
+                    m->num_blocks, m->block_size);
+  return LLB_STATUS_OK;
+}
+
+/* --num-blocks 0: the blocks the engine's worker allocated (its heartbeat), same block size. */
+static llb_status adopt_worker_geometry(struct actor_main *am, struct kv_main *m) {
+  int32_t nb, bs;
+  llb_status st = actor_main_wait_kv_geometry(am, KV_GEOMETRY_WAIT_MS, &nb, &bs);
+  if (st != LLB_STATUS_OK) return st;
+  if (bs != m->block_size)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "the worker's block size is %d, --block-size %d", bs, m->block_size);
+  m->num_blocks = nb;
   return LLB_STATUS_OK;
 }
 
@@ -29,6 +42,7 @@ static llb_status kv_start(struct actor_main *am, void *user) {
   char subject[BUS_SUBJECT_MAX];
   llb_status st = actor_main_engine_subject(am, "kv", subject, sizeof subject);
   if (st != LLB_STATUS_OK) return st;
+  if (m->num_blocks == 0 && (st = adopt_worker_geometry(am, m)) != LLB_STATUS_OK) return st;
   struct kv_manager_config cfg = {.num_blocks = m->num_blocks,
                                   .block_size = m->block_size,
                                   .enable_prefix_caching = !m->no_prefix_caching};
@@ -55,7 +69,8 @@ int main(int argc, char **argv) {
   struct kv_main m = {.num_blocks = 1024, .block_size = 16};
   const struct actor_flag flags[] = {
       {"num-blocks", ACTOR_FLAG_KIND_INT32, &m.num_blocks,
-       "KV cache blocks (same value for scheduler, kv_manager and worker)", NULL},
+       "KV cache blocks (same value for scheduler, kv_manager and worker); 0 = the worker's, "
+       "from its heartbeat (e.g. sized from GPU memory)", NULL},
       {"block-size", ACTOR_FLAG_KIND_INT32, &m.block_size, "tokens per block", NULL},
       {"no-prefix-caching", ACTOR_FLAG_KIND_BOOL, &m.no_prefix_caching,
        "disable the prefix cache (lookups miss)", NULL},

@@ -18,8 +18,11 @@ struct sched_main {
   const char *policy;
   bool no_prefix_caching;
   bool no_async_scheduling;
+  bool blocks_from_worker; /* --num-blocks 0 */
   struct scheduler_actor *actor;
 };
+
+#define SCHED_GEOMETRY_WAIT_MS 300000 /* a worker loading a large model onto a GPU */
 
 /* max_model_len = min(the model's context_length, 4096) unless --max-model-len. */
 static llb_status resolve_max_model_len(const char *model_path, int32_t *out) {
@@ -51,15 +54,29 @@ static llb_status sched_configure(struct actor_main *am, void *user) {
   }
   c->num_lookahead_tokens = c->block_size;
   m->cfg.engine_id = am->common.engine_id;
-  /* sched_create checks the ranges; do it now so that a bad flag is a usage error. */
+  if (c->num_blocks < 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--num-blocks %d: >= 0 (0: the worker's)", c->num_blocks);
+  m->blocks_from_worker = c->num_blocks == 0;
+  /* sched_create checks the ranges; do it now so that a bad flag is a usage error (with a
+   * stand-in block count when the worker will give it). */
+  struct sched_config probe_cfg = *c;
+  if (m->blocks_from_worker) probe_cfg.num_blocks = 1 << 20;
   struct scheduler *probe = NULL;
-  llb_status st = sched_create(c, &probe);
+  llb_status st = sched_create(&probe_cfg, &probe);
   sched_destroy(probe);
   return st;
 }
 
 static llb_status sched_start(struct actor_main *am, void *user) {
   struct sched_main *m = user;
+  if (m->blocks_from_worker) { /* --num-blocks 0: the engine's worker says (its heartbeat) */
+    int32_t nb, bs;
+    llb_status st = actor_main_wait_kv_geometry(am, SCHED_GEOMETRY_WAIT_MS, &nb, &bs);
+    if (st != LLB_STATUS_OK) return st;
+    if (bs != m->cfg.sched.block_size)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "the worker's block size is %d, --block-size %d", bs,
+                      m->cfg.sched.block_size);
+    m->cfg.sched.num_blocks = nb;
+  }
   return scheduler_actor_create(am->bus, am->common.prefix, &m->cfg, &m->actor);
 }
 
@@ -97,7 +114,8 @@ int main(int argc, char **argv) {
   c->enable_chunked_prefill = true;
   const struct actor_flag flags[] = {
       {"num-blocks", ACTOR_FLAG_KIND_INT32, &c->num_blocks,
-       "KV cache blocks (same value for scheduler, kv_manager and worker)", NULL},
+       "KV cache blocks (same value for scheduler, kv_manager and worker); 0 = the worker's, "
+       "from its heartbeat (e.g. sized from GPU memory)", NULL},
       {"block-size", ACTOR_FLAG_KIND_INT32, &c->block_size, "tokens per block", NULL},
       {"max-num-seqs", ACTOR_FLAG_KIND_INT32, &c->max_num_seqs, "running requests at most", NULL},
       {"max-num-waiting", ACTOR_FLAG_KIND_INT32, &c->max_num_waiting,
@@ -119,6 +137,8 @@ int main(int argc, char **argv) {
        "KVStep round trip limit; beyond it every running request is preempted", NULL},
       {"execute-timeout-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.execute_timeout_ms,
        "SchedulerOutput round trip limit; beyond it every running request is preempted", NULL},
+      {"stats-interval-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.stats_interval_ms,
+       "SchedulerStats period on <prefix>.engine.<eid>.stats while there is work (default 1000)", NULL},
   };
   const struct actor_main_spec spec = {
       .actor = "scheduler",

@@ -11,10 +11,12 @@ static fb::Offset<void> build_heartbeat(Enc &e, const llb_heartbeat &m) {
   auto actor = e.str(m.actor, "actor", true);
   auto instance = e.str(m.instance, "instance");
   auto host = e.str(m.host, "host");
+  auto engine = e.str(m.engine_id, "engine_id");
   if (!e.ok())
     return 0;
   return llmbus::CreateHeartbeat(e.b, LLB_SCHEMA_VERSION, actor, instance, host, m.pid,
-                                 m.uptime_s, m.seq, m.timestamp, m.ready, m.inflight)
+                                 m.uptime_s, m.seq, m.timestamp, m.ready, m.inflight, engine,
+                                 m.num_gpu_blocks, m.block_size)
       .Union();
 }
 
@@ -25,8 +27,11 @@ static bool read_heartbeat(Dec &d, const llmbus::Heartbeat &t, llb_heartbeat &m)
   m.timestamp = t.timestamp();
   m.ready = t.ready();
   m.inflight = t.inflight();
+  m.num_gpu_blocks = t.num_gpu_blocks();
+  m.block_size = t.block_size();
   return d.str(t.actor(), &m.actor, "actor", true) &&
-         d.str(t.instance(), &m.instance, "instance") && d.str(t.host(), &m.host, "host");
+         d.str(t.instance(), &m.instance, "instance") && d.str(t.host(), &m.host, "host") &&
+         d.str(t.engine_id(), &m.engine_id, "engine_id");
 }
 
 LLB_CODEC_DEFINE(heartbeat, Heartbeat, LLB_MESSAGE_KIND_HEARTBEAT)

@@ -20,6 +20,9 @@ struct llb_heartbeat {
   double timestamp;        /* seconds since the epoch */
   bool ready;
   int32_t inflight;
+  struct llb_str engine_id; /* <eid> of the actor's engine (may be empty) */
+  int32_t num_gpu_blocks;   /* gpu_worker: KV blocks allocated, the engine's geometry (0 = unknown) */
+  int32_t block_size;       /* gpu_worker: tokens per KV block */
 };
 
 /* vLLM v1 SchedulerStats + cumulative counters for Prometheus. */

@@ -78,6 +78,8 @@ void gpu_worker_actor_destroy(struct gpu_worker_actor *a) {
   free(a);
 }
 
+int32_t gpu_worker_actor_num_blocks(const struct gpu_worker_actor *a) { return model_runner_num_blocks(a->runner); }
+
 void gpu_worker_actor_get_stats(const struct gpu_worker_actor *a, struct gpu_worker_actor_stats *out) {
   *out = (struct gpu_worker_actor_stats){
       .steps = atomic_load(&a->steps), .step_errors = atomic_load(&a->step_errors),

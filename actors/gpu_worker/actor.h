@@ -60,6 +60,10 @@ llb_status gpu_worker_actor_start(struct gpu_worker_actor *a, struct bus *bus);
 /* Counters, read atomically one by one. */
 void gpu_worker_actor_get_stats(const struct gpu_worker_actor *a, struct gpu_worker_actor_stats *out);
 
+/* KV blocks of the worker's cache: o->num_blocks, or the number sized from device memory
+ * when that was 0 (the engine's geometry, announced to the scheduler and kv_manager). */
+int32_t gpu_worker_actor_num_blocks(const struct gpu_worker_actor *a);
+
 /* Frees the actor. Call after bus_destroy() of the bus it was started on. NULL ok. */
 void gpu_worker_actor_destroy(struct gpu_worker_actor *a);
 

@@ -608,7 +608,8 @@ static void fill_heartbeat(struct llb_heartbeat *m) {
   *m = (struct llb_heartbeat){.actor = S("gpu_worker"), .instance = S("w-ø-0"),
                               .host = S("host-1"), .pid = 4242, .uptime_s = 12.5,
                               .seq = 1ULL << 33, .timestamp = 1763802655.5, .ready = true,
-                              .inflight = 3};
+                              .inflight = 3, .engine_id = S("e-7"), .num_gpu_blocks = 123456,
+                              .block_size = 32};
 }
 
 static bool equals_heartbeat(const void *v) {
@@ -619,6 +620,7 @@ static bool equals_heartbeat(const void *v) {
   CHECK(str_eq(a->instance, b.instance) && str_eq(a->host, b.host) && a->pid == 4242);
   CHECK(a->uptime_s == 12.5 && a->seq == b.seq && a->timestamp == b.timestamp);
   CHECK(a->ready && a->inflight == 3);
+  CHECK(str_eq(a->engine_id, b.engine_id) && a->num_gpu_blocks == 123456 && a->block_size == 32);
   return true;
 }
 

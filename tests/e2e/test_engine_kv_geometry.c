@@ -1,0 +1,81 @@
+/* The engine's KV geometry has one source, the worker (DESIGN.md §9, vLLM's num_gpu_blocks):
+ * a scheduler and a kv_manager started with --num-blocks 0 adopt the block count the worker
+ * allocated (announced in its heartbeat; on a GPU it is sized from device memory), and the
+ * engine then serves with exactly that many blocks. Here the worker gets --num-blocks 48:
+ * SchedulerStats must report 48 blocks in total, a request must complete with the same
+ * tokens as under the default geometry, and a prompt needing more than 48 blocks must be
+ * refused by the scheduler (it knows the real capacity, not the default 1024). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/e2e/stack.h"
+
+#define WORKER_BLOCKS 48
+#define STATS_WAIT_MS 30000
+
+static const char *model;
+static struct e2e_stack s;
+
+static struct e2e_request greedy(const char *id, const char *prompt) {
+  struct e2e_request r = {.request_id = id, .prompt = prompt};
+  llb_sampling_params_init(&r.sp);
+  r.sp.temperature = 0.0f;
+  r.sp.max_tokens = 12;
+  return r;
+}
+
+static void test_scheduler_and_kv_manager_adopt_the_workers_block_count(void **state) {
+  (void)state;
+  /* the reference: the default geometry (1024 blocks everywhere) */
+  struct e2e_result ref, got, big;
+  struct e2e_request r = greedy("geometry", "What is a bus?");
+  assert_int_equal(e2e_stack_start(&s, model, NULL), 0);
+  assert_int_equal(e2e_generate(&s, &r, &ref), 0);
+  assert_int_equal(ref.error_code, 0);
+  assert_int_equal(e2e_stack_stop(&s), 0);
+
+  static const char *const worker_args[] = {"--num-blocks", "48", NULL};
+  static const char *const zero_args[] = {"--num-blocks", "0", NULL};
+  struct e2e_stack_options o = {0};
+  o.actor_args[E2E_ACTOR_GPU_WORKER] = worker_args;
+  o.actor_args[E2E_ACTOR_SCHEDULER] = zero_args;
+  o.actor_args[E2E_ACTOR_KV_MANAGER] = zero_args;
+  assert_int_equal(e2e_stack_start(&s, model, &o), 0);
+  assert_int_equal(e2e_generate(&s, &r, &got), 0);
+  assert_int_equal(got.error_code, 0);
+  assert_true(e2e_same_tokens("worker's geometry vs default", &ref, &got));
+
+  struct llb_scheduler_stats st;
+  assert_int_equal(e2e_stack_wait_stats(&s, e2e_stack_num_stats(&s), STATS_WAIT_MS, &st), 0);
+  fprintf(stderr, "e2e: stats num_total_blocks=%d num_free_blocks=%d\n", st.num_total_blocks, st.num_free_blocks);
+  assert_int_equal(st.num_total_blocks, WORKER_BLOCKS);
+  assert_true(st.num_free_blocks <= WORKER_BLOCKS);
+
+  /* 48 blocks hold 768 tokens: a 1000-token prompt cannot fit and is refused, not admitted */
+  static int32_t ids[1000];
+  for (int i = 0; i < 1000; i++) ids[i] = i % 2 ? 905 : 19556;
+  struct e2e_request too_big = {.request_id = "too-big", .prompt_token_ids = ids, .num_prompt_token_ids = 1000};
+  llb_sampling_params_init(&too_big.sp);
+  too_big.sp.max_tokens = 4;
+  assert_int_equal(e2e_generate(&s, &too_big, &big), 0);
+  e2e_print_result("1000-token prompt, 48 blocks", &big);
+  assert_true(big.finished);
+  assert_int_not_equal(big.error_code, 0);
+  assert_int_equal(e2e_stack_check_alive(&s, 10000), 0);
+  assert_int_equal(e2e_stack_stop(&s), 0);
+}
+
+int main(int argc, char **argv) {
+  model = e2e_require_model(argc, argv);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_prestate_setup_teardown(test_scheduler_and_kv_manager_adopt_the_workers_block_count, NULL,
+                                               e2e_stack_teardown, &s),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
