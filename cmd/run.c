@@ -22,7 +22,9 @@ static void run_usage(FILE *f) {
           "usage: llmbus run [--model M.gguf] [options] \"prompt\"\n"
           "Starts nats-server and every actor, answers one prompt, stops them all.\n"
           "  --model PATH     GGUF model (default: the actors' default model)\n"
-          "  --verbose        show the actors' info logs (default: warnings and errors)\n");
+          "  --verbose        show the actors' info logs (default: warnings and errors)\n"
+          "  engine flags of llmbus serve (--device cuda, --num-blocks N, --threads N, ...) are\n"
+          "  passed on to the actors that take them (llmbus serve --help lists them)\n");
   client_print_flags_help(f);
 }
 
@@ -105,9 +107,8 @@ static llb_status wait_ready(struct run_ctx *r, struct bus *bus) {
 
 /* Fills r->specs with the actors of a full stack but the HTTP front door, each told to log
  * warnings only unless verbose. Returns 0 or prints why and returns 1. */
-static int build_specs(struct run_ctx *r, const char *model_path, bool verbose) {
-  struct serve_options so = {.model_path = model_path};
-  int n = serve_actor_specs(&so, r->specs, SUPERVISOR_MAX_CHILDREN);
+static int build_specs(struct run_ctx *r, const struct serve_options *so, bool verbose) {
+  int n = serve_actor_specs(so, r->specs, SUPERVISOR_MAX_CHILDREN);
   if (n < 0) {
     fprintf(stderr, "llmbus run: %s\n", llb_err_last());
     return 1;
@@ -136,6 +137,7 @@ int cmd_run(int argc, char **argv) {
   client_options_init(&o);
   const char *prompt = NULL, *model = NULL;
   bool verbose = false;
+  struct serve_options so = {0};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       run_usage(stdout);
@@ -160,6 +162,19 @@ int cmd_run(int argc, char **argv) {
     int rc = client_parse_flag(&o, argc, argv, &i, cmd);
     if (rc < 0) return 2;
     if (rc > 0) continue;
+    bool takes_value = false;
+    if (argv[i][0] == '-' && argv[i][1] == '-' && serve_engine_flag_known(argv[i] + 2, &takes_value)) {
+      if (takes_value && i + 1 >= argc) {
+        fprintf(stderr, "%s: %s needs a value\n", cmd, argv[i]);
+        return 2;
+      }
+      if (serve_engine_flag_add(&so, argv[i] + 2, takes_value ? argv[i + 1] : NULL) < 0) {
+        fprintf(stderr, "%s: too many engine flags\n", cmd);
+        return 2;
+      }
+      i += takes_value;
+      continue;
+    }
     if (argv[i][0] == '-' && argv[i][1] == '-') {
       fprintf(stderr, "%s: unknown option %s\n", cmd, argv[i]);
       run_usage(stderr);
@@ -187,7 +202,8 @@ int cmd_run(int argc, char **argv) {
   struct bus *bus = NULL;
   int rc = 1;
   r.specs = calloc(SUPERVISOR_MAX_CHILDREN, sizeof *r.specs);
-  if (!r.specs || build_specs(&r, model, verbose) != 0) goto done;
+  so.model_path = model;
+  if (!r.specs || build_specs(&r, &so, verbose) != 0) goto done;
   struct supervisor_config cfg;
   supervisor_config_init(&cfg);
   llb_status st = supervisor_create(&cfg, &r.sup);

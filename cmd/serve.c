@@ -49,6 +49,7 @@ static const struct {
     {"encoder-cache-size", true, A_SCHED | A_ENC,
      "encoder-output cache, embedding rows (multimodal items kept for reuse)"},
     {"encoder-compute-budget", true, A_SCHED, "embedding rows encoded per step (0 = the token budget)"},
+    {"stats-interval-ms", true, A_SCHED, "SchedulerStats period while there is work"},
     {"threads", true, A_WORKER, "worker threads for the forward pass"},
     {"device", true, A_WORKER, "cpu | cuda"},
     {"engine-id", true, A_ALL, "engine id (<eid> in llm.engine.<eid>.*)"},
@@ -77,8 +78,21 @@ int serve_engine_flag_add(struct serve_options *o, const char *name, const char 
   return engine_flags[i].takes_value ? 1 : 0;
 }
 
+/* The value of engine flag `name` in o, NULL when absent (or valueless). */
+static const char *engine_flag_value(const struct serve_options *o, const char *name) {
+  for (int f = 0; f < o->num_engine_flags; f++)
+    if (strcmp(o->engine_flags[f].name, name) == 0) return o->engine_flags[f].value ? o->engine_flags[f].value : "";
+  return NULL;
+}
+
 static llb_status add_engine_flags(const struct serve_options *o, int actor, struct child_spec *spec) {
   llb_status st = LLB_STATUS_OK;
+  /* --device cuda without --num-blocks: the worker sizes the KV cache from device memory and
+   * the kv_manager and scheduler take its number from the worker's heartbeat. */
+  const char *dev = engine_flag_value(o, "device");
+  if (dev && strcmp(dev, "cuda") == 0 && !engine_flag_value(o, "num-blocks") &&
+      (engine_flags[engine_flag_index("num-blocks")].actors & (1u << actor)))
+    if ((st = child_spec_add_arg(spec, "--num-blocks")) || (st = child_spec_add_arg(spec, "0"))) return st;
   for (int f = 0; f < o->num_engine_flags && !st; f++) {
     int i = engine_flag_index(o->engine_flags[f].name);
     if (i < 0 || !(engine_flags[i].actors & (1u << actor))) continue;

@@ -200,6 +200,13 @@ static bool wait_child(pid_t pid, int64_t timeout_ms, int *status) {
 
 static bool process_gone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
 
+/* LLMBUS_E2E_DEVICE (e.g. "cuda"): the worker's --device for every e2e test, so that the same
+ * tests run the whole stack on a GPU machine (ops/gpu/gpu-check.sh e2e); NULL: the default. */
+static const char *e2e_device(void) {
+  const char *d = getenv("LLMBUS_E2E_DEVICE");
+  return d && d[0] ? d : NULL;
+}
+
 static int start_serve(struct e2e_stack *s) {
   char bin[PATH_MAX + 32];
   snprintf(bin, sizeof bin, "%s/cmd/llmbus", s->build_dir);
@@ -207,8 +214,9 @@ static int start_serve(struct e2e_stack *s) {
     fprintf(stderr, "e2e: %s not built\n", bin);
     return -1;
   }
+  const char *dev = e2e_device();
   const char *argv[] = {bin, "serve", "--nats", s->srv.url, "--model", s->model, "--http", "127.0.0.1:0",
-                        NULL};
+                        dev ? "--device" : NULL, dev, NULL};
   s->serve_pid = spawn_argv(argv);
   return s->serve_pid > 0 ? 0 : -1;
 }
@@ -222,7 +230,7 @@ static int start_actors(struct e2e_stack *s, const struct e2e_stack_options *o) 
       fprintf(stderr, "e2e: %s not built\n", bin);
       return -1;
     }
-    const char *argv[8 + E2E_MAX_ACTOR_ARGS + 1];
+    const char *argv[10 + E2E_MAX_ACTOR_ARGS + 1];
     int n = 0;
     argv[n++] = bin;
     argv[n++] = "--nats";
@@ -232,6 +240,10 @@ static int start_actors(struct e2e_stack *s, const struct e2e_stack_options *o) 
     if (e2e_actors[i].takes_model) {
       argv[n++] = "--model";
       argv[n++] = s->model;
+    }
+    if (i == E2E_ACTOR_GPU_WORKER && e2e_device()) {
+      argv[n++] = "--device";
+      argv[n++] = e2e_device();
     }
     const char *const *extra = o->actor_args[i];
     for (int k = 0; extra && extra[k]; k++) {

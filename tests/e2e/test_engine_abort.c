@@ -15,7 +15,9 @@
 #include "bus/subject.h"
 #include "tests/e2e/stack.h"
 
-#define LONG_MAX_TOKENS 200
+/* Long enough that the request still runs when the next SchedulerStats comes (1 s) on a GPU
+ * too (~1-2 ms a token there); it is aborted after 3 outputs anyway. */
+#define LONG_MAX_TOKENS 4000
 #define STATS_WAIT_MS 15000
 
 static const char *model;
