@@ -10,6 +10,7 @@
 #include <float.h>
 
 #define ATTN_THREADS 128
+#define ATTN_SMALL_PARTITION 128 /* keys per partition when the batch has few rows (decode) */
 #define ATTN_WARPS (ATTN_THREADS / 32)
 
 struct attn_args {
@@ -25,6 +26,7 @@ struct attn_args {
   const int32_t *block_tables;  /* [num_seqs, max_blocks_per_seq] */
   int64_t q_stride;
   int32_t n_heads, n_kv_heads, head_dim, block_size, max_blocks_per_seq, max_parts;
+  int32_t part_size;            /* keys per partition: CUDA_ATTN_PARTITION or ATTN_SMALL_PARTITION */
   float scale;
 };
 
@@ -55,10 +57,10 @@ __global__ void __launch_bounds__(ATTN_THREADS) paged_attention_kernel(struct at
   const int32_t D = a.head_dim;
   int32_t s;
   const int32_t n_ctx = attn_row_ctx(a, r, &s);
-  const int32_t start = part * CUDA_ATTN_PARTITION;
+  const int32_t start = part * a.part_size;
   if (start >= n_ctx) return;
-  const int32_t n = min(CUDA_ATTN_PARTITION, n_ctx - start);
-  const int32_t n_parts = (n_ctx + CUDA_ATTN_PARTITION - 1) / CUDA_ATTN_PARTITION;
+  const int32_t n = min(a.part_size, n_ctx - start);
+  const int32_t n_parts = (n_ctx + a.part_size - 1) / a.part_size;
   const int32_t kvh = h / (a.n_heads / a.n_kv_heads);
   const int32_t *table = a.block_tables + (int64_t)s * a.max_blocks_per_seq;
   const int64_t kv_row = (int64_t)a.n_kv_heads * D;
@@ -158,7 +160,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) paged_attention_combine_kernel(s
   const int32_t r = blockIdx.x, h = blockIdx.y;
   int32_t s;
   const int32_t n_ctx = attn_row_ctx(a, r, &s);
-  const int32_t n_parts = (n_ctx + CUDA_ATTN_PARTITION - 1) / CUDA_ATTN_PARTITION;
+  const int32_t n_parts = (n_ctx + a.part_size - 1) / a.part_size;
   if (n_parts <= 1) return;
   const int64_t base = ((int64_t)r * a.n_heads + h) * a.max_parts;
   float M = -FLT_MAX;
@@ -195,12 +197,18 @@ llb_status cuda_attention(struct cuda_ctx *c, const struct cuda_attn_params *p) 
                     cp->max_context_len);
   if (p->n_heads > CUDA_MAX_GRID_YZ) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "%d heads", p->n_heads);
   if (p->num_tokens == 0) return LLB_STATUS_OK;
+  /* Few rows (decode): partitions of ATTN_SMALL_PARTITION keys, so that a row's keys are
+   * spread over more blocks (9 heads x 1 row fill 9 of 132 SMs otherwise); the scratch
+   * holds max_num_tokens x max_parts partitions of CUDA_ATTN_PARTITION, which bounds it. */
+  const int32_t small_parts = (int32_t)cuda_div_up(p->max_seq_len, ATTN_SMALL_PARTITION);
+  const bool small = (int64_t)p->num_tokens * small_parts <= (int64_t)cp->max_num_tokens * c->max_parts;
+  const int32_t part_size = small ? ATTN_SMALL_PARTITION : CUDA_ATTN_PARTITION;
+  const unsigned parts = cuda_div_up(p->max_seq_len, part_size);
   const struct attn_args a = {p->q, p->out_f32, (__half *)p->out_f16, (const __half *)kv->k,
                               (const __half *)kv->v, c->attn_part_out, c->attn_part_ml, p->row_seq,
                               p->query_start_loc, p->seq_lens, p->block_tables, p->q_stride, p->n_heads,
                               kv->n_kv_heads, kv->head_dim, kv->block_size, p->max_blocks_per_seq,
-                              c->max_parts, p->scale};
-  const unsigned parts = cuda_div_up(p->max_seq_len, CUDA_ATTN_PARTITION);
+                              (int32_t)parts, part_size, p->scale};
   paged_attention_kernel<<<dim3(p->num_tokens, p->n_heads, parts), ATTN_THREADS, 0, c->stream>>>(a);
   CUDA_TRY_LAUNCH();
   if (parts > 1) {
