@@ -62,32 +62,24 @@ step_bench() {
   return $rc
 }
 
-# Per-kernel GPU time of decode steps (batch 1, SmolLM2 shape) under Nsight Compute: the
-# launches after model load (dequantization) and the first steps, one summary line per kernel.
+# Per-kernel GPU time under Nsight Compute, one summary line per kernel, for each
+# PROF_SPECS entry SHAPE:dB (decode at batch B, graph replays) or SHAPE:pP (a P-token
+# prefill); launches of model load and warm-up are skipped.
 step_prof() {
   local ncu; ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   [ -n "$ncu" ] || { echo "gpu-check: no ncu"; return 1; }
-  local b
-  for b in ${PROF_BATCHES:-1}; do
-    "$ncu" --launch-skip ${PROF_SKIP:-2000} --launch-count ${PROF_COUNT:-600} --metrics gpu__time_duration.sum \
-        --print-summary per-kernel "$build/kernels/cuda/llmbus_cuda_bench" --shape ${PROF_SHAPE:-smollm2} \
-        --decode-only "$b" >"$out/prof-b$b.log" 2>&1
-    grep -E '^  [A-Za-z_].*\(|gpu__time_duration.sum|Invocations' "$out/prof-b$b.log" | head -80 >"$out/prof-b$b-summary.txt"
+  local spec shape kind n mode skip count
+  for spec in ${PROF_SPECS:-smollm2:d1}; do
+    shape=${spec%%:*}; kind=${spec#*:}; n=${kind:1}
+    if [ "${kind:0:1}" = d ]; then mode=--decode-only; skip=2000; count=600;
+    else mode=--prefill-only; skip=1200; count=500; fi
+    "$ncu" --launch-skip $skip --launch-count $count --metrics gpu__time_duration.sum --print-summary per-kernel \
+        "$build/kernels/cuda/llmbus_cuda_bench" --shape "$shape" $mode "$n" >"$out/prof-$shape-$kind.log" 2>&1
+    echo "== $spec: kernel, invocations, mean time"
+    grep -E '^  [A-Za-z_].*\(|gpu__time_duration.sum' "$out/prof-$shape-$kind.log" | paste - - |
+      awk '{for(i=1;i<=NF;i++) if($i=="Invocations") inv=$(i+1); sub(/\(.*/,"",$1); printf "%-46s %5s %9s %s\n", $1, inv, $NF, $(NF-3)}'
   done
-  "$build/kernels/cuda/llmbus_cuda_bench" --shape smollm2 --decode-only 1 | tail -2
   return 0
-}
-
-# e2e tests over a real nats-server with the worker on the GPU (tests/e2e/stack.c reads
-# LLMBUS_E2E_DEVICE), and the default model's greedy answers on cpu vs cuda.
-step_e2e() {
-  [ -f "$model" ] || { echo "gpu-check: no model at $model"; return 1; }
-  LLMBUS_MODEL=$root/$model LLMBUS_E2E_DEVICE=cuda ctest --test-dir "$build" --output-on-failure \
-      -L e2e -LE api -E 'golden|cross_language' --timeout 900 \
-      >"$out/e2e.log" 2>&1
-  local rc=$?
-  grep -E 'tests passed|Passed|Failed|Skipped|\*\*\*' "$out/e2e.log" | tail -30
-  return $rc
 }
 
 # `llmbus-bench serve` against a whole `llmbus serve --device cuda` stack (HTTP, every actor,

@@ -5,8 +5,8 @@
  *   bytes = fp16 weights read once + KV read (decode) or written (prefill);
  *   FLOPs = 2 x matmul weights x tokens + attention (4 x layers x heads x head_dim x keys).
  * Prints a markdown table (ops/bench/cuda-bench.sh runs it). Usage: llmbus_cuda_bench
- * [--shape smollm2|llama1b] (default both) [--decode-only B] (only decode at batch B, no
- * ceilings, no prefill: the run to put under a profiler such as ncu). */
+ * [--shape smollm2|llama1b] (default both) [--decode-only B | --prefill-only 512|2048] (one
+ * row of the table, no ceilings: the run to put under a profiler such as ncu). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +42,8 @@ static int cmp_d(const void *a, const void *b) {
 
 struct ceilings { double bw, flops; };
 
-static int g_decode_only; /* --decode-only B: 0 = the whole table */
+static int g_decode_only;  /* --decode-only B: 0 = the whole table */
+static int g_prefill_only; /* --prefill-only P: only the prefill of P tokens */
 
 static int bench_shape(const struct random_llama_shape *sh, const struct ceilings *ce) {
   void *buf;
@@ -76,7 +77,7 @@ static int bench_shape(const struct random_llama_shape *sh, const struct ceiling
   const int batches[] = {1, 8, 32, 128};
   for (int bi = 0; bi < 4; bi++) {
     const int B = batches[bi];
-    if (g_decode_only && B != g_decode_only) continue;
+    if ((g_decode_only && B != g_decode_only) || g_prefill_only) continue;
     for (int s = 0; s < B; s++) {
       for (int k = 0; k < MB; k++) tables[s * MB + k] = (s * blocks_per_seq + k) % NB;
       ids[s] = (s * 7919) % sh->vocab, pos[s] = DECODE_CTX - 1, qsl[s] = s, lidx[s] = s, lens[s] = DECODE_CTX;
@@ -103,6 +104,7 @@ static int bench_shape(const struct random_llama_shape *sh, const struct ceiling
   const int prompts[] = {512, 2048};
   for (int pi = 0; pi < (g_decode_only ? 0 : 2); pi++) {
     const int P = prompts[pi];
+    if (g_prefill_only && P != g_prefill_only) continue;
     for (int i = 0; i < P; i++) {
       ids[i] = (i * 31) % sh->vocab, pos[i] = i;
       slots[i] = (int64_t)i; /* blocks 0.. of sequence 0 */
@@ -137,6 +139,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--shape") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--decode-only") && i + 1 < argc) g_decode_only = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--prefill-only") && i + 1 < argc) g_prefill_only = atoi(argv[++i]);
   char reason[256], desc[256];
   if (cuda_device_probe(reason, sizeof(reason)) != LLB_STATUS_OK) {
     printf("no CUDA device: %s\n", reason);
@@ -146,8 +149,8 @@ int main(int argc, char **argv) {
   struct cuda_ctx *cc;
   const struct cuda_ctx_params cp = {1, 1, 64, 1, 0, 0};
   TRY(cuda_ctx_create(&cp, &cc));
-  struct ceilings ce = {3e12, 7e14}; /* --decode-only: nominal, not measured */
-  if (!g_decode_only) {
+  struct ceilings ce = {3e12, 7e14}; /* --decode-only / --prefill-only: nominal, not measured */
+  if (!g_decode_only && !g_prefill_only) {
     TRY(cuda_measure_copy_bandwidth(cc, (size_t)1 << 31, &ce.bw));
     TRY(cuda_measure_gemm_rate(cc, 8192, &ce.flops));
   }
