@@ -1,7 +1,8 @@
 /* Paged attention on the device against the CPU backend (kernels/cpu/attention.c) over a grid
  * of batches: decode (one query row per sequence, contexts over several partitions so split-K
  * runs), prefill, chunked prefill and mixed batches, with the small (128-key) partitions that
- * few-row batches use and the 512-key ones of large batches; GQA ratios 1, 3, 4; head_dim 64, 128,
+ * few-row batches use and the 512-key ones of large batches, one query head a block (few rows)
+ * and 2-4 heads sharing a KV head a block; GQA ratios 1, 3, 4; head_dim 64, 128,
  * 256; block sizes 16 and 32 with shuffled block tables; random fp16 K/V, never zeros.
  * Referee: a float64 attention written here from the definition (causal, GQA, paged).
  * Tolerances: the device's fp32 output |d| <= 2e-5 + 2e-4 * |ref64| (fp32 arithmetic, only
@@ -151,6 +152,7 @@ static void test_prefill_and_chunked_prefill_match_cpu(void) {
       {32, 8, 64, 32, 2, {200, 1100}, {200, 64}},           /* prefill + chunk at the end of 1100 */
       {8, 2, 128, 16, 3, {50, 900, 17}, {1, 300, 17}},      /* mixed decode / chunk / prefill */
       {6, 3, 64, 16, 4, {5, 6, 7, 8}, {5, 1, 2, 8}},
+      {8, 2, 256, 16, 2, {40, 9}, {20, 1}},                 /* 4 query heads a block at head_dim 256 */
       {8, 2, 64, 16, 1, {1000}, {1000}},                    /* rows x keys past the scratch of small
                                                                partitions: the 512-key ones */
   };
