@@ -93,6 +93,13 @@ def main():
             ("chat messages not a list", chat("hi"), 400, "messages", True),
             ("chat image part", chat([{"role": "user", "content": [{"type": "image_url"}]}]), 400,
              "messages[0].content[0]", True),
+            # absent fields once crashed the server (SIGSEGV), cutting every other stream
+            ("chat message without role", chat([{"content": "x"}]), 400, "messages[0].role", True),
+            ("chat empty message", chat([{}]), 400, "messages[0].role", True),
+            ("chat part without type", chat([{"role": "user", "content": [{"text": "x"}]}]), 400,
+             "messages[0].content[0].type", True),
+            ("chat part without text", chat([{"role": "user", "content": [{"type": "text"}]}]), 400,
+             "messages[0].content[0].text", True),
             ("deeply nested JSON", post("/v1/completions", "[" * 100000 + "]" * 100000), 400, None, True),
             ("invalid UTF-8", post("/v1/completions", b'{"model":"' + m.encode() + b'","prompt":"\xff\xfe"}'), 400,
              None, True),
