@@ -468,3 +468,13 @@ void inproc_errors_format(const struct inproc_errors *errs, char *buf, size_t si
     snprintf(buf + used, size - used, "; and %d more", errs->num_dropped);
   }
 }
+
+size_t inproc_cache_salt_compose(const char *tenant, const char *salt, size_t salt_len, char *out,
+                                 size_t size) {
+  size_t tenant_len = strlen(tenant);
+  /* the salt is a C string downstream: its length is what precedes a NUL, if any */
+  salt_len = salt ? strnlen(salt, salt_len) : 0;
+  int n = salt && salt_len ? snprintf(out, size, "%zu:%s%zu:%.*s", tenant_len, tenant, salt_len, (int)salt_len, salt)
+                           : snprintf(out, size, "%zu:%s", tenant_len, tenant);
+  return n < 0 ? size : (size_t)n;
+}
