@@ -36,8 +36,11 @@ static llb_status resolve_from_model(const char *model_path, struct sched_main *
                  llb_err_last());
     return LLB_STATUS_OK;
   }
-  if (st) return LLB_ERRF(st, "--max-model-len not given and model '%s' unreadable: %s", model_path,
-                          llb_err_last());
+  if (st) { /* copied first: LLB_ERRF writes the buffer llb_err_last() points to */
+    char why[400];
+    snprintf(why, sizeof why, "%s", llb_err_last());
+    return LLB_ERRF(st, "--max-model-len not given and model '%s' unreadable: %s", model_path, why);
+  }
   struct llama_config c;
   st = llama_config_from_gguf(f, &c);
   gguf_close(f);
