@@ -160,7 +160,8 @@ static void count_failure(struct scheduler *s, struct sched_request *r) {
 /* The first live request with num_failed_steps >= SCHED_MAX_FAILED_STEPS, or NULL. */
 static struct sched_request *next_poison(const struct scheduler *s) {
   for (uint64_t i = 0; i <= s->map_mask; i++)
-    if (s->map[i] && s->map[i]->num_failed_steps >= SCHED_MAX_FAILED_STEPS) return s->map[i];
+    if (s->map[i] && s->map[i]->num_failed_steps >= SCHED_MAX_FAILED_STEPS && !s->map[i]->abort_pending)
+      return s->map[i]; /* an aborted one already told its client */
   return NULL;
 }
 
@@ -177,6 +178,8 @@ llb_status sched_step_failed(struct scheduler *s, const char *blamed_req_id, boo
     for (int32_t i = 0; s->planned && i < s->num_scheduled; i++) count_failure(s, s->scheduled[i]);
   }
   sched_preempt_all(s, false);
+  blamed = blamed ? sched_map_get(s, blamed_req_id) : NULL; /* an aborted one is gone now */
+  if (blamed && blamed->abort_pending) blamed = NULL;     /* or finishes with its ABORT */
   llb_status st = LLB_STATUS_OK;
   if (blamed) {
     blamed->num_failed_steps = SCHED_MAX_FAILED_STEPS;
