@@ -183,6 +183,9 @@ def main():
         trickles = (
             ("trickled headers", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: "),
             ("trickled body", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"),
+            # a kept-alive connection: one request answered, then the next one trickled
+            ("trickled second request", b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+                                        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: "),
         )
         threads = [threading.Thread(target=trickle, args=a) for a in trickles]
         for t in threads:
@@ -190,7 +193,7 @@ def main():
         served, _ = http_get(st.base + "/v1/models")
         for t in threads:
             t.join()
-        for name in ("trickled headers", "trickled body"):
+        for name, _ in trickles:
             waited = results.get(name, TIMEOUT_S * 3)
             if served == 200 and TIMEOUT_S * 0.8 <= waited < TIMEOUT_S + 5:
                 print(f"ok   {name}: closed after {waited:.1f} s")

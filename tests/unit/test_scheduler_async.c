@@ -488,6 +488,30 @@ static void test_uncounted_failures_never_finish_a_request(void **state) {
   async_free_checked(a);
 }
 
+/* A request aborted while its step is in flight, then blamed by the worker for that step,
+ * finishes once (its ABORT), never a second time with ERROR, and nothing is freed twice. */
+static void test_aborted_request_blamed_for_its_step_finishes_once(void **state) {
+  (void)state;
+  struct async_h *a = async_new(32, 64);
+  h_add(&a->h, "r0", 6, 9, 0, 0);
+  h_add(&a->h, "r1", 7, 6, 0, 1);
+  h_schedule(&a->h);
+  aw_execute(a);
+  sched_engine_outputs_clear(&a->h.eo, 0);
+  const char *id = "r0";
+  assert_int_equal(sched_abort_requests(a->h.s, &id, 1, SCHED_FINISH_REASON_ABORT, &a->h.eo), LLB_STATUS_OK);
+  collect(a);
+  assert_int_equal(a->reason[0], SCHED_FINISH_REASON_ABORT);
+  a->q_head = a->q_num = 0; /* the worker failed that step, naming r0 */
+  sched_engine_outputs_clear(&a->h.eo, 0);
+  assert_int_equal(sched_step_failed(a->h.s, "r0", true, &a->h.eo), LLB_STATUS_OK);
+  assert_int_equal(a->h.eo.num_outputs, 0);
+  run_async(a, 200);
+  assert_int_equal(a->reason[1], SCHED_FINISH_REASON_LENGTH);
+  assert_int_equal(a->ntoks[1], 6);
+  async_free_checked(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_async_outputs_equal_sync_with_chunked_prefill),
@@ -502,6 +526,7 @@ int main(void) {
       cmocka_unit_test(test_request_blamed_by_the_worker_is_finished_with_an_error),
       cmocka_unit_test(test_request_failing_two_steps_in_a_row_is_isolated_and_finished),
       cmocka_unit_test(test_uncounted_failures_never_finish_a_request),
+      cmocka_unit_test(test_aborted_request_blamed_for_its_step_finishes_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
