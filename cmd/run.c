@@ -38,7 +38,11 @@ struct run_ctx {
 /* Supervises between waits; true = give up (stop requested or an actor keeps exiting). */
 static bool run_idle(void *user) {
   struct run_ctx *r = user;
-  if (supervisor_poll(r->sup, 0)) return true;
+  if (supervisor_poll(r->sup, 0)) {
+    const char *looped = supervisor_crash_looped(r->sup); /* cannot start: not a user's stop */
+    if (looped) snprintf(r->failed, sizeof r->failed, "%s", looped);
+    return true;
+  }
   for (int i = 0; i < r->num_specs; i++) {
     if (supervisor_child_restarts(r->sup, r->specs[i].name) > RUN_MAX_RESTARTS) {
       snprintf(r->failed, sizeof r->failed, "%s", r->specs[i].name);

@@ -15,6 +15,7 @@
 struct sched_main {
   struct scheduler_actor_config cfg;
   int32_t max_model_len;  /* 0 = min(model context, 4096) */
+  int32_t vocab_size;     /* 0 = the model's */
   const char *policy;
   bool no_prefix_caching;
   bool no_async_scheduling;
@@ -24,17 +25,32 @@ struct sched_main {
 
 #define SCHED_GEOMETRY_WAIT_MS 300000 /* a worker loading a large model onto a GPU */
 
-/* max_model_len = min(the model's context_length, 4096) unless --max-model-len. */
-static llb_status resolve_max_model_len(const char *model_path, int32_t *out) {
+/* From the model's config: max_model_len = min(context_length, 4096) unless --max-model-len,
+ * vocab_size (token ids of requests are checked against it) unless --vocab-size. */
+static llb_status resolve_from_model(const char *model_path, struct sched_main *m, struct sched_config *out) {
+  if (m->max_model_len > 0) out->max_model_len = m->max_model_len;
+  if (m->vocab_size > 0) out->vocab_size = m->vocab_size;
+  if (m->max_model_len > 0 && m->vocab_size > 0) return LLB_STATUS_OK;
+  if (m->max_model_len > 0 && (!model_path || !model_path[0])) return LLB_STATUS_OK; /* ids checked >= 0 only */
   struct gguf_file *f = NULL;
   llb_status st = gguf_open(model_path, &f);
-  if (st) return LLB_ERRF(st, "--max-model-len not given and model '%s' unreadable: %s", model_path,
-                          llb_err_last());
+  if (st && m->max_model_len > 0) {
+    LLB_LOG_WARN("vocab_size_unknown", "model=%s error=\"%s\": token ids are only checked >= 0", model_path,
+                 llb_err_last());
+    return LLB_STATUS_OK;
+  }
+  if (st) { /* copied first: LLB_ERRF writes the buffer llb_err_last() points to */
+    char why[400];
+    snprintf(why, sizeof why, "%s", llb_err_last());
+    return LLB_ERRF(st, "--max-model-len not given and model '%s' unreadable: %s", model_path, why);
+  }
   struct llama_config c;
   st = llama_config_from_gguf(f, &c);
   gguf_close(f);
   if (st) return st;
-  *out = c.context_length < DEFAULT_MAX_MODEL_LEN_CAP ? c.context_length : DEFAULT_MAX_MODEL_LEN_CAP;
+  if (m->max_model_len <= 0)
+    out->max_model_len = c.context_length < DEFAULT_MAX_MODEL_LEN_CAP ? c.context_length : DEFAULT_MAX_MODEL_LEN_CAP;
+  if (m->vocab_size <= 0) out->vocab_size = c.vocab_size;
   return LLB_STATUS_OK;
 }
 
@@ -46,12 +62,8 @@ static llb_status sched_configure(struct actor_main *am, void *user) {
   else return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--policy '%s': expected fcfs|priority", m->policy);
   c->enable_prefix_caching = !m->no_prefix_caching;
   c->async_scheduling = !m->no_async_scheduling;
-  if (m->max_model_len > 0) {
-    c->max_model_len = m->max_model_len;
-  } else {
-    llb_status st = resolve_max_model_len(am->common.model_path, &c->max_model_len);
-    if (st) return st;
-  }
+  llb_status rst = resolve_from_model(am->common.model_path, m, c);
+  if (rst) return rst;
   c->num_lookahead_tokens = c->block_size;
   m->cfg.engine_id = am->common.engine_id;
   if (c->num_blocks < 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--num-blocks %d: >= 0 (0: the worker's)", c->num_blocks);
@@ -124,6 +136,9 @@ int main(int argc, char **argv) {
        "token budget per step (chunked prefill)", NULL},
       {"max-model-len", ACTOR_FLAG_KIND_INT32, &m.max_model_len,
        "prompt + output tokens at most; 0 = min(model context, 4096)", NULL},
+      {"vocab-size", ACTOR_FLAG_KIND_INT32, &m.vocab_size,
+       "token ids of requests must be below it; 0 = the model's vocabulary (without --model and "
+       "with --max-model-len: ids are only checked >= 0)", NULL},
       {"policy", ACTOR_FLAG_KIND_STRING, &m.policy, "fcfs|priority", NULL},
       {"no-prefix-caching", ACTOR_FLAG_KIND_BOOL, &m.no_prefix_caching,
        "never look up the prefix cache", NULL},

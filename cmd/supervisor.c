@@ -28,6 +28,13 @@ struct child {
   int64_t restart_at_ns;     /* when to start again; 0 = not scheduled */
   int64_t backoff_ms;        /* last backoff used */
   int restarts;
+  int fast_fails;            /* consecutive runs that failed within crash_loop_window_ms */
+  int last_status;           /* waitpid status of the last exit */
+  int err_fd;                /* read end of the child's stderr pipe, -1 none */
+  char line[512];            /* the stderr line being read */
+  size_t line_len;
+  char last_error[512];      /* its last "level=error" line, else its last line */
+  bool last_error_is_error;
 };
 
 struct supervisor {
@@ -40,6 +47,7 @@ struct supervisor {
   bool started, stopping;
   int wake_pipe[2]; /* SIGCHLD / stop requests write a byte */
   volatile sig_atomic_t stop_requested;
+  struct child *crash_looped; /* the child that gave up the supervisor, NULL none */
   struct sigaction old_chld, old_term, old_int;
   bool chld_installed, term_installed;
 };
@@ -165,6 +173,8 @@ void supervisor_config_init(struct supervisor_config *c) {
   c->restart_min_ms = 100;
   c->restart_max_ms = 5000;
   c->restart_reset_ms = 10000;
+  c->crash_loop_max_fails = 3;
+  c->crash_loop_window_ms = 5000;
 }
 
 llb_status supervisor_create(const struct supervisor_config *c, struct supervisor **out) {
@@ -211,6 +221,7 @@ llb_status supervisor_add_child(struct supervisor *s, const struct child_spec *s
                     SUPERVISOR_MAX_CHILDREN);
   struct child *c = &s->children[s->num_children++];
   memset(c, 0, sizeof *c);
+  c->err_fd = -1;
   c->spec = *spec;
   c->backoff_ms = 0;
   if (s->started && !s->stopping) return start_child(s, c);
@@ -229,9 +240,14 @@ static llb_status start_child(struct supervisor *s, struct child *c) {
   argv[n] = NULL;
   char log_path[512] = "";
   if (c->is_nats) snprintf(log_path, sizeof log_path, "%s/nats-server.log", s->temp_dir);
+  int err_pipe[2] = {-1, -1}; /* the child's stderr, forwarded by the supervisor (crash loops) */
+  if (!c->is_nats && pipe2(err_pipe, O_CLOEXEC) != 0) err_pipe[0] = err_pipe[1] = -1;
   pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid < 0) return LLB_ERRF(LLB_STATUS_IO, "fork for %s: %s", c->spec.name, strerror(errno));
+  if (pid < 0) {
+    if (err_pipe[0] >= 0) close(err_pipe[0]), close(err_pipe[1]);
+    return LLB_ERRF(LLB_STATUS_IO, "fork for %s: %s", c->spec.name, strerror(errno));
+  }
   if (pid == 0) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -242,6 +258,7 @@ static llb_status start_child(struct supervisor *s, struct child *c) {
     signal(SIGCHLD, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
+    if (err_pipe[1] >= 0) dup2(err_pipe[1], STDERR_FILENO); /* dup2 clears O_CLOEXEC */
     if (log_path[0]) {
       int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (fd >= 0) {
@@ -264,6 +281,15 @@ static llb_status start_child(struct supervisor *s, struct child *c) {
     _exit(127);
   }
   setpgid(pid, pid); /* also from the parent: no window where a signal to the group misses */
+  if (err_pipe[1] >= 0) {
+    close(err_pipe[1]);
+    if (c->err_fd >= 0) close(c->err_fd);
+    c->err_fd = err_pipe[0];
+    fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
+  }
+  c->line_len = 0;
+  c->last_error[0] = '\0';
+  c->last_error_is_error = false;
   c->pid = pid;
   c->started_ns = llb_now_ns();
   c->restart_at_ns = 0;
@@ -303,6 +329,7 @@ static llb_status start_nats(struct supervisor *s) {
   }
   struct child *c = &s->children[SUPERVISOR_MAX_CHILDREN];
   memset(c, 0, sizeof *c);
+  c->err_fd = -1;
   c->is_nats = true;
   char js_dir[400];
   snprintf(js_dir, sizeof js_dir, "%s/js", s->temp_dir);
@@ -382,12 +409,68 @@ llb_status supervisor_start(struct supervisor *s) {
 const char *supervisor_nats_url(const struct supervisor *s) { return s->nats_url; }
 const char *supervisor_temp_dir(const struct supervisor *s) { return s->temp_dir; }
 
-/* Records an exit and schedules the restart with backoff. */
+/* One complete stderr line of c: kept when it is an error line, or when no error line was. */
+static void child_line(struct child *c) {
+  c->line[c->line_len] = '\0';
+  bool is_error = strstr(c->line, "level=error") != NULL;
+  if (c->line_len > 0 && (is_error || !c->last_error_is_error)) {
+    snprintf(c->last_error, sizeof c->last_error, "%s", c->line);
+    c->last_error_is_error = is_error;
+  }
+  c->line_len = 0;
+}
+
+/* Forwards what c wrote to stderr since the last call to ours (its logs read as before) and
+ * keeps its last error line; at EOF the pipe is closed. Never blocks. */
+static void drain_child_stderr(struct child *c) {
+  char buf[4096];
+  while (c->err_fd >= 0) {
+    ssize_t n = read(c->err_fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+        if (c->line_len) child_line(c);
+        close(c->err_fd);
+        c->err_fd = -1;
+      }
+      return;
+    }
+    for (ssize_t off = 0; off < n;) {
+      ssize_t w = write(STDERR_FILENO, buf + off, (size_t)(n - off));
+      if (w <= 0 && errno != EINTR) break;
+      if (w > 0) off += w;
+    }
+    for (ssize_t i = 0; i < n; i++) {
+      if (buf[i] == '\n') child_line(c);
+      else if (c->line_len < sizeof c->line - 1) c->line[c->line_len++] = buf[i];
+    }
+  }
+}
+
+static void drain_all_stderr(struct supervisor *s) {
+  for (int i = 0; i < s->num_children; i++) drain_child_stderr(&s->children[i]);
+}
+
+/* Records an exit and schedules the restart with backoff. A child that failed (non-zero exit
+ * or a signal) within crash_loop_window_ms of starting, crash_loop_max_fails times in a row,
+ * cannot start (bad model, port in use, bad flag): restarting it forever helps nobody, so
+ * the supervisor stops (supervisor_run returns its last error line). */
 static void reap(struct supervisor *s, struct child *c, int status) {
   int64_t now = llb_now_ns();
   int64_t up_ms = (now - c->started_ns) / 1000000;
   c->pid = 0;
+  c->last_status = status;
+  drain_child_stderr(c); /* its last words, before its error line is judged */
   if (s->stopping) return;
+  bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  c->fast_fails = failed && up_ms < s->cfg.crash_loop_window_ms ? c->fast_fails + 1 : 0;
+  if (!c->is_nats && s->cfg.crash_loop_max_fails > 0 && c->fast_fails >= s->cfg.crash_loop_max_fails) {
+    LLB_LOG_ERROR("child_crash_loop", "name=%s fails=%d window_ms=%lld action=stop last_error=\"%s\"", c->spec.name,
+                  c->fast_fails, (long long)s->cfg.crash_loop_window_ms, c->last_error);
+    if (!s->crash_looped) s->crash_looped = c;
+    s->stop_requested = 1;
+    return;
+  }
   if (up_ms >= s->cfg.restart_reset_ms || c->backoff_ms == 0)
     c->backoff_ms = s->cfg.restart_min_ms;
   else
@@ -433,12 +516,16 @@ bool supervisor_poll(struct supervisor *s, int64_t timeout_ms) {
     }
   }
   if (s->stop_requested) return true;
-  struct pollfd p = {.fd = s->wake_pipe[0], .events = POLLIN};
-  int r = poll(&p, 1, wait_ms < 0 ? 0 : (int)(wait_ms > 1000000 ? 1000000 : wait_ms));
+  struct pollfd p[SUPERVISOR_MAX_CHILDREN + 1] = {{.fd = s->wake_pipe[0], .events = POLLIN}};
+  nfds_t np = 1;
+  for (int i = 0; i < s->num_children; i++)
+    if (s->children[i].err_fd >= 0) p[np++] = (struct pollfd){.fd = s->children[i].err_fd, .events = POLLIN};
+  int r = poll(p, np, wait_ms < 0 ? 0 : (int)(wait_ms > 1000000 ? 1000000 : wait_ms));
   if (r > 0) {
     char buf[64];
     while (read(s->wake_pipe[0], buf, sizeof buf) > 0) {
     }
+    drain_all_stderr(s);
   }
   return s->stop_requested;
 }
@@ -477,6 +564,7 @@ static bool stop_set(struct supervisor *s, bool nats) {
       }
     }
     if (!any) break;
+    drain_all_stderr(s); /* a child logging its shutdown must never block on a full pipe */
     if (llb_now_ns() - t0 > s->cfg.stop_timeout_ms * 1000000) {
       for (int i = 0; i <= SUPERVISOR_MAX_CHILDREN; i++) {
         if (i >= s->num_children && i != SUPERVISOR_MAX_CHILDREN) continue;
@@ -501,6 +589,11 @@ llb_status supervisor_stop(struct supervisor *s) {
   s->stopping = true;
   bool killed = stop_set(s, false);
   killed |= stop_set(s, true);
+  for (int i = 0; i < s->num_children; i++) {
+    drain_child_stderr(&s->children[i]);
+    if (s->children[i].err_fd >= 0) close(s->children[i].err_fd);
+    s->children[i].err_fd = -1;
+  }
   if (s->temp_dir[0]) {
     remove_tree(s->temp_dir);
     s->temp_dir[0] = '\0';
@@ -522,6 +615,21 @@ llb_status supervisor_stop(struct supervisor *s) {
     return LLB_ERRF(LLB_STATUS_TIMEOUT, "some children needed SIGKILL after %lld ms",
                     (long long)s->cfg.stop_timeout_ms);
   return LLB_STATUS_OK;
+}
+
+/* The error supervisor_run returns after a crash loop: the child, how it ended, its words. */
+static llb_status crash_loop_error(const struct supervisor *s) {
+  const struct child *c = s->crash_looped;
+  char how[48];
+  if (WIFEXITED(c->last_status)) snprintf(how, sizeof how, "exit code %d", WEXITSTATUS(c->last_status));
+  else snprintf(how, sizeof how, "signal %d", WIFSIGNALED(c->last_status) ? WTERMSIG(c->last_status) : 0);
+  return LLB_ERRF(LLB_STATUS_ABORTED, "%s failed %d times within %lld ms of starting (%s), so nothing was "
+                  "restarted; its last error: %s", c->spec.name, c->fast_fails,
+                  (long long)s->cfg.crash_loop_window_ms, how, c->last_error[0] ? c->last_error : "(none)");
+}
+
+const char *supervisor_crash_looped(const struct supervisor *s) {
+  return s && s->crash_looped ? s->crash_looped->spec.name : NULL;
 }
 
 llb_status supervisor_run(struct supervisor *s) {
@@ -550,12 +658,15 @@ llb_status supervisor_run(struct supervisor *s) {
   while (!supervisor_poll(s, 1000)) {
   }
   LLB_LOG_INFO("supervisor_stopping", "children=%d", s->num_children);
-  return supervisor_stop(s);
+  llb_status st = supervisor_stop(s);
+  return s->crash_looped ? crash_loop_error(s) : st;
 }
 
 void supervisor_destroy(struct supervisor *s) {
   if (!s) return;
   supervisor_stop(s);
+  for (int i = 0; i < s->num_children; i++)
+    if (s->children[i].err_fd >= 0) close(s->children[i].err_fd);
   for (int i = 0; i < 2; i++)
     if (s->wake_pipe[i] >= 0) close(s->wake_pipe[i]);
   free(s);

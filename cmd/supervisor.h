@@ -11,7 +11,11 @@
  * children too) with PR_SET_PDEATHSIG(SIGTERM), so a SIGKILLed supervisor orphans nothing.
  * Restarts back off exponentially from restart_min_ms to restart_max_ms; the backoff resets
  * once a child has stayed up restart_reset_ms. Every start, exit and restart is one
- * structured log line (bus/log.h).
+ * structured log line (bus/log.h). A child that cannot start at all (it fails
+ * crash_loop_max_fails times in a row, each within crash_loop_window_ms: a bad model file, a
+ * port in use, a bad flag) is not restarted forever: the supervisor stops everything and
+ * supervisor_run returns ABORTED with the child's last error line. Children's stderr goes
+ * through a pipe that the supervisor forwards to its own stderr, keeping that line.
  *
  * Threading: a supervisor is driven by one thread (supervisor_start / _poll / _run / _stop /
  * _destroy). supervisor_request_stop() is safe from any thread and from a signal handler.
@@ -91,6 +95,10 @@ struct supervisor_config {
   int64_t restart_min_ms;      /* default 100 */
   int64_t restart_max_ms;      /* default 5000 */
   int64_t restart_reset_ms;    /* default 10000 */
+  int crash_loop_max_fails;    /* a child that failed this many times in a row, each within
+                                * crash_loop_window_ms of its start, stops the supervisor
+                                * (default 3; 0 = restart forever) */
+  int64_t crash_loop_window_ms; /* default 5000 */
 };
 
 struct supervisor; /* opaque */
@@ -121,8 +129,12 @@ const char *supervisor_nats_url(const struct supervisor *s);
 bool supervisor_poll(struct supervisor *s, int64_t timeout_ms);
 
 /* Installs SIGTERM/SIGINT handlers that request a stop, supervises until then, then stops
- * everything (supervisor_stop). Returns its status. */
+ * everything (supervisor_stop). Returns its status, or ABORTED naming the child and quoting
+ * its last error line when a child's crash loop stopped the supervisor. */
 llb_status supervisor_run(struct supervisor *s);
+
+/* The child whose crash loop stopped the supervisor (see supervisor_config), or NULL. */
+const char *supervisor_crash_looped(const struct supervisor *s);
 
 /* Requests supervisor_run / supervisor_poll to stop; async-signal-safe. */
 void supervisor_request_stop(struct supervisor *s);

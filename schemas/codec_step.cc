@@ -387,10 +387,11 @@ static fb::Offset<void> build_model_runner_output(Enc &e, const llb_model_runner
   auto counts = e.vec(m.num_sampled, m.num_reqs, "num_sampled");
   auto lp = enc_logprobs(e, m.logprobs, "logprobs");
   auto err = enc_error(e, m.error, "error");
+  auto failed = e.str(m.failed_req_id, "failed_req_id");
   if (!e.ok())
     return 0;
   return llmbus::CreateModelRunnerOutput(e.b, LLB_SCHEMA_VERSION, m.step, ids, tok, counts, lp,
-                                         err)
+                                         err, failed)
       .Union();
 }
 
@@ -410,7 +411,8 @@ static bool read_model_runner_output(Dec &d, const llmbus::ModelRunnerOutput &t,
     return d.fail(LLB_STATUS_MALFORMED, "num_sampled", "sum %d, sampled_token_ids has %d", sum,
                   m.num_sampled_token_ids);
   return dec_logprobs(d, t.logprobs(), &m.logprobs, "logprobs") &&
-         dec_error(d, t.error(), &m.error, "error");
+         dec_error(d, t.error(), &m.error, "error") &&
+         d.str(t.failed_req_id(), &m.failed_req_id, "failed_req_id");
 }
 
 LLB_CODEC_DEFINE(model_runner_output, ModelRunnerOutput, LLB_MESSAGE_KIND_MODEL_RUNNER_OUTPUT)

@@ -19,6 +19,7 @@ struct llb_model_runner_output {
   const int32_t *num_sampled;        /* [num_reqs], >= 0 */
   struct llb_logprobs_lists logprobs; /* num_tokens 0 = none */
   struct llb_error_info error;        /* code 0 = none */
+  struct llb_str failed_req_id;       /* with error: the request the worker blames, "" = none */
 };
 
 llb_status llb_model_runner_output_encode(const struct llb_model_runner_output *m, uint8_t *buf,

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "actors/api_server/actor_internal.h"
+#include "actors/api_server/http_deadline.h"
 #include "actors/api_server/api_metrics.h"
 #include "actors/api_server/api_request.h"
 #include "actors/api_server/api_response.h"
@@ -488,6 +489,7 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
 
 static void on_request(struct evhttp_request *req, void *arg) {
   struct api_actor *a = arg;
+  http_deadlines_request_read(a->deadlines, req);
   const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
   const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
   enum evhttp_cmd_type method = evhttp_request_get_command(req);
@@ -567,7 +569,12 @@ static void loop_setup(evutil_socket_t fd, short what, void *arg) {
   size_t hard = a->o.max_body_bytes * 4 + 65536;
   evhttp_set_max_body_size(a->http, (ev_ssize_t)hard);
   evhttp_set_max_headers_size(a->http, 64 * 1024);
-  evhttp_set_timeout(a->http, (int)a->o.request_timeout_s);
+  evhttp_set_timeout(a->http, (int)a->o.request_timeout_s); /* inactivity: reset by every byte */
+  st = http_deadlines_create(a->http, a->o.request_timeout_s * 1000, &a->deadlines); /* and in total */
+  if (st) {
+    setup_signal(a, loop_err(a, st));
+    return;
+  }
   evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
                                           EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
   evhttp_set_gencb(a->http, on_request, a);
@@ -594,6 +601,8 @@ static void loop_free_http(evutil_socket_t fd, short what, void *arg) {
   struct api_actor *a = arg;
   if (a->http) evhttp_free(a->http);
   a->http = NULL;
+  http_deadlines_destroy(a->deadlines);
+  a->deadlines = NULL;
   pthread_mutex_lock(&a->qmu);
   if (a->wake) event_free(a->wake);
   a->wake = NULL;

@@ -21,7 +21,9 @@
  * an SSE `data: {"error": ...}` event followed by `data: [DONE]`.
  * Limits of evhttp (libevent 2.1): bodies larger than 4 x max_body_bytes, oversized headers
  * and unparseable HTTP are refused by evhttp itself (413 / 400 with its HTML page); an idle
- * or trickling connection is closed after request_timeout_s without a response.
+ * connection, or one whose request (headers + body) is not complete within
+ * request_timeout_s of its accept or of the previous response (a client trickling bytes),
+ * is closed without a response (http_deadline.h).
  *
  * Threading: HTTP callbacks and all request state live on the bus loop thread
  * (bus_event_base). NATS handlers (delivery threads) only copy the payload into a locked queue
@@ -45,7 +47,8 @@ struct api_actor_options {
   const char *model_name;          /* served model id; required */
   const char *tenant;              /* NULL = "default" */
   size_t max_body_bytes;           /* 0 = 1 MiB */
-  int64_t request_timeout_s;       /* HTTP read/write inactivity limit; 0 = 10 */
+  int64_t request_timeout_s;       /* HTTP read/write inactivity limit, and the time a whole
+                                      request may take to arrive; 0 = 10 */
   int64_t first_output_timeout_s;  /* 0 = 60 */
   int32_t max_concurrent;          /* requests in flight here; 0 = 256 */
   const char *health_actors;       /* comma list; NULL = API_ACTOR_DEFAULT_HEALTH_ACTORS, "" = none */

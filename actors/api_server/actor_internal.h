@@ -73,6 +73,7 @@ struct api_actor {
   struct bus *bus;
   struct event_base *base;
   struct evhttp *http;
+  struct http_deadlines *deadlines; /* whole-request read deadlines (slow loris) */
   struct event *wake;
   char inbox[128];
   char generate_subject[BUS_SUBJECT_MAX], abort_subject[BUS_SUBJECT_MAX];

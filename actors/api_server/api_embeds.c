@@ -97,7 +97,7 @@ static llb_status parse_item(json_t *v, const char *name, const struct api_promp
                p->num_token_ids);
   snprintf(f, sizeof f, "%s.data", name);
   x = json_object_get(v, "data");
-  if (!json_is_string(x)) return BAD(f, "'%s' must be a base64 string, got %s", f, x ? api_json_type_name(x) : "nothing");
+  if (!json_is_string(x)) return BAD(f, "'%s' must be a base64 string, got %s", f, api_json_type_name(x));
   uint8_t *data = NULL;
   size_t n = 0;
   llb_status st = api_base64_decode(json_string_value(x), json_string_length(x), &data, &n);

@@ -136,6 +136,7 @@ static bool own_string(struct req_impl *im, char *s) {
 }
 
 const char *api_json_type_name(const json_t *v) {
+  if (!v) return "nothing"; /* an absent field: json_object_get gave NULL */
   switch (json_typeof(v)) {
     case JSON_OBJECT: return "object";
     case JSON_ARRAY: return "array";
@@ -168,7 +169,10 @@ static llb_status oom(struct api_error *err) {
 
 #define BAD(param, ...) bad(err, (param), __VA_ARGS__)
 
+/* Every get_* accepts v = NULL (an absent field, as json_object_get returns it) and names
+ * the field as required: a body is hostile input, no accessor may assume a key exists. */
 static llb_status get_bool(json_t *v, const char *name, bool *out, struct api_error *err) {
+  if (!v) return BAD(name, "'%s' is required", name);
   if (!json_is_boolean(v)) return BAD(name, "'%s' must be a boolean, got %s", name, api_json_type_name(v));
   *out = json_is_true(v);
   return LLB_STATUS_OK;
@@ -176,6 +180,7 @@ static llb_status get_bool(json_t *v, const char *name, bool *out, struct api_er
 
 static llb_status get_int(json_t *v, const char *name, int64_t lo, int64_t hi, int64_t *out,
                           struct api_error *err) {
+  if (!v) return BAD(name, "'%s' is required", name);
   if (!json_is_integer(v))
     return BAD(name, "'%s' must be an integer, got %s", name, api_json_type_name(v));
   json_int_t x = json_integer_value(v);
@@ -189,6 +194,7 @@ static llb_status get_int(json_t *v, const char *name, int64_t lo, int64_t hi, i
 /* A number in [lo, hi]; lo_open excludes lo. */
 static llb_status get_num(json_t *v, const char *name, double lo, bool lo_open, double hi,
                           float *out, struct api_error *err) {
+  if (!v) return BAD(name, "'%s' is required", name);
   if (!json_is_number(v)) return BAD(name, "'%s' must be a number, got %s", name, api_json_type_name(v));
   double x = json_number_value(v);
   if (!isfinite(x) || (lo_open ? x <= lo : x < lo) || x > hi)
@@ -201,6 +207,7 @@ static llb_status get_num(json_t *v, const char *name, double lo, bool lo_open, 
  * rest of the pipeline uses C strings. */
 static llb_status get_str(json_t *v, const char *name, const char **out, size_t *len,
                           struct api_error *err) {
+  if (!v) return BAD(name, "'%s' is required", name);
   if (!json_is_string(v)) return BAD(name, "'%s' must be a string, got %s", name, api_json_type_name(v));
   size_t n = json_string_length(v);
   const char *s = json_string_value(v);
@@ -343,13 +350,24 @@ static llb_status parse_content(json_t *v, const char *name, struct req_impl *im
     json_t *part = json_array_get(v, i);
     char pname[128];
     snprintf(pname, sizeof pname, "%s[%zu]", name, i);
+    char field[160];
     const char *type = NULL, *text = NULL;
     size_t n = 0;
-    if (!json_is_object(part) || get_str(json_object_get(part, "type"), pname, &type, NULL, err) != LLB_STATUS_OK ||
-        strcmp(type, "text") != 0 || get_str(json_object_get(part, "text"), pname, &text, &n, err) != LLB_STATUS_OK) {
+    llb_status st = LLB_STATUS_OK;
+    if (!json_is_object(part)) {
+      st = BAD(pname, "'%s' must be a content part object, got %s", pname, api_json_type_name(part));
+    } else {
+      snprintf(field, sizeof field, "%s.type", pname);
+      st = get_str(json_object_get(part, "type"), field, &type, NULL, err);
+      if (st == LLB_STATUS_OK && strcmp(type, "text") != 0)
+        st = BAD(pname, "'%s' must be a content part {\"type\": \"text\", \"text\": string} (only text is "
+                 "supported), got type \"%.40s\"", pname, type);
+      snprintf(field, sizeof field, "%s.text", pname);
+      if (st == LLB_STATUS_OK) st = get_str(json_object_get(part, "text"), field, &text, &n, err);
+    }
+    if (st != LLB_STATUS_OK) {
       api_buf_free(&joined);
-      return BAD(pname, "'%s' must be a content part {\"type\": \"text\", \"text\": string} (only text is supported)",
-                 pname);
+      return st;
     }
     if (!api_buf_append(&joined, text, n)) {
       api_buf_free(&joined);

@@ -116,7 +116,7 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
 void api_request_free(struct api_request *r);
 
 /* JSON type of v as an error message names it ("object", "array", "string", "integer",
- * "number", "boolean", "null"). */
+ * "number", "boolean", "null"); "nothing" for v = NULL (an absent field). Static string. */
 struct json_t;
 const char *api_json_type_name(const struct json_t *v);
 

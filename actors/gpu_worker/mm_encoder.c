@@ -1,6 +1,8 @@
 /* Encoder table by modality + encoder-output cache. See mm_encoder.h. */
 #include "actors/gpu_worker/mm_encoder.h"
 
+#include "schemas/embeds.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,6 +96,10 @@ llb_status mm_encoder_check_item(const struct mm_encoder_cache *c, const struct 
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item %s: data of %lld bytes (%s) does not hold [%d, %d]",
                     item->mm_hash.data, (long long)item->data_bytes, item->dtype.data ? item->dtype.data : "",
                     item->length, item->num_cols);
+  const int64_t bad = llb_embeds_first_nonfinite(item->data, item->data_bytes, item->dtype.data);
+  if (bad >= 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item %s holds a non-finite value (NaN or Inf) at row %lld",
+                    item->mm_hash.data, (long long)(bad / item->num_cols));
   return LLB_STATUS_OK;
 }
 

@@ -86,6 +86,7 @@ struct model_runner {
   int64_t lp_ids_cap, lp_cap;
   char err_message[512];
   char err_field[128];
+  char err_req_id[256];  /* the request a failed step is blamed on (its input), "" = none */
 };
 
 /* ---- small helpers ---- */
@@ -125,6 +126,11 @@ static llb_status fail(struct model_runner *r, llb_status st, const char *field,
   va_end(ap);
   snprintf(r->err_field, sizeof(r->err_field), "%s", field);
   return LLB_ERRF(st, "%s: %s", field, r->err_message);
+}
+
+/* Names the request whose input fails the step (failed_req_id): the scheduler finishes it. */
+static void blame(struct model_runner *r, const char *id, size_t len) {
+  snprintf(r->err_req_id, sizeof(r->err_req_id), "%.*s", (int)(len < 255 ? len : 255), id ? id : "");
 }
 
 static void free_mm(struct mr_request *q) {
@@ -191,28 +197,12 @@ fail:
 void model_runner_destroy(struct model_runner *r) {
   if (!r) return;
   for (int32_t i = 0; i < r->rows_cap; i++) free_request(r->rows[i]);
-  free(r->rows);
-  free(r->row_removed);
-  free(r->row_cached);
-  free(r->row_sched);
-  free(r->cached_row);
-  free(r->sched);
-  free(r->token_ids);
-  free(r->positions);
-  free(r->slot_mapping);
-  free(r->query_start_loc);
-  free(r->seq_lens);
-  free(r->logits_indices);
-  free(r->logits_rows);
-  free(r->block_tables);
-  free(r->logits);
-  free(r->out_req_ids);
-  free(r->out_num_sampled);
-  free(r->out_sampled);
-  free(r->results);
-  free(r->lp_token_ids);
-  free(r->lp_logprobs);
-  free(r->lp_ranks);
+  free(r->rows); free(r->row_removed); free(r->row_cached); free(r->row_sched);
+  free(r->cached_row); free(r->sched); free(r->token_ids); free(r->positions);
+  free(r->slot_mapping); free(r->query_start_loc); free(r->seq_lens); free(r->logits_indices);
+  free(r->logits_rows); free(r->block_tables); free(r->logits); free(r->out_req_ids);
+  free(r->out_num_sampled); free(r->out_sampled); free(r->results); free(r->lp_token_ids);
+  free(r->lp_logprobs); free(r->lp_ranks);
   sampler_destroy(r->sampler);
   mm_encoder_cache_destroy(r->mm);
   free(r->embeds);
@@ -283,7 +273,10 @@ static llb_status check_new(struct model_runner *r, const struct llb_scheduler_o
   if (find_new(so, nr->req_id, i) >= 0)
     return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "request \"%.*s\" added twice", (int)nr->req_id.len,
                 nr->req_id.data);
+  blame(r, nr->req_id.data, nr->req_id.len); /* from here on: this request's own input */
   if (!nr->sampling_params) return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "sampling_params missing");
+  llb_status pst = sampler_check_params(nr->sampling_params);
+  if (pst) return fail(r, pst, field, "%s", llb_err_last());
   if (nr->sampling_params->logprobs > LLB_MAX_LOGPROBS)
     return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "logprobs %d > %d", nr->sampling_params->logprobs,
                 LLB_MAX_LOGPROBS);
@@ -322,6 +315,7 @@ static llb_status check_new(struct model_runner *r, const struct llb_scheduler_o
   if (nr->num_computed_tokens < 0 || nr->num_computed_tokens > known)
     return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "num_computed_tokens %d outside [0, %lld]",
                 nr->num_computed_tokens, (long long)known);
+  r->err_req_id[0] = '\0';
   return LLB_STATUS_OK;
 }
 
@@ -349,9 +343,11 @@ static llb_status check_cached(struct model_runner *r, const struct llb_cached_r
   llb_status st = check_blocks(r, cd->new_block_ids + *new_blk_off, nblk, "scheduled_cached_reqs.new_block_ids", j);
   if (st) return st;
   for (int32_t t = 0; t < ntok; t++)
-    if (cd->new_token_ids[*new_tok_off + t] < 0 || cd->new_token_ids[*new_tok_off + t] >= r->vocab_size)
+    if (cd->new_token_ids[*new_tok_off + t] < 0 || cd->new_token_ids[*new_tok_off + t] >= r->vocab_size) {
+      blame(r, cd->req_ids[j].data, cd->req_ids[j].len);
       return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "new token %d outside [0, %d)",
                   cd->new_token_ids[*new_tok_off + t], r->vocab_size);
+    }
   *new_tok_off += ntok;
   *new_blk_off += nblk;
   const int64_t blocks = (resumed ? 0 : q->num_block_ids) + (int64_t)nblk;
@@ -478,7 +474,8 @@ static llb_status check_output(struct model_runner *r, const struct llb_schedule
       if (e->input_ids[k] < 0 || e->input_ids[k] >= nf)
         return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "input id %d outside [0, %lld)", e->input_ids[k],
                     (long long)nf);
-      if ((st = mm_encoder_check_item(r->mm, &e->mm_features[k]))) return fail(r, st, field, "%s", llb_err_last());
+      if ((st = mm_encoder_check_item(r->mm, &e->mm_features[k])))
+        return blame(r, e->req_id.data, e->req_id.len), fail(r, st, field, "%s", llb_err_last());
     }
   }
   if (total > r->cfg.max_num_batched_tokens)
@@ -695,6 +692,7 @@ static llb_status sample_all(struct model_runner *r, int32_t max_n) {
     if (st) {
       char field[160];
       snprintf(field, sizeof(field), "sampling_params of \"%s\"", q->req_id);
+      blame(r, q->req_id, q->req_id_len); /* NaN logits or bad params: this request's input */
       return fail(r, st, field, "sampling failed: %s", llb_err_last());
     }
     if (max_n >= 0) { /* rank: vLLM counts logprobs >= the sampled one (1-based) */
@@ -740,8 +738,10 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   for (int32_t i = 0; i < so->num_scheduled_encoder_inputs; i++) {
     const struct llb_scheduled_encoder_input *e = &so->scheduled_encoder_inputs[i];
     for (int32_t k = 0; k < e->num_mm_features; k++)
-      if ((st = mm_encoder_cache_encode(r->mm, &e->mm_features[k])))
+      if ((st = mm_encoder_cache_encode(r->mm, &e->mm_features[k]))) {
+        if (st != LLB_STATUS_OUT_OF_MEMORY) blame(r, e->req_id.data, e->req_id.len);
         return fail(r, st, "scheduled_encoder_inputs", "encoding: %s", llb_err_last());
+      }
   }
   int32_t ns = 0;
   if ((st = prepare_inputs(r, so, &ns))) return st;
@@ -784,13 +784,14 @@ llb_status model_runner_execute(struct model_runner *r, const struct llb_schedul
                                 struct llb_model_runner_output *out) {
   *out = (struct llb_model_runner_output){.version = LLB_SCHEMA_VERSION, .step = so->step};
   r->batch.num_tokens = 0;
-  r->err_message[0] = r->err_field[0] = '\0';
+  r->err_message[0] = r->err_field[0] = r->err_req_id[0] = '\0';
   llb_status st = run_step(r, so, out);
   if (st) {
     *out = (struct llb_model_runner_output){.version = LLB_SCHEMA_VERSION, .step = so->step};
     if (!r->err_message[0]) snprintf(r->err_message, sizeof(r->err_message), "%s", llb_err_last());
     out->error = (struct llb_error_info){.code = (int32_t)st, .message = llb_str_c(r->err_message),
                                          .field = llb_str_c(r->err_field)};
+    out->failed_req_id = llb_str_c(r->err_req_id);
   }
   return st;
 }

@@ -102,7 +102,7 @@ static llb_status check_ids(const int32_t *ids, int64_t n, int32_t vocab, const 
   return LLB_STATUS_OK;
 }
 
-static llb_status check_params(const struct llb_sampling_params *p) {
+llb_status sampler_check_params(const struct llb_sampling_params *p) {
   if (!(p->temperature >= 0.0f) || isinf(p->temperature))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: temperature %g", p->temperature);
   if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
@@ -289,7 +289,7 @@ llb_status sampler_sample(struct sampler *s, const struct llb_sampling_params *p
   if (output_pos < 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: output_pos %lld < 0",
                     (long long)output_pos);
-  llb_status st = check_params(p);
+  llb_status st = sampler_check_params(p);
   if (st == LLB_STATUS_OK) st = check_ids(prompt_ids, num_prompt, s->vocab_size, "prompt_ids");
   if (st == LLB_STATUS_OK) st = check_ids(output_ids, num_output, s->vocab_size, "output_ids");
   if (st != LLB_STATUS_OK) return st;

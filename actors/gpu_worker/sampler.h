@@ -67,6 +67,11 @@ void sampler_destroy(struct sampler *s);
 /* Vocabulary size the sampler was created for. */
 int32_t sampler_vocab_size(const struct sampler *s);
 
+/* Checks the parameters sampler_sample would refuse (temperature finite and >= 0, top_p in
+ * (0, 1], min_p in [0, 1], penalties finite, logprobs <= LLB_MAX_LOGPROBS), so that a caller
+ * can refuse a request before its step. Errors: INVALID_ARGUMENT naming the value. */
+llb_status sampler_check_params(const struct llb_sampling_params *p);
+
 /* Samples one token from `logits` [vocab_size], which is modified in place (penalties are
  * applied to it; temperature and filters are not: on return it holds the penalized logits).
  * prompt_ids [num_prompt] and output_ids [num_output] (tokens generated so far) feed the

@@ -195,11 +195,11 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
   req->sampling_params = *gr->sampling_params;
   req->priority = gr->priority;
   /* Per-tenant prefix-cache salt (DESIGN.md §7): no tenant can hit another's blocks. */
-  size_t salt_cap = strlen(tenant) + gr->cache_salt.len + 2;
+  size_t salt_cap = strlen(tenant) + gr->cache_salt.len + 48;
   char *salt = llb_arena_alloc(arena, salt_cap, 1);
   if (!salt) return "cache_salt";
-  if (gr->cache_salt.len) snprintf(salt, salt_cap, "%s/%s", tenant, gr->cache_salt.data);
-  else snprintf(salt, salt_cap, "%s", tenant);
+  if (inproc_cache_salt_compose(tenant, gr->cache_salt.data, gr->cache_salt.len, salt, salt_cap) >= salt_cap)
+    return "cache_salt";
   req->cache_salt = salt;
   req->reply_to = reply_to;
   if (gr->num_mm_items > 0) {

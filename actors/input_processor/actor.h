@@ -12,7 +12,9 @@
  *                               (max_n-1)_id]} on <prefix>.engine.<eid>.abort (the engine
  *                               ignores ids it does not run; the processor keeps no state).
  * <tenant> is "*" (every tenant) by default. The tenant salts the prefix cache
- * (DESIGN.md §7): cache_salt = "<tenant>" or "<tenant>/<client salt>".
+ * (DESIGN.md §7): cache_salt = inproc_cache_salt_compose(tenant, client salt):
+ * "<len>:<tenant>" or "<len>:<tenant><len>:<client salt>", length-prefixed so no pair
+ * of (tenant, salt) reads as another.
  *
  * n > 1: the engine samples each child with stream 0, so child i gets seed + i (vLLM
  * vllm/v1/engine/parent_req.py); its wire sampling_params.n carries the client's n so the

@@ -1,6 +1,8 @@
 /* Input processor; see input_processor.h. */
 #include "actors/input_processor/input_processor.h"
 
+#include "schemas/embeds.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -343,6 +345,13 @@ static llb_status process_mm(const struct inproc_t *p, const struct inproc_gener
     else if (esize && it->num_rows > 0 && it->data_bytes != (int64_t)it->num_rows * it->num_cols * esize)
       add_error(errs, f, "has %" PRId64 " bytes; [%d, %d] of %s needs %" PRId64, it->data_bytes, it->num_rows,
                 it->num_cols, it->dtype, (int64_t)it->num_rows * it->num_cols * esize);
+    else if (esize && it->num_cols > 0) {
+      /* NaN / Inf rows make every logit of the request NaN: refuse them here, as a client error */
+      int64_t bad = llb_embeds_first_nonfinite(it->data, it->data_bytes, it->dtype);
+      if (bad >= 0)
+        add_error(errs, f, "holds a non-finite value (NaN or Inf) at row %" PRId64 ", column %" PRId64
+                  "; embeddings must be finite", bad / it->num_cols, bad % it->num_cols);
+    }
     snprintf(f, sizeof f, "mm_items[%d].placeholder_offset", i);
     if (it->placeholder_offset < 0 || (int64_t)it->placeholder_offset + it->num_rows > num_prompt)
       add_error(errs, f, "placeholders [%d, %" PRId64 ") must lie inside the %" PRId64 "-token prompt",
@@ -467,4 +476,14 @@ void inproc_errors_format(const struct inproc_errors *errs, char *buf, size_t si
   if (errs->num_dropped && used < size) {
     snprintf(buf + used, size - used, "; and %d more", errs->num_dropped);
   }
+}
+
+size_t inproc_cache_salt_compose(const char *tenant, const char *salt, size_t salt_len, char *out,
+                                 size_t size) {
+  size_t tenant_len = strlen(tenant);
+  /* the salt is a C string downstream: its length is what precedes a NUL, if any */
+  salt_len = salt ? strnlen(salt, salt_len) : 0;
+  int n = salt && salt_len ? snprintf(out, size, "%zu:%s%zu:%.*s", tenant_len, tenant, salt_len, (int)salt_len, salt)
+                           : snprintf(out, size, "%zu:%s", tenant_len, tenant);
+  return n < 0 ? size : (size_t)n;
 }

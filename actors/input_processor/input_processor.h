@@ -144,6 +144,15 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
 /* Frees what `out` owns and zeroes it. Accepts NULL. */
 void inproc_processed_free(struct inproc_processed *out);
 
+/* The prefix-cache salt of a request of `tenant` with the client's `salt` (NULL or "" = none)
+ * into out[size]: "<len>:<tenant>" then, with a salt, "<len>:<salt>" (decimal byte lengths).
+ * Each field is length-prefixed so that the pair is recovered from the string: tenant "b/x"
+ * with no salt and tenant "b" with salt "x" give different salts, so different block hashes
+ * (DESIGN.md §7; a plain "tenant/salt" join made them equal). Returns the length written, or
+ * a value >= size when out is too small (as snprintf). */
+size_t inproc_cache_salt_compose(const char *tenant, const char *salt, size_t salt_len, char *out,
+                                 size_t size);
+
 /* Writes "field: message; field: message" into buf (truncated to size), for error replies. */
 void inproc_errors_format(const struct inproc_errors *errs, char *buf, size_t size);
 

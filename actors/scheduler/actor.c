@@ -290,7 +290,22 @@ static void step_failed(struct scheduler_actor *a, const char *what, llb_status 
     LLB_LOG_ERROR("step_failed", "peer=%s step=%llu status=%s error=%s action=preempt_all",
                   what, (unsigned long long)a->out.step, llb_strerror(st),
                   llb_log_quote(q, sizeof q, llb_err_last()));
-  sched_preempt_all(a->sched, false);
+  /* A worker that answered with an error failed on this batch's input: isolate the request
+   * it blames (or, naming none, the one that keeps failing) instead of retrying it forever. */
+  const bool worker_error = a->worker_error;
+  if (a->worker_blamed[0]) {
+    int64_t at = sched_actor_map_find(a, a->worker_blamed);
+    if (at >= 0) {
+      a->map[at]->reject_status = LLB_STATUS_INVALID_ARGUMENT;
+      snprintf(a->map[at]->reject_message, sizeof a->map[at]->reject_message, "%s", llb_err_last());
+    }
+  }
+  if (sched_step_failed(a->sched, a->worker_blamed, worker_error, &a->eo_side) != LLB_STATUS_OK)
+    LLB_LOG_ERROR("step_failed_recovery", "reason=out_of_memory");
+  const bool blamed = a->worker_blamed[0] != '\0';
+  a->worker_error = false;
+  a->worker_blamed[0] = '\0';
+  if (blamed) return; /* the cause is gone: no back-off */
   a->backoff_ms = a->backoff_ms ? a->backoff_ms * 2 : BACKOFF_MIN_MS;
   if (a->backoff_ms > BACKOFF_MAX_MS) a->backoff_ms = BACKOFF_MAX_MS;
 }

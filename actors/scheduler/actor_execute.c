@@ -116,8 +116,14 @@ static llb_status apply_reply(struct scheduler_actor *a, const uint8_t *data, si
   struct llb_model_runner_output r;
   llb_status st = llb_model_runner_output_decode(data, len, &a->arena, &r);
   if (st) return st;
-  if (r.error.code != 0)
-    return LLB_ERRF(LLB_STATUS_INTERNAL, "worker error %d: %s", r.error.code, r.error.message.data);
+  if (r.error.code != 0) {
+    /* NOT_FOUND: the worker does not know a request (it restarted): its state, not the
+     * batch's input, so no request becomes a suspect for it */
+    a->worker_error = r.error.code != LLB_STATUS_NOT_FOUND;
+    snprintf(a->worker_blamed, sizeof a->worker_blamed, "%s", r.failed_req_id.data ? r.failed_req_id.data : "");
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "worker error %d%s%s: %s", r.error.code,
+                    a->worker_blamed[0] ? " blaming request " : "", a->worker_blamed, r.error.message.data);
+  }
   a->mro = r;
   a->have_mro = true;
   struct sched_model_output mo;

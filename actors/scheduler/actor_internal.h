@@ -81,6 +81,10 @@ struct scheduler_actor {
   bool kv_reset_pending; /* the worker failed: its KV contents are unknown, so the next KV
                             step tells the kv_manager to drop its prefix cache */
   int64_t last_stats_ns;
+  /* the last failed execute: the worker answered with an error (not a timeout or a bus
+   * failure), and the request it blamed ("" none); sched_step_failed isolates it */
+  bool worker_error;
+  char worker_blamed[256];
 
   /* asynchronous scheduling (cfg.sched.async_scheduling): steps sent to the worker whose
    * replies are awaited, oldest first; each is sent with reply subject <exec_inbox>.<step>,

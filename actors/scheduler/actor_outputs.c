@@ -59,6 +59,12 @@ static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output
   if (at < 0) return;
   struct req_meta *m = a->map[at];
   if (e->num_new_tokens > 0 && m->first_token_time_ns == 0) m->first_token_time_ns = now_ns;
+  if (e->finish_reason == SCHED_FINISH_REASON_ERROR) { /* isolated by sched_step_failed */
+    o->error.code = (int32_t)(m->reject_status ? m->reject_status : LLB_STATUS_INTERNAL);
+    o->error.message = llb_str_c(m->reject_message[0] ? m->reject_message
+                                                      : "the request failed every worker step it took part in "
+                                                        "(finished so that the others go on)");
+  }
   o->reply_to = llb_str_c(m->reply_to);
   o->external_id = llb_str_c(m->external_id);
   o->arrival_time = m->arrival_time;

@@ -138,6 +138,7 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
       s->stats.num_generation_tokens += (uint64_t)n_new;
       sched_request_update_block_hashes(r, s->cfg.block_size);
     }
+    r->num_failed_steps = 0; /* a step went through with it: not a suspect (any more) */
     if (reason != SCHED_FINISH_REASON_NONE) st = sched_finish(s, r, reason, eo, first_pos, n_new);
     else if (n_new > 0) st = sched_engine_outputs_add(eo, r, first_pos, n_new);
   }
@@ -147,4 +148,55 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
 
 int32_t sched_num_steps_in_flight(const struct scheduler *s) {
   return s->num_inflight + (s->planned && s->total_scheduled > 0 ? 1 : 0);
+}
+
+/* One more failed step for r, counted once per failure even when r is in two of its steps. */
+static void count_failure(struct scheduler *s, struct sched_request *r) {
+  if (r->failure_stamp == s->num_step_failures) return;
+  r->failure_stamp = s->num_step_failures;
+  r->num_failed_steps++;
+}
+
+/* The first live request with num_failed_steps >= SCHED_MAX_FAILED_STEPS, or NULL. */
+static struct sched_request *next_poison(const struct scheduler *s) {
+  for (uint64_t i = 0; i <= s->map_mask; i++)
+    if (s->map[i] && s->map[i]->num_failed_steps >= SCHED_MAX_FAILED_STEPS && !s->map[i]->abort_pending)
+      return s->map[i]; /* an aborted one already told its client */
+  return NULL;
+}
+
+llb_status sched_step_failed(struct scheduler *s, const char *blamed_req_id, bool count,
+                             struct sched_engine_outputs *eo) {
+  struct sched_request *blamed = blamed_req_id && blamed_req_id[0] ? sched_map_get(s, blamed_req_id) : NULL;
+  if (!blamed && count) {
+    s->num_step_failures++;
+    for (int32_t k = 0; k < s->num_inflight; k++) {
+      const struct sched_step_record *rec = &s->inflight[(s->inflight_head + k) % 2];
+      for (int32_t i = 0; i < rec->num; i++)
+        if (!sched_request_is_finished(rec->entries[i].req)) count_failure(s, rec->entries[i].req);
+    }
+    for (int32_t i = 0; s->planned && i < s->num_scheduled; i++) count_failure(s, s->scheduled[i]);
+  }
+  sched_preempt_all(s, false);
+  blamed = blamed ? sched_map_get(s, blamed_req_id) : NULL; /* an aborted one is gone now */
+  if (blamed && blamed->abort_pending) blamed = NULL;     /* or finishes with its ABORT */
+  llb_status st = LLB_STATUS_OK;
+  if (blamed) {
+    blamed->num_failed_steps = SCHED_MAX_FAILED_STEPS;
+    st = sched_finish(s, blamed, SCHED_FINISH_REASON_ERROR, eo, sched_request_num_output_tokens(blamed), 0);
+  }
+  for (struct sched_request *r; !st && (r = next_poison(s));) /* finishing changes the map: scan again */
+    st = sched_finish(s, r, SCHED_FINISH_REASON_ERROR, eo, sched_request_num_output_tokens(r), 0);
+  return st;
+}
+
+bool sched_suspect_in_flight(const struct scheduler *s) {
+  for (int32_t k = 0; k < s->num_inflight; k++) {
+    const struct sched_step_record *rec = &s->inflight[(s->inflight_head + k) % 2];
+    for (int32_t i = 0; i < rec->num; i++)
+      if (rec->entries[i].req->num_failed_steps > 0) return true;
+  }
+  for (int32_t i = 0; i < s->num_scheduled; i++)
+    if (s->scheduled[i]->num_failed_steps > 0) return true;
+  return false;
 }

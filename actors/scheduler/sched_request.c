@@ -1,9 +1,11 @@
 /* Scheduler-side request state. See sched_request.h (vLLM v1 request.py). */
 #include "actors/scheduler/sched_request.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "schemas/embeds.h"
 #include "schemas/kv_ops.h"
 
 /* Deep-copies the features' strings and data into one block (data 16-byte aligned). */
@@ -40,6 +42,74 @@ static bool copy_mm_blob(struct sched_request *r) {
   }
   return false;
 }
+
+static bool id_ok(int32_t id, int32_t vocab_size) { return id >= 0 && (vocab_size <= 0 || id < vocab_size); }
+
+static bool in_range(float x, float lo, float hi) { return isfinite(x) && x >= lo && x <= hi; }
+
+#define BAD(...) LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
+
+static llb_status validate_params(const char *id, const struct llb_sampling_params *sp, int32_t vocab_size) {
+  if (!isfinite(sp->temperature) || sp->temperature < 0)
+    return BAD("request %s: sampling_params.temperature %g must be finite and >= 0", id, (double)sp->temperature);
+  if (!(isfinite(sp->top_p) && sp->top_p > 0 && sp->top_p <= 1))
+    return BAD("request %s: sampling_params.top_p %g outside (0, 1]", id, (double)sp->top_p);
+  if (!in_range(sp->min_p, 0, 1)) return BAD("request %s: sampling_params.min_p %g outside [0, 1]", id, (double)sp->min_p);
+  if (sp->top_k < -1) return BAD("request %s: sampling_params.top_k %d < -1", id, sp->top_k);
+  if (!in_range(sp->presence_penalty, -2, 2) || !in_range(sp->frequency_penalty, -2, 2))
+    return BAD("request %s: sampling_params presence/frequency penalty %g / %g outside [-2, 2]", id,
+               (double)sp->presence_penalty, (double)sp->frequency_penalty);
+  if (!(isfinite(sp->repetition_penalty) && sp->repetition_penalty > 0 && sp->repetition_penalty <= 2))
+    return BAD("request %s: sampling_params.repetition_penalty %g outside (0, 2]", id, (double)sp->repetition_penalty);
+  if (sp->n < 1) return BAD("request %s: sampling_params.n %d < 1", id, sp->n);
+  if (sp->max_tokens != -1 && sp->max_tokens < 1)
+    return BAD("request %s: sampling_params.max_tokens %d (>= 1, or -1)", id, sp->max_tokens);
+  if (sp->min_tokens < 0) return BAD("request %s: sampling_params.min_tokens %d < 0", id, sp->min_tokens);
+  if (sp->logprobs < -1 || sp->logprobs > LLB_MAX_LOGPROBS)
+    return BAD("request %s: sampling_params.logprobs %d outside [-1, %d]", id, sp->logprobs, LLB_MAX_LOGPROBS);
+  if (sp->prompt_logprobs != -1)
+    return BAD("request %s: sampling_params.prompt_logprobs %d (only -1)", id, sp->prompt_logprobs);
+  if (sp->num_stop < 0 || sp->num_stop > LLB_MAX_STOP_STRINGS)
+    return BAD("request %s: sampling_params: %d stop strings (at most %d)", id, sp->num_stop, LLB_MAX_STOP_STRINGS);
+  if (sp->num_stop_token_ids < 0 || sp->num_stop_token_ids > LLB_MAX_STOP_TOKEN_IDS)
+    return BAD("request %s: sampling_params: %d stop_token_ids (at most %d)", id, sp->num_stop_token_ids,
+               LLB_MAX_STOP_TOKEN_IDS);
+  for (int32_t i = 0; i < sp->num_stop_token_ids; i++)
+    if (!id_ok(sp->stop_token_ids[i], vocab_size))
+      return BAD("request %s: sampling_params.stop_token_ids[%d] = %d outside the vocabulary [0, %d)", id, i,
+                 sp->stop_token_ids[i], vocab_size);
+  return LLB_STATUS_OK;
+}
+
+llb_status sched_new_request_validate(const struct sched_new_request *nr, int32_t vocab_size) {
+  const char *id = nr->request_id ? nr->request_id : "";
+  if (nr->num_prompt_tokens < 1 || !nr->prompt_token_ids) return BAD("request %s: empty prompt", id);
+  for (int32_t t = 0; t < nr->num_prompt_tokens; t++)
+    if (!id_ok(nr->prompt_token_ids[t], vocab_size))
+      return BAD("request %s: prompt_token_ids[%d] = %d outside the vocabulary [0, %d)", id, t,
+                 nr->prompt_token_ids[t], vocab_size);
+  if (nr->eos_token_id != -1 && !id_ok(nr->eos_token_id, vocab_size))
+    return BAD("request %s: eos_token_id %d outside the vocabulary [0, %d) (or -1)", id, nr->eos_token_id, vocab_size);
+  llb_status st = validate_params(id, &nr->sampling_params, vocab_size);
+  if (st) return st;
+  if (nr->num_mm_features < 0 || (nr->num_mm_features > 0 && !nr->mm_features))
+    return BAD("request %s: mm_features", id);
+  for (int32_t k = 0; k < nr->num_mm_features; k++) {
+    const struct sched_mm_feature *f = &nr->mm_features[k];
+    if (!f->data || f->data_bytes <= 0) continue; /* metadata only: the encoder cache holds the rows */
+    const int64_t esize = f->dtype && !strcmp(f->dtype, "f32") ? 4 : f->dtype && !strcmp(f->dtype, "f16") ? 2 : 0;
+    if (esize == 0 || f->num_cols < 1 || f->data_bytes != (int64_t)f->length * f->num_cols * esize)
+      return BAD("request %s: mm_features[%d]: %lld bytes of '%s' do not hold [%d, %d]", id, k,
+                 (long long)f->data_bytes, f->dtype ? f->dtype : "", f->length, f->num_cols);
+    int64_t bad = llb_embeds_first_nonfinite(f->data, f->data_bytes, f->dtype);
+    if (bad >= 0)
+      return BAD("request %s: mm_features[%d] holds a non-finite value (NaN or Inf) at row %lld", id, k,
+                 (long long)(bad / f->num_cols));
+  }
+  return LLB_STATUS_OK;
+}
+
+#undef BAD
 
 llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_model_len,
                                 int32_t block_size, uint64_t arrival_seq,

@@ -106,6 +106,10 @@ struct sched_request {
   int32_t num_inflight_steps;           /* committed steps not applied yet that include it: a
                                            finished request lives on until they are applied */
   enum sched_finish_reason abort_reason;
+  int32_t num_failed_steps;             /* consecutive failed worker steps it took part in (the
+                                           worker answered with an error naming nobody); a
+                                           "suspect" while > 0, an error at SCHED_MAX_FAILED_STEPS */
+  uint64_t failure_stamp;               /* counts one failure once (it may be in two steps) */
 
   /* per-step scratch (valid between sched_schedule and sched_update_from_output) */
   int32_t num_scheduled_tokens;
@@ -119,6 +123,14 @@ struct sched_request {
   int64_t sampled_offset;               /* this step's sampled tokens in the model output */
   int32_t num_sampled;
 };
+
+/* Checks `nr` as input from an untrusted sender (anyone who can publish on
+ * <prefix>.engine.<eid>.requests): token ids (prompt, eos_token_id, stop_token_ids) inside
+ * [0, vocab_size) (vocab_size <= 0: unknown, ids only checked >= 0), sampling floats finite
+ * and inside the ranges the input processor enforces, counts within their arrays, the
+ * multimodal items' sizes and finite f16/f32 embedding rows. The worker fails a whole step on
+ * such values; this keeps them out of it. Errors: INVALID_ARGUMENT naming the field. */
+llb_status sched_new_request_validate(const struct sched_new_request *nr, int32_t vocab_size);
 
 /* Creates a request from `nr`: copies ids, params, salt hash and mm features, resolves
  * max_tokens against max_model_len, computes the prompt's full-block hashes. Caller frees

@@ -104,6 +104,7 @@ llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) 
                     : cfg->encoder_cache_size < 1   ? "encoder_cache_size"
                     : cfg->encoder_compute_budget < 0 ? "encoder_compute_budget"
                     : cfg->max_encoder_bytes_per_step < 0 ? "max_encoder_bytes_per_step"
+                    : cfg->vocab_size < 0           ? "vocab_size"
                     : (cfg->policy != SCHED_POLICY_FCFS && cfg->policy != SCHED_POLICY_PRIORITY) ? "policy"
                                                     : NULL;
   if (bad) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "scheduler config: bad %s", bad);
@@ -164,6 +165,8 @@ llb_status sched_add_request(struct scheduler *s, const struct sched_new_request
   if (!s || !nr || !nr->request_id) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sched_add_request: NULL");
   if (map_slot(s, nr->request_id) >= 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request %s already exists", nr->request_id);
+  llb_status vst = sched_new_request_validate(nr, s->cfg.vocab_size);
+  if (vst) return vst;
   if (s->cfg.max_num_waiting > 0 && s->waiting.num >= s->cfg.max_num_waiting)
     return LLB_ERRF(LLB_STATUS_QUEUE_FULL, "request %s: %d requests are already waiting (max_num_waiting)",
                     nr->request_id, s->waiting.num);
@@ -518,6 +521,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   while (!preempted && !st && budget > 0 && s->num_running < s->cfg.max_num_seqs) {
     struct sched_request *r = sched_queue_peek(&s->waiting);
     if (!r || r->num_output_placeholders > 0) break; /* preempted with a step in flight: after it */
+    if (r->num_failed_steps > 0 && sched_suspect_in_flight(s)) break; /* one suspect at a time */
     if (r->abort_pending) { /* aborted while preempted, its step forgotten (sched_preempt_all) */
       st = sched_finish(s, r, r->abort_reason, NULL, 0, 0);
       continue;

@@ -85,6 +85,8 @@ struct sched_config {
   int64_t max_encoder_bytes_per_step; /* item bytes sent to the worker per step at most, beyond
                                       the first item (keeps SchedulerOutput under the bus'
                                       max_payload; default 768 KiB; 0 = unlimited) */
+  int32_t vocab_size;              /* the model's vocabulary: token ids of admitted requests
+                                      must be below it (default 0 = unknown: ids only >= 0) */
   bool async_scheduling;           /* allow planning step N+1 before step N's output is applied
                                       (default true; see the head comment) */
 };
@@ -120,7 +122,8 @@ llb_status sched_create(const struct sched_config *cfg, struct scheduler **out);
 void sched_destroy(struct scheduler *s);
 
 /* Queues a request (status WAITING). Everything in `nr` is copied. Errors:
- * INVALID_ARGUMENT (duplicate id, empty prompt, bad fields), TOO_LARGE (prompt not shorter
+ * INVALID_ARGUMENT (duplicate id, empty prompt, bad fields: sched_new_request_validate against
+ * cfg.vocab_size), TOO_LARGE (prompt not shorter
  * than max_model_len, or more blocks than the pool has), OUT_OF_MEMORY. */
 llb_status sched_add_request(struct scheduler *s, const struct sched_new_request *nr);
 
@@ -190,6 +193,22 @@ llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids,
  * every block free and no FREE op is sent; false (the worker restarted): blocks are freed
  * through the next kv step as usual. */
 void sched_preempt_all(struct scheduler *s, bool kv_lost);
+
+/* A request that takes part in this many failed steps in a row is finished with ERROR. */
+#define SCHED_MAX_FAILED_STEPS 2
+
+/* Recovery from a step the worker failed, isolating a poison request (one whose input makes
+ * every step it is in fail) so that it cannot stall the others: with `blamed_req_id` (the
+ * worker named it, ModelRunnerOutput.failed_req_id) that request is finished with ERROR at
+ * once; without one and with `count` (the worker answered with an error, so the failure
+ * follows from the batch, not from a restart or a timeout) every request of the failed
+ * steps becomes a suspect (num_failed_steps + 1), a step then takes at most one suspect
+ * (sched_schedule), and a suspect whose count reaches SCHED_MAX_FAILED_STEPS is finished
+ * with ERROR; one step applied for it clears it. Then, in every case, sched_preempt_all(s,
+ * false): the others are recomputed. Final outputs are appended to `eo` (not cleared).
+ * Errors: OUT_OF_MEMORY. */
+llb_status sched_step_failed(struct scheduler *s, const char *blamed_req_id, bool count,
+                             struct sched_engine_outputs *eo);
 
 void sched_get_stats(const struct scheduler *s, struct sched_stats *out);
 int32_t sched_num_unfinished(const struct scheduler *s);  /* waiting + running */

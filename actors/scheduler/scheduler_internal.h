@@ -65,6 +65,7 @@ struct scheduler {
   struct encoder_step enc_pending;   /* FREE_REQUEST ops for the next encoder step */
   bool enc_reset_pending;            /* the next encoder step resets the actor */
   int32_t enc_budget;                /* encoder_compute_budget resolved */
+  uint64_t num_step_failures;        /* sched_step_failed calls that counted (stamps) */
 };
 
 /* True when r takes part in encoder scheduling (a feature with a content hash). */
@@ -104,5 +105,10 @@ void sched_commit_step(struct scheduler *s);
 /* Forgets the committed steps: their requests lose the references and placeholders; finished
  * ones nothing else holds are destroyed (sched_inflight.c). */
 void sched_drop_inflight_steps(struct scheduler *s);
+
+/* True when a suspect (num_failed_steps > 0) is in a step in flight or in this step's
+ * scheduled list: a step takes at most one suspect, so that a second failure names it
+ * (sched_inflight.c). */
+bool sched_suspect_in_flight(const struct scheduler *s);
 
 #endif

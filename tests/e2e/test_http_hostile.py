@@ -3,6 +3,7 @@ OpenAI's error object where the api server answers itself), and the server keeps
 import json
 import socket
 import sys
+import threading
 import time
 
 from api_stack import Stack, http_get, skip
@@ -93,6 +94,13 @@ def main():
             ("chat messages not a list", chat("hi"), 400, "messages", True),
             ("chat image part", chat([{"role": "user", "content": [{"type": "image_url"}]}]), 400,
              "messages[0].content[0]", True),
+            # absent fields once crashed the server (SIGSEGV), cutting every other stream
+            ("chat message without role", chat([{"content": "x"}]), 400, "messages[0].role", True),
+            ("chat empty message", chat([{}]), 400, "messages[0].role", True),
+            ("chat part without type", chat([{"role": "user", "content": [{"text": "x"}]}]), 400,
+             "messages[0].content[0].type", True),
+            ("chat part without text", chat([{"role": "user", "content": [{"type": "text"}]}]), 400,
+             "messages[0].content[0].text", True),
             ("deeply nested JSON", post("/v1/completions", "[" * 100000 + "]" * 100000), 400, None, True),
             ("invalid UTF-8", post("/v1/completions", b'{"model":"' + m.encode() + b'","prompt":"\xff\xfe"}'), 400,
              None, True),
@@ -145,6 +153,53 @@ def main():
 
         slow("slow-loris headers", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         slow("stalled body", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mo")
+
+        # Trickle: a byte every 2 s keeps evhttp's inactivity timeout from firing, so only a
+        # whole-request deadline closes these (before it, they stayed open as long as the
+        # client kept trickling). Both run at once; each gives up after 3 x the timeout.
+        results = {}
+
+        def trickle(name, head, every_s=2.0):
+            t0 = time.monotonic()
+            s = socket.create_connection(("127.0.0.1", st.port), timeout=every_s)
+            try:
+                s.sendall(head)
+                while time.monotonic() - t0 < TIMEOUT_S * 3:
+                    try:
+                        if s.recv(4096) == b"":
+                            break  # closed by the server (any answer would come before EOF)
+                    except socket.timeout:
+                        pass
+                    except ConnectionResetError:
+                        break
+                    try:
+                        s.sendall(b"a")
+                    except (BrokenPipeError, ConnectionResetError):
+                        break
+                results[name] = time.monotonic() - t0
+            finally:
+                s.close()
+
+        trickles = (
+            ("trickled headers", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: "),
+            ("trickled body", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"),
+            # a kept-alive connection: one request answered, then the next one trickled
+            ("trickled second request", b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+                                        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: "),
+        )
+        threads = [threading.Thread(target=trickle, args=a) for a in trickles]
+        for t in threads:
+            t.start()
+        served, _ = http_get(st.base + "/v1/models")
+        for t in threads:
+            t.join()
+        for name, _ in trickles:
+            waited = results.get(name, TIMEOUT_S * 3)
+            if served == 200 and TIMEOUT_S * 0.8 <= waited < TIMEOUT_S + 5:
+                print(f"ok   {name}: closed after {waited:.1f} s")
+            else:
+                failures += 1
+                print(f"FAIL {name}: closed after {waited:.1f} s (want about {TIMEOUT_S} s); /v1/models {served}")
 
         status, _ = http_get(st.base + "/health")
         status2, text = raw(st.port, post("/v1/completions", ok))

@@ -236,7 +236,7 @@ static void test_good_request_reaches_engine_with_prompt_tokens_and_trace(void *
   assert_true(r.sampling_params->has_seed);
   assert_int_equal(r.sampling_params->seed, 7);
   assert_int_equal(r.eos_token_id, tokenizer_eos_id(tok));
-  assert_string_equal(r.cache_salt.data, "default"); /* salted by tenant */
+  assert_string_equal(r.cache_salt.data, "7:default"); /* salted by tenant */
   assert_true(r.arrival_time > 1.6e9);
   /* The trace continues: same trace id, a new span. */
   assert_true(m->trace_received);
@@ -273,7 +273,7 @@ static void test_n2_fans_out_two_children_with_seeds_s_and_s_plus_1(void **state
     char want[300];
     snprintf(want, sizeof want, "%d_%s", i, c[i].parent_request_id.data);
     assert_string_equal(c[i].request_id.data, want);
-    assert_string_equal(c[i].cache_salt.data, "default/mine");
+    assert_string_equal(c[i].cache_salt.data, "7:default4:mine");
   }
   assert_string_equal(c[0].parent_request_id.data, c[1].parent_request_id.data);
   assert_true(no_more(f->engine_requests));

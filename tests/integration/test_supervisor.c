@@ -14,6 +14,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bus/bus.h"
@@ -365,6 +366,148 @@ static void test_serve_passes_engine_flags_to_the_actors_that_take_them(void **s
   assert_int_equal(cmd_serve(2, missing_value), 2);
 }
 
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* A child that cannot start (it fails at once, every time: a bad model file, a port in use)
+ * was restarted forever; now its third quick failure stops the supervisor, which returns
+ * ABORTED naming the child and quoting its last error line, and stops the other children. */
+static void test_child_failing_at_every_start_stops_the_supervisor_with_its_error(void **state) {
+  (void)state;
+  struct supervisor_config cfg;
+  supervisor_config_init(&cfg);
+  cfg.nats_url = "nats://127.0.0.1:1"; /* no embedded server: the children do not use it */
+  cfg.restart_min_ms = 50;
+  cfg.stop_timeout_ms = 5000;
+  struct supervisor *s = NULL;
+  assert_int_equal(supervisor_create(&cfg, &s), LLB_STATUS_OK);
+  struct child_spec bad, good;
+  assert_int_equal(child_spec_init(&bad, "bad-model", "/bin/sh"), LLB_STATUS_OK);
+  assert_int_equal(child_spec_add_arg(&bad, "-c"), LLB_STATUS_OK);
+  assert_int_equal(child_spec_add_arg(&bad, "echo 'level=info event=starting' >&2; "
+                                            "echo 'level=error event=start_failed error=\"/m/x.gguf: not a GGUF "
+                                            "file\"' >&2; echo 'level=info event=exit code=1' >&2; exit 1"),
+                   LLB_STATUS_OK);
+  assert_int_equal(child_spec_init(&good, "sleeper", "/bin/sleep"), LLB_STATUS_OK);
+  assert_int_equal(child_spec_add_arg(&good, "300"), LLB_STATUS_OK);
+  bad.pass_nats_url = good.pass_nats_url = false;
+  assert_int_equal(supervisor_add_child(s, &bad), LLB_STATUS_OK);
+  assert_int_equal(supervisor_add_child(s, &good), LLB_STATUS_OK);
+  double t0 = now_ms();
+  assert_int_equal(supervisor_start(s), LLB_STATUS_OK);
+  pid_t sleeper = supervisor_child_pid(s, "sleeper");
+  assert_true(sleeper > 0);
+  assert_int_equal(supervisor_run(s), LLB_STATUS_ABORTED);
+  double waited_ms = now_ms() - t0;
+  const char *err = llb_err_last();
+  fprintf(stderr, "supervisor gave up after %.0f ms: %s\n", waited_ms, err);
+  assert_true(waited_ms < 10000);
+  assert_non_null(strstr(err, "bad-model failed 3 times"));
+  assert_non_null(strstr(err, "not a GGUF file"));
+  assert_non_null(strstr(err, "exit code 1"));
+  assert_string_equal(supervisor_crash_looped(s), "bad-model");
+  assert_int_equal(supervisor_child_restarts(s, "bad-model"), 2);
+  assert_true(nats_test_wait_until(pid_gone, &sleeper, WAIT_MS));
+  supervisor_destroy(s);
+}
+
+/* A child that fails only after running a while (longer than the crash-loop window) is a
+ * crash, not a configuration error: it keeps being restarted. */
+static void test_child_failing_after_the_window_keeps_being_restarted(void **state) {
+  (void)state;
+  struct supervisor_config cfg;
+  supervisor_config_init(&cfg);
+  cfg.nats_url = "nats://127.0.0.1:1";
+  cfg.restart_min_ms = 20;
+  cfg.restart_max_ms = 40;
+  cfg.crash_loop_window_ms = 150;
+  cfg.stop_timeout_ms = 5000;
+  struct supervisor *s = NULL;
+  assert_int_equal(supervisor_create(&cfg, &s), LLB_STATUS_OK);
+  struct child_spec late;
+  assert_int_equal(child_spec_init(&late, "late", "/bin/sh"), LLB_STATUS_OK);
+  assert_int_equal(child_spec_add_arg(&late, "-c"), LLB_STATUS_OK);
+  assert_int_equal(child_spec_add_arg(&late, "sleep 0.4; echo 'level=error event=crash' >&2; exit 3"), LLB_STATUS_OK);
+  late.pass_nats_url = false;
+  assert_int_equal(supervisor_add_child(s, &late), LLB_STATUS_OK);
+  assert_int_equal(supervisor_start(s), LLB_STATUS_OK);
+  double t0 = now_ms();
+  while (supervisor_child_restarts(s, "late") < 4 && now_ms() - t0 < WAIT_MS)
+    assert_false(supervisor_poll(s, 100));
+  assert_true(supervisor_child_restarts(s, "late") >= 4);
+  assert_null(supervisor_crash_looped(s));
+  assert_int_equal(supervisor_stop(s), LLB_STATUS_OK);
+  supervisor_destroy(s);
+}
+
+/* The same through `llmbus serve` (the real actors, when built): a model file that is not
+ * GGUF, and an HTTP port already in use, each end serve with exit code 1 and the failing
+ * actor's error within 10 s. */
+static void serve_expect_crash_loop(const char *llmbus, const char *model, const char *http, const char *want) {
+  char out_path[] = "/tmp/llmbus-suptest-serve-XXXXXX";
+  int fd = mkstemp(out_path);
+  assert_true(fd >= 0);
+  double t0 = now_ms();
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(fd, STDERR_FILENO);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    execl(llmbus, "llmbus", "serve", "--model", model, "--http", http, (char *)NULL);
+    _exit(127);
+  }
+  close(fd);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0 && now_ms() - t0 < 30000) usleep(20000);
+  double waited_ms = now_ms() - t0;
+  if (kill(pid, 0) == 0 && waitpid(pid, &status, WNOHANG) == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    fail_msg("llmbus serve still running after %.0f ms", waited_ms);
+  }
+  char text[65536] = "";
+  FILE *f = fopen(out_path, "r");
+  assert_non_null(f);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  unlink(out_path);
+  const char *summary = strstr(text, "llmbus serve: ");
+  fprintf(stderr, "serve (%s) ended after %.0f ms: %.400s\n", want, waited_ms, summary ? summary : "(no summary)");
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 1);
+  assert_true(waited_ms < 10000);
+  assert_non_null(summary);
+  assert_non_null(strstr(summary, "failed 3 times"));
+  assert_non_null(strstr(summary, want));
+}
+
+static void test_serve_ends_with_the_error_of_an_actor_that_cannot_start(void **state) {
+  (void)state;
+  const char *build = getenv("LLMBUS_BUILD_DIR"), *src = getenv("LLMBUS_SOURCE_DIR");
+  char llmbus[1024], model[1024];
+  snprintf(llmbus, sizeof llmbus, "%s/cmd/llmbus", build ? build : ".");
+  if (!build || access(llmbus, X_OK) != 0) skip();
+  char garbage[] = "/tmp/llmbus-suptest-model-XXXXXX";
+  int fd = mkstemp(garbage);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "this is not a GGUF file at all", 30), 30);
+  close(fd);
+  serve_expect_crash_loop(llmbus, garbage, "127.0.0.1:0", "not a GGUF file");
+  unlink(garbage);
+  snprintf(model, sizeof model, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src ? src : ".");
+  if (access(model, R_OK) != 0) return;
+  struct nats_test_server busy; /* any listening port will do */
+  assert_int_equal(nats_test_server_start(&busy, 0, false), 0);
+  char http[64];
+  snprintf(http, sizeof http, "127.0.0.1:%d", busy.port);
+  serve_expect_crash_loop(llmbus, model, http, "cannot listen");
+  nats_test_server_stop(&busy);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--helper") == 0) return run_helper(argv[2]);
   if (!nats_test_server_bin()) {
@@ -377,6 +520,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_killed_child_restarts_and_sigterm_leaves_no_process),
       cmocka_unit_test(test_serve_actor_specs_and_usage),
       cmocka_unit_test(test_serve_passes_engine_flags_to_the_actors_that_take_them),
+      cmocka_unit_test(test_child_failing_at_every_start_stops_the_supervisor_with_its_error),
+      cmocka_unit_test(test_child_failing_after_the_window_keeps_being_restarted),
+      cmocka_unit_test(test_serve_ends_with_the_error_of_an_actor_that_cannot_start),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -207,6 +207,50 @@ static void test_bad_requests_name_the_field(void **state) {
   }
 }
 
+/* Bodies that leave out a field the parser reads (a message without "role", "messages": [{}],
+ * a content part without "type" or "text") used to dereference the absent value and crash
+ * the whole server; each is a 400 whose param names the missing field. */
+static void test_missing_fields_are_400_naming_the_field(void **state) {
+  (void)state;
+  static const struct {
+    const char *body;
+    const char *param;
+    const char *message_part;
+  } cases[] = {
+      {"{\"model\":\"smol\",\"messages\":[{}]}", "messages[0].role", "is required"},
+      {"{\"model\":\"smol\",\"messages\":[{\"content\":\"x\"}]}", "messages[0].role", "is required"},
+      {"{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"content\":\"y\"}]}",
+       "messages[1].role", "is required"},
+      {"{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"x\"}]}]}",
+       "messages[0].content[0].type", "is required"},
+      {"{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":[{}]}]}", "messages[0].content[0].type",
+       "is required"},
+      {"{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
+       "messages[0].content[0].text", "is required"},
+      {"{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":[7]}]}", "messages[0].content[0]",
+       "got integer"},
+      {"{\"model\":\"smol\",\"messages\":[{\"role\":null,\"content\":\"x\"}]}", "messages[0].role", "got null"},
+      {"{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":null}]}",
+       "messages[0].name", "got null"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct api_request r;
+    struct api_error e;
+    llb_status st = parse(API_ENDPOINT_CHAT, cases[i].body, &r, &e);
+    if (st != LLB_STATUS_INVALID_ARGUMENT || e.http_status != 400 || strcmp(e.param, cases[i].param) != 0 ||
+        !strstr(e.message, cases[i].message_part)) {
+      fprintf(stderr, "case %zu (%s): status %d param \"%s\" message \"%s\"\n", i, cases[i].body, e.http_status,
+              e.param, e.message);
+      fail();
+    }
+    struct api_buf out = {0};
+    assert_true(api_error_render(&e, &out));
+    assert_non_null(strstr(out.data, cases[i].param));
+    api_buf_free(&out);
+  }
+  assert_string_equal(api_json_type_name(NULL), "nothing");
+}
+
 static void test_engine_status_codes_map_to_http(void **state) {
   (void)state;
   struct api_error e;
@@ -355,6 +399,7 @@ int main(void) {
       cmocka_unit_test(test_prompt_forms_give_one_generate_request_each),
       cmocka_unit_test(test_chat_messages_parts_and_logprobs),
       cmocka_unit_test(test_bad_requests_name_the_field),
+      cmocka_unit_test(test_missing_fields_are_400_naming_the_field),
       cmocka_unit_test(test_engine_status_codes_map_to_http),
       cmocka_unit_test(test_prompt_embeds_become_embeds_mm_items),
       cmocka_unit_test(test_bad_prompt_embeds_name_the_field),

@@ -465,7 +465,8 @@ static void fill_model_runner_output(struct llb_model_runner_output *m) {
   *m = (struct llb_model_runner_output){
       .step = 0x1122334455667788ULL, .req_ids = ids3, .num_reqs = 3,
       .sampled_token_ids = sampled, .num_sampled_token_ids = N(sampled),
-      .num_sampled = num_sampled, .logprobs = sample_lp, .error = sample_error};
+      .num_sampled = num_sampled, .logprobs = sample_lp, .error = sample_error,
+      .failed_req_id = {"req-poison", 10}};
 }
 
 static bool equals_model_runner_output(const void *v) {
@@ -475,6 +476,7 @@ static bool equals_model_runner_output(const void *v) {
   CHECK(i32_eq(a->sampled_token_ids, a->num_sampled_token_ids, sampled, N(sampled)));
   CHECK(i32_eq(a->num_sampled, a->num_reqs, num_sampled, 3));
   CHECK(lp_eq(&a->logprobs) && error_eq(&a->error));
+  CHECK(a->failed_req_id.len == 10 && memcmp(a->failed_req_id.data, "req-poison", 10) == 0);
   return true;
 }
 

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "actors/input_processor/input_processor.h"
+#include "schemas/kv_ops.h"
 #include "test_output_common.h"
 
 static struct tokenizer *tok;
@@ -264,6 +265,94 @@ static void test_n_fans_out_into_children_with_distinct_ids_and_streams(void **s
   inproc_processed_free(&out);
 }
 
+/* Tenant "b/x" without a salt and tenant "b" with salt "x" were both salted "b/x", so the
+ * first could hit the second's prefix-cache blocks and encoder-cache items. */
+static void test_tenant_and_salt_cannot_be_confused_for_another_pair(void **state) {
+  (void)state;
+  static const struct {
+    const char *tenant, *salt;
+  } pairs[] = {{"b/x", NULL}, {"b", "x"}, {"b", "/x"}, {"b/", "x"}, {"1:b", NULL}, {"b1:x", NULL},
+               {"b", "1:x"}, {"b", NULL}, {"b", ""}, {"b:", "x"}};
+  enum { N = sizeof pairs / sizeof pairs[0] };
+  char salts[N][64];
+  uint64_t block_hash[N];
+  char mm_hash[N][INPROC_MM_HASH_BYTES];
+  const int32_t tokens[4] = {504, 3444, 282, 1837};
+  float rows[4] = {0.5f, 1, 2, 3};
+  struct inproc_mm_item item = {.modality = "embeds", .data = (const uint8_t *)rows, .data_bytes = sizeof rows,
+                                .dtype = "f32", .num_rows = 1, .num_cols = 4};
+  for (int i = 0; i < N; i++) {
+    size_t salt_len = pairs[i].salt ? strlen(pairs[i].salt) : 0;
+    assert_true(inproc_cache_salt_compose(pairs[i].tenant, pairs[i].salt, salt_len, salts[i], sizeof salts[i]) <
+                sizeof salts[i]);
+    struct kv_block_extra_keys extra = {.has_cache_salt = true,
+                                        .cache_salt_hash = kv_hash_bytes(salts[i], strlen(salts[i]))};
+    block_hash[i] = kv_block_hash(KV_BLOCK_HASH_ROOT, tokens, 4, &extra);
+    inproc_mm_hash(salts[i], &item, mm_hash[i]);
+  }
+  assert_string_equal(salts[0], "3:b/x");
+  assert_string_equal(salts[1], "1:b1:x");
+  for (int i = 0; i < N; i++) {
+    for (int j = 0; j < i; j++) {
+      bool same_pair = !strcmp(pairs[i].tenant, pairs[j].tenant) &&
+                       !strcmp(pairs[i].salt ? pairs[i].salt : "", pairs[j].salt ? pairs[j].salt : "");
+      if (same_pair) { /* no salt and an empty salt are the same request */
+        assert_string_equal(salts[i], salts[j]);
+        continue;
+      }
+      if (!strcmp(salts[i], salts[j]) || block_hash[i] == block_hash[j] || !strcmp(mm_hash[i], mm_hash[j])) {
+        fprintf(stderr, "pairs %d and %d collide: \"%s\"\n", i, j, salts[i]);
+        fail();
+      }
+    }
+  }
+  char small[4];
+  assert_true(inproc_cache_salt_compose("tenant", "x", 1, small, sizeof small) >= sizeof small);
+}
+
+/* Embedding rows holding NaN or ±Inf (f32 or f16) would turn every logit of the request into
+ * NaN and fail the worker's step: they are refused here, naming the item's data. */
+static void test_non_finite_embeds_are_refused_naming_the_item(void **state) {
+  (void)state;
+  struct inproc_config cfg = {.max_model_len = MAX_MODEL_LEN, .max_n = 8, .max_logprobs = 5,
+                              .random_u64 = test_random, .hidden_size = 4};
+  struct inproc_t *p = NULL;
+  assert_int_equal(inproc_create(tok, &cfg, &p), LLB_STATUS_OK);
+  static const int32_t ids[4] = {10, 0, 0, 11};
+  for (int c = 0; c < 4; c++) {
+    float f32[8] = {0.5f, 1, 2, 3, 4, 5, 6, 7};
+    uint16_t f16[8] = {0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00}; /* 1.0 */
+    if (c == 1) f32[6] = NAN;
+    if (c == 2) f32[0] = -INFINITY;
+    if (c == 3) f16[5] = 0x7c00; /* +Inf */
+    struct inproc_mm_item item = {.modality = "embeds", .dtype = c == 3 ? "f16" : "f32",
+                                  .data = c == 3 ? (const uint8_t *)f16 : (const uint8_t *)f32,
+                                  .data_bytes = c == 3 ? (int64_t)sizeof f16 : (int64_t)sizeof f32,
+                                  .num_rows = 2, .num_cols = 4, .placeholder_offset = 1};
+    struct inproc_generate_request r = base_request();
+    r.prompt = NULL;
+    r.prompt_token_ids = ids;
+    r.num_prompt_token_ids = 4;
+    r.mm_items = &item;
+    r.num_mm_items = 1;
+    struct inproc_errors errs;
+    struct inproc_processed out;
+    llb_status st = inproc_process(p, &r, &out, &errs);
+    inproc_processed_free(&out); /* also after a failure */
+    if (c == 0) {
+      assert_int_equal(st, LLB_STATUS_OK);
+      continue;
+    }
+    assert_int_equal(st, LLB_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(errs.num_errors, 1);
+    assert_string_equal(errs.errors[0].field, "mm_items[0].data");
+    assert_non_null(strstr(errs.errors[0].message, "non-finite"));
+    assert_non_null(strstr(errs.errors[0].message, c == 1 ? "row 1, column 2" : c == 2 ? "row 0, column 0"
+                                                                                      : "row 1, column 1"));
+  }
+  inproc_destroy(p);
+}
+
 int main(void) {
   tok = test_load_tokenizer();
   const struct CMUnitTest tests[] = {
@@ -275,6 +364,8 @@ int main(void) {
       cmocka_unit_test(test_messages_go_through_the_chat_template),
       cmocka_unit_test(test_seed_is_drawn_when_missing_and_kept_when_given),
       cmocka_unit_test(test_n_fans_out_into_children_with_distinct_ids_and_streams),
+      cmocka_unit_test(test_tenant_and_salt_cannot_be_confused_for_another_pair),
+      cmocka_unit_test(test_non_finite_embeds_are_refused_naming_the_item),
   };
   int rc = cmocka_run_group_tests(tests, setup, teardown);
   tokenizer_destroy(tok);

@@ -497,6 +497,58 @@ static void test_bad_scheduler_output_is_an_error_status_and_changes_nothing(voi
   model_runner_destroy(r);
 }
 
+/* The worker names the request whose own input fails the step (ModelRunnerOutput
+ * failed_req_id), so the scheduler can finish it and go on with the others; a step that is
+ * wrong as a whole (an unknown request: the scheduler's view, not a request's input) names
+ * none. NaN sampling floats and token ids outside the vocabulary are refused before the
+ * forward pass and change nothing. */
+static void test_worker_names_the_request_whose_input_fails_the_step(void **state) {
+  struct fixture *fx = *state;
+  struct model_runner *r = make_runner(fx, 1);
+  struct sim_req q = make_req("q", 5, 3, true);
+  struct sim_req *reqs[] = {&q};
+  struct sim_step s;
+  sim_begin(&s, 1);
+  sim_schedule(&s, &q, 5);
+  sim_run(r, &s, reqs, 1);
+  for (int c = 0; c < 4; c++) {
+    struct llb_sampling_params p;
+    llb_sampling_params_init(&p);
+    int32_t toks[3] = {q.tokens[0], q.tokens[1], q.tokens[2]};
+    if (c == 0) p.temperature = NAN;
+    if (c == 1) p.top_p = INFINITY;
+    if (c == 2) toks[1] = 1 << 30;
+    if (c == 3) toks[2] = -1;
+    sim_begin(&s, 2);
+    s.news[0] = (struct llb_new_request_data){.req_id = llb_str_c("poison"), .prompt_token_ids = toks,
+                                              .num_prompt_token_ids = 3, .sampling_params = &p,
+                                              .block_ids = (const int32_t[]){1}, .num_block_ids = 1};
+    s.so.num_scheduled_new_reqs = 1;
+    s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("poison"), 3};
+    s.so.num_scheduled_reqs = 1;
+    s.so.total_num_scheduled_tokens = 3;
+    struct llb_model_runner_output out;
+    assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_INVALID_ARGUMENT);
+    assert_string_equal(out.failed_req_id.data, "poison");
+    assert_int_equal(model_runner_num_reqs(r), 1);
+  }
+  sim_begin(&s, 2);
+  s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("ghost"), 1};
+  s.so.num_scheduled_reqs = 1;
+  s.so.total_num_scheduled_tokens = 1;
+  struct llb_model_runner_output out;
+  assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_NOT_FOUND);
+  assert_int_equal(out.failed_req_id.len, 0);
+  /* q goes on as if nothing had happened */
+  struct sim_req ref = make_req("q", 5, 3, true);
+  run_alone(fx, &ref, 2);
+  sim_begin(&s, 3);
+  sim_schedule(&s, &q, 1);
+  sim_run(r, &s, reqs, 1);
+  assert_memory_equal(q.tokens, ref.tokens, sizeof(int32_t) * 7);
+  model_runner_destroy(r);
+}
+
 /* Async scheduling's wire form: step N+1's decode input is the token the worker sampled in
  * step N, which the scheduler has not seen: the delta carries no token, only
  * num_output_tokens counting it. The tokens equal the synchronous run's; a count beyond the
@@ -542,6 +594,7 @@ int main(void) {
       cmocka_unit_test(test_batch_has_positions_slots_and_logits_rows_of_the_scheduled_ranges),
       cmocka_unit_test(test_mixed_chunked_preempted_batch_matches_each_request_alone),
       cmocka_unit_test(test_bad_scheduler_output_is_an_error_status_and_changes_nothing),
+      cmocka_unit_test(test_worker_names_the_request_whose_input_fails_the_step),
       cmocka_unit_test(test_decode_input_may_be_the_workers_own_unapplied_sample),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

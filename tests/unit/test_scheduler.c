@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 
 #include <stdio.h>
 
@@ -313,6 +314,54 @@ static void test_full_waiting_queue_refuses_new_requests_and_keeps_accepted_ones
   h_fini(&h);
 }
 
+/* An EngineCoreRequest can be forged by anyone who may publish on the engine's requests
+ * subject: ids outside the vocabulary, non-finite sampling floats and NaN embeddings are
+ * refused at admission with an error naming the field (they used to fail every worker step),
+ * and an accepted request is not disturbed. */
+static void test_forged_requests_are_refused_at_admission(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.vocab_size = 1000;
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "ok", 8, 4, 0, 0);
+  float nan_rows[2 * 4] = {1, 2, 3, 4, 5, NAN, 7, 8};
+  float inf_rows[2 * 4] = {1, 2, 3, 4, 5, 6, 7, INFINITY};
+  struct sched_mm_feature f = {.offset = 1, .length = 2, .mm_hash = 1, .hash = "h", .modality = "embeds",
+                               .dtype = "f32", .num_cols = 4, .data = (const uint8_t *)nan_rows,
+                               .data_bytes = sizeof nan_rows};
+  static const char *const want[] = {"prompt_token_ids[3]", "prompt_token_ids[0]", "eos_token_id",
+                                     "stop_token_ids[0]", "temperature", "top_p", "repetition_penalty",
+                                     "presence/frequency", "non-finite", "non-finite", "max_tokens"};
+  for (int i = 0; i < (int)(sizeof want / sizeof want[0]); i++) {
+    int32_t toks[8] = {7, 8, 9, 10, 11, 12, 13, 14};
+    struct sched_new_request nr = {.request_id = "bad", .prompt_token_ids = toks, .num_prompt_tokens = 8,
+                                   .eos_token_id = 2};
+    llb_sampling_params_init(&nr.sampling_params);
+    struct llb_sampling_params *sp = &nr.sampling_params;
+    switch (i) {
+    case 0: toks[3] = 1000; break; /* == vocab_size */
+    case 1: toks[0] = -5; break;
+    case 2: nr.eos_token_id = 5000; break;
+    case 3: sp->num_stop_token_ids = 1; sp->stop_token_ids[0] = 1 << 30; break;
+    case 4: sp->temperature = NAN; break;
+    case 5: sp->top_p = INFINITY; break;
+    case 6: sp->repetition_penalty = NAN; break;
+    case 7: sp->frequency_penalty = -INFINITY; break;
+    case 8: nr.mm_features = &f; nr.num_mm_features = 1; break;
+    case 9: f.data = (const uint8_t *)inf_rows; nr.mm_features = &f; nr.num_mm_features = 1; break;
+    case 10: sp->max_tokens = 0; break;
+    }
+    assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_INVALID_ARGUMENT);
+    if (!strstr(llb_err_last(), want[i])) fail_msg("case %d: \"%s\" does not name %s", i, llb_err_last(), want[i]);
+    assert_null(sched_find_request(h.s, "bad"));
+  }
+  assert_int_equal(sched_num_unfinished(h.s), 1);
+  for (int i = 0; i < 20 && sched_num_unfinished(h.s) > 0; i++) h_step(&h);
+  assert_int_equal(sched_num_unfinished(h.s), 0);
+  h_fini(&h);
+}
+
 static void test_abort_during_a_kv_round_trip_finishes_after_it(void **state) {
   (void)state;
   struct sched_config c = base_cfg();
@@ -471,6 +520,7 @@ int main(void) {
       cmocka_unit_test(test_prefix_hit_reduces_scheduled_tokens),
       cmocka_unit_test(test_refused_allocation_unschedules_the_request),
       cmocka_unit_test(test_random_load_keeps_mirror_exact_and_leaks_nothing),
+      cmocka_unit_test(test_forged_requests_are_refused_at_admission),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,6 +28,7 @@ struct aw_req {
 /* One step's model output, copied (the real one crosses the bus). */
 struct aw_output {
   uint64_t step;
+  bool failed; /* the step held the poison request: the worker answers with an error */
   int32_t n;
   char ids[AW_MAX][32];
   const char *id_ptrs[AW_MAX];
@@ -41,7 +42,11 @@ struct async_h {
   int32_t q_head, q_num;
   int32_t toks[AW_MAX][MAX_OUT], ntoks[AW_MAX]; /* emitted per request (index from id) */
   bool finished[AW_MAX];
+  enum sched_finish_reason reason[AW_MAX];
   int32_t worker_samples; /* tokens the worker sampled, kept or not */
+  const char *poison;     /* a step that holds this request fails (NULL: none) */
+  bool blame;             /* ... and the worker names it (ModelRunnerOutput.failed_req_id) */
+  int32_t num_failures;   /* failed steps seen by the "actor" */
 };
 
 static int req_index(const char *id) { return atoi(id + 1); }
@@ -99,6 +104,7 @@ static void aw_execute(struct async_h *a) {
       }
       int32_t end = w->num_computed + n;
       assert_true(end <= w->num_prompt + w->num_outputs); /* only tokens it knows */
+      if (a->poison && n > 0 && strcmp(w->id, a->poison) == 0) out->failed = true;
       w->num_computed = end;
       int32_t k = out->n++;
       snprintf(out->ids[k], sizeof(out->ids[k]), "%s", w->id);
@@ -128,12 +134,22 @@ static void collect(struct async_h *a) {
     const int32_t *t = sched_engine_outputs_tokens(eo, i);
     for (int32_t j = 0; j < e->num_new_tokens; j++) a->toks[k][a->ntoks[k]++] = t[j];
     if (e->finish_reason != SCHED_FINISH_REASON_NONE) a->finished[k] = true;
+    a->reason[k] = e->finish_reason;
   }
 }
 
-/* Applies the oldest output. */
+/* Applies the oldest output; a failed one is recovered from as the actor does (both steps
+ * forgotten, sched_step_failed with the request the worker blamed, if it named one). */
 static void aw_receive(struct async_h *a) {
   struct aw_output *out = &a->q[a->q_head];
+  if (out->failed) {
+    a->num_failures++;
+    a->q_head = a->q_num = 0; /* a reply to the second step, should it come, is stale */
+    sched_engine_outputs_clear(&a->h.eo, out->step);
+    assert_int_equal(sched_step_failed(a->h.s, a->blame ? a->poison : NULL, true, &a->h.eo), LLB_STATUS_OK);
+    collect(a);
+    return;
+  }
   struct sched_model_output mo = {.step = out->step, .num_reqs = out->n, .req_ids = out->id_ptrs,
                                   .num_sampled = out->num_sampled, .sampled_token_ids = out->sampled};
   assert_int_equal(sched_update_from_output(a->h.s, &mo, &a->h.eo), LLB_STATUS_OK);
@@ -401,6 +417,101 @@ static void test_missing_sample_is_an_error_and_recovery_finishes_the_request(vo
   async_free_checked(a);
 }
 
+/* r0 and r1 with the outputs they get alone: tokens h_token(id, 0..max_tokens). */
+static void assert_innocents_complete(struct async_h *a) {
+  static const int32_t max_tokens[2] = {9, 6};
+  for (int k = 0; k < 2; k++) {
+    const char *id = k == 0 ? "r0" : "r1";
+    assert_true(a->finished[k]);
+    assert_int_equal(a->reason[k], SCHED_FINISH_REASON_LENGTH);
+    assert_int_equal(a->ntoks[k], max_tokens[k]);
+    for (int32_t j = 0; j < max_tokens[k]; j++) assert_int_equal(a->toks[k][j], h_token(&a->h, id, j));
+  }
+  assert_true(a->finished[2]);
+  assert_int_equal(a->reason[2], SCHED_FINISH_REASON_ERROR);
+  assert_int_equal(a->ntoks[2], 0);
+}
+
+static void add_poison_mix(struct async_h *a) {
+  h_add(&a->h, "r0", 6, 9, 0, 0);
+  h_add(&a->h, "r2", 5, 8, 0, 1); /* the poison: every step that holds it fails */
+  h_add(&a->h, "r1", 7, 6, 0, 2);
+  a->poison = "r2";
+}
+
+/* The worker names the request that made its step fail: that request is finished with an
+ * error at once and the others of the step are recomputed and complete with their normal
+ * tokens; one failed step in all (before: preempt_all and the same step again, forever). */
+static void test_request_blamed_by_the_worker_is_finished_with_an_error(void **state) {
+  (void)state;
+  struct async_h *a = async_new(32, 64);
+  add_poison_mix(a);
+  a->blame = true;
+  run_async(a, 300);
+  assert_int_equal(a->num_failures, 1);
+  assert_innocents_complete(a);
+  async_free_checked(a);
+}
+
+/* The worker fails every step that holds the poison but names nobody: after the first
+ * failure its requests are suspects and run one suspect at a time, so the second failure
+ * names the poison, which is finished with an error; the others complete unchanged. */
+static void test_request_failing_two_steps_in_a_row_is_isolated_and_finished(void **state) {
+  (void)state;
+  struct async_h *a = async_new(32, 64);
+  add_poison_mix(a);
+  run_async(a, 300);
+  assert_int_equal(a->num_failures, SCHED_MAX_FAILED_STEPS);
+  assert_innocents_complete(a);
+  async_free_checked(a);
+}
+
+/* A failure that is not the batch's fault (a timeout, a restarting worker: count = false)
+ * never finishes anyone, however often it happens. */
+static void test_uncounted_failures_never_finish_a_request(void **state) {
+  (void)state;
+  struct async_h *a = async_new(32, 64);
+  h_add(&a->h, "r0", 6, 9, 0, 0);
+  for (int i = 0; i < 5; i++) {
+    h_schedule(&a->h);
+    aw_execute(a);
+    a->q_head = a->q_num = 0;
+    sched_engine_outputs_clear(&a->h.eo, 0);
+    assert_int_equal(sched_step_failed(a->h.s, NULL, false, &a->h.eo), LLB_STATUS_OK);
+    assert_int_equal(a->h.eo.num_outputs, 0);
+  }
+  const struct sched_request *r = sched_find_request(a->h.s, "r0");
+  assert_non_null(r);
+  assert_int_equal(r->num_failed_steps, 0);
+  run_async(a, 100);
+  assert_int_equal(a->ntoks[0], 9);
+  async_free_checked(a);
+}
+
+/* A request aborted while its step is in flight, then blamed by the worker for that step,
+ * finishes once (its ABORT), never a second time with ERROR, and nothing is freed twice. */
+static void test_aborted_request_blamed_for_its_step_finishes_once(void **state) {
+  (void)state;
+  struct async_h *a = async_new(32, 64);
+  h_add(&a->h, "r0", 6, 9, 0, 0);
+  h_add(&a->h, "r1", 7, 6, 0, 1);
+  h_schedule(&a->h);
+  aw_execute(a);
+  sched_engine_outputs_clear(&a->h.eo, 0);
+  const char *id = "r0";
+  assert_int_equal(sched_abort_requests(a->h.s, &id, 1, SCHED_FINISH_REASON_ABORT, &a->h.eo), LLB_STATUS_OK);
+  collect(a);
+  assert_int_equal(a->reason[0], SCHED_FINISH_REASON_ABORT);
+  a->q_head = a->q_num = 0; /* the worker failed that step, naming r0 */
+  sched_engine_outputs_clear(&a->h.eo, 0);
+  assert_int_equal(sched_step_failed(a->h.s, "r0", true, &a->h.eo), LLB_STATUS_OK);
+  assert_int_equal(a->h.eo.num_outputs, 0);
+  run_async(a, 200);
+  assert_int_equal(a->reason[1], SCHED_FINISH_REASON_LENGTH);
+  assert_int_equal(a->ntoks[1], 6);
+  async_free_checked(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_async_outputs_equal_sync_with_chunked_prefill),
@@ -412,6 +523,10 @@ int main(void) {
       cmocka_unit_test(test_abort_with_two_steps_in_flight_frees_every_block),
       cmocka_unit_test(test_depth_is_two_and_preempt_all_forgets_steps_in_flight),
       cmocka_unit_test(test_missing_sample_is_an_error_and_recovery_finishes_the_request),
+      cmocka_unit_test(test_request_blamed_by_the_worker_is_finished_with_an_error),
+      cmocka_unit_test(test_request_failing_two_steps_in_a_row_is_isolated_and_finished),
+      cmocka_unit_test(test_uncounted_failures_never_finish_a_request),
+      cmocka_unit_test(test_aborted_request_blamed_for_its_step_finishes_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
