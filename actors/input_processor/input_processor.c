@@ -94,6 +94,28 @@ static bool utf8_valid(const char *s, size_t n) {
 
 static bool in_range(float v, float lo, float hi) { return isfinite(v) && v >= lo && v <= hi; }
 
+/* OpenAI logit_bias: token ids in the vocabulary, each once, biases finite in [-100, 100]. */
+static void validate_logit_bias(const struct inproc_t *p, const struct llb_sampling_params *sp,
+                                struct inproc_errors *errs) {
+  if (sp->num_logit_bias < 0 || sp->num_logit_bias > LLB_MAX_LOGIT_BIAS) {
+    add_error(errs, "logit_bias", "at most %d entries, got %d", LLB_MAX_LOGIT_BIAS, sp->num_logit_bias);
+    return;
+  }
+  for (int32_t i = 0; i < sp->num_logit_bias; i++) {
+    const struct llb_logit_bias *b = &sp->logit_bias[i];
+    char field[INPROC_MAX_FIELD_BYTES];
+    snprintf(field, sizeof field, "logit_bias[%d]", b->token_id);
+    if (b->token_id < 0 || b->token_id >= p->vocab_size) {
+      add_error(errs, field, "token id %d is outside the vocabulary [0, %d)", b->token_id, p->vocab_size);
+    } else if (!in_range(b->bias, -LLB_MAX_LOGIT_BIAS_VALUE, LLB_MAX_LOGIT_BIAS_VALUE)) {
+      add_error(errs, field, "bias must be in [-100, 100], got %g", (double)b->bias);
+    }
+    for (int32_t j = 0; j < i; j++) {
+      if (sp->logit_bias[j].token_id == b->token_id) add_error(errs, field, "token id %d is given twice", b->token_id);
+    }
+  }
+}
+
 static void validate_sampling(const struct inproc_t *p, const struct llb_sampling_params *sp,
                               struct inproc_errors *errs) {
   if (sp->n < 1) add_error(errs, "n", "must be at least 1, got %d", sp->n);
@@ -159,6 +181,11 @@ static void validate_sampling(const struct inproc_t *p, const struct llb_samplin
   }
   if (sp->prompt_logprobs != -1) {
     add_error(errs, "prompt_logprobs", "is not supported (only -1), got %d", sp->prompt_logprobs);
+  }
+  validate_logit_bias(p, sp, errs);
+  if (sp->truncate_prompt_tokens < -1) {
+    add_error(errs, "truncate_prompt_tokens", "must be -1 (the context length), 0 (off) or at least 1, got %d",
+              sp->truncate_prompt_tokens);
   }
   if (sp->output_kind != LLB_OUTPUT_KIND_CUMULATIVE && sp->output_kind != LLB_OUTPUT_KIND_DELTA &&
       sp->output_kind != LLB_OUTPUT_KIND_FINAL_ONLY) {
@@ -305,6 +332,23 @@ static llb_status tokenize_prompt(const struct inproc_t *p, const struct inproc_
 
 void inproc_set_max_mm_item_bytes(struct inproc_t *p, int64_t n) { p->cfg.max_mm_item_bytes = n; }
 
+/* truncate_prompt_tokens (vLLM): keep the last N prompt tokens (-1: N = max_model_len). Refused
+ * with multimodal items, whose placeholder offsets count from the untruncated prompt. */
+static llb_status truncate_prompt(const struct inproc_t *p, const struct inproc_generate_request *req,
+                                  struct inproc_processed *out, struct inproc_errors *errs) {
+  int64_t keep = req->sampling_params.truncate_prompt_tokens;
+  if (keep == -1) keep = p->cfg.max_model_len;
+  if (keep <= 0 || out->num_prompt_tokens <= keep) return LLB_STATUS_OK;
+  if (req->num_mm_items > 0) {
+    add_error(errs, "truncate_prompt_tokens", "cannot be combined with multimodal items (prompt_embeds)");
+    return LLB_STATUS_INVALID_ARGUMENT;
+  }
+  memmove(out->prompt_token_ids, out->prompt_token_ids + (out->num_prompt_tokens - keep),
+          (size_t)keep * sizeof(int32_t));
+  out->num_prompt_tokens = keep;
+  return LLB_STATUS_OK;
+}
+
 /* Checks the multimodal items against the tokenized prompt and hashes them (mm_items.h). */
 static llb_status process_mm(const struct inproc_t *p, const struct inproc_generate_request *req,
                              int64_t num_prompt, struct inproc_processed *out, struct inproc_errors *errs) {
@@ -386,6 +430,8 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
   llb_status st = inproc_validate(p, req, errs);
   if (st != LLB_STATUS_OK) return st;
   st = tokenize_prompt(p, req, out);
+  if (st != LLB_STATUS_OK) return st;
+  st = truncate_prompt(p, req, out, errs);
   if (st != LLB_STATUS_OK) return st;
 
   const char *src = req->prompt ? "prompt" : req->messages ? "messages" : "prompt_token_ids";
