@@ -138,6 +138,41 @@ static void test_chat_messages_parts_and_logprobs(void **state) {
 }
 
 /* Malformed or hostile bodies: status and the field named. */
+static void test_vllm_request_fields_reach_the_generate_request(void **state) {
+  (void)state;
+  struct api_request r;
+  struct api_error e;
+  const char *body =
+      "{\"model\":\"smol\",\"prompt\":\"Once\",\"logit_bias\":{\"50256\":-100,\"13\":2.5},\"priority\":-4,"
+      "\"cache_salt\":\"team-a\",\"truncate_prompt_tokens\":32,\"echo\":true}";
+  assert_int_equal(parse(API_ENDPOINT_COMPLETIONS, body, &r, &e), LLB_STATUS_OK);
+  assert_true(r.echo);
+  struct llb_sampling_params sp;
+  struct llb_generate_request g;
+  api_request_to_generate(&r, 0, "cmpl-1", &sp, &g);
+  assert_int_equal(sp.num_logit_bias, 2);
+  bool seen_eos = false, seen_dot = false;
+  for (int i = 0; i < 2; i++) {
+    if (sp.logit_bias[i].token_id == 50256) seen_eos = sp.logit_bias[i].bias == -100.0f;
+    if (sp.logit_bias[i].token_id == 13) seen_dot = sp.logit_bias[i].bias == 2.5f;
+  }
+  assert_true(seen_eos && seen_dot);
+  assert_int_equal(sp.truncate_prompt_tokens, 32);
+  assert_int_equal(g.priority, -4);
+  assert_int_equal(g.cache_salt.len, 6);
+  assert_memory_equal(g.cache_salt.data, "team-a", 6);
+  api_request_free(&r);
+  /* absent: no salt, priority 0, no bias, no truncation */
+  assert_int_equal(parse(API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                           "\"truncate_prompt_tokens\":-1}", &r, &e), LLB_STATUS_OK);
+  api_request_to_generate(&r, 0, "c", &sp, &g);
+  assert_int_equal(g.priority, 0);
+  assert_int_equal(g.cache_salt.len, 0);
+  assert_int_equal(sp.num_logit_bias, 0);
+  assert_int_equal(sp.truncate_prompt_tokens, -1);
+  api_request_free(&r);
+}
+
 static void test_bad_requests_name_the_field(void **state) {
   (void)state;
   static const struct {
@@ -173,7 +208,26 @@ static void test_bad_requests_name_the_field(void **state) {
       {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"wat\":1}", 400, "wat"},
       {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", 400,
        "stream_options"},
-      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"echo\":true}", 400, "echo"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"echo\":true}", 400, "echo"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}", 400, "echo"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"echo\":1}", 400, "echo"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"logit_bias\":{\"abc\":1}}", 400, "logit_bias"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"logit_bias\":{\"-3\":1}}", 400, "logit_bias"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"logit_bias\":{\"12\":101}}", 400,
+       "logit_bias[12]"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"logit_bias\":{\"12\":\"5\"}}", 400,
+       "logit_bias[12]"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"logit_bias\":[1]}", 400, "logit_bias"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"priority\":1.5}", 400, "priority"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"priority\":9999999999}", 400, "priority"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"cache_salt\":\"\"}", 400, "cache_salt"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"cache_salt\":3}", 400, "cache_salt"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"truncate_prompt_tokens\":0}", 400,
+       "truncate_prompt_tokens"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"truncate_prompt_tokens\":-2}", 400,
+       "truncate_prompt_tokens"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}",
+       400, "echo"},
       {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"model\":\"smol\"}", 400, ""},
       {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"a\\u0000b\"}", 400, ""}, /* jansson refuses NUL */
       {API_ENDPOINT_CHAT, "{\"model\":\"smol\"}", 400, "messages"},
@@ -354,6 +408,7 @@ int main(void) {
       cmocka_unit_test(test_completion_defaults_are_openai_defaults),
       cmocka_unit_test(test_prompt_forms_give_one_generate_request_each),
       cmocka_unit_test(test_chat_messages_parts_and_logprobs),
+      cmocka_unit_test(test_vllm_request_fields_reach_the_generate_request),
       cmocka_unit_test(test_bad_requests_name_the_field),
       cmocka_unit_test(test_engine_status_codes_map_to_http),
       cmocka_unit_test(test_prompt_embeds_become_embeds_mm_items),

@@ -192,6 +192,52 @@ static void test_non_stream_accumulates_choices_of_every_prompt(void **state) {
   api_request_free(&req);
 }
 
+static void test_echo_prepends_the_prompt_once_per_choice(void **state) {
+  (void)state;
+  struct api_request req;
+  parse_ok(API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[\"Say: \",\"Q: \"],\"echo\":true}", &req);
+  struct api_response r;
+  assert_int_equal(api_response_init(&r, &req, "cmpl-e", 5), LLB_STATUS_OK);
+  struct llb_completion_output c;
+  int32_t t[1] = {1};
+  for (int prompt = 0; prompt < 2; prompt++) {
+    struct llb_request_output ro = one(0, "hi", t, 1, LLB_FINISH_REASON_NONE, false, &c);
+    assert_int_equal(api_response_add_output(&r, prompt, &ro), LLB_STATUS_OK);
+    ro = one(0, "!", t, 1, LLB_FINISH_REASON_LENGTH, true, &c);
+    assert_int_equal(api_response_add_output(&r, prompt, &ro), LLB_STATUS_OK);
+  }
+  struct api_buf out = {0};
+  assert_int_equal(api_response_render(&r, &out), LLB_STATUS_OK);
+  json_t *j = json_loads(out.data, 0, NULL);
+  json_t *choices = json_object_get(j, "choices");
+  assert_string_equal(json_string_value(json_object_get(json_array_get(choices, 0), "text")), "Say: hi!");
+  assert_string_equal(json_string_value(json_object_get(json_array_get(choices, 1), "text")), "Q: hi!");
+  json_decref(j);
+  api_buf_free(&out);
+  api_response_free(&r);
+  api_request_free(&req);
+
+  /* streamed: the prompt rides on the first chunk only, even when that chunk has no text */
+  parse_ok(API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"Say: \",\"echo\":true,\"stream\":true}", &req);
+  assert_int_equal(api_response_init(&r, &req, "cmpl-s", 5), LLB_STATUS_OK);
+  struct llb_request_output ro = one(0, "", t, 1, LLB_FINISH_REASON_NONE, false, &c);
+  assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
+  ro = one(0, "ok", t, 1, LLB_FINISH_REASON_LENGTH, true, &c);
+  assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
+  char ev[4][2048];
+  assert_int_equal(sse_events(out.data, ev, 4), 2);
+  const char *want[2] = {"Say: ", "ok"};
+  for (int i = 0; i < 2; i++) {
+    j = json_loads(ev[i], 0, NULL);
+    json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(ch, "text")), want[i]);
+    json_decref(j);
+  }
+  api_buf_free(&out);
+  api_response_free(&r);
+  api_request_free(&req);
+}
+
 static struct llb_token_logprobs tok_lp(int32_t id, const char *text, float lp, struct llb_top_logprob *top,
                                         int32_t num_top) {
   return (struct llb_token_logprobs){.token_id = id, .logprob = lp, .rank = 1, .decoded = llb_str_c(text),
@@ -278,6 +324,7 @@ int main(void) {
       cmocka_unit_test(test_completion_stream_chunks_end_with_usage_and_done),
       cmocka_unit_test(test_chat_stream_sends_role_first_per_choice),
       cmocka_unit_test(test_non_stream_accumulates_choices_of_every_prompt),
+      cmocka_unit_test(test_echo_prepends_the_prompt_once_per_choice),
       cmocka_unit_test(test_logprobs_shapes_for_completions_and_chat),
       cmocka_unit_test(test_stream_error_event_is_openai_error_object),
   };
