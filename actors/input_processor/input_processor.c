@@ -310,7 +310,7 @@ static llb_status tokenize_prompt(const struct inproc_t *p, const struct inproc_
   const struct chat_message *msgs = req->messages ? req->messages : &single;
   size_t num = req->messages ? req->num_messages : 1;
   char *text = NULL;
-  llb_status st = chat_template_apply(kind, msgs, num, true, &text);
+  llb_status st = chat_template_apply(kind, msgs, num, !req->no_generation_prompt, &text);
   if (st != LLB_STATUS_OK) return st;
   /* The template writes its own special tokens (vLLM: add_special_tokens=False for chat). */
   st = tokenizer_encode(p->tok, text, strlen(text), false, true, &out->prompt_token_ids,
@@ -491,6 +491,41 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
   }
   return LLB_STATUS_OK;
 }
+
+llb_status inproc_tokenize(const struct inproc_t *p, const struct inproc_generate_request *req,
+                           int32_t **ids_out, int64_t *n_out, struct inproc_errors *errs) {
+  *ids_out = NULL;
+  *n_out = 0;
+  struct inproc_processed out = {0};
+  llb_status st = inproc_validate(p, req, errs);
+  if (st == LLB_STATUS_OK) st = tokenize_prompt(p, req, &out);
+  if (st == LLB_STATUS_OK) st = truncate_prompt(p, req, &out, errs);
+  if (st == LLB_STATUS_OK) {
+    *ids_out = out.prompt_token_ids;
+    *n_out = out.num_prompt_tokens;
+    out.prompt_token_ids = NULL;
+  }
+  inproc_processed_free(&out);
+  return st;
+}
+
+llb_status inproc_detokenize(const struct inproc_t *p, const int32_t *ids, int64_t n, char **text_out,
+                             size_t *len_out, struct inproc_errors *errs) {
+  memset(errs, 0, sizeof *errs);
+  *text_out = NULL;
+  *len_out = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (ids[i] < 0 || ids[i] >= p->vocab_size) {
+      char field[INPROC_MAX_FIELD_BYTES];
+      snprintf(field, sizeof field, "prompt_token_ids[%" PRId64 "]", i);
+      add_error(errs, field, "token id %d is outside the vocabulary [0, %d)", ids[i], p->vocab_size);
+      return LLB_STATUS_INVALID_ARGUMENT;
+    }
+  }
+  return tokenizer_decode(p->tok, ids, n, true, text_out, len_out);
+}
+
+int32_t inproc_max_model_len(const struct inproc_t *p) { return p->cfg.max_model_len; }
 
 void inproc_processed_free(struct inproc_processed *out) {
   if (!out) return;
