@@ -34,6 +34,9 @@
 enum api_endpoint {
   API_ENDPOINT_COMPLETIONS = 0, /* POST /v1/completions */
   API_ENDPOINT_CHAT = 1,        /* POST /v1/chat/completions */
+  API_ENDPOINT_TOKENIZE = 2,    /* POST /tokenize (api_tokenize.h) */
+  API_ENDPOINT_DETOKENIZE = 3,  /* POST /detokenize */
+  API_ENDPOINT_MODEL_INFO = 4,  /* GET /v1/models/{id} (asks the engine for max_model_len) */
 };
 
 /* An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}. */

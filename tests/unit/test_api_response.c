@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "actors/api_server/api_response.h"
+#include "actors/api_server/api_tokenize.h"
 
 static const struct api_parse_options opts = {.served_model = "smol"};
 
@@ -238,6 +239,39 @@ static void test_echo_prepends_the_prompt_once_per_choice(void **state) {
   api_request_free(&req);
 }
 
+static void test_tokenize_replies_render_vllm_shapes(void **state) {
+  (void)state;
+  struct api_tokenize t = {.endpoint = API_ENDPOINT_TOKENIZE};
+  int32_t ids[3] = {1, 4093, 2};
+  struct llb_request_output ro = {.request_id = llb_str_c("tok-1"), .prompt_token_ids = ids,
+                                  .num_prompt_token_ids = 3, .finished = true, .max_model_len = 2048};
+  struct api_buf out = {0};
+  assert_int_equal(api_tokenize_render(&t, &ro, "smol", 7, &out), LLB_STATUS_OK);
+  json_t *j = json_loads(out.data, 0, NULL);
+  assert_int_equal(json_integer_value(json_object_get(j, "count")), 3);
+  assert_int_equal(json_integer_value(json_object_get(j, "max_model_len")), 2048);
+  assert_int_equal(json_integer_value(json_array_get(json_object_get(j, "tokens"), 1)), 4093);
+  json_decref(j);
+  api_buf_free(&out);
+  /* detokenize: the text; bytes that are not UTF-8 (ids cut inside a character) become U+FFFD */
+  t.endpoint = API_ENDPOINT_DETOKENIZE;
+  ro.prompt = (struct llb_str){"caf\xc3", 4};
+  assert_int_equal(api_tokenize_render(&t, &ro, "smol", 7, &out), LLB_STATUS_OK);
+  j = json_loads(out.data, 0, NULL);
+  assert_string_equal(json_string_value(json_object_get(j, "prompt")), "caf\xef\xbf\xbd");
+  json_decref(j);
+  api_buf_free(&out);
+  /* /v1/models/{id}: the model object with max_model_len */
+  t.endpoint = API_ENDPOINT_MODEL_INFO;
+  assert_int_equal(api_tokenize_render(&t, &ro, "smol", 7, &out), LLB_STATUS_OK);
+  j = json_loads(out.data, 0, NULL);
+  assert_string_equal(json_string_value(json_object_get(j, "id")), "smol");
+  assert_string_equal(json_string_value(json_object_get(j, "object")), "model");
+  assert_int_equal(json_integer_value(json_object_get(j, "max_model_len")), 2048);
+  json_decref(j);
+  api_buf_free(&out);
+}
+
 static struct llb_token_logprobs tok_lp(int32_t id, const char *text, float lp, struct llb_top_logprob *top,
                                         int32_t num_top) {
   return (struct llb_token_logprobs){.token_id = id, .logprob = lp, .rank = 1, .decoded = llb_str_c(text),
@@ -325,6 +359,7 @@ int main(void) {
       cmocka_unit_test(test_chat_stream_sends_role_first_per_choice),
       cmocka_unit_test(test_non_stream_accumulates_choices_of_every_prompt),
       cmocka_unit_test(test_echo_prepends_the_prompt_once_per_choice),
+      cmocka_unit_test(test_tokenize_replies_render_vllm_shapes),
       cmocka_unit_test(test_logprobs_shapes_for_completions_and_chat),
       cmocka_unit_test(test_stream_error_event_is_openai_error_object),
   };
