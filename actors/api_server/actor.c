@@ -202,6 +202,7 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
   if (ro->error.code != 0) {
     struct api_error e;
     api_error_from_status(ro->error.code, ro->error.message.data, ro->error.field.data, &e);
+    if (c->tok.endpoint != API_ENDPOINT_COMPLETIONS) api_tokenize_map_error(&c->tok, &e);
     s->finished = true;
     call_fail(c, &e);
     return;

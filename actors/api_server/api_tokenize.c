@@ -156,6 +156,21 @@ void api_tokenize_to_generate(const struct api_tokenize *t, const char *request_
   out->add_generation_prompt = t->add_generation_prompt;
 }
 
+void api_tokenize_map_error(const struct api_tokenize *t, struct api_error *e) {
+  static const char from[] = "prompt_token_ids";
+  if (t->endpoint != API_ENDPOINT_DETOKENIZE || strncmp(e->param, from, sizeof from - 1) != 0) return;
+  char p[sizeof e->param];
+  snprintf(p, sizeof p, "tokens%.80s", e->param + sizeof from - 1);
+  snprintf(e->param, sizeof e->param, "%s", p);
+  /* the message names the field too */
+  char *at = strstr(e->message, from);
+  if (at && at == e->message) {
+    char m[sizeof e->message];
+    snprintf(m, sizeof m, "tokens%s", e->message + sizeof from - 1);
+    snprintf(e->message, sizeof e->message, "%s", m);
+  }
+}
+
 static llb_status dump_into(json_t *obj, struct api_buf *out) {
   char *s = obj ? json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
   json_decref(obj);

@@ -47,6 +47,10 @@ void api_tokenize_free(struct api_tokenize *t);
 void api_tokenize_to_generate(const struct api_tokenize *t, const char *request_id, struct llb_sampling_params *sp,
                               struct llb_generate_request *out);
 
+/* Renames the engine's field in `e` to the request's: detokenize ids travel as
+ * prompt_token_ids, so "prompt_token_ids[i]" becomes "tokens[i]". */
+void api_tokenize_map_error(const struct api_tokenize *t, struct api_error *e);
+
 /* The HTTP body for the input processor's reply `ro` (no error in it) appended to `out`:
  * the tokenize / detokenize response, or the model object (id `model`, `created` in Unix
  * seconds). OUT_OF_MEMORY. */

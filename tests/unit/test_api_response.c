@@ -261,6 +261,13 @@ static void test_tokenize_replies_render_vllm_shapes(void **state) {
   assert_string_equal(json_string_value(json_object_get(j, "prompt")), "caf\xef\xbf\xbd");
   json_decref(j);
   api_buf_free(&out);
+  /* an engine error on the ids names the request's field */
+  struct api_error e;
+  api_error_from_status(LLB_STATUS_INVALID_ARGUMENT, "prompt_token_ids[1]: token id 99 is outside", "prompt_token_ids[1]",
+                        &e);
+  api_tokenize_map_error(&t, &e);
+  assert_string_equal(e.param, "tokens[1]");
+  assert_string_equal(e.message, "tokens[1]: token id 99 is outside");
   /* /v1/models/{id}: the model object with max_model_len */
   t.endpoint = API_ENDPOINT_MODEL_INFO;
   assert_int_equal(api_tokenize_render(&t, &ro, "smol", 7, &out), LLB_STATUS_OK);
