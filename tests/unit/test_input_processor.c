@@ -241,6 +241,21 @@ static void test_logit_bias_and_priority_reach_the_engine_request(void **state) 
   inproc_processed_free(&out);
 }
 
+static void test_special_token_text_in_a_raw_prompt_is_the_special_token(void **state) {
+  (void)state;
+  int32_t eot = tokenizer_find_token(tok, "<|endoftext|>", 13);
+  assert_true(eot >= 0);
+  struct inproc_generate_request r = base_request();
+  r.prompt = "<|endoftext|>Hi";
+  struct inproc_errors errs;
+  struct inproc_processed out;
+  assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
+  int64_t at = tokenizer_add_bos(tok) ? 1 : 0;
+  assert_int_equal(out.prompt_token_ids[at], eot);
+  assert_int_equal(out.num_prompt_tokens, at + 2); /* the special token, then "Hi" */
+  inproc_processed_free(&out);
+}
+
 static void test_messages_go_through_the_chat_template(void **state) {
   (void)state;
   struct inproc_generate_request r = base_request();
@@ -330,6 +345,7 @@ int main(void) {
       cmocka_unit_test(test_raw_prompt_is_tokenized_as_is),
       cmocka_unit_test(test_truncate_prompt_tokens_keeps_the_last_n_tokens),
       cmocka_unit_test(test_logit_bias_and_priority_reach_the_engine_request),
+      cmocka_unit_test(test_special_token_text_in_a_raw_prompt_is_the_special_token),
       cmocka_unit_test(test_messages_go_through_the_chat_template),
       cmocka_unit_test(test_seed_is_drawn_when_missing_and_kept_when_given),
       cmocka_unit_test(test_n_fans_out_into_children_with_distinct_ids_and_streams),
