@@ -26,7 +26,8 @@ llb_status api_response_init(struct api_response *r, const struct api_request *r
   size_t nc = (size_t)r->num_prompts * (size_t)r->n;
   r->choices = calloc(nc, sizeof *r->choices);
   r->prompt_tokens = malloc((size_t)r->num_prompts * sizeof *r->prompt_tokens);
-  if (!r->choices || !r->prompt_tokens) {
+  r->cached_tokens = calloc((size_t)r->num_prompts, sizeof *r->cached_tokens);
+  if (!r->choices || !r->prompt_tokens || !r->cached_tokens) {
     api_response_free(r);
     return OOM();
   }
@@ -56,6 +57,7 @@ void api_response_free(struct api_response *r) {
   for (int32_t i = 0; r->echo && i < r->num_prompts; i++) free(r->echo[i]);
   free(r->echo);
   free(r->prompt_tokens);
+  free(r->cached_tokens);
   memset(r, 0, sizeof *r);
 }
 
@@ -70,6 +72,8 @@ int64_t api_response_count(struct api_response *r, int32_t prompt_index,
     else if (ro->metrics.num_prompt_tokens > 0)
       r->prompt_tokens[prompt_index] = ro->metrics.num_prompt_tokens;
   }
+  if (ro->metrics.num_cached_tokens > r->cached_tokens[prompt_index])
+    r->cached_tokens[prompt_index] = ro->metrics.num_cached_tokens;
   int64_t gen = 0;
   for (int32_t i = 0; i < ro->num_outputs; i++) gen += ro->outputs[i].num_token_ids;
   r->completion_tokens += gen;
@@ -150,11 +154,14 @@ static json_t *stop_reason_json(const struct llb_completion_output *c) {
 }
 
 static json_t *usage_json(const struct api_response *r) {
-  int64_t prompt = 0;
-  for (int32_t i = 0; i < r->num_prompts; i++) prompt += r->prompt_tokens[i] > 0 ? r->prompt_tokens[i] : 0;
-  return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
-                   (json_int_t)r->completion_tokens, "total_tokens",
-                   (json_int_t)(prompt + r->completion_tokens));
+  int64_t prompt = 0, cached = 0;
+  for (int32_t i = 0; i < r->num_prompts; i++) {
+    prompt += r->prompt_tokens[i] > 0 ? r->prompt_tokens[i] : 0;
+    cached += r->cached_tokens[i];
+  }
+  return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+                   (json_int_t)r->completion_tokens, "total_tokens", (json_int_t)(prompt + r->completion_tokens),
+                   "prompt_tokens_details", "cached_tokens", (json_int_t)cached);
 }
 
 /* The choice slot of output `c` of sub-request `prompt_index`, or -1. */

@@ -109,6 +109,23 @@ def main():
                 except openai.BadRequestError as e:
                     assert "logit_bias" in str(e), e
 
+        def cache_salt_separates_prefix_cache_entries():
+            long_prompt = "A long shared system prompt about rivers and mountains. " * 12
+            kw = dict(model=model, prompt=long_prompt, max_tokens=2, temperature=0)
+
+            def cached(salt):
+                extra = {"cache_salt": salt} if salt else {}
+                r = client.completions.create(extra_body=extra, **kw)
+                return r.usage.prompt_tokens_details.cached_tokens, r.choices[0].text
+
+            first, text = cached("salt-a")
+            again, text_again = cached("salt-a")
+            other, _ = cached("salt-b")
+            unsalted, _ = cached(None)
+            assert again > first and again > 0, (first, again)  # the same salt hits the cache
+            assert other == 0 and unsalted == 0, (other, unsalted)  # another salt (or none) does not
+            assert text_again == text
+
         def priority_cache_salt_and_truncation_are_accepted():
             kw = dict(model=model, prompt=PROMPT, max_tokens=6, temperature=0)
             plain = client.completions.create(**kw)
@@ -153,6 +170,7 @@ def main():
             ("version_and_model_by_id", version_and_model_by_id),
             ("logit_bias_forces_and_bans_tokens", logit_bias_forces_and_bans_tokens),
             ("priority_cache_salt_and_truncation_are_accepted", priority_cache_salt_and_truncation_are_accepted),
+            ("cache_salt_separates_prefix_cache_entries", cache_salt_separates_prefix_cache_entries),
             ("echo_prepends_the_prompt", echo_prepends_the_prompt),
             ("request_id_is_echoed", request_id_is_echoed),
             ("bench_serve_chat_endpoint_completes_every_request", bench_serve_chat_endpoint_completes_every_request),

@@ -65,6 +65,7 @@ static void test_completion_stream_chunks_end_with_usage_and_done(void **state) 
   struct llb_request_output ro = one(0, "Hel", t1, 2, LLB_FINISH_REASON_NONE, false, &c);
   ro.prompt_token_ids = prompt_ids;
   ro.num_prompt_token_ids = 3;
+  ro.metrics.num_cached_tokens = 2; /* two prompt tokens came from the prefix cache */
   assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
   ro = one(0, "lo", t2, 1, LLB_FINISH_REASON_LENGTH, true, &c);
   assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
@@ -90,6 +91,7 @@ static void test_completion_stream_chunks_end_with_usage_and_done(void **state) 
   assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")), 3);
   assert_int_equal(json_integer_value(json_object_get(u, "completion_tokens")), 3);
   assert_int_equal(json_integer_value(json_object_get(u, "total_tokens")), 6);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")), 2);
   json_decref(j);
   assert_string_equal(ev[3], "[DONE]");
   api_buf_free(&out);
