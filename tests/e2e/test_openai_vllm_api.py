@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -176,8 +177,9 @@ def main():
             ("bench_serve_chat_endpoint_completes_every_request", bench_serve_chat_endpoint_completes_every_request),
         ])
 
-    # A full engine queue: 429 with Retry-After (one running, one waiting; the rest are refused).
-    with Stack(args=["--max-num-seqs", "1", "--max-num-waiting", "1"]) as st:
+    # One request runs at a time, two may wait: the rest get 429 with Retry-After; waiting
+    # requests start by priority (lower first).
+    with Stack(args=["--max-num-seqs", "1", "--max-num-waiting", "2", "--policy", "priority"]) as st:
         results = []
 
         def one():
@@ -195,7 +197,28 @@ def main():
             assert all(r[1].get("Retry-After") == "1" for r in refused), [dict(r[1]) for r in refused]
             assert any(r[0] == 200 for r in results), [r[0] for r in results]
 
-        failures += run_cases([("full_queue_answers_429_with_retry_after", full_queue_answers_429_with_retry_after)])
+        def lower_priority_value_runs_first():
+            done = []
+
+            def send(name, priority, max_tokens):
+                post(st.base, "/v1/completions", {"model": st.model_name, "prompt": PROMPT, "max_tokens": max_tokens,
+                                                  "ignore_eos": True, "priority": priority})
+                done.append(name)
+
+            first = threading.Thread(target=send, args=("running", 0, 200))
+            first.start()
+            time.sleep(0.3)  # it holds the only running slot (for seconds); the next two wait
+            late = threading.Thread(target=send, args=("low", 10, 8))
+            late.start()
+            time.sleep(0.2)
+            urgent = threading.Thread(target=send, args=("urgent", -10, 8))
+            urgent.start()
+            for t in (first, late, urgent):
+                t.join()
+            assert done.index("urgent") < done.index("low"), done
+
+        failures += run_cases([("full_queue_answers_429_with_retry_after", full_queue_answers_429_with_retry_after),
+                               ("lower_priority_value_runs_first", lower_priority_value_runs_first)])
     sys.exit(1 if failures else 0)
 
 
