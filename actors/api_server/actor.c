@@ -188,6 +188,9 @@ static void start_stream(struct api_call *c) {
   c->headers_sent = true;
 }
 
+/* /tokenize, /detokenize or /v1/models/{id} (c->tok set), not completions or chat. */
+static bool is_tokenize_call(const struct api_call *c) { return c->tok.endpoint >= API_ENDPOINT_TOKENIZE; }
+
 static void handle_output(struct api_actor *a, struct api_sub *s, const struct llb_request_output *ro) {
   struct api_call *c = s->call;
   bool first = !s->engine_id[0];
@@ -202,12 +205,12 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
   if (ro->error.code != 0) {
     struct api_error e;
     api_error_from_status(ro->error.code, ro->error.message.data, ro->error.field.data, &e);
-    if (c->tok.endpoint != API_ENDPOINT_COMPLETIONS) api_tokenize_map_error(&c->tok, &e);
+    if (is_tokenize_call(c)) api_tokenize_map_error(&c->tok, &e);
     s->finished = true;
     call_fail(c, &e);
     return;
   }
-  if (c->tok.endpoint != API_ENDPOINT_COMPLETIONS) { /* one reply answers a tokenize call */
+  if (is_tokenize_call(c)) { /* one reply answers it */
     s->finished = true;
     struct evhttp_request *req = c->req;
     detach_http(c);
