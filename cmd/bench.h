@@ -96,6 +96,26 @@ struct bench_chunk_info {
 /* Parses one event payload. MALFORMED if it is neither "[DONE]" nor a JSON object. */
 llb_status bench_parse_chunk(const char *data, size_t len, struct bench_chunk_info *out);
 
+/* What one streamed request asks for. */
+struct bench_request_spec {
+  const char *model;       /* the request's "model" */
+  const char *text;        /* prompt text, or NULL when ids are sent */
+  const int32_t *ids;      /* [num_ids] prompt token ids (completions only), or NULL */
+  int32_t num_ids;
+  int32_t max_tokens;
+  double temperature;
+  bool ignore_eos;         /* also sends min_tokens = max_tokens */
+};
+
+/* True when `endpoint` is a chat endpoint (its path ends in "/chat/completions"). */
+bool bench_endpoint_is_chat(const char *endpoint);
+
+/* The JSON body of one streamed request to `endpoint` (stream_options.include_usage on):
+ * /v1/completions gets "prompt" (text, or the ids when given); a chat endpoint gets
+ * "messages": [{"role": "user", "content": text}] (OpenAI / vLLM ChatCompletionRequest).
+ * malloc'd, the caller frees; NULL when out of memory or when a chat request has no text. */
+char *bench_request_body(const char *endpoint, const struct bench_request_spec *s);
+
 /* --- datasets ------------------------------------------------------------------------ */
 
 struct bench_prompt {

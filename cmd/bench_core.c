@@ -276,3 +276,35 @@ llb_status bench_parse_chunk(const char *data, size_t len, struct bench_chunk_in
   json_decref(root);
   return LLB_STATUS_OK;
 }
+
+bool bench_endpoint_is_chat(const char *endpoint) {
+  static const char suffix[] = "/chat/completions";
+  size_t n = endpoint ? strlen(endpoint) : 0, k = sizeof suffix - 1;
+  while (n > 0 && endpoint[n - 1] == '/') n--;
+  return n >= k && memcmp(endpoint + n - k, suffix, k) == 0;
+}
+
+char *bench_request_body(const char *endpoint, const struct bench_request_spec *s) {
+  bool chat = bench_endpoint_is_chat(endpoint);
+  json_t *input;
+  if (chat) {
+    if (!s->text) return NULL; /* a chat message is text; ids have no chat form */
+    input = json_pack("[{s:s, s:s}]", "role", "user", "content", s->text);
+  } else if (s->ids) {
+    input = json_array();
+    for (int32_t i = 0; input && i < s->num_ids; i++) json_array_append_new(input, json_integer(s->ids[i]));
+  } else {
+    input = json_string(s->text ? s->text : "");
+  }
+  json_t *b = json_pack("{s:s, s:o, s:i, s:f, s:b, s:{s:b}}", "model", s->model, chat ? "messages" : "prompt",
+                        input, "max_tokens", s->max_tokens, "temperature", s->temperature, "stream", 1,
+                        "stream_options", "include_usage", 1);
+  if (!b) return NULL;
+  if (s->ignore_eos) {
+    json_object_set_new(b, "ignore_eos", json_true());
+    json_object_set_new(b, "min_tokens", json_integer(s->max_tokens));
+  }
+  char *out = json_dumps(b, JSON_COMPACT);
+  json_decref(b);
+  return out;
+}

@@ -63,7 +63,7 @@ static void serve_usage(FILE *f) {
           "Streams /v1/completions requests at an OpenAI-compatible server and reports request\n"
           "throughput, output tokens/s, TTFT, TPOT, ITL and end-to-end latency (mean, median, p99).\n"
           "  --base-url URL          server (default http://127.0.0.1:8000)\n"
-          "  --endpoint PATH         default /v1/completions\n"
+          "  --endpoint PATH         default /v1/completions; /v1/chat/completions sends messages\n"
           "  --model PATH            GGUF whose tokenizer makes exact-length prompts (else words)\n"
           "  --served-model-name N   the request's \"model\" (default: the first of GET /v1/models)\n"
           "  --dataset KIND          random (default) | shared-prefix | jsonl\n"
@@ -156,6 +156,10 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
     fprintf(stderr, "llmbus-bench serve: --dataset jsonl needs --dataset-path\n");
     return 2;
   }
+  if (o->prompt_ids && bench_endpoint_is_chat(o->endpoint)) {
+    fprintf(stderr, "llmbus-bench serve: --prompt-ids sends token ids, which a chat endpoint cannot take\n");
+    return 2;
+  }
   if (o->prompt_ids && !o->model_path) {
     fprintf(stderr, "llmbus-bench serve: --prompt-ids needs --model (the tokenizer)\n");
     return 2;
@@ -163,26 +167,18 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
   return 0;
 }
 
-/* The JSON body of prompt p. malloc'd. */
+/* The JSON body of prompt p (bench_request_body). malloc'd. */
 static char *request_body(const struct run *r, const struct bench_prompt *p, int32_t max_tokens) {
   const struct serve_opts *o = r->o;
-  json_t *prompt;
+  struct bench_request_spec spec = {.model = r->model_name, .text = p->text ? p->text : "",
+                                    .max_tokens = max_tokens, .temperature = o->temperature,
+                                    .ignore_eos = o->ignore_eos};
   if (o->prompt_ids && p->ids) {
-    prompt = json_array();
-    for (int32_t i = 0; i < p->num_ids; i++) json_array_append_new(prompt, json_integer(p->ids[i]));
-  } else {
-    prompt = json_string(p->text ? p->text : "");
+    spec.ids = p->ids;
+    spec.num_ids = p->num_ids;
+    spec.text = NULL;
   }
-  json_t *b = json_pack("{s:s, s:o, s:i, s:f, s:b, s:{s:b}}", "model", r->model_name, "prompt", prompt, "max_tokens",
-                        max_tokens, "temperature", o->temperature, "stream", 1, "stream_options", "include_usage", 1);
-  if (!b) return NULL;
-  if (o->ignore_eos) {
-    json_object_set_new(b, "ignore_eos", json_true());
-    json_object_set_new(b, "min_tokens", json_integer(max_tokens));
-  }
-  char *s = json_dumps(b, JSON_COMPACT);
-  json_decref(b);
-  return s;
+  return bench_request_body(o->endpoint, &spec);
 }
 
 struct job {

@@ -132,7 +132,8 @@ static int parse_args(int argc, char **argv, struct inproc_opts *o) {
 /* Prompt ids: chat-templated (system + user) unless raw. *ids: malloc'd, caller frees. */
 static llb_status encode_prompt(const struct gguf_file *f, const struct tokenizer *tok,
                                 const struct inproc_opts *o, int32_t **ids, int64_t *n) {
-  if (o->raw) return tokenizer_encode(tok, o->prompt, strlen(o->prompt), true, false, ids, n);
+  /* Special-token text in a raw prompt is that token, as in the engine (vLLM, llama.cpp). */
+  if (o->raw) return tokenizer_encode(tok, o->prompt, strlen(o->prompt), true, true, ids, n);
   enum chat_template_kind kind;
   llb_status st = o->chat_template ? chat_template_from_name(o->chat_template, &kind)
                                    : chat_template_from_gguf(f, &kind);

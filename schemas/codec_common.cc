@@ -240,8 +240,20 @@ fb::Offset<llmbus::SamplingParams> enc_sampling(Enc &e, const llb_sampling_param
       e.fail(LLB_STATUS_INVALID_ARGUMENT, "stop", "string %d is not NUL-terminated", i);
       return 0;
     }
+  if (p->num_logit_bias < 0 || p->num_logit_bias > LLB_MAX_LOGIT_BIAS) {
+    e.fail(LLB_STATUS_INVALID_ARGUMENT, "num_logit_bias", "%d outside [0, %d]", p->num_logit_bias,
+           LLB_MAX_LOGIT_BIAS);
+    return 0;
+  }
   auto stop = e.strs(stops, p->num_stop, "stop");
   auto stop_ids = e.vec(p->stop_token_ids, p->num_stop_token_ids, "stop_token_ids");
+  fb::Offset<fb::Vector<const llmbus::LogitBias *>> bias = 0;
+  if (p->num_logit_bias > 0) {
+    llmbus::LogitBias tmp[LLB_MAX_LOGIT_BIAS];
+    for (int32_t i = 0; i < p->num_logit_bias; i++)
+      tmp[i] = llmbus::LogitBias(p->logit_bias[i].token_id, p->logit_bias[i].bias);
+    bias = e.b.CreateVectorOfStructs(tmp, (size_t)p->num_logit_bias);
+  }
   if (!e.ok())
     return 0;
   llmbus::SamplingParamsBuilder t(e.b);
@@ -265,6 +277,9 @@ fb::Offset<llmbus::SamplingParams> enc_sampling(Enc &e, const llb_sampling_param
   t.add_logprobs(p->logprobs);
   t.add_prompt_logprobs(p->prompt_logprobs);
   t.add_output_kind(static_cast<llmbus::OutputKind>(p->output_kind));
+  if (p->num_logit_bias > 0)
+    t.add_logit_bias(bias);
+  t.add_truncate_prompt_tokens(p->truncate_prompt_tokens);
   return t.Finish();
 }
 
@@ -332,6 +347,17 @@ bool dec_sampling(Dec &d, const llmbus::SamplingParams *t, const llb_sampling_pa
     memcpy(p->stop_token_ids, ids->data(), ids->size() * sizeof(int32_t));
     p->num_stop_token_ids = (int32_t)ids->size();
   }
+  if (const auto *bias = t->logit_bias()) {
+    if (bias->size() > LLB_MAX_LOGIT_BIAS)
+      return d.fail(LLB_STATUS_MALFORMED, "logit_bias", "%u entries, at most %d", bias->size(),
+                    LLB_MAX_LOGIT_BIAS);
+    for (fb::uoffset_t i = 0; i < bias->size(); i++) {
+      const llmbus::LogitBias *b = bias->Get(i);
+      p->logit_bias[i] = llb_logit_bias{b->token_id(), b->bias()};
+    }
+    p->num_logit_bias = (int32_t)bias->size();
+  }
+  p->truncate_prompt_tokens = t->truncate_prompt_tokens();
   return true;
 }
 

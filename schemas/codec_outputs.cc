@@ -186,7 +186,7 @@ static fb::Offset<void> build_request_output(Enc &e, const llb_request_output &m
   if (!e.ok())
     return 0;
   return llmbus::CreateRequestOutput(e.b, LLB_SCHEMA_VERSION, id, ids, prompt, outs, m.finished,
-                                     metrics, err)
+                                     metrics, err, m.max_model_len)
       .Union();
 }
 
@@ -223,6 +223,9 @@ static bool dec_completion(Dec &d, const llmbus::CompletionOutput &t, llb_comple
 
 static bool read_request_output(Dec &d, const llmbus::RequestOutput &t, llb_request_output &m) {
   m.finished = t.finished();
+  m.max_model_len = t.max_model_len();
+  if (m.max_model_len < 0)
+    return d.fail(LLB_STATUS_MALFORMED, "max_model_len", "%d is negative", m.max_model_len);
   if (const llmbus::RequestMetrics *x = t.metrics())
     m.metrics = llb_request_metrics{x->arrival_time(),      x->first_scheduled_time(),
                                     x->first_token_time(),  x->last_token_time(),

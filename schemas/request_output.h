@@ -59,6 +59,7 @@ struct llb_request_output {
   bool finished;
   struct llb_request_metrics metrics;
   struct llb_error_info error; /* code != 0: the request failed */
+  int32_t max_model_len;       /* context length in tokens (tokenize replies); 0 = not given */
 };
 
 llb_status llb_request_output_encode(const struct llb_request_output *m, uint8_t *buf, size_t cap,

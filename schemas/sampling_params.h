@@ -15,12 +15,20 @@
 #define LLB_MAX_STOP_STRING_BYTES 255
 #define LLB_MAX_STOP_TOKEN_IDS 64
 #define LLB_MAX_LOGPROBS 20        /* top-n logprobs per token, as OpenAI */
+#define LLB_MAX_LOGIT_BIAS 300     /* logit_bias entries per request */
+#define LLB_MAX_LOGIT_BIAS_VALUE 100.0f /* |bias| at most this (OpenAI's [-100, 100]) */
 
 /* How a request's outputs are streamed (vLLM RequestOutputKind). */
 enum llb_output_kind {
   LLB_OUTPUT_KIND_CUMULATIVE = 0, /* each output holds everything so far */
   LLB_OUTPUT_KIND_DELTA = 1,      /* each output holds only what is new */
   LLB_OUTPUT_KIND_FINAL_ONLY = 2, /* one output, when finished */
+};
+
+/* One logit_bias entry: `bias` is added to the logit of `token_id`. */
+struct llb_logit_bias {
+  int32_t token_id;             /* [0, vocab size) */
+  float bias;                   /* finite, [-LLB_MAX_LOGIT_BIAS_VALUE, LLB_MAX_LOGIT_BIAS_VALUE] */
 };
 
 struct llb_sampling_params {
@@ -46,6 +54,11 @@ struct llb_sampling_params {
   int32_t logprobs;             /* -1 = none; 0..LLB_MAX_LOGPROBS = sampled + top-n */
   int32_t prompt_logprobs;      /* -1 = none (only -1 supported so far) */
   enum llb_output_kind output_kind;
+  int32_t num_logit_bias;       /* entries of logit_bias in use, distinct token ids */
+  struct llb_logit_bias logit_bias[LLB_MAX_LOGIT_BIAS]; /* OpenAI logit_bias (vLLM applies it
+                                   before the penalties; so does the sampler) */
+  int32_t truncate_prompt_tokens; /* > 0: the input processor keeps the last N prompt tokens
+                                     (vLLM); 0 = off */
 };
 
 /* Fills `p` with vLLM's defaults (n=1, temperature=1, top_p=1, max_tokens=16, ...). */

@@ -92,6 +92,7 @@ static void call_free(struct api_call *c) {
   if (c->probe) event_free(c->probe);
   api_response_free(&c->resp);
   api_request_free(&c->parsed);
+  api_tokenize_free(&c->tok);
   free(c->subs);
   free(c);
   atomic_fetch_sub(&a->inflight, 1);
@@ -188,6 +189,9 @@ static void start_stream(struct api_call *c) {
   c->headers_sent = true;
 }
 
+/* /tokenize, /detokenize or /v1/models/{id} (c->tok set), not completions or chat. */
+static bool is_tokenize_call(const struct api_call *c) { return c->tok.endpoint >= API_ENDPOINT_TOKENIZE; }
+
 static void handle_output(struct api_actor *a, struct api_sub *s, const struct llb_request_output *ro) {
   struct api_call *c = s->call;
   bool first = !s->engine_id[0];
@@ -202,8 +206,17 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
   if (ro->error.code != 0) {
     struct api_error e;
     api_error_from_status(ro->error.code, ro->error.message.data, ro->error.field.data, &e);
+    if (is_tokenize_call(c)) api_tokenize_map_error(&c->tok, &e);
     s->finished = true;
     call_fail(c, &e);
+    return;
+  }
+  if (is_tokenize_call(c)) { /* one reply answers it */
+    s->finished = true;
+    struct evhttp_request *req = c->req;
+    detach_http(c);
+    api_route_tokenize_reply(a, req, &c->tok, ro);
+    call_free(c);
     return;
   }
   int64_t now = llb_now_ns();
@@ -389,11 +402,14 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
 
 static void make_id(struct api_actor *a, enum api_endpoint ep, char *buf, size_t cap) {
   a->id_counter++;
-  snprintf(buf, cap, "%s-%016" PRIx64 "%08" PRIx64, ep == API_ENDPOINT_CHAT ? "chatcmpl" : "cmpl", a->id_salt,
-           a->id_counter);
+  const char *kind = ep == API_ENDPOINT_CHAT ? "chatcmpl" : ep == API_ENDPOINT_COMPLETIONS ? "cmpl" : "tok";
+  snprintf(buf, cap, "%s-%016" PRIx64 "%08" PRIx64, kind, a->id_salt, a->id_counter);
 }
 
-static void handle_generate(struct api_actor *a, struct evhttp_request *req, enum api_endpoint ep) {
+/* Completions and chat (ep), or a tokenize call (/tokenize, /detokenize, /v1/models/{id}:
+ * one GenerateRequest on the tokenize subject, `model` = the path's id for the last). */
+static void handle_generate(struct api_actor *a, struct evhttp_request *req, enum api_endpoint ep,
+                            const char *model) {
   struct api_error e;
   struct evbuffer *in = evhttp_request_get_input_buffer(req);
   size_t len = evbuffer_get_length(in);
@@ -417,18 +433,21 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
   c->a = a;
   c->t_start_ns = llb_now_ns();
   struct api_parse_options po = {.served_model = a->model_name};
-  if (api_request_parse(ep, body, len, &po, &c->parsed, &e) != LLB_STATUS_OK) {
+  bool tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT;
+  if (tok ? api_tokenize_parse(ep, body, len, model, &po, &c->tok, &e) != LLB_STATUS_OK
+          : api_request_parse(ep, body, len, &po, &c->parsed, &e) != LLB_STATUS_OK) {
     free(c);
     api_http_send_error(a, req, &e);
     return;
   }
   char id[64];
   make_id(a, ep, id, sizeof id);
-  c->num_subs = ep == API_ENDPOINT_CHAT ? 1 : c->parsed.num_prompts;
+  c->num_subs = ep == API_ENDPOINT_COMPLETIONS ? c->parsed.num_prompts : 1;
   c->subs = calloc((size_t)c->num_subs, sizeof *c->subs);
-  if (!c->subs || api_response_init(&c->resp, &c->parsed, id, (int64_t)time(NULL)) != LLB_STATUS_OK) {
+  if (!c->subs || (!tok && api_response_init(&c->resp, &c->parsed, id, (int64_t)time(NULL)) != LLB_STATUS_OK)) {
     free(c->subs);
     api_request_free(&c->parsed);
+    api_tokenize_free(&c->tok);
     free(c);
     api_error_set(&e, 500, NULL, "out of memory");
     api_http_send_error(a, req, &e);
@@ -467,10 +486,12 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
     snprintf(reply, sizeof reply, "%s.%" PRIu64, a->inbox, s->seq);
     struct llb_sampling_params sp;
     struct llb_generate_request gr;
-    api_request_to_generate(&c->parsed, i, rid, &sp, &gr);
+    if (tok) api_tokenize_to_generate(&c->tok, rid, &sp, &gr);
+    else api_request_to_generate(&c->parsed, i, rid, &sp, &gr);
     llb_status st = llb_generate_request_encode_buf(&gr, &a->enc);
     if (st == LLB_STATUS_OK) {
-      struct bus_out_msg m = {.subject = a->generate_subject, .reply = reply, .data = a->enc.data, .len = a->enc.len};
+      struct bus_out_msg m = {.subject = tok ? a->tokenize_subject : a->generate_subject, .reply = reply,
+                              .data = a->enc.data, .len = a->enc.len};
       st = bus_publish_msg(a->bus, &m);
     }
     if (st != LLB_STATUS_OK) {
@@ -500,10 +521,17 @@ static void on_request(struct evhttp_request *req, void *arg) {
     const char *path;
     bool is_post;
   } routes[] = {{"/v1/completions", true}, {"/v1/chat/completions", true}, {"/v1/models", false},
-                {"/health", false},        {"/metrics", false}};
+                {"/health", false},        {"/metrics", false},            {"/tokenize", true},
+                {"/detokenize", true},     {"/version", false},            {"/v1/models/", false}};
+  api_http_echo_request_id(req);
   int route = -1;
   for (int i = 0; i < (int)(sizeof routes / sizeof routes[0]); i++)
     if (strcmp(path, routes[i].path) == 0) route = i;
+  const char *model_id = NULL; /* /v1/models/{id}: ids may hold '/' ("org/name") */
+  if (route < 0 && strncmp(path, "/v1/models/", 11) == 0 && path[11]) {
+    route = 8;
+    model_id = path + 11;
+  }
   if (route < 0) {
     api_error_set(&e, 404, NULL, "no route %.200s", path);
     api_http_send_error(a, req, &e);
@@ -521,11 +549,15 @@ static void on_request(struct evhttp_request *req, void *arg) {
     return;
   }
   switch (route) {
-    case 0: handle_generate(a, req, API_ENDPOINT_COMPLETIONS); break;
-    case 1: handle_generate(a, req, API_ENDPOINT_CHAT); break;
+    case 0: handle_generate(a, req, API_ENDPOINT_COMPLETIONS, NULL); break;
+    case 1: handle_generate(a, req, API_ENDPOINT_CHAT, NULL); break;
     case 2: api_route_models(a, req); break;
     case 3: api_route_health(a, req); break;
-    default: api_route_metrics(a, req); break;
+    case 4: api_route_metrics(a, req); break;
+    case 5: handle_generate(a, req, API_ENDPOINT_TOKENIZE, NULL); break;
+    case 6: handle_generate(a, req, API_ENDPOINT_DETOKENIZE, NULL); break;
+    case 7: api_route_version(a, req); break;
+    default: handle_generate(a, req, API_ENDPOINT_MODEL_INFO, model_id); break;
   }
 }
 
@@ -692,6 +724,10 @@ llb_status api_actor_start(struct api_actor *a, struct bus *bus) {
   const char *prefix = bus_prefix(bus);
   llb_status st = bus_subject_generate(prefix, a->tenant, a->generate_subject, sizeof a->generate_subject);
   if (st == LLB_STATUS_OK) st = bus_subject_abort(prefix, a->tenant, a->abort_subject, sizeof a->abort_subject);
+  if (st == LLB_STATUS_OK &&
+      snprintf(a->tokenize_subject, sizeof a->tokenize_subject, "%s.tokenize.%s", prefix, a->tenant) >=
+          (int)sizeof a->tokenize_subject)
+    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: tokenize subject too long");
   if (st == LLB_STATUS_OK) st = bus_new_inbox(bus, a->inbox, sizeof a->inbox);
   if (st != LLB_STATUS_OK) return st;
   st = run_on_loop(a, loop_setup);

@@ -1,24 +1,29 @@
 /* The api server actor: OpenAI-compatible HTTP + SSE (libevent evhttp) over the bus.
  *
  * Routes: POST /v1/completions, POST /v1/chat/completions (stream false/true), GET /v1/models,
- * GET /health, GET /metrics. It talks to the engine only over NATS, like any client:
+ * GET /v1/models/{id}, POST /tokenize, POST /detokenize, GET /version, GET /health,
+ * GET /metrics. It talks to the engine only over NATS, like any client:
  *   - each prompt of a request becomes one GenerateRequest (output_kind DELTA) published on
  *     <prefix>.generate.<tenant> with reply = <inbox>.<seq>; one wildcard subscription on
  *     <inbox>.* receives every RequestOutput of this server;
  *   - a client that goes away (evhttp close callback) gets its engine requests aborted with
  *     AbortRequest{request_id = RequestOutput.request_id} on <prefix>.abort.<tenant> (at once,
  *     or on the first output when none arrived yet), which frees their KV blocks;
+ *   - /tokenize, /detokenize and /v1/models/{id} send one GenerateRequest on
+ *     <prefix>.tokenize.<tenant> (same inbox) and render its one RequestOutput (api_tokenize.h);
  *   - <prefix>.engine.*.stats (SchedulerStats) feeds the engine gauges of /metrics;
  *     <prefix>.health.*.* (Heartbeat) feeds /health: 200 once every actor named in
  *     health_actors sent a ready heartbeat within health_window_ms, 503 naming the missing
  *     ones otherwise.
  * Status codes: 400 invalid JSON / parameters (the error names the field), 404 unknown model
  * or route, 405 wrong method, 413 body over max_body_bytes, 429 engine queue full
- * (RequestOutput.error QUEUE_FULL) or more than max_concurrent requests here, 503 no input
+ * (RequestOutput.error QUEUE_FULL) or more than max_concurrent requests here (with
+ * Retry-After: 1), 503 no input
  * processor subscribed (NATS "no responders") or no first output within
  * first_output_timeout_s, 500 otherwise. Streams start (200 + headers) only with the first
  * output, so engine-side validation errors keep their status; an error after that is sent as
  * an SSE `data: {"error": ...}` event followed by `data: [DONE]`.
+ * A request's X-Request-Id header is echoed on its response.
  * Limits of evhttp (libevent 2.1): bodies larger than 4 x max_body_bytes, oversized headers
  * and unparseable HTTP are refused by evhttp itself (413 / 400 with its HTML page); an idle
  * connection, or one whose request (headers + body) is not complete within

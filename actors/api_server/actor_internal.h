@@ -16,6 +16,7 @@
 #include "actors/api_server/api_metrics.h"
 #include "actors/api_server/api_request.h"
 #include "actors/api_server/api_response.h"
+#include "actors/api_server/api_tokenize.h"
 #include "schemas/codec.h"
 
 #define SUB_TABLE_SIZE 1024
@@ -48,6 +49,7 @@ struct api_call {
   struct evhttp_request *req;       /* NULL once the client went away */
   struct evhttp_connection *conn;   /* NULL once the client went away */
   struct api_request parsed;
+  struct api_tokenize tok;          /* /tokenize, /detokenize, /v1/models/{id}: tok.endpoint set */
   struct api_response resp;
   struct api_sub *subs;             /* [num_subs] */
   int32_t num_subs;
@@ -76,7 +78,8 @@ struct api_actor {
   struct http_deadlines *deadlines; /* whole-request read deadlines (slow loris) */
   struct event *wake;
   char inbox[128];
-  char generate_subject[BUS_SUBJECT_MAX], abort_subject[BUS_SUBJECT_MAX];
+  char generate_subject[BUS_SUBJECT_MAX], abort_subject[BUS_SUBJECT_MAX], tokenize_subject[BUS_SUBJECT_MAX];
+  int32_t max_model_len;            /* from the last tokenize reply (loop thread); 0 = unknown */
   pthread_mutex_t qmu;
   struct inbox_item *qhead, *qtail;
   pthread_mutex_t setup_mu;
@@ -104,8 +107,15 @@ void api_http_send_body(struct evhttp_request *req, int status, const char *ctyp
                         size_t len);
 /* Sends `e` as OpenAI's error object and counts it in the metrics (loop thread). */
 void api_http_send_error(struct api_actor *a, struct evhttp_request *req, const struct api_error *e);
-/* GET /v1/models, /health, /metrics (loop thread). */
+/* GET /v1/models, /health, /metrics, /version (loop thread). */
 void api_route_models(struct api_actor *a, struct evhttp_request *req);
+void api_route_version(struct api_actor *a, struct evhttp_request *req);
+/* Answers a /tokenize, /detokenize or /v1/models/{id} call with the input processor's reply
+ * `ro` (no error in it); remembers its max_model_len (loop thread). */
+void api_route_tokenize_reply(struct api_actor *a, struct evhttp_request *req, const struct api_tokenize *t,
+                              const struct llb_request_output *ro);
+/* Echoes a sane X-Request-Id header of `req` into its response headers. */
+void api_http_echo_request_id(struct evhttp_request *req);
 void api_route_health(struct api_actor *a, struct evhttp_request *req);
 void api_route_metrics(struct api_actor *a, struct evhttp_request *req);
 /* Bus handlers of <prefix>.engine.*.stats and <prefix>.health.*.* (delivery threads). */

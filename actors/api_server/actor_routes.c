@@ -1,5 +1,7 @@
-/* Plain routes of the api server (models, health, metrics), error replies, and the stats /
- * heartbeat handlers (see actor.h, actor_internal.h). */
+/* Plain routes of the api server (models, health, metrics, version), the replies of tokenize
+ * calls, error replies and their headers, and the stats / heartbeat handlers (see actor.h,
+ * actor_internal.h). */
+#include <event2/keyvalq_struct.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -40,9 +42,41 @@ void api_http_send_error(struct api_actor *a, struct evhttp_request *req, const 
     evhttp_send_error(req, 500, NULL);
     return;
   }
+  /* A full queue clears within a step or two; vLLM's clients and OpenAI's back off on this. */
+  if (e->http_status == 429) evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
   api_http_send_body(req, e->http_status, "application/json", b.data, b.len);
   api_buf_free(&b);
   api_metrics_request_failed(a->metrics, e->http_status);
+}
+
+void api_http_echo_request_id(struct evhttp_request *req) {
+  const char *id = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Id");
+  if (!id) return;
+  size_t n = strlen(id);
+  for (size_t i = 0; i < n; i++) /* visible ASCII only: nothing to inject, nothing to escape */
+    if ((unsigned char)id[i] < 0x21 || (unsigned char)id[i] > 0x7E) return;
+  if (n == 0 || n > 256) return;
+  evhttp_add_header(evhttp_request_get_output_headers(req), "X-Request-Id", id);
+}
+
+void api_route_tokenize_reply(struct api_actor *a, struct evhttp_request *req, const struct api_tokenize *t,
+                              const struct llb_request_output *ro) {
+  if (ro->max_model_len > 0) a->max_model_len = ro->max_model_len;
+  struct api_buf b = {0};
+  if (api_tokenize_render(t, ro, a->model_name, (int64_t)time(NULL), &b) == LLB_STATUS_OK) {
+    api_http_send_body(req, 200, "application/json", b.data, b.len);
+  } else {
+    struct api_error e;
+    api_error_set(&e, 500, NULL, "could not render the response");
+    api_http_send_error(a, req, &e);
+  }
+  api_buf_free(&b);
+}
+
+void api_route_version(struct api_actor *a, struct evhttp_request *req) {
+  (void)a;
+  static const char body[] = "{\"version\":\"" LLB_VERSION_STRING "\"}";
+  api_http_send_body(req, 200, "application/json", body, sizeof body - 1);
 }
 
 void api_on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
@@ -74,19 +108,11 @@ void api_on_heartbeat(struct bus *bus, const struct bus_msg *msg, void *user) {
 
 void api_route_models(struct api_actor *a, struct evhttp_request *req) {
   struct api_buf b = {0};
-  char esc[2 * API_MAX_MODEL_BYTES];
-  size_t j = 0;
-  for (const char *p = a->model_name; *p && j + 3 < sizeof esc; p++) {
-    if (*p == '"' || *p == '\\') esc[j++] = '\\';
-    esc[j++] = *p;
-  }
-  esc[j] = '\0';
-  if (api_buf_printf(&b, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\",\"created\":%lld,"
-                         "\"owned_by\":\"llmbus\",\"root\":\"%s\",\"parent\":null}]}",
-                     esc, (long long)time(NULL), esc))
-    api_http_send_body(req, 200, "application/json", b.data, b.len);
-  else
-    evhttp_send_error(req, 500, NULL);
+  bool ok = api_buf_printf(&b, "{\"object\":\"list\",\"data\":[") &&
+            api_model_object_render(a->model_name, (int64_t)time(NULL), a->max_model_len, &b) == LLB_STATUS_OK &&
+            api_buf_printf(&b, "]}");
+  if (ok) api_http_send_body(req, 200, "application/json", b.data, b.len);
+  else evhttp_send_error(req, 500, NULL);
   api_buf_free(&b);
 }
 

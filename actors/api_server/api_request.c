@@ -2,6 +2,7 @@
 #include "actors/api_server/api_request.h"
 
 #include "actors/api_server/api_embeds.h"
+#include "actors/api_server/api_params.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -440,12 +441,12 @@ static llb_status check_neutral(const char *key, json_t *val, const struct api_r
                                 bool *handled, struct api_error *err) {
   *handled = true;
   if (json_is_null(val)) return LLB_STATUS_OK;
-  if (!strcmp(key, "echo") || !strcmp(key, "parallel_tool_calls") || !strcmp(key, "store")) {
+  if (!strcmp(key, "parallel_tool_calls") || !strcmp(key, "store")) {
     if (json_is_false(val)) return LLB_STATUS_OK;
     if (json_is_boolean(val)) return BAD(key, "'%s' = true is not supported", key);
     return BAD(key, "'%s' must be a boolean, got %s", key, api_json_type_name(val));
   }
-  if (!strcmp(key, "logit_bias") || !strcmp(key, "metadata")) {
+  if (!strcmp(key, "metadata")) {
     if (json_is_object(val) && json_object_size(val) == 0) return LLB_STATUS_OK;
     if (json_is_object(val)) return BAD(key, "'%s' is not supported", key);
     return BAD(key, "'%s' must be an object, got %s", key, api_json_type_name(val));
@@ -525,6 +526,8 @@ static llb_status parse_field(const char *key, json_t *v, struct api_request *r,
     return LLB_STATUS_OK;
   }
   bool handled;
+  st = api_params_parse_field(key, v, r, &handled, err);
+  if (handled) return st;
   st = check_neutral(key, v, r, &handled, err);
   if (handled) return st;
   (void)im;
@@ -650,6 +653,7 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
     if (st == LLB_STATUS_OK && (v = json_object_get(root, "prompt_embeds")))
       st = api_parse_prompt_embeds(v, out, err);
   }
+  if (st == LLB_STATUS_OK) st = api_params_check(out, err);
   if (st != LLB_STATUS_OK) goto fail;
   return LLB_STATUS_OK;
 fail:
@@ -682,6 +686,8 @@ void api_request_to_generate(const struct api_request *r, int32_t prompt_index,
   *sp = r->sampling_params;
   sp->output_kind = LLB_OUTPUT_KIND_DELTA; /* non-streamed responses are accumulated here */
   out->sampling_params = sp;
+  out->priority = r->priority;
+  if (r->cache_salt[0]) out->cache_salt = llb_str_c(r->cache_salt);
   if (r->endpoint == API_ENDPOINT_CHAT) {
     out->messages = r->messages;
     out->num_messages = r->num_messages;

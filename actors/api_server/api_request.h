@@ -29,10 +29,14 @@
 #define API_MAX_MESSAGES 1024    /* chat messages */
 #define API_MAX_MODEL_BYTES 256  /* model name, NUL included */
 #define API_MAX_USER_BYTES 256
+#define API_MAX_CACHE_SALT_BYTES 200 /* the input processor prefixes the tenant (256 in all) */
 
 enum api_endpoint {
   API_ENDPOINT_COMPLETIONS = 0, /* POST /v1/completions */
   API_ENDPOINT_CHAT = 1,        /* POST /v1/chat/completions */
+  API_ENDPOINT_TOKENIZE = 2,    /* POST /tokenize (api_tokenize.h) */
+  API_ENDPOINT_DETOKENIZE = 3,  /* POST /detokenize */
+  API_ENDPOINT_MODEL_INFO = 4,  /* GET /v1/models/{id} (asks the engine for max_model_len) */
 };
 
 /* An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}. */
@@ -93,6 +97,9 @@ struct api_request {
   struct llb_mm_item *mm_items;   /* [num_mm_items] "prompt_embeds" (api_embeds.h), completions;
                                    * each item's data is owned by the request */
   int32_t num_mm_items;
+  int32_t priority;               /* lower runs first (scheduler --policy priority); api_params.h */
+  char cache_salt[API_MAX_CACHE_SALT_BYTES]; /* "" = none; api_params.h */
+  bool echo;                      /* completions: prompt text prepended to each choice's text */
   void *impl;                     /* private: the JSON document and owned strings */
 };
 

@@ -26,11 +26,24 @@ llb_status api_response_init(struct api_response *r, const struct api_request *r
   size_t nc = (size_t)r->num_prompts * (size_t)r->n;
   r->choices = calloc(nc, sizeof *r->choices);
   r->prompt_tokens = malloc((size_t)r->num_prompts * sizeof *r->prompt_tokens);
-  if (!r->choices || !r->prompt_tokens) {
+  r->cached_tokens = calloc((size_t)r->num_prompts, sizeof *r->cached_tokens);
+  if (!r->choices || !r->prompt_tokens || !r->cached_tokens) {
     api_response_free(r);
     return OOM();
   }
   for (int32_t i = 0; i < r->num_prompts; i++) r->prompt_tokens[i] = -1;
+  if (req->echo && req->endpoint == API_ENDPOINT_COMPLETIONS) {
+    r->echo = calloc((size_t)r->num_prompts, sizeof *r->echo);
+    for (int32_t i = 0; r->echo && i < r->num_prompts; i++) {
+      const struct api_prompt *p = &req->prompts[i];
+      r->echo[i] = p->text ? strndup(p->text, p->text_len) : strdup("");
+      if (!r->echo[i]) break;
+    }
+    if (!r->echo || !r->echo[r->num_prompts - 1]) {
+      api_response_free(r);
+      return OOM();
+    }
+  }
   return LLB_STATUS_OK;
 }
 
@@ -41,7 +54,10 @@ void api_response_free(struct api_response *r) {
     json_decref(r->choices[i].logprobs);
   }
   free(r->choices);
+  for (int32_t i = 0; r->echo && i < r->num_prompts; i++) free(r->echo[i]);
+  free(r->echo);
   free(r->prompt_tokens);
+  free(r->cached_tokens);
   memset(r, 0, sizeof *r);
 }
 
@@ -56,6 +72,8 @@ int64_t api_response_count(struct api_response *r, int32_t prompt_index,
     else if (ro->metrics.num_prompt_tokens > 0)
       r->prompt_tokens[prompt_index] = ro->metrics.num_prompt_tokens;
   }
+  if (ro->metrics.num_cached_tokens > r->cached_tokens[prompt_index])
+    r->cached_tokens[prompt_index] = ro->metrics.num_cached_tokens;
   int64_t gen = 0;
   for (int32_t i = 0; i < ro->num_outputs; i++) gen += ro->outputs[i].num_token_ids;
   r->completion_tokens += gen;
@@ -136,11 +154,14 @@ static json_t *stop_reason_json(const struct llb_completion_output *c) {
 }
 
 static json_t *usage_json(const struct api_response *r) {
-  int64_t prompt = 0;
-  for (int32_t i = 0; i < r->num_prompts; i++) prompt += r->prompt_tokens[i] > 0 ? r->prompt_tokens[i] : 0;
-  return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
-                   (json_int_t)r->completion_tokens, "total_tokens",
-                   (json_int_t)(prompt + r->completion_tokens));
+  int64_t prompt = 0, cached = 0;
+  for (int32_t i = 0; i < r->num_prompts; i++) {
+    prompt += r->prompt_tokens[i] > 0 ? r->prompt_tokens[i] : 0;
+    cached += r->cached_tokens[i];
+  }
+  return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+                   (json_int_t)r->completion_tokens, "total_tokens", (json_int_t)(prompt + r->completion_tokens),
+                   "prompt_tokens_details", "cached_tokens", (json_int_t)cached);
 }
 
 /* The choice slot of output `c` of sub-request `prompt_index`, or -1. */
@@ -196,6 +217,10 @@ llb_status api_response_add_output(struct api_response *r, int32_t prompt_index,
     if (idx < 0) continue;
     struct api_choice_state *cs = &r->choices[idx];
     cs->seen = true;
+    if (r->echo && !cs->echoed) {
+      cs->echoed = true;
+      if (!api_buf_append(&cs->text, r->echo[prompt_index], strlen(r->echo[prompt_index]))) return OOM();
+    }
     if (!api_buf_append(&cs->text, c->text.data ? c->text.data : "", c->text.len)) return OOM();
     json_t *acc = cs->logprobs;
     if (!merge_logprobs(&acc, logprobs_json(r, c, cs))) return OOM();
@@ -274,7 +299,21 @@ llb_status api_response_stream_output(struct api_response *r, int32_t prompt_ind
       if ((st = emit_event(role ? chunk_head(r, role) : NULL, out)) != LLB_STATUS_OK) return st;
     }
     bool finishing = c->finish_reason != LLB_FINISH_REASON_NONE;
-    if (c->text.len == 0 && c->num_logprobs == 0 && !finishing) continue;
+    struct llb_str text = c->text;
+    char *joined = NULL;
+    if (r->echo && !cs->echoed) { /* the prompt goes out with the choice's first chunk */
+      cs->echoed = true;
+      size_t pn = strlen(r->echo[prompt_index]);
+      joined = malloc(pn + c->text.len + 1);
+      if (!joined) return OOM();
+      memcpy(joined, r->echo[prompt_index], pn);
+      if (c->text.len) memcpy(joined + pn, c->text.data, c->text.len);
+      text = (struct llb_str){joined, pn + c->text.len};
+    }
+    if (text.len == 0 && c->num_logprobs == 0 && !finishing) {
+      free(joined);
+      continue;
+    }
     if (finishing) cs->finished = true;
     json_t *lp = logprobs_json(r, c, cs);
     json_t *choice;
@@ -284,10 +323,11 @@ llb_status api_response_stream_output(struct api_response *r, int32_t prompt_ind
                          "logprobs", lp, "finish_reason", finish_json(c), "stop_reason",
                          stop_reason_json(c));
     } else {
-      choice = json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)idx, "text", str_json(c->text),
+      choice = json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)idx, "text", str_json(text),
                          "logprobs", lp, "finish_reason", finish_json(c), "stop_reason",
                          stop_reason_json(c));
     }
+    free(joined);
     json_t *choices = choice ? json_pack("[o]", choice) : NULL;
     if ((st = emit_event(choices ? chunk_head(r, choices) : NULL, out)) != LLB_STATUS_OK) return st;
   }

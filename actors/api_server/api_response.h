@@ -14,7 +14,11 @@
  * `choices`) and `data: [DONE]\n\n`. Chunk and field shapes follow OpenAI's API reference and
  * vLLM's protocol.py (logprobs: completions {tokens, token_logprobs, top_logprobs,
  * text_offset}; chat {content: [{token, logprob, bytes, top_logprobs}]}; -inf → -9999.0 as
- * vLLM). Usage counts prompt tokens once per prompt and every generated token.
+ * vLLM). Usage counts prompt tokens once per prompt and every generated token, and
+ * `prompt_tokens_details.cached_tokens` the prompt tokens served from the prefix cache
+ * (RequestMetrics.num_cached_tokens, as vLLM with --enable-prompt-tokens-details). With `echo`
+ * (completions) each choice's text starts with its prompt's text: in the first chunk of the
+ * choice when streaming (vLLM serving_completion.py).
  */
 #ifndef LLB_ACTORS_API_SERVER_API_RESPONSE_H
 #define LLB_ACTORS_API_SERVER_API_RESPONSE_H
@@ -29,6 +33,7 @@
 struct api_choice_state {
   bool seen;             /* an output of this choice arrived */
   bool role_sent;        /* chat stream: the role delta went out */
+  bool echoed;           /* echo: the prompt text went out (or into text) */
   bool finished;
   int64_t text_offset;   /* completions logprobs: bytes of text so far */
   struct api_buf text;   /* non-streaming: text so far */
@@ -47,8 +52,10 @@ struct api_response {
   int32_t logprobs;      /* -1 = none; else top entries per position */
   struct api_choice_state *choices; /* [num_prompts * n] */
   int64_t *prompt_tokens;           /* [num_prompts], -1 = not known yet */
+  int64_t *cached_tokens;           /* [num_prompts] prompt tokens found in the prefix cache */
   int64_t completion_tokens;
   int32_t num_finished;             /* sub-requests whose final output arrived */
+  char **echo;                      /* [num_prompts] prompt texts to prepend (request echo), or NULL */
 };
 
 /* Sets up `r` for request `req` (borrowed for this call only). `id` is copied. Errors:

@@ -102,6 +102,23 @@ static llb_status check_ids(const int32_t *ids, int64_t n, int32_t vocab, const 
   return LLB_STATUS_OK;
 }
 
+/* logit_bias: a bounded count, ids inside the vocabulary, finite biases in [-100, 100]. */
+static llb_status check_logit_bias(const struct llb_sampling_params *p, int32_t vocab) {
+  if (p->num_logit_bias < 0 || p->num_logit_bias > LLB_MAX_LOGIT_BIAS)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: %d logit_bias entries, at most %d",
+                    (int)p->num_logit_bias, LLB_MAX_LOGIT_BIAS);
+  for (int32_t i = 0; i < p->num_logit_bias; i++) {
+    const struct llb_logit_bias *b = &p->logit_bias[i];
+    if (b->token_id < 0 || b->token_id >= vocab)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: logit_bias token %d outside vocab %d",
+                      (int)b->token_id, (int)vocab);
+    if (!(fabsf(b->bias) <= LLB_MAX_LOGIT_BIAS_VALUE))
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: logit_bias of token %d is %g, not in [-100, 100]",
+                      (int)b->token_id, (double)b->bias);
+  }
+  return LLB_STATUS_OK;
+}
+
 llb_status sampler_check_params(const struct llb_sampling_params *p) {
   if (!(p->temperature >= 0.0f) || isinf(p->temperature))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: temperature %g", p->temperature);
@@ -292,9 +309,13 @@ llb_status sampler_sample(struct sampler *s, const struct llb_sampling_params *p
   llb_status st = sampler_check_params(p);
   if (st == LLB_STATUS_OK) st = check_ids(prompt_ids, num_prompt, s->vocab_size, "prompt_ids");
   if (st == LLB_STATUS_OK) st = check_ids(output_ids, num_output, s->vocab_size, "output_ids");
+  if (st == LLB_STATUS_OK) st = check_logit_bias(p, s->vocab_size);
   if (st != LLB_STATUS_OK) return st;
   const int32_t vocab = s->vocab_size;
 
+  /* logit_bias first, then the penalties (vLLM v1 sampler: the non-argmax-invariant
+   * logits processors, LogitBiasLogitsProcessor among them, run before apply_penalties). */
+  for (int32_t i = 0; i < p->num_logit_bias; i++) logits[p->logit_bias[i].token_id] += p->logit_bias[i].bias;
   apply_penalties(s, p, logits, prompt_ids, num_prompt, output_ids, num_output);
 
   /* Argmax (ties to the lowest id) of the penalized logits; one pass that also rejects NaN

@@ -3,6 +3,8 @@
  * Follows vLLM v1's sampler (vllm/v1/sample/sampler.py, ops/penalties.py,
  * ops/topk_topp_sampler.py, logits_processor MinP) for the order of processing and the
  * meaning of every parameter:
+ *   0. logit_bias (OpenAI): each entry's bias is added to its token's logit, in place
+ *      (vLLM LogitBiasLogitsProcessor, which runs before the penalties);
  *   1. penalties, applied in place to `logits`:
  *        repetition (over prompt + output tokens, HF/vLLM: positive logits are divided by
  *        the penalty, negative ones multiplied), then frequency and presence (over output
@@ -81,7 +83,8 @@ llb_status sampler_check_params(const struct llb_sampling_params *p);
  * sampled among this completion's outputs. Fills *out (top-n when p->logprobs > 0).
  * Never allocates. Errors: INVALID_ARGUMENT for a bad parameter (temperature < 0 or
  * inf, top_p outside (0, 1], min_p outside [0, 1], repetition_penalty <= 0, a non-finite
- * presence/frequency penalty, logprobs > LLB_MAX_LOGPROBS), a token id outside [0, vocab),
+ * presence/frequency penalty, logprobs > LLB_MAX_LOGPROBS, a logit_bias entry with a token
+ * outside the vocabulary or a bias not finite in [-100, 100]), a token id outside [0, vocab),
  * a negative count or a negative output_pos (all checked before logits are touched), or a
  * NaN / +inf logit or a row whose logits are all -inf (found after the penalties). */
 llb_status sampler_sample(struct sampler *s, const struct llb_sampling_params *p, float *logits,

@@ -30,7 +30,7 @@ struct inproc_actor {
   char requests_subject[BUS_SUBJECT_MAX];
   char abort_subject[BUS_SUBJECT_MAX];
   atomic_uint_fast64_t requests, engine_requests, rejected, malformed, no_reply, aborts,
-      publish_errors;
+      publish_errors, tokenize;
 };
 
 /* Context length of the model: "<general.architecture>.context_length", capped at 4096.
@@ -117,6 +117,7 @@ void inproc_actor_get_stats(const struct inproc_actor *a, struct inproc_actor_st
   out->no_reply = atomic_load(&m->no_reply);
   out->aborts = atomic_load(&m->aborts);
   out->publish_errors = atomic_load(&m->publish_errors);
+  out->tokenize = atomic_load(&m->tokenize);
 }
 
 /* The tenant of a generate/abort subject: its last token. */
@@ -192,6 +193,7 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
   }
   if (gr->chat_template.len) req->chat_template = gr->chat_template.data;
   req->raw = gr->raw;
+  req->no_generation_prompt = !gr->add_generation_prompt;
   req->sampling_params = *gr->sampling_params;
   req->priority = gr->priority;
   /* Per-tenant prefix-cache salt (DESIGN.md §7): no tenant can hit another's blocks. */
@@ -342,6 +344,94 @@ done:
   llb_arena_destroy(&arena);
 }
 
+/* Answers a tokenize request with prompt_token_ids / prompt and the context length. */
+static void reply_tokenized(struct inproc_actor *a, const struct bus_msg *msg, const char *request_id,
+                            const int32_t *ids, int64_t n, const char *text, size_t text_len) {
+  struct llb_request_output ro = {0};
+  ro.request_id = llb_str_c(request_id);
+  ro.prompt_token_ids = ids;
+  ro.num_prompt_token_ids = (int32_t)n;
+  ro.prompt = (struct llb_str){text ? text : "", text ? text_len : 0};
+  ro.finished = true;
+  ro.max_model_len = a->max_model_len;
+  struct llb_buf buf = {0};
+  llb_status st = llb_request_output_encode_buf(&ro, &buf);
+  if (st == LLB_STATUS_OK) st = bus_respond(a->bus, msg, buf.data, buf.len, NULL);
+  llb_buf_free(&buf);
+  if (st == LLB_STATUS_OK) {
+    atomic_fetch_add(&a->tokenize, 1);
+    return;
+  }
+  atomic_fetch_add(&a->publish_errors, 1);
+  char q[320];
+  LLB_LOG_ERROR("tokenize_reply_failed", "reply=%s error=%s", msg->reply, llb_log_quote(q, sizeof q, llb_err_last()));
+  /* too large for the bus, most likely: say so instead of leaving the client waiting */
+  reply_error(a, msg, request_id, st, llb_err_last(), "");
+}
+
+/* <prefix>.tokenize.<tenant>: tokenize (prompt / messages), detokenize (prompt_token_ids) or
+ * only the context length (no input); see actor.h. */
+static void on_tokenize(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  struct inproc_actor *a = user;
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  struct llb_generate_request gr;
+  char q[320];
+  int32_t *ids = NULL;
+  char *text = NULL;
+  llb_status st = llb_generate_request_decode(msg->data, msg->len, &arena, &gr);
+  if (st != LLB_STATUS_OK) {
+    atomic_fetch_add(&a->malformed, 1);
+    char e[512];
+    snprintf(e, sizeof e, "malformed GenerateRequest: %s", llb_err_last());
+    reply_error(a, msg, NULL, st, e, "");
+    goto done;
+  }
+  const char *ext_id = gr.request_id.len ? gr.request_id.data : DEFAULT_EXTERNAL_ID;
+  if (!msg->reply || !msg->reply[0]) {
+    reply_error(a, msg, ext_id, LLB_STATUS_INVALID_ARGUMENT, "a tokenize request needs a reply subject", "reply_to");
+    goto done;
+  }
+  struct inproc_errors errs = {0};
+  if (!gr.prompt.len && gr.num_messages == 0 && gr.num_prompt_token_ids == 0) {
+    reply_tokenized(a, msg, ext_id, NULL, 0, NULL, 0);
+    goto done;
+  }
+  size_t text_len = 0;
+  int64_t n = 0;
+  if (!gr.prompt.len && gr.num_messages == 0) {
+    st = inproc_detokenize(a->proc, gr.prompt_token_ids, gr.num_prompt_token_ids, &text, &text_len, &errs);
+    if (st == LLB_STATUS_OK) reply_tokenized(a, msg, ext_id, gr.prompt_token_ids, gr.num_prompt_token_ids, text, text_len);
+  } else {
+    struct inproc_generate_request req;
+    const char *bad = to_inproc_request(&gr, subject_tenant(msg->subject), msg->reply, &arena, &req);
+    if (bad) {
+      reply_error(a, msg, ext_id, LLB_STATUS_OUT_OF_MEMORY, "out of memory", bad);
+      goto done;
+    }
+    st = inproc_tokenize(a->proc, &req, &ids, &n, &errs);
+    if (st == LLB_STATUS_OK) reply_tokenized(a, msg, ext_id, ids, n, NULL, 0);
+  }
+  if (st != LLB_STATUS_OK) {
+    atomic_fetch_add(&a->rejected, 1);
+    char e[1024];
+    const char *field = "";
+    if (st == LLB_STATUS_INVALID_ARGUMENT && errs.num_errors > 0) {
+      inproc_errors_format(&errs, e, sizeof e);
+      field = errs.errors[0].field;
+    } else {
+      snprintf(e, sizeof e, "%s", llb_err_last());
+    }
+    LLB_LOG_INFO("tokenize_rejected", "request_id=%s field=%s error=%s", ext_id, field, llb_log_quote(q, sizeof q, e));
+    reply_error(a, msg, ext_id, st, e, field);
+  }
+done:
+  free(ids);
+  free(text);
+  llb_arena_destroy(&arena);
+}
+
 /* True when every byte of `id` is printable ASCII other than space (ids we hand out). */
 static bool id_printable(struct llb_str id) {
   for (size_t i = 0; i < id.len; i++)
@@ -403,7 +493,8 @@ llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
   if (st == LLB_STATUS_OK)
     st = bus_subject_engine(prefix, a->engine_id, "abort", a->abort_subject, sizeof a->abort_subject);
   if (st != LLB_STATUS_OK) return st;
-  char gen[BUS_SUBJECT_MAX], abort_subj[BUS_SUBJECT_MAX];
+  char gen[BUS_SUBJECT_MAX], abort_subj[BUS_SUBJECT_MAX], tok_subj[BUS_SUBJECT_MAX];
+  snprintf(tok_subj, sizeof tok_subj, "%s.tokenize.%s", prefix, a->tenant);
   if (strcmp(a->tenant, "*") == 0) {
     snprintf(gen, sizeof gen, "%s.generate.*", prefix);
     snprintf(abort_subj, sizeof abort_subj, "%s.abort.*", prefix);
@@ -414,8 +505,9 @@ llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
   }
   st = bus_subscribe(bus, gen, INPROC_ACTOR_QUEUE_GROUP, on_generate, a, NULL);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, abort_subj, INPROC_ACTOR_QUEUE_GROUP, on_abort, a, NULL);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, tok_subj, INPROC_ACTOR_QUEUE_GROUP, on_tokenize, a, NULL);
   if (st != LLB_STATUS_OK) return st;
-  LLB_LOG_INFO("input_processor_subscribed", "generate=%s abort=%s requests=%s engine_abort=%s", gen,
-               abort_subj, a->requests_subject, a->abort_subject);
+  LLB_LOG_INFO("input_processor_subscribed", "generate=%s abort=%s tokenize=%s requests=%s engine_abort=%s", gen,
+               abort_subj, tok_subj, a->requests_subject, a->abort_subject);
   return LLB_STATUS_OK;
 }

@@ -11,6 +11,14 @@
  *                               RequestOutput.request_id} → AbortRequests{[id, 0_id, ...,
  *                               (max_n-1)_id]} on <prefix>.engine.<eid>.abort (the engine
  *                               ignores ids it does not run; the processor keeps no state).
+ *   <prefix>.tokenize.<tenant>  GenerateRequest (request/reply; only the input fields and
+ *                               sampling_params.truncate_prompt_tokens are read) → one
+ *                               RequestOutput (finished, max_model_len = the context length):
+ *                               prompt or messages → prompt_token_ids as a generate request
+ *                               would get them (vLLM /tokenize); prompt_token_ids alone →
+ *                               `prompt` = their text, special tokens rendered (/detokenize);
+ *                               no input → only max_model_len (what a model is served with).
+ *                               Errors as on generate (RequestOutput.error).
  * <tenant> is "*" (every tenant) by default. The tenant salts the prefix cache
  * (DESIGN.md §7): cache_salt = inproc_cache_salt_compose(tenant, client salt):
  * "<len>:<tenant>" or "<len>:<tenant><len>:<client salt>", length-prefixed so no pair
@@ -51,6 +59,7 @@ struct inproc_actor_stats {
   uint64_t no_reply;        /* errors that could not be answered: no reply subject */
   uint64_t aborts;          /* AbortRequests forwarded */
   uint64_t publish_errors;  /* failed publishes (each logged) */
+  uint64_t tokenize;        /* tokenize / detokenize requests answered without error */
 };
 
 struct inproc_actor;

@@ -96,6 +96,28 @@ static bool utf8_valid(const char *s, size_t n) {
 
 static bool in_range(float v, float lo, float hi) { return isfinite(v) && v >= lo && v <= hi; }
 
+/* OpenAI logit_bias: token ids in the vocabulary, each once, biases finite in [-100, 100]. */
+static void validate_logit_bias(const struct inproc_t *p, const struct llb_sampling_params *sp,
+                                struct inproc_errors *errs) {
+  if (sp->num_logit_bias < 0 || sp->num_logit_bias > LLB_MAX_LOGIT_BIAS) {
+    add_error(errs, "logit_bias", "at most %d entries, got %d", LLB_MAX_LOGIT_BIAS, sp->num_logit_bias);
+    return;
+  }
+  for (int32_t i = 0; i < sp->num_logit_bias; i++) {
+    const struct llb_logit_bias *b = &sp->logit_bias[i];
+    char field[INPROC_MAX_FIELD_BYTES];
+    snprintf(field, sizeof field, "logit_bias[%d]", b->token_id);
+    if (b->token_id < 0 || b->token_id >= p->vocab_size) {
+      add_error(errs, field, "token id %d is outside the vocabulary [0, %d)", b->token_id, p->vocab_size);
+    } else if (!in_range(b->bias, -LLB_MAX_LOGIT_BIAS_VALUE, LLB_MAX_LOGIT_BIAS_VALUE)) {
+      add_error(errs, field, "bias must be in [-100, 100], got %g", (double)b->bias);
+    }
+    for (int32_t j = 0; j < i; j++) {
+      if (sp->logit_bias[j].token_id == b->token_id) add_error(errs, field, "token id %d is given twice", b->token_id);
+    }
+  }
+}
+
 static void validate_sampling(const struct inproc_t *p, const struct llb_sampling_params *sp,
                               struct inproc_errors *errs) {
   if (sp->n < 1) add_error(errs, "n", "must be at least 1, got %d", sp->n);
@@ -161,6 +183,11 @@ static void validate_sampling(const struct inproc_t *p, const struct llb_samplin
   }
   if (sp->prompt_logprobs != -1) {
     add_error(errs, "prompt_logprobs", "is not supported (only -1), got %d", sp->prompt_logprobs);
+  }
+  validate_logit_bias(p, sp, errs);
+  if (sp->truncate_prompt_tokens < -1) {
+    add_error(errs, "truncate_prompt_tokens", "must be -1 (the context length), 0 (off) or at least 1, got %d",
+              sp->truncate_prompt_tokens);
   }
   if (sp->output_kind != LLB_OUTPUT_KIND_CUMULATIVE && sp->output_kind != LLB_OUTPUT_KIND_DELTA &&
       sp->output_kind != LLB_OUTPUT_KIND_FINAL_ONLY) {
@@ -285,7 +312,7 @@ static llb_status tokenize_prompt(const struct inproc_t *p, const struct inproc_
   const struct chat_message *msgs = req->messages ? req->messages : &single;
   size_t num = req->messages ? req->num_messages : 1;
   char *text = NULL;
-  llb_status st = chat_template_apply(kind, msgs, num, true, &text);
+  llb_status st = chat_template_apply(kind, msgs, num, !req->no_generation_prompt, &text);
   if (st != LLB_STATUS_OK) return st;
   /* The template writes its own special tokens (vLLM: add_special_tokens=False for chat). */
   st = tokenizer_encode(p->tok, text, strlen(text), false, true, &out->prompt_token_ids,
@@ -306,6 +333,23 @@ static llb_status tokenize_prompt(const struct inproc_t *p, const struct inproc_
 }
 
 void inproc_set_max_mm_item_bytes(struct inproc_t *p, int64_t n) { p->cfg.max_mm_item_bytes = n; }
+
+/* truncate_prompt_tokens (vLLM): keep the last N prompt tokens (-1: N = max_model_len). Refused
+ * with multimodal items, whose placeholder offsets count from the untruncated prompt. */
+static llb_status truncate_prompt(const struct inproc_t *p, const struct inproc_generate_request *req,
+                                  struct inproc_processed *out, struct inproc_errors *errs) {
+  int64_t keep = req->sampling_params.truncate_prompt_tokens;
+  if (keep == -1) keep = p->cfg.max_model_len;
+  if (keep <= 0 || out->num_prompt_tokens <= keep) return LLB_STATUS_OK;
+  if (req->num_mm_items > 0) {
+    add_error(errs, "truncate_prompt_tokens", "cannot be combined with multimodal items (prompt_embeds)");
+    return LLB_STATUS_INVALID_ARGUMENT;
+  }
+  memmove(out->prompt_token_ids, out->prompt_token_ids + (out->num_prompt_tokens - keep),
+          (size_t)keep * sizeof(int32_t));
+  out->num_prompt_tokens = keep;
+  return LLB_STATUS_OK;
+}
 
 /* Checks the multimodal items against the tokenized prompt and hashes them (mm_items.h). */
 static llb_status process_mm(const struct inproc_t *p, const struct inproc_generate_request *req,
@@ -396,6 +440,8 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
   if (st != LLB_STATUS_OK) return st;
   st = tokenize_prompt(p, req, out);
   if (st != LLB_STATUS_OK) return st;
+  st = truncate_prompt(p, req, out, errs);
+  if (st != LLB_STATUS_OK) return st;
 
   const char *src = req->prompt ? "prompt" : req->messages ? "messages" : "prompt_token_ids";
   int64_t num_prompt = out->num_prompt_tokens;
@@ -454,6 +500,41 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
   }
   return LLB_STATUS_OK;
 }
+
+llb_status inproc_tokenize(const struct inproc_t *p, const struct inproc_generate_request *req,
+                           int32_t **ids_out, int64_t *n_out, struct inproc_errors *errs) {
+  *ids_out = NULL;
+  *n_out = 0;
+  struct inproc_processed out = {0};
+  llb_status st = inproc_validate(p, req, errs);
+  if (st == LLB_STATUS_OK) st = tokenize_prompt(p, req, &out);
+  if (st == LLB_STATUS_OK) st = truncate_prompt(p, req, &out, errs);
+  if (st == LLB_STATUS_OK) {
+    *ids_out = out.prompt_token_ids;
+    *n_out = out.num_prompt_tokens;
+    out.prompt_token_ids = NULL;
+  }
+  inproc_processed_free(&out);
+  return st;
+}
+
+llb_status inproc_detokenize(const struct inproc_t *p, const int32_t *ids, int64_t n, char **text_out,
+                             size_t *len_out, struct inproc_errors *errs) {
+  memset(errs, 0, sizeof *errs);
+  *text_out = NULL;
+  *len_out = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (ids[i] < 0 || ids[i] >= p->vocab_size) {
+      char field[INPROC_MAX_FIELD_BYTES];
+      snprintf(field, sizeof field, "prompt_token_ids[%" PRId64 "]", i);
+      add_error(errs, field, "token id %d is outside the vocabulary [0, %d)", ids[i], p->vocab_size);
+      return LLB_STATUS_INVALID_ARGUMENT;
+    }
+  }
+  return tokenizer_decode(p->tok, ids, n, true, text_out, len_out);
+}
+
+int32_t inproc_max_model_len(const struct inproc_t *p) { return p->cfg.max_model_len; }
 
 void inproc_processed_free(struct inproc_processed *out) {
   if (!out) return;

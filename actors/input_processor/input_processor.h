@@ -44,6 +44,8 @@ struct inproc_generate_request {
   int64_t num_prompt_token_ids;
   const char *chat_template;           /* template name ("chatml", ...); NULL = the model's */
   bool raw;                            /* prompt text is tokenized as is, no chat template */
+  bool no_generation_prompt;           /* chat template without the assistant header
+                                          (GenerateRequest.add_generation_prompt = false) */
   struct llb_sampling_params sampling_params;
   int32_t priority;                    /* lower runs first (vLLM priority scheduling) */
   const char *cache_salt;              /* prefix-cache salt (tenant); NULL = none */
@@ -140,6 +142,23 @@ llb_status inproc_validate(const struct inproc_t *p, const struct inproc_generat
  * OUT_OF_MEMORY, or the tokenizer's own error. */
 llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate_request *req,
                           struct inproc_processed *out, struct inproc_errors *errs);
+
+/* Tokenizes `req` exactly as inproc_process would (validation, chat template, BOS,
+ * truncate_prompt_tokens) without the context-length checks or fan-out: vLLM's /tokenize.
+ * *ids_out is malloc'd ([*n_out], may be NULL when 0), the caller frees it. Errors:
+ * INVALID_ARGUMENT with `errs` filled, OUT_OF_MEMORY, the tokenizer's. */
+llb_status inproc_tokenize(const struct inproc_t *p, const struct inproc_generate_request *req,
+                           int32_t **ids_out, int64_t *n_out, struct inproc_errors *errs);
+
+/* Decodes ids[n] to text with special tokens rendered (vLLM's /detokenize: HF decode).
+ * *text_out is malloc'd and NUL-terminated (length in *len_out), the caller frees it.
+ * Errors: INVALID_ARGUMENT with `errs` naming the first id outside the vocabulary
+ * ("prompt_token_ids[i]"), OUT_OF_MEMORY. */
+llb_status inproc_detokenize(const struct inproc_t *p, const int32_t *ids, int64_t n, char **text_out,
+                             size_t *len_out, struct inproc_errors *errs);
+
+/* The context length requests are checked against. */
+int32_t inproc_max_model_len(const struct inproc_t *p);
 
 /* Frees what `out` owns and zeroes it. Accepts NULL. */
 void inproc_processed_free(struct inproc_processed *out);

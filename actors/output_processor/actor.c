@@ -197,7 +197,8 @@ static llb_status to_wire(const struct outproc_request_output *o, struct llb_are
       .num_generation_tokens = (int32_t)m->num_generation_tokens,
   };
   if (o->error[0]) {
-    ro->error.code = LLB_STATUS_INTERNAL;
+    ro->error.code = o->error_code > LLB_STATUS_OK && o->error_code < LLB_STATUS_COUNT ? (int32_t)o->error_code
+                                                                                       : LLB_STATUS_INTERNAL;
     ro->error.message = llb_str_c(o->error);
   }
   return LLB_STATUS_OK;
@@ -273,7 +274,7 @@ static void handle_output(struct outproc_actor *a, const struct llb_engine_core_
   }
   if (eo->finish_reason == LLB_FINISH_REASON_ERROR) {
     const char *why = eo->error.message.len ? eo->error.message.data : "the engine failed the request";
-    llb_status st = outproc_fail(a->proc, eo->request_id.data, why, now, &a->res);
+    llb_status st = outproc_fail(a->proc, eo->request_id.data, (llb_status)eo->error.code, why, now, &a->res);
     if (st == LLB_STATUS_NOT_FOUND) {
       atomic_fetch_add(&a->unknown, 1);
       publish_error(a, eo->reply_to.data, eo->request_id.data, eo->error.code ? eo->error.code : LLB_STATUS_INTERNAL,
@@ -323,7 +324,7 @@ static void handle_too_large(struct outproc_actor *a, const struct outproc_reque
   char msg[512];
   snprintf(msg, sizeof msg, "output too large for the bus: %s", llb_err_last());
   outproc_result_clear(&a->scratch);
-  (void)outproc_fail(a->proc, o->request_id, msg, llb_wall_ns(), &a->scratch);
+  (void)outproc_fail(a->proc, o->request_id, LLB_STATUS_TOO_LARGE, msg, llb_wall_ns(), &a->scratch);
   outproc_result_clear(&a->scratch);
   publish_error(a, o->reply_to, o->request_id, LLB_STATUS_TOO_LARGE, msg, span);
   queue_abort(a, o->request_id);

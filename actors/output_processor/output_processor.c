@@ -52,6 +52,7 @@ struct parent_state {
   enum llb_output_kind kind;
   bool sent_first;
   char error[OUTPROC_MAX_ERROR_BYTES];
+  llb_status error_code; /* the engine's status for `error` (0: INTERNAL) */
 };
 
 struct outproc_t {
@@ -482,6 +483,7 @@ static llb_status emit(struct outproc_t *p, struct parent_state *ps, struct req_
   copy_str(o->request_id, sizeof o->request_id, ps->external_id);
   copy_str(o->reply_to, sizeof o->reply_to, ps->reply_to);
   copy_str(o->error, sizeof o->error, ps->error);
+  o->error_code = ps->error_code;
   if (!delta || !ps->sent_first) {
     int32_t *ids = malloc((size_t)(ps->num_prompt + 1) * sizeof(int32_t));
     if (!ids) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prompt ids output");
@@ -618,12 +620,15 @@ llb_status outproc_register_resume(struct outproc_t *p, const struct outproc_req
 }
 
 static llb_status finish_by_id(struct outproc_t *p, const char *request_id,
-                               enum outproc_finish_reason why, const char *message, int64_t now_ns,
-                               struct outproc_result *res) {
+                               enum outproc_finish_reason why, llb_status code, const char *message,
+                               int64_t now_ns, struct outproc_result *res) {
   struct req_state *r = id_map_get(p->reqs, request_id);
   struct parent_state *ps = r ? r->parent : id_map_get(p->parents, request_id);
   if (!ps) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "no unfinished request %s", request_id);
-  if (message) copy_str(ps->error, sizeof ps->error, message);
+  if (message) {
+    copy_str(ps->error, sizeof ps->error, message);
+    ps->error_code = code;
+  }
   struct req_state *changed[ps->n];
   int32_t num_changed = 0;
   for (int32_t i = 0; i < ps->n; i++) {
@@ -642,11 +647,11 @@ static llb_status finish_by_id(struct outproc_t *p, const char *request_id,
 
 llb_status outproc_abort(struct outproc_t *p, const char *request_id, int64_t now_ns,
                          struct outproc_result *res) {
-  return finish_by_id(p, request_id, OUTPROC_FINISH_REASON_ABORT, NULL, now_ns, res);
+  return finish_by_id(p, request_id, OUTPROC_FINISH_REASON_ABORT, LLB_STATUS_OK, NULL, now_ns, res);
 }
 
-llb_status outproc_fail(struct outproc_t *p, const char *request_id, const char *message,
+llb_status outproc_fail(struct outproc_t *p, const char *request_id, llb_status code, const char *message,
                         int64_t now_ns, struct outproc_result *res) {
-  return finish_by_id(p, request_id, OUTPROC_FINISH_REASON_ERROR, message ? message : "failed",
+  return finish_by_id(p, request_id, OUTPROC_FINISH_REASON_ERROR, code, message ? message : "failed",
                       now_ns, res);
 }

@@ -159,6 +159,7 @@ struct outproc_request_output {
   bool finished;                         /* the last output of this request */
   struct outproc_metrics metrics;
   char error[OUTPROC_MAX_ERROR_BYTES];   /* why, when a completion finished with ERROR */
+  llb_status error_code;                 /* its status (QUEUE_FULL, ...); 0 = INTERNAL */
 };
 
 /* Everything one or more outproc_process calls produced; owns all memory it points to. */
@@ -223,8 +224,10 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
 llb_status outproc_abort(struct outproc_t *p, const char *request_id, int64_t now_ns,
                          struct outproc_result *res);
 
-/* As outproc_abort, but finishes with ERROR and `message` in RequestOutput.error. */
-llb_status outproc_fail(struct outproc_t *p, const char *request_id, const char *message,
+/* As outproc_abort, but finishes with ERROR and `message` in RequestOutput.error, with `code`
+ * as its status (the engine's, e.g. QUEUE_FULL, which the api server maps to 429; 0 =
+ * INTERNAL). */
+llb_status outproc_fail(struct outproc_t *p, const char *request_id, llb_status code, const char *message,
                         int64_t now_ns, struct outproc_result *res);
 
 /* Requests (engine ids, children counted one by one) that are registered and unfinished. */

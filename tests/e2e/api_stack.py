@@ -69,7 +69,8 @@ def metric(values, name, **labels):
 class Stack:
     """`llmbus serve` for the duration of a `with` block."""
 
-    def __init__(self, ready_timeout_s=180.0):
+    def __init__(self, ready_timeout_s=180.0, args=()):
+        self.args = list(args)  # more `llmbus serve` flags (engine limits, policy)
         src = os.environ.get("LLMBUS_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(
             os.path.abspath(__file__)))))
         build = os.environ.get("LLMBUS_BUILD_DIR", os.path.join(src, "build"))
@@ -101,7 +102,7 @@ class Stack:
         if self.external:
             return self
         self.proc = subprocess.Popen(
-            [self.llmbus, "serve", "--model", self.model, "--http", f"127.0.0.1:{self.port}"],
+            [self.llmbus, "serve", "--model", self.model, "--http", f"127.0.0.1:{self.port}"] + self.args,
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:

@@ -279,6 +279,67 @@ static void test_n2_fans_out_two_children_with_seeds_s_and_s_plus_1(void **state
   assert_true(no_more(f->engine_requests));
 }
 
+/* A request/reply on llm.tokenize.default; the reply decoded into f->arena. */
+static void tokenize_request(struct fixture *f, const struct llb_generate_request *gr, struct llb_request_output *ro) {
+  struct llb_buf buf = {0};
+  assert_int_equal(llb_generate_request_encode_buf(gr, &buf), LLB_STATUS_OK);
+  struct bus_msg *reply = NULL;
+  assert_int_equal(bus_request(f->client, "llm.tokenize.default", buf.data, buf.len, NULL, WAIT_MS, &reply),
+                   LLB_STATUS_OK);
+  llb_buf_free(&buf);
+  assert_int_equal(llb_request_output_decode(reply->data, reply->len, &f->arena, ro), LLB_STATUS_OK);
+  bus_msg_destroy(reply);
+}
+
+static void test_tokenize_subject_tokenizes_detokenizes_and_reports_max_model_len(void **state) {
+  struct fixture *f = *state;
+  struct llb_generate_request gr;
+  struct llb_sampling_params sp;
+  init_request(&gr, &sp, "Hello world");
+  gr.raw = true;
+  struct llb_request_output ro;
+  tokenize_request(f, &gr, &ro);
+  assert_int_equal(ro.error.code, 0);
+  assert_true(ro.finished);
+  assert_int_equal(ro.max_model_len, 64);
+  int32_t *want = NULL;
+  int64_t n_want = 0;
+  struct gguf_file *g = NULL;
+  struct tokenizer *tok = NULL;
+  assert_int_equal(gguf_open(VOCAB, &g), LLB_STATUS_OK);
+  assert_int_equal(tokenizer_load(g, &tok), LLB_STATUS_OK);
+  assert_int_equal(tokenizer_encode(tok, "Hello world", 11, true, true, &want, &n_want), LLB_STATUS_OK);
+  assert_int_equal(ro.num_prompt_token_ids, n_want);
+  assert_memory_equal(ro.prompt_token_ids, want, (size_t)n_want * sizeof(int32_t));
+  /* detokenize: the ids back to the text */
+  init_request(&gr, &sp, "");
+  gr.prompt = (struct llb_str){0};
+  gr.prompt_token_ids = want;
+  gr.num_prompt_token_ids = (int32_t)n_want;
+  tokenize_request(f, &gr, &ro);
+  assert_int_equal(ro.error.code, 0);
+  assert_int_equal(ro.prompt.len, 11);
+  assert_memory_equal(ro.prompt.data, "Hello world", 11);
+  /* an id outside the vocabulary is a field error */
+  int32_t bad[2] = {1, 1 << 30};
+  gr.prompt_token_ids = bad;
+  gr.num_prompt_token_ids = 2;
+  tokenize_request(f, &gr, &ro);
+  assert_int_equal(ro.error.code, LLB_STATUS_INVALID_ARGUMENT);
+  assert_string_equal(ro.error.field.data, "prompt_token_ids[1]");
+  /* no input: only the context length */
+  gr.prompt_token_ids = NULL;
+  gr.num_prompt_token_ids = 0;
+  tokenize_request(f, &gr, &ro);
+  assert_int_equal(ro.error.code, 0);
+  assert_int_equal(ro.num_prompt_token_ids, 0);
+  assert_int_equal(ro.max_model_len, 64);
+  assert_true(no_more(f->engine_requests)); /* nothing reaches the engine */
+  free(want);
+  tokenizer_destroy(tok);
+  gguf_close(g);
+}
+
 static void test_abort_is_forwarded_with_child_ids(void **state) {
   struct fixture *f = *state;
   struct llb_abort_request ar = {.request_id = llb_str_c("t1-00112233aabbccdd")};
@@ -315,6 +376,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_good_request_reaches_engine_with_prompt_tokens_and_trace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_n2_fans_out_two_children_with_seeds_s_and_s_plus_1, setup, teardown),
       cmocka_unit_test_setup_teardown(test_abort_is_forwarded_with_child_ids, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tokenize_subject_tokenizes_detokenizes_and_reports_max_model_len, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

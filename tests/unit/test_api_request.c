@@ -11,6 +11,7 @@
 
 #include "actors/api_server/api_embeds.h"
 #include "actors/api_server/api_request.h"
+#include "actors/api_server/api_tokenize.h"
 
 static const struct api_parse_options opts = {.served_model = "smol"};
 
@@ -138,6 +139,108 @@ static void test_chat_messages_parts_and_logprobs(void **state) {
 }
 
 /* Malformed or hostile bodies: status and the field named. */
+static void test_vllm_request_fields_reach_the_generate_request(void **state) {
+  (void)state;
+  struct api_request r;
+  struct api_error e;
+  const char *body =
+      "{\"model\":\"smol\",\"prompt\":\"Once\",\"logit_bias\":{\"50256\":-100,\"13\":2.5},\"priority\":-4,"
+      "\"cache_salt\":\"team-a\",\"truncate_prompt_tokens\":32,\"echo\":true}";
+  assert_int_equal(parse(API_ENDPOINT_COMPLETIONS, body, &r, &e), LLB_STATUS_OK);
+  assert_true(r.echo);
+  struct llb_sampling_params sp;
+  struct llb_generate_request g;
+  api_request_to_generate(&r, 0, "cmpl-1", &sp, &g);
+  assert_int_equal(sp.num_logit_bias, 2);
+  bool seen_eos = false, seen_dot = false;
+  for (int i = 0; i < 2; i++) {
+    if (sp.logit_bias[i].token_id == 50256) seen_eos = sp.logit_bias[i].bias == -100.0f;
+    if (sp.logit_bias[i].token_id == 13) seen_dot = sp.logit_bias[i].bias == 2.5f;
+  }
+  assert_true(seen_eos && seen_dot);
+  assert_int_equal(sp.truncate_prompt_tokens, 32);
+  assert_int_equal(g.priority, -4);
+  assert_int_equal(g.cache_salt.len, 6);
+  assert_memory_equal(g.cache_salt.data, "team-a", 6);
+  api_request_free(&r);
+  /* absent: no salt, priority 0, no bias, no truncation */
+  assert_int_equal(parse(API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                           "\"truncate_prompt_tokens\":-1}", &r, &e), LLB_STATUS_OK);
+  api_request_to_generate(&r, 0, "c", &sp, &g);
+  assert_int_equal(g.priority, 0);
+  assert_int_equal(g.cache_salt.len, 0);
+  assert_int_equal(sp.num_logit_bias, 0);
+  assert_int_equal(sp.truncate_prompt_tokens, -1);
+  api_request_free(&r);
+}
+
+static void test_tokenize_bodies_parse_like_vllm_and_name_bad_fields(void **state) {
+  (void)state;
+  struct api_tokenize t;
+  struct api_error e;
+  const char *b1 = "{\"model\":\"smol\",\"prompt\":\"<|im_start|>user\",\"add_special_tokens\":true}";
+  assert_int_equal(api_tokenize_parse(API_ENDPOINT_TOKENIZE, b1, strlen(b1), NULL, &opts, &t, &e), LLB_STATUS_OK);
+  struct llb_sampling_params sp;
+  struct llb_generate_request g;
+  api_tokenize_to_generate(&t, "tok-1", &sp, &g);
+  assert_true(g.raw); /* a prompt is tokenized as a completion prompt is */
+  assert_int_equal(g.prompt.len, 16);
+  assert_int_equal(g.num_messages, 0);
+  api_tokenize_free(&t);
+  const char *b2 = "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                   "\"add_generation_prompt\":false}";
+  assert_int_equal(api_tokenize_parse(API_ENDPOINT_TOKENIZE, b2, strlen(b2), NULL, &opts, &t, &e), LLB_STATUS_OK);
+  api_tokenize_to_generate(&t, "tok-2", &sp, &g);
+  assert_int_equal(g.num_messages, 1);
+  assert_false(g.add_generation_prompt);
+  assert_false(g.raw);
+  api_tokenize_free(&t);
+  const char *b3 = "{\"model\":\"smol\",\"tokens\":[1,2,3]}";
+  assert_int_equal(api_tokenize_parse(API_ENDPOINT_DETOKENIZE, b3, strlen(b3), NULL, &opts, &t, &e), LLB_STATUS_OK);
+  api_tokenize_to_generate(&t, "tok-3", &sp, &g);
+  assert_int_equal(g.num_prompt_token_ids, 3);
+  assert_int_equal(g.prompt_token_ids[2], 3);
+  api_tokenize_free(&t);
+  assert_int_equal(api_tokenize_parse(API_ENDPOINT_MODEL_INFO, NULL, 0, "smol", &opts, &t, &e), LLB_STATUS_OK);
+  api_tokenize_to_generate(&t, "tok-4", &sp, &g);
+  assert_true(g.prompt.len == 0 && g.num_messages == 0 && g.num_prompt_token_ids == 0);
+  api_tokenize_free(&t);
+  static const struct {
+    enum api_endpoint ep;
+    const char *body;
+    int status;
+    const char *param;
+  } cases[] = {
+      {API_ENDPOINT_TOKENIZE, "{\"model\":\"gpt-4\",\"prompt\":\"x\"}", 404, "model"},
+      {API_ENDPOINT_TOKENIZE, "{\"model\":\"smol\"}", 400, "prompt"},
+      {API_ENDPOINT_TOKENIZE, "{\"model\":\"smol\",\"prompt\":[1,2]}", 400, "prompt"},
+      {API_ENDPOINT_TOKENIZE, "{\"model\":\"smol\",\"prompt\":\"x\",\"messages\":[]}", 400, "prompt"},
+      {API_ENDPOINT_TOKENIZE, "{\"model\":\"smol\",\"messages\":[{\"role\":\"x\",\"content\":\"y\"}]}", 400,
+       "messages[0].role"},
+      {API_ENDPOINT_TOKENIZE, "{\"model\":\"smol\",\"prompt\":\"x\",\"add_special_tokens\":false}", 400,
+       "add_special_tokens"},
+      {API_ENDPOINT_TOKENIZE, "{\"model\":\"smol\",\"prompt\":\"x\",\"return_token_strs\":true}", 400,
+       "return_token_strs"},
+      {API_ENDPOINT_TOKENIZE, "{\"model\":\"smol\",\"prompt\":\"x\",\"max_tokens\":3}", 400, "max_tokens"},
+      {API_ENDPOINT_DETOKENIZE, "{\"model\":\"smol\",\"tokens\":[1,-2]}", 400, "tokens[1]"},
+      {API_ENDPOINT_DETOKENIZE, "{\"model\":\"smol\",\"tokens\":[1,\"a\"]}", 400, "tokens[1]"},
+      {API_ENDPOINT_DETOKENIZE, "{\"model\":\"smol\",\"tokens\":\"1 2\"}", 400, "tokens"},
+      {API_ENDPOINT_DETOKENIZE, "{\"model\":\"smol\"}", 400, "tokens"},
+      {API_ENDPOINT_DETOKENIZE, "[1]", 400, ""},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    llb_status st = api_tokenize_parse(cases[i].ep, cases[i].body, strlen(cases[i].body), NULL, &opts, &t, &e);
+    if (st == LLB_STATUS_OK || e.http_status != cases[i].status || strcmp(e.param, cases[i].param) != 0) {
+      fprintf(stderr, "case %zu (%s): status %d param \"%s\" message \"%s\"\n", i, cases[i].body, e.http_status,
+              e.param, e.message);
+      fail();
+    }
+  }
+  assert_int_equal(api_tokenize_parse(API_ENDPOINT_MODEL_INFO, NULL, 0, "other", &opts, &t, &e),
+                   LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(e.http_status, 404);
+}
+
 static void test_bad_requests_name_the_field(void **state) {
   (void)state;
   static const struct {
@@ -173,7 +276,26 @@ static void test_bad_requests_name_the_field(void **state) {
       {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"wat\":1}", 400, "wat"},
       {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", 400,
        "stream_options"},
-      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"echo\":true}", 400, "echo"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[1,2],\"echo\":true}", 400, "echo"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}", 400, "echo"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"echo\":1}", 400, "echo"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"logit_bias\":{\"abc\":1}}", 400, "logit_bias"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"logit_bias\":{\"-3\":1}}", 400, "logit_bias"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"logit_bias\":{\"12\":101}}", 400,
+       "logit_bias[12]"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"logit_bias\":{\"12\":\"5\"}}", 400,
+       "logit_bias[12]"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"logit_bias\":[1]}", 400, "logit_bias"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"priority\":1.5}", 400, "priority"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"priority\":9999999999}", 400, "priority"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"cache_salt\":\"\"}", 400, "cache_salt"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"cache_salt\":3}", 400, "cache_salt"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"truncate_prompt_tokens\":0}", 400,
+       "truncate_prompt_tokens"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"truncate_prompt_tokens\":-2}", 400,
+       "truncate_prompt_tokens"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}",
+       400, "echo"},
       {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"model\":\"smol\"}", 400, ""},
       {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"a\\u0000b\"}", 400, ""}, /* jansson refuses NUL */
       {API_ENDPOINT_CHAT, "{\"model\":\"smol\"}", 400, "messages"},
@@ -398,8 +520,10 @@ int main(void) {
       cmocka_unit_test(test_completion_defaults_are_openai_defaults),
       cmocka_unit_test(test_prompt_forms_give_one_generate_request_each),
       cmocka_unit_test(test_chat_messages_parts_and_logprobs),
+      cmocka_unit_test(test_vllm_request_fields_reach_the_generate_request),
       cmocka_unit_test(test_bad_requests_name_the_field),
       cmocka_unit_test(test_missing_fields_are_400_naming_the_field),
+      cmocka_unit_test(test_tokenize_bodies_parse_like_vllm_and_name_bad_fields),
       cmocka_unit_test(test_engine_status_codes_map_to_http),
       cmocka_unit_test(test_prompt_embeds_become_embeds_mm_items),
       cmocka_unit_test(test_bad_prompt_embeds_name_the_field),

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "actors/api_server/api_response.h"
+#include "actors/api_server/api_tokenize.h"
 
 static const struct api_parse_options opts = {.served_model = "smol"};
 
@@ -64,6 +65,7 @@ static void test_completion_stream_chunks_end_with_usage_and_done(void **state) 
   struct llb_request_output ro = one(0, "Hel", t1, 2, LLB_FINISH_REASON_NONE, false, &c);
   ro.prompt_token_ids = prompt_ids;
   ro.num_prompt_token_ids = 3;
+  ro.metrics.num_cached_tokens = 2; /* two prompt tokens came from the prefix cache */
   assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
   ro = one(0, "lo", t2, 1, LLB_FINISH_REASON_LENGTH, true, &c);
   assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
@@ -89,6 +91,7 @@ static void test_completion_stream_chunks_end_with_usage_and_done(void **state) 
   assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")), 3);
   assert_int_equal(json_integer_value(json_object_get(u, "completion_tokens")), 3);
   assert_int_equal(json_integer_value(json_object_get(u, "total_tokens")), 6);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")), 2);
   json_decref(j);
   assert_string_equal(ev[3], "[DONE]");
   api_buf_free(&out);
@@ -192,6 +195,92 @@ static void test_non_stream_accumulates_choices_of_every_prompt(void **state) {
   api_request_free(&req);
 }
 
+static void test_echo_prepends_the_prompt_once_per_choice(void **state) {
+  (void)state;
+  struct api_request req;
+  parse_ok(API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[\"Say: \",\"Q: \"],\"echo\":true}", &req);
+  struct api_response r;
+  assert_int_equal(api_response_init(&r, &req, "cmpl-e", 5), LLB_STATUS_OK);
+  struct llb_completion_output c;
+  int32_t t[1] = {1};
+  for (int prompt = 0; prompt < 2; prompt++) {
+    struct llb_request_output ro = one(0, "hi", t, 1, LLB_FINISH_REASON_NONE, false, &c);
+    assert_int_equal(api_response_add_output(&r, prompt, &ro), LLB_STATUS_OK);
+    ro = one(0, "!", t, 1, LLB_FINISH_REASON_LENGTH, true, &c);
+    assert_int_equal(api_response_add_output(&r, prompt, &ro), LLB_STATUS_OK);
+  }
+  struct api_buf out = {0};
+  assert_int_equal(api_response_render(&r, &out), LLB_STATUS_OK);
+  json_t *j = json_loads(out.data, 0, NULL);
+  json_t *choices = json_object_get(j, "choices");
+  assert_string_equal(json_string_value(json_object_get(json_array_get(choices, 0), "text")), "Say: hi!");
+  assert_string_equal(json_string_value(json_object_get(json_array_get(choices, 1), "text")), "Q: hi!");
+  json_decref(j);
+  api_buf_free(&out);
+  api_response_free(&r);
+  api_request_free(&req);
+
+  /* streamed: the prompt rides on the first chunk only, even when that chunk has no text */
+  parse_ok(API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"Say: \",\"echo\":true,\"stream\":true}", &req);
+  assert_int_equal(api_response_init(&r, &req, "cmpl-s", 5), LLB_STATUS_OK);
+  struct llb_request_output ro = one(0, "", t, 1, LLB_FINISH_REASON_NONE, false, &c);
+  assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
+  ro = one(0, "ok", t, 1, LLB_FINISH_REASON_LENGTH, true, &c);
+  assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
+  char ev[4][2048];
+  assert_int_equal(sse_events(out.data, ev, 4), 2);
+  const char *want[2] = {"Say: ", "ok"};
+  for (int i = 0; i < 2; i++) {
+    j = json_loads(ev[i], 0, NULL);
+    json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(ch, "text")), want[i]);
+    json_decref(j);
+  }
+  api_buf_free(&out);
+  api_response_free(&r);
+  api_request_free(&req);
+}
+
+static void test_tokenize_replies_render_vllm_shapes(void **state) {
+  (void)state;
+  struct api_tokenize t = {.endpoint = API_ENDPOINT_TOKENIZE};
+  int32_t ids[3] = {1, 4093, 2};
+  struct llb_request_output ro = {.request_id = llb_str_c("tok-1"), .prompt_token_ids = ids,
+                                  .num_prompt_token_ids = 3, .finished = true, .max_model_len = 2048};
+  struct api_buf out = {0};
+  assert_int_equal(api_tokenize_render(&t, &ro, "smol", 7, &out), LLB_STATUS_OK);
+  json_t *j = json_loads(out.data, 0, NULL);
+  assert_int_equal(json_integer_value(json_object_get(j, "count")), 3);
+  assert_int_equal(json_integer_value(json_object_get(j, "max_model_len")), 2048);
+  assert_int_equal(json_integer_value(json_array_get(json_object_get(j, "tokens"), 1)), 4093);
+  json_decref(j);
+  api_buf_free(&out);
+  /* detokenize: the text; bytes that are not UTF-8 (ids cut inside a character) become U+FFFD */
+  t.endpoint = API_ENDPOINT_DETOKENIZE;
+  ro.prompt = (struct llb_str){"caf\xc3", 4};
+  assert_int_equal(api_tokenize_render(&t, &ro, "smol", 7, &out), LLB_STATUS_OK);
+  j = json_loads(out.data, 0, NULL);
+  assert_string_equal(json_string_value(json_object_get(j, "prompt")), "caf\xef\xbf\xbd");
+  json_decref(j);
+  api_buf_free(&out);
+  /* an engine error on the ids names the request's field */
+  struct api_error e;
+  api_error_from_status(LLB_STATUS_INVALID_ARGUMENT, "prompt_token_ids[1]: token id 99 is outside", "prompt_token_ids[1]",
+                        &e);
+  api_tokenize_map_error(&t, &e);
+  assert_string_equal(e.param, "tokens[1]");
+  assert_string_equal(e.message, "tokens[1]: token id 99 is outside");
+  /* /v1/models/{id}: the model object with max_model_len */
+  t.endpoint = API_ENDPOINT_MODEL_INFO;
+  assert_int_equal(api_tokenize_render(&t, &ro, "smol", 7, &out), LLB_STATUS_OK);
+  j = json_loads(out.data, 0, NULL);
+  assert_string_equal(json_string_value(json_object_get(j, "id")), "smol");
+  assert_string_equal(json_string_value(json_object_get(j, "object")), "model");
+  assert_int_equal(json_integer_value(json_object_get(j, "max_model_len")), 2048);
+  json_decref(j);
+  api_buf_free(&out);
+}
+
 static struct llb_token_logprobs tok_lp(int32_t id, const char *text, float lp, struct llb_top_logprob *top,
                                         int32_t num_top) {
   return (struct llb_token_logprobs){.token_id = id, .logprob = lp, .rank = 1, .decoded = llb_str_c(text),
@@ -278,6 +367,8 @@ int main(void) {
       cmocka_unit_test(test_completion_stream_chunks_end_with_usage_and_done),
       cmocka_unit_test(test_chat_stream_sends_role_first_per_choice),
       cmocka_unit_test(test_non_stream_accumulates_choices_of_every_prompt),
+      cmocka_unit_test(test_echo_prepends_the_prompt_once_per_choice),
+      cmocka_unit_test(test_tokenize_replies_render_vllm_shapes),
       cmocka_unit_test(test_logprobs_shapes_for_completions_and_chat),
       cmocka_unit_test(test_stream_error_event_is_openai_error_object),
   };

@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "cmd/bench.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -155,6 +157,49 @@ static void chunk_parse_reads_text_usage_and_errors(void **state) {
   assert_int_equal(bench_parse_chunk("[DONE] ", 7, &ci), LLB_STATUS_OK);
   assert_true(ci.done);
   assert_int_equal(bench_parse_chunk("nope", 4, &ci), LLB_STATUS_MALFORMED);
+}
+
+static void chat_endpoint_body_sends_messages_not_prompt(void **state) {
+  (void)state;
+  struct bench_request_spec spec = {.model = "m", .text = "Hi there", .max_tokens = 7, .temperature = 0,
+                                    .ignore_eos = true};
+  char *body = bench_request_body("/v1/chat/completions", &spec);
+  assert_non_null(body);
+  json_error_t jerr;
+  json_t *j = json_loads(body, 0, &jerr);
+  assert_non_null(j);
+  assert_null(json_object_get(j, "prompt"));
+  json_t *m0 = json_array_get(json_object_get(j, "messages"), 0);
+  assert_string_equal(json_string_value(json_object_get(m0, "role")), "user");
+  assert_string_equal(json_string_value(json_object_get(m0, "content")), "Hi there");
+  assert_int_equal(json_integer_value(json_object_get(j, "max_tokens")), 7);
+  assert_int_equal(json_integer_value(json_object_get(j, "min_tokens")), 7);
+  assert_true(json_is_true(json_object_get(j, "stream")));
+  json_decref(j);
+  free(body);
+  /* a chat request has no form for token ids */
+  int32_t ids[2] = {1, 2};
+  struct bench_request_spec with_ids = {.model = "m", .ids = ids, .num_ids = 2, .max_tokens = 3};
+  assert_null(bench_request_body("/v1/chat/completions/", &with_ids));
+}
+
+static void completions_body_sends_prompt_text_or_ids(void **state) {
+  (void)state;
+  int32_t ids[3] = {5, 6, 7};
+  struct bench_request_spec spec = {.model = "m", .ids = ids, .num_ids = 3, .max_tokens = 4};
+  char *body = bench_request_body("/v1/completions", &spec);
+  assert_non_null(body);
+  json_t *j = json_loads(body, 0, NULL);
+  assert_non_null(j);
+  assert_null(json_object_get(j, "messages"));
+  json_t *p = json_object_get(j, "prompt");
+  assert_int_equal(json_array_size(p), 3);
+  assert_int_equal(json_integer_value(json_array_get(p, 2)), 7);
+  assert_null(json_object_get(j, "ignore_eos"));
+  json_decref(j);
+  free(body);
+  assert_false(bench_endpoint_is_chat("/v1/completions"));
+  assert_true(bench_endpoint_is_chat("/v1/chat/completions"));
 }
 
 static void random_words_are_seeded(void **state) {
@@ -332,6 +377,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(chunked_decoder_handles_splits_and_extensions),
       cmocka_unit_test(sse_parser_splits_events_at_blank_lines),
       cmocka_unit_test(chunk_parse_reads_text_usage_and_errors),
+      cmocka_unit_test(chat_endpoint_body_sends_messages_not_prompt),
+      cmocka_unit_test(completions_body_sends_prompt_text_or_ids),
       cmocka_unit_test(random_words_are_seeded),
       cmocka_unit_test(random_tokens_encode_to_the_asked_length),
       cmocka_unit_test(jsonl_dataset_reads_prompts_and_lengths),

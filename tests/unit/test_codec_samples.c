@@ -78,6 +78,10 @@ static const struct llb_sampling_params *sample_sp(void) {
   p.logprobs = 5;
   p.prompt_logprobs = 3;
   p.output_kind = LLB_OUTPUT_KIND_DELTA;
+  p.num_logit_bias = 2;
+  p.logit_bias[0] = (struct llb_logit_bias){.token_id = 42, .bias = -100.0f};
+  p.logit_bias[1] = (struct llb_logit_bias){.token_id = 31999, .bias = 2.5f};
+  p.truncate_prompt_tokens = 64;
   return &p;
 }
 
@@ -98,6 +102,10 @@ static bool sp_eq(const struct llb_sampling_params *a, const struct llb_sampling
   CHECK(a->ignore_eos == b->ignore_eos);
   CHECK(a->include_stop_str_in_output == b->include_stop_str_in_output);
   CHECK(a->skip_special_tokens == b->skip_special_tokens);
+  CHECK(a->num_logit_bias == b->num_logit_bias);
+  for (int i = 0; i < a->num_logit_bias; i++)
+    CHECK(a->logit_bias[i].token_id == b->logit_bias[i].token_id && a->logit_bias[i].bias == b->logit_bias[i].bias);
+  CHECK(a->truncate_prompt_tokens == b->truncate_prompt_tokens);
   CHECK(a->logprobs == b->logprobs && a->prompt_logprobs == b->prompt_logprobs);
   CHECK(a->output_kind == b->output_kind);
   return true;
@@ -568,7 +576,7 @@ static void fill_request_output(struct llb_request_output *m) {
       .outputs = outs, .num_outputs = 2, .finished = true,
       .metrics = {1763802654.125, 1763802654.126, 1763802654.19, 1763802655.0, 1763802655.01,
                   16, 7, 4},
-      .error = sample_error};
+      .error = sample_error, .max_model_len = 2048};
 }
 
 static bool equals_request_output(const void *v) {
@@ -578,6 +586,7 @@ static bool equals_request_output(const void *v) {
   CHECK(a->version == LLB_SCHEMA_VERSION && str_eq(a->request_id, b.request_id));
   CHECK(i32_eq(a->prompt_token_ids, a->num_prompt_token_ids, prompt_ids, N(prompt_ids)));
   CHECK(str_eq(a->prompt, b.prompt) && a->num_outputs == 2 && a->finished);
+  CHECK(a->max_model_len == b.max_model_len);
   for (int i = 0; i < 2; i++) {
     const struct llb_completion_output *x = &a->outputs[i], *y = &b.outputs[i];
     CHECK(x->index == y->index && str_eq(x->text, y->text));

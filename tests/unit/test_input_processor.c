@@ -86,6 +86,11 @@ static void mutate(int which, struct inproc_generate_request *r) {
   case 27: r->cache_salt = ""; break;
   case 28: sp->logprobs = 6; break; /* over this model's max_logprobs (5) */
   case 29: r->prompt = NULL; r->messages = good_msgs; r->num_messages = 2; break; /* raw + messages */
+  case 30: sp->num_logit_bias = 1; sp->logit_bias[0] = (struct llb_logit_bias){99999999, 1.0f}; break;
+  case 31: sp->num_logit_bias = 1; sp->logit_bias[0] = (struct llb_logit_bias){7, 100.5f}; break;
+  case 32: sp->num_logit_bias = 1; sp->logit_bias[0] = (struct llb_logit_bias){7, NAN}; break;
+  case 33: sp->num_logit_bias = 2; sp->logit_bias[0] = sp->logit_bias[1] = (struct llb_logit_bias){7, 1}; break;
+  case 34: sp->truncate_prompt_tokens = -2; break;
   default: break;
   }
 }
@@ -97,7 +102,8 @@ static void test_bad_requests_name_the_offending_field(void **state) {
       "frequency_penalty", "repetition_penalty", "n", "n", "max_tokens", "min_tokens", "stop",
       "stop[0]", "logprobs", "prompt", "prompt", "prompt_token_ids[1]", "chat_template",
       "messages[1].role", "request_id", "stop[0]", "stop_token_ids[0]", "prompt_logprobs",
-      "prompt", "prompt", "cache_salt", "logprobs", "raw"};
+      "prompt", "prompt", "cache_salt", "logprobs", "raw", "logit_bias[99999999]", "logit_bias[7]",
+      "logit_bias[7]", "logit_bias[7]", "truncate_prompt_tokens"};
   for (int i = 0; i < (int)(sizeof want / sizeof *want); i++) {
     struct inproc_generate_request r = base_request();
     mutate(i, &r);
@@ -183,6 +189,71 @@ static void test_raw_prompt_is_tokenized_as_is(void **state) {
   assert_memory_equal(out.prompt_token_ids, want, (size_t)n_want * sizeof(int32_t));
   assert_int_equal(out.requests[0].eos_token_id, tokenizer_eos_id(tok));
   free(want);
+  inproc_processed_free(&out);
+}
+
+static void test_truncate_prompt_tokens_keeps_the_last_n_tokens(void **state) {
+  (void)state;
+  int32_t ids[10];
+  for (int i = 0; i < 10; i++) ids[i] = 100 + i;
+  struct inproc_generate_request r = base_request();
+  r.prompt = NULL;
+  r.prompt_token_ids = ids;
+  r.num_prompt_token_ids = 10;
+  r.sampling_params.truncate_prompt_tokens = 4;
+  struct inproc_errors errs;
+  struct inproc_processed out;
+  assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
+  assert_int_equal(out.requests[0].num_prompt_tokens, 4);
+  assert_int_equal(out.requests[0].prompt_token_ids[0], 106);
+  assert_int_equal(out.requests[0].prompt_token_ids[3], 109);
+  inproc_processed_free(&out);
+  /* a prompt shorter than N is kept whole; a text prompt is truncated after tokenization */
+  r.sampling_params.truncate_prompt_tokens = 50;
+  assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
+  assert_int_equal(out.num_prompt_tokens, 10);
+  inproc_processed_free(&out);
+  struct inproc_generate_request t = base_request();
+  t.sampling_params.truncate_prompt_tokens = 1;
+  assert_int_equal(inproc_process(proc, &t, &out, &errs), LLB_STATUS_OK);
+  int32_t *all = NULL;
+  int64_t n_all = 0;
+  assert_int_equal(tokenizer_encode(tok, t.prompt, strlen(t.prompt), true, true, &all, &n_all), LLB_STATUS_OK);
+  assert_true(n_all > 1);
+  assert_int_equal(out.num_prompt_tokens, 1);
+  assert_int_equal(out.prompt_token_ids[0], all[n_all - 1]);
+  free(all);
+  inproc_processed_free(&out);
+}
+
+static void test_logit_bias_and_priority_reach_the_engine_request(void **state) {
+  (void)state;
+  struct inproc_generate_request r = base_request();
+  r.priority = -3;
+  r.sampling_params.num_logit_bias = 1;
+  r.sampling_params.logit_bias[0] = (struct llb_logit_bias){.token_id = 7, .bias = -100.0f};
+  struct inproc_errors errs;
+  struct inproc_processed out;
+  assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
+  assert_int_equal(out.requests[0].priority, -3);
+  assert_int_equal(out.requests[0].sampling_params.num_logit_bias, 1);
+  assert_int_equal(out.requests[0].sampling_params.logit_bias[0].token_id, 7);
+  assert_true(out.requests[0].sampling_params.logit_bias[0].bias == -100.0f);
+  inproc_processed_free(&out);
+}
+
+static void test_special_token_text_in_a_raw_prompt_is_the_special_token(void **state) {
+  (void)state;
+  int32_t eot = tokenizer_find_token(tok, "<|endoftext|>", 13);
+  assert_true(eot >= 0);
+  struct inproc_generate_request r = base_request();
+  r.prompt = "<|endoftext|>Hi";
+  struct inproc_errors errs;
+  struct inproc_processed out;
+  assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
+  int64_t at = tokenizer_add_bos(tok) ? 1 : 0;
+  assert_int_equal(out.prompt_token_ids[at], eot);
+  assert_int_equal(out.num_prompt_tokens, at + 2); /* the special token, then "Hi" */
   inproc_processed_free(&out);
 }
 
@@ -361,6 +432,9 @@ int main(void) {
       cmocka_unit_test(test_prompt_too_long_for_the_context_names_both_lengths),
       cmocka_unit_test(test_max_tokens_minus_one_fills_the_context),
       cmocka_unit_test(test_raw_prompt_is_tokenized_as_is),
+      cmocka_unit_test(test_truncate_prompt_tokens_keeps_the_last_n_tokens),
+      cmocka_unit_test(test_logit_bias_and_priority_reach_the_engine_request),
+      cmocka_unit_test(test_special_token_text_in_a_raw_prompt_is_the_special_token),
       cmocka_unit_test(test_messages_go_through_the_chat_template),
       cmocka_unit_test(test_seed_is_drawn_when_missing_and_kept_when_given),
       cmocka_unit_test(test_n_fans_out_into_children_with_distinct_ids_and_streams),

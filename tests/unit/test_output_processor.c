@@ -273,6 +273,27 @@ static void test_logprobs_carry_decoded_text_and_cumulative_sum(void **state) {
   outproc_destroy(p);
 }
 
+static void test_engine_failure_keeps_its_status_for_the_client(void **state) {
+  (void)state;
+  struct llb_sampling_params sp;
+  llb_sampling_params_init(&sp);
+  struct outproc_t *p;
+  assert_int_equal(outproc_create(tok, &p), LLB_STATUS_OK);
+  struct outproc_request_info info = test_info("q1", &sp);
+  assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK);
+  struct outproc_result res;
+  outproc_result_init(&res);
+  /* the scheduler refused it (queue full): the client must see QUEUE_FULL (429), not INTERNAL */
+  assert_int_equal(outproc_fail(p, "q1", LLB_STATUS_QUEUE_FULL, "1 requests are already waiting", 10, &res),
+                   LLB_STATUS_OK);
+  assert_int_equal(res.num_outputs, 1);
+  assert_true(res.outputs[0].finished);
+  assert_int_equal(res.outputs[0].error_code, LLB_STATUS_QUEUE_FULL);
+  assert_string_equal(res.outputs[0].error, "1 requests are already waiting");
+  outproc_result_free(&res);
+  outproc_destroy(p);
+}
+
 static void test_abort_and_lost_tokens_finish_with_a_reason(void **state) {
   (void)state;
   struct llb_sampling_params sp;
@@ -325,6 +346,7 @@ int main(void) {
       cmocka_unit_test(test_restarted_processor_resumes_from_engine_history),
       cmocka_unit_test(test_logprobs_carry_decoded_text_and_cumulative_sum),
       cmocka_unit_test(test_abort_and_lost_tokens_finish_with_a_reason),
+      cmocka_unit_test(test_engine_failure_keeps_its_status_for_the_client),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   tokenizer_destroy(tok);

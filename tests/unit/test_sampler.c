@@ -435,6 +435,55 @@ static void test_repetition_applies_before_frequency(void **state) {
   sampler_destroy(s);
 }
 
+static void test_logit_bias_shifts_logits_before_penalties_and_can_force_a_token(void **state) {
+  (void)state;
+  float logits[4] = {3.0f, 1.0f, 0.5f, -2.0f};
+  const int32_t output[1] = {0};
+  struct sampler *s = NULL;
+  assert_int_equal(sampler_create(4, &s), LLB_STATUS_OK);
+  struct llb_sampling_params p = params_default();
+  p.temperature = 0.0f;
+  p.repetition_penalty = 2.0f;
+  p.num_logit_bias = 2;
+  p.logit_bias[0] = (struct llb_logit_bias){.token_id = 3, .bias = 100.0f};
+  p.logit_bias[1] = (struct llb_logit_bias){.token_id = 0, .bias = -1.0f};
+  struct sampler_result r;
+  assert_int_equal(sampler_sample(s, &p, logits, NULL, 0, output, 1, 0, 0, &r), LLB_STATUS_OK);
+  assert_int_equal(r.token_id, 3);
+  assert_float_equal(logits[3], 98.0f, 1e-5f);                /* biased; not an output token */
+  assert_float_equal(logits[0], (3.0f - 1.0f) / 2.0f, 1e-6f); /* bias first, then repetition */
+  assert_float_equal(logits[1], 1.0f, 0.0f);
+  /* -100 bans the greedy choice */
+  float again[4] = {3.0f, 1.0f, 0.5f, -2.0f};
+  struct llb_sampling_params q = params_default();
+  q.temperature = 0.0f;
+  q.num_logit_bias = 1;
+  q.logit_bias[0] = (struct llb_logit_bias){.token_id = 0, .bias = -100.0f};
+  assert_int_equal(sampler_sample(s, &q, again, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_OK);
+  assert_int_equal(r.token_id, 1);
+  sampler_destroy(s);
+}
+
+static void test_logit_bias_out_of_vocab_or_range_is_rejected_without_touching_logits(void **state) {
+  (void)state;
+  float logits[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  const float orig[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  struct sampler *s = NULL;
+  assert_int_equal(sampler_create(4, &s), LLB_STATUS_OK);
+  struct sampler_result r;
+  struct llb_sampling_params p = params_default();
+  p.num_logit_bias = 2;
+  p.logit_bias[0] = (struct llb_logit_bias){.token_id = 1, .bias = 5.0f};
+  p.logit_bias[1] = (struct llb_logit_bias){.token_id = 4, .bias = 5.0f};
+  assert_int_equal(sampler_sample(s, &p, logits, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_INVALID_ARGUMENT);
+  p.logit_bias[1] = (struct llb_logit_bias){.token_id = 2, .bias = 100.5f};
+  assert_int_equal(sampler_sample(s, &p, logits, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_INVALID_ARGUMENT);
+  p.logit_bias[1] = (struct llb_logit_bias){.token_id = 2, .bias = NAN};
+  assert_int_equal(sampler_sample(s, &p, logits, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_INVALID_ARGUMENT);
+  assert_memory_equal(logits, orig, sizeof orig);
+  sampler_destroy(s);
+}
+
 /* ---- logprobs -------------------------------------------------------------------------- */
 
 static void test_logprobs_sorted_and_normalized_over_full_vocab(void **state) {
@@ -596,6 +645,8 @@ int main(void) {
       cmocka_unit_test(test_repetition_penalty_divides_positive_and_multiplies_negative),
       cmocka_unit_test(test_frequency_and_presence_penalties_count_output_tokens_only),
       cmocka_unit_test(test_repetition_applies_before_frequency),
+      cmocka_unit_test(test_logit_bias_shifts_logits_before_penalties_and_can_force_a_token),
+      cmocka_unit_test(test_logit_bias_out_of_vocab_or_range_is_rejected_without_touching_logits),
       cmocka_unit_test(test_logprobs_sorted_and_normalized_over_full_vocab),
       cmocka_unit_test(test_logprobs_match_log_softmax_and_ignore_temperature),
       cmocka_unit_test(test_logprobs_reflect_penalties),

@@ -257,6 +257,45 @@ static void test_smollm2_encodes_chat_text_like_hf(void **state) {
   gguf_close(gf);
 }
 
+/* Completion prompts and chat templates alike: the text of a control token in a prompt is that
+ * token (vLLM, llama.cpp); ordinary text tokenizes the same either way. */
+static void test_special_token_text_in_a_prompt_becomes_the_special_token(void **state) {
+  (void)state;
+  struct gguf_file *gf;
+  if (gguf_open(g_model, &gf) != LLB_STATUS_OK) {
+    printf("SKIP: default model %s absent (ops/fetch-model.sh)\n", g_model);
+    skip();
+  }
+  struct tokenizer *t;
+  assert_int_equal(tokenizer_load(gf, &t), LLB_STATUS_OK);
+  int32_t im_start = tokenizer_find_token(t, "<|im_start|>", 12);
+  assert_true(im_start >= 0 && tokenizer_is_control(t, im_start));
+  int32_t *ids, *plain, *user;
+  int64_t n, n_plain, n_user;
+  const char *s = "<|im_start|>user";
+  assert_int_equal(tokenizer_encode(t, s, strlen(s), true, true, &ids, &n), LLB_STATUS_OK);
+  assert_int_equal(tokenizer_encode(t, "user", 4, false, false, &user, &n_user), LLB_STATUS_OK);
+  assert_int_equal(n, 1 + n_user);
+  assert_int_equal(ids[0], im_start);
+  assert_memory_equal(ids + 1, user, (size_t)n_user * sizeof(int32_t));
+  free(ids);
+  /* without parse_special the same text is ordinary characters */
+  assert_int_equal(tokenizer_encode(t, s, strlen(s), false, false, &plain, &n_plain), LLB_STATUS_OK);
+  assert_true(n_plain > 2);
+  for (int64_t i = 0; i < n_plain; i++) assert_int_not_equal(plain[i], im_start);
+  free(plain);
+  const char *text = "Hello world, <|im_start not a token|> 123";
+  assert_int_equal(tokenizer_encode(t, text, strlen(text), false, true, &ids, &n), LLB_STATUS_OK);
+  assert_int_equal(tokenizer_encode(t, text, strlen(text), false, false, &plain, &n_plain), LLB_STATUS_OK);
+  assert_int_equal(n, n_plain);
+  assert_memory_equal(ids, plain, (size_t)n * sizeof(int32_t));
+  free(ids);
+  free(plain);
+  free(user);
+  tokenizer_destroy(t);
+  gguf_close(gf);
+}
+
 static void test_unknown_pre_tokenizer_is_unsupported_and_named(void **state) {
   (void)state;
   /* a minimal GGUF v3 in memory: tokenizer.ggml.model = gpt2, tokenizer.ggml.pre = "zz-new" */
@@ -304,6 +343,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_bpe_long_input_without_spaces_is_fast_and_exact),
       cmocka_unit_test(test_bpe_invalid_utf8_round_trips),
       cmocka_unit_test(test_smollm2_encodes_chat_text_like_hf),
+      cmocka_unit_test(test_special_token_text_in_a_prompt_becomes_the_special_token),
       cmocka_unit_test(test_unknown_pre_tokenizer_is_unsupported_and_named),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,64 @@
+/* vLLM's /tokenize and /detokenize, and the engine-side facts of GET /v1/models/{id} (pure
+ * logic: no network, no bus).
+ *
+ * Shapes (vLLM vllm/entrypoints/openai/protocol.py TokenizeCompletionRequest,
+ * TokenizeChatRequest, DetokenizeRequest and their responses):
+ *   POST /tokenize   {"model", "prompt": str} or {"model", "messages": [...]}, optional
+ *                    "add_generation_prompt" (messages; default true), "add_special_tokens"
+ *                    (only its default: true for a prompt, false for messages: the chat
+ *                    template writes its own), "return_token_strs" (only false)
+ *                    → {"count": N, "max_model_len": M, "tokens": [...], "token_strs": null}
+ *   POST /detokenize {"model", "tokens": [int, ...]} → {"prompt": text}
+ *   GET /v1/models/{id} → the model object of /v1/models with "max_model_len"
+ * The api server has no tokenizer: each call is one GenerateRequest (the input fields only) on
+ * <prefix>.tokenize.<tenant>, answered by an input processor with one RequestOutput
+ * (prompt_token_ids, prompt, max_model_len; actors/input_processor/actor.h), so the tokens are
+ * exactly those a generate request would get (chat template, special tokens in the text).
+ * The model, prompt and messages are validated by api_request_parse (same errors, same 404);
+ * detokenize errors name "tokens[i]".
+ */
+#ifndef LLB_ACTORS_API_SERVER_API_TOKENIZE_H
+#define LLB_ACTORS_API_SERVER_API_TOKENIZE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "actors/api_server/api_request.h"
+#include "bus/status.h"
+#include "schemas/request_output.h"
+
+struct api_tokenize {
+  enum api_endpoint endpoint;  /* API_ENDPOINT_TOKENIZE, _DETOKENIZE or _MODEL_INFO */
+  struct api_request req;      /* one text prompt, one token-id prompt (detokenize) or messages */
+  bool add_generation_prompt;  /* messages: the template's assistant header (default true) */
+};
+
+/* Parses the body of `endpoint` (MODEL_INFO reads no body: `model` is the path's id, checked
+ * against o->served_model: 404 otherwise). OK: free `out` with api_tokenize_free;
+ * INVALID_ARGUMENT with `err` (400 / 404; nothing to free); OUT_OF_MEMORY (500). */
+llb_status api_tokenize_parse(enum api_endpoint endpoint, const char *body, size_t len, const char *model,
+                              const struct api_parse_options *o, struct api_tokenize *out, struct api_error *err);
+
+/* Frees what api_tokenize_parse allocated; `t` is zeroed. NULL ok. */
+void api_tokenize_free(struct api_tokenize *t);
+
+/* The GenerateRequest for <prefix>.tokenize.<tenant>: borrows from `t` and `request_id`; `sp`
+ * (defaults) must outlive `out`. */
+void api_tokenize_to_generate(const struct api_tokenize *t, const char *request_id, struct llb_sampling_params *sp,
+                              struct llb_generate_request *out);
+
+/* Renames the engine's field in `e` to the request's: detokenize ids travel as
+ * prompt_token_ids, so "prompt_token_ids[i]" becomes "tokens[i]". */
+void api_tokenize_map_error(const struct api_tokenize *t, struct api_error *e);
+
+/* The HTTP body for the input processor's reply `ro` (no error in it) appended to `out`:
+ * the tokenize / detokenize response, or the model object (id `model`, `created` in Unix
+ * seconds). OUT_OF_MEMORY. */
+llb_status api_tokenize_render(const struct api_tokenize *t, const struct llb_request_output *ro, const char *model,
+                               int64_t created, struct api_buf *out);
+
+/* The model object of /v1/models for `model` ("max_model_len" when max_model_len > 0), as a
+ * JSON text appended to `out`. OUT_OF_MEMORY. */
+llb_status api_model_object_render(const char *model, int64_t created, int32_t max_model_len, struct api_buf *out);
+
+#endif
