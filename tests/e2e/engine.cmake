@@ -11,7 +11,7 @@ if(TARGET llmbus_nats_test_server AND TARGET llmbus)
             test_engine_prompt_too_long test_engine_malformed test_engine_preemption test_run_cli)
     if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/${t}.c)
       llb_add_test(${t} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.c
-                   LIBS llmbus_e2e_stack PkgConfig::CMOCKA
+                   LIBS llmbus_e2e_stack PkgConfig::CMOCKA PkgConfig::JANSSON
                    LABELS e2e engine TIMEOUT 900
                    ARGS ${LLB_DEFAULT_MODEL})
       add_dependencies(${t} llmbus llmbus-kv-manager llmbus-scheduler llmbus-gpu-worker
