@@ -1,4 +1,5 @@
-/* Packed Q4_1 / Q8_0 matmul kernels: scalar, AVX2, AVX-512 VNNI; one float order (packed.h).
+/* Packed Q4_1 / Q8_0 (also Q5_0, IQ4_NL) / Q5_1 matmul kernels: scalar, AVX2, AVX-512 VNNI; one
+ * float order (packed.h).
  * Compiled with -ffp-contract=off so that only the explicit fmaf / fmadd fuse. */
 #include "kernels/cpu/packed.h"
 
@@ -16,7 +17,44 @@
 #endif
 
 static int pack_block_bytes(enum ggml_type t) {
-  return t == GGML_TYPE_Q4_1 ? CPU_PACK_Q4_1_BLOCK : t == GGML_TYPE_Q8_0 ? CPU_PACK_Q8_0_BLOCK : 0;
+  switch (t) {
+  case GGML_TYPE_Q4_1: return CPU_PACK_Q4_1_BLOCK;
+  case GGML_TYPE_Q8_0: case GGML_TYPE_Q5_0: case GGML_TYPE_IQ4_NL: return CPU_PACK_Q8_0_BLOCK;
+  case GGML_TYPE_Q5_1: return CPU_PACK_Q5_1_BLOCK;
+  default: return 0;
+  }
+}
+
+/* The 5-bit quants (0..31) of a Q5_0/Q5_1 block in element order (ggml-common.h layout). */
+static void unpack_q5(const uint8_t qh_bytes[4], const uint8_t qs[16], uint8_t q[32]) {
+  const uint32_t qh = (uint32_t)qh_bytes[0] | (uint32_t)qh_bytes[1] << 8 | (uint32_t)qh_bytes[2] << 16 |
+                      (uint32_t)qh_bytes[3] << 24;
+  for (int j = 0; j < 16; j++) {
+    q[j] = (uint8_t)((qs[j] & 0x0F) | (((qh >> j) & 1u) << 4));
+    q[j + 16] = (uint8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+  }
+}
+
+/* Block b of a Q8_0 / Q5_0 / IQ4_NL row as its fp16 scale and 32 signed integer weights. */
+static void signed_block(enum ggml_type t, const uint8_t *row, int64_t b, uint16_t *d, int8_t w[32]) {
+  if (t == GGML_TYPE_Q8_0) {
+    const block_q8_0 *x = (const block_q8_0 *)row + b;
+    *d = x->d;
+    memcpy(w, x->qs, 32);
+  } else if (t == GGML_TYPE_Q5_0) {
+    const block_q5_0 *x = (const block_q5_0 *)row + b;
+    uint8_t q[32];
+    unpack_q5(x->qh, x->qs, q);
+    *d = x->d;
+    for (int j = 0; j < 32; j++) w[j] = (int8_t)(q[j] - 16);
+  } else {
+    const block_iq4_nl *x = (const block_iq4_nl *)row + b;
+    *d = x->d;
+    for (int j = 0; j < 16; j++) {
+      w[j] = llb_kvalues_iq4nl[x->qs[j] & 0x0F];
+      w[j + 16] = llb_kvalues_iq4nl[x->qs[j] >> 4];
+    }
+  }
 }
 
 size_t cpu_pack_bytes(const struct backend_weight *w) {
@@ -43,11 +81,20 @@ llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
           memcpy(o + 2 * j, &x->d, 2);
           memcpy(o + 32 + 2 * j, &x->m, 2);
           for (int h = 0; h < 4; h++) memcpy(o + 64 + 64 * h + 4 * j, x->qs + 4 * h, 4);
-        } else {
-          const block_q8_0 *x = (const block_q8_0 *)row + b;
+        } else if (w->type == GGML_TYPE_Q5_1) {
+          const block_q5_1 *x = (const block_q5_1 *)row + b;
+          uint8_t q[32];
+          unpack_q5(x->qh, x->qs, q);
           memcpy(o + 2 * j, &x->d, 2);
+          memcpy(o + 32 + 2 * j, &x->m, 2);
+          for (int g = 0; g < 8; g++) memcpy(o + 64 + 64 * g + 4 * j, q + 4 * g, 4);
+        } else {
+          uint16_t d;
+          int8_t q[32];
+          signed_block(w->type, row, b, &d, q);
+          memcpy(o + 2 * j, &d, 2);
           for (int g = 0; g < 8; g++)
-            for (int e = 0; e < 4; e++) o[32 + 64 * g + 4 * j + e] = (uint8_t)(x->qs[4 * g + e] ^ 0x80);
+            for (int e = 0; e < 4; e++) o[32 + 64 * g + 4 * j + e] = (uint8_t)((uint8_t)q[4 * g + e] ^ 0x80);
         }
       }
     }
@@ -159,6 +206,25 @@ static void q8_0_scalar(int64_t nb, const uint8_t *panel, const block_q8_x *cons
   }
 }
 
+static void q5_1_scalar(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
+                        float *out, int64_t os) {
+  for (int r = 0; r < n; r++) {
+    float acc[CPU_PACK_COLS] = {0};
+    for (int64_t b = 0; b < nb; b++) {
+      const uint8_t *pb = panel + (size_t)b * CPU_PACK_Q5_1_BLOCK;
+      const block_q8_x *a = act[r] + b;
+      for (int j = 0; j < CPU_PACK_COLS; j++) {
+        int32_t s = 0;
+        for (int g = 0; g < 8; g++)
+          for (int e = 0; e < 4; e++) s += (int32_t)pb[64 + 64 * g + 4 * j + e] * a->qs[4 * g + e];
+        acc[j] = fmaf(fp16_at(pb + 2 * j) * a->d, (float)s, acc[j]);
+        acc[j] = fmaf(fp16_at(pb + 32 + 2 * j), a->s, acc[j]);
+      }
+    }
+    memcpy(out + (int64_t)r * os, acc, sizeof(acc));
+  }
+}
+
 #if PK_HAVE_X86
 /* ---------------------------------------------------------------- AVX2 (8 columns a pass) */
 
@@ -229,6 +295,31 @@ PK_AVX2 static PK_INLINE void q8_0_avx2_half(int64_t nb, const uint8_t *panel,
   for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
 }
 
+/* Q5_1: unsigned 5-bit weights; a pair of products stays within int16 (2 * 31 * 128), eight
+ * groups would not, so each group is widened. */
+PK_AVX2 static PK_INLINE void q5_1_avx2_half(int64_t nb, const uint8_t *panel,
+                                             const block_q8_x *const *act, const int n, float *out,
+                                             int64_t os, int half) {
+  __m256 acc[CPU_PACKED_MAX_ROWS];
+  for (int r = 0; r < n; r++) acc[r] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *pb = panel + (size_t)b * CPU_PACK_Q5_1_BLOCK;
+    const __m256 dx = half_scales(pb + 16 * half), mx = half_scales(pb + 32 + 16 * half);
+    __m256i w[8];
+    for (int g = 0; g < 8; g++) w[g] = _mm256_loadu_si256((const __m256i *)(pb + 64 + 64 * g + 32 * half));
+    for (int r = 0; r < n; r++) {
+      const block_q8_x *a = act[r] + b;
+      __m256i s = _mm256_setzero_si256();
+      for (int g = 0; g < 8; g++)
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(w[g], bcast4(a->qs + 4 * g)), ones));
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)), _mm256_cvtepi32_ps(s), acc[r]);
+      acc[r] = _mm256_fmadd_ps(mx, _mm256_set1_ps(a->s), acc[r]);
+    }
+  }
+  for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
+}
+
 /* ---------------------------------------------------------------- AVX-512 VNNI (16 columns) */
 
 PK_VNNI static PK_INLINE __m512i bcast4_512(const int8_t *q) {
@@ -286,6 +377,26 @@ PK_VNNI static PK_INLINE void q8_0_vnni_n(int64_t nb, const uint8_t *panel, cons
   for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
 }
 
+PK_VNNI static PK_INLINE void q5_1_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+                                          const int n, float *out, int64_t os) {
+  __m512 acc[CPU_PACKED_MAX_ROWS];
+  for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *pb = panel + (size_t)b * CPU_PACK_Q5_1_BLOCK;
+    const __m512 dx = scales16(pb), mx = scales16(pb + 32);
+    __m512i w[8];
+    for (int g = 0; g < 8; g++) w[g] = _mm512_loadu_si512((const void *)(pb + 64 + 64 * g));
+    for (int r = 0; r < n; r++) {
+      const block_q8_x *a = act[r] + b;
+      __m512i s = _mm512_setzero_si512();
+      for (int g = 0; g < 8; g++) s = _mm512_dpbusd_epi32(s, w[g], bcast4_512(a->qs + 4 * g));
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s), acc[r]);
+      acc[r] = _mm512_fmadd_ps(mx, _mm512_set1_ps(a->s), acc[r]);
+    }
+  }
+  for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
+}
+
 /* Row counts as compile-time constants, so that the accumulators live in registers. */
 #define PK_ROWS_SWITCH(call)                                                                      \
   switch (n) {                                                                                    \
@@ -301,7 +412,9 @@ PK_VNNI static PK_INLINE void q8_0_vnni_n(int64_t nb, const uint8_t *panel, cons
 
 #define PK_Q41_AVX2(N) (q4_1_avx2_half(nb, panel, act, N, out, os, 0), q4_1_avx2_half(nb, panel, act, N, out, os, 1))
 #define PK_Q80_AVX2(N) (q8_0_avx2_half(nb, panel, act, N, out, os, 0), q8_0_avx2_half(nb, panel, act, N, out, os, 1))
+#define PK_Q51_AVX2(N) (q5_1_avx2_half(nb, panel, act, N, out, os, 0), q5_1_avx2_half(nb, panel, act, N, out, os, 1))
 #define PK_Q41_VNNI(N) q4_1_vnni_n(nb, panel, act, N, out, os)
+#define PK_Q51_VNNI(N) q5_1_vnni_n(nb, panel, act, N, out, os)
 #define PK_Q80_VNNI(N) q8_0_vnni_n(nb, panel, act, N, out, os)
 
 PK_AVX2 static void q4_1_avx2(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
@@ -311,6 +424,14 @@ PK_AVX2 static void q4_1_avx2(int64_t nb, const uint8_t *panel, const block_q8_x
 PK_AVX2 static void q8_0_avx2(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
                               float *out, int64_t os) {
   PK_ROWS_SWITCH(PK_Q80_AVX2)
+}
+PK_AVX2 static void q5_1_avx2(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
+                              float *out, int64_t os) {
+  PK_ROWS_SWITCH(PK_Q51_AVX2)
+}
+PK_VNNI static void q5_1_vnni(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
+                              float *out, int64_t os) {
+  PK_ROWS_SWITCH(PK_Q51_VNNI)
 }
 PK_VNNI static void q4_1_vnni(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
                               float *out, int64_t os) {
@@ -324,11 +445,17 @@ PK_VNNI static void q8_0_vnni(int64_t nb, const uint8_t *panel, const block_q8_x
 
 cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
   if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
-  if (w != GGML_TYPE_Q4_1 && w != GGML_TYPE_Q8_0) return NULL;
-  const int q4 = w == GGML_TYPE_Q4_1;
+  /* kernel family: 0 Q4_1, 1 signed bytes (Q8_0, Q5_0, IQ4_NL), 2 Q5_1 */
+  int fam;
+  switch (w) {
+  case GGML_TYPE_Q4_1: fam = 0; break;
+  case GGML_TYPE_Q8_0: case GGML_TYPE_Q5_0: case GGML_TYPE_IQ4_NL: fam = 1; break;
+  case GGML_TYPE_Q5_1: fam = 2; break;
+  default: return NULL;
+  }
 #if PK_HAVE_X86
-  if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return q4 ? q4_1_vnni : q8_0_vnni;
-  if (level >= CPU_SIMD_LEVEL_AVX2) return q4 ? q4_1_avx2 : q8_0_avx2;
+  if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return fam == 0 ? q4_1_vnni : fam == 1 ? q8_0_vnni : q5_1_vnni;
+  if (level >= CPU_SIMD_LEVEL_AVX2) return fam == 0 ? q4_1_avx2 : fam == 1 ? q8_0_avx2 : q5_1_avx2;
 #endif
-  return q4 ? q4_1_scalar : q8_0_scalar;
+  return fam == 0 ? q4_1_scalar : fam == 1 ? q8_0_scalar : q5_1_scalar;
 }

@@ -1,8 +1,9 @@
-/* Packed Q4_1 / Q8_0 matmuls (kernels/cpu/packed.h) through the CPU backend's matmul.
+/* Packed Q4_1 / Q8_0 / Q5_0 / Q5_1 / IQ4_NL matmuls (kernels/cpu/packed.h) through the CPU
+ * backend's matmul.
  *
  * 1. Every output equals, bit for bit, a reference written here from the GGUF layout in the
- *    documented order (exact int32 block sums, acc = fma(d_w * d_a, isum, acc), Q4_1 then
- *    acc = fma(m_w, s_a, acc)), on every SIMD level this CPU runs (scalar, AVX2, AVX-512
+ *    documented order (exact int32 block sums, acc = fma(d_w * d_a, isum, acc), Q4_1 and Q5_1
+ *    then acc = fma(m_w, s_a, acc)), on every SIMD level this CPU runs (scalar, AVX2, AVX-512
  *    VNNI), with 1 and 2 threads, for row counts that do and do not fill a kernel tile: so
  *    the layout is right, the levels agree, and no row depends on the batch.
  * 2. The reference itself is close to the real product: dequantized weights times float x,
@@ -32,7 +33,10 @@ static uint32_t rnd(void) {
 }
 static float rndf(void) { return (float)rnd() / 2147483648.0f - 1.0f; } /* [-1, 1) */
 
-/* GGUF rows of Q4_1 or Q8_0: random quants, sane fp16 scales (and signed Q4_1 mins). */
+/* Whether blocks of t carry a min m after d (w = d * q + m). */
+static bool has_min(enum ggml_type t) { return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1; }
+
+/* GGUF rows of a packed type: random quants, sane fp16 scales (and signed mins). */
 static uint8_t *random_weight(enum ggml_type t, int64_t rows, int64_t cols, size_t *row_bytes) {
   assert_int_equal(ggml_row_bytes(t, cols, row_bytes), LLB_STATUS_OK);
   const size_t n = *row_bytes * (size_t)rows, bb = ggml_type_block_bytes(t);
@@ -41,7 +45,7 @@ static uint8_t *random_weight(enum ggml_type t, int64_t rows, int64_t cols, size
   for (size_t b = 0; b < n / bb; b++) {
     const uint16_t d = llb_fp32_to_fp16(0.005f + 0.02f * fabsf(rndf())), m = llb_fp32_to_fp16(0.1f * rndf());
     memcpy(p + b * bb, &d, 2);
-    if (t == GGML_TYPE_Q4_1) memcpy(p + b * bb + 2, &m, 2);
+    if (has_min(t)) memcpy(p + b * bb + 2, &m, 2);
   }
   return p;
 }
@@ -52,13 +56,30 @@ static float h2f(const uint8_t *p) {
   return llb_fp16_to_fp32(h);
 }
 
-/* Weight j of block b of a GGUF row, as the integer the dot multiplies. */
+/* Weight j of block b of a GGUF row, as the integer the dot multiplies, read from the
+ * ggml-common.h layout: Q5_0/Q5_1 keep the 5th bit of weight j in bit j of qh (4 bytes after
+ * d, or d and m), IQ4_NL indexes ggml's kvalues_iq4nl with the nibble. */
 static int weight_q(enum ggml_type t, const uint8_t *row, int64_t b, int j) {
-  if (t == GGML_TYPE_Q4_1) {
-    const uint8_t q = row[b * 20 + 4 + j % 16];
+  static const int kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const uint8_t *blk = row + b * (int64_t)ggml_type_block_bytes(t);
+  switch (t) {
+  case GGML_TYPE_Q4_1: {
+    const uint8_t q = blk[4 + j % 16];
     return j < 16 ? q & 0x0F : q >> 4;
   }
-  return (int8_t)row[b * 34 + 2 + j];
+  case GGML_TYPE_Q5_0:
+  case GGML_TYPE_Q5_1: {
+    const uint8_t *qh = blk + (t == GGML_TYPE_Q5_0 ? 2 : 4), *qs = qh + 4;
+    const int lo = j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4;
+    const int q = lo | (((qh[j / 8] >> (j % 8)) & 1) << 4);
+    return t == GGML_TYPE_Q5_0 ? q - 16 : q;
+  }
+  case GGML_TYPE_IQ4_NL: {
+    const uint8_t q = blk[2 + j % 16];
+    return kv[j < 16 ? q & 0x0F : q >> 4];
+  }
+  default: return (int8_t)blk[2 + j];
+  }
 }
 
 /* The documented activation quantization of one block of 32. */
@@ -83,9 +104,9 @@ static float output_ref(enum ggml_type t, const uint8_t *wrow, const float *x, i
     const float d = quantize_ref(x + b * 32, q, &sum);
     int32_t isum = 0;
     for (int j = 0; j < 32; j++) isum += weight_q(t, wrow, b, j) * q[j];
-    const size_t bb = t == GGML_TYPE_Q4_1 ? 20 : 34;
+    const size_t bb = ggml_type_block_bytes(t);
     acc = fmaf(h2f(wrow + b * bb) * d, (float)isum, acc);
-    if (t == GGML_TYPE_Q4_1) acc = fmaf(h2f(wrow + b * bb + 2), d * (float)sum, acc);
+    if (has_min(t)) acc = fmaf(h2f(wrow + b * bb + 2), d * (float)sum, acc);
   }
   return acc;
 }
@@ -95,13 +116,13 @@ static void output_exact(enum ggml_type t, const uint8_t *wrow, const float *x, 
                          double *bound) {
   *val = 0.0;
   *bound = 1e-4;
-  const size_t bb = t == GGML_TYPE_Q4_1 ? 20 : 34;
+  const size_t bb = ggml_type_block_bytes(t);
   for (int64_t b = 0; b < k / 32; b++) {
     double amax = 0.0;
     for (int j = 0; j < 32; j++) amax = fmax(amax, fabs(x[b * 32 + j]));
     for (int j = 0; j < 32; j++) {
       double w = (double)h2f(wrow + b * bb) * weight_q(t, wrow, b, j);
-      if (t == GGML_TYPE_Q4_1) w += h2f(wrow + b * bb + 2);
+      if (has_min(t)) w += h2f(wrow + b * bb + 2);
       *val += w * x[b * 32 + j];
       *bound += fabs(w) * amax / 127.0 + 1e-6 * fabs(w * x[b * 32 + j]);
     }
@@ -167,10 +188,11 @@ static void check_shape(enum ggml_type t, int64_t rows, int64_t k, int32_t n_row
 
 static void test_packed_matmul_equals_reference_on_every_level(void **state) {
   (void)state;
-  const enum ggml_type types[2] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
+  const enum ggml_type types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                  GGML_TYPE_IQ4_NL};
   const int64_t shapes[][2] = {{16, 32}, {48, 64}, {192, 576}, {64, 1024}};
   const int32_t row_counts[] = {1, 3, 8, 9, 17, 32};
-  for (int ti = 0; ti < 2; ti++)
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
       for (size_t n = 0; n < sizeof row_counts / sizeof row_counts[0]; n++)
         check_shape(types[ti], shapes[s][0], shapes[s][1], row_counts[n]);
