@@ -361,7 +361,7 @@ PK_WRAP(PK_VNNI, unsigned_f_vnni, PK_UNSIGNED_VNNI, 1)
 
 cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
   if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
-  int fs;
+  int fs = 0;
   const int fam = cpu_pack_kind(w, &fs);
   if (fam < 0) return NULL;
   /* [family][float scales] */

@@ -31,7 +31,7 @@ size_t cpu_pack_block_bytes(int family, int float_scales) {
 }
 
 size_t cpu_pack_bytes(const struct backend_weight *w) {
-  int fs;
+  int fs = 0;
   const int fam = cpu_pack_kind(w->type, &fs);
   const int64_t be = ggml_type_block_elems(w->type);
   if (fam < 0 || w->rows <= 0 || w->rows % CPU_PACK_COLS != 0 || w->cols <= 0 || w->cols % be != 0)
@@ -152,7 +152,7 @@ static void decode_block32(enum ggml_type t, const uint8_t *row, int64_t b, stru
 llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
   if (!w || !dst || cpu_pack_bytes(w) == 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "no packed layout for this weight");
-  int fs;
+  int fs = 0;
   const int fam = cpu_pack_kind(w->type, &fs);
   const size_t sb = fs ? 4 : 2, bb = cpu_pack_block_bytes(fam, fs);
   const size_t m_off = 16 * sb, qs_off = fam == CPU_PACK_FAMILY_SIGNED ? 16 * sb : 32 * sb;

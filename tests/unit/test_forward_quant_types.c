@@ -39,6 +39,7 @@ static float rndf(void) { return (float)rnd() / 2147483648.0f - 1.0f; }
 static void type_scales(enum ggml_type t, int *d_off, int *m_off, float *qmax) {
   *m_off = -1;
   *d_off = 0;
+  *qmax = 1;
   switch (t) {
   case GGML_TYPE_Q5_0: *qmax = 16; break;
   case GGML_TYPE_Q5_1: *m_off = 2; *qmax = 31; break;
