@@ -2,10 +2,15 @@
  *
  * GGUF -> chat template (unless --raw) -> tokenizer -> prefill (chunks of PREFILL_CHUNK rows)
  * and decode through llama_forward over a paged KV cache with a trivial contiguous block
- * table -> sampler -> streaming detokenizer to stdout. Stops at EOS (or any other control
- * token, which in an answer only ever ends the turn) or after --max-tokens. Sampling defaults
- * are vLLM's (temperature 1, top_p 1, ...); without --seed a seed is drawn from the clock.
- * A one-line timing summary goes to stderr.
+ * table -> sampler -> streaming detokenizer to stdout. Stops at a token of the model's
+ * end-of-generation set (tokenizer_is_eog: EOS, EOT, <|im_end|>, ... as llama.cpp; a control
+ * token outside it, such as <file_sep>, is generated and hidden like any control token) or
+ * after --max-tokens. --json prints, instead of the streamed text, one JSON line shaped like
+ * the bus path's RequestOutput (`llmbus generate --json`): prompt_token_ids, outputs[0] with
+ * text, token_ids (the stopping token included, as the engine's), finish_reason ("stop" or
+ * "length") and stop_reason (the stopping token's id when it is not EOS, else null), finished.
+ * Sampling defaults are vLLM's (temperature 1, top_p 1, ...); without --seed a seed is drawn
+ * from the clock. A one-line timing summary goes to stderr.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -13,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "actors/gpu_worker/sampler.h"
 #include "bus/log.h"
@@ -34,6 +41,7 @@ struct inproc_opts {
   const char *system;
   const char *chat_template; /* NULL = the model's own */
   bool raw;
+  bool json;
   int32_t threads;
   struct llb_sampling_params sp;
 };
@@ -42,9 +50,11 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: llmbus generate --inproc --model M.gguf [--raw] [--temperature T] [--top-p P]\n"
           "         [--top-k K] [--min-p P] [--max-tokens N] [--seed S] [--threads N]\n"
-          "         [--system TEXT] [--chat-template NAME] \"prompt\"\n"
+          "         [--system TEXT] [--chat-template NAME] [--json] \"prompt\"\n"
           "Runs the model in this process (no bus) and streams the answer to stdout.\n"
           "  --raw          no chat template: the prompt is plain text to continue\n"
+          "  --json         one JSON line at the end instead of the streamed text: prompt and\n"
+          "                 output token ids, text, finish_reason, stop_reason\n"
           "  --chat-template  name a template instead of the model's (chatml, smollm2, llama3,\n"
           "                 mistral, mistral-v3, gemma, gemma3, phi3)\n"
           "  --temperature  0 = greedy (default 1, as vLLM)\n"
@@ -82,6 +92,10 @@ static int parse_args(int argc, char **argv, struct inproc_opts *o) {
     if (strcmp(a, "--inproc") == 0) continue;
     if (strcmp(a, "--raw") == 0) {
       o->raw = true;
+      continue;
+    }
+    if (strcmp(a, "--json") == 0) {
+      o->json = true;
       continue;
     }
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -164,7 +178,61 @@ struct inproc_run {
   int32_t *block_table; /* [num_blocks] identity */
   float *logits;        /* [vocab_size] */
   int32_t num_blocks;
+  char *text;           /* [text_cap] output text so far (--json) */
+  size_t text_len, text_cap;
 };
+
+/* Appends len bytes to r->text (--json). OUT_OF_MEMORY on failure. */
+static llb_status text_append(struct inproc_run *r, const char *s, size_t len) {
+  if (r->text_len + len > r->text_cap) {
+    size_t cap = r->text_cap ? r->text_cap : 256;
+    while (cap < r->text_len + len) cap *= 2;
+    char *p = realloc(r->text, cap);
+    if (!p) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "output text of %zu bytes", cap);
+    r->text = p;
+    r->text_cap = cap;
+  }
+  memcpy(r->text + r->text_len, s, len);
+  r->text_len += len;
+  return LLB_STATUS_OK;
+}
+
+/* Streams len bytes of output text to stdout, or keeps them for the JSON line. */
+static llb_status emit_text(struct inproc_run *r, bool json, const char *s, size_t len) {
+  if (json) return text_append(r, s, len);
+  fwrite(s, 1, len, stdout);
+  fflush(stdout);
+  return LLB_STATUS_OK;
+}
+
+static json_t *json_ids(const int32_t *ids, int64_t n) {
+  json_t *a = json_array();
+  for (int64_t i = 0; a && i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+  return a;
+}
+
+/* The --json line: RequestOutput's shape (cmd/client.c request_output_json) for one output.
+ * stop_token: the token that stopped generation, -1 when it ran to the length limit. */
+static int print_json(const struct inproc_run *r, int64_t n_prompt, int32_t n_gen, int32_t stop_token) {
+  const bool stopped = stop_token >= 0;
+  json_t *stop_reason = stopped && stop_token != tokenizer_eos_id(r->tok) ? json_integer(stop_token) : json_null();
+  json_t *out = json_pack("{s:i, s:s#, s:o, s:s, s:o}", "index", 0, "text", r->text ? r->text : "",
+                          r->text_len, "token_ids", json_ids(r->seq + n_prompt, n_gen), "finish_reason",
+                          stopped ? "stop" : "length", "stop_reason", stop_reason);
+  json_t *j = out ? json_pack("{s:o, s:[o], s:b}", "prompt_token_ids", json_ids(r->seq, n_prompt), "outputs", out,
+                              "finished", 1)
+                  : NULL;
+  char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  if (!line) {
+    fprintf(stderr, "llmbus generate: out of memory for the JSON line\n");
+    return 1;
+  }
+  puts(line);
+  fflush(stdout);
+  free(line);
+  return 0;
+}
 
 static void run_free(struct inproc_run *r) {
   detok_stream_free(&r->detok);
@@ -173,6 +241,7 @@ static void run_free(struct inproc_run *r) {
   free(r->slots);
   free(r->block_table);
   free(r->logits);
+  free(r->text);
   sampler_destroy(r->sampler);
   llama_forward_ctx_destroy(r->fwd);
   llama_kv_cache_destroy(r->kv);
@@ -255,8 +324,7 @@ int cmd_generate_inproc(int argc, char **argv) {
     if (forward_rows(&r, start, n) != LLB_STATUS_OK) { rc = fail_status("prefill"); goto done; }
   }
   int64_t t1 = llb_now_ns();
-  const int32_t eos = tokenizer_eos_id(r.tok);
-  int32_t n_out = 0;
+  int32_t n_out = 0, n_gen = 0, stop_token = -1;
   for (;;) {
     struct sampler_result res;
     if (sampler_sample(r.sampler, &o.sp, r.logits, r.seq, n_prompt, r.seq + n_prompt, n_out, 0,
@@ -264,17 +332,20 @@ int cmd_generate_inproc(int argc, char **argv) {
       rc = fail_status("sample");
       goto done;
     }
-    if (res.token_id == eos || tokenizer_is_control(r.tok, res.token_id)) break;
+    int32_t pos = (int32_t)n_prompt + n_out;
+    r.seq[pos] = res.token_id;
+    n_gen = n_out + 1; /* the stopping token is part of the output ids, as the engine's */
+    if (!o.sp.ignore_eos && tokenizer_is_eog(r.tok, res.token_id)) {
+      stop_token = res.token_id;
+      break;
+    }
     const char *text;
     size_t len;
-    if (detok_stream_push(&r.detok, res.token_id, &text, &len) != LLB_STATUS_OK) {
+    if (detok_stream_push(&r.detok, res.token_id, &text, &len) != LLB_STATUS_OK ||
+        emit_text(&r, o.json, text, len) != LLB_STATUS_OK) {
       rc = fail_status("detokenize");
       goto done;
     }
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
-    int32_t pos = (int32_t)n_prompt + n_out;
-    r.seq[pos] = res.token_id;
     n_out++;
     if (n_out >= max_new) break;
     if (forward_rows(&r, pos, 1) != LLB_STATUS_OK) { rc = fail_status("decode"); goto done; }
@@ -283,9 +354,16 @@ int cmd_generate_inproc(int argc, char **argv) {
   const char *rest;
   size_t rest_len;
   detok_stream_flush(&r.detok, &rest, &rest_len);
-  fwrite(rest, 1, rest_len, stdout);
-  fputc('\n', stdout);
-  fflush(stdout);
+  if (emit_text(&r, o.json, rest, rest_len) != LLB_STATUS_OK) {
+    rc = fail_status("detokenize");
+    goto done;
+  }
+  if (o.json) {
+    if (print_json(&r, n_prompt, n_gen, stop_token) != 0) goto done;
+  } else {
+    fputc('\n', stdout);
+    fflush(stdout);
+  }
   double prefill_s = (double)(t1 - t0) / 1e9, decode_s = (double)(t2 - t1) / 1e9;
   /* Decode rate counts forward steps: every output token but the last needed one. */
   int32_t decode_steps = n_out > 0 ? n_out - (n_out >= max_new ? 1 : 0) : 0;

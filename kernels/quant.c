@@ -1,6 +1,7 @@
 /* GGML type table, fp16/bf16 conversion and row dequantization.
  * Definitions followed: ggml-common.h (block layouts), ggml-quants.c dequantize_row_*,
- * ggml-impl.h (fp16/bf16 conversion). Written from those definitions; every float expression
+ * ggml-impl.h (fp16/bf16 conversion), and for the sizes of the types not dequantized here,
+ * ggml.c's type_traits. Written from those definitions; every float expression
  * keeps the reference's operation order so results are bit-exact. The build compiles this
  * file with -ffp-contract=off: a fused multiply-add would round differently. */
 #include "kernels/quant.h"
@@ -15,7 +16,13 @@
 
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 layout");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
+_Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 layout");
+_Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 layout");
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
+_Static_assert(sizeof(block_q2_K) == 84, "block_q2_K layout");
+_Static_assert(sizeof(block_q3_K) == 110, "block_q3_K layout");
+_Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
+_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
 _Static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
@@ -33,18 +40,38 @@ static const struct type_info type_table[GGML_TYPE_COUNT] = {
     [GGML_TYPE_F16] = {"f16", 1, 2, true},
     [GGML_TYPE_Q4_0] = {"q4_0", 32, 18, true},
     [GGML_TYPE_Q4_1] = {"q4_1", 32, 20, true},
-    [GGML_TYPE_Q5_0] = {"q5_0", 32, 22, false},
-    [GGML_TYPE_Q5_1] = {"q5_1", 32, 24, false},
+    [GGML_TYPE_Q5_0] = {"q5_0", 32, 22, true},
+    [GGML_TYPE_Q5_1] = {"q5_1", 32, 24, true},
     [GGML_TYPE_Q8_0] = {"q8_0", 32, 34, true},
     [GGML_TYPE_Q8_1] = {"q8_1", 32, 36, false},
-    [GGML_TYPE_Q2_K] = {"q2_K", 256, 84, false},
-    [GGML_TYPE_Q3_K] = {"q3_K", 256, 110, false},
+    [GGML_TYPE_Q2_K] = {"q2_K", 256, 84, true},
+    [GGML_TYPE_Q3_K] = {"q3_K", 256, 110, true},
     [GGML_TYPE_Q4_K] = {"q4_K", 256, 144, true},
     [GGML_TYPE_Q5_K] = {"q5_K", 256, 176, true},
     [GGML_TYPE_Q6_K] = {"q6_K", 256, 210, true},
     [GGML_TYPE_Q8_K] = {"q8_K", 256, 292, false},
+    [GGML_TYPE_IQ2_XXS] = {"iq2_xxs", 256, 66, false},
+    [GGML_TYPE_IQ2_XS] = {"iq2_xs", 256, 74, false},
+    [GGML_TYPE_IQ3_XXS] = {"iq3_xxs", 256, 98, false},
+    [GGML_TYPE_IQ1_S] = {"iq1_s", 256, 50, false},
+    [GGML_TYPE_IQ4_NL] = {"iq4_nl", 32, 18, true},
+    [GGML_TYPE_IQ3_S] = {"iq3_s", 256, 110, false},
+    [GGML_TYPE_IQ2_S] = {"iq2_s", 256, 82, false},
+    [GGML_TYPE_IQ4_XS] = {"iq4_xs", 256, 136, true},
+    [GGML_TYPE_I8] = {"i8", 1, 1, false},
+    [GGML_TYPE_I16] = {"i16", 1, 2, false},
+    [GGML_TYPE_I32] = {"i32", 1, 4, false},
+    [GGML_TYPE_I64] = {"i64", 1, 8, false},
+    [GGML_TYPE_F64] = {"f64", 1, 8, false},
+    [GGML_TYPE_IQ1_M] = {"iq1_m", 256, 56, false},
     [GGML_TYPE_BF16] = {"bf16", 1, 2, true},
+    [GGML_TYPE_TQ1_0] = {"tq1_0", 256, 54, false},
+    [GGML_TYPE_TQ2_0] = {"tq2_0", 256, 66, false},
+    [GGML_TYPE_MXFP4] = {"mxfp4", 32, 17, false},
 };
+
+const int8_t llb_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
 
 static const struct type_info *type_lookup(enum ggml_type t) {
   if ((int)t < 0 || (int)t >= GGML_TYPE_COUNT || type_table[t].name == NULL) {
@@ -208,10 +235,91 @@ static void dequant_q4_1(const uint8_t *b, float *y) {
   }
 }
 
+/* The 5th bit of weight j (0..31) of a Q5_0/Q5_1 block: bit j of the little-endian qh. */
+static uint32_t load_qh(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void dequant_q5_0(const uint8_t *b, float *y) {
+  const float d = load_half(b);
+  const uint32_t qh = load_qh(b + 2);
+  const uint8_t *qs = b + 6;
+  for (int j = 0; j < QK5_0 / 2; j++) {
+    const int x0 = (int)((qs[j] & 0x0F) | (((qh >> j) & 1u) << 4)) - 16;
+    const int x1 = (int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16;
+    y[j] = (float)x0 * d;
+    y[j + QK5_0 / 2] = (float)x1 * d;
+  }
+}
+
+static void dequant_q5_1(const uint8_t *b, float *y) {
+  const float d = load_half(b);
+  const float m = load_half(b + 2);
+  const uint32_t qh = load_qh(b + 4);
+  const uint8_t *qs = b + 8;
+  for (int j = 0; j < QK5_1 / 2; j++) {
+    const int x0 = (int)((qs[j] & 0x0F) | (((qh >> j) & 1u) << 4));
+    const int x1 = (int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+    y[j] = (float)x0 * d + m;
+    y[j + QK5_1 / 2] = (float)x1 * d + m;
+  }
+}
+
 static void dequant_q8_0(const uint8_t *b, float *y) {
   const float d = load_half(b);
   for (int j = 0; j < QK8_0; j++) {
     y[j] = (float)(int8_t)b[2 + j] * d;
+  }
+}
+
+/* Q2_K: per 128-weight half, four 2-bit planes (shift 0, 2, 4, 6) of its 32 qs bytes; each
+ * plane is two sub-blocks of 16 with their own 4-bit scale and min. */
+static void dequant_q2_k(const uint8_t *b, float *y) {
+  const uint8_t *scales = b;
+  const uint8_t *q = b + QK_K / 16;
+  const float d = load_half(b + QK_K / 16 + QK_K / 4);
+  const float min = load_half(b + QK_K / 16 + QK_K / 4 + 2);
+  int is = 0;
+  for (int n = 0; n < QK_K; n += 128) {
+    for (int shift = 0; shift < 8; shift += 2) {
+      for (int half = 0; half < 2; half++) {
+        const uint8_t sc = scales[is++];
+        const float dl = d * (float)(sc & 0xF), ml = min * (float)(sc >> 4);
+        for (int l = 0; l < 16; l++) {
+          *y++ = dl * (float)((q[l + 16 * half] >> shift) & 3) - ml;
+        }
+      }
+    }
+    q += 32;
+  }
+}
+
+/* The 6-bit scale of Q3_K sub-block j (0..15), already minus 32. */
+static int q3_k_scale(const uint8_t *s, int j) {
+  const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+  const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+
+static void dequant_q3_k(const uint8_t *b, float *y) {
+  const uint8_t *hm = b;
+  const uint8_t *q = b + QK_K / 8;
+  const uint8_t *scales = q + QK_K / 4;
+  const float d_all = load_half(scales + K_SCALE_SIZE);
+  int is = 0;
+  unsigned m = 1;
+  for (int n = 0; n < QK_K; n += 128) {
+    for (int shift = 0; shift < 8; shift += 2) {
+      for (int half = 0; half < 2; half++) {
+        const float dl = d_all * (float)q3_k_scale(scales, is++);
+        for (int l = 16 * half; l < 16 * half + 16; l++) {
+          const int v = ((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4);
+          *y++ = dl * (float)v;
+        }
+      }
+      m <<= 1;
+    }
+    q += 32;
   }
 }
 
@@ -285,6 +393,32 @@ static void dequant_q6_k(const uint8_t *b, float *y) {
   }
 }
 
+static void dequant_iq4_nl(const uint8_t *b, float *y) {
+  const float d = load_half(b);
+  const uint8_t *qs = b + 2;
+  for (int j = 0; j < QK4_NL / 2; j++) {
+    y[j] = d * (float)llb_kvalues_iq4nl[qs[j] & 0xF];
+    y[j + QK4_NL / 2] = d * (float)llb_kvalues_iq4nl[qs[j] >> 4];
+  }
+}
+
+static void dequant_iq4_xs(const uint8_t *b, float *y) {
+  const float d = load_half(b);
+  const unsigned scales_h = (unsigned)b[2] | (unsigned)b[3] << 8;
+  const uint8_t *scales_l = b + 4;
+  const uint8_t *qs = b + 4 + QK_K / 64;
+  for (int ib = 0; ib < QK_K / 32; ib++) {
+    const int ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (int)(((scales_h >> (2 * ib)) & 3u) << 4);
+    const float dl = d * (float)(ls - 32);
+    for (int j = 0; j < 16; j++) {
+      y[j] = dl * (float)llb_kvalues_iq4nl[qs[j] & 0xF];
+      y[j + 16] = dl * (float)llb_kvalues_iq4nl[qs[j] >> 4];
+    }
+    y += 32;
+    qs += 16;
+  }
+}
+
 llb_status ggml_dequantize_row(enum ggml_type t, const void *src, float *dst, int64_t n) {
   const struct type_info *ti = type_lookup(t);
   if (ti == NULL || !ti->supported) {
@@ -322,10 +456,16 @@ llb_status ggml_dequantize_row(enum ggml_type t, const void *src, float *dst, in
   switch (t) {
     case GGML_TYPE_Q4_0: fn = dequant_q4_0; break;
     case GGML_TYPE_Q4_1: fn = dequant_q4_1; break;
+    case GGML_TYPE_Q5_0: fn = dequant_q5_0; break;
+    case GGML_TYPE_Q5_1: fn = dequant_q5_1; break;
     case GGML_TYPE_Q8_0: fn = dequant_q8_0; break;
+    case GGML_TYPE_Q2_K: fn = dequant_q2_k; break;
+    case GGML_TYPE_Q3_K: fn = dequant_q3_k; break;
     case GGML_TYPE_Q4_K: fn = dequant_q4_k; break;
     case GGML_TYPE_Q5_K: fn = dequant_q5_k; break;
     case GGML_TYPE_Q6_K: fn = dequant_q6_k; break;
+    case GGML_TYPE_IQ4_NL: fn = dequant_iq4_nl; break;
+    case GGML_TYPE_IQ4_XS: fn = dequant_iq4_xs; break;
     default:
       return LLB_ERRF(LLB_STATUS_INTERNAL, "type %s marked supported has no dequantizer", ti->name);
   }

@@ -58,8 +58,9 @@ static llb_status weight_view(const struct gguf_file *f, const char *name, int64
   if (!t) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "tensor %s missing", name);
   switch (t->type) {
   case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_Q4_0:
-  case GGML_TYPE_Q4_1: case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
-  case GGML_TYPE_Q6_K: break;
+  case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q8_0:
+  case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+  case GGML_TYPE_Q6_K: case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS: break;
   default:
     return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "tensor %s has type %s, no matmul for it", name,
                     ggml_type_name(t->type));

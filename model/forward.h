@@ -68,13 +68,16 @@ enum llama_attention_order {
 };
 
 /* How matmuls run; both keep a row's result independent of the batch (DESIGN.md §5).
- * PACKED: the backend's own weight layout where it has one (CPU: Q4_1 and Q8_0 repacked into
- * 16-column panels at context creation, int8 dot products, one float order per output:
- * kernels/cpu/packed.h), ggml's order for other types. The engine's default: several times
+ * PACKED: the backend's own weight layout where it has one (CPU: Q4_1, Q8_0, Q5_0, Q5_1,
+ * IQ4_NL, Q4_K, Q5_K and IQ4_XS repacked into 16-column panels at context creation, int8 dot
+ * products, one float order per output: kernels/cpu/packed.h), the GGML mode's dots for other
+ * types (Q2_K, Q3_K, Q6_K, F16, BF16, F32, Q4_0). The engine's default: several times
  * faster. The packed copy is private memory of the context (about the size of those weights);
  * the file pages it replaces are released from the process (gguf_release_pages).
  * GGML: ggml's vec_dot order on the GGUF layout, bit-exact with llama.cpp's CPU backend
- * (tests/e2e/test_golden_llamacpp.c). */
+ * (tests/e2e/test_golden_llamacpp.c) for Q4_0/Q4_1/Q8_0/F16/BF16/F32; Q5_0, Q5_1, IQ4_NL,
+ * Q2_K, Q3_K, IQ4_XS (and Q4_K..Q6_K) take ggml's activation types and exact integer block
+ * sums in one order of their own (kernels/cpu/vec_dot_lowbit.h). */
 enum llama_matmul_mode {
   LLAMA_MATMUL_PACKED = 0,
   LLAMA_MATMUL_GGML = 1,

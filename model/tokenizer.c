@@ -281,10 +281,6 @@ static llb_status build_specials(struct tokenizer *t) {
   return LLB_STATUS_OK;
 }
 
-/* Token types that llama.cpp forces to CONTROL by their text (end-of-turn markers). */
-static const char *const k_eog_texts[] = {"<|eot_id|>",    "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                          "<|endoftext|>", "<|end_of_text|>", "<EOT>", "<|eom_id|>"};
-
 static llb_status read_special_id(const struct gguf_file *f, const char *key, int32_t n_vocab, int32_t *id) {
   int64_t v;
   if (gguf_find_key(f, key) < 0) return LLB_STATUS_OK;
@@ -297,6 +293,95 @@ static llb_status read_special_id(const struct gguf_file *f, const char *key, in
 static llb_status read_flag(const struct gguf_file *f, const char *key, bool *flag) {
   if (gguf_find_key(f, key) < 0) return LLB_STATUS_OK;
   return gguf_get_bool(f, key, flag);
+}
+
+/* ---------------------------------------------------------------- end of generation
+ * llama.cpp's llama_vocab::impl::load (llama-vocab.cpp): the EOG set is eos, eot, eom, the
+ * FIM pad/repo/file-separator tokens, and every token whose text is in k_eog_texts. eot, eom
+ * and the FIM ids come from tokenizer.ggml.*_token_id when present, else from the first
+ * token whose text is in their list (llama.cpp walks a hash map, so "first" is unspecified
+ * there; here it is the lowest id). Tokens found by text are forced to CONTROL, as
+ * llama.cpp does. Added here: tokenizer.ggml.eog_token_ids (an array some converters write)
+ * joins the set where present. */
+
+static const char *const k_eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                          "<|end_of_text|>", "<EOT>", "_<EOT>",
+                                          "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", /* DeepSeek */
+                                          "<end_of_utterance>", NULL};
+static const char *const k_eom_texts[] = {"<|eom_id|>", NULL};
+static const char *const k_fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", NULL};
+static const char *const k_fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL};
+static const char *const k_fim_sep_texts[] = {"<|file_sep|>", NULL};
+static const char *const k_eog_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
+                                          "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+                                          "<|end_of_text|>", "<end_of_utterance>", NULL};
+
+/* Id of the lowest token whose text is in texts (NULL-terminated); -1 if none. */
+static int32_t lowest_with_text(const struct tokenizer *t, const char *const *texts) {
+  int32_t best = -1;
+  for (size_t k = 0; texts[k]; k++) {
+    const int32_t id = tok_lookup(t, texts[k], strlen(texts[k]));
+    if (id >= 0 && (best < 0 || id < best)) best = id;
+  }
+  return best;
+}
+
+/* The special id of `key`, else the lowest token with one of texts (forced to CONTROL). */
+static llb_status special_or_text(struct tokenizer *t, const struct gguf_file *f, const char *key,
+                                  const char *const *texts, int32_t *id) {
+  *id = -1;
+  llb_status st = read_special_id(f, key, t->n_vocab, id);
+  if (st != LLB_STATUS_OK || *id >= 0) return st;
+  *id = lowest_with_text(t, texts);
+  if (*id >= 0) t->attr[*id] |= TOK_ATTR_CONTROL;
+  return LLB_STATUS_OK;
+}
+
+static void mark_eog(struct tokenizer *t, int32_t id) {
+  if (id >= 0 && id < t->n_vocab) t->attr[id] |= TOK_ATTR_EOG;
+}
+
+static llb_status build_eog(struct tokenizer *t, const struct gguf_file *f) {
+  int32_t eot, eom, pad, rep, sep;
+  llb_status st;
+  if ((st = special_or_text(t, f, "tokenizer.ggml.eot_token_id", k_eot_texts, &eot)) != LLB_STATUS_OK ||
+      (st = special_or_text(t, f, "tokenizer.ggml.eom_token_id", k_eom_texts, &eom)) != LLB_STATUS_OK ||
+      (st = special_or_text(t, f, "tokenizer.ggml.fim_pad_token_id", k_fim_pad_texts, &pad)) != LLB_STATUS_OK ||
+      (st = special_or_text(t, f, "tokenizer.ggml.fim_rep_token_id", k_fim_rep_texts, &rep)) != LLB_STATUS_OK ||
+      (st = special_or_text(t, f, "tokenizer.ggml.fim_sep_token_id", k_fim_sep_texts, &sep)) != LLB_STATUS_OK)
+    return st;
+  const int32_t by_id[] = {t->eos_id, eot, eom, pad, rep, sep};
+  for (size_t i = 0; i < sizeof by_id / sizeof by_id[0]; i++) mark_eog(t, by_id[i]);
+  for (size_t k = 0; k_eog_texts[k]; k++) {
+    const int32_t id = tok_lookup(t, k_eog_texts[k], strlen(k_eog_texts[k]));
+    if (id < 0) continue;
+    t->attr[id] |= TOK_ATTR_CONTROL;
+    mark_eog(t, id);
+  }
+  if (gguf_find_key(f, "tokenizer.ggml.eog_token_ids") >= 0) {
+    struct gguf_array a;
+    if ((st = gguf_get_array(f, "tokenizer.ggml.eog_token_ids", &a)) != LLB_STATUS_OK) return st;
+    if (a.type != GGUF_VALUE_TYPE_INT32 && a.type != GGUF_VALUE_TYPE_UINT32 && a.type != GGUF_VALUE_TYPE_INT64 &&
+        a.type != GGUF_VALUE_TYPE_UINT64)
+      return LLB_ERRF(LLB_STATUS_MALFORMED, "tokenizer.ggml.eog_token_ids must be an integer array");
+    for (uint64_t i = 0; i < a.len; i++) {
+      const int64_t id = gguf_array_int(&a, i);
+      if (id >= 0 && id < t->n_vocab) mark_eog(t, (int32_t)id); /* out of range: ignored, as bad ids are */
+    }
+  }
+  /* llama.cpp's o200k_harmony workaround: with <|return|> and <|call|> in the set, <|end|>
+   * only ends a message, not the generation, and is rendered as text. */
+  const int32_t ret = tok_lookup(t, "<|return|>", 10), call = tok_lookup(t, "<|call|>", 8),
+                end = tok_lookup(t, "<|end|>", 7);
+  if (ret >= 0 && call >= 0 && end >= 0 && (t->attr[ret] & t->attr[call] & t->attr[end] & TOK_ATTR_EOG))
+    t->attr[end] = TOK_ATTR_USER_DEFINED;
+  t->n_eog = 0;
+  for (int32_t id = 0; id < t->n_vocab; id++) t->n_eog += (t->attr[id] & TOK_ATTR_EOG) != 0;
+  t->eog_ids = malloc(((size_t)t->n_eog + 1) * sizeof(*t->eog_ids));
+  if (!t->eog_ids) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "end-of-generation ids");
+  for (int32_t id = 0, n = 0; id < t->n_vocab; id++)
+    if (t->attr[id] & TOK_ATTR_EOG) t->eog_ids[n++] = id;
+  return LLB_STATUS_OK;
 }
 
 static void str_copy(char *dst, size_t cap, struct gguf_str s) {
@@ -371,11 +456,6 @@ llb_status tokenizer_load(const struct gguf_file *f, struct tokenizer **out) {
       t->attr[i] = v >= 0 && v < 7 ? map[v] : 0;
     }
   }
-  for (size_t k = 0; k < sizeof(k_eog_texts) / sizeof(k_eog_texts[0]); k++) {
-    int32_t id = tok_lookup(t, k_eog_texts[k], strlen(k_eog_texts[k]));
-    if (id >= 0) t->attr[id] |= TOK_ATTR_CONTROL;
-  }
-
   if (t->kind == TOK_MODEL_KIND_BPE) {
     if ((st = load_merges(t, f)) != LLB_STATUS_OK) goto fail;
     if ((st = tok_bpe_init(t)) != LLB_STATUS_OK) goto fail;
@@ -392,6 +472,7 @@ llb_status tokenizer_load(const struct gguf_file *f, struct tokenizer **out) {
   if (t->bos_id >= t->n_vocab) t->bos_id = -1;
   if (t->eos_id >= t->n_vocab) t->eos_id = -1;
   if (t->unk_id >= t->n_vocab) t->unk_id = -1;
+  if ((st = build_eog(t, f)) != LLB_STATUS_OK) goto fail;
   if ((t->add_bos && t->bos_id < 0) || (t->add_eos && t->eos_id < 0)) {
     st = LLB_ERRF(LLB_STATUS_MALFORMED, "tokenizer asks to add %s but has no %s token id", t->add_bos ? "BOS" : "EOS",
                   t->add_bos ? "BOS" : "EOS");
@@ -442,6 +523,7 @@ void tokenizer_destroy(struct tokenizer *t) {
   free(t->special_ids);
   free(t->special_bucket);
   free(t->special_short);
+  free(t->eog_ids);
   for (int i = 0; i < t->n_regex; i++) pcre2_code_free(t->regex[i]);
   free(t);
 }
@@ -454,6 +536,15 @@ size_t tokenizer_max_piece_bytes(const struct tokenizer *t) { return t->max_piec
 
 bool tokenizer_is_control(const struct tokenizer *t, int32_t id) {
   return id >= 0 && id < t->n_vocab && (t->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN));
+}
+
+bool tokenizer_is_eog(const struct tokenizer *t, int32_t id) {
+  return id >= 0 && id < t->n_vocab && (t->attr[id] & TOK_ATTR_EOG);
+}
+
+int32_t tokenizer_eog_ids(const struct tokenizer *t, const int32_t **ids_out) {
+  if (ids_out) *ids_out = t->eog_ids;
+  return t->n_eog;
 }
 
 const char *tokenizer_token_text(const struct tokenizer *t, int32_t id, size_t *len_out) {

@@ -49,6 +49,21 @@ bool tokenizer_add_bos(const struct tokenizer *t);
  * tokens that token_to_piece hides unless render_special. */
 bool tokenizer_is_control(const struct tokenizer *t, int32_t id);
 
+/* True when generating token id ends the generation: id is in the model's end-of-generation
+ * set, llama.cpp's rule (llama-vocab.cpp special_eog_ids): tokenizer.ggml.eos_token_id,
+ * eot_token_id and eom_token_id; the FIM pad / repo / file-separator tokens
+ * (tokenizer.ggml.fim_{pad,rep,sep}_token_id, else found by text: <|fim_pad|>, <|repo_name|>,
+ * <|file_sep|>, ...); every token whose text is one of <|eot_id|> <|im_end|> <|end|>
+ * <|return|> <|call|> <end_of_turn> <|endoftext|> <|eom_id|> <EOT> _<EOT> <|end_of_text|>
+ * <end_of_utterance>; and the ids of tokenizer.ggml.eog_token_ids where the file has it. A
+ * control token outside the set (<file_sep>, <|im_start|>) does not end generation. False
+ * for a bad id. */
+bool tokenizer_is_eog(const struct tokenizer *t, int32_t id);
+
+/* The end-of-generation set, ascending, into *ids_out (valid while t lives; may be NULL when
+ * ids_out is); returns its size (0 when the model has none). */
+int32_t tokenizer_eog_ids(const struct tokenizer *t, const int32_t **ids_out);
+
 /* Text of token id as stored in the vocabulary (byte-level BPE form, '▁' for SPM spaces),
  * NOT NUL-terminated; *len_out gets its length. NULL for a bad id. Valid while t lives. */
 const char *tokenizer_token_text(const struct tokenizer *t, int32_t id, size_t *len_out);

@@ -22,6 +22,7 @@ enum tok_attr {
   TOK_ATTR_USER_DEFINED = 1u << 3,
   TOK_ATTR_BYTE = 1u << 4,
   TOK_ATTR_UNUSED = 1u << 5,
+  TOK_ATTR_EOG = 1u << 6, /* llmbus's own: in the end-of-generation set (tokenizer_is_eog) */
 };
 
 #define TOK_MAX_REGEXES 8
@@ -68,6 +69,8 @@ struct tokenizer {
   int32_t *special_short; /* [256] longest one-byte special token per byte, -1 if none */
 
   int32_t bos_id, eos_id, unk_id;
+  int32_t *eog_ids;       /* [n_eog] end-of-generation set, ascending */
+  int32_t n_eog;
   bool add_bos, add_eos, add_space_prefix, ignore_merges;
 
   int32_t byte_tokens[256]; /* BPE: token of byte b's GPT-2 char; SPM: <0xNN>; -1 if none */

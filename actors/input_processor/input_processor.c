@@ -467,6 +467,24 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
     st = process_mm(p, req, num_prompt, out, errs);
     if (st != LLB_STATUS_OK) return st;
   }
+  /* vLLM's SamplingParams.update_from_generation_config: the model's other end-of-generation
+   * tokens (tokenizer_is_eog: <|im_end|>, <|eot_id|>, ... beside EOS) join stop_token_ids
+   * unless ignore_eos; EOS itself stays eos_token_id. */
+  if (!sp.ignore_eos) {
+    const int32_t *eog;
+    const int32_t n_eog = tokenizer_eog_ids(p->tok, &eog), eos = tokenizer_eos_id(p->tok);
+    for (int32_t i = 0; i < n_eog; i++) {
+      bool have = eog[i] == eos;
+      for (int32_t j = 0; !have && j < sp.num_stop_token_ids; j++) have = sp.stop_token_ids[j] == eog[i];
+      if (have) continue;
+      if (sp.num_stop_token_ids == LLB_MAX_STOP_TOKEN_IDS) {
+        add_error(errs, "stop_token_ids", "at most %d stop token ids including the model's %d "
+                  "end-of-generation tokens", LLB_MAX_STOP_TOKEN_IDS, n_eog);
+        break;
+      }
+      sp.stop_token_ids[sp.num_stop_token_ids++] = eog[i];
+    }
+  }
   if (errs->num_errors) return LLB_STATUS_INVALID_ARGUMENT;
 
   if (!sp.has_seed) {

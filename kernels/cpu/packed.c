@@ -1,5 +1,7 @@
-/* Packed Q4_1 / Q8_0 matmul kernels: scalar, AVX2, AVX-512 VNNI; one float order (packed.h).
- * Compiled with -ffp-contract=off so that only the explicit fmaf / fmadd fuse. */
+/* Packed matmul kernels of the three block families (packed.h: NIBBLE, SIGNED, UNSIGNED), each
+ * fp16- or float-scaled: scalar, AVX2, AVX-512 VNNI; one float order (packed.h). The layouts
+ * and the repacking are packed_layout.c's. Compiled with -ffp-contract=off so that only the
+ * explicit fmaf / fmadd fuse. */
 #include "kernels/cpu/packed.h"
 
 #include <math.h>
@@ -15,44 +17,12 @@
 #define PK_HAVE_X86 0
 #endif
 
-static int pack_block_bytes(enum ggml_type t) {
-  return t == GGML_TYPE_Q4_1 ? CPU_PACK_Q4_1_BLOCK : t == GGML_TYPE_Q8_0 ? CPU_PACK_Q8_0_BLOCK : 0;
-}
-
-size_t cpu_pack_bytes(const struct backend_weight *w) {
-  const int bb = pack_block_bytes(w->type);
-  if (bb == 0 || w->rows <= 0 || w->rows % CPU_PACK_COLS != 0 || w->cols <= 0 || w->cols % 32 != 0)
-    return 0;
-  return (size_t)(w->rows / CPU_PACK_COLS) * (size_t)(w->cols / 32) * (size_t)bb;
-}
-
-llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
-  if (!w || !dst || cpu_pack_bytes(w) == 0)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "no packed layout for this weight");
-  const int64_t nb = w->cols / 32, panels = w->rows / CPU_PACK_COLS;
-  const size_t bb = (size_t)pack_block_bytes(w->type);
-  const uint8_t *src = w->data;
-  uint8_t *out = dst;
-  for (int64_t p = 0; p < panels; p++)
-    for (int64_t b = 0; b < nb; b++) {
-      uint8_t *o = out + ((size_t)p * (size_t)nb + (size_t)b) * bb;
-      for (int j = 0; j < CPU_PACK_COLS; j++) {
-        const uint8_t *row = src + (size_t)(p * CPU_PACK_COLS + j) * w->row_bytes;
-        if (w->type == GGML_TYPE_Q4_1) {
-          const block_q4_1 *x = (const block_q4_1 *)row + b;
-          memcpy(o + 2 * j, &x->d, 2);
-          memcpy(o + 32 + 2 * j, &x->m, 2);
-          for (int h = 0; h < 4; h++) memcpy(o + 64 + 64 * h + 4 * j, x->qs + 4 * h, 4);
-        } else {
-          const block_q8_0 *x = (const block_q8_0 *)row + b;
-          memcpy(o + 2 * j, &x->d, 2);
-          for (int g = 0; g < 8; g++)
-            for (int e = 0; e < 4; e++) o[32 + 64 * g + 4 * j + e] = (uint8_t)(x->qs[4 * g + e] ^ 0x80);
-        }
-      }
-    }
-  return LLB_STATUS_OK;
-}
+/* Byte offsets in a packed block: scales d at 0, mins at PK_M_OFF, quants at PK_QS_OFF. fs: the
+ * float-scaled form. Constant-folded inside the always-inline kernels below. */
+#define PK_SB(fs) ((fs) ? 4 : 2)
+#define PK_M_OFF(fs) (16 * PK_SB(fs))
+#define PK_QS_OFF(fam, fs) ((fam) == CPU_PACK_FAMILY_SIGNED ? 16 * PK_SB(fs) : 32 * PK_SB(fs))
+#define PK_BLOCK(fam, fs) (PK_QS_OFF(fam, fs) + ((fam) == CPU_PACK_FAMILY_NIBBLE ? 4 : 8) * 64)
 
 static void quantize_x_scalar(const float *x, block_q8_x *y, int64_t k) {
   for (int64_t b = 0; b < k / 32; b++) {
@@ -117,47 +87,58 @@ static float fp16_at(const uint8_t *p) {
   return llb_fp16_to_fp32(h);
 }
 
+/* Scale j of the 16 of a block: fp16 bits or a float. */
+static float scale_at(const uint8_t *p, int j, int fs) {
+  if (fs) {
+    float f;
+    memcpy(&f, p + 4 * j, 4);
+    return f;
+  }
+  return fp16_at(p + 2 * j);
+}
+
 /* ---------------------------------------------------------------- scalar */
 
-static void q4_1_scalar(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
-                        float *out, int64_t os) {
+static void packed_scalar(int fam, int fs, int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+                          int n, float *out, int64_t os) {
+  const size_t bb = PK_BLOCK(fam, fs);
   for (int r = 0; r < n; r++) {
     float acc[CPU_PACK_COLS] = {0};
     for (int64_t b = 0; b < nb; b++) {
-      const uint8_t *pb = panel + (size_t)b * CPU_PACK_Q4_1_BLOCK;
+      const uint8_t *pb = panel + (size_t)b * bb, *qs = pb + PK_QS_OFF(fam, fs);
       const block_q8_x *a = act[r] + b;
       for (int j = 0; j < CPU_PACK_COLS; j++) {
         int32_t s = 0;
-        for (int h = 0; h < 4; h++)
-          for (int e = 0; e < 4; e++) {
-            const uint8_t q = pb[64 + 64 * h + 4 * j + e];
-            s += (q & 0x0F) * a->qs[4 * h + e] + (q >> 4) * a->qs[16 + 4 * h + e];
-          }
-        acc[j] = fmaf(fp16_at(pb + 2 * j) * a->d, (float)s, acc[j]);
-        acc[j] = fmaf(fp16_at(pb + 32 + 2 * j), a->s, acc[j]);
+        if (fam == CPU_PACK_FAMILY_NIBBLE) {
+          for (int h = 0; h < 4; h++)
+            for (int e = 0; e < 4; e++) {
+              const uint8_t q = qs[64 * h + 4 * j + e];
+              s += (q & 0x0F) * a->qs[4 * h + e] + (q >> 4) * a->qs[16 + 4 * h + e];
+            }
+        } else {
+          const int bias = fam == CPU_PACK_FAMILY_SIGNED ? 128 : 0;
+          for (int g = 0; g < 8; g++)
+            for (int e = 0; e < 4; e++) s += ((int32_t)qs[64 * g + 4 * j + e] - bias) * a->qs[4 * g + e];
+        }
+        acc[j] = fmaf(scale_at(pb, j, fs) * a->d, (float)s, acc[j]);
+        if (fam != CPU_PACK_FAMILY_SIGNED) acc[j] = fmaf(scale_at(pb + PK_M_OFF(fs), j, fs), a->s, acc[j]);
       }
     }
     memcpy(out + (int64_t)r * os, acc, sizeof(acc));
   }
 }
 
-static void q8_0_scalar(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
-                        float *out, int64_t os) {
-  for (int r = 0; r < n; r++) {
-    float acc[CPU_PACK_COLS] = {0};
-    for (int64_t b = 0; b < nb; b++) {
-      const uint8_t *pb = panel + (size_t)b * CPU_PACK_Q8_0_BLOCK;
-      const block_q8_x *a = act[r] + b;
-      for (int j = 0; j < CPU_PACK_COLS; j++) {
-        int32_t s = 0;
-        for (int g = 0; g < 8; g++)
-          for (int e = 0; e < 4; e++) s += ((int32_t)pb[32 + 64 * g + 4 * j + e] - 128) * a->qs[4 * g + e];
-        acc[j] = fmaf(fp16_at(pb + 2 * j) * a->d, (float)s, acc[j]);
-      }
-    }
-    memcpy(out + (int64_t)r * os, acc, sizeof(acc));
+#define PK_SCALAR(name, fam, fs)                                                                  \
+  static void name(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n, float *out, \
+                   int64_t os) {                                                                  \
+    packed_scalar(fam, fs, nb, panel, act, n, out, os);                                           \
   }
-}
+PK_SCALAR(nibble_scalar, CPU_PACK_FAMILY_NIBBLE, 0)
+PK_SCALAR(nibble_f_scalar, CPU_PACK_FAMILY_NIBBLE, 1)
+PK_SCALAR(signed_scalar, CPU_PACK_FAMILY_SIGNED, 0)
+PK_SCALAR(signed_f_scalar, CPU_PACK_FAMILY_SIGNED, 1)
+PK_SCALAR(unsigned_scalar, CPU_PACK_FAMILY_UNSIGNED, 0)
+PK_SCALAR(unsigned_f_scalar, CPU_PACK_FAMILY_UNSIGNED, 1)
 
 #if PK_HAVE_X86
 /* ---------------------------------------------------------------- AVX2 (8 columns a pass) */
@@ -168,24 +149,26 @@ PK_AVX2 static PK_INLINE __m256i bcast4(const int8_t *q) {
   return _mm256_set1_epi32(v);
 }
 
-PK_AVX2 static PK_INLINE __m256 half_scales(const uint8_t *p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+/* Scales of columns 8*half .. 8*half+7. */
+PK_AVX2 static PK_INLINE __m256 scales8(const uint8_t *p, int half, int fs) {
+  if (fs) return _mm256_loadu_ps((const float *)(const void *)p + 8 * half);
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * half)));
 }
 
-/* Columns 8*half .. 8*half+7 of a Q4_1 panel. The 8 products of a lane pair stay within int16
+/* NIBBLE, columns 8*half .. 8*half+7. The 8 products of a lane pair stay within int16
  * (|2 * 15 * 128| * 8 < 32768), so they are summed there and widened once per block. */
-PK_AVX2 static PK_INLINE void q4_1_avx2_half(int64_t nb, const uint8_t *panel,
-                                             const block_q8_x *const *act, const int n, float *out,
-                                             int64_t os, int half) {
+PK_AVX2 static PK_INLINE void nibble_avx2_half(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+                                               const int n, float *out, int64_t os, int half, const int fs) {
   __m256 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * CPU_PACK_Q4_1_BLOCK;
-    const __m256 dx = half_scales(pb + 16 * half), mx = half_scales(pb + 32 + 16 * half);
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_NIBBLE, fs);
+    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_NIBBLE, fs);
+    const __m256 dx = scales8(pb, half, fs), mx = scales8(pb + PK_M_OFF(fs), half, fs);
     __m256i w[8];
     for (int h = 0; h < 4; h++) {
-      const __m256i v = _mm256_loadu_si256((const __m256i *)(pb + 64 + 64 * h + 32 * half));
+      const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 64 * h + 32 * half));
       w[h] = _mm256_and_si256(v, m4);
       w[h + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     }
@@ -201,19 +184,19 @@ PK_AVX2 static PK_INLINE void q4_1_avx2_half(int64_t nb, const uint8_t *panel,
   for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
 }
 
-/* Q8_0: signed weights by the sign trick (|w| unsigned, q with w's sign), widened per group. */
-PK_AVX2 static PK_INLINE void q8_0_avx2_half(int64_t nb, const uint8_t *panel,
-                                             const block_q8_x *const *act, const int n, float *out,
-                                             int64_t os, int half) {
+/* SIGNED: signed weights by the sign trick (|w| unsigned, q with w's sign), widened per group. */
+PK_AVX2 static PK_INLINE void signed_avx2_half(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+                                               const int n, float *out, int64_t os, int half, const int fs) {
   __m256 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm256_setzero_ps();
   const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * CPU_PACK_Q8_0_BLOCK;
-    const __m256 dx = half_scales(pb + 16 * half);
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_SIGNED, fs);
+    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_SIGNED, fs);
+    const __m256 dx = scales8(pb, half, fs);
     __m256i ws[8], wa[8];
     for (int g = 0; g < 8; g++) {
-      ws[g] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(pb + 32 + 64 * g + 32 * half)), bias);
+      ws[g] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(qs + 64 * g + 32 * half)), bias);
       wa[g] = _mm256_sign_epi8(ws[g], ws[g]);
     }
     for (int r = 0; r < n; r++) {
@@ -229,6 +212,31 @@ PK_AVX2 static PK_INLINE void q8_0_avx2_half(int64_t nb, const uint8_t *panel,
   for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
 }
 
+/* UNSIGNED: 5-bit weights; a pair of products stays within int16 (2 * 31 * 128), eight groups
+ * would not, so each group is widened. */
+PK_AVX2 static PK_INLINE void unsigned_avx2_half(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+                                                 const int n, float *out, int64_t os, int half, const int fs) {
+  __m256 acc[CPU_PACKED_MAX_ROWS];
+  for (int r = 0; r < n; r++) acc[r] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, fs);
+    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_UNSIGNED, fs);
+    const __m256 dx = scales8(pb, half, fs), mx = scales8(pb + PK_M_OFF(fs), half, fs);
+    __m256i w[8];
+    for (int g = 0; g < 8; g++) w[g] = _mm256_loadu_si256((const __m256i *)(qs + 64 * g + 32 * half));
+    for (int r = 0; r < n; r++) {
+      const block_q8_x *a = act[r] + b;
+      __m256i s = _mm256_setzero_si256();
+      for (int g = 0; g < 8; g++)
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(w[g], bcast4(a->qs + 4 * g)), ones));
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)), _mm256_cvtepi32_ps(s), acc[r]);
+      acc[r] = _mm256_fmadd_ps(mx, _mm256_set1_ps(a->s), acc[r]);
+    }
+  }
+  for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
+}
+
 /* ---------------------------------------------------------------- AVX-512 VNNI (16 columns) */
 
 PK_VNNI static PK_INLINE __m512i bcast4_512(const int8_t *q) {
@@ -237,21 +245,23 @@ PK_VNNI static PK_INLINE __m512i bcast4_512(const int8_t *q) {
   return _mm512_set1_epi32(v);
 }
 
-PK_VNNI static PK_INLINE __m512 scales16(const uint8_t *p) {
+PK_VNNI static PK_INLINE __m512 scales16(const uint8_t *p, int fs) {
+  if (fs) return _mm512_loadu_ps((const void *)p);
   return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-PK_VNNI static PK_INLINE void q4_1_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                          const int n, float *out, int64_t os) {
+PK_VNNI static PK_INLINE void nibble_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+                                            const int n, float *out, int64_t os, const int fs) {
   __m512 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * CPU_PACK_Q4_1_BLOCK;
-    const __m512 dx = scales16(pb), mx = scales16(pb + 32);
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_NIBBLE, fs);
+    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_NIBBLE, fs);
+    const __m512 dx = scales16(pb, fs), mx = scales16(pb + PK_M_OFF(fs), fs);
     __m512i w[8];
     for (int h = 0; h < 4; h++) {
-      const __m512i v = _mm512_loadu_si512((const void *)(pb + 64 + 64 * h));
+      const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * h));
       w[h] = _mm512_and_si512(v, m4);
       w[h + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     }
@@ -266,21 +276,43 @@ PK_VNNI static PK_INLINE void q4_1_vnni_n(int64_t nb, const uint8_t *panel, cons
   for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
 }
 
-/* Q8_0 weights are stored plus 128: sum((w + 128) * q) - 128 * sum(q) = sum(w * q), exact. */
-PK_VNNI static PK_INLINE void q8_0_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                          const int n, float *out, int64_t os) {
+/* SIGNED weights are stored plus 128: sum((w + 128) * q) - 128 * sum(q) = sum(w * q), exact. */
+PK_VNNI static PK_INLINE void signed_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+                                            const int n, float *out, int64_t os, const int fs) {
   __m512 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * CPU_PACK_Q8_0_BLOCK;
-    const __m512 dx = scales16(pb);
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_SIGNED, fs);
+    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_SIGNED, fs);
+    const __m512 dx = scales16(pb, fs);
     __m512i w[8];
-    for (int g = 0; g < 8; g++) w[g] = _mm512_loadu_si512((const void *)(pb + 32 + 64 * g));
+    for (int g = 0; g < 8; g++) w[g] = _mm512_loadu_si512((const void *)(qs + 64 * g));
     for (int r = 0; r < n; r++) {
       const block_q8_x *a = act[r] + b;
       __m512i s = _mm512_set1_epi32(-128 * a->sum);
       for (int g = 0; g < 8; g++) s = _mm512_dpbusd_epi32(s, w[g], bcast4_512(a->qs + 4 * g));
       acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s), acc[r]);
+    }
+  }
+  for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
+}
+
+PK_VNNI static PK_INLINE void unsigned_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+                                              const int n, float *out, int64_t os, const int fs) {
+  __m512 acc[CPU_PACKED_MAX_ROWS];
+  for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, fs);
+    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_UNSIGNED, fs);
+    const __m512 dx = scales16(pb, fs), mx = scales16(pb + PK_M_OFF(fs), fs);
+    __m512i w[8];
+    for (int g = 0; g < 8; g++) w[g] = _mm512_loadu_si512((const void *)(qs + 64 * g));
+    for (int r = 0; r < n; r++) {
+      const block_q8_x *a = act[r] + b;
+      __m512i s = _mm512_setzero_si512();
+      for (int g = 0; g < 8; g++) s = _mm512_dpbusd_epi32(s, w[g], bcast4_512(a->qs + 4 * g));
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s), acc[r]);
+      acc[r] = _mm512_fmadd_ps(mx, _mm512_set1_ps(a->s), acc[r]);
     }
   }
   for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
@@ -299,36 +331,52 @@ PK_VNNI static PK_INLINE void q8_0_vnni_n(int64_t nb, const uint8_t *panel, cons
   default: call(8); break;                                                                        \
   }
 
-#define PK_Q41_AVX2(N) (q4_1_avx2_half(nb, panel, act, N, out, os, 0), q4_1_avx2_half(nb, panel, act, N, out, os, 1))
-#define PK_Q80_AVX2(N) (q8_0_avx2_half(nb, panel, act, N, out, os, 0), q8_0_avx2_half(nb, panel, act, N, out, os, 1))
-#define PK_Q41_VNNI(N) q4_1_vnni_n(nb, panel, act, N, out, os)
-#define PK_Q80_VNNI(N) q8_0_vnni_n(nb, panel, act, N, out, os)
+/* FS is the enclosing wrapper's constant (0: fp16 scales, 1: float scales). */
+#define PK_NIBBLE_AVX2(N) (nibble_avx2_half(nb, panel, act, N, out, os, 0, FS), nibble_avx2_half(nb, panel, act, N, out, os, 1, FS))
+#define PK_SIGNED_AVX2(N) (signed_avx2_half(nb, panel, act, N, out, os, 0, FS), signed_avx2_half(nb, panel, act, N, out, os, 1, FS))
+#define PK_UNSIGNED_AVX2(N) (unsigned_avx2_half(nb, panel, act, N, out, os, 0, FS), unsigned_avx2_half(nb, panel, act, N, out, os, 1, FS))
+#define PK_NIBBLE_VNNI(N) nibble_vnni_n(nb, panel, act, N, out, os, FS)
+#define PK_SIGNED_VNNI(N) signed_vnni_n(nb, panel, act, N, out, os, FS)
+#define PK_UNSIGNED_VNNI(N) unsigned_vnni_n(nb, panel, act, N, out, os, FS)
 
-PK_AVX2 static void q4_1_avx2(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
-                              float *out, int64_t os) {
-  PK_ROWS_SWITCH(PK_Q41_AVX2)
-}
-PK_AVX2 static void q8_0_avx2(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
-                              float *out, int64_t os) {
-  PK_ROWS_SWITCH(PK_Q80_AVX2)
-}
-PK_VNNI static void q4_1_vnni(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
-                              float *out, int64_t os) {
-  PK_ROWS_SWITCH(PK_Q41_VNNI)
-}
-PK_VNNI static void q8_0_vnni(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
-                              float *out, int64_t os) {
-  PK_ROWS_SWITCH(PK_Q80_VNNI)
-}
+#define PK_WRAP(attr, name, call, fs)                                                              \
+  attr static void name(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n, float *out, \
+                        int64_t os) {                                                              \
+    enum { FS = fs };                                                                              \
+    PK_ROWS_SWITCH(call)                                                                           \
+  }
+PK_WRAP(PK_AVX2, nibble_avx2, PK_NIBBLE_AVX2, 0)
+PK_WRAP(PK_AVX2, nibble_f_avx2, PK_NIBBLE_AVX2, 1)
+PK_WRAP(PK_AVX2, signed_avx2, PK_SIGNED_AVX2, 0)
+PK_WRAP(PK_AVX2, signed_f_avx2, PK_SIGNED_AVX2, 1)
+PK_WRAP(PK_AVX2, unsigned_avx2, PK_UNSIGNED_AVX2, 0)
+PK_WRAP(PK_AVX2, unsigned_f_avx2, PK_UNSIGNED_AVX2, 1)
+PK_WRAP(PK_VNNI, nibble_vnni, PK_NIBBLE_VNNI, 0)
+PK_WRAP(PK_VNNI, nibble_f_vnni, PK_NIBBLE_VNNI, 1)
+PK_WRAP(PK_VNNI, signed_vnni, PK_SIGNED_VNNI, 0)
+PK_WRAP(PK_VNNI, signed_f_vnni, PK_SIGNED_VNNI, 1)
+PK_WRAP(PK_VNNI, unsigned_vnni, PK_UNSIGNED_VNNI, 0)
+PK_WRAP(PK_VNNI, unsigned_f_vnni, PK_UNSIGNED_VNNI, 1)
 #endif /* PK_HAVE_X86 */
 
 cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
   if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
-  if (w != GGML_TYPE_Q4_1 && w != GGML_TYPE_Q8_0) return NULL;
-  const int q4 = w == GGML_TYPE_Q4_1;
+  int fs = 0;
+  const int fam = cpu_pack_kind(w, &fs);
+  if (fam < 0) return NULL;
+  /* [family][float scales] */
+  static const cpu_packed_fn scalar[3][2] = {{nibble_scalar, nibble_f_scalar},
+                                             {signed_scalar, signed_f_scalar},
+                                             {unsigned_scalar, unsigned_f_scalar}};
 #if PK_HAVE_X86
-  if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return q4 ? q4_1_vnni : q8_0_vnni;
-  if (level >= CPU_SIMD_LEVEL_AVX2) return q4 ? q4_1_avx2 : q8_0_avx2;
+  static const cpu_packed_fn avx2[3][2] = {{nibble_avx2, nibble_f_avx2},
+                                           {signed_avx2, signed_f_avx2},
+                                           {unsigned_avx2, unsigned_f_avx2}};
+  static const cpu_packed_fn vnni[3][2] = {{nibble_vnni, nibble_f_vnni},
+                                           {signed_vnni, signed_f_vnni},
+                                           {unsigned_vnni, unsigned_f_vnni}};
+  if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return vnni[fam][fs];
+  if (level >= CPU_SIMD_LEVEL_AVX2) return avx2[fam][fs];
 #endif
-  return q4 ? q4_1_scalar : q8_0_scalar;
+  return scalar[fam][fs];
 }

@@ -1,4 +1,5 @@
-/* Packed matmul weights: Q4_1 and Q8_0 repacked at load into panels of 16 output columns, so
+/* Packed matmul weights: Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K and IQ4_XS repacked at load
+ * into panels of 16 output columns, so
  * that one SIMD register holds four weights of each of 16 columns and an int8 dot product
  * instruction (AVX-512 VNNI vpdpbusd, or AVX2 vpmaddubsw) sums them against four activation
  * bytes broadcast to every lane. The idea is ggml's repacked Q4_0 layouts (ggml-cpu repack.cpp,
@@ -9,11 +10,12 @@
  *   activations: per block of 32, d = amax / 127, q = round-half-even(x * 127 / amax) (ggml's
  *     Q8 quantizer), kept with d and s = d * sum(q) as floats (block_q8_x);
  *   per output (column c, token t), block by block:
- *     i   = the exact int32 sum of the 32 products w * q (Q4_1: w = the nibble, 0..15;
- *           Q8_0: w = the signed byte)
+ *     i   = the exact int32 sum of the 32 products w * q (w the packed integer weight of the
+ *           family below: a nibble, a signed byte, a 5-bit quant)
  *     acc = fma(d_w * d_a, (float)i, acc)
- *     acc = fma(m_w, s_a, acc)                                  (Q4_1 only)
- *   starting from acc = 0; d_w, m_w are the block's fp16 scale and min.
+ *     acc = fma(m_w, s_a, acc)                      (NIBBLE and UNSIGNED families only)
+ *   starting from acc = 0; d_w, m_w are the block's scale and min (fp16 values of the GGUF
+ *   block, or for K / IQ4_XS blocks the exact float products of super- and sub-block scales).
  * This is not ggml's vec_dot order (8 float lanes per output, model/forward.h's
  * LLAMA_MATMUL_GGML keeps that one for bit-exactness with llama.cpp); it does one multiply and
  * one or two fma per block and output instead of eight lanes of them, which is what makes the
@@ -34,13 +36,32 @@
 /* Most activation rows one kernel call takes. */
 #define CPU_PACKED_MAX_ROWS 8
 
-/* Bytes of one packed block (32 weights of each of 16 columns):
- *   Q4_1: d[16] fp16, m[16] fp16, then qs[4][64]: qs[h][4j + e] = byte 4h + e of column j's
- *         ggml qs (low nibble: element 4h + e, high nibble: element 16 + 4h + e).
- *   Q8_0: d[16] fp16, then qs[8][64]: qs[g][4j + e] = element 4g + e of column j, plus 128
- *         (unsigned, for vpdpbusd). */
-#define CPU_PACK_Q4_1_BLOCK (32 + 32 + 4 * 64)
-#define CPU_PACK_Q8_0_BLOCK (32 + 8 * 64)
+/* Kernel families of packed blocks (32 weights of each of 16 columns). Each family has an
+ * fp16-scaled form (scales as the GGUF block's fp16 bits) and a float-scaled form for the K
+ * and IQ4_XS types, whose per-32 scale is the super-block scale times a sub-block scale (exact
+ * in float, not in fp16). With S the bytes of a scale (2 or 4):
+ *   NIBBLE   (Q4_1; Q4_K float-scaled): d[16], m[16], then qs[4][64]: qs[h][4j + e] = byte
+ *            4h + e of column j's Q4_1-style qs (low nibble: element 4h + e, high nibble:
+ *            element 16 + 4h + e). Q4_K: d = d * sc, m = -(dmin * min) of the sub-block.
+ *   SIGNED   (Q8_0, Q5_0, IQ4_NL; IQ4_XS float-scaled): d[16], then qs[8][64]: qs[g][4j + e] =
+ *            the signed integer weight of element 4g + e of column j, plus 128 (unsigned, for
+ *            vpdpbusd). Q5_0: q - 16 (-16..15); IQ4_NL / IQ4_XS: kvalues_iq4nl[q] (-127..113);
+ *            IQ4_XS: d = d * (ls - 32).
+ *   UNSIGNED (Q5_1; Q5_K float-scaled): d[16], m[16], then qs[8][64]: qs[g][4j + e] = the 5-bit
+ *            quant (0..31) of element 4g + e of column j. Q5_K: d, m as Q4_K.
+ * Q2_K, Q3_K and Q6_K have scales per 16 weights and no packed form. */
+enum cpu_pack_family {
+  CPU_PACK_FAMILY_NIBBLE = 0,
+  CPU_PACK_FAMILY_SIGNED = 1,
+  CPU_PACK_FAMILY_UNSIGNED = 2,
+};
+
+/* The family of type t's packed blocks (enum cpu_pack_family), *float_scales (may be NULL) 1
+ * for the float-scaled form; -1 if t has no packed layout. */
+int cpu_pack_kind(enum ggml_type t, int *float_scales);
+
+/* Bytes of one packed block of `family`, fp16- or float-scaled. */
+size_t cpu_pack_block_bytes(int family, int float_scales);
 
 /* Activation block of packed matmuls: 44 bytes. */
 typedef struct {
@@ -50,8 +71,8 @@ typedef struct {
   int8_t qs[32];
 } block_q8_x;
 
-/* Bytes of w packed; 0 if w has no packed layout (type other than Q4_1/Q8_0, rows not a
- * multiple of CPU_PACK_COLS, cols not a multiple of 32). */
+/* Bytes of w packed; 0 if w has no packed layout (a type without cpu_pack_kind, rows not a
+ * multiple of CPU_PACK_COLS, cols not whole blocks of the type). */
 size_t cpu_pack_bytes(const struct backend_weight *w);
 
 /* Writes w's packed layout into dst [cpu_pack_bytes(w)]: panel p (columns 16p..16p+15) at
@@ -67,8 +88,8 @@ void cpu_quantize_act_row_x(enum cpu_simd_level level, const float *x, block_q8_
 typedef void (*cpu_packed_fn)(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                               int n_rows, float *out, int64_t out_stride);
 
-/* The kernel of packed weight type w (Q4_1 or Q8_0) at `level`, clamped to what the CPU runs;
- * NULL for other types. */
+/* The kernel of packed weight type w (Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, IQ4_XS) at
+ * `level`, clamped to what the CPU runs; NULL for other types. */
 cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level);
 
 #endif

@@ -1,6 +1,7 @@
 /* Activation quantization and dot products: one float order per type, scalar and AVX2.
  * Compiled with -ffp-contract=off so that only the explicit fmaf/_mm256_fmadd_ps fuse. */
 #include "kernels/cpu/vec_dot.h"
+#include "kernels/cpu/vec_dot_lowbit.h"
 
 #include <math.h>
 #include <string.h>
@@ -31,11 +32,17 @@ enum cpu_simd_level cpu_simd_level_detect(void) {
 enum ggml_type cpu_vec_dot_type(enum ggml_type w) {
   switch (w) {
   case GGML_TYPE_Q4_0:
+  case GGML_TYPE_Q5_0:
+  case GGML_TYPE_IQ4_NL:
   case GGML_TYPE_Q8_0: return GGML_TYPE_Q8_0;
-  case GGML_TYPE_Q4_1: return GGML_TYPE_Q8_1;
+  case GGML_TYPE_Q4_1:
+  case GGML_TYPE_Q5_1: return GGML_TYPE_Q8_1;
+  case GGML_TYPE_Q2_K:
+  case GGML_TYPE_Q3_K:
   case GGML_TYPE_Q4_K:
   case GGML_TYPE_Q5_K:
-  case GGML_TYPE_Q6_K: return GGML_TYPE_Q8_K;
+  case GGML_TYPE_Q6_K:
+  case GGML_TYPE_IQ4_XS: return GGML_TYPE_Q8_K;
   case GGML_TYPE_F16: return GGML_TYPE_F16;
   case GGML_TYPE_BF16: return GGML_TYPE_BF16;
   case GGML_TYPE_F32: return GGML_TYPE_F32;
@@ -604,7 +611,7 @@ cpu_vec_dot_fn cpu_vec_dot_select(enum ggml_type w, enum cpu_simd_level level) {
   case GGML_TYPE_F32: return dot_f32_scalar;
   case GGML_TYPE_F16: return dot_f16_scalar;
   case GGML_TYPE_BF16: return dot_bf16_scalar;
-  default: return NULL;
+  default: return cpu_vec_dot_lowbit_select(w); /* one portable path on every level */
   }
 }
 

@@ -1,8 +1,9 @@
 /* Activation quantization and dot products of the CPU matmul, scalar and AVX2.
  *
  * Numerics follow ggml's CPU backend (ggml-cpu quants.c, type_traits_cpu): a weight row of
- * type T is dotted with an activation row quantized to T's vec_dot type (Q4_0/Q8_0 -> Q8_0,
- * Q4_1 -> Q8_1, Q4_K/Q5_K/Q6_K -> Q8_K, F16 -> F16, BF16 -> BF16, F32 -> F32), and the
+ * type T is dotted with an activation row quantized to T's vec_dot type (Q4_0/Q5_0/IQ4_NL/Q8_0
+ * -> Q8_0, Q4_1/Q5_1 -> Q8_1, Q2_K..Q6_K/IQ4_XS -> Q8_K, F16 -> F16, BF16 -> BF16, F32 -> F32;
+ * the dots of Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS live in vec_dot_lowbit.{h,c}), and the
  * integer products of a block are summed exactly before any float is touched.
  *
  * Same results on every path: each dot has ONE defined float order, which the scalar and the

@@ -12,7 +12,7 @@ if(TARGET llmbus_nats_test_server AND TARGET llmbus)
             test_engine_kv_geometry test_engine_poison)
     if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/${t}.c)
       llb_add_test(${t} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.c
-                   LIBS llmbus_e2e_stack PkgConfig::CMOCKA
+                   LIBS llmbus_e2e_stack PkgConfig::CMOCKA PkgConfig::JANSSON
                    LABELS e2e engine TIMEOUT 900
                    ARGS ${LLB_DEFAULT_MODEL})
       add_dependencies(${t} llmbus llmbus-kv-manager llmbus-scheduler llmbus-gpu-worker

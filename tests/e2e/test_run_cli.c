@@ -5,6 +5,11 @@
  * flight at shutdown did exactly that, after 35 s). No error-level log line either: a step
  * abandoned at shutdown is not an error.
  *
+ * `llmbus generate --inproc --json` (the model in this process, no bus) prints one JSON line
+ * shaped like the bus path's RequestOutput: prompt and output token ids, the text, which is
+ * the decode of the output ids, finish_reason and stop_reason; and the same greedy run
+ * without --json streams that very text.
+ *
  * Usage: test_run_cli MODEL.gguf (ctest passes LLB_DEFAULT_MODEL; LLMBUS_BUILD_DIR locates
  * cmd/llmbus). A missing model skips (77) locally and fails under CI=true. */
 #include <setjmp.h>
@@ -13,6 +18,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,10 +83,78 @@ static void test_run_answers_and_every_actor_exits_on_sigterm(void **state) {
   assert_non_null(strstr(out, "Red"));
 }
 
+/* Runs `llmbus generate --inproc` greedily on a chat prompt, with --json or without; stdout
+ * only into out (the timing line goes to stderr). Returns the wait status. */
+static int run_inproc(bool json, char *out, size_t cap) {
+  char bin[PATH_MAX];
+  snprintf(bin, sizeof bin, "%s/cmd/llmbus", getenv("LLMBUS_BUILD_DIR"));
+  char *argv[16] = {bin, "generate", "--inproc", "--model", (char *)g_model, "--temperature", "0",
+                    "--max-tokens", "16", "--threads", "1"};
+  int n = 11;
+  if (json) argv[n++] = "--json";
+  argv[n++] = "What is the capital of France?";
+  argv[n] = NULL;
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  const pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  close(fds[1]);
+  size_t len = 0;
+  ssize_t got;
+  while (len < cap - 1 && (got = read(fds[0], out + len, cap - 1 - len)) > 0) len += (size_t)got;
+  out[len] = '\0';
+  close(fds[0]);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  return status;
+}
+
+static void test_generate_inproc_json_prints_ids_and_text_of_the_streamed_answer(void **state) {
+  (void)state;
+  static char line[1 << 16], streamed[1 << 16];
+  int status = run_inproc(true, line, sizeof line);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  status = run_inproc(false, streamed, sizeof streamed);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  assert_non_null(strchr(line, '\n'));
+  assert_null(strchr(strchr(line, '\n') + 1, '\n')); /* exactly one line */
+  json_error_t err;
+  json_t *j = json_loads(line, 0, &err);
+  if (!j) fail_msg("not JSON (%s): %s", err.text, line);
+  const json_t *prompt = json_object_get(j, "prompt_token_ids");
+  assert_true(json_is_array(prompt) && json_array_size(prompt) > 5);
+  assert_true(json_is_true(json_object_get(j, "finished")));
+  const json_t *o = json_array_get(json_object_get(j, "outputs"), 0);
+  assert_non_null(o);
+  const json_t *ids = json_object_get(o, "token_ids");
+  assert_true(json_is_array(ids) && json_array_size(ids) >= 1 && json_array_size(ids) <= 16);
+  for (size_t i = 0; i < json_array_size(ids); i++) assert_true(json_is_integer(json_array_get(ids, i)));
+  const char *fr = json_string_value(json_object_get(o, "finish_reason"));
+  assert_non_null(fr);
+  assert_true(strcmp(fr, "stop") == 0 || strcmp(fr, "length") == 0);
+  if (strcmp(fr, "length") == 0) assert_int_equal(json_array_size(ids), 16);
+  assert_true(json_is_null(json_object_get(o, "stop_reason")) || json_is_integer(json_object_get(o, "stop_reason")));
+  /* the text is what the streamed run printed (plus its final newline) */
+  const char *text = json_string_value(json_object_get(o, "text"));
+  assert_non_null(text);
+  assert_true(strlen(text) > 0);
+  assert_int_equal(strlen(streamed), strlen(text) + 1);
+  assert_memory_equal(streamed, text, strlen(text));
+  json_decref(j);
+}
+
 int main(int argc, char **argv) {
   g_model = e2e_require_model(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_run_answers_and_every_actor_exits_on_sigterm),
+      cmocka_unit_test(test_generate_inproc_json_prints_ids_and_text_of_the_streamed_answer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,9 +24,17 @@ from gguf import GGMLQuantizationType as T
 from gguf import quants
 
 SEEDS = (1, 7, 1234)
-BLOCKS = {T.Q4_0: 8, T.Q4_1: 8, T.Q8_0: 8, T.Q4_K: 2, T.Q5_K: 2, T.Q6_K: 2}
-BLOCK_ELEMS = {T.Q4_0: 32, T.Q4_1: 32, T.Q8_0: 32, T.Q4_K: 256, T.Q5_K: 256, T.Q6_K: 256}
-BLOCK_BYTES = {T.Q4_0: 18, T.Q4_1: 20, T.Q8_0: 34, T.Q4_K: 144, T.Q5_K: 176, T.Q6_K: 210}
+BLOCKS = {T.Q4_0: 8, T.Q4_1: 8, T.Q8_0: 8, T.Q4_K: 2, T.Q5_K: 2, T.Q6_K: 2,
+          T.Q5_0: 8, T.Q5_1: 8, T.Q2_K: 2, T.Q3_K: 2, T.IQ4_NL: 8, T.IQ4_XS: 2}
+BLOCK_ELEMS = {T.Q4_0: 32, T.Q4_1: 32, T.Q8_0: 32, T.Q4_K: 256, T.Q5_K: 256, T.Q6_K: 256,
+               T.Q5_0: 32, T.Q5_1: 32, T.Q2_K: 256, T.Q3_K: 256, T.IQ4_NL: 32, T.IQ4_XS: 256}
+BLOCK_BYTES = {T.Q4_0: 18, T.Q4_1: 20, T.Q8_0: 34, T.Q4_K: 144, T.Q5_K: 176, T.Q6_K: 210,
+               T.Q5_0: 22, T.Q5_1: 24, T.Q2_K: 84, T.Q3_K: 110, T.IQ4_NL: 18, T.IQ4_XS: 136}
+# Types whose blocks are random bytes, and the byte offset of their fp16 scale d (and dmin,
+# written positive as ggml's quantizers do).
+RANDOM_BLOCK_D = {T.Q4_K: 0, T.Q5_K: 0, T.Q6_K: 208, T.Q2_K: 80, T.Q3_K: 108, T.IQ4_NL: 0,
+                  T.IQ4_XS: 0}
+RANDOM_BLOCK_DMIN = {T.Q4_K: 2, T.Q5_K: 2, T.Q2_K: 82}
 
 
 def half_bytes(rng, n):
@@ -37,11 +45,11 @@ def half_bytes(rng, n):
 
 def k_blocks(qtype, rng, n_blocks):
     raw = rng.integers(0, 256, (n_blocks, BLOCK_BYTES[qtype]), dtype=np.uint8)
-    if qtype in (T.Q4_K, T.Q5_K):      # d, dmin at the start; dmin positive as ggml writes it
-        raw[:, 0:2] = half_bytes(rng, n_blocks)
-        raw[:, 2:4] = np.abs(rng.uniform(1e-4, 0.05, n_blocks)).astype(np.float16).view(np.uint8).reshape(n_blocks, 2)
-    else:                               # Q6_K: d at the end
-        raw[:, -2:] = half_bytes(rng, n_blocks)
+    d = RANDOM_BLOCK_D[qtype]
+    raw[:, d:d + 2] = half_bytes(rng, n_blocks)
+    if qtype in RANDOM_BLOCK_DMIN:
+        m = RANDOM_BLOCK_DMIN[qtype]
+        raw[:, m:m + 2] = np.abs(rng.uniform(1e-4, 0.05, n_blocks)).astype(np.float16).view(np.uint8).reshape(n_blocks, 2)
     return raw
 
 
@@ -50,7 +58,7 @@ def records():
         for qtype, n_blocks in BLOCKS.items():
             rng = np.random.default_rng(seed * 100 + int(qtype))
             n = n_blocks * BLOCK_ELEMS[qtype]
-            if qtype in (T.Q4_K, T.Q5_K, T.Q6_K):
+            if qtype in RANDOM_BLOCK_D:
                 src = k_blocks(qtype, rng, n_blocks)
             else:
                 data = rng.standard_normal(n).astype(np.float32) * np.float32(0.5)

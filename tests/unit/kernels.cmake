@@ -6,3 +6,6 @@ llb_add_test(test_forward SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward.c
              LABELS unit TIMEOUT 300)
 llb_add_test(test_kernels_packed SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_packed.c
              LIBS llmbus_kernels_cpu PkgConfig::CMOCKA LABELS unit TIMEOUT 300)
+llb_add_test(test_forward_quant_types SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward_quant_types.c
+             LIBS llmbus_model llmbus_kernels_cpu llmbus_test_gguf_writer PkgConfig::CMOCKA
+             LABELS unit TIMEOUT 300)

@@ -8,3 +8,8 @@ llb_add_test(test_stop_strings SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_stop_strin
              LIBS llmbus_output_processor_core PkgConfig::CMOCKA LABELS unit TIMEOUT 60)
 llb_add_test(test_output_processor SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_output_processor.c
              LIBS llmbus_output_processor_core PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
+# End of generation: the tokenizer's EOG set, the input processor's stop ids, the scheduler's
+# stop check, on vocabularies written by the GGUF writer (no files needed).
+llb_add_test(test_tokenizer_eog SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer_eog.c
+             LIBS llmbus_input_processor_core llmbus_scheduler_core llmbus_test_gguf_writer
+                  PkgConfig::CMOCKA LABELS unit TIMEOUT 60)

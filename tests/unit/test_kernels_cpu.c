@@ -39,8 +39,11 @@ static void *random_weight(enum ggml_type t, int64_t rows, int64_t cols, size_t 
     uint8_t *blk = p + b * bb;
     uint16_t h1 = llb_fp32_to_fp16(0.01f + 0.02f * fabsf(rndf())), h2 = llb_fp32_to_fp16(0.02f * rndf());
     switch (t) {
-    case GGML_TYPE_Q4_0: case GGML_TYPE_Q8_0: memcpy(blk, &h1, 2); break;
-    case GGML_TYPE_Q4_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q8_0: case GGML_TYPE_Q5_0: case GGML_TYPE_IQ4_NL:
+    case GGML_TYPE_IQ4_XS: memcpy(blk, &h1, 2); break;
+    case GGML_TYPE_Q2_K: memcpy(blk + 80, &h1, 2); memcpy(blk + 82, &h2, 2); break;
+    case GGML_TYPE_Q3_K: memcpy(blk + 108, &h1, 2); break;
+    case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
       memcpy(blk, &h1, 2);
       memcpy(blk + 2, &h2, 2);
       break;
@@ -70,7 +73,7 @@ static void run_matmul(struct backend_ctx *c, const float *x, int32_t n_rows, co
 }
 
 static double act_step(enum ggml_type t, const float *x, int64_t i) {
-  const int64_t bs = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K ? 256 : 32;
+  const int64_t bs = ggml_type_block_elems(t) == 256 ? 256 : 32;
   switch (t) {
   case GGML_TYPE_F32: return 0.0;
   case GGML_TYPE_F16: return fabs(x[i]) / 2048.0;
@@ -127,7 +130,8 @@ static float ref_dot_q32(enum ggml_type t, const uint8_t *w, const void *act, in
 
 static const enum ggml_type k_types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K,
                                          GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_F16, GGML_TYPE_BF16,
-                                         GGML_TYPE_F32};
+                                         GGML_TYPE_F32, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K,
+                                         GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
 
 static void test_matmul_matches_references_for_all_types(void **state) {
   (void)state;
@@ -161,11 +165,11 @@ static void test_matmul_matches_references_for_all_types(void **state) {
                   tol += fabs(wf[i]) * act_step(t, xr, i);
                   mag += fabs((double)wf[i] * xr[i]);
                 }
-                if (t == GGML_TYPE_Q4_1)
+                if (t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1)
                   for (int64_t b = 0; b < K / 32; b++) {
                     uint16_t mh;
                     double sx = 0;
-                    memcpy(&mh, w + (size_t)n * rb + (size_t)b * 20 + 2, 2);
+                    memcpy(&mh, w + (size_t)n * rb + (size_t)b * ggml_type_block_bytes(t) + 2, 2);
                     for (int e = 0; e < 32; e++) sx += xr[b * 32 + e];
                     mag += fabs(llb_fp16_to_fp32(mh) * sx);
                   }

@@ -1,8 +1,10 @@
-/* Packed Q4_1 / Q8_0 matmuls (kernels/cpu/packed.h) through the CPU backend's matmul.
+/* Packed Q4_1 / Q8_0 / Q5_0 / Q5_1 / IQ4_NL / Q4_K / Q5_K / IQ4_XS matmuls (kernels/cpu/packed.h)
+ * through the CPU backend's matmul.
  *
  * 1. Every output equals, bit for bit, a reference written here from the GGUF layout in the
- *    documented order (exact int32 block sums, acc = fma(d_w * d_a, isum, acc), Q4_1 then
- *    acc = fma(m_w, s_a, acc)), on every SIMD level this CPU runs (scalar, AVX2, AVX-512
+ *    documented order (exact int32 block sums, acc = fma(d_w * d_a, isum, acc), Q4_1, Q5_1,
+ *    Q4_K, Q5_K then acc = fma(m_w, s_a, acc); K and IQ4_XS blocks of 32 take d_w, m_w = the
+ *    float products of super-block and sub-block scales), on every SIMD level this CPU runs (scalar, AVX2, AVX-512
  *    VNNI), with 1 and 2 threads, for row counts that do and do not fill a kernel tile: so
  *    the layout is right, the levels agree, and no row depends on the batch.
  * 2. The reference itself is close to the real product: dequantized weights times float x,
@@ -32,7 +34,14 @@ static uint32_t rnd(void) {
 }
 static float rndf(void) { return (float)rnd() / 2147483648.0f - 1.0f; } /* [-1, 1) */
 
-/* GGUF rows of Q4_1 or Q8_0: random quants, sane fp16 scales (and signed Q4_1 mins). */
+/* Whether blocks of t carry a min m after d (w = d * q + m). */
+static bool has_min(enum ggml_type t) {
+  return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K;
+}
+
+static bool is_super(enum ggml_type t) { return ggml_type_block_elems(t) == 256; }
+
+/* GGUF rows of a packed type: random quants, sane fp16 scales (and signed mins). */
 static uint8_t *random_weight(enum ggml_type t, int64_t rows, int64_t cols, size_t *row_bytes) {
   assert_int_equal(ggml_row_bytes(t, cols, row_bytes), LLB_STATUS_OK);
   const size_t n = *row_bytes * (size_t)rows, bb = ggml_type_block_bytes(t);
@@ -41,7 +50,7 @@ static uint8_t *random_weight(enum ggml_type t, int64_t rows, int64_t cols, size
   for (size_t b = 0; b < n / bb; b++) {
     const uint16_t d = llb_fp32_to_fp16(0.005f + 0.02f * fabsf(rndf())), m = llb_fp32_to_fp16(0.1f * rndf());
     memcpy(p + b * bb, &d, 2);
-    if (t == GGML_TYPE_Q4_1) memcpy(p + b * bb + 2, &m, 2);
+    if (has_min(t)) memcpy(p + b * bb + 2, is_super(t) ? &d : &m, 2); /* K: dmin > 0 as ggml */
   }
   return p;
 }
@@ -52,13 +61,71 @@ static float h2f(const uint8_t *p) {
   return llb_fp16_to_fp32(h);
 }
 
-/* Weight j of block b of a GGUF row, as the integer the dot multiplies. */
+/* Weight j of block b of a GGUF row, as the integer the dot multiplies, read from the
+ * ggml-common.h layout: Q5_0/Q5_1 keep the 5th bit of weight j in bit j of qh (4 bytes after
+ * d, or d and m), IQ4_NL indexes ggml's kvalues_iq4nl with the nibble. */
 static int weight_q(enum ggml_type t, const uint8_t *row, int64_t b, int j) {
-  if (t == GGML_TYPE_Q4_1) {
-    const uint8_t q = row[b * 20 + 4 + j % 16];
+  static const int kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const uint8_t *blk = row + b * (int64_t)ggml_type_block_bytes(t);
+  switch (t) {
+  case GGML_TYPE_Q4_1: {
+    const uint8_t q = blk[4 + j % 16];
     return j < 16 ? q & 0x0F : q >> 4;
   }
-  return (int8_t)row[b * 34 + 2 + j];
+  case GGML_TYPE_Q5_0:
+  case GGML_TYPE_Q5_1: {
+    const uint8_t *qh = blk + (t == GGML_TYPE_Q5_0 ? 2 : 4), *qs = qh + 4;
+    const int lo = j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4;
+    const int q = lo | (((qh[j / 8] >> (j % 8)) & 1) << 4);
+    return t == GGML_TYPE_Q5_0 ? q - 16 : q;
+  }
+  case GGML_TYPE_IQ4_NL: {
+    const uint8_t q = blk[2 + j % 16];
+    return kv[j < 16 ? q & 0x0F : q >> 4];
+  }
+  default: return (int8_t)blk[2 + j];
+  }
+}
+
+/* Weight j of 32-block b of a Q4_K / Q5_K / IQ4_XS row (b indexes blocks of 32), and that
+ * block's float scale and min (w = d * q + m), from the layouts of ggml-common.h: Q4_K d, dmin,
+ * scales[12], qs[128]; Q5_K the same with qh[32] before qs; IQ4_XS d, scales_h, scales_l[4],
+ * qs[128]. */
+static int super_q(enum ggml_type t, const uint8_t *row, int64_t b, int l, float *d, float *m) {
+  static const int kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const uint8_t *blk = row + (b / 8) * (int64_t)ggml_type_block_bytes(t);
+  const int j = (int)(b % 8);
+  if (t == GGML_TYPE_IQ4_XS) {
+    const int sh = blk[2] | blk[3] << 8;
+    const int ls = ((blk[4 + j / 2] >> (4 * (j % 2))) & 15) | (((sh >> (2 * j)) & 3) << 4);
+    *d = h2f(blk) * (float)(ls - 32);
+    *m = 0.0f;
+    const uint8_t q = blk[8 + 16 * j + l % 16];
+    return kv[l < 16 ? q & 15 : q >> 4];
+  }
+  const uint8_t *sc = blk + 4;
+  int s6, m6;
+  if (j < 4) {
+    s6 = sc[j] & 63, m6 = sc[j + 4] & 63;
+  } else {
+    s6 = (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
+    m6 = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+  }
+  *d = h2f(blk) * (float)s6;
+  *m = -(h2f(blk + 2) * (float)m6);
+  const uint8_t *qs = blk + 16 + (t == GGML_TYPE_Q5_K ? 32 : 0);
+  int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 15;
+  if (t == GGML_TYPE_Q5_K) q |= ((blk[16 + l] >> j) & 1) << 4;
+  return q;
+}
+
+/* Weight l of 32-block b as the integer the kernel multiplies, with the block's d and m. */
+static int block_weight(enum ggml_type t, const uint8_t *row, int64_t b, int l, float *d, float *m) {
+  if (is_super(t)) return super_q(t, row, b, l, d, m);
+  const uint8_t *blk = row + b * (int64_t)ggml_type_block_bytes(t);
+  *d = h2f(blk);
+  *m = has_min(t) ? h2f(blk + 2) : 0.0f;
+  return weight_q(t, row, b, l);
 }
 
 /* The documented activation quantization of one block of 32. */
@@ -82,10 +149,10 @@ static float output_ref(enum ggml_type t, const uint8_t *wrow, const float *x, i
     int sum;
     const float d = quantize_ref(x + b * 32, q, &sum);
     int32_t isum = 0;
-    for (int j = 0; j < 32; j++) isum += weight_q(t, wrow, b, j) * q[j];
-    const size_t bb = t == GGML_TYPE_Q4_1 ? 20 : 34;
-    acc = fmaf(h2f(wrow + b * bb) * d, (float)isum, acc);
-    if (t == GGML_TYPE_Q4_1) acc = fmaf(h2f(wrow + b * bb + 2), d * (float)sum, acc);
+    float dw = 0.0f, mw = 0.0f;
+    for (int j = 0; j < 32; j++) isum += block_weight(t, wrow, b, j, &dw, &mw) * q[j];
+    acc = fmaf(dw * d, (float)isum, acc);
+    if (has_min(t)) acc = fmaf(mw, d * (float)sum, acc);
   }
   return acc;
 }
@@ -95,13 +162,13 @@ static void output_exact(enum ggml_type t, const uint8_t *wrow, const float *x, 
                          double *bound) {
   *val = 0.0;
   *bound = 1e-4;
-  const size_t bb = t == GGML_TYPE_Q4_1 ? 20 : 34;
   for (int64_t b = 0; b < k / 32; b++) {
     double amax = 0.0;
     for (int j = 0; j < 32; j++) amax = fmax(amax, fabs(x[b * 32 + j]));
     for (int j = 0; j < 32; j++) {
-      double w = (double)h2f(wrow + b * bb) * weight_q(t, wrow, b, j);
-      if (t == GGML_TYPE_Q4_1) w += h2f(wrow + b * bb + 2);
+      float dw, mw;
+      const int q = block_weight(t, wrow, b, j, &dw, &mw);
+      const double w = (double)dw * q + (double)mw;
       *val += w * x[b * 32 + j];
       *bound += fabs(w) * amax / 127.0 + 1e-6 * fabs(w * x[b * 32 + j]);
     }
@@ -167,13 +234,19 @@ static void check_shape(enum ggml_type t, int64_t rows, int64_t k, int32_t n_row
 
 static void test_packed_matmul_equals_reference_on_every_level(void **state) {
   (void)state;
-  const enum ggml_type types[2] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
+  const enum ggml_type types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                  GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
   const int64_t shapes[][2] = {{16, 32}, {48, 64}, {192, 576}, {64, 1024}};
+  const int64_t super_shapes[][2] = {{16, 256}, {48, 512}, {64, 1024}};
   const int32_t row_counts[] = {1, 3, 8, 9, 17, 32};
-  for (int ti = 0; ti < 2; ti++)
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    const bool sup = is_super(types[ti]);
+    const size_t n_shapes = sup ? sizeof super_shapes / sizeof super_shapes[0] : sizeof shapes / sizeof shapes[0];
+    for (size_t s = 0; s < n_shapes; s++)
       for (size_t n = 0; n < sizeof row_counts / sizeof row_counts[0]; n++)
-        check_shape(types[ti], shapes[s][0], shapes[s][1], row_counts[n]);
+        check_shape(types[ti], sup ? super_shapes[s][0] : shapes[s][0], sup ? super_shapes[s][1] : shapes[s][1],
+                    row_counts[n]);
+  }
 }
 
 static void test_activation_quantizer_same_bytes_on_every_level(void **state) {
@@ -211,8 +284,10 @@ static void test_weights_without_layout_are_refused_and_still_work(void **state)
   assert_int_equal(ops->pack_bytes(&w), 0);
   uint8_t dst[64];
   assert_int_equal(ops->pack(&w, dst), LLB_STATUS_INVALID_ARGUMENT);
-  struct backend_weight k4 = {.type = GGML_TYPE_Q4_K, .rows = 16, .cols = 256, .row_bytes = 144, .data = data};
-  assert_int_equal(ops->pack_bytes(&k4), 0);
+  struct backend_weight k6 = {.type = GGML_TYPE_Q6_K, .rows = 16, .cols = 256, .row_bytes = 210, .data = data};
+  assert_int_equal(ops->pack_bytes(&k6), 0); /* scales per 16 weights: no packed form */
+  struct backend_weight k4 = {.type = GGML_TYPE_Q4_K, .rows = 16, .cols = 32, .row_bytes = 18, .data = data};
+  assert_int_equal(ops->pack_bytes(&k4), 0); /* not a whole super-block */
   /* a packed pointer on a weight without a layout is ignored: GGUF layout, ggml order */
   w.packed = dst;
   float x[64], out[24];

@@ -35,19 +35,34 @@ static void test_type_table_matches_ggml_sizes(void **state) {
   assert_int_equal(ggml_type_block_bytes(GGML_TYPE_Q4_K), sizeof(block_q4_K));
   assert_int_equal(ggml_type_block_bytes(GGML_TYPE_Q5_K), sizeof(block_q5_K));
   assert_int_equal(ggml_type_block_bytes(GGML_TYPE_Q6_K), sizeof(block_q6_K));
+  assert_int_equal(ggml_type_block_bytes(GGML_TYPE_Q5_0), sizeof(block_q5_0));
+  assert_int_equal(ggml_type_block_bytes(GGML_TYPE_Q5_1), sizeof(block_q5_1));
+  assert_int_equal(ggml_type_block_bytes(GGML_TYPE_Q2_K), sizeof(block_q2_K));
+  assert_int_equal(ggml_type_block_bytes(GGML_TYPE_Q3_K), sizeof(block_q3_K));
+  assert_int_equal(ggml_type_block_bytes(GGML_TYPE_IQ4_NL), sizeof(block_iq4_nl));
+  assert_int_equal(ggml_type_block_bytes(GGML_TYPE_IQ4_XS), sizeof(block_iq4_xs));
   assert_int_equal(ggml_type_block_bytes(GGML_TYPE_Q2_K), 84);
+  assert_int_equal(ggml_type_block_elems(GGML_TYPE_IQ4_NL), 32);
+  assert_int_equal(ggml_type_block_elems(GGML_TYPE_IQ4_XS), 256);
+  assert_int_equal(ggml_type_block_bytes(GGML_TYPE_IQ2_XXS), 66); /* known, not dequantized */
+  assert_int_equal(ggml_type_block_bytes(GGML_TYPE_MXFP4), 17);
   assert_int_equal(ggml_type_block_bytes(GGML_TYPE_BF16), 2);
   assert_int_equal(ggml_type_block_elems(GGML_TYPE_F32), 1);
   assert_int_equal(ggml_type_block_elems(GGML_TYPE_Q4_1), 32);
   assert_int_equal(ggml_type_block_elems(GGML_TYPE_Q6_K), 256);
   assert_int_equal(ggml_type_block_elems((enum ggml_type)4), 0); /* removed Q4_2 */
-  assert_int_equal(ggml_type_block_bytes((enum ggml_type)39), 0);
+  assert_int_equal(ggml_type_block_bytes((enum ggml_type)37), 0); /* removed IQ4_NL_4_8 */
   assert_int_equal(ggml_type_block_elems((enum ggml_type)-1), 0);
   assert_string_equal(ggml_type_name(GGML_TYPE_Q4_1), "q4_1");
   assert_string_equal(ggml_type_name(GGML_TYPE_Q6_K), "q6_K");
+  assert_string_equal(ggml_type_name(GGML_TYPE_IQ4_NL), "iq4_nl");
+  assert_string_equal(ggml_type_name(GGML_TYPE_IQ2_XS), "iq2_xs");
   assert_string_equal(ggml_type_name((enum ggml_type)77), "unknown");
   assert_true(ggml_type_is_supported(GGML_TYPE_Q5_K));
-  assert_false(ggml_type_is_supported(GGML_TYPE_Q5_0));
+  assert_true(ggml_type_is_supported(GGML_TYPE_Q5_0));
+  assert_true(ggml_type_is_supported(GGML_TYPE_IQ4_XS));
+  assert_false(ggml_type_is_supported(GGML_TYPE_IQ2_XXS));
+  assert_false(ggml_type_is_supported(GGML_TYPE_Q8_K));
   assert_false(ggml_type_is_supported((enum ggml_type)5));
 }
 
@@ -132,8 +147,8 @@ static void test_dequantize_unsupported_type_is_named(void **state) {
   (void)state;
   uint8_t src[84] = {1};
   float dst[256];
-  assert_int_equal(ggml_dequantize_row(GGML_TYPE_Q2_K, src, dst, 256), LLB_STATUS_UNSUPPORTED);
-  assert_non_null(strstr(llb_err_last(), "q2_K"));
+  assert_int_equal(ggml_dequantize_row(GGML_TYPE_IQ2_XXS, src, dst, 256), LLB_STATUS_UNSUPPORTED);
+  assert_non_null(strstr(llb_err_last(), "iq2_xxs"));
   assert_int_equal(ggml_dequantize_row((enum ggml_type)33, src, dst, 1), LLB_STATUS_UNSUPPORTED);
   assert_non_null(strstr(llb_err_last(), "33"));
   assert_int_equal(ggml_dequantize_row(GGML_TYPE_Q8_0, src, dst, 16),
@@ -152,6 +167,24 @@ static void test_q4_0_hand_block_matches_definition(void **state) {
   for (int j = 0; j < 16; j++) {
     assert_true(y[j] == 0.5f * (float)(j - 8));
     assert_true(y[j + 16] == 0.5f * (float)(7 - j));
+  }
+}
+
+/* The 5th bit of weight j sits in bit j of qh read as a little-endian uint32. */
+static void test_q5_0_hand_block_takes_high_bit_from_qh(void **state) {
+  (void)state;
+  block_q5_0 b;
+  b.d = llb_fp32_to_fp16(0.25f);
+  const uint32_t qh = 0xA5A50F0Fu;
+  for (int i = 0; i < 4; i++) b.qh[i] = (uint8_t)(qh >> (8 * i));
+  for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | ((15 - j) << 4));
+  float y[32];
+  assert_int_equal(ggml_dequantize_row(GGML_TYPE_Q5_0, &b, y, 32), LLB_STATUS_OK);
+  for (int j = 0; j < 16; j++) {
+    const int lo = j + (int)((qh >> j) & 1u) * 16 - 16;
+    const int hi = (15 - j) + (int)((qh >> (j + 16)) & 1u) * 16 - 16;
+    assert_true(y[j] == 0.25f * (float)lo);
+    assert_true(y[j + 16] == 0.25f * (float)hi);
   }
 }
 
@@ -233,8 +266,9 @@ static void test_dequantize_bit_exact_with_gguf_py_reference(void **state) {
   }
   assert_int_equal(pos, v->size);
   const enum ggml_type all[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-                                GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
-                                GGML_TYPE_Q6_K};
+                                GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+                                GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
     assert_true(seen[all[i]] >= 3); /* every supported type, several seeds */
   }
@@ -250,6 +284,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_bf16_round_trips_and_rounds_to_even),
       cmocka_unit_test(test_dequantize_unsupported_type_is_named),
       cmocka_unit_test(test_q4_0_hand_block_matches_definition),
+      cmocka_unit_test(test_q5_0_hand_block_takes_high_bit_from_qh),
       cmocka_unit_test_setup_teardown(test_dequantize_bit_exact_with_gguf_py_reference,
                                       load_vectors, free_vectors),
   };

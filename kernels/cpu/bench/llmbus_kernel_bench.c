@@ -111,7 +111,7 @@ static int run_check(struct bench *b) {
   }
   for (int g = 0; g < GEN; g++) {
     const int32_t next = argmax(b->logits, b->vocab);
-    if (next == tokenizer_eos_id(tok) || tokenizer_is_control(tok, next)) break;
+    if (tokenizer_is_eog(tok, next)) break;
     const int64_t pl = tokenizer_token_to_piece(tok, next, false, out + out_len, sizeof(out) - 1 - out_len);
     if (pl > 0 && out_len + (size_t)pl < sizeof(out)) out_len += (size_t)pl;
     out[out_len] = '\0';

@@ -1,0 +1,186 @@
+/* Packed weight layouts (packed.h): which GGUF types have one, and the repacking of GGUF rows
+ * into 16-column panels. Block layouts read: kernels/quant.h (ggml-common.h); Q4_K/Q5_K scales
+ * as ggml-quants.c get_scale_min_k4, IQ4_XS as dequantize_row_iq4_xs. */
+#include "kernels/cpu/packed.h"
+
+#include <string.h>
+
+int cpu_pack_kind(enum ggml_type t, int *float_scales) {
+  int fs = 0, fam;
+  switch (t) {
+  case GGML_TYPE_Q4_1: fam = CPU_PACK_FAMILY_NIBBLE; break;
+  case GGML_TYPE_Q4_K: fam = CPU_PACK_FAMILY_NIBBLE, fs = 1; break;
+  case GGML_TYPE_Q8_0: case GGML_TYPE_Q5_0: case GGML_TYPE_IQ4_NL: fam = CPU_PACK_FAMILY_SIGNED; break;
+  case GGML_TYPE_IQ4_XS: fam = CPU_PACK_FAMILY_SIGNED, fs = 1; break;
+  case GGML_TYPE_Q5_1: fam = CPU_PACK_FAMILY_UNSIGNED; break;
+  case GGML_TYPE_Q5_K: fam = CPU_PACK_FAMILY_UNSIGNED, fs = 1; break;
+  default: return -1;
+  }
+  if (float_scales) *float_scales = fs;
+  return fam;
+}
+
+size_t cpu_pack_block_bytes(int family, int float_scales) {
+  const size_t sb = float_scales ? 4 : 2; /* bytes of one column's scale */
+  switch (family) {
+  case CPU_PACK_FAMILY_NIBBLE: return 32 * sb + 4 * 64;
+  case CPU_PACK_FAMILY_SIGNED: return 16 * sb + 8 * 64;
+  case CPU_PACK_FAMILY_UNSIGNED: return 32 * sb + 8 * 64;
+  default: return 0;
+  }
+}
+
+size_t cpu_pack_bytes(const struct backend_weight *w) {
+  int fs = 0;
+  const int fam = cpu_pack_kind(w->type, &fs);
+  const int64_t be = ggml_type_block_elems(w->type);
+  if (fam < 0 || w->rows <= 0 || w->rows % CPU_PACK_COLS != 0 || w->cols <= 0 || w->cols % be != 0)
+    return 0;
+  return (size_t)(w->rows / CPU_PACK_COLS) * (size_t)(w->cols / 32) * cpu_pack_block_bytes(fam, fs);
+}
+
+/* One block of 32 weights of a packable type: w_i = d * q_i + m (m = 0 without a min), with
+ * q unsigned (uq, NIBBLE and UNSIGNED families) or signed (sq, SIGNED family). d and m are the
+ * fp16 bits (dh, mh) for fp16-scaled types, floats (df, mf) for the K and IQ4_XS types, whose
+ * per-32 scale d * sub-scale is exact in float (11 + 8 significant bits). */
+struct block32 {
+  uint16_t dh, mh;
+  float df, mf;
+  uint8_t uq[32];
+  int8_t sq[32];
+};
+
+/* The 5-bit quants (0..31) of a Q5_0/Q5_1 block in element order. */
+static void unpack_q5(const uint8_t qh_bytes[4], const uint8_t qs[16], uint8_t q[32]) {
+  const uint32_t qh = (uint32_t)qh_bytes[0] | (uint32_t)qh_bytes[1] << 8 | (uint32_t)qh_bytes[2] << 16 |
+                      (uint32_t)qh_bytes[3] << 24;
+  for (int j = 0; j < 16; j++) {
+    q[j] = (uint8_t)((qs[j] & 0x0F) | (((qh >> j) & 1u) << 4));
+    q[j + 16] = (uint8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+  }
+}
+
+/* 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block (get_scale_min_k4). */
+static void scale_min_k4(int j, const uint8_t *s, int *sc, int *mn) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *mn = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+/* Block b (of 32 weights) of a GGUF row of type t. */
+static void decode_block32(enum ggml_type t, const uint8_t *row, int64_t b, struct block32 *o) {
+  const int64_t sb = b / 8;
+  const int j = (int)(b % 8); /* sub-block of a 256-weight super-block */
+  switch (t) {
+  case GGML_TYPE_Q4_1: {
+    const block_q4_1 *x = (const block_q4_1 *)row + b;
+    o->dh = x->d, o->mh = x->m;
+    for (int i = 0; i < 16; i++) o->uq[i] = x->qs[i] & 0x0F, o->uq[i + 16] = x->qs[i] >> 4;
+    return;
+  }
+  case GGML_TYPE_Q5_1: {
+    const block_q5_1 *x = (const block_q5_1 *)row + b;
+    o->dh = x->d, o->mh = x->m;
+    unpack_q5(x->qh, x->qs, o->uq);
+    return;
+  }
+  case GGML_TYPE_Q8_0: {
+    const block_q8_0 *x = (const block_q8_0 *)row + b;
+    o->dh = x->d;
+    memcpy(o->sq, x->qs, 32);
+    return;
+  }
+  case GGML_TYPE_Q5_0: {
+    const block_q5_0 *x = (const block_q5_0 *)row + b;
+    uint8_t q[32];
+    unpack_q5(x->qh, x->qs, q);
+    o->dh = x->d;
+    for (int i = 0; i < 32; i++) o->sq[i] = (int8_t)(q[i] - 16);
+    return;
+  }
+  case GGML_TYPE_IQ4_NL: {
+    const block_iq4_nl *x = (const block_iq4_nl *)row + b;
+    o->dh = x->d;
+    for (int i = 0; i < 16; i++) {
+      o->sq[i] = llb_kvalues_iq4nl[x->qs[i] & 0x0F];
+      o->sq[i + 16] = llb_kvalues_iq4nl[x->qs[i] >> 4];
+    }
+    return;
+  }
+  case GGML_TYPE_Q4_K:
+  case GGML_TYPE_Q5_K: {
+    /* sub-block j: low (j even) or high (j odd) nibbles of qs[32 * (j / 2) ..]; Q5_K's 5th
+     * bit of element l in bit j of qh[l]. w = d * sc * q - dmin * m. */
+    const uint8_t *scales, *qs, *qh = NULL;
+    uint16_t d, dmin;
+    if (t == GGML_TYPE_Q4_K) {
+      const block_q4_K *x = (const block_q4_K *)row + sb;
+      d = x->d, dmin = x->dmin, scales = x->scales, qs = x->qs;
+    } else {
+      const block_q5_K *x = (const block_q5_K *)row + sb;
+      d = x->d, dmin = x->dmin, scales = x->scales, qs = x->qs, qh = x->qh;
+    }
+    int sc, mn;
+    scale_min_k4(j, scales, &sc, &mn);
+    o->df = llb_fp16_to_fp32(d) * (float)sc;
+    o->mf = -(llb_fp16_to_fp32(dmin) * (float)mn);
+    for (int l = 0; l < 32; l++) {
+      int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F;
+      if (qh) q |= ((qh[l] >> j) & 1) << 4;
+      o->uq[l] = (uint8_t)q;
+    }
+    return;
+  }
+  case GGML_TYPE_IQ4_XS: {
+    const block_iq4_xs *x = (const block_iq4_xs *)row + sb;
+    const int ls = ((x->scales_l[j / 2] >> (4 * (j % 2))) & 0x0F) | (((x->scales_h >> (2 * j)) & 3) << 4);
+    o->df = llb_fp16_to_fp32(x->d) * (float)(ls - 32);
+    for (int i = 0; i < 16; i++) {
+      o->sq[i] = llb_kvalues_iq4nl[x->qs[16 * j + i] & 0x0F];
+      o->sq[i + 16] = llb_kvalues_iq4nl[x->qs[16 * j + i] >> 4];
+    }
+    return;
+  }
+  default: return; /* not reached: cpu_pack_bytes checked the type */
+  }
+}
+
+llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
+  if (!w || !dst || cpu_pack_bytes(w) == 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "no packed layout for this weight");
+  int fs = 0;
+  const int fam = cpu_pack_kind(w->type, &fs);
+  const size_t sb = fs ? 4 : 2, bb = cpu_pack_block_bytes(fam, fs);
+  const size_t m_off = 16 * sb, qs_off = fam == CPU_PACK_FAMILY_SIGNED ? 16 * sb : 32 * sb;
+  const int64_t nb = w->cols / 32, panels = w->rows / CPU_PACK_COLS;
+  const uint8_t *src = w->data;
+  uint8_t *out = dst;
+  for (int64_t p = 0; p < panels; p++)
+    for (int64_t b = 0; b < nb; b++) {
+      uint8_t *o = out + ((size_t)p * (size_t)nb + (size_t)b) * bb;
+      for (int j = 0; j < CPU_PACK_COLS; j++) {
+        struct block32 k;
+        decode_block32(w->type, src + (size_t)(p * CPU_PACK_COLS + j) * w->row_bytes, b, &k);
+        if (fs) {
+          memcpy(o + 4 * j, &k.df, 4);
+          if (fam != CPU_PACK_FAMILY_SIGNED) memcpy(o + m_off + 4 * j, &k.mf, 4);
+        } else {
+          memcpy(o + 2 * j, &k.dh, 2);
+          if (fam != CPU_PACK_FAMILY_SIGNED) memcpy(o + m_off + 2 * j, &k.mh, 2);
+        }
+        uint8_t *q = o + qs_off + 4 * j;
+        for (int g = 0; g < 8; g++)
+          for (int e = 0; e < 4; e++) {
+            const int i = 4 * g + e;
+            if (fam == CPU_PACK_FAMILY_SIGNED) q[64 * g + e] = (uint8_t)((uint8_t)k.sq[i] ^ 0x80);
+            else if (fam == CPU_PACK_FAMILY_UNSIGNED) q[64 * g + e] = k.uq[i];
+            else if (g < 4) q[64 * g + e] = (uint8_t)(k.uq[i] | (k.uq[i + 16] << 4)); /* Q4_1's nibbles */
+          }
+      }
+    }
+  return LLB_STATUS_OK;
+}
