@@ -693,6 +693,12 @@ void bus_stop(struct bus *b) {
   (void)w;
 }
 
+bool bus_stop_requested(struct bus *b) {
+  if (!b) return false;
+  struct pollfd p = {.fd = b->stop_pipe[0], .events = POLLIN};
+  return poll(&p, 1, 0) > 0 && (p.revents & POLLIN); /* peeked, not read: bus_actor_run sees it too */
+}
+
 llb_status bus_drain(struct bus *b, int64_t timeout_ms) {
   heartbeat_stop(b);
   int64_t t0 = llb_now_ns();

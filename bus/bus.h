@@ -211,6 +211,10 @@ llb_status bus_heartbeat_start(struct bus *bus, const char *actor, const char *i
  * requested before bus_actor_run() is called makes it return right after draining. */
 void bus_stop(struct bus *bus);
 
+/* Whether a stop (bus_stop, SIGTERM, SIGINT) is pending, without consuming it: for start-up
+ * work that waits (a start hook polls it to give up early). NULL: false. */
+bool bus_stop_requested(struct bus *bus);
+
 /* Runs the actor until bus_stop(), SIGTERM or SIGINT (when o->install_signal_handlers), then
  * drains: subscriptions stop taking new messages, queued and in-flight handlers finish (their
  * replies are sent), pending publishes are flushed and the connection is closed, within

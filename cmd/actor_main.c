@@ -195,6 +195,8 @@ static llb_status apply_log_level(const char *level) {
                   level);
 }
 
+static void geometry_watch_free(struct geometry_watch *w);
+
 /* Runs on the bus loop thread: encode one Heartbeat, never block. */
 static llb_status heartbeat_fill(void *user, uint8_t *buf, size_t cap, size_t *len) {
   struct actor_main *am = user;
@@ -250,6 +252,7 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
   atomic_init(&am->heartbeat_seq, 0);
   atomic_init(&am->kv_num_blocks, 0);
   atomic_init(&am->kv_block_size, 0);
+  atomic_init(&am->fail_exit, false);
   init_common(am);
 
   int rc = parse_args(am, argc, argv);
@@ -296,6 +299,10 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
 
   rc = ACTOR_MAIN_EXIT_OK;
   st = spec->start(am, spec->user);
+  if (st != LLB_STATUS_OK && bus_stop_requested(am->bus)) { /* SIGTERM while starting: a clean stop */
+    LLB_LOG_INFO("stopped_during_start", "status=%s", llb_strerror(st));
+    goto out;
+  }
   if (st != LLB_STATUS_OK) {
     char q[512];
     LLB_LOG_ERROR("start_failed", "status=%s error=%s", llb_strerror(st),
@@ -320,10 +327,12 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
     LLB_LOG_WARN("drain_incomplete", "status=%s", llb_strerror(st));
     rc = ACTOR_MAIN_EXIT_FAILURE;
   }
+  if (atomic_load(&am->fail_exit)) rc = ACTOR_MAIN_EXIT_FAILURE;
 out:
   if (spec->stop) spec->stop(am, spec->user);
   bus_destroy(am->bus);
   am->bus = NULL;
+  geometry_watch_free(am->geometry_watch); /* no handler runs once the bus is gone */
   if (spec->destroy) spec->destroy(am, spec->user);
   /* The NATS client ends its threads after bus_destroy (the drain's closing thread releases
    * the connection last): wait for them, so none runs while the process exits. */
@@ -351,18 +360,68 @@ void actor_main_set_kv_geometry(struct actor_main *am, int32_t num_blocks, int32
   atomic_store(&am->kv_block_size, block_size);
 }
 
-/* True (and the geometry set) when msg is a ready heartbeat of this engine's worker with one. */
+/* True (and the geometry set) when msg is a ready heartbeat of this engine's worker with a
+ * geometry inside the bounds. */
 static bool worker_geometry(const struct actor_main *am, const struct bus_msg *msg, struct llb_arena *arena,
                             int32_t *num_blocks, int32_t *block_size) {
   struct llb_heartbeat hb;
   llb_arena_reset(arena);
   if (llb_heartbeat_decode(msg->data, msg->len, arena, &hb) != LLB_STATUS_OK) return false;
   const size_t n = strlen(am->common.engine_id);
-  if (!hb.ready || hb.num_gpu_blocks < 1 || hb.block_size < 1 || hb.engine_id.len != n ||
+  if (!hb.ready || hb.actor.len != strlen("gpu_worker") || memcmp(hb.actor.data, "gpu_worker", hb.actor.len) != 0 ||
+      hb.engine_id.len != n ||
       memcmp(hb.engine_id.data, am->common.engine_id, n) != 0)
+    return false;
+  if (hb.num_gpu_blocks < 1 || hb.num_gpu_blocks > ACTOR_MAIN_MAX_KV_BLOCKS || hb.block_size < 1 ||
+      hb.block_size > ACTOR_MAIN_MAX_BLOCK_SIZE)
     return false;
   *num_blocks = hb.num_gpu_blocks, *block_size = hb.block_size;
   return true;
+}
+
+struct geometry_watch {
+  struct actor_main *am;
+  int32_t num_blocks, block_size; /* adopted */
+  struct llb_arena arena;         /* one delivery thread per subscription */
+};
+
+static void geometry_watch_free(struct geometry_watch *w) {
+  if (!w) return;
+  llb_arena_destroy(&w->arena);
+  free(w);
+}
+
+static void on_worker_heartbeat(struct bus *bus, const struct bus_msg *msg, void *user) {
+  struct geometry_watch *w = user;
+  int32_t nb, bs;
+  if (!worker_geometry(w->am, msg, &w->arena, &nb, &bs) || (nb == w->num_blocks && bs == w->block_size)) return;
+  if (atomic_exchange(&w->am->fail_exit, true)) return;
+  LLB_LOG_ERROR("kv_geometry_changed", "adopted_num_blocks=%d adopted_block_size=%d worker_num_blocks=%d "
+                "worker_block_size=%d action=restart", w->num_blocks, w->block_size, nb, bs);
+  bus_stop(bus);
+}
+
+static llb_status geometry_wait_loop(struct actor_main *am, struct bus_sub *sub, int64_t timeout_ms,
+                                     int32_t *num_blocks, int32_t *block_size) {
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  const int64_t end_ns = llb_now_ns() + timeout_ms * 1000000;
+  llb_status st = LLB_STATUS_TIMEOUT;
+  while (st == LLB_STATUS_TIMEOUT && llb_now_ns() < end_ns) {
+    if (bus_stop_requested(am->bus)) {
+      st = LLB_ERRF(LLB_STATUS_ABORTED, "stopped while waiting for the worker's KV geometry");
+      break;
+    }
+    struct bus_msg *msg = NULL;
+    const int64_t left_ms = (end_ns - llb_now_ns()) / 1000000;
+    st = bus_sub_next_msg(sub, left_ms < 100 ? (left_ms > 0 ? left_ms : 1) : 100, &msg);
+    if (st == LLB_STATUS_OK) {
+      st = worker_geometry(am, msg, &arena, num_blocks, block_size) ? LLB_STATUS_OK : LLB_STATUS_TIMEOUT;
+      bus_msg_destroy(msg);
+    }
+  }
+  llb_arena_destroy(&arena);
+  return st;
 }
 
 llb_status actor_main_wait_kv_geometry(struct actor_main *am, int64_t timeout_ms, int32_t *num_blocks,
@@ -371,27 +430,23 @@ llb_status actor_main_wait_kv_geometry(struct actor_main *am, int64_t timeout_ms
   /* the health subject of every worker instance (the prefix was checked at start) */
   if (snprintf(subject, sizeof subject, "%s.health.gpu_worker.*", am->common.prefix) >= (int)sizeof subject)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", am->common.prefix);
-  llb_status st;
   struct bus_sub *sub = NULL;
-  if ((st = bus_subscribe_sync(am->bus, subject, &sub)) != LLB_STATUS_OK) return st;
+  llb_status st = bus_subscribe_sync(am->bus, subject, &sub);
+  if (st != LLB_STATUS_OK) return st;
   LLB_LOG_INFO("kv_geometry_wait", "subject=%s engine_id=%s timeout_ms=%lld", subject, am->common.engine_id,
                (long long)timeout_ms);
-  struct llb_arena arena;
-  llb_arena_init(&arena, NULL, 0);
-  const int64_t end_ns = llb_now_ns() + timeout_ms * 1000000;
-  bool found = false;
-  while (!found) {
-    const int64_t left_ms = (end_ns - llb_now_ns()) / 1000000;
-    struct bus_msg *msg = NULL;
-    if (left_ms <= 0 || bus_sub_next_msg(sub, left_ms, &msg) != LLB_STATUS_OK) break;
-    found = worker_geometry(am, msg, &arena, num_blocks, block_size);
-    bus_msg_destroy(msg);
-  }
-  llb_arena_destroy(&arena);
+  st = geometry_wait_loop(am, sub, timeout_ms, num_blocks, block_size);
   bus_unsubscribe(sub);
-  if (!found)
+  if (st == LLB_STATUS_TIMEOUT)
     return LLB_ERRF(LLB_STATUS_TIMEOUT, "--num-blocks 0: no gpu_worker of engine %s announced its KV blocks on %s "
                     "within %lld ms", am->common.engine_id, subject, (long long)timeout_ms);
+  if (st != LLB_STATUS_OK) return st;
   LLB_LOG_INFO("kv_geometry", "num_blocks=%d block_size=%d source=gpu_worker", *num_blocks, *block_size);
-  return LLB_STATUS_OK;
+  /* keep watching (lives as long as the process: the bus keeps the handler's user pointer) */
+  struct geometry_watch *w = calloc(1, sizeof *w);
+  if (!w) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "geometry watch");
+  *w = (struct geometry_watch){.am = am, .num_blocks = *num_blocks, .block_size = *block_size};
+  llb_arena_init(&w->arena, NULL, 0);
+  am->geometry_watch = w;
+  return bus_subscribe(am->bus, subject, NULL, on_worker_heartbeat, w, NULL);
 }

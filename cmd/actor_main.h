@@ -78,6 +78,8 @@ struct actor_main {
   atomic_uint_fast64_t heartbeat_seq;
   atomic_int kv_num_blocks;   /* Heartbeat.num_gpu_blocks (gpu_worker); 0 = not announced */
   atomic_int kv_block_size;   /* Heartbeat.block_size (gpu_worker) */
+  atomic_bool fail_exit;      /* the actor stopped itself for a reason that needs a restart: exit 1 */
+  struct geometry_watch *geometry_watch; /* actor_main_wait_kv_geometry's watch, freed at exit */
   char instance_buf[96];      /* default instance storage */
   char host_buf[64];
 };
@@ -123,10 +125,19 @@ void actor_main_set_kv_geometry(struct actor_main *am, int32_t num_blocks, int32
 
 /* Blocks until a ready gpu_worker of this engine (same prefix and --engine-id) announces its
  * KV geometry in a heartbeat on <prefix>.health.gpu_worker.*, at most timeout_ms; sets
- * *num_blocks and *block_size. For --num-blocks 0 ("the worker's"). Errors: TIMEOUT naming
- * the subject and the wait; errors of bus_subscribe_sync. */
+ * *num_blocks and *block_size. For --num-blocks 0 ("the worker's"). Heartbeats are untrusted:
+ * another actor's, another engine's, or one with a block count over ACTOR_MAIN_MAX_KV_BLOCKS
+ * or a block size over ACTOR_MAIN_MAX_BLOCK_SIZE is ignored. Then keeps watching: should the
+ * engine's worker later announce another geometry (a restarted CUDA worker sized its cache
+ * from the memory free then), the actor logs kv_geometry_changed and stops with exit code 1,
+ * so that its supervisor restarts it and it adopts the new one. Errors: TIMEOUT naming the
+ * subject and the wait; ABORTED when a stop (SIGTERM) arrives while waiting; those of
+ * bus_subscribe_sync / bus_sub_next_msg / bus_subscribe. */
 llb_status actor_main_wait_kv_geometry(struct actor_main *am, int64_t timeout_ms, int32_t *num_blocks,
                                        int32_t *block_size);
+
+#define ACTOR_MAIN_MAX_KV_BLOCKS (1 << 24) /* 64 MiB of per-block state in a scheduler */
+#define ACTOR_MAIN_MAX_BLOCK_SIZE 4096
 
 /* Parses a decimal integer in [min, max] (for CUSTOM setters). INVALID_ARGUMENT naming the
  * value and the range otherwise. */

@@ -10,7 +10,6 @@
 #include <float.h>
 
 #define ATTN_THREADS 128
-#define ATTN_SMALL_PARTITION 128 /* keys per partition when the batch has few rows (decode) */
 #define ATTN_GQA_MIN_ROWS 16     /* fewer rows: one query head per block (more blocks) */
 #define ATTN_WARPS (ATTN_THREADS / 32)
 
@@ -27,7 +26,7 @@ struct attn_args {
   const int32_t *block_tables;  /* [num_seqs, max_blocks_per_seq] */
   int64_t q_stride;
   int32_t n_heads, n_kv_heads, head_dim, block_size, max_blocks_per_seq, max_parts;
-  int32_t part_size;            /* keys per partition: CUDA_ATTN_PARTITION or ATTN_SMALL_PARTITION */
+  int32_t part_size;            /* keys per partition: the context's, fixed at its creation */
   float scale;
 };
 
@@ -238,12 +237,9 @@ llb_status cuda_attention(struct cuda_ctx *c, const struct cuda_attn_params *p) 
                     cp->max_context_len);
   if (p->n_heads > CUDA_MAX_GRID_YZ) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "%d heads", p->n_heads);
   if (p->num_tokens == 0) return LLB_STATUS_OK;
-  /* Few rows (decode): partitions of ATTN_SMALL_PARTITION keys, so that a row's keys are
-   * spread over more blocks (9 heads x 1 row fill 9 of 132 SMs otherwise); the scratch
-   * holds max_num_tokens x max_parts partitions of CUDA_ATTN_PARTITION, which bounds it. */
-  const int32_t small_parts = (int32_t)cuda_div_up(p->max_seq_len, ATTN_SMALL_PARTITION);
-  const bool small = (int64_t)p->num_tokens * small_parts <= (int64_t)cp->max_num_tokens * c->max_parts;
-  const int32_t part_size = small ? ATTN_SMALL_PARTITION : CUDA_ATTN_PARTITION;
+  /* The context's partition size whatever the batch: a row is split and merged the same way
+   * in every batch (batch invariance); only the grid's extent follows max_seq_len. */
+  const int32_t part_size = c->attn_part_size;
   const unsigned parts = cuda_div_up(p->max_seq_len, part_size);
   /* query heads per block: the largest of 4, 3, 2, 1 that divides the GQA group, once the
    * batch has enough rows to fill the GPU with fewer blocks (the result is the same bits
@@ -255,7 +251,7 @@ llb_status cuda_attention(struct cuda_ctx *c, const struct cuda_attn_params *p) 
                               (const __half *)kv->v, c->attn_part_out, c->attn_part_ml, p->row_seq,
                               p->query_start_loc, p->seq_lens, p->block_tables, p->q_stride, p->n_heads,
                               kv->n_kv_heads, kv->head_dim, kv->block_size, p->max_blocks_per_seq,
-                              (int32_t)parts, part_size, p->scale};
+                              c->max_parts, part_size, p->scale};
   const dim3 grid(p->num_tokens, kv->n_kv_heads * (group / gn), parts);
   switch (gn) {
   case 4: paged_attention_kernel<4><<<grid, ATTN_THREADS, 0, c->stream>>>(a); break;

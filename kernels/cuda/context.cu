@@ -99,7 +99,22 @@ llb_status cuda_ctx_create(const struct cuda_ctx_params *p, struct cuda_ctx **ou
   struct cuda_ctx *c = (struct cuda_ctx *)calloc(1, sizeof(*c));
   if (!c) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "cuda ctx");
   c->params = *p;
-  c->max_parts = (int32_t)cuda_div_up(p->max_context_len, CUDA_ATTN_PARTITION);
+  /* One partition size for the context's life, so that a row is split and merged the same
+   * way in every batch (batch invariance, DESIGN.md §5): 128 keys (a decode row spreads over
+   * more blocks) while the split-K scratch stays within CUDA_ATTN_SCRATCH_BYTES, else 512. */
+  c->attn_part_size = CUDA_ATTN_SMALL_PARTITION;
+  for (;;) {
+    c->max_parts = (int32_t)cuda_div_up(p->max_context_len, c->attn_part_size);
+    const double scratch = (double)p->max_num_tokens * p->max_num_heads * c->max_parts * (p->max_head_dim + 2) * 4.0;
+    const double budget = p->attn_scratch_bytes > 0 ? p->attn_scratch_bytes : CUDA_ATTN_SCRATCH_BYTES;
+    if (scratch <= budget || c->attn_part_size == CUDA_ATTN_PARTITION) break;
+    c->attn_part_size = CUDA_ATTN_PARTITION;
+  }
+  if (c->max_parts > CUDA_MAX_GRID_YZ) {
+    free(c);
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda ctx: context %d needs %d attention partitions (grid z <= %d)",
+                    p->max_context_len, (int)cuda_div_up(p->max_context_len, CUDA_ATTN_PARTITION), CUDA_MAX_GRID_YZ);
+  }
   const size_t rows = (size_t)p->max_num_tokens * (size_t)p->max_num_heads * (size_t)c->max_parts;
   cublasStatus_t bs;
   cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);

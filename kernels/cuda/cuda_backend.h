@@ -30,6 +30,9 @@ extern "C" {
 
 /* Partition of the context one attention block reads (split-K over long contexts). */
 #define CUDA_ATTN_PARTITION 512
+/* Smaller partitions when the context's split-K scratch fits CUDA_ATTN_SCRATCH_BYTES with them. */
+#define CUDA_ATTN_SMALL_PARTITION 128
+#define CUDA_ATTN_SCRATCH_BYTES (1024.0 * 1024.0 * 1024.0)
 /* Largest head_dim the attention kernel takes (a multiple of 8). */
 #define CUDA_ATTN_MAX_HEAD_DIM 256
 
@@ -60,6 +63,9 @@ struct cuda_ctx_params {
   int32_t max_context_len; /* longest sequence attention reads */
   int32_t max_sample_rows; /* rows of one cuda_sample call; 0 = no device sampling */
   int32_t max_vocab;       /* logits per row cuda_sample takes */
+  double attn_scratch_bytes; /* attention split-K scratch budget choosing the partition size
+                                (CUDA_ATTN_SMALL_PARTITION keys if it fits, else
+                                CUDA_ATTN_PARTITION); 0 = CUDA_ATTN_SCRATCH_BYTES */
 };
 
 /* Stream, cuBLAS handle (with a fixed workspace, so that matmuls can be captured in a CUDA

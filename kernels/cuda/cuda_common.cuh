@@ -17,7 +17,8 @@ struct cuda_ctx {
   void *blas_workspace;   /* device [CUDA_BLAS_WORKSPACE_BYTES]: no allocation inside graphs */
   float *attn_part_out;   /* device [max_num_tokens, max_num_heads, max_parts, max_head_dim] */
   float *attn_part_ml;    /* device [max_num_tokens, max_num_heads, max_parts, 2] (max, sum) */
-  int32_t max_parts;      /* ceil(max_context_len / CUDA_ATTN_PARTITION) */
+  int32_t max_parts;      /* ceil(max_context_len / attn_part_size) */
+  int32_t attn_part_size; /* keys per attention partition, fixed at creation (batch invariance) */
   float *sample_w;        /* device [max_sample_rows, max_vocab] sampling weights */
 };
 

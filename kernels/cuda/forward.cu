@@ -134,7 +134,7 @@ llb_status cuda_model_load(const struct gguf_file *f, struct cuda_model **out) {
                     CUDA_ATTN_MAX_HEAD_DIM);
       goto fail;
     }
-    const struct cuda_ctx_params cp = {1, 1, c->head_dim, 1, 0, 0};
+    const struct cuda_ctx_params cp = {1, 1, c->head_dim, 1, 0, 0, 0};
     if ((st = cuda_ctx_create(&cp, &cc)) != LLB_STATUS_OK) goto fail;
     for (int64_t i = 0; i < gguf_tensor_count(f); i++)
       if (gguf_tensor_at(f, i)->size_bytes > staging_bytes) staging_bytes = gguf_tensor_at(f, i)->size_bytes;
@@ -361,7 +361,7 @@ llb_status cuda_forward_ctx_create(const struct cuda_model *m, const struct cuda
   fc->ml = meta_layout_for(p);
   {
     const struct cuda_ctx_params cp = {p->max_num_tokens, c->head_count, c->head_dim, p->max_context_len,
-                                       p->device_sampling ? p->max_num_logits : 0, c->vocab_size};
+                                       p->device_sampling ? p->max_num_logits : 0, c->vocab_size, 0};
     if ((st = cuda_ctx_create(&cp, &fc->cc)) != LLB_STATUS_OK) goto fail;
     cudaError_t e = cudaMallocHost((void **)&fc->meta_h, fc->ml.total);
     if (e == cudaSuccess) e = cudaMallocHost((void **)&fc->tokens_h, (size_t)p->max_num_logits * 4);

@@ -2,12 +2,12 @@
 # One call on a lent GPU machine (no registry there): install the carried Debian packages,
 # build the whole project for sm_90 (Release, no sanitizers), run the CUDA tests, the worker
 # tests and the CUDA benchmark, and optionally the e2e tests over NATS with --device cuda.
-#   ops/gpu/gpu-check.sh [build] [cuda-tests] [bench] [e2e] [stack]
+#   ops/gpu/gpu-check.sh [build] [cuda-tests] [bench] [prof] [e2e] [stack] [serve-bench]
 # Steps run in the order given (default: build cuda-tests bench). Logs go to $OUT (or
 # /tmp/gpu-check) as <step>.log; the last lines printed are a summary table.
 # Env: DEBS (folder of .deb files, default .debs), BUILD_DIR (default build-gpu), MODEL
 # (default models/SmolLM2-135M-Instruct.Q4_1.gguf), JOBS.
-# ops/gpu/README.md says how to fetch the .deb files and call it through the device tool.
+# kernels/cuda/README.md ("Run on a GPU machine") says how to fetch the .deb files and call it.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -80,6 +80,18 @@ step_prof() {
       awk '{for(i=1;i<=NF;i++) if($i=="Invocations") inv=$(i+1); sub(/\(.*/,"",$1); printf "%-46s %5s %9s %s\n", $1, inv, $NF, $(NF-3)}'
   done
   return 0
+}
+
+# e2e tests over a real nats-server with the worker on the GPU (tests/e2e/stack.c reads
+# LLMBUS_E2E_DEVICE).
+step_e2e() {
+  [ -f "$model" ] || { echo "gpu-check: no model at $model"; return 1; }
+  LLMBUS_MODEL=$root/$model LLMBUS_E2E_DEVICE=cuda ctest --test-dir "$build" --output-on-failure \
+      -L e2e -LE api -E 'golden|cross_language' --timeout 900 \
+      >"$out/e2e.log" 2>&1
+  local rc=$?
+  grep -E 'tests passed|Passed|Failed|Skipped|\*\*\*' "$out/e2e.log" | tail -30
+  return $rc
 }
 
 # `llmbus-bench serve` against a whole `llmbus serve --device cuda` stack (HTTP, every actor,

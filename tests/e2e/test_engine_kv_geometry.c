@@ -4,7 +4,10 @@
  * engine then serves with exactly that many blocks. Here the worker gets --num-blocks 48:
  * SchedulerStats must report 48 blocks in total, a request must complete with the same
  * tokens as under the default geometry, and a prompt needing more than 48 blocks must be
- * refused by the scheduler (it knows the real capacity, not the default 1024). */
+ * refused by the scheduler (it knows the real capacity, not the default 1024). Heartbeats are
+ * untrusted: one of another engine, or with an absurd block count, changes nothing; a worker
+ * of this engine announcing another geometry (as a CUDA worker restarted with less free memory
+ * would) makes the scheduler and the kv_manager exit 1, for their supervisor to restart them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bus/subject.h"
+#include "schemas/control.h"
 #include "tests/e2e/stack.h"
 
 #define WORKER_BLOCKS 48
@@ -28,6 +37,34 @@ static struct e2e_request greedy(const char *id, const char *prompt) {
   r.sp.temperature = 0.0f;
   r.sp.max_tokens = 12;
   return r;
+}
+
+/* A gpu_worker heartbeat from nobody in particular: engine `eid`, this geometry. */
+static void forge_worker_heartbeat(const char *eid, int32_t num_blocks, int32_t block_size) {
+  /* the real worker's pid, so that the stack's own bookkeeping of actor pids is not misled */
+  struct llb_heartbeat hb = {.actor = llb_str_c("gpu_worker"), .instance = llb_str_c("forged"),
+                             .pid = (int32_t)s.actor_pids[E2E_ACTOR_GPU_WORKER],
+                             .ready = true, .engine_id = llb_str_c(eid), .num_gpu_blocks = num_blocks,
+                             .block_size = block_size};
+  struct llb_buf b = {0};
+  assert_int_equal(llb_heartbeat_encode_buf(&hb, &b), LLB_STATUS_OK);
+  assert_int_equal(bus_publish(s.bus, "llm.health.gpu_worker.forged", b.data, b.len, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(s.bus, 5000), LLB_STATUS_OK);
+  llb_buf_free(&b);
+}
+
+/* Waits up to timeout_ms for actor i (started by the stack) to exit; returns its exit code, or
+ * -1 if it is still running. */
+static int actor_exit_code(int i, int64_t timeout_ms) {
+  for (int64_t t = 0; t < timeout_ms; t += 50) {
+    int status;
+    if (s.actor_pids[i] > 0 && waitpid(s.actor_pids[i], &status, WNOHANG) == s.actor_pids[i]) {
+      s.actor_pids[i] = 0;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    usleep(50000);
+  }
+  return -1;
 }
 
 static void test_scheduler_and_kv_manager_adopt_the_workers_block_count(void **state) {
@@ -67,7 +104,21 @@ static void test_scheduler_and_kv_manager_adopt_the_workers_block_count(void **s
   e2e_print_result("1000-token prompt, 48 blocks", &big);
   assert_true(big.finished);
   assert_int_not_equal(big.error_code, 0);
+  assert_non_null(strstr(big.error_message, "(48 blocks of 16)"));
   assert_int_equal(e2e_stack_check_alive(&s, 10000), 0);
+
+  /* untrusted heartbeats: another engine's geometry, an absurd block count: nothing changes */
+  forge_worker_heartbeat("7", 64, 16);
+  forge_worker_heartbeat("0", 1 << 30, 16);
+  forge_worker_heartbeat("0", 48, 0);
+  assert_int_equal(actor_exit_code(E2E_ACTOR_SCHEDULER, 1500), -1);
+  assert_int_equal(actor_exit_code(E2E_ACTOR_KV_MANAGER, 100), -1);
+  assert_int_equal(e2e_stack_wait_stats(&s, e2e_stack_num_stats(&s), STATS_WAIT_MS, &st), 0);
+  assert_int_equal(st.num_total_blocks, WORKER_BLOCKS);
+  /* this engine's worker with another geometry: both adopters exit 1 to be restarted */
+  forge_worker_heartbeat("0", 64, 16);
+  assert_int_equal(actor_exit_code(E2E_ACTOR_SCHEDULER, 10000), 1);
+  assert_int_equal(actor_exit_code(E2E_ACTOR_KV_MANAGER, 10000), 1);
   assert_int_equal(e2e_stack_stop(&s), 0);
 }
 

@@ -20,5 +20,9 @@ if(LLB_HAVE_CUDA AND TARGET llmbus_kernels_cuda)
     # ASan's shadow gap collides with the CUDA driver's mappings; cudart's allocations live
     # until exit (not leaks of ours).
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0")
+    # the real-model case of test_cuda_forward reads the default model when it is there
+    if(DEFINED LLB_DEFAULT_MODEL)
+      set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "LLMBUS_MODEL=${LLB_DEFAULT_MODEL}")
+    endif()
   endforeach()
 endif()

@@ -1,8 +1,8 @@
 /* Paged attention on the device against the CPU backend (kernels/cpu/attention.c) over a grid
  * of batches: decode (one query row per sequence, contexts over several partitions so split-K
  * runs), prefill, chunked prefill and mixed batches, with the small (128-key) partitions that
- * few-row batches use and the 512-key ones of large batches, one query head a block (few rows)
- * and 2-4 heads sharing a KV head a block; GQA ratios 1, 3, 4; head_dim 64, 128,
+ * default contexts use and the 512-key ones of a context with a small scratch budget, one query
+ * head a block (few rows) and 2-4 heads sharing a KV head a block; GQA ratios 1, 3, 4; head_dim 64, 128,
  * 256; block sizes 16 and 32 with shuffled block tables; random fp16 K/V, never zeros.
  * Referee: a float64 attention written here from the definition (causal, GQA, paged).
  * Tolerances: the device's fp32 output |d| <= 2e-5 + 2e-4 * |ref64| (fp32 arithmetic, only
@@ -132,8 +132,69 @@ static void run_case(struct cuda_ctx *g, struct backend_ctx *cpu_ctx, const stru
   free(k), free(v), free(perm), free(tables), free(q), free(qc), free(ref), free(got), free(got16);
 }
 
-static struct cuda_ctx *g_cuda;
+static struct cuda_ctx *g_cuda, *g_cuda512; /* 128-key partitions; 512-key ones (small scratch budget) */
 static struct backend_ctx *g_cpu;
+
+/* Device attention of rows [0, T) (q [T, H * D]) for sequences with query_start_loc qsl [S + 1],
+ * seq_lens [S] and block tables [S, MB] over the device cache kl into out [T, H, D]. */
+static void device_attention(struct cuda_ctx *g, const struct cuda_kv_layer *kl, const float *q, int32_t T,
+                             int32_t H, int32_t S, const int32_t *qsl, const int32_t *lens, const int32_t *tables,
+                             int32_t MB, int32_t max_seq_len, float *out) {
+  const int32_t D = kl->head_dim;
+  int32_t *row_seq = malloc((size_t)T * 4);
+  for (int32_t sq = 0; sq < S; sq++)
+    for (int32_t r = qsl[sq]; r < qsl[sq + 1]; r++) row_seq[r] = sq;
+  void *q_d, *o_d, *rs_d, *qsl_d, *len_d, *tab_d;
+  CHECK_OK(tc_upload(g, q, (size_t)T * H * D * 4, &q_d));
+  CHECK_OK(tc_upload(g, row_seq, (size_t)T * 4, &rs_d));
+  CHECK_OK(tc_upload(g, qsl, (size_t)(S + 1) * 4, &qsl_d));
+  CHECK_OK(tc_upload(g, lens, (size_t)S * 4, &len_d));
+  CHECK_OK(tc_upload(g, tables, (size_t)S * MB * 4, &tab_d));
+  CHECK_OK(tc_upload(g, out, (size_t)T * H * D * 4, &o_d));
+  const struct cuda_attn_params ap = {q_d, (int64_t)H * D, o_d, NULL, kl, T, H, 1.0f / sqrtf((float)D), rs_d, qsl_d,
+                                      len_d, tab_d, MB, max_seq_len};
+  CHECK_OK(cuda_attention(g, &ap));
+  CHECK_OK(cuda_copy_to_host(g, out, o_d, (size_t)T * H * D * 4));
+  cuda_mem_free(q_d), cuda_mem_free(o_d), cuda_mem_free(rs_d), cuda_mem_free(qsl_d), cuda_mem_free(len_d);
+  cuda_mem_free(tab_d);
+  free(row_seq);
+}
+
+/* DESIGN.md §5: a decode row gets the same bits alone (one head a block, a graph-wide grid) as
+ * next to a 600-row prefill (4 query heads a block, a grid of the batch's longest row). */
+static void test_a_row_gets_the_same_bits_alone_and_in_a_large_batch(void) {
+  const int32_t H = 8, HKV = 2, D = 64, BS = 16, MB = 48, NB = 2 * MB, P = 600, L0 = 700;
+  struct cuda_ctx *ctxs[2] = {g_cuda, g_cuda512};
+  uint64_t s = 77;
+  const size_t cache = (size_t)NB * BS * HKV * D;
+  uint16_t *kv = malloc(cache * 2 * 2);
+  for (size_t i = 0; i < 2 * cache; i++) kv[i] = llb_fp32_to_fp16(tc_uniform(&s));
+  int32_t tables[2 * MB];
+  for (int i = 0; i < 2 * MB; i++) tables[i] = (i * 37) % NB; /* seq 0: row 0 of tables, seq 1: row 1 */
+  float *q = malloc((size_t)(P + 1) * H * D * 4), *alone = malloc((size_t)H * D * 4);
+  float *batch = malloc((size_t)(P + 1) * H * D * 4);
+  for (int64_t i = 0; i < (int64_t)(P + 1) * H * D; i++) q[i] = 2.0f * tc_uniform(&s);
+  for (int c = 0; c < 2; c++) {
+    void *k_d, *v_d;
+    CHECK_OK(tc_upload(ctxs[c], kv, cache * 2, &k_d));
+    CHECK_OK(tc_upload(ctxs[c], kv + cache, cache * 2, &v_d));
+    const struct cuda_kv_layer kl = {k_d, v_d, NB, BS, HKV, D};
+    /* alone: the decode row of sequence 0 (its q is the batch's last row) */
+    const int32_t qsl1[2] = {0, 1}, len1[1] = {L0};
+    for (int64_t i = 0; i < (int64_t)H * D; i++) alone[i] = NAN;
+    device_attention(ctxs[c], &kl, q + (size_t)P * H * D, 1, H, 1, qsl1, len1, tables, MB, 4096, alone);
+    /* in a batch: sequence 1's 600-row prefill first, then the same decode row */
+    const int32_t qsl2[3] = {0, P, P + 1}, len2[2] = {P, L0};
+    int32_t tables2[2 * MB];
+    memcpy(tables2, tables + MB, (size_t)MB * 4), memcpy(tables2 + MB, tables, (size_t)MB * 4);
+    for (int64_t i = 0; i < (int64_t)(P + 1) * H * D; i++) batch[i] = NAN;
+    device_attention(ctxs[c], &kl, q, P + 1, H, 2, qsl2, len2, tables2, MB, L0, batch);
+    CHECK(memcmp(alone, batch + (size_t)P * H * D, (size_t)H * D * 4) == 0,
+          "%s partitions: the decode row differs alone and in a batch of %d rows", c ? "512-key" : "128-key", P + 1);
+    cuda_mem_free(k_d), cuda_mem_free(v_d);
+  }
+  free(kv), free(q), free(alone), free(batch);
+}
 
 static void test_decode_with_split_k_matches_cpu(void) {
   const struct attn_case cases[] = {
@@ -143,7 +204,7 @@ static void test_decode_with_split_k_matches_cpu(void) {
       {4, 1, 256, 16, 2, {700, 33}, {1, 1}},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-    for (uint64_t seed = 1; seed <= 2; seed++) run_case(g_cuda, g_cpu, &cases[i], seed * 101 + i);
+    for (uint64_t seed = 1; seed <= 2; seed++) run_case(seed == 1 ? g_cuda : g_cuda512, g_cpu, &cases[i], seed * 101 + i);
 }
 
 static void test_prefill_and_chunked_prefill_match_cpu(void) {
@@ -153,24 +214,28 @@ static void test_prefill_and_chunked_prefill_match_cpu(void) {
       {8, 2, 128, 16, 3, {50, 900, 17}, {1, 300, 17}},      /* mixed decode / chunk / prefill */
       {6, 3, 64, 16, 4, {5, 6, 7, 8}, {5, 1, 2, 8}},
       {8, 2, 256, 16, 2, {40, 9}, {20, 1}},                 /* 4 query heads a block at head_dim 256 */
-      {8, 2, 64, 16, 1, {1000}, {1000}},                    /* rows x keys past the scratch of small
-                                                               partitions: the 512-key ones */
+      {8, 2, 64, 16, 1, {1000}, {1000}},
+      {10, 2, 80, 16, 1, {300}, {40}},                      /* GQA 5 (one head a block), head_dim 80 */
+      {6, 2, 96, 16, 2, {700, 20}, {30, 1}},                /* 3 heads a block, head_dim 96 */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-    for (uint64_t seed = 1; seed <= 2; seed++) run_case(g_cuda, g_cpu, &cases[i], seed * 211 + i);
+    for (uint64_t seed = 1; seed <= 2; seed++) run_case(seed == 1 ? g_cuda : g_cuda512, g_cpu, &cases[i], seed * 211 + i);
 }
 
 int main(void) {
   tc_require_device();
-  const struct cuda_ctx_params cp = {1024, 32, 256, 4096, 0, 0};
+  const struct cuda_ctx_params cp = {1024, 32, 256, 4096, 0, 0, 0}, cp512 = {1024, 32, 256, 4096, 0, 0, 1.0};
   const struct backend_ctx_params bp = {.n_threads = 4, .max_num_tokens = 1024, .max_row_elems = 8192, .max_context_len = 4096};
-  if (cuda_ctx_create(&cp, &g_cuda) != LLB_STATUS_OK || backend_cpu_ops()->ctx_create(&bp, &g_cpu) != LLB_STATUS_OK) {
+  if (cuda_ctx_create(&cp, &g_cuda) != LLB_STATUS_OK || cuda_ctx_create(&cp512, &g_cuda512) != LLB_STATUS_OK ||
+      backend_cpu_ops()->ctx_create(&bp, &g_cpu) != LLB_STATUS_OK) {
     fprintf(stderr, "context: %s\n", llb_err_last_where());
     return 1;
   }
   RUN_CASE(test_decode_with_split_k_matches_cpu);
   RUN_CASE(test_prefill_and_chunked_prefill_match_cpu);
+  RUN_CASE(test_a_row_gets_the_same_bits_alone_and_in_a_large_batch);
   cuda_ctx_destroy(g_cuda);
+  cuda_ctx_destroy(g_cuda512);
   backend_cpu_ops()->ctx_destroy(g_cpu);
   return tc_finish();
 }

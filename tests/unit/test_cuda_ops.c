@@ -296,7 +296,7 @@ static void test_matmul_matches_float64_reference(void) {
 
 int main(void) {
   tc_require_device();
-  const struct cuda_ctx_params cp = {64, 32, 128, 4096, 0, 0};
+  const struct cuda_ctx_params cp = {64, 32, 128, 4096, 0, 0, 0};
   const struct backend_ctx_params bp = {.n_threads = 2, .max_num_tokens = 64, .max_row_elems = 8192, .max_context_len = 4096};
   cpu = backend_cpu_ops();
   if (cuda_ctx_create(&cp, &g_cuda) != LLB_STATUS_OK || cpu->ctx_create(&bp, &g_cpu) != LLB_STATUS_OK) {

@@ -108,7 +108,7 @@ static void test_nan_row_gives_minus_one(void) {
 
 int main(void) {
   tc_require_device();
-  const struct cuda_ctx_params cp = {1, 1, 64, 1, ROWS, 49152};
+  const struct cuda_ctx_params cp = {1, 1, 64, 1, ROWS, 49152, 0};
   if (cuda_ctx_create(&cp, &g_cuda) != LLB_STATUS_OK) {
     fprintf(stderr, "context: %s\n", llb_err_last_where());
     return 1;

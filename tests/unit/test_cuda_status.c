@@ -10,7 +10,7 @@ static void test_no_device_is_a_device_status(void) {
   if (cuda_device_probe(reason, sizeof(reason)) == LLB_STATUS_OK) return; /* covered below */
   printf("no CUDA device: %s (checking the error paths)\n", reason);
   CHECK(strlen(reason) > 0, "empty reason");
-  const struct cuda_ctx_params p = {8, 4, 64, 128, 0, 0};
+  const struct cuda_ctx_params p = {8, 4, 64, 128, 0, 0, 0};
   struct cuda_ctx *c = (struct cuda_ctx *)1;
   const llb_status st = cuda_ctx_create(&p, &c);
   CHECK(st == LLB_STATUS_DEVICE, "ctx_create gave %s", llb_strerror(st));
@@ -28,9 +28,9 @@ static void test_device_errors_map_to_statuses(void) {
   const llb_status sa = cuda_mem_alloc((size_t)1 << 60, &d);
   CHECK(sa == LLB_STATUS_OUT_OF_MEMORY && d == NULL, "1 EiB alloc gave %s", llb_strerror(sa));
   struct cuda_ctx *c = NULL;
-  const struct cuda_ctx_params bad = {8, 4, 1000, 128, 0, 0};
+  const struct cuda_ctx_params bad = {8, 4, 1000, 128, 0, 0, 0};
   CHECK(cuda_ctx_create(&bad, &c) == LLB_STATUS_INVALID_ARGUMENT, "head_dim 1000 accepted");
-  const struct cuda_ctx_params p = {8, 4, 64, 128, 0, 0};
+  const struct cuda_ctx_params p = {8, 4, 64, 128, 0, 0, 0};
   CHECK_OK(cuda_ctx_create(&p, &c));
   CHECK(cuda_dequantize(c, GGML_TYPE_Q2_K, NULL, 256, CUDA_DTYPE_F16, NULL) == LLB_STATUS_UNSUPPORTED,
         "q2_K accepted");

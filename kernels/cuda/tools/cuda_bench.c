@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
   }
   TRY(cuda_device_describe(desc, sizeof(desc)));
   struct cuda_ctx *cc;
-  const struct cuda_ctx_params cp = {1, 1, 64, 1, 0, 0};
+  const struct cuda_ctx_params cp = {1, 1, 64, 1, 0, 0, 0};
   TRY(cuda_ctx_create(&cp, &cc));
   struct ceilings ce = {3e12, 7e14}; /* --decode-only / --prefill-only: nominal, not measured */
   if (!g_decode_only && !g_prefill_only) {
