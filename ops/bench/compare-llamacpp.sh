@@ -163,7 +163,7 @@ run_server() { # name rep
 run_kernels() { # name rep
   case "$1" in
     llmbus) "$build/cmd/llmbus-kernel-bench" --model "$model" --threads "$threads" --runs 3 --prefill 512 \
-              --decode 128 --batch 1 >"$work/kern-$1-$2.txt" 2>&1 ;;
+              --decode 128 --batch 1 --roofline >"$work/kern-$1-$2.txt" 2>&1 ;;
     llamacpp) "$venv/bin/python" "$root/ops/bench/llamacpp_kernel_bench.py" "$model" "$threads" 3 \
               >"$work/kern-$1-$2.txt" 2>&1 ;;
   esac || log "$1 kernel bench repeat $2 failed (see $work/kern-$1-$2.txt)"
@@ -242,8 +242,26 @@ for what, label in (("prefill 512", "forward only: 512-token prefill tok/s"), ("
     a, b = kern("llmbus", what), kern("llamacpp", what)
     ratio = a / b if b and b == b and a == a else float("nan")
     print(f"| {label} | {a:.2f} | {b:.2f} | {ratio:.2f}{' (better)' if ratio > 1.02 else ''} |")
+def frac(what):  # the roofline line under llmbus-kernel-bench's `what` row, median over repeats
+    vals = []
+    for rep in range(1, int(repeats) + 1):
+        try:
+            lines = open(f"{work}/kern-llmbus-{rep}.txt").read().splitlines()
+        except OSError:
+            continue
+        for i, line in enumerate(lines[:-1]):
+            if line.startswith(what) and " of the " in lines[i + 1]:
+                vals.append(float(lines[i + 1].split()[0]))
+    return statistics.median(vals) if vals else float("nan")
 fa, fb = (sum(r.get("failed", 0) for s in ("decode", "prefill", "conc16") for r in load(n, s)) for n in ("llmbus", "llamacpp"))
 print(f"| failed requests, all runs | {fa} | {fb} | |")
+print()
+try:
+    print(next(l for l in open(f"{work}/kern-llmbus-1.txt") if l.startswith("roofline:")).strip())
+except (OSError, StopIteration):
+    pass
+print(f"llmbus forward against the machine: 512-token prefill {frac('prefill 512'):.2f} of the int8 peak, "
+      f"batch-1 decode {frac('decode b1'):.2f} of the DRAM read bound")
 print()
 for n in ("llmbus", "llamacpp"):
     per = {s: [round(r.get("output_throughput", 0), 1) for r in load(n, s)] for s in ("decode", "conc16")}

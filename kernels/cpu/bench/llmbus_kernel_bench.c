@@ -1,13 +1,17 @@
 /* llmbus-kernel-bench: speed of the CPU forward pass on a real GGUF model.
  *
  *   llmbus-kernel-bench [--model PATH] [--threads N] [--runs N] [--prefill N] [--decode N]
- *                       [--batch B[,B...]] [--check]
+ *                       [--batch B[,B...]] [--check] [--roofline]
  *
  * Prints prefill tok/s (one step of --prefill tokens, logits for the last one), decode tok/s
  * at each batch size (--decode steps of one token per sequence, every sequence after a
  * 16-token prompt, logits for every row), as the median (and min/max) of --runs runs, and the
  * thread count. --check runs the ChatML prompt "What is the capital of France?" greedily and
  * fails unless the answer names Paris. Shapes follow llama-bench's pp512 / tg runs.
+ * --roofline first measures this machine's DRAM read bandwidth and int8 dot-product peak with
+ * the same threads (kernels/cpu/bench/roofline.h) and prints each rate as a fraction of its
+ * bound: decode against the bytes a token must read (every matrix once per step, shared by the
+ * batch, plus the sequence's K/V), prefill against the int8 multiply-adds of its matmuls.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +20,7 @@
 
 #include "bus/log.h"
 #include "bus/status.h"
+#include "kernels/cpu/bench/roofline.h"
 #include "model/chat_template.h"
 #include "model/forward.h"
 #include "model/gguf.h"
@@ -132,6 +137,26 @@ done:
   return rc;
 }
 
+/* What one token costs the machine: the matrices a step reads (all tensors of 2 or more dims;
+ * token_embd only when it is also the output, tied), the int8 multiply-adds of the matmuls,
+ * and the K/V bytes of one context position (fp16 K and V of every layer). */
+struct token_cost {
+  double weight_bytes, matmul_macs, kv_bytes_per_pos;
+};
+
+static struct token_cost token_cost_of(const struct gguf_file *f, const struct llama_config *c) {
+  struct token_cost tc = {0};
+  const bool tied = gguf_find_tensor(f, "output.weight") == NULL;
+  for (int64_t i = 0; i < gguf_tensor_count(f); i++) {
+    const struct gguf_tensor *t = gguf_tensor_at(f, i);
+    if (t->n_dims < 2 || (!tied && strcmp(t->name, "token_embd.weight") == 0)) continue;
+    tc.weight_bytes += (double)t->size_bytes;
+    tc.matmul_macs += (double)t->ne[0] * (double)t->ne[1];
+  }
+  tc.kv_bytes_per_pos = 2.0 * c->block_count * c->head_count_kv * c->head_dim * 2.0;
+  return tc;
+}
+
 static int64_t cpu_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -149,13 +174,14 @@ static void report(const char *what, double *v, double *c, int n) {
 
 int main(int argc, char **argv) {
   const char *model = LLB_DEFAULT_MODEL;
-  int threads = 2, runs = 5, n_prefill = 512, n_decode = 32, check = 0;
+  int threads = 2, runs = 5, n_prefill = 512, n_decode = 32, check = 0, roofline = 0;
   int32_t batches[8] = {1, 16};
   int n_batches = 2;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--check")) check = 1;
+    else if (!strcmp(a, "--roofline")) roofline = 1;
     else if (v && !strcmp(a, "--model")) model = argv[++i];
     else if (v && !strcmp(a, "--threads")) threads = atoi(argv[++i]);
     else if (v && !strcmp(a, "--runs")) runs = atoi(argv[++i]);
@@ -170,7 +196,7 @@ int main(int argc, char **argv) {
       }
     } else {
       fprintf(stderr, "usage: %s [--model PATH] [--threads N] [--runs N] [--prefill N] [--decode N] "
-                      "[--batch B[,B...]] [--check]\n", argv[0]);
+                      "[--batch B[,B...]] [--check] [--roofline]\n", argv[0]);
       return 2;
     }
   }
@@ -212,6 +238,14 @@ int main(int argc, char **argv) {
   for (int s = 0; s < BENCH_MAX_BATCH; s++) seq_ids[s] = tokens + (int64_t)s * longest;
 
   printf("model %s\nthreads %d, runs %d\n", model, threads, runs);
+  struct roofline rl = {0};
+  const struct token_cost tcost = token_cost_of(b.f, cfg);
+  if (roofline) {
+    if ((st = roofline_measure(threads, &rl)) != LLB_STATUS_OK) return die("roofline", st);
+    printf("roofline: DRAM read %.1f GB/s, int8 peak %.1f GOPS (%s), %d threads; a token reads %.1f MB of "
+           "matrices and does %.1f M int8 multiply-adds\n", rl.read_bytes_per_s / 1e9, rl.int8_ops_per_s / 1e9,
+           rl.int8_path, threads, tcost.weight_bytes / 1e6, tcost.matmul_macs / 1e6);
+  }
   int rc = 0;
   if (check) rc = run_check(&b);
 
@@ -226,6 +260,9 @@ int main(int argc, char **argv) {
     char what[32];
     snprintf(what, sizeof(what), "prefill %d", n_prefill);
     report(what, v, c, runs);
+    if (roofline)
+      printf("%-14s %9.2f of the int8 peak (%.1f M int ops a token; attention in float not counted)\n", "", 
+             roofline_fraction(v[runs / 2], 2.0 * tcost.matmul_macs, rl.int8_ops_per_s), 2.0 * tcost.matmul_macs / 1e6);
   }
   for (int bi = 0; bi < n_batches; bi++) {
     const int32_t B = batches[bi];
@@ -240,6 +277,11 @@ int main(int argc, char **argv) {
     char what[32];
     snprintf(what, sizeof(what), "decode b%d", B);
     report(what, v, c, runs);
+    if (roofline) {
+      const double bytes = tcost.weight_bytes / B + tcost.kv_bytes_per_pos * (BENCH_PROMPT + n_decode / 2.0);
+      printf("%-14s %9.2f of the DRAM read bound (%.2f MB a token: matrices / %d + K/V)\n", "",
+             roofline_fraction(v[runs / 2], bytes, rl.read_bytes_per_s), bytes / 1e6, B);
+    }
   }
 
   free(tokens);

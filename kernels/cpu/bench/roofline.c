@@ -1,0 +1,150 @@
+/* Microbenchmarks of the CPU's ceilings (see roofline.h). */
+#include "kernels/cpu/bench/roofline.h"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bus/log.h"
+#include "kernels/cpu/vec_dot.h"
+
+#define RL_READ_BYTES ((size_t)512 << 20)
+#define RL_READ_REPEATS 5
+#define RL_INT8_ITERS 20000000L /* per thread: ~0.1-0.3 s on a 2-4 GHz core */
+#define RL_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define RL_AVX2 __attribute__((target("avx2")))
+
+struct rl_job {
+  const uint64_t *p; /* read: the thread's slice [n] */
+  size_t n;
+  enum cpu_simd_level level;
+  uint64_t sink; /* keeps the work observable */
+};
+
+static void *read_slice(void *arg) {
+  struct rl_job *j = arg;
+  uint64_t s[8] = {0};
+  for (size_t i = 0; i + 8 <= j->n; i += 8)
+    for (int k = 0; k < 8; k++) s[k] += j->p[i + k];
+  j->sink = s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
+  return NULL;
+}
+
+/* 12 independent vpdpbusd chains (latency 4-5 cycles, 1-2 issued a cycle): 64 u8 x s8
+ * multiply-adds each. */
+RL_VNNI static uint64_t int8_vnni(long iters) {
+  __m512i acc[12], a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+  for (int k = 0; k < 12; k++) acc[k] = _mm512_set1_epi32(k);
+  for (long i = 0; i < iters; i++)
+    for (int k = 0; k < 12; k++) acc[k] = _mm512_dpbusd_epi32(acc[k], a, b);
+  __m512i t = acc[0];
+  for (int k = 1; k < 12; k++) t = _mm512_add_epi32(t, acc[k]);
+  return (uint64_t)_mm512_reduce_add_epi32(t);
+}
+
+/* The packed kernels' AVX2 step: vpmaddubsw (32 u8 x s8 products, pairs summed to s16) then
+ * vpmaddwd against ones and vpaddd: 32 multiply-adds per step, 8 independent chains. */
+RL_AVX2 static uint64_t int8_avx2(long iters) {
+  __m256i acc[8], a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+  for (int k = 0; k < 8; k++) acc[k] = _mm256_set1_epi32(k);
+  for (long i = 0; i < iters; i++)
+    for (int k = 0; k < 8; k++)
+      acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+  __m256i t = acc[0];
+  for (int k = 1; k < 8; k++) t = _mm256_add_epi32(t, acc[k]);
+  int32_t v[8];
+  _mm256_storeu_si256((__m256i *)v, t);
+  return (uint64_t)(v[0] + v[7]);
+}
+
+static uint64_t int8_scalar(long iters) {
+  int32_t acc[16] = {0};
+  volatile int8_t bv = -2; /* not folded away */
+  const int8_t b = bv;
+  for (long i = 0; i < iters; i++)
+    for (int k = 0; k < 16; k++) acc[k] += (int32_t)(uint8_t)(3 + k) * b;
+  return (uint64_t)(acc[0] + acc[15]);
+}
+
+/* Multiply-adds one call of the level's loop does per iteration. */
+static double macs_per_iter(enum cpu_simd_level l) {
+  return l == CPU_SIMD_LEVEL_AVX512_VNNI ? 12.0 * 64 : l == CPU_SIMD_LEVEL_AVX2 ? 8.0 * 32 : 16.0;
+}
+
+static void *int8_loop(void *arg) {
+  struct rl_job *j = arg;
+  const long iters = j->level == CPU_SIMD_LEVEL_SCALAR ? RL_INT8_ITERS / 4 : RL_INT8_ITERS / 8;
+  j->sink = j->level == CPU_SIMD_LEVEL_AVX512_VNNI ? int8_vnni(iters)
+            : j->level == CPU_SIMD_LEVEL_AVX2      ? int8_avx2(iters)
+                                                   : int8_scalar(iters);
+  j->n = (size_t)iters;
+  return NULL;
+}
+
+/* Runs fn on every job in its own thread; seconds of wall time, or < 0 on a failed start. */
+static double run_threads(void *(*fn)(void *), struct rl_job *jobs, int n) {
+  pthread_t tid[256];
+  const int64_t t0 = llb_now_ns();
+  int started = 0;
+  for (; started < n; started++)
+    if (pthread_create(&tid[started], NULL, fn, &jobs[started]) != 0) break;
+  for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+  return started == n ? (double)(llb_now_ns() - t0) * 1e-9 : -1.0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static llb_status measure_read(int threads, double *bytes_per_s) {
+  uint64_t *buf = malloc(RL_READ_BYTES);
+  if (!buf) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "roofline: %zu bytes", RL_READ_BYTES);
+  const size_t words = RL_READ_BYTES / 8, per = words / (size_t)threads;
+  for (size_t i = 0; i < words; i++) buf[i] = i * 0x9E3779B97F4A7C15ull; /* touched: real pages */
+  struct rl_job jobs[256];
+  double rates[RL_READ_REPEATS];
+  for (int r = 0; r < RL_READ_REPEATS; r++) {
+    for (int t = 0; t < threads; t++) jobs[t] = (struct rl_job){.p = buf + (size_t)t * per, .n = per};
+    const double s = run_threads(read_slice, jobs, threads);
+    if (s <= 0) {
+      free(buf);
+      return LLB_ERRF(LLB_STATUS_IO, "roofline: could not start %d threads", threads);
+    }
+    rates[r] = (double)per * 8.0 * threads / s;
+  }
+  free(buf);
+  qsort(rates, RL_READ_REPEATS, sizeof(double), cmp_double);
+  *bytes_per_s = rates[RL_READ_REPEATS / 2];
+  return LLB_STATUS_OK;
+}
+
+static llb_status measure_int8(int threads, enum cpu_simd_level level, double *ops_per_s) {
+  struct rl_job jobs[256];
+  for (int t = 0; t < threads; t++) jobs[t] = (struct rl_job){.level = level};
+  (void)run_threads(int8_loop, jobs, threads); /* warm-up: clocks, AVX-512 license */
+  for (int t = 0; t < threads; t++) jobs[t] = (struct rl_job){.level = level};
+  const double s = run_threads(int8_loop, jobs, threads);
+  if (s <= 0) return LLB_ERRF(LLB_STATUS_IO, "roofline: could not start %d threads", threads);
+  *ops_per_s = 2.0 * macs_per_iter(level) * (double)jobs[0].n * threads / s;
+  return LLB_STATUS_OK;
+}
+
+llb_status roofline_measure(int threads, struct roofline *out) {
+  if (!out || threads < 1 || threads > 256)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "roofline: %d threads (1..256)", threads);
+  memset(out, 0, sizeof *out);
+  const enum cpu_simd_level level = cpu_simd_level_detect();
+  out->threads = threads;
+  out->int8_path = level == CPU_SIMD_LEVEL_AVX512_VNNI ? "avx512-vnni (vpdpbusd)"
+                   : level == CPU_SIMD_LEVEL_AVX2      ? "avx2 (vpmaddubsw)"
+                                                       : "scalar";
+  llb_status st = measure_read(threads, &out->read_bytes_per_s);
+  if (st == LLB_STATUS_OK) st = measure_int8(threads, level, &out->int8_ops_per_s);
+  return st;
+}
+
+double roofline_fraction(double rate, double cost_per_unit, double ceiling) {
+  return ceiling > 0 ? rate * cost_per_unit / ceiling : 0.0;
+}

@@ -1,0 +1,32 @@
+/* The CPU's own ceilings for the forward pass, measured by microbenchmarks with the same
+ * thread count as the forward: DRAM read bandwidth (the bound of batch-1 decode, which reads
+ * every weight once per token) and the int8 dot-product peak of the SIMD path the packed
+ * matmuls use (the bound of prefill). llmbus-kernel-bench --roofline prints each measured
+ * rate as a fraction of its bound, as the roofline model does (Williams, Waterman, Patterson,
+ * "Roofline", CACM 2009).
+ */
+#ifndef LLB_KERNELS_CPU_BENCH_ROOFLINE_H
+#define LLB_KERNELS_CPU_BENCH_ROOFLINE_H
+
+#include <stdint.h>
+
+#include "bus/status.h"
+
+struct roofline {
+  double read_bytes_per_s; /* DRAM read bandwidth, bytes/s (median of the repeats) */
+  double int8_ops_per_s;   /* int8 multiply-adds x 2 per second, all threads */
+  const char *int8_path;   /* "avx512-vnni (vpdpbusd)", "avx2 (vpmaddubsw)" or "scalar" */
+  int threads;
+};
+
+/* Measures both ceilings with `threads` threads (1..256): the read bandwidth streams a
+ * 512 MiB buffer (far past any last-level cache) 5 times, the int8 peak runs independent
+ * dot-product chains in registers on the best SIMD level of this CPU; ~1-2 s in all.
+ * Errors: INVALID_ARGUMENT (threads), OUT_OF_MEMORY, IO (a thread could not start). */
+llb_status roofline_measure(int threads, struct roofline *out);
+
+/* Fraction of a bound reached: rate x cost per unit / ceiling (e.g. decode tok/s x bytes
+ * read per token / read bytes per s). 0 when the ceiling is not positive. */
+double roofline_fraction(double rate, double cost_per_unit, double ceiling);
+
+#endif
