@@ -9,5 +9,6 @@ int cmd_generate(int argc, char **argv);        /* cmd/generate.c: NATS client, 
 int cmd_chat(int argc, char **argv);            /* cmd/generate.c: interactive NATS chat */
 int cmd_generate_inproc(int argc, char **argv); /* cmd/generate_inproc.c: no bus */
 int cmd_tokenize(int argc, char **argv);        /* cmd/tokenize.c */
+int cmd_perplexity(int argc, char **argv);      /* cmd/perplexity.c: llama-perplexity's method */
 
 #endif

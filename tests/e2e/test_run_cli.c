@@ -10,6 +10,10 @@
  * the decode of the output ids, finish_reason and stop_reason; and the same greedy run
  * without --json streams that very text.
  *
+ * `llmbus perplexity` scores exactly llama-perplexity's tokens (the second half of each chunk:
+ * chunks x (ctx - 1 - ctx/2)), gives the same number twice, ranks an English text far below
+ * shuffled words of the same text, and refuses a text shorter than two chunks.
+ *
  * Usage: test_run_cli MODEL.gguf (ctest passes LLB_DEFAULT_MODEL; LLMBUS_BUILD_DIR locates
  * cmd/llmbus). A missing model skips (77) locally and fails under CI=true. */
 #include <setjmp.h>
@@ -20,6 +24,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,11 +155,89 @@ static void test_generate_inproc_json_prints_ids_and_text_of_the_streamed_answer
   json_decref(j);
 }
 
+/* English prose (plain sentences the test writes; no data file) and its words shuffled. */
+static void write_texts(const char *english_path, const char *shuffled_path) {
+  static const char *const sentences[] = {
+      "The river rose slowly through the night, and by morning the low fields near the village were under water.",
+      "Farmers moved their animals to the hills, while children carried bread and blankets to the old church.",
+      "When the rain stopped, the people walked down to the bridge to see how far the water had come.",
+      "Nobody could remember a flood like it, although the oldest man in the village said his father had seen one.",
+      "In the afternoon the sun came out, and the water began to fall back into the river.",
+      "By the end of the week the roads were open again, and the market returned to the square.",
+  };
+  FILE *e = fopen(english_path, "w"), *sh = fopen(shuffled_path, "w");
+  assert_non_null(e);
+  assert_non_null(sh);
+  char words[4096][24];
+  int nw = 0;
+  for (int rep = 0; rep < 24; rep++)
+    for (size_t i = 0; i < sizeof sentences / sizeof *sentences; i++) {
+      fprintf(e, "%s ", sentences[(i + (size_t)rep) % (sizeof sentences / sizeof *sentences)]);
+      char buf[256];
+      snprintf(buf, sizeof buf, "%s", sentences[i]);
+      for (char *w = strtok(buf, " "); w && nw < 4096; w = strtok(NULL, " ")) snprintf(words[nw++], 24, "%s", w);
+    }
+  uint64_t x = 12345;
+  for (int i = nw - 1; i > 0; i--) { /* Fisher-Yates with a fixed LCG */
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const int j = (int)((x >> 33) % (uint64_t)(i + 1));
+    char t[24];
+    memcpy(t, words[i], 24), memcpy(words[i], words[j], 24), memcpy(words[j], t, 24);
+  }
+  for (int i = 0; i < nw; i++) fprintf(sh, "%s ", words[i]);
+  fclose(e);
+  fclose(sh);
+}
+
+/* `llmbus perplexity ... --json` on path; returns the exit status, *j the parsed line (or NULL). */
+static int run_perplexity(const char *path, const char *ctx, json_t **j) {
+  char bin[PATH_MAX];
+  snprintf(bin, sizeof bin, "%s/cmd/llmbus", getenv("LLMBUS_BUILD_DIR"));
+  char *const argv[] = {bin, "perplexity", "--model", (char *)g_model, "--file", (char *)path, "--ctx", (char *)ctx,
+                        "--threads", "2", "--json", NULL};
+  static char out[1 << 16];
+  const int status = run_capture(argv, out, sizeof out);
+  const char *brace = strchr(out, '{');
+  *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+  if (!*j) fprintf(stderr, "llmbus perplexity output:\n%s\n", out);
+  return status;
+}
+
+static void test_perplexity_scores_llama_cpps_tokens_and_ranks_english_first(void **state) {
+  (void)state;
+  char english[] = "/tmp/llmbus-ppl-en-XXXXXX", shuffled[] = "/tmp/llmbus-ppl-sh-XXXXXX";
+  close(mkstemp(english)), close(mkstemp(shuffled));
+  write_texts(english, shuffled);
+  json_t *a, *b, *c;
+  assert_int_equal(run_perplexity(english, "128", &a), 0);
+  assert_int_equal(run_perplexity(english, "128", &b), 0);
+  assert_int_equal(run_perplexity(shuffled, "128", &c), 0);
+  assert_true(a && b && c);
+  const json_int_t chunks = json_integer_value(json_object_get(a, "chunks"));
+  const json_int_t tokens = json_integer_value(json_object_get(a, "tokens"));
+  assert_int_equal(chunks, tokens / 128);
+  assert_true(chunks >= 2);
+  assert_int_equal(json_integer_value(json_object_get(a, "tokens_scored")), chunks * (128 - 1 - 64));
+  const double pa = json_real_value(json_object_get(a, "ppl")), pc = json_real_value(json_object_get(c, "ppl"));
+  fprintf(stderr, "perplexity: English %.3f, shuffled %.3f (%lld chunks)\n", pa, pc, (long long)chunks);
+  assert_true(pa > 1.0 && isfinite(pa));
+  assert_true(pa == json_real_value(json_object_get(b, "ppl"))); /* deterministic */
+  assert_true(pc > 3.0 * pa);                                      /* word order matters to the model */
+  json_decref(a), json_decref(b), json_decref(c);
+  /* a text shorter than two chunks is refused, as llama-perplexity does */
+  json_t *d = NULL;
+  const int st = run_perplexity(english, "65536", &d);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+  json_decref(d);
+  unlink(english), unlink(shuffled);
+}
+
 int main(int argc, char **argv) {
   g_model = e2e_require_model(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_run_answers_and_every_actor_exits_on_sigterm),
       cmocka_unit_test(test_generate_inproc_json_prints_ids_and_text_of_the_streamed_answer),
+      cmocka_unit_test(test_perplexity_scores_llama_cpps_tokens_and_ranks_english_first),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
