@@ -43,6 +43,7 @@ struct inproc_opts {
   bool raw;
   bool json;
   int32_t threads;
+  enum llama_matmul_mode matmul; /* --numerics packed|ggml */
   struct llb_sampling_params sp;
 };
 
@@ -50,7 +51,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: llmbus generate --inproc --model M.gguf [--raw] [--temperature T] [--top-p P]\n"
           "         [--top-k K] [--min-p P] [--max-tokens N] [--seed S] [--threads N]\n"
-          "         [--system TEXT] [--chat-template NAME] [--json] \"prompt\"\n"
+          "         [--system TEXT] [--chat-template NAME] [--numerics packed|ggml] [--json] \"prompt\"\n"
           "Runs the model in this process (no bus) and streams the answer to stdout.\n"
           "  --raw          no chat template: the prompt is plain text to continue\n"
           "  --json         one JSON line at the end instead of the streamed text: prompt and\n"
@@ -60,7 +61,9 @@ static void usage(FILE *f) {
           "  --temperature  0 = greedy (default 1, as vLLM)\n"
           "  --max-tokens   default %d, capped by the context length\n"
           "  --seed         default: drawn from the clock\n"
-          "  --threads      default 2\n",
+          "  --threads      default 2\n"
+          "  --numerics     packed (the engine's int8 panels, default) or ggml (llama.cpp's CPU\n"
+          "                 arithmetic, bit-exact with llama.cpp's logits)\n",
           DEFAULT_MAX_TOKENS);
 }
 
@@ -110,6 +113,8 @@ static int parse_args(int argc, char **argv, struct inproc_opts *o) {
     if (strcmp(a, "--model") == 0) o->model_path = v;
     else if (strcmp(a, "--system") == 0) o->system = v;
     else if (strcmp(a, "--chat-template") == 0) o->chat_template = v;
+    else if (strcmp(a, "--numerics") == 0)
+      ok = !strcmp(v, "packed") || !strcmp(v, "ggml"), o->matmul = !strcmp(v, "ggml") ? LLAMA_MATMUL_GGML : LLAMA_MATMUL_PACKED;
     else if (strcmp(a, "--temperature") == 0) ok = parse_double(v, &d) && d >= 0, o->sp.temperature = (float)d;
     else if (strcmp(a, "--top-p") == 0) ok = parse_double(v, &d) && d > 0 && d <= 1, o->sp.top_p = (float)d;
     else if (strcmp(a, "--min-p") == 0) ok = parse_double(v, &d) && d >= 0 && d <= 1, o->sp.min_p = (float)d;
@@ -296,7 +301,8 @@ int cmd_generate_inproc(int argc, char **argv) {
   r.num_blocks = (capacity + BLOCK_SIZE - 1) / BLOCK_SIZE;
   const int32_t chunk = n_prompt < PREFILL_CHUNK ? (int32_t)n_prompt : PREFILL_CHUNK;
   if (llama_kv_cache_create(r.model, r.num_blocks, BLOCK_SIZE, &r.kv) != LLB_STATUS_OK ||
-      llama_forward_ctx_create(r.model, chunk, o.threads, &r.fwd) != LLB_STATUS_OK ||
+      llama_forward_ctx_create_opts(r.model, &(const struct llama_forward_options){.max_num_tokens = chunk,
+                                    .n_threads = o.threads, .matmul = o.matmul}, &r.fwd) != LLB_STATUS_OK ||
       sampler_create(cfg->vocab_size, &r.sampler) != LLB_STATUS_OK ||
       detok_stream_init(&r.detok, r.tok, false, false) != LLB_STATUS_OK) {
     rc = fail_status("set-up");

@@ -18,8 +18,10 @@
 struct worker_main {
   int32_t num_blocks, block_size, max_num_batched_tokens, threads;
   const char *device;
+  const char *numerics;
   double gpu_memory_utilization;
   enum model_runner_device dev;
+  enum llama_matmul_mode matmul;
   struct gpu_worker_actor *actor;
 };
 
@@ -32,6 +34,12 @@ static llb_status worker_main_configure(struct actor_main *am, void *user) {
     m->dev = MODEL_RUNNER_DEVICE_CUDA;
   else
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--device %s: one of cpu, cuda", m->device);
+  if (strcmp(m->numerics, "packed") == 0)
+    m->matmul = LLAMA_MATMUL_PACKED;
+  else if (strcmp(m->numerics, "ggml") == 0)
+    m->matmul = LLAMA_MATMUL_GGML;
+  else
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--numerics %s: one of packed, ggml", m->numerics);
   if (!(m->gpu_memory_utilization > 0.0 && m->gpu_memory_utilization <= 1.0))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--gpu-memory-utilization %g: in (0, 1]", m->gpu_memory_utilization);
   const int32_t min_blocks = m->dev == MODEL_RUNNER_DEVICE_CUDA ? 0 : 1;
@@ -49,7 +57,7 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
       .model_path = am->common.model_path, .engine_id = am->common.engine_id,
       .num_blocks = m->num_blocks, .block_size = m->block_size,
       .max_num_batched_tokens = m->max_num_batched_tokens, .num_threads = m->threads,
-      .device = m->dev, .gpu_memory_utilization = (float)m->gpu_memory_utilization};
+      .device = m->dev, .gpu_memory_utilization = (float)m->gpu_memory_utilization, .matmul = m->matmul};
   llb_status st = gpu_worker_actor_create(&o, &m->actor);
   if (st) return st;
   /* every heartbeat carries the geometry: --num-blocks 0 scheduler / kv_manager wait for it */
@@ -67,7 +75,7 @@ static void worker_main_destroy(struct actor_main *am, void *user) {
 int main(int argc, char **argv) {
   const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   struct worker_main m = {.num_blocks = 1024, .block_size = 16, .max_num_batched_tokens = 512,
-                          .threads = ncpu > 0 ? (int32_t)ncpu : 1, .device = "cpu",
+                          .threads = ncpu > 0 ? (int32_t)ncpu : 1, .device = "cpu", .numerics = "packed",
                           .gpu_memory_utilization = 0.9};
   const struct actor_flag flags[] = {
       {"num-blocks", ACTOR_FLAG_KIND_INT32, &m.num_blocks, "KV cache blocks (same as kv_manager and scheduler)",
@@ -78,6 +86,8 @@ int main(int argc, char **argv) {
        "tokens per step the forward scratch holds (>= the scheduler's)", NULL},
       {"threads", ACTOR_FLAG_KIND_INT32, &m.threads, "forward-pass threads (default here: the CPUs online)", NULL},
       {"device", ACTOR_FLAG_KIND_STRING, &m.device, "backend: cpu or cuda (builds with CUDA; needs a GPU)", NULL},
+      {"numerics", ACTOR_FLAG_KIND_STRING, &m.numerics,
+       "cpu: packed (the engine's int8 panels) or ggml (llama.cpp's CPU arithmetic, bit-exact with it)", NULL},
       {"gpu-memory-utilization", ACTOR_FLAG_KIND_DOUBLE, &m.gpu_memory_utilization,
        "cuda: fraction (0, 1] of device memory for weights + scratch + KV cache (sizes the KV cache "
        "when --num-blocks is 0; the number reaches kv_manager and scheduler in the heartbeat)", NULL},

@@ -52,6 +52,7 @@ static const struct {
     {"stats-interval-ms", true, A_SCHED, "SchedulerStats period while there is work"},
     {"threads", true, A_WORKER, "worker threads for the forward pass"},
     {"device", true, A_WORKER, "cpu | cuda"},
+    {"numerics", true, A_WORKER, "packed | ggml (cpu: llama.cpp's arithmetic, bit-exact with it)"},
     {"engine-id", true, A_ALL, "engine id (<eid> in llm.engine.<eid>.*)"},
     {"prefix", true, A_ALL, "subject prefix (default llm)"},
     {"log-level", true, A_ALL, "debug | info | warn | error"},

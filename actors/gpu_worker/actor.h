@@ -30,6 +30,7 @@ struct gpu_worker_actor_options {
   int32_t num_threads;            /* forward threads, >= 1 (cpu) */
   enum model_runner_device device; /* cpu (zero value) or cuda */
   float gpu_memory_utilization;   /* cuda: (0, 1], 0 = 0.9 (model_runner_config) */
+  enum llama_matmul_mode matmul;  /* cpu: packed (default) or ggml numerics (model_runner_config) */
 };
 
 /* Counters since start (monotonic). */

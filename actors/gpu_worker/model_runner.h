@@ -58,6 +58,8 @@ struct model_runner_config {
                                      memory for weights + scratch + KV cache; 0 = 0.9 */
   const struct gguf_file *gguf;   /* CUDA: the model file, copied to the device during
                                      model_runner_create (borrowed for the call only); CPU: unused */
+  enum llama_matmul_mode matmul;  /* CPU: the engine's packed numerics (default) or llama.cpp's
+                                     (LLAMA_MATMUL_GGML, --numerics ggml); CUDA: unused */
 };
 
 struct model_runner; /* opaque */

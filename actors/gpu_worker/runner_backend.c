@@ -104,7 +104,9 @@ llb_status runner_backend_create(struct runner_backend *b, const struct llama_mo
   b->kv_bytes = 2 * (int64_t)c->block_count * cfg->num_blocks * cfg->block_size * c->head_count_kv *
                 c->head_dim * 2;
   st = llama_kv_cache_create(m, cfg->num_blocks, cfg->block_size, &b->kv);
-  if (!st) st = llama_forward_ctx_create(m, cfg->max_num_batched_tokens, cfg->num_threads, &b->fwd);
+  const struct llama_forward_options fo = {.max_num_tokens = cfg->max_num_batched_tokens,
+                                           .n_threads = cfg->num_threads, .matmul = cfg->matmul};
+  if (!st) st = llama_forward_ctx_create_opts(m, &fo, &b->fwd);
   if (st) runner_backend_destroy(b);
   return st;
 }

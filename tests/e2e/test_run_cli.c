@@ -10,6 +10,10 @@
  * the decode of the output ids, finish_reason and stop_reason; and the same greedy run
  * without --json streams that very text.
  *
+ * `llmbus run --numerics ggml` (every actor, llama.cpp's arithmetic in the worker) answers
+ * greedily with exactly the text of `llmbus generate --inproc --numerics ggml`, and the default
+ * packed numerics likewise match between the two paths.
+ *
  * `llmbus perplexity` scores exactly llama-perplexity's tokens (the second half of each chunk:
  * chunks x (ctx - 1 - ctx/2)), gives the same number twice, ranks an English text far below
  * shuffled words of the same text, and refuses a text shorter than two chunks.
@@ -155,6 +159,52 @@ static void test_generate_inproc_json_prints_ids_and_text_of_the_streamed_answer
   json_decref(j);
 }
 
+/* Greedy answer to the France prompt, 20 tokens, stdout only: `llmbus run` or `generate --inproc`. */
+static void greedy_answer(bool inproc, const char *numerics, char *out, size_t cap) {
+  char bin[PATH_MAX];
+  snprintf(bin, sizeof bin, "%s/cmd/llmbus", getenv("LLMBUS_BUILD_DIR"));
+  char *const run_argv[] = {bin, "run", "--model", (char *)g_model, "--numerics", (char *)numerics, "--temperature",
+                            "0", "--max-tokens", "20", "--threads", "2", "What is the capital of France?", NULL};
+  char *const gen_argv[] = {bin, "generate", "--inproc", "--model", (char *)g_model, "--numerics", (char *)numerics,
+                            "--temperature", "0", "--max-tokens", "20", "--threads", "2", "What is the capital of France?",
+                            NULL};
+  char *const *argv = inproc ? gen_argv : run_argv;
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  const pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  close(fds[1]);
+  size_t len = 0;
+  ssize_t got;
+  while (len < cap - 1 && (got = read(fds[0], out + len, cap - 1 - len)) > 0) len += (size_t)got;
+  out[len] = '\0';
+  close(fds[0]);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  while (len > 0 && (out[len - 1] == '\n' || out[len - 1] == ' ')) out[--len] = '\0';
+}
+
+static void test_numerics_flag_gives_the_same_answer_through_the_bus_and_in_process(void **state) {
+  (void)state;
+  static char bus[4096], local[4096];
+  static const char *const modes[] = {"ggml", "packed"};
+  for (int m = 0; m < 2; m++) {
+    greedy_answer(false, modes[m], bus, sizeof bus);
+    greedy_answer(true, modes[m], local, sizeof local);
+    fprintf(stderr, "numerics %s: run \"%s\" / inproc \"%s\"\n", modes[m], bus, local);
+    assert_true(strlen(bus) > 0);
+    assert_string_equal(bus, local);
+  }
+}
+
 /* English prose (plain sentences the test writes; no data file) and its words shuffled. */
 static void write_texts(const char *english_path, const char *shuffled_path) {
   static const char *const sentences[] = {
@@ -238,6 +288,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_run_answers_and_every_actor_exits_on_sigterm),
       cmocka_unit_test(test_generate_inproc_json_prints_ids_and_text_of_the_streamed_answer),
       cmocka_unit_test(test_perplexity_scores_llama_cpps_tokens_and_ranks_english_first),
+      cmocka_unit_test(test_numerics_flag_gives_the_same_answer_through_the_bus_and_in_process),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
