@@ -1,4 +1,4 @@
-/* bus/status and bus/log: every status has a distinct string, errors keep their context. */
+/* base/status and base/log: every status has a distinct string, errors keep their context. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -6,8 +6,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "bus/log.h"
-#include "bus/status.h"
+#include "base/log.h"
+#include "base/status.h"
 
 static void test_every_status_has_its_own_string(void **state) {
   (void)state;
