@@ -75,16 +75,19 @@ CUDA_RE = re.compile(
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
 
-def is_build_dir(path, name):
-    return (name.startswith(".") or name.startswith("build") or name == "models"
-            or os.path.exists(os.path.join(path, "CMakeCache.txt")))
+def is_skipped_dir(path, name, at_root):
+    """Hidden folders, build trees (a CMakeCache.txt, or build*/ at the root), models/."""
+    if name.startswith(".") or os.path.exists(os.path.join(path, "CMakeCache.txt")):
+        return True
+    return at_root and (name.startswith("build") or name == "models")
 
 
 def source_files(root):
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
+        at_root = os.path.samefile(dirpath, root)
         dirnames[:] = sorted(d for d in dirnames
-                             if not is_build_dir(os.path.join(dirpath, d), d))
+                             if not is_skipped_dir(os.path.join(dirpath, d), d, at_root))
         for f in sorted(filenames):
             if f.endswith(SOURCE_EXTENSIONS):
                 out.append(os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/"))

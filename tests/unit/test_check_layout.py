@@ -143,8 +143,14 @@ class CheckLayoutTest(unittest.TestCase):
 
     def test_build_trees_are_not_read(self):
         with Tree({"build/kernels/x.c": '#include "model/forward.h"\n',
-                   "other/CMakeCache.txt": "", "other/x.c": "int x;\n"}) as t:
+                   "build-release/kernels/x.c": '#include "model/forward.h"\n',
+                   "other/CMakeCache.txt": "", "other/x.c": "int x;\n",
+                   ".venv/x.c": "int x;\n"}) as t:
             self.assertEqual(t.problems(), [])
+
+    def test_a_build_named_folder_inside_the_tree_is_still_read(self):
+        self.assert_one_problem({"kernels/builders/x.c": '#include "model/forward.h"\n'},
+                                "kernels/builders/x.c:1", ["model/forward.h"])
 
     def test_allowlist_exempts_its_entry_and_nothing_else(self):
         extra = {"kernels/cuda/fwd.h": '#include "model/forward.h"\n',
