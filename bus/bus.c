@@ -15,7 +15,7 @@
 #include <event2/event.h>
 #include <nats/nats.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 
 #define BUS_CLOSE_WAIT_MS 10000 /* bus_destroy: bound on waiting for close/handler completion */
 

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "bus/subject.h"
 #include "bus/trace.h"
 

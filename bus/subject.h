@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 
 #define BUS_DEFAULT_PREFIX "llm"
 #define BUS_DEFAULT_TENANT "default"

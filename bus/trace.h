@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 
 /* Header name, lower case as the W3C spec writes it. */
 #define BUS_TRACEPARENT_HEADER "traceparent"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 #include "bus/subject.h"
 #include "schemas/control.h"
 

@@ -32,7 +32,7 @@
 #include <stdint.h>
 
 #include "bus/bus.h"
-#include "bus/status.h"
+#include "base/status.h"
 
 /* How a flag's value is stored into its target. */
 enum actor_flag_kind {

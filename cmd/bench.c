@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 #include "cmd/bench.h"
 
 static void usage(FILE *f) {

@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 
 struct tokenizer;
 

@@ -32,7 +32,7 @@
 
 #include "actors/gpu_worker/sampler.h"
 #include "bus/bus.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "bus/subject.h"
 #include "cmd/bench.h"
 #include "model/forward.h"

@@ -13,7 +13,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 #include "cmd/bench.h"
 
 #define HEADER_MAX 16384

@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 #include "cmd/bench.h"
 #include "cmd/bench_http.h"
 #include "model/gguf.h"

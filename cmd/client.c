@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 #include "schemas/generate_request.h"
 #include "schemas/request_output.h"
 

@@ -18,7 +18,7 @@
 #include <stdio.h>
 
 #include "bus/bus.h"
-#include "bus/status.h"
+#include "base/status.h"
 #include "model/chat_template.h"
 #include "schemas/sampling_params.h"
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "actors/encoder_cache/actor.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "cmd/actor_main.h"
 
 struct ec_main {

@@ -22,8 +22,8 @@
 #include <jansson.h>
 
 #include "actors/gpu_worker/sampler.h"
-#include "bus/log.h"
-#include "bus/status.h"
+#include "base/log.h"
+#include "base/status.h"
 #include "cmd/commands.h"
 #include "model/chat_template.h"
 #include "model/forward.h"

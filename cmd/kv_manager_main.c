@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "actors/kv_manager/actor.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "cmd/actor_main.h"
 
 #define KV_GEOMETRY_WAIT_MS 300000 /* a worker loading a large model onto a GPU */

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 #include "cmd/commands.h"
 #include "model/forward.h"
 #include "model/gguf.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 #include "cmd/client.h"
 #include "cmd/commands.h"
 #include "cmd/supervisor.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "actors/scheduler/actor.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "cmd/actor_main.h"
 #include "model/config.h"
 #include "model/gguf.h"

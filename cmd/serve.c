@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 #include "cmd/supervisor.h"
 
 /* The actor programs of one engine, in start order, and which options each takes. */

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 
 struct child {
   struct child_spec spec;

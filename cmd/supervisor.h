@@ -11,7 +11,7 @@
  * children too) with PR_SET_PDEATHSIG(SIGTERM), so a SIGKILLed supervisor orphans nothing.
  * Restarts back off exponentially from restart_min_ms to restart_max_ms; the backoff resets
  * once a child has stayed up restart_reset_ms. Every start, exit and restart is one
- * structured log line (bus/log.h). A child that cannot start at all (it fails
+ * structured log line (base/log.h). A child that cannot start at all (it fails
  * crash_loop_max_fails times in a row, each within crash_loop_window_ms: a bad model file, a
  * port in use, a bad flag) is not restarted forever: the supervisor stops everything and
  * supervisor_run returns ABORTED with the child's last error line. Children's stderr goes
@@ -29,7 +29,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 
 #define CHILD_SPEC_MAX_ARGS 24
 #define CHILD_SPEC_ARG_MAX 512

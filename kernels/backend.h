@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "kernels/quant.h"
 
 /* A 2-D weight in GGUF layout: `rows` rows of `cols` weights each (ne[0] = cols). */

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 
 /* Tensor element types, numbered as in ggml.h (these numbers are stored in GGUF files). */
 enum ggml_type {

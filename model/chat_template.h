@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "model/gguf.h"
 
 enum chat_template_kind {

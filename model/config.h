@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "model/gguf.h"
 
 enum llama_rope_type { LLAMA_ROPE_TYPE_NORM = 0, LLAMA_ROPE_TYPE_NEOX = 2 };

@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "model/config.h"
 #include "model/gguf.h"
 

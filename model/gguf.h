@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "kernels/quant.h"
 
 /* Metadata value types, numbered as in the GGUF spec. */

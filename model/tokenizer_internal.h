@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "model/tokenizer.h"
 
 enum tok_model_kind { TOK_MODEL_KIND_BPE, TOK_MODEL_KIND_SPM };

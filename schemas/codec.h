@@ -38,7 +38,7 @@ extern "C" {
 
 /* Inside the extern "C" block: these C headers carry no C++ guards of their own, and the
  * codec itself is C++. */
-#include "bus/status.h"
+#include "base/status.h"
 #include "schemas/arena.h"
 /* sampling_params.h has a slash-star inside its head comment, which -Wall (-Wcomment)
  * reports; silenced here for C (C++ gets -Wno-comment in schemas/CMakeLists.txt). */

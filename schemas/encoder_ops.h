@@ -21,7 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 
 /* Op kinds; values equal EncoderOpKind in schemas/encoder_step.fbs. */
 enum encoder_op_kind {

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 
 /* What one op does (KVOpKind in schemas/kv_step.fbs). */
 enum kv_op_kind {

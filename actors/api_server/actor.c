@@ -25,7 +25,7 @@
 #include "actors/api_server/api_metrics.h"
 #include "actors/api_server/api_request.h"
 #include "actors/api_server/api_response.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "schemas/control.h"
 #include "schemas/generate_request.h"
 #include "schemas/request_output.h"

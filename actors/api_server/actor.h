@@ -42,7 +42,7 @@
 #include <stdint.h>
 
 #include "bus/bus.h"
-#include "bus/status.h"
+#include "base/status.h"
 
 #define API_ACTOR_DEFAULT_HEALTH_ACTORS \
   "input_processor,scheduler,kv_manager,gpu_worker,output_processor"

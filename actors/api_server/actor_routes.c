@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "actors/api_server/actor_internal.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "schemas/control.h"
 
 static const char *reason_phrase(int status) {

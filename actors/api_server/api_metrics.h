@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "actors/api_server/api_request.h"
-#include "bus/status.h"
+#include "base/status.h"
 #include "schemas/control.h"
 
 #define API_METRICS_MAX_ENGINES 16

@@ -21,7 +21,7 @@
 #include <stdbool.h>
 
 #include "actors/api_server/api_request.h"
-#include "bus/status.h"
+#include "base/status.h"
 
 /* Parses top-level field `key` = `v` into `r` when it is one of the fields above: sets
  * *handled and returns OK or INVALID_ARGUMENT (err set). *handled false: not ours. A JSON null

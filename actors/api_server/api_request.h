@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "schemas/generate_request.h"
 
 #define API_MAX_PROMPTS 64       /* prompts in one completions request (a batch) */

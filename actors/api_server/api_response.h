@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "actors/api_server/api_request.h"
-#include "bus/status.h"
+#include "base/status.h"
 #include "schemas/request_output.h"
 
 struct api_choice_state {

@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "actors/api_server/api_request.h"
-#include "bus/status.h"
+#include "base/status.h"
 #include "schemas/request_output.h"
 
 struct api_tokenize {

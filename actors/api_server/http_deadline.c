@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 
 /* One connection's deadline. Before it is adopted the record knows only the bufferevent it
  * created (holding a reference, so that the pointer stays valid whatever evhttp does); once

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 
 struct evhttp;
 struct evhttp_request;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 
 struct encoder_cache_actor {
   struct bus *bus;

@@ -17,7 +17,7 @@
 
 #include "actors/encoder_cache/encoder_cache.h"
 #include "bus/bus.h"
-#include "bus/status.h"
+#include "base/status.h"
 
 struct encoder_cache_actor;
 

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "schemas/encoder_ops.h"
 #include "schemas/encoder_step.h"
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "actors/gpu_worker/model_runner.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "schemas/model_runner_output.h"

@@ -18,7 +18,7 @@
 
 #include "actors/gpu_worker/model_runner.h"
 #include "bus/bus.h"
-#include "bus/status.h"
+#include "base/status.h"
 
 struct gpu_worker_actor_options {
   const char *model_path;         /* GGUF of a LLaMA-family model; required */

@@ -22,7 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "schemas/codec.h"
 
 /* Encodes one item: out is [item->length, hidden_size] f32, row-major. */

@@ -35,7 +35,7 @@
 
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "schemas/model_runner_output.h"

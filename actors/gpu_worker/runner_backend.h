@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "actors/gpu_worker/model_runner.h"
-#include "bus/status.h"
+#include "base/status.h"
 #include "model/config.h"
 #include "model/forward.h"
 

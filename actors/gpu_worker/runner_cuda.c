@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_forward.h"
 

@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/log.h"
-#include "bus/status.h"
+#include "base/log.h"
+#include "base/status.h"
 #include "model/config.h"
 #include "model/forward.h"
 #include "model/gguf.h"

@@ -37,7 +37,7 @@
 
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "schemas/sampling_params.h"
 
 /* Temperatures below this are greedy (vLLM's _SAMPLING_EPS). */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "actors/input_processor/input_processor.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"

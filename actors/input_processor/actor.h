@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #include "bus/bus.h"
-#include "bus/status.h"
+#include "base/status.h"
 
 #define INPROC_ACTOR_QUEUE_GROUP "input_processor"
 #define INPROC_ACTOR_MAX_N 16 /* largest n accepted; also the abort fan-out width */

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 #include "model/tokenizer.h"
 
 #define DEFAULT_MAX_N 16

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "actors/input_processor/mm_items.h"
 #include "model/chat_template.h"
 #include "schemas/sampling_params.h"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 #include "schemas/kv_ops.h"
 #include "schemas/kv_step.h"
 

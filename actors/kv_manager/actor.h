@@ -24,7 +24,7 @@
 
 #include "actors/kv_manager/kv_manager.h"
 #include "bus/bus.h"
-#include "bus/status.h"
+#include "base/status.h"
 
 struct kv_manager_actor;
 

@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 
 struct kv_block_pool;
 

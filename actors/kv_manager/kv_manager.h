@@ -20,7 +20,7 @@
 
 #include "actors/kv_manager/kv_block_pool.h"
 #include "schemas/kv_ops.h"
-#include "bus/status.h"
+#include "base/status.h"
 
 #define KV_MANAGER_REQ_ID_MAX 255
 

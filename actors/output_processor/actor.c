@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "actors/output_processor/output_processor.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "schemas/engine_core_outputs.h"

@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "bus/bus.h"
-#include "bus/status.h"
+#include "base/status.h"
 
 struct outproc_actor_options {
   const char *model_path; /* GGUF holding the tokenizer; required */

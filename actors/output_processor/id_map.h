@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 
 struct id_map;
 

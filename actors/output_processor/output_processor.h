@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "schemas/sampling_params.h"
 
 struct tokenizer;

@@ -10,7 +10,7 @@
 
 #include "actors/scheduler/actor_internal.h"
 #include "actors/scheduler/actor_wire.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "bus/subject.h"
 #include "schemas/control.h"
 #include "schemas/engine_core_outputs.h"

@@ -30,7 +30,7 @@
 
 #include "actors/scheduler/scheduler.h"
 #include "bus/bus.h"
-#include "bus/status.h"
+#include "base/status.h"
 
 struct scheduler_actor;
 

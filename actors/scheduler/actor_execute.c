@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "actors/scheduler/actor_internal.h"
-#include "bus/log.h"
+#include "base/log.h"
 
 /* A reply copied off the delivery thread. */
 struct exec_reply {

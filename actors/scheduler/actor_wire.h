@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "actors/scheduler/sched_output.h"
-#include "bus/status.h"
+#include "base/status.h"
 #include "schemas/encoder_ops.h"
 #include "schemas/encoder_step.h"
 #include "schemas/kv_ops.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 
 /* ---- encoder inputs (vLLM _try_schedule_encoder_inputs) ---- */
 

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "actors/scheduler/sched_request.h"
-#include "bus/status.h"
+#include "base/status.h"
 #include "schemas/sampling_params.h"
 
 /* A growable list of copied NUL-terminated strings. */

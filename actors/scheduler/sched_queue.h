@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "actors/scheduler/sched_request.h"
-#include "bus/status.h"
+#include "base/status.h"
 
 enum sched_policy {
   SCHED_POLICY_FCFS = 0,

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 
 static int32_t div_up(int64_t a, int64_t b) { return (int32_t)((a + b - 1) / b); }
 

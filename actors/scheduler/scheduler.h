@@ -60,7 +60,7 @@
 #include "actors/scheduler/sched_output.h"
 #include "actors/scheduler/sched_queue.h"
 #include "actors/scheduler/sched_request.h"
-#include "bus/status.h"
+#include "base/status.h"
 
 struct scheduler;
 

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/vec_dot.h"
 

@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 
 struct cpu_threadpool;
 

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "kernels/backend.h"
 #include "kernels/quant.h"
 

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "model/config.h"
 #include "model/forward.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 
 static const int32_t graph_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 #define NUM_BUCKETS ((int)(sizeof(graph_buckets) / sizeof(graph_buckets[0])))

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "bus/bus.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "schemas/generate_request.h"
 #include "schemas/request_output.h"
 

@@ -24,7 +24,7 @@
 #include <event2/event.h>
 
 #include "bus/bus.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "tests/integration/nats_test_server.h"
 
 #define WAIT_MS 30000

@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 
 #include "bus/bus.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "tests/integration/nats_test_server.h"
 
 #define WAIT_MS 20000 /* generous: a loaded 2-core machine */

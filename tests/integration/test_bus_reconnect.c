@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "bus/bus.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "tests/integration/nats_test_server.h"
 
 #define WAIT_MS 30000

@@ -17,7 +17,7 @@
 #include "actors/input_processor/actor.h"
 #include "actors/output_processor/actor.h"
 #include "bus/bus.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "cmd/client.h"
 #include "schemas/engine_core_outputs.h"
 #include "schemas/engine_core_request.h"

@@ -13,7 +13,7 @@
 
 #include "actors/output_processor/actor.h"
 #include "bus/bus.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "schemas/engine_core_outputs.h"

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "bus/bus.h"
-#include "bus/log.h"
+#include "base/log.h"
 #include "cmd/supervisor.h"
 #include "tests/integration/nats_test_server.h"
 

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "kernels/quant.h"
 #include "model/gguf.h"
 

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 #include "kernels/cuda/cuda_backend.h"
 
 static int tc_failures;

@@ -1,13 +1,15 @@
-/* bus/status and bus/log: every status has a distinct string, errors keep their context. */
+/* base/status and base/log: every status has a distinct string, errors keep their context and
+ * the frames they passed through. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 
-#include "bus/log.h"
-#include "bus/status.h"
+#include "base/log.h"
+#include "base/status.h"
 
 static void test_every_status_has_its_own_string(void **state) {
   (void)state;
@@ -29,6 +31,63 @@ static void test_error_context_names_where_and_why(void **state) {
   assert_string_equal(llb_err_last(), "");
 }
 
+static llb_status fail_in_leaf(void) { return LLB_ERRF(LLB_STATUS_IO, "read %s", "x.gguf"); }
+
+static llb_status pass_through_middle(void) {
+  llb_status st = fail_in_leaf();
+  if (st != LLB_STATUS_OK) return LLB_UPDATE_ERR_STACK(st);
+  return LLB_STATUS_OK;
+}
+
+static llb_status pass_through_outer(void) { return LLB_UPDATE_ERR_STACK(pass_through_middle()); }
+
+static llb_status succeed_outer(void) { return LLB_UPDATE_ERR_STACK(LLB_STATUS_OK); }
+
+static void test_error_stack_names_each_frame_the_error_passed(void **state) {
+  (void)state;
+  llb_err_clear();
+  assert_int_equal(pass_through_outer(), LLB_STATUS_IO);
+  assert_string_equal(llb_err_last(), "read x.gguf");
+  assert_string_equal(llb_err_last_stack(), "pass_through_middle <- pass_through_outer");
+  const char *where = llb_err_last_where();
+  assert_non_null(strstr(where, "fail_in_leaf(): read x.gguf [via pass_through_middle <- "
+                                "pass_through_outer]"));
+  assert_non_null(strstr(where, "test_status.c:"));
+}
+
+static void test_ok_status_adds_no_frame_and_new_error_starts_a_new_stack(void **state) {
+  (void)state;
+  llb_err_clear();
+  assert_int_equal(succeed_outer(), LLB_STATUS_OK);
+  assert_string_equal(llb_err_last_stack(), "");
+  assert_int_equal(pass_through_outer(), LLB_STATUS_IO);
+  assert_int_equal(LLB_ERRF(LLB_STATUS_MALFORMED, "second"), LLB_STATUS_MALFORMED);
+  assert_string_equal(llb_err_last_stack(), "");
+  assert_null(strstr(llb_err_last_where(), "[via"));
+  assert_int_equal(pass_through_outer(), LLB_STATUS_IO);
+  llb_err_clear();
+  assert_string_equal(llb_err_last_stack(), "");
+  assert_string_equal(llb_err_last_where(), "");
+}
+
+static void test_error_stack_is_bounded_and_says_frames_are_missing(void **state) {
+  (void)state;
+  (void)LLB_ERRF(LLB_STATUS_INTERNAL, "deep");
+  for (int i = 0; i < 200; i++)
+    assert_int_equal(llb_err_stack_push(LLB_STATUS_INTERNAL, "a_rather_long_function_name"),
+                     LLB_STATUS_INTERNAL);
+  const char *stack = llb_err_last_stack();
+  assert_true(strlen(stack) < 256);
+  assert_true(strlen(stack) > 200);
+  assert_string_equal(stack + strlen(stack) - 7, " <- ...");
+  char full[256];
+  snprintf(full, sizeof full, "%s", stack);
+  llb_err_stack_push(LLB_STATUS_INTERNAL, "f");
+  assert_string_equal(llb_err_last_stack(), full); /* stays put once full */
+  assert_non_null(strstr(llb_err_last_where(), "deep [via a_rather_long_function_name <- "));
+  llb_err_clear();
+}
+
 static void test_log_quote_escapes_and_truncates(void **state) {
   (void)state;
   char buf[16];
@@ -42,6 +101,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_status_has_its_own_string),
       cmocka_unit_test(test_error_context_names_where_and_why),
+      cmocka_unit_test(test_error_stack_names_each_frame_the_error_passed),
+      cmocka_unit_test(test_ok_status_adds_no_frame_and_new_error_starts_a_new_stack),
+      cmocka_unit_test(test_error_stack_is_bounded_and_says_frames_are_missing),
       cmocka_unit_test(test_log_quote_escapes_and_truncates),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

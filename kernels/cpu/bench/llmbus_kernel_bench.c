@@ -18,8 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "bus/log.h"
-#include "bus/status.h"
+#include "base/log.h"
+#include "base/status.h"
 #include "kernels/cpu/bench/roofline.h"
 #include "model/chat_template.h"
 #include "model/forward.h"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/log.h"
+#include "base/log.h"
 #include "kernels/cpu/vec_dot.h"
 
 #define RL_READ_BYTES ((size_t)512 << 20)

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 
 struct roofline {
   double read_bytes_per_s; /* DRAM read bandwidth, bytes/s (median of the repeats) */

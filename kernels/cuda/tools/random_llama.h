@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/status.h"
+#include "base/status.h"
 
 struct gguf_file;
 

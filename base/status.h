@@ -4,8 +4,10 @@
  * from one X-macro list (LLB_STATUS_LIST), so llb_strerror() can never fall out of step.
  * A failing call records where and why through LLB_ERRF (file, function, line and a
  * formatted message, kept per thread, as nats.c's nats_setError does); callers read it
- * with llb_err_last(). This module has no dependency beyond libc: model/, kernels/ and
- * schemas/ use it without pulling in NATS.
+ * with llb_err_last(). As the error travels up, each caller that wants to be named adds its
+ * frame with `return LLB_UPDATE_ERR_STACK(st);` (nats.c's NATS_UPDATE_ERR_STACK), so the
+ * log line says both where the error began and the way it came. This module has no
+ * dependency beyond libc: every folder uses it (DESIGN.md §1, base/).
  */
 #ifndef LLB_STATUS_H
 #define LLB_STATUS_H
@@ -56,10 +58,26 @@ llb_status llb_err_set(llb_status status, const char *file, const char *func, in
  * Valid until the next llb_err_set on this thread. */
 const char *llb_err_last(void);
 
-/* "file:line func(): message" of the last error on this thread, for logs. */
+/* "file:line func(): message" of the last error on this thread, for logs; followed by
+ * " [via f1 <- f2]" once callers have added frames (below). Valid until the next llb_err_*
+ * call on this thread. */
 const char *llb_err_last_where(void);
 
-/* Forgets this thread's last error. */
+/* When `status` is a failure, adds `func` to this thread's error stack (the frames an error
+ * passed through since the llb_err_set that began it) and returns `status`; an OK status
+ * passes unchanged and adds nothing. The stack keeps 256 bytes of names; what does not fit
+ * is shown as "...". Use through LLB_UPDATE_ERR_STACK, as nats.c uses NATS_UPDATE_ERR_STACK:
+ *   llb_status st = gguf_open(path, &g);
+ *   if (st != LLB_STATUS_OK) return LLB_UPDATE_ERR_STACK(st); */
+llb_status llb_err_stack_push(llb_status status, const char *func);
+#define LLB_UPDATE_ERR_STACK(status) llb_err_stack_push((status), __func__)
+
+/* The frames added since the last llb_err_set on this thread, innermost first, each the
+ * caller of the one before: "model_load <- worker_init" ("" if none). Valid until the next
+ * llb_err_* call on this thread. */
+const char *llb_err_last_stack(void);
+
+/* Forgets this thread's last error and its stack. */
 void llb_err_clear(void);
 
 #ifdef __cplusplus

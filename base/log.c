@@ -1,4 +1,4 @@
-#include "bus/log.h"
+#include "base/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""check_layout.py on small fake trees: each rule of DESIGN.md §1 it enforces catches a
+violation (naming file:line), allowed includes pass, and the allowlist works both ways."""
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_layout  # noqa: E402
+
+CLEAN_TREE = {
+    "base/status.h": "#include <stdarg.h>\n",
+    "base/log.h": '#include "base/status.h"\n',
+    "bus/bus.h": '#include "base/status.h"\n',
+    "bus/bus.c": '#include "bus/bus.h"\n#include <nats/nats.h>\n',
+    "schemas/codec.h": '#include "base/status.h"\n',
+    "schemas/codec.cc": '#include "schemas/codec.h"\n#include <flatbuffers/flatbuffers.h>\n'
+                        '#include "common_generated.h"\n',
+    "kernels/backend.h": '#include "base/status.h"\n',
+    "kernels/cpu/ops.c": '#include "kernels/backend.h"\n#include "ops_internal.h"\n',
+    "kernels/cpu/ops_internal.h": '#include <stdint.h>\n',
+    "kernels/cuda/matmul.cu": '#include "kernels/backend.h"\n#include <cuda_runtime.h>\n#include <cublas_v2.h>\n',
+    "model/forward.c": '#include "kernels/backend.h"\n#include "base/log.h"\n',
+    "model/forward.h": '#include "kernels/backend.h"\n',
+    "actors/scheduler/scheduler.c": '#include "actors/scheduler/scheduler.h"\n#include "bus/bus.h"\n'
+                                    '#include "schemas/codec.h"\n#include "model/forward.h"\n',
+    "actors/scheduler/scheduler.h": '#include "base/status.h"\n',
+    "actors/gpu_worker/runner.c": '#include "kernels/backend.h"\n#include "model/forward.h"\n',
+    "cmd/main.c": '#include "actors/scheduler/scheduler.h"\n#include "bus/bus.h"\n',
+    "tests/unit/test_x.c": '#include "actors/scheduler/scheduler.h"\n#include "tests/unit/h.h"\n',
+    "tests/unit/h.h": '#include "kernels/backend.h"\n',
+}
+
+
+class Tree:
+    """A fake checkout in a temporary folder; `extra` adds or replaces files."""
+
+    def __init__(self, extra=None, allowlist=()):
+        self.files = dict(CLEAN_TREE)
+        self.files.update(extra or {})
+        self.allowlist = list(allowlist)
+
+    def __enter__(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        for path, text in self.files.items():
+            full = os.path.join(self.tmp.name, path)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            with open(full, "w") as fh:
+                fh.write(text)
+        self.saved = check_layout.ALLOWLIST
+        check_layout.ALLOWLIST = self.allowlist
+        return self
+
+    def __exit__(self, *exc):
+        check_layout.ALLOWLIST = self.saved
+        self.tmp.cleanup()
+
+    def problems(self):
+        return [f"{f}:{line}: {msg}" for f, line, msg in check_layout.check(self.tmp.name)]
+
+    def main(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = check_layout.main(["check_layout.py", self.tmp.name])
+        return rc, out.getvalue()
+
+
+class CheckLayoutTest(unittest.TestCase):
+    def assert_one_problem(self, extra, where, words):
+        with Tree(extra) as t:
+            problems = t.problems()
+        self.assertEqual(len(problems), 1, problems)
+        self.assertTrue(problems[0].startswith(where + ": "), problems)
+        for w in words:
+            self.assertIn(w, problems[0])
+
+    def test_clean_tree_passes(self):
+        with Tree() as t:
+            self.assertEqual(t.problems(), [])
+            rc, out = t.main()
+        self.assertEqual(rc, 0, out)
+
+    def test_kernels_including_model_is_caught_with_file_and_line(self):
+        self.assert_one_problem({"kernels/cpu/ops.c": '#include "kernels/backend.h"\n\n#include "model/forward.h"\n'},
+                                "kernels/cpu/ops.c:3", ["model/forward.h", "kernels/ may not include model/"])
+
+    def test_exit_code_is_one_and_output_names_file_line(self):
+        with Tree({"bus/bus.c": '#include "bus/bus.h"\n#include "schemas/codec.h"\n'}) as t:
+            rc, out = t.main()
+        self.assertEqual(rc, 1)
+        self.assertIn("bus/bus.c:2: includes schemas/codec.h", out)
+
+    def test_bus_schemas_model_kernels_know_none_of_each_other(self):
+        for src, dst in [("bus/x.c", "model/forward.h"), ("schemas/x.c", "bus/bus.h"),
+                         ("model/x.c", "schemas/codec.h"), ("kernels/x.c", "bus/bus.h"),
+                         ("base/x.c", "bus/bus.h")]:
+            with self.subTest(src=src, dst=dst):
+                self.assert_one_problem({src: f'#include "{dst}"\n'}, f"{src}:1", [dst])
+
+    def test_library_folders_never_include_actors_cmd_or_tests(self):
+        for src, dst in [("model/x.c", "actors/scheduler/scheduler.h"), ("bus/x.c", "tests/unit/h.h"),
+                         ("actors/scheduler/x.c", "cmd/main.c"), ("kernels/cuda/x.cu", "tests/unit/h.h")]:
+            with self.subTest(src=src, dst=dst):
+                self.assert_one_problem({src: f'#include "{dst}"\n'}, f"{src}:1", [dst])
+
+    def test_an_actor_including_another_actor_is_caught(self):
+        self.assert_one_problem({"actors/kv_manager/x.c": '#include "actors/scheduler/scheduler.h"\n'},
+                                "actors/kv_manager/x.c:1", ["another actor"])
+
+    def test_only_the_worker_actor_may_include_kernels(self):
+        self.assert_one_problem({"actors/scheduler/x.c": '#include "kernels/backend.h"\n'},
+                                "actors/scheduler/x.c:1", ["kernels/backend.h"])
+
+    def test_unresolved_include_is_judged_by_the_path_written(self):
+        self.assert_one_problem({"kernels/x.c": '#include "model/not_there.h"\n'},
+                                "kernels/x.c:1", ["model/not_there.h"])
+
+    def test_nats_flatbuffers_and_cuda_headers_stay_in_their_folder(self):
+        for src, text, words in [("model/x.c", "<nats/nats.h>", "only bus/"),
+                                 ("tests/unit/x.c", "<nats.h>", "only bus/"),
+                                 ("actors/scheduler/x.c", "<flatbuffers/flatbuffers.h>", "only schemas/"),
+                                 ("bus/x.c", '"kv_step_generated.h"', "only schemas/"),
+                                 ("kernels/cpu/x.c", "<cuda_runtime.h>", "only kernels/cuda/"),
+                                 ("model/x.c", "<cublas_v2.h>", "only kernels/cuda/")]:
+            with self.subTest(src=src, text=text):
+                self.assert_one_problem({src: f"#include {text}\n"}, f"{src}:1", [words])
+
+    def test_include_cycle_is_caught_once(self):
+        extra = {"model/a.h": '#include "model/b.h"\n', "model/b.h": '#include "model/c.h"\n',
+                 "model/c.h": '#include "base/log.h"\n#include "model/a.h"\n'}
+        with Tree(extra) as t:
+            problems = t.problems()
+        self.assertEqual(len(problems), 1, problems)
+        self.assertIn("include cycle", problems[0])
+        for f in ("model/a.h", "model/b.h", "model/c.h:2"):
+            self.assertIn(f, problems[0])
+
+    def test_source_file_outside_the_layout_is_caught(self):
+        self.assert_one_problem({"util/x.c": "int x;\n"}, "util/x.c:1", ["outside"])
+
+    def test_build_trees_are_not_read(self):
+        with Tree({"build/kernels/x.c": '#include "model/forward.h"\n',
+                   "build-release/kernels/x.c": '#include "model/forward.h"\n',
+                   "other/CMakeCache.txt": "", "other/x.c": "int x;\n",
+                   ".venv/x.c": "int x;\n"}) as t:
+            self.assertEqual(t.problems(), [])
+
+    def test_a_build_named_folder_inside_the_tree_is_still_read(self):
+        self.assert_one_problem({"kernels/builders/x.c": '#include "model/forward.h"\n'},
+                                "kernels/builders/x.c:1", ["model/forward.h"])
+
+    def test_allowlist_exempts_its_entry_and_nothing_else(self):
+        extra = {"kernels/cuda/fwd.h": '#include "model/forward.h"\n',
+                 "kernels/cuda/other.h": '#include "model/forward.h"\n'}
+        with Tree(extra, allowlist=[("kernels/cuda/fwd.h", "model/", "known")]) as t:
+            problems = t.problems()
+        self.assertEqual(len(problems), 1, problems)
+        self.assertTrue(problems[0].startswith("kernels/cuda/other.h:1: "), problems)
+
+    def test_stale_allowlist_entry_fails(self):
+        with Tree(allowlist=[("kernels/cuda/gone.h", "model/", "fixed since")]) as t:
+            problems = t.problems()
+        self.assertEqual(len(problems), 1, problems)
+        self.assertIn("stale allowlist entry", problems[0])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
