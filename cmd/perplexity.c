@@ -9,8 +9,8 @@
  *     ctx/2 tokens of context;
  *   - PPL = exp(mean negative log-likelihood), printed per chunk as llama.cpp does ("[1]x,[2]y")
  *     and at the end with its standard error (llama.cpp's estimate, from the NLL variance).
- * --numerics ggml runs llama.cpp's own CPU arithmetic (LLAMA_MATMUL_GGML), the default the
- * engine's packed one. --json prints one JSON object at the end. No bus, one process.
+ * --numerics ggml runs llama.cpp's own CPU arithmetic (LLAMA_MATMUL_GGML and its attention
+ * order), the default the engine's packed one. --json prints one JSON object at the end. No bus, one process.
  */
 #include <jansson.h>
 #include <math.h>
@@ -178,7 +178,10 @@ static llb_status run_setup(struct ppl_run *r, const struct ppl_opts *o) {
   r->num_blocks = (o->ctx + PPL_BLOCK_SIZE - 1) / PPL_BLOCK_SIZE;
   const struct llama_forward_options fo = {
       .max_num_tokens = o->ctx < PPL_BATCH ? o->ctx : PPL_BATCH, .n_threads = o->threads,
-      .matmul = strcmp(o->numerics, "ggml") == 0 ? LLAMA_MATMUL_GGML : LLAMA_MATMUL_PACKED};
+      .matmul = strcmp(o->numerics, "ggml") == 0 ? LLAMA_MATMUL_GGML : LLAMA_MATMUL_PACKED,
+      /* ggml: llama.cpp's attention order too (one sequence: batch invariance is moot here) */
+      .attention_order = strcmp(o->numerics, "ggml") == 0 ? LLAMA_ATTENTION_ORDER_LLAMACPP
+                                                          : LLAMA_ATTENTION_ORDER_BATCH_INVARIANT};
   if ((st = llama_kv_cache_create(r->model, r->num_blocks, PPL_BLOCK_SIZE, &r->kv)) ||
       (st = llama_forward_ctx_create_opts(r->model, &fo, &r->fwd)))
     return st;
