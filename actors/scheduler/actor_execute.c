@@ -11,6 +11,7 @@
 
 #include "actors/scheduler/actor_internal.h"
 #include "bus/log.h"
+#include "bus/peer_watch.h"
 
 /* A reply copied off the delivery thread. */
 struct exec_reply {
@@ -52,7 +53,7 @@ static void on_exec_reply(struct bus *bus, const struct bus_msg *msg, void *user
   pthread_mutex_unlock(&a->exec_mu);
 }
 
-llb_status sched_actor_execute_init(struct scheduler_actor *a) {
+void sched_actor_execute_sync_init(struct scheduler_actor *a) {
   pthread_mutex_init(&a->exec_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -60,6 +61,9 @@ llb_status sched_actor_execute_init(struct scheduler_actor *a) {
   pthread_cond_init(&a->exec_cv, &ca);
   pthread_condattr_destroy(&ca);
   a->exec_sync_init = true;
+}
+
+llb_status sched_actor_execute_init(struct scheduler_actor *a) {
   llb_status st = bus_new_inbox(a->bus, a->exec_inbox, sizeof a->exec_inbox - 24);
   if (st) return st;
   char subject[BUS_SUBJECT_MAX + 32];
@@ -172,10 +176,31 @@ llb_status sched_actor_execute_receive(struct scheduler_actor *a) {
   int64_t ns = deadline.tv_nsec + (a->cfg.execute_timeout_ms % 1000) * 1000000;
   deadline.tv_sec += a->cfg.execute_timeout_ms / 1000 + ns / 1000000000;
   deadline.tv_nsec = ns % 1000000000;
+  const int64_t deadline_ns = llb_now_ns() + a->cfg.execute_timeout_ms * 1000000;
   for (;;) {
     pthread_mutex_lock(&a->exec_mu);
+    /* Wait for the reply, the stop, or a peer failure (heartbeats, actor_health.c): the
+     * missed-beat rule is run whenever its next deadline passes, so a dead worker costs
+     * about peer_missed_beats intervals, not execute_timeout_ms. */
+    char peer_what[sizeof a->peer_fail_what];
+    bool peer_failed = false;
     while (!a->exec_head && !a->exec_stop &&
-           pthread_cond_timedwait(&a->exec_cv, &a->exec_mu, &deadline) != ETIMEDOUT) {
+           !(peer_failed = sched_actor_health_take_locked(a, peer_what, sizeof peer_what))) {
+      const int64_t now = llb_now_ns();
+      if (now >= deadline_ns) break;
+      const int64_t check = sched_actor_health_next_check_ns_locked(a);
+      struct timespec until = deadline;
+      if (check < deadline_ns) {
+        const int64_t in_ns = check > now ? check - now : 0;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        const int64_t ns = until.tv_nsec + in_ns % 1000000000;
+        until.tv_sec += in_ns / 1000000000 + ns / 1000000000;
+        until.tv_nsec = ns % 1000000000;
+      }
+      if (pthread_cond_timedwait(&a->exec_cv, &a->exec_mu, &until) == ETIMEDOUT) {
+        sched_actor_health_poll_locked(a, llb_now_ns());
+        if (check >= deadline_ns) break;
+      }
     }
     struct exec_reply *reply = a->exec_head;
     if (reply) {
@@ -186,6 +211,8 @@ llb_status sched_actor_execute_receive(struct scheduler_actor *a) {
     pthread_mutex_unlock(&a->exec_mu);
     if (!reply && stopping)
       return LLB_ERRF(LLB_STATUS_CLOSED, "stopping: step %" PRIu64 " abandoned", want);
+    if (!reply && peer_failed)
+      return LLB_ERRF(LLB_STATUS_ABORTED, "step %" PRIu64 " abandoned: %s", want, peer_what);
     if (!reply)
       return LLB_ERRF(LLB_STATUS_TIMEOUT, "no reply on %s for step %" PRIu64 " within %lld ms",
                       a->subj_execute, want, (long long)a->cfg.execute_timeout_ms);

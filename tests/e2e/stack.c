@@ -500,9 +500,11 @@ done:
   return rc;
 }
 
-int e2e_next(struct e2e_pending *p, int64_t timeout_ms) {
+/* e2e_next, or 2 (silently) when `quiet` and nothing came within timeout_ms. */
+static int next_output(struct e2e_pending *p, int64_t timeout_ms, bool quiet) {
   struct bus_msg *msg = NULL;
   if (bus_sub_next_msg(p->sub, timeout_ms, &msg) != LLB_STATUS_OK) {
+    if (quiet) return 2;
     fprintf(stderr, "e2e: no RequestOutput on %s within %lld ms (%d outputs, %d tokens so far)\n",
             p->inbox, (long long)timeout_ms, p->result.num_outputs, p->result.num_tokens);
     return -1;
@@ -535,6 +537,10 @@ int e2e_next(struct e2e_pending *p, int64_t timeout_ms) {
   r->finished = o.finished;
   return o.finished ? 1 : 0;
 }
+
+int e2e_next(struct e2e_pending *p, int64_t timeout_ms) { return next_output(p, timeout_ms, false); }
+
+int e2e_poll(struct e2e_pending *p, int64_t timeout_ms) { return next_output(p, timeout_ms, true); }
 
 void e2e_pending_release(struct e2e_pending *p) {
   if (p->sub) bus_unsubscribe(p->sub);

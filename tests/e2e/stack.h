@@ -178,6 +178,10 @@ int e2e_submit(struct e2e_stack *s, const struct e2e_request *r, struct e2e_pend
  * (reason on stderr). */
 int e2e_next(struct e2e_pending *p, int64_t timeout_ms);
 
+/* e2e_next for tests that poll several requests: 2 when nothing came within timeout_ms
+ * (nothing printed). */
+int e2e_poll(struct e2e_pending *p, int64_t timeout_ms);
+
 /* Reads until finished (each wait up to timeout_ms), then unsubscribes. Returns 0 or -1. */
 int e2e_collect(struct e2e_pending *p, int64_t timeout_ms);
 
