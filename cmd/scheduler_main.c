@@ -84,8 +84,14 @@ static llb_status sched_configure(struct actor_main *am, void *user) {
   return st;
 }
 
+/* The engine recovering from a worker / kv_manager failure is not ready: the heartbeat says
+ * so, and the api server's /health answers 503 until it is back. */
+static void sched_on_ready(void *user, bool ready) { actor_main_set_ready(user, ready); }
+
 static llb_status sched_start(struct actor_main *am, void *user) {
   struct sched_main *m = user;
+  m->cfg.on_ready = sched_on_ready;
+  m->cfg.on_ready_user = am;
   if (m->blocks_from_worker) { /* --num-blocks 0: the engine's worker says (its heartbeat) */
     int32_t nb, bs;
     llb_status st = actor_main_wait_kv_geometry(am, SCHED_GEOMETRY_WAIT_MS, &nb, &bs);

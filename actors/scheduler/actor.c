@@ -283,6 +283,14 @@ static void apply_aborts(struct scheduler_actor *a, struct abort_item *list) {
 
 /* ---- step thread: one step ---- */
 
+/* Tells cfg.on_ready when the engine starts or stops recovering (edges only). */
+static void set_recovering(struct scheduler_actor *a, bool recovering) {
+  if (a->recovering == recovering) return;
+  a->recovering = recovering;
+  LLB_LOG_INFO(recovering ? "engine_recovering" : "engine_recovered", "engine_id=%s", a->engine_id);
+  if (a->cfg.on_ready) a->cfg.on_ready(a->cfg.on_ready_user, !recovering);
+}
+
 static void step_failed(struct scheduler_actor *a, const char *what, llb_status st) {
   char q[600];
   if (st == LLB_STATUS_CLOSED) /* shutting down: the connection is closed or the actor stops */
@@ -294,6 +302,7 @@ static void step_failed(struct scheduler_actor *a, const char *what, llb_status 
                   llb_log_quote(q, sizeof q, llb_err_last()));
   /* A worker that answered with an error failed on this batch's input: isolate the request
    * it blames (or, naming none, the one that keeps failing) instead of retrying it forever. */
+  if (st != LLB_STATUS_CLOSED) set_recovering(a, true);
   const bool worker_error = a->worker_error;
   if (a->worker_blamed[0]) {
     int64_t at = sched_actor_map_find(a, a->worker_blamed);
@@ -457,6 +466,7 @@ static bool run_step(struct scheduler_actor *a) {
   }
   atomic_fetch_add(&a->c_steps, 1);
   a->backoff_ms = 0;
+  set_recovering(a, false);
   return true;
 }
 
@@ -508,6 +518,7 @@ static bool run_step_async(struct scheduler_actor *a) {
       return true;
     }
     atomic_fetch_add(&a->c_steps, 1);
+    set_recovering(a, false);
   }
   if (did) a->backoff_ms = 0;
   return did;
@@ -566,6 +577,7 @@ static void *step_thread(void *arg) {
     sched_actor_publish_outputs(a, async ? a->last_applied_step : a->out.step, stepped);
     last_active = did;
     busy = sched_num_unfinished(a->sched) > 0;
+    if (!busy && a->num_exec_pending == 0) set_recovering(a, false); /* nothing waits */
     int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
     if (since_stats >= (busy || did ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms))
       sched_actor_publish_stats(a);

@@ -31,6 +31,7 @@
 #ifndef LLB_ACTORS_SCHEDULER_ACTOR_H
 #define LLB_ACTORS_SCHEDULER_ACTOR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "actors/scheduler/scheduler.h"
@@ -53,6 +54,12 @@ struct scheduler_actor_config {
    * preempts every running request at once. 0 = off (only the timeouts above). */
   int64_t peer_heartbeat_ms;      /* the peers' --heartbeat-ms (default 0 = off) */
   int32_t peer_missed_beats;      /* default 3 */
+  /* Optional (NULL): called on the step thread when the engine starts recovering (false: a
+   * peer failure or a failed round trip; requests wait for recompute) and when it is back
+   * (true: a step was applied after it, or there is nothing to run). llmbus-scheduler turns it
+   * into its Heartbeat.ready, which the api server's /health reports. */
+  void (*on_ready)(void *user, bool ready);
+  void *on_ready_user;
 };
 
 struct scheduler_actor_counters {

@@ -79,6 +79,7 @@ struct scheduler_actor {
   struct llb_arena arena;          /* decoded replies, reset per round trip */
   struct llb_buf buf;              /* encoded messages */
   int64_t backoff_ms;
+  bool recovering; /* a failure was seen and no step applied since (cfg.on_ready reported it) */
   bool kv_reset_pending; /* the worker failed: its KV contents are unknown, so the next KV
                             step tells the kv_manager to drop its prefix cache */
   int64_t last_stats_ns;
