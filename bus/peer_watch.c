@@ -15,6 +15,7 @@ struct peer_watch {
   struct peer_instance cur, prev;
   uint64_t last_seq;
   int64_t last_beat_ns;
+  int64_t last_replaced_ns; /* 0 = never */
   bool seen, missing, ready;
 };
 
@@ -62,6 +63,12 @@ enum peer_watch_verdict peer_watch_observe(struct peer_watch *w, const struct pe
     return was_missing ? PEER_WATCH_VERDICT_BACK : PEER_WATCH_VERDICT_FINE;
   }
   if (same_instance(&w->prev, b->instance, b->pid)) return PEER_WATCH_VERDICT_IGNORED;
+  /* at most one replacement per interval: forged beats naming ever new instances cannot make
+   * the caller recover more often than that; a real new instance beats again one interval
+   * later and is reported then */
+  if (w->last_replaced_ns && now_ns - w->last_replaced_ns < w->cfg.interval_ms * 1000000)
+    return PEER_WATCH_VERDICT_IGNORED;
+  w->last_replaced_ns = now_ns;
   w->prev = w->cur;
   memcpy(w->cur.id, b->instance, n + 1);
   w->cur.pid = b->pid;

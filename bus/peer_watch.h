@@ -8,7 +8,9 @@
  *   process died or was restarted (a supervisor restart gives a new pid, hence a new default
  *   instance id). The new instance is watched from then on; a later beat of the instance it
  *   replaced (an old process still draining) is IGNORED, so two live instances cannot make
- *   the verdict flap on every beat.
+ *   the verdict flap on every beat. At most one REPLACED per interval_ms: a beat of yet
+ *   another instance sooner is IGNORED (forged beats cannot make the caller recover more
+ *   often; a real new instance is reported at its next beat).
  * - MISSING: no beat for MORE than max_missed_beats x interval_ms since the last one (with
  *   the defaults 3 x the heartbeat interval). Reported once, by peer_watch_check.
  * - BACK: a beat of the watched instance after MISSING.

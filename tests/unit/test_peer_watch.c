@@ -61,6 +61,22 @@ static void test_beats_of_the_replaced_instance_do_not_flap(void **state) {
   peer_watch_destroy(w);
 }
 
+static void test_replacements_are_reported_at_most_once_per_interval(void **state) {
+  (void)state;
+  struct peer_watch *w = make_watch();
+  beat(w, "a", 10, 0, 0);
+  assert_int_equal(beat(w, "b", 11, 0, 1000), PEER_WATCH_VERDICT_REPLACED);
+  /* forged (or flapping) instances right after: refused, the watched one stays "b" */
+  assert_int_equal(beat(w, "c", 12, 0, 1100), PEER_WATCH_VERDICT_IGNORED);
+  assert_int_equal(beat(w, "d", 13, 0, 1499), PEER_WATCH_VERDICT_IGNORED);
+  struct peer_watch_view v;
+  peer_watch_get(w, &v);
+  assert_string_equal(v.instance, "b");
+  /* a real new instance keeps beating and is reported one interval later */
+  assert_int_equal(beat(w, "c", 12, 1, 1500), PEER_WATCH_VERDICT_REPLACED);
+  peer_watch_destroy(w);
+}
+
 static void test_silence_beyond_the_missed_beats_is_missing_once_then_back(void **state) {
   (void)state;
   struct peer_watch *w = make_watch();
@@ -126,6 +142,7 @@ int main(void) {
       cmocka_unit_test(test_steady_beats_of_one_instance_are_fine),
       cmocka_unit_test(test_new_pid_or_instance_is_reported_replaced_once),
       cmocka_unit_test(test_beats_of_the_replaced_instance_do_not_flap),
+      cmocka_unit_test(test_replacements_are_reported_at_most_once_per_interval),
       cmocka_unit_test(test_silence_beyond_the_missed_beats_is_missing_once_then_back),
       cmocka_unit_test(test_a_peer_never_seen_is_not_missing),
       cmocka_unit_test(test_replayed_or_malformed_beats_are_ignored),
