@@ -625,7 +625,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   for (size_t i = 0; i < sizeof subj / sizeof subj[0] && !st; i++)
     st = bus_subject_engine(prefix, a->engine_id, subj[i].kind, subj[i].buf, BUS_SUBJECT_MAX);
   sched_actor_execute_sync_init(a);
-  if (!st && cfg->sched.async_scheduling) st = sched_actor_execute_init(a);
+  if (!st) st = sched_actor_execute_init(a);
   if (!st) st = sched_actor_health_init(a, prefix);
   if (st) goto fail;
   if (pthread_create(&a->thread, NULL, step_thread, a) != 0) {

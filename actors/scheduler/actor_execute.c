@@ -1,5 +1,5 @@
 /* The scheduler actor's step thread: the round trip to the worker (`.execute`), synchronous
- * (one request/reply per step) or asynchronous (step N+1 sent before step N's reply is back;
+ * (one step in flight) or asynchronous (step N+1 sent before step N's reply is back;
  * see scheduler.h and README.md "Asynchronous scheduling"). */
 #include <errno.h>
 #include <inttypes.h>
@@ -137,18 +137,6 @@ static llb_status apply_reply(struct scheduler_actor *a, const uint8_t *data, si
   return sched_update_from_output(a->sched, &mo, &a->eo);
 }
 
-llb_status sched_actor_execute_sync(struct scheduler_actor *a) {
-  llb_status st = encode_step(a);
-  if (st) return st;
-  struct bus_msg *reply = NULL;
-  st = bus_request(a->bus, a->subj_execute, a->buf.data, a->buf.len, NULL,
-                   a->cfg.execute_timeout_ms, &reply);
-  if (st) return st;
-  carries_sent(a);
-  st = apply_reply(a, reply->data, reply->len);
-  bus_msg_destroy(reply);
-  return st;
-}
 
 llb_status sched_actor_execute_send(struct scheduler_actor *a) {
   if (a->num_exec_pending >= 2)
@@ -164,6 +152,13 @@ llb_status sched_actor_execute_send(struct scheduler_actor *a) {
   carries_sent(a);
   a->exec_pending[a->num_exec_pending++] = a->out.step;
   return LLB_STATUS_OK;
+}
+
+/* The same send and wait as the asynchronous pipeline at depth 1: a wait that a peer
+ * failure seen in the heartbeats ends at once, which bus_request could not offer. */
+llb_status sched_actor_execute_sync(struct scheduler_actor *a) {
+  llb_status st = sched_actor_execute_send(a);
+  return st ? st : sched_actor_execute_receive(a);
 }
 
 llb_status sched_actor_execute_receive(struct scheduler_actor *a) {

@@ -126,14 +126,14 @@ void sched_actor_map_remove(struct scheduler_actor *a, int64_t i, bool free_meta
 /* step thread: the worker round trip (actor_execute.c) */
 /* The reply queue's lock and condition variable (also the peer-health lock); always. */
 void sched_actor_execute_sync_init(struct scheduler_actor *a);
-/* Async scheduling only: the reply inbox and its subscription. Errors: bus_subscribe_sync's. */
+/* The reply inbox and its subscription (both modes). Errors: bus_subscribe's. */
 llb_status sched_actor_execute_init(struct scheduler_actor *a);
 /* Frees queued replies and the queue's lock (after the bus is destroyed). */
 void sched_actor_execute_free(struct scheduler_actor *a);
 /* The actor stops: a step thread waiting for a reply returns CLOSED at once. */
 void sched_actor_execute_wake_for_stop(struct scheduler_actor *a);
-/* Synchronous: sends a->out to the worker, waits for its reply, applies it into a->eo.
- * Errors: encoding, bus, an error reply, sched_update_from_output's. */
+/* Synchronous: sends a->out to the worker, waits for its reply, applies it into a->eo (send
+ * then receive below). Errors: theirs. */
 llb_status sched_actor_execute_sync(struct scheduler_actor *a);
 /* Async: sends a->out with reply subject <exec_inbox>.<step> and records it as pending;
  * returns at once. Errors: encoding, bus_publish_msg's. */

@@ -60,6 +60,9 @@ struct e2e_stack_options {
   /* Extra flags per actor, each a NULL-terminated list (or NULL). All NULL: the stack runs
    * under `llmbus serve`; otherwise every actor is started by the helper. */
   const char *const *actor_args[E2E_ACTOR_COUNT];
+  /* Extra `llmbus serve` engine flags (NULL-terminated, at most E2E_MAX_ACTOR_ARGS, or NULL),
+   * when the stack runs under `llmbus serve`. */
+  const char *const *serve_args;
   int64_t ready_timeout_ms; /* 0 = 180000 */
 };
 

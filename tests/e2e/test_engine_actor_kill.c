@@ -3,7 +3,8 @@
  * sees the new instance in the heartbeats, abandons the steps in flight, recomputes every
  * running request and goes on. Every greedy request ends with exactly the tokens of the
  * fault-free run; the time from the kill to the first token that only a step sent after the
- * kill can have produced is printed and must stay under KILL_TO_TOKEN_MAX_S. */
+ * kill can have produced is printed and must stay under KILL_TO_TOKEN_MAX_S. With argv[2]
+ * "sync" the engine runs with --no-async-scheduling (one step in flight). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,9 +44,12 @@ static void make_request(int i, struct e2e_request *r) {
   r->sp.temperature = 0.0f;
 }
 
+static const char *const *serve_args; /* argv[2] "sync": --no-async-scheduling */
+
 static int group_setup(void **state) {
   (void)state;
-  if (e2e_stack_start(&s, model, NULL) != 0) return -1;
+  const struct e2e_stack_options o = {.serve_args = serve_args};
+  if (e2e_stack_start(&s, model, &o) != 0) return -1;
   for (int i = 0; i < NUM_REQUESTS; i++) {
     struct e2e_request r;
     make_request(i, &r);
@@ -155,6 +159,8 @@ static void test_kv_manager_killed_mid_generation_costs_seconds_and_no_token(voi
 
 int main(int argc, char **argv) {
   model = e2e_require_model(argc, argv);
+  static const char *const sync_args[] = {"--no-async-scheduling", NULL};
+  if (argc > 2 && strcmp(argv[2], "sync") == 0) serve_args = sync_args;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gpu_worker_killed_mid_generation_costs_seconds_and_no_token),
       cmocka_unit_test(test_kv_manager_killed_mid_generation_costs_seconds_and_no_token),
