@@ -3,7 +3,8 @@
  * sees the new instance in the heartbeats, abandons the steps in flight, recomputes every
  * running request and goes on. Every greedy request ends with exactly the tokens of the
  * fault-free run; the time from the kill to the first token that only a step sent after the
- * kill can have produced is printed and must stay under KILL_TO_TOKEN_MAX_S. With argv[2]
+ * kill can have produced is printed and must stay under KILL_TO_TOKEN_MAX_S. A worker frozen
+ * (SIGSTOP) past three heartbeats is recovered from the same way. With argv[2]
  * "sync" the engine runs with --no-async-scheduling (one step in flight). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +26,8 @@
 #define TOKENS_IN_FLIGHT 3
 #define KILL_TO_TOKEN_MAX_S 5.0
 #define POLL_MS 5
+#define STATS_WAIT_MS 15000
+#define FREEZE_S 3.0 /* > 3 heartbeats of 500 ms */
 
 static const char *model;
 static struct e2e_stack s;
@@ -44,7 +47,8 @@ static void make_request(int i, struct e2e_request *r) {
   r->sp.temperature = 0.0f;
 }
 
-static const char *const *serve_args; /* argv[2] "sync": --no-async-scheduling */
+/* heartbeats every 500 ms (the e2e stack's interval); argv[2] "sync": --no-async-scheduling */
+static const char *const *serve_args;
 
 static int group_setup(void **state) {
   (void)state;
@@ -88,11 +92,14 @@ static int32_t pid_of(enum e2e_actor actor) {
   return pid;
 }
 
-/* Runs the requests, SIGKILLs `victim` once each has TOKENS_BEFORE_KILL tokens, and checks
- * that every request completes with the fault-free tokens, quickly. */
-static void kill_mid_generation(enum e2e_actor victim, const char *name) {
+/* Runs the requests, SIGKILLs `victim` once each has TOKENS_BEFORE_KILL tokens (or, with
+ * freeze_s > 0, SIGSTOPs it for freeze_s seconds: alive but silent), and checks that every
+ * request completes with the fault-free tokens (after a kill: quickly). */
+static void fault_mid_generation(enum e2e_actor victim, const char *name, double freeze_s) {
   static struct e2e_pending p[NUM_REQUESTS];
   memset(p, 0, sizeof p);
+  struct llb_scheduler_stats before; /* the previous test's preemptions are in its counts */
+  assert_int_equal(e2e_stack_wait_stats(&s, e2e_stack_num_stats(&s), STATS_WAIT_MS, &before), 0);
   for (int i = 0; i < NUM_REQUESTS; i++) {
     struct e2e_request r;
     make_request(i, &r);
@@ -111,11 +118,16 @@ static void kill_mid_generation(enum e2e_actor victim, const char *name) {
   for (int i = 0; i < NUM_REQUESTS; i++) at_kill[i] = p[i].result.num_tokens;
   const int32_t pid = pid_of(victim);
   assert_true(pid > 0);
-  assert_int_equal(kill(pid, SIGKILL), 0);
+  assert_int_equal(kill(pid, freeze_s > 0 ? SIGSTOP : SIGKILL), 0);
   const double t_kill = e2e_now_s();
   double first_token_s = -1, first_new_step_token_s = -1;
+  bool frozen = freeze_s > 0;
   int open = NUM_REQUESTS;
   while (open > 0) {
+    if (frozen && e2e_now_s() - t_kill >= freeze_s) {
+      assert_int_equal(kill(pid, SIGCONT), 0);
+      frozen = false;
+    }
     open = poll_all(p, POLL_MS);
     assert_true(open >= 0);
     const double now = e2e_now_s();
@@ -138,10 +150,20 @@ static void kill_mid_generation(enum e2e_actor victim, const char *name) {
   pthread_mutex_lock(&s.mu);
   const int32_t new_pid = s.actors[victim].last_pid;
   pthread_mutex_unlock(&s.mu);
-  fprintf(stderr, "e2e: %s pid %d killed -> %d: first token after %.3f s, first token of a step sent "
-          "after the kill after %.3f s, all %d requests done after %.3f s\n", name, pid, new_pid,
-          first_token_s, first_new_step_token_s, NUM_REQUESTS, all_done_s);
+  struct llb_scheduler_stats after;
+  assert_int_equal(e2e_stack_wait_stats(&s, e2e_stack_num_stats(&s), STATS_WAIT_MS, &after), 0);
+  fprintf(stderr, "e2e: %s pid %d %s -> %d: first token after %.3f s, first token of a step sent "
+          "after the fault after %.3f s, all %d requests done after %.3f s; preemptions %llu -> %llu\n",
+          name, pid, freeze_s > 0 ? "frozen" : "killed", new_pid, first_token_s, first_new_step_token_s,
+          NUM_REQUESTS, all_done_s, (unsigned long long)before.num_preemptions,
+          (unsigned long long)after.num_preemptions);
   assert_int_equal(differ, 0);
+  /* the failure was acted on: running requests were recomputed */
+  assert_true(after.num_preemptions >= before.num_preemptions + NUM_REQUESTS);
+  if (freeze_s > 0) {
+    assert_int_equal(new_pid, pid); /* the same process, back */
+    return;
+  }
   assert_true(new_pid != pid); /* the supervisor restarted it and the new one beats */
   assert_true(first_new_step_token_s >= 0);
   assert_true(first_new_step_token_s < KILL_TO_TOKEN_MAX_S);
@@ -149,21 +171,30 @@ static void kill_mid_generation(enum e2e_actor victim, const char *name) {
 
 static void test_gpu_worker_killed_mid_generation_costs_seconds_and_no_token(void **state) {
   (void)state;
-  kill_mid_generation(E2E_ACTOR_GPU_WORKER, "gpu_worker");
+  fault_mid_generation(E2E_ACTOR_GPU_WORKER, "gpu_worker", 0);
 }
 
 static void test_kv_manager_killed_mid_generation_costs_seconds_and_no_token(void **state) {
   (void)state;
-  kill_mid_generation(E2E_ACTOR_KV_MANAGER, "kv_manager");
+  fault_mid_generation(E2E_ACTOR_KV_MANAGER, "kv_manager", 0);
+}
+
+/* A worker that hangs (SIGSTOP) sends no heartbeat: after --peer-missed-beats (3) intervals of
+ * 500 ms the scheduler abandons its steps and recomputes; the worker, resumed, answers again. */
+static void test_gpu_worker_silent_for_three_beats_is_recovered_from(void **state) {
+  (void)state;
+  fault_mid_generation(E2E_ACTOR_GPU_WORKER, "gpu_worker", FREEZE_S);
 }
 
 int main(int argc, char **argv) {
   model = e2e_require_model(argc, argv);
-  static const char *const sync_args[] = {"--no-async-scheduling", NULL};
-  if (argc > 2 && strcmp(argv[2], "sync") == 0) serve_args = sync_args;
+  static const char *const async_args[] = {"--heartbeat-ms", "500", NULL};
+  static const char *const sync_args[] = {"--heartbeat-ms", "500", "--no-async-scheduling", NULL};
+  serve_args = argc > 2 && strcmp(argv[2], "sync") == 0 ? sync_args : async_args;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gpu_worker_killed_mid_generation_costs_seconds_and_no_token),
       cmocka_unit_test(test_kv_manager_killed_mid_generation_costs_seconds_and_no_token),
+      cmocka_unit_test(test_gpu_worker_silent_for_three_beats_is_recovered_from),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
