@@ -440,10 +440,10 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
  * steps in flight are forgotten (a reply from a dead worker never comes; one that still comes
  * is dropped by step number), every running request is preempted (recompute) and the next
  * KV step resets the kv_manager, as after a timeout, but now rather than at the timeout. */
-static void peer_failed(struct scheduler_actor *a, const char *what) {
+static void peer_failed(struct scheduler_actor *a, llb_status st) {
   a->num_exec_pending = 0;
   a->kv_reset_pending = true;
-  step_failed(a, "peer_health", LLB_ERRF(LLB_STATUS_ABORTED, "%s", what));
+  step_failed(a, "peer_health", st);
 }
 
 /* One synchronous step; returns true if it did anything (tokens executed or kv ops sent). */
@@ -457,6 +457,11 @@ static bool run_step(struct scheduler_actor *a) {
   case PLAN_READY: break;
   }
   llb_status st = sched_actor_execute_sync(a);
+  if (st == LLB_STATUS_ABORTED) { /* a peer failure, already counted and logged */
+    carry_all(a);
+    peer_failed(a, st);
+    return true;
+  }
   if (st) {
     carry_all(a); /* the worker may not have seen this step's ids */
     atomic_fetch_add(&a->c_exec_fail, 1);
@@ -508,9 +513,7 @@ static bool run_step_async(struct scheduler_actor *a) {
     did = true;
     llb_status st = sched_actor_execute_receive(a);
     if (st == LLB_STATUS_ABORTED) { /* a peer failure, already counted and logged */
-      a->kv_reset_pending = true;
-      a->num_exec_pending = 0;
-      step_failed(a, "peer_health", st);
+      peer_failed(a, st);
       return true;
     }
     if (st) {
@@ -567,7 +570,8 @@ static void *step_thread(void *arg) {
     admit(a, intake);
     apply_aborts(a, aborts);
     char peer_what[sizeof a->peer_fail_what];
-    if (sched_actor_health_take(a, peer_what, sizeof peer_what)) peer_failed(a, peer_what);
+    if (sched_actor_health_take(a, peer_what, sizeof peer_what))
+      peer_failed(a, LLB_ERRF(LLB_STATUS_ABORTED, "%s", peer_what));
     bool stepped = false, did = false;
     bool async = a->cfg.sched.async_scheduling;
     if (sched_num_unfinished(a->sched) > 0 || last_active || a->num_exec_pending > 0) {
@@ -624,7 +628,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
       {a->subj_encoder, "encoder"}};
   for (size_t i = 0; i < sizeof subj / sizeof subj[0] && !st; i++)
     st = bus_subject_engine(prefix, a->engine_id, subj[i].kind, subj[i].buf, BUS_SUBJECT_MAX);
-  sched_actor_execute_sync_init(a);
+  sched_actor_execute_lock_init(a);
   if (!st) st = sched_actor_execute_init(a);
   if (!st) st = sched_actor_health_init(a, prefix);
   if (st) goto fail;

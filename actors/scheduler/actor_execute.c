@@ -53,7 +53,7 @@ static void on_exec_reply(struct bus *bus, const struct bus_msg *msg, void *user
   pthread_mutex_unlock(&a->exec_mu);
 }
 
-void sched_actor_execute_sync_init(struct scheduler_actor *a) {
+void sched_actor_execute_lock_init(struct scheduler_actor *a) {
   pthread_mutex_init(&a->exec_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -136,7 +136,6 @@ static llb_status apply_reply(struct scheduler_actor *a, const uint8_t *data, si
   a->last_applied_step = r.step;
   return sched_update_from_output(a->sched, &mo, &a->eo);
 }
-
 
 llb_status sched_actor_execute_send(struct scheduler_actor *a) {
   if (a->num_exec_pending >= 2)

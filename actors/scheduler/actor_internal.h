@@ -125,7 +125,7 @@ void sched_actor_map_remove(struct scheduler_actor *a, int64_t i, bool free_meta
 
 /* step thread: the worker round trip (actor_execute.c) */
 /* The reply queue's lock and condition variable (also the peer-health lock); always. */
-void sched_actor_execute_sync_init(struct scheduler_actor *a);
+void sched_actor_execute_lock_init(struct scheduler_actor *a);
 /* The reply inbox and its subscription (both modes). Errors: bus_subscribe's. */
 llb_status sched_actor_execute_init(struct scheduler_actor *a);
 /* Frees queued replies and the queue's lock (after the bus is destroyed). */
