@@ -18,6 +18,7 @@ struct api_main {
   int32_t max_concurrent;
   const char *tenant;
   const char *health_actors;
+  int32_t health_missed_beats;
   char derived_name[256];
   struct api_actor *actor;
 };
@@ -28,9 +29,10 @@ static llb_status api_main_configure(struct actor_main *am, void *user) {
   if (m->max_body_bytes < 1024 || m->max_body_bytes > ((int64_t)1 << 30))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--max-body-bytes must be in [1024, 1 GiB], got %lld",
                     (long long)m->max_body_bytes);
-  if (m->request_timeout_s < 1 || m->first_output_timeout_s < 1 || m->max_concurrent < 1)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
-                    "--request-timeout-s, --first-output-timeout-s and --max-concurrent must be >= 1");
+  if (m->request_timeout_s < 1 || m->first_output_timeout_s < 1 || m->max_concurrent < 1 ||
+      m->health_missed_beats < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--request-timeout-s, --first-output-timeout-s, "
+                    "--max-concurrent and --health-missed-beats must be >= 1");
   if (m->model_name && *m->model_name) return LLB_STATUS_OK;
   const char *path = am->common.model_path ? am->common.model_path : "";
   const char *base = strrchr(path, '/');
@@ -57,6 +59,7 @@ static llb_status api_main_start(struct actor_main *am, void *user) {
       .first_output_timeout_s = m->first_output_timeout_s,
       .max_concurrent = m->max_concurrent,
       .health_actors = m->health_actors,
+      .health_window_ms = m->health_missed_beats * am->common.heartbeat_ms,
   };
   llb_status st = api_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -86,6 +89,7 @@ int main(int argc, char **argv) {
       .max_concurrent = 256,
       .tenant = "default",
       .health_actors = API_ACTOR_DEFAULT_HEALTH_ACTORS,
+      .health_missed_beats = 3,
   };
   const struct actor_flag flags[] = {
       {"http", ACTOR_FLAG_KIND_STRING, &m.http, "HOST:PORT to listen on (port 0 = any free port)", NULL},
@@ -100,6 +104,9 @@ int main(int argc, char **argv) {
       {"tenant", ACTOR_FLAG_KIND_STRING, &m.tenant, "publish on <prefix>.generate.<tenant>", NULL},
       {"health-actors", ACTOR_FLAG_KIND_STRING, &m.health_actors,
        "actors whose ready heartbeat /health requires (comma list; empty = none)", NULL},
+      {"health-missed-beats", ACTOR_FLAG_KIND_INT32, &m.health_missed_beats,
+       "/health answers 503 when an actor sent no ready heartbeat for this many --heartbeat-ms "
+       "intervals (the actors beat at the same interval; default 3)", NULL},
   };
   const struct actor_main_spec spec = {
       .actor = "api_server",

@@ -66,6 +66,12 @@ static llb_status sched_configure(struct actor_main *am, void *user) {
   if (rst) return rst;
   c->num_lookahead_tokens = c->block_size;
   m->cfg.engine_id = am->common.engine_id;
+  /* the engine's actors beat at the interval this one was given (llmbus serve and the e2e
+   * stack pass the same --heartbeat-ms to all) unless --peer-heartbeat-ms says otherwise */
+  if (m->cfg.peer_heartbeat_ms == 0) m->cfg.peer_heartbeat_ms = am->common.heartbeat_ms;
+  if (m->cfg.peer_heartbeat_ms < 0) m->cfg.peer_heartbeat_ms = 0;
+  if (m->cfg.peer_missed_beats < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--peer-missed-beats %d: >= 1", m->cfg.peer_missed_beats);
   if (c->num_blocks < 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--num-blocks %d: >= 0 (0: the worker's)", c->num_blocks);
   m->blocks_from_worker = c->num_blocks == 0;
   /* sched_create checks the ranges; do it now so that a bad flag is a usage error (with a
@@ -78,8 +84,14 @@ static llb_status sched_configure(struct actor_main *am, void *user) {
   return st;
 }
 
+/* The engine recovering from a worker / kv_manager failure is not ready: the heartbeat says
+ * so, and the api server's /health answers 503 until it is back. */
+static void sched_on_ready(void *user, bool ready) { actor_main_set_ready(user, ready); }
+
 static llb_status sched_start(struct actor_main *am, void *user) {
   struct sched_main *m = user;
+  m->cfg.on_ready = sched_on_ready;
+  m->cfg.on_ready_user = am;
   if (m->blocks_from_worker) { /* --num-blocks 0: the engine's worker says (its heartbeat) */
     int32_t nb, bs;
     llb_status st = actor_main_wait_kv_geometry(am, SCHED_GEOMETRY_WAIT_MS, &nb, &bs);
@@ -105,11 +117,11 @@ static void sched_destroy_hook(struct actor_main *am, void *user) {
     struct scheduler_actor_counters c;
     scheduler_actor_get_counters(m->actor, &c);
     LLB_LOG_INFO("scheduler_counters", "steps=%llu requests=%llu rejected=%llu aborted=%llu "
-                 "kv_failures=%llu execute_failures=%llu outputs=%llu",
+                 "kv_failures=%llu execute_failures=%llu peer_failures=%llu outputs=%llu",
                  (unsigned long long)c.num_steps, (unsigned long long)c.num_requests,
                  (unsigned long long)c.num_rejected, (unsigned long long)c.num_aborted,
                  (unsigned long long)c.num_kv_failures, (unsigned long long)c.num_execute_failures,
-                 (unsigned long long)c.num_outputs_published);
+                 (unsigned long long)c.num_peer_failures, (unsigned long long)c.num_outputs_published);
   }
   scheduler_actor_destroy(m->actor);
   m->actor = NULL;
@@ -152,6 +164,12 @@ int main(int argc, char **argv) {
        "KVStep round trip limit; beyond it every running request is preempted", NULL},
       {"execute-timeout-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.execute_timeout_ms,
        "SchedulerOutput round trip limit; beyond it every running request is preempted", NULL},
+      {"peer-heartbeat-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.peer_heartbeat_ms,
+       "heartbeat interval of the engine's gpu_worker and kv_manager; 0 = this actor's "
+       "--heartbeat-ms, -1 = no failure detection from heartbeats (timeouts only)", NULL},
+      {"peer-missed-beats", ACTOR_FLAG_KIND_INT32, &m.cfg.peer_missed_beats,
+       "a gpu_worker / kv_manager silent for more than this many intervals is dead: the steps "
+       "in flight are abandoned and every running request recomputed (default 3)", NULL},
       {"stats-interval-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.stats_interval_ms,
        "SchedulerStats period on <prefix>.engine.<eid>.stats while there is work (default 1000)", NULL},
   };

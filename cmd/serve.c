@@ -56,6 +56,8 @@ static const struct {
     {"engine-id", true, A_ALL, "engine id (<eid> in llm.engine.<eid>.*)"},
     {"prefix", true, A_ALL, "subject prefix (default llm)"},
     {"log-level", true, A_ALL, "debug | info | warn | error"},
+    {"heartbeat-ms", true, A_ALL,
+     "heartbeat interval of every actor (a worker / kv_manager silent for 3 is dead; default 2000)"},
 };
 #define NUM_ENGINE_FLAGS (int)(sizeof engine_flags / sizeof engine_flags[0])
 

@@ -14,7 +14,8 @@
  *   - <prefix>.engine.*.stats (SchedulerStats) feeds the engine gauges of /metrics;
  *     <prefix>.health.*.* (Heartbeat) feeds /health: 200 once every actor named in
  *     health_actors sent a ready heartbeat within health_window_ms, 503 naming the missing
- *     ones otherwise.
+ *     ones otherwise, and 503 naming an actor whose latest heartbeat says not ready (a
+ *     scheduler recovering from a gpu_worker / kv_manager failure) until it beats ready again.
  * Status codes: 400 invalid JSON / parameters (the error names the field), 404 unknown model
  * or route, 405 wrong method, 413 body over max_body_bytes, 429 engine queue full
  * (RequestOutput.error QUEUE_FULL) or more than max_concurrent requests here (with
@@ -57,7 +58,8 @@ struct api_actor_options {
   int64_t first_output_timeout_s;  /* 0 = 60 */
   int32_t max_concurrent;          /* requests in flight here; 0 = 256 */
   const char *health_actors;       /* comma list; NULL = API_ACTOR_DEFAULT_HEALTH_ACTORS, "" = none */
-  int64_t health_window_ms;        /* 0 = 10000 */
+  int64_t health_window_ms;        /* 0 = 10000; llmbus-api-server: --health-missed-beats x
+                                      --heartbeat-ms (3 x 2000) */
 };
 
 struct api_actor;

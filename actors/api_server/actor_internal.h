@@ -64,6 +64,8 @@ struct api_call {
 struct health_entry {
   char actor[64];
   _Atomic int64_t last_ready_ns; /* llb_now_ns of the last ready heartbeat, 0 = never */
+  _Atomic int64_t last_not_ready_ns; /* of the last heartbeat saying not ready (a scheduler
+                                        recovering from a worker failure), 0 = never */
 };
 
 struct api_actor {

@@ -100,9 +100,10 @@ void api_on_heartbeat(struct bus *bus, const struct bus_msg *msg, void *user) {
   struct llb_arena arena;
   llb_arena_init(&arena, mem, sizeof mem);
   struct llb_heartbeat hb;
-  if (llb_heartbeat_decode(msg->data, msg->len, &arena, &hb) == LLB_STATUS_OK && hb.ready)
+  if (llb_heartbeat_decode(msg->data, msg->len, &arena, &hb) == LLB_STATUS_OK)
     for (int i = 0; i < a->num_health; i++)
-      if (strcmp(a->health[i].actor, hb.actor.data) == 0) atomic_store(&a->health[i].last_ready_ns, llb_now_ns());
+      if (strcmp(a->health[i].actor, hb.actor.data) == 0)
+        atomic_store(hb.ready ? &a->health[i].last_ready_ns : &a->health[i].last_not_ready_ns, llb_now_ns());
   llb_arena_destroy(&arena);
 }
 
@@ -118,23 +119,35 @@ void api_route_models(struct api_actor *a, struct evhttp_request *req) {
 
 void api_route_health(struct api_actor *a, struct evhttp_request *req) {
   int64_t now = llb_now_ns();
-  struct api_buf missing = {0};
+  struct api_buf missing = {0}, recovering = {0};
   for (int i = 0; i < a->num_health; i++) {
     int64_t t = atomic_load(&a->health[i].last_ready_ns);
-    if (!t || now - t > a->o.health_window_ms * 1000000)
+    int64_t t_not = atomic_load(&a->health[i].last_not_ready_ns);
+    if (t_not > t && now - t_not <= a->o.health_window_ms * 1000000) /* says it is not ready */
+      api_buf_printf(&recovering, "%s%s", recovering.len ? ", " : "", a->health[i].actor);
+    else if (!t || now - t > a->o.health_window_ms * 1000000) /* silent: dead or restarting */
       api_buf_printf(&missing, "%s%s", missing.len ? ", " : "", a->health[i].actor);
   }
-  if (missing.len == 0) {
+  if (missing.len == 0 && recovering.len == 0) {
     api_http_send_body(req, 200, "application/json", "{\"status\":\"ok\"}", 15);
   } else {
     struct api_error e;
-    api_error_set(&e, 503, NULL, "not ready: no ready heartbeat within %lld ms from %s",
-                  (long long)a->o.health_window_ms, missing.data);
+    if (missing.len && recovering.len)
+      api_error_set(&e, 503, NULL, "not ready: no ready heartbeat within %lld ms from %s; not ready "
+                    "(recovering from a worker or kv_manager failure): %s",
+                    (long long)a->o.health_window_ms, missing.data, recovering.data);
+    else if (missing.len)
+      api_error_set(&e, 503, NULL, "not ready: no ready heartbeat within %lld ms from %s",
+                    (long long)a->o.health_window_ms, missing.data);
+    else
+      api_error_set(&e, 503, NULL, "not ready (recovering from a worker or kv_manager failure): %s",
+                    recovering.data);
     struct api_buf b = {0};
     if (api_error_render(&e, &b)) api_http_send_body(req, 503, "application/json", b.data, b.len);
     api_buf_free(&b);
   }
   api_buf_free(&missing);
+  api_buf_free(&recovering);
 }
 
 void api_route_metrics(struct api_actor *a, struct evhttp_request *req) {

@@ -34,6 +34,8 @@ void scheduler_actor_config_init(struct scheduler_actor_config *c) {
   c->execute_timeout_ms = 60000;
   c->stats_interval_ms = 1000;
   c->stats_idle_interval_ms = 5000;
+  c->peer_heartbeat_ms = 0;
+  c->peer_missed_beats = 3;
 }
 
 /* ---- request metadata ---- */
@@ -281,6 +283,14 @@ static void apply_aborts(struct scheduler_actor *a, struct abort_item *list) {
 
 /* ---- step thread: one step ---- */
 
+/* Tells cfg.on_ready when the engine starts or stops recovering (edges only). */
+static void set_recovering(struct scheduler_actor *a, bool recovering) {
+  if (a->recovering == recovering) return;
+  a->recovering = recovering;
+  LLB_LOG_INFO(recovering ? "engine_recovering" : "engine_recovered", "engine_id=%s", a->engine_id);
+  if (a->cfg.on_ready) a->cfg.on_ready(a->cfg.on_ready_user, !recovering);
+}
+
 static void step_failed(struct scheduler_actor *a, const char *what, llb_status st) {
   char q[600];
   if (st == LLB_STATUS_CLOSED) /* shutting down: the connection is closed or the actor stops */
@@ -292,6 +302,7 @@ static void step_failed(struct scheduler_actor *a, const char *what, llb_status 
                   llb_log_quote(q, sizeof q, llb_err_last()));
   /* A worker that answered with an error failed on this batch's input: isolate the request
    * it blames (or, naming none, the one that keeps failing) instead of retrying it forever. */
+  if (st != LLB_STATUS_CLOSED) set_recovering(a, true);
   const bool worker_error = a->worker_error;
   if (a->worker_blamed[0]) {
     int64_t at = sched_actor_map_find(a, a->worker_blamed);
@@ -425,6 +436,16 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
   return PLAN_READY;
 }
 
+/* The engine's worker or kv_manager died or was replaced (heartbeats, actor_health.c): the
+ * steps in flight are forgotten (a reply from a dead worker never comes; one that still comes
+ * is dropped by step number), every running request is preempted (recompute) and the next
+ * KV step resets the kv_manager, as after a timeout, but now rather than at the timeout. */
+static void peer_failed(struct scheduler_actor *a, llb_status st) {
+  a->num_exec_pending = 0;
+  a->kv_reset_pending = true;
+  step_failed(a, "peer_health", st);
+}
+
 /* One synchronous step; returns true if it did anything (tokens executed or kv ops sent). */
 static bool run_step(struct scheduler_actor *a) {
   a->have_mro = false;
@@ -436,6 +457,11 @@ static bool run_step(struct scheduler_actor *a) {
   case PLAN_READY: break;
   }
   llb_status st = sched_actor_execute_sync(a);
+  if (st == LLB_STATUS_ABORTED) { /* a peer failure, already counted and logged */
+    carry_all(a);
+    peer_failed(a, st);
+    return true;
+  }
   if (st) {
     carry_all(a); /* the worker may not have seen this step's ids */
     atomic_fetch_add(&a->c_exec_fail, 1);
@@ -445,6 +471,7 @@ static bool run_step(struct scheduler_actor *a) {
   }
   atomic_fetch_add(&a->c_steps, 1);
   a->backoff_ms = 0;
+  set_recovering(a, false);
   return true;
 }
 
@@ -485,11 +512,16 @@ static bool run_step_async(struct scheduler_actor *a) {
   if (a->num_exec_pending == 2 || (!sent && a->num_exec_pending > 0)) {
     did = true;
     llb_status st = sched_actor_execute_receive(a);
+    if (st == LLB_STATUS_ABORTED) { /* a peer failure, already counted and logged */
+      peer_failed(a, st);
+      return true;
+    }
     if (st) {
       exec_failed(a, st);
       return true;
     }
     atomic_fetch_add(&a->c_steps, 1);
+    set_recovering(a, false);
   }
   if (did) a->backoff_ms = 0;
   return did;
@@ -537,6 +569,9 @@ static void *step_thread(void *arg) {
 
     admit(a, intake);
     apply_aborts(a, aborts);
+    char peer_what[sizeof a->peer_fail_what];
+    if (sched_actor_health_take(a, peer_what, sizeof peer_what))
+      peer_failed(a, LLB_ERRF(LLB_STATUS_ABORTED, "%s", peer_what));
     bool stepped = false, did = false;
     bool async = a->cfg.sched.async_scheduling;
     if (sched_num_unfinished(a->sched) > 0 || last_active || a->num_exec_pending > 0) {
@@ -546,6 +581,7 @@ static void *step_thread(void *arg) {
     sched_actor_publish_outputs(a, async ? a->last_applied_step : a->out.step, stepped);
     last_active = did;
     busy = sched_num_unfinished(a->sched) > 0;
+    if (!busy && a->num_exec_pending == 0) set_recovering(a, false); /* nothing waits */
     int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
     if (since_stats >= (busy || did ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms))
       sched_actor_publish_stats(a);
@@ -558,7 +594,8 @@ static void *step_thread(void *arg) {
 llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
                                   const struct scheduler_actor_config *cfg,
                                   struct scheduler_actor **out) {
-  if (!bus || !cfg || !out || !cfg->engine_id || cfg->kv_timeout_ms <= 0 ||
+  if (!bus || !cfg || !out || !cfg->engine_id || cfg->kv_timeout_ms <= 0 || cfg->peer_heartbeat_ms < 0 ||
+      (cfg->peer_heartbeat_ms > 0 && cfg->peer_missed_beats < 1) ||
       cfg->execute_timeout_ms <= 0 || cfg->stats_interval_ms <= 0 || cfg->stats_idle_interval_ms <= 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
                     "scheduler actor: need bus, engine id and positive timeouts/intervals");
@@ -591,7 +628,9 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
       {a->subj_encoder, "encoder"}};
   for (size_t i = 0; i < sizeof subj / sizeof subj[0] && !st; i++)
     st = bus_subject_engine(prefix, a->engine_id, subj[i].kind, subj[i].buf, BUS_SUBJECT_MAX);
-  if (!st && cfg->sched.async_scheduling) st = sched_actor_execute_init(a);
+  sched_actor_execute_lock_init(a);
+  if (!st) st = sched_actor_execute_init(a);
+  if (!st) st = sched_actor_health_init(a, prefix);
   if (st) goto fail;
   if (pthread_create(&a->thread, NULL, step_thread, a) != 0) {
     st = LLB_ERRF(LLB_STATUS_INTERNAL, "scheduler actor: pthread_create failed");
@@ -643,6 +682,7 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   free(a->map);
   for (int64_t i = 0; i < a->num_rejected; i++) sched_actor_meta_free(a->rejected[i]);
   free(a->rejected);
+  sched_actor_health_free(a);
   sched_actor_execute_free(a);
   sched_destroy(a->sched);
   sched_output_free(&a->out);
@@ -673,5 +713,6 @@ void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_ac
       .num_kv_failures = atomic_load(&a->c_kv_fail),
       .num_execute_failures = atomic_load(&a->c_exec_fail),
       .num_encoder_failures = atomic_load(&a->c_enc_fail),
-      .num_outputs_published = atomic_load(&a->c_pub)};
+      .num_outputs_published = atomic_load(&a->c_pub),
+      .num_peer_failures = atomic_load(&a->c_peer_fail)};
 }

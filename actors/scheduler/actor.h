@@ -18,7 +18,12 @@
  * (sched_preempt_all with kv_lost = false: FREE ops for their blocks go with the next KV
  * step; a restarted, empty kv_manager answers them NOT_FOUND, which is harmless, while a
  * live one gets its blocks back); then the loop backs off (100 ms doubling to 2 s) and
- * goes on: requests are recomputed when the actor is back.
+ * goes on: requests are recomputed when the actor is back. Those timeouts are the last resort:
+ * with peer_heartbeat_ms set, the heartbeats of the engine's gpu_worker and kv_manager tell
+ * within about a second that one was restarted (a new instance id or pid) or fell silent
+ * (peer_missed_beats intervals); the step thread then abandons the steps in flight at once
+ * (also while it waits for a worker reply, asynchronous scheduling), preempts everything,
+ * resets the kv_manager and retries as soon as the new instance beats.
  *
  * Buffers (wire views, encoded messages, decode arena) are reused across steps: at steady
  * state a step allocates only inside the FlatBuffers encoder's reused builder.
@@ -26,6 +31,7 @@
 #ifndef LLB_ACTORS_SCHEDULER_ACTOR_H
 #define LLB_ACTORS_SCHEDULER_ACTOR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "actors/scheduler/scheduler.h"
@@ -42,6 +48,18 @@ struct scheduler_actor_config {
   int64_t execute_timeout_ms;     /* SchedulerOutput round trip limit (default 60000) */
   int64_t stats_interval_ms;      /* while there is work (default 1000) */
   int64_t stats_idle_interval_ms; /* at least this often (default 5000) */
+  /* Failure detection from the heartbeats of this engine's gpu_worker and kv_manager on
+   * <prefix>.health.<actor>.* (bus/peer_watch.h): a new instance (id or pid), or no beat for
+   * more than peer_missed_beats x peer_heartbeat_ms, abandons the steps in flight and
+   * preempts every running request at once. 0 = off (only the timeouts above). */
+  int64_t peer_heartbeat_ms;      /* the peers' --heartbeat-ms (default 0 = off) */
+  int32_t peer_missed_beats;      /* default 3 */
+  /* Optional (NULL): called on the step thread when the engine starts recovering (false: a
+   * peer failure or a failed round trip; requests wait for recompute) and when it is back
+   * (true: a step was applied after it, or there is nothing to run). llmbus-scheduler turns it
+   * into its Heartbeat.ready, which the api server's /health reports. */
+  void (*on_ready)(void *user, bool ready);
+  void *on_ready_user;
 };
 
 struct scheduler_actor_counters {
@@ -53,6 +71,7 @@ struct scheduler_actor_counters {
   uint64_t num_execute_failures;  /* execute round trips that failed */
   uint64_t num_encoder_failures;  /* encoder_cache round trips that failed */
   uint64_t num_outputs_published; /* EngineCoreOutputs messages */
+  uint64_t num_peer_failures;     /* worker / kv_manager deaths or restarts seen in heartbeats */
 };
 
 /* Defaults above, sched_config_init for the scheduler, engine id "0". */

@@ -1,5 +1,5 @@
 /* The scheduler actor's step thread: the round trip to the worker (`.execute`), synchronous
- * (one request/reply per step) or asynchronous (step N+1 sent before step N's reply is back;
+ * (one step in flight) or asynchronous (step N+1 sent before step N's reply is back;
  * see scheduler.h and README.md "Asynchronous scheduling"). */
 #include <errno.h>
 #include <inttypes.h>
@@ -11,6 +11,7 @@
 
 #include "actors/scheduler/actor_internal.h"
 #include "base/log.h"
+#include "bus/peer_watch.h"
 
 /* A reply copied off the delivery thread. */
 struct exec_reply {
@@ -52,7 +53,7 @@ static void on_exec_reply(struct bus *bus, const struct bus_msg *msg, void *user
   pthread_mutex_unlock(&a->exec_mu);
 }
 
-llb_status sched_actor_execute_init(struct scheduler_actor *a) {
+void sched_actor_execute_lock_init(struct scheduler_actor *a) {
   pthread_mutex_init(&a->exec_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -60,6 +61,9 @@ llb_status sched_actor_execute_init(struct scheduler_actor *a) {
   pthread_cond_init(&a->exec_cv, &ca);
   pthread_condattr_destroy(&ca);
   a->exec_sync_init = true;
+}
+
+llb_status sched_actor_execute_init(struct scheduler_actor *a) {
   llb_status st = bus_new_inbox(a->bus, a->exec_inbox, sizeof a->exec_inbox - 24);
   if (st) return st;
   char subject[BUS_SUBJECT_MAX + 32];
@@ -133,19 +137,6 @@ static llb_status apply_reply(struct scheduler_actor *a, const uint8_t *data, si
   return sched_update_from_output(a->sched, &mo, &a->eo);
 }
 
-llb_status sched_actor_execute_sync(struct scheduler_actor *a) {
-  llb_status st = encode_step(a);
-  if (st) return st;
-  struct bus_msg *reply = NULL;
-  st = bus_request(a->bus, a->subj_execute, a->buf.data, a->buf.len, NULL,
-                   a->cfg.execute_timeout_ms, &reply);
-  if (st) return st;
-  carries_sent(a);
-  st = apply_reply(a, reply->data, reply->len);
-  bus_msg_destroy(reply);
-  return st;
-}
-
 llb_status sched_actor_execute_send(struct scheduler_actor *a) {
   if (a->num_exec_pending >= 2)
     return LLB_ERRF(LLB_STATUS_INTERNAL, "step %" PRIu64 ": two steps already in flight", a->out.step);
@@ -162,6 +153,13 @@ llb_status sched_actor_execute_send(struct scheduler_actor *a) {
   return LLB_STATUS_OK;
 }
 
+/* The same send and wait as the asynchronous pipeline at depth 1: a wait that a peer
+ * failure seen in the heartbeats ends at once, which bus_request could not offer. */
+llb_status sched_actor_execute_sync(struct scheduler_actor *a) {
+  llb_status st = sched_actor_execute_send(a);
+  return st ? st : sched_actor_execute_receive(a);
+}
+
 llb_status sched_actor_execute_receive(struct scheduler_actor *a) {
   if (a->num_exec_pending == 0) return LLB_ERRF(LLB_STATUS_INTERNAL, "no step in flight");
   uint64_t want = a->exec_pending[0];
@@ -172,10 +170,31 @@ llb_status sched_actor_execute_receive(struct scheduler_actor *a) {
   int64_t ns = deadline.tv_nsec + (a->cfg.execute_timeout_ms % 1000) * 1000000;
   deadline.tv_sec += a->cfg.execute_timeout_ms / 1000 + ns / 1000000000;
   deadline.tv_nsec = ns % 1000000000;
+  const int64_t deadline_ns = llb_now_ns() + a->cfg.execute_timeout_ms * 1000000;
   for (;;) {
     pthread_mutex_lock(&a->exec_mu);
+    /* Wait for the reply, the stop, or a peer failure (heartbeats, actor_health.c): the
+     * missed-beat rule is run whenever its next deadline passes, so a dead worker costs
+     * about peer_missed_beats intervals, not execute_timeout_ms. */
+    char peer_what[sizeof a->peer_fail_what];
+    bool peer_failed = false;
     while (!a->exec_head && !a->exec_stop &&
-           pthread_cond_timedwait(&a->exec_cv, &a->exec_mu, &deadline) != ETIMEDOUT) {
+           !(peer_failed = sched_actor_health_take_locked(a, peer_what, sizeof peer_what))) {
+      const int64_t now = llb_now_ns();
+      if (now >= deadline_ns) break;
+      const int64_t check = sched_actor_health_next_check_ns_locked(a);
+      struct timespec until = deadline;
+      if (check < deadline_ns) {
+        const int64_t in_ns = check > now ? check - now : 0;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        const int64_t ns = until.tv_nsec + in_ns % 1000000000;
+        until.tv_sec += in_ns / 1000000000 + ns / 1000000000;
+        until.tv_nsec = ns % 1000000000;
+      }
+      if (pthread_cond_timedwait(&a->exec_cv, &a->exec_mu, &until) == ETIMEDOUT) {
+        sched_actor_health_poll_locked(a, llb_now_ns());
+        if (check >= deadline_ns) break;
+      }
     }
     struct exec_reply *reply = a->exec_head;
     if (reply) {
@@ -186,6 +205,8 @@ llb_status sched_actor_execute_receive(struct scheduler_actor *a) {
     pthread_mutex_unlock(&a->exec_mu);
     if (!reply && stopping)
       return LLB_ERRF(LLB_STATUS_CLOSED, "stopping: step %" PRIu64 " abandoned", want);
+    if (!reply && peer_failed)
+      return LLB_ERRF(LLB_STATUS_ABORTED, "step %" PRIu64 " abandoned: %s", want, peer_what);
     if (!reply)
       return LLB_ERRF(LLB_STATUS_TIMEOUT, "no reply on %s for step %" PRIu64 " within %lld ms",
                       a->subj_execute, want, (long long)a->cfg.execute_timeout_ms);

@@ -10,6 +10,7 @@
 
 #include "actors/scheduler/actor.h"
 #include "actors/scheduler/actor_wire.h"
+#include "bus/peer_watch.h"
 #include "bus/subject.h"
 #include "schemas/engine_core_outputs.h"
 #include "schemas/engine_core_request.h"
@@ -78,6 +79,7 @@ struct scheduler_actor {
   struct llb_arena arena;          /* decoded replies, reset per round trip */
   struct llb_buf buf;              /* encoded messages */
   int64_t backoff_ms;
+  bool recovering; /* a failure was seen and no step applied since (cfg.on_ready reported it) */
   bool kv_reset_pending; /* the worker failed: its KV contents are unknown, so the next KV
                             step tells the kv_manager to drop its prefix cache */
   int64_t last_stats_ns;
@@ -100,9 +102,19 @@ struct scheduler_actor {
   int32_t num_exec_pending;
   uint64_t last_applied_step;
 
+  /* peer health (actor_health.c): the heartbeats of this engine's gpu_worker and kv_manager,
+   * under exec_mu (its condition variable wakes a step thread waiting for a worker reply) */
+  struct peer_watch *peer_watch[2]; /* [SCHED_PEER_*]; NULL when cfg.peer_heartbeat_ms is 0 */
+  uint64_t peer_fail_gen;           /* under exec_mu: failures detected so far */
+  uint64_t peer_fail_seen;          /* under exec_mu: failures the step thread acted on */
+  char peer_fail_what[384];         /* under exec_mu: the last detection, for the step's log */
+
   atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub,
-      c_enc_fail;
+      c_enc_fail, c_peer_fail;
 };
+
+/* The peers whose heartbeats the scheduler watches (index into peer_watch). */
+enum sched_peer { SCHED_PEER_GPU_WORKER = 0, SCHED_PEER_KV_MANAGER, SCHED_PEER_COUNT };
 
 /* request metadata (actor.c) */
 void sched_actor_meta_free(struct req_meta *m);
@@ -112,14 +124,16 @@ int64_t sched_actor_map_find(const struct scheduler_actor *a, const char *id);
 void sched_actor_map_remove(struct scheduler_actor *a, int64_t i, bool free_meta);
 
 /* step thread: the worker round trip (actor_execute.c) */
-/* Async scheduling only: the reply inbox and its subscription. Errors: bus_subscribe_sync's. */
+/* The reply queue's lock and condition variable (also the peer-health lock); always. */
+void sched_actor_execute_lock_init(struct scheduler_actor *a);
+/* The reply inbox and its subscription (both modes). Errors: bus_subscribe's. */
 llb_status sched_actor_execute_init(struct scheduler_actor *a);
 /* Frees queued replies and the queue's lock (after the bus is destroyed). */
 void sched_actor_execute_free(struct scheduler_actor *a);
 /* The actor stops: a step thread waiting for a reply returns CLOSED at once. */
 void sched_actor_execute_wake_for_stop(struct scheduler_actor *a);
-/* Synchronous: sends a->out to the worker, waits for its reply, applies it into a->eo.
- * Errors: encoding, bus, an error reply, sched_update_from_output's. */
+/* Synchronous: sends a->out to the worker, waits for its reply, applies it into a->eo (send
+ * then receive below). Errors: theirs. */
 llb_status sched_actor_execute_sync(struct scheduler_actor *a);
 /* Async: sends a->out with reply subject <exec_inbox>.<step> and records it as pending;
  * returns at once. Errors: encoding, bus_publish_msg's. */
@@ -127,8 +141,27 @@ llb_status sched_actor_execute_send(struct scheduler_actor *a);
 /* Async: waits up to execute_timeout_ms for the oldest pending step's reply (replies to
  * steps forgotten after a failure are dropped), then applies it into a->eo. The step leaves
  * the pending list whatever happens. Errors: TIMEOUT, NOT_FOUND (no responders), CLOSED (the
- * actor stops), decoding, an error reply, sched_update_from_output's. */
+ * actor stops), ABORTED (a peer failure was detected from heartbeats: the step is abandoned),
+ * decoding, an error reply, sched_update_from_output's. */
 llb_status sched_actor_execute_receive(struct scheduler_actor *a);
+
+/* peer health (actor_health.c) */
+/* Creates the watches and subscribes <prefix>.health.gpu_worker.* and .kv_manager.* when
+ * cfg.peer_heartbeat_ms > 0 (exec_mu must be initialized). Errors: peer_watch_create's,
+ * bus_subscribe's, INVALID_ARGUMENT (subjects). */
+llb_status sched_actor_health_init(struct scheduler_actor *a, const char *prefix);
+/* Frees the watches (after the bus is destroyed or drained). */
+void sched_actor_health_free(struct scheduler_actor *a);
+/* Under exec_mu: runs the missed-beat rule at now_ns; a silent peer becomes a failure. */
+void sched_actor_health_poll_locked(struct scheduler_actor *a, int64_t now_ns);
+/* Under exec_mu: the earliest llb_now_ns at which a poll could find a silent peer (INT64_MAX
+ * none). */
+int64_t sched_actor_health_next_check_ns_locked(const struct scheduler_actor *a);
+/* Under exec_mu: true (and `what` set, NUL-terminated) when a failure was detected since the
+ * last call; it is then acted on (marked seen). */
+bool sched_actor_health_take_locked(struct scheduler_actor *a, char *what, size_t cap);
+/* The step thread's check between steps: polls, then takes (see above). */
+bool sched_actor_health_take(struct scheduler_actor *a, char *what, size_t cap);
 
 /* step thread: outputs (actor_outputs.c) */
 /* Publishes one EngineCoreOutputs with the rejections, the side outputs (aborts) and the

@@ -9,7 +9,7 @@ if(TARGET llmbus_nats_test_server AND TARGET llmbus)
                         Threads::Threads)
   foreach(t test_engine_concurrent_matches_alone test_engine_prefix_cache test_engine_abort
             test_engine_prompt_too_long test_engine_malformed test_engine_preemption test_run_cli
-            test_engine_kv_geometry test_engine_poison)
+            test_engine_kv_geometry test_engine_poison test_engine_actor_kill)
     if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/${t}.c)
       llb_add_test(${t} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.c
                    LIBS llmbus_e2e_stack PkgConfig::CMOCKA PkgConfig::JANSSON
@@ -23,6 +23,14 @@ if(TARGET llmbus_nats_test_server AND TARGET llmbus)
       endif()
     endif()
   endforeach()
+  # The kill test with synchronous scheduling (one step in flight instead of two).
+  llb_add_test(test_engine_actor_kill_sync SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_engine_actor_kill.c
+               LIBS llmbus_e2e_stack PkgConfig::CMOCKA
+               LABELS e2e engine TIMEOUT 900
+               ARGS ${LLB_DEFAULT_MODEL} sync)
+  add_dependencies(test_engine_actor_kill_sync llmbus llmbus-kv-manager llmbus-scheduler
+                   llmbus-gpu-worker llmbus-input-processor llmbus-output-processor llmbus-api-server)
+  set_tests_properties(test_engine_actor_kill_sync PROPERTIES RUN_SERIAL TRUE)
   # The same check with a 64-token step budget: chunked prefills mixed with decodes.
   llb_add_test(test_engine_chunked_prefill_matches_alone
                SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_engine_concurrent_matches_alone.c

@@ -207,7 +207,7 @@ static const char *e2e_device(void) {
   return d && d[0] ? d : NULL;
 }
 
-static int start_serve(struct e2e_stack *s) {
+static int start_serve(struct e2e_stack *s, const struct e2e_stack_options *o) {
   char bin[PATH_MAX + 32];
   snprintf(bin, sizeof bin, "%s/cmd/llmbus", s->build_dir);
   if (access(bin, X_OK) != 0) {
@@ -215,8 +215,15 @@ static int start_serve(struct e2e_stack *s) {
     return -1;
   }
   const char *dev = e2e_device();
-  const char *argv[] = {bin, "serve", "--nats", s->srv.url, "--model", s->model, "--http", "127.0.0.1:0",
-                        dev ? "--device" : NULL, dev, NULL};
+  const char *argv[10 + E2E_MAX_ACTOR_ARGS + 1] = {bin, "serve", "--nats", s->srv.url, "--model", s->model,
+                                                   "--http", "127.0.0.1:0"};
+  int n = 8;
+  for (int i = 0; o && o->serve_args && o->serve_args[i] && i < E2E_MAX_ACTOR_ARGS; i++) argv[n++] = o->serve_args[i];
+  if (dev) {
+    argv[n++] = "--device";
+    argv[n++] = dev;
+  }
+  argv[n] = NULL;
   s->serve_pid = spawn_argv(argv);
   return s->serve_pid > 0 ? 0 : -1;
 }
@@ -347,7 +354,7 @@ int e2e_stack_start(struct e2e_stack *s, const char *model, const struct e2e_sta
     fprintf(stderr, "e2e: client connection: %s\n", llb_err_last());
     goto fail;
   }
-  if ((s->via_serve ? start_serve(s) : start_actors(s, o)) != 0) goto fail;
+  if ((s->via_serve ? start_serve(s, o) : start_actors(s, o)) != 0) goto fail;
   if (wait_ready(s, o && o->ready_timeout_ms > 0 ? o->ready_timeout_ms : 180000) != 0) goto fail;
   fprintf(stderr, "e2e: stack ready (%s) in %.1f s\n", s->via_serve ? "llmbus serve" : "actors",
           e2e_now_s() - t0);
@@ -500,9 +507,11 @@ done:
   return rc;
 }
 
-int e2e_next(struct e2e_pending *p, int64_t timeout_ms) {
+/* e2e_next, or 2 (silently) when `quiet` and nothing came within timeout_ms. */
+static int next_output(struct e2e_pending *p, int64_t timeout_ms, bool quiet) {
   struct bus_msg *msg = NULL;
   if (bus_sub_next_msg(p->sub, timeout_ms, &msg) != LLB_STATUS_OK) {
+    if (quiet) return 2;
     fprintf(stderr, "e2e: no RequestOutput on %s within %lld ms (%d outputs, %d tokens so far)\n",
             p->inbox, (long long)timeout_ms, p->result.num_outputs, p->result.num_tokens);
     return -1;
@@ -535,6 +544,10 @@ int e2e_next(struct e2e_pending *p, int64_t timeout_ms) {
   r->finished = o.finished;
   return o.finished ? 1 : 0;
 }
+
+int e2e_next(struct e2e_pending *p, int64_t timeout_ms) { return next_output(p, timeout_ms, false); }
+
+int e2e_poll(struct e2e_pending *p, int64_t timeout_ms) { return next_output(p, timeout_ms, true); }
 
 void e2e_pending_release(struct e2e_pending *p) {
   if (p->sub) bus_unsubscribe(p->sub);

@@ -60,6 +60,9 @@ struct e2e_stack_options {
   /* Extra flags per actor, each a NULL-terminated list (or NULL). All NULL: the stack runs
    * under `llmbus serve`; otherwise every actor is started by the helper. */
   const char *const *actor_args[E2E_ACTOR_COUNT];
+  /* Extra `llmbus serve` engine flags (NULL-terminated, at most E2E_MAX_ACTOR_ARGS, or NULL),
+   * when the stack runs under `llmbus serve`. */
+  const char *const *serve_args;
   int64_t ready_timeout_ms; /* 0 = 180000 */
 };
 
@@ -177,6 +180,10 @@ int e2e_submit(struct e2e_stack *s, const struct e2e_request *r, struct e2e_pend
  * was the last (finished), 0 when more follow, -1 on timeout or an undecodable reply
  * (reason on stderr). */
 int e2e_next(struct e2e_pending *p, int64_t timeout_ms);
+
+/* e2e_next for tests that poll several requests: 2 when nothing came within timeout_ms
+ * (nothing printed). */
+int e2e_poll(struct e2e_pending *p, int64_t timeout_ms);
 
 /* Reads until finished (each wait up to timeout_ms), then unsubscribes. Returns 0 or -1. */
 int e2e_collect(struct e2e_pending *p, int64_t timeout_ms);

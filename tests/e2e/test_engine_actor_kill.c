@@ -1,0 +1,203 @@
+/* Killing the gpu_worker or the kv_manager mid-generation (SIGKILL; `llmbus serve` restarts
+ * it) costs seconds, not the scheduler's 60 s execute timeout, and no token: the scheduler
+ * sees the new instance in the heartbeats, abandons the steps in flight, recomputes every
+ * running request and goes on. Every greedy request ends with exactly the tokens of the
+ * fault-free run; the time from the kill to the first token that only a step sent after the
+ * kill can have produced is printed and must stay under KILL_TO_TOKEN_MAX_S. A worker frozen
+ * (SIGSTOP) past three heartbeats is recovered from the same way. With argv[2]
+ * "sync" the engine runs with --no-async-scheduling (one step in flight). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/e2e/stack.h"
+
+#define NUM_REQUESTS 4
+#define MAX_TOKENS 64
+#define TOKENS_BEFORE_KILL 8 /* each request has this many tokens when the actor is killed */
+/* Steps in flight (asynchronous scheduling: 2) plus one whose outputs may be on the wire:
+ * tokens beyond this many after the kill come from steps sent after it. */
+#define TOKENS_IN_FLIGHT 3
+/* A bound for a loaded 2-core CI machine under ASan (a worker restart loads the model), far
+ * under the 60 s the old execute-timeout path took, so the old behaviour still fails; the
+ * measured times (~1 s) are printed and recorded in README.md. */
+#define KILL_TO_TOKEN_MAX_S 20.0
+#define POLL_MS 5
+#define STATS_WAIT_MS 15000
+#define FREEZE_S 3.0 /* > 3 heartbeats of 500 ms */
+
+static const char *model;
+static struct e2e_stack s;
+static struct e2e_result reference[NUM_REQUESTS];
+
+static const char *const prompts[NUM_REQUESTS] = {
+    "Tell me about the moon.", "Describe a forest at night.", "Explain how a bicycle works.",
+    "Write about a rainy city."};
+
+static void make_request(int i, struct e2e_request *r) {
+  memset(r, 0, sizeof *r);
+  r->request_id = "kill";
+  r->prompt = prompts[i];
+  llb_sampling_params_init(&r->sp);
+  r->sp.max_tokens = MAX_TOKENS;
+  r->sp.ignore_eos = true;
+  r->sp.temperature = 0.0f;
+}
+
+/* heartbeats every 500 ms (the e2e stack's interval); argv[2] "sync": --no-async-scheduling */
+static const char *const *serve_args;
+
+static int group_setup(void **state) {
+  (void)state;
+  const struct e2e_stack_options o = {.serve_args = serve_args};
+  if (e2e_stack_start(&s, model, &o) != 0) return -1;
+  for (int i = 0; i < NUM_REQUESTS; i++) {
+    struct e2e_request r;
+    make_request(i, &r);
+    if (e2e_generate(&s, &r, &reference[i]) != 0 || reference[i].error_code != 0 ||
+        reference[i].num_tokens != MAX_TOKENS) {
+      e2e_print_result("fault-free", &reference[i]);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  return e2e_stack_stop(&s);
+}
+
+/* Reads whatever output is there for every unfinished request (each waits up to wait_ms).
+ * Returns the number of unfinished requests, -1 on an error. */
+static int poll_all(struct e2e_pending *p, int64_t wait_ms) {
+  int open = 0;
+  for (int i = 0; i < NUM_REQUESTS; i++) {
+    if (p[i].result.finished) continue;
+    int rc;
+    while ((rc = e2e_poll(&p[i], wait_ms)) == 0) wait_ms = 0;
+    if (rc < 0) return -1;
+    open += !p[i].result.finished;
+  }
+  return open;
+}
+
+static int32_t pid_of(enum e2e_actor actor) {
+  pthread_mutex_lock(&s.mu);
+  int32_t pid = s.actors[actor].last_pid;
+  pthread_mutex_unlock(&s.mu);
+  return pid;
+}
+
+/* Runs the requests, SIGKILLs `victim` once each has TOKENS_BEFORE_KILL tokens (or, with
+ * freeze_s > 0, SIGSTOPs it for freeze_s seconds: alive but silent), and checks that every
+ * request completes with the fault-free tokens (after a kill: quickly). */
+static void fault_mid_generation(enum e2e_actor victim, const char *name, double freeze_s) {
+  static struct e2e_pending p[NUM_REQUESTS];
+  memset(p, 0, sizeof p);
+  struct llb_scheduler_stats before; /* the previous test's preemptions are in its counts */
+  assert_int_equal(e2e_stack_wait_stats(&s, e2e_stack_num_stats(&s), STATS_WAIT_MS, &before), 0);
+  for (int i = 0; i < NUM_REQUESTS; i++) {
+    struct e2e_request r;
+    make_request(i, &r);
+    assert_int_equal(e2e_submit(&s, &r, &p[i]), 0);
+  }
+  double start = e2e_now_s();
+  for (;;) {
+    int ready = 0;
+    assert_true(poll_all(p, POLL_MS) >= 0);
+    for (int i = 0; i < NUM_REQUESTS; i++) ready += p[i].result.num_tokens >= TOKENS_BEFORE_KILL;
+    if (ready == NUM_REQUESTS) break;
+    assert_true(e2e_now_s() - start < E2E_WAIT_OUTPUT_MS / 1000.0);
+  }
+  for (int i = 0; i < NUM_REQUESTS; i++) assert_false(p[i].result.finished); /* mid-generation */
+  int32_t at_kill[NUM_REQUESTS];
+  for (int i = 0; i < NUM_REQUESTS; i++) at_kill[i] = p[i].result.num_tokens;
+  const int32_t pid = pid_of(victim);
+  assert_true(pid > 0);
+  assert_int_equal(kill(pid, freeze_s > 0 ? SIGSTOP : SIGKILL), 0);
+  const double t_kill = e2e_now_s();
+  double first_token_s = -1, first_new_step_token_s = -1;
+  bool frozen = freeze_s > 0;
+  int open = NUM_REQUESTS;
+  while (open > 0) {
+    if (frozen && e2e_now_s() - t_kill >= freeze_s) {
+      assert_int_equal(kill(pid, SIGCONT), 0);
+      frozen = false;
+    }
+    open = poll_all(p, POLL_MS);
+    assert_true(open >= 0);
+    const double now = e2e_now_s();
+    for (int i = 0; i < NUM_REQUESTS; i++) {
+      if (first_token_s < 0 && p[i].result.num_tokens > at_kill[i]) first_token_s = now - t_kill;
+      if (first_new_step_token_s < 0 && p[i].result.num_tokens > at_kill[i] + TOKENS_IN_FLIGHT)
+        first_new_step_token_s = now - t_kill;
+    }
+    assert_true(now - t_kill < E2E_WAIT_OUTPUT_MS / 1000.0);
+  }
+  const double all_done_s = e2e_now_s() - t_kill;
+  int differ = 0;
+  for (int i = 0; i < NUM_REQUESTS; i++) {
+    char what[64];
+    snprintf(what, sizeof what, "request %d across the %s kill", i, name);
+    if (p[i].result.error_code != 0) e2e_print_result(what, &p[i].result);
+    differ += p[i].result.error_code != 0 || !e2e_same_tokens(what, &reference[i], &p[i].result);
+    e2e_pending_release(&p[i]);
+  }
+  pthread_mutex_lock(&s.mu);
+  const int32_t new_pid = s.actors[victim].last_pid;
+  pthread_mutex_unlock(&s.mu);
+  struct llb_scheduler_stats after;
+  assert_int_equal(e2e_stack_wait_stats(&s, e2e_stack_num_stats(&s), STATS_WAIT_MS, &after), 0);
+  fprintf(stderr, "e2e: %s pid %d %s -> %d: first token after %.3f s, first token of a step sent "
+          "after the fault after %.3f s, all %d requests done after %.3f s; preemptions %llu -> %llu\n",
+          name, pid, freeze_s > 0 ? "frozen" : "killed", new_pid, first_token_s, first_new_step_token_s,
+          NUM_REQUESTS, all_done_s, (unsigned long long)before.num_preemptions,
+          (unsigned long long)after.num_preemptions);
+  assert_int_equal(differ, 0);
+  /* the failure was acted on: running requests were recomputed */
+  assert_true(after.num_preemptions >= before.num_preemptions + NUM_REQUESTS);
+  if (freeze_s > 0) {
+    assert_int_equal(new_pid, pid); /* the same process, back */
+    return;
+  }
+  assert_true(new_pid != pid); /* the supervisor restarted it and the new one beats */
+  assert_true(first_new_step_token_s >= 0);
+  assert_true(first_new_step_token_s < KILL_TO_TOKEN_MAX_S);
+}
+
+static void test_gpu_worker_killed_mid_generation_costs_seconds_and_no_token(void **state) {
+  (void)state;
+  fault_mid_generation(E2E_ACTOR_GPU_WORKER, "gpu_worker", 0);
+}
+
+static void test_kv_manager_killed_mid_generation_costs_seconds_and_no_token(void **state) {
+  (void)state;
+  fault_mid_generation(E2E_ACTOR_KV_MANAGER, "kv_manager", 0);
+}
+
+/* A worker that hangs (SIGSTOP) sends no heartbeat: after --peer-missed-beats (3) intervals of
+ * 500 ms the scheduler abandons its steps and recomputes; the worker, resumed, answers again. */
+static void test_gpu_worker_silent_for_three_beats_is_recovered_from(void **state) {
+  (void)state;
+  fault_mid_generation(E2E_ACTOR_GPU_WORKER, "gpu_worker", FREEZE_S);
+}
+
+int main(int argc, char **argv) {
+  model = e2e_require_model(argc, argv);
+  static const char *const async_args[] = {"--heartbeat-ms", "500", NULL};
+  static const char *const sync_args[] = {"--heartbeat-ms", "500", "--no-async-scheduling", NULL};
+  serve_args = argc > 2 && strcmp(argv[2], "sync") == 0 ? sync_args : async_args;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gpu_worker_killed_mid_generation_costs_seconds_and_no_token),
+      cmocka_unit_test(test_kv_manager_killed_mid_generation_costs_seconds_and_no_token),
+      cmocka_unit_test(test_gpu_worker_silent_for_three_beats_is_recovered_from),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
