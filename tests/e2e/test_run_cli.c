@@ -92,17 +92,8 @@ static void test_run_answers_and_every_actor_exits_on_sigterm(void **state) {
   assert_non_null(strstr(out, "Red"));
 }
 
-/* Runs `llmbus generate --inproc` greedily on a chat prompt, with --json or without; stdout
- * only into out (the timing line goes to stderr). Returns the wait status. */
-static int run_inproc(bool json, char *out, size_t cap) {
-  char bin[PATH_MAX];
-  snprintf(bin, sizeof bin, "%s/cmd/llmbus", getenv("LLMBUS_BUILD_DIR"));
-  char *argv[16] = {bin, "generate", "--inproc", "--model", (char *)g_model, "--temperature", "0",
-                    "--max-tokens", "16", "--threads", "1"};
-  int n = 11;
-  if (json) argv[n++] = "--json";
-  argv[n++] = "What is the capital of France?";
-  argv[n] = NULL;
+/* Runs argv with its stdout (only) into out [cap]; returns the wait status. */
+static int run_stdout(char *const argv[], char *out, size_t cap) {
   int fds[2];
   assert_int_equal(pipe(fds), 0);
   const pid_t pid = fork();
@@ -123,6 +114,20 @@ static int run_inproc(bool json, char *out, size_t cap) {
   int status = 0;
   assert_int_equal(waitpid(pid, &status, 0), pid);
   return status;
+}
+
+/* Runs `llmbus generate --inproc` greedily on a chat prompt, with --json or without; stdout
+ * only into out (the timing line goes to stderr). Returns the wait status. */
+static int run_inproc(bool json, char *out, size_t cap) {
+  char bin[PATH_MAX];
+  snprintf(bin, sizeof bin, "%s/cmd/llmbus", getenv("LLMBUS_BUILD_DIR"));
+  char *argv[16] = {bin, "generate", "--inproc", "--model", (char *)g_model, "--temperature", "0",
+                    "--max-tokens", "16", "--threads", "1"};
+  int n = 11;
+  if (json) argv[n++] = "--json";
+  argv[n++] = "What is the capital of France?";
+  argv[n] = NULL;
+  return run_stdout(argv, out, cap);
 }
 
 static void test_generate_inproc_json_prints_ids_and_text_of_the_streamed_answer(void **state) {
@@ -168,27 +173,9 @@ static void greedy_answer(bool inproc, const char *numerics, char *out, size_t c
   char *const gen_argv[] = {bin, "generate", "--inproc", "--model", (char *)g_model, "--numerics", (char *)numerics,
                             "--temperature", "0", "--max-tokens", "20", "--threads", "2", "What is the capital of France?",
                             NULL};
-  char *const *argv = inproc ? gen_argv : run_argv;
-  int fds[2];
-  assert_int_equal(pipe(fds), 0);
-  const pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    execv(argv[0], argv);
-    _exit(127);
-  }
-  close(fds[1]);
-  size_t len = 0;
-  ssize_t got;
-  while (len < cap - 1 && (got = read(fds[0], out + len, cap - 1 - len)) > 0) len += (size_t)got;
-  out[len] = '\0';
-  close(fds[0]);
-  int status = 0;
-  assert_int_equal(waitpid(pid, &status, 0), pid);
+  const int status = run_stdout(inproc ? gen_argv : run_argv, out, cap);
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  size_t len = strlen(out);
   while (len > 0 && (out[len - 1] == '\n' || out[len - 1] == ' ')) out[--len] = '\0';
 }
 
