@@ -12,3 +12,9 @@ add_executable(llmbus-bench ${CMAKE_CURRENT_LIST_DIR}/bench.c ${CMAKE_CURRENT_LI
                ${CMAKE_CURRENT_LIST_DIR}/bench_engine.c)
 target_link_libraries(llmbus-bench PRIVATE llmbus_bench_core llmbus_sampler llmbus_model llmbus_bus
                       llmbus_schemas llmbus_base PkgConfig::JANSSON Threads::Threads m)
+
+# llmbus-kernel-bench: prefill / decode tok/s of the CPU forward on a real model, and with
+# --roofline each rate as a fraction of the machine's bound (kernels/cpu/bench/roofline.h).
+add_executable(llmbus-kernel-bench ${CMAKE_CURRENT_LIST_DIR}/kernel_bench.c)
+target_link_libraries(llmbus-kernel-bench PRIVATE llmbus_model llmbus_kernels_cpu llmbus_kernels_roofline llmbus_base)
+target_compile_definitions(llmbus-kernel-bench PRIVATE LLB_DEFAULT_MODEL="${LLB_DEFAULT_MODEL}")

@@ -61,7 +61,6 @@ ALLOWLIST = [
     ("kernels/cuda/tools/cuda_bench.c", "model/", "CUDA benchmark tool loads a GGUF model; a tool, not a kernel"),
     ("kernels/cuda/tools/random_llama.c", "model/", "writes a random LLaMA GGUF for the CUDA tools and tests"),
     ("kernels/cuda/tools/random_llama.c", "tests/unit/gguf_writer.h", "reuses the tests' GGUF writer; a tool, not a kernel"),
-    ("kernels/cpu/bench/llmbus_kernel_bench.c", "model/", "CPU kernel benchmark runs whole models (tokenizer, forward)"),
 ]
 
 NATS_RE = re.compile(r"^nats(\.h$|/)")

@@ -1,4 +1,5 @@
-/* llmbus-kernel-bench: speed of the CPU forward pass on a real GGUF model.
+/* llmbus-kernel-bench: speed of the CPU forward pass on a real GGUF model (a main of its own:
+ * it loads whole models, which kernels/ may not know).
  *
  *   llmbus-kernel-bench [--model PATH] [--threads N] [--runs N] [--prefill N] [--decode N]
  *                       [--batch B[,B...]] [--check] [--roofline]
