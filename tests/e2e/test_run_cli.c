@@ -39,15 +39,16 @@
 
 static const char *g_model;
 
-/* Runs argv, stdout and stderr into out [cap]; returns the wait status. */
-static int run_capture(char *const argv[], char *out, size_t cap) {
+/* Runs argv with its stdout (and its stderr when with_stderr) into out [cap]; returns the wait
+ * status. Output past cap is drained, so the child never blocks on a full pipe. */
+static int run_output(char *const argv[], bool with_stderr, char *out, size_t cap) {
   int fds[2];
   assert_int_equal(pipe(fds), 0);
   const pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
     dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
+    if (with_stderr) dup2(fds[1], STDERR_FILENO);
     close(fds[0]);
     close(fds[1]);
     execv(argv[0], argv);
@@ -55,16 +56,11 @@ static int run_capture(char *const argv[], char *out, size_t cap) {
   }
   close(fds[1]);
   size_t len = 0;
+  char sink[4096];
   for (;;) {
-    const ssize_t got = read(fds[0], out + len, cap - 1 - len);
+    const ssize_t got = len < cap - 1 ? read(fds[0], out + len, cap - 1 - len) : read(fds[0], sink, sizeof sink);
     if (got <= 0) break;
-    len += (size_t)got;
-    if (len == cap - 1) { /* keep draining so the child never blocks on a full pipe */
-      char sink[4096];
-      while (read(fds[0], sink, sizeof sink) > 0) {
-      }
-      break;
-    }
+    if (len < cap - 1) len += (size_t)got;
   }
   out[len] = '\0';
   close(fds[0]);
@@ -80,7 +76,7 @@ static void test_run_answers_and_every_actor_exits_on_sigterm(void **state) {
   char *const argv[] = {bin, "run", "--model", (char *)g_model, "--temperature", "0", "--max-tokens", "24",
                         "Name three primary colors.", NULL};
   static char out[1 << 20];
-  const int status = run_capture(argv, out, sizeof out);
+  const int status = run_output(argv, true, out, sizeof out);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || strstr(out, "child_killed") ||
       strstr(out, "level=error"))
     fprintf(stderr, "llmbus run output:\n%s\n", out);
@@ -90,30 +86,6 @@ static void test_run_answers_and_every_actor_exits_on_sigterm(void **state) {
   assert_null(strstr(out, "level=error"));
   /* the greedy answer names the colours (the model says "Red, Blue, Yellow" in some form) */
   assert_non_null(strstr(out, "Red"));
-}
-
-/* Runs argv with its stdout (only) into out [cap]; returns the wait status. */
-static int run_stdout(char *const argv[], char *out, size_t cap) {
-  int fds[2];
-  assert_int_equal(pipe(fds), 0);
-  const pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    execv(argv[0], argv);
-    _exit(127);
-  }
-  close(fds[1]);
-  size_t len = 0;
-  ssize_t got;
-  while (len < cap - 1 && (got = read(fds[0], out + len, cap - 1 - len)) > 0) len += (size_t)got;
-  out[len] = '\0';
-  close(fds[0]);
-  int status = 0;
-  assert_int_equal(waitpid(pid, &status, 0), pid);
-  return status;
 }
 
 /* Runs `llmbus generate --inproc` greedily on a chat prompt, with --json or without; stdout
@@ -127,7 +99,7 @@ static int run_inproc(bool json, char *out, size_t cap) {
   if (json) argv[n++] = "--json";
   argv[n++] = "What is the capital of France?";
   argv[n] = NULL;
-  return run_stdout(argv, out, cap);
+  return run_output(argv, false, out, cap);
 }
 
 static void test_generate_inproc_json_prints_ids_and_text_of_the_streamed_answer(void **state) {
@@ -173,7 +145,7 @@ static void greedy_answer(bool inproc, const char *numerics, char *out, size_t c
   char *const gen_argv[] = {bin, "generate", "--inproc", "--model", (char *)g_model, "--numerics", (char *)numerics,
                             "--temperature", "0", "--max-tokens", "20", "--threads", "2", "What is the capital of France?",
                             NULL};
-  const int status = run_stdout(inproc ? gen_argv : run_argv, out, cap);
+  const int status = run_output(inproc ? gen_argv : run_argv, false, out, cap);
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   size_t len = strlen(out);
   while (len > 0 && (out[len - 1] == '\n' || out[len - 1] == ' ')) out[--len] = '\0';
@@ -233,7 +205,7 @@ static int run_perplexity(const char *path, const char *ctx, json_t **j) {
   char *const argv[] = {bin, "perplexity", "--model", (char *)g_model, "--file", (char *)path, "--ctx", (char *)ctx,
                         "--threads", "2", "--json", NULL};
   static char out[1 << 16];
-  const int status = run_capture(argv, out, sizeof out);
+  const int status = run_output(argv, true, out, sizeof out);
   const char *brace = strchr(out, '{');
   *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
   if (!*j) fprintf(stderr, "llmbus perplexity output:\n%s\n", out);
