@@ -329,3 +329,18 @@ llb_status gguf_writer_write_file(const struct gguf_writer *w, const char *path)
   }
   return LLB_STATUS_OK;
 }
+
+llb_status gguf_writer_add_llama_hparams(struct gguf_writer *w, const struct gguf_llama_hparams *h) {
+  llb_status st = gguf_writer_add_str(w, "general.architecture", "llama");
+  if (!st) st = gguf_writer_add_u32(w, "llama.block_count", h->n_layers);
+  if (!st) st = gguf_writer_add_u32(w, "llama.context_length", h->context);
+  if (!st) st = gguf_writer_add_u32(w, "llama.embedding_length", h->embd);
+  if (!st) st = gguf_writer_add_u32(w, "llama.feed_forward_length", h->ffn);
+  if (!st) st = gguf_writer_add_u32(w, "llama.attention.head_count", h->n_heads);
+  if (!st) st = gguf_writer_add_u32(w, "llama.attention.head_count_kv", h->n_kv_heads);
+  if (!st) st = gguf_writer_add_u32(w, "llama.rope.dimension_count", h->head_dim);
+  if (!st) st = gguf_writer_add_u32(w, "llama.vocab_size", h->vocab);
+  if (!st) st = gguf_writer_add_f32(w, "llama.rope.freq_base", h->rope_base);
+  if (!st) st = gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  return st;
+}

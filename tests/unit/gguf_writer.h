@@ -75,6 +75,16 @@ llb_status gguf_writer_add_nested_array(struct gguf_writer *w, const char *key,
 llb_status gguf_writer_add_raw(struct gguf_writer *w, const char *key, uint32_t type,
                                const void *value, size_t value_bytes);
 
+/* The hyperparameters of a LLaMA model as GGUF metadata (`general.architecture` "llama" and the
+ * `llama.*` keys llama.cpp reads: block_count, context_length, embedding_length,
+ * feed_forward_length, attention.head_count(_kv), rope.dimension_count = head_dim, vocab_size,
+ * rope.freq_base, attention.layer_norm_rms_epsilon = 1e-5). */
+struct gguf_llama_hparams {
+  uint32_t n_layers, context, embd, ffn, n_heads, n_kv_heads, head_dim, vocab;
+  float rope_base;
+};
+llb_status gguf_writer_add_llama_hparams(struct gguf_writer *w, const struct gguf_llama_hparams *h);
+
 /* Adds a tensor: name (copied), ggml type (written as given), n_dims (0..4, written as
  * given), ne [n_dims] (fastest first), data [size_bytes] copied. Its offset is the next
  * aligned position of the data section. INVALID_ARGUMENT if n_dims > 4. */

@@ -73,17 +73,8 @@ static int setup(void **state) {
   struct fixture *fx = calloc(1, sizeof(*fx));
   struct gguf_writer *w;
   assert_int_equal(gguf_writer_create(3, &w), LLB_STATUS_OK);
-  gguf_writer_add_str(w, "general.architecture", "llama");
-  gguf_writer_add_u32(w, "llama.block_count", L);
-  gguf_writer_add_u32(w, "llama.context_length", CTX);
-  gguf_writer_add_u32(w, "llama.embedding_length", E);
-  gguf_writer_add_u32(w, "llama.feed_forward_length", F);
-  gguf_writer_add_u32(w, "llama.attention.head_count", H);
-  gguf_writer_add_u32(w, "llama.attention.head_count_kv", HKV);
-  gguf_writer_add_u32(w, "llama.rope.dimension_count", D);
-  gguf_writer_add_u32(w, "llama.vocab_size", V);
-  gguf_writer_add_f32(w, "llama.rope.freq_base", 10000.0f);
-  gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  const struct gguf_llama_hparams hp = {L, CTX, E, F, H, HKV, D, V, 10000.0f};
+  assert_int_equal(gguf_writer_add_llama_hparams(w, &hp), LLB_STATUS_OK);
   fx->tok = add_weight(w, "token_embd.weight", GGML_TYPE_Q8_0, E, V);
   for (int l = 0; l < L; l++) {
     char n[64];

@@ -97,17 +97,10 @@ llb_status random_llama_gguf_weights(const struct random_llama_shape *sh, uint64
   if (st != LLB_STATUS_OK) return st;
   uint64_t s = seed;
   const int64_t E = sh->embd, HD = (int64_t)sh->n_heads * sh->head_dim, KD = (int64_t)sh->n_kv_heads * sh->head_dim;
-  gguf_writer_add_str(w, "general.architecture", "llama");
-  gguf_writer_add_u32(w, "llama.block_count", (uint32_t)sh->n_layers);
-  gguf_writer_add_u32(w, "llama.context_length", (uint32_t)sh->context);
-  gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)E);
-  gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)sh->ffn);
-  gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)sh->n_heads);
-  gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)sh->n_kv_heads);
-  gguf_writer_add_u32(w, "llama.rope.dimension_count", (uint32_t)sh->head_dim);
-  gguf_writer_add_u32(w, "llama.vocab_size", (uint32_t)sh->vocab);
-  gguf_writer_add_f32(w, "llama.rope.freq_base", sh->rope_base);
-  gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  const struct gguf_llama_hparams hp = {(uint32_t)sh->n_layers, (uint32_t)sh->context, (uint32_t)E, (uint32_t)sh->ffn,
+                                        (uint32_t)sh->n_heads, (uint32_t)sh->n_kv_heads, (uint32_t)sh->head_dim,
+                                        (uint32_t)sh->vocab, sh->rope_base};
+  if ((st = gguf_writer_add_llama_hparams(w, &hp)) != LLB_STATUS_OK) goto done;
   if ((st = add_weight(w, "token_embd.weight", GGML_TYPE_Q8_0, E, sh->vocab, &s, f16)) != LLB_STATUS_OK) goto done;
   for (int l = 0; l < sh->n_layers; l++) {
     char n[64];
