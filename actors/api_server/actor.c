@@ -261,14 +261,7 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     c->req = NULL;
     evhttp_send_reply_end(req);
   } else {
-    st = api_response_render(&c->resp, &b);
-    if (st == LLB_STATUS_OK) {
-      api_http_send_body(req, 200, "application/json", b.data, b.len);
-    } else {
-      struct api_error e;
-      api_error_set(&e, 500, NULL, "could not render the response");
-      api_http_send_error(a, req, &e);
-    }
+    api_http_send_rendered(a, req, api_response_render(&c->resp, &b), &b);
   }
   api_buf_free(&b);
   call_succeed(c);

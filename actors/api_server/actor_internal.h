@@ -109,6 +109,10 @@ void api_http_send_body(struct evhttp_request *req, int status, const char *ctyp
                         size_t len);
 /* Sends `e` as OpenAI's error object and counts it in the metrics (loop thread). */
 void api_http_send_error(struct api_actor *a, struct evhttp_request *req, const struct api_error *e);
+/* Sends the rendered JSON `b` with 200 when render_status is OK, else a 500 error object
+ * saying the response could not be rendered (loop thread). */
+void api_http_send_rendered(struct api_actor *a, struct evhttp_request *req, llb_status render_status,
+                            const struct api_buf *b);
 /* GET /v1/models, /health, /metrics, /version (loop thread). */
 void api_route_models(struct api_actor *a, struct evhttp_request *req);
 void api_route_version(struct api_actor *a, struct evhttp_request *req);

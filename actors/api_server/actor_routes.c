@@ -59,17 +59,22 @@ void api_http_echo_request_id(struct evhttp_request *req) {
   evhttp_add_header(evhttp_request_get_output_headers(req), "X-Request-Id", id);
 }
 
+void api_http_send_rendered(struct api_actor *a, struct evhttp_request *req, llb_status render_status,
+                            const struct api_buf *b) {
+  if (render_status == LLB_STATUS_OK) {
+    api_http_send_body(req, 200, "application/json", b->data, b->len);
+    return;
+  }
+  struct api_error e;
+  api_error_set(&e, 500, NULL, "could not render the response");
+  api_http_send_error(a, req, &e);
+}
+
 void api_route_tokenize_reply(struct api_actor *a, struct evhttp_request *req, const struct api_tokenize *t,
                               const struct llb_request_output *ro) {
   if (ro->max_model_len > 0) a->max_model_len = ro->max_model_len;
   struct api_buf b = {0};
-  if (api_tokenize_render(t, ro, a->model_name, (int64_t)time(NULL), &b) == LLB_STATUS_OK) {
-    api_http_send_body(req, 200, "application/json", b.data, b.len);
-  } else {
-    struct api_error e;
-    api_error_set(&e, 500, NULL, "could not render the response");
-    api_http_send_error(a, req, &e);
-  }
+  api_http_send_rendered(a, req, api_tokenize_render(t, ro, a->model_name, (int64_t)time(NULL), &b), &b);
   api_buf_free(&b);
 }
 
