@@ -153,11 +153,37 @@ void bus_options_init(struct bus_options *o) {
   o->install_signal_handlers = true;
 }
 
+#define BUS_MAX_SERVERS 16
+
+/* b->urls, "URL[,URL...]", as the server list (natsOptions_SetURL takes one URL only). The
+ * list is tried in the order given (no randomizing): an operator puts the node nearest to the
+ * actor first; the others are where it reconnects when that one dies. */
+static llb_status set_servers(struct bus *b, natsOptions *opts) {
+  char copy[sizeof b->urls];
+  const char *servers[BUS_MAX_SERVERS];
+  int n = 0;
+  snprintf(copy, sizeof copy, "%s", b->urls);
+  for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    while (*tok == ' ' || *tok == '\t') tok++;
+    for (char *end = tok + strlen(tok); end > tok && (end[-1] == ' ' || end[-1] == '\t');) *--end = '\0';
+    if (!*tok) continue;
+    if (n == BUS_MAX_SERVERS)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NATS URL list \"%s\": more than %d servers", b->urls,
+                      BUS_MAX_SERVERS);
+    servers[n++] = tok;
+  }
+  if (n == 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NATS URL list \"%s\" names no server", b->urls);
+  natsStatus s = natsOptions_SetServers(opts, servers, n);
+  if (s == NATS_OK) s = natsOptions_SetNoRandomize(opts, true);
+  if (s != NATS_OK)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bad NATS URL list \"%s\": %s", b->urls, natsStatus_GetText(s));
+  return LLB_STATUS_OK;
+}
+
 static llb_status set_options(struct bus *b, const struct bus_options *o, natsOptions *opts) {
   natsStatus s;
-  if ((s = natsOptions_SetURL(opts, b->urls)) != NATS_OK)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bad NATS URL list \"%s\": %s", b->urls,
-                    natsStatus_GetText(s));
+  llb_status lst = set_servers(b, opts);
+  if (lst != LLB_STATUS_OK) return lst;
   if ((s = natsOptions_SetName(opts, o->name ? o->name : "llmbus")) != NATS_OK)
     return BUS_NATS_ERR(s, "set client name");
   if ((s = natsOptions_SetSendAsap(opts, true)) != NATS_OK) return BUS_NATS_ERR(s, "SendAsap");

@@ -1,6 +1,6 @@
 /* llmbus-input-processor: GenerateRequest → EngineCoreRequest(s) on the bus
  * (actors/input_processor/actor.h). Flags: the common actor flags (cmd/actor_main.h) plus
- * --max-model-len and --tenant. */
+ * --max-model-len, --tenant and --router. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -10,6 +10,7 @@
 struct inproc_main {
   int32_t max_model_len;
   const char *tenant;
+  const char *router;
   struct inproc_actor *actor;
 };
 
@@ -20,6 +21,7 @@ static llb_status inproc_main_start(struct actor_main *am, void *user) {
       .max_model_len = m->max_model_len,
       .tenant = m->tenant,
       .engine_id = am->common.engine_id,
+      .router = m->router,
   };
   llb_status st = inproc_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -34,12 +36,16 @@ static void inproc_main_destroy(struct actor_main *am, void *user) {
 }
 
 int main(int argc, char **argv) {
-  struct inproc_main m = {.max_model_len = 0, .tenant = "*"};
+  struct inproc_main m = {.max_model_len = 0, .tenant = "*", .router = "cache-aware"};
   const struct actor_flag flags[] = {
       {"max-model-len", ACTOR_FLAG_KIND_INT32, &m.max_model_len,
        "context length in tokens (prompt + output); 0 = min(model context, 4096)", NULL},
       {"tenant", ACTOR_FLAG_KIND_STRING, &m.tenant,
        "serve <prefix>.generate.<tenant> and .abort.<tenant>; * = every tenant", NULL},
+      {"router", ACTOR_FLAG_KIND_STRING, &m.router,
+       "engine choice among the engines announcing themselves on <prefix>.engine.*.stats: "
+       "cache-aware (prefix affinity unless loads are imbalanced) | least-loaded | random; "
+       "--engine-id is the engine used while none is known", NULL},
   };
   const struct actor_main_spec spec = {
       .actor = "input_processor",

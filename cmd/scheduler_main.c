@@ -66,6 +66,11 @@ static llb_status sched_configure(struct actor_main *am, void *user) {
   if (rst) return rst;
   c->num_lookahead_tokens = c->block_size;
   m->cfg.engine_id = am->common.engine_id;
+  m->cfg.instance = am->common.instance;
+  if (am->common.model_path) { /* the file name: the same model on every host, wherever it lives */
+    const char *slash = strrchr(am->common.model_path, '/');
+    m->cfg.model_name = slash ? slash + 1 : am->common.model_path;
+  }
   /* the engine's actors beat at the interval this one was given (llmbus serve and the e2e
    * stack pass the same --heartbeat-ms to all) unless --peer-heartbeat-ms says otherwise */
   if (m->cfg.peer_heartbeat_ms == 0) m->cfg.peer_heartbeat_ms = am->common.heartbeat_ms;

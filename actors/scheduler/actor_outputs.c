@@ -159,7 +159,13 @@ void sched_actor_publish_stats(struct scheduler_actor *a) {
       .generation_tokens_total = s.num_generation_tokens,
       .encoder_cache_queries = s.encoder_cache_queries, .encoder_cache_hits = s.encoder_cache_hits,
       .encoder_inputs_computed = s.encoder_inputs_computed,
-      .encoder_embeds_computed = s.encoder_embeds_computed};
+      .encoder_embeds_computed = s.encoder_embeds_computed,
+      .model = llb_str_c(a->model_name), .block_size = a->cfg.sched.block_size,
+      .max_num_seqs = a->cfg.sched.max_num_seqs, .max_num_batched_tokens = a->cfg.sched.max_num_batched_tokens,
+      .max_model_len = a->cfg.sched.max_model_len,
+      .stats_interval_ms = (int32_t)(a->cfg.stats_idle_interval_ms > a->cfg.stats_interval_ms
+                                         ? a->cfg.stats_idle_interval_ms : a->cfg.stats_interval_ms),
+      .instance = llb_str_c(a->instance)};
   llb_status st = llb_scheduler_stats_encode_buf(&m, &a->buf);
   if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->subj_stats, a->buf.data, a->buf.len, NULL);
   if (st != LLB_STATUS_OK) LLB_LOG_WARN("stats_publish_failed", "status=%s", llb_strerror(st));
