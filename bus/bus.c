@@ -749,6 +749,12 @@ llb_status bus_drain(struct bus *b, int64_t timeout_ms) {
   return LLB_STATUS_OK;
 }
 
+void bus_set_before_drain(struct bus *b, void (*fn)(void *user), void *user) {
+  if (!b) return;
+  b->before_drain = fn;
+  b->before_drain_user = user;
+}
+
 llb_status bus_actor_run(struct bus *b) {
   if (!b) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bus_actor_run: NULL bus");
   LLB_LOG_INFO("bus_running", "prefix=%s", b->prefix);
@@ -763,5 +769,6 @@ llb_status bus_actor_run(struct bus *b) {
   LLB_LOG_INFO("bus_stopping", "reason=%s drain_timeout_ms=%lld",
                why == SIGTERM ? "SIGTERM" : why == SIGINT ? "SIGINT" : "stop",
                (long long)b->drain_timeout_ms);
+  if (b->before_drain) b->before_drain(b->before_drain_user);
   return bus_drain(b, b->drain_timeout_ms);
 }

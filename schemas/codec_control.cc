@@ -70,6 +70,7 @@ static fb::Offset<void> build_scheduler_stats(Enc &e, const llb_scheduler_stats 
   t.add_max_model_len(m.max_model_len);
   t.add_stats_interval_ms(m.stats_interval_ms);
   t.add_instance(instance);
+  t.add_draining(m.draining);
   return t.Finish().Union();
 }
 
@@ -96,6 +97,7 @@ static bool read_scheduler_stats(Dec &d, const llmbus::SchedulerStats &t,
   m.max_num_batched_tokens = t.max_num_batched_tokens();
   m.max_model_len = t.max_model_len();
   m.stats_interval_ms = t.stats_interval_ms();
+  m.draining = t.draining();
   return d.str(t.engine_id(), &m.engine_id, "engine_id") && d.str(t.model(), &m.model, "model") &&
          d.str(t.instance(), &m.instance, "instance");
 }

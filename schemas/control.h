@@ -53,6 +53,7 @@ struct llb_scheduler_stats {
   int32_t max_model_len;
   int32_t stats_interval_ms;        /* longest gap between two SchedulerStats (idle) */
   struct llb_str instance;          /* the scheduler's instance id */
+  bool draining;                    /* stopping: routers send nothing new (its last stats) */
 };
 
 /* The generic error reply to any request subject. */

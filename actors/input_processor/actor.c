@@ -520,7 +520,7 @@ static void on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
         .num_total_blocks = s.num_total_blocks, .block_size = s.block_size, .max_num_seqs = s.max_num_seqs,
         .max_model_len = s.max_model_len, .stats_interval_ms = s.stats_interval_ms,
         .prefix_cache_queries = s.prefix_cache_queries, .prefix_cache_hits = s.prefix_cache_hits,
-        .generation_tokens_total = s.generation_tokens_total};
+        .generation_tokens_total = s.generation_tokens_total, .draining = s.draining};
     st = engine_router_update(a->router, &rs, llb_now_ns());
   }
   if (st != LLB_STATUS_OK) {

@@ -22,6 +22,7 @@ struct engine {
   float kv_usage;
   int32_t total_blocks, block_size, interval_ms;
   uint64_t routed;
+  bool draining;
 };
 
 struct prefix_entry {
@@ -163,6 +164,7 @@ llb_status engine_router_update(struct engine_router *r, const struct engine_rou
   e->total_blocks = s->num_total_blocks;
   e->block_size = s->block_size;
   e->interval_ms = s->stats_interval_ms ? s->stats_interval_ms : ASSUMED_STATS_INTERVAL_MS;
+  e->draining = s->draining;
   if (s->block_size > 0) r->block_size = s->block_size;
 out:
   pthread_mutex_unlock(&r->mu);
@@ -170,7 +172,7 @@ out:
 }
 
 static bool engine_live(const struct engine_router *r, const struct engine *e, int64_t now_ns) {
-  if (r->model[0] && e->model[0] && strcmp(r->model, e->model) != 0) return false;
+  if (e->draining || (r->model[0] && e->model[0] && strcmp(r->model, e->model) != 0)) return false;
   int64_t limit_ms = (int64_t)MISSED_INTERVALS * e->interval_ms + LIVENESS_SLACK_MS;
   return now_ns - e->last_ns <= limit_ms * 1000000;
 }

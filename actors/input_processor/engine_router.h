@@ -2,7 +2,8 @@
  *
  * Membership comes from the engines' own SchedulerStats on <prefix>.engine.<eid>.stats
  * (engine_router_update): an engine is live while its stats keep coming (silent for more
- * than 3 of its announced stats intervals + 1 s: gone, no new requests go there). Engines
+ * than 3 of its announced stats intervals + 1 s: gone, no new requests go there); a
+ * scheduler that stops says so at once (`draining`). Engines
  * serving another model are never chosen. Until some engine has announced itself, or when
  * none is live, requests go to the default engine (the input processor's --engine-id), so a
  * single-engine stack needs no stats at all.
@@ -72,6 +73,7 @@ struct engine_router_stats {
   int32_t max_num_seqs, max_model_len;
   int32_t stats_interval_ms; /* 0 = unknown: 5000 assumed */
   uint64_t prefix_cache_queries, prefix_cache_hits, generation_tokens_total;
+  bool draining;             /* its scheduler is stopping: not live until stats say otherwise */
 };
 
 /* What engine_router_choose decided, for logs and tests. */

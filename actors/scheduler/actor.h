@@ -77,6 +77,11 @@ struct scheduler_actor_counters {
   uint64_t num_peer_failures;     /* worker / kv_manager deaths or restarts seen in heartbeats */
 };
 
+/* Publishes one last SchedulerStats with `draining` set, so that routers send nothing new
+ * to this engine while it stops (call when the stop arrives, before the bus drains; safe
+ * while the step thread runs). Errors are logged. */
+void scheduler_actor_announce_draining(struct scheduler_actor *a);
+
 /* Defaults above, sched_config_init for the scheduler, engine id "0". */
 void scheduler_actor_config_init(struct scheduler_actor_config *c);
 

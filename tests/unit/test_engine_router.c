@@ -154,6 +154,22 @@ static void a_silent_engine_gets_no_new_requests(void **state) {
   engine_router_destroy(r);
 }
 
+static void a_draining_engine_gets_nothing_new_until_it_is_back(void **state) {
+  (void)state;
+  struct engine_router *r = make_router(ENGINE_ROUTER_LEAST_LOADED);
+  announce(r, "a", 0, 0, 0);
+  announce(r, "b", 40, 40, 0);
+  struct engine_router_stats bye = {.engine_id = "a", .model = "m.gguf", .draining = true};
+  assert_int_equal(engine_router_update(r, &bye, MS), LLB_STATUS_OK);
+  struct engine_router_choice c;
+  engine_router_choose(r, NULL, 0, NULL, 2 * MS, &c);
+  assert_string_equal(c.engine_id, "b"); /* though a was idle a moment ago */
+  announce(r, "a", 0, 0, 3 * MS);        /* restarted: announces itself again */
+  engine_router_choose(r, NULL, 0, NULL, 4 * MS, &c);
+  assert_string_equal(c.engine_id, "a");
+  engine_router_destroy(r);
+}
+
 static void an_engine_serving_another_model_is_never_chosen(void **state) {
   (void)state;
   struct engine_router *r = make_router(ENGINE_ROUTER_LEAST_LOADED);
@@ -212,6 +228,7 @@ int main(void) {
       cmocka_unit_test(cache_aware_sends_a_shared_prefix_to_the_engine_that_holds_it),
       cmocka_unit_test(cache_aware_balances_when_the_prefix_owner_is_overloaded),
       cmocka_unit_test(a_silent_engine_gets_no_new_requests),
+      cmocka_unit_test(a_draining_engine_gets_nothing_new_until_it_is_back),
       cmocka_unit_test(an_engine_serving_another_model_is_never_chosen),
       cmocka_unit_test(forged_stats_are_refused),
       cmocka_unit_test(ids_name_their_engine),
