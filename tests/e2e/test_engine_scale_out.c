@@ -86,16 +86,6 @@ static int engine_of(const char *request_id) {
   return at && at[1] >= '0' && at[1] < '0' + NUM_ENGINES && at[2] == '\0' ? at[1] - '0' : -1;
 }
 
-static void send_abort(const char *request_id) {
-  struct llb_abort_request a = {.request_id = llb_str_c(request_id)};
-  struct llb_buf b = {0};
-  char subject[BUS_SUBJECT_MAX];
-  assert_int_equal(llb_abort_request_encode_buf(&a, &b), LLB_STATUS_OK);
-  assert_int_equal(bus_subject_abort(BUS_DEFAULT_PREFIX, BUS_DEFAULT_TENANT, subject, sizeof subject), 0);
-  assert_int_equal(bus_publish(s.bus, subject, b.data, b.len, NULL), LLB_STATUS_OK);
-  llb_buf_free(&b);
-}
-
 static void both_engines_announce_themselves(void) {
   for (int e = 0; e < NUM_ENGINES; e++) {
     struct llb_scheduler_stats st;
@@ -133,7 +123,7 @@ static void aborts_reach_their_engines(void) {
   fprintf(stderr, "e2e: %d requests running: %d on engine 0, %d on engine 1\n", NUM_ABORTS, per_engine[0],
           per_engine[1]);
   for (int e = 0; e < NUM_ENGINES; e++) assert_true(per_engine[e] >= NUM_ABORTS / 4);
-  for (int i = 0; i < NUM_ABORTS; i++) send_abort(p[i].result.request_id);
+  for (int i = 0; i < NUM_ABORTS; i++) assert_int_equal(e2e_send_abort(&s, p[i].result.request_id), 0);
   for (int i = 0; i < NUM_ABORTS; i++) {
     int rc;
     while ((rc = e2e_next(&p[i], E2E_WAIT_OUTPUT_MS)) == 0) {
