@@ -15,18 +15,19 @@ struct arch_info {
   bool supported;
   enum llama_rope_type rope_type;
   const char *why_not; /* for unsupported ones */
+  bool qkv_bias, qk_norm;
 };
 
 static const struct arch_info arch_table[] = {
-    {"llama", true, LLAMA_ROPE_TYPE_NORM, NULL},
-    {"qwen2", false, LLAMA_ROPE_TYPE_NEOX, "attention q/k/v biases"},
-    {"qwen3", false, LLAMA_ROPE_TYPE_NEOX, "q/k RMS norms"},
-    {"phi3", false, LLAMA_ROPE_TYPE_NEOX, "fused qkv and gate/up projections"},
-    {"gemma", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings and GeGLU"},
-    {"gemma2", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings, GeGLU and logit soft-capping"},
-    {"stablelm", false, LLAMA_ROPE_TYPE_NEOX, "LayerNorm and partial rotary"},
-    {"mistral3", false, LLAMA_ROPE_TYPE_NORM, "a vision tower and YaRN-scaled attention"},
-    {"granite", false, LLAMA_ROPE_TYPE_NORM, "embedding, residual and logit multipliers"},
+    {"llama", true, LLAMA_ROPE_TYPE_NORM, NULL, false, false},
+    {"qwen2", true, LLAMA_ROPE_TYPE_NEOX, NULL, true, false},
+    {"qwen3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, true},
+    {"phi3", false, LLAMA_ROPE_TYPE_NEOX, "fused qkv and gate/up projections", false, false},
+    {"gemma", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings and GeGLU", false, false},
+    {"gemma2", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings, GeGLU and logit soft-capping", false, false},
+    {"stablelm", false, LLAMA_ROPE_TYPE_NEOX, "LayerNorm and partial rotary", false, false},
+    {"mistral3", false, LLAMA_ROPE_TYPE_NORM, "a vision tower and YaRN-scaled attention", false, false},
+    {"granite", false, LLAMA_ROPE_TYPE_NORM, "embedding, residual and logit multipliers", false, false},
 };
 
 static void arch_key(char *buf, const char *arch, const char *suffix) {
@@ -96,6 +97,8 @@ static llb_status read_arch(const struct gguf_file *f, struct llama_config *c) {
     }
     snprintf(c->architecture, sizeof c->architecture, "%s", a->name);
     c->rope_type = a->rope_type;
+    c->attn_qkv_bias = a->qkv_bias;
+    c->attn_qk_norm = a->qk_norm;
     return LLB_STATUS_OK;
   }
   return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "config: general.architecture '%.*s' is not supported "
@@ -322,6 +325,20 @@ llb_status llama_config_check_tensors(const struct gguf_file *f, const struct ll
       char name[96];
       snprintf(name, sizeof name, "blk.%d.%s", l, layer[i].suffix);
       if ((st = check_one(f, name, dim_of[layer[i].in], dim_of[layer[i].out])) != LLB_STATUS_OK) {
+        return st;
+      }
+    }
+    static const struct { const char *suffix; int dim; bool qk_norm; } extra[] = {
+        /* dim as above; 5 = head_dim */
+        {"attn_q.bias", 2, false}, {"attn_k.bias", 3, false}, {"attn_v.bias", 3, false},
+        {"attn_q_norm.weight", 5, true}, {"attn_k_norm.weight", 5, true},
+    };
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+      if (extra[i].qk_norm ? !cfg->attn_qk_norm : !cfg->attn_qkv_bias) continue;
+      char name[96];
+      snprintf(name, sizeof name, "blk.%d.%s", l, extra[i].suffix);
+      const int64_t n = extra[i].dim == 5 ? cfg->head_dim : dim_of[extra[i].dim];
+      if ((st = check_one(f, name, n, 0)) != LLB_STATUS_OK) {
         return st;
       }
     }

@@ -2,9 +2,14 @@
  *
  * Architectures (general.architecture), their RoPE type as in llama.cpp's llama_rope_type():
  *   llama                         -> LLAMA_ROPE_TYPE_NORM (adjacent pairs rotated), supported
- *   (mixture-of-experts llama files, <arch>.expert_count > 0, are UNSUPPORTED)
+ *   qwen2 -> NEOX, supported: LLaMA's layer with biases on the q, k and v projections
+ *            (blk.N.attn_{q,k,v}.bias, f32), as llama.cpp's build_qwen2
+ *   qwen3 -> NEOX, supported: LLaMA's layer with an RMS norm over each head of q and of k
+ *            before RoPE (blk.N.attn_{q,k}_norm.weight [head_dim]), as llama.cpp's build_qwen3
+ *   (mixture-of-experts files, <arch>.expert_count > 0, are UNSUPPORTED)
+ * The CPU forward runs all three; the CUDA forward only llama (runner_backend refuses others).
  * Recognised but UNSUPPORTED, because their forward differs from LLaMA's (the error says why):
- *   qwen2, qwen3 (attention biases / q-k norms), phi3 (fused qkv), gemma, gemma2 (scaled
+ *   phi3 (fused qkv), gemma, gemma2 (scaled
  *   embeddings, GeGLU), stablelm (LayerNorm) -- all NEOX (halves rotated);
  *   mistral3, granite (extra scaling multipliers) -- NORM.
  * Any other architecture is UNSUPPORTED naming it.
@@ -28,6 +33,8 @@ struct llama_config {
   float rope_freq_base, rope_freq_scale, layer_norm_rms_epsilon;
   enum llama_rope_type rope_type;
   bool tied_embeddings;             /* output.weight absent: logits use token_embd.weight */
+  bool attn_qkv_bias;               /* qwen2: q, k, v projections add blk.N.attn_{q,k,v}.bias */
+  bool attn_qk_norm;                /* qwen3: RMS norm of each q / k head (blk.N.attn_{q,k}_norm) */
 };
 
 /* Fills *out from `<arch>.*` keys of f (arch = general.architecture):

@@ -17,6 +17,8 @@ struct llama_layer {
   struct backend_weight wo;          /* [E rows, H*D cols] */
   struct backend_weight w_gate, w_up; /* [F rows, E cols] */
   struct backend_weight w_down;      /* [E rows, F cols] */
+  const float *bq, *bk, *bv;         /* qwen2: [H*D], [Hkv*D], [Hkv*D] projection biases; else NULL */
+  const float *q_norm, *k_norm;      /* qwen3: [D] per-head RMS norm weights; else NULL */
 };
 
 struct llama_model {
@@ -137,6 +139,15 @@ llb_status llama_model_load(const struct gguf_file *f, struct llama_model **out)
         (st = weight_view(f, LAYER_TENSOR("ffn_gate.weight"), E, F, &l->w_gate)) != LLB_STATUS_OK ||
         (st = weight_view(f, LAYER_TENSOR("ffn_up.weight"), E, F, &l->w_up)) != LLB_STATUS_OK ||
         (st = weight_view(f, LAYER_TENSOR("ffn_down.weight"), F, E, &l->w_down)) != LLB_STATUS_OK)
+      goto fail;
+    if (c->attn_qkv_bias &&
+        ((st = norm_view(f, LAYER_TENSOR("attn_q.bias"), HD, &l->bq)) != LLB_STATUS_OK ||
+         (st = norm_view(f, LAYER_TENSOR("attn_k.bias"), KD, &l->bk)) != LLB_STATUS_OK ||
+         (st = norm_view(f, LAYER_TENSOR("attn_v.bias"), KD, &l->bv)) != LLB_STATUS_OK))
+      goto fail;
+    if (c->attn_qk_norm &&
+        ((st = norm_view(f, LAYER_TENSOR("attn_q_norm.weight"), c->head_dim, &l->q_norm)) != LLB_STATUS_OK ||
+         (st = norm_view(f, LAYER_TENSOR("attn_k_norm.weight"), c->head_dim, &l->k_norm)) != LLB_STATUS_OK))
       goto fail;
 #undef LAYER_TENSOR
   }
@@ -429,6 +440,19 @@ static llb_status check_batch(const struct llama_forward_ctx *c, const struct ll
   return LLB_STATUS_OK;
 }
 
+/* qwen2: q, k, v [T rows] += their biases (ggml_add of the broadcast bias after mul_mat). */
+static llb_status add_rows(struct llama_forward_ctx *c, int32_t T, const struct llama_layer *l) {
+  const struct llama_config *cfg = &c->m->cfg;
+  const int64_t HD = (int64_t)cfg->head_count * cfg->head_dim, KD = (int64_t)cfg->head_count_kv * cfg->head_dim;
+  for (int32_t t = 0; t < T; t++) {
+    llb_status st = c->ops->add(c->bc, c->q + t * HD, l->bq, HD);
+    if (st == LLB_STATUS_OK) st = c->ops->add(c->bc, c->k + t * KD, l->bk, KD);
+    if (st == LLB_STATUS_OK) st = c->ops->add(c->bc, c->v + t * KD, l->bv, KD);
+    if (st != LLB_STATUS_OK) return st;
+  }
+  return LLB_STATUS_OK;
+}
+
 #define FWD_TRY(call)                          \
   do {                                         \
     llb_status st_ = (call);                   \
@@ -471,6 +495,11 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
     const struct backend_weight *qkv[3] = {&l->wq, &l->wk, &l->wv};
     float *qkv_out[3] = {c->q, c->k, c->v};
     FWD_TRY(ops->matmul(bc, c->xn, T, qkv, qkv_out, 3));
+    if (l->bq) FWD_TRY(add_rows(c, T, l));
+    if (l->q_norm) { /* qwen3: each head of q and k normed before RoPE */
+      FWD_TRY(ops->rms_norm(bc, c->q, l->q_norm, T * cfg->head_count, D, eps, c->q));
+      FWD_TRY(ops->rms_norm(bc, c->k, l->k_norm, T * cfg->head_count_kv, D, eps, c->k));
+    }
     FWD_TRY(ops->rope(bc, c->q, b->positions, T, cfg->head_count, D, &rope));
     FWD_TRY(ops->rope(bc, c->k, b->positions, T, cfg->head_count_kv, D, &rope));
     FWD_TRY(ops->kv_write(bc, &kv->layers[il], c->k, c->v, b->slot_mapping, T));

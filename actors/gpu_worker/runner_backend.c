@@ -85,6 +85,13 @@ llb_status runner_backend_create(struct runner_backend *b, const struct llama_mo
   b->num_blocks = cfg->num_blocks;
   llb_status st;
   if (cfg->device == MODEL_RUNNER_DEVICE_CUDA) {
+    /* the CUDA forward is LLaMA's: no q/k/v biases (qwen2), no q/k norms (qwen3) yet */
+    struct llama_config arch;
+    if (cfg->gguf && llama_config_from_gguf(cfg->gguf, &arch) == LLB_STATUS_OK &&
+        (arch.attn_qkv_bias || arch.attn_qk_norm))
+      return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "device cuda: architecture '%s' runs on the CPU only (its %s "
+                      "are not in the CUDA forward yet)", arch.architecture,
+                      arch.attn_qkv_bias ? "q/k/v biases" : "q/k norms");
 #ifdef LLB_HAVE_CUDA
     const float util = cfg->gpu_memory_utilization > 0.0f ? cfg->gpu_memory_utilization : 0.9f;
     st = LLB_STATUS_OK;
