@@ -56,6 +56,9 @@ struct backend_rope_params {
   int32_t n_dims; /* rotated dims per head (<= head_dim, even) */
   float freq_base, freq_scale;
   enum backend_rope_style style;
+  /* [n_dims / 2] per-pair divisors of the angle (ggml_rope_ext's freq_factors: Llama 3.x's
+   * rope_freqs.weight), or NULL for none. Pair i turns by freq_scale * (theta_i / f[i]). */
+  const float *freq_factors;
 };
 
 /* One layer's paged KV cache, IEEE fp16 bit patterns. */

@@ -27,6 +27,7 @@ struct llama_model {
   struct backend_weight tok_embd; /* [V rows, E cols] */
   struct backend_weight output;   /* [V rows, E cols]; token_embd when tied */
   const float *output_norm;       /* [E] */
+  const float *rope_freqs;        /* [rope dims / 2] Llama 3.x rope_freqs.weight, or NULL */
   struct llama_layer *layers;     /* [block_count] */
 };
 
@@ -121,6 +122,9 @@ llb_status llama_model_load(const struct gguf_file *f, struct llama_model **out)
   if (c->tied_embeddings) m->output = m->tok_embd;
   else if ((st = weight_view(f, "output.weight", E, V, &m->output)) != LLB_STATUS_OK) goto fail;
   if ((st = norm_view(f, "output_norm.weight", E, &m->output_norm)) != LLB_STATUS_OK) goto fail;
+  if (gguf_find_tensor(f, "rope_freqs.weight") &&
+      (st = norm_view(f, "rope_freqs.weight", c->rope_dimension_count / 2, &m->rope_freqs)) != LLB_STATUS_OK)
+    goto fail;
   m->layers = calloc((size_t)c->block_count, sizeof(*m->layers));
   if (!m->layers) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "llama layers");
@@ -486,7 +490,8 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
 
   const struct backend_rope_params rope = {
       .n_dims = cfg->rope_dimension_count, .freq_base = cfg->rope_freq_base, .freq_scale = cfg->rope_freq_scale,
-      .style = cfg->rope_type == LLAMA_ROPE_TYPE_NEOX ? BACKEND_ROPE_STYLE_NEOX : BACKEND_ROPE_STYLE_NORM};
+      .style = cfg->rope_type == LLAMA_ROPE_TYPE_NEOX ? BACKEND_ROPE_STYLE_NEOX : BACKEND_ROPE_STYLE_NORM,
+      .freq_factors = m->rope_freqs};
   const float eps = cfg->layer_norm_rms_epsilon;
   for (int32_t il = 0; il < cfg->block_count; il++) {
     const struct llama_layer *l = &c->layers[il];

@@ -92,6 +92,9 @@ llb_status runner_backend_create(struct runner_backend *b, const struct llama_mo
       return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "device cuda: architecture '%s' runs on the CPU only (its %s "
                       "are not in the CUDA forward yet)", arch.architecture,
                       arch.attn_qkv_bias ? "q/k/v biases" : "q/k norms");
+    if (cfg->gguf && gguf_find_tensor(cfg->gguf, "rope_freqs.weight"))
+      return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "device cuda: this model's RoPE frequency factors "
+                      "(rope_freqs.weight, Llama 3.x) are not in the CUDA forward yet; it runs on the CPU");
 #ifdef LLB_HAVE_CUDA
     const float util = cfg->gpu_memory_utilization > 0.0f ? cfg->gpu_memory_utilization : 0.9f;
     st = LLB_STATUS_OK;

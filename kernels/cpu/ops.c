@@ -317,7 +317,8 @@ static void rope_chunk(void *arg, int64_t chunk, int ith) {
     /* ggml_rope_cache_init: theta_i = p * theta_scale^i by repeated products, then scaled */
     float theta = (float)t->positions[r];
     for (int32_t i = 0; i < half; i++) {
-      const float th = t->p.freq_scale * theta;
+      /* ggml rope_yarn(theta / ff, freq_scale, ...) with ext_factor 0 */
+      const float th = t->p.freq_factors ? t->p.freq_scale * (theta / t->p.freq_factors[i]) : t->p.freq_scale * theta;
       cs[i] = cosf(th);
       sn[i] = sinf(th);
       theta *= t->theta_scale;

@@ -76,16 +76,22 @@ static llb_status add_vocab(struct gguf_writer *w) {
 
 llb_status arch_model_write(const char *arch, void **buf, size_t *size) {
   const bool qwen2 = strcmp(arch, "qwen2") == 0, qwen3 = strcmp(arch, "qwen3") == 0;
-  if (!qwen2 && !qwen3 && strcmp(arch, "llama") != 0)
+  const bool llama3 = strcmp(arch, "llama3") == 0; /* llama with Llama 3.x RoPE frequency factors */
+  if (!qwen2 && !qwen3 && !llama3 && strcmp(arch, "llama") != 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "arch_model_write: no tiny model of '%s'", arch);
+  if (llama3) arch = "llama";
   struct gguf_writer *w = NULL;
   llb_status st = gguf_writer_create(3, &w);
   if (st) return st;
   struct gen g = {qwen2 ? 2 : qwen3 ? 3 : 1};
+  /* what llama.cpp's converter writes for Llama 3.1 (scaling factor 8, low/high frequency
+   * factors 1/4): 1 for the fast pairs, 8 for the slow ones, smooth in between */
+  static const float rope_freqs[D / 2] = {1.0f, 1.0f, 1.0f, 1.4f, 2.6f, 5.0f, 8.0f, 8.0f};
   const float ws = 0.25f; /* weight spread: ~1/sqrt(E) * 2 */
   st = add_hparams(w, arch);
   if (!st) st = add_vocab(w);
   if (!st) st = add_f32(w, &g, "token_embd.weight", E, V, 0.0f, 1.0f);
+  if (!st && llama3) st = gguf_writer_add_tensor_f32(w, "rope_freqs.weight", 1, (int64_t[]){D / 2}, rope_freqs);
   char n[96];
   for (int l = 0; !st && l < L; l++) {
 #define T(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
