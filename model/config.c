@@ -15,19 +15,19 @@ struct arch_info {
   bool supported;
   enum llama_rope_type rope_type;
   const char *why_not; /* for unsupported ones */
-  bool qkv_bias, qk_norm;
+  bool qkv_bias, qk_norm, fused;
 };
 
 static const struct arch_info arch_table[] = {
-    {"llama", true, LLAMA_ROPE_TYPE_NORM, NULL, false, false},
-    {"qwen2", true, LLAMA_ROPE_TYPE_NEOX, NULL, true, false},
-    {"qwen3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, true},
-    {"phi3", false, LLAMA_ROPE_TYPE_NEOX, "fused qkv and gate/up projections", false, false},
-    {"gemma", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings and GeGLU", false, false},
-    {"gemma2", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings, GeGLU and logit soft-capping", false, false},
-    {"stablelm", false, LLAMA_ROPE_TYPE_NEOX, "LayerNorm and partial rotary", false, false},
-    {"mistral3", false, LLAMA_ROPE_TYPE_NORM, "a vision tower and YaRN-scaled attention", false, false},
-    {"granite", false, LLAMA_ROPE_TYPE_NORM, "embedding, residual and logit multipliers", false, false},
+    {"llama", true, LLAMA_ROPE_TYPE_NORM, NULL, false, false, false},
+    {"qwen2", true, LLAMA_ROPE_TYPE_NEOX, NULL, true, false, false},
+    {"qwen3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, true, false},
+    {"phi3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, false, true},
+    {"gemma", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings and GeGLU", false, false, false},
+    {"gemma2", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings, GeGLU and logit soft-capping", false, false, false},
+    {"stablelm", false, LLAMA_ROPE_TYPE_NEOX, "LayerNorm and partial rotary", false, false, false},
+    {"mistral3", false, LLAMA_ROPE_TYPE_NORM, "a vision tower and YaRN-scaled attention", false, false, false},
+    {"granite", false, LLAMA_ROPE_TYPE_NORM, "embedding, residual and logit multipliers", false, false, false},
 };
 
 static void arch_key(char *buf, const char *arch, const char *suffix) {
@@ -99,6 +99,7 @@ static llb_status read_arch(const struct gguf_file *f, struct llama_config *c) {
     c->rope_type = a->rope_type;
     c->attn_qkv_bias = a->qkv_bias;
     c->attn_qk_norm = a->qk_norm;
+    c->fused_qkv = c->fused_gate_up = a->fused;
     return LLB_STATUS_OK;
   }
   return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "config: general.architecture '%.*s' is not supported "
@@ -262,6 +263,19 @@ llb_status llama_config_from_gguf(const struct gguf_file *f, struct llama_config
     return st;
   }
   c.tied_embeddings = gguf_find_tensor(f, "output.weight") == NULL;
+  arch_key(key, arch, "attention.sliding_window");
+  if ((st = get_i32_opt(f, key, 0, INT32_MAX, 0, &c.sliding_window)) != LLB_STATUS_OK) {
+    return st;
+  }
+  /* sliding-window attention equals full attention while the context fits the window: the
+   * forward attends everything, so the context is capped there (query + window keys) */
+  if (c.sliding_window > 0 && c.context_length > c.sliding_window) {
+    c.context_length = c.sliding_window;
+  }
+  if (gguf_find_tensor(f, "rope_factors_long.weight") || gguf_find_tensor(f, "rope_factors_short.weight")) {
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "config: '%s' file with LongRoPE factors "
+                    "(rope_factors_long/short.weight) is not supported", arch);
+  }
   *out = c;
   return LLB_STATUS_OK;
 }
@@ -322,9 +336,18 @@ llb_status llama_config_check_tensors(const struct gguf_file *f, const struct ll
   const int64_t dim_of[5] = {0, e, q_dim, kv_dim, ff};
   for (int32_t l = 0; l < cfg->block_count; l++) {
     for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++) {
+      const char *sfx = layer[i].suffix;
+      int64_t out_dim = dim_of[layer[i].out];
+      if (cfg->fused_qkv && (!strcmp(sfx, "attn_k.weight") || !strcmp(sfx, "attn_v.weight"))) continue;
+      if (cfg->fused_gate_up && !strcmp(sfx, "ffn_gate.weight")) continue;
+      if (cfg->fused_qkv && !strcmp(sfx, "attn_q.weight")) { /* phi3: q, k, v rows in one */
+        sfx = "attn_qkv.weight";
+        out_dim = q_dim + 2 * kv_dim;
+      }
+      if (cfg->fused_gate_up && !strcmp(sfx, "ffn_up.weight")) out_dim = 2 * ff; /* gate then up rows */
       char name[96];
-      snprintf(name, sizeof name, "blk.%d.%s", l, layer[i].suffix);
-      if ((st = check_one(f, name, dim_of[layer[i].in], dim_of[layer[i].out])) != LLB_STATUS_OK) {
+      snprintf(name, sizeof name, "blk.%d.%s", l, sfx);
+      if ((st = check_one(f, name, dim_of[layer[i].in], out_dim)) != LLB_STATUS_OK) {
         return st;
       }
     }

@@ -6,10 +6,13 @@
  *            (blk.N.attn_{q,k,v}.bias, f32), as llama.cpp's build_qwen2
  *   qwen3 -> NEOX, supported: LLaMA's layer with an RMS norm over each head of q and of k
  *            before RoPE (blk.N.attn_{q,k}_norm.weight [head_dim]), as llama.cpp's build_qwen3
+ *   phi3  -> NEOX, supported: LLaMA's layer with q, k, v in one fused projection and gate, up
+ *            in one (llama.cpp's build_phi3: split by rows; swiglu of the halves); files with
+ *            LongRoPE factors (rope_factors_long/short, the 128k variants) are UNSUPPORTED
  *   (mixture-of-experts files, <arch>.expert_count > 0, are UNSUPPORTED)
  * The CPU forward runs all three; the CUDA forward only llama (runner_backend refuses others).
  * Recognised but UNSUPPORTED, because their forward differs from LLaMA's (the error says why):
- *   phi3 (fused qkv), gemma, gemma2 (scaled
+ *   gemma, gemma2 (scaled
  *   embeddings, GeGLU), stablelm (LayerNorm) -- all NEOX (halves rotated);
  *   mistral3, granite (extra scaling multipliers) -- NORM.
  * Any other architecture is UNSUPPORTED naming it.
@@ -35,6 +38,10 @@ struct llama_config {
   bool tied_embeddings;             /* output.weight absent: logits use token_embd.weight */
   bool attn_qkv_bias;               /* qwen2: q, k, v projections add blk.N.attn_{q,k,v}.bias */
   bool attn_qk_norm;                /* qwen3: RMS norm of each q / k head (blk.N.attn_{q,k}_norm) */
+  bool fused_qkv;                   /* phi3: one blk.N.attn_qkv.weight [E, H*D + 2*Hkv*D] (q, k, v rows) */
+  bool fused_gate_up;               /* phi3: blk.N.ffn_up.weight [E, 2F]: gate rows then up rows */
+  int32_t sliding_window;           /* <arch>.attention.sliding_window, 0 = none; context_length is
+                                       capped at it, where sliding and full attention agree */
 };
 
 /* Fills *out from `<arch>.*` keys of f (arch = general.architecture):

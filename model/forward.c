@@ -84,6 +84,14 @@ static llb_status weight_view(const struct gguf_file *f, const char *name, int64
   return LLB_STATUS_OK;
 }
 
+/* Rows [first, first + n) of w: a weight of its own (quantized rows are contiguous). */
+static struct backend_weight row_slice(const struct backend_weight *w, int64_t first, int64_t n) {
+  struct backend_weight s = *w;
+  s.data = (const uint8_t *)w->data + (size_t)first * w->row_bytes;
+  s.rows = n;
+  return s;
+}
+
 static llb_status norm_view(const struct gguf_file *f, const char *name, int64_t n, const float **out) {
   const struct gguf_tensor *t = gguf_find_tensor(f, name);
   if (!t) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "tensor %s missing", name);
@@ -136,14 +144,29 @@ llb_status llama_model_load(const struct gguf_file *f, struct llama_model **out)
 #define LAYER_TENSOR(suffix) (snprintf(n, sizeof(n), "blk.%d." suffix, i), n)
     if ((st = norm_view(f, LAYER_TENSOR("attn_norm.weight"), E, &l->attn_norm)) != LLB_STATUS_OK ||
         (st = norm_view(f, LAYER_TENSOR("ffn_norm.weight"), E, &l->ffn_norm)) != LLB_STATUS_OK ||
-        (st = weight_view(f, LAYER_TENSOR("attn_q.weight"), E, HD, &l->wq)) != LLB_STATUS_OK ||
-        (st = weight_view(f, LAYER_TENSOR("attn_k.weight"), E, KD, &l->wk)) != LLB_STATUS_OK ||
-        (st = weight_view(f, LAYER_TENSOR("attn_v.weight"), E, KD, &l->wv)) != LLB_STATUS_OK ||
         (st = weight_view(f, LAYER_TENSOR("attn_output.weight"), HD, E, &l->wo)) != LLB_STATUS_OK ||
-        (st = weight_view(f, LAYER_TENSOR("ffn_gate.weight"), E, F, &l->w_gate)) != LLB_STATUS_OK ||
-        (st = weight_view(f, LAYER_TENSOR("ffn_up.weight"), E, F, &l->w_up)) != LLB_STATUS_OK ||
         (st = weight_view(f, LAYER_TENSOR("ffn_down.weight"), F, E, &l->w_down)) != LLB_STATUS_OK)
       goto fail;
+    if (c->fused_qkv) { /* phi3: q, k, v rows of one tensor */
+      struct backend_weight qkv;
+      if ((st = weight_view(f, LAYER_TENSOR("attn_qkv.weight"), E, HD + 2 * KD, &qkv)) != LLB_STATUS_OK) goto fail;
+      l->wq = row_slice(&qkv, 0, HD);
+      l->wk = row_slice(&qkv, HD, KD);
+      l->wv = row_slice(&qkv, HD + KD, KD);
+    } else if ((st = weight_view(f, LAYER_TENSOR("attn_q.weight"), E, HD, &l->wq)) != LLB_STATUS_OK ||
+               (st = weight_view(f, LAYER_TENSOR("attn_k.weight"), E, KD, &l->wk)) != LLB_STATUS_OK ||
+               (st = weight_view(f, LAYER_TENSOR("attn_v.weight"), E, KD, &l->wv)) != LLB_STATUS_OK) {
+      goto fail;
+    }
+    if (c->fused_gate_up) { /* phi3: gate rows then up rows (ggml_swiglu of the halves) */
+      struct backend_weight gu;
+      if ((st = weight_view(f, LAYER_TENSOR("ffn_up.weight"), E, 2 * F, &gu)) != LLB_STATUS_OK) goto fail;
+      l->w_gate = row_slice(&gu, 0, F);
+      l->w_up = row_slice(&gu, F, F);
+    } else if ((st = weight_view(f, LAYER_TENSOR("ffn_gate.weight"), E, F, &l->w_gate)) != LLB_STATUS_OK ||
+               (st = weight_view(f, LAYER_TENSOR("ffn_up.weight"), E, F, &l->w_up)) != LLB_STATUS_OK) {
+      goto fail;
+    }
     if (c->attn_qkv_bias &&
         ((st = norm_view(f, LAYER_TENSOR("attn_q.bias"), HD, &l->bq)) != LLB_STATUS_OK ||
          (st = norm_view(f, LAYER_TENSOR("attn_k.bias"), KD, &l->bk)) != LLB_STATUS_OK ||

@@ -77,13 +77,14 @@ static llb_status add_vocab(struct gguf_writer *w) {
 llb_status arch_model_write(const char *arch, void **buf, size_t *size) {
   const bool qwen2 = strcmp(arch, "qwen2") == 0, qwen3 = strcmp(arch, "qwen3") == 0;
   const bool llama3 = strcmp(arch, "llama3") == 0; /* llama with Llama 3.x RoPE frequency factors */
-  if (!qwen2 && !qwen3 && !llama3 && strcmp(arch, "llama") != 0)
+  const bool phi3 = strcmp(arch, "phi3") == 0;     /* fused qkv and gate/up */
+  if (!qwen2 && !qwen3 && !llama3 && !phi3 && strcmp(arch, "llama") != 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "arch_model_write: no tiny model of '%s'", arch);
   if (llama3) arch = "llama";
   struct gguf_writer *w = NULL;
   llb_status st = gguf_writer_create(3, &w);
   if (st) return st;
-  struct gen g = {qwen2 ? 2 : qwen3 ? 3 : 1};
+  struct gen g = {qwen2 ? 2 : qwen3 ? 3 : phi3 ? 4 : 1};
   /* what llama.cpp's converter writes for Llama 3.1 (scaling factor 8, low/high frequency
    * factors 1/4): 1 for the fast pairs, 8 for the slow ones, smooth in between */
   static const float rope_freqs[D / 2] = {1.0f, 1.0f, 1.0f, 1.4f, 2.6f, 5.0f, 8.0f, 8.0f};
@@ -96,9 +97,10 @@ llb_status arch_model_write(const char *arch, void **buf, size_t *size) {
   for (int l = 0; !st && l < L; l++) {
 #define T(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
     if (!st) st = add_f32(w, &g, T("attn_norm.weight"), E, 1, 1.0f, 0.2f);
-    if (!st) st = add_f32(w, &g, T("attn_q.weight"), E, H * D, 0.0f, ws);
-    if (!st) st = add_f32(w, &g, T("attn_k.weight"), E, HKV * D, 0.0f, ws);
-    if (!st) st = add_f32(w, &g, T("attn_v.weight"), E, HKV * D, 0.0f, ws);
+    if (!st && phi3) st = add_f32(w, &g, T("attn_qkv.weight"), E, (H + 2 * HKV) * D, 0.0f, ws);
+    if (!st && !phi3) st = add_f32(w, &g, T("attn_q.weight"), E, H * D, 0.0f, ws);
+    if (!st && !phi3) st = add_f32(w, &g, T("attn_k.weight"), E, HKV * D, 0.0f, ws);
+    if (!st && !phi3) st = add_f32(w, &g, T("attn_v.weight"), E, HKV * D, 0.0f, ws);
     if (!st && qwen2) st = add_f32(w, &g, T("attn_q.bias"), H * D, 1, 0.0f, 0.5f);
     if (!st && qwen2) st = add_f32(w, &g, T("attn_k.bias"), HKV * D, 1, 0.0f, 0.5f);
     if (!st && qwen2) st = add_f32(w, &g, T("attn_v.bias"), HKV * D, 1, 0.0f, 0.5f);
@@ -106,8 +108,8 @@ llb_status arch_model_write(const char *arch, void **buf, size_t *size) {
     if (!st && qwen3) st = add_f32(w, &g, T("attn_k_norm.weight"), D, 1, 1.0f, 0.3f);
     if (!st) st = add_f32(w, &g, T("attn_output.weight"), H * D, E, 0.0f, ws);
     if (!st) st = add_f32(w, &g, T("ffn_norm.weight"), E, 1, 1.0f, 0.2f);
-    if (!st) st = add_f32(w, &g, T("ffn_gate.weight"), E, F, 0.0f, ws);
-    if (!st) st = add_f32(w, &g, T("ffn_up.weight"), E, F, 0.0f, ws);
+    if (!st && !phi3) st = add_f32(w, &g, T("ffn_gate.weight"), E, F, 0.0f, ws);
+    if (!st) st = add_f32(w, &g, T("ffn_up.weight"), E, phi3 ? 2 * F : F, 0.0f, ws);
     if (!st) st = add_f32(w, &g, T("ffn_down.weight"), F, E, 0.0f, ws * 0.7f);
 #undef T
   }

@@ -223,7 +223,7 @@ static void test_rope_scaling_linear_and_unsupported_type_named(void **state) {
 
 static void test_unsupported_architecture_is_named(void **state) {
   (void)state;
-  const char *archs[] = {"phi3", "falcon"};
+  const char *archs[] = {"gemma", "falcon"};
   for (size_t i = 0; i < 2; i++) {
     struct tiny t;
     assert_int_equal(make_tiny(&(struct tiny_opts){.arch = archs[i]}, &t), LLB_STATUS_OK);
@@ -234,13 +234,15 @@ static void test_unsupported_architecture_is_named(void **state) {
   }
 }
 
-/* qwen2 / qwen3: LLaMA's tensors plus their own (q/k/v biases; per-head q/k norms), NEOX RoPE;
+/* qwen2 / qwen3 / phi3: LLaMA's tensors plus their own (q/k/v biases; per-head q/k norms; fused
+ * qkv and gate/up), NEOX RoPE;
  * a file without those tensors is refused naming the first one missing. */
 static void test_qwen_architectures_need_their_extra_tensors(void **state) {
   (void)state;
   const struct { const char *arch, *missing; bool bias, norm; } cases[] = {
-      {"qwen2", "blk.0.attn_q.bias", true, false}, {"qwen3", "blk.0.attn_q_norm.weight", false, true}};
-  for (size_t i = 0; i < 2; i++) {
+      {"qwen2", "blk.0.attn_q.bias", true, false}, {"qwen3", "blk.0.attn_q_norm.weight", false, true},
+      {"phi3", "blk.0.attn_qkv.weight", false, false}};
+  for (size_t i = 0; i < 3; i++) {
     struct tiny t;
     assert_int_equal(make_tiny(&(struct tiny_opts){.arch = cases[i].arch}, &t), LLB_STATUS_OK);
     struct llama_config c;

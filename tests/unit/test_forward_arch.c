@@ -107,12 +107,18 @@ static void test_qwen3_matches_llama_cpp(void **state) {
   check_arch("qwen3", golden_qwen3);
 }
 
+static void test_phi3_matches_llama_cpp(void **state) {
+  (void)state;
+  check_arch("phi3", golden_phi3);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_llama_matches_llama_cpp),
       cmocka_unit_test(test_llama3_rope_frequency_factors_match_llama_cpp),
       cmocka_unit_test(test_qwen2_matches_llama_cpp),
       cmocka_unit_test(test_qwen3_matches_llama_cpp),
+      cmocka_unit_test(test_phi3_matches_llama_cpp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
