@@ -120,6 +120,10 @@ struct backend_ops {
                        float *out);
   /* x [n] += y [n]. */
   llb_status (*add)(struct backend_ctx *c, float *x, const float *y, int64_t n);
+  /* Optional (NULL: GeGLU models are refused). out [n] = gelu(gate) * up, gelu the tanh
+   * approximation as ggml_geglu_split computes it on the CPU (GGML_GELU_FP16: an fp16 table
+   * for |x| < 10, x above, 0 below). out may alias gate or up. */
+  llb_status (*geglu)(struct backend_ctx *c, const float *gate, const float *up, int64_t n, float *out);
   /* Optional (NULL: weights are only read as stored). Bytes of w in the backend's own matmul
    * layout, 0 when it has none for w. Such a layout changes the float order of matmul (the
    * CPU backend's: kernels/cpu/packed.h), never its batch invariance. */

@@ -15,19 +15,19 @@ struct arch_info {
   bool supported;
   enum llama_rope_type rope_type;
   const char *why_not; /* for unsupported ones */
-  bool qkv_bias, qk_norm, fused;
+  bool qkv_bias, qk_norm, fused, gemma;
 };
 
 static const struct arch_info arch_table[] = {
-    {"llama", true, LLAMA_ROPE_TYPE_NORM, NULL, false, false, false},
-    {"qwen2", true, LLAMA_ROPE_TYPE_NEOX, NULL, true, false, false},
-    {"qwen3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, true, false},
-    {"phi3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, false, true},
-    {"gemma", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings and GeGLU", false, false, false},
-    {"gemma2", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings, GeGLU and logit soft-capping", false, false, false},
-    {"stablelm", false, LLAMA_ROPE_TYPE_NEOX, "LayerNorm and partial rotary", false, false, false},
-    {"mistral3", false, LLAMA_ROPE_TYPE_NORM, "a vision tower and YaRN-scaled attention", false, false, false},
-    {"granite", false, LLAMA_ROPE_TYPE_NORM, "embedding, residual and logit multipliers", false, false, false},
+    {"llama", true, LLAMA_ROPE_TYPE_NORM, NULL, false, false, false, false},
+    {"qwen2", true, LLAMA_ROPE_TYPE_NEOX, NULL, true, false, false, false},
+    {"qwen3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, true, false, false},
+    {"phi3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, false, true, false},
+    {"gemma", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, false, false, true},
+    {"gemma2", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings, GeGLU and logit soft-capping", false, false, false, false},
+    {"stablelm", false, LLAMA_ROPE_TYPE_NEOX, "LayerNorm and partial rotary", false, false, false, false},
+    {"mistral3", false, LLAMA_ROPE_TYPE_NORM, "a vision tower and YaRN-scaled attention", false, false, false, false},
+    {"granite", false, LLAMA_ROPE_TYPE_NORM, "embedding, residual and logit multipliers", false, false, false, false},
 };
 
 static void arch_key(char *buf, const char *arch, const char *suffix) {
@@ -100,6 +100,7 @@ static llb_status read_arch(const struct gguf_file *f, struct llama_config *c) {
     c->attn_qkv_bias = a->qkv_bias;
     c->attn_qk_norm = a->qk_norm;
     c->fused_qkv = c->fused_gate_up = a->fused;
+    c->gemma = a->gemma;
     return LLB_STATUS_OK;
   }
   return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "config: general.architecture '%.*s' is not supported "

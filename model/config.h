@@ -9,10 +9,12 @@
  *   phi3  -> NEOX, supported: LLaMA's layer with q, k, v in one fused projection and gate, up
  *            in one (llama.cpp's build_phi3: split by rows; swiglu of the halves); files with
  *            LongRoPE factors (rope_factors_long/short, the 128k variants) are UNSUPPORTED
+ *   gemma -> NEOX, supported: embeddings times sqrt(E), GeGLU (tanh GELU, as ggml's fp16
+ *            table), q scaled before attention, tied output (llama.cpp's build_gemma)
  *   (mixture-of-experts files, <arch>.expert_count > 0, are UNSUPPORTED)
  * The CPU forward runs all three; the CUDA forward only llama (runner_backend refuses others).
  * Recognised but UNSUPPORTED, because their forward differs from LLaMA's (the error says why):
- *   gemma, gemma2 (scaled
+ *   gemma2 (scaled
  *   embeddings, GeGLU), stablelm (LayerNorm) -- all NEOX (halves rotated);
  *   mistral3, granite (extra scaling multipliers) -- NORM.
  * Any other architecture is UNSUPPORTED naming it.
@@ -40,6 +42,8 @@ struct llama_config {
   bool attn_qk_norm;                /* qwen3: RMS norm of each q / k head (blk.N.attn_{q,k}_norm) */
   bool fused_qkv;                   /* phi3: one blk.N.attn_qkv.weight [E, H*D + 2*Hkv*D] (q, k, v rows) */
   bool fused_gate_up;               /* phi3: blk.N.ffn_up.weight [E, 2F]: gate rows then up rows */
+  bool gemma;                       /* gemma: embeddings scaled by sqrt(E), GeGLU feed-forward,
+                                       q scaled by 1/sqrt(head_dim) before attention */
   int32_t sliding_window;           /* <arch>.attention.sliding_window, 0 = none; context_length is
                                        capped at it, where sliding and full attention agree */
 };

@@ -480,6 +480,11 @@ static llb_status add_rows(struct llama_forward_ctx *c, int32_t T, const struct 
   return LLB_STATUS_OK;
 }
 
+/* x [n] *= s (ggml_scale). */
+static void scale_rows(float *x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
 #define FWD_TRY(call)                          \
   do {                                         \
     llb_status st_ = (call);                   \
@@ -510,6 +515,9 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
         if (b->embeds_mask[i])
           memcpy(c->x + (size_t)i * E, b->input_embeds + (size_t)i * E, (size_t)E * sizeof(float));
   }
+  if (cfg->gemma) scale_rows(c->x, (int64_t)T * E, sqrtf((float)E)); /* ggml_scale(inpL, sqrt(n_embd)) */
+  /* phi3 and gemma scale q by 1/sqrt(D) after RoPE and attend with scale 1 (llama.cpp) */
+  const bool q_prescale = cfg->gemma || cfg->fused_qkv;
 
   const struct backend_rope_params rope = {
       .n_dims = cfg->rope_dimension_count, .freq_base = cfg->rope_freq_base, .freq_scale = cfg->rope_freq_scale,
@@ -530,10 +538,11 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
     }
     FWD_TRY(ops->rope(bc, c->q, b->positions, T, cfg->head_count, D, &rope));
     FWD_TRY(ops->rope(bc, c->k, b->positions, T, cfg->head_count_kv, D, &rope));
+    if (q_prescale) scale_rows(c->q, (int64_t)T * cfg->head_count * D, 1.0f / sqrtf((float)D));
     FWD_TRY(ops->kv_write(bc, &kv->layers[il], c->k, c->v, b->slot_mapping, T));
     const struct backend_attn_params ap = {
         .q = c->q, .out = c->attn, .kv = &kv->layers[il], .num_tokens = T, .n_heads = cfg->head_count,
-        .scale = 1.0f / sqrtf((float)D), .num_seqs = b->num_seqs, .query_start_loc = b->query_start_loc,
+        .scale = q_prescale ? 1.0f : 1.0f / sqrtf((float)D), .num_seqs = b->num_seqs, .query_start_loc = b->query_start_loc,
         .seq_lens = b->seq_lens, .block_tables = b->block_tables, .max_blocks_per_seq = b->max_blocks_per_seq};
     FWD_TRY(ops->attention(bc, &ap));
     const struct backend_weight *wo[1] = {&l->wo};
@@ -545,7 +554,12 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
     const struct backend_weight *gu[2] = {&l->w_gate, &l->w_up};
     float *gu_out[2] = {c->gate, c->up};
     FWD_TRY(ops->matmul(bc, c->xn, T, gu, gu_out, 2));
-    FWD_TRY(ops->swiglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
+    if (cfg->gemma) {
+      if (!ops->geglu) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "backend %s has no GeGLU (gemma)", ops->name);
+      FWD_TRY(ops->geglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
+    } else {
+      FWD_TRY(ops->swiglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
+    }
     const struct backend_weight *down[1] = {&l->w_down};
     float *d_out[1] = {c->xn};
     FWD_TRY(ops->matmul(bc, c->gate, T, down, d_out, 1));

@@ -78,20 +78,21 @@ llb_status arch_model_write(const char *arch, void **buf, size_t *size) {
   const bool qwen2 = strcmp(arch, "qwen2") == 0, qwen3 = strcmp(arch, "qwen3") == 0;
   const bool llama3 = strcmp(arch, "llama3") == 0; /* llama with Llama 3.x RoPE frequency factors */
   const bool phi3 = strcmp(arch, "phi3") == 0;     /* fused qkv and gate/up */
-  if (!qwen2 && !qwen3 && !llama3 && !phi3 && strcmp(arch, "llama") != 0)
+  const bool gemma = strcmp(arch, "gemma") == 0;   /* GeGLU, scaled embeddings, tied output */
+  if (!qwen2 && !qwen3 && !llama3 && !phi3 && !gemma && strcmp(arch, "llama") != 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "arch_model_write: no tiny model of '%s'", arch);
   if (llama3) arch = "llama";
   struct gguf_writer *w = NULL;
   llb_status st = gguf_writer_create(3, &w);
   if (st) return st;
-  struct gen g = {qwen2 ? 2 : qwen3 ? 3 : phi3 ? 4 : 1};
+  struct gen g = {qwen2 ? 2 : qwen3 ? 3 : phi3 ? 4 : gemma ? 5 : 1};
   /* what llama.cpp's converter writes for Llama 3.1 (scaling factor 8, low/high frequency
    * factors 1/4): 1 for the fast pairs, 8 for the slow ones, smooth in between */
   static const float rope_freqs[D / 2] = {1.0f, 1.0f, 1.0f, 1.4f, 2.6f, 5.0f, 8.0f, 8.0f};
   const float ws = 0.25f; /* weight spread: ~1/sqrt(E) * 2 */
   st = add_hparams(w, arch);
   if (!st) st = add_vocab(w);
-  if (!st) st = add_f32(w, &g, "token_embd.weight", E, V, 0.0f, 1.0f);
+  if (!st) st = add_f32(w, &g, "token_embd.weight", E, V, 0.0f, gemma ? 0.15f : 1.0f); /* gemma scales by 8 */
   if (!st && llama3) st = gguf_writer_add_tensor_f32(w, "rope_freqs.weight", 1, (int64_t[]){D / 2}, rope_freqs);
   char n[96];
   for (int l = 0; !st && l < L; l++) {
@@ -114,7 +115,7 @@ llb_status arch_model_write(const char *arch, void **buf, size_t *size) {
 #undef T
   }
   if (!st) st = add_f32(w, &g, "output_norm.weight", E, 1, 1.0f, 0.2f);
-  if (!st) st = add_f32(w, &g, "output.weight", E, V, 0.0f, ws);
+  if (!st && !gemma) st = add_f32(w, &g, "output.weight", E, V, 0.0f, ws); /* gemma: tied */
   if (!st) st = gguf_writer_write_memory(w, buf, size);
   gguf_writer_destroy(w);
   return st;

@@ -17,7 +17,7 @@ enum { ARCH_MODEL_VOCAB = 64, ARCH_MODEL_PROMPT = 12 };
 extern const int ARCH_MODEL_PROMPT_IDS[ARCH_MODEL_PROMPT];
 
 /* Writes the model of `arch` ("llama", "llama3" = llama with a rope_freqs.weight tensor as
- * Llama 3.1+ files carry, "qwen2", "qwen3", "phi3") into *buf [*size] (malloc'd; the
+ * Llama 3.1+ files carry, "qwen2", "qwen3", "phi3", "gemma") into *buf [*size] (malloc'd; the
  * caller frees). INVALID_ARGUMENT for another arch; the writer's errors. */
 llb_status arch_model_write(const char *arch, void **buf, size_t *size);
 

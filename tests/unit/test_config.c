@@ -223,7 +223,7 @@ static void test_rope_scaling_linear_and_unsupported_type_named(void **state) {
 
 static void test_unsupported_architecture_is_named(void **state) {
   (void)state;
-  const char *archs[] = {"gemma", "falcon"};
+  const char *archs[] = {"gemma2", "falcon"};
   for (size_t i = 0; i < 2; i++) {
     struct tiny t;
     assert_int_equal(make_tiny(&(struct tiny_opts){.arch = archs[i]}, &t), LLB_STATUS_OK);

@@ -112,6 +112,11 @@ static void test_phi3_matches_llama_cpp(void **state) {
   check_arch("phi3", golden_phi3);
 }
 
+static void test_gemma_matches_llama_cpp(void **state) {
+  (void)state;
+  check_arch("gemma", golden_gemma);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_llama_matches_llama_cpp),
@@ -119,6 +124,7 @@ int main(void) {
       cmocka_unit_test(test_qwen2_matches_llama_cpp),
       cmocka_unit_test(test_qwen3_matches_llama_cpp),
       cmocka_unit_test(test_phi3_matches_llama_cpp),
+      cmocka_unit_test(test_gemma_matches_llama_cpp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
