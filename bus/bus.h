@@ -20,6 +20,9 @@
  *   bus_destroy are called once, from the thread that owns the bus, never from a handler.
  * - Messages given to a handler are valid only until the handler returns; copy what you keep.
  *
+ * Every publish also carries `Llmbus-Sent-Ns: <wall clock ns>` for the receive-latency
+ * histogram (bus_options.metrics).
+ *
  * Trace context: every publish/request carries a W3C `traceparent` header (bus/trace.h).
  * The caller passes the span that sends (or NULL to start a new trace); handlers see the
  * sender's context in msg->trace (a new trace when none or an invalid one arrived);
@@ -62,6 +65,13 @@ struct bus_options {
                                  * that request a stop (so one arriving during start-up is
                                  * not lost); bus_destroy() restores the previous ones. One
                                  * bus per process should set it. */
+  struct llb_metrics *metrics; /* NULL (default) = none; else the bus records, label subject
+                                * (a subscription's subject pattern; "_INBOX" for inboxes):
+                                * llmbus:bus_request_latency_seconds (request -> reply),
+                                * llmbus:bus_receive_latency_seconds (publish -> delivery,
+                                * from the sender's Llmbus-Sent-Ns header, wall clock),
+                                * llmbus:bus_handler_seconds (time in the handler).
+                                * Borrowed: must outlive the bus. */
 };
 
 /* Fills `o` with the defaults documented above. */

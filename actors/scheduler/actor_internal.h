@@ -10,6 +10,7 @@
 
 #include "actors/scheduler/actor.h"
 #include "actors/scheduler/actor_wire.h"
+#include "actors/scheduler/engine_metrics.h"
 #include "bus/peer_watch.h"
 #include "bus/subject.h"
 #include "schemas/engine_core_outputs.h"
@@ -83,6 +84,7 @@ struct scheduler_actor {
   bool kv_reset_pending; /* the worker failed: its KV contents are unknown, so the next KV
                             step tells the kv_manager to drop its prefix cache */
   int64_t last_stats_ns;
+  struct sched_engine_metrics *metrics; /* step thread: series and the engine_stats line */
   /* the last failed execute: the worker answered with an error (not a timeout or a bus
    * failure), and the request it blamed ("" none); sched_step_failed isolates it */
   bool worker_error;
