@@ -177,6 +177,11 @@ llb_status bus_request_msg(struct bus *bus, const struct bus_out_msg *m, int64_t
 llb_status bus_respond(struct bus *bus, const struct bus_msg *msg, const void *data, size_t len,
                        const struct bus_trace_ctx *trace);
 
+/* Records one request -> reply latency of `subject` in llmbus:bus_request_latency_seconds
+ * (bus_options.metrics; nothing without), for a request made by hand: published with a reply
+ * subject whose reply is read elsewhere (the scheduler's pipelined execute steps). */
+void bus_record_request_latency(struct bus *bus, const char *subject, double seconds);
+
 /* Frees a message returned by bus_request / bus_sub_next_msg. NULL ok. Never call it on a
  * message given to a handler. */
 void bus_msg_destroy(struct bus_msg *msg);

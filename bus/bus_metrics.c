@@ -42,3 +42,7 @@ void bus_metrics_observe_receive(struct llb_series *s, natsMsg *m) {
   const double dt = (double)(llb_wall_ns() - ns) / 1e9;
   if (dt >= -3600 && dt <= 3600) llb_series_observe(s, dt < 0 ? 0 : dt);
 }
+
+void bus_record_request_latency(struct bus *b, const char *subject, double seconds) {
+  if (b && b->m_request && seconds >= 0) llb_series_observe(bus_metrics_series(b->m_request, subject), seconds);
+}

@@ -101,6 +101,7 @@ struct scheduler_actor {
   bool exec_stop;                           /* under exec_mu: the actor stops, stop waiting */
   bool exec_sync_init;
   uint64_t exec_pending[2];
+  int64_t exec_sent_ns[2]; /* llb_now_ns() when each pending step was sent */
   int32_t num_exec_pending;
   uint64_t last_applied_step;
 

@@ -13,3 +13,5 @@ llb_add_test(test_output_processor SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_output
 llb_add_test(test_tokenizer_eog SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer_eog.c
              LIBS llmbus_input_processor_core llmbus_scheduler_core llmbus_test_gguf_writer
                   PkgConfig::CMOCKA LABELS unit TIMEOUT 60)
+llb_add_test(test_request_metrics SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_request_metrics.c
+             LIBS llmbus_output_processor_core PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
