@@ -109,7 +109,9 @@ int llb_metrics_buckets_1_2_5(double max, double *out, int cap);
 /* Process metrics as client_golang's process collector: process_cpu_seconds_total,
  * process_resident_memory_bytes, process_virtual_memory_bytes, process_start_time_seconds,
  * process_open_fds, process_max_fds, read from /proc/self at each render (Linux; elsewhere the
- * series stay 0). Errors: those of family registration. */
+ * series stay 0). One registry per process: the series it refreshes are kept in one static
+ * set (a second call moves the refresh to the new registry). Errors: those of family
+ * registration. */
 llb_status llb_metrics_register_process(struct llb_metrics *r);
 
 #ifdef __cplusplus
