@@ -12,6 +12,7 @@
 #include <event2/event.h>
 #include <nats/nats.h>
 
+#include "base/metrics.h"
 #include "bus/bus.h"
 
 struct bus_sub;
@@ -26,7 +27,8 @@ struct bus {
   char urls[1024];
   void (*before_drain)(void *user); /* bus_set_before_drain */
   void *before_drain_user;
-  char url[256]; /* last connected server */
+  char urls_shown[1024]; /* urls without credentials, for logs and errors */
+  char url[256]; /* last connected server, without credentials */
   int64_t rc_min_ms, rc_max_ms, drain_timeout_ms;
   bool install_signals;
 
@@ -46,6 +48,9 @@ struct bus {
   bus_heartbeat_fn hb_fn;
   void *hb_user;
   char hb_subject[BUS_SUBJECT_MAX];
+
+  /* bus histograms (bus_options.metrics; NULL = not recorded), label subject */
+  struct llb_metric *m_request, *m_receive, *m_handler;
 };
 
 /* ---- bus_loop.c ---- */
@@ -65,5 +70,20 @@ natsStatus bus_ev_attach(void **user_data, void *loop, natsConnection *nc, natsS
 natsStatus bus_ev_read(void *user_data, bool add);
 natsStatus bus_ev_write(void *user_data, bool add);
 natsStatus bus_ev_detach(void *user_data);
+
+/* ---- bus_metrics.c ---- */
+
+#define BUS_SENT_HEADER "Llmbus-Sent-Ns"
+
+/* Registers the bus histograms in r (NULL: none; a registration failure is logged and the
+ * bus goes on without them). */
+void bus_metrics_init(struct bus *b, struct llb_metrics *r);
+
+/* The series of family m for `subject` (inboxes fold into "_INBOX"); NULL when m is. */
+struct llb_series *bus_metrics_series(struct llb_metric *m, const char *subject);
+
+/* Observes publish -> delivery of m into s from its BUS_SENT_HEADER (ignored when absent,
+ * malformed, or off by more than an hour: clocks of two hosts). */
+void bus_metrics_observe_receive(struct llb_series *s, natsMsg *m);
 
 #endif

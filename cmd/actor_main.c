@@ -51,7 +51,7 @@ static llb_status parse_double(const char *value, double *out) {
 }
 
 /* The common flags as a table over am->common, so one parser serves both lists. */
-enum { NUM_COMMON_FLAGS = 8 };
+enum { NUM_COMMON_FLAGS = 10 };
 static void common_flags_table(struct actor_main *am, struct actor_flag *t) {
   struct actor_common_flags *c = &am->common;
   const struct actor_flag table[NUM_COMMON_FLAGS] = {
@@ -65,6 +65,8 @@ static void common_flags_table(struct actor_main *am, struct actor_flag *t) {
       {"creds", ACTOR_FLAG_KIND_STRING, &c->creds_file, "NATS credentials file (.creds)", NULL},
       {"log-level", ACTOR_FLAG_KIND_STRING, &c->log_level, "debug|info|warn|error", NULL},
       {"heartbeat-ms", ACTOR_FLAG_KIND_INT64, &c->heartbeat_ms, "heartbeat interval, ms", NULL},
+      {"metrics-port", ACTOR_FLAG_KIND_INT32, &c->metrics_port, "Prometheus GET /metrics port (0 = none)", NULL},
+      {"metrics-host", ACTOR_FLAG_KIND_STRING, &c->metrics_host, "address of the metrics listener", NULL},
   };
   memcpy(t, table, sizeof table);
 }
@@ -234,7 +236,43 @@ static void init_common(struct actor_main *am) {
       .creds_file = NULL,
       .log_level = "info",
       .heartbeat_ms = 2000,
+      .metrics_port = 0,
+      .metrics_host = "127.0.0.1",
   };
+}
+
+/* Every log line of the process names its engine and instance. */
+static void set_log_context(const struct actor_main *am) {
+  char ctx[160];
+  snprintf(ctx, sizeof ctx, "engine=%s instance=%s", am->common.engine_id, am->common.instance);
+  llb_log_set_context(ctx);
+}
+
+/* The registry (process metrics, label engine) and, with --metrics-port, its listener. Only
+ * running out of memory is an error: a port that cannot be bound leaves the actor without
+ * it (logged), as the engine's work does not depend on being scraped. */
+static llb_status metrics_start(struct actor_main *am) {
+  llb_status st = llb_metrics_create(&am->metrics);
+  if (st == LLB_STATUS_OK) st = llb_metrics_add_const_label(am->metrics, "engine", am->common.engine_id);
+  if (st == LLB_STATUS_OK) st = llb_metrics_register_process(am->metrics);
+  if (st != LLB_STATUS_OK || am->common.metrics_port == 0) return st;
+  if (bus_metrics_http_start(am->common.metrics_host, am->common.metrics_port, am->metrics, &am->metrics_http) !=
+      LLB_STATUS_OK) {
+    char q[512];
+    LLB_LOG_WARN("metrics_listen_failed", "host=%s port=%d error=%s", am->common.metrics_host,
+                  (int)am->common.metrics_port, llb_log_quote(q, sizeof q, llb_err_last()));
+    return LLB_STATUS_OK;
+  }
+  LLB_LOG_INFO("metrics_listening", "host=%s port=%d path=/metrics", am->common.metrics_host,
+               bus_metrics_http_port(am->metrics_http));
+  return LLB_STATUS_OK;
+}
+
+static void metrics_stop(struct actor_main *am) {
+  bus_metrics_http_stop(am->metrics_http);
+  am->metrics_http = NULL;
+  llb_metrics_destroy(am->metrics);
+  am->metrics = NULL;
 }
 
 int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
@@ -258,10 +296,11 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
   int rc = parse_args(am, argc, argv);
   if (rc != ACTOR_MAIN_CONTINUE) return rc;
   llb_log_set_actor(spec->actor);
+  set_log_context(am);
   if (apply_log_level(am->common.log_level) != LLB_STATUS_OK ||
       bus_prefix_check(am->common.prefix) != LLB_STATUS_OK ||
       !bus_token_valid(am->common.engine_id) || !bus_token_valid(am->common.instance) ||
-      am->common.heartbeat_ms <= 0) {
+      am->common.heartbeat_ms <= 0 || am->common.metrics_port < 0 || am->common.metrics_port > 65535) {
     if (!bus_token_valid(am->common.engine_id))
       LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--engine-id '%s' is not a subject token",
                am->common.engine_id);
@@ -270,11 +309,18 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
                am->common.instance);
     else if (am->common.heartbeat_ms <= 0)
       LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--heartbeat-ms must be > 0");
+    else
+      LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--metrics-port must be in 0..65535");
     fprintf(stderr, "%s: %s\n", spec->actor, llb_err_last());
     return ACTOR_MAIN_EXIT_USAGE;
   }
+  if (metrics_start(am) != LLB_STATUS_OK) {
+    fprintf(stderr, "%s: %s\n", spec->actor, llb_err_last());
+    return ACTOR_MAIN_EXIT_FAILURE;
+  }
   if (spec->configure && spec->configure(am, spec->user) != LLB_STATUS_OK) {
     fprintf(stderr, "%s: %s\n", spec->actor, llb_err_last());
+    metrics_stop(am);
     return ACTOR_MAIN_EXIT_USAGE;
   }
 
@@ -284,12 +330,15 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
   o.name = spec->program ? spec->program : spec->actor;
   o.prefix = am->common.prefix;
   o.creds_file = am->common.creds_file;
+  o.metrics = am->metrics;
   llb_status st = bus_connect(&o, &am->bus);
   if (st != LLB_STATUS_OK) {
-    char q[512];
-    LLB_LOG_ERROR("connect_failed", "url=%s status=%s error=%s", am->common.nats_url,
-                  llb_strerror(st), llb_log_quote(q, sizeof q, llb_err_last()));
+    char q[512], u[512];
+    LLB_LOG_ERROR("connect_failed", "url=%s status=%s error=%s",
+                  llb_log_redact_url(u, sizeof u, am->common.nats_url), llb_strerror(st),
+                  llb_log_quote(q, sizeof q, llb_err_last()));
     if (spec->destroy) spec->destroy(am, spec->user);
+    metrics_stop(am);
     return ACTOR_MAIN_EXIT_FAILURE;
   }
   char url[256];
@@ -334,6 +383,7 @@ out:
   am->bus = NULL;
   geometry_watch_free(am->geometry_watch); /* no handler runs once the bus is gone */
   if (spec->destroy) spec->destroy(am, spec->user);
+  metrics_stop(am);
   /* The NATS client ends its threads after bus_destroy (the drain's closing thread releases
    * the connection last): wait for them, so none runs while the process exits. */
   if (bus_shutdown(ACTOR_MAIN_SHUTDOWN_WAIT_MS) != LLB_STATUS_OK) {

@@ -160,11 +160,8 @@ static void call_succeed(struct api_call *c) {
   int64_t prompt = 0;
   for (int32_t i = 0; i < c->resp.num_prompts; i++) prompt += c->resp.prompt_tokens[i] > 0 ? c->resp.prompt_tokens[i] : 0;
   double ttft = c->t_first_token_ns ? (double)(c->t_first_token_ns - c->t_start_ns) / 1e9 : -1;
-  double itl = c->gen_tokens > 1 && c->t_last_token_ns > c->t_first_token_ns
-                   ? (double)(c->t_last_token_ns - c->t_first_token_ns) / 1e9 / (double)(c->gen_tokens - 1)
-                   : -1;
   api_metrics_request_succeeded(a->metrics, reason ? reason : "stop", prompt, c->resp.completion_tokens, ttft,
-                                 itl, (double)(now - c->t_start_ns) / 1e9);
+                                 (double)(now - c->t_start_ns) / 1e9);
   LLB_LOG_INFO("request_done", "id=%s prompt_tokens=%lld completion_tokens=%lld e2e_ms=%.1f", c->resp.id,
                (long long)prompt, (long long)c->resp.completion_tokens, (double)(now - c->t_start_ns) / 1e6);
   call_free(c);
@@ -231,6 +228,10 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
   }
   int64_t added = c->resp.completion_tokens - before;
   if (added > 0) {
+    if (c->t_last_token_ns) /* one sample per token gap: `added` tokens came after this gap */
+      api_metrics_observe_itl(c->a->metrics, (double)(now - c->t_last_token_ns) / 1e9 / (double)added, added);
+    else if (added > 1) /* tokens that came with the first one */
+      api_metrics_observe_itl(c->a->metrics, 0.0, added - 1);
     if (!c->t_first_token_ns) c->t_first_token_ns = now;
     c->t_last_token_ns = now;
     c->gen_tokens += added;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "actors/output_processor/output_processor.h"
+#include "actors/output_processor/request_metrics.h"
 #include "base/log.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -21,6 +22,7 @@
 struct outproc_actor {
   struct tokenizer *tok;
   struct outproc_t *proc;
+  struct outproc_request_metrics *metrics; /* NULL = none */
   struct bus *bus;
   char engine_id[BUS_TOKEN_MAX + 1];
   char outputs_subject[BUS_SUBJECT_MAX];
@@ -52,6 +54,8 @@ llb_status outproc_actor_create(const struct outproc_actor_options *o, struct ou
   if (st == LLB_STATUS_OK) st = tokenizer_load(f, &a->tok);
   gguf_close(f);
   if (st == LLB_STATUS_OK) st = outproc_create(a->tok, &a->proc);
+  if (st == LLB_STATUS_OK && o->metrics) st = outproc_request_metrics_create(o->metrics, &a->metrics);
+  if (st == LLB_STATUS_OK && a->metrics) outproc_set_stats_hooks(a->proc, outproc_request_metrics_hooks(), a->metrics);
   if (st != LLB_STATUS_OK) {
     outproc_actor_destroy(a);
     return st;
@@ -66,6 +70,7 @@ void outproc_actor_destroy(struct outproc_actor *a) {
   outproc_result_free(&a->res);
   outproc_result_free(&a->scratch);
   outproc_destroy(a->proc);
+  outproc_request_metrics_destroy(a->metrics);
   tokenizer_destroy(a->tok);
   free(a->aborts);
   llb_buf_free(&a->buf);
@@ -307,6 +312,7 @@ static void handle_output(struct outproc_actor *a, const struct llb_engine_core_
       .stop_token_id = eo->stop_token_id,
       .num_cached_tokens = eo->num_cached_tokens,
       .scheduled_time_ns = eo->scheduled_time_ns,
+      .queued_time_ns = eo->queued_time_ns,
       .timestamp_ns = outs->timestamp > 0 ? (int64_t)(outs->timestamp * 1e9) : 0,
   };
   int64_t unknown_before = a->res.num_unknown;

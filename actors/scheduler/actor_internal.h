@@ -10,6 +10,7 @@
 
 #include "actors/scheduler/actor.h"
 #include "actors/scheduler/actor_wire.h"
+#include "actors/scheduler/engine_metrics.h"
 #include "bus/peer_watch.h"
 #include "bus/subject.h"
 #include "schemas/engine_core_outputs.h"
@@ -84,6 +85,7 @@ struct scheduler_actor {
   bool kv_reset_pending; /* the worker failed: its KV contents are unknown, so the next KV
                             step tells the kv_manager to drop its prefix cache */
   int64_t last_stats_ns;
+  struct sched_engine_metrics *metrics; /* step thread: series and the engine_stats line */
   /* the last failed execute: the worker answered with an error (not a timeout or a bus
    * failure), and the request it blamed ("" none); sched_step_failed isolates it */
   bool worker_error;
@@ -100,6 +102,7 @@ struct scheduler_actor {
   bool exec_stop;                           /* under exec_mu: the actor stops, stop waiting */
   bool exec_sync_init;
   uint64_t exec_pending[2];
+  int64_t exec_sent_ns[2]; /* llb_now_ns() when each pending step was sent */
   int32_t num_exec_pending;
   uint64_t last_applied_step;
 
