@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -15,6 +16,7 @@
 #include "bus/bus.h"
 
 struct bus_sub;
+struct otlp_exporter;
 
 struct bus {
   natsConnection *nc;
@@ -44,7 +46,19 @@ struct bus {
   bus_heartbeat_fn hb_fn;
   void *hb_user;
   char hb_subject[BUS_SUBJECT_MAX];
+
+  /* span.c: the tracer (NULL = tracing off) and where batches are published */
+  struct otlp_exporter *_Atomic tracer;
+  atomic_bool trace_publish_closed;
+  char trace_subject[BUS_SUBJECT_MAX];
 };
+
+/* ---- span.c ---- */
+
+/* Stops publishing trace batches (the connection is about to go). */
+void bus_tracing_close_publish(struct bus *b);
+/* Flushes and frees the tracer; after every handler and the loop thread ended. */
+void bus_tracing_stop(struct bus *b);
 
 /* ---- bus_loop.c ---- */
 

@@ -1,5 +1,6 @@
 #include "bus/trace.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -44,10 +45,37 @@ static void random_hex_id(char *out, size_t num_bytes) {
   out[2 * num_bytes] = '\0';
 }
 
+/* The ratio's bits (a double in a 64-bit atomic): read on every new trace. */
+static _Atomic uint64_t sample_ratio_bits = 0x3FF0000000000000ull; /* 1.0 */
+
+void bus_trace_set_sample_ratio(double ratio) {
+  if (!(ratio >= 0.0)) ratio = 0.0; /* NaN too */
+  if (ratio > 1.0) ratio = 1.0;
+  uint64_t bits;
+  memcpy(&bits, &ratio, sizeof bits);
+  atomic_store(&sample_ratio_bits, bits);
+}
+
+bool bus_trace_id_sampled(const char *trace_id, double ratio) {
+  if (ratio >= 1.0) return true;
+  if (!(ratio > 0.0)) return false;
+  uint64_t low = 0;
+  for (int i = 16; i < 32; i++) {
+    int v = trace_id[i] >= 'a' ? trace_id[i] - 'a' + 10 : trace_id[i] - '0';
+    low = low << 4 | (uint64_t)(v & 15);
+  }
+  /* bound = ratio * 2^64, computed in long double to keep the low bits of small ratios */
+  long double bound = (long double)ratio * 18446744073709551616.0L;
+  return (long double)low < bound;
+}
+
 void bus_trace_new(struct bus_trace_ctx *out) {
   random_hex_id(out->trace_id, 16);
   random_hex_id(out->span_id, 8);
-  out->flags = 0x01;
+  uint64_t bits = atomic_load(&sample_ratio_bits);
+  double ratio;
+  memcpy(&ratio, &bits, sizeof ratio);
+  out->flags = bus_trace_id_sampled(out->trace_id, ratio) ? 0x01 : 0x00;
 }
 
 void bus_trace_child(const struct bus_trace_ctx *parent, struct bus_trace_ctx *child) {
