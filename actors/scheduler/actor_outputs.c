@@ -71,6 +71,7 @@ static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output
   o->queued_time_ns = m->queued_time_ns;
   o->scheduled_time_ns = m->scheduled_time_ns;
   o->first_token_time_ns = m->first_token_time_ns;
+  sched_trace_fill_output(m, o);
   if (!m->first_sent) {
     o->prompt_token_ids = m->prompt;
     o->num_prompt_token_ids = m->num_prompt;
@@ -102,7 +103,10 @@ static void fill_rejected(struct llb_engine_core_output *o, struct req_meta *m) 
 void sched_actor_publish_outputs(struct scheduler_actor *a, uint64_t step, bool with_step) {
   const struct sched_engine_outputs *lists[2] = {&a->eo_side, with_step ? &a->eo : NULL};
   int64_t n = a->num_rejected + a->eo_side.num_outputs + (with_step ? a->eo.num_outputs : 0);
-  if (n == 0) return;
+  if (n == 0) {
+    sched_trace_steps_done(a, step, with_step);
+    return;
+  }
   if (sched_wire_grow((void **)&a->outs, &a->cap_outs, n, sizeof(*a->outs)) != LLB_STATUS_OK) {
     LLB_LOG_ERROR("outputs_dropped", "step=%llu outputs=%lld reason=out_of_memory",
                   (unsigned long long)step, (long long)n);
@@ -144,6 +148,7 @@ cleanup:
   a->num_rejected = 0;
   sched_engine_outputs_clear(&a->eo_side, step);
   sched_engine_outputs_clear(&a->eo, step);
+  sched_trace_steps_done(a, step, with_step);
 }
 
 void sched_actor_publish_stats(struct scheduler_actor *a) {
