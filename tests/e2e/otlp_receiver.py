@@ -116,3 +116,41 @@ class Receiver:
         self.server.shutdown()
         self.server.server_close()
         return False
+
+
+def main():
+    """Standalone: `python tests/e2e/otlp_receiver.py [--port 4318] [--quiet]` receives exports
+    until SIGINT / SIGTERM, printing one line per span (trace id, service, name, duration,
+    parent) unless --quiet, then a summary line (exports, spans, invalid exports)."""
+    import argparse
+    import signal
+    import sys
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--port", type=int, default=4318)
+    ap.add_argument("--quiet", action="store_true")
+    a = ap.parse_args()
+    rx = Receiver()
+    rx.server.server_close()
+    rx.server = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), rx.server.RequestHandlerClass)
+    rx.thread = threading.Thread(target=rx.server.serve_forever, daemon=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    printed = 0
+    with rx:
+        print(f"listening on http://127.0.0.1:{a.port}/v1/traces", flush=True)
+        while not done.wait(0.2):
+            with rx.lock:
+                new, printed = rx.spans[printed:], len(rx.spans)
+            for s in [] if a.quiet else new:
+                print(f"{s['trace_id']} {s['service']:<16} {s['name']:<28} "
+                      f"{(s['end_ns'] - s['start_ns']) / 1e6:9.3f} ms  span {s['span_id']} parent "
+                      f"{s['parent_span_id'] or '-'}", flush=True)
+    print(f"exports={rx.exports} spans={len(rx.spans)} invalid_exports={len(rx.errors)}", flush=True)
+    for e in rx.errors[:5]:
+        print(f"invalid: {e}", file=sys.stderr)
+    return 1 if rx.errors else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
