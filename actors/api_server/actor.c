@@ -85,16 +85,18 @@ static void detach_http(struct api_call *c) {
  * valid one (its sampled flag decides), else the root of a new trace sampled by the head
  * ratio. Its context goes on every message the call sends and back on the response's
  * `traceparent` header (same trace id), so a client can find its trace. */
-static void trace_begin(struct api_call *c, struct evhttp_request *req, enum api_endpoint ep) {
+static void trace_begin(struct api_call *c, struct evhttp_request *req) {
   struct evkeyvalq *in = evhttp_request_get_input_headers(req);
   const char *tp = evhttp_find_header(in, BUS_TRACEPARENT_HEADER);
   struct bus_trace_ctx parent;
   bool have_parent = tp && bus_traceparent_parse(tp, &parent) == LLB_STATUS_OK;
   if (!have_parent) llb_err_clear();
   bus_span_begin(&c->span, have_parent ? &parent : NULL, "http", BUS_SPAN_KIND_SERVER);
-  bus_span_attr_str(&c->span, "http.request.method", "POST");
-  bus_span_attr_str(&c->span, "url.path", evhttp_request_get_uri(req));
-  bus_span_attr_int(&c->span, "llmbus.endpoint", (int64_t)ep);
+  bus_span_attr_str(&c->span, "http.request.method",
+                    evhttp_request_get_command(req) == EVHTTP_REQ_GET ? "GET" : "POST");
+  const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+  const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+  bus_span_attr_str(&c->span, "url.path", path ? path : "");
   char out[BUS_TRACEPARENT_LEN + 1];
   evhttp_add_header(evhttp_request_get_output_headers(req), BUS_TRACEPARENT_HEADER,
                     bus_traceparent_format(&c->span.ctx, out, sizeof out));
@@ -447,7 +449,7 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
   }
   c->a = a;
   c->t_start_ns = llb_now_ns();
-  trace_begin(c, req, ep);
+  trace_begin(c, req);
   struct api_parse_options po = {.served_model = a->model_name};
   bool tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT;
   if (tok ? api_tokenize_parse(ep, body, len, model, &po, &c->tok, &e) != LLB_STATUS_OK

@@ -362,6 +362,9 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
   bus_span_attr_str(&proc, "llmbus.request_id", pr.requests[0].parent_request_id);
   bus_span_attr_int(&proc, "llmbus.num_prompt_tokens", pr.num_prompt_tokens);
   bus_span_attr_int(&proc, "llmbus.n", pr.num_requests);
+  /* the work is done when the request is handed to the engine, which may answer before
+   * publish returns: ending here keeps this span inside the request span */
+  proc.end_unix_ns = llb_wall_ns();
   st = publish_children(a, &req, &pr, &proc.ctx, &rt);
   if (st != LLB_STATUS_OK) {
     LLB_LOG_ERROR("engine_publish_failed", "request_id=%s error=%s", pr.requests[0].parent_request_id,

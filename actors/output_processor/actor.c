@@ -373,7 +373,7 @@ static const struct out_trace *out_trace_find(const struct out_trace *tr, int32_
 
 /* The request span R, recorded once its last RequestOutput is out (vLLM's do_tracing). */
 static void record_request_span(struct outproc_actor *a, const struct out_trace *t,
-                                const struct outproc_request_output *o) {
+                                const struct outproc_request_output *o, int64_t end_ns) {
   struct bus_span r;
   memset(&r, 0, sizeof r);
   r.ctx = t->ctx;
@@ -381,6 +381,7 @@ static void record_request_span(struct outproc_actor *a, const struct out_trace 
   snprintf(r.name, sizeof r.name, "llm_request");
   r.kind = BUS_SPAN_KIND_SERVER;
   r.start_unix_ns = t->start_ns;
+  r.end_unix_ns = end_ns;
   r.error = o->error[0] != '\0';
   bus_span_attr_str(&r, "llmbus.request_id", o->request_id);
   bus_span_attr_int(&r, "gen_ai.usage.input_tokens", o->metrics.num_prompt_tokens);
@@ -404,12 +405,16 @@ static void flush_results(struct outproc_actor *a, struct llb_arena *arena, cons
     struct bus_span reply;
     if (t) bus_span_begin(&reply, &t->ctx, "output_processor.reply", BUS_SPAN_KIND_PRODUCER);
     llb_status st = to_wire(o, arena, &ro);
+    /* The last reply ends the request span, and with it the reply span, when it is handed to
+     * the bus: the client may see it (and end its own span) before publish returns. */
+    const int64_t handed_ns = llb_wall_ns();
     if (st == LLB_STATUS_OK) st = publish_output(a, o->reply_to, &ro, t ? &reply.ctx : span);
     if (t) {
       reply.error = st != LLB_STATUS_OK;
+      if (o->finished) reply.end_unix_ns = handed_ns > reply.start_unix_ns ? handed_ns : reply.start_unix_ns;
       bus_span_attr_int(&reply, "llmbus.finished", o->finished);
       bus_span_end(a->bus, &reply);
-      if (o->finished) record_request_span(a, t, o);
+      if (o->finished) record_request_span(a, t, o, reply.end_unix_ns);
     }
     if (st == LLB_STATUS_TOO_LARGE && !o->finished) handle_too_large(a, o, span);
   }

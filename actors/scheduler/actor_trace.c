@@ -173,9 +173,9 @@ static void child_span(struct bus *bus, const struct bus_span *parent, const cha
   bus_span_end(bus, &c);
 }
 
-void sched_trace_steps_done(struct scheduler_actor *a, uint64_t step, bool with_step) {
+void sched_trace_steps_done(struct scheduler_actor *a, uint64_t step, bool with_step, int64_t end_ns) {
   if (!with_step) return;
-  const int64_t now = llb_wall_ns();
+  const int64_t now = end_ns;
   for (int i = 0; i < SCHED_TRACE_STEPS; i++) {
     struct sched_step_trace *r = a->trace_steps[i];
     if (!r || !r->used || r->step > step) continue;

@@ -41,9 +41,10 @@ void sched_trace_fill_wire(struct scheduler_actor *a, uint64_t step, struct llb_
 /* The worker round trip of `step`: sent / its reply received. */
 void sched_trace_exec_sent(struct scheduler_actor *a, uint64_t step);
 void sched_trace_exec_received(struct scheduler_actor *a, uint64_t step);
-/* The outputs of `step` were published (with_step: a step was applied): ends the spans of it
- * and of older steps (those forgotten after a failure end in error). */
-void sched_trace_steps_done(struct scheduler_actor *a, uint64_t step, bool with_step);
+/* The outputs of `step` are about to be published (with_step: a step was applied): ends the
+ * spans of it and of older steps (those forgotten after a failure end in error) at end_ns,
+ * taken before the publish, so that they end before anything downstream of it. */
+void sched_trace_steps_done(struct scheduler_actor *a, uint64_t step, bool with_step, int64_t end_ns);
 /* Frees the step records. */
 void sched_trace_free(struct scheduler_actor *a);
 

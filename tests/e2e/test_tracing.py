@@ -29,13 +29,18 @@ ENGINE_ACTORS = {"input_processor", "scheduler", "gpu_worker", "output_processor
 
 
 def wait_for(receiver, trace_id, pred, timeout_s=15.0):
+    """The trace's spans once `pred` holds and no span came for 0.6 s (each actor exports every
+    200 ms, at its own time): the trace is then complete."""
     deadline = time.monotonic() + timeout_s
+    spans, seen, since = [], -1, time.monotonic()
     while time.monotonic() < deadline:
         spans = receiver.trace(trace_id)
-        if pred(spans):
-            return spans
+        if len(spans) != seen:
+            seen, since = len(spans), time.monotonic()
+        elif pred(spans) and time.monotonic() - since >= 0.6:
+            break
         time.sleep(0.1)
-    return receiver.trace(trace_id)
+    return spans
 
 
 def check_tree(spans, remote_parent):
@@ -173,7 +178,7 @@ def main():
             r, num_steps = check_request_span(spans, by_id)
             assert by_id[r["parent_span_id"]] is root
             http_ns = root["end_ns"] - root["start_ns"]
-            assert 0.9 * e2e_ns <= http_ns <= e2e_ns, f"http span {http_ns / 1e6:.1f} ms, client {e2e_ns / 1e6:.1f} ms"
+            assert abs(http_ns - e2e_ns) <= 0.1 * e2e_ns, f"http span {http_ns / 1e6:.1f} ms, client {e2e_ns / 1e6:.1f} ms"
             assert r["end_ns"] - r["start_ns"] >= 0.9 * http_ns
             print(f"     http trace {trace_id}: {len(spans)} spans, {num_steps} steps, client {e2e_ns / 1e6:.1f} ms,"
                   f" http {http_ns / 1e6:.1f} ms, llm_request {(r['end_ns'] - r['start_ns']) / 1e6:.1f} ms")
@@ -206,7 +211,7 @@ def main():
             root, by_id = check_tree(spans, r["parent_span_id"])  # the CLI's span is the remote parent
             assert root is r and len(r["parent_span_id"]) == 16
             check_request_span(spans, by_id)
-            assert r["end_ns"] - r["start_ns"] <= e2e_ns
+            assert r["end_ns"] - r["start_ns"] <= 1.1 * e2e_ns
 
         def nats_request_without_traceparent_starts_a_trace():
             sys.path.insert(0, os.path.join(os.path.dirname(stack.llmbus), "..", "schemas", "python"))
