@@ -8,9 +8,9 @@
 
 static const char hex_digits[] = "0123456789abcdef";
 
-/* Random bytes from the kernel; falls back to a clock-seeded xorshift only if getrandom
- * fails (it does not on Linux >= 3.17), so an id is never all zero. */
-static void random_bytes(uint8_t *buf, size_t n) {
+/* Bytes from the kernel; falls back to a clock-seeded xorshift only if getrandom fails (it
+ * does not on Linux >= 3.17). */
+static void kernel_random_bytes(uint8_t *buf, size_t n) {
   size_t got = 0;
   while (got < n) {
     ssize_t r = getrandom(buf + got, n - got, 0);
@@ -27,6 +27,38 @@ static void random_bytes(uint8_t *buf, size_t n) {
       x ^= x << 17;
       buf[got] = (uint8_t)x;
     }
+  }
+}
+
+/* Ids need to be unique and unpredictable enough to not collide, not secret: one
+ * xoshiro256** generator per thread (Blackman & Vigna), seeded from the kernel on first use,
+ * instead of a getrandom(2) system call for each of the several spans a decode step makes. */
+static _Thread_local uint64_t rng_state[4];
+static _Thread_local bool rng_seeded;
+
+static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(void) {
+  if (!rng_seeded) {
+    do kernel_random_bytes((uint8_t *)rng_state, sizeof rng_state);
+    while (!(rng_state[0] | rng_state[1] | rng_state[2] | rng_state[3]));
+    rng_seeded = true;
+  }
+  uint64_t *s = rng_state;
+  const uint64_t result = rotl64(s[1] * 5, 7) * 9, t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl64(s[3], 45);
+  return result;
+}
+
+static void random_bytes(uint8_t *buf, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t v = rng_next();
+    memcpy(buf + i, &v, n - i < 8 ? n - i : 8);
   }
 }
 

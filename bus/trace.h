@@ -14,7 +14,8 @@
  * context (msg->trace), derives its own span with bus_trace_child() (same trace-id, new
  * span-id) and passes that to the calls it makes; the bus puts it on the wire unchanged.
  *
- * Thread-safety: all functions are reentrant; random ids come from getrandom(2).
+ * Thread-safety: all functions are reentrant; random ids come from a per-thread xoshiro256**
+ * generator seeded by getrandom(2).
  */
 #ifndef LLB_BUS_TRACE_H
 #define LLB_BUS_TRACE_H

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The cost of tracing on batch-1 decode (issue 15): `llmbus-bench engine` against a stack with
 # tracing off and one with every actor exporting at sample ratio 1.0 to an OTLP/HTTP receiver
-# (tests/e2e/otlp_receiver.py, which validates every export), in one run, A/B interleaved
+# (tests/e2e/otlp_receiver.py; --validate makes it parse every export, a cost on the same
+# CPUs, otherwise it only counts them), in one run, A/B interleaved
 # (off/on, then on/off, ...), each run starting its own stack. Prints the medians over the
 # repeats of the decode step (wall clock) and of the stack's CPU time per step, and the cost.
-#   ops/bench/trace-cost.sh [--repeats N] [--tokens N]    (B=build-release/cmd, M=model)
+#   ops/bench/trace-cost.sh [--repeats N] [--tokens N] [--validate]   (B=build-release/cmd, M=model)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-build-release/cmd}
@@ -12,18 +13,20 @@ M=${M:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 PY=${PY:-.venv/bin/python}
 REPEATS=5
 TOKENS=128
+SINK=--no-validate
 while [ $# -gt 0 ]; do
   case "$1" in
     --repeats) REPEATS=$2; shift 2 ;;
     --tokens) TOKENS=$2; shift 2 ;;
-    *) echo "usage: $0 [--repeats N] [--tokens N]" >&2; exit 2 ;;
+    --validate) SINK=""; shift ;;
+    *) echo "usage: $0 [--repeats N] [--tokens N] [--validate]" >&2; exit 2 ;;
   esac
 done
 [ -x "$B/llmbus-bench" ] || { echo "$B/llmbus-bench missing: make build-release" >&2; exit 1; }
 [ -x "$PY" ] || { echo "$PY missing: make venv" >&2; exit 1; }
 tmp=$(mktemp -d)
 port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$PY" tests/e2e/otlp_receiver.py --port "$port" --quiet >"$tmp/receiver.log" 2>&1 &
+"$PY" tests/e2e/otlp_receiver.py --port "$port" --quiet $SINK >"$tmp/receiver.log" 2>&1 &
 rx=$!
 trap 'kill $rx 2>/dev/null || true; rm -rf "$tmp"' EXIT
 sleep 1

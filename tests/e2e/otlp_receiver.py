@@ -48,7 +48,9 @@ def _attr_value(v):
 
 
 class Receiver:
-    def __init__(self):
+    def __init__(self, validate=True):
+        self.validate = validate  # False: count the bytes only (a cheap sink for benchmarks)
+        self.bytes = 0
         self.spans = []
         self.errors = []
         self.exports = 0
@@ -56,6 +58,8 @@ class Receiver:
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as collectors do
+
             def do_POST(self):  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 try:
@@ -63,7 +67,12 @@ class Receiver:
                         raise ValueError(f"path {self.path}")
                     if not self.headers.get("Content-Type", "").startswith("application/json"):
                         raise ValueError(f"Content-Type {self.headers.get('Content-Type')}")
-                    receiver._add(_validate(json.loads(body)))
+                    if receiver.validate:
+                        receiver._add(_validate(json.loads(body)))
+                    else:
+                        with receiver.lock:
+                            receiver.exports += 1
+                            receiver.bytes += len(body)
                     code, out = 200, b"{}"
                 except Exception as e:  # noqa: BLE001 - every invalid export is a test failure
                     with receiver.lock:
@@ -128,8 +137,9 @@ def main():
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--port", type=int, default=4318)
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--no-validate", action="store_true", help="only count exports (a cheap sink)")
     a = ap.parse_args()
-    rx = Receiver()
+    rx = Receiver(validate=not a.no_validate)
     rx.server.server_close()
     rx.server = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), rx.server.RequestHandlerClass)
     rx.thread = threading.Thread(target=rx.server.serve_forever, daemon=True)
@@ -146,7 +156,8 @@ def main():
                 print(f"{s['trace_id']} {s['service']:<16} {s['name']:<28} "
                       f"{(s['end_ns'] - s['start_ns']) / 1e6:9.3f} ms  span {s['span_id']} parent "
                       f"{s['parent_span_id'] or '-'}", flush=True)
-    print(f"exports={rx.exports} spans={len(rx.spans)} invalid_exports={len(rx.errors)}", flush=True)
+    print(f"exports={rx.exports} spans={len(rx.spans)} bytes={rx.bytes} invalid_exports={len(rx.errors)}",
+          flush=True)
     for e in rx.errors[:5]:
         print(f"invalid: {e}", file=sys.stderr)
     return 1 if rx.errors else 0
