@@ -222,8 +222,6 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
   return NULL;
 }
 
-/* Publishes every child of `pr` to the engine. On a failed publish the children already
- * sent are aborted and the error is returned. */
 /* The request span ("llm_request") of a traced request: its context, parent and start go
  * into every EngineCoreRequest; the output processor records it when the request ends. */
 struct request_trace {
@@ -232,6 +230,9 @@ struct request_trace {
   char parent_span_id[17];
   int64_t start_ns;
 };
+
+/* Publishes every child of `pr` to the engine. On a failed publish the children already
+ * sent are aborted and the error is returned. */
 
 static llb_status publish_children(struct inproc_actor *a, const struct inproc_generate_request *req,
                                    const struct inproc_processed *pr, const struct bus_trace_ctx *span,
