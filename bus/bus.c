@@ -376,6 +376,7 @@ void bus_destroy(struct bus *b) {
     for (struct bus_sub *s = b->subs; s; s = s->next)
       if (s->fn) wait_flag(b, &s->complete, BUS_CLOSE_WAIT_MS);
   }
+  bus_tracing_close_publish(b);
   while (b->subs) {
     struct bus_sub *s = b->subs;
     b->subs = s->next;
@@ -388,6 +389,7 @@ void bus_destroy(struct bus *b) {
     event_active(b->loop_stop_ev, EV_READ, 0);
     pthread_join(b->loop_thread, NULL);
   }
+  bus_tracing_stop(b); /* no handler and no loop callback records a span any more */
   for (int i = 0; i < 2; i++)
     if (b->stop_pipe[i] >= 0) close(b->stop_pipe[i]);
   if (!detached) {

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -16,6 +17,7 @@
 #include "bus/bus.h"
 
 struct bus_sub;
+struct otlp_exporter;
 
 struct bus {
   natsConnection *nc;
@@ -51,7 +53,18 @@ struct bus {
 
   /* bus histograms (bus_options.metrics; NULL = not recorded), label subject */
   struct llb_metric *m_request, *m_receive, *m_handler;
+  /* span.c: the tracer (NULL = tracing off) and where batches are published */
+  struct otlp_exporter *_Atomic tracer;
+  atomic_bool trace_publish_closed;
+  char trace_subject[BUS_SUBJECT_MAX];
 };
+
+/* ---- span.c ---- */
+
+/* Stops publishing trace batches (the connection is about to go). */
+void bus_tracing_close_publish(struct bus *b);
+/* Flushes and frees the tracer; after every handler and the loop thread ended. */
+void bus_tracing_stop(struct bus *b);
 
 /* ---- bus_loop.c ---- */
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "bus/span.h"
 #include "bus/subject.h"
 #include "schemas/control.h"
 
@@ -51,7 +52,7 @@ static llb_status parse_double(const char *value, double *out) {
 }
 
 /* The common flags as a table over am->common, so one parser serves both lists. */
-enum { NUM_COMMON_FLAGS = 10 };
+enum { NUM_COMMON_FLAGS = 13 };
 static void common_flags_table(struct actor_main *am, struct actor_flag *t) {
   struct actor_common_flags *c = &am->common;
   const struct actor_flag table[NUM_COMMON_FLAGS] = {
@@ -67,6 +68,12 @@ static void common_flags_table(struct actor_main *am, struct actor_flag *t) {
       {"heartbeat-ms", ACTOR_FLAG_KIND_INT64, &c->heartbeat_ms, "heartbeat interval, ms", NULL},
       {"metrics-port", ACTOR_FLAG_KIND_INT32, &c->metrics_port, "Prometheus GET /metrics port (0 = none)", NULL},
       {"metrics-host", ACTOR_FLAG_KIND_STRING, &c->metrics_host, "address of the metrics listener", NULL},
+      {"otlp-endpoint", ACTOR_FLAG_KIND_STRING, &c->otlp_endpoint,
+       "export spans as OTLP/HTTP JSON to URL/v1/traces (http://host:port)", NULL},
+      {"trace-sample-ratio", ACTOR_FLAG_KIND_DOUBLE, &c->trace_sample_ratio,
+       "fraction of new traces sampled (requests arriving with a traceparent keep its flag)", NULL},
+      {"trace-publish", ACTOR_FLAG_KIND_BOOL, &c->trace_publish,
+       "also publish span batches (OTLP JSON) on <prefix>.trace.<actor>", NULL},
   };
   memcpy(t, table, sizeof table);
 }
@@ -238,6 +245,7 @@ static void init_common(struct actor_main *am) {
       .heartbeat_ms = 2000,
       .metrics_port = 0,
       .metrics_host = "127.0.0.1",
+      .trace_sample_ratio = 1.0,
   };
 }
 
@@ -300,7 +308,8 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
   if (apply_log_level(am->common.log_level) != LLB_STATUS_OK ||
       bus_prefix_check(am->common.prefix) != LLB_STATUS_OK ||
       !bus_token_valid(am->common.engine_id) || !bus_token_valid(am->common.instance) ||
-      am->common.heartbeat_ms <= 0 || am->common.metrics_port < 0 || am->common.metrics_port > 65535) {
+      am->common.heartbeat_ms <= 0 || am->common.metrics_port < 0 || am->common.metrics_port > 65535 ||
+      !(am->common.trace_sample_ratio >= 0 && am->common.trace_sample_ratio <= 1)) {
     if (!bus_token_valid(am->common.engine_id))
       LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--engine-id '%s' is not a subject token",
                am->common.engine_id);
@@ -309,8 +318,10 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
                am->common.instance);
     else if (am->common.heartbeat_ms <= 0)
       LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--heartbeat-ms must be > 0");
-    else
+    else if (am->common.metrics_port < 0 || am->common.metrics_port > 65535)
       LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--metrics-port must be in 0..65535");
+    else
+      LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--trace-sample-ratio must be in [0, 1]");
     fprintf(stderr, "%s: %s\n", spec->actor, llb_err_last());
     return ACTOR_MAIN_EXIT_USAGE;
   }
@@ -340,6 +351,22 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
     if (spec->destroy) spec->destroy(am, spec->user);
     metrics_stop(am);
     return ACTOR_MAIN_EXIT_FAILURE;
+  }
+  bus_trace_set_sample_ratio(am->common.trace_sample_ratio);
+  struct bus_tracing_options to;
+  bus_tracing_options_init(&to);
+  to.otlp_endpoint = am->common.otlp_endpoint;
+  to.publish = am->common.trace_publish;
+  to.service_name = spec->actor;
+  to.instance = am->common.instance;
+  to.engine_id = am->common.engine_id;
+  st = bus_tracing_start(am->bus, &to);
+  if (st != LLB_STATUS_OK) { /* a bad endpoint URL: a usage error, said before anything runs */
+    fprintf(stderr, "%s: %s\n", spec->actor, llb_err_last());
+    bus_destroy(am->bus);
+    if (spec->destroy) spec->destroy(am, spec->user);
+    (void)bus_shutdown(ACTOR_MAIN_SHUTDOWN_WAIT_MS);
+    return ACTOR_MAIN_EXIT_USAGE;
   }
   char url[256];
   bus_connected_url(am->bus, url, sizeof url);

@@ -24,7 +24,8 @@
  * Common flags: --nats URL (nats://127.0.0.1:4222), --prefix (llm), --engine-id (0),
  * --instance (<hostname>-<pid>), --model PATH (the build's default model), --creds FILE,
  * --log-level debug|info|warn|error (info), --heartbeat-ms (2000), --metrics-port (0 = none),
- * --metrics-host (127.0.0.1), --help.
+ * --metrics-host (127.0.0.1), --otlp-endpoint URL (spans as OTLP/HTTP JSON to URL/v1/traces),
+ * --trace-sample-ratio R (1.0), --trace-publish, --help.
  *
  * Threading: actor_main_exec runs on the main thread; start/stop/destroy run there too.
  * actor_main_set_ready / _set_inflight are atomic and callable from any thread.
@@ -75,6 +76,9 @@ struct actor_common_flags {
   int64_t heartbeat_ms;
   int32_t metrics_port;     /* 0 = no metrics listener */
   const char *metrics_host;
+  const char *otlp_endpoint; /* NULL = no OTLP export (bus/span.h) */
+  double trace_sample_ratio; /* head sampling of the traces this actor starts, [0, 1] */
+  bool trace_publish;        /* also publish span batches on <prefix>.trace.<actor> */
 };
 
 /* The running main, handed to the hooks. */

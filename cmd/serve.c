@@ -67,6 +67,9 @@ static const struct {
     {"router", true, A_IN, "cache-aware | least-loaded | random: how input processors pick an engine"},
     {"prefix", true, A_ALL, "subject prefix (default llm)"},
     {"log-level", true, A_ALL, "debug | info | warn | error"},
+    {"otlp-endpoint", true, A_ALL, "every actor exports its spans as OTLP/HTTP JSON to URL/v1/traces"},
+    {"trace-sample-ratio", true, A_ALL, "fraction of new traces sampled (head sampling; default 1.0)"},
+    {"trace-publish", false, A_ALL, "every actor also publishes its span batches on <prefix>.trace.<actor>"},
     {"heartbeat-ms", true, A_ALL,
      "heartbeat interval of every actor (a worker / kv_manager silent for 3 is dead; default 2000)"},
 };

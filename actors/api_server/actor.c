@@ -81,9 +81,31 @@ static void detach_http(struct api_call *c) {
   c->req = NULL;
 }
 
+/* The "http" span of a call: a child of the client's `traceparent` header when it carries a
+ * valid one (its sampled flag decides), else the root of a new trace sampled by the head
+ * ratio. Its context goes on every message the call sends and back on the response's
+ * `traceparent` header (same trace id), so a client can find its trace. */
+static void trace_begin(struct api_call *c, struct evhttp_request *req) {
+  struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+  const char *tp = evhttp_find_header(in, BUS_TRACEPARENT_HEADER);
+  struct bus_trace_ctx parent;
+  bool have_parent = tp && bus_traceparent_parse(tp, &parent) == LLB_STATUS_OK;
+  if (!have_parent) llb_err_clear();
+  bus_span_begin(&c->span, have_parent ? &parent : NULL, "http", BUS_SPAN_KIND_SERVER);
+  bus_span_attr_str(&c->span, "http.request.method",
+                    evhttp_request_get_command(req) == EVHTTP_REQ_GET ? "GET" : "POST");
+  const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+  const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+  bus_span_attr_str(&c->span, "url.path", path ? path : "");
+  char out[BUS_TRACEPARENT_LEN + 1];
+  evhttp_add_header(evhttp_request_get_output_headers(req), BUS_TRACEPARENT_HEADER,
+                    bus_traceparent_format(&c->span.ctx, out, sizeof out));
+}
+
 static void call_free(struct api_call *c) {
   struct api_actor *a = c->a;
   detach_http(c);
+  bus_span_end(a->bus, &c->span);
   for (int32_t i = 0; i < c->num_subs; i++) table_remove(a, &c->subs[i]);
   if (c->prev) c->prev->next = c->next;
   else a->calls = c->next;
@@ -119,6 +141,8 @@ static bool all_subs_settled(const struct api_call *c) {
 static void call_fail(struct api_call *c, const struct api_error *e) {
   struct api_actor *a = c->a;
   LLB_LOG_WARN("request_failed", "id=%s status=%d error=\"%.200s\"", c->resp.id, e->http_status, e->message);
+  c->span.error = true;
+  bus_span_attr_int(&c->span, "http.response.status_code", e->http_status);
   abort_running(c);
   if (c->req) {
     struct evhttp_request *req = c->req;
@@ -426,6 +450,7 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
   }
   c->a = a;
   c->t_start_ns = llb_now_ns();
+  trace_begin(c, req);
   struct api_parse_options po = {.served_model = a->model_name};
   bool tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT;
   if (tok ? api_tokenize_parse(ep, body, len, model, &po, &c->tok, &e) != LLB_STATUS_OK
@@ -485,7 +510,7 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
     llb_status st = llb_generate_request_encode_buf(&gr, &a->enc);
     if (st == LLB_STATUS_OK) {
       struct bus_out_msg m = {.subject = tok ? a->tokenize_subject : a->generate_subject, .reply = reply,
-                              .data = a->enc.data, .len = a->enc.len};
+                              .data = a->enc.data, .len = a->enc.len, .trace = &c->span.ctx};
       st = bus_publish_msg(a->bus, &m);
     }
     if (st != LLB_STATUS_OK) {

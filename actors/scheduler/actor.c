@@ -188,6 +188,7 @@ static void on_request(struct bus *bus, const struct bus_msg *msg, void *user) {
   m->priority = r.priority;
   m->arrival_time = r.arrival_time;
   m->queued_time_ns = llb_wall_ns();
+  sched_trace_request_init(m, &r);
   pthread_mutex_lock(&a->mu);
   if (a->intake_tail) a->intake_tail->next = m;
   else a->intake_head = m;
@@ -398,6 +399,8 @@ enum plan_result {
  * the ids the worker must drop for the next SchedulerOutput; a failure forgets every step in
  * flight (their replies are dropped by step number). *did: a round trip was made. */
 static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
+  const int64_t plan_ns = llb_wall_ns();
+  int64_t kv_ns[2] = {0, 0};
   llb_status st = sched_schedule(a->sched, &a->out, &a->kv);
   if (st) {
     a->num_exec_pending = 0;
@@ -406,7 +409,10 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
   }
   if (a->kv.num_ops > 0) {
     *did = true;
-    if ((st = kv_round_trip(a))) {
+    kv_ns[0] = llb_wall_ns();
+    st = kv_round_trip(a);
+    kv_ns[1] = llb_wall_ns();
+    if (st) {
       atomic_fetch_add(&a->c_kv_fail, 1);
       a->num_exec_pending = 0;
       carry_all(a);
@@ -434,6 +440,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
     carry_all(a);
     return PLAN_EMPTY;
   }
+  sched_trace_step_planned(a, plan_ns, kv_ns[0], kv_ns[1]);
   return PLAN_READY;
 }
 
@@ -693,6 +700,7 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   free(a->rejected);
   sched_actor_health_free(a);
   sched_actor_execute_free(a);
+  sched_trace_free(a);
   sched_destroy(a->sched);
   sched_engine_metrics_destroy(a->metrics);
   sched_output_free(&a->out);

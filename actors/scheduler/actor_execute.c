@@ -99,6 +99,7 @@ static llb_status encode_step(struct scheduler_actor *a) {
   llb_status st = sched_wire_scheduler_output(&a->wire, &a->out, &a->carry_finished,
                                               &a->carry_preempted, &a->carry_free_mm, &m);
   if (st) return st;
+  sched_trace_fill_wire(a, a->out.step, a->wire.scheduled, m.num_scheduled_reqs);
   int64_t now = llb_wall_ns();
   for (int32_t i = 0; i < a->out.num_new_reqs; i++) {
     int64_t at = sched_actor_map_find(a, a->out.new_reqs[i].req_id);
@@ -148,6 +149,7 @@ llb_status sched_actor_execute_send(struct scheduler_actor *a) {
   snprintf(reply_to, sizeof reply_to, "%s.%" PRIu64, a->exec_inbox, a->out.step);
   struct bus_out_msg m = {.subject = a->subj_execute, .reply = reply_to, .data = a->buf.data,
                           .len = a->buf.len};
+  sched_trace_exec_sent(a, a->out.step);
   st = bus_publish_msg(a->bus, &m);
   if (st) return st;
   carries_sent(a);
@@ -226,8 +228,10 @@ llb_status sched_actor_execute_receive(struct scheduler_actor *a) {
     else if (reply->len == 0) /* a NATS status (503: no worker listens), not a ModelRunnerOutput */
       st = LLB_ERRF(LLB_STATUS_NOT_FOUND, "no responders on %s (status %s)", a->subj_execute,
                     reply->status[0] ? reply->status : "none");
-    else
+    else {
+      sched_trace_exec_received(a, want);
       st = apply_reply(a, reply->data, reply->len);
+    }
     if (reply->step == want) /* published with a reply subject: the bus cannot time it itself */
       bus_record_request_latency(a->bus, a->subj_execute, (double)(reply->received_ns - sent_ns) / 1e9);
     free(reply);

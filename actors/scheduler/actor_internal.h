@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "actors/scheduler/actor.h"
+#include "actors/scheduler/actor_trace.h"
 #include "actors/scheduler/actor_wire.h"
 #include "actors/scheduler/engine_metrics.h"
 #include "bus/peer_watch.h"
@@ -36,6 +37,7 @@ struct req_meta {
   struct req_meta *next;  /* intake list */
   llb_status reject_status; /* admission refused: the error output carries it */
   char reject_message[256];
+  struct sched_req_trace trace; /* actor_trace.c */
 };
 
 struct scheduler_actor {
@@ -112,6 +114,8 @@ struct scheduler_actor {
   uint64_t peer_fail_gen;           /* under exec_mu: failures detected so far */
   uint64_t peer_fail_seen;          /* under exec_mu: failures the step thread acted on */
   char peer_fail_what[384];         /* under exec_mu: the last detection, for the step's log */
+
+  struct sched_step_trace *trace_steps[SCHED_TRACE_STEPS]; /* actor_trace.c, step thread */
 
   atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub,
       c_enc_fail, c_peer_fail;
