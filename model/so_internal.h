@@ -42,6 +42,7 @@ struct so_node {
 };
 
 struct so_grammar {
+  uint64_t id;           /* unique in the process: keys the vocabulary's mask cache */
   struct so_node *nodes; /* [n_nodes], owned */
   int32_t n_nodes;
   int32_t root;

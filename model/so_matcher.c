@@ -54,17 +54,26 @@ static bool push(struct so_stack *st, uint8_t kind, int32_t node) {
   return true;
 }
 
+/* Counts past every bound they are compared with are clamped, so that states that behave
+ * the same are equal (fewer stacks, and the vocabulary's mask cache hits inside long
+ * strings and arrays). */
+static uint32_t clamp_count(uint32_t n, int64_t min, int64_t max) {
+  return max < 0 && (int64_t)n > min ? (uint32_t)min : n;
+}
+
 /* Pops a finished value and tells its container. */
-static void pop_value(struct so_stack *st) {
+static void pop_value(const struct so_grammar *g, struct so_stack *st) {
   st->depth--;
   if (st->depth == 0) return;
   struct so_frame *p = &st->f[st->depth - 1];
   if (p->kind == SO_FR_OBJECT && p->phase == OB_VALUE) p->phase = OB_AFTER;
   else if (p->kind == SO_FR_ARRAY && p->phase == AR_VALUE) {
-    p->n++;
+    const struct so_node *nd = &g->nodes[p->node];
+    p->n = clamp_count(p->n + 1, nd->min_items, nd->max_items);
     p->phase = AR_AFTER;
   }
 }
+
 
 static bool is_hex(uint8_t b) {
   return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
@@ -234,7 +243,7 @@ static void feed_object(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   case OB_FIRST:
   case OB_AFTER:
     if (b == '}' && object_required_done(nd, f)) {
-      pop_value(st);
+      pop_value(c->g, st);
       emit(c, st);
     } else if (f->phase == OB_FIRST && b == '"' && object_key_possible(nd, f)) {
       f->phase = OB_COLON; /* set for real when the key closes */
@@ -285,7 +294,7 @@ static void feed_key(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
     if ((k->mask >> i & 1u) && nd->props[i].name_len > k->n && (uint8_t)nd->props[i].name[k->n] == b)
       m |= 1ull << i;
   k->mask = m;
-  k->n++;
+  k->n = m ? k->n + 1 : 0; /* no name matches: the position no longer matters */
   if (!(k->flags & SO_KEY_FREE) && (m & ~obj->mask) == 0) return;
   emit(c, st);
 }
@@ -304,7 +313,7 @@ static void feed_array(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   case AR_FIRST:
   case AR_AFTER:
     if (b == ']' && can_close) {
-      pop_value(st);
+      pop_value(c->g, st);
       emit(c, st);
     } else if (f->phase == AR_FIRST && b != ']' && can_add) {
       f->phase = AR_VALUE;
@@ -333,10 +342,10 @@ static void feed_string(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   case STR_REJECT: return;
   case STR_CLOSE:
     if ((int64_t)f->n < nd->min_length) return;
-    pop_value(st);
+    pop_value(c->g, st);
     emit(c, st);
     return;
-  case STR_CHAR: f->n++; /* fall through */
+  case STR_CHAR: f->n = clamp_count(f->n + 1, nd->min_length, nd->max_length); /* fall through */
   case STR_CONT: emit(c, st); return;
   }
 }
@@ -353,7 +362,7 @@ static void feed_number(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
     emit(c, &cont);
   }
   if (num_complete(f->phase) && st->depth > 1) {
-    pop_value(st);
+    pop_value(c->g, st);
     feed(c, st, b);
   }
 }
@@ -373,7 +382,7 @@ static void feed_lit(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
     emit(c, &cont);
   }
   if (done && st->depth > 1) {
-    pop_value(st);
+    pop_value(c->g, st);
     feed(c, st, b);
   }
 }

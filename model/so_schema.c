@@ -2,6 +2,7 @@
  * What a keyword asks that the matcher cannot enforce is refused (UNSUPPORTED, naming it)
  * rather than ignored, so an output that passes the matcher validates against the schema. */
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -362,11 +363,14 @@ void so_grammar_destroy(struct so_grammar *g) {
   free(g);
 }
 
+static atomic_uint_fast64_t next_grammar_id = 1;
+
 static llb_status compiler_init(struct compiler *c) {
   memset(c, 0, sizeof(*c));
   c->any = -1;
   c->g = calloc(1, sizeof(*c->g));
   if (!c->g) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "grammar");
+  c->g->id = atomic_fetch_add(&next_grammar_id, 1);
   return LLB_STATUS_OK;
 }
 

@@ -7,6 +7,19 @@
 #include "model/so_internal.h"
 #include "model/tokenizer.h"
 
+/* Masks of recent states: inside a string or between array elements the state repeats
+ * (counts are clamped, so_matcher.c), and the mask is then a copy. */
+#define SO_MASK_CACHE_ENTRIES 32
+
+struct mask_entry {
+  uint64_t hash;
+  uint8_t *key; /* grammar id + the state's stacks, owned */
+  size_t key_len;
+  uint32_t *mask; /* [words], owned */
+  int32_t allowed;
+  uint64_t last_used; /* 0 = empty */
+};
+
 struct so_vocab {
   int32_t n_vocab;
   char *bytes;         /* all pieces back to back, owned */
@@ -16,7 +29,62 @@ struct so_vocab {
   uint8_t *is_eog;     /* [n_vocab] */
   int32_t max_len;     /* longest piece */
   struct so_state *walk; /* [max_len + 1] scratch of so_vocab_fill_mask (one caller at a time) */
+  uint8_t *key;          /* scratch: the cache key of the state being masked */
+  struct mask_entry cache[SO_MASK_CACHE_ENTRIES];
+  uint64_t clock;
 };
+
+/* Serializes (grammar, state) into v->key; returns its length. */
+static size_t state_key(struct so_vocab *v, const struct so_matcher *m) {
+  uint8_t *p = v->key;
+  memcpy(p, &m->g->id, sizeof(m->g->id));
+  p += sizeof(m->g->id);
+  for (int32_t i = 0; i < m->cur.n; i++) {
+    const struct so_stack *s = &m->cur.s[i];
+    memcpy(p, &s->depth, sizeof(s->depth));
+    p += sizeof(s->depth);
+    memcpy(p, s->f, sizeof(struct so_frame) * (size_t)s->depth);
+    p += sizeof(struct so_frame) * (size_t)s->depth;
+  }
+  return (size_t)(p - v->key);
+}
+
+static uint64_t fnv1a(const uint8_t *p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static size_t mask_words(const struct so_vocab *v) { return ((size_t)v->n_vocab + 31) / 32; }
+
+static struct mask_entry *cache_find(struct so_vocab *v, uint64_t hash, size_t len) {
+  for (int i = 0; i < SO_MASK_CACHE_ENTRIES; i++) {
+    struct mask_entry *e = &v->cache[i];
+    if (e->last_used && e->hash == hash && e->key_len == len && memcmp(e->key, v->key, len) == 0) return e;
+  }
+  return NULL;
+}
+
+/* Keeps bitmask as the mask of the key in v->key, over the least recently used entry.
+ * Best effort: without memory nothing is cached. */
+static void cache_store(struct so_vocab *v, uint64_t hash, size_t len, const uint32_t *bitmask, int32_t allowed) {
+  struct mask_entry *e = &v->cache[0];
+  for (int i = 1; i < SO_MASK_CACHE_ENTRIES; i++)
+    if (v->cache[i].last_used < e->last_used) e = &v->cache[i];
+  if (!e->mask) e->mask = malloc(sizeof(uint32_t) * mask_words(v));
+  uint8_t *key = realloc(e->key, len);
+  if (!e->mask || !key) {
+    e->last_used = 0;
+    return;
+  }
+  e->key = key;
+  memcpy(e->key, v->key, len);
+  e->key_len = len;
+  e->hash = hash;
+  memcpy(e->mask, bitmask, sizeof(uint32_t) * mask_words(v));
+  e->allowed = allowed;
+  e->last_used = ++v->clock;
+}
 
 struct sort_item {
   const uint8_t *p;
@@ -68,7 +136,8 @@ llb_status so_vocab_create(int32_t n_vocab, const char *const *pieces, const siz
   v->offsets[n_vocab] = total;
   v->bytes = malloc(total ? total : 1);
   v->walk = malloc(sizeof(struct so_state) * ((size_t)v->max_len + 1));
-  if (!v->bytes || !v->walk) goto oom;
+  v->key = malloc(sizeof(uint64_t) + sizeof(struct so_state));
+  if (!v->bytes || !v->walk || !v->key) goto oom;
   for (int32_t i = 0; i < n_vocab; i++) memcpy(v->bytes + v->offsets[i], pieces[i], lens[i]);
   for (int32_t i = 0; i < n_eog; i++) {
     if (eog_ids[i] < 0 || eog_ids[i] >= n_vocab) {
@@ -127,13 +196,26 @@ void so_vocab_destroy(struct so_vocab *v) {
   free(v->sorted);
   free(v->is_eog);
   free(v->walk);
+  free(v->key);
+  for (int i = 0; i < SO_MASK_CACHE_ENTRIES; i++) {
+    free(v->cache[i].key);
+    free(v->cache[i].mask);
+  }
   free(v);
 }
 
 int32_t so_vocab_size(const struct so_vocab *v) { return v->n_vocab; }
 
 int32_t so_vocab_fill_mask(struct so_vocab *v, const struct so_matcher *m, uint32_t *bitmask) {
-  memset(bitmask, 0, sizeof(uint32_t) * (((size_t)v->n_vocab + 31) / 32));
+  size_t key_len = state_key(v, m);
+  uint64_t hash = fnv1a(v->key, key_len);
+  struct mask_entry *hit = cache_find(v, hash, key_len);
+  if (hit) {
+    memcpy(bitmask, hit->mask, sizeof(uint32_t) * mask_words(v));
+    hit->last_used = ++v->clock;
+    return hit->allowed;
+  }
+  memset(bitmask, 0, sizeof(uint32_t) * mask_words(v));
   int32_t allowed = 0;
   if (so_matcher_is_complete(m))
     for (int32_t i = 0; i < v->n_vocab; i++)
@@ -170,6 +252,7 @@ int32_t so_vocab_fill_mask(struct so_vocab *v, const struct so_matcher *m, uint3
       allowed++;
     }
   }
+  cache_store(v, hash, key_len, bitmask, allowed);
   return allowed;
 }
 
