@@ -20,9 +20,15 @@ enum { NU_START, NU_MINUS, NU_ZERO, NU_INT, NU_DOT, NU_FRAC, NU_EXP, NU_EXP_SIGN
 #define SO_KEY_FREE 0x80u
 #define SO_NUMBER_MAX_BYTES 40u /* a longer number is not useful output; bounds loops */
 
+/* anyOf expansions per byte and stack: a hostile schema (a DAG of anyOf over shared $refs)
+ * could otherwise make one byte cost exponential time. Past it readings are dropped, which
+ * only narrows what may follow. */
+#define SO_MAX_EXPANSIONS 512
+
 struct feed_ctx {
   const struct so_grammar *g;
   struct so_state *out;
+  int32_t expansions;
 };
 
 static const struct so_node *node_of(const struct feed_ctx *c, int32_t i) { return &c->g->nodes[i]; }
@@ -204,6 +210,7 @@ static void feed_value(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   struct so_frame *f = &st->f[st->depth - 1];
   const struct so_node *nd = node_of(c, f->node);
   if (nd->kind == SO_NODE_ANY_OF) {
+    if (++c->expansions > SO_MAX_EXPANSIONS) return;
     struct so_stack alt;
     for (int32_t i = 0; i < nd->n_children; i++) {
       stack_copy(&alt, st);
@@ -409,6 +416,7 @@ bool so_state_feed(const struct so_grammar *g, const struct so_state *src, uint8
   dst->n = 0;
   for (int32_t i = 0; i < src->n; i++) {
     stack_copy(&scratch, &src->s[i]);
+    c.expansions = 0;
     feed(&c, &scratch, b);
   }
   return dst->n > 0;

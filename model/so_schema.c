@@ -348,6 +348,29 @@ static llb_status compile(struct compiler *c, json_t *s, int depth, int32_t *out
   return any_node(c, out);
 }
 
+/* An anyOf that reaches itself through anyOf alone ({"$ref": "#"} at the root, two $defs
+ * naming each other) would let the matcher expand forever without reading a byte. DFS
+ * colours: 0 unseen, 1 on the path, 2 done. */
+static bool any_of_cycle(const struct so_grammar *g, int32_t i, uint8_t *colour) {
+  if (g->nodes[i].kind != SO_NODE_ANY_OF || colour[i] == 2) return false;
+  if (colour[i] == 1) return true;
+  colour[i] = 1;
+  for (int32_t k = 0; k < g->nodes[i].n_children; k++)
+    if (any_of_cycle(g, g->nodes[i].children[k], colour)) return true;
+  colour[i] = 2;
+  return false;
+}
+
+static llb_status check_grammar(const struct so_grammar *g) {
+  uint8_t *colour = calloc((size_t)g->n_nodes, 1);
+  if (!colour) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "grammar check");
+  bool cycle = false;
+  for (int32_t i = 0; i < g->n_nodes && !cycle; i++) cycle = any_of_cycle(g, i, colour);
+  free(colour);
+  if (cycle) return LLB_ERRF(LLB_STATUS_MALFORMED, "schema $ref cycle that reads no input");
+  return LLB_STATUS_OK;
+}
+
 void so_grammar_destroy(struct so_grammar *g) {
   if (!g) return;
   for (int32_t i = 0; i < g->n_nodes; i++) {
@@ -392,6 +415,7 @@ llb_status so_grammar_compile_json_schema(const char *text, size_t len, struct s
   if (st != LLB_STATUS_OK) return st;
   c.root = parse_spec(text, len, "json schema", &st);
   if (c.root) st = compile(&c, c.root, 0, &c.g->root);
+  if (st == LLB_STATUS_OK) st = check_grammar(c.g);
   json_decref(c.root);
   if (st != LLB_STATUS_OK) {
     so_grammar_destroy(c.g);

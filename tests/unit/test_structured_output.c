@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -151,6 +152,9 @@ static void test_unenforceable_schemas_are_refused_naming_the_keyword(void **sta
       {"{\"type\":\"strin\"}", LLB_STATUS_MALFORMED, "strin"},
       {"{\"enum\":[]}", LLB_STATUS_MALFORMED, "enum"},
       {"{\"type\":\"object\"", LLB_STATUS_MALFORMED, "JSON"},
+      {"{\"$ref\":\"#\"}", LLB_STATUS_MALFORMED, "cycle"},
+      {"{\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/b\"},{\"type\":\"null\"}]},\"b\":"
+       "{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", LLB_STATUS_MALFORMED, "cycle"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     struct so_grammar *g = NULL;
@@ -163,6 +167,22 @@ static void test_unenforceable_schemas_are_refused_naming_the_keyword(void **sta
   memcpy(big, "{}", 2);
   struct so_grammar *g = NULL;
   assert_int_equal(so_grammar_compile_json_schema(big, sizeof(big), &g), LLB_STATUS_TOO_LARGE);
+}
+
+/* $defs d0..d24, each anyOf [d(i+1), d(i+1)]: 2^25 ways to reach the last one. Each byte
+ * must still cost bounded work, and the output still follow the schema. */
+static void test_exponential_any_of_dag_stays_bounded(void **state) {
+  (void)state;
+  char text[8192];
+  size_t n = (size_t)snprintf(text, sizeof(text), "{\"$defs\":{");
+  for (int i = 0; i < 25; i++)
+    n += (size_t)snprintf(text + n, sizeof(text) - n, "\"d%d\":{\"anyOf\":[{\"$ref\":\"#/$defs/d%d\"},"
+                          "{\"$ref\":\"#/$defs/d%d\"}]},", i, i + 1, i + 1);
+  n += (size_t)snprintf(text + n, sizeof(text) - n, "\"d25\":{\"type\":\"integer\"}},\"$ref\":\"#/$defs/d0\"}");
+  struct so_grammar *g = schema(text);
+  expect_valid(g, "-12");
+  expect_refused_at(g, "\"1\"", 0);
+  so_grammar_destroy(g);
 }
 
 static void test_choice_accepts_exactly_the_listed_strings(void **state) {
@@ -230,6 +250,7 @@ int main(void) {
       cmocka_unit_test(test_any_of_keeps_every_reading_until_one_is_ruled_out),
       cmocka_unit_test(test_recursive_ref),
       cmocka_unit_test(test_unenforceable_schemas_are_refused_naming_the_keyword),
+      cmocka_unit_test(test_exponential_any_of_dag_stays_bounded),
       cmocka_unit_test(test_choice_accepts_exactly_the_listed_strings),
       cmocka_unit_test(test_mask_matches_accept_and_gates_eos),
   };
