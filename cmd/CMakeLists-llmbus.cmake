@@ -6,7 +6,8 @@ target_include_directories(llmbus_supervisor PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(llmbus_supervisor PUBLIC llmbus_bus llmbus_base)
 
 add_executable(llmbus ${CMAKE_CURRENT_LIST_DIR}/llmbus.c ${CMAKE_CURRENT_LIST_DIR}/tokenize.c
-               ${CMAKE_CURRENT_LIST_DIR}/generate_inproc.c ${CMAKE_CURRENT_LIST_DIR}/perplexity.c
+               ${CMAKE_CURRENT_LIST_DIR}/generate_inproc.c ${CMAKE_CURRENT_LIST_DIR}/generate_structured.c
+               ${CMAKE_CURRENT_LIST_DIR}/perplexity.c
                ${CMAKE_CURRENT_LIST_DIR}/status.c)
-target_link_libraries(llmbus PRIVATE llmbus_cli_client llmbus_supervisor llmbus_sampler
+target_link_libraries(llmbus PRIVATE llmbus_cli_client llmbus_supervisor llmbus_sampler llmbus_structured_output
                       llmbus_model llmbus_bus llmbus_base PkgConfig::JANSSON)

@@ -10,7 +10,9 @@
  * text, token_ids (the stopping token included, as the engine's), finish_reason ("stop" or
  * "length") and stop_reason (the stopping token's id when it is not EOS, else null), finished.
  * Sampling defaults are vLLM's (temperature 1, top_p 1, ...); without --seed a seed is drawn
- * from the clock. A one-line timing summary goes to stderr.
+ * from the clock. A one-line timing summary goes to stderr. --json-object, --json-schema FILE
+ * and --choice JSON constrain the output with the structured-output mask
+ * (cmd/generate_structured.h): masked tokens get -inf before sampling.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -25,6 +27,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "cmd/commands.h"
+#include "cmd/generate_structured.h"
 #include "model/chat_template.h"
 #include "model/forward.h"
 #include "model/gguf.h"
@@ -45,19 +48,26 @@ struct inproc_opts {
   int32_t threads;
   enum llama_matmul_mode matmul; /* --numerics packed|ggml */
   struct llb_sampling_params sp;
+  bool json_object;               /* --json-object */
+  const char *json_schema_path;   /* --json-schema FILE */
+  const char *choice;             /* --choice JSON array of strings */
 };
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: llmbus generate --inproc --model M.gguf [--raw] [--temperature T] [--top-p P]\n"
           "         [--top-k K] [--min-p P] [--max-tokens N] [--seed S] [--threads N]\n"
-          "         [--system TEXT] [--chat-template NAME] [--numerics packed|ggml] [--json] \"prompt\"\n"
+          "         [--system TEXT] [--chat-template NAME] [--numerics packed|ggml] [--json]\n"
+          "         [--json-object | --json-schema FILE | --choice JSON] \"prompt\"\n"
           "Runs the model in this process (no bus) and streams the answer to stdout.\n"
           "  --raw          no chat template: the prompt is plain text to continue\n"
           "  --json         one JSON line at the end instead of the streamed text: prompt and\n"
           "                 output token ids, text, finish_reason, stop_reason\n"
           "  --chat-template  name a template instead of the model's (chatml, smollm2, llama3,\n"
           "                 mistral, mistral-v3, gemma, gemma3, phi3)\n"
+          "  --json-object  the output is a JSON object (OpenAI response_format json_object)\n"
+          "  --json-schema  the output is JSON valid against the JSON Schema in FILE\n"
+          "  --choice       the output is one of the strings of a JSON array (guided_choice)\n"
           "  --temperature  0 = greedy (default 1, as vLLM)\n"
           "  --max-tokens   default %d, capped by the context length\n"
           "  --seed         default: drawn from the clock\n"
@@ -101,6 +111,10 @@ static int parse_args(int argc, char **argv, struct inproc_opts *o) {
       o->json = true;
       continue;
     }
+    if (strcmp(a, "--json-object") == 0) {
+      o->json_object = true;
+      continue;
+    }
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       usage(stdout);
       return 1;
@@ -112,6 +126,8 @@ static int parse_args(int argc, char **argv, struct inproc_opts *o) {
     bool ok = true;
     if (strcmp(a, "--model") == 0) o->model_path = v;
     else if (strcmp(a, "--system") == 0) o->system = v;
+    else if (strcmp(a, "--json-schema") == 0) o->json_schema_path = v;
+    else if (strcmp(a, "--choice") == 0) o->choice = v;
     else if (strcmp(a, "--chat-template") == 0) o->chat_template = v;
     else if (strcmp(a, "--numerics") == 0)
       ok = !strcmp(v, "packed") || !strcmp(v, "ggml"), o->matmul = !strcmp(v, "ggml") ? LLAMA_MATMUL_GGML : LLAMA_MATMUL_PACKED;
@@ -185,6 +201,7 @@ struct inproc_run {
   int32_t num_blocks;
   char *text;           /* [text_cap] output text so far (--json) */
   size_t text_len, text_cap;
+  struct gen_structured structured;
 };
 
 /* Appends len bytes to r->text (--json). OUT_OF_MEMORY on failure. */
@@ -240,6 +257,7 @@ static int print_json(const struct inproc_run *r, int64_t n_prompt, int32_t n_ge
 }
 
 static void run_free(struct inproc_run *r) {
+  gen_structured_free(&r->structured);
   detok_stream_free(&r->detok);
   free(r->seq);
   free(r->positions);
@@ -285,6 +303,10 @@ int cmd_generate_inproc(int argc, char **argv) {
   if (gguf_open(o.model_path, &r.gguf) != LLB_STATUS_OK) { rc = fail_status("open model"); goto done; }
   if (tokenizer_load(r.gguf, &r.tok) != LLB_STATUS_OK) { rc = fail_status("tokenizer"); goto done; }
   if (llama_model_load(r.gguf, &r.model) != LLB_STATUS_OK) { rc = fail_status("model"); goto done; }
+  if (gen_structured_init(&r.structured, r.tok, o.json_object, o.json_schema_path, o.choice) != LLB_STATUS_OK) {
+    rc = fail_status("structured output");
+    goto done;
+  }
   if (encode_prompt(r.gguf, r.tok, &o, &prompt, &n_prompt) != LLB_STATUS_OK) {
     rc = fail_status("prompt");
     goto done;
@@ -333,9 +355,14 @@ int cmd_generate_inproc(int argc, char **argv) {
   int32_t n_out = 0, n_gen = 0, stop_token = -1;
   for (;;) {
     struct sampler_result res;
+    gen_structured_mask_logits(&r.structured, r.logits, cfg->vocab_size);
     if (sampler_sample(r.sampler, &o.sp, r.logits, r.seq, n_prompt, r.seq + n_prompt, n_out, 0,
                        n_out, &res) != LLB_STATUS_OK) {
       rc = fail_status("sample");
+      goto done;
+    }
+    if (gen_structured_accept(&r.structured, res.token_id) != LLB_STATUS_OK) {
+      rc = fail_status("structured output");
       goto done;
     }
     int32_t pos = (int32_t)n_prompt + n_out;

@@ -1,0 +1,109 @@
+/* Private to model/so_*.c: the compiled grammar (nodes) and the matcher's state (a set of
+ * pushdown stacks). Not public API. */
+#ifndef LLB_MODEL_SO_INTERNAL_H
+#define LLB_MODEL_SO_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/structured_output.h"
+
+enum so_node_kind {
+  SO_NODE_ANY_OF,   /* one of children */
+  SO_NODE_OBJECT,   /* props, required_mask, additional (-1 = closed) */
+  SO_NODE_ARRAY,    /* items, min_items, max_items */
+  SO_NODE_STRING,   /* min_length, max_length (code points) */
+  SO_NODE_NUMBER,   /* JSON number */
+  SO_NODE_INTEGER,  /* JSON number without fraction or exponent */
+  SO_NODE_LITERALS, /* exactly one of lits (serialized JSON, or raw text for choices) */
+};
+
+struct so_property {
+  char *name; /* the key as it appears between the quotes (JSON-escaped), owned */
+  size_t name_len;
+  int32_t node;
+};
+
+struct so_node {
+  enum so_node_kind kind;
+  struct so_property *props; /* [n_props], owned */
+  int32_t n_props;
+  uint64_t required_mask; /* bit i: props[i] required */
+  int32_t additional;     /* node of extra properties' values; -1 = none allowed */
+  int32_t items;          /* node of array elements */
+  int64_t min_items, max_items;   /* max -1 = unbounded */
+  int64_t min_length, max_length; /* max -1 = unbounded */
+  char **lits;                    /* [n_lits], owned */
+  size_t *lit_lens;               /* [n_lits], owned */
+  int32_t n_lits;
+  int32_t *children; /* [n_children], owned */
+  int32_t n_children;
+};
+
+struct so_grammar {
+  uint64_t id;           /* unique in the process: keys the vocabulary's mask cache */
+  struct so_node *nodes; /* [n_nodes], owned */
+  int32_t n_nodes;
+  int32_t root;
+};
+
+/* Frame kinds of a stack. */
+enum so_frame_kind {
+  SO_FR_VALUE,  /* a value of node, not started (anyOf not yet chosen) */
+  SO_FR_OBJECT, /* mask: properties seen; n2: property whose value is being read */
+  SO_FR_KEY,    /* a key of the object node below; mask: names still matching; n: bytes */
+  SO_FR_ARRAY,  /* n: elements so far */
+  SO_FR_STRING, /* n: code points so far */
+  SO_FR_NUMBER, /* phase: position in the number grammar; n: bytes */
+  SO_FR_LIT,    /* mask: literals still matching; n: bytes */
+};
+
+/* One frame; no padding, so stacks compare with memcmp. */
+struct so_frame {
+  int32_t node;
+  uint8_t kind;
+  uint8_t phase;
+  uint8_t aux;   /* strings: UTF-8 continuation bytes still due */
+  uint8_t flags; /* strings: bits 0-2 first-continuation rule; keys: bit 7 free-form key */
+  uint32_t n;
+  uint32_t n2;
+  uint64_t mask;
+};
+
+#define SO_MAX_DEPTH 40
+#define SO_MAX_STACKS 16
+
+struct so_stack {
+  int32_t depth;
+  struct so_frame f[SO_MAX_DEPTH];
+};
+
+/* The matcher's state: every stack a prefix of the output so far can be in. */
+struct so_state {
+  int32_t n;
+  struct so_stack s[SO_MAX_STACKS];
+};
+
+/* dst = the states after byte b from src (dst != src). Returns false when none (b not
+ * allowed). Only the used frames are copied. */
+bool so_state_feed(const struct so_grammar *g, const struct so_state *src, uint8_t b,
+                   struct so_state *dst);
+
+/* src is a complete value. */
+bool so_state_is_complete(const struct so_grammar *g, const struct so_state *src);
+
+/* The state at the start of g. */
+void so_state_init(const struct so_grammar *g, struct so_state *st);
+
+/* dst = src, copying only the used frames. */
+void so_state_copy(struct so_state *dst, const struct so_state *src);
+
+struct so_matcher {
+  const struct so_grammar *g;
+  struct so_state cur;
+  struct so_state tmp;
+  struct so_state tmp2;
+};
+
+#endif

@@ -1,0 +1,485 @@
+/* The byte-level pushdown matcher of structured output: a set of stacks (the grammar is
+ * ambiguous only where anyOf alternatives or a maybe-finished number/literal leave several
+ * readings open), each advanced byte by byte. Grammar of JSON: RFC 8259, compact. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+#include "model/so_internal.h"
+
+/* Object phases */
+enum { OB_OPEN, OB_FIRST, OB_COLON, OB_VALUE, OB_AFTER, OB_NEXT };
+/* Array phases */
+enum { AR_OPEN, AR_FIRST, AR_VALUE, AR_AFTER };
+/* String phases (keys share them) */
+enum { ST_OPEN, ST_BODY, ST_ESC, ST_U1, ST_U2, ST_U3, ST_U4, ST_UTF8 };
+/* Number phases */
+enum { NU_START, NU_MINUS, NU_ZERO, NU_INT, NU_DOT, NU_FRAC, NU_EXP, NU_EXP_SIGN, NU_EXP_DIGITS };
+
+#define SO_KEY_FREE 0x80u
+#define SO_NUMBER_MAX_BYTES 40u /* a longer number is not useful output; bounds loops */
+
+/* anyOf expansions per byte and stack: a hostile schema (a DAG of anyOf over shared $refs)
+ * could otherwise make one byte cost exponential time. Past it readings are dropped, which
+ * only narrows what may follow. */
+#define SO_MAX_EXPANSIONS 512
+
+struct feed_ctx {
+  const struct so_grammar *g;
+  struct so_state *out;
+  int32_t expansions;
+};
+
+static const struct so_node *node_of(const struct feed_ctx *c, int32_t i) { return &c->g->nodes[i]; }
+
+static void emit(struct feed_ctx *c, const struct so_stack *st) {
+  size_t bytes = (size_t)st->depth * sizeof(struct so_frame);
+  for (int32_t i = 0; i < c->out->n; i++) {
+    const struct so_stack *o = &c->out->s[i];
+    if (o->depth == st->depth && memcmp(o->f, st->f, bytes) == 0) return;
+  }
+  /* Dropping a reading only narrows what may follow: the output stays valid. */
+  if (c->out->n == SO_MAX_STACKS) return;
+  struct so_stack *d = &c->out->s[c->out->n++];
+  d->depth = st->depth;
+  memcpy(d->f, st->f, bytes);
+}
+
+static void stack_copy(struct so_stack *dst, const struct so_stack *src) {
+  dst->depth = src->depth;
+  memcpy(dst->f, src->f, (size_t)src->depth * sizeof(struct so_frame));
+}
+
+static bool push(struct so_stack *st, uint8_t kind, int32_t node) {
+  if (st->depth == SO_MAX_DEPTH) return false;
+  struct so_frame *f = &st->f[st->depth++];
+  memset(f, 0, sizeof(*f));
+  f->kind = kind;
+  f->node = node;
+  return true;
+}
+
+/* Counts past every bound they are compared with are clamped, so that states that behave
+ * the same are equal (fewer stacks, and the vocabulary's mask cache hits inside long
+ * strings and arrays). */
+static uint32_t clamp_count(uint32_t n, int64_t min, int64_t max) {
+  return max < 0 && (int64_t)n > min ? (uint32_t)min : n;
+}
+
+/* Pops a finished value and tells its container. */
+static void pop_value(const struct so_grammar *g, struct so_stack *st) {
+  st->depth--;
+  if (st->depth == 0) return;
+  struct so_frame *p = &st->f[st->depth - 1];
+  if (p->kind == SO_FR_OBJECT && p->phase == OB_VALUE) p->phase = OB_AFTER;
+  else if (p->kind == SO_FR_ARRAY && p->phase == AR_VALUE) {
+    const struct so_node *nd = &g->nodes[p->node];
+    p->n = clamp_count(p->n + 1, nd->min_items, nd->max_items);
+    p->phase = AR_AFTER;
+  }
+}
+
+
+static bool is_hex(uint8_t b) {
+  return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+}
+
+enum str_result { STR_REJECT, STR_CONT, STR_CHAR, STR_CLOSE };
+
+/* One byte of a JSON string body (after the opening quote). STR_CHAR: a code point ended. */
+static enum str_result str_step(struct so_frame *f, uint8_t b) {
+  switch (f->phase) {
+  case ST_BODY:
+    if (b == '"') return STR_CLOSE;
+    if (b == '\\') {
+      f->phase = ST_ESC;
+      return STR_CONT;
+    }
+    if (b < 0x20 || b == 0x7f) return STR_REJECT;
+    if (b < 0x80) return STR_CHAR;
+    /* UTF-8 lead bytes; flags: rule for the first continuation (RFC 3629 table) */
+    if (b >= 0xc2 && b <= 0xdf) f->aux = 1, f->flags = (uint8_t)(f->flags & ~7u);
+    else if (b >= 0xe0 && b <= 0xef) {
+      f->aux = 2;
+      f->flags = (uint8_t)((f->flags & ~7u) | (b == 0xe0 ? 1u : b == 0xed ? 2u : 0u));
+    } else if (b >= 0xf0 && b <= 0xf4) {
+      f->aux = 3;
+      f->flags = (uint8_t)((f->flags & ~7u) | (b == 0xf0 ? 3u : b == 0xf4 ? 4u : 0u));
+    } else return STR_REJECT;
+    f->phase = ST_UTF8;
+    return STR_CONT;
+  case ST_UTF8: {
+    uint8_t lo = 0x80, hi = 0xbf;
+    switch (f->flags & 7u) {
+    case 1: lo = 0xa0; break;
+    case 2: hi = 0x9f; break;
+    case 3: lo = 0x90; break;
+    case 4: hi = 0x8f; break;
+    default: break;
+    }
+    if (b < lo || b > hi) return STR_REJECT;
+    f->flags = (uint8_t)(f->flags & ~7u);
+    if (--f->aux > 0) return STR_CONT;
+    f->phase = ST_BODY;
+    return STR_CHAR;
+  }
+  case ST_ESC:
+    if (b == 'u') {
+      f->phase = ST_U1;
+      return STR_CONT;
+    }
+    if (!strchr("\"\\/bfnrt", b) || b == 0) return STR_REJECT;
+    f->phase = ST_BODY;
+    return STR_CHAR;
+  case ST_U1:
+    if (!is_hex(b)) return STR_REJECT;
+    f->aux = (b == 'd' || b == 'D'); /* D800-DFFF are surrogates: refused below */
+    f->phase = ST_U2;
+    return STR_CONT;
+  case ST_U2:
+    if (!is_hex(b)) return STR_REJECT;
+    if (f->aux && !(b >= '0' && b <= '7')) return STR_REJECT;
+    f->aux = 0;
+    f->phase = ST_U3;
+    return STR_CONT;
+  case ST_U3:
+    if (!is_hex(b)) return STR_REJECT;
+    f->phase = ST_U4;
+    return STR_CONT;
+  case ST_U4:
+    if (!is_hex(b)) return STR_REJECT;
+    f->phase = ST_BODY;
+    return STR_CHAR;
+  default: return STR_REJECT;
+  }
+}
+
+/* Number grammar; returns the next phase or -1. */
+static int num_step(int phase, uint8_t b, bool integer) {
+  bool digit = b >= '0' && b <= '9';
+  switch (phase) {
+  case NU_START:
+    if (b == '-') return NU_MINUS;
+    /* fall through */
+  case NU_MINUS: return b == '0' ? NU_ZERO : digit ? NU_INT : -1;
+  case NU_INT:
+    if (digit) return NU_INT;
+    /* fall through */
+  case NU_ZERO:
+    if (integer) return -1;
+    return b == '.' ? NU_DOT : (b == 'e' || b == 'E') ? NU_EXP : -1;
+  case NU_DOT: return digit ? NU_FRAC : -1;
+  case NU_FRAC:
+    if (digit) return NU_FRAC;
+    return (b == 'e' || b == 'E') ? NU_EXP : -1;
+  case NU_EXP:
+    if (b == '+' || b == '-') return NU_EXP_SIGN;
+    /* fall through */
+  case NU_EXP_SIGN:
+  case NU_EXP_DIGITS: return digit ? NU_EXP_DIGITS : -1;
+  default: return -1;
+  }
+}
+
+static bool num_complete(int phase) {
+  return phase == NU_ZERO || phase == NU_INT || phase == NU_FRAC || phase == NU_EXP_DIGITS;
+}
+
+/* Literals of node still matching after n bytes with candidates mask: is one exactly done? */
+static bool lit_complete(const struct so_node *nd, uint64_t mask, uint32_t n) {
+  for (int32_t i = 0; i < nd->n_lits; i++)
+    if ((mask >> i & 1u) && nd->lit_lens[i] == n) return true;
+  return false;
+}
+
+static bool object_required_done(const struct so_node *nd, const struct so_frame *f) {
+  return (f->mask & nd->required_mask) == nd->required_mask;
+}
+
+/* Can another key still come? (an unused property, or free-form ones) */
+static bool object_key_possible(const struct so_node *nd, const struct so_frame *f) {
+  if (nd->additional >= 0) return true;
+  uint64_t all = nd->n_props == 64 ? ~0ull : ((1ull << nd->n_props) - 1);
+  return (f->mask & all) != all;
+}
+
+static void feed(struct feed_ctx *c, struct so_stack *st, uint8_t b);
+
+static void feed_value(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
+  struct so_frame *f = &st->f[st->depth - 1];
+  const struct so_node *nd = node_of(c, f->node);
+  if (nd->kind == SO_NODE_ANY_OF) {
+    if (++c->expansions > SO_MAX_EXPANSIONS) return;
+    struct so_stack alt;
+    for (int32_t i = 0; i < nd->n_children; i++) {
+      stack_copy(&alt, st);
+      alt.f[alt.depth - 1].node = nd->children[i];
+      feed_value(c, &alt, b);
+    }
+    return;
+  }
+  static const uint8_t kinds[] = {
+      [SO_NODE_OBJECT] = SO_FR_OBJECT, [SO_NODE_ARRAY] = SO_FR_ARRAY,
+      [SO_NODE_STRING] = SO_FR_STRING, [SO_NODE_NUMBER] = SO_FR_NUMBER,
+      [SO_NODE_INTEGER] = SO_FR_NUMBER, [SO_NODE_LITERALS] = SO_FR_LIT};
+  f->kind = kinds[nd->kind];
+  f->phase = 0;
+  f->mask = nd->kind == SO_NODE_LITERALS ? (nd->n_lits == 64 ? ~0ull : (1ull << nd->n_lits) - 1) : 0;
+  feed(c, st, b);
+}
+
+static void start_key(struct feed_ctx *c, struct so_stack *st, const struct so_node *nd, int32_t obj_node) {
+  if (!push(st, SO_FR_KEY, obj_node)) return;
+  struct so_frame *k = &st->f[st->depth - 1];
+  k->phase = ST_BODY;
+  k->mask = nd->n_props == 64 ? ~0ull : (1ull << nd->n_props) - 1;
+  if (nd->additional >= 0) k->flags = SO_KEY_FREE;
+  emit(c, st);
+}
+
+static void feed_object(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
+  struct so_frame *f = &st->f[st->depth - 1];
+  const struct so_node *nd = node_of(c, f->node);
+  switch (f->phase) {
+  case OB_OPEN:
+    if (b != '{') return;
+    f->phase = OB_FIRST;
+    emit(c, st);
+    return;
+  case OB_FIRST:
+  case OB_AFTER:
+    if (b == '}' && object_required_done(nd, f)) {
+      pop_value(c->g, st);
+      emit(c, st);
+    } else if (f->phase == OB_FIRST && b == '"' && object_key_possible(nd, f)) {
+      f->phase = OB_COLON; /* set for real when the key closes */
+      start_key(c, st, nd, f->node);
+    } else if (f->phase == OB_AFTER && b == ',' && object_key_possible(nd, f)) {
+      f->phase = OB_NEXT;
+      emit(c, st);
+    }
+    return;
+  case OB_NEXT:
+    if (b != '"') return;
+    f->phase = OB_COLON;
+    start_key(c, st, nd, f->node);
+    return;
+  case OB_COLON: {
+    if (b != ':') return;
+    int32_t prop = (int32_t)f->n2;
+    int32_t value = prop >= 0 ? nd->props[prop].node : nd->additional;
+    f->phase = OB_VALUE;
+    if (!push(st, SO_FR_VALUE, value)) return;
+    emit(c, st);
+    return;
+  }
+  default: return;
+  }
+}
+
+static void feed_key(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
+  struct so_frame *k = &st->f[st->depth - 1];
+  struct so_frame *obj = &st->f[st->depth - 2];
+  const struct so_node *nd = node_of(c, k->node);
+  bool was_body = k->phase == ST_BODY;
+  if (was_body && b == '"') {
+    int32_t match = -1;
+    for (int32_t i = 0; i < nd->n_props && match < 0; i++)
+      if ((k->mask >> i & 1u) && nd->props[i].name_len == k->n) match = i;
+    if (match >= 0 && (obj->mask >> match & 1u)) return; /* a property twice */
+    if (match < 0 && !(k->flags & SO_KEY_FREE)) return;
+    if (match >= 0) obj->mask |= 1ull << match;
+    obj->n2 = (uint32_t)match;
+    st->depth--;
+    emit(c, st);
+    return;
+  }
+  if (str_step(k, b) == STR_REJECT) return;
+  uint64_t m = 0;
+  for (int32_t i = 0; i < nd->n_props; i++)
+    if ((k->mask >> i & 1u) && nd->props[i].name_len > k->n && (uint8_t)nd->props[i].name[k->n] == b)
+      m |= 1ull << i;
+  k->mask = m;
+  k->n = m ? k->n + 1 : 0; /* no name matches: the position no longer matters */
+  if (!(k->flags & SO_KEY_FREE) && (m & ~obj->mask) == 0) return;
+  emit(c, st);
+}
+
+static void feed_array(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
+  struct so_frame *f = &st->f[st->depth - 1];
+  const struct so_node *nd = node_of(c, f->node);
+  bool can_close = (int64_t)f->n >= nd->min_items;
+  bool can_add = nd->max_items < 0 || (int64_t)f->n < nd->max_items;
+  switch (f->phase) {
+  case AR_OPEN:
+    if (b != '[') return;
+    f->phase = AR_FIRST;
+    emit(c, st);
+    return;
+  case AR_FIRST:
+  case AR_AFTER:
+    if (b == ']' && can_close) {
+      pop_value(c->g, st);
+      emit(c, st);
+    } else if (f->phase == AR_FIRST && b != ']' && can_add) {
+      f->phase = AR_VALUE;
+      if (push(st, SO_FR_VALUE, nd->items)) feed(c, st, b);
+    } else if (f->phase == AR_AFTER && b == ',' && can_add) {
+      f->phase = AR_VALUE;
+      if (push(st, SO_FR_VALUE, nd->items)) emit(c, st);
+    }
+    return;
+  default: return;
+  }
+}
+
+static void feed_string(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
+  struct so_frame *f = &st->f[st->depth - 1];
+  const struct so_node *nd = node_of(c, f->node);
+  if (f->phase == ST_OPEN) {
+    if (b != '"') return;
+    f->phase = ST_BODY;
+    emit(c, st);
+    return;
+  }
+  bool full = nd->max_length >= 0 && (int64_t)f->n >= nd->max_length;
+  if (f->phase == ST_BODY && b != '"' && full) return;
+  switch (str_step(f, b)) {
+  case STR_REJECT: return;
+  case STR_CLOSE:
+    if ((int64_t)f->n < nd->min_length) return;
+    pop_value(c->g, st);
+    emit(c, st);
+    return;
+  case STR_CHAR: f->n = clamp_count(f->n + 1, nd->min_length, nd->max_length); /* fall through */
+  case STR_CONT: emit(c, st); return;
+  }
+}
+
+static void feed_number(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
+  struct so_frame *f = &st->f[st->depth - 1];
+  const struct so_node *nd = node_of(c, f->node);
+  int next = num_step(f->phase, b, nd->kind == SO_NODE_INTEGER);
+  if (next >= 0 && f->n < SO_NUMBER_MAX_BYTES) {
+    struct so_stack cont;
+    stack_copy(&cont, st);
+    cont.f[cont.depth - 1].phase = (uint8_t)next;
+    cont.f[cont.depth - 1].n++;
+    emit(c, &cont);
+  }
+  if (num_complete(f->phase) && st->depth > 1) {
+    pop_value(c->g, st);
+    feed(c, st, b);
+  }
+}
+
+static void feed_lit(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
+  struct so_frame *f = &st->f[st->depth - 1];
+  const struct so_node *nd = node_of(c, f->node);
+  uint64_t m = 0;
+  for (int32_t i = 0; i < nd->n_lits; i++)
+    if ((f->mask >> i & 1u) && nd->lit_lens[i] > f->n && (uint8_t)nd->lits[i][f->n] == b) m |= 1ull << i;
+  bool done = lit_complete(nd, f->mask, f->n);
+  if (m) {
+    struct so_stack cont;
+    stack_copy(&cont, st);
+    cont.f[cont.depth - 1].mask = m;
+    cont.f[cont.depth - 1].n++;
+    emit(c, &cont);
+  }
+  if (done && st->depth > 1) {
+    pop_value(c->g, st);
+    feed(c, st, b);
+  }
+}
+
+/* Feeds b to st (scratch: may be changed), emitting every resulting stack. */
+static void feed(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
+  if (st->depth == 0) return;
+  switch (st->f[st->depth - 1].kind) {
+  case SO_FR_VALUE: feed_value(c, st, b); return;
+  case SO_FR_OBJECT: feed_object(c, st, b); return;
+  case SO_FR_KEY: feed_key(c, st, b); return;
+  case SO_FR_ARRAY: feed_array(c, st, b); return;
+  case SO_FR_STRING: feed_string(c, st, b); return;
+  case SO_FR_NUMBER: feed_number(c, st, b); return;
+  case SO_FR_LIT: feed_lit(c, st, b); return;
+  default: return;
+  }
+}
+
+bool so_state_feed(const struct so_grammar *g, const struct so_state *src, uint8_t b,
+                   struct so_state *dst) {
+  struct feed_ctx c = {.g = g, .out = dst};
+  struct so_stack scratch;
+  dst->n = 0;
+  for (int32_t i = 0; i < src->n; i++) {
+    stack_copy(&scratch, &src->s[i]);
+    c.expansions = 0;
+    feed(&c, &scratch, b);
+  }
+  return dst->n > 0;
+}
+
+bool so_state_is_complete(const struct so_grammar *g, const struct so_state *src) {
+  for (int32_t i = 0; i < src->n; i++) {
+    const struct so_stack *s = &src->s[i];
+    if (s->depth == 0) return true;
+    if (s->depth != 1) continue;
+    const struct so_frame *f = &s->f[0];
+    if (f->kind == SO_FR_NUMBER && num_complete(f->phase)) return true;
+    if (f->kind == SO_FR_LIT && lit_complete(&g->nodes[f->node], f->mask, f->n)) return true;
+  }
+  return false;
+}
+
+void so_state_init(const struct so_grammar *g, struct so_state *st) {
+  st->n = 1;
+  st->s[0].depth = 0;
+  push(&st->s[0], SO_FR_VALUE, g->root);
+}
+
+void so_state_copy(struct so_state *dst, const struct so_state *src) {
+  dst->n = src->n;
+  for (int32_t i = 0; i < src->n; i++) stack_copy(&dst->s[i], &src->s[i]);
+}
+
+llb_status so_matcher_create(const struct so_grammar *g, struct so_matcher **out) {
+  *out = NULL;
+  struct so_matcher *m = malloc(sizeof(*m));
+  if (!m) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "structured output matcher");
+  m->g = g;
+  so_state_init(g, &m->cur);
+  *out = m;
+  return LLB_STATUS_OK;
+}
+
+void so_matcher_destroy(struct so_matcher *m) { free(m); }
+
+void so_matcher_copy_state(struct so_matcher *dst, const struct so_matcher *src) {
+  so_state_copy(&dst->cur, &src->cur);
+}
+
+void so_matcher_reset(struct so_matcher *m) { so_state_init(m->g, &m->cur); }
+
+bool so_matcher_accept_bytes(struct so_matcher *m, const uint8_t *bytes, size_t n) {
+  if (n == 0) return true;
+  struct so_state *from = &m->cur, *to = &m->tmp;
+  for (size_t i = 0; i < n; i++) {
+    if (!so_state_feed(m->g, from, bytes[i], to)) return false;
+    from = to;
+    to = to == &m->tmp ? &m->tmp2 : &m->tmp;
+  }
+  so_state_copy(&m->cur, from);
+  return true;
+}
+
+bool so_matcher_is_complete(const struct so_matcher *m) { return so_state_is_complete(m->g, &m->cur); }
+
+bool so_matcher_is_terminated(struct so_matcher *m) {
+  if (!so_matcher_is_complete(m)) return false;
+  for (int b = 0; b < 256; b++)
+    if (so_state_feed(m->g, &m->cur, (uint8_t)b, &m->tmp)) return false;
+  return true;
+}

@@ -1,0 +1,13 @@
+# Structured output (model/structured_output.h): the matcher on hand-picked cases
+# (test_structured_output.c), and random walks under the mask validated by Python's
+# jsonschema on the schema corpus in data/structured_output/ (test_structured_output.py,
+# with the so_walk tool; the venv of `make venv` provides jsonschema).
+llb_add_test(test_structured_output SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_structured_output.c
+             LIBS llmbus_structured_output PkgConfig::CMOCKA LABELS unit TIMEOUT 120)
+add_executable(so_walk ${CMAKE_CURRENT_LIST_DIR}/so_walk.c)
+target_link_libraries(so_walk PRIVATE llmbus_structured_output)
+target_include_directories(so_walk PRIVATE ${CMAKE_SOURCE_DIR})
+set(llb_so_py ${CMAKE_SOURCE_DIR}/.venv/bin/python)
+add_test(NAME test_structured_output_walks
+         COMMAND sh -c "if [ ! -x '${llb_so_py}' ]; then echo 'SKIP: ${llb_so_py} missing (make venv)'; exit 77; fi; exec '${llb_so_py}' '${CMAKE_CURRENT_LIST_DIR}/test_structured_output.py' '$<TARGET_FILE:so_walk>' '${CMAKE_CURRENT_LIST_DIR}/data' '${LLB_DEFAULT_MODEL}'")
+set_tests_properties(test_structured_output_walks PROPERTIES TIMEOUT 600 LABELS unit SKIP_RETURN_CODE 77)

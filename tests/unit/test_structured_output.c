@@ -1,0 +1,258 @@
+/* Structured output matcher (model/structured_output.h) on hand-picked outputs: what a
+ * schema allows is accepted byte by byte, what it does not is refused at the first byte that
+ * breaks it, end of generation only at a complete value, and the token mask agrees. The
+ * random walks checked by jsonschema are in test_structured_output.py. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/structured_output.h"
+
+static struct so_grammar *schema(const char *text) {
+  struct so_grammar *g = NULL;
+  llb_status st = so_grammar_compile_json_schema(text, strlen(text), &g);
+  if (st != LLB_STATUS_OK) fail_msg("compile %s: %s", text, llb_err_last());
+  return g;
+}
+
+/* Feeds text byte by byte; returns the number of bytes accepted (strlen when all are). */
+static size_t accepted_prefix(const struct so_grammar *g, const char *text, bool *complete) {
+  struct so_matcher *m = NULL;
+  assert_int_equal(so_matcher_create(g, &m), LLB_STATUS_OK);
+  size_t i = 0;
+  for (; text[i]; i++)
+    if (!so_matcher_accept_bytes(m, (const uint8_t *)text + i, 1)) break;
+  if (complete) *complete = so_matcher_is_complete(m);
+  so_matcher_destroy(m);
+  return i;
+}
+
+static void expect_valid(const struct so_grammar *g, const char *text) {
+  bool complete = false;
+  size_t n = accepted_prefix(g, text, &complete);
+  if (n != strlen(text) || !complete) fail_msg("%s: accepted %zu bytes, complete %d", text, n, complete);
+}
+
+/* text is refused at byte `at` (its prefix before that is accepted). */
+static void expect_refused_at(const struct so_grammar *g, const char *text, size_t at) {
+  size_t n = accepted_prefix(g, text, NULL);
+  if (n != at) fail_msg("%s: accepted %zu bytes, want refusal at %zu", text, n, at);
+}
+
+static void expect_incomplete(const struct so_grammar *g, const char *text) {
+  bool complete = true;
+  assert_int_equal(accepted_prefix(g, text, &complete), strlen(text));
+  if (complete) fail_msg("%s: complete, want incomplete", text);
+}
+
+static void test_json_object_accepts_any_compact_object_and_nothing_else(void **state) {
+  (void)state;
+  struct so_grammar *g = NULL;
+  assert_int_equal(so_grammar_compile_json_object(&g), LLB_STATUS_OK);
+  expect_valid(g, "{}");
+  expect_valid(g, "{\"a\":[1,-2.5e+3,0,\"x\\u00e9\\n\",true,null,{}],\"b\":{\"c\":[]}}");
+  expect_valid(g, "{\"caf\xc3\xa9\":\"\xf0\x9f\x98\x80\"}");
+  expect_refused_at(g, "[1]", 0);          /* an object, not any value */
+  expect_refused_at(g, " {}", 0);          /* compact: no whitespace */
+  expect_refused_at(g, "{\"a\" :1}", 4);
+  expect_refused_at(g, "{\"a\":01}", 6);   /* no leading zero */
+  expect_refused_at(g, "{\"a\":1.}", 7);
+  expect_refused_at(g, "{\"a\":tru}", 8);
+  expect_refused_at(g, "{\"a\":\"\x01\"}", 6); /* control byte in a string */
+  expect_refused_at(g, "{\"a\":\"\xc0\xaf\"}", 6); /* overlong UTF-8 */
+  expect_refused_at(g, "{\"a\":\"\xed\xa0\x80\"}", 7); /* encoded surrogate */
+  expect_refused_at(g, "{\"a\":\"\\ud83d\"}", 9); /* escaped surrogate */
+  expect_refused_at(g, "{\"a\":1}}", 7);
+  expect_incomplete(g, "{\"a\":1");
+  so_grammar_destroy(g);
+}
+
+static void test_required_properties_gate_the_closing_brace(void **state) {
+  (void)state;
+  struct so_grammar *g = schema("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+                                "\"age\":{\"type\":\"integer\"}},\"required\":[\"name\",\"age\"]}");
+  expect_valid(g, "{\"name\":\"Ann\",\"age\":31}");
+  expect_valid(g, "{\"age\":-4,\"name\":\"\"}");
+  expect_refused_at(g, "{}", 1);
+  expect_refused_at(g, "{\"name\":\"Ann\"}", 13);
+  expect_refused_at(g, "{\"nick\":1}", 3);        /* closed object: unknown key */
+  expect_refused_at(g, "{\"age\":3.5}", 8);        /* integer */
+  expect_refused_at(g, "{\"age\":3,\"age\":4}", 10); /* a property twice */
+  so_grammar_destroy(g);
+  /* open object: any other key, but not one of the properties with a wrong value or twice */
+  g = schema("{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},"
+             "\"required\":[\"id\"],\"additionalProperties\":true}");
+  expect_valid(g, "{\"x\":[1],\"id\":2,\"i\":\"s\"}");
+  expect_refused_at(g, "{\"x\":1}", 6);
+  expect_refused_at(g, "{\"id\":\"2\"}", 6);
+  expect_refused_at(g, "{\"id\":1,\"id\":2}", 11);
+  so_grammar_destroy(g);
+}
+
+static void test_enum_const_and_bounds(void **state) {
+  (void)state;
+  struct so_grammar *g = schema("{\"type\":\"object\",\"properties\":{\"c\":{\"enum\":[\"red\",\"re\",1]},"
+                                "\"k\":{\"const\":{\"x\":[true]}},\"t\":{\"type\":\"array\",\"items\":"
+                                "{\"type\":\"string\",\"minLength\":2,\"maxLength\":3},\"minItems\":1,"
+                                "\"maxItems\":2}},\"required\":[\"c\",\"k\",\"t\"]}");
+  expect_valid(g, "{\"c\":\"re\",\"k\":{\"x\":[true]},\"t\":[\"ab\"]}");
+  expect_valid(g, "{\"c\":1,\"k\":{\"x\":[true]},\"t\":[\"abc\",\"\xc3\xa9\xc3\xa9\"]}");
+  expect_refused_at(g, "{\"c\":\"rex\"", 8);
+  expect_refused_at(g, "{\"c\":2", 5);
+  expect_refused_at(g, "{\"k\":{\"x\":[false]}", 11);
+  expect_refused_at(g, "{\"t\":[]", 6);                 /* minItems 1 */
+  expect_refused_at(g, "{\"t\":[\"ab\",\"cd\",", 15);      /* maxItems 2 */
+  expect_refused_at(g, "{\"t\":[\"a\"]", 8);               /* minLength 2 */
+  expect_refused_at(g, "{\"t\":[\"abcd\"]", 10);           /* maxLength 3 */
+  so_grammar_destroy(g);
+}
+
+static void test_any_of_keeps_every_reading_until_one_is_ruled_out(void **state) {
+  (void)state;
+  struct so_grammar *g = schema("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+                                "\"required\":[\"a\"]},{\"type\":\"object\",\"properties\":{\"b\":"
+                                "{\"type\":[\"string\",\"null\"]}},\"required\":[\"b\"]},{\"type\":\"number\"}]}");
+  expect_valid(g, "{\"a\":1}");
+  expect_valid(g, "{\"b\":null}");
+  expect_valid(g, "{\"b\":\"x\"}");
+  expect_valid(g, "12.5");
+  expect_refused_at(g, "{\"c\":1}", 2);
+  expect_refused_at(g, "{\"a\":null}", 5);
+  so_grammar_destroy(g);
+}
+
+static void test_recursive_ref(void **state) {
+  (void)state;
+  struct so_grammar *g = schema("{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":"
+                                "\"integer\"},\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"}}},"
+                                "\"required\":[\"v\"]}},\"$ref\":\"#/$defs/n\"}");
+  expect_valid(g, "{\"v\":1,\"kids\":[{\"v\":2},{\"v\":3,\"kids\":[{\"v\":4}]}]}");
+  expect_refused_at(g, "{\"v\":1,\"kids\":[{}", 16);
+  so_grammar_destroy(g);
+}
+
+static void test_unenforceable_schemas_are_refused_naming_the_keyword(void **state) {
+  (void)state;
+  static const struct {
+    const char *schema;
+    llb_status status;
+    const char *word;
+  } cases[] = {
+      {"{\"type\":\"string\",\"pattern\":\"a\"}", LLB_STATUS_UNSUPPORTED, "pattern"},
+      {"{\"type\":\"number\",\"maximum\":3}", LLB_STATUS_UNSUPPORTED, "maximum"},
+      {"{\"$ref\":\"http://x/y\"}", LLB_STATUS_UNSUPPORTED, "$ref"},
+      {"{\"$ref\":\"#/$defs/missing\"}", LLB_STATUS_MALFORMED, "missing"},
+      {"{\"type\":\"strin\"}", LLB_STATUS_MALFORMED, "strin"},
+      {"{\"enum\":[]}", LLB_STATUS_MALFORMED, "enum"},
+      {"{\"type\":\"object\"", LLB_STATUS_MALFORMED, "JSON"},
+      {"{\"$ref\":\"#\"}", LLB_STATUS_MALFORMED, "cycle"},
+      {"{\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/b\"},{\"type\":\"null\"}]},\"b\":"
+       "{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", LLB_STATUS_MALFORMED, "cycle"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    struct so_grammar *g = NULL;
+    llb_status st = so_grammar_compile_json_schema(cases[i].schema, strlen(cases[i].schema), &g);
+    if (st != cases[i].status || g != NULL || !strstr(llb_err_last(), cases[i].word))
+      fail_msg("%s: status %s, message \"%s\"", cases[i].schema, llb_strerror(st), llb_err_last());
+  }
+  char big[SO_MAX_SPEC_BYTES + 16];
+  memset(big, ' ', sizeof(big));
+  memcpy(big, "{}", 2);
+  struct so_grammar *g = NULL;
+  assert_int_equal(so_grammar_compile_json_schema(big, sizeof(big), &g), LLB_STATUS_TOO_LARGE);
+}
+
+/* $defs d0..d24, each anyOf [d(i+1), d(i+1)]: 2^25 ways to reach the last one. Each byte
+ * must still cost bounded work, and the output still follow the schema. */
+static void test_exponential_any_of_dag_stays_bounded(void **state) {
+  (void)state;
+  char text[8192];
+  size_t n = (size_t)snprintf(text, sizeof(text), "{\"$defs\":{");
+  for (int i = 0; i < 25; i++)
+    n += (size_t)snprintf(text + n, sizeof(text) - n, "\"d%d\":{\"anyOf\":[{\"$ref\":\"#/$defs/d%d\"},"
+                          "{\"$ref\":\"#/$defs/d%d\"}]},", i, i + 1, i + 1);
+  n += (size_t)snprintf(text + n, sizeof(text) - n, "\"d25\":{\"type\":\"integer\"}},\"$ref\":\"#/$defs/d0\"}");
+  struct so_grammar *g = schema(text);
+  expect_valid(g, "-12");
+  expect_refused_at(g, "\"1\"", 0);
+  so_grammar_destroy(g);
+}
+
+static void test_choice_accepts_exactly_the_listed_strings(void **state) {
+  (void)state;
+  struct so_grammar *g = NULL;
+  const char *list = "[\"yes\",\"no\",\"y\"]";
+  assert_int_equal(so_grammar_compile_choice(list, strlen(list), &g), LLB_STATUS_OK);
+  expect_valid(g, "yes");
+  expect_valid(g, "y");
+  expect_valid(g, "no");
+  expect_incomplete(g, "ye");
+  expect_refused_at(g, "yess", 3);
+  expect_refused_at(g, "\"yes\"", 0);
+  so_grammar_destroy(g);
+}
+
+/* The mask over a small vocabulary equals what accept_token says, EOS only when complete. */
+static void test_mask_matches_accept_and_gates_eos(void **state) {
+  (void)state;
+  const char *pieces[] = {"{", "}", "\"", "a", "\":", "1", "12", "\"a\":1}", "{\"b", "", ","};
+  size_t lens[11];
+  for (int i = 0; i < 11; i++) lens[i] = strlen(pieces[i]);
+  int32_t eos = 9;
+  struct so_vocab *v = NULL;
+  assert_int_equal(so_vocab_create(11, pieces, lens, &eos, 1, &v), LLB_STATUS_OK);
+  struct so_grammar *g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}");
+  struct so_matcher *m = NULL, *probe = NULL;
+  assert_int_equal(so_matcher_create(g, &m), LLB_STATUS_OK);
+  assert_int_equal(so_matcher_create(g, &probe), LLB_STATUS_OK);
+  uint32_t mask[1];
+  /* Walk "{" "\"" "a" "\":" "12" "}" and check each mask against accept on a copy. */
+  const int32_t walk[] = {0, 2, 3, 4, 6, 1};
+  for (size_t s = 0; s <= sizeof(walk) / sizeof(walk[0]); s++) {
+    int32_t allowed = so_vocab_fill_mask(v, m, mask);
+    int32_t count = 0;
+    for (int32_t t = 0; t < 11; t++) {
+      so_matcher_copy_state(probe, m);
+      bool ok = so_matcher_accept_token(probe, v, t);
+      if (ok != (bool)(mask[0] >> t & 1u)) fail_msg("step %zu token %d: accept %d, mask %u", s, t, ok, mask[0]);
+      count += ok;
+    }
+    assert_int_equal(count, allowed);
+    assert_true(allowed > 0);
+    bool eos_allowed = mask[0] >> 9 & 1u;
+    assert_int_equal(eos_allowed, s == sizeof(walk) / sizeof(walk[0]));
+    if (s < sizeof(walk) / sizeof(walk[0])) assert_true(so_matcher_accept_token(m, v, walk[s]));
+  }
+  assert_true(so_matcher_is_terminated(m));
+  /* after "{\"a\":12": "}" closes; "," needs another key and the object is closed with all used */
+  so_matcher_reset(m);
+  assert_true(so_matcher_accept_bytes(m, (const uint8_t *)"{\"a\":12", 7));
+  so_vocab_fill_mask(v, m, mask);
+  assert_int_equal(mask[0], 1u << 1 | 1u << 5 | 1u << 6);
+  so_matcher_destroy(m);
+  so_matcher_destroy(probe);
+  so_grammar_destroy(g);
+  so_vocab_destroy(v);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_json_object_accepts_any_compact_object_and_nothing_else),
+      cmocka_unit_test(test_required_properties_gate_the_closing_brace),
+      cmocka_unit_test(test_enum_const_and_bounds),
+      cmocka_unit_test(test_any_of_keeps_every_reading_until_one_is_ruled_out),
+      cmocka_unit_test(test_recursive_ref),
+      cmocka_unit_test(test_unenforceable_schemas_are_refused_naming_the_keyword),
+      cmocka_unit_test(test_exponential_any_of_dag_stays_bounded),
+      cmocka_unit_test(test_choice_accepts_exactly_the_listed_strings),
+      cmocka_unit_test(test_mask_matches_accept_and_gates_eos),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
