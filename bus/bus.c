@@ -1,6 +1,7 @@
 /* The actor runtime over the NATS C client and its libevent adapter (see bus.h). */
 #include "bus/bus.h"
 #include "bus/bus_internal.h"
+#include "bus/credentials.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -57,8 +58,9 @@ static llb_status map_nats(natsStatus s) {
 /* ---- connection callbacks (run on the client's internal threads) ---- */
 
 static void log_conn_event(struct bus *b, natsConnection *nc, llb_log_level lvl, const char *ev) {
-  char url[256] = "";
-  if (natsConnection_GetConnectedUrl(nc, url, sizeof url) != NATS_OK || !url[0]) {
+  char url[256] = "", raw[256] = "";
+  if (natsConnection_GetConnectedUrl(nc, raw, sizeof raw) == NATS_OK) bus_url_redact(raw, url, sizeof url);
+  if (!url[0]) {
     pthread_mutex_lock(&b->mu);
     snprintf(url, sizeof url, "%s", b->url);
     pthread_mutex_unlock(&b->mu);
@@ -156,7 +158,7 @@ void bus_options_init(struct bus_options *o) {
 static llb_status set_options(struct bus *b, const struct bus_options *o, natsOptions *opts) {
   natsStatus s;
   if ((s = natsOptions_SetURL(opts, b->urls)) != NATS_OK)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bad NATS URL list \"%s\": %s", b->urls,
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bad NATS URL list \"%s\": %s", b->shown_urls,
                     natsStatus_GetText(s));
   if ((s = natsOptions_SetName(opts, o->name ? o->name : "llmbus")) != NATS_OK)
     return BUS_NATS_ERR(s, "set client name");
@@ -179,6 +181,11 @@ static llb_status set_options(struct bus *b, const struct bus_options *o, natsOp
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "credentials file %s: %s", o->creds_file,
                       natsStatus_GetText(s));
   }
+  if ((o->user != NULL) != (o->password != NULL))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "a NATS user needs a password and a password a user (user=%s)",
+                    o->user ? o->user : "none");
+  if (o->user && (s = natsOptions_SetUserInfo(opts, o->user, o->password)) != NATS_OK)
+    return BUS_NATS_ERR(s, "user and password");
   if (o->tls_ca_file || o->tls_cert_file || o->tls_key_file) {
     if ((s = natsOptions_SetSecure(opts, true)) != NATS_OK) return BUS_NATS_ERR(s, "TLS");
     if (o->tls_ca_file && (s = natsOptions_LoadCATrustedCertificates(opts, o->tls_ca_file)) != NATS_OK)
@@ -221,6 +228,7 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
   pthread_cond_init(&b->cv, NULL);
   snprintf(b->prefix, sizeof b->prefix, "%s", prefix);
   snprintf(b->urls, sizeof b->urls, "%s", urls);
+  bus_url_redact(urls, b->shown_urls, sizeof b->shown_urls);
   b->rc_min_ms = o->reconnect_wait_min_ms > 0 ? o->reconnect_wait_min_ms : 100;
   b->rc_max_ms = o->reconnect_wait_max_ms >= b->rc_min_ms ? o->reconnect_wait_max_ms : b->rc_min_ms;
   b->drain_timeout_ms = o->drain_timeout_ms > 0 ? o->drain_timeout_ms : 30000;
@@ -256,20 +264,20 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
   s = natsConnection_Connect(&b->nc, opts);
   if (s == NATS_NO_SERVER || s == NATS_TIMEOUT || s == NATS_IO_ERROR) {
     st = LLB_ERRF(LLB_STATUS_NO_SERVER, "no NATS server answered at %s (%s; connect timeout %lld ms)",
-                  b->urls, nats_GetLastError(NULL) ? nats_GetLastError(NULL) : natsStatus_GetText(s),
+                  b->shown_urls, nats_GetLastError(NULL) ? nats_GetLastError(NULL) : natsStatus_GetText(s),
                   (long long)(o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 2000));
     b->nc = NULL;
     goto fail;
   }
   if (s != NATS_OK) {
     st = LLB_ERRF(map_nats(s) == LLB_STATUS_OK ? LLB_STATUS_CONNECTION : map_nats(s),
-                  "connecting to %s: %s (%s)", b->urls, natsStatus_GetText(s),
+                  "connecting to %s: %s (%s)", b->shown_urls, natsStatus_GetText(s),
                   nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "");
     b->nc = NULL;
     goto fail;
   }
   natsOptions_Destroy(opts);
-  natsConnection_GetConnectedUrl(b->nc, b->url, sizeof b->url);
+  bus_connected_url(b, b->url, sizeof b->url);
   LLB_LOG_INFO("bus_connected", "url=%s max_payload=%lld prefix=%s", b->url,
                (long long)natsConnection_GetMaxPayload(b->nc), b->prefix);
   *out = b;
@@ -394,7 +402,8 @@ int64_t bus_max_payload(struct bus *b) {
 void bus_connected_url(struct bus *b, char *buf, size_t cap) {
   if (!cap) return;
   buf[0] = '\0';
-  if (natsConnection_GetConnectedUrl(b->nc, buf, cap) != NATS_OK) buf[0] = '\0';
+  char raw[sizeof ((struct bus *)0)->urls];
+  if (natsConnection_GetConnectedUrl(b->nc, raw, sizeof raw) == NATS_OK) bus_url_redact(raw, buf, cap);
 }
 
 struct event_base *bus_event_base(struct bus *b) { return b->base; }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "cmd/serve_nats_config.h"
 #include "cmd/supervisor.h"
 
 /* The actor programs of one engine, in start order, and which options each takes. */
@@ -145,7 +146,7 @@ int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, i
 
 static void serve_usage(FILE *f) {
   fprintf(f,
-          "usage: llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--help]\n"
+          "usage: llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--tenants FILE] [--help]\n"
           "\n"
           "Runs the whole llmbus stack under one supervisor until Ctrl-C / SIGTERM:\n"
           "every actor process, restarted if it dies, and (without --nats) an embedded\n"
@@ -154,6 +155,9 @@ static void serve_usage(FILE *f) {
           "  --nats URL        use this NATS server (comma-separated list) instead\n"
           "  --model PATH      GGUF model file for the actors that need one\n"
           "  --http HOST:PORT  address of the OpenAI-compatible HTTP front door\n"
+          "  --tenants FILE    one tenant name a line: a NATS account each (embedded server only;\n"
+          "                    default: the one tenant \"default\"); every actor logs in as its own\n"
+          "                    user with a password generated for this run (cmd/serve_nats_config.h)\n"
           "  --help            this text\n"
           "\nengine flags, passed on to the actors that take them:\n");
   for (int i = 0; i < NUM_ENGINE_FLAGS; i++) {
@@ -169,6 +173,7 @@ int cmd_serve(int argc, char **argv) {
       {"nats", required_argument, NULL, 'n'},
       {"model", required_argument, NULL, 'm'},
       {"http", required_argument, NULL, 'H'},
+      {"tenants", required_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -202,6 +207,7 @@ int cmd_serve(int argc, char **argv) {
       case 'n': so.nats_url = optarg; break;
       case 'm': so.model_path = optarg; break;
       case 'H': so.http_addr = optarg; break;
+      case 't': so.tenants_file = optarg; break;
       case 'h': serve_usage(stdout); usage_rc = 0; break;
       default: serve_usage(stderr); usage_rc = 2; break;
     }
@@ -222,6 +228,7 @@ int cmd_serve(int argc, char **argv) {
   if (!specs) return 1;
   int rc = 1;
   struct supervisor *sup = NULL;
+  struct serve_nats_auth *auth = NULL;
   int n = serve_actor_specs(&so, specs, SUPERVISOR_MAX_CHILDREN);
   if (n < 0) {
     fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
@@ -237,6 +244,10 @@ int cmd_serve(int argc, char **argv) {
   struct supervisor_config cfg;
   supervisor_config_init(&cfg);
   cfg.nats_url = so.nats_url;
+  if (serve_nats_auth_apply(&so, specs, n, &cfg, &auth) != LLB_STATUS_OK) {
+    fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
+    goto done;
+  }
   if (supervisor_create(&cfg, &sup) != LLB_STATUS_OK) {
     fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
     goto done;
@@ -253,6 +264,7 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
 done:
   supervisor_destroy(sup);
+  serve_nats_auth_destroy(auth);
   free(specs);
   return rc;
 }

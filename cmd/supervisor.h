@@ -31,7 +31,7 @@
 
 #include "base/status.h"
 
-#define CHILD_SPEC_MAX_ARGS 24
+#define CHILD_SPEC_MAX_ARGS 32
 #define CHILD_SPEC_ARG_MAX 512
 #define SUPERVISOR_MAX_CHILDREN 32
 
@@ -63,6 +63,7 @@ struct serve_options {
   const char *model_path; /* GGUF model; NULL = the actors' default */
   const char *http_addr;  /* "HOST:PORT" of the api_server; NULL = its default */
   const char *bin_dir;    /* where the actor binaries live; NULL = next to /proc/self/exe */
+  const char *tenants_file; /* `--tenants FILE` (cmd/serve_nats_config.h); NULL = tenant "default" */
   struct serve_engine_flag engine_flags[SERVE_MAX_ENGINE_FLAGS];
   int num_engine_flags;
 };
@@ -89,6 +90,9 @@ struct supervisor_config {
   const char *nats_url;        /* NULL: start an embedded nats-server */
   const char *nats_server_bin; /* NULL: /usr/sbin/nats-server, else "nats-server" in PATH */
   bool jetstream;              /* embedded server with -js (default true) */
+  const char *nats_config_file; /* embedded server with -c FILE (accounts, users: see
+                                 * cmd/serve_nats_config.h); NULL = none (no auth);
+                                 * borrowed: must outlive the supervisor */
   int64_t nats_ready_timeout_ms; /* default 10000 */
   int64_t stop_timeout_ms;     /* SIGTERM → SIGKILL grace per stop, default 35000: longer than
                                 * the actors' bus drain (30 s), so a drain is never cut */
