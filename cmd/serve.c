@@ -57,6 +57,8 @@ static const struct {
     {"engine-id", true, A_ALL, "engine id (<eid> in llm.engine.<eid>.*)"},
     {"prefix", true, A_ALL, "subject prefix (default llm)"},
     {"log-level", true, A_ALL, "debug | info | warn | error"},
+    {"api-key", true, A_API, "HTTP needs `Authorization: Bearer KEY` (tenant default; shows in ps)"},
+    {"api-keys", true, A_API, "file of `KEY TENANT` lines (mode 0600): HTTP keys and their tenants"},
     {"heartbeat-ms", true, A_ALL,
      "heartbeat interval of every actor (a worker / kv_manager silent for 3 is dead; default 2000)"},
 };

@@ -14,6 +14,7 @@ static const char *reason_phrase(int status) {
   switch (status) {
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 413: return "Payload Too Large";
@@ -47,6 +48,14 @@ void api_http_send_error(struct api_actor *a, struct evhttp_request *req, const 
   api_http_send_body(req, e->http_status, "application/json", b.data, b.len);
   api_buf_free(&b);
   api_metrics_request_failed(a->metrics, e->http_status);
+}
+
+void api_http_send_unauthorized(struct api_actor *a, struct evhttp_request *req) {
+  struct api_error e;
+  api_error_set(&e, 401, NULL, "missing or incorrect API key: send `Authorization: Bearer YOUR_KEY`");
+  snprintf(e.code, sizeof e.code, "invalid_api_key");
+  evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+  api_http_send_error(a, req, &e);
 }
 
 void api_http_echo_request_id(struct evhttp_request *req) {
