@@ -12,6 +12,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "actors/input_processor/tenant_limits.h"
 #include "base/log.h"
 #include "bus/subject.h"
 
@@ -40,8 +41,9 @@ static const struct user_perms {
      * EngineCoreRequest: in ENGINE that is always a service-import reply (_R_.…). */
     {"output-processor", "ENGINE", {"_R_.>", "P.engine.*.abort", "P.health.output_processor.>"},
      {"P.engine.*.outputs", "P.health.>"}, false},
+    /* it reads the outputs for per-tenant limits: a request's first token and its end */
     {"input-processor", "ENGINE", {"P.engine.*.requests", "P.engine.*.abort", "P.health.input_processor.>"},
-     {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.health.>"}, true},
+     {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.engine.*.outputs", "P.health.>"}, true},
     {"encoder-cache", "ENGINE", {"P.health.encoder_cache.>"}, {"P.engine.*.encoder", "P.health.>"}, true},
     {"api-server", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.health.api_server.>"},
      {"_INBOX.>", "P.engine.*.stats", "P.health.>"}, false},
@@ -66,33 +68,12 @@ void serve_tenants_default(struct serve_tenants *out) {
 
 llb_status serve_tenants_read(const char *path, struct serve_tenants *out) {
   memset(out, 0, sizeof *out);
-  FILE *f = fopen(path, "r");
-  if (!f) return LLB_ERRF(LLB_STATUS_IO, "tenants file %s: %s", path, strerror(errno));
-  char line[512];
-  int lineno = 0;
-  llb_status st = LLB_STATUS_OK;
-  while (st == LLB_STATUS_OK && fgets(line, sizeof line, f)) {
-    lineno++;
-    line[strcspn(line, "#\r\n")] = '\0';
-    char *name = line + strspn(line, " \t");
-    name[strcspn(name, " \t")] = '\0';
-    if (!*name) continue;
-    if (!bus_token_valid(name) || strlen(name) >= SERVE_NATS_NAME_MAX) {
-      st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tenants file %s:%d: '%s' is not a tenant name "
-                    "(letters, digits, '-', '_'; < %d bytes)", path, lineno, name, SERVE_NATS_NAME_MAX);
-      break;
-    }
-    for (int i = 0; i < out->num; i++)
-      if (strcmp(out->names[i], name) == 0)
-        st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tenants file %s:%d: tenant '%s' twice", path, lineno, name);
-    if (st == LLB_STATUS_OK && out->num >= SERVE_NATS_MAX_TENANTS)
-      st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tenants file %s: more than %d tenants", path,
-                    SERVE_NATS_MAX_TENANTS);
-    if (st == LLB_STATUS_OK) snprintf(out->names[out->num++], SERVE_NATS_NAME_MAX, "%s", name);
-  }
-  fclose(f);
-  if (st == LLB_STATUS_OK && out->num == 0)
-    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tenants file %s names no tenant", path);
+  struct tenant_limits_config *cfg = calloc(1, sizeof *cfg);
+  if (!cfg) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "tenants");
+  llb_status st = tenant_limits_config_load(path, cfg); /* one parser for the file: the limits' */
+  for (int i = 0; st == LLB_STATUS_OK && i < cfg->num && i < SERVE_NATS_MAX_TENANTS; i++)
+    snprintf(out->names[out->num++], SERVE_NATS_NAME_MAX, "%s", cfg->tenants[i].name);
+  free(cfg);
   return st;
 }
 
@@ -355,7 +336,12 @@ llb_status serve_nats_auth_apply(const struct serve_options *so, struct child_sp
   struct serve_nats_auth *a = NULL;
   if (st == LLB_STATUS_OK) st = serve_nats_auth_create(tn, prefix, &a);
   free(tn);
-  for (int i = 0; st == LLB_STATUS_OK && i < n; i++) st = serve_nats_auth_add_child_args(a, &specs[i]);
+  for (int i = 0; st == LLB_STATUS_OK && i < n; i++) {
+    st = serve_nats_auth_add_child_args(a, &specs[i]);
+    if (st == LLB_STATUS_OK && so->tenants_file && strcmp(specs[i].name, "input-processor") == 0 &&
+        (st = child_spec_add_arg(&specs[i], "--tenant-limits")) == LLB_STATUS_OK)
+      st = child_spec_add_arg(&specs[i], so->tenants_file);
+  }
   if (st != LLB_STATUS_OK) {
     serve_nats_auth_destroy(a);
     return st;

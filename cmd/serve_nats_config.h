@@ -23,9 +23,11 @@
  * each actor, so a tenant's identity is the account the server routed its request from —
  * the import maps T's subject into ENGINE — never a field or subject the client chooses.
  *
- * Tenants file (`serve --tenants FILE`): one tenant name per line (a NATS subject token:
- * letters, digits, '-', '_'), '#' starts a comment, blank lines ignored; at most
- * SERVE_NATS_MAX_TENANTS. Without one, the single tenant is `default`.
+ * Tenants file (`serve --tenants FILE`): one tenant a line, its name (a NATS subject token:
+ * letters, digits, '-', '_') and optional per-tenant limits `max_concurrent=N max_queued=N
+ * tokens_per_s=R burst_tokens=B` that the input processor enforces (it gets the file as
+ * --tenant-limits; actors/input_processor/tenant_limits.h); '#' starts a comment; at most
+ * SERVE_NATS_MAX_TENANTS. Without one, the single tenant is `default`, without limits.
  *
  * Source followed: nats-server 2.9 configuration (accounts, exports/imports with
  * `response: stream`, permissions with allow_responses).

@@ -43,8 +43,13 @@ void api_http_send_error(struct api_actor *a, struct evhttp_request *req, const 
     evhttp_send_error(req, 500, NULL);
     return;
   }
-  /* A full queue clears within a step or two; vLLM's clients and OpenAI's back off on this. */
-  if (e->http_status == 429) evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+  /* A full queue clears within a step or two; a tenant's token bucket says when it refills.
+   * vLLM's clients and OpenAI's back off on this. */
+  if (e->http_status == 429) {
+    char secs[24];
+    snprintf(secs, sizeof secs, "%lld", (long long)(e->retry_after_s > 0 ? e->retry_after_s : 1));
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", secs);
+  }
   api_http_send_body(req, e->http_status, "application/json", b.data, b.len);
   api_buf_free(&b);
   api_metrics_request_failed(a->metrics, e->http_status);

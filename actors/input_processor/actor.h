@@ -48,6 +48,9 @@ struct inproc_actor_options {
   int32_t max_model_len;   /* tokens; 0 = min(the model's context length, 4096) */
   const char *tenant;      /* subject token or "*" (every tenant); NULL = "*" */
   const char *engine_id;   /* <eid>; NULL = "0" */
+  const char *tenant_limits_file; /* per-tenant limits (tenant_limits.h); NULL = none. With
+                                     limits the actor also reads <prefix>.engine.<eid>.outputs */
+  int64_t tenant_limit_ttl_ms;   /* forget an admitted request after this long; 0 = 30 min */
 };
 
 /* Counters since start (monotonic). */
@@ -60,6 +63,7 @@ struct inproc_actor_stats {
   uint64_t aborts;          /* AbortRequests forwarded */
   uint64_t publish_errors;  /* failed publishes (each logged) */
   uint64_t tokenize;        /* tokenize / detokenize requests answered without error */
+  uint64_t limited;         /* requests refused by a per-tenant limit (429 / 400) */
 };
 
 struct inproc_actor;

@@ -33,6 +33,8 @@ import api_stack  # noqa: E402  (tests/e2e/api_stack.py: serve on a free port, s
 
 KEY_A = "sk-tenant-a-0123456789abcdef"
 KEY_B = "sk-tenant-b-fedcba9876543210"
+KEY_LIMITED = "sk-tenant-limited-5555555555"
+LIMITS = "limited max_concurrent=1 tokens_per_s=20 burst_tokens=200"
 TIMEOUT_S = 60
 PROMPT = "Name three primary colors."
 
@@ -58,11 +60,11 @@ class SecureStack(api_stack.Stack):
     def __init__(self, work):
         tenants = os.path.join(work, "tenants")
         with open(tenants, "w") as f:
-            f.write("# tenants of the security test\ndefault\na\nb\n")
+            f.write(f"# tenants of the security test\ndefault\na\nb\n{LIMITS}\n")
         keys = os.path.join(work, "api-keys")
         fd = os.open(keys, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(f"{KEY_A} a\n{KEY_B} b\n")
+            f.write(f"{KEY_A} a\n{KEY_B} b\n{KEY_LIMITED} limited\n")
         super().__init__(args=["--tenants", tenants, "--api-keys", keys])
 
     def __enter__(self):
@@ -317,8 +319,51 @@ def http_cases(stack, results):
         status, _, _ = http("GET", base + "/metrics", None, KEY_B)
         assert status == 200, status
 
+    def limited():
+        """`limited`: 1 request in flight, 20 tokens/s with a bucket of 200 (prompt + max_tokens)."""
+        import threading
+
+        def completion(max_tokens, out):
+            b = json.dumps({"model": stack.model_name, "prompt": PROMPT, "max_tokens": max_tokens,
+                            "temperature": 0, "ignore_eos": True}).encode()
+            out.append(http("POST", base + "/v1/completions", b, KEY_LIMITED))
+
+        first = []
+        t = threading.Thread(target=completion, args=(150, first))
+        t.start()
+        deadline = time.monotonic() + 30
+        second = []
+        while time.monotonic() < deadline:  # once the first is in flight, a second is refused
+            second.clear()
+            completion(4, second)
+            if second[0][0] == 429:
+                break
+            time.sleep(0.02)
+        t.join()
+        assert first[0][0] == 200, first[0][:1]
+        status, headers, out = second[0]
+        assert status == 429, (status, out[:200])
+        assert "max_concurrent" in json.loads(out)["error"]["message"], out
+        assert headers.get("Retry-After") == "1", headers
+        # the first took ~158 of 200 tokens: another 158 now waits for the bucket, and says how long
+        third = []
+        completion(150, third)
+        status, headers, out = third[0]
+        assert status == 429, (status, out[:200])
+        assert "tokens_per_s" in json.loads(out)["error"]["message"], out
+        assert int(headers.get("Retry-After", "0")) >= 2, headers
+        # more than the bucket can ever hold: 400, not a 429 to retry forever
+        fourth = []
+        completion(400, fourth)
+        assert fourth[0][0] == 400, fourth[0][:1]
+        assert "burst_tokens" in json.loads(fourth[0][2])["error"]["message"]
+        # and the other tenants are not limited by it
+        status, _, _ = http("POST", base + "/v1/completions", body, KEY_B)
+        assert status == 200, status
+
     for name, fn in (("http_without_or_with_wrong_key_is_401_everywhere", unauthorized),
-                     ("http_with_a_key_is_served", authorized)):
+                     ("http_with_a_key_is_served", authorized),
+                     ("per_tenant_limits_answer_429_with_retry_after", limited)):
         t0 = time.monotonic()
         try:
             fn()

@@ -13,3 +13,6 @@ llb_add_test(test_output_processor SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_output
 llb_add_test(test_tokenizer_eog SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer_eog.c
              LIBS llmbus_input_processor_core llmbus_scheduler_core llmbus_test_gguf_writer
                   PkgConfig::CMOCKA LABELS unit TIMEOUT 60)
+# Per-tenant limits of the input processor (owner: tenancy): in flight, queued, token bucket.
+llb_add_test(test_tenant_limits SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tenant_limits.c
+             LIBS llmbus_input_processor_core PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
