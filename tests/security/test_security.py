@@ -34,7 +34,7 @@ import api_stack  # noqa: E402  (tests/e2e/api_stack.py: serve on a free port, s
 KEY_A = "sk-tenant-a-0123456789abcdef"
 KEY_B = "sk-tenant-b-fedcba9876543210"
 KEY_LIMITED = "sk-tenant-limited-5555555555"
-LIMITS = "limited max_concurrent=1 tokens_per_s=20 burst_tokens=200"
+LIMITS = "limited max_concurrent=1 tokens_per_s=1 burst_tokens=200"
 TIMEOUT_S = 60
 PROMPT = "Name three primary colors."
 
@@ -320,26 +320,29 @@ def http_cases(stack, results):
         assert status == 200, status
 
     def limited():
-        """`limited`: 1 request in flight, 20 tokens/s with a bucket of 200 (prompt + max_tokens)."""
-        import threading
+        """`limited`: 1 request in flight, 1 token/s with a bucket of 200 (prompt + max_tokens)."""
+        import http.client as http_client
 
         def completion(max_tokens, out):
             b = json.dumps({"model": stack.model_name, "prompt": PROMPT, "max_tokens": max_tokens,
                             "temperature": 0, "ignore_eos": True}).encode()
             out.append(http("POST", base + "/v1/completions", b, KEY_LIMITED))
 
-        first = []
-        t = threading.Thread(target=completion, args=(150, first))
-        t.start()
-        deadline = time.monotonic() + 30
+        # the first streams: once its first event is here it is surely in flight
+        conn = http_client.HTTPConnection("127.0.0.1", stack.port, timeout=60)
+        b = json.dumps({"model": stack.model_name, "prompt": PROMPT, "max_tokens": 150, "temperature": 0,
+                        "ignore_eos": True, "stream": True}).encode()
+        conn.request("POST", "/v1/completions", b, {"Content-Type": "application/json",
+                                                    "Authorization": f"Bearer {KEY_LIMITED}"})
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.status
+        assert resp.readline().startswith(b"data:")
         second = []
-        while time.monotonic() < deadline:  # once the first is in flight, a second is refused
-            second.clear()
-            completion(4, second)
-            if second[0][0] == 429:
-                break
-            time.sleep(0.02)
-        t.join()
+        completion(4, second)
+        rest = resp.read()
+        conn.close()
+        assert rest.rstrip().endswith(b"data: [DONE]"), rest[-200:]
+        first = [(200,)]
         assert first[0][0] == 200, first[0][:1]
         status, headers, out = second[0]
         assert status == 429, (status, out[:200])
@@ -373,6 +376,49 @@ def http_cases(stack, results):
             print(f"FAIL {name}: {type(e).__name__}: {e}")
 
 
+class DefaultStack(SecureStack):
+    """`llmbus serve --model --http` and nothing else: the default, single-tenant mode."""
+
+    def __init__(self):
+        api_stack.Stack.__init__(self)
+
+    def __enter__(self):
+        api_stack.Stack.__enter__(self)
+        text = self.log_text()
+        m = re.search(r"event=nats_ready url=(nats://127\.0\.0\.1:\d+)", text)
+        d = re.search(r"event=nats_auth_generated dir=(\S+)", text)
+        if not m or not d:
+            self.fail("default mode: no nats_ready / nats_auth_generated line in the serve log")
+        self.nats_url, self.auth_dir = m.group(1), d.group(1)
+        return self
+
+
+async def default_mode_attacks(stack, results):
+    """The default mode is locked down too: one tenant, `default`, and every actor its own user."""
+    url = stack.nats_url
+    try:
+        why = await expect_no_connect(url)
+        print(f"ok   default_mode_plain_client_cannot_connect ({why})")
+        t = await Client().connect(url, "tenant-default", stack.password("tenant-default"))
+        ids, _ = await generate(t.nc, "llm.generate.default", "default-1")
+        assert ids, "tenant default got no tokens"
+        for subject in (">", "llm.engine.0.outputs"):
+            await t.nc.subscribe(subject)
+        for subject in ("llm.engine.0.requests", "llm.engine.0.execute", "llm.engine.0.kv", "llm.generate.other"):
+            await t.nc.publish(subject, b"\x00" * 64)
+        await t.nc.flush()
+        await asyncio.sleep(0.3)
+        assert len(t.violations()) >= 6, t.errors
+        ids2, _ = await generate(t.nc, "llm.generate.default", "default-2")
+        assert ids2 == ids, "the engine answered differently after the forged messages"
+        assert not [ln for ln in stack.log_text().splitlines() if "_malformed" in ln]
+        await t.close()
+        print("ok   default_mode_tenant_cannot_reach_engine_subjects")
+    except Exception as e:  # noqa: BLE001
+        results.append("default_mode")
+        print(f"FAIL default_mode: {type(e).__name__}: {e}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pydir", required=True, help="flatc's Python output (llmbus package)")
@@ -392,6 +438,11 @@ def main():
             if not alive:
                 failures.append("serve_still_running")
             if failures:
+                print(f"--- serve log (tail) ---\n{stack.tail(60)}")
+        n = len(failures)
+        with DefaultStack() as stack:
+            asyncio.run(default_mode_attacks(stack, failures))
+            if len(failures) > n:
                 print(f"--- serve log (tail) ---\n{stack.tail(60)}")
     print(f"{'FAIL' if failures else 'PASS'}: {len(failures)} failing: {failures}")
     return 1 if failures else 0
