@@ -238,7 +238,7 @@ llb_status serve_nats_auth_password_file(const struct serve_nats_auth *a, const 
 }
 
 static llb_status write_all(struct serve_nats_auth *a, const struct serve_tenants *tn, const char *prefix) {
-  static char passwords[MAX_USERS][2 * PASSWORD_BYTES + 1];
+  char passwords[MAX_USERS][2 * PASSWORD_BYTES + 1]; /* 4.7 KiB */
   llb_status st = LLB_STATUS_OK;
   for (int u = 0; u < a->num_users && st == LLB_STATUS_OK; u++) {
     char path[PATH_MAX + 80];

@@ -12,8 +12,8 @@
 # a's key floods ($A_RATE requests/s, Poisson, up to $A_CONCURRENCY in flight, $A_INPUT-token
 # prompts, $A_OUTPUT tokens, ignore_eos: several times what the engine can serve; its 429s
 # come straight back). Repeats interleaved; prints B's mean and median TTFT per case and the ratio
-# flood / alone, and the share of A's requests refused. Needs a Release build (make
-# build-release).
+# flood / alone, and how many of A's requests were refused. CASES="limited" runs one case.
+# Needs a Release build (make build-release).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$root/build-release
@@ -90,9 +90,9 @@ field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d.g
 
 printf 'default\na max_concurrent=%s max_queued=%s\nb\n' "$A_MAX_CONCURRENT" "$A_MAX_QUEUED" > "$work/limited"
 printf 'default\na\nb\n' > "$work/unlimited"
-echo "case,repeat,b_alone_mean_ttft_ms,b_alone_median_ttft_ms,b_flood_mean_ttft_ms,b_flood_median_ttft_ms,ratio_mean,a_refused"
+echo "case,repeat,b_alone_mean_ttft_ms,b_alone_median_ttft_ms,b_flood_mean_ttft_ms,b_flood_median_ttft_ms,ratio_mean,a_refused,b_prompt_tokens_alone,b_prompt_tokens_flood,load_1m"
 for r in $(seq 1 "$repeats"); do
-  for case in limited unlimited; do
+  for case in ${CASES:-limited unlimited}; do
     start_serve "$work/$case"
     measure_b "$work/alone.json" $((100 + 2 * r))
     start_flood "$work/flood-a.json"
@@ -103,6 +103,8 @@ for r in $(seq 1 "$repeats"); do
     am=$(field "$work/alone.json" mean_ttft_ms); ad=$(field "$work/alone.json" median_ttft_ms)
     fm=$(field "$work/flood.json" mean_ttft_ms); fd=$(field "$work/flood.json" median_ttft_ms)
     ratio=$(python3 -c "print(f'{float($fm)/float($am):.2f}')")
-    echo "$case,$r,$am,$ad,$fm,$fd,$ratio,$a_refused"
+    ai=$(field "$work/alone.json" total_input_tokens); fi=$(field "$work/flood.json" total_input_tokens)
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    echo "$case,$r,$am,$ad,$fm,$fd,$ratio,$a_refused,$ai,$fi,$load"
   done
 done
