@@ -155,11 +155,37 @@ void bus_options_init(struct bus_options *o) {
   o->install_signal_handlers = true;
 }
 
+#define BUS_MAX_SERVERS 16
+
+/* b->urls, "URL[,URL...]", as the server list (natsOptions_SetURL takes one URL only). The
+ * list is tried in the order given (no randomizing): an operator puts the node nearest to the
+ * actor first; the others are where it reconnects when that one dies. */
+static llb_status set_servers(struct bus *b, natsOptions *opts) {
+  char copy[sizeof b->urls];
+  const char *servers[BUS_MAX_SERVERS];
+  int n = 0;
+  snprintf(copy, sizeof copy, "%s", b->urls);
+  for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    while (*tok == ' ' || *tok == '\t') tok++;
+    for (char *end = tok + strlen(tok); end > tok && (end[-1] == ' ' || end[-1] == '\t');) *--end = '\0';
+    if (!*tok) continue;
+    if (n == BUS_MAX_SERVERS)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NATS URL list \"%s\": more than %d servers", b->shown_urls,
+                      BUS_MAX_SERVERS);
+    servers[n++] = tok;
+  }
+  if (n == 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NATS URL list \"%s\" names no server", b->shown_urls);
+  natsStatus s = natsOptions_SetServers(opts, servers, n);
+  if (s == NATS_OK) s = natsOptions_SetNoRandomize(opts, true);
+  if (s != NATS_OK)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bad NATS URL list \"%s\": %s", b->shown_urls, natsStatus_GetText(s));
+  return LLB_STATUS_OK;
+}
+
 static llb_status set_options(struct bus *b, const struct bus_options *o, natsOptions *opts) {
   natsStatus s;
-  if ((s = natsOptions_SetURL(opts, b->urls)) != NATS_OK)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bad NATS URL list \"%s\": %s", b->shown_urls,
-                    natsStatus_GetText(s));
+  llb_status lst = set_servers(b, opts);
+  if (lst != LLB_STATUS_OK) return lst;
   if ((s = natsOptions_SetName(opts, o->name ? o->name : "llmbus")) != NATS_OK)
     return BUS_NATS_ERR(s, "set client name");
   if ((s = natsOptions_SetSendAsap(opts, true)) != NATS_OK) return BUS_NATS_ERR(s, "SendAsap");
@@ -732,6 +758,12 @@ llb_status bus_drain(struct bus *b, int64_t timeout_ms) {
   return LLB_STATUS_OK;
 }
 
+void bus_set_before_drain(struct bus *b, void (*fn)(void *user), void *user) {
+  if (!b) return;
+  b->before_drain = fn;
+  b->before_drain_user = user;
+}
+
 llb_status bus_actor_run(struct bus *b) {
   if (!b) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bus_actor_run: NULL bus");
   LLB_LOG_INFO("bus_running", "prefix=%s", b->prefix);
@@ -746,5 +778,6 @@ llb_status bus_actor_run(struct bus *b) {
   LLB_LOG_INFO("bus_stopping", "reason=%s drain_timeout_ms=%lld",
                why == SIGTERM ? "SIGTERM" : why == SIGINT ? "SIGINT" : "stop",
                (long long)b->drain_timeout_ms);
+  if (b->before_drain) b->before_drain(b->before_drain_user);
   return bus_drain(b, b->drain_timeout_ms);
 }

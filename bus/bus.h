@@ -219,6 +219,12 @@ void bus_stop(struct bus *bus);
  * work that waits (a start hook polls it to give up early). NULL: false. */
 bool bus_stop_requested(struct bus *bus);
 
+/* Sets `fn(user)` to run once in bus_actor_run() when the stop arrives, before the drain: the
+ * connection still publishes (an actor says goodbye there, e.g. the scheduler's last
+ * SchedulerStats with `draining`). Runs on the thread of bus_actor_run; `user` must outlive
+ * the call. NULL clears it. */
+void bus_set_before_drain(struct bus *bus, void (*fn)(void *user), void *user);
+
 /* Runs the actor until bus_stop(), SIGTERM or SIGINT (when o->install_signal_handlers), then
  * drains: subscriptions stop taking new messages, queued and in-flight handlers finish (their
  * replies are sent), pending publishes are flushed and the connection is closed, within

@@ -25,6 +25,8 @@ struct bus {
   char prefix[BUS_SUBJECT_MAX / 2 + 1];
   char urls[1024];
   char shown_urls[1024]; /* urls without credentials, for logs and errors (bus/credentials.h) */
+  void (*before_drain)(void *user); /* bus_set_before_drain */
+  void *before_drain_user;
   char url[256]; /* last connected server */
   int64_t rc_min_ms, rc_max_ms, drain_timeout_ms;
   bool install_signals;

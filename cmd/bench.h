@@ -138,10 +138,13 @@ struct bench_dataset {
  * vocabulary; the text is their decode, re-encoded and trimmed or extended until it encodes
  * to exactly the wanted count where it can (ids hold that encoding). Without one, the text is
  * random words of a fixed list (about one token each; input_len is the word count). Same
- * seed, same prompts. Errors: INVALID_ARGUMENT, OUT_OF_MEMORY, the tokenizer's. */
+ * seed, same prompts. num_prefixes > 1 (SGLang's generated-shared-prefix dataset): that many
+ * distinct prefixes, request i gets prefix i % num_prefixes — what prefix-affinity routing
+ * across engines is measured with. Errors: INVALID_ARGUMENT, OUT_OF_MEMORY, the tokenizer's. */
 struct bench_random_spec {
   int64_t num_prompts;
   int32_t input_len, output_len, prefix_len;
+  int32_t num_prefixes; /* 0 or 1: one prefix shared by all */
   double range_ratio; /* [0, 1) */
   uint64_t seed;
 };

@@ -183,36 +183,46 @@ llb_status bench_dataset_random(const struct tokenizer *tok, const struct bench_
                                 struct bench_dataset *out) {
   memset(out, 0, sizeof *out);
   if (!spec || spec->num_prompts < 1 || spec->input_len < 0 || spec->output_len < 1 || spec->prefix_len < 0 ||
-      !(spec->range_ratio >= 0 && spec->range_ratio < 1) || spec->input_len + spec->prefix_len < 1)
+      !(spec->range_ratio >= 0 && spec->range_ratio < 1) || spec->input_len + spec->prefix_len < 1 ||
+      spec->num_prefixes < 0 || spec->num_prefixes > 100000)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
                     "random dataset: num_prompts >= 1, output_len >= 1, input_len + prefix_len >= 1, "
-                    "range_ratio in [0, 1)");
+                    "range_ratio in [0, 1), num_prefixes in [0, 100000]");
   struct bench_rng rng;
   bench_rng_seed(&rng, spec->seed);
   int32_t *pool = NULL, pool_n = 0;
-  char *prefix_text = NULL;
+  const int32_t groups = spec->num_prefixes > 1 ? spec->num_prefixes : 1;
+  char **prefix_texts = calloc((size_t)groups, sizeof *prefix_texts);
   llb_status st = LLB_STATUS_OK;
   out->prompts = calloc((size_t)spec->num_prompts, sizeof *out->prompts);
-  if (!out->prompts) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "%lld prompts", (long long)spec->num_prompts);
+  if (!out->prompts || !prefix_texts) {
+    free(prefix_texts);
+    free(out->prompts);
+    out->prompts = NULL;
+    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "%lld prompts", (long long)spec->num_prompts);
+  }
   if (tok) {
     st = good_ids(tok, &pool, &pool_n);
     if (st != LLB_STATUS_OK) goto fail;
-    if (spec->prefix_len > 0) {
+  }
+  for (int32_t g = 0; g < groups; g++) {
+    if (tok && spec->prefix_len > 0) {
       struct bench_prompt pp = {0};
       st = exact_prompt(tok, &rng, pool, pool_n, "", spec->prefix_len, spec->prefix_len, &pp);
       if (st != LLB_STATUS_OK) goto fail;
       free(pp.ids);
-      prefix_text = pp.text;
+      prefix_texts[g] = pp.text;
+    } else if (!tok) {
+      prefix_texts[g] = word_text(&rng, "", spec->prefix_len);
     }
-  } else {
-    prefix_text = word_text(&rng, "", spec->prefix_len);
-  }
-  if (!prefix_text && !(prefix_text = strdup(""))) {
-    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prefix");
-    goto fail;
+    if (!prefix_texts[g] && !(prefix_texts[g] = strdup(""))) {
+      st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prefix");
+      goto fail;
+    }
   }
   for (int64_t i = 0; i < spec->num_prompts; i++) {
     struct bench_prompt *p = &out->prompts[i];
+    const char *prefix_text = prefix_texts[i % groups];
     int32_t in_len = draw_len(&rng, spec->input_len, spec->range_ratio, spec->prefix_len > 0 ? 0 : 1);
     p->output_len = draw_len(&rng, spec->output_len, spec->range_ratio, 1);
     out->num = i + 1;
@@ -228,13 +238,11 @@ llb_status bench_dataset_random(const struct tokenizer *tok, const struct bench_
       p->input_len = spec->prefix_len + in_len;
     }
   }
-  free(pool);
-  free(prefix_text);
-  return LLB_STATUS_OK;
 fail:
   free(pool);
-  free(prefix_text);
-  bench_dataset_free(out);
+  for (int32_t g = 0; g < groups; g++) free(prefix_texts[g]);
+  free(prefix_texts);
+  if (st != LLB_STATUS_OK) bench_dataset_free(out);
   return st;
 }
 

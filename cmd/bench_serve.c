@@ -33,7 +33,7 @@ struct serve_opts {
   const char *api_key;
   const char *base_url, *endpoint, *model_path, *served_name, *dataset, *dataset_path, *result_file, *label;
   int64_t num_prompts;
-  int32_t input_len, output_len, prefix_len, warmup;
+  int32_t input_len, output_len, prefix_len, num_prefixes, warmup;
   double range_ratio, request_rate, temperature, timeout_s;
   int64_t max_concurrency;
   uint64_t seed;
@@ -74,6 +74,8 @@ static void serve_usage(FILE *f) {
           "  --output-len N          max_tokens (default 128)\n"
           "  --range-ratio R         lengths uniform in [len*(1-R), len*(1+R)] (default 0)\n"
           "  --prefix-len N          shared-prefix: tokens of the common system prompt (default 256)\n"
+          "  --num-prefixes G        shared-prefix: G distinct prefixes, request i gets prefix i %% G\n"
+          "                          (default 1; several engines: what prefix-affinity routing meets)\n"
           "  --seed S                dataset and arrival seed (default 0)\n"
           "  --request-rate R        Poisson arrivals, requests/s (default inf: all at once)\n"
           "  --max-concurrency C     requests in flight at most (default: no cap)\n"
@@ -133,6 +135,7 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
     else if (!strcmp(a, "--input-len")) ok = num_arg(v, 0, 1e6, &d), o->input_len = (int32_t)d;
     else if (!strcmp(a, "--output-len")) ok = num_arg(v, 1, 1e6, &d), o->output_len = (int32_t)d;
     else if (!strcmp(a, "--prefix-len")) ok = num_arg(v, 0, 1e6, &d), o->prefix_len = (int32_t)d;
+    else if (!strcmp(a, "--num-prefixes")) ok = num_arg(v, 1, 1e5, &d), o->num_prefixes = (int32_t)d;
     else if (!strcmp(a, "--warmup")) ok = num_arg(v, 0, 1000, &d), o->warmup = (int32_t)d;
     else if (!strcmp(a, "--range-ratio")) ok = num_arg(v, 0, 0.999, &o->range_ratio);
     else if (!strcmp(a, "--temperature")) ok = num_arg(v, 0, 100, &o->temperature);
@@ -287,7 +290,8 @@ static llb_status load_dataset(struct run *r) {
   } else {
     struct bench_random_spec spec = {.num_prompts = o->num_prompts, .input_len = o->input_len,
                                      .output_len = o->output_len, .range_ratio = o->range_ratio, .seed = o->seed,
-                                     .prefix_len = !strcmp(o->dataset, "shared-prefix") ? o->prefix_len : 0};
+                                     .prefix_len = !strcmp(o->dataset, "shared-prefix") ? o->prefix_len : 0,
+                                     .num_prefixes = o->num_prefixes};
     st = bench_dataset_random(tok, &spec, &r->ds);
   }
   if (st == LLB_STATUS_OK && o->warmup > 0) {

@@ -10,5 +10,6 @@ int cmd_chat(int argc, char **argv);            /* cmd/generate.c: interactive N
 int cmd_generate_inproc(int argc, char **argv); /* cmd/generate_inproc.c: no bus */
 int cmd_tokenize(int argc, char **argv);        /* cmd/tokenize.c */
 int cmd_perplexity(int argc, char **argv);      /* cmd/perplexity.c: llama-perplexity's method */
+int cmd_status(int argc, char **argv);          /* cmd/status.c: engines and actors seen on the bus */
 
 #endif

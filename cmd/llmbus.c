@@ -16,6 +16,7 @@ static const struct command commands[] = {
     {"generate", cmd_generate, "send a prompt over NATS and stream the answer (--inproc: no bus)"},
     {"chat", cmd_chat, "interactive chat over NATS"},
     {"tokenize", cmd_tokenize, "print a text's token ids (--decode: ids to text)"},
+    {"status", cmd_status, "list the engines and actors on a bus, with their load"},
     {"perplexity", cmd_perplexity, "perplexity of a text file, as llama.cpp's llama-perplexity computes it"},
 };
 

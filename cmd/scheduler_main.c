@@ -66,6 +66,11 @@ static llb_status sched_configure(struct actor_main *am, void *user) {
   if (rst) return rst;
   c->num_lookahead_tokens = c->block_size;
   m->cfg.engine_id = am->common.engine_id;
+  m->cfg.instance = am->common.instance;
+  if (am->common.model_path) { /* the file name: the same model on every host, wherever it lives */
+    const char *slash = strrchr(am->common.model_path, '/');
+    m->cfg.model_name = slash ? slash + 1 : am->common.model_path;
+  }
   /* the engine's actors beat at the interval this one was given (llmbus serve and the e2e
    * stack pass the same --heartbeat-ms to all) unless --peer-heartbeat-ms says otherwise */
   if (m->cfg.peer_heartbeat_ms == 0) m->cfg.peer_heartbeat_ms = am->common.heartbeat_ms;
@@ -88,6 +93,12 @@ static llb_status sched_configure(struct actor_main *am, void *user) {
  * so, and the api server's /health answers 503 until it is back. */
 static void sched_on_ready(void *user, bool ready) { actor_main_set_ready(user, ready); }
 
+/* SIGTERM: tell the routers first, so no new request is sent here while the engine stops. */
+static void sched_before_drain(void *user) {
+  struct sched_main *m = user;
+  scheduler_actor_announce_draining(m->actor);
+}
+
 static llb_status sched_start(struct actor_main *am, void *user) {
   struct sched_main *m = user;
   m->cfg.on_ready = sched_on_ready;
@@ -101,7 +112,9 @@ static llb_status sched_start(struct actor_main *am, void *user) {
                       m->cfg.sched.block_size);
     m->cfg.sched.num_blocks = nb;
   }
-  return scheduler_actor_create(am->bus, am->common.prefix, &m->cfg, &m->actor);
+  llb_status st = scheduler_actor_create(am->bus, am->common.prefix, &m->cfg, &m->actor);
+  if (st == LLB_STATUS_OK) bus_set_before_drain(am->bus, sched_before_drain, m);
+  return st;
 }
 
 static void sched_stop(struct actor_main *am, void *user) {

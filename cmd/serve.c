@@ -11,21 +11,25 @@
 #include "cmd/serve_nats_config.h"
 #include "cmd/supervisor.h"
 
+#define BUS_TOKEN_MAX_SERVE 72 /* an engine id (a subject token of <= 64 bytes) and its index */
+
 /* The actor programs of one engine, in start order, and which options each takes. */
 static const struct {
   const char *name;
   const char *program;
   bool takes_model;
   bool takes_http;
+  bool per_engine; /* one per engine (--engines N); the others serve every engine */
 } serve_actors[] = {
-    {"kv-manager", "llmbus-kv-manager", false, false},
-    {"gpu-worker", "llmbus-gpu-worker", true, false},
-    {"scheduler", "llmbus-scheduler", true, false},
-    {"output-processor", "llmbus-output-processor", true, false},
-    {"input-processor", "llmbus-input-processor", true, false},
-    {"api-server", "llmbus-api-server", true, true},
-    {"encoder-cache", "llmbus-encoder-cache", false, false},
+    {"kv-manager", "llmbus-kv-manager", false, false, true},
+    {"gpu-worker", "llmbus-gpu-worker", true, false, true},
+    {"scheduler", "llmbus-scheduler", true, false, true},
+    {"output-processor", "llmbus-output-processor", true, false, true},
+    {"input-processor", "llmbus-input-processor", true, false, false},
+    {"api-server", "llmbus-api-server", true, true, false},
+    {"encoder-cache", "llmbus-encoder-cache", false, false, true},
 };
+#define NUM_SERVE_ACTORS (int)(sizeof serve_actors / sizeof serve_actors[0])
 
 /* Engine flags serve passes on, and the actors (by index in serve_actors) that take each:
  * the KV geometry must agree between kv_manager, worker and scheduler. */
@@ -37,7 +41,8 @@ static const struct {
   unsigned actors;
   const char *help;
 } engine_flags[] = {
-    {"num-blocks", true, A_KV | A_WORKER | A_SCHED, "KV cache blocks (the cache is allocated once)"},
+    {"num-blocks", true, A_WORKER,
+     "KV cache blocks of each engine's worker (allocated once; its scheduler and kv_manager adopt it)"},
     {"block-size", true, A_KV | A_WORKER | A_SCHED, "tokens per KV block"},
     {"max-num-seqs", true, A_SCHED, "requests running at once"},
     {"max-num-waiting", true, A_SCHED, "requests waiting at most (more get QUEUE_FULL / 429)"},
@@ -54,7 +59,9 @@ static const struct {
     {"threads", true, A_WORKER, "worker threads for the forward pass"},
     {"device", true, A_WORKER, "cpu | cuda"},
     {"numerics", true, A_WORKER, "packed | ggml (cpu: llama.cpp's arithmetic, bit-exact with it)"},
-    {"engine-id", true, A_ALL, "engine id (<eid> in llm.engine.<eid>.*)"},
+    {"engine-id", true, A_ALL,
+     "engine id (<eid> in llm.engine.<eid>.*); with --engines N > 1 the engines are <eid>0..<eid>N-1"},
+    {"router", true, A_IN, "cache-aware | least-loaded | random: how input processors pick an engine"},
     {"prefix", true, A_ALL, "subject prefix (default llm)"},
     {"log-level", true, A_ALL, "debug | info | warn | error"},
     {"api-key", true, A_API, "HTTP needs `Authorization: Bearer KEY` (tenant default; shows in ps)"},
@@ -91,17 +98,44 @@ static const char *engine_flag_value(const struct serve_options *o, const char *
   return NULL;
 }
 
-static llb_status add_engine_flags(const struct serve_options *o, int actor, struct child_spec *spec) {
+/* The id of engine e of o->num_engines: --engine-id (default "0") for one engine, else
+ * "<engine-id>e" ("0".."N-1" without --engine-id). */
+static void serve_engine_id(const struct serve_options *o, int e, char *buf, size_t cap) {
+  const char *base = engine_flag_value(o, "engine-id");
+  if (o->num_engines <= 1) snprintf(buf, cap, "%s", base && *base ? base : "0");
+  else snprintf(buf, cap, "%s%d", base ? base : "", e);
+}
+
+/* Forward-pass threads of each worker: --threads (default: the CPUs online) split evenly
+ * between the engines of this host. */
+static int worker_threads(const struct serve_options *o) {
+  const char *t = engine_flag_value(o, "threads");
+  long total = t ? strtol(t, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+  long each = total / (o->num_engines > 0 ? o->num_engines : 1);
+  return each >= 1 ? (int)each : 1;
+}
+
+static llb_status add_arg_pair(struct child_spec *spec, const char *flag, const char *value) {
+  llb_status st = child_spec_add_arg(spec, flag);
+  return st ? st : child_spec_add_arg(spec, value);
+}
+
+static llb_status add_engine_flags(const struct serve_options *o, int actor, const char *eid, struct child_spec *spec) {
+  /* One engine's KV geometry has one source, its worker (DESIGN.md §9): the kv_manager and the
+   * scheduler take --num-blocks 0 and adopt the number the worker announces in its heartbeat. */
   llb_status st = LLB_STATUS_OK;
-  /* --device cuda without --num-blocks: the worker sizes the KV cache from device memory and
-   * the kv_manager and scheduler take its number from the worker's heartbeat. */
-  const char *dev = engine_flag_value(o, "device");
-  if (dev && strcmp(dev, "cuda") == 0 && !engine_flag_value(o, "num-blocks") &&
-      (engine_flags[engine_flag_index("num-blocks")].actors & (1u << actor)))
-    if ((st = child_spec_add_arg(spec, "--num-blocks")) || (st = child_spec_add_arg(spec, "0"))) return st;
+  if ((1u << actor) & (A_KV | A_SCHED)) st = add_arg_pair(spec, "--num-blocks", "0");
+  if (!st) st = add_arg_pair(spec, "--engine-id", eid);
+  if (!st && o->num_engines > 1 && ((1u << actor) & A_WORKER)) {
+    char threads[16];
+    snprintf(threads, sizeof threads, "%d", worker_threads(o));
+    st = add_arg_pair(spec, "--threads", threads);
+  }
   for (int f = 0; f < o->num_engine_flags && !st; f++) {
     int i = engine_flag_index(o->engine_flags[f].name);
     if (i < 0 || !(engine_flags[i].actors & (1u << actor))) continue;
+    if (strcmp(engine_flags[i].name, "engine-id") == 0) continue; /* added above */
+    if (o->num_engines > 1 && strcmp(engine_flags[i].name, "threads") == 0) continue;
     char arg[80];
     snprintf(arg, sizeof arg, "--%s", engine_flags[i].name);
     st = child_spec_add_arg(spec, arg);
@@ -110,10 +144,26 @@ static llb_status add_engine_flags(const struct serve_options *o, int actor, str
   return st;
 }
 
+/* Fills one actor's spec: program, --model, --http, engine flags. */
+static llb_status actor_spec(const struct serve_options *o, const char *dir, int a, int engine, struct child_spec *spec) {
+  char path[PATH_MAX + 64], name[64], eid[BUS_TOKEN_MAX_SERVE];
+  snprintf(path, sizeof path, "%s/%s", dir, serve_actors[a].program);
+  if (o->num_engines > 1 && serve_actors[a].per_engine) snprintf(name, sizeof name, "%s-%d", serve_actors[a].name, engine);
+  else snprintf(name, sizeof name, "%s", serve_actors[a].name);
+  serve_engine_id(o, engine, eid, sizeof eid);
+  llb_status st = child_spec_init(spec, name, path);
+  if (!st && serve_actors[a].takes_model && o->model_path) st = add_arg_pair(spec, "--model", o->model_path);
+  if (!st && serve_actors[a].takes_http && o->http_addr) st = add_arg_pair(spec, "--http", o->http_addr);
+  return st ? st : add_engine_flags(o, a, eid, spec);
+}
+
 int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, int max) {
-  int n = (int)(sizeof serve_actors / sizeof serve_actors[0]);
+  int engines = o && o->num_engines > 0 ? o->num_engines : 1;
+  int per_engine = 0;
+  for (int i = 0; i < NUM_SERVE_ACTORS; i++) per_engine += serve_actors[i].per_engine;
+  int n = NUM_SERVE_ACTORS + (engines - 1) * per_engine;
   if (!o || !specs || max < n) {
-    LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "serve_actor_specs: room for %d specs needed", n);
+    LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "serve_actor_specs: room for %d specs needed (at most %d actors)", n, max);
     return -1;
   }
   char dir[PATH_MAX];
@@ -129,26 +179,19 @@ int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, i
     exe[len] = '\0';
     snprintf(dir, sizeof dir, "%s", dirname(exe));
   }
-  for (int i = 0; i < n; i++) {
-    char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, serve_actors[i].program);
-    if (child_spec_init(&specs[i], serve_actors[i].name, path) != LLB_STATUS_OK) return -1;
-    if (serve_actors[i].takes_model && o->model_path &&
-        (child_spec_add_arg(&specs[i], "--model") != LLB_STATUS_OK ||
-         child_spec_add_arg(&specs[i], o->model_path) != LLB_STATUS_OK))
-      return -1;
-    if (serve_actors[i].takes_http && o->http_addr &&
-        (child_spec_add_arg(&specs[i], "--http") != LLB_STATUS_OK ||
-         child_spec_add_arg(&specs[i], o->http_addr) != LLB_STATUS_OK))
-      return -1;
-    if (add_engine_flags(o, i, &specs[i]) != LLB_STATUS_OK) return -1;
-  }
-  return n;
+  int k = 0;
+  for (int e = 0; e < engines; e++) /* each engine's actors, then those shared by all */
+    for (int a = 0; a < NUM_SERVE_ACTORS; a++)
+      if (serve_actors[a].per_engine && actor_spec(o, dir, a, e, &specs[k++]) != LLB_STATUS_OK) return -1;
+  for (int a = 0; a < NUM_SERVE_ACTORS; a++)
+    if (!serve_actors[a].per_engine && actor_spec(o, dir, a, 0, &specs[k++]) != LLB_STATUS_OK) return -1;
+  return k;
 }
 
 static void serve_usage(FILE *f) {
   fprintf(f,
-          "usage: llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--tenants FILE] [--help]\n"
+          "usage: llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--engines N] [--tenants FILE]\n"
+          "                    [--help]\n"
           "\n"
           "Runs the whole llmbus stack under one supervisor until Ctrl-C / SIGTERM:\n"
           "every actor process, restarted if it dies, and (without --nats) an embedded\n"
@@ -157,9 +200,12 @@ static void serve_usage(FILE *f) {
           "  --nats URL        use this NATS server (comma-separated list) instead\n"
           "  --model PATH      GGUF model file for the actors that need one\n"
           "  --http HOST:PORT  address of the OpenAI-compatible HTTP front door\n"
-          "  --tenants FILE    one tenant name a line: a NATS account each (embedded server only;\n"
-          "                    default: the one tenant \"default\"); every actor logs in as its own\n"
-          "                    user with a password generated for this run (cmd/serve_nats_config.h)\n"
+          "  --engines N       N engines on this host (scheduler, kv_manager, worker, output and\n"
+          "                    encoder cache each; worker threads split between them), behind\n"
+          "                    one input processor that routes by load and prefix (default 1)\n"
+          "  --tenants FILE    tenants and their limits, one a line: a NATS account each (embedded\n"
+          "                    server only; default: the one tenant \"default\"); every actor logs in\n"
+          "                    as its own user, password generated per run (cmd/serve_nats_config.h)\n"
           "  --help            this text\n"
           "\nengine flags, passed on to the actors that take them:\n");
   for (int i = 0; i < NUM_ENGINE_FLAGS; i++) {
@@ -175,6 +221,7 @@ int cmd_serve(int argc, char **argv) {
       {"nats", required_argument, NULL, 'n'},
       {"model", required_argument, NULL, 'm'},
       {"http", required_argument, NULL, 'H'},
+      {"engines", required_argument, NULL, 'e'},
       {"tenants", required_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
@@ -209,6 +256,16 @@ int cmd_serve(int argc, char **argv) {
       case 'n': so.nats_url = optarg; break;
       case 'm': so.model_path = optarg; break;
       case 'H': so.http_addr = optarg; break;
+      case 'e': {
+        char *end;
+        long v = strtol(optarg, &end, 10);
+        if (*end || v < 1 || v > SERVE_MAX_ENGINES) {
+          fprintf(stderr, "llmbus serve: --engines %s: 1..%d\n", optarg, SERVE_MAX_ENGINES);
+          usage_rc = 2;
+        }
+        so.num_engines = (int)v;
+        break;
+      }
       case 't': so.tenants_file = optarg; break;
       case 'h': serve_usage(stdout); usage_rc = 0; break;
       default: serve_usage(stderr); usage_rc = 2; break;

@@ -41,13 +41,16 @@ static const struct user_perms {
      * EngineCoreRequest: in ENGINE that is always a service-import reply (_R_.…). */
     {"output-processor", "ENGINE", {"_R_.>", "P.engine.*.abort", "P.health.output_processor.>"},
      {"P.engine.*.outputs", "P.health.>"}, false},
-    /* it reads the outputs for per-tenant limits: a request's first token and its end */
+    /* it routes by the engines' stats (DESIGN.md §9) and reads the outputs for per-tenant
+     * limits: a request's first token and its end */
     {"input-processor", "ENGINE", {"P.engine.*.requests", "P.engine.*.abort", "P.health.input_processor.>"},
-     {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.engine.*.outputs", "P.health.>"}, true},
+     {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.engine.*.stats", "P.engine.*.outputs", "P.health.>"}, true},
     {"encoder-cache", "ENGINE", {"P.health.encoder_cache.>"}, {"P.engine.*.encoder", "P.health.>"}, true},
     {"api-server", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.health.api_server.>"},
      {"_INBOX.>", "P.engine.*.stats", "P.health.>"}, false},
-    {"operator", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*"}, {"_INBOX.>", "P.health.>"}, false},
+    /* `llmbus run`, `llmbus status` and the operator's own clients */
+    {"operator", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*"},
+     {"_INBOX.>", "P.engine.*.stats", "P.health.>"}, false},
 };
 #define NUM_USER_PERMS (int)(sizeof user_perms / sizeof user_perms[0])
 
@@ -306,11 +309,27 @@ const char *serve_nats_auth_config_path(const struct serve_nats_auth *a) { retur
 
 const char *serve_nats_auth_dir(const struct serve_nats_auth *a) { return a->dir; }
 
+/* The NATS user of a child: its name, or with --engines N its name without the engine's
+ * "-<index>" suffix ("scheduler-1" logs in as scheduler: every engine's actor has one row). */
+static bool child_user(const struct serve_nats_auth *a, const char *child, char *user, size_t cap) {
+  snprintf(user, cap, "%s", child);
+  for (int pass = 0; pass < 2; pass++) {
+    for (int u = 0; u < a->num_users; u++)
+      if (strcmp(a->users[u], user) == 0) return true;
+    char *dash = strrchr(user, '-');
+    if (!dash || !dash[1] || strspn(dash + 1, "0123456789") != strlen(dash + 1)) return false;
+    *dash = '\0';
+  }
+  return false;
+}
+
 llb_status serve_nats_auth_add_child_args(const struct serve_nats_auth *a, struct child_spec *spec) {
-  char path[PATH_MAX + 80];
-  llb_status st = serve_nats_auth_password_file(a, spec->name, path, sizeof path);
+  char path[PATH_MAX + 80], user[SERVE_NATS_NAME_MAX + 8];
+  if (!child_user(a, spec->name, user, sizeof user))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "no NATS user for actor %s", spec->name);
+  llb_status st = serve_nats_auth_password_file(a, user, path, sizeof path);
   if (st == LLB_STATUS_OK) st = child_spec_add_arg(spec, "--nats-user");
-  if (st == LLB_STATUS_OK) st = child_spec_add_arg(spec, spec->name);
+  if (st == LLB_STATUS_OK) st = child_spec_add_arg(spec, user);
   if (st == LLB_STATUS_OK) st = child_spec_add_arg(spec, "--nats-password-file");
   if (st == LLB_STATUS_OK) st = child_spec_add_arg(spec, path);
   return st;

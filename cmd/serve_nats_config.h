@@ -84,8 +84,9 @@ const char *serve_nats_auth_dir(const struct serve_nats_auth *a);
 llb_status serve_nats_auth_password_file(const struct serve_nats_auth *a, const char *user, char *buf,
                                          size_t cap);
 
-/* Appends `--nats-user <spec->name> --nats-password-file <its file>` to spec, the user being the
- * child's name (an engine actor or api-server). INVALID_ARGUMENT for an unknown child. */
+/* Appends `--nats-user USER --nats-password-file <its file>` to spec, USER being the child's
+ * name (an engine actor or api-server), without the "-<engine index>" that `--engines N` adds.
+ * INVALID_ARGUMENT for an unknown child. */
 llb_status serve_nats_auth_add_child_args(const struct serve_nats_auth *a, struct child_spec *spec);
 
 /* What serve and run call: with an embedded nats-server (so->nats_url NULL) generates the

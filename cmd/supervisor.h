@@ -31,9 +31,9 @@
 
 #include "base/status.h"
 
-#define CHILD_SPEC_MAX_ARGS 32
+#define CHILD_SPEC_MAX_ARGS 64
 #define CHILD_SPEC_ARG_MAX 512
-#define SUPERVISOR_MAX_CHILDREN 32
+#define SUPERVISOR_MAX_CHILDREN 64
 
 /* One program to keep running. Fill with child_spec_init() + child_spec_add_arg(). */
 struct child_spec {
@@ -51,6 +51,7 @@ llb_status child_spec_add_arg(struct child_spec *spec, const char *arg);
 
 /* What `llmbus serve` was asked for (strings borrowed). */
 #define SERVE_MAX_ENGINE_FLAGS 24
+#define SERVE_MAX_ENGINES 12 /* 5 actors each + the shared ones within SUPERVISOR_MAX_CHILDREN */
 
 /* An engine flag given to `llmbus serve`, passed on to every actor that takes it. */
 struct serve_engine_flag {
@@ -63,6 +64,7 @@ struct serve_options {
   const char *model_path; /* GGUF model; NULL = the actors' default */
   const char *http_addr;  /* "HOST:PORT" of the api_server; NULL = its default */
   const char *bin_dir;    /* where the actor binaries live; NULL = next to /proc/self/exe */
+  int num_engines;        /* engines on this host (--engines); 0 or 1 = one */
   const char *tenants_file; /* `--tenants FILE` (cmd/serve_nats_config.h); NULL = tenant "default" */
   struct serve_engine_flag engine_flags[SERVE_MAX_ENGINE_FLAGS];
   int num_engine_flags;

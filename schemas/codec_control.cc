@@ -40,6 +40,8 @@ LLB_CODEC_DEFINE(heartbeat, Heartbeat, LLB_MESSAGE_KIND_HEARTBEAT)
 
 static fb::Offset<void> build_scheduler_stats(Enc &e, const llb_scheduler_stats &m) {
   auto engine = e.str(m.engine_id, "engine_id");
+  auto model = e.str(m.model, "model");
+  auto instance = e.str(m.instance, "instance");
   if (!e.ok())
     return 0;
   llmbus::SchedulerStatsBuilder t(e.b);
@@ -61,6 +63,14 @@ static fb::Offset<void> build_scheduler_stats(Enc &e, const llb_scheduler_stats 
   t.add_encoder_cache_hits(m.encoder_cache_hits);
   t.add_encoder_inputs_computed(m.encoder_inputs_computed);
   t.add_encoder_embeds_computed(m.encoder_embeds_computed);
+  t.add_model(model);
+  t.add_block_size(m.block_size);
+  t.add_max_num_seqs(m.max_num_seqs);
+  t.add_max_num_batched_tokens(m.max_num_batched_tokens);
+  t.add_max_model_len(m.max_model_len);
+  t.add_stats_interval_ms(m.stats_interval_ms);
+  t.add_instance(instance);
+  t.add_draining(m.draining);
   return t.Finish().Union();
 }
 
@@ -82,7 +92,14 @@ static bool read_scheduler_stats(Dec &d, const llmbus::SchedulerStats &t,
   m.encoder_cache_hits = t.encoder_cache_hits();
   m.encoder_inputs_computed = t.encoder_inputs_computed();
   m.encoder_embeds_computed = t.encoder_embeds_computed();
-  return d.str(t.engine_id(), &m.engine_id, "engine_id");
+  m.block_size = t.block_size();
+  m.max_num_seqs = t.max_num_seqs();
+  m.max_num_batched_tokens = t.max_num_batched_tokens();
+  m.max_model_len = t.max_model_len();
+  m.stats_interval_ms = t.stats_interval_ms();
+  m.draining = t.draining();
+  return d.str(t.engine_id(), &m.engine_id, "engine_id") && d.str(t.model(), &m.model, "model") &&
+         d.str(t.instance(), &m.instance, "instance");
 }
 
 LLB_CODEC_DEFINE(scheduler_stats, SchedulerStats, LLB_MESSAGE_KIND_SCHEDULER_STATS)

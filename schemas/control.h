@@ -45,6 +45,15 @@ struct llb_scheduler_stats {
   uint64_t encoder_cache_hits;
   uint64_t encoder_inputs_computed; /* items sent to the worker's encoder, cumulative */
   uint64_t encoder_embeds_computed; /* their embedding rows, cumulative */
+  /* Engine membership (read by routers and `llmbus status`). */
+  struct llb_str model;             /* the model's file name, no directory */
+  int32_t block_size;               /* tokens per KV block */
+  int32_t max_num_seqs;
+  int32_t max_num_batched_tokens;
+  int32_t max_model_len;
+  int32_t stats_interval_ms;        /* longest gap between two SchedulerStats (idle) */
+  struct llb_str instance;          /* the scheduler's instance id */
+  bool draining;                    /* stopping: routers send nothing new (its last stats) */
 };
 
 /* The generic error reply to any request subject. */

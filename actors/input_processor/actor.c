@@ -7,12 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/input_processor/engine_router.h"
 #include "actors/input_processor/input_processor.h"
 #include "actors/input_processor/tenant_limits.h"
 #include "base/log.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "schemas/control.h"
 #include "schemas/engine_core_outputs.h"
 #include "schemas/engine_core_request.h"
 #include "schemas/generate_request.h"
@@ -29,13 +31,12 @@ struct inproc_actor {
   struct bus *bus;
   int32_t max_model_len;
   char tenant[BUS_TOKEN_MAX + 1];
-  char engine_id[BUS_TOKEN_MAX + 1];
-  char requests_subject[BUS_SUBJECT_MAX];
-  char abort_subject[BUS_SUBJECT_MAX];
+  char engine_id[BUS_TOKEN_MAX + 1]; /* the default engine (DESIGN.md §9: routed otherwise) */
+  struct engine_router *router;
+  atomic_uint_fast64_t requests, engine_requests, rejected, malformed, no_reply, aborts,
+      publish_errors, tokenize, stats_malformed, routed_by_prefix, routed_fallback, limited;
   char outputs_subject[BUS_SUBJECT_MAX];
   struct tenant_limits *limits; /* NULL = no per-tenant limits */
-  atomic_uint_fast64_t requests, engine_requests, rejected, malformed, no_reply, aborts,
-      publish_errors, tokenize, limited;
 };
 
 /* Context length of the model: "<general.architecture>.context_length", capped at 4096.
@@ -80,7 +81,18 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "input processor actor");
   snprintf(a->tenant, sizeof a->tenant, "%s", tenant);
   snprintf(a->engine_id, sizeof a->engine_id, "%s", eid);
-  llb_status st = gguf_open(o->model_path, &f);
+  struct engine_router_config rc;
+  engine_router_config_init(&rc);
+  rc.default_engine_id = a->engine_id;
+  const char *slash = strrchr(o->model_path, '/');
+  rc.model = slash ? slash + 1 : o->model_path; /* engines announce their model's file name */
+  llb_status st = LLB_STATUS_OK;
+  if (!o->router || strcmp(o->router, "cache-aware") == 0) rc.policy = ENGINE_ROUTER_CACHE_AWARE;
+  else if (strcmp(o->router, "least-loaded") == 0) rc.policy = ENGINE_ROUTER_LEAST_LOADED;
+  else if (strcmp(o->router, "random") == 0) rc.policy = ENGINE_ROUTER_RANDOM;
+  else st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--router '%s': expected cache-aware|least-loaded|random", o->router);
+  if (st == LLB_STATUS_OK) st = engine_router_create(&rc, &a->router);
+  if (st == LLB_STATUS_OK) st = gguf_open(o->model_path, &f);
   if (st != LLB_STATUS_OK) goto fail;
   st = tokenizer_load(f, &a->tok);
   if (st != LLB_STATUS_OK) goto fail;
@@ -117,6 +129,7 @@ void inproc_actor_destroy(struct inproc_actor *a) {
   if (!a) return;
   inproc_destroy(a->proc);
   tokenizer_destroy(a->tok);
+  engine_router_destroy(a->router);
   tenant_limits_destroy(a->limits);
   free(a);
 }
@@ -133,8 +146,13 @@ void inproc_actor_get_stats(const struct inproc_actor *a, struct inproc_actor_st
   out->aborts = atomic_load(&m->aborts);
   out->publish_errors = atomic_load(&m->publish_errors);
   out->tokenize = atomic_load(&m->tokenize);
+  out->stats_malformed = atomic_load(&m->stats_malformed);
+  out->routed_by_prefix = atomic_load(&m->routed_by_prefix);
+  out->routed_fallback = atomic_load(&m->routed_fallback);
   out->limited = atomic_load(&m->limited);
 }
+
+struct engine_router *inproc_actor_router(struct inproc_actor *a) { return a->router; }
 
 /* The tenant of a generate/abort subject: its last token. */
 static const char *subject_tenant(const char *subject) {
@@ -177,13 +195,15 @@ static void reply_error(struct inproc_actor *a, const struct bus_msg *msg, const
   reply_error_retry(a, msg, request_id, code, message, field, 0);
 }
 
-/* Publishes AbortRequests{ids} on the engine's abort subject. */
-static llb_status publish_aborts(struct inproc_actor *a, const struct llb_str *ids, int32_t n,
+/* Publishes AbortRequests{ids} on engine `eid`'s abort subject. */
+static llb_status publish_aborts(struct inproc_actor *a, const char *eid, const struct llb_str *ids, int32_t n,
                                  const struct bus_trace_ctx *trace) {
   struct llb_abort_requests ab = {.request_ids = ids, .num_request_ids = n};
   struct llb_buf buf = {0};
-  llb_status st = llb_abort_requests_encode_buf(&ab, &buf);
-  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->abort_subject, buf.data, buf.len, trace);
+  char subject[BUS_SUBJECT_MAX];
+  llb_status st = bus_subject_engine(bus_prefix(a->bus), eid, "abort", subject, sizeof subject);
+  if (st == LLB_STATUS_OK) st = llb_abort_requests_encode_buf(&ab, &buf);
+  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, subject, buf.data, buf.len, trace);
   if (st != LLB_STATUS_OK) atomic_fetch_add(&a->publish_errors, 1);
   llb_buf_free(&buf);
   return st;
@@ -243,10 +263,13 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
   return NULL;
 }
 
-/* Publishes every child of `pr` to the engine. On a failed publish the children already
+/* Publishes every child of `pr` to engine `eid`. On a failed publish the children already
  * sent are aborted and the error is returned. */
-static llb_status publish_children(struct inproc_actor *a, const struct inproc_generate_request *req,
+static llb_status publish_children(struct inproc_actor *a, const char *eid, const struct inproc_generate_request *req,
                                    const struct inproc_processed *pr, const struct bus_trace_ctx *span) {
+  char subject[BUS_SUBJECT_MAX];
+  llb_status sst = bus_subject_engine(bus_prefix(a->bus), eid, "requests", subject, sizeof subject);
+  if (sst != LLB_STATUS_OK) return sst;
   struct llb_mm_feature mm[INPROC_MAX_MM_ITEMS];
   for (int32_t k = 0; k < pr->num_mm_features && k < INPROC_MAX_MM_ITEMS; k++) {
     const struct inproc_mm_feature *f = &pr->mm_features[k];
@@ -284,7 +307,7 @@ static llb_status publish_children(struct inproc_actor *a, const struct inproc_g
         .num_mm_features = pr->num_mm_features,
     };
     st = llb_engine_core_request_encode_buf(&m, &buf);
-    if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->requests_subject, buf.data, buf.len, span);
+    if (st == LLB_STATUS_OK) st = bus_publish(a->bus, subject, buf.data, buf.len, span);
     if (st != LLB_STATUS_OK) break;
     atomic_fetch_add(&a->engine_requests, 1);
   }
@@ -295,8 +318,8 @@ static llb_status publish_children(struct inproc_actor *a, const struct inproc_g
   snprintf(msg, sizeof msg, "%s", llb_err_last());
   struct llb_str ids[INPROC_ACTOR_MAX_N];
   for (int32_t i = 0; i < sent && i < INPROC_ACTOR_MAX_N; i++) ids[i] = llb_str_c(pr->requests[i].request_id);
-  if (sent > 0) (void)publish_aborts(a, ids, sent < INPROC_ACTOR_MAX_N ? sent : INPROC_ACTOR_MAX_N, span);
-  return LLB_ERRF(st, "publishing to %s: %s", a->requests_subject, msg);
+  if (sent > 0) (void)publish_aborts(a, eid, ids, sent < INPROC_ACTOR_MAX_N ? sent : INPROC_ACTOR_MAX_N, span);
+  return LLB_ERRF(st, "publishing to %s: %s", subject, msg);
 }
 
 /* The engine request ids of pr's children (at most INPROC_ACTOR_MAX_N). */
@@ -417,10 +440,20 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
     reply_error(a, msg, ext_id, st, text, field);
     goto done;
   }
+  struct engine_router_choice choice;
+  engine_router_choose(a->router, pr.prompt_token_ids, pr.num_prompt_tokens, req.cache_salt, llb_now_ns(), &choice);
+  if (choice.by_prefix) atomic_fetch_add(&a->routed_by_prefix, 1);
+  if (choice.fallback) atomic_fetch_add(&a->routed_fallback, 1);
+  st = inproc_processed_set_engine(&pr, choice.engine_id);
+  if (st != LLB_STATUS_OK) {
+    atomic_fetch_add(&a->rejected, 1);
+    reply_error(a, msg, ext_id, st, llb_err_last(), "request_id");
+    goto done;
+  }
   if (!admit(a, msg, tenant, &pr)) goto done;
   struct bus_trace_ctx span;
   bus_trace_child(&msg->trace, &span);
-  st = publish_children(a, &req, &pr, &span);
+  st = publish_children(a, choice.engine_id, &req, &pr, &span);
   if (st != LLB_STATUS_OK) {
     release(a, &pr);
     LLB_LOG_ERROR("engine_publish_failed", "request_id=%s error=%s", pr.requests[0].parent_request_id,
@@ -429,9 +462,10 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
     goto done;
   }
   atomic_fetch_add(&a->requests, 1);
-  LLB_LOG_DEBUG("generate_accepted", "request_id=%s tenant=%s n=%d prompt_tokens=%" PRId64 " trace_id=%s",
-                pr.requests[0].parent_request_id, tenant, pr.num_requests, pr.num_prompt_tokens,
-                span.trace_id);
+  LLB_LOG_DEBUG("generate_accepted", "request_id=%s tenant=%s n=%d prompt_tokens=%" PRId64 " engine=%s "
+                "matched_blocks=%d/%d by_prefix=%d trace_id=%s", pr.requests[0].parent_request_id, tenant,
+                pr.num_requests, pr.num_prompt_tokens, choice.engine_id, choice.matched_blocks,
+                choice.prompt_blocks, choice.by_prefix, span.trace_id);
 done:
   inproc_processed_free(&pr);
   llb_arena_destroy(&arena);
@@ -532,6 +566,65 @@ static bool id_printable(struct llb_str id) {
   return true;
 }
 
+/* An abort whose id names no engine we know (an id from before routing, or an engine that has
+ * not announced itself to this replica yet): every known engine and the default one get it;
+ * the engines ignore ids they do not run. Returns the number of engines; *st the first error. */
+static int abort_everywhere(struct inproc_actor *a, const struct llb_str *ids, int32_t n,
+                            const struct bus_trace_ctx *span, llb_status *st) {
+  enum { MAX_FANOUT = 64 };
+  struct engine_router_engine rows[MAX_FANOUT];
+  int total = engine_router_list(a->router, llb_now_ns(), rows, MAX_FANOUT);
+  if (total > MAX_FANOUT) total = MAX_FANOUT;
+  *st = publish_aborts(a, a->engine_id, ids, n, span);
+  int sent = 1;
+  for (int i = 0; i < total; i++) {
+    if (strcmp(rows[i].engine_id, a->engine_id) == 0) continue;
+    llb_status s2 = publish_aborts(a, rows[i].engine_id, ids, n, span);
+    if (*st == LLB_STATUS_OK) *st = s2;
+    sent++;
+  }
+  return sent;
+}
+
+/* <prefix>.engine.<eid>.stats: an engine announcing itself and its load (routing input). */
+static void on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  struct inproc_actor *a = user;
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  struct llb_scheduler_stats s;
+  llb_status st = llb_scheduler_stats_decode(msg->data, msg->len, &arena, &s);
+  /* the subject's <eid> must be the one the message names: llm.engine.<eid>.stats */
+  char eid[BUS_TOKEN_MAX + 1] = "";
+  const char *end = strrchr(msg->subject, '.'), *begin = end;
+  while (begin && begin > msg->subject && begin[-1] != '.') begin--;
+  if (begin && end && end > begin && (size_t)(end - begin) < sizeof eid) {
+    memcpy(eid, begin, (size_t)(end - begin));
+    eid[end - begin] = '\0';
+  }
+  if (st == LLB_STATUS_OK && strcmp(eid, s.engine_id.data ? s.engine_id.data : "") != 0)
+    st = LLB_ERRF(LLB_STATUS_MALFORMED, "engine_id \"%s\" on the stats subject of engine \"%s\"",
+                  s.engine_id.data ? s.engine_id.data : "", eid);
+  if (st == LLB_STATUS_OK) {
+    struct engine_router_stats rs = {
+        .engine_id = eid, .model = s.model.data, .instance = s.instance.data,
+        .num_running_reqs = s.num_running_reqs, .num_waiting_reqs = s.num_waiting_reqs,
+        .kv_cache_usage = s.kv_cache_usage, .num_free_blocks = s.num_free_blocks,
+        .num_total_blocks = s.num_total_blocks, .block_size = s.block_size, .max_num_seqs = s.max_num_seqs,
+        .max_model_len = s.max_model_len, .stats_interval_ms = s.stats_interval_ms,
+        .prefix_cache_queries = s.prefix_cache_queries, .prefix_cache_hits = s.prefix_cache_hits,
+        .generation_tokens_total = s.generation_tokens_total, .draining = s.draining};
+    st = engine_router_update(a->router, &rs, llb_now_ns());
+  }
+  if (st != LLB_STATUS_OK) {
+    char q[320];
+    if (atomic_fetch_add(&a->stats_malformed, 1) % 100 == 0) /* one line per 100: a flood stays quiet */
+      LLB_LOG_WARN("stats_rejected", "subject=%s bytes=%zu error=%s", msg->subject, msg->len,
+                   llb_log_quote(q, sizeof q, llb_err_last()));
+  }
+  llb_arena_destroy(&arena);
+}
+
 static void on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   struct inproc_actor *a = user;
@@ -562,14 +655,23 @@ static void on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
   }
   struct bus_trace_ctx span;
   bus_trace_child(&msg->trace, &span);
-  st = publish_aborts(a, ids, INPROC_ACTOR_MAX_N + 1, &span);
+  char eid[BUS_TOKEN_MAX + 1];
+  int engines = 0;
+  if (inproc_engine_of_id(ar.request_id.data, ar.request_id.len, eid, sizeof eid) &&
+      engine_router_known(a->router, eid)) {
+    st = publish_aborts(a, eid, ids, INPROC_ACTOR_MAX_N + 1, &span);
+    engines = 1;
+  } else {
+    engines = abort_everywhere(a, ids, INPROC_ACTOR_MAX_N + 1, &span, &st);
+  }
   if (st != LLB_STATUS_OK) {
     LLB_LOG_ERROR("abort_publish_failed", "request_id=%s error=%s", ar.request_id.data,
                   llb_log_quote(q, sizeof q, llb_err_last()));
     goto done;
   }
   atomic_fetch_add(&a->aborts, 1);
-  LLB_LOG_INFO("abort_forwarded", "request_id=%s tenant=%s", ar.request_id.data, subject_tenant(msg->subject));
+  LLB_LOG_INFO("abort_forwarded", "request_id=%s tenant=%s engines=%d", ar.request_id.data,
+               subject_tenant(msg->subject), engines);
 done:
   llb_arena_destroy(&arena);
 }
@@ -581,11 +683,9 @@ llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
    * the rest of either message. */
   if (maxp > 0) inproc_set_max_mm_item_bytes(a->proc, maxp > 256 * 1024 ? maxp - 128 * 1024 : maxp / 2);
   const char *prefix = bus_prefix(bus);
-  llb_status st = bus_subject_engine(prefix, a->engine_id, "requests", a->requests_subject,
-                                     sizeof a->requests_subject);
-  if (st == LLB_STATUS_OK)
-    st = bus_subject_engine(prefix, a->engine_id, "abort", a->abort_subject, sizeof a->abort_subject);
-  if (st != LLB_STATUS_OK) return st;
+  char stats_subj[BUS_SUBJECT_MAX];
+  snprintf(stats_subj, sizeof stats_subj, "%s.engine.*.stats", prefix); /* the prefix was checked by bus_create */
+  llb_status st = LLB_STATUS_OK;
   char gen[BUS_SUBJECT_MAX], abort_subj[BUS_SUBJECT_MAX], tok_subj[BUS_SUBJECT_MAX];
   snprintf(tok_subj, sizeof tok_subj, "%s.tokenize.%s", prefix, a->tenant);
   if (strcmp(a->tenant, "*") == 0) {
@@ -599,13 +699,17 @@ llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
   st = bus_subscribe(bus, gen, INPROC_ACTOR_QUEUE_GROUP, on_generate, a, NULL);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, abort_subj, INPROC_ACTOR_QUEUE_GROUP, on_abort, a, NULL);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, tok_subj, INPROC_ACTOR_QUEUE_GROUP, on_tokenize, a, NULL);
-  if (st == LLB_STATUS_OK && a->limits) {
-    st = bus_subject_engine(prefix, a->engine_id, "outputs", a->outputs_subject, sizeof a->outputs_subject);
+  /* every replica hears every engine (no queue group): each routes on its own view */
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, stats_subj, NULL, on_stats, a, NULL);
+  if (st == LLB_STATUS_OK && a->limits) { /* every engine's outputs: its requests' first tokens and ends */
+    if (snprintf(a->outputs_subject, sizeof a->outputs_subject, "%s.engine.*.outputs", prefix) >=
+        (int)sizeof a->outputs_subject)
+      st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", prefix);
     if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, on_engine_outputs, a, NULL);
     if (st == LLB_STATUS_OK) LLB_LOG_INFO("tenant_limits_on", "outputs=%s", a->outputs_subject);
   }
   if (st != LLB_STATUS_OK) return st;
-  LLB_LOG_INFO("input_processor_subscribed", "generate=%s abort=%s tokenize=%s requests=%s engine_abort=%s", gen,
-               abort_subj, tok_subj, a->requests_subject, a->abort_subject);
+  LLB_LOG_INFO("input_processor_subscribed", "generate=%s abort=%s tokenize=%s stats=%s default_engine=%s", gen,
+               abort_subj, tok_subj, stats_subj, a->engine_id);
   return LLB_STATUS_OK;
 }

@@ -3,14 +3,19 @@
  * Subscribes, in queue group "input_processor":
  *   <prefix>.generate.<tenant>  GenerateRequest (reply subject = where the client reads its
  *                               RequestOutputs) → one EngineCoreRequest per child on
- *                               <prefix>.engine.<eid>.requests, reply_to = the client's reply
+ *                               <prefix>.engine.<eid>.requests of the engine the router chose
+ *                               (engine_router.h; the id names it: "...@<eid>"), reply_to = the client's reply
  *                               subject; any problem → a RequestOutput with error + finished
  *                               to the client's reply subject (or counted and logged when the
  *                               message has none).
  *   <prefix>.abort.<tenant>     AbortRequest{request_id = the internal id the client got in
  *                               RequestOutput.request_id} → AbortRequests{[id, 0_id, ...,
- *                               (max_n-1)_id]} on <prefix>.engine.<eid>.abort (the engine
- *                               ignores ids it does not run; the processor keeps no state).
+ *                               (max_n-1)_id]} on <prefix>.engine.<eid>.abort of the engine
+ *                               the id names (any replica can: the processor keeps no
+ *                               per-request state); an id naming no known engine goes to
+ *                               every known engine (they ignore ids they do not run).
+ * Not in the queue group:
+ *   <prefix>.engine.*.stats     SchedulerStats: engine membership and load for the router.
  *   <prefix>.tokenize.<tenant>  GenerateRequest (request/reply; only the input fields and
  *                               sampling_params.truncate_prompt_tokens are read) → one
  *                               RequestOutput (finished, max_model_len = the context length):
@@ -47,9 +52,11 @@ struct inproc_actor_options {
   const char *model_path;  /* GGUF holding the tokenizer (and chat template); required */
   int32_t max_model_len;   /* tokens; 0 = min(the model's context length, 4096) */
   const char *tenant;      /* subject token or "*" (every tenant); NULL = "*" */
-  const char *engine_id;   /* <eid>; NULL = "0" */
+  const char *engine_id;   /* the default engine <eid> (until engines announce themselves, or
+                              when none is live); NULL = "0" */
+  const char *router;      /* "cache-aware" (NULL), "least-loaded" or "random" (engine_router.h) */
   const char *tenant_limits_file; /* per-tenant limits (tenant_limits.h); NULL = none. With
-                                     limits the actor also reads <prefix>.engine.<eid>.outputs */
+                                     limits the actor also reads <prefix>.engine.*.outputs */
   int64_t tenant_limit_ttl_ms;   /* forget an admitted request after this long; 0 = 30 min */
 };
 
@@ -63,6 +70,9 @@ struct inproc_actor_stats {
   uint64_t aborts;          /* AbortRequests forwarded */
   uint64_t publish_errors;  /* failed publishes (each logged) */
   uint64_t tokenize;        /* tokenize / detokenize requests answered without error */
+  uint64_t stats_malformed; /* SchedulerStats refused (undecodable, id mismatch, out of range) */
+  uint64_t routed_by_prefix;/* requests sent to the engine holding their prefix */
+  uint64_t routed_fallback; /* requests sent to the default engine: no live engine known */
   uint64_t limited;         /* requests refused by a per-tenant limit (429 / 400) */
 };
 
@@ -77,6 +87,9 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
  * subscriptions, i.e. destroy the bus before the actor). Errors: those of bus_subscribe and
  * the subject builders. */
 llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus);
+
+/* The actor's engine router (owned by the actor), for `llmbus status`-like views and tests. */
+struct engine_router *inproc_actor_router(struct inproc_actor *a);
 
 /* The effective max_model_len (after the default was resolved). */
 int32_t inproc_actor_max_model_len(const struct inproc_actor *a);

@@ -562,6 +562,50 @@ void inproc_processed_free(struct inproc_processed *out) {
   memset(out, 0, sizeof *out);
 }
 
+/* An engine id as it may appear after '@': one subject token (bus/subject.h rules) of at
+ * most 64 bytes that holds no '@' itself. */
+static bool engine_token_ok(const char *s, size_t n) {
+  if (n == 0 || n > 64) return false;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c <= 0x20 || c >= 0x7f || c == '.' || c == '*' || c == '>' || c == '@') return false;
+  }
+  return true;
+}
+
+llb_status inproc_processed_set_engine(struct inproc_processed *out, const char *engine_id) {
+  size_t eid_len = engine_id ? strlen(engine_id) : 0;
+  if (!engine_token_ok(engine_id, eid_len))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine id \"%s\" cannot name an engine in a request id",
+                    engine_id ? engine_id : "");
+  for (int32_t i = 0; i < out->num_requests; i++) {
+    struct inproc_engine_request *e = &out->requests[i];
+    char parent[INPROC_MAX_ID_BYTES];
+    int len = snprintf(parent, sizeof parent, "%s@%s", e->parent_request_id, engine_id);
+    if (len < 0 || (size_t)len + 4 >= sizeof parent) /* room for the child prefix "15_" */
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request id \"%s\" too long to name engine \"%s\"",
+                      e->parent_request_id, engine_id);
+    memcpy(e->parent_request_id, parent, (size_t)len + 1);
+    if (out->num_requests == 1) {
+      memcpy(e->request_id, parent, (size_t)len + 1);
+    } else { /* "<i>_<parent>": fits, checked above (i < 100) */
+      int pre = snprintf(e->request_id, 4, "%d_", e->child_index % 100);
+      memcpy(e->request_id + pre, parent, (size_t)len + 1);
+    }
+  }
+  return LLB_STATUS_OK;
+}
+
+bool inproc_engine_of_id(const char *id, size_t len, char *out, size_t cap) {
+  if (!id || cap == 0) return false;
+  size_t at = len;
+  while (at > 0 && id[at - 1] != '@') at--;
+  if (at == 0 || len - at + 1 > cap || !engine_token_ok(id + at, len - at)) return false;
+  memcpy(out, id + at, len - at);
+  out[len - at] = '\0';
+  return true;
+}
+
 void inproc_errors_format(const struct inproc_errors *errs, char *buf, size_t size) {
   if (!size) return;
   buf[0] = '\0';

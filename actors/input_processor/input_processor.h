@@ -163,6 +163,17 @@ int32_t inproc_max_model_len(const struct inproc_t *p);
 /* Frees what `out` owns and zeroes it. Accepts NULL. */
 void inproc_processed_free(struct inproc_processed *out);
 
+/* Names the engine that will run the request in its ids (DESIGN.md §9): the parent id
+ * becomes "<external>-<16 hex>@<eid>" and each child's "<i>_<that>", so that any input
+ * processor replica can send an abort for the id to the engine that owns it
+ * (inproc_engine_of_id). Call once, after inproc_process succeeded. INVALID_ARGUMENT when
+ * `engine_id` is not one subject token or the ids would not fit INPROC_MAX_ID_BYTES. */
+llb_status inproc_processed_set_engine(struct inproc_processed *out, const char *engine_id);
+
+/* The engine named in an internal request id by inproc_processed_set_engine (what follows its
+ * last '@'), copied into out[cap]. False when the id names none or it is not one subject token. */
+bool inproc_engine_of_id(const char *id, size_t len, char *out, size_t cap);
+
 /* The prefix-cache salt of a request of `tenant` with the client's `salt` (NULL or "" = none)
  * into out[size]: "<len>:<tenant>" then, with a salt, "<len>:<salt>" (decimal byte lengths).
  * Each field is length-prefixed so that the pair is recovered from the string: tenant "b/x"

@@ -33,7 +33,7 @@ void scheduler_actor_config_init(struct scheduler_actor_config *c) {
   c->encoder_timeout_ms = 5000;
   c->execute_timeout_ms = 60000;
   c->stats_interval_ms = 1000;
-  c->stats_idle_interval_ms = 5000;
+  c->stats_idle_interval_ms = 1000;
   c->peer_heartbeat_ms = 0;
   c->peer_missed_beats = 3;
 }
@@ -606,6 +606,10 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   a->cfg = *cfg;
   snprintf(a->engine_id, sizeof a->engine_id, "%s", cfg->engine_id);
   a->cfg.engine_id = a->engine_id;
+  snprintf(a->model_name, sizeof a->model_name, "%s", cfg->model_name ? cfg->model_name : "");
+  snprintf(a->instance, sizeof a->instance, "%s", cfg->instance ? cfg->instance : "");
+  a->cfg.model_name = a->model_name;
+  a->cfg.instance = a->instance;
   pthread_mutex_init(&a->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);

@@ -43,11 +43,14 @@ struct scheduler_actor;
 struct scheduler_actor_config {
   struct sched_config sched;
   const char *engine_id;          /* <eid>; copied */
+  const char *model_name;         /* announced in SchedulerStats.model (file name); copied, may be NULL */
+  const char *instance;           /* announced in SchedulerStats.instance; copied, may be NULL */
   int64_t kv_timeout_ms;          /* KVStep round trip limit (default 5000) */
   int64_t encoder_timeout_ms;     /* EncoderStep round trip limit (default 5000) */
   int64_t execute_timeout_ms;     /* SchedulerOutput round trip limit (default 60000) */
   int64_t stats_interval_ms;      /* while there is work (default 1000) */
-  int64_t stats_idle_interval_ms; /* at least this often (default 5000) */
+  int64_t stats_idle_interval_ms; /* at least this often (default 1000): routers take an engine
+                                   * that fell silent for 3 of these as gone */
   /* Failure detection from the heartbeats of this engine's gpu_worker and kv_manager on
    * <prefix>.health.<actor>.* (bus/peer_watch.h): a new instance (id or pid), or no beat for
    * more than peer_missed_beats x peer_heartbeat_ms, abandons the steps in flight and
@@ -73,6 +76,11 @@ struct scheduler_actor_counters {
   uint64_t num_outputs_published; /* EngineCoreOutputs messages */
   uint64_t num_peer_failures;     /* worker / kv_manager deaths or restarts seen in heartbeats */
 };
+
+/* Publishes one last SchedulerStats with `draining` set, so that routers send nothing new
+ * to this engine while it stops (call when the stop arrives, before the bus drains; safe
+ * while the step thread runs). Errors are logged. */
+void scheduler_actor_announce_draining(struct scheduler_actor *a);
 
 /* Defaults above, sched_config_init for the scheduler, engine id "0". */
 void scheduler_actor_config_init(struct scheduler_actor_config *c);

@@ -41,6 +41,7 @@ struct scheduler_actor {
   struct bus *bus;
   struct scheduler_actor_config cfg;
   char engine_id[BUS_TOKEN_MAX + 1];
+  char model_name[128], instance[96]; /* announced in SchedulerStats */
   char subj_requests[BUS_SUBJECT_MAX], subj_abort[BUS_SUBJECT_MAX], subj_kv[BUS_SUBJECT_MAX],
       subj_execute[BUS_SUBJECT_MAX], subj_outputs[BUS_SUBJECT_MAX], subj_stats[BUS_SUBJECT_MAX],
       subj_encoder[BUS_SUBJECT_MAX];

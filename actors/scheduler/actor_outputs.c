@@ -146,6 +146,24 @@ cleanup:
   sched_engine_outputs_clear(&a->eo, step);
 }
 
+void scheduler_actor_announce_draining(struct scheduler_actor *a) {
+  if (!a) return;
+  /* From the stopping thread while the step thread may still run: only what never changes
+   * (configuration, names), in a buffer of its own. */
+  struct llb_scheduler_stats m = {
+      .version = LLB_SCHEMA_VERSION, .engine_id = llb_str_c(a->engine_id),
+      .timestamp = (double)llb_wall_ns() / 1e9, .num_total_blocks = a->cfg.sched.num_blocks,
+      .model = llb_str_c(a->model_name), .block_size = a->cfg.sched.block_size,
+      .max_num_seqs = a->cfg.sched.max_num_seqs, .max_num_batched_tokens = a->cfg.sched.max_num_batched_tokens,
+      .max_model_len = a->cfg.sched.max_model_len, .instance = llb_str_c(a->instance), .draining = true};
+  struct llb_buf buf = {0};
+  llb_status st = llb_scheduler_stats_encode_buf(&m, &buf);
+  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->subj_stats, buf.data, buf.len, NULL);
+  if (st == LLB_STATUS_OK) st = bus_flush(a->bus, 1000);
+  llb_buf_free(&buf);
+  LLB_LOG_INFO("engine_draining_announced", "engine_id=%s status=%s", a->engine_id, llb_strerror(st));
+}
+
 void sched_actor_publish_stats(struct scheduler_actor *a) {
   struct sched_stats s;
   sched_get_stats(a->sched, &s);
@@ -159,7 +177,13 @@ void sched_actor_publish_stats(struct scheduler_actor *a) {
       .generation_tokens_total = s.num_generation_tokens,
       .encoder_cache_queries = s.encoder_cache_queries, .encoder_cache_hits = s.encoder_cache_hits,
       .encoder_inputs_computed = s.encoder_inputs_computed,
-      .encoder_embeds_computed = s.encoder_embeds_computed};
+      .encoder_embeds_computed = s.encoder_embeds_computed,
+      .model = llb_str_c(a->model_name), .block_size = a->cfg.sched.block_size,
+      .max_num_seqs = a->cfg.sched.max_num_seqs, .max_num_batched_tokens = a->cfg.sched.max_num_batched_tokens,
+      .max_model_len = a->cfg.sched.max_model_len,
+      .stats_interval_ms = (int32_t)(a->cfg.stats_idle_interval_ms > a->cfg.stats_interval_ms
+                                         ? a->cfg.stats_idle_interval_ms : a->cfg.stats_interval_ms),
+      .instance = llb_str_c(a->instance)};
   llb_status st = llb_scheduler_stats_encode_buf(&m, &a->buf);
   if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->subj_stats, a->buf.data, a->buf.len, NULL);
   if (st != LLB_STATUS_OK) LLB_LOG_WARN("stats_publish_failed", "status=%s", llb_strerror(st));

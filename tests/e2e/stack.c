@@ -83,6 +83,9 @@ static void on_heartbeat(struct bus *bus, const struct bus_msg *msg, void *user)
     fprintf(stderr, "e2e: undecodable heartbeat on %s: %s\n", msg->subject, llb_err_last());
     return;
   }
+  /* a stack of several engines (serve --engines N): the state follows engine 0's actors and
+   * the shared ones; tests watch the other engines through their SchedulerStats */
+  if (h.engine_id.len && strcmp(h.engine_id.data, "0") != 0) return;
   pthread_mutex_lock(&s->mu);
   for (int i = 0; i < E2E_ACTOR_COUNT; i++) {
     if (strcmp(h.actor.data, e2e_actors[i].actor) != 0) continue;

@@ -435,6 +435,33 @@ static void test_no_server_error_names_url(void **state) {
   fprintf(stderr, "no-server error: %s\n", llb_err_last());
 }
 
+/* A cluster URL list ("nats://a,nats://b", the form every actor's --nats takes): the bus
+ * connects to the first server that answers, in the order given, however the list is spaced. */
+static void test_url_list_skips_a_dead_server(void **state) {
+  (void)state;
+  struct nats_test_server dead;
+  assert_int_equal(nats_test_server_start(&dead, 0, false), 0);
+  char dead_url[64];
+  snprintf(dead_url, sizeof dead_url, "%s", dead.url);
+  nats_test_server_stop(&dead);
+  char list[256];
+  snprintf(list, sizeof list, "%s, %s", dead_url, srv.url);
+  struct bus_options o;
+  bus_options_init(&o);
+  o.urls = list;
+  o.connect_timeout_ms = 500;
+  o.install_signal_handlers = false;
+  struct bus *b = NULL;
+  llb_status st = bus_connect(&o, &b);
+  if (st != LLB_STATUS_OK) fail_msg("bus_connect(%s): %s", list, llb_err_last());
+  assert_int_equal(bus_publish(b, "llm.test.list", "x", 1, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(b, WAIT_MS), LLB_STATUS_OK);
+  bus_destroy(b);
+  o.urls = " , ";
+  assert_int_equal(bus_connect(&o, &b), LLB_STATUS_INVALID_ARGUMENT);
+  assert_null(b);
+}
+
 static void test_bad_options_are_rejected(void **state) {
   (void)state;
   struct bus_options o;
@@ -480,6 +507,7 @@ int main(void) {
       cmocka_unit_test(test_heartbeat_publishes_periodically),
       cmocka_unit_test(test_payload_too_large_names_sizes),
       cmocka_unit_test(test_no_server_error_names_url),
+      cmocka_unit_test(test_url_list_skips_a_dead_server),
       cmocka_unit_test(test_bad_options_are_rejected),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -13,6 +13,10 @@ llb_add_test(test_output_processor SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_output
 llb_add_test(test_tokenizer_eog SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer_eog.c
              LIBS llmbus_input_processor_core llmbus_scheduler_core llmbus_test_gguf_writer
                   PkgConfig::CMOCKA LABELS unit TIMEOUT 60)
+# Engine routing in the input processor (several engines behind one subject) and the engine
+# named in request ids, which aborts follow.
+llb_add_test(test_engine_router SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_engine_router.c
+             LIBS llmbus_input_processor_actor PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
 # Per-tenant limits of the input processor (owner: tenancy): in flight, queued, token bucket.
 llb_add_test(test_tenant_limits SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tenant_limits.c
              LIBS llmbus_input_processor_core PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)

@@ -1,0 +1,333 @@
+/* Engine routing; see engine_router.h. */
+#include "actors/input_processor/engine_router.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_BLOCK_SIZE 16
+#define ASSUMED_STATS_INTERVAL_MS 5000
+#define MISSED_INTERVALS 3
+#define LIVENESS_SLACK_MS 1000
+
+struct engine {
+  char id[BUS_TOKEN_MAX + 1];
+  char model[128];
+  char instance[96];
+  int64_t last_ns;
+  int32_t running, waiting, pending;
+  float kv_usage;
+  int32_t total_blocks, block_size, interval_ms;
+  uint64_t routed;
+  bool draining;
+};
+
+struct prefix_entry {
+  uint64_t hash;   /* 0 = empty */
+  int32_t engine;  /* index into engines */
+  int64_t used_ns;
+};
+
+struct engine_router {
+  pthread_mutex_t mu;
+  struct engine_router_config cfg;
+  char default_id[BUS_TOKEN_MAX + 1];
+  char model[128];
+  struct engine *engines;
+  int num_engines, cap_engines;
+  struct prefix_entry *table;
+  uint64_t table_mask;
+  int32_t block_size; /* of the engines' most recent stats */
+  uint64_t rng;
+  uint64_t rejected;
+};
+
+void engine_router_config_init(struct engine_router_config *c) {
+  memset(c, 0, sizeof *c);
+  c->default_engine_id = "0";
+  c->policy = ENGINE_ROUTER_CACHE_AWARE;
+  c->balance_abs_threshold = 32;
+  c->balance_rel_threshold = 1.5;
+  c->cache_threshold = 0.5;
+  c->max_prefix_blocks = 64;
+  c->table_entries = 16384;
+  c->prefix_ttl_ms = 600000;
+}
+
+llb_status engine_router_create(const struct engine_router_config *c, struct engine_router **out) {
+  *out = NULL;
+  if (!c || !c->default_engine_id || !bus_token_valid(c->default_engine_id))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine router: default engine id is not one subject token");
+  if (c->balance_abs_threshold < 0 || !(c->balance_rel_threshold >= 1.0) || !(c->cache_threshold >= 0.0) ||
+      c->cache_threshold > 1.0 || c->max_prefix_blocks < 1 || c->max_prefix_blocks > 4096 ||
+      c->table_entries < 1 || c->table_entries > (1 << 24) || c->prefix_ttl_ms < 0 ||
+      (unsigned)c->policy > ENGINE_ROUTER_RANDOM)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine router: a threshold or size is out of range");
+  struct engine_router *r = calloc(1, sizeof *r);
+  if (!r) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "engine router");
+  r->cfg = *c;
+  snprintf(r->default_id, sizeof r->default_id, "%s", c->default_engine_id);
+  snprintf(r->model, sizeof r->model, "%s", c->model ? c->model : "");
+  uint64_t entries = 1;
+  while (entries < (uint64_t)c->table_entries) entries <<= 1;
+  r->table = calloc(entries, sizeof *r->table);
+  if (!r->table) {
+    free(r);
+    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "engine router: prefix table of %llu entries",
+                    (unsigned long long)entries);
+  }
+  r->table_mask = entries - 1;
+  r->block_size = DEFAULT_BLOCK_SIZE;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  r->rng = c->seed ? c->seed : (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
+  pthread_mutex_init(&r->mu, NULL);
+  *out = r;
+  return LLB_STATUS_OK;
+}
+
+void engine_router_destroy(struct engine_router *r) {
+  if (!r) return;
+  pthread_mutex_destroy(&r->mu);
+  free(r->engines);
+  free(r->table);
+  free(r);
+}
+
+/* splitmix64: the random tie breaks and the block hash mixer. */
+static uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+static uint64_t next_random(struct engine_router *r) {
+  r->rng = mix64(r->rng);
+  return r->rng;
+}
+
+static int find_engine(const struct engine_router *r, const char *id) {
+  for (int i = 0; i < r->num_engines; i++)
+    if (strcmp(r->engines[i].id, id) == 0) return i;
+  return -1;
+}
+
+static bool stats_valid(const struct engine_router_stats *s) {
+  return s->engine_id && bus_token_valid(s->engine_id) && s->num_running_reqs >= 0 && s->num_waiting_reqs >= 0 &&
+         isfinite(s->kv_cache_usage) && s->kv_cache_usage >= 0.0f && s->kv_cache_usage <= 1.0f &&
+         s->num_free_blocks >= 0 && s->num_total_blocks >= 0 && s->block_size >= 0 && s->block_size <= 65536 &&
+         s->stats_interval_ms >= 0 && s->stats_interval_ms <= 3600000;
+}
+
+llb_status engine_router_update(struct engine_router *r, const struct engine_router_stats *s, int64_t now_ns) {
+  if (!stats_valid(s)) {
+    pthread_mutex_lock(&r->mu);
+    r->rejected++;
+    pthread_mutex_unlock(&r->mu);
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "SchedulerStats out of range (engine id, counts or kv usage)");
+  }
+  llb_status st = LLB_STATUS_OK;
+  pthread_mutex_lock(&r->mu);
+  int i = find_engine(r, s->engine_id);
+  if (i < 0 && r->num_engines >= ENGINE_ROUTER_MAX_ENGINES) {
+    r->rejected++;
+    st = LLB_ERRF(LLB_STATUS_QUEUE_FULL, "more than %d engines announced themselves", ENGINE_ROUTER_MAX_ENGINES);
+    goto out;
+  }
+  if (i < 0 && r->num_engines == r->cap_engines) {
+    int cap = r->cap_engines ? r->cap_engines * 2 : 8;
+    struct engine *e = realloc(r->engines, (size_t)cap * sizeof *e);
+    if (!e) {
+      st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "engine router: %d engines", cap);
+      goto out;
+    }
+    r->engines = e;
+    r->cap_engines = cap;
+  }
+  if (i < 0) {
+    i = r->num_engines++;
+    memset(&r->engines[i], 0, sizeof r->engines[i]);
+    snprintf(r->engines[i].id, sizeof r->engines[i].id, "%s", s->engine_id);
+  }
+  struct engine *e = &r->engines[i];
+  snprintf(e->model, sizeof e->model, "%s", s->model ? s->model : "");
+  snprintf(e->instance, sizeof e->instance, "%s", s->instance ? s->instance : "");
+  e->last_ns = now_ns;
+  e->running = s->num_running_reqs;
+  e->waiting = s->num_waiting_reqs;
+  e->pending = 0;
+  e->kv_usage = s->kv_cache_usage;
+  e->total_blocks = s->num_total_blocks;
+  e->block_size = s->block_size;
+  e->interval_ms = s->stats_interval_ms ? s->stats_interval_ms : ASSUMED_STATS_INTERVAL_MS;
+  e->draining = s->draining;
+  if (s->block_size > 0) r->block_size = s->block_size;
+out:
+  pthread_mutex_unlock(&r->mu);
+  return st;
+}
+
+static bool engine_live(const struct engine_router *r, const struct engine *e, int64_t now_ns) {
+  if (e->draining || (r->model[0] && e->model[0] && strcmp(r->model, e->model) != 0)) return false;
+  int64_t limit_ms = (int64_t)MISSED_INTERVALS * e->interval_ms + LIVENESS_SLACK_MS;
+  return now_ns - e->last_ns <= limit_ms * 1000000;
+}
+
+static int32_t engine_load(const struct engine *e) { return e->running + e->waiting + e->pending; }
+
+/* The hash of each full block of the prompt chained with all before it and the salt:
+ * hashes[0..return). */
+static int32_t block_hashes(const struct engine_router *r, const int32_t *ids, int64_t n, const char *salt,
+                            uint64_t *hashes) {
+  uint64_t h = 0x6C6C6D627573ull; /* "llmbus" */
+  for (const char *c = salt ? salt : ""; *c; c++) h = mix64(h ^ (uint8_t)*c);
+  h = mix64(h ^ 0xFF); /* the salt ends here: "ab"+"c" never equals "a"+"bc" */
+  int32_t bs = r->block_size > 0 ? r->block_size : DEFAULT_BLOCK_SIZE;
+  int64_t blocks = n / bs;
+  if (blocks > r->cfg.max_prefix_blocks) blocks = r->cfg.max_prefix_blocks;
+  for (int64_t b = 0; b < blocks; b++) {
+    for (int32_t t = 0; t < bs; t++) h = mix64(h ^ (uint32_t)ids[b * bs + t]);
+    hashes[b] = h ? h : 1; /* 0 marks an empty slot */
+  }
+  return (int32_t)blocks;
+}
+
+/* Longest believed prefix per engine: matched[i] = blocks engine i holds. */
+static void prefix_matches(const struct engine_router *r, const uint64_t *hashes, int32_t blocks,
+                           int64_t now_ns, int32_t *matched) {
+  int64_t ttl_ns = r->cfg.prefix_ttl_ms * 1000000;
+  for (int32_t b = 0; b < blocks; b++) {
+    const struct prefix_entry *p = &r->table[hashes[b] & r->table_mask];
+    if (p->hash != hashes[b] || now_ns - p->used_ns > ttl_ns) continue;
+    if (p->engine >= 0 && p->engine < r->num_engines) matched[p->engine] = b + 1;
+  }
+}
+
+static void remember_prefix(struct engine_router *r, const uint64_t *hashes, int32_t blocks, int engine,
+                            int64_t now_ns) {
+  for (int32_t b = 0; b < blocks; b++)
+    r->table[hashes[b] & r->table_mask] = (struct prefix_entry){hashes[b], engine, now_ns};
+}
+
+/* Least loaded live engine (ties: lower kv usage, then random); -1 if none is live. With
+ * `matched` set, among the engines whose matched blocks equal best_match. */
+static int least_loaded(struct engine_router *r, int64_t now_ns, const int32_t *matched, int32_t best_match) {
+  int best = -1, ties = 0;
+  for (int i = 0; i < r->num_engines; i++) {
+    const struct engine *e = &r->engines[i];
+    if (!engine_live(r, e, now_ns) || (matched && matched[i] != best_match)) continue;
+    int cmp = best < 0 ? -1 : engine_load(e) - engine_load(&r->engines[best]);
+    if (cmp == 0) cmp = e->kv_usage < r->engines[best].kv_usage ? -1 : e->kv_usage > r->engines[best].kv_usage;
+    if (cmp < 0) {
+      best = i;
+      ties = 1;
+    } else if (cmp == 0 && next_random(r) % (uint64_t)++ties == 0) {
+      best = i; /* reservoir sampling: each tied engine equally likely */
+    }
+  }
+  return best;
+}
+
+static int random_live(struct engine_router *r, int64_t now_ns) {
+  int pick = -1, seen = 0;
+  for (int i = 0; i < r->num_engines; i++)
+    if (engine_live(r, &r->engines[i], now_ns) && next_random(r) % (uint64_t)++seen == 0) pick = i;
+  return pick;
+}
+
+/* SGLang's cache_aware decision over live engines; see the header. */
+static int cache_aware(struct engine_router *r, int64_t now_ns, const int32_t *matched, int32_t blocks,
+                       bool *by_prefix) {
+  int32_t min_load = INT32_MAX, max_load = -1, best_match = 0;
+  for (int i = 0; i < r->num_engines; i++) {
+    if (!engine_live(r, &r->engines[i], now_ns)) continue;
+    int32_t l = engine_load(&r->engines[i]);
+    if (l < min_load) min_load = l;
+    if (l > max_load) max_load = l;
+    if (matched[i] > best_match) best_match = matched[i];
+  }
+  if (max_load < 0) return -1;
+  bool imbalanced = max_load - min_load > r->cfg.balance_abs_threshold &&
+                    (double)max_load > (double)min_load * r->cfg.balance_rel_threshold;
+  if (!imbalanced && blocks > 0 && best_match > 0 && (double)best_match / blocks > r->cfg.cache_threshold) {
+    *by_prefix = true;
+    return least_loaded(r, now_ns, matched, best_match);
+  }
+  return least_loaded(r, now_ns, NULL, 0);
+}
+
+void engine_router_choose(struct engine_router *r, const int32_t *ids, int64_t n, const char *salt,
+                          int64_t now_ns, struct engine_router_choice *choice) {
+  memset(choice, 0, sizeof *choice);
+  pthread_mutex_lock(&r->mu);
+  uint64_t hashes_small[64];
+  uint64_t *hashes = r->cfg.max_prefix_blocks <= 64 ? hashes_small : malloc((size_t)r->cfg.max_prefix_blocks * sizeof *hashes);
+  int32_t *matched = r->num_engines ? calloc((size_t)r->num_engines, sizeof *matched) : NULL;
+  int32_t blocks = hashes && ids && n > 0 ? block_hashes(r, ids, n, salt, hashes) : 0;
+  int pick = -1;
+  if (r->cfg.policy == ENGINE_ROUTER_RANDOM) {
+    pick = random_live(r, now_ns);
+  } else if (r->cfg.policy == ENGINE_ROUTER_CACHE_AWARE && matched) {
+    prefix_matches(r, hashes, blocks, now_ns, matched);
+    pick = cache_aware(r, now_ns, matched, blocks, &choice->by_prefix);
+  } else {
+    pick = least_loaded(r, now_ns, NULL, 0);
+  }
+  choice->prompt_blocks = blocks;
+  if (pick < 0) {
+    choice->fallback = true;
+    snprintf(choice->engine_id, sizeof choice->engine_id, "%s", r->default_id);
+  } else {
+    struct engine *e = &r->engines[pick];
+    snprintf(choice->engine_id, sizeof choice->engine_id, "%s", e->id);
+    choice->matched_blocks = matched ? matched[pick] : 0;
+    e->pending++;
+    e->routed++;
+    remember_prefix(r, hashes, blocks, pick, now_ns);
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (hashes != hashes_small) free(hashes);
+  free(matched);
+}
+
+bool engine_router_known(struct engine_router *r, const char *engine_id) {
+  pthread_mutex_lock(&r->mu);
+  bool known = strcmp(engine_id, r->default_id) == 0 || find_engine(r, engine_id) >= 0;
+  pthread_mutex_unlock(&r->mu);
+  return known;
+}
+
+int engine_router_list(struct engine_router *r, int64_t now_ns, struct engine_router_engine *rows, int max) {
+  pthread_mutex_lock(&r->mu);
+  int n = r->num_engines;
+  for (int i = 0; i < n && i < max; i++) {
+    const struct engine *e = &r->engines[i];
+    struct engine_router_engine *w = &rows[i];
+    memset(w, 0, sizeof *w);
+    snprintf(w->engine_id, sizeof w->engine_id, "%s", e->id);
+    snprintf(w->model, sizeof w->model, "%s", e->model);
+    snprintf(w->instance, sizeof w->instance, "%s", e->instance);
+    w->live = engine_live(r, e, now_ns);
+    w->age_ms = (now_ns - e->last_ns) / 1000000;
+    w->running = e->running;
+    w->waiting = e->waiting;
+    w->pending = e->pending;
+    w->kv_cache_usage = e->kv_usage;
+    w->num_total_blocks = e->total_blocks;
+    w->block_size = e->block_size;
+    w->routed = e->routed;
+  }
+  pthread_mutex_unlock(&r->mu);
+  return n;
+}
+
+uint64_t engine_router_rejected_stats(struct engine_router *r) {
+  pthread_mutex_lock(&r->mu);
+  uint64_t n = r->rejected;
+  pthread_mutex_unlock(&r->mu);
+  return n;
+}

@@ -1,0 +1,131 @@
+/* Engine routing for the input processor (DESIGN.md §9): which engine gets a new request.
+ *
+ * Membership comes from the engines' own SchedulerStats on <prefix>.engine.<eid>.stats
+ * (engine_router_update): an engine is live while its stats keep coming (silent for more
+ * than 3 of its announced stats intervals + 1 s: gone, no new requests go there); a
+ * scheduler that stops says so at once (`draining`). Engines
+ * serving another model are never chosen. Until some engine has announced itself, or when
+ * none is live, requests go to the default engine (the input processor's --engine-id), so a
+ * single-engine stack needs no stats at all.
+ *
+ * Policies:
+ *   ENGINE_ROUTER_RANDOM        uniform over live engines (the baseline of the benchmarks);
+ *   ENGINE_ROUTER_LEAST_LOADED  lowest load, where load = running + waiting + pending (the
+ *                               requests this router sent since the engine's last stats, so
+ *                               a burst does not all go to the engine that was idle a second
+ *                               ago — vLLM's DP load balancer counts the same way); ties go
+ *                               to the lower kv_cache_usage, then at random;
+ *   ENGINE_ROUTER_CACHE_AWARE   SGLang router's cache_aware policy: when the loads are
+ *                               imbalanced (max - min > balance_abs_threshold and
+ *                               max > min x balance_rel_threshold) least loaded; otherwise the
+ *                               engine holding the longest prefix of the prompt, if that
+ *                               prefix is more than cache_threshold of the prompt's blocks;
+ *                               otherwise least loaded. The default.
+ * Prefix ownership is approximate and local to this router (as NVIDIA Dynamo's and SGLang's
+ * routers keep it): each full block of a routed prompt is hashed with all blocks before it
+ * and the cache salt (tenants never share), and the hash is remembered for the engine that
+ * got the prompt, in a fixed-size table (older entries are overwritten; entries older than
+ * prefix_ttl_ms are ignored, the engine may have evicted them).
+ *
+ * Thread safety: every function may be called from any thread (one mutex).
+ */
+#ifndef LLB_ACTORS_INPUT_PROCESSOR_ENGINE_ROUTER_H
+#define LLB_ACTORS_INPUT_PROCESSOR_ENGINE_ROUTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "bus/subject.h"
+
+enum engine_router_policy {
+  ENGINE_ROUTER_CACHE_AWARE = 0,
+  ENGINE_ROUTER_LEAST_LOADED,
+  ENGINE_ROUTER_RANDOM,
+};
+
+#define ENGINE_ROUTER_MAX_ENGINES 1024 /* stats from more engines are ignored (and counted) */
+
+struct engine_router_config {
+  const char *default_engine_id; /* required; copied */
+  const char *model;             /* file name engines must announce; NULL/"" = any model */
+  enum engine_router_policy policy;
+  int32_t balance_abs_threshold; /* default 32 (SGLang's) */
+  double balance_rel_threshold;  /* default 1.5 */
+  double cache_threshold;        /* default 0.5: fraction of the prompt's blocks matched */
+  int32_t max_prefix_blocks;     /* blocks of a prompt hashed at most (default 64) */
+  int32_t table_entries;         /* prefix table size, rounded up to a power of two (default 16384) */
+  int64_t prefix_ttl_ms;         /* default 600000 */
+  uint64_t seed;                 /* random tie breaks (0: from the clock) */
+};
+
+/* One engine's announcement, already verified by the caller (the decoded SchedulerStats with
+ * engine_id equal to the subject's <eid>). Strings are borrowed for the call. */
+struct engine_router_stats {
+  const char *engine_id;
+  const char *model;
+  const char *instance;
+  int32_t num_running_reqs, num_waiting_reqs;
+  float kv_cache_usage;      /* [0, 1] */
+  int32_t num_free_blocks, num_total_blocks;
+  int32_t block_size;        /* 0 = unknown */
+  int32_t max_num_seqs, max_model_len;
+  int32_t stats_interval_ms; /* 0 = unknown: 5000 assumed */
+  uint64_t prefix_cache_queries, prefix_cache_hits, generation_tokens_total;
+  bool draining;             /* its scheduler is stopping: not live until stats say otherwise */
+};
+
+/* What engine_router_choose decided, for logs and tests. */
+struct engine_router_choice {
+  char engine_id[BUS_TOKEN_MAX + 1];
+  int32_t matched_blocks; /* prefix blocks the chosen engine is believed to hold */
+  int32_t prompt_blocks;  /* full blocks of the prompt considered */
+  bool by_prefix;         /* chosen for its prefix (cache_aware), not its load */
+  bool fallback;          /* no live engine known: the default engine */
+};
+
+/* A row of engine_router_list. */
+struct engine_router_engine {
+  char engine_id[BUS_TOKEN_MAX + 1];
+  char model[128];
+  char instance[96];
+  bool live;
+  int64_t age_ms;         /* since its last stats */
+  int32_t running, waiting, pending;
+  float kv_cache_usage;
+  int32_t num_total_blocks, block_size;
+  uint64_t routed;        /* requests this router sent there */
+};
+
+struct engine_router;
+
+/* Fills the defaults above (default_engine_id "0"). */
+void engine_router_config_init(struct engine_router_config *c);
+/* Errors: INVALID_ARGUMENT (default engine id not one subject token, thresholds out of range),
+ * OUT_OF_MEMORY. Free with engine_router_destroy. */
+llb_status engine_router_create(const struct engine_router_config *c, struct engine_router **out);
+void engine_router_destroy(struct engine_router *r);
+
+/* Records an engine's stats at now_ns (monotonic). Resets its pending count. Returns
+ * INVALID_ARGUMENT for values out of range (negative counts, usage not in [0, 1], bad id),
+ * QUEUE_FULL past ENGINE_ROUTER_MAX_ENGINES; the table is unchanged then. */
+llb_status engine_router_update(struct engine_router *r, const struct engine_router_stats *s, int64_t now_ns);
+
+/* Chooses the engine for a prompt (token ids, n of them; salt = the request's cache salt, may
+ * be NULL) and remembers the prompt's blocks for it; counts one pending request there.
+ * Never fails: with no live engine it answers the default engine (choice->fallback). */
+void engine_router_choose(struct engine_router *r, const int32_t *ids, int64_t n, const char *salt,
+                          int64_t now_ns, struct engine_router_choice *choice);
+
+/* Whether `engine_id` is an engine this router knows (live or not) or the default engine. */
+bool engine_router_known(struct engine_router *r, const char *engine_id);
+
+/* Copies up to max engines (live and not, in first-seen order) into rows; returns how many
+ * there are in all. */
+int engine_router_list(struct engine_router *r, int64_t now_ns, struct engine_router_engine *rows, int max);
+
+/* Counters: stats rejected by engine_router_update. */
+uint64_t engine_router_rejected_stats(struct engine_router *r);
+
+#endif

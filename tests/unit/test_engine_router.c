@@ -1,0 +1,237 @@
+/* Engine routing (actors/input_processor/engine_router.h) and the engine named in request ids
+ * (inproc_processed_set_engine / inproc_engine_of_id): what an operator running several
+ * engines behind one subject depends on — load spreads, a shared prefix sticks to the engine
+ * that holds it, a silent engine gets nothing new, an abort finds the engine of its id. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "actors/input_processor/engine_router.h"
+#include "actors/input_processor/input_processor.h"
+
+#define MS 1000000ll
+
+static struct engine_router *make_router(enum engine_router_policy policy) {
+  struct engine_router_config c;
+  engine_router_config_init(&c);
+  c.default_engine_id = "local";
+  c.model = "m.gguf";
+  c.policy = policy;
+  c.seed = 42;
+  struct engine_router *r = NULL;
+  assert_int_equal(engine_router_create(&c, &r), LLB_STATUS_OK);
+  return r;
+}
+
+static void announce(struct engine_router *r, const char *eid, int running, int waiting, int64_t now) {
+  struct engine_router_stats s = {.engine_id = eid, .model = "m.gguf", .num_running_reqs = running,
+                                  .num_waiting_reqs = waiting, .kv_cache_usage = 0.1f,
+                                  .num_total_blocks = 100, .block_size = 4, .stats_interval_ms = 1000};
+  assert_int_equal(engine_router_update(r, &s, now), LLB_STATUS_OK);
+}
+
+static void prompt(int32_t *ids, int n, int32_t base) {
+  for (int i = 0; i < n; i++) ids[i] = base + i;
+}
+
+static void before_any_stats_the_default_engine_gets_everything(void **state) {
+  (void)state;
+  struct engine_router *r = make_router(ENGINE_ROUTER_CACHE_AWARE);
+  int32_t ids[8];
+  prompt(ids, 8, 1);
+  struct engine_router_choice c;
+  engine_router_choose(r, ids, 8, NULL, 0, &c);
+  assert_string_equal(c.engine_id, "local");
+  assert_true(c.fallback);
+  engine_router_destroy(r);
+}
+
+static void least_loaded_spreads_a_burst_between_stats(void **state) {
+  (void)state;
+  struct engine_router *r = make_router(ENGINE_ROUTER_LEAST_LOADED);
+  announce(r, "a", 0, 0, 0);
+  announce(r, "b", 0, 0, 0);
+  int on_a = 0;
+  for (int i = 0; i < 32; i++) { /* no new stats in between: the router counts what it sent */
+    int32_t ids[8];
+    prompt(ids, 8, 1000 * i);
+    struct engine_router_choice c;
+    engine_router_choose(r, ids, 8, NULL, 10 * MS, &c);
+    assert_false(c.fallback);
+    on_a += strcmp(c.engine_id, "a") == 0;
+  }
+  assert_int_equal(on_a, 16);
+  engine_router_destroy(r);
+}
+
+static void least_loaded_prefers_the_idle_engine(void **state) {
+  (void)state;
+  struct engine_router *r = make_router(ENGINE_ROUTER_LEAST_LOADED);
+  announce(r, "busy", 20, 5, 0);
+  announce(r, "idle", 2, 0, 0);
+  int32_t ids[4] = {1, 2, 3, 4};
+  struct engine_router_choice c;
+  engine_router_choose(r, ids, 4, NULL, MS, &c);
+  assert_string_equal(c.engine_id, "idle");
+  engine_router_destroy(r);
+}
+
+static void cache_aware_sends_a_shared_prefix_to_the_engine_that_holds_it(void **state) {
+  (void)state;
+  struct engine_router *r = make_router(ENGINE_ROUTER_CACHE_AWARE);
+  announce(r, "a", 3, 0, 0);
+  announce(r, "b", 3, 0, 0);
+  int32_t system[64]; /* 16 blocks of 4 shared by every request, then a 4-token question */
+  prompt(system, 64, 7);
+  struct engine_router_choice first;
+  int32_t ids[68];
+  memcpy(ids, system, sizeof system);
+  prompt(ids + 64, 4, 5000);
+  engine_router_choose(r, ids, 68, "tenant-x", MS, &first);
+  assert_false(first.by_prefix);
+  for (int q = 1; q < 10; q++) {
+    prompt(ids + 64, 4, 5000 + 10 * q);
+    struct engine_router_choice c;
+    engine_router_choose(r, ids, 68, "tenant-x", (1 + q) * MS, &c);
+    assert_string_equal(c.engine_id, first.engine_id);
+    assert_true(c.by_prefix);
+    assert_int_equal(c.matched_blocks, 16);
+    assert_int_equal(c.prompt_blocks, 17);
+  }
+  /* another tenant's salt shares nothing: chosen by load, no prefix credit */
+  struct engine_router_choice other;
+  engine_router_choose(r, ids, 68, "tenant-y", 20 * MS, &other);
+  assert_false(other.by_prefix);
+  assert_int_equal(other.matched_blocks, 0);
+  engine_router_destroy(r);
+}
+
+static void cache_aware_balances_when_the_prefix_owner_is_overloaded(void **state) {
+  (void)state;
+  struct engine_router *r = make_router(ENGINE_ROUTER_CACHE_AWARE);
+  announce(r, "a", 0, 0, 0);
+  announce(r, "b", 0, 0, 0);
+  int32_t ids[64];
+  prompt(ids, 64, 3);
+  struct engine_router_choice first;
+  engine_router_choose(r, ids, 64, NULL, MS, &first);
+  const char *other = strcmp(first.engine_id, "a") == 0 ? "b" : "a";
+  announce(r, first.engine_id, 60, 20, 2 * MS); /* 80 vs 1: beyond 32 and 1.5x */
+  announce(r, other, 1, 0, 2 * MS);
+  struct engine_router_choice c;
+  engine_router_choose(r, ids, 64, NULL, 3 * MS, &c);
+  assert_string_equal(c.engine_id, other);
+  assert_false(c.by_prefix);
+  engine_router_destroy(r);
+}
+
+static void a_silent_engine_gets_no_new_requests(void **state) {
+  (void)state;
+  struct engine_router *r = make_router(ENGINE_ROUTER_RANDOM);
+  announce(r, "a", 0, 0, 0);
+  announce(r, "b", 0, 0, 0);
+  /* 3 intervals (1 s each) + 1 s slack later, only b has spoken again */
+  announce(r, "b", 0, 0, 4000 * MS);
+  for (int i = 0; i < 20; i++) {
+    int32_t ids[4] = {i, i + 1, i + 2, i + 3};
+    struct engine_router_choice c;
+    engine_router_choose(r, ids, 4, NULL, 4500 * MS, &c);
+    assert_string_equal(c.engine_id, "b");
+  }
+  /* and when every engine fell silent: the default engine */
+  struct engine_router_choice c;
+  engine_router_choose(r, NULL, 0, NULL, 60000 * MS, &c);
+  assert_true(c.fallback);
+  assert_string_equal(c.engine_id, "local");
+  struct engine_router_engine rows[4];
+  assert_int_equal(engine_router_list(r, 60000 * MS, rows, 4), 2);
+  assert_false(rows[0].live);
+  engine_router_destroy(r);
+}
+
+static void a_draining_engine_gets_nothing_new_until_it_is_back(void **state) {
+  (void)state;
+  struct engine_router *r = make_router(ENGINE_ROUTER_LEAST_LOADED);
+  announce(r, "a", 0, 0, 0);
+  announce(r, "b", 40, 40, 0);
+  struct engine_router_stats bye = {.engine_id = "a", .model = "m.gguf", .draining = true};
+  assert_int_equal(engine_router_update(r, &bye, MS), LLB_STATUS_OK);
+  struct engine_router_choice c;
+  engine_router_choose(r, NULL, 0, NULL, 2 * MS, &c);
+  assert_string_equal(c.engine_id, "b"); /* though a was idle a moment ago */
+  announce(r, "a", 0, 0, 3 * MS);        /* restarted: announces itself again */
+  engine_router_choose(r, NULL, 0, NULL, 4 * MS, &c);
+  assert_string_equal(c.engine_id, "a");
+  engine_router_destroy(r);
+}
+
+static void an_engine_serving_another_model_is_never_chosen(void **state) {
+  (void)state;
+  struct engine_router *r = make_router(ENGINE_ROUTER_LEAST_LOADED);
+  struct engine_router_stats s = {.engine_id = "other", .model = "bigger.gguf", .stats_interval_ms = 1000};
+  assert_int_equal(engine_router_update(r, &s, 0), LLB_STATUS_OK);
+  announce(r, "same", 50, 50, 0);
+  struct engine_router_choice c;
+  engine_router_choose(r, NULL, 0, NULL, MS, &c);
+  assert_string_equal(c.engine_id, "same");
+  engine_router_destroy(r);
+}
+
+static void forged_stats_are_refused(void **state) {
+  (void)state;
+  struct engine_router *r = make_router(ENGINE_ROUTER_LEAST_LOADED);
+  struct engine_router_stats bad[] = {
+      {.engine_id = "x", .num_running_reqs = -1},
+      {.engine_id = "x", .kv_cache_usage = __builtin_nanf("")},
+      {.engine_id = "x", .kv_cache_usage = 2.0f},
+      {.engine_id = "a.b"},
+      {.engine_id = NULL},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    assert_int_equal(engine_router_update(r, &bad[i], 0), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(engine_router_rejected_stats(r), 5);
+  struct engine_router_engine rows[1];
+  assert_int_equal(engine_router_list(r, 0, rows, 1), 0);
+  engine_router_destroy(r);
+}
+
+static void ids_name_their_engine(void **state) {
+  (void)state;
+  struct inproc_engine_request reqs[3] = {0};
+  struct inproc_processed pr = {.requests = reqs, .num_requests = 3};
+  for (int i = 0; i < 3; i++) {
+    snprintf(reqs[i].parent_request_id, sizeof reqs[i].parent_request_id, "chat@home-00000000000000ab");
+    reqs[i].child_index = i;
+  }
+  assert_int_equal(inproc_processed_set_engine(&pr, "e7"), LLB_STATUS_OK);
+  assert_string_equal(reqs[0].parent_request_id, "chat@home-00000000000000ab@e7");
+  assert_string_equal(reqs[2].request_id, "2_chat@home-00000000000000ab@e7");
+  char eid[65];
+  assert_true(inproc_engine_of_id(reqs[2].request_id, strlen(reqs[2].request_id), eid, sizeof eid));
+  assert_string_equal(eid, "e7");
+  assert_false(inproc_engine_of_id("plain-0123", 10, eid, sizeof eid));
+  assert_false(inproc_engine_of_id("x@a.b", 5, eid, sizeof eid));
+  assert_false(inproc_engine_of_id("x@", 2, eid, sizeof eid));
+  assert_int_equal(inproc_processed_set_engine(&pr, "bad.id"), LLB_STATUS_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(before_any_stats_the_default_engine_gets_everything),
+      cmocka_unit_test(least_loaded_spreads_a_burst_between_stats),
+      cmocka_unit_test(least_loaded_prefers_the_idle_engine),
+      cmocka_unit_test(cache_aware_sends_a_shared_prefix_to_the_engine_that_holds_it),
+      cmocka_unit_test(cache_aware_balances_when_the_prefix_owner_is_overloaded),
+      cmocka_unit_test(a_silent_engine_gets_no_new_requests),
+      cmocka_unit_test(a_draining_engine_gets_nothing_new_until_it_is_back),
+      cmocka_unit_test(an_engine_serving_another_model_is_never_chosen),
+      cmocka_unit_test(forged_stats_are_refused),
+      cmocka_unit_test(ids_name_their_engine),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
