@@ -124,12 +124,81 @@ static void test_tenants_file_names_and_errors(void **state) {
   unlink(path);
 }
 
+/* nats.conf with each literal password replaced by $LLMBUS_PW_<USER> (upper case, '-' as '_'),
+ * nats-server's reference to an environment variable: the shape of ops/nats/llmbus-accounts.conf. */
+static char *example_of(const char *conf) {
+  size_t cap = strlen(conf) * 2 + 4096, len = 0;
+  char *out = malloc(cap);
+  assert_non_null(out);
+  len += (size_t)snprintf(out, cap,
+                          "# The accounts `llmbus serve --tenants` generates for the tenants default and acme\n"
+                          "# (cmd/serve_nats_config.h), passwords from the server's environment: export one\n"
+                          "# LLMBUS_PW_<USER> per user before `nats-server -c`. Checked against the generator by\n"
+                          "# tests/integration/test_serve_nats_config.c (LLMBUS_WRITE_EXAMPLE=1 rewrites it).\n");
+  const char *p = strchr(conf, '\n') + 1; /* the generated header line is replaced by the above */
+  while (*p) {
+    const char *user = strstr(p, "{user: \""), *eol = strchr(p, '\n');
+    if (!eol) eol = p + strlen(p);
+    if (user && user < eol) {
+      const char *name = user + 8, *name_end = strchr(name, '"');
+      const char *pw = strstr(name_end, "password: \""), *pw_end = strchr(pw + 11, '"');
+      len += (size_t)snprintf(out + len, cap - len, "%.*spassword: $LLMBUS_PW_", (int)(pw - p), p);
+      for (const char *c = name; c < name_end; c++) out[len++] = *c == '-' ? '_' : (char)(*c >= 'a' && *c <= 'z' ? *c - 32 : *c);
+      p = pw_end + 1;
+      continue;
+    }
+    len += (size_t)snprintf(out + len, cap - len, "%.*s\n", (int)(eol - p), p);
+    p = *eol ? eol + 1 : eol;
+  }
+  return out;
+}
+
+static char *read_all(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  static char buf[1 << 16];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strdup(buf);
+}
+
+static void test_ops_example_is_what_serve_generates(void **state) {
+  (void)state;
+  struct serve_tenants tn = {.num = 2};
+  snprintf(tn.names[0], sizeof tn.names[0], "default");
+  snprintf(tn.names[1], sizeof tn.names[1], "acme");
+  struct serve_nats_auth *auth = NULL;
+  assert_int_equal(serve_nats_auth_create(&tn, "llm", &auth), LLB_STATUS_OK);
+  char *conf = read_all(serve_nats_auth_config_path(auth));
+  assert_non_null(conf);
+  char *example = example_of(conf);
+  const char *src = getenv("LLMBUS_SOURCE_DIR");
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/ops/nats/llmbus-accounts.conf", src ? src : ".");
+  if (getenv("LLMBUS_WRITE_EXAMPLE")) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(example, f);
+    fclose(f);
+  }
+  char *committed = read_all(path);
+  if (!committed || strcmp(committed, example) != 0)
+    fail_msg("%s differs from what serve generates; regenerate it with LLMBUS_WRITE_EXAMPLE=1 "
+             "LLMBUS_SOURCE_DIR=<checkout> test_serve_nats_config", path);
+  free(committed);
+  free(example);
+  free(conf);
+  serve_nats_auth_destroy(auth);
+}
+
 int main(void) {
   llb_log_set_level(LLB_LOG_LEVEL_WARN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_permissions_follow_the_subject_table),
       cmocka_unit_test(test_tenants_file_names_and_errors),
       cmocka_unit_test(test_generated_config_admits_each_user_with_its_password_only),
+      cmocka_unit_test(test_ops_example_is_what_serve_generates),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

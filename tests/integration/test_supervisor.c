@@ -339,7 +339,8 @@ static const struct child_spec *spec_named(const struct child_spec *specs, int n
 }
 
 /* The KV geometry must reach kv_manager, worker and scheduler alike, or they disagree about
- * which blocks exist; flags go only to actors that accept them. */
+ * which blocks exist: the worker takes --num-blocks and announces it, the scheduler and
+ * kv_manager take 0 (adopt the worker's); flags go only to actors that accept them. */
 static void test_serve_passes_engine_flags_to_the_actors_that_take_them(void **state) {
   (void)state;
   struct serve_options o = {.bin_dir = "/opt/llmbus/bin"};
@@ -354,7 +355,7 @@ static void test_serve_passes_engine_flags_to_the_actors_that_take_them(void **s
   for (int i = 0; i < 3; i++) {
     const struct child_spec *c = spec_named(specs, n, geometry[i]);
     assert_non_null(c);
-    assert_string_equal(spec_flag(c, "--num-blocks"), "24");
+    assert_string_equal(spec_flag(c, "--num-blocks"), i == 1 ? "24" : "0");
   }
   assert_null(spec_flag(spec_named(specs, n, "input-processor"), "--num-blocks"));
   assert_string_equal(spec_flag(spec_named(specs, n, "kv-manager"), "--no-prefix-caching"), "");
