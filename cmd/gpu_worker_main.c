@@ -19,6 +19,7 @@ struct worker_main {
   int32_t num_blocks, block_size, max_num_batched_tokens, threads;
   const char *device;
   const char *numerics;
+  const char *packed_cache_dir;
   double gpu_memory_utilization;
   enum model_runner_device dev;
   enum llama_matmul_mode matmul;
@@ -57,7 +58,8 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
       .model_path = am->common.model_path, .engine_id = am->common.engine_id,
       .num_blocks = m->num_blocks, .block_size = m->block_size,
       .max_num_batched_tokens = m->max_num_batched_tokens, .num_threads = m->threads,
-      .device = m->dev, .gpu_memory_utilization = (float)m->gpu_memory_utilization, .matmul = m->matmul};
+      .device = m->dev, .gpu_memory_utilization = (float)m->gpu_memory_utilization, .matmul = m->matmul,
+      .packed_cache_dir = m->packed_cache_dir};
   llb_status st = gpu_worker_actor_create(&o, &m->actor);
   if (st) return st;
   /* every heartbeat carries the geometry: --num-blocks 0 scheduler / kv_manager wait for it */
@@ -75,7 +77,7 @@ static void worker_main_destroy(struct actor_main *am, void *user) {
 int main(int argc, char **argv) {
   const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   struct worker_main m = {.num_blocks = 1024, .block_size = 16, .max_num_batched_tokens = 512,
-                          .threads = ncpu > 0 ? (int32_t)ncpu : 1, .device = "cpu", .numerics = "packed",
+                          .threads = ncpu > 0 ? (int32_t)ncpu : 1, .device = "cpu", .numerics = "packed", .packed_cache_dir = "",
                           .gpu_memory_utilization = 0.9};
   const struct actor_flag flags[] = {
       {"num-blocks", ACTOR_FLAG_KIND_INT32, &m.num_blocks, "KV cache blocks (same as kv_manager and scheduler)",
@@ -91,6 +93,9 @@ int main(int argc, char **argv) {
       {"gpu-memory-utilization", ACTOR_FLAG_KIND_DOUBLE, &m.gpu_memory_utilization,
        "cuda: fraction (0, 1] of device memory for weights + scratch + KV cache (sizes the KV cache "
        "when --num-blocks is 0; the number reaches kv_manager and scheduler in the heartbeat)", NULL},
+      {"packed-cache-dir", ACTOR_FLAG_KIND_STRING, &m.packed_cache_dir,
+       "cpu: directory of the host's shared packed-weight cache (the first worker packs and writes it, "
+       "the others and a restarted worker map it; \"\" = private packing)", NULL},
   };
   const struct actor_main_spec spec = {
       .actor = "gpu_worker",

@@ -174,7 +174,7 @@ static void report(const char *what, double *v, double *c, int n) {
 }
 
 int main(int argc, char **argv) {
-  const char *model = LLB_DEFAULT_MODEL;
+  const char *model = LLB_DEFAULT_MODEL, *packed_cache_dir = NULL;
   int threads = 2, runs = 5, n_prefill = 512, n_decode = 32, check = 0, roofline = 0;
   int32_t batches[8] = {1, 16};
   int n_batches = 2;
@@ -184,6 +184,7 @@ int main(int argc, char **argv) {
     if (!strcmp(a, "--check")) check = 1;
     else if (!strcmp(a, "--roofline")) roofline = 1;
     else if (v && !strcmp(a, "--model")) model = argv[++i];
+    else if (v && !strcmp(a, "--packed-cache-dir")) packed_cache_dir = argv[++i];
     else if (v && !strcmp(a, "--threads")) threads = atoi(argv[++i]);
     else if (v && !strcmp(a, "--runs")) runs = atoi(argv[++i]);
     else if (v && !strcmp(a, "--prefill")) n_prefill = atoi(argv[++i]);
@@ -197,7 +198,7 @@ int main(int argc, char **argv) {
       }
     } else {
       fprintf(stderr, "usage: %s [--model PATH] [--threads N] [--runs N] [--prefill N] [--decode N] "
-                      "[--batch B[,B...]] [--check] [--roofline]\n", argv[0]);
+                      "[--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]\n", argv[0]);
       return 2;
     }
   }
@@ -219,8 +220,10 @@ int main(int argc, char **argv) {
   b.max_tokens = BENCH_MAX_BATCH * BENCH_PROMPT > longest ? BENCH_MAX_BATCH * BENCH_PROMPT : longest;
   if ((st = llama_kv_cache_create(b.m, b.num_blocks, BENCH_BLOCK_SIZE, &b.kv)) != LLB_STATUS_OK)
     return die("kv cache", st);
-  if ((st = llama_forward_ctx_create(b.m, b.max_tokens, threads, &b.fc)) != LLB_STATUS_OK)
-    return die("forward ctx", st);
+  const struct llama_forward_options fo = {.max_num_tokens = b.max_tokens, .n_threads = threads,
+                                           .packed_cache_dir = packed_cache_dir};
+  if ((st = llama_forward_ctx_create_opts(b.m, &fo, &b.fc)) != LLB_STATUS_OK) return die("forward ctx", st);
+  if (packed_cache_dir) printf("packed weights: %s\n", llama_forward_ctx_packed_shared(b.fc) ? "shared cache file" : "private");
   const size_t T = (size_t)b.max_tokens;
   b.ids = malloc(T * sizeof(int32_t));
   b.pos = malloc(T * sizeof(int32_t));

@@ -59,6 +59,9 @@ static const struct {
     {"threads", true, A_WORKER, "worker threads for the forward pass"},
     {"device", true, A_WORKER, "cpu | cuda"},
     {"numerics", true, A_WORKER, "packed | ggml (cpu: llama.cpp's arithmetic, bit-exact with it)"},
+    {"packed-cache-dir", true, A_WORKER,
+     "cpu: the host's shared packed-weight cache (default $XDG_CACHE_HOME/llmbus or ~/.cache/llmbus; "
+     "\"\" = each worker packs privately)"},
     {"engine-id", true, A_ALL,
      "engine id (<eid> in llm.engine.<eid>.*); with --engines N > 1 the engines are <eid>0..<eid>N-1"},
     {"router", true, A_IN, "cache-aware | least-loaded | random: how input processors pick an engine"},
@@ -120,12 +123,27 @@ static llb_status add_arg_pair(struct child_spec *spec, const char *flag, const 
   return st ? st : child_spec_add_arg(spec, value);
 }
 
+/* The default shared packed-weight cache: $XDG_CACHE_HOME/llmbus, else ~/.cache/llmbus; ""
+ * when neither is known. Every worker of the host maps one copy of the packed weights, and a
+ * restarted worker maps it instead of packing again. */
+static void default_packed_cache_dir(char *buf, size_t cap) {
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (xdg && xdg[0] == '/') snprintf(buf, cap, "%s/llmbus", xdg);
+  else if (home && home[0] == '/') snprintf(buf, cap, "%s/.cache/llmbus", home);
+  else buf[0] = '\0';
+}
+
 static llb_status add_engine_flags(const struct serve_options *o, int actor, const char *eid, struct child_spec *spec) {
   /* One engine's KV geometry has one source, its worker (DESIGN.md §9): the kv_manager and the
    * scheduler take --num-blocks 0 and adopt the number the worker announces in its heartbeat. */
   llb_status st = LLB_STATUS_OK;
   if ((1u << actor) & (A_KV | A_SCHED)) st = add_arg_pair(spec, "--num-blocks", "0");
   if (!st) st = add_arg_pair(spec, "--engine-id", eid);
+  if (!st && ((1u << actor) & A_WORKER) && !engine_flag_value(o, "packed-cache-dir")) {
+    char dir[PATH_MAX];
+    default_packed_cache_dir(dir, sizeof dir);
+    if (dir[0]) st = add_arg_pair(spec, "--packed-cache-dir", dir);
+  }
   if (!st && o->num_engines > 1 && ((1u << actor) & A_WORKER)) {
     char threads[16];
     snprintf(threads, sizeof threads, "%d", worker_threads(o));

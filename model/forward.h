@@ -72,8 +72,9 @@ enum llama_attention_order {
  * IQ4_NL, Q4_K, Q5_K and IQ4_XS repacked into 16-column panels at context creation, int8 dot
  * products, one float order per output: kernels/cpu/packed.h), the GGML mode's dots for other
  * types (Q2_K, Q3_K, Q6_K, F16, BF16, F32, Q4_0). The engine's default: several times
- * faster. The packed copy is private memory of the context (about the size of those weights);
- * the file pages it replaces are released from the process (gguf_release_pages).
+ * faster. The packed copy is private memory of the context (about the size of those weights),
+ * or, with packed_cache_dir, a file mapping shared by every process of the host; the file
+ * pages it replaces are released from the process (gguf_release_pages).
  * GGML: ggml's vec_dot order on the GGUF layout, bit-exact with llama.cpp's CPU backend
  * (tests/e2e/test_golden_llamacpp.c) for Q4_0/Q4_1/Q8_0/F16/BF16/F32; Q5_0, Q5_1, IQ4_NL,
  * Q2_K, Q3_K, IQ4_XS (and Q4_K..Q6_K) take ggml's activation types and exact integer block
@@ -88,6 +89,11 @@ struct llama_forward_options {
   int32_t n_threads;      /* >= 1; the caller of llama_forward counts as one */
   enum llama_attention_order attention_order;
   enum llama_matmul_mode matmul;
+  /* PACKED on the CPU: a directory for the host's shared packed-weight cache
+   * (model/packed_cache.h: "<dir>/packed-<key>.llbpack", key = the model file's identity and
+   * the matmul mode). The first process packs and writes it; the others, and a restarted
+   * worker, map it read-only and shared instead of packing a private copy. NULL or "" = off. */
+  const char *packed_cache_dir;
 };
 
 /* llama_forward_ctx_create with every option explicit. */
@@ -103,6 +109,9 @@ llb_status llama_forward_ctx_create(const struct llama_model *m, int32_t max_num
 
 /* NULL ok. */
 void llama_forward_ctx_destroy(struct llama_forward_ctx *c);
+
+/* Whether c's packed weights are the host's shared cache file (mapped), not a private copy. */
+bool llama_forward_ctx_packed_shared(const struct llama_forward_ctx *c);
 
 /* Runs one step: embeds the batch's tokens (rows with embeds_mask[i] = 1 come from
  * input_embeds instead; input_embeds without a mask replaces every row, and then token_ids

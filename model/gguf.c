@@ -553,6 +553,10 @@ llb_status gguf_open(const char *path, struct gguf_file **out) {
   f->map = map;
   f->base = map;
   f->size = (size_t)sb.st_size;
+  const uint64_t id_parts[5] = {(uint64_t)sb.st_dev, (uint64_t)sb.st_ino, (uint64_t)sb.st_size,
+                                (uint64_t)sb.st_mtim.tv_sec, (uint64_t)sb.st_mtim.tv_nsec};
+  f->identity = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < sizeof id_parts; i++) f->identity = (f->identity ^ ((const uint8_t *)id_parts)[i]) * 0x100000001b3ull;
   map = MAP_FAILED; /* owned by f now */
   if ((st = parse_file(f)) != LLB_STATUS_OK) {
     char cause[512];
@@ -605,6 +609,8 @@ void gguf_close(struct gguf_file *f) {
   }
   free(f);
 }
+
+uint64_t gguf_identity(const struct gguf_file *f) { return f ? f->identity : 0; }
 
 uint32_t gguf_version(const struct gguf_file *f) { return f->version; }
 

@@ -93,6 +93,11 @@ void gguf_release_pages(const struct gguf_file *f, const void *p, size_t n);
 /* GGUF version of the file: 2 or 3. */
 uint32_t gguf_version(const struct gguf_file *f);
 
+/* A 64-bit key of the file as opened (device, inode, size, modification time): equal for
+ * every process that opens the same unchanged file, different after it is replaced or
+ * rewritten. 0 for gguf_open_memory. What the shared packed-weight cache is keyed by. */
+uint64_t gguf_identity(const struct gguf_file *f);
+
 /* Number of metadata key/value pairs. */
 int64_t gguf_kv_count(const struct gguf_file *f);
 

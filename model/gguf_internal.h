@@ -20,6 +20,7 @@ struct gguf_file {
   const uint8_t *base;      /* [size] the whole file */
   size_t size;
   void *map;                /* mmap'd region (gguf_open) or NULL (gguf_open_memory) */
+  uint64_t identity;        /* gguf_identity: device, inode, size, mtime of the file (0: memory) */
   uint32_t version;
   uint32_t alignment;
   uint64_t data_offset;     /* start of the data section, from base */

@@ -47,7 +47,8 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
                                           .max_num_batched_tokens = o->max_num_batched_tokens,
                                           .num_threads = o->num_threads, .device = o->device,
                                           .gpu_memory_utilization = o->gpu_memory_utilization,
-                                          .gguf = a->file, .matmul = o->matmul};
+                                          .gguf = a->file, .matmul = o->matmul,
+                                          .packed_cache_dir = o->packed_cache_dir};
   if ((st = model_runner_create(a->model, &cfg, &a->runner))) goto fail;
   if (cuda) { /* the weights live on the device now */
     gguf_close(a->file);

@@ -31,6 +31,7 @@ struct gpu_worker_actor_options {
   enum model_runner_device device; /* cpu (zero value) or cuda */
   float gpu_memory_utilization;   /* cuda: (0, 1], 0 = 0.9 (model_runner_config) */
   enum llama_matmul_mode matmul;  /* cpu: packed (default) or ggml numerics (model_runner_config) */
+  const char *packed_cache_dir;   /* cpu: shared packed-weight cache directory (model/forward.h); NULL/"" = off */
 };
 
 /* Counters since start (monotonic). */

@@ -60,6 +60,8 @@ struct model_runner_config {
                                      model_runner_create (borrowed for the call only); CPU: unused */
   enum llama_matmul_mode matmul;  /* CPU: the engine's packed numerics (default) or llama.cpp's
                                      (LLAMA_MATMUL_GGML, --numerics ggml); CUDA: unused */
+  const char *packed_cache_dir;   /* CPU: the host's shared packed-weight cache (llama_forward_options);
+                                     NULL/"" = private packing; CUDA: unused */
 };
 
 struct model_runner; /* opaque */

@@ -14,7 +14,7 @@
 # the repeats: output tokens/s, TTFT median, TPOT median, prefix-cache hit rate, and the
 # ratios 2x1 / 1x1 (throughput) and affine / random (TTFT, hit rate).
 # Env: BUILD_DIR (default build-release, built by `make build-release`), PORT (HTTP, default
-# 18461), NATS_PORT (default 18462), SERVE_ARGS (extra serve flags, default
+# 18561), NATS_PORT (default 18562), SERVE_ARGS (extra serve flags, default
 # "--max-num-batched-tokens 256"), INPUT_LEN/OUTPUT_LEN (random: 128/64), PREFIX_LEN (512),
 # NUM_PREFIXES (8), SUFFIX_LEN (32).
 set -uo pipefail
@@ -34,8 +34,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 build=${BUILD_DIR:-$root/build-release}
-port=${PORT:-18461}
-nats_port=${NATS_PORT:-18462}
+port=${PORT:-18561}
+nats_port=${NATS_PORT:-18562}
 serve_args=${SERVE_ARGS---max-num-batched-tokens 256}
 input_len=${INPUT_LEN:-128}
 output_len=${OUTPUT_LEN:-64}
@@ -60,6 +60,7 @@ done
 nats-server -a 127.0.0.1 -p "$nats_port" >"$work/nats.log" 2>&1 &
 nats_pid=$!
 nats_url=nats://127.0.0.1:$nats_port
+for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$nats_port") 2>/dev/null && break; sleep 0.1; done
 
 # run_config NAME REPEAT SERVE_FLAGS... -- BENCH_FLAGS...
 run_config() {
@@ -77,7 +78,11 @@ run_config() {
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && { ok=1; break; }
     sleep 0.5
   done
-  [ "$ok" = 1 ] || { log "$name: stack not healthy (see $work/serve-$name-$rep.log)"; return 1; }
+  if [ "$ok" != 1 ]; then
+    log "$name: stack not healthy (see $work/serve-$name-$rep.log)"
+    kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null; serve_pid=""
+    return 1
+  fi
   sleep 2 # every engine announced itself (stats every second)
   "$build/cmd/llmbus-bench" serve --base-url "http://127.0.0.1:$port" --model "$model" --no-progress \
     --max-concurrency "$concurrency" --num-prompts "$prompts" --ignore-eos --seed "$rep" --json \

@@ -510,6 +510,21 @@ done:
   return rc;
 }
 
+int e2e_send_abort(struct e2e_stack *s, const char *request_id) {
+  struct llb_abort_request a = {.request_id = llb_str_c(request_id)};
+  struct llb_buf b = {0};
+  char subject[BUS_SUBJECT_MAX];
+  int rc = -1;
+  if (llb_abort_request_encode_buf(&a, &b) != LLB_STATUS_OK ||
+      bus_subject_abort(BUS_DEFAULT_PREFIX, BUS_DEFAULT_TENANT, subject, sizeof subject) != LLB_STATUS_OK ||
+      bus_publish(s->bus, subject, b.data, b.len, NULL) != LLB_STATUS_OK)
+    fprintf(stderr, "e2e: abort %s: %s\n", request_id, llb_err_last());
+  else
+    rc = 0;
+  llb_buf_free(&b);
+  return rc;
+}
+
 /* e2e_next, or 2 (silently) when `quiet` and nothing came within timeout_ms. */
 static int next_output(struct e2e_pending *p, int64_t timeout_ms, bool quiet) {
   struct bus_msg *msg = NULL;

@@ -191,6 +191,10 @@ int e2e_collect(struct e2e_pending *p, int64_t timeout_ms);
 /* Releases what e2e_submit set up (after e2e_collect or on an early stop). */
 void e2e_pending_release(struct e2e_pending *p);
 
+/* Publishes AbortRequest{request_id} on llm.abort.default (what a client sends to stop its
+ * request; the id is the one its RequestOutputs carry). Returns 0, or -1 with the reason. */
+int e2e_send_abort(struct e2e_stack *s, const char *request_id);
+
 /* Submit + collect; *out receives the result. Returns 0 or -1. */
 int e2e_generate(struct e2e_stack *s, const struct e2e_request *r, struct e2e_result *out);
 

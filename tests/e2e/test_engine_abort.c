@@ -34,16 +34,6 @@ static void print_stats(const char *what, const struct llb_scheduler_stats *st) 
           (double)st->kv_cache_usage, st->num_free_blocks, st->num_total_blocks);
 }
 
-static void send_abort(const char *request_id) {
-  struct llb_abort_request a = {.request_id = llb_str_c(request_id)};
-  struct llb_buf b = {0};
-  char subject[BUS_SUBJECT_MAX];
-  assert_int_equal(llb_abort_request_encode_buf(&a, &b), LLB_STATUS_OK);
-  assert_int_equal(bus_subject_abort(BUS_DEFAULT_PREFIX, BUS_DEFAULT_TENANT, subject, sizeof subject), 0);
-  assert_int_equal(bus_publish(s.bus, subject, b.data, b.len, NULL), LLB_STATUS_OK);
-  llb_buf_free(&b);
-}
-
 static void test_abort_mid_stream_frees_every_block(void **state) {
   (void)state;
   static struct e2e_pending p;
@@ -69,7 +59,7 @@ static void test_abort_mid_stream_frees_every_block(void **state) {
 
   fprintf(stderr, "e2e: aborting %s after %d outputs, %d tokens\n", p.result.request_id, p.result.num_outputs,
           p.result.num_tokens);
-  send_abort(p.result.request_id);
+  assert_int_equal(e2e_send_abort(&s, p.result.request_id), 0);
   int rc;
   while ((rc = e2e_next(&p, E2E_WAIT_OUTPUT_MS)) == 0) {
   }

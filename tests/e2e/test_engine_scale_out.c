@@ -10,12 +10,14 @@
  *     reached the wrong engine half the time and the request ran to its full length;
  *   - prompts sharing a long prefix stick to one engine (prefix affinity), whose prefix cache
  *     then hits;
- *   - a short prompt (no prefix to follow) reaches both engines, with the same greedy tokens. */
+ *   - a short prompt (no prefix to follow) reaches both engines, with the same greedy tokens;
+ *   - `llmbus status --json` lists both engines and each one's actors, read from the bus. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,16 +86,6 @@ static int engine_of(const char *request_id) {
   return at && at[1] >= '0' && at[1] < '0' + NUM_ENGINES && at[2] == '\0' ? at[1] - '0' : -1;
 }
 
-static void send_abort(const char *request_id) {
-  struct llb_abort_request a = {.request_id = llb_str_c(request_id)};
-  struct llb_buf b = {0};
-  char subject[BUS_SUBJECT_MAX];
-  assert_int_equal(llb_abort_request_encode_buf(&a, &b), LLB_STATUS_OK);
-  assert_int_equal(bus_subject_abort(BUS_DEFAULT_PREFIX, BUS_DEFAULT_TENANT, subject, sizeof subject), 0);
-  assert_int_equal(bus_publish(s.bus, subject, b.data, b.len, NULL), LLB_STATUS_OK);
-  llb_buf_free(&b);
-}
-
 static void both_engines_announce_themselves(void) {
   for (int e = 0; e < NUM_ENGINES; e++) {
     struct llb_scheduler_stats st;
@@ -131,7 +123,7 @@ static void aborts_reach_their_engines(void) {
   fprintf(stderr, "e2e: %d requests running: %d on engine 0, %d on engine 1\n", NUM_ABORTS, per_engine[0],
           per_engine[1]);
   for (int e = 0; e < NUM_ENGINES; e++) assert_true(per_engine[e] >= NUM_ABORTS / 4);
-  for (int i = 0; i < NUM_ABORTS; i++) send_abort(p[i].result.request_id);
+  for (int i = 0; i < NUM_ABORTS; i++) assert_int_equal(e2e_send_abort(&s, p[i].result.request_id), 0);
   for (int i = 0; i < NUM_ABORTS; i++) {
     int rc;
     while ((rc = e2e_next(&p[i], E2E_WAIT_OUTPUT_MS)) == 0) {
@@ -208,6 +200,32 @@ static void either_engine_gives_the_same_tokens(void) {
   assert_true(e2e_same_tokens("same prompt on engines 0 and 1", &r[0], &r[1]));
 }
 
+/* `llmbus status --json` against the stack: both engines, each with its five actors. */
+static void status_lists_engines_and_actors(void) {
+  char cmd[2 * PATH_MAX + 128];
+  snprintf(cmd, sizeof cmd, "%s/cmd/llmbus status --nats %s --json --wait-ms 2500 2>/dev/null", s.build_dir,
+           s.srv.url);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  json_error_t err;
+  json_t *root = json_loadf(p, 0, &err);
+  assert_int_equal(pclose(p), 0);
+  assert_non_null(root);
+  json_t *engines = json_object_get(root, "engines"), *actors = json_object_get(root, "actors");
+  assert_int_equal(json_array_size(engines), NUM_ENGINES);
+  int per_engine[NUM_ENGINES] = {0};
+  size_t i;
+  json_t *a;
+  json_array_foreach(actors, i, a) {
+    const char *eid = json_string_value(json_object_get(a, "engine_id"));
+    if (eid && strlen(eid) == 1 && eid[0] >= '0' && eid[0] < '0' + NUM_ENGINES) per_engine[eid[0] - '0']++;
+  }
+  fprintf(stderr, "e2e: llmbus status: %zu engines, %zu actors (%d on engine 0, %d on engine 1)\n",
+          json_array_size(engines), json_array_size(actors), per_engine[0], per_engine[1]);
+  for (int e = 0; e < NUM_ENGINES; e++) assert_true(per_engine[e] >= 4); /* kv, worker, scheduler, output */
+  json_decref(root);
+}
+
 static void test_two_engines_behind_one_subject(void **state) {
   (void)state;
   llb_arena_init(&seen.arena, NULL, 0);
@@ -220,6 +238,7 @@ static void test_two_engines_behind_one_subject(void **state) {
   aborts_reach_their_engines();
   a_shared_prefix_sticks_to_one_engine();
   either_engine_gives_the_same_tokens();
+  status_lists_engines_and_actors();
   fprintf(stderr, "e2e: scale-out scenario in %.1f s\n", e2e_now_s() - t0);
   assert_int_equal(e2e_stack_stop(&s), 0);
   llb_arena_destroy(&seen.arena);

@@ -21,6 +21,7 @@
 #include "kernels/quant.h"
 #include "model/forward.h"
 #include "model/gguf.h"
+#include "model/packed_cache.h"
 #include "tests/unit/gguf_writer.h"
 
 enum { L = 2, E = 64, H = 4, HKV = 2, D = 16, F = 128, V = 97, CTX = 128, BS = 4, NB = 32, MB = 16 };
@@ -37,6 +38,7 @@ struct fixture {
   struct gguf_file *f;
   struct llama_model *m;
   struct llama_forward_ctx *fc, *fc1;
+  size_t size;
   /* dense copies for the reference */
   float *tok, *out_w, *out_norm;
   float *wq[L], *wk[L], *wv[L], *wo[L], *wg[L], *wu[L], *wd[L], *an[L], *fn[L];
@@ -92,10 +94,9 @@ static int setup(void **state) {
   }
   fx->out_norm = add_norm(w, "output_norm.weight");
   fx->out_w = add_weight(w, "output.weight", GGML_TYPE_Q4_1, E, V);
-  size_t size;
-  assert_int_equal(gguf_writer_write_memory(w, &fx->buf, &size), LLB_STATUS_OK);
+  assert_int_equal(gguf_writer_write_memory(w, &fx->buf, &fx->size), LLB_STATUS_OK);
   gguf_writer_destroy(w);
-  assert_int_equal(gguf_open_memory(fx->buf, size, &fx->f), LLB_STATUS_OK);
+  assert_int_equal(gguf_open_memory(fx->buf, fx->size, &fx->f), LLB_STATUS_OK);
   assert_int_equal(llama_model_load(fx->f, &fx->m), LLB_STATUS_OK);
   assert_int_equal(llama_forward_ctx_create(fx->m, 32, 2, &fx->fc), LLB_STATUS_OK);
   assert_int_equal(llama_forward_ctx_create(fx->m, 32, 1, &fx->fc1), LLB_STATUS_OK);
@@ -347,6 +348,74 @@ static void test_input_embeds_override_and_bad_batches(void **state) {
   llama_kv_cache_destroy(kv2);
 }
 
+/* The host's shared packed-weight cache (model/packed_cache.h): the first context packs and
+ * writes it, the next maps it instead of packing; both give the private copy's logits bit for
+ * bit; a cache file whose bytes were not made by this build's packing is detected, repacked
+ * and replaced. */
+static void prefill_logits(const struct llama_model *m, struct llama_forward_ctx *fc, float *out) {
+  struct llama_kv_cache *kv = NULL;
+  assert_int_equal(llama_kv_cache_create(m, NB, BS, &kv), LLB_STATUS_OK);
+  const struct seq s = {k_prompt, 0, 12, k_table_a};
+  assert_int_equal(run_step(fc, kv, &s, 1, out, NULL, NULL), LLB_STATUS_OK);
+  llama_kv_cache_destroy(kv);
+}
+
+static void test_shared_packed_cache_maps_and_matches_private(void **state) {
+  struct fixture *fx = *state;
+  char dir[] = "/tmp/llb-packed-XXXXXX", model_path[64], cache_path[128];
+  assert_non_null(mkdtemp(dir));
+  snprintf(model_path, sizeof model_path, "%s/m.gguf", dir);
+  FILE *f = fopen(model_path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(fx->buf, 1, fx->size, f), fx->size);
+  fclose(f);
+  struct gguf_file *gf;
+  struct llama_model *m;
+  assert_int_equal(gguf_open(model_path, &gf), LLB_STATUS_OK);
+  assert_int_equal(llama_model_load(gf, &m), LLB_STATUS_OK);
+  snprintf(cache_path, sizeof cache_path, "%s/cache", dir);
+  const struct llama_forward_options o = {.max_num_tokens = 32, .n_threads = 1, .packed_cache_dir = cache_path};
+  float priv[12 * V], first[12 * V], second[12 * V], third[12 * V];
+  prefill_logits(fx->m, fx->fc1, priv);
+  struct llama_forward_ctx *a, *b, *c;
+  assert_int_equal(llama_forward_ctx_create_opts(m, &o, &a), LLB_STATUS_OK); /* packs, writes, maps */
+  assert_true(llama_forward_ctx_packed_shared(a));
+  assert_int_equal(llama_forward_ctx_create_opts(m, &o, &b), LLB_STATUS_OK); /* maps */
+  assert_true(llama_forward_ctx_packed_shared(b));
+  prefill_logits(m, a, first);
+  prefill_logits(m, b, second);
+  assert_memory_equal(first, priv, sizeof priv);
+  assert_memory_equal(second, priv, sizeof priv);
+  /* a cache written by other packing code: flip a byte of the first weight's bytes */
+  char file[512];
+  snprintf(file, sizeof file, "rm -f %s/*.tmp.*; ls %s/*.llbpack > %s/list", cache_path, cache_path, dir);
+  assert_int_equal(system(file), 0);
+  snprintf(file, sizeof file, "%s/list", dir);
+  FILE *lf = fopen(file, "r");
+  char packed_file[200] = "";
+  assert_non_null(fgets(packed_file, sizeof packed_file, lf));
+  fclose(lf);
+  packed_file[strcspn(packed_file, "\n")] = '\0';
+  FILE *pf = fopen(packed_file, "r+b");
+  assert_non_null(pf);
+  assert_int_equal(fseek(pf, PACKED_CACHE_DATA_OFFSET + 5, SEEK_SET), 0);
+  int byte = fgetc(pf);
+  assert_int_equal(fseek(pf, PACKED_CACHE_DATA_OFFSET + 5, SEEK_SET), 0);
+  fputc(byte ^ 0x5a, pf);
+  fclose(pf);
+  assert_int_equal(llama_forward_ctx_create_opts(m, &o, &c), LLB_STATUS_OK); /* detects, repacks, rewrites */
+  prefill_logits(m, c, third);
+  assert_memory_equal(third, priv, sizeof priv);
+  assert_true(llama_forward_ctx_packed_shared(c));
+  llama_forward_ctx_destroy(a);
+  llama_forward_ctx_destroy(b);
+  llama_forward_ctx_destroy(c);
+  llama_model_destroy(m);
+  gguf_close(gf);
+  snprintf(file, sizeof file, "rm -rf %s", dir);
+  assert_int_equal(system(file), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_prefill_logits_match_dense_float_reference),
@@ -354,6 +423,7 @@ int main(void) {
       cmocka_unit_test(test_chunked_prefill_equals_one_shot_bitwise),
       cmocka_unit_test(test_mixed_batch_equals_each_sequence_alone_bitwise),
       cmocka_unit_test(test_input_embeds_override_and_bad_batches),
+      cmocka_unit_test(test_shared_packed_cache_maps_and_matches_private),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
