@@ -9,12 +9,17 @@
 #include <unistd.h>
 
 static char log_actor[64] = "llmbus";
+static char log_context[192] = "";
 static int log_level = -1;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
 void llb_log_set_actor(const char *actor) {
   snprintf(log_actor, sizeof log_actor, "%s", actor ? actor : "llmbus");
+}
+
+void llb_log_set_context(const char *context) {
+  snprintf(log_context, sizeof log_context, "%s%s", context && *context ? " " : "", context ? context : "");
 }
 
 void llb_log_set_level(llb_log_level level) { log_level = (int)level; }
@@ -43,9 +48,9 @@ void llb_log(llb_log_level level, const char *event, const char *fmt, ...) {
   struct tm tm;
   gmtime_r(&ts.tv_sec, &tm);
   int n = snprintf(line, sizeof line,
-                   "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s actor=%s event=%s",
+                   "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s actor=%s%s event=%s",
                    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                   tm.tm_sec, ts.tv_nsec / 1000000, level_names[level], log_actor, event);
+                   tm.tm_sec, ts.tv_nsec / 1000000, level_names[level], log_actor, log_context, event);
   if (fmt && n > 0 && (size_t)n < sizeof line - 2) {
     line[n++] = ' ';
     va_list ap;
@@ -82,6 +87,28 @@ char *llb_log_quote(char *buf, unsigned size, const char *s) {
   }
   buf[o++] = '"';
   buf[o] = '\0';
+  return buf;
+}
+
+char *llb_log_redact_url(char *buf, unsigned size, const char *urls) {
+  unsigned o = 0;
+  if (!size) return buf;
+  for (const char *p = urls ? urls : ""; *p && o + 1 < size;) {
+    const char *end = strchr(p, ',');
+    if (!end) end = p + strlen(p);
+    const char *auth = strstr(p, "://");
+    auth = auth && auth < end ? auth + 3 : p;
+    const char *at = NULL; /* the last '@' before the path: the userinfo ends there */
+    for (const char *q = auth; q < end && *q != '/'; q++)
+      if (*q == '@') at = q;
+    const char *rest = at ? at + 1 : auth;
+    int n = snprintf(buf + o, size - o, "%.*s%s%.*s%s", (int)(auth - p), p, at ? "***@" : "", (int)(end - rest),
+                     rest, *end ? "," : "");
+    if (n < 0) break;
+    o += (unsigned)n < size - o ? (unsigned)n : size - o - 1;
+    p = *end ? end + 1 : end;
+  }
+  buf[o < size ? o : size - 1] = '\0';
   return buf;
 }
 

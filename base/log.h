@@ -26,6 +26,10 @@ typedef enum llb_log_level {
 /* Names the process in every line (actor=NAME); the string is copied (63 bytes max). */
 void llb_log_set_actor(const char *actor);
 
+/* A context written after actor= on every line, set once at start ("engine=0 instance=h-1");
+ * copied (191 bytes max), not quoted: the caller gives key=value pairs. NULL or "" = none. */
+void llb_log_set_context(const char *context);
+
 /* Sets the lowest level written. */
 void llb_log_set_level(llb_log_level level);
 
@@ -45,6 +49,11 @@ void llb_log(llb_log_level level, const char *event, const char *fmt, ...)
 /* Copies `s` into `buf` as a logfmt value: quoted, with '"', '\\' and control characters
  * escaped, truncated to fit `size` bytes. Returns `buf`. */
 char *llb_log_quote(char *buf, unsigned size, const char *s);
+
+/* Copies a URL or a comma-separated URL list into buf[size] with any credentials removed:
+ * the userinfo of each URL ("user:pass@" after the scheme) becomes "***@", so
+ * a secret in a NATS URL never reaches a log line or an error message. Returns buf. */
+char *llb_log_redact_url(char *buf, unsigned size, const char *urls);
 
 /* Monotonic clock, nanoseconds. */
 int64_t llb_now_ns(void);

@@ -26,6 +26,7 @@ struct bus_sub {
   bus_handler_fn fn; /* NULL for a synchronous subscription */
   void *user;
   bool complete; /* asynchronous: the last handler has returned after close */
+  struct llb_series *m_receive, *m_handler; /* NULL: not recorded */
   struct bus_sub *next;
 };
 
@@ -59,7 +60,7 @@ static llb_status map_nats(natsStatus s) {
 
 static void log_conn_event(struct bus *b, natsConnection *nc, llb_log_level lvl, const char *ev) {
   char url[256] = "", raw[256] = "";
-  if (natsConnection_GetConnectedUrl(nc, raw, sizeof raw) == NATS_OK) bus_url_redact(raw, url, sizeof url);
+  if (natsConnection_GetConnectedUrl(nc, raw, sizeof raw) == NATS_OK) llb_log_redact_url(url, sizeof url, raw);
   if (!url[0]) {
     pthread_mutex_lock(&b->mu);
     snprintf(url, sizeof url, "%s", b->url);
@@ -170,15 +171,15 @@ static llb_status set_servers(struct bus *b, natsOptions *opts) {
     for (char *end = tok + strlen(tok); end > tok && (end[-1] == ' ' || end[-1] == '\t');) *--end = '\0';
     if (!*tok) continue;
     if (n == BUS_MAX_SERVERS)
-      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NATS URL list \"%s\": more than %d servers", b->shown_urls,
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NATS URL list \"%s\": more than %d servers", b->urls_shown,
                       BUS_MAX_SERVERS);
     servers[n++] = tok;
   }
-  if (n == 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NATS URL list \"%s\" names no server", b->shown_urls);
+  if (n == 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NATS URL list \"%s\" names no server", b->urls_shown);
   natsStatus s = natsOptions_SetServers(opts, servers, n);
   if (s == NATS_OK) s = natsOptions_SetNoRandomize(opts, true);
   if (s != NATS_OK)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bad NATS URL list \"%s\": %s", b->shown_urls, natsStatus_GetText(s));
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bad NATS URL list \"%s\": %s", b->urls_shown, natsStatus_GetText(s));
   return LLB_STATUS_OK;
 }
 
@@ -254,11 +255,12 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
   pthread_cond_init(&b->cv, NULL);
   snprintf(b->prefix, sizeof b->prefix, "%s", prefix);
   snprintf(b->urls, sizeof b->urls, "%s", urls);
-  bus_url_redact(urls, b->shown_urls, sizeof b->shown_urls);
+  llb_log_redact_url(b->urls_shown, sizeof b->urls_shown, urls);
   b->rc_min_ms = o->reconnect_wait_min_ms > 0 ? o->reconnect_wait_min_ms : 100;
   b->rc_max_ms = o->reconnect_wait_max_ms >= b->rc_min_ms ? o->reconnect_wait_max_ms : b->rc_min_ms;
   b->drain_timeout_ms = o->drain_timeout_ms > 0 ? o->drain_timeout_ms : 30000;
   b->install_signals = o->install_signal_handlers;
+  bus_metrics_init(b, o->metrics);
   if (pipe2(b->stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     st = LLB_ERRF(LLB_STATUS_IO, "bus_connect: pipe: %s", strerror(errno));
     goto fail;
@@ -290,20 +292,22 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
   s = natsConnection_Connect(&b->nc, opts);
   if (s == NATS_NO_SERVER || s == NATS_TIMEOUT || s == NATS_IO_ERROR) {
     st = LLB_ERRF(LLB_STATUS_NO_SERVER, "no NATS server answered at %s (%s; connect timeout %lld ms)",
-                  b->shown_urls, nats_GetLastError(NULL) ? nats_GetLastError(NULL) : natsStatus_GetText(s),
+                  b->urls_shown, nats_GetLastError(NULL) ? nats_GetLastError(NULL) : natsStatus_GetText(s),
                   (long long)(o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 2000));
     b->nc = NULL;
     goto fail;
   }
   if (s != NATS_OK) {
     st = LLB_ERRF(map_nats(s) == LLB_STATUS_OK ? LLB_STATUS_CONNECTION : map_nats(s),
-                  "connecting to %s: %s (%s)", b->shown_urls, natsStatus_GetText(s),
+                  "connecting to %s: %s (%s)", b->urls_shown, natsStatus_GetText(s),
                   nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "");
     b->nc = NULL;
     goto fail;
   }
   natsOptions_Destroy(opts);
-  bus_connected_url(b, b->url, sizeof b->url);
+  char raw[256] = "";
+  natsConnection_GetConnectedUrl(b->nc, raw, sizeof raw);
+  llb_log_redact_url(b->url, sizeof b->url, raw);
   LLB_LOG_INFO("bus_connected", "url=%s max_payload=%lld prefix=%s", b->url,
                (long long)natsConnection_GetMaxPayload(b->nc), b->prefix);
   *out = b;
@@ -378,6 +382,7 @@ void bus_destroy(struct bus *b) {
     for (struct bus_sub *s = b->subs; s; s = s->next)
       if (s->fn) wait_flag(b, &s->complete, BUS_CLOSE_WAIT_MS);
   }
+  bus_tracing_close_publish(b);
   while (b->subs) {
     struct bus_sub *s = b->subs;
     b->subs = s->next;
@@ -390,6 +395,7 @@ void bus_destroy(struct bus *b) {
     event_active(b->loop_stop_ev, EV_READ, 0);
     pthread_join(b->loop_thread, NULL);
   }
+  bus_tracing_stop(b); /* no handler and no loop callback records a span any more */
   for (int i = 0; i < 2; i++)
     if (b->stop_pipe[i] >= 0) close(b->stop_pipe[i]);
   if (!detached) {
@@ -429,7 +435,7 @@ void bus_connected_url(struct bus *b, char *buf, size_t cap) {
   if (!cap) return;
   buf[0] = '\0';
   char raw[sizeof ((struct bus *)0)->urls];
-  if (natsConnection_GetConnectedUrl(b->nc, raw, sizeof raw) == NATS_OK) bus_url_redact(raw, buf, cap);
+  if (natsConnection_GetConnectedUrl(b->nc, raw, sizeof raw) == NATS_OK) llb_log_redact_url(buf, (unsigned)cap, raw);
 }
 
 struct event_base *bus_event_base(struct bus *b) { return b->base; }
@@ -492,7 +498,10 @@ static llb_status build_msg(struct bus *b, const struct bus_out_msg *m, const ch
   char tp[BUS_TRACEPARENT_LEN + 1];
   bus_traceparent_format(t, tp, sizeof tp);
   /* Headers count against max_payload: "NATS/1.0\r\n" + "k: v\r\n"... + "\r\n". */
-  size_t hdr = 10 + sizeof BUS_TRACEPARENT_HEADER - 1 + 4 + BUS_TRACEPARENT_LEN + 2;
+  char sent[24];
+  snprintf(sent, sizeof sent, "%lld", (long long)llb_wall_ns());
+  size_t hdr = 10 + sizeof BUS_TRACEPARENT_HEADER - 1 + 4 + BUS_TRACEPARENT_LEN + 2 +
+               sizeof BUS_SENT_HEADER - 1 + 4 + strlen(sent);
   for (int i = 0; i < m->num_headers; i++)
     hdr += strlen(m->headers[i].key) + strlen(m->headers[i].value) + 4;
   int64_t maxp = natsConnection_GetMaxPayload(b->nc);
@@ -510,6 +519,7 @@ static llb_status build_msg(struct bus *b, const struct bus_out_msg *m, const ch
     if (strcmp(m->headers[i].key, BUS_TRACEPARENT_HEADER) != 0)
       s = natsMsgHeader_Add(nm, m->headers[i].key, m->headers[i].value);
   if (s == NATS_OK) s = natsMsgHeader_Set(nm, BUS_TRACEPARENT_HEADER, tp);
+  if (s == NATS_OK) s = natsMsgHeader_Set(nm, BUS_SENT_HEADER, sent);
   if (s != NATS_OK) {
     natsMsg_Destroy(nm);
     return BUS_NATS_ERR(s, "message headers");
@@ -542,8 +552,11 @@ llb_status bus_request_msg(struct bus *b, const struct bus_out_msg *m, int64_t t
   llb_status st = build_msg(b, m, NULL, &nm);
   if (st != LLB_STATUS_OK) return st;
   natsMsg *rm = NULL;
+  const int64_t t0 = b->m_request ? llb_now_ns() : 0;
   natsStatus s = natsConnection_RequestMsg(&rm, b->nc, nm, timeout_ms);
   natsMsg_Destroy(nm);
+  if (s == NATS_OK && b->m_request)
+    llb_series_observe(bus_metrics_series(b->m_request, m->subject), (double)(llb_now_ns() - t0) / 1e9);
   if (s == NATS_TIMEOUT)
     return LLB_ERRF(LLB_STATUS_TIMEOUT, "no reply on %s within %lld ms", m->subject,
                     (long long)timeout_ms);
@@ -582,7 +595,10 @@ static void on_msg(natsConnection *nc, natsSubscription *ns, natsMsg *m, void *c
   struct bus_sub *s = closure;
   struct bus_msg bm;
   fill_msg(&bm, m);
+  bus_metrics_observe_receive(s->m_receive, m);
+  const int64_t t0 = s->m_handler ? llb_now_ns() : 0;
   s->fn(s->bus, &bm, s->user);
+  if (s->m_handler) llb_series_observe(s->m_handler, (double)(llb_now_ns() - t0) / 1e9);
   natsMsg_Destroy(m);
 }
 
@@ -606,6 +622,10 @@ static llb_status subscribe(struct bus *b, const char *subject, const char *queu
   s->bus = b;
   s->fn = fn;
   s->user = user;
+  if (fn) {
+    s->m_receive = bus_metrics_series(b->m_receive, subject);
+    s->m_handler = bus_metrics_series(b->m_handler, subject);
+  }
   natsStatus ns;
   if (!fn)
     ns = natsConnection_SubscribeSync(&s->ns, b->nc, subject);

@@ -20,6 +20,9 @@
  *   bus_destroy are called once, from the thread that owns the bus, never from a handler.
  * - Messages given to a handler are valid only until the handler returns; copy what you keep.
  *
+ * Every publish also carries `Llmbus-Sent-Ns: <wall clock ns>` for the receive-latency
+ * histogram (bus_options.metrics).
+ *
  * Trace context: every publish/request carries a W3C `traceparent` header (bus/trace.h).
  * The caller passes the span that sends (or NULL to start a new trace); handlers see the
  * sender's context in msg->trace (a new trace when none or an invalid one arrived);
@@ -65,6 +68,13 @@ struct bus_options {
                                  * that request a stop (so one arriving during start-up is
                                  * not lost); bus_destroy() restores the previous ones. One
                                  * bus per process should set it. */
+  struct llb_metrics *metrics; /* NULL (default) = none; else the bus records, label subject
+                                * (a subscription's subject pattern; "_INBOX" for inboxes):
+                                * llmbus:bus_request_latency_seconds (request -> reply),
+                                * llmbus:bus_receive_latency_seconds (publish -> delivery,
+                                * from the sender's Llmbus-Sent-Ns header, wall clock),
+                                * llmbus:bus_handler_seconds (time in the handler).
+                                * Borrowed: must outlive the bus. */
 };
 
 /* Fills `o` with the defaults documented above. */
@@ -137,7 +147,7 @@ const char *bus_prefix(const struct bus *bus);
 int64_t bus_max_payload(struct bus *bus);
 
 /* The URL of the server currently connected into buf[cap], credentials removed
- * (bus/credentials.h); "" when disconnected. */
+ * (llb_log_redact_url); "" when disconnected. */
 void bus_connected_url(struct bus *bus, char *buf, size_t cap);
 
 /* The libevent base of the loop thread, for timers or evhttp of the same actor; events
@@ -170,6 +180,11 @@ llb_status bus_request_msg(struct bus *bus, const struct bus_out_msg *m, int64_t
  * trace NULL = a child span of msg->trace. INVALID_ARGUMENT if msg has no reply subject. */
 llb_status bus_respond(struct bus *bus, const struct bus_msg *msg, const void *data, size_t len,
                        const struct bus_trace_ctx *trace);
+
+/* Records one request -> reply latency of `subject` in llmbus:bus_request_latency_seconds
+ * (bus_options.metrics; nothing without), for a request made by hand: published with a reply
+ * subject whose reply is read elsewhere (the scheduler's pipelined execute steps). */
+void bus_record_request_latency(struct bus *bus, const char *subject, double seconds);
 
 /* Frees a message returned by bus_request / bus_sub_next_msg. NULL ok. Never call it on a
  * message given to a handler. */

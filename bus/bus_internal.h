@@ -6,15 +6,18 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include <event2/event.h>
 #include <nats/nats.h>
 
+#include "base/metrics.h"
 #include "bus/bus.h"
 
 struct bus_sub;
+struct otlp_exporter;
 
 struct bus {
   natsConnection *nc;
@@ -24,10 +27,10 @@ struct bus {
   bool loop_started;
   char prefix[BUS_SUBJECT_MAX / 2 + 1];
   char urls[1024];
-  char shown_urls[1024]; /* urls without credentials, for logs and errors (bus/credentials.h) */
   void (*before_drain)(void *user); /* bus_set_before_drain */
   void *before_drain_user;
-  char url[256]; /* last connected server */
+  char urls_shown[1024]; /* urls without credentials, for logs and errors */
+  char url[256]; /* last connected server, without credentials */
   int64_t rc_min_ms, rc_max_ms, drain_timeout_ms;
   bool install_signals;
 
@@ -47,7 +50,21 @@ struct bus {
   bus_heartbeat_fn hb_fn;
   void *hb_user;
   char hb_subject[BUS_SUBJECT_MAX];
+
+  /* bus histograms (bus_options.metrics; NULL = not recorded), label subject */
+  struct llb_metric *m_request, *m_receive, *m_handler;
+  /* span.c: the tracer (NULL = tracing off) and where batches are published */
+  struct otlp_exporter *_Atomic tracer;
+  atomic_bool trace_publish_closed;
+  char trace_subject[BUS_SUBJECT_MAX];
 };
+
+/* ---- span.c ---- */
+
+/* Stops publishing trace batches (the connection is about to go). */
+void bus_tracing_close_publish(struct bus *b);
+/* Flushes and frees the tracer; after every handler and the loop thread ended. */
+void bus_tracing_stop(struct bus *b);
 
 /* ---- bus_loop.c ---- */
 
@@ -66,5 +83,20 @@ natsStatus bus_ev_attach(void **user_data, void *loop, natsConnection *nc, natsS
 natsStatus bus_ev_read(void *user_data, bool add);
 natsStatus bus_ev_write(void *user_data, bool add);
 natsStatus bus_ev_detach(void *user_data);
+
+/* ---- bus_metrics.c ---- */
+
+#define BUS_SENT_HEADER "Llmbus-Sent-Ns"
+
+/* Registers the bus histograms in r (NULL: none; a registration failure is logged and the
+ * bus goes on without them). */
+void bus_metrics_init(struct bus *b, struct llb_metrics *r);
+
+/* The series of family m for `subject` (inboxes fold into "_INBOX"); NULL when m is. */
+struct llb_series *bus_metrics_series(struct llb_metric *m, const char *subject);
+
+/* Observes publish -> delivery of m into s from its BUS_SENT_HEADER (ignored when absent,
+ * malformed, or off by more than an hour: clocks of two hosts). */
+void bus_metrics_observe_receive(struct llb_series *s, natsMsg *m);
 
 #endif

@@ -1,4 +1,4 @@
-/* NATS credentials: redacted URLs, password files (see credentials.h). */
+/* NATS credentials: password files (see credentials.h). */
 #include "bus/credentials.h"
 
 #include <errno.h>
@@ -6,49 +6,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* Appends n bytes of s to buf[cap] at *len, truncating. */
-static void append(char *buf, size_t cap, size_t *len, const char *s, size_t n) {
-  if (*len + 1 >= cap) return;
-  size_t room = cap - 1 - *len;
-  if (n > room) n = room;
-  memcpy(buf + *len, s, n);
-  *len += n;
-  buf[*len] = '\0';
-}
-
-void bus_url_redact(const char *urls, char *buf, size_t cap) {
-  if (!cap) return;
-  buf[0] = '\0';
-  if (!urls) return;
-  size_t len = 0;
-  const char *p = urls;
-  while (*p) {
-    const char *end = strchr(p, ',');
-    size_t n = end ? (size_t)(end - p) : strlen(p);
-    const char *scheme = NULL;
-    for (size_t i = 0; i + 3 <= n; i++)
-      if (memcmp(p + i, "://", 3) == 0) {
-        scheme = p + i + 3;
-        break;
-      }
-    const char *start = scheme ? scheme : p;
-    /* the host starts after the last '@' before any '/' of a path */
-    const char *at = NULL;
-    for (const char *q = start; q < p + n && *q != '/'; q++)
-      if (*q == '@') at = q;
-    if (at) {
-      append(buf, cap, &len, p, (size_t)(start - p));
-      append(buf, cap, &len, "***", 3);
-      append(buf, cap, &len, at, (size_t)(p + n - at));
-    } else {
-      append(buf, cap, &len, p, n);
-    }
-    if (!end) break;
-    append(buf, cap, &len, ",", 1);
-    p = end + 1;
-  }
-}
 
 llb_status bus_password_file_read(const char *path, char *buf, size_t cap) {
   if (!path || !buf || !cap) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bus_password_file_read: bad arguments");

@@ -1,8 +1,9 @@
-/* NATS credentials: URLs as they may be shown (credentials removed), password files.
+/* NATS credentials: password files.
  *
- * A NATS URL may carry a user and password (`nats://user:secret@host:4222`, the NATS URL
- * form the client libraries accept). Logs and error messages must never show them, so every
- * place that prints a URL passes it through bus_url_redact first.
+ * A password given on a command line is visible to every local user (`ps`, /proc/PID/cmdline),
+ * so actors and clients read it from a file instead (`--nats-password-file`), which must be
+ * private to its owner, as `llmbus serve` writes them. URLs that may carry `user:password@`
+ * are shown only through llb_log_redact_url (base/log.h).
  */
 #ifndef LLB_BUS_CREDENTIALS_H
 #define LLB_BUS_CREDENTIALS_H
@@ -13,12 +14,6 @@
 
 /* Longest password bus_password_file_read accepts, in bytes. */
 #define BUS_PASSWORD_MAX 256
-
-/* Copies the comma-separated URL list `urls` into buf[cap] with the userinfo of each URL
- * (everything between "://" and the last '@' before the host) replaced by three asterisks:
- * "nats://u:p@h:1,nats://h:2" gives "nats://XXX@h:1,nats://h:2" with XXX those asterisks.
- * Truncates to cap - 1 bytes; NULL `urls` gives "". cap == 0 writes nothing. */
-void bus_url_redact(const char *urls, char *buf, size_t cap);
 
 /* Reads a NATS password from the file at `path` (its first line, without the line end)
  * into buf[cap] (cap > 0). The file must be a regular file that neither group nor others may

@@ -1,5 +1,6 @@
 #include "bus/trace.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -7,9 +8,9 @@
 
 static const char hex_digits[] = "0123456789abcdef";
 
-/* Random bytes from the kernel; falls back to a clock-seeded xorshift only if getrandom
- * fails (it does not on Linux >= 3.17), so an id is never all zero. */
-static void random_bytes(uint8_t *buf, size_t n) {
+/* Bytes from the kernel; falls back to a clock-seeded xorshift only if getrandom fails (it
+ * does not on Linux >= 3.17). */
+static void kernel_random_bytes(uint8_t *buf, size_t n) {
   size_t got = 0;
   while (got < n) {
     ssize_t r = getrandom(buf + got, n - got, 0);
@@ -29,6 +30,38 @@ static void random_bytes(uint8_t *buf, size_t n) {
   }
 }
 
+/* Ids need to be unique and unpredictable enough to not collide, not secret: one
+ * xoshiro256** generator per thread (Blackman & Vigna), seeded from the kernel on first use,
+ * instead of a getrandom(2) system call for each of the several spans a decode step makes. */
+static _Thread_local uint64_t rng_state[4];
+static _Thread_local bool rng_seeded;
+
+static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(void) {
+  if (!rng_seeded) {
+    do kernel_random_bytes((uint8_t *)rng_state, sizeof rng_state);
+    while (!(rng_state[0] | rng_state[1] | rng_state[2] | rng_state[3]));
+    rng_seeded = true;
+  }
+  uint64_t *s = rng_state;
+  const uint64_t result = rotl64(s[1] * 5, 7) * 9, t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl64(s[3], 45);
+  return result;
+}
+
+static void random_bytes(uint8_t *buf, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t v = rng_next();
+    memcpy(buf + i, &v, n - i < 8 ? n - i : 8);
+  }
+}
+
 static void random_hex_id(char *out, size_t num_bytes) {
   uint8_t raw[16];
   bool all_zero = true;
@@ -44,10 +77,37 @@ static void random_hex_id(char *out, size_t num_bytes) {
   out[2 * num_bytes] = '\0';
 }
 
+/* The ratio's bits (a double in a 64-bit atomic): read on every new trace. */
+static _Atomic uint64_t sample_ratio_bits = 0x3FF0000000000000ull; /* 1.0 */
+
+void bus_trace_set_sample_ratio(double ratio) {
+  if (!(ratio >= 0.0)) ratio = 0.0; /* NaN too */
+  if (ratio > 1.0) ratio = 1.0;
+  uint64_t bits;
+  memcpy(&bits, &ratio, sizeof bits);
+  atomic_store(&sample_ratio_bits, bits);
+}
+
+bool bus_trace_id_sampled(const char *trace_id, double ratio) {
+  if (ratio >= 1.0) return true;
+  if (!(ratio > 0.0)) return false;
+  uint64_t low = 0;
+  for (int i = 16; i < 32; i++) {
+    int v = trace_id[i] >= 'a' ? trace_id[i] - 'a' + 10 : trace_id[i] - '0';
+    low = low << 4 | (uint64_t)(v & 15);
+  }
+  /* bound = ratio * 2^64, computed in long double to keep the low bits of small ratios */
+  long double bound = (long double)ratio * 18446744073709551616.0L;
+  return (long double)low < bound;
+}
+
 void bus_trace_new(struct bus_trace_ctx *out) {
   random_hex_id(out->trace_id, 16);
   random_hex_id(out->span_id, 8);
-  out->flags = 0x01;
+  uint64_t bits = atomic_load(&sample_ratio_bits);
+  double ratio;
+  memcpy(&ratio, &bits, sizeof ratio);
+  out->flags = bus_trace_id_sampled(out->trace_id, ratio) ? 0x01 : 0x00;
 }
 
 void bus_trace_child(const struct bus_trace_ctx *parent, struct bus_trace_ctx *child) {

@@ -14,7 +14,8 @@
  * context (msg->trace), derives its own span with bus_trace_child() (same trace-id, new
  * span-id) and passes that to the calls it makes; the bus puts it on the wire unchanged.
  *
- * Thread-safety: all functions are reentrant; random ids come from getrandom(2).
+ * Thread-safety: all functions are reentrant; random ids come from a per-thread xoshiro256**
+ * generator seeded by getrandom(2).
  */
 #ifndef LLB_BUS_TRACE_H
 #define LLB_BUS_TRACE_H
@@ -37,8 +38,19 @@ struct bus_trace_ctx {
   uint8_t flags;     /* trace-flags; bit 0 = sampled */
 };
 
-/* Fills `out` with a new trace: random trace-id and span-id, flags 01 (sampled). */
+/* Fills `out` with a new trace: random trace-id and span-id, flags 01 (sampled) when the
+ * trace id falls in the process' sample ratio (bus_trace_set_sample_ratio; default 1.0:
+ * always), else 00. */
 void bus_trace_new(struct bus_trace_ctx *out);
+
+/* Head sampling for the traces this process starts, ratio in [0, 1]; values outside are
+ * clamped. OpenTelemetry's TraceIdRatioBased rule: sampled when the trace id's last 8 bytes,
+ * as a big-endian number, are below ratio * 2^64, so every process decides a trace id alike.
+ * Thread-safe (atomic). */
+void bus_trace_set_sample_ratio(double ratio);
+
+/* Whether trace id `trace_id` (32 hex digits) is sampled at `ratio` by the rule above. */
+bool bus_trace_id_sampled(const char *trace_id, double ratio);
 
 /* Derives a child span of `parent`: same trace-id and flags, a new random span-id.
  * `child` may alias `parent`. */

@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "bus/credentials.h"
+#include "bus/span.h"
 #include "bus/subject.h"
 #include "schemas/control.h"
 
@@ -52,7 +53,7 @@ static llb_status parse_double(const char *value, double *out) {
 }
 
 /* The common flags as a table over am->common, so one parser serves both lists. */
-enum { NUM_COMMON_FLAGS = 10 };
+enum { NUM_COMMON_FLAGS = 15 };
 static void common_flags_table(struct actor_main *am, struct actor_flag *t) {
   struct actor_common_flags *c = &am->common;
   const struct actor_flag table[NUM_COMMON_FLAGS] = {
@@ -69,6 +70,14 @@ static void common_flags_table(struct actor_main *am, struct actor_flag *t) {
        "file holding the NATS user's password (mode 0600; never on the command line)", NULL},
       {"log-level", ACTOR_FLAG_KIND_STRING, &c->log_level, "debug|info|warn|error", NULL},
       {"heartbeat-ms", ACTOR_FLAG_KIND_INT64, &c->heartbeat_ms, "heartbeat interval, ms", NULL},
+      {"metrics-port", ACTOR_FLAG_KIND_INT32, &c->metrics_port, "Prometheus GET /metrics port (0 = none)", NULL},
+      {"metrics-host", ACTOR_FLAG_KIND_STRING, &c->metrics_host, "address of the metrics listener", NULL},
+      {"otlp-endpoint", ACTOR_FLAG_KIND_STRING, &c->otlp_endpoint,
+       "export spans as OTLP/HTTP JSON to URL/v1/traces (http://host:port)", NULL},
+      {"trace-sample-ratio", ACTOR_FLAG_KIND_DOUBLE, &c->trace_sample_ratio,
+       "fraction of new traces sampled (requests arriving with a traceparent keep its flag)", NULL},
+      {"trace-publish", ACTOR_FLAG_KIND_BOOL, &c->trace_publish,
+       "also publish span batches (OTLP JSON) on <prefix>.trace.<actor>", NULL},
   };
   memcpy(t, table, sizeof table);
 }
@@ -238,7 +247,44 @@ static void init_common(struct actor_main *am) {
       .creds_file = NULL,
       .log_level = "info",
       .heartbeat_ms = 2000,
+      .metrics_port = 0,
+      .metrics_host = "127.0.0.1",
+      .trace_sample_ratio = 1.0,
   };
+}
+
+/* Every log line of the process names its engine and instance. */
+static void set_log_context(const struct actor_main *am) {
+  char ctx[160];
+  snprintf(ctx, sizeof ctx, "engine=%s instance=%s", am->common.engine_id, am->common.instance);
+  llb_log_set_context(ctx);
+}
+
+/* The registry (process metrics, label engine) and, with --metrics-port, its listener. Only
+ * running out of memory is an error: a port that cannot be bound leaves the actor without
+ * it (logged), as the engine's work does not depend on being scraped. */
+static llb_status metrics_start(struct actor_main *am) {
+  llb_status st = llb_metrics_create(&am->metrics);
+  if (st == LLB_STATUS_OK) st = llb_metrics_add_const_label(am->metrics, "engine", am->common.engine_id);
+  if (st == LLB_STATUS_OK) st = llb_metrics_register_process(am->metrics);
+  if (st != LLB_STATUS_OK || am->common.metrics_port == 0) return st;
+  if (bus_metrics_http_start(am->common.metrics_host, am->common.metrics_port, am->metrics, &am->metrics_http) !=
+      LLB_STATUS_OK) {
+    char q[512];
+    LLB_LOG_WARN("metrics_listen_failed", "host=%s port=%d error=%s", am->common.metrics_host,
+                  (int)am->common.metrics_port, llb_log_quote(q, sizeof q, llb_err_last()));
+    return LLB_STATUS_OK;
+  }
+  LLB_LOG_INFO("metrics_listening", "host=%s port=%d path=/metrics", am->common.metrics_host,
+               bus_metrics_http_port(am->metrics_http));
+  return LLB_STATUS_OK;
+}
+
+static void metrics_stop(struct actor_main *am) {
+  bus_metrics_http_stop(am->metrics_http);
+  am->metrics_http = NULL;
+  llb_metrics_destroy(am->metrics);
+  am->metrics = NULL;
 }
 
 int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
@@ -262,10 +308,12 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
   int rc = parse_args(am, argc, argv);
   if (rc != ACTOR_MAIN_CONTINUE) return rc;
   llb_log_set_actor(spec->actor);
+  set_log_context(am);
   if (apply_log_level(am->common.log_level) != LLB_STATUS_OK ||
       bus_prefix_check(am->common.prefix) != LLB_STATUS_OK ||
       !bus_token_valid(am->common.engine_id) || !bus_token_valid(am->common.instance) ||
-      am->common.heartbeat_ms <= 0) {
+      am->common.heartbeat_ms <= 0 || am->common.metrics_port < 0 || am->common.metrics_port > 65535 ||
+      !(am->common.trace_sample_ratio >= 0 && am->common.trace_sample_ratio <= 1)) {
     if (!bus_token_valid(am->common.engine_id))
       LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--engine-id '%s' is not a subject token",
                am->common.engine_id);
@@ -274,11 +322,20 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
                am->common.instance);
     else if (am->common.heartbeat_ms <= 0)
       LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--heartbeat-ms must be > 0");
+    else if (am->common.metrics_port < 0 || am->common.metrics_port > 65535)
+      LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--metrics-port must be in 0..65535");
+    else
+      LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--trace-sample-ratio must be in [0, 1]");
     fprintf(stderr, "%s: %s\n", spec->actor, llb_err_last());
     return ACTOR_MAIN_EXIT_USAGE;
   }
+  if (metrics_start(am) != LLB_STATUS_OK) {
+    fprintf(stderr, "%s: %s\n", spec->actor, llb_err_last());
+    return ACTOR_MAIN_EXIT_FAILURE;
+  }
   if (spec->configure && spec->configure(am, spec->user) != LLB_STATUS_OK) {
     fprintf(stderr, "%s: %s\n", spec->actor, llb_err_last());
+    metrics_stop(am);
     return ACTOR_MAIN_EXIT_USAGE;
   }
 
@@ -288,6 +345,7 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
   o.name = spec->program ? spec->program : spec->actor;
   o.prefix = am->common.prefix;
   o.creds_file = am->common.creds_file;
+  o.metrics = am->metrics;
   char password[BUS_PASSWORD_MAX + 1] = "";
   llb_status st = LLB_STATUS_OK;
   if ((am->common.nats_user != NULL) != (am->common.nats_password_file != NULL))
@@ -301,13 +359,30 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
   if (st == LLB_STATUS_OK) st = bus_connect(&o, &am->bus);
   memset(password, 0, sizeof password);
   if (st != LLB_STATUS_OK) {
-    char q[512], shown[512];
-    bus_url_redact(am->common.nats_url, shown, sizeof shown);
-    LLB_LOG_ERROR("connect_failed", "url=%s user=%s status=%s error=%s", shown,
+    char q[512], u[512];
+    LLB_LOG_ERROR("connect_failed", "url=%s user=%s status=%s error=%s",
+                  llb_log_redact_url(u, sizeof u, am->common.nats_url),
                   am->common.nats_user ? am->common.nats_user : "none", llb_strerror(st),
                   llb_log_quote(q, sizeof q, llb_err_last()));
     if (spec->destroy) spec->destroy(am, spec->user);
+    metrics_stop(am);
     return ACTOR_MAIN_EXIT_FAILURE;
+  }
+  bus_trace_set_sample_ratio(am->common.trace_sample_ratio);
+  struct bus_tracing_options to;
+  bus_tracing_options_init(&to);
+  to.otlp_endpoint = am->common.otlp_endpoint;
+  to.publish = am->common.trace_publish;
+  to.service_name = spec->actor;
+  to.instance = am->common.instance;
+  to.engine_id = am->common.engine_id;
+  st = bus_tracing_start(am->bus, &to);
+  if (st != LLB_STATUS_OK) { /* a bad endpoint URL: a usage error, said before anything runs */
+    fprintf(stderr, "%s: %s\n", spec->actor, llb_err_last());
+    bus_destroy(am->bus);
+    if (spec->destroy) spec->destroy(am, spec->user);
+    (void)bus_shutdown(ACTOR_MAIN_SHUTDOWN_WAIT_MS);
+    return ACTOR_MAIN_EXIT_USAGE;
   }
   char url[256];
   bus_connected_url(am->bus, url, sizeof url);
@@ -351,6 +426,7 @@ out:
   am->bus = NULL;
   geometry_watch_free(am->geometry_watch); /* no handler runs once the bus is gone */
   if (spec->destroy) spec->destroy(am, spec->user);
+  metrics_stop(am);
   /* The NATS client ends its threads after bus_destroy (the drain's closing thread releases
    * the connection last): wait for them, so none runs while the process exits. */
   if (bus_shutdown(ACTOR_MAIN_SHUTDOWN_WAIT_MS) != LLB_STATUS_OK) {

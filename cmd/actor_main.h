@@ -4,9 +4,14 @@
  * calls actor_main_exec(), which does the rest in this order:
  *   1. parse the common flags and the actor's own (--name VALUE or --name=VALUE);
  *      --help prints both lists and exits 0; a bad flag prints the error + usage, exit 2;
- *   2. llb_log_set_actor(spec->actor), --log-level;
+ *   2. llb_log_set_actor(spec->actor), llb_log_set_context("engine=<eid> instance=<instance>"),
+ *      --log-level;
  *   3. spec->configure (optional): check the actor's flag values; error = exit 2;
- *   4. bus_connect to --nats (NO_SERVER: one line naming the URL, exit 1);
+ *   4. the metrics registry (am->metrics: process metrics, the bus histograms, label
+ *      engine=<eid>) and, with --metrics-port, GET /metrics on --metrics-host:PORT
+ *      (bus/metrics_http.h; a port that cannot be bound is logged, metrics_listen_failed,
+ *      and the actor runs on without it); then bus_connect to --nats (NO_SERVER: one line
+ *      naming the URL without its credentials, exit 1);
  *   5. spec->start: create the actor, subscribe its handlers, start its threads;
  *   6. a Heartbeat (schemas/control.h) on <prefix>.health.<actor>.<instance> every
  *      --heartbeat-ms, carrying ready / inflight (actor_main_set_ready/_inflight);
@@ -21,7 +26,9 @@
  * --nats-user NAME with --nats-password-file FILE (a user/password login; the password is
  * read from a 0600 file so it never shows in argv, `ps` or a log; a URL may also carry
  * `user:password@`, which logs never show),
- * --log-level debug|info|warn|error (info), --heartbeat-ms (2000), --help.
+ * --log-level debug|info|warn|error (info), --heartbeat-ms (2000), --metrics-port (0 = none),
+ * --metrics-host (127.0.0.1), --otlp-endpoint URL (spans as OTLP/HTTP JSON to URL/v1/traces),
+ * --trace-sample-ratio R (1.0), --trace-publish, --help.
  *
  * Threading: actor_main_exec runs on the main thread; start/stop/destroy run there too.
  * actor_main_set_ready / _set_inflight are atomic and callable from any thread.
@@ -34,8 +41,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/bus.h"
+#include "base/metrics.h"
 #include "base/status.h"
+#include "bus/bus.h"
+#include "bus/metrics_http.h"
 
 /* How a flag's value is stored into its target. */
 enum actor_flag_kind {
@@ -70,6 +79,11 @@ struct actor_common_flags {
   const char *nats_password_file; /* the user's password, read at connect (bus/credentials.h) */
   const char *log_level;
   int64_t heartbeat_ms;
+  int32_t metrics_port;     /* 0 = no metrics listener */
+  const char *metrics_host;
+  const char *otlp_endpoint; /* NULL = no OTLP export (bus/span.h) */
+  double trace_sample_ratio; /* head sampling of the traces this actor starts, [0, 1] */
+  bool trace_publish;        /* also publish span batches on <prefix>.trace.<actor> */
 };
 
 /* The running main, handed to the hooks. */
@@ -77,6 +91,8 @@ struct actor_main {
   const struct actor_main_spec *spec;
   struct actor_common_flags common;
   struct bus *bus;            /* valid from start until after stop */
+  struct llb_metrics *metrics; /* the process's registry: valid from configure to destroy */
+  struct bus_metrics_http *metrics_http; /* NULL without --metrics-port */
   atomic_bool ready;          /* Heartbeat.ready; starts true after start() succeeds */
   atomic_int inflight;        /* Heartbeat.inflight */
   int64_t start_ns;           /* llb_now_ns() at exec start, for uptime */

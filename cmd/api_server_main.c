@@ -77,6 +77,7 @@ static llb_status api_main_start(struct actor_main *am, void *user) {
       .max_concurrent = m->max_concurrent,
       .health_actors = m->health_actors,
       .health_window_ms = m->health_missed_beats * am->common.heartbeat_ms,
+      .registry = am->metrics,
       .api_keys = m->keys,
   };
   llb_status st = api_actor_create(&o, &m->actor);

@@ -47,11 +47,15 @@
 
 extern char **environ;
 
+#define ENGINE_MAX_SERVE_ARGS 8
+
 struct engine_opts {
   const char *model_path, *nats_url, *prefix, *tenant;
   int32_t tokens, prompt_len, threads, repeats;
   uint64_t seed;
   bool json, no_async_scheduling;
+  const char *serve_args[ENGINE_MAX_SERVE_ARGS]; /* more `llmbus serve` flags (--serve-arg) */
+  int num_serve_args;
 };
 
 static void engine_usage(FILE *f) {
@@ -67,6 +71,8 @@ static void engine_usage(FILE *f) {
           "  --nats URL        use the stack already serving there (default: start one)\n"
           "  --prefix P        subject prefix (default llm); --tenant T (default default)\n"
           "  --no-async-scheduling  the stack it starts applies each step before planning the next\n"
+          "  --serve-arg A     one more argument for the `llmbus serve` it starts (repeatable, at most 8;\n"
+          "                    e.g. --serve-arg --otlp-endpoint --serve-arg http://127.0.0.1:4318)\n"
           "  --json            one JSON object instead of the table\n");
 }
 
@@ -90,6 +96,10 @@ static int parse(int argc, char **argv, struct engine_opts *o) {
     bool ok = true;
     if (!strcmp(a, "--model")) o->model_path = v;
     else if (!strcmp(a, "--nats")) o->nats_url = v;
+    else if (!strcmp(a, "--serve-arg")) {
+      ok = o->num_serve_args < ENGINE_MAX_SERVE_ARGS;
+      if (ok) o->serve_args[o->num_serve_args++] = v;
+    }
     else if (!strcmp(a, "--prefix")) o->prefix = v;
     else if (!strcmp(a, "--tenant")) o->tenant = v;
     else if (!strcmp(a, "--tokens")) ok = is_num && n >= 2 && n <= 100000, o->tokens = (int32_t)n;
@@ -286,8 +296,12 @@ static llb_status stack_start(struct stack *s, const struct engine_opts *o) {
   if (len <= 0) return LLB_ERRF(LLB_STATUS_IO, "cannot read /proc/self/exe");
   exe[len] = '\0';
   snprintf(llmbus, sizeof llmbus, "%s/llmbus", dirname(exe));
-  char *serve_argv[] = {llmbus, "serve", "--nats", s->url, "--model", (char *)o->model_path, "--threads", threads_s,
-                        o->no_async_scheduling ? "--no-async-scheduling" : NULL, NULL};
+  char *serve_argv[10 + ENGINE_MAX_SERVE_ARGS] = {llmbus, "serve", "--nats", s->url, "--model",
+                                                 (char *)o->model_path, "--threads", threads_s};
+  int n = 8;
+  if (o->no_async_scheduling) serve_argv[n++] = "--no-async-scheduling";
+  for (int i = 0; i < o->num_serve_args; i++) serve_argv[n++] = (char *)o->serve_args[i];
+  serve_argv[n] = NULL;
   s->serve = spawn_quiet(serve_argv);
   if (s->serve < 0) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "cannot start %s", llmbus);
   return LLB_STATUS_OK;

@@ -7,7 +7,8 @@
 
 static llb_status outproc_main_start(struct actor_main *am, void *user) {
   struct outproc_actor **actor = user;
-  struct outproc_actor_options o = {.model_path = am->common.model_path, .engine_id = am->common.engine_id};
+  struct outproc_actor_options o = {.model_path = am->common.model_path, .engine_id = am->common.engine_id,
+                                   .metrics = am->metrics};
   llb_status st = outproc_actor_create(&o, actor);
   if (st != LLB_STATUS_OK) return st;
   return outproc_actor_start(*actor, am->bus);

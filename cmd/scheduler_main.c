@@ -101,6 +101,7 @@ static void sched_before_drain(void *user) {
 
 static llb_status sched_start(struct actor_main *am, void *user) {
   struct sched_main *m = user;
+  m->cfg.metrics = am->metrics;
   m->cfg.on_ready = sched_on_ready;
   m->cfg.on_ready_user = am;
   if (m->blocks_from_worker) { /* --num-blocks 0: the engine's worker says (its heartbeat) */
@@ -185,6 +186,9 @@ int main(int argc, char **argv) {
        "in flight are abandoned and every running request recomputed (default 3)", NULL},
       {"stats-interval-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.stats_interval_ms,
        "SchedulerStats period on <prefix>.engine.<eid>.stats while there is work (default 1000)", NULL},
+      {"log-stats-interval-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.log_stats_interval_ms,
+       "one event=engine_stats log line (throughput, running, waiting, KV usage, prefix hit rate) "
+       "this often; 0 = none", NULL},
   };
   const struct actor_main_spec spec = {
       .actor = "scheduler",

@@ -56,6 +56,7 @@ static const struct {
      "encoder-output cache, embedding rows (multimodal items kept for reuse)"},
     {"encoder-compute-budget", true, A_SCHED, "embedding rows encoded per step (0 = the token budget)"},
     {"stats-interval-ms", true, A_SCHED, "SchedulerStats period while there is work"},
+    {"log-stats-interval-ms", true, A_SCHED, "event=engine_stats log line period (default 10000; 0 = none)"},
     {"threads", true, A_WORKER, "worker threads for the forward pass"},
     {"device", true, A_WORKER, "cpu | cuda"},
     {"numerics", true, A_WORKER, "packed | ggml (cpu: llama.cpp's arithmetic, bit-exact with it)"},
@@ -67,6 +68,9 @@ static const struct {
     {"router", true, A_IN, "cache-aware | least-loaded | random: how input processors pick an engine"},
     {"prefix", true, A_ALL, "subject prefix (default llm)"},
     {"log-level", true, A_ALL, "debug | info | warn | error"},
+    {"otlp-endpoint", true, A_ALL, "every actor exports its spans as OTLP/HTTP JSON to URL/v1/traces"},
+    {"trace-sample-ratio", true, A_ALL, "fraction of new traces sampled (head sampling; default 1.0)"},
+    {"trace-publish", false, A_ALL, "every actor also publishes its span batches on <prefix>.trace.<actor>"},
     {"api-key", true, A_API, "HTTP needs `Authorization: Bearer KEY` (tenant default; shows in ps)"},
     {"api-keys", true, A_API, "file of `KEY TENANT` lines (mode 0600): HTTP keys and their tenants"},
     {"heartbeat-ms", true, A_ALL,
@@ -175,6 +179,29 @@ static llb_status actor_spec(const struct serve_options *o, const char *dir, int
   return st ? st : add_engine_flags(o, a, eid, spec);
 }
 
+static llb_status add_metrics_flags(const struct serve_options *o, int actor, struct child_spec *spec) {
+  if (o->metrics_port <= 0) return LLB_STATUS_OK;
+  char port[16];
+  snprintf(port, sizeof port, "%d", o->metrics_port + actor);
+  llb_status st = child_spec_add_arg(spec, "--metrics-port");
+  if (!st) st = child_spec_add_arg(spec, port);
+  if (!st && o->metrics_host) st = child_spec_add_arg(spec, "--metrics-host");
+  if (!st && o->metrics_host) st = child_spec_add_arg(spec, o->metrics_host);
+  return st;
+}
+
+/* One line naming each actor's metrics address (specs[n], in the order their ports were
+ * given), for a Prometheus scrape config. */
+static void log_metrics_ports(const struct serve_options *o, const struct child_spec *specs, int n) {
+  if (o->metrics_port <= 0) return;
+  char line[2048];
+  int len = 0;
+  for (int i = 0; i < n && len < (int)sizeof line; i++)
+    len += snprintf(line + len, sizeof line - (size_t)len, "%s%s=%d", i ? " " : "", specs[i].name,
+                    o->metrics_port + i);
+  LLB_LOG_INFO("metrics_ports", "host=%s %s", o->metrics_host ? o->metrics_host : "127.0.0.1", line);
+}
+
 int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, int max) {
   int engines = o && o->num_engines > 0 ? o->num_engines : 1;
   int per_engine = 0;
@@ -203,7 +230,18 @@ int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, i
       if (serve_actors[a].per_engine && actor_spec(o, dir, a, e, &specs[k++]) != LLB_STATUS_OK) return -1;
   for (int a = 0; a < NUM_SERVE_ACTORS; a++)
     if (!serve_actors[a].per_engine && actor_spec(o, dir, a, 0, &specs[k++]) != LLB_STATUS_OK) return -1;
+  for (int i = 0; i < k; i++) /* metrics ports in spec order: base + i */
+    if (add_metrics_flags(o, i, &specs[i]) != LLB_STATUS_OK) return -1;
   return k;
+}
+
+/* A port in [min, 65535] (min -1 also takes -1: a free one). 0 on success. */
+static int actor_port_arg(const char *s, int min, int64_t *out) {
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || v < min || v > 65535) return -1;
+  *out = v;
+  return 0;
 }
 
 static void serve_usage(FILE *f) {
@@ -221,11 +259,17 @@ static void serve_usage(FILE *f) {
           "  --engines N       N engines on this host (scheduler, kv_manager, worker, output and\n"
           "                    encoder cache each; worker threads split between them), behind\n"
           "                    one input processor that routes by load and prefix (default 1)\n"
+          "  --metrics-port P  Prometheus /metrics of each actor on P, P+1, ... in the order\n"
+          "                    kv-manager, gpu-worker, scheduler, output-processor,\n"
+          "                    input-processor, api-server, encoder-cache (default %d; 0 = none)\n"
+          "  --metrics-host H  address of those listeners (default 127.0.0.1)\n"
+          "  --nats-monitor-port P  the embedded nats-server's monitoring port on 127.0.0.1\n"
+          "                    (default -1: a free one, logged in event=nats_ready; 0 = none)\n"
           "  --tenants FILE    tenants and their limits, one a line: a NATS account each (embedded\n"
           "                    server only; default: the one tenant \"default\"); every actor logs in\n"
           "                    as its own user, password generated per run (cmd/serve_nats_config.h)\n"
           "  --help            this text\n"
-          "\nengine flags, passed on to the actors that take them:\n");
+          "\nengine flags, passed on to the actors that take them:\n", SERVE_DEFAULT_METRICS_PORT);
   for (int i = 0; i < NUM_ENGINE_FLAGS; i++) {
     char name[64];
     snprintf(name, sizeof name, "--%s%s", engine_flags[i].name, engine_flags[i].takes_value ? " V" : "");
@@ -234,12 +278,16 @@ static void serve_usage(FILE *f) {
 }
 
 int cmd_serve(int argc, char **argv) {
-  struct serve_options so = {0};
+  struct serve_options so = {.metrics_port = SERVE_DEFAULT_METRICS_PORT};
+  int64_t monitor_port = -1, metrics_port = SERVE_DEFAULT_METRICS_PORT;
   static const struct option longopts[] = {
       {"nats", required_argument, NULL, 'n'},
       {"model", required_argument, NULL, 'm'},
       {"http", required_argument, NULL, 'H'},
       {"engines", required_argument, NULL, 'e'},
+      {"metrics-port", required_argument, NULL, 'P'},
+      {"metrics-host", required_argument, NULL, 'A'},
+      {"nats-monitor-port", required_argument, NULL, 'M'},
       {"tenants", required_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
@@ -284,6 +332,15 @@ int cmd_serve(int argc, char **argv) {
         so.num_engines = (int)v;
         break;
       }
+      case 'A': so.metrics_host = optarg; break;
+      case 'P':
+      case 'M':
+        if (actor_port_arg(optarg, ch == 'M' ? -1 : 0, ch == 'M' ? &monitor_port : &metrics_port) != 0) {
+          fprintf(stderr, "llmbus serve: --%s: '%s' is not a port\n", ch == 'M' ? "nats-monitor-port" : "metrics-port",
+                  optarg);
+          usage_rc = 2;
+        }
+        break;
       case 't': so.tenants_file = optarg; break;
       case 'h': serve_usage(stdout); usage_rc = 0; break;
       default: serve_usage(stderr); usage_rc = 2; break;
@@ -296,6 +353,11 @@ int cmd_serve(int argc, char **argv) {
   }
   free(own);
   if (usage_rc >= 0) return usage_rc;
+  so.metrics_port = (int)metrics_port;
+  if (so.metrics_port + NUM_SERVE_ACTORS * (so.num_engines > 1 ? so.num_engines : 1) > 65536) {
+    fprintf(stderr, "llmbus serve: --metrics-port %d leaves no room for every actor's port\n", so.metrics_port);
+    return 2;
+  }
   if (so.model_path && access(so.model_path, R_OK) != 0) {
     fprintf(stderr, "llmbus serve: cannot read model %s (run ops/fetch-model.sh?)\n", so.model_path);
     return 1;
@@ -321,6 +383,8 @@ int cmd_serve(int argc, char **argv) {
   struct supervisor_config cfg;
   supervisor_config_init(&cfg);
   cfg.nats_url = so.nats_url;
+  cfg.nats_monitor_port = (int)monitor_port;
+  log_metrics_ports(&so, specs, n);
   if (serve_nats_auth_apply(&so, specs, n, &cfg, &auth) != LLB_STATUS_OK) {
     fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
     goto done;

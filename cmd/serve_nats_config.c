@@ -21,7 +21,8 @@
 
 /* Who may publish and subscribe where: DESIGN.md §2, one row per actor. "P" stands for the
  * prefix. Every actor publishes its own heartbeat and may watch everyone's (health is how
- * failures and the KV geometry are seen). Replies to requests an actor received need no
+ * failures and the KV geometry are seen), and its span batches on P.trace.<actor>
+ * (--trace-publish), which the operator may read. Replies to requests an actor received need no
  * publish permission of their own: allow_responses opens exactly those reply subjects. */
 #define MAX_SUBJECTS 8
 static const struct user_perms {
@@ -31,26 +32,26 @@ static const struct user_perms {
   const char *sub[MAX_SUBJECTS];
   bool allow_responses;
 } user_perms[] = {
-    {"kv-manager", "ENGINE", {"P.health.kv_manager.>"}, {"P.engine.*.kv", "P.health.>"}, true},
-    {"gpu-worker", "ENGINE", {"P.health.gpu_worker.>"}, {"P.engine.*.execute", "P.health.>"}, true},
+    {"kv-manager", "ENGINE", {"P.health.kv_manager.>", "P.trace.kv_manager"}, {"P.engine.*.kv", "P.health.>"}, true},
+    {"gpu-worker", "ENGINE", {"P.health.gpu_worker.>", "P.trace.gpu_worker"}, {"P.engine.*.execute", "P.health.>"}, true},
     {"scheduler", "ENGINE",
      {"P.engine.*.kv", "P.engine.*.encoder", "P.engine.*.execute", "P.engine.*.outputs", "P.engine.*.stats",
-      "P.health.scheduler.>"},
+      "P.health.scheduler.>", "P.trace.scheduler"},
      {"P.engine.*.requests", "P.engine.*.abort", "_INBOX.>", "P.health.>"}, true},
     /* RequestOutputs go to the reply subject the input processor carried in the
      * EngineCoreRequest: in ENGINE that is always a service-import reply (_R_.…). */
-    {"output-processor", "ENGINE", {"_R_.>", "P.engine.*.abort", "P.health.output_processor.>"},
+    {"output-processor", "ENGINE", {"_R_.>", "P.engine.*.abort", "P.health.output_processor.>", "P.trace.output_processor"},
      {"P.engine.*.outputs", "P.health.>"}, false},
     /* it routes by the engines' stats (DESIGN.md §9) and reads the outputs for per-tenant
      * limits: a request's first token and its end */
-    {"input-processor", "ENGINE", {"P.engine.*.requests", "P.engine.*.abort", "P.health.input_processor.>"},
+    {"input-processor", "ENGINE", {"P.engine.*.requests", "P.engine.*.abort", "P.health.input_processor.>", "P.trace.input_processor"},
      {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.engine.*.stats", "P.engine.*.outputs", "P.health.>"}, true},
-    {"encoder-cache", "ENGINE", {"P.health.encoder_cache.>"}, {"P.engine.*.encoder", "P.health.>"}, true},
-    {"api-server", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.health.api_server.>"},
+    {"encoder-cache", "ENGINE", {"P.health.encoder_cache.>", "P.trace.encoder_cache"}, {"P.engine.*.encoder", "P.health.>"}, true},
+    {"api-server", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.health.api_server.>", "P.trace.api_server"},
      {"_INBOX.>", "P.engine.*.stats", "P.health.>"}, false},
     /* `llmbus run`, `llmbus status` and the operator's own clients */
     {"operator", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*"},
-     {"_INBOX.>", "P.engine.*.stats", "P.health.>"}, false},
+     {"_INBOX.>", "P.engine.*.stats", "P.health.>", "P.trace.>"}, false},
 };
 #define NUM_USER_PERMS (int)(sizeof user_perms / sizeof user_perms[0])
 
@@ -165,7 +166,8 @@ static bool render_config(const struct serve_nats_auth *a, const struct serve_te
           put(t, "      {service: \"%s.%s.%s\", response: stream, accounts: [\"TENANT_%s\", \"FRONT\"]}\n", prefix,
               tenant_services[s], tn->names[k], tn->names[k]);
       put(t, "      {stream: \"%s.engine.*.stats\", accounts: [\"FRONT\"]}\n", prefix);
-      put(t, "      {stream: \"%s.health.>\", accounts: [\"FRONT\"]}\n    ]\n", prefix);
+      put(t, "      {stream: \"%s.health.>\", accounts: [\"FRONT\"]}\n", prefix);
+      put(t, "      {stream: \"%s.trace.>\", accounts: [\"FRONT\"]}\n    ]\n", prefix);
     } else {
       put(t, "    imports: [\n");
       for (int k = 0; k < tn->num; k++)
@@ -173,7 +175,8 @@ static bool render_config(const struct serve_nats_auth *a, const struct serve_te
           put(t, "      {service: {account: \"ENGINE\", subject: \"%s.%s.%s\"}}\n", prefix, tenant_services[s],
               tn->names[k]);
       put(t, "      {stream: {account: \"ENGINE\", subject: \"%s.engine.*.stats\"}}\n", prefix);
-      put(t, "      {stream: {account: \"ENGINE\", subject: \"%s.health.>\"}}\n    ]\n", prefix);
+      put(t, "      {stream: {account: \"ENGINE\", subject: \"%s.health.>\"}}\n", prefix);
+      put(t, "      {stream: {account: \"ENGINE\", subject: \"%s.trace.>\"}}\n    ]\n", prefix);
     }
     put(t, "  }\n");
   }

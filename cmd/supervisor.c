@@ -41,6 +41,7 @@ struct supervisor {
   struct supervisor_config cfg;
   char nats_bin[512];
   char nats_url[128];
+  int nats_monitor_port; /* the embedded server's monitoring port, 0 = none */
   char temp_dir[256];
   struct child children[SUPERVISOR_MAX_CHILDREN + 1]; /* + the embedded nats-server */
   int num_children;
@@ -298,7 +299,9 @@ static llb_status start_child(struct supervisor *s, struct child *c) {
   return LLB_STATUS_OK;
 }
 
-static int read_ports_file(const char *dir, pid_t pid) {
+/* The client port of the embedded server from its ports file; *monitor_port (may be NULL)
+ * gets its monitoring port ("monitoring":["http://127.0.0.1:P"]), 0 when none. */
+static int read_ports_file(const char *dir, pid_t pid, int *monitor_port) {
   char path[512], buf[512];
   snprintf(path, sizeof path, "%s/nats-server_%d.ports", dir, (int)pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -307,8 +310,10 @@ static int read_ports_file(const char *dir, pid_t pid) {
   close(fd);
   if (n <= 0) return 0;
   buf[n] = '\0';
-  const char *p = strstr(buf, "127.0.0.1:");
-  return p ? atoi(p + strlen("127.0.0.1:")) : 0;
+  const char *m = strstr(buf, "http://127.0.0.1:");
+  if (monitor_port) *monitor_port = m ? atoi(m + strlen("http://127.0.0.1:")) : 0;
+  const char *p = strstr(buf, "nats://127.0.0.1:");
+  return p ? atoi(p + strlen("nats://127.0.0.1:")) : 0;
 }
 
 static void reap(struct supervisor *s, struct child *c, int status);
@@ -337,6 +342,13 @@ static llb_status start_nats(struct supervisor *s) {
   const char *args[] = {"-a", "127.0.0.1", "-p", "-1", "--ports_file_dir", s->temp_dir};
   for (size_t i = 0; st == LLB_STATUS_OK && i < sizeof args / sizeof args[0]; i++)
     st = child_spec_add_arg(&c->spec, args[i]);
+  const int monitor_arg = c->spec.argc + 1; /* index of -m's value */
+  if (st == LLB_STATUS_OK && s->cfg.nats_monitor_port != 0) {
+    char mp[16];
+    snprintf(mp, sizeof mp, "%d", s->cfg.nats_monitor_port < 0 ? -1 : s->cfg.nats_monitor_port);
+    st = child_spec_add_arg(&c->spec, "-m");
+    if (st == LLB_STATUS_OK) st = child_spec_add_arg(&c->spec, mp);
+  }
   if (st == LLB_STATUS_OK && s->cfg.jetstream) {
     st = child_spec_add_arg(&c->spec, "-js");
     if (st == LLB_STATUS_OK) st = child_spec_add_arg(&c->spec, "-sd");
@@ -357,7 +369,7 @@ static llb_status start_nats(struct supervisor *s) {
       return LLB_ERRF(LLB_STATUS_NO_SERVER, "%s exited at start-up (status 0x%x); its log: %s/nats-server.log",
                       bin, status, s->temp_dir);
     }
-    if (!port) port = read_ports_file(s->temp_dir, c->pid);
+    if (!port) port = read_ports_file(s->temp_dir, c->pid, &s->nats_monitor_port);
     if (port > 0 && port_open(port)) break;
     sleep_ms(5);
   }
@@ -373,7 +385,11 @@ static llb_status start_nats(struct supervisor *s) {
   char port_arg[16];
   snprintf(port_arg, sizeof port_arg, "%d", port);
   snprintf(c->spec.args[4], CHILD_SPEC_ARG_MAX, "%s", port_arg);
-  LLB_LOG_INFO("nats_ready", "url=%s pid=%d store=%s", s->nats_url, (int)c->pid, js_dir);
+  if (s->cfg.nats_monitor_port != 0 && s->nats_monitor_port > 0)
+    snprintf(c->spec.args[monitor_arg], CHILD_SPEC_ARG_MAX, "%d", s->nats_monitor_port);
+  char mon[64] = "none";
+  if (s->nats_monitor_port > 0) snprintf(mon, sizeof mon, "http://127.0.0.1:%d", s->nats_monitor_port);
+  LLB_LOG_INFO("nats_ready", "url=%s monitor=%s pid=%d store=%s", s->nats_url, mon, (int)c->pid, js_dir);
   return LLB_STATUS_OK;
 }
 
@@ -406,12 +422,16 @@ llb_status supervisor_start(struct supervisor *s) {
     supervisor_stop(s);
     return LLB_ERRF(err, "%s", saved);
   }
-  LLB_LOG_INFO("supervisor_started", "nats=%s children=%d", s->nats_url, s->num_children);
+  char shown[512];
+  LLB_LOG_INFO("supervisor_started", "nats=%s children=%d", llb_log_redact_url(shown, sizeof shown, s->nats_url),
+               s->num_children);
   return LLB_STATUS_OK;
 }
 
 const char *supervisor_nats_url(const struct supervisor *s) { return s->nats_url; }
 const char *supervisor_temp_dir(const struct supervisor *s) { return s->temp_dir; }
+
+int supervisor_nats_monitor_port(const struct supervisor *s) { return s->nats_monitor_port; }
 
 /* One complete stderr line of c: kept when it is an error line, or when no error line was. */
 static void child_line(struct child *c) {

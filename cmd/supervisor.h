@@ -52,6 +52,7 @@ llb_status child_spec_add_arg(struct child_spec *spec, const char *arg);
 /* What `llmbus serve` was asked for (strings borrowed). */
 #define SERVE_MAX_ENGINE_FLAGS 24
 #define SERVE_MAX_ENGINES 12 /* 5 actors each + the shared ones within SUPERVISOR_MAX_CHILDREN */
+#define SERVE_DEFAULT_METRICS_PORT 9460 /* first actor's; the others follow */
 
 /* An engine flag given to `llmbus serve`, passed on to every actor that takes it. */
 struct serve_engine_flag {
@@ -65,6 +66,9 @@ struct serve_options {
   const char *http_addr;  /* "HOST:PORT" of the api_server; NULL = its default */
   const char *bin_dir;    /* where the actor binaries live; NULL = next to /proc/self/exe */
   int num_engines;        /* engines on this host (--engines); 0 or 1 = one */
+  int metrics_port;       /* actor i (serve_actors order) gets --metrics-port metrics_port + i;
+                           * 0 = no metrics listeners */
+  const char *metrics_host; /* their --metrics-host; NULL = the actors' default (127.0.0.1) */
   const char *tenants_file; /* `--tenants FILE` (cmd/serve_nats_config.h); NULL = tenant "default" */
   struct serve_engine_flag engine_flags[SERVE_MAX_ENGINE_FLAGS];
   int num_engine_flags;
@@ -96,6 +100,8 @@ struct supervisor_config {
                                  * cmd/serve_nats_config.h); NULL = none (no auth);
                                  * borrowed: must outlive the supervisor */
   int64_t nats_ready_timeout_ms; /* default 10000 */
+  int nats_monitor_port;       /* embedded server's HTTP monitoring port on 127.0.0.1 (-m):
+                                * 0 (default) none, -1 a free one, else that port */
   int64_t stop_timeout_ms;     /* SIGTERM → SIGKILL grace per stop, default 35000: longer than
                                 * the actors' bus drain (30 s), so a drain is never cut */
   int64_t restart_min_ms;      /* default 100 */
@@ -159,6 +165,9 @@ pid_t supervisor_child_pid(const struct supervisor *s, const char *name);
 
 /* How many times child `name` has been restarted; -1 if unknown. */
 int supervisor_child_restarts(const struct supervisor *s, const char *name);
+
+/* The embedded server's monitoring port (0 when none); valid after supervisor_start. */
+int supervisor_nats_monitor_port(const struct supervisor *s);
 
 /* The embedded server's temporary directory ("" when none). */
 const char *supervisor_temp_dir(const struct supervisor *s);

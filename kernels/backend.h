@@ -56,6 +56,9 @@ struct backend_rope_params {
   int32_t n_dims; /* rotated dims per head (<= head_dim, even) */
   float freq_base, freq_scale;
   enum backend_rope_style style;
+  /* [n_dims / 2] per-pair divisors of the angle (ggml_rope_ext's freq_factors: Llama 3.x's
+   * rope_freqs.weight), or NULL for none. Pair i turns by freq_scale * (theta_i / f[i]). */
+  const float *freq_factors;
 };
 
 /* One layer's paged KV cache, IEEE fp16 bit patterns. */
@@ -117,6 +120,10 @@ struct backend_ops {
                        float *out);
   /* x [n] += y [n]. */
   llb_status (*add)(struct backend_ctx *c, float *x, const float *y, int64_t n);
+  /* Optional (NULL: GeGLU models are refused). out [n] = gelu(gate) * up, gelu the tanh
+   * approximation as ggml_geglu_split computes it on the CPU (GGML_GELU_FP16: an fp16 table
+   * for |x| < 10, x above, 0 below). out may alias gate or up. */
+  llb_status (*geglu)(struct backend_ctx *c, const float *gate, const float *up, int64_t n, float *out);
   /* Optional (NULL: weights are only read as stored). Bytes of w in the backend's own matmul
    * layout, 0 when it has none for w. Such a layout changes the float order of matmul (the
    * CPU backend's: kernels/cpu/packed.h), never its batch invariance. */

@@ -15,18 +15,19 @@ struct arch_info {
   bool supported;
   enum llama_rope_type rope_type;
   const char *why_not; /* for unsupported ones */
+  bool qkv_bias, qk_norm, fused, gemma;
 };
 
 static const struct arch_info arch_table[] = {
-    {"llama", true, LLAMA_ROPE_TYPE_NORM, NULL},
-    {"qwen2", false, LLAMA_ROPE_TYPE_NEOX, "attention q/k/v biases"},
-    {"qwen3", false, LLAMA_ROPE_TYPE_NEOX, "q/k RMS norms"},
-    {"phi3", false, LLAMA_ROPE_TYPE_NEOX, "fused qkv and gate/up projections"},
-    {"gemma", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings and GeGLU"},
-    {"gemma2", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings, GeGLU and logit soft-capping"},
-    {"stablelm", false, LLAMA_ROPE_TYPE_NEOX, "LayerNorm and partial rotary"},
-    {"mistral3", false, LLAMA_ROPE_TYPE_NORM, "a vision tower and YaRN-scaled attention"},
-    {"granite", false, LLAMA_ROPE_TYPE_NORM, "embedding, residual and logit multipliers"},
+    {"llama", true, LLAMA_ROPE_TYPE_NORM, NULL, false, false, false, false},
+    {"qwen2", true, LLAMA_ROPE_TYPE_NEOX, NULL, true, false, false, false},
+    {"qwen3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, true, false, false},
+    {"phi3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, false, true, false},
+    {"gemma", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, false, false, true},
+    {"gemma2", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings, GeGLU and logit soft-capping", false, false, false, false},
+    {"stablelm", false, LLAMA_ROPE_TYPE_NEOX, "LayerNorm and partial rotary", false, false, false, false},
+    {"mistral3", false, LLAMA_ROPE_TYPE_NORM, "a vision tower and YaRN-scaled attention", false, false, false, false},
+    {"granite", false, LLAMA_ROPE_TYPE_NORM, "embedding, residual and logit multipliers", false, false, false, false},
 };
 
 static void arch_key(char *buf, const char *arch, const char *suffix) {
@@ -96,6 +97,10 @@ static llb_status read_arch(const struct gguf_file *f, struct llama_config *c) {
     }
     snprintf(c->architecture, sizeof c->architecture, "%s", a->name);
     c->rope_type = a->rope_type;
+    c->attn_qkv_bias = a->qkv_bias;
+    c->attn_qk_norm = a->qk_norm;
+    c->fused_qkv = c->fused_gate_up = a->fused;
+    c->gemma = a->gemma;
     return LLB_STATUS_OK;
   }
   return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "config: general.architecture '%.*s' is not supported "
@@ -259,6 +264,19 @@ llb_status llama_config_from_gguf(const struct gguf_file *f, struct llama_config
     return st;
   }
   c.tied_embeddings = gguf_find_tensor(f, "output.weight") == NULL;
+  arch_key(key, arch, "attention.sliding_window");
+  if ((st = get_i32_opt(f, key, 0, INT32_MAX, 0, &c.sliding_window)) != LLB_STATUS_OK) {
+    return st;
+  }
+  /* sliding-window attention equals full attention while the context fits the window: the
+   * forward attends everything, so the context is capped there (query + window keys) */
+  if (c.sliding_window > 0 && c.context_length > c.sliding_window) {
+    c.context_length = c.sliding_window;
+  }
+  if (gguf_find_tensor(f, "rope_factors_long.weight") || gguf_find_tensor(f, "rope_factors_short.weight")) {
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "config: '%s' file with LongRoPE factors "
+                    "(rope_factors_long/short.weight) is not supported", arch);
+  }
   *out = c;
   return LLB_STATUS_OK;
 }
@@ -319,9 +337,32 @@ llb_status llama_config_check_tensors(const struct gguf_file *f, const struct ll
   const int64_t dim_of[5] = {0, e, q_dim, kv_dim, ff};
   for (int32_t l = 0; l < cfg->block_count; l++) {
     for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++) {
+      const char *sfx = layer[i].suffix;
+      int64_t out_dim = dim_of[layer[i].out];
+      if (cfg->fused_qkv && (!strcmp(sfx, "attn_k.weight") || !strcmp(sfx, "attn_v.weight"))) continue;
+      if (cfg->fused_gate_up && !strcmp(sfx, "ffn_gate.weight")) continue;
+      if (cfg->fused_qkv && !strcmp(sfx, "attn_q.weight")) { /* phi3: q, k, v rows in one */
+        sfx = "attn_qkv.weight";
+        out_dim = q_dim + 2 * kv_dim;
+      }
+      if (cfg->fused_gate_up && !strcmp(sfx, "ffn_up.weight")) out_dim = 2 * ff; /* gate then up rows */
       char name[96];
-      snprintf(name, sizeof name, "blk.%d.%s", l, layer[i].suffix);
-      if ((st = check_one(f, name, dim_of[layer[i].in], dim_of[layer[i].out])) != LLB_STATUS_OK) {
+      snprintf(name, sizeof name, "blk.%d.%s", l, sfx);
+      if ((st = check_one(f, name, dim_of[layer[i].in], out_dim)) != LLB_STATUS_OK) {
+        return st;
+      }
+    }
+    static const struct { const char *suffix; int dim; bool qk_norm; } extra[] = {
+        /* dim as above; 5 = head_dim */
+        {"attn_q.bias", 2, false}, {"attn_k.bias", 3, false}, {"attn_v.bias", 3, false},
+        {"attn_q_norm.weight", 5, true}, {"attn_k_norm.weight", 5, true},
+    };
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+      if (extra[i].qk_norm ? !cfg->attn_qk_norm : !cfg->attn_qkv_bias) continue;
+      char name[96];
+      snprintf(name, sizeof name, "blk.%d.%s", l, extra[i].suffix);
+      const int64_t n = extra[i].dim == 5 ? cfg->head_dim : dim_of[extra[i].dim];
+      if ((st = check_one(f, name, n, 0)) != LLB_STATUS_OK) {
         return st;
       }
     }

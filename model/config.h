@@ -2,9 +2,19 @@
  *
  * Architectures (general.architecture), their RoPE type as in llama.cpp's llama_rope_type():
  *   llama                         -> LLAMA_ROPE_TYPE_NORM (adjacent pairs rotated), supported
- *   (mixture-of-experts llama files, <arch>.expert_count > 0, are UNSUPPORTED)
+ *   qwen2 -> NEOX, supported: LLaMA's layer with biases on the q, k and v projections
+ *            (blk.N.attn_{q,k,v}.bias, f32), as llama.cpp's build_qwen2
+ *   qwen3 -> NEOX, supported: LLaMA's layer with an RMS norm over each head of q and of k
+ *            before RoPE (blk.N.attn_{q,k}_norm.weight [head_dim]), as llama.cpp's build_qwen3
+ *   phi3  -> NEOX, supported: LLaMA's layer with q, k, v in one fused projection and gate, up
+ *            in one (llama.cpp's build_phi3: split by rows; swiglu of the halves); files with
+ *            LongRoPE factors (rope_factors_long/short, the 128k variants) are UNSUPPORTED
+ *   gemma -> NEOX, supported: embeddings times sqrt(E), GeGLU (tanh GELU, as ggml's fp16
+ *            table), q scaled before attention, tied output (llama.cpp's build_gemma)
+ *   (mixture-of-experts files, <arch>.expert_count > 0, are UNSUPPORTED)
+ * The CPU forward runs all three; the CUDA forward only llama (runner_backend refuses others).
  * Recognised but UNSUPPORTED, because their forward differs from LLaMA's (the error says why):
- *   qwen2, qwen3 (attention biases / q-k norms), phi3 (fused qkv), gemma, gemma2 (scaled
+ *   gemma2 (scaled
  *   embeddings, GeGLU), stablelm (LayerNorm) -- all NEOX (halves rotated);
  *   mistral3, granite (extra scaling multipliers) -- NORM.
  * Any other architecture is UNSUPPORTED naming it.
@@ -28,6 +38,14 @@ struct llama_config {
   float rope_freq_base, rope_freq_scale, layer_norm_rms_epsilon;
   enum llama_rope_type rope_type;
   bool tied_embeddings;             /* output.weight absent: logits use token_embd.weight */
+  bool attn_qkv_bias;               /* qwen2: q, k, v projections add blk.N.attn_{q,k,v}.bias */
+  bool attn_qk_norm;                /* qwen3: RMS norm of each q / k head (blk.N.attn_{q,k}_norm) */
+  bool fused_qkv;                   /* phi3: one blk.N.attn_qkv.weight [E, H*D + 2*Hkv*D] (q, k, v rows) */
+  bool fused_gate_up;               /* phi3: blk.N.ffn_up.weight [E, 2F]: gate rows then up rows */
+  bool gemma;                       /* gemma: embeddings scaled by sqrt(E), GeGLU feed-forward,
+                                       q scaled by 1/sqrt(head_dim) before attention */
+  int32_t sliding_window;           /* <arch>.attention.sliding_window, 0 = none; context_length is
+                                       capped at it, where sliding and full attention agree */
 };
 
 /* Fills *out from `<arch>.*` keys of f (arch = general.architecture):

@@ -17,6 +17,8 @@ struct llama_layer {
   struct backend_weight wo;          /* [E rows, H*D cols] */
   struct backend_weight w_gate, w_up; /* [F rows, E cols] */
   struct backend_weight w_down;      /* [E rows, F cols] */
+  const float *bq, *bk, *bv;         /* qwen2: [H*D], [Hkv*D], [Hkv*D] projection biases; else NULL */
+  const float *q_norm, *k_norm;      /* qwen3: [D] per-head RMS norm weights; else NULL */
 };
 
 struct llama_model {
@@ -25,6 +27,7 @@ struct llama_model {
   struct backend_weight tok_embd; /* [V rows, E cols] */
   struct backend_weight output;   /* [V rows, E cols]; token_embd when tied */
   const float *output_norm;       /* [E] */
+  const float *rope_freqs;        /* [rope dims / 2] Llama 3.x rope_freqs.weight, or NULL */
   struct llama_layer *layers;     /* [block_count] */
 };
 
@@ -81,6 +84,14 @@ static llb_status weight_view(const struct gguf_file *f, const char *name, int64
   return LLB_STATUS_OK;
 }
 
+/* Rows [first, first + n) of w: a weight of its own (quantized rows are contiguous). */
+static struct backend_weight row_slice(const struct backend_weight *w, int64_t first, int64_t n) {
+  struct backend_weight s = *w;
+  s.data = (const uint8_t *)w->data + (size_t)first * w->row_bytes;
+  s.rows = n;
+  return s;
+}
+
 static llb_status norm_view(const struct gguf_file *f, const char *name, int64_t n, const float **out) {
   const struct gguf_tensor *t = gguf_find_tensor(f, name);
   if (!t) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "tensor %s missing", name);
@@ -119,6 +130,9 @@ llb_status llama_model_load(const struct gguf_file *f, struct llama_model **out)
   if (c->tied_embeddings) m->output = m->tok_embd;
   else if ((st = weight_view(f, "output.weight", E, V, &m->output)) != LLB_STATUS_OK) goto fail;
   if ((st = norm_view(f, "output_norm.weight", E, &m->output_norm)) != LLB_STATUS_OK) goto fail;
+  if (gguf_find_tensor(f, "rope_freqs.weight") &&
+      (st = norm_view(f, "rope_freqs.weight", c->rope_dimension_count / 2, &m->rope_freqs)) != LLB_STATUS_OK)
+    goto fail;
   m->layers = calloc((size_t)c->block_count, sizeof(*m->layers));
   if (!m->layers) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "llama layers");
@@ -130,13 +144,37 @@ llb_status llama_model_load(const struct gguf_file *f, struct llama_model **out)
 #define LAYER_TENSOR(suffix) (snprintf(n, sizeof(n), "blk.%d." suffix, i), n)
     if ((st = norm_view(f, LAYER_TENSOR("attn_norm.weight"), E, &l->attn_norm)) != LLB_STATUS_OK ||
         (st = norm_view(f, LAYER_TENSOR("ffn_norm.weight"), E, &l->ffn_norm)) != LLB_STATUS_OK ||
-        (st = weight_view(f, LAYER_TENSOR("attn_q.weight"), E, HD, &l->wq)) != LLB_STATUS_OK ||
-        (st = weight_view(f, LAYER_TENSOR("attn_k.weight"), E, KD, &l->wk)) != LLB_STATUS_OK ||
-        (st = weight_view(f, LAYER_TENSOR("attn_v.weight"), E, KD, &l->wv)) != LLB_STATUS_OK ||
         (st = weight_view(f, LAYER_TENSOR("attn_output.weight"), HD, E, &l->wo)) != LLB_STATUS_OK ||
-        (st = weight_view(f, LAYER_TENSOR("ffn_gate.weight"), E, F, &l->w_gate)) != LLB_STATUS_OK ||
-        (st = weight_view(f, LAYER_TENSOR("ffn_up.weight"), E, F, &l->w_up)) != LLB_STATUS_OK ||
         (st = weight_view(f, LAYER_TENSOR("ffn_down.weight"), F, E, &l->w_down)) != LLB_STATUS_OK)
+      goto fail;
+    if (c->fused_qkv) { /* phi3: q, k, v rows of one tensor */
+      struct backend_weight qkv;
+      if ((st = weight_view(f, LAYER_TENSOR("attn_qkv.weight"), E, HD + 2 * KD, &qkv)) != LLB_STATUS_OK) goto fail;
+      l->wq = row_slice(&qkv, 0, HD);
+      l->wk = row_slice(&qkv, HD, KD);
+      l->wv = row_slice(&qkv, HD + KD, KD);
+    } else if ((st = weight_view(f, LAYER_TENSOR("attn_q.weight"), E, HD, &l->wq)) != LLB_STATUS_OK ||
+               (st = weight_view(f, LAYER_TENSOR("attn_k.weight"), E, KD, &l->wk)) != LLB_STATUS_OK ||
+               (st = weight_view(f, LAYER_TENSOR("attn_v.weight"), E, KD, &l->wv)) != LLB_STATUS_OK) {
+      goto fail;
+    }
+    if (c->fused_gate_up) { /* phi3: gate rows then up rows (ggml_swiglu of the halves) */
+      struct backend_weight gu;
+      if ((st = weight_view(f, LAYER_TENSOR("ffn_up.weight"), E, 2 * F, &gu)) != LLB_STATUS_OK) goto fail;
+      l->w_gate = row_slice(&gu, 0, F);
+      l->w_up = row_slice(&gu, F, F);
+    } else if ((st = weight_view(f, LAYER_TENSOR("ffn_gate.weight"), E, F, &l->w_gate)) != LLB_STATUS_OK ||
+               (st = weight_view(f, LAYER_TENSOR("ffn_up.weight"), E, F, &l->w_up)) != LLB_STATUS_OK) {
+      goto fail;
+    }
+    if (c->attn_qkv_bias &&
+        ((st = norm_view(f, LAYER_TENSOR("attn_q.bias"), HD, &l->bq)) != LLB_STATUS_OK ||
+         (st = norm_view(f, LAYER_TENSOR("attn_k.bias"), KD, &l->bk)) != LLB_STATUS_OK ||
+         (st = norm_view(f, LAYER_TENSOR("attn_v.bias"), KD, &l->bv)) != LLB_STATUS_OK))
+      goto fail;
+    if (c->attn_qk_norm &&
+        ((st = norm_view(f, LAYER_TENSOR("attn_q_norm.weight"), c->head_dim, &l->q_norm)) != LLB_STATUS_OK ||
+         (st = norm_view(f, LAYER_TENSOR("attn_k_norm.weight"), c->head_dim, &l->k_norm)) != LLB_STATUS_OK))
       goto fail;
 #undef LAYER_TENSOR
   }
@@ -429,6 +467,24 @@ static llb_status check_batch(const struct llama_forward_ctx *c, const struct ll
   return LLB_STATUS_OK;
 }
 
+/* qwen2: q, k, v [T rows] += their biases (ggml_add of the broadcast bias after mul_mat). */
+static llb_status add_rows(struct llama_forward_ctx *c, int32_t T, const struct llama_layer *l) {
+  const struct llama_config *cfg = &c->m->cfg;
+  const int64_t HD = (int64_t)cfg->head_count * cfg->head_dim, KD = (int64_t)cfg->head_count_kv * cfg->head_dim;
+  for (int32_t t = 0; t < T; t++) {
+    llb_status st = c->ops->add(c->bc, c->q + t * HD, l->bq, HD);
+    if (st == LLB_STATUS_OK) st = c->ops->add(c->bc, c->k + t * KD, l->bk, KD);
+    if (st == LLB_STATUS_OK) st = c->ops->add(c->bc, c->v + t * KD, l->bv, KD);
+    if (st != LLB_STATUS_OK) return st;
+  }
+  return LLB_STATUS_OK;
+}
+
+/* x [n] *= s (ggml_scale). */
+static void scale_rows(float *x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
 #define FWD_TRY(call)                          \
   do {                                         \
     llb_status st_ = (call);                   \
@@ -459,10 +515,14 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
         if (b->embeds_mask[i])
           memcpy(c->x + (size_t)i * E, b->input_embeds + (size_t)i * E, (size_t)E * sizeof(float));
   }
+  if (cfg->gemma) scale_rows(c->x, (int64_t)T * E, sqrtf((float)E)); /* ggml_scale(inpL, sqrt(n_embd)) */
+  /* phi3 and gemma scale q by 1/sqrt(D) after RoPE and attend with scale 1 (llama.cpp) */
+  const bool q_prescale = cfg->gemma || cfg->fused_qkv;
 
   const struct backend_rope_params rope = {
       .n_dims = cfg->rope_dimension_count, .freq_base = cfg->rope_freq_base, .freq_scale = cfg->rope_freq_scale,
-      .style = cfg->rope_type == LLAMA_ROPE_TYPE_NEOX ? BACKEND_ROPE_STYLE_NEOX : BACKEND_ROPE_STYLE_NORM};
+      .style = cfg->rope_type == LLAMA_ROPE_TYPE_NEOX ? BACKEND_ROPE_STYLE_NEOX : BACKEND_ROPE_STYLE_NORM,
+      .freq_factors = m->rope_freqs};
   const float eps = cfg->layer_norm_rms_epsilon;
   for (int32_t il = 0; il < cfg->block_count; il++) {
     const struct llama_layer *l = &c->layers[il];
@@ -471,12 +531,18 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
     const struct backend_weight *qkv[3] = {&l->wq, &l->wk, &l->wv};
     float *qkv_out[3] = {c->q, c->k, c->v};
     FWD_TRY(ops->matmul(bc, c->xn, T, qkv, qkv_out, 3));
+    if (l->bq) FWD_TRY(add_rows(c, T, l));
+    if (l->q_norm) { /* qwen3: each head of q and k normed before RoPE */
+      FWD_TRY(ops->rms_norm(bc, c->q, l->q_norm, T * cfg->head_count, D, eps, c->q));
+      FWD_TRY(ops->rms_norm(bc, c->k, l->k_norm, T * cfg->head_count_kv, D, eps, c->k));
+    }
     FWD_TRY(ops->rope(bc, c->q, b->positions, T, cfg->head_count, D, &rope));
     FWD_TRY(ops->rope(bc, c->k, b->positions, T, cfg->head_count_kv, D, &rope));
+    if (q_prescale) scale_rows(c->q, (int64_t)T * cfg->head_count * D, 1.0f / sqrtf((float)D));
     FWD_TRY(ops->kv_write(bc, &kv->layers[il], c->k, c->v, b->slot_mapping, T));
     const struct backend_attn_params ap = {
         .q = c->q, .out = c->attn, .kv = &kv->layers[il], .num_tokens = T, .n_heads = cfg->head_count,
-        .scale = 1.0f / sqrtf((float)D), .num_seqs = b->num_seqs, .query_start_loc = b->query_start_loc,
+        .scale = q_prescale ? 1.0f : 1.0f / sqrtf((float)D), .num_seqs = b->num_seqs, .query_start_loc = b->query_start_loc,
         .seq_lens = b->seq_lens, .block_tables = b->block_tables, .max_blocks_per_seq = b->max_blocks_per_seq};
     FWD_TRY(ops->attention(bc, &ap));
     const struct backend_weight *wo[1] = {&l->wo};
@@ -488,7 +554,12 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
     const struct backend_weight *gu[2] = {&l->w_gate, &l->w_up};
     float *gu_out[2] = {c->gate, c->up};
     FWD_TRY(ops->matmul(bc, c->xn, T, gu, gu_out, 2));
-    FWD_TRY(ops->swiglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
+    if (cfg->gemma) {
+      if (!ops->geglu) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "backend %s has no GeGLU (gemma)", ops->name);
+      FWD_TRY(ops->geglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
+    } else {
+      FWD_TRY(ops->swiglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
+    }
     const struct backend_weight *down[1] = {&l->w_down};
     float *d_out[1] = {c->xn};
     FWD_TRY(ops->matmul(bc, c->gate, T, down, d_out, 1));

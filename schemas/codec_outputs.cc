@@ -56,6 +56,8 @@ static fb::Offset<llmbus::EngineCoreOutput> enc_output(Enc &e, const llb_engine_
   auto sp = enc_sampling(e, o.sampling_params, "sampling_params", false);
   auto parent = e.str(o.parent_request_id, "parent_request_id");
   auto err = enc_error(e, o.error, "error");
+  auto tp = e.str(o.traceparent, "traceparent");
+  auto tpp = e.str(o.trace_parent_span_id, "trace_parent_span_id");
   if (!e.ok())
     return 0;
   llmbus::EngineCoreOutputBuilder t(e.b);
@@ -79,6 +81,9 @@ static fb::Offset<llmbus::EngineCoreOutput> enc_output(Enc &e, const llb_engine_
   t.add_parent_request_id(parent);
   t.add_index(o.index);
   t.add_error(err);
+  t.add_traceparent(tp);
+  t.add_trace_parent_span_id(tpp);
+  t.add_trace_start_time_ns(o.trace_start_time_ns);
   return t.Finish();
 }
 
@@ -102,6 +107,7 @@ static bool dec_output(Dec &d, const llmbus::EngineCoreOutput &t, llb_engine_cor
   o.first_token_time_ns = t.first_token_time_ns();
   o.num_preemptions = t.num_preemptions();
   o.index = t.index();
+  o.trace_start_time_ns = t.trace_start_time_ns();
   if (o.first_output_pos < 0)
     return d.fail(LLB_STATUS_MALFORMED, "first_output_pos", "negative (%d)", o.first_output_pos);
   if (!dec_finish_reason(d, t.finish_reason(), &o.finish_reason) ||
@@ -114,7 +120,9 @@ static bool dec_output(Dec &d, const llmbus::EngineCoreOutput &t, llb_engine_cor
       !d.vec(t.prompt_token_ids(), &o.prompt_token_ids, &o.num_prompt_token_ids,
              "prompt_token_ids") ||
       !d.str(t.parent_request_id(), &o.parent_request_id, "parent_request_id") ||
-      !dec_error(d, t.error(), &o.error, "error"))
+      !dec_error(d, t.error(), &o.error, "error") ||
+      !d.str(t.traceparent(), &o.traceparent, "traceparent") ||
+      !d.str(t.trace_parent_span_id(), &o.trace_parent_span_id, "trace_parent_span_id"))
     return false;
   if (o.new_logprobs.num_tokens != 0 && o.new_logprobs.num_tokens != o.num_new_token_ids)
     return d.fail(LLB_STATUS_MALFORMED, "new_logprobs", "%d rows for %d new tokens",

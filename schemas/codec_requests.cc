@@ -132,6 +132,8 @@ static fb::Offset<void> build_engine_core_request(Enc &e, const llb_engine_core_
   auto mm = enc_mm_features(e, m.mm_features, m.num_mm_features, "mm_features");
   auto reply_to = e.str(m.reply_to, "reply_to");
   auto parent = e.str(m.parent_request_id, "parent_request_id");
+  auto tp = e.str(m.traceparent, "traceparent");
+  auto tpp = e.str(m.trace_parent_span_id, "trace_parent_span_id");
   if (!e.ok())
     return 0;
   llmbus::EngineCoreRequestBuilder t(e.b);
@@ -148,6 +150,9 @@ static fb::Offset<void> build_engine_core_request(Enc &e, const llb_engine_core_
   t.add_reply_to(reply_to);
   t.add_client_index(m.client_index);
   t.add_parent_request_id(parent);
+  t.add_traceparent(tp);
+  t.add_trace_parent_span_id(tpp);
+  t.add_trace_start_time_ns(m.trace_start_time_ns);
   return t.Finish().Union();
 }
 
@@ -157,6 +162,7 @@ static bool read_engine_core_request(Dec &d, const llmbus::EngineCoreRequest &t,
   m.arrival_time = t.arrival_time();
   m.priority = t.priority();
   m.client_index = t.client_index();
+  m.trace_start_time_ns = t.trace_start_time_ns();
   if (!t.prompt_token_ids() || t.prompt_token_ids()->size() == 0)
     return d.fail(LLB_STATUS_MALFORMED, "prompt_token_ids", "required, missing or empty");
   return d.str(t.request_id(), &m.request_id, "request_id", true) &&
@@ -168,7 +174,9 @@ static bool read_engine_core_request(Dec &d, const llmbus::EngineCoreRequest &t,
          dec_mm_features(d, t.mm_features(), &m.mm_features, &m.num_mm_features,
                          "mm_features") &&
          d.str(t.reply_to(), &m.reply_to, "reply_to") &&
-         d.str(t.parent_request_id(), &m.parent_request_id, "parent_request_id");
+         d.str(t.parent_request_id(), &m.parent_request_id, "parent_request_id") &&
+         d.str(t.traceparent(), &m.traceparent, "traceparent") &&
+         d.str(t.trace_parent_span_id(), &m.trace_parent_span_id, "trace_parent_span_id");
 }
 
 LLB_CODEC_DEFINE(engine_core_request, EngineCoreRequest, LLB_MESSAGE_KIND_ENGINE_CORE_REQUEST)

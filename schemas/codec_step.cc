@@ -67,7 +67,8 @@ static fb::Offset<void> build_scheduler_output(Enc &e, const llb_scheduler_outpu
       m.num_scheduled_tokens, m.num_scheduled_reqs, "num_scheduled_tokens",
       [](Enc &e, const llb_scheduled_tokens &s) {
         auto id = e.str(s.req_id, "req_id", true);
-        return e.ok() ? llmbus::CreateScheduledTokens(e.b, id, s.num_tokens)
+        auto tp = e.str(s.traceparent, "traceparent");
+        return e.ok() ? llmbus::CreateScheduledTokens(e.b, id, s.num_tokens, tp)
                       : fb::Offset<llmbus::ScheduledTokens>(0);
       });
   auto enc_inputs = e.tables<llmbus::ScheduledEncoderInput>(
@@ -184,7 +185,8 @@ static bool read_scheduler_output(Dec &d, const llmbus::SchedulerOutput &t,
                  if (o.num_tokens < 0)
                    return d.fail(LLB_STATUS_MALFORMED, "num_tokens", "negative (%d)",
                                  o.num_tokens);
-                 return d.str(s.req_id(), &o.req_id, "req_id", true);
+                 return d.str(s.req_id(), &o.req_id, "req_id", true) &&
+                        d.str(s.traceparent(), &o.traceparent, "traceparent");
                }) &&
       d.tables(t.scheduled_encoder_inputs(), &m.scheduled_encoder_inputs,
                &m.num_scheduled_encoder_inputs, "scheduled_encoder_inputs",

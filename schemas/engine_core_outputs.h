@@ -43,6 +43,9 @@ struct llb_engine_core_output {
   struct llb_str parent_request_id; /* n > 1 */
   int32_t index;                    /* n > 1: completion index */
   struct llb_error_info error;      /* with finish_reason ERROR */
+  struct llb_str traceparent;       /* EngineCoreRequest's trace context, "" = not traced */
+  struct llb_str trace_parent_span_id;
+  int64_t trace_start_time_ns;
 };
 
 struct llb_engine_core_outputs {

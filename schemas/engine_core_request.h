@@ -25,6 +25,9 @@ struct llb_engine_core_request {
   struct llb_str reply_to;          /* the client's reply subject */
   int32_t client_index;             /* completion index of an n > 1 child */
   struct llb_str parent_request_id; /* set on n > 1 children */
+  struct llb_str traceparent;       /* the request span's W3C traceparent, "" = not traced */
+  struct llb_str trace_parent_span_id; /* its parent span id (16 hex), "" = root */
+  int64_t trace_start_time_ns;      /* its start, wall clock ns since the epoch */
 };
 
 struct llb_abort_requests {

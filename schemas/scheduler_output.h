@@ -44,6 +44,7 @@ struct llb_cached_request_data {
 struct llb_scheduled_tokens {
   struct llb_str req_id; /* required */
   int32_t num_tokens;    /* >= 0 */
+  struct llb_str traceparent; /* the request's step span, "" = not traced */
 };
 
 struct llb_scheduled_encoder_input {

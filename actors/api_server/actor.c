@@ -84,9 +84,31 @@ static void detach_http(struct api_call *c) {
   c->req = NULL;
 }
 
+/* The "http" span of a call: a child of the client's `traceparent` header when it carries a
+ * valid one (its sampled flag decides), else the root of a new trace sampled by the head
+ * ratio. Its context goes on every message the call sends and back on the response's
+ * `traceparent` header (same trace id), so a client can find its trace. */
+static void trace_begin(struct api_call *c, struct evhttp_request *req) {
+  struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+  const char *tp = evhttp_find_header(in, BUS_TRACEPARENT_HEADER);
+  struct bus_trace_ctx parent;
+  bool have_parent = tp && bus_traceparent_parse(tp, &parent) == LLB_STATUS_OK;
+  if (!have_parent) llb_err_clear();
+  bus_span_begin(&c->span, have_parent ? &parent : NULL, "http", BUS_SPAN_KIND_SERVER);
+  bus_span_attr_str(&c->span, "http.request.method",
+                    evhttp_request_get_command(req) == EVHTTP_REQ_GET ? "GET" : "POST");
+  const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+  const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+  bus_span_attr_str(&c->span, "url.path", path ? path : "");
+  char out[BUS_TRACEPARENT_LEN + 1];
+  evhttp_add_header(evhttp_request_get_output_headers(req), BUS_TRACEPARENT_HEADER,
+                    bus_traceparent_format(&c->span.ctx, out, sizeof out));
+}
+
 static void call_free(struct api_call *c) {
   struct api_actor *a = c->a;
   detach_http(c);
+  bus_span_end(a->bus, &c->span);
   for (int32_t i = 0; i < c->num_subs; i++) table_remove(a, &c->subs[i]);
   if (c->prev) c->prev->next = c->next;
   else a->calls = c->next;
@@ -122,6 +144,8 @@ static bool all_subs_settled(const struct api_call *c) {
 static void call_fail(struct api_call *c, const struct api_error *e) {
   struct api_actor *a = c->a;
   LLB_LOG_WARN("request_failed", "id=%s status=%d error=\"%.200s\"", c->resp.id, e->http_status, e->message);
+  c->span.error = true;
+  bus_span_attr_int(&c->span, "http.response.status_code", e->http_status);
   abort_running(c);
   if (c->req) {
     struct evhttp_request *req = c->req;
@@ -163,11 +187,8 @@ static void call_succeed(struct api_call *c) {
   int64_t prompt = 0;
   for (int32_t i = 0; i < c->resp.num_prompts; i++) prompt += c->resp.prompt_tokens[i] > 0 ? c->resp.prompt_tokens[i] : 0;
   double ttft = c->t_first_token_ns ? (double)(c->t_first_token_ns - c->t_start_ns) / 1e9 : -1;
-  double itl = c->gen_tokens > 1 && c->t_last_token_ns > c->t_first_token_ns
-                   ? (double)(c->t_last_token_ns - c->t_first_token_ns) / 1e9 / (double)(c->gen_tokens - 1)
-                   : -1;
   api_metrics_request_succeeded(a->metrics, reason ? reason : "stop", prompt, c->resp.completion_tokens, ttft,
-                                 itl, (double)(now - c->t_start_ns) / 1e9);
+                                 (double)(now - c->t_start_ns) / 1e9);
   LLB_LOG_INFO("request_done", "id=%s prompt_tokens=%lld completion_tokens=%lld e2e_ms=%.1f", c->resp.id,
                (long long)prompt, (long long)c->resp.completion_tokens, (double)(now - c->t_start_ns) / 1e6);
   call_free(c);
@@ -235,6 +256,10 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
   }
   int64_t added = c->resp.completion_tokens - before;
   if (added > 0) {
+    if (c->t_last_token_ns) /* one sample per token gap: `added` tokens came after this gap */
+      api_metrics_observe_itl(c->a->metrics, (double)(now - c->t_last_token_ns) / 1e9 / (double)added, added);
+    else if (added > 1) /* tokens that came with the first one */
+      api_metrics_observe_itl(c->a->metrics, 0.0, added - 1);
     if (!c->t_first_token_ns) c->t_first_token_ns = now;
     c->t_last_token_ns = now;
     c->gen_tokens += added;
@@ -430,6 +455,7 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
   c->a = a;
   c->tenant = tenant;
   c->t_start_ns = llb_now_ns();
+  trace_begin(c, req);
   struct api_parse_options po = {.served_model = a->model_name};
   bool tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT;
   if (tok ? api_tokenize_parse(ep, body, len, model, &po, &c->tok, &e) != LLB_STATUS_OK
@@ -492,7 +518,8 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
       if (snprintf(subject, sizeof subject, "%s.%s.%s", bus_prefix(a->bus), tok ? "tokenize" : "generate",
                    c->tenant) >= (int)sizeof subject)
         st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subject of tenant %s too long", c->tenant);
-      struct bus_out_msg m = {.subject = subject, .reply = reply, .data = a->enc.data, .len = a->enc.len};
+      struct bus_out_msg m = {.subject = subject, .reply = reply, .data = a->enc.data, .len = a->enc.len,
+                              .trace = &c->span.ctx};
       if (st == LLB_STATUS_OK) st = bus_publish_msg(a->bus, &m);
     }
     if (st != LLB_STATUS_OK) {

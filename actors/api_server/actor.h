@@ -42,8 +42,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/bus.h"
+#include "base/metrics.h"
 #include "base/status.h"
+#include "bus/bus.h"
 
 #define API_ACTOR_DEFAULT_HEALTH_ACTORS \
   "input_processor,scheduler,kv_manager,gpu_worker,output_processor"
@@ -66,6 +67,8 @@ struct api_actor_options {
   const char *health_actors;       /* comma list; NULL = API_ACTOR_DEFAULT_HEALTH_ACTORS, "" = none */
   int64_t health_window_ms;        /* 0 = 10000; llmbus-api-server: --health-missed-beats x
                                       --heartbeat-ms (3 x 2000) */
+  struct llb_metrics *registry;    /* NULL = none; else GET /metrics also renders it (the
+                                      process's metrics, bus histograms); borrowed */
 };
 
 struct api_actor;

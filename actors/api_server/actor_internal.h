@@ -17,6 +17,7 @@
 #include "actors/api_server/api_request.h"
 #include "actors/api_server/api_response.h"
 #include "actors/api_server/api_tokenize.h"
+#include "bus/span.h"
 #include "schemas/codec.h"
 
 #define SUB_TABLE_SIZE 1024
@@ -60,6 +61,7 @@ struct api_call {
   struct event *timer;              /* first-output timeout */
   struct event *probe;              /* periodic check that the client is still there */
   struct api_call *prev, *next;     /* the actor's list */
+  struct bus_span span;             /* "http": the request from arrival to the response's end */
 };
 
 struct health_entry {

@@ -3,6 +3,7 @@
  * actor_internal.h). */
 #include <event2/keyvalq_struct.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -171,7 +172,13 @@ void api_route_health(struct api_actor *a, struct evhttp_request *req) {
 
 void api_route_metrics(struct api_actor *a, struct evhttp_request *req) {
   struct api_buf b = {0};
-  if (api_metrics_render(a->metrics, &b))
+  char *more = NULL;
+  size_t more_len = 0;
+  bool ok = api_metrics_render(a->metrics, &b) &&
+            (!a->o.registry || llb_metrics_render(a->o.registry, &more, &more_len) == LLB_STATUS_OK) &&
+            (!more || api_buf_append(&b, more, more_len));
+  free(more);
+  if (ok)
     api_http_send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
   else
     evhttp_send_error(req, 500, NULL);

@@ -109,7 +109,7 @@ int64_t api_metrics_running(struct api_metrics *m) {
 
 void api_metrics_request_succeeded(struct api_metrics *m, const char *finished_reason,
                                    int64_t prompt_tokens, int64_t generation_tokens,
-                                   double ttft_s, double itl_s, double e2e_s) {
+                                   double ttft_s, double e2e_s) {
   int r = REASON_OTHER;
   for (int i = 0; finished_reason && i < REASON_OTHER; i++)
     if (strcmp(finished_reason, reason_names[i]) == 0) r = i;
@@ -118,8 +118,14 @@ void api_metrics_request_succeeded(struct api_metrics *m, const char *finished_r
   if (prompt_tokens > 0) m->prompt_tokens += (uint64_t)prompt_tokens;
   if (generation_tokens > 0) m->generation_tokens += (uint64_t)generation_tokens;
   if (ttft_s >= 0) hist_observe(&m->ttft, ttft_s);
-  if (itl_s >= 0) hist_observe(&m->itl, itl_s);
   if (e2e_s >= 0) hist_observe(&m->e2e, e2e_s);
+  pthread_mutex_unlock(&m->mu);
+}
+
+void api_metrics_observe_itl(struct api_metrics *m, double gap_s, int64_t count) {
+  if (gap_s < 0 || count <= 0) return;
+  pthread_mutex_lock(&m->mu);
+  for (int64_t i = 0; i < count; i++) hist_observe(&m->itl, gap_s);
   pthread_mutex_unlock(&m->mu);
 }
 

@@ -7,12 +7,15 @@
  *   llmbus:prompt_tokens_total, llmbus:generation_tokens_total   counters
  *   llmbus:num_requests_running                      gauge: requests in flight here
  *   llmbus:time_to_first_token_seconds               histogram
- *   llmbus:inter_token_latency_seconds               histogram (vLLM time_per_output_token)
+ *   llmbus:inter_token_latency_seconds               histogram, one sample per token gap
  *   llmbus:e2e_request_latency_seconds               histogram
  * and, per engine (label engine="<eid>"), the latest SchedulerStats it published:
  *   llmbus:num_requests_waiting, llmbus:num_requests_running_engine, llmbus:kv_cache_usage_perc
  *   gauges; llmbus:prefix_cache_queries_total, llmbus:prefix_cache_hits_total,
  *   llmbus:num_preemptions_total counters.
+ * This is the front door's own view, served on its HTTP port as vLLM serves /metrics; the
+ * engine-wide series (every request, NATS ones included) come from the actors' metrics ports
+ * (README "Metrics"), which Prometheus scrapes.
  * Format: Prometheus text exposition format 0.0.4 (# HELP / # TYPE, cumulative `le` buckets
  * ending in +Inf, _sum and _count).
  *
@@ -39,12 +42,16 @@ void api_metrics_destroy(struct api_metrics *m); /* NULL ok */
 void api_metrics_request_started(struct api_metrics *m);
 void api_metrics_request_ended(struct api_metrics *m);
 
-/* A request finished with a response: finish reason of each choice counted once per request
- * ("stop", "length", "abort"), its token counts and latencies in seconds (< 0 = not known:
+/* A request finished with a response: its finish reason (that of its first finished choice:
+ * "stop", "length", "abort"), its token counts and latencies in seconds (< 0 = not known:
  * not observed). */
 void api_metrics_request_succeeded(struct api_metrics *m, const char *finished_reason,
                                    int64_t prompt_tokens, int64_t generation_tokens,
-                                   double ttft_s, double itl_s, double e2e_s);
+                                   double ttft_s, double e2e_s);
+
+/* `count` token gaps of `gap_s` seconds each (tokens that arrived together after one gap
+ * share it), into llmbus:inter_token_latency_seconds. */
+void api_metrics_observe_itl(struct api_metrics *m, double gap_s, int64_t count);
 
 /* A request failed with HTTP `status`. */
 void api_metrics_request_failed(struct api_metrics *m, int status);

@@ -314,7 +314,10 @@ llb_status api_response_stream_output(struct api_response *r, int32_t prompt_ind
       free(joined);
       continue;
     }
-    if (finishing) cs->finished = true;
+    if (finishing) {
+      cs->finished = true;
+      cs->finish_reason = (int32_t)c->finish_reason; /* the request's metrics read it */
+    }
     json_t *lp = logprobs_json(r, c, cs);
     json_t *choice;
     if (chat) {

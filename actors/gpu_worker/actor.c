@@ -10,6 +10,7 @@
 
 #include "actors/gpu_worker/model_runner.h"
 #include "base/log.h"
+#include "bus/span.h"
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "schemas/model_runner_output.h"
@@ -110,7 +111,36 @@ static void send_reply(struct gpu_worker_actor *a, struct bus *bus, const struct
   }
 }
 
+/* One "gpu_worker.execute" span per traced request of the step, each a child of that
+ * request's step span in the scheduler (ScheduledTokens.traceparent): the step serves many
+ * requests, and each request's trace shows the forward it was part of. An invalid or
+ * unsampled traceparent records nothing. */
+static void record_execute_spans(struct bus *bus, const struct llb_scheduler_output *so, int64_t start_ns,
+                                 int64_t end_ns, bool failed) {
+  if (!bus_tracing_enabled(bus)) return;
+  for (int32_t i = 0; i < so->num_scheduled_reqs; i++) {
+    const struct llb_scheduled_tokens *t = &so->num_scheduled_tokens[i];
+    struct bus_trace_ctx parent;
+    if (!t->traceparent.len || bus_traceparent_parse(t->traceparent.data, &parent) != LLB_STATUS_OK) {
+      llb_err_clear();
+      continue;
+    }
+    if (!bus_span_recording(bus, &parent)) continue;
+    struct bus_span s;
+    bus_span_begin(&s, &parent, "gpu_worker.execute", BUS_SPAN_KIND_SERVER);
+    s.start_unix_ns = start_ns;
+    s.end_unix_ns = end_ns;
+    s.error = failed;
+    bus_span_attr_int(&s, "llmbus.step", (int64_t)so->step);
+    bus_span_attr_int(&s, "llmbus.batch_size", so->num_scheduled_reqs);
+    bus_span_attr_int(&s, "llmbus.num_scheduled_tokens", t->num_tokens);
+    bus_span_attr_int(&s, "llmbus.total_num_scheduled_tokens", so->total_num_scheduled_tokens);
+    bus_span_end(bus, &s);
+  }
+}
+
 static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
+  const int64_t start_unix_ns = llb_wall_ns();
   struct gpu_worker_actor *a = user;
   if (!msg->reply) {
     atomic_fetch_add(&a->no_reply, 1);
@@ -147,7 +177,10 @@ static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
                   (unsigned long long)so.step, out.num_reqs, so.total_num_scheduled_tokens,
                   out.num_sampled_token_ids, (double)(t1 - t0) / 1e6);
   }
+  /* the span ends before the reply leaves, so it ends inside the scheduler's step span */
+  const int64_t end_unix_ns = llb_wall_ns();
   send_reply(a, bus, msg, &out);
+  record_execute_spans(bus, &so, start_unix_ns, end_unix_ns, st != LLB_STATUS_OK);
 }
 
 llb_status gpu_worker_actor_start(struct gpu_worker_actor *a, struct bus *bus) {

@@ -85,6 +85,16 @@ llb_status runner_backend_create(struct runner_backend *b, const struct llama_mo
   b->num_blocks = cfg->num_blocks;
   llb_status st;
   if (cfg->device == MODEL_RUNNER_DEVICE_CUDA) {
+    /* the CUDA forward is LLaMA's: no q/k/v biases (qwen2), no q/k norms (qwen3) yet */
+    struct llama_config arch;
+    if (cfg->gguf && llama_config_from_gguf(cfg->gguf, &arch) == LLB_STATUS_OK &&
+        (arch.attn_qkv_bias || arch.attn_qk_norm || arch.fused_qkv || arch.fused_gate_up || arch.gemma))
+      return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "device cuda: architecture '%s' runs on the CPU only (its %s "
+                      "are not in the CUDA forward yet)", arch.architecture,
+                      arch.attn_qkv_bias ? "q/k/v biases" : arch.attn_qk_norm ? "q/k norms" : arch.gemma ? "GeGLU and scalings" : "fused projections");
+    if (cfg->gguf && gguf_find_tensor(cfg->gguf, "rope_freqs.weight"))
+      return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "device cuda: this model's RoPE frequency factors "
+                      "(rope_freqs.weight, Llama 3.x) are not in the CUDA forward yet; it runs on the CPU");
 #ifdef LLB_HAVE_CUDA
     const float util = cfg->gpu_memory_utilization > 0.0f ? cfg->gpu_memory_utilization : 0.9f;
     st = LLB_STATUS_OK;

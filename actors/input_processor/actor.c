@@ -11,6 +11,7 @@
 #include "actors/input_processor/input_processor.h"
 #include "actors/input_processor/tenant_limits.h"
 #include "base/log.h"
+#include "bus/span.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -263,10 +264,20 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
   return NULL;
 }
 
+/* The request span ("llm_request") of a traced request: its context, parent and start go
+ * into every EngineCoreRequest; the output processor records it when the request ends. */
+struct request_trace {
+  bool on;
+  char traceparent[BUS_TRACEPARENT_LEN + 1];
+  char parent_span_id[17];
+  int64_t start_ns;
+};
+
 /* Publishes every child of `pr` to engine `eid`. On a failed publish the children already
  * sent are aborted and the error is returned. */
 static llb_status publish_children(struct inproc_actor *a, const char *eid, const struct inproc_generate_request *req,
-                                   const struct inproc_processed *pr, const struct bus_trace_ctx *span) {
+                                   const struct inproc_processed *pr, const struct bus_trace_ctx *span,
+                                   const struct request_trace *rt) {
   char subject[BUS_SUBJECT_MAX];
   llb_status sst = bus_subject_engine(bus_prefix(a->bus), eid, "requests", subject, sizeof subject);
   if (sst != LLB_STATUS_OK) return sst;
@@ -305,6 +316,9 @@ static llb_status publish_children(struct inproc_actor *a, const char *eid, cons
         .parent_request_id = llb_str_c(e->parent_request_id),
         .mm_features = pr->num_mm_features > 0 ? mm : NULL,
         .num_mm_features = pr->num_mm_features,
+        .traceparent = llb_str_c(rt->on ? rt->traceparent : ""),
+        .trace_parent_span_id = llb_str_c(rt->on ? rt->parent_span_id : ""),
+        .trace_start_time_ns = rt->on ? rt->start_ns : 0,
     };
     st = llb_engine_core_request_encode_buf(&m, &buf);
     if (st == LLB_STATUS_OK) st = bus_publish(a->bus, subject, buf.data, buf.len, span);
@@ -390,9 +404,28 @@ static void on_engine_outputs(struct bus *bus, const struct bus_msg *msg, void *
   llb_arena_destroy(&arena);
 }
 
+/* Opens the request span R under the sender's span (a NATS request without a traceparent:
+ * R is the root of the trace bus_msg started, sampled by the head-sampling ratio) and this
+ * actor's own span under R, both starting now. */
+static void trace_begin(struct bus *bus, const struct bus_msg *msg, struct request_trace *rt,
+                        struct bus_span *r, struct bus_span *proc) {
+  memset(rt, 0, sizeof *rt);
+  bus_span_begin(r, &msg->trace, "llm_request", BUS_SPAN_KIND_SERVER);
+  if (!msg->trace_received) r->parent_span_id[0] = '\0';
+  rt->on = bus_span_recording(bus, &r->ctx);
+  rt->start_ns = r->start_unix_ns;
+  bus_traceparent_format(&r->ctx, rt->traceparent, sizeof rt->traceparent);
+  memcpy(rt->parent_span_id, r->parent_span_id, sizeof rt->parent_span_id);
+  bus_span_begin(proc, &r->ctx, "input_processor.process", BUS_SPAN_KIND_INTERNAL);
+  proc->start_unix_ns = r->start_unix_ns;
+}
+
 static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) {
-  (void)bus;
   struct inproc_actor *a = user;
+  struct request_trace rt;
+  struct bus_span req_span, proc;
+  bool accepted = false;
+  trace_begin(bus, msg, &rt, &req_span, &proc);
   const char *tenant = subject_tenant(msg->subject);
   struct llb_arena arena;
   llb_arena_init(&arena, NULL, 0);
@@ -451,9 +484,14 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
     goto done;
   }
   if (!admit(a, msg, tenant, &pr)) goto done;
-  struct bus_trace_ctx span;
-  bus_trace_child(&msg->trace, &span);
-  st = publish_children(a, choice.engine_id, &req, &pr, &span);
+  bus_span_attr_str(&proc, "llmbus.request_id", pr.requests[0].parent_request_id);
+  bus_span_attr_int(&proc, "llmbus.num_prompt_tokens", pr.num_prompt_tokens);
+  bus_span_attr_int(&proc, "llmbus.n", pr.num_requests);
+  bus_span_attr_str(&proc, "llmbus.engine_id", choice.engine_id);
+  /* the work is done when the request is handed to the engine, which may answer before
+   * publish returns: ending here keeps this span inside the request span */
+  proc.end_unix_ns = llb_wall_ns();
+  st = publish_children(a, choice.engine_id, &req, &pr, &proc.ctx, &rt);
   if (st != LLB_STATUS_OK) {
     release(a, &pr);
     LLB_LOG_ERROR("engine_publish_failed", "request_id=%s error=%s", pr.requests[0].parent_request_id,
@@ -462,11 +500,18 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
     goto done;
   }
   atomic_fetch_add(&a->requests, 1);
+  accepted = true;
   LLB_LOG_DEBUG("generate_accepted", "request_id=%s tenant=%s n=%d prompt_tokens=%" PRId64 " engine=%s "
                 "matched_blocks=%d/%d by_prefix=%d trace_id=%s", pr.requests[0].parent_request_id, tenant,
                 pr.num_requests, pr.num_prompt_tokens, choice.engine_id, choice.matched_blocks,
-                choice.prompt_blocks, choice.by_prefix, span.trace_id);
+                choice.prompt_blocks, choice.by_prefix, proc.ctx.trace_id);
 done:
+  proc.error = !accepted;
+  bus_span_end(bus, &proc);
+  if (!accepted) { /* answered here: the request span ends here too */
+    req_span.error = true;
+    bus_span_end(bus, &req_span);
+  }
   inproc_processed_free(&pr);
   llb_arena_destroy(&arena);
 }

@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "actors/output_processor/output_processor.h"
+#include "actors/output_processor/request_metrics.h"
 #include "base/log.h"
+#include "bus/span.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "schemas/engine_core_outputs.h"
@@ -21,6 +23,7 @@
 struct outproc_actor {
   struct tokenizer *tok;
   struct outproc_t *proc;
+  struct outproc_request_metrics *metrics; /* NULL = none */
   struct bus *bus;
   char engine_id[BUS_TOKEN_MAX + 1];
   char outputs_subject[BUS_SUBJECT_MAX];
@@ -52,6 +55,8 @@ llb_status outproc_actor_create(const struct outproc_actor_options *o, struct ou
   if (st == LLB_STATUS_OK) st = tokenizer_load(f, &a->tok);
   gguf_close(f);
   if (st == LLB_STATUS_OK) st = outproc_create(a->tok, &a->proc);
+  if (st == LLB_STATUS_OK && o->metrics) st = outproc_request_metrics_create(o->metrics, &a->metrics);
+  if (st == LLB_STATUS_OK && a->metrics) outproc_set_stats_hooks(a->proc, outproc_request_metrics_hooks(), a->metrics);
   if (st != LLB_STATUS_OK) {
     outproc_actor_destroy(a);
     return st;
@@ -66,6 +71,7 @@ void outproc_actor_destroy(struct outproc_actor *a) {
   outproc_result_free(&a->res);
   outproc_result_free(&a->scratch);
   outproc_destroy(a->proc);
+  outproc_request_metrics_destroy(a->metrics);
   tokenizer_destroy(a->tok);
   free(a->aborts);
   llb_buf_free(&a->buf);
@@ -307,6 +313,7 @@ static void handle_output(struct outproc_actor *a, const struct llb_engine_core_
       .stop_token_id = eo->stop_token_id,
       .num_cached_tokens = eo->num_cached_tokens,
       .scheduled_time_ns = eo->scheduled_time_ns,
+      .queued_time_ns = eo->queued_time_ns,
       .timestamp_ns = outs->timestamp > 0 ? (int64_t)(outs->timestamp * 1e9) : 0,
   };
   int64_t unknown_before = a->res.num_unknown;
@@ -335,8 +342,63 @@ static void handle_too_large(struct outproc_actor *a, const struct outproc_reque
   }
 }
 
-/* Sends the batch's RequestOutputs and one AbortRequests for every engine abort. */
-static void flush_results(struct outproc_actor *a, struct llb_arena *arena, const struct bus_trace_ctx *span) {
+/* A traced request of this batch: its request span R (from EngineCoreOutput's trace fields),
+ * found by the id its RequestOutput carries (the parent's for n > 1). */
+struct out_trace {
+  const char *key;
+  struct bus_trace_ctx ctx; /* R */
+  char parent_span_id[17];  /* R's parent, "" = root */
+  int64_t start_ns;         /* R's start */
+};
+
+/* R's context of `eo`, if it carries a valid, sampled one that this bus records. */
+static bool out_trace_from(struct bus *bus, const struct llb_engine_core_output *eo, struct out_trace *t) {
+  if (!eo->traceparent.len || bus_traceparent_parse(eo->traceparent.data, &t->ctx) != LLB_STATUS_OK) {
+    llb_err_clear();
+    return false;
+  }
+  if (!bus_span_recording(bus, &t->ctx)) return false;
+  t->key = eo->parent_request_id.len ? eo->parent_request_id.data : eo->request_id.data;
+  t->parent_span_id[0] = '\0';
+  if (eo->trace_parent_span_id.len == 16) {
+    struct bus_trace_ctx p; /* validate the id with the traceparent parser's rules */
+    char tp[BUS_TRACEPARENT_LEN + 1];
+    snprintf(tp, sizeof tp, "00-%s-%s-01", t->ctx.trace_id, eo->trace_parent_span_id.data);
+    if (bus_traceparent_parse(tp, &p) == LLB_STATUS_OK) memcpy(t->parent_span_id, p.span_id, 17);
+    else llb_err_clear();
+  }
+  t->start_ns = eo->trace_start_time_ns;
+  return true;
+}
+
+static const struct out_trace *out_trace_find(const struct out_trace *tr, int32_t n, const char *key) {
+  for (int32_t i = 0; i < n; i++)
+    if (strcmp(tr[i].key, key) == 0) return &tr[i];
+  return NULL;
+}
+
+/* The request span R, recorded once its last RequestOutput is out (vLLM's do_tracing). */
+static void record_request_span(struct outproc_actor *a, const struct out_trace *t,
+                                const struct outproc_request_output *o, int64_t end_ns) {
+  struct bus_span r;
+  memset(&r, 0, sizeof r);
+  r.ctx = t->ctx;
+  memcpy(r.parent_span_id, t->parent_span_id, sizeof r.parent_span_id);
+  snprintf(r.name, sizeof r.name, "llm_request");
+  r.kind = BUS_SPAN_KIND_SERVER;
+  r.start_unix_ns = t->start_ns;
+  r.end_unix_ns = end_ns;
+  r.error = o->error[0] != '\0';
+  bus_span_attr_str(&r, "llmbus.request_id", o->request_id);
+  bus_span_attr_int(&r, "gen_ai.usage.input_tokens", o->metrics.num_prompt_tokens);
+  bus_span_attr_int(&r, "gen_ai.usage.output_tokens", o->metrics.num_generation_tokens);
+  bus_span_end(a->bus, &r);
+}
+
+/* Sends the batch's RequestOutputs and one AbortRequests for every engine abort. Each
+ * RequestOutput of a traced request goes out under its own "output_processor.reply" span. */
+static void flush_results(struct outproc_actor *a, struct llb_arena *arena, const struct bus_trace_ctx *span,
+                          const struct out_trace *tr, int32_t num_tr) {
   for (int64_t i = 0; i < a->res.num_outputs; i++) {
     const struct outproc_request_output *o = &a->res.outputs[i];
     if (!o->reply_to[0]) {
@@ -345,8 +407,21 @@ static void flush_results(struct outproc_actor *a, struct llb_arena *arena, cons
       continue;
     }
     struct llb_request_output ro;
+    const struct out_trace *t = num_tr > 0 ? out_trace_find(tr, num_tr, o->request_id) : NULL;
+    struct bus_span reply;
+    if (t) bus_span_begin(&reply, &t->ctx, "output_processor.reply", BUS_SPAN_KIND_PRODUCER);
     llb_status st = to_wire(o, arena, &ro);
-    if (st == LLB_STATUS_OK) st = publish_output(a, o->reply_to, &ro, span);
+    /* The last reply ends the request span, and with it the reply span, when it is handed to
+     * the bus: the client may see it (and end its own span) before publish returns. */
+    const int64_t handed_ns = llb_wall_ns();
+    if (st == LLB_STATUS_OK) st = publish_output(a, o->reply_to, &ro, t ? &reply.ctx : span);
+    if (t) {
+      reply.error = st != LLB_STATUS_OK;
+      if (o->finished) reply.end_unix_ns = handed_ns > reply.start_unix_ns ? handed_ns : reply.start_unix_ns;
+      bus_span_attr_int(&reply, "llmbus.finished", o->finished);
+      bus_span_end(a->bus, &reply);
+      if (o->finished) record_request_span(a, t, o, reply.end_unix_ns);
+    }
     if (st == LLB_STATUS_TOO_LARGE && !o->finished) handle_too_large(a, o, span);
   }
   for (int64_t i = 0; i < a->res.num_abort; i++) queue_abort(a, a->res.abort_ids[i]);
@@ -389,8 +464,26 @@ static void on_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
   atomic_fetch_add(&a->batches, 1);
   struct bus_trace_ctx span;
   bus_trace_child(&msg->trace, &span);
-  for (int32_t i = 0; i < outs.num_outputs; i++) handle_output(a, &outs, &outs.outputs[i], &arena, &span);
-  flush_results(a, &arena, &span);
+  /* traced requests: one "output_processor.detokenize" span per output, a child of R */
+  struct out_trace *tr = NULL;
+  int32_t num_tr = 0;
+  if (bus_tracing_enabled(bus) && outs.num_outputs > 0)
+    tr = llb_arena_alloc(&arena, (size_t)outs.num_outputs * sizeof *tr, _Alignof(struct out_trace));
+  for (int32_t i = 0; i < outs.num_outputs; i++) {
+    const struct llb_engine_core_output *eo = &outs.outputs[i];
+    bool traced = tr && out_trace_from(bus, eo, &tr[num_tr]);
+    struct bus_span detok;
+    if (traced) bus_span_begin(&detok, &tr[num_tr].ctx, "output_processor.detokenize", BUS_SPAN_KIND_CONSUMER);
+    handle_output(a, &outs, eo, &arena, &span);
+    if (traced) {
+      bus_span_attr_str(&detok, "llmbus.request_id", eo->request_id.data);
+      bus_span_attr_int(&detok, "llmbus.step", (int64_t)outs.step);
+      bus_span_attr_int(&detok, "llmbus.num_new_tokens", eo->num_new_token_ids);
+      bus_span_end(bus, &detok);
+      num_tr++;
+    }
+  }
+  flush_results(a, &arena, &span, tr, num_tr);
   llb_arena_destroy(&arena);
 }
 

@@ -25,12 +25,15 @@
 
 #include <stdint.h>
 
-#include "bus/bus.h"
+#include "base/metrics.h"
 #include "base/status.h"
+#include "bus/bus.h"
 
 struct outproc_actor_options {
   const char *model_path; /* GGUF holding the tokenizer; required */
   const char *engine_id;  /* <eid>; NULL = "0" */
+  struct llb_metrics *metrics; /* NULL = none; else the per-request metrics of
+                                * request_metrics.h are recorded there (borrowed) */
 };
 
 /* Counters since start (monotonic). */

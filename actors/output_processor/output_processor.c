@@ -36,6 +36,8 @@ struct req_state {
   int32_t stop_str_index;
   int32_t stop_token_id;
   int64_t first_scheduled_ns, first_token_ns, last_token_ns, finished_ns;
+  int64_t queued_ns;                   /* the engine's, for the metrics */
+  int64_t last_accepted_ns;            /* now_ns of the last accepted tokens (metrics' clock) */
   int32_t num_cached_tokens;
 };
 
@@ -60,7 +62,15 @@ struct outproc_t {
   struct id_map *reqs;      /* engine id → req_state, unfinished only */
   struct id_map *parents;   /* parent id → parent_state, until its final output */
   struct id_map *finished;  /* recently finished engine ids (value unused) */
+  struct outproc_stats_hooks hooks; /* metrics reports; NULL entries = none */
+  void *hooks_user;
+  int64_t now_ns;           /* of the call in progress */
 };
+
+void outproc_set_stats_hooks(struct outproc_t *p, const struct outproc_stats_hooks *hooks, void *user) {
+  p->hooks = hooks ? *hooks : (struct outproc_stats_hooks){0};
+  p->hooks_user = user;
+}
 
 const char *outproc_finish_reason_name(enum outproc_finish_reason r) {
   switch (r) {
@@ -314,6 +324,14 @@ static void finish_req(struct outproc_t *p, struct req_state *r, enum outproc_fi
   r->finished = true;
   r->finish_reason = why;
   r->finished_ns = t_ns;
+  if (p->hooks.on_finished) {
+    const struct outproc_finished_stats fs = {
+        .finish_reason = why, .arrival_ns = r->parent->arrival_ns, .queued_ns = r->queued_ns,
+        .scheduled_ns = r->first_scheduled_ns, .first_token_ns = r->first_token_ns, .last_token_ns = r->last_token_ns,
+        .finished_ns = p->now_ns ? p->now_ns : t_ns, .num_prompt_tokens = r->parent->num_prompt,
+        .num_generation_tokens = r->num_tokens};
+    p->hooks.on_finished(p->hooks_user, &fs);
+  }
   detok_flush(&r->detok); /* on OOM the dangling bytes are dropped: the text stays valid */
   r->parent->num_finished++;
   id_map_remove(p->reqs, r->id);
@@ -548,6 +566,7 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
     return push_id(&res->unknown_ids, &res->num_unknown, &res->cap_unknown, eo->request_id);
   }
   int64_t t_ns = eo->timestamp_ns ? eo->timestamp_ns : now_ns;
+  p->now_ns = now_ns;
   bool engine_finished = eo->finish_reason != OUTPROC_FINISH_REASON_NONE;
   if (eo->first_output_pos > r->num_tokens) {
     char msg[OUTPROC_MAX_ERROR_BYTES];
@@ -560,8 +579,12 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
   int64_t k = eo->num_new_tokens > skip ? eo->num_new_tokens - skip : 0;
   if (k == 0 && !engine_finished) return LLB_STATUS_OK;
   if (eo->scheduled_time_ns && !r->first_scheduled_ns) r->first_scheduled_ns = eo->scheduled_time_ns;
+  if (eo->queued_time_ns && !r->queued_ns) r->queued_ns = eo->queued_time_ns;
   if (eo->num_cached_tokens >= 0) r->num_cached_tokens = eo->num_cached_tokens;
   if (k > 0) {
+    if (p->hooks.on_tokens)
+      p->hooks.on_tokens(p->hooks_user, k, r->last_accepted_ns, now_ns, r->parent->num_prompt, r->parent->arrival_ns);
+    r->last_accepted_ns = now_ns;
     if (!r->first_token_ns) r->first_token_ns = t_ns;
     r->last_token_ns = t_ns;
   }
@@ -622,6 +645,7 @@ llb_status outproc_register_resume(struct outproc_t *p, const struct outproc_req
 static llb_status finish_by_id(struct outproc_t *p, const char *request_id,
                                enum outproc_finish_reason why, llb_status code, const char *message,
                                int64_t now_ns, struct outproc_result *res) {
+  p->now_ns = now_ns;
   struct req_state *r = id_map_get(p->reqs, request_id);
   struct parent_state *ps = r ? r->parent : id_map_get(p->parents, request_id);
   if (!ps) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "no unfinished request %s", request_id);

@@ -80,6 +80,7 @@ struct outproc_engine_output {
   int32_t stop_token_id;                    /* STOP by a stop_token_ids entry; -1 for EOS / none */
   int32_t num_cached_tokens;                /* prefix-cache hits; -1 = not reported */
   int64_t scheduled_time_ns;                /* when the engine first scheduled it; 0 = not reported */
+  int64_t queued_time_ns;                   /* when the engine queued it; 0 = not reported */
   int64_t timestamp_ns;                     /* when the engine produced it; 0 = use `now_ns` */
 };
 
@@ -181,6 +182,29 @@ void outproc_result_clear(struct outproc_result *r);
 /* Frees everything; `r` is empty afterwards. Accepts NULL. */
 void outproc_result_free(struct outproc_result *r);
 
+/* --- metrics: what the processor reports as it goes (vLLM v1 IterationStats and
+ * FinishedRequestStats, vllm/v1/metrics/stats.py) ---------------------------------------- */
+
+/* A request (one engine request: a child when n > 1) finished. Wall clock ns since the epoch;
+ * 0 = not known. `finished_ns` is the processor's `now_ns` (the client's view), the others
+ * the engine's timestamps. */
+struct outproc_finished_stats {
+  enum outproc_finish_reason finish_reason;
+  int64_t arrival_ns, queued_ns, scheduled_ns, first_token_ns, last_token_ns, finished_ns;
+  int64_t num_prompt_tokens, num_generation_tokens;
+};
+
+/* Called from the processing thread, inside outproc_process / _abort / _fail. */
+struct outproc_stats_hooks {
+  /* num_new_tokens (> 0) new tokens of a request were accepted at now_ns (duplicates are not
+   * counted); prev_ns is when its previous tokens were accepted, 0 when these are its first
+   * (then num_prompt_tokens and arrival_ns say what its prefill was). */
+  void (*on_tokens)(void *user, int64_t num_new_tokens, int64_t prev_ns, int64_t now_ns, int64_t num_prompt_tokens,
+                    int64_t arrival_ns);
+  /* A request finished (once per request, whatever ended it). */
+  void (*on_finished)(void *user, const struct outproc_finished_stats *s);
+};
+
 /* --- the processor --------------------------------------------------------------------- */
 
 struct outproc_t;
@@ -229,6 +253,10 @@ llb_status outproc_abort(struct outproc_t *p, const char *request_id, int64_t no
  * INTERNAL). */
 llb_status outproc_fail(struct outproc_t *p, const char *request_id, llb_status code, const char *message,
                         int64_t now_ns, struct outproc_result *res);
+
+/* Reports tokens and finished requests to `hooks` (copied; `user` passed back) from now on;
+ * NULL hooks stop the reports. */
+void outproc_set_stats_hooks(struct outproc_t *p, const struct outproc_stats_hooks *hooks, void *user);
 
 /* Requests (engine ids, children counted one by one) that are registered and unfinished. */
 int64_t outproc_num_unfinished(const struct outproc_t *p);

@@ -36,6 +36,7 @@ void scheduler_actor_config_init(struct scheduler_actor_config *c) {
   c->stats_idle_interval_ms = 1000;
   c->peer_heartbeat_ms = 0;
   c->peer_missed_beats = 3;
+  c->log_stats_interval_ms = 10000;
 }
 
 /* ---- request metadata ---- */
@@ -187,6 +188,7 @@ static void on_request(struct bus *bus, const struct bus_msg *msg, void *user) {
   m->priority = r.priority;
   m->arrival_time = r.arrival_time;
   m->queued_time_ns = llb_wall_ns();
+  sched_trace_request_init(m, &r);
   pthread_mutex_lock(&a->mu);
   if (a->intake_tail) a->intake_tail->next = m;
   else a->intake_head = m;
@@ -397,6 +399,8 @@ enum plan_result {
  * the ids the worker must drop for the next SchedulerOutput; a failure forgets every step in
  * flight (their replies are dropped by step number). *did: a round trip was made. */
 static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
+  const int64_t plan_ns = llb_wall_ns();
+  int64_t kv_ns[2] = {0, 0};
   llb_status st = sched_schedule(a->sched, &a->out, &a->kv);
   if (st) {
     a->num_exec_pending = 0;
@@ -405,7 +409,10 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
   }
   if (a->kv.num_ops > 0) {
     *did = true;
-    if ((st = kv_round_trip(a))) {
+    kv_ns[0] = llb_wall_ns();
+    st = kv_round_trip(a);
+    kv_ns[1] = llb_wall_ns();
+    if (st) {
       atomic_fetch_add(&a->c_kv_fail, 1);
       a->num_exec_pending = 0;
       carry_all(a);
@@ -433,6 +440,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
     carry_all(a);
     return PLAN_EMPTY;
   }
+  sched_trace_step_planned(a, plan_ns, kv_ns[0], kv_ns[1]);
   return PLAN_READY;
 }
 
@@ -585,6 +593,9 @@ static void *step_thread(void *arg) {
     int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
     if (since_stats >= (busy || did ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms))
       sched_actor_publish_stats(a);
+    struct sched_stats snap;
+    sched_get_stats(a->sched, &snap);
+    sched_engine_metrics_update(a->metrics, &snap, llb_now_ns());
   }
   return NULL;
 }
@@ -596,7 +607,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
                                   struct scheduler_actor **out) {
   if (!bus || !cfg || !out || !cfg->engine_id || cfg->kv_timeout_ms <= 0 || cfg->peer_heartbeat_ms < 0 ||
       (cfg->peer_heartbeat_ms > 0 && cfg->peer_missed_beats < 1) ||
-      cfg->execute_timeout_ms <= 0 || cfg->stats_interval_ms <= 0 || cfg->stats_idle_interval_ms <= 0)
+      cfg->execute_timeout_ms <= 0 || cfg->stats_interval_ms <= 0 || cfg->stats_idle_interval_ms <= 0 || cfg->log_stats_interval_ms < 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
                     "scheduler actor: need bus, engine id and positive timeouts/intervals");
   *out = NULL;
@@ -626,6 +637,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   sched_engine_outputs_init(&a->eo);
   sched_engine_outputs_init(&a->eo_side);
   llb_status st = sched_create(&cfg->sched, &a->sched);
+  if (!st) st = sched_engine_metrics_create(cfg->metrics, cfg->log_stats_interval_ms * 1000000, &a->metrics);
   const struct { char *buf; const char *kind; } subj[] = {
       {a->subj_requests, "requests"}, {a->subj_abort, "abort"}, {a->subj_kv, "kv"},
       {a->subj_execute, "execute"}, {a->subj_outputs, "outputs"}, {a->subj_stats, "stats"},
@@ -688,7 +700,9 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   free(a->rejected);
   sched_actor_health_free(a);
   sched_actor_execute_free(a);
+  sched_trace_free(a);
   sched_destroy(a->sched);
+  sched_engine_metrics_destroy(a->metrics);
   sched_output_free(&a->out);
   kv_step_free(&a->kv);
   kv_step_result_free(&a->kv_res);

@@ -35,8 +35,9 @@
 #include <stdint.h>
 
 #include "actors/scheduler/scheduler.h"
-#include "bus/bus.h"
+#include "base/metrics.h"
 #include "base/status.h"
+#include "bus/bus.h"
 
 struct scheduler_actor;
 
@@ -63,6 +64,11 @@ struct scheduler_actor_config {
    * into its Heartbeat.ready, which the api server's /health reports. */
   void (*on_ready)(void *user, bool ready);
   void *on_ready_user;
+  /* Observability (engine_metrics.h): the scheduler's series go into `metrics` (NULL = none;
+   * borrowed) and an engine_stats log line every log_stats_interval_ms (default 10000, as
+   * vLLM's; 0 = none). */
+  struct llb_metrics *metrics;
+  int64_t log_stats_interval_ms;
 };
 
 struct scheduler_actor_counters {

@@ -18,6 +18,7 @@ struct exec_reply {
   struct exec_reply *next;
   uint64_t step;          /* from the subject <exec_inbox>.<step>; 0 when it names none */
   char status[16];        /* the NATS Status header ("503": no responders), "" none */
+  int64_t received_ns;    /* llb_now_ns() on arrival: the round trip ends here */
   size_t len;
   uint8_t data[];
 };
@@ -35,6 +36,7 @@ static void on_exec_reply(struct bus *bus, const struct bus_msg *msg, void *user
   (void)bus;
   struct scheduler_actor *a = user;
   struct exec_reply *r = malloc(sizeof(*r) + msg->len);
+  if (r) r->received_ns = llb_now_ns();
   if (!r) {
     LLB_LOG_ERROR("exec_reply_dropped", "reason=out_of_memory bytes=%zu", msg->len);
     return;
@@ -97,6 +99,7 @@ static llb_status encode_step(struct scheduler_actor *a) {
   llb_status st = sched_wire_scheduler_output(&a->wire, &a->out, &a->carry_finished,
                                               &a->carry_preempted, &a->carry_free_mm, &m);
   if (st) return st;
+  sched_trace_fill_wire(a, a->out.step, a->wire.scheduled, m.num_scheduled_reqs);
   int64_t now = llb_wall_ns();
   for (int32_t i = 0; i < a->out.num_new_reqs; i++) {
     int64_t at = sched_actor_map_find(a, a->out.new_reqs[i].req_id);
@@ -146,9 +149,11 @@ llb_status sched_actor_execute_send(struct scheduler_actor *a) {
   snprintf(reply_to, sizeof reply_to, "%s.%" PRIu64, a->exec_inbox, a->out.step);
   struct bus_out_msg m = {.subject = a->subj_execute, .reply = reply_to, .data = a->buf.data,
                           .len = a->buf.len};
+  sched_trace_exec_sent(a, a->out.step);
   st = bus_publish_msg(a->bus, &m);
   if (st) return st;
   carries_sent(a);
+  a->exec_sent_ns[a->num_exec_pending] = llb_now_ns();
   a->exec_pending[a->num_exec_pending++] = a->out.step;
   return LLB_STATUS_OK;
 }
@@ -163,7 +168,9 @@ llb_status sched_actor_execute_sync(struct scheduler_actor *a) {
 llb_status sched_actor_execute_receive(struct scheduler_actor *a) {
   if (a->num_exec_pending == 0) return LLB_ERRF(LLB_STATUS_INTERNAL, "no step in flight");
   uint64_t want = a->exec_pending[0];
+  const int64_t sent_ns = a->exec_sent_ns[0];
   a->exec_pending[0] = a->exec_pending[1];
+  a->exec_sent_ns[0] = a->exec_sent_ns[1];
   a->num_exec_pending--;
   struct timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);
@@ -221,8 +228,12 @@ llb_status sched_actor_execute_receive(struct scheduler_actor *a) {
     else if (reply->len == 0) /* a NATS status (503: no worker listens), not a ModelRunnerOutput */
       st = LLB_ERRF(LLB_STATUS_NOT_FOUND, "no responders on %s (status %s)", a->subj_execute,
                     reply->status[0] ? reply->status : "none");
-    else
+    else {
+      sched_trace_exec_received(a, want);
       st = apply_reply(a, reply->data, reply->len);
+    }
+    if (reply->step == want) /* published with a reply subject: the bus cannot time it itself */
+      bus_record_request_latency(a->bus, a->subj_execute, (double)(reply->received_ns - sent_ns) / 1e9);
     free(reply);
     return st;
   }

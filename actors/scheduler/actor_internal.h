@@ -9,7 +9,9 @@
 #include <stdint.h>
 
 #include "actors/scheduler/actor.h"
+#include "actors/scheduler/actor_trace.h"
 #include "actors/scheduler/actor_wire.h"
+#include "actors/scheduler/engine_metrics.h"
 #include "bus/peer_watch.h"
 #include "bus/subject.h"
 #include "schemas/engine_core_outputs.h"
@@ -35,6 +37,7 @@ struct req_meta {
   struct req_meta *next;  /* intake list */
   llb_status reject_status; /* admission refused: the error output carries it */
   char reject_message[256];
+  struct sched_req_trace trace; /* actor_trace.c */
 };
 
 struct scheduler_actor {
@@ -84,6 +87,7 @@ struct scheduler_actor {
   bool kv_reset_pending; /* the worker failed: its KV contents are unknown, so the next KV
                             step tells the kv_manager to drop its prefix cache */
   int64_t last_stats_ns;
+  struct sched_engine_metrics *metrics; /* step thread: series and the engine_stats line */
   /* the last failed execute: the worker answered with an error (not a timeout or a bus
    * failure), and the request it blamed ("" none); sched_step_failed isolates it */
   bool worker_error;
@@ -100,6 +104,7 @@ struct scheduler_actor {
   bool exec_stop;                           /* under exec_mu: the actor stops, stop waiting */
   bool exec_sync_init;
   uint64_t exec_pending[2];
+  int64_t exec_sent_ns[2]; /* llb_now_ns() when each pending step was sent */
   int32_t num_exec_pending;
   uint64_t last_applied_step;
 
@@ -109,6 +114,8 @@ struct scheduler_actor {
   uint64_t peer_fail_gen;           /* under exec_mu: failures detected so far */
   uint64_t peer_fail_seen;          /* under exec_mu: failures the step thread acted on */
   char peer_fail_what[384];         /* under exec_mu: the last detection, for the step's log */
+
+  struct sched_step_trace *trace_steps[SCHED_TRACE_STEPS]; /* actor_trace.c, step thread */
 
   atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub,
       c_enc_fail, c_peer_fail;

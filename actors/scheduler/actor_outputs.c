@@ -71,6 +71,7 @@ static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output
   o->queued_time_ns = m->queued_time_ns;
   o->scheduled_time_ns = m->scheduled_time_ns;
   o->first_token_time_ns = m->first_token_time_ns;
+  sched_trace_fill_output(m, o);
   if (!m->first_sent) {
     o->prompt_token_ids = m->prompt;
     o->num_prompt_token_ids = m->num_prompt;
@@ -95,6 +96,7 @@ static void fill_rejected(struct llb_engine_core_output *o, struct req_meta *m) 
   o->index = m->client_index;
   o->error.code = (int32_t)m->reject_status;
   o->error.message = llb_str_c(m->reject_message);
+  sched_trace_fill_output(m, o); /* the output processor ends the request span */
 }
 
 /* Publishes one EngineCoreOutputs with the rejections, the side outputs (aborts) and the
@@ -102,13 +104,17 @@ static void fill_rejected(struct llb_engine_core_output *o, struct req_meta *m) 
 void sched_actor_publish_outputs(struct scheduler_actor *a, uint64_t step, bool with_step) {
   const struct sched_engine_outputs *lists[2] = {&a->eo_side, with_step ? &a->eo : NULL};
   int64_t n = a->num_rejected + a->eo_side.num_outputs + (with_step ? a->eo.num_outputs : 0);
-  if (n == 0) return;
+  int64_t now = llb_wall_ns(); /* before the publish: the step spans end here (actor_trace.c) */
+  if (n == 0) {
+    sched_trace_steps_done(a, step, with_step, now);
+    return;
+  }
   if (sched_wire_grow((void **)&a->outs, &a->cap_outs, n, sizeof(*a->outs)) != LLB_STATUS_OK) {
     LLB_LOG_ERROR("outputs_dropped", "step=%llu outputs=%lld reason=out_of_memory",
                   (unsigned long long)step, (long long)n);
     goto cleanup;
   }
-  int64_t k = 0, now = llb_wall_ns();
+  int64_t k = 0;
   for (int64_t i = 0; i < a->num_rejected; i++) fill_rejected(&a->outs[k++], a->rejected[i]);
   for (int l = 0; l < 2; l++)
     for (int32_t i = 0; lists[l] && i < lists[l]->num_outputs; i++)
@@ -144,6 +150,7 @@ cleanup:
   a->num_rejected = 0;
   sched_engine_outputs_clear(&a->eo_side, step);
   sched_engine_outputs_clear(&a->eo, step);
+  sched_trace_steps_done(a, step, with_step, now);
 }
 
 void scheduler_actor_announce_draining(struct scheduler_actor *a) {

@@ -173,7 +173,7 @@ llb_status sched_wire_scheduler_output(struct sched_wire *w, const struct sched_
         .output_token_ids = r->output_token_ids, .num_output_token_ids = r->num_output_tokens,
         .block_ids = r->block_ids, .num_block_ids = r->num_block_ids,
         .num_computed_tokens = r->num_computed_tokens};
-    w->scheduled[i] = (struct llb_scheduled_tokens){llb_str_c(r->req_id), r->num_scheduled_tokens};
+    w->scheduled[i] = (struct llb_scheduled_tokens){.req_id = llb_str_c(r->req_id), .num_tokens = r->num_scheduled_tokens};
   }
   int64_t off = 0;
   for (int32_t i = 0; i < nc; i++) {
@@ -187,7 +187,7 @@ llb_status sched_wire_scheduler_output(struct sched_wire *w, const struct sched_
       memcpy(w->cached_new_block_ids + off, r->new_block_ids,
              (size_t)r->num_new_block_ids * sizeof(int32_t));
     off += r->num_new_block_ids;
-    w->scheduled[nn + i] = (struct llb_scheduled_tokens){llb_str_c(r->req_id), r->num_scheduled_tokens};
+    w->scheduled[nn + i] = (struct llb_scheduled_tokens){.req_id = llb_str_c(r->req_id), .num_tokens = r->num_scheduled_tokens};
   }
   out->scheduled_new_reqs = w->new_reqs;
   out->num_scheduled_new_reqs = nn;

@@ -13,6 +13,7 @@ static const struct backend_ops cpu_ops = {
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
+    .geglu = cpu_geglu,
     .add = cpu_add,
     .pack_bytes = cpu_pack_bytes,
     .pack = cpu_pack_weight,

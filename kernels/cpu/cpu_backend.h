@@ -64,6 +64,7 @@ llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, i
 llb_status cpu_kv_write(struct backend_ctx *c, const struct backend_kv_layer *kv, const float *k,
                         const float *v, const int64_t *slot_mapping, int32_t n_rows);
 llb_status cpu_attention(struct backend_ctx *c, const struct backend_attn_params *p);
+llb_status cpu_geglu(struct backend_ctx *c, const float *gate, const float *up, int64_t n, float *out);
 llb_status cpu_swiglu(struct backend_ctx *c, const float *gate, const float *up, int64_t n,
                       float *out);
 llb_status cpu_add(struct backend_ctx *c, float *x, const float *y, int64_t n);

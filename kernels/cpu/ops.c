@@ -5,6 +5,7 @@
 #include "kernels/cpu/packed.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -317,7 +318,8 @@ static void rope_chunk(void *arg, int64_t chunk, int ith) {
     /* ggml_rope_cache_init: theta_i = p * theta_scale^i by repeated products, then scaled */
     float theta = (float)t->positions[r];
     for (int32_t i = 0; i < half; i++) {
-      const float th = t->p.freq_scale * theta;
+      /* ggml rope_yarn(theta / ff, freq_scale, ...) with ext_factor 0 */
+      const float th = t->p.freq_factors ? t->p.freq_scale * (theta / t->p.freq_factors[i]) : t->p.freq_scale * theta;
       cs[i] = cosf(th);
       sn[i] = sinf(th);
       theta *= t->theta_scale;
@@ -418,6 +420,40 @@ static void add_chunk(void *arg, int64_t chunk, int ith) {
   int64_t lo, hi;
   chunk_range(chunk, CPU_CHUNK_ELEMS, t->n, &lo, &hi);
   for (int64_t i = lo; i < hi; i++) t->out[i] = t->a[i] + t->b[i];
+}
+
+/* ggml's GELU table (ggml-cpu: ggml_table_gelu_f16[i] = fp16(gelu(fp16 value i)), filled once). */
+static uint16_t gelu_table[1 << 16];
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static void gelu_table_init(void) {
+  const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f;
+  for (uint32_t i = 0; i < (1u << 16); i++) {
+    const float x = llb_fp16_to_fp32((uint16_t)i);
+    gelu_table[i] = llb_fp32_to_fp16(0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x))));
+  }
+}
+
+static void geglu_chunk(void *arg, int64_t chunk, int ith) {
+  (void)ith;
+  const struct elem_task *t = arg;
+  int64_t lo, hi;
+  chunk_range(chunk, CPU_CHUNK_ELEMS, t->n, &lo, &hi);
+  for (int64_t i = lo; i < hi; i++) { /* ggml_vec_geglu_f32 with GGML_GELU_FP16 */
+    const float x = t->a[i];
+    float g;
+    if (x <= -10.0f) g = 0.0f;
+    else if (x >= 10.0f) g = x;
+    else g = llb_fp16_to_fp32(gelu_table[llb_fp32_to_fp16(x)]);
+    t->out[i] = g * t->b[i];
+  }
+}
+
+llb_status cpu_geglu(struct backend_ctx *c, const float *gate, const float *up, int64_t n, float *out) {
+  pthread_once(&gelu_once, gelu_table_init);
+  struct elem_task t = {c->level, gate, up, out, n};
+  cpu_threadpool_parallel(c->pool, geglu_chunk, &t, ceil_div(n, CPU_CHUNK_ELEMS));
+  return LLB_STATUS_OK;
 }
 
 llb_status cpu_swiglu(struct backend_ctx *c, const float *gate, const float *up, int64_t n,

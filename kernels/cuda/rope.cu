@@ -40,6 +40,8 @@ llb_status cuda_rope(struct cuda_ctx *c, float *x_d, int64_t row_stride, const i
       (p->style != BACKEND_ROPE_STYLE_NORM && p->style != BACKEND_ROPE_STYLE_NEOX))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "cuda rope n_dims %d head_dim %d style %d", p->n_dims,
                     head_dim, (int)p->style);
+  if (p->freq_factors)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda rope: frequency factors (rope_freqs) are not implemented");
   if (n_rows == 0) return LLB_STATUS_OK;
   const struct rope_args a = {x_d, positions_d, row_stride, n_heads, head_dim, p->n_dims / 2,
                               powf(p->freq_base, -2.0f / (float)p->n_dims), p->freq_scale,

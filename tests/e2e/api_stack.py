@@ -71,6 +71,8 @@ class Stack:
 
     def __init__(self, ready_timeout_s=180.0, args=()):
         self.args = list(args)  # more `llmbus serve` flags (engine limits, policy)
+        if "--metrics-port" not in self.args:  # no fixed ports: tests may run beside a stack
+            self.args += ["--metrics-port", "0"]
         src = os.environ.get("LLMBUS_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(
             os.path.abspath(__file__)))))
         build = os.environ.get("LLMBUS_BUILD_DIR", os.path.join(src, "build"))

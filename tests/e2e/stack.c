@@ -218,9 +218,10 @@ static int start_serve(struct e2e_stack *s, const struct e2e_stack_options *o) {
     return -1;
   }
   const char *dev = e2e_device();
-  const char *argv[10 + E2E_MAX_ACTOR_ARGS + 1] = {bin, "serve", "--nats", s->srv.url, "--model", s->model,
-                                                   "--http", "127.0.0.1:0"};
-  int n = 8;
+  /* no metrics ports: tests run side by side, and a fixed port would be one's only */
+  const char *argv[12 + E2E_MAX_ACTOR_ARGS + 1] = {bin, "serve", "--nats", s->srv.url, "--model", s->model,
+                                                   "--http", "127.0.0.1:0", "--metrics-port", "0"};
+  int n = 10;
   for (int i = 0; o && o->serve_args && o->serve_args[i] && i < E2E_MAX_ACTOR_ARGS; i++) argv[n++] = o->serve_args[i];
   if (dev) {
     argv[n++] = "--device";

@@ -16,6 +16,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "bus/bus.h"
 #include "base/log.h"
@@ -285,6 +288,67 @@ static void test_external_url_is_passed_to_children(void **state) {
   nats_test_server_stop(&srv);
 }
 
+/* The HTTP status of GET `path` on 127.0.0.1:port; 0 when nothing answers. */
+static int http_status(int port, const char *path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int status = 0;
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+    char req[256], resp[64] = {0};
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
+    if (write(fd, req, (size_t)n) == n && read(fd, resp, sizeof resp - 1) > 12) sscanf(resp, "HTTP/%*s %d", &status);
+  }
+  if (fd >= 0) close(fd);
+  return status;
+}
+
+/* serve's --nats-monitor-port: the embedded server's monitoring port, on loopback. */
+static void test_embedded_nats_monitoring_port_answers_on_loopback(void **state) {
+  (void)state;
+  struct supervisor_config cfg;
+  supervisor_config_init(&cfg);
+  cfg.nats_monitor_port = -1; /* a free one */
+  struct supervisor *s = NULL;
+  assert_int_equal(supervisor_create(&cfg, &s), LLB_STATUS_OK);
+  assert_int_equal(supervisor_start(s), LLB_STATUS_OK);
+  const int port = supervisor_nats_monitor_port(s);
+  assert_true(port > 0);
+  assert_int_equal(http_status(port, "/varz"), 200);
+  assert_int_equal(supervisor_stop(s), LLB_STATUS_OK);
+  supervisor_destroy(s);
+  supervisor_config_init(&cfg); /* default: none */
+  assert_int_equal(supervisor_create(&cfg, &s), LLB_STATUS_OK);
+  assert_int_equal(supervisor_start(s), LLB_STATUS_OK);
+  assert_int_equal(supervisor_nats_monitor_port(s), 0);
+  supervisor_destroy(s);
+}
+
+/* Each actor of serve gets its own metrics port, base + its index; 0 gives none. */
+static void test_serve_gives_each_actor_its_metrics_port(void **state) {
+  (void)state;
+  struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
+  struct serve_options o = {.bin_dir = "/opt/llmbus/bin", .metrics_port = 9460, .metrics_host = "0.0.0.0"};
+  int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
+  assert_int_equal(n, 7);
+  for (int i = 0; i < n; i++) {
+    char want[16];
+    snprintf(want, sizeof want, "%d", 9460 + i);
+    bool port = false, host = false;
+    for (int a = 1; a + 1 < specs[i].argc; a++) {
+      if (!strcmp(specs[i].args[a], "--metrics-port")) port = !strcmp(specs[i].args[a + 1], want);
+      if (!strcmp(specs[i].args[a], "--metrics-host")) host = !strcmp(specs[i].args[a + 1], "0.0.0.0");
+    }
+    assert_true(port && host);
+  }
+  o.metrics_port = 0;
+  n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
+  for (int i = 0; i < n; i++)
+    for (int a = 1; a < specs[i].argc; a++) assert_string_not_equal(specs[i].args[a], "--metrics-port");
+  char *bad[] = {"serve", "--metrics-port", "65530", NULL}; /* no room for 7 ports */
+  assert_int_equal(cmd_serve(3, bad), 2);
+}
+
 static void test_serve_actor_specs_and_usage(void **state) {
   (void)state;
   struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
@@ -520,6 +584,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_external_url_is_passed_to_children),
       cmocka_unit_test(test_killed_child_restarts_and_sigterm_leaves_no_process),
       cmocka_unit_test(test_serve_actor_specs_and_usage),
+      cmocka_unit_test(test_embedded_nats_monitoring_port_answers_on_loopback),
+      cmocka_unit_test(test_serve_gives_each_actor_its_metrics_port),
       cmocka_unit_test(test_serve_passes_engine_flags_to_the_actors_that_take_them),
       cmocka_unit_test(test_child_failing_at_every_start_stops_the_supervisor_with_its_error),
       cmocka_unit_test(test_child_failing_after_the_window_keeps_being_restarted),

@@ -9,3 +9,7 @@ llb_add_test(test_kernels_packed SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_
 llb_add_test(test_forward_quant_types SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward_quant_types.c
              LIBS llmbus_model llmbus_kernels_cpu llmbus_test_gguf_writer PkgConfig::CMOCKA
              LABELS unit TIMEOUT 300)
+# qwen2 / qwen3 (and llama) against logits llama.cpp computed on the same tiny models.
+llb_add_test(test_forward_arch SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward_arch.c ${CMAKE_CURRENT_LIST_DIR}/arch_models.c
+             LIBS llmbus_model llmbus_kernels_cpu llmbus_test_gguf_writer PkgConfig::CMOCKA m
+             LABELS unit TIMEOUT 120)

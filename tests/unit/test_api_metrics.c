@@ -23,8 +23,9 @@ static void test_histograms_are_cumulative_with_sum_and_count(void **state) {
   api_metrics_request_started(m);
   api_metrics_request_started(m);
   api_metrics_request_ended(m);
-  api_metrics_request_succeeded(m, "stop", 5, 7, 0.03, 0.02, 0.9);
-  api_metrics_request_succeeded(m, "length", 3, 16, 0.5, -1, 2.0);
+  api_metrics_request_succeeded(m, "stop", 5, 7, 0.03, 0.9);
+  api_metrics_request_succeeded(m, "length", 3, 16, 0.5, 2.0);
+  api_metrics_observe_itl(m, 0.02, 1);
   api_metrics_request_failed(m, 429);
   struct api_buf b = {0};
   assert_true(api_metrics_render(m, &b));
@@ -43,6 +44,24 @@ static void test_histograms_are_cumulative_with_sum_and_count(void **state) {
   expect_line(b.data, "llmbus:time_to_first_token_seconds_sum{model_name=\"smol\"} 0.53");
   expect_line(b.data, "llmbus:inter_token_latency_seconds_count{model_name=\"smol\"} 1");
   expect_line(b.data, "llmbus:e2e_request_latency_seconds_bucket{model_name=\"smol\",le=\"1\"} 1");
+  api_buf_free(&b);
+  api_metrics_destroy(m);
+}
+
+/* A stall shows: one sample per token gap, not one mean per request. */
+static void test_inter_token_latency_is_one_sample_per_gap(void **state) {
+  (void)state;
+  struct api_metrics *m;
+  assert_int_equal(api_metrics_create("smol", &m), LLB_STATUS_OK);
+  for (int i = 0; i < 9; i++) api_metrics_observe_itl(m, 0.02, 1);
+  api_metrics_observe_itl(m, 3.0, 1); /* one stall of 3 s among ten gaps */
+  api_metrics_observe_itl(m, 0.01, 2); /* two tokens after one 20 ms gap */
+  struct api_buf b = {0};
+  assert_true(api_metrics_render(m, &b));
+  expect_line(b.data, "llmbus:inter_token_latency_seconds_count{model_name=\"smol\"} 12");
+  expect_line(b.data, "llmbus:inter_token_latency_seconds_bucket{model_name=\"smol\",le=\"0.01\"} 2");
+  expect_line(b.data, "llmbus:inter_token_latency_seconds_bucket{model_name=\"smol\",le=\"2.5\"} 11");
+  expect_line(b.data, "llmbus:inter_token_latency_seconds_bucket{model_name=\"smol\",le=\"5\"} 12");
   api_buf_free(&b);
   api_metrics_destroy(m);
 }
@@ -74,6 +93,7 @@ static void test_engine_gauges_keep_the_latest_stats_per_engine(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_histograms_are_cumulative_with_sum_and_count),
+      cmocka_unit_test(test_inter_token_latency_is_one_sample_per_gap),
       cmocka_unit_test(test_engine_gauges_keep_the_latest_stats_per_engine),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

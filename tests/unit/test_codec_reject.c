@@ -161,7 +161,7 @@ static void test_table_without_version_is_rejected(void **state) {
 
 static void test_inconsistent_scheduled_token_total_is_rejected(void **state) {
   (void)state;
-  struct llb_scheduled_tokens t[2] = {{llb_str_c("a"), 5}, {llb_str_c("b"), 1}};
+  struct llb_scheduled_tokens t[2] = {{.req_id = llb_str_c("a"), .num_tokens = 5}, {.req_id = llb_str_c("b"), .num_tokens = 1}};
   struct llb_scheduler_output m = {.num_scheduled_tokens = t, .num_scheduled_reqs = 2,
                                    .total_num_scheduled_tokens = 7, .block_size = 16};
   struct llb_buf enc = {0};

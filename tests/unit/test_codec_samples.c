@@ -289,10 +289,10 @@ static void fill_scheduler_output(struct llb_scheduler_output *m) {
       .req_id = S("req-2"), .prompt_token_ids = prompt_ids, .num_prompt_token_ids = 3,
       .sampling_params = sample_sp(), .block_ids = blocks_b, .num_block_ids = 1,
       .output_token_ids = new_tok, .num_output_token_ids = N(new_tok)};
-  sched[0] = (struct llb_scheduled_tokens){S("req-новый"), 512};
-  sched[1] = (struct llb_scheduled_tokens){ids3[0], 1};
-  sched[2] = (struct llb_scheduled_tokens){ids3[1], 1};
-  sched[3] = (struct llb_scheduled_tokens){ids3[2], 3};
+  sched[0] = (struct llb_scheduled_tokens){.req_id = S("req-новый"), .num_tokens = 512};
+  sched[1] = (struct llb_scheduled_tokens){.req_id = ids3[0], .num_tokens = 1};
+  sched[2] = (struct llb_scheduled_tokens){.req_id = ids3[1], .num_tokens = 1};
+  sched[3] = (struct llb_scheduled_tokens){.req_id = ids3[2], .num_tokens = 3};
   enc[0] = (struct llb_scheduled_encoder_input){S("req-новый"), enc_in, N(enc_in), mm_features,
                                                 N(mm_features)};
   *m = (struct llb_scheduler_output){

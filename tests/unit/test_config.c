@@ -223,13 +223,35 @@ static void test_rope_scaling_linear_and_unsupported_type_named(void **state) {
 
 static void test_unsupported_architecture_is_named(void **state) {
   (void)state;
-  const char *archs[] = {"qwen2", "falcon"};
+  const char *archs[] = {"gemma2", "falcon"};
   for (size_t i = 0; i < 2; i++) {
     struct tiny t;
     assert_int_equal(make_tiny(&(struct tiny_opts){.arch = archs[i]}, &t), LLB_STATUS_OK);
     struct llama_config c;
     assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_UNSUPPORTED);
     expect_msg(archs[i]);
+    free_tiny(&t);
+  }
+}
+
+/* qwen2 / qwen3 / phi3: LLaMA's tensors plus their own (q/k/v biases; per-head q/k norms; fused
+ * qkv and gate/up), NEOX RoPE;
+ * a file without those tensors is refused naming the first one missing. */
+static void test_qwen_architectures_need_their_extra_tensors(void **state) {
+  (void)state;
+  const struct { const char *arch, *missing; bool bias, norm; } cases[] = {
+      {"qwen2", "blk.0.attn_q.bias", true, false}, {"qwen3", "blk.0.attn_q_norm.weight", false, true},
+      {"phi3", "blk.0.attn_qkv.weight", false, false}};
+  for (size_t i = 0; i < 3; i++) {
+    struct tiny t;
+    assert_int_equal(make_tiny(&(struct tiny_opts){.arch = cases[i].arch}, &t), LLB_STATUS_OK);
+    struct llama_config c;
+    assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+    assert_int_equal(c.rope_type, LLAMA_ROPE_TYPE_NEOX);
+    assert_int_equal(c.attn_qkv_bias, cases[i].bias);
+    assert_int_equal(c.attn_qk_norm, cases[i].norm);
+    assert_int_equal(llama_config_check_tensors(t.f, &c), LLB_STATUS_NOT_FOUND);
+    expect_msg(cases[i].missing);
     free_tiny(&t);
   }
 }
@@ -313,6 +335,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_missing_output_weight_means_tied_embeddings),
       cmocka_unit_test(test_missing_key_is_named),
       cmocka_unit_test(test_rope_scaling_linear_and_unsupported_type_named),
+      cmocka_unit_test(test_qwen_architectures_need_their_extra_tensors),
       cmocka_unit_test(test_unsupported_architecture_is_named),
       cmocka_unit_test(test_wrong_tensor_shape_is_named_with_both_shapes),
       cmocka_unit_test(test_missing_tensor_is_named),

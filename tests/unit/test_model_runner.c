@@ -159,7 +159,7 @@ static void sim_schedule(struct sim_step *s, struct sim_req *q, int32_t n) {
     s->num_output[j] = q->num_tokens - q->worker_prompt;
   }
   q->num_blocks_sent = q->num_blocks;
-  s->sched[s->so.num_scheduled_reqs++] = (struct llb_scheduled_tokens){llb_str_c(q->id), n};
+  s->sched[s->so.num_scheduled_reqs++] = (struct llb_scheduled_tokens){.req_id = llb_str_c(q->id), .num_tokens = n};
   s->so.total_num_scheduled_tokens += n;
 }
 
@@ -319,7 +319,7 @@ static void test_batch_has_positions_slots_and_logits_rows_of_the_scheduled_rang
                                             .num_prompt_token_ids = 6, .sampling_params = &p,
                                             .block_ids = (const int32_t[]){5, 2}, .num_block_ids = 2};
   s.so.num_scheduled_new_reqs = 1;
-  s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("x"), 6};
+  s.sched[0] = (struct llb_scheduled_tokens){.req_id = llb_str_c("x"), .num_tokens = 6};
   s.so.num_scheduled_reqs = 1;
   s.so.total_num_scheduled_tokens = 6;
   assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_OK);
@@ -351,8 +351,8 @@ static void test_batch_has_positions_slots_and_logits_rows_of_the_scheduled_rang
                                             .num_prompt_token_ids = 3, .sampling_params = &p,
                                             .block_ids = (const int32_t[]){7}, .num_block_ids = 1};
   s.so.num_scheduled_new_reqs = 1;
-  s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("x"), 1};
-  s.sched[1] = (struct llb_scheduled_tokens){llb_str_c("y"), 2};
+  s.sched[0] = (struct llb_scheduled_tokens){.req_id = llb_str_c("x"), .num_tokens = 1};
+  s.sched[1] = (struct llb_scheduled_tokens){.req_id = llb_str_c("y"), .num_tokens = 2};
   s.so.num_scheduled_reqs = 2;
   s.so.total_num_scheduled_tokens = 3;
   assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_OK);
@@ -387,8 +387,8 @@ static void test_batch_has_positions_slots_and_logits_rows_of_the_scheduled_rang
   s.cached_ids[1] = llb_str_c("y");
   s.computed[1] = 2;
   s.so.scheduled_cached_reqs.num_reqs = 2;
-  s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("y"), 1};
-  s.sched[1] = (struct llb_scheduled_tokens){llb_str_c("x"), 8};
+  s.sched[0] = (struct llb_scheduled_tokens){.req_id = llb_str_c("y"), .num_tokens = 1};
+  s.sched[1] = (struct llb_scheduled_tokens){.req_id = llb_str_c("x"), .num_tokens = 8};
   s.so.num_scheduled_reqs = 2;
   s.so.total_num_scheduled_tokens = 9;
   assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_OK);
@@ -437,7 +437,7 @@ static void test_bad_scheduler_output_is_an_error_status_and_changes_nothing(voi
   expect_error(r, &s.so, LLB_STATUS_NOT_FOUND, "scheduled_cached_reqs.req_ids[0]", 1);
   /* A scheduled entry for an unknown request. */
   sim_begin(&s, 2);
-  s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("ghost"), 1};
+  s.sched[0] = (struct llb_scheduled_tokens){.req_id = llb_str_c("ghost"), .num_tokens = 1};
   s.so.num_scheduled_reqs = 1;
   s.so.total_num_scheduled_tokens = 1;
   expect_error(r, &s.so, LLB_STATUS_NOT_FOUND, "num_scheduled_tokens[0]", 1);
@@ -469,7 +469,7 @@ static void test_bad_scheduler_output_is_an_error_status_and_changes_nothing(voi
   s.computed[0] = q.num_computed;
   s.num_output[0] = 1;
   s.so.scheduled_cached_reqs.num_reqs = 1;
-  s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("q"), 2};
+  s.sched[0] = (struct llb_scheduled_tokens){.req_id = llb_str_c("q"), .num_tokens = 2};
   s.so.num_scheduled_reqs = 1;
   s.so.total_num_scheduled_tokens = 2;
   expect_error(r, &s.so, LLB_STATUS_INVALID_ARGUMENT, "num_scheduled_tokens[0]", 1);
@@ -515,7 +515,7 @@ static void test_worker_names_the_request_whose_input_fails_the_step(void **stat
                                               .num_prompt_token_ids = 3, .sampling_params = &p,
                                               .block_ids = (const int32_t[]){1}, .num_block_ids = 1};
     s.so.num_scheduled_new_reqs = 1;
-    s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("poison"), 3};
+    s.sched[0] = (struct llb_scheduled_tokens){.req_id = llb_str_c("poison"), .num_tokens = 3};
     s.so.num_scheduled_reqs = 1;
     s.so.total_num_scheduled_tokens = 3;
     struct llb_model_runner_output out;
@@ -524,7 +524,7 @@ static void test_worker_names_the_request_whose_input_fails_the_step(void **stat
     assert_int_equal(model_runner_num_reqs(r), 1);
   }
   sim_begin(&s, 2);
-  s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("ghost"), 1};
+  s.sched[0] = (struct llb_scheduled_tokens){.req_id = llb_str_c("ghost"), .num_tokens = 1};
   s.so.num_scheduled_reqs = 1;
   s.so.total_num_scheduled_tokens = 1;
   struct llb_model_runner_output out;
@@ -562,7 +562,7 @@ static void test_decode_input_may_be_the_workers_own_unapplied_sample(void **sta
     s.computed[0] = 5 + k - 1;
     s.num_output[0] = k;
     s.so.scheduled_cached_reqs.num_reqs = 1;
-    s.sched[0] = (struct llb_scheduled_tokens){llb_str_c("q"), 1};
+    s.sched[0] = (struct llb_scheduled_tokens){.req_id = llb_str_c("q"), .num_tokens = 1};
     s.so.num_scheduled_reqs = 1;
     s.so.total_num_scheduled_tokens = 1;
     if (k == 2) { /* first a malformed claim: a token the worker never sampled */

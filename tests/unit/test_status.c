@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "base/log.h"
@@ -97,6 +98,41 @@ static void test_log_quote_escapes_and_truncates(void **state) {
   assert_int_equal(buf[strlen(buf) - 1], '"');
 }
 
+static void test_log_redacts_credentials_in_nats_urls(void **state) {
+  (void)state;
+  char b[256];
+  assert_string_equal(llb_log_redact_url(b, sizeof b, "nats://alice:s3cret@10.0.0.1:4222"), "nats://***@10.0.0.1:4222");
+  assert_string_equal(llb_log_redact_url(b, sizeof b, "nats://tok@h:1,tls://u:p@h2:2,nats://h3:3"),
+                      "nats://***@h:1,tls://***@h2:2,nats://h3:3");
+  assert_string_equal(llb_log_redact_url(b, sizeof b, "u:p@host:4222"), "***@host:4222"); /* no scheme */
+  assert_string_equal(llb_log_redact_url(b, sizeof b, "nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+  assert_string_equal(llb_log_redact_url(b, sizeof b, "nats://a:b@c@host:1"), "nats://***@host:1"); /* '@' in the password */
+  assert_null(strstr(llb_log_redact_url(b, 12, "nats://alice:s3cret@h:1"), "s3cret")); /* truncated, still redacted */
+}
+
+/* Every line names the engine and the instance once actor_main set the context. */
+static void test_log_lines_carry_the_process_context(void **state) {
+  (void)state;
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  int saved = dup(STDERR_FILENO);
+  dup2(fds[1], STDERR_FILENO);
+  llb_log_set_actor("scheduler");
+  llb_log_set_context("engine=7 instance=host-42");
+  llb_log(LLB_LOG_LEVEL_ERROR, "something", "k=%d", 1);
+  llb_log_set_context(NULL);
+  llb_log(LLB_LOG_LEVEL_ERROR, "plain", NULL);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  close(fds[1]);
+  char buf[1024] = {0};
+  ssize_t n = read(fds[0], buf, sizeof buf - 1);
+  close(fds[0]);
+  assert_true(n > 0);
+  assert_non_null(strstr(buf, " actor=scheduler engine=7 instance=host-42 event=something k=1\n"));
+  assert_non_null(strstr(buf, " actor=scheduler event=plain\n"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_status_has_its_own_string),
@@ -105,6 +141,8 @@ int main(void) {
       cmocka_unit_test(test_ok_status_adds_no_frame_and_new_error_starts_a_new_stack),
       cmocka_unit_test(test_error_stack_is_bounded_and_says_frames_are_missing),
       cmocka_unit_test(test_log_quote_escapes_and_truncates),
+      cmocka_unit_test(test_log_redacts_credentials_in_nats_urls),
+      cmocka_unit_test(test_log_lines_carry_the_process_context),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

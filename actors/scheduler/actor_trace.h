@@ -1,0 +1,51 @@
+/* Private to actors/scheduler/actor*.c: the scheduler's spans (actor_trace.c). All calls run
+ * on the step thread, except sched_trace_request_init (the request handler's thread, before
+ * the request is handed over). Not public API. */
+#ifndef LLB_ACTORS_SCHEDULER_ACTOR_TRACE_H
+#define LLB_ACTORS_SCHEDULER_ACTOR_TRACE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bus/trace.h"
+#include "schemas/engine_core_outputs.h"
+#include "schemas/engine_core_request.h"
+#include "schemas/scheduler_output.h"
+
+/* Steps whose spans can be open at once: two in flight (async) plus one being published. */
+#define SCHED_TRACE_STEPS 4
+
+/* A request's trace context, from EngineCoreRequest (the input processor's request span). */
+struct sched_req_trace {
+  bool on;                 /* a valid, sampled traceparent arrived */
+  bool queue_recorded;     /* scheduler.queue was recorded (first scheduling) */
+  struct bus_trace_ctx ctx;
+  char traceparent[BUS_TRACEPARENT_LEN + 1];
+  char parent_span_id[17]; /* "" = the request span is a root */
+  int64_t start_time_ns;
+};
+
+struct req_meta;
+struct scheduler_actor;
+struct sched_step_trace;
+
+/* Reads r's trace fields into m->trace (an invalid or unsampled one: off). */
+void sched_trace_request_init(struct req_meta *m, const struct llb_engine_core_request *r);
+/* Copies m's trace context onto its EngineCoreOutput (for the output processor's spans). */
+void sched_trace_fill_output(const struct req_meta *m, struct llb_engine_core_output *o);
+/* After a step was planned (a->out, PLAN_READY): opens the traced requests' step spans;
+ * kv_*: its KV round trip (0, 0 when none). */
+void sched_trace_step_planned(struct scheduler_actor *a, int64_t plan_ns, int64_t kv_start_ns, int64_t kv_end_ns);
+/* Puts each traced request's step-span traceparent into the wire's ScheduledTokens[n]. */
+void sched_trace_fill_wire(struct scheduler_actor *a, uint64_t step, struct llb_scheduled_tokens *t, int32_t n);
+/* The worker round trip of `step`: sent / its reply received. */
+void sched_trace_exec_sent(struct scheduler_actor *a, uint64_t step);
+void sched_trace_exec_received(struct scheduler_actor *a, uint64_t step);
+/* The outputs of `step` are about to be published (with_step: a step was applied): ends the
+ * spans of it and of older steps (those forgotten after a failure end in error) at end_ns,
+ * taken before the publish, so that they end before anything downstream of it. */
+void sched_trace_steps_done(struct scheduler_actor *a, uint64_t step, bool with_step, int64_t end_ns);
+/* Frees the step records. */
+void sched_trace_free(struct scheduler_actor *a);
+
+#endif
