@@ -1,6 +1,7 @@
 /* The actor runtime over the NATS C client and its libevent adapter (see bus.h). */
 #include "bus/bus.h"
 #include "bus/bus_internal.h"
+#include "bus/credentials.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -207,6 +208,11 @@ static llb_status set_options(struct bus *b, const struct bus_options *o, natsOp
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "credentials file %s: %s", o->creds_file,
                       natsStatus_GetText(s));
   }
+  if ((o->user != NULL) != (o->password != NULL))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "a NATS user needs a password and a password a user (user=%s)",
+                    o->user ? o->user : "none");
+  if (o->user && (s = natsOptions_SetUserInfo(opts, o->user, o->password)) != NATS_OK)
+    return BUS_NATS_ERR(s, "user and password");
   if (o->tls_ca_file || o->tls_cert_file || o->tls_key_file) {
     if ((s = natsOptions_SetSecure(opts, true)) != NATS_OK) return BUS_NATS_ERR(s, "TLS");
     if (o->tls_ca_file && (s = natsOptions_LoadCATrustedCertificates(opts, o->tls_ca_file)) != NATS_OK)
@@ -428,7 +434,8 @@ int64_t bus_max_payload(struct bus *b) {
 void bus_connected_url(struct bus *b, char *buf, size_t cap) {
   if (!cap) return;
   buf[0] = '\0';
-  if (natsConnection_GetConnectedUrl(b->nc, buf, cap) != NATS_OK) buf[0] = '\0';
+  char raw[sizeof ((struct bus *)0)->urls];
+  if (natsConnection_GetConnectedUrl(b->nc, raw, sizeof raw) == NATS_OK) llb_log_redact_url(buf, (unsigned)cap, raw);
 }
 
 struct event_base *bus_event_base(struct bus *b) { return b->base; }

@@ -52,6 +52,9 @@ struct bus_options {
   const char *urls;            /* comma-separated server URLs; default "nats://127.0.0.1:4222" */
   const char *name;            /* client name shown by the server; default "llmbus" */
   const char *creds_file;      /* NATS credentials (.creds: JWT + NKey seed), NULL = none */
+  const char *user;            /* NATS user (nats-server `authorization`/`accounts` users), NULL =
+                                * none (or the user of the URL); needs `password` */
+  const char *password;        /* that user's password; never logged, never in an error */
   const char *tls_ca_file;     /* PEM CA bundle to verify the server, NULL = no TLS unless URL tls:// */
   const char *tls_cert_file;   /* PEM client certificate (with tls_key_file), NULL = none */
   const char *tls_key_file;    /* PEM client key, NULL = none */
@@ -143,7 +146,8 @@ const char *bus_prefix(const struct bus *bus);
 /* The server's max_payload in bytes (1 MiB by default); 0 while disconnected. */
 int64_t bus_max_payload(struct bus *bus);
 
-/* The URL of the server currently connected into buf[cap]; "" when disconnected. */
+/* The URL of the server currently connected into buf[cap], credentials removed
+ * (llb_log_redact_url); "" when disconnected. */
 void bus_connected_url(struct bus *bus, char *buf, size_t cap);
 
 /* The libevent base of the loop thread, for timers or evhttp of the same actor; events

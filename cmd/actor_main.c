@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "bus/credentials.h"
 #include "bus/span.h"
 #include "bus/subject.h"
 #include "schemas/control.h"
@@ -52,7 +53,7 @@ static llb_status parse_double(const char *value, double *out) {
 }
 
 /* The common flags as a table over am->common, so one parser serves both lists. */
-enum { NUM_COMMON_FLAGS = 13 };
+enum { NUM_COMMON_FLAGS = 15 };
 static void common_flags_table(struct actor_main *am, struct actor_flag *t) {
   struct actor_common_flags *c = &am->common;
   const struct actor_flag table[NUM_COMMON_FLAGS] = {
@@ -64,6 +65,9 @@ static void common_flags_table(struct actor_main *am, struct actor_flag *t) {
        NULL},
       {"model", ACTOR_FLAG_KIND_STRING, &c->model_path, "GGUF model path", NULL},
       {"creds", ACTOR_FLAG_KIND_STRING, &c->creds_file, "NATS credentials file (.creds)", NULL},
+      {"nats-user", ACTOR_FLAG_KIND_STRING, &c->nats_user, "NATS user (with --nats-password-file)", NULL},
+      {"nats-password-file", ACTOR_FLAG_KIND_STRING, &c->nats_password_file,
+       "file holding the NATS user's password (mode 0600; never on the command line)", NULL},
       {"log-level", ACTOR_FLAG_KIND_STRING, &c->log_level, "debug|info|warn|error", NULL},
       {"heartbeat-ms", ACTOR_FLAG_KIND_INT64, &c->heartbeat_ms, "heartbeat interval, ms", NULL},
       {"metrics-port", ACTOR_FLAG_KIND_INT32, &c->metrics_port, "Prometheus GET /metrics port (0 = none)", NULL},
@@ -342,11 +346,23 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
   o.prefix = am->common.prefix;
   o.creds_file = am->common.creds_file;
   o.metrics = am->metrics;
-  llb_status st = bus_connect(&o, &am->bus);
+  char password[BUS_PASSWORD_MAX + 1] = "";
+  llb_status st = LLB_STATUS_OK;
+  if ((am->common.nats_user != NULL) != (am->common.nats_password_file != NULL))
+    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--nats-user and --nats-password-file go together");
+  else if (am->common.nats_password_file)
+    st = bus_password_file_read(am->common.nats_password_file, password, sizeof password);
+  if (st == LLB_STATUS_OK && am->common.nats_user) {
+    o.user = am->common.nats_user;
+    o.password = password;
+  }
+  if (st == LLB_STATUS_OK) st = bus_connect(&o, &am->bus);
+  memset(password, 0, sizeof password);
   if (st != LLB_STATUS_OK) {
     char q[512], u[512];
-    LLB_LOG_ERROR("connect_failed", "url=%s status=%s error=%s",
-                  llb_log_redact_url(u, sizeof u, am->common.nats_url), llb_strerror(st),
+    LLB_LOG_ERROR("connect_failed", "url=%s user=%s status=%s error=%s",
+                  llb_log_redact_url(u, sizeof u, am->common.nats_url),
+                  am->common.nats_user ? am->common.nats_user : "none", llb_strerror(st),
                   llb_log_quote(q, sizeof q, llb_err_last()));
     if (spec->destroy) spec->destroy(am, spec->user);
     metrics_stop(am);

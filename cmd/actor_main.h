@@ -23,6 +23,9 @@
  *
  * Common flags: --nats URL (nats://127.0.0.1:4222), --prefix (llm), --engine-id (0),
  * --instance (<hostname>-<pid>), --model PATH (the build's default model), --creds FILE,
+ * --nats-user NAME with --nats-password-file FILE (a user/password login; the password is
+ * read from a 0600 file so it never shows in argv, `ps` or a log; a URL may also carry
+ * `user:password@`, which logs never show),
  * --log-level debug|info|warn|error (info), --heartbeat-ms (2000), --metrics-port (0 = none),
  * --metrics-host (127.0.0.1), --otlp-endpoint URL (spans as OTLP/HTTP JSON to URL/v1/traces),
  * --trace-sample-ratio R (1.0), --trace-publish, --help.
@@ -72,6 +75,8 @@ struct actor_common_flags {
   const char *instance;   /* health subject token; '.' in the hostname became '-' */
   const char *model_path; /* GGUF path */
   const char *creds_file; /* NULL = none */
+  const char *nats_user;  /* NULL = none (or the URL's user) */
+  const char *nats_password_file; /* the user's password, read at connect (bus/credentials.h) */
   const char *log_level;
   int64_t heartbeat_ms;
   int32_t metrics_port;     /* 0 = no metrics listener */

@@ -1,12 +1,13 @@
 /* llmbus-api-server: the OpenAI-compatible HTTP + SSE front door (actors/api_server/actor.h).
  * Flags: the common actor flags (cmd/actor_main.h) plus --http, --model-name,
  * --max-body-bytes, --request-timeout-s, --first-output-timeout-s, --max-concurrent,
- * --tenant and --health-actors. */
+ * --tenant, --health-actors, --api-key and --api-keys. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "actors/api_server/actor.h"
+#include "actors/api_server/api_keys.h"
 #include "cmd/actor_main.h"
 
 struct api_main {
@@ -19,9 +20,25 @@ struct api_main {
   const char *tenant;
   const char *health_actors;
   int32_t health_missed_beats;
+  const char *api_key;      /* one key, for --tenant */
+  const char *api_keys_file; /* KEY TENANT lines */
+  struct api_keys *keys;    /* NULL = no authentication */
   char derived_name[256];
   struct api_actor *actor;
 };
+
+/* --api-key / --api-keys into m->keys (NULL when neither is given). */
+static llb_status api_main_load_keys(struct api_main *m) {
+  if (!m->api_key && !m->api_keys_file) return LLB_STATUS_OK;
+  llb_status st = api_keys_create(&m->keys);
+  if (st == LLB_STATUS_OK && m->api_key) st = api_keys_add(m->keys, m->api_key, m->tenant);
+  if (st == LLB_STATUS_OK && m->api_keys_file) st = api_keys_load_file(m->keys, m->api_keys_file);
+  if (st != LLB_STATUS_OK) {
+    api_keys_destroy(m->keys); /* destroy does not run after a configure error */
+    m->keys = NULL;
+  }
+  return st;
+}
 
 /* The served model id: --model-name, else the GGUF file's basename without ".gguf". */
 static llb_status api_main_configure(struct actor_main *am, void *user) {
@@ -33,7 +50,7 @@ static llb_status api_main_configure(struct actor_main *am, void *user) {
       m->health_missed_beats < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--request-timeout-s, --first-output-timeout-s, "
                     "--max-concurrent and --health-missed-beats must be >= 1");
-  if (m->model_name && *m->model_name) return LLB_STATUS_OK;
+  if (m->model_name && *m->model_name) return api_main_load_keys(m);
   const char *path = am->common.model_path ? am->common.model_path : "";
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
@@ -45,7 +62,7 @@ static llb_status api_main_configure(struct actor_main *am, void *user) {
   memcpy(m->derived_name, base, n);
   m->derived_name[n] = '\0';
   m->model_name = m->derived_name;
-  return LLB_STATUS_OK;
+  return api_main_load_keys(m);
 }
 
 static llb_status api_main_start(struct actor_main *am, void *user) {
@@ -61,6 +78,7 @@ static llb_status api_main_start(struct actor_main *am, void *user) {
       .health_actors = m->health_actors,
       .health_window_ms = m->health_missed_beats * am->common.heartbeat_ms,
       .registry = am->metrics,
+      .api_keys = m->keys,
   };
   llb_status st = api_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -78,6 +96,8 @@ static void api_main_destroy(struct actor_main *am, void *user) {
   struct api_main *m = user;
   api_actor_destroy(m->actor);
   m->actor = NULL;
+  api_keys_destroy(m->keys);
+  m->keys = NULL;
 }
 
 int main(int argc, char **argv) {
@@ -105,6 +125,12 @@ int main(int argc, char **argv) {
       {"tenant", ACTOR_FLAG_KIND_STRING, &m.tenant, "publish on <prefix>.generate.<tenant>", NULL},
       {"health-actors", ACTOR_FLAG_KIND_STRING, &m.health_actors,
        "actors whose ready heartbeat /health requires (comma list; empty = none)", NULL},
+      {"api-key", ACTOR_FLAG_KIND_STRING, &m.api_key,
+       "require `Authorization: Bearer KEY` on every route; requests go to --tenant (visible in ps: "
+       "prefer --api-keys)", NULL},
+      {"api-keys", ACTOR_FLAG_KIND_STRING, &m.api_keys_file,
+       "file of `KEY TENANT` lines (mode 0600): every route needs one of the keys; a request goes to "
+       "its key's tenant", NULL},
       {"health-missed-beats", ACTOR_FLAG_KIND_INT32, &m.health_missed_beats,
        "/health answers 503 when an actor sent no ready heartbeat for this many --heartbeat-ms "
        "intervals (the actors beat at the same interval; default 3)", NULL},

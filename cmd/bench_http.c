@@ -178,11 +178,12 @@ static llb_status request(const struct bench_target *t, const char *method, cons
   int fd = -1;
   llb_status st = dial(t, timeout_s, &fd);
   if (st != LLB_STATUS_OK) return st;
-  char head[1024];
+  char head[1536];
   int hl = snprintf(head, sizeof head,
                     "%s %s HTTP/1.1\r\nHost: %s:%s\r\nUser-Agent: llmbus-bench\r\nAccept: %s\r\n"
-                    "Connection: close\r\n%s%s",
-                    method, path, t->host, t->port, accept, body ? "Content-Type: application/json\r\n" : "",
+                    "Connection: close\r\n%s%s%s%s%s",
+                    method, path, t->host, t->port, accept, t->api_key[0] ? "Authorization: Bearer " : "",
+                    t->api_key, t->api_key[0] ? "\r\n" : "", body ? "Content-Type: application/json\r\n" : "",
                     body ? "" : "\r\n");
   if (body) hl += snprintf(head + hl, sizeof head - (size_t)hl, "Content-Length: %zu\r\n\r\n", body_len);
   st = send_all(fd, head, (size_t)hl);

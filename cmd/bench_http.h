@@ -16,10 +16,11 @@
 struct bench_target {
   char host[256];
   char port[16];
+  char api_key[300]; /* sent as `Authorization: Bearer <api_key>` when not empty */
 };
 
-/* Parses "http://HOST:PORT" (a trailing '/' allowed; port default 80). https is refused.
- * Errors: INVALID_ARGUMENT. */
+/* Parses "http://HOST:PORT" (a trailing '/' allowed; port default 80) into host and port
+ * (api_key empty). https is refused. Errors: INVALID_ARGUMENT. */
 llb_status bench_target_parse(const char *base_url, struct bench_target *out);
 
 /* GET path; *body_out (malloc'd, NUL-terminated) and *status_out. Errors: CONNECTION, IO,

@@ -30,6 +30,7 @@
 #define MIB (1024.0 * 1024.0)
 
 struct serve_opts {
+  const char *api_key;
   const char *base_url, *endpoint, *model_path, *served_name, *dataset, *dataset_path, *result_file, *label;
   int64_t num_prompts;
   int32_t input_len, output_len, prefix_len, num_prefixes, warmup;
@@ -89,7 +90,8 @@ static void serve_usage(FILE *f) {
           "  --no-progress           no progress bar\n"
           "  --json                  print the result as one JSON object instead of the table\n"
           "  --result-file FILE      also write the JSON result there\n"
-          "  --label TEXT            a name for this run in the output\n");
+          "  --label TEXT            a name for this run in the output\n"
+          "  --api-key KEY           sent as `Authorization: Bearer KEY` (default $OPENAI_API_KEY)\n");
 }
 
 static bool num_arg(const char *v, double lo, double hi, double *out) {
@@ -128,6 +130,7 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
     else if (!strcmp(a, "--dataset-path")) o->dataset_path = v;
     else if (!strcmp(a, "--result-file")) o->result_file = v;
     else if (!strcmp(a, "--label")) o->label = v;
+    else if (!strcmp(a, "--api-key")) o->api_key = v;
     else if (!strcmp(a, "--num-prompts")) ok = num_arg(v, 1, 1e7, &d), o->num_prompts = (int64_t)d;
     else if (!strcmp(a, "--input-len")) ok = num_arg(v, 0, 1e6, &d), o->input_len = (int32_t)d;
     else if (!strcmp(a, "--output-len")) ok = num_arg(v, 1, 1e6, &d), o->output_len = (int32_t)d;
@@ -533,6 +536,14 @@ int bench_serve_main(int argc, char **argv) {
   if (bench_target_parse(o.base_url, &r->target) != LLB_STATUS_OK) {
     fprintf(stderr, "llmbus-bench serve: %s\n", llb_err_last());
     goto done;
+  }
+  const char *key = o.api_key ? o.api_key : getenv("OPENAI_API_KEY");
+  if (key && *key) {
+    if (strlen(key) >= sizeof r->target.api_key || strpbrk(key, "\r\n")) {
+      fprintf(stderr, "llmbus-bench serve: --api-key: too long or holds a line break\n");
+      goto done;
+    }
+    snprintf(r->target.api_key, sizeof r->target.api_key, "%s", key);
   }
   if (load_dataset(r) != LLB_STATUS_OK) {
     fprintf(stderr, "llmbus-bench serve: dataset: %s\n", llb_err_last());

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "bus/credentials.h"
 #include "schemas/generate_request.h"
 #include "schemas/request_output.h"
 
@@ -58,7 +59,8 @@ void client_print_flags_help(FILE *f) {
           "                   llama3, mistral, mistral-v3, gemma, gemma3, phi3)\n"
           "  --json           print every RequestOutput as one JSON line\n"
           "  --timeout-s S    longest wait for the engine's next output (default %d)\n"
-          "  --tenant NAME    tenant (default %s); --prefix P subject prefix (default %s)\n",
+          "  --tenant NAME    tenant (default %s); --prefix P subject prefix (default %s)\n"
+          "  --nats-user U --nats-password-file F  NATS login (the file holds the password, mode 0600)\n",
           CLIENT_DEFAULT_MAX_TOKENS, LLB_MAX_STOP_STRINGS, CLIENT_DEFAULT_TIMEOUT_S, BUS_DEFAULT_TENANT,
           BUS_DEFAULT_PREFIX);
 }
@@ -81,7 +83,7 @@ int client_parse_flag(struct client_options *o, int argc, char **argv, int *i, c
   const char *a = argv[*i];
   if (strcmp(a, "--raw") == 0) return o->raw = true, 1;
   if (strcmp(a, "--json") == 0) return o->json = true, 1;
-  static const char *const valued[] = {"--nats", "--prefix", "--tenant", "--temperature", "--top-p",
+  static const char *const valued[] = {"--nats", "--nats-user", "--nats-password-file", "--prefix", "--tenant", "--temperature", "--top-p",
                                        "--top-k", "--min-p", "--max-tokens", "--seed", "--stop",
                                        "--n", "--system", "--chat-template", "--timeout-s"};
   bool known = false;
@@ -96,6 +98,8 @@ int client_parse_flag(struct client_options *o, int argc, char **argv, int *i, c
   long long n = 0;
   bool ok = true;
   if (strcmp(a, "--nats") == 0) o->nats_url = v;
+  else if (strcmp(a, "--nats-user") == 0) o->nats_user = v;
+  else if (strcmp(a, "--nats-password-file") == 0) o->nats_password_file = v;
   else if (strcmp(a, "--prefix") == 0) ok = bus_prefix_check(v) == LLB_STATUS_OK, o->prefix = v;
   else if (strcmp(a, "--tenant") == 0) ok = bus_token_valid(v), o->tenant = v;
   else if (strcmp(a, "--system") == 0) o->system = v;
@@ -134,7 +138,18 @@ llb_status client_connect(const struct client_options *o, struct bus **out) {
   bo.name = "llmbus-cli";
   bo.install_signal_handlers = false;
   bo.max_reconnect = 5;
-  return bus_connect(&bo, out);
+  if ((o->nats_user != NULL) != (o->nats_password_file != NULL))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--nats-user and --nats-password-file go together");
+  char password[BUS_PASSWORD_MAX + 1] = "";
+  if (o->nats_password_file) {
+    llb_status st = bus_password_file_read(o->nats_password_file, password, sizeof password);
+    if (st != LLB_STATUS_OK) return st;
+    bo.user = o->nats_user;
+    bo.password = password;
+  }
+  llb_status st = bus_connect(&bo, out);
+  memset(password, 0, sizeof password);
+  return st;
 }
 
 /* --- JSON ----------------------------------------------------------------------------- */

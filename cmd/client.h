@@ -28,6 +28,8 @@
 /* Everything a client command can be told (strings borrowed from argv). */
 struct client_options {
   const char *nats_url;  /* NULL = nats://127.0.0.1:4222 */
+  const char *nats_user; /* NULL = none (or the URL's user); with nats_password_file */
+  const char *nats_password_file; /* file holding nats_user's password (mode 0600) */
   const char *prefix;    /* NULL = "llm" */
   const char *tenant;    /* NULL = "default" */
   struct llb_sampling_params sp; /* output_kind DELTA, max_tokens CLIENT_DEFAULT_MAX_TOKENS */
@@ -42,7 +44,7 @@ struct client_options {
 void client_options_init(struct client_options *o);
 
 /* Parses argv[*i] if it is one of the shared flags (--nats --prefix --tenant --temperature
- * --top-p --top-k --min-p --max-tokens --seed --stop (repeatable) --n --raw --system
+ * --nats-user --nats-password-file --top-p --top-k --min-p --max-tokens --seed --stop (repeatable) --n --raw --system
  * --chat-template --json
  * --timeout-s), consuming its value (*i advances). Returns 1 when consumed, 0 when argv[*i]
  * is not one of them, -1 on a bad or missing value (printed to stderr, prefixed by `cmd`). */

@@ -1,6 +1,6 @@
 /* llmbus-input-processor: GenerateRequest → EngineCoreRequest(s) on the bus
  * (actors/input_processor/actor.h). Flags: the common actor flags (cmd/actor_main.h) plus
- * --max-model-len, --tenant and --router. */
+ * --max-model-len, --tenant, --router, --tenant-limits and --tenant-limit-ttl-ms. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -11,6 +11,8 @@ struct inproc_main {
   int32_t max_model_len;
   const char *tenant;
   const char *router;
+  const char *tenant_limits;
+  int64_t tenant_limit_ttl_ms;
   struct inproc_actor *actor;
 };
 
@@ -22,6 +24,8 @@ static llb_status inproc_main_start(struct actor_main *am, void *user) {
       .tenant = m->tenant,
       .engine_id = am->common.engine_id,
       .router = m->router,
+      .tenant_limits_file = m->tenant_limits,
+      .tenant_limit_ttl_ms = m->tenant_limit_ttl_ms,
   };
   llb_status st = inproc_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -36,7 +40,8 @@ static void inproc_main_destroy(struct actor_main *am, void *user) {
 }
 
 int main(int argc, char **argv) {
-  struct inproc_main m = {.max_model_len = 0, .tenant = "*", .router = "cache-aware"};
+  struct inproc_main m = {.max_model_len = 0, .tenant = "*", .router = "cache-aware",
+                         .tenant_limit_ttl_ms = 30 * 60 * 1000};
   const struct actor_flag flags[] = {
       {"max-model-len", ACTOR_FLAG_KIND_INT32, &m.max_model_len,
        "context length in tokens (prompt + output); 0 = min(model context, 4096)", NULL},
@@ -46,6 +51,11 @@ int main(int argc, char **argv) {
        "engine choice among the engines announcing themselves on <prefix>.engine.*.stats: "
        "cache-aware (prefix affinity unless loads are imbalanced) | least-loaded | random; "
        "--engine-id is the engine used while none is known", NULL},
+      {"tenant-limits", ACTOR_FLAG_KIND_STRING, &m.tenant_limits,
+       "tenants file with per-tenant limits (max_concurrent=, max_queued=, tokens_per_s=, burst_tokens=): "
+       "429 with Retry-After over them", NULL},
+      {"tenant-limit-ttl-ms", ACTOR_FLAG_KIND_INT64, &m.tenant_limit_ttl_ms,
+       "forget a request counted against its tenant after this long (a lost request)", NULL},
   };
   const struct actor_main_spec spec = {
       .actor = "input_processor",

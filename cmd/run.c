@@ -2,6 +2,7 @@
  * + every actor, cmd/supervisor.h), waits until each actor's heartbeat says ready, sends the
  * prompt as `llmbus generate` does (cmd/client.h), streams the answer, and stops everything:
  * no process is left behind, also after Ctrl-C or an error. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "base/log.h"
 #include "cmd/client.h"
 #include "cmd/commands.h"
+#include "cmd/serve_nats_config.h"
 #include "cmd/supervisor.h"
 #include "schemas/control.h"
 
@@ -204,13 +206,22 @@ int cmd_run(int argc, char **argv) {
 
   struct run_ctx r = {0};
   struct bus *bus = NULL;
+  struct serve_nats_auth *auth = NULL;
+  char operator_password_file[PATH_MAX + 80] = "";
   int rc = 1;
   r.specs = calloc(SUPERVISOR_MAX_CHILDREN, sizeof *r.specs);
   so.model_path = model;
   if (!r.specs || build_specs(&r, &so, verbose) != 0) goto done;
   struct supervisor_config cfg;
   supervisor_config_init(&cfg);
-  llb_status st = supervisor_create(&cfg, &r.sup);
+  llb_status st = serve_nats_auth_apply(&so, r.specs, r.num_specs, &cfg, &auth);
+  if (st == LLB_STATUS_OK && auth) {
+    /* the command line's own client logs in as the operator (cmd/serve_nats_config.h) */
+    st = serve_nats_auth_password_file(auth, "operator", operator_password_file, sizeof operator_password_file);
+    o.nats_user = "operator";
+    o.nats_password_file = operator_password_file;
+  }
+  if (st == LLB_STATUS_OK) st = supervisor_create(&cfg, &r.sup);
   for (int i = 0; st == LLB_STATUS_OK && i < r.num_specs; i++) st = supervisor_add_child(r.sup, &r.specs[i]);
   if (st == LLB_STATUS_OK) st = supervisor_start(r.sup);
   if (st != LLB_STATUS_OK) {
@@ -238,6 +249,7 @@ done:
   bus_destroy(bus);
   if (r.sup && supervisor_stop(r.sup) != LLB_STATUS_OK) fprintf(stderr, "%s: some actors needed SIGKILL\n", cmd);
   supervisor_destroy(r.sup);
+  serve_nats_auth_destroy(auth);
   free(r.specs);
   return rc;
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "cmd/serve_nats_config.h"
 #include "cmd/supervisor.h"
 
 #define BUS_TOKEN_MAX_SERVE 72 /* an engine id (a subject token of <= 64 bytes) and its index */
@@ -70,6 +71,8 @@ static const struct {
     {"otlp-endpoint", true, A_ALL, "every actor exports its spans as OTLP/HTTP JSON to URL/v1/traces"},
     {"trace-sample-ratio", true, A_ALL, "fraction of new traces sampled (head sampling; default 1.0)"},
     {"trace-publish", false, A_ALL, "every actor also publishes its span batches on <prefix>.trace.<actor>"},
+    {"api-key", true, A_API, "HTTP needs `Authorization: Bearer KEY` (tenant default; shows in ps)"},
+    {"api-keys", true, A_API, "file of `KEY TENANT` lines (mode 0600): HTTP keys and their tenants"},
     {"heartbeat-ms", true, A_ALL,
      "heartbeat interval of every actor (a worker / kv_manager silent for 3 is dead; default 2000)"},
 };
@@ -243,7 +246,8 @@ static int actor_port_arg(const char *s, int min, int64_t *out) {
 
 static void serve_usage(FILE *f) {
   fprintf(f,
-          "usage: llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--engines N] [--help]\n"
+          "usage: llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--engines N] [--tenants FILE]\n"
+          "                    [--help]\n"
           "\n"
           "Runs the whole llmbus stack under one supervisor until Ctrl-C / SIGTERM:\n"
           "every actor process, restarted if it dies, and (without --nats) an embedded\n"
@@ -261,6 +265,9 @@ static void serve_usage(FILE *f) {
           "  --metrics-host H  address of those listeners (default 127.0.0.1)\n"
           "  --nats-monitor-port P  the embedded nats-server's monitoring port on 127.0.0.1\n"
           "                    (default -1: a free one, logged in event=nats_ready; 0 = none)\n"
+          "  --tenants FILE    tenants and their limits, one a line: a NATS account each (embedded\n"
+          "                    server only; default: the one tenant \"default\"); every actor logs in\n"
+          "                    as its own user, password generated per run (cmd/serve_nats_config.h)\n"
           "  --help            this text\n"
           "\nengine flags, passed on to the actors that take them:\n", SERVE_DEFAULT_METRICS_PORT);
   for (int i = 0; i < NUM_ENGINE_FLAGS; i++) {
@@ -281,6 +288,7 @@ int cmd_serve(int argc, char **argv) {
       {"metrics-port", required_argument, NULL, 'P'},
       {"metrics-host", required_argument, NULL, 'A'},
       {"nats-monitor-port", required_argument, NULL, 'M'},
+      {"tenants", required_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -333,6 +341,7 @@ int cmd_serve(int argc, char **argv) {
           usage_rc = 2;
         }
         break;
+      case 't': so.tenants_file = optarg; break;
       case 'h': serve_usage(stdout); usage_rc = 0; break;
       default: serve_usage(stderr); usage_rc = 2; break;
     }
@@ -358,6 +367,7 @@ int cmd_serve(int argc, char **argv) {
   if (!specs) return 1;
   int rc = 1;
   struct supervisor *sup = NULL;
+  struct serve_nats_auth *auth = NULL;
   int n = serve_actor_specs(&so, specs, SUPERVISOR_MAX_CHILDREN);
   if (n < 0) {
     fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
@@ -375,6 +385,10 @@ int cmd_serve(int argc, char **argv) {
   cfg.nats_url = so.nats_url;
   cfg.nats_monitor_port = (int)monitor_port;
   log_metrics_ports(&so, specs, n);
+  if (serve_nats_auth_apply(&so, specs, n, &cfg, &auth) != LLB_STATUS_OK) {
+    fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
+    goto done;
+  }
   if (supervisor_create(&cfg, &sup) != LLB_STATUS_OK) {
     fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
     goto done;
@@ -391,6 +405,7 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
 done:
   supervisor_destroy(sup);
+  serve_nats_auth_destroy(auth);
   free(specs);
   return rc;
 }

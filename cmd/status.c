@@ -179,11 +179,14 @@ static void print_json(const struct status_view *v) {
 
 static void status_usage(FILE *f) {
   fprintf(f,
-          "usage: llmbus status [--nats URL] [--prefix P] [--wait-ms MS] [--json]\n"
+          "usage: llmbus status [--nats URL] [--nats-user U --nats-password-file F] [--prefix P] [--wait-ms MS]\n"
+          "                     [--json]\n"
           "\n"
           "Lists the engines (from <prefix>.engine.*.stats) and the actors (from their\n"
           "heartbeats on <prefix>.health.>) on the bus, with their load.\n"
           "  --nats URL    NATS server (default nats://127.0.0.1:4222)\n"
+          "  --nats-user U --nats-password-file F  NATS login; under `llmbus serve` the user\n"
+          "                operator, its password in serve's credentials directory\n"
           "  --prefix P    subject prefix (default llm)\n"
           "  --wait-ms MS  how long to listen (default 2500: one heartbeat interval and more)\n"
           "  --json        one JSON object instead of tables\n");
@@ -207,7 +210,8 @@ int cmd_status(int argc, char **argv) {
       }
       continue;
     }
-    if (strcmp(argv[i], "--nats") != 0 && strcmp(argv[i], "--prefix") != 0 && strcmp(argv[i], "--json") != 0) {
+    if (strcmp(argv[i], "--nats") != 0 && strcmp(argv[i], "--prefix") != 0 && strcmp(argv[i], "--json") != 0 &&
+        strcmp(argv[i], "--nats-user") != 0 && strcmp(argv[i], "--nats-password-file") != 0) {
       fprintf(stderr, "llmbus status: unknown option %s\n", argv[i]);
       status_usage(stderr);
       return 2;

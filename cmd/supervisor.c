@@ -354,6 +354,10 @@ static llb_status start_nats(struct supervisor *s) {
     if (st == LLB_STATUS_OK) st = child_spec_add_arg(&c->spec, "-sd");
     if (st == LLB_STATUS_OK) st = child_spec_add_arg(&c->spec, js_dir);
   }
+  if (st == LLB_STATUS_OK && s->cfg.nats_config_file) {
+    st = child_spec_add_arg(&c->spec, "-c");
+    if (st == LLB_STATUS_OK) st = child_spec_add_arg(&c->spec, s->cfg.nats_config_file);
+  }
   if (st != LLB_STATUS_OK) return st;
   if ((st = start_child(s, c)) != LLB_STATUS_OK) return st;
   int64_t deadline = llb_now_ns() + s->cfg.nats_ready_timeout_ms * 1000000;

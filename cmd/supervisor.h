@@ -69,6 +69,7 @@ struct serve_options {
   int metrics_port;       /* actor i (serve_actors order) gets --metrics-port metrics_port + i;
                            * 0 = no metrics listeners */
   const char *metrics_host; /* their --metrics-host; NULL = the actors' default (127.0.0.1) */
+  const char *tenants_file; /* `--tenants FILE` (cmd/serve_nats_config.h); NULL = tenant "default" */
   struct serve_engine_flag engine_flags[SERVE_MAX_ENGINE_FLAGS];
   int num_engine_flags;
 };
@@ -95,6 +96,9 @@ struct supervisor_config {
   const char *nats_url;        /* NULL: start an embedded nats-server */
   const char *nats_server_bin; /* NULL: /usr/sbin/nats-server, else "nats-server" in PATH */
   bool jetstream;              /* embedded server with -js (default true) */
+  const char *nats_config_file; /* embedded server with -c FILE (accounts, users: see
+                                 * cmd/serve_nats_config.h); NULL = none (no auth);
+                                 * borrowed: must outlive the supervisor */
   int64_t nats_ready_timeout_ms; /* default 10000 */
   int nats_monitor_port;       /* embedded server's HTTP monitoring port on 127.0.0.1 (-m):
                                 * 0 (default) none, -1 a free one, else that port */

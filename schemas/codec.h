@@ -114,6 +114,7 @@ struct llb_error_info {
   int32_t code;
   struct llb_str message;
   struct llb_str field; /* the offending field, or "" */
+  int64_t retry_after_ms; /* QUEUE_FULL of a per-tenant limit: ms until a retry can succeed; 0 = unknown */
 };
 
 /* vLLM v1 LogprobsLists, row-major. num_tokens 0 = absent. */

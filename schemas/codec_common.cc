@@ -375,17 +375,24 @@ fb::Offset<llmbus::ErrorInfo> enc_error(Enc &e, const llb_error_info &err, const
   auto fld = e.str(err.field, "field");
   if (!e.ok())
     return 0;
-  return llmbus::CreateErrorInfo(e.b, err.code, message, fld);
+  if (err.retry_after_ms < 0) {
+    e.fail(LLB_STATUS_INVALID_ARGUMENT, field, "retry_after_ms %lld < 0", (long long)err.retry_after_ms);
+    return 0;
+  }
+  return llmbus::CreateErrorInfo(e.b, err.code, message, fld, err.retry_after_ms);
 }
 
 bool dec_error(Dec &d, const llmbus::ErrorInfo *t, llb_error_info *out, const char *field) {
-  *out = llb_error_info{0, {"", 0}, {"", 0}};
+  *out = llb_error_info{0, {"", 0}, {"", 0}, 0};
   if (!t)
     return true;
   Scope s(d, field, 0);
   if (t->code() < 0 || t->code() >= LLB_STATUS_COUNT)
     return d.fail(LLB_STATUS_MALFORMED, "code", "%d is not an llb_status", t->code());
   out->code = t->code();
+  if (t->retry_after_ms() < 0)
+    return d.fail(LLB_STATUS_MALFORMED, "retry_after_ms", "%lld < 0", (long long)t->retry_after_ms());
+  out->retry_after_ms = t->retry_after_ms();
   return d.str(t->message(), &out->message, "message") && d.str(t->field(), &out->field, "field");
 }
 

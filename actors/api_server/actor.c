@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "actors/api_server/actor_internal.h"
+#include "actors/api_server/api_keys.h"
 #include "actors/api_server/http_deadline.h"
 #include "actors/api_server/api_metrics.h"
 #include "actors/api_server/api_request.h"
@@ -65,7 +66,9 @@ static void publish_abort(struct api_actor *a, struct api_sub *s) {
   struct llb_abort_request ab = {.request_id = llb_str_c(s->engine_id)};
   struct llb_buf buf = {0};
   llb_status st = llb_abort_request_encode_buf(&ab, &buf);
-  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->abort_subject, buf.data, buf.len, NULL);
+  char subject[BUS_SUBJECT_MAX];
+  if (st == LLB_STATUS_OK) st = bus_subject_abort(bus_prefix(a->bus), s->call->tenant, subject, sizeof subject);
+  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, subject, buf.data, buf.len, NULL);
   llb_buf_free(&buf);
   if (st != LLB_STATUS_OK)
     LLB_LOG_WARN("abort_publish_failed", "request_id=%s error=\"%s\"", s->engine_id, llb_err_last());
@@ -227,6 +230,7 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
   if (ro->error.code != 0) {
     struct api_error e;
     api_error_from_status(ro->error.code, ro->error.message.data, ro->error.field.data, &e);
+    e.retry_after_s = (ro->error.retry_after_ms + 999) / 1000; /* a per-tenant rate says when */
     if (is_tokenize_call(c)) api_tokenize_map_error(&c->tok, &e);
     s->finished = true;
     call_fail(c, &e);
@@ -298,8 +302,8 @@ static void handle_item(struct api_actor *a, struct inbox_item *it) {
   struct api_call *c = s->call;
   if (it->no_responders) {
     struct api_error e;
-    api_error_set(&e, 503, NULL, "no input processor is serving %s (is the engine running?)",
-                  a->generate_subject);
+    api_error_set(&e, 503, NULL, "no input processor is serving %s.generate.%s (is the engine running, "
+                  "and the tenant served?)", bus_prefix(a->bus), c->tenant);
     s->finished = true;
     if (c->client_gone) {
       if (all_subs_settled(c)) call_free(c);
@@ -427,7 +431,7 @@ static void make_id(struct api_actor *a, enum api_endpoint ep, char *buf, size_t
 /* Completions and chat (ep), or a tokenize call (/tokenize, /detokenize, /v1/models/{id}:
  * one GenerateRequest on the tokenize subject, `model` = the path's id for the last). */
 static void handle_generate(struct api_actor *a, struct evhttp_request *req, enum api_endpoint ep,
-                            const char *model) {
+                            const char *model, const char *tenant) {
   struct api_error e;
   struct evbuffer *in = evhttp_request_get_input_buffer(req);
   size_t len = evbuffer_get_length(in);
@@ -449,6 +453,7 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
     return;
   }
   c->a = a;
+  c->tenant = tenant;
   c->t_start_ns = llb_now_ns();
   trace_begin(c, req);
   struct api_parse_options po = {.served_model = a->model_name};
@@ -509,9 +514,13 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
     else api_request_to_generate(&c->parsed, i, rid, &sp, &gr);
     llb_status st = llb_generate_request_encode_buf(&gr, &a->enc);
     if (st == LLB_STATUS_OK) {
-      struct bus_out_msg m = {.subject = tok ? a->tokenize_subject : a->generate_subject, .reply = reply,
-                              .data = a->enc.data, .len = a->enc.len, .trace = &c->span.ctx};
-      st = bus_publish_msg(a->bus, &m);
+      char subject[BUS_SUBJECT_MAX];
+      if (snprintf(subject, sizeof subject, "%s.%s.%s", bus_prefix(a->bus), tok ? "tokenize" : "generate",
+                   c->tenant) >= (int)sizeof subject)
+        st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subject of tenant %s too long", c->tenant);
+      struct bus_out_msg m = {.subject = subject, .reply = reply, .data = a->enc.data, .len = a->enc.len,
+                              .trace = &c->span.ctx};
+      if (st == LLB_STATUS_OK) st = bus_publish_msg(a->bus, &m);
     }
     if (st != LLB_STATUS_OK) {
       if (st == LLB_STATUS_TOO_LARGE)
@@ -543,6 +552,14 @@ static void on_request(struct evhttp_request *req, void *arg) {
                 {"/health", false},        {"/metrics", false},            {"/tokenize", true},
                 {"/detokenize", true},     {"/version", false},            {"/v1/models/", false}};
   api_http_echo_request_id(req);
+  const char *tenant = a->tenant;
+  if (a->o.api_keys) {
+    tenant = api_keys_tenant_of(a->o.api_keys, evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"));
+    if (!tenant) {
+      api_http_send_unauthorized(a, req);
+      return;
+    }
+  }
   int route = -1;
   for (int i = 0; i < (int)(sizeof routes / sizeof routes[0]); i++)
     if (strcmp(path, routes[i].path) == 0) route = i;
@@ -568,15 +585,15 @@ static void on_request(struct evhttp_request *req, void *arg) {
     return;
   }
   switch (route) {
-    case 0: handle_generate(a, req, API_ENDPOINT_COMPLETIONS, NULL); break;
-    case 1: handle_generate(a, req, API_ENDPOINT_CHAT, NULL); break;
+    case 0: handle_generate(a, req, API_ENDPOINT_COMPLETIONS, NULL, tenant); break;
+    case 1: handle_generate(a, req, API_ENDPOINT_CHAT, NULL, tenant); break;
     case 2: api_route_models(a, req); break;
     case 3: api_route_health(a, req); break;
     case 4: api_route_metrics(a, req); break;
-    case 5: handle_generate(a, req, API_ENDPOINT_TOKENIZE, NULL); break;
-    case 6: handle_generate(a, req, API_ENDPOINT_DETOKENIZE, NULL); break;
+    case 5: handle_generate(a, req, API_ENDPOINT_TOKENIZE, NULL, tenant); break;
+    case 6: handle_generate(a, req, API_ENDPOINT_DETOKENIZE, NULL, tenant); break;
     case 7: api_route_version(a, req); break;
-    default: handle_generate(a, req, API_ENDPOINT_MODEL_INFO, model_id); break;
+    default: handle_generate(a, req, API_ENDPOINT_MODEL_INFO, model_id, tenant); break;
   }
 }
 

@@ -52,7 +52,13 @@
 struct api_actor_options {
   const char *http_addr;           /* "HOST:PORT"; NULL = "127.0.0.1:8000"; port 0 = any */
   const char *model_name;          /* served model id; required */
-  const char *tenant;              /* NULL = "default" */
+  const char *tenant;              /* NULL = "default"; the tenant of every request when
+                                      api_keys is NULL */
+  const struct api_keys *api_keys; /* NULL = no authentication; else every route (/health and
+                                      /metrics included) needs `Authorization: Bearer KEY`
+                                      (401 otherwise) and a request is published on its
+                                      key's tenant's subjects (api_keys.h). Borrowed:
+                                      outlives the actor */
   size_t max_body_bytes;           /* 0 = 1 MiB */
   int64_t request_timeout_s;       /* HTTP read/write inactivity limit, and the time a whole
                                       request may take to arrive; 0 = 10 */
@@ -66,6 +72,7 @@ struct api_actor_options {
 };
 
 struct api_actor;
+struct api_keys;
 
 /* Checks the options and creates the actor (nothing bound yet). Errors: INVALID_ARGUMENT
  * naming the option, OUT_OF_MEMORY. *out: api_actor_destroy(). */

@@ -53,6 +53,7 @@ struct api_call {
   struct api_tokenize tok;          /* /tokenize, /detokenize, /v1/models/{id}: tok.endpoint set */
   struct api_response resp;
   struct api_sub *subs;             /* [num_subs] */
+  const char *tenant;               /* whose subjects: the key's tenant, or the actor's */
   int32_t num_subs;
   bool headers_sent, client_gone;
   int64_t t_start_ns, t_first_token_ns, t_last_token_ns;
@@ -111,6 +112,10 @@ void api_http_send_body(struct evhttp_request *req, int status, const char *ctyp
                         size_t len);
 /* Sends `e` as OpenAI's error object and counts it in the metrics (loop thread). */
 void api_http_send_error(struct api_actor *a, struct evhttp_request *req, const struct api_error *e);
+
+/* 401 in OpenAI's shape (code invalid_api_key) with `WWW-Authenticate: Bearer` (RFC 6750):
+ * a missing or unknown API key. Says nothing about which. */
+void api_http_send_unauthorized(struct api_actor *a, struct evhttp_request *req);
 /* Sends the rendered JSON `b` with 200 when render_status is OK, else a 500 error object
  * saying the response could not be rendered (loop thread). */
 void api_http_send_rendered(struct api_actor *a, struct evhttp_request *req, llb_status render_status,

@@ -15,6 +15,7 @@ static const char *reason_phrase(int status) {
   switch (status) {
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 413: return "Payload Too Large";
@@ -43,11 +44,24 @@ void api_http_send_error(struct api_actor *a, struct evhttp_request *req, const 
     evhttp_send_error(req, 500, NULL);
     return;
   }
-  /* A full queue clears within a step or two; vLLM's clients and OpenAI's back off on this. */
-  if (e->http_status == 429) evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+  /* A full queue clears within a step or two; a tenant's token bucket says when it refills.
+   * vLLM's clients and OpenAI's back off on this. */
+  if (e->http_status == 429) {
+    char secs[24];
+    snprintf(secs, sizeof secs, "%lld", (long long)(e->retry_after_s > 0 ? e->retry_after_s : 1));
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", secs);
+  }
   api_http_send_body(req, e->http_status, "application/json", b.data, b.len);
   api_buf_free(&b);
   api_metrics_request_failed(a->metrics, e->http_status);
+}
+
+void api_http_send_unauthorized(struct api_actor *a, struct evhttp_request *req) {
+  struct api_error e;
+  api_error_set(&e, 401, NULL, "missing or incorrect API key: send `Authorization: Bearer YOUR_KEY`");
+  snprintf(e.code, sizeof e.code, "invalid_api_key");
+  evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+  api_http_send_error(a, req, &e);
 }
 
 void api_http_echo_request_id(struct evhttp_request *req) {

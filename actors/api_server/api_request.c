@@ -70,6 +70,7 @@ int api_error_set(struct api_error *e, int http_status, const char *param, const
   snprintf(e->type, sizeof e->type, "%s", error_type(http_status));
   snprintf(e->param, sizeof e->param, "%s", param ? param : "");
   e->code[0] = '\0';
+  e->retry_after_s = 0;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(e->message, sizeof e->message, fmt, ap);

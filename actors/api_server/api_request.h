@@ -46,6 +46,7 @@ struct api_error {
   char param[96];   /* offending field, "" = null */
   char code[40];    /* machine-readable code ("model_not_found"), "" = null */
   char message[600];
+  int64_t retry_after_s; /* 429: the Retry-After header; 0 = 1 s (a full queue clears in a step) */
 };
 
 /* Sets `e` (printf-style message); returns `e->http_status`. */

@@ -9,12 +9,14 @@
 
 #include "actors/input_processor/engine_router.h"
 #include "actors/input_processor/input_processor.h"
+#include "actors/input_processor/tenant_limits.h"
 #include "base/log.h"
 #include "bus/span.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "schemas/control.h"
+#include "schemas/engine_core_outputs.h"
 #include "schemas/engine_core_request.h"
 #include "schemas/generate_request.h"
 #include "schemas/request_output.h"
@@ -22,6 +24,7 @@
 #define DEFAULT_MAX_MODEL_LEN 4096
 #define DEFAULT_EXTERNAL_ID "req" /* a GenerateRequest without request_id */
 #define MALFORMED_REQUEST_ID "malformed"
+#define DEFAULT_TENANT_LIMIT_TTL_MS (30 * 60 * 1000)
 
 struct inproc_actor {
   struct tokenizer *tok;
@@ -32,7 +35,9 @@ struct inproc_actor {
   char engine_id[BUS_TOKEN_MAX + 1]; /* the default engine (DESIGN.md §9: routed otherwise) */
   struct engine_router *router;
   atomic_uint_fast64_t requests, engine_requests, rejected, malformed, no_reply, aborts,
-      publish_errors, tokenize, stats_malformed, routed_by_prefix, routed_fallback;
+      publish_errors, tokenize, stats_malformed, routed_by_prefix, routed_fallback, limited;
+  char outputs_subject[BUS_SUBJECT_MAX];
+  struct tenant_limits *limits; /* NULL = no per-tenant limits */
 };
 
 /* Context length of the model: "<general.architecture>.context_length", capped at 4096.
@@ -100,6 +105,15 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   a->max_model_len = cfg.max_model_len;
   st = inproc_create(a->tok, &cfg, &a->proc);
   if (st != LLB_STATUS_OK) goto fail;
+  if (o->tenant_limits_file) {
+    struct tenant_limits_config *tc = calloc(1, sizeof *tc);
+    st = tc ? tenant_limits_config_load(o->tenant_limits_file, tc) : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "limits");
+    if (st == LLB_STATUS_OK)
+      st = tenant_limits_create(tc, o->tenant_limit_ttl_ms > 0 ? o->tenant_limit_ttl_ms : DEFAULT_TENANT_LIMIT_TTL_MS,
+                                &a->limits);
+    free(tc);
+    if (st != LLB_STATUS_OK) goto fail;
+  }
   gguf_close(f);
   LLB_LOG_INFO("input_processor_ready", "model=%s max_model_len=%d chat_template=%s vocab=%d",
                o->model_path, a->max_model_len, cfg.has_chat_template ? "yes" : "no",
@@ -117,6 +131,7 @@ void inproc_actor_destroy(struct inproc_actor *a) {
   inproc_destroy(a->proc);
   tokenizer_destroy(a->tok);
   engine_router_destroy(a->router);
+  tenant_limits_destroy(a->limits);
   free(a);
 }
 
@@ -135,6 +150,7 @@ void inproc_actor_get_stats(const struct inproc_actor *a, struct inproc_actor_st
   out->stats_malformed = atomic_load(&m->stats_malformed);
   out->routed_by_prefix = atomic_load(&m->routed_by_prefix);
   out->routed_fallback = atomic_load(&m->routed_fallback);
+  out->limited = atomic_load(&m->limited);
 }
 
 struct engine_router *inproc_actor_router(struct inproc_actor *a) { return a->router; }
@@ -147,8 +163,8 @@ static const char *subject_tenant(const char *subject) {
 
 /* Answers `msg` with a final RequestOutput carrying an error (code, message, field). Without
  * a reply subject the error is only counted and logged. */
-static void reply_error(struct inproc_actor *a, const struct bus_msg *msg, const char *request_id,
-                        llb_status code, const char *message, const char *field) {
+static void reply_error_retry(struct inproc_actor *a, const struct bus_msg *msg, const char *request_id,
+                              llb_status code, const char *message, const char *field, int64_t retry_after_ms) {
   char q[320];
   if (!msg->reply || !msg->reply[0]) {
     atomic_fetch_add(&a->no_reply, 1);
@@ -163,6 +179,7 @@ static void reply_error(struct inproc_actor *a, const struct bus_msg *msg, const
   ro.error.code = (int32_t)(code != LLB_STATUS_OK ? code : LLB_STATUS_INTERNAL);
   ro.error.message = llb_str_c(message);
   ro.error.field = llb_str_c(field);
+  ro.error.retry_after_ms = retry_after_ms > 0 ? retry_after_ms : 0;
   struct llb_buf buf = {0};
   llb_status st = llb_request_output_encode_buf(&ro, &buf);
   if (st == LLB_STATUS_OK) st = bus_respond(a->bus, msg, buf.data, buf.len, NULL);
@@ -172,6 +189,11 @@ static void reply_error(struct inproc_actor *a, const struct bus_msg *msg, const
                   llb_log_quote(q, sizeof q, llb_err_last()));
   }
   llb_buf_free(&buf);
+}
+
+static void reply_error(struct inproc_actor *a, const struct bus_msg *msg, const char *request_id,
+                        llb_status code, const char *message, const char *field) {
+  reply_error_retry(a, msg, request_id, code, message, field, 0);
 }
 
 /* Publishes AbortRequests{ids} on engine `eid`'s abort subject. */
@@ -314,6 +336,74 @@ static llb_status publish_children(struct inproc_actor *a, const char *eid, cons
   return LLB_ERRF(st, "publishing to %s: %s", subject, msg);
 }
 
+/* The engine request ids of pr's children (at most INPROC_ACTOR_MAX_N). */
+static int32_t child_ids(const struct inproc_processed *pr, const char **ids) {
+  int32_t n = pr->num_requests < INPROC_ACTOR_MAX_N ? pr->num_requests : INPROC_ACTOR_MAX_N;
+  for (int32_t i = 0; i < n; i++) ids[i] = pr->requests[i].request_id;
+  return n;
+}
+
+/* Answers a request a per-tenant limit refused (429, or 400 for TOO_LARGE). */
+static void refuse(struct inproc_actor *a, const struct bus_msg *msg, const char *tenant, const char *request_id,
+                   llb_status st, int64_t retry_after_ms) {
+  atomic_fetch_add(&a->limited, 1);
+  char q[320];
+  LLB_LOG_INFO("tenant_limited", "tenant=%s request_id=%s retry_after_ms=%lld error=%s", tenant, request_id,
+               (long long)retry_after_ms, llb_log_quote(q, sizeof q, llb_err_last()));
+  reply_error_retry(a, msg, request_id, st, llb_err_last(), "", retry_after_ms);
+}
+
+/* Before tokenizing: a tenant at its max_concurrent / max_queued is refused at once. */
+static bool precheck(struct inproc_actor *a, const struct bus_msg *msg, const char *tenant, const char *request_id,
+                     int32_t n) {
+  if (!a->limits) return true;
+  int64_t retry_after_ms = 0;
+  llb_status st = tenant_limits_precheck(a->limits, tenant, n, llb_now_ns() / 1000000, &retry_after_ms);
+  if (st == LLB_STATUS_OK) return true;
+  refuse(a, msg, tenant, request_id, st, retry_after_ms);
+  return false;
+}
+
+/* Per-tenant limits (tenant_limits.h): true when pr may go to the engine; otherwise the
+ * client got its 429 (or 400) already. A request counts its prompt and max_tokens per child. */
+static bool admit(struct inproc_actor *a, const struct bus_msg *msg, const char *tenant,
+                  const struct inproc_processed *pr) {
+  if (!a->limits) return true;
+  const char *ids[INPROC_ACTOR_MAX_N];
+  int32_t n = child_ids(pr, ids);
+  double cost = 0;
+  for (int32_t i = 0; i < n; i++)
+    cost += (double)pr->num_prompt_tokens + (double)pr->requests[i].sampling_params.max_tokens;
+  int64_t retry_after_ms = 0;
+  llb_status st = tenant_limits_admit(a->limits, tenant, ids, n, cost, llb_now_ns() / 1000000, &retry_after_ms);
+  if (st == LLB_STATUS_OK) return true;
+  refuse(a, msg, tenant, pr->requests[0].parent_request_id, st, retry_after_ms);
+  return false;
+}
+
+static void release(struct inproc_actor *a, const struct inproc_processed *pr) {
+  const char *ids[INPROC_ACTOR_MAX_N];
+  tenant_limits_release(a->limits, ids, child_ids(pr, ids));
+}
+
+/* <prefix>.engine.<eid>.outputs, only with limits: a child's first token and its end. */
+static void on_engine_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  struct inproc_actor *a = user;
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  struct llb_engine_core_outputs eo;
+  if (llb_engine_core_outputs_decode(msg->data, msg->len, &arena, &eo) == LLB_STATUS_OK) {
+    int64_t now_ms = llb_now_ns() / 1000000;
+    for (int32_t i = 0; i < eo.num_outputs; i++) {
+      const struct llb_engine_core_output *o = &eo.outputs[i];
+      tenant_limits_on_output(a->limits, o->request_id.data, o->num_new_token_ids > 0,
+                              o->finish_reason != LLB_FINISH_REASON_NONE, now_ms);
+    }
+  } /* a bad one is the output processor's to report: it reads the same subject */
+  llb_arena_destroy(&arena);
+}
+
 /* Opens the request span R under the sender's span (a NATS request without a traceparent:
  * R is the root of the trace bus_msg started, sampled by the head-sampling ratio) and this
  * actor's own span under R, both starting now. */
@@ -358,6 +448,7 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
                 "a GenerateRequest needs a reply subject (send it as a NATS request)", "reply_to");
     goto done;
   }
+  if (!precheck(a, msg, tenant, ext_id, gr.sampling_params ? gr.sampling_params->n : 1)) goto done;
   struct inproc_generate_request req;
   const char *bad = to_inproc_request(&gr, tenant, msg->reply, &arena, &req);
   if (bad) {
@@ -392,6 +483,7 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
     reply_error(a, msg, ext_id, st, llb_err_last(), "request_id");
     goto done;
   }
+  if (!admit(a, msg, tenant, &pr)) goto done;
   bus_span_attr_str(&proc, "llmbus.request_id", pr.requests[0].parent_request_id);
   bus_span_attr_int(&proc, "llmbus.num_prompt_tokens", pr.num_prompt_tokens);
   bus_span_attr_int(&proc, "llmbus.n", pr.num_requests);
@@ -401,6 +493,7 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
   proc.end_unix_ns = llb_wall_ns();
   st = publish_children(a, choice.engine_id, &req, &pr, &proc.ctx, &rt);
   if (st != LLB_STATUS_OK) {
+    release(a, &pr);
     LLB_LOG_ERROR("engine_publish_failed", "request_id=%s error=%s", pr.requests[0].parent_request_id,
                   llb_log_quote(q, sizeof q, llb_err_last()));
     reply_error(a, msg, pr.requests[0].parent_request_id, st, llb_err_last(), "");
@@ -653,6 +746,13 @@ llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, tok_subj, INPROC_ACTOR_QUEUE_GROUP, on_tokenize, a, NULL);
   /* every replica hears every engine (no queue group): each routes on its own view */
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, stats_subj, NULL, on_stats, a, NULL);
+  if (st == LLB_STATUS_OK && a->limits) { /* every engine's outputs: its requests' first tokens and ends */
+    if (snprintf(a->outputs_subject, sizeof a->outputs_subject, "%s.engine.*.outputs", prefix) >=
+        (int)sizeof a->outputs_subject)
+      st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", prefix);
+    if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, on_engine_outputs, a, NULL);
+    if (st == LLB_STATUS_OK) LLB_LOG_INFO("tenant_limits_on", "outputs=%s", a->outputs_subject);
+  }
   if (st != LLB_STATUS_OK) return st;
   LLB_LOG_INFO("input_processor_subscribed", "generate=%s abort=%s tokenize=%s stats=%s default_engine=%s", gen,
                abort_subj, tok_subj, stats_subj, a->engine_id);

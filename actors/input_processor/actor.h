@@ -55,6 +55,9 @@ struct inproc_actor_options {
   const char *engine_id;   /* the default engine <eid> (until engines announce themselves, or
                               when none is live); NULL = "0" */
   const char *router;      /* "cache-aware" (NULL), "least-loaded" or "random" (engine_router.h) */
+  const char *tenant_limits_file; /* per-tenant limits (tenant_limits.h); NULL = none. With
+                                     limits the actor also reads <prefix>.engine.*.outputs */
+  int64_t tenant_limit_ttl_ms;   /* forget an admitted request after this long; 0 = 30 min */
 };
 
 /* Counters since start (monotonic). */
@@ -70,6 +73,7 @@ struct inproc_actor_stats {
   uint64_t stats_malformed; /* SchedulerStats refused (undecodable, id mismatch, out of range) */
   uint64_t routed_by_prefix;/* requests sent to the engine holding their prefix */
   uint64_t routed_fallback; /* requests sent to the default engine: no live engine known */
+  uint64_t limited;         /* requests refused by a per-tenant limit (429 / 400) */
 };
 
 struct inproc_actor;

@@ -124,6 +124,23 @@ class Stack:
         with open(self.log.name, errors="replace") as f:
             return "".join(f.readlines()[-n:])
 
+    def nats_login(self, user="tenant-default"):
+        """(url, user, password file) of the embedded nats-server `llmbus serve` started: its
+        log's event=nats_ready url=... and the credentials directory of event=nats_auth_generated
+        (cmd/serve_nats_config.h: every client logs in; tenant-default is the default tenant)."""
+        import re
+        with open(self.log.name, errors="replace") as f:
+            text = f.read()
+        url = re.search(r"event=nats_ready url=(\S+)", text)
+        auth = re.search(r"event=nats_auth_generated dir=(\S+)", text)
+        assert url and auth, "serve logged no nats_ready / nats_auth_generated line"
+        return url.group(1), user, os.path.join(auth.group(1), f"{user}.password")
+
+    def nats_cli_args(self, user="tenant-default"):
+        """`--nats URL --nats-user U --nats-password-file F` for llmbus generate/chat/status."""
+        url, user, pw = self.nats_login(user)
+        return ["--nats", url, "--nats-user", user, "--nats-password-file", pw]
+
     def fail(self, why):
         print(f"FAIL: {why}\n--- serve log (tail) ---\n{self.tail()}")
         self.stop()

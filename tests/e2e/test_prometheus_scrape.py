@@ -121,14 +121,10 @@ def main():
         workers = [threading.Thread(target=load, args=(st, stop, counts)) for _ in range(3)]
         for w in workers:
             w.start()
-        nats_url = None
-        for line in st.tail(400).splitlines():
-            if "event=nats_ready" in line:
-                nats_url = line.split("url=", 1)[1].split()[0]
-        assert nats_url, "serve logged no event=nats_ready url="
+        nats_args = st.nats_cli_args()
         llmbus = st.llmbus
         for _ in range(3):  # requests over NATS, not through the api server
-            out = subprocess.run([llmbus, "generate", "--nats", nats_url, "--max-tokens", "6", "--temperature", "0",
+            out = subprocess.run([llmbus, "generate"] + nats_args + ["--max-tokens", "6", "--temperature", "0",
                                   "Name a color."], capture_output=True, timeout=120)
             assert out.returncode == 0, out.stderr[-500:]
             counts["nats"] += 1

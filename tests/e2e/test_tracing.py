@@ -127,13 +127,13 @@ def build_generate_request(prompt):
     return bytes(b.Output())
 
 
-async def nats_request_without_headers(url, data, timeout_s=60):
+async def nats_request_without_headers(url, data, timeout_s=60, user=None, password=None):
     """Publishes `data` on llm.generate.default with a reply inbox and no headers; returns the
     traceparent headers of the replies, until one arrives that ends the request (the last
     reply: the engine's llm_request span is recorded after it)."""
     import nats
     from llmbus.RequestOutput import RequestOutput
-    nc = await nats.connect(url)
+    nc = await nats.connect(url, user=user, password=password)
     try:
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)
@@ -184,14 +184,11 @@ def main():
                   f" http {http_ns / 1e6:.1f} ms, llm_request {(r['end_ns'] - r['start_ns']) / 1e6:.1f} ms")
 
         def nats_request_is_one_trace():
-            m = None
-            with open(stack.log.name, errors="replace") as f:
-                m = re.search(r"event=nats_ready url=(\S+)", f.read())
-            assert m, "no nats_ready line in the serve log"
+            nats_args = stack.nats_cli_args()
             with rx.lock:
                 before = {s["trace_id"] for s in rx.spans}
             t0 = time.monotonic_ns()
-            out = subprocess.run([stack.llmbus, "generate", "--nats", m.group(1), "--temperature", "0",
+            out = subprocess.run([stack.llmbus, "generate"] + nats_args + ["--temperature", "0",
                                   "--max-tokens", "8", "Hello"], capture_output=True, timeout=120)
             e2e_ns = time.monotonic_ns() - t0
             assert out.returncode == 0, out.stderr.decode()[-500:]
@@ -215,9 +212,11 @@ def main():
 
         def nats_request_without_traceparent_starts_a_trace():
             sys.path.insert(0, os.path.join(os.path.dirname(stack.llmbus), "..", "schemas", "python"))
-            with open(stack.log.name, errors="replace") as f:
-                url = re.search(r"event=nats_ready url=(\S+)", f.read()).group(1)
-            headers = asyncio.run(nats_request_without_headers(url, build_generate_request("Hello there")))
+            url, user, pw_file = stack.nats_login()
+            with open(pw_file) as f:
+                password = f.read().strip()
+            headers = asyncio.run(nats_request_without_headers(url, build_generate_request("Hello there"),
+                                                               user=user, password=password))
             ids = {h.split("-")[1] for h in headers if h}
             assert len(ids) == 1 and len(headers) == len([h for h in headers if h]), f"reply traceparents {headers}"
             trace_id = ids.pop()

@@ -51,7 +51,7 @@ static void respond_output(struct bus *bus, const struct bus_msg *msg, const cha
                                   .finished = finished};
   if (error_code) {
     ro.num_outputs = 0;
-    ro.error = (struct llb_error_info){error_code, llb_str_c("must be >= 0, got -1"), llb_str_c("temperature")};
+    ro.error = (struct llb_error_info){error_code, llb_str_c("must be >= 0, got -1"), llb_str_c("temperature"), 0};
   }
   struct llb_buf buf = {0};
   assert_int_equal(llb_request_output_encode_buf(&ro, &buf), LLB_STATUS_OK);

@@ -19,3 +19,6 @@ llb_add_test(test_engine_router SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_engine_ro
              LIBS llmbus_input_processor_actor PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
 llb_add_test(test_request_metrics SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_request_metrics.c
              LIBS llmbus_output_processor_core PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
+# Per-tenant limits of the input processor (owner: tenancy): in flight, queued, token bucket.
+llb_add_test(test_tenant_limits SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tenant_limits.c
+             LIBS llmbus_input_processor_core PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)

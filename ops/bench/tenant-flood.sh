@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Does a flood from tenant A hurt tenant B? TTFT of B alone, then while A floods, with and
+# without A's per-tenant limits (actors/input_processor/tenant_limits.h).
+#
+#   ops/bench/tenant-flood.sh [--build DIR] [--model PATH] [--repeats N]
+#
+# One `llmbus serve` per configuration (tenants a and b, an API key each):
+#   limited   : tenants file `a max_concurrent=$A_MAX_CONCURRENT max_queued=$A_MAX_QUEUED`, `b`
+#   unlimited : `a`, `b` (no limits): what the limits are for
+# In each, `llmbus-bench serve` with b's key measures B ($B_PROMPTS requests one at a time,
+# $B_INPUT-token prompts, $B_OUTPUT tokens): once alone, then while a second llmbus-bench with
+# a's key floods ($A_RATE requests/s, Poisson, up to $A_CONCURRENCY in flight, $A_INPUT-token
+# prompts, $A_OUTPUT tokens, ignore_eos: several times what the engine can serve; its 429s
+# come straight back). Repeats interleaved; prints B's mean and median TTFT per case and the ratio
+# flood / alone, and how many of A's requests were refused. CASES="limited" runs one case.
+# Needs a Release build (make build-release).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$root/build-release
+model=$root/models/SmolLM2-135M-Instruct.Q4_1.gguf
+repeats=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    --repeats) repeats=$2; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "tenant-flood: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+A_MAX_CONCURRENT=${A_MAX_CONCURRENT:-4}
+A_MAX_QUEUED=${A_MAX_QUEUED:-1}
+A_CONCURRENCY=${A_CONCURRENCY:-32}
+A_RATE=${A_RATE:-100}
+A_PROMPTS=${A_PROMPTS:-3000}
+A_INPUT=${A_INPUT:-256}
+A_OUTPUT=${A_OUTPUT:-128}
+B_PROMPTS=${B_PROMPTS:-12}
+B_INPUT=${B_INPUT:-128}
+B_OUTPUT=${B_OUTPUT:-16}
+port=${PORT:-18461}
+bench=$build/cmd/llmbus-bench
+for f in "$build/cmd/llmbus" "$bench" "$model"; do
+  [ -e "$f" ] || { echo "tenant-flood: $f missing (make build-release; ops/fetch-model.sh)" >&2; exit 1; }
+done
+work=$(mktemp -d /tmp/llb-tenant-flood.XXXXXX)
+chmod 700 "$work"
+serve_pid=""
+flood_pid=""
+cleanup() {
+  [ -n "$flood_pid" ] && kill -TERM "$flood_pid" 2>/dev/null && wait "$flood_pid" 2>/dev/null
+  [ -n "$serve_pid" ] && kill -TERM "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+printf 'sk-flood-tenant-a-000001 a\nsk-quiet-tenant-b-000002 b\n' > "$work/keys"
+chmod 600 "$work/keys"
+
+start_serve() { # $1 = tenants file
+  "$build/cmd/llmbus" serve --model "$model" --http "127.0.0.1:$port" --tenants "$1" \
+    --api-keys "$work/keys" > "$work/serve.log" 2>&1 &
+  serve_pid=$!
+  for _ in $(seq 1 600); do
+    curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sk-quiet-tenant-b-000002' \
+      "http://127.0.0.1:$port/health" 2>/dev/null | grep -q 200 && return 0
+    sleep 0.1
+  done
+  echo "tenant-flood: serve not ready; log: $work/serve.log" >&2
+  exit 1
+}
+stop_serve() { kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null; serve_pid=""; }
+
+measure_b() { # $1 = result file, $2 = seed (other prompts each run: no prefix-cache hits)
+  "$bench" serve --base-url "http://127.0.0.1:$port" --model "$model" --api-key sk-quiet-tenant-b-000002 \
+    --num-prompts "$B_PROMPTS" --max-concurrency 1 --input-len "$B_INPUT" --output-len "$B_OUTPUT" \
+    --ignore-eos --seed "$2" --no-progress --no-memory --json > "$1" 2>/dev/null
+}
+start_flood() { # $1 = result file
+  "$bench" serve --base-url "http://127.0.0.1:$port" --model "$model" --api-key sk-flood-tenant-a-000001 \
+    --num-prompts "$A_PROMPTS" --request-rate "$A_RATE" --max-concurrency "$A_CONCURRENCY" \
+    --input-len "$A_INPUT" --output-len "$A_OUTPUT" \
+    --ignore-eos --seed 11 --warmup 0 --no-progress --no-memory --json > "$1" 2>/dev/null &
+  flood_pid=$!
+  sleep 3 # the flood fills the engine before B starts
+}
+stop_flood() { kill -TERM "$flood_pid" 2>/dev/null; wait "$flood_pid" 2>/dev/null; flood_pid=""; }
+
+field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d.get(sys.argv[2], 'nan'))" "$1" "$2"; }
+
+printf 'default\na max_concurrent=%s max_queued=%s\nb\n' "$A_MAX_CONCURRENT" "$A_MAX_QUEUED" > "$work/limited"
+printf 'default\na\nb\n' > "$work/unlimited"
+echo "case,repeat,b_alone_mean_ttft_ms,b_alone_median_ttft_ms,b_flood_mean_ttft_ms,b_flood_median_ttft_ms,ratio_mean,a_refused,b_prompt_tokens_alone,b_prompt_tokens_flood,load_1m"
+for r in $(seq 1 "$repeats"); do
+  for case in ${CASES:-limited unlimited}; do
+    start_serve "$work/$case"
+    measure_b "$work/alone.json" $((100 + 2 * r))
+    start_flood "$work/flood-a.json"
+    measure_b "$work/flood.json" $((101 + 2 * r))
+    a_refused=$(grep -c 'event=tenant_limited tenant=a ' "$work/serve.log")
+    stop_flood
+    stop_serve
+    am=$(field "$work/alone.json" mean_ttft_ms); ad=$(field "$work/alone.json" median_ttft_ms)
+    fm=$(field "$work/flood.json" mean_ttft_ms); fd=$(field "$work/flood.json" median_ttft_ms)
+    ratio=$(python3 -c "print(f'{float($fm)/float($am):.2f}')")
+    ai=$(field "$work/alone.json" total_input_tokens); fi=$(field "$work/flood.json" total_input_tokens)
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    echo "$case,$r,$am,$ad,$fm,$fd,$ratio,$a_refused,$ai,$fi,$load"
+  done
+done

@@ -1,0 +1,10 @@
+# Attacks on `llmbus serve` in its locked-down mode (tests/security/README.md): NATS accounts
+# and permissions, API keys. Python (nats-py + flatc's Python output) from the venv that
+# `make venv` creates; without it, a binary or the model the test prints why and exits 77.
+set(llb_security_py ${CMAKE_SOURCE_DIR}/.venv/bin/python)
+add_test(NAME security_attacks_fail_against_serve
+         COMMAND sh -c "if [ ! -x '${llb_security_py}' ]; then echo 'SKIP: ${llb_security_py} missing (make venv)'; exit 77; fi; exec '${llb_security_py}' \"$0\" \"$@\""
+                 ${CMAKE_CURRENT_LIST_DIR}/test_security.py --pydir ${LLB_SCHEMAS_PYTHON_DIR})
+set_tests_properties(security_attacks_fail_against_serve PROPERTIES
+                     TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "e2e;security" RUN_SERIAL TRUE
+                     ENVIRONMENT "LLMBUS_SOURCE_DIR=${CMAKE_SOURCE_DIR};LLMBUS_BUILD_DIR=${CMAKE_BINARY_DIR};LLMBUS_MODEL=${LLB_DEFAULT_MODEL}")

@@ -1,0 +1,459 @@
+"""Attacks on `llmbus serve` in its locked-down mode, each of which must now fail to do harm.
+
+One stack: `llmbus serve --tenants` (tenants default, a, b) with `--api-keys` (a key for a, one
+for b) and the real model. Over NATS (nats-py) and HTTP, as a hostile client would:
+- a client without credentials, or with a wrong password, cannot connect;
+- tenant a cannot subscribe to everything, to b's subjects, to the engine's subjects or to
+  reply subjects other than its own; it cannot publish on b's generate/abort/tokenize
+  subjects nor on any engine subject (forged EngineCoreRequest, SchedulerOutput, KV reset);
+  the server answers each with a permissions violation, and no actor ever sees the bytes
+  (no `*_malformed` line in the stack's log);
+- an engine actor's user cannot step outside its row of the subject table (the output
+  processor cannot publish to `.execute`, the kv_manager cannot read it) and the front door's
+  users cannot publish on engine subjects;
+- HTTP without a key, or with a wrong one, is 401 in OpenAI's shape on every route
+  (/metrics and /health included); with a's key a completion answers;
+- meanwhile tenant b's stream runs to the end, token for token what it is alone.
+
+usage: test_security.py --pydir DIR   (LLMBUS_BUILD_DIR, LLMBUS_SOURCE_DIR from ctest)
+"""
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"))
+import api_stack  # noqa: E402  (tests/e2e/api_stack.py: serve on a free port, skip rules)
+
+KEY_A = "sk-tenant-a-0123456789abcdef"
+KEY_B = "sk-tenant-b-fedcba9876543210"
+KEY_LIMITED = "sk-tenant-limited-5555555555"
+LIMITS = "limited max_concurrent=1 tokens_per_s=1 burst_tokens=200"
+TIMEOUT_S = 60
+PROMPT = "Name three primary colors."
+
+
+def http(method, url, body=None, key=None, timeout=60.0):
+    """(status, headers, body bytes) of one HTTP call."""
+    req = urllib.request.Request(url, data=body, method=method)
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    if key is not None:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+class SecureStack(api_stack.Stack):
+    """api_stack.Stack with tenants and API keys; /health needs a key, the log names the
+    NATS URL and the per-run credentials directory."""
+
+    def __init__(self, work):
+        tenants = os.path.join(work, "tenants")
+        with open(tenants, "w") as f:
+            f.write(f"# tenants of the security test\ndefault\na\nb\n{LIMITS}\n")
+        keys = os.path.join(work, "api-keys")
+        fd = os.open(keys, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{KEY_A} a\n{KEY_B} b\n{KEY_LIMITED} limited\n")
+        super().__init__(args=["--tenants", tenants, "--api-keys", keys])
+
+    def __enter__(self):
+        if self.external:
+            api_stack.skip("needs its own stack (LLMBUS_API_BASE is set)")
+        import subprocess
+        self.proc = subprocess.Popen(
+            [self.llmbus, "serve", "--model", self.model, "--http", f"127.0.0.1:{self.port}"] + self.args,
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.fail(f"llmbus serve exited with {self.proc.returncode}")
+            try:
+                status, _, _ = http("GET", self.base + "/health", key=KEY_A, timeout=2)
+            except OSError:
+                status = 0
+            if status == 200:
+                break
+            time.sleep(0.25)
+        else:
+            self.fail(f"/health not 200 within {self.ready_timeout_s} s")
+        text = self.log_text()
+        m = re.search(r"event=nats_ready url=(nats://127\.0\.0\.1:\d+)", text)
+        d = re.search(r"event=nats_auth_generated dir=(\S+)", text)
+        if not m or not d:
+            self.fail("no nats_ready / nats_auth_generated line in the serve log")
+        self.nats_url, self.auth_dir = m.group(1), d.group(1)
+        return self
+
+    def log_text(self):
+        self.log.flush()
+        with open(self.log.name, errors="replace") as f:
+            return f.read()
+
+    def password(self, user):
+        with open(os.path.join(self.auth_dir, f"{user}.password")) as f:
+            return f.read().strip()
+
+
+def generate_request(rid):
+    import flatbuffers
+    from llmbus import GenerateRequest as GR, OutputKind, SamplingParams as SP
+    b = flatbuffers.Builder(256)
+    SP.SamplingParamsStart(b)
+    SP.SamplingParamsAddTemperature(b, 0.0)
+    SP.SamplingParamsAddMaxTokens(b, 24)
+    SP.SamplingParamsAddIgnoreEos(b, True)
+    SP.SamplingParamsAddOutputKind(b, OutputKind.OutputKind.Delta)
+    sp = SP.SamplingParamsEnd(b)
+    rid_s = b.CreateString(rid)
+    prompt = b.CreateString(PROMPT)
+    GR.GenerateRequestStart(b)
+    GR.GenerateRequestAddVersion(b, 1)
+    GR.GenerateRequestAddRequestId(b, rid_s)
+    GR.GenerateRequestAddPrompt(b, prompt)
+    GR.GenerateRequestAddSamplingParams(b, sp)
+    root = GR.GenerateRequestEnd(b)
+    b.FinishSizePrefixed(root, file_identifier=b"LGRQ")
+    return bytes(b.Output())
+
+
+class Client:
+    """One nats-py connection that records the server's asynchronous errors (permissions
+    violations arrive that way)."""
+
+    def __init__(self):
+        self.errors = []
+        self.nc = None
+
+    async def connect(self, url, user=None, password=None):
+        import nats
+
+        async def on_error(e):
+            self.errors.append(str(e))
+
+        kw = {"user": user, "password": password} if user else {}
+        self.nc = await nats.connect(url, error_cb=on_error, allow_reconnect=False, connect_timeout=5,
+                                     max_reconnect_attempts=0, **kw)
+        return self
+
+    def violations(self):
+        return [e for e in self.errors if "permissions violation" in e.lower()]
+
+    async def close(self):
+        if self.nc and not self.nc.is_closed:
+            await self.nc.close()
+
+
+async def generate(nc, subject, rid):
+    """Token ids and text of one greedy request on `subject`, to the end (finished)."""
+    from llmbus import RequestOutput as RO
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.publish(subject, generate_request(rid), reply=inbox)
+    ids, text = [], ""
+    while True:
+        msg = await sub.next_msg(timeout=TIMEOUT_S)
+        ro = RO.RequestOutput.GetRootAs(msg.data, 4)
+        assert ro.Error() is None, f"engine error: {ro.Error().Message()}"
+        co = ro.Outputs(0)
+        ids += [co.TokenIds(j) for j in range(co.TokenIdsLength())]
+        text += (co.Text() or b"").decode()
+        if ro.Finished():
+            break
+    await sub.unsubscribe()
+    return ids, text
+
+
+async def expect_no_connect(url, **kw):
+    try:
+        c = await Client().connect(url, **kw)
+    except Exception as e:  # noqa: BLE001 - any refusal will do; report what it was
+        return str(e) or type(e).__name__
+    await c.close()
+    raise AssertionError(f"connected with {kw or 'no credentials'}")
+
+
+async def attacks(stack, results):
+    url = stack.nats_url
+
+    async def case(name, fn):
+        t0 = time.monotonic()
+        try:
+            await fn()
+            print(f"ok   {name} ({time.monotonic() - t0:.2f} s)")
+        except Exception as e:  # noqa: BLE001 - report every failure and go on
+            results.append(name)
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+
+    b = await Client().connect(url, "tenant-b", stack.password("tenant-b"))
+    alone_ids, alone_text = await generate(b.nc, "llm.generate.b", "b-alone")
+    assert alone_ids, "tenant b got no tokens"
+    victim = asyncio.ensure_future(generate(b.nc, "llm.generate.b", "b-victim"))
+
+    async def no_credentials():
+        why = await expect_no_connect(url)
+        print(f"     refused: {why}")
+
+    async def wrong_password():
+        await expect_no_connect(url, user="scheduler", password="not-the-password")
+        await expect_no_connect(url, user="tenant-a", password=stack.password("tenant-b"))
+
+    a = await Client().connect(url, "tenant-a", stack.password("tenant-a"))
+
+    async def tenant_cannot_listen():
+        seen = []
+
+        async def record(m):
+            seen.append(m.subject)
+
+        for subject in (">", "llm.>", "llm.generate.b", "llm.engine.*.outputs", "llm.engine.0.execute", "_R_.>",
+                        "llm.health.>"):
+            await a.nc.subscribe(subject, cb=record)
+        await a.nc.flush()
+        await generate(b.nc, "llm.generate.b", "b-observed")
+        await asyncio.sleep(0.3)
+        assert not seen, f"tenant a received {seen[:5]}"
+        assert len(a.violations()) >= 7, f"expected 7 subscription violations, got {a.errors}"
+
+    async def tenant_cannot_publish_elsewhere():
+        before = len(a.violations())
+        forged = b"\x00" * 64
+        for subject in ("llm.generate.b", "llm.abort.b", "llm.tokenize.b", "llm.engine.0.requests",
+                        "llm.engine.0.abort", "llm.engine.0.execute", "llm.engine.0.kv", "llm.engine.0.outputs",
+                        "llm.health.gpu_worker.x"):
+            await a.nc.publish(subject, forged, reply=a.nc.new_inbox())
+        await a.nc.flush()
+        await asyncio.sleep(0.3)
+        got = len(a.violations()) - before
+        assert got >= 9, f"{got} publish violations for 9 forged messages: {a.errors[-9:]}"
+        # and its own tenant still works
+        ids, _ = await generate(a.nc, "llm.generate.a", "a-own")
+        assert ids == alone_ids, "tenant a's own request differs from b's identical one"
+
+    async def actors_stay_in_their_row():
+        out = await Client().connect(url, "output-processor", stack.password("output-processor"))
+        kv = await Client().connect(url, "kv-manager", stack.password("kv-manager"))
+        api = await Client().connect(url, "api-server", stack.password("api-server"))
+        try:
+            await out.nc.publish("llm.engine.0.execute", b"forged SchedulerOutput")
+            await out.nc.publish("llm.engine.0.kv", b"forged KVStep reset")
+            await kv.nc.subscribe("llm.engine.0.execute")
+            await kv.nc.subscribe("llm.engine.0.requests")
+            await api.nc.publish("llm.engine.0.requests", b"forged EngineCoreRequest")
+            for c in (out, kv, api):
+                await c.nc.flush()
+            await asyncio.sleep(0.3)
+            assert len(out.violations()) >= 2, out.errors
+            assert len(kv.violations()) >= 2, kv.errors
+            assert len(api.violations()) >= 1, api.errors
+        finally:
+            for c in (out, kv, api):
+                await c.close()
+
+    async def victim_untouched():
+        ids, text = await victim
+        assert ids == alone_ids, f"b's stream changed under attack: {text!r} vs {alone_text!r}"
+        bad = [ln for ln in stack.log_text().splitlines() if "_malformed" in ln]
+        assert not bad, f"forged bytes reached an actor: {bad[:3]}"
+
+    async def secrets_never_shown():
+        secrets = [stack.password(u) for u in ("scheduler", "gpu-worker", "api-server", "tenant-a", "tenant-b")]
+        log = stack.log_text()
+        assert not [s for s in secrets if s in log], "a NATS password is in the serve log"
+        shown = []
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            shown += [pid for s in secrets if s in cmd]
+        assert not shown, f"a NATS password is on the command line of pids {shown}"
+        mode = os.stat(stack.auth_dir).st_mode & 0o777
+        assert mode == 0o700, f"credentials directory mode {mode:o}"
+        for name in os.listdir(stack.auth_dir):
+            m = os.stat(os.path.join(stack.auth_dir, name)).st_mode & 0o777
+            assert m == 0o600, f"{name} mode {m:o}"
+
+    await case("credentials_never_in_logs_or_command_lines_and_private", secrets_never_shown)
+    await case("plain_client_without_credentials_cannot_connect", no_credentials)
+    await case("wrong_password_cannot_connect", wrong_password)
+    await case("tenant_cannot_subscribe_to_other_tenants_engine_or_replies", tenant_cannot_listen)
+    await case("tenant_cannot_publish_on_other_tenant_or_engine_subjects", tenant_cannot_publish_elsewhere)
+    await case("engine_actor_users_keep_to_their_subjects", actors_stay_in_their_row)
+    await case("victim_stream_complete_and_identical_and_no_forged_bytes_delivered", victim_untouched)
+    await a.close()
+    await b.close()
+
+
+def http_cases(stack, results):
+    base = stack.base
+    body = json.dumps({"model": stack.model_name, "prompt": PROMPT, "max_tokens": 4, "temperature": 0}).encode()
+
+    def unauthorized():
+        for method, path, data, key in (("POST", "/v1/completions", body, None),
+                                        ("POST", "/v1/completions", body, "sk-wrong-key-000000000"),
+                                        ("POST", "/v1/completions", body, KEY_A + "x"),
+                                        ("GET", "/metrics", None, None), ("GET", "/health", None, None),
+                                        ("GET", "/v1/models", None, "short")):
+            status, headers, out = http(method, base + path, data, key)
+            assert status == 401, f"{method} {path} key={key!r}: {status}"
+            err = json.loads(out)["error"]
+            assert err["code"] == "invalid_api_key" and err["message"], err
+            assert headers.get("WWW-Authenticate") == "Bearer", headers
+
+    def authorized():
+        status, _, out = http("POST", base + "/v1/completions", body, KEY_A)
+        assert status == 200, f"{status}: {out[:200]!r}"
+        assert json.loads(out)["choices"][0]["text"], out
+        status, _, _ = http("GET", base + "/metrics", None, KEY_B)
+        assert status == 200, status
+
+    def limited():
+        """`limited`: 1 request in flight, 1 token/s with a bucket of 200 (prompt + max_tokens)."""
+        import http.client as http_client
+
+        def completion(max_tokens, out):
+            b = json.dumps({"model": stack.model_name, "prompt": PROMPT, "max_tokens": max_tokens,
+                            "temperature": 0, "ignore_eos": True}).encode()
+            out.append(http("POST", base + "/v1/completions", b, KEY_LIMITED))
+
+        # the first streams: once its first event is here it is surely in flight
+        conn = http_client.HTTPConnection("127.0.0.1", stack.port, timeout=60)
+        b = json.dumps({"model": stack.model_name, "prompt": PROMPT, "max_tokens": 150, "temperature": 0,
+                        "ignore_eos": True, "stream": True}).encode()
+        conn.request("POST", "/v1/completions", b, {"Content-Type": "application/json",
+                                                    "Authorization": f"Bearer {KEY_LIMITED}"})
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.status
+        assert resp.readline().startswith(b"data:")
+        second = []
+        completion(4, second)
+        rest = resp.read()
+        conn.close()
+        assert rest.rstrip().endswith(b"data: [DONE]"), rest[-200:]
+        first = [(200,)]
+        assert first[0][0] == 200, first[0][:1]
+        status, headers, out = second[0]
+        assert status == 429, (status, out[:200])
+        assert "max_concurrent" in json.loads(out)["error"]["message"], out
+        assert headers.get("Retry-After") == "1", headers
+        # the first took ~158 of 200 tokens: another 158 now waits for the bucket, and says how long
+        # (the input processor learns that the first ended from the engine's outputs, a moment
+        # after the client has its [DONE]: until then the slot is still taken)
+        third = []
+        for _ in range(100):
+            third.clear()
+            completion(150, third)
+            if third[0][0] != 429 or "max_concurrent" not in json.loads(third[0][2])["error"]["message"]:
+                break
+            time.sleep(0.05)
+        status, headers, out = third[0]
+        assert status == 429, (status, out[:200])
+        assert "tokens_per_s" in json.loads(out)["error"]["message"], out
+        assert int(headers.get("Retry-After", "0")) >= 2, headers
+        # more than the bucket can ever hold: 400, not a 429 to retry forever
+        fourth = []
+        completion(400, fourth)
+        assert fourth[0][0] == 400, fourth[0][:1]
+        assert "burst_tokens" in json.loads(fourth[0][2])["error"]["message"]
+        # and the other tenants are not limited by it
+        status, _, _ = http("POST", base + "/v1/completions", body, KEY_B)
+        assert status == 200, status
+
+    for name, fn in (("http_without_or_with_wrong_key_is_401_everywhere", unauthorized),
+                     ("http_with_a_key_is_served", authorized),
+                     ("per_tenant_limits_answer_429_with_retry_after", limited)):
+        t0 = time.monotonic()
+        try:
+            fn()
+            print(f"ok   {name} ({time.monotonic() - t0:.2f} s)")
+        except Exception as e:  # noqa: BLE001
+            results.append(name)
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+
+
+class DefaultStack(SecureStack):
+    """`llmbus serve --model --http` and nothing else: the default, single-tenant mode."""
+
+    def __init__(self):
+        api_stack.Stack.__init__(self)
+
+    def __enter__(self):
+        api_stack.Stack.__enter__(self)
+        text = self.log_text()
+        m = re.search(r"event=nats_ready url=(nats://127\.0\.0\.1:\d+)", text)
+        d = re.search(r"event=nats_auth_generated dir=(\S+)", text)
+        if not m or not d:
+            self.fail("default mode: no nats_ready / nats_auth_generated line in the serve log")
+        self.nats_url, self.auth_dir = m.group(1), d.group(1)
+        return self
+
+
+async def default_mode_attacks(stack, results):
+    """The default mode is locked down too: one tenant, `default`, and every actor its own user."""
+    url = stack.nats_url
+    try:
+        why = await expect_no_connect(url)
+        print(f"ok   default_mode_plain_client_cannot_connect ({why})")
+        t = await Client().connect(url, "tenant-default", stack.password("tenant-default"))
+        ids, _ = await generate(t.nc, "llm.generate.default", "default-1")
+        assert ids, "tenant default got no tokens"
+        for subject in (">", "llm.engine.0.outputs"):
+            await t.nc.subscribe(subject)
+        for subject in ("llm.engine.0.requests", "llm.engine.0.execute", "llm.engine.0.kv", "llm.generate.other"):
+            await t.nc.publish(subject, b"\x00" * 64)
+        await t.nc.flush()
+        await asyncio.sleep(0.3)
+        assert len(t.violations()) >= 6, t.errors
+        ids2, _ = await generate(t.nc, "llm.generate.default", "default-2")
+        assert ids2 == ids, "the engine answered differently after the forged messages"
+        assert not [ln for ln in stack.log_text().splitlines() if "_malformed" in ln]
+        await t.close()
+        print("ok   default_mode_tenant_cannot_reach_engine_subjects")
+    except Exception as e:  # noqa: BLE001
+        results.append("default_mode")
+        print(f"FAIL default_mode: {type(e).__name__}: {e}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pydir", required=True, help="flatc's Python output (llmbus package)")
+    args = ap.parse_args()
+    try:
+        import flatbuffers  # noqa: F401
+        import nats  # noqa: F401
+    except ImportError as e:
+        api_stack.skip(f"python module missing: {e}")
+    sys.path.insert(0, args.pydir)
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="llmbus-security-") as work:
+        with SecureStack(work) as stack:
+            asyncio.run(attacks(stack, failures))
+            http_cases(stack, failures)
+            alive = stack.proc.poll() is None
+            if not alive:
+                failures.append("serve_still_running")
+            if failures:
+                print(f"--- serve log (tail) ---\n{stack.tail(60)}")
+        n = len(failures)
+        with DefaultStack() as stack:
+            asyncio.run(default_mode_attacks(stack, failures))
+            if len(failures) > n:
+                print(f"--- serve log (tail) ---\n{stack.tail(60)}")
+    print(f"{'FAIL' if failures else 'PASS'}: {len(failures)} failing: {failures}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
