@@ -30,7 +30,7 @@ struct bus_sub {
 
 /* ---- status mapping: the one checked-call path for NATS return codes ---- */
 
-static llb_status map_nats(natsStatus s) {
+llb_status bus_map_nats(natsStatus s) {
   switch (s) {
     case NATS_OK: return LLB_STATUS_OK;
     case NATS_TIMEOUT: return LLB_STATUS_TIMEOUT;
@@ -49,10 +49,6 @@ static llb_status map_nats(natsStatus s) {
   }
 }
 
-/* Records a NATS failure with the caller's location: "<what>: <nats status> (<detail>)". */
-#define BUS_NATS_ERR(s, what)                                                             \
-  llb_err_set(map_nats(s), __FILE__, __func__, __LINE__, "%s: %s (%s)", (what),          \
-              natsStatus_GetText(s), nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "")
 
 /* ---- connection callbacks (run on the client's internal threads) ---- */
 
@@ -262,7 +258,7 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
     goto fail;
   }
   if (s != NATS_OK) {
-    st = LLB_ERRF(map_nats(s) == LLB_STATUS_OK ? LLB_STATUS_CONNECTION : map_nats(s),
+    st = LLB_ERRF(bus_map_nats(s) == LLB_STATUS_OK ? LLB_STATUS_CONNECTION : bus_map_nats(s),
                   "connecting to %s: %s (%s)", b->urls, natsStatus_GetText(s),
                   nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "");
     b->nc = NULL;
@@ -401,7 +397,7 @@ struct event_base *bus_event_base(struct bus *b) { return b->base; }
 
 /* ---- messages ---- */
 
-static void fill_msg(struct bus_msg *bm, natsMsg *m) {
+void bus_fill_msg(struct bus_msg *bm, natsMsg *m) {
   memset(bm, 0, sizeof *bm);
   bm->subject = natsMsg_GetSubject(m);
   const char *reply = natsMsg_GetReply(m);
@@ -438,13 +434,12 @@ static llb_status wrap_owned(natsMsg *m, struct bus_msg **out) {
     natsMsg_Destroy(m);
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "no memory for a message");
   }
-  fill_msg(bm, m);
+  bus_fill_msg(bm, m);
   *out = bm;
   return LLB_STATUS_OK;
 }
 
-/* Builds the natsMsg of `m` with its traceparent and headers, after the size check. */
-static llb_status build_msg(struct bus *b, const struct bus_out_msg *m, const char *reply,
+llb_status bus_build_msg(struct bus *b, const struct bus_out_msg *m, const char *reply,
                             natsMsg **out) {
   if (!b || !m || !m->subject || !*m->subject || (m->len && !m->data))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "publish: NULL bus, subject or data");
@@ -485,7 +480,7 @@ static llb_status build_msg(struct bus *b, const struct bus_out_msg *m, const ch
 
 llb_status bus_publish_msg(struct bus *b, const struct bus_out_msg *m) {
   natsMsg *nm = NULL;
-  llb_status st = build_msg(b, m, m ? m->reply : NULL, &nm);
+  llb_status st = bus_build_msg(b, m, m ? m->reply : NULL, &nm);
   if (st != LLB_STATUS_OK) return st;
   natsStatus s = natsConnection_PublishMsg(b->nc, nm);
   natsMsg_Destroy(nm);
@@ -504,7 +499,7 @@ llb_status bus_request_msg(struct bus *b, const struct bus_out_msg *m, int64_t t
   if (!reply) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bus_request: NULL reply");
   *reply = NULL;
   natsMsg *nm = NULL;
-  llb_status st = build_msg(b, m, NULL, &nm);
+  llb_status st = bus_build_msg(b, m, NULL, &nm);
   if (st != LLB_STATUS_OK) return st;
   natsMsg *rm = NULL;
   natsStatus s = natsConnection_RequestMsg(&rm, b->nc, nm, timeout_ms);
@@ -546,7 +541,7 @@ static void on_msg(natsConnection *nc, natsSubscription *ns, natsMsg *m, void *c
   (void)ns;
   struct bus_sub *s = closure;
   struct bus_msg bm;
-  fill_msg(&bm, m);
+  bus_fill_msg(&bm, m);
   s->fn(s->bus, &bm, s->user);
   natsMsg_Destroy(m);
 }

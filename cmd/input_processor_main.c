@@ -1,6 +1,7 @@
 /* llmbus-input-processor: GenerateRequest → EngineCoreRequest(s) on the bus
  * (actors/input_processor/actor.h). Flags: the common actor flags (cmd/actor_main.h) plus
- * --max-model-len and --tenant. */
+ * --max-model-len, --tenant and --durable. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -10,6 +11,7 @@
 struct inproc_main {
   int32_t max_model_len;
   const char *tenant;
+  bool durable;
   struct inproc_actor *actor;
 };
 
@@ -20,6 +22,7 @@ static llb_status inproc_main_start(struct actor_main *am, void *user) {
       .max_model_len = m->max_model_len,
       .tenant = m->tenant,
       .engine_id = am->common.engine_id,
+      .durable = m->durable,
   };
   llb_status st = inproc_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -40,6 +43,9 @@ int main(int argc, char **argv) {
        "context length in tokens (prompt + output); 0 = min(model context, 4096)", NULL},
       {"tenant", ACTOR_FLAG_KIND_STRING, &m.tenant,
        "serve <prefix>.generate.<tenant> and .abort.<tenant>; * = every tenant", NULL},
+      {"durable", ACTOR_FLAG_KIND_BOOL, &m.durable,
+       "publish EngineCoreRequests into the JetStream requests stream (nats-server -js), each "
+       "confirmed stored; the engine's scheduler must run with --durable too", NULL},
   };
   const struct actor_main_spec spec = {
       .actor = "input_processor",

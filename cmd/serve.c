@@ -1,10 +1,12 @@
 /* `llmbus serve`: the whole stack under one supervisor (see supervisor.h). */
+#include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -139,13 +141,18 @@ int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, i
          child_spec_add_arg(&specs[i], o->http_addr) != LLB_STATUS_OK))
       return -1;
     if (add_engine_flags(o, i, &specs[i]) != LLB_STATUS_OK) return -1;
+    const bool durable_actor = strcmp(serve_actors[i].name, "scheduler") == 0 ||
+                               strcmp(serve_actors[i].name, "input-processor") == 0;
+    if (durable_actor && !o->no_durable && child_spec_add_arg(&specs[i], "--durable") != LLB_STATUS_OK)
+      return -1;
   }
   return n;
 }
 
 static void serve_usage(FILE *f) {
   fprintf(f,
-          "usage: llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--help]\n"
+          "usage: llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--state-dir DIR]\n"
+          "                    [--no-durable] [--help]\n"
           "\n"
           "Runs the whole llmbus stack under one supervisor until Ctrl-C / SIGTERM:\n"
           "every actor process, restarted if it dies, and (without --nats) an embedded\n"
@@ -154,6 +161,11 @@ static void serve_usage(FILE *f) {
           "  --nats URL        use this NATS server (comma-separated list) instead\n"
           "  --model PATH      GGUF model file for the actors that need one\n"
           "  --http HOST:PORT  address of the OpenAI-compatible HTTP front door\n"
+          "  --state-dir DIR   the embedded nats-server's JetStream store (requests not yet\n"
+          "                    finished survive a nats-server or serve restart); default: a\n"
+          "                    temporary directory removed at exit\n"
+          "  --no-durable      requests on a plain subject, not the JetStream stream (a\n"
+          "                    scheduler that dies loses the requests it held)\n"
           "  --help            this text\n"
           "\nengine flags, passed on to the actors that take them:\n");
   for (int i = 0; i < NUM_ENGINE_FLAGS; i++) {
@@ -165,10 +177,13 @@ static void serve_usage(FILE *f) {
 
 int cmd_serve(int argc, char **argv) {
   struct serve_options so = {0};
+  const char *state_dir = NULL;
   static const struct option longopts[] = {
       {"nats", required_argument, NULL, 'n'},
       {"model", required_argument, NULL, 'm'},
       {"http", required_argument, NULL, 'H'},
+      {"state-dir", required_argument, NULL, 's'},
+      {"no-durable", no_argument, NULL, 'D'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -202,6 +217,8 @@ int cmd_serve(int argc, char **argv) {
       case 'n': so.nats_url = optarg; break;
       case 'm': so.model_path = optarg; break;
       case 'H': so.http_addr = optarg; break;
+      case 's': state_dir = optarg; break;
+      case 'D': so.no_durable = true; break;
       case 'h': serve_usage(stdout); usage_rc = 0; break;
       default: serve_usage(stderr); usage_rc = 2; break;
     }
@@ -237,6 +254,13 @@ int cmd_serve(int argc, char **argv) {
   struct supervisor_config cfg;
   supervisor_config_init(&cfg);
   cfg.nats_url = so.nats_url;
+  cfg.state_dir = state_dir;
+  if (state_dir && mkdir(state_dir, 0700) != 0 && errno != EEXIST) {
+    fprintf(stderr, "llmbus serve: cannot create --state-dir %s: %s\n", state_dir, strerror(errno));
+    goto done;
+  }
+  if (state_dir && so.nats_url)
+    LLB_LOG_WARN("state_dir_ignored", "reason=--nats given: the external server keeps its own store");
   if (supervisor_create(&cfg, &sup) != LLB_STATUS_OK) {
     fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
     goto done;

@@ -332,7 +332,8 @@ static llb_status start_nats(struct supervisor *s) {
   c->err_fd = -1;
   c->is_nats = true;
   char js_dir[400];
-  snprintf(js_dir, sizeof js_dir, "%s/js", s->temp_dir);
+  if (s->cfg.state_dir) snprintf(js_dir, sizeof js_dir, "%s", s->cfg.state_dir);
+  else snprintf(js_dir, sizeof js_dir, "%s/js", s->temp_dir);
   llb_status st = child_spec_init(&c->spec, "nats-server", bin);
   const char *args[] = {"-a", "127.0.0.1", "-p", "-1", "--ports_file_dir", s->temp_dir};
   for (size_t i = 0; st == LLB_STATUS_OK && i < sizeof args / sizeof args[0]; i++)

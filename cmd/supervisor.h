@@ -63,6 +63,8 @@ struct serve_options {
   const char *model_path; /* GGUF model; NULL = the actors' default */
   const char *http_addr;  /* "HOST:PORT" of the api_server; NULL = its default */
   const char *bin_dir;    /* where the actor binaries live; NULL = next to /proc/self/exe */
+  bool no_durable;        /* plain requests subject instead of JetStream (scheduler and input
+                             processors get --durable unless this is set) */
   struct serve_engine_flag engine_flags[SERVE_MAX_ENGINE_FLAGS];
   int num_engine_flags;
 };
@@ -89,6 +91,8 @@ struct supervisor_config {
   const char *nats_url;        /* NULL: start an embedded nats-server */
   const char *nats_server_bin; /* NULL: /usr/sbin/nats-server, else "nats-server" in PATH */
   bool jetstream;              /* embedded server with -js (default true) */
+  const char *state_dir;       /* the embedded server's JetStream store (-sd); NULL = under the
+                                * supervisor's temporary directory (gone when serve ends) */
   int64_t nats_ready_timeout_ms; /* default 10000 */
   int64_t stop_timeout_ms;     /* SIGTERM → SIGKILL grace per stop, default 35000: longer than
                                 * the actors' bus drain (30 s), so a drain is never cut */

@@ -9,6 +9,7 @@
 
 #include "actors/input_processor/input_processor.h"
 #include "base/log.h"
+#include "bus/jetstream.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -19,6 +20,8 @@
 #define DEFAULT_MAX_MODEL_LEN 4096
 #define DEFAULT_EXTERNAL_ID "req" /* a GenerateRequest without request_id */
 #define MALFORMED_REQUEST_ID "malformed"
+#define INPROC_DURABLE_PUBLISH_TIMEOUT_MS 5000 /* JetStream's confirmation */
+#define INPROC_DURABLE_START_TIMEOUT_MS 10000  /* the requests stream at start */
 
 struct inproc_actor {
   struct tokenizer *tok;
@@ -29,6 +32,7 @@ struct inproc_actor {
   char engine_id[BUS_TOKEN_MAX + 1];
   char requests_subject[BUS_SUBJECT_MAX];
   char abort_subject[BUS_SUBJECT_MAX];
+  bool durable;
   atomic_uint_fast64_t requests, engine_requests, rejected, malformed, no_reply, aborts,
       publish_errors, tokenize;
 };
@@ -75,6 +79,7 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "input processor actor");
   snprintf(a->tenant, sizeof a->tenant, "%s", tenant);
   snprintf(a->engine_id, sizeof a->engine_id, "%s", eid);
+  a->durable = o->durable;
   llb_status st = gguf_open(o->model_path, &f);
   if (st != LLB_STATUS_OK) goto fail;
   st = tokenizer_load(f, &a->tok);
@@ -223,6 +228,16 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
 
 /* Publishes every child of `pr` to the engine. On a failed publish the children already
  * sent are aborted and the error is returned. */
+
+/* One EngineCoreRequest to the engine: durable (stored in the requests stream, confirmed by
+ * JetStream, so a scheduler that dies later still gets it) or a plain publish. */
+static llb_status publish_engine_request(struct inproc_actor *a, const void *data, size_t len,
+                                         const struct bus_trace_ctx *span) {
+  if (!a->durable) return bus_publish(a->bus, a->requests_subject, data, len, span);
+  const struct bus_out_msg m = {.subject = a->requests_subject, .data = data, .len = len, .trace = span};
+  return bus_js_publish(a->bus, &m, INPROC_DURABLE_PUBLISH_TIMEOUT_MS, NULL);
+}
+
 static llb_status publish_children(struct inproc_actor *a, const struct inproc_generate_request *req,
                                    const struct inproc_processed *pr, const struct bus_trace_ctx *span) {
   struct llb_mm_feature mm[INPROC_MAX_MM_ITEMS];
@@ -262,7 +277,7 @@ static llb_status publish_children(struct inproc_actor *a, const struct inproc_g
         .num_mm_features = pr->num_mm_features,
     };
     st = llb_engine_core_request_encode_buf(&m, &buf);
-    if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->requests_subject, buf.data, buf.len, span);
+    if (st == LLB_STATUS_OK) st = publish_engine_request(a, buf.data, buf.len, span);
     if (st != LLB_STATUS_OK) break;
     atomic_fetch_add(&a->engine_requests, 1);
   }
@@ -493,6 +508,8 @@ llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
   if (st == LLB_STATUS_OK)
     st = bus_subject_engine(prefix, a->engine_id, "abort", a->abort_subject, sizeof a->abort_subject);
   if (st != LLB_STATUS_OK) return st;
+  if (a->durable && (st = bus_js_requests_stream_ensure(bus, 0, INPROC_DURABLE_START_TIMEOUT_MS)))
+    return st;
   char gen[BUS_SUBJECT_MAX], abort_subj[BUS_SUBJECT_MAX], tok_subj[BUS_SUBJECT_MAX];
   snprintf(tok_subj, sizeof tok_subj, "%s.tokenize.%s", prefix, a->tenant);
   if (strcmp(a->tenant, "*") == 0) {

@@ -35,6 +35,7 @@
 #ifndef LLB_ACTORS_INPUT_PROCESSOR_ACTOR_H
 #define LLB_ACTORS_INPUT_PROCESSOR_ACTOR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "bus/bus.h"
@@ -48,6 +49,9 @@ struct inproc_actor_options {
   int32_t max_model_len;   /* tokens; 0 = min(the model's context length, 4096) */
   const char *tenant;      /* subject token or "*" (every tenant); NULL = "*" */
   const char *engine_id;   /* <eid>; NULL = "0" */
+  bool durable;            /* EngineCoreRequests go into the JetStream requests stream, each
+                              confirmed stored before the client's request counts as taken
+                              (bus/jetstream.h); false: plain publish */
 };
 
 /* Counters since start (monotonic). */

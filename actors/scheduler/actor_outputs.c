@@ -133,6 +133,7 @@ cleanup:
       int64_t at = sched_actor_map_find(a, sched_engine_outputs_req_id(lists[l], i));
       if (at < 0) continue;
       if (lists[l]->outputs[i].finish_reason != SCHED_FINISH_REASON_NONE) {
+        sched_actor_durable_done(a, a->map[at]->stream_seq); /* after its last output went out */
         sched_actor_map_remove(a, at, true);
       } else if (!a->map[at]->first_sent) {
         a->map[at]->first_sent = true;
@@ -140,7 +141,10 @@ cleanup:
         a->map[at]->prompt = NULL;
       }
     }
-  for (int64_t i = 0; i < a->num_rejected; i++) sched_actor_meta_free(a->rejected[i]);
+  for (int64_t i = 0; i < a->num_rejected; i++) {
+    sched_actor_durable_done(a, a->rejected[i]->stream_seq);
+    sched_actor_meta_free(a->rejected[i]);
+  }
   a->num_rejected = 0;
   sched_engine_outputs_clear(&a->eo_side, step);
   sched_engine_outputs_clear(&a->eo, step);

@@ -339,7 +339,7 @@ int e2e_stack_start(struct e2e_stack *s, const char *model, const struct e2e_sta
   for (int i = 0; i < E2E_ACTOR_COUNT; i++)
     if (o && o->actor_args[i]) s->via_serve = false;
   double t0 = e2e_now_s();
-  if (nats_test_server_start(&s->srv, 0, false) != 0) return -1;
+  if (nats_test_server_start(&s->srv, 0, true) != 0) return -1; /* JetStream: serve runs durable */
   struct bus_options bo;
   bus_options_init(&bo);
   bo.urls = s->srv.url;
