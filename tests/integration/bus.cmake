@@ -15,3 +15,6 @@ llb_add_test(test_bus_drain SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bus_drain.c
              LIBS llmbus_bus llmbus_nats_test_server PkgConfig::CMOCKA PkgConfig::LIBEVENT
                   Threads::Threads
              LABELS integration bus TIMEOUT 180)
+llb_add_test(test_bus_jetstream SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bus_jetstream.c
+             LIBS llmbus_bus llmbus_nats_test_server PkgConfig::CMOCKA Threads::Threads
+             LABELS integration bus TIMEOUT 180)
