@@ -338,6 +338,22 @@ static const struct child_spec *spec_named(const struct child_spec *specs, int n
   return NULL;
 }
 
+/* Requests go through the JetStream stream by default: the scheduler and the input processor
+ * get --durable (they must agree), no other actor does; --no-durable takes it away. */
+static void test_serve_runs_the_engine_durable_unless_told_not_to(void **state) {
+  (void)state;
+  for (int off = 0; off < 2; off++) {
+    struct serve_options o = {.bin_dir = "/opt/llmbus/bin", .no_durable = off == 1};
+    struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
+    int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
+    assert_true(n > 0);
+    for (int i = 0; i < n; i++) {
+      const bool takes = !strcmp(specs[i].name, "scheduler") || !strcmp(specs[i].name, "input-processor");
+      assert_int_equal(spec_flag(&specs[i], "--durable") != NULL, takes && !off);
+    }
+  }
+}
+
 /* The KV geometry must reach kv_manager, worker and scheduler alike, or they disagree about
  * which blocks exist; flags go only to actors that accept them. */
 static void test_serve_passes_engine_flags_to_the_actors_that_take_them(void **state) {
@@ -520,6 +536,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_killed_child_restarts_and_sigterm_leaves_no_process),
       cmocka_unit_test(test_serve_actor_specs_and_usage),
       cmocka_unit_test(test_serve_passes_engine_flags_to_the_actors_that_take_them),
+      cmocka_unit_test(test_serve_runs_the_engine_durable_unless_told_not_to),
       cmocka_unit_test(test_child_failing_at_every_start_stops_the_supervisor_with_its_error),
       cmocka_unit_test(test_child_failing_after_the_window_keeps_being_restarted),
       cmocka_unit_test(test_serve_ends_with_the_error_of_an_actor_that_cannot_start),
