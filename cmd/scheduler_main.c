@@ -185,7 +185,7 @@ int main(int argc, char **argv) {
        "this long (default 2000; in-progress acks every quarter of it)", NULL},
       {"max-deliver", ACTOR_FLAG_KIND_INT32, &m.cfg.max_deliver,
        "durable: deliveries of one request at most; the next goes to "
-       "<prefix>.engine.<eid>.dead_letter and its client gets an error (default 4)", NULL},
+       "<prefix>.engine.<eid>.dead_letter and its client gets an error (default 3)", NULL},
       {"stats-interval-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.stats_interval_ms,
        "SchedulerStats period on <prefix>.engine.<eid>.stats while there is work (default 1000)", NULL},
   };

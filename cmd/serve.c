@@ -109,10 +109,35 @@ static llb_status add_engine_flags(const struct serve_options *o, int actor, str
   return st;
 }
 
+/* More input processors beside the first, in its queue group: while one restarts, the other
+ * takes the requests (a restart gap refuses nothing). Copies of the first's spec, named
+ * "input-processor-<k>". Returns the new count, or -1. */
+static int add_input_processor_replicas(const struct serve_options *o, struct child_spec *specs, int n,
+                                        int max) {
+  const int replicas = (o->num_input_processors > 0 ? o->num_input_processors : SERVE_DEFAULT_INPUT_PROCESSORS) - 1;
+  int first = -1;
+  for (int i = 0; i < n; i++)
+    if (strcmp(specs[i].name, "input-processor") == 0) first = i;
+  if (first < 0 || n + replicas > max) {
+    LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "serve_actor_specs: room for %d specs needed", n + replicas);
+    return -1;
+  }
+  for (int k = 0; k < replicas; k++) {
+    specs[n] = specs[first];
+    snprintf(specs[n].name, sizeof specs[n].name, "input-processor-%d", k + 2);
+    n++;
+  }
+  return n;
+}
+
 int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, int max) {
   int n = (int)(sizeof serve_actors / sizeof serve_actors[0]);
   if (!o || !specs || max < n) {
     LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "serve_actor_specs: room for %d specs needed", n);
+    return -1;
+  }
+  if (o->num_input_processors < 0 || o->num_input_processors > 8) {
+    LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--input-processors %d: 1 to 8", o->num_input_processors);
     return -1;
   }
   char dir[PATH_MAX];
@@ -146,13 +171,13 @@ int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, i
     if (durable_actor && !o->no_durable && child_spec_add_arg(&specs[i], "--durable") != LLB_STATUS_OK)
       return -1;
   }
-  return n;
+  return add_input_processor_replicas(o, specs, n, max);
 }
 
 static void serve_usage(FILE *f) {
   fprintf(f,
           "usage: llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--state-dir DIR]\n"
-          "                    [--no-durable] [--help]\n"
+          "                    [--no-durable] [--input-processors N] [--help]\n"
           "\n"
           "Runs the whole llmbus stack under one supervisor until Ctrl-C / SIGTERM:\n"
           "every actor process, restarted if it dies, and (without --nats) an embedded\n"
@@ -166,6 +191,8 @@ static void serve_usage(FILE *f) {
           "                    temporary directory removed at exit\n"
           "  --no-durable      requests on a plain subject, not the JetStream stream (a\n"
           "                    scheduler that dies loses the requests it held)\n"
+          "  --input-processors N  input processors in the queue group (default 2: one\n"
+          "                    takes requests while another restarts)\n"
           "  --help            this text\n"
           "\nengine flags, passed on to the actors that take them:\n");
   for (int i = 0; i < NUM_ENGINE_FLAGS; i++) {
@@ -184,6 +211,7 @@ int cmd_serve(int argc, char **argv) {
       {"http", required_argument, NULL, 'H'},
       {"state-dir", required_argument, NULL, 's'},
       {"no-durable", no_argument, NULL, 'D'},
+      {"input-processors", required_argument, NULL, 'I'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -219,6 +247,7 @@ int cmd_serve(int argc, char **argv) {
       case 'H': so.http_addr = optarg; break;
       case 's': state_dir = optarg; break;
       case 'D': so.no_durable = true; break;
+      case 'I': so.num_input_processors = atoi(optarg); if (so.num_input_processors < 1) so.num_input_processors = -1; break;
       case 'h': serve_usage(stdout); usage_rc = 0; break;
       default: serve_usage(stderr); usage_rc = 2; break;
     }

@@ -464,7 +464,10 @@ static void reap(struct supervisor *s, struct child *c, int status) {
   drain_child_stderr(c); /* its last words, before its error line is judged */
   if (s->stopping) return;
   bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  c->fast_fails = failed && up_ms < s->cfg.crash_loop_window_ms ? c->fast_fails + 1 : 0;
+  /* SIGKILL comes from outside (an operator, the OOM killer, a chaos test): the child did not
+   * fail to start, so it does not count towards a crash loop. */
+  bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+  c->fast_fails = failed && !killed && up_ms < s->cfg.crash_loop_window_ms ? c->fast_fails + 1 : 0;
   if (!c->is_nats && s->cfg.crash_loop_max_fails > 0 && c->fast_fails >= s->cfg.crash_loop_max_fails) {
     LLB_LOG_ERROR("child_crash_loop", "name=%s fails=%d window_ms=%lld action=stop last_error=\"%s\"", c->spec.name,
                   c->fast_fails, (long long)s->cfg.crash_loop_window_ms, c->last_error);

@@ -51,6 +51,7 @@ llb_status child_spec_add_arg(struct child_spec *spec, const char *arg);
 
 /* What `llmbus serve` was asked for (strings borrowed). */
 #define SERVE_MAX_ENGINE_FLAGS 24
+#define SERVE_DEFAULT_INPUT_PROCESSORS 2
 
 /* An engine flag given to `llmbus serve`, passed on to every actor that takes it. */
 struct serve_engine_flag {
@@ -65,6 +66,7 @@ struct serve_options {
   const char *bin_dir;    /* where the actor binaries live; NULL = next to /proc/self/exe */
   bool no_durable;        /* plain requests subject instead of JetStream (scheduler and input
                              processors get --durable unless this is set) */
+  int num_input_processors; /* in the queue group; 0 = SERVE_DEFAULT_INPUT_PROCESSORS, at most 8 */
   struct serve_engine_flag engine_flags[SERVE_MAX_ENGINE_FLAGS];
   int num_engine_flags;
 };
@@ -76,10 +78,13 @@ int serve_engine_flag_add(struct serve_options *o, const char *name, const char 
 /* Whether `name` is an engine flag serve passes on; *takes_value says if it has a value. */
 bool serve_engine_flag_known(const char *name, bool *takes_value);
 
-/* Fills specs[0..max) with the actor programs of a full stack (input processor, scheduler,
- * kv manager, gpu worker, output processor, api server), each with --model / --http as
- * appropriate; the supervisor adds --nats. Returns the number filled, or -1 (error recorded:
- * max too small, paths too long, /proc/self/exe unreadable). Defined in cmd/serve.c. */
+/* Fills specs[0..max) with the actor programs of a full stack (input processors, scheduler,
+ * kv manager, gpu worker, output processor, api server, encoder cache), each with --model /
+ * --http as appropriate, --durable for the scheduler and input processors unless
+ * o->no_durable, and o->num_input_processors input processors ("input-processor",
+ * "input-processor-2", ...); the supervisor adds --nats. Returns the number filled, or -1
+ * (error recorded: max too small, bad count, paths too long, /proc/self/exe unreadable).
+ * Defined in cmd/serve.c. */
 int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, int max);
 
 /* `llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--help]`: runs the stack

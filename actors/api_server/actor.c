@@ -84,7 +84,10 @@ static void detach_http(struct api_call *c) {
 static void call_free(struct api_call *c) {
   struct api_actor *a = c->a;
   detach_http(c);
-  for (int32_t i = 0; i < c->num_subs; i++) table_remove(a, &c->subs[i]);
+  for (int32_t i = 0; i < c->num_subs; i++) {
+    table_remove(a, &c->subs[i]);
+    api_resend_free(&c->subs[i]);
+  }
   if (c->prev) c->prev->next = c->next;
   else a->calls = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -271,6 +274,7 @@ static void handle_item(struct api_actor *a, struct inbox_item *it) {
   struct api_sub *s = table_find(a, it->seq);
   if (!s || s->finished) return; /* a late output of a request already answered */
   struct api_call *c = s->call;
+  if (it->no_responders && !c->client_gone && api_resend_schedule(a, s)) return;
   if (it->no_responders) {
     struct api_error e;
     api_error_set(&e, 503, NULL, "no input processor is serving %s (is the engine running?)",
@@ -486,6 +490,8 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
       struct bus_out_msg m = {.subject = tok ? a->tokenize_subject : a->generate_subject, .reply = reply,
                               .data = a->enc.data, .len = a->enc.len};
       st = bus_publish_msg(a->bus, &m);
+      if (st == LLB_STATUS_OK && api_resend_keep(s, m.subject, reply, m.data, m.len) != LLB_STATUS_OK)
+        LLB_LOG_WARN("generate_not_resendable", "seq=%" PRIu64 " reason=out_of_memory", s->seq);
     }
     if (st != LLB_STATUS_OK) {
       if (st == LLB_STATUS_TOO_LARGE)

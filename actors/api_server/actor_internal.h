@@ -15,6 +15,7 @@
 #include "actors/api_server/actor.h"
 #include "actors/api_server/api_metrics.h"
 #include "actors/api_server/api_request.h"
+#include "actors/api_server/api_resend.h"
 #include "actors/api_server/api_response.h"
 #include "actors/api_server/api_tokenize.h"
 #include "schemas/codec.h"
@@ -41,6 +42,7 @@ struct api_sub {
   char engine_id[256];  /* RequestOutput.request_id, "" until the first output */
   bool finished;        /* final output seen, or aborted */
   struct api_sub *next; /* in the seq table bucket */
+  struct api_resend resend; /* sent again while no input processor takes it (api_resend.h) */
 };
 
 /* One HTTP request in flight. Lives on the loop thread. */

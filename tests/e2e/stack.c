@@ -215,9 +215,12 @@ static int start_serve(struct e2e_stack *s, const struct e2e_stack_options *o) {
     return -1;
   }
   const char *dev = e2e_device();
-  const char *argv[10 + E2E_MAX_ACTOR_ARGS + 1] = {bin, "serve", "--nats", s->srv.url, "--model", s->model,
-                                                   "--http", "127.0.0.1:0"};
-  int n = 8;
+  /* One input processor: the heartbeats here are tracked per actor name, and a second
+   * instance beating with its own pid would look like a restart (tests/chaos/ runs serve's
+   * default of two). */
+  const char *argv[12 + E2E_MAX_ACTOR_ARGS + 1] = {bin, "serve", "--nats", s->srv.url, "--model", s->model,
+                                                   "--http", "127.0.0.1:0", "--input-processors", "1"};
+  int n = 10;
   for (int i = 0; o && o->serve_args && o->serve_args[i] && i < E2E_MAX_ACTOR_ARGS; i++) argv[n++] = o->serve_args[i];
   if (dev) {
     argv[n++] = "--device";

@@ -291,7 +291,9 @@ static void test_serve_actor_specs_and_usage(void **state) {
   struct serve_options o = {.model_path = "/m/model.gguf", .http_addr = "127.0.0.1:8000",
                             .bin_dir = "/opt/llmbus/bin"};
   int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
-  assert_int_equal(n, 7);
+  assert_int_equal(n, 8); /* two input processors by default */
+  assert_string_equal(specs[7].name, "input-processor-2");
+  assert_string_equal(specs[7].args[0], "/opt/llmbus/bin/llmbus-input-processor");
   const char *programs[] = {"llmbus-input-processor", "llmbus-scheduler", "llmbus-kv-manager",
                             "llmbus-gpu-worker", "llmbus-output-processor", "llmbus-api-server",
                             "llmbus-encoder-cache"};
@@ -348,7 +350,7 @@ static void test_serve_runs_the_engine_durable_unless_told_not_to(void **state) 
     int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
     assert_true(n > 0);
     for (int i = 0; i < n; i++) {
-      const bool takes = !strcmp(specs[i].name, "scheduler") || !strcmp(specs[i].name, "input-processor");
+      const bool takes = !strcmp(specs[i].name, "scheduler") || !strncmp(specs[i].name, "input-processor", 15);
       assert_int_equal(spec_flag(&specs[i], "--durable") != NULL, takes && !off);
     }
   }
@@ -365,7 +367,9 @@ static void test_serve_passes_engine_flags_to_the_actors_that_take_them(void **s
   assert_int_equal(serve_engine_flag_add(&o, "bogus", "1"), -1);
   struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
   int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
-  assert_int_equal(n, 7);
+  assert_int_equal(n, 8); /* two input processors by default */
+  assert_string_equal(specs[7].name, "input-processor-2");
+  assert_string_equal(specs[7].args[0], "/opt/llmbus/bin/llmbus-input-processor");
   const char *geometry[] = {"kv-manager", "gpu-worker", "scheduler"};
   for (int i = 0; i < 3; i++) {
     const struct child_spec *c = spec_named(specs, n, geometry[i]);
