@@ -294,11 +294,19 @@ static llb_status on_output(struct stream *s, const struct llb_request_output *r
     const struct llb_completion_output *c = &ro->outputs[i];
     if (c->index < 0 || c->index >= CLIENT_MAX_N) continue;
     struct text_buf *t = &s->texts[c->index];
-    /* DELTA appends; CUMULATIVE / FINAL_ONLY outputs hold everything so far. */
+    struct llb_str text = c->text;
+    /* DELTA appends; CUMULATIVE / FINAL_ONLY outputs hold everything so far. A DELTA output
+     * marked resync repeats the completion from its start (the output processor restarted):
+     * only the text beyond what is here is new. */
     if (s->o->sp.output_kind != LLB_OUTPUT_KIND_DELTA) t->len = 0;
-    if (!text_append(t, c->text.data, c->text.len)) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "answer text");
-    if (!s->o->json && s->o->sp.n == 1 && s->o->sp.output_kind == LLB_OUTPUT_KIND_DELTA && c->text.len) {
-      fwrite(c->text.data, 1, c->text.len, s->out);
+    else if (c->resync) {
+      const size_t have = t->len < text.len ? t->len : text.len;
+      text.data += have;
+      text.len -= have;
+    }
+    if (!text_append(t, text.data, text.len)) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "answer text");
+    if (!s->o->json && s->o->sp.n == 1 && s->o->sp.output_kind == LLB_OUTPUT_KIND_DELTA && text.len) {
+      fwrite(text.data, 1, text.len, s->out);
       fflush(s->out);
     }
   }

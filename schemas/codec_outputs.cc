@@ -79,6 +79,7 @@ static fb::Offset<llmbus::EngineCoreOutput> enc_output(Enc &e, const llb_engine_
   t.add_parent_request_id(parent);
   t.add_index(o.index);
   t.add_error(err);
+  t.add_resync(o.resync);
   return t.Finish();
 }
 
@@ -102,6 +103,7 @@ static bool dec_output(Dec &d, const llmbus::EngineCoreOutput &t, llb_engine_cor
   o.first_token_time_ns = t.first_token_time_ns();
   o.num_preemptions = t.num_preemptions();
   o.index = t.index();
+  o.resync = t.resync();
   if (o.first_output_pos < 0)
     return d.fail(LLB_STATUS_MALFORMED, "first_output_pos", "negative (%d)", o.first_output_pos);
   if (!dec_finish_reason(d, t.finish_reason(), &o.finish_reason) ||
@@ -168,7 +170,7 @@ static fb::Offset<llmbus::CompletionOutput> enc_completion(Enc &e,
     return 0;
   return llmbus::CreateCompletionOutput(e.b, c.index, text, ids, c.cumulative_logprob, lps,
                                         static_cast<llmbus::FinishReason>(c.finish_reason),
-                                        stop);
+                                        stop, c.resync);
 }
 
 static fb::Offset<void> build_request_output(Enc &e, const llb_request_output &m) {
@@ -208,6 +210,7 @@ static bool dec_token_logprobs(Dec &d, const llmbus::TokenLogprobs &t, llb_token
 
 static bool dec_completion(Dec &d, const llmbus::CompletionOutput &t, llb_completion_output &c) {
   c.index = t.index();
+  c.resync = t.resync();
   c.cumulative_logprob = t.cumulative_logprob();
   if (!dec_finish_reason(d, t.finish_reason(), &c.finish_reason) ||
       !d.str(t.text(), &c.text, "text") ||

@@ -43,6 +43,7 @@ struct llb_engine_core_output {
   struct llb_str parent_request_id; /* n > 1 */
   int32_t index;                    /* n > 1: completion index */
   struct llb_error_info error;      /* with finish_reason ERROR */
+  bool resync;                      /* the whole output from position 0 (see the .fbs) */
 };
 
 struct llb_engine_core_outputs {

@@ -222,6 +222,14 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     call_free(c);
     return;
   }
+  /* An output processor that restarted repeats a completion from its start: keep the rest. */
+  struct llb_request_output trimmed = *ro;
+  struct llb_completion_output *cs = llb_arena_alloc(&a->arena, (size_t)(ro->num_outputs > 0 ? ro->num_outputs : 1) * sizeof *cs,
+                                                     _Alignof(struct llb_completion_output));
+  if (cs) {
+    api_delta_apply(&s->delta, &trimmed, cs);
+    ro = &trimmed;
+  }
   int64_t now = llb_now_ns();
   int64_t before = c->resp.completion_tokens;
   struct api_buf b = {0};

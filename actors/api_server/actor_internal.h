@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "actors/api_server/actor.h"
+#include "actors/api_server/api_delta.h"
 #include "actors/api_server/api_metrics.h"
 #include "actors/api_server/api_request.h"
 #include "actors/api_server/api_resend.h"
@@ -43,6 +44,7 @@ struct api_sub {
   bool finished;        /* final output seen, or aborted */
   struct api_sub *next; /* in the seq table bucket */
   struct api_resend resend; /* sent again while no input processor takes it (api_resend.h) */
+  struct api_delta delta;   /* what was forwarded, for resync outputs (api_delta.h) */
 };
 
 /* One HTTP request in flight. Lives on the loop thread. */

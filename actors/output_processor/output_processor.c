@@ -30,6 +30,7 @@ struct req_state {
   size_t sent_text;                    /* DELTA: text bytes delivered */
   int64_t sent_tokens;                 /* DELTA: tokens delivered */
   bool has_output;                     /* appeared in an output already */
+  bool resync_pending;                 /* the next completion output says `resync` */
   bool finished;
   enum outproc_finish_reason finish_reason;
   enum outproc_stop_reason_kind stop_kind;
@@ -60,6 +61,7 @@ struct outproc_t {
   struct id_map *reqs;      /* engine id → req_state, unfinished only */
   struct id_map *parents;   /* parent id → parent_state, until its final output */
   struct id_map *finished;  /* recently finished engine ids (value unused) */
+  uint64_t num_duplicates;  /* output tokens dropped: positions already delivered (replays) */
 };
 
 const char *outproc_finish_reason_name(enum outproc_finish_reason r) {
@@ -251,6 +253,7 @@ static llb_status register_req(struct outproc_t *p, const struct outproc_request
   r->params = *info->sampling_params;
   r->stop_token_id = -1;
   r->num_cached_tokens = -1;
+  r->resync_pending = info->resync;
   st = detok_init(&r->detok, p->tok, r->params.skip_special_tokens);
   if (st != LLB_STATUS_OK) goto fail;
   st = id_map_put(p->reqs, r->id, r);
@@ -420,6 +423,8 @@ static llb_status build_completion(const struct tokenizer *tok, struct req_state
     copy_str(c->stop_str, sizeof c->stop_str, r->params.stop[r->stop_str_index]);
   }
   c->stop_token_id = c->stop_reason_kind == OUTPROC_STOP_REASON_KIND_TOKEN ? r->stop_token_id : -1;
+  c->resync = r->resync_pending;
+  r->resync_pending = false;
   if (delta) {
     r->sent_text = to;
     r->sent_tokens = tto;
@@ -558,6 +563,7 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
   }
   int64_t skip = r->num_tokens - eo->first_output_pos; /* duplicates of delivered positions */
   int64_t k = eo->num_new_tokens > skip ? eo->num_new_tokens - skip : 0;
+  p->num_duplicates += (uint64_t)(eo->num_new_tokens - k);
   if (k == 0 && !engine_finished) return LLB_STATUS_OK;
   if (eo->scheduled_time_ns && !r->first_scheduled_ns) r->first_scheduled_ns = eo->scheduled_time_ns;
   if (eo->num_cached_tokens >= 0) r->num_cached_tokens = eo->num_cached_tokens;
@@ -655,3 +661,5 @@ llb_status outproc_fail(struct outproc_t *p, const char *request_id, llb_status 
   return finish_by_id(p, request_id, OUTPROC_FINISH_REASON_ERROR, code, message ? message : "failed",
                       now_ns, res);
 }
+
+uint64_t outproc_num_duplicates(const struct outproc_t *p) { return p ? p->num_duplicates : 0; }

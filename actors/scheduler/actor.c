@@ -586,6 +586,7 @@ static void *step_thread(void *arg) {
 
     admit(a, intake);
     apply_aborts(a, aborts);
+    sched_actor_resync_take(a);
     char peer_what[sizeof a->peer_fail_what];
     if (sched_actor_health_take(a, peer_what, sizeof peer_what))
       peer_failed(a, LLB_ERRF(LLB_STATUS_ABORTED, "%s", peer_what));
@@ -631,6 +632,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   pthread_condattr_destroy(&ca);
   llb_arena_init(&a->req_arena, NULL, 0);
   llb_arena_init(&a->abort_arena, NULL, 0);
+  llb_arena_init(&a->resync_arena, NULL, 0);
   llb_arena_init(&a->arena, NULL, 0);
   sched_output_init(&a->out);
   kv_step_init(&a->kv);
@@ -658,6 +660,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   }
   a->thread_started = true;
   st = bus_subscribe(bus, a->subj_abort, NULL, on_abort, a, NULL);
+  if (!st) st = sched_actor_resync_init(a, prefix);
   if (!st) st = cfg->durable ? sched_actor_durable_start(a, prefix)
                              : bus_subscribe(bus, a->subj_requests, NULL, on_request, a, NULL);
   if (st) goto fail;
@@ -705,6 +708,7 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   for (int64_t i = 0; i < a->num_rejected; i++) sched_actor_meta_free(a->rejected[i]);
   free(a->rejected);
   sched_actor_durable_free(a);
+  sched_actor_resync_free(a);
   sched_actor_health_free(a);
   sched_actor_execute_free(a);
   sched_destroy(a->sched);
@@ -721,6 +725,7 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   free(a->outs);
   llb_arena_destroy(&a->req_arena);
   llb_arena_destroy(&a->abort_arena);
+  llb_arena_destroy(&a->resync_arena);
   llb_arena_destroy(&a->arena);
   llb_buf_free(&a->buf);
   llb_buf_free(&a->req_err_buf);
@@ -741,5 +746,6 @@ void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_ac
       .num_replayed = atomic_load(&a->c_replayed),
       .num_dead_lettered = atomic_load(&a->c_dead_lettered),
       .num_redelivered_held = atomic_load(&a->c_redelivered_held),
-      .num_acked = atomic_load(&a->c_acked)};
+      .num_acked = atomic_load(&a->c_acked),
+      .num_resyncs = atomic_load(&a->c_resyncs)};
 }

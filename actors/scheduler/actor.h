@@ -85,6 +85,7 @@ struct scheduler_actor_counters {
   uint64_t num_dead_lettered;     /* durable: requests refused after max_deliver deliveries */
   uint64_t num_redelivered_held;  /* durable: redeliveries of a request still running (dropped) */
   uint64_t num_acked;             /* durable: requests acknowledged (left the scheduler) */
+  uint64_t num_resyncs;           /* requests sent whole again for an output processor */
 };
 
 /* Defaults above, sched_config_init for the scheduler, engine id "0". */

@@ -18,6 +18,7 @@
 struct abort_item;
 struct exec_reply;
 struct sched_durable;
+struct resync_item;
 
 /* What the actor keeps per live request beside the scheduler's own state: routing and the
  * first output's extra fields. Owned by the meta map once admitted. */
@@ -36,6 +37,7 @@ struct req_meta {
   struct req_meta *next;  /* intake list */
   llb_status reject_status; /* admission refused: the error output carries it */
   char reject_message[256];
+  bool resync;            /* the output processor lost it: the next output carries everything */
   uint64_t stream_seq;    /* its message in the requests stream (acknowledged when the request
                              leaves the scheduler); 0 = it came without JetStream */
 };
@@ -59,10 +61,11 @@ struct scheduler_actor {
   bool stop, thread_started;
   struct req_meta *intake_head, *intake_tail;
   struct abort_item *abort_head;
+  struct resync_item *resync_head; /* ids an output processor asked to resync (actor_resync.c) */
   pthread_t thread;
 
   /* handler-thread state (one subscription each) */
-  struct llb_arena req_arena, abort_arena;
+  struct llb_arena req_arena, abort_arena, resync_arena;
   struct llb_buf req_err_buf;
 
   /* step-thread state */
@@ -116,7 +119,7 @@ struct scheduler_actor {
   struct sched_durable *durable;
 
   atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub,
-      c_enc_fail, c_peer_fail, c_replayed, c_dead_lettered, c_redelivered_held, c_acked;
+      c_enc_fail, c_peer_fail, c_replayed, c_dead_lettered, c_redelivered_held, c_acked, c_resyncs;
 };
 
 /* The peers whose heartbeats the scheduler watches (index into peer_watch). */
@@ -188,6 +191,14 @@ void sched_actor_durable_stop(struct scheduler_actor *a);
 void sched_actor_durable_done(struct scheduler_actor *a, uint64_t stream_seq);
 /* Stops and frees the durable intake (after the bus is destroyed). NULL durable ok. */
 void sched_actor_durable_free(struct scheduler_actor *a);
+
+/* resync (actor_resync.c) */
+/* Subscribes <prefix>.engine.<eid>.resync. Errors: bus_subscribe's, INVALID_ARGUMENT. */
+llb_status sched_actor_resync_init(struct scheduler_actor *a, const char *prefix);
+/* Step thread: marks the requests named since the last call (their next output resyncs). */
+void sched_actor_resync_take(struct scheduler_actor *a);
+/* Frees ids not taken (after the bus is destroyed). */
+void sched_actor_resync_free(struct scheduler_actor *a);
 
 /* step thread: outputs (actor_outputs.c) */
 /* Publishes one EngineCoreOutputs with the rejections, the side outputs (aborts) and the

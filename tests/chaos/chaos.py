@@ -144,6 +144,7 @@ class Run:
         self.last_chunk = 0.0
         self.kill_log = []  # (victim, pid, t_kill)
         self.in_flight = 0
+        self.missed_kills = 0
 
     def body(self, i):
         req = {"model": self.st.model_name, "prompt": PROMPTS[i % len(PROMPTS)],
@@ -185,7 +186,7 @@ class Run:
     def killer(self):
         total = len(self.kills)
         for k, victim in enumerate(self.kills):
-            threshold = (k + 1) * self.args.requests // (total + 1)
+            threshold = k * self.args.requests // (total + 2)  # the first once tokens flow
             while True:
                 with self.lock:
                     ready = self.completed >= threshold and self.in_flight > 0 and self.last_chunk > 0
@@ -194,7 +195,8 @@ class Run:
                     break
                 time.sleep(0.02)
             if finished:
-                print(f"chaos: run ended before kill {k + 1}/{total} ({victim})")
+                print(f"chaos: run ended before kill {k + 1}/{total} ({victim}): more --requests needed")
+                self.missed_kills = total - k
                 return
             time.sleep(random.uniform(0, self.args.jitter_s))
             pids = child_pids(self.st.proc.pid, PROGRAMS[victim])
@@ -207,7 +209,8 @@ class Run:
             pid = random.choice(pids)
             os.kill(pid, signal.SIGKILL)
             with self.lock:
-                self.kill_log.append({"victim": victim, "pid": pid, "t": time.monotonic(), "next_token_s": None})
+                self.kill_log.append({"victim": victim, "pid": pid, "t": time.monotonic(), "next_token_s": None,
+                                      "in_flight": self.in_flight})
 
     def go(self):
         threads = [threading.Thread(target=self.client) for _ in range(self.args.concurrency)]
@@ -230,6 +233,8 @@ def report(args, ref, chaos):
     completed = identical = hangs = 0
     errors, bad = {}, []
     added = []
+    if chaos.missed_kills:
+        bad.append(f"{chaos.missed_kills} kills did not happen (the run ended first)")
     api_kills = [k["t"] for k in chaos.kill_log if k["victim"] == "api_server"]
 
     def api_died_around(a):  # a broken connection is the api server's death only then
@@ -263,15 +268,33 @@ def report(args, ref, chaos):
           f"max {max(added):.2f} s")
     by_victim = {}
     for k in chaos.kill_log:
-        by_victim.setdefault(k["victim"], []).append(k["next_token_s"])
-    for victim, ts in by_victim.items():
-        shown = ", ".join("none" if t is None else f"{t:.2f}" for t in ts)
-        print(f"chaos: kill {victim} x{len(ts)}: next token after [{shown}] s")
+        by_victim.setdefault(k["victim"], []).append(k)
+    for victim, ks in by_victim.items():
+        shown = ", ".join(("none" if k["next_token_s"] is None else f"{k['next_token_s']:.2f}") +
+                          f" ({k['in_flight']} in flight)" for k in ks)
+        print(f"chaos: kill {victim} x{len(ks)}: next token after [{shown}] s")
     for line in bad[:20]:
         print(f"FAIL {line}")
     if len(bad) > 20:
         print(f"FAIL ... {len(bad) - 20} more")
     return 0 if not bad and completed == n and identical == n and hangs == 0 else 1
+
+
+# Log events of the engine's recoveries, counted in the serve log after the run.
+EVENTS = ["child_exited", "peer_failure_detected", "engine_recovered", "request_replayed",
+          "request_dead_lettered", "resync_asked", "request_resynced", "generate_resent",
+          "bus_reconnected", "stale_reply_dropped"]
+
+
+def log_events(st):
+    counts = dict.fromkeys(EVENTS, 0)
+    st.log.flush()
+    with open(st.log.name, errors="replace") as f:
+        for line in f:
+            for ev in EVENTS:
+                if f"event={ev} " in line:
+                    counts[ev] += 1
+    return counts
 
 
 def main():
@@ -307,6 +330,7 @@ def main():
         chaos = Run(args, st, kills).go()
         print(f"chaos: run with kills {time.monotonic() - t1:.1f} s")
         rc = report(args, ref, chaos)
+        print("chaos: serve log events: " + ", ".join(f"{k}={v}" for k, v in log_events(st).items()))
         status, _ = http_get(st.base + "/health", timeout=5)
         print(f"chaos: /health after the run: {status}")
         if rc:
