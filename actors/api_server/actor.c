@@ -182,6 +182,7 @@ static void write_chunk(struct api_call *c, const struct api_buf *b) {
   evbuffer_add(eb, b->data, b->len);
   evhttp_send_reply_chunk(c->req, eb);
   evbuffer_free(eb);
+  c->t_last_write_ns = llb_now_ns();
 }
 
 static void start_stream(struct api_call *c) {
@@ -399,6 +400,12 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
   struct bufferevent *bev = evhttp_connection_get_bufferevent(c->conn);
   evutil_socket_t s = bev ? bufferevent_getfd(bev) : -1;
   if (s < 0) return;
+  /* A stream the engine keeps waiting (a restarted actor being replaced) gets an SSE comment
+   * now and then, so that evhttp's inactivity timeout does not cut it silently. */
+  if (c->headers_sent && c->req && llb_now_ns() - c->t_last_write_ns > API_SSE_KEEPALIVE_NS) {
+    const struct api_buf ka = {.data = (char *)": keep-alive\n\n", .len = 14};
+    write_chunk(c, &ka);
+  }
   char byte;
   ssize_t n = recv(s, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))

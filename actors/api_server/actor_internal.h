@@ -23,6 +23,7 @@
 
 #define SUB_TABLE_SIZE 1024
 #define MAX_HEALTH_ACTORS 8
+#define API_SSE_KEEPALIVE_NS 3000000000LL /* a stream silent this long gets ": keep-alive" */
 
 /* One RequestOutput (or no-responders notice) handed from a NATS thread to the loop. */
 struct inbox_item {
@@ -59,6 +60,7 @@ struct api_call {
   int32_t num_subs;
   bool headers_sent, client_gone;
   int64_t t_start_ns, t_first_token_ns, t_last_token_ns;
+  int64_t t_last_write_ns;          /* last chunk written to a stream (keep-alive comments) */
   int64_t gen_tokens;
   struct event *timer;              /* first-output timeout */
   struct event *probe;              /* periodic check that the client is still there */

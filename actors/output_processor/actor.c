@@ -359,13 +359,18 @@ static void handle_output(struct outproc_actor *a, const struct llb_engine_core_
       .scheduled_time_ns = eo->scheduled_time_ns,
       .timestamp_ns = outs->timestamp > 0 ? (int64_t)(outs->timestamp * 1e9) : 0,
   };
-  int64_t unknown_before = a->res.num_unknown;
+  int64_t unknown_before = a->res.num_unknown, resync_before = a->res.num_resync;
   llb_status st = outproc_process(a->proc, &in, now, &a->res);
   if (st != LLB_STATUS_OK) {
     LLB_LOG_ERROR("process_failed", "request_id=%s error=%s", eo->request_id.data,
                   llb_log_quote(q, sizeof q, llb_err_last()));
   }
   if (a->res.num_unknown > unknown_before) handle_unknown(a, eo, span);
+  if (a->res.num_resync > resync_before && resync_due(a, eo->request_id.data, llb_now_ns())) {
+    LLB_LOG_WARN("outputs_lost", "request_id=%s first_output_pos=%d action=resync", eo->request_id.data,
+                 eo->first_output_pos);
+    ask_resync(a, eo->request_id.data, span);
+  }
 }
 
 /* A RequestOutput too large for the bus: fail the request with a short error instead. */

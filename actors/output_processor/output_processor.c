@@ -96,7 +96,7 @@ void outproc_result_clear(struct outproc_result *r) {
     free(o->outputs);
     free((void *)o->prompt_token_ids);
   }
-  r->num_outputs = r->num_abort = r->num_unknown = 0;
+  r->num_outputs = r->num_abort = r->num_unknown = r->num_resync = 0;
 }
 
 void outproc_result_free(struct outproc_result *r) {
@@ -105,6 +105,7 @@ void outproc_result_free(struct outproc_result *r) {
   free(r->outputs);
   free(r->abort_ids);
   free(r->unknown_ids);
+  free(r->resync_ids);
   outproc_result_init(r);
 }
 
@@ -554,6 +555,11 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
   }
   int64_t t_ns = eo->timestamp_ns ? eo->timestamp_ns : now_ns;
   bool engine_finished = eo->finish_reason != OUTPROC_FINISH_REASON_NONE;
+  if (eo->first_output_pos > r->num_tokens && !engine_finished) {
+    /* Outputs were lost (a nats-server restart, a scheduler replay racing its predecessor):
+     * the engine still runs it, so ask for its whole history instead of failing it. */
+    return push_id(&res->resync_ids, &res->num_resync, &res->cap_resync, eo->request_id);
+  }
   if (eo->first_output_pos > r->num_tokens) {
     char msg[OUTPROC_MAX_ERROR_BYTES];
     snprintf(msg, sizeof msg, "output tokens lost: expected position %lld, got %lld",

@@ -174,6 +174,10 @@ struct outproc_result {
   int64_t num_abort, cap_abort;
   char (*unknown_ids)[OUTPROC_MAX_ID_BYTES]; /* [num_unknown] outputs for unregistered requests */
   int64_t num_unknown, cap_unknown;
+  char (*resync_ids)[OUTPROC_MAX_ID_BYTES];  /* [num_resync] unfinished requests whose outputs
+                                                skipped positions (some were lost): to be
+                                                rebuilt from the engine's history (resync) */
+  int64_t num_resync, cap_resync;
 };
 
 /* Zeroes `r` (an empty result). */
