@@ -298,7 +298,7 @@ static void handle_unknown(struct outproc_actor *a, const struct llb_engine_core
            "had already finished it: its end cannot be rebuilt", eo->request_id.data);
   publish_error(a, eo->reply_to.data,
                 eo->parent_request_id.len ? eo->parent_request_id.data : eo->request_id.data,
-                LLB_STATUS_NOT_FOUND, msg, span);
+                LLB_STATUS_ABORTED, msg, span);
 }
 
 /* One EngineCoreOutput through the logic; results accumulate in a->res. */
