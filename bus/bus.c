@@ -77,7 +77,9 @@ static void on_disconnected(natsConnection *nc, void *closure) {
 }
 
 static void on_reconnected(natsConnection *nc, void *closure) {
-  log_conn_event(closure, nc, LLB_LOG_LEVEL_INFO, "bus_reconnected");
+  struct bus *b = closure;
+  atomic_fetch_add(&b->num_reconnects, 1);
+  log_conn_event(b, nc, LLB_LOG_LEVEL_INFO, "bus_reconnected");
 }
 
 static void on_closed(natsConnection *nc, void *closure) {
@@ -382,6 +384,8 @@ llb_status bus_shutdown(int64_t timeout_ms) {
 }
 
 const char *bus_prefix(const struct bus *b) { return b->prefix; }
+
+uint64_t bus_num_reconnects(struct bus *b) { return b ? atomic_load(&b->num_reconnects) : 0; }
 
 int64_t bus_max_payload(struct bus *b) {
   return natsConnection_IsClosed(b->nc) ? 0 : natsConnection_GetMaxPayload(b->nc);

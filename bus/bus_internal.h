@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -38,6 +39,7 @@ struct bus {
   bool signals_installed;
   struct sigaction old_term, old_int;
 
+  _Atomic uint64_t num_reconnects; /* bus_num_reconnects */
   struct event *hb_ev; /* heartbeat timer on the loop thread; NULL = none */
   uint8_t *hb_buf;
   size_t hb_cap;

@@ -747,5 +747,6 @@ void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_ac
       .num_dead_lettered = atomic_load(&a->c_dead_lettered),
       .num_redelivered_held = atomic_load(&a->c_redelivered_held),
       .num_acked = atomic_load(&a->c_acked),
-      .num_resyncs = atomic_load(&a->c_resyncs)};
+      .num_resyncs = atomic_load(&a->c_resyncs),
+      .num_bus_recoveries = atomic_load(&a->c_bus_recoveries)};
 }

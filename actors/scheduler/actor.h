@@ -86,6 +86,7 @@ struct scheduler_actor_counters {
   uint64_t num_redelivered_held;  /* durable: redeliveries of a request still running (dropped) */
   uint64_t num_acked;             /* durable: requests acknowledged (left the scheduler) */
   uint64_t num_resyncs;           /* requests sent whole again for an output processor */
+  uint64_t num_bus_recoveries;    /* own NATS reconnects acted on (steps in flight abandoned) */
 };
 
 /* Defaults above, sched_config_init for the scheduler, engine id "0". */

@@ -114,12 +114,14 @@ struct scheduler_actor {
   uint64_t peer_fail_gen;           /* under exec_mu: failures detected so far */
   uint64_t peer_fail_seen;          /* under exec_mu: failures the step thread acted on */
   char peer_fail_what[384];         /* under exec_mu: the last detection, for the step's log */
+  uint64_t bus_reconnects_seen;     /* under exec_mu: bus_num_reconnects acted on */
 
   /* durable intake (actor_durable.c); NULL when cfg.durable is off */
   struct sched_durable *durable;
 
   atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub,
-      c_enc_fail, c_peer_fail, c_replayed, c_dead_lettered, c_redelivered_held, c_acked, c_resyncs;
+      c_enc_fail, c_peer_fail, c_replayed, c_dead_lettered, c_redelivered_held, c_acked, c_resyncs,
+      c_bus_recoveries;
 };
 
 /* The peers whose heartbeats the scheduler watches (index into peer_watch). */
