@@ -130,7 +130,7 @@ static void log_bad_message(const char *what, const struct bus_msg *msg, llb_sta
 }
 
 bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, uint64_t stream_seq,
-                        const char *refuse) {
+                        bool replayed, const char *refuse) {
   llb_arena_reset(&a->req_arena);
   struct llb_engine_core_request r;
   llb_status st = llb_engine_core_request_decode(msg->data, msg->len, &a->req_arena, &r);
@@ -144,6 +144,7 @@ bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, ui
   struct req_meta *m = calloc(1, sizeof(*m));
   if (!m) goto oom;
   m->stream_seq = stream_seq;
+  m->resync = replayed;
   if (refuse) {
     m->reject_status = LLB_STATUS_ABORTED;
     snprintf(m->reject_message, sizeof m->reject_message, "%s", refuse);
@@ -212,7 +213,7 @@ oom:
 
 static void on_request(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
-  (void)sched_actor_intake(user, msg, 0, NULL);
+  (void)sched_actor_intake(user, msg, 0, false, NULL);
 }
 
 static void on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {

@@ -86,7 +86,7 @@ static void dead_letter(struct scheduler_actor *a, struct sched_durable *d, cons
   LLB_LOG_ERROR("request_dead_lettered", "stream_seq=%llu deliveries=%llu max_deliver=%d subject=%s "
                 "published=%s", (unsigned long long)m->stream_seq, (unsigned long long)m->num_delivered,
                 a->cfg.max_deliver, d->subj_dead_letter, st ? "no" : "yes");
-  if (!sched_actor_intake(a, &m->msg, m->stream_seq, reason)) (void)bus_js_term(a->bus, m);
+  if (!sched_actor_intake(a, &m->msg, m->stream_seq, false, reason)) (void)bus_js_term(a->bus, m);
 }
 
 static void take(struct scheduler_actor *a, struct sched_durable *d, struct bus_js_msg *m) {
@@ -111,7 +111,7 @@ static void take(struct scheduler_actor *a, struct sched_durable *d, struct bus_
     dead_letter(a, d, m);
     return;
   }
-  if (!sched_actor_intake(a, &m->msg, m->stream_seq, NULL)) {
+  if (!sched_actor_intake(a, &m->msg, m->stream_seq, m->num_delivered > 1, NULL)) {
     /* undecodable: it never will be; drop it from the stream */
     sched_actor_durable_done(a, m->stream_seq);
   }

@@ -176,10 +176,12 @@ bool sched_actor_health_take(struct scheduler_actor *a, char *what, size_t cap);
 
 /* intake (actor.c): decodes an EngineCoreRequest and queues it for the step thread; `refuse`
  * (NULL = admit) makes admission refuse it with that message. stream_seq: its message in the
- * requests stream (0 = none). Returns false when it was not queued (undecodable: answered on
+ * requests stream (0 = none); replayed: delivered before (a scheduler died running it), so its
+ * first output is marked resync (an output processor that does not know it must tell the
+ * client it repeats the completion from the start). Returns false when it was not queued (undecodable: answered on
  * msg->reply when there is one, logged and counted; or out of memory). Handler threads. */
 bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, uint64_t stream_seq,
-                        const char *refuse);
+                        bool replayed, const char *refuse);
 
 /* durable intake (actor_durable.c) */
 /* Creates the engine's pull consumer (stream and consumer ensured) and starts the thread that
