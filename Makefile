@@ -4,6 +4,8 @@
 #   make serve  the same stack, left running (HTTP on 127.0.0.1:8000) until Ctrl-C
 #   make test   install deps, build (ASan+UBSan, warnings are errors), fetch the model,
 #               run every test under ctest
+#   make chaos  the long chaos run (tests/chaos/): 200 streamed requests while every actor
+#               type and the nats-server are SIGKILLed 10 times each at random moments
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
 PROMPT ?= Name three primary colors.
@@ -11,7 +13,7 @@ RUN_FLAGS ?= --temperature 0 --max-tokens 64
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 VENV := .venv
 
-.PHONY: run serve test deps model venv build build-release clean
+.PHONY: run serve test chaos deps model venv build build-release clean
 
 deps:
 	@ops/install-deps.sh
@@ -38,6 +40,10 @@ build-release: deps
 
 test: build model venv
 	@cd build && ctest --output-on-failure -j$(JOBS) --timeout 900
+
+chaos: build model
+	@LLMBUS_BUILD_DIR=$(CURDIR)/build LLMBUS_SOURCE_DIR=$(CURDIR) LLMBUS_MODEL=$(CURDIR)/$(MODEL) \
+	  python3 tests/chaos/chaos.py --requests 200 --kills 10 --jitter-s 1.5
 
 run: build-release model
 	@build-release/cmd/llmbus run --model $(MODEL) $(RUN_FLAGS) "$(PROMPT)"

@@ -32,7 +32,7 @@ struct bus_sub {
 
 /* ---- status mapping: the one checked-call path for NATS return codes ---- */
 
-static llb_status map_nats(natsStatus s) {
+llb_status bus_map_nats(natsStatus s) {
   switch (s) {
     case NATS_OK: return LLB_STATUS_OK;
     case NATS_TIMEOUT: return LLB_STATUS_TIMEOUT;
@@ -51,10 +51,6 @@ static llb_status map_nats(natsStatus s) {
   }
 }
 
-/* Records a NATS failure with the caller's location: "<what>: <nats status> (<detail>)". */
-#define BUS_NATS_ERR(s, what)                                                             \
-  llb_err_set(map_nats(s), __FILE__, __func__, __LINE__, "%s: %s (%s)", (what),          \
-              natsStatus_GetText(s), nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "")
 
 /* ---- connection callbacks (run on the client's internal threads) ---- */
 
@@ -84,7 +80,9 @@ static void on_disconnected(natsConnection *nc, void *closure) {
 }
 
 static void on_reconnected(natsConnection *nc, void *closure) {
-  log_conn_event(closure, nc, LLB_LOG_LEVEL_INFO, "bus_reconnected");
+  struct bus *b = closure;
+  atomic_fetch_add(&b->num_reconnects, 1);
+  log_conn_event(b, nc, LLB_LOG_LEVEL_INFO, "bus_reconnected");
 }
 
 static void on_closed(natsConnection *nc, void *closure) {
@@ -298,7 +296,7 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
     goto fail;
   }
   if (s != NATS_OK) {
-    st = LLB_ERRF(map_nats(s) == LLB_STATUS_OK ? LLB_STATUS_CONNECTION : map_nats(s),
+    st = LLB_ERRF(bus_map_nats(s) == LLB_STATUS_OK ? LLB_STATUS_CONNECTION : bus_map_nats(s),
                   "connecting to %s: %s (%s)", b->urls_shown, natsStatus_GetText(s),
                   nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "");
     b->nc = NULL;
@@ -427,6 +425,8 @@ llb_status bus_shutdown(int64_t timeout_ms) {
 
 const char *bus_prefix(const struct bus *b) { return b->prefix; }
 
+uint64_t bus_num_reconnects(struct bus *b) { return b ? atomic_load(&b->num_reconnects) : 0; }
+
 int64_t bus_max_payload(struct bus *b) {
   return natsConnection_IsClosed(b->nc) ? 0 : natsConnection_GetMaxPayload(b->nc);
 }
@@ -442,7 +442,7 @@ struct event_base *bus_event_base(struct bus *b) { return b->base; }
 
 /* ---- messages ---- */
 
-static void fill_msg(struct bus_msg *bm, natsMsg *m) {
+void bus_fill_msg(struct bus_msg *bm, natsMsg *m) {
   memset(bm, 0, sizeof *bm);
   bm->subject = natsMsg_GetSubject(m);
   const char *reply = natsMsg_GetReply(m);
@@ -479,13 +479,12 @@ static llb_status wrap_owned(natsMsg *m, struct bus_msg **out) {
     natsMsg_Destroy(m);
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "no memory for a message");
   }
-  fill_msg(bm, m);
+  bus_fill_msg(bm, m);
   *out = bm;
   return LLB_STATUS_OK;
 }
 
-/* Builds the natsMsg of `m` with its traceparent and headers, after the size check. */
-static llb_status build_msg(struct bus *b, const struct bus_out_msg *m, const char *reply,
+llb_status bus_build_msg(struct bus *b, const struct bus_out_msg *m, const char *reply,
                             natsMsg **out) {
   if (!b || !m || !m->subject || !*m->subject || (m->len && !m->data))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "publish: NULL bus, subject or data");
@@ -530,7 +529,7 @@ static llb_status build_msg(struct bus *b, const struct bus_out_msg *m, const ch
 
 llb_status bus_publish_msg(struct bus *b, const struct bus_out_msg *m) {
   natsMsg *nm = NULL;
-  llb_status st = build_msg(b, m, m ? m->reply : NULL, &nm);
+  llb_status st = bus_build_msg(b, m, m ? m->reply : NULL, &nm);
   if (st != LLB_STATUS_OK) return st;
   natsStatus s = natsConnection_PublishMsg(b->nc, nm);
   natsMsg_Destroy(nm);
@@ -549,7 +548,7 @@ llb_status bus_request_msg(struct bus *b, const struct bus_out_msg *m, int64_t t
   if (!reply) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bus_request: NULL reply");
   *reply = NULL;
   natsMsg *nm = NULL;
-  llb_status st = build_msg(b, m, NULL, &nm);
+  llb_status st = bus_build_msg(b, m, NULL, &nm);
   if (st != LLB_STATUS_OK) return st;
   natsMsg *rm = NULL;
   const int64_t t0 = b->m_request ? llb_now_ns() : 0;
@@ -594,7 +593,7 @@ static void on_msg(natsConnection *nc, natsSubscription *ns, natsMsg *m, void *c
   (void)ns;
   struct bus_sub *s = closure;
   struct bus_msg bm;
-  fill_msg(&bm, m);
+  bus_fill_msg(&bm, m);
   bus_metrics_observe_receive(s->m_receive, m);
   const int64_t t0 = s->m_handler ? llb_now_ns() : 0;
   s->fn(s->bus, &bm, s->user);

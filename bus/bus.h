@@ -146,6 +146,11 @@ const char *bus_prefix(const struct bus *bus);
 /* The server's max_payload in bytes (1 MiB by default); 0 while disconnected. */
 int64_t bus_max_payload(struct bus *bus);
 
+/* Reconnections of this bus since bus_connect (after a lost connection; what was in flight
+ * in the server then may be lost: a request whose reply never comes, a publish nobody got).
+ * Thread-safe. */
+uint64_t bus_num_reconnects(struct bus *bus);
+
 /* The URL of the server currently connected into buf[cap], credentials removed
  * (llb_log_redact_url); "" when disconnected. */
 void bus_connected_url(struct bus *bus, char *buf, size_t cap);

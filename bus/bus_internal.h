@@ -44,6 +44,7 @@ struct bus {
   bool signals_installed;
   struct sigaction old_term, old_int;
 
+  _Atomic uint64_t num_reconnects; /* bus_num_reconnects */
   struct event *hb_ev; /* heartbeat timer on the loop thread; NULL = none */
   uint8_t *hb_buf;
   size_t hb_cap;
@@ -65,6 +66,23 @@ struct bus {
 void bus_tracing_close_publish(struct bus *b);
 /* Flushes and frees the tracer; after every handler and the loop thread ended. */
 void bus_tracing_stop(struct bus *b);
+/* ---- bus.c, shared with jetstream.c ---- */
+
+/* The one mapping of NATS return codes to our status. */
+llb_status bus_map_nats(natsStatus s);
+
+/* Records a NATS failure with the caller's location: "<what>: <nats status> (<detail>)". */
+#define BUS_NATS_ERR(s, what)                                                             \
+  llb_err_set(bus_map_nats(s), __FILE__, __func__, __LINE__, "%s: %s (%s)", (what),     \
+              natsStatus_GetText(s), nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "")
+
+/* Fills the view `bm` of `m` (subject, reply, data, trace; impl = m, not owned). */
+void bus_fill_msg(struct bus_msg *bm, natsMsg *m);
+
+/* Builds the natsMsg of `m` with its traceparent and headers, after the size check against
+ * max_payload; *out is owned by the caller (natsMsg_Destroy). Errors: as bus_publish. */
+llb_status bus_build_msg(struct bus *b, const struct bus_out_msg *m, const char *reply,
+                         natsMsg **out);
 
 /* ---- bus_loop.c ---- */
 

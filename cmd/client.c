@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "bus/credentials.h"
@@ -16,6 +17,7 @@
 #define CLIENT_MAX_N 16          /* completions printed per request (the input processor's max n) */
 #define CLIENT_WAIT_SLICE_MS 100 /* wait granularity: interrupts and idle work */
 #define CLIENT_REQUEST_ID "cli"  /* the input processor appends a unique suffix */
+#define CLIENT_NO_RESPONDER_TRIES 8 /* resends of a request no input processor took */
 
 static volatile sig_atomic_t interrupted;
 
@@ -289,6 +291,7 @@ struct stream {
   struct text_buf texts[CLIENT_MAX_N];
   char request_id[256];
   bool finished;
+  bool no_responders; /* nobody took the request: it may be sent again */
 };
 
 /* Handles one RequestOutput: prints, accumulates, and reports an error it carries. */
@@ -306,11 +309,19 @@ static llb_status on_output(struct stream *s, const struct llb_request_output *r
     const struct llb_completion_output *c = &ro->outputs[i];
     if (c->index < 0 || c->index >= CLIENT_MAX_N) continue;
     struct text_buf *t = &s->texts[c->index];
-    /* DELTA appends; CUMULATIVE / FINAL_ONLY outputs hold everything so far. */
+    struct llb_str text = c->text;
+    /* DELTA appends; CUMULATIVE / FINAL_ONLY outputs hold everything so far. A DELTA output
+     * marked resync repeats the completion from its start (the output processor restarted):
+     * only the text beyond what is here is new. */
     if (s->o->sp.output_kind != LLB_OUTPUT_KIND_DELTA) t->len = 0;
-    if (!text_append(t, c->text.data, c->text.len)) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "answer text");
-    if (!s->o->json && s->o->sp.n == 1 && s->o->sp.output_kind == LLB_OUTPUT_KIND_DELTA && c->text.len) {
-      fwrite(c->text.data, 1, c->text.len, s->out);
+    else if (c->resync) {
+      const size_t have = t->len < text.len ? t->len : text.len;
+      text.data += have;
+      text.len -= have;
+    }
+    if (!text_append(t, text.data, text.len)) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "answer text");
+    if (!s->o->json && s->o->sp.n == 1 && s->o->sp.output_kind == LLB_OUTPUT_KIND_DELTA && text.len) {
+      fwrite(text.data, 1, text.len, s->out);
       fflush(s->out);
     }
   }
@@ -366,6 +377,7 @@ static llb_status stream_answer(struct bus *bus, struct bus_sub *sub, struct str
      * nobody subscribes the generate subject. */
     if (st == LLB_STATUS_NOT_FOUND || (st == LLB_STATUS_OK && m->len == 0)) {
       bus_msg_destroy(m);
+      s->no_responders = true;
       st = LLB_ERRF(LLB_STATUS_NOT_FOUND, "no input processor listens on %s.generate.%s (is `llmbus serve` running?)",
                     bus_prefix(bus), o->tenant ? o->tenant : BUS_DEFAULT_TENANT);
       break;
@@ -394,8 +406,19 @@ llb_status client_generate(struct bus *bus, const struct client_options *o, cons
   if (st == LLB_STATUS_OK) st = bus_subscribe_sync(bus, inbox, &sub);
   if (st != LLB_STATUS_OK) return st;
   struct stream s = {.o = o, .out = out};
-  st = send_request(bus, o, p, inbox);
-  if (st == LLB_STATUS_OK) st = stream_answer(bus, sub, &s, idle, idle_user);
+  /* No input processor took it (every replica restarting, or the nats-server just back):
+   * send it again, 50 ms doubling to 1 s, CLIENT_NO_RESPONDER_TRIES times (about 5 s). */
+  for (int tries = 0;; tries++) {
+    s.no_responders = false;
+    st = send_request(bus, o, p, inbox);
+    if (st == LLB_STATUS_OK) st = stream_answer(bus, sub, &s, idle, idle_user);
+    if (!s.no_responders || tries >= CLIENT_NO_RESPONDER_TRIES || client_interrupted()) break;
+    int64_t ms = 50LL << tries;
+    if (ms > 1000) ms = 1000;
+    LLB_LOG_INFO("generate_resent", "try=%d in_ms=%lld reason=no_responders", tries + 1, (long long)ms);
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
   (void)bus_unsubscribe(sub);
   if (st == LLB_STATUS_OK) print_final(&s);
   else if (!o->json && o->sp.n == 1 && s.texts[0].len) fputc('\n', out); /* end the partial line */

@@ -78,8 +78,10 @@ struct client_prompt {
 
 /* Sends one request on `bus` and streams its answer to `out` as described at the top.
  * *answer_out (optional) receives the full text of completion 0 (malloc'd, caller frees;
- * NULL on error). Errors: TIMEOUT ("no answer from the engine within N s"), NOT_FOUND (no
- * input processor listens), ABORTED (interrupted / idle said stop), the engine's error
+ * NULL on error). A request no input processor takes (NATS no responders: every replica
+ * restarting, a nats-server just back) is sent again, 50 ms doubling to 1 s, 8 times (about
+ * 5 s). Errors: TIMEOUT ("no answer from the engine within N s"), NOT_FOUND (no input
+ * processor listened through the resends), ABORTED (interrupted / idle said stop), the engine's error
  * (code and "field: message" of RequestOutput.error), MALFORMED (a reply that does not
  * decode), those of the bus. */
 llb_status client_generate(struct bus *bus, const struct client_options *o, const struct client_prompt *p,

@@ -1,6 +1,7 @@
 /* llmbus-input-processor: GenerateRequest → EngineCoreRequest(s) on the bus
  * (actors/input_processor/actor.h). Flags: the common actor flags (cmd/actor_main.h) plus
- * --max-model-len, --tenant, --router, --tenant-limits and --tenant-limit-ttl-ms. */
+ * --max-model-len, --tenant, --router, --tenant-limits, --tenant-limit-ttl-ms and --durable. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -13,6 +14,7 @@ struct inproc_main {
   const char *router;
   const char *tenant_limits;
   int64_t tenant_limit_ttl_ms;
+  bool durable;
   struct inproc_actor *actor;
 };
 
@@ -26,6 +28,7 @@ static llb_status inproc_main_start(struct actor_main *am, void *user) {
       .router = m->router,
       .tenant_limits_file = m->tenant_limits,
       .tenant_limit_ttl_ms = m->tenant_limit_ttl_ms,
+      .durable = m->durable,
   };
   llb_status st = inproc_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -56,6 +59,9 @@ int main(int argc, char **argv) {
        "429 with Retry-After over them", NULL},
       {"tenant-limit-ttl-ms", ACTOR_FLAG_KIND_INT64, &m.tenant_limit_ttl_ms,
        "forget a request counted against its tenant after this long (a lost request)", NULL},
+      {"durable", ACTOR_FLAG_KIND_BOOL, &m.durable,
+       "publish EngineCoreRequests into the JetStream requests stream (nats-server -js), each "
+       "confirmed stored; the engine's scheduler must run with --durable too", NULL},
   };
   const struct actor_main_spec spec = {
       .actor = "input_processor",

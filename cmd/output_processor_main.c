@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "actors/output_processor/actor.h"
+#include "base/log.h"
 #include "cmd/actor_main.h"
 
 static llb_status outproc_main_start(struct actor_main *am, void *user) {
@@ -17,6 +18,16 @@ static llb_status outproc_main_start(struct actor_main *am, void *user) {
 static void outproc_main_destroy(struct actor_main *am, void *user) {
   (void)am;
   struct outproc_actor **actor = user;
+  if (*actor) {
+    struct outproc_actor_stats c;
+    outproc_actor_get_stats(*actor, &c);
+    LLB_LOG_INFO("output_processor_counters", "batches=%llu outputs=%llu request_outputs=%llu unknown=%llu "
+                 "resyncs_asked=%llu resyncs=%llu duplicates_dropped=%llu publish_errors=%llu", (unsigned long long)c.batches,
+                 (unsigned long long)c.engine_outputs, (unsigned long long)c.request_outputs,
+                 (unsigned long long)c.unknown, (unsigned long long)c.resyncs_asked,
+                 (unsigned long long)c.resyncs, (unsigned long long)c.duplicates,
+                 (unsigned long long)c.publish_errors);
+  }
   outproc_actor_destroy(*actor);
   *actor = NULL;
 }

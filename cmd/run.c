@@ -143,7 +143,8 @@ int cmd_run(int argc, char **argv) {
   client_options_init(&o);
   const char *prompt = NULL, *model = NULL;
   bool verbose = false;
-  struct serve_options so = {0};
+  /* One prompt, one input processor (serve's second is for restart gaps of a long run). */
+  struct serve_options so = {.num_input_processors = 1};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       run_usage(stdout);

@@ -78,6 +78,10 @@ static llb_status sched_configure(struct actor_main *am, void *user) {
   if (m->cfg.peer_missed_beats < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--peer-missed-beats %d: >= 1", m->cfg.peer_missed_beats);
   if (c->num_blocks < 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--num-blocks %d: >= 0 (0: the worker's)", c->num_blocks);
+  if (m->cfg.ack_wait_ms < 100)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--ack-wait-ms %lld: >= 100", (long long)m->cfg.ack_wait_ms);
+  if (m->cfg.max_deliver < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--max-deliver %d: >= 1", m->cfg.max_deliver);
   m->blocks_from_worker = c->num_blocks == 0;
   /* sched_create checks the ranges; do it now so that a bad flag is a usage error (with a
    * stand-in block count when the worker will give it). */
@@ -131,11 +135,16 @@ static void sched_destroy_hook(struct actor_main *am, void *user) {
     struct scheduler_actor_counters c;
     scheduler_actor_get_counters(m->actor, &c);
     LLB_LOG_INFO("scheduler_counters", "steps=%llu requests=%llu rejected=%llu aborted=%llu "
-                 "kv_failures=%llu execute_failures=%llu peer_failures=%llu outputs=%llu",
+                 "kv_failures=%llu execute_failures=%llu peer_failures=%llu outputs=%llu "
+                 "replayed=%llu dead_lettered=%llu redelivered_held=%llu acked=%llu resyncs=%llu "
+                 "bus_recoveries=%llu",
                  (unsigned long long)c.num_steps, (unsigned long long)c.num_requests,
                  (unsigned long long)c.num_rejected, (unsigned long long)c.num_aborted,
                  (unsigned long long)c.num_kv_failures, (unsigned long long)c.num_execute_failures,
-                 (unsigned long long)c.num_peer_failures, (unsigned long long)c.num_outputs_published);
+                 (unsigned long long)c.num_peer_failures, (unsigned long long)c.num_outputs_published,
+                 (unsigned long long)c.num_replayed, (unsigned long long)c.num_dead_lettered,
+                 (unsigned long long)c.num_redelivered_held, (unsigned long long)c.num_acked,
+                 (unsigned long long)c.num_resyncs, (unsigned long long)c.num_bus_recoveries);
   }
   scheduler_actor_destroy(m->actor);
   m->actor = NULL;
@@ -184,6 +193,15 @@ int main(int argc, char **argv) {
       {"peer-missed-beats", ACTOR_FLAG_KIND_INT32, &m.cfg.peer_missed_beats,
        "a gpu_worker / kv_manager silent for more than this many intervals is dead: the steps "
        "in flight are abandoned and every running request recomputed (default 3)", NULL},
+      {"durable", ACTOR_FLAG_KIND_BOOL, &m.cfg.durable,
+       "take requests from the engine's durable JetStream consumer (nats-server -js): each is "
+       "acknowledged when it finished, so a restarted scheduler runs the unfinished ones again", NULL},
+      {"ack-wait-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.ack_wait_ms,
+       "durable: a request held by a scheduler that stopped answering is delivered again after "
+       "this long (default 2000; in-progress acks every quarter of it)", NULL},
+      {"max-deliver", ACTOR_FLAG_KIND_INT32, &m.cfg.max_deliver,
+       "durable: deliveries of one request at most; the next goes to "
+       "<prefix>.engine.<eid>.dead_letter and its client gets an error (default 3)", NULL},
       {"stats-interval-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.stats_interval_ms,
        "SchedulerStats period on <prefix>.engine.<eid>.stats while there is work (default 1000)", NULL},
       {"log-stats-interval-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.log_stats_interval_ms,

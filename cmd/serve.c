@@ -1,10 +1,12 @@
 /* `llmbus serve`: the whole stack under one supervisor (see supervisor.h). */
+#include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -57,6 +59,10 @@ static const struct {
     {"encoder-compute-budget", true, A_SCHED, "embedding rows encoded per step (0 = the token budget)"},
     {"stats-interval-ms", true, A_SCHED, "SchedulerStats period while there is work"},
     {"log-stats-interval-ms", true, A_SCHED, "event=engine_stats log line period (default 10000; 0 = none)"},
+    {"ack-wait-ms", true, A_SCHED,
+     "durable: a request a dead scheduler held is delivered again after this long (default 2000)"},
+    {"max-deliver", true, A_SCHED,
+     "durable: deliveries of one request at most, then dead-lettered with an error (default 3)"},
     {"threads", true, A_WORKER, "worker threads for the forward pass"},
     {"device", true, A_WORKER, "cpu | cuda"},
     {"numerics", true, A_WORKER, "packed | ggml (cpu: llama.cpp's arithmetic, bit-exact with it)"},
@@ -176,6 +182,9 @@ static llb_status actor_spec(const struct serve_options *o, const char *dir, int
   llb_status st = child_spec_init(spec, name, path);
   if (!st && serve_actors[a].takes_model && o->model_path) st = add_arg_pair(spec, "--model", o->model_path);
   if (!st && serve_actors[a].takes_http && o->http_addr) st = add_arg_pair(spec, "--http", o->http_addr);
+  /* durable requests (JetStream): the scheduler and the input processor must agree */
+  const bool durable_actor = !strcmp(serve_actors[a].name, "scheduler") || !strcmp(serve_actors[a].name, "input-processor");
+  if (!st && durable_actor && !o->no_durable) st = child_spec_add_arg(spec, "--durable");
   return st ? st : add_engine_flags(o, a, eid, spec);
 }
 
@@ -202,6 +211,27 @@ static void log_metrics_ports(const struct serve_options *o, const struct child_
   LLB_LOG_INFO("metrics_ports", "host=%s %s", o->metrics_host ? o->metrics_host : "127.0.0.1", line);
 }
 
+/* More input processors beside the first, in its queue group: while one restarts, the other
+ * takes the requests (a restart gap refuses nothing). Copies of the first's spec, named
+ * "input-processor-<k>". Returns the new count, or -1. */
+static int add_input_processor_replicas(const struct serve_options *o, struct child_spec *specs, int n,
+                                        int max) {
+  const int replicas = (o->num_input_processors > 0 ? o->num_input_processors : SERVE_DEFAULT_INPUT_PROCESSORS) - 1;
+  int first = -1;
+  for (int i = 0; i < n; i++)
+    if (strcmp(specs[i].name, "input-processor") == 0) first = i;
+  if (first < 0 || n + replicas > max) {
+    LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "serve_actor_specs: room for %d specs needed", n + replicas);
+    return -1;
+  }
+  for (int k = 0; k < replicas; k++) {
+    specs[n] = specs[first];
+    snprintf(specs[n].name, sizeof specs[n].name, "input-processor-%d", k + 2);
+    n++;
+  }
+  return n;
+}
+
 int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, int max) {
   int engines = o && o->num_engines > 0 ? o->num_engines : 1;
   int per_engine = 0;
@@ -209,6 +239,10 @@ int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, i
   int n = NUM_SERVE_ACTORS + (engines - 1) * per_engine;
   if (!o || !specs || max < n) {
     LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "serve_actor_specs: room for %d specs needed (at most %d actors)", n, max);
+    return -1;
+  }
+  if (o->num_input_processors < 0 || o->num_input_processors > 8) {
+    LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--input-processors %d: 1 to 8", o->num_input_processors);
     return -1;
   }
   char dir[PATH_MAX];
@@ -230,6 +264,7 @@ int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, i
       if (serve_actors[a].per_engine && actor_spec(o, dir, a, e, &specs[k++]) != LLB_STATUS_OK) return -1;
   for (int a = 0; a < NUM_SERVE_ACTORS; a++)
     if (!serve_actors[a].per_engine && actor_spec(o, dir, a, 0, &specs[k++]) != LLB_STATUS_OK) return -1;
+  if ((k = add_input_processor_replicas(o, specs, k, max)) < 0) return -1;
   for (int i = 0; i < k; i++) /* metrics ports in spec order: base + i */
     if (add_metrics_flags(o, i, &specs[i]) != LLB_STATUS_OK) return -1;
   return k;
@@ -247,7 +282,7 @@ static int actor_port_arg(const char *s, int min, int64_t *out) {
 static void serve_usage(FILE *f) {
   fprintf(f,
           "usage: llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--engines N] [--tenants FILE]\n"
-          "                    [--help]\n"
+          "                    [--state-dir DIR] [--no-durable] [--input-processors N] [--help]\n"
           "\n"
           "Runs the whole llmbus stack under one supervisor until Ctrl-C / SIGTERM:\n"
           "every actor process, restarted if it dies, and (without --nats) an embedded\n"
@@ -268,6 +303,13 @@ static void serve_usage(FILE *f) {
           "  --tenants FILE    tenants and their limits, one a line: a NATS account each (embedded\n"
           "                    server only; default: the one tenant \"default\"); every actor logs in\n"
           "                    as its own user, password generated per run (cmd/serve_nats_config.h)\n"
+          "  --state-dir DIR   the embedded nats-server's JetStream store (requests not yet\n"
+          "                    finished survive a nats-server or serve restart); default: a\n"
+          "                    temporary directory removed at exit\n"
+          "  --no-durable      requests on a plain subject, not the JetStream stream (a\n"
+          "                    scheduler that dies loses the requests it held)\n"
+          "  --input-processors N  input processors in the queue group (default 2: one\n"
+          "                    takes requests while another restarts)\n"
           "  --help            this text\n"
           "\nengine flags, passed on to the actors that take them:\n", SERVE_DEFAULT_METRICS_PORT);
   for (int i = 0; i < NUM_ENGINE_FLAGS; i++) {
@@ -280,6 +322,7 @@ static void serve_usage(FILE *f) {
 int cmd_serve(int argc, char **argv) {
   struct serve_options so = {.metrics_port = SERVE_DEFAULT_METRICS_PORT};
   int64_t monitor_port = -1, metrics_port = SERVE_DEFAULT_METRICS_PORT;
+  const char *state_dir = NULL;
   static const struct option longopts[] = {
       {"nats", required_argument, NULL, 'n'},
       {"model", required_argument, NULL, 'm'},
@@ -289,6 +332,9 @@ int cmd_serve(int argc, char **argv) {
       {"metrics-host", required_argument, NULL, 'A'},
       {"nats-monitor-port", required_argument, NULL, 'M'},
       {"tenants", required_argument, NULL, 't'},
+      {"state-dir", required_argument, NULL, 's'},
+      {"no-durable", no_argument, NULL, 'D'},
+      {"input-processors", required_argument, NULL, 'I'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -342,6 +388,9 @@ int cmd_serve(int argc, char **argv) {
         }
         break;
       case 't': so.tenants_file = optarg; break;
+      case 's': state_dir = optarg; break;
+      case 'D': so.no_durable = true; break;
+      case 'I': so.num_input_processors = atoi(optarg); if (so.num_input_processors < 1) so.num_input_processors = -1; break;
       case 'h': serve_usage(stdout); usage_rc = 0; break;
       default: serve_usage(stderr); usage_rc = 2; break;
     }
@@ -389,6 +438,13 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
     goto done;
   }
+  cfg.state_dir = state_dir;
+  if (state_dir && mkdir(state_dir, 0700) != 0 && errno != EEXIST) {
+    fprintf(stderr, "llmbus serve: cannot create --state-dir %s: %s\n", state_dir, strerror(errno));
+    goto done;
+  }
+  if (state_dir && so.nats_url)
+    LLB_LOG_WARN("state_dir_ignored", "reason=--nats given: the external server keeps its own store");
   if (supervisor_create(&cfg, &sup) != LLB_STATUS_OK) {
     fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
     goto done;

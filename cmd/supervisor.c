@@ -337,7 +337,8 @@ static llb_status start_nats(struct supervisor *s) {
   c->err_fd = -1;
   c->is_nats = true;
   char js_dir[400];
-  snprintf(js_dir, sizeof js_dir, "%s/js", s->temp_dir);
+  if (s->cfg.state_dir) snprintf(js_dir, sizeof js_dir, "%s", s->cfg.state_dir);
+  else snprintf(js_dir, sizeof js_dir, "%s/js", s->temp_dir);
   llb_status st = child_spec_init(&c->spec, "nats-server", bin);
   const char *args[] = {"-a", "127.0.0.1", "-p", "-1", "--ports_file_dir", s->temp_dir};
   for (size_t i = 0; st == LLB_STATUS_OK && i < sizeof args / sizeof args[0]; i++)
@@ -487,7 +488,10 @@ static void reap(struct supervisor *s, struct child *c, int status) {
   drain_child_stderr(c); /* its last words, before its error line is judged */
   if (s->stopping) return;
   bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  c->fast_fails = failed && up_ms < s->cfg.crash_loop_window_ms ? c->fast_fails + 1 : 0;
+  /* SIGKILL comes from outside (an operator, the OOM killer, a chaos test): the child did not
+   * fail to start, so it does not count towards a crash loop. */
+  bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+  c->fast_fails = failed && !killed && up_ms < s->cfg.crash_loop_window_ms ? c->fast_fails + 1 : 0;
   if (!c->is_nats && s->cfg.crash_loop_max_fails > 0 && c->fast_fails >= s->cfg.crash_loop_max_fails) {
     LLB_LOG_ERROR("child_crash_loop", "name=%s fails=%d window_ms=%lld action=stop last_error=\"%s\"", c->spec.name,
                   c->fast_fails, (long long)s->cfg.crash_loop_window_ms, c->last_error);

@@ -53,6 +53,7 @@ llb_status child_spec_add_arg(struct child_spec *spec, const char *arg);
 #define SERVE_MAX_ENGINE_FLAGS 24
 #define SERVE_MAX_ENGINES 12 /* 5 actors each + the shared ones within SUPERVISOR_MAX_CHILDREN */
 #define SERVE_DEFAULT_METRICS_PORT 9460 /* first actor's; the others follow */
+#define SERVE_DEFAULT_INPUT_PROCESSORS 2
 
 /* An engine flag given to `llmbus serve`, passed on to every actor that takes it. */
 struct serve_engine_flag {
@@ -70,6 +71,9 @@ struct serve_options {
                            * 0 = no metrics listeners */
   const char *metrics_host; /* their --metrics-host; NULL = the actors' default (127.0.0.1) */
   const char *tenants_file; /* `--tenants FILE` (cmd/serve_nats_config.h); NULL = tenant "default" */
+  bool no_durable;        /* plain requests subject instead of JetStream (scheduler and input
+                             processors get --durable unless this is set) */
+  int num_input_processors; /* in the queue group; 0 = SERVE_DEFAULT_INPUT_PROCESSORS, at most 8 */
   struct serve_engine_flag engine_flags[SERVE_MAX_ENGINE_FLAGS];
   int num_engine_flags;
 };
@@ -81,10 +85,13 @@ int serve_engine_flag_add(struct serve_options *o, const char *name, const char 
 /* Whether `name` is an engine flag serve passes on; *takes_value says if it has a value. */
 bool serve_engine_flag_known(const char *name, bool *takes_value);
 
-/* Fills specs[0..max) with the actor programs of a full stack (input processor, scheduler,
- * kv manager, gpu worker, output processor, api server), each with --model / --http as
- * appropriate; the supervisor adds --nats. Returns the number filled, or -1 (error recorded:
- * max too small, paths too long, /proc/self/exe unreadable). Defined in cmd/serve.c. */
+/* Fills specs[0..max) with the actor programs of a full stack (input processors, scheduler,
+ * kv manager, gpu worker, output processor, api server, encoder cache), each with --model /
+ * --http as appropriate, --durable for the scheduler and input processors unless
+ * o->no_durable, and o->num_input_processors input processors ("input-processor",
+ * "input-processor-2", ...); the supervisor adds --nats. Returns the number filled, or -1
+ * (error recorded: max too small, bad count, paths too long, /proc/self/exe unreadable).
+ * Defined in cmd/serve.c. */
 int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, int max);
 
 /* `llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--help]`: runs the stack
@@ -99,6 +106,8 @@ struct supervisor_config {
   const char *nats_config_file; /* embedded server with -c FILE (accounts, users: see
                                  * cmd/serve_nats_config.h); NULL = none (no auth);
                                  * borrowed: must outlive the supervisor */
+  const char *state_dir;       /* the embedded server's JetStream store (-sd); NULL = under the
+                                * supervisor's temporary directory (gone when serve ends) */
   int64_t nats_ready_timeout_ms; /* default 10000 */
   int nats_monitor_port;       /* embedded server's HTTP monitoring port on 127.0.0.1 (-m):
                                 * 0 (default) none, -1 a free one, else that port */

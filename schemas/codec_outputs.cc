@@ -84,6 +84,7 @@ static fb::Offset<llmbus::EngineCoreOutput> enc_output(Enc &e, const llb_engine_
   t.add_traceparent(tp);
   t.add_trace_parent_span_id(tpp);
   t.add_trace_start_time_ns(o.trace_start_time_ns);
+  t.add_resync(o.resync);
   return t.Finish();
 }
 
@@ -108,6 +109,7 @@ static bool dec_output(Dec &d, const llmbus::EngineCoreOutput &t, llb_engine_cor
   o.num_preemptions = t.num_preemptions();
   o.index = t.index();
   o.trace_start_time_ns = t.trace_start_time_ns();
+  o.resync = t.resync();
   if (o.first_output_pos < 0)
     return d.fail(LLB_STATUS_MALFORMED, "first_output_pos", "negative (%d)", o.first_output_pos);
   if (!dec_finish_reason(d, t.finish_reason(), &o.finish_reason) ||
@@ -176,7 +178,7 @@ static fb::Offset<llmbus::CompletionOutput> enc_completion(Enc &e,
     return 0;
   return llmbus::CreateCompletionOutput(e.b, c.index, text, ids, c.cumulative_logprob, lps,
                                         static_cast<llmbus::FinishReason>(c.finish_reason),
-                                        stop);
+                                        stop, c.resync);
 }
 
 static fb::Offset<void> build_request_output(Enc &e, const llb_request_output &m) {
@@ -216,6 +218,7 @@ static bool dec_token_logprobs(Dec &d, const llmbus::TokenLogprobs &t, llb_token
 
 static bool dec_completion(Dec &d, const llmbus::CompletionOutput &t, llb_completion_output &c) {
   c.index = t.index();
+  c.resync = t.resync();
   c.cumulative_logprob = t.cumulative_logprob();
   if (!dec_finish_reason(d, t.finish_reason(), &c.finish_reason) ||
       !d.str(t.text(), &c.text, "text") ||

@@ -46,6 +46,7 @@ struct llb_engine_core_output {
   struct llb_str traceparent;       /* EngineCoreRequest's trace context, "" = not traced */
   struct llb_str trace_parent_span_id;
   int64_t trace_start_time_ns;
+  bool resync;                      /* the whole output from position 0 (see the .fbs) */
 };
 
 struct llb_engine_core_outputs {

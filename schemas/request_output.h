@@ -35,6 +35,7 @@ struct llb_completion_output {
   int32_t num_logprobs;
   enum llb_finish_reason finish_reason;
   struct llb_str stop_reason;
+  bool resync; /* text/token_ids/logprobs start from the beginning again (see the .fbs) */
 };
 
 struct llb_request_metrics {

@@ -109,7 +109,10 @@ static void call_free(struct api_call *c) {
   struct api_actor *a = c->a;
   detach_http(c);
   bus_span_end(a->bus, &c->span);
-  for (int32_t i = 0; i < c->num_subs; i++) table_remove(a, &c->subs[i]);
+  for (int32_t i = 0; i < c->num_subs; i++) {
+    table_remove(a, &c->subs[i]);
+    api_resend_free(&c->subs[i]);
+  }
   if (c->prev) c->prev->next = c->next;
   else a->calls = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -203,6 +206,7 @@ static void write_chunk(struct api_call *c, const struct api_buf *b) {
   evbuffer_add(eb, b->data, b->len);
   evhttp_send_reply_chunk(c->req, eb);
   evbuffer_free(eb);
+  c->t_last_write_ns = llb_now_ns();
 }
 
 static void start_stream(struct api_call *c) {
@@ -243,6 +247,14 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     api_route_tokenize_reply(a, req, &c->tok, ro);
     call_free(c);
     return;
+  }
+  /* An output processor that restarted repeats a completion from its start: keep the rest. */
+  struct llb_request_output trimmed = *ro;
+  struct llb_completion_output *cs = llb_arena_alloc(&a->arena, (size_t)(ro->num_outputs > 0 ? ro->num_outputs : 1) * sizeof *cs,
+                                                     _Alignof(struct llb_completion_output));
+  if (cs) {
+    api_delta_apply(&s->delta, &trimmed, cs);
+    ro = &trimmed;
   }
   int64_t now = llb_now_ns();
   int64_t before = c->resp.completion_tokens;
@@ -300,6 +312,7 @@ static void handle_item(struct api_actor *a, struct inbox_item *it) {
   struct api_sub *s = table_find(a, it->seq);
   if (!s || s->finished) return; /* a late output of a request already answered */
   struct api_call *c = s->call;
+  if (it->no_responders && !c->client_gone && api_resend_schedule(a, s)) return;
   if (it->no_responders) {
     struct api_error e;
     api_error_set(&e, 503, NULL, "no input processor is serving %s.generate.%s (is the engine running, "
@@ -416,6 +429,12 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
   struct bufferevent *bev = evhttp_connection_get_bufferevent(c->conn);
   evutil_socket_t s = bev ? bufferevent_getfd(bev) : -1;
   if (s < 0) return;
+  /* A stream the engine keeps waiting (a restarted actor being replaced) gets an SSE comment
+   * now and then, so that evhttp's inactivity timeout does not cut it silently. */
+  if (c->headers_sent && c->req && llb_now_ns() - c->t_last_write_ns > API_SSE_KEEPALIVE_NS) {
+    const struct api_buf ka = {.data = (char *)": keep-alive\n\n", .len = 14};
+    write_chunk(c, &ka);
+  }
   char byte;
   ssize_t n = recv(s, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
@@ -521,6 +540,8 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
       struct bus_out_msg m = {.subject = subject, .reply = reply, .data = a->enc.data, .len = a->enc.len,
                               .trace = &c->span.ctx};
       if (st == LLB_STATUS_OK) st = bus_publish_msg(a->bus, &m);
+      if (st == LLB_STATUS_OK && api_resend_keep(s, m.subject, reply, m.data, m.len) != LLB_STATUS_OK)
+        LLB_LOG_WARN("generate_not_resendable", "seq=%" PRIu64 " reason=out_of_memory", s->seq);
     }
     if (st != LLB_STATUS_OK) {
       if (st == LLB_STATUS_TOO_LARGE)

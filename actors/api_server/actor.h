@@ -20,8 +20,10 @@
  * or route, 405 wrong method, 413 body over max_body_bytes, 429 engine queue full
  * (RequestOutput.error QUEUE_FULL) or more than max_concurrent requests here (with
  * Retry-After: 1), 503 no input
- * processor subscribed (NATS "no responders") or no first output within
- * first_output_timeout_s, 500 otherwise. Streams start (200 + headers) only with the first
+ * processor subscribed (NATS "no responders", after resending for about 5 s), no first output
+ * within first_output_timeout_s, or an engine failure it could not hide (ABORTED: a request
+ * dead-lettered after killing its scheduler, an output processor that lost a finished
+ * request), with the reason, 500 otherwise. Streams start (200 + headers) only with the first
  * output, so engine-side validation errors keep their status; an error after that is sent as
  * an SSE `data: {"error": ...}` event followed by `data: [DONE]`.
  * A request's X-Request-Id header is echoed on its response.

@@ -13,8 +13,10 @@
 #include <stdint.h>
 
 #include "actors/api_server/actor.h"
+#include "actors/api_server/api_delta.h"
 #include "actors/api_server/api_metrics.h"
 #include "actors/api_server/api_request.h"
+#include "actors/api_server/api_resend.h"
 #include "actors/api_server/api_response.h"
 #include "actors/api_server/api_tokenize.h"
 #include "bus/span.h"
@@ -22,6 +24,7 @@
 
 #define SUB_TABLE_SIZE 1024
 #define MAX_HEALTH_ACTORS 8
+#define API_SSE_KEEPALIVE_NS 3000000000LL /* a stream silent this long gets ": keep-alive" */
 
 /* One RequestOutput (or no-responders notice) handed from a NATS thread to the loop. */
 struct inbox_item {
@@ -42,6 +45,8 @@ struct api_sub {
   char engine_id[256];  /* RequestOutput.request_id, "" until the first output */
   bool finished;        /* final output seen, or aborted */
   struct api_sub *next; /* in the seq table bucket */
+  struct api_resend resend; /* sent again while no input processor takes it (api_resend.h) */
+  struct api_delta delta;   /* what was forwarded, for resync outputs (api_delta.h) */
 };
 
 /* One HTTP request in flight. Lives on the loop thread. */
@@ -57,6 +62,7 @@ struct api_call {
   int32_t num_subs;
   bool headers_sent, client_gone;
   int64_t t_start_ns, t_first_token_ns, t_last_token_ns;
+  int64_t t_last_write_ns;          /* last chunk written to a stream (keep-alive comments) */
   int64_t gen_tokens;
   struct event *timer;              /* first-output timeout */
   struct event *probe;              /* periodic check that the client is still there */

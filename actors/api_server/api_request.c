@@ -91,7 +91,8 @@ void api_error_from_status(int32_t code, const char *message, const char *field,
     case LLB_STATUS_TIMEOUT:
     case LLB_STATUS_NO_SERVER:
     case LLB_STATUS_CONNECTION:
-    case LLB_STATUS_CLOSED: status = 503; break;
+    case LLB_STATUS_CLOSED:
+    case LLB_STATUS_ABORTED: status = 503; break; /* the engine failed it (dead letter, lost state) */
     default: status = 500; break;
   }
   const char *what = code > 0 && code < LLB_STATUS_COUNT ? llb_strerror((llb_status)code) : "error";

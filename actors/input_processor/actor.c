@@ -12,6 +12,7 @@
 #include "actors/input_processor/tenant_limits.h"
 #include "base/log.h"
 #include "bus/span.h"
+#include "bus/jetstream.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -25,6 +26,8 @@
 #define DEFAULT_EXTERNAL_ID "req" /* a GenerateRequest without request_id */
 #define MALFORMED_REQUEST_ID "malformed"
 #define DEFAULT_TENANT_LIMIT_TTL_MS (30 * 60 * 1000)
+#define INPROC_DURABLE_PUBLISH_TIMEOUT_MS 5000 /* JetStream's confirmation */
+#define INPROC_DURABLE_START_TIMEOUT_MS 10000  /* the requests stream at start */
 
 struct inproc_actor {
   struct tokenizer *tok;
@@ -34,6 +37,7 @@ struct inproc_actor {
   char tenant[BUS_TOKEN_MAX + 1];
   char engine_id[BUS_TOKEN_MAX + 1]; /* the default engine (DESIGN.md §9: routed otherwise) */
   struct engine_router *router;
+  bool durable;
   atomic_uint_fast64_t requests, engine_requests, rejected, malformed, no_reply, aborts,
       publish_errors, tokenize, stats_malformed, routed_by_prefix, routed_fallback, limited;
   char outputs_subject[BUS_SUBJECT_MAX];
@@ -87,6 +91,7 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   rc.default_engine_id = a->engine_id;
   const char *slash = strrchr(o->model_path, '/');
   rc.model = slash ? slash + 1 : o->model_path; /* engines announce their model's file name */
+  a->durable = o->durable;
   llb_status st = LLB_STATUS_OK;
   if (!o->router || strcmp(o->router, "cache-aware") == 0) rc.policy = ENGINE_ROUTER_CACHE_AWARE;
   else if (strcmp(o->router, "least-loaded") == 0) rc.policy = ENGINE_ROUTER_LEAST_LOADED;
@@ -275,6 +280,17 @@ struct request_trace {
 
 /* Publishes every child of `pr` to engine `eid`. On a failed publish the children already
  * sent are aborted and the error is returned. */
+
+/* One EngineCoreRequest to `subject` (the engine's requests subject): durable (stored in the
+ * requests stream, confirmed by JetStream, so a scheduler that dies later still gets it) or a
+ * plain publish. */
+static llb_status publish_engine_request(struct inproc_actor *a, const char *subject, const void *data, size_t len,
+                                         const struct bus_trace_ctx *span) {
+  if (!a->durable) return bus_publish(a->bus, subject, data, len, span);
+  const struct bus_out_msg m = {.subject = subject, .data = data, .len = len, .trace = span};
+  return bus_js_publish(a->bus, &m, INPROC_DURABLE_PUBLISH_TIMEOUT_MS, NULL);
+}
+
 static llb_status publish_children(struct inproc_actor *a, const char *eid, const struct inproc_generate_request *req,
                                    const struct inproc_processed *pr, const struct bus_trace_ctx *span,
                                    const struct request_trace *rt) {
@@ -321,7 +337,7 @@ static llb_status publish_children(struct inproc_actor *a, const char *eid, cons
         .trace_start_time_ns = rt->on ? rt->start_ns : 0,
     };
     st = llb_engine_core_request_encode_buf(&m, &buf);
-    if (st == LLB_STATUS_OK) st = bus_publish(a->bus, subject, buf.data, buf.len, span);
+    if (st == LLB_STATUS_OK) st = publish_engine_request(a, subject, buf.data, buf.len, span);
     if (st != LLB_STATUS_OK) break;
     atomic_fetch_add(&a->engine_requests, 1);
   }
@@ -731,6 +747,9 @@ llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
   char stats_subj[BUS_SUBJECT_MAX];
   snprintf(stats_subj, sizeof stats_subj, "%s.engine.*.stats", prefix); /* the prefix was checked by bus_create */
   llb_status st = LLB_STATUS_OK;
+  /* the stream takes <prefix>.engine.*.requests: every engine's */
+  if (a->durable && (st = bus_js_requests_stream_ensure(bus, 0, INPROC_DURABLE_START_TIMEOUT_MS)))
+    return st;
   char gen[BUS_SUBJECT_MAX], abort_subj[BUS_SUBJECT_MAX], tok_subj[BUS_SUBJECT_MAX];
   snprintf(tok_subj, sizeof tok_subj, "%s.tokenize.%s", prefix, a->tenant);
   if (strcmp(a->tenant, "*") == 0) {

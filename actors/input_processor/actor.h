@@ -40,6 +40,7 @@
 #ifndef LLB_ACTORS_INPUT_PROCESSOR_ACTOR_H
 #define LLB_ACTORS_INPUT_PROCESSOR_ACTOR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "bus/bus.h"
@@ -58,6 +59,9 @@ struct inproc_actor_options {
   const char *tenant_limits_file; /* per-tenant limits (tenant_limits.h); NULL = none. With
                                      limits the actor also reads <prefix>.engine.*.outputs */
   int64_t tenant_limit_ttl_ms;   /* forget an admitted request after this long; 0 = 30 min */
+  bool durable;            /* EngineCoreRequests go into the JetStream requests stream, each
+                              confirmed stored before the client's request counts as taken
+                              (bus/jetstream.h); false: plain publish */
 };
 
 /* Counters since start (monotonic). */

@@ -18,6 +18,8 @@
 #include "schemas/request_output.h"
 
 #define REPORTED_UNKNOWN_IDS 64 /* unknown ids already answered with an error (ring) */
+#define RESYNC_ASKED_IDS 256    /* unknown ids asked again from the scheduler (ring) */
+#define RESYNC_REASK_NS 1000000000LL /* an ask unanswered this long is sent again */
 #define ABORT_FANOUT 16         /* child ids "<i>_<parent>" aborted with a parent id */
 
 struct outproc_actor {
@@ -28,6 +30,7 @@ struct outproc_actor {
   char engine_id[BUS_TOKEN_MAX + 1];
   char outputs_subject[BUS_SUBJECT_MAX];
   char abort_subject[BUS_SUBJECT_MAX];
+  char resync_subject[BUS_SUBJECT_MAX];
   /* State of the one delivery thread of the outputs subscription. */
   struct outproc_result res;
   struct outproc_result scratch;             /* results that are not sent as they are */
@@ -35,9 +38,14 @@ struct outproc_actor {
   int64_t num_aborts, cap_aborts;
   char reported[REPORTED_UNKNOWN_IDS][OUTPROC_MAX_ID_BYTES];
   int32_t reported_next;
+  struct {
+    char id[OUTPROC_MAX_ID_BYTES];
+    int64_t at_ns;
+  } asked[RESYNC_ASKED_IDS];
+  int32_t asked_next;
   struct llb_buf buf;
   atomic_uint_fast64_t batches, engine_outputs, request_outputs, malformed, unknown,
-      register_errors, num_aborted, publish_errors;
+      register_errors, num_aborted, publish_errors, resyncs_asked, resyncs;
 };
 
 llb_status outproc_actor_create(const struct outproc_actor_options *o, struct outproc_actor **out) {
@@ -88,6 +96,9 @@ void outproc_actor_get_stats(const struct outproc_actor *a, struct outproc_actor
   out->register_errors = atomic_load(&m->register_errors);
   out->aborts = atomic_load(&m->num_aborted);
   out->publish_errors = atomic_load(&m->publish_errors);
+  out->resyncs_asked = atomic_load(&m->resyncs_asked);
+  out->resyncs = atomic_load(&m->resyncs);
+  out->duplicates = outproc_num_duplicates(m->proc);
 }
 
 /* Queues an engine abort of `id` for the end of the batch. */
@@ -155,6 +166,7 @@ static llb_status to_wire(const struct outproc_request_output *o, struct llb_are
     w->num_token_ids = (int32_t)c->num_token_ids;
     w->cumulative_logprob = c->cumulative_logprob;
     w->finish_reason = (enum llb_finish_reason)c->finish_reason; /* same values 0..4 */
+    w->resync = c->resync;
     if (c->stop_reason_kind == OUTPROC_STOP_REASON_KIND_STRING) {
       w->stop_reason = llb_str_c(c->stop_str);
     } else if (c->stop_reason_kind == OUTPROC_STOP_REASON_KIND_TOKEN) {
@@ -228,7 +240,12 @@ static llb_status register_from(struct outproc_actor *a, const struct llb_engine
       .num_prompt_tokens = eo->num_prompt_token_ids,
       .sampling_params = sp,
       .arrival_time_ns = (int64_t)(eo->arrival_time * 1e9),
+      .resync = eo->resync,
   };
+  if (eo->resync) {
+    atomic_fetch_add(&a->resyncs, 1);
+    LLB_LOG_INFO("request_resynced", "request_id=%s tokens=%d", eo->request_id.data, eo->num_new_token_ids);
+  }
   return outproc_register(a->proc, &info);
 }
 
@@ -240,21 +257,54 @@ static bool already_reported(struct outproc_actor *a, const char *id) {
   return false;
 }
 
-/* An output of a request this instance does not know: count, log, tell the client once,
- * and stop the engine from running it for nobody. */
+/* True when `id` was not asked for within RESYNC_REASK_NS (and records the ask now). */
+static bool resync_due(struct outproc_actor *a, const char *id, int64_t now_ns) {
+  for (int32_t i = 0; i < RESYNC_ASKED_IDS; i++)
+    if (strcmp(a->asked[i].id, id) == 0) {
+      if (now_ns - a->asked[i].at_ns < RESYNC_REASK_NS) return false;
+      a->asked[i].at_ns = now_ns;
+      return true;
+    }
+  snprintf(a->asked[a->asked_next].id, OUTPROC_MAX_ID_BYTES, "%s", id);
+  a->asked[a->asked_next].at_ns = now_ns;
+  a->asked_next = (a->asked_next + 1) % RESYNC_ASKED_IDS;
+  return true;
+}
+
+/* Asks the scheduler for the whole history of `id` on <prefix>.engine.<eid>.resync. */
+static void ask_resync(struct outproc_actor *a, const char *id, const struct bus_trace_ctx *span) {
+  struct llb_str ids[1] = {llb_str_c(id)};
+  struct llb_abort_requests m = {.request_ids = ids, .num_request_ids = 1};
+  llb_status st = llb_abort_requests_encode_buf(&m, &a->buf);
+  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, a->resync_subject, a->buf.data, a->buf.len, span);
+  if (st != LLB_STATUS_OK) {
+    LLB_LOG_WARN("resync_ask_failed", "request_id=%s status=%s", id, llb_strerror(st));
+    return;
+  }
+  atomic_fetch_add(&a->resyncs_asked, 1);
+  LLB_LOG_INFO("resync_asked", "request_id=%s subject=%s", id, a->resync_subject);
+}
+
+/* An output of a request this instance does not know (it restarted, or missed the request's
+ * first output): while the engine still runs it, ask the scheduler for its whole history,
+ * from which the request is rebuilt (DESIGN.md §6); the outputs until then are dropped (the
+ * history holds them). Its last output cannot be rebuilt any more: the client is told once. */
 static void handle_unknown(struct outproc_actor *a, const struct llb_engine_core_output *eo,
                            const struct bus_trace_ctx *span) {
   atomic_fetch_add(&a->unknown, 1);
+  if (eo->finish_reason == LLB_FINISH_REASON_NONE) {
+    if (resync_due(a, eo->request_id.data, llb_now_ns())) ask_resync(a, eo->request_id.data, span);
+    return;
+  }
   if (already_reported(a, eo->request_id.data)) return;
   LLB_LOG_WARN("unknown_request", "request_id=%s first_output_pos=%d reply_to=%s", eo->request_id.data,
                eo->first_output_pos, eo->reply_to.data);
-  char msg[OUTPROC_MAX_ID_BYTES + 128];
-  snprintf(msg, sizeof msg, "the output processor lost the state of request %s (restarted?); "
-           "resuming a request is not supported yet", eo->request_id.data);
+  char msg[OUTPROC_MAX_ID_BYTES + 160];
+  snprintf(msg, sizeof msg, "the output processor lost the state of request %s (restarted?) and the engine "
+           "had already finished it: its end cannot be rebuilt", eo->request_id.data);
   publish_error(a, eo->reply_to.data,
                 eo->parent_request_id.len ? eo->parent_request_id.data : eo->request_id.data,
-                LLB_STATUS_NOT_FOUND, msg, span);
-  queue_abort(a, eo->request_id.data);
+                LLB_STATUS_ABORTED, msg, span);
 }
 
 /* One EngineCoreOutput through the logic; results accumulate in a->res. */
@@ -316,13 +366,18 @@ static void handle_output(struct outproc_actor *a, const struct llb_engine_core_
       .queued_time_ns = eo->queued_time_ns,
       .timestamp_ns = outs->timestamp > 0 ? (int64_t)(outs->timestamp * 1e9) : 0,
   };
-  int64_t unknown_before = a->res.num_unknown;
+  int64_t unknown_before = a->res.num_unknown, resync_before = a->res.num_resync;
   llb_status st = outproc_process(a->proc, &in, now, &a->res);
   if (st != LLB_STATUS_OK) {
     LLB_LOG_ERROR("process_failed", "request_id=%s error=%s", eo->request_id.data,
                   llb_log_quote(q, sizeof q, llb_err_last()));
   }
   if (a->res.num_unknown > unknown_before) handle_unknown(a, eo, span);
+  if (a->res.num_resync > resync_before && resync_due(a, eo->request_id.data, llb_now_ns())) {
+    LLB_LOG_WARN("outputs_lost", "request_id=%s first_output_pos=%d action=resync", eo->request_id.data,
+                 eo->first_output_pos);
+    ask_resync(a, eo->request_id.data, span);
+  }
 }
 
 /* A RequestOutput too large for the bus: fail the request with a short error instead. */
@@ -493,6 +548,8 @@ llb_status outproc_actor_start(struct outproc_actor *a, struct bus *bus) {
   llb_status st = bus_subject_engine(prefix, a->engine_id, "outputs", a->outputs_subject, sizeof a->outputs_subject);
   if (st == LLB_STATUS_OK)
     st = bus_subject_engine(prefix, a->engine_id, "abort", a->abort_subject, sizeof a->abort_subject);
+  if (st == LLB_STATUS_OK)
+    st = bus_subject_engine(prefix, a->engine_id, "resync", a->resync_subject, sizeof a->resync_subject);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, on_outputs, a, NULL);
   if (st != LLB_STATUS_OK) return st;
   LLB_LOG_INFO("output_processor_subscribed", "outputs=%s abort=%s", a->outputs_subject, a->abort_subject);

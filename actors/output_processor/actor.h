@@ -46,6 +46,9 @@ struct outproc_actor_stats {
   uint64_t register_errors; /* first outputs whose registration failed */
   uint64_t aborts;          /* engine request ids sent in AbortRequests */
   uint64_t publish_errors;  /* failed publishes (each logged) */
+  uint64_t resyncs_asked;   /* requests asked again whole from the scheduler (lost state) */
+  uint64_t resyncs;         /* requests rebuilt from the engine's history */
+  uint64_t duplicates;      /* output tokens dropped: positions already delivered */
 };
 
 struct outproc_actor;

@@ -30,6 +30,7 @@ struct req_state {
   size_t sent_text;                    /* DELTA: text bytes delivered */
   int64_t sent_tokens;                 /* DELTA: tokens delivered */
   bool has_output;                     /* appeared in an output already */
+  bool resync_pending;                 /* the next completion output says `resync` */
   bool finished;
   enum outproc_finish_reason finish_reason;
   enum outproc_stop_reason_kind stop_kind;
@@ -65,6 +66,7 @@ struct outproc_t {
   struct outproc_stats_hooks hooks; /* metrics reports; NULL entries = none */
   void *hooks_user;
   int64_t now_ns;           /* of the call in progress */
+  uint64_t num_duplicates;  /* output tokens dropped: positions already delivered (replays) */
 };
 
 void outproc_set_stats_hooks(struct outproc_t *p, const struct outproc_stats_hooks *hooks, void *user) {
@@ -104,7 +106,7 @@ void outproc_result_clear(struct outproc_result *r) {
     free(o->outputs);
     free((void *)o->prompt_token_ids);
   }
-  r->num_outputs = r->num_abort = r->num_unknown = 0;
+  r->num_outputs = r->num_abort = r->num_unknown = r->num_resync = 0;
 }
 
 void outproc_result_free(struct outproc_result *r) {
@@ -113,6 +115,7 @@ void outproc_result_free(struct outproc_result *r) {
   free(r->outputs);
   free(r->abort_ids);
   free(r->unknown_ids);
+  free(r->resync_ids);
   outproc_result_init(r);
 }
 
@@ -261,6 +264,7 @@ static llb_status register_req(struct outproc_t *p, const struct outproc_request
   r->params = *info->sampling_params;
   r->stop_token_id = -1;
   r->num_cached_tokens = -1;
+  r->resync_pending = info->resync;
   st = detok_init(&r->detok, p->tok, r->params.skip_special_tokens);
   if (st != LLB_STATUS_OK) goto fail;
   st = id_map_put(p->reqs, r->id, r);
@@ -438,6 +442,8 @@ static llb_status build_completion(const struct tokenizer *tok, struct req_state
     copy_str(c->stop_str, sizeof c->stop_str, r->params.stop[r->stop_str_index]);
   }
   c->stop_token_id = c->stop_reason_kind == OUTPROC_STOP_REASON_KIND_TOKEN ? r->stop_token_id : -1;
+  c->resync = r->resync_pending;
+  r->resync_pending = false;
   if (delta) {
     r->sent_text = to;
     r->sent_tokens = tto;
@@ -568,6 +574,11 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
   int64_t t_ns = eo->timestamp_ns ? eo->timestamp_ns : now_ns;
   p->now_ns = now_ns;
   bool engine_finished = eo->finish_reason != OUTPROC_FINISH_REASON_NONE;
+  if (eo->first_output_pos > r->num_tokens && !engine_finished) {
+    /* Outputs were lost (a nats-server restart, a scheduler replay racing its predecessor):
+     * the engine still runs it, so ask for its whole history instead of failing it. */
+    return push_id(&res->resync_ids, &res->num_resync, &res->cap_resync, eo->request_id);
+  }
   if (eo->first_output_pos > r->num_tokens) {
     char msg[OUTPROC_MAX_ERROR_BYTES];
     snprintf(msg, sizeof msg, "output tokens lost: expected position %lld, got %lld",
@@ -577,6 +588,7 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
   }
   int64_t skip = r->num_tokens - eo->first_output_pos; /* duplicates of delivered positions */
   int64_t k = eo->num_new_tokens > skip ? eo->num_new_tokens - skip : 0;
+  p->num_duplicates += (uint64_t)(eo->num_new_tokens - k);
   if (k == 0 && !engine_finished) return LLB_STATUS_OK;
   if (eo->scheduled_time_ns && !r->first_scheduled_ns) r->first_scheduled_ns = eo->scheduled_time_ns;
   if (eo->queued_time_ns && !r->queued_ns) r->queued_ns = eo->queued_time_ns;
@@ -679,3 +691,5 @@ llb_status outproc_fail(struct outproc_t *p, const char *request_id, llb_status 
   return finish_by_id(p, request_id, OUTPROC_FINISH_REASON_ERROR, code, message ? message : "failed",
                       now_ns, res);
 }
+
+uint64_t outproc_num_duplicates(const struct outproc_t *p) { return p ? p->num_duplicates : 0; }

@@ -96,6 +96,9 @@ struct outproc_request_info {
   int64_t num_prompt_tokens;
   const struct llb_sampling_params *sampling_params; /* output_kind, stop, logprobs, ... */
   int64_t arrival_time_ns;
+  bool resync;                     /* registered from the engine's whole history after this
+                                      processor lost the request: the client already has part
+                                      of it, so its first completion output says `resync` */
 };
 
 /* --- output: what the client gets ------------------------------------------------------ */
@@ -134,6 +137,7 @@ struct outproc_completion {
   enum outproc_stop_reason_kind stop_reason_kind;
   char stop_str[LLB_MAX_STOP_STRING_BYTES + 1]; /* STRING */
   int32_t stop_token_id;         /* TOKEN */
+  bool resync;                   /* starts from the beginning again (outproc_request_info.resync) */
 };
 
 /* Timing and counts of a request (vLLM RequestStateStats / RequestMetrics). For n > 1: the
@@ -171,6 +175,10 @@ struct outproc_result {
   int64_t num_abort, cap_abort;
   char (*unknown_ids)[OUTPROC_MAX_ID_BYTES]; /* [num_unknown] outputs for unregistered requests */
   int64_t num_unknown, cap_unknown;
+  char (*resync_ids)[OUTPROC_MAX_ID_BYTES];  /* [num_resync] unfinished requests whose outputs
+                                                skipped positions (some were lost): to be
+                                                rebuilt from the engine's history (resync) */
+  int64_t num_resync, cap_resync;
 };
 
 /* Zeroes `r` (an empty result). */
@@ -260,5 +268,9 @@ void outproc_set_stats_hooks(struct outproc_t *p, const struct outproc_stats_hoo
 
 /* Requests (engine ids, children counted one by one) that are registered and unfinished. */
 int64_t outproc_num_unfinished(const struct outproc_t *p);
+
+/* Output tokens dropped so far because their positions were already delivered (a replay
+ * after a scheduler restart, a resync, a duplicate message). Same thread as outproc_process. */
+uint64_t outproc_num_duplicates(const struct outproc_t *p);
 
 #endif

@@ -37,6 +37,10 @@ void scheduler_actor_config_init(struct scheduler_actor_config *c) {
   c->peer_heartbeat_ms = 0;
   c->peer_missed_beats = 3;
   c->log_stats_interval_ms = 10000;
+  c->durable = false;
+  c->ack_wait_ms = 2000;
+  c->max_deliver = 3;
+  c->max_ack_pending = 4096;
 }
 
 /* ---- request metadata ---- */
@@ -126,20 +130,26 @@ static void log_bad_message(const char *what, const struct bus_msg *msg, llb_sta
                msg->subject, msg->len, llb_strerror(st), llb_log_quote(q, sizeof q, llb_err_last()));
 }
 
-static void on_request(struct bus *bus, const struct bus_msg *msg, void *user) {
-  struct scheduler_actor *a = user;
+bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, uint64_t stream_seq,
+                        bool replayed, const char *refuse) {
   llb_arena_reset(&a->req_arena);
   struct llb_engine_core_request r;
   llb_status st = llb_engine_core_request_decode(msg->data, msg->len, &a->req_arena, &r);
   if (st != LLB_STATUS_OK) {
     atomic_fetch_add(&a->c_rejected, 1);
     log_bad_message("EngineCoreRequest", msg, st);
-    if (msg->reply && llb_error_reply_encode_status(st, "", "", &a->req_err_buf) == LLB_STATUS_OK)
-      (void)bus_respond(bus, msg, a->req_err_buf.data, a->req_err_buf.len, NULL);
-    return;
+    if (msg->reply && !stream_seq && llb_error_reply_encode_status(st, "", "", &a->req_err_buf) == LLB_STATUS_OK)
+      (void)bus_respond(a->bus, msg, a->req_err_buf.data, a->req_err_buf.len, NULL);
+    return false;
   }
   struct req_meta *m = calloc(1, sizeof(*m));
   if (!m) goto oom;
+  m->stream_seq = stream_seq;
+  m->resync = replayed;
+  if (refuse) {
+    m->reject_status = LLB_STATUS_ABORTED;
+    snprintf(m->reject_message, sizeof m->reject_message, "%s", refuse);
+  }
   m->id = dup_str(r.request_id);
   m->reply_to = dup_str(r.reply_to);
   m->external_id = dup_str(r.external_id);
@@ -195,11 +205,17 @@ static void on_request(struct bus *bus, const struct bus_msg *msg, void *user) {
   a->intake_tail = m;
   pthread_cond_signal(&a->cv);
   pthread_mutex_unlock(&a->mu);
-  return;
+  return true;
 oom:
   sched_actor_meta_free(m);
   atomic_fetch_add(&a->c_rejected, 1);
   LLB_LOG_ERROR("request_dropped", "reason=out_of_memory bytes=%zu", msg->len);
+  return false;
+}
+
+static void on_request(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  (void)sched_actor_intake(user, msg, 0, false, NULL);
 }
 
 static void on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
@@ -235,7 +251,9 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
     list = m->next;
     m->next = NULL;
     llb_status st;
-    if (sched_actor_map_find(a, m->id) >= 0) {
+    if (m->reject_status != LLB_STATUS_OK) { /* refused at intake (dead-lettered) */
+      st = LLB_ERRF(m->reject_status, "%s", m->reject_message);
+    } else if (sched_actor_map_find(a, m->id) >= 0) {
       st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request_id '%s' is already running", m->id);
     } else {
       struct sched_new_request nr = {
@@ -577,6 +595,7 @@ static void *step_thread(void *arg) {
 
     admit(a, intake);
     apply_aborts(a, aborts);
+    sched_actor_resync_take(a);
     char peer_what[sizeof a->peer_fail_what];
     if (sched_actor_health_take(a, peer_what, sizeof peer_what))
       peer_failed(a, LLB_ERRF(LLB_STATUS_ABORTED, "%s", peer_what));
@@ -629,6 +648,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   pthread_condattr_destroy(&ca);
   llb_arena_init(&a->req_arena, NULL, 0);
   llb_arena_init(&a->abort_arena, NULL, 0);
+  llb_arena_init(&a->resync_arena, NULL, 0);
   llb_arena_init(&a->arena, NULL, 0);
   sched_output_init(&a->out);
   kv_step_init(&a->kv);
@@ -648,13 +668,18 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   if (!st) st = sched_actor_execute_init(a);
   if (!st) st = sched_actor_health_init(a, prefix);
   if (st) goto fail;
+  /* A previous scheduler of this engine may have left requests and blocks in the kv_manager
+   * (it died): this one's mirror starts empty, so the kv_manager starts over too. */
+  a->kv_reset_pending = true;
   if (pthread_create(&a->thread, NULL, step_thread, a) != 0) {
     st = LLB_ERRF(LLB_STATUS_INTERNAL, "scheduler actor: pthread_create failed");
     goto fail;
   }
   a->thread_started = true;
-  st = bus_subscribe(bus, a->subj_requests, NULL, on_request, a, NULL);
-  if (!st) st = bus_subscribe(bus, a->subj_abort, NULL, on_abort, a, NULL);
+  st = bus_subscribe(bus, a->subj_abort, NULL, on_abort, a, NULL);
+  if (!st) st = sched_actor_resync_init(a, prefix);
+  if (!st) st = cfg->durable ? sched_actor_durable_start(a, prefix)
+                             : bus_subscribe(bus, a->subj_requests, NULL, on_request, a, NULL);
   if (st) goto fail;
   LLB_LOG_INFO("scheduler_started", "requests=%s num_blocks=%d block_size=%d max_num_seqs=%d "
                "max_num_batched_tokens=%d max_model_len=%d policy=%s async_scheduling=%s",
@@ -679,6 +704,7 @@ void scheduler_actor_stop(struct scheduler_actor *a) {
   sched_actor_execute_wake_for_stop(a); /* a step thread waiting for a worker reply */
   if (a->thread_started) pthread_join(a->thread, NULL);
   a->thread_started = false;
+  sched_actor_durable_stop(a);
 }
 
 void scheduler_actor_destroy(struct scheduler_actor *a) {
@@ -698,6 +724,8 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   free(a->map);
   for (int64_t i = 0; i < a->num_rejected; i++) sched_actor_meta_free(a->rejected[i]);
   free(a->rejected);
+  sched_actor_durable_free(a);
+  sched_actor_resync_free(a);
   sched_actor_health_free(a);
   sched_actor_execute_free(a);
   sched_trace_free(a);
@@ -716,6 +744,7 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   free(a->outs);
   llb_arena_destroy(&a->req_arena);
   llb_arena_destroy(&a->abort_arena);
+  llb_arena_destroy(&a->resync_arena);
   llb_arena_destroy(&a->arena);
   llb_buf_free(&a->buf);
   llb_buf_free(&a->req_err_buf);
@@ -732,5 +761,11 @@ void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_ac
       .num_execute_failures = atomic_load(&a->c_exec_fail),
       .num_encoder_failures = atomic_load(&a->c_enc_fail),
       .num_outputs_published = atomic_load(&a->c_pub),
-      .num_peer_failures = atomic_load(&a->c_peer_fail)};
+      .num_peer_failures = atomic_load(&a->c_peer_fail),
+      .num_replayed = atomic_load(&a->c_replayed),
+      .num_dead_lettered = atomic_load(&a->c_dead_lettered),
+      .num_redelivered_held = atomic_load(&a->c_redelivered_held),
+      .num_acked = atomic_load(&a->c_acked),
+      .num_resyncs = atomic_load(&a->c_resyncs),
+      .num_bus_recoveries = atomic_load(&a->c_bus_recoveries)};
 }

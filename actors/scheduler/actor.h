@@ -69,6 +69,15 @@ struct scheduler_actor_config {
    * vLLM's; 0 = none). */
   struct llb_metrics *metrics;
   int64_t log_stats_interval_ms;
+  /* Durable ingestion (bus/jetstream.h): requests come from the engine's JetStream pull
+   * consumer and are acknowledged when they leave the scheduler; a restarted scheduler gets
+   * the unfinished ones again. Off: a plain subscription on .requests (lost if it dies). */
+  bool durable;                   /* default false */
+  int64_t ack_wait_ms;            /* redelivery after this long without an ack (default 2000) */
+  int32_t max_deliver;            /* deliveries at most; the next is dead-lettered (default 3:
+                                     a scheduler crashing 3 times soon after its start would
+                                     otherwise stop `llmbus serve` as a crash loop first) */
+  int32_t max_ack_pending;        /* requests held at once (default 4096) */
 };
 
 struct scheduler_actor_counters {
@@ -81,6 +90,12 @@ struct scheduler_actor_counters {
   uint64_t num_encoder_failures;  /* encoder_cache round trips that failed */
   uint64_t num_outputs_published; /* EngineCoreOutputs messages */
   uint64_t num_peer_failures;     /* worker / kv_manager deaths or restarts seen in heartbeats */
+  uint64_t num_replayed;          /* durable: requests delivered again (a scheduler died) */
+  uint64_t num_dead_lettered;     /* durable: requests refused after max_deliver deliveries */
+  uint64_t num_redelivered_held;  /* durable: redeliveries of a request still running (dropped) */
+  uint64_t num_acked;             /* durable: requests acknowledged (left the scheduler) */
+  uint64_t num_resyncs;           /* requests sent whole again for an output processor */
+  uint64_t num_bus_recoveries;    /* own NATS reconnects acted on (steps in flight abandoned) */
 };
 
 /* Publishes one last SchedulerStats with `draining` set, so that routers send nothing new
@@ -91,10 +106,12 @@ void scheduler_actor_announce_draining(struct scheduler_actor *a);
 /* Defaults above, sched_config_init for the scheduler, engine id "0". */
 void scheduler_actor_config_init(struct scheduler_actor_config *c);
 
-/* Creates the scheduler, subscribes .requests and .abort under `prefix` and starts the step
- * thread. Stop with scheduler_actor_stop (before bus_destroy), free with
- * scheduler_actor_destroy (after it). Errors: sched_create's, bus_subscribe's,
- * INVALID_ARGUMENT (subjects), OUT_OF_MEMORY, INTERNAL (thread). */
+/* Creates the scheduler, subscribes .requests (or, with cfg->durable, the engine's JetStream
+ * consumer) and .abort under `prefix` and starts the step thread. The first KV step resets the
+ * kv_manager (a previous scheduler's blocks are unknown to this one). Stop with
+ * scheduler_actor_stop (before bus_destroy), free with scheduler_actor_destroy (after it).
+ * Errors: sched_create's, bus_subscribe's, bus_js_pull_create's (durable), INVALID_ARGUMENT
+ * (subjects), OUT_OF_MEMORY, INTERNAL (thread). */
 llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
                                   const struct scheduler_actor_config *cfg,
                                   struct scheduler_actor **out);

@@ -90,7 +90,25 @@ static void on_health(struct bus *bus, const struct bus_msg *msg, void *user) {
   llb_arena_destroy(&arena);
 }
 
+/* The scheduler's own connection came back: an execute request or reply in flight then may
+ * be lost (a nats-server restart), and the worker, which kept its instance, would never be
+ * seen failing: the steps in flight are abandoned and recomputed as after a peer failure. */
+static void check_own_reconnect(struct scheduler_actor *a) {
+  const uint64_t n = bus_num_reconnects(a->bus);
+  if (n == a->bus_reconnects_seen) return;
+  a->bus_reconnects_seen = n;
+  a->peer_fail_gen++;
+  atomic_fetch_add(&a->c_bus_recoveries, 1);
+  snprintf(a->peer_fail_what, sizeof a->peer_fail_what,
+           "the scheduler's NATS connection was re-established (reconnect %llu): messages of the "
+           "steps in flight may be lost", (unsigned long long)n);
+  LLB_LOG_WARN("bus_reconnect_recovery", "engine_id=%s reconnects=%llu action=abandon_steps_preempt_all",
+               a->engine_id, (unsigned long long)n);
+  pthread_cond_broadcast(&a->exec_cv);
+}
+
 void sched_actor_health_poll_locked(struct scheduler_actor *a, int64_t now_ns) {
+  check_own_reconnect(a);
   for (int p = 0; p < SCHED_PEER_COUNT; p++) {
     if (!a->peer_watch[p] || peer_watch_check(a->peer_watch[p], now_ns) != PEER_WATCH_VERDICT_MISSING) continue;
     struct peer_watch_view view;

@@ -19,6 +19,8 @@
 
 struct abort_item;
 struct exec_reply;
+struct sched_durable;
+struct resync_item;
 
 /* What the actor keeps per live request beside the scheduler's own state: routing and the
  * first output's extra fields. Owned by the meta map once admitted. */
@@ -38,6 +40,9 @@ struct req_meta {
   llb_status reject_status; /* admission refused: the error output carries it */
   char reject_message[256];
   struct sched_req_trace trace; /* actor_trace.c */
+  bool resync;            /* the output processor lost it: the next output carries everything */
+  uint64_t stream_seq;    /* its message in the requests stream (acknowledged when the request
+                             leaves the scheduler); 0 = it came without JetStream */
 };
 
 struct scheduler_actor {
@@ -60,10 +65,11 @@ struct scheduler_actor {
   bool stop, thread_started;
   struct req_meta *intake_head, *intake_tail;
   struct abort_item *abort_head;
+  struct resync_item *resync_head; /* ids an output processor asked to resync (actor_resync.c) */
   pthread_t thread;
 
   /* handler-thread state (one subscription each) */
-  struct llb_arena req_arena, abort_arena;
+  struct llb_arena req_arena, abort_arena, resync_arena;
   struct llb_buf req_err_buf;
 
   /* step-thread state */
@@ -114,11 +120,16 @@ struct scheduler_actor {
   uint64_t peer_fail_gen;           /* under exec_mu: failures detected so far */
   uint64_t peer_fail_seen;          /* under exec_mu: failures the step thread acted on */
   char peer_fail_what[384];         /* under exec_mu: the last detection, for the step's log */
+  uint64_t bus_reconnects_seen;     /* under exec_mu: bus_num_reconnects acted on */
+
+  /* durable intake (actor_durable.c); NULL when cfg.durable is off */
+  struct sched_durable *durable;
 
   struct sched_step_trace *trace_steps[SCHED_TRACE_STEPS]; /* actor_trace.c, step thread */
 
   atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub,
-      c_enc_fail, c_peer_fail;
+      c_enc_fail, c_peer_fail, c_replayed, c_dead_lettered, c_redelivered_held, c_acked, c_resyncs,
+      c_bus_recoveries;
 };
 
 /* The peers whose heartbeats the scheduler watches (index into peer_watch). */
@@ -170,6 +181,36 @@ int64_t sched_actor_health_next_check_ns_locked(const struct scheduler_actor *a)
 bool sched_actor_health_take_locked(struct scheduler_actor *a, char *what, size_t cap);
 /* The step thread's check between steps: polls, then takes (see above). */
 bool sched_actor_health_take(struct scheduler_actor *a, char *what, size_t cap);
+
+/* intake (actor.c): decodes an EngineCoreRequest and queues it for the step thread; `refuse`
+ * (NULL = admit) makes admission refuse it with that message. stream_seq: its message in the
+ * requests stream (0 = none); replayed: delivered before (a scheduler died running it), so its
+ * first output is marked resync (an output processor that does not know it must tell the
+ * client it repeats the completion from the start). Returns false when it was not queued (undecodable: answered on
+ * msg->reply when there is one, logged and counted; or out of memory). Handler threads. */
+bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, uint64_t stream_seq,
+                        bool replayed, const char *refuse);
+
+/* durable intake (actor_durable.c) */
+/* Creates the engine's pull consumer (stream and consumer ensured) and starts the thread that
+ * fetches into sched_actor_intake and keeps held messages alive. Errors: bus_js_pull_create's,
+ * INTERNAL (thread). On error the caller still calls sched_actor_durable_free. */
+llb_status sched_actor_durable_start(struct scheduler_actor *a, const char *prefix);
+/* Joins the fetch thread. Idempotent. */
+void sched_actor_durable_stop(struct scheduler_actor *a);
+/* The request of this stream message left the scheduler (finished, aborted, refused): its
+ * message is acknowledged and forgotten. 0 or an unknown seq: nothing. Any thread. */
+void sched_actor_durable_done(struct scheduler_actor *a, uint64_t stream_seq);
+/* Stops and frees the durable intake (after the bus is destroyed). NULL durable ok. */
+void sched_actor_durable_free(struct scheduler_actor *a);
+
+/* resync (actor_resync.c) */
+/* Subscribes <prefix>.engine.<eid>.resync. Errors: bus_subscribe's, INVALID_ARGUMENT. */
+llb_status sched_actor_resync_init(struct scheduler_actor *a, const char *prefix);
+/* Step thread: marks the requests named since the last call (their next output resyncs). */
+void sched_actor_resync_take(struct scheduler_actor *a);
+/* Frees ids not taken (after the bus is destroyed). */
+void sched_actor_resync_free(struct scheduler_actor *a);
 
 /* step thread: outputs (actor_outputs.c) */
 /* Publishes one EngineCoreOutputs with the rejections, the side outputs (aborts) and the

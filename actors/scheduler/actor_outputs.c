@@ -11,6 +11,7 @@
 
 #include "actors/scheduler/actor_internal.h"
 #include "actors/scheduler/actor_wire.h"
+#include "actors/scheduler/sched_request.h"
 #include "base/log.h"
 #include "bus/subject.h"
 #include "schemas/control.h"
@@ -42,6 +43,29 @@ static struct llb_logprobs_lists step_logprobs(const struct scheduler_actor *a, 
   return out;
 }
 
+/* The output processor lost this request (actor_resync.c): this output carries its whole
+ * output so far, from position 0, with the first-output fields (the prompt from the
+ * request's token buffer: the meta's copy is gone after the first output). No logprobs rows
+ * (the earlier ones are not kept). A request already gone from the scheduler stays marked:
+ * its last output went out without the history. */
+static void fill_resync(struct scheduler_actor *a, struct llb_engine_core_output *o, struct req_meta *m) {
+  const struct sched_request *r = sched_find_request(a->sched, m->id);
+  if (!r) return;
+  const int32_t end = o->first_output_pos + o->num_new_token_ids;
+  if (end > r->num_tokens - r->num_prompt_tokens) return;
+  o->new_token_ids = end > 0 ? r->token_ids + r->num_prompt_tokens : NULL;
+  o->num_new_token_ids = end;
+  o->first_output_pos = 0;
+  o->new_logprobs = (struct llb_logprobs_lists){0};
+  o->prompt_token_ids = r->token_ids;
+  o->num_prompt_token_ids = r->num_prompt_tokens;
+  o->sampling_params = &m->params;
+  o->parent_request_id = llb_str_c(m->parent_request_id);
+  o->index = m->client_index;
+  o->resync = true;
+  m->resync = false;
+}
+
 static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output *o,
                         const struct sched_engine_outputs *eo, int32_t i, int64_t now_ns) {
   const struct sched_engine_output *e = &eo->outputs[i];
@@ -65,6 +89,7 @@ static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output
                                                       : "the request failed every worker step it took part in "
                                                         "(finished so that the others go on)");
   }
+  if (m->resync) fill_resync(a, o, m);
   o->reply_to = llb_str_c(m->reply_to);
   o->external_id = llb_str_c(m->external_id);
   o->arrival_time = m->arrival_time;
@@ -139,6 +164,7 @@ cleanup:
       int64_t at = sched_actor_map_find(a, sched_engine_outputs_req_id(lists[l], i));
       if (at < 0) continue;
       if (lists[l]->outputs[i].finish_reason != SCHED_FINISH_REASON_NONE) {
+        sched_actor_durable_done(a, a->map[at]->stream_seq); /* after its last output went out */
         sched_actor_map_remove(a, at, true);
       } else if (!a->map[at]->first_sent) {
         a->map[at]->first_sent = true;
@@ -146,7 +172,10 @@ cleanup:
         a->map[at]->prompt = NULL;
       }
     }
-  for (int64_t i = 0; i < a->num_rejected; i++) sched_actor_meta_free(a->rejected[i]);
+  for (int64_t i = 0; i < a->num_rejected; i++) {
+    sched_actor_durable_done(a, a->rejected[i]->stream_seq);
+    sched_actor_meta_free(a->rejected[i]);
+  }
   a->num_rejected = 0;
   sched_engine_outputs_clear(&a->eo_side, step);
   sched_engine_outputs_clear(&a->eo, step);

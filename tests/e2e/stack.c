@@ -218,10 +218,13 @@ static int start_serve(struct e2e_stack *s, const struct e2e_stack_options *o) {
     return -1;
   }
   const char *dev = e2e_device();
-  /* no metrics ports: tests run side by side, and a fixed port would be one's only */
-  const char *argv[12 + E2E_MAX_ACTOR_ARGS + 1] = {bin, "serve", "--nats", s->srv.url, "--model", s->model,
-                                                   "--http", "127.0.0.1:0", "--metrics-port", "0"};
-  int n = 10;
+  /* no metrics ports: tests run side by side, and a fixed port would be one's only. One input
+   * processor: the heartbeats here are tracked per actor name, and a second instance beating
+   * with its own pid would look like a restart (tests/chaos/ runs serve's default of two). */
+  const char *argv[14 + E2E_MAX_ACTOR_ARGS + 1] = {bin, "serve", "--nats", s->srv.url, "--model", s->model,
+                                                   "--http", "127.0.0.1:0", "--metrics-port", "0",
+                                                   "--input-processors", "1"};
+  int n = 12;
   for (int i = 0; o && o->serve_args && o->serve_args[i] && i < E2E_MAX_ACTOR_ARGS; i++) argv[n++] = o->serve_args[i];
   if (dev) {
     argv[n++] = "--device";
@@ -343,7 +346,7 @@ int e2e_stack_start(struct e2e_stack *s, const char *model, const struct e2e_sta
   for (int i = 0; i < E2E_ACTOR_COUNT; i++)
     if (o && o->actor_args[i]) s->via_serve = false;
   double t0 = e2e_now_s();
-  if (nats_test_server_start(&s->srv, 0, false) != 0) return -1;
+  if (nats_test_server_start(&s->srv, 0, true) != 0) return -1; /* JetStream: serve runs durable */
   struct bus_options bo;
   bus_options_init(&bo);
   bo.urls = s->srv.url;

@@ -1,5 +1,5 @@
-/* Killing the gpu_worker or the kv_manager mid-generation (SIGKILL; `llmbus serve` restarts
- * it) costs seconds, not the scheduler's 60 s execute timeout, and no token: the scheduler
+/* Killing the gpu_worker, the kv_manager or the scheduler mid-generation (SIGKILL; `llmbus
+ * serve` restarts it) costs seconds, not the scheduler's 60 s execute timeout, and no token: the scheduler
  * sees the new instance in the heartbeats, abandons the steps in flight, recomputes every
  * running request and goes on. Every greedy request ends with exactly the tokens of the
  * fault-free run; the time from the kill to the first token that only a step sent after the
@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tests/e2e/stack.h"
 
@@ -161,8 +162,10 @@ static void fault_mid_generation(enum e2e_actor victim, const char *name, double
           NUM_REQUESTS, all_done_s, (unsigned long long)before.num_preemptions,
           (unsigned long long)after.num_preemptions);
   assert_int_equal(differ, 0);
-  /* the failure was acted on: running requests were recomputed */
-  assert_true(after.num_preemptions >= before.num_preemptions + NUM_REQUESTS);
+  /* the failure was acted on: running requests were recomputed (a new scheduler counts from
+   * zero: it replayed them from the stream instead) */
+  if (victim != E2E_ACTOR_SCHEDULER)
+    assert_true(after.num_preemptions >= before.num_preemptions + NUM_REQUESTS);
   if (freeze_s > 0) {
     assert_int_equal(new_pid, pid); /* the same process, back */
     return;
@@ -182,6 +185,85 @@ static void test_kv_manager_killed_mid_generation_costs_seconds_and_no_token(voi
   fault_mid_generation(E2E_ACTOR_KV_MANAGER, "kv_manager", 0);
 }
 
+/* The scheduler holds every request's state: its successor gets the unfinished ones again
+ * from the JetStream stream (unacknowledged: a request is acknowledged only when finished),
+ * recomputes them from their prompts, and the output processor drops the positions it already
+ * sent, so each client sees its tokens exactly once, equal to the fault-free run. */
+static void test_scheduler_killed_mid_generation_replays_from_the_stream(void **state) {
+  (void)state;
+  fault_mid_generation(E2E_ACTOR_SCHEDULER, "scheduler", 0);
+}
+
+static void sleep_s(double s) {
+  struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* Waits until the scheduler beats with a pid other than `old` (its restart). */
+static int32_t wait_new_scheduler(int32_t old) {
+  const double t0 = e2e_now_s();
+  while (e2e_now_s() - t0 < 60.0) {
+    const int32_t pid = pid_of(E2E_ACTOR_SCHEDULER);
+    if (pid > 0 && pid != old) return pid;
+    sleep_s(0.02);
+  }
+  return -1;
+}
+
+/* A request the scheduler dies running, again and again (here: killed while it holds it, as
+ * a request that crashes it would): after --max-deliver (3) deliveries the next scheduler does
+ * not run it but copies it to llm.engine.0.dead_letter and its client gets an error saying
+ * so; the engine goes on serving. */
+static void test_request_that_keeps_killing_the_scheduler_is_dead_lettered(void **state) {
+  (void)state;
+  struct bus_sub *dead = NULL;
+  assert_int_equal(bus_subscribe_sync(s.bus, "llm.engine.0.dead_letter", &dead), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(s.bus, 5000), LLB_STATUS_OK);
+  struct e2e_request r;
+  make_request(0, &r);
+  r.request_id = "poison";
+  r.sp.max_tokens = E2E_MAX_TOKENS - 12; /* far longer than the three kills take */
+  static struct e2e_pending p;
+  memset(&p, 0, sizeof p);
+  assert_int_equal(e2e_submit(&s, &r, &p), 0);
+  const double t0 = e2e_now_s();
+  while (p.result.num_tokens == 0) { /* the first scheduler runs it */
+    assert_true(e2e_poll(&p, 100) >= 0);
+    assert_true(e2e_now_s() - t0 < E2E_WAIT_OUTPUT_MS / 1000.0);
+  }
+  for (int k = 0; k < 3; k++) {
+    const int32_t pid = pid_of(E2E_ACTOR_SCHEDULER);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_true(wait_new_scheduler(pid) > 0);
+    /* delivered again to the new one ack_wait (2 s) after the last in-progress ack */
+    sleep_s(3.5);
+    assert_false(p.result.finished);
+  }
+  assert_int_equal(e2e_collect(&p, E2E_WAIT_OUTPUT_MS), 0);
+  fprintf(stderr, "e2e: after 3 scheduler kills: finished=%d error %d '%s' (%d tokens before)\n",
+          p.result.finished, p.result.error_code, p.result.error_message, p.result.num_tokens);
+  assert_true(p.result.finished);
+  assert_true(p.result.error_code != 0);
+  assert_non_null(strstr(p.result.error_message, "dead-lettered: delivered "));
+  assert_non_null(strstr(p.result.error_message, "(max_deliver 3)"));
+  e2e_pending_release(&p);
+  struct bus_msg *m = NULL;
+  assert_int_equal(bus_sub_next_msg(dead, 10000, &m), LLB_STATUS_OK);
+  const char *why = bus_msg_header(m, "Llmbus-Dead-Letter-Reason");
+  assert_non_null(why);
+  assert_non_null(strstr(why, "(max_deliver 3)"));
+  assert_true(m->len > 0); /* the EngineCoreRequest itself, for inspection */
+  bus_msg_destroy(m);
+  (void)bus_unsubscribe(dead);
+  /* the engine goes on: the same prompt (another id) completes with the fault-free tokens */
+  struct e2e_request again;
+  make_request(0, &again);
+  struct e2e_result res;
+  assert_int_equal(e2e_generate(&s, &again, &res), 0);
+  assert_int_equal(res.error_code, 0);
+  assert_true(e2e_same_tokens("after the dead letter", &reference[0], &res));
+}
+
 /* A worker that hangs (SIGSTOP) sends no heartbeat: after --peer-missed-beats (3) intervals of
  * 500 ms the scheduler abandons its steps and recomputes; the worker, resumed, answers again. */
 static void test_gpu_worker_silent_for_three_beats_is_recovered_from(void **state) {
@@ -198,6 +280,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_gpu_worker_killed_mid_generation_costs_seconds_and_no_token),
       cmocka_unit_test(test_kv_manager_killed_mid_generation_costs_seconds_and_no_token),
       cmocka_unit_test(test_gpu_worker_silent_for_three_beats_is_recovered_from),
+      cmocka_unit_test(test_scheduler_killed_mid_generation_replays_from_the_stream),
+      cmocka_unit_test(test_request_that_keeps_killing_the_scheduler_is_dead_lettered),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -2,7 +2,9 @@
  * .abort, .kv, .execute, .outputs) — garbage bytes, a valid message of that subject cut in
  * half, an empty message — never stops an actor: sent with a reply subject to a subject that
  * answers requests it gets an error reply (RequestOutput.error, ErrorReply, or the reply
- * message's error field), sent without one it is dropped (counted by the actor); afterwards a
+ * message's error field; on .requests, which the durable engine's JetStream stream captures,
+ * JetStream's PubAck: the scheduler drops it when it fetches it), sent without one it is
+ * dropped (counted by the actor); afterwards a
  * normal request gives the same tokens as before and no actor was restarted (heartbeat pids
  * unchanged, every actor still beating). */
 #include <setjmp.h>
@@ -40,9 +42,12 @@ enum subject_kind {
 static const struct {
   const char *subject;
   bool answers; /* a request/reply subject: a message with a reply subject gets an answer */
+  bool durable; /* captured by the JetStream requests stream (serve runs the engine durable):
+                   the answer is JetStream's PubAck (stored), and the scheduler, which fetches
+                   it later, logs, counts and acknowledges it (never delivered again) */
 } subjects[SUBJECT_KIND_COUNT] = {
-    [SUBJECT_KIND_GENERATE] = {"llm.generate.default", true},
-    [SUBJECT_KIND_REQUESTS] = {"llm.engine.0.requests", true},
+    [SUBJECT_KIND_GENERATE] = {"llm.generate.default", true, false},
+    [SUBJECT_KIND_REQUESTS] = {"llm.engine.0.requests", true, true},
     [SUBJECT_KIND_ABORT] = {"llm.engine.0.abort", false},
     [SUBJECT_KIND_KV] = {"llm.engine.0.kv", true},
     [SUBJECT_KIND_EXECUTE] = {"llm.engine.0.execute", true},
@@ -203,6 +208,11 @@ static void test_malformed_messages_on_every_subject_leave_every_actor_serving(v
       if (st != LLB_STATUS_OK) {
         fprintf(stderr, "e2e: %s %s: no reply: %s\n", subjects[k].subject, payload_names[pk], llb_err_last());
         unanswered++;
+      } else if (subjects[k].durable) {
+        const bool stored = reply->len < sizeof why && memmem(reply->data, reply->len, "\"stream\":\"LLM_REQUESTS\"", 23);
+        fprintf(stderr, "e2e: %s %s: %s\n", subjects[k].subject, payload_names[pk],
+                stored ? "stored by JetStream (the scheduler drops it)" : "no PubAck of the requests stream");
+        unanswered += !stored;
       } else if (!is_error_reply(reply, why, sizeof why)) {
         fprintf(stderr, "e2e: %s %s: the reply is not an error: %s\n", subjects[k].subject, payload_names[pk], why);
         unanswered++;

@@ -18,3 +18,6 @@ llb_add_test(test_bus_drain SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bus_drain.c
 llb_add_test(test_bus_tracing SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bus_tracing.c
              LIBS llmbus_bus llmbus_nats_test_server PkgConfig::CMOCKA PkgConfig::JANSSON Threads::Threads
              LABELS integration bus TIMEOUT 180)
+llb_add_test(test_bus_jetstream SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bus_jetstream.c
+             LIBS llmbus_bus llmbus_nats_test_server PkgConfig::CMOCKA Threads::Threads
+             LABELS integration bus TIMEOUT 180)

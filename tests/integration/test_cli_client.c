@@ -9,9 +9,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "actors/input_processor/actor.h"
@@ -185,6 +187,32 @@ static void test_client_without_input_processor_says_nobody_listens(void **state
   bus_destroy(client);
 }
 
+/* An input processor that comes up 300 ms after the request was sent (a restart gap). */
+static void *late_input_processor(void *arg) {
+  struct timespec ts = {0, 300 * 1000000L};
+  nanosleep(&ts, NULL);
+  static enum script s = SCRIPT_STREAM;
+  subscribe_script(arg, &s);
+  return NULL;
+}
+
+static void test_client_resends_a_request_nobody_took_until_an_input_processor_is_back(void **state) {
+  (void)state;
+  struct bus *server = connect_or_fail("scripted"), *client = connect_or_fail("client");
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, late_input_processor, server), 0);
+  struct client_options o;
+  client_options_init(&o);
+  char *printed = NULL, *answer = NULL;
+  assert_int_equal(run_client(client, &o, "hi", &printed, &answer), LLB_STATUS_OK);
+  assert_string_equal(answer, "[hi|1] Hello");
+  pthread_join(t, NULL);
+  free(printed);
+  free(answer);
+  bus_destroy(client);
+  bus_destroy(server);
+}
+
 /* A fake engine: answers each EngineCoreRequest with one output echoing its prompt tokens. */
 static void on_engine_request(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)user;
@@ -274,6 +302,7 @@ int main(void) {
       cmocka_unit_test(test_client_reports_engine_error_with_field),
       cmocka_unit_test(test_client_times_out_with_clear_message),
       cmocka_unit_test(test_client_without_input_processor_says_nobody_listens),
+      cmocka_unit_test(test_client_resends_a_request_nobody_took_until_an_input_processor_is_back),
       cmocka_unit_test(test_front_path_echo_through_both_processors),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,7 @@
 /* The output processor actor over a real nats-server: hand-made EngineCoreOutputs on
  * llm.engine.0.outputs → RequestOutputs on each request's reply subject, engine aborts on
- * llm.engine.0.abort. Tokenizer: the GPT-2 vocab of ../shared/testdata/tokenizer. */
+ * llm.engine.0.abort, resync asks on llm.engine.0.resync for requests it does not know.
+ * Tokenizer: the GPT-2 vocab of ../shared/testdata/tokenizer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -134,6 +135,12 @@ static void delta_params(struct llb_sampling_params *sp) {
   sp->max_tokens = 32;
 }
 
+static bool two_request_outputs(void *arg) {
+  struct outproc_actor_stats s;
+  outproc_actor_get_stats(arg, &s);
+  return s.request_outputs == 2;
+}
+
 static void test_outputs_stream_text_to_reply_subject_and_finish(void **state) {
   struct fixture *f = *state;
   struct llb_sampling_params sp;
@@ -162,9 +169,9 @@ static void test_outputs_stream_text_to_reply_subject_and_finish(void **state) {
   assert_string_equal(ro.outputs[0].text.data, " of lights."); /* DELTA: only the new text */
   assert_int_equal(ro.outputs[0].finish_reason, LLB_FINISH_REASON_LENGTH);
   assert_int_equal(ro.metrics.num_generation_tokens, n1 + n2);
+  assert_true(nats_test_wait_until(two_request_outputs, f->actor, WAIT_MS)); /* counted after the send */
   struct outproc_actor_stats s;
   outproc_actor_get_stats(f->actor, &s);
-  assert_int_equal(s.request_outputs, 2);
   assert_int_equal(s.unknown, 0);
   free(prompt);
   free(a);
@@ -265,26 +272,78 @@ static void test_n2_children_aggregate_into_one_parent_stream(void **state) {
   free(b);
 }
 
-static void test_unknown_request_gets_error_and_engine_abort(void **state) {
+/* An output of a request this instance does not know (it restarted) while the engine still
+ * runs it: nothing reaches the client; the scheduler is asked for the whole history on
+ * llm.engine.0.resync (once, however many outputs follow), and the history output (resync,
+ * from position 0, with the first-output fields) rebuilds the request: the client gets the
+ * completion from its start marked `resync` (it trims what it already has), then deltas. */
+static void test_unknown_request_is_rebuilt_from_the_engines_history(void **state) {
+  struct fixture *f = *state;
+  struct bus_sub *resync = NULL;
+  assert_int_equal(bus_subscribe_sync(f->client, "llm.engine.0.resync", &resync), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(f->client, WAIT_MS), LLB_STATUS_OK);
+  struct llb_sampling_params sp;
+  delta_params(&sp);
+  int64_t np, n1, n2;
+  int32_t *prompt = encode(f, "Say", &np);
+  int32_t *a = encode(f, " lost and", &n1);
+  int32_t *b = encode(f, " found", &n2);
+  struct llb_engine_core_output o = make_output(f, "r5-0055", NULL, 0, NULL, b, (int32_t)n2, (int32_t)n1);
+  publish_outputs(f, &o, 1, 9);
+  publish_outputs(f, &o, 1, 10); /* asked once, not per output */
+  struct bus_msg *m = NULL;
+  assert_int_equal(bus_sub_next_msg(resync, WAIT_MS, &m), LLB_STATUS_OK);
+  struct llb_abort_requests ids;
+  assert_int_equal(llb_abort_requests_decode(m->data, m->len, &f->arena, &ids), LLB_STATUS_OK);
+  assert_int_equal(ids.num_request_ids, 1);
+  assert_string_equal(ids.request_ids[0].data, "r5-0055");
+  bus_msg_destroy(m);
+  /* the history: every output token from position 0 */
+  int32_t all[64];
+  assert_true(n1 + n2 <= 64);
+  memcpy(all, a, (size_t)n1 * sizeof *all);
+  memcpy(all + n1, b, (size_t)n2 * sizeof *all);
+  o = make_output(f, "r5-0055", prompt, (int32_t)np, &sp, all, (int32_t)(n1 + n2), 0);
+  o.resync = true;
+  publish_outputs(f, &o, 1, 11);
+  struct llb_request_output ro;
+  next_output(f, &ro);
+  assert_int_equal(ro.error.code, 0);
+  assert_false(ro.finished);
+  assert_string_equal(ro.outputs[0].text.data, " lost and found");
+  assert_true(ro.outputs[0].resync);
+  int32_t dot[1] = {a[0]};
+  o = make_output(f, "r5-0055", NULL, 0, NULL, dot, 1, (int32_t)(n1 + n2));
+  o.finish_reason = LLB_FINISH_REASON_LENGTH;
+  publish_outputs(f, &o, 1, 12);
+  next_output(f, &ro);
+  assert_true(ro.finished);
+  assert_false(ro.outputs[0].resync);
+  assert_int_equal(bus_sub_next_msg(resync, 300, &m), LLB_STATUS_TIMEOUT); /* no second ask */
+  struct outproc_actor_stats s;
+  outproc_actor_get_stats(f->actor, &s);
+  assert_int_equal(s.unknown, 2);
+  assert_int_equal(s.resyncs_asked, 1);
+  assert_int_equal(s.resyncs, 1);
+  free(prompt);
+  free(a);
+  free(b);
+}
+
+/* The last output of a request this instance does not know cannot be rebuilt any more (the
+ * engine forgot it): the client gets a final error naming the request. */
+static void test_unknown_finished_request_gets_an_error(void **state) {
   struct fixture *f = *state;
   int64_t n1;
   int32_t *a = encode(f, " lost", &n1);
-  struct llb_engine_core_output o = make_output(f, "r5-0055", NULL, 0, NULL, a, (int32_t)n1, 3);
+  struct llb_engine_core_output o = make_output(f, "r6-0066", NULL, 0, NULL, a, (int32_t)n1, 3);
+  o.finish_reason = LLB_FINISH_REASON_LENGTH;
   publish_outputs(f, &o, 1, 9);
   struct llb_request_output ro;
   next_output(f, &ro);
   assert_true(ro.finished);
-  assert_int_equal(ro.error.code, LLB_STATUS_NOT_FOUND);
-  assert_non_null(strstr(ro.error.message.data, "r5-0055"));
-  struct bus_msg *m = NULL;
-  assert_int_equal(bus_sub_next_msg(f->engine_abort, WAIT_MS, &m), LLB_STATUS_OK);
-  struct llb_abort_requests ab;
-  assert_int_equal(llb_abort_requests_decode(m->data, m->len, &f->arena, &ab), LLB_STATUS_OK);
-  bus_msg_destroy(m);
-  assert_string_equal(ab.request_ids[0].data, "r5-0055");
-  struct outproc_actor_stats s;
-  outproc_actor_get_stats(f->actor, &s);
-  assert_int_equal(s.unknown, 1);
+  assert_int_equal(ro.error.code, LLB_STATUS_ABORTED); /* a 503 over HTTP */
+  assert_non_null(strstr(ro.error.message.data, "r6-0066"));
   free(a);
 }
 
@@ -303,7 +362,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_garbage_is_counted_and_next_valid_output_served, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stop_string_finishes_and_aborts_engine_request, setup, teardown),
       cmocka_unit_test_setup_teardown(test_n2_children_aggregate_into_one_parent_stream, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_unknown_request_gets_error_and_engine_abort, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unknown_request_is_rebuilt_from_the_engines_history, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unknown_finished_request_gets_an_error, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -355,7 +355,9 @@ static void test_serve_actor_specs_and_usage(void **state) {
   struct serve_options o = {.model_path = "/m/model.gguf", .http_addr = "127.0.0.1:8000",
                             .bin_dir = "/opt/llmbus/bin"};
   int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
-  assert_int_equal(n, 7);
+  assert_int_equal(n, 8); /* two input processors by default */
+  assert_string_equal(specs[7].name, "input-processor-2");
+  assert_string_equal(specs[7].args[0], "/opt/llmbus/bin/llmbus-input-processor");
   const char *programs[] = {"llmbus-input-processor", "llmbus-scheduler", "llmbus-kv-manager",
                             "llmbus-gpu-worker", "llmbus-output-processor", "llmbus-api-server",
                             "llmbus-encoder-cache"};
@@ -402,6 +404,22 @@ static const struct child_spec *spec_named(const struct child_spec *specs, int n
   return NULL;
 }
 
+/* Requests go through the JetStream stream by default: the scheduler and the input processor
+ * get --durable (they must agree), no other actor does; --no-durable takes it away. */
+static void test_serve_runs_the_engine_durable_unless_told_not_to(void **state) {
+  (void)state;
+  for (int off = 0; off < 2; off++) {
+    struct serve_options o = {.bin_dir = "/opt/llmbus/bin", .no_durable = off == 1};
+    struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
+    int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
+    assert_true(n > 0);
+    for (int i = 0; i < n; i++) {
+      const bool takes = !strcmp(specs[i].name, "scheduler") || !strncmp(specs[i].name, "input-processor", 15);
+      assert_int_equal(spec_flag(&specs[i], "--durable") != NULL, takes && !off);
+    }
+  }
+}
+
 /* The KV geometry has one source, the worker: --num-blocks reaches it alone, and its
  * kv_manager and scheduler get 0 (they adopt the worker's number from its heartbeat), so they
  * cannot disagree about which blocks exist; flags go only to actors that accept them. */
@@ -414,7 +432,9 @@ static void test_serve_passes_engine_flags_to_the_actors_that_take_them(void **s
   assert_int_equal(serve_engine_flag_add(&o, "bogus", "1"), -1);
   struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
   int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
-  assert_int_equal(n, 7);
+  assert_int_equal(n, 8); /* two input processors by default */
+  assert_string_equal(specs[7].name, "input-processor-2");
+  assert_string_equal(specs[7].args[0], "/opt/llmbus/bin/llmbus-input-processor");
   const char *geometry[] = {"kv-manager", "gpu-worker", "scheduler"};
   for (int i = 0; i < 3; i++) {
     const struct child_spec *c = spec_named(specs, n, geometry[i]);
@@ -587,6 +607,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_embedded_nats_monitoring_port_answers_on_loopback),
       cmocka_unit_test(test_serve_gives_each_actor_its_metrics_port),
       cmocka_unit_test(test_serve_passes_engine_flags_to_the_actors_that_take_them),
+      cmocka_unit_test(test_serve_runs_the_engine_durable_unless_told_not_to),
       cmocka_unit_test(test_child_failing_at_every_start_stops_the_supervisor_with_its_error),
       cmocka_unit_test(test_child_failing_after_the_window_keeps_being_restarted),
       cmocka_unit_test(test_serve_ends_with_the_error_of_an_actor_that_cannot_start),

@@ -384,6 +384,8 @@ static void test_engine_status_codes_map_to_http(void **state) {
   api_error_from_status(LLB_STATUS_TIMEOUT, "", "", &e);
   assert_int_equal(e.http_status, 503);
   assert_string_equal(e.message, "timed out");
+  api_error_from_status(LLB_STATUS_ABORTED, "dead-lettered: delivered 4 times", "", &e);
+  assert_int_equal(e.http_status, 503); /* the engine failed it: a 503 with the reason */
   api_error_from_status(LLB_STATUS_DEVICE, "boom", "", &e);
   assert_int_equal(e.http_status, 500);
   struct api_buf b = {0};

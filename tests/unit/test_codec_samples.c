@@ -515,6 +515,7 @@ static void fill_engine_core_outputs(struct llb_engine_core_outputs *m) {
   outs[0].parent_request_id = S("ecr-parent");
   outs[0].index = 2;
   outs[0].error = sample_error;
+  outs[0].resync = true;
   llb_engine_core_output_init(&outs[1]);
   outs[1].request_id = ids3[1];
   outs[1].new_token_ids = sampled;
@@ -544,7 +545,7 @@ static bool equals_engine_core_outputs(const void *v) {
   CHECK(i32_eq(x->prompt_token_ids, x->num_prompt_token_ids, prompt_ids, N(prompt_ids)));
   CHECK(sp_eq(x->sampling_params, y->sampling_params));
   CHECK(str_eq(x->parent_request_id, y->parent_request_id) && x->index == 2);
-  CHECK(error_eq(&x->error));
+  CHECK(error_eq(&x->error) && x->resync);
   x = &a->outputs[1];
   CHECK(str_eq(x->request_id, ids3[1]) && x->num_new_token_ids == 1 && x->new_token_ids[0] == 100);
   CHECK(x->stop_token_id == -1 && x->sampling_params == NULL && x->new_logprobs.num_tokens == 0);
@@ -569,7 +570,7 @@ static void fill_request_output(struct llb_request_output *m) {
   outs[1] = (struct llb_completion_output){
       .index = 1, .text = S("Ende"), .token_ids = sampled, .num_token_ids = 1,
       .cumulative_logprob = -0.1, .finish_reason = LLB_FINISH_REASON_STOP,
-      .stop_reason = S("Ende ✓")};
+      .stop_reason = S("Ende ✓"), .resync = true};
   *m = (struct llb_request_output){
       .request_id = S("chatcmpl-ü-42"), .prompt_token_ids = prompt_ids,
       .num_prompt_token_ids = N(prompt_ids), .prompt = S("Übersetze: 日本語 🚀"),
@@ -589,7 +590,7 @@ static bool equals_request_output(const void *v) {
   CHECK(a->max_model_len == b.max_model_len);
   for (int i = 0; i < 2; i++) {
     const struct llb_completion_output *x = &a->outputs[i], *y = &b.outputs[i];
-    CHECK(x->index == y->index && str_eq(x->text, y->text));
+    CHECK(x->index == y->index && str_eq(x->text, y->text) && x->resync == y->resync);
     CHECK(i32_eq(x->token_ids, x->num_token_ids, y->token_ids, y->num_token_ids));
     CHECK(x->cumulative_logprob == y->cumulative_logprob && x->num_logprobs == y->num_logprobs);
     for (int j = 0; j < y->num_logprobs; j++) {

@@ -195,6 +195,7 @@ static void test_replayed_positions_are_not_sent_twice(void **state) {
   assert_int_equal(test_step(p, "other", ids, 2, 1, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
   assert_int_equal(res.num_unknown, 1);
   assert_string_equal(res.unknown_ids[0], "other");
+  assert_int_equal(outproc_num_duplicates(p), 5); /* 2 + 3 replayed positions dropped */
   outproc_result_free(&res);
   free(ids);
   outproc_destroy(p);
@@ -227,6 +228,35 @@ static void test_restarted_processor_resumes_from_engine_history(void **state) {
   assert_string_equal(res.outputs[1].outputs[0].text, "");
   assert_string_equal(res.outputs[1].outputs[0].stop_str, "STOP");
   assert_int_equal(res.num_abort, 1);
+  outproc_result_free(&res);
+  free(ids);
+  outproc_destroy(p);
+}
+
+/* After a restart the scheduler sends a lost request whole (resync): the request is
+ * registered from it, and its first completion output says `resync` (it repeats the text from
+ * the start, which the client trims); later outputs are plain deltas. */
+static void test_request_rebuilt_from_a_resync_marks_its_first_output(void **state) {
+  (void)state;
+  struct llb_sampling_params sp;
+  llb_sampling_params_init(&sp);
+  sp.output_kind = LLB_OUTPUT_KIND_DELTA;
+  struct outproc_t *p;
+  assert_int_equal(outproc_create(tok, &p), LLB_STATUS_OK);
+  struct outproc_request_info info = test_info("r1", &sp);
+  info.resync = true;
+  assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK);
+  int64_t n;
+  int32_t *ids = test_byte_tokens(tok, "abcdef", &n);
+  struct outproc_result res;
+  outproc_result_init(&res);
+  assert_int_equal(test_step(p, "r1", ids, 0, 4, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(test_step(p, "r1", ids, 4, 2, OUTPROC_FINISH_REASON_LENGTH, &res), LLB_STATUS_OK);
+  assert_int_equal(res.num_outputs, 2);
+  assert_string_equal(res.outputs[0].outputs[0].text, "abcd");
+  assert_true(res.outputs[0].outputs[0].resync);
+  assert_string_equal(res.outputs[1].outputs[0].text, "ef");
+  assert_false(res.outputs[1].outputs[0].resync);
   outproc_result_free(&res);
   free(ids);
   outproc_destroy(p);
@@ -321,14 +351,19 @@ static void test_abort_and_lost_tokens_finish_with_a_reason(void **state) {
   assert_string_equal(res.outputs[1].outputs[0].text, "z");
   assert_int_equal(res.outputs[1].outputs[0].finish_reason, OUTPROC_FINISH_REASON_ABORT);
   assert_int_equal(outproc_abort(p, "r1", 5000, &res), LLB_STATUS_NOT_FOUND);
-  /* r2 skips positions 0..1: tokens were lost, the client gets an error, the engine an abort. */
-  assert_int_equal(test_step(p, "r2", ids, 2, 1, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_MALFORMED);
+  /* r2 skips positions 0..1 while the engine still runs it: to be rebuilt (resync), nothing
+   * is sent meanwhile. */
+  assert_int_equal(test_step(p, "r2", ids, 2, 1, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(res.num_outputs, 2);
+  assert_int_equal(res.num_resync, 1);
+  assert_string_equal(res.resync_ids[0], "r2");
+  /* Its last output skips them too: tokens were lost for good, the client gets an error. */
+  assert_int_equal(test_step(p, "r2", ids, 2, 1, OUTPROC_FINISH_REASON_LENGTH, &res), LLB_STATUS_MALFORMED);
   assert_int_equal(res.num_outputs, 3);
   assert_true(res.outputs[2].finished);
   assert_int_equal(res.outputs[2].outputs[0].finish_reason, OUTPROC_FINISH_REASON_ERROR);
   assert_non_null(strstr(res.outputs[2].error, "expected position 0, got 2"));
-  assert_int_equal(res.num_abort, 1);
-  assert_string_equal(res.abort_ids[0], "r2");
+  assert_int_equal(res.num_abort, 0); /* the engine had finished it */
   assert_int_equal(outproc_num_unfinished(p), 0);
   assert_string_equal(outproc_finish_reason_name(OUTPROC_FINISH_REASON_LENGTH), "length");
   outproc_result_free(&res);
@@ -344,6 +379,7 @@ int main(void) {
       cmocka_unit_test(test_n_children_aggregate_into_one_parent),
       cmocka_unit_test(test_replayed_positions_are_not_sent_twice),
       cmocka_unit_test(test_restarted_processor_resumes_from_engine_history),
+      cmocka_unit_test(test_request_rebuilt_from_a_resync_marks_its_first_output),
       cmocka_unit_test(test_logprobs_carry_decoded_text_and_cumulative_sum),
       cmocka_unit_test(test_abort_and_lost_tokens_finish_with_a_reason),
       cmocka_unit_test(test_engine_failure_keeps_its_status_for_the_client),

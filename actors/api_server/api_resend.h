@@ -1,0 +1,42 @@
+/* A GenerateRequest that no input processor took (NATS "no responders": every replica is
+ * restarting, or the nats-server just came back) is sent again instead of failing the client:
+ * the sub keeps a copy of what it sent, and a retry timer on the loop thread publishes it once
+ * more after 50 ms, doubling to 1 s, API_RESEND_MAX_TRIES times (about 5 s in all). Only then
+ * does the client get the 503. DESIGN.md §6 ("the client's request is retried").
+ * Loop thread only. */
+#ifndef LLB_ACTORS_API_SERVER_API_RESEND_H
+#define LLB_ACTORS_API_SERVER_API_RESEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/status.h"
+
+#define API_RESEND_MAX_TRIES 8
+
+struct api_actor;
+struct api_sub;
+struct event; /* libevent */
+
+/* The copy a sub may send again: subject, reply and the encoded request. */
+struct api_resend {
+  char *subject, *reply;
+  void *data;
+  size_t len;
+  int tries;          /* resends so far */
+  struct event *timer; /* NULL until the first resend */
+};
+
+/* Keeps a copy of a sent request in s->resend. Errors: OUT_OF_MEMORY (the request was sent;
+ * it just cannot be resent). */
+llb_status api_resend_keep(struct api_sub *s, const char *subject, const char *reply, const void *data,
+                           size_t len);
+
+/* Schedules the next resend of s; false when none is left (or nothing was kept): answer the
+ * client with the 503 then. Logs each resend (event=generate_resent). */
+bool api_resend_schedule(struct api_actor *a, struct api_sub *s);
+
+/* Frees the copy and the timer (before the sub's memory goes). */
+void api_resend_free(struct api_sub *s);
+
+#endif
