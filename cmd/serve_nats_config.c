@@ -24,7 +24,7 @@
  * failures and the KV geometry are seen), and its span batches on P.trace.<actor>
  * (--trace-publish), which the operator may read. Replies to requests an actor received need no
  * publish permission of their own: allow_responses opens exactly those reply subjects. */
-#define MAX_SUBJECTS 8
+#define MAX_SUBJECTS 12
 static const struct user_perms {
   const char *user;       /* child name in serve (cmd/serve.c) */
   const char *account;    /* ENGINE or FRONT */
@@ -34,18 +34,25 @@ static const struct user_perms {
 } user_perms[] = {
     {"kv-manager", "ENGINE", {"P.health.kv_manager.>", "P.trace.kv_manager"}, {"P.engine.*.kv", "P.health.>"}, true},
     {"gpu-worker", "ENGINE", {"P.health.gpu_worker.>", "P.trace.gpu_worker"}, {"P.engine.*.execute", "P.health.>"}, true},
+    /* durable requests: its JetStream pull consumer ($JS.API: create, next; $JS.ACK: acks and
+     * in-progress), the dead-letter subject, and the output processor's resync requests */
     {"scheduler", "ENGINE",
      {"P.engine.*.kv", "P.engine.*.encoder", "P.engine.*.execute", "P.engine.*.outputs", "P.engine.*.stats",
-      "P.health.scheduler.>", "P.trace.scheduler"},
-     {"P.engine.*.requests", "P.engine.*.abort", "_INBOX.>", "P.health.>"}, true},
+      "P.engine.*.dead_letter", "$JS.API.>", "$JS.ACK.>", "P.health.scheduler.>", "P.trace.scheduler"},
+     {"P.engine.*.requests", "P.engine.*.abort", "P.engine.*.resync", "_INBOX.>", "P.health.>"}, true},
     /* RequestOutputs go to the reply subject the input processor carried in the
      * EngineCoreRequest: in ENGINE that is always a service-import reply (_R_.…). */
-    {"output-processor", "ENGINE", {"_R_.>", "P.engine.*.abort", "P.health.output_processor.>", "P.trace.output_processor"},
-     {"P.engine.*.outputs", "P.health.>"}, false},
+    {"output-processor", "ENGINE",
+     {"_R_.>", "P.engine.*.abort", "P.engine.*.resync", "P.health.output_processor.>", "P.trace.output_processor"},
+     {"P.engine.*.outputs", "_INBOX.>", "P.health.>"}, false},
     /* it routes by the engines' stats (DESIGN.md §9) and reads the outputs for per-tenant
      * limits: a request's first token and its end */
-    {"input-processor", "ENGINE", {"P.engine.*.requests", "P.engine.*.abort", "P.health.input_processor.>", "P.trace.input_processor"},
-     {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.engine.*.stats", "P.engine.*.outputs", "P.health.>"}, true},
+    /* durable: stores each request in the JetStream stream ($JS.API for the stream, the
+     * store's confirmation on its inbox) */
+    {"input-processor", "ENGINE",
+     {"P.engine.*.requests", "P.engine.*.abort", "$JS.API.>", "P.health.input_processor.>", "P.trace.input_processor"},
+     {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.engine.*.stats", "P.engine.*.outputs", "_INBOX.>", "P.health.>"},
+     true},
     {"encoder-cache", "ENGINE", {"P.health.encoder_cache.>", "P.trace.encoder_cache"}, {"P.engine.*.encoder", "P.health.>"}, true},
     {"api-server", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.health.api_server.>", "P.trace.api_server"},
      {"_INBOX.>", "P.engine.*.stats", "P.health.>"}, false},
