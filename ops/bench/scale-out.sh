@@ -57,7 +57,7 @@ for b in llmbus llmbus-bench; do
   [ -x "$build/cmd/$b" ] || { log "$build/cmd/$b missing: run make build-release"; exit 1; }
 done
 [ -r "$model" ] || { log "model $model missing: run ops/fetch-model.sh"; exit 1; }
-nats-server -a 127.0.0.1 -p "$nats_port" >"$work/nats.log" 2>&1 &
+nats-server -a 127.0.0.1 -p "$nats_port" -js -sd "$work/js" >"$work/nats.log" 2>&1 &
 nats_pid=$!
 nats_url=nats://127.0.0.1:$nats_port
 for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$nats_port") 2>/dev/null && break; sleep 0.1; done
