@@ -81,11 +81,21 @@ static llb_status stream_ensure_once(jsCtx *js, const char *name, const char *su
   jsErrCode jerr = 0;
   natsStatus s = js_GetStreamInfo(&si, js, name, NULL, &jerr);
   if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr) {
+    /* three replicas where the server is a cluster (the stream outlives a node), else one:
+     * a single server refuses replicas > 1, and that refusal is the test */
     jerr = 0;
+    cfg.Replicas = 3;
     s = js_AddStream(&si, js, &cfg, NULL, &jerr);
+    if (s != NATS_OK && jerr != JSStreamNameExistErr) {
+      jsStreamInfo_Destroy(si);
+      si = NULL;
+      jerr = 0;
+      cfg.Replicas = 1;
+      s = js_AddStream(&si, js, &cfg, NULL, &jerr);
+    }
     if (s == NATS_OK) {
-      LLB_LOG_INFO("js_stream_created", "stream=%s subject=%s max_bytes=%lld", name, subject,
-                   (long long)cfg.MaxBytes);
+      LLB_LOG_INFO("js_stream_created", "stream=%s subject=%s max_bytes=%lld replicas=%lld", name, subject,
+                   (long long)cfg.MaxBytes, (long long)cfg.Replicas);
     } else if (jerr == JSStreamNameExistErr) { /* someone else created it meanwhile */
       s = NATS_OK;
     }
@@ -101,6 +111,7 @@ static llb_status stream_ensure_once(jsCtx *js, const char *name, const char *su
   } else if (!stream_has_subject(si->Config, subject) || si->Config->MaxBytes != cfg.MaxBytes) {
     jsStreamInfo *ui = NULL;
     jerr = 0;
+    cfg.Replicas = si->Config->Replicas; /* as created: one, or three on a cluster */
     s = js_UpdateStream(&ui, js, &cfg, NULL, &jerr);
     jsStreamInfo_Destroy(ui);
     if (s != NATS_OK) st = js_api_err(s, jerr, "updating the requests stream");

@@ -306,6 +306,8 @@ static void serve_usage(FILE *f) {
           "  --state-dir DIR   the embedded nats-server's JetStream store (requests not yet\n"
           "                    finished survive a nats-server or serve restart); default: a\n"
           "                    temporary directory removed at exit\n"
+          "  --no-nats-auth    embedded nats-server without accounts and users (development and\n"
+          "                    tests only: any local client may then publish anywhere)\n"
           "  --no-durable      requests on a plain subject, not the JetStream stream (a\n"
           "                    scheduler that dies loses the requests it held)\n"
           "  --input-processors N  input processors in the queue group (default 2: one\n"
@@ -334,6 +336,7 @@ int cmd_serve(int argc, char **argv) {
       {"tenants", required_argument, NULL, 't'},
       {"state-dir", required_argument, NULL, 's'},
       {"no-durable", no_argument, NULL, 'D'},
+      {"no-nats-auth", no_argument, NULL, 'U'},
       {"input-processors", required_argument, NULL, 'I'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
@@ -390,6 +393,7 @@ int cmd_serve(int argc, char **argv) {
       case 't': so.tenants_file = optarg; break;
       case 's': state_dir = optarg; break;
       case 'D': so.no_durable = true; break;
+      case 'U': so.no_nats_auth = true; break;
       case 'I': so.num_input_processors = atoi(optarg); if (so.num_input_processors < 1) so.num_input_processors = -1; break;
       case 'h': serve_usage(stdout); usage_rc = 0; break;
       default: serve_usage(stderr); usage_rc = 2; break;

@@ -348,6 +348,9 @@ llb_status serve_nats_auth_add_child_args(const struct serve_nats_auth *a, struc
 llb_status serve_nats_auth_apply(const struct serve_options *so, struct child_spec *specs, int n,
                                  struct supervisor_config *cfg, struct serve_nats_auth **out) {
   *out = NULL;
+  if (so->no_nats_auth && so->tenants_file)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--tenants needs NATS accounts: not with --no-nats-auth");
+  if (so->no_nats_auth) return LLB_STATUS_OK;
   if (so->nats_url) {
     if (so->tenants_file)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--tenants needs the embedded nats-server (no --nats): "
@@ -367,7 +370,7 @@ llb_status serve_nats_auth_apply(const struct serve_options *so, struct child_sp
   free(tn);
   for (int i = 0; st == LLB_STATUS_OK && i < n; i++) {
     st = serve_nats_auth_add_child_args(a, &specs[i]);
-    if (st == LLB_STATUS_OK && so->tenants_file && strcmp(specs[i].name, "input-processor") == 0 &&
+    if (st == LLB_STATUS_OK && so->tenants_file && strncmp(specs[i].name, "input-processor", 15) == 0 &&
         (st = child_spec_add_arg(&specs[i], "--tenant-limits")) == LLB_STATUS_OK)
       st = child_spec_add_arg(&specs[i], so->tenants_file);
   }

@@ -71,6 +71,8 @@ struct serve_options {
                            * 0 = no metrics listeners */
   const char *metrics_host; /* their --metrics-host; NULL = the actors' default (127.0.0.1) */
   const char *tenants_file; /* `--tenants FILE` (cmd/serve_nats_config.h); NULL = tenant "default" */
+  bool no_nats_auth;      /* embedded nats-server without accounts or users (development and
+                             tests only: any local client may publish anywhere) */
   bool no_durable;        /* plain requests subject instead of JetStream (scheduler and input
                              processors get --durable unless this is set) */
   int num_input_processors; /* in the queue group; 0 = SERVE_DEFAULT_INPUT_PROCESSORS, at most 8 */

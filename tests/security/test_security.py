@@ -65,7 +65,9 @@ class SecureStack(api_stack.Stack):
         fd = os.open(keys, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(f"{KEY_A} a\n{KEY_B} b\n{KEY_LIMITED} limited\n")
-        super().__init__(args=["--tenants", tenants, "--api-keys", keys])
+        # one input processor: limits are counted per replica (a tenant gets R x its limits
+        # through R replicas), and this test checks the limit itself
+        super().__init__(args=["--tenants", tenants, "--api-keys", keys, "--input-processors", "1"])
 
     def __enter__(self):
         if self.external:
