@@ -16,7 +16,8 @@
 # Env: BUILD_DIR (default build-release, built by `make build-release`), PORT (HTTP, default
 # 18561), NATS_PORT (default 18562), SERVE_ARGS (extra serve flags, default
 # "--max-num-batched-tokens 256"), INPUT_LEN/OUTPUT_LEN (random: 128/64), PREFIX_LEN (512),
-# NUM_PREFIXES (8), SUFFIX_LEN (32).
+# NUM_PREFIXES (8), SUFFIX_LEN (32), SHARED_ARGS (more llmbus-bench flags for the shared-prefix
+# runs, e.g. "--request-rate 4"), CONFIGS (which to run, default "1x1 2x1 random affine").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 model=$root/models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -42,6 +43,8 @@ output_len=${OUTPUT_LEN:-64}
 prefix_len=${PREFIX_LEN:-512}
 num_prefixes=${NUM_PREFIXES:-8}
 suffix_len=${SUFFIX_LEN:-32}
+shared_args=${SHARED_ARGS:-}
+configs=${CONFIGS:-1x1 2x1 random affine}
 work=$(mktemp -d /tmp/llb-scale-out.XXXXXX)
 serve_pid="" nats_pid=""
 log() { echo "scale-out: $*" >&2; }
@@ -92,14 +95,16 @@ run_config() {
 }
 
 random_ds=(--input-len "$input_len" --output-len "$output_len")
+# shellcheck disable=SC2206
 shared_ds=(--dataset shared-prefix --prefix-len "$prefix_len" --num-prefixes "$num_prefixes"
-           --input-len "$suffix_len" --output-len "$output_len")
+           --input-len "$suffix_len" --output-len "$output_len" $shared_args)
+has() { [[ " $configs " == *" $1 "* ]]; }
 for rep in $(seq 1 "$repeats"); do
   log "repeat $rep/$repeats"
-  run_config 1x1 "$rep" --engines 1 --threads 1 -- "${random_ds[@]}"
-  run_config 2x1 "$rep" --engines 2 --threads 2 -- "${random_ds[@]}"
-  run_config random "$rep" --engines 2 --threads 2 --router random -- "${shared_ds[@]}"
-  run_config affine "$rep" --engines 2 --threads 2 --router cache-aware -- "${shared_ds[@]}"
+  has 1x1 && run_config 1x1 "$rep" --engines 1 --threads 1 -- "${random_ds[@]}"
+  has 2x1 && run_config 2x1 "$rep" --engines 2 --threads 2 -- "${random_ds[@]}"
+  has random && run_config random "$rep" --engines 2 --threads 2 --router random -- "${shared_ds[@]}"
+  has affine && run_config affine "$rep" --engines 2 --threads 2 --router cache-aware -- "${shared_ds[@]}"
 done
 
 python3 - "$work" "$repeats" <<'EOF'
@@ -131,7 +136,8 @@ print(f"|---|---|---|---|---|---|---|")
 for k, r in rows.items():
     print(f"| {k} | {r['n']} | {r['tput']:.1f} | {r['ttft']:.1f} | {r['tpot']:.2f} | {r['hit']:.1f} | {r['failed']} |")
 a, b = rows["1x1"], rows["2x1"]
-print(f"\n2 engines x 1 thread / 1 engine x 1 thread, output tok/s: {b['tput'] / a['tput']:.2f}x" if a['tput'] else "")
+if a['tput'] == a['tput'] and b['tput'] == b['tput'] and a['tput']:
+    print(f"\n2 engines x 1 thread / 1 engine x 1 thread, output tok/s: {b['tput'] / a['tput']:.2f}x")
 r, f = rows["random"], rows["affine"]
 if r['ttft'] and f['ttft']:
     print(f"prefix-affinity / random routing: TTFT {f['ttft'] / r['ttft']:.2f}x, prefix hit {f['hit']:.1f}% vs {r['hit']:.1f}%")
