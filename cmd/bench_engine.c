@@ -244,6 +244,7 @@ static llb_status inproc_run(struct inproc *r, const struct engine_opts *o, stru
 struct stack {
   pid_t nats, serve;
   char url[64];
+  char js_dir[64]; /* the nats-server's JetStream store (serve's requests are durable) */
 };
 
 static int free_port(void) {
@@ -289,7 +290,9 @@ static llb_status stack_start(struct stack *s, const struct engine_opts *o) {
   snprintf(threads_s, sizeof threads_s, "%d", o->threads);
   snprintf(s->url, sizeof s->url, "nats://127.0.0.1:%d", port);
   const char *ns = getenv("NATS_SERVER");
-  char *nats_argv[] = {(char *)(ns ? ns : "nats-server"), "-a", "127.0.0.1", "-p", port_s, NULL};
+  snprintf(s->js_dir, sizeof s->js_dir, "/tmp/llmbus-bench-js-XXXXXX");
+  if (!mkdtemp(s->js_dir)) return LLB_ERRF(LLB_STATUS_IO, "cannot create a JetStream directory: %s", strerror(errno));
+  char *nats_argv[] = {(char *)(ns ? ns : "nats-server"), "-a", "127.0.0.1", "-p", port_s, "-js", "-sd", s->js_dir, NULL};
   s->nats = spawn_quiet(nats_argv);
   if (s->nats < 0) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "cannot start nats-server (set NATS_SERVER?)");
   ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -311,6 +314,12 @@ static void stack_stop(struct stack *s) {
   stop_child(s->serve);
   stop_child(s->nats);
   s->serve = s->nats = -1;
+  if (s->js_dir[0]) { /* the store of a finished run: nothing in it is needed again */
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->js_dir);
+    if (system(cmd) != 0) fprintf(stderr, "llmbus-bench engine: could not remove %s\n", s->js_dir);
+    s->js_dir[0] = '\0';
+  }
 }
 
 /* --- through the bus ----------------------------------------------------------------- */
