@@ -24,6 +24,7 @@
 #include "actors/api_server/api_keys.h"
 #include "actors/api_server/http_deadline.h"
 #include "actors/api_server/api_metrics.h"
+#include "actors/api_server/api_options.h"
 #include "actors/api_server/api_request.h"
 #include "actors/api_server/api_response.h"
 #include "base/log.h"
@@ -733,33 +734,17 @@ llb_status api_actor_create(const struct api_actor_options *o, struct api_actor 
   if (a->o.health_window_ms <= 0) a->o.health_window_ms = 10000;
   snprintf(a->model_name, sizeof a->model_name, "%s", o->model_name);
   snprintf(a->tenant, sizeof a->tenant, "%s", o->tenant ? o->tenant : BUS_DEFAULT_TENANT);
-  const char *addr = o->http_addr ? o->http_addr : "127.0.0.1:8000";
-  const char *colon = strrchr(addr, ':');
-  char *end = NULL;
-  long port = colon ? strtol(colon + 1, &end, 10) : -1;
-  size_t hl = colon ? (size_t)(colon - addr) : 0;
-  if (!colon || !end || *end || colon[1] == '\0' || port < 0 || port > 65535 || hl == 0 || hl >= sizeof a->http_host) {
+  llb_status pst = api_parse_host_port(o->http_addr ? o->http_addr : "127.0.0.1:8000", a->http_host,
+                                       sizeof a->http_host, &a->http_port);
+  if (pst != LLB_STATUS_OK) {
     free(a);
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: --http \"%s\" is not HOST:PORT", addr);
+    return pst;
   }
-  memcpy(a->http_host, addr, hl);
-  a->http_host[hl] = '\0';
-  if (a->http_host[0] == '[' && hl > 2 && a->http_host[hl - 1] == ']') { /* [::1] */
-    memmove(a->http_host, a->http_host + 1, hl - 2);
-    a->http_host[hl - 2] = '\0';
-  }
-  a->http_port = (int)port;
-  const char *list = o->health_actors ? o->health_actors : API_ACTOR_DEFAULT_HEALTH_ACTORS;
-  while (*list && a->num_health < MAX_HEALTH_ACTORS) {
-    size_t n = strcspn(list, ",");
-    if (n > 0 && n < sizeof a->health[0].actor) {
-      memcpy(a->health[a->num_health].actor, list, n);
-      a->health[a->num_health].actor[n] = '\0';
-      a->num_health++;
-    }
-    list += n;
-    if (*list == ',') list++;
-  }
+  /* health[] entries hold the actor name first: parse into a plain array, then copy */
+  char names[MAX_HEALTH_ACTORS][sizeof a->health[0].actor];
+  a->num_health = api_parse_name_list(o->health_actors ? o->health_actors : API_ACTOR_DEFAULT_HEALTH_ACTORS,
+                                      &names[0][0], sizeof names[0], MAX_HEALTH_ACTORS);
+  for (int i = 0; i < a->num_health; i++) memcpy(a->health[i].actor, names[i], sizeof names[i]);
   if (getrandom(&a->id_salt, sizeof a->id_salt, 0) != (ssize_t)sizeof a->id_salt)
     a->id_salt = (uint64_t)llb_wall_ns() ^ ((uint64_t)getpid() << 32);
   pthread_mutex_init(&a->qmu, NULL);
