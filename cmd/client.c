@@ -248,12 +248,13 @@ static llb_status send_request(struct bus *bus, const struct client_options *o, 
     conv = calloc(p->num_messages ? p->num_messages : 1, sizeof *conv);
     if (!conv) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "messages");
     for (size_t i = 0; i < p->num_messages; i++)
-      conv[i] = (struct llb_chat_message){llb_str_c(p->messages[i].role), llb_str_c(p->messages[i].content)};
+      conv[i] = (struct llb_chat_message){.role = llb_str_c(p->messages[i].role),
+                                          .content = llb_str_c(p->messages[i].content)};
     gr.messages = conv;
     gr.num_messages = (int32_t)p->num_messages;
   } else if (o->system && !o->raw) {
-    msgs[0] = (struct llb_chat_message){llb_str_c("system"), llb_str_c(o->system)};
-    msgs[1] = (struct llb_chat_message){llb_str_c("user"), llb_str_c(p->prompt)};
+    msgs[0] = (struct llb_chat_message){.role = llb_str_c("system"), .content = llb_str_c(o->system)};
+    msgs[1] = (struct llb_chat_message){.role = llb_str_c("user"), .content = llb_str_c(p->prompt)};
     gr.messages = msgs;
     gr.num_messages = 2;
   } else {

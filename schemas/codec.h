@@ -117,6 +117,26 @@ struct llb_error_info {
   int64_t retry_after_ms; /* QUEUE_FULL of a per-tenant limit: ms until a retry can succeed; 0 = unknown */
 };
 
+/* What a request's output is constrained to (vLLM StructuredOutputsParams; common.fbs). */
+enum llb_structured_outputs_kind {
+  LLB_SO_NONE = 0,        /* unconstrained; spec empty */
+  LLB_SO_JSON = 1,        /* spec: a JSON Schema */
+  LLB_SO_JSON_OBJECT = 2, /* any JSON object; spec empty */
+  LLB_SO_CHOICE = 3,      /* spec: JSON array of strings */
+  LLB_SO_REGEX = 4,       /* spec: a regular expression */
+  LLB_SO_GRAMMAR = 5,     /* spec: a grammar text */
+};
+
+#define LLB_SO_MAX_SPEC_BYTES (64 * 1024)
+
+/* kind NONE = absent on the wire. The codec checks the kind's range, that spec is present
+ * exactly for the kinds that need one, and its size (<= LLB_SO_MAX_SPEC_BYTES); it does not
+ * parse the spec. */
+struct llb_structured_outputs {
+  enum llb_structured_outputs_kind kind;
+  struct llb_str spec;
+};
+
 /* vLLM v1 LogprobsLists, row-major. num_tokens 0 = absent. */
 struct llb_logprobs_lists {
   int32_t num_tokens;                 /* rows */

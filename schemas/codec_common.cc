@@ -450,6 +450,46 @@ bool dec_logprobs(Dec &d, const llmbus::LogprobsLists *t, llb_logprobs_lists *ou
                "sampled_token_ranks");
 }
 
+// ---- StructuredOutputs -------------------------------------------------------------------
+
+static bool so_check(Ctx &c, llb_status bad, int kind, size_t spec_len, const char *field) {
+  if (kind < LLB_SO_NONE || kind > LLB_SO_GRAMMAR)
+    return c.fail(bad, field, "kind %d is not a StructuredOutputsKind", kind);
+  bool wants_spec = kind != LLB_SO_NONE && kind != LLB_SO_JSON_OBJECT;
+  if (wants_spec && spec_len == 0)
+    return c.fail(bad, field, "kind %d needs a spec", kind);
+  if (!wants_spec && spec_len > 0)
+    return c.fail(bad, field, "kind %d takes no spec", kind);
+  if (spec_len > LLB_SO_MAX_SPEC_BYTES)
+    return c.fail(bad, field, "spec of %zu bytes is over %d", spec_len, LLB_SO_MAX_SPEC_BYTES);
+  return true;
+}
+
+fb::Offset<llmbus::StructuredOutputs> enc_structured_outputs(Enc &e,
+                                                             const llb_structured_outputs &so,
+                                                             const char *field) {
+  if (!so_check(e, LLB_STATUS_INVALID_ARGUMENT, (int)so.kind, so.spec.len, field) ||
+      so.kind == LLB_SO_NONE)
+    return 0;
+  auto spec = e.str(so.spec, "spec");
+  if (!e.ok())
+    return 0;
+  return llmbus::CreateStructuredOutputs(e.b, (llmbus::StructuredOutputsKind)so.kind, spec);
+}
+
+bool dec_structured_outputs(Dec &d, const llmbus::StructuredOutputs *t, llb_structured_outputs *out,
+                            const char *field) {
+  *out = llb_structured_outputs{};
+  out->spec = llb_str{"", 0};
+  if (!t)
+    return true;
+  size_t len = t->spec() ? t->spec()->size() : 0;
+  if (!so_check(d, LLB_STATUS_MALFORMED, (int)t->kind(), len, field))
+    return false;
+  out->kind = (llb_structured_outputs_kind)t->kind();
+  return d.str(t->spec(), &out->spec, "spec");
+}
+
 // ---- MultiModalFeature -------------------------------------------------------------------
 
 bool check_mm_data(Ctx &c, llb_status bad, const llb_str &dtype, int32_t rows, int32_t cols,

@@ -160,6 +160,14 @@ bool dec_mm_features(Dec &d, const fb::Vector<fb::Offset<llmbus::MultiModalFeatu
                      const llb_mm_feature **out, int32_t *n, const char *field);
 // Embedding data: dtype "f16"/"f32", rows and cols >= 0, bytes == rows * cols * size.
 // `bad` is the status to record: INVALID_ARGUMENT when encoding, MALFORMED when decoding.
+// StructuredOutputs (common.fbs) <-> llb_structured_outputs; kind NONE is absent on the wire.
+// Checks the kind's range, the spec's presence for the kinds that need one and its size.
+fb::Offset<llmbus::StructuredOutputs> enc_structured_outputs(Enc &e,
+                                                             const llb_structured_outputs &so,
+                                                             const char *field);
+bool dec_structured_outputs(Dec &d, const llmbus::StructuredOutputs *t, llb_structured_outputs *out,
+                            const char *field);
+
 bool check_mm_data(Ctx &c, llb_status bad, const llb_str &dtype, int32_t rows, int32_t cols,
                    int64_t bytes, const char *field);
 

@@ -22,13 +22,20 @@ static fb::Offset<void> build_generate_request(Enc &e, const llb_generate_reques
       m.messages, m.num_messages, "messages", [](Enc &e, const llb_chat_message &c) {
         auto role = e.str(c.role, "role", true);
         auto content = e.str(c.content, "content");
-        return e.ok() ? llmbus::CreateChatMessage(e.b, role, content)
+        auto tool_calls = e.str(c.tool_calls, "tool_calls");
+        auto tool_call_id = e.str(c.tool_call_id, "tool_call_id");
+        auto name = e.str(c.name, "name");
+        return e.ok() ? llmbus::CreateChatMessage(e.b, role, content, tool_calls, tool_call_id,
+                                                  name, c.content_is_null)
                       : fb::Offset<llmbus::ChatMessage>(0);
       });
   auto ids = e.vec(m.prompt_token_ids, m.num_prompt_token_ids, "prompt_token_ids");
   auto tmpl = e.str(m.chat_template, "chat_template");
   auto sp = enc_sampling(e, m.sampling_params, "sampling_params", false);
   auto salt = e.str(m.cache_salt, "cache_salt");
+  auto so = enc_structured_outputs(e, m.structured_outputs, "structured_outputs");
+  auto tools = e.str(m.tools, "tools");
+  auto kwargs = e.str(m.chat_template_kwargs, "chat_template_kwargs");
   auto items = e.tables<llmbus::MultiModalItem>(
       m.mm_items, m.num_mm_items, "mm_items", [](Enc &e, const llb_mm_item &it) {
         fb::Offset<llmbus::MultiModalItem> none = 0;
@@ -63,6 +70,10 @@ static fb::Offset<void> build_generate_request(Enc &e, const llb_generate_reques
   t.add_priority(m.priority);
   t.add_cache_salt(salt);
   t.add_mm_items(items);
+  t.add_structured_outputs(so);
+  t.add_tools(tools);
+  t.add_chat_template_kwargs(kwargs);
+  t.add_continue_final_message(m.continue_final_message);
   return t.Finish().Union();
 }
 
@@ -71,12 +82,21 @@ static bool read_generate_request(Dec &d, const llmbus::GenerateRequest &t,
   m.add_generation_prompt = t.add_generation_prompt();
   m.raw = t.raw();
   m.priority = t.priority();
+  m.continue_final_message = t.continue_final_message();
   return d.str(t.request_id(), &m.request_id, "request_id") &&
+         dec_structured_outputs(d, t.structured_outputs(), &m.structured_outputs,
+                                "structured_outputs") &&
+         d.str(t.tools(), &m.tools, "tools") &&
+         d.str(t.chat_template_kwargs(), &m.chat_template_kwargs, "chat_template_kwargs") &&
          d.str(t.prompt(), &m.prompt, "prompt") &&
          d.tables(t.messages(), &m.messages, &m.num_messages, "messages",
                   [](Dec &d, const llmbus::ChatMessage &c, llb_chat_message &o) {
+                    o.content_is_null = c.content_is_null();
                     return d.str(c.role(), &o.role, "role", true) &&
-                           d.str(c.content(), &o.content, "content");
+                           d.str(c.content(), &o.content, "content") &&
+                           d.str(c.tool_calls(), &o.tool_calls, "tool_calls") &&
+                           d.str(c.tool_call_id(), &o.tool_call_id, "tool_call_id") &&
+                           d.str(c.name(), &o.name, "name");
                   }) &&
          d.vec(t.prompt_token_ids(), &m.prompt_token_ids, &m.num_prompt_token_ids,
                "prompt_token_ids") &&

@@ -10,8 +10,12 @@ extern "C" {
 #endif
 
 struct llb_chat_message {
-  struct llb_str role;    /* "system", "user", "assistant" */
+  struct llb_str role;         /* "system", "user", "assistant", "tool" */
   struct llb_str content;
+  struct llb_str tool_calls;   /* assistant: JSON array of OpenAI tool calls; "" = none */
+  struct llb_str tool_call_id; /* tool: the call answered; "" = none */
+  struct llb_str name;         /* optional participant / tool name */
+  bool content_is_null;        /* content was JSON null (assistant turn of tool calls) */
 };
 
 /* A raw multimodal input: precomputed embeddings replacing placeholder tokens. */
@@ -42,6 +46,10 @@ struct llb_generate_request {
   struct llb_str cache_salt;
   const struct llb_mm_item *mm_items;
   int32_t num_mm_items;
+  struct llb_structured_outputs structured_outputs; /* kind NONE = unconstrained */
+  struct llb_str tools;                /* JSON array of OpenAI tools for the template; "" = none */
+  struct llb_str chat_template_kwargs; /* JSON object of extra template variables; "" = none */
+  bool continue_final_message;         /* continue the last assistant message (vLLM) */
 };
 
 struct llb_abort_request {

@@ -269,6 +269,22 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
   return NULL;
 }
 
+/* The GenerateRequest fields this input processor cannot honour yet (every one is refused
+ * rather than ignored): the offending field's name, else NULL. */
+static const char *unsupported_field(const struct llb_generate_request *gr) {
+  if (gr->structured_outputs.kind != LLB_SO_NONE) return "structured_outputs";
+  if (gr->tools.len) return "tools";
+  if (gr->chat_template_kwargs.len) return "chat_template_kwargs";
+  if (gr->continue_final_message) return "continue_final_message";
+  for (int32_t i = 0; i < gr->num_messages; i++) {
+    const struct llb_chat_message *m = &gr->messages[i];
+    if (m->tool_calls.len || m->content_is_null) return "messages.tool_calls";
+    if (m->tool_call_id.len) return "messages.tool_call_id";
+    if (m->name.len) return "messages.name";
+  }
+  return NULL;
+}
+
 /* The request span ("llm_request") of a traced request: its context, parent and start go
  * into every EngineCoreRequest; the output processor records it when the request ends. */
 struct request_trace {
@@ -466,7 +482,13 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
   }
   if (!precheck(a, msg, tenant, ext_id, gr.sampling_params ? gr.sampling_params->n : 1)) goto done;
   struct inproc_generate_request req;
-  const char *bad = to_inproc_request(&gr, tenant, msg->reply, &arena, &req);
+  const char *bad = unsupported_field(&gr);
+  if (bad) {
+    atomic_fetch_add(&a->rejected, 1);
+    reply_error(a, msg, ext_id, LLB_STATUS_UNSUPPORTED, "is not supported by this engine", bad);
+    goto done;
+  }
+  bad = to_inproc_request(&gr, tenant, msg->reply, &arena, &req);
   if (bad) {
     atomic_fetch_add(&a->rejected, 1);
     reply_error(a, msg, ext_id, LLB_STATUS_OUT_OF_MEMORY, "out of memory", bad);

@@ -473,7 +473,7 @@ int e2e_submit(struct e2e_stack *s, const struct e2e_request *r, struct e2e_pend
   p->result.finish_reason = LLB_FINISH_REASON_NONE;
   struct llb_sampling_params sp = r->sp;
   sp.output_kind = LLB_OUTPUT_KIND_DELTA;
-  struct llb_chat_message user_msg = {llb_str_c("user"), llb_str_c(r->prompt)};
+  struct llb_chat_message user_msg = {.role = llb_str_c("user"), .content = llb_str_c(r->prompt)};
   struct llb_generate_request g;
   llb_generate_request_init(&g);
   g.request_id = llb_str_c(r->request_id ? r->request_id : "e2e");

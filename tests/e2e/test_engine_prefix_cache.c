@@ -46,8 +46,10 @@ static void build_system_prompt(void) {
 
 static void make_request(int q, struct e2e_request *r, struct llb_chat_message msgs[2]) {
   memset(r, 0, sizeof *r);
-  msgs[0] = (struct llb_chat_message){llb_str_c("system"), llb_str_c(system_prompt)};
-  msgs[1] = (struct llb_chat_message){llb_str_c("user"), llb_str_c(questions[q])};
+  msgs[0] = (struct llb_chat_message){.role = llb_str_c("system"),
+                                    .content = llb_str_c(system_prompt)};
+  msgs[1] = (struct llb_chat_message){.role = llb_str_c("user"),
+                                    .content = llb_str_c(questions[q])};
   r->request_id = "prefix";
   r->messages = msgs;
   r->num_messages = 2;

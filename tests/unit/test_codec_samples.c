@@ -163,9 +163,10 @@ static bool lp_eq(const struct llb_logprobs_lists *a) {
 /* ---- GenerateRequest / AbortRequest ---------------------------------------------------- */
 
 static const struct llb_chat_message chat[3] = {
-    {S("system"), S("Du bist ein hilfreicher Assistent.")},
-    {S("user"), S("héllo wörld ✓ 日本語 🚀")},
-    {S("assistant"), S("")},
+    {.role = S("system"), .content = S("Du bist ein hilfreicher Assistent.")},
+    {.role = S("user"), .content = S("héllo wörld ✓ 日本語 🚀")},
+    {.role = S("assistant"), .content = S(""), .tool_calls = S("[{\"id\":\"call_1\",\"type\":\"function\"}]"),
+     .name = S("bot"), .content_is_null = true},
 };
 static const struct llb_mm_item mm_items[1] = {
     {.modality = S("image"), .data = mm_data, .data_bytes = 16, .dtype = S("f16"),
@@ -187,6 +188,10 @@ static void fill_generate_request(struct llb_generate_request *m) {
   m->cache_salt = S("tenant-ä");
   m->mm_items = mm_items;
   m->num_mm_items = N(mm_items);
+  m->structured_outputs = (struct llb_structured_outputs){LLB_SO_JSON, S("{\"type\":\"object\"}")};
+  m->tools = S("[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
+  m->chat_template_kwargs = S("{\"enable_thinking\":false}");
+  m->continue_final_message = true;
 }
 
 static bool equals_generate_request(const void *v) {
@@ -198,7 +203,15 @@ static bool equals_generate_request(const void *v) {
   CHECK(a->num_messages == b.num_messages);
   for (int i = 0; i < b.num_messages; i++)
     CHECK(str_eq(a->messages[i].role, b.messages[i].role) &&
-          str_eq(a->messages[i].content, b.messages[i].content));
+          str_eq(a->messages[i].content, b.messages[i].content) &&
+          str_eq(a->messages[i].tool_calls, b.messages[i].tool_calls) &&
+          str_eq(a->messages[i].tool_call_id, b.messages[i].tool_call_id) &&
+          str_eq(a->messages[i].name, b.messages[i].name) &&
+          a->messages[i].content_is_null == b.messages[i].content_is_null);
+  CHECK(a->structured_outputs.kind == LLB_SO_JSON &&
+        str_eq(a->structured_outputs.spec, b.structured_outputs.spec));
+  CHECK(str_eq(a->tools, b.tools) && str_eq(a->chat_template_kwargs, b.chat_template_kwargs));
+  CHECK(a->continue_final_message);
   CHECK(i32_eq(a->prompt_token_ids, a->num_prompt_token_ids, b.prompt_token_ids,
                b.num_prompt_token_ids));
   CHECK(str_eq(a->chat_template, b.chat_template));
