@@ -593,6 +593,7 @@ static llb_status apply_updates(struct model_runner *r, const struct llb_schedul
       memcpy(q->token_ids + q->num_tokens, cd->new_token_ids + tok_off + (ntok - (want - outputs)),
              (size_t)(want - outputs) * sizeof(int32_t));
     }
+    if (want < outputs || ntok > 0) q->so.num_accepted = -1; /* its matcher replays them */
     q->num_tokens = q->num_prompt_tokens + want;
     if (cd->resumed_from_preemption && cd->resumed_from_preemption[j]) q->num_block_ids = 0;
     if (!append_blocks(q, cd->new_block_ids + blk_off, nblk)) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
