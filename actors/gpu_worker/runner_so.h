@@ -57,7 +57,7 @@ int32_t runner_so_mask_words(const struct runner_so *s);
 
 /* Gives q the grammar of `so` (compiled now unless cached) and a fresh matcher; kind NONE
  * makes q unconstrained. q must be zero or freed. Errors: the grammar compiler's (MALFORMED,
- * UNSUPPORTED naming a keyword, TOO_LARGE), UNSUPPORTED for regex / grammar kinds,
+ * UNSUPPORTED naming a keyword, TOO_LARGE), UNSUPPORTED for the grammar kind,
  * OUT_OF_MEMORY; q is left unconstrained. */
 llb_status runner_so_req_init(struct runner_so *s, struct runner_so_req *q, const struct llb_structured_outputs *so);
 

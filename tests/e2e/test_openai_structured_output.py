@@ -8,9 +8,10 @@
 - /v1/completions with vLLM's guided_json;
 - response_format json_object (an object comes out); structured_outputs.choice and
   guided_choice (one of the strings);
+- structured_outputs.regex and guided_regex: every output re.fullmatch-es the pattern;
 - errors: a schema keyword the engine cannot enforce is a 400 naming response_format and the
-  keyword; malformed schema, regex / grammar kinds (not supported), two constraints at once,
-  an unknown response_format type: 400s naming the field.
+  keyword; malformed schema, a regex backreference, the grammar kind (not supported), two
+  constraints at once, an unknown response_format type: 400s naming the field.
 Skips (77) without the build, the model or the venv's openai / jsonschema.
 """
 import json
@@ -144,9 +145,17 @@ def main():
             bad_request("response_format.json_schema", [], response_format={"type": "json_schema"})
             bad_request("response_format.type", [], response_format={"type": "yaml"})
 
-        def regex_and_grammar_are_400_not_supported():
-            bad_request("structured_outputs.regex", ["not supported"],
-                        extra_body={"structured_outputs": {"regex": "[a-z]+"}})
+        def regex_output_fully_matches():
+            import re
+            pattern = r"(red|green|blue)-\d{2,3}"
+            for body in ({"structured_outputs": {"regex": pattern}}, {"guided_regex": pattern}):
+                r = chat(extra_body=body, temperature=1, seed=5, n=4)
+                for c in r.choices:
+                    assert re.fullmatch(pattern, c.message.content) and c.finish_reason == "stop", c.message.content
+
+        def bad_regex_and_grammar_are_400s():
+            bad_request("structured_outputs.regex", ["backreference"],
+                        extra_body={"structured_outputs": {"regex": "(a)\\1"}})
             bad_request("guided_grammar", ["not supported"], extra_body={"guided_grammar": "root ::= \"a\""})
 
         def two_constraints_are_a_400():
@@ -162,7 +171,8 @@ def main():
             ("choice_is_one_of_the_strings", choice_is_one_of_the_strings),
             ("unenforceable_schema_is_a_400_naming_the_keyword", unenforceable_schema_is_a_400_naming_the_keyword),
             ("malformed_schema_is_a_400", malformed_schema_is_a_400),
-            ("regex_and_grammar_are_400_not_supported", regex_and_grammar_are_400_not_supported),
+            ("regex_output_fully_matches", regex_output_fully_matches),
+            ("bad_regex_and_grammar_are_400s", bad_regex_and_grammar_are_400s),
             ("two_constraints_are_a_400", two_constraints_are_a_400),
         ])
     return 1 if failures else 0

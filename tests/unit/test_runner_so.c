@@ -131,9 +131,14 @@ static void test_same_spec_shares_a_grammar_and_matchers_follow_their_outputs(vo
   runner_so_req_free(so, &a);
   runner_so_req_free(so, &b);
   runner_so_req_free(so, &c);
-  const struct llb_structured_outputs rx = {LLB_SO_REGEX, {"a+", 2}};
-  assert_int_equal(runner_so_req_init(so, &a, &rx), LLB_STATUS_UNSUPPORTED);
+  static const char ebnf[] = "root ::= \"a\"";
+  const struct llb_structured_outputs gr = {LLB_SO_GRAMMAR, {ebnf, sizeof ebnf - 1}};
+  assert_int_equal(runner_so_req_init(so, &a, &gr), LLB_STATUS_UNSUPPORTED);
   assert_null(a.grammar);
+  const struct llb_structured_outputs rx = {LLB_SO_REGEX, {"[a-c]{2}", 8}}; /* a regex: two of a, b, c */
+  assert_int_equal(runner_so_req_init(so, &a, &rx), LLB_STATUS_OK);
+  assert_int_equal(runner_so_fill_mask(so, &a, mask), 3);
+  runner_so_req_free(so, &a);
   runner_so_destroy(so);
 }
 
