@@ -105,6 +105,8 @@ struct bench_request_spec {
   int32_t max_tokens;
   double temperature;
   bool ignore_eos;         /* also sends min_tokens = max_tokens */
+  const char *response_format; /* JSON object text sent as "response_format" (structured
+                                  output), or NULL */
 };
 
 /* True when `endpoint` is a chat endpoint (its path ends in "/chat/completions"). */

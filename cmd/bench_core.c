@@ -300,6 +300,13 @@ char *bench_request_body(const char *endpoint, const struct bench_request_spec *
                         input, "max_tokens", s->max_tokens, "temperature", s->temperature, "stream", 1,
                         "stream_options", "include_usage", 1);
   if (!b) return NULL;
+  if (s->response_format) {
+    json_t *rf = json_loads(s->response_format, 0, NULL);
+    if (!rf || json_object_set_new(b, "response_format", rf) != 0) {
+      json_decref(b);
+      return NULL;
+    }
+  }
   if (s->ignore_eos) {
     json_object_set_new(b, "ignore_eos", json_true());
     json_object_set_new(b, "min_tokens", json_integer(s->max_tokens));

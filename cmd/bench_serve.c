@@ -39,6 +39,8 @@ struct serve_opts {
   uint64_t seed;
   bool ignore_eos, prompt_ids, progress, json, memory;
   long stack_pid;
+  const char *response_format_arg; /* --response-format: json_object or a schema file */
+  char *response_format;           /* the "response_format" object sent (JSON text), or NULL */
 };
 
 struct run {
@@ -81,6 +83,8 @@ static void serve_usage(FILE *f) {
           "  --max-concurrency C     requests in flight at most (default: no cap)\n"
           "  --ignore-eos            generate output-len tokens: sends ignore_eos and min_tokens\n"
           "  --temperature T         default 0\n"
+          "  --response-format F     structured output: json_object, or FILE.json (a JSON Schema,\n"
+          "                          sent as json_schema); measures the mask's cost per token\n"
           "  --prompt-ids            send prompts as token id arrays (needs --model)\n"
           "  --warmup N              untimed requests first, prompts of their own (default 1)\n"
           "  --timeout-s S           longest silence of a stream (default 600)\n"
@@ -99,6 +103,25 @@ static bool num_arg(const char *v, double lo, double hi, double *out) {
   errno = 0;
   *out = strtod(v, &end);
   return errno == 0 && end != v && *end == '\0' && *out >= lo && *out <= hi;
+}
+
+/* --response-format: "json_object", or a JSON Schema file sent as json_schema. 0 ok, 2 error. */
+static int response_format_load(struct serve_opts *o) {
+  json_t *rf;
+  if (!strcmp(o->response_format_arg, "json_object")) {
+    rf = json_pack("{s:s}", "type", "json_object");
+  } else {
+    json_error_t e;
+    json_t *schema = json_load_file(o->response_format_arg, 0, &e);
+    if (!schema) {
+      fprintf(stderr, "llmbus-bench serve: --response-format %s: %s\n", o->response_format_arg, e.text);
+      return 2;
+    }
+    rf = json_pack("{s:s, s:{s:s, s:o}}", "type", "json_schema", "json_schema", "name", "bench", "schema", schema);
+  }
+  o->response_format = rf ? json_dumps(rf, JSON_COMPACT) : NULL;
+  json_decref(rf);
+  return o->response_format ? 0 : 2;
 }
 
 /* 0 ok, 1 help shown, 2 usage error. */
@@ -131,6 +154,7 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
     else if (!strcmp(a, "--result-file")) o->result_file = v;
     else if (!strcmp(a, "--label")) o->label = v;
     else if (!strcmp(a, "--api-key")) o->api_key = v;
+    else if (!strcmp(a, "--response-format")) o->response_format_arg = v;
     else if (!strcmp(a, "--num-prompts")) ok = num_arg(v, 1, 1e7, &d), o->num_prompts = (int64_t)d;
     else if (!strcmp(a, "--input-len")) ok = num_arg(v, 0, 1e6, &d), o->input_len = (int32_t)d;
     else if (!strcmp(a, "--output-len")) ok = num_arg(v, 1, 1e6, &d), o->output_len = (int32_t)d;
@@ -170,7 +194,7 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
     fprintf(stderr, "llmbus-bench serve: --prompt-ids needs --model (the tokenizer)\n");
     return 2;
   }
-  return 0;
+  return o->response_format_arg ? response_format_load(o) : 0;
 }
 
 /* The JSON body of prompt p (bench_request_body). malloc'd. */
@@ -178,7 +202,7 @@ static char *request_body(const struct run *r, const struct bench_prompt *p, int
   const struct serve_opts *o = r->o;
   struct bench_request_spec spec = {.model = r->model_name, .text = p->text ? p->text : "",
                                     .max_tokens = max_tokens, .temperature = o->temperature,
-                                    .ignore_eos = o->ignore_eos};
+                                    .ignore_eos = o->ignore_eos, .response_format = o->response_format};
   if (o->prompt_ids && p->ids) {
     spec.ids = p->ids;
     spec.num_ids = p->num_ids;
@@ -368,6 +392,7 @@ static json_t *result_json(const struct run *r, const struct summary *s) {
                         (double)(s->in_tokens + s->out_tokens) / dur);
   json_object_set_new(j, "request_rate", isinf(o->request_rate) ? json_string("inf") : json_real(o->request_rate));
   json_object_set_new(j, "max_concurrency", o->max_concurrency ? json_integer(o->max_concurrency) : json_null());
+  json_object_set_new(j, "response_format", o->response_format ? json_loads(o->response_format, 0, NULL) : json_null());
   json_object_set_new(j, "loadavg_1m_start", json_real(r->load_start));
   json_object_set_new(j, "loadavg_1m_end", json_real(r->load_end));
   add_dist(j, "ttft", &s->ttft);
@@ -568,5 +593,6 @@ done:
   bench_dataset_free(&r->ds);
   bench_dataset_free(&r->warm);
   free(r);
+  free(o.response_format);
   return rc;
 }

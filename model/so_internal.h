@@ -17,6 +17,7 @@ enum so_node_kind {
   SO_NODE_NUMBER,   /* JSON number */
   SO_NODE_INTEGER,  /* JSON number without fraction or exponent */
   SO_NODE_LITERALS, /* exactly one of lits (serialized JSON, or raw text for choices) */
+  SO_NODE_REGEX,    /* raw text matching a regex: dfa, dfa_accept (so_regex.c); root only */
 };
 
 struct so_property {
@@ -39,6 +40,9 @@ struct so_node {
   int32_t n_lits;
   int32_t *children; /* [n_children], owned */
   int32_t n_children;
+  int32_t *dfa;          /* regex: [n_dfa_states, 256] next state, -1 = byte refused; owned */
+  uint8_t *dfa_accept;   /* regex: [n_dfa_states] 1 = the text so far matches; owned */
+  int32_t n_dfa_states;  /* regex: state 0 is the start */
 };
 
 struct so_grammar {
@@ -57,6 +61,7 @@ enum so_frame_kind {
   SO_FR_STRING, /* n: code points so far */
   SO_FR_NUMBER, /* phase: position in the number grammar; n: bytes */
   SO_FR_LIT,    /* mask: literals still matching; n: bytes */
+  SO_FR_REGEX,  /* n: DFA state */
 };
 
 /* One frame; no padding, so stacks compare with memcmp. */
@@ -98,6 +103,11 @@ void so_state_init(const struct so_grammar *g, struct so_state *st);
 
 /* dst = src, copying only the used frames. */
 void so_state_copy(struct so_state *dst, const struct so_state *src);
+
+/* Compiles regex text[0..len) (so_regex.c for the syntax) into out's dfa, dfa_accept and
+ * n_dfa_states. Errors: MALFORMED, UNSUPPORTED (the construct named), TOO_LARGE,
+ * OUT_OF_MEMORY. */
+llb_status so_regex_compile(const char *text, size_t len, struct so_node *out);
 
 struct so_matcher {
   const struct so_grammar *g;

@@ -222,7 +222,7 @@ static void feed_value(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   static const uint8_t kinds[] = {
       [SO_NODE_OBJECT] = SO_FR_OBJECT, [SO_NODE_ARRAY] = SO_FR_ARRAY,
       [SO_NODE_STRING] = SO_FR_STRING, [SO_NODE_NUMBER] = SO_FR_NUMBER,
-      [SO_NODE_INTEGER] = SO_FR_NUMBER, [SO_NODE_LITERALS] = SO_FR_LIT};
+      [SO_NODE_INTEGER] = SO_FR_NUMBER, [SO_NODE_LITERALS] = SO_FR_LIT, [SO_NODE_REGEX] = SO_FR_REGEX};
   f->kind = kinds[nd->kind];
   f->phase = 0;
   f->mask = nd->kind == SO_NODE_LITERALS ? (nd->n_lits == 64 ? ~0ull : (1ull << nd->n_lits) - 1) : 0;
@@ -394,6 +394,15 @@ static void feed_lit(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   }
 }
 
+/* A regex is a root node only: its frame holds the DFA state; a refused byte ends the reading. */
+static void feed_regex(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
+  struct so_frame *f = &st->f[st->depth - 1];
+  const int32_t next = node_of(c, f->node)->dfa[(size_t)f->n * 256 + b];
+  if (next < 0) return;
+  f->n = (uint32_t)next;
+  emit(c, st);
+}
+
 /* Feeds b to st (scratch: may be changed), emitting every resulting stack. */
 static void feed(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   if (st->depth == 0) return;
@@ -405,6 +414,7 @@ static void feed(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   case SO_FR_STRING: feed_string(c, st, b); return;
   case SO_FR_NUMBER: feed_number(c, st, b); return;
   case SO_FR_LIT: feed_lit(c, st, b); return;
+  case SO_FR_REGEX: feed_regex(c, st, b); return;
   default: return;
   }
 }
@@ -430,6 +440,9 @@ bool so_state_is_complete(const struct so_grammar *g, const struct so_state *src
     const struct so_frame *f = &s->f[0];
     if (f->kind == SO_FR_NUMBER && num_complete(f->phase)) return true;
     if (f->kind == SO_FR_LIT && lit_complete(&g->nodes[f->node], f->mask, f->n)) return true;
+    if (f->kind == SO_FR_REGEX && g->nodes[f->node].dfa_accept[f->n]) return true;
+    if (f->kind == SO_FR_VALUE && g->nodes[f->node].kind == SO_NODE_REGEX && g->nodes[f->node].dfa_accept[0])
+      return true; /* a regex that matches the empty text */
   }
   return false;
 }

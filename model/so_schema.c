@@ -381,6 +381,8 @@ void so_grammar_destroy(struct so_grammar *g) {
     free(nd->lits);
     free(nd->lit_lens);
     free(nd->children);
+    free(nd->dfa);
+    free(nd->dfa_accept);
   }
   free(g->nodes);
   free(g);
@@ -417,6 +419,21 @@ llb_status so_grammar_compile_json_schema(const char *text, size_t len, struct s
   if (c.root) st = compile(&c, c.root, 0, &c.g->root);
   if (st == LLB_STATUS_OK) st = check_grammar(c.g);
   json_decref(c.root);
+  if (st != LLB_STATUS_OK) {
+    so_grammar_destroy(c.g);
+    return LLB_UPDATE_ERR_STACK(st);
+  }
+  *out = c.g;
+  return LLB_STATUS_OK;
+}
+
+llb_status so_grammar_compile_regex(const char *text, size_t len, struct so_grammar **out) {
+  *out = NULL;
+  struct compiler c;
+  llb_status st = compiler_init(&c);
+  if (st != LLB_STATUS_OK) return st;
+  if ((st = new_node(&c, SO_NODE_REGEX, &c.g->root)) == LLB_STATUS_OK)
+    st = so_regex_compile(text, len, &c.g->nodes[c.g->root]);
   if (st != LLB_STATUS_OK) {
     so_grammar_destroy(c.g);
     return LLB_UPDATE_ERR_STACK(st);

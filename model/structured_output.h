@@ -55,6 +55,17 @@ llb_status so_grammar_compile_json_object(struct so_grammar **out);
  * TOO_LARGE, OUT_OF_MEMORY. Caller frees with so_grammar_destroy. */
 llb_status so_grammar_compile_choice(const char *text, size_t len, struct so_grammar **out);
 
+/* A grammar whose output, as raw text, matches regex text[0..len) as a whole (vLLM's
+ * guided_regex / structured_outputs.regex; anchors implied): literals, escapes \d \w \s \D
+ * \W \S \n \t \r \f \v \xHH \uHHHH and escaped punctuation, classes with ranges and
+ * negation, groups (capturing, (?:...), named), alternation, * + ? {m} {m,} {m,n} (lazy forms
+ * alike), ^ / $ at the ends; `.` and negated classes match any UTF-8 character except that `.`
+ * excludes "\n". Compiled to a byte DFA (model/so_regex.c). Errors: MALFORMED, UNSUPPORTED
+ * naming the construct (backreferences, lookaround, \b, inline flags, non-ASCII class
+ * ranges), TOO_LARGE (past 2048 DFA states or repetition over 1000), OUT_OF_MEMORY. Caller
+ * frees with so_grammar_destroy. */
+llb_status so_grammar_compile_regex(const char *text, size_t len, struct so_grammar **out);
+
 /* Frees a grammar; NULL is fine. Every matcher over it must be gone first. */
 void so_grammar_destroy(struct so_grammar *g);
 

@@ -102,6 +102,9 @@ struct api_request {
   char cache_salt[API_MAX_CACHE_SALT_BYTES]; /* "" = none; api_params.h */
   bool echo;                      /* completions: prompt text prepended to each choice's text */
   void *impl;                     /* private: the JSON document and owned strings */
+  struct llb_structured_outputs structured_outputs; /* api_structured.h; kind NONE = none */
+  char structured_param[48];      /* the field it came from ("response_format", "guided_json") */
+  char *structured_spec;          /* owned spec text (structured_outputs.spec points here) */
 };
 
 /* What the parser checks against. */

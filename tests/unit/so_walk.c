@@ -1,6 +1,6 @@
 /* Random walks under the structured-output mask, for test_structured_output.py.
  *
- *   so_walk (--schema FILE | --json-object | --choice FILE) [--model GGUF] [--samples N]
+ *   so_walk (--schema FILE | --json-object | --choice FILE | --regex FILE) [--model GGUF] [--samples N]
  *           [--seed S] [--max-steps N] [--bench]
  *
  * Each walk starts at the grammar's start, draws an allowed token at random (uniform, with a
@@ -16,6 +16,8 @@
  * pairs, keywords and a few multi-byte runs that cross value boundaries ("\":", "},{",
  * "1,", "e+", "\\u00"), plus EOS; with --model, the GGUF's tokenizer. Exit 77 (skip) when
  * the model file is missing.
+ *
+ * --regex: outputs are printed hex-encoded (a regex's output may hold any byte, newlines too).
  *
  * --bench: also prints to stderr the median, p90 and max wall time of so_vocab_fill_mask per
  * step over all walks (a measurement for the README, never asserted). */
@@ -106,6 +108,8 @@ static int32_t closing_token(struct so_vocab *v, const uint32_t *mask, const int
 static bool bit(const uint32_t *mask, int32_t id) { return mask[id / 32] >> (id % 32) & 1u; }
 
 /* One walk; prints the output. Returns 0, or 1 after printing why to stderr. */
+static bool hex_output; /* --regex: outputs as hex */
+
 static int walk(struct so_vocab *v, struct so_matcher *m, struct so_matcher *probe, bool full_check,
                 const int32_t *byte_ids, const struct tokenizer *tok, uint64_t *rng, int max_steps) {
   int32_t n_vocab = so_vocab_size(v);
@@ -149,7 +153,10 @@ static int walk(struct so_vocab *v, struct so_matcher *m, struct so_matcher *pro
         fprintf(stderr, "step %d: complete but no end-of-generation token allowed\n", step);
         goto done;
       }
-      fwrite(out, 1, out_len, stdout);
+      if (hex_output)
+        for (size_t k = 0; k < (size_t)out_len; k++) printf("%02x", (unsigned)(uint8_t)out[k]);
+      else
+        fwrite(out, 1, out_len, stdout);
       fputc('\n', stdout);
       rc = 0;
       goto done;
@@ -185,7 +192,7 @@ done:
 }
 
 int main(int argc, char **argv) {
-  const char *schema = NULL, *choice = NULL, *model = NULL;
+  const char *schema = NULL, *choice = NULL, *model = NULL, *regex = NULL;
   bool json_object = false;
   int samples = 20, max_steps = 400;
   uint64_t seed = 1;
@@ -193,6 +200,7 @@ int main(int argc, char **argv) {
     bool has = i + 1 < argc;
     if (!strcmp(argv[i], "--schema") && has) schema = argv[++i];
     else if (!strcmp(argv[i], "--choice") && has) choice = argv[++i];
+    else if (!strcmp(argv[i], "--regex") && has) regex = argv[++i], hex_output = true;
     else if (!strcmp(argv[i], "--model") && has) model = argv[++i];
     else if (!strcmp(argv[i], "--samples") && has) samples = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seed") && has) seed = strtoull(argv[++i], NULL, 10);
@@ -209,12 +217,15 @@ int main(int argc, char **argv) {
   if (json_object) st = so_grammar_compile_json_object(&g);
   else {
     size_t len = 0;
-    char *text = read_file(schema ? schema : choice, &len);
+    const char *path = schema ? schema : choice ? choice : regex;
+    char *text = path ? read_file(path, &len) : NULL;
     if (!text) {
-      fprintf(stderr, "so_walk: cannot read %s\n", schema ? schema : choice ? choice : "(nothing)");
+      fprintf(stderr, "so_walk: cannot read %s\n", path ? path : "(nothing)");
       return 2;
     }
-    st = schema ? so_grammar_compile_json_schema(text, len, &g) : so_grammar_compile_choice(text, len, &g);
+    st = schema ? so_grammar_compile_json_schema(text, len, &g)
+         : choice ? so_grammar_compile_choice(text, len, &g)
+                  : so_grammar_compile_regex(text, len, &g);
     free(text);
   }
   if (st != LLB_STATUS_OK) {

@@ -11,6 +11,7 @@
 
 #include "actors/api_server/api_embeds.h"
 #include "actors/api_server/api_request.h"
+#include "actors/api_server/api_structured.h"
 #include "actors/api_server/api_tokenize.h"
 
 static const struct api_parse_options opts = {.served_model = "smol"};
@@ -241,6 +242,61 @@ static void test_tokenize_bodies_parse_like_vllm_and_name_bad_fields(void **stat
   assert_int_equal(e.http_status, 404);
 }
 
+
+/* response_format, structured_outputs and guided_* become one GenerateRequest.structured_outputs. */
+static void test_structured_output_fields_become_one_spec(void **state) {
+  (void)state;
+  static const struct {
+    enum api_endpoint ep;
+    const char *extra; /* fields after the prompt / messages */
+    enum llb_structured_outputs_kind kind;
+    const char *spec;
+    const char *param;
+  } cases[] = {
+      {API_ENDPOINT_CHAT, "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"strict\":true,"
+                          "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}",
+       LLB_SO_JSON, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}", "response_format"},
+      {API_ENDPOINT_CHAT, "\"response_format\":{\"type\":\"json_object\"}", LLB_SO_JSON_OBJECT, "", "response_format"},
+      {API_ENDPOINT_CHAT, "\"response_format\":{\"type\":\"text\"}", LLB_SO_NONE, "", ""},
+      {API_ENDPOINT_COMPLETIONS, "\"structured_outputs\":{\"choice\":[\"a\",\"b c\"]}", LLB_SO_CHOICE, "[\"a\",\"b c\"]",
+       "structured_outputs.choice"},
+      {API_ENDPOINT_COMPLETIONS, "\"structured_outputs\":{\"json\":\"{\\\"type\\\":\\\"string\\\"}\"}", LLB_SO_JSON,
+       "{\"type\":\"string\"}", "structured_outputs.json"},
+      {API_ENDPOINT_COMPLETIONS, "\"structured_outputs\":{\"json_object\":true,\"regex\":null}", LLB_SO_JSON_OBJECT, "",
+       "structured_outputs.json_object"},
+      {API_ENDPOINT_COMPLETIONS, "\"structured_outputs\":{\"regex\":\"[a-z]+\"}", LLB_SO_REGEX, "[a-z]+",
+       "structured_outputs.regex"},
+      {API_ENDPOINT_COMPLETIONS, "\"guided_json\":{\"type\":\"boolean\"}", LLB_SO_JSON, "{\"type\":\"boolean\"}", "guided_json"},
+      {API_ENDPOINT_CHAT, "\"guided_choice\":[\"x\"]", LLB_SO_CHOICE, "[\"x\"]", "guided_choice"},
+      {API_ENDPOINT_CHAT, "\"guided_regex\":\"\\\\d+\"", LLB_SO_REGEX, "\\d+", "guided_regex"},
+      {API_ENDPOINT_CHAT, "\"guided_grammar\":\"root ::= \\\"a\\\"\"", LLB_SO_GRAMMAR, "root ::= \"a\"", "guided_grammar"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char body[1024];
+    snprintf(body, sizeof body, "{\"model\":\"smol\",%s,%s}",
+             cases[i].ep == API_ENDPOINT_CHAT ? "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]" : "\"prompt\":\"x\"",
+             cases[i].extra);
+    struct api_request r;
+    struct api_error e;
+    const llb_status st = parse(cases[i].ep, body, &r, &e);
+    if (st != LLB_STATUS_OK) print_error("case %zu: %s\n", i, e.message);
+    assert_int_equal(st, LLB_STATUS_OK);
+    struct llb_sampling_params sp;
+    struct llb_generate_request g;
+    api_request_to_generate(&r, 0, "id", &sp, &g);
+    assert_int_equal(g.structured_outputs.kind, cases[i].kind);
+    assert_int_equal(g.structured_outputs.spec.len, strlen(cases[i].spec));
+    assert_memory_equal(g.structured_outputs.spec.data, cases[i].spec, strlen(cases[i].spec));
+    assert_string_equal(r.structured_param, cases[i].param);
+    /* an engine error about the spec names the field the client used */
+    struct api_error ee;
+    api_error_from_status(LLB_STATUS_UNSUPPORTED, "keyword 'pattern' is not supported", "structured_outputs", &ee);
+    api_structured_map_error(&r, &ee);
+    assert_string_equal(ee.param, cases[i].kind == LLB_SO_NONE ? "structured_outputs" : cases[i].param);
+    api_request_free(&r);
+  }
+}
+
 static void test_bad_requests_name_the_field(void **state) {
   (void)state;
   static const struct {
@@ -250,6 +306,19 @@ static void test_bad_requests_name_the_field(void **state) {
     const char *param; /* "" = null */
   } cases[] = {
       {API_ENDPOINT_COMPLETIONS, "", 400, ""},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"yaml\"}}", 400, "response_format.type"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\"}}", 400, "response_format.json_schema"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\"}}}", 400, "response_format.json_schema.schema"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":[1]}}}", 400, "response_format.json_schema.schema"},
+      {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\",\"x\":1}}", 400, "response_format.x"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"structured_outputs\":{\"choice\":[]}}", 400, "structured_outputs.choice"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"structured_outputs\":{\"choice\":[\"a\",1]}}", 400, "structured_outputs.choice"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"structured_outputs\":{\"regex\":\"\"}}", 400, "structured_outputs.regex"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"structured_outputs\":{\"whitespace_pattern\":\" \"}}", 400, "structured_outputs.whitespace_pattern"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"structured_outputs\":{\"nope\":1}}", 400, "structured_outputs.nope"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"structured_outputs\":{\"json\":{},\"choice\":[\"a\"]}}", 400, "structured_outputs.choice"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"guided_json\":{},\"guided_regex\":\"a\"}", 400, "guided_regex"},
+      {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\",\"guided_json\":7}", 400, "guided_json"},
       {API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"x\"", 400, ""},
       {API_ENDPOINT_COMPLETIONS, "[1,2]", 400, ""},
       {API_ENDPOINT_COMPLETIONS, "{\"prompt\":\"x\"}", 400, "model"},
@@ -523,6 +592,7 @@ int main(void) {
       cmocka_unit_test(test_prompt_forms_give_one_generate_request_each),
       cmocka_unit_test(test_chat_messages_parts_and_logprobs),
       cmocka_unit_test(test_vllm_request_fields_reach_the_generate_request),
+      cmocka_unit_test(test_structured_output_fields_become_one_spec),
       cmocka_unit_test(test_bad_requests_name_the_field),
       cmocka_unit_test(test_missing_fields_are_400_naming_the_field),
       cmocka_unit_test(test_tokenize_bodies_parse_like_vllm_and_name_bad_fields),

@@ -196,8 +196,18 @@ static void completions_body_sends_prompt_text_or_ids(void **state) {
   assert_int_equal(json_array_size(p), 3);
   assert_int_equal(json_integer_value(json_array_get(p, 2)), 7);
   assert_null(json_object_get(j, "ignore_eos"));
+  assert_null(json_object_get(j, "response_format"));
   json_decref(j);
   free(body);
+  /* --response-format: the object goes in as "response_format" */
+  spec.response_format = "{\"type\":\"json_object\"}";
+  body = bench_request_body("/v1/completions", &spec);
+  j = json_loads(body, 0, NULL);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(j, "response_format"), "type")), "json_object");
+  json_decref(j);
+  free(body);
+  spec.response_format = "{not json";
+  assert_null(bench_request_body("/v1/completions", &spec));
   assert_false(bench_endpoint_is_chat("/v1/completions"));
   assert_true(bench_endpoint_is_chat("/v1/chat/completions"));
 }

@@ -2,6 +2,7 @@
  * their escaping, bounded cardinality, atomic updates from many threads, process metrics. */
 #include <math.h>
 #include <pthread.h>
+#include <time.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -175,8 +176,12 @@ static void test_process_metrics_are_read_from_proc(void **state) {
   struct llb_metrics *r;
   assert_int_equal(llb_metrics_create(&r), LLB_STATUS_OK);
   assert_int_equal(llb_metrics_register_process(r), LLB_STATUS_OK);
+  /* some CPU time: at least 3 clock ticks' worth (/proc counts in 10 ms ticks; a fixed loop
+   * finished inside one tick on a fast run and read 0) */
   volatile double x = 0;
-  for (int i = 0; i < 3000000; i++) x += sqrt((double)i); /* some CPU time */
+  const clock_t c0 = clock();
+  while (clock() - c0 < CLOCKS_PER_SEC / 30)
+    for (int i = 0; i < 100000; i++) x += sqrt((double)i);
   char *t = render(r);
   double rss = 0, start = 0, fds = 0, cpu = 0;
   const char *p;

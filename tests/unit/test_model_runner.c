@@ -9,6 +9,10 @@
  *   blocks, the seeded one finished and removed: each gets exactly the tokens of a run alone
  *   with no chunking.
  * - Logprobs: rows padded to the batch's largest top-n, sampled token first, ranks.
+ * - Structured output: over a one-byte-per-token vocabulary, a seeded constrained request
+ *   samples only what its grammar allows and ends with EOG; preempted and resumed (its outputs
+ *   replayed into a fresh matcher) it samples the same tokens; outputs that break the grammar
+ *   fail the step naming the request.
  * - Errors leave the batch unchanged and are reported in the output's error field: unknown
  *   request (delta and scheduled entry), block id out of range, token budget, block size.
  */
@@ -26,6 +30,7 @@
 #include "actors/gpu_worker/model_runner.h"
 #include "model/forward.h"
 #include "model/gguf.h"
+#include "model/structured_output.h"
 #include "tests/unit/gguf_writer.h"
 
 enum { L = 2, E = 64, H = 4, HKV = 2, D = 16, F = 128, V = 97, CTX = 256, BS = 4, NB = 64, MAX_TOK = 16 };
@@ -112,6 +117,7 @@ struct sim_req {
   int32_t blocks[32], num_blocks, num_blocks_sent;
   bool on_worker;
   struct llb_sampling_params params;
+  struct llb_structured_outputs so; /* kind NONE: unconstrained */
 };
 
 struct sim_step {
@@ -146,7 +152,7 @@ static void sim_schedule(struct sim_step *s, struct sim_req *q, int32_t n) {
         .req_id = llb_str_c(q->id), .prompt_token_ids = q->tokens, .num_prompt_token_ids = q->num_prompt,
         .output_token_ids = q->tokens + q->num_prompt, .num_output_token_ids = q->num_tokens - q->num_prompt,
         .sampling_params = &q->params, .block_ids = q->blocks, .num_block_ids = q->num_blocks,
-        .num_computed_tokens = q->num_computed};
+        .num_computed_tokens = q->num_computed, .structured_outputs = q->so};
     q->worker_prompt = q->num_prompt;
     q->on_worker = true;
   } else {
@@ -580,6 +586,95 @@ static void test_decode_input_may_be_the_workers_own_unapplied_sample(void **sta
   model_runner_destroy(r);
 }
 
+/* Token i < V - 1 is the one byte ' ' + i; token V - 1 is the end of generation. */
+enum { SO_EOG = V - 1 };
+static struct so_vocab *byte_vocab(void) {
+  static char bytes[V];
+  const char *pieces[V];
+  size_t lens[V];
+  for (int32_t i = 0; i < V; i++) {
+    bytes[i] = (char)(' ' + i);
+    pieces[i] = &bytes[i];
+    lens[i] = i == SO_EOG ? 0 : 1;
+  }
+  const int32_t eog = SO_EOG;
+  struct so_vocab *v;
+  assert_int_equal(so_vocab_create(V, pieces, lens, &eog, 1, &v), LLB_STATUS_OK);
+  return v;
+}
+
+static const char SO_CHOICES[] = "[\"yes\",\"no\",\"maybe\",\"[]\"]";
+
+/* Decodes q's outputs until EOG (or 8 tokens), preempting it once after `preempt_after`
+ * outputs (0 = never); returns the outputs as text (EOG not included). */
+static void run_constrained(struct fixture *fx, struct sim_req *q, int32_t preempt_after, char *text) {
+  next_block = NB - 1; /* a fresh cache */
+  struct model_runner *r = make_runner(fx, 1);
+  assert_int_equal(model_runner_set_structured_vocab(r, byte_vocab()), LLB_STATUS_OK);
+  struct sim_step s;
+  uint64_t step = 1;
+  bool preempted = false;
+  while (q->num_tokens - q->num_prompt < 8 && (q->num_tokens == q->num_prompt || q->tokens[q->num_tokens - 1] != SO_EOG)) {
+    sim_begin(&s, step++);
+    if (!preempted && preempt_after > 0 && q->num_tokens - q->num_prompt == preempt_after) {
+      sim_preempt(&s, q);
+      preempted = true;
+    }
+    sim_schedule(&s, q, q->num_tokens - q->num_computed);
+    sim_run(r, &s, &q, 1);
+    double mask_s, wait_s;
+    model_runner_last_mask_seconds(r, &mask_s, &wait_s);
+    assert_true(mask_s >= 0 && wait_s >= 0);
+  }
+  int32_t n = 0;
+  for (int32_t t = q->num_prompt; t < q->num_tokens && q->tokens[t] != SO_EOG; t++) text[n++] = (char)(' ' + q->tokens[t]);
+  text[n] = '\0';
+  model_runner_destroy(r);
+}
+
+static void test_structured_request_samples_only_its_grammar_and_resumes_the_same(void **state) {
+  struct fixture *fx = *state;
+  for (uint32_t salt = 1; salt <= 6; salt++) {
+    struct sim_req a = make_req("c", 6, salt, false), b = make_req("c", 6, salt, false);
+    a.params.temperature = b.params.temperature = 1.0f;
+    a.so = b.so = (struct llb_structured_outputs){LLB_SO_CHOICE, {SO_CHOICES, sizeof SO_CHOICES - 1}};
+    char ta[16], tb[16];
+    run_constrained(fx, &a, 0, ta);
+    assert_int_equal(a.tokens[a.num_tokens - 1], SO_EOG);
+    assert_true(!strcmp(ta, "yes") || !strcmp(ta, "no") || !strcmp(ta, "maybe") || !strcmp(ta, "[]"));
+    run_constrained(fx, &b, 2, tb);
+    assert_string_equal(ta, tb);
+  }
+}
+
+static void test_outputs_that_break_the_grammar_fail_the_step_naming_the_request(void **state) {
+  struct fixture *fx = *state;
+  next_block = NB - 1;
+  struct model_runner *r = make_runner(fx, 1);
+  assert_int_equal(model_runner_set_structured_vocab(r, byte_vocab()), LLB_STATUS_OK);
+  struct sim_req q = make_req("bad", 4, 3, true);
+  q.so = (struct llb_structured_outputs){LLB_SO_CHOICE, {SO_CHOICES, sizeof SO_CHOICES - 1}};
+  q.tokens[q.num_tokens++] = 'x' - ' '; /* a resumed request whose output no choice starts with */
+  struct sim_step s;
+  sim_begin(&s, 1);
+  sim_schedule(&s, &q, q.num_tokens);
+  struct llb_model_runner_output out;
+  assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_INVALID_ARGUMENT);
+  assert_string_equal(out.failed_req_id.data, "bad");
+  assert_string_equal(out.error.field.data, "structured_outputs");
+  /* a spec the engine cannot compile fails the check phase, changing nothing */
+  struct sim_req u = make_req("u", 4, 4, true);
+  static const char schema[] = "{\"type\":\"string\",\"pattern\":\"a+\"}";
+  u.so = (struct llb_structured_outputs){LLB_SO_JSON, {schema, sizeof schema - 1}};
+  sim_begin(&s, 2);
+  sim_schedule(&s, &u, 4);
+  const int32_t before = model_runner_num_reqs(r);
+  assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_UNSUPPORTED);
+  assert_string_equal(out.failed_req_id.data, "u");
+  assert_int_equal(model_runner_num_reqs(r), before);
+  model_runner_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_batch_has_positions_slots_and_logits_rows_of_the_scheduled_ranges),
@@ -587,6 +682,8 @@ int main(void) {
       cmocka_unit_test(test_bad_scheduler_output_is_an_error_status_and_changes_nothing),
       cmocka_unit_test(test_worker_names_the_request_whose_input_fails_the_step),
       cmocka_unit_test(test_decode_input_may_be_the_workers_own_unapplied_sample),
+      cmocka_unit_test(test_structured_request_samples_only_its_grammar_and_resumes_the_same),
+      cmocka_unit_test(test_outputs_that_break_the_grammar_fail_the_step_naming_the_request),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

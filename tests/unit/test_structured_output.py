@@ -8,10 +8,12 @@ over the test vocabulary (and, when MODEL exists, over the model's own tokenizer
 output it completes must parse with json.loads and validate with jsonschema (Draft 2020-12).
 so_walk itself fails a walk whose mask breaks its promises (see so_walk.c). Also: any JSON
 object (response_format json_object) and a choice list (guided_choice), and that schemas
-asking for what cannot be enforced are refused with the keyword named.
+asking for what cannot be enforced are refused with the keyword named; regexes (each output
+must re.fullmatch) and regex constructs the engine refuses.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -78,6 +80,26 @@ seen = set(lines)
 if len(seen) < 3:
     failures.append(f"choice: 25 walks gave only {sorted(seen)}")
 
+# Regexes (guided_regex): every walk's output (hex, any byte) fully matches under Python's re
+# (re.ASCII: the engine's \d \w \s are ASCII classes); walks over the real tokenizer too.
+REGEXES = [r"[a-z]+", r"\d{3}-\d{2,4}", r"(cat|dog)s?", r"x.y", r"[^a-c]{2}", r"\w{1,8}@\w{1,8}\.(com|org)",
+           r"é+|ü", r"(?P<n>ab)*c", r"a{0,3}b", r"\S\W\D", r"[A-Z][a-z]{1,5}( [A-Z][a-z]{1,5})?",
+           r"^(\+|-)?\d+(\.\d{1,2})?$", r"\(\d{3}\) [0-9]{3}\x2d\d{4}", r"(?:yes|no|maybe)\n?", r"[\u00e0-\u00e0\]\[.]{1,3}",
+           r"\s*\{\s*\}"]
+for i, pattern in enumerate(REGEXES):
+    tmp = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"so_regex_{os.getpid()}.txt")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(pattern)
+    lines = walk(["--regex", tmp], 12, 300 + i)
+    if have_model:
+        lines += walk(["--regex", tmp, "--model", MODEL], 2, 400 + i)
+    os.unlink(tmp)
+    for line in lines:
+        text = bytes.fromhex(line).decode("utf-8")
+        if not re.fullmatch(pattern, text, re.ASCII):
+            failures.append(f"regex {pattern!r}: output {text!r} does not match")
+    total += len(lines)
+
 # Refused, naming what is unsupported: the matcher could not keep these promises.
 for schema, word in [({"type": "string", "pattern": "^a+$"}, "pattern"),
                      ({"type": "integer", "minimum": 3}, "minimum"),
@@ -91,6 +113,17 @@ for schema, word in [({"type": "string", "pattern": "^a+$"}, "pattern"),
     err = r.stderr.decode()
     if r.returncode != 3 or "unsupported" not in err or word not in err:
         failures.append(f"schema {schema}: want a refusal naming {word!r}, got rc {r.returncode}: {err!r}")
+
+for pattern, word in [(r"(a)\1", "backreference"), (r"a(?=b)", "lookaround"), (r"\bword", "boundar"),
+                      (r"a^b", "^ and $"), (r"[à-é]", "non-ASCII ranges"), (r"a{2000}", "1000")]:
+    tmp = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"so_regex_bad_{os.getpid()}.txt")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(pattern)
+    r = subprocess.run([WALK, "--regex", tmp, "--samples", "1"], capture_output=True, timeout=60)
+    os.unlink(tmp)
+    err = r.stderr.decode()
+    if r.returncode != 3 or word not in err:
+        failures.append(f"regex {pattern!r}: want a refusal naming {word!r}, got rc {r.returncode}: {err!r}")
 
 print(f"{total} outputs from {len(corpus)} schemas + json_object; model vocabulary: {have_model}")
 if failures:
