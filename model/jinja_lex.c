@@ -120,7 +120,7 @@ static llb_status lex_string(struct lexer *L) {
 
 static llb_status lex_number(struct lexer *L) {
   size_t start = L->pos, i = L->pos;
-  char buf[64];
+  char buf[160]; /* digits are copied while < 159; longer literals are refused below */
   size_t n = 0;
   bool is_float = false;
   while (i < L->n && (isdigit((unsigned char)L->s[i]) || L->s[i] == '_')) {
@@ -129,7 +129,8 @@ static llb_status lex_number(struct lexer *L) {
   }
   if (i + 1 < L->n && L->s[i] == '.' && isdigit((unsigned char)L->s[i + 1])) {
     is_float = true;
-    buf[n++] = L->s[i++];
+    if (n < sizeof(buf) - 1) buf[n++] = L->s[i];
+    i++;
     while (i < L->n && (isdigit((unsigned char)L->s[i]) || L->s[i] == '_')) {
       if (L->s[i] != '_' && n < sizeof(buf) - 1) buf[n++] = L->s[i];
       i++;
@@ -147,6 +148,7 @@ static llb_status lex_number(struct lexer *L) {
       }
     }
   }
+  if (i - start > 40) return lex_err(L, start, "number literal longer than 40 characters");
   buf[n] = '\0';
   struct jtok *t = push(L, is_float ? JT_FLOAT : JT_INT, start);
   if (!t) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "jinja lexer");

@@ -193,6 +193,7 @@ def main():
         print(f"jinja2 raises on some conversations of {t}: {e[:160]}")
     for f in failures:
         print("FAIL", f)
+    print("match on every conversation:", ", ".join(passed))
     print(f"{len(passed)}/{len(templates)} templates match jinja2 on every conversation; "
           f"{len(failures)} mismatches")
     if failures or len(passed) < 20:
