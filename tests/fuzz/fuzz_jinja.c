@@ -4,7 +4,7 @@
  *  - Always: the standalone driver (LLB_FUZZ_STANDALONE_DRIVER) mutates seed templates
  *    (byte flips, insertions of template syntax, truncations, splices) for N seconds under
  *    ctest (`fuzz_jinja_driver`).
- *  - -DLLB_FUZZ=ON with clang: a libFuzzer binary `fuzz_jinja`. */
+ *  - -DLLB_FUZZ=ON (clang, `make fuzz`): the libFuzzer binary `fuzz_jinja`. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
