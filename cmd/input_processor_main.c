@@ -1,6 +1,7 @@
 /* llmbus-input-processor: GenerateRequest → EngineCoreRequest(s) on the bus
  * (actors/input_processor/actor.h). Flags: the common actor flags (cmd/actor_main.h) plus
- * --max-model-len, --tenant, --router, --tenant-limits, --tenant-limit-ttl-ms and --durable. */
+ * --max-model-len, --tenant, --router, --tenant-limits, --tenant-limit-ttl-ms, --durable and
+ * --chat-template. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@ struct inproc_main {
   const char *tenant_limits;
   int64_t tenant_limit_ttl_ms;
   bool durable;
+  const char *chat_template;
   struct inproc_actor *actor;
 };
 
@@ -29,6 +31,7 @@ static llb_status inproc_main_start(struct actor_main *am, void *user) {
       .tenant_limits_file = m->tenant_limits,
       .tenant_limit_ttl_ms = m->tenant_limit_ttl_ms,
       .durable = m->durable,
+      .chat_template_file = m->chat_template,
   };
   llb_status st = inproc_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -62,6 +65,8 @@ int main(int argc, char **argv) {
       {"durable", ACTOR_FLAG_KIND_BOOL, &m.durable,
        "publish EngineCoreRequests into the JetStream requests stream (nats-server -js), each "
        "confirmed stored; the engine's scheduler must run with --durable too", NULL},
+      {"chat-template", ACTOR_FLAG_KIND_STRING, &m.chat_template,
+       "Jinja chat template file used instead of the GGUF's tokenizer.chat_template", NULL},
   };
   const struct actor_main_spec spec = {
       .actor = "input_processor",

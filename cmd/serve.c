@@ -72,6 +72,7 @@ static const struct {
     {"engine-id", true, A_ALL,
      "engine id (<eid> in llm.engine.<eid>.*); with --engines N > 1 the engines are <eid>0..<eid>N-1"},
     {"router", true, A_IN, "cache-aware | least-loaded | random: how input processors pick an engine"},
+    {"chat-template", true, A_IN, "Jinja chat template FILE instead of the GGUF's tokenizer.chat_template"},
     {"prefix", true, A_ALL, "subject prefix (default llm)"},
     {"log-level", true, A_ALL, "debug | info | warn | error"},
     {"otlp-endpoint", true, A_ALL, "every actor exports its spans as OTLP/HTTP JSON to URL/v1/traces"},

@@ -1,5 +1,6 @@
 /* OpenAI request parsing and validation (see api_request.h). */
 #include "actors/api_server/api_request.h"
+#include "actors/api_server/api_chat_fields.h"
 
 #include "actors/api_server/api_embeds.h"
 #include "actors/api_server/api_params.h"
@@ -138,6 +139,8 @@ static bool own_string(struct req_impl *im, char *s) {
   im->owned[im->num_owned++] = s;
   return true;
 }
+
+static bool own_cb(void *im, char *s) { return own_string(im, s); }
 
 const char *api_json_type_name(const json_t *v) {
   if (!v) return "nothing"; /* an absent field: json_object_get gave NULL */
@@ -404,7 +407,8 @@ static llb_status parse_messages(json_t *v, struct api_request *r, struct req_im
     const char *key;
     json_t *val;
     json_object_foreach(m, key, val) {
-      if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name")) {
+      if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name") && strcmp(key, "tool_calls") &&
+          strcmp(key, "tool_call_id")) {
         char field[160];
         snprintf(field, sizeof field, "%s.%s", name, key);
         return BAD(field, "Unrecognized request argument supplied: %s", field);
@@ -426,13 +430,18 @@ static llb_status parse_messages(json_t *v, struct api_request *r, struct req_im
     if (name_v) {
       char nf[96];
       snprintf(nf, sizeof nf, "%s.name", name);
-      const char *ignored;
-      if (get_str(name_v, nf, &ignored, NULL, err) != LLB_STATUS_OK) return LLB_STATUS_INVALID_ARGUMENT;
+      const char *nm;
+      size_t nm_len;
+      if (get_str(name_v, nf, &nm, &nm_len, err) != LLB_STATUS_OK) return LLB_STATUS_INVALID_ARGUMENT;
+      r->messages[i].name = (struct llb_str){nm, nm_len};
     }
+    llb_status xs = api_chat_message_tools(m, name, role, own_cb, im, &r->messages[i], err);
+    if (xs != LLB_STATUS_OK) return xs;
     snprintf(field, sizeof field, "%s.content", name);
     json_t *content = json_object_get(m, "content");
     if (!content && strcmp(role, "assistant") != 0)
       return BAD(field, "'%s' is required", field);
+    r->messages[i].content_is_null = !content || json_is_null(content);
     llb_status st = parse_content(content, field, im, &r->messages[i].content, err);
     if (st != LLB_STATUS_OK) return st;
   }
@@ -525,6 +534,10 @@ static llb_status parse_field(const char *key, json_t *v, struct api_request *r,
   bool handled;
   st = api_structured_parse_field(key, v, r, &handled, err);
   if (handled) return st;
+  if (chat) {
+    st = api_chat_template_field(key, v, r, own_cb, im, &handled, err);
+    if (handled) return st;
+  }
   st = api_params_parse_field(key, v, r, &handled, err);
   if (handled) return st;
   st = check_neutral(key, v, r, &handled, err);
@@ -643,6 +656,7 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
       goto fail;
     }
     st = parse_messages(v, out, im, err);
+    if (st == LLB_STATUS_OK) st = api_chat_check(out, err);
   } else {
     if (!(v = json_object_get(root, "prompt")) || json_is_null(v)) {
       BAD("prompt", "'prompt' is required");
@@ -692,6 +706,9 @@ void api_request_to_generate(const struct api_request *r, int32_t prompt_index,
   if (r->endpoint == API_ENDPOINT_CHAT) {
     out->messages = r->messages;
     out->num_messages = r->num_messages;
+    out->chat_template_kwargs = r->chat_template_kwargs;
+    out->continue_final_message = r->continue_final_message;
+    out->add_generation_prompt = !r->no_generation_prompt;
     return;
   }
   const struct api_prompt *p = &r->prompts[prompt_index];

@@ -101,6 +101,10 @@ struct api_request {
   int32_t priority;               /* lower runs first (scheduler --policy priority); api_params.h */
   char cache_salt[API_MAX_CACHE_SALT_BYTES]; /* "" = none; api_params.h */
   bool echo;                      /* completions: prompt text prepended to each choice's text */
+  /* chat, for the model's Jinja template (vLLM's extra fields) */
+  struct llb_str chat_template_kwargs; /* compact JSON object; "" = none (owned via impl) */
+  bool continue_final_message;    /* needs add_generation_prompt false */
+  bool no_generation_prompt;      /* add_generation_prompt = false */
   void *impl;                     /* private: the JSON document and owned strings */
   struct llb_structured_outputs structured_outputs; /* api_structured.h; kind NONE = none */
   char structured_param[48];      /* the field it came from ("response_format", "guided_json") */

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "bus/span.h"
 #include "bus/jetstream.h"
+#include "actors/input_processor/chat_render.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -43,7 +44,16 @@ struct inproc_actor {
       publish_errors, tokenize, stats_malformed, routed_by_prefix, routed_fallback, limited;
   char outputs_subject[BUS_SUBJECT_MAX];
   struct tenant_limits *limits; /* NULL = no per-tenant limits */
+  struct jinja_template *jinja; /* the model's chat template; NULL = the named kind */
+  char *bos_text, *eos_text;    /* bos_token / eos_token for it ("" when none) */
 };
+
+/* The vocabulary text of token id, malloc'd ("" for a bad id); NULL on OOM. */
+static char *token_text_dup(const struct tokenizer *t, int32_t id) {
+  size_t n = 0;
+  const char *s = id >= 0 ? tokenizer_token_text(t, id, &n) : NULL;
+  return strndup(s ? s : "", s ? n : 0);
+}
 
 /* Context length of the model: "<general.architecture>.context_length", capped at 4096.
  * A vocab-only GGUF may lack it: then 4096. */
@@ -107,6 +117,21 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   cfg.max_model_len = o->max_model_len ? o->max_model_len : default_max_model_len(f);
   cfg.max_n = INPROC_ACTOR_MAX_N;
   cfg.has_chat_template = chat_template_from_gguf(f, &cfg.chat_template) == LLB_STATUS_OK;
+  st = chat_render_load(f, o->chat_template_file, &a->jinja);
+  if (st != LLB_STATUS_OK && (o->chat_template_file || st != LLB_STATUS_NOT_FOUND)) {
+    if (o->chat_template_file) goto fail; /* an explicit template must work */
+    LLB_LOG_WARN("chat_template_unusable", "model=%s err=\"%s\" fallback=%s", o->model_path, llb_err_last(),
+                 cfg.has_chat_template ? chat_template_name(cfg.chat_template) : "none");
+  }
+  cfg.jinja_template = a->jinja;
+  a->bos_text = token_text_dup(a->tok, tokenizer_bos_id(a->tok));
+  a->eos_text = token_text_dup(a->tok, tokenizer_eos_id(a->tok));
+  if (!a->bos_text || !a->eos_text) {
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "token texts");
+    goto fail;
+  }
+  cfg.bos_token = a->bos_text;
+  cfg.eos_token = a->eos_text;
   cfg.hidden_size = model_hidden_size(f);
   a->max_model_len = cfg.max_model_len;
   st = inproc_create(a->tok, &cfg, &a->proc);
@@ -122,7 +147,8 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   }
   gguf_close(f);
   LLB_LOG_INFO("input_processor_ready", "model=%s max_model_len=%d chat_template=%s vocab=%d",
-               o->model_path, a->max_model_len, cfg.has_chat_template ? "yes" : "no",
+               o->model_path, a->max_model_len,
+               a->jinja ? (o->chat_template_file ? "jinja-file" : "jinja") : cfg.has_chat_template ? "named" : "no",
                tokenizer_vocab_size(a->tok));
   *out = a;
   return LLB_STATUS_OK;
@@ -138,6 +164,9 @@ void inproc_actor_destroy(struct inproc_actor *a) {
   tokenizer_destroy(a->tok);
   engine_router_destroy(a->router);
   tenant_limits_destroy(a->limits);
+  jinja_template_destroy(a->jinja);
+  free(a->bos_text);
+  free(a->eos_text);
   free(a);
 }
 
@@ -230,11 +259,20 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
     struct chat_message *msgs = llb_arena_alloc(arena, (size_t)gr->num_messages * sizeof *msgs,
                                                 _Alignof(struct chat_message));
     if (!msgs) return "messages";
+    struct chat_message_extra *extras = llb_arena_alloc(arena, (size_t)gr->num_messages * sizeof *extras,
+                                                        _Alignof(struct chat_message_extra));
+    if (!extras) return "messages";
     for (int32_t i = 0; i < gr->num_messages; i++) {
-      msgs[i].role = gr->messages[i].role.data;
-      msgs[i].content = gr->messages[i].content.data;
+      const struct llb_chat_message *m = &gr->messages[i];
+      msgs[i].role = m->role.data;
+      msgs[i].content = m->content.data;
+      extras[i] = (struct chat_message_extra){.tool_calls_json = m->tool_calls.len ? m->tool_calls.data : NULL,
+                                              .tool_call_id = m->tool_call_id.len ? m->tool_call_id.data : NULL,
+                                              .name = m->name.len ? m->name.data : NULL,
+                                              .content_is_null = m->content_is_null};
     }
     req->messages = msgs;
+    req->message_extras = extras;
     req->num_messages = (size_t)gr->num_messages;
   }
   if (gr->num_prompt_token_ids > 0) {
@@ -244,6 +282,9 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
   if (gr->chat_template.len) req->chat_template = gr->chat_template.data;
   req->raw = gr->raw;
   req->no_generation_prompt = !gr->add_generation_prompt;
+  if (gr->tools.len) req->tools_json = gr->tools.data;
+  if (gr->chat_template_kwargs.len) req->chat_template_kwargs_json = gr->chat_template_kwargs.data;
+  req->continue_final_message = gr->continue_final_message;
   req->sampling_params = *gr->sampling_params;
   req->priority = gr->priority;
   /* Per-tenant prefix-cache salt (DESIGN.md §7): no tenant can hit another's blocks. */
@@ -269,21 +310,6 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
     }
     req->mm_items = items;
     req->num_mm_items = gr->num_mm_items;
-  }
-  return NULL;
-}
-
-/* The GenerateRequest fields this input processor cannot honour yet (every one is refused
- * rather than ignored): the offending field's name, else NULL. */
-static const char *unsupported_field(const struct llb_generate_request *gr) {
-  if (gr->tools.len) return "tools";
-  if (gr->chat_template_kwargs.len) return "chat_template_kwargs";
-  if (gr->continue_final_message) return "continue_final_message";
-  for (int32_t i = 0; i < gr->num_messages; i++) {
-    const struct llb_chat_message *m = &gr->messages[i];
-    if (m->tool_calls.len || m->content_is_null) return "messages.tool_calls";
-    if (m->tool_call_id.len) return "messages.tool_call_id";
-    if (m->name.len) return "messages.name";
   }
   return NULL;
 }
@@ -501,14 +527,8 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
   }
   if (!precheck(a, msg, tenant, ext_id, gr.sampling_params ? gr.sampling_params->n : 1)) goto done;
   struct inproc_generate_request req;
-  const char *bad = unsupported_field(&gr);
-  if (bad) {
-    atomic_fetch_add(&a->rejected, 1);
-    reply_error(a, msg, ext_id, LLB_STATUS_UNSUPPORTED, "is not supported by this engine", bad);
-    goto done;
-  }
   if (!check_structured(a, msg, ext_id, &gr.structured_outputs)) goto done;
-  bad = to_inproc_request(&gr, tenant, msg->reply, &arena, &req);
+  const char *bad = to_inproc_request(&gr, tenant, msg->reply, &arena, &req);
   if (bad) {
     atomic_fetch_add(&a->rejected, 1);
     reply_error(a, msg, ext_id, LLB_STATUS_OUT_OF_MEMORY, "out of memory", bad);

@@ -62,6 +62,8 @@ struct inproc_actor_options {
   bool durable;            /* EngineCoreRequests go into the JetStream requests stream, each
                               confirmed stored before the client's request counts as taken
                               (bus/jetstream.h); false: plain publish */
+  const char *chat_template_file; /* Jinja chat template overriding the GGUF's; NULL = the
+                                     GGUF's tokenizer.chat_template (chat_render.h) */
 };
 
 /* Counters since start (monotonic). */

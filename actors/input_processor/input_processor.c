@@ -274,8 +274,14 @@ llb_status inproc_validate(const struct inproc_t *p, const struct inproc_generat
     if (chat_template_from_name(req->chat_template, &k) != LLB_STATUS_OK) {
       add_error(errs, "chat_template", "unknown chat template \"%.64s\"", req->chat_template);
     }
-  } else if (req->messages && !p->cfg.has_chat_template) {
+  } else if (req->messages && !p->cfg.has_chat_template && !p->cfg.jinja_template) {
     add_error(errs, "messages", "the model has no chat template; name one in chat_template");
+  }
+  if (!p->cfg.jinja_template || req->chat_template) {
+    /* the named templates know no tools, kwargs or continuation: refuse, never ignore */
+    const char *f = req->tools_json ? "tools" : req->chat_template_kwargs_json ? "chat_template_kwargs"
+                  : req->continue_final_message ? "continue_final_message" : NULL;
+    if (f) add_error(errs, f, "needs the model's Jinja chat template (not a named chat_template)");
   }
   validate_sampling(p, &req->sampling_params, errs);
   if (req->cache_salt && !req->cache_salt[0]) add_error(errs, "cache_salt", "must not be empty");
@@ -299,7 +305,8 @@ static llb_status tokenize_prompt(const struct inproc_t *p, const struct inproc_
     out->num_prompt_tokens = n;
     return LLB_STATUS_OK;
   }
-  bool templated = req->messages || (!req->raw && (req->chat_template || p->cfg.has_chat_template));
+  bool templated = req->messages ||
+                   (!req->raw && (req->chat_template || p->cfg.has_chat_template || p->cfg.jinja_template));
   if (!templated) {
     return tokenizer_encode(p->tok, req->prompt, strlen(req->prompt), true, true, &out->prompt_token_ids,
                             &out->num_prompt_tokens);
@@ -313,7 +320,17 @@ static llb_status tokenize_prompt(const struct inproc_t *p, const struct inproc_
   const struct chat_message *msgs = req->messages ? req->messages : &single;
   size_t num = req->messages ? req->num_messages : 1;
   char *text = NULL;
-  llb_status st = chat_template_apply(kind, msgs, num, !req->no_generation_prompt, &text);
+  llb_status st;
+  if (p->cfg.jinja_template && !req->chat_template) {
+    struct chat_render_input in = {
+        .messages = msgs, .extras = req->messages ? req->message_extras : NULL, .num_messages = num,
+        .add_generation_prompt = !req->no_generation_prompt, .continue_final_message = req->continue_final_message,
+        .tools_json = req->tools_json, .chat_template_kwargs_json = req->chat_template_kwargs_json,
+        .bos_token = p->cfg.bos_token, .eos_token = p->cfg.eos_token};
+    st = chat_render_jinja(p->cfg.jinja_template, &in, &text);
+  } else {
+    st = chat_template_apply(kind, msgs, num, !req->no_generation_prompt, &text);
+  }
   if (st != LLB_STATUS_OK) return st;
   /* The template writes its own special tokens (vLLM: add_special_tokens=False for chat). */
   st = tokenizer_encode(p->tok, text, strlen(text), false, true, &out->prompt_token_ids,

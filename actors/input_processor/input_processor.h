@@ -20,6 +20,7 @@
 
 #include "base/status.h"
 #include "actors/input_processor/mm_items.h"
+#include "actors/input_processor/chat_render.h"
 #include "model/chat_template.h"
 #include "schemas/codec.h"
 #include "schemas/sampling_params.h"
@@ -56,6 +57,11 @@ struct inproc_generate_request {
   const struct inproc_mm_item *mm_items; /* [num_mm_items] multimodal items (mm_items.h) */
   int32_t num_mm_items;
   struct llb_structured_outputs structured_outputs; /* kind NONE = unconstrained; spec borrowed */
+  /* For the model's Jinja template (chat_render.h); ignored by the named templates. */
+  const struct chat_message_extra *message_extras; /* [num_messages] or NULL */
+  const char *tools_json;                /* JSON array of OpenAI tools; NULL = none */
+  const char *chat_template_kwargs_json; /* JSON object; NULL = none */
+  bool continue_final_message;           /* vLLM's; needs no_generation_prompt */
 };
 
 /* One rejected field. */
@@ -114,6 +120,11 @@ struct inproc_config {
                                       rest of the message; 0 = 768 KiB) */
   uint64_t (*random_u64)(void *ctx);
   void *random_ctx;
+  /* The model's Jinja chat template (GGUF tokenizer.chat_template or --chat-template FILE),
+   * borrowed, outlives the preprocessor; NULL = the named kind above. Used unless the request
+   * names a template. bos_token / eos_token: their texts for the template. */
+  const struct jinja_template *jinja_template;
+  const char *bos_token, *eos_token;
 };
 
 struct inproc_t;

@@ -2,6 +2,8 @@
 # vocab of the shared tokenizer vectors by path and skip (77) when it is absent.
 llb_add_test(test_input_processor SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_input_processor.c
              LIBS llmbus_input_processor_core llmbus_kv_step PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
+llb_add_test(test_chat_render SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_chat_render.c
+             LIBS llmbus_input_processor_core PkgConfig::CMOCKA LABELS unit TIMEOUT 60)
 llb_add_test(test_detokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_detokenizer.c
              LIBS llmbus_output_processor_core PkgConfig::CMOCKA LABELS unit TIMEOUT 60)
 llb_add_test(test_stop_strings SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_stop_strings.c

@@ -1,0 +1,90 @@
+/* Chat fields for the Jinja chat template (api_chat_fields.h), following vLLM's
+ * ChatCompletionRequest (protocol.py) and OpenAI's message objects. */
+#include "actors/api_server/api_chat_fields.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static llb_status bad(struct api_error *err, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static llb_status bad(struct api_error *err, const char *param, const char *fmt, ...) {
+  char msg[sizeof err->message];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  api_error_set(err, 400, param, "%s", msg);
+  return LLB_STATUS_INVALID_ARGUMENT;
+}
+
+/* Compact JSON of v, owned by the request. */
+static llb_status dump_owned(json_t *v, api_own_fn own, void *owner, struct llb_str *out, struct api_error *err) {
+  char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (!s || !own(owner, s)) {
+    free(s);
+    api_error_set(err, 500, NULL, "out of memory");
+    return LLB_STATUS_OUT_OF_MEMORY;
+  }
+  *out = (struct llb_str){s, strlen(s)};
+  return LLB_STATUS_OK;
+}
+
+llb_status api_chat_template_field(const char *key, json_t *v, struct api_request *r, api_own_fn own,
+                                   void *owner, bool *handled, struct api_error *err) {
+  *handled = true;
+  if (!strcmp(key, "chat_template_kwargs")) {
+    if (json_is_null(v)) return LLB_STATUS_OK;
+    if (!json_is_object(v)) return bad(err, key, "'chat_template_kwargs' must be an object");
+    if (json_object_size(v) == 0) return LLB_STATUS_OK;
+    return dump_owned(v, own, owner, &r->chat_template_kwargs, err);
+  }
+  bool *flag = !strcmp(key, "continue_final_message") ? &r->continue_final_message
+             : !strcmp(key, "add_generation_prompt")  ? &r->no_generation_prompt : NULL;
+  if (!flag) {
+    *handled = false;
+    return LLB_STATUS_OK;
+  }
+  if (json_is_null(v)) return LLB_STATUS_OK;
+  if (!json_is_boolean(v)) return bad(err, key, "'%s' must be a boolean", key);
+  *flag = flag == &r->no_generation_prompt ? json_is_false(v) : json_is_true(v);
+  return LLB_STATUS_OK;
+}
+
+llb_status api_chat_check(const struct api_request *r, struct api_error *err) {
+  if (r->continue_final_message && !r->no_generation_prompt)
+    return bad(err, "continue_final_message",
+               "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
+  return LLB_STATUS_OK;
+}
+
+llb_status api_chat_message_tools(json_t *m, const char *name, const char *role, api_own_fn own, void *owner,
+                                  struct llb_chat_message *out, struct api_error *err) {
+  char field[128];
+  json_t *calls = json_object_get(m, "tool_calls");
+  if (calls && !json_is_null(calls)) {
+    snprintf(field, sizeof field, "%s.tool_calls", name);
+    if (strcmp(role, "assistant") != 0) return bad(err, field, "'%s' is allowed on assistant messages only", field);
+    if (!json_is_array(calls)) return bad(err, field, "'%s' must be an array", field);
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+      json_t *fn = json_is_object(c) ? json_object_get(c, "function") : NULL;
+      if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")) ||
+          !json_is_string(json_object_get(fn, "arguments")))
+        return bad(err, field, "'%s[%zu]' must be {\"id\", \"type\": \"function\", \"function\": {\"name\": str, "
+                   "\"arguments\": str}}", field, i);
+    }
+    llb_status st = dump_owned(calls, own, owner, &out->tool_calls, err);
+    if (st != LLB_STATUS_OK) return st;
+  }
+  json_t *id = json_object_get(m, "tool_call_id");
+  if (id && !json_is_null(id)) {
+    snprintf(field, sizeof field, "%s.tool_call_id", name);
+    if (strcmp(role, "tool") != 0) return bad(err, field, "'%s' is allowed on tool messages only", field);
+    if (!json_is_string(id)) return bad(err, field, "'%s' must be a string", field);
+    out->tool_call_id = (struct llb_str){json_string_value(id), json_string_length(id)};
+  }
+  return LLB_STATUS_OK;
+}

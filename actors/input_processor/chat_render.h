@@ -1,0 +1,54 @@
+/* The model's own Jinja chat template applied to a chat request, as Hugging Face's
+ * apply_chat_template does for vLLM: the context holds messages (OpenAI message objects:
+ * role, content (None when the client sent null), tool_calls with each
+ * function.arguments parsed from its JSON string into a dict, tool_call_id, name), tools,
+ * add_generation_prompt, bos_token, eos_token and the request's chat_template_kwargs.
+ * continue_final_message renders without a generation prompt and cuts the text right after
+ * the last message's content (transformers' apply_chat_template). */
+#ifndef LLB_ACTORS_INPUT_PROCESSOR_CHAT_RENDER_H
+#define LLB_ACTORS_INPUT_PROCESSOR_CHAT_RENDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/status.h"
+#include "model/chat_template.h"
+#include "model/jinja.h"
+
+/* The parts of a message beyond role and content (all borrowed, NUL-terminated; NULL or ""
+ * = absent). */
+struct chat_message_extra {
+  const char *tool_calls_json; /* JSON array of OpenAI tool calls */
+  const char *tool_call_id;
+  const char *name;
+  bool content_is_null;
+};
+
+/* One render's input; everything borrowed. */
+struct chat_render_input {
+  const struct chat_message *messages;        /* [num_messages] */
+  const struct chat_message_extra *extras;    /* [num_messages] or NULL */
+  size_t num_messages;
+  bool add_generation_prompt;
+  bool continue_final_message;
+  const char *tools_json;                     /* JSON array; NULL or "" = none */
+  const char *chat_template_kwargs_json;      /* JSON object; NULL or "" = none */
+  const char *bos_token, *eos_token;          /* token texts; NULL = "" */
+};
+
+/* Renders in with template t. *text_out is malloc'd (caller frees). Errors:
+ * INVALID_ARGUMENT when tools / kwargs / tool_calls are not the JSON they must be, when
+ * continue_final_message is combined with add_generation_prompt or the final message is not
+ * in the output, and when the template fails or raises (the message says why, with
+ * raise_exception's text); TOO_LARGE past the render bounds; OUT_OF_MEMORY. */
+llb_status chat_render_jinja(const struct jinja_template *t, const struct chat_render_input *in,
+                             char **text_out);
+
+/* The chat template to render with: the file at `path` when given (--chat-template FILE),
+ * else f's tokenizer.chat_template. NOT_FOUND when neither exists; IO when the file cannot
+ * be read; the parse errors of jinja_template_create (MALFORMED with line/col). Caller frees
+ * *out with jinja_template_destroy. */
+struct gguf_file;
+llb_status chat_render_load(const struct gguf_file *f, const char *path, struct jinja_template **out);
+
+#endif

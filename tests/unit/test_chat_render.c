@@ -1,0 +1,109 @@
+/* The request → Jinja context mapping (actors/input_processor/chat_render.h): tool_calls'
+ * JSON-string arguments become dicts, content null stays None, kwargs reach the template
+ * but do not replace messages, continue_final_message cuts after the last message as
+ * transformers does (also when the template strips the content), and malformed JSON fields
+ * are refused rather than ignored. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/input_processor/chat_render.h"
+
+static struct jinja_template *tmpl(const char *src) {
+  struct jinja_template *t = NULL;
+  if (jinja_template_create(src, strlen(src), &t) != LLB_STATUS_OK) fail_msg("%s", llb_err_last());
+  return t;
+}
+
+static void expect_render(const char *src, const struct chat_render_input *in, const char *want) {
+  struct jinja_template *t = tmpl(src);
+  char *text = NULL;
+  llb_status st = chat_render_jinja(t, in, &text);
+  if (st != LLB_STATUS_OK) fail_msg("render: %s", llb_err_last());
+  if (strcmp(text, want) != 0) fail_msg("got [%s]\nwant [%s]", text, want);
+  free(text);
+  jinja_template_destroy(t);
+}
+
+static void test_tool_calls_arguments_become_a_dict_and_null_content_none(void **s) {
+  (void)s;
+  struct chat_message msgs[] = {{"user", "hi"}, {"assistant", ""}, {"tool", "21 C"}};
+  struct chat_message_extra x[] = {
+      {0},
+      {.tool_calls_json = "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]",
+       .content_is_null = true},
+      {.tool_call_id = "c1", .name = "w"}};
+  struct chat_render_input in = {.messages = msgs, .extras = x, .num_messages = 3, .add_generation_prompt = true,
+                                 .bos_token = "<s>"};
+  expect_render("{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}"
+                "{% for c in m.tool_calls or [] %}[{{ c.function.arguments.city }}]{% endfor %}"
+                "{% if m.tool_call_id %}({{ m.tool_call_id }},{{ m.name }}){% endif %};{% endfor %}"
+                "{% if add_generation_prompt %}A:{% endif %}",
+                &in, "<s>user:hi;assistant:None[Paris];tool:21 C(c1,w);A:");
+}
+
+static void test_kwargs_reach_the_template_but_not_over_messages(void **s) {
+  (void)s;
+  struct chat_message msgs[] = {{"user", "hi"}};
+  struct chat_render_input in = {.messages = msgs, .num_messages = 1,
+                                 .chat_template_kwargs_json = "{\"enable_thinking\": false, \"messages\": []}",
+                                 .tools_json = "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]"};
+  expect_render("{{ messages | length }} {{ enable_thinking }} {{ tools[0].function.name }}", &in, "1 False f");
+}
+
+static void test_continue_final_message_cuts_after_the_last_content(void **s) {
+  (void)s;
+  struct chat_message msgs[] = {{"user", "q"}, {"assistant", "  Red and "}};
+  struct chat_render_input in = {.messages = msgs, .num_messages = 2, .continue_final_message = true};
+  /* the template strips the content: the cut keeps content.strip() */
+  expect_render("{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>{% endfor %}", &in,
+                "<user>q</user><assistant>Red and");
+  struct chat_message keep[] = {{"user", "q"}, {"assistant", "Red and "}};
+  in.messages = keep;
+  /* the template keeps it as is: the trailing space stays */
+  expect_render("{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}", &in,
+                "<user>q</user><assistant>Red and ");
+}
+
+static void test_bad_fields_are_refused(void **s) {
+  (void)s;
+  struct jinja_template *t = tmpl("{{ messages }}");
+  struct chat_message msgs[] = {{"assistant", "x"}};
+  struct chat_message_extra x[] = {{.tool_calls_json = "{not json"}};
+  char *text = NULL;
+  struct chat_render_input in = {.messages = msgs, .extras = x, .num_messages = 1};
+  assert_int_equal(chat_render_jinja(t, &in, &text), LLB_STATUS_INVALID_ARGUMENT);
+  in.extras = NULL;
+  in.chat_template_kwargs_json = "[1]";
+  assert_int_equal(chat_render_jinja(t, &in, &text), LLB_STATUS_INVALID_ARGUMENT);
+  in.chat_template_kwargs_json = NULL;
+  in.tools_json = "{}";
+  assert_int_equal(chat_render_jinja(t, &in, &text), LLB_STATUS_INVALID_ARGUMENT);
+  in.tools_json = NULL;
+  in.continue_final_message = true;
+  in.add_generation_prompt = true;
+  assert_int_equal(chat_render_jinja(t, &in, &text), LLB_STATUS_INVALID_ARGUMENT);
+  in.add_generation_prompt = false;
+  jinja_template_destroy(t);
+  t = tmpl("nothing of the message");
+  assert_int_equal(chat_render_jinja(t, &in, &text), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "final message does not appear"));
+  assert_null(text);
+  jinja_template_destroy(t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tool_calls_arguments_become_a_dict_and_null_content_none),
+      cmocka_unit_test(test_kwargs_reach_the_template_but_not_over_messages),
+      cmocka_unit_test(test_continue_final_message_cuts_after_the_last_content),
+      cmocka_unit_test(test_bad_fields_are_refused),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
