@@ -3,6 +3,7 @@
 
 #include "actors/api_server/api_embeds.h"
 #include "actors/api_server/api_params.h"
+#include "actors/api_server/api_tools.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -403,7 +404,8 @@ static llb_status parse_messages(json_t *v, struct api_request *r, struct req_im
     const char *key;
     json_t *val;
     json_object_foreach(m, key, val) {
-      if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name")) {
+      if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name") && strcmp(key, "tool_calls") &&
+          strcmp(key, "tool_call_id")) {
         char field[160];
         snprintf(field, sizeof field, "%s.%s", name, key);
         return BAD(field, "Unrecognized request argument supplied: %s", field);
@@ -421,18 +423,13 @@ static llb_status parse_messages(json_t *v, struct api_request *r, struct req_im
                  field, role);
     /* OpenAI's "developer" role is the system role of older models. */
     r->messages[i].role = strcmp(role, "developer") == 0 ? llb_str_c("system") : (struct llb_str){role, role_len};
-    json_t *name_v = json_object_get(m, "name");
-    if (name_v) {
-      char nf[96];
-      snprintf(nf, sizeof nf, "%s.name", name);
-      const char *ignored;
-      if (get_str(name_v, nf, &ignored, NULL, err) != LLB_STATUS_OK) return LLB_STATUS_INVALID_ARGUMENT;
-    }
     snprintf(field, sizeof field, "%s.content", name);
     json_t *content = json_object_get(m, "content");
     if (!content && strcmp(role, "assistant") != 0)
       return BAD(field, "'%s' is required", field);
     llb_status st = parse_content(content, field, im, &r->messages[i].content, err);
+    if (st == LLB_STATUS_OK)
+      st = api_tools_parse_message(m, name, !content || json_is_null(content), r, &r->messages[i], err);
     if (st != LLB_STATUS_OK) return st;
   }
   return LLB_STATUS_OK;
@@ -529,6 +526,8 @@ static llb_status parse_field(const char *key, json_t *v, struct api_request *r,
   }
   bool handled;
   st = api_params_parse_field(key, v, r, &handled, err);
+  if (handled) return st;
+  st = api_tools_parse_field(key, v, r, &handled, err);
   if (handled) return st;
   st = check_neutral(key, v, r, &handled, err);
   if (handled) return st;
@@ -656,6 +655,7 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
       st = api_parse_prompt_embeds(v, out, err);
   }
   if (st == LLB_STATUS_OK) st = api_params_check(out, err);
+  if (st == LLB_STATUS_OK) st = api_tools_check(out, (enum tool_format)o->tool_parser, err);
   if (st != LLB_STATUS_OK) goto fail;
   return LLB_STATUS_OK;
 fail:
@@ -670,6 +670,7 @@ void api_request_free(struct api_request *r) {
   free(r->messages);
   for (int32_t i = 0; r->mm_items && i < r->num_mm_items; i++) free((void *)r->mm_items[i].data);
   free(r->mm_items);
+  api_tools_free(r);
   struct req_impl *im = r->impl;
   if (im) {
     for (int i = 0; i < im->num_owned; i++) free(im->owned[i]);
@@ -693,6 +694,7 @@ void api_request_to_generate(const struct api_request *r, int32_t prompt_index,
   if (r->endpoint == API_ENDPOINT_CHAT) {
     out->messages = r->messages;
     out->num_messages = r->num_messages;
+    api_tools_to_generate(r, out);
     return;
   }
   const struct api_prompt *p = &r->prompts[prompt_index];

@@ -101,6 +101,8 @@ struct api_request {
   int32_t priority;               /* lower runs first (scheduler --policy priority); api_params.h */
   char cache_salt[API_MAX_CACHE_SALT_BYTES]; /* "" = none; api_params.h */
   bool echo;                      /* completions: prompt text prepended to each choice's text */
+  struct api_tools *tools;        /* chat: tools, tool_choice, message tool fields (api_tools.h);
+                                   * NULL = none of them */
   void *impl;                     /* private: the JSON document and owned strings */
 };
 
@@ -108,6 +110,7 @@ struct api_request {
 struct api_parse_options {
   const char *served_model;  /* the only model id accepted (404 otherwise); required */
   int32_t max_n;             /* 0 = API_MAX_N */
+  int32_t tool_parser;       /* enum tool_format of --tool-call-parser (0 = hermes); api_tools.h */
 };
 
 /* Parses and validates `body[len]` (need not be NUL-terminated) for `endpoint`.
