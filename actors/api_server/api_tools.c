@@ -109,8 +109,9 @@ static llb_status check_tool(json_t *t, size_t i, json_t *all, struct api_error 
   const char *type, *name, *desc;
   llb_status st = only_keys(t, where, keys, err);
   if (!st) st = str_field(t, where, "type", false, 64, &type, err);
+  snprintf(fw, sizeof fw, "%s.type", where);
   if (!st && type && strcmp(type, "function") != 0)
-    return bad(err, "tools", "'%s.type' must be \"function\", got \"%.40s\"", where, type);
+    return bad(err, fw, "'%s' must be \"function\", got \"%.40s\"", fw, type);
   snprintf(fw, sizeof fw, "%s.function", where);
   json_t *f = json_object_get(t, "function");
   if (!st && !json_is_object(f)) return bad(err, fw, "'%s' must be an object, got %s", fw, api_json_type_name(f));
