@@ -62,6 +62,7 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
       .packed_cache_dir = m->packed_cache_dir};
   llb_status st = gpu_worker_actor_create(&o, &m->actor);
   if (st) return st;
+  if (am->metrics && (st = gpu_worker_actor_register_metrics(m->actor, am->metrics))) return st;
   /* every heartbeat carries the geometry: --num-blocks 0 scheduler / kv_manager wait for it */
   actor_main_set_kv_geometry(am, gpu_worker_actor_num_blocks(m->actor), m->block_size);
   return gpu_worker_actor_start(m->actor, am->bus);

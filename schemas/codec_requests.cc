@@ -154,6 +154,7 @@ static fb::Offset<void> build_engine_core_request(Enc &e, const llb_engine_core_
   auto parent = e.str(m.parent_request_id, "parent_request_id");
   auto tp = e.str(m.traceparent, "traceparent");
   auto tpp = e.str(m.trace_parent_span_id, "trace_parent_span_id");
+  auto so = enc_structured_outputs(e, m.structured_outputs, "structured_outputs");
   if (!e.ok())
     return 0;
   llmbus::EngineCoreRequestBuilder t(e.b);
@@ -173,6 +174,7 @@ static fb::Offset<void> build_engine_core_request(Enc &e, const llb_engine_core_
   t.add_traceparent(tp);
   t.add_trace_parent_span_id(tpp);
   t.add_trace_start_time_ns(m.trace_start_time_ns);
+  t.add_structured_outputs(so);
   return t.Finish().Union();
 }
 
@@ -196,7 +198,9 @@ static bool read_engine_core_request(Dec &d, const llmbus::EngineCoreRequest &t,
          d.str(t.reply_to(), &m.reply_to, "reply_to") &&
          d.str(t.parent_request_id(), &m.parent_request_id, "parent_request_id") &&
          d.str(t.traceparent(), &m.traceparent, "traceparent") &&
-         d.str(t.trace_parent_span_id(), &m.trace_parent_span_id, "trace_parent_span_id");
+         d.str(t.trace_parent_span_id(), &m.trace_parent_span_id, "trace_parent_span_id") &&
+         dec_structured_outputs(d, t.structured_outputs(), &m.structured_outputs,
+                                "structured_outputs");
 }
 
 LLB_CODEC_DEFINE(engine_core_request, EngineCoreRequest, LLB_MESSAGE_KIND_ENGINE_CORE_REQUEST)

@@ -58,8 +58,9 @@ static fb::Offset<void> build_scheduler_output(Enc &e, const llb_scheduler_outpu
         auto blocks = e.vec(r.block_ids, r.num_block_ids, "block_ids");
         auto mm = enc_mm_features(e, r.mm_features, r.num_mm_features, "mm_features");
         auto outputs = e.vec(r.output_token_ids, r.num_output_token_ids, "output_token_ids");
+        auto so = enc_structured_outputs(e, r.structured_outputs, "structured_outputs");
         return e.ok() ? llmbus::CreateNewRequestData(e.b, id, prompt, sp, blocks,
-                                                     r.num_computed_tokens, mm, outputs)
+                                                     r.num_computed_tokens, mm, outputs, so)
                       : fb::Offset<llmbus::NewRequestData>(0);
       });
   auto cached = enc_cached(e, m.scheduled_cached_reqs);
@@ -175,7 +176,9 @@ static bool read_scheduler_output(Dec &d, const llmbus::SchedulerOutput &t,
                         dec_mm_features(d, r.mm_features(), &o.mm_features, &o.num_mm_features,
                                         "mm_features") &&
                         d.vec(r.output_token_ids(), &o.output_token_ids,
-                              &o.num_output_token_ids, "output_token_ids");
+                              &o.num_output_token_ids, "output_token_ids") &&
+                        dec_structured_outputs(d, r.structured_outputs(), &o.structured_outputs,
+                                               "structured_outputs");
                }) &&
       dec_cached(d, t.scheduled_cached_reqs(), m.scheduled_cached_reqs) &&
       d.tables(t.num_scheduled_tokens(), &m.num_scheduled_tokens, &m.num_scheduled_reqs,

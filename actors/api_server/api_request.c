@@ -4,6 +4,7 @@
 #include "actors/api_server/api_embeds.h"
 #include "actors/api_server/api_params.h"
 #include "actors/api_server/api_tools.h"
+#include "actors/api_server/api_structured.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -454,12 +455,6 @@ static llb_status check_neutral(const char *key, json_t *val, const struct api_r
     if (json_is_integer(val) && json_integer_value(val) == r->sampling_params.n) return LLB_STATUS_OK;
     return BAD(key, "'best_of' is not supported (only best_of = n)");
   }
-  if (!strcmp(key, "response_format")) {
-    json_t *t = json_is_object(val) ? json_object_get(val, "type") : NULL;
-    if (json_is_string(t) && !strcmp(json_string_value(t), "text") && json_object_size(val) == 1)
-      return LLB_STATUS_OK;
-    return BAD(key, "'response_format' supports only {\"type\": \"text\"}");
-  }
   if (!strcmp(key, "suffix") || !strcmp(key, "tools") || !strcmp(key, "tool_choice") ||
       !strcmp(key, "functions") || !strcmp(key, "function_call"))
     return BAD(key, "'%s' is not supported", key);
@@ -525,6 +520,8 @@ static llb_status parse_field(const char *key, json_t *v, struct api_request *r,
     return LLB_STATUS_OK;
   }
   bool handled;
+  st = api_structured_parse_field(key, v, r, &handled, err);
+  if (handled) return st;
   st = api_params_parse_field(key, v, r, &handled, err);
   if (handled) return st;
   st = api_tools_parse_field(key, v, r, &handled, err);
@@ -671,6 +668,7 @@ void api_request_free(struct api_request *r) {
   for (int32_t i = 0; r->mm_items && i < r->num_mm_items; i++) free((void *)r->mm_items[i].data);
   free(r->mm_items);
   api_tools_free(r);
+  free(r->structured_spec);
   struct req_impl *im = r->impl;
   if (im) {
     for (int i = 0; i < im->num_owned; i++) free(im->owned[i]);
@@ -691,6 +689,7 @@ void api_request_to_generate(const struct api_request *r, int32_t prompt_index,
   out->sampling_params = sp;
   out->priority = r->priority;
   if (r->cache_salt[0]) out->cache_salt = llb_str_c(r->cache_salt);
+  out->structured_outputs = r->structured_outputs;
   if (r->endpoint == API_ENDPOINT_CHAT) {
     out->messages = r->messages;
     out->num_messages = r->num_messages;

@@ -104,6 +104,9 @@ struct api_request {
   struct api_tools *tools;        /* chat: tools, tool_choice, message tool fields (api_tools.h);
                                    * NULL = none of them */
   void *impl;                     /* private: the JSON document and owned strings */
+  struct llb_structured_outputs structured_outputs; /* api_structured.h; kind NONE = none */
+  char structured_param[48];      /* the field it came from ("response_format", "guided_json") */
+  char *structured_spec;          /* owned spec text (structured_outputs.spec points here) */
 };
 
 /* What the parser checks against. */

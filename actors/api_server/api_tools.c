@@ -338,6 +338,9 @@ llb_status api_tools_check(struct api_request *r, enum tool_format parser, struc
   }
   if (!t->tool_choice) t->choice = API_TOOL_CHOICE_AUTO;
   json_t *schema = NULL;
+  if (t->choice >= API_TOOL_CHOICE_REQUIRED && r->structured_outputs.kind != LLB_SO_NONE)
+    return bad(err, "tool_choice", "'tool_choice' required or named constrains the output itself; it cannot be "
+               "combined with '%s'", r->structured_param);
   if (t->choice == API_TOOL_CHOICE_NAMED) {
     json_t *f = find_tool(t->tools, t->named);
     if (!f) return bad(err, "tool_choice", "Tool \"%s\" named in 'tool_choice' is not in 'tools'", t->named);
@@ -363,6 +366,9 @@ llb_status api_tools_check(struct api_request *r, enum tool_format parser, struc
     if (strlen(t->schema_json) > LLB_SO_MAX_SPEC_BYTES)
       return bad(err, "tools", "the tool_choice schema built from 'tools' is %zu bytes, at most %d allowed",
                  strlen(t->schema_json), LLB_SO_MAX_SPEC_BYTES);
+    /* the engine's errors about the schema (a keyword it cannot enforce) name "tools" */
+    r->structured_outputs = (struct llb_structured_outputs){LLB_SO_JSON, llb_str_c(t->schema_json)};
+    snprintf(r->structured_param, sizeof r->structured_param, "tools");
   }
   if (t->choice == API_TOOL_CHOICE_AUTO && (parser == TOOL_FORMAT_HERMES || parser == TOOL_FORMAT_MISTRAL))
     r->sampling_params.skip_special_tokens = false;
@@ -373,7 +379,6 @@ void api_tools_to_generate(const struct api_request *r, struct llb_generate_requ
   const struct api_tools *t = r->tools;
   if (!t || !t->tools_json) return;
   out->tools = llb_str_c(t->tools_json);
-  if (t->schema_json) out->structured_outputs = (struct llb_structured_outputs){LLB_SO_JSON, llb_str_c(t->schema_json)};
 }
 
 bool api_tools_output_format(const struct api_request *r, enum tool_format *format, const char **named,

@@ -11,7 +11,9 @@
  *     maxItems 1 without parallel_tool_calls) of anyOf {"name": const, "parameters": <the
  *     tool's parameters>} objects, the tools' "$defs" hoisted to the root; named → the tool's
  *     parameters schema ({"type": "object", "properties": {}} when absent); at most
- *     LLB_SO_MAX_SPEC_BYTES. auto with the hermes / mistral parser turns skip_special_tokens
+ *     LLB_SO_MAX_SPEC_BYTES; set as r->structured_outputs with structured_param "tools" (so the
+ *     engine's refusal of a schema keyword names "tools"); refused together with
+ *     response_format / structured_outputs / guided_* (api_structured.h). auto with the hermes / mistral parser turns skip_special_tokens
  *     off (vLLM's adjust_request: their markers may be special tokens);
  *   - parallel_tool_calls: boolean, default true; false keeps only the first call (vLLM's
  *     maybe_filter_parallel_tool_calls);
@@ -62,7 +64,8 @@ llb_status api_tools_parse_message(struct json_t *m, const char *name, bool cont
  * --tool-call-parser. OK / INVALID_ARGUMENT / OUT_OF_MEMORY. */
 llb_status api_tools_check(struct api_request *r, enum tool_format parser, struct api_error *err);
 
-/* Sets tools and structured_outputs of `out` from `r` (borrowed; valid while r lives). */
+/* Sets the tools of `out` from `r` (borrowed; valid while r lives); the tool_choice schema
+ * travels as r->structured_outputs (api_request_to_generate). */
 void api_tools_to_generate(const struct api_request *r, struct llb_generate_request *out);
 
 /* How the output of `r` is parsed for tool calls: false when it is not (no tools, tool_choice

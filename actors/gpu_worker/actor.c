@@ -13,6 +13,9 @@
 #include "bus/span.h"
 #include "model/forward.h"
 #include "model/gguf.h"
+#include "model/structured_output.h"
+#include "model/tokenizer.h"
+#include "base/metrics.h"
 #include "schemas/model_runner_output.h"
 #include "schemas/scheduler_output.h"
 
@@ -26,7 +29,44 @@ struct gpu_worker_actor {
   struct llb_arena arena; /* decoded SchedulerOutput, reset per message */
   struct llb_buf reply;   /* encoded ModelRunnerOutput, reused */
   atomic_uint_fast64_t steps, step_errors, malformed, no_reply, reply_errors, tokens;
+  struct llb_series *mask_seconds, *mask_wait_seconds; /* NULL = not exported */
 };
+
+/* The structured-output vocabulary from the model's tokenizer, built once (runner_so.h). A
+ * model without a usable tokenizer serves unconstrained requests only (logged). */
+static void load_structured_vocab(struct gpu_worker_actor *a) {
+  struct tokenizer *tok = NULL;
+  struct so_vocab *v = NULL;
+  const int64_t t0 = llb_now_ns();
+  llb_status st = tokenizer_load(a->file, &tok);
+  if (!st) st = so_vocab_from_tokenizer(tok, &v);
+  tokenizer_destroy(tok);
+  if (!st) st = model_runner_set_structured_vocab(a->runner, v);
+  if (st) {
+    char q[320];
+    LLB_LOG_WARN("structured_output_unavailable", "error=%s", llb_log_quote(q, sizeof q, llb_err_last()));
+    return;
+  }
+  LLB_LOG_INFO("structured_output_vocab", "tokens=%d build_ms=%.1f", so_vocab_size(v),
+               (double)(llb_now_ns() - t0) / 1e6);
+}
+
+llb_status gpu_worker_actor_register_metrics(struct gpu_worker_actor *a, struct llb_metrics *m) {
+  /* a mask out of the cache takes microseconds, a fresh one over a large vocabulary milliseconds */
+  static const double b[] = {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
+  const int nb = (int)(sizeof b / sizeof b[0]);
+  struct llb_metric *h = llb_metrics_histogram(m, "llmbus:structured_output_mask_seconds",
+                                               "Helper-thread time per step to bring the constrained requests' "
+                                               "matchers up to date and compute their token bitmasks",
+                                               b, nb, 0, NULL);
+  struct llb_metric *w = llb_metrics_histogram(m, "llmbus:structured_output_mask_wait_seconds",
+                                               "Time per step that sampling waited for the bitmasks after the "
+                                               "forward pass (the part of the mask time not hidden by it)",
+                                               b, nb, 0, NULL);
+  a->mask_seconds = h ? llb_metric_series(h, NULL) : NULL;
+  a->mask_wait_seconds = w ? llb_metric_series(w, NULL) : NULL;
+  return h && w ? LLB_STATUS_OK : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "structured output metrics");
+}
 
 llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, struct gpu_worker_actor **out) {
   *out = NULL;
@@ -51,6 +91,7 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
                                           .gguf = a->file, .matmul = o->matmul,
                                           .packed_cache_dir = o->packed_cache_dir};
   if ((st = model_runner_create(a->model, &cfg, &a->runner))) goto fail;
+  load_structured_vocab(a);
   if (cuda) { /* the weights live on the device now */
     gguf_close(a->file);
     a->file = NULL;
@@ -173,6 +214,10 @@ static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
   } else {
     atomic_fetch_add(&a->steps, 1);
     atomic_fetch_add(&a->tokens, (uint64_t)so.total_num_scheduled_tokens);
+    double mask_s, wait_s;
+    model_runner_last_mask_seconds(a->runner, &mask_s, &wait_s);
+    if (mask_s >= 0 && a->mask_seconds) llb_series_observe(a->mask_seconds, mask_s);
+    if (wait_s >= 0 && a->mask_wait_seconds) llb_series_observe(a->mask_wait_seconds, wait_s);
     LLB_LOG_DEBUG("gpu_worker_step", "step=%llu reqs=%d tokens=%d sampled=%d step_ms=%.3f",
                   (unsigned long long)so.step, out.num_reqs, so.total_num_scheduled_tokens,
                   out.num_sampled_token_ids, (double)(t1 - t0) / 1e6);

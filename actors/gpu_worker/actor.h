@@ -66,6 +66,13 @@ void gpu_worker_actor_get_stats(const struct gpu_worker_actor *a, struct gpu_wor
  * when that was 0 (the engine's geometry, announced to the scheduler and kv_manager). */
 int32_t gpu_worker_actor_num_blocks(const struct gpu_worker_actor *a);
 
+/* Exports the structured-output mask histograms (llmbus:structured_output_mask_seconds: the
+ * helper thread's time per step; llmbus:structured_output_mask_wait_seconds: how long
+ * sampling waited for it after the forward pass) in registry m (borrowed; outlives the
+ * actor's steps). Observed on every step with a constrained request. Errors: OUT_OF_MEMORY. */
+struct llb_metrics;
+llb_status gpu_worker_actor_register_metrics(struct gpu_worker_actor *a, struct llb_metrics *m);
+
 /* Frees the actor. Call after bus_destroy() of the bus it was started on. NULL ok. */
 void gpu_worker_actor_destroy(struct gpu_worker_actor *a);
 

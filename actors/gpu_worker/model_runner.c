@@ -12,7 +12,9 @@
 
 #include "actors/gpu_worker/mm_encoder.h"
 #include "actors/gpu_worker/runner_backend.h"
+#include "actors/gpu_worker/runner_so.h"
 #include "actors/gpu_worker/sampler.h"
+#include "base/log.h"
 
 /* One request of the persistent batch. Buffers are owned by the row and reused when the row
  * is reused (rows are swapped, never freed, until the runner is destroyed). */
@@ -27,6 +29,7 @@ struct mr_request {
   struct llb_sampling_params sampling_params;
   struct mr_mm *mm;             /* [num_mm] multimodal placeholders, by offset */
   int64_t num_mm, mm_cap;
+  struct runner_so_req so;      /* structured output: its matcher (runner_so.h) */
 };
 
 /* A multimodal item of a request: placeholder range and encoder-output key. */
@@ -74,6 +77,13 @@ struct model_runner {
   int32_t hidden_size;
   float *embeds;                /* [max_num_batched_tokens, hidden_size], allocated on first use */
   uint8_t *embeds_mask;         /* [max_num_batched_tokens] */
+  struct runner_so *so;         /* structured output (NULL = no vocabulary: refused) */
+  struct runner_so_step_row *so_rows; /* [so_rows_cap] this step's constrained sampled rows */
+  int64_t so_rows_cap;
+  uint32_t *so_masks;           /* [so_rows_cap, mask words] */
+  int64_t so_masks_cap;
+  int32_t *so_row_of_logits;    /* [step_cap] index into so_rows of a logits row, -1 = none */
+  double so_mask_seconds, so_wait_seconds; /* of the last step; -1 = no constrained row */
 
   /* output, grow-only: valid until the next execute */
   struct llb_str *out_req_ids;   /* [step_cap] */
@@ -196,6 +206,8 @@ fail:
 
 void model_runner_destroy(struct model_runner *r) {
   if (!r) return;
+  for (int32_t i = 0; i < r->rows_cap; i++)
+    if (r->rows[i]) runner_so_req_free(r->so, &r->rows[i]->so);
   for (int32_t i = 0; i < r->rows_cap; i++) free_request(r->rows[i]);
   free(r->rows); free(r->row_removed); free(r->row_cached); free(r->row_sched);
   free(r->cached_row); free(r->sched); free(r->token_ids); free(r->positions);
@@ -203,6 +215,8 @@ void model_runner_destroy(struct model_runner *r) {
   free(r->logits_rows); free(r->block_tables); free(r->logits); free(r->out_req_ids);
   free(r->out_num_sampled); free(r->out_sampled); free(r->results); free(r->lp_token_ids);
   free(r->lp_logprobs); free(r->lp_ranks);
+  free(r->so_rows); free(r->so_masks); free(r->so_row_of_logits);
+  runner_so_destroy(r->so);
   sampler_destroy(r->sampler);
   mm_encoder_cache_destroy(r->mm);
   free(r->embeds);
@@ -220,6 +234,17 @@ const struct llama_config *model_runner_model_config(const struct model_runner *
 int32_t model_runner_num_reqs(const struct model_runner *r) { return r->num_rows; }
 
 const struct llama_batch *model_runner_last_batch(const struct model_runner *r) { return &r->batch; }
+
+llb_status model_runner_set_structured_vocab(struct model_runner *r, struct so_vocab *vocab) {
+  runner_so_destroy(r->so);
+  r->so = NULL;
+  return runner_so_create(vocab, &r->so);
+}
+
+void model_runner_last_mask_seconds(const struct model_runner *r, double *mask_seconds, double *wait_seconds) {
+  *mask_seconds = r->so_mask_seconds;
+  *wait_seconds = r->so_wait_seconds;
+}
 
 int32_t model_runner_num_encoder_outputs(const struct model_runner *r) { return mm_encoder_cache_num_entries(r->mm); }
 
@@ -246,6 +271,7 @@ static bool reserve_step(struct model_runner *r, int32_t n) {
   GROW(r->out_sampled, cap);
   GROW(r->results, cap);
   GROW(r->lp_ranks, cap);
+  GROW(r->so_row_of_logits, cap);
 #undef GROW
   r->step_cap = cap;
   return true;
@@ -291,6 +317,8 @@ static llb_status check_new(struct model_runner *r, const struct llb_scheduler_o
       return fail(r, LLB_STATUS_UNSUPPORTED, field, "mm_features[%d]: modality '%s' has no encoder here", k,
                   f->modality.data);
   }
+  llb_status sost = runner_so_prepare(r->so, &nr->structured_outputs);
+  if (sost) return fail(r, sost, field, "structured_outputs: %s", llb_err_last());
   if (nr->num_prompt_token_ids < 1 || (nr->num_prompt_token_ids > 0 && !nr->prompt_token_ids))
     return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "no prompt tokens");
   for (int32_t t = 0; t < nr->num_prompt_token_ids; t++)
@@ -531,6 +559,9 @@ static llb_status add_new(struct model_runner *r, const struct llb_new_request_d
   if (!append_blocks(q, nr->block_ids, nr->num_block_ids)) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
   q->num_computed_tokens = nr->num_computed_tokens;
   q->sampling_params = *nr->sampling_params;
+  runner_so_req_free(r->so, &q->so);
+  llb_status sst = runner_so_req_init(r->so, &q->so, &nr->structured_outputs);
+  if (sst) return fail(r, sst, "structured_outputs", "%s", llb_err_last());
   free_mm(q);
   if (!grow((void **)&q->mm, &q->mm_cap, nr->num_mm_features, sizeof(*q->mm)))
     return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "mm features");
@@ -572,6 +603,7 @@ static llb_status apply_updates(struct model_runner *r, const struct llb_schedul
   /* Condense: fill each removed row with the last live one (vLLM InputBatch.condense). */
   for (int32_t i = r->num_rows - 1; i >= 0; i--) {
     if (!r->row_removed[i]) continue;
+    runner_so_req_free(r->so, &r->rows[i]->so);
     const int32_t last = r->num_rows - 1;
     struct mr_request *tmp = r->rows[i];
     r->rows[i] = r->rows[last];
@@ -673,6 +705,50 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
   return LLB_STATUS_OK;
 }
 
+/* The constrained rows among this step's logits rows: r->so_rows (request, outputs, mask
+ * slot) and r->so_row_of_logits. Returns how many, or -1 when out of memory. */
+static int32_t so_collect(struct model_runner *r) {
+  int32_t n = 0;
+  const int64_t words = r->so ? runner_so_mask_words(r->so) : 0;
+  for (int32_t l = 0; l < r->batch.num_logits; l++) {
+    struct mr_request *q = r->rows[r->logits_rows[l]];
+    r->so_row_of_logits[l] = -1;
+    if (!q->so.grammar) continue;
+    if (!grow((void **)&r->so_rows, &r->so_rows_cap, n + 1, sizeof(*r->so_rows)) ||
+        !grow((void **)&r->so_masks, &r->so_masks_cap, (n + 1) * words, sizeof(uint32_t)))
+      return -1;
+    r->so_rows[n] = (struct runner_so_step_row){.req = &q->so, .outputs = q->token_ids + q->num_prompt_tokens,
+                                                .num_outputs = q->num_tokens - q->num_prompt_tokens};
+    r->so_row_of_logits[l] = n++;
+  }
+  for (int32_t k = 0; k < n; k++) r->so_rows[k].mask = r->so_masks + k * words; /* after the last grow */
+  return n;
+}
+
+/* The forward pass with the step's masks computed beside it on a helper thread (none when no
+ * sampled row is constrained), joined before sampling: vLLM overlaps grammar bitmasks with
+ * the forward the same way. An output that breaks its grammar fails the step naming it. */
+static llb_status forward_with_masks(struct model_runner *r) {
+  const int32_t n = so_collect(r);
+  if (n < 0) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "structured output masks");
+  struct runner_so_step step;
+  runner_so_step_start(&step, r->so, r->so_rows, n);
+  llb_status st = runner_backend_forward(&r->be, &r->batch, r->logits);
+  const double t0 = n > 0 ? (double)llb_now_ns() : 0;
+  runner_so_step_join(&step);
+  r->so_mask_seconds = n > 0 ? step.mask_seconds : -1;
+  r->so_wait_seconds = n > 0 ? ((double)llb_now_ns() - t0) * 1e-9 : -1;
+  if (st) return fail(r, st, "", "forward pass (%s): %s", model_runner_device_name(r->cfg.device), llb_err_last());
+  for (int32_t l = 0; l < r->batch.num_logits; l++) {
+    const int32_t k = r->so_row_of_logits[l];
+    if (k < 0 || r->so_rows[k].status == LLB_STATUS_OK) continue;
+    const struct mr_request *q = r->rows[r->logits_rows[l]];
+    blame(r, q->req_id, q->req_id_len);
+    return fail(r, r->so_rows[k].status, "structured_outputs", "request \"%s\": %s", q->req_id, r->so_rows[k].message);
+  }
+  return LLB_STATUS_OK;
+}
+
 /* Samples every logits row into r->results; a copy of the params asks for the batch's
  * largest top-n so that all logprob rows have the same width (vLLM max_num_logprobs). */
 static llb_status sample_all(struct model_runner *r, int32_t max_n) {
@@ -686,6 +762,8 @@ static llb_status sample_all(struct model_runner *r, int32_t max_n) {
       p = &wide;
     }
     float *row = r->logits + (int64_t)l * r->vocab_size;
+    if (r->so_row_of_logits[l] >= 0) /* the grammar first, as vLLM: before bias, penalties, logprobs */
+      runner_so_apply_mask(row, r->vocab_size, r->so_rows[r->so_row_of_logits[l]].mask, runner_so_vocab_size(r->so));
     const int64_t num_out = q->num_tokens - q->num_prompt_tokens;
     llb_status st = sampler_sample(r->sampler, p, row, q->token_ids, q->num_prompt_tokens,
                                    q->token_ids + q->num_prompt_tokens, num_out, 0, num_out, &r->results[l]);
@@ -746,7 +824,7 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   int32_t ns = 0;
   if ((st = prepare_inputs(r, so, &ns))) return st;
   if (ns == 0) return LLB_STATUS_OK;
-  if ((st = runner_backend_forward(&r->be, &r->batch, r->logits))) return fail(r, st, "", "forward pass (%s): %s", model_runner_device_name(r->cfg.device), llb_err_last());
+  if ((st = forward_with_masks(r))) return st;
   int32_t max_n = -1;
   for (int32_t l = 0; l < r->batch.num_logits; l++) {
     const int32_t n = r->rows[r->logits_rows[l]]->sampling_params.logprobs;
@@ -784,6 +862,7 @@ llb_status model_runner_execute(struct model_runner *r, const struct llb_schedul
                                 struct llb_model_runner_output *out) {
   *out = (struct llb_model_runner_output){.version = LLB_SCHEMA_VERSION, .step = so->step};
   r->batch.num_tokens = 0;
+  r->so_mask_seconds = r->so_wait_seconds = -1;
   r->err_message[0] = r->err_field[0] = r->err_req_id[0] = '\0';
   llb_status st = run_step(r, so, out);
   if (st) {

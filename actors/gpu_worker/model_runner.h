@@ -134,6 +134,22 @@ llb_status model_runner_execute(struct model_runner *r, const struct llb_schedul
  * diagnostics. */
 const struct llama_batch *model_runner_last_batch(const struct model_runner *r);
 
+/* Structured output (runner_so.h): gives the runner the vocabulary its masks are computed
+ * over (so_vocab_from_tokenizer of the model's tokenizer; ownership taken, even on failure).
+ * Without one, a request with structured_outputs fails its step (UNSUPPORTED, named).
+ * Each step, the sampled rows of constrained requests get their grammar's bitmask (computed on
+ * a helper thread while the forward pass runs) applied to their logits before sampling
+ * (disallowed tokens -inf, before logit_bias, penalties and logprobs, as vLLM), and a
+ * request's matcher takes its outputs (replayed from the start on resume). Call before the
+ * first execute. Errors: OUT_OF_MEMORY. */
+struct so_vocab;
+llb_status model_runner_set_structured_vocab(struct model_runner *r, struct so_vocab *vocab);
+
+/* Of the last step that sampled a constrained request: the helper thread's mask time (syncs +
+ * bitmasks) and how long sampling waited for it after the forward pass, in seconds; both -1
+ * when the last step had no constrained row. */
+void model_runner_last_mask_seconds(const struct model_runner *r, double *mask_seconds, double *wait_seconds);
+
 /* Encoder outputs held (items cached by mm_hash), and items encoded since creation. */
 int32_t model_runner_num_encoder_outputs(const struct model_runner *r);
 uint64_t model_runner_num_encoded(const struct model_runner *r);

@@ -9,6 +9,7 @@
 
 #include "actors/input_processor/engine_router.h"
 #include "actors/input_processor/input_processor.h"
+#include "actors/input_processor/structured_check.h"
 #include "actors/input_processor/tenant_limits.h"
 #include "base/log.h"
 #include "bus/span.h"
@@ -252,6 +253,7 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
     return "cache_salt";
   req->cache_salt = salt;
   req->reply_to = reply_to;
+  req->structured_outputs = gr->structured_outputs;
   if (gr->num_mm_items > 0) {
     struct inproc_mm_item *items = llb_arena_alloc(arena, (size_t)gr->num_mm_items * sizeof *items,
                                                    _Alignof(struct inproc_mm_item));
@@ -272,7 +274,6 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
 /* The GenerateRequest fields this input processor cannot honour yet (every one is refused
  * rather than ignored): the offending field's name, else NULL. */
 static const char *unsupported_field(const struct llb_generate_request *gr) {
-  if (gr->structured_outputs.kind != LLB_SO_NONE) return "structured_outputs";
   if (gr->tools.len) return "tools";
   if (gr->chat_template_kwargs.len) return "chat_template_kwargs";
   if (gr->continue_final_message) return "continue_final_message";
@@ -283,6 +284,21 @@ static const char *unsupported_field(const struct llb_generate_request *gr) {
     if (m->name.len) return "messages.name";
   }
   return NULL;
+}
+
+/* Compiles the request's structured-output spec once (structured_check.h): a spec the engine
+ * cannot enforce is a 400 now, naming structured_outputs. False: answered. */
+static bool check_structured(struct inproc_actor *a, const struct bus_msg *msg, const char *ext_id,
+                             const struct llb_structured_outputs *so) {
+  char text[512];
+  llb_status st = inproc_structured_check(so, text, sizeof text);
+  if (st == LLB_STATUS_OK) return true;
+  atomic_fetch_add(&a->rejected, 1);
+  char q[320];
+  LLB_LOG_INFO("generate_rejected", "request_id=%s field=structured_outputs error=%s", ext_id,
+               llb_log_quote(q, sizeof q, text));
+  reply_error(a, msg, ext_id, st, text, "structured_outputs");
+  return false;
 }
 
 /* The request span ("llm_request") of a traced request: its context, parent and start go
@@ -351,6 +367,7 @@ static llb_status publish_children(struct inproc_actor *a, const char *eid, cons
         .traceparent = llb_str_c(rt->on ? rt->traceparent : ""),
         .trace_parent_span_id = llb_str_c(rt->on ? rt->parent_span_id : ""),
         .trace_start_time_ns = rt->on ? rt->start_ns : 0,
+        .structured_outputs = req->structured_outputs,
     };
     st = llb_engine_core_request_encode_buf(&m, &buf);
     if (st == LLB_STATUS_OK) st = publish_engine_request(a, subject, buf.data, buf.len, span);
@@ -488,6 +505,7 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
     reply_error(a, msg, ext_id, LLB_STATUS_UNSUPPORTED, "is not supported by this engine", bad);
     goto done;
   }
+  if (!check_structured(a, msg, ext_id, &gr.structured_outputs)) goto done;
   bad = to_inproc_request(&gr, tenant, msg->reply, &arena, &req);
   if (bad) {
     atomic_fetch_add(&a->rejected, 1);

@@ -21,6 +21,7 @@
 #include "base/status.h"
 #include "actors/input_processor/mm_items.h"
 #include "model/chat_template.h"
+#include "schemas/codec.h"
 #include "schemas/sampling_params.h"
 
 struct tokenizer;
@@ -53,6 +54,7 @@ struct inproc_generate_request {
   int64_t arrival_time_ns;             /* wall clock; 0 = now */
   const struct inproc_mm_item *mm_items; /* [num_mm_items] multimodal items (mm_items.h) */
   int32_t num_mm_items;
+  struct llb_structured_outputs structured_outputs; /* kind NONE = unconstrained; spec borrowed */
 };
 
 /* One rejected field. */

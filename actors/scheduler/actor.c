@@ -55,6 +55,7 @@ void sched_actor_meta_free(struct req_meta *m) {
   free(m->prompt);
   free(m->mm);
   free(m->mm_blob);
+  free(m->so_spec);
   free(m);
 }
 
@@ -155,11 +156,14 @@ bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, ui
   m->external_id = dup_str(r.external_id);
   m->parent_request_id = dup_str(r.parent_request_id);
   m->cache_salt = dup_str(r.cache_salt);
+  m->so_spec = dup_str(r.structured_outputs.spec);
+  m->structured_outputs = (struct llb_structured_outputs){r.structured_outputs.kind,
+                                                          {m->so_spec, r.structured_outputs.spec.len}};
   m->prompt = malloc((size_t)r.num_prompt_token_ids * sizeof(int32_t));
   m->num_mm = r.num_mm_features;
   m->mm = m->num_mm > 0 ? malloc((size_t)m->num_mm * sizeof(*m->mm)) : NULL;
   if (!m->id || !m->reply_to || !m->external_id || !m->parent_request_id || !m->cache_salt ||
-      !m->prompt || (m->num_mm > 0 && !m->mm))
+      !m->so_spec || !m->prompt || (m->num_mm > 0 && !m->mm))
     goto oom;
   memcpy(m->prompt, r.prompt_token_ids, (size_t)r.num_prompt_token_ids * sizeof(int32_t));
   m->num_prompt = r.num_prompt_token_ids;
@@ -260,7 +264,8 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
           .request_id = m->id, .prompt_token_ids = m->prompt, .num_prompt_tokens = m->num_prompt,
           .sampling_params = m->params, .eos_token_id = m->eos_token_id,
           .arrival_time = m->arrival_time, .priority = m->priority, .cache_salt = m->cache_salt,
-          .mm_features = m->mm, .num_mm_features = m->num_mm};
+          .mm_features = m->mm, .num_mm_features = m->num_mm,
+          .structured_outputs = m->structured_outputs};
       st = map_insert(a, m);
       if (st == LLB_STATUS_OK) {
         st = sched_add_request(a->sched, &nr);

@@ -43,6 +43,8 @@ struct req_meta {
   bool resync;            /* the output processor lost it: the next output carries everything */
   uint64_t stream_seq;    /* its message in the requests stream (acknowledged when the request
                              leaves the scheduler); 0 = it came without JetStream */
+  struct llb_structured_outputs structured_outputs; /* spec points into so_spec */
+  char *so_spec;          /* owned copy of the structured-output spec */
 };
 
 struct scheduler_actor {

@@ -172,7 +172,8 @@ llb_status sched_wire_scheduler_output(struct sched_wire *w, const struct sched_
         .num_prompt_token_ids = r->num_prompt_tokens, .sampling_params = r->sampling_params,
         .output_token_ids = r->output_token_ids, .num_output_token_ids = r->num_output_tokens,
         .block_ids = r->block_ids, .num_block_ids = r->num_block_ids,
-        .num_computed_tokens = r->num_computed_tokens};
+        .num_computed_tokens = r->num_computed_tokens,
+        .structured_outputs = r->structured_outputs ? *r->structured_outputs : (struct llb_structured_outputs){0}};
     w->scheduled[i] = (struct llb_scheduled_tokens){.req_id = llb_str_c(r->req_id), .num_tokens = r->num_scheduled_tokens};
   }
   int64_t off = 0;

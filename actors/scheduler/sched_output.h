@@ -49,6 +49,7 @@ struct sched_new_req_data {
   bool resumed_from_preemption;
   const struct sched_mm_feature *mm_features; /* [num_mm_features] */
   int32_t num_mm_features;
+  const struct llb_structured_outputs *structured_outputs; /* the request's; kind NONE = none */
 };
 
 /* CachedRequestData, one entry: deltas for a request in the worker's persistent batch. */

@@ -154,6 +154,13 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
     r->num_mm_features = nr->num_mm_features;
     if (copy_mm_blob(r)) goto fail;
   }
+  if (nr->structured_outputs.kind != LLB_SO_NONE) {
+    size_t n = nr->structured_outputs.spec.len;
+    if (!(r->so_spec = malloc(n + 1))) goto fail;
+    if (n) memcpy(r->so_spec, nr->structured_outputs.spec.data, n);
+    r->so_spec[n] = '\0';
+    r->structured_outputs = (struct llb_structured_outputs){nr->structured_outputs.kind, {r->so_spec, n}};
+  }
   if (nr->cache_salt && nr->cache_salt[0]) {
     r->has_cache_salt = true;
     r->cache_salt_hash = kv_hash_bytes(nr->cache_salt, strlen(nr->cache_salt));
@@ -179,6 +186,7 @@ void sched_request_destroy(struct sched_request *r) {
   free(r->mm_features);
   free(r->mm_blob);
   free(r->enc_input_ids);
+  free(r->so_spec);
   free(r);
 }
 

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "schemas/codec.h"
 #include "schemas/sampling_params.h"
 
 enum sched_request_status {
@@ -63,6 +64,7 @@ struct sched_new_request {
   const char *cache_salt;               /* NULL or "" = none */
   const struct sched_mm_feature *mm_features; /* [num_mm_features], sorted by offset */
   int32_t num_mm_features;
+  struct llb_structured_outputs structured_outputs; /* kind NONE = unconstrained; spec copied */
 };
 
 struct sched_request {
@@ -94,6 +96,9 @@ struct sched_request {
   int32_t *enc_input_ids;               /* [num_mm_features] scratch: this step's encoder inputs */
   int32_t num_enc_inputs;
 
+  struct llb_structured_outputs structured_outputs; /* sent with every NewRequestData; spec
+                                           owned (so_spec) */
+  char *so_spec;
   int32_t num_cached_tokens;            /* prefix-cache hit of the first scheduling, -1 unknown */
   int32_t num_preemptions;
   bool on_worker;                       /* in the worker's persistent batch */

@@ -432,7 +432,7 @@ llb_status sched_assemble_output(struct scheduler *s, struct sched_output *out, 
           .num_block_ids = r->num_block_ids, .num_computed_tokens = r->num_computed_tokens,
           .num_scheduled_tokens = r->num_scheduled_tokens,
           .resumed_from_preemption = r->num_preemptions > 0, .mm_features = r->mm_features,
-          .num_mm_features = r->num_mm_features};
+          .num_mm_features = r->num_mm_features, .structured_outputs = &r->structured_outputs};
       if (final) r->on_worker = true;
     } else {
       out->cached_reqs[out->num_cached_reqs++] = (struct sched_cached_req_data){

@@ -143,6 +143,8 @@ static void test_bad_tool_requests_name_the_field(void **state) {
        "{\"name\":\"get_weather\"}}}", "tool_choice"},
       {"{\"model\":\"smol\"," USER ",\"tools\":[" NOW "],\"tool_choice\":{\"type\":\"function\"}}", "tool_choice.function"},
       {"{\"model\":\"smol\"," USER ",\"tools\":[" NOW "],\"parallel_tool_calls\":1}", "parallel_tool_calls"},
+      {"{\"model\":\"smol\"," USER ",\"tools\":[" NOW "],\"tool_choice\":\"required\",\"response_format\":"
+       "{\"type\":\"json_object\"}}", "tool_choice"},
       {"{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}",
        "messages[0].tool_calls"},
       {"{\"model\":\"smol\",\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\","

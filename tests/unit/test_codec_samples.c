@@ -246,7 +246,8 @@ static void fill_engine_core_request(struct llb_engine_core_request *m) {
       .sampling_params = sample_sp(), .eos_token_id = 2, .arrival_time = 1763802654.125,
       .priority = 3, .cache_salt = S("tenant-ä"), .mm_features = mm_features,
       .num_mm_features = N(mm_features), .reply_to = S("_INBOX.xyz.1"), .client_index = 2,
-      .parent_request_id = S("ecr-parent")};
+      .parent_request_id = S("ecr-parent"),
+      .structured_outputs = {LLB_SO_CHOICE, S("[\"yes\",\"no\"]")}};
 }
 
 static bool equals_engine_core_request(const void *v) {
@@ -262,6 +263,8 @@ static bool equals_engine_core_request(const void *v) {
   CHECK(str_eq(a->cache_salt, b.cache_salt) && mm_eq(a->mm_features, a->num_mm_features));
   CHECK(str_eq(a->reply_to, b.reply_to) && a->client_index == 2);
   CHECK(str_eq(a->parent_request_id, b.parent_request_id));
+  CHECK(a->structured_outputs.kind == LLB_SO_CHOICE &&
+        str_eq(a->structured_outputs.spec, b.structured_outputs.spec));
   return true;
 }
 
@@ -301,7 +304,8 @@ static void fill_scheduler_output(struct llb_scheduler_output *m) {
   news[1] = (struct llb_new_request_data){
       .req_id = S("req-2"), .prompt_token_ids = prompt_ids, .num_prompt_token_ids = 3,
       .sampling_params = sample_sp(), .block_ids = blocks_b, .num_block_ids = 1,
-      .output_token_ids = new_tok, .num_output_token_ids = N(new_tok)};
+      .output_token_ids = new_tok, .num_output_token_ids = N(new_tok),
+      .structured_outputs = {LLB_SO_JSON_OBJECT, S("")}};
   sched[0] = (struct llb_scheduled_tokens){.req_id = S("req-новый"), .num_tokens = 512};
   sched[1] = (struct llb_scheduled_tokens){.req_id = ids3[0], .num_tokens = 1};
   sched[2] = (struct llb_scheduled_tokens){.req_id = ids3[1], .num_tokens = 1};
@@ -340,6 +344,7 @@ static bool equals_scheduler_output(const void *v) {
     CHECK(i == 1 ? x->num_mm_features == 0 : mm_eq(x->mm_features, x->num_mm_features));
     CHECK(i32_eq(x->output_token_ids, x->num_output_token_ids, y->output_token_ids,
                  y->num_output_token_ids));
+    CHECK(x->structured_outputs.kind == (i == 1 ? LLB_SO_JSON_OBJECT : LLB_SO_NONE));
   }
   const struct llb_cached_request_data *c = &a->scheduled_cached_reqs;
   CHECK(strs_eq(c->req_ids, c->num_reqs, ids3, 3));

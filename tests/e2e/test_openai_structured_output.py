@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Structured output through `llmbus serve` with the official `openai` client, as a user calls it.
+
+- response_format json_schema (nested object, array, enum, required): 50 seeded samples at
+  temperature 1 (5 concurrent chat requests with n = 10), every one finishes on its own and
+  validates against the schema with Python jsonschema; 10 more streamed (2 x n = 5), the
+  deltas joined; one with logprobs;
+- /v1/completions with vLLM's guided_json;
+- response_format json_object (an object comes out); structured_outputs.choice and
+  guided_choice (one of the strings);
+- errors: a schema keyword the engine cannot enforce is a 400 naming response_format and the
+  keyword; malformed schema, regex / grammar kinds (not supported), two constraints at once,
+  an unknown response_format type: 400s naming the field.
+Skips (77) without the build, the model or the venv's openai / jsonschema.
+"""
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from api_stack import Stack, run_cases, skip
+
+try:
+    import jsonschema
+    import openai
+except ImportError as e:  # pragma: no cover - the venv has them
+    skip(f"python module missing: {e}")
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "home": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "enum": ["Paris", "London", "Tokyo", "Lima"]},
+                "floor": {"type": "integer"},
+            },
+            "required": ["city", "floor"],
+            "additionalProperties": False,
+        },
+        "pets": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 2},
+    },
+    "required": ["name", "home", "pets"],
+    "additionalProperties": False,
+}
+RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA, "strict": True}}
+MESSAGES = [{"role": "user", "content": "Describe a person as JSON: name, home (city, floor) and pets."}]
+MAX_TOKENS = 112
+
+
+def check_valid(text, finish_reason, what):
+    assert finish_reason == "stop", f"{what}: finish_reason {finish_reason}: {text!r}"
+    value = json.loads(text)
+    jsonschema.Draft202012Validator(SCHEMA).validate(value)
+    return value
+
+
+def main():
+    with Stack() as stack:
+        client = openai.OpenAI(base_url=stack.base + "/v1", api_key="none", max_retries=0, timeout=300)
+        model = stack.model_name
+
+        def chat(**kw):
+            return client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=MAX_TOKENS, **kw)
+
+        def json_schema_50_seeded_samples_validate():
+            def one(seed):
+                r = chat(response_format=RESPONSE_FORMAT, temperature=1, seed=seed, n=10)
+                return [(c.message.content, c.finish_reason) for c in r.choices]
+            with ThreadPoolExecutor(5) as pool:
+                samples = [s for batch in pool.map(one, range(1, 6)) for s in batch]
+            assert len(samples) == 50, len(samples)
+            bad = []
+            for i, (text, fr) in enumerate(samples):
+                try:
+                    check_valid(text, fr, f"sample {i}")
+                except Exception as e:  # noqa: BLE001 - count every failure
+                    bad.append(f"{e}")
+            assert not bad, f"{len(bad)}/50 invalid: {bad[:3]}"
+            assert len({t for t, _ in samples}) > 10, "temperature 1 should give varied outputs"
+
+        def json_schema_streamed_samples_validate():
+            for seed in (101, 202):
+                stream = chat(response_format=RESPONSE_FORMAT, temperature=1, seed=seed, n=5, stream=True)
+                texts, finish = {}, {}
+                for chunk in stream:
+                    for c in chunk.choices:
+                        texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
+                        if c.finish_reason:
+                            finish[c.index] = c.finish_reason
+                assert sorted(texts) == list(range(5)), texts
+                for i in range(5):
+                    check_valid(texts[i], finish.get(i), f"seed {seed} stream {i}")
+
+        def json_schema_with_logprobs_validates():
+            r = chat(response_format=RESPONSE_FORMAT, temperature=1, seed=7, logprobs=True, top_logprobs=2)
+            c = r.choices[0]
+            check_valid(c.message.content, c.finish_reason, "logprobs")
+            assert c.logprobs and len(c.logprobs.content) > 3
+            assert all(t.logprob > -1e9 for t in c.logprobs.content), "a sampled token had -inf logprob"
+
+        def completions_guided_json_validates():
+            r = client.completions.create(model=model, prompt="A person as JSON: ", max_tokens=MAX_TOKENS,
+                                          temperature=1, seed=11, n=3, extra_body={"guided_json": SCHEMA})
+            for c in r.choices:
+                check_valid(c.text, c.finish_reason, "completions")
+
+        def json_object_is_an_object():
+            r = client.chat.completions.create(model=model, messages=MESSAGES, response_format={"type": "json_object"},
+                                               temperature=0, max_tokens=160)
+            c = r.choices[0]
+            if c.finish_reason == "stop":
+                assert isinstance(json.loads(c.message.content), dict), c.message.content
+            else:  # cut by max_tokens: still the start of an object
+                assert c.message.content.startswith("{"), c.message.content
+
+        def choice_is_one_of_the_strings():
+            options = ["red", "green", "blue"]
+            for body in ({"structured_outputs": {"choice": options}}, {"guided_choice": options}):
+                r = chat(extra_body=body, temperature=1, seed=3, n=4)
+                for c in r.choices:
+                    assert c.message.content in options and c.finish_reason == "stop", (body, c.message.content)
+
+        def bad_request(param_prefix, words, **kw):
+            try:
+                chat(**kw)
+            except openai.BadRequestError as e:
+                err = e.body if isinstance(e.body, dict) else {}
+                err = err.get("error", err)
+                prefixes = param_prefix if isinstance(param_prefix, tuple) else (param_prefix,)
+                assert str(err.get("param", "")).startswith(prefixes), err
+                for w in words:
+                    assert w in str(err.get("message", "")), (w, err)
+                return
+            raise AssertionError(f"no 400 for {kw}")
+
+        def unenforceable_schema_is_a_400_naming_the_keyword():
+            schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^x+$"}}}
+            bad_request("response_format", ["pattern"],
+                        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+
+        def malformed_schema_is_a_400():
+            bad_request("structured_outputs", [], extra_body={"structured_outputs": {"json": "{not json"}})
+            bad_request("response_format.json_schema", [], response_format={"type": "json_schema"})
+            bad_request("response_format.type", [], response_format={"type": "yaml"})
+
+        def regex_and_grammar_are_400_not_supported():
+            bad_request("structured_outputs.regex", ["not supported"],
+                        extra_body={"structured_outputs": {"regex": "[a-z]+"}})
+            bad_request("guided_grammar", ["not supported"], extra_body={"guided_grammar": "root ::= \"a\""})
+
+        def two_constraints_are_a_400():
+            bad_request(("guided_choice", "response_format"), ["at most one"], response_format={"type": "json_object"},
+                        extra_body={"guided_choice": ["a"]})
+
+        failures = run_cases([
+            ("json_schema_50_seeded_samples_validate", json_schema_50_seeded_samples_validate),
+            ("json_schema_streamed_samples_validate", json_schema_streamed_samples_validate),
+            ("json_schema_with_logprobs_validates", json_schema_with_logprobs_validates),
+            ("completions_guided_json_validates", completions_guided_json_validates),
+            ("json_object_is_an_object", json_object_is_an_object),
+            ("choice_is_one_of_the_strings", choice_is_one_of_the_strings),
+            ("unenforceable_schema_is_a_400_naming_the_keyword", unenforceable_schema_is_a_400_naming_the_keyword),
+            ("malformed_schema_is_a_400", malformed_schema_is_a_400),
+            ("regex_and_grammar_are_400_not_supported", regex_and_grammar_are_400_not_supported),
+            ("two_constraints_are_a_400", two_constraints_are_a_400),
+        ])
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
