@@ -336,8 +336,8 @@ static json_t *chunk_head(const struct api_response *r, json_t *choices) {
 }
 
 /* Chat with tools: the choice's text through its tool_stream; one chunk per delta (logprobs
- * on the first, the finish reason on the last: "tool_calls" once a call went out). `lp` is
- * stolen. */
+ * on the first, the finish reason on the last: "tool_calls" once a call went out, unless
+ * max_tokens cut the output). `lp` is stolen. */
 static llb_status stream_tool_deltas(struct api_response *r, struct api_choice_state *cs, int64_t idx,
                                      const struct llb_completion_output *c, json_t *lp, struct api_buf *out) {
   bool finishing = c->finish_reason != LLB_FINISH_REASON_NONE;
@@ -361,7 +361,10 @@ static llb_status stream_tool_deltas(struct api_response *r, struct api_choice_s
     bool last = i + 1 >= nd;
     if (nd == 0 && json_is_null(lp) && !finishing) break;
     json_t *delta = nd ? json_incref(json_array_get(deltas, i)) : json_object();
-    json_t *fin = !last || !finishing ? json_null() : called ? json_string("tool_calls") : finish_json(c);
+    /* a call cut by max_tokens keeps "length": the client must not run a partial call */
+    json_t *fin = !last || !finishing                                        ? json_null()
+                  : called && c->finish_reason != LLB_FINISH_REASON_LENGTH ? json_string("tool_calls")
+                                                                           : finish_json(c);
     json_t *choice = json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)idx, "delta", delta, "logprobs",
                                i == 0 ? json_incref(lp) : json_null(), "finish_reason", fin, "stop_reason",
                                last && finishing ? stop_reason_json(c) : json_null());

@@ -346,6 +346,29 @@ static void test_tool_choice_schemas_constrain_to_the_tools(void **state) {
   api_request_free(&r);
 }
 
+/* A streamed call cut by max_tokens: the client sees finish_reason "length", not "tool_calls". */
+static void test_stream_cut_by_max_tokens_finishes_with_length(void **state) {
+  (void)state;
+  struct api_request req;
+  struct api_error e;
+  const char *body = "{\"model\":\"smol\"," USER ",\"stream\":true,\"tools\":[" WEATHER "]}";
+  assert_int_equal(parse(body, TOOL_FORMAT_HERMES, &req, &e), LLB_STATUS_OK);
+  struct api_response r;
+  assert_int_equal(api_response_init(&r, &req, "chatcmpl-1", 1700000000), LLB_STATUS_OK);
+  struct api_buf b = {0};
+  struct llb_completion_output c;
+  struct llb_request_output ro = out1("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"ci", LLB_FINISH_REASON_NONE, &c);
+  assert_int_equal(api_response_stream_output(&r, 0, &ro, &b), LLB_STATUS_OK);
+  ro = out1("ty\": \"Par", LLB_FINISH_REASON_LENGTH, &c);
+  assert_int_equal(api_response_stream_output(&r, 0, &ro, &b), LLB_STATUS_OK);
+  assert_non_null(strstr(b.data, "\"name\":\"get_weather\""));
+  assert_non_null(strstr(b.data, "\"finish_reason\":\"length\""));
+  assert_null(strstr(b.data, "\"finish_reason\":\"tool_calls\""));
+  api_buf_free(&b);
+  api_response_free(&r);
+  api_request_free(&req);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tools_and_choices_reach_the_generate_request),
@@ -354,6 +377,7 @@ int main(void) {
       cmocka_unit_test(test_response_carries_parsed_tool_calls),
       cmocka_unit_test(test_stream_sends_name_then_argument_deltas),
       cmocka_unit_test(test_tool_choice_schemas_constrain_to_the_tools),
+      cmocka_unit_test(test_stream_cut_by_max_tokens_finishes_with_length),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
