@@ -126,7 +126,7 @@ static bool scan_call(struct scan *sc, size_t *i, struct tool_call_snap *c, bool
       if (s[vs] != '"' || !decode_string(s + vs, ve - vs, &c->name, &sc->oom) || c->name.len == 0)
         return (*bad = true), false;
     } else if (is_args && ve == SCAN_PARTIAL) {
-      if (s[vs] == '{' || s[vs] == '[') sc->oom |= !set_buf(&c->arguments, s + vs, n - vs);
+      if (vs < n && (s[vs] == '{' || s[vs] == '[')) sc->oom |= !set_buf(&c->arguments, s + vs, n - vs);
       return false;
     } else if (is_args) {
       args_seen = true;

@@ -302,7 +302,11 @@ static void test_truncated_and_mutated_outputs_never_crash(void **state) {
           buf[(rng >> 8) % cut] = noise[(rng >> 16) % (sizeof noise - 1)];
         }
         struct tool_snapshot s;
-        parse_final(seeds[k].f, "f", buf, &s);
+        memset(&s, 0, sizeof s);
+        char *exact = malloc(cut ? cut : 1); /* no terminator: ASan sees a read past the text */
+        memcpy(exact, buf, cut);
+        assert_int_equal(tool_parse(seeds[k].f, "f", exact, cut, true, &s), LLB_STATUS_OK);
+        free(exact);
         if (s.malformed) assert_content(&s, buf);
         for (int32_t i = 0; i < s.num_calls; i++) {
           json_t *j = json_loadb(s.calls[i].arguments.data, s.calls[i].arguments.len, JSON_DECODE_ANY, NULL);
