@@ -1,13 +1,14 @@
 /* llmbus-api-server: the OpenAI-compatible HTTP + SSE front door (actors/api_server/actor.h).
  * Flags: the common actor flags (cmd/actor_main.h) plus --http, --model-name,
  * --max-body-bytes, --request-timeout-s, --first-output-timeout-s, --max-concurrent,
- * --tenant, --health-actors, --api-key and --api-keys. */
+ * --tenant, --health-actors, --api-key, --api-keys and --tool-call-parser. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "actors/api_server/actor.h"
 #include "actors/api_server/api_keys.h"
+#include "actors/api_server/api_tools.h"
 #include "cmd/actor_main.h"
 
 struct api_main {
@@ -22,6 +23,8 @@ struct api_main {
   int32_t health_missed_beats;
   const char *api_key;      /* one key, for --tenant */
   const char *api_keys_file; /* KEY TENANT lines */
+  const char *tool_call_parser; /* hermes | llama3_json | mistral */
+  enum tool_format tool_format;
   struct api_keys *keys;    /* NULL = no authentication */
   char derived_name[256];
   struct api_actor *actor;
@@ -50,6 +53,8 @@ static llb_status api_main_configure(struct actor_main *am, void *user) {
       m->health_missed_beats < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--request-timeout-s, --first-output-timeout-s, "
                     "--max-concurrent and --health-missed-beats must be >= 1");
+  llb_status st = api_tool_parser_from_name(m->tool_call_parser, &m->tool_format);
+  if (st != LLB_STATUS_OK) return st;
   if (m->model_name && *m->model_name) return api_main_load_keys(m);
   const char *path = am->common.model_path ? am->common.model_path : "";
   const char *base = strrchr(path, '/');
@@ -79,6 +84,7 @@ static llb_status api_main_start(struct actor_main *am, void *user) {
       .health_window_ms = m->health_missed_beats * am->common.heartbeat_ms,
       .registry = am->metrics,
       .api_keys = m->keys,
+      .tool_call_parser = (int32_t)m->tool_format,
   };
   llb_status st = api_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -111,6 +117,7 @@ int main(int argc, char **argv) {
       .tenant = "default",
       .health_actors = API_ACTOR_DEFAULT_HEALTH_ACTORS,
       .health_missed_beats = 3,
+      .tool_call_parser = "hermes",
   };
   const struct actor_flag flags[] = {
       {"http", ACTOR_FLAG_KIND_STRING, &m.http, "HOST:PORT to listen on (port 0 = any free port)", NULL},
@@ -131,6 +138,9 @@ int main(int argc, char **argv) {
       {"api-keys", ACTOR_FLAG_KIND_STRING, &m.api_keys_file,
        "file of `KEY TENANT` lines (mode 0600): every route needs one of the keys; a request goes to "
        "its key's tenant", NULL},
+      {"tool-call-parser", ACTOR_FLAG_KIND_STRING, &m.tool_call_parser,
+       "how tool_choice auto reads tool calls in the output: hermes (<tool_call>{...}</tool_call>; Qwen, "
+       "Hermes, SmolLM3), llama3_json, mistral (vLLM's parser names)", NULL},
       {"health-missed-beats", ACTOR_FLAG_KIND_INT32, &m.health_missed_beats,
        "/health answers 503 when an actor sent no ready heartbeat for this many --heartbeat-ms "
        "intervals (the actors beat at the same interval; default 3)", NULL},

@@ -80,6 +80,7 @@ static const struct {
     {"trace-publish", false, A_ALL, "every actor also publishes its span batches on <prefix>.trace.<actor>"},
     {"api-key", true, A_API, "HTTP needs `Authorization: Bearer KEY` (tenant default; shows in ps)"},
     {"api-keys", true, A_API, "file of `KEY TENANT` lines (mode 0600): HTTP keys and their tenants"},
+    {"tool-call-parser", true, A_API, "hermes | llama3_json | mistral: tool calls in outputs (tool_choice auto)"},
     {"heartbeat-ms", true, A_ALL,
      "heartbeat interval of every actor (a worker / kv_manager silent for 3 is dead; default 2000)"},
 };

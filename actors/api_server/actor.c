@@ -490,7 +490,7 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
   c->tenant = tenant;
   c->t_start_ns = llb_now_ns();
   trace_begin(c, req);
-  struct api_parse_options po = {.served_model = a->model_name};
+  struct api_parse_options po = {.served_model = a->model_name, .tool_parser = a->o.tool_call_parser};
   bool tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT;
   if (tok ? api_tokenize_parse(ep, body, len, model, &po, &c->tok, &e) != LLB_STATUS_OK
           : api_request_parse(ep, body, len, &po, &c->parsed, &e) != LLB_STATUS_OK) {

@@ -69,6 +69,8 @@ struct api_actor_options {
   const char *health_actors;       /* comma list; NULL = API_ACTOR_DEFAULT_HEALTH_ACTORS, "" = none */
   int64_t health_window_ms;        /* 0 = 10000; llmbus-api-server: --health-missed-beats x
                                       --heartbeat-ms (3 x 2000) */
+  int32_t tool_call_parser;        /* enum tool_format (tool_parser.h) of tool_choice auto:
+                                      0 = hermes, 1 = llama3_json, 2 = mistral */
   struct llb_metrics *registry;    /* NULL = none; else GET /metrics also renders it (the
                                       process's metrics, bus histograms); borrowed */
 };

@@ -58,33 +58,3 @@ llb_status api_chat_check(const struct api_request *r, struct api_error *err) {
                "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
   return LLB_STATUS_OK;
 }
-
-llb_status api_chat_message_tools(json_t *m, const char *name, const char *role, api_own_fn own, void *owner,
-                                  struct llb_chat_message *out, struct api_error *err) {
-  char field[128];
-  json_t *calls = json_object_get(m, "tool_calls");
-  if (calls && !json_is_null(calls)) {
-    snprintf(field, sizeof field, "%s.tool_calls", name);
-    if (strcmp(role, "assistant") != 0) return bad(err, field, "'%s' is allowed on assistant messages only", field);
-    if (!json_is_array(calls)) return bad(err, field, "'%s' must be an array", field);
-    size_t i;
-    json_t *c;
-    json_array_foreach(calls, i, c) {
-      json_t *fn = json_is_object(c) ? json_object_get(c, "function") : NULL;
-      if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")) ||
-          !json_is_string(json_object_get(fn, "arguments")))
-        return bad(err, field, "'%s[%zu]' must be {\"id\", \"type\": \"function\", \"function\": {\"name\": str, "
-                   "\"arguments\": str}}", field, i);
-    }
-    llb_status st = dump_owned(calls, own, owner, &out->tool_calls, err);
-    if (st != LLB_STATUS_OK) return st;
-  }
-  json_t *id = json_object_get(m, "tool_call_id");
-  if (id && !json_is_null(id)) {
-    snprintf(field, sizeof field, "%s.tool_call_id", name);
-    if (strcmp(role, "tool") != 0) return bad(err, field, "'%s' is allowed on tool messages only", field);
-    if (!json_is_string(id)) return bad(err, field, "'%s' must be a string", field);
-    out->tool_call_id = (struct llb_str){json_string_value(id), json_string_length(id)};
-  }
-  return LLB_STATUS_OK;
-}

@@ -1,9 +1,7 @@
 /* Chat request fields for the model's own Jinja chat template (vLLM's chat completion
  * extras): `chat_template_kwargs` (object), `continue_final_message` and
- * `add_generation_prompt` (booleans; vLLM refuses both true), and the message fields of a
- * tool round trip: an assistant message's `tool_calls` (array of OpenAI tool calls, passed on
- * as compact JSON) and a tool message's `tool_call_id`. `tools` / `tool_choice` belong to the
- * tools endpoint work, not here. */
+ * `add_generation_prompt` (booleans; vLLM refuses both true). The tool fields of messages and
+ * `tools` / `tool_choice` are api_tools.h's. */
 #ifndef LLB_ACTORS_API_SERVER_API_CHAT_FIELDS_H
 #define LLB_ACTORS_API_SERVER_API_CHAT_FIELDS_H
 
@@ -23,10 +21,5 @@ llb_status api_chat_template_field(const char *key, json_t *v, struct api_reques
 /* After every field is read: 400 for continue_final_message with add_generation_prompt
  * (true by default), as vLLM. */
 llb_status api_chat_check(const struct api_request *r, struct api_error *err);
-
-/* Reads message m's tool_calls / tool_call_id (name = "messages[i]" for errors) into out.
- * tool_calls only on assistant messages; tool_call_id only on tool messages. */
-llb_status api_chat_message_tools(json_t *m, const char *name, const char *role, api_own_fn own, void *owner,
-                                  struct llb_chat_message *out, struct api_error *err);
 
 #endif

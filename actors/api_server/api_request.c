@@ -4,6 +4,7 @@
 
 #include "actors/api_server/api_embeds.h"
 #include "actors/api_server/api_params.h"
+#include "actors/api_server/api_tools.h"
 #include "actors/api_server/api_structured.h"
 
 #include <jansson.h>
@@ -426,23 +427,14 @@ static llb_status parse_messages(json_t *v, struct api_request *r, struct req_im
                  field, role);
     /* OpenAI's "developer" role is the system role of older models. */
     r->messages[i].role = strcmp(role, "developer") == 0 ? llb_str_c("system") : (struct llb_str){role, role_len};
-    json_t *name_v = json_object_get(m, "name");
-    if (name_v) {
-      char nf[96];
-      snprintf(nf, sizeof nf, "%s.name", name);
-      const char *nm;
-      size_t nm_len;
-      if (get_str(name_v, nf, &nm, &nm_len, err) != LLB_STATUS_OK) return LLB_STATUS_INVALID_ARGUMENT;
-      r->messages[i].name = (struct llb_str){nm, nm_len};
-    }
-    llb_status xs = api_chat_message_tools(m, name, role, own_cb, im, &r->messages[i], err);
-    if (xs != LLB_STATUS_OK) return xs;
     snprintf(field, sizeof field, "%s.content", name);
     json_t *content = json_object_get(m, "content");
     if (!content && strcmp(role, "assistant") != 0)
       return BAD(field, "'%s' is required", field);
     r->messages[i].content_is_null = !content || json_is_null(content);
     llb_status st = parse_content(content, field, im, &r->messages[i].content, err);
+    if (st == LLB_STATUS_OK)
+      st = api_tools_parse_message(m, name, !content || json_is_null(content), r, &r->messages[i], err);
     if (st != LLB_STATUS_OK) return st;
   }
   return LLB_STATUS_OK;
@@ -539,6 +531,8 @@ static llb_status parse_field(const char *key, json_t *v, struct api_request *r,
     if (handled) return st;
   }
   st = api_params_parse_field(key, v, r, &handled, err);
+  if (handled) return st;
+  st = api_tools_parse_field(key, v, r, &handled, err);
   if (handled) return st;
   st = check_neutral(key, v, r, &handled, err);
   if (handled) return st;
@@ -667,6 +661,7 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
       st = api_parse_prompt_embeds(v, out, err);
   }
   if (st == LLB_STATUS_OK) st = api_params_check(out, err);
+  if (st == LLB_STATUS_OK) st = api_tools_check(out, (enum tool_format)o->tool_parser, err);
   if (st != LLB_STATUS_OK) goto fail;
   return LLB_STATUS_OK;
 fail:
@@ -681,6 +676,7 @@ void api_request_free(struct api_request *r) {
   free(r->messages);
   for (int32_t i = 0; r->mm_items && i < r->num_mm_items; i++) free((void *)r->mm_items[i].data);
   free(r->mm_items);
+  api_tools_free(r);
   free(r->structured_spec);
   struct req_impl *im = r->impl;
   if (im) {
@@ -709,6 +705,7 @@ void api_request_to_generate(const struct api_request *r, int32_t prompt_index,
     out->chat_template_kwargs = r->chat_template_kwargs;
     out->continue_final_message = r->continue_final_message;
     out->add_generation_prompt = !r->no_generation_prompt;
+    api_tools_to_generate(r, out);
     return;
   }
   const struct api_prompt *p = &r->prompts[prompt_index];

@@ -105,6 +105,8 @@ struct api_request {
   struct llb_str chat_template_kwargs; /* compact JSON object; "" = none (owned via impl) */
   bool continue_final_message;    /* needs add_generation_prompt false */
   bool no_generation_prompt;      /* add_generation_prompt = false */
+  struct api_tools *tools;        /* chat: tools, tool_choice, message tool fields (api_tools.h);
+                                   * NULL = none of them */
   void *impl;                     /* private: the JSON document and owned strings */
   struct llb_structured_outputs structured_outputs; /* api_structured.h; kind NONE = none */
   char structured_param[48];      /* the field it came from ("response_format", "guided_json") */
@@ -115,6 +117,7 @@ struct api_request {
 struct api_parse_options {
   const char *served_model;  /* the only model id accepted (404 otherwise); required */
   int32_t max_n;             /* 0 = API_MAX_N */
+  int32_t tool_parser;       /* enum tool_format of --tool-call-parser (0 = hermes); api_tools.h */
 };
 
 /* Parses and validates `body[len]` (need not be NUL-terminated) for `endpoint`.

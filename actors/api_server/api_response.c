@@ -1,6 +1,8 @@
 /* RequestOutput → OpenAI JSON / SSE (see api_response.h). */
 #include "actors/api_server/api_response.h"
 
+#include "actors/api_server/api_tools.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +34,9 @@ llb_status api_response_init(struct api_response *r, const struct api_request *r
     return OOM();
   }
   for (int32_t i = 0; i < r->num_prompts; i++) r->prompt_tokens[i] = -1;
+  const char *named = NULL;
+  r->tools = api_tools_output_format(req, &r->tool_format, &named, &r->tool_single_call);
+  snprintf(r->tool_named, sizeof r->tool_named, "%s", named ? named : "");
   if (req->echo && req->endpoint == API_ENDPOINT_COMPLETIONS) {
     r->echo = calloc((size_t)r->num_prompts, sizeof *r->echo);
     for (int32_t i = 0; r->echo && i < r->num_prompts; i++) {
@@ -52,6 +57,8 @@ void api_response_free(struct api_response *r) {
   for (int64_t i = 0; r->choices && i < (int64_t)r->num_prompts * r->n; i++) {
     api_buf_free(&r->choices[i].text);
     json_decref(r->choices[i].logprobs);
+    tool_stream_free(r->choices[i].tool_stream);
+    free(r->choices[i].tool_stream);
   }
   free(r->choices);
   for (int32_t i = 0; r->echo && i < r->num_prompts; i++) free(r->echo[i]);
@@ -235,6 +242,54 @@ llb_status api_response_add_output(struct api_response *r, int32_t prompt_index,
   return LLB_STATUS_OK;
 }
 
+static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* The tool calls of `snap` as the message's tool_calls array (fresh ids; only the first
+ * with parallel_tool_calls false). */
+static json_t *tool_calls_json(const struct api_response *r, const struct tool_snapshot *snap) {
+  json_t *calls = json_array();
+  int32_t n = r->tool_single_call && snap->num_calls > 1 ? 1 : snap->num_calls;
+  for (int32_t i = 0; calls && i < n; i++) {
+    const struct tool_call_snap *c = &snap->calls[i];
+    char id[TOOL_ID_BYTES];
+    tool_call_id(r->tool_format, id);
+    json_t *call = json_pack("{s:s, s:s, s:{s:s%, s:s%}}", "id", id, "type", "function", "function", "name",
+                             c->name.data, c->name.len, "arguments", c->arguments.data, c->arguments.len);
+    if (!call || json_array_append_new(calls, call) != 0) {
+      json_decref(calls);
+      return NULL;
+    }
+  }
+  return calls;
+}
+
+/* The message of a finished chat choice whose text is parsed for tool calls: with tool_calls
+ * (content null when only whitespace is left; *finish replaced by "tool_calls") when it
+ * parses, else the text as content (vLLM's fallback). NULL when out of memory. */
+static json_t *tool_message(const struct api_response *r, const struct api_choice_state *cs, json_t **finish) {
+  struct tool_snapshot *snap = calloc(1, sizeof *snap);
+  json_t *msg = NULL;
+  if (snap && tool_parse(r->tool_format, r->tool_named, cs->text.data, cs->text.len, true, snap) == LLB_STATUS_OK) {
+    const char *t = snap->content.data ? snap->content.data : "";
+    size_t a = 0, b = snap->content.len;
+    while (a < b && is_ws(t[a])) a++;
+    while (b > a && is_ws(t[b - 1])) b--;
+    json_t *content = snap->num_calls == 0 ? json_stringn(t, snap->content.len)
+                      : a < b             ? json_stringn(t + a, b - a)
+                                          : json_null();
+    json_t *calls = snap->num_calls > 0 ? tool_calls_json(r, snap) : NULL;
+    msg = calls ? json_pack("{s:s, s:o, s:o}", "role", "assistant", "content", content, "tool_calls", calls)
+                : json_pack("{s:s, s:o}", "role", "assistant", "content", content);
+    if (msg && calls) {
+      json_decref(*finish);
+      *finish = json_string("tool_calls");
+    }
+  }
+  tool_snapshot_free(snap);
+  free(snap);
+  return msg;
+}
+
 llb_status api_response_render(struct api_response *r, struct api_buf *out) {
   json_t *choices = json_array();
   bool chat = r->endpoint == API_ENDPOINT_CHAT;
@@ -246,9 +301,11 @@ llb_status api_response_render(struct api_response *r, struct api_buf *out) {
     json_t *lp = cs->logprobs ? json_incref(cs->logprobs) : json_null();
     json_t *fr = fin ? json_string(fin) : json_null();
     json_t *sr = cs->stop_reason[0] ? json_string(cs->stop_reason) : json_null();
-    json_t *choice = chat ? json_pack("{s:I, s:{s:s, s:o}, s:o, s:o, s:o}", "index", (json_int_t)i, "message",
-                                      "role", "assistant", "content", text, "logprobs", lp,
-                                      "finish_reason", fr, "stop_reason", sr)
+    json_t *msg = chat && r->tools ? tool_message(r, cs, &fr) : NULL;
+    if (chat && r->tools) json_decref(text);
+    else if (chat) msg = json_pack("{s:s, s:o}", "role", "assistant", "content", text);
+    json_t *choice = chat ? json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)i, "message", msg,
+                                      "logprobs", lp, "finish_reason", fr, "stop_reason", sr)
                           : json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)i, "text", text,
                                       "logprobs", lp, "finish_reason", fr, "stop_reason", sr);
     if (!choice || json_array_append_new(choices, choice) != 0) {
@@ -276,6 +333,47 @@ static json_t *chunk_head(const struct api_response *r, json_t *choices) {
                         "created", (json_int_t)r->created, "model", r->model, "choices", choices);
   if (o && r->include_usage) json_object_set_new(o, "usage", json_null());
   return o;
+}
+
+/* Chat with tools: the choice's text through its tool_stream; one chunk per delta (logprobs
+ * on the first, the finish reason on the last: "tool_calls" once a call went out, unless
+ * max_tokens cut the output). `lp` is stolen. */
+static llb_status stream_tool_deltas(struct api_response *r, struct api_choice_state *cs, int64_t idx,
+                                     const struct llb_completion_output *c, json_t *lp, struct api_buf *out) {
+  bool finishing = c->finish_reason != LLB_FINISH_REASON_NONE;
+  if (!cs->tool_stream) {
+    cs->tool_stream = malloc(sizeof *cs->tool_stream);
+    if (!cs->tool_stream) {
+      json_decref(lp);
+      return OOM();
+    }
+    tool_stream_init(cs->tool_stream, r->tool_format, r->tool_named, r->tool_single_call);
+  }
+  json_t *deltas = NULL;
+  llb_status st = tool_stream_feed(cs->tool_stream, c->text.data, c->text.len, finishing, &deltas);
+  if (st != LLB_STATUS_OK) {
+    json_decref(lp);
+    return st;
+  }
+  size_t nd = json_array_size(deltas);
+  bool called = tool_stream_called(cs->tool_stream);
+  for (size_t i = 0; st == LLB_STATUS_OK && i < (nd ? nd : 1); i++) {
+    bool last = i + 1 >= nd;
+    if (nd == 0 && json_is_null(lp) && !finishing) break;
+    json_t *delta = nd ? json_incref(json_array_get(deltas, i)) : json_object();
+    /* a call cut by max_tokens keeps "length": the client must not run a partial call */
+    json_t *fin = !last || !finishing                                        ? json_null()
+                  : called && c->finish_reason != LLB_FINISH_REASON_LENGTH ? json_string("tool_calls")
+                                                                           : finish_json(c);
+    json_t *choice = json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)idx, "delta", delta, "logprobs",
+                               i == 0 ? json_incref(lp) : json_null(), "finish_reason", fin, "stop_reason",
+                               last && finishing ? stop_reason_json(c) : json_null());
+    json_t *choices = choice ? json_pack("[o]", choice) : NULL;
+    st = emit_event(choices ? chunk_head(r, choices) : NULL, out);
+  }
+  json_decref(lp);
+  json_decref(deltas);
+  return st;
 }
 
 llb_status api_response_stream_output(struct api_response *r, int32_t prompt_index,
@@ -320,6 +418,11 @@ llb_status api_response_stream_output(struct api_response *r, int32_t prompt_ind
     }
     json_t *lp = logprobs_json(r, c, cs);
     json_t *choice;
+    if (chat && r->tools) {
+      free(joined);
+      if ((st = stream_tool_deltas(r, cs, idx, c, lp, out)) != LLB_STATUS_OK) return st;
+      continue;
+    }
     if (chat) {
       json_t *delta = c->text.len ? json_pack("{s:o}", "content", str_json(c->text)) : json_object();
       choice = json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)idx, "delta", delta,

@@ -19,6 +19,10 @@
  * (RequestMetrics.num_cached_tokens, as vLLM with --enable-prompt-tokens-details). With `echo`
  * (completions) each choice's text starts with its prompt's text: in the first chunk of the
  * choice when streaming (vLLM serving_completion.py).
+ * Chat with tools (tool_choice other than none): each choice's text goes through its tool-call
+ * parser (tool_parser.h): the message gets `tool_calls` ([{id, type, function: {name,
+ * arguments}}]), content null when only whitespace is left, finish_reason "tool_calls"; a text
+ * that does not parse stays content. Streamed, the deltas are the parser's (one chunk each).
  */
 #ifndef LLB_ACTORS_API_SERVER_API_RESPONSE_H
 #define LLB_ACTORS_API_SERVER_API_RESPONSE_H
@@ -27,6 +31,7 @@
 #include <stdint.h>
 
 #include "actors/api_server/api_request.h"
+#include "actors/api_server/tool_parser.h"
 #include "base/status.h"
 #include "schemas/request_output.h"
 
@@ -40,6 +45,7 @@ struct api_choice_state {
   void *logprobs;        /* non-streaming: JSON logprobs so far (private), NULL = none */
   int32_t finish_reason; /* enum llb_finish_reason */
   char stop_reason[LLB_MAX_STOP_STRING_BYTES + 1];
+  struct tool_stream *tool_stream; /* chat stream with tool parsing: this choice's parser */
 };
 
 struct api_response {
@@ -56,6 +62,10 @@ struct api_response {
   int64_t completion_tokens;
   int32_t num_finished;             /* sub-requests whose final output arrived */
   char **echo;                      /* [num_prompts] prompt texts to prepend (request echo), or NULL */
+  bool tools;                       /* chat: outputs parsed for tool calls (api_tools.h) */
+  enum tool_format tool_format;
+  char tool_named[65];              /* TOOL_FORMAT_NAMED: the tool */
+  bool tool_single_call;            /* parallel_tool_calls false */
 };
 
 /* Sets up `r` for request `req` (borrowed for this call only). `id` is copied. Errors:

@@ -23,4 +23,5 @@ llb_add_fuzzer(fuzz_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_tokenizer.c
                ${CMAKE_SOURCE_DIR}/tests/unit/arch_models.c LIBS llmbus_model llmbus_test_gguf_writer)
 llb_add_fuzzer(fuzz_api_request SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_api_request.c
                LIBS llmbus_api_server_core llmbus_schemas)
+llb_add_fuzzer(fuzz_tool_parser SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_tool_parser.c LIBS llmbus_api_server_core)
 llb_add_fuzzer(fuzz_image SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_image.c LIBS llmbus_image)

@@ -1,8 +1,14 @@
 # Api server pure logic (owner: api engineer): request parsing/validation, response and SSE
 # rendering, Prometheus text. No network.
 if(TARGET llmbus_api_server_core)
-  foreach(t test_api_request test_api_response test_api_metrics test_api_keys test_api_delta)
+  foreach(t test_api_request test_api_response test_api_metrics test_api_keys test_api_delta test_tool_parser)
     llb_add_test(${t} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.c
                  LIBS llmbus_api_server_core PkgConfig::JANSSON PkgConfig::CMOCKA m LABELS unit api TIMEOUT 60)
   endforeach()
+  # tool_choice required / named schemas against the grammar engine the worker masks with
+  if(TARGET llmbus_structured_output)
+    llb_add_test(test_api_tools SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_api_tools.c
+                 LIBS llmbus_api_server_core llmbus_structured_output PkgConfig::JANSSON PkgConfig::CMOCKA m
+                 LABELS unit api TIMEOUT 60)
+  endif()
 endif()
