@@ -268,8 +268,7 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
       msgs[i].content = m->content.data;
       extras[i] = (struct chat_message_extra){.tool_calls_json = m->tool_calls.len ? m->tool_calls.data : NULL,
                                               .tool_call_id = m->tool_call_id.len ? m->tool_call_id.data : NULL,
-                                              .name = m->name.len ? m->name.data : NULL,
-                                              .content_is_null = m->content_is_null};
+                                              .name = m->name.len ? m->name.data : NULL};
     }
     req->messages = msgs;
     req->message_extras = extras;

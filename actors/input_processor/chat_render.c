@@ -41,8 +41,10 @@ static llb_status build_messages(const struct chat_render_input *in, json_t *arr
     json_t *o = json_object();
     if (!o || json_array_append_new(arr, o)) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "chat context");
     json_object_set_new(o, "role", json_string(m->role));
-    if (x && x->content_is_null) json_object_set_new(o, "content", json_null());
-    else json_object_set_new(o, "content", json_string(m->content ? m->content : ""));
+    /* A null content (an assistant turn of tool calls) renders as "", as vLLM's "string"
+     * content format does (chat_utils: the text parts joined, none here): templates such as
+     * SmolLM2's concatenate message['content'] unconditionally, which None would break. */
+    json_object_set_new(o, "content", json_string(m->content ? m->content : ""));
     if (!x) continue;
     if (present(x->tool_calls_json)) {
       json_t *calls;

@@ -21,7 +21,6 @@ struct chat_message_extra {
   const char *tool_calls_json; /* JSON array of OpenAI tool calls */
   const char *tool_call_id;
   const char *name;
-  bool content_is_null;
 };
 
 /* One render's input; everything borrowed. */
