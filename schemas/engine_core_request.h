@@ -28,6 +28,7 @@ struct llb_engine_core_request {
   struct llb_str traceparent;       /* the request span's W3C traceparent, "" = not traced */
   struct llb_str trace_parent_span_id; /* its parent span id (16 hex), "" = root */
   int64_t trace_start_time_ns;      /* its start, wall clock ns since the epoch */
+  struct llb_pooling_params pooling_params; /* type NONE = sample; else pool the prompt only */
 };
 
 struct llb_abort_requests {

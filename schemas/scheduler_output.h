@@ -23,6 +23,7 @@ struct llb_new_request_data {
   const int32_t *output_token_ids;                   /* [num_output_token_ids]: already
                                                         generated (resumed requests) */
   int32_t num_output_token_ids;
+  struct llb_pooling_params pooling_params;          /* type NONE = sample; else pool */
 };
 
 /* Deltas for requests in the worker's persistent batch: parallel arrays of num_reqs. The
