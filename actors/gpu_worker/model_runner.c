@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "actors/gpu_worker/mm_encoder.h"
+#include "actors/gpu_worker/pooler.h"
 #include "actors/gpu_worker/runner_backend.h"
 #include "actors/gpu_worker/sampler.h"
 
@@ -27,6 +28,7 @@ struct mr_request {
   struct llb_sampling_params sampling_params;
   struct mr_mm *mm;             /* [num_mm] multimodal placeholders, by offset */
   int64_t num_mm, mm_cap;
+  struct pooler_req pool;       /* a pooling request's state (type NONE: it samples) */
 };
 
 /* A multimodal item of a request: placeholder range and encoder-output key. */
@@ -74,6 +76,12 @@ struct model_runner {
   int32_t hidden_size;
   float *embeds;                /* [max_num_batched_tokens, hidden_size], allocated on first use */
   uint8_t *embeds_mask;         /* [max_num_batched_tokens] */
+  float *hidden;                /* [max_num_batched_tokens, hidden_size] pooled rows, on first use */
+  int32_t *hidden_indices;      /* [max_num_batched_tokens] batch row of each */
+  int32_t *hidden_rows;         /* [max_num_batched_tokens] persistent-batch row of each */
+  float *out_pooled;            /* [out_pooled_cap] the step's pooled vectors */
+  int64_t out_pooled_cap;
+  int32_t *out_num_pooled;      /* [step_cap] */
 
   /* output, grow-only: valid until the next execute */
   struct llb_str *out_req_ids;   /* [step_cap] */
@@ -142,6 +150,7 @@ static void free_request(struct mr_request *q) {
   if (!q) return;
   free_mm(q);
   free(q->mm);
+  pooler_req_free(&q->pool);
   free(q->req_id);
   free(q->token_ids);
   free(q->block_ids);
@@ -207,6 +216,7 @@ void model_runner_destroy(struct model_runner *r) {
   mm_encoder_cache_destroy(r->mm);
   free(r->embeds);
   free(r->embeds_mask);
+  free(r->hidden); free(r->hidden_indices); free(r->hidden_rows); free(r->out_pooled); free(r->out_num_pooled);
   runner_backend_destroy(&r->be);
   free(r);
 }
@@ -246,6 +256,7 @@ static bool reserve_step(struct model_runner *r, int32_t n) {
   GROW(r->out_sampled, cap);
   GROW(r->results, cap);
   GROW(r->lp_ranks, cap);
+  GROW(r->out_num_pooled, cap);
 #undef GROW
   r->step_cap = cap;
   return true;
@@ -290,6 +301,14 @@ static llb_status check_new(struct model_runner *r, const struct llb_scheduler_o
     if (!mm_encoder_supports(f->modality))
       return fail(r, LLB_STATUS_UNSUPPORTED, field, "mm_features[%d]: modality '%s' has no encoder here", k,
                   f->modality.data);
+  }
+  if (nr->pooling_params.pooling_type != LLB_POOLING_NONE) {
+    if (r->cfg.device != MODEL_RUNNER_DEVICE_CPU)
+      return fail(r, LLB_STATUS_UNSUPPORTED, field, "pooling (embeddings) runs on the cpu device only, not %s",
+                  model_runner_device_name(r->cfg.device));
+    if (nr->num_output_token_ids > 0 || nr->num_mm_features > 0 || nr->num_computed_tokens > 0)
+      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "a pooling request has no outputs, no mm_features "
+                  "and no computed tokens (it pools hidden states of its own rows: no prefix cache)");
   }
   if (nr->num_prompt_token_ids < 1 || (nr->num_prompt_token_ids > 0 && !nr->prompt_token_ids))
     return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "no prompt tokens");
@@ -531,6 +550,8 @@ static llb_status add_new(struct model_runner *r, const struct llb_new_request_d
   if (!append_blocks(q, nr->block_ids, nr->num_block_ids)) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
   q->num_computed_tokens = nr->num_computed_tokens;
   q->sampling_params = *nr->sampling_params;
+  if (pooler_req_reset(&q->pool, &nr->pooling_params, r->hidden_size))
+    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "pooling state: %s", llb_err_last());
   free_mm(q);
   if (!grow((void **)&q->mm, &q->mm_cap, nr->num_mm_features, sizeof(*q->mm)))
     return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "mm features");
@@ -618,6 +639,27 @@ static llb_status gather_mm(struct model_runner *r, const struct mr_request *q, 
   return LLB_STATUS_OK;
 }
 
+/* A pooling request's rows of its chunk [start, start + len), at batch rows from `at`: their
+ * hidden states are copied out of the forward (llama_batch.hidden_indices). */
+static llb_status add_hidden_rows(struct model_runner *r, const struct mr_request *q, int32_t row, int32_t start,
+                                  int32_t len, int32_t at, int32_t *nh) {
+  const size_t nt = (size_t)r->cfg.max_num_batched_tokens;
+  if (!r->hidden) {
+    r->hidden = malloc(nt * (size_t)r->hidden_size * sizeof(float));
+    r->hidden_indices = malloc(nt * sizeof(int32_t));
+    r->hidden_rows = malloc(nt * sizeof(int32_t));
+    if (!r->hidden || !r->hidden_indices || !r->hidden_rows)
+      return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "pooling hidden states");
+  }
+  const int32_t k = pooler_req_rows(&q->pool, start, len, (int32_t)q->num_prompt_tokens, r->hidden_indices + *nh);
+  for (int32_t j = *nh; j < *nh + k; j++) {
+    r->hidden_indices[j] += at;
+    r->hidden_rows[j] = row;
+  }
+  *nh += k;
+  return LLB_STATUS_OK;
+}
+
 static llb_status prepare_inputs(struct model_runner *r, const struct llb_scheduler_output *so, int32_t *num_seqs) {
   for (int32_t i = 0; i < r->num_rows; i++) r->row_sched[i] = 0;
   for (int32_t k = 0; k < so->num_scheduled_reqs; k++)
@@ -633,7 +675,7 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
       !grow((void **)&r->logits, &r->logits_cap, (int64_t)ns * r->vocab_size, sizeof(float)))
     return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "batch of %d requests", ns);
   const int32_t bs = r->cfg.block_size;
-  int32_t s = 0, n = 0, nl = 0;
+  int32_t s = 0, n = 0, nl = 0, nh = 0;
   bool any_mm = false;
   r->query_start_loc[0] = 0;
   for (int32_t i = 0; i < r->num_rows; i++) {
@@ -657,7 +699,10 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
     n += len;
     r->seq_lens[s] = start + len;
     r->query_start_loc[s + 1] = n;
-    if (start + len == q->num_tokens) { /* reaches the end: sample; else a partial prefill */
+    if (pooler_req_active(&q->pool)) { /* pools its prompt, samples nothing */
+      llb_status st = add_hidden_rows(r, q, i, start, len, n - len, &nh);
+      if (st) return st;
+    } else if (start + len == q->num_tokens) { /* reaches the end: sample; else a partial prefill */
       r->logits_indices[nl] = n - 1;
       r->logits_rows[nl++] = i;
     }
@@ -668,7 +713,8 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
       .num_seqs = ns, .query_start_loc = r->query_start_loc, .seq_lens = r->seq_lens,
       .block_tables = r->block_tables, .max_blocks_per_seq = max_blocks, .num_logits = nl,
       .logits_indices = r->logits_indices, .input_embeds = any_mm ? r->embeds : NULL,
-      .embeds_mask = any_mm ? r->embeds_mask : NULL};
+      .embeds_mask = any_mm ? r->embeds_mask : NULL, .num_hidden = nh,
+      .hidden_indices = nh ? r->hidden_indices : NULL, .hidden_states = nh ? r->hidden : NULL};
   *num_seqs = ns;
   return LLB_STATUS_OK;
 }
@@ -755,13 +801,28 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   if ((st = sample_all(r, max_n))) return st;
   if (max_n >= 0 && (st = fill_logprobs(r, max_n, out))) return st;
   /* Everything sampled: now append (a failure above leaves the requests unchanged). */
+  for (int32_t h = 0; h < r->batch.num_hidden; h++) /* pooling rows, in prompt order */
+    pooler_req_add(&r->rows[r->hidden_rows[h]]->pool, r->hidden + (size_t)h * (size_t)r->hidden_size);
   int32_t l = 0, k = 0;
+  int64_t np = 0;
   for (int32_t i = 0; i < r->num_rows; i++) {
     if (r->row_sched[i] <= 0) continue;
     struct mr_request *q = r->rows[i];
     q->num_computed_tokens += r->row_sched[i];
     r->out_req_ids[k] = (struct llb_str){q->req_id, q->req_id_len};
     r->out_num_sampled[k] = 0;
+    r->out_num_pooled[k] = 0;
+    if (pooler_req_active(&q->pool) && q->num_computed_tokens == q->num_tokens) { /* prompt done */
+      const int32_t dims = pooler_req_dims(&q->pool);
+      if (!grow((void **)&r->out_pooled, &r->out_pooled_cap, np + dims, sizeof(float)))
+        return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "pooled vectors");
+      if ((st = pooler_req_finish(&q->pool, r->out_pooled + np))) {
+        blame(r, q->req_id, q->req_id_len);
+        return fail(r, st, "pooling_params", "request \"%s\": %s", q->req_id, llb_err_last());
+      }
+      r->out_num_pooled[k] = dims;
+      np += dims;
+    }
     if (l < r->batch.num_logits && r->logits_rows[l] == i) {
       if (!grow((void **)&q->token_ids, &q->token_cap, q->num_tokens + 1, sizeof(int32_t)))
         return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
@@ -777,6 +838,9 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   out->sampled_token_ids = r->out_sampled;
   out->num_sampled_token_ids = l;
   out->num_sampled = r->out_num_sampled;
+  out->pooler_output = np ? r->out_pooled : NULL;
+  out->num_pooler_output = (int32_t)np;
+  out->num_pooled = np ? r->out_num_pooled : NULL;
   return LLB_STATUS_OK;
 }
 
