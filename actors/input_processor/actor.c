@@ -9,6 +9,7 @@
 
 #include "actors/input_processor/engine_router.h"
 #include "actors/input_processor/input_processor.h"
+#include "actors/input_processor/pooling_check.h"
 #include "actors/input_processor/tenant_limits.h"
 #include "base/log.h"
 #include "bus/span.h"
@@ -311,7 +312,7 @@ static llb_status publish_engine_request(struct inproc_actor *a, const char *sub
 
 static llb_status publish_children(struct inproc_actor *a, const char *eid, const struct inproc_generate_request *req,
                                    const struct inproc_processed *pr, const struct bus_trace_ctx *span,
-                                   const struct request_trace *rt) {
+                                   const struct request_trace *rt, const struct llb_pooling_params *pool) {
   char subject[BUS_SUBJECT_MAX];
   llb_status sst = bus_subject_engine(bus_prefix(a->bus), eid, "requests", subject, sizeof subject);
   if (sst != LLB_STATUS_OK) return sst;
@@ -353,6 +354,7 @@ static llb_status publish_children(struct inproc_actor *a, const char *eid, cons
         .traceparent = llb_str_c(rt->on ? rt->traceparent : ""),
         .trace_parent_span_id = llb_str_c(rt->on ? rt->parent_span_id : ""),
         .trace_start_time_ns = rt->on ? rt->start_ns : 0,
+        .pooling_params = *pool,
     };
     st = llb_engine_core_request_encode_buf(&m, &buf);
     if (st == LLB_STATUS_OK) st = publish_engine_request(a, subject, buf.data, buf.len, span);
@@ -490,6 +492,12 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
     reply_error(a, msg, ext_id, LLB_STATUS_UNSUPPORTED, "is not supported by this engine", bad);
     goto done;
   }
+  char pool_msg[256];
+  if ((st = inproc_pooling_check(&gr, &bad, pool_msg, sizeof pool_msg))) {
+    atomic_fetch_add(&a->rejected, 1);
+    reply_error(a, msg, ext_id, st, pool_msg, bad);
+    goto done;
+  }
   bad = to_inproc_request(&gr, tenant, msg->reply, &arena, &req);
   if (bad) {
     atomic_fetch_add(&a->rejected, 1);
@@ -531,7 +539,7 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
   /* the work is done when the request is handed to the engine, which may answer before
    * publish returns: ending here keeps this span inside the request span */
   proc.end_unix_ns = llb_wall_ns();
-  st = publish_children(a, choice.engine_id, &req, &pr, &proc.ctx, &rt);
+  st = publish_children(a, choice.engine_id, &req, &pr, &proc.ctx, &rt, &gr.pooling_params);
   if (st != LLB_STATUS_OK) {
     release(a, &pr);
     LLB_LOG_ERROR("engine_publish_failed", "request_id=%s error=%s", pr.requests[0].parent_request_id,
