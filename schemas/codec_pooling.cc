@@ -1,6 +1,7 @@
 // PoolingParams (common.fbs) and the pooled vectors that ModelRunnerOutput, EngineCoreOutput
 // and RequestOutput carry (vLLM pooling_params / pooler_output / pooling_output).
 #include <cmath>
+#include <cstring>
 
 #include "schemas/codec_internal.h"
 
@@ -17,8 +18,11 @@ static bool pooling_check(Ctx &c, llb_status bad, int type, int32_t dimensions,
 
 fb::Offset<llmbus::PoolingParams> enc_pooling_params(Enc &e, const llb_pooling_params &p,
                                                      const char *field) {
-  if (!pooling_check(e, LLB_STATUS_INVALID_ARGUMENT, (int)p.pooling_type, p.dimensions, field) ||
-      p.pooling_type == LLB_POOLING_NONE)
+  // A C caller may store any int in the enum; reading it as the C++ enum would be UB.
+  static_assert(sizeof(llb_pooling_type) == sizeof(int), "C enum is an int");
+  int type;
+  memcpy(&type, &p.pooling_type, sizeof type);
+  if (!pooling_check(e, LLB_STATUS_INVALID_ARGUMENT, type, p.dimensions, field) || type == LLB_POOLING_NONE)
     return 0;
   return llmbus::CreatePoolingParams(e.b, (llmbus::PoolingType)p.pooling_type, p.normalize,
                                      p.dimensions);
