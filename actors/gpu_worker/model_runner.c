@@ -76,11 +76,7 @@ struct model_runner {
   int32_t hidden_size;
   float *embeds;                /* [max_num_batched_tokens, hidden_size], allocated on first use */
   uint8_t *embeds_mask;         /* [max_num_batched_tokens] */
-  float *hidden;                /* [max_num_batched_tokens, hidden_size] pooled rows, on first use */
-  int32_t *hidden_indices;      /* [max_num_batched_tokens] batch row of each */
-  int32_t *hidden_rows;         /* [max_num_batched_tokens] persistent-batch row of each */
-  float *out_pooled;            /* [out_pooled_cap] the step's pooled vectors */
-  int64_t out_pooled_cap;
+  struct pooler_step pool;      /* the step's pooled rows and vectors (pooler.h) */
   int32_t *out_num_pooled;      /* [step_cap] */
 
   /* output, grow-only: valid until the next execute */
@@ -187,6 +183,7 @@ llb_status model_runner_create(const struct llama_model *m, const struct model_r
   r->vocab_size = c->vocab_size;
   if ((st = sampler_create(c->vocab_size, &r->sampler))) goto fail;
   r->hidden_size = c->embedding_length;
+  pooler_step_init(&r->pool, cfg->max_num_batched_tokens, c->embedding_length);
   if ((st = mm_encoder_cache_create(c->embedding_length, &r->mm))) goto fail;
   const size_t nt = (size_t)cfg->max_num_batched_tokens;
   r->token_ids = malloc(nt * sizeof(int32_t));
@@ -216,7 +213,8 @@ void model_runner_destroy(struct model_runner *r) {
   mm_encoder_cache_destroy(r->mm);
   free(r->embeds);
   free(r->embeds_mask);
-  free(r->hidden); free(r->hidden_indices); free(r->hidden_rows); free(r->out_pooled); free(r->out_num_pooled);
+  pooler_step_free(&r->pool);
+  free(r->out_num_pooled);
   runner_backend_destroy(&r->be);
   free(r);
 }
@@ -639,27 +637,6 @@ static llb_status gather_mm(struct model_runner *r, const struct mr_request *q, 
   return LLB_STATUS_OK;
 }
 
-/* A pooling request's rows of its chunk [start, start + len), at batch rows from `at`: their
- * hidden states are copied out of the forward (llama_batch.hidden_indices). */
-static llb_status add_hidden_rows(struct model_runner *r, const struct mr_request *q, int32_t row, int32_t start,
-                                  int32_t len, int32_t at, int32_t *nh) {
-  const size_t nt = (size_t)r->cfg.max_num_batched_tokens;
-  if (!r->hidden) {
-    r->hidden = malloc(nt * (size_t)r->hidden_size * sizeof(float));
-    r->hidden_indices = malloc(nt * sizeof(int32_t));
-    r->hidden_rows = malloc(nt * sizeof(int32_t));
-    if (!r->hidden || !r->hidden_indices || !r->hidden_rows)
-      return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "pooling hidden states");
-  }
-  const int32_t k = pooler_req_rows(&q->pool, start, len, (int32_t)q->num_prompt_tokens, r->hidden_indices + *nh);
-  for (int32_t j = *nh; j < *nh + k; j++) {
-    r->hidden_indices[j] += at;
-    r->hidden_rows[j] = row;
-  }
-  *nh += k;
-  return LLB_STATUS_OK;
-}
-
 static llb_status prepare_inputs(struct model_runner *r, const struct llb_scheduler_output *so, int32_t *num_seqs) {
   for (int32_t i = 0; i < r->num_rows; i++) r->row_sched[i] = 0;
   for (int32_t k = 0; k < so->num_scheduled_reqs; k++)
@@ -675,8 +652,9 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
       !grow((void **)&r->logits, &r->logits_cap, (int64_t)ns * r->vocab_size, sizeof(float)))
     return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "batch of %d requests", ns);
   const int32_t bs = r->cfg.block_size;
-  int32_t s = 0, n = 0, nl = 0, nh = 0;
+  int32_t s = 0, n = 0, nl = 0;
   bool any_mm = false;
+  pooler_step_begin(&r->pool);
   r->query_start_loc[0] = 0;
   for (int32_t i = 0; i < r->num_rows; i++) {
     const int32_t len = r->row_sched[i];
@@ -699,9 +677,9 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
     n += len;
     r->seq_lens[s] = start + len;
     r->query_start_loc[s + 1] = n;
-    if (pooler_req_active(&q->pool)) { /* pools its prompt, samples nothing */
-      llb_status st = add_hidden_rows(r, q, i, start, len, n - len, &nh);
-      if (st) return st;
+    if (pooler_req_active(&r->rows[i]->pool)) { /* pools its prompt, samples nothing */
+      if (pooler_step_add_chunk(&r->pool, &r->rows[i]->pool, start, len, (int32_t)q->num_prompt_tokens, n - len))
+        return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "%s", llb_err_last());
     } else if (start + len == q->num_tokens) { /* reaches the end: sample; else a partial prefill */
       r->logits_indices[nl] = n - 1;
       r->logits_rows[nl++] = i;
@@ -713,8 +691,8 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
       .num_seqs = ns, .query_start_loc = r->query_start_loc, .seq_lens = r->seq_lens,
       .block_tables = r->block_tables, .max_blocks_per_seq = max_blocks, .num_logits = nl,
       .logits_indices = r->logits_indices, .input_embeds = any_mm ? r->embeds : NULL,
-      .embeds_mask = any_mm ? r->embeds_mask : NULL, .num_hidden = nh,
-      .hidden_indices = nh ? r->hidden_indices : NULL, .hidden_states = nh ? r->hidden : NULL};
+      .embeds_mask = any_mm ? r->embeds_mask : NULL, .num_hidden = r->pool.num_rows,
+      .hidden_indices = r->pool.indices, .hidden_states = r->pool.hidden};
   *num_seqs = ns;
   return LLB_STATUS_OK;
 }
@@ -801,10 +779,8 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   if ((st = sample_all(r, max_n))) return st;
   if (max_n >= 0 && (st = fill_logprobs(r, max_n, out))) return st;
   /* Everything sampled: now append (a failure above leaves the requests unchanged). */
-  for (int32_t h = 0; h < r->batch.num_hidden; h++) /* pooling rows, in prompt order */
-    pooler_req_add(&r->rows[r->hidden_rows[h]]->pool, r->hidden + (size_t)h * (size_t)r->hidden_size);
+  pooler_step_accumulate(&r->pool);
   int32_t l = 0, k = 0;
-  int64_t np = 0;
   for (int32_t i = 0; i < r->num_rows; i++) {
     if (r->row_sched[i] <= 0) continue;
     struct mr_request *q = r->rows[i];
@@ -812,16 +788,10 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
     r->out_req_ids[k] = (struct llb_str){q->req_id, q->req_id_len};
     r->out_num_sampled[k] = 0;
     r->out_num_pooled[k] = 0;
-    if (pooler_req_active(&q->pool) && q->num_computed_tokens == q->num_tokens) { /* prompt done */
-      const int32_t dims = pooler_req_dims(&q->pool);
-      if (!grow((void **)&r->out_pooled, &r->out_pooled_cap, np + dims, sizeof(float)))
-        return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "pooled vectors");
-      if ((st = pooler_req_finish(&q->pool, r->out_pooled + np))) {
-        blame(r, q->req_id, q->req_id_len);
-        return fail(r, st, "pooling_params", "request \"%s\": %s", q->req_id, llb_err_last());
-      }
-      r->out_num_pooled[k] = dims;
-      np += dims;
+    if (pooler_req_active(&q->pool) && q->num_computed_tokens == q->num_tokens && /* prompt done */
+        (st = pooler_step_finish(&r->pool, &q->pool, &r->out_num_pooled[k]))) {
+      if (st != LLB_STATUS_OUT_OF_MEMORY) blame(r, q->req_id, q->req_id_len); /* a non-finite vector */
+      return fail(r, st, "pooling_params", "request \"%s\": %s", q->req_id, llb_err_last());
     }
     if (l < r->batch.num_logits && r->logits_rows[l] == i) {
       if (!grow((void **)&q->token_ids, &q->token_cap, q->num_tokens + 1, sizeof(int32_t)))
@@ -838,9 +808,9 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   out->sampled_token_ids = r->out_sampled;
   out->num_sampled_token_ids = l;
   out->num_sampled = r->out_num_sampled;
-  out->pooler_output = np ? r->out_pooled : NULL;
-  out->num_pooler_output = (int32_t)np;
-  out->num_pooled = np ? r->out_num_pooled : NULL;
+  out->pooler_output = r->pool.num_out ? r->pool.out : NULL;
+  out->num_pooler_output = (int32_t)r->pool.num_out;
+  out->num_pooled = r->pool.num_out ? r->out_num_pooled : NULL;
   return LLB_STATUS_OK;
 }
 

@@ -80,3 +80,58 @@ llb_status pooler_req_finish(const struct pooler_req *p, float *out) {
   }
   return LLB_STATUS_OK;
 }
+
+void pooler_step_init(struct pooler_step *s, int32_t max_rows, int32_t hidden_size) {
+  memset(s, 0, sizeof(*s));
+  s->max_rows = max_rows;
+  s->hidden_size = hidden_size;
+}
+
+void pooler_step_free(struct pooler_step *s) {
+  free(s->hidden);
+  free(s->indices);
+  free(s->reqs);
+  free(s->out);
+  memset(s, 0, sizeof(*s));
+}
+
+llb_status pooler_step_add_chunk(struct pooler_step *s, struct pooler_req *p, int32_t start, int32_t len,
+                                 int32_t num_prompt_tokens, int32_t at) {
+  if (!s->hidden) {
+    s->hidden = malloc((size_t)s->max_rows * (size_t)s->hidden_size * sizeof(float));
+    s->indices = malloc((size_t)s->max_rows * sizeof(int32_t));
+    s->reqs = malloc((size_t)s->max_rows * sizeof(*s->reqs));
+    if (!s->hidden || !s->indices || !s->reqs) {
+      pooler_step_free(s);
+      return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "pooling rows");
+    }
+  }
+  if (len < 0 || s->num_rows + len > s->max_rows)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "pooling: %d rows after %d, at most %d", len, s->num_rows, s->max_rows);
+  const int32_t k = pooler_req_rows(p, start, len, num_prompt_tokens, s->indices + s->num_rows);
+  for (int32_t j = s->num_rows; j < s->num_rows + k; j++) {
+    s->indices[j] += at;
+    s->reqs[j] = p;
+  }
+  s->num_rows += k;
+  return LLB_STATUS_OK;
+}
+
+void pooler_step_accumulate(struct pooler_step *s) {
+  for (int32_t h = 0; h < s->num_rows; h++) pooler_req_add(s->reqs[h], s->hidden + (size_t)h * (size_t)s->hidden_size);
+}
+
+llb_status pooler_step_finish(struct pooler_step *s, const struct pooler_req *p, int32_t *dims) {
+  *dims = pooler_req_dims(p);
+  if (s->num_out + *dims > s->out_cap) {
+    int64_t cap = s->out_cap > 0 ? s->out_cap : 1024;
+    while (cap < s->num_out + *dims) cap *= 2;
+    float *o = realloc(s->out, (size_t)cap * sizeof(float));
+    if (!o) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "pooled vectors");
+    s->out = o;
+    s->out_cap = cap;
+  }
+  llb_status st = pooler_req_finish(p, s->out + s->num_out);
+  if (st == LLB_STATUS_OK) s->num_out += *dims;
+  return st;
+}

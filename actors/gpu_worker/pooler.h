@@ -59,4 +59,37 @@ int32_t pooler_req_dims(const struct pooler_req *p);
  * added or the result is not finite (naming the element). */
 llb_status pooler_req_finish(const struct pooler_req *p, float *out);
 
+/* One step's pooling: the batch rows whose hidden states the forward copies out
+ * (llama_batch.hidden_indices / hidden_states), the request each belongs to, and the vectors
+ * of the requests that finish in the step. Buffers are allocated on first use and reused. */
+struct pooler_step {
+  int32_t max_rows, hidden_size;
+  float *hidden;              /* [max_rows, hidden_size] */
+  int32_t *indices;           /* [max_rows] batch rows */
+  struct pooler_req **reqs;   /* [max_rows] the request of each row (borrowed for the step) */
+  int32_t num_rows;
+  float *out;                 /* [num_out] the step's vectors, one after another */
+  int64_t num_out, out_cap;
+};
+
+/* Sets up s for steps of at most max_rows batch rows of hidden_size floats (nothing allocated). */
+void pooler_step_init(struct pooler_step *s, int32_t max_rows, int32_t hidden_size);
+void pooler_step_free(struct pooler_step *s); /* a zeroed s is fine */
+
+/* Starts a step: no rows, no vectors. */
+static inline void pooler_step_begin(struct pooler_step *s) { s->num_rows = 0, s->num_out = 0; }
+
+/* Adds the rows of p's chunk [start, start + len) (pooler_req_rows), which sit at batch rows
+ * from `at`. OUT_OF_MEMORY; INVALID_ARGUMENT past max_rows. */
+llb_status pooler_step_add_chunk(struct pooler_step *s, struct pooler_req *p, int32_t start, int32_t len,
+                                 int32_t num_prompt_tokens, int32_t at);
+
+/* After the forward filled s->hidden: adds every row to its request, in batch order (which
+ * is each request's prompt order). */
+void pooler_step_accumulate(struct pooler_step *s);
+
+/* Appends p's finished vector (pooler_req_finish) to s->out; *dims = its floats. Errors of
+ * pooler_req_finish, OUT_OF_MEMORY. */
+llb_status pooler_step_finish(struct pooler_step *s, const struct pooler_req *p, int32_t *dims);
+
 #endif
