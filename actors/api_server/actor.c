@@ -250,7 +250,9 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
       struct api_error e;
       api_error_set(&e, 500, NULL, "%s", llb_err_last());
       call_fail(c, &e);
-    } else if (api_embeddings_done(c->emb)) {
+    } else if (!api_embeddings_done(c->emb)) {
+      if (c->timer) evtimer_add(c->timer, &(struct timeval){.tv_sec = a->o.first_output_timeout_s});
+    } else {
       struct evhttp_request *req = c->req;
       detach_http(c);
       api_route_embeddings_reply(a, req, c->emb, c->resp.id);
