@@ -20,6 +20,7 @@
 
 #include "base/log.h"
 #include "cmd/commands.h"
+#include "cmd/perplexity_kld.h"
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -29,21 +30,27 @@
 
 struct ppl_opts {
   const char *model_path, *file, *numerics;
+  const char *kl_base; /* --kl-divergence-base FILE */
   int32_t ctx, threads, max_chunks;
-  bool json;
+  bool json, kl, ctx_given; /* kl: compare against kl_base instead of writing it */
 };
 
 static void ppl_usage(FILE *f) {
   fprintf(f,
           "usage: llmbus perplexity --model M.gguf --file TEXT [--ctx N] [--chunks N] [--threads N]\n"
-          "         [--numerics packed|ggml] [--json]\n"
+          "         [--numerics packed|ggml] [--json] [--kl-divergence-base FILE [--kl-divergence]]\n"
           "Perplexity of TEXT with llama.cpp's llama-perplexity method: chunks of --ctx tokens\n"
           "(default 512), each from an empty cache (BOS first when the vocabulary adds one), the\n"
           "second half of each chunk scored.\n"
           "  --chunks N     score the first N chunks only (default: all)\n"
           "  --numerics     packed (the engine's, default) or ggml (llama.cpp's CPU arithmetic)\n"
           "  --threads      default 2\n"
-          "  --json         one JSON object at the end: ppl, its standard error, chunks, tokens\n");
+          "  --json         one JSON object at the end: ppl, its standard error, chunks, tokens\n"
+          "  --kl-divergence-base FILE  save every scored row's log-probabilities to FILE in\n"
+          "                 llama-perplexity's format (the base of a later comparison)\n"
+          "  --kl-divergence  compare with the base FILE instead (its tokens and --ctx; --file is\n"
+          "                 not needed): PPL of both, KL divergence, same top token, delta p.\n"
+          "                 --kl-base FILE = both options. Either engine may have written FILE.\n");
 }
 
 static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
@@ -55,6 +62,11 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
       return 1;
     } else if (!strcmp(a, "--json")) {
       o->json = true;
+    } else if (!strcmp(a, "--kl-divergence")) {
+      o->kl = true;
+    } else if (v && (!strcmp(a, "--kl-divergence-base") || !strcmp(a, "--kl-base"))) {
+      o->kl |= !strcmp(a, "--kl-base");
+      o->kl_base = argv[++i];
     } else if (v && !strcmp(a, "--model")) {
       o->model_path = argv[++i];
     } else if (v && !strcmp(a, "--file")) {
@@ -69,13 +81,18 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
         return 2;
       }
       *(!strcmp(a, "--ctx") ? &o->ctx : !strcmp(a, "--threads") ? &o->threads : &o->max_chunks) = (int32_t)n;
+      o->ctx_given |= !strcmp(a, "--ctx");
     } else {
       fprintf(stderr, "llmbus perplexity: unknown or incomplete option %s\n", a);
       ppl_usage(stderr);
       return 2;
     }
   }
-  if (!o->model_path || !o->file) {
+  if (o->kl && !o->kl_base) {
+    fprintf(stderr, "llmbus perplexity: --kl-divergence needs --kl-divergence-base FILE\n");
+    return 2;
+  }
+  if (!o->model_path || (!o->file && !o->kl)) {
     fprintf(stderr, "llmbus perplexity: --model and --file are required\n");
     return 2;
   }
@@ -132,10 +149,32 @@ static double log_prob(const float *row, int32_t vocab, int32_t target) {
   return (double)row[target] - mx - log(sum);
 }
 
+/* Where each scored row also goes: the KL-divergence base file being written (out), or the
+ * one being compared with (in, stats); neither when plain perplexity. */
+struct ppl_sink {
+  FILE *out, *in;
+  uint16_t *row; /* [kld_row_values] */
+  struct kld_stats *stats;
+};
+
+/* The scored row `logits` (predicting `tok`) into the sink. IO / MALFORMED on file errors. */
+static llb_status sink_row(struct ppl_sink *k, const float *logits, int32_t vocab, int32_t tok) {
+  const size_t nv = (size_t)kld_row_values(vocab);
+  if (k->out) {
+    kld_quantize_row(logits, vocab, k->row);
+    if (fwrite(k->row, sizeof *k->row, nv, k->out) != nv) return LLB_ERRF(LLB_STATUS_IO, "writing the base file");
+  } else if (k->in) {
+    if (fread(k->row, sizeof *k->row, nv, k->in) != nv) return LLB_ERRF(LLB_STATUS_MALFORMED, "base file truncated");
+    kld_add_row(k->stats, logits, vocab, k->row, tok);
+  }
+  return LLB_STATUS_OK;
+}
+
 /* Evaluates one chunk (ids [ctx], its first token already BOS when wanted) and adds the NLL of
- * tokens [ctx/2 + 1, ctx) to *nll and *nll2 (squares), *count. */
+ * tokens [ctx/2 + 1, ctx) to *nll and *nll2 (squares), *count; each scored row also goes to
+ * the sink. */
 static llb_status eval_chunk(struct ppl_run *r, const int32_t *ids, int32_t ctx, double *nll, double *nll2,
-                             int64_t *count) {
+                             int64_t *count, struct ppl_sink *sink) {
   const int32_t first = ctx / 2;
   for (int32_t start = 0; start < ctx; start += PPL_BATCH) {
     const int32_t n = ctx - start < PPL_BATCH ? ctx - start : PPL_BATCH;
@@ -155,6 +194,7 @@ static llb_status eval_chunk(struct ppl_run *r, const int32_t *ids, int32_t ctx,
       const int32_t pos = start + r->logits_idx[l];
       const double v = -log_prob(r->logits + (int64_t)l * r->vocab, r->vocab, ids[pos + 1]);
       *nll += v, *nll2 += v * v, (*count)++;
+      if ((st = sink_row(sink, r->logits + (int64_t)l * r->vocab, r->vocab, ids[pos + 1]))) return st;
     }
   }
   return LLB_STATUS_OK;
@@ -217,56 +257,102 @@ static void print_result(const struct ppl_opts *o, int32_t chunks, int64_t count
   }
 }
 
+/* The tokens to score: the text's (tokenized), or with --kl-divergence the base file's, whose
+ * header also fixes --ctx (it is read before the model is set up). *ids is malloc'd. */
+static llb_status load_tokens(struct ppl_opts *o, const struct ppl_run *r, FILE *base_in, int32_t **ids, int64_t *n,
+                              int32_t *file_vocab) {
+  if (base_in) {
+    int32_t ctx, chunks;
+    llb_status st = kld_read_header(base_in, &ctx, file_vocab, &chunks, ids);
+    if (st) return st;
+    if (o->ctx_given && o->ctx != ctx) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--ctx %d, but the base file was made with %d", o->ctx, ctx);
+    o->ctx = ctx;
+    *n = (int64_t)chunks * ctx;
+    return LLB_STATUS_OK;
+  }
+  size_t len = 0;
+  char *text = read_file(o->file, &len);
+  if (!text) return LLB_ERRF(LLB_STATUS_IO, "cannot read %s", o->file);
+  llb_status st = tokenizer_encode(r->tok, text, len, true, false, ids, n);
+  free(text);
+  if (!st && *n < 2 * (int64_t)o->ctx) /* llama-perplexity's own minimum */
+    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "%lld tokens: at least 2 x --ctx (%d) are needed", (long long)*n, o->ctx);
+  return st;
+}
+
+/* Scores `chunks` chunks of ids into nll / nll2 / count (and the sink), printing the running
+ * PPL per chunk unless --json. */
+static llb_status score(struct ppl_run *r, const struct ppl_opts *o, int32_t *ids, int32_t chunks, struct ppl_sink *sink,
+                        double *nll, double *nll2, int64_t *count) {
+  const bool add_bos = tokenizer_add_bos(r->tok) && tokenizer_bos_id(r->tok) >= 0;
+  llb_status st = LLB_STATUS_OK;
+  for (int32_t c = 0; c < chunks && !st; c++) {
+    int32_t *chunk = ids + (int64_t)c * o->ctx;
+    const int32_t saved = chunk[0];
+    if (add_bos) chunk[0] = tokenizer_bos_id(r->tok); /* llama.cpp: BOS replaces the chunk's first token */
+    st = eval_chunk(r, chunk, o->ctx, nll, nll2, count, sink);
+    chunk[0] = saved;
+    if (!o->json && !st) {
+      printf("[%d]%.4f,", c + 1, exp(*nll / (double)*count));
+      fflush(stdout);
+    }
+  }
+  return st;
+}
+
 int cmd_perplexity(int argc, char **argv) {
   struct ppl_opts o;
   int rc = ppl_parse(argc, argv, &o);
   if (rc) return rc == 1 ? 0 : rc;
-  size_t len = 0;
-  char *text = read_file(o.file, &len);
-  if (!text) {
-    fprintf(stderr, "llmbus perplexity: cannot read %s\n", o.file);
-    return 1;
-  }
   struct ppl_run r = {0};
-  int32_t *ids = NULL;
+  struct ppl_sink sink = {0};
+  struct kld_stats stats = {0};
+  int32_t *ids = NULL, file_vocab = 0;
   int64_t n = 0;
   rc = 1;
-  llb_status st = run_setup(&r, &o);
-  if (!st) st = tokenizer_encode(r.tok, text, len, true, false, &ids, &n);
+  llb_status st = LLB_STATUS_OK;
+  if (o.kl && !(sink.in = fopen(o.kl_base, "rb"))) st = LLB_ERRF(LLB_STATUS_IO, "cannot open %s", o.kl_base);
+  if (!st && sink.in) st = load_tokens(&o, &r, sink.in, &ids, &n, &file_vocab); /* fixes o.ctx first */
+  if (!st) st = run_setup(&r, &o);
+  if (!st && !sink.in) st = load_tokens(&o, &r, NULL, &ids, &n, &file_vocab);
+  if (!st && sink.in && file_vocab != r.vocab)
+    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "the base file has %d vocabulary entries, the model %d", file_vocab, r.vocab);
+  int32_t chunks = (int32_t)(n / (o.ctx ? o.ctx : 1));
+  if (o.max_chunks > 0 && chunks > o.max_chunks) chunks = o.max_chunks;
+  if (!st && o.kl_base && !o.kl) {
+    if (!(sink.out = fopen(o.kl_base, "wb"))) st = LLB_ERRF(LLB_STATUS_IO, "cannot create %s", o.kl_base);
+    else st = kld_write_header(sink.out, o.ctx, r.vocab, chunks, ids);
+  }
+  if (!st && o.kl_base) {
+    sink.row = malloc((size_t)kld_row_values(r.vocab) * sizeof *sink.row);
+    stats.capacity = (int64_t)chunks * (o.ctx - 1 - o.ctx / 2);
+    stats.kld_values = malloc((size_t)(stats.capacity > 0 ? stats.capacity : 1) * sizeof *stats.kld_values);
+    sink.stats = &stats;
+    if (!sink.row || !stats.kld_values) st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "KL-divergence buffers");
+  }
   if (st) {
     fprintf(stderr, "llmbus perplexity: %s\n", llb_err_last_where());
     goto done;
   }
-  int32_t chunks = (int32_t)(n / o.ctx);
-  if (o.max_chunks > 0 && chunks > o.max_chunks) chunks = o.max_chunks;
-  if (n < 2 * (int64_t)o.ctx) { /* llama-perplexity's own minimum */
-    fprintf(stderr, "llmbus perplexity: %lld tokens: at least 2 x --ctx (%d) are needed\n", (long long)n, o.ctx);
-    goto done;
-  }
-  const bool add_bos = tokenizer_add_bos(r.tok) && tokenizer_bos_id(r.tok) >= 0;
   if (!o.json) fprintf(stderr, "perplexity: %lld tokens, %d chunks of %d, numerics %s\n", (long long)n, chunks, o.ctx, o.numerics);
   double nll = 0, nll2 = 0;
   int64_t count = 0;
-  for (int32_t c = 0; c < chunks && !st; c++) {
-    int32_t *chunk = ids + (int64_t)c * o.ctx;
-    const int32_t saved = chunk[0];
-    if (add_bos) chunk[0] = tokenizer_bos_id(r.tok); /* llama.cpp: BOS replaces the chunk's first token */
-    st = eval_chunk(&r, chunk, o.ctx, &nll, &nll2, &count);
-    chunk[0] = saved;
-    if (!o.json && !st) {
-      printf("[%d]%.4f,", c + 1, exp(nll / (double)count));
-      fflush(stdout);
-    }
-  }
-  if (st) {
-    fprintf(stderr, "llmbus perplexity: forward: %s\n", llb_err_last_where());
+  if ((st = score(&r, &o, ids, chunks, &sink, &nll, &nll2, &count))) {
+    fprintf(stderr, "llmbus perplexity: %s\n", llb_err_last_where());
     goto done;
   }
-  print_result(&o, chunks, count, nll, nll2, n);
+  if (sink.in) kld_print(&stats, o.json);
+  else print_result(&o, chunks, count, nll, nll2, n);
   rc = 0;
 done:
+  if (sink.out && fclose(sink.out) != 0 && rc == 0) {
+    fprintf(stderr, "llmbus perplexity: writing %s failed\n", o.kl_base);
+    rc = 1;
+  }
+  if (sink.in) fclose(sink.in);
+  free(sink.row);
+  free(stats.kld_values);
   free(ids);
-  free(text);
   run_free(&r);
   return rc;
 }

@@ -28,6 +28,7 @@ import http.client
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import threading
@@ -340,6 +341,14 @@ def main():
         print(f"chaos: /health after the run: {status}")
         if rc:
             print(f"--- serve log (tail) ---\n{st.tail(60)}")
+            keep = os.environ.get("LLMBUS_CHAOS_LOG_DIR", os.getcwd())
+            dest = os.path.join(keep, f"chaos-serve-{int(time.time())}.log")
+            try:
+                st.log.flush()
+                shutil.copyfile(st.log.name, dest)
+                print(f"chaos: the whole serve log is kept in {dest}")
+            except OSError as e:
+                print(f"chaos: could not keep the serve log: {e}")
         return rc
 
 

@@ -241,12 +241,65 @@ static void test_perplexity_scores_llama_cpps_tokens_and_ranks_english_first(voi
   unlink(english), unlink(shuffled);
 }
 
+/* `llmbus perplexity` with extra arguments (NULL-terminated `extra`, at most 8), --json. */
+static int run_perplexity_args(const char *const *extra, json_t **j) {
+  char bin[PATH_MAX];
+  snprintf(bin, sizeof bin, "%s/cmd/llmbus", getenv("LLMBUS_BUILD_DIR"));
+  char *argv[16] = {bin, "perplexity", "--model", (char *)g_model, "--threads", "2", "--json"};
+  int n = 7;
+  for (int i = 0; extra[i] && n < 15; i++) argv[n++] = (char *)extra[i];
+  argv[n] = NULL;
+  static char out[1 << 16];
+  const int status = run_output(argv, true, out, sizeof out);
+  const char *brace = strchr(out, '{');
+  *j = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+  return status;
+}
+
+/* KL divergence in llama-perplexity's format: a base written by one run, compared by another.
+ * The same numerics give ~0 divergence and the same top token everywhere; llama.cpp's ggml
+ * arithmetic against the engine's packed one differs only by Q8-activation noise; a truncated
+ * base file is refused with an error, not scored. */
+static void test_kl_divergence_against_a_saved_base(void **state) {
+  (void)state;
+  char english[] = "/tmp/llmbus-kl-en-XXXXXX", shuffled[] = "/tmp/llmbus-kl-sh-XXXXXX";
+  char base[] = "/tmp/llmbus-kl-base-XXXXXX";
+  close(mkstemp(english)), close(mkstemp(shuffled)), close(mkstemp(base));
+  write_texts(english, shuffled);
+  json_t *w = NULL, *same = NULL, *ggml = NULL, *bad = NULL;
+  const char *save[] = {"--file", english, "--ctx", "64", "--chunks", "2", "--kl-divergence-base", base, NULL};
+  assert_int_equal(run_perplexity_args(save, &w), 0);
+  const char *cmp[] = {"--kl-base", base, NULL};
+  assert_int_equal(run_perplexity_args(cmp, &same), 0);
+  const char *cmp_ggml[] = {"--kl-base", base, "--numerics", "ggml", NULL};
+  assert_int_equal(run_perplexity_args(cmp_ggml, &ggml), 0);
+  assert_true(w && same && ggml);
+  const double kl_same = json_real_value(json_object_get(same, "kld_mean"));
+  const double kl_ggml = json_real_value(json_object_get(ggml, "kld_mean"));
+  fprintf(stderr, "KL: packed vs packed %.3g, ggml vs packed %.3g (same top %.3f)\n", kl_same, kl_ggml,
+          json_real_value(json_object_get(ggml, "same_top_p")));
+  assert_int_equal(json_integer_value(json_object_get(same, "tokens_scored")), 2 * (64 - 1 - 32));
+  assert_true(fabs(kl_same) < 1e-4);
+  assert_true(json_real_value(json_object_get(same, "same_top_p")) == 1.0);
+  assert_true(fabs(json_real_value(json_object_get(same, "ppl")) - json_real_value(json_object_get(w, "ppl"))) < 1e-9);
+  assert_true(kl_ggml > kl_same && kl_ggml < 0.05); /* different arithmetic, same model */
+  assert_true(json_real_value(json_object_get(ggml, "same_top_p")) > 0.8);
+  /* a base cut short: an error, no figures */
+  assert_int_equal(truncate(base, 4096), 0);
+  const int st = run_perplexity_args(cmp, &bad);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+  assert_null(bad);
+  json_decref(w), json_decref(same), json_decref(ggml);
+  unlink(english), unlink(shuffled), unlink(base);
+}
+
 int main(int argc, char **argv) {
   g_model = e2e_require_model(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_run_answers_and_every_actor_exits_on_sigterm),
       cmocka_unit_test(test_generate_inproc_json_prints_ids_and_text_of_the_streamed_answer),
       cmocka_unit_test(test_perplexity_scores_llama_cpps_tokens_and_ranks_english_first),
+      cmocka_unit_test(test_kl_divergence_against_a_saved_base),
       cmocka_unit_test(test_numerics_flag_gives_the_same_answer_through_the_bus_and_in_process),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
