@@ -464,6 +464,13 @@ static llb_status check_batch(const struct llama_forward_ctx *c, const struct ll
     if (b->logits_indices[i] < 0 || b->logits_indices[i] >= b->num_tokens)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "logits_indices[%d] = %d not in [0, %d)", i,
                       b->logits_indices[i], b->num_tokens);
+  if (b->num_hidden < 0 || b->num_hidden > b->num_tokens ||
+      (b->num_hidden > 0 && (!b->hidden_indices || !b->hidden_states)))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "num_hidden %d of %d tokens", b->num_hidden, b->num_tokens);
+  for (int32_t i = 0; i < b->num_hidden; i++)
+    if (b->hidden_indices[i] < 0 || b->hidden_indices[i] >= b->num_tokens)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "hidden_indices[%d] = %d not in [0, %d)", i,
+                      b->hidden_indices[i], b->num_tokens);
   return LLB_STATUS_OK;
 }
 
@@ -566,6 +573,11 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
     FWD_TRY(ops->add(bc, c->x, c->xn, (int64_t)T * E));
   }
 
+  if (b->num_hidden > 0) { /* pooling: final-norm hidden states of the rows asked for */
+    for (int32_t i = 0; i < b->num_hidden; i++)
+      memcpy(b->hidden_states + (size_t)i * E, c->x + (size_t)b->hidden_indices[i] * E, (size_t)E * sizeof(float));
+    FWD_TRY(ops->rms_norm(bc, b->hidden_states, m->output_norm, b->num_hidden, E, eps, b->hidden_states));
+  }
   if (b->num_logits == 0) return LLB_STATUS_OK;
   /* final norm and logits only for the rows asked for */
   for (int32_t i = 0; i < b->num_logits; i++)

@@ -57,6 +57,11 @@ struct llama_batch {                     /* vLLM-style flattened batch (gpu_mode
   const uint8_t *embeds_mask;            /* optional [num_tokens]: 1 = take the row from input_embeds */
   int32_t num_logits;
   const int32_t *logits_indices;         /* [num_logits] token rows that produce logits */
+  /* Pooling (vLLM's embed task): the final-norm hidden states of these rows are copied out
+   * before the logits (optional; 0 = none). */
+  int32_t num_hidden;
+  const int32_t *hidden_indices;         /* [num_hidden] token rows, in [0, num_tokens) */
+  float *hidden_states;                  /* out: [num_hidden, embedding_length], fp32 */
 };
 
 /* Attention's float order; see enum backend_attention_order in kernels/backend.h. The engine
@@ -118,7 +123,9 @@ bool llama_forward_ctx_packed_shared(const struct llama_forward_ctx *c);
  * are not read), writes their K/V at slot_mapping, attends each query row causally over its
  * sequence's cache through block_tables (the row at index i of a sequence with q_len rows
  * sits at context index seq_lens - q_len + i), and writes logits [num_logits, vocab_size]
- * for the rows logits_indices. Query rows of a sequence must have their K/V written by this
+ * for the rows logits_indices; with num_hidden > 0 also the final-norm hidden states of the
+ * rows hidden_indices into hidden_states (rms_norm with output_norm.weight, the input of the
+ * logits matmul; llama.cpp's LLAMA_POOLING_TYPE_* embeddings). Query rows of a sequence must have their K/V written by this
  * step or earlier ones. INVALID_ARGUMENT naming the field (sizes, ids, slots, block ids out of
  * range); kv must belong to c's model. Not thread-safe per ctx. */
 llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv, const struct llama_batch *b,

@@ -137,6 +137,26 @@ struct llb_structured_outputs {
   struct llb_str spec;
 };
 
+/* How a pooling request pools its prompt's final-norm hidden states (vLLM PoolingType;
+ * common.fbs). NONE = not a pooling request (the table is absent on the wire). */
+enum llb_pooling_type {
+  LLB_POOLING_NONE = 0,
+  LLB_POOLING_LAST = 1, /* the last prompt token (vLLM's default for decoder LMs) */
+  LLB_POOLING_MEAN = 2, /* the mean over every prompt token */
+  LLB_POOLING_CLS = 3,  /* the first prompt token */
+};
+
+/* Most floats one pooled vector may have on the wire (hidden sizes are far below). */
+#define LLB_MAX_POOLED_DIMS 65536
+
+/* vLLM PoolingParams. Zero value = not pooling; set normalize = true for vLLM's default.
+ * The codec checks the type's range and 0 <= dimensions <= LLB_MAX_POOLED_DIMS. */
+struct llb_pooling_params {
+  enum llb_pooling_type pooling_type;
+  bool normalize;     /* L2-normalize the pooled vector */
+  int32_t dimensions; /* Matryoshka truncation; 0 = the full hidden size */
+};
+
 /* vLLM v1 LogprobsLists, row-major. num_tokens 0 = absent. */
 struct llb_logprobs_lists {
   int32_t num_tokens;                 /* rows */

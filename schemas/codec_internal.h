@@ -168,6 +168,17 @@ fb::Offset<llmbus::StructuredOutputs> enc_structured_outputs(Enc &e,
 bool dec_structured_outputs(Dec &d, const llmbus::StructuredOutputs *t, llb_structured_outputs *out,
                             const char *field);
 
+// PoolingParams (common.fbs) <-> llb_pooling_params; type NONE is absent on the wire (present
+// with None is MALFORMED). Checks the type's range and dimensions (codec_pooling.cc).
+fb::Offset<llmbus::PoolingParams> enc_pooling_params(Enc &e, const llb_pooling_params &p,
+                                                     const char *field);
+bool dec_pooling_params(Dec &d, const llmbus::PoolingParams *t, llb_pooling_params *out,
+                        const char *field);
+// A pooled vector: at most LLB_MAX_POOLED_DIMS floats, every one finite; absent when empty.
+fb::Offset<fb::Vector<float>> enc_pooled(Enc &e, const float *p, int32_t n, const char *field);
+bool dec_pooled(Dec &d, const fb::Vector<float> *v, const float **out, int32_t *n,
+                const char *field);
+
 bool check_mm_data(Ctx &c, llb_status bad, const llb_str &dtype, int32_t rows, int32_t cols,
                    int64_t bytes, const char *field);
 

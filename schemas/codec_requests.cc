@@ -36,6 +36,7 @@ static fb::Offset<void> build_generate_request(Enc &e, const llb_generate_reques
   auto so = enc_structured_outputs(e, m.structured_outputs, "structured_outputs");
   auto tools = e.str(m.tools, "tools");
   auto kwargs = e.str(m.chat_template_kwargs, "chat_template_kwargs");
+  auto pool = enc_pooling_params(e, m.pooling_params, "pooling_params");
   auto items = e.tables<llmbus::MultiModalItem>(
       m.mm_items, m.num_mm_items, "mm_items", [](Enc &e, const llb_mm_item &it) {
         fb::Offset<llmbus::MultiModalItem> none = 0;
@@ -74,6 +75,7 @@ static fb::Offset<void> build_generate_request(Enc &e, const llb_generate_reques
   t.add_tools(tools);
   t.add_chat_template_kwargs(kwargs);
   t.add_continue_final_message(m.continue_final_message);
+  t.add_pooling_params(pool);
   return t.Finish().Union();
 }
 
@@ -84,6 +86,7 @@ static bool read_generate_request(Dec &d, const llmbus::GenerateRequest &t,
   m.priority = t.priority();
   m.continue_final_message = t.continue_final_message();
   return d.str(t.request_id(), &m.request_id, "request_id") &&
+         dec_pooling_params(d, t.pooling_params(), &m.pooling_params, "pooling_params") &&
          dec_structured_outputs(d, t.structured_outputs(), &m.structured_outputs,
                                 "structured_outputs") &&
          d.str(t.tools(), &m.tools, "tools") &&
@@ -155,6 +158,7 @@ static fb::Offset<void> build_engine_core_request(Enc &e, const llb_engine_core_
   auto tp = e.str(m.traceparent, "traceparent");
   auto tpp = e.str(m.trace_parent_span_id, "trace_parent_span_id");
   auto so = enc_structured_outputs(e, m.structured_outputs, "structured_outputs");
+  auto pool = enc_pooling_params(e, m.pooling_params, "pooling_params");
   if (!e.ok())
     return 0;
   llmbus::EngineCoreRequestBuilder t(e.b);
@@ -175,6 +179,7 @@ static fb::Offset<void> build_engine_core_request(Enc &e, const llb_engine_core_
   t.add_trace_parent_span_id(tpp);
   t.add_trace_start_time_ns(m.trace_start_time_ns);
   t.add_structured_outputs(so);
+  t.add_pooling_params(pool);
   return t.Finish().Union();
 }
 
@@ -188,6 +193,7 @@ static bool read_engine_core_request(Dec &d, const llmbus::EngineCoreRequest &t,
   if (!t.prompt_token_ids() || t.prompt_token_ids()->size() == 0)
     return d.fail(LLB_STATUS_MALFORMED, "prompt_token_ids", "required, missing or empty");
   return d.str(t.request_id(), &m.request_id, "request_id", true) &&
+         dec_pooling_params(d, t.pooling_params(), &m.pooling_params, "pooling_params") &&
          d.str(t.external_id(), &m.external_id, "external_id") &&
          d.vec(t.prompt_token_ids(), &m.prompt_token_ids, &m.num_prompt_token_ids,
                "prompt_token_ids") &&

@@ -59,8 +59,9 @@ static fb::Offset<void> build_scheduler_output(Enc &e, const llb_scheduler_outpu
         auto mm = enc_mm_features(e, r.mm_features, r.num_mm_features, "mm_features");
         auto outputs = e.vec(r.output_token_ids, r.num_output_token_ids, "output_token_ids");
         auto so = enc_structured_outputs(e, r.structured_outputs, "structured_outputs");
+        auto pool = enc_pooling_params(e, r.pooling_params, "pooling_params");
         return e.ok() ? llmbus::CreateNewRequestData(e.b, id, prompt, sp, blocks,
-                                                     r.num_computed_tokens, mm, outputs, so)
+                                                     r.num_computed_tokens, mm, outputs, so, pool)
                       : fb::Offset<llmbus::NewRequestData>(0);
       });
   auto cached = enc_cached(e, m.scheduled_cached_reqs);
@@ -178,7 +179,9 @@ static bool read_scheduler_output(Dec &d, const llmbus::SchedulerOutput &t,
                         d.vec(r.output_token_ids(), &o.output_token_ids,
                               &o.num_output_token_ids, "output_token_ids") &&
                         dec_structured_outputs(d, r.structured_outputs(), &o.structured_outputs,
-                                               "structured_outputs");
+                                               "structured_outputs") &&
+                        dec_pooling_params(d, r.pooling_params(), &o.pooling_params,
+                                           "pooling_params");
                }) &&
       dec_cached(d, t.scheduled_cached_reqs(), m.scheduled_cached_reqs) &&
       d.tables(t.num_scheduled_tokens(), &m.num_scheduled_tokens, &m.num_scheduled_reqs,
@@ -393,10 +396,27 @@ static fb::Offset<void> build_model_runner_output(Enc &e, const llb_model_runner
   auto lp = enc_logprobs(e, m.logprobs, "logprobs");
   auto err = enc_error(e, m.error, "error");
   auto failed = e.str(m.failed_req_id, "failed_req_id");
+  int32_t pooled = 0;
+  if (m.num_pooled && e.ok() && sum_counts(e, m.num_pooled, m.num_reqs, "num_pooled", &pooled) &&
+      pooled != m.num_pooler_output)
+    e.fail(LLB_STATUS_INVALID_ARGUMENT, "num_pooler_output", "%d, but num_pooled sum to %d",
+           m.num_pooler_output, pooled);
+  if (!m.num_pooled && m.num_pooler_output != 0)
+    e.fail(LLB_STATUS_INVALID_ARGUMENT, "num_pooled", "missing for %d floats", m.num_pooler_output);
+  for (int32_t i = 0; m.num_pooled && e.ok() && i < m.num_reqs; i++)
+    if (m.num_pooled[i] > LLB_MAX_POOLED_DIMS)
+      e.fail(LLB_STATUS_INVALID_ARGUMENT, "num_pooled", "[%d] = %d, at most %d", i,
+             m.num_pooled[i], LLB_MAX_POOLED_DIMS);
+  fb::Offset<fb::Vector<float>> pout = 0;
+  fb::Offset<fb::Vector<int32_t>> pcounts = 0;
+  if (e.ok() && m.num_pooler_output > 0) {
+    pout = e.vec(m.pooler_output, m.num_pooler_output, "pooler_output");
+    pcounts = e.vec(m.num_pooled, m.num_reqs, "num_pooled");
+  }
   if (!e.ok())
     return 0;
   return llmbus::CreateModelRunnerOutput(e.b, LLB_SCHEMA_VERSION, m.step, ids, tok, counts, lp,
-                                         err, failed)
+                                         err, failed, pout, pcounts)
       .Union();
 }
 
@@ -415,6 +435,23 @@ static bool read_model_runner_output(Dec &d, const llmbus::ModelRunnerOutput &t,
   if (sum != m.num_sampled_token_ids)
     return d.fail(LLB_STATUS_MALFORMED, "num_sampled", "sum %d, sampled_token_ids has %d", sum,
                   m.num_sampled_token_ids);
+  if (t.num_pooled()) {
+    if (!check_len(d, t.num_pooled()->size(), m.num_reqs, "num_pooled", "num_reqs") ||
+        !d.vec(t.num_pooled(), &m.num_pooled, &n, "num_pooled") ||
+        !sum_counts(d, m.num_pooled, m.num_reqs, "num_pooled", &sum) ||
+        !d.vec(t.pooler_output(), &m.pooler_output, &m.num_pooler_output, "pooler_output"))
+      return false;
+    if (sum != m.num_pooler_output)
+      return d.fail(LLB_STATUS_MALFORMED, "num_pooled", "sum %d, pooler_output has %d", sum,
+                    m.num_pooler_output);
+    for (int32_t i = 0; i < m.num_reqs; i++)
+      if (m.num_pooled[i] > LLB_MAX_POOLED_DIMS)
+        return d.fail(LLB_STATUS_MALFORMED, "num_pooled", "[%d] = %d, at most %d", i,
+                      m.num_pooled[i], LLB_MAX_POOLED_DIMS);
+  } else if (t.pooler_output() && t.pooler_output()->size() > 0) {
+    return d.fail(LLB_STATUS_MALFORMED, "num_pooled", "missing for %u floats",
+                  t.pooler_output()->size());
+  }
   return dec_logprobs(d, t.logprobs(), &m.logprobs, "logprobs") &&
          dec_error(d, t.error(), &m.error, "error") &&
          d.str(t.failed_req_id(), &m.failed_req_id, "failed_req_id");

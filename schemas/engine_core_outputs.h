@@ -47,6 +47,9 @@ struct llb_engine_core_output {
   struct llb_str trace_parent_span_id;
   int64_t trace_start_time_ns;
   bool resync;                      /* the whole output from position 0 (see the .fbs) */
+  const float *pooling_output;      /* [num_pooling_output]: a pooling request's vector, on
+                                       its finishing output; NULL/0 otherwise */
+  int32_t num_pooling_output;       /* <= LLB_MAX_POOLED_DIMS */
 };
 
 struct llb_engine_core_outputs {

@@ -29,6 +29,7 @@ struct llb_engine_core_request {
   struct llb_str trace_parent_span_id; /* its parent span id (16 hex), "" = root */
   int64_t trace_start_time_ns;      /* its start, wall clock ns since the epoch */
   struct llb_structured_outputs structured_outputs; /* kind NONE = unconstrained */
+  struct llb_pooling_params pooling_params; /* type NONE = sample; else pool the prompt only */
 };
 
 struct llb_abort_requests {

@@ -50,6 +50,7 @@ struct llb_generate_request {
   struct llb_str tools;                /* JSON array of OpenAI tools for the template; "" = none */
   struct llb_str chat_template_kwargs; /* JSON object of extra template variables; "" = none */
   bool continue_final_message;         /* continue the last assistant message (vLLM) */
+  struct llb_pooling_params pooling_params; /* type NONE = a generation; else an embedding */
 };
 
 struct llb_abort_request {

@@ -20,6 +20,9 @@ struct llb_model_runner_output {
   struct llb_logprobs_lists logprobs; /* num_tokens 0 = none */
   struct llb_error_info error;        /* code 0 = none */
   struct llb_str failed_req_id;       /* with error: the request the worker blames, "" = none */
+  const float *pooler_output;         /* [num_pooler_output], request i's after 0..i-1 */
+  int32_t num_pooler_output;          /* = sum of num_pooled (checked) */
+  const int32_t *num_pooled;          /* [num_reqs], >= 0, each <= LLB_MAX_POOLED_DIMS; NULL = all 0 */
 };
 
 llb_status llb_model_runner_output_encode(const struct llb_model_runner_output *m, uint8_t *buf,

@@ -61,6 +61,8 @@ struct llb_request_output {
   struct llb_request_metrics metrics;
   struct llb_error_info error; /* code != 0: the request failed */
   int32_t max_model_len;       /* context length in tokens (tokenize replies); 0 = not given */
+  const float *pooling_output; /* [num_pooling_output]: a pooling request's vector, when finished */
+  int32_t num_pooling_output;  /* <= LLB_MAX_POOLED_DIMS */
 };
 
 llb_status llb_request_output_encode(const struct llb_request_output *m, uint8_t *buf, size_t cap,

@@ -24,6 +24,7 @@ struct llb_new_request_data {
                                                         generated (resumed requests) */
   int32_t num_output_token_ids;
   struct llb_structured_outputs structured_outputs;  /* kind NONE = unconstrained */
+  struct llb_pooling_params pooling_params;          /* type NONE = sample; else pool */
 };
 
 /* Deltas for requests in the worker's persistent batch: parallel arrays of num_reqs. The

@@ -127,6 +127,8 @@ static void call_free(struct api_call *c) {
   api_response_free(&c->resp);
   api_request_free(&c->parsed);
   api_tokenize_free(&c->tok);
+  api_embeddings_free(c->emb);
+  free(c->emb);
   free(c->subs);
   free(c);
   atomic_fetch_sub(&a->inflight, 1);
@@ -245,6 +247,23 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     if (is_tokenize_call(c)) api_tokenize_map_error(&c->tok, &e);
     s->finished = true;
     call_fail(c, &e);
+    return;
+  }
+  if (c->emb) { /* /v1/embeddings: one FINAL_ONLY output per input, answered when all are in */
+    if (ro->finished) s->finished = true;
+    llb_status est = api_embeddings_add_output(c->emb, s->prompt_index, ro);
+    if (est != LLB_STATUS_OK) {
+      struct api_error e;
+      api_error_set(&e, 500, NULL, "%s", llb_err_last());
+      call_fail(c, &e);
+    } else if (!api_embeddings_done(c->emb)) {
+      if (c->timer) evtimer_add(c->timer, &(struct timeval){.tv_sec = a->o.first_output_timeout_s});
+    } else {
+      struct evhttp_request *req = c->req;
+      detach_http(c);
+      api_route_embeddings_reply(a, req, c->emb, c->resp.id);
+      call_succeed(c);
+    }
     return;
   }
   if (is_tokenize_call(c)) { /* one reply answers it */
@@ -458,7 +477,8 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
 
 static void make_id(struct api_actor *a, enum api_endpoint ep, char *buf, size_t cap) {
   a->id_counter++;
-  const char *kind = ep == API_ENDPOINT_CHAT ? "chatcmpl" : ep == API_ENDPOINT_COMPLETIONS ? "cmpl" : "tok";
+  const char *kind = ep == API_ENDPOINT_CHAT ? "chatcmpl" : ep == API_ENDPOINT_COMPLETIONS ? "cmpl"
+                     : ep == API_ENDPOINT_EMBEDDINGS ? "embd" : "tok";
   snprintf(buf, cap, "%s-%016" PRIx64 "%08" PRIx64, kind, a->id_salt, a->id_counter);
 }
 
@@ -491,19 +511,26 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
   c->t_start_ns = llb_now_ns();
   trace_begin(c, req);
   struct api_parse_options po = {.served_model = a->model_name, .tool_parser = a->o.tool_call_parser};
-  bool tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT;
-  if (tok ? api_tokenize_parse(ep, body, len, model, &po, &c->tok, &e) != LLB_STATUS_OK
-          : api_request_parse(ep, body, len, &po, &c->parsed, &e) != LLB_STATUS_OK) {
+  const bool emb = ep == API_ENDPOINT_EMBEDDINGS, tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT && !emb;
+  if (emb && !(c->emb = calloc(1, sizeof *c->emb))) api_error_set(&e, 500, NULL, "out of memory");
+  if ((emb && !c->emb) ||
+      (emb ? api_embeddings_parse(body, len, &po, c->emb, &e) != LLB_STATUS_OK
+       : tok ? api_tokenize_parse(ep, body, len, model, &po, &c->tok, &e) != LLB_STATUS_OK
+             : api_request_parse(ep, body, len, &po, &c->parsed, &e) != LLB_STATUS_OK)) {
+    free(c->emb);
     free(c);
     api_http_send_error(a, req, &e);
     return;
   }
   char id[64];
   make_id(a, ep, id, sizeof id);
-  c->num_subs = ep == API_ENDPOINT_COMPLETIONS ? c->parsed.num_prompts : 1;
+  c->num_subs = ep == API_ENDPOINT_COMPLETIONS ? c->parsed.num_prompts : emb ? c->emb->req.num_prompts : 1;
   c->subs = calloc((size_t)c->num_subs, sizeof *c->subs);
-  if (!c->subs || (!tok && api_response_init(&c->resp, &c->parsed, id, (int64_t)time(NULL)) != LLB_STATUS_OK)) {
+  if (emb) snprintf(c->resp.id, sizeof c->resp.id, "%s", id);
+  if (!c->subs || (!tok && !emb && api_response_init(&c->resp, &c->parsed, id, (int64_t)time(NULL)) != LLB_STATUS_OK)) {
     free(c->subs);
+    api_embeddings_free(c->emb);
+    free(c->emb);
     api_request_free(&c->parsed);
     api_tokenize_free(&c->tok);
     free(c);
@@ -552,6 +579,7 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
     struct llb_sampling_params sp;
     struct llb_generate_request gr;
     if (tok) api_tokenize_to_generate(&c->tok, rid, &sp, &gr);
+    else if (emb) api_embeddings_to_generate(c->emb, i, rid, &sp, &gr);
     else api_request_to_generate(&c->parsed, i, rid, &sp, &gr);
     llb_status st = llb_generate_request_encode_buf(&gr, &a->enc);
     if (st == LLB_STATUS_OK) {
@@ -593,7 +621,8 @@ static void on_request(struct evhttp_request *req, void *arg) {
     bool is_post;
   } routes[] = {{"/v1/completions", true}, {"/v1/chat/completions", true}, {"/v1/models", false},
                 {"/health", false},        {"/metrics", false},            {"/tokenize", true},
-                {"/detokenize", true},     {"/version", false},            {"/v1/models/", false}};
+                {"/detokenize", true},     {"/version", false},            {"/v1/models/", false},
+                {"/v1/embeddings", true}};
   api_http_echo_request_id(req);
   const char *tenant = a->tenant;
   if (a->o.api_keys) {
@@ -636,6 +665,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     case 5: handle_generate(a, req, API_ENDPOINT_TOKENIZE, NULL, tenant); break;
     case 6: handle_generate(a, req, API_ENDPOINT_DETOKENIZE, NULL, tenant); break;
     case 7: api_route_version(a, req); break;
+    case 9: handle_generate(a, req, API_ENDPOINT_EMBEDDINGS, NULL, tenant); break;
     default: handle_generate(a, req, API_ENDPOINT_MODEL_INFO, model_id, tenant); break;
   }
 }

@@ -14,6 +14,7 @@
 
 #include "actors/api_server/actor.h"
 #include "actors/api_server/api_delta.h"
+#include "actors/api_server/api_embeddings.h"
 #include "actors/api_server/api_metrics.h"
 #include "actors/api_server/api_request.h"
 #include "actors/api_server/api_resend.h"
@@ -57,6 +58,7 @@ struct api_call {
   struct api_request parsed;
   struct api_tokenize tok;          /* /tokenize, /detokenize, /v1/models/{id}: tok.endpoint set */
   struct api_response resp;
+  struct api_embeddings *emb;       /* /v1/embeddings, else NULL */
   struct api_sub *subs;             /* [num_subs] */
   const char *tenant;               /* whose subjects: the key's tenant, or the actor's */
   int32_t num_subs;
@@ -142,6 +144,9 @@ void api_route_version(struct api_actor *a, struct evhttp_request *req);
  * `ro` (no error in it); remembers its max_model_len (loop thread). */
 void api_route_tokenize_reply(struct api_actor *a, struct evhttp_request *req, const struct api_tokenize *t,
                               const struct llb_request_output *ro);
+/* Answers a /v1/embeddings call whose every input has its vector (loop thread). */
+void api_route_embeddings_reply(struct api_actor *a, struct evhttp_request *req, const struct api_embeddings *e,
+                                const char *id);
 /* Echoes a sane X-Request-Id header of `req` into its response headers. */
 void api_http_echo_request_id(struct evhttp_request *req);
 void api_route_health(struct api_actor *a, struct evhttp_request *req);

@@ -93,6 +93,13 @@ void api_route_tokenize_reply(struct api_actor *a, struct evhttp_request *req, c
   api_buf_free(&b);
 }
 
+void api_route_embeddings_reply(struct api_actor *a, struct evhttp_request *req, const struct api_embeddings *e,
+                                const char *id) {
+  struct api_buf b = {0};
+  api_http_send_rendered(a, req, api_embeddings_render(e, id, (int64_t)time(NULL), &b), &b);
+  api_buf_free(&b);
+}
+
 void api_route_version(struct api_actor *a, struct evhttp_request *req) {
   (void)a;
   static const char body[] = "{\"version\":\"" LLB_VERSION_STRING "\"}";

@@ -37,6 +37,7 @@ enum api_endpoint {
   API_ENDPOINT_TOKENIZE = 2,    /* POST /tokenize (api_tokenize.h) */
   API_ENDPOINT_DETOKENIZE = 3,  /* POST /detokenize */
   API_ENDPOINT_MODEL_INFO = 4,  /* GET /v1/models/{id} (asks the engine for max_model_len) */
+  API_ENDPOINT_EMBEDDINGS = 5,  /* POST /v1/embeddings (api_embeddings.h) */
 };
 
 /* An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}. */

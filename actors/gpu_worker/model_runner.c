@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "actors/gpu_worker/mm_encoder.h"
+#include "actors/gpu_worker/pooler.h"
 #include "actors/gpu_worker/runner_backend.h"
 #include "actors/gpu_worker/runner_so.h"
 #include "actors/gpu_worker/sampler.h"
@@ -30,6 +31,7 @@ struct mr_request {
   struct mr_mm *mm;             /* [num_mm] multimodal placeholders, by offset */
   int64_t num_mm, mm_cap;
   struct runner_so_req so;      /* structured output: its matcher (runner_so.h) */
+  struct pooler_req pool;       /* a pooling request's state (type NONE: it samples) */
 };
 
 /* A multimodal item of a request: placeholder range and encoder-output key. */
@@ -84,6 +86,8 @@ struct model_runner {
   int64_t so_masks_cap;
   int32_t *so_row_of_logits;    /* [step_cap] index into so_rows of a logits row, -1 = none */
   double so_mask_seconds, so_wait_seconds; /* of the last step; -1 = no constrained row */
+  struct pooler_step pool;      /* the step's pooled rows and vectors (pooler.h) */
+  int32_t *out_num_pooled;      /* [step_cap] */
 
   /* output, grow-only: valid until the next execute */
   struct llb_str *out_req_ids;   /* [step_cap] */
@@ -152,6 +156,7 @@ static void free_request(struct mr_request *q) {
   if (!q) return;
   free_mm(q);
   free(q->mm);
+  pooler_req_free(&q->pool);
   free(q->req_id);
   free(q->token_ids);
   free(q->block_ids);
@@ -188,6 +193,7 @@ llb_status model_runner_create(const struct llama_model *m, const struct model_r
   r->vocab_size = c->vocab_size;
   if ((st = sampler_create(c->vocab_size, &r->sampler))) goto fail;
   r->hidden_size = c->embedding_length;
+  pooler_step_init(&r->pool, cfg->max_num_batched_tokens, c->embedding_length);
   if ((st = mm_encoder_cache_create(c->embedding_length, &r->mm))) goto fail;
   const size_t nt = (size_t)cfg->max_num_batched_tokens;
   r->token_ids = malloc(nt * sizeof(int32_t));
@@ -221,6 +227,8 @@ void model_runner_destroy(struct model_runner *r) {
   mm_encoder_cache_destroy(r->mm);
   free(r->embeds);
   free(r->embeds_mask);
+  pooler_step_free(&r->pool);
+  free(r->out_num_pooled);
   runner_backend_destroy(&r->be);
   free(r);
 }
@@ -272,6 +280,7 @@ static bool reserve_step(struct model_runner *r, int32_t n) {
   GROW(r->results, cap);
   GROW(r->lp_ranks, cap);
   GROW(r->so_row_of_logits, cap);
+  GROW(r->out_num_pooled, cap);
 #undef GROW
   r->step_cap = cap;
   return true;
@@ -319,6 +328,14 @@ static llb_status check_new(struct model_runner *r, const struct llb_scheduler_o
   }
   llb_status sost = runner_so_prepare(r->so, &nr->structured_outputs);
   if (sost) return fail(r, sost, field, "structured_outputs: %s", llb_err_last());
+  if (nr->pooling_params.pooling_type != LLB_POOLING_NONE) {
+    if (r->cfg.device != MODEL_RUNNER_DEVICE_CPU)
+      return fail(r, LLB_STATUS_UNSUPPORTED, field, "pooling (embeddings) runs on the cpu device only, not %s",
+                  model_runner_device_name(r->cfg.device));
+    if (nr->num_output_token_ids > 0 || nr->num_mm_features > 0 || nr->num_computed_tokens > 0)
+      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "a pooling request has no outputs, no mm_features "
+                  "and no computed tokens (it pools hidden states of its own rows: no prefix cache)");
+  }
   if (nr->num_prompt_token_ids < 1 || (nr->num_prompt_token_ids > 0 && !nr->prompt_token_ids))
     return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "no prompt tokens");
   for (int32_t t = 0; t < nr->num_prompt_token_ids; t++)
@@ -562,6 +579,8 @@ static llb_status add_new(struct model_runner *r, const struct llb_new_request_d
   runner_so_req_free(r->so, &q->so);
   llb_status sst = runner_so_req_init(r->so, &q->so, &nr->structured_outputs);
   if (sst) return fail(r, sst, "structured_outputs", "%s", llb_err_last());
+  if (pooler_req_reset(&q->pool, &nr->pooling_params, r->hidden_size))
+    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "pooling state: %s", llb_err_last());
   free_mm(q);
   if (!grow((void **)&q->mm, &q->mm_cap, nr->num_mm_features, sizeof(*q->mm)))
     return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "mm features");
@@ -668,6 +687,7 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
   const int32_t bs = r->cfg.block_size;
   int32_t s = 0, n = 0, nl = 0;
   bool any_mm = false;
+  pooler_step_begin(&r->pool);
   r->query_start_loc[0] = 0;
   for (int32_t i = 0; i < r->num_rows; i++) {
     const int32_t len = r->row_sched[i];
@@ -690,7 +710,10 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
     n += len;
     r->seq_lens[s] = start + len;
     r->query_start_loc[s + 1] = n;
-    if (start + len == q->num_tokens) { /* reaches the end: sample; else a partial prefill */
+    if (pooler_req_active(&r->rows[i]->pool)) { /* pools its prompt, samples nothing */
+      if (pooler_step_add_chunk(&r->pool, &r->rows[i]->pool, start, len, (int32_t)q->num_prompt_tokens, n - len))
+        return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "%s", llb_err_last());
+    } else if (start + len == q->num_tokens) { /* reaches the end: sample; else a partial prefill */
       r->logits_indices[nl] = n - 1;
       r->logits_rows[nl++] = i;
     }
@@ -701,7 +724,8 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
       .num_seqs = ns, .query_start_loc = r->query_start_loc, .seq_lens = r->seq_lens,
       .block_tables = r->block_tables, .max_blocks_per_seq = max_blocks, .num_logits = nl,
       .logits_indices = r->logits_indices, .input_embeds = any_mm ? r->embeds : NULL,
-      .embeds_mask = any_mm ? r->embeds_mask : NULL};
+      .embeds_mask = any_mm ? r->embeds_mask : NULL, .num_hidden = r->pool.num_rows,
+      .hidden_indices = r->pool.indices, .hidden_states = r->pool.hidden};
   *num_seqs = ns;
   return LLB_STATUS_OK;
 }
@@ -834,6 +858,7 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   if ((st = sample_all(r, max_n))) return st;
   if (max_n >= 0 && (st = fill_logprobs(r, max_n, out))) return st;
   /* Everything sampled: now append (a failure above leaves the requests unchanged). */
+  pooler_step_accumulate(&r->pool);
   int32_t l = 0, k = 0;
   for (int32_t i = 0; i < r->num_rows; i++) {
     if (r->row_sched[i] <= 0) continue;
@@ -841,6 +866,12 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
     q->num_computed_tokens += r->row_sched[i];
     r->out_req_ids[k] = (struct llb_str){q->req_id, q->req_id_len};
     r->out_num_sampled[k] = 0;
+    r->out_num_pooled[k] = 0;
+    if (pooler_req_active(&q->pool) && q->num_computed_tokens == q->num_tokens && /* prompt done */
+        (st = pooler_step_finish(&r->pool, &q->pool, &r->out_num_pooled[k]))) {
+      if (st != LLB_STATUS_OUT_OF_MEMORY) blame(r, q->req_id, q->req_id_len); /* a non-finite vector */
+      return fail(r, st, "pooling_params", "request \"%s\": %s", q->req_id, llb_err_last());
+    }
     if (l < r->batch.num_logits && r->logits_rows[l] == i) {
       if (!grow((void **)&q->token_ids, &q->token_cap, q->num_tokens + 1, sizeof(int32_t)))
         return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
@@ -856,6 +887,9 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   out->sampled_token_ids = r->out_sampled;
   out->num_sampled_token_ids = l;
   out->num_sampled = r->out_num_sampled;
+  out->pooler_output = r->pool.num_out ? r->pool.out : NULL;
+  out->num_pooler_output = (int32_t)r->pool.num_out;
+  out->num_pooled = r->pool.num_out ? r->out_num_pooled : NULL;
   return LLB_STATUS_OK;
 }
 

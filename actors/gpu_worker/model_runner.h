@@ -23,6 +23,12 @@
  *      same flattened batch, logits copied back to the host) and samples each such request
  *      with the CPU sampler (sampler_sample, stream 0, output_pos = outputs so far),
  *      appending the token to the request.
+ * A pooling request (NewRequestData.pooling_params, vLLM's embed task; pooler.h) gets no
+ * logits row: the rows of each chunk its pooling type needs are copied out of the forward as
+ * final-norm hidden states (llama_batch.hidden_indices) and added to its pooler state; on
+ * the step that completes its prompt its vector goes to pooler_output (num_pooled[i] floats),
+ * and nothing is sampled for it. It must come with num_computed_tokens 0 and runs on the CPU
+ * device only (UNSUPPORTED on CUDA, blamed on the request).
  * Requests are kept in rows; a removed row is filled with the last one (vLLM's condense).
  *
  * The whole SchedulerOutput is checked before anything changes: an unknown request id, a
@@ -106,7 +112,8 @@ const struct llama_config *model_runner_model_config(const struct model_runner *
 int32_t model_runner_num_reqs(const struct model_runner *r);
 
 /* Runs one step (see the head comment) and fills *out: version, step = so->step, req_ids of
- * the scheduled requests in batch order, num_sampled (0 or 1 each), sampled_token_ids, and
+ * the scheduled requests in batch order, num_sampled (0 or 1 each), sampled_token_ids,
+ * pooler_output / num_pooled (NULL when no pooling request finished its prompt), and
  * logprobs when any sampled request asked for them (rows = sampled tokens; columns = the
  * sampled token then the top max-n of the batch, as vLLM pads to the largest request;
  * sampled_token_ranks 1-based, vLLM's count of logprobs >= the sampled one). A step with no

@@ -125,6 +125,8 @@ llb_status runner_backend_create(struct runner_backend *b, const struct llama_mo
 llb_status runner_backend_forward(struct runner_backend *b, const struct llama_batch *batch, float *logits) {
 #ifdef LLB_HAVE_CUDA
   if (b->cuda) {
+    if (batch->num_hidden > 0) /* check_new refuses pooling requests on cuda before this */
+      return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "hidden states (pooling) from the cuda forward");
     const llb_status st = cuda_api_ptr->forward(b->cuda, batch, logits);
     return st ? cuda_fail(cuda_api_ptr, st) : st;
   }

@@ -10,6 +10,7 @@
 #include "actors/input_processor/engine_router.h"
 #include "actors/input_processor/input_processor.h"
 #include "actors/input_processor/structured_check.h"
+#include "actors/input_processor/pooling_check.h"
 #include "actors/input_processor/tenant_limits.h"
 #include "base/log.h"
 #include "bus/span.h"
@@ -352,7 +353,7 @@ static llb_status publish_engine_request(struct inproc_actor *a, const char *sub
 
 static llb_status publish_children(struct inproc_actor *a, const char *eid, const struct inproc_generate_request *req,
                                    const struct inproc_processed *pr, const struct bus_trace_ctx *span,
-                                   const struct request_trace *rt) {
+                                   const struct request_trace *rt, const struct llb_pooling_params *pool) {
   char subject[BUS_SUBJECT_MAX];
   llb_status sst = bus_subject_engine(bus_prefix(a->bus), eid, "requests", subject, sizeof subject);
   if (sst != LLB_STATUS_OK) return sst;
@@ -395,6 +396,7 @@ static llb_status publish_children(struct inproc_actor *a, const char *eid, cons
         .trace_parent_span_id = llb_str_c(rt->on ? rt->parent_span_id : ""),
         .trace_start_time_ns = rt->on ? rt->start_ns : 0,
         .structured_outputs = req->structured_outputs,
+        .pooling_params = *pool,
     };
     st = llb_engine_core_request_encode_buf(&m, &buf);
     if (st == LLB_STATUS_OK) st = publish_engine_request(a, subject, buf.data, buf.len, span);
@@ -527,7 +529,14 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
   if (!precheck(a, msg, tenant, ext_id, gr.sampling_params ? gr.sampling_params->n : 1)) goto done;
   struct inproc_generate_request req;
   if (!check_structured(a, msg, ext_id, &gr.structured_outputs)) goto done;
-  const char *bad = to_inproc_request(&gr, tenant, msg->reply, &arena, &req);
+  const char *bad = NULL;
+  char pool_msg[256];
+  if ((st = inproc_pooling_check(&gr, &bad, pool_msg, sizeof pool_msg))) {
+    atomic_fetch_add(&a->rejected, 1);
+    reply_error(a, msg, ext_id, st, pool_msg, bad);
+    goto done;
+  }
+  bad = to_inproc_request(&gr, tenant, msg->reply, &arena, &req);
   if (bad) {
     atomic_fetch_add(&a->rejected, 1);
     reply_error(a, msg, ext_id, LLB_STATUS_OUT_OF_MEMORY, "out of memory", bad);
@@ -568,7 +577,7 @@ static void on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
   /* the work is done when the request is handed to the engine, which may answer before
    * publish returns: ending here keeps this span inside the request span */
   proc.end_unix_ns = llb_wall_ns();
-  st = publish_children(a, choice.engine_id, &req, &pr, &proc.ctx, &rt);
+  st = publish_children(a, choice.engine_id, &req, &pr, &proc.ctx, &rt, &gr.pooling_params);
   if (st != LLB_STATUS_OK) {
     release(a, &pr);
     LLB_LOG_ERROR("engine_publish_failed", "request_id=%s error=%s", pr.requests[0].parent_request_id,

@@ -153,6 +153,8 @@ static llb_status to_wire(const struct outproc_request_output *o, struct llb_are
   ro->prompt_token_ids = o->prompt_token_ids;
   ro->num_prompt_token_ids = (int32_t)o->num_prompt_tokens;
   ro->finished = o->finished;
+  ro->pooling_output = o->pooling_output;
+  ro->num_pooling_output = o->num_pooling_output;
   struct llb_completion_output *cs =
       llb_arena_alloc(arena, (size_t)(o->num_outputs > 0 ? o->num_outputs : 1) * sizeof *cs, _Alignof(struct llb_completion_output));
   if (!cs) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "completion outputs");
@@ -365,6 +367,8 @@ static void handle_output(struct outproc_actor *a, const struct llb_engine_core_
       .scheduled_time_ns = eo->scheduled_time_ns,
       .queued_time_ns = eo->queued_time_ns,
       .timestamp_ns = outs->timestamp > 0 ? (int64_t)(outs->timestamp * 1e9) : 0,
+      .pooling_output = eo->pooling_output,
+      .num_pooling_output = eo->num_pooling_output,
   };
   int64_t unknown_before = a->res.num_unknown, resync_before = a->res.num_resync;
   llb_status st = outproc_process(a->proc, &in, now, &a->res);

@@ -105,6 +105,7 @@ void outproc_result_clear(struct outproc_result *r) {
     for (int32_t j = 0; j < o->num_outputs; j++) completion_free(&o->outputs[j]);
     free(o->outputs);
     free((void *)o->prompt_token_ids);
+    free(o->pooling_output);
   }
   r->num_outputs = r->num_abort = r->num_unknown = r->num_resync = 0;
 }
@@ -560,6 +561,15 @@ static bool check_stop_strings(struct outproc_t *p, struct req_state *r, int64_t
   return true;
 }
 
+/* A pooling request's vector (vLLM PoolingRequestOutput.outputs.data) on its final output. */
+static llb_status attach_pooled(struct outproc_request_output *o, const struct outproc_engine_output *eo) {
+  o->pooling_output = malloc((size_t)eo->num_pooling_output * sizeof(float));
+  if (!o->pooling_output) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "pooling output");
+  memcpy(o->pooling_output, eo->pooling_output, (size_t)eo->num_pooling_output * sizeof(float));
+  o->num_pooling_output = eo->num_pooling_output;
+  return LLB_STATUS_OK;
+}
+
 llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_output *eo,
                            int64_t now_ns, struct outproc_result *res) {
   if (!eo || !eo->request_id || eo->num_new_tokens < 0 || eo->first_output_pos < 0 ||
@@ -623,7 +633,12 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
     }
     finish_req(p, r, eo->finish_reason, t_ns);
   }
-  return emit(p, r->parent, &r, 1, res);
+  const int64_t before = res->num_outputs;
+  st = emit(p, r->parent, &r, 1, res);
+  if (st == LLB_STATUS_OK && engine_finished && eo->num_pooling_output > 0 && eo->pooling_output &&
+      res->num_outputs > before && res->outputs[res->num_outputs - 1].finished)
+    st = attach_pooled(&res->outputs[res->num_outputs - 1], eo);
+  return st;
 }
 
 llb_status outproc_register_resume(struct outproc_t *p, const struct outproc_request_info *info,

@@ -82,6 +82,9 @@ struct outproc_engine_output {
   int64_t scheduled_time_ns;                /* when the engine first scheduled it; 0 = not reported */
   int64_t queued_time_ns;                   /* when the engine queued it; 0 = not reported */
   int64_t timestamp_ns;                     /* when the engine produced it; 0 = use `now_ns` */
+  const float *pooling_output;              /* [num_pooling_output]: a pooling request's vector,
+                                               on its finishing output; NULL = none */
+  int32_t num_pooling_output;
 };
 
 /* A request as registered from its EngineCoreRequest. Pointers are borrowed for the call. */
@@ -165,6 +168,9 @@ struct outproc_request_output {
   struct outproc_metrics metrics;
   char error[OUTPROC_MAX_ERROR_BYTES];   /* why, when a completion finished with ERROR */
   llb_status error_code;                 /* its status (QUEUE_FULL, ...); 0 = INTERNAL */
+  float *pooling_output;                 /* [num_pooling_output] a pooling request's vector (a
+                                            copy of the engine's), on its finished output; else NULL */
+  int32_t num_pooling_output;
 };
 
 /* Everything one or more outproc_process calls produced; owns all memory it points to. */

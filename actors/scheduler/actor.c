@@ -197,6 +197,7 @@ bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, ui
                                          .data_bytes = f->data_bytes};
   }
   m->params = *r.sampling_params;
+  m->pooling_params = r.pooling_params;
   m->client_index = r.client_index;
   m->eos_token_id = r.eos_token_id;
   m->priority = r.priority;
@@ -265,7 +266,7 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
           .sampling_params = m->params, .eos_token_id = m->eos_token_id,
           .arrival_time = m->arrival_time, .priority = m->priority, .cache_salt = m->cache_salt,
           .mm_features = m->mm, .num_mm_features = m->num_mm,
-          .structured_outputs = m->structured_outputs};
+          .structured_outputs = m->structured_outputs, .pooling_params = m->pooling_params};
       st = map_insert(a, m);
       if (st == LLB_STATUS_OK) {
         st = sched_add_request(a->sched, &nr);

@@ -36,6 +36,7 @@ struct req_meta {
   int32_t num_mm;
   void *mm_blob;          /* the features' strings and data, freed with mm */
   struct llb_sampling_params params;
+  struct llb_pooling_params pooling_params; /* type NONE: a generation */
   struct req_meta *next;  /* intake list */
   llb_status reject_status; /* admission refused: the error output carries it */
   char reject_message[256];

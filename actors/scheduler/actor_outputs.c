@@ -78,6 +78,8 @@ static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output
   o->stop_token_id = e->stop_token_id;
   o->num_cached_tokens = e->num_cached_tokens;
   o->num_preemptions = e->num_preemptions;
+  o->pooling_output = sched_engine_outputs_pooled(eo, i);
+  o->num_pooling_output = e->num_pooled;
   if (eo == &a->eo) o->new_logprobs = step_logprobs(a, o->request_id.data, e->num_new_tokens);
   int64_t at = sched_actor_map_find(a, o->request_id.data);
   if (at < 0) return;

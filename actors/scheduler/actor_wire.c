@@ -173,7 +173,8 @@ llb_status sched_wire_scheduler_output(struct sched_wire *w, const struct sched_
         .output_token_ids = r->output_token_ids, .num_output_token_ids = r->num_output_tokens,
         .block_ids = r->block_ids, .num_block_ids = r->num_block_ids,
         .num_computed_tokens = r->num_computed_tokens,
-        .structured_outputs = r->structured_outputs ? *r->structured_outputs : (struct llb_structured_outputs){0}};
+        .structured_outputs = r->structured_outputs ? *r->structured_outputs : (struct llb_structured_outputs){0},
+        .pooling_params = r->pooling_params};
     w->scheduled[i] = (struct llb_scheduled_tokens){.req_id = llb_str_c(r->req_id), .num_tokens = r->num_scheduled_tokens};
   }
   int64_t off = 0;
@@ -220,6 +221,7 @@ llb_status sched_wire_model_output(struct sched_wire *w, const struct llb_model_
   for (int32_t i = 0; i < in->num_reqs; i++) w->mo_req_ids[i] = in->req_ids[i].data;
   *out = (struct sched_model_output){.step = in->step, .num_reqs = in->num_reqs,
                                      .req_ids = w->mo_req_ids, .num_sampled = in->num_sampled,
-                                     .sampled_token_ids = in->sampled_token_ids};
+                                     .sampled_token_ids = in->sampled_token_ids,
+                                     .num_pooled = in->num_pooled, .pooler_output = in->pooler_output};
   return LLB_STATUS_OK;
 }

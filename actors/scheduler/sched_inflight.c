@@ -33,11 +33,13 @@ void sched_commit_step(struct scheduler *s) {
       s->stats.num_prompt_tokens += (uint64_t)(catch_up < n ? catch_up : n);
     }
     r->num_computed_tokens += n;
-    bool samples = r->num_computed_tokens >= r->num_tokens + r->num_output_placeholders;
+    const bool pooling = sched_request_is_pooling(r); /* samples nothing: no placeholder */
+    bool samples = !pooling && r->num_computed_tokens >= r->num_tokens + r->num_output_placeholders;
     if (samples) r->num_output_placeholders++;
     r->num_inflight_steps++;
-    rec->entries[rec->num++] = (struct sched_step_entry){.req = r, .num_scheduled_tokens = n,
-                                                         .samples = samples};
+    rec->entries[rec->num++] = (struct sched_step_entry){
+        .req = r, .num_scheduled_tokens = n, .samples = samples,
+        .pools = pooling && r->num_computed_tokens >= r->num_prompt_tokens};
   }
   s->num_scheduled = s->total_scheduled = 0;
   s->num_inflight++;
@@ -94,8 +96,9 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
   for (int32_t k = 0; k < rec->num; k++) {
     rec->entries[k].req->sampled_offset = -2; /* "in this step, no row yet" */
     rec->entries[k].req->num_sampled = 0;
+    rec->entries[k].req->num_pooled = 0;
   }
-  int64_t off = 0;
+  int64_t off = 0, pool_off = 0;
   for (int32_t i = 0; i < mo->num_reqs; i++) {
     struct sched_request *r = mo->req_ids[i] ? entry_request(s, rec, mo->req_ids[i]) : NULL;
     int32_t n = mo->num_sampled[i] > 0 ? mo->num_sampled[i] : 0;
@@ -104,15 +107,21 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
       r->num_sampled = n;
     }
     off += n;
+    const int32_t np = mo->num_pooled && mo->num_pooled[i] > 0 ? mo->num_pooled[i] : 0;
+    if (r && np > 0 && mo->pooler_output) {
+      r->pooled_offset = pool_off;
+      r->num_pooled = np;
+    }
+    pool_off += np;
   }
   llb_status st = LLB_STATUS_OK;
   for (int32_t k = 0; k < rec->num; k++) {
     const struct sched_step_entry *e = &rec->entries[k];
     struct sched_request *r = e->req;
-    int32_t n_sampled = r->num_sampled;
-    int64_t sampled_at = r->sampled_offset;
-    r->num_sampled = 0;
-    r->sampled_offset = 0;
+    int32_t n_sampled = r->num_sampled, n_pooled = r->num_pooled;
+    int64_t sampled_at = r->sampled_offset, pooled_at = r->pooled_offset;
+    r->num_sampled = r->num_pooled = 0;
+    r->sampled_offset = r->pooled_offset = 0;
     r->num_inflight_steps--;
     if (e->samples) r->num_output_placeholders--;
     if (sched_request_is_finished(r)) { /* finished after this step was planned: discard */
@@ -125,8 +134,19 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
                     (unsigned long long)mo->step, r->request_id);
       continue;
     }
+    if (e->pools && n_pooled == 0) { /* the worker owed the pooled vector: recover */
+      st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu: no pooled output for %s",
+                    (unsigned long long)mo->step, r->request_id);
+      continue;
+    }
     if (r->abort_pending) { /* its ABORT output went out with sched_abort_requests */
       st = sched_finish(s, r, r->abort_reason, NULL, 0, 0);
+      continue;
+    }
+    if (e->pools) { /* the prompt is done: the request finishes with its vector (vLLM: STOP) */
+      r->num_failed_steps = 0;
+      st = sched_finish(s, r, SCHED_FINISH_REASON_STOP, eo, sched_request_num_output_tokens(r), 0);
+      if (!st) st = sched_engine_outputs_set_pooled(eo, eo->num_outputs - 1, mo->pooler_output + pooled_at, n_pooled);
       continue;
     }
     int32_t first_pos = sched_request_num_output_tokens(r), n_new = 0;

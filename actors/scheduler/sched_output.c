@@ -64,6 +64,7 @@ void sched_engine_outputs_free(struct sched_engine_outputs *o) {
   if (!o) return;
   free(o->outputs);
   free(o->token_ids);
+  free(o->pooled);
   sched_str_list_free(&o->req_ids);
   memset(o, 0, sizeof(*o));
 }
@@ -72,6 +73,7 @@ void sched_engine_outputs_clear(struct sched_engine_outputs *o, uint64_t step) {
   o->step = step;
   o->num_outputs = 0;
   o->num_token_ids = 0;
+  o->num_pooled = 0;
   sched_str_list_clear(&o->req_ids);
 }
 
@@ -93,6 +95,22 @@ llb_status sched_engine_outputs_add(struct sched_engine_outputs *o, const struct
       .num_preemptions = r->num_preemptions};
   o->num_token_ids += n;
   return LLB_STATUS_OK;
+}
+
+llb_status sched_engine_outputs_set_pooled(struct sched_engine_outputs *o, int32_t i, const float *vec, int32_t n) {
+  if (i < 0 || i >= o->num_outputs || n < 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "pooled output %d", i);
+  llb_status st = grow((void **)&o->pooled, &o->cap_pooled, o->num_pooled + n, sizeof(float));
+  if (st) return st;
+  if (n > 0) memcpy(o->pooled + o->num_pooled, vec, (size_t)n * sizeof(float));
+  o->outputs[i].pooled_offset = o->num_pooled;
+  o->outputs[i].num_pooled = n;
+  o->num_pooled += n;
+  return LLB_STATUS_OK;
+}
+
+const float *sched_engine_outputs_pooled(const struct sched_engine_outputs *o, int32_t i) {
+  if (i < 0 || i >= o->num_outputs || o->outputs[i].num_pooled == 0) return NULL;
+  return o->pooled + o->outputs[i].pooled_offset;
 }
 
 const char *sched_engine_outputs_req_id(const struct sched_engine_outputs *o, int32_t i) {

@@ -50,6 +50,7 @@ struct sched_new_req_data {
   const struct sched_mm_feature *mm_features; /* [num_mm_features] */
   int32_t num_mm_features;
   const struct llb_structured_outputs *structured_outputs; /* the request's; kind NONE = none */
+  struct llb_pooling_params pooling_params; /* type NONE: it samples */
 };
 
 /* CachedRequestData, one entry: deltas for a request in the worker's persistent batch. */
@@ -95,6 +96,8 @@ struct sched_model_output {
   const char *const *req_ids;            /* [num_reqs] */
   const int32_t *num_sampled;            /* [num_reqs]; 0 = none (partial prefill) */
   const int32_t *sampled_token_ids;      /* flattened, sum(num_sampled) */
+  const int32_t *num_pooled;             /* [num_reqs] floats of each pooled vector; NULL = none */
+  const float *pooler_output;            /* flattened, sum(num_pooled) */
 };
 
 /* EngineCoreOutput, one entry; strings and tokens live in the owning sched_engine_outputs. */
@@ -107,6 +110,8 @@ struct sched_engine_output {
   int32_t stop_token_id;                 /* -1 none */
   int32_t num_cached_tokens;             /* prefix-cache hit, tokens (0 if none) */
   int32_t num_preemptions;
+  int64_t pooled_offset;                 /* read with sched_engine_outputs_pooled */
+  int32_t num_pooled;                    /* a pooling request's vector (finishing output), 0 none */
 };
 
 struct sched_engine_outputs {
@@ -116,6 +121,8 @@ struct sched_engine_outputs {
   int64_t num_token_ids, cap_token_ids;
   int32_t *token_ids;                    /* pool */
   struct sched_str_list req_ids;         /* pool */
+  int64_t num_pooled, cap_pooled;
+  float *pooled;                         /* pool of pooled vectors */
 };
 
 void sched_engine_outputs_init(struct sched_engine_outputs *o);
@@ -125,6 +132,10 @@ void sched_engine_outputs_clear(struct sched_engine_outputs *o, uint64_t step);
  * outputs. Errors: OUT_OF_MEMORY. */
 llb_status sched_engine_outputs_add(struct sched_engine_outputs *o, const struct sched_request *r,
                                     int32_t first_output_pos, int32_t n);
+/* Attaches a copy of vec [n] (a pooling request's vector) to output i. OUT_OF_MEMORY. */
+llb_status sched_engine_outputs_set_pooled(struct sched_engine_outputs *o, int32_t i, const float *vec, int32_t n);
+/* Output i's pooled vector ([outputs[i].num_pooled]), NULL when none. */
+const float *sched_engine_outputs_pooled(const struct sched_engine_outputs *o, int32_t i);
 const char *sched_engine_outputs_req_id(const struct sched_engine_outputs *o, int32_t i);
 const int32_t *sched_engine_outputs_tokens(const struct sched_engine_outputs *o, int32_t i);
 

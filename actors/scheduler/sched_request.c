@@ -92,6 +92,11 @@ llb_status sched_new_request_validate(const struct sched_new_request *nr, int32_
     return BAD("request %s: eos_token_id %d outside the vocabulary [0, %d) (or -1)", id, nr->eos_token_id, vocab_size);
   llb_status st = validate_params(id, &nr->sampling_params, vocab_size);
   if (st) return st;
+  const struct llb_pooling_params *pp = &nr->pooling_params;
+  if ((unsigned)pp->pooling_type > LLB_POOLING_CLS || pp->dimensions < 0 || pp->dimensions > LLB_MAX_POOLED_DIMS)
+    return BAD("request %s: pooling_params (type %d, dimensions %d)", id, (int)pp->pooling_type, pp->dimensions);
+  if (pp->pooling_type != LLB_POOLING_NONE && nr->num_mm_features > 0)
+    return BAD("request %s: a pooling request takes no mm_features", id);
   if (nr->num_mm_features < 0 || (nr->num_mm_features > 0 && !nr->mm_features))
     return BAD("request %s: mm_features", id);
   for (int32_t k = 0; k < nr->num_mm_features; k++) {
@@ -129,6 +134,7 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
   if (!r) goto fail;
   r->request_id = strdup(nr->request_id);
   r->sampling_params = nr->sampling_params;
+  r->pooling_params = nr->pooling_params;
   r->eos_token_id = nr->eos_token_id;
   r->arrival_time = nr->arrival_time;
   r->priority = nr->priority;

@@ -65,11 +65,14 @@ struct sched_new_request {
   const struct sched_mm_feature *mm_features; /* [num_mm_features], sorted by offset */
   int32_t num_mm_features;
   struct llb_structured_outputs structured_outputs; /* kind NONE = unconstrained; spec copied */
+  struct llb_pooling_params pooling_params; /* type NONE: sample; else a pooling request (vLLM
+                                               embed task): prompt only, then it finishes */
 };
 
 struct sched_request {
   char *request_id;
   struct llb_sampling_params sampling_params;
+  struct llb_pooling_params pooling_params; /* type NONE: it samples */
   int32_t eos_token_id;
   double arrival_time;
   int32_t priority;
@@ -127,6 +130,8 @@ struct sched_request {
   int32_t pending_cache_upto;           /* released: blocks to register before the FREE */
   int64_t sampled_offset;               /* this step's sampled tokens in the model output */
   int32_t num_sampled;
+  int64_t pooled_offset;                /* this step's pooled vector in the model output */
+  int32_t num_pooled;                   /* its floats, 0 = none */
 };
 
 /* Checks `nr` as input from an untrusted sender (anyone who can publish on
@@ -148,6 +153,10 @@ void sched_request_destroy(struct sched_request *r); /* accepts NULL */
 
 static inline int32_t sched_request_num_output_tokens(const struct sched_request *r) {
   return r->num_tokens - r->num_prompt_tokens;
+}
+/* A pooling request (vLLM's embed task): computes its prompt, samples nothing. */
+static inline bool sched_request_is_pooling(const struct sched_request *r) {
+  return r->pooling_params.pooling_type != LLB_POOLING_NONE;
 }
 static inline bool sched_request_is_finished(const struct sched_request *r) {
   return r->status >= SCHED_REQUEST_STATUS_FINISHED_STOPPED;

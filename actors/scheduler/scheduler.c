@@ -432,7 +432,8 @@ llb_status sched_assemble_output(struct scheduler *s, struct sched_output *out, 
           .num_block_ids = r->num_block_ids, .num_computed_tokens = r->num_computed_tokens,
           .num_scheduled_tokens = r->num_scheduled_tokens,
           .resumed_from_preemption = r->num_preemptions > 0, .mm_features = r->mm_features,
-          .num_mm_features = r->num_mm_features, .structured_outputs = &r->structured_outputs};
+          .num_mm_features = r->num_mm_features, .structured_outputs = &r->structured_outputs,
+          .pooling_params = r->pooling_params};
       if (final) r->on_worker = true;
     } else {
       out->cached_reqs[out->num_cached_reqs++] = (struct sched_cached_req_data){
@@ -532,7 +533,9 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
     sched_queue_pop(&s->waiting);
     s->running[s->num_running++] = r;
     r->status = SCHED_REQUEST_STATUS_RUNNING;
-    r->lookup = s->cfg.enable_prefix_caching;
+    /* a pooling request needs the hidden state of each row it pools: no prefix-cache hit
+     * (vLLM disables prefix caching for pooling models) */
+    r->lookup = s->cfg.enable_prefix_caching && !sched_request_is_pooling(r);
     mark_scheduled(s, r, n, true);
     budget -= n;
   }

@@ -19,6 +19,7 @@ struct sched_step_entry {
   struct sched_request *req;
   int32_t num_scheduled_tokens;
   bool samples;                      /* the step reaches the end of its known tokens */
+  bool pools;                        /* a pooling request's step that completes its prompt */
 };
 
 /* A committed step: what its output is applied against (sched_update_from_output). */

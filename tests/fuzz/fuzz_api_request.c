@@ -1,14 +1,16 @@
 /* libFuzzer target for the HTTP request → GenerateRequest mapping (actors/api_server:
- * api_request_parse, api_tokenize_parse, api_request_to_generate): any body on any endpoint
- * must give either a request or an OpenAI error object with an HTTP status, never a crash or
- * undefined behaviour (ASan/UBSan); an accepted request must map to GenerateRequests that
- * encode and decode (the bytes the input processor gets). The first input byte picks the
- * endpoint; the rest is the body. */
+ * api_request_parse, api_tokenize_parse, api_embeddings_parse, api_request_to_generate): any
+ * body on any endpoint must give either a request or an OpenAI error object with an HTTP
+ * status, never a crash or undefined behaviour (ASan/UBSan); an accepted request must map to
+ * GenerateRequests that encode and decode (the bytes the input processor gets); an accepted
+ * embeddings request renders a response once each input has a vector. The first input byte
+ * picks the endpoint; the rest is the body. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/api_server/api_embeddings.h"
 #include "actors/api_server/api_request.h"
 #include "actors/api_server/api_tokenize.h"
 #include "schemas/arena.h"
@@ -81,13 +83,38 @@ static void tokenize(const uint8_t *body, size_t len, enum api_endpoint ep) {
   api_tokenize_free(&t);
 }
 
+static void embeddings(const uint8_t *body, size_t len) {
+  struct api_embeddings e;
+  struct api_error err;
+  llb_status st = api_embeddings_parse((const char *)body, len, &opts, &e, &err);
+  if (st != LLB_STATUS_OK) {
+    if (st == LLB_STATUS_INVALID_ARGUMENT) check_error(&err);
+    return;
+  }
+  static const float vec[3] = {0.25f, -1.5e-7f, 3.0e38f};
+  for (int32_t i = 0; i < e.req.num_prompts; i++) {
+    struct llb_sampling_params sp;
+    struct llb_generate_request gr;
+    api_embeddings_to_generate(&e, i, "fuzz-1", &sp, &gr);
+    if (gr.pooling_params.pooling_type == LLB_POOLING_NONE) abort();
+    must_travel(&gr);
+    const struct llb_request_output ro = {.finished = true, .pooling_output = vec, .num_pooling_output = 3};
+    if (api_embeddings_add_output(&e, i, &ro) != LLB_STATUS_OK) abort();
+  }
+  struct api_buf out = {0};
+  if (!api_embeddings_done(&e) || api_embeddings_render(&e, "embd-1", 0, &out) != LLB_STATUS_OK) abort();
+  api_buf_free(&out);
+  api_embeddings_free(&e);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
   case 0: generate(data + 1, size - 1, API_ENDPOINT_COMPLETIONS); break;
   case 1: generate(data + 1, size - 1, API_ENDPOINT_CHAT); break;
   case 2: tokenize(data + 1, size - 1, API_ENDPOINT_TOKENIZE); break;
-  default: tokenize(data + 1, size - 1, API_ENDPOINT_DETOKENIZE); break;
+  case 3: tokenize(data + 1, size - 1, API_ENDPOINT_DETOKENIZE); break;
+  default: embeddings(data + 1, size - 1); break;
   }
   return 0;
 }

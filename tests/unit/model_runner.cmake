@@ -7,3 +7,10 @@ llb_add_test(test_model_runner SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model_runn
 # cache, matcher sync (worker engineer).
 llb_add_test(test_runner_so SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_runner_so.c
              LIBS llmbus_gpu_worker PkgConfig::CMOCKA LABELS unit TIMEOUT 60)
+# Pooling (vLLM's embed task): vectors against llama_forward's hidden states, chunking and
+# batch invariance, refusals (actors/gpu_worker/pooler.c through the runner).
+llb_add_test(test_model_runner_pooling SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model_runner_pooling.c
+             LIBS llmbus_gpu_worker llmbus_test_gguf_writer PkgConfig::CMOCKA
+             LABELS unit TIMEOUT 120)
+llb_add_test(test_pooler SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pooler.c
+             LIBS llmbus_gpu_worker PkgConfig::CMOCKA LABELS unit)

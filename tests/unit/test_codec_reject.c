@@ -9,6 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+
+#include "schemas/engine_core_request.h"
+#include "schemas/model_runner_output.h"
+#include "schemas/request_output.h"
 #include "schemas/scheduler_output.h"
 #include "tests/unit/test_codec_samples.h"
 
@@ -181,6 +186,37 @@ static void test_inconsistent_scheduled_token_total_is_rejected(void **state) {
   llb_arena_destroy(&arena);
 }
 
+/* A pooled vector must be finite and match its counts; pooling params must be in range. */
+static void test_bad_pooling_fields_are_refused(void **state) {
+  (void)state;
+  struct llb_buf enc = {0};
+  const float bad[3] = {0.5f, NAN, 1.0f};
+  struct llb_request_output ro = {.request_id = llb_str_c("r"), .finished = true, .pooling_output = bad,
+                                  .num_pooling_output = 3};
+  assert_int_equal(llb_request_output_encode_buf(&ro, &enc), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "pooling_output"));
+  const struct llb_str ids[2] = {llb_str_c("a"), llb_str_c("b")};
+  const int32_t sampled[2] = {0, 0}, pooled[2] = {0, 2};
+  const float vec[3] = {1, 2, 3};
+  struct llb_model_runner_output mo = {.req_ids = ids, .num_reqs = 2, .num_sampled = sampled,
+                                       .pooler_output = vec, .num_pooler_output = 3, .num_pooled = pooled};
+  assert_int_equal(llb_model_runner_output_encode_buf(&mo, &enc), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "num_pooler_output"));
+  mo.num_pooler_output = 2;
+  assert_int_equal(llb_model_runner_output_encode_buf(&mo, &enc), LLB_STATUS_OK);
+  const int32_t prompt[1] = {1};
+  struct llb_sampling_params sp;
+  llb_sampling_params_init(&sp);
+  struct llb_engine_core_request ecr = {.request_id = llb_str_c("e"), .prompt_token_ids = prompt,
+                                        .num_prompt_token_ids = 1, .sampling_params = &sp,
+                                        .pooling_params = {LLB_POOLING_MEAN, true, -1}};
+  assert_int_equal(llb_engine_core_request_encode_buf(&ecr, &enc), LLB_STATUS_INVALID_ARGUMENT);
+  ecr.pooling_params.pooling_type = (enum llb_pooling_type)4;
+  ecr.pooling_params.dimensions = 0;
+  assert_int_equal(llb_engine_core_request_encode_buf(&ecr, &enc), LLB_STATUS_INVALID_ARGUMENT);
+  llb_buf_free(&enc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_truncation_is_rejected),
@@ -189,6 +225,7 @@ int main(void) {
       cmocka_unit_test(test_wrong_message_type_is_rejected_naming_both),
       cmocka_unit_test(test_table_without_version_is_rejected),
       cmocka_unit_test(test_inconsistent_scheduled_token_total_is_rejected),
+      cmocka_unit_test(test_bad_pooling_fields_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -192,6 +192,7 @@ static void fill_generate_request(struct llb_generate_request *m) {
   m->tools = S("[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
   m->chat_template_kwargs = S("{\"enable_thinking\":false}");
   m->continue_final_message = true;
+  m->pooling_params = (struct llb_pooling_params){LLB_POOLING_MEAN, false, 0};
 }
 
 static bool equals_generate_request(const void *v) {
@@ -212,6 +213,8 @@ static bool equals_generate_request(const void *v) {
         str_eq(a->structured_outputs.spec, b.structured_outputs.spec));
   CHECK(str_eq(a->tools, b.tools) && str_eq(a->chat_template_kwargs, b.chat_template_kwargs));
   CHECK(a->continue_final_message);
+  CHECK(a->pooling_params.pooling_type == LLB_POOLING_MEAN && !a->pooling_params.normalize &&
+        a->pooling_params.dimensions == 0);
   CHECK(i32_eq(a->prompt_token_ids, a->num_prompt_token_ids, b.prompt_token_ids,
                b.num_prompt_token_ids));
   CHECK(str_eq(a->chat_template, b.chat_template));
@@ -247,7 +250,8 @@ static void fill_engine_core_request(struct llb_engine_core_request *m) {
       .priority = 3, .cache_salt = S("tenant-ä"), .mm_features = mm_features,
       .num_mm_features = N(mm_features), .reply_to = S("_INBOX.xyz.1"), .client_index = 2,
       .parent_request_id = S("ecr-parent"),
-      .structured_outputs = {LLB_SO_CHOICE, S("[\"yes\",\"no\"]")}};
+      .structured_outputs = {LLB_SO_CHOICE, S("[\"yes\",\"no\"]")},
+      .pooling_params = {LLB_POOLING_LAST, true, 64}};
 }
 
 static bool equals_engine_core_request(const void *v) {
@@ -265,6 +269,8 @@ static bool equals_engine_core_request(const void *v) {
   CHECK(str_eq(a->parent_request_id, b.parent_request_id));
   CHECK(a->structured_outputs.kind == LLB_SO_CHOICE &&
         str_eq(a->structured_outputs.spec, b.structured_outputs.spec));
+  CHECK(a->pooling_params.pooling_type == LLB_POOLING_LAST && a->pooling_params.normalize &&
+        a->pooling_params.dimensions == 64);
   return true;
 }
 
@@ -305,7 +311,8 @@ static void fill_scheduler_output(struct llb_scheduler_output *m) {
       .req_id = S("req-2"), .prompt_token_ids = prompt_ids, .num_prompt_token_ids = 3,
       .sampling_params = sample_sp(), .block_ids = blocks_b, .num_block_ids = 1,
       .output_token_ids = new_tok, .num_output_token_ids = N(new_tok),
-      .structured_outputs = {LLB_SO_JSON_OBJECT, S("")}};
+      .structured_outputs = {LLB_SO_JSON_OBJECT, S("")},
+      .pooling_params = {LLB_POOLING_CLS, true, 0}};
   sched[0] = (struct llb_scheduled_tokens){.req_id = S("req-новый"), .num_tokens = 512};
   sched[1] = (struct llb_scheduled_tokens){.req_id = ids3[0], .num_tokens = 1};
   sched[2] = (struct llb_scheduled_tokens){.req_id = ids3[1], .num_tokens = 1};
@@ -345,6 +352,8 @@ static bool equals_scheduler_output(const void *v) {
     CHECK(i32_eq(x->output_token_ids, x->num_output_token_ids, y->output_token_ids,
                  y->num_output_token_ids));
     CHECK(x->structured_outputs.kind == (i == 1 ? LLB_SO_JSON_OBJECT : LLB_SO_NONE));
+    CHECK(x->pooling_params.pooling_type == y->pooling_params.pooling_type &&
+          x->pooling_params.normalize == y->pooling_params.normalize);
   }
   const struct llb_cached_request_data *c = &a->scheduled_cached_reqs;
   CHECK(strs_eq(c->req_ids, c->num_reqs, ids3, 3));
@@ -486,13 +495,16 @@ static bool equals_encoder_step_result(const void *v) {
 
 static const int32_t sampled[] = {100, 200, 201};
 static const int32_t num_sampled[3] = {1, 2, 0};
+static const float pooled[] = {0.6f, -0.8f, 0.0f, 1e-3f, -2.5f};
+static const int32_t num_pooled[3] = {0, 2, 3};
 
 static void fill_model_runner_output(struct llb_model_runner_output *m) {
   *m = (struct llb_model_runner_output){
       .step = 0x1122334455667788ULL, .req_ids = ids3, .num_reqs = 3,
       .sampled_token_ids = sampled, .num_sampled_token_ids = N(sampled),
       .num_sampled = num_sampled, .logprobs = sample_lp, .error = sample_error,
-      .failed_req_id = {"req-poison", 10}};
+      .failed_req_id = {"req-poison", 10}, .pooler_output = pooled,
+      .num_pooler_output = N(pooled), .num_pooled = num_pooled};
 }
 
 static bool equals_model_runner_output(const void *v) {
@@ -503,6 +515,9 @@ static bool equals_model_runner_output(const void *v) {
   CHECK(i32_eq(a->num_sampled, a->num_reqs, num_sampled, 3));
   CHECK(lp_eq(&a->logprobs) && error_eq(&a->error));
   CHECK(a->failed_req_id.len == 10 && memcmp(a->failed_req_id.data, "req-poison", 10) == 0);
+  CHECK(i32_eq(a->num_pooled, a->num_reqs, num_pooled, 3));
+  CHECK(a->num_pooler_output == N(pooled) &&
+        memcmp(a->pooler_output, pooled, sizeof(pooled)) == 0);
   return true;
 }
 
@@ -534,6 +549,8 @@ static void fill_engine_core_outputs(struct llb_engine_core_outputs *m) {
   outs[0].index = 2;
   outs[0].error = sample_error;
   outs[0].resync = true;
+  outs[0].pooling_output = pooled;
+  outs[0].num_pooling_output = N(pooled);
   llb_engine_core_output_init(&outs[1]);
   outs[1].request_id = ids3[1];
   outs[1].new_token_ids = sampled;
@@ -564,10 +581,13 @@ static bool equals_engine_core_outputs(const void *v) {
   CHECK(sp_eq(x->sampling_params, y->sampling_params));
   CHECK(str_eq(x->parent_request_id, y->parent_request_id) && x->index == 2);
   CHECK(error_eq(&x->error) && x->resync);
+  CHECK(x->num_pooling_output == N(pooled) &&
+        memcmp(x->pooling_output, pooled, sizeof(pooled)) == 0);
   x = &a->outputs[1];
   CHECK(str_eq(x->request_id, ids3[1]) && x->num_new_token_ids == 1 && x->new_token_ids[0] == 100);
   CHECK(x->stop_token_id == -1 && x->sampling_params == NULL && x->new_logprobs.num_tokens == 0);
   CHECK(x->finish_reason == LLB_FINISH_REASON_NONE && x->error.code == 0);
+  CHECK(x->num_pooling_output == 0 && x->pooling_output == NULL);
   CHECK(str_eq(x->stop_reason, S("")) && str_eq(x->error.message, S("")));
   return true;
 }
@@ -595,7 +615,8 @@ static void fill_request_output(struct llb_request_output *m) {
       .outputs = outs, .num_outputs = 2, .finished = true,
       .metrics = {1763802654.125, 1763802654.126, 1763802654.19, 1763802655.0, 1763802655.01,
                   16, 7, 4},
-      .error = sample_error, .max_model_len = 2048};
+      .error = sample_error, .max_model_len = 2048, .pooling_output = pooled,
+      .num_pooling_output = N(pooled)};
 }
 
 static bool equals_request_output(const void *v) {
@@ -606,6 +627,8 @@ static bool equals_request_output(const void *v) {
   CHECK(i32_eq(a->prompt_token_ids, a->num_prompt_token_ids, prompt_ids, N(prompt_ids)));
   CHECK(str_eq(a->prompt, b.prompt) && a->num_outputs == 2 && a->finished);
   CHECK(a->max_model_len == b.max_model_len);
+  CHECK(a->num_pooling_output == N(pooled) &&
+        memcmp(a->pooling_output, pooled, sizeof(pooled)) == 0);
   for (int i = 0; i < 2; i++) {
     const struct llb_completion_output *x = &a->outputs[i], *y = &b.outputs[i];
     CHECK(x->index == y->index && str_eq(x->text, y->text) && x->resync == y->resync);

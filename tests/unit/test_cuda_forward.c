@@ -87,7 +87,7 @@ static void compare_models(const char *name, struct gguf_file *fq, struct gguf_f
     pos[i] = i;
     slots[i] = (int64_t)table[i / BS] * BS + i % BS;
   }
-  struct llama_batch b = {PROMPT, ids, pos, slots, 1, qsl, len, table, MB, NULL, NULL, 1, lidx};
+  struct llama_batch b = {PROMPT, ids, pos, slots, 1, qsl, len, table, MB, NULL, NULL, 1, lidx, 0, NULL, NULL};
   const struct cuda_sample_params greedy = {0.0f, 0, 1.0f, 0.0f, 0, 0, 0};
   int explained = 0, matched = 0, unexplained = 0;
   float worst_rel = 0, worst_cpu_quant_rel = 0;

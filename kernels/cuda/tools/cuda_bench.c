@@ -85,7 +85,7 @@ static int bench_shape(const struct random_llama_shape *sh, const struct ceiling
       sp[s] = (struct cuda_sample_params){0.0f, 0, 1.0f, 0.0f, 1, 0, 0};
     }
     qsl[B] = B;
-    const struct llama_batch b = {B, ids, pos, slots, B, qsl, lens, tables, MB, NULL, NULL, B, lidx};
+    const struct llama_batch b = {B, ids, pos, slots, B, qsl, lens, tables, MB, NULL, NULL, B, lidx, 0, NULL, NULL};
     for (int r = 0; r < 3; r++) TRY(cuda_forward(c, kv, &b, sp, NULL, tokens));
     for (int r = 0; r < REPS; r++) {
       const double t0 = now_s();
@@ -111,7 +111,7 @@ static int bench_shape(const struct random_llama_shape *sh, const struct ceiling
     }
     for (int k = 0; k < MB; k++) tables[k] = k % NB;
     qsl[0] = 0, qsl[1] = P, lens[0] = P, lidx[0] = P - 1;
-    const struct llama_batch b = {P, ids, pos, slots, 1, qsl, lens, tables, MB, NULL, NULL, 1, lidx};
+    const struct llama_batch b = {P, ids, pos, slots, 1, qsl, lens, tables, MB, NULL, NULL, 1, lidx, 0, NULL, NULL};
     for (int r = 0; r < 2; r++) TRY(cuda_forward(c, kv, &b, sp, NULL, tokens));
     for (int r = 0; r < 5; r++) {
       const double t0 = now_s();
