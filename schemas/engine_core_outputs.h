@@ -47,6 +47,7 @@ struct llb_engine_core_output {
   struct llb_str trace_parent_span_id;
   int64_t trace_start_time_ns;
   bool resync;                      /* the whole output from position 0 (see the .fbs) */
+  struct llb_logprobs_lists prompt_logprobs; /* rows = prompt tokens 1..P-1; num_tokens 0 = none */
 };
 
 struct llb_engine_core_outputs {

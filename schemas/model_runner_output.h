@@ -20,6 +20,12 @@ struct llb_model_runner_output {
   struct llb_logprobs_lists logprobs; /* num_tokens 0 = none */
   struct llb_error_info error;        /* code 0 = none */
   struct llb_str failed_req_id;       /* with error: the request the worker blames, "" = none */
+  /* vLLM prompt_logprobs_dict: rows = prompt tokens scored this step, request by request in
+   * req_ids order; column 0 the prompt token (rank in sampled_token_ranks), then the top-k.
+   * num_tokens 0 = none; then the two arrays below are NULL. */
+  struct llb_logprobs_lists prompt_logprobs;
+  const int32_t *num_prompt_logprobs;   /* [num_reqs] rows of each request */
+  const int32_t *prompt_logprobs_start; /* [num_reqs] prompt index of each request's first row */
 };
 
 llb_status llb_model_runner_output_encode(const struct llb_model_runner_output *m, uint8_t *buf,

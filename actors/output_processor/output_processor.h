@@ -82,6 +82,12 @@ struct outproc_engine_output {
   int64_t scheduled_time_ns;                /* when the engine first scheduled it; 0 = not reported */
   int64_t queued_time_ns;                   /* when the engine queued it; 0 = not reported */
   int64_t timestamp_ns;                     /* when the engine produced it; 0 = use `now_ns` */
+  /* vLLM prompt_logprobs: prompt tokens 1..P-1 (token_id = the prompt token, top = the k most
+   * likely) with their ranks, once per request (the scheduler sends them with the first token);
+   * kept and delivered with the request's next RequestOutput */
+  const struct outproc_new_logprobs *prompt_logprobs; /* [num_prompt_logprobs] or NULL */
+  const int32_t *prompt_logprob_ranks;                /* [num_prompt_logprobs] */
+  int32_t num_prompt_logprobs;
 };
 
 /* A request as registered from its EngineCoreRequest. Pointers are borrowed for the call. */
@@ -165,6 +171,11 @@ struct outproc_request_output {
   struct outproc_metrics metrics;
   char error[OUTPROC_MAX_ERROR_BYTES];   /* why, when a completion finished with ERROR */
   llb_status error_code;                 /* its status (QUEUE_FULL, ...); 0 = INTERNAL */
+  /* vLLM RequestOutput.prompt_logprobs without its leading None (prompt tokens 1..P-1, `sampled`
+   * = the prompt token): on the first output after the engine sent them, else NULL / 0 */
+  struct outproc_position_logprobs *prompt_logprobs;
+  int64_t num_prompt_logprobs;
+  char *prompt_logprob_arena; /* backing store of their texts */
 };
 
 /* Everything one or more outproc_process calls produced; owns all memory it points to. */

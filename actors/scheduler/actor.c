@@ -55,6 +55,7 @@ void sched_actor_meta_free(struct req_meta *m) {
   free(m->prompt);
   free(m->mm);
   free(m->mm_blob);
+  sched_prompt_logprobs_free(&m->plp);
   free(m);
 }
 

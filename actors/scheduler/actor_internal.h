@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "actors/scheduler/actor.h"
+#include "actors/scheduler/actor_prompt_logprobs.h"
 #include "actors/scheduler/actor_trace.h"
 #include "actors/scheduler/actor_wire.h"
 #include "actors/scheduler/engine_metrics.h"
@@ -43,6 +44,7 @@ struct req_meta {
   bool resync;            /* the output processor lost it: the next output carries everything */
   uint64_t stream_seq;    /* its message in the requests stream (acknowledged when the request
                              leaves the scheduler); 0 = it came without JetStream */
+  struct sched_prompt_logprobs plp; /* prompt_logprobs >= 0: rows gathered chunk by chunk */
 };
 
 struct scheduler_actor {

@@ -532,7 +532,8 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
     sched_queue_pop(&s->waiting);
     s->running[s->num_running++] = r;
     r->status = SCHED_REQUEST_STATUS_RUNNING;
-    r->lookup = s->cfg.enable_prefix_caching;
+    /* a request scoring its prompt computes every position (vLLM skips the prefix cache too) */
+    r->lookup = s->cfg.enable_prefix_caching && r->sampling_params.prompt_logprobs < 0;
     mark_scheduled(s, r, n, true);
     budget -= n;
   }
