@@ -79,6 +79,9 @@ llb_status bus_map_nats(natsStatus s);
 /* Fills the view `bm` of `m` (subject, reply, data, trace; impl = m, not owned). */
 void bus_fill_msg(struct bus_msg *bm, natsMsg *m);
 
+/* A heap bus_msg that owns `m` (freed by bus_msg_destroy); on OUT_OF_MEMORY `m` is destroyed. */
+llb_status bus_wrap_owned_msg(natsMsg *m, struct bus_msg **out);
+
 /* Builds the natsMsg of `m` with its traceparent and headers, after the size check against
  * max_payload; *out is owned by the caller (natsMsg_Destroy). Errors: as bus_publish. */
 llb_status bus_build_msg(struct bus *b, const struct bus_out_msg *m, const char *reply,

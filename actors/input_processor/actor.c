@@ -38,7 +38,7 @@ struct inproc_actor {
   char engine_id[BUS_TOKEN_MAX + 1]; /* the default engine (DESIGN.md §9: routed otherwise) */
   struct engine_router *router;
   bool durable;
-  atomic_uint_fast64_t requests, engine_requests, rejected, malformed, no_reply, aborts,
+  atomic_uint_fast64_t requests, engine_requests, rejected, malformed, no_reply, aborts, aborts_refused,
       publish_errors, tokenize, stats_malformed, routed_by_prefix, routed_fallback, limited;
   char outputs_subject[BUS_SUBJECT_MAX];
   struct tenant_limits *limits; /* NULL = no per-tenant limits */
@@ -150,6 +150,7 @@ void inproc_actor_get_stats(const struct inproc_actor *a, struct inproc_actor_st
   out->malformed = atomic_load(&m->malformed);
   out->no_reply = atomic_load(&m->no_reply);
   out->aborts = atomic_load(&m->aborts);
+  out->aborts_refused = atomic_load(&m->aborts_refused);
   out->publish_errors = atomic_load(&m->publish_errors);
   out->tokenize = atomic_load(&m->tokenize);
   out->stats_malformed = atomic_load(&m->stats_malformed);
@@ -251,6 +252,7 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
   if (inproc_cache_salt_compose(tenant, gr->cache_salt.data, gr->cache_salt.len, salt, salt_cap) >= salt_cap)
     return "cache_salt";
   req->cache_salt = salt;
+  req->tenant = tenant;
   req->reply_to = reply_to;
   if (gr->num_mm_items > 0) {
     struct inproc_mm_item *items = llb_arena_alloc(arena, (size_t)gr->num_mm_items * sizeof *items,
@@ -725,6 +727,13 @@ static void on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
     atomic_fetch_add(&a->malformed, 1);
     LLB_LOG_WARN("abort_malformed", "subject=%s bytes=%zu error=%s", msg->subject, msg->len,
                  llb_log_quote(q, sizeof q, llb_err_last()));
+    goto done;
+  }
+  const char *tenant = subject_tenant(msg->subject);
+  if (!inproc_id_owned_by(ar.request_id.data, ar.request_id.len, tenant)) {
+    atomic_fetch_add(&a->aborts_refused, 1);
+    LLB_LOG_WARN("abort_refused", "subject=%s request_id=%s reason=\"not a request of tenant %s\"",
+                 msg->subject, ar.request_id.data, tenant);
     goto done;
   }
   /* The processor keeps no state: abort the id itself (n = 1) and every child id it could

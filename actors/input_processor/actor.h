@@ -72,6 +72,7 @@ struct inproc_actor_stats {
   uint64_t malformed;       /* undecodable messages (generate or abort) */
   uint64_t no_reply;        /* errors that could not be answered: no reply subject */
   uint64_t aborts;          /* AbortRequests forwarded */
+  uint64_t aborts_refused;  /* AbortRequests for an id of another tenant (or no id of ours) */
   uint64_t publish_errors;  /* failed publishes (each logged) */
   uint64_t tokenize;        /* tokenize / detokenize requests answered without error */
   uint64_t stats_malformed; /* SchedulerStats refused (undecodable, id mismatch, out of range) */

@@ -3,6 +3,7 @@
 
 #include "schemas/embeds.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -502,7 +503,8 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
   int32_t n = sp.n;
   sp.n = 1;
   char parent[INPROC_MAX_ID_BYTES];
-  snprintf(parent, sizeof parent, "%s-%016" PRIx64, req->request_id, p->cfg.random_u64(p->cfg.random_ctx));
+  snprintf(parent, sizeof parent, "%s-%08" PRIx32 "%08" PRIx32, req->request_id,
+           (uint32_t)p->cfg.random_u64(p->cfg.random_ctx), inproc_tenant_tag(req->tenant));
   out->requests = calloc((size_t)n, sizeof *out->requests);
   if (!out->requests) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "%d engine requests", n);
   out->num_requests = n;
@@ -602,6 +604,25 @@ llb_status inproc_processed_set_engine(struct inproc_processed *out, const char 
     }
   }
   return LLB_STATUS_OK;
+}
+
+uint32_t inproc_tenant_tag(const char *tenant) {
+  uint32_t h = 2166136261u;
+  for (const unsigned char *c = (const unsigned char *)(tenant ? tenant : ""); *c; c++) h = (h ^ *c) * 16777619u;
+  return h;
+}
+
+bool inproc_id_owned_by(const char *id, size_t len, const char *tenant) {
+  if (!id) return false;
+  size_t end = len;
+  while (end > 0 && id[end - 1] != '@') end--;
+  end = end ? end - 1 : len; /* the id without "@<eid>" */
+  if (end < 17 || id[end - 17] != '-') return false;
+  char want[9];
+  snprintf(want, sizeof want, "%08" PRIx32, inproc_tenant_tag(tenant));
+  for (size_t i = end - 16; i < end; i++)
+    if (!isxdigit((unsigned char)id[i]) || isupper((unsigned char)id[i])) return false;
+  return memcmp(id + end - 8, want, 8) == 0;
 }
 
 bool inproc_engine_of_id(const char *id, size_t len, char *out, size_t cap) {

@@ -52,6 +52,7 @@ struct inproc_generate_request {
   struct llb_sampling_params sampling_params;
   int32_t priority;                    /* lower runs first (vLLM priority scheduling) */
   const char *cache_salt;              /* prefix-cache salt (tenant); NULL = none */
+  const char *tenant;                  /* the tenant it arrived for; tagged into its ids */
   const char *reply_to;                /* subject for the RequestOutputs; NULL = "" */
   int64_t arrival_time_ns;             /* wall clock; 0 = now */
   const struct inproc_mm_item *mm_items; /* [num_mm_items] multimodal items (mm_items.h) */
@@ -167,11 +168,20 @@ int32_t inproc_max_model_len(const struct inproc_t *p);
 void inproc_processed_free(struct inproc_processed *out);
 
 /* Names the engine that will run the request in its ids (DESIGN.md §9): the parent id
- * becomes "<external>-<16 hex>@<eid>" and each child's "<i>_<that>", so that any input
+ * becomes "<external>-<16 hex>@<eid>" (8 random hex, then the tenant tag) and each child's "<i>_<that>", so that any input
  * processor replica can send an abort for the id to the engine that owns it
  * (inproc_engine_of_id). Call once, after inproc_process succeeded. INVALID_ARGUMENT when
  * `engine_id` is not one subject token or the ids would not fit INPROC_MAX_ID_BYTES. */
 llb_status inproc_processed_set_engine(struct inproc_processed *out, const char *engine_id);
+
+/* The tenant tag in request ids: FNV-1a (32-bit) of the tenant name (NULL = ""). */
+uint32_t inproc_tenant_tag(const char *tenant);
+
+/* True when internal request id[0..len) (a parent or child id, with or without "@<eid>") was
+ * made for `tenant`: its 16 hex digits before the engine are 8 random ones and then
+ * inproc_tenant_tag(tenant). An abort arriving on tenant B's subject for an id of tenant A is
+ * refused with this (issue 14: no tenant may abort another's request). */
+bool inproc_id_owned_by(const char *id, size_t len, const char *tenant);
 
 /* The engine named in an internal request id by inproc_processed_set_engine (what follows its
  * last '@'), copied into out[cap]. False when the id names none or it is not one subject token. */

@@ -7,12 +7,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "actors/input_processor/actor.h"
+#include "actors/input_processor/input_processor.h"
 #include "bus/bus.h"
 #include "base/log.h"
 #include "model/gguf.h"
@@ -340,22 +342,35 @@ static void test_tokenize_subject_tokenizes_detokenizes_and_reports_max_model_le
   gguf_close(g);
 }
 
-static void test_abort_is_forwarded_with_child_ids(void **state) {
-  struct fixture *f = *state;
-  struct llb_abort_request ar = {.request_id = llb_str_c("t1-00112233aabbccdd")};
+static void publish_abort(struct fixture *f, const char *subject, const char *id) {
+  struct llb_abort_request ar = {.request_id = llb_str_c(id)};
   struct llb_buf buf = {0};
   assert_int_equal(llb_abort_request_encode_buf(&ar, &buf), LLB_STATUS_OK);
-  assert_int_equal(bus_publish(f->client, "llm.abort.default", buf.data, buf.len, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_publish(f->client, subject, buf.data, buf.len, NULL), LLB_STATUS_OK);
   llb_buf_free(&buf);
+}
+
+static void test_abort_is_forwarded_with_child_ids(void **state) {
+  struct fixture *f = *state;
+  char id[64], other[64];
+  snprintf(id, sizeof id, "t1-00112233%08" PRIx32, inproc_tenant_tag("default"));
+  snprintf(other, sizeof other, "t1-00112233%08" PRIx32, inproc_tenant_tag("someone-else"));
+  /* an id of another tenant on this tenant's abort subject is refused (issue 14) */
+  publish_abort(f, "llm.abort.default", other);
+  publish_abort(f, "llm.abort.default", id);
   struct bus_msg *m = NULL;
   assert_int_equal(bus_sub_next_msg(f->engine_abort, WAIT_MS, &m), LLB_STATUS_OK);
   struct llb_abort_requests ab;
   assert_int_equal(llb_abort_requests_decode(m->data, m->len, &f->arena, &ab), LLB_STATUS_OK);
   bus_msg_destroy(m);
   assert_int_equal(ab.num_request_ids, INPROC_ACTOR_MAX_N + 1);
-  assert_string_equal(ab.request_ids[0].data, "t1-00112233aabbccdd");
-  assert_string_equal(ab.request_ids[1].data, "0_t1-00112233aabbccdd");
-  assert_string_equal(ab.request_ids[2].data, "1_t1-00112233aabbccdd");
+  char child[80];
+  assert_string_equal(ab.request_ids[0].data, id);
+  snprintf(child, sizeof child, "0_%s", id);
+  assert_string_equal(ab.request_ids[1].data, child);
+  snprintf(child, sizeof child, "1_%s", id);
+  assert_string_equal(ab.request_ids[2].data, child);
+  assert_true(no_more(f->engine_abort));
 }
 
 int main(void) {

@@ -176,6 +176,43 @@ async def generate(nc, subject, rid):
     return ids, text
 
 
+def abort_request(rid):
+    import flatbuffers
+    from llmbus import AbortRequest as AR
+    b = flatbuffers.Builder(64)
+    rid_s = b.CreateString(rid)
+    AR.AbortRequestStart(b)
+    AR.AbortRequestAddVersion(b, 1)
+    AR.AbortRequestAddRequestId(b, rid_s)
+    root = AR.AbortRequestEnd(b)
+    b.FinishSizePrefixed(root, file_identifier=b"LABR")
+    return bytes(b.Output())
+
+
+async def generate_leaking_id(nc, subject, rid, on_id):
+    """generate(), but awaits on_id(<the engine's request id>) at the first output (an id a
+    client of that tenant sees and another tenant could learn)."""
+    from llmbus import RequestOutput as RO
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.publish(subject, generate_request(rid), reply=inbox)
+    ids, first = [], True
+    while True:
+        msg = await sub.next_msg(timeout=TIMEOUT_S)
+        ro = RO.RequestOutput.GetRootAs(msg.data, 4)
+        assert ro.Error() is None, f"engine error: {ro.Error().Message()}"
+        if first:
+            first = False
+            await on_id(ro.RequestId().decode())
+        co = ro.Outputs(0)
+        ids += [co.TokenIds(j) for j in range(co.TokenIdsLength())]
+        if ro.Finished():
+            assert co.FinishReason() != 3, "the request was aborted"  # FinishReason.Abort
+            break
+    await sub.unsubscribe()
+    return ids
+
+
 async def expect_no_connect(url, **kw):
     try:
         c = await Client().connect(url, **kw)
@@ -242,6 +279,20 @@ async def attacks(stack, results):
         ids, _ = await generate(a.nc, "llm.generate.a", "a-own")
         assert ids == alone_ids, "tenant a's own request differs from b's identical one"
 
+    async def tenant_cannot_abort_another_tenants_request():
+        leaked = []
+
+        async def abort_it(rid):
+            leaked.append(rid)
+            for _ in range(3):  # on a's own abort subject, which a may use
+                await a.nc.publish("llm.abort.a", abort_request(rid))
+            await a.nc.flush()
+
+        ids = await generate_leaking_id(b.nc, "llm.generate.b", "b-abort-target", abort_it)
+        assert ids == alone_ids, "b's request changed after a's abort"
+        refused = [ln for ln in stack.log_text().splitlines() if "abort_refused" in ln and leaked[0] in ln]
+        assert refused, f"no abort_refused line for {leaked[0]}"
+
     async def actors_stay_in_their_row():
         out = await Client().connect(url, "output-processor", stack.password("output-processor"))
         kv = await Client().connect(url, "kv-manager", stack.password("kv-manager"))
@@ -292,6 +343,7 @@ async def attacks(stack, results):
     await case("wrong_password_cannot_connect", wrong_password)
     await case("tenant_cannot_subscribe_to_other_tenants_engine_or_replies", tenant_cannot_listen)
     await case("tenant_cannot_publish_on_other_tenant_or_engine_subjects", tenant_cannot_publish_elsewhere)
+    await case("tenant_cannot_abort_another_tenants_request_by_id", tenant_cannot_abort_another_tenants_request)
     await case("engine_actor_users_keep_to_their_subjects", actors_stay_in_their_row)
     await case("victim_stream_complete_and_identical_and_no_forged_bytes_delivered", victim_untouched)
     await a.close()

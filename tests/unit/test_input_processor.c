@@ -304,6 +304,37 @@ static void test_seed_is_drawn_when_missing_and_kept_when_given(void **state) {
   inproc_processed_free(&a);
 }
 
+/* Issue 14: an id carries its tenant's tag, so an abort on tenant b's subject for an id of
+ * tenant a (learned somehow) is recognised as not b's. */
+static void test_ids_are_owned_by_their_tenant_only(void **state) {
+  (void)state;
+  struct inproc_generate_request r = base_request();
+  r.tenant = "alpha";
+  r.sampling_params.n = 2;
+  struct inproc_errors errs;
+  struct inproc_processed out;
+  assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
+  assert_int_equal(inproc_processed_set_engine(&out, "e1"), LLB_STATUS_OK);
+  const char *parent = out.requests[0].parent_request_id, *child = out.requests[1].request_id;
+  assert_true(inproc_id_owned_by(parent, strlen(parent), "alpha"));
+  assert_true(inproc_id_owned_by(child, strlen(child), "alpha"));
+  assert_false(inproc_id_owned_by(parent, strlen(parent), "beta"));
+  assert_false(inproc_id_owned_by(parent, strlen(parent), NULL));
+  /* without the engine suffix, as before routing */
+  char bare[INPROC_MAX_ID_BYTES];
+  snprintf(bare, sizeof bare, "%s", parent);
+  *strrchr(bare, '@') = '\0';
+  assert_true(inproc_id_owned_by(bare, strlen(bare), "alpha"));
+  assert_false(inproc_id_owned_by(bare, strlen(bare), "beta"));
+  /* ids that are not ours: too short, not hex, upper-case hex, no '-' */
+  assert_false(inproc_id_owned_by("x", 1, "alpha"));
+  assert_false(inproc_id_owned_by("req-0123456789abcdeg@e1", 23, "alpha"));
+  char lower[64];
+  snprintf(lower, sizeof lower, "req_00000000%08x", inproc_tenant_tag("alpha"));
+  assert_false(inproc_id_owned_by(lower, strlen(lower), "alpha"));
+  inproc_processed_free(&out);
+}
+
 static void test_n_fans_out_into_children_with_distinct_ids_and_streams(void **state) {
   (void)state;
   struct inproc_generate_request r = base_request();
@@ -437,6 +468,7 @@ int main(void) {
       cmocka_unit_test(test_special_token_text_in_a_raw_prompt_is_the_special_token),
       cmocka_unit_test(test_messages_go_through_the_chat_template),
       cmocka_unit_test(test_seed_is_drawn_when_missing_and_kept_when_given),
+      cmocka_unit_test(test_ids_are_owned_by_their_tenant_only),
       cmocka_unit_test(test_n_fans_out_into_children_with_distinct_ids_and_streams),
       cmocka_unit_test(test_tenant_and_salt_cannot_be_confused_for_another_pair),
       cmocka_unit_test(test_non_finite_embeds_are_refused_naming_the_item),
