@@ -51,6 +51,14 @@ llb_status api_response_init(struct api_response *r, const struct api_request *r
       api_response_free(r);
       return OOM();
     }
+    if (r->logprobs >= 0) {
+      r->echo_logprobs = calloc((size_t)r->num_prompts, sizeof *r->echo_logprobs);
+      r->echo_offset = calloc((size_t)r->num_prompts, sizeof *r->echo_offset);
+      if (!r->echo_logprobs || !r->echo_offset) {
+        api_response_free(r);
+        return OOM();
+      }
+    }
   }
   return LLB_STATUS_OK;
 }
@@ -69,6 +77,9 @@ void api_response_free(struct api_response *r) {
   for (int32_t i = 0; r->prompt_logprobs && i < r->num_prompts; i++) json_decref(r->prompt_logprobs[i]);
   free(r->prompt_logprobs);
   free(r->prompt_logprobs_sent);
+  for (int32_t i = 0; r->echo_logprobs && i < r->num_prompts; i++) json_decref(r->echo_logprobs[i]);
+  free(r->echo_logprobs);
+  free(r->echo_offset);
   memset(r, 0, sizeof *r);
 }
 
@@ -89,6 +100,10 @@ int64_t api_response_count(struct api_response *r, int32_t prompt_index,
   if (r->prompt_logprobs && !r->prompt_logprobs[prompt_index] &&
       (ro->num_prompt_logprobs > 0 || r->prompt_tokens[prompt_index] == 1))
     r->prompt_logprobs[prompt_index] = api_prompt_logprobs_json(ro, r->prompt_tokens[prompt_index]);
+  if (r->echo_logprobs && !r->echo_logprobs[prompt_index] &&
+      (ro->num_prompt_logprobs > 0 || r->prompt_tokens[prompt_index] == 1))
+    r->echo_logprobs[prompt_index] =
+        api_echo_logprobs_json(ro, r->echo[prompt_index], r->logprobs, &r->echo_offset[prompt_index]);
   int64_t gen = 0;
   for (int32_t i = 0; i < ro->num_outputs; i++) gen += ro->outputs[i].num_token_ids;
   r->completion_tokens += gen;
@@ -196,6 +211,16 @@ static llb_status emit_event(json_t *obj, struct api_buf *out) {
   return ok ? LLB_STATUS_OK : OOM();
 }
 
+/* echo: the prompt's part of a choice's logprobs, first (vLLM): a copy of the prompt's (null
+ * when not asked), the choice's text offset then past the prompt. NULL when out of memory. */
+static json_t *echo_logprobs_of(const struct api_response *r, int32_t prompt_index, struct api_choice_state *cs) {
+  if (!r->echo_logprobs) return json_null();
+  json_t *lp = r->echo_logprobs[prompt_index];
+  if (!lp) return json_null(); /* the engine sent none (an output processor that restarted) */
+  cs->text_offset = r->echo_offset[prompt_index];
+  return json_deep_copy(lp);
+}
+
 /* ---- non-streaming ------------------------------------------------------------------ */
 
 /* Appends the arrays of `delta` (stolen) to those of the same keys in *acc. */
@@ -236,9 +261,7 @@ llb_status api_response_add_output(struct api_response *r, int32_t prompt_index,
     if (r->echo && !cs->echoed) {
       cs->echoed = true;
       if (!api_buf_append(&cs->text, r->echo[prompt_index], strlen(r->echo[prompt_index]))) return OOM();
-      if (r->logprobs >= 0 && /* the prompt tokens' logprobs first (vLLM) */
-          !merge_logprobs(&acc, api_echo_logprobs_json(ro, r->echo[prompt_index], r->logprobs, &cs->text_offset)))
-        return OOM();
+      if (!merge_logprobs(&acc, echo_logprobs_of(r, prompt_index, cs))) return OOM();
       cs->logprobs = acc;
     }
     if (!api_buf_append(&cs->text, c->text.data ? c->text.data : "", c->text.len)) return OOM();
@@ -329,10 +352,10 @@ llb_status api_response_stream_output(struct api_response *r, int32_t prompt_ind
     json_t *echo_lp = NULL;
     if (r->echo && !cs->echoed) { /* the prompt goes out with the choice's first chunk */
       cs->echoed = true;
-      if (r->logprobs >= 0) {
-        echo_lp = api_echo_logprobs_json(ro, r->echo[prompt_index], r->logprobs, &cs->text_offset);
-        if (!echo_lp) return OOM();
-      }
+      json_t *e = echo_logprobs_of(r, prompt_index, cs);
+      if (!e) return OOM();
+      if (json_is_null(e)) json_decref(e);
+      else echo_lp = e;
       size_t pn = strlen(r->echo[prompt_index]);
       joined = malloc(pn + c->text.len + 1);
       if (!joined) {

@@ -60,6 +60,11 @@ struct api_response {
    * decoded_token}}, ...] (private), NULL = not arrived; the array is NULL when not asked */
   void **prompt_logprobs;           /* [num_prompts] */
   bool *prompt_logprobs_sent;       /* [num_prompts * n] streaming: went out with a chunk */
+  /* echo with logprobs: per prompt the prompt's part of the completions logprobs (private
+   * JSON, NULL = not arrived; every choice of the prompt starts with a copy) and the text
+   * offset after it; the arrays are NULL without echo + logprobs */
+  void **echo_logprobs;             /* [num_prompts] */
+  int64_t *echo_offset;             /* [num_prompts] */
 };
 
 /* The vLLM prompt_logprobs list of one RequestOutput (json_t *, new reference): null for the

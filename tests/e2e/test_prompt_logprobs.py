@@ -101,18 +101,30 @@ def main():
             assert plp[0] is None and len(plp) == j["usage"]["prompt_tokens"], (len(plp), j["usage"])
 
         def echo_with_logprobs_scores_the_prompt_first():
-            j = completion(prompt=PROMPT, max_tokens=3, logprobs=2, echo=True, ignore_eos=True)
-            c = j["choices"][0]
-            lp = c["logprobs"]
-            n = len(ids)
-            assert len(lp["tokens"]) == n + 3 and lp["token_logprobs"][0] is None, lp["tokens"]
-            assert "".join(lp["tokens"]) == c["text"] and c["text"].startswith(PROMPT), (lp["tokens"], c["text"])
-            assert lp["text_offset"] == [len("".join(lp["tokens"][:i])) for i in range(n + 3)], lp["text_offset"]
-            assert "prompt_logprobs" not in c or c["prompt_logprobs"] is None, c  # not asked for
+            j = completion(prompt=PROMPT, max_tokens=3, logprobs=2, echo=True, ignore_eos=True, n=2)
             plp = completion(prompt=PROMPT, max_tokens=1, prompt_logprobs=2)["choices"][0]["prompt_logprobs"]
-            for t in range(1, n):
-                assert abs(lp["token_logprobs"][t] - plp[t][str(ids[t])]["logprob"]) < 1e-4, t
-                assert len(lp["top_logprobs"][t]) >= 2, lp["top_logprobs"][t]
+            n = len(ids)
+            assert len(j["choices"]) == 2, j
+            for c in j["choices"]:  # every choice starts with the prompt's tokens
+                lp = c["logprobs"]
+                assert len(lp["tokens"]) == n + 3 and lp["token_logprobs"][0] is None, lp["tokens"]
+                assert "".join(lp["tokens"]) == c["text"] and c["text"].startswith(PROMPT), (lp["tokens"], c["text"])
+                assert lp["text_offset"] == [len("".join(lp["tokens"][:i])) for i in range(n + 3)], lp["text_offset"]
+                assert "prompt_logprobs" not in c or c["prompt_logprobs"] is None, c  # not asked for
+                for t in range(1, n):
+                    assert abs(lp["token_logprobs"][t] - plp[t][str(ids[t])]["logprob"]) < 1e-4, t
+                    assert len(lp["top_logprobs"][t]) >= 2, lp["top_logprobs"][t]
+            req = urllib.request.Request(st.base + "/v1/completions", method="POST",
+                                         headers={"Content-Type": "application/json"},
+                                         data=json.dumps({"model": model, "prompt": PROMPT, "max_tokens": 3,
+                                                          "temperature": 0, "stream": True, "echo": True,
+                                                          "logprobs": 1}).encode())
+            with urllib.request.urlopen(req, timeout=300) as r:
+                events = [json.loads(line[6:]) for line in r.read().decode().splitlines()
+                          if line.startswith("data: {")]
+            tokens = [t for e in events for c in e["choices"] if c.get("logprobs") for t in c["logprobs"]["tokens"]]
+            text = "".join(c["text"] for e in events for c in e["choices"])
+            assert "".join(tokens) == text and text.startswith(PROMPT) and len(tokens) == n + 3, (tokens, text)
 
         def out_of_range_k_is_refused():
             for bad in (21, -1, "2"):
