@@ -4,6 +4,8 @@
 #   make serve  the same stack, left running (HTTP on 127.0.0.1:8000) until Ctrl-C
 #   make test   install deps, build (ASan+UBSan, warnings are errors), fetch the model,
 #               run every test under ctest
+#   make fuzz   the libFuzzer targets (tests/fuzz/README.md) built with clang in build-fuzz/
+#               and run FUZZ_SECONDS (default 60) each; `make test` ends with this smoke run
 #   make chaos  the long chaos run (tests/chaos/): 200 streamed requests while every actor
 #               type and the nats-server are SIGKILLed 10 times each at random moments
 SHELL := /bin/bash
@@ -13,7 +15,9 @@ RUN_FLAGS ?= --temperature 0 --max-tokens 64
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 VENV := .venv
 
-.PHONY: run serve test chaos deps model venv build build-release clean
+FUZZ_SECONDS ?= 60
+
+.PHONY: run serve test chaos fuzz build-fuzz deps model venv build build-release clean
 
 deps:
 	@ops/install-deps.sh
@@ -40,6 +44,16 @@ build-release: deps
 
 test: build model venv
 	@cd build && ctest --output-on-failure -j$(JOBS) --timeout 900
+	@$(MAKE) --no-print-directory fuzz
+
+# libFuzzer needs clang: a build of its own, every library instrumented (CMakeLists.txt LLB_FUZZ).
+build-fuzz: deps
+	@CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLB_FUZZ=ON \
+	  -DLLB_SANITIZE=OFF -DLLB_CUDA=OFF >/dev/null
+	@cmake --build build-fuzz -j$(JOBS) --target fuzzers >/dev/null
+
+fuzz: build-fuzz model
+	@JOBS=$(JOBS) tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 chaos: build model
 	@LLMBUS_BUILD_DIR=$(CURDIR)/build LLMBUS_SOURCE_DIR=$(CURDIR) LLMBUS_MODEL=$(CURDIR)/$(MODEL) \
@@ -52,4 +66,4 @@ serve: build-release model
 	@build-release/cmd/llmbus serve --model $(MODEL) --http 127.0.0.1:8000
 
 clean:
-	rm -rf build build-release
+	rm -rf build build-release build-fuzz

@@ -82,11 +82,20 @@ static llb_status stream_ensure_once(jsCtx *js, const char *name, const char *su
   natsStatus s = js_GetStreamInfo(&si, js, name, NULL, &jerr);
   if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr) {
     /* three replicas where the server is a cluster (the stream outlives a node), else one:
-     * a single server refuses replicas > 1, and that refusal is the test */
+     * only a single server's refusal ("replicas > 1 not supported in non-clustered mode")
+     * means one. A cluster still forming (no peers for placement, JetStream not available
+     * yet) is retried by stream_ensure: falling back to one replica there put the stream on
+     * one node, and it died with that node (tests/cluster). */
     jerr = 0;
     cfg.Replicas = 3;
     s = js_AddStream(&si, js, &cfg, NULL, &jerr);
-    if (s != NATS_OK && jerr != JSStreamNameExistErr) {
+    if (s != NATS_OK && (jerr == JSClusterNoPeersErr || jerr == JSClusterNotAvailErr ||
+                         jerr == JSInsufficientResourcesErr)) {
+      jsStreamInfo_Destroy(si);
+      return LLB_ERRF(LLB_STATUS_TIMEOUT, "creating the requests stream with 3 replicas: the cluster is not "
+                      "ready (JetStream error %d)", (int)jerr);
+    }
+    if (s != NATS_OK && jerr == JSStreamReplicasNotSupportedErr) {
       jsStreamInfo_Destroy(si);
       si = NULL;
       jerr = 0;

@@ -39,13 +39,13 @@ static llb_status loop_err(struct api_actor *a, llb_status st) {
 
 /* ---- the seq table (loop thread) ---------------------------------------------------- */
 
-static void table_add(struct api_actor *a, struct api_sub *s) {
+void api_table_add(struct api_actor *a, struct api_sub *s) {
   struct api_sub **b = &a->table[s->seq % SUB_TABLE_SIZE];
   s->next = *b;
   *b = s;
 }
 
-static void table_remove(struct api_actor *a, struct api_sub *s) {
+void api_table_remove(struct api_actor *a, struct api_sub *s) {
   for (struct api_sub **p = &a->table[s->seq % SUB_TABLE_SIZE]; *p; p = &(*p)->next)
     if (*p == s) {
       *p = s->next;
@@ -63,7 +63,7 @@ static struct api_sub *table_find(struct api_actor *a, uint64_t seq) {
 
 static void on_close(struct evhttp_connection *conn, void *arg);
 
-static void publish_abort(struct api_actor *a, struct api_sub *s) {
+void api_publish_abort(struct api_actor *a, const struct api_sub *s) {
   struct llb_abort_request ab = {.request_id = llb_str_c(s->engine_id)};
   struct llb_buf buf = {0};
   llb_status st = llb_abort_request_encode_buf(&ab, &buf);
@@ -75,6 +75,10 @@ static void publish_abort(struct api_actor *a, struct api_sub *s) {
     LLB_LOG_WARN("abort_publish_failed", "request_id=%s error=\"%s\"", s->engine_id, llb_err_last());
   else
     LLB_LOG_INFO("request_aborted", "request_id=%s", s->engine_id);
+}
+
+static void publish_abort(struct api_actor *a, struct api_sub *s) {
+  api_publish_abort(a, s);
   s->finished = true;
 }
 
@@ -111,7 +115,7 @@ static void call_free(struct api_call *c) {
   detach_http(c);
   bus_span_end(a->bus, &c->span);
   for (int32_t i = 0; i < c->num_subs; i++) {
-    table_remove(a, &c->subs[i]);
+    api_table_remove(a, &c->subs[i]);
     api_resend_free(&c->subs[i]);
   }
   if (c->prev) c->prev->next = c->next;
@@ -426,6 +430,14 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
   struct api_call *c = arg;
+  uint64_t reconnects = bus_num_reconnects(c->a->bus);
+  if (reconnects != c->reconnects) { /* its replies may be lost with the server's reply mappings */
+    c->reconnects = reconnects;
+    if (api_resend_after_reconnect(c->a, c) > 0 && c->timer) {
+      struct timeval tv = {.tv_sec = c->a->o.first_output_timeout_s};
+      evtimer_add(c->timer, &tv);
+    }
+  }
   if (!c->conn) return;
   struct bufferevent *bev = evhttp_connection_get_bufferevent(c->conn);
   evutil_socket_t s = bev ? bufferevent_getfd(bev) : -1;
@@ -509,13 +521,20 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
     s->seq = ++a->next_seq;
     s->call = c;
     s->prompt_index = i;
-    table_add(a, s);
+    api_table_add(a, s);
   }
   evhttp_connection_set_closecb(c->conn, on_close, c);
   c->timer = evtimer_new(a->base, on_timer, c);
   if (c->timer) {
     struct timeval tv = {.tv_sec = a->o.first_output_timeout_s};
     evtimer_add(c->timer, &tv);
+  }
+  c->reconnects = bus_num_reconnects(a->bus);
+  if (!tok && !c->parsed.sampling_params.has_seed) {
+    /* Drawn here rather than by the input processor, so that a request sent again after a
+     * reconnect (api_resend_after_reconnect) repeats the same tokens. */
+    c->parsed.sampling_params.seed = api_random_seed(a);
+    c->parsed.sampling_params.has_seed = true;
   }
   c->probe = event_new(a->base, -1, EV_PERSIST, on_probe, c);
   if (c->probe) {

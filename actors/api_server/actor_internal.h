@@ -64,6 +64,7 @@ struct api_call {
   int64_t t_start_ns, t_first_token_ns, t_last_token_ns;
   int64_t t_last_write_ns;          /* last chunk written to a stream (keep-alive comments) */
   int64_t gen_tokens;
+  uint64_t reconnects;              /* bus_num_reconnects when its requests were (re)sent */
   struct event *timer;              /* first-output timeout */
   struct event *probe;              /* periodic check that the client is still there */
   struct api_call *prev, *next;     /* the actor's list */
@@ -112,6 +113,14 @@ struct api_actor {
   struct health_entry health[MAX_HEALTH_ACTORS];
   int num_health;
 };
+
+/* The seq table: subs by the sequence number in their reply subject (loop thread). */
+void api_table_add(struct api_actor *a, struct api_sub *s);
+void api_table_remove(struct api_actor *a, struct api_sub *s);
+/* Publishes an AbortRequest for s->engine_id on its call's tenant's abort subject (loop thread). */
+void api_publish_abort(struct api_actor *a, const struct api_sub *s);
+/* A random sampling seed (getrandom; falls back to the id salt and a counter). */
+uint64_t api_random_seed(struct api_actor *a);
 
 /* Sends `body[len]` with `status` and Content-Type `ctype` (loop thread). */
 void api_http_send_body(struct evhttp_request *req, int status, const char *ctype, const char *body,

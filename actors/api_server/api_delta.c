@@ -1,13 +1,16 @@
-/* Dropping what a client already has from a resync output (see api_delta.h). */
+/* Dropping what a client already has from a repeated output (see api_delta.h). */
 #include "actors/api_server/api_delta.h"
 
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-static void trim(const struct api_delta *d, struct llb_completion_output *c) {
-  const int64_t skip_text = min64(d->text_bytes[c->index], (int64_t)c->text.len);
+/* Drops the first skip_text bytes and skip_tokens token ids of c (logprobs stay aligned with
+ * the tail of the token ids). */
+static void trim(struct llb_completion_output *c, int64_t skip_text, int64_t skip_tokens) {
+  skip_text = min64(skip_text, (int64_t)c->text.len);
   c->text.data += skip_text;
   c->text.len -= (size_t)skip_text;
-  const int64_t skip_tokens = min64(d->num_tokens[c->index], c->num_token_ids);
+  skip_tokens = min64(skip_tokens, c->num_token_ids);
   const int32_t left = c->num_token_ids - (int32_t)skip_tokens;
   if (c->token_ids) c->token_ids += skip_tokens;
   c->num_token_ids = left;
@@ -16,18 +19,28 @@ static void trim(const struct api_delta *d, struct llb_completion_output *c) {
   c->num_logprobs = keep;
 }
 
+void api_delta_restart(struct api_delta *d) {
+  for (int i = 0; i < API_DELTA_MAX_N; i++) d->recv_text_bytes[i] = d->recv_tokens[i] = 0;
+  d->num_restarts++;
+}
+
 void api_delta_apply(struct api_delta *d, struct llb_request_output *ro, struct llb_completion_output *scratch) {
   for (int32_t i = 0; i < ro->num_outputs; i++) {
     struct llb_completion_output *c = &scratch[i];
     *c = ro->outputs[i];
     if (c->index < 0 || c->index >= API_DELTA_MAX_N) continue;
-    if (c->resync) {
+    const int k = c->index;
+    if (c->resync) { /* this stream starts again from the completion's beginning */
       d->num_resyncs++;
-      trim(d, c);
+      d->recv_text_bytes[k] = d->recv_tokens[k] = 0;
       c->resync = false;
     }
-    d->text_bytes[c->index] += (int64_t)c->text.len;
-    d->num_tokens[c->index] += c->num_token_ids;
+    const int64_t text_len = (int64_t)c->text.len, tokens = c->num_token_ids;
+    trim(c, max64(0, d->text_bytes[k] - d->recv_text_bytes[k]), max64(0, d->num_tokens[k] - d->recv_tokens[k]));
+    d->recv_text_bytes[k] += text_len;
+    d->recv_tokens[k] += tokens;
+    d->text_bytes[k] = max64(d->text_bytes[k], d->recv_text_bytes[k]);
+    d->num_tokens[k] = max64(d->num_tokens[k], d->recv_tokens[k]);
   }
   ro->outputs = scratch;
 }

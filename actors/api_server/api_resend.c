@@ -2,8 +2,10 @@
 #include "actors/api_server/api_resend.h"
 
 #include <event2/event.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "actors/api_server/actor_internal.h"
 #include "base/log.h"
@@ -51,6 +53,49 @@ bool api_resend_schedule(struct api_actor *a, struct api_sub *s) {
   LLB_LOG_INFO("generate_resent", "seq=%llu try=%d in_ms=%lld reason=no_responders subject=%s",
                (unsigned long long)s->seq, r->tries, (long long)ms, r->subject);
   return true;
+}
+
+uint64_t api_random_seed(struct api_actor *a) {
+  uint64_t seed;
+  if (getrandom(&seed, sizeof seed, 0) == (ssize_t)sizeof seed) return seed;
+  uint64_t z = a->id_salt + 0x9E3779B97F4A7C15ULL * ++a->id_counter; /* splitmix64 */
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+int api_resend_after_reconnect(struct api_actor *a, struct api_call *c) {
+  int sent = 0;
+  for (int32_t i = 0; i < c->num_subs; i++) {
+    struct api_sub *s = &c->subs[i];
+    if (s->finished || !s->resend.data) continue;
+    char reply[192];
+    uint64_t old_seq = s->seq;
+    if (s->engine_id[0]) api_publish_abort(a, s); /* its outputs can no longer reach us */
+    api_table_remove(a, s);
+    s->seq = ++a->next_seq;
+    api_table_add(a, s);
+    snprintf(reply, sizeof reply, "%s.%llu", a->inbox, (unsigned long long)s->seq);
+    char *r = strdup(reply);
+    if (!r) { /* keep the old reply: the outputs may still come (no mapping was lost) */
+      api_table_remove(a, s);
+      s->seq = old_seq;
+      api_table_add(a, s);
+      continue;
+    }
+    free(s->resend.reply);
+    s->resend.reply = r;
+    s->resend.tries = 0;
+    s->engine_id[0] = '\0';
+    api_delta_restart(&s->delta);
+    struct bus_out_msg m = {.subject = s->resend.subject, .reply = s->resend.reply, .data = s->resend.data,
+                            .len = s->resend.len, .trace = &c->span.ctx};
+    llb_status st = bus_publish_msg(a->bus, &m);
+    LLB_LOG_INFO("generate_resent", "seq=%llu old_seq=%llu reason=reconnected status=%s subject=%s",
+                 (unsigned long long)s->seq, (unsigned long long)old_seq, llb_strerror(st), s->resend.subject);
+    sent++;
+  }
+  return sent;
 }
 
 void api_resend_free(struct api_sub *s) {

@@ -1,5 +1,6 @@
 /* A GenerateRequest that no input processor took (NATS "no responders": every replica is
- * restarting, or the nats-server just came back) is sent again instead of failing the client:
+ * restarting, or the nats-server just came back), or one in flight when the bus reconnected,
+ * is sent again instead of failing the client:
  * the sub keeps a copy of what it sent, and a retry timer on the loop thread publishes it once
  * more after 50 ms, doubling to 1 s, API_RESEND_MAX_TRIES times (about 5 s in all). Only then
  * does the client get the 503. DESIGN.md §6 ("the client's request is retried").
@@ -16,6 +17,7 @@
 
 struct api_actor;
 struct api_sub;
+struct api_call;
 struct event; /* libevent */
 
 /* The copy a sub may send again: subject, reply and the encoded request. */
@@ -35,6 +37,15 @@ llb_status api_resend_keep(struct api_sub *s, const char *subject, const char *r
 /* Schedules the next resend of s; false when none is left (or nothing was kept): answer the
  * client with the 503 then. Logs each resend (event=generate_resent). */
 bool api_resend_schedule(struct api_actor *a, struct api_sub *s);
+
+/* After the bus reconnected: a restarted nats-server has forgotten the reply mappings of its
+ * service imports (serve's accounts), so the outputs of requests in flight may never arrive.
+ * Sends each unfinished sub of `c` that kept a copy again under a new reply subject (late
+ * outputs on the old one are dropped as stale), aborts the engine request it had, and makes
+ * its api_delta skip what the client already has: the request is seeded (the api server draws
+ * the seed when the client gave none), so it repeats the same tokens. Logs
+ * event=generate_resent reason=reconnected. Returns how many subs were sent again. */
+int api_resend_after_reconnect(struct api_actor *a, struct api_call *c);
 
 /* Frees the copy and the timer (before the sub's memory goes). */
 void api_resend_free(struct api_sub *s);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define CPU_HAVE_X86 1
 #define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
@@ -14,12 +15,19 @@
 #define CPU_HAVE_X86 0
 #endif
 
+#if CPU_HAVE_X86
+/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c". */
+static bool cpu_has_f16c(void) {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+}
+#endif
+
 enum cpu_simd_level cpu_simd_level_detect(void) {
 #if CPU_HAVE_X86
   /* __builtin_cpu_supports reads data __builtin_cpu_init filled once; cheap to repeat. */
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c()) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
       return CPU_SIMD_LEVEL_AVX512_VNNI;

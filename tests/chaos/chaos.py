@@ -308,6 +308,7 @@ def main():
     ap.add_argument("--hang-s", type=float, default=120.0, help="no byte for this long is a hang")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--heartbeat-ms", type=int, default=500)
+    ap.add_argument("--no-nats-auth", action="store_true", help="run serve without NATS accounts")
     args = ap.parse_args()
     random.seed(args.seed)
     victims = [v for v in args.victims.split(",") if v]
@@ -316,11 +317,11 @@ def main():
             ap.error(f"unknown victim {v}")
     kills = victims * args.kills
     random.shuffle(kills)
-    # Without NATS accounts: with them (serve's default), a restarted nats-server forgets the
-    # service imports' reply mappings and a restarted output processor's replies do not reach
-    # the clients for 60 s (open, issue 14/13); what this test measures is the engine's
-    # recovery, so it runs the stack open.
-    with Stack(args=["--heartbeat-ms", str(args.heartbeat_ms), "--no-nats-auth"]) as st:
+    # With serve's NATS accounts, as users run it: a restarted nats-server forgets the reply
+    # mappings of its service imports, which the api server survives by sending its requests
+    # in flight again (api_resend_after_reconnect).
+    stack_args = ["--heartbeat-ms", str(args.heartbeat_ms)] + (["--no-nats-auth"] if args.no_nats_auth else [])
+    with Stack(args=stack_args) as st:
         if st.proc is None:
             print("chaos: needs a stack of its own (LLMBUS_API_BASE is set)")
             return 1

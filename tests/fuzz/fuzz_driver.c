@@ -1,9 +1,12 @@
 /* Standalone driver for LLVMFuzzerTestOneInput (no libFuzzer needed): mutates the encodings
  * of the sample messages with a fixed seed for a bounded number of iterations or seconds.
  *   fuzz_schemas_decoders [iterations (default 200000)] [seconds (default 5)] [seed]
+ *   fuzz_schemas_decoders --write-seeds DIR   (the sample encodings, one file per message kind:
+ *                                              the libFuzzer corpus tests/fuzz/corpus/fuzz_schemas_decoders)
  * Mutations: bit flips, random bytes, interesting values, truncation and extension (half of
  * the time with the size prefix rewritten so the verifier, not the size check, must catch
  * it), splices from another sample. Exit 0 when every input was handled. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +84,25 @@ static void mutate(uint8_t *buf, size_t *len, size_t cap, const struct llb_buf *
   }
 }
 
+static int write_seeds(const char *dir) {
+  for (int i = 0; i < codec_num_cases(); i++) {
+    struct llb_buf b = {0};
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, codec_case_at(i)->name);
+    FILE *f = codec_case_at(i)->encode_sample(&b) == LLB_STATUS_OK ? fopen(path, "wb") : NULL;
+    bool ok = f && fwrite(b.data, 1, b.len, f) == b.len;
+    if (f) ok = fclose(f) == 0 && ok;
+    llb_buf_free(&b);
+    if (!ok) {
+      fprintf(stderr, "cannot write %s\n", path);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--write-seeds") == 0) return write_seeds(argv[2]);
   long iterations = argc > 1 ? atol(argv[1]) : 200000;
   double seconds = argc > 2 ? atof(argv[2]) : 5.0;
   rng = argc > 3 ? strtoull(argv[3], NULL, 0) : 0x5eed;

@@ -1,7 +1,8 @@
 /* api_delta: a completion output marked `resync` (its output processor restarted and repeats
  * the completion from its start) reaches the HTTP client only with what the client does not
- * have yet: text bytes, token ids and the logprobs of those tokens; other outputs pass as
- * they are and are counted. */
+ * have yet: text bytes, token ids and the logprobs of those tokens; so does every output of a
+ * request sent again after a NATS reconnect (api_delta_restart); other outputs pass as they
+ * are and are counted. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -86,6 +87,38 @@ static void test_resync_shorter_than_what_was_sent_forwards_nothing(void **state
   c = forward(&d, completion(API_DELTA_MAX_N, "zz", ids, 2, true));
   assert_text(c, "zz");
   assert_true(c.resync);
+  /* the repeated stream goes on in deltas: the token the client already has is not sent twice */
+  c = forward(&d, completion(1, "c", ids + 2, 1, false));
+  assert_int_equal(c.text.len, 0);
+  assert_int_equal(c.num_token_ids, 0);
+  c = forward(&d, completion(1, "d", ids + 2, 1, false));
+  assert_text(c, "d");
+}
+
+/* A request sent again after a NATS reconnect (the same seeded request from the start, as
+ * deltas): the client gets every token once, in order, across both runs. */
+static void test_restarted_request_forwards_each_token_once(void **state) {
+  (void)state;
+  struct api_delta d = {0};
+  const int32_t ids[] = {1, 2, 3, 4, 5};
+  assert_text(forward(&d, completion(0, "The", ids, 1, false)), "The");
+  assert_text(forward(&d, completion(0, " cat", ids + 1, 1, false)), " cat");
+  api_delta_restart(&d);
+  struct llb_completion_output c = forward(&d, completion(0, "The", ids, 1, false));
+  assert_int_equal(c.text.len, 0);
+  assert_int_equal(c.num_token_ids, 0);
+  c = forward(&d, completion(0, " cat sat", ids + 1, 2, false)); /* straddles what was sent */
+  assert_text(c, " sat");
+  assert_int_equal(c.num_token_ids, 1);
+  assert_int_equal(c.token_ids[0], 3);
+  c = forward(&d, completion(0, " on", ids + 3, 1, false));
+  assert_text(c, " on");
+  assert_int_equal(d.num_restarts, 1);
+  assert_int_equal(d.num_tokens[0], 4);
+  /* an output processor restart during the second run still works */
+  c = forward(&d, completion(0, "The cat sat on it", ids, 5, true));
+  assert_text(c, " it");
+  assert_int_equal(c.num_token_ids, 1);
 }
 
 int main(void) {
@@ -93,6 +126,7 @@ int main(void) {
       cmocka_unit_test(test_resync_output_forwards_only_what_the_client_lacks),
       cmocka_unit_test(test_resync_keeps_the_logprobs_of_the_new_tokens_only),
       cmocka_unit_test(test_resync_shorter_than_what_was_sent_forwards_nothing),
+      cmocka_unit_test(test_restarted_request_forwards_each_token_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

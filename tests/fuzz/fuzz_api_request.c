@@ -1,0 +1,93 @@
+/* libFuzzer target for the HTTP request → GenerateRequest mapping (actors/api_server:
+ * api_request_parse, api_tokenize_parse, api_request_to_generate): any body on any endpoint
+ * must give either a request or an OpenAI error object with an HTTP status, never a crash or
+ * undefined behaviour (ASan/UBSan); an accepted request must map to GenerateRequests that
+ * encode and decode (the bytes the input processor gets). The first input byte picks the
+ * endpoint; the rest is the body. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/api_server/api_request.h"
+#include "actors/api_server/api_tokenize.h"
+#include "schemas/arena.h"
+#include "schemas/generate_request.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static const struct api_parse_options opts = {.served_model = "smol", .max_n = 4};
+
+/* Encodes `gr`, decodes it back; aborts when what was accepted cannot travel. */
+static void must_travel(const struct llb_generate_request *gr) {
+  struct llb_buf buf = {0};
+  llb_status st = llb_generate_request_encode_buf(gr, &buf);
+  if (st == LLB_STATUS_OK) {
+    struct llb_arena arena;
+    llb_arena_init(&arena, NULL, 0);
+    struct llb_generate_request back;
+    if (llb_generate_request_decode(buf.data, buf.len, &arena, &back) != LLB_STATUS_OK) {
+      fprintf(stderr, "accepted request does not decode: %s\n", llb_err_last());
+      abort();
+    }
+    llb_arena_destroy(&arena);
+  } else if (st != LLB_STATUS_TOO_LARGE) {
+    fprintf(stderr, "accepted request does not encode: %s\n", llb_err_last());
+    abort();
+  }
+  llb_buf_free(&buf);
+}
+
+static void check_error(const struct api_error *err) {
+  if (err->http_status < 400 || err->http_status > 599 || !err->message[0]) {
+    fprintf(stderr, "error without status or message: %d\n", err->http_status);
+    abort();
+  }
+  struct api_buf out = {0};
+  if (!api_error_render(err, &out)) abort();
+  api_buf_free(&out);
+}
+
+static void generate(const uint8_t *body, size_t len, enum api_endpoint ep) {
+  struct api_request r;
+  struct api_error err;
+  llb_status st = api_request_parse(ep, (const char *)body, len, &opts, &r, &err);
+  if (st != LLB_STATUS_OK) {
+    if (st == LLB_STATUS_INVALID_ARGUMENT) check_error(&err);
+    return;
+  }
+  int32_t n = ep == API_ENDPOINT_COMPLETIONS ? r.num_prompts : 1;
+  for (int32_t i = 0; i < n; i++) {
+    struct llb_sampling_params sp;
+    struct llb_generate_request gr;
+    api_request_to_generate(&r, i, "fuzz-1", &sp, &gr);
+    must_travel(&gr);
+  }
+  api_request_free(&r);
+}
+
+static void tokenize(const uint8_t *body, size_t len, enum api_endpoint ep) {
+  struct api_tokenize t;
+  struct api_error err;
+  llb_status st = api_tokenize_parse(ep, (const char *)body, len, "smol", &opts, &t, &err);
+  if (st != LLB_STATUS_OK) {
+    if (st == LLB_STATUS_INVALID_ARGUMENT) check_error(&err);
+    return;
+  }
+  struct llb_sampling_params sp;
+  struct llb_generate_request gr;
+  api_tokenize_to_generate(&t, "fuzz-1", &sp, &gr);
+  must_travel(&gr);
+  api_tokenize_free(&t);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  switch (data[0] % 4) {
+  case 0: generate(data + 1, size - 1, API_ENDPOINT_COMPLETIONS); break;
+  case 1: generate(data + 1, size - 1, API_ENDPOINT_CHAT); break;
+  case 2: tokenize(data + 1, size - 1, API_ENDPOINT_TOKENIZE); break;
+  default: tokenize(data + 1, size - 1, API_ENDPOINT_DETOKENIZE); break;
+  }
+  return 0;
+}

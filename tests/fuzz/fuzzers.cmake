@@ -1,0 +1,26 @@
+# libFuzzer targets (tests/fuzz/README.md). Only with -DLLB_FUZZ=ON (clang); `make fuzz` builds
+# them in build-fuzz/ and runs each from its corpus in tests/fuzz/corpus/<name>/.
+# llb_add_fuzzer(NAME SOURCES ... LIBS ...): one libFuzzer executable; all targets are built
+# by the custom target `fuzzers`.
+if(LLB_FUZZ AND NOT TARGET fuzzers)
+  add_custom_target(fuzzers)
+endif()
+
+function(llb_add_fuzzer name)
+  if(NOT LLB_FUZZ)
+    return()
+  endif()
+  cmake_parse_arguments(F "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${F_SOURCES})
+  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR})
+  target_compile_definitions(${name} PRIVATE LLB_TESTDATA_DIR="${LLB_TESTDATA_DIR}")
+  target_link_libraries(${name} PRIVATE ${F_LIBS})
+  target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+  add_dependencies(fuzzers ${name})
+endfunction()
+
+llb_add_fuzzer(fuzz_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_tokenizer.c
+               ${CMAKE_SOURCE_DIR}/tests/unit/arch_models.c LIBS llmbus_model llmbus_test_gguf_writer)
+llb_add_fuzzer(fuzz_api_request SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_api_request.c
+               LIBS llmbus_api_server_core llmbus_schemas)
+llb_add_fuzzer(fuzz_image SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_image.c LIBS llmbus_image)
