@@ -4,7 +4,7 @@
 # llmbus_bench_core, unit-tested in tests/unit/bench.cmake.
 add_library(llmbus_bench_core STATIC ${CMAKE_CURRENT_LIST_DIR}/bench_core.c
             ${CMAKE_CURRENT_LIST_DIR}/bench_dataset.c ${CMAKE_CURRENT_LIST_DIR}/bench_proc.c
-            ${CMAKE_CURRENT_LIST_DIR}/bench_http.c)
+            ${CMAKE_CURRENT_LIST_DIR}/bench_http.c ${CMAKE_CURRENT_LIST_DIR}/bench_flags.c)
 target_include_directories(llmbus_bench_core PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(llmbus_bench_core PUBLIC llmbus_model llmbus_base PkgConfig::JANSSON m)
 

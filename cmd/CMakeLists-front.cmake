@@ -24,7 +24,8 @@ target_link_libraries(llmbus-output-processor PRIVATE llmbus_output_processor_ac
 # cmd_run calls serve_actor_specs + supervisor_* from cmd/serve.c + cmd/supervisor.c, which
 # the llmbus target compiles.
 add_library(llmbus_cli_client STATIC ${CMAKE_CURRENT_LIST_DIR}/client.c
-            ${CMAKE_CURRENT_LIST_DIR}/generate.c ${CMAKE_CURRENT_LIST_DIR}/run.c)
+            ${CMAKE_CURRENT_LIST_DIR}/generate.c ${CMAKE_CURRENT_LIST_DIR}/run.c
+            ${CMAKE_CURRENT_LIST_DIR}/line_edit.c)
 target_include_directories(llmbus_cli_client PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(llmbus_cli_client PUBLIC llmbus_bus llmbus_schemas llmbus_model llmbus_base
-                      PkgConfig::JANSSON)
+                      PkgConfig::JANSSON PkgConfig::LIBEDIT)

@@ -193,6 +193,23 @@ double bench_tree_cpu_seconds(pid_t root);
 /* The 1-minute load average of /proc/loadavg (how busy the machine was), -1 if unreadable. */
 double bench_loadavg(void);
 
+/* --- `vllm bench serve` flags ------------------------------------------------------- */
+
+/* Our spelling of a `vllm bench serve` flag that means the same (--dataset-name → --dataset,
+ * --random-input-len → --input-len, --random-output-len → --output-len, --random-range-ratio,
+ * --disable-tqdm → --no-progress, --tokenizer → --model,
+ * --result-filename → --result-file); any other flag comes back unchanged. */
+const char *bench_serve_flag_alias(const char *flag);
+
+/* The endpoint a vLLM --backend implies: "/v1/completions" (vllm, openai, sglang, ...),
+ * "/v1/chat/completions" (openai-chat, vllm-chat); NULL for a backend we do not speak. */
+const char *bench_backend_endpoint(const char *backend);
+
+/* "http://HOST:PORT" from vLLM's --host (NULL: 127.0.0.1) and --port (NULL: 8000) into
+ * out[cap]. False for an empty host, one with ':' '/' '[' ']' (no IPv6 literal), a port that is
+ * not 1-5 digits, or a URL longer than cap. */
+bool bench_base_url_of(const char *host, const char *port, char *out, size_t cap);
+
 /* --- subcommands -------------------------------------------------------------------- */
 
 /* `llmbus-bench serve ...` (argv[0] = "serve"): returns the process exit code (0: every

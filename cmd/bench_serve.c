@@ -41,6 +41,11 @@ struct serve_opts {
   long stack_pid;
   const char *response_format_arg; /* --response-format: json_object or a schema file */
   char *response_format;           /* the "response_format" object sent (JSON text), or NULL */
+  /* vLLM spellings: --host/--port (when no --base-url), --backend, --save-result */
+  const char *host, *port, *backend, *result_dir;
+  bool save_result, endpoint_given;
+  int32_t random_prefix_len; /* --random-prefix-len: the random dataset's shared prefix */
+  char base_url_buf[300], result_path[4096];
 };
 
 struct run {
@@ -95,7 +100,12 @@ static void serve_usage(FILE *f) {
           "  --json                  print the result as one JSON object instead of the table\n"
           "  --result-file FILE      also write the JSON result there\n"
           "  --label TEXT            a name for this run in the output\n"
-          "  --api-key KEY           sent as `Authorization: Bearer KEY` (default $OPENAI_API_KEY)\n");
+          "  --api-key KEY           sent as `Authorization: Bearer KEY` (default $OPENAI_API_KEY)\n"
+          "vLLM's `vllm bench serve` spellings work too: --host H --port P (when no --base-url),\n"
+          "--backend vllm|openai|openai-chat, --model NAME (a GGUF file path: the tokenizer),\n"
+          "--tokenizer GGUF, --dataset-name, --random-input-len, --random-output-len,\n"
+          "--random-range-ratio, --random-prefix-len, --disable-tqdm, --save-result, --result-dir,\n"
+          "--result-filename.\n");
 }
 
 static bool num_arg(const char *v, double lo, double hi, double *out) {
@@ -124,6 +134,48 @@ static int response_format_load(struct serve_opts *o) {
   return o->response_format ? 0 : 2;
 }
 
+/* --model as vLLM means it (the model's name, which also names its tokenizer) and as we did (a
+ * GGUF file): a path to an existing file is the tokenizer, anything else the served name. */
+static void model_arg(struct serve_opts *o, const char *v) {
+  struct stat sb;
+  if (stat(v, &sb) == 0 && S_ISREG(sb.st_mode)) o->model_path = v;
+  else o->served_name = v;
+}
+
+/* The vLLM flags that combine: --host/--port into the base URL (--base-url wins, as in vLLM),
+ * --backend into the endpoint (an explicit --endpoint wins), --save-result with --result-dir
+ * and --result-filename into the result file. 0 ok, 2 usage error (printed). */
+static int resolve_vllm_flags(struct serve_opts *o) {
+  if ((o->host || o->port) && !strcmp(o->base_url, "http://127.0.0.1:8000")) {
+    if (!bench_base_url_of(o->host, o->port, o->base_url_buf, sizeof o->base_url_buf)) {
+      fprintf(stderr, "llmbus-bench serve: bad --host/--port ('%s', '%s')\n", o->host ? o->host : "",
+              o->port ? o->port : "");
+      return 2;
+    }
+    o->base_url = o->base_url_buf;
+  }
+  if (o->backend) {
+    const char *ep = bench_backend_endpoint(o->backend);
+    if (!ep) {
+      fprintf(stderr, "llmbus-bench serve: --backend %s is not an OpenAI-compatible one (vllm, openai, openai-chat)\n",
+              o->backend);
+      return 2;
+    }
+    if (!o->endpoint_given) o->endpoint = ep;
+  }
+  if (o->save_result || o->result_dir) {
+    const char *name = o->result_file ? o->result_file : "llmbus-bench-serve.json";
+    int n = o->result_dir ? snprintf(o->result_path, sizeof o->result_path, "%s/%s", o->result_dir, name)
+                          : snprintf(o->result_path, sizeof o->result_path, "%s", name);
+    if (n <= 0 || (size_t)n >= sizeof o->result_path) {
+      fprintf(stderr, "llmbus-bench serve: result path too long\n");
+      return 2;
+    }
+    o->result_file = o->result_path;
+  }
+  return 0;
+}
+
 /* 0 ok, 1 help shown, 2 usage error. */
 static int parse(int argc, char **argv, struct serve_opts *o) {
   *o = (struct serve_opts){.base_url = "http://127.0.0.1:8000", .endpoint = "/v1/completions",
@@ -131,13 +183,14 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
                            .prefix_len = 256, .warmup = 1, .request_rate = INFINITY, .timeout_s = 600,
                            .progress = true, .memory = true, .stack_pid = -1, .label = ""};
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
+    const char *a = bench_serve_flag_alias(argv[i]);
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return serve_usage(stdout), 1;
     if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = true; continue; }
     if (!strcmp(a, "--prompt-ids")) { o->prompt_ids = true; continue; }
     if (!strcmp(a, "--no-progress")) { o->progress = false; continue; }
     if (!strcmp(a, "--no-memory")) { o->memory = false; continue; }
     if (!strcmp(a, "--json")) { o->json = true; continue; }
+    if (!strcmp(a, "--save-result")) { o->save_result = true; continue; }
     if (i + 1 >= argc) {
       fprintf(stderr, "llmbus-bench serve: %s needs a value (or is unknown)\n", a);
       return 2;
@@ -146,8 +199,13 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
     double d = 0;
     bool ok = true;
     if (!strcmp(a, "--base-url")) o->base_url = v;
-    else if (!strcmp(a, "--endpoint")) o->endpoint = v;
-    else if (!strcmp(a, "--model")) o->model_path = v;
+    else if (!strcmp(a, "--endpoint")) o->endpoint = v, o->endpoint_given = true;
+    else if (!strcmp(a, "--model")) model_arg(o, v);
+    else if (!strcmp(a, "--host")) o->host = v;
+    else if (!strcmp(a, "--port")) o->port = v;
+    else if (!strcmp(a, "--backend")) o->backend = v;
+    else if (!strcmp(a, "--result-dir")) o->result_dir = v;
+    else if (!strcmp(a, "--random-prefix-len")) ok = num_arg(v, 0, 1e6, &d), o->random_prefix_len = (int32_t)d;
     else if (!strcmp(a, "--served-model-name")) o->served_name = v;
     else if (!strcmp(a, "--dataset")) o->dataset = v;
     else if (!strcmp(a, "--dataset-path")) o->dataset_path = v;
@@ -178,6 +236,7 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
       return 2;
     }
   }
+  if (resolve_vllm_flags(o) != 0) return 2;
   if (strcmp(o->dataset, "random") && strcmp(o->dataset, "shared-prefix") && strcmp(o->dataset, "jsonl")) {
     fprintf(stderr, "llmbus-bench serve: --dataset is random, shared-prefix or jsonl\n");
     return 2;
@@ -314,7 +373,8 @@ static llb_status load_dataset(struct run *r) {
   } else {
     struct bench_random_spec spec = {.num_prompts = o->num_prompts, .input_len = o->input_len,
                                      .output_len = o->output_len, .range_ratio = o->range_ratio, .seed = o->seed,
-                                     .prefix_len = !strcmp(o->dataset, "shared-prefix") ? o->prefix_len : 0,
+                                     .prefix_len = !strcmp(o->dataset, "shared-prefix") ? o->prefix_len
+                                                                                         : o->random_prefix_len,
                                      .num_prefixes = o->num_prefixes};
     st = bench_dataset_random(tok, &spec, &r->ds);
   }

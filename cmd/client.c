@@ -37,6 +37,8 @@ void client_install_sigint(void) {
 
 bool client_interrupted(void) { return interrupted != 0; }
 
+void client_clear_interrupt(void) { interrupted = 0; }
+
 void client_options_init(struct client_options *o) {
   memset(o, 0, sizeof *o);
   llb_sampling_params_init(&o->sp);

@@ -64,6 +64,10 @@ void client_install_sigint(void);
 /* True once SIGINT/SIGTERM arrived after client_install_sigint(). */
 bool client_interrupted(void);
 
+/* Forgets an interrupt that was handled (`llmbus chat`: Ctrl-C ended one answer, the
+ * conversation goes on). */
+void client_clear_interrupt(void);
+
 /* Called between waits for the next output (about every 100 ms); returning true stops the
  * request as an interrupt would. */
 typedef bool (*client_idle_fn)(void *user);

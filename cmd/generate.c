@@ -1,5 +1,6 @@
 /* `llmbus generate "prompt"` and `llmbus chat`: NATS clients of a running stack
  * (`llmbus serve`), over cmd/client.h. */
+#include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "base/log.h"
 #include "cmd/client.h"
 #include "cmd/commands.h"
+#include "cmd/line_edit.h"
 
 static void generate_usage(FILE *f) {
   fprintf(f,
@@ -22,7 +24,9 @@ static void chat_usage(FILE *f) {
   fprintf(f,
           "usage: llmbus chat [--nats URL] [options]\n"
           "Interactive chat with a running engine: one line per user turn, the conversation is\n"
-          "kept and resent each turn; end with EOF (Ctrl-D).\n"
+          "kept and resent each turn. On a terminal: line editing and history (libedit; Up/Down),\n"
+          "Ctrl-C while an answer streams stops that answer, Ctrl-C on an empty line or Ctrl-D\n"
+          "ends the chat. Piped input is read line by line until its end.\n"
           "  --nats URL       default nats://127.0.0.1:4222\n");
   client_print_flags_help(f);
 }
@@ -114,6 +118,7 @@ int cmd_chat(int argc, char **argv) {
     return 2;
   }
   quiet_logs();
+  setlocale(LC_CTYPE, ""); /* the terminal's multibyte encoding, for line editing */
   struct bus *bus = NULL;
   llb_status st = client_connect(&o, &bus);
   if (st != LLB_STATUS_OK) return report(cmd, st);
@@ -121,6 +126,7 @@ int cmd_chat(int argc, char **argv) {
   struct chat_message *msgs = NULL;
   size_t num = 0, cap = 0;
   int rc = 0;
+  struct line_edit *le = NULL;
   /* Contents are malloc'd copies owned here; roles are static strings. */
   char *system = o.system ? strdup(o.system) : NULL;
   if (o.system && (!system || !conversation_add(&msgs, &num, &cap, "system", system))) {
@@ -128,18 +134,24 @@ int cmd_chat(int argc, char **argv) {
     rc = 1;
     goto done;
   }
-  const bool tty = isatty(STDIN_FILENO);
-  char *line = NULL;
-  size_t line_cap = 0;
+  if (line_edit_create("llmbus", "> ", stdin, stderr, &le) != LLB_STATUS_OK) {
+    rc = report(cmd, LLB_STATUS_INTERNAL);
+    goto done;
+  }
   for (;;) {
-    if (tty) {
-      fputs("> ", stderr);
-      fflush(stderr);
+    const char *line = NULL;
+    bool was_empty = false;
+    enum line_edit_result lr = line_edit_read(le, &line, &was_empty);
+    if (lr == LINE_EDIT_EOF) break;
+    if (lr == LINE_EDIT_INTERRUPTED) { /* Ctrl-C at an empty prompt ends the chat, else clears the line */
+      bool quit = was_empty || !line_edit_is_tty(le);
+      client_clear_interrupt();
+      fputs(quit ? "\n" : "^C\n", stderr);
+      if (quit) break;
+      continue;
     }
-    ssize_t len = getline(&line, &line_cap, stdin);
-    if (len < 0 || client_interrupted()) break;
-    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
-    if (len == 0) continue;
+    if (line[0] == '\0') continue;
+    line_edit_history_add(le, line);
     char *user = strdup(line);
     if (!user || !conversation_add(&msgs, &num, &cap, "user", user)) {
       free(user);
@@ -149,6 +161,12 @@ int cmd_chat(int argc, char **argv) {
     struct client_prompt p = {.messages = msgs, .num_messages = num};
     char *answer = NULL;
     st = client_generate(bus, &o, &p, stdout, NULL, NULL, &answer);
+    if (st == LLB_STATUS_ABORTED) { /* Ctrl-C mid-answer: that answer stops (AbortRequest sent), */
+      client_clear_interrupt();     /* the unanswered turn leaves the conversation */
+      fputs("\n[answer aborted]\n", stderr);
+      free((char *)msgs[--num].content);
+      continue;
+    }
     if (st != LLB_STATUS_OK) {
       rc = report(cmd, st);
       break;
@@ -159,8 +177,8 @@ int cmd_chat(int argc, char **argv) {
       break;
     }
   }
-  free(line);
 done:
+  line_edit_destroy(le);
   for (size_t i = 0; i < num; i++) free((char *)msgs[i].content);
   free(msgs);
   bus_destroy(bus);

@@ -59,6 +59,7 @@ static fb::Offset<llmbus::EngineCoreOutput> enc_output(Enc &e, const llb_engine_
   auto tp = e.str(o.traceparent, "traceparent");
   auto tpp = e.str(o.trace_parent_span_id, "trace_parent_span_id");
   auto pool = enc_pooled(e, o.pooling_output, o.num_pooling_output, "pooling_output");
+  auto plp = enc_logprobs(e, o.prompt_logprobs, "prompt_logprobs");
   if (!e.ok())
     return 0;
   llmbus::EngineCoreOutputBuilder t(e.b);
@@ -87,6 +88,7 @@ static fb::Offset<llmbus::EngineCoreOutput> enc_output(Enc &e, const llb_engine_
   t.add_trace_start_time_ns(o.trace_start_time_ns);
   t.add_resync(o.resync);
   t.add_pooling_output(pool);
+  t.add_prompt_logprobs(plp);
   return t.Finish();
 }
 
@@ -128,7 +130,8 @@ static bool dec_output(Dec &d, const llmbus::EngineCoreOutput &t, llb_engine_cor
       !d.str(t.traceparent(), &o.traceparent, "traceparent") ||
       !d.str(t.trace_parent_span_id(), &o.trace_parent_span_id, "trace_parent_span_id") ||
       !dec_pooled(d, t.pooling_output(), &o.pooling_output, &o.num_pooling_output,
-                  "pooling_output"))
+                  "pooling_output") ||
+      !dec_logprobs(d, t.prompt_logprobs(), &o.prompt_logprobs, "prompt_logprobs"))
     return false;
   if (o.new_logprobs.num_tokens != 0 && o.new_logprobs.num_tokens != o.num_new_token_ids)
     return d.fail(LLB_STATUS_MALFORMED, "new_logprobs", "%d rows for %d new tokens",
@@ -198,10 +201,12 @@ static fb::Offset<void> build_request_output(Enc &e, const llb_request_output &m
                                               x.num_prompt_tokens, x.num_generation_tokens);
   auto err = enc_error(e, m.error, "error");
   auto pool = enc_pooled(e, m.pooling_output, m.num_pooling_output, "pooling_output");
+  auto plp = e.tables<llmbus::TokenLogprobs>(m.prompt_logprobs, m.num_prompt_logprobs, "prompt_logprobs",
+                                             enc_token_logprobs);
   if (!e.ok())
     return 0;
   return llmbus::CreateRequestOutput(e.b, LLB_SCHEMA_VERSION, id, ids, prompt, outs, m.finished,
-                                     metrics, err, m.max_model_len, pool)
+                                     metrics, err, m.max_model_len, pool, plp)
       .Union();
 }
 
@@ -254,7 +259,9 @@ static bool read_request_output(Dec &d, const llmbus::RequestOutput &t, llb_requ
          d.tables(t.outputs(), &m.outputs, &m.num_outputs, "outputs", dec_completion) &&
          dec_error(d, t.error(), &m.error, "error") &&
          dec_pooled(d, t.pooling_output(), &m.pooling_output, &m.num_pooling_output,
-                    "pooling_output");
+                    "pooling_output") &&
+         d.tables(t.prompt_logprobs(), &m.prompt_logprobs, &m.num_prompt_logprobs, "prompt_logprobs",
+                  dec_token_logprobs);
 }
 
 LLB_CODEC_DEFINE(request_output, RequestOutput, LLB_MESSAGE_KIND_REQUEST_OUTPUT)

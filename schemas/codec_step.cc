@@ -413,10 +413,19 @@ static fb::Offset<void> build_model_runner_output(Enc &e, const llb_model_runner
     pout = e.vec(m.pooler_output, m.num_pooler_output, "pooler_output");
     pcounts = e.vec(m.num_pooled, m.num_reqs, "num_pooled");
   }
+  const bool plp = m.prompt_logprobs.num_tokens > 0;
+  int32_t plp_sum = 0;
+  if (plp && sum_counts(e, m.num_prompt_logprobs, m.num_reqs, "num_prompt_logprobs", &plp_sum) &&
+      plp_sum != m.prompt_logprobs.num_tokens)
+    e.fail(LLB_STATUS_INVALID_ARGUMENT, "num_prompt_logprobs", "sum %d for %d prompt_logprobs rows",
+           plp_sum, m.prompt_logprobs.num_tokens);
+  auto plp_lists = enc_logprobs(e, m.prompt_logprobs, "prompt_logprobs");
+  auto plp_counts = plp ? e.vec(m.num_prompt_logprobs, m.num_reqs, "num_prompt_logprobs") : 0;
+  auto plp_start = plp ? e.vec(m.prompt_logprobs_start, m.num_reqs, "prompt_logprobs_start") : 0;
   if (!e.ok())
     return 0;
   return llmbus::CreateModelRunnerOutput(e.b, LLB_SCHEMA_VERSION, m.step, ids, tok, counts, lp,
-                                         err, failed, pout, pcounts)
+                                         err, failed, pout, pcounts, plp_lists, plp_counts, plp_start)
       .Union();
 }
 
@@ -452,9 +461,30 @@ static bool read_model_runner_output(Dec &d, const llmbus::ModelRunnerOutput &t,
     return d.fail(LLB_STATUS_MALFORMED, "num_pooled", "missing for %u floats",
                   t.pooler_output()->size());
   }
-  return dec_logprobs(d, t.logprobs(), &m.logprobs, "logprobs") &&
-         dec_error(d, t.error(), &m.error, "error") &&
-         d.str(t.failed_req_id(), &m.failed_req_id, "failed_req_id");
+  if (!dec_logprobs(d, t.logprobs(), &m.logprobs, "logprobs") ||
+      !dec_error(d, t.error(), &m.error, "error") ||
+      !d.str(t.failed_req_id(), &m.failed_req_id, "failed_req_id") ||
+      !dec_logprobs(d, t.prompt_logprobs(), &m.prompt_logprobs, "prompt_logprobs"))
+    return false;
+  if (m.prompt_logprobs.num_tokens == 0)
+    return true;
+  int32_t plp_sum = 0;
+  if (!check_len(d, t.num_prompt_logprobs() ? t.num_prompt_logprobs()->size() : 0, m.num_reqs,
+                 "num_prompt_logprobs", "num_reqs") ||
+      !check_len(d, t.prompt_logprobs_start() ? t.prompt_logprobs_start()->size() : 0, m.num_reqs,
+                 "prompt_logprobs_start", "num_reqs") ||
+      !d.vec(t.num_prompt_logprobs(), &m.num_prompt_logprobs, &n, "num_prompt_logprobs") ||
+      !d.vec(t.prompt_logprobs_start(), &m.prompt_logprobs_start, &n, "prompt_logprobs_start") ||
+      !sum_counts(d, m.num_prompt_logprobs, m.num_reqs, "num_prompt_logprobs", &plp_sum))
+    return false;
+  if (plp_sum != m.prompt_logprobs.num_tokens)
+    return d.fail(LLB_STATUS_MALFORMED, "num_prompt_logprobs", "sum %d, prompt_logprobs has %d rows",
+                  plp_sum, m.prompt_logprobs.num_tokens);
+  for (int32_t i = 0; i < m.num_reqs; i++)
+    if (m.prompt_logprobs_start[i] < 1)
+      return d.fail(LLB_STATUS_MALFORMED, "prompt_logprobs_start", "[%d] = %d (prompt index >= 1)", i,
+                    m.prompt_logprobs_start[i]);
+  return true;
 }
 
 LLB_CODEC_DEFINE(model_runner_output, ModelRunnerOutput, LLB_MESSAGE_KIND_MODEL_RUNNER_OUTPUT)

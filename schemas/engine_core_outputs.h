@@ -50,6 +50,7 @@ struct llb_engine_core_output {
   const float *pooling_output;      /* [num_pooling_output]: a pooling request's vector, on
                                        its finishing output; NULL/0 otherwise */
   int32_t num_pooling_output;       /* <= LLB_MAX_POOLED_DIMS */
+  struct llb_logprobs_lists prompt_logprobs; /* rows = prompt tokens 1..P-1; num_tokens 0 = none */
 };
 
 struct llb_engine_core_outputs {

@@ -23,6 +23,12 @@ struct llb_model_runner_output {
   const float *pooler_output;         /* [num_pooler_output], request i's after 0..i-1 */
   int32_t num_pooler_output;          /* = sum of num_pooled (checked) */
   const int32_t *num_pooled;          /* [num_reqs], >= 0, each <= LLB_MAX_POOLED_DIMS; NULL = all 0 */
+  /* vLLM prompt_logprobs_dict: rows = prompt tokens scored this step, request by request in
+   * req_ids order; column 0 the prompt token (rank in sampled_token_ranks), then the top-k.
+   * num_tokens 0 = none; then the two arrays below are NULL. */
+  struct llb_logprobs_lists prompt_logprobs;
+  const int32_t *num_prompt_logprobs;   /* [num_reqs] rows of each request */
+  const int32_t *prompt_logprobs_start; /* [num_reqs] prompt index of each request's first row */
 };
 
 llb_status llb_model_runner_output_encode(const struct llb_model_runner_output *m, uint8_t *buf,

@@ -63,6 +63,10 @@ struct llb_request_output {
   int32_t max_model_len;       /* context length in tokens (tokenize replies); 0 = not given */
   const float *pooling_output; /* [num_pooling_output]: a pooling request's vector, when finished */
   int32_t num_pooling_output;  /* <= LLB_MAX_POOLED_DIMS */
+  /* vLLM prompt_logprobs without the leading None: [num_prompt_logprobs] for prompt tokens
+   * 1..P-1 (token_id the prompt token), on the first output with a generated token; 0 = none */
+  const struct llb_token_logprobs *prompt_logprobs;
+  int32_t num_prompt_logprobs;
 };
 
 llb_status llb_request_output_encode(const struct llb_request_output *m, uint8_t *buf, size_t cap,

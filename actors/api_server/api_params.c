@@ -73,6 +73,13 @@ llb_status api_params_parse_field(const char *key, json_t *v, struct api_request
     sp->truncate_prompt_tokens = (int32_t)x;
     return LLB_STATUS_OK;
   }
+  if (strcmp(key, "prompt_logprobs") == 0) { /* vLLM: k >= 0 (its -1, the whole vocabulary, is not offered) */
+    json_int_t x = json_is_integer(v) ? json_integer_value(v) : -1;
+    if (!json_is_integer(v) || x < 0 || x > LLB_MAX_LOGPROBS)
+      return bad(err, "prompt_logprobs", "must be an integer in [0, 20]", NULL);
+    sp->prompt_logprobs = (int32_t)x;
+    return LLB_STATUS_OK;
+  }
   if (strcmp(key, "echo") == 0) {
     if (!json_is_boolean(v)) return bad(err, "echo", "must be a boolean, got ", api_json_type_name(v));
     if (json_is_true(v) && r->endpoint != API_ENDPOINT_COMPLETIONS)
@@ -86,8 +93,6 @@ llb_status api_params_parse_field(const char *key, json_t *v, struct api_request
 
 llb_status api_params_check(const struct api_request *r, struct api_error *err) {
   if (!r->echo) return LLB_STATUS_OK;
-  if (r->top_logprobs >= 0)
-    return bad(err, "echo", "with logprobs is not supported (it needs prompt logprobs)", NULL);
   for (int32_t i = 0; i < r->num_prompts; i++)
     if (!r->prompts[i].text) return bad(err, "echo", "needs a text prompt (token-id prompts are not supported)", NULL);
   return LLB_STATUS_OK;

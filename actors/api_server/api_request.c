@@ -695,6 +695,8 @@ void api_request_to_generate(const struct api_request *r, int32_t prompt_index,
   out->request_id = llb_str_c(request_id);
   *sp = r->sampling_params;
   sp->output_kind = LLB_OUTPUT_KIND_DELTA; /* non-streamed responses are accumulated here */
+  if (r->echo && r->top_logprobs > sp->prompt_logprobs) /* echo + logprobs scores the prompt (vLLM) */
+    sp->prompt_logprobs = r->top_logprobs;
   out->sampling_params = sp;
   out->priority = r->priority;
   if (r->cache_salt[0]) out->cache_salt = llb_str_c(r->cache_salt);

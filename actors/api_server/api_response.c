@@ -37,6 +37,14 @@ llb_status api_response_init(struct api_response *r, const struct api_request *r
   const char *named = NULL;
   r->tools = api_tools_output_format(req, &r->tool_format, &named, &r->tool_single_call);
   snprintf(r->tool_named, sizeof r->tool_named, "%s", named ? named : "");
+  if (req->sampling_params.prompt_logprobs >= 0) {
+    r->prompt_logprobs = calloc((size_t)r->num_prompts, sizeof *r->prompt_logprobs);
+    r->prompt_logprobs_sent = calloc(nc, sizeof *r->prompt_logprobs_sent);
+    if (!r->prompt_logprobs || !r->prompt_logprobs_sent) {
+      api_response_free(r);
+      return OOM();
+    }
+  }
   if (req->echo && req->endpoint == API_ENDPOINT_COMPLETIONS) {
     r->echo = calloc((size_t)r->num_prompts, sizeof *r->echo);
     for (int32_t i = 0; r->echo && i < r->num_prompts; i++) {
@@ -47,6 +55,14 @@ llb_status api_response_init(struct api_response *r, const struct api_request *r
     if (!r->echo || !r->echo[r->num_prompts - 1]) {
       api_response_free(r);
       return OOM();
+    }
+    if (r->logprobs >= 0) {
+      r->echo_logprobs = calloc((size_t)r->num_prompts, sizeof *r->echo_logprobs);
+      r->echo_offset = calloc((size_t)r->num_prompts, sizeof *r->echo_offset);
+      if (!r->echo_logprobs || !r->echo_offset) {
+        api_response_free(r);
+        return OOM();
+      }
     }
   }
   return LLB_STATUS_OK;
@@ -65,6 +81,12 @@ void api_response_free(struct api_response *r) {
   free(r->echo);
   free(r->prompt_tokens);
   free(r->cached_tokens);
+  for (int32_t i = 0; r->prompt_logprobs && i < r->num_prompts; i++) json_decref(r->prompt_logprobs[i]);
+  free(r->prompt_logprobs);
+  free(r->prompt_logprobs_sent);
+  for (int32_t i = 0; r->echo_logprobs && i < r->num_prompts; i++) json_decref(r->echo_logprobs[i]);
+  free(r->echo_logprobs);
+  free(r->echo_offset);
   memset(r, 0, sizeof *r);
 }
 
@@ -81,6 +103,14 @@ int64_t api_response_count(struct api_response *r, int32_t prompt_index,
   }
   if (ro->metrics.num_cached_tokens > r->cached_tokens[prompt_index])
     r->cached_tokens[prompt_index] = ro->metrics.num_cached_tokens;
+  /* prompt logprobs come once, with the first token; a one-token prompt has none to come */
+  if (r->prompt_logprobs && !r->prompt_logprobs[prompt_index] &&
+      (ro->num_prompt_logprobs > 0 || r->prompt_tokens[prompt_index] == 1))
+    r->prompt_logprobs[prompt_index] = api_prompt_logprobs_json(ro, r->prompt_tokens[prompt_index]);
+  if (r->echo_logprobs && !r->echo_logprobs[prompt_index] &&
+      (ro->num_prompt_logprobs > 0 || r->prompt_tokens[prompt_index] == 1))
+    r->echo_logprobs[prompt_index] =
+        api_echo_logprobs_json(ro, r->echo[prompt_index], r->logprobs, &r->echo_offset[prompt_index]);
   int64_t gen = 0;
   for (int32_t i = 0; i < ro->num_outputs; i++) gen += ro->outputs[i].num_token_ids;
   r->completion_tokens += gen;
@@ -188,6 +218,16 @@ static llb_status emit_event(json_t *obj, struct api_buf *out) {
   return ok ? LLB_STATUS_OK : OOM();
 }
 
+/* echo: the prompt's part of a choice's logprobs, first (vLLM): a copy of the prompt's (null
+ * when not asked), the choice's text offset then past the prompt. NULL when out of memory. */
+static json_t *echo_logprobs_of(const struct api_response *r, int32_t prompt_index, struct api_choice_state *cs) {
+  if (!r->echo_logprobs) return json_null();
+  json_t *lp = r->echo_logprobs[prompt_index];
+  if (!lp) return json_null(); /* the engine sent none (an output processor that restarted) */
+  cs->text_offset = r->echo_offset[prompt_index];
+  return json_deep_copy(lp);
+}
+
 /* ---- non-streaming ------------------------------------------------------------------ */
 
 /* Appends the arrays of `delta` (stolen) to those of the same keys in *acc. */
@@ -224,12 +264,14 @@ llb_status api_response_add_output(struct api_response *r, int32_t prompt_index,
     if (idx < 0) continue;
     struct api_choice_state *cs = &r->choices[idx];
     cs->seen = true;
+    json_t *acc = cs->logprobs;
     if (r->echo && !cs->echoed) {
       cs->echoed = true;
       if (!api_buf_append(&cs->text, r->echo[prompt_index], strlen(r->echo[prompt_index]))) return OOM();
+      if (!merge_logprobs(&acc, echo_logprobs_of(r, prompt_index, cs))) return OOM();
+      cs->logprobs = acc;
     }
     if (!api_buf_append(&cs->text, c->text.data ? c->text.data : "", c->text.len)) return OOM();
-    json_t *acc = cs->logprobs;
     if (!merge_logprobs(&acc, logprobs_json(r, c, cs))) return OOM();
     cs->logprobs = acc;
     if (c->finish_reason != LLB_FINISH_REASON_NONE) {
@@ -308,6 +350,9 @@ llb_status api_response_render(struct api_response *r, struct api_buf *out) {
                                       "logprobs", lp, "finish_reason", fr, "stop_reason", sr)
                           : json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)i, "text", text,
                                       "logprobs", lp, "finish_reason", fr, "stop_reason", sr);
+    json_t *plp = r->prompt_logprobs ? r->prompt_logprobs[i / r->n] : NULL;
+    if (choice && r->prompt_logprobs && !chat) /* vLLM CompletionResponseChoice.prompt_logprobs */
+      json_object_set_new(choice, "prompt_logprobs", plp ? json_incref(plp) : json_null());
     if (!choice || json_array_append_new(choices, choice) != 0) {
       json_decref(choices);
       return OOM();
@@ -318,6 +363,9 @@ llb_status api_response_render(struct api_response *r, struct api_buf *out) {
                                     (json_int_t)r->created, "model", r->model, "choices", choices,
                                     "usage", usage_json(r))
                         : NULL;
+  if (obj && chat && r->prompt_logprobs) /* vLLM ChatCompletionResponse.prompt_logprobs */
+    json_object_set_new(obj, "prompt_logprobs",
+                        r->prompt_logprobs[0] ? json_incref(r->prompt_logprobs[0]) : json_null());
   char *s = obj ? json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
   json_decref(obj);
   bool ok = s && api_buf_append(out, s, strlen(s));
@@ -399,16 +447,24 @@ llb_status api_response_stream_output(struct api_response *r, int32_t prompt_ind
     bool finishing = c->finish_reason != LLB_FINISH_REASON_NONE;
     struct llb_str text = c->text;
     char *joined = NULL;
+    json_t *echo_lp = NULL;
     if (r->echo && !cs->echoed) { /* the prompt goes out with the choice's first chunk */
       cs->echoed = true;
+      json_t *e = echo_logprobs_of(r, prompt_index, cs);
+      if (!e) return OOM();
+      if (json_is_null(e)) json_decref(e);
+      else echo_lp = e;
       size_t pn = strlen(r->echo[prompt_index]);
       joined = malloc(pn + c->text.len + 1);
-      if (!joined) return OOM();
+      if (!joined) {
+        json_decref(echo_lp);
+        return OOM();
+      }
       memcpy(joined, r->echo[prompt_index], pn);
       if (c->text.len) memcpy(joined + pn, c->text.data, c->text.len);
       text = (struct llb_str){joined, pn + c->text.len};
     }
-    if (text.len == 0 && c->num_logprobs == 0 && !finishing) {
+    if (text.len == 0 && c->num_logprobs == 0 && !finishing && !echo_lp) {
       free(joined);
       continue;
     }
@@ -417,6 +473,14 @@ llb_status api_response_stream_output(struct api_response *r, int32_t prompt_ind
       cs->finish_reason = (int32_t)c->finish_reason; /* the request's metrics read it */
     }
     json_t *lp = logprobs_json(r, c, cs);
+    if (echo_lp) { /* the prompt's logprobs, then the first tokens' */
+      if (!merge_logprobs(&echo_lp, lp)) {
+        json_decref(echo_lp);
+        free(joined);
+        return OOM();
+      }
+      lp = echo_lp;
+    }
     json_t *choice;
     if (chat && r->tools) {
       free(joined);
@@ -434,6 +498,11 @@ llb_status api_response_stream_output(struct api_response *r, int32_t prompt_ind
                          stop_reason_json(c));
     }
     free(joined);
+    json_t *plp = r->prompt_logprobs ? r->prompt_logprobs[prompt_index] : NULL;
+    if (choice && plp && !chat && !r->prompt_logprobs_sent[idx]) { /* once, with the choice's first text */
+      r->prompt_logprobs_sent[idx] = true;
+      json_object_set_new(choice, "prompt_logprobs", json_incref(plp));
+    }
     json_t *choices = choice ? json_pack("[o]", choice) : NULL;
     if ((st = emit_event(choices ? chunk_head(r, choices) : NULL, out)) != LLB_STATUS_OK) return st;
   }

@@ -66,7 +66,30 @@ struct api_response {
   enum tool_format tool_format;
   char tool_named[65];              /* TOOL_FORMAT_NAMED: the tool */
   bool tool_single_call;            /* parallel_tool_calls false */
+  /* prompt_logprobs (vLLM): per prompt its JSON list [null, {"<id>": {logprob, rank,
+   * decoded_token}}, ...] (private), NULL = not arrived; the array is NULL when not asked */
+  void **prompt_logprobs;           /* [num_prompts] */
+  bool *prompt_logprobs_sent;       /* [num_prompts * n] streaming: went out with a chunk */
+  /* echo with logprobs: per prompt the prompt's part of the completions logprobs (private
+   * JSON, NULL = not arrived; every choice of the prompt starts with a copy) and the text
+   * offset after it; the arrays are NULL without echo + logprobs */
+  void **echo_logprobs;             /* [num_prompts] */
+  int64_t *echo_offset;             /* [num_prompts] */
 };
+
+/* The vLLM prompt_logprobs list of one RequestOutput (json_t *, new reference): null for the
+ * first prompt token, then per prompt token {"<token_id>": {"logprob", "rank",
+ * "decoded_token"}} holding the prompt token and its top-k; num_prompt_tokens entries in all.
+ * NULL when out of memory. (api_prompt_logprobs.c) */
+void *api_prompt_logprobs_json(const struct llb_request_output *ro, int64_t num_prompt_tokens);
+
+/* `echo` with `logprobs` (completions): the prompt's part of the logprobs object (json_t *,
+ * new reference; {text_offset, token_logprobs, tokens, top_logprobs}, null logprob and top
+ * for the first token, whose text is the part of prompt_text the others do not cover), from
+ * ro's prompt logprobs; *offset advances over the prompt text. NULL when out of memory.
+ * (api_prompt_logprobs.c) */
+void *api_echo_logprobs_json(const struct llb_request_output *ro, const char *prompt_text, int32_t num_top,
+                             int64_t *offset);
 
 /* Sets up `r` for request `req` (borrowed for this call only). `id` is copied. Errors:
  * OUT_OF_MEMORY. Free with api_response_free. */

@@ -12,6 +12,7 @@
 
 #include "actors/gpu_worker/mm_encoder.h"
 #include "actors/gpu_worker/pooler.h"
+#include "actors/gpu_worker/prompt_logprobs.h"
 #include "actors/gpu_worker/runner_backend.h"
 #include "actors/gpu_worker/runner_so.h"
 #include "actors/gpu_worker/sampler.h"
@@ -72,8 +73,10 @@ struct model_runner {
   int32_t *logits_rows;       /* [step_cap] row sampled from each logits row */
   int32_t *block_tables;      /* [block_tables_cap] as [num_seqs, max_blocks_per_seq] */
   int64_t block_tables_cap;
-  float *logits;              /* [logits_cap] as [num_logits, vocab_size] */
+  float *logits;              /* [logits_cap] as [num_logits, vocab_size]: sampled rows, then prompt rows */
   int64_t logits_cap;
+  int32_t num_sample_logits;  /* the first rows of logits: one per request that samples */
+  struct prompt_logprobs plp; /* the step's prompt-logprob rows (the rest of logits) */
   struct llama_batch batch;
   struct mm_encoder_cache *mm;  /* encoder outputs by mm_hash */
   int32_t hidden_size;
@@ -220,7 +223,7 @@ void model_runner_destroy(struct model_runner *r) {
   free(r->slot_mapping); free(r->query_start_loc); free(r->seq_lens); free(r->logits_indices);
   free(r->logits_rows); free(r->block_tables); free(r->logits); free(r->out_req_ids);
   free(r->out_num_sampled); free(r->out_sampled); free(r->results); free(r->lp_token_ids);
-  free(r->lp_logprobs); free(r->lp_ranks);
+  free(r->lp_logprobs); free(r->lp_ranks); prompt_logprobs_free(&r->plp);
   free(r->so_rows); free(r->so_masks); free(r->so_row_of_logits);
   runner_so_destroy(r->so);
   sampler_destroy(r->sampler);
@@ -312,9 +315,12 @@ static llb_status check_new(struct model_runner *r, const struct llb_scheduler_o
   if (!nr->sampling_params) return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "sampling_params missing");
   llb_status pst = sampler_check_params(nr->sampling_params);
   if (pst) return fail(r, pst, field, "%s", llb_err_last());
-  if (nr->sampling_params->logprobs > LLB_MAX_LOGPROBS)
-    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "logprobs %d > %d", nr->sampling_params->logprobs,
-                LLB_MAX_LOGPROBS);
+  if (nr->sampling_params->logprobs > LLB_MAX_LOGPROBS || nr->sampling_params->prompt_logprobs > LLB_MAX_LOGPROBS)
+    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "logprobs %d / prompt_logprobs %d > %d",
+                nr->sampling_params->logprobs, nr->sampling_params->prompt_logprobs, LLB_MAX_LOGPROBS);
+  if (nr->sampling_params->prompt_logprobs >= 0 && r->cfg.device != MODEL_RUNNER_DEVICE_CPU)
+    return fail(r, LLB_STATUS_UNSUPPORTED, field, "prompt_logprobs on the %s worker (CPU only)",
+                model_runner_device_name(r->cfg.device)); /* its device logits hold max_num_seqs rows */
   for (int32_t k = 0; k < nr->num_mm_features; k++) {
     const struct llb_mm_feature *f = &nr->mm_features[k];
     if (f->mm_hash.len == 0 || f->length < 1 || (int64_t)f->offset + f->length > nr->num_prompt_token_ids ||
@@ -688,6 +694,7 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
   int32_t s = 0, n = 0, nl = 0;
   bool any_mm = false;
   pooler_step_begin(&r->pool);
+  prompt_logprobs_reset(&r->plp);
   r->query_start_loc[0] = 0;
   for (int32_t i = 0; i < r->num_rows; i++) {
     const int32_t len = r->row_sched[i];
@@ -704,6 +711,9 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
       llb_status st = gather_mm(r, q, start, len, n, &any_mm);
       if (st) return st;
     }
+    if (prompt_logprobs_add(&r->plp, q->sampling_params.prompt_logprobs, q->token_ids, q->num_prompt_tokens,
+                            start, len, n))
+      return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "prompt logprobs");
     int32_t *bt = r->block_tables + (int64_t)s * max_blocks;
     memcpy(bt, q->block_ids, (size_t)q->num_block_ids * sizeof(int32_t));
     for (int32_t b = q->num_block_ids; b < max_blocks; b++) bt[b] = 0;
@@ -719,11 +729,16 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
     }
     s++;
   }
+  r->num_sample_logits = nl; /* the prompt rows' logits follow the sampled ones */
+  const int32_t *indices = NULL;
+  if (prompt_logprobs_indices(&r->plp, r->logits_indices, r->num_sample_logits, &indices, &nl) ||
+      !grow((void **)&r->logits, &r->logits_cap, (int64_t)nl * r->vocab_size, sizeof(float)))
+    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "logits of %d rows", nl);
   r->batch = (struct llama_batch){
       .num_tokens = n, .token_ids = r->token_ids, .positions = r->positions, .slot_mapping = r->slot_mapping,
       .num_seqs = ns, .query_start_loc = r->query_start_loc, .seq_lens = r->seq_lens,
       .block_tables = r->block_tables, .max_blocks_per_seq = max_blocks, .num_logits = nl,
-      .logits_indices = r->logits_indices, .input_embeds = any_mm ? r->embeds : NULL,
+      .logits_indices = indices, .input_embeds = any_mm ? r->embeds : NULL,
       .embeds_mask = any_mm ? r->embeds_mask : NULL, .num_hidden = r->pool.num_rows,
       .hidden_indices = r->pool.indices, .hidden_states = r->pool.hidden};
   *num_seqs = ns;
@@ -735,7 +750,7 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
 static int32_t so_collect(struct model_runner *r) {
   int32_t n = 0;
   const int64_t words = r->so ? runner_so_mask_words(r->so) : 0;
-  for (int32_t l = 0; l < r->batch.num_logits; l++) {
+  for (int32_t l = 0; l < r->num_sample_logits; l++) {
     struct mr_request *q = r->rows[r->logits_rows[l]];
     r->so_row_of_logits[l] = -1;
     if (!q->so.grammar) continue;
@@ -764,7 +779,7 @@ static llb_status forward_with_masks(struct model_runner *r) {
   r->so_mask_seconds = n > 0 ? step.mask_seconds : -1;
   r->so_wait_seconds = n > 0 ? ((double)llb_now_ns() - t0) * 1e-9 : -1;
   if (st) return fail(r, st, "", "forward pass (%s): %s", model_runner_device_name(r->cfg.device), llb_err_last());
-  for (int32_t l = 0; l < r->batch.num_logits; l++) {
+  for (int32_t l = 0; l < r->num_sample_logits; l++) {
     const int32_t k = r->so_row_of_logits[l];
     if (k < 0 || r->so_rows[k].status == LLB_STATUS_OK) continue;
     const struct mr_request *q = r->rows[r->logits_rows[l]];
@@ -777,7 +792,7 @@ static llb_status forward_with_masks(struct model_runner *r) {
 /* Samples every logits row into r->results; a copy of the params asks for the batch's
  * largest top-n so that all logprob rows have the same width (vLLM max_num_logprobs). */
 static llb_status sample_all(struct model_runner *r, int32_t max_n) {
-  for (int32_t l = 0; l < r->batch.num_logits; l++) {
+  for (int32_t l = 0; l < r->num_sample_logits; l++) {
     const struct mr_request *q = r->rows[r->logits_rows[l]];
     const struct llb_sampling_params *p = &q->sampling_params;
     struct llb_sampling_params wide;
@@ -809,7 +824,7 @@ static llb_status sample_all(struct model_runner *r, int32_t max_n) {
 }
 
 static llb_status fill_logprobs(struct model_runner *r, int32_t max_n, struct llb_model_runner_output *out) {
-  const int32_t cols = 1 + max_n, rows = r->batch.num_logits;
+  const int32_t cols = 1 + max_n, rows = r->num_sample_logits;
   if (!grow((void **)&r->lp_token_ids, &r->lp_ids_cap, (int64_t)rows * cols, sizeof(int32_t)) ||
       !grow((void **)&r->lp_logprobs, &r->lp_cap, (int64_t)rows * cols, sizeof(float)))
     return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "logprobs");
@@ -851,12 +866,15 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   if (ns == 0) return LLB_STATUS_OK;
   if ((st = forward_with_masks(r))) return st;
   int32_t max_n = -1;
-  for (int32_t l = 0; l < r->batch.num_logits; l++) {
+  for (int32_t l = 0; l < r->num_sample_logits; l++) {
     const int32_t n = r->rows[r->logits_rows[l]]->sampling_params.logprobs;
     if (n > max_n) max_n = n;
   }
   if ((st = sample_all(r, max_n))) return st;
   if (max_n >= 0 && (st = fill_logprobs(r, max_n, out))) return st;
+  if ((st = prompt_logprobs_compute(&r->plp, r->logits + (int64_t)r->num_sample_logits * r->vocab_size,
+                                    r->vocab_size)))
+    return fail(r, st, "", "prompt logprobs: %s", llb_err_last());
   /* Everything sampled: now append (a failure above leaves the requests unchanged). */
   pooler_step_accumulate(&r->pool);
   int32_t l = 0, k = 0;
@@ -872,7 +890,7 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
       if (st != LLB_STATUS_OUT_OF_MEMORY) blame(r, q->req_id, q->req_id_len); /* a non-finite vector */
       return fail(r, st, "pooling_params", "request \"%s\": %s", q->req_id, llb_err_last());
     }
-    if (l < r->batch.num_logits && r->logits_rows[l] == i) {
+    if (l < r->num_sample_logits && r->logits_rows[l] == i) {
       if (!grow((void **)&q->token_ids, &q->token_cap, q->num_tokens + 1, sizeof(int32_t)))
         return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
       q->token_ids[q->num_tokens++] = r->results[l].token_id;
@@ -890,6 +908,7 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   out->pooler_output = r->pool.num_out ? r->pool.out : NULL;
   out->num_pooler_output = (int32_t)r->pool.num_out;
   out->num_pooled = r->pool.num_out ? r->out_num_pooled : NULL;
+  prompt_logprobs_output(&r->plp, out);
   return LLB_STATUS_OK;
 }
 

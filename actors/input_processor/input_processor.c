@@ -182,8 +182,9 @@ static void validate_sampling(const struct inproc_t *p, const struct llb_samplin
     add_error(errs, "logprobs", "must be between 0 and %d (or -1 for none), got %d", p->cfg.max_logprobs,
               sp->logprobs);
   }
-  if (sp->prompt_logprobs != -1) {
-    add_error(errs, "prompt_logprobs", "is not supported (only -1), got %d", sp->prompt_logprobs);
+  if (sp->prompt_logprobs < -1 || sp->prompt_logprobs > p->cfg.max_logprobs) {
+    add_error(errs, "prompt_logprobs", "must be between 0 and %d (or -1 for none), got %d", p->cfg.max_logprobs,
+              sp->prompt_logprobs);
   }
   validate_logit_bias(p, sp, errs);
   if (sp->truncate_prompt_tokens < -1) {
@@ -480,6 +481,13 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
     add_error(errs, "max_tokens", "the prompt has %" PRId64 " tokens and max_tokens is %d: %" PRId64
               " in total exceeds the context length of %d tokens", num_prompt, sp.max_tokens,
               num_prompt + sp.max_tokens, max_len);
+  }
+  /* prompt logprobs travel in one message (EngineCoreOutput, RequestOutput): bounded */
+  const int64_t plp_entries = sp.prompt_logprobs >= 0 ? (num_prompt - 1) * (sp.prompt_logprobs + 1) : 0;
+  if (plp_entries > INPROC_MAX_PROMPT_LOGPROB_ENTRIES) {
+    add_error(errs, "prompt_logprobs", "%d for a prompt of %" PRId64 " tokens is %" PRId64 " entries, at most %d "
+              "(prompt tokens - 1) * (prompt_logprobs + 1): use fewer or a shorter prompt", sp.prompt_logprobs,
+              num_prompt, plp_entries, INPROC_MAX_PROMPT_LOGPROB_ENTRIES);
   }
   if (!errs->num_errors && req->num_mm_items > 0) {
     st = process_mm(p, req, num_prompt, out, errs);

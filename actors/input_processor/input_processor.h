@@ -34,6 +34,9 @@ struct tokenizer;
 #define INPROC_MAX_ERRORS 32
 #define INPROC_MAX_FIELD_BYTES 48
 #define INPROC_MAX_MESSAGE_BYTES 256
+/* (prompt tokens - 1) * (prompt_logprobs + 1): prompt logprobs go to the client in one
+ * RequestOutput (about 45 bytes an entry with its text), under NATS's 1 MiB message */
+#define INPROC_MAX_PROMPT_LOGPROB_ENTRIES 16384
 
 /* The client's GenerateRequest as plain data (the wire form is schemas/; the codec fills
  * this). Exactly one of prompt, messages, prompt_token_ids. All pointers are borrowed. */

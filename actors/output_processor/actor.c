@@ -145,6 +145,31 @@ static void publish_error(struct outproc_actor *a, const char *reply_to, const c
   (void)publish_output(a, reply_to, &ro, span);
 }
 
+/* outproc's logprobs of n positions → the wire's TokenLogprobs (in `arena`); NULL when out of memory. */
+static struct llb_token_logprobs *positions_to_wire(const struct outproc_position_logprobs *pls, int64_t n,
+                                                    struct llb_arena *arena) {
+  struct llb_token_logprobs *lp = llb_arena_alloc(arena, (size_t)n * sizeof *lp, _Alignof(struct llb_token_logprobs));
+  if (!lp) return NULL;
+  for (int64_t t = 0; t < n; t++) {
+    const struct outproc_position_logprobs *pl = &pls[t];
+    lp[t] = (struct llb_token_logprobs){
+        .token_id = pl->sampled.token_id, .logprob = pl->sampled.logprob, .rank = pl->sampled.rank,
+        .decoded = {pl->sampled.text ? pl->sampled.text : "", pl->sampled.text ? pl->sampled.text_len : 0}};
+    if (pl->num_top > 0) {
+      struct llb_top_logprob *top = llb_arena_alloc(arena, (size_t)pl->num_top * sizeof *top,
+                                                    _Alignof(struct llb_top_logprob));
+      if (!top) return NULL;
+      for (int32_t j = 0; j < pl->num_top; j++)
+        top[j] = (struct llb_top_logprob){
+            .token_id = pl->top[j].token_id, .logprob = pl->top[j].logprob,
+            .decoded = {pl->top[j].text ? pl->top[j].text : "", pl->top[j].text ? pl->top[j].text_len : 0}};
+      lp[t].top = top;
+      lp[t].num_top = pl->num_top;
+    }
+  }
+  return lp;
+}
+
 /* outproc's RequestOutput → the wire view; arrays live in `arena`. */
 static llb_status to_wire(const struct outproc_request_output *o, struct llb_arena *arena,
                           struct llb_request_output *ro) {
@@ -179,32 +204,18 @@ static llb_status to_wire(const struct outproc_request_output *o, struct llb_are
     }
     /* The wire wants one logprobs entry per token (a resumed request may have fewer). */
     if (c->has_logprobs && c->num_logprobs == c->num_token_ids && c->num_logprobs > 0) {
-      struct llb_token_logprobs *lp = llb_arena_alloc(arena, (size_t)c->num_logprobs * sizeof *lp,
-                                                      _Alignof(struct llb_token_logprobs));
-      if (!lp) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "logprobs");
-      for (int64_t t = 0; t < c->num_logprobs; t++) {
-        const struct outproc_position_logprobs *pl = &c->logprobs[t];
-        lp[t] = (struct llb_token_logprobs){
-            .token_id = pl->sampled.token_id, .logprob = pl->sampled.logprob, .rank = pl->sampled.rank,
-            .decoded = {pl->sampled.text ? pl->sampled.text : "", pl->sampled.text ? pl->sampled.text_len : 0}};
-        if (pl->num_top > 0) {
-          struct llb_top_logprob *top = llb_arena_alloc(arena, (size_t)pl->num_top * sizeof *top,
-                                                        _Alignof(struct llb_top_logprob));
-          if (!top) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "top logprobs");
-          for (int32_t j = 0; j < pl->num_top; j++)
-            top[j] = (struct llb_top_logprob){
-                .token_id = pl->top[j].token_id, .logprob = pl->top[j].logprob,
-                .decoded = {pl->top[j].text ? pl->top[j].text : "", pl->top[j].text ? pl->top[j].text_len : 0}};
-          lp[t].top = top;
-          lp[t].num_top = pl->num_top;
-        }
-      }
-      w->logprobs = lp;
+      w->logprobs = positions_to_wire(c->logprobs, c->num_logprobs, arena);
+      if (!w->logprobs) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "logprobs");
       w->num_logprobs = (int32_t)c->num_logprobs;
     }
   }
   ro->outputs = cs;
   ro->num_outputs = o->num_outputs;
+  if (o->num_prompt_logprobs > 0) {
+    ro->prompt_logprobs = positions_to_wire(o->prompt_logprobs, o->num_prompt_logprobs, arena);
+    if (!ro->prompt_logprobs) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prompt logprobs");
+    ro->num_prompt_logprobs = (int32_t)o->num_prompt_logprobs;
+  }
   const struct outproc_metrics *m = &o->metrics;
   ro->metrics = (struct llb_request_metrics){
       .arrival_time = (double)m->arrival_time_ns / 1e9,
@@ -309,6 +320,25 @@ static void handle_unknown(struct outproc_actor *a, const struct llb_engine_core
                 LLB_STATUS_ABORTED, msg, span);
 }
 
+/* The wire's LogprobsLists → outproc's rows (in `arena`; column 0 the sampled or prompt token,
+ * then the top-k); NULL when empty or out of memory. */
+static struct outproc_new_logprobs *lists_to_outproc(const struct llb_logprobs_lists *ll, struct llb_arena *arena) {
+  if (ll->num_tokens <= 0 || ll->num_logprobs_per_token < 1) return NULL;
+  struct outproc_new_logprobs *lps =
+      llb_arena_alloc(arena, (size_t)ll->num_tokens * sizeof *lps, _Alignof(struct outproc_new_logprobs));
+  for (int32_t r = 0; lps && r < ll->num_tokens; r++) {
+    const int64_t row = (int64_t)r * ll->num_logprobs_per_token;
+    int32_t num_top = ll->num_logprobs_per_token - 1;
+    if (num_top > LLB_MAX_LOGPROBS) num_top = LLB_MAX_LOGPROBS;
+    lps[r].token_id = ll->logprob_token_ids[row];
+    lps[r].logprob = ll->logprobs[row];
+    lps[r].num_top = num_top;
+    for (int32_t j = 0; j < num_top; j++)
+      lps[r].top[j] = (struct outproc_candidate){ll->logprob_token_ids[row + 1 + j], ll->logprobs[row + 1 + j]};
+  }
+  return lps;
+}
+
 /* One EngineCoreOutput through the logic; results accumulate in a->res. */
 static void handle_output(struct outproc_actor *a, const struct llb_engine_core_outputs *outs,
                           const struct llb_engine_core_output *eo, struct llb_arena *arena,
@@ -340,21 +370,10 @@ static void handle_output(struct outproc_actor *a, const struct llb_engine_core_
     }
     return;
   }
-  struct outproc_new_logprobs *lps = NULL;
   const struct llb_logprobs_lists *ll = &eo->new_logprobs;
-  if (ll->num_tokens > 0 && ll->num_tokens == eo->num_new_token_ids && ll->num_logprobs_per_token >= 1) {
-    lps = llb_arena_alloc(arena, (size_t)ll->num_tokens * sizeof *lps, _Alignof(struct outproc_new_logprobs));
-    for (int32_t r = 0; lps && r < ll->num_tokens; r++) {
-      const int64_t row = (int64_t)r * ll->num_logprobs_per_token; /* column 0: the sampled token */
-      int32_t num_top = ll->num_logprobs_per_token - 1;
-      if (num_top > LLB_MAX_LOGPROBS) num_top = LLB_MAX_LOGPROBS;
-      lps[r].token_id = ll->logprob_token_ids[row];
-      lps[r].logprob = ll->logprobs[row];
-      lps[r].num_top = num_top;
-      for (int32_t j = 0; j < num_top; j++)
-        lps[r].top[j] = (struct outproc_candidate){ll->logprob_token_ids[row + 1 + j], ll->logprobs[row + 1 + j]};
-    }
-  }
+  struct outproc_new_logprobs *lps =
+      ll->num_tokens == eo->num_new_token_ids ? lists_to_outproc(ll, arena) : NULL;
+  struct outproc_new_logprobs *plp = lists_to_outproc(&eo->prompt_logprobs, arena);
   struct outproc_engine_output in = {
       .request_id = eo->request_id.data,
       .new_token_ids = eo->new_token_ids,
@@ -369,6 +388,9 @@ static void handle_output(struct outproc_actor *a, const struct llb_engine_core_
       .timestamp_ns = outs->timestamp > 0 ? (int64_t)(outs->timestamp * 1e9) : 0,
       .pooling_output = eo->pooling_output,
       .num_pooling_output = eo->num_pooling_output,
+      .prompt_logprobs = plp,
+      .prompt_logprob_ranks = plp ? eo->prompt_logprobs.sampled_token_ranks : NULL,
+      .num_prompt_logprobs = plp ? eo->prompt_logprobs.num_tokens : 0,
   };
   int64_t unknown_before = a->res.num_unknown, resync_before = a->res.num_resync;
   llb_status st = outproc_process(a->proc, &in, now, &a->res);

@@ -56,6 +56,10 @@ struct parent_state {
   bool sent_first;
   char error[OUTPROC_MAX_ERROR_BYTES];
   llb_status error_code; /* the engine's status for `error` (0: INTERNAL) */
+  struct outproc_new_logprobs *plp;    /* [num_plp] prompt logprobs (from the first child that has them) */
+  int32_t *plp_ranks;                  /* [num_plp] */
+  int32_t num_plp;
+  bool plp_sent;
 };
 
 struct outproc_t {
@@ -106,6 +110,8 @@ void outproc_result_clear(struct outproc_result *r) {
     free(o->outputs);
     free((void *)o->prompt_token_ids);
     free(o->pooling_output);
+    free(o->prompt_logprobs);
+    free(o->prompt_logprob_arena);
   }
   r->num_outputs = r->num_abort = r->num_unknown = r->num_resync = 0;
 }
@@ -156,6 +162,8 @@ static void parent_free(struct parent_state *ps) {
   for (int32_t i = 0; ps->children && i < ps->n; i++) req_free(ps->children[i]);
   free(ps->children);
   free(ps->prompt_ids);
+  free(ps->plp);
+  free(ps->plp_ranks);
   free(ps);
 }
 
@@ -413,6 +421,48 @@ static llb_status build_logprobs(const struct tokenizer *tok, const struct req_s
   return LLB_STATUS_OK;
 }
 
+/* The parent's prompt logprobs with their texts into o (once per request). */
+static llb_status build_prompt_logprobs(const struct tokenizer *tok, struct parent_state *ps,
+                                        struct outproc_request_output *o) {
+  if (ps->num_plp == 0 || ps->plp_sent) return LLB_STATUS_OK;
+  size_t room = 0;
+  for (int32_t i = 0; i < ps->num_plp; i++) {
+    room += piece_room(tok, ps->plp[i].token_id);
+    for (int32_t j = 0; j < ps->plp[i].num_top; j++) room += piece_room(tok, ps->plp[i].top[j].token_id);
+  }
+  o->prompt_logprobs = calloc((size_t)ps->num_plp, sizeof *o->prompt_logprobs);
+  o->prompt_logprob_arena = malloc(room);
+  if (!o->prompt_logprobs || !o->prompt_logprob_arena) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prompt logprobs");
+  size_t used = 0;
+  for (int32_t i = 0; i < ps->num_plp; i++) {
+    const struct outproc_new_logprobs *e = &ps->plp[i];
+    struct outproc_position_logprobs *pl = &o->prompt_logprobs[i];
+    fill_token_logprob(tok, e->token_id, e->logprob, ps->plp_ranks[i], o->prompt_logprob_arena, room, &used,
+                       &pl->sampled);
+    pl->num_top = e->num_top;
+    for (int32_t j = 0; j < e->num_top; j++)
+      fill_token_logprob(tok, e->top[j].token_id, e->top[j].logprob, j + 1, o->prompt_logprob_arena, room, &used,
+                         &pl->top[j]);
+  }
+  o->num_prompt_logprobs = ps->num_plp;
+  ps->plp_sent = true;
+  return LLB_STATUS_OK;
+}
+
+/* Keeps the engine's prompt logprobs for the parent (the first that come; n > 1 children each
+ * score the same prompt). */
+static llb_status keep_prompt_logprobs(struct parent_state *ps, const struct outproc_engine_output *eo) {
+  if (eo->num_prompt_logprobs <= 0 || !eo->prompt_logprobs || !eo->prompt_logprob_ranks || ps->num_plp > 0)
+    return LLB_STATUS_OK;
+  ps->plp = malloc((size_t)eo->num_prompt_logprobs * sizeof *ps->plp);
+  ps->plp_ranks = malloc((size_t)eo->num_prompt_logprobs * sizeof *ps->plp_ranks);
+  if (!ps->plp || !ps->plp_ranks) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prompt logprobs");
+  memcpy(ps->plp, eo->prompt_logprobs, (size_t)eo->num_prompt_logprobs * sizeof *ps->plp);
+  memcpy(ps->plp_ranks, eo->prompt_logprob_ranks, (size_t)eo->num_prompt_logprobs * sizeof *ps->plp_ranks);
+  ps->num_plp = eo->num_prompt_logprobs;
+  return LLB_STATUS_OK;
+}
+
 /* Fills `c` from `r`: everything so far, or (delta) what was not delivered yet. */
 static llb_status build_completion(const struct tokenizer *tok, struct req_state *r, bool delta,
                                    struct outproc_completion *c) {
@@ -517,6 +567,7 @@ static llb_status emit(struct outproc_t *p, struct parent_state *ps, struct req_
     o->num_prompt_tokens = ps->num_prompt;
   }
   ps->sent_first = true;
+  if ((st = build_prompt_logprobs(p->tok, ps, o)) != LLB_STATUS_OK) return st;
   o->outputs = calloc((size_t)(num_pick > 0 ? num_pick : 1), sizeof *o->outputs);
   if (!o->outputs) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "completion outputs");
   for (int32_t i = 0; i < num_pick && st == LLB_STATUS_OK; i++) {
@@ -599,6 +650,8 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
   int64_t skip = r->num_tokens - eo->first_output_pos; /* duplicates of delivered positions */
   int64_t k = eo->num_new_tokens > skip ? eo->num_new_tokens - skip : 0;
   p->num_duplicates += (uint64_t)(eo->num_new_tokens - k);
+  llb_status kst = keep_prompt_logprobs(r->parent, eo);
+  if (kst != LLB_STATUS_OK) return kst;
   if (k == 0 && !engine_finished) return LLB_STATUS_OK;
   if (eo->scheduled_time_ns && !r->first_scheduled_ns) r->first_scheduled_ns = eo->scheduled_time_ns;
   if (eo->queued_time_ns && !r->queued_ns) r->queued_ns = eo->queued_time_ns;

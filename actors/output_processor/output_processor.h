@@ -85,6 +85,12 @@ struct outproc_engine_output {
   const float *pooling_output;              /* [num_pooling_output]: a pooling request's vector,
                                                on its finishing output; NULL = none */
   int32_t num_pooling_output;
+  /* vLLM prompt_logprobs: prompt tokens 1..P-1 (token_id = the prompt token, top = the k most
+   * likely) with their ranks, once per request (the scheduler sends them with the first token);
+   * kept and delivered with the request's next RequestOutput */
+  const struct outproc_new_logprobs *prompt_logprobs; /* [num_prompt_logprobs] or NULL */
+  const int32_t *prompt_logprob_ranks;                /* [num_prompt_logprobs] */
+  int32_t num_prompt_logprobs;
 };
 
 /* A request as registered from its EngineCoreRequest. Pointers are borrowed for the call. */
@@ -171,6 +177,11 @@ struct outproc_request_output {
   float *pooling_output;                 /* [num_pooling_output] a pooling request's vector (a
                                             copy of the engine's), on its finished output; else NULL */
   int32_t num_pooling_output;
+  /* vLLM RequestOutput.prompt_logprobs without its leading None (prompt tokens 1..P-1, `sampled`
+   * = the prompt token): on the first output after the engine sent them, else NULL / 0 */
+  struct outproc_position_logprobs *prompt_logprobs;
+  int64_t num_prompt_logprobs;
+  char *prompt_logprob_arena; /* backing store of their texts */
 };
 
 /* Everything one or more outproc_process calls produced; owns all memory it points to. */

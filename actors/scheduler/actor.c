@@ -56,6 +56,7 @@ void sched_actor_meta_free(struct req_meta *m) {
   free(m->mm);
   free(m->mm_blob);
   free(m->so_spec);
+  sched_prompt_logprobs_free(&m->plp);
   free(m);
 }
 

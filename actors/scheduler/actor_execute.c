@@ -133,6 +133,7 @@ static llb_status apply_reply(struct scheduler_actor *a, const uint8_t *data, si
   }
   a->mro = r;
   a->have_mro = true;
+  sched_actor_collect_prompt_logprobs(a, &r);
   struct sched_model_output mo;
   st = sched_wire_model_output(&a->wire, &r, &mo);
   if (st) return st;

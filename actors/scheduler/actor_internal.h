@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "actors/scheduler/actor.h"
+#include "actors/scheduler/actor_prompt_logprobs.h"
 #include "actors/scheduler/actor_trace.h"
 #include "actors/scheduler/actor_wire.h"
 #include "actors/scheduler/engine_metrics.h"
@@ -46,6 +47,7 @@ struct req_meta {
                              leaves the scheduler); 0 = it came without JetStream */
   struct llb_structured_outputs structured_outputs; /* spec points into so_spec */
   char *so_spec;          /* owned copy of the structured-output spec */
+  struct sched_prompt_logprobs plp; /* prompt_logprobs >= 0: rows gathered chunk by chunk */
 };
 
 struct scheduler_actor {

@@ -85,6 +85,8 @@ static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output
   if (at < 0) return;
   struct req_meta *m = a->map[at];
   if (e->num_new_tokens > 0 && m->first_token_time_ns == 0) m->first_token_time_ns = now_ns;
+  if (e->num_new_tokens > 0 && eo == &a->eo)
+    o->prompt_logprobs = sched_prompt_logprobs_take(&m->plp); /* once, with its first token */
   if (e->finish_reason == SCHED_FINISH_REASON_ERROR) { /* isolated by sched_step_failed */
     o->error.code = (int32_t)(m->reject_status ? m->reject_status : LLB_STATUS_INTERNAL);
     o->error.message = llb_str_c(m->reject_message[0] ? m->reject_message

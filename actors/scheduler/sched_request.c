@@ -67,8 +67,9 @@ static llb_status validate_params(const char *id, const struct llb_sampling_para
   if (sp->min_tokens < 0) return BAD("request %s: sampling_params.min_tokens %d < 0", id, sp->min_tokens);
   if (sp->logprobs < -1 || sp->logprobs > LLB_MAX_LOGPROBS)
     return BAD("request %s: sampling_params.logprobs %d outside [-1, %d]", id, sp->logprobs, LLB_MAX_LOGPROBS);
-  if (sp->prompt_logprobs != -1)
-    return BAD("request %s: sampling_params.prompt_logprobs %d (only -1)", id, sp->prompt_logprobs);
+  if (sp->prompt_logprobs < -1 || sp->prompt_logprobs > LLB_MAX_LOGPROBS)
+    return BAD("request %s: sampling_params.prompt_logprobs %d outside [-1, %d]", id, sp->prompt_logprobs,
+               LLB_MAX_LOGPROBS);
   if (sp->num_stop < 0 || sp->num_stop > LLB_MAX_STOP_STRINGS)
     return BAD("request %s: sampling_params: %d stop strings (at most %d)", id, sp->num_stop, LLB_MAX_STOP_STRINGS);
   if (sp->num_stop_token_ids < 0 || sp->num_stop_token_ids > LLB_MAX_STOP_TOKEN_IDS)

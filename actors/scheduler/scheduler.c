@@ -533,9 +533,11 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
     sched_queue_pop(&s->waiting);
     s->running[s->num_running++] = r;
     r->status = SCHED_REQUEST_STATUS_RUNNING;
-    /* a pooling request needs the hidden state of each row it pools: no prefix-cache hit
-     * (vLLM disables prefix caching for pooling models) */
-    r->lookup = s->cfg.enable_prefix_caching && !sched_request_is_pooling(r);
+    /* a pooling request needs the hidden state of each row it pools, and a request scoring its
+     * prompt computes every position: no prefix-cache hit for either (vLLM skips the prefix
+     * cache for both) */
+    r->lookup = s->cfg.enable_prefix_caching && !sched_request_is_pooling(r) &&
+                r->sampling_params.prompt_logprobs < 0;
     mark_scheduled(s, r, n, true);
     budget -= n;
   }

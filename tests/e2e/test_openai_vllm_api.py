@@ -164,6 +164,18 @@ def main():
             assert out.returncode == 0, out.stderr[-2000:]
             j = json.loads(out.stdout)
             assert j["completed"] == 3 and j["failed"] == 0, j
+            # the same through `vllm bench serve`'s spellings: host/port, backend, dataset-name...
+            out = subprocess.run([bench, "serve", "--backend", "openai-chat", "--host", "127.0.0.1",
+                                  "--port", str(st.port), "--model", model, "--dataset-name", "random",
+                                  "--random-input-len", "16", "--random-output-len", "4", "--num-prompts", "4",
+                                  "--request-rate", "inf", "--max-concurrency", "2", "--seed", "7",
+                                  "--ignore-eos", "--disable-tqdm", "--warmup", "0", "--no-memory", "--json"],
+                                 capture_output=True, timeout=300, text=True)
+            assert out.returncode == 0, out.stderr[-2000:]
+            j = json.loads(out.stdout)
+            assert j["completed"] == 4 and j["failed"] == 0, j
+            assert j["total_output_tokens"] == 16, j  # --ignore-eos: every answer is 4 tokens
+            assert j["model_id"] == model and j["max_concurrency"] == 2, j
 
         failures = run_cases([
             ("tokenize_and_detokenize_round_trip", tokenize_and_detokenize_round_trip),

@@ -14,3 +14,6 @@ llb_add_test(test_model_runner_pooling SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mo
              LABELS unit TIMEOUT 120)
 llb_add_test(test_pooler SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pooler.c
              LIBS llmbus_gpu_worker PkgConfig::CMOCKA LABELS unit)
+# Prompt logprobs of a worker step (actors/gpu_worker/prompt_logprobs.c).
+llb_add_test(test_prompt_logprobs SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_prompt_logprobs.c
+             LIBS llmbus_gpu_worker PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)

@@ -212,6 +212,27 @@ static void completions_body_sends_prompt_text_or_ids(void **state) {
   assert_true(bench_endpoint_is_chat("/v1/chat/completions"));
 }
 
+static void vllm_bench_serve_flags_map_to_ours(void **state) {
+  (void)state;
+  assert_string_equal(bench_serve_flag_alias("--dataset-name"), "--dataset");
+  assert_string_equal(bench_serve_flag_alias("--random-input-len"), "--input-len");
+  assert_string_equal(bench_serve_flag_alias("--random-output-len"), "--output-len");
+  assert_string_equal(bench_serve_flag_alias("--tokenizer"), "--model");
+  assert_string_equal(bench_serve_flag_alias("--num-prompts"), "--num-prompts");
+  assert_string_equal(bench_backend_endpoint("vllm"), "/v1/completions");
+  assert_string_equal(bench_backend_endpoint("openai-chat"), "/v1/chat/completions");
+  assert_null(bench_backend_endpoint("tensorrt-llm"));
+  char url[64];
+  assert_true(bench_base_url_of(NULL, NULL, url, sizeof url));
+  assert_string_equal(url, "http://127.0.0.1:8000");
+  assert_true(bench_base_url_of("localhost", "9256", url, sizeof url));
+  assert_string_equal(url, "http://localhost:9256");
+  assert_false(bench_base_url_of("localhost", "80a", url, sizeof url));
+  assert_false(bench_base_url_of("::1", "80", url, sizeof url));
+  assert_false(bench_base_url_of("", "80", url, sizeof url));
+  assert_false(bench_base_url_of("a-very-long-host-name-that-does-not-fit.example", "80", url, 24));
+}
+
 static void random_words_are_seeded(void **state) {
   (void)state;
   struct bench_random_spec spec = {.num_prompts = 4, .input_len = 20, .output_len = 50, .range_ratio = 0.5, .seed = 9};
@@ -389,6 +410,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(chunk_parse_reads_text_usage_and_errors),
       cmocka_unit_test(chat_endpoint_body_sends_messages_not_prompt),
       cmocka_unit_test(completions_body_sends_prompt_text_or_ids),
+      cmocka_unit_test(vllm_bench_serve_flags_map_to_ours),
       cmocka_unit_test(random_words_are_seeded),
       cmocka_unit_test(random_tokens_encode_to_the_asked_length),
       cmocka_unit_test(jsonl_dataset_reads_prompts_and_lengths),

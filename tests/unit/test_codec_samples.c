@@ -497,6 +497,7 @@ static const int32_t sampled[] = {100, 200, 201};
 static const int32_t num_sampled[3] = {1, 2, 0};
 static const float pooled[] = {0.6f, -0.8f, 0.0f, 1e-3f, -2.5f};
 static const int32_t num_pooled[3] = {0, 2, 3};
+static const int32_t num_prompt_lp[3] = {2, 0, 1}, prompt_lp_start[3] = {1, 1, 17};
 
 static void fill_model_runner_output(struct llb_model_runner_output *m) {
   *m = (struct llb_model_runner_output){
@@ -504,7 +505,9 @@ static void fill_model_runner_output(struct llb_model_runner_output *m) {
       .sampled_token_ids = sampled, .num_sampled_token_ids = N(sampled),
       .num_sampled = num_sampled, .logprobs = sample_lp, .error = sample_error,
       .failed_req_id = {"req-poison", 10}, .pooler_output = pooled,
-      .num_pooler_output = N(pooled), .num_pooled = num_pooled};
+      .num_pooler_output = N(pooled), .num_pooled = num_pooled,
+      .prompt_logprobs = sample_lp, .num_prompt_logprobs = num_prompt_lp,
+      .prompt_logprobs_start = prompt_lp_start};
 }
 
 static bool equals_model_runner_output(const void *v) {
@@ -518,6 +521,9 @@ static bool equals_model_runner_output(const void *v) {
   CHECK(i32_eq(a->num_pooled, a->num_reqs, num_pooled, 3));
   CHECK(a->num_pooler_output == N(pooled) &&
         memcmp(a->pooler_output, pooled, sizeof(pooled)) == 0);
+  CHECK(lp_eq(&a->prompt_logprobs));
+  CHECK(i32_eq(a->num_prompt_logprobs, a->num_reqs, num_prompt_lp, 3));
+  CHECK(i32_eq(a->prompt_logprobs_start, a->num_reqs, prompt_lp_start, 3));
   return true;
 }
 
@@ -551,6 +557,7 @@ static void fill_engine_core_outputs(struct llb_engine_core_outputs *m) {
   outs[0].resync = true;
   outs[0].pooling_output = pooled;
   outs[0].num_pooling_output = N(pooled);
+  outs[0].prompt_logprobs = sample_lp;
   llb_engine_core_output_init(&outs[1]);
   outs[1].request_id = ids3[1];
   outs[1].new_token_ids = sampled;
@@ -572,7 +579,7 @@ static bool equals_engine_core_outputs(const void *v) {
   CHECK(i32_eq(x->new_token_ids, x->num_new_token_ids, y->new_token_ids, y->num_new_token_ids));
   CHECK(x->first_output_pos == 41 && x->finish_reason == LLB_FINISH_REASON_STOP);
   CHECK(str_eq(x->stop_reason, y->stop_reason) && x->stop_token_id == 32000);
-  CHECK(lp_eq(&x->new_logprobs) && x->num_cached_tokens == 16);
+  CHECK(lp_eq(&x->new_logprobs) && x->num_cached_tokens == 16 && lp_eq(&x->prompt_logprobs));
   CHECK(str_eq(x->reply_to, y->reply_to) && str_eq(x->external_id, y->external_id));
   CHECK(x->arrival_time == y->arrival_time && x->queued_time_ns == y->queued_time_ns);
   CHECK(x->scheduled_time_ns == y->scheduled_time_ns);
@@ -616,7 +623,8 @@ static void fill_request_output(struct llb_request_output *m) {
       .metrics = {1763802654.125, 1763802654.126, 1763802654.19, 1763802655.0, 1763802655.01,
                   16, 7, 4},
       .error = sample_error, .max_model_len = 2048, .pooling_output = pooled,
-      .num_pooling_output = N(pooled)};
+      .num_pooling_output = N(pooled), .prompt_logprobs = lps + 1,
+      .num_prompt_logprobs = 2};
 }
 
 static bool equals_request_output(const void *v) {
@@ -629,6 +637,12 @@ static bool equals_request_output(const void *v) {
   CHECK(a->max_model_len == b.max_model_len);
   CHECK(a->num_pooling_output == N(pooled) &&
         memcmp(a->pooling_output, pooled, sizeof(pooled)) == 0);
+  CHECK(a->max_model_len == b.max_model_len && a->num_prompt_logprobs == 2);
+  for (int j = 0; j < 2; j++) {
+    const struct llb_token_logprobs *p = &a->prompt_logprobs[j], *q = &b.prompt_logprobs[j];
+    CHECK(p->token_id == q->token_id && p->logprob == q->logprob && p->rank == q->rank);
+    CHECK(str_eq(p->decoded, q->decoded) && p->num_top == q->num_top);
+  }
   for (int i = 0; i < 2; i++) {
     const struct llb_completion_output *x = &a->outputs[i], *y = &b.outputs[i];
     CHECK(x->index == y->index && str_eq(x->text, y->text) && x->resync == y->resync);

@@ -80,7 +80,7 @@ static void mutate(int which, struct inproc_generate_request *r) {
   case 21: r->request_id = ""; break;
   case 22: sp->num_stop = 1; sp->stop[0][0] = '\0'; break;
   case 23: sp->num_stop_token_ids = 1; sp->stop_token_ids[0] = -4; break;
-  case 24: sp->prompt_logprobs = 2; break;
+  case 24: sp->prompt_logprobs = 6; break; /* over this model's max_logprobs (5) */
   case 25: r->prompt = NULL; break;
   case 26: r->prompt = "bad \xff utf8"; break;
   case 27: r->cache_salt = ""; break;
