@@ -1,7 +1,8 @@
 /* llmbus-api-server: the OpenAI-compatible HTTP + SSE front door (actors/api_server/actor.h).
  * Flags: the common actor flags (cmd/actor_main.h) plus --http, --model-name,
  * --max-body-bytes, --request-timeout-s, --first-output-timeout-s, --max-concurrent,
- * --tenant, --health-actors, --api-key, --api-keys and --tool-call-parser. */
+ * --tenant, --health-actors, --api-key, --api-keys, --tool-call-parser and the CORS options
+ * (--allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials, as vLLM). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +25,8 @@ struct api_main {
   const char *api_key;      /* one key, for --tenant */
   const char *api_keys_file; /* KEY TENANT lines */
   const char *tool_call_parser; /* hermes | llama3_json | mistral */
+  const char *allowed_origins, *allowed_methods, *allowed_headers; /* CORS (api_cors.h) */
+  bool allow_credentials;
   enum tool_format tool_format;
   struct api_keys *keys;    /* NULL = no authentication */
   char derived_name[256];
@@ -85,6 +88,10 @@ static llb_status api_main_start(struct actor_main *am, void *user) {
       .registry = am->metrics,
       .api_keys = m->keys,
       .tool_call_parser = (int32_t)m->tool_format,
+      .cors_allowed_origins = m->allowed_origins,
+      .cors_allowed_methods = m->allowed_methods,
+      .cors_allowed_headers = m->allowed_headers,
+      .cors_allow_credentials = m->allow_credentials,
   };
   llb_status st = api_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -141,6 +148,13 @@ int main(int argc, char **argv) {
       {"tool-call-parser", ACTOR_FLAG_KIND_STRING, &m.tool_call_parser,
        "how tool_choice auto reads tool calls in the output: hermes (<tool_call>{...}</tool_call>; Qwen, "
        "Hermes, SmolLM3), llama3_json, mistral (vLLM's parser names)", NULL},
+      {"allowed-origins", ACTOR_FLAG_KIND_STRING, &m.allowed_origins,
+       "CORS: comma-separated origins browsers may call from (default *: any, as vLLM)", NULL},
+      {"allowed-methods", ACTOR_FLAG_KIND_STRING, &m.allowed_methods, "CORS: comma-separated methods (default *)", NULL},
+      {"allowed-headers", ACTOR_FLAG_KIND_STRING, &m.allowed_headers, "CORS: comma-separated request headers (default *)",
+       NULL},
+      {"allow-credentials", ACTOR_FLAG_KIND_BOOL, &m.allow_credentials,
+       "CORS: Access-Control-Allow-Credentials: true (the origin is then echoed, never *)", NULL},
       {"health-missed-beats", ACTOR_FLAG_KIND_INT32, &m.health_missed_beats,
        "/health answers 503 when an actor sent no ready heartbeat for this many --heartbeat-ms "
        "intervals (the actors beat at the same interval; default 3)", NULL},

@@ -81,6 +81,10 @@ static const struct {
     {"api-key", true, A_API, "HTTP needs `Authorization: Bearer KEY` (tenant default; shows in ps)"},
     {"api-keys", true, A_API, "file of `KEY TENANT` lines (mode 0600): HTTP keys and their tenants"},
     {"tool-call-parser", true, A_API, "hermes | llama3_json | mistral: tool calls in outputs (tool_choice auto)"},
+    {"allowed-origins", true, A_API, "CORS: comma-separated origins (default *, as vLLM)"},
+    {"allowed-methods", true, A_API, "CORS: comma-separated methods (default *)"},
+    {"allowed-headers", true, A_API, "CORS: comma-separated request headers (default *)"},
+    {"allow-credentials", false, A_API, "CORS: Access-Control-Allow-Credentials: true"},
     {"heartbeat-ms", true, A_ALL,
      "heartbeat interval of every actor (a worker / kv_manager silent for 3 is dead; default 2000)"},
 };

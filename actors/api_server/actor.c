@@ -624,6 +624,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
                 {"/detokenize", true},     {"/version", false},            {"/v1/models/", false},
                 {"/v1/embeddings", true}};
   api_http_echo_request_id(req);
+  if (!api_http_cors(a, req, method)) return; /* a preflight, answered before authentication */
   const char *tenant = a->tenant;
   if (a->o.api_keys) {
     tenant = api_keys_tenant_of(a->o.api_keys, evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"));
@@ -785,6 +786,12 @@ llb_status api_actor_create(const struct api_actor_options *o, struct api_actor 
   if (a->o.health_window_ms <= 0) a->o.health_window_ms = 10000;
   snprintf(a->model_name, sizeof a->model_name, "%s", o->model_name);
   snprintf(a->tenant, sizeof a->tenant, "%s", o->tenant ? o->tenant : BUS_DEFAULT_TENANT);
+  llb_status cst = api_cors_parse(o->cors_allowed_origins, o->cors_allowed_methods, o->cors_allowed_headers,
+                                  o->cors_allow_credentials, &a->cors);
+  if (cst != LLB_STATUS_OK) {
+    free(a);
+    return cst;
+  }
   llb_status pst = api_parse_host_port(o->http_addr ? o->http_addr : "127.0.0.1:8000", a->http_host,
                                        sizeof a->http_host, &a->http_port);
   if (pst != LLB_STATUS_OK) {

@@ -71,6 +71,10 @@ struct api_actor_options {
                                       --heartbeat-ms (3 x 2000) */
   int32_t tool_call_parser;        /* enum tool_format (tool_parser.h) of tool_choice auto:
                                       0 = hermes, 1 = llama3_json, 2 = mistral */
+  const char *cors_allowed_origins; /* comma list; NULL or "*" = every origin (vLLM's default) */
+  const char *cors_allowed_methods; /* comma list; NULL or "*" = every method */
+  const char *cors_allowed_headers; /* comma list; NULL or "*" = every header */
+  bool cors_allow_credentials;      /* Access-Control-Allow-Credentials (api_cors.h) */
   struct llb_metrics *registry;    /* NULL = none; else GET /metrics also renders it (the
                                       process's metrics, bus histograms); borrowed */
 };

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "actors/api_server/actor.h"
+#include "actors/api_server/api_cors.h"
 #include "actors/api_server/api_delta.h"
 #include "actors/api_server/api_embeddings.h"
 #include "actors/api_server/api_metrics.h"
@@ -82,6 +83,7 @@ struct health_entry {
 
 struct api_actor {
   struct api_actor_options o;
+  struct api_cors cors;             /* from the options (api_cors.h) */
   char http_host[128];
   int http_port, bound_port;
   char model_name[API_MAX_MODEL_BYTES];
@@ -147,6 +149,9 @@ void api_route_tokenize_reply(struct api_actor *a, struct evhttp_request *req, c
 /* Answers a /v1/embeddings call whose every input has its vector (loop thread). */
 void api_route_embeddings_reply(struct api_actor *a, struct evhttp_request *req, const struct api_embeddings *e,
                                 const char *id);
+/* CORS (api_cors.h): adds the response's CORS headers; answers a preflight (200) or a refused
+ * one (400) itself and returns false then; true: go on serving the request. */
+bool api_http_cors(struct api_actor *a, struct evhttp_request *req, enum evhttp_cmd_type method);
 /* Echoes a sane X-Request-Id header of `req` into its response headers. */
 void api_http_echo_request_id(struct evhttp_request *req);
 void api_route_health(struct api_actor *a, struct evhttp_request *req);

@@ -64,6 +64,27 @@ void api_http_send_unauthorized(struct api_actor *a, struct evhttp_request *req)
   api_http_send_error(a, req, &e);
 }
 
+bool api_http_cors(struct api_actor *a, struct evhttp_request *req, enum evhttp_cmd_type method) {
+  struct evkeyvalq *in = evhttp_request_get_input_headers(req), *out = evhttp_request_get_output_headers(req);
+  struct api_cors_header h[6];
+  int n = 0;
+  char why[128];
+  enum api_cors_verdict v = api_cors_check(&a->cors, method == EVHTTP_REQ_OPTIONS, evhttp_find_header(in, "Origin"),
+                                           evhttp_find_header(in, "Access-Control-Request-Method"),
+                                           evhttp_find_header(in, "Access-Control-Request-Headers"), h, &n, why,
+                                           sizeof why);
+  for (int i = 0; i < n; i++) evhttp_add_header(out, h[i].name, h[i].value); /* refuses CR/LF */
+  if (v == API_CORS_PREFLIGHT) {
+    evhttp_send_reply(req, 200, "OK", NULL);
+    return false;
+  }
+  if (v == API_CORS_DENIED) {
+    api_http_send_body(req, 400, "text/plain", why, strlen(why));
+    return false;
+  }
+  return true;
+}
+
 void api_http_echo_request_id(struct evhttp_request *req) {
   const char *id = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Id");
   if (!id) return;

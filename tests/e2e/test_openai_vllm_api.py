@@ -1,6 +1,6 @@
 """The OpenAI and vLLM API as users call it, against `llmbus serve` with the real model: /tokenize,
 /detokenize, /version, /v1/models/{id}; logit_bias, priority, cache_salt, truncate_prompt_tokens,
-echo; special tokens in prompt text; X-Request-Id and Retry-After headers; `llmbus-bench serve`
+echo; special tokens in prompt text; X-Request-Id and Retry-After headers; CORS; `llmbus-bench serve`
 on the chat endpoint. The official `openai` client where it has the call, plain HTTP otherwise."""
 import json
 import os
@@ -155,6 +155,24 @@ def main():
                                       headers={"X-Request-Id": "trace-43"})
             assert status == 404 and headers.get("X-Request-Id") == "trace-43", (status, dict(headers))
 
+        def cors_answers_browsers_as_vllm_does():
+            # a browser's preflight: 200 with the CORS headers, no body
+            req = urllib.request.Request(st.base + "/v1/chat/completions", method="OPTIONS", headers={
+                "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                assert r.status == 200, r.status
+                assert r.headers.get("Access-Control-Allow-Origin") == "*", dict(r.headers)
+                assert "POST" in r.headers.get("Access-Control-Allow-Methods", ""), dict(r.headers)
+                assert r.headers.get("Access-Control-Allow-Headers") == "authorization, content-type"
+            # the request itself carries the origin header back (the default allows any origin)
+            status, headers, j = post(st.base, "/v1/completions", {"model": model, "prompt": PROMPT, "max_tokens": 2},
+                                      headers={"Origin": "https://app.example"})
+            assert status == 200 and headers.get("Access-Control-Allow-Origin") == "*", (status, dict(headers))
+            # no Origin: no CORS headers
+            status, headers, _ = post(st.base, "/v1/completions", {"model": model, "prompt": PROMPT, "max_tokens": 2})
+            assert status == 200 and headers.get("Access-Control-Allow-Origin") is None, dict(headers)
+
         def bench_serve_chat_endpoint_completes_every_request():
             bench = os.path.join(os.path.dirname(st.llmbus), "llmbus-bench")
             out = subprocess.run([bench, "serve", "--base-url", st.base, "--endpoint", "/v1/chat/completions",
@@ -186,6 +204,7 @@ def main():
             ("cache_salt_separates_prefix_cache_entries", cache_salt_separates_prefix_cache_entries),
             ("echo_prepends_the_prompt", echo_prepends_the_prompt),
             ("request_id_is_echoed", request_id_is_echoed),
+            ("cors_answers_browsers_as_vllm_does", cors_answers_browsers_as_vllm_does),
             ("bench_serve_chat_endpoint_completes_every_request", bench_serve_chat_endpoint_completes_every_request),
         ])
 

@@ -366,6 +366,18 @@ def http_cases(stack, results):
             assert err["code"] == "invalid_api_key" and err["message"], err
             assert headers.get("WWW-Authenticate") == "Bearer", headers
 
+    def cors_preflight_needs_no_key_but_the_request_does():
+        # browsers send no Authorization on a preflight: it is answered before authentication,
+        # and reveals nothing; the request that follows still needs its key
+        req = urllib.request.Request(base + "/v1/completions", method="OPTIONS", headers={
+            "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 200 and r.headers.get("Access-Control-Allow-Origin") == "*", (r.status, dict(r.headers))
+            assert r.read() == b""
+        status, _, _ = http("POST", base + "/v1/completions", body, None)
+        assert status == 401, status
+
     def authorized():
         status, _, out = http("POST", base + "/v1/completions", body, KEY_A)
         assert status == 200, f"{status}: {out[:200]!r}"
@@ -427,6 +439,7 @@ def http_cases(stack, results):
 
     for name, fn in (("http_without_or_with_wrong_key_is_401_everywhere", unauthorized),
                      ("http_with_a_key_is_served", authorized),
+                     ("cors_preflight_needs_no_key_but_the_request_does", cors_preflight_needs_no_key_but_the_request_does),
                      ("per_tenant_limits_answer_429_with_retry_after", limited)):
         t0 = time.monotonic()
         try:
