@@ -7,17 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static llb_status bad(struct api_error *err, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static llb_status bad(struct api_error *err, const char *param, const char *fmt, ...) {
-  char msg[sizeof err->message];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  api_error_set(err, 400, param, "%s", msg);
-  return LLB_STATUS_INVALID_ARGUMENT;
-}
 
 /* Compact JSON of v, owned by the request. */
 static llb_status dump_owned(json_t *v, api_own_fn own, void *owner, struct llb_str *out, struct api_error *err) {
@@ -36,7 +25,7 @@ llb_status api_chat_template_field(const char *key, json_t *v, struct api_reques
   *handled = true;
   if (!strcmp(key, "chat_template_kwargs")) {
     if (json_is_null(v)) return LLB_STATUS_OK;
-    if (!json_is_object(v)) return bad(err, key, "'chat_template_kwargs' must be an object");
+    if (!json_is_object(v)) return api_error_bad(err, key, "'chat_template_kwargs' must be an object");
     if (json_object_size(v) == 0) return LLB_STATUS_OK;
     return dump_owned(v, own, owner, &r->chat_template_kwargs, err);
   }
@@ -47,14 +36,14 @@ llb_status api_chat_template_field(const char *key, json_t *v, struct api_reques
     return LLB_STATUS_OK;
   }
   if (json_is_null(v)) return LLB_STATUS_OK;
-  if (!json_is_boolean(v)) return bad(err, key, "'%s' must be a boolean", key);
+  if (!json_is_boolean(v)) return api_error_bad(err, key, "'%s' must be a boolean", key);
   *flag = flag == &r->no_generation_prompt ? json_is_false(v) : json_is_true(v);
   return LLB_STATUS_OK;
 }
 
 llb_status api_chat_check(const struct api_request *r, struct api_error *err) {
   if (r->continue_final_message && !r->no_generation_prompt)
-    return bad(err, "continue_final_message",
+    return api_error_bad(err, "continue_final_message",
                "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
   return LLB_STATUS_OK;
 }

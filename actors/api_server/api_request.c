@@ -157,10 +157,7 @@ const char *api_json_type_name(const json_t *v) {
   }
 }
 
-/* Sets a 400 error and returns INVALID_ARGUMENT. */
-static llb_status bad(struct api_error *err, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static llb_status bad(struct api_error *err, const char *param, const char *fmt, ...) {
+llb_status api_error_bad(struct api_error *err, const char *param, const char *fmt, ...) {
   char msg[sizeof err->message];
   va_list ap;
   va_start(ap, fmt);
@@ -170,12 +167,12 @@ static llb_status bad(struct api_error *err, const char *param, const char *fmt,
   return LLB_STATUS_INVALID_ARGUMENT;
 }
 
-static llb_status oom(struct api_error *err) {
+llb_status api_error_oom(struct api_error *err) {
   api_error_set(err, 500, NULL, "out of memory");
   return LLB_STATUS_OUT_OF_MEMORY;
 }
 
-#define BAD(param, ...) bad(err, (param), __VA_ARGS__)
+#define BAD(param, ...) api_error_bad(err, (param), __VA_ARGS__)
 
 /* Every get_* accepts v = NULL (an absent field, as json_object_get returns it) and names
  * the field as required: a body is hostile input, no accessor may assume a key exists. */
@@ -280,7 +277,7 @@ static llb_status parse_ids(json_t *v, const char *name, int32_t **ids, int32_t 
   if (count == 0) return BAD(name, "'%s' must not be empty", name);
   if (count > INT32_MAX / 2) return BAD(name, "'%s' is too long", name);
   int32_t *out = malloc(count * sizeof *out);
-  if (!out) return oom(err);
+  if (!out) return api_error_oom(err);
   for (size_t i = 0; i < count; i++) {
     char el[96];
     snprintf(el, sizeof el, "%.63s[%zu]", name, i);
@@ -311,7 +308,7 @@ static llb_status parse_prompt(json_t *v, struct api_request *r, struct api_erro
                          "or an array of token-id arrays, got %s", api_json_type_name(v));
   }
   r->prompts = calloc(count, sizeof *r->prompts);
-  if (!r->prompts) return oom(err);
+  if (!r->prompts) return api_error_oom(err);
   r->num_prompts = (int32_t)count;
   for (size_t i = 0; i < count; i++) {
     json_t *p = list && !single_ids ? json_array_get(v, i) : v;
@@ -353,7 +350,7 @@ static llb_status parse_content(json_t *v, const char *name, struct req_impl *im
     return BAD(name, "'%s' must be a string or an array of content parts, got %s", name,
                api_json_type_name(v));
   struct api_buf joined = {0};
-  if (!api_buf_append(&joined, "", 0)) return oom(err);
+  if (!api_buf_append(&joined, "", 0)) return api_error_oom(err);
   for (size_t i = 0; i < json_array_size(v); i++) {
     json_t *part = json_array_get(v, i);
     char pname[128];
@@ -379,12 +376,12 @@ static llb_status parse_content(json_t *v, const char *name, struct req_impl *im
     }
     if (!api_buf_append(&joined, text, n)) {
       api_buf_free(&joined);
-      return oom(err);
+      return api_error_oom(err);
     }
   }
   if (!own_string(im, joined.data)) {
     api_buf_free(&joined);
-    return oom(err);
+    return api_error_oom(err);
   }
   *out = (struct llb_str){joined.data, joined.len};
   return LLB_STATUS_OK;
@@ -398,7 +395,7 @@ static llb_status parse_messages(json_t *v, struct api_request *r, struct req_im
   if (count > API_MAX_MESSAGES)
     return BAD("messages", "'messages' holds at most %d messages, got %zu", API_MAX_MESSAGES, count);
   r->messages = calloc(count, sizeof *r->messages);
-  if (!r->messages) return oom(err);
+  if (!r->messages) return api_error_oom(err);
   r->num_messages = (int32_t)count;
   for (size_t i = 0; i < count; i++) {
     json_t *m = json_array_get(v, i);
@@ -552,7 +549,7 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
   sp->max_tokens = chat ? -1 : 16;
   out->top_logprobs = -1;
   struct req_impl *im = calloc(1, sizeof *im);
-  if (!im) return oom(err);
+  if (!im) return api_error_oom(err);
   out->impl = im;
   llb_status st = LLB_STATUS_INVALID_ARGUMENT;
   json_error_t jerr;

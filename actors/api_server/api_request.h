@@ -73,6 +73,14 @@ void api_buf_free(struct api_buf *b);
 /* `{"error": {...}}` of `e` into `out` (appended). False when out of memory. */
 bool api_error_render(const struct api_error *e, struct api_buf *out);
 
+/* Sets a 400 error naming `param` (NULL = none) with the formatted message and returns
+ * INVALID_ARGUMENT: the request parsers' one refusal path. */
+llb_status api_error_bad(struct api_error *err, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Sets a 500 "out of memory" and returns OUT_OF_MEMORY. */
+llb_status api_error_oom(struct api_error *err);
+
 /* One completions prompt: text, or token ids. */
 struct api_prompt {
   const char *text;          /* NUL-terminated, NULL when token ids are given */

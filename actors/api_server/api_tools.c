@@ -20,22 +20,7 @@ struct api_tools {
   int num_owned, cap_owned;
 };
 
-static llb_status bad(struct api_error *err, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static llb_status bad(struct api_error *err, const char *param, const char *fmt, ...) {
-  char msg[sizeof err->message];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  api_error_set(err, 400, param, "%s", msg);
-  return LLB_STATUS_INVALID_ARGUMENT;
-}
 
-static llb_status oom(struct api_error *err) {
-  api_error_set(err, 500, NULL, "out of memory");
-  return LLB_STATUS_OUT_OF_MEMORY;
-}
 
 /* r->tools, allocated on first use (parallel_tool_calls defaults to true). */
 static struct api_tools *tools_of(struct api_request *r) {
@@ -66,7 +51,7 @@ static llb_status only_keys(json_t *o, const char *where, const char *const *all
     if (!ok) {
       char f[160];
       snprintf(f, sizeof f, "%.100s.%.50s", where, key);
-      return bad(err, f, "Unrecognized request argument supplied: %s", f);
+      return api_error_bad(err, f, "Unrecognized request argument supplied: %s", f);
     }
   }
   return LLB_STATUS_OK;
@@ -79,11 +64,11 @@ static llb_status str_field(json_t *o, const char *where, const char *key, bool 
   snprintf(f, sizeof f, "%.100s.%.50s", where, key);
   json_t *v = json_object_get(o, key);
   *out = NULL;
-  if (!v || json_is_null(v)) return required ? bad(err, f, "'%s' is required", f) : LLB_STATUS_OK;
-  if (!json_is_string(v)) return bad(err, f, "'%s' must be a string, got %s", f, api_json_type_name(v));
+  if (!v || json_is_null(v)) return required ? api_error_bad(err, f, "'%s' is required", f) : LLB_STATUS_OK;
+  if (!json_is_string(v)) return api_error_bad(err, f, "'%s' must be a string, got %s", f, api_json_type_name(v));
   size_t n = json_string_length(v);
-  if (strlen(json_string_value(v)) != n) return bad(err, f, "'%s' must not contain NUL characters", f);
-  if (n > max_bytes) return bad(err, f, "'%s' is %zu bytes, at most %zu allowed", f, n, max_bytes);
+  if (strlen(json_string_value(v)) != n) return api_error_bad(err, f, "'%s' must not contain NUL characters", f);
+  if (n > max_bytes) return api_error_bad(err, f, "'%s' is %zu bytes, at most %zu allowed", f, n, max_bytes);
   *out = json_string_value(v);
   return LLB_STATUS_OK;
 }
@@ -103,7 +88,7 @@ static bool name_ok(const char *s) {
 static llb_status check_tool(json_t *t, size_t i, json_t *all, struct api_error *err) {
   char where[64], fw[80];
   snprintf(where, sizeof where, "tools[%zu]", i);
-  if (!json_is_object(t)) return bad(err, where, "'%s' must be an object, got %s", where, api_json_type_name(t));
+  if (!json_is_object(t)) return api_error_bad(err, where, "'%s' must be an object, got %s", where, api_json_type_name(t));
   static const char *const keys[] = {"type", "function", NULL};
   static const char *const fkeys[] = {"name", "description", "parameters", "strict", NULL};
   const char *type, *name, *desc;
@@ -111,10 +96,10 @@ static llb_status check_tool(json_t *t, size_t i, json_t *all, struct api_error 
   if (!st) st = str_field(t, where, "type", false, 64, &type, err);
   snprintf(fw, sizeof fw, "%s.type", where);
   if (!st && type && strcmp(type, "function") != 0)
-    return bad(err, fw, "'%s' must be \"function\", got \"%.40s\"", fw, type);
+    return api_error_bad(err, fw, "'%s' must be \"function\", got \"%.40s\"", fw, type);
   snprintf(fw, sizeof fw, "%s.function", where);
   json_t *f = json_object_get(t, "function");
-  if (!st && !json_is_object(f)) return bad(err, fw, "'%s' must be an object, got %s", fw, api_json_type_name(f));
+  if (!st && !json_is_object(f)) return api_error_bad(err, fw, "'%s' must be an object, got %s", fw, api_json_type_name(f));
   if (!st) st = only_keys(f, fw, fkeys, err);
   if (!st) st = str_field(f, fw, "name", true, 1024, &name, err);
   if (!st) st = str_field(f, fw, "description", false, API_MAX_TOOLS_BYTES, &desc, err);
@@ -122,26 +107,26 @@ static llb_status check_tool(json_t *t, size_t i, json_t *all, struct api_error 
   char nf[96];
   snprintf(nf, sizeof nf, "%s.name", fw);
   if (!name_ok(name))
-    return bad(err, nf, "'%s' must match [a-zA-Z0-9_-]{1,64}, got \"%.80s\"", nf, name);
+    return api_error_bad(err, nf, "'%s' must match [a-zA-Z0-9_-]{1,64}, got \"%.80s\"", nf, name);
   for (size_t k = 0; k < i; k++) {
     const char *other = json_string_value(json_object_get(json_object_get(json_array_get(all, k), "function"), "name"));
-    if (other && strcmp(other, name) == 0) return bad(err, nf, "'%s' repeats the tool name \"%s\"", nf, name);
+    if (other && strcmp(other, name) == 0) return api_error_bad(err, nf, "'%s' repeats the tool name \"%s\"", nf, name);
   }
   json_t *p = json_object_get(f, "parameters"), *strict = json_object_get(f, "strict");
   snprintf(nf, sizeof nf, "%s.parameters", fw);
   if (p && !json_is_null(p) && !json_is_object(p))
-    return bad(err, nf, "'%s' must be a JSON Schema object, got %s", nf, api_json_type_name(p));
+    return api_error_bad(err, nf, "'%s' must be a JSON Schema object, got %s", nf, api_json_type_name(p));
   snprintf(nf, sizeof nf, "%s.strict", fw);
   if (strict && !json_is_null(strict) && !json_is_boolean(strict))
-    return bad(err, nf, "'%s' must be a boolean, got %s", nf, api_json_type_name(strict));
+    return api_error_bad(err, nf, "'%s' must be a boolean, got %s", nf, api_json_type_name(strict));
   return LLB_STATUS_OK;
 }
 
 static llb_status parse_tools(json_t *v, struct api_tools *t, struct api_error *err) {
-  if (!json_is_array(v)) return bad(err, "tools", "'tools' must be an array, got %s", api_json_type_name(v));
+  if (!json_is_array(v)) return api_error_bad(err, "tools", "'tools' must be an array, got %s", api_json_type_name(v));
   size_t n = json_array_size(v);
-  if (n == 0) return bad(err, "tools", "'tools' must not be empty (leave it out for no tools)");
-  if (n > API_MAX_TOOLS) return bad(err, "tools", "'tools' holds at most %d tools, got %zu", API_MAX_TOOLS, n);
+  if (n == 0) return api_error_bad(err, "tools", "'tools' must not be empty (leave it out for no tools)");
+  if (n > API_MAX_TOOLS) return api_error_bad(err, "tools", "'tools' holds at most %d tools, got %zu", API_MAX_TOOLS, n);
   for (size_t i = 0; i < n; i++) {
     llb_status st = check_tool(json_array_get(v, i), i, v, err);
     if (st) return st;
@@ -158,21 +143,21 @@ static llb_status parse_tool_choice(json_t *v, struct api_tools *t, struct api_e
     else if (!strcmp(s, "auto")) t->choice = API_TOOL_CHOICE_AUTO;
     else if (!strcmp(s, "required")) t->choice = API_TOOL_CHOICE_REQUIRED;
     else
-      return bad(err, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+      return api_error_bad(err, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
                  "\"function\", \"function\": {\"name\": ...}}, got \"%.40s\"", s);
     return LLB_STATUS_OK;
   }
   if (!json_is_object(v))
-    return bad(err, "tool_choice", "'tool_choice' must be a string or an object, got %s", api_json_type_name(v));
+    return api_error_bad(err, "tool_choice", "'tool_choice' must be a string or an object, got %s", api_json_type_name(v));
   static const char *const keys[] = {"type", "function", NULL}, *const fkeys[] = {"name", NULL};
   const char *type, *name;
   llb_status st = only_keys(v, "tool_choice", keys, err);
   if (!st) st = str_field(v, "tool_choice", "type", true, 64, &type, err);
   if (!st && strcmp(type, "function") != 0)
-    return bad(err, "tool_choice.type", "'tool_choice.type' must be \"function\", got \"%.40s\"", type);
+    return api_error_bad(err, "tool_choice.type", "'tool_choice.type' must be \"function\", got \"%.40s\"", type);
   json_t *f = json_object_get(v, "function");
   if (!st && !json_is_object(f))
-    return bad(err, "tool_choice.function", "'tool_choice.function' must be an object, got %s", api_json_type_name(f));
+    return api_error_bad(err, "tool_choice.function", "'tool_choice.function' must be an object, got %s", api_json_type_name(f));
   if (!st) st = only_keys(f, "tool_choice.function", fkeys, err);
   if (!st) st = str_field(f, "tool_choice.function", "name", true, API_MAX_TOOL_NAME_BYTES, &name, err);
   if (st) return st;
@@ -189,11 +174,11 @@ llb_status api_tools_parse_field(const char *key, json_t *v, struct api_request 
   if (!tools && !choice && !par) return LLB_STATUS_OK;
   *handled = true;
   struct api_tools *t = tools_of(r);
-  if (!t) return oom(err);
+  if (!t) return api_error_oom(err);
   if (tools) return parse_tools(v, t, err);
   if (choice) return parse_tool_choice(v, t, err);
   if (!json_is_boolean(v))
-    return bad(err, key, "'parallel_tool_calls' must be a boolean, got %s", api_json_type_name(v));
+    return api_error_bad(err, key, "'parallel_tool_calls' must be a boolean, got %s", api_json_type_name(v));
   t->parallel_tool_calls = json_is_true(v);
   return LLB_STATUS_OK;
 }
@@ -215,9 +200,9 @@ static llb_status parse_message_calls(json_t *v, const char *name, struct api_re
                                       struct api_error *err) {
   char where[96];
   snprintf(where, sizeof where, "%s.tool_calls", name);
-  if (!json_is_array(v)) return bad(err, where, "'%s' must be an array, got %s", where, api_json_type_name(v));
+  if (!json_is_array(v)) return api_error_bad(err, where, "'%s' must be an array, got %s", where, api_json_type_name(v));
   if (json_array_size(v) > TOOL_MAX_CALLS)
-    return bad(err, where, "'%s' holds at most %d calls, got %zu", where, TOOL_MAX_CALLS, json_array_size(v));
+    return api_error_bad(err, where, "'%s' holds at most %d calls, got %zu", where, TOOL_MAX_CALLS, json_array_size(v));
   static const char *const keys[] = {"id", "type", "function", NULL}, *const fkeys[] = {"name", "arguments", NULL};
   for (size_t i = 0; i < json_array_size(v); i++) {
     json_t *c = json_array_get(v, i), *f = json_object_get(c, "function");
@@ -225,13 +210,13 @@ static llb_status parse_message_calls(json_t *v, const char *name, struct api_re
     snprintf(cw, sizeof cw, "%s[%zu]", where, i);
     snprintf(fw, sizeof fw, "%s.function", cw);
     const char *id, *type, *fname, *args;
-    if (!json_is_object(c)) return bad(err, cw, "'%s' must be an object, got %s", cw, api_json_type_name(c));
+    if (!json_is_object(c)) return api_error_bad(err, cw, "'%s' must be an object, got %s", cw, api_json_type_name(c));
     llb_status st = only_keys(c, cw, keys, err);
     if (!st) st = str_field(c, cw, "id", true, 256, &id, err);
     if (!st) st = str_field(c, cw, "type", true, 64, &type, err);
     if (!st && strcmp(type, "function") != 0)
-      return bad(err, cw, "'%s.type' must be \"function\", got \"%.40s\"", cw, type);
-    if (!st && !json_is_object(f)) return bad(err, fw, "'%s' must be an object, got %s", fw, api_json_type_name(f));
+      return api_error_bad(err, cw, "'%s.type' must be \"function\", got \"%.40s\"", cw, type);
+    if (!st && !json_is_object(f)) return api_error_bad(err, fw, "'%s' must be an object, got %s", fw, api_json_type_name(f));
     if (!st) st = only_keys(f, fw, fkeys, err);
     if (!st) st = str_field(f, fw, "name", true, API_MAX_TOOL_NAME_BYTES, &fname, err);
     if (!st) st = str_field(f, fw, "arguments", true, API_MAX_TOOLS_BYTES, &args, err);
@@ -241,7 +226,7 @@ static llb_status parse_message_calls(json_t *v, const char *name, struct api_re
   char *s = t ? json_dumps(v, JSON_COMPACT) : NULL;
   if (!s || !own(t, s)) {
     free(s);
-    return oom(err);
+    return api_error_oom(err);
   }
   msg->tool_calls = llb_str_c(s);
   return LLB_STATUS_OK;
@@ -255,19 +240,19 @@ llb_status api_tools_parse_message(json_t *m, const char *name, bool content_nul
   json_t *nv = json_object_get(m, "name");
   char f[96];
   snprintf(f, sizeof f, "%s.name", name);
-  if (json_is_null(nv)) return bad(err, f, "'%s' must be a string, got null", f);
+  if (json_is_null(nv)) return api_error_bad(err, f, "'%s' must be a string, got null", f);
   llb_status st = str_field(m, name, "name", false, API_MAX_USER_BYTES, &s, err);
   if (st) return st;
   if (s) msg->name = llb_str_c(s);
   json_t *calls = json_object_get(m, "tool_calls"), *id = json_object_get(m, "tool_call_id");
   if (calls && !json_is_null(calls)) {
     snprintf(f, sizeof f, "%s.tool_calls", name);
-    if (!assistant) return bad(err, f, "'%s' is allowed on assistant messages only", f);
+    if (!assistant) return api_error_bad(err, f, "'%s' is allowed on assistant messages only", f);
     if ((st = parse_message_calls(calls, name, r, msg, err))) return st;
   }
   if (id && !json_is_null(id) && !tool) {
     snprintf(f, sizeof f, "%s.tool_call_id", name);
-    return bad(err, f, "'%s' is allowed on tool messages only", f);
+    return api_error_bad(err, f, "'%s' is allowed on tool messages only", f);
   }
   if (tool) {
     if ((st = str_field(m, name, "tool_call_id", true, 256, &s, err))) return st;
@@ -333,38 +318,38 @@ llb_status api_tools_check(struct api_request *r, enum tool_format parser, struc
   t->parser = parser;
   if (!t->tools) {
     if (t->tool_choice && !json_is_null(t->tool_choice) && t->choice != API_TOOL_CHOICE_NONE)
-      return bad(err, "tool_choice", "When using 'tool_choice', 'tools' must be set");
+      return api_error_bad(err, "tool_choice", "When using 'tool_choice', 'tools' must be set");
     return LLB_STATUS_OK;
   }
   if (!t->tool_choice) t->choice = API_TOOL_CHOICE_AUTO;
   json_t *schema = NULL;
   if (t->choice >= API_TOOL_CHOICE_REQUIRED && r->structured_outputs.kind != LLB_SO_NONE)
-    return bad(err, "tool_choice", "'tool_choice' required or named constrains the output itself; it cannot be "
+    return api_error_bad(err, "tool_choice", "'tool_choice' required or named constrains the output itself; it cannot be "
                "combined with '%s'", r->structured_param);
   if (t->choice == API_TOOL_CHOICE_NAMED) {
     json_t *f = find_tool(t->tools, t->named);
-    if (!f) return bad(err, "tool_choice", "Tool \"%s\" named in 'tool_choice' is not in 'tools'", t->named);
+    if (!f) return api_error_bad(err, "tool_choice", "Tool \"%s\" named in 'tool_choice' is not in 'tools'", t->named);
     schema = parameters_of(f);
   } else if (t->choice == API_TOOL_CHOICE_REQUIRED) {
     bool clash = false;
     schema = required_schema(t->tools, !t->parallel_tool_calls, &clash);
-    if (clash) return bad(err, "tools", "two tools define the same \"$defs\" name differently");
+    if (clash) return api_error_bad(err, "tools", "two tools define the same \"$defs\" name differently");
   }
   t->tools_json = json_dumps(t->tools, JSON_COMPACT);
   if (!t->tools_json || (t->choice >= API_TOOL_CHOICE_REQUIRED && !schema)) {
     json_decref(schema);
-    return oom(err);
+    return api_error_oom(err);
   }
   if (strlen(t->tools_json) > API_MAX_TOOLS_BYTES) {
     json_decref(schema);
-    return bad(err, "tools", "'tools' is %zu bytes of JSON, at most %d allowed", strlen(t->tools_json), API_MAX_TOOLS_BYTES);
+    return api_error_bad(err, "tools", "'tools' is %zu bytes of JSON, at most %d allowed", strlen(t->tools_json), API_MAX_TOOLS_BYTES);
   }
   if (schema) {
     t->schema_json = json_dumps(schema, JSON_COMPACT);
     json_decref(schema);
-    if (!t->schema_json) return oom(err);
+    if (!t->schema_json) return api_error_oom(err);
     if (strlen(t->schema_json) > LLB_SO_MAX_SPEC_BYTES)
-      return bad(err, "tools", "the tool_choice schema built from 'tools' is %zu bytes, at most %d allowed",
+      return api_error_bad(err, "tools", "the tool_choice schema built from 'tools' is %zu bytes, at most %d allowed",
                  strlen(t->schema_json), LLB_SO_MAX_SPEC_BYTES);
     /* the engine's errors about the schema (a keyword it cannot enforce) name "tools" */
     r->structured_outputs = (struct llb_structured_outputs){LLB_SO_JSON, llb_str_c(t->schema_json)};
