@@ -196,7 +196,9 @@ static bool type_error(struct jx_render *r, const struct jnode *at, const char *
 
 static bool is_num(struct jv v) { return v.kind == JV_INT || v.kind == JV_FLOAT || v.kind == JV_BOOL; }
 static double to_f(struct jv v) { return v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : v.u.b; }
-static int64_t to_i(struct jv v) { return v.kind == JV_INT ? v.u.i : v.u.b; }
+/* The integer of an int or bool (0 for a float: callers use it only when neither side is a
+ * float; reading u.b of a float was undefined behaviour, found by fuzz_jinja). */
+static int64_t to_i(struct jv v) { return v.kind == JV_INT ? v.u.i : v.kind == JV_BOOL ? v.u.b : 0; }
 
 static bool concat(struct jx_render *r, const struct jnode *at, struct jv a, struct jv b, struct jv *out) {
   struct jx_buf buf;
