@@ -17,8 +17,12 @@ export LLMBUS_SOURCE_DIR=$PWD
 one() {
   t=$1
   work=$(mktemp -d)
+  seeds=()
+  [ -d tests/fuzz/corpus/"$t" ] && seeds+=(tests/fuzz/corpus/"$t")
+  # the GGUF seed is generated (no model-format binaries in git)
+  [ "$t" = fuzz_gguf ] && python3 tests/fuzz/make_gguf_seed.py "$work/tiny.gguf"
   build-fuzz/tests/"$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=3072 -print_final_stats=1 \
-    -artifact_prefix=build-fuzz/artifacts/"$t"- "$work" tests/fuzz/corpus/"$t" >build-fuzz/logs/"$t".log 2>&1
+    -artifact_prefix=build-fuzz/artifacts/"$t"- "$work" "${seeds[@]}" >build-fuzz/logs/"$t".log 2>&1
   rc=$?
   rm -rf "$work"
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' build-fuzz/logs/"$t".log)
