@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/gpu_worker/model_runner_internal.h"
 #include "actors/gpu_worker/mm_encoder.h"
 #include "actors/gpu_worker/pooler.h"
 #include "actors/gpu_worker/prompt_logprobs.h"
@@ -18,97 +19,9 @@
 #include "actors/gpu_worker/sampler.h"
 #include "base/log.h"
 
-/* One request of the persistent batch. Buffers are owned by the row and reused when the row
- * is reused (rows are swapped, never freed, until the runner is destroyed). */
-struct mr_request {
-  char *req_id;                 /* [req_id_len + 1], NUL-terminated */
-  size_t req_id_len, req_id_cap;
-  int32_t *token_ids;           /* [num_tokens]: prompt then outputs */
-  int64_t num_prompt_tokens, num_tokens, token_cap;
-  int32_t *block_ids;           /* [num_block_ids]: the block table row */
-  int32_t num_block_ids, block_cap;
-  int32_t num_computed_tokens;
-  struct llb_sampling_params sampling_params;
-  struct mr_mm *mm;             /* [num_mm] multimodal placeholders, by offset */
-  int64_t num_mm, mm_cap;
-  struct runner_so_req so;      /* structured output: its matcher (runner_so.h) */
-  struct pooler_req pool;       /* a pooling request's state (type NONE: it samples) */
-};
-
-/* A multimodal item of a request: placeholder range and encoder-output key. */
-struct mr_mm {
-  int32_t offset, length;
-  char *hash;
-};
-
-/* What phase 1 (checking) resolves for one scheduled entry, used by phase 2. */
-struct mr_sched {
-  int32_t new_index;  /* index into scheduled_new_reqs, or -1 */
-  int32_t row;        /* row of the persistent batch once updated */
-  int32_t num_tokens; /* scheduled this step */
-};
-
-struct model_runner {
-  struct model_runner_config cfg;
-  struct runner_backend be;  /* KV cache and forward state on the CPU or the device */
-  int32_t vocab_size;
-  struct sampler *sampler;
-
-  struct mr_request **rows; /* [num_rows] live, [num_rows, rows_cap) spare */
-  int32_t num_rows, rows_cap;
-
-  /* per-step scratch, grow-only */
-  int32_t step_cap;           /* capacity of the per-row / per-entry arrays below */
-  int8_t *row_removed;        /* [step_cap] phase 1 marks */
-  int32_t *row_cached;        /* [step_cap] cached entry index of a row, -1 */
-  int32_t *row_sched;         /* [step_cap] scheduled tokens of a row (phase 2) */
-  int32_t *cached_row;        /* [step_cap] row of each cached entry */
-  struct mr_sched *sched;     /* [step_cap] */
-  int32_t *token_ids;         /* [max_num_batched_tokens] */
-  int32_t *positions;         /* [max_num_batched_tokens] */
-  int64_t *slot_mapping;      /* [max_num_batched_tokens] */
-  int32_t *query_start_loc;   /* [step_cap + 1] */
-  int32_t *seq_lens;          /* [step_cap] */
-  int32_t *logits_indices;    /* [step_cap] */
-  int32_t *logits_rows;       /* [step_cap] row sampled from each logits row */
-  int32_t *block_tables;      /* [block_tables_cap] as [num_seqs, max_blocks_per_seq] */
-  int64_t block_tables_cap;
-  float *logits;              /* [logits_cap] as [num_logits, vocab_size]: sampled rows, then prompt rows */
-  int64_t logits_cap;
-  int32_t num_sample_logits;  /* the first rows of logits: one per request that samples */
-  struct prompt_logprobs plp; /* the step's prompt-logprob rows (the rest of logits) */
-  struct llama_batch batch;
-  struct mm_encoder_cache *mm;  /* encoder outputs by mm_hash */
-  int32_t hidden_size;
-  float *embeds;                /* [max_num_batched_tokens, hidden_size], allocated on first use */
-  uint8_t *embeds_mask;         /* [max_num_batched_tokens] */
-  struct runner_so *so;         /* structured output (NULL = no vocabulary: refused) */
-  struct runner_so_step_row *so_rows; /* [so_rows_cap] this step's constrained sampled rows */
-  int64_t so_rows_cap;
-  uint32_t *so_masks;           /* [so_rows_cap, mask words] */
-  int64_t so_masks_cap;
-  int32_t *so_row_of_logits;    /* [step_cap] index into so_rows of a logits row, -1 = none */
-  double so_mask_seconds, so_wait_seconds; /* of the last step; -1 = no constrained row */
-  struct pooler_step pool;      /* the step's pooled rows and vectors (pooler.h) */
-  int32_t *out_num_pooled;      /* [step_cap] */
-
-  /* output, grow-only: valid until the next execute */
-  struct llb_str *out_req_ids;   /* [step_cap] */
-  int32_t *out_num_sampled;      /* [step_cap] */
-  int32_t *out_sampled;          /* [step_cap] */
-  struct sampler_result *results; /* [step_cap] */
-  int32_t *lp_token_ids;         /* [lp_cap] as [rows, 1 + max_n] */
-  float *lp_logprobs;            /* [lp_cap] */
-  int32_t *lp_ranks;             /* [step_cap] */
-  int64_t lp_ids_cap, lp_cap;
-  char err_message[512];
-  char err_field[128];
-  char err_req_id[256];  /* the request a failed step is blamed on (its input), "" = none */
-};
-
 /* ---- small helpers ---- */
 
-static bool grow(void **p, int64_t *cap, int64_t need, size_t elem) {
+bool mr_grow(void **p, int64_t *cap, int64_t need, size_t elem) {
   if (need <= *cap) return true;
   int64_t n = *cap > 0 ? *cap : 16;
   while (n < need) n *= 2;
@@ -119,24 +32,24 @@ static bool grow(void **p, int64_t *cap, int64_t need, size_t elem) {
   return true;
 }
 
-static bool str_eq(const char *a, size_t alen, struct llb_str b) {
+bool mr_str_eq(const char *a, size_t alen, struct llb_str b) {
   return alen == b.len && (alen == 0 || memcmp(a, b.data, alen) == 0);
 }
 
-static int32_t find_row(const struct model_runner *r, struct llb_str id) {
+int32_t mr_find_row(const struct model_runner *r, struct llb_str id) {
   for (int32_t i = 0; i < r->num_rows; i++)
-    if (str_eq(r->rows[i]->req_id, r->rows[i]->req_id_len, id)) return i;
+    if (mr_str_eq(r->rows[i]->req_id, r->rows[i]->req_id_len, id)) return i;
   return -1;
 }
 
-static int32_t find_new(const struct llb_scheduler_output *so, struct llb_str id, int32_t limit) {
+int32_t mr_find_new(const struct llb_scheduler_output *so, struct llb_str id, int32_t limit) {
   for (int32_t i = 0; i < limit; i++)
-    if (str_eq(so->scheduled_new_reqs[i].req_id.data, so->scheduled_new_reqs[i].req_id.len, id)) return i;
+    if (mr_str_eq(so->scheduled_new_reqs[i].req_id.data, so->scheduled_new_reqs[i].req_id.len, id)) return i;
   return -1;
 }
 
 /* Records an error with the offending field; the message goes through LLB_ERRF too. */
-static llb_status fail(struct model_runner *r, llb_status st, const char *field, const char *fmt, ...) {
+llb_status mr_fail(struct model_runner *r, llb_status st, const char *field, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(r->err_message, sizeof(r->err_message), fmt, ap);
@@ -146,7 +59,7 @@ static llb_status fail(struct model_runner *r, llb_status st, const char *field,
 }
 
 /* Names the request whose input fails the step (failed_req_id): the scheduler finishes it. */
-static void blame(struct model_runner *r, const char *id, size_t len) {
+void mr_blame(struct model_runner *r, const char *id, size_t len) {
   snprintf(r->err_req_id, sizeof(r->err_req_id), "%.*s", (int)(len < 255 ? len : 255), id ? id : "");
 }
 
@@ -262,7 +175,7 @@ int32_t model_runner_num_encoder_outputs(const struct model_runner *r) { return 
 uint64_t model_runner_num_encoded(const struct model_runner *r) { return mm_encoder_cache_num_encoded(r->mm); }
 
 /* Grows every per-row / per-entry scratch array to hold n entries. */
-static bool reserve_step(struct model_runner *r, int32_t n) {
+bool mr_reserve_step(struct model_runner *r, int32_t n) {
   if (n <= r->step_cap) return true;
   int32_t cap = r->step_cap > 0 ? r->step_cap : 16;
   while (cap < n) cap *= 2;
@@ -289,257 +202,10 @@ static bool reserve_step(struct model_runner *r, int32_t n) {
   return true;
 }
 
-/* ---- phase 1: check the whole SchedulerOutput against the batch, change nothing ---- */
-
-static llb_status check_blocks(struct model_runner *r, const int32_t *ids, int32_t n, const char *what,
-                               int32_t index) {
-  for (int32_t b = 0; b < n; b++)
-    if (ids[b] < 0 || ids[b] >= r->cfg.num_blocks) {
-      char field[128];
-      snprintf(field, sizeof(field), "%s[%d]", what, index);
-      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "block id %d (entry %d) outside [0, %d)", ids[b], b,
-                  r->cfg.num_blocks);
-    }
-  return LLB_STATUS_OK;
-}
-
-static llb_status check_new(struct model_runner *r, const struct llb_scheduler_output *so, int32_t i) {
-  const struct llb_new_request_data *nr = &so->scheduled_new_reqs[i];
-  char field[96];
-  snprintf(field, sizeof(field), "scheduled_new_reqs[%d]", i);
-  if (nr->req_id.len == 0) return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "empty req_id");
-  if (find_new(so, nr->req_id, i) >= 0)
-    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "request \"%.*s\" added twice", (int)nr->req_id.len,
-                nr->req_id.data);
-  blame(r, nr->req_id.data, nr->req_id.len); /* from here on: this request's own input */
-  if (!nr->sampling_params) return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "sampling_params missing");
-  llb_status pst = sampler_check_params(nr->sampling_params);
-  if (pst) return fail(r, pst, field, "%s", llb_err_last());
-  if (nr->sampling_params->logprobs > LLB_MAX_LOGPROBS || nr->sampling_params->prompt_logprobs > LLB_MAX_LOGPROBS)
-    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "logprobs %d / prompt_logprobs %d > %d",
-                nr->sampling_params->logprobs, nr->sampling_params->prompt_logprobs, LLB_MAX_LOGPROBS);
-  if (nr->sampling_params->prompt_logprobs >= 0 && r->cfg.device != MODEL_RUNNER_DEVICE_CPU)
-    return fail(r, LLB_STATUS_UNSUPPORTED, field, "prompt_logprobs on the %s worker (CPU only)",
-                model_runner_device_name(r->cfg.device)); /* its device logits hold max_num_seqs rows */
-  for (int32_t k = 0; k < nr->num_mm_features; k++) {
-    const struct llb_mm_feature *f = &nr->mm_features[k];
-    if (f->mm_hash.len == 0 || f->length < 1 || (int64_t)f->offset + f->length > nr->num_prompt_token_ids ||
-        (k > 0 && f->offset < nr->mm_features[k - 1].offset + nr->mm_features[k - 1].length))
-      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field,
-                  "mm_features[%d]: placeholders [%d, %lld) unhashed, empty, outside the %d-token prompt or "
-                  "overlapping", k, f->offset, (long long)f->offset + f->length, nr->num_prompt_token_ids);
-    if (!mm_encoder_supports(f->modality))
-      return fail(r, LLB_STATUS_UNSUPPORTED, field, "mm_features[%d]: modality '%s' has no encoder here", k,
-                  f->modality.data);
-  }
-  llb_status sost = runner_so_prepare(r->so, &nr->structured_outputs);
-  if (sost) return fail(r, sost, field, "structured_outputs: %s", llb_err_last());
-  if (nr->pooling_params.pooling_type != LLB_POOLING_NONE) {
-    if (r->cfg.device != MODEL_RUNNER_DEVICE_CPU)
-      return fail(r, LLB_STATUS_UNSUPPORTED, field, "pooling (embeddings) runs on the cpu device only, not %s",
-                  model_runner_device_name(r->cfg.device));
-    if (nr->num_output_token_ids > 0 || nr->num_mm_features > 0 || nr->num_computed_tokens > 0)
-      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "a pooling request has no outputs, no mm_features "
-                  "and no computed tokens (it pools hidden states of its own rows: no prefix cache)");
-  }
-  if (nr->num_prompt_token_ids < 1 || (nr->num_prompt_token_ids > 0 && !nr->prompt_token_ids))
-    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "no prompt tokens");
-  for (int32_t t = 0; t < nr->num_prompt_token_ids; t++)
-    if (nr->prompt_token_ids[t] < 0 || nr->prompt_token_ids[t] >= r->vocab_size)
-      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "prompt token %d = %d outside [0, %d)", t,
-                  nr->prompt_token_ids[t], r->vocab_size);
-  if (nr->num_block_ids > 0 && !nr->block_ids)
-    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "num_block_ids %d without block_ids", nr->num_block_ids);
-  if (nr->num_block_ids < 0 || nr->num_block_ids > r->cfg.num_blocks)
-    return fail(r, LLB_STATUS_TOO_LARGE, field, "%d blocks for one request (num_blocks %d)", nr->num_block_ids,
-                r->cfg.num_blocks);
-  llb_status st = check_blocks(r, nr->block_ids, nr->num_block_ids, "scheduled_new_reqs.block_ids", i);
-  if (st) return st;
-  if (nr->num_output_token_ids < 0 || (nr->num_output_token_ids > 0 && !nr->output_token_ids))
-    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "num_output_token_ids %d without output_token_ids",
-                nr->num_output_token_ids);
-  for (int32_t t = 0; t < nr->num_output_token_ids; t++)
-    if (nr->output_token_ids[t] < 0 || nr->output_token_ids[t] >= r->vocab_size)
-      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "output token %d = %d outside [0, %d)", t,
-                  nr->output_token_ids[t], r->vocab_size);
-  const int64_t known = (int64_t)nr->num_prompt_token_ids + nr->num_output_token_ids;
-  if (nr->num_computed_tokens < 0 || nr->num_computed_tokens > known)
-    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "num_computed_tokens %d outside [0, %lld]",
-                nr->num_computed_tokens, (long long)known);
-  r->err_req_id[0] = '\0';
-  return LLB_STATUS_OK;
-}
-
-/* Checks cached entry j; its row's post-update sizes go to *tokens, *computed, *blocks. */
-static llb_status check_cached(struct model_runner *r, const struct llb_cached_request_data *cd, int32_t j,
-                               int64_t *new_tok_off, int64_t *new_blk_off) {
-  char field[96];
-  snprintf(field, sizeof(field), "scheduled_cached_reqs.req_ids[%d]", j);
-  const int32_t row = find_row(r, cd->req_ids[j]);
-  if (row < 0 || r->row_removed[row])
-    return fail(r, LLB_STATUS_NOT_FOUND, field, "unknown request \"%.*s\"", (int)cd->req_ids[j].len,
-                cd->req_ids[j].data);
-  if (r->row_cached[row] >= 0)
-    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "request \"%.*s\" updated twice", (int)cd->req_ids[j].len,
-                cd->req_ids[j].data);
-  r->row_cached[row] = j;
-  r->cached_row[j] = row;
-  const struct mr_request *q = r->rows[row];
-  const int32_t ntok = cd->new_token_counts ? cd->new_token_counts[j] : 0;
-  const int32_t nblk = cd->new_block_counts ? cd->new_block_counts[j] : 0;
-  const bool resumed = cd->resumed_from_preemption && cd->resumed_from_preemption[j];
-  if (ntok < 0 || nblk < 0 || *new_tok_off + ntok > cd->num_new_token_ids ||
-      *new_blk_off + nblk > cd->num_new_block_ids)
-    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "new token/block counts do not match their arrays");
-  llb_status st = check_blocks(r, cd->new_block_ids + *new_blk_off, nblk, "scheduled_cached_reqs.new_block_ids", j);
-  if (st) return st;
-  for (int32_t t = 0; t < ntok; t++)
-    if (cd->new_token_ids[*new_tok_off + t] < 0 || cd->new_token_ids[*new_tok_off + t] >= r->vocab_size) {
-      blame(r, cd->req_ids[j].data, cd->req_ids[j].len);
-      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "new token %d outside [0, %d)",
-                  cd->new_token_ids[*new_tok_off + t], r->vocab_size);
-    }
-  *new_tok_off += ntok;
-  *new_blk_off += nblk;
-  const int64_t blocks = (resumed ? 0 : q->num_block_ids) + (int64_t)nblk;
-  if (blocks > r->cfg.num_blocks)
-    return fail(r, LLB_STATUS_TOO_LARGE, field, "%lld blocks for one request (num_blocks %d)", (long long)blocks,
-                r->cfg.num_blocks);
-  const int64_t outputs = q->num_tokens - q->num_prompt_tokens;
-  const int32_t want = cd->num_output_tokens ? cd->num_output_tokens[j] : (int32_t)outputs;
-  if (want < 0 || want > outputs + ntok)
-    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "num_output_tokens %d but the worker knows %lld", want,
-                (long long)(outputs + ntok));
-  const int32_t computed = cd->num_computed_tokens[j];
-  if (computed < 0 || computed > q->num_prompt_tokens + want)
-    return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "num_computed_tokens %d outside [0, %lld]", computed,
-                (long long)(q->num_prompt_tokens + want));
-  return LLB_STATUS_OK;
-}
-
-/* Post-update sizes of the request of scheduled entry k (known tokens, computed, blocks). */
-static void resolved_sizes(const struct model_runner *r, const struct llb_scheduler_output *so,
-                           const struct mr_sched *e, int64_t *tokens, int64_t *computed, int64_t *blocks) {
-  if (e->new_index >= 0) {
-    const struct llb_new_request_data *nr = &so->scheduled_new_reqs[e->new_index];
-    *tokens = (int64_t)nr->num_prompt_token_ids + nr->num_output_token_ids;
-    *computed = nr->num_computed_tokens;
-    *blocks = nr->num_block_ids;
-    return;
-  }
-  const struct mr_request *q = r->rows[e->row];
-  const int32_t j = r->row_cached[e->row];
-  if (j < 0) {
-    *tokens = q->num_tokens;
-    *computed = q->num_computed_tokens;
-    *blocks = q->num_block_ids;
-    return;
-  }
-  const struct llb_cached_request_data *cd = &so->scheduled_cached_reqs;
-  const int32_t nblk = cd->new_block_counts ? cd->new_block_counts[j] : 0;
-  const bool resumed = cd->resumed_from_preemption && cd->resumed_from_preemption[j];
-  *tokens = q->num_prompt_tokens +
-            (cd->num_output_tokens ? cd->num_output_tokens[j] : q->num_tokens - q->num_prompt_tokens);
-  *computed = cd->num_computed_tokens[j];
-  *blocks = (resumed ? 0 : q->num_block_ids) + nblk;
-}
-
-static llb_status check_output(struct model_runner *r, const struct llb_scheduler_output *so) {
-  if (so->block_size != r->cfg.block_size)
-    return fail(r, LLB_STATUS_INVALID_ARGUMENT, "block_size", "block_size %d but the worker's KV cache has %d",
-                so->block_size, r->cfg.block_size);
-  const struct llb_cached_request_data *cd = &so->scheduled_cached_reqs;
-  if (so->num_scheduled_new_reqs < 0 || so->num_scheduled_reqs < 0 || cd->num_reqs < 0 ||
-      (so->num_scheduled_new_reqs > 0 && !so->scheduled_new_reqs) ||
-      (so->num_scheduled_reqs > 0 && !so->num_scheduled_tokens) ||
-      (cd->num_reqs > 0 && (!cd->req_ids || !cd->num_computed_tokens)) ||
-      (cd->num_new_block_ids > 0 && !cd->new_block_ids) || (cd->num_new_token_ids > 0 && !cd->new_token_ids) ||
-      (so->num_finished_req_ids > 0 && !so->finished_req_ids) ||
-      (so->num_preempted_req_ids > 0 && !so->preempted_req_ids))
-    return fail(r, LLB_STATUS_INVALID_ARGUMENT, "", "inconsistent SchedulerOutput view (negative count or NULL array)");
-  if (!reserve_step(r, r->num_rows + so->num_scheduled_new_reqs + cd->num_reqs + so->num_scheduled_reqs + 1))
-    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "step scratch");
-  for (int32_t i = 0; i < r->num_rows; i++) {
-    r->row_removed[i] = 0;
-    r->row_cached[i] = -1;
-  }
-  for (int32_t i = 0; i < so->num_finished_req_ids; i++) {
-    const int32_t row = find_row(r, so->finished_req_ids[i]);
-    if (row >= 0) r->row_removed[row] = 1;
-  }
-  for (int32_t i = 0; i < so->num_preempted_req_ids; i++) {
-    const int32_t row = find_row(r, so->preempted_req_ids[i]);
-    if (row >= 0) r->row_removed[row] = 1;
-  }
-  llb_status st;
-  for (int32_t i = 0; i < so->num_scheduled_new_reqs; i++) {
-    if ((st = check_new(r, so, i))) return st;
-    const int32_t row = find_row(r, so->scheduled_new_reqs[i].req_id);
-    if (row >= 0) r->row_removed[row] = 1; /* replaced, as vLLM overwrites requests[req_id] */
-  }
-  int64_t tok_off = 0, blk_off = 0;
-  for (int32_t j = 0; j < cd->num_reqs; j++)
-    if ((st = check_cached(r, cd, j, &tok_off, &blk_off))) return st;
-  int64_t total = 0;
-  for (int32_t k = 0; k < so->num_scheduled_reqs; k++) {
-    const struct llb_scheduled_tokens *s = &so->num_scheduled_tokens[k];
-    struct mr_sched *e = &r->sched[k];
-    char field[96];
-    snprintf(field, sizeof(field), "num_scheduled_tokens[%d]", k);
-    e->num_tokens = s->num_tokens;
-    e->new_index = find_new(so, s->req_id, so->num_scheduled_new_reqs);
-    e->row = e->new_index >= 0 ? -1 : find_row(r, s->req_id);
-    if (e->new_index < 0 && (e->row < 0 || r->row_removed[e->row]))
-      return fail(r, LLB_STATUS_NOT_FOUND, field, "unknown request \"%.*s\"", (int)s->req_id.len, s->req_id.data);
-    for (int32_t p = 0; p < k; p++)
-      if (str_eq(so->num_scheduled_tokens[p].req_id.data, so->num_scheduled_tokens[p].req_id.len, s->req_id))
-        return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "request \"%.*s\" scheduled twice", (int)s->req_id.len,
-                    s->req_id.data);
-    if (s->num_tokens < 0) return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "negative num_tokens");
-    int64_t tokens, computed, blocks;
-    resolved_sizes(r, so, e, &tokens, &computed, &blocks);
-    const int64_t end = computed + s->num_tokens;
-    if (end > tokens)
-      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field,
-                  "tokens [%lld, %lld) scheduled but request \"%.*s\" has %lld known tokens", (long long)computed,
-                  (long long)end, (int)s->req_id.len, s->req_id.data, (long long)tokens);
-    if (end > blocks * r->cfg.block_size)
-      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field,
-                  "tokens up to %lld scheduled but request \"%.*s\" has %lld blocks of %d", (long long)end,
-                  (int)s->req_id.len, s->req_id.data, (long long)blocks, r->cfg.block_size);
-    total += s->num_tokens;
-  }
-  for (int32_t i = 0; i < so->num_scheduled_encoder_inputs; i++) {
-    const struct llb_scheduled_encoder_input *e = &so->scheduled_encoder_inputs[i];
-    char field[96];
-    snprintf(field, sizeof(field), "scheduled_encoder_inputs[%d]", i);
-    const int32_t ni = find_new(so, e->req_id, so->num_scheduled_new_reqs);
-    const int32_t row = ni >= 0 ? -1 : find_row(r, e->req_id);
-    if (ni < 0 && (row < 0 || r->row_removed[row]))
-      return fail(r, LLB_STATUS_NOT_FOUND, field, "unknown request \"%.*s\"", (int)e->req_id.len, e->req_id.data);
-    const int64_t nf = ni >= 0 ? so->scheduled_new_reqs[ni].num_mm_features : r->rows[row]->num_mm;
-    if (e->num_mm_features != e->num_input_ids)
-      return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "%d inputs but %d items with data", e->num_input_ids,
-                  e->num_mm_features);
-    for (int32_t k = 0; k < e->num_input_ids; k++) {
-      if (e->input_ids[k] < 0 || e->input_ids[k] >= nf)
-        return fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "input id %d outside [0, %lld)", e->input_ids[k],
-                    (long long)nf);
-      if ((st = mm_encoder_check_item(r->mm, &e->mm_features[k])))
-        return blame(r, e->req_id.data, e->req_id.len), fail(r, st, field, "%s", llb_err_last());
-    }
-  }
-  if (total > r->cfg.max_num_batched_tokens)
-    return fail(r, LLB_STATUS_TOO_LARGE, "total_num_scheduled_tokens",
-                "%lld tokens scheduled; the worker's capacity is %d (--max-num-batched-tokens)", (long long)total,
-                r->cfg.max_num_batched_tokens);
-  return LLB_STATUS_OK;
-}
-
 /* ---- phase 2: apply (only OUT_OF_MEMORY can fail) ---- */
 
 static bool set_tokens(struct mr_request *q, const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {
-  if (!grow((void **)&q->token_ids, &q->token_cap, na + nb + 1, sizeof(int32_t))) return false;
+  if (!mr_grow((void **)&q->token_ids, &q->token_cap, na + nb + 1, sizeof(int32_t))) return false;
   if (na) memcpy(q->token_ids, a, (size_t)na * sizeof(int32_t));
   if (nb) memcpy(q->token_ids + na, b, (size_t)nb * sizeof(int32_t));
   q->num_tokens = na + nb;
@@ -548,7 +214,7 @@ static bool set_tokens(struct mr_request *q, const int32_t *a, int64_t na, const
 
 static bool append_blocks(struct mr_request *q, const int32_t *ids, int32_t n) {
   int64_t cap = q->block_cap;
-  if (!grow((void **)&q->block_ids, &cap, (int64_t)q->num_block_ids + n, sizeof(int32_t))) return false;
+  if (!mr_grow((void **)&q->block_ids, &cap, (int64_t)q->num_block_ids + n, sizeof(int32_t))) return false;
   q->block_cap = (int32_t)cap;
   if (n) memcpy(q->block_ids + q->num_block_ids, ids, (size_t)n * sizeof(int32_t));
   q->num_block_ids += n;
@@ -559,17 +225,17 @@ static llb_status add_new(struct model_runner *r, const struct llb_new_request_d
   if (r->num_rows == r->rows_cap) {
     const int32_t cap = r->rows_cap > 0 ? 2 * r->rows_cap : 16;
     struct mr_request **rows = realloc(r->rows, (size_t)cap * sizeof(*rows));
-    if (!rows) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "batch rows");
+    if (!rows) return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "batch rows");
     for (int32_t i = r->rows_cap; i < cap; i++) rows[i] = NULL;
     r->rows = rows;
     r->rows_cap = cap;
   }
   if (!r->rows[r->num_rows] && !(r->rows[r->num_rows] = calloc(1, sizeof(struct mr_request))))
-    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request row");
+    return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request row");
   struct mr_request *q = r->rows[r->num_rows];
   int64_t idcap = (int64_t)q->req_id_cap;
-  if (!grow((void **)&q->req_id, &idcap, (int64_t)nr->req_id.len + 1, 1))
-    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request id");
+  if (!mr_grow((void **)&q->req_id, &idcap, (int64_t)nr->req_id.len + 1, 1))
+    return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request id");
   q->req_id_cap = (size_t)idcap;
   memcpy(q->req_id, nr->req_id.data, nr->req_id.len);
   q->req_id[nr->req_id.len] = '\0';
@@ -577,23 +243,23 @@ static llb_status add_new(struct model_runner *r, const struct llb_new_request_d
   q->num_prompt_tokens = nr->num_prompt_token_ids;
   if (!set_tokens(q, nr->prompt_token_ids, nr->num_prompt_token_ids, nr->output_token_ids,
                   nr->num_output_token_ids))
-    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
+    return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
   q->num_block_ids = 0;
-  if (!append_blocks(q, nr->block_ids, nr->num_block_ids)) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
+  if (!append_blocks(q, nr->block_ids, nr->num_block_ids)) return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
   q->num_computed_tokens = nr->num_computed_tokens;
   q->sampling_params = *nr->sampling_params;
   runner_so_req_free(r->so, &q->so);
   llb_status sst = runner_so_req_init(r->so, &q->so, &nr->structured_outputs);
-  if (sst) return fail(r, sst, "structured_outputs", "%s", llb_err_last());
+  if (sst) return mr_fail(r, sst, "structured_outputs", "%s", llb_err_last());
   if (pooler_req_reset(&q->pool, &nr->pooling_params, r->hidden_size))
-    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "pooling state: %s", llb_err_last());
+    return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "pooling state: %s", llb_err_last());
   free_mm(q);
-  if (!grow((void **)&q->mm, &q->mm_cap, nr->num_mm_features, sizeof(*q->mm)))
-    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "mm features");
+  if (!mr_grow((void **)&q->mm, &q->mm_cap, nr->num_mm_features, sizeof(*q->mm)))
+    return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "mm features");
   for (int32_t k = 0; k < nr->num_mm_features; k++) {
     const struct llb_mm_feature *f = &nr->mm_features[k];
     char *h = malloc(f->mm_hash.len + 1);
-    if (!h) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "mm hash");
+    if (!h) return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "mm hash");
     memcpy(h, f->mm_hash.data, f->mm_hash.len + 1);
     q->mm[q->num_mm++] = (struct mr_mm){.offset = f->offset, .length = f->length, .hash = h};
   }
@@ -613,15 +279,15 @@ static llb_status apply_updates(struct model_runner *r, const struct llb_schedul
     /* Pipeline-parallel tokens the worker did not sample itself, then drop outputs the
      * scheduler did not accept. */
     if (want > outputs) {
-      if (!grow((void **)&q->token_ids, &q->token_cap, q->num_prompt_tokens + want + 1, sizeof(int32_t)))
-        return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
+      if (!mr_grow((void **)&q->token_ids, &q->token_cap, q->num_prompt_tokens + want + 1, sizeof(int32_t)))
+        return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
       memcpy(q->token_ids + q->num_tokens, cd->new_token_ids + tok_off + (ntok - (want - outputs)),
              (size_t)(want - outputs) * sizeof(int32_t));
     }
     if (want < outputs || ntok > 0) q->so.num_accepted = -1; /* its matcher replays them */
     q->num_tokens = q->num_prompt_tokens + want;
     if (cd->resumed_from_preemption && cd->resumed_from_preemption[j]) q->num_block_ids = 0;
-    if (!append_blocks(q, cd->new_block_ids + blk_off, nblk)) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
+    if (!append_blocks(q, cd->new_block_ids + blk_off, nblk)) return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
     q->num_computed_tokens = cd->num_computed_tokens[j];
     tok_off += ntok;
     blk_off += nblk;
@@ -654,7 +320,7 @@ static llb_status gather_mm(struct model_runner *r, const struct mr_request *q, 
   if (!r->embeds) {
     r->embeds = malloc(nt * hs * sizeof(float));
     r->embeds_mask = malloc(nt);
-    if (!r->embeds || !r->embeds_mask) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "input embeddings");
+    if (!r->embeds || !r->embeds_mask) return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "input embeddings");
   }
   if (!*any) memset(r->embeds_mask, 0, nt);
   for (int64_t k = 0; k < q->num_mm; k++) {
@@ -665,7 +331,7 @@ static llb_status gather_mm(struct model_runner *r, const struct mr_request *q, 
     int32_t rows = 0;
     const float *out = mm_encoder_cache_get(r->mm, llb_str_c(m->hash), &rows);
     if (!out || rows != m->length)
-      return fail(r, LLB_STATUS_NOT_FOUND, "scheduled_encoder_inputs",
+      return mr_fail(r, LLB_STATUS_NOT_FOUND, "scheduled_encoder_inputs",
                   "request \"%s\": encoder output of item %s is not cached (never scheduled, or freed)",
                   q->req_id, m->hash);
     memcpy(r->embeds + (size_t)(at + lo - start) * hs, out + (size_t)(lo - m->offset) * hs,
@@ -680,16 +346,16 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
   for (int32_t i = 0; i < r->num_rows; i++) r->row_sched[i] = 0;
   for (int32_t k = 0; k < so->num_scheduled_reqs; k++)
     if (so->num_scheduled_tokens[k].num_tokens > 0)
-      r->row_sched[find_row(r, so->num_scheduled_tokens[k].req_id)] = so->num_scheduled_tokens[k].num_tokens;
+      r->row_sched[mr_find_row(r, so->num_scheduled_tokens[k].req_id)] = so->num_scheduled_tokens[k].num_tokens;
   int32_t ns = 0, max_blocks = 1;
   for (int32_t i = 0; i < r->num_rows; i++)
     if (r->row_sched[i] > 0) {
       ns++;
       if (r->rows[i]->num_block_ids > max_blocks) max_blocks = r->rows[i]->num_block_ids;
     }
-  if (!grow((void **)&r->block_tables, &r->block_tables_cap, (int64_t)ns * max_blocks, sizeof(int32_t)) ||
-      !grow((void **)&r->logits, &r->logits_cap, (int64_t)ns * r->vocab_size, sizeof(float)))
-    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "batch of %d requests", ns);
+  if (!mr_grow((void **)&r->block_tables, &r->block_tables_cap, (int64_t)ns * max_blocks, sizeof(int32_t)) ||
+      !mr_grow((void **)&r->logits, &r->logits_cap, (int64_t)ns * r->vocab_size, sizeof(float)))
+    return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "batch of %d requests", ns);
   const int32_t bs = r->cfg.block_size;
   int32_t s = 0, n = 0, nl = 0;
   bool any_mm = false;
@@ -713,7 +379,7 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
     }
     if (prompt_logprobs_add(&r->plp, q->sampling_params.prompt_logprobs, q->token_ids, q->num_prompt_tokens,
                             start, len, n))
-      return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "prompt logprobs");
+      return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "prompt logprobs");
     int32_t *bt = r->block_tables + (int64_t)s * max_blocks;
     memcpy(bt, q->block_ids, (size_t)q->num_block_ids * sizeof(int32_t));
     for (int32_t b = q->num_block_ids; b < max_blocks; b++) bt[b] = 0;
@@ -722,7 +388,7 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
     r->query_start_loc[s + 1] = n;
     if (pooler_req_active(&r->rows[i]->pool)) { /* pools its prompt, samples nothing */
       if (pooler_step_add_chunk(&r->pool, &r->rows[i]->pool, start, len, (int32_t)q->num_prompt_tokens, n - len))
-        return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "%s", llb_err_last());
+        return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "%s", llb_err_last());
     } else if (start + len == q->num_tokens) { /* reaches the end: sample; else a partial prefill */
       r->logits_indices[nl] = n - 1;
       r->logits_rows[nl++] = i;
@@ -732,8 +398,8 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
   r->num_sample_logits = nl; /* the prompt rows' logits follow the sampled ones */
   const int32_t *indices = NULL;
   if (prompt_logprobs_indices(&r->plp, r->logits_indices, r->num_sample_logits, &indices, &nl) ||
-      !grow((void **)&r->logits, &r->logits_cap, (int64_t)nl * r->vocab_size, sizeof(float)))
-    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "logits of %d rows", nl);
+      !mr_grow((void **)&r->logits, &r->logits_cap, (int64_t)nl * r->vocab_size, sizeof(float)))
+    return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "logits of %d rows", nl);
   r->batch = (struct llama_batch){
       .num_tokens = n, .token_ids = r->token_ids, .positions = r->positions, .slot_mapping = r->slot_mapping,
       .num_seqs = ns, .query_start_loc = r->query_start_loc, .seq_lens = r->seq_lens,
@@ -754,8 +420,8 @@ static int32_t so_collect(struct model_runner *r) {
     struct mr_request *q = r->rows[r->logits_rows[l]];
     r->so_row_of_logits[l] = -1;
     if (!q->so.grammar) continue;
-    if (!grow((void **)&r->so_rows, &r->so_rows_cap, n + 1, sizeof(*r->so_rows)) ||
-        !grow((void **)&r->so_masks, &r->so_masks_cap, (n + 1) * words, sizeof(uint32_t)))
+    if (!mr_grow((void **)&r->so_rows, &r->so_rows_cap, n + 1, sizeof(*r->so_rows)) ||
+        !mr_grow((void **)&r->so_masks, &r->so_masks_cap, (n + 1) * words, sizeof(uint32_t)))
       return -1;
     r->so_rows[n] = (struct runner_so_step_row){.req = &q->so, .outputs = q->token_ids + q->num_prompt_tokens,
                                                 .num_outputs = q->num_tokens - q->num_prompt_tokens};
@@ -770,7 +436,7 @@ static int32_t so_collect(struct model_runner *r) {
  * the forward the same way. An output that breaks its grammar fails the step naming it. */
 static llb_status forward_with_masks(struct model_runner *r) {
   const int32_t n = so_collect(r);
-  if (n < 0) return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "structured output masks");
+  if (n < 0) return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "structured output masks");
   struct runner_so_step step;
   runner_so_step_start(&step, r->so, r->so_rows, n);
   llb_status st = runner_backend_forward(&r->be, &r->batch, r->logits);
@@ -778,13 +444,13 @@ static llb_status forward_with_masks(struct model_runner *r) {
   runner_so_step_join(&step);
   r->so_mask_seconds = n > 0 ? step.mask_seconds : -1;
   r->so_wait_seconds = n > 0 ? ((double)llb_now_ns() - t0) * 1e-9 : -1;
-  if (st) return fail(r, st, "", "forward pass (%s): %s", model_runner_device_name(r->cfg.device), llb_err_last());
+  if (st) return mr_fail(r, st, "", "forward pass (%s): %s", model_runner_device_name(r->cfg.device), llb_err_last());
   for (int32_t l = 0; l < r->num_sample_logits; l++) {
     const int32_t k = r->so_row_of_logits[l];
     if (k < 0 || r->so_rows[k].status == LLB_STATUS_OK) continue;
     const struct mr_request *q = r->rows[r->logits_rows[l]];
-    blame(r, q->req_id, q->req_id_len);
-    return fail(r, r->so_rows[k].status, "structured_outputs", "request \"%s\": %s", q->req_id, r->so_rows[k].message);
+    mr_blame(r, q->req_id, q->req_id_len);
+    return mr_fail(r, r->so_rows[k].status, "structured_outputs", "request \"%s\": %s", q->req_id, r->so_rows[k].message);
   }
   return LLB_STATUS_OK;
 }
@@ -810,8 +476,8 @@ static llb_status sample_all(struct model_runner *r, int32_t max_n) {
     if (st) {
       char field[160];
       snprintf(field, sizeof(field), "sampling_params of \"%s\"", q->req_id);
-      blame(r, q->req_id, q->req_id_len); /* NaN logits or bad params: this request's input */
-      return fail(r, st, field, "sampling failed: %s", llb_err_last());
+      mr_blame(r, q->req_id, q->req_id_len); /* NaN logits or bad params: this request's input */
+      return mr_fail(r, st, field, "sampling failed: %s", llb_err_last());
     }
     if (max_n >= 0) { /* rank: vLLM counts logprobs >= the sampled one (1-based) */
       const float v = row[r->results[l].token_id];
@@ -825,9 +491,9 @@ static llb_status sample_all(struct model_runner *r, int32_t max_n) {
 
 static llb_status fill_logprobs(struct model_runner *r, int32_t max_n, struct llb_model_runner_output *out) {
   const int32_t cols = 1 + max_n, rows = r->num_sample_logits;
-  if (!grow((void **)&r->lp_token_ids, &r->lp_ids_cap, (int64_t)rows * cols, sizeof(int32_t)) ||
-      !grow((void **)&r->lp_logprobs, &r->lp_cap, (int64_t)rows * cols, sizeof(float)))
-    return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "logprobs");
+  if (!mr_grow((void **)&r->lp_token_ids, &r->lp_ids_cap, (int64_t)rows * cols, sizeof(int32_t)) ||
+      !mr_grow((void **)&r->lp_logprobs, &r->lp_cap, (int64_t)rows * cols, sizeof(float)))
+    return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "logprobs");
   for (int32_t l = 0; l < rows; l++) {
     const struct sampler_result *res = &r->results[l];
     int32_t *ids = r->lp_token_ids + (int64_t)l * cols;
@@ -847,7 +513,7 @@ static llb_status fill_logprobs(struct model_runner *r, int32_t max_n, struct ll
 
 static llb_status run_step(struct model_runner *r, const struct llb_scheduler_output *so,
                            struct llb_model_runner_output *out) {
-  llb_status st = check_output(r, so);
+  llb_status st = mr_check_output(r, so);
   if (!st) st = apply_updates(r, so);
   if (st) return st;
   /* vLLM _update_states + _execute_mm_encoder: drop evicted outputs, then encode. */
@@ -857,8 +523,8 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
     const struct llb_scheduled_encoder_input *e = &so->scheduled_encoder_inputs[i];
     for (int32_t k = 0; k < e->num_mm_features; k++)
       if ((st = mm_encoder_cache_encode(r->mm, &e->mm_features[k]))) {
-        if (st != LLB_STATUS_OUT_OF_MEMORY) blame(r, e->req_id.data, e->req_id.len);
-        return fail(r, st, "scheduled_encoder_inputs", "encoding: %s", llb_err_last());
+        if (st != LLB_STATUS_OUT_OF_MEMORY) mr_blame(r, e->req_id.data, e->req_id.len);
+        return mr_fail(r, st, "scheduled_encoder_inputs", "encoding: %s", llb_err_last());
       }
   }
   int32_t ns = 0;
@@ -874,7 +540,7 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   if (max_n >= 0 && (st = fill_logprobs(r, max_n, out))) return st;
   if ((st = prompt_logprobs_compute(&r->plp, r->logits + (int64_t)r->num_sample_logits * r->vocab_size,
                                     r->vocab_size)))
-    return fail(r, st, "", "prompt logprobs: %s", llb_err_last());
+    return mr_fail(r, st, "", "prompt logprobs: %s", llb_err_last());
   /* Everything sampled: now append (a failure above leaves the requests unchanged). */
   pooler_step_accumulate(&r->pool);
   int32_t l = 0, k = 0;
@@ -887,12 +553,12 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
     r->out_num_pooled[k] = 0;
     if (pooler_req_active(&q->pool) && q->num_computed_tokens == q->num_tokens && /* prompt done */
         (st = pooler_step_finish(&r->pool, &q->pool, &r->out_num_pooled[k]))) {
-      if (st != LLB_STATUS_OUT_OF_MEMORY) blame(r, q->req_id, q->req_id_len); /* a non-finite vector */
-      return fail(r, st, "pooling_params", "request \"%s\": %s", q->req_id, llb_err_last());
+      if (st != LLB_STATUS_OUT_OF_MEMORY) mr_blame(r, q->req_id, q->req_id_len); /* a non-finite vector */
+      return mr_fail(r, st, "pooling_params", "request \"%s\": %s", q->req_id, llb_err_last());
     }
     if (l < r->num_sample_logits && r->logits_rows[l] == i) {
-      if (!grow((void **)&q->token_ids, &q->token_cap, q->num_tokens + 1, sizeof(int32_t)))
-        return fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
+      if (!mr_grow((void **)&q->token_ids, &q->token_cap, q->num_tokens + 1, sizeof(int32_t)))
+        return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
       q->token_ids[q->num_tokens++] = r->results[l].token_id;
       r->out_sampled[l] = r->results[l].token_id;
       r->out_num_sampled[k] = 1;

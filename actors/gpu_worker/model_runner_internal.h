@@ -1,0 +1,126 @@
+/* Private to actors/gpu_worker/model_runner*.c: the runner's state and the helpers that
+ * model_runner.c (create, apply, prepare, forward, sample) and model_runner_check.c (phase 1:
+ * the SchedulerOutput checked against the batch before anything changes) share. */
+#ifndef LLB_GPU_WORKER_MODEL_RUNNER_INTERNAL_H
+#define LLB_GPU_WORKER_MODEL_RUNNER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "actors/gpu_worker/model_runner.h"
+#include "actors/gpu_worker/mm_encoder.h"
+#include "actors/gpu_worker/pooler.h"
+#include "actors/gpu_worker/prompt_logprobs.h"
+#include "actors/gpu_worker/runner_backend.h"
+#include "actors/gpu_worker/runner_so.h"
+#include "actors/gpu_worker/sampler.h"
+
+/* One request of the persistent batch. Buffers are owned by the row and reused when the row
+ * is reused (rows are swapped, never freed, until the runner is destroyed). */
+struct mr_request {
+  char *req_id;                 /* [req_id_len + 1], NUL-terminated */
+  size_t req_id_len, req_id_cap;
+  int32_t *token_ids;           /* [num_tokens]: prompt then outputs */
+  int64_t num_prompt_tokens, num_tokens, token_cap;
+  int32_t *block_ids;           /* [num_block_ids]: the block table row */
+  int32_t num_block_ids, block_cap;
+  int32_t num_computed_tokens;
+  struct llb_sampling_params sampling_params;
+  struct mr_mm *mm;             /* [num_mm] multimodal placeholders, by offset */
+  int64_t num_mm, mm_cap;
+  struct runner_so_req so;      /* structured output: its matcher (runner_so.h) */
+  struct pooler_req pool;       /* a pooling request's state (type NONE: it samples) */
+};
+
+/* A multimodal item of a request: placeholder range and encoder-output key. */
+struct mr_mm {
+  int32_t offset, length;
+  char *hash;
+};
+
+/* What phase 1 (checking) resolves for one scheduled entry, used by phase 2. */
+struct mr_sched {
+  int32_t new_index;  /* index into scheduled_new_reqs, or -1 */
+  int32_t row;        /* row of the persistent batch once updated */
+  int32_t num_tokens; /* scheduled this step */
+};
+
+struct model_runner {
+  struct model_runner_config cfg;
+  struct runner_backend be;  /* KV cache and forward state on the CPU or the device */
+  int32_t vocab_size;
+  struct sampler *sampler;
+
+  struct mr_request **rows; /* [num_rows] live, [num_rows, rows_cap) spare */
+  int32_t num_rows, rows_cap;
+
+  /* per-step scratch, grow-only */
+  int32_t step_cap;           /* capacity of the per-row / per-entry arrays below */
+  int8_t *row_removed;        /* [step_cap] phase 1 marks */
+  int32_t *row_cached;        /* [step_cap] cached entry index of a row, -1 */
+  int32_t *row_sched;         /* [step_cap] scheduled tokens of a row (phase 2) */
+  int32_t *cached_row;        /* [step_cap] row of each cached entry */
+  struct mr_sched *sched;     /* [step_cap] */
+  int32_t *token_ids;         /* [max_num_batched_tokens] */
+  int32_t *positions;         /* [max_num_batched_tokens] */
+  int64_t *slot_mapping;      /* [max_num_batched_tokens] */
+  int32_t *query_start_loc;   /* [step_cap + 1] */
+  int32_t *seq_lens;          /* [step_cap] */
+  int32_t *logits_indices;    /* [step_cap] */
+  int32_t *logits_rows;       /* [step_cap] row sampled from each logits row */
+  int32_t *block_tables;      /* [block_tables_cap] as [num_seqs, max_blocks_per_seq] */
+  int64_t block_tables_cap;
+  float *logits;              /* [logits_cap] as [num_logits, vocab_size]: sampled rows, then prompt rows */
+  int64_t logits_cap;
+  int32_t num_sample_logits;  /* the first rows of logits: one per request that samples */
+  struct prompt_logprobs plp; /* the step's prompt-logprob rows (the rest of logits) */
+  struct llama_batch batch;
+  struct mm_encoder_cache *mm;  /* encoder outputs by mm_hash */
+  int32_t hidden_size;
+  float *embeds;                /* [max_num_batched_tokens, hidden_size], allocated on first use */
+  uint8_t *embeds_mask;         /* [max_num_batched_tokens] */
+  struct runner_so *so;         /* structured output (NULL = no vocabulary: refused) */
+  struct runner_so_step_row *so_rows; /* [so_rows_cap] this step's constrained sampled rows */
+  int64_t so_rows_cap;
+  uint32_t *so_masks;           /* [so_rows_cap, mask words] */
+  int64_t so_masks_cap;
+  int32_t *so_row_of_logits;    /* [step_cap] index into so_rows of a logits row, -1 = none */
+  double so_mask_seconds, so_wait_seconds; /* of the last step; -1 = no constrained row */
+  struct pooler_step pool;      /* the step's pooled rows and vectors (pooler.h) */
+  int32_t *out_num_pooled;      /* [step_cap] */
+
+  /* output, grow-only: valid until the next execute */
+  struct llb_str *out_req_ids;   /* [step_cap] */
+  int32_t *out_num_sampled;      /* [step_cap] */
+  int32_t *out_sampled;          /* [step_cap] */
+  struct sampler_result *results; /* [step_cap] */
+  int32_t *lp_token_ids;         /* [lp_cap] as [rows, 1 + max_n] */
+  float *lp_logprobs;            /* [lp_cap] */
+  int32_t *lp_ranks;             /* [step_cap] */
+  int64_t lp_ids_cap, lp_cap;
+  char err_message[512];
+  char err_field[128];
+  char err_req_id[256];  /* the request a failed step is blamed on (its input), "" = none */
+};
+
+/* *p grown (doubling, from 16) to hold `need` elements of `elem` bytes; false on OOM. */
+bool mr_grow(void **p, int64_t *cap, int64_t need, size_t elem);
+/* a[0..alen) == b. */
+bool mr_str_eq(const char *a, size_t alen, struct llb_str b);
+/* The row of request `id` in the persistent batch, -1 = none. */
+int32_t mr_find_row(const struct model_runner *r, struct llb_str id);
+/* The index of `id` among so->scheduled_new_reqs[0..limit), -1 = none. */
+int32_t mr_find_new(const struct llb_scheduler_output *so, struct llb_str id, int32_t limit);
+/* Records an error with the offending field (r->err_*) and returns `st` (message via LLB_ERRF). */
+llb_status mr_fail(struct model_runner *r, llb_status st, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Names the request whose input fails the step (failed_req_id): the scheduler finishes it. */
+void mr_blame(struct model_runner *r, const char *id, size_t len);
+/* Grows the per-step arrays to hold n rows; false on OOM. */
+bool mr_reserve_step(struct model_runner *r, int32_t n);
+/* Phase 1: every id, row, block, token and size of `so` checked against the batch; nothing
+ * changes. INVALID_ARGUMENT / UNSUPPORTED / OUT_OF_MEMORY through mr_fail (model_runner_check.c). */
+llb_status mr_check_output(struct model_runner *r, const struct llb_scheduler_output *so);
+
+#endif
