@@ -33,11 +33,6 @@
 #include "schemas/generate_request.h"
 #include "schemas/request_output.h"
 
-static llb_status loop_err(struct api_actor *a, llb_status st) {
-  snprintf(a->setup_error, sizeof a->setup_error, "%s", llb_err_last());
-  return st;
-}
-
 /* ---- the seq table (loop thread) ---------------------------------------------------- */
 
 void api_table_add(struct api_actor *a, struct api_sub *s) {
@@ -152,7 +147,7 @@ static bool all_subs_settled(const struct api_call *c) {
 
 /* Ends `c` with error `e`: an HTTP error, or an SSE error event + [DONE] on a started
  * stream; running engine requests are aborted. */
-static void call_fail(struct api_call *c, const struct api_error *e) {
+void api_call_fail(struct api_call *c, const struct api_error *e) {
   struct api_actor *a = c->a;
   LLB_LOG_WARN("request_failed", "id=%s status=%d error=\"%.200s\"", c->resp.id, e->http_status, e->message);
   c->span.error = true;
@@ -246,7 +241,7 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     e.retry_after_s = (ro->error.retry_after_ms + 999) / 1000; /* a per-tenant rate says when */
     if (is_tokenize_call(c)) api_tokenize_map_error(&c->tok, &e);
     s->finished = true;
-    call_fail(c, &e);
+    api_call_fail(c, &e);
     return;
   }
   if (c->emb) { /* /v1/embeddings: one FINAL_ONLY output per input, answered when all are in */
@@ -255,7 +250,7 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     if (est != LLB_STATUS_OK) {
       struct api_error e;
       api_error_set(&e, 500, NULL, "%s", llb_err_last());
-      call_fail(c, &e);
+      api_call_fail(c, &e);
     } else if (!api_embeddings_done(c->emb)) {
       if (c->timer) evtimer_add(c->timer, &(struct timeval){.tv_sec = a->o.first_output_timeout_s});
     } else {
@@ -307,7 +302,7 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     api_buf_free(&b);
     struct api_error e;
     api_error_set(&e, 500, NULL, "could not render the response: %s", llb_err_last());
-    call_fail(c, &e);
+    api_call_fail(c, &e);
     return;
   }
   if (c->timer) { /* re-armed: the engine must keep talking (DESIGN.md §6: never a hang) */
@@ -348,7 +343,7 @@ static void handle_item(struct api_actor *a, struct inbox_item *it) {
       if (all_subs_settled(c)) call_free(c);
       return;
     }
-    call_fail(c, &e);
+    api_call_fail(c, &e);
     return;
   }
   llb_arena_reset(&a->arena);
@@ -359,13 +354,13 @@ static void handle_item(struct api_actor *a, struct inbox_item *it) {
     if (c->client_gone) return;
     struct api_error e;
     api_error_set(&e, 500, NULL, "the engine sent a malformed RequestOutput: %s", llb_err_last());
-    call_fail(c, &e);
+    api_call_fail(c, &e);
     return;
   }
   handle_output(a, s, &ro);
 }
 
-static void on_wake(evutil_socket_t fd, short what, void *arg) {
+void api_on_wake(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
   struct api_actor *a = arg;
@@ -382,7 +377,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* NATS delivery thread: copy and hand over. */
-static void on_inbox(struct bus *bus, const struct bus_msg *msg, void *user) {
+void api_on_inbox(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   struct api_actor *a = user;
   const char *dot = strrchr(msg->subject, '.');
@@ -441,7 +436,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
                 (long long)c->a->o.first_output_timeout_s);
   for (int32_t i = 0; i < c->num_subs; i++)
     if (!c->subs[i].engine_id[0]) c->subs[i].finished = true;
-  call_fail(c, &e);
+  api_call_fail(c, &e);
 }
 
 /* libevent 2.1 does not read from a connection while its request is being answered, so a
@@ -601,13 +596,13 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
       else
         api_error_set(&e, 503, NULL, "cannot reach the engine: %s", llb_err_last());
       for (int32_t j = i; j < c->num_subs; j++) c->subs[j].finished = true;
-      call_fail(c, &e);
+      api_call_fail(c, &e);
       return;
     }
   }
 }
 
-static void on_request(struct evhttp_request *req, void *arg) {
+void api_on_request(struct evhttp_request *req, void *arg) {
   struct api_actor *a = arg;
   http_deadlines_request_read(a->deadlines, req);
   const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
@@ -672,206 +667,3 @@ static void on_request(struct evhttp_request *req, void *arg) {
 }
 
 /* ---- setup / teardown on the loop thread -------------------------------------------- */
-
-static void setup_signal(struct api_actor *a, llb_status st) {
-  pthread_mutex_lock(&a->setup_mu);
-  a->setup_status = st;
-  a->setup_done = true;
-  pthread_cond_broadcast(&a->setup_cv);
-  pthread_mutex_unlock(&a->setup_mu);
-}
-
-static llb_status run_on_loop(struct api_actor *a, event_callback_fn fn) {
-  pthread_mutex_lock(&a->setup_mu);
-  a->setup_done = false;
-  pthread_mutex_unlock(&a->setup_mu);
-  struct timeval zero = {0, 0};
-  if (event_base_once(a->base, -1, EV_TIMEOUT, fn, a, &zero) != 0)
-    return LLB_ERRF(LLB_STATUS_INTERNAL, "event_base_once failed");
-  pthread_mutex_lock(&a->setup_mu);
-  while (!a->setup_done) pthread_cond_wait(&a->setup_cv, &a->setup_mu);
-  llb_status st = a->setup_status;
-  pthread_mutex_unlock(&a->setup_mu);
-  return st;
-}
-
-static void loop_setup(evutil_socket_t fd, short what, void *arg) {
-  (void)fd;
-  (void)what;
-  struct api_actor *a = arg;
-  llb_status st = LLB_STATUS_OK;
-  a->wake = event_new(a->base, -1, EV_PERSIST | EV_READ, on_wake, a);
-  a->http = evhttp_new(a->base);
-  if (!a->wake || !a->http) {
-    setup_signal(a, loop_err(a, LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "evhttp_new failed")));
-    return;
-  }
-  event_add(a->wake, NULL);
-  /* Bodies up to 4x the limit reach us (JSON 413); beyond that evhttp refuses them itself. */
-  size_t hard = a->o.max_body_bytes * 4 + 65536;
-  evhttp_set_max_body_size(a->http, (ev_ssize_t)hard);
-  evhttp_set_max_headers_size(a->http, 64 * 1024);
-  evhttp_set_timeout(a->http, (int)a->o.request_timeout_s); /* inactivity: reset by every byte */
-  st = http_deadlines_create(a->http, a->o.request_timeout_s * 1000, &a->deadlines); /* and in total */
-  if (st) {
-    setup_signal(a, loop_err(a, st));
-    return;
-  }
-  evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
-                                          EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
-  evhttp_set_gencb(a->http, on_request, a);
-  struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(a->http, a->http_host, (ev_uint16_t)a->http_port);
-  if (!sock) {
-    st = LLB_ERRF(LLB_STATUS_IO, "cannot listen on %s:%d (address in use or not local?)", a->http_host, a->http_port);
-    setup_signal(a, loop_err(a, st));
-    return;
-  }
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof ss;
-  evutil_socket_t s = evhttp_bound_socket_get_fd(sock);
-  if (getsockname(s, (struct sockaddr *)&ss, &sl) == 0) {
-    if (ss.ss_family == AF_INET) a->bound_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    else if (ss.ss_family == AF_INET6) a->bound_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-  }
-  setup_signal(a, LLB_STATUS_OK);
-}
-
-/* Second half of the teardown, once the last replies had a moment to flush. */
-static void loop_free_http(evutil_socket_t fd, short what, void *arg) {
-  (void)fd;
-  (void)what;
-  struct api_actor *a = arg;
-  if (a->http) evhttp_free(a->http);
-  a->http = NULL;
-  http_deadlines_destroy(a->deadlines);
-  a->deadlines = NULL;
-  pthread_mutex_lock(&a->qmu);
-  if (a->wake) event_free(a->wake);
-  a->wake = NULL;
-  pthread_mutex_unlock(&a->qmu);
-  setup_signal(a, LLB_STATUS_OK);
-}
-
-static void loop_teardown(evutil_socket_t fd, short what, void *arg) {
-  (void)fd;
-  (void)what;
-  struct api_actor *a = arg;
-  a->stopped = true;
-  on_wake(-1, 0, a); /* deliver what already arrived */
-  struct api_error e;
-  api_error_set(&e, 503, NULL, "the server is shutting down");
-  while (a->calls) {
-    struct api_call *c = a->calls;
-    /* Subs without an engine id cannot be aborted: settle them so call_fail frees the call. */
-    for (int32_t i = 0; i < c->num_subs; i++)
-      if (!c->subs[i].engine_id[0]) c->subs[i].finished = true;
-    call_fail(c, &e);
-  }
-  struct timeval flush = {.tv_sec = 0, .tv_usec = 300 * 1000};
-  if (event_base_once(a->base, -1, EV_TIMEOUT, loop_free_http, a, &flush) != 0) loop_free_http(-1, 0, a);
-}
-
-/* ---- public ------------------------------------------------------------------------- */
-
-llb_status api_actor_create(const struct api_actor_options *o, struct api_actor **out) {
-  if (!o || !o->model_name || !*o->model_name || strlen(o->model_name) >= API_MAX_MODEL_BYTES)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: --model-name must be 1..%d bytes", API_MAX_MODEL_BYTES - 1);
-  struct api_actor *a = calloc(1, sizeof *a);
-  if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "api_server: out of memory");
-  a->o = *o;
-  if (!a->o.max_body_bytes) a->o.max_body_bytes = 1024 * 1024;
-  if (a->o.request_timeout_s <= 0) a->o.request_timeout_s = 10;
-  if (a->o.first_output_timeout_s <= 0) a->o.first_output_timeout_s = 60;
-  if (a->o.max_concurrent <= 0) a->o.max_concurrent = 256;
-  if (a->o.health_window_ms <= 0) a->o.health_window_ms = 10000;
-  snprintf(a->model_name, sizeof a->model_name, "%s", o->model_name);
-  snprintf(a->tenant, sizeof a->tenant, "%s", o->tenant ? o->tenant : BUS_DEFAULT_TENANT);
-  llb_status cst = api_cors_parse(o->cors_allowed_origins, o->cors_allowed_methods, o->cors_allowed_headers,
-                                  o->cors_allow_credentials, &a->cors);
-  if (cst != LLB_STATUS_OK) {
-    free(a);
-    return cst;
-  }
-  llb_status pst = api_parse_host_port(o->http_addr ? o->http_addr : "127.0.0.1:8000", a->http_host,
-                                       sizeof a->http_host, &a->http_port);
-  if (pst != LLB_STATUS_OK) {
-    free(a);
-    return pst;
-  }
-  /* health[] entries hold the actor name first: parse into a plain array, then copy */
-  char names[MAX_HEALTH_ACTORS][sizeof a->health[0].actor];
-  a->num_health = api_parse_name_list(o->health_actors ? o->health_actors : API_ACTOR_DEFAULT_HEALTH_ACTORS,
-                                      &names[0][0], sizeof names[0], MAX_HEALTH_ACTORS);
-  for (int i = 0; i < a->num_health; i++) memcpy(a->health[i].actor, names[i], sizeof names[i]);
-  if (getrandom(&a->id_salt, sizeof a->id_salt, 0) != (ssize_t)sizeof a->id_salt)
-    a->id_salt = (uint64_t)llb_wall_ns() ^ ((uint64_t)getpid() << 32);
-  pthread_mutex_init(&a->qmu, NULL);
-  pthread_mutex_init(&a->setup_mu, NULL);
-  pthread_cond_init(&a->setup_cv, NULL);
-  llb_arena_init(&a->arena, NULL, 0);
-  llb_status st = api_metrics_create(a->model_name, &a->metrics);
-  if (st != LLB_STATUS_OK) {
-    api_actor_destroy(a);
-    return st;
-  }
-  *out = a;
-  return LLB_STATUS_OK;
-}
-
-llb_status api_actor_start(struct api_actor *a, struct bus *bus) {
-  a->bus = bus;
-  a->base = bus_event_base(bus);
-  const char *prefix = bus_prefix(bus);
-  llb_status st = bus_subject_generate(prefix, a->tenant, a->generate_subject, sizeof a->generate_subject);
-  if (st == LLB_STATUS_OK) st = bus_subject_abort(prefix, a->tenant, a->abort_subject, sizeof a->abort_subject);
-  if (st == LLB_STATUS_OK &&
-      snprintf(a->tokenize_subject, sizeof a->tokenize_subject, "%s.tokenize.%s", prefix, a->tenant) >=
-          (int)sizeof a->tokenize_subject)
-    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: tokenize subject too long");
-  if (st == LLB_STATUS_OK) st = bus_new_inbox(bus, a->inbox, sizeof a->inbox);
-  if (st != LLB_STATUS_OK) return st;
-  st = run_on_loop(a, loop_setup);
-  if (st != LLB_STATUS_OK) return LLB_ERRF(st, "%s", a->setup_error);
-  a->started = true;
-  char subj[BUS_SUBJECT_MAX];
-  snprintf(subj, sizeof subj, "%s.*", a->inbox);
-  st = bus_subscribe(bus, subj, NULL, on_inbox, a, NULL);
-  if (st == LLB_STATUS_OK) {
-    snprintf(subj, sizeof subj, "%s.engine.*.stats", prefix);
-    st = bus_subscribe(bus, subj, NULL, api_on_stats, a, NULL);
-  }
-  if (st == LLB_STATUS_OK) {
-    snprintf(subj, sizeof subj, "%s.health.*.*", prefix);
-    st = bus_subscribe(bus, subj, NULL, api_on_heartbeat, a, NULL);
-  }
-  if (st != LLB_STATUS_OK) return st;
-  LLB_LOG_INFO("api_server_listening", "http=%s:%d model=%s generate=%s inbox=%s.*", a->http_host, a->bound_port,
-               a->model_name, a->generate_subject, a->inbox);
-  return LLB_STATUS_OK;
-}
-
-int api_actor_port(const struct api_actor *a) { return a ? a->bound_port : 0; }
-
-int64_t api_actor_inflight(const struct api_actor *a) { return a ? atomic_load(&a->inflight) : 0; }
-
-void api_actor_stop(struct api_actor *a) {
-  if (!a || !a->base || a->stopped || !a->http) return;
-  run_on_loop(a, loop_teardown);
-}
-
-void api_actor_destroy(struct api_actor *a) {
-  if (!a) return;
-  struct inbox_item *it = a->qhead;
-  while (it) {
-    struct inbox_item *next = it->next;
-    free(it);
-    it = next;
-  }
-  llb_arena_destroy(&a->arena);
-  llb_buf_free(&a->enc);
-  api_metrics_destroy(a->metrics);
-  pthread_mutex_destroy(&a->qmu);
-  pthread_mutex_destroy(&a->setup_mu);
-  pthread_cond_destroy(&a->setup_cv);
-  free(a);
-}

@@ -118,6 +118,13 @@ struct api_actor {
   int num_health;
 };
 
+/* actor.c's handlers that actor_setup.c installs: HTTP requests, the inbox (NATS delivery
+ * threads), the wake-up of the loop, and failing a call (teardown). */
+void api_on_request(struct evhttp_request *req, void *arg);
+void api_on_inbox(struct bus *bus, const struct bus_msg *msg, void *user);
+void api_on_wake(evutil_socket_t fd, short what, void *arg);
+void api_call_fail(struct api_call *c, const struct api_error *e);
+
 /* The seq table: subs by the sequence number in their reply subject (loop thread). */
 void api_table_add(struct api_actor *a, struct api_sub *s);
 void api_table_remove(struct api_actor *a, struct api_sub *s);
