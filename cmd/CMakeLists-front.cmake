@@ -4,6 +4,7 @@
 # binary links (it also needs cmd/serve.c + cmd/supervisor.c for `run`).
 
 add_library(llmbus_input_processor_actor STATIC ${CMAKE_SOURCE_DIR}/actors/input_processor/actor.c
+            ${CMAKE_SOURCE_DIR}/actors/input_processor/actor_setup.c
             ${CMAKE_SOURCE_DIR}/actors/input_processor/engine_router.c)
 target_include_directories(llmbus_input_processor_actor PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(llmbus_input_processor_actor PUBLIC llmbus_input_processor_core llmbus_bus
