@@ -452,14 +452,23 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
   (void)what;
   struct api_call *c = arg;
   uint64_t reconnects = bus_num_reconnects(c->a->bus);
+  const int64_t now = llb_now_ns();
   if (reconnects != c->reconnects) { /* its replies may be lost with the server's reply mappings */
     c->reconnects = reconnects;
+    c->reconnect_seen_ns = now;
+  }
+  /* Sent again once an input processor beat after the reconnect (it has subscribed again: a
+   * request published before that is dropped without a "no responders" across the accounts'
+   * service import), or API_RESEND_WAIT_INPUT_NS after it at the latest. */
+  if (c->reconnect_seen_ns && (atomic_load(&c->a->ip_beat_ns) > c->reconnect_seen_ns ||
+                               now - c->reconnect_seen_ns > API_RESEND_WAIT_INPUT_NS)) {
+    c->reconnect_seen_ns = 0;
     if (api_resend_after_reconnect(c->a, c) > 0 && c->timer) {
       struct timeval tv = {.tv_sec = c->a->o.first_output_timeout_s};
       evtimer_add(c->timer, &tv);
     }
   }
-  if (api_resend_after_op_restart(c->a, c, atomic_load(&c->a->op_restart_ns), llb_now_ns()) > 0 && c->timer) {
+  if (api_resend_after_op_restart(c->a, c, atomic_load(&c->a->op_restart_ns), now) > 0 && c->timer) {
     struct timeval tv = {.tv_sec = c->a->o.first_output_timeout_s};
     evtimer_add(c->timer, &tv);
   }

@@ -70,6 +70,7 @@ struct api_call {
   int64_t t_last_write_ns;          /* last chunk written to a stream (keep-alive comments) */
   int64_t gen_tokens;
   uint64_t reconnects;              /* bus_num_reconnects when its requests were (re)sent */
+  int64_t reconnect_seen_ns;        /* when a reconnect was seen whose resend waits, else 0 */
   struct event *timer;              /* first-output timeout */
   struct event *probe;              /* periodic check that the client is still there */
   struct api_call *prev, *next;     /* the actor's list */
@@ -127,6 +128,7 @@ struct api_actor {
   int64_t op_seen_ns[API_MAX_OP_SEEN];
   int num_op_keys;
   _Atomic int64_t op_restart_ns; /* llb_now_ns, 0 = none seen */
+  _Atomic int64_t ip_beat_ns;    /* llb_now_ns of the last input processor heartbeat, 0 = none */
 };
 
 /* actor.c's handlers that actor_setup.c installs: HTTP requests, the inbox (NATS delivery

@@ -178,6 +178,7 @@ void api_on_heartbeat(struct bus *bus, const struct bus_msg *msg, void *user) {
       if (strcmp(a->health[i].actor, hb.actor.data) == 0)
         atomic_store(hb.ready ? &a->health[i].last_ready_ns : &a->health[i].last_not_ready_ns, now);
     if (strcmp(hb.actor.data, "output_processor") == 0) note_output_processor(a, &hb, now);
+    else if (strcmp(hb.actor.data, "input_processor") == 0) atomic_store(&a->ip_beat_ns, now);
   }
   llb_arena_destroy(&arena);
 }

@@ -56,6 +56,9 @@ int api_resend_after_reconnect(struct api_actor *a, struct api_call *c);
  * Logs event=generate_resent reason=state_lost. */
 bool api_resend_state_lost(struct api_actor *a, struct api_call *c, struct api_sub *s);
 
+/* After a reconnect, the resend waits for an input processor's heartbeat at most this long. */
+#define API_RESEND_WAIT_INPUT_NS (10LL * 1000000000LL)
+
 /* How long after an output processor restart a sub that heard nothing since is sent again. */
 #define API_OP_RESTART_GRACE_NS (5LL * 1000000000LL)
 
