@@ -41,6 +41,7 @@
 
 #include <stdint.h>
 
+#include "actors/gpu_worker/ngram_proposer.h"
 #include "base/status.h"
 #include "model/forward.h"
 #include "model/gguf.h"
@@ -68,6 +69,9 @@ struct model_runner_config {
                                      (LLAMA_MATMUL_GGML, --numerics ggml); CUDA: unused */
   const char *packed_cache_dir;   /* CPU: the host's shared packed-weight cache (llama_forward_options);
                                      NULL/"" = private packing; CUDA: unused */
+  struct ngram_proposer_config spec; /* speculative decoding (--speculative-config, method ngram):
+                                     drafts proposed after each sample and verified when the
+                                     scheduler schedules them (runner_spec.c); all 0 = off; CPU only */
 };
 
 struct model_runner; /* opaque */
