@@ -77,9 +77,12 @@ static bool read_spec_counters(const char *url, double out[3]) {
   struct bench_target t;
   int status = 0;
   char *body = NULL;
-  if (bench_target_parse(url, &t) || bench_http_get(&t, "/metrics", 10.0, &status, &body) || status != 200) {
+  llb_status st = bench_target_parse(url, &t);
+  if (!st) st = bench_http_get(&t, "/metrics", 10.0, &status, &body);
+  if (st || status != 200) {
     free(body);
-    fprintf(stderr, "llmbus-bench serve: cannot read %s/metrics (status %d)\n", url, status);
+    fprintf(stderr, "llmbus-bench serve: cannot read %s/metrics (status %d): %s\n", url, status,
+            st ? llb_err_last() : "not 200");
     return false;
   }
   bool ok = true;
