@@ -116,7 +116,9 @@ const struct llama_config *model_runner_model_config(const struct model_runner *
 int32_t model_runner_num_reqs(const struct model_runner *r);
 
 /* Runs one step (see the head comment) and fills *out: version, step = so->step, req_ids of
- * the scheduled requests in batch order, num_sampled (0 or 1 each), sampled_token_ids,
+ * the scheduled requests in batch order, num_sampled (0 or 1 each; 1 + accepted drafts for a
+ * request with scheduled_spec_decode_tokens, runner_spec.c), sampled_token_ids, spec_token_ids /
+ * num_spec_tokens (the n-gram proposer's drafts for the next step, NULL when none),
  * pooler_output / num_pooled (NULL when no pooling request finished its prompt), and
  * logprobs when any sampled request asked for them (rows = sampled tokens; columns = the
  * sampled token then the top max-n of the batch, as vLLM pads to the largest request;
