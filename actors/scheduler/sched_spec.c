@@ -16,9 +16,10 @@ int32_t sched_spec_num_drafts(const struct scheduler *s, const struct sched_requ
   /* a plain decode of a request the worker holds, with nothing in flight */
   if (n != 1 || !r->on_worker || r->num_output_placeholders > 0 || r->num_computed_tokens + 1 != r->num_tokens)
     return 0;
-  /* outputs the worker cannot verify a draft for get none (it proposes none either) */
+  /* outputs the worker cannot verify a draft for get none (it proposes none either); logprobs
+   * are fine: each accepted token's row is scored at its position */
   if (sched_request_is_pooling(r) || r->structured_outputs.kind != LLB_SO_NONE ||
-      r->sampling_params.logprobs >= 0 || r->sampling_params.prompt_logprobs >= 0)
+      r->sampling_params.prompt_logprobs >= 0)
     return 0;
   int32_t d = min32(r->num_spec_tokens, s->cfg.num_speculative_tokens);
   /* every accepted draft is an output: no more than max_tokens and max_model_len allow */

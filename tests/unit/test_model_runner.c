@@ -659,6 +659,7 @@ static void test_drafts_verified_in_one_forward_give_the_tokens_of_plain_decodin
   assert_int_equal(model_runner_create(fx->m, &cfg, &r), LLB_STATUS_OK);
   struct sim_req q = make_req("spec", 7, 3, true), lp = make_req("lp", 5, 9, true);
   lp.params.logprobs = 2;
+  q.params.logprobs = 1; /* rows for its accepted tokens only, padded to the batch's top-2 */
   struct sim_step s;
   int32_t drafts_total = 0, accepted_total = 0;
   for (uint64_t step = 1; q.num_tokens - q.num_prompt < OUT; step++) {
@@ -678,6 +679,11 @@ static void test_drafts_verified_in_one_forward_give_the_tokens_of_plain_decodin
     assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_OK);
     assert_int_equal(out.num_reqs, 2);
     assert_int_equal(out.logprobs.num_tokens, out.num_sampled_token_ids); /* one row per sampled token */
+    for (int32_t row = 0; row < out.logprobs.num_tokens; row++) { /* column 0 is the sampled token */
+      assert_int_equal(out.logprobs.logprob_token_ids[row * out.logprobs.num_logprobs_per_token],
+                       out.sampled_token_ids[row]);
+      assert_int_equal(out.logprobs.sampled_token_ranks[row], 1); /* greedy: the argmax */
+    }
     int32_t off = 0;
     for (int32_t i = 0; i < out.num_reqs; i++) {
       struct sim_req *t = out.req_ids[i].data[0] == 's' ? &q : &lp;
