@@ -209,6 +209,32 @@ static void test_drafts_count_against_the_token_budget(void **state) {
   h_fini(&h);
 }
 
+static void test_preemption_and_chunked_prefill_with_drafts_keep_the_tokens(void **state) {
+  (void)state;
+  struct sched_config c;
+  config(&c);
+  c.num_blocks = 12;             /* two requests of 10 + 30 tokens need 20 blocks: preemption */
+  c.max_num_batched_tokens = 7;  /* 10-token prompts are chunked */
+  struct harness h;
+  h_init(&h, &c);
+  struct spec_run sr = {.wrong_every = 4};
+  h_add(&h, "r0", 10, 30, 0, 1.0);
+  h_add(&h, "r1", 10, 30, 0, 2.0);
+  run(&h, &sr);
+  for (int k = 0; k < 2; k++) {
+    char id[16];
+    snprintf(id, sizeof id, "r%d", k);
+    assert_int_equal(sr.ntoks[k], 30);
+    for (int32_t j = 0; j < 30; j++) assert_int_equal(sr.toks[k][j], h_token(&h, id, j));
+  }
+  struct sched_stats st;
+  sched_get_stats(h.s, &st);
+  assert_true(st.num_preemptions > 0);
+  assert_true(st.spec_num_accepted_tokens > 0);
+  assert_all_blocks_free(&h);
+  h_fini(&h);
+}
+
 static void test_forged_drafts_are_dropped_and_too_many_tokens_fail_the_step(void **state) {
   (void)state;
   struct sched_config c;
@@ -253,6 +279,7 @@ int main(void) {
       cmocka_unit_test(test_all_correct_drafts_give_k_plus_one_tokens_per_step),
       cmocka_unit_test(test_eos_inside_accepted_drafts_stops_there),
       cmocka_unit_test(test_drafts_count_against_the_token_budget),
+      cmocka_unit_test(test_preemption_and_chunked_prefill_with_drafts_keep_the_tokens),
       cmocka_unit_test(test_forged_drafts_are_dropped_and_too_many_tokens_fail_the_step),
       cmocka_unit_test(test_async_scheduling_with_drafts_is_refused),
   };
