@@ -6,4 +6,4 @@ target_link_libraries(llmbus_gpu_worker_actor PUBLIC llmbus_gpu_worker llmbus_bu
                       llmbus_model llmbus_base)
 
 add_executable(llmbus-gpu-worker ${CMAKE_CURRENT_LIST_DIR}/gpu_worker_main.c)
-target_link_libraries(llmbus-gpu-worker PRIVATE llmbus_gpu_worker_actor llmbus_actor_main)
+target_link_libraries(llmbus-gpu-worker PRIVATE llmbus_gpu_worker_actor llmbus_actor_main llmbus_spec_config)

@@ -193,6 +193,11 @@ double bench_tree_cpu_seconds(pid_t root);
 /* The 1-minute load average of /proc/loadavg (how busy the machine was), -1 if unreadable. */
 double bench_loadavg(void);
 
+/* The value of the unlabelled sample `name` (e.g. "llmbus:spec_decode_num_drafts_total") in
+ * Prometheus text exposition `text`, summed over its label sets when it has labels; false
+ * when absent. */
+bool bench_prom_value(const char *text, const char *name, double *out);
+
 /* --- `vllm bench serve` flags ------------------------------------------------------- */
 
 /* Our spelling of a `vllm bench serve` flag that means the same (--dataset-name → --dataset,

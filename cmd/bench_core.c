@@ -315,3 +315,20 @@ char *bench_request_body(const char *endpoint, const struct bench_request_spec *
   json_decref(b);
   return out;
 }
+
+bool bench_prom_value(const char *text, const char *name, double *out) {
+  const size_t len = strlen(name);
+  bool found = false;
+  *out = 0.0;
+  for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+    if (strncmp(p, name, len) != 0 || (p[len] != ' ' && p[len] != '{')) continue;
+    const char *v = p[len] == '{' ? strchr(p + len, '}') : p + len;
+    if (!v) continue;
+    char *end;
+    double x = strtod(v + 1, &end);
+    if (end == v + 1) continue;
+    *out += x;
+    found = true;
+  }
+  return found;
+}

@@ -139,11 +139,12 @@ static ssize_t body_read(struct body_reader *b, char *buf, size_t cap, llb_statu
     if (b->h->chunked && b->ch.done) return 0;
     if (!b->h->chunked && b->h->content_length >= 0 && b->consumed >= b->h->content_length) return 0;
     size_t n;
-    if (b->first) {
-      b->first = false;
+    if (b->first) { /* the body bytes read with the head, over as many calls as cap needs */
       n = b->h->len - b->h->body_at;
       if (n > cap) n = cap;
       memcpy(buf, b->h->buf + b->h->body_at, n);
+      b->h->body_at += n;
+      b->first = b->h->body_at < b->h->len;
       if (n == 0) continue;
     } else {
       ssize_t r = recv(b->fd, buf, cap, 0);

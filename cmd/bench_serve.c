@@ -43,6 +43,7 @@ struct serve_opts {
   char *response_format;           /* the "response_format" object sent (JSON text), or NULL */
   /* vLLM spellings: --host/--port (when no --base-url), --backend, --save-result */
   const char *host, *port, *backend, *result_dir;
+  const char *spec_metrics_url; /* --spec-metrics-url: the scheduler's metrics port */
   bool save_result, endpoint_given;
   int32_t random_prefix_len; /* --random-prefix-len: the random dataset's shared prefix */
   char base_url_buf[300], result_path[4096];
@@ -63,7 +64,33 @@ struct run {
   struct bench_mem mem_last, mem_peak;
   int64_t t_start;
   double load_start, load_end; /* 1-minute load average before and after the run */
+  bool have_spec;               /* spec_* read before and after the run */
+  double spec_before[3], spec_after[3]; /* drafts, draft tokens, accepted tokens */
 };
+
+static const char *const spec_series[3] = {"llmbus:spec_decode_num_drafts_total",
+                                           "llmbus:spec_decode_num_draft_tokens_total",
+                                           "llmbus:spec_decode_num_accepted_tokens_total"};
+
+/* The scheduler's speculative-decoding counters (--spec-metrics-url); false when unreadable. */
+static bool read_spec_counters(const char *url, double out[3]) {
+  struct bench_target t;
+  int status = 0;
+  char *body = NULL;
+  llb_status st = bench_target_parse(url, &t);
+  if (!st) st = bench_http_get(&t, "/metrics", 10.0, &status, &body);
+  if (st || status != 200) {
+    free(body);
+    fprintf(stderr, "llmbus-bench serve: cannot read %s/metrics (status %d): %s\n", url, status,
+            st ? llb_err_last() : "not 200");
+    return false;
+  }
+  bool ok = true;
+  for (int k = 0; k < 3; k++) ok &= bench_prom_value(body, spec_series[k], &out[k]);
+  free(body);
+  if (!ok) fprintf(stderr, "llmbus-bench serve: %s/metrics has no llmbus:spec_decode_* counters\n", url);
+  return ok;
+}
 
 static void serve_usage(FILE *f) {
   fprintf(f,
@@ -100,6 +127,9 @@ static void serve_usage(FILE *f) {
           "  --json                  print the result as one JSON object instead of the table\n"
           "  --result-file FILE      also write the JSON result there\n"
           "  --label TEXT            a name for this run in the output\n"
+          "  --spec-metrics-url URL  the engine scheduler's metrics port (llmbus serve --metrics-port\n"
+          "                          BASE: BASE+2): reports the speculative-decoding draft acceptance\n"
+          "                          rate and mean acceptance length of the run\n"
           "  --api-key KEY           sent as `Authorization: Bearer KEY` (default $OPENAI_API_KEY)\n"
           "vLLM's `vllm bench serve` spellings work too: --host H --port P (when no --base-url),\n"
           "--backend vllm|openai|openai-chat, --model NAME (a GGUF file path: the tokenizer),\n"
@@ -211,6 +241,7 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
     else if (!strcmp(a, "--dataset-path")) o->dataset_path = v;
     else if (!strcmp(a, "--result-file")) o->result_file = v;
     else if (!strcmp(a, "--label")) o->label = v;
+    else if (!strcmp(a, "--spec-metrics-url")) o->spec_metrics_url = v;
     else if (!strcmp(a, "--api-key")) o->api_key = v;
     else if (!strcmp(a, "--response-format")) o->response_format_arg = v;
     else if (!strcmp(a, "--num-prompts")) ok = num_arg(v, 1, 1e7, &d), o->num_prompts = (int64_t)d;
@@ -470,6 +501,15 @@ static json_t *result_json(const struct run *r, const struct summary *s) {
   struct stat sb;
   if (o->model_path && stat(o->model_path, &sb) == 0)
     json_object_set_new(j, "model_file_mib", json_real((double)sb.st_size / MIB));
+  if (r->have_spec) {
+    const double d = r->spec_after[0] - r->spec_before[0], dt = r->spec_after[1] - r->spec_before[1];
+    const double a = r->spec_after[2] - r->spec_before[2];
+    json_object_set_new(j, "spec_decode_num_drafts", json_real(d));
+    json_object_set_new(j, "spec_decode_num_draft_tokens", json_real(dt));
+    json_object_set_new(j, "spec_decode_num_accepted_tokens", json_real(a));
+    json_object_set_new(j, "spec_decode_acceptance_rate", dt > 0 ? json_real(a / dt) : json_null());
+    json_object_set_new(j, "spec_decode_mean_acceptance_length", d > 0 ? json_real(1.0 + a / d) : json_null());
+  }
   return j;
 }
 
@@ -506,6 +546,15 @@ static void print_table(const struct run *r, const struct summary *s) {
     printf("%-40s %.2f\n", k, rows[i].d->median);
     snprintf(k, sizeof k, "P99 %s (ms):", rows[i].name);
     printf("%-40s %.2f\n", k, rows[i].d->p99);
+  }
+  if (r->have_spec) { /* vLLM's SpecDecoding metrics over the run */
+    const double d = r->spec_after[0] - r->spec_before[0], dt = r->spec_after[1] - r->spec_before[1];
+    const double a = r->spec_after[2] - r->spec_before[2];
+    printf("%s\n", "--------------Speculative decoding---------------");
+    printf("%-40s %.0f\n", "Draft tokens verified:", dt);
+    printf("%-40s %.0f\n", "Draft tokens accepted:", a);
+    printf("%-40s %.1f\n", "Draft acceptance rate (%):", dt > 0 ? 100.0 * a / dt : 0.0);
+    printf("%-40s %.2f\n", "Mean acceptance length:", d > 0 ? 1.0 + a / d : 0.0);
   }
   if (r->mem_peak.num_procs > 0) {
     printf("%s\n", "-----------Server resident memory (/proc)----------");
@@ -553,6 +602,7 @@ static int run_benchmark(struct run *r) {
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, THREAD_STACK);
   pthread_t monitor;
+  r->have_spec = o->spec_metrics_url && read_spec_counters(o->spec_metrics_url, r->spec_before);
   r->load_start = bench_loadavg();
   r->t_start = llb_now_ns();
   bool have_monitor = pthread_create(&monitor, NULL, monitor_thread, r) == 0;
@@ -579,6 +629,7 @@ static int run_benchmark(struct run *r) {
     if (started[i]) pthread_join(threads[i], NULL);
   int64_t t_end = llb_now_ns();
   r->load_end = bench_loadavg();
+  if (r->have_spec) r->have_spec = read_spec_counters(o->spec_metrics_url, r->spec_after);
   atomic_store(&r->finished, true);
   if (have_monitor) pthread_join(monitor, NULL);
   if (o->memory) sample_memory(r);

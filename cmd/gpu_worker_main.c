@@ -14,12 +14,15 @@
 
 #include "actors/gpu_worker/actor.h"
 #include "cmd/actor_main.h"
+#include "cmd/spec_config.h"
 
 struct worker_main {
   int32_t num_blocks, block_size, max_num_batched_tokens, threads;
   const char *device;
   const char *numerics;
   const char *packed_cache_dir;
+  const char *speculative_config; /* JSON, "" = off */
+  struct ngram_proposer_config spec;
   double gpu_memory_utilization;
   enum model_runner_device dev;
   enum llama_matmul_mode matmul;
@@ -41,6 +44,8 @@ static llb_status worker_main_configure(struct actor_main *am, void *user) {
     m->matmul = LLAMA_MATMUL_GGML;
   else
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--numerics %s: one of packed, ggml", m->numerics);
+  llb_status sst = spec_config_parse(m->speculative_config, &m->spec);
+  if (sst) return sst;
   if (!(m->gpu_memory_utilization > 0.0 && m->gpu_memory_utilization <= 1.0))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--gpu-memory-utilization %g: in (0, 1]", m->gpu_memory_utilization);
   const int32_t min_blocks = m->dev == MODEL_RUNNER_DEVICE_CUDA ? 0 : 1;
@@ -59,7 +64,7 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
       .num_blocks = m->num_blocks, .block_size = m->block_size,
       .max_num_batched_tokens = m->max_num_batched_tokens, .num_threads = m->threads,
       .device = m->dev, .gpu_memory_utilization = (float)m->gpu_memory_utilization, .matmul = m->matmul,
-      .packed_cache_dir = m->packed_cache_dir};
+      .packed_cache_dir = m->packed_cache_dir, .spec = m->spec};
   llb_status st = gpu_worker_actor_create(&o, &m->actor);
   if (st) return st;
   if (am->metrics && (st = gpu_worker_actor_register_metrics(m->actor, am->metrics))) return st;
@@ -78,7 +83,7 @@ static void worker_main_destroy(struct actor_main *am, void *user) {
 int main(int argc, char **argv) {
   const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   struct worker_main m = {.num_blocks = 1024, .block_size = 16, .max_num_batched_tokens = 512,
-                          .threads = ncpu > 0 ? (int32_t)ncpu : 1, .device = "cpu", .numerics = "packed", .packed_cache_dir = "",
+                          .threads = ncpu > 0 ? (int32_t)ncpu : 1, .device = "cpu", .numerics = "packed", .packed_cache_dir = "", .speculative_config = "",
                           .gpu_memory_utilization = 0.9};
   const struct actor_flag flags[] = {
       {"num-blocks", ACTOR_FLAG_KIND_INT32, &m.num_blocks, "KV cache blocks (same as kv_manager and scheduler)",
@@ -97,6 +102,10 @@ int main(int argc, char **argv) {
       {"packed-cache-dir", ACTOR_FLAG_KIND_STRING, &m.packed_cache_dir,
        "cpu: directory of the host's shared packed-weight cache (the first worker packs and writes it, "
        "the others and a restarted worker map it; \"\" = private packing)", NULL},
+      {"speculative-config", ACTOR_FLAG_KIND_STRING, &m.speculative_config,
+       "speculative decoding, vLLM's JSON: {\"method\":\"ngram\",\"num_speculative_tokens\":K,"
+       "\"prompt_lookup_max\":N,\"prompt_lookup_min\":M}: n-gram drafts proposed after each sample (cpu only)",
+       NULL},
   };
   const struct actor_main_spec spec = {
       .actor = "gpu_worker",

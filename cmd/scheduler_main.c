@@ -7,6 +7,7 @@
 #include "actors/scheduler/actor.h"
 #include "base/log.h"
 #include "cmd/actor_main.h"
+#include "cmd/spec_config.h"
 #include "model/config.h"
 #include "model/gguf.h"
 
@@ -19,6 +20,7 @@ struct sched_main {
   const char *policy;
   bool no_prefix_caching;
   bool no_async_scheduling;
+  const char *speculative_config; /* JSON, "" = off */
   bool blocks_from_worker; /* --num-blocks 0 */
   struct scheduler_actor *actor;
 };
@@ -62,6 +64,15 @@ static llb_status sched_configure(struct actor_main *am, void *user) {
   else return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--policy '%s': expected fcfs|priority", m->policy);
   c->enable_prefix_caching = !m->no_prefix_caching;
   c->async_scheduling = !m->no_async_scheduling;
+  struct ngram_proposer_config spec;
+  llb_status sst = spec_config_parse(m->speculative_config, &spec);
+  if (sst) return sst;
+  c->num_speculative_tokens = spec.num_speculative_tokens;
+  if (spec.num_speculative_tokens > 0 && c->async_scheduling) { /* drafts come with the previous output */
+    c->async_scheduling = false;
+    LLB_LOG_INFO("async_scheduling_off", "reason=\"speculative decoding schedules the drafts of each step's "
+                 "output\" num_speculative_tokens=%d", spec.num_speculative_tokens);
+  }
   llb_status rst = resolve_from_model(am->common.model_path, m, c);
   if (rst) return rst;
   c->num_lookahead_tokens = c->block_size;
@@ -151,7 +162,7 @@ static void sched_destroy_hook(struct actor_main *am, void *user) {
 }
 
 int main(int argc, char **argv) {
-  struct sched_main m = {.policy = "fcfs"};
+  struct sched_main m = {.policy = "fcfs", .speculative_config = ""};
   scheduler_actor_config_init(&m.cfg);
   struct sched_config *c = &m.cfg.sched;
   c->num_blocks = 1024;
@@ -177,6 +188,10 @@ int main(int argc, char **argv) {
       {"policy", ACTOR_FLAG_KIND_STRING, &m.policy, "fcfs|priority", NULL},
       {"no-prefix-caching", ACTOR_FLAG_KIND_BOOL, &m.no_prefix_caching,
        "never look up the prefix cache", NULL},
+      {"speculative-config", ACTOR_FLAG_KIND_STRING, &m.speculative_config,
+       "speculative decoding, vLLM's JSON: {\"method\":\"ngram\",\"num_speculative_tokens\":K,"
+       "\"prompt_lookup_max\":N,\"prompt_lookup_min\":M} (the same on the worker; turns async scheduling off)",
+       NULL},
       {"no-async-scheduling", ACTOR_FLAG_KIND_BOOL, &m.no_async_scheduling,
        "synchronous steps: apply step N's output before sending step N+1", NULL},
       {"encoder-cache-size", ACTOR_FLAG_KIND_INT32, &c->encoder_cache_size,

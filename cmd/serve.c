@@ -52,6 +52,9 @@ static const struct {
     {"max-model-len", true, A_SCHED | A_IN, "context length limit (prompt + output)"},
     {"policy", true, A_SCHED, "fcfs | priority"},
     {"no-prefix-caching", false, A_KV | A_SCHED, "disable the prefix cache"},
+    {"speculative-config", true, A_SCHED | A_WORKER,
+     "speculative decoding, vLLM's JSON {\"method\":\"ngram\",\"num_speculative_tokens\":K,...}: n-gram drafts "
+     "verified in one forward (turns async scheduling off; cpu worker)"},
     {"no-async-scheduling", false, A_SCHED,
      "apply each step's output before planning the next (no step ahead on the worker)"},
     {"encoder-cache-size", true, A_SCHED | A_ENC,

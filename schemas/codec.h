@@ -148,6 +148,8 @@ enum llb_pooling_type {
 
 /* Most floats one pooled vector may have on the wire (hidden sizes are far below). */
 #define LLB_MAX_POOLED_DIMS 65536
+/* Draft tokens per request and step at most (speculative decoding: num_speculative_tokens). */
+#define LLB_MAX_SPEC_TOKENS 64
 
 /* vLLM PoolingParams. Zero value = not pooling; set normalize = true for vLLM's default.
  * The codec checks the type's range and 0 <= dimensions <= LLB_MAX_POOLED_DIMS. */

@@ -70,7 +70,15 @@ static fb::Offset<void> build_scheduler_output(Enc &e, const llb_scheduler_outpu
       [](Enc &e, const llb_scheduled_tokens &s) {
         auto id = e.str(s.req_id, "req_id", true);
         auto tp = e.str(s.traceparent, "traceparent");
-        return e.ok() ? llmbus::CreateScheduledTokens(e.b, id, s.num_tokens, tp)
+        if (e.ok() && (s.num_spec_token_ids < 0 || s.num_spec_token_ids > LLB_MAX_SPEC_TOKENS ||
+                       (s.num_spec_token_ids > 0 && s.num_spec_token_ids >= s.num_tokens)))
+          e.fail(LLB_STATUS_INVALID_ARGUMENT, "scheduled_spec_decode_tokens",
+                 "%d drafts in %d tokens (at most %d, fewer than num_tokens)", s.num_spec_token_ids,
+                 s.num_tokens, LLB_MAX_SPEC_TOKENS);
+        auto spec = s.num_spec_token_ids > 0
+                        ? e.vec(s.spec_token_ids, s.num_spec_token_ids, "scheduled_spec_decode_tokens")
+                        : 0;
+        return e.ok() ? llmbus::CreateScheduledTokens(e.b, id, s.num_tokens, tp, spec)
                       : fb::Offset<llmbus::ScheduledTokens>(0);
       });
   auto enc_inputs = e.tables<llmbus::ScheduledEncoderInput>(
@@ -191,8 +199,17 @@ static bool read_scheduler_output(Dec &d, const llmbus::SchedulerOutput &t,
                  if (o.num_tokens < 0)
                    return d.fail(LLB_STATUS_MALFORMED, "num_tokens", "negative (%d)",
                                  o.num_tokens);
-                 return d.str(s.req_id(), &o.req_id, "req_id", true) &&
-                        d.str(s.traceparent(), &o.traceparent, "traceparent");
+                 if (!(d.str(s.req_id(), &o.req_id, "req_id", true) &&
+                       d.str(s.traceparent(), &o.traceparent, "traceparent") &&
+                       d.vec(s.scheduled_spec_decode_tokens(), &o.spec_token_ids,
+                             &o.num_spec_token_ids, "scheduled_spec_decode_tokens")))
+                   return false;
+                 if (o.num_spec_token_ids > LLB_MAX_SPEC_TOKENS ||
+                     (o.num_spec_token_ids > 0 && o.num_spec_token_ids >= o.num_tokens))
+                   return d.fail(LLB_STATUS_MALFORMED, "scheduled_spec_decode_tokens",
+                                 "%d drafts in %d tokens (at most %d, fewer than num_tokens)",
+                                 o.num_spec_token_ids, o.num_tokens, LLB_MAX_SPEC_TOKENS);
+                 return true;
                }) &&
       d.tables(t.scheduled_encoder_inputs(), &m.scheduled_encoder_inputs,
                &m.num_scheduled_encoder_inputs, "scheduled_encoder_inputs",
@@ -422,10 +439,27 @@ static fb::Offset<void> build_model_runner_output(Enc &e, const llb_model_runner
   auto plp_lists = enc_logprobs(e, m.prompt_logprobs, "prompt_logprobs");
   auto plp_counts = plp ? e.vec(m.num_prompt_logprobs, m.num_reqs, "num_prompt_logprobs") : 0;
   auto plp_start = plp ? e.vec(m.prompt_logprobs_start, m.num_reqs, "prompt_logprobs_start") : 0;
+  fb::Offset<fb::Vector<int32_t>> spec = 0, spec_counts = 0;
+  if (e.ok() && m.num_spec_tokens) {
+    int32_t spec_sum = 0;
+    for (int32_t i = 0; i < m.num_reqs && e.ok(); i++)
+      if (m.num_spec_tokens[i] < 0 || m.num_spec_tokens[i] > LLB_MAX_SPEC_TOKENS)
+        e.fail(LLB_STATUS_INVALID_ARGUMENT, "num_spec_tokens", "[%d] = %d, not in [0, %d]", i,
+               m.num_spec_tokens[i], LLB_MAX_SPEC_TOKENS);
+    if (e.ok() && sum_counts(e, m.num_spec_tokens, m.num_reqs, "num_spec_tokens", &spec_sum) &&
+        spec_sum != m.num_spec_token_ids)
+      e.fail(LLB_STATUS_INVALID_ARGUMENT, "num_spec_token_ids", "%d, but num_spec_tokens sum to %d",
+             m.num_spec_token_ids, spec_sum);
+    spec = e.vec(m.spec_token_ids, m.num_spec_token_ids, "spec_token_ids");
+    spec_counts = e.vec(m.num_spec_tokens, m.num_reqs, "num_spec_tokens");
+  } else if (m.num_spec_token_ids != 0) {
+    e.fail(LLB_STATUS_INVALID_ARGUMENT, "num_spec_tokens", "missing for %d drafts", m.num_spec_token_ids);
+  }
   if (!e.ok())
     return 0;
   return llmbus::CreateModelRunnerOutput(e.b, LLB_SCHEMA_VERSION, m.step, ids, tok, counts, lp,
-                                         err, failed, pout, pcounts, plp_lists, plp_counts, plp_start)
+                                         err, failed, pout, pcounts, plp_lists, plp_counts, plp_start,
+                                         spec, spec_counts)
       .Union();
 }
 
@@ -460,6 +494,24 @@ static bool read_model_runner_output(Dec &d, const llmbus::ModelRunnerOutput &t,
   } else if (t.pooler_output() && t.pooler_output()->size() > 0) {
     return d.fail(LLB_STATUS_MALFORMED, "num_pooled", "missing for %u floats",
                   t.pooler_output()->size());
+  }
+  if (t.num_spec_tokens()) {
+    if (!check_len(d, t.num_spec_tokens()->size(), m.num_reqs, "num_spec_tokens", "num_reqs") ||
+        !d.vec(t.num_spec_tokens(), &m.num_spec_tokens, &n, "num_spec_tokens") ||
+        !d.vec(t.spec_token_ids(), &m.spec_token_ids, &m.num_spec_token_ids, "spec_token_ids"))
+      return false;
+    for (int32_t i = 0; i < m.num_reqs; i++)
+      if (m.num_spec_tokens[i] < 0 || m.num_spec_tokens[i] > LLB_MAX_SPEC_TOKENS)
+        return d.fail(LLB_STATUS_MALFORMED, "num_spec_tokens", "[%d] = %d, not in [0, %d]", i,
+                      m.num_spec_tokens[i], LLB_MAX_SPEC_TOKENS);
+    if (!sum_counts(d, m.num_spec_tokens, m.num_reqs, "num_spec_tokens", &sum))
+      return false;
+    if (sum != m.num_spec_token_ids)
+      return d.fail(LLB_STATUS_MALFORMED, "num_spec_tokens", "sum %d, spec_token_ids has %d", sum,
+                    m.num_spec_token_ids);
+  } else if (t.spec_token_ids() && t.spec_token_ids()->size() > 0) {
+    return d.fail(LLB_STATUS_MALFORMED, "num_spec_tokens", "missing for %u drafts",
+                  t.spec_token_ids()->size());
   }
   if (!dec_logprobs(d, t.logprobs(), &m.logprobs, "logprobs") ||
       !dec_error(d, t.error(), &m.error, "error") ||

@@ -29,6 +29,11 @@ struct llb_model_runner_output {
   struct llb_logprobs_lists prompt_logprobs;
   const int32_t *num_prompt_logprobs;   /* [num_reqs] rows of each request */
   const int32_t *prompt_logprobs_start; /* [num_reqs] prompt index of each request's first row */
+  /* vLLM spec_token_ids (speculative decoding): the proposer's drafts for each request's next
+   * step, request i's after 0..i-1; num_spec_tokens NULL = none at all */
+  const int32_t *spec_token_ids;        /* [num_spec_token_ids] */
+  int32_t num_spec_token_ids;           /* = sum of num_spec_tokens (checked) */
+  const int32_t *num_spec_tokens;       /* [num_reqs], each in [0, LLB_MAX_SPEC_TOKENS] */
 };
 
 llb_status llb_model_runner_output_encode(const struct llb_model_runner_output *m, uint8_t *buf,

@@ -47,6 +47,10 @@ struct llb_scheduled_tokens {
   struct llb_str req_id; /* required */
   int32_t num_tokens;    /* >= 0 */
   struct llb_str traceparent; /* the request's step span, "" = not traced */
+  /* vLLM scheduled_spec_decode_tokens: drafts verified this step, the last
+   * num_spec_token_ids of num_tokens (<= num_tokens - 1); NULL/0 = none */
+  const int32_t *spec_token_ids;
+  int32_t num_spec_token_ids;
 };
 
 struct llb_scheduled_encoder_input {

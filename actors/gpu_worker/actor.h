@@ -32,6 +32,7 @@ struct gpu_worker_actor_options {
   float gpu_memory_utilization;   /* cuda: (0, 1], 0 = 0.9 (model_runner_config) */
   enum llama_matmul_mode matmul;  /* cpu: packed (default) or ggml numerics (model_runner_config) */
   const char *packed_cache_dir;   /* cpu: shared packed-weight cache directory (model/forward.h); NULL/"" = off */
+  struct ngram_proposer_config spec; /* speculative decoding (--speculative-config); all 0 = off */
 };
 
 /* Counters since start (monotonic). */

@@ -98,6 +98,10 @@ llb_status model_runner_create(const struct llama_model *m, const struct model_r
                     "(0 = default, else (0, 1])",
                     cfg->num_blocks, cfg->block_size, cfg->max_num_batched_tokens, cfg->num_threads,
                     (double)cfg->gpu_memory_utilization);
+  llb_status cst = ngram_proposer_config_check(&cfg->spec);
+  if (cst) return cst;
+  if (cuda && cfg->spec.num_speculative_tokens > 0) /* device logits hold one row per sequence */
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "speculative decoding (--speculative-config) runs on --device cpu only");
   struct model_runner *r = calloc(1, sizeof(*r));
   if (!r) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "model runner allocation");
   r->cfg = *cfg;
@@ -145,6 +149,9 @@ void model_runner_destroy(struct model_runner *r) {
   free(r->embeds_mask);
   pooler_step_free(&r->pool);
   free(r->out_num_pooled);
+  free(r->logits_used);
+  free(r->out_num_spec);
+  free(r->out_spec_ids);
   runner_backend_destroy(&r->be);
   free(r);
 }
@@ -197,6 +204,8 @@ bool mr_reserve_step(struct model_runner *r, int32_t n) {
   GROW(r->lp_ranks, cap);
   GROW(r->so_row_of_logits, cap);
   GROW(r->out_num_pooled, cap);
+  GROW(r->logits_used, cap);
+  GROW(r->out_num_spec, cap);
 #undef GROW
   r->step_cap = cap;
   return true;
@@ -343,10 +352,22 @@ static llb_status gather_mm(struct model_runner *r, const struct mr_request *q, 
 }
 
 static llb_status prepare_inputs(struct model_runner *r, const struct llb_scheduler_output *so, int32_t *num_seqs) {
-  for (int32_t i = 0; i < r->num_rows; i++) r->row_sched[i] = 0;
-  for (int32_t k = 0; k < so->num_scheduled_reqs; k++)
-    if (so->num_scheduled_tokens[k].num_tokens > 0)
-      r->row_sched[mr_find_row(r, so->num_scheduled_tokens[k].req_id)] = so->num_scheduled_tokens[k].num_tokens;
+  for (int32_t i = 0; i < r->num_rows; i++) r->row_sched[i] = r->rows[i]->num_spec = 0;
+  int32_t num_drafts = 0;
+  for (int32_t k = 0; k < so->num_scheduled_reqs; k++) {
+    const struct llb_scheduled_tokens *t = &so->num_scheduled_tokens[k];
+    if (t->num_tokens <= 0) continue;
+    const int32_t row = mr_find_row(r, t->req_id);
+    r->row_sched[row] = t->num_tokens;
+    struct mr_request *q = r->rows[row]; /* drafts (checked in phase 1): room after the outputs */
+    if (t->num_spec_token_ids > 0) {
+      if (!mr_grow((void **)&q->token_ids, &q->token_cap, q->num_tokens + t->num_spec_token_ids + 1, sizeof(int32_t)))
+        return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
+      memcpy(q->spec_ids, t->spec_token_ids, (size_t)t->num_spec_token_ids * sizeof(int32_t));
+      q->num_spec = t->num_spec_token_ids;
+      num_drafts += q->num_spec;
+    }
+  }
   int32_t ns = 0, max_blocks = 1;
   for (int32_t i = 0; i < r->num_rows; i++)
     if (r->row_sched[i] > 0) {
@@ -354,7 +375,7 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
       if (r->rows[i]->num_block_ids > max_blocks) max_blocks = r->rows[i]->num_block_ids;
     }
   if (!mr_grow((void **)&r->block_tables, &r->block_tables_cap, (int64_t)ns * max_blocks, sizeof(int32_t)) ||
-      !mr_grow((void **)&r->logits, &r->logits_cap, (int64_t)ns * r->vocab_size, sizeof(float)))
+      !mr_grow((void **)&r->logits, &r->logits_cap, (int64_t)(ns + num_drafts) * r->vocab_size, sizeof(float)))
     return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "batch of %d requests", ns);
   const int32_t bs = r->cfg.block_size;
   int32_t s = 0, n = 0, nl = 0;
@@ -369,7 +390,7 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
     const int32_t start = q->num_computed_tokens;
     for (int32_t t = 0; t < len; t++) {
       const int32_t pos = start + t;
-      r->token_ids[n + t] = q->token_ids[pos];
+      r->token_ids[n + t] = pos < q->num_tokens ? q->token_ids[pos] : q->spec_ids[pos - q->num_tokens];
       r->positions[n + t] = pos;
       r->slot_mapping[n + t] = (int64_t)q->block_ids[pos / bs] * bs + pos % bs;
     }
@@ -389,9 +410,11 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
     if (pooler_req_active(&r->rows[i]->pool)) { /* pools its prompt, samples nothing */
       if (pooler_step_add_chunk(&r->pool, &r->rows[i]->pool, start, len, (int32_t)q->num_prompt_tokens, n - len))
         return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "%s", llb_err_last());
-    } else if (start + len == q->num_tokens) { /* reaches the end: sample; else a partial prefill */
-      r->logits_indices[nl] = n - 1;
-      r->logits_rows[nl++] = i;
+    } else if (start + len == q->num_tokens + q->num_spec) { /* reaches the end: sample; else a partial prefill */
+      for (int32_t j = q->num_spec; j >= 0; j--) { /* a draft's row is verified, then the bonus */
+        r->logits_indices[nl] = n - 1 - j;
+        r->logits_rows[nl++] = i;
+      }
     }
     s++;
   }
@@ -458,14 +481,28 @@ static llb_status forward_with_masks(struct model_runner *r) {
 /* Samples every logits row into r->results; a copy of the params asks for the batch's
  * largest top-n so that all logprob rows have the same width (vLLM max_num_logprobs). */
 static llb_status sample_all(struct model_runner *r, int32_t max_n) {
-  for (int32_t l = 0; l < r->num_sample_logits; l++) {
-    const struct mr_request *q = r->rows[r->logits_rows[l]];
+  for (int32_t l = 0, rows = 1; l < r->num_sample_logits; l += rows) {
+    struct mr_request *q = r->rows[r->logits_rows[l]];
     const struct llb_sampling_params *p = &q->sampling_params;
     struct llb_sampling_params wide;
     if (max_n >= 0 && p->logprobs != max_n) {
       wide = *p;
       wide.logprobs = max_n;
       p = &wide;
+    }
+    rows = 1;
+    r->logits_used[l] = 1;
+    if (q->num_spec > 0) { /* drafts: rejection sampling over its rows (runner_spec.c) */
+      llb_status st = mr_spec_sample(r, q, p, l, &rows);
+      if (st) return st;
+      for (int32_t j = 0; max_n >= 0 && j < rows; j++) {
+        const float *row = r->logits + (int64_t)(l + j) * r->vocab_size;
+        const float v = row[r->results[l + j].token_id];
+        int32_t rank = 0;
+        for (int32_t t = 0; t < r->vocab_size; t++) rank += row[t] >= v;
+        r->lp_ranks[l + j] = rank;
+      }
+      continue;
     }
     float *row = r->logits + (int64_t)l * r->vocab_size;
     if (r->so_row_of_logits[l] >= 0) /* the grammar first, as vLLM: before bias, penalties, logprobs */
@@ -490,20 +527,24 @@ static llb_status sample_all(struct model_runner *r, int32_t max_n) {
 }
 
 static llb_status fill_logprobs(struct model_runner *r, int32_t max_n, struct llb_model_runner_output *out) {
-  const int32_t cols = 1 + max_n, rows = r->num_sample_logits;
+  const int32_t cols = 1 + max_n;
+  int32_t rows = 0; /* the rows whose token is an output (a rejected draft's later rows are not) */
+  for (int32_t l = 0; l < r->num_sample_logits; l++) rows += r->logits_used[l];
   if (!mr_grow((void **)&r->lp_token_ids, &r->lp_ids_cap, (int64_t)rows * cols, sizeof(int32_t)) ||
       !mr_grow((void **)&r->lp_logprobs, &r->lp_cap, (int64_t)rows * cols, sizeof(float)))
     return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "logprobs");
-  for (int32_t l = 0; l < rows; l++) {
+  for (int32_t l = 0, o = 0; l < r->num_sample_logits; l++) {
+    if (!r->logits_used[l]) continue;
     const struct sampler_result *res = &r->results[l];
-    int32_t *ids = r->lp_token_ids + (int64_t)l * cols;
-    float *lps = r->lp_logprobs + (int64_t)l * cols;
+    int32_t *ids = r->lp_token_ids + (int64_t)o * cols;
+    float *lps = r->lp_logprobs + (int64_t)o * cols;
     ids[0] = res->token_id;
     lps[0] = res->logprob;
     for (int32_t c = 0; c < max_n; c++) {
       ids[1 + c] = c < res->num_top ? res->top[c].token_id : -1;
       lps[1 + c] = c < res->num_top ? res->top[c].logprob : -INFINITY;
     }
+    r->lp_ranks[o++] = r->lp_ranks[l]; /* o <= l: in place */
   }
   out->logprobs = (struct llb_logprobs_lists){.num_tokens = rows, .num_logprobs_per_token = cols,
                                               .logprob_token_ids = r->lp_token_ids, .logprobs = r->lp_logprobs,
@@ -543,7 +584,7 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
     return mr_fail(r, st, "", "prompt logprobs: %s", llb_err_last());
   /* Everything sampled: now append (a failure above leaves the requests unchanged). */
   pooler_step_accumulate(&r->pool);
-  int32_t l = 0, k = 0;
+  int32_t l = 0, k = 0, o = 0, spec_off = 0;
   for (int32_t i = 0; i < r->num_rows; i++) {
     if (r->row_sched[i] <= 0) continue;
     struct mr_request *q = r->rows[i];
@@ -556,20 +597,29 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
       if (st != LLB_STATUS_OUT_OF_MEMORY) mr_blame(r, q->req_id, q->req_id_len); /* a non-finite vector */
       return mr_fail(r, st, "pooling_params", "request \"%s\": %s", q->req_id, llb_err_last());
     }
+    r->out_num_spec[k] = 0;
     if (l < r->num_sample_logits && r->logits_rows[l] == i) {
-      if (!mr_grow((void **)&q->token_ids, &q->token_cap, q->num_tokens + 1, sizeof(int32_t)))
+      if (!mr_grow((void **)&q->token_ids, &q->token_cap, q->num_tokens + q->num_spec + 1, sizeof(int32_t)))
         return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "request tokens");
-      q->token_ids[q->num_tokens++] = r->results[l].token_id;
-      r->out_sampled[l] = r->results[l].token_id;
-      r->out_num_sampled[k] = 1;
-      l++;
+      for (; l < r->num_sample_logits && r->logits_rows[l] == i; l++) /* 1, or accepted drafts + 1 */
+        if (r->logits_used[l]) {
+          q->token_ids[q->num_tokens++] = r->results[l].token_id;
+          r->out_sampled[o++] = r->results[l].token_id;
+          r->out_num_sampled[k]++;
+        }
+      if (q->num_spec > 0) /* rejected drafts: their KV slots are overwritten next step (the scheduler rolls back too) */
+        q->num_computed_tokens -= q->num_spec + 1 - r->out_num_sampled[k];
+      if ((st = mr_spec_propose(r, q, k, &spec_off))) return st; /* drafts for its next step */
     }
     k++;
   }
   out->req_ids = r->out_req_ids;
   out->num_reqs = k;
   out->sampled_token_ids = r->out_sampled;
-  out->num_sampled_token_ids = l;
+  out->num_sampled_token_ids = o;
+  out->spec_token_ids = spec_off ? r->out_spec_ids : NULL;
+  out->num_spec_token_ids = spec_off;
+  out->num_spec_tokens = spec_off ? r->out_num_spec : NULL;
   out->num_sampled = r->out_num_sampled;
   out->pooler_output = r->pool.num_out ? r->pool.out : NULL;
   out->num_pooler_output = (int32_t)r->pool.num_out;

@@ -41,6 +41,7 @@
 
 #include <stdint.h>
 
+#include "actors/gpu_worker/ngram_proposer.h"
 #include "base/status.h"
 #include "model/forward.h"
 #include "model/gguf.h"
@@ -68,6 +69,9 @@ struct model_runner_config {
                                      (LLAMA_MATMUL_GGML, --numerics ggml); CUDA: unused */
   const char *packed_cache_dir;   /* CPU: the host's shared packed-weight cache (llama_forward_options);
                                      NULL/"" = private packing; CUDA: unused */
+  struct ngram_proposer_config spec; /* speculative decoding (--speculative-config, method ngram):
+                                     drafts proposed after each sample and verified when the
+                                     scheduler schedules them (runner_spec.c); all 0 = off; CPU only */
 };
 
 struct model_runner; /* opaque */
@@ -112,7 +116,9 @@ const struct llama_config *model_runner_model_config(const struct model_runner *
 int32_t model_runner_num_reqs(const struct model_runner *r);
 
 /* Runs one step (see the head comment) and fills *out: version, step = so->step, req_ids of
- * the scheduled requests in batch order, num_sampled (0 or 1 each), sampled_token_ids,
+ * the scheduled requests in batch order, num_sampled (0 or 1 each; 1 + accepted drafts for a
+ * request with scheduled_spec_decode_tokens, runner_spec.c), sampled_token_ids, spec_token_ids /
+ * num_spec_tokens (the n-gram proposer's drafts for the next step, NULL when none),
  * pooler_output / num_pooled (NULL when no pooling request finished its prompt), and
  * logprobs when any sampled request asked for them (rows = sampled tokens; columns = the
  * sampled token then the top max-n of the batch, as vLLM pads to the largest request;

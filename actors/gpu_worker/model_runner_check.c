@@ -175,7 +175,13 @@ llb_status mr_check_output(struct model_runner *r, const struct llb_scheduler_ou
       (so->num_finished_req_ids > 0 && !so->finished_req_ids) ||
       (so->num_preempted_req_ids > 0 && !so->preempted_req_ids))
     return mr_fail(r, LLB_STATUS_INVALID_ARGUMENT, "", "inconsistent SchedulerOutput view (negative count or NULL array)");
-  if (!mr_reserve_step(r, r->num_rows + so->num_scheduled_new_reqs + cd->num_reqs + so->num_scheduled_reqs + 1))
+  int64_t drafts = 0; /* each draft adds a sampled logits row */
+  for (int32_t k = 0; k < so->num_scheduled_reqs; k++) {
+    const int32_t nd = so->num_scheduled_tokens[k].num_spec_token_ids;
+    drafts += nd > 0 && nd <= LLB_MAX_SPEC_TOKENS ? nd : 0;
+  }
+  if (!mr_reserve_step(r, r->num_rows + so->num_scheduled_new_reqs + cd->num_reqs + so->num_scheduled_reqs + 1 +
+                              (int32_t)drafts))
     return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "step scratch");
   for (int32_t i = 0; i < r->num_rows; i++) {
     r->row_removed[i] = 0;
@@ -217,7 +223,13 @@ llb_status mr_check_output(struct model_runner *r, const struct llb_scheduler_ou
     int64_t tokens, computed, blocks;
     resolved_sizes(r, so, e, &tokens, &computed, &blocks);
     const int64_t end = computed + s->num_tokens;
-    if (end > tokens)
+    if ((st = mr_spec_check(r, s, e, field))) return st;
+    if (s->num_spec_token_ids > 0 && end != tokens + s->num_spec_token_ids) /* drafts follow the known tokens */
+      return mr_fail(r, LLB_STATUS_INVALID_ARGUMENT, field,
+                  "tokens [%lld, %lld) scheduled with %d drafts but request \"%.*s\" has %lld known tokens",
+                  (long long)computed, (long long)end, s->num_spec_token_ids, (int)s->req_id.len, s->req_id.data,
+                  (long long)tokens);
+    if (end > tokens + s->num_spec_token_ids)
       return mr_fail(r, LLB_STATUS_INVALID_ARGUMENT, field,
                   "tokens [%lld, %lld) scheduled but request \"%.*s\" has %lld known tokens", (long long)computed,
                   (long long)end, (int)s->req_id.len, s->req_id.data, (long long)tokens);

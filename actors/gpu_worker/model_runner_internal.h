@@ -31,6 +31,8 @@ struct mr_request {
   int64_t num_mm, mm_cap;
   struct runner_so_req so;      /* structured output: its matcher (runner_so.h) */
   struct pooler_req pool;       /* a pooling request's state (type NONE: it samples) */
+  int32_t spec_ids[LLB_MAX_SPEC_TOKENS]; /* this step's drafts to verify (scheduled_spec_decode_tokens) */
+  int32_t num_spec;             /* 0 = none this step */
 };
 
 /* A multimodal item of a request: placeholder range and encoder-output key. */
@@ -89,6 +91,11 @@ struct model_runner {
   double so_mask_seconds, so_wait_seconds; /* of the last step; -1 = no constrained row */
   struct pooler_step pool;      /* the step's pooled rows and vectors (pooler.h) */
   int32_t *out_num_pooled;      /* [step_cap] */
+  uint8_t *logits_used;         /* [step_cap] a sampled logits row whose token is an output (a
+                                   rejected draft's later rows are not) */
+  int32_t *out_num_spec;        /* [step_cap] drafts proposed per output request */
+  int32_t *out_spec_ids;        /* [out_spec_cap] flattened drafts */
+  int64_t out_spec_cap;
 
   /* output, grow-only: valid until the next execute */
   struct llb_str *out_req_ids;   /* [step_cap] */
@@ -122,5 +129,22 @@ bool mr_reserve_step(struct model_runner *r, int32_t n);
 /* Phase 1: every id, row, block, token and size of `so` checked against the batch; nothing
  * changes. INVALID_ARGUMENT / UNSUPPORTED / OUT_OF_MEMORY through mr_fail (model_runner_check.c). */
 llb_status mr_check_output(struct model_runner *r, const struct llb_scheduler_output *so);
+
+/* Speculative decoding (runner_spec.c). */
+/* Checks entry s's drafts (resolved as e): only for a request of the batch that samples
+ * unconstrained (no grammar, pooling or prompt logprobs), ids in the vocabulary, at most
+ * num_speculative_tokens, fewer than num_tokens, with spec decoding on (that they follow the
+ * known tokens is checked by the caller). INVALID_ARGUMENT through mr_fail. */
+llb_status mr_spec_check(struct model_runner *r, const struct llb_scheduled_tokens *s, const struct mr_sched *e,
+                         const char *field);
+/* Samples the logits rows [l, l + q->num_spec] of q (its drafts' positions, then the bonus):
+ * rejection sampling into r->results[l ..], r->logits_used marking the outputs; sets *rows to
+ * q->num_spec + 1. Errors: the sampler's, through mr_fail, blamed on q. */
+llb_status mr_spec_sample(struct model_runner *r, struct mr_request *q, const struct llb_sampling_params *p,
+                          int32_t l, int32_t *rows);
+/* Proposes q's drafts for its next step into the output arrays (entry k of the output, the
+ * drafts flattened at *off, advanced); none unless spec decoding is on and q samples
+ * unconstrained. Errors: OUT_OF_MEMORY. */
+llb_status mr_spec_propose(struct model_runner *r, const struct mr_request *q, int32_t k, int32_t *off);
 
 #endif

@@ -45,14 +45,22 @@ void sampler_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_
   out[3] = c3;
 }
 
-double sampler_uniform(uint64_t seed, uint32_t stream, int64_t output_pos) {
+/* Both 53-bit uniforms of one Philox block: u[0] from words 0-1 (the draw), u[1] from words
+ * 2-3 (a draft's acceptance test), independent of each other. */
+static void uniform_pair(uint64_t seed, uint32_t stream, int64_t output_pos, double u[2]) {
   uint64_t pos = (uint64_t)output_pos;
   const uint32_t ctr[4] = {(uint32_t)pos, (uint32_t)(pos >> 32), stream, SAMPLER_DOMAIN_TAG};
   const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
   uint32_t r[4];
   sampler_philox4x32_10(ctr, key, r);
-  uint64_t bits = ((uint64_t)r[0] << 32) | r[1];
-  return (double)(bits >> 11) * 0x1.0p-53;
+  u[0] = (double)((((uint64_t)r[0] << 32) | r[1]) >> 11) * 0x1.0p-53;
+  u[1] = (double)((((uint64_t)r[2] << 32) | r[3]) >> 11) * 0x1.0p-53;
+}
+
+double sampler_uniform(uint64_t seed, uint32_t stream, int64_t output_pos) {
+  double u[2];
+  uniform_pair(seed, stream, output_pos, u);
+  return u[0];
 }
 
 /* ---- create / destroy ------------------------------------------------------------------ */
@@ -297,10 +305,63 @@ static void select_top_n(const float *logits, int32_t vocab, int32_t n, float *t
 
 /* ---- sample ---------------------------------------------------------------------------- */
 
+/* Rejection sampling of one draft against the filtered candidates val/id [n] (weights, total
+ * mass `total`): vLLM v1 rejection_sampler.py with a one-hot draft distribution q (an n-gram
+ * proposer's), so accept with probability min(1, p/q) = p(draft); on rejection draw from
+ * max(0, p - q) normalized = p without the draft. u[0] is the draw, u[1] the acceptance test. */
+static int32_t verify_draft(float *val, const int32_t *id, int64_t n, double total, int32_t draft,
+                            const double u[2], bool *accepted) {
+  double w_draft = 0.0;
+  for (int64_t i = 0; i < n; i++)
+    if (id[i] == draft) {
+      w_draft = val[i];
+      val[i] = 0.0f; /* out of the recovery draw */
+      break;
+    }
+  if (w_draft > 0.0 && u[1] * total < w_draft) {
+    *accepted = true;
+    return draft;
+  }
+  double target = u[0] * (total - w_draft), acc = 0.0;
+  int32_t token = -1;
+  for (int64_t i = 0; i < n; i++) {
+    if (val[i] <= 0.0f) continue;
+    token = id[i]; /* the last positive one, should rounding leave acc <= target */
+    acc += val[i];
+    if (acc > target) break;
+  }
+  return token >= 0 ? token : draft; /* only the draft had mass: it was accepted above */
+}
+
+static llb_status sample_impl(struct sampler *s, const struct llb_sampling_params *p, float *logits,
+                              const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
+                              int64_t num_output, uint32_t stream, int64_t output_pos, int32_t draft,
+                              bool *accepted, struct sampler_result *out);
+
 llb_status sampler_sample(struct sampler *s, const struct llb_sampling_params *p, float *logits,
                           const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
                           int64_t num_output, uint32_t stream, int64_t output_pos,
                           struct sampler_result *out) {
+  return sample_impl(s, p, logits, prompt_ids, num_prompt, output_ids, num_output, stream, output_pos, -1,
+                     NULL, out);
+}
+
+llb_status sampler_verify_draft(struct sampler *s, const struct llb_sampling_params *p, float *logits,
+                                const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
+                                int64_t num_output, uint32_t stream, int64_t output_pos, int32_t draft,
+                                bool *accepted, struct sampler_result *out) {
+  if (!accepted || !s || draft < 0 || draft >= s->vocab_size)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler_verify_draft: draft %d outside the vocabulary or NULL",
+                    (int)draft);
+  *accepted = false;
+  return sample_impl(s, p, logits, prompt_ids, num_prompt, output_ids, num_output, stream, output_pos, draft,
+                     accepted, out);
+}
+
+static llb_status sample_impl(struct sampler *s, const struct llb_sampling_params *p, float *logits,
+                              const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
+                              int64_t num_output, uint32_t stream, int64_t output_pos, int32_t draft,
+                              bool *accepted, struct sampler_result *out) {
   if (!s || !p || !logits || !out)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler_sample: NULL argument");
   if (output_pos < 0)
@@ -380,16 +441,24 @@ llb_status sampler_sample(struct sampler *s, const struct llb_sampling_params *p
     }
     double total = exp_weights(val, val, n, max_scaled); /* val holds weights from here on */
     if (p->top_p < 1.0f) n = top_p_select(val, id, n, total, p->top_p, &total);
-    double target = sampler_uniform(p->seed, stream, output_pos) * total;
-    double acc = 0.0;
-    token = id[n - 1];
-    for (int64_t i = 0; i < n; i++) {
-      acc += val[i];
-      if (acc > target) {
-        token = id[i];
-        break;
+    double u[2];
+    uniform_pair(p->seed, stream, output_pos, u);
+    if (draft >= 0) {
+      token = verify_draft(val, id, n, total, draft, u, accepted);
+    } else {
+      double target = u[0] * total;
+      double acc = 0.0;
+      token = id[n - 1];
+      for (int64_t i = 0; i < n; i++) {
+        acc += val[i];
+        if (acc > target) {
+          token = id[i];
+          break;
+        }
       }
     }
+  } else if (draft >= 0) {
+    *accepted = token == draft; /* greedy: the draft stands while it is the argmax */
   }
   out->token_id = token;
   out->logprob = p->logprobs >= 0 ? (float)((double)logits[token] - log_z) : 0.0f;

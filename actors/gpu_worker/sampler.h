@@ -35,6 +35,7 @@
 #ifndef LLB_SAMPLER_H
 #define LLB_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -91,6 +92,19 @@ llb_status sampler_sample(struct sampler *s, const struct llb_sampling_params *p
                           const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
                           int64_t num_output, uint32_t stream, int64_t output_pos,
                           struct sampler_result *out);
+
+/* Verifies one draft token (speculative decoding) at this position: the same processing as
+ * sampler_sample (bias, penalties, logprobs, temperature, min_p, top_k, top_p), then vLLM v1's
+ * rejection sampling with a one-hot draft distribution (an n-gram proposer's): greedy accepts
+ * when the draft is the argmax, else the argmax is the token; random accepts with probability
+ * p(draft) (uniform from words 2-3 of the position's Philox block) and otherwise draws from p
+ * with the draft removed and renormalized (words 0-1), so the token's distribution is exactly
+ * p. out->token_id is the draft when *accepted, else the correction token. Same arguments and
+ * errors as sampler_sample, plus INVALID_ARGUMENT for a draft outside the vocabulary. */
+llb_status sampler_verify_draft(struct sampler *s, const struct llb_sampling_params *p, float *logits,
+                                const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
+                                int64_t num_output, uint32_t stream, int64_t output_pos, int32_t draft,
+                                bool *accepted, struct sampler_result *out);
 
 /* The uniform double in [0, 1) that sampler_sample draws for this key: 53 bits of
  * Philox4x32-10(key = seed, counter = {pos lo, pos hi, stream, 0x73616d70 'samp'}).

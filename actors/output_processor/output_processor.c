@@ -664,17 +664,29 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
     r->last_token_ns = t_ns;
   }
   bool stop_terminated = eo->finish_reason == OUTPROC_FINISH_REASON_STOP;
-  llb_status st = append_tokens(r, eo->new_token_ids + (k ? skip : 0), k,
-                                eo->new_logprobs ? eo->new_logprobs + (k ? skip : 0) : NULL,
-                                stop_terminated && k > 0 && !r->params.include_stop_str_in_output);
+  const int32_t *ids = eo->new_token_ids + (k ? skip : 0);
+  const struct outproc_new_logprobs *lps = eo->new_logprobs ? eo->new_logprobs + (k ? skip : 0) : NULL;
+  const bool skip_last = stop_terminated && k > 0 && !r->params.include_stop_str_in_output;
+  llb_status st = LLB_STATUS_OK;
+  bool stopped = false; /* a stop string before the last of several new tokens */
+  if (r->params.num_stop > 0 && k > 1) {
+    /* several tokens in one output (speculative decoding): stop strings are checked after each,
+     * as vLLM's detokenizer does, so the tokens after a match are dropped */
+    for (int64_t t = 0; t < k && st == LLB_STATUS_OK && !stopped; t++) {
+      st = append_tokens(r, ids + t, 1, lps ? lps + t : NULL, skip_last && t == k - 1);
+      if (st == LLB_STATUS_OK && t < k - 1) stopped = check_stop_strings(p, r, t_ns);
+    }
+  } else {
+    st = append_tokens(r, ids, k, lps, skip_last);
+  }
   if (st != LLB_STATUS_OK) {
     char msg[OUTPROC_MAX_ERROR_BYTES];
     snprintf(msg, sizeof msg, "detokenization failed: %s", llb_err_last());
     fail_req(p, r, !engine_finished, msg, t_ns, res);
     return st;
   }
-  if (engine_finished) detok_flush(&r->detok);
-  if (check_stop_strings(p, r, t_ns)) {
+  if (engine_finished && !stopped) detok_flush(&r->detok);
+  if (stopped || check_stop_strings(p, r, t_ns)) {
     if (!engine_finished) {
       st = push_id(&res->abort_ids, &res->num_abort, &res->cap_abort, r->id);
       if (st != LLB_STATUS_OK) return st;

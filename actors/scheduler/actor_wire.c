@@ -189,7 +189,9 @@ llb_status sched_wire_scheduler_output(struct sched_wire *w, const struct sched_
       memcpy(w->cached_new_block_ids + off, r->new_block_ids,
              (size_t)r->num_new_block_ids * sizeof(int32_t));
     off += r->num_new_block_ids;
-    w->scheduled[nn + i] = (struct llb_scheduled_tokens){.req_id = llb_str_c(r->req_id), .num_tokens = r->num_scheduled_tokens};
+    w->scheduled[nn + i] = (struct llb_scheduled_tokens){.req_id = llb_str_c(r->req_id), .num_tokens = r->num_scheduled_tokens,
+                                                         .spec_token_ids = r->spec_token_ids,
+                                                         .num_spec_token_ids = r->num_spec_tokens};
   }
   out->scheduled_new_reqs = w->new_reqs;
   out->num_scheduled_new_reqs = nn;
@@ -222,6 +224,8 @@ llb_status sched_wire_model_output(struct sched_wire *w, const struct llb_model_
   *out = (struct sched_model_output){.step = in->step, .num_reqs = in->num_reqs,
                                      .req_ids = w->mo_req_ids, .num_sampled = in->num_sampled,
                                      .sampled_token_ids = in->sampled_token_ids,
-                                     .num_pooled = in->num_pooled, .pooler_output = in->pooler_output};
+                                     .num_pooled = in->num_pooled, .pooler_output = in->pooler_output,
+                                     .num_spec_tokens = in->num_spec_tokens,
+                                     .spec_token_ids = in->spec_token_ids};
   return LLB_STATUS_OK;
 }

@@ -7,12 +7,13 @@
 
 struct sched_engine_metrics {
   struct llb_series *running, *waiting, *kv_usage, *queries, *hits, *preemptions, *iteration_tokens;
+  struct llb_series *spec_drafts, *spec_draft_tokens, *spec_accepted; /* speculative decoding */
   int64_t log_interval_ns;
   bool have_prev;
   uint64_t prev_tokens; /* prompt + generation at the previous update */
   /* at the previous log line */
   int64_t log_ns;
-  uint64_t log_prompt, log_generation, log_queries, log_hits;
+  uint64_t log_prompt, log_generation, log_queries, log_hits, log_drafts, log_draft_tokens, log_accepted;
   bool log_idle;
 };
 
@@ -38,8 +39,15 @@ llb_status sched_engine_metrics_create(struct llb_metrics *r, int64_t log_interv
     m->preemptions = one(llb_metrics_counter(r, "llmbus:num_preemptions_total", "Cumulative number of preemption from the engine.", 0, NULL));
     m->iteration_tokens = one(llb_metrics_histogram(r, "llmbus:iteration_tokens_total",
                                                     "Histogram of number of tokens per engine_step.", tok, nt, 0, NULL));
+    /* vLLM's SpecDecodingProm counters (vllm:spec_decode_*), with our prefix */
+    m->spec_drafts = one(llb_metrics_counter(r, "llmbus:spec_decode_num_drafts_total",
+                                             "Number of spec decoding drafts (request steps that verified drafts).", 0, NULL));
+    m->spec_draft_tokens = one(llb_metrics_counter(r, "llmbus:spec_decode_num_draft_tokens_total",
+                                                   "Number of draft tokens.", 0, NULL));
+    m->spec_accepted = one(llb_metrics_counter(r, "llmbus:spec_decode_num_accepted_tokens_total",
+                                               "Number of accepted tokens.", 0, NULL));
     if (!m->running || !m->waiting || !m->kv_usage || !m->queries || !m->hits || !m->preemptions ||
-        !m->iteration_tokens) {
+        !m->iteration_tokens || !m->spec_drafts || !m->spec_draft_tokens || !m->spec_accepted) {
       free(m);
       return LLB_UPDATE_ERR_STACK(LLB_STATUS_INTERNAL);
     }
@@ -62,6 +70,15 @@ static void log_line(struct sched_engine_metrics *m, const struct sched_stats *s
           dt, dt > 0 ? (double)dp / dt : 0.0, dt > 0 ? (double)dg / dt : 0.0, s->num_running, s->num_waiting,
           100.0 * s->kv_cache_usage, q ? 100.0 * (double)h / (double)q : 0.0, (unsigned long long)s->num_preemptions,
           (unsigned long long)s->step);
+  const uint64_t dd = s->spec_num_drafts - m->log_drafts, ddt = s->spec_num_draft_tokens - m->log_draft_tokens;
+  const uint64_t da = s->spec_num_accepted_tokens - m->log_accepted;
+  if (ddt > 0) /* vLLM's SpecDecodingLogging line */
+    llb_log(LLB_LOG_LEVEL_INFO, "spec_decode_stats",
+            "draft_acceptance_rate_pct=%.1f mean_acceptance_length=%.2f accepted_tokens=%llu draft_tokens=%llu drafts=%llu",
+            100.0 * (double)da / (double)ddt, dd ? 1.0 + (double)da / (double)dd : 0.0, (unsigned long long)da,
+            (unsigned long long)ddt, (unsigned long long)dd);
+  m->log_drafts = s->spec_num_drafts, m->log_draft_tokens = s->spec_num_draft_tokens;
+  m->log_accepted = s->spec_num_accepted_tokens;
   m->log_idle = idle;
   m->log_ns = now_ns;
   m->log_prompt = s->num_prompt_tokens, m->log_generation = s->num_generation_tokens;
@@ -78,6 +95,9 @@ bool sched_engine_metrics_update(struct sched_engine_metrics *m, const struct sc
   llb_series_set(m->queries, (double)s->prefix_cache_queries);
   llb_series_set(m->hits, (double)s->prefix_cache_hits);
   llb_series_set(m->preemptions, (double)s->num_preemptions);
+  llb_series_set(m->spec_drafts, (double)s->spec_num_drafts);
+  llb_series_set(m->spec_draft_tokens, (double)s->spec_num_draft_tokens);
+  llb_series_set(m->spec_accepted, (double)s->spec_num_accepted_tokens);
   if (!m->have_prev) { /* the first snapshot starts the first interval */
     m->have_prev = true;
     m->log_ns = now_ns;

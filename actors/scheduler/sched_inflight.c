@@ -23,8 +23,9 @@ void sched_commit_step(struct scheduler *s) {
   rec->num = 0;
   for (int32_t i = 0; i < s->num_scheduled; i++) {
     struct sched_request *r = s->scheduled[i];
-    int32_t n = r->num_scheduled_tokens;
-    r->num_scheduled_tokens = 0;
+    int32_t n = r->num_scheduled_tokens, drafts = r->num_scheduled_spec_tokens;
+    r->num_scheduled_tokens = r->num_scheduled_spec_tokens = 0;
+    r->num_spec_tokens = 0; /* used now or stale: the step's output brings new ones */
     r->step_blocks_begin = r->num_block_ids;
     r->lookup = false;
     if (n <= 0) continue;
@@ -39,7 +40,7 @@ void sched_commit_step(struct scheduler *s) {
     r->num_inflight_steps++;
     rec->entries[rec->num++] = (struct sched_step_entry){
         .req = r, .num_scheduled_tokens = n, .samples = samples,
-        .pools = pooling && r->num_computed_tokens >= r->num_prompt_tokens};
+        .pools = pooling && r->num_computed_tokens >= r->num_prompt_tokens, .num_spec_tokens = drafts};
   }
   s->num_scheduled = s->total_scheduled = 0;
   s->num_inflight++;
@@ -98,9 +99,12 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
     rec->entries[k].req->num_sampled = 0;
     rec->entries[k].req->num_pooled = 0;
   }
-  int64_t off = 0, pool_off = 0;
+  int64_t off = 0, pool_off = 0, spec_off = 0;
   for (int32_t i = 0; i < mo->num_reqs; i++) {
     struct sched_request *r = mo->req_ids[i] ? entry_request(s, rec, mo->req_ids[i]) : NULL;
+    const int32_t nd = mo->num_spec_tokens && mo->num_spec_tokens[i] > 0 ? mo->num_spec_tokens[i] : 0;
+    if (r && nd > 0 && mo->spec_token_ids) sched_spec_set_drafts(s, r, mo->spec_token_ids + spec_off, nd);
+    spec_off += nd;
     int32_t n = mo->num_sampled[i] > 0 ? mo->num_sampled[i] : 0;
     if (r && n > 0 && mo->sampled_token_ids) {
       r->sampled_offset = off;
@@ -134,6 +138,8 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
                     (unsigned long long)mo->step, r->request_id);
       continue;
     }
+    if (e->samples && (n_sampled > 1 || e->num_spec_tokens > 0) && (st = sched_spec_apply(s, e, n_sampled)))
+      continue; /* more tokens than drafts + 1: recover */
     if (e->pools && n_pooled == 0) { /* the worker owed the pooled vector: recover */
       st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model output for step %llu: no pooled output for %s",
                     (unsigned long long)mo->step, r->request_id);

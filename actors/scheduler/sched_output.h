@@ -61,6 +61,10 @@ struct sched_cached_req_data {
   int32_t num_computed_tokens;           /* before this step's tokens */
   int32_t num_output_tokens;
   int32_t num_scheduled_tokens;
+  const int32_t *spec_token_ids;         /* [num_spec_tokens] drafts verified this step: the last
+                                            num_spec_tokens of num_scheduled_tokens (vLLM
+                                            scheduled_spec_decode_tokens) */
+  int32_t num_spec_tokens;
 };
 
 /* ScheduledEncoderInput: the request's mm_features[input_ids[i]] are encoded this step. */
@@ -98,6 +102,8 @@ struct sched_model_output {
   const int32_t *sampled_token_ids;      /* flattened, sum(num_sampled) */
   const int32_t *num_pooled;             /* [num_reqs] floats of each pooled vector; NULL = none */
   const float *pooler_output;            /* flattened, sum(num_pooled) */
+  const int32_t *num_spec_tokens;        /* [num_reqs] the worker's drafts for the next step; NULL = none */
+  const int32_t *spec_token_ids;         /* flattened, sum(num_spec_tokens) */
 };
 
 /* EngineCoreOutput, one entry; strings and tokens live in the owning sched_engine_outputs. */

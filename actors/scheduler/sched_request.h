@@ -119,8 +119,14 @@ struct sched_request {
                                            "suspect" while > 0, an error at SCHED_MAX_FAILED_STEPS */
   uint64_t failure_stamp;               /* counts one failure once (it may be in two steps) */
 
+  /* speculative decoding: the worker's drafts for the next step (vLLM Request.spec_token_ids),
+   * replaced by every output that includes the request, dropped on preemption */
+  int32_t spec_token_ids[LLB_MAX_SPEC_TOKENS];
+  int32_t num_spec_tokens;
+
   /* per-step scratch (valid between sched_schedule and sched_update_from_output) */
   int32_t num_scheduled_tokens;
+  int32_t num_scheduled_spec_tokens;    /* drafts among num_scheduled_tokens (the last ones) */
   int32_t planned_new_blocks;           /* mirror blocks reserved for this step */
   int32_t num_lookahead_tokens;         /* slots beyond the scheduled tokens this step */
   int32_t step_blocks_begin;            /* block_ids index where this step's blocks start */

@@ -105,9 +105,14 @@ llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) 
                     : cfg->encoder_compute_budget < 0 ? "encoder_compute_budget"
                     : cfg->max_encoder_bytes_per_step < 0 ? "max_encoder_bytes_per_step"
                     : cfg->vocab_size < 0           ? "vocab_size"
+                    : cfg->num_speculative_tokens < 0 || cfg->num_speculative_tokens > LLB_MAX_SPEC_TOKENS
+                                                    ? "num_speculative_tokens"
                     : (cfg->policy != SCHED_POLICY_FCFS && cfg->policy != SCHED_POLICY_PRIORITY) ? "policy"
                                                     : NULL;
   if (bad) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "scheduler config: bad %s", bad);
+  if (cfg->num_speculative_tokens > 0 && cfg->async_scheduling) /* vLLM v1 had the same limit at first */
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                    "scheduler config: speculative decoding needs async_scheduling off (--no-async-scheduling)");
   struct scheduler *s = calloc(1, sizeof(*s));
   if (!s) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "sched_create");
   s->cfg = *cfg;
@@ -264,6 +269,7 @@ void sched_remove_scheduled(struct scheduler *s, struct sched_request *r) {
   }
   unplan_blocks(s, r);
   r->num_scheduled_tokens = 0;
+  r->num_scheduled_spec_tokens = 0;
   r->lookup = false;
 }
 
@@ -292,6 +298,7 @@ static llb_status preempt(struct scheduler *s, struct sched_request *r) {
   remove_running(s, r);
   llb_status st = release_blocks(s, r);
   r->num_computed_tokens = 0;
+  r->num_spec_tokens = 0; /* drafts follow the worker's state, which it drops */
   r->status = SCHED_REQUEST_STATUS_PREEMPTED;
   r->num_preemptions++;
   llb_status ste = encoder_release(s, r);
@@ -442,7 +449,8 @@ llb_status sched_assemble_output(struct scheduler *s, struct sched_output *out, 
           .num_computed_tokens = r->num_computed_tokens,
           /* with the tokens the worker sampled in steps not applied yet: it feeds them */
           .num_output_tokens = sched_request_num_output_tokens(r) + r->num_output_placeholders,
-          .num_scheduled_tokens = r->num_scheduled_tokens};
+          .num_scheduled_tokens = r->num_scheduled_tokens, .spec_token_ids = r->spec_token_ids,
+          .num_spec_tokens = r->num_scheduled_spec_tokens};
     }
   }
   return LLB_STATUS_OK;
@@ -497,6 +505,8 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
       i++;
       continue;
     }
+    const int32_t drafts = sched_spec_num_drafts(s, r, n, budget); /* verified with the decode */
+    n += drafts;
     bool ok = true;
     while (!plan_blocks(s, r, n)) {
       struct sched_request *v = pick_victim(s);
@@ -514,6 +524,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
     if (!ok) break; /* r preempted itself: no room for it, none for the rest (vLLM) */
     r->lookup = false;
     mark_scheduled(s, r, n, !r->on_worker); /* a request held back by its encoder inputs */
+    r->num_scheduled_spec_tokens = drafts;
     budget -= n;
     i++;
   }

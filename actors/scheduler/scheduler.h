@@ -89,6 +89,11 @@ struct sched_config {
                                       must be below it (default 0 = unknown: ids only >= 0) */
   bool async_scheduling;           /* allow planning step N+1 before step N's output is applied
                                       (default true; see the head comment) */
+  int32_t num_speculative_tokens;  /* speculative decoding (vLLM speculative_config
+                                      num_speculative_tokens): drafts the worker proposes are
+                                      scheduled, at most this many per request and step, and
+                                      verified in one forward (sched_spec.c); 0 = off (default).
+                                      Needs async_scheduling false; at most LLB_MAX_SPEC_TOKENS */
 };
 
 struct sched_stats {
@@ -110,6 +115,10 @@ struct sched_stats {
   uint64_t encoder_embeds_computed; /* their embedding rows */
   uint64_t num_encoder_round_trips; /* encoder steps sent */
   uint64_t num_encoder_mismatches; /* encoder_cache answers that differed from the mirror */
+  uint64_t spec_num_drafts;        /* speculative decoding (vLLM SpecDecodingStats): request
+                                      steps that verified drafts */
+  uint64_t spec_num_draft_tokens;  /* drafts verified */
+  uint64_t spec_num_accepted_tokens; /* drafts accepted (equal to the target's token) */
 };
 
 /* vLLM-like defaults (see the field comments). */

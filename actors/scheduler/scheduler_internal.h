@@ -20,6 +20,7 @@ struct sched_step_entry {
   int32_t num_scheduled_tokens;
   bool samples;                      /* the step reaches the end of its known tokens */
   bool pools;                        /* a pooling request's step that completes its prompt */
+  int32_t num_spec_tokens;           /* drafts verified in this step (the last scheduled tokens) */
 };
 
 /* A committed step: what its output is applied against (sched_update_from_output). */
@@ -111,5 +112,22 @@ void sched_drop_inflight_steps(struct scheduler *s);
  * scheduled list: a step takes at most one suspect, so that a second failure names it
  * (sched_inflight.c). */
 bool sched_suspect_in_flight(const struct scheduler *s);
+
+/* Speculative decoding (sched_spec.c). The drafts r may verify this step on top of the `n`
+ * tokens tokens_to_schedule gave it: its worker's drafts when it is a plain decode on the
+ * worker (one token, nothing in flight) and may sample (not pooling), capped by
+ * num_speculative_tokens, max_tokens, max_model_len and the remaining `budget`; 0 else. */
+int32_t sched_spec_num_drafts(const struct scheduler *s, const struct sched_request *r, int32_t n,
+                              int32_t budget);
+
+/* Applies a step entry's verification (vLLM update_from_output with spec tokens): checks that
+ * the worker returned 1 .. 1 + drafts tokens, rolls num_computed_tokens back over the
+ * rejected drafts (their slots are overwritten by the next step's tokens) and counts the
+ * drafts and accepted tokens. Errors: INVALID_ARGUMENT (too many tokens). */
+llb_status sched_spec_apply(struct scheduler *s, const struct sched_step_entry *e, int32_t n_sampled);
+
+/* Takes the worker's new drafts for r (ModelRunnerOutput.spec_token_ids): ids outside the
+ * vocabulary or beyond num_speculative_tokens are dropped (hostile input). */
+void sched_spec_set_drafts(const struct scheduler *s, struct sched_request *r, const int32_t *ids, int32_t n);
 
 #endif

@@ -398,6 +398,23 @@ static void tree_cpu_counts_a_busy_child(void **state) {
   assert_true(bench_loadavg() >= 0);
 }
 
+/* --spec-metrics-url reads counters out of a /metrics page. */
+static void prometheus_value_reads_a_counter_and_sums_labels(void **state) {
+  (void)state;
+  const char *text = "# HELP llmbus:spec_decode_num_drafts_total Number.\n"
+                     "# TYPE llmbus:spec_decode_num_drafts_total counter\n"
+                     "llmbus:spec_decode_num_drafts_total 12\n"
+                     "llmbus:spec_decode_num_drafts_total_other 99\n"
+                     "llmbus:spec_decode_num_accepted_tokens_total{engine=\"0\"} 30\n"
+                     "llmbus:spec_decode_num_accepted_tokens_total{engine=\"1\"} 4.5\n";
+  double v = 0;
+  assert_true(bench_prom_value(text, "llmbus:spec_decode_num_drafts_total", &v));
+  assert_true(v == 12.0);
+  assert_true(bench_prom_value(text, "llmbus:spec_decode_num_accepted_tokens_total", &v));
+  assert_true(v == 34.5);
+  assert_false(bench_prom_value(text, "llmbus:spec_decode_num_draft_tokens_total", &v));
+}
+
 int main(int argc, char **argv) {
   model_path = argc > 1 ? argv[1] : NULL;
   const struct CMUnitTest tests[] = {
@@ -416,6 +433,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(jsonl_dataset_reads_prompts_and_lengths),
       cmocka_unit_test(tree_memory_counts_self_and_children),
       cmocka_unit_test(tree_cpu_counts_a_busy_child),
+      cmocka_unit_test(prometheus_value_reads_a_counter_and_sums_labels),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -643,6 +643,75 @@ static void test_outputs_that_break_the_grammar_fail_the_step_naming_the_request
   model_runner_destroy(r);
 }
 
+/* Speculative decoding (runner_spec.c): drafts scheduled as extra rows of a greedy decode
+ * (some right, some wrong) are verified in one forward; the tokens are exactly those of plain
+ * decoding, num_sampled = accepted + 1, and a logprobs request in the same batch still gets one
+ * logprobs row per sampled token. */
+static void test_drafts_verified_in_one_forward_give_the_tokens_of_plain_decoding(void **state) {
+  struct fixture *fx = *state;
+  enum { OUT = 14, K = 3 };
+  struct sim_req ref = make_req("spec", 7, 3, true);
+  run_alone(fx, &ref, OUT + K + 1);
+  struct model_runner_config cfg = {.num_blocks = NB, .block_size = BS, .max_num_batched_tokens = MAX_TOK,
+                                    .num_threads = 1, .spec = {.num_speculative_tokens = K, .prompt_lookup_min = 1,
+                                                               .prompt_lookup_max = 2}};
+  struct model_runner *r;
+  assert_int_equal(model_runner_create(fx->m, &cfg, &r), LLB_STATUS_OK);
+  struct sim_req q = make_req("spec", 7, 3, true), lp = make_req("lp", 5, 9, true);
+  lp.params.logprobs = 2;
+  q.params.logprobs = 1; /* rows for its accepted tokens only, padded to the batch's top-2 */
+  struct sim_step s;
+  int32_t drafts_total = 0, accepted_total = 0;
+  for (uint64_t step = 1; q.num_tokens - q.num_prompt < OUT; step++) {
+    sim_begin(&s, step);
+    int32_t d = 0, spec[K];
+    if (q.num_computed > 0) /* decoding: drafts from the reference, every 5th position wrong */
+      for (; d < K; d++) {
+        const int32_t pos = q.num_tokens + d;
+        spec[d] = pos % 5 == 2 ? (ref.tokens[pos] + 1) % V : ref.tokens[pos];
+      }
+    const int32_t n = q.num_tokens - q.num_computed + d;
+    sim_schedule(&s, &q, n);
+    s.sched[s.so.num_scheduled_reqs - 1].spec_token_ids = spec;
+    s.sched[s.so.num_scheduled_reqs - 1].num_spec_token_ids = d;
+    sim_schedule(&s, &lp, lp.num_tokens - lp.num_computed);
+    struct llb_model_runner_output out;
+    assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_OK);
+    assert_int_equal(out.num_reqs, 2);
+    assert_int_equal(out.logprobs.num_tokens, out.num_sampled_token_ids); /* one row per sampled token */
+    for (int32_t row = 0; row < out.logprobs.num_tokens; row++) { /* column 0 is the sampled token */
+      assert_int_equal(out.logprobs.logprob_token_ids[row * out.logprobs.num_logprobs_per_token],
+                       out.sampled_token_ids[row]);
+      assert_int_equal(out.logprobs.sampled_token_ranks[row], 1); /* greedy: the argmax */
+    }
+    int32_t off = 0;
+    for (int32_t i = 0; i < out.num_reqs; i++) {
+      struct sim_req *t = out.req_ids[i].data[0] == 's' ? &q : &lp;
+      const int32_t ns = out.num_sampled[i];
+      if (t == &q) {
+        int32_t want = 1; /* accepted drafts + 1 */
+        while (want <= d && spec[want - 1] == ref.tokens[q.num_tokens + want - 1]) want++;
+        assert_int_equal(ns, want);
+        drafts_total += d;
+        accepted_total += ns - 1;
+        q.num_computed += n - (d + 1 - ns); /* the scheduler's roll-back */
+        if (out.num_spec_tokens) /* the proposer's drafts (none without an n-gram repeat) */
+          assert_true(out.num_spec_tokens[i] >= 0 && out.num_spec_tokens[i] <= K);
+      } else {
+        assert_int_equal(ns, 1);
+        lp.num_computed = lp.num_tokens;
+      }
+      for (int32_t k = 0; k < ns; k++) t->tokens[t->num_tokens++] = out.sampled_token_ids[off++];
+    }
+  }
+  for (int32_t t = q.num_prompt; t < q.num_tokens; t++) assert_int_equal(q.tokens[t], ref.tokens[t]);
+  if (!(accepted_total > 0 && accepted_total < drafts_total)) fail_msg("accepted %d of %d drafts", accepted_total, drafts_total);
+  model_runner_destroy(r);
+  /* a CUDA runner refuses drafts at creation; a bad config is refused on any device */
+  cfg.spec.prompt_lookup_min = 3;
+  assert_int_equal(model_runner_create(fx->m, &cfg, &r), LLB_STATUS_INVALID_ARGUMENT);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_batch_has_positions_slots_and_logits_rows_of_the_scheduled_ranges),
@@ -652,6 +721,7 @@ int main(void) {
       cmocka_unit_test(test_decode_input_may_be_the_workers_own_unapplied_sample),
       cmocka_unit_test(test_structured_request_samples_only_its_grammar_and_resumes_the_same),
       cmocka_unit_test(test_outputs_that_break_the_grammar_fail_the_step_naming_the_request),
+      cmocka_unit_test(test_drafts_verified_in_one_forward_give_the_tokens_of_plain_decoding),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -371,10 +371,40 @@ static void test_abort_and_lost_tokens_finish_with_a_reason(void **state) {
   outproc_destroy(p);
 }
 
+/* Several tokens in one engine output (speculative decoding): a stop string completed by a
+ * token in the middle ends the request there; the tokens after it are dropped. */
+static void test_stop_string_inside_several_new_tokens_drops_the_rest(void **state) {
+  (void)state;
+  struct llb_sampling_params sp;
+  llb_sampling_params_init(&sp);
+  sp.output_kind = LLB_OUTPUT_KIND_DELTA;
+  sp.num_stop = 1;
+  snprintf(sp.stop[0], sizeof sp.stop[0], "STOP");
+  struct outproc_t *p;
+  assert_int_equal(outproc_create(tok, &p), LLB_STATUS_OK);
+  struct outproc_request_info info = test_info("r1", &sp);
+  assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK);
+  int64_t n;
+  int32_t *ids = test_byte_tokens(tok, "ab|STOPxyz", &n);
+  struct outproc_result res;
+  outproc_result_init(&res);
+  assert_int_equal(test_step(p, "r1", ids, 0, (int32_t)n, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(res.num_outputs, 1);
+  assert_true(res.outputs[0].finished);
+  assert_string_equal(res.outputs[0].outputs[0].text, "ab|");
+  assert_int_equal(res.outputs[0].outputs[0].num_token_ids, 7); /* up to the P that completes STOP */
+  assert_string_equal(res.outputs[0].outputs[0].stop_str, "STOP");
+  assert_int_equal(res.num_abort, 1); /* the engine still runs it */
+  outproc_result_free(&res);
+  free(ids);
+  outproc_destroy(p);
+}
+
 int main(void) {
   tok = test_load_tokenizer();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_delta_outputs_concatenate_to_the_cumulative_last),
+      cmocka_unit_test(test_stop_string_inside_several_new_tokens_drops_the_rest),
       cmocka_unit_test(test_final_only_yields_exactly_one_output),
       cmocka_unit_test(test_n_children_aggregate_into_one_parent),
       cmocka_unit_test(test_replayed_positions_are_not_sent_twice),
