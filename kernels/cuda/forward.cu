@@ -487,7 +487,8 @@ static llb_status enqueue_step(struct cuda_forward_ctx *c, struct cuda_kv_cache 
   const struct backend_rope_params rope = {
       cfg->rope_dimension_count, cfg->rope_freq_base, cfg->rope_freq_scale,
       cfg->rope_type == LLAMA_ROPE_TYPE_NEOX ? BACKEND_ROPE_STYLE_NEOX : BACKEND_ROPE_STYLE_NORM,
-      nullptr /* freq_factors: models with rope_freqs.weight are refused on CUDA (runner_backend.c) */};
+      nullptr /* freq_factors: models with rope_freqs.weight are refused on CUDA (runner_backend.c) */,
+      1.0f /* attn_factor: files with another are refused (cuda_model_load) */};
   const int32_t *pos = (const int32_t *)(md + l->pos);
   (void)S;
   CUDA_TRY(cudaMemcpyAsync(c->meta_d, c->meta_h, l->total, cudaMemcpyHostToDevice, cc->stream));
