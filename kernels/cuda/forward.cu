@@ -134,6 +134,12 @@ llb_status cuda_model_load(const struct gguf_file *f, struct cuda_model **out) {
                     CUDA_ATTN_MAX_HEAD_DIM);
       goto fail;
     }
+    if (c->sliding_window > 0 || c->rope_attn_factor != 1.0f || c->rope_longrope || c->post_norms ||
+        c->attn_logit_softcapping > 0.0f || c->final_logit_softcapping > 0.0f) {
+      st = LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda: %s (sliding-window attention, LongRoPE, RoPE attention "
+                    "factor, post norms and soft-capping run on the CPU forward only)", c->architecture);
+      goto fail;
+    }
     const struct cuda_ctx_params cp = {1, 1, c->head_dim, 1, 0, 0, 0};
     if ((st = cuda_ctx_create(&cp, &cc)) != LLB_STATUS_OK) goto fail;
     for (int64_t i = 0; i < gguf_tensor_count(f); i++)

@@ -26,6 +26,10 @@ struct tiny_opts {
   bool with_output;          /* output.weight present (untied) */
   const char *bad_tensor;    /* this tensor gets shape [E + 1] x ... */
   bool no_head_count_kv;
+  uint32_t sliding_window;   /* attention.sliding_window, 0 = absent */
+  int32_t swa_period;        /* attention.sliding_window_pattern as a period, 0 = absent */
+  const bool *swa_layers;    /* ... or as NBLK booleans */
+  const char *extra_tensor;  /* an [8] f32 tensor of this name */
 };
 
 struct tiny {
@@ -77,6 +81,13 @@ static llb_status make_tiny(const struct tiny_opts *o, struct tiny *t) {
   if (o->skip_key == NULL || strcmp(o->skip_key, key) != 0) {
     gguf_writer_add_f32(w, key, 1e-5f);
   }
+  if (o->sliding_window) add_key_u32(w, o, "attention.sliding_window", o->sliding_window);
+  if (o->swa_period) add_key_u32(w, o, "attention.sliding_window_pattern", (uint32_t)o->swa_period);
+  if (o->swa_layers) {
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    gguf_writer_add_array(w, key, GGUF_VALUE_TYPE_BOOL, o->swa_layers, NBLK);
+  }
+  if (o->extra_tensor) add_w(w, o, o->extra_tensor, 8, 0);
   if (o->rope_scaling) {
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     gguf_writer_add_str(w, key, o->rope_scaling);
@@ -223,7 +234,7 @@ static void test_rope_scaling_linear_and_unsupported_type_named(void **state) {
 
 static void test_unsupported_architecture_is_named(void **state) {
   (void)state;
-  const char *archs[] = {"gemma2", "falcon"};
+  const char *archs[] = {"stablelm", "falcon"};
   for (size_t i = 0; i < 2; i++) {
     struct tiny t;
     assert_int_equal(make_tiny(&(struct tiny_opts){.arch = archs[i]}, &t), LLB_STATUS_OK);
@@ -289,6 +300,68 @@ static void test_missing_tensor_is_named(void **state) {
   free_tiny(&t);
 }
 
+/* Which layers attend a sliding window: every layer of a llama (Mistral) file that sets one,
+ * with no context cap; gemma2's default period 2 (layer 0 slides); a pattern key as a period or
+ * one bool per layer; qwen2 and phi3 ignore the key as llama.cpp does. */
+static void test_sliding_window_layers_follow_the_file(void **state) {
+  (void)state;
+  struct tiny t;
+  struct llama_config c;
+  assert_int_equal(make_tiny(&(struct tiny_opts){.sliding_window = 8}, &t), LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+  assert_int_equal(c.sliding_window, 8);
+  assert_int_equal(c.context_length, 256);
+  assert_true(c.layer_sliding[0] && c.layer_sliding[1]);
+  free_tiny(&t);
+  assert_int_equal(make_tiny(&(struct tiny_opts){.arch = "gemma2"}, &t), LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+  assert_int_equal(c.sliding_window, 4096);
+  assert_true(c.layer_sliding[0] && !c.layer_sliding[1]);
+  assert_true(c.attn_logit_softcapping == 50.0f && c.final_logit_softcapping == 30.0f);
+  assert_true(c.rope_freq_base_swa == 500000.0f);
+  free_tiny(&t);
+  assert_int_equal(make_tiny(&(struct tiny_opts){.arch = "gemma2", .swa_period = 1}, &t), LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+  assert_true(!c.layer_sliding[0] && !c.layer_sliding[1]); /* period 1: il % 1 < 0 never */
+  free_tiny(&t);
+  const bool second[NBLK] = {false, true};
+  assert_int_equal(make_tiny(&(struct tiny_opts){.arch = "gemma3", .sliding_window = 16, .swa_layers = second}, &t),
+                   LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+  assert_true(!c.layer_sliding[0] && c.layer_sliding[1]);
+  assert_true(c.rope_freq_base_swa == 10000.0f && c.rope_freq_base == 500000.0f);
+  assert_true(c.attn_logit_softcapping == 0.0f && c.final_logit_softcapping == 0.0f);
+  free_tiny(&t);
+  assert_int_equal(make_tiny(&(struct tiny_opts){.arch = "gemma3"}, &t), LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+  assert_int_equal(c.sliding_window, 0);
+  free_tiny(&t);
+  const char *ignoring[] = {"qwen2", "phi3"};
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(make_tiny(&(struct tiny_opts){.arch = ignoring[i], .sliding_window = 8}, &t), LLB_STATUS_OK);
+    assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+    assert_int_equal(c.sliding_window, 0);
+    assert_int_equal(c.context_length, 256);
+    free_tiny(&t);
+  }
+}
+
+/* LongRoPE factor tensors: phi3 needs both sets; another architecture's are refused. */
+static void test_longrope_factors_need_phi3_and_both_sets(void **state) {
+  (void)state;
+  struct tiny t;
+  struct llama_config c;
+  assert_int_equal(make_tiny(&(struct tiny_opts){.arch = "phi3", .extra_tensor = "rope_factors_long.weight"}, &t),
+                   LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_NOT_FOUND);
+  expect_msg("rope_factors_short.weight");
+  free_tiny(&t);
+  assert_int_equal(make_tiny(&(struct tiny_opts){.extra_tensor = "rope_factors_short.weight"}, &t), LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_UNSUPPORTED);
+  expect_msg("LongRoPE");
+  free_tiny(&t);
+}
+
 static const char *model_path;
 
 static void test_default_model_config(void **state) {
@@ -337,6 +410,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_rope_scaling_linear_and_unsupported_type_named),
       cmocka_unit_test(test_qwen_architectures_need_their_extra_tensors),
       cmocka_unit_test(test_unsupported_architecture_is_named),
+      cmocka_unit_test(test_sliding_window_layers_follow_the_file),
+      cmocka_unit_test(test_longrope_factors_need_phi3_and_both_sets),
       cmocka_unit_test(test_wrong_tensor_shape_is_named_with_both_shapes),
       cmocka_unit_test(test_missing_tensor_is_named),
   };
