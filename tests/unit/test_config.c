@@ -30,6 +30,8 @@ struct tiny_opts {
   int32_t swa_period;        /* attention.sliding_window_pattern as a period, 0 = absent */
   const bool *swa_layers;    /* ... or as NBLK booleans */
   const char *extra_tensor;  /* an [8] f32 tensor of this name */
+  uint32_t block_count_key;  /* block_count key value instead of NBLK (tensors stay NBLK) */
+  uint32_t key_length;       /* attention.key_length, 0 = absent */
 };
 
 struct tiny {
@@ -66,7 +68,8 @@ static llb_status make_tiny(const struct tiny_opts *o, struct tiny *t) {
   assert_int_equal(gguf_writer_create(3, &w), LLB_STATUS_OK);
   const char *arch = o->arch ? o->arch : "llama";
   gguf_writer_add_str(w, "general.architecture", arch);
-  add_key_u32(w, o, "block_count", NBLK);
+  add_key_u32(w, o, "block_count", o->block_count_key ? o->block_count_key : NBLK);
+  if (o->key_length) add_key_u32(w, o, "attention.key_length", o->key_length);
   add_key_u32(w, o, "embedding_length", E);
   add_key_u32(w, o, "feed_forward_length", FF);
   add_key_u32(w, o, "attention.head_count", H);
@@ -346,6 +349,27 @@ static void test_sliding_window_layers_follow_the_file(void **state) {
   }
 }
 
+/* gemma2/3 scale q by 1/sqrt(head_dim), or by 1/sqrt(E / H) for the 27B models (46 / 62
+ * layers, their query_pre_attn_scalar), as llama.cpp decides it; here head_dim 32, E / H 16. */
+static void test_gemma_query_scale_follows_llama_cpp(void **state) {
+  (void)state;
+  const struct { const char *arch; uint32_t layers; float scale; } cases[] = {
+      {"gemma2", 26, 0.17677669f}, {"gemma2", 46, 0.25f}, {"gemma3", 34, 0.17677669f}, {"gemma3", 62, 0.25f}};
+  for (size_t i = 0; i < 4; i++) {
+    struct tiny t;
+    struct llama_config c;
+    assert_int_equal(make_tiny(&(struct tiny_opts){.arch = cases[i].arch, .block_count_key = cases[i].layers,
+                                                   .key_length = 32},
+                               &t),
+                     LLB_STATUS_OK);
+    assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+    if (fabsf(c.attention_scale - cases[i].scale) > 1e-7f)
+      fail_msg("%s %u layers: scale %g, expected %g", cases[i].arch, cases[i].layers, c.attention_scale,
+               cases[i].scale);
+    free_tiny(&t);
+  }
+}
+
 /* LongRoPE factor tensors: phi3 needs both sets; another architecture's are refused. */
 static void test_longrope_factors_need_phi3_and_both_sets(void **state) {
   (void)state;
@@ -412,6 +436,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_unsupported_architecture_is_named),
       cmocka_unit_test(test_sliding_window_layers_follow_the_file),
       cmocka_unit_test(test_longrope_factors_need_phi3_and_both_sets),
+      cmocka_unit_test(test_gemma_query_scale_follows_llama_cpp),
       cmocka_unit_test(test_wrong_tensor_shape_is_named_with_both_shapes),
       cmocka_unit_test(test_missing_tensor_is_named),
   };

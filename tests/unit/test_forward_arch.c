@@ -212,6 +212,54 @@ static void test_phi3_longrope_short_factors_up_to_the_original_context(void **s
   assert_true(long_set > 1e-2);
 }
 
+/* Rows of input_embeds (an image's embeddings) enter gemma3 as they are, token rows times
+ * sqrt(E) (llama.cpp's build_gemma3); gemma and gemma2 scale every row. So a row holding a
+ * token's embedding times 8 (sqrt(64), exact) gives that token's logits in gemma3, and the bare
+ * embedding does in gemma2. */
+static void check_embeds_row(const char *name, float row_scale) {
+  void *buf = NULL;
+  size_t size = 0;
+  struct gguf_file *f = NULL;
+  struct llama_model *m = NULL;
+  struct llama_kv_cache *kv = NULL;
+  struct llama_forward_ctx *fc = NULL;
+  assert_int_equal(arch_model_write(name, &buf, &size), LLB_STATUS_OK);
+  assert_int_equal(gguf_open_memory(buf, size, &f), LLB_STATUS_OK);
+  assert_int_equal(llama_model_load(f, &m), LLB_STATUS_OK);
+  assert_int_equal(llama_kv_cache_create(m, NB, BS, &kv), LLB_STATUS_OK);
+  assert_int_equal(llama_forward_ctx_create(m, P, 1, &fc), LLB_STATUS_OK);
+  const struct gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+  assert_non_null(te);
+  enum { E = 64, ROW = 5 };
+  static float embeds[P * E], with_tokens[P * V], with_row[P * V];
+  int32_t ids[P], pos[P], li[P], qsl[2] = {0, P}, lens[1] = {P}, table[NB] = {0, 1, 2, 3, 4, 5, 6, 7};
+  int64_t slots[P];
+  uint8_t mask[P] = {0};
+  for (int i = 0; i < P; i++) ids[i] = ARCH_MODEL_PROMPT_IDS[i], pos[i] = li[i] = i, slots[i] = i;
+  const float *table_rows = te->data;
+  for (int d = 0; d < E; d++) embeds[ROW * E + d] = table_rows[(size_t)ids[ROW] * E + d] * row_scale;
+  mask[ROW] = 1;
+  struct llama_batch b = {.num_tokens = P, .token_ids = ids, .positions = pos, .slot_mapping = slots, .num_seqs = 1,
+                          .query_start_loc = qsl, .seq_lens = lens, .block_tables = table, .max_blocks_per_seq = NB,
+                          .num_logits = P, .logits_indices = li};
+  assert_int_equal(llama_forward(fc, kv, &b, with_tokens), LLB_STATUS_OK);
+  b.input_embeds = embeds;
+  b.embeds_mask = mask;
+  assert_int_equal(llama_forward(fc, kv, &b, with_row), LLB_STATUS_OK);
+  assert_memory_equal(with_tokens, with_row, sizeof with_tokens);
+  llama_forward_ctx_destroy(fc);
+  llama_kv_cache_destroy(kv);
+  llama_model_destroy(m);
+  gguf_close(f);
+  free(buf);
+}
+
+static void test_gemma3_does_not_scale_input_embeds_rows(void **state) {
+  (void)state;
+  check_embeds_row("gemma3", 8.0f);
+  check_embeds_row("gemma2", 1.0f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_llama_matches_llama_cpp),
@@ -225,6 +273,7 @@ int main(void) {
       cmocka_unit_test(test_gemma3_matches_llama_cpp),
       cmocka_unit_test(test_phi3_longrope_long_factors_match_llama_cpp),
       cmocka_unit_test(test_phi3_longrope_short_factors_up_to_the_original_context),
+      cmocka_unit_test(test_gemma3_does_not_scale_input_embeds_rows),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
