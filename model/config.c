@@ -245,14 +245,15 @@ static llb_status read_sliding(const struct gguf_file *f, enum swa_rule rule, st
   return LLB_STATUS_OK;
 }
 
-/* A soft-capping key: `def` when absent, >= 0 (0 = none). */
+/* A soft-capping key: `def` when absent, 0 (none) or >= 1e-6. */
 static llb_status get_softcap(const struct gguf_file *f, const char *arch, const char *suffix, float def,
                               float *out) {
   char key[KEY_MAX];
   arch_key(key, arch, suffix);
   llb_status st = get_f32(f, key, true, def, out);
-  if (st == LLB_STATUS_OK && !(*out >= 0.0f)) {
-    return LLB_ERRF(LLB_STATUS_MALFORMED, "config: key '%s' is %g, must be >= 0", key, *out);
+  /* 1/c must stay finite (a subnormal cap would make it inf and the logits NaN) */
+  if (st == LLB_STATUS_OK && !(*out == 0.0f || *out >= 1e-6f)) {
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "config: key '%s' is %g, must be 0 or >= 1e-6", key, *out);
   }
   return st;
 }
@@ -264,7 +265,13 @@ static llb_status read_gemma(const struct gguf_file *f, struct llama_config *c) 
   if (c->gemma || c->fused_qkv) c->attention_scale = 1.0f / sqrtf((float)c->head_dim);
   const bool gemma2 = strcmp(arch, "gemma2") == 0, gemma3 = strcmp(arch, "gemma3") == 0;
   if (!gemma2 && !gemma3) return LLB_STATUS_OK;
-  if (c->block_count == (gemma2 ? 46 : 62)) c->attention_scale = 1.0f / sqrtf((float)(c->embedding_length / c->head_count));
+  if (c->block_count == (gemma2 ? 46 : 62)) {
+    if (c->embedding_length < c->head_count) {
+      return LLB_ERRF(LLB_STATUS_MALFORMED, "config: %s embedding_length %d below head_count %d", arch,
+                      c->embedding_length, c->head_count);
+    }
+    c->attention_scale = 1.0f / sqrtf((float)(c->embedding_length / c->head_count));
+  }
   llb_status st = get_softcap(f, arch, "final_logit_softcapping", gemma2 ? 30.0f : 0.0f, &c->final_logit_softcapping);
   if (st == LLB_STATUS_OK && gemma2) st = get_softcap(f, arch, "attn_logit_softcapping", 50.0f, &c->attn_logit_softcapping);
   c->scale_token_embeds_only = gemma3;

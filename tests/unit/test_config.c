@@ -32,6 +32,7 @@ struct tiny_opts {
   const char *extra_tensor;  /* an [8] f32 tensor of this name */
   uint32_t block_count_key;  /* block_count key value instead of NBLK (tensors stay NBLK) */
   uint32_t key_length;       /* attention.key_length, 0 = absent */
+  float final_softcap;       /* final_logit_softcapping, 0 = absent */
 };
 
 struct tiny {
@@ -70,6 +71,11 @@ static llb_status make_tiny(const struct tiny_opts *o, struct tiny *t) {
   gguf_writer_add_str(w, "general.architecture", arch);
   add_key_u32(w, o, "block_count", o->block_count_key ? o->block_count_key : NBLK);
   if (o->key_length) add_key_u32(w, o, "attention.key_length", o->key_length);
+  if (o->final_softcap != 0.0f) {
+    char sk[96];
+    snprintf(sk, sizeof sk, "%s.final_logit_softcapping", arch);
+    gguf_writer_add_f32(w, sk, o->final_softcap);
+  }
   add_key_u32(w, o, "embedding_length", E);
   add_key_u32(w, o, "feed_forward_length", FF);
   add_key_u32(w, o, "attention.head_count", H);
@@ -370,6 +376,23 @@ static void test_gemma_query_scale_follows_llama_cpp(void **state) {
   }
 }
 
+/* A soft-cap from the file is used as it says, and refused when 1/cap would not be finite
+ * (a subnormal) or it is negative. */
+static void test_softcap_keys_are_bounded(void **state) {
+  (void)state;
+  const struct { float v; llb_status want; } cases[] = {
+      {12.5f, LLB_STATUS_OK}, {1e-40f, LLB_STATUS_MALFORMED}, {-3.0f, LLB_STATUS_MALFORMED}};
+  for (size_t i = 0; i < 3; i++) {
+    struct tiny t;
+    struct llama_config c;
+    assert_int_equal(make_tiny(&(struct tiny_opts){.arch = "gemma2", .final_softcap = cases[i].v}, &t), LLB_STATUS_OK);
+    assert_int_equal(llama_config_from_gguf(t.f, &c), cases[i].want);
+    if (cases[i].want == LLB_STATUS_OK) assert_true(c.final_logit_softcapping == 12.5f);
+    else expect_msg("gemma2.final_logit_softcapping");
+    free_tiny(&t);
+  }
+}
+
 /* LongRoPE factor tensors: phi3 needs both sets; another architecture's are refused. */
 static void test_longrope_factors_need_phi3_and_both_sets(void **state) {
   (void)state;
@@ -437,6 +460,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sliding_window_layers_follow_the_file),
       cmocka_unit_test(test_longrope_factors_need_phi3_and_both_sets),
       cmocka_unit_test(test_gemma_query_scale_follows_llama_cpp),
+      cmocka_unit_test(test_softcap_keys_are_bounded),
       cmocka_unit_test(test_wrong_tensor_shape_is_named_with_both_shapes),
       cmocka_unit_test(test_missing_tensor_is_named),
   };
