@@ -59,6 +59,9 @@ struct backend_rope_params {
   /* [n_dims / 2] per-pair divisors of the angle (ggml_rope_ext's freq_factors: Llama 3.x's
    * rope_freqs.weight), or NULL for none. Pair i turns by freq_scale * (theta_i / f[i]). */
   const float *freq_factors;
+  /* ggml_rope_ext's attn_factor (phi3 LongRoPE's rope.scaling.attn_factor): cos and sin are
+   * multiplied by it, so q.k scales by its square. 0 reads as 1 (zero-initialized params). */
+  float attn_factor;
 };
 
 /* One layer's paged KV cache, IEEE fp16 bit patterns. */
@@ -83,6 +86,13 @@ struct backend_attn_params {
   const int32_t *seq_lens;        /* [num_seqs] */
   const int32_t *block_tables;    /* [num_seqs, max_blocks_per_seq] */
   int32_t max_blocks_per_seq;
+  /* Optional (0 = off, so zero-initialized params attend causally over everything): */
+  int32_t sliding_window;         /* > 0: the row at context index i attends keys
+                                     max(0, i - sliding_window + 1) .. i only (llama.cpp's
+                                     LLAMA_SWA_TYPE_STANDARD mask; vLLM window (W - 1, 0)) */
+  float logit_softcap;            /* > 0: each raw q.k score s becomes c * tanh(s * (1/c)) before
+                                     the scale (gemma2's attn_logit_softcapping, llama.cpp
+                                     build_attn_mha) */
 };
 
 struct backend_ctx; /* per-backend execution state: threads, scratch */
@@ -124,6 +134,9 @@ struct backend_ops {
    * approximation as ggml_geglu_split computes it on the CPU (GGML_GELU_FP16: an fp16 table
    * for |x| < 10, x above, 0 below). out may alias gate or up. */
   llb_status (*geglu)(struct backend_ctx *c, const float *gate, const float *up, int64_t n, float *out);
+  /* Optional (NULL: soft-capped models are refused). x [n] = cap * tanh(x * (1/cap)) in place,
+   * cap > 0 (gemma2's final_logit_softcapping: ggml_scale, ggml_tanh, ggml_scale). */
+  llb_status (*softcap)(struct backend_ctx *c, float *x, int64_t n, float cap);
   /* Optional (NULL: weights are only read as stored). Bytes of w in the backend's own matmul
    * layout, 0 when it has none for w. Such a layout changes the float order of matmul (the
    * CPU backend's: kernels/cpu/packed.h), never its batch invariance. */

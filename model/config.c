@@ -10,24 +10,34 @@
 
 #define KEY_MAX 128
 
+/* Which layers slide (attention.sliding_window), per llama.cpp's load_arch_hparams. */
+enum swa_rule {
+  SWA_IGNORED = 0, /* the key is ignored, as llama.cpp does for these archs: full attention */
+  SWA_EVERY_LAYER, /* llama (Mistral): every layer when the key is > 0 (HF MistralConfig) */
+  SWA_GEMMA2,      /* window default 4096, period 2 */
+  SWA_GEMMA3,      /* only when the key is > 0, period 6 */
+};
+
 struct arch_info {
   const char *name;
   bool supported;
   enum llama_rope_type rope_type;
   const char *why_not; /* for unsupported ones */
-  bool qkv_bias, qk_norm, fused, gemma;
+  bool qkv_bias, qk_norm, fused, gemma, post_norms;
+  enum swa_rule swa;
 };
 
 static const struct arch_info arch_table[] = {
-    {"llama", true, LLAMA_ROPE_TYPE_NORM, NULL, false, false, false, false},
-    {"qwen2", true, LLAMA_ROPE_TYPE_NEOX, NULL, true, false, false, false},
-    {"qwen3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, true, false, false},
-    {"phi3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, false, true, false},
-    {"gemma", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, false, false, true},
-    {"gemma2", false, LLAMA_ROPE_TYPE_NEOX, "scaled embeddings, GeGLU and logit soft-capping", false, false, false, false},
-    {"stablelm", false, LLAMA_ROPE_TYPE_NEOX, "LayerNorm and partial rotary", false, false, false, false},
-    {"mistral3", false, LLAMA_ROPE_TYPE_NORM, "a vision tower and YaRN-scaled attention", false, false, false, false},
-    {"granite", false, LLAMA_ROPE_TYPE_NORM, "embedding, residual and logit multipliers", false, false, false, false},
+    {"llama", true, LLAMA_ROPE_TYPE_NORM, NULL, false, false, false, false, false, SWA_EVERY_LAYER},
+    {"qwen2", true, LLAMA_ROPE_TYPE_NEOX, NULL, true, false, false, false, false, SWA_IGNORED},
+    {"qwen3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, true, false, false, false, SWA_IGNORED},
+    {"phi3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, false, true, false, false, SWA_IGNORED},
+    {"gemma", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, false, false, true, false, SWA_IGNORED},
+    {"gemma2", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, false, false, true, true, SWA_GEMMA2},
+    {"gemma3", true, LLAMA_ROPE_TYPE_NEOX, NULL, false, true, false, true, true, SWA_GEMMA3},
+    {"stablelm", false, LLAMA_ROPE_TYPE_NEOX, "LayerNorm and partial rotary", false, false, false, false, false, SWA_IGNORED},
+    {"mistral3", false, LLAMA_ROPE_TYPE_NORM, "a vision tower and YaRN-scaled attention", false, false, false, false, false, SWA_IGNORED},
+    {"granite", false, LLAMA_ROPE_TYPE_NORM, "embedding, residual and logit multipliers", false, false, false, false, false, SWA_IGNORED},
 };
 
 static void arch_key(char *buf, const char *arch, const char *suffix) {
@@ -79,7 +89,7 @@ static llb_status get_f32(const struct gguf_file *f, const char *key, bool has_d
   return LLB_STATUS_OK;
 }
 
-static llb_status read_arch(const struct gguf_file *f, struct llama_config *c) {
+static llb_status read_arch(const struct gguf_file *f, struct llama_config *c, const struct arch_info **info) {
   struct gguf_str arch;
   llb_status st = gguf_get_str(f, "general.architecture", &arch);
   if (st != LLB_STATUS_OK) {
@@ -101,6 +111,8 @@ static llb_status read_arch(const struct gguf_file *f, struct llama_config *c) {
     c->attn_qk_norm = a->qk_norm;
     c->fused_qkv = c->fused_gate_up = a->fused;
     c->gemma = a->gemma;
+    c->post_norms = a->post_norms;
+    *info = a;
     return LLB_STATUS_OK;
   }
   return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "config: general.architecture '%.*s' is not supported "
@@ -122,9 +134,10 @@ static llb_status read_rope_scaling(const struct gguf_file *f, const char *arch,
     if (gguf_str_eq(type, "none")) {
       return LLB_STATUS_OK;
     }
-    if (!gguf_str_eq(type, "linear")) {
-      return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "config: key '%s' is '%.*s'; only 'none' and "
-                      "'linear' are supported", key, type.len > 32 ? 32 : (int)type.len,
+    /* "longrope" (phi3): llama.cpp scales frequencies as "linear" does, the factors apart */
+    if (!gguf_str_eq(type, "linear") && !gguf_str_eq(type, "longrope")) {
+      return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "config: key '%s' is '%.*s'; only 'none', "
+                      "'linear' and 'longrope' are supported", key, type.len > 32 ? 32 : (int)type.len,
                       type.data);
     }
     arch_key(key, arch, "rope.scaling.factor");
@@ -168,6 +181,135 @@ static llb_status read_vocab(const struct gguf_file *f, const char *arch, struct
   return get_i32(f, key, 1, INT32_MAX, &c->vocab_size);
 }
 
+/* Which layers slide and their RoPE (llama.cpp load_arch_hparams, load_swa_pattern,
+ * llama_hparams::set_swa_pattern with dense_first false). */
+static llb_status read_sliding(const struct gguf_file *f, enum swa_rule rule, struct llama_config *c) {
+  char key[KEY_MAX];
+  const char *arch = c->architecture;
+  llb_status st;
+  c->rope_freq_base_swa = c->rope_freq_base;
+  c->rope_freq_scale_swa = c->rope_freq_scale;
+  arch_key(key, arch, "attention.sliding_window");
+  const int32_t def = rule == SWA_GEMMA2 ? 4096 : 0;
+  if ((st = get_i32_opt(f, key, rule == SWA_GEMMA2 ? 1 : 0, INT32_MAX, def, &c->sliding_window)) != LLB_STATUS_OK) {
+    return st;
+  }
+  if (rule == SWA_IGNORED || c->sliding_window == 0) {
+    c->sliding_window = 0;
+    return LLB_STATUS_OK;
+  }
+  if (c->block_count > LLAMA_CONFIG_MAX_LAYERS) {
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "config: %d layers with sliding-window attention (at most %d)",
+                    c->block_count, LLAMA_CONFIG_MAX_LAYERS);
+  }
+  int64_t period = rule == SWA_GEMMA2 ? 2 : rule == SWA_GEMMA3 ? 6 : 0; /* 0: every layer */
+  arch_key(key, arch, "attention.sliding_window_pattern");
+  const int64_t at = gguf_find_key(f, key);
+  if (at >= 0 && gguf_kv_type(f, at) == GGUF_VALUE_TYPE_ARRAY) { /* a bool per layer */
+    struct gguf_array a;
+    if ((st = gguf_get_array(f, key, &a)) != LLB_STATUS_OK) {
+      return st;
+    }
+    if ((a.type != GGUF_VALUE_TYPE_BOOL && a.type != GGUF_VALUE_TYPE_INT32 && a.type != GGUF_VALUE_TYPE_UINT32 &&
+         a.type != GGUF_VALUE_TYPE_INT8 && a.type != GGUF_VALUE_TYPE_UINT8) || a.len != (uint64_t)c->block_count) {
+      return LLB_ERRF(LLB_STATUS_MALFORMED, "config: key '%s' must be %d booleans, one per layer", key,
+                      c->block_count);
+    }
+    for (int32_t il = 0; il < c->block_count; il++) c->layer_sliding[il] = gguf_array_int(&a, (uint64_t)il) != 0;
+  } else {
+    if (at >= 0) {
+      int64_t v;
+      if ((st = gguf_get_int(f, key, &v)) != LLB_STATUS_OK) {
+        return st;
+      }
+      if (v < 0 || v > INT32_MAX) {
+        return LLB_ERRF(LLB_STATUS_MALFORMED, "config: key '%s' is %lld", key, (long long)v);
+      }
+      period = v;
+    }
+    /* llama.cpp: period 0 slides every layer; else layer il slides when il % period < period - 1 */
+    for (int32_t il = 0; il < c->block_count; il++)
+      c->layer_sliding[il] = period == 0 || il % period < period - 1;
+  }
+  if (rule == SWA_GEMMA3) { /* gemma3's local layers: their own base (llama.cpp's default 10000), no scaling */
+    c->rope_freq_base_swa = 10000.0f;
+    c->rope_freq_scale_swa = 1.0f;
+  }
+  arch_key(key, arch, "rope.freq_base_swa");
+  if ((st = get_f32(f, key, true, c->rope_freq_base_swa, &c->rope_freq_base_swa)) != LLB_STATUS_OK) {
+    return st;
+  }
+  if (!(c->rope_freq_base_swa > 0.0f)) {
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "config: key '%s' is %g, must be > 0", key, c->rope_freq_base_swa);
+  }
+  return LLB_STATUS_OK;
+}
+
+/* A soft-capping key: `def` when absent, 0 (none) or >= 1e-6. */
+static llb_status get_softcap(const struct gguf_file *f, const char *arch, const char *suffix, float def,
+                              float *out) {
+  char key[KEY_MAX];
+  arch_key(key, arch, suffix);
+  llb_status st = get_f32(f, key, true, def, out);
+  /* 1/c must stay finite (a subnormal cap would make it inf and the logits NaN) */
+  if (st == LLB_STATUS_OK && !(*out == 0.0f || *out >= 1e-6f)) {
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "config: key '%s' is %g, must be 0 or >= 1e-6", key, *out);
+  }
+  return st;
+}
+
+/* The q scaling of gemma* and phi3, and gemma2/3's soft-capping (llama.cpp build_gemma*,
+ * build_phi3; the 27B test on the layer count is llama.cpp's, for query_pre_attn_scalar). */
+static llb_status read_gemma(const struct gguf_file *f, struct llama_config *c) {
+  const char *arch = c->architecture;
+  if (c->gemma || c->fused_qkv) c->attention_scale = 1.0f / sqrtf((float)c->head_dim);
+  const bool gemma2 = strcmp(arch, "gemma2") == 0, gemma3 = strcmp(arch, "gemma3") == 0;
+  if (!gemma2 && !gemma3) return LLB_STATUS_OK;
+  if (c->block_count == (gemma2 ? 46 : 62)) {
+    if (c->embedding_length < c->head_count) {
+      return LLB_ERRF(LLB_STATUS_MALFORMED, "config: %s embedding_length %d below head_count %d", arch,
+                      c->embedding_length, c->head_count);
+    }
+    c->attention_scale = 1.0f / sqrtf((float)(c->embedding_length / c->head_count));
+  }
+  llb_status st = get_softcap(f, arch, "final_logit_softcapping", gemma2 ? 30.0f : 0.0f, &c->final_logit_softcapping);
+  if (st == LLB_STATUS_OK && gemma2) st = get_softcap(f, arch, "attn_logit_softcapping", 50.0f, &c->attn_logit_softcapping);
+  c->scale_token_embeds_only = gemma3;
+  return st;
+}
+
+/* phi3's LongRoPE (llama.cpp llama_model::get_rope_factors) and the RoPE attention factor every
+ * architecture reads (llama_context: yarn_attn_factor *= rope_attn_factor). */
+static llb_status read_longrope(const struct gguf_file *f, struct llama_config *c) {
+  char key[KEY_MAX];
+  const char *arch = c->architecture;
+  arch_key(key, arch, "rope.scaling.attn_factor");
+  llb_status st = get_f32(f, key, true, 1.0f, &c->rope_attn_factor);
+  if (st != LLB_STATUS_OK) {
+    return st;
+  }
+  if (!(c->rope_attn_factor > 0.0f)) {
+    return LLB_ERRF(LLB_STATUS_MALFORMED, "config: key '%s' is %g, must be > 0", key, c->rope_attn_factor);
+  }
+  arch_key(key, arch, "rope.scaling.original_context_length");
+  if ((st = get_i32_opt(f, key, 1, INT32_MAX, c->context_length, &c->rope_original_context_length)) != LLB_STATUS_OK) {
+    return st;
+  }
+  const bool has_long = gguf_find_tensor(f, "rope_factors_long.weight") != NULL;
+  const bool has_short = gguf_find_tensor(f, "rope_factors_short.weight") != NULL;
+  if (!has_long && !has_short) return LLB_STATUS_OK;
+  if (!c->fused_qkv) {
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "config: '%s' file with LongRoPE factors "
+                    "(rope_factors_long/short.weight): only phi3's are supported", arch);
+  }
+  if (!has_long || !has_short) {
+    return LLB_ERRF(LLB_STATUS_NOT_FOUND, "config: tensor '%s' is missing (LongRoPE needs both factor sets)",
+                    has_long ? "rope_factors_short.weight" : "rope_factors_long.weight");
+  }
+  c->rope_longrope = true;
+  return LLB_STATUS_OK;
+}
+
 llb_status llama_config_from_gguf(const struct gguf_file *f, struct llama_config *out) {
   if (f == NULL || out == NULL) {
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "llama_config_from_gguf: NULL argument");
@@ -175,7 +317,8 @@ llb_status llama_config_from_gguf(const struct gguf_file *f, struct llama_config
   struct llama_config c;
   memset(&c, 0, sizeof c);
   char key[KEY_MAX];
-  llb_status st = read_arch(f, &c);
+  const struct arch_info *info = NULL;
+  llb_status st = read_arch(f, &c, &info);
   if (st != LLB_STATUS_OK) {
     return st;
   }
@@ -264,18 +407,9 @@ llb_status llama_config_from_gguf(const struct gguf_file *f, struct llama_config
     return st;
   }
   c.tied_embeddings = gguf_find_tensor(f, "output.weight") == NULL;
-  arch_key(key, arch, "attention.sliding_window");
-  if ((st = get_i32_opt(f, key, 0, INT32_MAX, 0, &c.sliding_window)) != LLB_STATUS_OK) {
+  if ((st = read_sliding(f, info->swa, &c)) != LLB_STATUS_OK || (st = read_gemma(f, &c)) != LLB_STATUS_OK ||
+      (st = read_longrope(f, &c)) != LLB_STATUS_OK) {
     return st;
-  }
-  /* sliding-window attention equals full attention while the context fits the window: the
-   * forward attends everything, so the context is capped there (query + window keys) */
-  if (c.sliding_window > 0 && c.context_length > c.sliding_window) {
-    c.context_length = c.sliding_window;
-  }
-  if (gguf_find_tensor(f, "rope_factors_long.weight") || gguf_find_tensor(f, "rope_factors_short.weight")) {
-    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "config: '%s' file with LongRoPE factors "
-                    "(rope_factors_long/short.weight) is not supported", arch);
   }
   *out = c;
   return LLB_STATUS_OK;
@@ -352,13 +486,17 @@ llb_status llama_config_check_tensors(const struct gguf_file *f, const struct ll
         return st;
       }
     }
-    static const struct { const char *suffix; int dim; bool qk_norm; } extra[] = {
+    enum { BIAS, QK_NORM, POST_NORM };
+    static const struct { const char *suffix; int dim, kind; } extra[] = {
         /* dim as above; 5 = head_dim */
-        {"attn_q.bias", 2, false}, {"attn_k.bias", 3, false}, {"attn_v.bias", 3, false},
-        {"attn_q_norm.weight", 5, true}, {"attn_k_norm.weight", 5, true},
+        {"attn_q.bias", 2, BIAS}, {"attn_k.bias", 3, BIAS}, {"attn_v.bias", 3, BIAS},
+        {"attn_q_norm.weight", 5, QK_NORM}, {"attn_k_norm.weight", 5, QK_NORM},
+        {"post_attention_norm.weight", 1, POST_NORM}, {"post_ffw_norm.weight", 1, POST_NORM},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
-      if (extra[i].qk_norm ? !cfg->attn_qk_norm : !cfg->attn_qkv_bias) continue;
+      const bool has = extra[i].kind == BIAS ? cfg->attn_qkv_bias : extra[i].kind == QK_NORM ? cfg->attn_qk_norm
+                                                                                                : cfg->post_norms;
+      if (!has) continue;
       char name[96];
       snprintf(name, sizeof name, "blk.%d.%s", l, extra[i].suffix);
       const int64_t n = extra[i].dim == 5 ? cfg->head_dim : dim_of[extra[i].dim];
@@ -366,6 +504,12 @@ llb_status llama_config_check_tensors(const struct gguf_file *f, const struct ll
         return st;
       }
     }
+  }
+  if (cfg->rope_longrope && ((st = check_one(f, "rope_factors_long.weight", cfg->rope_dimension_count / 2, 0)) !=
+                                 LLB_STATUS_OK ||
+                             (st = check_one(f, "rope_factors_short.weight", cfg->rope_dimension_count / 2, 0)) !=
+                                 LLB_STATUS_OK)) {
+    return st;
   }
   return LLB_STATUS_OK;
 }

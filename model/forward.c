@@ -19,6 +19,7 @@ struct llama_layer {
   struct backend_weight w_down;      /* [E rows, F cols] */
   const float *bq, *bk, *bv;         /* qwen2: [H*D], [Hkv*D], [Hkv*D] projection biases; else NULL */
   const float *q_norm, *k_norm;      /* qwen3: [D] per-head RMS norm weights; else NULL */
+  const float *post_attn_norm, *post_ffw_norm; /* gemma2/3: [E] norms of the attention / FFN outputs; else NULL */
 };
 
 struct llama_model {
@@ -28,6 +29,7 @@ struct llama_model {
   struct backend_weight output;   /* [V rows, E cols]; token_embd when tied */
   const float *output_norm;       /* [E] */
   const float *rope_freqs;        /* [rope dims / 2] Llama 3.x rope_freqs.weight, or NULL */
+  const float *rope_long, *rope_short; /* [rope dims / 2] phi3 LongRoPE factors, or NULL */
   struct llama_layer *layers;     /* [block_count] */
 };
 
@@ -44,6 +46,7 @@ struct llama_forward_ctx {
   int32_t max_num_tokens;
   struct llama_layer *layers;     /* [block_count] m's layers, packed weights set (LLAMA_MATMUL_PACKED) */
   struct backend_weight output;   /* m's output weight, likewise */
+  const float *rope_factors;      /* [rope dims / 2] m's rope_freqs, or the LongRoPE set for max_model_len */
   void *packed;                   /* every packed layout of this context, one allocation, or NULL */
   struct packed_cache_map packed_map; /* ... or the host's shared cache file (packed_cache.h) */
   int32_t *ids;   /* [max_num_tokens] token ids with embedding rows masked to 0 */
@@ -133,6 +136,10 @@ llb_status llama_model_load(const struct gguf_file *f, struct llama_model **out)
   if (gguf_find_tensor(f, "rope_freqs.weight") &&
       (st = norm_view(f, "rope_freqs.weight", c->rope_dimension_count / 2, &m->rope_freqs)) != LLB_STATUS_OK)
     goto fail;
+  if (c->rope_longrope &&
+      ((st = norm_view(f, "rope_factors_long.weight", c->rope_dimension_count / 2, &m->rope_long)) != LLB_STATUS_OK ||
+       (st = norm_view(f, "rope_factors_short.weight", c->rope_dimension_count / 2, &m->rope_short)) != LLB_STATUS_OK))
+    goto fail;
   m->layers = calloc((size_t)c->block_count, sizeof(*m->layers));
   if (!m->layers) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "llama layers");
@@ -175,6 +182,10 @@ llb_status llama_model_load(const struct gguf_file *f, struct llama_model **out)
     if (c->attn_qk_norm &&
         ((st = norm_view(f, LAYER_TENSOR("attn_q_norm.weight"), c->head_dim, &l->q_norm)) != LLB_STATUS_OK ||
          (st = norm_view(f, LAYER_TENSOR("attn_k_norm.weight"), c->head_dim, &l->k_norm)) != LLB_STATUS_OK))
+      goto fail;
+    if (c->post_norms &&
+        ((st = norm_view(f, LAYER_TENSOR("post_attention_norm.weight"), E, &l->post_attn_norm)) != LLB_STATUS_OK ||
+         (st = norm_view(f, LAYER_TENSOR("post_ffw_norm.weight"), E, &l->post_ffw_norm)) != LLB_STATUS_OK))
       goto fail;
 #undef LAYER_TENSOR
   }
@@ -405,6 +416,11 @@ llb_status llama_forward_ctx_create_opts(const struct llama_model *m, const stru
   }
   memcpy(fc->layers, m->layers, (size_t)c->block_count * sizeof(*fc->layers));
   fc->output = m->output;
+  /* LongRoPE (llama.cpp get_rope_factors): the long factors when the context the engine runs
+   * with exceeds the original one */
+  const int32_t max_model_len = o->max_model_len > 0 ? o->max_model_len : c->context_length;
+  fc->rope_factors = m->rope_freqs;
+  if (c->rope_longrope) fc->rope_factors = max_model_len > c->rope_original_context_length ? m->rope_long : m->rope_short;
   if (o->matmul == LLAMA_MATMUL_PACKED && (st = pack_weights(fc, o)) != LLB_STATUS_OK) goto fail;
   const size_t T = (size_t)max_num_tokens;
   fc->ids = malloc(T * sizeof(int32_t));
@@ -498,6 +514,104 @@ static void scale_rows(float *x, int64_t n, float s) {
     if (st_ != LLB_STATUS_OK) return st_;      \
   } while (0)
 
+/* c->x [T, E] = the batch's embeddings: token rows of token_embd, rows of input_embeds where the
+ * mask says so (all of them without a mask); gemma* scale by sqrt(E) (ggml_scale(inpL,
+ * sqrt(n_embd))), gemma3 its token rows only (llama.cpp scales no raw embeddings there). */
+static llb_status embed_batch(struct llama_forward_ctx *c, const struct llama_batch *b) {
+  const struct llama_config *cfg = &c->m->cfg;
+  const int32_t T = b->num_tokens, E = cfg->embedding_length;
+  if (b->input_embeds && !b->embeds_mask) {
+    memcpy(c->x, b->input_embeds, (size_t)T * (size_t)E * sizeof(float));
+  } else {
+    for (int32_t i = 0; i < T; i++) c->ids[i] = (b->embeds_mask && b->embeds_mask[i]) ? 0 : b->token_ids[i];
+    FWD_TRY(c->ops->embed(c->bc, &c->m->tok_embd, c->ids, T, c->x));
+    if (b->input_embeds)
+      for (int32_t i = 0; i < T; i++)
+        if (b->embeds_mask[i])
+          memcpy(c->x + (size_t)i * E, b->input_embeds + (size_t)i * E, (size_t)E * sizeof(float));
+  }
+  if (!cfg->gemma) return LLB_STATUS_OK;
+  const float scale = sqrtf((float)E);
+  for (int32_t i = 0; i < T; i++) {
+    const bool raw = b->input_embeds && (!b->embeds_mask || b->embeds_mask[i]);
+    if (!raw || !cfg->scale_token_embeds_only) scale_rows(c->x + (size_t)i * E, E, scale);
+  }
+  return LLB_STATUS_OK;
+}
+
+/* The attention half of layer il: c->x += [post_attn_norm](wo . attention(rope(q, k), v)) of
+ * rms_norm(c->x), K/V written to the cache; sliding layers attend their window and rotate with
+ * the sliding RoPE base and scale (llama.cpp get_rope_freq_base/scale). */
+static llb_status attention_block(struct llama_forward_ctx *c, struct llama_kv_cache *kv, const struct llama_batch *b,
+                                  int32_t il) {
+  const struct llama_config *cfg = &c->m->cfg;
+  const struct backend_ops *ops = c->ops;
+  struct backend_ctx *bc = c->bc;
+  const struct llama_layer *l = &c->layers[il];
+  const int32_t T = b->num_tokens, E = cfg->embedding_length, D = cfg->head_dim;
+  const float eps = cfg->layer_norm_rms_epsilon;
+  const bool sliding = cfg->sliding_window > 0 && cfg->layer_sliding[il];
+  const struct backend_rope_params rope = {
+      .n_dims = cfg->rope_dimension_count,
+      .freq_base = sliding ? cfg->rope_freq_base_swa : cfg->rope_freq_base,
+      .freq_scale = sliding ? cfg->rope_freq_scale_swa : cfg->rope_freq_scale,
+      .style = cfg->rope_type == LLAMA_ROPE_TYPE_NEOX ? BACKEND_ROPE_STYLE_NEOX : BACKEND_ROPE_STYLE_NORM,
+      .freq_factors = c->rope_factors, .attn_factor = cfg->rope_attn_factor};
+  FWD_TRY(ops->rms_norm(bc, c->x, l->attn_norm, T, E, eps, c->xn));
+  const struct backend_weight *qkv[3] = {&l->wq, &l->wk, &l->wv};
+  float *qkv_out[3] = {c->q, c->k, c->v};
+  FWD_TRY(ops->matmul(bc, c->xn, T, qkv, qkv_out, 3));
+  if (l->bq) FWD_TRY(add_rows(c, T, l));
+  if (l->q_norm) { /* qwen3, gemma3: each head of q and k normed before RoPE */
+    FWD_TRY(ops->rms_norm(bc, c->q, l->q_norm, T * cfg->head_count, D, eps, c->q));
+    FWD_TRY(ops->rms_norm(bc, c->k, l->k_norm, T * cfg->head_count_kv, D, eps, c->k));
+  }
+  FWD_TRY(ops->rope(bc, c->q, b->positions, T, cfg->head_count, D, &rope));
+  FWD_TRY(ops->rope(bc, c->k, b->positions, T, cfg->head_count_kv, D, &rope));
+  /* phi3 and gemma* scale q after RoPE and attend with scale 1 (llama.cpp) */
+  if (cfg->attention_scale > 0.0f) scale_rows(c->q, (int64_t)T * cfg->head_count * D, cfg->attention_scale);
+  FWD_TRY(ops->kv_write(bc, &kv->layers[il], c->k, c->v, b->slot_mapping, T));
+  const struct backend_attn_params ap = {
+      .q = c->q, .out = c->attn, .kv = &kv->layers[il], .num_tokens = T, .n_heads = cfg->head_count,
+      .scale = cfg->attention_scale > 0.0f ? 1.0f : 1.0f / sqrtf((float)D), .num_seqs = b->num_seqs,
+      .query_start_loc = b->query_start_loc, .seq_lens = b->seq_lens, .block_tables = b->block_tables,
+      .max_blocks_per_seq = b->max_blocks_per_seq, .sliding_window = sliding ? cfg->sliding_window : 0,
+      .logit_softcap = cfg->attn_logit_softcapping};
+  FWD_TRY(ops->attention(bc, &ap));
+  const struct backend_weight *wo[1] = {&l->wo};
+  float *o_out[1] = {c->xn};
+  FWD_TRY(ops->matmul(bc, c->attn, T, wo, o_out, 1));
+  if (l->post_attn_norm) FWD_TRY(ops->rms_norm(bc, c->xn, l->post_attn_norm, T, E, eps, c->xn));
+  return ops->add(bc, c->x, c->xn, (int64_t)T * E);
+}
+
+/* The feed-forward half of layer il: c->x += [post_ffw_norm](down(act(gate) * up)) of
+ * rms_norm(c->x); act is SiLU, or GELU for gemma*. */
+static llb_status ffn_block(struct llama_forward_ctx *c, int32_t T, int32_t il) {
+  const struct llama_config *cfg = &c->m->cfg;
+  const struct backend_ops *ops = c->ops;
+  struct backend_ctx *bc = c->bc;
+  const struct llama_layer *l = &c->layers[il];
+  const int32_t E = cfg->embedding_length;
+  const int64_t F = cfg->feed_forward_length;
+  const float eps = cfg->layer_norm_rms_epsilon;
+  FWD_TRY(ops->rms_norm(bc, c->x, l->ffn_norm, T, E, eps, c->xn));
+  const struct backend_weight *gu[2] = {&l->w_gate, &l->w_up};
+  float *gu_out[2] = {c->gate, c->up};
+  FWD_TRY(ops->matmul(bc, c->xn, T, gu, gu_out, 2));
+  if (cfg->gemma) {
+    if (!ops->geglu) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "backend %s has no GeGLU (gemma)", ops->name);
+    FWD_TRY(ops->geglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
+  } else {
+    FWD_TRY(ops->swiglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
+  }
+  const struct backend_weight *down[1] = {&l->w_down};
+  float *d_out[1] = {c->xn};
+  FWD_TRY(ops->matmul(bc, c->gate, T, down, d_out, 1));
+  if (l->post_ffw_norm) FWD_TRY(ops->rms_norm(bc, c->xn, l->post_ffw_norm, T, E, eps, c->xn));
+  return ops->add(bc, c->x, c->xn, (int64_t)T * E);
+}
+
 llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv, const struct llama_batch *b,
                          float *logits) {
   if (!c || !kv || !b || (b->num_logits > 0 && !logits))
@@ -508,69 +622,12 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
   const struct llama_config *cfg = &m->cfg;
   const struct backend_ops *ops = c->ops;
   struct backend_ctx *bc = c->bc;
-  const int32_t T = b->num_tokens, E = cfg->embedding_length, D = cfg->head_dim;
-  const int64_t F = cfg->feed_forward_length;
-
-  /* embeddings, with rows of input_embeds where the mask says so */
-  if (b->input_embeds && !b->embeds_mask) {
-    memcpy(c->x, b->input_embeds, (size_t)T * (size_t)E * sizeof(float));
-  } else {
-    for (int32_t i = 0; i < T; i++) c->ids[i] = (b->embeds_mask && b->embeds_mask[i]) ? 0 : b->token_ids[i];
-    FWD_TRY(ops->embed(bc, &m->tok_embd, c->ids, T, c->x));
-    if (b->input_embeds)
-      for (int32_t i = 0; i < T; i++)
-        if (b->embeds_mask[i])
-          memcpy(c->x + (size_t)i * E, b->input_embeds + (size_t)i * E, (size_t)E * sizeof(float));
-  }
-  if (cfg->gemma) scale_rows(c->x, (int64_t)T * E, sqrtf((float)E)); /* ggml_scale(inpL, sqrt(n_embd)) */
-  /* phi3 and gemma scale q by 1/sqrt(D) after RoPE and attend with scale 1 (llama.cpp) */
-  const bool q_prescale = cfg->gemma || cfg->fused_qkv;
-
-  const struct backend_rope_params rope = {
-      .n_dims = cfg->rope_dimension_count, .freq_base = cfg->rope_freq_base, .freq_scale = cfg->rope_freq_scale,
-      .style = cfg->rope_type == LLAMA_ROPE_TYPE_NEOX ? BACKEND_ROPE_STYLE_NEOX : BACKEND_ROPE_STYLE_NORM,
-      .freq_factors = m->rope_freqs};
+  const int32_t T = b->num_tokens, E = cfg->embedding_length;
   const float eps = cfg->layer_norm_rms_epsilon;
+  FWD_TRY(embed_batch(c, b));
   for (int32_t il = 0; il < cfg->block_count; il++) {
-    const struct llama_layer *l = &c->layers[il];
-    /* attention block */
-    FWD_TRY(ops->rms_norm(bc, c->x, l->attn_norm, T, E, eps, c->xn));
-    const struct backend_weight *qkv[3] = {&l->wq, &l->wk, &l->wv};
-    float *qkv_out[3] = {c->q, c->k, c->v};
-    FWD_TRY(ops->matmul(bc, c->xn, T, qkv, qkv_out, 3));
-    if (l->bq) FWD_TRY(add_rows(c, T, l));
-    if (l->q_norm) { /* qwen3: each head of q and k normed before RoPE */
-      FWD_TRY(ops->rms_norm(bc, c->q, l->q_norm, T * cfg->head_count, D, eps, c->q));
-      FWD_TRY(ops->rms_norm(bc, c->k, l->k_norm, T * cfg->head_count_kv, D, eps, c->k));
-    }
-    FWD_TRY(ops->rope(bc, c->q, b->positions, T, cfg->head_count, D, &rope));
-    FWD_TRY(ops->rope(bc, c->k, b->positions, T, cfg->head_count_kv, D, &rope));
-    if (q_prescale) scale_rows(c->q, (int64_t)T * cfg->head_count * D, 1.0f / sqrtf((float)D));
-    FWD_TRY(ops->kv_write(bc, &kv->layers[il], c->k, c->v, b->slot_mapping, T));
-    const struct backend_attn_params ap = {
-        .q = c->q, .out = c->attn, .kv = &kv->layers[il], .num_tokens = T, .n_heads = cfg->head_count,
-        .scale = q_prescale ? 1.0f : 1.0f / sqrtf((float)D), .num_seqs = b->num_seqs, .query_start_loc = b->query_start_loc,
-        .seq_lens = b->seq_lens, .block_tables = b->block_tables, .max_blocks_per_seq = b->max_blocks_per_seq};
-    FWD_TRY(ops->attention(bc, &ap));
-    const struct backend_weight *wo[1] = {&l->wo};
-    float *o_out[1] = {c->xn};
-    FWD_TRY(ops->matmul(bc, c->attn, T, wo, o_out, 1));
-    FWD_TRY(ops->add(bc, c->x, c->xn, (int64_t)T * E));
-    /* feed-forward block */
-    FWD_TRY(ops->rms_norm(bc, c->x, l->ffn_norm, T, E, eps, c->xn));
-    const struct backend_weight *gu[2] = {&l->w_gate, &l->w_up};
-    float *gu_out[2] = {c->gate, c->up};
-    FWD_TRY(ops->matmul(bc, c->xn, T, gu, gu_out, 2));
-    if (cfg->gemma) {
-      if (!ops->geglu) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "backend %s has no GeGLU (gemma)", ops->name);
-      FWD_TRY(ops->geglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
-    } else {
-      FWD_TRY(ops->swiglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
-    }
-    const struct backend_weight *down[1] = {&l->w_down};
-    float *d_out[1] = {c->xn};
-    FWD_TRY(ops->matmul(bc, c->gate, T, down, d_out, 1));
-    FWD_TRY(ops->add(bc, c->x, c->xn, (int64_t)T * E));
+    FWD_TRY(attention_block(c, kv, b, il));
+    FWD_TRY(ffn_block(c, T, il));
   }
 
   if (b->num_hidden > 0) { /* pooling: final-norm hidden states of the rows asked for */
@@ -586,5 +643,9 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
   const struct backend_weight *outw[1] = {&c->output};
   float *l_out[1] = {logits};
   FWD_TRY(ops->matmul(bc, c->xn, b->num_logits, outw, l_out, 1));
+  if (cfg->final_logit_softcapping > 0.0f) { /* gemma2: logits -> c * tanh(logits / c) */
+    if (!ops->softcap) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "backend %s has no soft-capping", ops->name);
+    FWD_TRY(ops->softcap(bc, logits, (int64_t)b->num_logits * cfg->vocab_size, cfg->final_logit_softcapping));
+  }
   return LLB_STATUS_OK;
 }

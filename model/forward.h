@@ -99,6 +99,11 @@ struct llama_forward_options {
    * the matmul mode). The first process packs and writes it; the others, and a restarted
    * worker, map it read-only and shared instead of packing a private copy. NULL or "" = off. */
   const char *packed_cache_dir;
+  /* The longest context the engine runs this model with (vLLM's max_model_len); 0 = the
+   * model's context_length. Picks phi3 LongRoPE's factors as llama.cpp's n_ctx does: the long
+   * set when it exceeds rope.scaling.original_context_length, else the short one. Nothing else
+   * depends on it. */
+  int32_t max_model_len;
 };
 
 /* llama_forward_ctx_create with every option explicit. */

@@ -8,7 +8,14 @@
  * cpu_attn_order), softmax as ggml_vec_soft_max_f32 (ggml's expf, the sum in double of
  * 16-lane partial sums), probabilities rounded to fp16, then out[d] = sum_j p_j v_j[d] as
  * one F16 dot per output element in the same order (lane j % 16 or j % 64 by fma in key
- * order, lanes summed at the end). */
+ * order, lanes summed at the end).
+ *
+ * Sliding windows (backend_attn_params.sliding_window) and soft-capping: llama.cpp masks the
+ * keys outside the window with -INF, so they add exact zeros to the softmax sum and to every
+ * p.v lane. Here they are skipped, keeping each key's lane and softmax group where ggml has
+ * them (by its index from key 0): the same numbers, at a cost of the window rather than of the
+ * context. A soft-capped score is c * tanh(s * (1/c)) of the raw dot, then scaled (ggml_scale,
+ * ggml_tanh, ggml_scale before soft_max_ext). */
 #include "kernels/cpu/cpu_backend.h"
 
 #include <math.h>
@@ -40,6 +47,7 @@ struct attn_task {
 /* Context of one work item: query row tok, heads h0 .. h0 + n_h - 1 (one KV head). */
 struct attn_item {
   int32_t tok, h0, n_h, kvh, n_ctx;
+  int32_t first; /* first key attended: n_ctx - sliding_window when the window is shorter, else 0 */
   enum cpu_attn_order order; /* float order of this item's dots */
   const int32_t *table; /* [max_blocks_per_seq] */
 };
@@ -56,6 +64,7 @@ static struct attn_item attn_item_at(const struct attn_task *t, int64_t item) {
   const int32_t q_len = p->query_start_loc[s + 1] - p->query_start_loc[s];
   it.n_ctx = p->seq_lens[s] - q_len + (it.tok - p->query_start_loc[s]) + 1;
   it.table = p->block_tables + (int64_t)s * p->max_blocks_per_seq;
+  it.first = p->sliding_window > 0 && it.n_ctx > p->sliding_window ? it.n_ctx - p->sliding_window : 0;
   it.order = t->c->attn_order;
   if (it.order == CPU_ATTN_ORDER_BY_QUERY_LEN)
     it.order = q_len >= 2 ? CPU_ATTN_ORDER_BATCH : CPU_ATTN_ORDER_SINGLE;
@@ -94,6 +103,12 @@ static float dot_qk_scalar(enum cpu_attn_order order, int32_t hd, const float *q
   return (float)s;
 }
 
+/* A raw q.k dot as a softmax input: soft-capped if asked, then scaled. */
+static inline float attn_score(const struct backend_attn_params *p, float dot) {
+  if (p->logit_softcap > 0.0f) dot = tanhf(dot * (1.0f / p->logit_softcap)) * p->logit_softcap;
+  return dot * p->scale;
+}
+
 #if ATTN_HAVE_X86
 /* s [8] = fp16(s) as float, rounding to nearest even (F16C: exact both ways). */
 ATTN_AVX2_TARGET static void softmax_round8_f16(float *s) {
@@ -101,31 +116,33 @@ ATTN_AVX2_TARGET static void softmax_round8_f16(float *s) {
 }
 #endif
 
-/* Softmax of s [n] (already scaled) in place as ggml's soft_max: e = expf_ggml(s - max), the
- * sum in double of cpu_reduce16 over groups of 16 from key 0 (the last one zero-padded, as
- * ggml's masked tail), times (float)(1 / sum), then rounded to fp16 (kq is converted to F16
- * for the product with the F16 V). */
-static void softmax_f16(enum cpu_simd_level level, float *s, int32_t n) {
+/* Softmax of s [first, n) (already scaled; keys before `first` are outside the window) in place
+ * as ggml's soft_max: e = expf_ggml(s - max), the sum in double of cpu_reduce16 over groups of
+ * 16 from key 0 (masked keys and the last group's tail are zeros, as ggml's -INF mask and masked
+ * tail), times (float)(1 / sum), then rounded to fp16 (kq is converted to F16 for the product
+ * with the F16 V). */
+static void softmax_f16(enum cpu_simd_level level, float *s, int32_t first, int32_t n) {
   float max = -INFINITY;
-  for (int32_t j = 0; j < n; j++) max = s[j] > max ? s[j] : max;
-  cpu_exp_sub_row(level, s, max, s, n);
+  for (int32_t j = first; j < n; j++) max = s[j] > max ? s[j] : max;
+  cpu_exp_sub_row(level, s + first, max, s + first, n - first);
   double sum = 0.0;
-  for (int32_t j0 = 0; j0 < n; j0 += 16) {
+  for (int32_t j0 = first - first % 16; j0 < n; j0 += 16) {
     float g[16] = {0};
-    memcpy(g, s + j0, (size_t)(n - j0 < 16 ? n - j0 : 16) * sizeof(float));
+    const int32_t a = j0 < first ? first : j0, e = n - j0 < 16 ? n : j0 + 16;
+    memcpy(g + (a - j0), s + a, (size_t)(e - a) * sizeof(float));
     sum += (double)cpu_reduce16(g);
   }
   const float inv = (float)(1.0 / sum);
-  for (int32_t j = 0; j < n; j++) s[j] *= inv;
+  for (int32_t j = first; j < n; j++) s[j] *= inv;
 #if ATTN_HAVE_X86
   if (level >= CPU_SIMD_LEVEL_AVX2) {
-    int32_t j = 0;
+    int32_t j = first;
     for (; j + 8 <= n; j += 8) softmax_round8_f16(s + j);
     for (; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j]));
     return;
   }
 #endif
-  for (int32_t j = 0; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j]));
+  for (int32_t j = first; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j]));
 }
 
 /* Combines lane accumulators acc [lanes][dn] (rows >= used are zero) into out [dn]. */
@@ -173,13 +190,13 @@ static void attention_item_generic(const struct attn_task *t, const struct attn_
     const float *q = p->q + ((int64_t)it->tok * p->n_heads + h) * hd;
     float *out = p->out + ((int64_t)it->tok * p->n_heads + h) * hd;
     for (int32_t i = 0; i < hd; i++) qh[i] = llb_fp16_to_fp32(llb_fp32_to_fp16(q[i]));
-    for (int32_t j = 0; j < it->n_ctx; j++)
-      scores[j] = dot_qk_scalar(qk_order(order, hd), hd, qh, kv_row_at(kv, kv->k, it->table, j, it->kvh)) * p->scale;
-    softmax_f16(level, scores, it->n_ctx);
+    for (int32_t j = it->first; j < it->n_ctx; j++)
+      scores[j] = attn_score(p, dot_qk_scalar(qk_order(order, hd), hd, qh, kv_row_at(kv, kv->k, it->table, j, it->kvh)));
+    softmax_f16(level, scores, it->first, it->n_ctx);
     for (int32_t d0 = 0; d0 < hd; d0 += ATTN_COMB_DIM) {
       const int32_t dn = hd - d0 < ATTN_COMB_DIM ? hd - d0 : ATTN_COMB_DIM;
       memset(acc, 0, (size_t)used * (size_t)dn * sizeof(float));
-      for (int32_t j = 0; j < it->n_ctx; j++) {
+      for (int32_t j = it->first; j < it->n_ctx; j++) {
         const uint16_t *v = kv_row_at(kv, kv->v, it->table, j, it->kvh) + d0;
         float *a = acc + (int64_t)(j % lanes) * dn;
         for (int32_t d = 0; d < dn; d++) a[d] = fmaf(scores[j], llb_fp16_to_fp32(v[d]), a[d]);
@@ -220,7 +237,7 @@ ATTN_AVX2_TARGET static void attention_item_avx2(const struct attn_task *t, cons
       _mm256_storeu_ps(qh[g] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
   }
   float kf[ATTN_MAX_DIM];
-  for (int32_t j = 0; j < n_ctx; j++) {
+  for (int32_t j = it->first; j < n_ctx; j++) {
     const uint16_t *k = kv_row_at(kv, kv->k, it->table, j, it->kvh);
     for (int32_t i = 0; i < hd; i += 8)
       _mm256_storeu_ps(kf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))));
@@ -246,15 +263,15 @@ ATTN_AVX2_TARGET static void attention_item_avx2(const struct attn_task *t, cons
         for (int32_t i = np; i < hd; i++) s += (double)(qh[g][i] * kf[i]);
         sc = (float)s;
       }
-      scores[(int64_t)g * n_ctx + j] = sc * p->scale;
+      scores[(int64_t)g * n_ctx + j] = attn_score(p, sc);
     }
   }
   for (int32_t g = 0; g < n_h; g++) {
     float *sg = scores + (int64_t)g * n_ctx;
-    softmax_f16(CPU_SIMD_LEVEL_AVX2, sg, n_ctx);
+    softmax_f16(CPU_SIMD_LEVEL_AVX2, sg, it->first, n_ctx);
     float *out = p->out + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd;
     memset(acc, 0, (size_t)used * (size_t)hd * sizeof(float));
-    for (int32_t j = 0; j < n_ctx; j++) {
+    for (int32_t j = it->first; j < n_ctx; j++) {
       const uint16_t *v = kv_row_at(kv, kv->v, it->table, j, it->kvh);
       float *a = acc + (int64_t)(j % lanes) * hd;
       const __m256 pj = _mm256_set1_ps(sg[j]);
@@ -278,41 +295,44 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
   const struct backend_kv_layer *kv = p->kv;
   const int32_t hd = kv->head_dim, n_h = it->n_h, n_ctx = it->n_ctx, bs = kv->block_size;
   const int64_t stride = (int64_t)kv->n_kv_heads * hd, head_off = (int64_t)it->kvh * hd;
-  const int32_t n_blocks = (n_ctx + bs - 1) / bs;
+  const int32_t n_blocks = (n_ctx + bs - 1) / bs, first = it->first, b0 = first / bs;
   float qh[ATTN_MAX_GROUP][ATTN_MAX_DIM];
   for (int32_t g = 0; g < n_h; g++) {
     const float *q = p->q + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd;
     for (int32_t i = 0; i < hd; i += 16)
       _mm512_storeu_ps(qh[g] + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
   }
-  for (int32_t b = 0; b < n_blocks; b++) {
+  for (int32_t b = b0; b < n_blocks; b++) {
     const uint16_t *kb = kv->k + (int64_t)it->table[b] * bs * stride + head_off;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
-    for (int32_t o = 0; o < n; o++) {
+    for (int32_t o = b == b0 ? first - b * bs : 0; o < n; o++) {
       const uint16_t *k = kb + o * stride;
       __m512 kf[ATTN_MAX_DIM / 16];
       for (int32_t i = 0; i < hd / 16; i++) kf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + 16 * i)));
       for (int32_t g = 0; g < n_h; g++) {
         __m512 acc = _mm512_setzero_ps();
         for (int32_t i = 0; i < hd / 16; i++) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh[g] + 16 * i), kf[i], acc);
-        scores[(int64_t)g * n_ctx + b * bs + o] = _mm512_reduce_add_ps(acc) * p->scale;
+        scores[(int64_t)g * n_ctx + b * bs + o] = attn_score(p, _mm512_reduce_add_ps(acc));
       }
     }
   }
   for (int32_t g = 0; g < n_h; g++) {
     float *sg = scores + (int64_t)g * n_ctx;
-    softmax_f16(CPU_SIMD_LEVEL_AVX2, sg, n_ctx);
+    softmax_f16(CPU_SIMD_LEVEL_AVX2, sg, first, n_ctx);
     float *out = p->out + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd;
     for (int32_t d0 = 0; d0 < hd; d0 += 16) {
       __m512 a[16];
       for (int l = 0; l < 16; l++) a[l] = _mm512_setzero_ps();
-      for (int32_t b = 0; b < n_blocks; b++) {
+      for (int32_t b = b0; b < n_blocks; b++) {
         const uint16_t *vb = kv->v + (int64_t)it->table[b] * bs * stride + head_off + d0;
         const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
-        for (int32_t o0 = 0; o0 < n; o0 += 16) {
+        /* keys before `first` are skipped, each key keeping its lane (j % 16, bs % 16 == 0) */
+        const int32_t o_first = b == b0 ? first - b * bs : 0;
+        for (int32_t o0 = o_first - o_first % 16; o0 < n; o0 += 16) {
           const float *pj = sg + b * bs + o0;
           _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) {
             if (o0 + l >= n) break;
+            if (o0 + l < o_first) continue;
             const __m256i v = _mm256_loadu_si256((const __m256i *)(vb + (int64_t)(o0 + l) * stride));
             a[l] = _mm512_fmadd_ps(_mm512_set1_ps(pj[l]), _mm512_cvtph_ps(v), a[l]);
           }
@@ -354,6 +374,9 @@ llb_status cpu_attention(struct backend_ctx *c, const struct backend_attn_params
       kv->block_size < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "attention: %d tokens, %d heads, %d kv heads",
                     p->num_tokens, p->n_heads, kv->n_kv_heads);
+  if (p->sliding_window < 0 || !(p->logit_softcap >= 0.0f))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "attention: sliding_window %d, logit_softcap %g",
+                    p->sliding_window, p->logit_softcap);
   if (p->query_start_loc[0] != 0 || p->query_start_loc[p->num_seqs] != p->num_tokens)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "query_start_loc does not cover %d tokens",
                     p->num_tokens);

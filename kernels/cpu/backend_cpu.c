@@ -15,6 +15,7 @@ static const struct backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .geglu = cpu_geglu,
     .add = cpu_add,
+    .softcap = cpu_softcap,
     .pack_bytes = cpu_pack_bytes,
     .pack = cpu_pack_weight,
 };

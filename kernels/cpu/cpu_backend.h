@@ -68,5 +68,6 @@ llb_status cpu_geglu(struct backend_ctx *c, const float *gate, const float *up, 
 llb_status cpu_swiglu(struct backend_ctx *c, const float *gate, const float *up, int64_t n,
                       float *out);
 llb_status cpu_add(struct backend_ctx *c, float *x, const float *y, int64_t n);
+llb_status cpu_softcap(struct backend_ctx *c, float *x, int64_t n, float cap);
 
 #endif

@@ -311,6 +311,7 @@ static void rope_chunk(void *arg, int64_t chunk, int ith) {
   (void)ith;
   const struct rope_task *t = arg;
   const int32_t half = t->p.n_dims / 2;
+  const float mscale = t->p.attn_factor == 0.0f ? 1.0f : t->p.attn_factor;
   float cs[CPU_ROPE_MAX_DIMS / 2], sn[CPU_ROPE_MAX_DIMS / 2];
   int64_t lo, hi;
   chunk_range(chunk, t->per, t->n_rows, &lo, &hi);
@@ -320,8 +321,8 @@ static void rope_chunk(void *arg, int64_t chunk, int ith) {
     for (int32_t i = 0; i < half; i++) {
       /* ggml rope_yarn(theta / ff, freq_scale, ...) with ext_factor 0 */
       const float th = t->p.freq_factors ? t->p.freq_scale * (theta / t->p.freq_factors[i]) : t->p.freq_scale * theta;
-      cs[i] = cosf(th);
-      sn[i] = sinf(th);
+      cs[i] = cosf(th) * mscale;
+      sn[i] = sinf(th) * mscale;
       theta *= t->theta_scale;
     }
     /* ggml's rotate_pairs as its -O3 -march=native build computes it (GCC contracts
@@ -348,7 +349,7 @@ static void rope_chunk(void *arg, int64_t chunk, int ith) {
 llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, int32_t n_rows,
                     int32_t n_heads, int32_t head_dim, const struct backend_rope_params *p) {
   if (p->n_dims < 2 || p->n_dims % 2 != 0 || p->n_dims > head_dim || p->n_dims > CPU_ROPE_MAX_DIMS ||
-      (p->style != BACKEND_ROPE_STYLE_NORM && p->style != BACKEND_ROPE_STYLE_NEOX))
+      (p->style != BACKEND_ROPE_STYLE_NORM && p->style != BACKEND_ROPE_STYLE_NEOX) || !(p->attn_factor >= 0.0f))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "rope n_dims %d head_dim %d style %d", p->n_dims,
                     head_dim, (int)p->style);
   struct rope_task t = {x, positions, n_rows, n_heads, head_dim, *p,
@@ -453,6 +454,28 @@ llb_status cpu_geglu(struct backend_ctx *c, const float *gate, const float *up, 
   pthread_once(&gelu_once, gelu_table_init);
   struct elem_task t = {c->level, gate, up, out, n};
   cpu_threadpool_parallel(c->pool, geglu_chunk, &t, ceil_div(n, CPU_CHUNK_ELEMS));
+  return LLB_STATUS_OK;
+}
+
+struct softcap_task {
+  float *x;
+  int64_t n;
+  float cap;
+};
+
+static void softcap_chunk(void *arg, int64_t chunk, int ith) {
+  (void)ith;
+  const struct softcap_task *t = arg;
+  int64_t lo, hi;
+  chunk_range(chunk, CPU_CHUNK_ELEMS, t->n, &lo, &hi);
+  const float inv = 1.0f / t->cap; /* ggml_scale(x, 1/cap), ggml_tanh (tanhf), ggml_scale(x, cap) */
+  for (int64_t i = lo; i < hi; i++) t->x[i] = tanhf(t->x[i] * inv) * t->cap;
+}
+
+llb_status cpu_softcap(struct backend_ctx *c, float *x, int64_t n, float cap) {
+  if (!(cap > 0.0f) || n < 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "softcap %g over %lld", cap, (long long)n);
+  struct softcap_task t = {x, n, cap};
+  cpu_threadpool_parallel(c->pool, softcap_chunk, &t, ceil_div(n, CPU_CHUNK_ELEMS));
   return LLB_STATUS_OK;
 }
 

@@ -134,6 +134,12 @@ llb_status cuda_model_load(const struct gguf_file *f, struct cuda_model **out) {
                     CUDA_ATTN_MAX_HEAD_DIM);
       goto fail;
     }
+    if (c->sliding_window > 0 || c->rope_attn_factor != 1.0f || c->rope_longrope || c->post_norms ||
+        c->attn_logit_softcapping > 0.0f || c->final_logit_softcapping > 0.0f) {
+      st = LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda: %s (sliding-window attention, LongRoPE, RoPE attention "
+                    "factor, post norms and soft-capping run on the CPU forward only)", c->architecture);
+      goto fail;
+    }
     const struct cuda_ctx_params cp = {1, 1, c->head_dim, 1, 0, 0, 0};
     if ((st = cuda_ctx_create(&cp, &cc)) != LLB_STATUS_OK) goto fail;
     for (int64_t i = 0; i < gguf_tensor_count(f); i++)
@@ -487,7 +493,8 @@ static llb_status enqueue_step(struct cuda_forward_ctx *c, struct cuda_kv_cache 
   const struct backend_rope_params rope = {
       cfg->rope_dimension_count, cfg->rope_freq_base, cfg->rope_freq_scale,
       cfg->rope_type == LLAMA_ROPE_TYPE_NEOX ? BACKEND_ROPE_STYLE_NEOX : BACKEND_ROPE_STYLE_NORM,
-      nullptr /* freq_factors: models with rope_freqs.weight are refused on CUDA (runner_backend.c) */};
+      nullptr /* freq_factors: models with rope_freqs.weight are refused on CUDA (runner_backend.c) */,
+      1.0f /* attn_factor: files with another are refused (cuda_model_load) */};
   const int32_t *pos = (const int32_t *)(md + l->pos);
   (void)S;
   CUDA_TRY(cudaMemcpyAsync(c->meta_d, c->meta_h, l->total, cudaMemcpyHostToDevice, cc->stream));

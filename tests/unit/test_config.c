@@ -26,6 +26,13 @@ struct tiny_opts {
   bool with_output;          /* output.weight present (untied) */
   const char *bad_tensor;    /* this tensor gets shape [E + 1] x ... */
   bool no_head_count_kv;
+  uint32_t sliding_window;   /* attention.sliding_window, 0 = absent */
+  int32_t swa_period;        /* attention.sliding_window_pattern as a period, 0 = absent */
+  const bool *swa_layers;    /* ... or as NBLK booleans */
+  const char *extra_tensor;  /* an [8] f32 tensor of this name */
+  uint32_t block_count_key;  /* block_count key value instead of NBLK (tensors stay NBLK) */
+  uint32_t key_length;       /* attention.key_length, 0 = absent */
+  float final_softcap;       /* final_logit_softcapping, 0 = absent */
 };
 
 struct tiny {
@@ -62,7 +69,13 @@ static llb_status make_tiny(const struct tiny_opts *o, struct tiny *t) {
   assert_int_equal(gguf_writer_create(3, &w), LLB_STATUS_OK);
   const char *arch = o->arch ? o->arch : "llama";
   gguf_writer_add_str(w, "general.architecture", arch);
-  add_key_u32(w, o, "block_count", NBLK);
+  add_key_u32(w, o, "block_count", o->block_count_key ? o->block_count_key : NBLK);
+  if (o->key_length) add_key_u32(w, o, "attention.key_length", o->key_length);
+  if (o->final_softcap != 0.0f) {
+    char sk[96];
+    snprintf(sk, sizeof sk, "%s.final_logit_softcapping", arch);
+    gguf_writer_add_f32(w, sk, o->final_softcap);
+  }
   add_key_u32(w, o, "embedding_length", E);
   add_key_u32(w, o, "feed_forward_length", FF);
   add_key_u32(w, o, "attention.head_count", H);
@@ -77,6 +90,13 @@ static llb_status make_tiny(const struct tiny_opts *o, struct tiny *t) {
   if (o->skip_key == NULL || strcmp(o->skip_key, key) != 0) {
     gguf_writer_add_f32(w, key, 1e-5f);
   }
+  if (o->sliding_window) add_key_u32(w, o, "attention.sliding_window", o->sliding_window);
+  if (o->swa_period) add_key_u32(w, o, "attention.sliding_window_pattern", (uint32_t)o->swa_period);
+  if (o->swa_layers) {
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    gguf_writer_add_array(w, key, GGUF_VALUE_TYPE_BOOL, o->swa_layers, NBLK);
+  }
+  if (o->extra_tensor) add_w(w, o, o->extra_tensor, 8, 0);
   if (o->rope_scaling) {
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     gguf_writer_add_str(w, key, o->rope_scaling);
@@ -223,7 +243,7 @@ static void test_rope_scaling_linear_and_unsupported_type_named(void **state) {
 
 static void test_unsupported_architecture_is_named(void **state) {
   (void)state;
-  const char *archs[] = {"gemma2", "falcon"};
+  const char *archs[] = {"stablelm", "falcon"};
   for (size_t i = 0; i < 2; i++) {
     struct tiny t;
     assert_int_equal(make_tiny(&(struct tiny_opts){.arch = archs[i]}, &t), LLB_STATUS_OK);
@@ -289,6 +309,106 @@ static void test_missing_tensor_is_named(void **state) {
   free_tiny(&t);
 }
 
+/* Which layers attend a sliding window: every layer of a llama (Mistral) file that sets one,
+ * with no context cap; gemma2's default period 2 (layer 0 slides); a pattern key as a period or
+ * one bool per layer; qwen2 and phi3 ignore the key as llama.cpp does. */
+static void test_sliding_window_layers_follow_the_file(void **state) {
+  (void)state;
+  struct tiny t;
+  struct llama_config c;
+  assert_int_equal(make_tiny(&(struct tiny_opts){.sliding_window = 8}, &t), LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+  assert_int_equal(c.sliding_window, 8);
+  assert_int_equal(c.context_length, 256);
+  assert_true(c.layer_sliding[0] && c.layer_sliding[1]);
+  free_tiny(&t);
+  assert_int_equal(make_tiny(&(struct tiny_opts){.arch = "gemma2"}, &t), LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+  assert_int_equal(c.sliding_window, 4096);
+  assert_true(c.layer_sliding[0] && !c.layer_sliding[1]);
+  assert_true(c.attn_logit_softcapping == 50.0f && c.final_logit_softcapping == 30.0f);
+  assert_true(c.rope_freq_base_swa == 500000.0f);
+  free_tiny(&t);
+  assert_int_equal(make_tiny(&(struct tiny_opts){.arch = "gemma2", .swa_period = 1}, &t), LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+  assert_true(!c.layer_sliding[0] && !c.layer_sliding[1]); /* period 1: il % 1 < 0 never */
+  free_tiny(&t);
+  const bool second[NBLK] = {false, true};
+  assert_int_equal(make_tiny(&(struct tiny_opts){.arch = "gemma3", .sliding_window = 16, .swa_layers = second}, &t),
+                   LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+  assert_true(!c.layer_sliding[0] && c.layer_sliding[1]);
+  assert_true(c.rope_freq_base_swa == 10000.0f && c.rope_freq_base == 500000.0f);
+  assert_true(c.attn_logit_softcapping == 0.0f && c.final_logit_softcapping == 0.0f);
+  free_tiny(&t);
+  assert_int_equal(make_tiny(&(struct tiny_opts){.arch = "gemma3"}, &t), LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+  assert_int_equal(c.sliding_window, 0);
+  free_tiny(&t);
+  const char *ignoring[] = {"qwen2", "phi3"};
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(make_tiny(&(struct tiny_opts){.arch = ignoring[i], .sliding_window = 8}, &t), LLB_STATUS_OK);
+    assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+    assert_int_equal(c.sliding_window, 0);
+    assert_int_equal(c.context_length, 256);
+    free_tiny(&t);
+  }
+}
+
+/* gemma2/3 scale q by 1/sqrt(head_dim), or by 1/sqrt(E / H) for the 27B models (46 / 62
+ * layers, their query_pre_attn_scalar), as llama.cpp decides it; here head_dim 32, E / H 16. */
+static void test_gemma_query_scale_follows_llama_cpp(void **state) {
+  (void)state;
+  const struct { const char *arch; uint32_t layers; float scale; } cases[] = {
+      {"gemma2", 26, 0.17677669f}, {"gemma2", 46, 0.25f}, {"gemma3", 34, 0.17677669f}, {"gemma3", 62, 0.25f}};
+  for (size_t i = 0; i < 4; i++) {
+    struct tiny t;
+    struct llama_config c;
+    assert_int_equal(make_tiny(&(struct tiny_opts){.arch = cases[i].arch, .block_count_key = cases[i].layers,
+                                                   .key_length = 32},
+                               &t),
+                     LLB_STATUS_OK);
+    assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_OK);
+    if (fabsf(c.attention_scale - cases[i].scale) > 1e-7f)
+      fail_msg("%s %u layers: scale %g, expected %g", cases[i].arch, cases[i].layers, c.attention_scale,
+               cases[i].scale);
+    free_tiny(&t);
+  }
+}
+
+/* A soft-cap from the file is used as it says, and refused when 1/cap would not be finite
+ * (a subnormal) or it is negative. */
+static void test_softcap_keys_are_bounded(void **state) {
+  (void)state;
+  const struct { float v; llb_status want; } cases[] = {
+      {12.5f, LLB_STATUS_OK}, {1e-40f, LLB_STATUS_MALFORMED}, {-3.0f, LLB_STATUS_MALFORMED}};
+  for (size_t i = 0; i < 3; i++) {
+    struct tiny t;
+    struct llama_config c;
+    assert_int_equal(make_tiny(&(struct tiny_opts){.arch = "gemma2", .final_softcap = cases[i].v}, &t), LLB_STATUS_OK);
+    assert_int_equal(llama_config_from_gguf(t.f, &c), cases[i].want);
+    if (cases[i].want == LLB_STATUS_OK) assert_true(c.final_logit_softcapping == 12.5f);
+    else expect_msg("gemma2.final_logit_softcapping");
+    free_tiny(&t);
+  }
+}
+
+/* LongRoPE factor tensors: phi3 needs both sets; another architecture's are refused. */
+static void test_longrope_factors_need_phi3_and_both_sets(void **state) {
+  (void)state;
+  struct tiny t;
+  struct llama_config c;
+  assert_int_equal(make_tiny(&(struct tiny_opts){.arch = "phi3", .extra_tensor = "rope_factors_long.weight"}, &t),
+                   LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_NOT_FOUND);
+  expect_msg("rope_factors_short.weight");
+  free_tiny(&t);
+  assert_int_equal(make_tiny(&(struct tiny_opts){.extra_tensor = "rope_factors_short.weight"}, &t), LLB_STATUS_OK);
+  assert_int_equal(llama_config_from_gguf(t.f, &c), LLB_STATUS_UNSUPPORTED);
+  expect_msg("LongRoPE");
+  free_tiny(&t);
+}
+
 static const char *model_path;
 
 static void test_default_model_config(void **state) {
@@ -337,6 +457,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_rope_scaling_linear_and_unsupported_type_named),
       cmocka_unit_test(test_qwen_architectures_need_their_extra_tensors),
       cmocka_unit_test(test_unsupported_architecture_is_named),
+      cmocka_unit_test(test_sliding_window_layers_follow_the_file),
+      cmocka_unit_test(test_longrope_factors_need_phi3_and_both_sets),
+      cmocka_unit_test(test_gemma_query_scale_follows_llama_cpp),
+      cmocka_unit_test(test_softcap_keys_are_bounded),
       cmocka_unit_test(test_wrong_tensor_shape_is_named_with_both_shapes),
       cmocka_unit_test(test_missing_tensor_is_named),
   };

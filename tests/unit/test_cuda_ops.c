@@ -159,7 +159,7 @@ static void test_rope_norm_and_neox_match_cpu(void) {
       for (int i = 0; i < rows; i++) pos[i] = (int32_t)(tc_next(&s) % 9000);
       for (int r = 0; r < rows; r++) memcpy(ref + (size_t)r * heads * D, x + r * stride, (size_t)heads * D * 4);
       const struct backend_rope_params p = {n_dims[hi], hi == 1 ? 500000.0f : 10000.0f, 1.0f,
-                                            style ? BACKEND_ROPE_STYLE_NEOX : BACKEND_ROPE_STYLE_NORM, NULL};
+                                            style ? BACKEND_ROPE_STYLE_NEOX : BACKEND_ROPE_STYLE_NORM, NULL, 1.0f};
       void *x_d, *pos_d;
       CHECK_OK(tc_upload(g_cuda, x, n * 4, &x_d));
       CHECK_OK(tc_upload(g_cuda, pos, sizeof(pos), &pos_d));

@@ -229,13 +229,15 @@ static void test_rope_norm_and_neox_match_reference(void **state) {
   struct backend_ctx *c = make_ctx(2);
   const int32_t T = 5, H = 3, D = 16;
   for (int style = 0; style <= 2; style += 2)
-    for (int32_t n_dims = 8; n_dims <= 16; n_dims += 8) {
+    for (int32_t n_dims = 8; n_dims <= 16; n_dims += 8)
+    for (int af = 0; af < 2; af++) { /* attn_factor 0 (read as 1) and 1.25: cos and sin scaled */
+      const float attn_factor = af ? 1.25f : 0.0f;
       float x[5 * 3 * 16], y[5 * 3 * 16];
       const int32_t pos[5] = {0, 1, 7, 30, 63};
       rng_state = 5 + (uint64_t)style + (uint64_t)n_dims;
       for (int i = 0; i < T * H * D; i++) x[i] = y[i] = rndf();
       const struct backend_rope_params p = {.n_dims = n_dims, .freq_base = 10000.0f, .freq_scale = 0.5f,
-                                            .style = (enum backend_rope_style)style};
+                                            .style = (enum backend_rope_style)style, .attn_factor = attn_factor};
       assert_int_equal(backend_cpu_ops()->rope(c, y, pos, T, H, D, &p), LLB_STATUS_OK);
       for (int32_t t = 0; t < T; t++)
         for (int32_t h = 0; h < H; h++) {
@@ -249,6 +251,7 @@ static void test_rope_norm_and_neox_match_reference(void **state) {
               const int32_t other = style == 2 ? (first ? i + n_dims / 2 : i - n_dims / 2) : (first ? i + 1 : i - 1);
               const double th = 0.5 * pos[t] * pow(10000.0, -2.0 * pair / n_dims);
               ref = first ? a[i] * cos(th) - a[other] * sin(th) : a[other] * sin(th) + a[i] * cos(th);
+              if (af) ref *= 1.25;
             }
             if (fabs(ref - b[i]) > 1e-4) fail_msg("style %d dims %d t %d h %d i %d: %g vs %g", style, n_dims, t, h, i, b[i], ref);
           }
@@ -257,9 +260,10 @@ static void test_rope_norm_and_neox_match_reference(void **state) {
   backend_cpu_ops()->ctx_destroy(c);
 }
 
-/* Paged attention with a shuffled block table vs contiguous naive attention (GQA 4:2). */
-static void test_paged_attention_matches_contiguous_reference(void **state) {
-  (void)state;
+/* Paged attention with a shuffled block table vs contiguous naive attention (GQA 4:2); with
+ * window > 0 a row at context index i attends keys i - window + 1 .. i only; with softcap > 0
+ * each raw score d becomes softcap * tanh(d / softcap). */
+static void check_paged_attention(int32_t window, float softcap) {
   enum { NB = 16, BS = 4, HKV = 2, H = 4, D = 8, MB = 8 };
   struct backend_ctx *c = make_ctx(2);
   static uint16_t kc[NB * BS * HKV * D], vc[NB * BS * HKV * D];
@@ -295,39 +299,64 @@ static void test_paged_attention_matches_contiguous_reference(void **state) {
     const float scale = 1.0f / sqrtf((float)D);
     struct backend_attn_params p = {.q = q, .out = out, .kv = &kv, .num_tokens = 6, .n_heads = H, .scale = scale,
                                     .num_seqs = 2, .query_start_loc = qsl, .seq_lens = seq_lens,
-                                    .block_tables = tables, .max_blocks_per_seq = MB};
+                                    .block_tables = tables, .max_blocks_per_seq = MB, .sliding_window = window,
+                                    .logit_softcap = softcap};
     assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
     for (int tok = 0; tok < 6; tok++) {
       const int s = tok < 5 ? 0 : 1;
       const int q_len = qsl[s + 1] - qsl[s];
       const int n_ctx = seq_lens[s] - q_len + (tok - qsl[s]) + 1;
+      const int j0 = window > 0 && n_ctx > window ? n_ctx - window : 0;
       for (int h = 0; h < H; h++) {
         const int kvh = h / (H / HKV);
         double sc[22], mx = -1e30, sum = 0;
-        for (int j = 0; j < n_ctx; j++) {
+        for (int j = j0; j < n_ctx; j++) {
           double d = 0;
           /* q is rounded to fp16 as ggml converts it for the F16 K */
           for (int i = 0; i < D; i++)
             d += (double)llb_fp16_to_fp32(llb_fp32_to_fp16(q[(tok * H + h) * D + i])) * keys[s][j][kvh * D + i];
+          if (softcap > 0.0f) d = softcap * tanh(d / softcap);
           sc[j] = d * scale;
           mx = fmax(mx, sc[j]);
         }
-        for (int j = 0; j < n_ctx; j++) sum += (sc[j] = exp(sc[j] - mx));
+        for (int j = j0; j < n_ctx; j++) sum += (sc[j] = exp(sc[j] - mx));
         for (int i = 0; i < D; i++) {
           double o = 0;
           /* probabilities are rounded to fp16 as ggml converts them for the F16 V */
-          for (int j = 0; j < n_ctx; j++)
+          for (int j = j0; j < n_ctx; j++)
             o += (double)llb_fp16_to_fp32(llb_fp32_to_fp16((float)(sc[j] / sum))) * vals[s][j][kvh * D + i];
           if (fabs(o - out[(tok * H + h) * D + i]) > 1e-5)
-            fail_msg("level %d tok %d head %d dim %d: %g vs %g", lvl, tok, h, i, out[(tok * H + h) * D + i], o);
+            fail_msg("window %d softcap %g level %d tok %d head %d dim %d: %g vs %g", window, softcap, lvl, tok, h,
+                     i, out[(tok * H + h) * D + i], o);
         }
       }
     }
-    /* a block id out of range is refused */
+    /* a block id out of range is refused, and so are a negative window and a NaN cap */
     tables[1] = NB;
+    assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_INVALID_ARGUMENT);
+    tables[1] = perm[1];
+    p.sliding_window = -1;
+    assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_INVALID_ARGUMENT);
+    p.sliding_window = window;
+    p.logit_softcap = NAN;
     assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_INVALID_ARGUMENT);
   }
   backend_cpu_ops()->ctx_destroy(c);
+}
+
+static void test_paged_attention_matches_contiguous_reference(void **state) {
+  (void)state;
+  check_paged_attention(0, 0.0f);
+}
+
+/* Windows shorter than the sequences (5 and 3 keys of up to 22; the block size is 4, so the
+ * first key attended falls inside a block), with and without soft-capping at 1.5 (binding:
+ * raw scores reach about 4). */
+static void test_sliding_window_and_softcap_attention_match_reference(void **state) {
+  (void)state;
+  check_paged_attention(5, 0.0f);
+  check_paged_attention(3, 1.5f);
+  check_paged_attention(0, 1.5f);
 }
 
 static void test_kv_write_skips_negative_slots_and_refuses_out_of_range(void **state) {
@@ -515,7 +544,7 @@ static void test_fp16_row_conversion_matches_scalar_rounding(void **state) {
  * bit; with BATCH and SINGLE a decode row (one item per head) equals the same row computed
  * inside a long prefill; BY_QUERY_LEN gives the BATCH rows for the chunk and the SINGLE row
  * for the decode step. */
-static void check_attention_paths(const int32_t BS) {
+static void check_attention_paths(const int32_t BS, int32_t window, float softcap) {
   enum { NB = 16, BS_MAX = 16, HKV = 2, H = 6, D = 80, MB = 16, T = 40, Q = 16 };
   struct backend_ctx *c = make_ctx(2);
   static uint16_t kc[NB * BS_MAX * HKV * D], vc[NB * BS_MAX * HKV * D];
@@ -536,7 +565,8 @@ static void check_attention_paths(const int32_t BS) {
     cpu_backend_set_attn_order(c, (enum cpu_attn_order)order);
     struct backend_attn_params p = {.q = q, .out = o1, .kv = &kv, .num_tokens = Q, .n_heads = H,
                                     .scale = 0.17f, .num_seqs = 1, .query_start_loc = qsl, .seq_lens = lens,
-                                    .block_tables = table, .max_blocks_per_seq = MB};
+                                    .block_tables = table, .max_blocks_per_seq = MB, .sliding_window = window,
+                                    .logit_softcap = softcap};
     cpu_backend_set_simd_level(c, cpu_simd_level_detect());
     assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
     cpu_backend_set_simd_level(c, CPU_SIMD_LEVEL_SCALAR);
@@ -564,16 +594,39 @@ static void check_attention_paths(const int32_t BS) {
       assert_memory_equal(od, dec_out[CPU_ATTN_ORDER_SINGLE], sizeof(od));
     }
   }
-  /* the two orders are different sums: not one and the same code path */
-  assert_true(memcmp(chunk_out[0], chunk_out[1], sizeof(chunk_out[0])) != 0);
+  /* the two orders are different sums: not one and the same code path (over a short window
+   * they may agree: fp16 products are exact in float, and fp16 probabilities absorb the q.k
+   * differences) */
+  if (window == 0) assert_true(memcmp(chunk_out[0], chunk_out[1], sizeof(chunk_out[0])) != 0);
   backend_cpu_ops()->ctx_destroy(c);
 }
 
-/* Block size 8 takes the AVX2 path, 16 the AVX-512 one where the CPU has it. */
+/* Block size 8 takes the AVX2 path, 16 the AVX-512 one where the CPU has it; also with a
+ * window of 19 keys (its first key inside a block and inside a 16-key softmax group) and
+ * soft-capping. */
 static void test_attention_bit_identical_across_paths_and_grouping(void **state) {
   (void)state;
-  check_attention_paths(8);
-  check_attention_paths(16);
+  check_attention_paths(8, 0, 0.0f);
+  check_attention_paths(16, 0, 0.0f);
+  check_attention_paths(8, 19, 2.0f);
+  check_attention_paths(16, 19, 0.0f);
+}
+
+/* The final-logit soft-cap op: cap * tanh(x / cap), in place, bounded by the cap. */
+static void test_softcap_matches_reference(void **state) {
+  (void)state;
+  struct backend_ctx *c = make_ctx(2);
+  enum { N = 3000 };
+  static float x[N], y[N];
+  rng_state = 77;
+  for (int i = 0; i < N; i++) x[i] = y[i] = rndf() * 20.0f;
+  assert_int_equal(backend_cpu_ops()->softcap(c, y, N, 3.0f), LLB_STATUS_OK);
+  for (int i = 0; i < N; i++) {
+    const double ref = 3.0 * tanh(x[i] / 3.0);
+    if (fabs(ref - y[i]) > 1e-6 || fabsf(y[i]) > 3.0f) fail_msg("x %g: %g vs %g", x[i], y[i], ref);
+  }
+  assert_int_equal(backend_cpu_ops()->softcap(c, y, N, 0.0f), LLB_STATUS_INVALID_ARGUMENT);
+  backend_cpu_ops()->ctx_destroy(c);
 }
 
 /* ggml's expf and SwiGLU: known values, and the AVX2 rows equal the scalar rows bit for bit
@@ -647,6 +700,8 @@ int main(void) {
       cmocka_unit_test(test_matmul_bit_identical_across_paths_threads_and_batches),
       cmocka_unit_test(test_rope_norm_and_neox_match_reference),
       cmocka_unit_test(test_paged_attention_matches_contiguous_reference),
+      cmocka_unit_test(test_sliding_window_and_softcap_attention_match_reference),
+      cmocka_unit_test(test_softcap_matches_reference),
       cmocka_unit_test(test_kv_write_skips_negative_slots_and_refuses_out_of_range),
       cmocka_unit_test(test_norm_swiglu_add_embed_match_reference),
       cmocka_unit_test(test_threadpool_runs_every_thread_once_per_run),
