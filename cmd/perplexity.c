@@ -218,6 +218,7 @@ static llb_status run_setup(struct ppl_run *r, const struct ppl_opts *o) {
   r->num_blocks = (o->ctx + PPL_BLOCK_SIZE - 1) / PPL_BLOCK_SIZE;
   const struct llama_forward_options fo = {
       .max_num_tokens = o->ctx < PPL_BATCH ? o->ctx : PPL_BATCH, .n_threads = o->threads,
+      .max_model_len = o->ctx, /* llama-perplexity's n_ctx: picks phi3 LongRoPE's factor set */
       .matmul = strcmp(o->numerics, "ggml") == 0 ? LLAMA_MATMUL_GGML : LLAMA_MATMUL_PACKED,
       /* ggml: llama.cpp's attention order too (one sequence: batch invariance is moot here) */
       .attention_order = strcmp(o->numerics, "ggml") == 0 ? LLAMA_ATTENTION_ORDER_LLAMACPP
