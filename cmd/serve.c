@@ -85,6 +85,7 @@ static const struct {
     {"allowed-methods", true, A_API, "CORS: comma-separated methods (default *)"},
     {"allowed-headers", true, A_API, "CORS: comma-separated request headers (default *)"},
     {"allow-credentials", false, A_API, "CORS: Access-Control-Allow-Credentials: true"},
+    {"allowed-local-media-path", true, A_API, "image_url parts may read file:///path inside DIR (vLLM's)"},
     {"heartbeat-ms", true, A_ALL,
      "heartbeat interval of every actor (a worker / kv_manager silent for 3 is dead; default 2000)"},
 };

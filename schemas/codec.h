@@ -177,7 +177,17 @@ struct llb_mm_feature {
   int64_t data_bytes;       /* length * num_cols * element size, or 0 */
   struct llb_str dtype;     /* "f16" or "f32"; required with data */
   int32_t num_cols;
+  const uint8_t *is_embed;  /* [num_is_embed]: 0 = not: 1 = position takes the next row (vLLM
+                               PlaceholderRange.is_embed); NULL (0) = every position does */
+  int32_t num_is_embed;     /* 0 or length */
 };
+
+/* True for the dtypes of encoded images ("jpeg", "png"): data is the file, not a
+ * [rows, cols] tensor, so no shape checks apply to it. */
+bool llb_mm_dtype_is_encoded(struct llb_str dtype);
+
+/* The embedding rows of a feature: the 1s of is_embed, or length without a mask. */
+int32_t llb_mm_feature_num_embeds(const struct llb_mm_feature *f);
 
 #ifdef __cplusplus
 }

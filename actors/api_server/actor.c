@@ -505,7 +505,8 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
   c->tenant = tenant;
   c->t_start_ns = llb_now_ns();
   trace_begin(c, req);
-  struct api_parse_options po = {.served_model = a->model_name, .tool_parser = a->o.tool_call_parser};
+  struct api_parse_options po = {.served_model = a->model_name, .tool_parser = a->o.tool_call_parser,
+                                .allowed_local_media_path = a->local_media_dir};
   const bool emb = ep == API_ENDPOINT_EMBEDDINGS, tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT && !emb;
   if (emb && !(c->emb = calloc(1, sizeof *c->emb))) api_error_set(&e, 500, NULL, "out of memory");
   if ((emb && !c->emb) ||

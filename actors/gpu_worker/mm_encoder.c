@@ -85,6 +85,14 @@ llb_status mm_encoder_check_item(const struct mm_encoder_cache *c, const struct 
     return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "modality '%s' has no encoder on this worker (known: embeds)",
                     item->modality.data ? item->modality.data : "");
   if (item->mm_hash.len == 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item without mm_hash");
+  if (llb_mm_feature_num_embeds(item) < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item %s takes no embedding rows", item->mm_hash.data);
+  if (llb_mm_dtype_is_encoded(item->dtype)) {
+    if (!item->data || item->data_bytes < 1 || item->num_cols != c->hidden_size)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item %s: an empty file, or %d columns for hidden size %d",
+                      item->mm_hash.data, item->num_cols, c->hidden_size);
+    return LLB_STATUS_OK; /* the encoder decodes (and checks) the file */
+  }
   if (item->num_cols != c->hidden_size)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item %s has %d columns, the model's hidden size is %d",
                     item->mm_hash.data, item->num_cols, c->hidden_size);
@@ -106,8 +114,9 @@ llb_status mm_encoder_check_item(const struct mm_encoder_cache *c, const struct 
 llb_status mm_encoder_cache_encode(struct mm_encoder_cache *c, const struct llb_mm_feature *item) {
   llb_status st = mm_encoder_check_item(c, item);
   if (st) return st;
-  float *out = malloc((size_t)item->length * (size_t)c->hidden_size * sizeof(float));
-  if (!out) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "encoder output of %d rows", item->length);
+  const int32_t rows = llb_mm_feature_num_embeds(item);
+  float *out = malloc((size_t)rows * (size_t)c->hidden_size * sizeof(float));
+  if (!out) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "encoder output of %d rows", rows);
   st = find_encoder(item->modality)(item, c->hidden_size, out);
   if (st) {
     free(out);
@@ -131,8 +140,8 @@ llb_status mm_encoder_cache_encode(struct mm_encoder_cache *c, const struct llb_
   }
   memcpy(h, item->mm_hash.data, item->mm_hash.len);
   h[item->mm_hash.len] = '\0';
-  c->entries[c->num_entries++] = (struct mm_entry){.mm_hash = h, .rows = item->length, .out = out};
-  c->num_rows += item->length;
+  c->entries[c->num_entries++] = (struct mm_entry){.mm_hash = h, .rows = rows, .out = out};
+  c->num_rows += rows;
   c->num_encoded++;
   return LLB_STATUS_OK;
 }

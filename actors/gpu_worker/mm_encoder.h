@@ -25,7 +25,8 @@
 #include "base/status.h"
 #include "schemas/codec.h"
 
-/* Encodes one item: out is [item->length, hidden_size] f32, row-major. */
+/* Encodes one item: out is [llb_mm_feature_num_embeds(item), hidden_size] f32, row-major
+ * (item->length rows without an is_embed mask). */
 typedef llb_status (*mm_encode_fn)(const struct llb_mm_feature *item, int32_t hidden_size, float *out);
 
 struct mm_encoder_cache;

@@ -32,6 +32,7 @@ struct inproc_actor {
   struct tenant_limits *limits; /* NULL = no per-tenant limits */
   struct jinja_template *jinja; /* the model's chat template; NULL = the named kind */
   char *bos_text, *eos_text;    /* bos_token / eos_token for it ("" when none) */
+  int32_t hidden_size;          /* the model's embedding_length: num_cols of image features */
 };
 
 /* Bus handlers (actor.c): GenerateRequests, AbortRequests, tokenize calls, engine stats, and the

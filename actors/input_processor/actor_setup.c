@@ -112,6 +112,7 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   cfg.bos_token = a->bos_text;
   cfg.eos_token = a->eos_text;
   cfg.hidden_size = model_hidden_size(f);
+  a->hidden_size = cfg.hidden_size;
   a->max_model_len = cfg.max_model_len;
   st = inproc_create(a->tok, &cfg, &a->proc);
   if (st != LLB_STATUS_OK) goto fail;
