@@ -32,6 +32,8 @@ struct gpu_worker_actor_options {
   float gpu_memory_utilization;   /* cuda: (0, 1], 0 = 0.9 (model_runner_config) */
   enum llama_matmul_mode matmul;  /* cpu: packed (default) or ggml numerics (model_runner_config) */
   const char *packed_cache_dir;   /* cpu: shared packed-weight cache directory (model/forward.h); NULL/"" = off */
+  const char *mmproj_path;        /* GGUF mmproj (model/clip.h): the "image" encoder; its output width
+                                     must equal the model's hidden size. NULL/"" = images refused */
 };
 
 /* Counters since start (monotonic). */

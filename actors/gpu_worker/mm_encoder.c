@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
+#include "model/clip.h"
 
 struct mm_entry {
   char *mm_hash;
@@ -16,6 +17,7 @@ struct mm_entry {
 
 struct mm_encoder_cache {
   int32_t hidden_size;
+  struct clip_model *clip; /* the "image" encoder (--mmproj), borrowed; NULL = images refused */
   struct mm_entry *entries; /* [num_entries]; few (bounded by the scheduler's cache size) */
   int32_t num_entries, cap_entries;
   int64_t num_rows;
@@ -23,8 +25,8 @@ struct mm_encoder_cache {
 };
 
 /* "embeds": precomputed embeddings are their own encoder output (f16 widened). */
-static llb_status encode_embeds(const struct llb_mm_feature *item, int32_t hidden, float *out) {
-  const int64_t n = (int64_t)item->length * hidden;
+static llb_status encode_embeds(struct mm_encoder_cache *c, const struct llb_mm_feature *item, float *out) {
+  const int64_t n = (int64_t)item->length * c->hidden_size;
   if (item->dtype.len == 3 && memcmp(item->dtype.data, "f32", 3) == 0) {
     memcpy(out, item->data, (size_t)n * sizeof(float));
   } else {
@@ -37,11 +39,27 @@ static llb_status encode_embeds(const struct llb_mm_feature *item, int32_t hidde
   return LLB_STATUS_OK;
 }
 
+/* "image": the mmproj's ViT + projector on the file (model/clip.h); rows in the plan's order,
+ * which the input processor's is_embed mask follows. */
+static llb_status encode_image(struct mm_encoder_cache *c, const struct llb_mm_feature *item, float *out) {
+  if (!c->clip)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "this worker has no image encoder (start it with --mmproj FILE)");
+  const int32_t want = llb_mm_feature_num_embeds(item);
+  int32_t rows = 0;
+  llb_status st = clip_encode_image(c->clip, item->data, (size_t)item->data_bytes, out, want, &rows);
+  if (st != LLB_STATUS_OK) return LLB_UPDATE_ERR_STACK(st);
+  if (rows != want)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "image %s gives %d rows, its placeholders take %d (another mmproj "
+                    "planned it?)", item->mm_hash.data, rows, want);
+  return LLB_STATUS_OK;
+}
+
 static const struct {
   const char *modality;
   mm_encode_fn encode;
 } encoders[] = {
     {"embeds", encode_embeds},
+    {"image", encode_image},
 };
 
 static mm_encode_fn find_encoder(struct llb_str modality) {
@@ -53,6 +71,8 @@ static mm_encode_fn find_encoder(struct llb_str modality) {
 }
 
 bool mm_encoder_supports(struct llb_str modality) { return find_encoder(modality) != NULL; }
+
+void mm_encoder_cache_set_image_encoder(struct mm_encoder_cache *c, struct clip_model *clip) { c->clip = clip; }
 
 llb_status mm_encoder_cache_create(int32_t hidden_size, struct mm_encoder_cache **out) {
   *out = NULL;
@@ -82,7 +102,7 @@ static int32_t find(const struct mm_encoder_cache *c, struct llb_str h) {
 
 llb_status mm_encoder_check_item(const struct mm_encoder_cache *c, const struct llb_mm_feature *item) {
   if (!find_encoder(item->modality))
-    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "modality '%s' has no encoder on this worker (known: embeds)",
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "modality '%s' has no encoder on this worker (known: embeds, image)",
                     item->modality.data ? item->modality.data : "");
   if (item->mm_hash.len == 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item without mm_hash");
   if (llb_mm_feature_num_embeds(item) < 1)
@@ -117,7 +137,7 @@ llb_status mm_encoder_cache_encode(struct mm_encoder_cache *c, const struct llb_
   const int32_t rows = llb_mm_feature_num_embeds(item);
   float *out = malloc((size_t)rows * (size_t)c->hidden_size * sizeof(float));
   if (!out) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "encoder output of %d rows", rows);
-  st = find_encoder(item->modality)(item, c->hidden_size, out);
+  st = find_encoder(item->modality)(c, item, out);
   if (st) {
     free(out);
     return st;

@@ -173,6 +173,10 @@ void model_runner_last_mask_seconds(const struct model_runner *r, double *mask_s
   *wait_seconds = r->so_wait_seconds;
 }
 
+void model_runner_set_image_encoder(struct model_runner *r, struct clip_model *clip) {
+  mm_encoder_cache_set_image_encoder(r->mm, clip);
+}
+
 int32_t model_runner_num_encoder_outputs(const struct model_runner *r) { return mm_encoder_cache_num_entries(r->mm); }
 
 uint64_t model_runner_num_encoded(const struct model_runner *r) { return mm_encoder_cache_num_encoded(r->mm); }

@@ -144,6 +144,16 @@ llb_status inproc_image_expand(const struct tokenizer *tok, const char *embed_to
     at = hit + m;
   }
   if (st == LLB_STATUS_OK) st = ids_append_text(&a, tok, at, strlen(at));
+  if (st == LLB_STATUS_OK) { /* the text around the images must not hold the embed token */
+    int64_t outside = 0;
+    for (int64_t i = 0; i < a.n; i++) outside += a.v[i] == embed_id;
+    for (int32_t k = 0; k < num_images; k++) outside -= ranges[k].num_embeds;
+    if (outside != 0) {
+      snprintf(msg, cap, "the text holds the image token '%s' %lld times outside the images' places; remove it",
+               et, (long long)outside);
+      st = LLB_STATUS_INVALID_ARGUMENT;
+    }
+  }
   if (st != LLB_STATUS_OK) {
     free(a.v);
     inproc_image_ranges_free(ranges, num_images);
