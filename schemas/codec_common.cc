@@ -534,16 +534,18 @@ enc_mm_features(Enc &e, const llb_mm_feature *p, int32_t n, const char *field) {
       e.fail(LLB_STATUS_INVALID_ARGUMENT, "data_bytes", "%" PRId64 " out of range", f.data_bytes);
       return none;
     }
-    if (!check_mm_data(e, LLB_STATUS_INVALID_ARGUMENT, f.dtype, f.length, f.num_cols,
-                       f.data_bytes, "data"))
+    if (f.num_is_embed != 0 && f.num_is_embed != f.length) {
+      e.fail(LLB_STATUS_INVALID_ARGUMENT, "is_embed", "%d entries for %d positions", f.num_is_embed,
+             f.length);
+      return none;
+    }
+    if (!check_mm_data(e, LLB_STATUS_INVALID_ARGUMENT, f.dtype, llb_mm_feature_num_embeds(&f),
+                       f.num_cols, f.data_bytes, "data"))
       return none;
     auto modality = e.str(f.modality, "modality", true);
     auto hash = e.str(f.mm_hash, "mm_hash");
     auto data = e.vec(f.data, (int32_t)f.data_bytes, "data");
     auto dtype = e.str(f.dtype, "dtype");
-    if (f.num_is_embed != 0 && f.num_is_embed != f.length)
-      e.fail(LLB_STATUS_INVALID_ARGUMENT, "is_embed", "%d entries for %d positions", f.num_is_embed,
-             f.length);
     auto is_embed = e.vec(f.is_embed, f.num_is_embed, "is_embed");
     if (f.offset < 0)
       e.fail(LLB_STATUS_INVALID_ARGUMENT, "offset", "negative (%d)", f.offset);
@@ -582,7 +584,8 @@ bool dec_mm_features(Dec &d, const fb::Vector<fb::Offset<llmbus::MultiModalFeatu
                     if (f.num_is_embed != 0 && f.num_is_embed != f.length)
                       return d.fail(LLB_STATUS_MALFORMED, "is_embed", "%d entries for %d positions",
                                     f.num_is_embed, f.length);
-                    return check_mm_data(d, LLB_STATUS_MALFORMED, f.dtype, f.length, f.num_cols,
+                    return check_mm_data(d, LLB_STATUS_MALFORMED, f.dtype,
+                                         llb_mm_feature_num_embeds(&f), f.num_cols,
                                          f.data_bytes, "data");
                   });
 }

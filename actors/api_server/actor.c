@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "actors/api_server/actor_internal.h"
+#include "actors/api_server/api_images.h"
 #include "actors/api_server/api_structured.h"
 #include "actors/api_server/api_keys.h"
 #include "actors/api_server/http_deadline.h"
@@ -238,6 +239,7 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     struct api_error e;
     api_error_from_status(ro->error.code, ro->error.message.data, ro->error.field.data, &e);
     api_structured_map_error(&c->parsed, &e);
+    api_images_map_error(&c->parsed, &e);
     e.retry_after_s = (ro->error.retry_after_ms + 999) / 1000; /* a per-tenant rate says when */
     if (is_tokenize_call(c)) api_tokenize_map_error(&c->tok, &e);
     s->finished = true;

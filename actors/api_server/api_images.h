@@ -34,4 +34,9 @@
 llb_status api_image_part_read(json_t *part, const char *pname, const char *local_media_dir, uint8_t **data,
                                size_t *len, const char **dtype, struct api_error *err);
 
+/* An engine error about item i of a chat request names "prompt_embeds[i]..." after
+ * api_error_from_status; for chat those items are the images: the param becomes "messages"
+ * and the message says which image ("image 2 (the second image_url part): ..."). */
+void api_images_map_error(const struct api_request *r, struct api_error *e);
+
 #endif

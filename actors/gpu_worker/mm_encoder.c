@@ -26,7 +26,7 @@ struct mm_encoder_cache {
 
 /* "embeds": precomputed embeddings are their own encoder output (f16 widened). */
 static llb_status encode_embeds(struct mm_encoder_cache *c, const struct llb_mm_feature *item, float *out) {
-  const int64_t n = (int64_t)item->length * c->hidden_size;
+  const int64_t n = (int64_t)llb_mm_feature_num_embeds(item) * c->hidden_size;
   if (item->dtype.len == 3 && memcmp(item->dtype.data, "f32", 3) == 0) {
     memcpy(out, item->data, (size_t)n * sizeof(float));
   } else {
@@ -119,11 +119,12 @@ llb_status mm_encoder_check_item(const struct mm_encoder_cache *c, const struct 
   int64_t esize = item->dtype.len == 3 && memcmp(item->dtype.data, "f32", 3) == 0   ? 4
                   : item->dtype.len == 3 && memcmp(item->dtype.data, "f16", 3) == 0 ? 2
                                                                                     : 0;
+  const int32_t rows = llb_mm_feature_num_embeds(item);
   if (esize == 0 || item->length < 1 || !item->data ||
-      item->data_bytes != (int64_t)item->length * item->num_cols * esize)
+      item->data_bytes != (int64_t)rows * item->num_cols * esize)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item %s: data of %lld bytes (%s) does not hold [%d, %d]",
                     item->mm_hash.data, (long long)item->data_bytes, item->dtype.data ? item->dtype.data : "",
-                    item->length, item->num_cols);
+                    rows, item->num_cols);
   const int64_t bad = llb_embeds_first_nonfinite(item->data, item->data_bytes, item->dtype.data);
   if (bad >= 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item %s holds a non-finite value (NaN or Inf) at row %lld",

@@ -119,9 +119,14 @@ llb_status sched_new_request_validate(const struct sched_new_request *nr, int32_
     if (!f->data || f->data_bytes <= 0) continue; /* metadata only: the encoder cache holds the rows */
     if (f->dtype && (!strcmp(f->dtype, "jpeg") || !strcmp(f->dtype, "png"))) continue; /* a file */
     const int64_t esize = f->dtype && !strcmp(f->dtype, "f32") ? 4 : f->dtype && !strcmp(f->dtype, "f16") ? 2 : 0;
-    if (esize == 0 || f->num_cols < 1 || f->data_bytes != (int64_t)f->length * f->num_cols * esize)
+    int32_t rows = f->length; /* with a mask, the data holds the marked positions' rows */
+    if (f->is_embed) {
+      rows = 0;
+      for (int32_t i = 0; i < f->length; i++) rows += f->is_embed[i] != 0;
+    }
+    if (esize == 0 || f->num_cols < 1 || f->data_bytes != (int64_t)rows * f->num_cols * esize)
       return BAD("request %s: mm_features[%d]: %lld bytes of '%s' do not hold [%d, %d]", id, k,
-                 (long long)f->data_bytes, f->dtype ? f->dtype : "", f->length, f->num_cols);
+                 (long long)f->data_bytes, f->dtype ? f->dtype : "", rows, f->num_cols);
     int64_t bad = llb_embeds_first_nonfinite(f->data, f->data_bytes, f->dtype);
     if (bad >= 0)
       return BAD("request %s: mm_features[%d] holds a non-finite value (NaN or Inf) at row %lld", id, k,
