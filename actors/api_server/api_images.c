@@ -144,9 +144,9 @@ void api_images_map_error(const struct api_request *r, struct api_error *e) {
   if (r->endpoint != API_ENDPOINT_CHAT || strncmp(e->param, "prompt_embeds", 13) != 0) return;
   int i = -1;
   if (sscanf(e->param + 13, "[%d]", &i) != 1) i = -1;
-  char msg[sizeof e->message];
+  char msg[sizeof e->message + 64];
   if (i >= 0) snprintf(msg, sizeof msg, "image %d (image_url part %d of the request): %s", i + 1, i + 1, e->message);
   else snprintf(msg, sizeof msg, "images: %s", e->message);
-  snprintf(e->message, sizeof e->message, "%s", msg);
+  snprintf(e->message, sizeof e->message, "%.*s", (int)sizeof e->message - 1, msg);
   snprintf(e->param, sizeof e->param, "messages");
 }
