@@ -64,8 +64,8 @@ def prepare(tmp, source_model):
     mmproj = os.path.join(tmp, "mmproj.gguf")
     subprocess.run([py, os.path.join(TOOLS, "make_vlm_text_model.py"), source_model, model], check=True,
                    stdout=subprocess.DEVNULL)
-    subprocess.run([py, os.path.join(TOOLS, "make_mmproj.py"), mmproj, "--projector", "idefics3",
-                    "--shape", "tiny-idefics3", "--seed", "7"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([py, os.path.join(TOOLS, "make_mmproj.py"), mmproj, "--shape", "tiny-idefics3", "--seed", "7"],
+                   check=True, stdout=subprocess.DEVNULL)
     tmpl = os.path.join(tmp, "template.jinja")
     with open(tmpl, "w") as f:
         f.write(TEMPLATE)
