@@ -15,12 +15,14 @@ chat template (content parts, "<image>").
 argv[1]: clip_tool (tests/unit/clip_tool.c)."""
 import base64
 import io
+import json
 import os
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import zlib
 
 from api_stack import Stack, metric, metrics, run_cases, skip
@@ -152,7 +154,10 @@ def main():
             plan = image_plan(clip_tool, mmproj, 80, 56)
 
             def tok(text):
-                return client.post("/tokenize", body={"model": name, "prompt": text}, cast_to=object)["tokens"]
+                req = urllib.request.Request(st.base + "/tokenize", data=json.dumps({"model": name, "prompt": text}).encode(),
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    return json.loads(resp.read())["tokens"]
 
             ids_plan = tok(plan)
             image_id = tok("<image>")[0]
@@ -171,6 +176,12 @@ def main():
                                             extra_body={"prompt_embeds": runs})
             assert got.choices[0].text == want.choices[0].message.content, (got.choices[0].text,
                                                                             want.choices[0].message.content)
+            # and the image matters: zero rows in its place give another answer
+            runs0 = [dict(r, data=base64.b64encode(np.zeros((r["shape"][0], r["shape"][1]), "<f4").tobytes()).decode())
+                     for r in runs]
+            zero = client.completions.create(model=name, prompt=ids, max_tokens=12, temperature=0,
+                                             extra_body={"prompt_embeds": runs0})
+            assert zero.choices[0].text != got.choices[0].text, zero.choices[0].text
 
         def bad_images_are_400_and_reach_no_engine():
             before = engine_counters()
@@ -206,9 +217,11 @@ def main():
             except openai.BadRequestError as e:
                 assert "not fetched" in str(e), str(e)
 
-        run_cases([chat_with_an_image_gets_an_answer, same_image_twice_is_encoded_once,
-                   image_output_equals_its_embeddings_sent_as_prompt_embeds,
-                   bad_images_are_400_and_reach_no_engine, remote_url_names_the_reason])
+        cases = [chat_with_an_image_gets_an_answer, same_image_twice_is_encoded_once,
+                 image_output_equals_its_embeddings_sent_as_prompt_embeds,
+                 bad_images_are_400_and_reach_no_engine, remote_url_names_the_reason]
+        failures = run_cases([(f.__name__, f) for f in cases])
+    sys.exit(1 if failures else 0)
 
 
 if __name__ == "__main__":
