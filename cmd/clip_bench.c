@@ -109,6 +109,7 @@ int main(int argc, char **argv) {
     printf("%5dx%-5d %2d tiles %5d rows  %8.3f images/s (min %.3f, max %.3f)  %7.3f tiles/s  cpu %.2f s/tile\n",
            sizes[si][0], sizes[si][1], plan.num_tiles, plan.num_rows, v[runs / 2], v[0], v[runs - 1],
            v[runs / 2] * plan.num_tiles, c[runs / 2] / plan.num_tiles);
+    fflush(stdout); /* each size as it is measured: a long run can be cut short */
     clip_plan_free(&plan);
     free(img.rgb);
     free(out);
