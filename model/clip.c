@@ -19,6 +19,10 @@
 #define CLIP_MAX_WIDTH 16384
 #define CLIP_MAX_LAYERS 256
 #define CLIP_MAX_LONGEST_EDGE 8192
+/* patches a tile side (SigLIP-so400m at 896/14: 64) and idefics3 tiles an image side
+ * (SmolVLM: 2048/512 = 4), bounding a plan's rows far below int32 */
+#define CLIP_MAX_PATCHES_SIDE 256
+#define CLIP_MAX_GRID_SIDE 32
 
 const char *clip_projector_type_name(enum clip_projector_type t) {
   switch (t) {
@@ -128,6 +132,9 @@ static llb_status read_hparams(struct clip_model *m) {
   hp->gelu = get_bool_or(f, "clip.use_gelu", false) ? BACKEND_GELU_TANH : BACKEND_GELU_QUICK;
   hp->n_layer_run = hp->n_layer;
   const int32_t side = hp->image_size / hp->patch_size;
+  if (side > CLIP_MAX_PATCHES_SIDE)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "mmproj: %d x %d patches a tile (at most %d a side)", side, side,
+                    CLIP_MAX_PATCHES_SIDE);
   m->n_patches = side * side;
   if (m->type == CLIP_PROJECTOR_TYPE_IDEFICS3) {
     if ((st = get_i32(f, "clip.vision.projector.scale_factor", false, 1, 1, 64, &hp->scale_factor))) return st;
@@ -142,6 +149,9 @@ static llb_status read_hparams(struct clip_model *m) {
                       "min/max-pixels slicing is not supported)",
                       hp->longest_edge);
     m->rows_per_tile = m->n_patches / (hp->scale_factor * hp->scale_factor);
+    if (hp->longest_edge / hp->image_size >= CLIP_MAX_GRID_SIDE)
+      return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "mmproj: longest edge %d is %d tiles of %d (at most %d a side)",
+                      hp->longest_edge, hp->longest_edge / hp->image_size, hp->image_size, CLIP_MAX_GRID_SIDE - 1);
   } else {
     if (gguf_find_key(f, "clip.vision.image_grid_pinpoints") >= 0)
       return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "mmproj: llava image_grid_pinpoints (LLaVA-1.6 anyres) are not supported");

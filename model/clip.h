@@ -102,4 +102,11 @@ void clip_plan_free(struct clip_plan *p);
 llb_status clip_encode_image(struct clip_model *m, const uint8_t *bytes, size_t n, float *out,
                              int32_t max_rows, int32_t *rows);
 
+/* As clip_encode_image for an image already decoded (model/image.h; e.g. by a caller that
+ * decoded it to read its size): preprocesses, encodes, writes out [*rows, n_embd_out]. Errors:
+ * INVALID_ARGUMENT (an empty image), TOO_LARGE (more rows than max_rows), OUT_OF_MEMORY. */
+struct llb_image;
+llb_status clip_encode_rgb(struct clip_model *m, const struct llb_image *img, float *out, int32_t max_rows,
+                           int32_t *rows);
+
 #endif

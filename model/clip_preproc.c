@@ -93,20 +93,29 @@ static llb_status encode_mlp(struct clip_model *m, const struct llb_image *img, 
   return st;
 }
 
+llb_status clip_encode_rgb(struct clip_model *m, const struct llb_image *img, float *out, int32_t max_rows,
+                           int32_t *rows) {
+  if (!m || !img || !img->rgb || !out || !rows || max_rows < 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "clip_encode_rgb: NULL argument or empty image");
+  *rows = 0;
+  struct clip_plan plan;
+  llb_status st = clip_image_plan(m, img->width, img->height, &plan);
+  if (st == LLB_STATUS_OK && plan.num_rows > max_rows)
+    st = LLB_ERRF(LLB_STATUS_TOO_LARGE, "image of %dx%d needs %d embedding rows, room for %d", img->width, img->height,
+                  plan.num_rows, max_rows);
+  if (st == LLB_STATUS_OK)
+    st = m->type == CLIP_PROJECTOR_TYPE_IDEFICS3 ? encode_idefics3(m, img, out) : encode_mlp(m, img, out);
+  if (st == LLB_STATUS_OK) *rows = plan.num_rows;
+  clip_plan_free(&plan);
+  return st;
+}
+
 llb_status clip_preprocess_and_encode(struct clip_model *m, const uint8_t *bytes, size_t n, float *out,
                                       int32_t max_rows, int32_t *rows) {
   struct llb_image img;
   llb_status st = llb_image_decode(bytes, n, NULL, &img);
   if (st != LLB_STATUS_OK) return st;
-  struct clip_plan plan;
-  st = clip_image_plan(m, img.width, img.height, &plan);
-  if (st == LLB_STATUS_OK && plan.num_rows > max_rows)
-    st = LLB_ERRF(LLB_STATUS_TOO_LARGE, "image of %dx%d needs %d embedding rows, room for %d", img.width, img.height,
-                  plan.num_rows, max_rows);
-  if (st == LLB_STATUS_OK)
-    st = m->type == CLIP_PROJECTOR_TYPE_IDEFICS3 ? encode_idefics3(m, &img, out) : encode_mlp(m, &img, out);
-  if (st == LLB_STATUS_OK) *rows = plan.num_rows;
-  clip_plan_free(&plan);
+  st = clip_encode_rgb(m, &img, out, max_rows, rows);
   llb_image_free(&img);
   return st;
 }

@@ -7,13 +7,11 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 
 /* Elements of work below which a chunk is not worth another thread (as ops.c). */
 #define VIT_CHUNK_ELEMS 8192
-/* Lanes of the partial sums of a dot product: independent lanes vectorize without
- * reassociating (the float order is fixed whatever the SIMD width). */
-#define VIT_DOT_LANES 8
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -141,54 +139,68 @@ llb_status cpu_add_bias(struct backend_ctx *c, float *x, const float *b, int32_t
 
 struct full_attn_task {
   const struct backend_full_attn_params *p;
-  float *scores;         /* [n_threads, stride] */
-  int64_t stride;        /* floats of one thread's scores */
-  int32_t rows_per_item; /* query rows of one work item (one head) */
+  float *scratch; /* [n_threads, stride]: k of one head transposed, then scores */
+  int64_t stride; /* floats of one thread's scratch: (head_dim + 1) * n_tokens */
+  bool avx2;      /* run the AVX2-compiled copy (same float order: no contraction) */
 };
 
-static float dot_lanes(const float *a, const float *b, int32_t n) {
-  float acc[VIT_DOT_LANES] = {0};
-  int32_t i = 0;
-  for (; i + VIT_DOT_LANES <= n; i += VIT_DOT_LANES)
-    for (int l = 0; l < VIT_DOT_LANES; l++) acc[l] += a[i + l] * b[i + l];
-  float s = 0.0f;
-  for (int l = 0; l < VIT_DOT_LANES; l++) s += acc[l];
-  for (; i < n; i++) s += a[i] * b[i];
-  return s;
-}
-
-/* Rows [r0, r1) of head h: scores, softmax (ggml_soft_max_ext: scale, max, expf, sum in
- * double, then one multiply by 1/sum), then the weighted sum of v rows. */
-static void full_attn_item(void *arg, int64_t item, int ith) {
-  const struct full_attn_task *t = arg;
-  const struct backend_full_attn_params *p = t->p;
-  const int64_t items_per_head = ceil_div(p->n_tokens, t->rows_per_item);
-  const int32_t h = (int32_t)(item / items_per_head);
-  const int32_t r0 = (int32_t)(item % items_per_head) * t->rows_per_item;
-  const int32_t r1 = r0 + t->rows_per_item < p->n_tokens ? r0 + t->rows_per_item : p->n_tokens;
-  const int64_t row = (int64_t)p->n_heads * p->head_dim;
-  float *s = t->scores + (int64_t)ith * t->stride;
-  for (int32_t r = r0; r < r1; r++) {
-    const float *q = p->q + r * row + (int64_t)h * p->head_dim;
+/* Every query row of head h. k of the head is transposed first ([head_dim][n_tokens]) so that
+ * a query's scores are axpy's over the keys (each score a dot in index order, lanes are keys);
+ * then softmax (ggml_soft_max_ext: scale, max, expf, sum in double, one multiply by 1/sum) and
+ * the weighted sum of v rows, in key order. */
+static inline __attribute__((always_inline)) void full_attn_head(const struct backend_full_attn_params *p, int32_t h,
+                                                                float *kt) {
+  const int32_t n = p->n_tokens, hd = p->head_dim;
+  const int64_t row = (int64_t)p->n_heads * hd;
+  float *s = kt + (int64_t)hd * n;
+  for (int32_t j0 = 0; j0 < n; j0 += 16) /* blocks of 16 keys: the stores stay in few lines */
+    for (int32_t d = 0; d < hd; d++)
+      for (int32_t j = j0; j < n && j < j0 + 16; j++) kt[(int64_t)d * n + j] = p->k[j * row + (int64_t)h * hd + d];
+  for (int32_t r = 0; r < n; r++) {
+    const float *q = p->q + r * row + (int64_t)h * hd;
+    memset(s, 0, (size_t)n * sizeof(float));
+    for (int32_t d = 0; d < hd; d++) {
+      const float qd = q[d], *kd = kt + (int64_t)d * n;
+      for (int32_t j = 0; j < n; j++) s[j] += qd * kd[j];
+    }
     float max = -INFINITY;
-    for (int32_t j = 0; j < p->n_tokens; j++) {
-      s[j] = dot_lanes(q, p->k + j * row + (int64_t)h * p->head_dim, p->head_dim) * p->scale;
-      if (s[j] > max) max = s[j];
+    for (int32_t j = 0; j < n; j++) {
+      s[j] *= p->scale;
+      max = s[j] > max ? s[j] : max;
     }
     double sum = 0.0;
-    for (int32_t j = 0; j < p->n_tokens; j++) {
+    for (int32_t j = 0; j < n; j++) {
       s[j] = expf(s[j] - max);
       sum += (double)s[j];
     }
     const float inv = (float)(1.0 / sum);
-    float *o = p->out + r * row + (int64_t)h * p->head_dim;
-    memset(o, 0, (size_t)p->head_dim * sizeof(float));
-    for (int32_t j = 0; j < p->n_tokens; j++) {
+    float *o = p->out + r * row + (int64_t)h * hd;
+    memset(o, 0, (size_t)hd * sizeof(float));
+    for (int32_t j = 0; j < n; j++) {
       const float pj = s[j] * inv;
-      const float *v = p->v + j * row + (int64_t)h * p->head_dim;
-      for (int32_t d = 0; d < p->head_dim; d++) o[d] += pj * v[d];
+      const float *v = p->v + j * row + (int64_t)h * hd;
+      for (int32_t d = 0; d < hd; d++) o[d] += pj * v[d];
     }
   }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2"))) static void full_attn_head_avx2(const struct backend_full_attn_params *p, int32_t h,
+                                                                 float *kt) {
+  full_attn_head(p, h, kt);
+}
+#endif
+
+static void full_attn_item(void *arg, int64_t item, int ith) {
+  const struct full_attn_task *t = arg;
+  float *kt = t->scratch + (int64_t)ith * t->stride;
+#if defined(__x86_64__) || defined(__i386__)
+  if (t->avx2) {
+    full_attn_head_avx2(t->p, (int32_t)item, kt);
+    return;
+  }
+#endif
+  full_attn_head(t->p, (int32_t)item, kt);
 }
 
 llb_status cpu_attention_full(struct backend_ctx *c, const struct backend_full_attn_params *p) {
@@ -196,10 +208,13 @@ llb_status cpu_attention_full(struct backend_ctx *c, const struct backend_full_a
       p->n_tokens > c->params.max_context_len)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "attention_full of %d tokens (max %d), %d heads of %d",
                     p ? p->n_tokens : 0, c->params.max_num_tokens, p ? p->n_heads : 0, p ? p->head_dim : 0);
-  /* about 16 work items per thread per head keeps the pool busy; at least one row each */
-  int32_t per = p->n_tokens / 16;
-  per = per < 1 ? 1 : per;
-  struct full_attn_task t = {p, c->scores, (int64_t)c->params.max_context_len * CPU_ATTN_MAX_GROUP, per};
-  cpu_threadpool_parallel(c->pool, full_attn_item, &t, (int64_t)p->n_heads * ceil_div(p->n_tokens, per));
+  /* the scratch is the matmul activation buffer (unused during attention) */
+  const int64_t stride = ((int64_t)p->head_dim + 1) * p->n_tokens;
+  if ((size_t)(stride * c->params.n_threads) * sizeof(float) > c->act_bytes * CPU_MATMUL_MAX_WEIGHTS)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "attention_full: %d threads x %lld floats over the context's scratch",
+                    c->params.n_threads, (long long)stride);
+  /* a work item is one head: its k is transposed once */
+  struct full_attn_task t = {p, (float *)(void *)c->act, stride, c->level >= CPU_SIMD_LEVEL_AVX2};
+  cpu_threadpool_parallel(c->pool, full_attn_item, &t, p->n_heads);
   return LLB_STATUS_OK;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "model/clip.h"
 
 static int fail(llb_status st) {
@@ -52,6 +53,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: clip_tool plan MMPROJ W H | clip_tool encode MMPROJ IMAGE\n");
     return 1;
   }
+  llb_log_set_level(LLB_LOG_LEVEL_WARN);
   struct clip_model *m;
   llb_status st = clip_model_load(argv[2], 2, &m);
   if (st != LLB_STATUS_OK) return fail(st);

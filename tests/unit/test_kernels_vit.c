@@ -1,7 +1,8 @@
 /* The vision encoder's CPU ops (kernels/cpu/vit_ops.c) against naive double references over
  * shapes and seeds, never on zeros. Tolerances: LayerNorm 1e-5 relative to the row's scale;
  * GELU (tanh, quick) within fp16 rounding of input and output (|x| 2^-10 + 1e-6, ggml's
- * table); bias add exact; attention 1e-5 relative. 1 vs 2 threads: bit-identical. */
+ * table); bias add exact; attention 1e-5 relative. Attention with 1 thread on the portable
+ * path vs 2 threads on the AVX2 path: bit-identical. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -144,6 +145,7 @@ static void test_full_attention_matches_reference_and_is_thread_invariant(void *
     struct backend_full_attn_params p = {q, k, v, o1, n, nh, hd, 1.0f / sqrtf((float)hd)};
     attention_reference(&p, want);
     struct backend_ctx *c1 = make_ctx(1, 256), *c2 = make_ctx(2, 256);
+    cpu_backend_set_simd_level(c1, CPU_SIMD_LEVEL_SCALAR); /* the portable copy vs the AVX2 one */
     assert_int_equal(ops->attention_full(c1, &p), LLB_STATUS_OK);
     p.out = o2;
     assert_int_equal(ops->attention_full(c2, &p), LLB_STATUS_OK);
