@@ -18,3 +18,7 @@ target_link_libraries(llmbus-bench PRIVATE llmbus_bench_core llmbus_sampler llmb
 add_executable(llmbus-kernel-bench ${CMAKE_CURRENT_LIST_DIR}/kernel_bench.c)
 target_link_libraries(llmbus-kernel-bench PRIVATE llmbus_model llmbus_kernels_cpu llmbus_kernels_roofline llmbus_base)
 target_compile_definitions(llmbus-kernel-bench PRIVATE LLB_DEFAULT_MODEL="${LLB_DEFAULT_MODEL}")
+
+# llmbus-clip-bench: images/s of the image encoder (model/clip.h) per image size.
+add_executable(llmbus-clip-bench ${CMAKE_CURRENT_LIST_DIR}/clip_bench.c)
+target_link_libraries(llmbus-clip-bench PRIVATE llmbus_clip llmbus_base)

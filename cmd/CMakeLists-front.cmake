@@ -8,12 +8,12 @@ add_library(llmbus_input_processor_actor STATIC ${CMAKE_SOURCE_DIR}/actors/input
             ${CMAKE_SOURCE_DIR}/actors/input_processor/engine_router.c)
 target_include_directories(llmbus_input_processor_actor PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(llmbus_input_processor_actor PUBLIC llmbus_input_processor_core llmbus_bus
-                      llmbus_schemas llmbus_model llmbus_base)
+                      llmbus_schemas llmbus_model llmbus_clip llmbus_base)
 
 add_library(llmbus_output_processor_actor STATIC ${CMAKE_SOURCE_DIR}/actors/output_processor/actor.c)
 target_include_directories(llmbus_output_processor_actor PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(llmbus_output_processor_actor PUBLIC llmbus_output_processor_core llmbus_bus
-                      llmbus_schemas llmbus_model llmbus_base)
+                      llmbus_schemas llmbus_model llmbus_clip llmbus_base)
 
 add_executable(llmbus-input-processor ${CMAKE_CURRENT_LIST_DIR}/input_processor_main.c)
 target_link_libraries(llmbus-input-processor PRIVATE llmbus_input_processor_actor llmbus_actor_main)

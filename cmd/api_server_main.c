@@ -27,6 +27,7 @@ struct api_main {
   const char *tool_call_parser; /* hermes | llama3_json | mistral */
   const char *allowed_origins, *allowed_methods, *allowed_headers; /* CORS (api_cors.h) */
   bool allow_credentials;
+  const char *allowed_local_media_path; /* file:// image URLs under it (api_images.h) */
   enum tool_format tool_format;
   struct api_keys *keys;    /* NULL = no authentication */
   char derived_name[256];
@@ -92,6 +93,7 @@ static llb_status api_main_start(struct actor_main *am, void *user) {
       .cors_allowed_methods = m->allowed_methods,
       .cors_allowed_headers = m->allowed_headers,
       .cors_allow_credentials = m->allow_credentials,
+      .allowed_local_media_path = m->allowed_local_media_path,
   };
   llb_status st = api_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -153,6 +155,9 @@ int main(int argc, char **argv) {
       {"allowed-methods", ACTOR_FLAG_KIND_STRING, &m.allowed_methods, "CORS: comma-separated methods (default *)", NULL},
       {"allowed-headers", ACTOR_FLAG_KIND_STRING, &m.allowed_headers, "CORS: comma-separated request headers (default *)",
        NULL},
+      {"allowed-local-media-path", ACTOR_FLAG_KIND_STRING, &m.allowed_local_media_path,
+       "image_url parts may name file:///path when the file's realpath is inside DIR (vLLM's flag); "
+       "without it file URLs are refused", NULL},
       {"allow-credentials", ACTOR_FLAG_KIND_BOOL, &m.allow_credentials,
        "CORS: Access-Control-Allow-Credentials: true (the origin is then echoed, never *)", NULL},
       {"health-missed-beats", ACTOR_FLAG_KIND_INT32, &m.health_missed_beats,

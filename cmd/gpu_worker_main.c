@@ -23,6 +23,7 @@ struct worker_main {
   const char *packed_cache_dir;
   const char *speculative_config; /* JSON, "" = off */
   struct ngram_proposer_config spec;
+  const char *mmproj;
   double gpu_memory_utilization;
   enum model_runner_device dev;
   enum llama_matmul_mode matmul;
@@ -64,7 +65,7 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
       .num_blocks = m->num_blocks, .block_size = m->block_size,
       .max_num_batched_tokens = m->max_num_batched_tokens, .num_threads = m->threads,
       .device = m->dev, .gpu_memory_utilization = (float)m->gpu_memory_utilization, .matmul = m->matmul,
-      .packed_cache_dir = m->packed_cache_dir, .spec = m->spec};
+      .packed_cache_dir = m->packed_cache_dir, .spec = m->spec, .mmproj_path = m->mmproj};
   llb_status st = gpu_worker_actor_create(&o, &m->actor);
   if (st) return st;
   if (am->metrics && (st = gpu_worker_actor_register_metrics(m->actor, am->metrics))) return st;
@@ -99,6 +100,9 @@ int main(int argc, char **argv) {
       {"gpu-memory-utilization", ACTOR_FLAG_KIND_DOUBLE, &m.gpu_memory_utilization,
        "cuda: fraction (0, 1] of device memory for weights + scratch + KV cache (sizes the KV cache "
        "when --num-blocks is 0; the number reaches kv_manager and scheduler in the heartbeat)", NULL},
+      {"mmproj", ACTOR_FLAG_KIND_STRING, &m.mmproj,
+       "GGUF mmproj of the model (llama.cpp mtmd's format): the image encoder for image_url parts; its "
+       "output width must equal the model's hidden size", NULL},
       {"packed-cache-dir", ACTOR_FLAG_KIND_STRING, &m.packed_cache_dir,
        "cpu: directory of the host's shared packed-weight cache (the first worker packs and writes it, "
        "the others and a restarted worker map it; \"\" = private packing)", NULL},

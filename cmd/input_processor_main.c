@@ -17,6 +17,7 @@ struct inproc_main {
   int64_t tenant_limit_ttl_ms;
   bool durable;
   const char *chat_template;
+  const char *mmproj;
   struct inproc_actor *actor;
 };
 
@@ -32,6 +33,7 @@ static llb_status inproc_main_start(struct actor_main *am, void *user) {
       .tenant_limit_ttl_ms = m->tenant_limit_ttl_ms,
       .durable = m->durable,
       .chat_template_file = m->chat_template,
+      .mmproj_path = m->mmproj,
   };
   llb_status st = inproc_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -67,6 +69,9 @@ int main(int argc, char **argv) {
        "confirmed stored; the engine's scheduler must run with --durable too", NULL},
       {"chat-template", ACTOR_FLAG_KIND_STRING, &m.chat_template,
        "Jinja chat template file used instead of the GGUF's tokenizer.chat_template", NULL},
+      {"mmproj", ACTOR_FLAG_KIND_STRING, &m.mmproj,
+       "GGUF mmproj of the model (the workers' --mmproj): image_url parts are expanded with its "
+       "plan; without it images are refused", NULL},
   };
   const struct actor_main_spec spec = {
       .actor = "input_processor",

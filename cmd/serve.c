@@ -75,6 +75,7 @@ static const struct {
     {"engine-id", true, A_ALL,
      "engine id (<eid> in llm.engine.<eid>.*); with --engines N > 1 the engines are <eid>0..<eid>N-1"},
     {"router", true, A_IN, "cache-aware | least-loaded | random: how input processors pick an engine"},
+    {"mmproj", true, A_IN | A_WORKER, "GGUF mmproj of the model: image_url parts (workers encode, input processors plan)"},
     {"chat-template", true, A_IN, "Jinja chat template FILE instead of the GGUF's tokenizer.chat_template"},
     {"prefix", true, A_ALL, "subject prefix (default llm)"},
     {"log-level", true, A_ALL, "debug | info | warn | error"},
@@ -88,6 +89,7 @@ static const struct {
     {"allowed-methods", true, A_API, "CORS: comma-separated methods (default *)"},
     {"allowed-headers", true, A_API, "CORS: comma-separated request headers (default *)"},
     {"allow-credentials", false, A_API, "CORS: Access-Control-Allow-Credentials: true"},
+    {"allowed-local-media-path", true, A_API, "image_url parts may read file:///path inside DIR (vLLM's)"},
     {"heartbeat-ms", true, A_ALL,
      "heartbeat interval of every actor (a worker / kv_manager silent for 3 is dead; default 2000)"},
 };

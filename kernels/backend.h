@@ -95,6 +95,21 @@ struct backend_attn_params {
                                      build_attn_mha) */
 };
 
+/* The GELU of a vision encoder's MLP (clip.use_gelu: TANH; otherwise CLIP's QUICK). */
+enum backend_gelu_kind { BACKEND_GELU_TANH = 0, BACKEND_GELU_QUICK = 1 };
+
+/* One sequence of n_tokens rows, all heads: out = softmax(q k^T * scale) v per head, in f32
+ * (ggml's mul_mat + soft_max_ext + mul_mat without flash attention: scores in f32, the
+ * softmax sum in double). */
+struct backend_full_attn_params {
+  const float *q; /* [n_tokens, n_heads, head_dim] */
+  const float *k; /* [n_tokens, n_heads, head_dim] */
+  const float *v; /* [n_tokens, n_heads, head_dim] */
+  float *out;     /* [n_tokens, n_heads, head_dim]; must not alias q, k, v */
+  int32_t n_tokens, n_heads, head_dim;
+  float scale;    /* usually 1/sqrt(head_dim) */
+};
+
 struct backend_ctx; /* per-backend execution state: threads, scratch */
 
 struct backend_ops {
@@ -144,6 +159,23 @@ struct backend_ops {
   /* Writes that layout into dst [pack_bytes(w)]; the caller then sets w->packed = dst and keeps
    * dst alive as long as w is used. INVALID_ARGUMENT if w has no such layout. */
   llb_status (*pack)(const struct backend_weight *w, void *dst);
+
+  /* ---- vision encoder ops (model/vit.c; all optional: NULL refuses image encoders) ---- */
+  /* out [n_rows, dim] = (x - mean(x)) / sqrt(var(x) + eps) * w + b, per row (ggml_norm then
+   * ggml_mul, ggml_add: mean and variance summed in double, scale 1/sqrtf). x [n_rows, dim],
+   * w, b [dim]; b may be NULL. out may alias x. */
+  llb_status (*layer_norm)(struct backend_ctx *c, const float *x, const float *w, const float *b,
+                           int32_t n_rows, int32_t dim, float eps, float *out);
+  /* x [n] = gelu(x) in place, as ggml's CPU computes it with GGML_GELU_FP16: TANH the tanh
+   * approximation (ggml_gelu), QUICK x * sigmoid(1.702 x) (ggml_gelu_quick), each through an
+   * fp16 table of fp16(x). */
+  llb_status (*gelu)(struct backend_ctx *c, float *x, int64_t n, enum backend_gelu_kind kind);
+  /* x [n_rows, dim] += b [dim] on every row (ggml_add with a broadcast bias). */
+  llb_status (*add_bias)(struct backend_ctx *c, float *x, const float *b, int32_t n_rows, int32_t dim);
+  /* Bidirectional (non-causal) attention without a KV cache: every query row attends every
+   * key row of the call. See struct backend_full_attn_params. INVALID_ARGUMENT on sizes over
+   * the context's max_num_tokens. */
+  llb_status (*attention_full)(struct backend_ctx *c, const struct backend_full_attn_params *p);
 };
 
 /* The CPU backend (kernels/cpu): SIMD (AVX2/FMA/F16C, detected at run time) and threads. */

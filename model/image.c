@@ -164,9 +164,35 @@ static double triangle(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-static bool coeffs_make(int in_size, int out_size, struct resample_coeffs *c) {
+/* Pillow's bicubic (Resample.c: a = -0.5) */
+static double bicubic(double x) {
+  const double a = -0.5;
+  x = fabs(x);
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
+static double sinc(double x) {
+  if (x == 0.0) return 1.0;
+  x *= 3.141592653589793238462643383279502884;
+  return sin(x) / x;
+}
+
+/* Pillow's lanczos (a = 3) */
+static double lanczos(double x) { return -3.0 <= x && x < 3.0 ? sinc(x) * sinc(x / 3.0) : 0.0; }
+
+static double filter_eval(enum llb_image_filter f, double x) {
+  return f == LLB_IMAGE_FILTER_LANCZOS ? lanczos(x) : f == LLB_IMAGE_FILTER_BICUBIC ? bicubic(x) : triangle(x);
+}
+
+static double filter_support(enum llb_image_filter f) {
+  return f == LLB_IMAGE_FILTER_LANCZOS ? 3.0 : f == LLB_IMAGE_FILTER_BICUBIC ? 2.0 : 1.0;
+}
+
+static bool coeffs_make(int in_size, int out_size, enum llb_image_filter f, struct resample_coeffs *c) {
   double scale = (double)in_size / out_size, filterscale = scale < 1.0 ? 1.0 : scale;
-  double support = 1.0 * filterscale;
+  double support = filter_support(f) * filterscale;
   c->ksize = (int)ceil(support) * 2 + 1;
   c->bounds = malloc((size_t)out_size * 2 * sizeof *c->bounds);
   c->weights = calloc((size_t)out_size * (size_t)c->ksize, sizeof *c->weights);
@@ -181,7 +207,7 @@ static bool coeffs_make(int in_size, int out_size, struct resample_coeffs *c) {
     if (xmin < 0) xmin = 0;
     if (xmax > in_size) xmax = in_size;
     int n = xmax - xmin;
-    for (int x = 0; x < n; x++) sum += w[x] = triangle((x + xmin - center + 0.5) * ss);
+    for (int x = 0; x < n; x++) sum += w[x] = filter_eval(f, (x + xmin - center + 0.5) * ss);
     for (int x = 0; x < n; x++) {
       double v = sum != 0.0 ? w[x] / sum : 0.0; /* then to fixed point, rounded half away from 0 */
       double f = v * (1 << RESAMPLE_PRECISION_BITS);
@@ -226,7 +252,14 @@ static void resample_pass(const uint8_t *src, int sw, int sh, uint8_t *dst, int 
 
 llb_status llb_image_resize_bilinear(const struct llb_image *src, int32_t width, int32_t height,
                                      struct llb_image *dst) {
+  return llb_image_resize(src, width, height, LLB_IMAGE_FILTER_BILINEAR, dst);
+}
+
+llb_status llb_image_resize(const struct llb_image *src, int32_t width, int32_t height,
+                            enum llb_image_filter filter, struct llb_image *dst) {
   memset(dst, 0, sizeof *dst);
+  if (filter != LLB_IMAGE_FILTER_BILINEAR && filter != LLB_IMAGE_FILTER_BICUBIC && filter != LLB_IMAGE_FILTER_LANCZOS)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "resize: filter %d", (int)filter);
   if (!src || !src->rgb || src->width < 1 || src->height < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "resize: empty source image");
   llb_status st = check_size(width, height, NULL, "resized");
@@ -234,7 +267,8 @@ llb_status llb_image_resize_bilinear(const struct llb_image *src, int32_t width,
   struct resample_coeffs ch = {0}, cv = {0};
   uint8_t *mid = malloc((size_t)src->height * (size_t)width * 3);
   uint8_t *out = malloc((size_t)height * (size_t)width * 3);
-  bool ok = mid && out && coeffs_make(src->width, width, &ch) && coeffs_make(src->height, height, &cv);
+  bool ok = mid && out && coeffs_make(src->width, width, filter, &ch) &&
+            coeffs_make(src->height, height, filter, &cv);
   if (ok) {
     resample_pass(src->rgb, src->width, src->height, mid, width, src->height, true, &ch);
     resample_pass(mid, width, src->height, out, width, height, false, &cv);

@@ -56,6 +56,19 @@ void llb_image_free(struct llb_image *img);
 llb_status llb_image_resize_bilinear(const struct llb_image *src, int32_t width, int32_t height,
                                      struct llb_image *dst);
 
+/* Pillow's resampling filters (Resample.c), as llama.cpp's mtmd resize_pillow runs them. */
+enum llb_image_filter {
+  LLB_IMAGE_FILTER_BILINEAR = 0, /* triangle, support 1 */
+  LLB_IMAGE_FILTER_BICUBIC = 1,  /* cubic with a = -0.5, support 2 */
+  LLB_IMAGE_FILTER_LANCZOS = 2,  /* Lanczos-3, support 3 */
+};
+
+/* As llb_image_resize_bilinear with the given filter (same fixed-point arithmetic, same pass
+ * order, support widened by the scale when downsampling). INVALID_ARGUMENT also for an
+ * unknown filter. */
+llb_status llb_image_resize(const struct llb_image *src, int32_t width, int32_t height,
+                            enum llb_image_filter filter, struct llb_image *dst);
+
 /* The encoder's input from an image already at the encoder's size: each 8-bit value scaled to
  * [0, 1], then (v - mean[c]) / std[c] (clip.vision.image_mean / image_std), written planar:
  * out[c * height * width + y * width + x] (float32 [3][height][width]). INVALID_ARGUMENT for a

@@ -174,12 +174,24 @@ struct llb_mm_feature {
   struct llb_str mm_hash;   /* encoder-cache key */
   int32_t offset;           /* first placeholder token position, >= 0 */
   int32_t length;           /* placeholder tokens = embedding rows, >= 0 */
-  const uint8_t *data;      /* [length, num_cols] of dtype, little-endian, 16-byte aligned
-                               when decoded; may be NULL (data_bytes 0) */
-  int64_t data_bytes;       /* length * num_cols * element size, or 0 */
+  const uint8_t *data;      /* [num_embeds, num_cols] of dtype, little-endian, 16-byte aligned
+                               when decoded; may be NULL (data_bytes 0); or an image file
+                               (dtype "jpeg" / "png") */
+  int64_t data_bytes;       /* num_embeds * num_cols * element size, or 0; the file's size */
   struct llb_str dtype;     /* "f16" or "f32"; required with data */
   int32_t num_cols;
+  const uint8_t *is_embed;  /* [num_is_embed]: 1 = the position takes the next row, 0 = it keeps
+                               its token's embedding (vLLM PlaceholderRange.is_embed); NULL (0)
+                               = every position does. num_embeds = its 1s, or length */
+  int32_t num_is_embed;     /* 0 or length */
 };
+
+/* True for the dtypes of encoded images ("jpeg", "png"): data is the file, not a
+ * [rows, cols] tensor, so no shape checks apply to it. */
+bool llb_mm_dtype_is_encoded(struct llb_str dtype);
+
+/* The embedding rows of a feature: the 1s of is_embed, or length without a mask. */
+int32_t llb_mm_feature_num_embeds(const struct llb_mm_feature *f);
 
 #ifdef __cplusplus
 }

@@ -492,11 +492,25 @@ bool dec_structured_outputs(Dec &d, const llmbus::StructuredOutputs *t, llb_stru
 
 // ---- MultiModalFeature -------------------------------------------------------------------
 
+extern "C" bool llb_mm_dtype_is_encoded(struct llb_str dtype) {
+  return (dtype.len == 4 && memcmp(dtype.data, "jpeg", 4) == 0) ||
+         (dtype.len == 3 && memcmp(dtype.data, "png", 3) == 0);
+}
+
+extern "C" int32_t llb_mm_feature_num_embeds(const struct llb_mm_feature *f) {
+  if (f->num_is_embed == 0 || !f->is_embed)
+    return f->length;
+  int32_t n = 0;
+  for (int32_t i = 0; i < f->num_is_embed; i++)
+    n += f->is_embed[i] != 0;
+  return n;
+}
+
 bool check_mm_data(Ctx &c, llb_status bad, const llb_str &dtype, int32_t rows, int32_t cols,
                    int64_t bytes, const char *field) {
   if (rows < 0 || cols < 0)
     return c.fail(bad, field, "negative shape [%d, %d]", rows, cols);
-  if (bytes == 0)
+  if (bytes == 0 || llb_mm_dtype_is_encoded(dtype))
     return true;
   int64_t esize = 0;
   if (dtype.len == 3 && memcmp(dtype.data, "f16", 3) == 0)
@@ -520,13 +534,19 @@ enc_mm_features(Enc &e, const llb_mm_feature *p, int32_t n, const char *field) {
       e.fail(LLB_STATUS_INVALID_ARGUMENT, "data_bytes", "%" PRId64 " out of range", f.data_bytes);
       return none;
     }
-    if (!check_mm_data(e, LLB_STATUS_INVALID_ARGUMENT, f.dtype, f.length, f.num_cols,
-                       f.data_bytes, "data"))
+    if (f.num_is_embed != 0 && f.num_is_embed != f.length) {
+      e.fail(LLB_STATUS_INVALID_ARGUMENT, "is_embed", "%d entries for %d positions", f.num_is_embed,
+             f.length);
+      return none;
+    }
+    if (!check_mm_data(e, LLB_STATUS_INVALID_ARGUMENT, f.dtype, llb_mm_feature_num_embeds(&f),
+                       f.num_cols, f.data_bytes, "data"))
       return none;
     auto modality = e.str(f.modality, "modality", true);
     auto hash = e.str(f.mm_hash, "mm_hash");
     auto data = e.vec(f.data, (int32_t)f.data_bytes, "data");
     auto dtype = e.str(f.dtype, "dtype");
+    auto is_embed = e.vec(f.is_embed, f.num_is_embed, "is_embed");
     if (f.offset < 0)
       e.fail(LLB_STATUS_INVALID_ARGUMENT, "offset", "negative (%d)", f.offset);
     if (!e.ok())
@@ -539,6 +559,7 @@ enc_mm_features(Enc &e, const llb_mm_feature *p, int32_t n, const char *field) {
     t.add_data(data);
     t.add_dtype(dtype);
     t.add_num_cols(f.num_cols);
+    t.add_is_embed(is_embed);
     return t.Finish();
   });
 }
@@ -551,7 +572,8 @@ bool dec_mm_features(Dec &d, const fb::Vector<fb::Offset<llmbus::MultiModalFeatu
                     if (!d.str(t.modality(), &f.modality, "modality", true) ||
                         !d.str(t.mm_hash(), &f.mm_hash, "mm_hash") ||
                         !d.str(t.dtype(), &f.dtype, "dtype") ||
-                        !d.vec(t.data(), &f.data, &bytes, "data"))
+                        !d.vec(t.data(), &f.data, &bytes, "data") ||
+                        !d.vec(t.is_embed(), &f.is_embed, &f.num_is_embed, "is_embed"))
                       return false;
                     f.offset = t.offset();
                     f.length = t.length();
@@ -559,7 +581,11 @@ bool dec_mm_features(Dec &d, const fb::Vector<fb::Offset<llmbus::MultiModalFeatu
                     f.data_bytes = bytes;
                     if (f.offset < 0)
                       return d.fail(LLB_STATUS_MALFORMED, "offset", "negative (%d)", f.offset);
-                    return check_mm_data(d, LLB_STATUS_MALFORMED, f.dtype, f.length, f.num_cols,
+                    if (f.num_is_embed != 0 && f.num_is_embed != f.length)
+                      return d.fail(LLB_STATUS_MALFORMED, "is_embed", "%d entries for %d positions",
+                                    f.num_is_embed, f.length);
+                    return check_mm_data(d, LLB_STATUS_MALFORMED, f.dtype,
+                                         llb_mm_feature_num_embeds(&f), f.num_cols,
                                          f.data_bytes, "data");
                   });
 }

@@ -25,8 +25,9 @@ static fb::Offset<void> build_generate_request(Enc &e, const llb_generate_reques
         auto tool_calls = e.str(c.tool_calls, "tool_calls");
         auto tool_call_id = e.str(c.tool_call_id, "tool_call_id");
         auto name = e.str(c.name, "name");
+        auto image_offsets = e.vec(c.image_offsets, c.num_image_offsets, "image_offsets");
         return e.ok() ? llmbus::CreateChatMessage(e.b, role, content, tool_calls, tool_call_id,
-                                                  name, c.content_is_null)
+                                                  name, c.content_is_null, image_offsets)
                       : fb::Offset<llmbus::ChatMessage>(0);
       });
   auto ids = e.vec(m.prompt_token_ids, m.num_prompt_token_ids, "prompt_token_ids");
@@ -99,7 +100,9 @@ static bool read_generate_request(Dec &d, const llmbus::GenerateRequest &t,
                            d.str(c.content(), &o.content, "content") &&
                            d.str(c.tool_calls(), &o.tool_calls, "tool_calls") &&
                            d.str(c.tool_call_id(), &o.tool_call_id, "tool_call_id") &&
-                           d.str(c.name(), &o.name, "name");
+                           d.str(c.name(), &o.name, "name") &&
+                           d.vec(c.image_offsets(), &o.image_offsets, &o.num_image_offsets,
+                                 "image_offsets");
                   }) &&
          d.vec(t.prompt_token_ids(), &m.prompt_token_ids, &m.num_prompt_token_ids,
                "prompt_token_ids") &&

@@ -16,14 +16,18 @@ struct llb_chat_message {
   struct llb_str tool_call_id; /* tool: the call answered; "" = none */
   struct llb_str name;         /* optional participant / tool name */
   bool content_is_null;        /* content was JSON null (assistant turn of tool calls) */
+  const uint32_t *image_offsets; /* [num_image_offsets] byte offsets into content of its image
+                                    parts, non-decreasing (checked by the input processor) */
+  int32_t num_image_offsets;
 };
 
-/* A raw multimodal input: precomputed embeddings replacing placeholder tokens. */
+/* A raw multimodal input: precomputed embeddings replacing placeholder tokens ("embeds"), or
+ * an encoded image ("image": data = the file, dtype "jpeg" / "png", shape and offset unused). */
 struct llb_mm_item {
   struct llb_str modality;
-  const uint8_t *data;        /* [num_rows, num_cols] of dtype, little-endian */
-  int64_t data_bytes;         /* num_rows * num_cols * element size (checked) */
-  struct llb_str dtype;       /* "f16" or "f32" */
+  const uint8_t *data;        /* [num_rows, num_cols] of dtype, little-endian; or the image file */
+  int64_t data_bytes;         /* num_rows * num_cols * element size (checked); the file's size */
+  struct llb_str dtype;       /* "f16" or "f32"; "jpeg" or "png" (llb_mm_dtype_is_encoded) */
   int32_t num_rows, num_cols; /* >= 1 */
   int32_t placeholder_offset; /* >= 0 */
 };

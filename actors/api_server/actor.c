@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "actors/api_server/actor_internal.h"
+#include "actors/api_server/api_images.h"
 #include "actors/api_server/api_structured.h"
 #include "actors/api_server/api_keys.h"
 #include "actors/api_server/http_deadline.h"
@@ -243,6 +244,7 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     struct api_error e;
     api_error_from_status(ro->error.code, ro->error.message.data, ro->error.field.data, &e);
     api_structured_map_error(&c->parsed, &e);
+    api_images_map_error(&c->parsed, &e);
     e.retry_after_s = (ro->error.retry_after_ms + 999) / 1000; /* a per-tenant rate says when */
     if (is_tokenize_call(c)) api_tokenize_map_error(&c->tok, &e);
     s->finished = true;
@@ -523,7 +525,8 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
   c->tenant = tenant;
   c->t_start_ns = llb_now_ns();
   trace_begin(c, req);
-  struct api_parse_options po = {.served_model = a->model_name, .tool_parser = a->o.tool_call_parser};
+  struct api_parse_options po = {.served_model = a->model_name, .tool_parser = a->o.tool_call_parser,
+                                .allowed_local_media_path = a->local_media_dir};
   const bool emb = ep == API_ENDPOINT_EMBEDDINGS, tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT && !emb;
   if (emb && !(c->emb = calloc(1, sizeof *c->emb))) api_error_set(&e, 500, NULL, "out of memory");
   if ((emb && !c->emb) ||

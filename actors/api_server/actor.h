@@ -77,6 +77,9 @@ struct api_actor_options {
   bool cors_allow_credentials;      /* Access-Control-Allow-Credentials (api_cors.h) */
   struct llb_metrics *registry;    /* NULL = none; else GET /metrics also renders it (the
                                       process's metrics, bus histograms); borrowed */
+  const char *allowed_local_media_path; /* vLLM's --allowed-local-media-path DIR: file:// image
+                                      URLs whose realpath is inside DIR are read (api_images.h);
+                                      NULL = file URLs refused. Must exist (checked at create) */
 };
 
 struct api_actor;

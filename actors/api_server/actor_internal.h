@@ -92,6 +92,7 @@ struct api_actor {
   char http_host[128];
   int http_port, bound_port;
   char model_name[API_MAX_MODEL_BYTES];
+  char *local_media_dir; /* realpath of --allowed-local-media-path, or NULL (owned) */
   char tenant[64];
   struct bus *bus;
   struct event_base *base;

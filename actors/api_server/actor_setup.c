@@ -10,6 +10,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -151,16 +152,27 @@ llb_status api_actor_create(const struct api_actor_options *o, struct api_actor 
   if (a->o.max_concurrent <= 0) a->o.max_concurrent = 256;
   if (a->o.health_window_ms <= 0) a->o.health_window_ms = 10000;
   snprintf(a->model_name, sizeof a->model_name, "%s", o->model_name);
+  if (o->allowed_local_media_path && o->allowed_local_media_path[0]) {
+    char real[PATH_MAX];
+    if (!realpath(o->allowed_local_media_path, real) || !(a->local_media_dir = strdup(real))) {
+      llb_status rst = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--allowed-local-media-path %s: %s",
+                                o->allowed_local_media_path, strerror(errno));
+      free(a);
+      return rst;
+    }
+  }
   snprintf(a->tenant, sizeof a->tenant, "%s", o->tenant ? o->tenant : BUS_DEFAULT_TENANT);
   llb_status cst = api_cors_parse(o->cors_allowed_origins, o->cors_allowed_methods, o->cors_allowed_headers,
                                   o->cors_allow_credentials, &a->cors);
   if (cst != LLB_STATUS_OK) {
+    free(a->local_media_dir);
     free(a);
     return cst;
   }
   llb_status pst = api_parse_host_port(o->http_addr ? o->http_addr : "127.0.0.1:8000", a->http_host,
                                        sizeof a->http_host, &a->http_port);
   if (pst != LLB_STATUS_OK) {
+    free(a->local_media_dir);
     free(a);
     return pst;
   }
@@ -239,5 +251,6 @@ void api_actor_destroy(struct api_actor *a) {
   pthread_mutex_destroy(&a->qmu);
   pthread_mutex_destroy(&a->setup_mu);
   pthread_cond_destroy(&a->setup_cv);
+  free(a->local_media_dir);
   free(a);
 }

@@ -206,6 +206,9 @@ bool api_metrics_render(struct api_metrics *m, struct api_buf *o) {
       {"llmbus:prefix_cache_queries_total", "counter", "Prefix-cache queries (tokens)."},
       {"llmbus:prefix_cache_hits_total", "counter", "Prefix-cache hits (tokens)."},
       {"llmbus:num_preemptions_total", "counter", "Preemptions in the engine."},
+      {"llmbus:encoder_cache_queries_total", "counter", "Encoder-cache queries (multimodal items)."},
+      {"llmbus:encoder_cache_hits_total", "counter", "Encoder-cache hits (items not encoded again)."},
+      {"llmbus:encoder_inputs_computed_total", "counter", "Multimodal items sent to the encoder."},
   };
   for (size_t k = 0; ok && k < sizeof eg / sizeof eg[0]; k++) {
     ok = head(o, eg[k].name, eg[k].type, eg[k].help);
@@ -219,7 +222,10 @@ bool api_metrics_render(struct api_metrics *m, struct api_buf *o) {
                  : k == 2 ? e->s.kv_cache_usage
                  : k == 3 ? (double)e->s.prefix_cache_queries
                  : k == 4 ? (double)e->s.prefix_cache_hits
-                          : (double)e->s.num_preemptions;
+                 : k == 5 ? (double)e->s.num_preemptions
+                 : k == 6 ? (double)e->s.encoder_cache_queries
+                 : k == 7 ? (double)e->s.encoder_cache_hits
+                          : (double)e->s.encoder_inputs_computed;
       ok = api_buf_printf(o, "%s{%s,engine=\"%s\"} %.17g\n", eg[k].name, label, eid, v);
     }
   }

@@ -12,7 +12,8 @@
  * and, per engine (label engine="<eid>"), the latest SchedulerStats it published:
  *   llmbus:num_requests_waiting, llmbus:num_requests_running_engine, llmbus:kv_cache_usage_perc
  *   gauges; llmbus:prefix_cache_queries_total, llmbus:prefix_cache_hits_total,
- *   llmbus:num_preemptions_total counters.
+ *   llmbus:num_preemptions_total, llmbus:encoder_cache_queries_total,
+ *   llmbus:encoder_cache_hits_total, llmbus:encoder_inputs_computed_total counters.
  * This is the front door's own view, served on its HTTP port as vLLM serves /metrics; the
  * engine-wide series (every request, NATS ones included) come from the actors' metrics ports
  * (README "Metrics"), which Prometheus scrapes.

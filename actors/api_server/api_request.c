@@ -3,6 +3,7 @@
 #include "actors/api_server/api_chat_fields.h"
 
 #include "actors/api_server/api_embeds.h"
+#include "actors/api_server/api_images.h"
 #include "actors/api_server/api_params.h"
 #include "actors/api_server/api_tools.h"
 #include "actors/api_server/api_structured.h"
@@ -126,8 +127,9 @@ bool api_error_render(const struct api_error *e, struct api_buf *out) {
 
 struct req_impl {
   json_t *root;
-  char **owned; /* [num_owned] malloc'd strings (joined content parts) */
+  char **owned; /* [num_owned] malloc'd strings (joined content parts, image offsets) */
   int num_owned, cap_owned;
+  const char *local_media_dir; /* --allowed-local-media-path (realpath) or NULL */
 };
 
 static bool own_string(struct req_impl *im, char *s) {
@@ -349,9 +351,40 @@ static llb_status parse_prompt(json_t *v, struct api_request *r, struct api_erro
   return LLB_STATUS_OK;
 }
 
-/* content: "text" | null | [{"type": "text", "text": "..."}, ...] (parts joined). */
-static llb_status parse_content(json_t *v, const char *name, struct req_impl *im,
-                                struct llb_str *out, struct api_error *err) {
+/* An image part: its file becomes the next "image" item of r, its place the next offset of m. */
+static llb_status add_image_part(json_t *part, const char *pname, size_t at, struct req_impl *im,
+                                 struct api_request *r, struct llb_chat_message *m, struct api_error *err) {
+  if (r->num_mm_items >= API_MAX_IMAGES)
+    return BAD(pname, "at most %d images per request", API_MAX_IMAGES);
+  uint8_t *data;
+  size_t len;
+  const char *dtype;
+  llb_status st = api_image_part_read(part, pname, im->local_media_dir, &data, &len, &dtype, err);
+  if (st != LLB_STATUS_OK) return st;
+  if (!r->mm_items && !(r->mm_items = calloc(API_MAX_IMAGES, sizeof *r->mm_items))) {
+    free(data);
+    return api_error_oom(err);
+  }
+  r->mm_items[r->num_mm_items++] = (struct llb_mm_item){.modality = llb_str_c("image"), .data = data,
+                                                        .data_bytes = (int64_t)len, .dtype = llb_str_c(dtype)};
+  uint32_t *offs = (uint32_t *)m->image_offsets;
+  if (m->num_image_offsets == 0) {
+    offs = malloc(API_MAX_IMAGES * sizeof *offs);
+    if (!offs || !own_string(im, (char *)offs)) {
+      free(offs);
+      return api_error_oom(err);
+    }
+    m->image_offsets = offs;
+  }
+  offs[m->num_image_offsets++] = (uint32_t)at;
+  return LLB_STATUS_OK;
+}
+
+/* content: "text" | null | [{"type": "text", "text": "..."} | {"type": "image_url", ...}, ...]
+ * (text parts joined; image parts become items of r at their byte offsets, api_images.h). */
+static llb_status parse_content(json_t *v, const char *name, struct req_impl *im, struct api_request *r,
+                                struct llb_chat_message *m, struct api_error *err) {
+  struct llb_str *out = &m->content;
   if (json_is_null(v) || !v) {
     *out = llb_str_c("");
     return LLB_STATUS_OK;
@@ -381,9 +414,14 @@ static llb_status parse_content(json_t *v, const char *name, struct req_impl *im
     } else {
       snprintf(field, sizeof field, "%s.type", pname);
       st = get_str(json_object_get(part, "type"), field, &type, NULL, err);
-      if (st == LLB_STATUS_OK && strcmp(type, "text") != 0)
-        st = BAD(pname, "'%s' must be a content part {\"type\": \"text\", \"text\": string} (only text is "
-                 "supported), got type \"%.40s\"", pname, type);
+      if (st == LLB_STATUS_OK && strcmp(type, "image_url") == 0) {
+        st = r->endpoint == API_ENDPOINT_CHAT ? add_image_part(part, pname, joined.len, im, r, m, err)
+                                              : BAD(pname, "'%s': images are taken by /v1/chat/completions", pname);
+        if (st == LLB_STATUS_OK) continue;
+      } else if (st == LLB_STATUS_OK && strcmp(type, "text") != 0) {
+        st = BAD(pname, "'%s' must be a content part {\"type\": \"text\", \"text\": string} or {\"type\": "
+                 "\"image_url\", \"image_url\": {\"url\": string}}, got type \"%.40s\"", pname, type);
+      }
       snprintf(field, sizeof field, "%s.text", pname);
       if (st == LLB_STATUS_OK) st = get_str(json_object_get(part, "text"), field, &text, &n, err);
     }
@@ -446,7 +484,7 @@ static llb_status parse_messages(json_t *v, struct api_request *r, struct req_im
     if (!content && strcmp(role, "assistant") != 0)
       return BAD(field, "'%s' is required", field);
     r->messages[i].content_is_null = !content || json_is_null(content);
-    llb_status st = parse_content(content, field, im, &r->messages[i].content, err);
+    llb_status st = parse_content(content, field, im, r, &r->messages[i], err);
     if (st == LLB_STATUS_OK)
       st = api_tools_parse_message(m, name, !content || json_is_null(content), r, &r->messages[i], err);
     if (st != LLB_STATUS_OK) return st;
@@ -568,6 +606,7 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
   struct req_impl *im = calloc(1, sizeof *im);
   if (!im) return api_error_oom(err);
   out->impl = im;
+  im->local_media_dir = o->allowed_local_media_path;
   llb_status st = LLB_STATUS_INVALID_ARGUMENT;
   im->root = api_json_load_object(body, len, err);
   if (!im->root) goto fail;
@@ -709,6 +748,8 @@ void api_request_to_generate(const struct api_request *r, int32_t prompt_index,
   if (r->endpoint == API_ENDPOINT_CHAT) {
     out->messages = r->messages;
     out->num_messages = r->num_messages;
+    out->mm_items = r->mm_items; /* image parts (api_images.h) */
+    out->num_mm_items = r->num_mm_items;
     out->chat_template_kwargs = r->chat_template_kwargs;
     out->continue_final_message = r->continue_final_message;
     out->add_generation_prompt = !r->no_generation_prompt;

@@ -105,6 +105,7 @@ struct api_request {
   int32_t top_logprobs;           /* chat: top_logprobs (0..20); completions: logprobs or -1 */
   char user[API_MAX_USER_BYTES];
   struct llb_mm_item *mm_items;   /* [num_mm_items] "prompt_embeds" (api_embeds.h), completions;
+                                   * chat: "image" items of image_url parts (api_images.h);
                                    * each item's data is owned by the request */
   int32_t num_mm_items;
   int32_t priority;               /* lower runs first (scheduler --policy priority); api_params.h */
@@ -127,6 +128,8 @@ struct api_parse_options {
   const char *served_model;  /* the only model id accepted (404 otherwise); required */
   int32_t max_n;             /* 0 = API_MAX_N */
   int32_t tool_parser;       /* enum tool_format of --tool-call-parser (0 = hermes); api_tools.h */
+  const char *allowed_local_media_path; /* realpath of vLLM's --allowed-local-media-path: file://
+                                           image URLs inside it are read (api_images.h); NULL = none */
 };
 
 /* Parses and validates `body[len]` (need not be NUL-terminated) for `endpoint`.

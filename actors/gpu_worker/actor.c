@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "bus/span.h"
 #include "model/forward.h"
+#include "model/clip.h"
 #include "model/gguf.h"
 #include "model/structured_output.h"
 #include "model/tokenizer.h"
@@ -25,6 +26,7 @@ struct gpu_worker_actor {
   struct gguf_file *file;
   struct llama_model *model;
   struct model_runner *runner;
+  struct clip_model *clip; /* --mmproj: the image encoder, or NULL */
   /* used only on the execute subscription's delivery thread */
   struct llb_arena arena; /* decoded SchedulerOutput, reset per message */
   struct llb_buf reply;   /* encoded ModelRunnerOutput, reused */
@@ -68,6 +70,23 @@ llb_status gpu_worker_actor_register_metrics(struct gpu_worker_actor *a, struct 
   return h && w ? LLB_STATUS_OK : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "structured output metrics");
 }
 
+/* --mmproj: the image encoder, whose rows must be the text model's hidden size. */
+static llb_status load_mmproj(struct gpu_worker_actor *a, const struct gpu_worker_actor_options *o) {
+  const int64_t t0 = llb_now_ns();
+  llb_status st = clip_model_load(o->mmproj_path, o->num_threads > 0 ? o->num_threads : 1, &a->clip);
+  if (st) return LLB_UPDATE_ERR_STACK(st);
+  const int32_t hidden = model_runner_model_config(a->runner)->embedding_length;
+  if (clip_model_n_embd_out(a->clip) != hidden)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--mmproj %s projects to %d columns but the model's hidden size "
+                    "(embedding_length) is %d: not this model's mmproj", o->mmproj_path,
+                    clip_model_n_embd_out(a->clip), hidden);
+  model_runner_set_image_encoder(a->runner, a->clip);
+  LLB_LOG_INFO("mmproj_loaded", "path=%s projector=%s n_embd_out=%d load_ms=%.1f", o->mmproj_path,
+               clip_projector_type_name(clip_model_projector_type(a->clip)), hidden,
+               (double)(llb_now_ns() - t0) / 1e6);
+  return LLB_STATUS_OK;
+}
+
 llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, struct gpu_worker_actor **out) {
   *out = NULL;
   if (!o || !o->model_path || !o->model_path[0])
@@ -92,6 +111,7 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
                                           .packed_cache_dir = o->packed_cache_dir, .spec = o->spec};
   if ((st = model_runner_create(a->model, &cfg, &a->runner))) goto fail;
   load_structured_vocab(a);
+  if (o->mmproj_path && o->mmproj_path[0] && (st = load_mmproj(a, o))) goto fail;
   if (cuda) { /* the weights live on the device now */
     gguf_close(a->file);
     a->file = NULL;
@@ -114,6 +134,7 @@ fail:
 void gpu_worker_actor_destroy(struct gpu_worker_actor *a) {
   if (!a) return;
   model_runner_destroy(a->runner);
+  clip_model_destroy(a->clip);
   llama_model_destroy(a->model);
   gguf_close(a->file);
   llb_arena_destroy(&a->arena);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
+#include "model/clip.h"
 
 struct mm_entry {
   char *mm_hash;
@@ -16,6 +17,7 @@ struct mm_entry {
 
 struct mm_encoder_cache {
   int32_t hidden_size;
+  struct clip_model *clip; /* the "image" encoder (--mmproj), borrowed; NULL = images refused */
   struct mm_entry *entries; /* [num_entries]; few (bounded by the scheduler's cache size) */
   int32_t num_entries, cap_entries;
   int64_t num_rows;
@@ -23,8 +25,8 @@ struct mm_encoder_cache {
 };
 
 /* "embeds": precomputed embeddings are their own encoder output (f16 widened). */
-static llb_status encode_embeds(const struct llb_mm_feature *item, int32_t hidden, float *out) {
-  const int64_t n = (int64_t)item->length * hidden;
+static llb_status encode_embeds(struct mm_encoder_cache *c, const struct llb_mm_feature *item, float *out) {
+  const int64_t n = (int64_t)llb_mm_feature_num_embeds(item) * c->hidden_size;
   if (item->dtype.len == 3 && memcmp(item->dtype.data, "f32", 3) == 0) {
     memcpy(out, item->data, (size_t)n * sizeof(float));
   } else {
@@ -37,11 +39,27 @@ static llb_status encode_embeds(const struct llb_mm_feature *item, int32_t hidde
   return LLB_STATUS_OK;
 }
 
+/* "image": the mmproj's ViT + projector on the file (model/clip.h); rows in the plan's order,
+ * which the input processor's is_embed mask follows. */
+static llb_status encode_image(struct mm_encoder_cache *c, const struct llb_mm_feature *item, float *out) {
+  if (!c->clip)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "this worker has no image encoder (start it with --mmproj FILE)");
+  const int32_t want = llb_mm_feature_num_embeds(item);
+  int32_t rows = 0;
+  llb_status st = clip_encode_image(c->clip, item->data, (size_t)item->data_bytes, out, want, &rows);
+  if (st != LLB_STATUS_OK) return LLB_UPDATE_ERR_STACK(st);
+  if (rows != want)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "image %s gives %d rows, its placeholders take %d (another mmproj "
+                    "planned it?)", item->mm_hash.data, rows, want);
+  return LLB_STATUS_OK;
+}
+
 static const struct {
   const char *modality;
   mm_encode_fn encode;
 } encoders[] = {
     {"embeds", encode_embeds},
+    {"image", encode_image},
 };
 
 static mm_encode_fn find_encoder(struct llb_str modality) {
@@ -53,6 +71,8 @@ static mm_encode_fn find_encoder(struct llb_str modality) {
 }
 
 bool mm_encoder_supports(struct llb_str modality) { return find_encoder(modality) != NULL; }
+
+void mm_encoder_cache_set_image_encoder(struct mm_encoder_cache *c, struct clip_model *clip) { c->clip = clip; }
 
 llb_status mm_encoder_cache_create(int32_t hidden_size, struct mm_encoder_cache **out) {
   *out = NULL;
@@ -82,20 +102,29 @@ static int32_t find(const struct mm_encoder_cache *c, struct llb_str h) {
 
 llb_status mm_encoder_check_item(const struct mm_encoder_cache *c, const struct llb_mm_feature *item) {
   if (!find_encoder(item->modality))
-    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "modality '%s' has no encoder on this worker (known: embeds)",
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "modality '%s' has no encoder on this worker (known: embeds, image)",
                     item->modality.data ? item->modality.data : "");
   if (item->mm_hash.len == 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item without mm_hash");
+  if (llb_mm_feature_num_embeds(item) < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item %s takes no embedding rows", item->mm_hash.data);
+  if (llb_mm_dtype_is_encoded(item->dtype)) {
+    if (!item->data || item->data_bytes < 1 || item->num_cols != c->hidden_size)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item %s: an empty file, or %d columns for hidden size %d",
+                      item->mm_hash.data, item->num_cols, c->hidden_size);
+    return LLB_STATUS_OK; /* the encoder decodes (and checks) the file */
+  }
   if (item->num_cols != c->hidden_size)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item %s has %d columns, the model's hidden size is %d",
                     item->mm_hash.data, item->num_cols, c->hidden_size);
   int64_t esize = item->dtype.len == 3 && memcmp(item->dtype.data, "f32", 3) == 0   ? 4
                   : item->dtype.len == 3 && memcmp(item->dtype.data, "f16", 3) == 0 ? 2
                                                                                     : 0;
+  const int32_t rows = llb_mm_feature_num_embeds(item);
   if (esize == 0 || item->length < 1 || !item->data ||
-      item->data_bytes != (int64_t)item->length * item->num_cols * esize)
+      item->data_bytes != (int64_t)rows * item->num_cols * esize)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item %s: data of %lld bytes (%s) does not hold [%d, %d]",
                     item->mm_hash.data, (long long)item->data_bytes, item->dtype.data ? item->dtype.data : "",
-                    item->length, item->num_cols);
+                    rows, item->num_cols);
   const int64_t bad = llb_embeds_first_nonfinite(item->data, item->data_bytes, item->dtype.data);
   if (bad >= 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "item %s holds a non-finite value (NaN or Inf) at row %lld",
@@ -106,9 +135,10 @@ llb_status mm_encoder_check_item(const struct mm_encoder_cache *c, const struct 
 llb_status mm_encoder_cache_encode(struct mm_encoder_cache *c, const struct llb_mm_feature *item) {
   llb_status st = mm_encoder_check_item(c, item);
   if (st) return st;
-  float *out = malloc((size_t)item->length * (size_t)c->hidden_size * sizeof(float));
-  if (!out) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "encoder output of %d rows", item->length);
-  st = find_encoder(item->modality)(item, c->hidden_size, out);
+  const int32_t rows = llb_mm_feature_num_embeds(item);
+  float *out = malloc((size_t)rows * (size_t)c->hidden_size * sizeof(float));
+  if (!out) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "encoder output of %d rows", rows);
+  st = find_encoder(item->modality)(c, item, out);
   if (st) {
     free(out);
     return st;
@@ -131,8 +161,8 @@ llb_status mm_encoder_cache_encode(struct mm_encoder_cache *c, const struct llb_
   }
   memcpy(h, item->mm_hash.data, item->mm_hash.len);
   h[item->mm_hash.len] = '\0';
-  c->entries[c->num_entries++] = (struct mm_entry){.mm_hash = h, .rows = item->length, .out = out};
-  c->num_rows += item->length;
+  c->entries[c->num_entries++] = (struct mm_entry){.mm_hash = h, .rows = rows, .out = out};
+  c->num_rows += rows;
   c->num_encoded++;
   return LLB_STATUS_OK;
 }

@@ -4,8 +4,9 @@
  *
  * - Encoders: one function per modality turns an item (llb_mm_feature with data) into
  *   [length, hidden_size] f32 rows. "embeds" is the identity: the item's data are the
- *   outputs (f16 is widened to f32 here, the worker's job). An image encoder is one more
- *   table row (mm_encoder.c `encoders`).
+ *   outputs (f16 is widened to f32 here, the worker's job). "image" runs the mmproj's ViT
+ *   (model/clip.h, --mmproj) on the JPEG / PNG file; its rows go to the positions the
+ *   feature's is_embed marks.
  * - Cache: filled when the scheduler lists an item in scheduled_encoder_inputs, emptied only
  *   by free_encoder_mm_hashes (the scheduler's encoder-cache accounting decides; its size
  *   bounds the rows kept here). Entries are content-addressed, so two requests sharing an
@@ -25,15 +26,20 @@
 #include "base/status.h"
 #include "schemas/codec.h"
 
-/* Encodes one item: out is [item->length, hidden_size] f32, row-major. */
-typedef llb_status (*mm_encode_fn)(const struct llb_mm_feature *item, int32_t hidden_size, float *out);
-
+/* Encodes one item: out is [llb_mm_feature_num_embeds(item), hidden_size] f32, row-major
+ * (item->length rows without an is_embed mask). */
 struct mm_encoder_cache;
+typedef llb_status (*mm_encode_fn)(struct mm_encoder_cache *c, const struct llb_mm_feature *item, float *out);
+struct clip_model;
 
 /* Creates an empty cache for outputs of hidden_size columns (the model's embedding_length).
  * Errors: INVALID_ARGUMENT, OUT_OF_MEMORY. */
 llb_status mm_encoder_cache_create(int32_t hidden_size, struct mm_encoder_cache **out);
 void mm_encoder_cache_destroy(struct mm_encoder_cache *c); /* NULL ok */
+
+/* Installs the "image" encoder (model/clip.h; borrowed, outlives c; NULL = images refused
+ * with UNSUPPORTED naming --mmproj). Its n_embd_out must equal hidden_size (the caller checks). */
+void mm_encoder_cache_set_image_encoder(struct mm_encoder_cache *c, struct clip_model *clip);
 
 /* True when a modality has an encoder. */
 bool mm_encoder_supports(struct llb_str modality);

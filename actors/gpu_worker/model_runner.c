@@ -64,7 +64,10 @@ void mr_blame(struct model_runner *r, const char *id, size_t len) {
 }
 
 static void free_mm(struct mr_request *q) {
-  for (int64_t i = 0; i < q->num_mm; i++) free(q->mm[i].hash);
+  for (int64_t i = 0; i < q->num_mm; i++) {
+    free(q->mm[i].hash);
+    free(q->mm[i].row_of);
+  }
   q->num_mm = 0;
 }
 
@@ -177,6 +180,10 @@ void model_runner_last_mask_seconds(const struct model_runner *r, double *mask_s
   *wait_seconds = r->so_wait_seconds;
 }
 
+void model_runner_set_image_encoder(struct model_runner *r, struct clip_model *clip) {
+  mm_encoder_cache_set_image_encoder(r->mm, clip);
+}
+
 int32_t model_runner_num_encoder_outputs(const struct model_runner *r) { return mm_encoder_cache_num_entries(r->mm); }
 
 uint64_t model_runner_num_encoded(const struct model_runner *r) { return mm_encoder_cache_num_encoded(r->mm); }
@@ -270,7 +277,14 @@ static llb_status add_new(struct model_runner *r, const struct llb_new_request_d
     char *h = malloc(f->mm_hash.len + 1);
     if (!h) return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "mm hash");
     memcpy(h, f->mm_hash.data, f->mm_hash.len + 1);
-    q->mm[q->num_mm++] = (struct mr_mm){.offset = f->offset, .length = f->length, .hash = h};
+    struct mr_mm *m = &q->mm[q->num_mm++];
+    *m = (struct mr_mm){.offset = f->offset, .length = f->length, .hash = h, .num_embeds = f->length};
+    if (f->num_is_embed > 0) { /* the codec checked num_is_embed == length */
+      if (!(m->row_of = malloc((size_t)f->length * sizeof *m->row_of)))
+        return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "mm is_embed");
+      m->num_embeds = 0;
+      for (int32_t i = 0; i < f->length; i++) m->row_of[i] = f->is_embed[i] ? m->num_embeds++ : -1;
+    }
   }
   r->num_rows++;
   return LLB_STATUS_OK;
@@ -339,14 +353,24 @@ static llb_status gather_mm(struct model_runner *r, const struct mr_request *q, 
     if (lo >= hi) continue;
     int32_t rows = 0;
     const float *out = mm_encoder_cache_get(r->mm, llb_str_c(m->hash), &rows);
-    if (!out || rows != m->length)
+    if (!out || rows != m->num_embeds)
       return mr_fail(r, LLB_STATUS_NOT_FOUND, "scheduled_encoder_inputs",
                   "request \"%s\": encoder output of item %s is not cached (never scheduled, or freed)",
                   q->req_id, m->hash);
-    memcpy(r->embeds + (size_t)(at + lo - start) * hs, out + (size_t)(lo - m->offset) * hs,
-           (size_t)(hi - lo) * hs * sizeof(float));
-    memset(r->embeds_mask + at + lo - start, 1, (size_t)(hi - lo));
     *any = true;
+    if (!m->row_of) {
+      memcpy(r->embeds + (size_t)(at + lo - start) * hs, out + (size_t)(lo - m->offset) * hs,
+             (size_t)(hi - lo) * hs * sizeof(float));
+      memset(r->embeds_mask + at + lo - start, 1, (size_t)(hi - lo));
+      continue;
+    }
+    /* vLLM v1 PlaceholderRange.is_embed: only the marked positions take rows, in order */
+    for (int32_t p = lo; p < hi; p++) {
+      const int32_t row = m->row_of[p - m->offset];
+      if (row < 0) continue;
+      memcpy(r->embeds + (size_t)(at + p - start) * hs, out + (size_t)row * hs, hs * sizeof(float));
+      r->embeds_mask[at + p - start] = 1;
+    }
   }
   return LLB_STATUS_OK;
 }

@@ -163,6 +163,10 @@ llb_status model_runner_set_structured_vocab(struct model_runner *r, struct so_v
  * when the last step had no constrained row. */
 void model_runner_last_mask_seconds(const struct model_runner *r, double *mask_seconds, double *wait_seconds);
 
+/* Installs the "image" encoder (model/clip.h; borrowed, outlives r): mm_encoder.h. */
+struct clip_model;
+void model_runner_set_image_encoder(struct model_runner *r, struct clip_model *clip);
+
 /* Encoder outputs held (items cached by mm_hash), and items encoded since creation. */
 int32_t model_runner_num_encoder_outputs(const struct model_runner *r);
 uint64_t model_runner_num_encoded(const struct model_runner *r);

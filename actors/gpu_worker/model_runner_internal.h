@@ -39,6 +39,9 @@ struct mr_request {
 struct mr_mm {
   int32_t offset, length;
   char *hash;
+  int32_t *row_of;   /* [length] encoder row of each position, -1 = keeps its token embedding
+                        (is_embed 0); NULL = position i takes row i */
+  int32_t num_embeds; /* rows of the encoder output */
 };
 
 /* What phase 1 (checking) resolves for one scheduled entry, used by phase 2. */

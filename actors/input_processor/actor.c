@@ -103,7 +103,9 @@ static const char *to_inproc_request(const struct llb_generate_request *gr, cons
       msgs[i].content = m->content.data;
       extras[i] = (struct chat_message_extra){.tool_calls_json = m->tool_calls.len ? m->tool_calls.data : NULL,
                                               .tool_call_id = m->tool_call_id.len ? m->tool_call_id.data : NULL,
-                                              .name = m->name.len ? m->name.data : NULL};
+                                              .name = m->name.len ? m->name.data : NULL,
+                                              .image_offsets = m->image_offsets,
+                                              .num_image_offsets = m->num_image_offsets};
     }
     req->messages = msgs;
     req->message_extras = extras;
@@ -198,7 +200,8 @@ static llb_status publish_children(struct inproc_actor *a, const char *eid, cons
     mm[k] = (struct llb_mm_feature){.modality = llb_str_c(it->modality), .mm_hash = llb_str_c(f->mm_hash),
                                     .offset = f->offset, .length = f->length, .data = it->data,
                                     .data_bytes = it->data_bytes, .dtype = llb_str_c(it->dtype),
-                                    .num_cols = it->num_cols};
+                                    .num_cols = f->is_embed ? a->hidden_size : it->num_cols,
+                                    .is_embed = f->is_embed, .num_is_embed = f->is_embed ? f->length : 0};
   }
   struct llb_buf buf = {0};
   llb_status st = LLB_STATUS_OK;

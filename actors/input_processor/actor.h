@@ -64,6 +64,8 @@ struct inproc_actor_options {
                               (bus/jetstream.h); false: plain publish */
   const char *chat_template_file; /* Jinja chat template overriding the GGUF's; NULL = the
                                      GGUF's tokenizer.chat_template (chat_render.h) */
+  const char *mmproj_path; /* GGUF mmproj (model/clip.h, the worker's --mmproj): image_url parts
+                              are planned with it (mm_images.h); NULL/"" = images refused */
 };
 
 /* Counters since start (monotonic). */

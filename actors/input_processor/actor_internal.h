@@ -32,6 +32,9 @@ struct inproc_actor {
   struct tenant_limits *limits; /* NULL = no per-tenant limits */
   struct jinja_template *jinja; /* the model's chat template; NULL = the named kind */
   char *bos_text, *eos_text;    /* bos_token / eos_token for it ("" when none) */
+  int32_t hidden_size;          /* the model's embedding_length: num_cols of image features */
+  struct clip_model *clip;      /* --mmproj, for clip_image_plan only; NULL = no images */
+  char mmproj_id[96];           /* "<file name>:<bytes>": enters the images' mm_hash */
 };
 
 /* Bus handlers (actor.c): GenerateRequests, AbortRequests, tokenize calls, engine stats, and the

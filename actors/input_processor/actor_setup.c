@@ -3,6 +3,10 @@
 #include "actors/input_processor/actor.h"
 #include "actors/input_processor/actor_internal.h"
 
+#include <sys/stat.h>
+
+#include "model/clip.h"
+
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -59,6 +63,34 @@ static int32_t model_hidden_size(const struct gguf_file *f) {
   return v > 0 && v < (1 << 20) ? (int32_t)v : 0;
 }
 
+/* clip_image_plan as the input processor's planner (mm_images.h). */
+static llb_status plan_image(void *ctx, int32_t width, int32_t height, struct inproc_image_plan *out) {
+  struct clip_plan p;
+  llb_status st = clip_image_plan(ctx, width, height, &p);
+  if (st != LLB_STATUS_OK) return st;
+  out->text = p.prompt; /* ownership moves to the caller */
+  out->rows = p.num_rows;
+  p.prompt = NULL;
+  clip_plan_free(&p);
+  return LLB_STATUS_OK;
+}
+
+/* --mmproj: loaded for its plans (the weights stay mapped, never run here); its hidden size
+ * must be the model's, as the worker checks. */
+static llb_status load_mmproj(struct inproc_actor *a, const char *path, struct inproc_config *cfg) {
+  llb_status st = clip_model_load(path, 1, &a->clip);
+  if (st != LLB_STATUS_OK) return LLB_UPDATE_ERR_STACK(st);
+  if (clip_model_n_embd_out(a->clip) != cfg->hidden_size)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--mmproj %s projects to %d columns but the model's hidden size is %d",
+                    path, clip_model_n_embd_out(a->clip), cfg->hidden_size);
+  struct stat sb;
+  const char *slash = strrchr(path, '/');
+  snprintf(a->mmproj_id, sizeof a->mmproj_id, "%.64s:%lld", slash ? slash + 1 : path,
+           stat(path, &sb) == 0 ? (long long)sb.st_size : 0LL);
+  cfg->image = (struct inproc_image_config){.plan = plan_image, .plan_ctx = a->clip, .mmproj_id = a->mmproj_id};
+  return LLB_STATUS_OK;
+}
+
 llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inproc_actor **out) {
   *out = NULL;
   if (!o || !o->model_path) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "input processor: model path required");
@@ -112,6 +144,8 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   cfg.bos_token = a->bos_text;
   cfg.eos_token = a->eos_text;
   cfg.hidden_size = model_hidden_size(f);
+  a->hidden_size = cfg.hidden_size;
+  if (o->mmproj_path && o->mmproj_path[0] && (st = load_mmproj(a, o->mmproj_path, &cfg)) != LLB_STATUS_OK) goto fail;
   a->max_model_len = cfg.max_model_len;
   st = inproc_create(a->tok, &cfg, &a->proc);
   if (st != LLB_STATUS_OK) goto fail;
@@ -143,6 +177,7 @@ void inproc_actor_destroy(struct inproc_actor *a) {
   tokenizer_destroy(a->tok);
   engine_router_destroy(a->router);
   tenant_limits_destroy(a->limits);
+  clip_model_destroy(a->clip);
   jinja_template_destroy(a->jinja);
   free(a->bos_text);
   free(a->eos_text);

@@ -34,6 +34,48 @@ static llb_status parse_tool_calls(const char *text, size_t i, json_t **out) {
   return LLB_STATUS_OK;
 }
 
+/* content with its image parts: a list of parts (OPENAI) or a string with the marker where
+ * each image was (STRING). Empty text parts are left out, as a client sends none. */
+static json_t *content_with_images(const struct chat_render_input *in, const char *content,
+                                   const struct chat_message_extra *x) {
+  size_t len = strlen(content), at = 0;
+  bool list = in->image_format == CHAT_IMAGE_FORMAT_OPENAI;
+  json_t *parts = list ? json_array() : NULL;
+  char *joined = NULL;
+  size_t jlen = 0;
+  FILE *f = list ? NULL : open_memstream(&joined, &jlen);
+  if (list ? !parts : !f) return NULL;
+  for (int32_t k = 0; k <= x->num_image_offsets; k++) {
+    size_t end = k < x->num_image_offsets ? x->image_offsets[k] : len;
+    if (end > len || end < at) end = at; /* the caller checked; never read outside */
+    if (list && end > at) {
+      json_t *p = json_pack("{s:s, s:s%}", "type", "text", "text", content + at, end - at);
+      if (!p || json_array_append_new(parts, p)) goto oom;
+    } else if (!list) {
+      fwrite(content + at, 1, end - at, f);
+    }
+    at = end;
+    if (k == x->num_image_offsets) break;
+    if (list) {
+      json_t *p = json_pack("{s:s}", "type", "image");
+      if (!p || json_array_append_new(parts, p)) goto oom;
+    } else {
+      fputs(in->image_marker ? in->image_marker : "", f);
+    }
+  }
+  if (list) return parts;
+  if (fclose(f) != 0) {
+    free(joined);
+    return NULL;
+  }
+  json_t *s = json_stringn(joined, jlen);
+  free(joined);
+  return s;
+oom:
+  json_decref(parts);
+  return NULL;
+}
+
 static llb_status build_messages(const struct chat_render_input *in, json_t *arr) {
   for (size_t i = 0; i < in->num_messages; i++) {
     const struct chat_message *m = &in->messages[i];
@@ -44,7 +86,13 @@ static llb_status build_messages(const struct chat_render_input *in, json_t *arr
     /* A null content (an assistant turn of tool calls) renders as "", as vLLM's "string"
      * content format does (chat_utils: the text parts joined, none here): templates such as
      * SmolLM2's concatenate message['content'] unconditionally, which None would break. */
-    json_object_set_new(o, "content", json_string(m->content ? m->content : ""));
+    if (x && x->num_image_offsets > 0) {
+      json_t *c = content_with_images(in, m->content ? m->content : "", x);
+      if (!c) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "chat context: image parts");
+      json_object_set_new(o, "content", c);
+    } else {
+      json_object_set_new(o, "content", json_string(m->content ? m->content : ""));
+    }
     if (!x) continue;
     if (present(x->tool_calls_json)) {
       json_t *calls;

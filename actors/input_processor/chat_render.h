@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/status.h"
 #include "model/chat_template.h"
@@ -21,7 +22,18 @@ struct chat_message_extra {
   const char *tool_calls_json; /* JSON array of OpenAI tool calls */
   const char *tool_call_id;
   const char *name;
+  const uint32_t *image_offsets; /* [num_image_offsets] byte offsets into content of its image
+                                    parts, non-decreasing, <= strlen(content) (checked by the
+                                    caller); NULL = none */
+  int32_t num_image_offsets;
 };
+
+/* How image parts reach the template (vLLM's chat content formats): OPENAI gives a message
+ * with images its content as a list of parts ({"type": "text", "text": ...} and
+ * {"type": "image"}), which templates of vision models iterate (SmolVLM's emits "<image>");
+ * STRING keeps content a string with `image_marker` written where each image was (mtmd's
+ * default marker "<__media__>" for templates that know no images). */
+enum chat_image_format { CHAT_IMAGE_FORMAT_OPENAI = 0, CHAT_IMAGE_FORMAT_STRING = 1 };
 
 /* One render's input; everything borrowed. */
 struct chat_render_input {
@@ -33,6 +45,8 @@ struct chat_render_input {
   const char *tools_json;                     /* JSON array; NULL or "" = none */
   const char *chat_template_kwargs_json;      /* JSON object; NULL or "" = none */
   const char *bos_token, *eos_token;          /* token texts; NULL = "" */
+  enum chat_image_format image_format;        /* messages with image parts (extras) only */
+  const char *image_marker;                   /* STRING: the text of one image */
 };
 
 /* Renders in with template t. *text_out is malloc'd (caller frees). Errors:

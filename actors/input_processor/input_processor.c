@@ -295,9 +295,102 @@ llb_status inproc_validate(const struct inproc_t *p, const struct inproc_generat
   return errs->num_errors ? LLB_STATUS_INVALID_ARGUMENT : LLB_STATUS_OK;
 }
 
-/* Tokenizes the prompt into out->prompt_token_ids. */
+/* The vocabulary's BOS in front when it wants one and the template did not write it; image
+ * ranges move with the prompt. */
+static llb_status add_bos(const struct inproc_t *p, struct inproc_processed *out) {
+  int32_t bos = tokenizer_bos_id(p->tok);
+  if (tokenizer_add_bos(p->tok) && bos >= 0 &&
+      (out->num_prompt_tokens == 0 || out->prompt_token_ids[0] != bos)) {
+    int32_t *ids = realloc(out->prompt_token_ids, (size_t)(out->num_prompt_tokens + 1) * sizeof(int32_t));
+    if (!ids) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prompt with BOS");
+    memmove(ids + 1, ids, (size_t)out->num_prompt_tokens * sizeof(int32_t));
+    ids[0] = bos;
+    out->prompt_token_ids = ids;
+    out->num_prompt_tokens++;
+    for (int32_t i = 0; i < out->num_mm_features; i++) out->mm_features[i].offset++;
+  }
+  return LLB_STATUS_OK;
+}
+
+static int32_t count_images(const struct inproc_generate_request *req) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < req->num_mm_items; i++)
+    n += req->mm_items[i].modality && strcmp(req->mm_items[i].modality, "image") == 0;
+  return n;
+}
+
+/* mm_hash of an image: the item's bytes and dtype under (cache salt, mmproj identity), so
+ * another projector never shares encoder outputs or KV blocks. */
+static void hash_image(const struct inproc_t *p, const struct inproc_generate_request *req,
+                       const struct inproc_mm_item *it, char *out) {
+  char salt[INPROC_MAX_CACHE_SALT_BYTES + 256];
+  const char *id = p->cfg.image.mmproj_id ? p->cfg.image.mmproj_id : "";
+  snprintf(salt, sizeof salt, "%s\x1f%zu:%.200s", req->cache_salt ? req->cache_salt : "", strlen(id), id);
+  struct inproc_mm_item h = *it;
+  h.num_rows = h.num_cols = 0;
+  h.placeholder_offset = 0;
+  inproc_mm_hash(salt, &h, out);
+}
+
+/* Chat messages with image items (mm_images.h): the prompt and one feature per image. */
+static llb_status tokenize_images(const struct inproc_t *p, const struct inproc_generate_request *req,
+                                  int32_t num_images, struct inproc_processed *out, struct inproc_errors *errs) {
+  if (num_images != req->num_mm_items || !req->messages) {
+    add_error(errs, "mm_items", "images go in chat messages (image_url parts) and cannot be mixed with embeds");
+    return LLB_STATUS_INVALID_ARGUMENT;
+  }
+  if (num_images > INPROC_MAX_IMAGES_PER_REQUEST) {
+    add_error(errs, "mm_items", "at most %d images per request, got %d", INPROC_MAX_IMAGES_PER_REQUEST, num_images);
+    return LLB_STATUS_INVALID_ARGUMENT;
+  }
+  int64_t total = 0, max_bytes = p->cfg.max_mm_item_bytes > 0 ? p->cfg.max_mm_item_bytes : 768 * 1024;
+  for (int32_t i = 0; i < num_images; i++) total += req->mm_items[i].data_bytes;
+  if (total > max_bytes) {
+    add_error(errs, "mm_items", "%" PRId64 " bytes of images in one request exceed the limit of %" PRId64
+              " bytes (bus_max_payload of the NATS server, minus room for the rest of the message)", total, max_bytes);
+    return LLB_STATUS_INVALID_ARGUMENT;
+  }
+  struct inproc_image imgs[INPROC_MAX_IMAGES_PER_REQUEST];
+  int32_t index[INPROC_MAX_IMAGES_PER_REQUEST];
+  for (int32_t i = 0; i < num_images; i++) {
+    imgs[i] = (struct inproc_image){req->mm_items[i].data, req->mm_items[i].data_bytes, req->mm_items[i].dtype};
+    index[i] = i;
+  }
+  struct inproc_image_request ir = {
+      .tmpl = req->chat_template ? NULL : p->cfg.jinja_template, .images = imgs, .num_images = num_images,
+      .item_index = index,
+      .render = {.messages = req->messages, .extras = req->message_extras, .num_messages = req->num_messages,
+                 .add_generation_prompt = !req->no_generation_prompt,
+                 .continue_final_message = req->continue_final_message, .tools_json = req->tools_json,
+                 .chat_template_kwargs_json = req->chat_template_kwargs_json, .bos_token = p->cfg.bos_token,
+                 .eos_token = p->cfg.eos_token}};
+  struct inproc_image_range ranges[INPROC_MAX_IMAGES_PER_REQUEST];
+  char field[INPROC_MAX_FIELD_BYTES], msg[INPROC_MAX_MESSAGE_BYTES];
+  llb_status st = inproc_images_tokenize(p->tok, &p->cfg.image, &ir, &out->prompt_token_ids, &out->num_prompt_tokens,
+                                         ranges, field, sizeof field, msg, sizeof msg);
+  if (st != LLB_STATUS_OK) {
+    if (!field[0]) return st;
+    add_error(errs, field, "%s", msg);
+    return LLB_STATUS_INVALID_ARGUMENT;
+  }
+  out->mm_features = calloc((size_t)num_images, sizeof *out->mm_features);
+  if (!out->mm_features) {
+    inproc_image_ranges_free(ranges, num_images);
+    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "%d image features", num_images);
+  }
+  for (int32_t i = 0; i < num_images; i++) {
+    struct inproc_mm_feature *f = &out->mm_features[out->num_mm_features++];
+    *f = (struct inproc_mm_feature){.item = i, .offset = ranges[i].offset, .length = ranges[i].length,
+                                    .is_embed = ranges[i].is_embed, .num_embeds = ranges[i].num_embeds};
+    hash_image(p, req, &req->mm_items[i], f->mm_hash);
+  }
+  return LLB_STATUS_OK;
+}
+
+/* Tokenizes the prompt into out->prompt_token_ids (and, for images, out->mm_features). */
 static llb_status tokenize_prompt(const struct inproc_t *p, const struct inproc_generate_request *req,
-                                  struct inproc_processed *out) {
+                                  struct inproc_processed *out, struct inproc_errors *errs) {
+  const int32_t num_images = count_images(req);
   if (req->prompt_token_ids) {
     int64_t n = req->num_prompt_token_ids;
     out->prompt_token_ids = malloc((size_t)n * sizeof(int32_t));
@@ -322,6 +415,11 @@ static llb_status tokenize_prompt(const struct inproc_t *p, const struct inproc_
   size_t num = req->messages ? req->num_messages : 1;
   char *text = NULL;
   llb_status st;
+  if (num_images > 0) {
+    st = tokenize_images(p, req, num_images, out, errs);
+    if (st != LLB_STATUS_OK) return st;
+    return add_bos(p, out);
+  }
   if (p->cfg.jinja_template && !req->chat_template) {
     struct chat_render_input in = {
         .messages = msgs, .extras = req->messages ? req->message_extras : NULL, .num_messages = num,
@@ -338,17 +436,7 @@ static llb_status tokenize_prompt(const struct inproc_t *p, const struct inproc_
                         &out->num_prompt_tokens);
   free(text);
   if (st != LLB_STATUS_OK) return st;
-  int32_t bos = tokenizer_bos_id(p->tok);
-  if (tokenizer_add_bos(p->tok) && bos >= 0 &&
-      (out->num_prompt_tokens == 0 || out->prompt_token_ids[0] != bos)) {
-    int32_t *ids = realloc(out->prompt_token_ids, (size_t)(out->num_prompt_tokens + 1) * sizeof(int32_t));
-    if (!ids) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prompt with BOS");
-    memmove(ids + 1, ids, (size_t)out->num_prompt_tokens * sizeof(int32_t));
-    ids[0] = bos;
-    out->prompt_token_ids = ids;
-    out->num_prompt_tokens++;
-  }
-  return LLB_STATUS_OK;
+  return add_bos(p, out);
 }
 
 void inproc_set_max_mm_item_bytes(struct inproc_t *p, int64_t n) { p->cfg.max_mm_item_bytes = n; }
@@ -424,6 +512,7 @@ static llb_status process_mm(const struct inproc_t *p, const struct inproc_gener
     mf->item = i;
     mf->offset = it->placeholder_offset;
     mf->length = it->num_rows;
+    mf->num_embeds = it->num_rows;
     inproc_mm_hash(req->cache_salt, it, mf->mm_hash);
   }
   int64_t total = 0;
@@ -457,7 +546,7 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
   memset(out, 0, sizeof *out);
   llb_status st = inproc_validate(p, req, errs);
   if (st != LLB_STATUS_OK) return st;
-  st = tokenize_prompt(p, req, out);
+  st = tokenize_prompt(p, req, out, errs);
   if (st != LLB_STATUS_OK) return st;
   st = truncate_prompt(p, req, out, errs);
   if (st != LLB_STATUS_OK) return st;
@@ -489,7 +578,7 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
               "(prompt tokens - 1) * (prompt_logprobs + 1): use fewer or a shorter prompt", sp.prompt_logprobs,
               num_prompt, plp_entries, INPROC_MAX_PROMPT_LOGPROB_ENTRIES);
   }
-  if (!errs->num_errors && req->num_mm_items > 0) {
+  if (!errs->num_errors && req->num_mm_items > 0 && out->num_mm_features == 0) {
     st = process_mm(p, req, num_prompt, out, errs);
     if (st != LLB_STATUS_OK) return st;
   }
@@ -552,7 +641,7 @@ llb_status inproc_tokenize(const struct inproc_t *p, const struct inproc_generat
   *n_out = 0;
   struct inproc_processed out = {0};
   llb_status st = inproc_validate(p, req, errs);
-  if (st == LLB_STATUS_OK) st = tokenize_prompt(p, req, &out);
+  if (st == LLB_STATUS_OK) st = tokenize_prompt(p, req, &out, errs);
   if (st == LLB_STATUS_OK) st = truncate_prompt(p, req, &out, errs);
   if (st == LLB_STATUS_OK) {
     *ids_out = out.prompt_token_ids;
@@ -585,6 +674,7 @@ void inproc_processed_free(struct inproc_processed *out) {
   if (!out) return;
   free(out->prompt_token_ids);
   free(out->requests);
+  for (int32_t i = 0; out->mm_features && i < out->num_mm_features; i++) free(out->mm_features[i].is_embed);
   free(out->mm_features);
   memset(out, 0, sizeof *out);
 }

@@ -20,6 +20,7 @@
 
 #include "base/status.h"
 #include "actors/input_processor/mm_items.h"
+#include "actors/input_processor/mm_images.h"
 #include "actors/input_processor/chat_render.h"
 #include "model/chat_template.h"
 #include "schemas/codec.h"
@@ -128,6 +129,8 @@ struct inproc_config {
    * names a template. bos_token / eos_token: their texts for the template. */
   const struct jinja_template *jinja_template;
   const char *bos_token, *eos_token;
+  struct inproc_image_config image; /* "image" items in chat messages (mm_images.h); plan
+                                       NULL = refused */
 };
 
 struct inproc_t;

@@ -25,10 +25,10 @@
 
 /* One item as the client sent it (borrowed). */
 struct inproc_mm_item {
-  const char *modality;        /* "embeds" (precomputed embeddings) */
-  const uint8_t *data;         /* [num_rows, num_cols] of dtype, little-endian */
+  const char *modality;        /* "embeds" (precomputed embeddings) or "image" (mm_images.h) */
+  const uint8_t *data;         /* [num_rows, num_cols] of dtype, little-endian; or the file */
   int64_t data_bytes;
-  const char *dtype;           /* "f16" or "f32" */
+  const char *dtype;           /* "f16" or "f32"; "jpeg" or "png" for an image */
   int32_t num_rows, num_cols;
   int32_t placeholder_offset;  /* first replaced prompt token */
 };
@@ -38,6 +38,8 @@ struct inproc_mm_feature {
   char mm_hash[INPROC_MM_HASH_BYTES];
   int32_t item;                /* index into the request's mm_items */
   int32_t offset, length;
+  uint8_t *is_embed;           /* [length] owned, or NULL = every position takes a row */
+  int32_t num_embeds;          /* rows: the 1s of is_embed, or length */
 };
 
 /* The 128-bit content hash as 32 hex digits into out[INPROC_MM_HASH_BYTES]. */

@@ -171,7 +171,8 @@ bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, ui
   size_t blob = 0;
   for (int32_t i = 0; i < m->num_mm; i++) {
     const struct llb_mm_feature *f = &r.mm_features[i];
-    blob += ((size_t)f->data_bytes + 15) / 16 * 16 + f->mm_hash.len + f->modality.len + f->dtype.len + 3;
+    blob += ((size_t)f->data_bytes + 15) / 16 * 16 + f->mm_hash.len + f->modality.len + f->dtype.len + 3 +
+            (size_t)f->num_is_embed;
   }
   if (m->num_mm > 0 && !(m->mm_blob = aligned_alloc(16, (blob + 15) / 16 * 16 + 16))) goto oom;
   size_t off = 0;
@@ -184,6 +185,12 @@ bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, ui
       data = b + off;
       off += ((size_t)f->data_bytes + 15) / 16 * 16;
     }
+    const uint8_t *is_embed = NULL;
+    if (f->num_is_embed > 0) {
+      memcpy(b + off, f->is_embed, (size_t)f->num_is_embed);
+      is_embed = b + off;
+      off += (size_t)f->num_is_embed;
+    }
     const char *strs[3];
     const struct llb_str *src[3] = {&f->mm_hash, &f->modality, &f->dtype};
     for (int k = 0; k < 3; k++) {
@@ -195,7 +202,7 @@ bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, ui
                                          .mm_hash = kv_hash_bytes(f->mm_hash.data, f->mm_hash.len),
                                          .hash = strs[0], .modality = strs[1], .dtype = strs[2],
                                          .num_cols = f->num_cols, .data = data,
-                                         .data_bytes = f->data_bytes};
+                                         .data_bytes = f->data_bytes, .is_embed = is_embed};
   }
   m->params = *r.sampling_params;
   m->pooling_params = r.pooling_params;

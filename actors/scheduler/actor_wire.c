@@ -93,7 +93,8 @@ static struct llb_mm_feature wire_mm(const struct sched_mm_feature *f, bool with
   return (struct llb_mm_feature){
       .modality = llb_str_c(f->modality ? f->modality : "embeds"), .mm_hash = llb_str_c(f->hash),
       .offset = f->offset, .length = f->length, .data = with_data ? f->data : NULL,
-      .data_bytes = with_data ? f->data_bytes : 0, .dtype = llb_str_c(f->dtype), .num_cols = f->num_cols};
+      .data_bytes = with_data ? f->data_bytes : 0, .dtype = llb_str_c(f->dtype), .num_cols = f->num_cols,
+      .is_embed = f->is_embed, .num_is_embed = f->is_embed ? f->length : 0};
 }
 
 /* Encoder inputs and new requests' metadata into w->mm (one array, two uses). */

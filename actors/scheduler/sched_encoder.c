@@ -34,15 +34,15 @@ static llb_status schedule_encoder_inputs(struct scheduler *s, struct sched_requ
     s->stats.encoder_cache_queries++;
     s->stats.encoder_cache_hits += hit;
     struct encoder_op op = {.kind = ENCODER_OP_KIND_CHECK_AND_UPDATE, .input_id = i,
-                            .num_embeds = f->length, .expected = hit};
+                            .num_embeds = f->num_embeds, .expected = hit};
     st = encoder_step_add(enc, &op, r->request_id, f->hash);
     if (st || hit) continue;
     bool fits = *bytes == 0 || s->cfg.max_encoder_bytes_per_step == 0 ||
                 *bytes + f->data_bytes <= s->cfg.max_encoder_bytes_per_step;
     if (fits) {
-      fits = encoder_cache_can_allocate(s->ec, f->length, *budget, *to_schedule);
+      fits = encoder_cache_can_allocate(s->ec, f->num_embeds, *budget, *to_schedule);
       op = (struct encoder_op){.kind = ENCODER_OP_KIND_CAN_ALLOCATE, .input_id = i,
-                               .num_embeds = f->length, .encoder_compute_budget = *budget,
+                               .num_embeds = f->num_embeds, .encoder_compute_budget = *budget,
                                .num_embeds_to_schedule = *to_schedule, .expected = fits};
       st = encoder_step_add(enc, &op, r->request_id, f->hash);
       if (st) break;
@@ -53,16 +53,16 @@ static llb_status schedule_encoder_inputs(struct scheduler *s, struct sched_requ
     }
     /* vLLM allocates after the loop; at once is the same (the item is scheduled now) and
      * lets a later request of this step hit it. */
-    st = encoder_cache_allocate(s->ec, r->request_id, f->hash, f->length);
+    st = encoder_cache_allocate(s->ec, r->request_id, f->hash, f->num_embeds);
     if (st) break;
     op = (struct encoder_op){.kind = ENCODER_OP_KIND_ALLOCATE, .input_id = i,
-                             .num_embeds = f->length, .expected = true};
+                             .num_embeds = f->num_embeds, .expected = true};
     st = encoder_step_add(enc, &op, r->request_id, f->hash);
-    *to_schedule += f->length;
-    *budget -= f->length;
+    *to_schedule += f->num_embeds;
+    *budget -= f->num_embeds;
     *bytes += f->data_bytes;
     s->stats.encoder_inputs_computed++;
-    s->stats.encoder_embeds_computed += (uint64_t)f->length;
+    s->stats.encoder_embeds_computed += (uint64_t)f->num_embeds;
     r->enc_input_ids[r->num_enc_inputs++] = i;
   }
   r->num_scheduled_tokens = n;

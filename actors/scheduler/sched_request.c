@@ -14,6 +14,7 @@ static bool copy_mm_blob(struct sched_request *r) {
   for (int32_t k = 0; k < r->num_mm_features; k++) {
     const struct sched_mm_feature *f = &r->mm_features[k];
     total += (f->data_bytes > 0 ? ((size_t)f->data_bytes + 15) / 16 * 16 : 0);
+    total += f->is_embed ? (size_t)f->length : 0;
     total += (f->hash ? strlen(f->hash) : 0) + (f->modality ? strlen(f->modality) : 0) +
              (f->dtype ? strlen(f->dtype) : 0) + 3;
   }
@@ -30,6 +31,11 @@ static bool copy_mm_blob(struct sched_request *r) {
     } else {
       f->data = NULL;
       f->data_bytes = 0;
+    }
+    if (f->is_embed) {
+      memcpy(blob + off, f->is_embed, (size_t)f->length);
+      f->is_embed = blob + off;
+      off += (size_t)f->length;
     }
     const char **strs[3] = {&f->hash, &f->modality, &f->dtype};
     for (int i = 0; i < 3; i++) {
@@ -102,11 +108,25 @@ llb_status sched_new_request_validate(const struct sched_new_request *nr, int32_
     return BAD("request %s: mm_features", id);
   for (int32_t k = 0; k < nr->num_mm_features; k++) {
     const struct sched_mm_feature *f = &nr->mm_features[k];
+    if (f->is_embed) {
+      if (f->length < 1 || f->offset < 0 || (int64_t)f->offset + f->length > nr->num_prompt_tokens)
+        return BAD("request %s: mm_features[%d]: placeholders [%d, +%d) outside the %d-token prompt", id, k,
+                   f->offset, f->length, nr->num_prompt_tokens);
+      int32_t ones = 0;
+      for (int32_t i = 0; i < f->length; i++) ones += f->is_embed[i] != 0;
+      if (ones < 1) return BAD("request %s: mm_features[%d]: is_embed marks no position", id, k);
+    }
     if (!f->data || f->data_bytes <= 0) continue; /* metadata only: the encoder cache holds the rows */
+    if (f->dtype && (!strcmp(f->dtype, "jpeg") || !strcmp(f->dtype, "png"))) continue; /* a file */
     const int64_t esize = f->dtype && !strcmp(f->dtype, "f32") ? 4 : f->dtype && !strcmp(f->dtype, "f16") ? 2 : 0;
-    if (esize == 0 || f->num_cols < 1 || f->data_bytes != (int64_t)f->length * f->num_cols * esize)
+    int32_t rows = f->length; /* with a mask, the data holds the marked positions' rows */
+    if (f->is_embed) {
+      rows = 0;
+      for (int32_t i = 0; i < f->length; i++) rows += f->is_embed[i] != 0;
+    }
+    if (esize == 0 || f->num_cols < 1 || f->data_bytes != (int64_t)rows * f->num_cols * esize)
       return BAD("request %s: mm_features[%d]: %lld bytes of '%s' do not hold [%d, %d]", id, k,
-                 (long long)f->data_bytes, f->dtype ? f->dtype : "", f->length, f->num_cols);
+                 (long long)f->data_bytes, f->dtype ? f->dtype : "", rows, f->num_cols);
     int64_t bad = llb_embeds_first_nonfinite(f->data, f->data_bytes, f->dtype);
     if (bad >= 0)
       return BAD("request %s: mm_features[%d] holds a non-finite value (NaN or Inf) at row %lld", id, k,
@@ -160,6 +180,14 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
     memcpy(r->mm_features, nr->mm_features, n * sizeof(*r->mm_features));
     r->num_mm_features = nr->num_mm_features;
     if (copy_mm_blob(r)) goto fail;
+    for (int32_t k = 0; k < r->num_mm_features; k++) {
+      struct sched_mm_feature *f = &r->mm_features[k];
+      f->num_embeds = f->length;
+      if (f->is_embed) {
+        f->num_embeds = 0;
+        for (int32_t i = 0; i < f->length; i++) f->num_embeds += f->is_embed[i] != 0;
+      }
+    }
   }
   if (nr->structured_outputs.kind != LLB_SO_NONE) {
     size_t n = nr->structured_outputs.spec.len;

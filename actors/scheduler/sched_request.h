@@ -48,8 +48,14 @@ struct sched_mm_feature {
   const char *modality;     /* "embeds", "image", ... */
   const char *dtype;        /* "f16" / "f32" */
   int32_t num_cols;
-  const uint8_t *data;      /* [length, num_cols] of dtype, little-endian; 16-byte aligned */
+  const uint8_t *data;      /* [length, num_cols] of dtype, little-endian; 16-byte aligned;
+                               or an image file (dtype "jpeg" / "png") */
   int64_t data_bytes;
+  const uint8_t *is_embed;  /* [length]: 1 = the position takes the next encoder row (vLLM
+                               PlaceholderRange.is_embed); NULL = every position does */
+  int32_t num_embeds;       /* encoder rows (the 1s of is_embed; length without a mask): what
+                               the encoder budget and the encoder cache count. Set by
+                               sched_request_create from is_embed */
 };
 
 /* What sched_add_request needs (vLLM EngineCoreRequest); everything is copied. */

@@ -186,10 +186,15 @@ llb_status sched_add_request(struct scheduler *s, const struct sched_new_request
                       "request %s: mm_features[%d] covers [%d, %lld): outside the %d-token prompt, "
                       "empty, or overlapping/unsorted", nr->request_id, k, f->offset,
                       (long long)f->offset + f->length, nr->num_prompt_tokens);
-    if (f->hash && f->hash[0] && (f->length > s->cfg.encoder_cache_size || f->length > s->enc_budget))
+    int32_t rows = f->length; /* encoder rows: the positions is_embed marks */
+    if (f->is_embed) {
+      rows = 0;
+      for (int32_t i = 0; i < f->length; i++) rows += f->is_embed[i] != 0;
+    }
+    if (f->hash && f->hash[0] && (rows > s->cfg.encoder_cache_size || rows > s->enc_budget))
       return LLB_ERRF(LLB_STATUS_TOO_LARGE,
                       "request %s: mm_features[%d] has %d embedding rows; the encoder cache holds %d "
-                      "and the encoder budget per step is %d", nr->request_id, k, f->length,
+                      "and the encoder budget per step is %d", nr->request_id, k, rows,
                       s->cfg.encoder_cache_size, s->enc_budget);
     prev_end = f->offset + f->length;
   }

@@ -18,6 +18,10 @@ static const struct backend_ops cpu_ops = {
     .softcap = cpu_softcap,
     .pack_bytes = cpu_pack_bytes,
     .pack = cpu_pack_weight,
+    .layer_norm = cpu_layer_norm,
+    .gelu = cpu_gelu,
+    .add_bias = cpu_add_bias,
+    .attention_full = cpu_attention_full,
 };
 
 const struct backend_ops *backend_cpu_ops(void) { return &cpu_ops; }

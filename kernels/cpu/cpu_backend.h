@@ -69,5 +69,11 @@ llb_status cpu_swiglu(struct backend_ctx *c, const float *gate, const float *up,
                       float *out);
 llb_status cpu_add(struct backend_ctx *c, float *x, const float *y, int64_t n);
 llb_status cpu_softcap(struct backend_ctx *c, float *x, int64_t n, float cap);
+/* The vision encoder's ops (vit_ops.c). */
+llb_status cpu_layer_norm(struct backend_ctx *c, const float *x, const float *w, const float *b,
+                          int32_t n_rows, int32_t dim, float eps, float *out);
+llb_status cpu_gelu(struct backend_ctx *c, float *x, int64_t n, enum backend_gelu_kind kind);
+llb_status cpu_add_bias(struct backend_ctx *c, float *x, const float *b, int32_t n_rows, int32_t dim);
+llb_status cpu_attention_full(struct backend_ctx *c, const struct backend_full_attn_params *p);
 
 #endif

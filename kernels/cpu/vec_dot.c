@@ -473,6 +473,53 @@ DEFINE_FLOAT_DOT_AVX2(dot_f16_avx2, uint16_t, uint16_t, load8_f16, load8_f16, ll
 DEFINE_FLOAT_DOT_AVX2(dot_bf16_avx2, uint16_t, uint16_t, load8_bf16, load8_bf16, llb_bf16_to_fp32,
                       llb_bf16_to_fp32)
 
+/* Tile kernel for F16 (the vision encoder's weights): two weight rows x n activation rows
+ * share each load; per output exactly dot_f16_avx2's float order (one fma chain in index
+ * order, hsum8_avx, then the tail in scalar), so bit-identical to it. */
+AVX2_TARGET static inline __attribute__((always_inline)) void
+gemm_f16_avx2_n(int64_t k, const uint16_t *x0, const uint16_t *x1, const void *const *act, const int n, float *s0,
+                float *s1) {
+  const int64_t k8 = k - k % 8;
+  __m256 a0[CPU_DOT_MAX_ROWS], a1[CPU_DOT_MAX_ROWS];
+  for (int r = 0; r < n; r++) a0[r] = a1[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < k8; i += 8) {
+    const __m256 w0 = load8_f16(x0 + i), w1 = load8_f16(x1 + i);
+    for (int r = 0; r < n; r++) {
+      const __m256 y = load8_f16((const uint16_t *)act[r] + i);
+      a0[r] = _mm256_fmadd_ps(w0, y, a0[r]);
+      a1[r] = _mm256_fmadd_ps(w1, y, a1[r]);
+    }
+  }
+  for (int r = 0; r < n; r++) {
+    const uint16_t *y = act[r];
+    float t0 = hsum8_avx(a0[r]), t1 = hsum8_avx(a1[r]);
+    for (int64_t i = k8; i < k; i++) {
+      t0 += llb_fp16_to_fp32(x0[i]) * llb_fp16_to_fp32(y[i]);
+      t1 += llb_fp16_to_fp32(x1[i]) * llb_fp16_to_fp32(y[i]);
+    }
+    s0[r] = t0, s1[r] = t1;
+  }
+}
+
+AVX2_TARGET static void gemm_f16_avx2(int64_t k, const void *w, size_t w_stride, int n_cols, const void *const *act,
+                                      int n_rows, float *out, int64_t out_stride) {
+  for (int c = 0; c < n_cols; c += 2) {
+    const uint16_t *x0 = (const uint16_t *)((const uint8_t *)w + (size_t)c * w_stride);
+    const uint16_t *x1 = c + 1 < n_cols ? (const uint16_t *)((const uint8_t *)w + (size_t)(c + 1) * w_stride) : x0;
+    float s0[CPU_DOT_MAX_ROWS], s1[CPU_DOT_MAX_ROWS];
+    switch (n_rows) {
+    case 1: gemm_f16_avx2_n(k, x0, x1, act, 1, s0, s1); break;
+    case 2: gemm_f16_avx2_n(k, x0, x1, act, 2, s0, s1); break;
+    case 3: gemm_f16_avx2_n(k, x0, x1, act, 3, s0, s1); break;
+    default: gemm_f16_avx2_n(k, x0, x1, act, 4, s0, s1); break;
+    }
+    for (int r = 0; r < n_rows; r++) {
+      out[(int64_t)r * out_stride + c] = s0[r];
+      if (c + 1 < n_cols) out[(int64_t)r * out_stride + c + 1] = s1[r];
+    }
+  }
+}
+
 /* Tile kernels (cpu_gemm_fn) for Q4_0, Q4_1, Q8_0: per output exactly the float order of
  * dot_q4_1_avx2_n / dot_q_0_avx2_n; NC weight rows x NR activation rows share loads. */
 enum gemm_kind { GEMM_KIND_Q4_0, GEMM_KIND_Q4_1, GEMM_KIND_Q8_0 };
@@ -631,6 +678,7 @@ cpu_gemm_fn cpu_gemm_select(enum ggml_type w, enum cpu_simd_level level) {
     case GGML_TYPE_Q4_0: return gemm_q4_0_avx2;
     case GGML_TYPE_Q4_1: return gemm_q4_1_avx2;
     case GGML_TYPE_Q8_0: return gemm_q8_0_avx2;
+    case GGML_TYPE_F16: return gemm_f16_avx2;
     default: break;
     }
   }

@@ -92,8 +92,8 @@ def main():
             ("max_tokens beyond the context", c(max_tokens=10 ** 7), 400, None, True),
             ("chat role unknown", chat([{"role": "wizard", "content": "x"}]), 400, "messages[0].role", True),
             ("chat messages not a list", chat("hi"), 400, "messages", True),
-            ("chat image part", chat([{"role": "user", "content": [{"type": "image_url"}]}]), 400,
-             "messages[0].content[0]", True),
+            ("chat image part without image_url", chat([{"role": "user", "content": [{"type": "image_url"}]}]), 400,
+             "messages[0].content[0].image_url", True),
             # absent fields once crashed the server (SIGSEGV), cutting every other stream
             ("chat message without role", chat([{"content": "x"}]), 400, "messages[0].role", True),
             ("chat empty message", chat([{}]), 400, "messages[0].role", True),

@@ -260,6 +260,50 @@ static void test_embeds_item_matches_inline_text(void **state) {
   free(p.rows);
 }
 
+/* An item whose placeholder range holds positions that keep their own tokens (is_embed 0, as
+ * an image's tile markers do): rows go to the marked positions only, in order, so text whose
+ * every third token stays inline and the others come as rows gives the inline text's tokens,
+ * also when 4-token chunks split the range. */
+static void test_is_embed_mask_places_rows_at_marked_positions_only(void **state) {
+  (void)state;
+  struct prompts p;
+  make_prompts(&p);
+  int32_t ref[GEN];
+  {
+    struct engine e;
+    engine_init(&e, 256, 256);
+    add(&e, "inline", p.inline_ids, p.n, NULL, 0);
+    run(&e);
+    memcpy(ref, e.out_tokens[0], sizeof ref);
+    engine_fini(&e);
+  }
+  uint8_t mask[64];
+  int32_t ids[128], embed_ids[64], ne = 0;
+  memcpy(ids, p.inline_ids, (size_t)p.n * 4);
+  for (int32_t i = 0; i < p.len; i++) {
+    mask[i] = i % 3 != 1;
+    if (!mask[i]) continue;
+    embed_ids[ne++] = p.inline_ids[p.off + i];
+    ids[p.off + i] = 0;
+  }
+  float *rows = embed_rows(embed_ids, ne, 1.0f);
+  struct sched_mm_feature f = feature(&p, rows, "item-masked");
+  f.is_embed = mask;
+  f.data_bytes = (int64_t)ne * g_hidden * 4;
+  for (int32_t budget = 256; budget >= 4; budget /= 64) {
+    struct engine e;
+    engine_init(&e, budget, 256);
+    add(&e, "masked", ids, p.n, &f, 1);
+    run(&e);
+    assert_int_equal(e.num_out[0], GEN);
+    assert_memory_equal(e.out_tokens[0], ref, sizeof ref);
+    assert_int_equal(model_runner_num_encoded(e.mr), 1);
+    engine_fini(&e);
+  }
+  free(rows);
+  free(p.rows);
+}
+
 static void test_shared_item_computed_once_and_evicted_item_dropped(void **state) {
   (void)state;
   struct prompts p;
@@ -306,6 +350,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_embeds_item_matches_inline_text),
       cmocka_unit_test(test_shared_item_computed_once_and_evicted_item_dropped),
+      cmocka_unit_test(test_is_embed_mask_places_rows_at_marked_positions_only),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   tokenizer_destroy(g_tok);

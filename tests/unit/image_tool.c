@@ -1,6 +1,7 @@
 /* Test tool for model/image.h (tests/unit/test_image.py compares it with Pillow):
- *   image_tool IN [W H]   decodes IN (JPEG or PNG), resizes to W x H when given (Pillow's
- *                         BILINEAR), writes "W H\n" then the raw RGB bytes to stdout.
+ *   image_tool IN [W H [FILTER]]  decodes IN (JPEG or PNG), resizes to W x H when given (Pillow's
+ *                         BILINEAR, or FILTER: enum llb_image_filter's number), writes "W H\n"
+ *                         then the raw RGB bytes to stdout.
  * On an error: exit 2 and "<status name>: <message>" on stderr. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,8 +9,8 @@
 #include "model/image.h"
 
 int main(int argc, char **argv) {
-  if (argc != 2 && argc != 4) {
-    fprintf(stderr, "usage: image_tool IN [W H]\n");
+  if (argc != 2 && argc != 4 && argc != 5) {
+    fprintf(stderr, "usage: image_tool IN [W H [FILTER]]\n");
     return 1;
   }
   FILE *f = fopen(argv[1], "rb");
@@ -19,8 +20,9 @@ int main(int argc, char **argv) {
   fclose(f);
   struct llb_image img, out;
   llb_status st = llb_image_decode(buf, len, NULL, &img);
-  if (st == LLB_STATUS_OK && argc == 4) {
-    st = llb_image_resize_bilinear(&img, atoi(argv[2]), atoi(argv[3]), &out);
+  if (st == LLB_STATUS_OK && argc >= 4) {
+    st = argc == 5 ? llb_image_resize(&img, atoi(argv[2]), atoi(argv[3]), (enum llb_image_filter)atoi(argv[4]), &out)
+                   : llb_image_resize_bilinear(&img, atoi(argv[2]), atoi(argv[3]), &out);
     llb_image_free(&img);
     img = out;
   }

@@ -24,3 +24,6 @@ llb_add_test(test_request_metrics SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_request
 # Per-tenant limits of the input processor (owner: tenancy): in flight, queued, token bucket.
 llb_add_test(test_tenant_limits SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tenant_limits.c
              LIBS llmbus_input_processor_core PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
+# Images in chat messages: marker expansion, is_embed masks, mm_hash, bad files (mm_images.h).
+llb_add_test(test_mm_images SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mm_images.c
+             LIBS llmbus_input_processor_core llmbus_test_gguf_writer PkgConfig::CMOCKA LABELS unit TIMEOUT 60)

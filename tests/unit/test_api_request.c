@@ -377,7 +377,7 @@ static void test_bad_requests_name_the_field(void **state) {
        "messages[0].content"},
       {API_ENDPOINT_CHAT,
        "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
-       "messages[0].content[0]"},
+       "messages[0].content[0].image_url"},
       {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"extra\":1}]}", 400,
        "messages[0].extra"},
       {API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",
@@ -397,6 +397,68 @@ static void test_bad_requests_name_the_field(void **state) {
     }
     assert_true(e.message[0] != '\0');
   }
+}
+
+/* image_url parts: a data URL becomes an "image" item at its byte offset in the joined text;
+ * remote URLs, other media types, bad base64, a type mismatch and file URLs without
+ * --allowed-local-media-path are 400s naming the part. */
+static void test_image_url_parts_become_image_items(void **state) {
+  (void)state;
+  /* base64 of the 8-byte PNG signature + "IHDR..." is enough for the sniff (decoding is the
+   * input processor's) */
+  const char *png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB";
+  char body[1024];
+  snprintf(body, sizeof body,
+           "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"ab\"},"
+           "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,%s\",\"detail\":\"auto\"}},"
+           "{\"type\":\"text\",\"text\":\"cd\"},{\"type\":\"image_url\",\"image_url\":\"data:image/png;base64,%s\"}]}]}",
+           png, png);
+  struct api_request r;
+  struct api_error e;
+  if (parse(API_ENDPOINT_CHAT, body, &r, &e) != LLB_STATUS_OK) fail_msg("%s: %s", e.param, e.message);
+  assert_int_equal(r.num_mm_items, 2);
+  assert_string_equal(r.mm_items[0].modality.data, "image");
+  assert_string_equal(r.mm_items[1].dtype.data, "png");
+  assert_int_equal(r.mm_items[0].data_bytes, 24);
+  assert_int_equal(r.messages[0].content.len, 4);
+  assert_int_equal(r.messages[0].num_image_offsets, 2);
+  assert_int_equal(r.messages[0].image_offsets[0], 2);
+  assert_int_equal(r.messages[0].image_offsets[1], 4);
+  struct llb_sampling_params sp;
+  struct llb_generate_request g;
+  api_request_to_generate(&r, 0, "id", &sp, &g);
+  assert_int_equal(g.num_mm_items, 2);
+  api_request_free(&r);
+
+  static const struct {
+    const char *url, *needle;
+  } bad[] = {
+      {"https://example.com/cat.png", "not fetched"},
+      {"http://example.com/cat.png", "not fetched"},
+      {"data:image/gif;base64,R0lGODlh", "not supported"},
+      {"data:image/png;base64,@@@@", "base64"},
+      {"data:image/jpeg;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB", "not the declared image/jpeg"},
+      {"data:image/png,abc", "not supported"},
+      {"file:///etc/passwd", "--allowed-local-media-path"},
+      {"ftp://x/y.png", "unsupported URL scheme"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(body, sizeof body,
+             "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+             "\"image_url\":{\"url\":\"%s\"}}]}]}", bad[i].url);
+    assert_int_equal(parse(API_ENDPOINT_CHAT, body, &r, &e), LLB_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(e.http_status, 400);
+    assert_string_equal(e.param, "messages[0].content[0].image_url");
+    if (!strstr(e.message, bad[i].needle)) fail_msg("%s: '%s' lacks '%s'", bad[i].url, e.message, bad[i].needle);
+  }
+  /* more than API_MAX_IMAGES images */
+  char big[4096] = "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":[";
+  for (int i = 0; i < 9; i++)
+    snprintf(big + strlen(big), sizeof big - strlen(big), "%s{\"type\":\"image_url\",\"image_url\":\"data:image/png;base64,%s\"}",
+             i ? "," : "", png);
+  snprintf(big + strlen(big), sizeof big - strlen(big), "]}]}");
+  assert_int_equal(parse(API_ENDPOINT_CHAT, big, &r, &e), LLB_STATUS_INVALID_ARGUMENT);
+  assert_string_equal(e.param, "messages[0].content[8]");
 }
 
 /* Bodies that leave out a field the parser reads (a message without "role", "messages": [{}],
@@ -592,6 +654,7 @@ int main(void) {
       cmocka_unit_test(test_completion_defaults_are_openai_defaults),
       cmocka_unit_test(test_prompt_forms_give_one_generate_request_each),
       cmocka_unit_test(test_chat_messages_parts_and_logprobs),
+      cmocka_unit_test(test_image_url_parts_become_image_items),
       cmocka_unit_test(test_vllm_request_fields_reach_the_generate_request),
       cmocka_unit_test(test_structured_output_fields_become_one_spec),
       cmocka_unit_test(test_bad_requests_name_the_field),

@@ -3,7 +3,7 @@
 - PNG decoding (RGB, RGBA, gray, 16-bit, palette) gives Pillow's pixels exactly (alpha is
   dropped against black as libpng's simplified API composes it: checked on opaque images);
 - JPEG decoding is within 2 levels of Pillow's (both libjpeg, possibly other versions);
-- Pillow's BILINEAR resize, up and down, square and not, is reproduced exactly, horizontal
+- Pillow's BILINEAR, BICUBIC and LANCZOS resizes, up and down, square and not, are reproduced exactly, horizontal
   pass first as llama.cpp's mtmd does (the vision encoder must see the pixels the reference
   implementation gives);
 - bad inputs are refused with the right status and never decoded: empty, a GIF, a truncated
@@ -26,12 +26,12 @@ TOOL = sys.argv[1]
 failures = []
 
 
-def run(data, size=None):
+def run(data, size=None, filt=None):
     with tempfile.NamedTemporaryFile(suffix=".img", delete=False) as f:
         f.write(data)
         path = f.name
     try:
-        args = [TOOL, path] + ([str(size[0]), str(size[1])] if size else [])
+        args = [TOOL, path] + ([str(size[0]), str(size[1])] if size else []) + ([str(filt)] if filt is not None else [])
         p = subprocess.run(args, capture_output=True, timeout=60)
     finally:
         os.unlink(path)
@@ -85,20 +85,23 @@ def decode_cases(rng):
 
 
 def resize_cases(rng):
-    for (w, h), (tw, th) in [((37, 23), (16, 16)), ((20, 30), (64, 64)), ((100, 77), (33, 50)),
-                             ((64, 64), (64, 64)), ((5, 300), (224, 224)), ((384, 256), (384, 384))]:
+    # filters as image_tool numbers them (enum llb_image_filter): BILINEAR, BICUBIC (llava), LANCZOS (idefics3)
+    shapes = [((37, 23), (16, 16)), ((20, 30), (64, 64)), ((100, 77), (33, 50)), ((64, 64), (64, 64)),
+              ((5, 300), (224, 224)), ((384, 256), (384, 384))]
+    filters = ((None, Image.BILINEAR, "bilinear"), (1, Image.BICUBIC, "bicubic"), (2, Image.LANCZOS, "lanczos"))
+    for (filt, pil, name), ((w, h), (tw, th)) in ((f, sh) for f in filters for sh in shapes):
         img = random_image(rng, w, h)
-        got, rc, err = run(encoded(img, "PNG"), (tw, th))
-        # each pass is Pillow's BILINEAR; horizontal first, as llama.cpp's mtmd resize_pillow
+        got, rc, err = run(encoded(img, "PNG"), (tw, th), filt)
+        # each pass is Pillow's filter; horizontal first, as llama.cpp's mtmd resize_pillow
         # (one Pillow 13 call may run the vertical pass first for some shapes: a 1-level
         # difference in ~20% of values)
-        want = img.resize((tw, h), Image.BILINEAR).resize((tw, th), Image.BILINEAR).tobytes()
+        want = img.resize((tw, h), pil).resize((tw, th), pil).tobytes()
         same = rc == 0 and got[:2] == (tw, th) and got[2] == want
         detail = err
         if rc == 0 and not same:
             diff = [abs(a - b) for a, b in zip(got[2], want)]
             detail = f"{sum(d > 0 for d in diff)} of {len(diff)} values differ, max {max(diff)}"
-        check(f"bilinear_{w}x{h}_to_{tw}x{th}_matches_pillow", same, detail)
+        check(f"{name}_{w}x{h}_to_{tw}x{th}_matches_pillow", same, detail)
 
 
 def png_chunk(kind, data):

@@ -157,6 +157,37 @@ static void test_step_is_cut_before_an_item_over_the_budget(void **state) {
   h_fini(&h);
 }
 
+/* An image's placeholder range holds tile markers that take no rows (is_embed 0): the budget
+ * and the encoder cache count its rows (the 1s), not its length. 12 positions, 8 rows: it fits
+ * a budget of 8 and a cache of 8, which its length would not. */
+static void test_masked_image_counts_embedding_rows_not_positions(void **state) {
+  (void)state;
+  struct h h;
+  h_init(&h, 32, 8, 8);
+  static const uint8_t mask[12] = {0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1};
+  struct sched_mm_feature mm[] = {{.offset = 4, .length = 12, .hash = "IMG", .is_embed = mask}};
+  h_add(&h, "r1", 24, mm, 1);
+  h_plan(&h);
+  assert_int_equal(scheduled_of(&h, "r1"), 24);
+  assert_int_equal(h.out.num_encoder_inputs, 1);
+  assert_int_equal(count_ops(&h, ENCODER_OP_KIND_ALLOCATE), 1);
+  for (int32_t i = 0; i < h.enc.num_ops; i++) assert_int_equal(h.enc.ops[i].num_embeds, 8);
+  h_finish(&h);
+  struct sched_stats st;
+  sched_get_stats(h.s, &st);
+  assert_int_equal(st.encoder_embeds_computed, 8);
+  h_fini(&h);
+  /* with one row more than the cache holds it is refused at admission, naming the rows */
+  h_init(&h, 32, 8, 7);
+  int32_t toks[24] = {0};
+  struct sched_new_request nr = {.request_id = "r2", .prompt_token_ids = toks, .num_prompt_tokens = 24,
+                                 .eos_token_id = -1, .mm_features = mm, .num_mm_features = 1};
+  llb_sampling_params_init(&nr.sampling_params);
+  assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_TOO_LARGE);
+  assert_non_null(strstr(llb_err_last(), "8 embedding rows"));
+  h_fini(&h);
+}
+
 static void test_two_requests_share_an_item_and_freed_hashes_reach_the_worker(void **state) {
   (void)state;
   struct h h;
@@ -202,6 +233,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chunked_prefill_splits_an_item_encoded_once),
       cmocka_unit_test(test_step_is_cut_before_an_item_over_the_budget),
+      cmocka_unit_test(test_masked_image_counts_embedding_rows_not_positions),
       cmocka_unit_test(test_two_requests_share_an_item_and_freed_hashes_reach_the_worker),
       cmocka_unit_test(test_item_larger_than_the_cache_is_refused),
   };

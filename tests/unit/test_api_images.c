@@ -1,0 +1,107 @@
+/* file:// image URLs (api_images.h): read only when their realpath lies inside
+ * --allowed-local-media-path; a path outside it, a symlink leading out of it, a directory, a
+ * non-image file and a file over API_MAX_IMAGE_BYTES are 400s naming the part. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "actors/api_server/api_images.h"
+#include "actors/api_server/api_request.h"
+
+static char g_dir[PATH_MAX], g_real[PATH_MAX];
+
+static void write_file(const char *name, const void *data, size_t n) {
+  char p[PATH_MAX + 64];
+  snprintf(p, sizeof p, "%s/%s", g_dir, name);
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, n, f), n);
+  fclose(f);
+}
+
+static llb_status parse_url(const char *url, const char *allowed, struct api_request *r, struct api_error *e) {
+  char body[PATH_MAX * 2];
+  snprintf(body, sizeof body,
+           "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+           "\"image_url\":{\"url\":\"%s\"}}]}]}", url);
+  const struct api_parse_options o = {.served_model = "smol", .allowed_local_media_path = allowed};
+  return api_request_parse(API_ENDPOINT_CHAT, body, strlen(body), &o, r, e);
+}
+
+static void test_file_urls_are_read_only_inside_the_allowed_directory(void **state) {
+  (void)state;
+  static const uint8_t png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
+  write_file("a.png", png, sizeof png);
+  write_file("note.txt", "hello", 5);
+  char *big = calloc(1, API_MAX_IMAGE_BYTES + 1);
+  assert_non_null(big);
+  memcpy(big, png, sizeof png);
+  write_file("big.png", big, API_MAX_IMAGE_BYTES + 1);
+  free(big);
+  char link[PATH_MAX + 64], url[PATH_MAX + 64];
+  snprintf(link, sizeof link, "%s/sub", g_dir);
+  assert_int_equal(mkdir(link, 0700), 0);
+  snprintf(link, sizeof link, "%s/out.png", g_dir);
+  assert_int_equal(symlink("/etc/passwd", link), 0);
+
+  struct api_request r;
+  struct api_error e;
+  snprintf(url, sizeof url, "file://%s/a.png", g_dir);
+  if (parse_url(url, g_real, &r, &e) != LLB_STATUS_OK) fail_msg("%s: %s", e.param, e.message);
+  assert_int_equal(r.num_mm_items, 1);
+  assert_int_equal(r.mm_items[0].data_bytes, sizeof png);
+  assert_string_equal(r.mm_items[0].dtype.data, "png");
+  api_request_free(&r);
+
+  static const struct {
+    const char *name, *needle;
+    bool allowed;
+  } bad[] = {
+      {"a.png", "--allowed-local-media-path", false},
+      {"out.png", "not inside", true},
+      {"note.txt", "neither a JPEG nor a PNG", true},
+      {"big.png", "larger than", true},
+      {"missing.png", "cannot open", true},
+      {"sub", "not a readable regular file", true},
+      {"", "not inside", true},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(url, sizeof url, "file://%s/%s", g_dir, bad[i].name);
+    assert_int_equal(parse_url(url, bad[i].allowed ? g_real : NULL, &r, &e), LLB_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(e.http_status, 400);
+    assert_string_equal(e.param, "messages[0].content[0].image_url");
+    if (!strstr(e.message, bad[i].needle)) fail_msg("%s: '%s' lacks '%s'", bad[i].name, e.message, bad[i].needle);
+  }
+  /* a path outside the directory altogether */
+  assert_int_equal(parse_url("file:///etc/passwd", g_real, &r, &e), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(e.message, "not inside"));
+}
+
+int main(void) {
+  snprintf(g_dir, sizeof g_dir, "/tmp/llmbus-api-images-XXXXXX");
+  if (!mkdtemp(g_dir) || !realpath(g_dir, g_real)) return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_file_urls_are_read_only_inside_the_allowed_directory),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  const char *names[] = {"a.png", "note.txt", "big.png", "out.png"};
+  for (size_t i = 0; i < 4; i++) {
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s", g_dir, names[i]);
+    unlink(p);
+  }
+  char sub[PATH_MAX + 8];
+  snprintf(sub, sizeof sub, "%s/sub", g_dir);
+  rmdir(sub);
+  rmdir(g_dir);
+  return rc;
+}
