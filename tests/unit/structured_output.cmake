@@ -4,6 +4,8 @@
 # with the so_walk tool; the venv of `make venv` provides jsonschema).
 llb_add_test(test_structured_output SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_structured_output.c
              LIBS llmbus_structured_output PkgConfig::CMOCKA LABELS unit TIMEOUT 120)
+llb_add_test(test_gbnf SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gbnf.c
+             LIBS llmbus_structured_output PkgConfig::CMOCKA LABELS unit TIMEOUT 120)
 add_executable(so_walk ${CMAKE_CURRENT_LIST_DIR}/so_walk.c)
 target_link_libraries(so_walk PRIVATE llmbus_structured_output)
 target_include_directories(so_walk PRIVATE ${CMAKE_SOURCE_DIR})
