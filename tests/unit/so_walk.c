@@ -97,15 +97,25 @@ static llb_status test_vocab(struct so_vocab **out, int32_t *eos_out) {
   return so_vocab_create(n, pieces, lens, &eos, 1, out);
 }
 
-/* Index of a single-byte closing token allowed by mask, preferred in this order; -1 if none. */
-static int32_t closing_token(struct so_vocab *v, const uint32_t *mask, const int32_t *byte_ids) {
-  static const char order[] = "\"}],:0)=\n";
+static bool grammar_mode; /* --grammar: closing tokens drawn at random (see closing_token) */
+static uint64_t rng_next(uint64_t *x);
+
+/* Index of a single-byte closing token allowed by mask, preferred in this order; -1 if none.
+ * GBNF walks draw one of the allowed ones at random instead: in a free-form grammar the first
+ * closer may also be what keeps the output open (csv's "" inside a quoted field). */
+static int32_t closing_token(struct so_vocab *v, const uint32_t *mask, const int32_t *byte_ids, uint64_t *rng) {
+  static const char order[] = "\"}],:0", more[] = "\"}],:0)=;\n\r({";
   (void)v;
-  for (const char *c = order; *c; c++) {
+  int32_t found[sizeof more];
+  int n = 0;
+  for (const char *c = grammar_mode ? more : order; *c; c++) {
     int32_t id = byte_ids[(uint8_t)*c];
-    if (id >= 0 && (mask[id / 32] >> (id % 32) & 1u)) return id;
+    if (id >= 0 && (mask[id / 32] >> (id % 32) & 1u)) {
+      if (!grammar_mode) return id;
+      found[n++] = id;
+    }
   }
-  return -1;
+  return n ? found[rng_next(rng) % (uint64_t)n] : -1;
 }
 
 static bool bit(const uint32_t *mask, int32_t id) { return mask[id / 32] >> (id % 32) & 1u; }
@@ -147,7 +157,7 @@ static int walk(struct so_vocab *v, struct so_matcher *m, struct so_matcher *pro
     double pull = step < 40 ? 0.0 : (step - 40) / 60.0;
     int32_t pick = -1;
     if (complete && (pull > 0 || rng_next(rng) % 4 == 0 || so_matcher_is_terminated(m))) pick = -2; /* EOS */
-    else if ((double)(rng_next(rng) % 1000) / 1000.0 < pull) pick = closing_token(v, mask, byte_ids);
+    else if ((double)(rng_next(rng) % 1000) / 1000.0 < pull) pick = closing_token(v, mask, byte_ids, rng);
     if (pick == -2) {
       int32_t eos = -1;
       for (int32_t i = 0; i < n_list && eos < 0; i++)
@@ -232,7 +242,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--schema") && has) schema = argv[++i];
     else if (!strcmp(argv[i], "--choice") && has) choice = argv[++i];
     else if (!strcmp(argv[i], "--regex") && has) regex = argv[++i], hex_output = true;
-    else if (!strcmp(argv[i], "--grammar") && has) grammar = argv[++i], hex_output = true;
+    else if (!strcmp(argv[i], "--grammar") && has) grammar = argv[++i], hex_output = grammar_mode = true;
     else if (!strcmp(argv[i], "--accept") && has) accept = argv[++i];
     else if (!strcmp(argv[i], "--model") && has) model = argv[++i];
     else if (!strcmp(argv[i], "--samples") && has) samples = atoi(argv[++i]);
@@ -266,7 +276,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "so_walk: compile: %s: %s\n", llb_strerror(st), llb_err_last());
     return 3;
   }
-  if (accept) return accept_lines(g, accept);
+  if (accept) {
+    int rc = accept_lines(g, accept);
+    so_grammar_destroy(g);
+    return rc;
+  }
   struct gguf_file *gf = NULL;
   struct tokenizer *tok = NULL;
   struct so_vocab *v = NULL;
