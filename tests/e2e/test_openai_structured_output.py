@@ -71,6 +71,7 @@ SCHEMA = {
 }
 RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA, "strict": True}}
 MESSAGES = [{"role": "user", "content": "Describe a person as JSON: name, home (city, floor) and pets."}]
+GRAMMAR_MESSAGES = [{"role": "user", "content": "Write a small arithmetic equation, or a small JSON object."}]
 MAX_TOKENS = 112
 
 
@@ -179,13 +180,15 @@ def main():
                     assert re.fullmatch(pattern, c.message.content) and c.finish_reason == "stop", c.message.content
 
         def grammar_outputs_are_in_the_language():
+            def chat(**kw):  # room for the longest output of both grammars (123 characters)
+                return client.chat.completions.create(model=model, messages=GRAMMAR_MESSAGES, max_tokens=200, **kw)
             for grammar in (ARITHMETIC, JSON_LIKE):
                 ref = gbnf_ref.Reference(grammar)
                 outs = []
                 for seed, body in ((21, {"structured_outputs": {"grammar": grammar}}), (22, {"guided_grammar": grammar})):
-                    r = chat(extra_body=body, temperature=1, seed=seed, n=4, max_tokens=200)
+                    r = chat(extra_body=body, temperature=1, seed=seed, n=4)
                     outs += [(c.message.content, c.finish_reason) for c in r.choices]
-                    stream = chat(extra_body=body, temperature=1, seed=seed + 100, n=3, max_tokens=200, stream=True)
+                    stream = chat(extra_body=body, temperature=1, seed=seed + 100, n=3, stream=True)
                     texts, finish = {}, {}
                     for chunk in stream:
                         for c in chunk.choices:
