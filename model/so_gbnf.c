@@ -260,7 +260,7 @@ static llb_status push_range(struct gp *p, uint32_t lo, uint32_t hi) {
 /* Adds a class from raw ranges r[0..n) (pairs; sorted here): merged, complemented when neg,
  * surrogates removed. *out = -1 when it matches nothing. */
 static llb_status add_class(struct gp *p, uint32_t *r, int32_t n, bool neg, int32_t *out) {
-  qsort(r, (size_t)n, 2 * sizeof(uint32_t), cmp_range);
+  if (n > 0) qsort(r, (size_t)n, 2 * sizeof(uint32_t), cmp_range);
   int32_t m = 0;
   for (int32_t i = 0; i < n; i++) {
     if (m > 0 && r[2 * i] <= r[2 * (m - 1) + 1] + 1) {

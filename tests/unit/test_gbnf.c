@@ -71,6 +71,7 @@ static void test_errors_name_the_line_and_column(void **state) {
       {"root ::= \"\\u12\"", LLB_STATUS_MALFORMED, "expecting 4 hex digits"},
       {"root ::= \"\\uD800\"", LLB_STATUS_MALFORMED, "U+D800 is not a Unicode scalar value"},
       {"root ::= [^\\x00-\\U0010FFFF]", LLB_STATUS_MALFORMED, "character class matches no character"},
+      {"root ::= [^] []", LLB_STATUS_MALFORMED, "line 1 column 14: character class matches no character"},
       {"root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"", LLB_STATUS_MALFORMED,
        "line 2 column 1: rule 'expr' is left-recursive"},
       {"root ::= x\nx ::= y x | \"z\"\ny ::= \" \"?", LLB_STATUS_MALFORMED, "rule 'x' is left-recursive"},
@@ -160,6 +161,7 @@ static void test_regular_grammars_accept_exactly_their_language(void **state) {
       {"root ::= ws (\"x\" ws)*\nws ::= | \" \" | \"  \"", "^ {0,2}(x {0,2})*$", "x ", 7},
       {"root ::= \"ab\"{1,2} | \"b\"+ \"a\"", "^((ab){1,2}|b+a)$", "ab", 7},
       {"root ::= [^b]{2,}", "^[^b]{2,}$", "abc", 5},
+      {"root ::= [^] \"a\"", "^.a$", "ab", 4}, /* an empty negated class: any character */
       {"root ::= \"\"", "^$", "ab", 3},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
