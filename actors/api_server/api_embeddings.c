@@ -95,21 +95,13 @@ llb_status api_embeddings_parse(const char *body, size_t len, const struct api_p
   memset(out, 0, sizeof *out);
   memset(err, 0, sizeof *err);
   out->pooling = (struct llb_pooling_params){.pooling_type = LLB_POOLING_LAST, .normalize = true};
-  json_error_t jerr;
-  json_t *root = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root) {
-    api_error_set(err, 400, NULL, "We could not parse the JSON body of your request: %s at line %d column %d",
-                  jerr.text, jerr.line, jerr.column);
-    return LLB_STATUS_INVALID_ARGUMENT;
-  }
+  json_t *root = api_json_load_object(body, len, err);
+  if (!root) return LLB_STATUS_INVALID_ARGUMENT;
   llb_status st = LLB_STATUS_INVALID_ARGUMENT;
   json_t *sub = json_object();
   char *text = NULL;
   if (!sub) {
-    api_error_set(err, 500, NULL, "out of memory");
-    st = LLB_STATUS_OUT_OF_MEMORY;
-  } else if (!json_is_object(root)) {
-    api_error_set(err, 400, NULL, "The request body must be a JSON object, got %s", api_json_type_name(root));
+    st = api_error_oom(err);
   } else if ((st = split_fields(root, sub, out, err)) == LLB_STATUS_OK) {
     text = json_dumps(sub, JSON_COMPACT);
     if (!text) {

@@ -157,6 +157,22 @@ const char *api_json_type_name(const json_t *v) {
   }
 }
 
+json_t *api_json_load_object(const char *body, size_t len, struct api_error *err) {
+  json_error_t jerr;
+  json_t *root = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) {
+    api_error_bad(err, NULL, "We could not parse the JSON body of your request: %s at line %d column %d", jerr.text,
+                  jerr.line, jerr.column);
+    return NULL;
+  }
+  if (!json_is_object(root)) {
+    api_error_bad(err, NULL, "The request body must be a JSON object, got %s", api_json_type_name(root));
+    json_decref(root);
+    return NULL;
+  }
+  return root;
+}
+
 llb_status api_error_bad(struct api_error *err, const char *param, const char *fmt, ...) {
   char msg[sizeof err->message];
   va_list ap;
@@ -552,18 +568,9 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
   if (!im) return api_error_oom(err);
   out->impl = im;
   llb_status st = LLB_STATUS_INVALID_ARGUMENT;
-  json_error_t jerr;
-  im->root = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
-  if (!im->root) {
-    BAD(NULL, "We could not parse the JSON body of your request: %s at line %d column %d",
-        jerr.text, jerr.line, jerr.column);
-    goto fail;
-  }
+  im->root = api_json_load_object(body, len, err);
+  if (!im->root) goto fail;
   json_t *root = im->root;
-  if (!json_is_object(root)) {
-    BAD(NULL, "The request body must be a JSON object, got %s", api_json_type_name(root));
-    goto fail;
-  }
   /* Order matters: n before best_of, model first so a wrong model is a 404. */
   const char *model;
   size_t model_len;

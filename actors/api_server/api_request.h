@@ -147,6 +147,11 @@ void api_request_free(struct api_request *r);
 struct json_t;
 const char *api_json_type_name(const struct json_t *v);
 
+/* Parses a request body (len bytes, NULL = empty) that must be one JSON object, duplicate keys
+ * refused. Returns the new reference (the caller json_decref's it), or NULL with a 400 in err
+ * naming the parse error's line and column or the body's type. */
+struct json_t *api_json_load_object(const char *body, size_t len, struct api_error *err);
+
 /* The GenerateRequest view of prompt `prompt_index` (completions) or of the messages (chat:
  * prompt_index 0): borrows from `r`, valid while `r` lives. `sp` receives a copy of the
  * sampling params with output_kind DELTA (api_response.h accumulates non-streamed ones) and must

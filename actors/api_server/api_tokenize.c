@@ -95,23 +95,13 @@ llb_status api_tokenize_parse(enum api_endpoint endpoint, const char *body, size
   }
   if (endpoint != API_ENDPOINT_TOKENIZE && endpoint != API_ENDPOINT_DETOKENIZE)
     return bad(err, NULL, "not a tokenize endpoint");
-  json_error_t jerr;
-  json_t *root = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root) {
-    api_error_set(err, 400, NULL, "We could not parse the JSON body of your request: %s at line %d column %d",
-                  jerr.text, jerr.line, jerr.column);
-    return LLB_STATUS_INVALID_ARGUMENT;
-  }
+  json_t *root = api_json_load_object(body, len, err);
+  if (!root) return LLB_STATUS_INVALID_ARGUMENT;
   llb_status st = LLB_STATUS_INVALID_ARGUMENT;
   json_t *sub = json_object();
   char *text = NULL;
   if (!sub) {
-    api_error_set(err, 500, NULL, "out of memory");
-    st = LLB_STATUS_OUT_OF_MEMORY;
-    goto done;
-  }
-  if (!json_is_object(root)) {
-    api_error_set(err, 400, NULL, "The request body must be a JSON object, got %s", api_json_type_name(root));
+    st = api_error_oom(err);
     goto done;
   }
   if ((st = split_fields(endpoint, root, sub, out, err)) != LLB_STATUS_OK) goto done;

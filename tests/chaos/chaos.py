@@ -52,6 +52,7 @@ PROMPTS = [
     "Write about a rainy city.", "What is a lighthouse for?", "Name a few kinds of clouds.",
     "Describe the sea in winter.", "How do bees make honey?",
 ]
+STALL_S = 10.0  # a kill followed by no token for this long is reported with its time
 RETRY_FOR_S = 90.0  # a client keeps retrying a failed request this long
 API_RESTART_S = 15.0  # connections refused this long after an api server kill are its doing
 
@@ -210,8 +211,8 @@ class Run:
             pid = random.choice(pids)
             os.kill(pid, signal.SIGKILL)
             with self.lock:
-                self.kill_log.append({"victim": victim, "pid": pid, "t": time.monotonic(), "next_token_s": None,
-                                      "in_flight": self.in_flight})
+                self.kill_log.append({"victim": victim, "pid": pid, "t": time.monotonic(), "wall": time.time(),
+                                      "next_token_s": None, "in_flight": self.in_flight})
 
     def go(self):
         threads = [threading.Thread(target=self.client) for _ in range(self.args.concurrency)]
@@ -274,6 +275,11 @@ def report(args, ref, chaos):
         shown = ", ".join(("none" if k["next_token_s"] is None else f"{k['next_token_s']:.2f}") +
                           f" ({k['in_flight']} in flight)" for k in ks)
         print(f"chaos: kill {victim} x{len(ks)}: next token after [{shown}] s")
+    for k in chaos.kill_log:  # a long gap is worth reading in the serve log: say when it began
+        if k["next_token_s"] is None or k["next_token_s"] > STALL_S:
+            gap = "no token after it" if k["next_token_s"] is None else f"next token {k['next_token_s']:.1f} s later"
+            print(f"chaos: stall: kill of {k['victim']} (pid {k['pid']}) at "
+                  f"{time.strftime('%H:%M:%S', time.gmtime(k['wall']))}.{int(k['wall'] % 1 * 1000):03d} UTC, {gap}")
     for line in bad[:20]:
         print(f"FAIL {line}")
     if len(bad) > 20:
@@ -310,6 +316,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--heartbeat-ms", type=int, default=500)
     ap.add_argument("--no-nats-auth", action="store_true", help="run serve without NATS accounts")
+    ap.add_argument("--keep-log", action="store_true",
+                    help="keep the whole serve log even when the run passes (for reading a stall)")
     args = ap.parse_args()
     random.seed(args.seed)
     victims = [v for v in args.victims.split(",") if v]
@@ -341,6 +349,7 @@ def main():
         print(f"chaos: /health after the run: {status}")
         if rc:
             print(f"--- serve log (tail) ---\n{st.tail(60)}")
+        if rc or args.keep_log:
             keep = os.environ.get("LLMBUS_CHAOS_LOG_DIR", os.getcwd())
             dest = os.path.join(keep, f"chaos-serve-{int(time.time())}.log")
             try:

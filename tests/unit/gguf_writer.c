@@ -344,3 +344,44 @@ llb_status gguf_writer_add_llama_hparams(struct gguf_writer *w, const struct ggu
   if (!st) st = gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
   return st;
 }
+
+static float lcg_unit(uint64_t *rng) {
+  *rng = *rng * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (float)(uint32_t)(*rng >> 32) / 2147483648.0f - 1.0f; /* [-1, 1) */
+}
+
+static llb_status add_random_f32(struct gguf_writer *w, const char *name, int64_t cols, int64_t rows, float base,
+                                 float amp, uint64_t *rng) {
+  float *v = malloc(sizeof(float) * (size_t)(cols * rows));
+  if (!v) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "%s", name);
+  for (int64_t i = 0; i < cols * rows; i++) v[i] = base + amp * lcg_unit(rng);
+  llb_status st = rows == 1 ? gguf_writer_add_tensor_f32(w, name, 1, (int64_t[]){cols}, v)
+                            : gguf_writer_add_tensor_f32(w, name, 2, (int64_t[]){cols, rows}, v);
+  free(v);
+  return st;
+}
+
+llb_status gguf_writer_add_random_llama(struct gguf_writer *w, const struct gguf_llama_hparams *h, float embd_amp,
+                                        uint64_t *rng) {
+  const int64_t E = h->embd, F = h->ffn, V = h->vocab, QD = (int64_t)h->n_heads * h->head_dim,
+                KD = (int64_t)h->n_kv_heads * h->head_dim;
+  llb_status st = gguf_writer_add_llama_hparams(w, h);
+  if (!st) st = add_random_f32(w, "token_embd.weight", E, V, 0.0f, embd_amp, rng);
+  for (uint32_t l = 0; !st && l < h->n_layers; l++) {
+    const struct {
+      const char *name;
+      int64_t cols, rows;
+      float base, amp;
+    } t[] = {{"attn_norm", E, 1, 1.0f, 0.3f}, {"ffn_norm", E, 1, 1.0f, 0.3f},  {"attn_q", E, QD, 0.0f, 0.5f},
+             {"attn_k", E, KD, 0.0f, 0.5f},   {"attn_v", E, KD, 0.0f, 0.3f},   {"attn_output", QD, E, 0.0f, 0.2f},
+             {"ffn_gate", E, F, 0.0f, 0.2f},  {"ffn_up", E, F, 0.0f, 0.2f},   {"ffn_down", F, E, 0.0f, 0.2f}};
+    for (size_t i = 0; !st && i < sizeof t / sizeof t[0]; i++) {
+      char n[64];
+      snprintf(n, sizeof n, "blk.%u.%s.weight", l, t[i].name);
+      st = add_random_f32(w, n, t[i].cols, t[i].rows, t[i].base, t[i].amp, rng);
+    }
+  }
+  if (!st) st = add_random_f32(w, "output_norm.weight", E, 1, 1.0f, 0.3f, rng);
+  if (!st) st = add_random_f32(w, "output.weight", E, V, 0.0f, 0.6f, rng);
+  return st;
+}

@@ -85,6 +85,13 @@ struct gguf_llama_hparams {
 };
 llb_status gguf_writer_add_llama_hparams(struct gguf_writer *w, const struct gguf_llama_hparams *h);
 
+/* Adds h's hparams and every tensor of an untied LLaMA model with F32 weights drawn from a
+ * 64-bit LCG (*rng advanced, in llama.cpp's tensor order: token_embd, per layer the norms
+ * then q, k, v, o, gate, up, down, then output_norm and output). Uniform in [-1, 1) scaled
+ * per tensor kind; norms around 1; token embeddings by embd_amp. Errors: the writer's. */
+llb_status gguf_writer_add_random_llama(struct gguf_writer *w, const struct gguf_llama_hparams *h, float embd_amp,
+                                        uint64_t *rng);
+
 /* Adds a tensor: name (copied), ggml type (written as given), n_dims (0..4, written as
  * given), ne [n_dims] (fastest first), data [size_bytes] copied. Its offset is the next
  * aligned position of the data section. INVALID_ARGUMENT if n_dims > 4. */

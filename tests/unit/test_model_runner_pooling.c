@@ -26,48 +26,18 @@
 enum { L = 2, E = 48, H = 4, HKV = 2, D = 12, F = 96, V = 61, CTX = 128, BS = 4, NB = 48, MAX_TOK = 32, P = 11 };
 
 static uint64_t rng_state = 99;
-static float rndf(void) {
-  rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-  return (float)(uint32_t)(rng_state >> 32) / 2147483648.0f - 1.0f;
-}
-
 struct fixture {
   void *buf;
   struct gguf_file *f;
   struct llama_model *m;
 };
 
-static void add_f32(struct gguf_writer *w, const char *name, int64_t cols, int64_t rows, float base, float amp) {
-  float *v = malloc(sizeof(float) * (size_t)(cols * rows));
-  for (int64_t i = 0; i < cols * rows; i++) v[i] = base + amp * rndf();
-  if (rows == 1) assert_int_equal(gguf_writer_add_tensor_f32(w, name, 1, (int64_t[]){cols}, v), LLB_STATUS_OK);
-  else assert_int_equal(gguf_writer_add_tensor_f32(w, name, 2, (int64_t[]){cols, rows}, v), LLB_STATUS_OK);
-  free(v);
-}
-
 static int setup(void **state) {
   struct fixture *fx = calloc(1, sizeof(*fx));
   struct gguf_writer *w;
   assert_int_equal(gguf_writer_create(3, &w), LLB_STATUS_OK);
   const struct gguf_llama_hparams hp = {L, CTX, E, F, H, HKV, D, V, 10000.0f};
-  assert_int_equal(gguf_writer_add_llama_hparams(w, &hp), LLB_STATUS_OK);
-  add_f32(w, "token_embd.weight", E, V, 0.0f, 3.0f);
-  for (int l = 0; l < L; l++) {
-    char n[64];
-#define NAME(s) (snprintf(n, sizeof(n), "blk.%d." s, l), n)
-    add_f32(w, NAME("attn_norm.weight"), E, 1, 1.0f, 0.3f);
-    add_f32(w, NAME("ffn_norm.weight"), E, 1, 1.0f, 0.3f);
-    add_f32(w, NAME("attn_q.weight"), E, H * D, 0.0f, 0.5f);
-    add_f32(w, NAME("attn_k.weight"), E, HKV * D, 0.0f, 0.5f);
-    add_f32(w, NAME("attn_v.weight"), E, HKV * D, 0.0f, 0.3f);
-    add_f32(w, NAME("attn_output.weight"), H * D, E, 0.0f, 0.2f);
-    add_f32(w, NAME("ffn_gate.weight"), E, F, 0.0f, 0.2f);
-    add_f32(w, NAME("ffn_up.weight"), E, F, 0.0f, 0.2f);
-    add_f32(w, NAME("ffn_down.weight"), F, E, 0.0f, 0.2f);
-#undef NAME
-  }
-  add_f32(w, "output_norm.weight", E, 1, 1.0f, 0.3f);
-  add_f32(w, "output.weight", E, V, 0.0f, 0.6f);
+  assert_int_equal(gguf_writer_add_random_llama(w, &hp, 3.0f, &rng_state), LLB_STATUS_OK);
   size_t size;
   assert_int_equal(gguf_writer_write_memory(w, &fx->buf, &size), LLB_STATUS_OK);
   gguf_writer_destroy(w);
