@@ -568,7 +568,7 @@ void so_gbnf_free(struct so_gbnf *gb) {
   free(gb->class_ranges);
   free(gb->class_ascii);
   free(gb->nullable_from);
-  free(gb->alt_first);
+  free(gb->first_from);
   free(gb);
 }
 

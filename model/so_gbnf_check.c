@@ -2,7 +2,8 @@
  * so_internal.h): which rules can match "" (nullable), which can finish at all (productive),
  * that no rule reachable from the root is unproductive or left-recursive (either would let
  * the matcher run into a dead end or expand forever), and the bytes each alternative can
- * start with (so that expanding a reference skips alternatives that cannot take the byte).
+ * start with from each position (so that a byte no frame can take is refused at once and
+ * expanding a reference skips alternatives that cannot take it).
  * Fixpoints run over a worklist of the rules that refer to a changed rule, so a long chain
  * of rules (x{0,1000} makes one) costs linear time. */
 #include <stdlib.h>
@@ -215,9 +216,9 @@ llb_status so_gbnf_check(struct so_gbnf *gb, const char *const *names, const int
   a.class_first = calloc((size_t)gb->n_classes + 1, 8 * sizeof(uint32_t));
   uint8_t *reached = calloc(nr, 1), *left = calloc(nr, 1);
   gb->nullable_from = malloc((size_t)gb->n_elems);
-  gb->alt_first = calloc((size_t)gb->n_alts + 1, 8 * sizeof(uint32_t));
+  gb->first_from = calloc((size_t)gb->n_elems + 1, 8 * sizeof(uint32_t));
   if (st == LLB_STATUS_OK && (!a.nullable || !a.productive || !a.first || !a.class_first || !reached || !left ||
-                              !gb->nullable_from || !gb->alt_first))
+                              !gb->nullable_from || !gb->first_from))
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "grammar analysis");
   const int32_t root = gb->elems[0].arg;
   int32_t found = -1;
@@ -241,11 +242,15 @@ llb_status so_gbnf_check(struct so_gbnf *gb, const char *const *names, const int
     if (!fixpoint(&a, update_first)) st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "grammar analysis");
   }
   if (st == LLB_STATUS_OK) {
-    for (int32_t k = 0; k < gb->n_alts; k++) first_from(&a, gb->alts[k], &gb->alt_first[8 * k]);
     for (int32_t p = gb->n_elems - 1; p >= 0; p--) {
       const struct so_gbnf_elem *e = &gb->elems[p];
       gb->nullable_from[p] = e->kind == SO_GBNF_END ||
                              (e->kind == SO_GBNF_REF && a.nullable[e->arg] && gb->nullable_from[p + 1]);
+      if (e->kind == SO_GBNF_END) continue;
+      uint32_t *set = &gb->first_from[8 * (size_t)p];
+      const uint32_t *add = e->kind == SO_GBNF_CHARS ? &a.class_first[8 * e->arg] : &a.first[8 * e->arg];
+      const bool through = e->kind == SO_GBNF_REF && a.nullable[e->arg];
+      for (int i = 0; i < 8; i++) set[i] = add[i] | (through ? set[8 + i] : 0u);
     }
   }
   free(reached);

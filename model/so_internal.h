@@ -44,7 +44,7 @@ struct so_gbnf {
   uint32_t *class_ascii; /* [n_classes][4] bit c: ASCII c is in class k */
   int32_t n_classes;
   uint8_t *nullable_from; /* [n_elems] the rest of the alternative from a position can match "" */
-  uint32_t *alt_first;    /* [n_alts][8] bit b: an alternative's text can start with byte b */
+  uint32_t *first_from;   /* [n_elems][8] bit b: the rest of the alternative from a position can start with byte b */
 };
 
 /* Frees a compiled GBNF grammar; NULL is fine. */
@@ -52,7 +52,7 @@ void so_gbnf_free(struct so_gbnf *gb);
 
 /* Nullability, productivity, left recursion and first bytes of gb (so_gbnf_check.c); names
  * the rules of errors by names[owner[r]] (generated rules by the named rule they come
- * from), at lines[r]:cols[r]. Fills gb->nullable_from and gb->alt_first. Errors: MALFORMED
+ * from), at lines[r]:cols[r]. Fills gb->nullable_from and gb->first_from. Errors: MALFORMED
  * (a reachable rule that can never finish, left recursion), OUT_OF_MEMORY. */
 llb_status so_gbnf_check(struct so_gbnf *gb, const char *const *names, const int32_t *owner,
                          const int32_t *lines, const int32_t *cols);

@@ -467,10 +467,42 @@ static void gbnf_char_byte(struct feed_ctx *c, struct so_stack *st, const struct
   emit(c, st);
 }
 
+static bool gbnf_first_has(const struct so_gbnf *gb, uint32_t p, uint8_t b) {
+  return gb->first_from[8 * (size_t)p + b / 32] >> (b % 32) & 1u;
+}
+
+/* Can b be read by frames d, d-1, ... of st (the first that can start with b, every one
+ * above it able to end)? A byte no frame can take is refused before anything is copied. */
+static bool gbnf_viable(const struct so_gbnf *gb, const struct so_stack *st, int32_t d, uint8_t b) {
+  for (; d >= 0; d--) {
+    const uint32_t p = st->f[d].n;
+    if (gbnf_first_has(gb, p, b)) return true;
+    if (!gb->nullable_from[p]) return false;
+  }
+  return false;
+}
+
+static void feed_gbnf(struct feed_ctx *c, struct so_stack *st, uint8_t b);
+
+/* st's top frame (at a reference) reads the alternative starting at `start`: in place of the
+ * frame when the reference ends its alternative, else on a new frame above it. */
+static void gbnf_enter(struct feed_ctx *c, struct so_stack *st, bool tail, int32_t start, uint8_t b) {
+  struct so_frame *t = &st->f[st->depth - 1];
+  if (tail) {
+    t->n = (uint32_t)start;
+  } else {
+    t->n++;
+    if (!push(st, SO_FR_GBNF, t->node)) return;
+    st->f[st->depth - 1].n = (uint32_t)start;
+  }
+  feed_gbnf(c, st, b);
+}
+
 static void feed_gbnf(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   struct so_frame *f = &st->f[st->depth - 1];
   const struct so_gbnf *gb = node_of(c, f->node)->gbnf;
   const struct so_gbnf_elem *e = &gb->elems[f->n];
+  if (f->aux == 0 && !gbnf_viable(gb, st, st->depth - 1, b)) return;
   if (e->kind == SO_GBNF_CHARS) {
     gbnf_char_byte(c, st, gb, b);
     return;
@@ -482,21 +514,23 @@ static void feed_gbnf(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   }
   if (++c->expansions > SO_MAX_EXPANSIONS) return;
   const bool tail = gb->elems[f->n + 1].kind == SO_GBNF_END; /* replace the frame, not stack one */
+  const uint32_t next = f->n + 1;
+  /* an alternative that can be empty may pass b on to what follows the reference */
+  const bool after = tail ? gbnf_viable(gb, st, st->depth - 2, b)
+                          : gbnf_first_has(gb, next, b) || (gb->nullable_from[next] && gbnf_viable(gb, st, st->depth - 2, b));
+  int32_t first = -1; /* the first viable alternative goes last, on st itself: a copy saved */
   struct so_stack alt;
   for (int32_t a = gb->rule_alts[e->arg]; a < gb->rule_alts[e->arg + 1]; a++) {
     const int32_t start = gb->alts[a];
-    if (!(gb->alt_first[8 * a + b / 32] >> (b % 32) & 1u) && !gb->nullable_from[start]) continue;
-    stack_copy(&alt, st);
-    struct so_frame *t = &alt.f[alt.depth - 1];
-    if (tail) {
-      t->n = (uint32_t)start;
-    } else {
-      t->n++;
-      if (!push(&alt, SO_FR_GBNF, t->node)) continue;
-      alt.f[alt.depth - 1].n = (uint32_t)start;
+    if (!gbnf_first_has(gb, (uint32_t)start, b) && !(gb->nullable_from[start] && after)) continue;
+    if (first < 0) {
+      first = start;
+      continue;
     }
-    feed_gbnf(c, &alt, b);
+    stack_copy(&alt, st);
+    gbnf_enter(c, &alt, tail, start, b);
   }
+  if (first >= 0) gbnf_enter(c, st, tail, first, b);
 }
 
 /* Feeds b to st (scratch: may be changed), emitting every resulting stack. */
