@@ -34,7 +34,8 @@ extern "C" {
   X(QUEUE_FULL, "queue full")                                      \
   X(ABORTED, "aborted")                                            \
   X(DEVICE, "device error")                                        \
-  X(INTERNAL, "internal error")
+  X(INTERNAL, "internal error")                                    \
+  X(STATE_LOST, "state lost")
 
 /* Status of a fallible llmbus call; LLB_STATUS_OK (0) is success. */
 typedef enum llb_status {

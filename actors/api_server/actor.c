@@ -227,12 +227,17 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
   struct api_call *c = s->call;
   bool first = !s->engine_id[0];
   if (first) snprintf(s->engine_id, sizeof s->engine_id, "%s", ro->request_id.data);
+  s->t_last_heard_ns = llb_now_ns();
   if (c->client_gone) {
     /* The client left before this request's first output: abort it now. */
     if (!s->finished && !ro->finished) publish_abort(a, s);
     s->finished = true;
     if (all_subs_settled(c)) call_free(c);
     return;
+  }
+  if (ro->error.code == LLB_STATUS_STATE_LOST && api_resend_state_lost(a, c, s)) {
+    if (c->timer) evtimer_add(c->timer, &(struct timeval){.tv_sec = a->o.first_output_timeout_s});
+    return; /* the same seeded request again: its api_delta forwards only what the client lacks */
   }
   if (ro->error.code != 0) {
     struct api_error e;
@@ -454,6 +459,10 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
       evtimer_add(c->timer, &tv);
     }
   }
+  if (api_resend_after_op_restart(c->a, c, atomic_load(&c->a->op_restart_ns), llb_now_ns()) > 0 && c->timer) {
+    struct timeval tv = {.tv_sec = c->a->o.first_output_timeout_s};
+    evtimer_add(c->timer, &tv);
+  }
   if (!c->conn) return;
   struct bufferevent *bev = evhttp_connection_get_bufferevent(c->conn);
   evutil_socket_t s = bev ? bufferevent_getfd(bev) : -1;
@@ -567,6 +576,7 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
   }
   for (int32_t i = 0; i < c->num_subs; i++) {
     struct api_sub *s = &c->subs[i];
+    s->t_last_heard_ns = llb_now_ns();
     char rid[96], reply[192];
     if (c->num_subs > 1) snprintf(rid, sizeof rid, "%s-%d", id, i);
     else snprintf(rid, sizeof rid, "%s", id);

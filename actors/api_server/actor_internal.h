@@ -49,6 +49,8 @@ struct api_sub {
   struct api_sub *next; /* in the seq table bucket */
   struct api_resend resend; /* sent again while no input processor takes it (api_resend.h) */
   struct api_delta delta;   /* what was forwarded, for resync outputs (api_delta.h) */
+  int64_t t_last_heard_ns;  /* llb_now_ns of its last output, or of its (re)send */
+  int64_t op_restart_handled_ns; /* the output processor restart it was sent again for */
 };
 
 /* One HTTP request in flight. Lives on the loop thread. */
@@ -73,6 +75,8 @@ struct api_call {
   struct api_call *prev, *next;     /* the actor's list */
   struct bus_span span;             /* "http": the request from arrival to the response's end */
 };
+
+#define API_MAX_OP_SEEN 16
 
 struct health_entry {
   char actor[64];
@@ -116,6 +120,13 @@ struct api_actor {
   atomic_int_fast64_t inflight;
   struct health_entry health[MAX_HEALTH_ACTORS];
   int num_health;
+  /* Output processors seen in heartbeats (heartbeat delivery thread only): a key of
+   * instance and pid each, with when it last beat. A key that appears after the first is an
+   * output processor that restarted (or joined): op_restart_ns is set to when it was seen. */
+  uint64_t op_keys[API_MAX_OP_SEEN];
+  int64_t op_seen_ns[API_MAX_OP_SEEN];
+  int num_op_keys;
+  _Atomic int64_t op_restart_ns; /* llb_now_ns, 0 = none seen */
 };
 
 /* actor.c's handlers that actor_setup.c installs: HTTP requests, the inbox (NATS delivery

@@ -141,6 +141,30 @@ void api_on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
   llb_arena_destroy(&arena);
 }
 
+/* An output processor's beat: a new instance-and-pid key after the first one means one
+ * restarted (or joined); its predecessor's outputs may be lost (api_resend_after_op_restart). */
+static void note_output_processor(struct api_actor *a, const struct llb_heartbeat *hb, int64_t now) {
+  uint64_t key = 1469598103934665603ULL; /* FNV-1a of the instance, then the pid */
+  for (uint32_t i = 0; i < hb->instance.len; i++) key = (key ^ (uint8_t)hb->instance.data[i]) * 1099511628211ULL;
+  key = (key ^ (uint32_t)hb->pid) * 1099511628211ULL;
+  int oldest = 0;
+  for (int i = 0; i < a->num_op_keys; i++) {
+    if (a->op_keys[i] == key) {
+      a->op_seen_ns[i] = now;
+      return;
+    }
+    if (a->op_seen_ns[i] < a->op_seen_ns[oldest]) oldest = i;
+  }
+  if (a->num_op_keys > 0) {
+    atomic_store(&a->op_restart_ns, now);
+    LLB_LOG_INFO("output_processor_restart_seen", "instance=%.*s pid=%d engine_id=%.*s", (int)hb->instance.len,
+                 hb->instance.data, hb->pid, (int)hb->engine_id.len, hb->engine_id.data);
+  }
+  const int at = a->num_op_keys < API_MAX_OP_SEEN ? a->num_op_keys++ : oldest;
+  a->op_keys[at] = key;
+  a->op_seen_ns[at] = now;
+}
+
 void api_on_heartbeat(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   struct api_actor *a = user;
@@ -148,10 +172,13 @@ void api_on_heartbeat(struct bus *bus, const struct bus_msg *msg, void *user) {
   struct llb_arena arena;
   llb_arena_init(&arena, mem, sizeof mem);
   struct llb_heartbeat hb;
-  if (llb_heartbeat_decode(msg->data, msg->len, &arena, &hb) == LLB_STATUS_OK)
+  if (llb_heartbeat_decode(msg->data, msg->len, &arena, &hb) == LLB_STATUS_OK) {
+    const int64_t now = llb_now_ns();
     for (int i = 0; i < a->num_health; i++)
       if (strcmp(a->health[i].actor, hb.actor.data) == 0)
-        atomic_store(hb.ready ? &a->health[i].last_ready_ns : &a->health[i].last_not_ready_ns, llb_now_ns());
+        atomic_store(hb.ready ? &a->health[i].last_ready_ns : &a->health[i].last_not_ready_ns, now);
+    if (strcmp(hb.actor.data, "output_processor") == 0) note_output_processor(a, &hb, now);
+  }
   llb_arena_destroy(&arena);
 }
 

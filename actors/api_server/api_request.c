@@ -95,6 +95,7 @@ void api_error_from_status(int32_t code, const char *message, const char *field,
     case LLB_STATUS_NO_SERVER:
     case LLB_STATUS_CONNECTION:
     case LLB_STATUS_CLOSED:
+    case LLB_STATUS_STATE_LOST:
     case LLB_STATUS_ABORTED: status = 503; break; /* the engine failed it (dead letter, lost state) */
     default: status = 500; break;
   }

@@ -64,36 +64,60 @@ uint64_t api_random_seed(struct api_actor *a) {
   return z ^ (z >> 31);
 }
 
+/* Sends s again under a new reply subject (see api_resend_after_reconnect). */
+static bool resend_sub(struct api_actor *a, struct api_call *c, struct api_sub *s, const char *reason) {
+  char reply[192];
+  uint64_t old_seq = s->seq;
+  if (s->engine_id[0]) api_publish_abort(a, s); /* its outputs can no longer reach us */
+  api_table_remove(a, s);
+  s->seq = ++a->next_seq;
+  api_table_add(a, s);
+  snprintf(reply, sizeof reply, "%s.%llu", a->inbox, (unsigned long long)s->seq);
+  char *r = strdup(reply);
+  if (!r) { /* keep the old reply: the outputs may still come (no mapping was lost) */
+    api_table_remove(a, s);
+    s->seq = old_seq;
+    api_table_add(a, s);
+    return false;
+  }
+  free(s->resend.reply);
+  s->resend.reply = r;
+  s->resend.tries = 0;
+  s->engine_id[0] = '\0';
+  s->t_last_heard_ns = llb_now_ns();
+  api_delta_restart(&s->delta);
+  struct bus_out_msg m = {.subject = s->resend.subject, .reply = s->resend.reply, .data = s->resend.data,
+                          .len = s->resend.len, .trace = &c->span.ctx};
+  llb_status st = bus_publish_msg(a->bus, &m);
+  LLB_LOG_INFO("generate_resent", "seq=%llu old_seq=%llu reason=%s status=%s subject=%s",
+               (unsigned long long)s->seq, (unsigned long long)old_seq, reason, llb_strerror(st), s->resend.subject);
+  return true;
+}
+
 int api_resend_after_reconnect(struct api_actor *a, struct api_call *c) {
   int sent = 0;
   for (int32_t i = 0; i < c->num_subs; i++) {
     struct api_sub *s = &c->subs[i];
-    if (s->finished || !s->resend.data) continue;
-    char reply[192];
-    uint64_t old_seq = s->seq;
-    if (s->engine_id[0]) api_publish_abort(a, s); /* its outputs can no longer reach us */
-    api_table_remove(a, s);
-    s->seq = ++a->next_seq;
-    api_table_add(a, s);
-    snprintf(reply, sizeof reply, "%s.%llu", a->inbox, (unsigned long long)s->seq);
-    char *r = strdup(reply);
-    if (!r) { /* keep the old reply: the outputs may still come (no mapping was lost) */
-      api_table_remove(a, s);
-      s->seq = old_seq;
-      api_table_add(a, s);
+    if (!s->finished && s->resend.data && resend_sub(a, c, s, "reconnected")) sent++;
+  }
+  return sent;
+}
+
+bool api_resend_state_lost(struct api_actor *a, struct api_call *c, struct api_sub *s) {
+  if (s->finished || !s->resend.data || s->resend.lost_tries >= API_RESEND_MAX_TRIES) return false;
+  s->resend.lost_tries++;
+  return resend_sub(a, c, s, "state_lost");
+}
+
+int api_resend_after_op_restart(struct api_actor *a, struct api_call *c, int64_t restart_ns, int64_t now_ns) {
+  if (restart_ns == 0 || now_ns - restart_ns < API_OP_RESTART_GRACE_NS) return 0;
+  int sent = 0;
+  for (int32_t i = 0; i < c->num_subs; i++) {
+    struct api_sub *s = &c->subs[i];
+    if (s->finished || !s->resend.data || s->t_last_heard_ns >= restart_ns || s->op_restart_handled_ns == restart_ns)
       continue;
-    }
-    free(s->resend.reply);
-    s->resend.reply = r;
-    s->resend.tries = 0;
-    s->engine_id[0] = '\0';
-    api_delta_restart(&s->delta);
-    struct bus_out_msg m = {.subject = s->resend.subject, .reply = s->resend.reply, .data = s->resend.data,
-                            .len = s->resend.len, .trace = &c->span.ctx};
-    llb_status st = bus_publish_msg(a->bus, &m);
-    LLB_LOG_INFO("generate_resent", "seq=%llu old_seq=%llu reason=reconnected status=%s subject=%s",
-                 (unsigned long long)s->seq, (unsigned long long)old_seq, llb_strerror(st), s->resend.subject);
-    sent++;
+    s->op_restart_handled_ns = restart_ns;
+    if (resend_sub(a, c, s, "output_processor_restarted")) sent++;
   }
   return sent;
 }

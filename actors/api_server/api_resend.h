@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/status.h"
 
@@ -26,6 +27,7 @@ struct api_resend {
   void *data;
   size_t len;
   int tries;          /* resends so far */
+  int lost_tries;     /* resends after STATE_LOST so far */
   struct event *timer; /* NULL until the first resend */
 };
 
@@ -46,6 +48,25 @@ bool api_resend_schedule(struct api_actor *a, struct api_sub *s);
  * the seed when the client gave none), so it repeats the same tokens. Logs
  * event=generate_resent reason=reconnected. Returns how many subs were sent again. */
 int api_resend_after_reconnect(struct api_actor *a, struct api_call *c);
+
+/* Sends one unfinished sub of c again as api_resend_after_reconnect does, for the output
+ * processor's STATE_LOST (it restarted and the engine had finished the request before it could
+ * be rebuilt from the scheduler's history). At most API_RESEND_MAX_TRIES times per sub; false
+ * when nothing was sent (no copy kept, tries used up, out of memory): fail the client then.
+ * Logs event=generate_resent reason=state_lost. */
+bool api_resend_state_lost(struct api_actor *a, struct api_call *c, struct api_sub *s);
+
+/* How long after an output processor restart a sub that heard nothing since is sent again. */
+#define API_OP_RESTART_GRACE_NS (5LL * 1000000000LL)
+
+/* An output processor that restarted lost every output published while it was down: a
+ * request that finished then never reaches its client. Sends again (as
+ * api_resend_after_reconnect does) each unfinished sub of c that kept a copy and heard nothing
+ * since the restart seen at restart_ns, once API_OP_RESTART_GRACE_NS have passed (a request
+ * still running is rebuilt by the new output processor from the scheduler's history and
+ * talks again within that time), once per restart. Logs event=generate_resent
+ * reason=output_processor_restarted. Returns how many subs were sent again. */
+int api_resend_after_op_restart(struct api_actor *a, struct api_call *c, int64_t restart_ns, int64_t now_ns);
 
 /* Frees the copy and the timer (before the sub's memory goes). */
 void api_resend_free(struct api_sub *s);

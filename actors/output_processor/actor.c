@@ -301,7 +301,8 @@ static void ask_resync(struct outproc_actor *a, const char *id, const struct bus
 /* An output of a request this instance does not know (it restarted, or missed the request's
  * first output): while the engine still runs it, ask the scheduler for its whole history,
  * from which the request is rebuilt (DESIGN.md §6); the outputs until then are dropped (the
- * history holds them). Its last output cannot be rebuilt any more: the client is told once. */
+ * history holds them). Its last output cannot be rebuilt any more: the api server is told once,
+ * with STATE_LOST, and sends the (seeded) request again (api_resend.h). */
 static void handle_unknown(struct outproc_actor *a, const struct llb_engine_core_output *eo,
                            const struct bus_trace_ctx *span) {
   atomic_fetch_add(&a->unknown, 1);
@@ -317,7 +318,7 @@ static void handle_unknown(struct outproc_actor *a, const struct llb_engine_core
            "had already finished it: its end cannot be rebuilt", eo->request_id.data);
   publish_error(a, eo->reply_to.data,
                 eo->parent_request_id.len ? eo->parent_request_id.data : eo->request_id.data,
-                LLB_STATUS_ABORTED, msg, span);
+                LLB_STATUS_STATE_LOST, msg, span);
 }
 
 /* The wire's LogprobsLists → outproc's rows (in `arena`; column 0 the sampled or prompt token,

@@ -331,7 +331,8 @@ static void test_unknown_request_is_rebuilt_from_the_engines_history(void **stat
 }
 
 /* The last output of a request this instance does not know cannot be rebuilt any more (the
- * engine forgot it): the client gets a final error naming the request. */
+ * engine forgot it): the api server gets a final STATE_LOST naming the request, on which it
+ * sends the request again (a 503 over HTTP only when it cannot). */
 static void test_unknown_finished_request_gets_an_error(void **state) {
   struct fixture *f = *state;
   int64_t n1;
@@ -342,7 +343,7 @@ static void test_unknown_finished_request_gets_an_error(void **state) {
   struct llb_request_output ro;
   next_output(f, &ro);
   assert_true(ro.finished);
-  assert_int_equal(ro.error.code, LLB_STATUS_ABORTED); /* a 503 over HTTP */
+  assert_int_equal(ro.error.code, LLB_STATUS_STATE_LOST);
   assert_non_null(strstr(ro.error.message.data, "r6-0066"));
   free(a);
 }
