@@ -18,7 +18,47 @@ enum so_node_kind {
   SO_NODE_INTEGER,  /* JSON number without fraction or exponent */
   SO_NODE_LITERALS, /* exactly one of lits (serialized JSON, or raw text for choices) */
   SO_NODE_REGEX,    /* raw text matching a regex: dfa, dfa_accept (so_regex.c); root only */
+  SO_NODE_GBNF,     /* raw text in a GBNF/EBNF grammar's language: gbnf (so_gbnf.c); root only */
 };
+
+/* A compiled GBNF grammar (so_gbnf.c): rules of alternatives, each alternative a sequence of
+ * elements ending with END, all back to back in elems; terminals are classes of code points.
+ * Position 0 is a synthetic start, [REF root, END]. Every rule reachable from the root is
+ * productive (derives some finite text) and none is left-recursive, so expanding the
+ * references at a position always ends. */
+enum so_gbnf_elem_kind { SO_GBNF_END, SO_GBNF_CHARS, SO_GBNF_REF };
+
+struct so_gbnf_elem {
+  int32_t kind; /* enum so_gbnf_elem_kind */
+  int32_t arg;  /* CHARS: class; REF: rule */
+};
+
+struct so_gbnf {
+  struct so_gbnf_elem *elems; /* [n_elems] */
+  int32_t n_elems;
+  int32_t *alts;      /* [n_alts] first position of each alternative, rule by rule */
+  int32_t *rule_alts; /* [n_rules + 1] rule r's alternatives: alts[rule_alts[r] .. rule_alts[r + 1]) */
+  int32_t n_rules, n_alts;
+  uint32_t *ranges;      /* [class_ranges[n_classes]][2] inclusive code point ranges, sorted, disjoint, no surrogates */
+  int32_t *class_ranges; /* [n_classes + 1] class k: ranges[class_ranges[k] .. class_ranges[k + 1]) */
+  uint32_t *class_ascii; /* [n_classes][4] bit c: ASCII c is in class k */
+  int32_t n_classes;
+  uint8_t *nullable_from; /* [n_elems] the rest of the alternative from a position can match "" */
+  uint32_t *first_from;   /* [n_elems][8] bit b: the rest of the alternative from a position can start with byte b */
+};
+
+/* Frees a compiled GBNF grammar; NULL is fine. */
+void so_gbnf_free(struct so_gbnf *gb);
+
+/* Nullability, productivity, left recursion and first bytes of gb (so_gbnf_check.c); names
+ * the rules of errors by names[owner[r]] (generated rules by the named rule they come
+ * from), at lines[r]:cols[r]. Fills gb->nullable_from and gb->first_from. Errors: MALFORMED
+ * (a reachable rule that can never finish, left recursion), OUT_OF_MEMORY. */
+llb_status so_gbnf_check(struct so_gbnf *gb, const char *const *names, const int32_t *owner,
+                         const int32_t *lines, const int32_t *cols);
+
+/* A unique grammar id (keys the vocabulary's mask cache). */
+uint64_t so_grammar_next_id(void);
 
 struct so_property {
   char *name; /* the key as it appears between the quotes (JSON-escaped), owned */
@@ -43,6 +83,7 @@ struct so_node {
   int32_t *dfa;          /* regex: [n_dfa_states, 256] next state, -1 = byte refused; owned */
   uint8_t *dfa_accept;   /* regex: [n_dfa_states] 1 = the text so far matches; owned */
   int32_t n_dfa_states;  /* regex: state 0 is the start */
+  struct so_gbnf *gbnf;  /* GBNF: owned */
 };
 
 struct so_grammar {
@@ -62,6 +103,8 @@ enum so_frame_kind {
   SO_FR_NUMBER, /* phase: position in the number grammar; n: bytes */
   SO_FR_LIT,    /* mask: literals still matching; n: bytes */
   SO_FR_REGEX,  /* n: DFA state */
+  SO_FR_GBNF,   /* n: element position; aux: UTF-8 continuation bytes still due of the code
+                 * point being read at n, phase: its length in bytes, n2: its bits so far */
 };
 
 /* One frame; no padding, so stacks compare with memcmp. */

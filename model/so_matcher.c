@@ -205,6 +205,7 @@ static bool object_key_possible(const struct so_node *nd, const struct so_frame 
 }
 
 static void feed(struct feed_ctx *c, struct so_stack *st, uint8_t b);
+static bool gbnf_stack_complete(const struct so_grammar *g, const struct so_stack *s);
 
 static void feed_value(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   struct so_frame *f = &st->f[st->depth - 1];
@@ -222,7 +223,8 @@ static void feed_value(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   static const uint8_t kinds[] = {
       [SO_NODE_OBJECT] = SO_FR_OBJECT, [SO_NODE_ARRAY] = SO_FR_ARRAY,
       [SO_NODE_STRING] = SO_FR_STRING, [SO_NODE_NUMBER] = SO_FR_NUMBER,
-      [SO_NODE_INTEGER] = SO_FR_NUMBER, [SO_NODE_LITERALS] = SO_FR_LIT, [SO_NODE_REGEX] = SO_FR_REGEX};
+      [SO_NODE_INTEGER] = SO_FR_NUMBER, [SO_NODE_LITERALS] = SO_FR_LIT, [SO_NODE_REGEX] = SO_FR_REGEX,
+      [SO_NODE_GBNF] = SO_FR_GBNF};
   f->kind = kinds[nd->kind];
   f->phase = 0;
   f->mask = nd->kind == SO_NODE_LITERALS ? (nd->n_lits == 64 ? ~0ull : (1ull << nd->n_lits) - 1) : 0;
@@ -403,6 +405,134 @@ static void feed_regex(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   emit(c, st);
 }
 
+/* GBNF (so_gbnf.c): a frame per rule being read, the top one at the element to read next
+ * (n); references expand lazily, when a byte comes. A code point is read byte by byte
+ * (aux, phase, n2); each byte must leave some code point of the element's class possible,
+ * so no token can stop inside a character that cannot be finished. */
+
+/* Does class k hold a code point in [lo, hi]? */
+static bool gbnf_class_meets(const struct so_gbnf *gb, int32_t k, uint32_t lo, uint32_t hi) {
+  for (int32_t i = gb->class_ranges[k]; i < gb->class_ranges[k + 1]; i++) {
+    if (gb->ranges[2 * i] > hi) return false;
+    if (gb->ranges[2 * i + 1] >= lo) return true;
+  }
+  return false;
+}
+
+/* Can the code point of `len` bytes whose bits so far are v, `rem` bytes still due, be in class k? */
+static bool gbnf_char_possible(const struct so_gbnf *gb, int32_t k, uint32_t v, int len, int rem) {
+  static const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000}, max_cp[] = {0, 0x7f, 0x7ff, 0xffff, 0x10ffff};
+  uint32_t lo = v << (6 * rem), hi = lo | ((1u << (6 * rem)) - 1);
+  if (lo < min_cp[len]) lo = min_cp[len];
+  if (hi > max_cp[len]) hi = max_cp[len];
+  return lo <= hi && gbnf_class_meets(gb, k, lo, hi);
+}
+
+/* The top frame read its element: on to the next; a finished rule's frame goes. */
+static void gbnf_advance(struct feed_ctx *c, struct so_stack *st, const struct so_gbnf *gb) {
+  struct so_frame *f = &st->f[st->depth - 1];
+  f->aux = f->phase = 0;
+  f->n2 = 0;
+  f->n++;
+  while (st->depth > 0 && gb->elems[st->f[st->depth - 1].n].kind == SO_GBNF_END) st->depth--;
+  emit(c, st);
+}
+
+static void gbnf_char_byte(struct feed_ctx *c, struct so_stack *st, const struct so_gbnf *gb, uint8_t b) {
+  struct so_frame *f = &st->f[st->depth - 1];
+  const int32_t k = gb->elems[f->n].arg;
+  if (f->aux > 0) { /* a continuation byte */
+    if ((b & 0xc0) != 0x80) return;
+    const uint32_t v = f->n2 << 6 | (b & 0x3fu);
+    if (!gbnf_char_possible(gb, k, v, f->phase, f->aux - 1)) return;
+    if (--f->aux == 0) {
+      gbnf_advance(c, st, gb);
+      return;
+    }
+    f->n2 = v;
+    emit(c, st);
+    return;
+  }
+  if (b < 0x80) {
+    if (gb->class_ascii[4 * k + b / 32] >> (b % 32) & 1u) gbnf_advance(c, st, gb);
+    return;
+  }
+  const int len = b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+  if (len == 0) return;
+  const uint32_t v = b & (len == 2 ? 0x1fu : len == 3 ? 0x0fu : 0x07u);
+  if (!gbnf_char_possible(gb, k, v, len, len - 1)) return;
+  f->aux = (uint8_t)(len - 1);
+  f->phase = (uint8_t)len;
+  f->n2 = v;
+  emit(c, st);
+}
+
+static bool gbnf_first_has(const struct so_gbnf *gb, uint32_t p, uint8_t b) {
+  return gb->first_from[8 * (size_t)p + b / 32] >> (b % 32) & 1u;
+}
+
+/* Can b be read by frames d, d-1, ... of st (the first that can start with b, every one
+ * above it able to end)? A byte no frame can take is refused before anything is copied. */
+static bool gbnf_viable(const struct so_gbnf *gb, const struct so_stack *st, int32_t d, uint8_t b) {
+  for (; d >= 0; d--) {
+    const uint32_t p = st->f[d].n;
+    if (gbnf_first_has(gb, p, b)) return true;
+    if (!gb->nullable_from[p]) return false;
+  }
+  return false;
+}
+
+static void feed_gbnf(struct feed_ctx *c, struct so_stack *st, uint8_t b);
+
+/* st's top frame (at a reference) reads the alternative starting at `start`: in place of the
+ * frame when the reference ends its alternative, else on a new frame above it. */
+static void gbnf_enter(struct feed_ctx *c, struct so_stack *st, bool tail, int32_t start, uint8_t b) {
+  struct so_frame *t = &st->f[st->depth - 1];
+  if (tail) {
+    t->n = (uint32_t)start;
+  } else {
+    t->n++;
+    if (!push(st, SO_FR_GBNF, t->node)) return;
+    st->f[st->depth - 1].n = (uint32_t)start;
+  }
+  feed_gbnf(c, st, b);
+}
+
+static void feed_gbnf(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
+  struct so_frame *f = &st->f[st->depth - 1];
+  const struct so_gbnf *gb = node_of(c, f->node)->gbnf;
+  const struct so_gbnf_elem *e = &gb->elems[f->n];
+  if (f->aux == 0 && !gbnf_viable(gb, st, st->depth - 1, b)) return;
+  if (e->kind == SO_GBNF_CHARS) {
+    gbnf_char_byte(c, st, gb, b);
+    return;
+  }
+  if (e->kind == SO_GBNF_END) { /* an empty alternative: the rule is read, b goes on */
+    st->depth--;
+    if (st->depth > 0) feed(c, st, b);
+    return;
+  }
+  if (++c->expansions > SO_MAX_EXPANSIONS) return;
+  const bool tail = gb->elems[f->n + 1].kind == SO_GBNF_END; /* replace the frame, not stack one */
+  const uint32_t next = f->n + 1;
+  /* an alternative that can be empty may pass b on to what follows the reference */
+  const bool after = tail ? gbnf_viable(gb, st, st->depth - 2, b)
+                          : gbnf_first_has(gb, next, b) || (gb->nullable_from[next] && gbnf_viable(gb, st, st->depth - 2, b));
+  int32_t first = -1; /* the first viable alternative goes last, on st itself: a copy saved */
+  struct so_stack alt;
+  for (int32_t a = gb->rule_alts[e->arg]; a < gb->rule_alts[e->arg + 1]; a++) {
+    const int32_t start = gb->alts[a];
+    if (!gbnf_first_has(gb, (uint32_t)start, b) && !(gb->nullable_from[start] && after)) continue;
+    if (first < 0) {
+      first = start;
+      continue;
+    }
+    stack_copy(&alt, st);
+    gbnf_enter(c, &alt, tail, start, b);
+  }
+  if (first >= 0) gbnf_enter(c, st, tail, first, b);
+}
+
 /* Feeds b to st (scratch: may be changed), emitting every resulting stack. */
 static void feed(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   if (st->depth == 0) return;
@@ -415,6 +545,7 @@ static void feed(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   case SO_FR_NUMBER: feed_number(c, st, b); return;
   case SO_FR_LIT: feed_lit(c, st, b); return;
   case SO_FR_REGEX: feed_regex(c, st, b); return;
+  case SO_FR_GBNF: feed_gbnf(c, st, b); return;
   default: return;
   }
 }
@@ -432,10 +563,25 @@ bool so_state_feed(const struct so_grammar *g, const struct so_state *src, uint8
   return dst->n > 0;
 }
 
+/* A GBNF stack is complete when every frame can end here: the rest of each rule read is
+ * nullable and no character is half read. */
+static bool gbnf_stack_complete(const struct so_grammar *g, const struct so_stack *s) {
+  const struct so_gbnf *gb = g->nodes[s->f[0].node].gbnf;
+  for (int32_t d = 0; d < s->depth; d++) {
+    const struct so_frame *f = &s->f[d];
+    if (f->aux > 0 || !gb->nullable_from[f->n]) return false;
+  }
+  return true;
+}
+
 bool so_state_is_complete(const struct so_grammar *g, const struct so_state *src) {
   for (int32_t i = 0; i < src->n; i++) {
     const struct so_stack *s = &src->s[i];
     if (s->depth == 0) return true;
+    if (g->nodes[s->f[0].node].kind == SO_NODE_GBNF) {
+      if (gbnf_stack_complete(g, s)) return true; /* a VALUE frame at the start is at position 0 */
+      continue;
+    }
     if (s->depth != 1) continue;
     const struct so_frame *f = &s->f[0];
     if (f->kind == SO_FR_NUMBER && num_complete(f->phase)) return true;

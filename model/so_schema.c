@@ -383,12 +383,15 @@ void so_grammar_destroy(struct so_grammar *g) {
     free(nd->children);
     free(nd->dfa);
     free(nd->dfa_accept);
+    so_gbnf_free(nd->gbnf);
   }
   free(g->nodes);
   free(g);
 }
 
 static atomic_uint_fast64_t next_grammar_id = 1;
+
+uint64_t so_grammar_next_id(void) { return atomic_fetch_add(&next_grammar_id, 1); }
 
 static llb_status compiler_init(struct compiler *c) {
   memset(c, 0, sizeof(*c));

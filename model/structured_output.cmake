@@ -5,6 +5,8 @@ add_library(llmbus_structured_output STATIC
             ${CMAKE_CURRENT_LIST_DIR}/so_schema.c
             ${CMAKE_CURRENT_LIST_DIR}/so_matcher.c
             ${CMAKE_CURRENT_LIST_DIR}/so_regex.c
+            ${CMAKE_CURRENT_LIST_DIR}/so_gbnf.c
+            ${CMAKE_CURRENT_LIST_DIR}/so_gbnf_check.c
             ${CMAKE_CURRENT_LIST_DIR}/so_vocab.c)
 target_include_directories(llmbus_structured_output PUBLIC ${CMAKE_SOURCE_DIR})
 target_link_libraries(llmbus_structured_output PUBLIC llmbus_model llmbus_base PkgConfig::JANSSON)

@@ -66,6 +66,20 @@ llb_status so_grammar_compile_choice(const char *text, size_t len, struct so_gra
  * frees with so_grammar_destroy. */
 llb_status so_grammar_compile_regex(const char *text, size_t len, struct so_grammar **out);
 
+/* A grammar whose output, as raw text, is in the language of the GBNF/EBNF grammar
+ * text[0..len) (vLLM's structured_outputs.grammar / guided_grammar; xgrammar's and
+ * llama.cpp's dialect, syntax in model/so_gbnf.c): rules `name ::= ...`, the output is rule
+ * `root`; literals, character classes (ranges, negation, \x \u \U escapes, UTF-8), `.`,
+ * grouping, alternation, * + ? {m} {m,} {m,n}, # comments. Matched over code points, byte by
+ * byte (UTF-8). Errors name the line and column (1-based; columns count bytes): MALFORMED (a
+ * syntax error, an undefined or twice-defined rule, no `root`, a class that matches nothing,
+ * a reachable rule that can never finish, left recursion), UNSUPPORTED (token references
+ * <...>, Lark syntax), TOO_LARGE (over SO_MAX_SPEC_BYTES, 8192 rules, 65536 elements after
+ * rewriting repetitions, a count above 1000, parentheses nested over 64), OUT_OF_MEMORY.
+ * A reading that would nest rules deeper than the matcher's stack (40 frames) is dropped.
+ * Caller frees with so_grammar_destroy. */
+llb_status so_grammar_compile_gbnf(const char *text, size_t len, struct so_grammar **out);
+
 /* Frees a grammar; NULL is fine. Every matcher over it must be gone first. */
 void so_grammar_destroy(struct so_grammar *g);
 

@@ -71,6 +71,7 @@ static llb_status compile(const struct llb_structured_outputs *so, struct so_gra
     case LLB_SO_JSON_OBJECT: return so_grammar_compile_json_object(g);
     case LLB_SO_CHOICE: return so_grammar_compile_choice(so->spec.data, so->spec.len, g);
     case LLB_SO_REGEX: return so_grammar_compile_regex(so->spec.data, so->spec.len, g);
+    case LLB_SO_GRAMMAR: return so_grammar_compile_gbnf(so->spec.data, so->spec.len, g);
     default: return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "structured output kind %d is not supported", (int)so->kind);
   }
 }

@@ -15,10 +15,7 @@ llb_status inproc_structured_check(const struct llb_structured_outputs *so, char
     case LLB_SO_JSON_OBJECT: st = so_grammar_compile_json_object(&g); break;
     case LLB_SO_CHOICE: st = so_grammar_compile_choice(so->spec.data, so->spec.len, &g); break;
     case LLB_SO_REGEX: st = so_grammar_compile_regex(so->spec.data, so->spec.len, &g); break;
-    case LLB_SO_GRAMMAR:
-      snprintf(msg, cap, "grammar (EBNF/GBNF) constraints are not supported by this engine (supported: "
-               "json schema, json_object, choice, regex)");
-      return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "%s", msg);
+    case LLB_SO_GRAMMAR: st = so_grammar_compile_gbnf(so->spec.data, so->spec.len, &g); break;
     default:
       snprintf(msg, cap, "unknown structured output kind %d", (int)so->kind);
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "%s", msg);

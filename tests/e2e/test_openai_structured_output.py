@@ -9,12 +9,17 @@
 - response_format json_object (an object comes out); structured_outputs.choice and
   guided_choice (one of the strings);
 - structured_outputs.regex and guided_regex: every output re.fullmatch-es the pattern;
+- structured_outputs.grammar and guided_grammar (GBNF): an arithmetic grammar and a small
+  JSON-like one, seeded samples at temperature 1, streamed and not, chat and completions:
+  every output is in the grammar's language by Python's Lark (tests/unit/gbnf_ref.py);
 - errors: a schema keyword the engine cannot enforce is a 400 naming response_format and the
-  keyword; malformed schema, a regex backreference, the grammar kind (not supported), two
-  constraints at once, an unknown response_format type: 400s naming the field.
-Skips (77) without the build, the model or the venv's openai / jsonschema.
+  keyword; malformed schema, a regex backreference, a grammar with an undefined rule (line
+  and column named) or in Lark syntax, two constraints at once, an unknown response_format
+  type: 400s naming the field.
+Skips (77) without the build, the model or the venv's openai / jsonschema / lark.
 """
 import json
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,8 +28,28 @@ from api_stack import Stack, run_cases, skip
 try:
     import jsonschema
     import openai
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "unit"))
+    import gbnf_ref
 except ImportError as e:  # pragma: no cover - the venv has them
     skip(f"python module missing: {e}")
+
+# GBNF grammars with finite languages short enough for max_tokens (a cut output would not be
+# in the language).
+ARITHMETIC = r'''
+root    ::= sum " = " number
+sum     ::= product ((" + " | " - ") product){0,2}
+product ::= operand ((" * " | " / ") operand){0,1}
+operand ::= number | "(" number ((" + " | " - ") number){0,2} ")"
+number  ::= [0-9]{1,3}
+'''
+JSON_LIKE = r'''
+# a small object: up to three pairs, values numbers, booleans, strings, lists or one nested object
+root   ::= "{" pair (", " pair){0,2} "}"
+pair   ::= key ": " (value | inner)
+inner  ::= "{" key ": " value "}"
+key    ::= "\"" [a-z]{1,8} "\""
+value  ::= [0-9]{1,3} | "true" | "false" | "\"" [a-zA-Z ]{0,12} "\"" | "[" ([0-9]{1,2} (", " [0-9]{1,2}){0,2})? "]"
+'''
 
 SCHEMA = {
     "type": "object",
@@ -46,6 +71,7 @@ SCHEMA = {
 }
 RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA, "strict": True}}
 MESSAGES = [{"role": "user", "content": "Describe a person as JSON: name, home (city, floor) and pets."}]
+GRAMMAR_MESSAGES = [{"role": "user", "content": "Write a small arithmetic equation, or a small JSON object."}]
 MAX_TOKENS = 112
 
 
@@ -153,10 +179,39 @@ def main():
                 for c in r.choices:
                     assert re.fullmatch(pattern, c.message.content) and c.finish_reason == "stop", c.message.content
 
+        def grammar_outputs_are_in_the_language():
+            def chat(**kw):  # room for the longest output of both grammars (123 characters)
+                return client.chat.completions.create(model=model, messages=GRAMMAR_MESSAGES, max_tokens=200, **kw)
+            for grammar in (ARITHMETIC, JSON_LIKE):
+                ref = gbnf_ref.Reference(grammar)
+                outs = []
+                for seed, body in ((21, {"structured_outputs": {"grammar": grammar}}), (22, {"guided_grammar": grammar})):
+                    r = chat(extra_body=body, temperature=1, seed=seed, n=4)
+                    outs += [(c.message.content, c.finish_reason) for c in r.choices]
+                    stream = chat(extra_body=body, temperature=1, seed=seed + 100, n=3, stream=True)
+                    texts, finish = {}, {}
+                    for chunk in stream:
+                        for c in chunk.choices:
+                            texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
+                            if c.finish_reason:
+                                finish[c.index] = c.finish_reason
+                    assert sorted(texts) == list(range(3)), texts
+                    outs += [(texts[i], finish.get(i)) for i in range(3)]
+                r = client.completions.create(model=model, prompt="1 + 2 = 3\n", max_tokens=200, temperature=1,
+                                              seed=23, n=3, extra_body={"structured_outputs": {"grammar": grammar}})
+                outs += [(c.text, c.finish_reason) for c in r.choices]
+                assert len(outs) == 17, len(outs)
+                bad = [(t, fr) for t, fr in outs if fr != "stop" or not ref.accepts(t)]
+                assert not bad, f"{len(bad)}/17 outputs not in the language: {bad[:3]}"
+                assert len({t for t, _ in outs}) > 5, f"temperature 1 should give varied outputs: {outs}"
+
         def bad_regex_and_grammar_are_400s():
             bad_request("structured_outputs.regex", ["backreference"],
                         extra_body={"structured_outputs": {"regex": "(a)\\1"}})
-            bad_request("guided_grammar", ["not supported"], extra_body={"guided_grammar": "root ::= \"a\""})
+            bad_request("guided_grammar", ["line 2 column 14", "undefined rule 'digit'"],
+                        extra_body={"guided_grammar": "root ::= num\nnum ::= \"-\"? digit+"})
+            bad_request("structured_outputs.grammar", ["Lark syntax is not supported"],
+                        extra_body={"structured_outputs": {"grammar": "start: \"a\" | \"b\""}})
 
         def two_constraints_are_a_400():
             bad_request(("guided_choice", "response_format"), ["at most one"], response_format={"type": "json_object"},
@@ -172,6 +227,7 @@ def main():
             ("unenforceable_schema_is_a_400_naming_the_keyword", unenforceable_schema_is_a_400_naming_the_keyword),
             ("malformed_schema_is_a_400", malformed_schema_is_a_400),
             ("regex_output_fully_matches", regex_output_fully_matches),
+            ("grammar_outputs_are_in_the_language", grammar_outputs_are_in_the_language),
             ("bad_regex_and_grammar_are_400s", bad_regex_and_grammar_are_400s),
             ("two_constraints_are_a_400", two_constraints_are_a_400),
         ])

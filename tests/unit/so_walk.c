@@ -1,7 +1,7 @@
 /* Random walks under the structured-output mask, for test_structured_output.py.
  *
- *   so_walk (--schema FILE | --json-object | --choice FILE | --regex FILE) [--model GGUF] [--samples N]
- *           [--seed S] [--max-steps N] [--bench]
+ *   so_walk (--schema FILE | --json-object | --choice FILE | --regex FILE | --grammar FILE) [--model GGUF]
+ *           [--samples N] [--seed S] [--max-steps N] [--bench] [--accept HEXFILE]
  *
  * Each walk starts at the grammar's start, draws an allowed token at random (uniform, with a
  * growing pull toward closing bytes so that walks end), advances, and stops at an
@@ -17,7 +17,10 @@
  * "1,", "e+", "\\u00"), plus EOS; with --model, the GGUF's tokenizer. Exit 77 (skip) when
  * the model file is missing.
  *
- * --regex: outputs are printed hex-encoded (a regex's output may hold any byte, newlines too).
+ * --regex, --grammar (GBNF): outputs are printed hex-encoded (they may hold any byte, newlines too).
+ *
+ * --accept HEXFILE: no walks; for each line (hex-encoded bytes) prints 1 when the grammar's
+ * matcher accepts the bytes as a complete output, else 0.
  *
  * --bench: also prints to stderr the median, p90 and max wall time of so_vocab_fill_mask per
  * step over all walks (a measurement for the README, never asserted). */
@@ -94,15 +97,25 @@ static llb_status test_vocab(struct so_vocab **out, int32_t *eos_out) {
   return so_vocab_create(n, pieces, lens, &eos, 1, out);
 }
 
-/* Index of a single-byte closing token allowed by mask, preferred in this order; -1 if none. */
-static int32_t closing_token(struct so_vocab *v, const uint32_t *mask, const int32_t *byte_ids) {
-  static const char order[] = "\"}],:0";
+static bool grammar_mode; /* --grammar: closing tokens drawn at random (see closing_token) */
+static uint64_t rng_next(uint64_t *x);
+
+/* Index of a single-byte closing token allowed by mask, preferred in this order; -1 if none.
+ * GBNF walks draw one of the allowed ones at random instead: in a free-form grammar the first
+ * closer may also be what keeps the output open (csv's "" inside a quoted field). */
+static int32_t closing_token(struct so_vocab *v, const uint32_t *mask, const int32_t *byte_ids, uint64_t *rng) {
+  static const char order[] = "\"}],:0", more[] = "\"}],:0)=;\n\r({";
   (void)v;
-  for (const char *c = order; *c; c++) {
+  int32_t found[sizeof more];
+  int n = 0;
+  for (const char *c = grammar_mode ? more : order; *c; c++) {
     int32_t id = byte_ids[(uint8_t)*c];
-    if (id >= 0 && (mask[id / 32] >> (id % 32) & 1u)) return id;
+    if (id >= 0 && (mask[id / 32] >> (id % 32) & 1u)) {
+      if (!grammar_mode) return id;
+      found[n++] = id;
+    }
   }
-  return -1;
+  return n ? found[rng_next(rng) % (uint64_t)n] : -1;
 }
 
 static bool bit(const uint32_t *mask, int32_t id) { return mask[id / 32] >> (id % 32) & 1u; }
@@ -144,7 +157,7 @@ static int walk(struct so_vocab *v, struct so_matcher *m, struct so_matcher *pro
     double pull = step < 40 ? 0.0 : (step - 40) / 60.0;
     int32_t pick = -1;
     if (complete && (pull > 0 || rng_next(rng) % 4 == 0 || so_matcher_is_terminated(m))) pick = -2; /* EOS */
-    else if ((double)(rng_next(rng) % 1000) / 1000.0 < pull) pick = closing_token(v, mask, byte_ids);
+    else if ((double)(rng_next(rng) % 1000) / 1000.0 < pull) pick = closing_token(v, mask, byte_ids, rng);
     if (pick == -2) {
       int32_t eos = -1;
       for (int32_t i = 0; i < n_list && eos < 0; i++)
@@ -191,8 +204,36 @@ done:
   return rc;
 }
 
+/* --accept: one verdict per hex line of path. */
+static int accept_lines(const struct so_grammar *g, const char *path) {
+  size_t len = 0;
+  char *text = read_file(path, &len);
+  struct so_matcher *m = NULL;
+  uint8_t *bytes = malloc(len / 2 + 1);
+  if (!text || !bytes || so_matcher_create(g, &m) != LLB_STATUS_OK) {
+    fprintf(stderr, "so_walk: cannot read %s\n", path);
+    return 2;
+  }
+  for (char *line = text, *nl; *line; line = nl + 1) { /* empty lines are the empty output */
+    if (!(nl = strchr(line, '\n'))) break;
+    *nl = '\0';
+    size_t n = 0;
+    for (; line[2 * n] && line[2 * n + 1]; n++) {
+      unsigned v;
+      sscanf(line + 2 * n, "%2x", &v);
+      bytes[n] = (uint8_t)v;
+    }
+    so_matcher_reset(m);
+    printf("%d\n", so_matcher_accept_bytes(m, bytes, n) && so_matcher_is_complete(m));
+  }
+  so_matcher_destroy(m);
+  free(bytes);
+  free(text);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  const char *schema = NULL, *choice = NULL, *model = NULL, *regex = NULL;
+  const char *schema = NULL, *choice = NULL, *model = NULL, *regex = NULL, *grammar = NULL, *accept = NULL;
   bool json_object = false;
   int samples = 20, max_steps = 400;
   uint64_t seed = 1;
@@ -201,6 +242,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--schema") && has) schema = argv[++i];
     else if (!strcmp(argv[i], "--choice") && has) choice = argv[++i];
     else if (!strcmp(argv[i], "--regex") && has) regex = argv[++i], hex_output = true;
+    else if (!strcmp(argv[i], "--grammar") && has) grammar = argv[++i], hex_output = grammar_mode = true;
+    else if (!strcmp(argv[i], "--accept") && has) accept = argv[++i];
     else if (!strcmp(argv[i], "--model") && has) model = argv[++i];
     else if (!strcmp(argv[i], "--samples") && has) samples = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seed") && has) seed = strtoull(argv[++i], NULL, 10);
@@ -217,7 +260,7 @@ int main(int argc, char **argv) {
   if (json_object) st = so_grammar_compile_json_object(&g);
   else {
     size_t len = 0;
-    const char *path = schema ? schema : choice ? choice : regex;
+    const char *path = schema ? schema : choice ? choice : regex ? regex : grammar;
     char *text = path ? read_file(path, &len) : NULL;
     if (!text) {
       fprintf(stderr, "so_walk: cannot read %s\n", path ? path : "(nothing)");
@@ -225,12 +268,18 @@ int main(int argc, char **argv) {
     }
     st = schema ? so_grammar_compile_json_schema(text, len, &g)
          : choice ? so_grammar_compile_choice(text, len, &g)
-                  : so_grammar_compile_regex(text, len, &g);
+         : regex  ? so_grammar_compile_regex(text, len, &g)
+                  : so_grammar_compile_gbnf(text, len, &g);
     free(text);
   }
   if (st != LLB_STATUS_OK) {
     fprintf(stderr, "so_walk: compile: %s: %s\n", llb_strerror(st), llb_err_last());
     return 3;
+  }
+  if (accept) {
+    int rc = accept_lines(g, accept);
+    so_grammar_destroy(g);
+    return rc;
   }
   struct gguf_file *gf = NULL;
   struct tokenizer *tok = NULL;

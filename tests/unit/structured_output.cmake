@@ -4,6 +4,8 @@
 # with the so_walk tool; the venv of `make venv` provides jsonschema).
 llb_add_test(test_structured_output SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_structured_output.c
              LIBS llmbus_structured_output PkgConfig::CMOCKA LABELS unit TIMEOUT 120)
+llb_add_test(test_gbnf SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gbnf.c
+             LIBS llmbus_structured_output PkgConfig::CMOCKA LABELS unit TIMEOUT 120)
 add_executable(so_walk ${CMAKE_CURRENT_LIST_DIR}/so_walk.c)
 target_link_libraries(so_walk PRIVATE llmbus_structured_output)
 target_include_directories(so_walk PRIVATE ${CMAKE_SOURCE_DIR})
@@ -11,3 +13,8 @@ set(llb_so_py ${CMAKE_SOURCE_DIR}/.venv/bin/python)
 add_test(NAME test_structured_output_walks
          COMMAND sh -c "if [ ! -x '${llb_so_py}' ]; then echo 'SKIP: ${llb_so_py} missing (make venv)'; exit 77; fi; exec '${llb_so_py}' '${CMAKE_CURRENT_LIST_DIR}/test_structured_output.py' '$<TARGET_FILE:so_walk>' '${CMAKE_CURRENT_LIST_DIR}/data' '${LLB_DEFAULT_MODEL}'")
 set_tests_properties(test_structured_output_walks PROPERTIES TIMEOUT 600 LABELS unit SKIP_RETURN_CODE 77)
+# GBNF grammars: so_walk's walks and verdicts against Python's Lark (test_gbnf_walks.py with
+# gbnf_ref.py; the venv of `make venv` provides lark).
+add_test(NAME test_gbnf_walks
+         COMMAND sh -c "if [ ! -x '${llb_so_py}' ]; then echo 'SKIP: ${llb_so_py} missing (make venv)'; exit 77; fi; exec '${llb_so_py}' '${CMAKE_CURRENT_LIST_DIR}/test_gbnf_walks.py' '$<TARGET_FILE:so_walk>' '${CMAKE_CURRENT_LIST_DIR}/data' '${LLB_DEFAULT_MODEL}'")
+set_tests_properties(test_gbnf_walks PROPERTIES TIMEOUT 600 LABELS unit SKIP_RETURN_CODE 77)

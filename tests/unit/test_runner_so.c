@@ -131,9 +131,18 @@ static void test_same_spec_shares_a_grammar_and_matchers_follow_their_outputs(vo
   runner_so_req_free(so, &a);
   runner_so_req_free(so, &b);
   runner_so_req_free(so, &c);
-  static const char ebnf[] = "root ::= \"a\"";
+  static const char ebnf[] = "root ::= \"a\" [0-9]?"; /* a GBNF grammar: "a", then maybe a digit */
   const struct llb_structured_outputs gr = {LLB_SO_GRAMMAR, {ebnf, sizeof ebnf - 1}};
-  assert_int_equal(runner_so_req_init(so, &a, &gr), LLB_STATUS_UNSUPPORTED);
+  assert_int_equal(runner_so_req_init(so, &a, &gr), LLB_STATUS_OK);
+  assert_int_equal(runner_so_fill_mask(so, &a, mask), 1);
+  const int32_t a_tok[] = {'a' - '!'};
+  assert_int_equal(runner_so_req_sync(so, &a, a_tok, 1), LLB_STATUS_OK);
+  assert_int_equal(runner_so_fill_mask(so, &a, mask), 11); /* ten digits and EOG */
+  assert_true(mask[EOG / 32] >> (EOG % 32) & 1u);
+  runner_so_req_free(so, &a);
+  static const char bad_ebnf[] = "root ::= undefined";
+  const struct llb_structured_outputs bad = {LLB_SO_GRAMMAR, {bad_ebnf, sizeof bad_ebnf - 1}};
+  assert_int_equal(runner_so_req_init(so, &a, &bad), LLB_STATUS_MALFORMED);
   assert_null(a.grammar);
   const struct llb_structured_outputs rx = {LLB_SO_REGEX, {"[a-c]{2}", 8}}; /* a regex: two of a, b, c */
   assert_int_equal(runner_so_req_init(so, &a, &rx), LLB_STATUS_OK);
