@@ -35,7 +35,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
-from api_stack import Stack, http_get  # noqa: E402
+from api_stack import Stack, child_pids, http_get  # noqa: E402
 
 PROGRAMS = {
     "input_processor": "llmbus-input-processor",
@@ -56,23 +56,6 @@ STALL_S = 10.0  # a kill followed by no token for this long is reported with its
 RETRY_FOR_S = 90.0  # a client keeps retrying a failed request this long
 API_RESTART_S = 15.0  # connections refused this long after an api server kill are its doing
 
-
-def child_pids(parent, program):
-    """The pids of `program` among `parent`'s children (from /proc)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == parent and os.path.basename(argv0) == program:
-            out.append(int(name))
-    return out
 
 
 class Attempt:

@@ -31,6 +31,30 @@ def free_port():
         return s.getsockname()[1]
 
 
+def child_pids(parent, program):
+    """The pids of `program` (basename of argv[0]) among `parent`'s children, from /proc."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and os.path.basename(argv0) == program:
+            out.append(int(name))
+    return out
+
+
+def child_pid(parent, program):
+    """The pid of one `program` child of `parent`, or None."""
+    pids = child_pids(parent, program)
+    return pids[0] if pids else None
+
+
 def http_get(url, timeout=5.0):
     """(status, body bytes) of a GET; status 0 when nothing answers."""
     try:

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from api_stack import Stack, http_get, skip
+from api_stack import Stack, child_pid, http_get, skip
 
 try:
     import openai
@@ -24,22 +24,6 @@ RECOVERY_LIMIT_S = 30.0
 HEARTBEAT_MS = 200
 FREEZE_S = 2.0  # > 3 heartbeats: the scheduler and the api server both see the worker silent
 
-
-def child_pid(parent, program):
-    """The pid of `program` among `parent`'s children (from /proc), or None."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == parent and os.path.basename(argv0) == program:
-            return int(name)
-    return None
 
 
 def watch_health(st, fault, limit_s=RECOVERY_LIMIT_S):

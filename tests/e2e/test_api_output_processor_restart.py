@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from api_stack import Stack, metric, metrics, skip
+from api_stack import Stack, child_pid, metric, metrics, skip
 
 try:
     import openai
@@ -29,22 +29,6 @@ CHUNKS_BEFORE_KILL = 8
 HEARTBEAT_MS = 200
 ENGINE_DONE_LIMIT_S = 120.0
 
-
-def child_pid(parent, program):
-    """The pid of `program` among `parent`'s children (from /proc), or None."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == parent and os.path.basename(argv0) == program:
-            return int(name)
-    return None
 
 
 def engine_running(st):
