@@ -18,6 +18,7 @@
 
 struct worker_main {
   int32_t num_blocks, block_size, max_num_batched_tokens, threads;
+  int32_t max_model_len; /* 0 = the model's context_length */
   const char *device;
   const char *numerics;
   const char *packed_cache_dir;
@@ -55,6 +56,9 @@ static llb_status worker_main_configure(struct actor_main *am, void *user) {
                     "--num-blocks %d, --block-size %d, --max-num-batched-tokens %d, --threads %d: each must be >= 1 "
                     "(--num-blocks 0: sized from device memory, --device cuda only)",
                     m->num_blocks, m->block_size, m->max_num_batched_tokens, m->threads);
+  if (m->max_model_len < 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--max-model-len %d: >= 0 (0 = the model's context length)",
+                    m->max_model_len);
   return LLB_STATUS_OK;
 }
 
@@ -65,7 +69,8 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
       .num_blocks = m->num_blocks, .block_size = m->block_size,
       .max_num_batched_tokens = m->max_num_batched_tokens, .num_threads = m->threads,
       .device = m->dev, .gpu_memory_utilization = (float)m->gpu_memory_utilization, .matmul = m->matmul,
-      .packed_cache_dir = m->packed_cache_dir, .spec = m->spec, .mmproj_path = m->mmproj};
+      .packed_cache_dir = m->packed_cache_dir, .spec = m->spec, .mmproj_path = m->mmproj,
+      .max_model_len = m->max_model_len};
   llb_status st = gpu_worker_actor_create(&o, &m->actor);
   if (st) return st;
   if (am->metrics && (st = gpu_worker_actor_register_metrics(m->actor, am->metrics))) return st;
@@ -100,6 +105,9 @@ int main(int argc, char **argv) {
       {"gpu-memory-utilization", ACTOR_FLAG_KIND_DOUBLE, &m.gpu_memory_utilization,
        "cuda: fraction (0, 1] of device memory for weights + scratch + KV cache (sizes the KV cache "
        "when --num-blocks is 0; the number reaches kv_manager and scheduler in the heartbeat)", NULL},
+      {"max-model-len", ACTOR_FLAG_KIND_INT32, &m.max_model_len,
+       "the engine's context length limit (as the scheduler's); picks phi3 LongRoPE's factor set as "
+       "llama.cpp's n_ctx does; 0 = the model's context_length", NULL},
       {"mmproj", ACTOR_FLAG_KIND_STRING, &m.mmproj,
        "GGUF mmproj of the model (llama.cpp mtmd's format): the image encoder for image_url parts; its "
        "output width must equal the model's hidden size", NULL},

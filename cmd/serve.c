@@ -49,7 +49,7 @@ static const struct {
     {"max-num-seqs", true, A_SCHED, "requests running at once"},
     {"max-num-waiting", true, A_SCHED, "requests waiting at most (more get QUEUE_FULL / 429)"},
     {"max-num-batched-tokens", true, A_SCHED | A_WORKER, "token budget of one step"},
-    {"max-model-len", true, A_SCHED | A_IN, "context length limit (prompt + output)"},
+    {"max-model-len", true, A_SCHED | A_IN | A_WORKER, "context length limit (prompt + output)"},
     {"policy", true, A_SCHED, "fcfs | priority"},
     {"no-prefix-caching", false, A_KV | A_SCHED, "disable the prefix cache"},
     {"speculative-config", true, A_SCHED | A_WORKER,

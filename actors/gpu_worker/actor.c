@@ -108,7 +108,8 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
                                           .num_threads = o->num_threads, .device = o->device,
                                           .gpu_memory_utilization = o->gpu_memory_utilization,
                                           .gguf = a->file, .matmul = o->matmul,
-                                          .packed_cache_dir = o->packed_cache_dir, .spec = o->spec};
+                                          .packed_cache_dir = o->packed_cache_dir, .spec = o->spec,
+                                          .max_model_len = o->max_model_len};
   if ((st = model_runner_create(a->model, &cfg, &a->runner))) goto fail;
   load_structured_vocab(a);
   if (o->mmproj_path && o->mmproj_path[0] && (st = load_mmproj(a, o))) goto fail;

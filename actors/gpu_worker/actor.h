@@ -33,6 +33,7 @@ struct gpu_worker_actor_options {
   enum llama_matmul_mode matmul;  /* cpu: packed (default) or ggml numerics (model_runner_config) */
   const char *packed_cache_dir;   /* cpu: shared packed-weight cache directory (model/forward.h); NULL/"" = off */
   struct ngram_proposer_config spec; /* speculative decoding (--speculative-config); all 0 = off */
+  int32_t max_model_len;          /* cpu: the engine's context limit, 0 = the model's (model_runner_config) */
   const char *mmproj_path;        /* GGUF mmproj (model/clip.h): the "image" encoder; its output width
                                      must equal the model's hidden size. NULL/"" = images refused */
 };

@@ -69,6 +69,8 @@ struct model_runner_config {
                                      (LLAMA_MATMUL_GGML, --numerics ggml); CUDA: unused */
   const char *packed_cache_dir;   /* CPU: the host's shared packed-weight cache (llama_forward_options);
                                      NULL/"" = private packing; CUDA: unused */
+  int32_t max_model_len;          /* CPU: the engine's context limit (llama_forward_options:
+                                     phi3 LongRoPE's factor set); 0 = the model's context_length */
   struct ngram_proposer_config spec; /* speculative decoding (--speculative-config, method ngram):
                                      drafts proposed after each sample and verified when the
                                      scheduler schedules them (runner_spec.c); all 0 = off; CPU only */

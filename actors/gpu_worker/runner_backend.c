@@ -116,7 +116,8 @@ llb_status runner_backend_create(struct runner_backend *b, const struct llama_mo
   st = llama_kv_cache_create(m, cfg->num_blocks, cfg->block_size, &b->kv);
   const struct llama_forward_options fo = {.max_num_tokens = cfg->max_num_batched_tokens,
                                            .n_threads = cfg->num_threads, .matmul = cfg->matmul,
-                                           .packed_cache_dir = cfg->packed_cache_dir};
+                                           .packed_cache_dir = cfg->packed_cache_dir,
+                                           .max_model_len = cfg->max_model_len};
   if (!st) st = llama_forward_ctx_create_opts(m, &fo, &b->fwd);
   if (st) runner_backend_destroy(b);
   return st;
