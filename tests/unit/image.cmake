@@ -20,4 +20,4 @@ target_link_libraries(clip_tool PRIVATE llmbus_clip)
 target_include_directories(clip_tool PRIVATE ${CMAKE_SOURCE_DIR})
 add_test(NAME test_clip
          COMMAND sh -c "if [ ! -x '${llb_image_py}' ]; then echo 'SKIP: ${llb_image_py} missing (make venv)'; exit 77; fi; exec '${llb_image_py}' '${CMAKE_CURRENT_LIST_DIR}/test_clip.py' '$<TARGET_FILE:clip_tool>'")
-set_tests_properties(test_clip PROPERTIES TIMEOUT 600 LABELS unit SKIP_RETURN_CODE 77)
+set_tests_properties(test_clip PROPERTIES TIMEOUT 900 LABELS unit SKIP_RETURN_CODE 77)
