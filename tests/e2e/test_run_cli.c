@@ -164,8 +164,21 @@ static void test_numerics_flag_gives_the_same_answer_through_the_bus_and_in_proc
   }
 }
 
-/* English prose (plain sentences the test writes; no data file) and its words shuffled. */
-static void write_texts(const char *english_path, const char *shuffled_path) {
+/* The test text: Genesis 1-3 of the King James Version (public domain) as Debian's bible-kjv
+ * prints it (ops/install-deps.sh installs it), else plain sentences repeated. Returns how many
+ * bytes were written to buf (NUL-terminated). */
+static size_t english_text(char *buf, size_t cap) {
+  size_t n = 0;
+  FILE *p = access("/usr/bin/bible", X_OK) == 0 ? popen("/usr/bin/bible gen1:1-3:24 2>/dev/null", "r") : NULL;
+  if (p) {
+    n = fread(buf, 1, cap - 1, p);
+    if (pclose(p) != 0) n = 0;
+  }
+  if (n > 4000) {
+    buf[n] = '\0';
+    fprintf(stderr, "perplexity text: KJV Genesis 1-3 (Debian bible-kjv), %zu bytes\n", n);
+    return n;
+  }
   static const char *const sentences[] = {
       "The river rose slowly through the night, and by morning the low fields near the village were under water.",
       "Farmers moved their animals to the hills, while children carried bread and blankets to the old church.",
@@ -174,18 +187,26 @@ static void write_texts(const char *english_path, const char *shuffled_path) {
       "In the afternoon the sun came out, and the water began to fall back into the river.",
       "By the end of the week the roads were open again, and the market returned to the square.",
   };
+  const size_t ns = sizeof sentences / sizeof *sentences;
+  n = 0;
+  for (size_t rep = 0; rep < 24; rep++)
+    for (size_t i = 0; i < ns; i++)
+      n += (size_t)snprintf(buf + n, cap - n, "%s ", sentences[(i + rep) % ns]);
+  fprintf(stderr, "perplexity text: plain sentences (no /usr/bin/bible: ops/install-deps.sh installs bible-kjv)\n");
+  return n;
+}
+
+/* The English text and its words shuffled (a fixed LCG), into two files. */
+static void write_texts(const char *english_path, const char *shuffled_path) {
+  static char text[1 << 15];
+  english_text(text, sizeof text);
   FILE *e = fopen(english_path, "w"), *sh = fopen(shuffled_path, "w");
   assert_non_null(e);
   assert_non_null(sh);
-  char words[4096][24];
+  fputs(text, e);
+  static char words[8192][24];
   int nw = 0;
-  for (int rep = 0; rep < 24; rep++)
-    for (size_t i = 0; i < sizeof sentences / sizeof *sentences; i++) {
-      fprintf(e, "%s ", sentences[(i + (size_t)rep) % (sizeof sentences / sizeof *sentences)]);
-      char buf[256];
-      snprintf(buf, sizeof buf, "%s", sentences[i]);
-      for (char *w = strtok(buf, " "); w && nw < 4096; w = strtok(NULL, " ")) snprintf(words[nw++], 24, "%s", w);
-    }
+  for (char *w = strtok(text, " \n\t"); w && nw < 8192; w = strtok(NULL, " \n\t")) snprintf(words[nw++], 24, "%s", w);
   uint64_t x = 12345;
   for (int i = nw - 1; i > 0; i--) { /* Fisher-Yates with a fixed LCG */
     x = x * 6364136223846793005ull + 1442695040888963407ull;
