@@ -26,19 +26,7 @@ while [ $# -gt 0 ]; do
 done
 [ -x "$B/llmbus-bench" ] || { echo "$B/llmbus-bench missing: make build-release" >&2; exit 1; }
 [ -x "$PY" ] || { echo "$PY missing: make venv" >&2; exit 1; }
-tmp=$(mktemp -d)
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-http=$(free_port)
-mport=$(( ($(free_port) % 20000) + 30000 ))
-"$B/llmbus" serve --model "$M" --http "127.0.0.1:$http" --metrics-port "$mport" >"$tmp/serve.log" 2>&1 &
-stack=$!
-trap 'kill -TERM $stack 2>/dev/null; wait $stack 2>/dev/null || true; rm -rf "$tmp"' EXIT
-for _ in $(seq 1 240); do
-  curl -sf "http://127.0.0.1:$http/health" >/dev/null 2>&1 && break
-  sleep 0.5
-done
-wport=$(grep -o 'gpu[-_]worker[^ ]*=[0-9]*' "$tmp/serve.log" | head -1 | sed 's/.*=//')
-[ -n "$wport" ] || { echo "no gpu worker metrics port in the serve log" >&2; tail "$tmp/serve.log" >&2; exit 1; }
+. ops/bench/serve-stack.sh
 run() { # $1 = none | json_object | json_schema
   local extra=()
   [ "$1" = json_object ] && extra=(--response-format json_object)
