@@ -173,7 +173,7 @@ void supervisor_config_init(struct supervisor_config *c) {
   c->stop_timeout_ms = 35000;
   c->restart_min_ms = 100;
   c->restart_max_ms = 5000;
-  c->restart_reset_ms = 10000;
+  c->restart_reset_ms = 1000;
   c->crash_loop_max_fails = 3;
   c->crash_loop_window_ms = 5000;
 }
@@ -476,6 +476,11 @@ static void drain_all_stderr(struct supervisor *s) {
   for (int i = 0; i < s->num_children; i++) drain_child_stderr(&s->children[i]);
 }
 
+int64_t supervisor_restart_delay_ms(const struct supervisor_config *cfg, int64_t prev_ms, int64_t up_ms) {
+  if (up_ms >= cfg->restart_reset_ms || prev_ms <= 0) return cfg->restart_min_ms;
+  return prev_ms * 2 > cfg->restart_max_ms ? cfg->restart_max_ms : prev_ms * 2;
+}
+
 /* Records an exit and schedules the restart with backoff. A child that failed (non-zero exit
  * or a signal) within crash_loop_window_ms of starting, crash_loop_max_fails times in a row,
  * cannot start (bad model, port in use, bad flag): restarting it forever helps nobody, so
@@ -499,10 +504,7 @@ static void reap(struct supervisor *s, struct child *c, int status) {
     s->stop_requested = 1;
     return;
   }
-  if (up_ms >= s->cfg.restart_reset_ms || c->backoff_ms == 0)
-    c->backoff_ms = s->cfg.restart_min_ms;
-  else
-    c->backoff_ms = c->backoff_ms * 2 > s->cfg.restart_max_ms ? s->cfg.restart_max_ms : c->backoff_ms * 2;
+  c->backoff_ms = supervisor_restart_delay_ms(&s->cfg, c->backoff_ms, up_ms);
   c->restart_at_ns = now + c->backoff_ms * 1000000;
   char how[48];
   if (WIFEXITED(status))

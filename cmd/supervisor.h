@@ -9,8 +9,10 @@
  *
  * Process hygiene: each child runs in its own process group (so a signal reaches its own
  * children too) with PR_SET_PDEATHSIG(SIGTERM), so a SIGKILLed supervisor orphans nothing.
- * Restarts back off exponentially from restart_min_ms to restart_max_ms; the backoff resets
- * once a child has stayed up restart_reset_ms. Every start, exit and restart is one
+ * Restarts back off exponentially from restart_min_ms to restart_max_ms while a child keeps
+ * dying within restart_reset_ms of its start; one that stayed up longer (it was serving:
+ * killed by an operator, the OOM killer, a chaos test) restarts after restart_min_ms, since
+ * every second it is away its engine's work waits (issue: resume within 2 s of a kill). Every start, exit and restart is one
  * structured log line (base/log.h). A child that cannot start at all (it fails
  * crash_loop_max_fails times in a row, each within crash_loop_window_ms: a bad model file, a
  * port in use, a bad flag) is not restarted forever: the supervisor stops everything and
@@ -117,7 +119,8 @@ struct supervisor_config {
                                 * the actors' bus drain (30 s), so a drain is never cut */
   int64_t restart_min_ms;      /* default 100 */
   int64_t restart_max_ms;      /* default 5000 */
-  int64_t restart_reset_ms;    /* default 10000 */
+  int64_t restart_reset_ms;    /* default 1000: a child that ran this long was serving, not
+                                * failing to start, so it restarts after restart_min_ms */
   int crash_loop_max_fails;    /* a child that failed this many times in a row, each within
                                 * crash_loop_window_ms of its start, stops the supervisor
                                 * (default 3; 0 = restart forever) */
@@ -128,6 +131,12 @@ struct supervisor; /* opaque */
 
 /* Fills `c` with the defaults above. */
 void supervisor_config_init(struct supervisor_config *c);
+
+/* The delay before restarting a child that exited after up_ms of running, given the delay
+ * used for its previous restart (0: none yet), in ms: restart_min_ms when it ran at least
+ * restart_reset_ms (or for the first restart), else the previous delay doubled, at most
+ * restart_max_ms. Pure; exposed for tests. */
+int64_t supervisor_restart_delay_ms(const struct supervisor_config *cfg, int64_t prev_ms, int64_t up_ms);
 
 /* Creates a supervisor (nothing started). *out is freed with supervisor_destroy(). */
 llb_status supervisor_create(const struct supervisor_config *c, struct supervisor **out);

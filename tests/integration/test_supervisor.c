@@ -593,6 +593,22 @@ static void test_serve_ends_with_the_error_of_an_actor_that_cannot_start(void **
   nats_test_server_stop(&busy);
 }
 
+/* A child that was serving when it died (killed from outside: an operator, the OOM killer, a
+ * chaos test) comes back after restart_min_ms however often that happened; only children that
+ * keep dying right after their start back off. */
+static void test_restart_delay_backs_off_only_for_children_dying_at_start(void **state) {
+  (void)state;
+  struct supervisor_config cfg;
+  supervisor_config_init(&cfg);
+  assert_int_equal(supervisor_restart_delay_ms(&cfg, 0, 10), cfg.restart_min_ms);
+  assert_int_equal(supervisor_restart_delay_ms(&cfg, cfg.restart_min_ms, 10), 2 * cfg.restart_min_ms);
+  assert_int_equal(supervisor_restart_delay_ms(&cfg, cfg.restart_max_ms, 10), cfg.restart_max_ms);
+  /* The chaos run's case: a scheduler killed for the 7th time after 4 s of serving. */
+  assert_int_equal(supervisor_restart_delay_ms(&cfg, 3200, 3962), cfg.restart_min_ms);
+  assert_int_equal(supervisor_restart_delay_ms(&cfg, 3200, cfg.restart_reset_ms), cfg.restart_min_ms);
+  assert_true(cfg.restart_reset_ms <= 1000);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--helper") == 0) return run_helper(argv[2]);
   if (!nats_test_server_bin()) {
@@ -600,6 +616,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_restart_delay_backs_off_only_for_children_dying_at_start),
       cmocka_unit_test(test_embedded_nats_accepts_clients_and_is_removed),
       cmocka_unit_test(test_external_url_is_passed_to_children),
       cmocka_unit_test(test_killed_child_restarts_and_sigterm_leaves_no_process),
