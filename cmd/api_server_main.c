@@ -1,5 +1,5 @@
 /* llmbus-api-server: the OpenAI-compatible HTTP + SSE front door (actors/api_server/actor.h).
- * Flags: the common actor flags (cmd/actor_main.h) plus --http, --model-name,
+ * Flags: the common actor flags (cmd/actor/actor_main.h) plus --http, --model-name,
  * --max-body-bytes, --request-timeout-s, --first-output-timeout-s, --max-concurrent,
  * --tenant, --health-actors, --api-key, --api-keys, --tool-call-parser and the CORS options
  * (--allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials, as vLLM). */
@@ -10,7 +10,7 @@
 #include "actors/api_server/actor.h"
 #include "actors/api_server/api_keys.h"
 #include "actors/api_server/api_tools.h"
-#include "cmd/actor_main.h"
+#include "cmd/actor/actor_main.h"
 
 struct api_main {
   const char *http;

@@ -5,7 +5,7 @@
 
 #include "actors/encoder_cache/actor.h"
 #include "base/log.h"
-#include "cmd/actor_main.h"
+#include "cmd/actor/actor_main.h"
 
 struct ec_main {
   int32_t cache_size;

@@ -1,11 +1,11 @@
 /* llmbus-gpu-worker: SchedulerOutput → forward pass + sampling → ModelRunnerOutput on
  * <prefix>.engine.<eid>.execute (actors/gpu_worker/actor.h). Flags: the common actor flags
- * (cmd/actor_main.h) plus --num-blocks, --block-size (the same values as the kv_manager's and
+ * (cmd/actor/actor_main.h) plus --num-blocks, --block-size (the same values as the kv_manager's and
  * the scheduler's), --max-num-batched-tokens (forward scratch; >= the scheduler's),
  * --threads, --device cpu|cuda and --gpu-memory-utilization (cuda: the fraction of device
  * memory for weights, scratch and KV cache when --num-blocks is 0). Every heartbeat carries
  * the KV geometry it allocated, which a scheduler / kv_manager started with --num-blocks 0
- * adopts (cmd/actor_main.h, actor_main_wait_kv_geometry).
+ * adopts (cmd/actor/actor_main.h, actor_main_wait_kv_geometry).
  * --device cuda without a usable device (or in a build without CUDA) ends at start with exit
  * 1 and one start_failed log line naming the CUDA error; --device cpu never calls CUDA. */
 #include <stdint.h>
@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "actors/gpu_worker/actor.h"
-#include "cmd/actor_main.h"
-#include "cmd/spec_config.h"
+#include "cmd/actor/actor_main.h"
+#include "cmd/actor/spec_config.h"
 
 struct worker_main {
   int32_t num_blocks, block_size, max_num_batched_tokens, threads;

@@ -1,5 +1,5 @@
 /* llmbus-input-processor: GenerateRequest → EngineCoreRequest(s) on the bus
- * (actors/input_processor/actor.h). Flags: the common actor flags (cmd/actor_main.h) plus
+ * (actors/input_processor/actor.h). Flags: the common actor flags (cmd/actor/actor_main.h) plus
  * --max-model-len, --tenant, --router, --tenant-limits, --tenant-limit-ttl-ms, --durable and
  * --chat-template. */
 #include <stdbool.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "actors/input_processor/actor.h"
-#include "cmd/actor_main.h"
+#include "cmd/actor/actor_main.h"
 
 struct inproc_main {
   int32_t max_model_len;

@@ -5,7 +5,7 @@
 
 #include "actors/kv_manager/actor.h"
 #include "base/log.h"
-#include "cmd/actor_main.h"
+#include "cmd/actor/actor_main.h"
 
 #define KV_GEOMETRY_WAIT_MS 300000 /* a worker loading a large model onto a GPU */
 

@@ -1,8 +1,10 @@
-/* llmbus: the supervisor and client CLI. A thin dispatcher over cmd/commands.h. */
+/* llmbus: the supervisor and client CLI. A thin dispatcher: serve is cmd/supervisor's, every
+ * other command cmd/client's (cmd/client/commands.h). */
 #include <stdio.h>
 #include <string.h>
 
-#include "cmd/commands.h"
+#include "cmd/client/commands.h"
+#include "cmd/supervisor/supervisor.h"
 
 struct command {
   const char *name;

@@ -1,10 +1,10 @@
 /* llmbus-output-processor: EngineCoreOutputs → RequestOutputs on each client's reply subject
- * (actors/output_processor/actor.h). Flags: the common actor flags (cmd/actor_main.h). */
+ * (actors/output_processor/actor.h). Flags: the common actor flags (cmd/actor/actor_main.h). */
 #include <stdlib.h>
 
 #include "actors/output_processor/actor.h"
 #include "base/log.h"
-#include "cmd/actor_main.h"
+#include "cmd/actor/actor_main.h"
 
 static llb_status outproc_main_start(struct actor_main *am, void *user) {
   struct outproc_actor **actor = user;

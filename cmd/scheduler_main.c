@@ -6,8 +6,8 @@
 
 #include "actors/scheduler/actor.h"
 #include "base/log.h"
-#include "cmd/actor_main.h"
-#include "cmd/spec_config.h"
+#include "cmd/actor/actor_main.h"
+#include "cmd/actor/spec_config.h"
 #include "model/config.h"
 #include "model/gguf.h"
 

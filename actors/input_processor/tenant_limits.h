@@ -2,7 +2,7 @@
  *
  * The input processor is where a request's tenant is known for certain: the subject it
  * arrived on, <prefix>.generate.<tenant>, which only that tenant's account (or the trusted
- * front door, for the key's tenant) can publish on (cmd/serve_nats_config.h). So the limits
+ * front door, for the key's tenant) can publish on (cmd/supervisor/serve_nats_config.h). So the limits
  * are kept here, per tenant, over the engine requests (children: n > 1 counts n) this
  * input processor admitted:
  *   max_concurrent  admitted and not finished;

@@ -151,7 +151,7 @@ class Stack:
     def nats_login(self, user="tenant-default"):
         """(url, user, password file) of the embedded nats-server `llmbus serve` started: its
         log's event=nats_ready url=... and the credentials directory of event=nats_auth_generated
-        (cmd/serve_nats_config.h: every client logs in; tenant-default is the default tenant)."""
+        (cmd/supervisor/serve_nats_config.h: every client logs in; tenant-default is the default tenant)."""
         import re
         with open(self.log.name, errors="replace") as f:
             text = f.read()

@@ -1,10 +1,10 @@
-# cmd/supervisor + cmd/serve (library llmbus_supervisor); children are /bin/sleep and
+# cmd/supervisor + cmd/supervisor/serve (library llmbus_supervisor); children are /bin/sleep and
 # /bin/sh, plus a real embedded nats-server.
 llb_add_test(test_supervisor
              SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_supervisor.c
              LIBS llmbus_supervisor llmbus_bus llmbus_nats_test_server PkgConfig::CMOCKA Threads::Threads
              LABELS integration supervisor TIMEOUT 180)
-# cmd/serve_nats_config: generated accounts, users and passwords on a real nats-server.
+# cmd/supervisor/serve_nats_config: generated accounts, users and passwords on a real nats-server.
 llb_add_test(test_serve_nats_config
              SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_serve_nats_config.c
              LIBS llmbus_supervisor llmbus_bus PkgConfig::CMOCKA Threads::Threads

@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cmd/bench_http.h"
+#include "cmd/bench/bench_http.h"
 
 #define TOKEN_GAP_MS 3
 

@@ -1,4 +1,4 @@
-/* The CLI client (cmd/client.h) over a real nats-server: against a scripted responder
+/* The CLI client (cmd/client/client.h) over a real nats-server: against a scripted responder
  * (streaming, error outputs, timeout, no responders, JSON lines), and through the real input
  * and output processor actors with a fake engine that echoes the prompt tokens (the whole
  * front path: client → input processor → engine subjects → output processor → client).
@@ -20,7 +20,7 @@
 #include "actors/output_processor/actor.h"
 #include "bus/bus.h"
 #include "base/log.h"
-#include "cmd/client.h"
+#include "cmd/client/client.h"
 #include "schemas/engine_core_outputs.h"
 #include "schemas/engine_core_request.h"
 #include "schemas/generate_request.h"

@@ -1,4 +1,4 @@
-/* cmd/serve_nats_config: the locked-down NATS set-up of `llmbus serve` on a real nats-server
+/* cmd/supervisor/serve_nats_config: the locked-down NATS set-up of `llmbus serve` on a real nats-server
  * (started by the supervisor with the generated nats.conf). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,8 +15,8 @@
 #include "base/log.h"
 #include "bus/bus.h"
 #include "bus/credentials.h"
-#include "cmd/serve_nats_config.h"
-#include "cmd/supervisor.h"
+#include "cmd/supervisor/serve_nats_config.h"
+#include "cmd/supervisor/supervisor.h"
 
 static llb_status connect_as(const char *url, const char *user, const char *password, struct bus **out) {
   struct bus_options o;
@@ -132,7 +132,7 @@ static char *example_of(const char *conf) {
   assert_non_null(out);
   len += (size_t)snprintf(out, cap,
                           "# The accounts `llmbus serve --tenants` generates for the tenants default and acme\n"
-                          "# (cmd/serve_nats_config.h), passwords from the server's environment: export one\n"
+                          "# (cmd/supervisor/serve_nats_config.h), passwords from the server's environment: export one\n"
                           "# LLMBUS_PW_<USER> per user before `nats-server -c`. Checked against the generator by\n"
                           "# tests/integration/test_serve_nats_config.c (LLMBUS_WRITE_EXAMPLE=1 rewrites it).\n");
   const char *p = strchr(conf, '\n') + 1; /* the generated header line is replaced by the above */

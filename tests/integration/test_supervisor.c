@@ -22,7 +22,7 @@
 
 #include "bus/bus.h"
 #include "base/log.h"
-#include "cmd/supervisor.h"
+#include "cmd/supervisor/supervisor.h"
 #include "tests/integration/nats_test_server.h"
 
 #define WAIT_MS 30000

@@ -18,7 +18,7 @@
 
 #include <jansson.h>
 
-#include "cmd/bench.h"
+#include "cmd/bench/bench.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 

@@ -1,0 +1,709 @@
+/* `llmbus-bench serve`: a serving benchmark against any OpenAI-compatible endpoint, after
+ * vLLM's benchmarks/benchmark_serving.py (`vllm bench serve`): a dataset of prompts, sent
+ * as streamed /v1/completions at a Poisson rate (or all at once) under a concurrency cap;
+ * TTFT, TPOT, ITL and end-to-end latency per request; a result table or JSON. When the
+ * server is on this machine it also reports the resident memory of its process tree (for
+ * llmbus: the supervisor, every actor and the nats-server it started), sampled during the
+ * run.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "cmd/bench/bench.h"
+#include "cmd/bench/bench_http.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+
+#define THREAD_STACK (256 * 1024)
+#define MEM_SAMPLE_NS 500000000LL
+#define MIB (1024.0 * 1024.0)
+
+struct serve_opts {
+  const char *api_key;
+  const char *base_url, *endpoint, *model_path, *served_name, *dataset, *dataset_path, *result_file, *label;
+  int64_t num_prompts;
+  int32_t input_len, output_len, prefix_len, num_prefixes, warmup;
+  double range_ratio, request_rate, temperature, timeout_s;
+  int64_t max_concurrency;
+  uint64_t seed;
+  bool ignore_eos, prompt_ids, progress, json, memory;
+  long stack_pid;
+  const char *response_format_arg; /* --response-format: json_object or a schema file */
+  char *response_format;           /* the "response_format" object sent (JSON text), or NULL */
+  /* vLLM spellings: --host/--port (when no --base-url), --backend, --save-result */
+  const char *host, *port, *backend, *result_dir;
+  const char *spec_metrics_url; /* --spec-metrics-url: the scheduler's metrics port */
+  bool save_result, endpoint_given;
+  int32_t random_prefix_len; /* --random-prefix-len: the random dataset's shared prefix */
+  char base_url_buf[300], result_path[4096];
+};
+
+struct run {
+  const struct serve_opts *o;
+  struct bench_target target;
+  char model_name[256];
+  struct bench_dataset ds;
+  struct bench_dataset warm; /* warm-up prompts: their own seed, so no prompt of ds is cached */
+  struct bench_result *results; /* [num] */
+  double *arrivals;             /* [num] */
+  sem_t slots;
+  atomic_int_fast64_t completed, failed;
+  atomic_bool finished;
+  pid_t stack_root;
+  struct bench_mem mem_last, mem_peak;
+  int64_t t_start;
+  double load_start, load_end; /* 1-minute load average before and after the run */
+  bool have_spec;               /* spec_* read before and after the run */
+  double spec_before[3], spec_after[3]; /* drafts, draft tokens, accepted tokens */
+};
+
+static const char *const spec_series[3] = {"llmbus:spec_decode_num_drafts_total",
+                                           "llmbus:spec_decode_num_draft_tokens_total",
+                                           "llmbus:spec_decode_num_accepted_tokens_total"};
+
+/* The scheduler's speculative-decoding counters (--spec-metrics-url); false when unreadable. */
+static bool read_spec_counters(const char *url, double out[3]) {
+  struct bench_target t;
+  int status = 0;
+  char *body = NULL;
+  llb_status st = bench_target_parse(url, &t);
+  if (!st) st = bench_http_get(&t, "/metrics", 10.0, &status, &body);
+  if (st || status != 200) {
+    free(body);
+    fprintf(stderr, "llmbus-bench serve: cannot read %s/metrics (status %d): %s\n", url, status,
+            st ? llb_err_last() : "not 200");
+    return false;
+  }
+  bool ok = true;
+  for (int k = 0; k < 3; k++) ok &= bench_prom_value(body, spec_series[k], &out[k]);
+  free(body);
+  if (!ok) fprintf(stderr, "llmbus-bench serve: %s/metrics has no llmbus:spec_decode_* counters\n", url);
+  return ok;
+}
+
+static void serve_usage(FILE *f) {
+  fprintf(f,
+          "usage: llmbus-bench serve [options]\n"
+          "Streams /v1/completions requests at an OpenAI-compatible server and reports request\n"
+          "throughput, output tokens/s, TTFT, TPOT, ITL and end-to-end latency (mean, median, p99).\n"
+          "  --base-url URL          server (default http://127.0.0.1:8000)\n"
+          "  --endpoint PATH         default /v1/completions; /v1/chat/completions sends messages\n"
+          "  --model PATH            GGUF whose tokenizer makes exact-length prompts (else words)\n"
+          "  --served-model-name N   the request's \"model\" (default: the first of GET /v1/models)\n"
+          "  --dataset KIND          random (default) | shared-prefix | jsonl\n"
+          "  --dataset-path FILE     JSONL: {\"prompt\": ..., \"output_len\": N} per line\n"
+          "  --num-prompts N         default 100\n"
+          "  --input-len N           random prompt tokens (default 128)\n"
+          "  --output-len N          max_tokens (default 128)\n"
+          "  --range-ratio R         lengths uniform in [len*(1-R), len*(1+R)] (default 0)\n"
+          "  --prefix-len N          shared-prefix: tokens of the common system prompt (default 256)\n"
+          "  --num-prefixes G        shared-prefix: G distinct prefixes, request i gets prefix i %% G\n"
+          "                          (default 1; several engines: what prefix-affinity routing meets)\n"
+          "  --seed S                dataset and arrival seed (default 0)\n"
+          "  --request-rate R        Poisson arrivals, requests/s (default inf: all at once)\n"
+          "  --max-concurrency C     requests in flight at most (default: no cap)\n"
+          "  --ignore-eos            generate output-len tokens: sends ignore_eos and min_tokens\n"
+          "  --temperature T         default 0\n"
+          "  --response-format F     structured output: json_object, or FILE.json (a JSON Schema,\n"
+          "                          sent as json_schema); measures the mask's cost per token\n"
+          "  --prompt-ids            send prompts as token id arrays (needs --model)\n"
+          "  --warmup N              untimed requests first, prompts of their own (default 1)\n"
+          "  --timeout-s S           longest silence of a stream (default 600)\n"
+          "  --stack-pid PID         process tree whose memory to report (default: the local\n"
+          "                          listener of the port and its llmbus* ancestors)\n"
+          "  --no-memory             do not read /proc\n"
+          "  --no-progress           no progress bar\n"
+          "  --json                  print the result as one JSON object instead of the table\n"
+          "  --result-file FILE      also write the JSON result there\n"
+          "  --label TEXT            a name for this run in the output\n"
+          "  --spec-metrics-url URL  the engine scheduler's metrics port (llmbus serve --metrics-port\n"
+          "                          BASE: BASE+2): reports the speculative-decoding draft acceptance\n"
+          "                          rate and mean acceptance length of the run\n"
+          "  --api-key KEY           sent as `Authorization: Bearer KEY` (default $OPENAI_API_KEY)\n"
+          "vLLM's `vllm bench serve` spellings work too: --host H --port P (when no --base-url),\n"
+          "--backend vllm|openai|openai-chat, --model NAME (a GGUF file path: the tokenizer),\n"
+          "--tokenizer GGUF, --dataset-name, --random-input-len, --random-output-len,\n"
+          "--random-range-ratio, --random-prefix-len, --disable-tqdm, --save-result, --result-dir,\n"
+          "--result-filename.\n");
+}
+
+static bool num_arg(const char *v, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  *out = strtod(v, &end);
+  return errno == 0 && end != v && *end == '\0' && *out >= lo && *out <= hi;
+}
+
+/* --response-format: "json_object", or a JSON Schema file sent as json_schema. 0 ok, 2 error. */
+static int response_format_load(struct serve_opts *o) {
+  json_t *rf;
+  if (!strcmp(o->response_format_arg, "json_object")) {
+    rf = json_pack("{s:s}", "type", "json_object");
+  } else {
+    json_error_t e;
+    json_t *schema = json_load_file(o->response_format_arg, 0, &e);
+    if (!schema) {
+      fprintf(stderr, "llmbus-bench serve: --response-format %s: %s\n", o->response_format_arg, e.text);
+      return 2;
+    }
+    rf = json_pack("{s:s, s:{s:s, s:o}}", "type", "json_schema", "json_schema", "name", "bench", "schema", schema);
+  }
+  o->response_format = rf ? json_dumps(rf, JSON_COMPACT) : NULL;
+  json_decref(rf);
+  return o->response_format ? 0 : 2;
+}
+
+/* --model as vLLM means it (the model's name, which also names its tokenizer) and as we did (a
+ * GGUF file): a path to an existing file is the tokenizer, anything else the served name. */
+static void model_arg(struct serve_opts *o, const char *v) {
+  struct stat sb;
+  if (stat(v, &sb) == 0 && S_ISREG(sb.st_mode)) o->model_path = v;
+  else o->served_name = v;
+}
+
+/* The vLLM flags that combine: --host/--port into the base URL (--base-url wins, as in vLLM),
+ * --backend into the endpoint (an explicit --endpoint wins), --save-result with --result-dir
+ * and --result-filename into the result file. 0 ok, 2 usage error (printed). */
+static int resolve_vllm_flags(struct serve_opts *o) {
+  if ((o->host || o->port) && !strcmp(o->base_url, "http://127.0.0.1:8000")) {
+    if (!bench_base_url_of(o->host, o->port, o->base_url_buf, sizeof o->base_url_buf)) {
+      fprintf(stderr, "llmbus-bench serve: bad --host/--port ('%s', '%s')\n", o->host ? o->host : "",
+              o->port ? o->port : "");
+      return 2;
+    }
+    o->base_url = o->base_url_buf;
+  }
+  if (o->backend) {
+    const char *ep = bench_backend_endpoint(o->backend);
+    if (!ep) {
+      fprintf(stderr, "llmbus-bench serve: --backend %s is not an OpenAI-compatible one (vllm, openai, openai-chat)\n",
+              o->backend);
+      return 2;
+    }
+    if (!o->endpoint_given) o->endpoint = ep;
+  }
+  if (o->save_result || o->result_dir) {
+    const char *name = o->result_file ? o->result_file : "llmbus-bench-serve.json";
+    int n = o->result_dir ? snprintf(o->result_path, sizeof o->result_path, "%s/%s", o->result_dir, name)
+                          : snprintf(o->result_path, sizeof o->result_path, "%s", name);
+    if (n <= 0 || (size_t)n >= sizeof o->result_path) {
+      fprintf(stderr, "llmbus-bench serve: result path too long\n");
+      return 2;
+    }
+    o->result_file = o->result_path;
+  }
+  return 0;
+}
+
+/* 0 ok, 1 help shown, 2 usage error. */
+static int parse(int argc, char **argv, struct serve_opts *o) {
+  *o = (struct serve_opts){.base_url = "http://127.0.0.1:8000", .endpoint = "/v1/completions",
+                           .dataset = "random", .num_prompts = 100, .input_len = 128, .output_len = 128,
+                           .prefix_len = 256, .warmup = 1, .request_rate = INFINITY, .timeout_s = 600,
+                           .progress = true, .memory = true, .stack_pid = -1, .label = ""};
+  for (int i = 1; i < argc; i++) {
+    const char *a = bench_serve_flag_alias(argv[i]);
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return serve_usage(stdout), 1;
+    if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = true; continue; }
+    if (!strcmp(a, "--prompt-ids")) { o->prompt_ids = true; continue; }
+    if (!strcmp(a, "--no-progress")) { o->progress = false; continue; }
+    if (!strcmp(a, "--no-memory")) { o->memory = false; continue; }
+    if (!strcmp(a, "--json")) { o->json = true; continue; }
+    if (!strcmp(a, "--save-result")) { o->save_result = true; continue; }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "llmbus-bench serve: %s needs a value (or is unknown)\n", a);
+      return 2;
+    }
+    const char *v = argv[++i];
+    double d = 0;
+    bool ok = true;
+    if (!strcmp(a, "--base-url")) o->base_url = v;
+    else if (!strcmp(a, "--endpoint")) o->endpoint = v, o->endpoint_given = true;
+    else if (!strcmp(a, "--model")) model_arg(o, v);
+    else if (!strcmp(a, "--host")) o->host = v;
+    else if (!strcmp(a, "--port")) o->port = v;
+    else if (!strcmp(a, "--backend")) o->backend = v;
+    else if (!strcmp(a, "--result-dir")) o->result_dir = v;
+    else if (!strcmp(a, "--random-prefix-len")) ok = num_arg(v, 0, 1e6, &d), o->random_prefix_len = (int32_t)d;
+    else if (!strcmp(a, "--served-model-name")) o->served_name = v;
+    else if (!strcmp(a, "--dataset")) o->dataset = v;
+    else if (!strcmp(a, "--dataset-path")) o->dataset_path = v;
+    else if (!strcmp(a, "--result-file")) o->result_file = v;
+    else if (!strcmp(a, "--label")) o->label = v;
+    else if (!strcmp(a, "--spec-metrics-url")) o->spec_metrics_url = v;
+    else if (!strcmp(a, "--api-key")) o->api_key = v;
+    else if (!strcmp(a, "--response-format")) o->response_format_arg = v;
+    else if (!strcmp(a, "--num-prompts")) ok = num_arg(v, 1, 1e7, &d), o->num_prompts = (int64_t)d;
+    else if (!strcmp(a, "--input-len")) ok = num_arg(v, 0, 1e6, &d), o->input_len = (int32_t)d;
+    else if (!strcmp(a, "--output-len")) ok = num_arg(v, 1, 1e6, &d), o->output_len = (int32_t)d;
+    else if (!strcmp(a, "--prefix-len")) ok = num_arg(v, 0, 1e6, &d), o->prefix_len = (int32_t)d;
+    else if (!strcmp(a, "--num-prefixes")) ok = num_arg(v, 1, 1e5, &d), o->num_prefixes = (int32_t)d;
+    else if (!strcmp(a, "--warmup")) ok = num_arg(v, 0, 1000, &d), o->warmup = (int32_t)d;
+    else if (!strcmp(a, "--range-ratio")) ok = num_arg(v, 0, 0.999, &o->range_ratio);
+    else if (!strcmp(a, "--temperature")) ok = num_arg(v, 0, 100, &o->temperature);
+    else if (!strcmp(a, "--timeout-s")) ok = num_arg(v, 0.1, 86400, &o->timeout_s);
+    else if (!strcmp(a, "--seed")) ok = num_arg(v, 0, 1.8e19, &d), o->seed = (uint64_t)d;
+    else if (!strcmp(a, "--max-concurrency")) ok = num_arg(v, 1, 1e6, &d), o->max_concurrency = (int64_t)d;
+    else if (!strcmp(a, "--stack-pid")) ok = num_arg(v, 1, 4194304, &d), o->stack_pid = (long)d;
+    else if (!strcmp(a, "--request-rate")) {
+      ok = !strcmp(v, "inf") ? (o->request_rate = INFINITY, true) : num_arg(v, 1e-6, 1e9, &o->request_rate);
+    } else {
+      fprintf(stderr, "llmbus-bench serve: unknown option %s\n", a);
+      return 2;
+    }
+    if (!ok) {
+      fprintf(stderr, "llmbus-bench serve: bad value for %s: '%s'\n", a, v);
+      return 2;
+    }
+  }
+  if (resolve_vllm_flags(o) != 0) return 2;
+  if (strcmp(o->dataset, "random") && strcmp(o->dataset, "shared-prefix") && strcmp(o->dataset, "jsonl")) {
+    fprintf(stderr, "llmbus-bench serve: --dataset is random, shared-prefix or jsonl\n");
+    return 2;
+  }
+  if (!strcmp(o->dataset, "jsonl") && !o->dataset_path) {
+    fprintf(stderr, "llmbus-bench serve: --dataset jsonl needs --dataset-path\n");
+    return 2;
+  }
+  if (o->prompt_ids && bench_endpoint_is_chat(o->endpoint)) {
+    fprintf(stderr, "llmbus-bench serve: --prompt-ids sends token ids, which a chat endpoint cannot take\n");
+    return 2;
+  }
+  if (o->prompt_ids && !o->model_path) {
+    fprintf(stderr, "llmbus-bench serve: --prompt-ids needs --model (the tokenizer)\n");
+    return 2;
+  }
+  return o->response_format_arg ? response_format_load(o) : 0;
+}
+
+/* The JSON body of prompt p (bench_request_body). malloc'd. */
+static char *request_body(const struct run *r, const struct bench_prompt *p, int32_t max_tokens) {
+  const struct serve_opts *o = r->o;
+  struct bench_request_spec spec = {.model = r->model_name, .text = p->text ? p->text : "",
+                                    .max_tokens = max_tokens, .temperature = o->temperature,
+                                    .ignore_eos = o->ignore_eos, .response_format = o->response_format};
+  if (o->prompt_ids && p->ids) {
+    spec.ids = p->ids;
+    spec.num_ids = p->num_ids;
+    spec.text = NULL;
+  }
+  return bench_request_body(o->endpoint, &spec);
+}
+
+struct job {
+  struct run *r;
+  int64_t index;
+};
+
+static void *request_thread(void *arg) {
+  struct job *j = arg;
+  struct run *r = j->r;
+  const struct bench_prompt *p = &r->ds.prompts[j->index];
+  struct bench_result *res = &r->results[j->index];
+  char *body = request_body(r, p, p->output_len);
+  if (!body) {
+    memset(res, 0, sizeof *res);
+    snprintf(res->error, sizeof res->error, "cannot build the request body");
+  } else {
+    bench_http_stream(&r->target, r->o->endpoint, body, strlen(body), r->o->timeout_s, res);
+  }
+  free(body);
+  if (res->ok) atomic_fetch_add(&r->completed, 1);
+  else atomic_fetch_add(&r->failed, 1);
+  sem_post(&r->slots);
+  free(j);
+  return NULL;
+}
+
+static void sample_memory(struct run *r) {
+  if (r->stack_root <= 0) return;
+  struct bench_mem m;
+  if (bench_tree_memory(r->stack_root, &m) != LLB_STATUS_OK) return;
+  r->mem_last = m;
+  if (m.unique_bytes > r->mem_peak.unique_bytes) r->mem_peak = m;
+}
+
+static void draw_progress(struct run *r, bool final) {
+  int64_t done = atomic_load(&r->completed) + atomic_load(&r->failed), n = r->ds.num;
+  const int width = 40;
+  int fill = n ? (int)(width * done / n) : width;
+  double el = (double)(llb_now_ns() - r->t_start) / 1e9;
+  fprintf(stderr, "\r[%.*s%*s] %lld/%lld  %.1fs%s", fill, "########################################", width - fill, "",
+          (long long)done, (long long)n, el, final ? "\n" : "");
+  fflush(stderr);
+}
+
+static void *monitor_thread(void *arg) {
+  struct run *r = arg;
+  bool tty = isatty(2);
+  int64_t last_mem = 0, last_line = -1;
+  while (!atomic_load(&r->finished)) {
+    int64_t now = llb_now_ns();
+    if (r->o->memory && now - last_mem >= MEM_SAMPLE_NS) {
+      sample_memory(r);
+      last_mem = now;
+    }
+    if (r->o->progress) {
+      int64_t done = atomic_load(&r->completed) + atomic_load(&r->failed);
+      int64_t decile = r->ds.num ? done * 10 / r->ds.num : 0;
+      if (tty) draw_progress(r, false);
+      else if (decile != last_line) { /* a line per tenth when not a terminal */
+        draw_progress(r, true);
+        last_line = decile;
+      }
+    }
+    struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+/* The model id: --served-model-name, else the first of GET /v1/models. */
+static llb_status resolve_model(struct run *r) {
+  if (r->o->served_name) {
+    snprintf(r->model_name, sizeof r->model_name, "%s", r->o->served_name);
+    return LLB_STATUS_OK;
+  }
+  int status = 0;
+  char *body = NULL;
+  llb_status st = bench_http_get(&r->target, "/v1/models", 30, &status, &body);
+  if (st != LLB_STATUS_OK) return st;
+  json_error_t jerr;
+  json_t *j = json_loads(body, 0, &jerr);
+  json_t *id = json_object_get(json_array_get(json_object_get(j, "data"), 0), "id");
+  if (status == 200 && json_is_string(id)) snprintf(r->model_name, sizeof r->model_name, "%s", json_string_value(id));
+  json_decref(j);
+  free(body);
+  if (!r->model_name[0]) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "GET /v1/models gave no model id (HTTP %d)", status);
+  return LLB_STATUS_OK;
+}
+
+static llb_status load_dataset(struct run *r) {
+  const struct serve_opts *o = r->o;
+  struct gguf_file *g = NULL;
+  struct tokenizer *tok = NULL;
+  llb_status st = LLB_STATUS_OK;
+  if (o->model_path) {
+    st = gguf_open(o->model_path, &g);
+    if (st == LLB_STATUS_OK) st = tokenizer_load(g, &tok);
+    if (st != LLB_STATUS_OK) goto done;
+  }
+  if (!strcmp(o->dataset, "jsonl")) {
+    st = bench_dataset_jsonl(o->dataset_path, tok, o->output_len, o->num_prompts, &r->ds);
+  } else {
+    struct bench_random_spec spec = {.num_prompts = o->num_prompts, .input_len = o->input_len,
+                                     .output_len = o->output_len, .range_ratio = o->range_ratio, .seed = o->seed,
+                                     .prefix_len = !strcmp(o->dataset, "shared-prefix") ? o->prefix_len
+                                                                                         : o->random_prefix_len,
+                                     .num_prefixes = o->num_prefixes};
+    st = bench_dataset_random(tok, &spec, &r->ds);
+  }
+  if (st == LLB_STATUS_OK && o->warmup > 0) {
+    struct bench_random_spec ws = {.num_prompts = o->warmup, .input_len = 16, .output_len = 8,
+                                   .seed = o->seed ^ 0x5eed5eed5eedULL};
+    st = bench_dataset_random(tok, &ws, &r->warm);
+  }
+done:
+  tokenizer_destroy(tok);
+  gguf_close(g);
+  return st;
+}
+
+struct summary {
+  int64_t completed, failed, in_tokens, out_tokens;
+  double duration;
+  struct bench_dist ttft, tpot, itl, e2el;
+};
+
+static void summarize(struct run *r, struct summary *s) {
+  memset(s, 0, sizeof *s);
+  int64_t n = r->ds.num;
+  size_t n_itl = 0;
+  for (int64_t i = 0; i < n; i++) n_itl += r->results[i].num_itl;
+  double *ttft = calloc((size_t)n + 1, sizeof *ttft), *tpot = calloc((size_t)n + 1, sizeof *tpot);
+  double *e2el = calloc((size_t)n + 1, sizeof *e2el), *itl = calloc(n_itl + 1, sizeof *itl);
+  size_t n_tpot = 0, k = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const struct bench_result *x = &r->results[i];
+    if (!x->ok) {
+      s->failed++;
+      continue;
+    }
+    s->in_tokens += x->prompt_tokens >= 0 ? x->prompt_tokens : r->ds.prompts[i].input_len;
+    s->out_tokens += x->output_tokens;
+    if (ttft) ttft[s->completed] = x->ttft * 1e3;
+    if (e2el) e2el[s->completed] = x->latency * 1e3;
+    if (tpot && x->output_tokens > 1) tpot[n_tpot++] = (x->latency - x->ttft) / (double)(x->output_tokens - 1) * 1e3;
+    for (size_t j = 0; itl && j < x->num_itl; j++) itl[k++] = x->itl[j] * 1e3;
+    s->completed++;
+  }
+  if (ttft) bench_dist_of(ttft, (size_t)s->completed, &s->ttft);
+  if (e2el) bench_dist_of(e2el, (size_t)s->completed, &s->e2el);
+  if (tpot) bench_dist_of(tpot, n_tpot, &s->tpot);
+  if (itl) bench_dist_of(itl, k, &s->itl);
+  free(ttft);
+  free(tpot);
+  free(e2el);
+  free(itl);
+}
+
+static void add_dist(json_t *j, const char *name, const struct bench_dist *d) {
+  char key[64];
+  snprintf(key, sizeof key, "mean_%s_ms", name);
+  json_object_set_new(j, key, json_real(d->mean));
+  snprintf(key, sizeof key, "median_%s_ms", name);
+  json_object_set_new(j, key, json_real(d->median));
+  snprintf(key, sizeof key, "p99_%s_ms", name);
+  json_object_set_new(j, key, json_real(d->p99));
+  snprintf(key, sizeof key, "std_%s_ms", name);
+  json_object_set_new(j, key, json_real(d->std));
+}
+
+static json_t *result_json(const struct run *r, const struct summary *s) {
+  const struct serve_opts *o = r->o;
+  double dur = s->duration > 0 ? s->duration : 1e-9;
+  json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f}", "label", o->label,
+                        "base_url", o->base_url, "model_id", r->model_name, "dataset", o->dataset, "num_prompts",
+                        (json_int_t)r->ds.num, "completed", (json_int_t)s->completed, "failed",
+                        (json_int_t)s->failed, "total_input_tokens", (json_int_t)s->in_tokens,
+                        "total_output_tokens", (json_int_t)s->out_tokens, "duration", s->duration,
+                        "request_throughput", (double)s->completed / dur, "output_throughput",
+                        (double)s->out_tokens / dur, "total_token_throughput",
+                        (double)(s->in_tokens + s->out_tokens) / dur);
+  json_object_set_new(j, "request_rate", isinf(o->request_rate) ? json_string("inf") : json_real(o->request_rate));
+  json_object_set_new(j, "max_concurrency", o->max_concurrency ? json_integer(o->max_concurrency) : json_null());
+  json_object_set_new(j, "response_format", o->response_format ? json_loads(o->response_format, 0, NULL) : json_null());
+  json_object_set_new(j, "loadavg_1m_start", json_real(r->load_start));
+  json_object_set_new(j, "loadavg_1m_end", json_real(r->load_end));
+  add_dist(j, "ttft", &s->ttft);
+  add_dist(j, "tpot", &s->tpot);
+  add_dist(j, "itl", &s->itl);
+  add_dist(j, "e2el", &s->e2el);
+  if (r->mem_peak.num_procs > 0) {
+    json_object_set_new(j, "stack_root_comm", json_string(r->mem_peak.root_comm));
+    json_object_set_new(j, "stack_procs", json_integer(r->mem_peak.num_procs));
+    json_object_set_new(j, "stack_peak_mib", json_real((double)r->mem_peak.unique_bytes / MIB));
+    json_object_set_new(j, "stack_peak_pss_mib", json_real((double)r->mem_peak.pss_bytes / MIB));
+    json_object_set_new(j, "stack_peak_rss_mib", json_real((double)r->mem_peak.rss_bytes / MIB));
+    json_object_set_new(j, "stack_end_mib", json_real((double)r->mem_last.unique_bytes / MIB));
+  }
+  struct stat sb;
+  if (o->model_path && stat(o->model_path, &sb) == 0)
+    json_object_set_new(j, "model_file_mib", json_real((double)sb.st_size / MIB));
+  if (r->have_spec) {
+    const double d = r->spec_after[0] - r->spec_before[0], dt = r->spec_after[1] - r->spec_before[1];
+    const double a = r->spec_after[2] - r->spec_before[2];
+    json_object_set_new(j, "spec_decode_num_drafts", json_real(d));
+    json_object_set_new(j, "spec_decode_num_draft_tokens", json_real(dt));
+    json_object_set_new(j, "spec_decode_num_accepted_tokens", json_real(a));
+    json_object_set_new(j, "spec_decode_acceptance_rate", dt > 0 ? json_real(a / dt) : json_null());
+    json_object_set_new(j, "spec_decode_mean_acceptance_length", d > 0 ? json_real(1.0 + a / d) : json_null());
+  }
+  return j;
+}
+
+static void print_table(const struct run *r, const struct summary *s) {
+  double dur = s->duration > 0 ? s->duration : 1e-9;
+  printf("============ Serving Benchmark Result ============\n");
+  if (r->o->label[0]) printf("%-40s %s\n", "Label:", r->o->label);
+  printf("%-40s %s\n", "Server:", r->o->base_url);
+  printf("%-40s %lld\n", "Successful requests:", (long long)s->completed);
+  printf("%-40s %lld\n", "Failed requests:", (long long)s->failed);
+  if (r->o->max_concurrency) printf("%-40s %lld\n", "Maximum request concurrency:", (long long)r->o->max_concurrency);
+  if (isinf(r->o->request_rate)) printf("%-40s inf\n", "Request rate (req/s):");
+  else printf("%-40s %.2f\n", "Request rate (req/s):", r->o->request_rate);
+  printf("%-40s %.2f\n", "Benchmark duration (s):", s->duration);
+  printf("%-40s %.2f -> %.2f\n", "Load average, 1 min (start -> end):", r->load_start, r->load_end);
+  printf("%-40s %lld\n", "Total input tokens:", (long long)s->in_tokens);
+  printf("%-40s %lld\n", "Total generated tokens:", (long long)s->out_tokens);
+  printf("%-40s %.2f\n", "Request throughput (req/s):", (double)s->completed / dur);
+  printf("%-40s %.2f\n", "Output token throughput (tok/s):", (double)s->out_tokens / dur);
+  printf("%-40s %.2f\n", "Total token throughput (tok/s):", (double)(s->in_tokens + s->out_tokens) / dur);
+  const struct { const char *title, *name; const struct bench_dist *d; } rows[] = {
+      {"Time to First Token", "TTFT", &s->ttft},
+      {"Time per Output Token (excl. 1st token)", "TPOT", &s->tpot},
+      {"Inter-token Latency", "ITL", &s->itl},
+      {"End-to-end Latency", "E2EL", &s->e2el}};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    int pad = (int)(50 - strlen(rows[i].title)) / 2;
+    printf("%.*s%s%.*s\n", pad, "--------------------------------------------------", rows[i].title,
+           (int)(50 - strlen(rows[i].title) - (size_t)pad), "--------------------------------------------------");
+    char k[64];
+    snprintf(k, sizeof k, "Mean %s (ms):", rows[i].name);
+    printf("%-40s %.2f\n", k, rows[i].d->mean);
+    snprintf(k, sizeof k, "Median %s (ms):", rows[i].name);
+    printf("%-40s %.2f\n", k, rows[i].d->median);
+    snprintf(k, sizeof k, "P99 %s (ms):", rows[i].name);
+    printf("%-40s %.2f\n", k, rows[i].d->p99);
+  }
+  if (r->have_spec) { /* vLLM's SpecDecoding metrics over the run */
+    const double d = r->spec_after[0] - r->spec_before[0], dt = r->spec_after[1] - r->spec_before[1];
+    const double a = r->spec_after[2] - r->spec_before[2];
+    printf("%s\n", "--------------Speculative decoding---------------");
+    printf("%-40s %.0f\n", "Draft tokens verified:", dt);
+    printf("%-40s %.0f\n", "Draft tokens accepted:", a);
+    printf("%-40s %.1f\n", "Draft acceptance rate (%):", dt > 0 ? 100.0 * a / dt : 0.0);
+    printf("%-40s %.2f\n", "Mean acceptance length:", d > 0 ? 1.0 + a / d : 0.0);
+  }
+  if (r->mem_peak.num_procs > 0) {
+    printf("%s\n", "-----------Server resident memory (/proc)----------");
+    printf("%-40s %s (%d processes)\n", "Process tree of:", r->mem_peak.root_comm, r->mem_peak.num_procs);
+    printf("%-40s %.1f\n", "Peak resident, shared once (MiB):", (double)r->mem_peak.unique_bytes / MIB);
+    printf("%-40s %.1f\n", "Peak PSS, sum (MiB):", (double)r->mem_peak.pss_bytes / MIB);
+    printf("%-40s %.1f\n", "Peak RSS, sum (MiB):", (double)r->mem_peak.rss_bytes / MIB);
+    struct stat sb;
+    if (r->o->model_path && stat(r->o->model_path, &sb) == 0)
+      printf("%-40s %.1f\n", "Model file (MiB):", (double)sb.st_size / MIB);
+  }
+  printf("==================================================\n");
+}
+
+static void warm_up(struct run *r) {
+  for (int32_t w = 0; w < r->o->warmup; w++) {
+    const struct bench_prompt *p = &r->warm.prompts[w];
+    char *body = request_body(r, p, p->output_len);
+    struct bench_result res;
+    if (body) bench_http_stream(&r->target, r->o->endpoint, body, strlen(body), r->o->timeout_s, &res);
+    else memset(&res, 0, sizeof res);
+    if (!res.ok) fprintf(stderr, "llmbus-bench serve: warm-up request failed: %s\n", body ? res.error : "no body");
+    bench_result_free(&res);
+    free(body);
+  }
+}
+
+static int run_benchmark(struct run *r) {
+  const struct serve_opts *o = r->o;
+  int64_t n = r->ds.num;
+  r->results = calloc((size_t)n, sizeof *r->results);
+  r->arrivals = calloc((size_t)n, sizeof *r->arrivals);
+  pthread_t *threads = calloc((size_t)n, sizeof *threads);
+  bool *started = calloc((size_t)n, sizeof *started);
+  if (!r->results || !r->arrivals || !threads || !started) {
+    fprintf(stderr, "llmbus-bench serve: out of memory\n");
+    free(threads);
+    free(started);
+    return 1;
+  }
+  bench_poisson_arrivals(o->seed, o->request_rate, n, r->arrivals);
+  int64_t cap = o->max_concurrency > 0 ? o->max_concurrency : n;
+  sem_init(&r->slots, 0, (unsigned)(cap < 1000000 ? cap : 1000000));
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, THREAD_STACK);
+  pthread_t monitor;
+  r->have_spec = o->spec_metrics_url && read_spec_counters(o->spec_metrics_url, r->spec_before);
+  r->load_start = bench_loadavg();
+  r->t_start = llb_now_ns();
+  bool have_monitor = pthread_create(&monitor, NULL, monitor_thread, r) == 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t due = r->t_start + (int64_t)(r->arrivals[i] * 1e9);
+    int64_t now = llb_now_ns();
+    if (due > now) {
+      struct timespec ts = {(time_t)((due - now) / 1000000000LL), (long)((due - now) % 1000000000LL)};
+      while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    }
+    while (sem_wait(&r->slots) != 0 && errno == EINTR) {}
+    struct job *j = malloc(sizeof *j);
+    if (j) *j = (struct job){r, i};
+    if (!j || pthread_create(&threads[i], &attr, request_thread, j) != 0) {
+      free(j);
+      snprintf(r->results[i].error, sizeof r->results[i].error, "cannot start a thread");
+      atomic_fetch_add(&r->failed, 1);
+      sem_post(&r->slots);
+      continue;
+    }
+    started[i] = true;
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (started[i]) pthread_join(threads[i], NULL);
+  int64_t t_end = llb_now_ns();
+  r->load_end = bench_loadavg();
+  if (r->have_spec) r->have_spec = read_spec_counters(o->spec_metrics_url, r->spec_after);
+  atomic_store(&r->finished, true);
+  if (have_monitor) pthread_join(monitor, NULL);
+  if (o->memory) sample_memory(r);
+  if (o->progress) draw_progress(r, true);
+  pthread_attr_destroy(&attr);
+  sem_destroy(&r->slots);
+  free(threads);
+  free(started);
+
+  struct summary s;
+  summarize(r, &s);
+  s.duration = (double)(t_end - r->t_start) / 1e9;
+  for (int64_t i = 0, shown = 0; i < n && shown < 3; i++)
+    if (!r->results[i].ok) {
+      fprintf(stderr, "llmbus-bench serve: request %lld failed: %s\n", (long long)i, r->results[i].error);
+      shown++;
+    }
+  json_t *j = result_json(r, &s);
+  if (o->result_file && j && json_dump_file(j, o->result_file, JSON_INDENT(2)) != 0)
+    fprintf(stderr, "llmbus-bench serve: cannot write %s\n", o->result_file);
+  if (o->json) {
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    if (text) printf("%s\n", text);
+    free(text);
+  } else {
+    print_table(r, &s);
+  }
+  json_decref(j);
+  return s.completed > 0 && s.failed == 0 ? 0 : 1;
+}
+
+int bench_serve_main(int argc, char **argv) {
+  struct serve_opts o;
+  int rc = parse(argc, argv, &o);
+  if (rc) return rc == 1 ? 0 : rc;
+  struct run *r = calloc(1, sizeof *r);
+  if (!r) return 1;
+  r->o = &o;
+  rc = 1;
+  if (bench_target_parse(o.base_url, &r->target) != LLB_STATUS_OK) {
+    fprintf(stderr, "llmbus-bench serve: %s\n", llb_err_last());
+    goto done;
+  }
+  const char *key = o.api_key ? o.api_key : getenv("OPENAI_API_KEY");
+  if (key && *key) {
+    if (strlen(key) >= sizeof r->target.api_key || strpbrk(key, "\r\n")) {
+      fprintf(stderr, "llmbus-bench serve: --api-key: too long or holds a line break\n");
+      goto done;
+    }
+    snprintf(r->target.api_key, sizeof r->target.api_key, "%s", key);
+  }
+  if (load_dataset(r) != LLB_STATUS_OK) {
+    fprintf(stderr, "llmbus-bench serve: dataset: %s\n", llb_err_last());
+    goto done;
+  }
+  if (resolve_model(r) != LLB_STATUS_OK) {
+    fprintf(stderr, "llmbus-bench serve: %s\n", llb_err_last());
+    goto done;
+  }
+  if (o.memory) {
+    pid_t pid = o.stack_pid > 0 ? (pid_t)o.stack_pid : bench_find_listener(atoi(r->target.port));
+    r->stack_root = pid > 0 && o.stack_pid <= 0 ? bench_stack_root(pid, "llmbus") : pid;
+  }
+  warm_up(r);
+  if (o.memory) sample_memory(r);
+  rc = run_benchmark(r);
+done:
+  if (r->results)
+    for (int64_t i = 0; i < r->ds.num; i++) bench_result_free(&r->results[i]);
+  free(r->results);
+  free(r->arrivals);
+  bench_dataset_free(&r->ds);
+  bench_dataset_free(&r->warm);
+  free(r);
+  free(o.response_format);
+  return rc;
+}

@@ -1,0 +1,32 @@
+/* llmbus-kernel-bench: prefill and decode tok/s of the CPU forward pass (model/forward.h) on a
+ * real GGUF model, the median (min, max) of N runs and the CPU ms per token; optionally a
+ * greedy check of the answer and each rate as a fraction of the machine's roofline
+ * (kernels/cpu/bench/roofline.h). Shapes follow llama-bench's pp512 / tg runs. */
+#ifndef LLB_CMD_KERNEL_BENCH_H
+#define LLB_CMD_KERNEL_BENCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define KERNEL_BENCH_MAX_BATCH 64  /* sequences of one decode step */
+#define KERNEL_BENCH_MAX_BATCHES 8 /* batch sizes of one run */
+
+/* What to measure (strings borrowed). */
+struct kernel_bench_options {
+  const char *model;            /* GGUF path */
+  const char *packed_cache_dir; /* the forward's packed-weight cache (NULL: private packing) */
+  int threads;                  /* >= 1 */
+  int runs;                     /* 1..64, after one warm-up run */
+  int n_prefill;                /* tokens of the prefill step; 0 = no prefill */
+  int n_decode;                 /* >= 1 decode steps after a 16-token prompt */
+  int32_t batches[KERNEL_BENCH_MAX_BATCHES]; /* [n_batches] decode batch sizes, 1..64 */
+  int n_batches;
+  bool check;    /* the ChatML "capital of France?" prompt, greedily: fails without "Paris" */
+  bool roofline; /* measure the machine's bounds first and print each rate as a fraction */
+};
+
+/* Runs the benchmark, printing to stdout (errors to stderr). Returns the process exit code:
+ * 0, 1 (an error, or --check without "Paris"), 2 (options out of range). */
+int kernel_bench_run(const struct kernel_bench_options *o);
+
+#endif

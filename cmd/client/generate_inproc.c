@@ -1,0 +1,412 @@
+/* `llmbus generate --inproc`: one prompt through the model in this process, no bus.
+ *
+ * GGUF -> chat template (unless --raw) -> tokenizer -> prefill (chunks of PREFILL_CHUNK rows)
+ * and decode through llama_forward over a paged KV cache with a trivial contiguous block
+ * table -> sampler -> streaming detokenizer to stdout. Stops at a token of the model's
+ * end-of-generation set (tokenizer_is_eog: EOS, EOT, <|im_end|>, ... as llama.cpp; a control
+ * token outside it, such as <file_sep>, is generated and hidden like any control token) or
+ * after --max-tokens. --json prints, instead of the streamed text, one JSON line shaped like
+ * the bus path's RequestOutput (`llmbus generate --json`): prompt_token_ids, outputs[0] with
+ * text, token_ids (the stopping token included, as the engine's), finish_reason ("stop" or
+ * "length") and stop_reason (the stopping token's id when it is not EOS, else null), finished.
+ * Sampling defaults are vLLM's (temperature 1, top_p 1, ...); without --seed a seed is drawn
+ * from the clock. A one-line timing summary goes to stderr. --json-object, --json-schema FILE
+ * and --choice JSON constrain the output with the structured-output mask
+ * (cmd/client/generate_structured.h): masked tokens get -inf before sampling.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "actors/gpu_worker/sampler.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "cmd/client/commands.h"
+#include "cmd/client/generate_structured.h"
+#include "model/chat_template.h"
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "schemas/sampling_params.h"
+
+#define BLOCK_SIZE 16
+#define PREFILL_CHUNK 512
+#define DEFAULT_MAX_TOKENS 256
+
+struct inproc_opts {
+  const char *model_path;
+  const char *prompt;
+  const char *system;
+  const char *chat_template; /* NULL = the model's own */
+  bool raw;
+  bool json;
+  int32_t threads;
+  enum llama_matmul_mode matmul; /* --numerics packed|ggml */
+  struct llb_sampling_params sp;
+  bool json_object;               /* --json-object */
+  const char *json_schema_path;   /* --json-schema FILE */
+  const char *choice;             /* --choice JSON array of strings */
+};
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: llmbus generate --inproc --model M.gguf [--raw] [--temperature T] [--top-p P]\n"
+          "         [--top-k K] [--min-p P] [--max-tokens N] [--seed S] [--threads N]\n"
+          "         [--system TEXT] [--chat-template NAME] [--numerics packed|ggml] [--json]\n"
+          "         [--json-object | --json-schema FILE | --choice JSON] \"prompt\"\n"
+          "Runs the model in this process (no bus) and streams the answer to stdout.\n"
+          "  --raw          no chat template: the prompt is plain text to continue\n"
+          "  --json         one JSON line at the end instead of the streamed text: prompt and\n"
+          "                 output token ids, text, finish_reason, stop_reason\n"
+          "  --chat-template  name a template instead of the model's (chatml, smollm2, llama3,\n"
+          "                 mistral, mistral-v3, gemma, gemma3, phi3)\n"
+          "  --json-object  the output is a JSON object (OpenAI response_format json_object)\n"
+          "  --json-schema  the output is JSON valid against the JSON Schema in FILE\n"
+          "  --choice       the output is one of the strings of a JSON array (guided_choice)\n"
+          "  --temperature  0 = greedy (default 1, as vLLM)\n"
+          "  --max-tokens   default %d, capped by the context length\n"
+          "  --seed         default: drawn from the clock\n"
+          "  --threads      default 2\n"
+          "  --numerics     packed (the engine's int8 panels, default) or ggml (llama.cpp's CPU\n"
+          "                 arithmetic, bit-exact with llama.cpp's logits)\n",
+          DEFAULT_MAX_TOKENS);
+}
+
+static bool parse_double(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  *out = strtod(s, &end);
+  return errno == 0 && end != s && *end == '\0';
+}
+
+static bool parse_long(const char *s, long long *out) {
+  char *end;
+  errno = 0;
+  *out = strtoll(s, &end, 10);
+  return errno == 0 && end != s && *end == '\0';
+}
+
+/* Returns 0 on success, 2 on a usage error (already printed), 1 for --help. */
+static int parse_args(int argc, char **argv, struct inproc_opts *o) {
+  llb_sampling_params_init(&o->sp);
+  o->sp.max_tokens = DEFAULT_MAX_TOKENS;
+  o->sp.seed = (uint64_t)llb_wall_ns();
+  o->threads = 2;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    double d;
+    long long n;
+    if (strcmp(a, "--inproc") == 0) continue;
+    if (strcmp(a, "--raw") == 0) {
+      o->raw = true;
+      continue;
+    }
+    if (strcmp(a, "--json") == 0) {
+      o->json = true;
+      continue;
+    }
+    if (strcmp(a, "--json-object") == 0) {
+      o->json_object = true;
+      continue;
+    }
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      return 1;
+    }
+    if (a[0] == '-' && a[1] == '-' && !v) {
+      fprintf(stderr, "llmbus generate: %s needs a value\n", a);
+      return 2;
+    }
+    bool ok = true;
+    if (strcmp(a, "--model") == 0) o->model_path = v;
+    else if (strcmp(a, "--system") == 0) o->system = v;
+    else if (strcmp(a, "--json-schema") == 0) o->json_schema_path = v;
+    else if (strcmp(a, "--choice") == 0) o->choice = v;
+    else if (strcmp(a, "--chat-template") == 0) o->chat_template = v;
+    else if (strcmp(a, "--numerics") == 0)
+      ok = !strcmp(v, "packed") || !strcmp(v, "ggml"), o->matmul = !strcmp(v, "ggml") ? LLAMA_MATMUL_GGML : LLAMA_MATMUL_PACKED;
+    else if (strcmp(a, "--temperature") == 0) ok = parse_double(v, &d) && d >= 0, o->sp.temperature = (float)d;
+    else if (strcmp(a, "--top-p") == 0) ok = parse_double(v, &d) && d > 0 && d <= 1, o->sp.top_p = (float)d;
+    else if (strcmp(a, "--min-p") == 0) ok = parse_double(v, &d) && d >= 0 && d <= 1, o->sp.min_p = (float)d;
+    else if (strcmp(a, "--top-k") == 0) ok = parse_long(v, &n) && n >= 0 && n <= INT32_MAX, o->sp.top_k = (int32_t)n;
+    else if (strcmp(a, "--max-tokens") == 0) ok = parse_long(v, &n) && n >= 1 && n <= INT32_MAX, o->sp.max_tokens = (int32_t)n;
+    else if (strcmp(a, "--threads") == 0) ok = parse_long(v, &n) && n >= 1 && n <= 256, o->threads = (int32_t)n;
+    else if (strcmp(a, "--seed") == 0) ok = parse_long(v, &n) && n >= 0, o->sp.seed = (uint64_t)n, o->sp.has_seed = true;
+    else if (a[0] == '-' && a[1] == '-') {
+      fprintf(stderr, "llmbus generate: unknown option %s\n", a);
+      usage(stderr);
+      return 2;
+    } else {
+      if (o->prompt) {
+        fprintf(stderr, "llmbus generate: one prompt only (quote it)\n");
+        return 2;
+      }
+      o->prompt = a;
+      continue;
+    }
+    if (!ok) {
+      fprintf(stderr, "llmbus generate: bad value for %s: '%s'\n", a, v);
+      return 2;
+    }
+    i++;
+  }
+  if (!o->model_path || !o->prompt) {
+    fprintf(stderr, "llmbus generate: --model and a prompt are required\n");
+    usage(stderr);
+    return 2;
+  }
+  return 0;
+}
+
+/* Prompt ids: chat-templated (system + user) unless raw. *ids: malloc'd, caller frees. */
+static llb_status encode_prompt(const struct gguf_file *f, const struct tokenizer *tok,
+                                const struct inproc_opts *o, int32_t **ids, int64_t *n) {
+  /* Special-token text in a raw prompt is that token, as in the engine (vLLM, llama.cpp). */
+  if (o->raw) return tokenizer_encode(tok, o->prompt, strlen(o->prompt), true, true, ids, n);
+  enum chat_template_kind kind;
+  llb_status st = o->chat_template ? chat_template_from_name(o->chat_template, &kind)
+                                   : chat_template_from_gguf(f, &kind);
+  if (st != LLB_STATUS_OK) return st;
+  struct chat_message msgs[2];
+  size_t num = 0;
+  if (o->system) msgs[num++] = (struct chat_message){.role = "system", .content = o->system};
+  msgs[num++] = (struct chat_message){.role = "user", .content = o->prompt};
+  char *text = NULL;
+  st = chat_template_apply(kind, msgs, num, true, &text);
+  if (st != LLB_STATUS_OK) return st;
+  st = tokenizer_encode(tok, text, strlen(text), true, true, ids, n);
+  free(text);
+  return st;
+}
+
+struct inproc_run {
+  struct gguf_file *gguf;
+  struct tokenizer *tok;
+  struct llama_model *model;
+  struct llama_kv_cache *kv;
+  struct llama_forward_ctx *fwd;
+  struct sampler *sampler;
+  struct detok_stream detok;
+  int32_t *seq;         /* [capacity] prompt + output ids */
+  int32_t *positions;   /* [capacity] */
+  int64_t *slots;       /* [capacity] */
+  int32_t *block_table; /* [num_blocks] identity */
+  float *logits;        /* [vocab_size] */
+  int32_t num_blocks;
+  char *text;           /* [text_cap] output text so far (--json) */
+  size_t text_len, text_cap;
+  struct gen_structured structured;
+};
+
+/* Appends len bytes to r->text (--json). OUT_OF_MEMORY on failure. */
+static llb_status text_append(struct inproc_run *r, const char *s, size_t len) {
+  if (r->text_len + len > r->text_cap) {
+    size_t cap = r->text_cap ? r->text_cap : 256;
+    while (cap < r->text_len + len) cap *= 2;
+    char *p = realloc(r->text, cap);
+    if (!p) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "output text of %zu bytes", cap);
+    r->text = p;
+    r->text_cap = cap;
+  }
+  memcpy(r->text + r->text_len, s, len);
+  r->text_len += len;
+  return LLB_STATUS_OK;
+}
+
+/* Streams len bytes of output text to stdout, or keeps them for the JSON line. */
+static llb_status emit_text(struct inproc_run *r, bool json, const char *s, size_t len) {
+  if (json) return text_append(r, s, len);
+  fwrite(s, 1, len, stdout);
+  fflush(stdout);
+  return LLB_STATUS_OK;
+}
+
+static json_t *json_ids(const int32_t *ids, int64_t n) {
+  json_t *a = json_array();
+  for (int64_t i = 0; a && i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+  return a;
+}
+
+/* The --json line: RequestOutput's shape (cmd/client/client.c request_output_json) for one output.
+ * stop_token: the token that stopped generation, -1 when it ran to the length limit. */
+static int print_json(const struct inproc_run *r, int64_t n_prompt, int32_t n_gen, int32_t stop_token) {
+  const bool stopped = stop_token >= 0;
+  json_t *stop_reason = stopped && stop_token != tokenizer_eos_id(r->tok) ? json_integer(stop_token) : json_null();
+  json_t *out = json_pack("{s:i, s:s#, s:o, s:s, s:o}", "index", 0, "text", r->text ? r->text : "",
+                          r->text_len, "token_ids", json_ids(r->seq + n_prompt, n_gen), "finish_reason",
+                          stopped ? "stop" : "length", "stop_reason", stop_reason);
+  json_t *j = out ? json_pack("{s:o, s:[o], s:b}", "prompt_token_ids", json_ids(r->seq, n_prompt), "outputs", out,
+                              "finished", 1)
+                  : NULL;
+  char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  if (!line) {
+    fprintf(stderr, "llmbus generate: out of memory for the JSON line\n");
+    return 1;
+  }
+  puts(line);
+  fflush(stdout);
+  free(line);
+  return 0;
+}
+
+static void run_free(struct inproc_run *r) {
+  gen_structured_free(&r->structured);
+  detok_stream_free(&r->detok);
+  free(r->seq);
+  free(r->positions);
+  free(r->slots);
+  free(r->block_table);
+  free(r->logits);
+  free(r->text);
+  sampler_destroy(r->sampler);
+  llama_forward_ctx_destroy(r->fwd);
+  llama_kv_cache_destroy(r->kv);
+  llama_model_destroy(r->model);
+  tokenizer_destroy(r->tok);
+  gguf_close(r->gguf);
+}
+
+/* Runs seq[start, start + n) of the single sequence and leaves the last row's logits. */
+static llb_status forward_rows(struct inproc_run *r, int32_t start, int32_t n) {
+  const int32_t qsl[2] = {0, n};
+  const int32_t seq_len = start + n;
+  const int32_t last = n - 1;
+  const struct llama_batch b = {
+      .num_tokens = n, .token_ids = r->seq + start, .positions = r->positions + start,
+      .slot_mapping = r->slots + start, .num_seqs = 1, .query_start_loc = qsl,
+      .seq_lens = &seq_len, .block_tables = r->block_table, .max_blocks_per_seq = r->num_blocks,
+      .num_logits = 1, .logits_indices = &last};
+  return llama_forward(r->fwd, r->kv, &b, r->logits);
+}
+
+static int fail_status(const char *what) {
+  fprintf(stderr, "llmbus generate: %s: %s\n", what, llb_err_last_where());
+  return 1;
+}
+
+int cmd_generate_inproc(int argc, char **argv) {
+  struct inproc_opts o = {0};
+  int rc = parse_args(argc, argv, &o);
+  if (rc != 0) return rc == 1 ? 0 : rc;
+
+  struct inproc_run r = {0};
+  int32_t *prompt = NULL;
+  int64_t n_prompt = 0;
+  rc = 1;
+  if (gguf_open(o.model_path, &r.gguf) != LLB_STATUS_OK) { rc = fail_status("open model"); goto done; }
+  if (tokenizer_load(r.gguf, &r.tok) != LLB_STATUS_OK) { rc = fail_status("tokenizer"); goto done; }
+  if (llama_model_load(r.gguf, &r.model) != LLB_STATUS_OK) { rc = fail_status("model"); goto done; }
+  if (gen_structured_init(&r.structured, r.tok, o.json_object, o.json_schema_path, o.choice) != LLB_STATUS_OK) {
+    rc = fail_status("structured output");
+    goto done;
+  }
+  if (encode_prompt(r.gguf, r.tok, &o, &prompt, &n_prompt) != LLB_STATUS_OK) {
+    rc = fail_status("prompt");
+    goto done;
+  }
+  const struct llama_config *cfg = llama_model_config(r.model);
+  if (n_prompt < 1 || n_prompt >= cfg->context_length) {
+    fprintf(stderr, "llmbus generate: prompt of %lld tokens does not fit the context (%d)\n",
+            (long long)n_prompt, cfg->context_length);
+    goto done;
+  }
+  int32_t max_new = o.sp.max_tokens;
+  if (max_new > cfg->context_length - n_prompt) max_new = cfg->context_length - (int32_t)n_prompt;
+  const int32_t capacity = (int32_t)n_prompt + max_new;
+  r.num_blocks = (capacity + BLOCK_SIZE - 1) / BLOCK_SIZE;
+  const int32_t chunk = n_prompt < PREFILL_CHUNK ? (int32_t)n_prompt : PREFILL_CHUNK;
+  if (llama_kv_cache_create(r.model, r.num_blocks, BLOCK_SIZE, &r.kv) != LLB_STATUS_OK ||
+      llama_forward_ctx_create_opts(r.model, &(const struct llama_forward_options){.max_num_tokens = chunk,
+                                    .n_threads = o.threads, .matmul = o.matmul}, &r.fwd) != LLB_STATUS_OK ||
+      sampler_create(cfg->vocab_size, &r.sampler) != LLB_STATUS_OK ||
+      detok_stream_init(&r.detok, r.tok, false, false) != LLB_STATUS_OK) {
+    rc = fail_status("set-up");
+    goto done;
+  }
+  r.seq = malloc((size_t)capacity * sizeof *r.seq);
+  r.positions = malloc((size_t)capacity * sizeof *r.positions);
+  r.slots = malloc((size_t)capacity * sizeof *r.slots);
+  r.block_table = malloc((size_t)r.num_blocks * sizeof *r.block_table);
+  r.logits = malloc((size_t)cfg->vocab_size * sizeof *r.logits);
+  if (!r.seq || !r.positions || !r.slots || !r.block_table || !r.logits) {
+    fprintf(stderr, "llmbus generate: out of memory\n");
+    goto done;
+  }
+  memcpy(r.seq, prompt, (size_t)n_prompt * sizeof *r.seq);
+  for (int32_t i = 0; i < capacity; i++) {
+    r.positions[i] = i;
+    r.slots[i] = i; /* contiguous: block i / BLOCK_SIZE, offset i % BLOCK_SIZE */
+  }
+  for (int32_t b = 0; b < r.num_blocks; b++) r.block_table[b] = b;
+
+  int64_t t0 = llb_now_ns();
+  for (int32_t start = 0; start < n_prompt; start += chunk) {
+    int32_t n = (int32_t)n_prompt - start < chunk ? (int32_t)n_prompt - start : chunk;
+    if (forward_rows(&r, start, n) != LLB_STATUS_OK) { rc = fail_status("prefill"); goto done; }
+  }
+  int64_t t1 = llb_now_ns();
+  int32_t n_out = 0, n_gen = 0, stop_token = -1;
+  for (;;) {
+    struct sampler_result res;
+    gen_structured_mask_logits(&r.structured, r.logits, cfg->vocab_size);
+    if (sampler_sample(r.sampler, &o.sp, r.logits, r.seq, n_prompt, r.seq + n_prompt, n_out, 0,
+                       n_out, &res) != LLB_STATUS_OK) {
+      rc = fail_status("sample");
+      goto done;
+    }
+    if (gen_structured_accept(&r.structured, res.token_id) != LLB_STATUS_OK) {
+      rc = fail_status("structured output");
+      goto done;
+    }
+    int32_t pos = (int32_t)n_prompt + n_out;
+    r.seq[pos] = res.token_id;
+    n_gen = n_out + 1; /* the stopping token is part of the output ids, as the engine's */
+    if (!o.sp.ignore_eos && tokenizer_is_eog(r.tok, res.token_id)) {
+      stop_token = res.token_id;
+      break;
+    }
+    const char *text;
+    size_t len;
+    if (detok_stream_push(&r.detok, res.token_id, &text, &len) != LLB_STATUS_OK ||
+        emit_text(&r, o.json, text, len) != LLB_STATUS_OK) {
+      rc = fail_status("detokenize");
+      goto done;
+    }
+    n_out++;
+    if (n_out >= max_new) break;
+    if (forward_rows(&r, pos, 1) != LLB_STATUS_OK) { rc = fail_status("decode"); goto done; }
+  }
+  int64_t t2 = llb_now_ns();
+  const char *rest;
+  size_t rest_len;
+  detok_stream_flush(&r.detok, &rest, &rest_len);
+  if (emit_text(&r, o.json, rest, rest_len) != LLB_STATUS_OK) {
+    rc = fail_status("detokenize");
+    goto done;
+  }
+  if (o.json) {
+    if (print_json(&r, n_prompt, n_gen, stop_token) != 0) goto done;
+  } else {
+    fputc('\n', stdout);
+    fflush(stdout);
+  }
+  double prefill_s = (double)(t1 - t0) / 1e9, decode_s = (double)(t2 - t1) / 1e9;
+  /* Decode rate counts forward steps: every output token but the last needed one. */
+  int32_t decode_steps = n_out > 0 ? n_out - (n_out >= max_new ? 1 : 0) : 0;
+  fprintf(stderr,
+          "prefill: %lld tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n",
+          (long long)n_prompt, prefill_s, prefill_s > 0 ? (double)n_prompt / prefill_s : 0.0,
+          n_out, decode_s, decode_s > 0 && decode_steps > 0 ? decode_steps / decode_s : 0.0);
+  rc = 0;
+done:
+  free(prompt);
+  run_free(&r);
+  return rc;
+}

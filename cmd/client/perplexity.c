@@ -1,0 +1,359 @@
+/* `llmbus perplexity --model M --file text.txt [--ctx N]`: perplexity of a text under the
+ * model, with llama.cpp's llama-perplexity method (tools/perplexity/perplexity.cpp,
+ * perplexity()), so that users can compare files and engines:
+ *   - the whole text is tokenized once (BOS first when the vocabulary adds one);
+ *   - it is cut into floor(n_tokens / ctx) chunks of ctx tokens; each chunk is evaluated
+ *     from an empty cache, its first token replaced by BOS when the vocabulary adds one;
+ *   - only the second half of each chunk is scored: the logits of positions
+ *     [ctx/2, ctx - 1) predict tokens [ctx/2 + 1, ctx), so every scored token has at least
+ *     ctx/2 tokens of context;
+ *   - PPL = exp(mean negative log-likelihood), printed per chunk as llama.cpp does ("[1]x,[2]y")
+ *     and at the end with its standard error (llama.cpp's estimate, from the NLL variance).
+ * --numerics ggml runs llama.cpp's own CPU arithmetic (LLAMA_MATMUL_GGML and its attention
+ * order), the default the engine's packed one. --json prints one JSON object at the end. No bus, one process.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "cmd/client/commands.h"
+#include "cmd/client/perplexity_kld.h"
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+
+#define PPL_BLOCK_SIZE 16
+#define PPL_BATCH 512 /* rows per forward step, as llama-perplexity's default n_batch */
+
+struct ppl_opts {
+  const char *model_path, *file, *numerics;
+  const char *kl_base; /* --kl-divergence-base FILE */
+  int32_t ctx, threads, max_chunks;
+  bool json, kl, ctx_given; /* kl: compare against kl_base instead of writing it */
+};
+
+static void ppl_usage(FILE *f) {
+  fprintf(f,
+          "usage: llmbus perplexity --model M.gguf --file TEXT [--ctx N] [--chunks N] [--threads N]\n"
+          "         [--numerics packed|ggml] [--json] [--kl-divergence-base FILE [--kl-divergence]]\n"
+          "Perplexity of TEXT with llama.cpp's llama-perplexity method: chunks of --ctx tokens\n"
+          "(default 512), each from an empty cache (BOS first when the vocabulary adds one), the\n"
+          "second half of each chunk scored.\n"
+          "  --chunks N     score the first N chunks only (default: all)\n"
+          "  --numerics     packed (the engine's, default) or ggml (llama.cpp's CPU arithmetic)\n"
+          "  --threads      default 2\n"
+          "  --json         one JSON object at the end: ppl, its standard error, chunks, tokens\n"
+          "  --kl-divergence-base FILE  save every scored row's log-probabilities to FILE in\n"
+          "                 llama-perplexity's format (the base of a later comparison)\n"
+          "  --kl-divergence  compare with the base FILE instead (its tokens and --ctx; --file is\n"
+          "                 not needed): PPL of both, KL divergence, same top token, delta p.\n"
+          "                 --kl-base FILE = both options. Either engine may have written FILE.\n");
+}
+
+static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
+  *o = (struct ppl_opts){.ctx = 512, .threads = 2, .numerics = "packed"};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      ppl_usage(stdout);
+      return 1;
+    } else if (!strcmp(a, "--json")) {
+      o->json = true;
+    } else if (!strcmp(a, "--kl-divergence")) {
+      o->kl = true;
+    } else if (v && (!strcmp(a, "--kl-divergence-base") || !strcmp(a, "--kl-base"))) {
+      o->kl |= !strcmp(a, "--kl-base");
+      o->kl_base = argv[++i];
+    } else if (v && !strcmp(a, "--model")) {
+      o->model_path = argv[++i];
+    } else if (v && !strcmp(a, "--file")) {
+      o->file = argv[++i];
+    } else if (v && !strcmp(a, "--numerics")) {
+      o->numerics = argv[++i];
+    } else if (v && (!strcmp(a, "--ctx") || !strcmp(a, "--threads") || !strcmp(a, "--chunks"))) {
+      char *end;
+      const long n = strtol(argv[++i], &end, 10);
+      if (*end || n < 1 || n > (1 << 20)) {
+        fprintf(stderr, "llmbus perplexity: %s %s: a positive integer\n", a, argv[i]);
+        return 2;
+      }
+      *(!strcmp(a, "--ctx") ? &o->ctx : !strcmp(a, "--threads") ? &o->threads : &o->max_chunks) = (int32_t)n;
+      o->ctx_given |= !strcmp(a, "--ctx");
+    } else {
+      fprintf(stderr, "llmbus perplexity: unknown or incomplete option %s\n", a);
+      ppl_usage(stderr);
+      return 2;
+    }
+  }
+  if (o->kl && !o->kl_base) {
+    fprintf(stderr, "llmbus perplexity: --kl-divergence needs --kl-divergence-base FILE\n");
+    return 2;
+  }
+  if (!o->model_path || (!o->file && !o->kl)) {
+    fprintf(stderr, "llmbus perplexity: --model and --file are required\n");
+    return 2;
+  }
+  if (strcmp(o->numerics, "packed") && strcmp(o->numerics, "ggml")) {
+    fprintf(stderr, "llmbus perplexity: --numerics %s: packed or ggml\n", o->numerics);
+    return 2;
+  }
+  if (o->ctx < 4) {
+    fprintf(stderr, "llmbus perplexity: --ctx %d: at least 4\n", o->ctx);
+    return 2;
+  }
+  return 0;
+}
+
+/* The whole file into a malloc'd buffer (*len bytes). */
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  size_t cap = 0, n = 0;
+  for (;;) {
+    if (n + 65536 > cap) {
+      char *nb = realloc(buf, cap = cap * 2 + 65536);
+      if (!nb) break;
+      buf = nb;
+    }
+    const size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (r == 0) break;
+  }
+  fclose(f);
+  *len = n;
+  return buf;
+}
+
+struct ppl_run {
+  struct gguf_file *gguf;
+  struct tokenizer *tok;
+  struct llama_model *model;
+  struct llama_kv_cache *kv;
+  struct llama_forward_ctx *fwd;
+  int32_t *positions, *block_table, *logits_idx; /* [ctx], [blocks], [PPL_BATCH] */
+  int64_t *slots;                                /* [ctx] */
+  float *logits;                                 /* [PPL_BATCH, vocab] */
+  int32_t vocab, num_blocks;
+};
+
+/* log softmax(row)[target], in double (row [vocab]). */
+static double log_prob(const float *row, int32_t vocab, int32_t target) {
+  float mx = row[0];
+  for (int32_t i = 1; i < vocab; i++) mx = row[i] > mx ? row[i] : mx;
+  double sum = 0;
+  for (int32_t i = 0; i < vocab; i++) sum += exp((double)row[i] - mx);
+  return (double)row[target] - mx - log(sum);
+}
+
+/* Where each scored row also goes: the KL-divergence base file being written (out), or the
+ * one being compared with (in, stats); neither when plain perplexity. */
+struct ppl_sink {
+  FILE *out, *in;
+  uint16_t *row; /* [kld_row_values] */
+  struct kld_stats *stats;
+};
+
+/* The scored row `logits` (predicting `tok`) into the sink. IO / MALFORMED on file errors. */
+static llb_status sink_row(struct ppl_sink *k, const float *logits, int32_t vocab, int32_t tok) {
+  const size_t nv = (size_t)kld_row_values(vocab);
+  if (k->out) {
+    kld_quantize_row(logits, vocab, k->row);
+    if (fwrite(k->row, sizeof *k->row, nv, k->out) != nv) return LLB_ERRF(LLB_STATUS_IO, "writing the base file");
+  } else if (k->in) {
+    if (fread(k->row, sizeof *k->row, nv, k->in) != nv) return LLB_ERRF(LLB_STATUS_MALFORMED, "base file truncated");
+    kld_add_row(k->stats, logits, vocab, k->row, tok);
+  }
+  return LLB_STATUS_OK;
+}
+
+/* Evaluates one chunk (ids [ctx], its first token already BOS when wanted) and adds the NLL of
+ * tokens [ctx/2 + 1, ctx) to *nll and *nll2 (squares), *count; each scored row also goes to
+ * the sink. */
+static llb_status eval_chunk(struct ppl_run *r, const int32_t *ids, int32_t ctx, double *nll, double *nll2,
+                             int64_t *count, struct ppl_sink *sink) {
+  const int32_t first = ctx / 2;
+  for (int32_t start = 0; start < ctx; start += PPL_BATCH) {
+    const int32_t n = ctx - start < PPL_BATCH ? ctx - start : PPL_BATCH;
+    const int32_t qsl[2] = {0, n}, seq_len = start + n;
+    /* logits of the rows that predict a scored token: positions [first, ctx - 1) */
+    int32_t nl = 0;
+    for (int32_t i = 0; i < n; i++)
+      if (start + i >= first && start + i < ctx - 1) r->logits_idx[nl++] = i;
+    const struct llama_batch b = {.num_tokens = n, .token_ids = ids + start, .positions = r->positions + start,
+                                  .slot_mapping = r->slots + start, .num_seqs = 1, .query_start_loc = qsl,
+                                  .seq_lens = &seq_len, .block_tables = r->block_table,
+                                  .max_blocks_per_seq = r->num_blocks, .num_logits = nl,
+                                  .logits_indices = r->logits_idx};
+    llb_status st = llama_forward(r->fwd, r->kv, &b, r->logits);
+    if (st != LLB_STATUS_OK) return st;
+    for (int32_t l = 0; l < nl; l++) {
+      const int32_t pos = start + r->logits_idx[l];
+      const double v = -log_prob(r->logits + (int64_t)l * r->vocab, r->vocab, ids[pos + 1]);
+      *nll += v, *nll2 += v * v, (*count)++;
+      if ((st = sink_row(sink, r->logits + (int64_t)l * r->vocab, r->vocab, ids[pos + 1]))) return st;
+    }
+  }
+  return LLB_STATUS_OK;
+}
+
+static void run_free(struct ppl_run *r) {
+  free(r->positions), free(r->block_table), free(r->logits_idx), free(r->slots), free(r->logits);
+  llama_forward_ctx_destroy(r->fwd);
+  llama_kv_cache_destroy(r->kv);
+  llama_model_destroy(r->model);
+  tokenizer_destroy(r->tok);
+  gguf_close(r->gguf);
+}
+
+static llb_status run_setup(struct ppl_run *r, const struct ppl_opts *o) {
+  llb_status st = gguf_open(o->model_path, &r->gguf);
+  if (!st) st = tokenizer_load(r->gguf, &r->tok);
+  if (!st) st = llama_model_load(r->gguf, &r->model);
+  if (st) return st;
+  r->vocab = llama_model_config(r->model)->vocab_size;
+  r->num_blocks = (o->ctx + PPL_BLOCK_SIZE - 1) / PPL_BLOCK_SIZE;
+  const struct llama_forward_options fo = {
+      .max_num_tokens = o->ctx < PPL_BATCH ? o->ctx : PPL_BATCH, .n_threads = o->threads,
+      .max_model_len = o->ctx, /* llama-perplexity's n_ctx: picks phi3 LongRoPE's factor set */
+      .matmul = strcmp(o->numerics, "ggml") == 0 ? LLAMA_MATMUL_GGML : LLAMA_MATMUL_PACKED,
+      /* ggml: llama.cpp's attention order too (one sequence: batch invariance is moot here) */
+      .attention_order = strcmp(o->numerics, "ggml") == 0 ? LLAMA_ATTENTION_ORDER_LLAMACPP
+                                                          : LLAMA_ATTENTION_ORDER_BATCH_INVARIANT};
+  if ((st = llama_kv_cache_create(r->model, r->num_blocks, PPL_BLOCK_SIZE, &r->kv)) ||
+      (st = llama_forward_ctx_create_opts(r->model, &fo, &r->fwd)))
+    return st;
+  r->positions = malloc((size_t)o->ctx * sizeof *r->positions);
+  r->slots = malloc((size_t)o->ctx * sizeof *r->slots);
+  r->block_table = malloc((size_t)r->num_blocks * sizeof *r->block_table);
+  r->logits_idx = malloc(PPL_BATCH * sizeof *r->logits_idx);
+  r->logits = malloc((size_t)PPL_BATCH * (size_t)r->vocab * sizeof *r->logits);
+  if (!r->positions || !r->slots || !r->block_table || !r->logits_idx || !r->logits)
+    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "perplexity buffers");
+  for (int32_t i = 0; i < o->ctx; i++) r->positions[i] = i, r->slots[i] = i;
+  for (int32_t b = 0; b < r->num_blocks; b++) r->block_table[b] = b;
+  return LLB_STATUS_OK;
+}
+
+static void print_result(const struct ppl_opts *o, int32_t chunks, int64_t count, double nll, double nll2,
+                         int64_t n_tokens) {
+  const double mean = nll / (double)count, ppl = exp(mean);
+  /* llama.cpp: the standard error of the mean NLL, carried to PPL by its derivative */
+  const double var = nll2 / (double)count - mean * mean;
+  const double err = count > 1 && var > 0 ? ppl * sqrt(var / (double)(count - 1)) : 0.0;
+  if (o->json) {
+    json_t *j = json_pack("{s:f, s:f, s:i, s:I, s:I, s:i, s:s, s:s}", "ppl", ppl, "ppl_stderr", err, "chunks",
+                          chunks, "tokens_scored", (json_int_t)count, "tokens", (json_int_t)n_tokens, "ctx", o->ctx,
+                          "numerics", o->numerics, "model", o->model_path);
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(j);
+  } else {
+    printf("\nFinal estimate: PPL = %.4f +/- %.5f (%d chunks of %d tokens, %lld scored, numerics %s)\n", ppl, err,
+           chunks, o->ctx, (long long)count, o->numerics);
+  }
+}
+
+/* The tokens to score: the text's (tokenized), or with --kl-divergence the base file's, whose
+ * header also fixes --ctx (it is read before the model is set up). *ids is malloc'd. */
+static llb_status load_tokens(struct ppl_opts *o, const struct ppl_run *r, FILE *base_in, int32_t **ids, int64_t *n,
+                              int32_t *file_vocab) {
+  if (base_in) {
+    int32_t ctx, chunks;
+    llb_status st = kld_read_header(base_in, &ctx, file_vocab, &chunks, ids);
+    if (st) return st;
+    if (o->ctx_given && o->ctx != ctx) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--ctx %d, but the base file was made with %d", o->ctx, ctx);
+    o->ctx = ctx;
+    *n = (int64_t)chunks * ctx;
+    return LLB_STATUS_OK;
+  }
+  size_t len = 0;
+  char *text = read_file(o->file, &len);
+  if (!text) return LLB_ERRF(LLB_STATUS_IO, "cannot read %s", o->file);
+  llb_status st = tokenizer_encode(r->tok, text, len, true, false, ids, n);
+  free(text);
+  if (!st && *n < 2 * (int64_t)o->ctx) /* llama-perplexity's own minimum */
+    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "%lld tokens: at least 2 x --ctx (%d) are needed", (long long)*n, o->ctx);
+  return st;
+}
+
+/* Scores `chunks` chunks of ids into nll / nll2 / count (and the sink), printing the running
+ * PPL per chunk unless --json. */
+static llb_status score(struct ppl_run *r, const struct ppl_opts *o, int32_t *ids, int32_t chunks, struct ppl_sink *sink,
+                        double *nll, double *nll2, int64_t *count) {
+  const bool add_bos = tokenizer_add_bos(r->tok) && tokenizer_bos_id(r->tok) >= 0;
+  llb_status st = LLB_STATUS_OK;
+  for (int32_t c = 0; c < chunks && !st; c++) {
+    int32_t *chunk = ids + (int64_t)c * o->ctx;
+    const int32_t saved = chunk[0];
+    if (add_bos) chunk[0] = tokenizer_bos_id(r->tok); /* llama.cpp: BOS replaces the chunk's first token */
+    st = eval_chunk(r, chunk, o->ctx, nll, nll2, count, sink);
+    chunk[0] = saved;
+    if (!o->json && !st) {
+      printf("[%d]%.4f,", c + 1, exp(*nll / (double)*count));
+      fflush(stdout);
+    }
+  }
+  return st;
+}
+
+int cmd_perplexity(int argc, char **argv) {
+  struct ppl_opts o;
+  int rc = ppl_parse(argc, argv, &o);
+  if (rc) return rc == 1 ? 0 : rc;
+  struct ppl_run r = {0};
+  struct ppl_sink sink = {0};
+  struct kld_stats stats = {0};
+  int32_t *ids = NULL, file_vocab = 0;
+  int64_t n = 0;
+  rc = 1;
+  llb_status st = LLB_STATUS_OK;
+  if (o.kl && !(sink.in = fopen(o.kl_base, "rb"))) st = LLB_ERRF(LLB_STATUS_IO, "cannot open %s", o.kl_base);
+  if (!st && sink.in) st = load_tokens(&o, &r, sink.in, &ids, &n, &file_vocab); /* fixes o.ctx first */
+  if (!st) st = run_setup(&r, &o);
+  if (!st && !sink.in) st = load_tokens(&o, &r, NULL, &ids, &n, &file_vocab);
+  if (!st && sink.in && file_vocab != r.vocab)
+    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "the base file has %d vocabulary entries, the model %d", file_vocab, r.vocab);
+  int32_t chunks = (int32_t)(n / (o.ctx ? o.ctx : 1));
+  if (o.max_chunks > 0 && chunks > o.max_chunks) chunks = o.max_chunks;
+  if (!st && o.kl_base && !o.kl) {
+    if (!(sink.out = fopen(o.kl_base, "wb"))) st = LLB_ERRF(LLB_STATUS_IO, "cannot create %s", o.kl_base);
+    else st = kld_write_header(sink.out, o.ctx, r.vocab, chunks, ids);
+  }
+  if (!st && o.kl_base) {
+    sink.row = malloc((size_t)kld_row_values(r.vocab) * sizeof *sink.row);
+    stats.capacity = (int64_t)chunks * (o.ctx - 1 - o.ctx / 2);
+    stats.kld_values = malloc((size_t)(stats.capacity > 0 ? stats.capacity : 1) * sizeof *stats.kld_values);
+    sink.stats = &stats;
+    if (!sink.row || !stats.kld_values) st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "KL-divergence buffers");
+  }
+  if (st) {
+    fprintf(stderr, "llmbus perplexity: %s\n", llb_err_last_where());
+    goto done;
+  }
+  if (!o.json) fprintf(stderr, "perplexity: %lld tokens, %d chunks of %d, numerics %s\n", (long long)n, chunks, o.ctx, o.numerics);
+  double nll = 0, nll2 = 0;
+  int64_t count = 0;
+  if ((st = score(&r, &o, ids, chunks, &sink, &nll, &nll2, &count))) {
+    fprintf(stderr, "llmbus perplexity: %s\n", llb_err_last_where());
+    goto done;
+  }
+  if (sink.in) kld_print(&stats, o.json);
+  else print_result(&o, chunks, count, nll, nll2, n);
+  rc = 0;
+done:
+  if (sink.out && fclose(sink.out) != 0 && rc == 0) {
+    fprintf(stderr, "llmbus perplexity: writing %s failed\n", o.kl_base);
+    rc = 1;
+  }
+  if (sink.in) fclose(sink.in);
+  free(sink.row);
+  free(stats.kld_values);
+  free(ids);
+  run_free(&r);
+  return rc;
+}
