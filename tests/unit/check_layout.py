@@ -11,6 +11,9 @@ is none. What it enforces:
     kernels/ include nothing of each other except model -> kernels; every folder may
     include base/ and base/ includes only itself; an actor includes no other actor;
     nothing but tests/ includes tests/, nothing but cmd/ and tests/ includes cmd/;
+  - inside cmd/ (cmd/README.md): cmd/ itself holds only mains, one .c defining main() per
+    binary; its subfolders include no other cmd/ subfolder but as CMD_ALLOWED says (the
+    client runs the supervisor's stack for `llmbus run`);
   - only bus/ includes nats.h, only schemas/ includes FlatBuffers headers (flatbuffers/...
     and the generated *_generated.h), only kernels/cuda/ includes CUDA headers;
   - a source file lives in a folder of the layout;
@@ -46,6 +49,16 @@ ALLOWED = {
     "tests": TOP_LEVEL,
 }
 ACTOR_EXTRA = {"actors/gpu_worker": {"kernels"}}
+
+# Which cmd/ subfolders each cmd/ subfolder may include besides itself (a subfolder not named
+# here: only itself). The mains directly in cmd/ may include every subfolder.
+CMD_ALLOWED = {
+    "cmd/actor": set(),
+    "cmd/supervisor": set(),
+    "cmd/client": {"cmd/supervisor"},
+    "cmd/bench": set(),
+}
+MAIN_RE = re.compile(r"^\s*int\s+main\s*\(", re.MULTILINE)
 
 # (including file, included file or pattern, reason). The included part is matched against
 # the project path of the included file (or the include text when it does not resolve) as
@@ -103,6 +116,20 @@ def unit_of(path):
     return parts[0]
 
 
+def cmd_unit(path):
+    """'cmd/client' for cmd/client/x.c, 'cmd' for a file directly in cmd/."""
+    parts = path.split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 else "cmd"
+
+
+def cmd_include_ok(including, target):
+    """Whether cmd file `including` may include cmd file `target` (CMD_ALLOWED)."""
+    unit, tunit = cmd_unit(including), cmd_unit(target)
+    if tunit == "cmd":
+        return False  # a main is no library: nothing includes it
+    return unit in ("cmd", tunit) or tunit in CMD_ALLOWED.get(unit, set())
+
+
 def resolve(root, including, text, files):
     """Project path of a quoted include: next to the including file first, then from the
     root (the one -I the build passes); None when it is not a project file."""
@@ -138,7 +165,11 @@ def check(root):
             problems.append((f, 1, "source file outside the folders of DESIGN.md §1"))
             continue
         with open(os.path.join(root, f), encoding="utf-8", errors="replace") as fh:
-            lines = fh.read().split("\n")
+            text_all = fh.read()
+        lines = text_all.split("\n")
+        if unit == "cmd" and f.count("/") == 1 and not (f.endswith(".c") and MAIN_RE.search(text_all)):
+            problems.append((f, 1, "cmd/ itself holds only mains (one .c with main() per binary): "
+                                   "move it into a cmd/ subfolder"))
         for lineno, line in enumerate(lines, 1):
             m = INCLUDE_RE.match(line)
             if not m:
@@ -173,6 +204,9 @@ def check(root):
                 why = (f"{unit}/ includes another actor's folder ({tunit}/)" if top == ttop == "actors"
                        else f"{unit}/ may not include {ttop}/ (DESIGN.md §1)")
                 problems.append((f, lineno, f"includes {target}: {why}"))
+            elif top == ttop == "cmd" and not cmd_include_ok(f, target) and not allowlisted(f, target, used):
+                problems.append((f, lineno, f"includes {target}: {cmd_unit(f)}/ may not include "
+                                            f"{cmd_unit(target)}/ (cmd/README.md)"))
 
     problems.extend(find_cycles(graph))
     for i, (src, pat, reason) in enumerate(ALLOWLIST):

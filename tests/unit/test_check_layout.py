@@ -29,7 +29,12 @@ CLEAN_TREE = {
                                     '#include "schemas/codec.h"\n#include "model/forward.h"\n',
     "actors/scheduler/scheduler.h": '#include "base/status.h"\n',
     "actors/gpu_worker/runner.c": '#include "kernels/backend.h"\n#include "model/forward.h"\n',
-    "cmd/main.c": '#include "actors/scheduler/scheduler.h"\n#include "bus/bus.h"\n',
+    "cmd/main.c": '#include "actors/scheduler/scheduler.h"\n#include "bus/bus.h"\n'
+                  '#include "cmd/client/client.h"\n#include "cmd/supervisor/supervisor.h"\n'
+                  'int main(int argc, char **argv) { return 0; }\n',
+    "cmd/supervisor/supervisor.h": '#include "base/status.h"\n',
+    "cmd/client/client.h": '#include "bus/bus.h"\n',
+    "cmd/client/run.c": '#include "cmd/client/client.h"\n#include "cmd/supervisor/supervisor.h"\n',
     "tests/unit/test_x.c": '#include "actors/scheduler/scheduler.h"\n#include "tests/unit/h.h"\n',
     "tests/unit/h.h": '#include "kernels/backend.h"\n',
 }
@@ -127,6 +132,20 @@ class CheckLayoutTest(unittest.TestCase):
                                  ("model/x.c", "<cublas_v2.h>", "only kernels/cuda/")]:
             with self.subTest(src=src, text=text):
                 self.assert_one_problem({src: f"#include {text}\n"}, f"{src}:1", [words])
+
+    def test_cmd_subfolders_include_only_what_cmd_allowed_says(self):
+        for src, dst in [("cmd/supervisor/x.c", "cmd/client/client.h"),
+                         ("cmd/bench/x.c", "cmd/supervisor/supervisor.h"),
+                         ("cmd/new/x.c", "cmd/client/client.h"),
+                         ("cmd/client/x.c", "cmd/main.c")]:
+            with self.subTest(src=src, dst=dst):
+                self.assert_one_problem({src: f'#include "{dst}"\n'}, f"{src}:1", [dst, "cmd/README.md"])
+
+    def test_cmd_itself_holds_only_mains(self):
+        for path, text in [("cmd/commands.h", "int cmd_x(void);\n"),
+                           ("cmd/serve.c", "int cmd_serve(int argc, char **argv) { return 0; }\n")]:
+            with self.subTest(path=path):
+                self.assert_one_problem({path: text}, f"{path}:1", ["only mains"])
 
     def test_include_cycle_is_caught_once(self):
         extra = {"model/a.h": '#include "model/b.h"\n', "model/b.h": '#include "model/c.h"\n',
