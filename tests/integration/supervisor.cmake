@@ -1,4 +1,4 @@
-# cmd/supervisor + cmd/supervisor/serve (library llmbus_supervisor); children are /bin/sleep and
+# cmd/supervisor/ (supervisor.c, serve.c: library llmbus_supervisor); children are /bin/sleep and
 # /bin/sh, plus a real embedded nats-server.
 llb_add_test(test_supervisor
              SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_supervisor.c
