@@ -24,7 +24,7 @@
  * tokens alone, in any batch, after preemption or replay (DESIGN.md §5).
  *
  * Logprobs: vLLM v1's default logprobs_mode is "raw_logprobs" (before every processor).
- * We report the log-softmax after penalties and before temperature/filters, as the team
+ * We report the log-softmax after penalties and before temperature/filters, as llmbus's
  * contract fixes: it equals vLLM's raw logprobs whenever no penalty is set (the common
  * case), it does not depend on temperature (so logprobs of the same text compare across
  * temperatures) and it is never -inf for a token that top-k/top-p would have cut.

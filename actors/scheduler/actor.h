@@ -1,4 +1,4 @@
-/* The scheduler actor: EngineCore's step loop on the bus (DESIGN.md §4, /tmp WIRING).
+/* The scheduler actor: EngineCore's step loop on the bus (DESIGN.md §4).
  *
  * Subscribes <prefix>.engine.<eid>.requests (EngineCoreRequest) and .abort (AbortRequests);
  * their handlers only decode, copy and enqueue under a mutex, then signal the step thread.

@@ -1,4 +1,4 @@
-# Api server end to end (owner: api engineer): the Python tests start `llmbus serve` with the
+# Api server end to end: the Python tests start `llmbus serve` with the
 # default model on a free port themselves (tests/e2e/api_stack.py) and use the venv made by
 # `make venv` (ops/requirements-test.txt: openai). Without the venv, a binary or the model
 # they print the reason and exit 77 (skipped).

@@ -1,4 +1,4 @@
-# `llmbus chat` on a pseudo-terminal against `llmbus serve` with the real model (owner: extras):
+# `llmbus chat` on a pseudo-terminal against `llmbus serve` with the real model:
 # Ctrl-C aborts an answer, history, Ctrl-D ends. Python's standard library only (pty).
 add_test(NAME e2e_chat_pty
          COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/test_chat_pty.py)

@@ -1,4 +1,4 @@
-# Engine end to end (owner: e2e engineer): the real model (LLB_DEFAULT_MODEL) through every
+# Engine end to end: the real model (LLB_DEFAULT_MODEL) through every
 # actor over a real nats-server, started by tests/e2e/stack.c (`llmbus serve`, or the actor
 # binaries themselves when a test needs actor flags). Locally a missing model skips (77);
 # under CI=true it fails. RUN_SERIAL: each test runs a whole engine on a 2-core machine.

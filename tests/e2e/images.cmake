@@ -1,4 +1,4 @@
-# Images over HTTP (issue 22; owner: imgapi): `llmbus serve --mmproj` with the default model
+# Images over HTTP (issue 22): `llmbus serve --mmproj` with the default model
 # given SmolVLM's image tokens and a seeded random mmproj, driven by the official openai client
 # (tests/e2e/test_openai_images.py). Needs the venv (openai, gguf, numpy, pillow) and the image
 # encoder's clip_tool (tests/unit/image.cmake); skips (77) without them.

@@ -7,9 +7,8 @@ if(TARGET llmbus_gpu_worker AND TARGET llmbus_scheduler_actor AND TARGET llmbus_
                LABELS e2e TIMEOUT 600 ARGS ${LLB_DEFAULT_MODEL})
 endif()
 
-# The same over a real nats-server with every actor a process (tests/e2e/stack.c; owner:
-# mm-http engineer): item vs inline text, chunked prefill over the item, shared item counted
-# once in SchedulerStats.
+# The same over a real nats-server with every actor a process (tests/e2e/stack.c): item vs
+# inline text, chunked prefill over the item, shared item counted once in SchedulerStats.
 if(TARGET llmbus_e2e_stack AND TARGET llmbus-encoder-cache)
   llb_add_test(test_mm_bus SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mm_bus.c
                LIBS llmbus_e2e_stack llmbus_model llmbus_kernels_quant PkgConfig::CMOCKA

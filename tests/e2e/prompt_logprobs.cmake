@@ -1,4 +1,4 @@
-# prompt_logprobs end to end (owner: extras): `llmbus serve` with the real model and chunked
+# prompt_logprobs end to end: `llmbus serve` with the real model and chunked
 # prefill, checked against greedy decodes of each prefix. Python's standard library only.
 add_test(NAME e2e_prompt_logprobs COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/test_prompt_logprobs.py)
 set_tests_properties(e2e_prompt_logprobs PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77 LABELS "e2e;api" RUN_SERIAL TRUE

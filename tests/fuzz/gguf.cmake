@@ -1,4 +1,4 @@
-# GGUF reader fuzzing (gguf engineer).
+# GGUF reader fuzzing.
 # fuzz_gguf_driver: deterministic mutation driver (truncations + seeded byte flips of files
 # made by the test GGUF writer), any compiler, runs under ctest for ~3 s.
 llb_add_test(fuzz_gguf_driver SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_gguf.c

@@ -1,4 +1,4 @@
-# Decoder fuzzing for schemas/ (owned by the schemas area).
+# Decoder fuzzing for schemas/.
 #  - Always: fuzz_driver.c runs the libFuzzer entry over fixed-seed mutations of the sample
 #    messages for a few seconds under ctest (any compiler).
 #  - -DLLB_FUZZ=ON with clang: the libFuzzer target fuzz_schemas_decoders (tests/fuzz/README.md).

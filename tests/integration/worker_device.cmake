@@ -1,4 +1,4 @@
-# llmbus-gpu-worker --device (cuda-worker engineer): --device cuda without a usable device
+# llmbus-gpu-worker --device: --device cuda without a usable device
 # (or in a build without CUDA) ends with exit 1 and one log line naming the error; bad
 # --device / --gpu-memory-utilization values are usage errors (exit 2); a --device cpu worker
 # of a CUDA build starts and drains on a machine without a GPU. Runs the real binary against

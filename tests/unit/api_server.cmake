@@ -1,4 +1,4 @@
-# Api server pure logic (owner: api engineer): request parsing/validation, response and SSE
+# Api server pure logic: request parsing/validation, response and SSE
 # rendering, Prometheus text. No network.
 if(TARGET llmbus_api_server_core)
   foreach(t test_api_request test_api_response test_api_metrics test_api_keys test_api_delta test_tool_parser

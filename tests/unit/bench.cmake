@@ -1,4 +1,4 @@
-# llmbus-bench pure parts (owner: bench engineer): percentiles, Poisson arrivals, chunked/SSE
+# llmbus-bench pure parts: percentiles, Poisson arrivals, chunked/SSE
 # decoding, datasets (the tokenizer case uses the default model; skipped without it), /proc
 # memory of a process tree.
 if(TARGET llmbus_bench_core)

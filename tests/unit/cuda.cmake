@@ -1,4 +1,4 @@
-# CUDA backend tests (cuda engineer). No cmocka (tests/unit/test_cuda_harness.h), so that the
+# CUDA backend tests. No cmocka (tests/unit/test_cuda_harness.h), so that the
 # standalone project kernels/cuda/standalone builds them on GPU machines without our other
 # dependencies. Without a device each prints "no CUDA device: <reason>" and exits 77 (skipped);
 # test_cuda_status runs everywhere (it checks the no-device error path).

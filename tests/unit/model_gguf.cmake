@@ -1,4 +1,4 @@
-# GGUF reader, GGML quant types, LLaMA config (gguf engineer).
+# GGUF reader, GGML quant types, LLaMA config.
 # llmbus_test_gguf_writer: builds tiny GGUF files for any module's tests
 # (#include "tests/unit/gguf_writer.h", link llmbus_test_gguf_writer).
 add_library(llmbus_test_gguf_writer STATIC ${CMAKE_CURRENT_LIST_DIR}/gguf_writer.c)

@@ -1,4 +1,4 @@
-# Tokenizer and chat template tests (owner: tokenizer engineer).
+# Tokenizer and chat template tests.
 llb_add_test(test_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer.c
              LIBS llmbus_model PkgConfig::CMOCKA LABELS unit TIMEOUT 300
              ARGS ${LLB_TESTDATA_DIR}/tokenizer ${LLB_DEFAULT_MODEL})

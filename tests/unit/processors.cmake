@@ -1,4 +1,4 @@
-# Input / output processor unit tests (owner: processors engineer). They load the GPT-2
+# Input / output processor unit tests. They load the GPT-2
 # vocab of the shared tokenizer vectors by path and skip (77) when it is absent.
 llb_add_test(test_input_processor SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_input_processor.c
              LIBS llmbus_input_processor_core llmbus_kv_step PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
@@ -21,7 +21,7 @@ llb_add_test(test_engine_router SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_engine_ro
              LIBS llmbus_input_processor_actor PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
 llb_add_test(test_request_metrics SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_request_metrics.c
              LIBS llmbus_output_processor_core PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
-# Per-tenant limits of the input processor (owner: tenancy): in flight, queued, token bucket.
+# Per-tenant limits of the input processor: in flight, queued, token bucket.
 llb_add_test(test_tenant_limits SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tenant_limits.c
              LIBS llmbus_input_processor_core PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
 # Images in chat messages: marker expansion, is_embed masks, mm_hash, bad files (mm_images.h).

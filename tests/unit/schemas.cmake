@@ -1,4 +1,4 @@
-# Codec tests of schemas/ (owned by the schemas area).
+# Codec tests of schemas/.
 llb_add_test(test_codec_roundtrip
              SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_codec_roundtrip.c
                      ${CMAKE_CURRENT_LIST_DIR}/test_codec_samples.c
