@@ -56,6 +56,7 @@ void sched_actor_meta_free(struct req_meta *m) {
   free(m->mm);
   free(m->mm_blob);
   free(m->so_spec);
+  free(m->resume_ids);
   sched_prompt_logprobs_free(&m->plp);
   free(m);
 }
@@ -259,6 +260,7 @@ static void on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
 /* ---- step thread: admission, aborts ---- */
 
 static void admit(struct scheduler_actor *a, struct req_meta *list) {
+  sched_actor_fetch_history(a, list);
   while (list) {
     struct req_meta *m = list;
     list = m->next;
@@ -274,7 +276,8 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
           .sampling_params = m->params, .eos_token_id = m->eos_token_id,
           .arrival_time = m->arrival_time, .priority = m->priority, .cache_salt = m->cache_salt,
           .mm_features = m->mm, .num_mm_features = m->num_mm,
-          .structured_outputs = m->structured_outputs, .pooling_params = m->pooling_params};
+          .structured_outputs = m->structured_outputs, .pooling_params = m->pooling_params,
+          .resume_output_ids = m->resume_ids, .num_resume_output_ids = m->num_resume};
       st = map_insert(a, m);
       if (st == LLB_STATUS_OK) {
         st = sched_add_request(a->sched, &nr);
@@ -287,6 +290,8 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
       m->mm = NULL;
       free(m->mm_blob);
       m->mm_blob = NULL;
+      free(m->resume_ids);
+      m->resume_ids = NULL;
       continue;
     }
     m->reject_status = st;
@@ -781,5 +786,6 @@ void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_ac
       .num_redelivered_held = atomic_load(&a->c_redelivered_held),
       .num_acked = atomic_load(&a->c_acked),
       .num_resyncs = atomic_load(&a->c_resyncs),
+      .num_history_resumed = atomic_load(&a->c_history_resumed),
       .num_bus_recoveries = atomic_load(&a->c_bus_recoveries)};
 }
