@@ -57,6 +57,7 @@ void sched_actor_meta_free(struct req_meta *m) {
   free(m->mm_blob);
   free(m->so_spec);
   free(m->resume_ids);
+  free(m->resume_of);
   sched_prompt_logprobs_free(&m->plp);
   free(m);
 }
@@ -158,6 +159,7 @@ bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, ui
   m->external_id = dup_str(r.external_id);
   m->parent_request_id = dup_str(r.parent_request_id);
   m->cache_salt = dup_str(r.cache_salt);
+  m->resume_of = r.resume_request_id.len ? dup_str(r.resume_request_id) : NULL;
   m->so_spec = dup_str(r.structured_outputs.spec);
   m->structured_outputs = (struct llb_structured_outputs){r.structured_outputs.kind,
                                                           {m->so_spec, r.structured_outputs.spec.len}};

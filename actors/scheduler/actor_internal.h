@@ -48,6 +48,7 @@ struct req_meta {
   int32_t *resume_ids;     /* [num_resume] a replay's outputs from the output processor's
                              history (actor_history.c), freed after admission */
   int32_t num_resume;
+  char *resume_of;        /* EngineCoreRequest.resume_request_id: the request it replaces, or NULL */
   struct llb_structured_outputs structured_outputs; /* spec points into so_spec */
   char *so_spec;          /* owned copy of the structured-output spec */
   struct sched_prompt_logprobs plp; /* prompt_logprobs >= 0: rows gathered chunk by chunk */
