@@ -83,6 +83,10 @@ static void on_reconnected(natsConnection *nc, void *closure) {
   struct bus *b = closure;
   atomic_fetch_add(&b->num_reconnects, 1);
   log_conn_event(b, nc, LLB_LOG_LEVEL_INFO, "bus_reconnected");
+  /* A beat at once: whoever waits for this actor after a nats-server restart (the api server
+   * resends its requests once an input processor is back) need not wait out the interval.
+   * The client re-subscribed before this callback, so the beat means "listening again". */
+  (void)bus_heartbeat_now(b);
 }
 
 static void on_closed(natsConnection *nc, void *closure) {

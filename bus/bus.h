@@ -234,6 +234,7 @@ llb_status bus_heartbeat_start(struct bus *bus, const char *actor, const char *i
 /* Publishes one heartbeat now, from the calling thread (any thread), besides the periodic
  * ones: for a peer that just appeared and waits for what the beat says (a restarted
  * scheduler waiting for its worker's KV geometry), so it need not wait out the interval.
+ * The bus itself beats at once after every reconnect.
  * The heartbeat callback must then be safe to call from any thread. INVALID_ARGUMENT
  * before bus_heartbeat_start (or after the bus stopped beating); those of bus_publish. */
 llb_status bus_heartbeat_now(struct bus *bus);
