@@ -67,7 +67,7 @@ def kernel_bench(path):
         return out
     keys = {"prefill 512": "prefill", "decode b1": "decode_b1", "decode b16": "decode_b16"}
     for i, line in enumerate(lines):
-        m = re.match(r"roofline: DRAM read ([\d.]+) GB/s, int8 peak ([\d.]+) GOPS \((.*?)\)", line)
+        m = re.match(r"roofline: DRAM read ([\d.]+) GB/s, int8 peak ([\d.]+) GOPS \((.*)\), \d+ threads", line)
         if m:
             out.update(dram_gbs=float(m[1]), int8_gops=float(m[2]), path=m[3], roofline=line.strip())
         for what, key in keys.items():
@@ -165,8 +165,9 @@ def main():
         peak.append(median(per_rep.values()))
     rows.append(["peak resident memory, whole stack, shared pages once (MiB)", fmt(peak[0]), fmt(peak[1]),
                  fmt(peak[2]), fmt(ratio(peak[0], peak[1]), 2), fmt(ratio(peak[0], peak[2]), 2)])
-    failed = [sum(int(r.get("failed", 0) or 0) for s in SCENARIOS for r in srv[c][s]) for c in COLS]
-    rows.append(["failed requests, all runs"] + [str(f) for f in failed] + ["", ""])
+    failed = [str(sum(int(r.get("failed", 0) or 0) for s in SCENARIOS for r in srv[c][s]))
+              if any(srv[c][s] for s in SCENARIOS) else "n/a" for c in COLS]
+    rows.append(["failed requests, all runs"] + failed + ["", ""])
     print("Serving (`llmbus-bench serve`, streamed /v1/completions):")
     print()
     print_table(header, rows)
