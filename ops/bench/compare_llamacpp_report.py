@@ -183,7 +183,7 @@ def main():
     print_table(header, rows)
     print()
     roofline(a, fwd, med)
-    per_repeat(a, srv, fwd)
+    per_repeat(srv, fwd)
 
 
 def roofline(a, fwd, med):
@@ -192,32 +192,32 @@ def roofline(a, fwd, med):
     reads the same matrices, so the same bounds apply to it (Q4_0's matrices are smaller)."""
     lb = [f for f in fwd["llmbus"] if "dram_gbs" in f]
     if not lb:
-        print("roofline: no llmbus-kernel-bench --roofline output")
+        print("- roofline: no llmbus-kernel-bench --roofline output")
         return
     rest = lb[0]["roofline"].split(";", 1)[1].strip() if ";" in lb[0]["roofline"] else ""
-    print(f"roofline (medians of {len(lb)}): DRAM read {median(f['dram_gbs'] for f in lb):.1f} GB/s, int8 peak "
+    print(f"- roofline (medians of {len(lb)}): DRAM read {median(f['dram_gbs'] for f in lb):.1f} GB/s, int8 peak "
           f"{median(f['int8_gops'] for f in lb):.1f} GOPS ({lb[0]['path']}), {a.threads} threads; {rest}")
     what = {"prefill": "512-token prefill (int8 peak)", "decode_b1": "batch-1 decode (DRAM read)",
             "decode_b16": "batch-16 decode (DRAM read)"}
     bounds = {k: median(f[k] / f[k + "_frac"] for f in lb if f.get(k + "_frac")) for k in what}
-    print("bounds, tok/s: " + ", ".join(f"{what[k]} {fmt(bounds[k], 0)}" for k in what))
+    print("- bounds, tok/s: " + ", ".join(f"{what[k]} {fmt(bounds[k], 0)}" for k in what))
     fr = {k: median(f.get(k + "_frac") for f in lb) for k in what}
-    print("llmbus reaches: " + ", ".join(f"{what[k].split(' (')[0]} {fmt(fr[k], 2)}" for k in what)
+    print("- llmbus reaches: " + ", ".join(f"{what[k].split(' (')[0]} {fmt(fr[k], 2)}" for k in what)
           + " of its bound")
     q41 = med["llamacpp-q4_1"]
-    print("llama.cpp Q4_1 (same matrices, same bounds) reaches: "
+    print("- llama.cpp Q4_1 (same matrices, same bounds) reaches: "
           + ", ".join(f"{what[k].split(' (')[0]} {fmt(ratio(q41[k], bounds[k]), 2)}" for k in what))
     print()
 
 
-def per_repeat(a, srv, fwd):
+def per_repeat(srv, fwd):
     for c in COLS:
         dec = [round(r.get("output_throughput", NAN), 1) for r in srv[c]["decode"]]
         ttft = [round(r.get("median_ttft_ms", NAN)) for r in srv[c]["prefill"]]
         c16 = [round(r.get("output_throughput", NAN), 1) for r in srv[c]["conc16"]]
         c32 = [round(r.get("output_throughput", NAN), 1) for r in srv[c]["conc32"]]
         fw = {k: [round(f.get(k, NAN), 1) for f in fwd[c]] for k, _ in FORWARD_ROWS}
-        print(f"{c} per repeat: decode tok/s {dec}, prefill TTFT ms {ttft}, conc16 tok/s {c16}, conc32 tok/s "
+        print(f"- {c} per repeat: decode tok/s {dec}, prefill TTFT ms {ttft}, conc16 tok/s {c16}, conc32 tok/s "
               f"{c32}; forward prefill {fw['prefill']}, decode b1 {fw['decode_b1']}, b16 {fw['decode_b16']}")
 
 
