@@ -83,6 +83,10 @@ static void on_reconnected(natsConnection *nc, void *closure) {
   struct bus *b = closure;
   atomic_fetch_add(&b->num_reconnects, 1);
   log_conn_event(b, nc, LLB_LOG_LEVEL_INFO, "bus_reconnected");
+  /* A beat at once: whoever waits for this actor after a nats-server restart (the api server
+   * resends its requests once an input processor is back) need not wait out the interval.
+   * The client re-subscribed before this callback, so the beat means "listening again". */
+  (void)bus_heartbeat_now(b);
 }
 
 static void on_closed(natsConnection *nc, void *closure) {
@@ -360,7 +364,10 @@ static void heartbeat_stop(struct bus *b) {
   if (!b->hb_ev) return;
   event_del(b->hb_ev); /* libevent 2.1: waits for a callback running on the loop thread */
   event_free(b->hb_ev);
+  pthread_mutex_lock(&b->mu); /* bus_heartbeat_now reads the callback under mu */
   b->hb_ev = NULL;
+  b->hb_fn = NULL;
+  pthread_mutex_unlock(&b->mu);
   free(b->hb_buf);
   b->hb_buf = NULL;
 }
@@ -576,20 +583,44 @@ llb_status bus_heartbeat_start(struct bus *b, const char *actor, const char *ins
   heartbeat_stop(b);
   b->hb_buf = malloc(cap);
   if (!b->hb_buf) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "heartbeat: %zu bytes", cap);
-  b->hb_cap = cap;
-  b->hb_fn = fn;
-  b->hb_user = user;
-  memcpy(b->hb_subject, subject, sizeof subject);
-  b->hb_ev = event_new(b->base, -1, EV_PERSIST, heartbeat_tick, b);
-  if (!b->hb_ev) {
+  struct event *ev = event_new(b->base, -1, EV_PERSIST, heartbeat_tick, b);
+  if (!ev) {
     free(b->hb_buf);
     b->hb_buf = NULL;
     return LLB_ERRF(LLB_STATUS_INTERNAL, "heartbeat: event_new failed");
   }
+  pthread_mutex_lock(&b->mu);
+  b->hb_cap = cap;
+  b->hb_fn = fn;
+  b->hb_user = user;
+  memcpy(b->hb_subject, subject, sizeof subject);
+  b->hb_ev = ev;
+  pthread_mutex_unlock(&b->mu);
   struct timeval tv = {.tv_sec = interval_ms / 1000, .tv_usec = (interval_ms % 1000) * 1000};
   event_add(b->hb_ev, &tv);
   event_active(b->hb_ev, EV_TIMEOUT, 0); /* the first beat right away */
   return LLB_STATUS_OK;
+}
+
+llb_status bus_heartbeat_now(struct bus *b) {
+  if (!b) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "heartbeat: no bus");
+  pthread_mutex_lock(&b->mu);
+  bus_heartbeat_fn fn = b->hb_fn;
+  void *user = b->hb_user;
+  size_t cap = b->hb_cap;
+  char subject[BUS_SUBJECT_MAX];
+  memcpy(subject, b->hb_subject, sizeof subject);
+  pthread_mutex_unlock(&b->mu);
+  if (!fn) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "heartbeat: not started");
+  uint8_t *buf = malloc(cap);
+  if (!buf) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "heartbeat: %zu bytes", cap);
+  size_t len = 0;
+  llb_status st = fn(user, buf, cap, &len);
+  if (st == LLB_STATUS_OK && len > cap)
+    st = LLB_ERRF(LLB_STATUS_INTERNAL, "heartbeat callback wrote %zu bytes into %zu", len, cap);
+  if (st == LLB_STATUS_OK) st = bus_publish(b, subject, buf, len, NULL);
+  free(buf);
+  return st;
 }
 
 /* ---- stop, drain, run ---- */

@@ -231,6 +231,14 @@ llb_status bus_flush(struct bus *bus, int64_t timeout_ms);
 llb_status bus_heartbeat_start(struct bus *bus, const char *actor, const char *instance,
                                int64_t interval_ms, size_t cap, bus_heartbeat_fn fn, void *user);
 
+/* Publishes one heartbeat now, from the calling thread (any thread), besides the periodic
+ * ones: for a peer that just appeared and waits for what the beat says (a restarted
+ * scheduler waiting for its worker's KV geometry), so it need not wait out the interval.
+ * The bus itself beats at once after every reconnect.
+ * The heartbeat callback must then be safe to call from any thread. INVALID_ARGUMENT
+ * before bus_heartbeat_start (or after the bus stopped beating); those of bus_publish. */
+llb_status bus_heartbeat_now(struct bus *bus);
+
 /* Asks bus_actor_run() to stop: safe from any thread and from a signal handler. A stop
  * requested before bus_actor_run() is called makes it return right after draining. */
 void bus_stop(struct bus *bus);

@@ -494,16 +494,37 @@ static void on_worker_heartbeat(struct bus *bus, const struct bus_msg *msg, void
   bus_stop(bus);
 }
 
+/* One not-ready heartbeat of this (starting) actor on its own health subject: the engine's
+ * worker answers a peer it sees starting with a heartbeat at once (actor_main_answer_hellos),
+ * so the geometry comes without waiting out the worker's --heartbeat-ms. */
+static void publish_hello(struct actor_main *am) {
+  uint8_t buf[HEARTBEAT_CAP_BYTES];
+  char subject[BUS_SUBJECT_MAX];
+  size_t len = 0;
+  if (bus_subject_health(am->common.prefix, am->spec->actor, am->common.instance, subject, sizeof subject) ||
+      heartbeat_fill(am, buf, sizeof buf, &len) || bus_publish(am->bus, subject, buf, len, NULL)) {
+    char q[400];
+    LLB_LOG_DEBUG("hello_failed", "error=%s", llb_log_quote(q, sizeof q, llb_err_last()));
+  }
+}
+
+#define HELLO_EVERY_MS 250
+
 static llb_status geometry_wait_loop(struct actor_main *am, struct bus_sub *sub, int64_t timeout_ms,
                                      int32_t *num_blocks, int32_t *block_size) {
   struct llb_arena arena;
   llb_arena_init(&arena, NULL, 0);
   const int64_t end_ns = llb_now_ns() + timeout_ms * 1000000;
+  int64_t hello_ns = 0;
   llb_status st = LLB_STATUS_TIMEOUT;
   while (st == LLB_STATUS_TIMEOUT && llb_now_ns() < end_ns) {
     if (bus_stop_requested(am->bus)) {
       st = LLB_ERRF(LLB_STATUS_ABORTED, "stopped while waiting for the worker's KV geometry");
       break;
+    }
+    if (llb_now_ns() - hello_ns >= HELLO_EVERY_MS * 1000000LL) { /* the worker may be starting too */
+      publish_hello(am);
+      hello_ns = llb_now_ns();
     }
     struct bus_msg *msg = NULL;
     const int64_t left_ms = (end_ns - llb_now_ns()) / 1000000;
@@ -542,4 +563,38 @@ llb_status actor_main_wait_kv_geometry(struct actor_main *am, int64_t timeout_ms
   llb_arena_init(&w->arena, NULL, 0);
   am->geometry_watch = w;
   return bus_subscribe(am->bus, subject, NULL, on_worker_heartbeat, w, NULL);
+}
+
+/* Delivery thread: a not-ready beat of this engine's scheduler or kv_manager (one starting,
+ * maybe waiting for the geometry, or an engine recovering) gets a heartbeat at once, at most
+ * one per HELLO_ANSWER_GAP_MS. Untrusted: only a decodable beat of our engine counts. */
+#define HELLO_ANSWER_GAP_MS 100
+
+static void on_peer_hello(struct bus *bus, const struct bus_msg *msg, void *user) {
+  struct actor_main *am = user;
+  uint8_t mem[2048];
+  struct llb_arena arena;
+  llb_arena_init(&arena, mem, sizeof mem);
+  struct llb_heartbeat hb;
+  const size_t n = strlen(am->common.engine_id);
+  if (llb_heartbeat_decode(msg->data, msg->len, &arena, &hb) == LLB_STATUS_OK && !hb.ready &&
+      hb.engine_id.len == n && memcmp(hb.engine_id.data, am->common.engine_id, n) == 0) {
+    const int64_t now = llb_now_ns(), last = atomic_load(&am->hello_answered_ns);
+    if (now - last >= HELLO_ANSWER_GAP_MS * 1000000LL &&
+        atomic_compare_exchange_strong(&am->hello_answered_ns, &(int64_t){last}, now))
+      (void)bus_heartbeat_now(bus); /* before the periodic beats start: they beat at once anyway */
+  }
+  llb_arena_destroy(&arena);
+}
+
+llb_status actor_main_answer_hellos(struct actor_main *am) {
+  static const char *const peers[] = {"scheduler", "kv_manager"};
+  for (size_t i = 0; i < sizeof peers / sizeof peers[0]; i++) {
+    char subject[BUS_SUBJECT_MAX];
+    if (snprintf(subject, sizeof subject, "%s.health.%s.*", am->common.prefix, peers[i]) >= (int)sizeof subject)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", am->common.prefix);
+    llb_status st = bus_subscribe(am->bus, subject, NULL, on_peer_hello, am, NULL);
+    if (st != LLB_STATUS_OK) return st;
+  }
+  return LLB_STATUS_OK;
 }

@@ -101,6 +101,7 @@ struct actor_main {
   atomic_int kv_block_size;   /* Heartbeat.block_size (gpu_worker) */
   atomic_bool fail_exit;      /* the actor stopped itself for a reason that needs a restart: exit 1 */
   struct geometry_watch *geometry_watch; /* actor_main_wait_kv_geometry's watch, freed at exit */
+  atomic_int_fast64_t hello_answered_ns; /* actor_main_answer_hellos: the last answer */
   char instance_buf[96];      /* default instance storage */
   char host_buf[64];
 };
@@ -156,6 +157,14 @@ void actor_main_set_kv_geometry(struct actor_main *am, int32_t num_blocks, int32
  * bus_subscribe_sync / bus_sub_next_msg / bus_subscribe. */
 llb_status actor_main_wait_kv_geometry(struct actor_main *am, int64_t timeout_ms, int32_t *num_blocks,
                                        int32_t *block_size);
+
+/* The gpu_worker's side of the geometry wait: while a scheduler or kv_manager of this engine
+ * waits (actor_main_wait_kv_geometry) it says hello with a not-ready heartbeat every 250 ms;
+ * the worker answers each (at most one per 100 ms) with its own heartbeat at once, so a
+ * restarted scheduler or kv_manager starts within milliseconds of the worker's answer instead
+ * of up to --heartbeat-ms later. Subscribes <prefix>.health.{scheduler,kv_manager}.*; call
+ * from the start hook. Errors: those of bus_subscribe. */
+llb_status actor_main_answer_hellos(struct actor_main *am);
 
 #define ACTOR_MAIN_MAX_KV_BLOCKS (1 << 24) /* 64 MiB of per-block state in a scheduler */
 #define ACTOR_MAIN_MAX_BLOCK_SIZE 4096

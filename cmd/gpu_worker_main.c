@@ -76,7 +76,8 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
   if (am->metrics && (st = gpu_worker_actor_register_metrics(m->actor, am->metrics))) return st;
   /* every heartbeat carries the geometry: --num-blocks 0 scheduler / kv_manager wait for it */
   actor_main_set_kv_geometry(am, gpu_worker_actor_num_blocks(m->actor), m->block_size);
-  return gpu_worker_actor_start(m->actor, am->bus);
+  if ((st = gpu_worker_actor_start(m->actor, am->bus))) return st;
+  return actor_main_answer_hellos(am);
 }
 
 static void worker_main_destroy(struct actor_main *am, void *user) {

@@ -213,7 +213,8 @@ int main(int argc, char **argv) {
        "acknowledged when it finished, so a restarted scheduler runs the unfinished ones again", NULL},
       {"ack-wait-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.ack_wait_ms,
        "durable: a request held by a scheduler that stopped answering is delivered again after "
-       "this long (default 2000; in-progress acks every quarter of it)", NULL},
+       "this long (default 1000: a restarted scheduler resumes its requests about 1 s after the "
+       "kill; in-progress acks every quarter of it)", NULL},
       {"max-deliver", ACTOR_FLAG_KIND_INT32, &m.cfg.max_deliver,
        "durable: deliveries of one request at most; the next goes to "
        "<prefix>.engine.<eid>.dead_letter and its client gets an error (default 3)", NULL},

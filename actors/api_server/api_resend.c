@@ -110,12 +110,14 @@ bool api_resend_state_lost(struct api_actor *a, struct api_call *c, struct api_s
 }
 
 int api_resend_after_op_restart(struct api_actor *a, struct api_call *c, int64_t restart_ns, int64_t now_ns) {
-  if (restart_ns == 0 || now_ns - restart_ns < API_OP_RESTART_GRACE_NS) return 0;
+  if (restart_ns == 0 || now_ns - restart_ns < API_OP_RESTART_GRACE_STREAMING_NS) return 0;
   int sent = 0;
   for (int32_t i = 0; i < c->num_subs; i++) {
     struct api_sub *s = &c->subs[i];
     if (s->finished || !s->resend.data || s->t_last_heard_ns >= restart_ns || s->op_restart_handled_ns == restart_ns)
       continue;
+    const bool streaming = s->engine_id[0] != '\0';
+    if (!streaming && now_ns - restart_ns < API_OP_RESTART_GRACE_NS) continue;
     s->op_restart_handled_ns = restart_ns;
     if (resend_sub(a, c, s, "output_processor_restarted")) sent++;
   }

@@ -59,15 +59,20 @@ bool api_resend_state_lost(struct api_actor *a, struct api_call *c, struct api_s
 /* After a reconnect, the resend waits for an input processor's heartbeat at most this long. */
 #define API_RESEND_WAIT_INPUT_NS (10LL * 1000000000LL)
 
-/* How long after an output processor restart a sub that heard nothing since is sent again. */
+/* How long after an output processor restart a sub that heard nothing since is sent again:
+ * one that was streaming (it had outputs: a running request, which the new output processor
+ * rebuilds at its next step's output, within a step) after API_OP_RESTART_GRACE_STREAMING_NS;
+ * one still waiting for its first output (it may be queued behind others) after
+ * API_OP_RESTART_GRACE_NS. */
 #define API_OP_RESTART_GRACE_NS (5LL * 1000000000LL)
+#define API_OP_RESTART_GRACE_STREAMING_NS (1LL * 1000000000LL)
 
 /* An output processor that restarted lost every output published while it was down: a
  * request that finished then never reaches its client. Sends again (as
  * api_resend_after_reconnect does) each unfinished sub of c that kept a copy and heard nothing
- * since the restart seen at restart_ns, once API_OP_RESTART_GRACE_NS have passed (a request
- * still running is rebuilt by the new output processor from the scheduler's history and
- * talks again within that time), once per restart. Logs event=generate_resent
+ * since the restart seen at restart_ns, once its grace above has passed (a request still
+ * running is rebuilt by the new output processor from the scheduler's history and talks
+ * again within that time), once per restart. Logs event=generate_resent
  * reason=output_processor_restarted. Returns how many subs were sent again. */
 int api_resend_after_op_restart(struct api_actor *a, struct api_call *c, int64_t restart_ns, int64_t now_ns);
 

@@ -38,7 +38,7 @@ void scheduler_actor_config_init(struct scheduler_actor_config *c) {
   c->peer_missed_beats = 3;
   c->log_stats_interval_ms = 10000;
   c->durable = false;
-  c->ack_wait_ms = 2000;
+  c->ack_wait_ms = 1000;
   c->max_deliver = 3;
   c->max_ack_pending = 4096;
 }

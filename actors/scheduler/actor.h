@@ -73,7 +73,7 @@ struct scheduler_actor_config {
    * consumer and are acknowledged when they leave the scheduler; a restarted scheduler gets
    * the unfinished ones again. Off: a plain subscription on .requests (lost if it dies). */
   bool durable;                   /* default false */
-  int64_t ack_wait_ms;            /* redelivery after this long without an ack (default 2000) */
+  int64_t ack_wait_ms;            /* redelivery after this long without an ack (default 1000) */
   int32_t max_deliver;            /* deliveries at most; the next is dead-lettered (default 3:
                                      a scheduler crashing 3 times soon after its start would
                                      otherwise stop `llmbus serve` as a crash loop first) */

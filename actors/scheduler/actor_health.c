@@ -77,16 +77,20 @@ static void on_health(struct bus *bus, const struct bus_msg *msg, void *user) {
   const struct peer_beat beat = {.instance = hb.instance.data, .pid = hb.pid, .seq = hb.seq, .ready = hb.ready};
   const int64_t now = llb_now_ns();
   pthread_mutex_lock(&a->exec_mu);
-  const enum peer_watch_verdict v = peer_watch_observe(a->peer_watch[p], &beat, now);
   struct peer_watch_view view;
   peer_watch_get(a->peer_watch[p], &view);
+  const bool was_ready = view.seen && view.ready;
+  const enum peer_watch_verdict v = peer_watch_observe(a->peer_watch[p], &beat, now);
+  peer_watch_get(a->peer_watch[p], &view);
+  /* a peer that said hello while starting (not ready) and now serves: go on at once */
+  const bool became_ready = (v == PEER_WATCH_VERDICT_FINE || v == PEER_WATCH_VERDICT_FIRST) && view.ready && !was_ready;
   if (v == PEER_WATCH_VERDICT_REPLACED) record_failure(a, (enum sched_peer)p, "replaced", &view, 0);
   sched_actor_health_poll_locked(a, now);
   pthread_mutex_unlock(&a->exec_mu);
   if (v == PEER_WATCH_VERDICT_BACK)
     LLB_LOG_INFO("peer_back", "actor=%s engine_id=%s instance=%s pid=%d", peer_actor[p], a->engine_id,
                  view.instance, view.pid);
-  if (v == PEER_WATCH_VERDICT_REPLACED || v == PEER_WATCH_VERDICT_BACK) wake_step_thread(a);
+  if (v == PEER_WATCH_VERDICT_REPLACED || v == PEER_WATCH_VERDICT_BACK || became_ready) wake_step_thread(a);
   llb_arena_destroy(&arena);
 }
 

@@ -10,7 +10,8 @@ One run: the N requests (greedy and seeded, in turn; ignore_eos, so each is exac
 --max-tokens long) first without faults (the reference), then again while every victim
 in --victims is killed --kills times, spread over the run by progress (kill k fires when
 k/(K+1) of the requests have completed, plus --jitter-s of random delay), each kill while
-requests are streaming. `llmbus serve` restarts each victim (nats-server on the same port,
+requests are streaming and once work resumed after the previous kill (a token came since), so
+that each kill's recovery is measured on its own. `llmbus serve` restarts each victim (nats-server on the same port,
 JetStream store kept).
 
 Printed: completed, token-identical to the reference, first-attempt errors by reason,
@@ -53,6 +54,8 @@ PROMPTS = [
     "Describe the sea in winter.", "How do bees make honey?",
 ]
 STALL_S = 10.0  # a kill followed by no token for this long is reported with its time
+RESUME_GOAL_S = 2.0  # issue 13: work resumes within this long of each kill (reported)
+RESUME_WAIT_S = 30.0  # the next kill waits at most this long for the previous one's next token
 RETRY_FOR_S = 90.0  # a client keeps retrying a failed request this long
 API_RESTART_S = 15.0  # connections refused this long after an api server kill are its doing
 
@@ -172,9 +175,16 @@ class Run:
         total = len(self.kills)
         for k, victim in enumerate(self.kills):
             threshold = k * self.args.requests // (total + 2)  # the first once tokens flow
+            waited_from = time.monotonic()
             while True:
                 with self.lock:
-                    ready = self.completed >= threshold and self.in_flight > 0 and self.last_chunk > 0
+                    # each kill is measured on its own: the next one waits until work resumed
+                    # after the previous one (a token came), or RESUME_WAIT_S passed (a stall,
+                    # reported as such)
+                    resumed = (not self.kill_log or self.kill_log[-1]["next_token_s"] is not None or
+                               time.monotonic() - waited_from > RESUME_WAIT_S)
+                    ready = (self.completed >= threshold and self.in_flight > 0 and self.last_chunk > 0
+                             and resumed)
                     finished = self.completed >= self.args.requests
                 if ready or finished:
                     break
@@ -258,6 +268,16 @@ def report(args, ref, chaos):
         shown = ", ".join(("none" if k["next_token_s"] is None else f"{k['next_token_s']:.2f}") +
                           f" ({k['in_flight']} in flight)" for k in ks)
         print(f"chaos: kill {victim} x{len(ks)}: next token after [{shown}] s")
+    if chaos.kill_log:
+        # a kill with no request in flight (the last requests had just ended) has nothing to resume
+        measured = [k for k in chaos.kill_log if k["in_flight"] > 0 or k["next_token_s"] is not None]
+        slow = [k for k in measured if k["next_token_s"] is None or k["next_token_s"] > RESUME_GOAL_S]
+        times = sorted(k["next_token_s"] for k in measured if k["next_token_s"] is not None)
+        print(f"chaos: work resumed within {RESUME_GOAL_S:.0f} s of {len(measured) - len(slow)}/"
+              f"{len(measured)} kills with requests in flight (kill -> next token p50 "
+              f"{percentile(times, 50):.2f} s, p99 {percentile(times, 99):.2f} s, max "
+              f"{max(times) if times else float('nan'):.2f} s)" +
+              (": slower after " + ", ".join(f"{k['victim']}" for k in slow) if slow else ""))
     for k in chaos.kill_log:  # a long gap is worth reading in the serve log: say when it began
         if k["next_token_s"] is None or k["next_token_s"] > STALL_S:
             gap = "no token after it" if k["next_token_s"] is None else f"next token {k['next_token_s']:.1f} s later"

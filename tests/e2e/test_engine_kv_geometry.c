@@ -15,6 +15,7 @@
 #include <cmocka.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <signal.h>
@@ -122,10 +123,69 @@ static void test_scheduler_and_kv_manager_adopt_the_workers_block_count(void **s
   assert_int_equal(e2e_stack_stop(&s), 0);
 }
 
+/* Not-ready heartbeat of a scheduler of engine `eid` that is starting (what a restarted
+ * scheduler or kv_manager publishes while it waits for the geometry). */
+static void forge_scheduler_hello(const char *eid) {
+  struct llb_heartbeat hb = {.actor = llb_str_c("scheduler"), .instance = llb_str_c("hello"),
+                             .pid = (int32_t)s.actor_pids[E2E_ACTOR_SCHEDULER], .ready = false,
+                             .engine_id = llb_str_c(eid)};
+  struct llb_buf b = {0};
+  assert_int_equal(llb_heartbeat_encode_buf(&hb, &b), LLB_STATUS_OK);
+  assert_int_equal(bus_publish(s.bus, "llm.health.scheduler.hello", b.data, b.len, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(s.bus, 5000), LLB_STATUS_OK);
+  llb_buf_free(&b);
+}
+
+static uint64_t worker_beats(void) {
+  pthread_mutex_lock(&s.mu);
+  const uint64_t n = s.actors[E2E_ACTOR_GPU_WORKER].num_beats;
+  pthread_mutex_unlock(&s.mu);
+  return n;
+}
+
+/* Waits up to timeout_ms for a worker heartbeat after `before` of them; true if one came. */
+static bool worker_beat_after(uint64_t before, int64_t timeout_ms) {
+  for (int64_t t = 0; t < timeout_ms; t += 20) {
+    if (worker_beats() > before) return true;
+    usleep(20000);
+  }
+  return false;
+}
+
+/* A restarted scheduler or kv_manager says hello (a not-ready heartbeat) while it waits for the
+ * geometry, and the worker answers with a heartbeat at once instead of at its next interval:
+ * here the worker beats every 60 s, and the engine still starts, and a hello gets a beat
+ * within seconds. A hello of another engine gets none. */
+static void test_worker_answers_a_starting_peers_hello_at_once(void **state) {
+  (void)state;
+  static const char *const worker_args[] = {"--num-blocks", "48", "--heartbeat-ms", "60000", NULL};
+  static const char *const zero_args[] = {"--num-blocks", "0", NULL};
+  struct e2e_stack_options o = {0};
+  o.actor_args[E2E_ACTOR_GPU_WORKER] = worker_args;
+  o.actor_args[E2E_ACTOR_SCHEDULER] = zero_args;
+  o.actor_args[E2E_ACTOR_KV_MANAGER] = zero_args;
+  assert_int_equal(e2e_stack_start(&s, model, &o), 0);
+  struct e2e_result got;
+  struct e2e_request r = greedy("hello", "What is a bus?");
+  assert_int_equal(e2e_generate(&s, &r, &got), 0);
+  assert_int_equal(got.error_code, 0);
+
+  usleep(200000); /* past the worker's answer gap */
+  uint64_t before = worker_beats();
+  forge_scheduler_hello("7");
+  assert_false(worker_beat_after(before, 1000));
+  before = worker_beats();
+  forge_scheduler_hello("0");
+  assert_true(worker_beat_after(before, 5000));
+  assert_int_equal(e2e_stack_stop(&s), 0);
+}
+
 int main(int argc, char **argv) {
   model = e2e_require_model(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_prestate_setup_teardown(test_scheduler_and_kv_manager_adopt_the_workers_block_count, NULL,
+                                               e2e_stack_teardown, &s),
+      cmocka_unit_test_prestate_setup_teardown(test_worker_answers_a_starting_peers_hello_at_once, NULL,
                                                e2e_stack_teardown, &s),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
