@@ -205,6 +205,21 @@ class Cluster:
                     pass
         self.serve[i].wait()
 
+    def recoveries(self):
+        """From the serve logs: publishes sent again through the election (count, longest wait in
+        ms) and requests replayed from the stream (delivered more than once)."""
+        waits, replayed = [], 0
+        for i in range(1, NODES + 1):
+            try:
+                with open(os.path.join(self.tmp, f"serve{i}.log"), errors="replace") as f:
+                    for line in f:
+                        if "event=js_publish_retried" in line:
+                            waits += [int(w[len("waited_ms="):]) for w in line.split() if w.startswith("waited_ms=")]
+                        replayed += "event=request_replayed" in line
+            except OSError:
+                pass
+        return len(waits), max(waits, default=0), replayed
+
     def tail(self, name, n=30):
         try:
             with open(os.path.join(self.tmp, name), errors="replace") as f:
@@ -454,6 +469,9 @@ def main():
             failures.append(f"requests left unserved in the stream after the load: {left}")
         else:
             print("ok   every engine's consumer drained: nothing left in the stream")
+        n_retried, max_wait_ms, replayed = c.recoveries()
+        print(f"     publishes sent again through the election: {n_retried} (longest {max_wait_ms} ms); "
+              f"requests replayed from the stream: {replayed}")
         seen = c.engines_seen()
         if seen != {"n1", "n2", "n3"}:
             failures.append(f"engines announcing themselves after the restart: {seen}")
