@@ -13,9 +13,9 @@
  * Replicas: the stream is kept on `replicas` servers (1 for a single nats-server, 3 on a 3-node
  * cluster: it then outlives a node). Consumers inherit the stream's replica count (consumer
  * replicas 0), so an engine's consumer survives the node too. While the replicas elect a new
- * leader (about 2-5 s after the leader's node died) nobody subscribes the stream's subjects:
- * publishes are retried with the same Nats-Msg-Id (the stream drops a copy it already holds,
- * within its 2-minute duplicate window) and fetches are sent again.
+ * leader (2-8 s after the leader's node died, measured by tests/cluster/) nobody subscribes
+ * the stream's subjects: publishes are retried with the same Nats-Msg-Id (the stream drops a
+ * copy it already holds, within its 2-minute duplicate window) and fetches are sent again.
  *
  * Creation is idempotent: whoever starts first creates, later callers find what exists (a
  * stream of another shape is updated to this one where JetStream can: subjects, max_bytes,

@@ -15,7 +15,7 @@
 #define MALFORMED_REQUEST_ID "malformed"
 #define DEFAULT_TENANT_LIMIT_TTL_MS (30 * 60 * 1000)
 /* JetStream's confirmation, retries included: a stream leader election after a cluster node
- * died takes 2-5 s (nats-server 2.9's raft election timeouts), more on a loaded host */
+ * died took 2-8 s in tests/cluster/ (nats-server 2.9, a loaded 2-core host) */
 #define INPROC_DURABLE_PUBLISH_TIMEOUT_MS 20000
 #define INPROC_DURABLE_START_TIMEOUT_MS 10000  /* the requests stream at start */
 
