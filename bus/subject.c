@@ -5,7 +5,7 @@
 
 static const char *const engine_kinds[] = {"requests", "abort",   "kv",    "encoder",
                                            "execute",  "outputs", "stats", "dead_letter",
-                                           "resync"};
+                                           "resync", "history"};
 
 bool bus_token_valid(const char *token) {
   if (!token || !*token) return false;
@@ -86,7 +86,7 @@ llb_status bus_subject_engine(const char *prefix, const char *eid, const char *k
   if (!known)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
                     "engine subject kind \"%s\" is not one of requests, abort, kv, encoder, "
-                    "execute, outputs, stats, dead_letter, resync",
+                    "execute, outputs, stats, dead_letter, resync, history",
                     kind ? kind : "(null)");
   return join(buf, cap, prefix, "engine", eid, kind);
 }

@@ -3,7 +3,7 @@
  *   <prefix>.generate.<tenant>          client → input_processor (queue group)
  *   <prefix>.abort.<tenant>             client → input_processor
  *   <prefix>.engine.<eid>.<kind>        kind: requests|abort|kv|encoder|execute|outputs|stats|
- *                                       dead_letter|resync
+ *                                       dead_letter|resync|history
  *   <prefix>.health.<actor>.<instance>  heartbeats
  *
  * Every name is validated as one subject token: non-empty, at most BUS_TOKEN_MAX bytes,
@@ -40,7 +40,7 @@ llb_status bus_subject_generate(const char *prefix, const char *tenant, char *bu
 llb_status bus_subject_abort(const char *prefix, const char *tenant, char *buf, size_t cap);
 
 /* "<prefix>.engine.<eid>.<kind>" into buf[cap]; kind must be one of requests, abort, kv,
- * encoder, execute, outputs, stats, dead_letter, resync (INVALID_ARGUMENT otherwise). */
+ * encoder, execute, outputs, stats, dead_letter, resync, history (INVALID_ARGUMENT otherwise). */
 llb_status bus_subject_engine(const char *prefix, const char *eid, const char *kind, char *buf,
                               size_t cap);
 

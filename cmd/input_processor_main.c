@@ -39,7 +39,9 @@ static llb_status inproc_main_start(struct actor_main *am, void *user) {
   };
   llb_status st = inproc_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
-  return inproc_actor_start(m->actor, am->bus);
+  st = inproc_actor_start(m->actor, am->bus);
+  /* the api server resends its requests after a nats-server restart once we beat */
+  return st ? st : actor_main_answer_after_reconnect(am, "api_server");
 }
 
 static void inproc_main_destroy(struct actor_main *am, void *user) {

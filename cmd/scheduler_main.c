@@ -148,14 +148,15 @@ static void sched_destroy_hook(struct actor_main *am, void *user) {
     LLB_LOG_INFO("scheduler_counters", "steps=%llu requests=%llu rejected=%llu aborted=%llu "
                  "kv_failures=%llu execute_failures=%llu peer_failures=%llu outputs=%llu "
                  "replayed=%llu dead_lettered=%llu redelivered_held=%llu acked=%llu resyncs=%llu "
-                 "bus_recoveries=%llu",
+                 "bus_recoveries=%llu history_resumed=%llu",
                  (unsigned long long)c.num_steps, (unsigned long long)c.num_requests,
                  (unsigned long long)c.num_rejected, (unsigned long long)c.num_aborted,
                  (unsigned long long)c.num_kv_failures, (unsigned long long)c.num_execute_failures,
                  (unsigned long long)c.num_peer_failures, (unsigned long long)c.num_outputs_published,
                  (unsigned long long)c.num_replayed, (unsigned long long)c.num_dead_lettered,
                  (unsigned long long)c.num_redelivered_held, (unsigned long long)c.num_acked,
-                 (unsigned long long)c.num_resyncs, (unsigned long long)c.num_bus_recoveries);
+                 (unsigned long long)c.num_resyncs, (unsigned long long)c.num_bus_recoveries,
+                 (unsigned long long)c.num_history_resumed);
   }
   scheduler_actor_destroy(m->actor);
   m->actor = NULL;

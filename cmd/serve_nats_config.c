@@ -38,13 +38,15 @@ static const struct user_perms {
      * in-progress), the dead-letter subject, and the output processor's resync requests */
     {"scheduler", "ENGINE",
      {"P.engine.*.kv", "P.engine.*.encoder", "P.engine.*.execute", "P.engine.*.outputs", "P.engine.*.stats",
-      "P.engine.*.dead_letter", "$JS.API.>", "$JS.ACK.>", "P.health.scheduler.>", "P.trace.scheduler"},
+      "P.engine.*.dead_letter", "P.engine.*.history", "$JS.API.>", "$JS.ACK.>", "P.health.scheduler.>",
+      "P.trace.scheduler"},
      {"P.engine.*.requests", "P.engine.*.abort", "P.engine.*.resync", "_INBOX.>", "P.health.>"}, true},
     /* RequestOutputs go to the reply subject the input processor carried in the
-     * EngineCoreRequest: in ENGINE that is always a service-import reply (_R_.…). */
+     * EngineCoreRequest: in ENGINE that is always a service-import reply (_R_.…). It answers
+     * a restarted scheduler's history requests (allow_responses). */
     {"output-processor", "ENGINE",
      {"_R_.>", "P.engine.*.abort", "P.engine.*.resync", "P.health.output_processor.>", "P.trace.output_processor"},
-     {"P.engine.*.outputs", "_INBOX.>", "P.health.>"}, false},
+     {"P.engine.*.outputs", "P.engine.*.history", "_INBOX.>", "P.health.>"}, true},
     /* it routes by the engines' stats (DESIGN.md §9) and reads the outputs for per-tenant
      * limits: a request's first token and its end */
     /* durable: stores each request in the JetStream stream ($JS.API for the stream, the

@@ -162,6 +162,7 @@ static fb::Offset<void> build_engine_core_request(Enc &e, const llb_engine_core_
   auto tpp = e.str(m.trace_parent_span_id, "trace_parent_span_id");
   auto so = enc_structured_outputs(e, m.structured_outputs, "structured_outputs");
   auto pool = enc_pooling_params(e, m.pooling_params, "pooling_params");
+  auto resume = e.str(m.resume_request_id, "resume_request_id");
   if (!e.ok())
     return 0;
   llmbus::EngineCoreRequestBuilder t(e.b);
@@ -183,6 +184,7 @@ static fb::Offset<void> build_engine_core_request(Enc &e, const llb_engine_core_
   t.add_trace_start_time_ns(m.trace_start_time_ns);
   t.add_structured_outputs(so);
   t.add_pooling_params(pool);
+  t.add_resume_request_id(resume);
   return t.Finish().Union();
 }
 
@@ -202,6 +204,7 @@ static bool read_engine_core_request(Dec &d, const llmbus::EngineCoreRequest &t,
                "prompt_token_ids") &&
          dec_sampling(d, t.sampling_params(), &m.sampling_params, "sampling_params", true) &&
          d.str(t.cache_salt(), &m.cache_salt, "cache_salt") &&
+         d.str(t.resume_request_id(), &m.resume_request_id, "resume_request_id") &&
          dec_mm_features(d, t.mm_features(), &m.mm_features, &m.num_mm_features,
                          "mm_features") &&
          d.str(t.reply_to(), &m.reply_to, "reply_to") &&

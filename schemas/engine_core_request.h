@@ -30,6 +30,7 @@ struct llb_engine_core_request {
   int64_t trace_start_time_ns;      /* its start, wall clock ns since the epoch */
   struct llb_structured_outputs structured_outputs; /* kind NONE = unconstrained */
   struct llb_pooling_params pooling_params; /* type NONE = sample; else pool the prompt only */
+  struct llb_str resume_request_id; /* a resend of that request ("" = none; see the .fbs) */
 };
 
 struct llb_abort_requests {

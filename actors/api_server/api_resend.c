@@ -64,11 +64,17 @@ uint64_t api_random_seed(struct api_actor *a) {
   return z ^ (z >> 31);
 }
 
-/* Sends s again under a new reply subject (see api_resend_after_reconnect). */
+/* Sends s again under a new reply subject (see api_resend_after_reconnect). With one
+ * completion per prompt (n = 1) the resend names the engine request it replaces (header
+ * Llmbus-Resume-Of): the engine hands that request's outputs to the new one and finishes it,
+ * so the client's next token comes after one prefill, not after generating again what it
+ * already has. Otherwise the old request is aborted: its outputs can no longer reach us. */
 static bool resend_sub(struct api_actor *a, struct api_call *c, struct api_sub *s, const char *reason) {
-  char reply[192];
+  char reply[192], resume_of[sizeof s->engine_id];
   uint64_t old_seq = s->seq;
-  if (s->engine_id[0]) api_publish_abort(a, s); /* its outputs can no longer reach us */
+  const bool one = c->parsed.sampling_params.n <= 1;
+  snprintf(resume_of, sizeof resume_of, "%s", one ? s->engine_id : "");
+  if (s->engine_id[0] && !one) api_publish_abort(a, s);
   api_table_remove(a, s);
   s->seq = ++a->next_seq;
   api_table_add(a, s);
@@ -86,11 +92,14 @@ static bool resend_sub(struct api_actor *a, struct api_call *c, struct api_sub *
   s->engine_id[0] = '\0';
   s->t_last_heard_ns = llb_now_ns();
   api_delta_restart(&s->delta);
+  const struct bus_header h[] = {{"Llmbus-Resume-Of", resume_of}};
   struct bus_out_msg m = {.subject = s->resend.subject, .reply = s->resend.reply, .data = s->resend.data,
-                          .len = s->resend.len, .trace = &c->span.ctx};
+                          .len = s->resend.len, .trace = &c->span.ctx, .headers = h,
+                          .num_headers = resume_of[0] ? 1 : 0};
   llb_status st = bus_publish_msg(a->bus, &m);
-  LLB_LOG_INFO("generate_resent", "seq=%llu old_seq=%llu reason=%s status=%s subject=%s",
-               (unsigned long long)s->seq, (unsigned long long)old_seq, reason, llb_strerror(st), s->resend.subject);
+  LLB_LOG_INFO("generate_resent", "seq=%llu old_seq=%llu reason=%s status=%s subject=%s resume_of=%s",
+               (unsigned long long)s->seq, (unsigned long long)old_seq, reason, llb_strerror(st), s->resend.subject,
+               resume_of[0] ? resume_of : "-");
   return true;
 }
 

@@ -190,7 +190,8 @@ static llb_status publish_engine_request(struct inproc_actor *a, const char *sub
 
 static llb_status publish_children(struct inproc_actor *a, const char *eid, const struct inproc_generate_request *req,
                                    const struct inproc_processed *pr, const struct bus_trace_ctx *span,
-                                   const struct request_trace *rt, const struct llb_pooling_params *pool) {
+                                   const struct request_trace *rt, const struct llb_pooling_params *pool,
+                                   const char *resume_of) {
   char subject[BUS_SUBJECT_MAX];
   llb_status sst = bus_subject_engine(bus_prefix(a->bus), eid, "requests", subject, sizeof subject);
   if (sst != LLB_STATUS_OK) return sst;
@@ -233,6 +234,7 @@ static llb_status publish_children(struct inproc_actor *a, const char *eid, cons
         .traceparent = llb_str_c(rt->on ? rt->traceparent : ""),
         .trace_parent_span_id = llb_str_c(rt->on ? rt->parent_span_id : ""),
         .trace_start_time_ns = rt->on ? rt->start_ns : 0,
+        .resume_request_id = llb_str_c(pr->num_requests == 1 && resume_of ? resume_of : ""),
         .structured_outputs = req->structured_outputs,
         .pooling_params = *pool,
     };
@@ -336,6 +338,30 @@ static void trace_begin(struct bus *bus, const struct bus_msg *msg, struct reque
   proc->start_unix_ns = r->start_unix_ns;
 }
 
+static bool id_printable(struct llb_str id);
+
+/* A client's resend (the api server after a nats-server restart lost its reply route): the
+ * GenerateRequest carries the id of the engine request it replaces in the header
+ * Llmbus-Resume-Of. Honoured only for an id of this tenant, of an engine this router knows,
+ * for n = 1: the new request goes to that engine, which takes over the old one's outputs
+ * (EngineCoreRequest.resume_request_id); anything else is a new request as usual. Copies the
+ * id into out[cap] and its engine into eid; false when not honoured. */
+static bool resume_target(const struct bus_msg *msg, const char *tenant, int32_t n, struct engine_router *router,
+                          char *out, size_t cap, char *eid, size_t eid_cap) {
+  const char *id = bus_msg_header(msg, "Llmbus-Resume-Of");
+  if (!id || !id[0]) return false;
+  const struct llb_str s = llb_str_c(id);
+  const bool ok = n == 1 && s.len + 8 <= INPROC_MAX_ID_BYTES && s.len < cap && id_printable(s) &&
+                  inproc_id_owned_by(id, s.len, tenant) && inproc_engine_of_id(id, s.len, eid, eid_cap) &&
+                  engine_router_known(router, eid);
+  if (!ok) {
+    LLB_LOG_WARN("resume_refused", "resume_of=%.*s tenant=%s n=%d", (int)(s.len < 200 ? s.len : 200), id, tenant, n);
+    return false;
+  }
+  memcpy(out, id, s.len + 1);
+  return true;
+}
+
 void inproc_on_generate(struct bus *bus, const struct bus_msg *msg, void *user) {
   struct inproc_actor *a = user;
   struct request_trace rt;
@@ -399,6 +425,10 @@ void inproc_on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
   }
   struct engine_router_choice choice;
   engine_router_choose(a->router, pr.prompt_token_ids, pr.num_prompt_tokens, req.cache_salt, llb_now_ns(), &choice);
+  char resume_of[INPROC_MAX_ID_BYTES], resume_eid[BUS_TOKEN_MAX + 1];
+  const bool resuming = resume_target(msg, tenant, pr.num_requests, a->router, resume_of, sizeof resume_of,
+                                      resume_eid, sizeof resume_eid);
+  if (resuming) snprintf(choice.engine_id, sizeof choice.engine_id, "%s", resume_eid);
   if (choice.by_prefix) atomic_fetch_add(&a->routed_by_prefix, 1);
   if (choice.fallback) atomic_fetch_add(&a->routed_fallback, 1);
   st = inproc_processed_set_engine(&pr, choice.engine_id);
@@ -415,7 +445,8 @@ void inproc_on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
   /* the work is done when the request is handed to the engine, which may answer before
    * publish returns: ending here keeps this span inside the request span */
   proc.end_unix_ns = llb_wall_ns();
-  st = publish_children(a, choice.engine_id, &req, &pr, &proc.ctx, &rt, &gr.pooling_params);
+  st = publish_children(a, choice.engine_id, &req, &pr, &proc.ctx, &rt, &gr.pooling_params,
+                        resuming ? resume_of : NULL);
   if (st != LLB_STATUS_OK) {
     release(a, &pr);
     LLB_LOG_ERROR("engine_publish_failed", "request_id=%s error=%s", pr.requests[0].parent_request_id,

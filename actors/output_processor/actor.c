@@ -2,6 +2,7 @@
 #include "actors/output_processor/actor.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,8 @@ struct outproc_actor {
   char outputs_subject[BUS_SUBJECT_MAX];
   char abort_subject[BUS_SUBJECT_MAX];
   char resync_subject[BUS_SUBJECT_MAX];
+  char history_subject[BUS_SUBJECT_MAX];
+  pthread_mutex_t proc_mu;                   /* proc: the outputs and the history handlers */
   /* State of the one delivery thread of the outputs subscription. */
   struct outproc_result res;
   struct outproc_result scratch;             /* results that are not sent as they are */
@@ -45,7 +48,7 @@ struct outproc_actor {
   int32_t asked_next;
   struct llb_buf buf;
   atomic_uint_fast64_t batches, engine_outputs, request_outputs, malformed, unknown,
-      register_errors, num_aborted, publish_errors, resyncs_asked, resyncs;
+      register_errors, num_aborted, publish_errors, resyncs_asked, resyncs, histories;
 };
 
 llb_status outproc_actor_create(const struct outproc_actor_options *o, struct outproc_actor **out) {
@@ -57,6 +60,7 @@ llb_status outproc_actor_create(const struct outproc_actor_options *o, struct ou
   struct gguf_file *f = NULL;
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "output processor actor");
   snprintf(a->engine_id, sizeof a->engine_id, "%s", eid);
+  pthread_mutex_init(&a->proc_mu, NULL);
   outproc_result_init(&a->res);
   outproc_result_init(&a->scratch);
   llb_status st = gguf_open(o->model_path, &f);
@@ -79,6 +83,7 @@ void outproc_actor_destroy(struct outproc_actor *a) {
   outproc_result_free(&a->res);
   outproc_result_free(&a->scratch);
   outproc_destroy(a->proc);
+  pthread_mutex_destroy(&a->proc_mu);
   outproc_request_metrics_destroy(a->metrics);
   tokenizer_destroy(a->tok);
   free(a->aborts);
@@ -544,6 +549,7 @@ static void on_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
     return;
   }
   atomic_fetch_add(&a->batches, 1);
+  pthread_mutex_lock(&a->proc_mu);
   struct bus_trace_ctx span;
   bus_trace_child(&msg->trace, &span);
   /* traced requests: one "output_processor.detokenize" span per output, a child of R */
@@ -566,6 +572,58 @@ static void on_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
     }
   }
   flush_results(a, &arena, &span, tr, num_tr);
+  pthread_mutex_unlock(&a->proc_mu);
+  llb_arena_destroy(&arena);
+}
+
+/* A scheduler that restarted asks, on <prefix>.engine.<eid>.history (an AbortRequests
+ * message: the ids it replays), for the outputs each request had produced: the answer is an
+ * EngineCoreOutputs with one output per request known here (new_token_ids from position 0,
+ * resync set); unknown ones are left out. Untrusted: at most HISTORY_MAX_IDS ids. */
+#define HISTORY_MAX_IDS 4096
+
+static void on_history(struct bus *bus, const struct bus_msg *msg, void *user) {
+  struct outproc_actor *a = user;
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  struct llb_abort_requests ids;
+  llb_status st = llb_abort_requests_decode(msg->data, msg->len, &arena, &ids);
+  if (st == LLB_STATUS_OK && ids.num_request_ids > HISTORY_MAX_IDS)
+    st = LLB_ERRF(LLB_STATUS_TOO_LARGE, "%d ids (at most %d)", ids.num_request_ids, HISTORY_MAX_IDS);
+  struct llb_engine_core_output *outs = NULL;
+  if (st == LLB_STATUS_OK && ids.num_request_ids > 0) {
+    outs = llb_arena_alloc(&arena, (size_t)ids.num_request_ids * sizeof *outs, _Alignof(struct llb_engine_core_output));
+    if (!outs) st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "history of %d requests", ids.num_request_ids);
+  }
+  if (st != LLB_STATUS_OK) {
+    char q[320];
+    atomic_fetch_add(&a->malformed, 1);
+    LLB_LOG_WARN("history_malformed", "subject=%s bytes=%zu error=%s", msg->subject, msg->len,
+                 llb_log_quote(q, sizeof q, llb_err_last()));
+    llb_arena_destroy(&arena);
+    return;
+  }
+  struct llb_engine_core_outputs reply = {.version = 1, .engine_id = llb_str_c(a->engine_id), .outputs = outs};
+  struct llb_buf buf = {0};
+  pthread_mutex_lock(&a->proc_mu); /* the history points into proc until the reply is encoded */
+  for (int32_t i = 0; i < ids.num_request_ids; i++) {
+    const int32_t *hist = NULL;
+    int64_t n = 0;
+    if (outproc_history(a->proc, ids.request_ids[i].data, &hist, &n) != LLB_STATUS_OK || n > INT32_MAX) continue;
+    struct llb_engine_core_output *o = &outs[reply.num_outputs++];
+    llb_engine_core_output_init(o);
+    o->request_id = ids.request_ids[i];
+    o->new_token_ids = hist;
+    o->num_new_token_ids = (int32_t)n;
+    o->resync = true;
+  }
+  st = llb_engine_core_outputs_encode_buf(&reply, &buf);
+  pthread_mutex_unlock(&a->proc_mu);
+  if (st == LLB_STATUS_OK) st = bus_respond(bus, msg, buf.data, buf.len, NULL);
+  atomic_fetch_add(&a->histories, 1);
+  LLB_LOG_INFO("history_sent", "asked=%d known=%d status=%s", ids.num_request_ids, reply.num_outputs,
+               llb_strerror(st));
+  llb_buf_free(&buf);
   llb_arena_destroy(&arena);
 }
 
@@ -577,7 +635,10 @@ llb_status outproc_actor_start(struct outproc_actor *a, struct bus *bus) {
     st = bus_subject_engine(prefix, a->engine_id, "abort", a->abort_subject, sizeof a->abort_subject);
   if (st == LLB_STATUS_OK)
     st = bus_subject_engine(prefix, a->engine_id, "resync", a->resync_subject, sizeof a->resync_subject);
+  if (st == LLB_STATUS_OK)
+    st = bus_subject_engine(prefix, a->engine_id, "history", a->history_subject, sizeof a->history_subject);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, on_outputs, a, NULL);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->history_subject, NULL, on_history, a, NULL);
   if (st != LLB_STATUS_OK) return st;
   LLB_LOG_INFO("output_processor_subscribed", "outputs=%s abort=%s", a->outputs_subject, a->abort_subject);
   return LLB_STATUS_OK;

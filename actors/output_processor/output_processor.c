@@ -773,3 +773,11 @@ llb_status outproc_fail(struct outproc_t *p, const char *request_id, llb_status 
 }
 
 uint64_t outproc_num_duplicates(const struct outproc_t *p) { return p ? p->num_duplicates : 0; }
+
+llb_status outproc_history(const struct outproc_t *p, const char *request_id, const int32_t **ids, int64_t *n) {
+  const struct req_state *r = p && request_id ? id_map_get(p->reqs, request_id) : NULL;
+  if (!r || r->finished) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "request %s: not running here", request_id ? request_id : "");
+  *ids = r->token_ids;
+  *n = r->num_tokens;
+  return LLB_STATUS_OK;
+}

@@ -286,6 +286,13 @@ void outproc_set_stats_hooks(struct outproc_t *p, const struct outproc_stats_hoo
 /* Requests (engine ids, children counted one by one) that are registered and unfinished. */
 int64_t outproc_num_unfinished(const struct outproc_t *p);
 
+/* The output tokens received so far of the unfinished engine request `request_id`, for a
+ * scheduler that restarted and replays the request from the durable stream: it recomputes
+ * them as context in one prefill instead of generating them again one step at a time
+ * (DESIGN.md §6). *ids points into the processor's state, valid until the next call that
+ * changes it. Errors: NOT_FOUND (unknown or finished). */
+llb_status outproc_history(const struct outproc_t *p, const char *request_id, const int32_t **ids, int64_t *n);
+
 /* Output tokens dropped so far because their positions were already delivered (a replay
  * after a scheduler restart, a resync, a duplicate message). Same thread as outproc_process. */
 uint64_t outproc_num_duplicates(const struct outproc_t *p);

@@ -56,6 +56,8 @@ void sched_actor_meta_free(struct req_meta *m) {
   free(m->mm);
   free(m->mm_blob);
   free(m->so_spec);
+  free(m->resume_ids);
+  free(m->resume_of);
   sched_prompt_logprobs_free(&m->plp);
   free(m);
 }
@@ -157,6 +159,7 @@ bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, ui
   m->external_id = dup_str(r.external_id);
   m->parent_request_id = dup_str(r.parent_request_id);
   m->cache_salt = dup_str(r.cache_salt);
+  m->resume_of = r.resume_request_id.len ? dup_str(r.resume_request_id) : NULL;
   m->so_spec = dup_str(r.structured_outputs.spec);
   m->structured_outputs = (struct llb_structured_outputs){r.structured_outputs.kind,
                                                           {m->so_spec, r.structured_outputs.spec.len}};
@@ -259,6 +262,7 @@ static void on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
 /* ---- step thread: admission, aborts ---- */
 
 static void admit(struct scheduler_actor *a, struct req_meta *list) {
+  sched_actor_fetch_history(a, list);
   while (list) {
     struct req_meta *m = list;
     list = m->next;
@@ -274,7 +278,8 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
           .sampling_params = m->params, .eos_token_id = m->eos_token_id,
           .arrival_time = m->arrival_time, .priority = m->priority, .cache_salt = m->cache_salt,
           .mm_features = m->mm, .num_mm_features = m->num_mm,
-          .structured_outputs = m->structured_outputs, .pooling_params = m->pooling_params};
+          .structured_outputs = m->structured_outputs, .pooling_params = m->pooling_params,
+          .resume_output_ids = m->resume_ids, .num_resume_output_ids = m->num_resume};
       st = map_insert(a, m);
       if (st == LLB_STATUS_OK) {
         st = sched_add_request(a->sched, &nr);
@@ -287,6 +292,8 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
       m->mm = NULL;
       free(m->mm_blob);
       m->mm_blob = NULL;
+      free(m->resume_ids);
+      m->resume_ids = NULL;
       continue;
     }
     m->reject_status = st;
@@ -781,5 +788,6 @@ void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_ac
       .num_redelivered_held = atomic_load(&a->c_redelivered_held),
       .num_acked = atomic_load(&a->c_acked),
       .num_resyncs = atomic_load(&a->c_resyncs),
+      .num_history_resumed = atomic_load(&a->c_history_resumed),
       .num_bus_recoveries = atomic_load(&a->c_bus_recoveries)};
 }

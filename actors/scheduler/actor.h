@@ -97,6 +97,7 @@ struct scheduler_actor_counters {
   uint64_t num_redelivered_held;  /* durable: redeliveries of a request still running (dropped) */
   uint64_t num_acked;             /* durable: requests acknowledged (left the scheduler) */
   uint64_t num_resyncs;           /* requests sent whole again for an output processor */
+  uint64_t num_history_resumed;   /* replays resumed from the output processor's history */
   uint64_t num_bus_recoveries;    /* own NATS reconnects acted on (steps in flight abandoned) */
 };
 

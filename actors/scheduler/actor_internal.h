@@ -45,6 +45,10 @@ struct req_meta {
   bool resync;            /* the output processor lost it: the next output carries everything */
   uint64_t stream_seq;    /* its message in the requests stream (acknowledged when the request
                              leaves the scheduler); 0 = it came without JetStream */
+  int32_t *resume_ids;     /* [num_resume] a replay's outputs from the output processor's
+                             history (actor_history.c), freed after admission */
+  int32_t num_resume;
+  char *resume_of;        /* EngineCoreRequest.resume_request_id: the request it replaces, or NULL */
   struct llb_structured_outputs structured_outputs; /* spec points into so_spec */
   char *so_spec;          /* owned copy of the structured-output spec */
   struct sched_prompt_logprobs plp; /* prompt_logprobs >= 0: rows gathered chunk by chunk */
@@ -134,7 +138,7 @@ struct scheduler_actor {
 
   atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub,
       c_enc_fail, c_peer_fail, c_replayed, c_dead_lettered, c_redelivered_held, c_acked, c_resyncs,
-      c_bus_recoveries;
+      c_bus_recoveries, c_history_resumed;
 };
 
 /* The peers whose heartbeats the scheduler watches (index into peer_watch). */
@@ -216,6 +220,12 @@ llb_status sched_actor_resync_init(struct scheduler_actor *a, const char *prefix
 void sched_actor_resync_take(struct scheduler_actor *a);
 /* Frees ids not taken (after the bus is destroyed). */
 void sched_actor_resync_free(struct scheduler_actor *a);
+
+/* history (actor_history.c) */
+/* Step thread, before admission: asks the output processor for the outputs of the replayed
+ * requests in `list` (one request, HISTORY_TIMEOUT_MS at most) and sets their resume_ids.
+ * Nothing changes when it does not answer. */
+void sched_actor_fetch_history(struct scheduler_actor *a, struct req_meta *list);
 
 /* step thread: outputs (actor_outputs.c) */
 /* Publishes one EngineCoreOutputs with the rejections, the side outputs (aborts) and the

@@ -104,6 +104,13 @@ llb_status sched_new_request_validate(const struct sched_new_request *nr, int32_
     return BAD("request %s: pooling_params (type %d, dimensions %d)", id, (int)pp->pooling_type, pp->dimensions);
   if (pp->pooling_type != LLB_POOLING_NONE && nr->num_mm_features > 0)
     return BAD("request %s: a pooling request takes no mm_features", id);
+  if (nr->num_resume_output_ids < 0 || (nr->num_resume_output_ids > 0 && !nr->resume_output_ids) ||
+      (nr->num_resume_output_ids > 0 && pp->pooling_type != LLB_POOLING_NONE))
+    return BAD("request %s: resumed outputs (%d)", id, nr->num_resume_output_ids);
+  for (int32_t t = 0; t < nr->num_resume_output_ids; t++)
+    if (!id_ok(nr->resume_output_ids[t], vocab_size))
+      return BAD("request %s: resumed output %d = %d outside the vocabulary [0, %d)", id, t,
+                 nr->resume_output_ids[t], vocab_size);
   if (nr->num_mm_features < 0 || (nr->num_mm_features > 0 && !nr->mm_features))
     return BAD("request %s: mm_features", id);
   for (int32_t k = 0; k < nr->num_mm_features; k++) {
@@ -172,6 +179,11 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
   r->block_hashes = malloc((size_t)r->cap_blocks * sizeof(*r->block_hashes));
   if (!r->request_id || !r->token_ids || !r->block_ids || !r->block_hashes) goto fail;
   memcpy(r->token_ids, nr->prompt_token_ids, (size_t)nr->num_prompt_tokens * sizeof(int32_t));
+  if (nr->num_resume_output_ids > 0) { /* known outputs: context, never more than max_tokens - 1 */
+    const int32_t k = nr->num_resume_output_ids < r->max_tokens - 1 ? nr->num_resume_output_ids : r->max_tokens - 1;
+    if (k > 0) memcpy(r->token_ids + r->num_tokens, nr->resume_output_ids, (size_t)k * sizeof(int32_t));
+    if (k > 0) r->num_tokens += k;
+  }
   if (nr->num_mm_features > 0) {
     size_t n = (size_t)nr->num_mm_features;
     r->mm_features = malloc(n * sizeof(*r->mm_features));

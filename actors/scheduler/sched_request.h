@@ -73,6 +73,12 @@ struct sched_new_request {
   struct llb_structured_outputs structured_outputs; /* kind NONE = unconstrained; spec copied */
   struct llb_pooling_params pooling_params; /* type NONE: sample; else a pooling request (vLLM
                                                embed task): prompt only, then it finishes */
+  /* A request replayed from the durable stream after a scheduler restart: the outputs it had
+   * produced (the output processor's history). They become its first outputs, recomputed as
+   * context in its prefill instead of generated again one step at a time (as after a
+   * preemption); at most max_tokens - 1 of them are kept, so it still samples. NULL/0 = none. */
+  const int32_t *resume_output_ids;     /* [num_resume_output_ids] */
+  int32_t num_resume_output_ids;
 };
 
 struct sched_request {

@@ -202,9 +202,12 @@ class Run:
                 print(f"chaos: no {victim} process to kill")
                 continue
             pid = random.choice(pids)
+            # the time before the kill: a client may see the broken connection before this
+            # thread takes the lock, and its failure must still count as this kill's
+            t_kill, wall = time.monotonic(), time.time()
             os.kill(pid, signal.SIGKILL)
             with self.lock:
-                self.kill_log.append({"victim": victim, "pid": pid, "t": time.monotonic(), "wall": time.time(),
+                self.kill_log.append({"victim": victim, "pid": pid, "t": t_kill, "wall": wall,
                                       "next_token_s": None, "in_flight": self.in_flight})
 
     def go(self):

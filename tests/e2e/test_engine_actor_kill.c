@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "schemas/engine_core_outputs.h"
 #include "tests/e2e/stack.h"
 
 #define NUM_REQUESTS 4
@@ -99,6 +100,37 @@ static int32_t pid_of(enum e2e_actor actor) {
 /* Runs the requests, SIGKILLs `victim` once each has TOKENS_BEFORE_KILL tokens (or, with
  * freeze_s > 0, SIGSTOPs it for freeze_s seconds: alive but silent), and checks that every
  * request completes with the fault-free tokens (after a kill: quickly). */
+/* The engine's outputs, watched across a scheduler kill (NULL otherwise). */
+static struct bus_sub *watch_outputs;
+
+/* After a scheduler kill: the first output the new scheduler sent of each request (the one
+ * marked resync) must already hold more than the client had at the kill: the replay resumed
+ * from the output processor's history (one prefill of prompt + known outputs) instead of
+ * generating every token again. */
+static void check_replays_resumed(struct e2e_pending *p, const int32_t *at_kill) {
+  int32_t first_resync[NUM_REQUESTS];
+  for (int i = 0; i < NUM_REQUESTS; i++) first_resync[i] = -1;
+  struct bus_msg *m = NULL;
+  while (bus_sub_next_msg(watch_outputs, 200, &m) == LLB_STATUS_OK) {
+    struct llb_arena arena;
+    llb_arena_init(&arena, NULL, 0);
+    struct llb_engine_core_outputs outs;
+    if (llb_engine_core_outputs_decode(m->data, m->len, &arena, &outs) == LLB_STATUS_OK)
+      for (int32_t k = 0; k < outs.num_outputs; k++)
+        for (int i = 0; i < NUM_REQUESTS; i++)
+          if (outs.outputs[k].resync && first_resync[i] < 0 &&
+              strcmp(outs.outputs[k].request_id.data, p[i].result.request_id) == 0)
+            first_resync[i] = outs.outputs[k].num_new_token_ids;
+    llb_arena_destroy(&arena);
+    bus_msg_destroy(m);
+  }
+  for (int i = 0; i < NUM_REQUESTS; i++) {
+    fprintf(stderr, "e2e: request %d: %d tokens at the kill, the replay's first output holds %d\n", i,
+            at_kill[i], first_resync[i]);
+    assert_true(first_resync[i] > at_kill[i]);
+  }
+}
+
 static void fault_mid_generation(enum e2e_actor victim, const char *name, double freeze_s) {
   static struct e2e_pending p[NUM_REQUESTS];
   memset(p, 0, sizeof p);
@@ -120,6 +152,10 @@ static void fault_mid_generation(enum e2e_actor victim, const char *name, double
   for (int i = 0; i < NUM_REQUESTS; i++) assert_false(p[i].result.finished); /* mid-generation */
   int32_t at_kill[NUM_REQUESTS];
   for (int i = 0; i < NUM_REQUESTS; i++) at_kill[i] = p[i].result.num_tokens;
+  if (watch_outputs) { /* what came before the kill is not the replay's */
+    struct bus_msg *m = NULL;
+    while (bus_sub_next_msg(watch_outputs, 1, &m) == LLB_STATUS_OK) bus_msg_destroy(m);
+  }
   const int32_t pid = pid_of(victim);
   assert_true(pid > 0);
   assert_int_equal(kill(pid, freeze_s > 0 ? SIGSTOP : SIGKILL), 0);
@@ -143,6 +179,7 @@ static void fault_mid_generation(enum e2e_actor victim, const char *name, double
     assert_true(now - t_kill < E2E_WAIT_OUTPUT_MS / 1000.0);
   }
   const double all_done_s = e2e_now_s() - t_kill;
+  if (watch_outputs) check_replays_resumed(p, at_kill);
   int differ = 0;
   for (int i = 0; i < NUM_REQUESTS; i++) {
     char what[64];
@@ -187,11 +224,17 @@ static void test_kv_manager_killed_mid_generation_costs_seconds_and_no_token(voi
 
 /* The scheduler holds every request's state: its successor gets the unfinished ones again
  * from the JetStream stream (unacknowledged: a request is acknowledged only when finished),
- * recomputes them from their prompts, and the output processor drops the positions it already
- * sent, so each client sees its tokens exactly once, equal to the fault-free run. */
+ * recomputes them from their prompts and the outputs the output processor already had (its
+ * history: one prefill instead of one step per token), and the output processor drops the
+ * positions it already sent, so each client sees its tokens exactly once, equal to the
+ * fault-free run. */
 static void test_scheduler_killed_mid_generation_replays_from_the_stream(void **state) {
   (void)state;
+  assert_int_equal(bus_subscribe_sync(s.bus, "llm.engine.0.outputs", &watch_outputs), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(s.bus, 5000), LLB_STATUS_OK);
   fault_mid_generation(E2E_ACTOR_SCHEDULER, "scheduler", 0);
+  bus_unsubscribe(watch_outputs);
+  watch_outputs = NULL;
 }
 
 static void sleep_s(double s) {
@@ -235,7 +278,7 @@ static void test_request_that_keeps_killing_the_scheduler_is_dead_lettered(void 
     const int32_t pid = pid_of(E2E_ACTOR_SCHEDULER);
     assert_int_equal(kill(pid, SIGKILL), 0);
     assert_true(wait_new_scheduler(pid) > 0);
-    /* delivered again to the new one ack_wait (2 s) after the last in-progress ack */
+    /* delivered again to the new one ack_wait (1 s) after the last in-progress ack */
     sleep_s(3.5);
     assert_false(p.result.finished);
   }

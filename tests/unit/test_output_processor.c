@@ -196,6 +196,10 @@ static void test_replayed_positions_are_not_sent_twice(void **state) {
   assert_int_equal(res.num_unknown, 1);
   assert_string_equal(res.unknown_ids[0], "other");
   assert_int_equal(outproc_num_duplicates(p), 5); /* 2 + 3 replayed positions dropped */
+  /* a finished request has no history to give a restarted scheduler */
+  const int32_t *hist = NULL;
+  int64_t nh = -1;
+  assert_int_equal(outproc_history(p, "r1", &hist, &nh), LLB_STATUS_NOT_FOUND);
   outproc_result_free(&res);
   free(ids);
   outproc_destroy(p);
@@ -219,6 +223,13 @@ static void test_restarted_processor_resumes_from_engine_history(void **state) {
   struct outproc_result res;
   outproc_result_init(&res);
   assert_int_equal(test_step(p, "r1", ids, 4, 4, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  /* what a restarted scheduler gets back for its replay: every token received, from 0 */
+  const int32_t *hist = NULL;
+  int64_t nh = 0;
+  assert_int_equal(outproc_history(p, "r1", &hist, &nh), LLB_STATUS_OK);
+  assert_int_equal(nh, 8);
+  for (int64_t i = 0; i < nh; i++) assert_int_equal(hist[i], ids[i]);
+  assert_int_equal(outproc_history(p, "nobody", &hist, &nh), LLB_STATUS_NOT_FOUND);
   assert_int_equal(res.num_outputs, 1);
   assert_string_equal(res.outputs[0].outputs[0].text, "ST|");
   assert_int_equal(res.outputs[0].outputs[0].num_token_ids, 2);

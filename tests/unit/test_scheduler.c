@@ -171,6 +171,59 @@ static void test_resumed_request_is_sent_whole_with_its_outputs(void **state) {
   h_fini(&h);
 }
 
+/* A request replayed after a scheduler restart comes with the outputs it had (the output
+ * processor's history): they are context in its first prefill (one NewRequestData with them,
+ * prompt + outputs scheduled), the next token is sampled at the next position and the
+ * sequence goes on as if nothing happened; at most max_tokens - 1 are kept; ids outside the
+ * vocabulary are refused. */
+static void test_replay_with_known_outputs_resumes_at_the_next_position(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.vocab_size = 1000;
+  struct harness h;
+  h_init(&h, &c);
+  int32_t prompt[8], known[20];
+  for (int32_t i = 0; i < 8; i++) prompt[i] = 7 + i;
+  for (int32_t i = 0; i < 20; i++) known[i] = h_token(&h, "r0", i);
+  struct sched_new_request nr = {.request_id = "r0", .prompt_token_ids = prompt, .num_prompt_tokens = 8,
+                                 .eos_token_id = 2, .resume_output_ids = known, .num_resume_output_ids = 5};
+  llb_sampling_params_init(&nr.sampling_params);
+  nr.sampling_params.max_tokens = 12;
+  assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_OK);
+  struct collected col = {0};
+  snprintf(col.id[0], sizeof col.id[0], "r0");
+  for (int32_t p = 0; p < 5; p++) col.toks[0][col.n[0]++] = known[p];
+  h_step(&h);
+  assert_int_equal(h.out.num_new_reqs, 1);
+  assert_int_equal(h.out.new_reqs[0].num_output_tokens, 5);
+  assert_int_equal(h.out.new_reqs[0].num_scheduled_tokens, 13);
+  collect(&col, &h);
+  for (int s = 0; s < 50 && sched_num_unfinished(h.s) > 0; s++) {
+    h_step(&h);
+    collect(&col, &h);
+  }
+  assert_int_equal(sched_num_unfinished(h.s), 0);
+  assert_int_equal(col.n[0], 12);
+  for (int32_t p = 0; p < 12; p++) assert_int_equal(col.toks[0][p], h_token(&h, "r0", p));
+
+  /* more known outputs than max_tokens allows: max_tokens - 1 kept, one sampled */
+  nr.request_id = "r1";
+  for (int32_t i = 0; i < 20; i++) known[i] = h_token(&h, "r1", i);
+  nr.num_resume_output_ids = 20;
+  assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_OK);
+  h_step(&h);
+  assert_int_equal(h.out.new_reqs[0].num_output_tokens, 11);
+  run_all(&h, 50);
+  /* a forged history */
+  known[3] = 1000;
+  nr.request_id = "r2";
+  nr.num_resume_output_ids = 5;
+  assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "resumed output 3"));
+  assert_all_blocks_free(&h);
+  h_fini(&h);
+}
+
 static void test_fcfs_serves_in_arrival_order(void **state) {
   (void)state;
   struct sched_config c = base_cfg();
@@ -509,6 +562,7 @@ int main(void) {
       cmocka_unit_test(test_chunked_prefill_splits_a_long_prompt_then_decodes),
       cmocka_unit_test(test_preemption_recomputes_and_resumes_with_identical_tokens),
       cmocka_unit_test(test_resumed_request_is_sent_whole_with_its_outputs),
+      cmocka_unit_test(test_replay_with_known_outputs_resumes_at_the_next_position),
       cmocka_unit_test(test_fcfs_serves_in_arrival_order),
       cmocka_unit_test(test_priority_serves_lower_value_first_then_arrival),
       cmocka_unit_test(test_priority_preempts_the_lowest_priority_running_request),
