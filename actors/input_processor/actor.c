@@ -178,13 +178,14 @@ struct request_trace {
  * sent are aborted and the error is returned. */
 
 /* One EngineCoreRequest to `subject` (the engine's requests subject): durable (stored in the
- * requests stream, confirmed by JetStream, so a scheduler that dies later still gets it) or a
- * plain publish. */
-static llb_status publish_engine_request(struct inproc_actor *a, const char *subject, const void *data, size_t len,
-                                         const struct bus_trace_ctx *span) {
+ * requests stream, confirmed by JetStream, so a scheduler that dies later still gets it;
+ * retried through a leader election with the engine request id as Nats-Msg-Id, so it is
+ * stored once) or a plain publish. */
+static llb_status publish_engine_request(struct inproc_actor *a, const char *subject, const char *request_id,
+                                         const void *data, size_t len, const struct bus_trace_ctx *span) {
   if (!a->durable) return bus_publish(a->bus, subject, data, len, span);
   const struct bus_out_msg m = {.subject = subject, .data = data, .len = len, .trace = span};
-  return bus_js_publish(a->bus, &m, INPROC_DURABLE_PUBLISH_TIMEOUT_MS, NULL);
+  return bus_js_publish(a->bus, &m, request_id, INPROC_DURABLE_PUBLISH_TIMEOUT_MS, NULL);
 }
 
 static llb_status publish_children(struct inproc_actor *a, const char *eid, const struct inproc_generate_request *req,
@@ -238,7 +239,7 @@ static llb_status publish_children(struct inproc_actor *a, const char *eid, cons
         .pooling_params = *pool,
     };
     st = llb_engine_core_request_encode_buf(&m, &buf);
-    if (st == LLB_STATUS_OK) st = publish_engine_request(a, subject, buf.data, buf.len, span);
+    if (st == LLB_STATUS_OK) st = publish_engine_request(a, subject, e->request_id, buf.data, buf.len, span);
     if (st != LLB_STATUS_OK) break;
     atomic_fetch_add(&a->engine_requests, 1);
   }
