@@ -81,6 +81,7 @@ static void on_disconnected(natsConnection *nc, void *closure) {
 
 static void on_reconnected(natsConnection *nc, void *closure) {
   struct bus *b = closure;
+  atomic_store(&b->last_reconnect_ns, llb_now_ns());
   atomic_fetch_add(&b->num_reconnects, 1);
   log_conn_event(b, nc, LLB_LOG_LEVEL_INFO, "bus_reconnected");
   /* A beat at once: whoever waits for this actor after a nats-server restart (the api server
@@ -433,6 +434,7 @@ llb_status bus_shutdown(int64_t timeout_ms) {
 const char *bus_prefix(const struct bus *b) { return b->prefix; }
 
 uint64_t bus_num_reconnects(struct bus *b) { return b ? atomic_load(&b->num_reconnects) : 0; }
+int64_t bus_last_reconnect_ns(struct bus *b) { return b ? atomic_load(&b->last_reconnect_ns) : 0; }
 
 int64_t bus_max_payload(struct bus *b) {
   return natsConnection_IsClosed(b->nc) ? 0 : natsConnection_GetMaxPayload(b->nc);

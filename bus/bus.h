@@ -150,6 +150,9 @@ int64_t bus_max_payload(struct bus *bus);
  * in the server then may be lost: a request whose reply never comes, a publish nobody got).
  * Thread-safe. */
 uint64_t bus_num_reconnects(struct bus *bus);
+/* llb_now_ns() of the last reconnect (set before bus_num_reconnects counts it); 0 = none.
+ * Thread-safe. */
+int64_t bus_last_reconnect_ns(struct bus *bus);
 
 /* The URL of the server currently connected into buf[cap], credentials removed
  * (llb_log_redact_url); "" when disconnected. */

@@ -598,3 +598,29 @@ llb_status actor_main_answer_hellos(struct actor_main *am) {
   }
   return LLB_STATUS_OK;
 }
+
+/* Delivery thread: a beat of `user`'s watched peer within RECONNECT_ANSWER_MS of this actor's
+ * own reconnect (noticed at the first such beat) is answered with a heartbeat at once. */
+#define RECONNECT_ANSWER_MS 2000
+
+static void on_peer_after_reconnect(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)msg;
+  struct actor_main *am = user;
+  const uint64_t n = bus_num_reconnects(bus);
+  const int64_t now = llb_now_ns();
+  if (n == 0) return;
+  if (atomic_exchange(&am->answered_reconnects, n) != n)
+    atomic_store(&am->answer_until_ns, now + RECONNECT_ANSWER_MS * 1000000LL);
+  if (now > atomic_load(&am->answer_until_ns)) return;
+  const int64_t last = atomic_load(&am->hello_answered_ns);
+  if (now - last >= HELLO_ANSWER_GAP_MS * 1000000LL &&
+      atomic_compare_exchange_strong(&am->hello_answered_ns, &(int64_t){last}, now))
+    (void)bus_heartbeat_now(bus);
+}
+
+llb_status actor_main_answer_after_reconnect(struct actor_main *am, const char *peer) {
+  char subject[BUS_SUBJECT_MAX];
+  if (snprintf(subject, sizeof subject, "%s.health.%s.*", am->common.prefix, peer) >= (int)sizeof subject)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", am->common.prefix);
+  return bus_subscribe(am->bus, subject, NULL, on_peer_after_reconnect, am, NULL);
+}

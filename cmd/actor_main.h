@@ -102,6 +102,8 @@ struct actor_main {
   atomic_bool fail_exit;      /* the actor stopped itself for a reason that needs a restart: exit 1 */
   struct geometry_watch *geometry_watch; /* actor_main_wait_kv_geometry's watch, freed at exit */
   atomic_int_fast64_t hello_answered_ns; /* actor_main_answer_hellos: the last answer */
+  atomic_uint_fast64_t answered_reconnects; /* actor_main_answer_after_reconnect */
+  atomic_int_fast64_t answer_until_ns;
   char instance_buf[96];      /* default instance storage */
   char host_buf[64];
 };
@@ -165,6 +167,14 @@ llb_status actor_main_wait_kv_geometry(struct actor_main *am, int64_t timeout_ms
  * of up to --heartbeat-ms later. Subscribes <prefix>.health.{scheduler,kv_manager}.*; call
  * from the start hook. Errors: those of bus_subscribe. */
 llb_status actor_main_answer_hellos(struct actor_main *am);
+
+/* After a nats-server restart, whoever waits for this actor to be back (the api server resends
+ * its requests once an input processor beat after its own reconnect) may have reconnected
+ * after this actor's reconnect beat went out: for RECONNECT_ANSWER_MS (2 s) after this actor's
+ * reconnect every beat of `peer` (actor name) is answered with a heartbeat at once (at most one
+ * per 100 ms). Subscribes <prefix>.health.<peer>.*; call from the start hook. Errors: those of
+ * bus_subscribe, INVALID_ARGUMENT (prefix too long). */
+llb_status actor_main_answer_after_reconnect(struct actor_main *am, const char *peer);
 
 #define ACTOR_MAIN_MAX_KV_BLOCKS (1 << 24) /* 64 MiB of per-block state in a scheduler */
 #define ACTOR_MAIN_MAX_BLOCK_SIZE 4096

@@ -457,7 +457,10 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
   const int64_t now = llb_now_ns();
   if (reconnects != c->reconnects) { /* its replies may be lost with the server's reply mappings */
     c->reconnects = reconnects;
-    c->reconnect_seen_ns = now;
+    /* when it happened, not when this probe noticed: an input processor that beat since
+     * (actor_main_answer_after_reconnect answers our own reconnect beat) is back */
+    const int64_t at = bus_last_reconnect_ns(c->a->bus);
+    c->reconnect_seen_ns = at > 0 && at <= now ? at : now;
   }
   /* Sent again once an input processor beat after the reconnect (it has subscribed again: a
    * request published before that is dropped without a "no responders" across the accounts'

@@ -67,6 +67,8 @@ static bool take_over(struct scheduler_actor *a, struct req_meta *m) {
   }
   const char *ids[1] = {m->resume_of};
   (void)sched_abort_requests(a->sched, ids, 1, SCHED_FINISH_REASON_ABORT, &a->eo_side);
+  m->resync = true; /* its first output carries everything from position 0: the output
+                       processor registers it with the history instead of asking for it */
   atomic_fetch_add(&a->c_history_resumed, 1);
   LLB_LOG_INFO("request_taken_over", "req=%s replaces=%s outputs=%d", m->id, m->resume_of, m->num_resume);
   free(m->resume_of); /* done: nothing to ask the output processor */
@@ -87,6 +89,7 @@ static int32_t take_reply(struct req_meta *list, const struct llb_engine_core_ou
     if (!m->resume_ids) continue;
     memcpy(m->resume_ids, o->new_token_ids, (size_t)o->num_new_token_ids * sizeof *m->resume_ids);
     m->num_resume = o->num_new_token_ids;
+    m->resync = true; /* a resend's first output too carries everything from position 0 */
     n++;
   }
   return n;
