@@ -11,6 +11,8 @@
 #include "bus/bus_internal.h"
 
 #define JS_RETRY_SLEEP_MS 100
+#define JS_RETRY_SLEEP_MAX_MS 500
+#define JS_PUBLISH_ATTEMPT_MS 2000 /* one publish's wait for its confirmation */
 
 struct bus_js_pull {
   struct bus *bus;
@@ -18,7 +20,7 @@ struct bus_js_pull {
   natsSubscription *sub;
   char stream[BUS_JS_NAME_MAX], consumer[BUS_JS_NAME_MAX], subject[BUS_SUBJECT_MAX];
   int64_t ack_wait_ms;
-  int32_t max_ack_pending;
+  int32_t max_ack_pending, replicas;
 };
 
 static void sleep_ms(int64_t ms) {
@@ -65,9 +67,74 @@ static bool stream_has_subject(const jsStreamConfig *c, const char *subject) {
   return false;
 }
 
+/* Creates the stream with `replicas` (cfg holds everything else). A single server refuses
+ * replicas > 1 ("replicas > 1 not supported in non-clustered mode"): the stream is then created
+ * with one and that is logged, not failed. A cluster still forming (no peers for placement,
+ * JetStream not available yet) is retried by stream_ensure: one replica there would put the
+ * stream on one node, to die with it (tests/cluster). */
+static llb_status stream_create(jsCtx *js, jsStreamConfig *cfg, int64_t replicas) {
+  jsStreamInfo *si = NULL;
+  jsErrCode jerr = 0;
+  cfg->Replicas = replicas;
+  natsStatus s = js_AddStream(&si, js, cfg, NULL, &jerr);
+  if (s != NATS_OK && (jerr == JSClusterNoPeersErr || jerr == JSClusterNotAvailErr ||
+                       jerr == JSInsufficientResourcesErr)) {
+    jsStreamInfo_Destroy(si);
+    return LLB_ERRF(LLB_STATUS_TIMEOUT, "creating the requests stream with %lld replicas: the cluster is "
+                    "not ready (JetStream error %d)", (long long)replicas, (int)jerr);
+  }
+  if (s != NATS_OK && jerr == JSStreamReplicasNotSupportedErr && replicas > 1) {
+    LLB_LOG_WARN("js_stream_replicas_unsupported", "stream=%s replicas=%lld using=1 reason=single_server",
+                 cfg->Name, (long long)replicas);
+    jsStreamInfo_Destroy(si);
+    si = NULL;
+    jerr = 0;
+    cfg->Replicas = 1;
+    s = js_AddStream(&si, js, cfg, NULL, &jerr);
+  }
+  if (s == NATS_OK) {
+    LLB_LOG_INFO("js_stream_created", "stream=%s subject=%s max_bytes=%lld replicas=%lld", cfg->Name,
+                 cfg->Subjects[0], (long long)cfg->MaxBytes, (long long)cfg->Replicas);
+  } else if (jerr == JSStreamNameExistErr) { /* someone else created it meanwhile */
+    s = NATS_OK;
+  }
+  jsStreamInfo_Destroy(si);
+  return s == NATS_OK ? LLB_STATUS_OK : js_api_err(s, jerr, "creating the requests stream");
+}
+
+/* The stream exists as `have`: brings it to cfg where JetStream can. Replicas only grow (a
+ * stream made before the cluster did gets its replicas; an actor started with the default 1
+ * never shrinks a replicated stream). A change JetStream refuses is logged and the stream used
+ * as it is, unless it lacks our subject. */
+static llb_status stream_update(jsCtx *js, jsStreamConfig *cfg, const jsStreamConfig *have, int64_t replicas) {
+  const bool has_subject = stream_has_subject(have, cfg->Subjects[0]);
+  const int64_t want_replicas = replicas > have->Replicas ? replicas : have->Replicas;
+  if (has_subject && have->MaxBytes == cfg->MaxBytes && have->Replicas == want_replicas) return LLB_STATUS_OK;
+  cfg->Replicas = want_replicas;
+  jsStreamInfo *ui = NULL;
+  jsErrCode jerr = 0;
+  natsStatus s = js_UpdateStream(&ui, js, cfg, NULL, &jerr);
+  if (s == NATS_OK) { /* a single server answers OK and keeps one replica */
+    const int64_t now_replicas = ui && ui->Config ? ui->Config->Replicas : want_replicas;
+    LLB_LOG_INFO("js_stream_updated", "stream=%s subject=%s max_bytes=%lld replicas=%lld from_replicas=%lld "
+                 "wanted_replicas=%lld", cfg->Name, cfg->Subjects[0], (long long)cfg->MaxBytes,
+                 (long long)now_replicas, (long long)have->Replicas, (long long)want_replicas);
+    jsStreamInfo_Destroy(ui);
+    return LLB_STATUS_OK;
+  }
+  jsStreamInfo_Destroy(ui);
+  llb_status st = js_api_err(s, jerr, "updating the requests stream");
+  if (!has_subject || st == LLB_STATUS_TIMEOUT) return st;
+  char q[300];
+  LLB_LOG_WARN("js_stream_settings_kept", "stream=%s replicas=%lld wanted_replicas=%lld max_bytes=%lld "
+               "wanted_max_bytes=%lld error=%s", cfg->Name, (long long)have->Replicas, (long long)want_replicas,
+               (long long)have->MaxBytes, (long long)cfg->MaxBytes, llb_log_quote(q, sizeof q, llb_err_last()));
+  return LLB_STATUS_OK;
+}
+
 /* One attempt: info, then create or update. */
 static llb_status stream_ensure_once(jsCtx *js, const char *name, const char *subject,
-                                     int64_t max_bytes) {
+                                     int64_t max_bytes, int64_t replicas) {
   jsStreamConfig cfg;
   jsStreamConfig_Init(&cfg);
   const char *subjects[] = {subject};
@@ -80,51 +147,15 @@ static llb_status stream_ensure_once(jsCtx *js, const char *name, const char *su
   jsStreamInfo *si = NULL;
   jsErrCode jerr = 0;
   natsStatus s = js_GetStreamInfo(&si, js, name, NULL, &jerr);
-  if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr) {
-    /* three replicas where the server is a cluster (the stream outlives a node), else one:
-     * only a single server's refusal ("replicas > 1 not supported in non-clustered mode")
-     * means one. A cluster still forming (no peers for placement, JetStream not available
-     * yet) is retried by stream_ensure: falling back to one replica there put the stream on
-     * one node, and it died with that node (tests/cluster). */
-    jerr = 0;
-    cfg.Replicas = 3;
-    s = js_AddStream(&si, js, &cfg, NULL, &jerr);
-    if (s != NATS_OK && (jerr == JSClusterNoPeersErr || jerr == JSClusterNotAvailErr ||
-                         jerr == JSInsufficientResourcesErr)) {
-      jsStreamInfo_Destroy(si);
-      return LLB_ERRF(LLB_STATUS_TIMEOUT, "creating the requests stream with 3 replicas: the cluster is not "
-                      "ready (JetStream error %d)", (int)jerr);
-    }
-    if (s != NATS_OK && jerr == JSStreamReplicasNotSupportedErr) {
-      jsStreamInfo_Destroy(si);
-      si = NULL;
-      jerr = 0;
-      cfg.Replicas = 1;
-      s = js_AddStream(&si, js, &cfg, NULL, &jerr);
-    }
-    if (s == NATS_OK) {
-      LLB_LOG_INFO("js_stream_created", "stream=%s subject=%s max_bytes=%lld replicas=%lld", name, subject,
-                   (long long)cfg.MaxBytes, (long long)cfg.Replicas);
-    } else if (jerr == JSStreamNameExistErr) { /* someone else created it meanwhile */
-      s = NATS_OK;
-    }
-    jsStreamInfo_Destroy(si);
-    return s == NATS_OK ? LLB_STATUS_OK : js_api_err(s, jerr, "creating the requests stream");
-  }
+  if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr) return stream_create(js, &cfg, replicas);
   if (s != NATS_OK) return js_api_err(s, jerr, "looking up the requests stream");
-  llb_status st = LLB_STATUS_OK;
+  llb_status st;
   if (si->Config->Retention != js_WorkQueuePolicy) {
     st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
                   "stream %s exists without work-queue retention; delete it (nats stream rm %s)",
                   name, name);
-  } else if (!stream_has_subject(si->Config, subject) || si->Config->MaxBytes != cfg.MaxBytes) {
-    jsStreamInfo *ui = NULL;
-    jerr = 0;
-    cfg.Replicas = si->Config->Replicas; /* as created: one, or three on a cluster */
-    s = js_UpdateStream(&ui, js, &cfg, NULL, &jerr);
-    jsStreamInfo_Destroy(ui);
-    if (s != NATS_OK) st = js_api_err(s, jerr, "updating the requests stream");
-    else LLB_LOG_INFO("js_stream_updated", "stream=%s subject=%s", name, subject);
+  } else {
+    st = stream_update(js, &cfg, si->Config, replicas);
   }
   jsStreamInfo_Destroy(si);
   return st;
@@ -132,7 +163,7 @@ static llb_status stream_ensure_once(jsCtx *js, const char *name, const char *su
 
 /* Retries while JetStream does not answer yet (a server that just started recovers its
  * store first), up to timeout_ms. */
-static llb_status stream_ensure(struct bus *b, jsCtx *js, int64_t max_bytes, int64_t timeout_ms) {
+static llb_status stream_ensure(struct bus *b, jsCtx *js, int64_t max_bytes, int64_t replicas, int64_t timeout_ms) {
   char name[BUS_JS_NAME_MAX], subject[BUS_SUBJECT_MAX];
   llb_status st = bus_js_requests_stream_name(b->prefix, name, sizeof name);
   if (st) return st;
@@ -140,25 +171,54 @@ static llb_status stream_ensure(struct bus *b, jsCtx *js, int64_t max_bytes, int
     return LLB_ERRF(LLB_STATUS_TOO_LARGE, "requests subject of prefix '%s'", b->prefix);
   int64_t deadline = llb_now_ns() + timeout_ms * 1000000;
   for (;;) {
-    st = stream_ensure_once(js, name, subject, max_bytes);
+    st = stream_ensure_once(js, name, subject, max_bytes, replicas);
     if (st != LLB_STATUS_NOT_FOUND && st != LLB_STATUS_TIMEOUT && st != LLB_STATUS_CONNECTION) return st;
     if (llb_now_ns() + JS_RETRY_SLEEP_MS * 1000000 >= deadline) return st;
     sleep_ms(JS_RETRY_SLEEP_MS);
   }
 }
 
-llb_status bus_js_requests_stream_ensure(struct bus *b, int64_t max_bytes, int64_t timeout_ms) {
-  if (!b || timeout_ms <= 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "stream ensure: NULL bus or timeout");
+llb_status bus_js_requests_stream_ensure(struct bus *b, int64_t max_bytes, int32_t replicas, int64_t timeout_ms) {
+  if (!b || timeout_ms <= 0 || replicas < 1 || replicas > BUS_JS_MAX_REPLICAS)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "stream ensure: NULL bus, timeout or replicas %d (1..%d)",
+                    (int)replicas, BUS_JS_MAX_REPLICAS);
   jsCtx *js = NULL;
   llb_status st = js_ctx(b, timeout_ms < 2000 ? timeout_ms : 2000, &js);
-  if (!st) st = stream_ensure(b, js, max_bytes, timeout_ms);
+  if (!st) st = stream_ensure(b, js, max_bytes, replicas, timeout_ms);
   jsCtx_Destroy(js);
   return st;
 }
 
-llb_status bus_js_publish(struct bus *b, const struct bus_out_msg *m, int64_t timeout_ms,
+/* Whether a failed publish may succeed if sent again: nobody answered (the stream has no
+ * leader while its replicas elect one: only the leader subscribes to the stream's subjects),
+ * no confirmation in time (the leader died after storing, or the connection is reconnecting),
+ * or JetStream says it is between leaders. */
+static bool publish_retryable(natsStatus s, jsErrCode jerr) {
+  return s == NATS_NO_RESPONDERS || s == NATS_TIMEOUT || s == NATS_CONNECTION_DISCONNECTED ||
+         jerr == JSClusterNotAvailErr || jerr == JSClusterNotLeaderErr || jerr == JSStreamOfflineErr;
+}
+
+static llb_status publish_err(natsStatus s, jsErrCode jerr, const char *subject, int64_t timeout_ms,
+                              int32_t attempts) {
+  if (s == NATS_NO_RESPONDERS)
+    return LLB_ERRF(LLB_STATUS_NO_SERVER, "no stream leader took %s in %lld ms (%d attempts): a leader "
+                    "election that lasts, JetStream off, or the stream missing", subject, (long long)timeout_ms,
+                    (int)attempts);
+  if (s == NATS_TIMEOUT || publish_retryable(s, jerr))
+    return LLB_ERRF(LLB_STATUS_TIMEOUT, "JetStream did not confirm %s within %lld ms (%d attempts)", subject,
+                    (long long)timeout_ms, (int)attempts);
+  if (jerr == JSStreamStoreFailedErr || jerr == JSStreamMessageExceedsMaximumErr)
+    return LLB_ERRF(LLB_STATUS_QUEUE_FULL, "the stream refused %s: %s", subject,
+                    nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "full");
+  return js_api_err(s, jerr, subject);
+}
+
+llb_status bus_js_publish(struct bus *b, const struct bus_out_msg *m, const char *msg_id, int64_t timeout_ms,
                           uint64_t *seq_out) {
   if (timeout_ms <= 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "durable publish: timeout");
+  if (msg_id && (!*msg_id || strlen(msg_id) > BUS_JS_MSG_ID_MAX))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "durable publish: message id of %zu bytes (1..%d)",
+                    strlen(msg_id), BUS_JS_MSG_ID_MAX);
   natsMsg *nm = NULL;
   llb_status st = bus_build_msg(b, m, NULL, &nm);
   if (st) return st;
@@ -167,29 +227,40 @@ llb_status bus_js_publish(struct bus *b, const struct bus_out_msg *m, int64_t ti
     natsMsg_Destroy(nm);
     return st;
   }
-  jsPubOptions po;
-  jsPubOptions_Init(&po);
-  po.MaxWait = timeout_ms;
+  const int64_t start_ns = llb_now_ns(), deadline_ns = start_ns + timeout_ms * 1000000;
+  int64_t backoff_ms = JS_RETRY_SLEEP_MS;
+  int32_t attempts = 0;
+  natsStatus s;
+  jsErrCode jerr;
   jsPubAck *pa = NULL;
-  jsErrCode jerr = 0;
-  natsStatus s = js_PublishMsg(&pa, js, nm, &po, &jerr);
+  for (;;) {
+    const int64_t left_ms = (deadline_ns - llb_now_ns()) / 1000000;
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = left_ms < JS_PUBLISH_ATTEMPT_MS ? (left_ms > 1 ? left_ms : 1) : JS_PUBLISH_ATTEMPT_MS;
+    po.MsgId = msg_id; /* the same id on every attempt: the stream keeps one copy (dedup window) */
+    jerr = 0;
+    attempts++;
+    s = js_PublishMsg(&pa, js, nm, &po, &jerr);
+    if (s == NATS_OK || !publish_retryable(s, jerr)) break;
+    if (s != NATS_TIMEOUT) { /* refused at once: give the election time */
+      if ((deadline_ns - llb_now_ns()) / 1000000 <= backoff_ms) break;
+      sleep_ms(backoff_ms);
+      backoff_ms = backoff_ms * 2 < JS_RETRY_SLEEP_MAX_MS ? backoff_ms * 2 : JS_RETRY_SLEEP_MAX_MS;
+    } else if (llb_now_ns() >= deadline_ns) {
+      break;
+    }
+  }
   natsMsg_Destroy(nm);
   jsCtx_Destroy(js);
-  if (s == NATS_OK) {
-    if (seq_out) *seq_out = pa->Sequence;
-    jsPubAck_Destroy(pa);
-    return LLB_STATUS_OK;
-  }
-  if (s == NATS_NO_RESPONDERS)
-    return LLB_ERRF(LLB_STATUS_NOT_FOUND, "no stream stores %s (JetStream off, or the stream is "
-                    "missing)", m->subject);
-  if (s == NATS_TIMEOUT)
-    return LLB_ERRF(LLB_STATUS_TIMEOUT, "JetStream did not confirm %s within %lld ms", m->subject,
-                    (long long)timeout_ms);
-  if (jerr == JSStreamStoreFailedErr || jerr == JSStreamMessageExceedsMaximumErr)
-    return LLB_ERRF(LLB_STATUS_QUEUE_FULL, "the stream refused %s: %s", m->subject,
-                    nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "full");
-  return js_api_err(s, jerr, m->subject);
+  if (s != NATS_OK) return publish_err(s, jerr, m->subject, timeout_ms, attempts);
+  if (attempts > 1)
+    LLB_LOG_INFO("js_publish_retried", "subject=%s attempts=%d waited_ms=%lld duplicate=%d stream_seq=%llu",
+                 m->subject, (int)attempts, (long long)((llb_now_ns() - start_ns) / 1000000), pa->Duplicate ? 1 : 0,
+                 (unsigned long long)pa->Sequence);
+  if (seq_out) *seq_out = pa->Sequence;
+  jsPubAck_Destroy(pa);
+  return LLB_STATUS_OK;
 }
 
 /* ---- the pull consumer ---- */
@@ -237,8 +308,10 @@ static llb_status consumer_ensure(struct bus_js_pull *p) {
 
 llb_status bus_js_pull_create(struct bus *b, const struct bus_js_pull_config *cfg,
                               struct bus_js_pull **out) {
-  if (!b || !cfg || !out || cfg->ack_wait_ms <= 0 || cfg->max_ack_pending <= 0 || !cfg->engine_id)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "pull consumer: need engine id, ack_wait, max_ack_pending");
+  if (!b || !cfg || !out || cfg->ack_wait_ms <= 0 || cfg->max_ack_pending <= 0 || !cfg->engine_id ||
+      cfg->replicas < 0 || cfg->replicas > BUS_JS_MAX_REPLICAS)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "pull consumer: need engine id, ack_wait, max_ack_pending, "
+                    "replicas 0..%d", BUS_JS_MAX_REPLICAS);
   *out = NULL;
   if (!bus_token_valid(cfg->engine_id) ||
       strlen(cfg->engine_id) + sizeof "engine_" > BUS_JS_NAME_MAX)
@@ -248,13 +321,14 @@ llb_status bus_js_pull_create(struct bus *b, const struct bus_js_pull_config *cf
   p->bus = b;
   p->ack_wait_ms = cfg->ack_wait_ms;
   p->max_ack_pending = cfg->max_ack_pending;
+  p->replicas = cfg->replicas > 0 ? cfg->replicas : 1;
   snprintf(p->consumer, sizeof p->consumer, "engine_%s", cfg->engine_id);
   for (char *c = p->consumer; *c; c++)
     if (!isalnum((unsigned char)*c) && *c != '-') *c = '_';
   llb_status st = bus_js_requests_stream_name(b->prefix, p->stream, sizeof p->stream);
   if (!st) st = bus_subject_engine(b->prefix, cfg->engine_id, "requests", p->subject, sizeof p->subject);
   if (!st) st = js_ctx(b, 2000, &p->js);
-  if (!st) st = stream_ensure(b, p->js, 0, 10000);
+  if (!st) st = stream_ensure(b, p->js, 0, p->replicas, 10000);
   if (!st) st = consumer_ensure(p);
   if (st) goto fail;
   jsSubOptions so;
@@ -324,10 +398,13 @@ llb_status bus_js_pull_fetch(struct bus_js_pull *p, int32_t cap, int64_t timeout
   natsStatus s = natsSubscription_Fetch(&list, p->sub, cap, timeout_ms, &jerr);
   if (s == NATS_TIMEOUT) return LLB_STATUS_OK;
   if (s == NATS_NOT_FOUND || s == NATS_NO_RESPONDERS || jerr == JSConsumerNotFoundErr) {
-    /* The consumer (or the whole store) is gone: a nats-server restarted without it. */
-    llb_status st = stream_ensure(p->bus, p->js, 0, timeout_ms);
+    /* Nobody serves the consumer: its replicas elect a leader (a cluster node died), or it is
+     * gone with the whole store (a nats-server restarted without it). Looked up, created again
+     * if missing; either way the next fetch goes to whoever leads it then. */
+    llb_status st = stream_ensure(p->bus, p->js, 0, p->replicas, timeout_ms);
     if (!st) st = consumer_ensure(p);
-    if (!st) return LLB_ERRF(LLB_STATUS_CONNECTION, "the engine's consumer was missing: created again");
+    if (!st) return LLB_ERRF(LLB_STATUS_CONNECTION, "consumer %s did not answer a fetch (%s): it exists now",
+                             p->consumer, natsStatus_GetText(s));
     return st;
   }
   if (s != NATS_OK) return js_api_err(s, jerr, "fetching requests");

@@ -10,10 +10,18 @@
  *           alive with bus_js_in_progress within ack_wait is delivered again), no max_deliver
  *           at the server: the consumer counts deliveries and decides itself (dead letter).
  *
+ * Replicas: the stream is kept on `replicas` servers (1 for a single nats-server, 3 on a 3-node
+ * cluster: it then outlives a node). Consumers inherit the stream's replica count (consumer
+ * replicas 0), so an engine's consumer survives the node too. While the replicas elect a new
+ * leader (2-8 s after the leader's node died, measured by tests/cluster/) nobody subscribes
+ * the stream's subjects: publishes are retried with the same Nats-Msg-Id (the stream drops a
+ * copy it already holds, within its 2-minute duplicate window) and fetches are sent again.
+ *
  * Creation is idempotent: whoever starts first creates, later callers find what exists (a
- * stream or consumer of another shape is updated to this one, or refused with a message
- * when JetStream cannot change it), so an engine can run against an external nats-server
- * that already holds the stream. Thread-safety as bus.h: every call here may block for a
+ * stream of another shape is updated to this one where JetStream can: subjects, max_bytes,
+ * more replicas, never fewer; what it refuses is logged and the stream used as it is, unless
+ * it lacks the subject or work-queue retention), so an engine can run against an external
+ * nats-server that already holds the stream. Thread-safety as bus.h: every call here may block for a
  * server round trip (never call them on the loop thread).
  *
  * Source followed: NATS C client 3.4 (js_AddStream, js_AddConsumer, js_PullSubscribe,
@@ -32,23 +40,35 @@
 
 /* JetStream names: a stream or consumer name holds no '.', '*', '>' or space. */
 #define BUS_JS_NAME_MAX 96
+/* Replicas of a stream: JetStream allows 1..5. */
+#define BUS_JS_MAX_REPLICAS 5
+/* A Nats-Msg-Id, at most (bytes). */
+#define BUS_JS_MSG_ID_MAX 256
 
 /* The requests stream's name for `prefix` into buf[cap] ("llm" → "LLM_REQUESTS"). */
 llb_status bus_js_requests_stream_name(const char *prefix, char *buf, size_t cap);
 
 /* Creates the requests stream of the bus' prefix if it does not exist (idempotent; see
- * above); max_bytes > 0 bounds its storage (0 = unlimited). Waits up to timeout_ms for
- * JetStream to answer (a nats-server just restarted may need a moment). Errors:
- * LLB_STATUS_NOT_FOUND (the server has no JetStream: "start nats-server with -js"),
- * LLB_STATUS_TIMEOUT, LLB_STATUS_INVALID_ARGUMENT (a stream of that name exists with another
- * retention, which JetStream cannot change), LLB_STATUS_CONNECTION. */
-llb_status bus_js_requests_stream_ensure(struct bus *bus, int64_t max_bytes, int64_t timeout_ms);
+ * above) with `replicas` (1..BUS_JS_MAX_REPLICAS; on a single server more than 1 is logged and
+ * 1 used); max_bytes > 0 bounds its storage (0 = unlimited). Waits up to timeout_ms for
+ * JetStream to answer (a nats-server just restarted, or a cluster still electing its meta
+ * leader, may need a moment). Errors: LLB_STATUS_NOT_FOUND (the server has no JetStream: "start
+ * nats-server with -js"), LLB_STATUS_TIMEOUT, LLB_STATUS_INVALID_ARGUMENT (replicas out of
+ * range; a stream of that name exists with another retention, which JetStream cannot change),
+ * LLB_STATUS_CONNECTION. */
+llb_status bus_js_requests_stream_ensure(struct bus *bus, int64_t max_bytes, int32_t replicas, int64_t timeout_ms);
 
-/* Publishes to a subject that a stream captures and waits up to timeout_ms for the server's
- * confirmation that it is stored; *seq_out (may be NULL) gets the stream sequence. Headers and
- * trace as bus_publish_msg. Errors: LLB_STATUS_NOT_FOUND (no stream captures the subject),
- * LLB_STATUS_TIMEOUT, LLB_STATUS_QUEUE_FULL (the stream is full), bus_publish's. */
-llb_status bus_js_publish(struct bus *bus, const struct bus_out_msg *m, int64_t timeout_ms,
+/* Publishes to a subject that a stream captures and waits up to timeout_ms in all for the
+ * server's confirmation that it is stored, sending it again (each attempt waits at most 2 s)
+ * while no stream leader answers or confirms: a leader election, a reconnect. msg_id (may be
+ * NULL: no dedup; at most BUS_JS_MSG_ID_MAX bytes) goes out as Nats-Msg-Id on every attempt,
+ * so a retry of a message the old leader stored is not stored twice (the stream answers with
+ * the first copy's sequence). *seq_out (may be NULL) gets the stream sequence. Headers and
+ * trace as bus_publish_msg. Errors: LLB_STATUS_NO_SERVER (no stream took it within timeout_ms:
+ * an election lasting longer, JetStream off, or no stream captures the subject),
+ * LLB_STATUS_TIMEOUT (never confirmed), LLB_STATUS_QUEUE_FULL (the stream is full),
+ * INVALID_ARGUMENT, bus_publish's. */
+llb_status bus_js_publish(struct bus *bus, const struct bus_out_msg *m, const char *msg_id, int64_t timeout_ms,
                           uint64_t *seq_out);
 
 /* A durable pull consumer's subscription. Owned by the caller: bus_js_pull_destroy(). */
@@ -58,6 +78,8 @@ struct bus_js_pull_config {
   const char *engine_id;   /* consumer "engine_<eid>" on "<prefix>.engine.<eid>.requests" */
   int64_t ack_wait_ms;     /* > 0 */
   int32_t max_ack_pending; /* > 0: messages delivered and not yet acknowledged, at most */
+  int32_t replicas;        /* of the stream, if this call creates it (0 = 1); see
+                              bus_js_requests_stream_ensure. The consumer inherits the stream's. */
 };
 
 /* One delivered message. Everything is copied: it outlives the fetch and the subscription;
@@ -78,8 +100,9 @@ void bus_js_pull_destroy(struct bus_js_pull *p);
 
 /* Fetches up to `cap` messages, waiting up to timeout_ms for the first; *num gets how many
  * (0 on timeout, which is not an error). Each out[i] is owned by the caller. A consumer that
- * vanished (a nats-server restarted without its store) is created again. Errors: CLOSED,
- * CONNECTION (reconnecting: try again later), OUT_OF_MEMORY. */
+ * nobody serves is looked up: between leaders (a cluster node died) the next fetch reaches the
+ * new one; one that vanished (a nats-server restarted without its store) is created again.
+ * Errors: CLOSED, CONNECTION (reconnecting, electing: fetch again later), OUT_OF_MEMORY. */
 llb_status bus_js_pull_fetch(struct bus_js_pull *p, int32_t cap, int64_t timeout_ms,
                              struct bus_js_msg **out, int32_t *num);
 

@@ -1,7 +1,7 @@
 /* llmbus-input-processor: GenerateRequest → EngineCoreRequest(s) on the bus
  * (actors/input_processor/actor.h). Flags: the common actor flags (cmd/actor/actor_main.h) plus
- * --max-model-len, --tenant, --router, --tenant-limits, --tenant-limit-ttl-ms, --durable and
- * --chat-template. */
+ * --max-model-len, --tenant, --router, --tenant-limits, --tenant-limit-ttl-ms, --durable,
+ * --stream-replicas and --chat-template. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@ struct inproc_main {
   const char *tenant_limits;
   int64_t tenant_limit_ttl_ms;
   bool durable;
+  int32_t stream_replicas;
   const char *chat_template;
   const char *mmproj;
   struct inproc_actor *actor;
@@ -34,6 +35,7 @@ static llb_status inproc_main_start(struct actor_main *am, void *user) {
       .durable = m->durable,
       .chat_template_file = m->chat_template,
       .mmproj_path = m->mmproj,
+      .stream_replicas = m->stream_replicas,
   };
   llb_status st = inproc_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -69,6 +71,9 @@ int main(int argc, char **argv) {
       {"durable", ACTOR_FLAG_KIND_BOOL, &m.durable,
        "publish EngineCoreRequests into the JetStream requests stream (nats-server -js), each "
        "confirmed stored; the engine's scheduler must run with --durable too", NULL},
+      {"stream-replicas", ACTOR_FLAG_KIND_INT32, &m.stream_replicas,
+       "durable: replicas of the requests stream when this actor creates it (default 1; 3 on a "
+       "3-node NATS cluster, so the stream outlives a node)", NULL},
       {"chat-template", ACTOR_FLAG_KIND_STRING, &m.chat_template,
        "Jinja chat template file used instead of the GGUF's tokenizer.chat_template", NULL},
       {"mmproj", ACTOR_FLAG_KIND_STRING, &m.mmproj,

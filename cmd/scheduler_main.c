@@ -219,6 +219,9 @@ int main(int argc, char **argv) {
       {"max-deliver", ACTOR_FLAG_KIND_INT32, &m.cfg.max_deliver,
        "durable: deliveries of one request at most; the next goes to "
        "<prefix>.engine.<eid>.dead_letter and its client gets an error (default 3)", NULL},
+      {"stream-replicas", ACTOR_FLAG_KIND_INT32, &m.cfg.stream_replicas,
+       "durable: replicas of the requests stream when this scheduler creates it (default 1; 3 on "
+       "a 3-node NATS cluster, so the stream and the engine's consumer outlive a node)", NULL},
       {"stats-interval-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.stats_interval_ms,
        "SchedulerStats period on <prefix>.engine.<eid>.stats while there is work (default 1000)", NULL},
       {"log-stats-interval-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.log_stats_interval_ms,

@@ -178,13 +178,14 @@ struct request_trace {
  * sent are aborted and the error is returned. */
 
 /* One EngineCoreRequest to `subject` (the engine's requests subject): durable (stored in the
- * requests stream, confirmed by JetStream, so a scheduler that dies later still gets it) or a
- * plain publish. */
-static llb_status publish_engine_request(struct inproc_actor *a, const char *subject, const void *data, size_t len,
-                                         const struct bus_trace_ctx *span) {
+ * requests stream, confirmed by JetStream, so a scheduler that dies later still gets it;
+ * retried through a leader election with the engine request id as Nats-Msg-Id, so it is
+ * stored once) or a plain publish. */
+static llb_status publish_engine_request(struct inproc_actor *a, const char *subject, const char *request_id,
+                                         const void *data, size_t len, const struct bus_trace_ctx *span) {
   if (!a->durable) return bus_publish(a->bus, subject, data, len, span);
   const struct bus_out_msg m = {.subject = subject, .data = data, .len = len, .trace = span};
-  return bus_js_publish(a->bus, &m, INPROC_DURABLE_PUBLISH_TIMEOUT_MS, NULL);
+  return bus_js_publish(a->bus, &m, request_id, INPROC_DURABLE_PUBLISH_TIMEOUT_MS, NULL);
 }
 
 static llb_status publish_children(struct inproc_actor *a, const char *eid, const struct inproc_generate_request *req,
@@ -238,7 +239,7 @@ static llb_status publish_children(struct inproc_actor *a, const char *eid, cons
         .pooling_params = *pool,
     };
     st = llb_engine_core_request_encode_buf(&m, &buf);
-    if (st == LLB_STATUS_OK) st = publish_engine_request(a, subject, buf.data, buf.len, span);
+    if (st == LLB_STATUS_OK) st = publish_engine_request(a, subject, e->request_id, buf.data, buf.len, span);
     if (st != LLB_STATUS_OK) break;
     atomic_fetch_add(&a->engine_requests, 1);
   }
@@ -338,23 +339,31 @@ static void trace_begin(struct bus *bus, const struct bus_msg *msg, struct reque
 }
 
 static bool id_printable(struct llb_str id);
+static int abort_everywhere(struct inproc_actor *a, const struct llb_str *ids, int32_t n,
+                            const struct bus_trace_ctx *span, llb_status *st);
 
 /* A client's resend (the api server after a nats-server restart lost its reply route): the
  * GenerateRequest carries the id of the engine request it replaces in the header
  * Llmbus-Resume-Of. Honoured only for an id of this tenant, of an engine this router knows,
  * for n = 1: the new request goes to that engine, which takes over the old one's outputs
- * (EngineCoreRequest.resume_request_id); anything else is a new request as usual. Copies the
- * id into out[cap] and its engine into eid; false when not honoured. */
-static bool resume_target(const struct bus_msg *msg, const char *tenant, int32_t n, struct engine_router *router,
+ * (EngineCoreRequest.resume_request_id); anything else is a new request as usual, and the
+ * replaced request of this tenant that cannot be taken over is aborted (its outputs can reach
+ * nobody). Copies the id into out[cap] and its engine into eid; false when not honoured. */
+static bool resume_target(struct inproc_actor *a, const struct bus_msg *msg, const char *tenant, int32_t n,
                           char *out, size_t cap, char *eid, size_t eid_cap) {
   const char *id = bus_msg_header(msg, "Llmbus-Resume-Of");
   if (!id || !id[0]) return false;
   const struct llb_str s = llb_str_c(id);
-  const bool ok = n == 1 && s.len + 8 <= INPROC_MAX_ID_BYTES && s.len < cap && id_printable(s) &&
-                  inproc_id_owned_by(id, s.len, tenant) && inproc_engine_of_id(id, s.len, eid, eid_cap) &&
-                  engine_router_known(router, eid);
-  if (!ok) {
-    LLB_LOG_WARN("resume_refused", "resume_of=%.*s tenant=%s n=%d", (int)(s.len < 200 ? s.len : 200), id, tenant, n);
+  const bool owned = s.len + 8 <= INPROC_MAX_ID_BYTES && s.len < cap && id_printable(s) &&
+                     inproc_id_owned_by(id, s.len, tenant);
+  const bool routed = owned && inproc_engine_of_id(id, s.len, eid, eid_cap) && engine_router_known(a->router, eid);
+  if (!(owned && routed && n == 1)) {
+    LLB_LOG_WARN("resume_refused", "resume_of=%.*s tenant=%s n=%d owned=%d", (int)(s.len < 200 ? s.len : 200), id,
+                 tenant, n, owned);
+    if (owned) { /* ours, but not to be taken over here: stop it */
+      llb_status st = LLB_STATUS_OK;
+      (void)abort_everywhere(a, &s, 1, &msg->trace, &st);
+    }
     return false;
   }
   memcpy(out, id, s.len + 1);
@@ -425,8 +434,8 @@ void inproc_on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
   struct engine_router_choice choice;
   engine_router_choose(a->router, pr.prompt_token_ids, pr.num_prompt_tokens, req.cache_salt, llb_now_ns(), &choice);
   char resume_of[INPROC_MAX_ID_BYTES], resume_eid[BUS_TOKEN_MAX + 1];
-  const bool resuming = resume_target(msg, tenant, pr.num_requests, a->router, resume_of, sizeof resume_of,
-                                      resume_eid, sizeof resume_eid);
+  const bool resuming = resume_target(a, msg, tenant, pr.num_requests, resume_of, sizeof resume_of, resume_eid,
+                                      sizeof resume_eid);
   if (resuming) snprintf(choice.engine_id, sizeof choice.engine_id, "%s", resume_eid);
   if (choice.by_prefix) atomic_fetch_add(&a->routed_by_prefix, 1);
   if (choice.fallback) atomic_fetch_add(&a->routed_fallback, 1);

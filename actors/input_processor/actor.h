@@ -66,6 +66,8 @@ struct inproc_actor_options {
                                      GGUF's tokenizer.chat_template (chat_render.h) */
   const char *mmproj_path; /* GGUF mmproj (model/clip.h, the worker's --mmproj): image_url parts
                               are planned with it (mm_images.h); NULL/"" = images refused */
+  int32_t stream_replicas; /* durable: replicas of the requests stream if this actor creates it
+                              (1..5; 0 = 1; 3 on a 3-node NATS cluster: bus/jetstream.h) */
 };
 
 /* Counters since start (monotonic). */

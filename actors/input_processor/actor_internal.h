@@ -14,7 +14,9 @@
 #define DEFAULT_EXTERNAL_ID "req" /* a GenerateRequest without request_id */
 #define MALFORMED_REQUEST_ID "malformed"
 #define DEFAULT_TENANT_LIMIT_TTL_MS (30 * 60 * 1000)
-#define INPROC_DURABLE_PUBLISH_TIMEOUT_MS 5000 /* JetStream's confirmation */
+/* JetStream's confirmation, retries included: a stream leader election after a cluster node
+ * died took 2-8 s in tests/cluster/ (nats-server 2.9, a loaded 2-core host) */
+#define INPROC_DURABLE_PUBLISH_TIMEOUT_MS 20000
 #define INPROC_DURABLE_START_TIMEOUT_MS 10000  /* the requests stream at start */
 
 struct inproc_actor {
@@ -26,6 +28,7 @@ struct inproc_actor {
   char engine_id[BUS_TOKEN_MAX + 1]; /* the default engine (DESIGN.md §9: routed otherwise) */
   struct engine_router *router;
   bool durable;
+  int32_t stream_replicas; /* of the requests stream, if this actor creates it */
   atomic_uint_fast64_t requests, engine_requests, rejected, malformed, no_reply, aborts, aborts_refused,
       publish_errors, tokenize, stats_malformed, routed_by_prefix, routed_fallback, limited;
   char outputs_subject[BUS_SUBJECT_MAX];

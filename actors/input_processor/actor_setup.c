@@ -114,6 +114,7 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   const char *slash = strrchr(o->model_path, '/');
   rc.model = slash ? slash + 1 : o->model_path; /* engines announce their model's file name */
   a->durable = o->durable;
+  a->stream_replicas = o->stream_replicas == 0 ? 1 : o->stream_replicas; /* checked by the stream */
   llb_status st = LLB_STATUS_OK;
   if (!o->router || strcmp(o->router, "cache-aware") == 0) rc.policy = ENGINE_ROUTER_CACHE_AWARE;
   else if (strcmp(o->router, "least-loaded") == 0) rc.policy = ENGINE_ROUTER_LEAST_LOADED;
@@ -217,7 +218,8 @@ llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
   snprintf(stats_subj, sizeof stats_subj, "%s.engine.*.stats", prefix); /* the prefix was checked by bus_create */
   llb_status st = LLB_STATUS_OK;
   /* the stream takes <prefix>.engine.*.requests: every engine's */
-  if (a->durable && (st = bus_js_requests_stream_ensure(bus, 0, INPROC_DURABLE_START_TIMEOUT_MS)))
+  if (a->durable && (st = bus_js_requests_stream_ensure(bus, 0, a->stream_replicas,
+                                                                INPROC_DURABLE_START_TIMEOUT_MS)))
     return st;
   char gen[BUS_SUBJECT_MAX], abort_subj[BUS_SUBJECT_MAX], tok_subj[BUS_SUBJECT_MAX];
   snprintf(tok_subj, sizeof tok_subj, "%s.tokenize.%s", prefix, a->tenant);

@@ -78,6 +78,8 @@ struct scheduler_actor_config {
                                      a scheduler crashing 3 times soon after its start would
                                      otherwise stop `llmbus serve` as a crash loop first) */
   int32_t max_ack_pending;        /* requests held at once (default 4096) */
+  int32_t stream_replicas;        /* replicas of the requests stream if this scheduler creates
+                                     it (1..5; 0 = 1; 3 on a 3-node cluster: bus/jetstream.h) */
 };
 
 struct scheduler_actor_counters {

@@ -161,7 +161,8 @@ llb_status sched_actor_durable_start(struct scheduler_actor *a, const char *pref
                                      sizeof d->subj_dead_letter);
   if (st) return st;
   const struct bus_js_pull_config pc = {.engine_id = a->engine_id, .ack_wait_ms = a->cfg.ack_wait_ms,
-                                        .max_ack_pending = a->cfg.max_ack_pending};
+                                        .max_ack_pending = a->cfg.max_ack_pending,
+                                        .replicas = a->cfg.stream_replicas};
   if ((st = bus_js_pull_create(a->bus, &pc, &d->pull))) return st;
   if (pthread_create(&d->thread, NULL, durable_thread, a) != 0)
     return LLB_ERRF(LLB_STATUS_INTERNAL, "durable intake: pthread_create failed");

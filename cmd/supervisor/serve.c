@@ -66,6 +66,8 @@ static const struct {
      "durable: a request a dead scheduler held is delivered again after this long (default 2000)"},
     {"max-deliver", true, A_SCHED,
      "durable: deliveries of one request at most, then dead-lettered with an error (default 3)"},
+    {"stream-replicas", true, A_SCHED | A_IN,
+     "durable: replicas of the requests stream (default 1; 3 with --nats on a 3-node cluster: ops/cluster/)"},
     {"threads", true, A_WORKER, "worker threads for the forward pass"},
     {"device", true, A_WORKER, "cpu | cuda"},
     {"numerics", true, A_WORKER, "packed | ggml (cpu: llama.cpp's arithmetic, bit-exact with it)"},

@@ -1,52 +1,72 @@
 #!/usr/bin/env bash
-# llmbus vs llama.cpp (llama-cpp-python's OpenAI server) on the same GGUF, same machine, one run.
+# llmbus vs llama.cpp's own C++ tools on the same GGUF, same machine, one run.
 #
-#   ops/bench/compare-llamacpp.sh [--model PATH] [--repeats N] [--threads N] [--install-only]
+#   ops/bench/compare-llamacpp.sh [--model PATH] [--repeats N] [--threads N] [--ctx N] [--runs N]
+#                                 [--build-only]
 #
-# 1. Installs llama-cpp-python[server] from PyPI into a private venv (.cache/llamacpp-venv,
-#    reused when it imports), built for this CPU (GGML_NATIVE=ON), without the multimodal
-#    library (LLAVA_BUILD=OFF), CMAKE_BUILD_PARALLEL_LEVEL=2. The first build takes 20-40 min
-#    on 2 cores.
-# 2. Builds llmbus in Release (build-bench-rel: -DCMAKE_BUILD_TYPE=Release -DLLB_SANITIZE=OFF).
-# 3. Serves the model with both (llmbus: `llmbus serve --http`, which also starts its own
-#    nats-server; llama.cpp: `python -m llama_cpp.server`), one at a time, and runs
-#    `llmbus-bench serve` against each for three scenarios:
-#      decode  : 1 request, 16-token prompt, 128 output tokens (ignore_eos)   -> TPOT, tok/s
-#      prefill : 1 request, 512-token prompt, 1 output token                   -> TTFT
-#      conc16  : 16 concurrent requests, 100-token prompts, 128 output tokens  -> throughput
-#    and, without a server, the forward passes alone: llmbus-kernel-bench against llama.cpp
-#    through llama-cpp-python's Llama.eval (ops/bench/llamacpp_kernel_bench.py).
-#    Repeats are interleaved A/B (llmbus, llama.cpp, llmbus, ...); each server is started once
-#    per repeat and warmed with one request. The tables give medians over the repeats and the
-#    ratio llmbus / llama.cpp.
-# llmbus runs with LLMBUS_SERVE_ARGS (default "--max-num-batched-tokens 256": shorter steps, so
-# that on a loaded 2-core machine no stream waits long between two tokens; failed requests
-# are counted in the table).
-# Env: LLAMACPP_VENV, LLAMACPP_SPEC (pip requirement, default llama-cpp-python[server]==0.3.36),
-# LLMBUS_SERVE_ARGS, BUILD_DIR (default build-bench-rel), PORT_A/PORT_B, JOBS.
+# Three columns, each measured in every repeat (the order rotates: A B C, B C A, C A B, ...):
+#   A  llmbus       `llmbus serve` / `llmbus-kernel-bench` on the model (Q4_1)
+#   B  llama.cpp    the same file: `llama-server`, `llama-bench`, `llama-batched-bench`
+#   C  llama.cpp    the same weights requantized to Q4_0 (`llama-quantize --allow-requantize`),
+#                   which llama.cpp repacks for AVX-512 at load: its best path on this CPU
+# 1. llama.cpp from the llama-cpp-python source package on PyPI (pinned, sha256-checked), in
+#    .cache/llamacpp/: download, unpack, configure (Release, GGML_NATIVE=ON, no curl/openssl,
+#    no tests), build only llama-server llama-bench llama-batched-bench llama-quantize
+#    (~10 min on 2 cores), requantize to Q4_0. Each step is skipped when its output exists;
+#    configure and build hold .cache/llamacpp/.lock (flock), so two checkouts sharing the tree
+#    take turns.
+# 2. llmbus in Release (build-bench-rel: -DCMAKE_BUILD_TYPE=Release -DLLB_SANITIZE=OFF).
+# 3. Serving: each server started fresh per repeat, `llmbus-bench serve` against it (one
+#    untimed warm-up request first; peak resident memory of the server's process tree):
+#      decode  : 1 request, 16-token prompt, 128 output tokens (ignore_eos) -> tok/s, TPOT
+#      prefill : 1 request, 512-token prompt, 1 output token                 -> TTFT
+#      conc16  : 16 concurrent, 100-token prompts, 128 output tokens         -> tok/s, TTFT
+#      conc32  : 32 concurrent, the same                                     -> tok/s, TTFT
+#    llmbus: `llmbus serve --threads T --max-model-len CTX $LLMBUS_SERVE_ARGS`; llama.cpp:
+#    `llama-server --parallel 32 -c 32*CTX -t T -tb T --cont-batching` (32 slots of CTX each).
+# 4. The forward alone, --runs runs each (medians): llmbus-kernel-bench --prefill 512
+#    --decode 128 --batch 1,16 --roofline; llama-bench -p 512 -n 128 (pp512, tg128) and
+#    llama-batched-bench -npp 16 -ntg 128 -npl 16 (batch-16 decode after 16-token prompts, the
+#    shape of llmbus-kernel-bench's decode b16).
+# 5. Prints two markdown tables (serving, forward: medians over the repeats and llmbus's
+#    ratios) and the roofline lines (ops/bench/compare_llamacpp_report.py).
+# Env: LLMBUS_SERVE_ARGS (default "--max-num-batched-tokens 256"), LLAMACPP_CACHE, BUILD_DIR,
+# PORT_A/PORT_B, JOBS (default 2). The raw results stay in /tmp/llb-compare.* (printed).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 model=${LLB_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 repeats=3
 threads=2
-install_only=0
+ctx=2048
+runs=3
+build_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
-    --install-only) install_only=1; shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    --ctx) ctx=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --build-only) build_only=1; shift ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "compare-llamacpp: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-venv=${LLAMACPP_VENV:-$root/.cache/llamacpp-venv}
+for n in "$repeats" "$threads" "$ctx" "$runs"; do
+  case "$n" in ''|*[!0-9]*|0) echo "compare-llamacpp: counts must be positive integers" >&2; exit 2 ;; esac
+done
+version=0.3.36
+sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+cache=${LLAMACPP_CACHE:-$root/.cache/llamacpp}
+src=$cache/llama_cpp_python-$version/vendor/llama.cpp
+lbin=$src/build/bin
 build=${BUILD_DIR:-$root/build-bench-rel}
 port_a=${PORT_A:-18431}
 port_b=${PORT_B:-18432}
 serve_args=${LLMBUS_SERVE_ARGS---max-num-batched-tokens 256}
 jobs=${JOBS:-2}
-llamacpp_spec=${LLAMACPP_SPEC:-llama-cpp-python[server]==0.3.36}
+slots=32
+targets=(llama-server llama-bench llama-batched-bench llama-quantize)
 work=$(mktemp -d /tmp/llb-compare.XXXXXX)
 server_pid=""
 
@@ -60,43 +80,77 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 log() { echo "compare-llamacpp: $*" >&2; }
+die() { log "$*"; exit 1; }
 
-# ---- 1. llama-cpp-python ---------------------------------------------------------------
-install_llamacpp() {
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import llama_cpp.server, uvicorn' 2>/dev/null; then
-    return 0
+# ---- 1. llama.cpp ----------------------------------------------------------------------
+fetch_llamacpp() {
+  local tarball=$cache/llama_cpp_python-$version.tar.gz
+  mkdir -p "$cache" || return 1
+  if [ ! -f "$tarball" ] && [ -f "$root/.cache/sdist/llama_cpp_python-$version.tar.gz" ]; then
+    cp "$root/.cache/sdist/llama_cpp_python-$version.tar.gz" "$tarball" || return 1
   fi
-  log "installing llama-cpp-python[server] into $venv (builds llama.cpp from source; 20-40 min on 2 cores)"
-  python3 -m venv "$venv" || return 1
-  CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
-  CMAKE_BUILD_PARALLEL_LEVEL=$jobs FORCE_CMAKE=1 \
-    nice -n 10 "$venv/bin/pip" install --no-cache-dir "$llamacpp_spec" || return 1
-  "$venv/bin/python" -c 'import llama_cpp.server, uvicorn' || return 1
+  if [ ! -f "$tarball" ]; then
+    log "downloading llama-cpp-python $version (source package, 77 MB) into $cache"
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+      -d "$cache" "llama-cpp-python==$version" || return 1
+  fi
+  echo "$sha256  $tarball" | sha256sum -c --quiet - || { rm -f "$tarball"; log "checksum mismatch: $tarball"; return 1; }
+  if [ ! -f "$src/CMakeLists.txt" ]; then
+    log "unpacking $tarball"
+    tar -xzf "$tarball" -C "$cache" || return 1
+  fi
 }
-if ! install_llamacpp; then
-  log "llama-cpp-python install failed"
-  exit 1
-fi
-if [ "$install_only" = 1 ]; then
-  "$venv/bin/python" -c 'import llama_cpp; print("llama_cpp", llama_cpp.__version__)'
-  exit 0
-fi
+
+build_llamacpp() {
+  if [ ! -f "$src/build/CMakeCache.txt" ]; then
+    log "configuring llama.cpp in $src/build"
+    flock "$cache/.lock" cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF >"$work/llamacpp-cmake.log" 2>&1 ||
+      { tail -20 "$work/llamacpp-cmake.log" >&2; return 1; }
+  fi
+  local missing=() t
+  for t in "${targets[@]}"; do [ -x "$lbin/$t" ] || missing+=("$t"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "building ${missing[*]} (about 10 min on 2 cores)"
+  flock "$cache/.lock" nice -n 10 cmake --build "$src/build" -j"$jobs" --target "${missing[@]}" \
+    >"$work/llamacpp-build.log" 2>&1 || { tail -20 "$work/llamacpp-build.log" >&2; return 1; }
+}
+
+[ -r "$model" ] || die "no model at $model (run ops/fetch-model.sh)"
+q40=$cache/requant/$(basename "$model" .gguf)-requant-Q4_0.gguf
+requant_q40() {
+  [ -s "$q40" ] && return 0
+  log "requantizing $(basename "$model") to Q4_0: $q40"
+  mkdir -p "$(dirname "$q40")" || return 1
+  if ! "$lbin/llama-quantize" --allow-requantize "$model" "$q40.tmp.$$" Q4_0 "$threads" >"$work/quantize.log" 2>&1; then
+    rm -f "$q40.tmp.$$"
+    tail -20 "$work/quantize.log" >&2
+    return 1
+  fi
+  mv "$q40.tmp.$$" "$q40"
+}
+fetch_llamacpp || die "could not get llama-cpp-python $version's source"
+build_llamacpp || die "llama.cpp build failed"
+requant_q40 || die "llama-quantize failed"
 
 # ---- 2. llmbus (Release) ---------------------------------------------------------------
-if [ ! -r "$model" ]; then
-  log "no model at $model (run ops/fetch-model.sh)"
-  exit 1
-fi
 log "building llmbus in $build (Release)"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLB_SANITIZE=OFF >"$work/cmake.log" 2>&1 &&
   nice -n 5 cmake --build "$build" -j"$jobs" --target llmbus llmbus-bench llmbus-kernel-bench >>"$work/cmake.log" 2>&1 || {
   tail -20 "$work/cmake.log" >&2
-  log "llmbus build failed"
-  exit 1
+  die "llmbus build failed"
 }
 bench=$build/cmd/llmbus-bench
+if [ "$build_only" = 1 ]; then
+  log "built: $lbin/{${targets[*]// /,}}, $q40, $build/cmd/llmbus"
+  exit 0
+fi
 
-# ---- 3. serve both, interleaved --------------------------------------------------------
+# ---- 3. serving ------------------------------------------------------------------------
+gguf_of() { # column name -> its GGUF
+  case "$1" in llamacpp-q4_0) echo "$q40" ;; *) echo "$model" ;; esac
+}
+
 wait_http() { # url pid
   for _ in $(seq 1 600); do
     kill -0 "$2" 2>/dev/null || return 1
@@ -110,16 +164,15 @@ start_server() { # name rep
   case "$1" in
     llmbus)
       # shellcheck disable=SC2086
-      "$build/cmd/llmbus" serve --model "$model" --http "127.0.0.1:$port_a" --threads "$threads" $serve_args \
-        >"$work/llmbus-$2.log" 2>&1 &
+      "$build/cmd/llmbus" serve --model "$model" --http "127.0.0.1:$port_a" --threads "$threads" \
+        --max-model-len "$ctx" $serve_args >"$work/serve-$1-$2.log" 2>&1 &
       server_pid=$!
       wait_http "http://127.0.0.1:$port_a/health" "$server_pid" ;;
-    llamacpp)
-      "$venv/bin/python" -m llama_cpp.server --model "$model" --host 127.0.0.1 --port "$port_b" \
-        --n_threads "$threads" --n_threads_batch "$threads" --n_ctx 2048 --n_batch 512 \
-        --interrupt_requests False --verbose False >"$work/llamacpp-$2.log" 2>&1 &
+    *)
+      "$lbin/llama-server" -m "$(gguf_of "$1")" --host 127.0.0.1 --port "$port_b" -t "$threads" -tb "$threads" \
+        --parallel "$slots" -c $((slots * ctx)) --cont-batching --no-webui >"$work/serve-$1-$2.log" 2>&1 &
       server_pid=$!
-      wait_http "http://127.0.0.1:$port_b/v1/models" "$server_pid" ;;
+      wait_http "http://127.0.0.1:$port_b/health" "$server_pid" ;;
   esac
 }
 
@@ -132,20 +185,22 @@ stop_server() {
   server_pid=""
 }
 
-# name: llmbus-bench serve arguments (the model's tokenizer makes exact-length prompts)
-scenarios=(decode prefill conc16)
+# name: llmbus-bench serve arguments (the model's tokenizer makes exact-length prompts; every
+# column gets the same prompt texts)
+scenarios=(decode prefill conc16 conc32)
 declare -A scenario_args=(
   [decode]="--num-prompts 1 --max-concurrency 1 --input-len 16 --output-len 128 --ignore-eos"
   [prefill]="--num-prompts 1 --max-concurrency 1 --input-len 512 --output-len 1"
   [conc16]="--num-prompts 16 --max-concurrency 16 --input-len 100 --output-len 128 --ignore-eos"
+  [conc32]="--num-prompts 32 --max-concurrency 32 --input-len 100 --output-len 128 --ignore-eos"
 )
 
 run_server() { # name rep
-  local port=$port_a
-  [ "$1" = llamacpp ] && port=$port_b
+  local port=$port_b
+  [ "$1" = llmbus ] && port=$port_a
   if ! start_server "$1" "$2"; then
     log "$1 did not come up; its log:"
-    tail -20 "$work/$1-$2.log" >&2
+    tail -20 "$work/serve-$1-$2.log" >&2
     stop_server
     return 1
   fi
@@ -158,117 +213,44 @@ run_server() { # name rep
   stop_server
 }
 
-# The forward passes alone, no server: llmbus-kernel-bench vs llama.cpp through
-# llama-cpp-python's Llama.eval (ops/bench/llamacpp_kernel_bench.py), 3 runs each.
-run_kernels() { # name rep
+# ---- 4. the forward alone --------------------------------------------------------------
+batched_ctx=$((16 * ((16 + 128 + 255) / 256 * 256))) # 16 sequences of 16 + 128 tokens, 256-aligned
+
+run_forward() { # name rep
+  local out=$work/fwd-$1-$2
   case "$1" in
-    llmbus) "$build/cmd/llmbus-kernel-bench" --model "$model" --threads "$threads" --runs 3 --prefill 512 \
-              --decode 128 --batch 1 --roofline >"$work/kern-$1-$2.txt" 2>&1 ;;
-    llamacpp) "$venv/bin/python" "$root/ops/bench/llamacpp_kernel_bench.py" "$model" "$threads" 3 \
-              >"$work/kern-$1-$2.txt" 2>&1 ;;
-  esac || log "$1 kernel bench repeat $2 failed (see $work/kern-$1-$2.txt)"
+    llmbus)
+      "$build/cmd/llmbus-kernel-bench" --model "$model" --threads "$threads" --runs "$runs" --prefill 512 \
+        --decode 128 --batch 1,16 --roofline >"$out.txt" 2>&1 || log "llmbus-kernel-bench repeat $2 failed (see $out.txt)" ;;
+    *)
+      local g; g=$(gguf_of "$1")
+      "$lbin/llama-bench" -m "$g" -t "$threads" -p 512 -n 128 -r "$runs" -o json >"$out-bench.json" 2>"$out-bench.err" ||
+        log "llama-bench $1 repeat $2 failed (see $out-bench.err)"
+      for _ in $(seq 1 "$runs"); do
+        "$lbin/llama-batched-bench" -m "$g" -t "$threads" -tb "$threads" -c "$batched_ctx" -npp 16 -ntg 128 -npl 16 \
+          --output-format jsonl >>"$out-batched.jsonl" 2>>"$out-batched.err" ||
+          log "llama-batched-bench $1 repeat $2 failed (see $out-batched.err)"
+      done ;;
+  esac
 }
 
+names=(llmbus llamacpp-q4_1 llamacpp-q4_0)
 for rep in $(seq 1 "$repeats"); do
-  if [ $((rep % 2)) -eq 1 ]; then order="llmbus llamacpp"; else order="llamacpp llmbus"; fi
-  for name in $order; do
+  for k in 0 1 2; do
+    name=${names[$(((rep - 1 + k) % 3))]}
     log "repeat $rep/$repeats: $name"
     run_server "$name" "$rep" || exit 1
-    run_kernels "$name" "$rep"
+    run_forward "$name" "$rep"
   done
 done
 
-# ---- 4. tables -------------------------------------------------------------------------
+# ---- 5. tables -------------------------------------------------------------------------
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]; then commit="$commit+local changes"; fi
-llamacpp_version=$("$venv/bin/python" -c 'import llama_cpp; print(llama_cpp.__version__)' 2>/dev/null)
-python3 - "$work" "$repeats" "$(date -u +%Y-%m-%d)" "$cpu" "$(nproc)" "$commit" "$(basename "$model")" \
-  "$llamacpp_version" "$threads" "$serve_args" <<'PY'
-import json, statistics, sys
-work, repeats, date, cpu, ncpu, commit, model, lcv, threads, serve_args = sys.argv[1:]
-repeats = int(repeats)
-def load(server, scen):
-    out = []
-    for r in range(1, repeats + 1):
-        try:
-            with open(f"{work}/{server}-{scen}-{r}.json") as f:
-                out.append(json.load(f))
-        except OSError:
-            pass
-    return out
-def med(rows, key):
-    vals = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
-    return statistics.median(vals) if vals else float("nan")
-rows = [  # scenario, metric key, label, higher is better
-    ("decode", "output_throughput", "batch-1 decode: output tok/s", True),
-    ("decode", "median_tpot_ms", "batch-1 decode: median TPOT (ms)", False),
-    ("prefill", "median_ttft_ms", "512-token prefill: TTFT (ms)", False),
-    ("conc16", "output_throughput", "16 concurrent: output tok/s", True),
-    ("conc16", "request_throughput", "16 concurrent: requests/s", True),
-    ("conc16", "mean_ttft_ms", "16 concurrent: mean TTFT (ms)", False),
-    ("conc16", "median_ttft_ms", "16 concurrent: median TTFT (ms)", False),
-    ("conc16", "p99_ttft_ms", "16 concurrent: p99 TTFT (ms)", False),
-    ("conc16", "median_tpot_ms", "16 concurrent: median TPOT (ms)", False),
-    ("conc16", "stack_peak_mib", "16 concurrent: server peak resident, shared pages once (MiB)", False),
-]
-print(f"llmbus vs llama.cpp (llama-cpp-python {lcv} server), {date}, {cpu}, {ncpu} cores, "
-      f"commit {commit}, model {model}, {threads} threads each; medians of {repeats} interleaved repeats")
-print(f"llmbus: `llmbus serve --threads {threads} {serve_args}`; llama.cpp: `python -m llama_cpp.server "
-      f"--n_threads {threads} --n_ctx 2048 --n_batch 512 --interrupt_requests False` (one sequence at a time)")
-loads = [r.get("loadavg_1m_start") for n in ("llmbus", "llamacpp") for s in ("decode", "prefill", "conc16")
-         for r in load(n, s) if isinstance(r.get("loadavg_1m_start"), (int, float))]
-if loads:
-    print(f"machine load average (1 min) during the runs: {min(loads):.1f} to {max(loads):.1f}")
-print()
-print("| metric | llmbus | llama.cpp | llmbus / llama.cpp |")
-print("|---|---:|---:|---:|")
-for scen, key, label, higher in rows:
-    a, b = med(load("llmbus", scen), key), med(load("llamacpp", scen), key)
-    ratio = a / b if b and b == b and a == a else float("nan")
-    better = "" if ratio != ratio else (" (better)" if (ratio > 1) == higher and abs(ratio - 1) > 0.02 else "")
-    print(f"| {label} | {a:.2f} | {b:.2f} | {ratio:.2f}{better} |")
-def kern(name, what):
-    vals = []
-    for rep in range(1, int(repeats) + 1):
-        try:
-            for line in open(f"{work}/kern-{name}-{rep}.txt"):
-                if line.startswith(what):
-                    vals.append(float(line[len(what):].split()[0]))
-        except OSError:
-            pass
-    return statistics.median(vals) if vals else float("nan")
-for what, label in (("prefill 512", "forward only: 512-token prefill tok/s"), ("decode b1", "forward only: batch-1 decode tok/s")):
-    a, b = kern("llmbus", what), kern("llamacpp", what)
-    ratio = a / b if b and b == b and a == a else float("nan")
-    print(f"| {label} | {a:.2f} | {b:.2f} | {ratio:.2f}{' (better)' if ratio > 1.02 else ''} |")
-def frac(what):  # the roofline line under llmbus-kernel-bench's `what` row, median over repeats
-    vals = []
-    for rep in range(1, int(repeats) + 1):
-        try:
-            lines = open(f"{work}/kern-llmbus-{rep}.txt").read().splitlines()
-        except OSError:
-            continue
-        for i, line in enumerate(lines[:-1]):
-            if line.startswith(what) and " of the " in lines[i + 1]:
-                vals.append(float(lines[i + 1].split()[0]))
-    return statistics.median(vals) if vals else float("nan")
-fa, fb = (sum(r.get("failed", 0) for s in ("decode", "prefill", "conc16") for r in load(n, s)) for n in ("llmbus", "llamacpp"))
-print(f"| failed requests, all runs | {fa} | {fb} | |")
-print()
-try:
-    print(next(l for l in open(f"{work}/kern-llmbus-1.txt") if l.startswith("roofline:")).strip())
-except (OSError, StopIteration):
-    pass
-print(f"llmbus forward against the machine: 512-token prefill {frac('prefill 512'):.2f} of the int8 peak, "
-      f"batch-1 decode {frac('decode b1'):.2f} of the DRAM read bound")
-print()
-for n in ("llmbus", "llamacpp"):
-    per = {s: [round(r.get("output_throughput", 0), 1) for r in load(n, s)] for s in ("decode", "conc16")}
-    ttft = [round(r.get("median_ttft_ms", 0), 1) for r in load(n, "prefill")]
-    print(f"{n}: per-repeat decode tok/s {per['decode']}, conc16 tok/s {per['conc16']}, prefill TTFT ms {ttft}")
-failed = sum(r.get("failed", 0) for n in ("llmbus", "llamacpp") for s in ("decode", "prefill", "conc16") for r in load(n, s))
-if failed:
-    print(f"WARNING: {failed} failed requests in all (see {work})")
-PY
+python3 "$root/ops/bench/compare_llamacpp_report.py" --work "$work" --repeats "$repeats" --runs "$runs" \
+  --cpu "$cpu" --ncpu "$(nproc)" --commit "$commit" --model "$(basename "$model")" --version "$version" \
+  --threads "$threads" --ctx "$ctx" --slots "$slots" --serve-args "$serve_args"
+rc=$?
 log "raw results in $work"
+exit $rc

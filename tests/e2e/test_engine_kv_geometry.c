@@ -68,6 +68,17 @@ static int actor_exit_code(int i, int64_t timeout_ms) {
   return -1;
 }
 
+/* Starts the stack with the worker's flags and --num-blocks 0 ("the worker's") for the
+ * scheduler and the kv_manager. */
+static void start_with_worker_geometry(const char *const *worker_args) {
+  static const char *const zero_args[] = {"--num-blocks", "0", NULL};
+  struct e2e_stack_options o = {0};
+  o.actor_args[E2E_ACTOR_GPU_WORKER] = worker_args;
+  o.actor_args[E2E_ACTOR_SCHEDULER] = zero_args;
+  o.actor_args[E2E_ACTOR_KV_MANAGER] = zero_args;
+  assert_int_equal(e2e_stack_start(&s, model, &o), 0);
+}
+
 static void test_scheduler_and_kv_manager_adopt_the_workers_block_count(void **state) {
   (void)state;
   /* the reference: the default geometry (1024 blocks everywhere) */
@@ -79,12 +90,7 @@ static void test_scheduler_and_kv_manager_adopt_the_workers_block_count(void **s
   assert_int_equal(e2e_stack_stop(&s), 0);
 
   static const char *const worker_args[] = {"--num-blocks", "48", NULL};
-  static const char *const zero_args[] = {"--num-blocks", "0", NULL};
-  struct e2e_stack_options o = {0};
-  o.actor_args[E2E_ACTOR_GPU_WORKER] = worker_args;
-  o.actor_args[E2E_ACTOR_SCHEDULER] = zero_args;
-  o.actor_args[E2E_ACTOR_KV_MANAGER] = zero_args;
-  assert_int_equal(e2e_stack_start(&s, model, &o), 0);
+  start_with_worker_geometry(worker_args);
   assert_int_equal(e2e_generate(&s, &r, &got), 0);
   assert_int_equal(got.error_code, 0);
   assert_true(e2e_same_tokens("worker's geometry vs default", &ref, &got));
@@ -159,12 +165,7 @@ static bool worker_beat_after(uint64_t before, int64_t timeout_ms) {
 static void test_worker_answers_a_starting_peers_hello_at_once(void **state) {
   (void)state;
   static const char *const worker_args[] = {"--num-blocks", "48", "--heartbeat-ms", "60000", NULL};
-  static const char *const zero_args[] = {"--num-blocks", "0", NULL};
-  struct e2e_stack_options o = {0};
-  o.actor_args[E2E_ACTOR_GPU_WORKER] = worker_args;
-  o.actor_args[E2E_ACTOR_SCHEDULER] = zero_args;
-  o.actor_args[E2E_ACTOR_KV_MANAGER] = zero_args;
-  assert_int_equal(e2e_stack_start(&s, model, &o), 0);
+  start_with_worker_geometry(worker_args);
   struct e2e_result got;
   struct e2e_request r = greedy("hello", "What is a bus?");
   assert_int_equal(e2e_generate(&s, &r, &got), 0);

@@ -2,8 +2,10 @@
  * engine's durable consumer are created idempotently, a message stays until acknowledged
  * (an unacknowledged one comes back after ack_wait with the same stream sequence and a
  * higher delivery count, in-progress acks hold it back), and the stream survives a
- * nats-server restart on the same store. Without JetStream, or without the stream, the calls
- * say so. */
+ * nats-server restart on the same store. A publish that no stream takes yet is sent again until
+ * one does (as during a cluster's leader election), and a retry with the same message id is
+ * stored once. Without JetStream, or without the stream, the calls say so. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,10 +25,11 @@
 
 static struct nats_test_server srv;
 
-static struct bus *connect_to(const char *url) {
+static struct bus *connect_prefixed(const char *url, const char *prefix) {
   struct bus_options o;
   bus_options_init(&o);
   o.urls = url;
+  o.prefix = prefix;
   o.reconnect_wait_min_ms = 20;
   o.reconnect_wait_max_ms = 200;
   o.install_signal_handlers = false;
@@ -34,6 +37,8 @@ static struct bus *connect_to(const char *url) {
   if (bus_connect(&o, &b) != LLB_STATUS_OK) fail_msg("bus_connect: %s", llb_err_last());
   return b;
 }
+
+static struct bus *connect_to(const char *url) { return connect_prefixed(url, NULL); }
 
 static struct bus_js_pull *pull_for(struct bus *b) {
   const struct bus_js_pull_config c = {.engine_id = "0", .ack_wait_ms = ACK_WAIT_MS, .max_ack_pending = 64};
@@ -45,7 +50,7 @@ static struct bus_js_pull *pull_for(struct bus *b) {
 static uint64_t publish(struct bus *b, const char *text) {
   const struct bus_out_msg m = {.subject = SUBJECT, .data = text, .len = strlen(text)};
   uint64_t seq = 0;
-  if (bus_js_publish(b, &m, 5000, &seq) != LLB_STATUS_OK) fail_msg("publish: %s", llb_err_last());
+  if (bus_js_publish(b, &m, NULL, 5000, &seq) != LLB_STATUS_OK) fail_msg("publish: %s", llb_err_last());
   return seq;
 }
 
@@ -68,7 +73,7 @@ static struct bus_js_msg *fetch_one(struct bus_js_pull *p, int64_t timeout_ms) {
 static void test_stream_and_consumer_creation_is_idempotent(void **state) {
   (void)state;
   struct bus *b = connect_to(srv.url);
-  for (int i = 0; i < 3; i++) assert_int_equal(bus_js_requests_stream_ensure(b, 0, 5000), LLB_STATUS_OK);
+  for (int i = 0; i < 3; i++) assert_int_equal(bus_js_requests_stream_ensure(b, 0, 1, 5000), LLB_STATUS_OK);
   struct bus_js_pull *p1 = pull_for(b);
   bus_js_pull_destroy(p1);
   struct bus_js_pull *p2 = pull_for(b); /* the existing consumer, found again */
@@ -148,11 +153,81 @@ static void test_stream_survives_server_restart(void **state) {
   bus_destroy(b);
 }
 
-static void test_publish_that_no_stream_stores_is_not_found(void **state) {
+static void test_publish_that_no_stream_takes_fails_after_its_timeout(void **state) {
   (void)state;
   struct bus *b = connect_to(srv.url);
   const struct bus_out_msg m = {.subject = "other.engine.0.requests", .data = "x", .len = 1};
-  assert_int_equal(bus_js_publish(b, &m, 2000, NULL), LLB_STATUS_NOT_FOUND);
+  int64_t t0 = llb_now_ns();
+  assert_int_equal(bus_js_publish(b, &m, "x-1", 800, NULL), LLB_STATUS_NO_SERVER);
+  assert_true(llb_now_ns() - t0 >= 500 * 1000000LL); /* retried, not refused at once */
+  assert_non_null(strstr(llb_err_last(), "no stream leader took other.engine.0.requests"));
+  bus_destroy(b);
+}
+
+struct late_publish {
+  struct bus *bus;
+  llb_status st;
+  uint64_t seq;
+};
+
+static void *publish_late(void *arg) {
+  struct late_publish *lp = arg;
+  const struct bus_out_msg m = {.subject = "late.engine.0.requests", .data = "late", .len = 4};
+  lp->st = bus_js_publish(lp->bus, &m, "late-1", 10000, &lp->seq);
+  return NULL;
+}
+
+/* As while a cluster elects the stream's leader: nobody takes the subject for a while. */
+static void test_publish_waits_for_a_stream_to_take_it(void **state) {
+  (void)state;
+  struct late_publish lp = {.bus = connect_to(srv.url), .st = LLB_STATUS_INTERNAL};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, publish_late, &lp), 0);
+  struct timespec ts = {0, 700 * 1000000};
+  nanosleep(&ts, NULL);
+  struct bus *late = connect_prefixed(srv.url, "late");
+  assert_int_equal(bus_js_requests_stream_ensure(late, 0, 1, 5000), LLB_STATUS_OK);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(lp.st, LLB_STATUS_OK);
+  assert_int_equal(lp.seq, 1);
+  bus_destroy(late);
+  bus_destroy(lp.bus);
+}
+
+static void test_retry_with_the_same_message_id_is_stored_once(void **state) {
+  (void)state;
+  struct bus *b = connect_to(srv.url);
+  struct bus_js_pull *p = pull_for(b);
+  const struct bus_out_msg m = {.subject = SUBJECT, .data = "once", .len = 4};
+  uint64_t s1 = 0, s2 = 0, s3 = 0;
+  assert_int_equal(bus_js_publish(b, &m, "req-a@0", 5000, &s1), LLB_STATUS_OK);
+  assert_int_equal(bus_js_publish(b, &m, "req-a@0", 5000, &s2), LLB_STATUS_OK); /* a retry */
+  assert_int_equal(s2, s1);
+  assert_int_equal(bus_js_publish(b, &m, "req-b@0", 5000, &s3), LLB_STATUS_OK); /* another request */
+  assert_int_equal(s3, s1 + 1);
+  for (uint64_t want = s1; want <= s3; want += s3 - s1) {
+    struct bus_js_msg *got = fetch_one(p, 5000);
+    assert_non_null(got);
+    assert_int_equal(got->stream_seq, want);
+    assert_int_equal(bus_js_ack(b, got), LLB_STATUS_OK);
+    bus_js_msg_destroy(got);
+  }
+  assert_null(fetch_one(p, 2 * ACK_WAIT_MS));
+  bus_js_pull_destroy(p);
+  bus_destroy(b);
+}
+
+/* A single server cannot hold 3 replicas: the stream is made (or kept) with one, not refused. */
+static void test_stream_with_more_replicas_than_servers_is_kept_not_refused(void **state) {
+  (void)state;
+  struct bus *b = connect_prefixed(srv.url, "rep");
+  assert_int_equal(bus_js_requests_stream_ensure(b, 0, 3, 5000), LLB_STATUS_OK); /* created with 1 */
+  assert_int_equal(bus_js_requests_stream_ensure(b, 0, 3, 5000), LLB_STATUS_OK); /* exists with 1 */
+  assert_int_equal(bus_js_requests_stream_ensure(b, 0, 1, 5000), LLB_STATUS_OK);
+  const struct bus_out_msg m = {.subject = "rep.engine.0.requests", .data = "r", .len = 1};
+  assert_int_equal(bus_js_publish(b, &m, NULL, 5000, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_js_requests_stream_ensure(b, 0, 0, 5000), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(bus_js_requests_stream_ensure(b, 0, BUS_JS_MAX_REPLICAS + 1, 5000), LLB_STATUS_INVALID_ARGUMENT);
   bus_destroy(b);
 }
 
@@ -161,7 +236,7 @@ static void test_server_without_jetstream_is_named(void **state) {
   struct nats_test_server plain;
   assert_int_equal(nats_test_server_start(&plain, 0, false), 0);
   struct bus *b = connect_to(plain.url);
-  assert_int_equal(bus_js_requests_stream_ensure(b, 0, 500), LLB_STATUS_NOT_FOUND);
+  assert_int_equal(bus_js_requests_stream_ensure(b, 0, 1, 500), LLB_STATUS_NOT_FOUND);
   assert_non_null(strstr(llb_err_last(), "-js"));
   bus_destroy(b);
   nats_test_server_stop(&plain);
@@ -197,7 +272,10 @@ int main(void) {
       cmocka_unit_test(test_unacknowledged_message_comes_back_after_ack_wait),
       cmocka_unit_test(test_in_progress_acks_hold_back_redelivery),
       cmocka_unit_test(test_stream_survives_server_restart),
-      cmocka_unit_test(test_publish_that_no_stream_stores_is_not_found),
+      cmocka_unit_test(test_publish_that_no_stream_takes_fails_after_its_timeout),
+      cmocka_unit_test(test_publish_waits_for_a_stream_to_take_it),
+      cmocka_unit_test(test_retry_with_the_same_message_id_is_stored_once),
+      cmocka_unit_test(test_stream_with_more_replicas_than_servers_is_kept_not_refused),
       cmocka_unit_test(test_server_without_jetstream_is_named),
   };
   int rc = cmocka_run_group_tests(tests, setup, teardown);

@@ -293,6 +293,25 @@ async def attacks(stack, results):
         refused = [ln for ln in stack.log_text().splitlines() if "abort_refused" in ln and leaked[0] in ln]
         assert refused, f"no abort_refused line for {leaked[0]}"
 
+    async def tenant_cannot_take_over_another_tenants_request():
+        # a resend names the request it replaces (Llmbus-Resume-Of) and takes over its outputs:
+        # a names b's request, learned somehow; the input processor refuses (not a's id) and b's
+        # request runs on untouched
+        leaked = []
+
+        async def take_it(rid):
+            leaked.append(rid)
+            await a.nc.publish("llm.generate.a", generate_request("a-thief"), reply=a.nc.new_inbox(),
+                               headers={"Llmbus-Resume-Of": rid})
+            await a.nc.flush()
+
+        ids = await generate_leaking_id(b.nc, "llm.generate.b", "b-takeover-target", take_it)
+        assert ids == alone_ids, "b's request changed after a's resend naming it"
+        refused = [ln for ln in stack.log_text().splitlines() if "resume_refused" in ln and leaked[0] in ln]
+        assert refused, f"no resume_refused line for {leaked[0]}"
+        taken = [ln for ln in stack.log_text().splitlines() if "request_taken_over" in ln and leaked[0] in ln]
+        assert not taken, f"b's request was taken over: {taken}"
+
     async def actors_stay_in_their_row():
         out = await Client().connect(url, "output-processor", stack.password("output-processor"))
         kv = await Client().connect(url, "kv-manager", stack.password("kv-manager"))
@@ -344,6 +363,7 @@ async def attacks(stack, results):
     await case("tenant_cannot_subscribe_to_other_tenants_engine_or_replies", tenant_cannot_listen)
     await case("tenant_cannot_publish_on_other_tenant_or_engine_subjects", tenant_cannot_publish_elsewhere)
     await case("tenant_cannot_abort_another_tenants_request_by_id", tenant_cannot_abort_another_tenants_request)
+    await case("tenant_cannot_take_over_another_tenants_request_by_id", tenant_cannot_take_over_another_tenants_request)
     await case("engine_actor_users_keep_to_their_subjects", actors_stay_in_their_row)
     await case("victim_stream_complete_and_identical_and_no_forged_bytes_delivered", victim_untouched)
     await a.close()
