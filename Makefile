@@ -65,7 +65,7 @@ fuzz: build-fuzz model
 CHAOS_BUILD ?= build-release
 chaos: $(CHAOS_BUILD) model
 	@LLMBUS_BUILD_DIR=$(CURDIR)/$(CHAOS_BUILD) LLMBUS_SOURCE_DIR=$(CURDIR) LLMBUS_MODEL=$(CURDIR)/$(MODEL) \
-	  python3 tests/chaos/chaos.py --requests 200 --kills 10 --jitter-s 1.5 --max-tokens 64
+	  python3 tests/chaos/chaos.py --requests 200 --kills 10 --jitter-s 1.5 --max-tokens 128
 
 run: build-release model
 	@build-release/cmd/llmbus run --model $(MODEL) $(RUN_FLAGS) "$(PROMPT)"

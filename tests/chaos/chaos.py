@@ -351,7 +351,11 @@ def main():
         print(f"chaos: run with kills {time.monotonic() - t1:.1f} s")
         rc = report(args, ref, chaos)
         print("chaos: serve log events: " + ", ".join(f"{k}={v}" for k, v in log_events(st).items()))
-        status, _ = http_get(st.base + "/health", timeout=5)
+        for _ in range(50):  # the last kill may have hit the api server: give it its restart
+            status, _ = http_get(st.base + "/health", timeout=5)
+            if status == 200:
+                break
+            time.sleep(0.2)
         print(f"chaos: /health after the run: {status}")
         if rc:
             print(f"--- serve log (tail) ---\n{st.tail(60)}")
