@@ -26,13 +26,29 @@
 
 #define HISTORY_TIMEOUT_MS 300
 
-/* Whose outputs m resumes: its own id for a replay, the replaced one's for a resend; NULL
- * for a new request, a refused one, a pooling one (no outputs) or one already resumed. */
+/* The 8 hex digits of the tenant tag at the end of a request id (before "@<engine>"). */
+static bool tenant_tag(const char *id, const char **tag) {
+  const char *at = strrchr(id, '@');
+  size_t end = at ? (size_t)(at - id) : strlen(id);
+  if (end < 8) return false;
+  *tag = id + end - 8;
+  return true;
+}
+
+/* Whether two request ids carry the same tenant tag (the input processor checked it too). */
+static bool same_tenant(const char *a, const char *b) {
+  const char *ta, *tb;
+  return tenant_tag(a, &ta) && tenant_tag(b, &tb) && memcmp(ta, tb, 8) == 0;
+}
+
+/* Whose outputs m resumes: its own id for a replay, the replaced one's (of its tenant) for a
+ * resend; NULL for a new request, a refused one, a pooling one (no outputs) or one already
+ * resumed. */
 static const char *history_key(const struct req_meta *m) {
   if (m->reject_status != LLB_STATUS_OK || m->pooling_params.pooling_type != LLB_POOLING_NONE || m->resume_ids)
     return NULL;
   if (m->resync && m->stream_seq != 0) return m->id;
-  return m->resume_of;
+  return m->resume_of && same_tenant(m->id, m->resume_of) ? m->resume_of : NULL;
 }
 
 static struct req_meta *find_meta(struct req_meta *list, const struct llb_str *id) {
@@ -43,23 +59,12 @@ static struct req_meta *find_meta(struct req_meta *list, const struct llb_str *i
   return NULL;
 }
 
-/* The 8 hex digits of the tenant tag at the end of a request id (before "@<engine>"). */
-static bool tenant_tag(const char *id, const char **tag) {
-  const char *at = strrchr(id, '@');
-  size_t end = at ? (size_t)(at - id) : strlen(id);
-  if (end < 8) return false;
-  *tag = id + end - 8;
-  return true;
-}
-
 /* A resend whose replaced request still runs here: its outputs become m's and it finishes. */
 static bool take_over(struct scheduler_actor *a, struct req_meta *m) {
   const struct sched_request *old = sched_find_request(a->sched, m->resume_of);
-  const char *t_old, *t_new;
   if (!old || sched_request_is_finished(old) || old->num_prompt_tokens != m->num_prompt ||
-      memcmp(old->token_ids, m->prompt, (size_t)m->num_prompt * sizeof(int32_t)) != 0 ||
-      !tenant_tag(m->resume_of, &t_old) || !tenant_tag(m->id, &t_new) || memcmp(t_old, t_new, 8) != 0)
-    return false;
+      memcmp(old->token_ids, m->prompt, (size_t)m->num_prompt * sizeof(int32_t)) != 0)
+    return false; /* history_key checked the tenant tags */
   const int32_t n = sched_request_num_output_tokens(old);
   if (n > 0 && (m->resume_ids = malloc((size_t)n * sizeof *m->resume_ids))) {
     memcpy(m->resume_ids, old->token_ids + old->num_prompt_tokens, (size_t)n * sizeof *m->resume_ids);
