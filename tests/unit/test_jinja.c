@@ -93,6 +93,8 @@ static void test_python_values_print_as_python(void **s) {
          "None True 1.0 1e-05 2.5 3 2 1024");
   expect("{{ ['a', 1, none] }} {{ {'k': \"it's\"} }} {{ (1,) }}", NULL, "['a', 1, None] {'k': \"it's\"} (1,)");
   expect("{{ 'héllo'[1:3] }}{{ [1, 2, 3][::-1] }}{{ 'abc'[-1] }}{{ 'héllo' | length }}", NULL, "él[3, 2, 1]c5");
+  /* slices of strings by code point, multi-byte ones kept whole, reversed, stepped */
+  expect("{{ 'añb€c'[::-1] }} {{ 'añb€c'[::2] }} {{ 'añb€c'[-2:] }} {{ 'añb€c'[3:0:-1] }}", NULL, "c€bña abc €c €bñ");
   expect("{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 'b' in 'abc' }} {{ 2 not in [1] }} {{ x or 'dflt' }}", NULL, "True False True True dflt");
 }
 
