@@ -166,7 +166,7 @@ static bool eval_slice(struct jx_render *r, struct jscope *sc, const struct jnod
   }
   bool is_str = obj.kind == JV_STR;
   size_t n = is_str ? jx_utf8_len(obj.u.s->data, obj.u.s->len) : obj.u.l->len;
-  int64_t start, stop, step;
+  int64_t start = 0, stop = 0, step = 1;
   if (!slice_bounds(r, e, v, n, &start, &stop, &step)) return false;
   struct jlist *l = jx_list_new(&r->arena, 0);
   struct jx_buf b;
