@@ -22,11 +22,12 @@ static void outproc_main_destroy(struct actor_main *am, void *user) {
     struct outproc_actor_stats c;
     outproc_actor_get_stats(*actor, &c);
     LLB_LOG_INFO("output_processor_counters", "batches=%llu outputs=%llu request_outputs=%llu unknown=%llu "
-                 "resyncs_asked=%llu resyncs=%llu duplicates_dropped=%llu publish_errors=%llu", (unsigned long long)c.batches,
+                 "resyncs_asked=%llu resyncs=%llu duplicates_dropped=%llu publish_errors=%llu histories=%llu",
+                 (unsigned long long)c.batches,
                  (unsigned long long)c.engine_outputs, (unsigned long long)c.request_outputs,
                  (unsigned long long)c.unknown, (unsigned long long)c.resyncs_asked,
                  (unsigned long long)c.resyncs, (unsigned long long)c.duplicates,
-                 (unsigned long long)c.publish_errors);
+                 (unsigned long long)c.publish_errors, (unsigned long long)c.histories);
   }
   outproc_actor_destroy(*actor);
   *actor = NULL;

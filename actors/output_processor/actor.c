@@ -104,6 +104,7 @@ void outproc_actor_get_stats(const struct outproc_actor *a, struct outproc_actor
   out->resyncs_asked = atomic_load(&m->resyncs_asked);
   out->resyncs = atomic_load(&m->resyncs);
   out->duplicates = outproc_num_duplicates(m->proc);
+  out->histories = atomic_load(&m->histories);
 }
 
 /* Queues an engine abort of `id` for the end of the batch. */

@@ -49,6 +49,7 @@ struct outproc_actor_stats {
   uint64_t resyncs_asked;   /* requests asked again whole from the scheduler (lost state) */
   uint64_t resyncs;         /* requests rebuilt from the engine's history */
   uint64_t duplicates;      /* output tokens dropped: positions already delivered */
+  uint64_t histories;       /* history requests answered (a restarted scheduler's replays) */
 };
 
 struct outproc_actor;
