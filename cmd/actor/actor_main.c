@@ -565,11 +565,27 @@ llb_status actor_main_wait_kv_geometry(struct actor_main *am, int64_t timeout_ms
   return bus_subscribe(am->bus, subject, NULL, on_worker_heartbeat, w, NULL);
 }
 
-/* Delivery thread: a not-ready beat of this engine's scheduler or kv_manager (one starting,
- * maybe waiting for the geometry, or an engine recovering) gets a heartbeat at once, at most
- * one per HELLO_ANSWER_GAP_MS. Untrusted: only a decodable beat of our engine counts. */
+/* A heartbeat now, at most one per HELLO_ANSWER_GAP_MS (any delivery thread). Before the
+ * periodic beats start it does nothing: they beat at once anyway. */
 #define HELLO_ANSWER_GAP_MS 100
 
+static void beat_now_rate_limited(struct actor_main *am, struct bus *bus) {
+  const int64_t now = llb_now_ns(), last = atomic_load(&am->hello_answered_ns);
+  if (now - last >= HELLO_ANSWER_GAP_MS * 1000000LL &&
+      atomic_compare_exchange_strong(&am->hello_answered_ns, &(int64_t){last}, now))
+    (void)bus_heartbeat_now(bus);
+}
+
+static llb_status subscribe_health(struct actor_main *am, const char *peer, bus_handler_fn fn) {
+  char subject[BUS_SUBJECT_MAX];
+  if (snprintf(subject, sizeof subject, "%s.health.%s.*", am->common.prefix, peer) >= (int)sizeof subject)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", am->common.prefix);
+  return bus_subscribe(am->bus, subject, NULL, fn, am, NULL);
+}
+
+/* Delivery thread: a not-ready beat of this engine's scheduler or kv_manager (one starting,
+ * maybe waiting for the geometry, or an engine recovering) gets a heartbeat at once.
+ * Untrusted: only a decodable beat of our engine counts. */
 static void on_peer_hello(struct bus *bus, const struct bus_msg *msg, void *user) {
   struct actor_main *am = user;
   uint8_t mem[2048];
@@ -578,29 +594,18 @@ static void on_peer_hello(struct bus *bus, const struct bus_msg *msg, void *user
   struct llb_heartbeat hb;
   const size_t n = strlen(am->common.engine_id);
   if (llb_heartbeat_decode(msg->data, msg->len, &arena, &hb) == LLB_STATUS_OK && !hb.ready &&
-      hb.engine_id.len == n && memcmp(hb.engine_id.data, am->common.engine_id, n) == 0) {
-    const int64_t now = llb_now_ns(), last = atomic_load(&am->hello_answered_ns);
-    if (now - last >= HELLO_ANSWER_GAP_MS * 1000000LL &&
-        atomic_compare_exchange_strong(&am->hello_answered_ns, &(int64_t){last}, now))
-      (void)bus_heartbeat_now(bus); /* before the periodic beats start: they beat at once anyway */
-  }
+      hb.engine_id.len == n && memcmp(hb.engine_id.data, am->common.engine_id, n) == 0)
+    beat_now_rate_limited(am, bus);
   llb_arena_destroy(&arena);
 }
 
 llb_status actor_main_answer_hellos(struct actor_main *am) {
-  static const char *const peers[] = {"scheduler", "kv_manager"};
-  for (size_t i = 0; i < sizeof peers / sizeof peers[0]; i++) {
-    char subject[BUS_SUBJECT_MAX];
-    if (snprintf(subject, sizeof subject, "%s.health.%s.*", am->common.prefix, peers[i]) >= (int)sizeof subject)
-      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", am->common.prefix);
-    llb_status st = bus_subscribe(am->bus, subject, NULL, on_peer_hello, am, NULL);
-    if (st != LLB_STATUS_OK) return st;
-  }
-  return LLB_STATUS_OK;
+  llb_status st = subscribe_health(am, "scheduler", on_peer_hello);
+  return st ? st : subscribe_health(am, "kv_manager", on_peer_hello);
 }
 
-/* Delivery thread: a beat of `user`'s watched peer within RECONNECT_ANSWER_MS of this actor's
- * own reconnect (noticed at the first such beat) is answered with a heartbeat at once. */
+/* Delivery thread: a beat of the watched peer within RECONNECT_ANSWER_MS of this actor's own
+ * reconnect (noticed at the first such beat) is answered with a heartbeat at once. */
 #define RECONNECT_ANSWER_MS 2000
 
 static void on_peer_after_reconnect(struct bus *bus, const struct bus_msg *msg, void *user) {
@@ -611,16 +616,9 @@ static void on_peer_after_reconnect(struct bus *bus, const struct bus_msg *msg, 
   if (n == 0) return;
   if (atomic_exchange(&am->answered_reconnects, n) != n)
     atomic_store(&am->answer_until_ns, now + RECONNECT_ANSWER_MS * 1000000LL);
-  if (now > atomic_load(&am->answer_until_ns)) return;
-  const int64_t last = atomic_load(&am->hello_answered_ns);
-  if (now - last >= HELLO_ANSWER_GAP_MS * 1000000LL &&
-      atomic_compare_exchange_strong(&am->hello_answered_ns, &(int64_t){last}, now))
-    (void)bus_heartbeat_now(bus);
+  if (now <= atomic_load(&am->answer_until_ns)) beat_now_rate_limited(am, bus);
 }
 
 llb_status actor_main_answer_after_reconnect(struct actor_main *am, const char *peer) {
-  char subject[BUS_SUBJECT_MAX];
-  if (snprintf(subject, sizeof subject, "%s.health.%s.*", am->common.prefix, peer) >= (int)sizeof subject)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", am->common.prefix);
-  return bus_subscribe(am->bus, subject, NULL, on_peer_after_reconnect, am, NULL);
+  return subscribe_health(am, peer, on_peer_after_reconnect);
 }
