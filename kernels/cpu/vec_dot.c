@@ -4,6 +4,7 @@
 #include "kernels/cpu/vec_dot_lowbit.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -23,9 +24,8 @@ static bool cpu_has_f16c(void) {
 }
 #endif
 
-enum cpu_simd_level cpu_simd_level_detect(void) {
+static enum cpu_simd_level simd_level_probe(void) {
 #if CPU_HAVE_X86
-  /* __builtin_cpu_supports reads data __builtin_cpu_init filled once; cheap to repeat. */
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c()) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -35,6 +35,20 @@ enum cpu_simd_level cpu_simd_level_detect(void) {
   }
 #endif
   return CPU_SIMD_LEVEL_SCALAR;
+}
+
+/* Probed once: CPUID (cpu_has_f16c) traps to the hypervisor in a VM (tens of microseconds
+ * under KVM), and every matmul and activation row asks for the level: probed each time it
+ * took over half of a batch-1 decode step, on the calling thread alone. */
+static _Atomic int simd_level_cached = -1;
+
+enum cpu_simd_level cpu_simd_level_detect(void) {
+  int v = atomic_load_explicit(&simd_level_cached, memory_order_relaxed);
+  if (v < 0) {
+    v = (int)simd_level_probe();
+    atomic_store_explicit(&simd_level_cached, v, memory_order_relaxed);
+  }
+  return (enum cpu_simd_level)v;
 }
 
 enum ggml_type cpu_vec_dot_type(enum ggml_type w) {

@@ -33,7 +33,7 @@ enum cpu_simd_level {
   CPU_SIMD_LEVEL_AVX512_VNNI = 2 /* AVX2 paths, plus AVX-512 F/BW/VL + VNNI for packed matmuls */
 };
 
-/* Best level this CPU runs (__builtin_cpu_supports). */
+/* Best level this CPU runs (__builtin_cpu_supports, CPUID), probed once per process. */
 enum cpu_simd_level cpu_simd_level_detect(void);
 
 /* Activation block of Q4_1 dots (ggml block_q8_1): d = amax/127, s = d * sum(qs). 36 bytes. */
