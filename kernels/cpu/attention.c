@@ -285,6 +285,41 @@ ATTN_AVX2_TARGET static void attention_item_avx2(const struct attn_task *t, cons
 #endif
 
 #if ATTN_HAVE_X86
+/* The dots of q [16 * nv] with 16 keys k + l * stride (l < 16; fp16, 16 * nv each), in the
+ * BATCH order: each key's dot is one 16-lane accumulator, fma in index order, then summed as
+ * _mm512_reduce_add_ps (cpu_reduce16's tree: halves, quarters, (t0 + t2) + (t1 + t3)). The 16
+ * accumulators are reduced together, each step of that tree done for 2 or 4 keys per
+ * instruction: the same additions of the same operands, so the same bits as 16 single dots,
+ * at about a fifth of the shuffles. Lane l of the result is key l's dot. */
+ATTN_AVX512_TARGET static inline __m512 qk16_avx512(const float *q, const uint16_t *k, int64_t stride,
+                                                    int32_t nv) {
+  __m512 a[16];
+  for (int l = 0; l < 16; l++) a[l] = _mm512_setzero_ps();
+  for (int32_t i = 0; i < nv; i++) {
+    const __m512 qi = _mm512_loadu_ps(q + 16 * i);
+    _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] = _mm512_fmadd_ps(
+        qi, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + l * stride + 16 * i))), a[l]);
+  }
+  /* halves: b[m] = [h(2m) | h(2m+1)], h(x)[i] = x[i + 8] + x[i] */
+  __m512 b[8];
+  for (int m = 0; m < 8; m++)
+    b[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0xEE),
+                         _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0x44));
+  /* quarters: c[n], 128-bit lane e = key 4n + e, t[i] = h[i + 4] + h[i] */
+  __m512 c[4];
+  for (int n = 0; n < 4; n++)
+    c[n] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * n], b[2 * n + 1], 0xDD),
+                         _mm512_shuffle_f32x4(b[2 * n], b[2 * n + 1], 0x88));
+  /* t0 + t2, t1 + t3: d[p] lane e = keys 8p + e, 8p + 4 + e */
+  __m512 d[2];
+  for (int pp = 0; pp < 2; pp++)
+    d[pp] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * pp], c[2 * pp + 1], 0x44),
+                          _mm512_shuffle_ps(c[2 * pp], c[2 * pp + 1], 0xEE));
+  /* u0 + u1: element 4e + j = key 4j + e; then back to key order */
+  const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+}
+
 /* The BATCH order with 16-lane registers: a q.k dot is one accumulator (lane i % 16), the
  * p.v lanes j % 16 stay in 16 registers per slice of 16 output dims and are combined there in
  * combine_lanes' tree. Same numbers as the generic path. Keys are walked block by block (no
@@ -305,7 +340,20 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
   for (int32_t b = b0; b < n_blocks; b++) {
     const uint16_t *kb = kv->k + (int64_t)it->table[b] * bs * stride + head_off;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
-    for (int32_t o = b == b0 ? first - b * bs : 0; o < n; o++) {
+    int32_t o = b == b0 ? first - b * bs : 0;
+    /* whole groups of 16 keys: 16 dots at once, reduced together (qk16_avx512) */
+    for (; o % 16 == 0 && o + 16 <= n; o += 16)
+      for (int32_t g = 0; g < n_h; g++) {
+        float *sc = scores + (int64_t)g * n_ctx + b * bs + o;
+        const __m512 dots = qk16_avx512(qh[g], kb + o * stride, stride, hd / 16);
+        if (p->logit_softcap > 0.0f) {
+          _mm512_storeu_ps(sc, dots);
+          for (int l = 0; l < 16; l++) sc[l] = attn_score(p, sc[l]);
+        } else {
+          _mm512_storeu_ps(sc, _mm512_mul_ps(dots, _mm512_set1_ps(p->scale))); /* attn_score */
+        }
+      }
+    for (; o < n; o++) {
       const uint16_t *k = kb + o * stride;
       __m512 kf[ATTN_MAX_DIM / 16];
       for (int32_t i = 0; i < hd / 16; i++) kf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + 16 * i)));
@@ -330,6 +378,13 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
         const int32_t o_first = b == b0 ? first - b * bs : 0;
         for (int32_t o0 = o_first - o_first % 16; o0 < n; o0 += 16) {
           const float *pj = sg + b * bs + o0;
+          if (o0 >= o_first && o0 + 16 <= n) { /* a whole group: no per-key bounds */
+            _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) {
+              const __m256i v = _mm256_loadu_si256((const __m256i *)(vb + (int64_t)(o0 + l) * stride));
+              a[l] = _mm512_fmadd_ps(_mm512_set1_ps(pj[l]), _mm512_cvtph_ps(v), a[l]);
+            }
+            continue;
+          }
           _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) {
             if (o0 + l >= n) break;
             if (o0 + l < o_first) continue;
