@@ -379,8 +379,12 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
         for (int32_t o0 = o_first - o_first % 16; o0 < n; o0 += 16) {
           const float *pj = sg + b * bs + o0;
           if (o0 >= o_first && o0 + 16 <= n) { /* a whole group: no per-key bounds */
-            _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) {
-              const __m256i v = _mm256_loadu_si256((const __m256i *)(vb + (int64_t)(o0 + l) * stride));
+            const uint16_t *vr = vb + (int64_t)o0 * stride;
+            _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++, vr += stride) {
+              /* one pointer step per key: without the barrier GCC keeps 16 row offsets live
+               * across the loops and spills them */
+              __asm__("" : "+r"(vr));
+              const __m256i v = _mm256_loadu_si256((const __m256i *)vr);
               a[l] = _mm512_fmadd_ps(_mm512_set1_ps(pj[l]), _mm512_cvtph_ps(v), a[l]);
             }
             continue;
