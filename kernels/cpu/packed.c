@@ -265,11 +265,15 @@ PK_VNNI static PK_INLINE void nibble_vnni_n(int64_t nb, const uint8_t *panel, co
       w[h] = _mm512_and_si512(v, m4);
       w[h + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     }
+    /* groups outer, rows inner: the rows' dpbusd chains interleave in program order (one
+     * chain after another left the out-of-order window to overlap 8 chains of 8) */
+    __m512i s[CPU_PACKED_MAX_ROWS];
+    for (int r = 0; r < n; r++) s[r] = _mm512_setzero_si512();
+    for (int g = 0; g < 8; g++)
+      for (int r = 0; r < n; r++) s[r] = _mm512_dpbusd_epi32(s[r], w[g], bcast4_512(act[r][b].qs + 4 * g));
     for (int r = 0; r < n; r++) {
       const block_q8_x *a = act[r] + b;
-      __m512i s = _mm512_setzero_si512();
-      for (int g = 0; g < 8; g++) s = _mm512_dpbusd_epi32(s, w[g], bcast4_512(a->qs + 4 * g));
-      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s[r]), acc[r]);
       acc[r] = _mm512_fmadd_ps(mx, _mm512_set1_ps(a->s), acc[r]);
     }
   }
