@@ -291,11 +291,13 @@ PK_VNNI static PK_INLINE void signed_vnni_n(int64_t nb, const uint8_t *panel, co
     const __m512 dx = scales16(pb, fs);
     __m512i w[8];
     for (int g = 0; g < 8; g++) w[g] = _mm512_loadu_si512((const void *)(qs + 64 * g));
+    __m512i s[CPU_PACKED_MAX_ROWS]; /* rows inner, as nibble_vnni_n */
+    for (int r = 0; r < n; r++) s[r] = _mm512_set1_epi32(-128 * act[r][b].sum);
+    for (int g = 0; g < 8; g++)
+      for (int r = 0; r < n; r++) s[r] = _mm512_dpbusd_epi32(s[r], w[g], bcast4_512(act[r][b].qs + 4 * g));
     for (int r = 0; r < n; r++) {
       const block_q8_x *a = act[r] + b;
-      __m512i s = _mm512_set1_epi32(-128 * a->sum);
-      for (int g = 0; g < 8; g++) s = _mm512_dpbusd_epi32(s, w[g], bcast4_512(a->qs + 4 * g));
-      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s[r]), acc[r]);
     }
   }
   for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
@@ -311,11 +313,13 @@ PK_VNNI static PK_INLINE void unsigned_vnni_n(int64_t nb, const uint8_t *panel, 
     const __m512 dx = scales16(pb, fs), mx = scales16(pb + PK_M_OFF(fs), fs);
     __m512i w[8];
     for (int g = 0; g < 8; g++) w[g] = _mm512_loadu_si512((const void *)(qs + 64 * g));
+    __m512i s[CPU_PACKED_MAX_ROWS]; /* rows inner, as nibble_vnni_n */
+    for (int r = 0; r < n; r++) s[r] = _mm512_setzero_si512();
+    for (int g = 0; g < 8; g++)
+      for (int r = 0; r < n; r++) s[r] = _mm512_dpbusd_epi32(s[r], w[g], bcast4_512(act[r][b].qs + 4 * g));
     for (int r = 0; r < n; r++) {
       const block_q8_x *a = act[r] + b;
-      __m512i s = _mm512_setzero_si512();
-      for (int g = 0; g < 8; g++) s = _mm512_dpbusd_epi32(s, w[g], bcast4_512(a->qs + 4 * g));
-      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s[r]), acc[r]);
       acc[r] = _mm512_fmadd_ps(mx, _mm512_set1_ps(a->s), acc[r]);
     }
   }
