@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "bus/subject.h"
 
 #define MAX_COUNT 1000000
@@ -116,15 +117,9 @@ llb_status tenant_limits_config_load(const char *path, struct tenant_limits_conf
 
 /* ---- the table of admitted children ---- */
 
-static uint64_t hash_id(const char *s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
 static struct tracked *find(struct tenant_limits *tl, const char *id) {
   if (!tl->cap) return NULL;
-  for (size_t i = hash_id(id) & (tl->cap - 1), k = 0; k < tl->cap; i = (i + 1) & (tl->cap - 1), k++) {
+  for (size_t i = llb_fnv1a64_str(id) & (tl->cap - 1), k = 0; k < tl->cap; i = (i + 1) & (tl->cap - 1), k++) {
     struct tracked *t = &tl->slots[i];
     if (!t->id && !t->tombstone) return NULL;
     if (t->id && strcmp(t->id, id) == 0) return t;
@@ -133,7 +128,7 @@ static struct tracked *find(struct tenant_limits *tl, const char *id) {
 }
 
 static void insert_slot(struct tracked *slots, size_t cap, struct tracked e) {
-  size_t i = hash_id(e.id) & (cap - 1);
+  size_t i = llb_fnv1a64_str(e.id) & (cap - 1);
   while (slots[i].id) i = (i + 1) & (cap - 1);
   slots[i] = e;
 }

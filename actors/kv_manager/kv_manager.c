@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
+
 #define NO_SLOT (-1)
 
 struct kv_req {
@@ -177,7 +179,7 @@ static void release_req(struct kv_manager *m, int32_t slot) {
 /* ---- ops ---- */
 
 static llb_status op_free(struct kv_manager *m, const struct kv_op *op, struct kv_step_result *res) {
-  int32_t slot = find_req(m, op->req_id, kv_hash_bytes(op->req_id, strlen(op->req_id)));
+  int32_t slot = find_req(m, op->req_id, llb_hash_bytes(op->req_id, strlen(op->req_id)));
   if (slot == NO_SLOT) return kv_step_result_add(res, LLB_STATUS_NOT_FOUND, 0, 0, NULL);
   release_req(m, slot);
   return kv_step_result_add(res, LLB_STATUS_OK, 0, 0, NULL);
@@ -186,7 +188,7 @@ static llb_status op_free(struct kv_manager *m, const struct kv_op *op, struct k
 static llb_status op_allocate(struct kv_manager *m, const struct kv_step *step,
                               const struct kv_op *op, struct kv_step_result *res) {
   const int32_t bs = m->cfg.block_size;
-  uint64_t h = kv_hash_bytes(op->req_id, strlen(op->req_id));
+  uint64_t h = llb_hash_bytes(op->req_id, strlen(op->req_id));
   int32_t slot = find_req(m, op->req_id, h);
   int32_t held = slot == NO_SLOT ? 0 : m->slots[slot].num_blocks;
   const uint64_t *hashes = kv_step_op_hashes(step, op);
@@ -243,7 +245,7 @@ static llb_status op_allocate(struct kv_manager *m, const struct kv_step *step,
 static llb_status op_cache(struct kv_manager *m, const struct kv_step *step, const struct kv_op *op,
                            struct kv_step_result *res) {
   const int32_t bs = m->cfg.block_size;
-  int32_t slot = find_req(m, op->req_id, kv_hash_bytes(op->req_id, strlen(op->req_id)));
+  int32_t slot = find_req(m, op->req_id, llb_hash_bytes(op->req_id, strlen(op->req_id)));
   if (slot == NO_SLOT) return kv_step_result_add(res, LLB_STATUS_NOT_FOUND, 0, 0, NULL);
   const struct kv_req *r = &m->slots[slot];
   const uint64_t *hashes = kv_step_op_hashes(step, op);
@@ -302,7 +304,7 @@ void kv_manager_get_stats(const struct kv_manager *m, struct kv_manager_stats *o
 }
 
 const int32_t *kv_manager_req_blocks(const struct kv_manager *m, const char *req_id, int32_t *n) {
-  int32_t slot = find_req(m, req_id, kv_hash_bytes(req_id, strlen(req_id)));
+  int32_t slot = find_req(m, req_id, llb_hash_bytes(req_id, strlen(req_id)));
   *n = slot == NO_SLOT ? 0 : m->slots[slot].num_blocks;
   return slot == NO_SLOT ? NULL : m->slots[slot].blocks;
 }

@@ -10,6 +10,7 @@
 
 #include "actors/scheduler/actor_internal.h"
 #include "actors/scheduler/actor_wire.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "bus/subject.h"
 #include "schemas/control.h"
@@ -62,15 +63,9 @@ void sched_actor_meta_free(struct req_meta *m) {
   free(m);
 }
 
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
-}
-
 int64_t sched_actor_map_find(const struct scheduler_actor *a, const char *id) {
   if (a->map_cap == 0) return -1;
-  for (int64_t i = (int64_t)(hash_str(id) & (uint64_t)(a->map_cap - 1));; i = (i + 1) & (a->map_cap - 1)) {
+  for (int64_t i = (int64_t)(llb_fnv1a64_str(id) & (uint64_t)(a->map_cap - 1));; i = (i + 1) & (a->map_cap - 1)) {
     if (!a->map[i]) return -1;
     if (strcmp(a->map[i]->id, id) == 0) return i;
   }
@@ -83,7 +78,7 @@ static llb_status map_insert(struct scheduler_actor *a, struct req_meta *m) {
     if (!nm) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "request map of %lld", (long long)cap);
     for (int64_t i = 0; i < a->map_cap; i++) {
       if (!a->map[i]) continue;
-      int64_t j = (int64_t)(hash_str(a->map[i]->id) & (uint64_t)(cap - 1));
+      int64_t j = (int64_t)(llb_fnv1a64_str(a->map[i]->id) & (uint64_t)(cap - 1));
       while (nm[j]) j = (j + 1) & (cap - 1);
       nm[j] = a->map[i];
     }
@@ -91,7 +86,7 @@ static llb_status map_insert(struct scheduler_actor *a, struct req_meta *m) {
     a->map = nm;
     a->map_cap = cap;
   }
-  int64_t j = (int64_t)(hash_str(m->id) & (uint64_t)(a->map_cap - 1));
+  int64_t j = (int64_t)(llb_fnv1a64_str(m->id) & (uint64_t)(a->map_cap - 1));
   while (a->map[j]) j = (j + 1) & (a->map_cap - 1);
   a->map[j] = m;
   a->map_num++;
@@ -106,7 +101,7 @@ void sched_actor_map_remove(struct scheduler_actor *a, int64_t i, bool free_meta
   a->map_num--;
   int64_t mask = a->map_cap - 1;
   for (int64_t j = (i + 1) & mask; a->map[j]; j = (j + 1) & mask) {
-    int64_t home = (int64_t)(hash_str(a->map[j]->id) & (uint64_t)mask);
+    int64_t home = (int64_t)(llb_fnv1a64_str(a->map[j]->id) & (uint64_t)mask);
     /* move j into the hole i if home is not in (i, j] cyclically */
     bool between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
     if (!between) {
@@ -202,7 +197,7 @@ bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, ui
       off += src[k]->len + 1;
     }
     m->mm[i] = (struct sched_mm_feature){.offset = f->offset, .length = f->length,
-                                         .mm_hash = kv_hash_bytes(f->mm_hash.data, f->mm_hash.len),
+                                         .mm_hash = llb_hash_bytes(f->mm_hash.data, f->mm_hash.len),
                                          .hash = strs[0], .modality = strs[1], .dtype = strs[2],
                                          .num_cols = f->num_cols, .data = data,
                                          .data_bytes = f->data_bytes, .is_embed = is_embed};

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "schemas/embeds.h"
 #include "schemas/kv_ops.h"
 
@@ -210,7 +211,7 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
   }
   if (nr->cache_salt && nr->cache_salt[0]) {
     r->has_cache_salt = true;
-    r->cache_salt_hash = kv_hash_bytes(nr->cache_salt, strlen(nr->cache_salt));
+    r->cache_salt_hash = llb_hash_bytes(nr->cache_salt, strlen(nr->cache_salt));
   }
   r->status = SCHED_REQUEST_STATUS_WAITING;
   r->stop_token_id = -1;
@@ -243,18 +244,18 @@ void sched_request_update_block_hashes(struct sched_request *r, int32_t block_si
   uint64_t mm[64];
   for (int32_t b = r->num_block_hashes; b < full; b++) {
     int32_t start = b * block_size, end = start + block_size;
-    struct kv_block_extra_keys extra = {.has_cache_salt = b == 0 && r->has_cache_salt,
+    struct llb_block_extra_keys extra = {.has_cache_salt = b == 0 && r->has_cache_salt,
                                         .cache_salt_hash = r->cache_salt_hash, .mm_hashes = mm};
     /* A block overlapped by more than 64 inputs is folded: the 64th key chains the rest. */
     for (int32_t k = 0; k < r->num_mm_features; k++) {
       const struct sched_mm_feature *f = &r->mm_features[k];
       if (f->offset < end && f->offset + f->length > start) {
         if (extra.num_mm_hashes < 64) mm[extra.num_mm_hashes++] = f->mm_hash;
-        else mm[63] = kv_hash_bytes(&(uint64_t[2]){mm[63], f->mm_hash}, 16);
+        else mm[63] = llb_hash_bytes(&(uint64_t[2]){mm[63], f->mm_hash}, 16);
       }
     }
-    uint64_t parent = b == 0 ? KV_BLOCK_HASH_ROOT : r->block_hashes[b - 1];
-    r->block_hashes[b] = kv_block_hash(parent, r->token_ids + start, block_size, &extra);
+    uint64_t parent = b == 0 ? LLB_BLOCK_HASH_ROOT : r->block_hashes[b - 1];
+    r->block_hashes[b] = llb_block_hash(parent, r->token_ids + start, block_size, &extra);
   }
   if (full > r->num_block_hashes) r->num_block_hashes = full;
 }

@@ -36,7 +36,7 @@ enum sched_finish_reason {
 };
 
 /* A multimodal input: its embeddings replace `length` placeholder tokens from `offset`;
- * mm_hash (kv_hash_bytes of the content hash string) is an extra key of every block the
+ * mm_hash (llb_hash_bytes of the content hash string) is an extra key of every block the
  * placeholders overlap. The strings and data are copied by sched_request_create (NULL =
  * none); `hash` is the encoder-cache key (when NULL or "", the request takes no part in
  * encoder scheduling: its embeddings are assumed present, as in tests of block hashing). */
@@ -181,7 +181,7 @@ static inline bool sched_request_is_finished(const struct sched_request *r) {
 }
 
 /* Extends block_hashes over every full block of token_ids (vLLM Request.block_hashes,
- * chained with kv_block_hash). No allocation. */
+ * chained with llb_block_hash). No allocation. */
 void sched_request_update_block_hashes(struct sched_request *r, int32_t block_size);
 
 /* Appends one sampled token and applies vLLM's stop checks in its order (v1/core/sched/

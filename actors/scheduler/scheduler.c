@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "base/log.h"
 
 static int32_t div_up(int64_t a, int64_t b) { return (int32_t)((a + b - 1) / b); }
@@ -36,7 +37,7 @@ static llb_status push_ptr(void ***arr, int32_t *num, int32_t *cap, void *p, siz
 
 /* ---- request map ---- */
 
-static uint64_t id_hash(const char *id) { return kv_hash_bytes(id, strlen(id)); }
+static uint64_t id_hash(const char *id) { return llb_hash_bytes(id, strlen(id)); }
 
 static int64_t map_slot(const struct scheduler *s, const char *id) {
   for (uint64_t i = id_hash(id) & s->map_mask;; i = (i + 1) & s->map_mask) {

@@ -21,6 +21,7 @@
 #include "actors/kv_manager/kv_manager.h"
 #include "actors/scheduler/actor_wire.h"
 #include "actors/scheduler/scheduler.h"
+#include "base/hash.h"
 #include "kernels/quant.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -205,7 +206,7 @@ static struct sched_mm_feature feature(const struct prompts *p, const float *row
   return (struct sched_mm_feature){.offset = p->off, .length = p->len, .hash = hash, .modality = "embeds",
                                    .dtype = "f32", .num_cols = g_hidden, .data = (const uint8_t *)rows,
                                    .data_bytes = (int64_t)p->len * g_hidden * 4,
-                                   .mm_hash = kv_hash_bytes(hash, strlen(hash))};
+                                   .mm_hash = llb_hash_bytes(hash, strlen(hash))};
 }
 
 static void test_embeds_item_matches_inline_text(void **state) {
