@@ -68,7 +68,7 @@ void sched_engine_outputs_clear(struct sched_engine_outputs *o, uint64_t step) {
   sched_str_list_clear(&o->req_ids);
 }
 
-llb_status sched_engine_outputs_add(struct sched_engine_outputs *o, const struct sched_request *r,
+llb_status sched_engine_outputs_add(struct sched_engine_outputs *o, struct sched_request *r,
                                     int32_t first_output_pos, int32_t n) {
   llb_status st = grow32((void **)&o->outputs, &o->cap_outputs, (int64_t)o->num_outputs + 1,
                          sizeof(*o->outputs));
@@ -83,7 +83,8 @@ llb_status sched_engine_outputs_add(struct sched_engine_outputs *o, const struct
       .first_output_pos = first_output_pos, .finish_reason = r->finish_reason,
       .stop_token_id = r->stop_token_id,
       .num_cached_tokens = r->num_cached_tokens > 0 ? r->num_cached_tokens : 0,
-      .num_preemptions = r->num_preemptions};
+      .num_preemptions = r->num_preemptions, .user = r->user};
+  if (r->finish_reason != SCHED_FINISH_REASON_NONE) r->user = NULL; /* the final output owns it */
   o->num_token_ids += n;
   return LLB_STATUS_OK;
 }

@@ -92,13 +92,14 @@ static llb_status validate_params(const char *id, const struct llb_sampling_para
 llb_status sched_new_request_validate(const struct sched_new_request *nr, int32_t vocab_size) {
   const char *id = nr->request_id ? nr->request_id : "";
   if (nr->num_prompt_tokens < 1 || !nr->prompt_token_ids) return BAD("request %s: empty prompt", id);
+  if (!nr->sampling_params) return BAD("request %s: no sampling_params", id);
   for (int32_t t = 0; t < nr->num_prompt_tokens; t++)
     if (!id_ok(nr->prompt_token_ids[t], vocab_size))
       return BAD("request %s: prompt_token_ids[%d] = %d outside the vocabulary [0, %d)", id, t,
                  nr->prompt_token_ids[t], vocab_size);
   if (nr->eos_token_id != -1 && !id_ok(nr->eos_token_id, vocab_size))
     return BAD("request %s: eos_token_id %d outside the vocabulary [0, %d) (or -1)", id, nr->eos_token_id, vocab_size);
-  llb_status st = validate_params(id, &nr->sampling_params, vocab_size);
+  llb_status st = validate_params(id, nr->sampling_params, vocab_size);
   if (st) return st;
   const struct llb_pooling_params *pp = &nr->pooling_params;
   if ((unsigned)pp->pooling_type > LLB_POOLING_CLS || pp->dimensions < 0 || pp->dimensions > LLB_MAX_POOLED_DIMS)
@@ -162,7 +163,8 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
   struct sched_request *r = calloc(1, sizeof(*r));
   if (!r) goto fail;
   r->request_id = strdup(nr->request_id);
-  r->sampling_params = nr->sampling_params;
+  r->sampling_params = *nr->sampling_params;
+  r->user = nr->user;
   r->pooling_params = nr->pooling_params;
   r->eos_token_id = nr->eos_token_id;
   r->arrival_time = nr->arrival_time;
@@ -170,7 +172,7 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
   r->arrival_seq = arrival_seq;
   r->num_prompt_tokens = r->num_tokens = nr->num_prompt_tokens;
   int32_t room = max_model_len - nr->num_prompt_tokens;
-  int32_t mt = nr->sampling_params.max_tokens;
+  int32_t mt = nr->sampling_params->max_tokens;
   r->max_tokens = mt < 0 || mt > room ? room : mt;
   if (r->max_tokens < 1) r->max_tokens = 1;
   r->cap_tokens = nr->num_prompt_tokens + r->max_tokens;
