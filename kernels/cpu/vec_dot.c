@@ -4,7 +4,7 @@
 #include "kernels/cpu/vec_dot_lowbit.h"
 
 #include <math.h>
-#include <stdatomic.h>
+#include <pthread.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -37,18 +37,18 @@ static enum cpu_simd_level simd_level_probe(void) {
   return CPU_SIMD_LEVEL_SCALAR;
 }
 
-/* Probed once: CPUID (cpu_has_f16c) traps to the hypervisor in a VM (tens of microseconds
- * under KVM), and every matmul and activation row asks for the level: probed each time it
- * took over half of a batch-1 decode step, on the calling thread alone. */
-static _Atomic int simd_level_cached = -1;
+/* Probed once per process: the kernels ask on every call (packed matmuls per row block,
+ * activation quantization per row), and CPUID is a VM exit under a hypervisor (tens of
+ * microseconds on this machine's KVM guest): asked each time, it made batch-1 decode ~3x
+ * slower (llmbus-kernel-bench decode b1: 6.4 -> 17 ms of CPU per token). */
+static pthread_once_t simd_level_once = PTHREAD_ONCE_INIT;
+static enum cpu_simd_level simd_level;
+
+static void simd_level_init(void) { simd_level = simd_level_probe(); }
 
 enum cpu_simd_level cpu_simd_level_detect(void) {
-  int v = atomic_load_explicit(&simd_level_cached, memory_order_relaxed);
-  if (v < 0) {
-    v = (int)simd_level_probe();
-    atomic_store_explicit(&simd_level_cached, v, memory_order_relaxed);
-  }
-  return (enum cpu_simd_level)v;
+  pthread_once(&simd_level_once, simd_level_init);
+  return simd_level;
 }
 
 enum ggml_type cpu_vec_dot_type(enum ggml_type w) {
