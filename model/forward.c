@@ -57,6 +57,8 @@ struct llama_forward_ctx {
   void *dev_weights;              /* device backend: every weight in its layout (one buffer), or NULL */
   size_t dev_weight_bytes;
   float *dev_logits;              /* device backend: [max_num_logits, V], or NULL */
+  const struct llama_kv_cache *dev_kv; /* device backend: the one cache its steps (and the backend's
+                                          recorded steps, which hold its addresses) run with */
   void *packed;                   /* every packed layout of this context, one allocation, or NULL */
   struct packed_cache_map packed_map; /* ... or the host's shared cache file (packed_cache.h) */
   int32_t *ids;   /* [max_num_tokens] token ids with embedding rows masked to 0 (host memory) */
@@ -767,6 +769,9 @@ static llb_status forward_on_device(struct llama_forward_ctx *c, struct llama_kv
   const int32_t V = c->m->cfg.vocab_size;
   if (b->num_hidden > 0)
     return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "hidden states (pooling) from backend %s", ops->name);
+  if (c->dev_kv && c->dev_kv != kv)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "backend %s: a forward context runs one KV cache", ops->name);
+  c->dev_kv = kv;
   FWD_TRY(forward_device_check_batch(b, V, c->max_context_len, &kv->layers[0]));
   for (int32_t i = 0; i < b->num_tokens; i++)
     c->ids[i] = (!b->token_ids || (b->input_embeds && (!b->embeds_mask || b->embeds_mask[i]))) ? 0 : b->token_ids[i];

@@ -168,7 +168,8 @@ size_t llama_forward_ctx_weight_bytes(const struct llama_forward_ctx *c);
  * step or earlier ones. INVALID_ARGUMENT naming the field (sizes, ids, slots, block ids out of
  * range; on a device backend every index is checked on the host before anything is queued, and
  * sizes beyond the context's max_num_seqs / max_num_logits / max_blocks_per_seq are refused);
- * kv must belong to c's model and c's backend (llama_kv_cache_create_for). A device backend's
+ * kv must belong to c's model and c's backend (llama_kv_cache_create_for); on a device backend
+ * every step of c must use the same kv (recorded steps hold its addresses). A device backend's
  * failures: DEVICE, OUT_OF_MEMORY. Not thread-safe per ctx. */
 llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv, const struct llama_batch *b,
                          float *logits /* [num_logits, vocab_size] */);

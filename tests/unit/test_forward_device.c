@@ -310,7 +310,7 @@ static void device_path_checks_every_index_before_the_step_begins(void **state) 
   assert_int_equal(d->steps, steps + 1);
 }
 
-static void device_context_refuses_a_host_cache_and_pooling(void **state) {
+static void device_context_refuses_a_host_cache_a_second_cache_and_pooling(void **state) {
   struct fixture *fx = *state;
   int32_t ids[1] = {1}, pos[1] = {0}, qsl[2] = {0, 1}, lens[1] = {1}, lidx[1] = {0}, table[MB] = {0};
   int64_t slots[1] = {0};
@@ -320,6 +320,12 @@ static void device_context_refuses_a_host_cache_and_pooling(void **state) {
   assert_int_equal(llama_kv_cache_create(fx->m_dev, NB, BS, &host_kv_of_dev_model), LLB_STATUS_OK);
   assert_int_equal(llama_forward(fx->dev, host_kv_of_dev_model, &b, logits), LLB_STATUS_INVALID_ARGUMENT);
   llama_kv_cache_destroy(host_kv_of_dev_model);
+  /* one cache per device context: its recorded steps hold the cache's addresses */
+  struct llama_kv_cache *second = NULL;
+  assert_int_equal(llama_kv_cache_create_for(fx->dev, NB, BS, &second), LLB_STATUS_OK);
+  assert_int_equal(llama_forward(fx->dev, fx->kv_dev, &b, logits), LLB_STATUS_OK);
+  assert_int_equal(llama_forward(fx->dev, second, &b, logits), LLB_STATUS_INVALID_ARGUMENT);
+  llama_kv_cache_destroy(second);
   b.num_hidden = 1, b.hidden_indices = lidx, b.hidden_states = hidden;
   assert_int_equal(llama_forward(fx->dev, fx->kv_dev, &b, logits), LLB_STATUS_UNSUPPORTED);
 }
@@ -328,7 +334,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(device_path_gives_the_host_forwards_logits_bit_for_bit),
       cmocka_unit_test(device_path_checks_every_index_before_the_step_begins),
-      cmocka_unit_test(device_context_refuses_a_host_cache_and_pooling),
+      cmocka_unit_test(device_context_refuses_a_host_cache_a_second_cache_and_pooling),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
