@@ -26,9 +26,7 @@ struct header {
 _Static_assert(sizeof(struct header) <= PACKED_CACHE_DATA_OFFSET, "header fits its page");
 
 uint64_t packed_cache_hash(uint64_t h, const void *buf, size_t len) {
-  const uint8_t *p = buf;
-  for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
+  return llb_fnv1a64(h, buf, len);
 }
 
 static bool layout_ok(const struct packed_cache_layout *l) {

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/hash.h"
 #include "base/status.h"
 
 #define PACKED_CACHE_DATA_OFFSET 4096
@@ -58,7 +59,7 @@ void packed_cache_unmap(struct packed_cache_map *m);
 
 /* 64-bit FNV-1a over buf[len], continuing from h (start with PACKED_CACHE_HASH_INIT): what
  * callers build source keys with. */
-#define PACKED_CACHE_HASH_INIT 0xcbf29ce484222325ull
+#define PACKED_CACHE_HASH_INIT LLB_FNV1A64_INIT
 uint64_t packed_cache_hash(uint64_t h, const void *buf, size_t len);
 
 #endif

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/array.h"
 #include "model/so_internal.h"
 
 #define GBNF_MAX_RULES 8192
@@ -85,21 +86,10 @@ static llb_status fail(const struct gp *p, size_t pos, llb_status st, const char
 
 static llb_status oom(void) { return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "grammar"); }
 
-static bool grow(void **v, int32_t *cap, int32_t need, size_t size) {
-  if (need <= *cap) return true;
-  int32_t c = *cap ? *cap : 8;
-  while (c < need) c *= 2;
-  void *n = realloc(*v, (size_t)c * size);
-  if (!n) return false;
-  *v = n;
-  *cap = c;
-  return true;
-}
-
 static llb_status vec_push(struct gp *p, struct vec *q, int32_t x) {
   if (++p->n_elems > GBNF_MAX_ELEMS)
     return fail(p, p->pos, LLB_STATUS_TOO_LARGE, "the grammar needs more than %d elements", GBNF_MAX_ELEMS);
-  if (!grow((void **)&q->v, &q->cap, q->n + 1, sizeof(int32_t))) return oom();
+  if (llb_array_reserve32((void **)&q->v, &q->cap, q->n + 1, sizeof(int32_t)) != LLB_STATUS_OK) return oom();
   q->v[q->n++] = x;
   return LLB_STATUS_OK;
 }
@@ -107,7 +97,7 @@ static llb_status vec_push(struct gp *p, struct vec *q, int32_t x) {
 static llb_status new_rule(struct gp *p, int32_t *out) {
   if (p->n_rules == GBNF_MAX_RULES)
     return fail(p, p->pos, LLB_STATUS_TOO_LARGE, "the grammar needs more than %d rules", GBNF_MAX_RULES);
-  if (!grow((void **)&p->rules, &p->cap_rules, p->n_rules + 1, sizeof(struct prule))) return oom();
+  if (llb_array_reserve32((void **)&p->rules, &p->cap_rules, p->n_rules + 1, sizeof(struct prule)) != LLB_STATUS_OK) return oom();
   struct prule *r = &p->rules[p->n_rules];
   memset(r, 0, sizeof(*r));
   r->owner = p->owner;
@@ -120,7 +110,7 @@ static llb_status new_rule(struct gp *p, int32_t *out) {
 /* Adds alternative q to rule r (takes q's array even on failure). */
 static llb_status add_alt(struct gp *p, int32_t r, struct vec *q) {
   struct prule *ru = &p->rules[r];
-  if (!grow((void **)&ru->alts, &ru->cap_alts, ru->n_alts + 1, sizeof(struct vec))) {
+  if (llb_array_reserve32((void **)&ru->alts, &ru->cap_alts, ru->n_alts + 1, sizeof(struct vec)) != LLB_STATUS_OK) {
     free(q->v);
     return oom();
   }
@@ -250,7 +240,7 @@ static int cmp_range(const void *a, const void *b) {
 }
 
 static llb_status push_range(struct gp *p, uint32_t lo, uint32_t hi) {
-  if (!grow((void **)&p->ranges, &p->cap_ranges, p->n_ranges + 1, 2 * sizeof(uint32_t))) return oom();
+  if (llb_array_reserve32((void **)&p->ranges, &p->cap_ranges, p->n_ranges + 1, 2 * sizeof(uint32_t)) != LLB_STATUS_OK) return oom();
   p->ranges[2 * p->n_ranges] = lo;
   p->ranges[2 * p->n_ranges + 1] = hi;
   p->n_ranges++;
@@ -269,7 +259,7 @@ static llb_status add_class(struct gp *p, uint32_t *r, int32_t n, bool neg, int3
       r[2 * m] = r[2 * i], r[2 * m + 1] = r[2 * i + 1], m++;
     }
   }
-  if (!grow((void **)&p->class_start, &p->cap_classes, p->n_classes + 2, sizeof(int32_t))) return oom();
+  if (llb_array_reserve32((void **)&p->class_start, &p->cap_classes, p->n_classes + 2, sizeof(int32_t)) != LLB_STATUS_OK) return oom();
   const int32_t first = p->n_ranges;
   uint32_t next = 0; /* complement: the first code point not yet covered */
   for (int32_t i = 0; i <= m; i++) {
@@ -353,7 +343,7 @@ static llb_status parse_class(struct gp *p, struct vec *seq) {
       if (st == LLB_STATUS_OK && hi < lo)
         st = fail(p, dash, LLB_STATUS_MALFORMED, "character range out of order (U+%X-U+%X)", lo, hi);
     }
-    if (st == LLB_STATUS_OK && !grow((void **)&r, &cap, n + 1, 2 * sizeof(uint32_t))) st = oom();
+    if (st == LLB_STATUS_OK && llb_array_reserve32((void **)&r, &cap, n + 1, 2 * sizeof(uint32_t)) != LLB_STATUS_OK) st = oom();
     if (st == LLB_STATUS_OK) r[2 * n] = lo, r[2 * n + 1] = hi, n++;
   }
   int32_t k = -1;

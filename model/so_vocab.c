@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "model/so_internal.h"
 #include "model/tokenizer.h"
 
@@ -47,12 +48,6 @@ static size_t state_key(struct so_vocab *v, const struct so_matcher *m) {
     p += sizeof(struct so_frame) * (size_t)s->depth;
   }
   return (size_t)(p - v->key);
-}
-
-static uint64_t fnv1a(const uint8_t *p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
 }
 
 static size_t mask_words(const struct so_vocab *v) { return ((size_t)v->n_vocab + 31) / 32; }
@@ -208,7 +203,7 @@ int32_t so_vocab_size(const struct so_vocab *v) { return v->n_vocab; }
 
 int32_t so_vocab_fill_mask(struct so_vocab *v, const struct so_matcher *m, uint32_t *bitmask) {
   size_t key_len = state_key(v, m);
-  uint64_t hash = fnv1a(v->key, key_len);
+  uint64_t hash = llb_fnv1a64(LLB_FNV1A64_INIT, v->key, key_len);
   struct mask_entry *hit = cache_find(v, hash, key_len);
   if (hit) {
     memcpy(bitmask, hit->mask, sizeof(uint32_t) * mask_words(v));

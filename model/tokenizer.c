@@ -5,21 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "model/tokenizer_internal.h"
-
-uint64_t tok_hash_bytes(uint64_t h, const void *data, size_t len) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < len; i++) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 static const char *tok_text(const struct tokenizer *t, int32_t id) { return t->text_arena + t->text_off[id]; }
 
 int32_t tok_lookup(const struct tokenizer *t, const char *text, size_t len) {
-  uint64_t i = tok_hash_bytes(TOK_HASH_SEED, text, len) & t->tok_mask;
+  uint64_t i = llb_fnv1a64(LLB_FNV1A64_INIT, text, len) & t->tok_mask;
   for (;;) {
     int32_t id = t->tok_slots[i];
     if (id < 0) return -1;
@@ -30,9 +22,9 @@ int32_t tok_lookup(const struct tokenizer *t, const char *text, size_t len) {
 
 int32_t tok_merge_rank(const struct tokenizer *t, const char *a, size_t alen, const char *b, size_t blen) {
   if (t->n_merges == 0) return -1;
-  uint64_t h = tok_hash_bytes(TOK_HASH_SEED, a, alen);
-  h = tok_hash_bytes(h, " ", 1);
-  h = tok_hash_bytes(h, b, blen);
+  uint64_t h = llb_fnv1a64(LLB_FNV1A64_INIT, a, alen);
+  h = llb_fnv1a64(h, " ", 1);
+  h = llb_fnv1a64(h, b, blen);
   for (uint64_t i = h & t->merge_mask;; i = (i + 1) & t->merge_mask) {
     int32_t r = t->merge_slots[i];
     if (r < 0) return -1;
@@ -86,7 +78,7 @@ static llb_status load_tokens(struct tokenizer *t, const struct gguf_array *toks
     if (tok_lookup(t, s.data, s.len) >= 0)
       return LLB_ERRF(LLB_STATUS_MALFORMED, "duplicate token in vocabulary: '%.*s' has ids %d and %d", (int)s.len,
                       s.data, tok_lookup(t, s.data, s.len), id);
-    uint64_t i = tok_hash_bytes(TOK_HASH_SEED, s.data, s.len) & t->tok_mask;
+    uint64_t i = llb_fnv1a64(LLB_FNV1A64_INIT, s.data, s.len) & t->tok_mask;
     while (t->tok_slots[i] >= 0) i = (i + 1) & t->tok_mask;
     t->tok_slots[i] = id;
   }
@@ -131,7 +123,7 @@ static llb_status load_merges(struct tokenizer *t, const struct gguf_file *f) {
     t->merge_left[r] = (uint32_t)left;
     t->merge_right[r] = (uint32_t)right;
     if (tok_merge_rank(t, s.data, left, sp + 1, right) >= 0) continue; /* first rank wins */
-    uint64_t i = tok_hash_bytes(TOK_HASH_SEED, s.data, s.len) & t->merge_mask;
+    uint64_t i = llb_fnv1a64(LLB_FNV1A64_INIT, s.data, s.len) & t->merge_mask;
     while (t->merge_slots[i] >= 0) i = (i + 1) & t->merge_mask;
     t->merge_slots[i] = r;
   }

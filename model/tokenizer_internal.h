@@ -79,9 +79,6 @@ struct tokenizer {
   pcre2_code *regex[TOK_MAX_REGEXES]; /* pre-tokenizer, applied in sequence */
 };
 
-/* FNV-1a over bytes, continuing from h (start with TOK_HASH_SEED). */
-#define TOK_HASH_SEED 1469598103934665603ull
-uint64_t tok_hash_bytes(uint64_t h, const void *data, size_t len);
 
 /* Id of the token whose text is text[0..len); -1 if none. */
 int32_t tok_lookup(const struct tokenizer *t, const char *text, size_t len);

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/array.h"
+
 struct ec_entry {
   char *mm_hash;
   int32_t num_embeds;
@@ -26,17 +28,6 @@ struct encoder_cache {
   char **freed;             /* [num_freed] evicted hashes (owned) */
   int32_t num_freed, cap_freed;
 };
-
-static bool grow(void **p, int32_t *cap, int32_t need, size_t elem) {
-  if (need <= *cap) return true;
-  int32_t n = *cap > 0 ? *cap * 2 : 8;
-  while (n < need) n *= 2;
-  void *q = realloc(*p, (size_t)n * elem);
-  if (!q) return false;
-  *p = q;
-  *cap = n;
-  return true;
-}
 
 llb_status encoder_cache_create(int32_t cache_size, struct encoder_cache **out) {
   *out = NULL;
@@ -87,7 +78,7 @@ static bool add_ref(struct ec_entry *e, const char *req_id) {
   for (int32_t i = 0; i < e->num_refs; i++)
     if (strcmp(e->refs[i], req_id) == 0) return true;
   char *id = strdup(req_id);
-  if (!id || !grow((void **)&e->refs, &e->cap_refs, e->num_refs + 1, sizeof(*e->refs))) {
+  if (!id || llb_array_reserve32((void **)&e->refs, &e->cap_refs, e->num_refs + 1, sizeof(*e->refs)) != LLB_STATUS_OK) {
     free(id);
     return false;
   }
@@ -113,7 +104,7 @@ llb_status encoder_cache_check_and_update(struct encoder_cache *ec, const char *
 /* Removes entry i, moving its hash to the freed list (eviction). */
 static bool evict(struct encoder_cache *ec, int32_t i) {
   struct ec_entry *e = &ec->entries[i];
-  if (!grow((void **)&ec->freed, &ec->cap_freed, ec->num_freed + 1, sizeof(*ec->freed))) return false;
+  if (llb_array_reserve32((void **)&ec->freed, &ec->cap_freed, ec->num_freed + 1, sizeof(*ec->freed)) != LLB_STATUS_OK) return false;
   ec->freed[ec->num_freed++] = e->mm_hash;
   e->mm_hash = NULL;
   ec->num_free_slots += e->num_embeds;
@@ -159,7 +150,7 @@ llb_status encoder_cache_allocate(struct encoder_cache *ec, const char *req_id,
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
                     "encoder cache: cannot allocate %d rows for %s (%s; %d free)", num_embeds,
                     mm_hash, find(ec, mm_hash) >= 0 ? "already cached" : "no room", ec->num_free_slots);
-  if (!grow((void **)&ec->entries, &ec->cap_entries, ec->num_entries + 1, sizeof(*ec->entries)))
+  if (llb_array_reserve32((void **)&ec->entries, &ec->cap_entries, ec->num_entries + 1, sizeof(*ec->entries)) != LLB_STATUS_OK)
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "encoder cache entry");
   struct ec_entry e = {.mm_hash = strdup(mm_hash), .num_embeds = num_embeds};
   if (!e.mm_hash || !add_ref(&e, req_id)) {
@@ -239,7 +230,7 @@ static bool push_str(struct encoder_step *s, const char *str, int64_t *off) {
 
 llb_status encoder_step_add(struct encoder_step *s, const struct encoder_op *op, const char *req_id,
                             const char *mm_hash) {
-  if (!grow((void **)&s->ops, &s->cap_ops, s->num_ops + 1, sizeof(*s->ops)))
+  if (llb_array_reserve32((void **)&s->ops, &s->cap_ops, s->num_ops + 1, sizeof(*s->ops)) != LLB_STATUS_OK)
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "encoder step of %d ops", s->num_ops + 1);
   struct encoder_op o = *op;
   if (!push_str(s, req_id, &o.req_id_off) || !push_str(s, mm_hash, &o.mm_hash_off))

@@ -103,31 +103,6 @@ llb_status kv_step_result_add(struct kv_step_result *r, llb_status status,
 const int32_t *kv_step_result_block_ids(const struct kv_step_result *r,
                                         const struct kv_op_result *res);
 
-/* ---- Block hashes (vLLM kv_cache_utils.hash_block_tokens) ----
- * A block's hash chains its parent's: hash(parent_hash, token ids of the block, extra keys),
- * so equal hashes mean equal prefixes (up to 64-bit collisions: about 2^-64 per pair).
- * The function is our own (documented in README.md): each 64-bit word is absorbed by
- * h = mix64(h ^ word) + K with mix64 the splitmix64 finalizer, a bijection, with distinct
- * domain tags before the tokens, the salt and each multimodal hash, and the counts last.
- * It is fixed: the kv_manager compares hashes computed by the scheduler. */
-
-/* The parent hash of a sequence's first block (vLLM NONE_HASH). */
-#define KV_BLOCK_HASH_ROOT UINT64_C(0x6c6c6d6275732d31) /* "llmbus-1" */
-
-/* Keys beside the tokens that make equal tokens different blocks. */
-struct kv_block_extra_keys {
-  bool has_cache_salt;          /* vLLM adds the salt to the first block only */
-  uint64_t cache_salt_hash;     /* kv_hash_bytes() of the salt string */
-  int32_t num_mm_hashes;
-  const uint64_t *mm_hashes;    /* [num_mm_hashes] multimodal inputs overlapping the block */
-};
-
-/* Hash of one full block: tokens[num_tokens] with its parent's hash and extra keys (NULL =
- * none). Pure function, no allocation. */
-uint64_t kv_block_hash(uint64_t parent_hash, const int32_t *tokens, int32_t num_tokens,
-                       const struct kv_block_extra_keys *extra);
-
-/* 64-bit hash of a byte string (cache_salt, a multimodal mm_hash string). */
-uint64_t kv_hash_bytes(const void *data, size_t len);
+/* Block hashes (vLLM kv_cache_utils.hash_block_tokens) are base/hash.h's llb_block_hash. */
 
 #endif

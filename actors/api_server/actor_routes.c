@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "actors/api_server/actor_internal.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "schemas/control.h"
 
@@ -144,9 +145,8 @@ void api_on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
 /* An output processor's beat: a new instance-and-pid key after the first one means one
  * restarted (or joined); its predecessor's outputs may be lost (api_resend_after_op_restart). */
 static void note_output_processor(struct api_actor *a, const struct llb_heartbeat *hb, int64_t now) {
-  uint64_t key = 1469598103934665603ULL; /* FNV-1a of the instance, then the pid */
-  for (uint32_t i = 0; i < hb->instance.len; i++) key = (key ^ (uint8_t)hb->instance.data[i]) * 1099511628211ULL;
-  key = (key ^ (uint32_t)hb->pid) * 1099511628211ULL;
+  const uint32_t pid = (uint32_t)hb->pid; /* FNV-1a of the instance, then the pid */
+  const uint64_t key = llb_fnv1a64(llb_fnv1a64(LLB_FNV1A64_INIT, hb->instance.data, hb->instance.len), &pid, sizeof pid);
   int oldest = 0;
   for (int i = 0; i < a->num_op_keys; i++) {
     if (a->op_keys[i] == key) {

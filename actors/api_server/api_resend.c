@@ -8,6 +8,7 @@
 #include <sys/random.h>
 
 #include "actors/api_server/actor_internal.h"
+#include "base/hash.h"
 #include "base/log.h"
 
 #define API_RESEND_FIRST_MS 50
@@ -58,10 +59,7 @@ bool api_resend_schedule(struct api_actor *a, struct api_sub *s) {
 uint64_t api_random_seed(struct api_actor *a) {
   uint64_t seed;
   if (getrandom(&seed, sizeof seed, 0) == (ssize_t)sizeof seed) return seed;
-  uint64_t z = a->id_salt + 0x9E3779B97F4A7C15ULL * ++a->id_counter; /* splitmix64 */
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
+  return llb_mix64(a->id_salt + LLB_SPLITMIX64_GAMMA * ++a->id_counter); /* splitmix64 */
 }
 
 /* Sends s again under a new reply subject (see api_resend_after_reconnect). With one

@@ -4,16 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool grow(void **p, int32_t *cap, int32_t need, size_t elem) {
-  if (need <= *cap) return true;
-  int32_t n = *cap > 0 ? *cap * 2 : 16;
-  while (n < need) n *= 2;
-  void *q = realloc(*p, (size_t)n * elem);
-  if (!q) return false;
-  *p = q;
-  *cap = n;
-  return true;
-}
+#include "base/array.h"
 
 void ecache_result_free(struct ecache_result *r) {
   if (!r) return;
@@ -31,7 +22,7 @@ llb_status ecache_apply(struct encoder_cache *ec, const struct llb_encoder_step 
     encoder_cache_reset(ec);
     stats->num_resets++;
   }
-  if (!grow((void **)&res->results, &res->cap_results, in->num_ops, sizeof(bool)))
+  if (llb_array_reserve32((void **)&res->results, &res->cap_results, in->num_ops, sizeof(bool)) != LLB_STATUS_OK)
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "encoder step of %d ops", in->num_ops);
   res->num_results = 0;
   llb_status st = LLB_STATUS_OK;
@@ -62,7 +53,7 @@ llb_status ecache_apply(struct encoder_cache *ec, const struct llb_encoder_step 
     res->results[res->num_results++] = ok;
   }
   int32_t nf = encoder_cache_num_freed(ec);
-  if (!grow((void **)&res->freed, &res->cap_freed, nf, sizeof(*res->freed)))
+  if (llb_array_reserve32((void **)&res->freed, &res->cap_freed, nf, sizeof(*res->freed)) != LLB_STATUS_OK)
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "encoder step: %d freed hashes", nf);
   for (int32_t i = 0; i < nf; i++) res->freed[i] = llb_str_c(encoder_cache_freed(ec, i));
   res->num_freed = nf;

@@ -5,16 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool grow(void **p, int64_t *cap, int64_t need, size_t elem) {
-  if (need <= *cap) return true;
-  int64_t n = *cap > 0 ? *cap : 16;
-  while (n < need) n *= 2;
-  void *q = realloc(*p, (size_t)n * elem);
-  if (!q) return false;
-  *p = q;
-  *cap = n;
-  return true;
-}
+#include "base/array.h"
 
 void prompt_logprobs_reset(struct prompt_logprobs *pl) {
   pl->num_rows = 0;
@@ -25,8 +16,8 @@ void prompt_logprobs_reset(struct prompt_logprobs *pl) {
 llb_status prompt_logprobs_add(struct prompt_logprobs *pl, int32_t k, const int32_t *prompt, int64_t num_prompt,
                                int32_t start, int32_t len, int32_t row_base) {
   const int64_t nr = (int64_t)pl->num_reqs + 1;
-  if (!grow((void **)&pl->num_per_req, &pl->per_req_cap, nr, sizeof(int32_t)) ||
-      !grow((void **)&pl->start_per_req, &pl->start_cap, nr, sizeof(int32_t)))
+  if (llb_array_reserve((void **)&pl->num_per_req, &pl->per_req_cap, nr, sizeof(int32_t)) != LLB_STATUS_OK ||
+      llb_array_reserve((void **)&pl->start_per_req, &pl->start_cap, nr, sizeof(int32_t)) != LLB_STATUS_OK)
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prompt logprobs");
   const int32_t r = pl->num_reqs++;
   pl->num_per_req[r] = 0;
@@ -37,9 +28,9 @@ llb_status prompt_logprobs_add(struct prompt_logprobs *pl, int32_t k, const int3
   if (end <= start) return LLB_STATUS_OK;
   const int32_t n = (int32_t)(end - start);
   const int64_t need = (int64_t)pl->num_rows + n;
-  if (!grow((void **)&pl->rows, &pl->rows_cap, need, sizeof(int32_t)) ||
-      !grow((void **)&pl->targets, &pl->targets_cap, need, sizeof(int32_t)) ||
-      !grow((void **)&pl->row_k, &pl->row_k_cap, need, sizeof(int32_t)))
+  if (llb_array_reserve((void **)&pl->rows, &pl->rows_cap, need, sizeof(int32_t)) != LLB_STATUS_OK ||
+      llb_array_reserve((void **)&pl->targets, &pl->targets_cap, need, sizeof(int32_t)) != LLB_STATUS_OK ||
+      llb_array_reserve((void **)&pl->row_k, &pl->row_k_cap, need, sizeof(int32_t)) != LLB_STATUS_OK)
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prompt logprobs");
   for (int32_t t = 0; t < n; t++) {
     pl->rows[pl->num_rows + t] = row_base + t;
@@ -58,7 +49,7 @@ llb_status prompt_logprobs_indices(struct prompt_logprobs *pl, const int32_t *sa
   *num_out = num_sample;
   if (pl->num_rows == 0) return LLB_STATUS_OK;
   const int64_t all = (int64_t)num_sample + pl->num_rows;
-  if (!grow((void **)&pl->all_indices, &pl->all_cap, all, sizeof(int32_t)))
+  if (llb_array_reserve((void **)&pl->all_indices, &pl->all_cap, all, sizeof(int32_t)) != LLB_STATUS_OK)
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "logits rows");
   memcpy(pl->all_indices, sample, (size_t)num_sample * sizeof(int32_t));
   memcpy(pl->all_indices + num_sample, pl->rows, (size_t)pl->num_rows * sizeof(int32_t));
@@ -98,9 +89,9 @@ llb_status prompt_logprobs_compute(struct prompt_logprobs *pl, const float *logi
   if (pl->num_rows == 0) return LLB_STATUS_OK;
   const int32_t cols = 1 + pl->max_k;
   const int64_t cells = (int64_t)pl->num_rows * cols;
-  if (!grow((void **)&pl->lp_ids, &pl->ids_cap, cells, sizeof(int32_t)) ||
-      !grow((void **)&pl->lp_values, &pl->values_cap, cells, sizeof(float)) ||
-      !grow((void **)&pl->ranks, &pl->ranks_cap, pl->num_rows, sizeof(int32_t)))
+  if (llb_array_reserve((void **)&pl->lp_ids, &pl->ids_cap, cells, sizeof(int32_t)) != LLB_STATUS_OK ||
+      llb_array_reserve((void **)&pl->lp_values, &pl->values_cap, cells, sizeof(float)) != LLB_STATUS_OK ||
+      llb_array_reserve((void **)&pl->ranks, &pl->ranks_cap, pl->num_rows, sizeof(int32_t)) != LLB_STATUS_OK)
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prompt logprobs of %d rows", pl->num_rows);
   for (int32_t i = 0; i < pl->num_rows; i++) {
     const float *row = logits + (int64_t)i * vocab;

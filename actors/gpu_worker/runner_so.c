@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "model/structured_output.h"
 
 struct runner_so_grammar {
@@ -59,10 +60,8 @@ int32_t runner_so_mask_words(const struct runner_so *s) { return (so_vocab_size(
 
 /* FNV-1a over the kind byte then the spec. */
 static uint64_t spec_hash(enum llb_structured_outputs_kind kind, const char *spec, size_t len) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  h = (h ^ (uint8_t)kind) * 0x100000001b3ULL;
-  for (size_t i = 0; i < len; i++) h = (h ^ (uint8_t)spec[i]) * 0x100000001b3ULL;
-  return h;
+  const uint8_t k = (uint8_t)kind;
+  return llb_fnv1a64(llb_fnv1a64(LLB_FNV1A64_INIT, &k, 1), spec, len);
 }
 
 static llb_status compile(const struct llb_structured_outputs *so, struct so_grammar **g) {

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/hash.h"
+
 #define DEFAULT_BLOCK_SIZE 16
 #define ASSUMED_STATS_INTERVAL_MS 5000
 #define MISSED_INTERVALS 3
@@ -83,7 +85,7 @@ llb_status engine_router_create(const struct engine_router_config *c, struct eng
   r->block_size = DEFAULT_BLOCK_SIZE;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  r->rng = c->seed ? c->seed : (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
+  r->rng = c->seed ? c->seed : (uint64_t)ts.tv_nsec * LLB_SPLITMIX64_GAMMA ^ (uint64_t)ts.tv_sec;
   pthread_mutex_init(&r->mu, NULL);
   *out = r;
   return LLB_STATUS_OK;
@@ -97,13 +99,8 @@ void engine_router_destroy(struct engine_router *r) {
   free(r);
 }
 
-/* splitmix64: the random tie breaks and the block hash mixer. */
-static uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+/* One splitmix64 step from x: the random tie breaks and the block hash mixer. */
+static uint64_t mix64(uint64_t x) { return llb_mix64(x + LLB_SPLITMIX64_GAMMA); }
 
 static uint64_t next_random(struct engine_router *r) {
   r->rng = mix64(r->rng);

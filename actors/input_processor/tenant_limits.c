@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/array.h"
+#include "base/strmap.h"
 #include "bus/subject.h"
 
 #define MAX_COUNT 1000000
@@ -16,13 +18,12 @@
 #define SLOT_RETRY_AFTER_MS 1000 /* a slot frees when some request ends: no better estimate */
 #define MAX_ID_BYTES 256
 
-/* One admitted child. An open-addressing table with tombstones keyed by request id. */
+/* One admitted child, the value under its request id in tenant_limits.tracked. */
 struct tracked {
-  char *id;          /* NULL = empty slot */
-  bool tombstone;
   int16_t tenant;    /* index into cfg.tenants */
   bool queued;       /* no token out yet */
   int64_t admitted_ms;
+  char id[];         /* its request id (the key) */
 };
 
 struct tenant_state {
@@ -36,8 +37,9 @@ struct tenant_limits {
   struct tenant_limits_config cfg;
   struct tenant_state state[TENANT_LIMITS_MAX_TENANTS];
   int64_t ttl_ms;
-  struct tracked *slots; /* [cap], cap a power of two */
-  size_t cap, used;      /* used counts live entries and tombstones */
+  struct llb_strmap *tracked; /* request id -> struct tracked (owned) */
+  struct tracked **expired;   /* [cap_expired] scratch of expire() */
+  int64_t cap_expired;
   int64_t next_expiry_ms;
 };
 
@@ -116,60 +118,43 @@ llb_status tenant_limits_config_load(const char *path, struct tenant_limits_conf
 
 /* ---- the table of admitted children ---- */
 
-static uint64_t hash_id(const char *s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-static struct tracked *find(struct tenant_limits *tl, const char *id) {
-  if (!tl->cap) return NULL;
-  for (size_t i = hash_id(id) & (tl->cap - 1), k = 0; k < tl->cap; i = (i + 1) & (tl->cap - 1), k++) {
-    struct tracked *t = &tl->slots[i];
-    if (!t->id && !t->tombstone) return NULL;
-    if (t->id && strcmp(t->id, id) == 0) return t;
-  }
-  return NULL;
-}
-
-static void insert_slot(struct tracked *slots, size_t cap, struct tracked e) {
-  size_t i = hash_id(e.id) & (cap - 1);
-  while (slots[i].id) i = (i + 1) & (cap - 1);
-  slots[i] = e;
-}
-
-/* Keeps live + tombstones under 1/2 of cap: rehashes (dropping tombstones) or doubles. */
-static llb_status reserve(struct tenant_limits *tl, size_t more) {
-  if (tl->cap && 2 * (tl->used + more) <= tl->cap) return LLB_STATUS_OK;
-  size_t live = 0;
-  for (size_t i = 0; i < tl->cap; i++) live += tl->slots[i].id != NULL;
-  size_t cap = tl->cap ? tl->cap : 64;
-  while (2 * (live + more) > cap) cap *= 2;
-  struct tracked *slots = calloc(cap, sizeof *slots);
-  if (!slots) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "tenant limits table");
-  for (size_t i = 0; i < tl->cap; i++)
-    if (tl->slots[i].id) insert_slot(slots, cap, tl->slots[i]);
-  free(tl->slots);
-  tl->slots = slots;
-  tl->cap = cap;
-  tl->used = live;
-  return LLB_STATUS_OK;
-}
+static struct tracked *find(struct tenant_limits *tl, const char *id) { return llb_strmap_get(tl->tracked, id); }
 
 static void forget(struct tenant_limits *tl, struct tracked *t) {
   struct tenant_state *s = &tl->state[t->tenant];
   s->in_flight--;
   if (t->queued) s->queued--;
-  free(t->id);
-  t->id = NULL;
-  t->tombstone = true;
+  llb_strmap_remove(tl->tracked, t->id);
+  free(t);
 }
 
+struct expiry {
+  struct tenant_limits *tl;
+  int64_t now_ms, num;
+};
+
+static void collect_expired(void *ctx, const char *key, void *value) {
+  (void)key;
+  struct expiry *e = ctx;
+  struct tracked *t = value;
+  if (e->now_ms - t->admitted_ms <= e->tl->ttl_ms) return;
+  if (llb_array_reserve((void **)&e->tl->expired, &e->tl->cap_expired, e->num + 1, sizeof(*e->tl->expired)))
+    return; /* out of memory: the rest expire at a later call */
+  e->tl->expired[e->num++] = t;
+}
+
+/* Forgets children admitted more than ttl_ms ago (their outputs never came). */
 static void expire(struct tenant_limits *tl, int64_t now_ms) {
   if (now_ms < tl->next_expiry_ms) return;
   tl->next_expiry_ms = now_ms + tl->ttl_ms / 4 + 1;
-  for (size_t i = 0; i < tl->cap; i++)
-    if (tl->slots[i].id && now_ms - tl->slots[i].admitted_ms > tl->ttl_ms) forget(tl, &tl->slots[i]);
+  struct expiry e = {.tl = tl, .now_ms = now_ms};
+  llb_strmap_foreach(tl->tracked, collect_expired, &e);
+  for (int64_t i = 0; i < e.num; i++) forget(tl, tl->expired[i]);
+}
+
+static void free_tracked(void *ctx, const char *key, void *value) {
+  (void)ctx, (void)key;
+  free(value);
 }
 
 /* ---- public ---- */
@@ -180,6 +165,11 @@ llb_status tenant_limits_create(const struct tenant_limits_config *cfg, int64_t 
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tenant_limits_create: bad config or ttl");
   struct tenant_limits *tl = calloc(1, sizeof *tl);
   if (!tl) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "tenant limits");
+  llb_status st = llb_strmap_create(0, &tl->tracked);
+  if (st) {
+    free(tl);
+    return st;
+  }
   pthread_mutex_init(&tl->mu, NULL);
   tl->cfg = *cfg;
   tl->ttl_ms = ttl_ms;
@@ -193,8 +183,9 @@ llb_status tenant_limits_create(const struct tenant_limits_config *cfg, int64_t 
 
 void tenant_limits_destroy(struct tenant_limits *tl) {
   if (!tl) return;
-  for (size_t i = 0; i < tl->cap; i++) free(tl->slots[i].id);
-  free(tl->slots);
+  llb_strmap_foreach(tl->tracked, free_tracked, NULL);
+  llb_strmap_destroy(tl->tracked);
+  free(tl->expired);
   pthread_mutex_destroy(&tl->mu);
   free(tl);
 }
@@ -256,16 +247,20 @@ llb_status tenant_limits_admit(struct tenant_limits *tl, const char *tenant, con
   pthread_mutex_lock(&tl->mu);
   expire(tl, now_ms);
   llb_status st = check(tl, ti, n, cost_tokens, now_ms, retry_after_ms);
-  if (st == LLB_STATUS_OK) st = reserve(tl, (size_t)n);
   for (int32_t i = 0; st == LLB_STATUS_OK && i < n; i++) {
     if (find(tl, request_ids[i])) continue; /* ids are unique per input processor; never twice */
-    struct tracked e = {.id = strdup(request_ids[i]), .tenant = (int16_t)ti, .queued = true, .admitted_ms = now_ms};
-    if (!e.id) {
+    const size_t len = strlen(request_ids[i]);
+    struct tracked *t = malloc(sizeof *t + len + 1);
+    if (!t) {
       st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "tenant limits id");
       break;
     }
-    insert_slot(tl->slots, tl->cap, e);
-    tl->used++;
+    *t = (struct tracked){.tenant = (int16_t)ti, .queued = true, .admitted_ms = now_ms};
+    memcpy(t->id, request_ids[i], len + 1);
+    if ((st = llb_strmap_put(tl->tracked, t->id, t))) {
+      free(t);
+      break;
+    }
     tl->state[ti].in_flight++;
     tl->state[ti].queued++;
   }

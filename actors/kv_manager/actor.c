@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/array.h"
 #include "base/log.h"
 #include "schemas/kv_ops.h"
 #include "schemas/kv_step.h"
@@ -26,17 +27,6 @@ struct kv_manager_actor {
   uint64_t last_step;
   atomic_uint_fast64_t num_steps, num_malformed, num_failed, num_resets, num_stale_frees;
 };
-
-static llb_status grow_array(void **arr, int32_t *cap, int32_t need, size_t elem) {
-  if (need <= *cap) return LLB_STATUS_OK;
-  int32_t n = *cap > 0 ? *cap : 16;
-  while (n < need) n *= 2;
-  void *p = realloc(*arr, (size_t)n * elem);
-  if (!p) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv_manager actor: %d entries", n);
-  *arr = p;
-  *cap = n;
-  return LLB_STATUS_OK;
-}
 
 /* Fills the pool statistics of a reply. */
 static void fill_stats(const struct kv_manager_actor *a, struct llb_kv_step_result *w) {
@@ -100,7 +90,7 @@ static enum kv_op_kind op_kind(enum llb_kv_op_kind k) {
  * wire op i to its result. */
 static llb_status build_step(struct kv_manager_actor *a, const struct llb_kv_step *in) {
   kv_step_clear(&a->step, in->step);
-  llb_status st = grow_array((void **)&a->op_index, &a->cap_op_index, in->num_ops,
+  llb_status st = llb_array_reserve32((void **)&a->op_index, &a->cap_op_index, in->num_ops,
                              sizeof(*a->op_index));
   for (int32_t i = 0; i < in->num_ops && st == LLB_STATUS_OK; i++) {
     const struct llb_kv_op *op = &in->ops[i];
@@ -152,7 +142,7 @@ static void on_kv_step(struct bus *bus, const struct bus_msg *msg, void *user) {
   st = build_step(a, &in);
   if (st == LLB_STATUS_OK) st = kv_manager_apply_step(a->kv, &a->step, &a->res);
   if (st == LLB_STATUS_OK)
-    st = grow_array((void **)&a->wire_results, &a->cap_wire_results, in.num_ops,
+    st = llb_array_reserve32((void **)&a->wire_results, &a->cap_wire_results, in.num_ops,
                     sizeof(*a->wire_results));
   if (st != LLB_STATUS_OK) {
     atomic_fetch_add(&a->num_failed, 1);

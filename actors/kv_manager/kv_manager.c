@@ -5,11 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/array.h"
+#include "base/strmap.h"
+
 #define NO_SLOT (-1)
 
 struct kv_req {
   bool used;
-  uint64_t id_hash;
   char req_id[KV_MANAGER_REQ_ID_MAX + 1];
   int32_t num_blocks, cap_blocks;
   int32_t *blocks;             /* [num_blocks] in sequence order */
@@ -21,8 +23,7 @@ struct kv_manager {
   int32_t num_slots, cap_slots, num_used;
   struct kv_req *slots;        /* [num_slots]; unused ones keep their block arrays for reuse */
   int32_t free_slot_hint;
-  uint64_t map_mask;
-  int32_t *map;                /* [map_mask + 1] slot index or NO_SLOT; linear probing */
+  struct llb_strmap *reqs;     /* req_id -> slot index + 1 (base/strmap) */
   uint64_t prefix_cache_queries, prefix_cache_hits;
 };
 
@@ -39,13 +40,8 @@ llb_status kv_manager_create(const struct kv_manager_config *cfg, struct kv_mana
   m->cfg = *cfg;
   st = kv_block_pool_create(cfg->num_blocks, &m->pool);
   if (st) goto fail;
-  m->map_mask = 63;
-  m->map = malloc((m->map_mask + 1) * sizeof(*m->map));
-  if (!m->map) {
-    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv_manager: request map");
-    goto fail;
-  }
-  for (uint64_t i = 0; i <= m->map_mask; i++) m->map[i] = NO_SLOT;
+  st = llb_strmap_create(0, &m->reqs);
+  if (st) goto fail;
   *out = m;
   return LLB_STATUS_OK;
 fail:
@@ -57,69 +53,32 @@ void kv_manager_destroy(struct kv_manager *m) {
   if (!m) return;
   for (int32_t i = 0; i < m->num_slots; i++) free(m->slots[i].blocks);
   free(m->slots);
-  free(m->map);
+  llb_strmap_destroy(m->reqs);
   kv_block_pool_destroy(m->pool);
   free(m);
 }
 
 /* ---- request table ---- */
 
-static int32_t find_req(const struct kv_manager *m, const char *req_id, uint64_t h) {
-  for (uint64_t i = h & m->map_mask;; i = (i + 1) & m->map_mask) {
-    int32_t s = m->map[i];
-    if (s == NO_SLOT) return NO_SLOT;
-    if (m->slots[s].id_hash == h && strcmp(m->slots[s].req_id, req_id) == 0) return s;
-  }
-}
-
-static void map_put(int32_t *map, uint64_t mask, uint64_t h, int32_t slot) {
-  uint64_t i = h & mask;
-  while (map[i] != NO_SLOT) i = (i + 1) & mask;
-  map[i] = slot;
-}
-
-static llb_status grow_map(struct kv_manager *m) {
-  uint64_t size = (m->map_mask + 1) * 2;
-  int32_t *map = malloc(size * sizeof(*map));
-  if (!map) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv_manager: request map of %llu", (unsigned long long)size);
-  for (uint64_t i = 0; i < size; i++) map[i] = NO_SLOT;
-  for (int32_t s = 0; s < m->num_slots; s++)
-    if (m->slots[s].used) map_put(map, size - 1, m->slots[s].id_hash, s);
-  free(m->map);
-  m->map = map;
-  m->map_mask = size - 1;
-  return LLB_STATUS_OK;
+/* The map's values are slot indices + 1 (a value is never NULL). */
+static int32_t find_req(const struct kv_manager *m, const char *req_id) {
+  const intptr_t v = (intptr_t)llb_strmap_get(m->reqs, req_id);
+  return v ? (int32_t)(v - 1) : NO_SLOT;
 }
 
 static void erase_req(struct kv_manager *m, int32_t slot) {
   struct kv_req *r = &m->slots[slot];
-  uint64_t i = r->id_hash & m->map_mask;
-  while (m->map[i] != slot) i = (i + 1) & m->map_mask;
-  /* Backward shift, as in the block pool's map. */
-  uint64_t hole = i;
-  for (uint64_t j = (i + 1) & m->map_mask; m->map[j] != NO_SLOT; j = (j + 1) & m->map_mask) {
-    uint64_t home = m->slots[m->map[j]].id_hash & m->map_mask;
-    bool in_range = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
-    if (!in_range) {
-      m->map[hole] = m->map[j];
-      hole = j;
-    }
-  }
-  m->map[hole] = NO_SLOT;
+  llb_strmap_remove(m->reqs, r->req_id);
   r->used = false;
   r->num_blocks = 0;
   m->num_used--;
   if (slot < m->free_slot_hint) m->free_slot_hint = slot;
 }
 
-static llb_status add_req(struct kv_manager *m, const char *req_id, uint64_t h, int32_t *slot_out) {
+static llb_status add_req(struct kv_manager *m, const char *req_id, int32_t *slot_out) {
   size_t len = strlen(req_id);
   if (len == 0 || len > KV_MANAGER_REQ_ID_MAX)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "req_id of %zu bytes (1..%d)", len, KV_MANAGER_REQ_ID_MAX);
-  if ((uint64_t)(m->num_used + 1) * 2 > m->map_mask + 1) {
-    llb_status st = grow_map(m);
-    if (st) return st;
-  }
   int32_t slot = NO_SLOT;
   for (int32_t s = m->free_slot_hint; s < m->num_slots; s++) {
     if (!m->slots[s].used) {
@@ -128,22 +87,17 @@ static llb_status add_req(struct kv_manager *m, const char *req_id, uint64_t h, 
     }
   }
   if (slot == NO_SLOT) {
-    if (m->num_slots == m->cap_slots) {
-      int32_t cap = m->cap_slots ? m->cap_slots * 2 : 16;
-      struct kv_req *slots = realloc(m->slots, (size_t)cap * sizeof(*slots));
-      if (!slots) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv_manager: %d request slots", cap);
-      m->slots = slots;
-      m->cap_slots = cap;
-    }
+    llb_status st = llb_array_reserve32((void **)&m->slots, &m->cap_slots, m->num_slots + 1, sizeof(*m->slots));
+    if (st) return st;
     slot = m->num_slots++;
     m->slots[slot] = (struct kv_req){0};
   }
+  llb_status st = llb_strmap_put(m->reqs, req_id, (void *)(intptr_t)(slot + 1));
+  if (st) return st;
   struct kv_req *r = &m->slots[slot];
   r->used = true;
-  r->id_hash = h;
   memcpy(r->req_id, req_id, len + 1);
   r->num_blocks = 0;
-  map_put(m->map, m->map_mask, h, slot);
   m->num_used++;
   m->free_slot_hint = slot + 1;
   *slot_out = slot;
@@ -151,14 +105,8 @@ static llb_status add_req(struct kv_manager *m, const char *req_id, uint64_t h, 
 }
 
 static llb_status reserve_blocks(struct kv_req *r, int64_t need) {
-  if (need <= r->cap_blocks) return LLB_STATUS_OK;
-  int64_t cap = r->cap_blocks ? r->cap_blocks : 8;
-  while (cap < need) cap *= 2;
-  int32_t *b = realloc(r->blocks, (size_t)cap * sizeof(*b));
-  if (!b) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv_manager: %lld blocks for a request", (long long)cap);
-  r->blocks = b;
-  r->cap_blocks = (int32_t)cap;
-  return LLB_STATUS_OK;
+  if (need > INT32_MAX) return LLB_ERRF(LLB_STATUS_TOO_LARGE, "kv_manager: %lld blocks for a request", (long long)need);
+  return llb_array_reserve32((void **)&r->blocks, &r->cap_blocks, (int32_t)need, sizeof(*r->blocks));
 }
 
 /* Releases a request's blocks, tail first, and forgets it. */
@@ -177,7 +125,7 @@ static void release_req(struct kv_manager *m, int32_t slot) {
 /* ---- ops ---- */
 
 static llb_status op_free(struct kv_manager *m, const struct kv_op *op, struct kv_step_result *res) {
-  int32_t slot = find_req(m, op->req_id, kv_hash_bytes(op->req_id, strlen(op->req_id)));
+  int32_t slot = find_req(m, op->req_id);
   if (slot == NO_SLOT) return kv_step_result_add(res, LLB_STATUS_NOT_FOUND, 0, 0, NULL);
   release_req(m, slot);
   return kv_step_result_add(res, LLB_STATUS_OK, 0, 0, NULL);
@@ -186,8 +134,7 @@ static llb_status op_free(struct kv_manager *m, const struct kv_op *op, struct k
 static llb_status op_allocate(struct kv_manager *m, const struct kv_step *step,
                               const struct kv_op *op, struct kv_step_result *res) {
   const int32_t bs = m->cfg.block_size;
-  uint64_t h = kv_hash_bytes(op->req_id, strlen(op->req_id));
-  int32_t slot = find_req(m, op->req_id, h);
+  int32_t slot = find_req(m, op->req_id);
   int32_t held = slot == NO_SLOT ? 0 : m->slots[slot].num_blocks;
   const uint64_t *hashes = kv_step_op_hashes(step, op);
   if (op->num_tokens < 1 || (op->lookup && held > 0) ||
@@ -212,7 +159,7 @@ static llb_status op_allocate(struct kv_manager *m, const struct kv_step *step,
     return kv_step_result_add(res, LLB_STATUS_QUEUE_FULL, 0, 0, NULL);
 
   if (slot == NO_SLOT) {
-    llb_status st = add_req(m, op->req_id, h, &slot);
+    llb_status st = add_req(m, op->req_id, &slot);
     if (st == LLB_STATUS_INVALID_ARGUMENT) return kv_step_result_add(res, st, 0, 0, NULL);
     if (st) return st;
   }
@@ -243,7 +190,7 @@ static llb_status op_allocate(struct kv_manager *m, const struct kv_step *step,
 static llb_status op_cache(struct kv_manager *m, const struct kv_step *step, const struct kv_op *op,
                            struct kv_step_result *res) {
   const int32_t bs = m->cfg.block_size;
-  int32_t slot = find_req(m, op->req_id, kv_hash_bytes(op->req_id, strlen(op->req_id)));
+  int32_t slot = find_req(m, op->req_id);
   if (slot == NO_SLOT) return kv_step_result_add(res, LLB_STATUS_NOT_FOUND, 0, 0, NULL);
   const struct kv_req *r = &m->slots[slot];
   const uint64_t *hashes = kv_step_op_hashes(step, op);
@@ -302,7 +249,7 @@ void kv_manager_get_stats(const struct kv_manager *m, struct kv_manager_stats *o
 }
 
 const int32_t *kv_manager_req_blocks(const struct kv_manager *m, const char *req_id, int32_t *n) {
-  int32_t slot = find_req(m, req_id, kv_hash_bytes(req_id, strlen(req_id)));
+  int32_t slot = find_req(m, req_id);
   *n = slot == NO_SLOT ? 0 : m->slots[slot].num_blocks;
   return slot == NO_SLOT ? NULL : m->slots[slot].blocks;
 }
@@ -320,7 +267,7 @@ llb_status kv_manager_check(const struct kv_manager *m) {
     const struct kv_req *r = &m->slots[s];
     if (!r->used) continue;
     used++;
-    if (find_req(m, r->req_id, r->id_hash) != s) {
+    if (find_req(m, r->req_id) != s) {
       free(refs);
       return LLB_ERRF(LLB_STATUS_INTERNAL, "request %s not found in the map", r->req_id);
     }

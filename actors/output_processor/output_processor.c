@@ -6,8 +6,9 @@
 #include <string.h>
 
 #include "actors/output_processor/detokenizer.h"
-#include "actors/output_processor/id_map.h"
 #include "actors/output_processor/stop_strings.h"
+#include "base/array.h"
+#include "base/strmap.h"
 #include "model/tokenizer.h"
 
 #define RECENTLY_FINISHED_IDS 4096 /* finished ids remembered to drop late outputs silently */
@@ -64,9 +65,9 @@ struct parent_state {
 
 struct outproc_t {
   const struct tokenizer *tok;
-  struct id_map *reqs;      /* engine id → req_state, unfinished only */
-  struct id_map *parents;   /* parent id → parent_state, until its final output */
-  struct id_map *finished;  /* recently finished engine ids (value unused) */
+  struct llb_strmap *reqs;      /* engine id → req_state, unfinished only */
+  struct llb_strmap *parents;   /* parent id → parent_state, until its final output */
+  struct llb_strmap *finished;  /* recently finished engine ids (value unused) */
   struct outproc_stats_hooks hooks; /* metrics reports; NULL entries = none */
   void *hooks_user;
   int64_t now_ns;           /* of the call in progress */
@@ -126,20 +127,9 @@ void outproc_result_free(struct outproc_result *r) {
   outproc_result_init(r);
 }
 
-static bool grow_array(void **arr, int64_t *cap, int64_t need, size_t elem) {
-  if (need <= *cap) return true;
-  int64_t c = *cap ? *cap : 8;
-  while (c < need) c *= 2;
-  void *p = realloc(*arr, (size_t)c * elem);
-  if (!p) return false;
-  *arr = p;
-  *cap = c;
-  return true;
-}
-
 static llb_status push_id(char (**ids)[OUTPROC_MAX_ID_BYTES], int64_t *num, int64_t *cap,
                           const char *id) {
-  if (!grow_array((void **)ids, cap, *num + 1, sizeof **ids)) {
+  if (llb_array_reserve((void **)ids, cap, *num + 1, sizeof **ids) != LLB_STATUS_OK) {
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "result id list");
   }
   copy_str((*ids)[*num], OUTPROC_MAX_ID_BYTES, id);
@@ -171,9 +161,9 @@ llb_status outproc_create(const struct tokenizer *tok, struct outproc_t **out) {
   struct outproc_t *p = calloc(1, sizeof *p);
   if (!p) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "output processor");
   p->tok = tok;
-  llb_status st = id_map_create(0, &p->reqs);
-  if (st == LLB_STATUS_OK) st = id_map_create(0, &p->parents);
-  if (st == LLB_STATUS_OK) st = id_map_create(RECENTLY_FINISHED_IDS, &p->finished);
+  llb_status st = llb_strmap_create(0, &p->reqs);
+  if (st == LLB_STATUS_OK) st = llb_strmap_create(0, &p->parents);
+  if (st == LLB_STATUS_OK) st = llb_strmap_create(RECENTLY_FINISHED_IDS, &p->finished);
   if (st != LLB_STATUS_OK) goto fail;
   *out = p;
   return LLB_STATUS_OK;
@@ -190,14 +180,14 @@ static void free_parent_cb(void *ctx, const char *key, void *value) {
 
 void outproc_destroy(struct outproc_t *p) {
   if (!p) return;
-  if (p->parents) id_map_foreach(p->parents, free_parent_cb, NULL);
-  id_map_destroy(p->parents);
-  id_map_destroy(p->reqs);
-  id_map_destroy(p->finished);
+  if (p->parents) llb_strmap_foreach(p->parents, free_parent_cb, NULL);
+  llb_strmap_destroy(p->parents);
+  llb_strmap_destroy(p->reqs);
+  llb_strmap_destroy(p->finished);
   free(p);
 }
 
-int64_t outproc_num_unfinished(const struct outproc_t *p) { return id_map_size(p->reqs); }
+int64_t outproc_num_unfinished(const struct outproc_t *p) { return llb_strmap_size(p->reqs); }
 
 /* --- registration ------------------------------------------------------------------- */
 
@@ -222,7 +212,7 @@ static llb_status get_or_make_parent(struct outproc_t *p, const struct outproc_r
                                      struct parent_state **out) {
   const char *pid = info->parent_request_id ? info->parent_request_id : info->request_id;
   const char *ext = info->external_request_id ? info->external_request_id : pid;
-  struct parent_state *ps = id_map_get(p->parents, pid);
+  struct parent_state *ps = llb_strmap_get(p->parents, pid);
   if (ps) {
     if (ps->n != info->num_children || strcmp(ps->external_id, ext) != 0) {
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
@@ -245,7 +235,7 @@ static llb_status get_or_make_parent(struct outproc_t *p, const struct outproc_r
   if (ps->num_prompt > 0) memcpy(ps->prompt_ids, info->prompt_token_ids, (size_t)ps->num_prompt * sizeof(int32_t));
   ps->arrival_ns = info->arrival_time_ns;
   ps->kind = info->sampling_params->output_kind;
-  if (id_map_put(p->parents, pid, ps) != LLB_STATUS_OK) goto oom;
+  if (llb_strmap_put(p->parents, pid, ps) != LLB_STATUS_OK) goto oom;
   *out = ps;
   return LLB_STATUS_OK;
 oom:
@@ -276,7 +266,7 @@ static llb_status register_req(struct outproc_t *p, const struct outproc_request
   r->resync_pending = info->resync;
   st = detok_init(&r->detok, p->tok, r->params.skip_special_tokens);
   if (st != LLB_STATUS_OK) goto fail;
-  st = id_map_put(p->reqs, r->id, r);
+  st = llb_strmap_put(p->reqs, r->id, r);
   if (st != LLB_STATUS_OK) goto fail;
   ps->children[r->index] = r;
   *out = r;
@@ -289,8 +279,8 @@ fail:
 }
 
 llb_status outproc_register(struct outproc_t *p, const struct outproc_request_info *info) {
-  if (info && info->request_id && (id_map_get(p->reqs, info->request_id) ||
-                                   id_map_get(p->finished, info->request_id))) {
+  if (info && info->request_id && (llb_strmap_get(p->reqs, info->request_id) ||
+                                   llb_strmap_get(p->finished, info->request_id))) {
     return LLB_STATUS_OK; /* a replayed EngineCoreRequest */
   }
   struct req_state *r;
@@ -304,11 +294,11 @@ llb_status outproc_register(struct outproc_t *p, const struct outproc_request_in
  * include_stop_str_in_output). Moves stop_check_from past the first min_tokens tokens. */
 static llb_status append_tokens(struct req_state *r, const int32_t *ids, int64_t k,
                                 const struct outproc_new_logprobs *lps, bool skip_last_text) {
-  if (!grow_array((void **)&r->token_ids, &r->cap_tokens, r->num_tokens + k, sizeof(int32_t))) {
+  if (llb_array_reserve((void **)&r->token_ids, &r->cap_tokens, r->num_tokens + k, sizeof(int32_t)) != LLB_STATUS_OK) {
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "token ids of %s", r->id);
   }
   bool want_lps = r->params.logprobs >= 0 && lps;
-  if (want_lps && !grow_array((void **)&r->lps, &r->cap_lps, r->num_lps + k, sizeof *r->lps)) {
+  if (want_lps && llb_array_reserve((void **)&r->lps, &r->cap_lps, r->num_lps + k, sizeof *r->lps) != LLB_STATUS_OK) {
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "logprobs of %s", r->id);
   }
   for (int64_t i = 0; i < k; i++) {
@@ -347,8 +337,8 @@ static void finish_req(struct outproc_t *p, struct req_state *r, enum outproc_fi
   }
   detok_flush(&r->detok); /* on OOM the dangling bytes are dropped: the text stays valid */
   r->parent->num_finished++;
-  id_map_remove(p->reqs, r->id);
-  id_map_put(p->finished, r->id, r); /* the value is never dereferenced; OOM only forgets */
+  llb_strmap_remove(p->reqs, r->id);
+  llb_strmap_put(p->finished, r->id, r); /* the value is never dereferenced; OOM only forgets */
 }
 
 /* Text end that may be streamed now: everything once finished, else short of a suffix that
@@ -549,7 +539,7 @@ static llb_status emit(struct outproc_t *p, struct parent_state *ps, struct req_
     }
   }
   llb_status st = LLB_STATUS_OK;
-  if (!grow_array((void **)&res->outputs, &res->cap_outputs, res->num_outputs + 1, sizeof *res->outputs)) {
+  if (llb_array_reserve((void **)&res->outputs, &res->cap_outputs, res->num_outputs + 1, sizeof *res->outputs) != LLB_STATUS_OK) {
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "result outputs");
   }
   struct outproc_request_output *o = &res->outputs[res->num_outputs];
@@ -577,7 +567,7 @@ static llb_status emit(struct outproc_t *p, struct parent_state *ps, struct req_
   o->finished = finished;
   parent_metrics(ps, &o->metrics);
   if (finished) {
-    id_map_remove(p->parents, ps->id);
+    llb_strmap_remove(p->parents, ps->id);
     parent_free(ps);
   }
   return st;
@@ -627,9 +617,9 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
       (eo->num_new_tokens > 0 && !eo->new_token_ids)) {
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine output without request id or tokens");
   }
-  struct req_state *r = id_map_get(p->reqs, eo->request_id);
+  struct req_state *r = llb_strmap_get(p->reqs, eo->request_id);
   if (!r) {
-    if (id_map_get(p->finished, eo->request_id)) return LLB_STATUS_OK; /* late, already done */
+    if (llb_strmap_get(p->finished, eo->request_id)) return LLB_STATUS_OK; /* late, already done */
     return push_id(&res->unknown_ids, &res->num_unknown, &res->cap_unknown, eo->request_id);
   }
   int64_t t_ns = eo->timestamp_ns ? eo->timestamp_ns : now_ns;
@@ -708,7 +698,7 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
 
 llb_status outproc_register_resume(struct outproc_t *p, const struct outproc_request_info *info,
                                    const int32_t *history, int64_t num_history) {
-  if (info && info->request_id && id_map_get(p->reqs, info->request_id)) {
+  if (info && info->request_id && llb_strmap_get(p->reqs, info->request_id)) {
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request %s is already registered", info->request_id);
   }
   if (num_history < 0 || (num_history > 0 && !history)) {
@@ -721,7 +711,7 @@ llb_status outproc_register_resume(struct outproc_t *p, const struct outproc_req
   if (st != LLB_STATUS_OK) {
     struct parent_state *ps = r->parent;
     ps->children[r->index] = NULL;
-    id_map_remove(p->reqs, r->id);
+    llb_strmap_remove(p->reqs, r->id);
     req_free(r);
     return st;
   }
@@ -738,8 +728,8 @@ static llb_status finish_by_id(struct outproc_t *p, const char *request_id,
                                enum outproc_finish_reason why, llb_status code, const char *message,
                                int64_t now_ns, struct outproc_result *res) {
   p->now_ns = now_ns;
-  struct req_state *r = id_map_get(p->reqs, request_id);
-  struct parent_state *ps = r ? r->parent : id_map_get(p->parents, request_id);
+  struct req_state *r = llb_strmap_get(p->reqs, request_id);
+  struct parent_state *ps = r ? r->parent : llb_strmap_get(p->parents, request_id);
   if (!ps) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "no unfinished request %s", request_id);
   if (message) {
     copy_str(ps->error, sizeof ps->error, message);
@@ -775,7 +765,7 @@ llb_status outproc_fail(struct outproc_t *p, const char *request_id, llb_status 
 uint64_t outproc_num_duplicates(const struct outproc_t *p) { return p ? p->num_duplicates : 0; }
 
 llb_status outproc_history(const struct outproc_t *p, const char *request_id, const int32_t **ids, int64_t *n) {
-  const struct req_state *r = p && request_id ? id_map_get(p->reqs, request_id) : NULL;
+  const struct req_state *r = p && request_id ? llb_strmap_get(p->reqs, request_id) : NULL;
   if (!r || r->finished) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "request %s: not running here", request_id ? request_id : "");
   *ids = r->token_ids;
   *n = r->num_tokens;

@@ -10,6 +10,7 @@
 
 #include "actors/scheduler/actor_internal.h"
 #include "actors/scheduler/actor_wire.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "bus/subject.h"
 #include "schemas/control.h"
@@ -62,60 +63,12 @@ void sched_actor_meta_free(struct req_meta *m) {
   free(m);
 }
 
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
+struct req_meta *sched_actor_meta(const struct scheduler_actor *a, const char *id) {
+  const struct sched_request *r = sched_find_request(a->sched, id);
+  return r ? r->user : NULL;
 }
 
-int64_t sched_actor_map_find(const struct scheduler_actor *a, const char *id) {
-  if (a->map_cap == 0) return -1;
-  for (int64_t i = (int64_t)(hash_str(id) & (uint64_t)(a->map_cap - 1));; i = (i + 1) & (a->map_cap - 1)) {
-    if (!a->map[i]) return -1;
-    if (strcmp(a->map[i]->id, id) == 0) return i;
-  }
-}
-
-static llb_status map_insert(struct scheduler_actor *a, struct req_meta *m) {
-  if ((a->map_num + 1) * 2 > a->map_cap) {
-    int64_t cap = a->map_cap ? a->map_cap * 2 : 256;
-    struct req_meta **nm = calloc((size_t)cap, sizeof(*nm));
-    if (!nm) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "request map of %lld", (long long)cap);
-    for (int64_t i = 0; i < a->map_cap; i++) {
-      if (!a->map[i]) continue;
-      int64_t j = (int64_t)(hash_str(a->map[i]->id) & (uint64_t)(cap - 1));
-      while (nm[j]) j = (j + 1) & (cap - 1);
-      nm[j] = a->map[i];
-    }
-    free(a->map);
-    a->map = nm;
-    a->map_cap = cap;
-  }
-  int64_t j = (int64_t)(hash_str(m->id) & (uint64_t)(a->map_cap - 1));
-  while (a->map[j]) j = (j + 1) & (a->map_cap - 1);
-  a->map[j] = m;
-  a->map_num++;
-  return LLB_STATUS_OK;
-}
-
-/* Removes slot i (freeing its meta when free_meta); backward-shift deletion keeps probe
- * chains intact. */
-void sched_actor_map_remove(struct scheduler_actor *a, int64_t i, bool free_meta) {
-  if (free_meta) sched_actor_meta_free(a->map[i]);
-  a->map[i] = NULL;
-  a->map_num--;
-  int64_t mask = a->map_cap - 1;
-  for (int64_t j = (i + 1) & mask; a->map[j]; j = (j + 1) & mask) {
-    int64_t home = (int64_t)(hash_str(a->map[j]->id) & (uint64_t)mask);
-    /* move j into the hole i if home is not in (i, j] cyclically */
-    bool between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-    if (!between) {
-      a->map[i] = a->map[j];
-      a->map[j] = NULL;
-      i = j;
-    }
-  }
-}
+static void meta_free_user(void *user) { sched_actor_meta_free(user); }
 
 /* ---- intake (handler threads) ---- */
 
@@ -202,7 +155,7 @@ bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, ui
       off += src[k]->len + 1;
     }
     m->mm[i] = (struct sched_mm_feature){.offset = f->offset, .length = f->length,
-                                         .mm_hash = kv_hash_bytes(f->mm_hash.data, f->mm_hash.len),
+                                         .mm_hash = llb_hash_bytes(f->mm_hash.data, f->mm_hash.len),
                                          .hash = strs[0], .modality = strs[1], .dtype = strs[2],
                                          .num_cols = f->num_cols, .data = data,
                                          .data_bytes = f->data_bytes, .is_embed = is_embed};
@@ -270,21 +223,17 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
     llb_status st;
     if (m->reject_status != LLB_STATUS_OK) { /* refused at intake (dead-lettered) */
       st = LLB_ERRF(m->reject_status, "%s", m->reject_message);
-    } else if (sched_actor_map_find(a, m->id) >= 0) {
+    } else if (sched_find_request(a->sched, m->id)) {
       st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request_id '%s' is already running", m->id);
     } else {
       struct sched_new_request nr = {
           .request_id = m->id, .prompt_token_ids = m->prompt, .num_prompt_tokens = m->num_prompt,
-          .sampling_params = m->params, .eos_token_id = m->eos_token_id,
+          .sampling_params = &m->params, .eos_token_id = m->eos_token_id,
           .arrival_time = m->arrival_time, .priority = m->priority, .cache_salt = m->cache_salt,
           .mm_features = m->mm, .num_mm_features = m->num_mm,
           .structured_outputs = m->structured_outputs, .pooling_params = m->pooling_params,
-          .resume_output_ids = m->resume_ids, .num_resume_output_ids = m->num_resume};
-      st = map_insert(a, m);
-      if (st == LLB_STATUS_OK) {
-        st = sched_add_request(a->sched, &nr);
-        if (st != LLB_STATUS_OK) sched_actor_map_remove(a, sched_actor_map_find(a, m->id), false);
-      }
+          .resume_output_ids = m->resume_ids, .num_resume_output_ids = m->num_resume, .user = m};
+      st = sched_add_request(a->sched, &nr); /* on error m stays ours: refused below */
     }
     if (st == LLB_STATUS_OK) {
       atomic_fetch_add(&a->c_requests, 1);
@@ -346,10 +295,10 @@ static void step_failed(struct scheduler_actor *a, const char *what, llb_status 
   if (st != LLB_STATUS_CLOSED) set_recovering(a, true);
   const bool worker_error = a->worker_error;
   if (a->worker_blamed[0]) {
-    int64_t at = sched_actor_map_find(a, a->worker_blamed);
-    if (at >= 0) {
-      a->map[at]->reject_status = LLB_STATUS_INVALID_ARGUMENT;
-      snprintf(a->map[at]->reject_message, sizeof a->map[at]->reject_message, "%s", llb_err_last());
+    struct req_meta *m = sched_actor_meta(a, a->worker_blamed);
+    if (m) {
+      m->reject_status = LLB_STATUS_INVALID_ARGUMENT;
+      snprintf(m->reject_message, sizeof m->reject_message, "%s", llb_err_last());
     }
   }
   if (sched_step_failed(a->sched, a->worker_blamed, worker_error, &a->eo_side) != LLB_STATUS_OK)
@@ -677,7 +626,9 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   kv_step_result_init(&a->kv_res);
   sched_engine_outputs_init(&a->eo);
   sched_engine_outputs_init(&a->eo_side);
-  llb_status st = sched_create(&cfg->sched, &a->sched);
+  struct sched_config sc = cfg->sched;
+  sc.free_user = meta_free_user; /* the scheduler's registry holds each live request's meta */
+  llb_status st = sched_create(&sc, &a->sched);
   if (!st) st = sched_engine_metrics_create(cfg->metrics, cfg->log_stats_interval_ms * 1000000, &a->metrics);
   const struct { char *buf; const char *kind; } subj[] = {
       {a->subj_requests, "requests"}, {a->subj_abort, "abort"}, {a->subj_kv, "kv"},
@@ -741,8 +692,8 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
     a->abort_head = it->next;
     free(it);
   }
-  for (int64_t i = 0; i < a->map_cap; i++) sched_actor_meta_free(a->map[i]);
-  free(a->map);
+  sched_actor_free_output_users(&a->eo_side); /* final outputs never published */
+  sched_actor_free_output_users(&a->eo);
   for (int64_t i = 0; i < a->num_rejected; i++) sched_actor_meta_free(a->rejected[i]);
   free(a->rejected);
   sched_actor_durable_free(a);

@@ -102,8 +102,8 @@ static llb_status encode_step(struct scheduler_actor *a) {
   sched_trace_fill_wire(a, a->out.step, a->wire.scheduled, m.num_scheduled_reqs);
   int64_t now = llb_wall_ns();
   for (int32_t i = 0; i < a->out.num_new_reqs; i++) {
-    int64_t at = sched_actor_map_find(a, a->out.new_reqs[i].req_id);
-    if (at >= 0 && a->map[at]->scheduled_time_ns == 0) a->map[at]->scheduled_time_ns = now;
+    struct req_meta *m = sched_actor_meta(a, a->out.new_reqs[i].req_id);
+    if (m && m->scheduled_time_ns == 0) m->scheduled_time_ns = now;
   }
   return llb_scheduler_output_encode_buf(&m, &a->buf);
 }

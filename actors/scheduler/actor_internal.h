@@ -24,7 +24,9 @@ struct sched_durable;
 struct resync_item;
 
 /* What the actor keeps per live request beside the scheduler's own state: routing and the
- * first output's extra fields. Owned by the meta map once admitted. */
+ * first output's extra fields. Once admitted it is the request's sched_request.user (one
+ * registry: the scheduler's), read with sched_actor_meta; it leaves with the final output
+ * and is freed after that output is published (actor_outputs.c). */
 struct req_meta {
   char *id, *reply_to, *external_id, *parent_request_id, *cache_salt;
   int32_t client_index, eos_token_id, priority;
@@ -82,8 +84,6 @@ struct scheduler_actor {
   struct llb_buf req_err_buf;
 
   /* step-thread state */
-  struct req_meta **map;           /* [map_cap] open addressing, linear probing */
-  int64_t map_cap, map_num;
   struct req_meta **rejected;      /* [cap_rejected] this iteration's refused requests */
   int64_t num_rejected, cap_rejected;
   struct sched_output out;
@@ -146,10 +146,9 @@ enum sched_peer { SCHED_PEER_GPU_WORKER = 0, SCHED_PEER_KV_MANAGER, SCHED_PEER_C
 
 /* request metadata (actor.c) */
 void sched_actor_meta_free(struct req_meta *m);
-int64_t sched_actor_map_find(const struct scheduler_actor *a, const char *id);
-/* Removes slot i (freeing its meta when free_meta); backward-shift deletion keeps probe
- * chains intact. */
-void sched_actor_map_remove(struct scheduler_actor *a, int64_t i, bool free_meta);
+/* The meta of live request `id` (its sched_request.user), or NULL: unknown, finished, or its
+ * final output already went out (an abort waiting for its step). Step thread. */
+struct req_meta *sched_actor_meta(const struct scheduler_actor *a, const char *id);
 
 /* step thread: the worker round trip (actor_execute.c) */
 /* The reply queue's lock and condition variable (also the peer-health lock); always. */
@@ -232,5 +231,7 @@ void sched_actor_fetch_history(struct scheduler_actor *a, struct req_meta *list)
  * step's outputs; then forgets finished requests and drops first-output data. */
 void sched_actor_publish_outputs(struct scheduler_actor *a, uint64_t step, bool with_step);
 void sched_actor_publish_stats(struct scheduler_actor *a);
+/* Frees the metas owned by eo's final outputs (outputs never published: the actor stops). */
+void sched_actor_free_output_users(struct sched_engine_outputs *eo);
 
 #endif

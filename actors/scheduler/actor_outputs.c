@@ -81,9 +81,8 @@ static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output
   o->pooling_output = sched_engine_outputs_pooled(eo, i);
   o->num_pooling_output = e->num_pooled;
   if (eo == &a->eo) o->new_logprobs = step_logprobs(a, o->request_id.data, e->num_new_tokens);
-  int64_t at = sched_actor_map_find(a, o->request_id.data);
-  if (at < 0) return;
-  struct req_meta *m = a->map[at];
+  struct req_meta *m = e->user;
+  if (!m) return;
   if (e->num_new_tokens > 0 && m->first_token_time_ns == 0) m->first_token_time_ns = now_ns;
   if (e->num_new_tokens > 0 && eo == &a->eo)
     o->prompt_logprobs = sched_prompt_logprobs_take(&m->plp); /* once, with its first token */
@@ -163,18 +162,23 @@ void sched_actor_publish_outputs(struct scheduler_actor *a, uint64_t step, bool 
                   llb_log_quote(q, sizeof q, llb_err_last()));
   }
 cleanup:
+  /* Outputs that borrow a meta first: a request aborted in this step may have a step output
+   * in a->eo beside its final ABORT output in a->eo_side, which owns the same meta. */
   for (int l = 0; l < 2; l++)
     for (int32_t i = 0; lists[l] && i < lists[l]->num_outputs; i++) {
-      int64_t at = sched_actor_map_find(a, sched_engine_outputs_req_id(lists[l], i));
-      if (at < 0) continue;
-      if (lists[l]->outputs[i].finish_reason != SCHED_FINISH_REASON_NONE) {
-        sched_actor_durable_done(a, a->map[at]->stream_seq); /* after its last output went out */
-        sched_actor_map_remove(a, at, true);
-      } else if (!a->map[at]->first_sent) {
-        a->map[at]->first_sent = true;
-        free(a->map[at]->prompt);
-        a->map[at]->prompt = NULL;
-      }
+      struct req_meta *m = lists[l]->outputs[i].user;
+      if (!m || lists[l]->outputs[i].finish_reason != SCHED_FINISH_REASON_NONE || m->first_sent) continue;
+      m->first_sent = true;
+      free(m->prompt);
+      m->prompt = NULL;
+    }
+  for (int l = 0; l < 2; l++)
+    for (int32_t i = 0; lists[l] && i < lists[l]->num_outputs; i++) {
+      struct req_meta *m = lists[l]->outputs[i].user;
+      if (!m || lists[l]->outputs[i].finish_reason == SCHED_FINISH_REASON_NONE) continue;
+      sched_actor_durable_done(a, m->stream_seq); /* after its last output went out */
+      sched_actor_meta_free(m);
+      lists[l]->outputs[i].user = NULL;
     }
   for (int64_t i = 0; i < a->num_rejected; i++) {
     sched_actor_durable_done(a, a->rejected[i]->stream_seq);
@@ -184,6 +188,15 @@ cleanup:
   sched_engine_outputs_clear(&a->eo_side, step);
   sched_engine_outputs_clear(&a->eo, step);
   sched_trace_steps_done(a, step, with_step, now);
+}
+
+void sched_actor_free_output_users(struct sched_engine_outputs *eo) {
+  for (int32_t i = 0; i < eo->num_outputs; i++)
+    if (eo->outputs[i].finish_reason != SCHED_FINISH_REASON_NONE) {
+      sched_actor_meta_free(eo->outputs[i].user);
+      eo->outputs[i].user = NULL;
+    }
+  eo->num_outputs = 0;
 }
 
 void scheduler_actor_announce_draining(struct scheduler_actor *a) {

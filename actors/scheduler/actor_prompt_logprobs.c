@@ -46,9 +46,8 @@ void sched_actor_collect_prompt_logprobs(struct scheduler_actor *a, const struct
   for (int32_t i = 0; i < mro->num_reqs; first += mro->num_prompt_logprobs[i], i++) {
     const int32_t count = mro->num_prompt_logprobs[i];
     if (count == 0) continue;
-    const int64_t at = sched_actor_map_find(a, mro->req_ids[i].data);
-    if (at < 0) continue;
-    struct req_meta *m = a->map[at];
+    struct req_meta *m = sched_actor_meta(a, mro->req_ids[i].data);
+    if (!m) continue;
     const int32_t cols = 1 + m->params.prompt_logprobs;
     if (m->plp.sent || cols < 1 || cols > ll->num_logprobs_per_token) continue;
     m->plp.cols = cols;

@@ -55,9 +55,9 @@ void sched_actor_resync_take(struct scheduler_actor *a) {
   while (list) {
     struct resync_item *it = list;
     list = it->next;
-    int64_t at = sched_actor_map_find(a, it->id);
-    if (at >= 0 && !a->map[at]->resync) {
-      a->map[at]->resync = true;
+    struct req_meta *m = sched_actor_meta(a, it->id);
+    if (m && !m->resync) {
+      m->resync = true;
       atomic_fetch_add(&a->c_resyncs, 1);
       LLB_LOG_INFO("request_resync", "req=%s reason=output_processor_asked", it->id);
     }

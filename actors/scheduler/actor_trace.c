@@ -89,9 +89,8 @@ static bool record_reserve(struct sched_step_trace *r, int32_t n) {
 /* Opens request `id`'s step span in `r` (and records its queue span on first scheduling). */
 static void open_step_span(struct scheduler_actor *a, struct sched_step_trace *r, const char *id,
                            int32_t num_tokens, int32_t num_computed, int32_t batch_size) {
-  int64_t at = sched_actor_map_find(a, id);
-  if (at < 0 || !a->map[at]->trace.on || r->num >= r->cap) return;
-  struct req_meta *m = a->map[at];
+  struct req_meta *m = sched_actor_meta(a, id);
+  if (!m || !m->trace.on || r->num >= r->cap) return;
   if (!m->trace.queue_recorded) {
     m->trace.queue_recorded = true;
     struct bus_span q;
@@ -120,12 +119,12 @@ void sched_trace_step_planned(struct scheduler_actor *a, int64_t plan_ns, int64_
   const int32_t batch = o->num_new_reqs + o->num_cached_reqs;
   bool any = false;
   for (int32_t i = 0; i < o->num_new_reqs && !any; i++) {
-    int64_t at = sched_actor_map_find(a, o->new_reqs[i].req_id);
-    any = at >= 0 && a->map[at]->trace.on;
+    const struct req_meta *m = sched_actor_meta(a, o->new_reqs[i].req_id);
+    any = m && m->trace.on;
   }
   for (int32_t i = 0; i < o->num_cached_reqs && !any; i++) {
-    int64_t at = sched_actor_map_find(a, o->cached_reqs[i].req_id);
-    any = at >= 0 && a->map[at]->trace.on;
+    const struct req_meta *m = sched_actor_meta(a, o->cached_reqs[i].req_id);
+    any = m && m->trace.on;
   }
   if (!any) return;
   struct sched_step_trace *r = free_record(a);

@@ -183,12 +183,19 @@ static void count_failure(struct scheduler *s, struct sched_request *r) {
   r->num_failed_steps++;
 }
 
-/* The first live request with num_failed_steps >= SCHED_MAX_FAILED_STEPS, or NULL. */
+static void find_poison_cb(void *ctx, const char *key, void *value) {
+  (void)key;
+  struct sched_request **found = ctx, *r = value;
+  if (!*found && r->num_failed_steps >= SCHED_MAX_FAILED_STEPS && !r->abort_pending)
+    *found = r; /* an aborted one already told its client */
+}
+
+/* The first live request (in admission order) with num_failed_steps >=
+ * SCHED_MAX_FAILED_STEPS, or NULL. */
 static struct sched_request *next_poison(const struct scheduler *s) {
-  for (uint64_t i = 0; i <= s->map_mask; i++)
-    if (s->map[i] && s->map[i]->num_failed_steps >= SCHED_MAX_FAILED_STEPS && !s->map[i]->abort_pending)
-      return s->map[i]; /* an aborted one already told its client */
-  return NULL;
+  struct sched_request *found = NULL;
+  llb_strmap_foreach(s->reqs, find_poison_cb, &found);
+  return found;
 }
 
 llb_status sched_step_failed(struct scheduler *s, const char *blamed_req_id, bool count,

@@ -4,20 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static llb_status grow(void **arr, int64_t *cap, int64_t need, size_t elem) {
-  if (need <= *cap) return LLB_STATUS_OK;
-  int64_t n = *cap > 0 ? *cap : 16;
-  while (n < need) n *= 2;
-  void *p = realloc(*arr, (size_t)n * elem);
-  if (!p) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "scheduler output: %lld elements", (long long)n);
-  *arr = p;
-  *cap = n;
-  return LLB_STATUS_OK;
-}
+#include "base/array.h"
 
 static llb_status grow32(void **arr, int32_t *cap, int64_t need, size_t elem) {
   int64_t c = *cap;
-  llb_status st = grow(arr, &c, need, elem);
+  llb_status st = llb_array_reserve(arr, &c, need, elem);
   *cap = (int32_t)c;
   return st;
 }
@@ -33,7 +24,7 @@ void sched_str_list_free(struct sched_str_list *l) {
 llb_status sched_str_list_add(struct sched_str_list *l, const char *s) {
   size_t len = strlen(s) + 1;
   llb_status st = grow32((void **)&l->offsets, &l->cap, (int64_t)l->num + 1, sizeof(*l->offsets));
-  if (!st) st = grow((void **)&l->chars, &l->cap_chars, l->num_chars + (int64_t)len, 1);
+  if (!st) st = llb_array_reserve((void **)&l->chars, &l->cap_chars, l->num_chars + (int64_t)len, 1);
   if (st) return st;
   memcpy(l->chars + l->num_chars, s, len);
   l->offsets[l->num++] = l->num_chars;
@@ -77,11 +68,11 @@ void sched_engine_outputs_clear(struct sched_engine_outputs *o, uint64_t step) {
   sched_str_list_clear(&o->req_ids);
 }
 
-llb_status sched_engine_outputs_add(struct sched_engine_outputs *o, const struct sched_request *r,
+llb_status sched_engine_outputs_add(struct sched_engine_outputs *o, struct sched_request *r,
                                     int32_t first_output_pos, int32_t n) {
   llb_status st = grow32((void **)&o->outputs, &o->cap_outputs, (int64_t)o->num_outputs + 1,
                          sizeof(*o->outputs));
-  if (!st) st = grow((void **)&o->token_ids, &o->cap_token_ids, o->num_token_ids + n, sizeof(int32_t));
+  if (!st) st = llb_array_reserve((void **)&o->token_ids, &o->cap_token_ids, o->num_token_ids + n, sizeof(int32_t));
   if (!st) st = sched_str_list_add(&o->req_ids, r->request_id);
   if (st) return st;
   if (n > 0)
@@ -92,14 +83,15 @@ llb_status sched_engine_outputs_add(struct sched_engine_outputs *o, const struct
       .first_output_pos = first_output_pos, .finish_reason = r->finish_reason,
       .stop_token_id = r->stop_token_id,
       .num_cached_tokens = r->num_cached_tokens > 0 ? r->num_cached_tokens : 0,
-      .num_preemptions = r->num_preemptions};
+      .num_preemptions = r->num_preemptions, .user = r->user};
+  if (r->finish_reason != SCHED_FINISH_REASON_NONE) r->user = NULL; /* the final output owns it */
   o->num_token_ids += n;
   return LLB_STATUS_OK;
 }
 
 llb_status sched_engine_outputs_set_pooled(struct sched_engine_outputs *o, int32_t i, const float *vec, int32_t n) {
   if (i < 0 || i >= o->num_outputs || n < 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "pooled output %d", i);
-  llb_status st = grow((void **)&o->pooled, &o->cap_pooled, o->num_pooled + n, sizeof(float));
+  llb_status st = llb_array_reserve((void **)&o->pooled, &o->cap_pooled, o->num_pooled + n, sizeof(float));
   if (st) return st;
   if (n > 0) memcpy(o->pooled + o->num_pooled, vec, (size_t)n * sizeof(float));
   o->outputs[i].pooled_offset = o->num_pooled;

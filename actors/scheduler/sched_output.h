@@ -118,6 +118,9 @@ struct sched_engine_output {
   int32_t num_preemptions;
   int64_t pooled_offset;                 /* read with sched_engine_outputs_pooled */
   int32_t num_pooled;                    /* a pooling request's vector (finishing output), 0 none */
+  /* The request's sched_request.user when the output was added: owned by this output when it
+   * is the final one (finish_reason != NONE: the request let go of it), borrowed otherwise. */
+  void *user;
 };
 
 struct sched_engine_outputs {
@@ -135,8 +138,9 @@ void sched_engine_outputs_init(struct sched_engine_outputs *o);
 void sched_engine_outputs_free(struct sched_engine_outputs *o); /* accepts NULL */
 void sched_engine_outputs_clear(struct sched_engine_outputs *o, uint64_t step);
 /* Appends an output for r with its tokens [first_output_pos, first_output_pos + n) of the
- * outputs. Errors: OUT_OF_MEMORY. */
-llb_status sched_engine_outputs_add(struct sched_engine_outputs *o, const struct sched_request *r,
+ * outputs and r's user; a final output (r->finish_reason != NONE) takes r->user over (r's
+ * becomes NULL). Errors: OUT_OF_MEMORY (r unchanged). */
+llb_status sched_engine_outputs_add(struct sched_engine_outputs *o, struct sched_request *r,
                                     int32_t first_output_pos, int32_t n);
 /* Attaches a copy of vec [n] (a pooling request's vector) to output i. OUT_OF_MEMORY. */
 llb_status sched_engine_outputs_set_pooled(struct sched_engine_outputs *o, int32_t i, const float *vec, int32_t n);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "schemas/embeds.h"
 #include "schemas/kv_ops.h"
 
@@ -91,13 +92,14 @@ static llb_status validate_params(const char *id, const struct llb_sampling_para
 llb_status sched_new_request_validate(const struct sched_new_request *nr, int32_t vocab_size) {
   const char *id = nr->request_id ? nr->request_id : "";
   if (nr->num_prompt_tokens < 1 || !nr->prompt_token_ids) return BAD("request %s: empty prompt", id);
+  if (!nr->sampling_params) return BAD("request %s: no sampling_params", id);
   for (int32_t t = 0; t < nr->num_prompt_tokens; t++)
     if (!id_ok(nr->prompt_token_ids[t], vocab_size))
       return BAD("request %s: prompt_token_ids[%d] = %d outside the vocabulary [0, %d)", id, t,
                  nr->prompt_token_ids[t], vocab_size);
   if (nr->eos_token_id != -1 && !id_ok(nr->eos_token_id, vocab_size))
     return BAD("request %s: eos_token_id %d outside the vocabulary [0, %d) (or -1)", id, nr->eos_token_id, vocab_size);
-  llb_status st = validate_params(id, &nr->sampling_params, vocab_size);
+  llb_status st = validate_params(id, nr->sampling_params, vocab_size);
   if (st) return st;
   const struct llb_pooling_params *pp = &nr->pooling_params;
   if ((unsigned)pp->pooling_type > LLB_POOLING_CLS || pp->dimensions < 0 || pp->dimensions > LLB_MAX_POOLED_DIMS)
@@ -161,7 +163,8 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
   struct sched_request *r = calloc(1, sizeof(*r));
   if (!r) goto fail;
   r->request_id = strdup(nr->request_id);
-  r->sampling_params = nr->sampling_params;
+  r->sampling_params = *nr->sampling_params;
+  r->user = nr->user;
   r->pooling_params = nr->pooling_params;
   r->eos_token_id = nr->eos_token_id;
   r->arrival_time = nr->arrival_time;
@@ -169,7 +172,7 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
   r->arrival_seq = arrival_seq;
   r->num_prompt_tokens = r->num_tokens = nr->num_prompt_tokens;
   int32_t room = max_model_len - nr->num_prompt_tokens;
-  int32_t mt = nr->sampling_params.max_tokens;
+  int32_t mt = nr->sampling_params->max_tokens;
   r->max_tokens = mt < 0 || mt > room ? room : mt;
   if (r->max_tokens < 1) r->max_tokens = 1;
   r->cap_tokens = nr->num_prompt_tokens + r->max_tokens;
@@ -210,7 +213,7 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
   }
   if (nr->cache_salt && nr->cache_salt[0]) {
     r->has_cache_salt = true;
-    r->cache_salt_hash = kv_hash_bytes(nr->cache_salt, strlen(nr->cache_salt));
+    r->cache_salt_hash = llb_hash_bytes(nr->cache_salt, strlen(nr->cache_salt));
   }
   r->status = SCHED_REQUEST_STATUS_WAITING;
   r->stop_token_id = -1;
@@ -243,18 +246,18 @@ void sched_request_update_block_hashes(struct sched_request *r, int32_t block_si
   uint64_t mm[64];
   for (int32_t b = r->num_block_hashes; b < full; b++) {
     int32_t start = b * block_size, end = start + block_size;
-    struct kv_block_extra_keys extra = {.has_cache_salt = b == 0 && r->has_cache_salt,
+    struct llb_block_extra_keys extra = {.has_cache_salt = b == 0 && r->has_cache_salt,
                                         .cache_salt_hash = r->cache_salt_hash, .mm_hashes = mm};
     /* A block overlapped by more than 64 inputs is folded: the 64th key chains the rest. */
     for (int32_t k = 0; k < r->num_mm_features; k++) {
       const struct sched_mm_feature *f = &r->mm_features[k];
       if (f->offset < end && f->offset + f->length > start) {
         if (extra.num_mm_hashes < 64) mm[extra.num_mm_hashes++] = f->mm_hash;
-        else mm[63] = kv_hash_bytes(&(uint64_t[2]){mm[63], f->mm_hash}, 16);
+        else mm[63] = llb_hash_bytes(&(uint64_t[2]){mm[63], f->mm_hash}, 16);
       }
     }
-    uint64_t parent = b == 0 ? KV_BLOCK_HASH_ROOT : r->block_hashes[b - 1];
-    r->block_hashes[b] = kv_block_hash(parent, r->token_ids + start, block_size, &extra);
+    uint64_t parent = b == 0 ? LLB_BLOCK_HASH_ROOT : r->block_hashes[b - 1];
+    r->block_hashes[b] = llb_block_hash(parent, r->token_ids + start, block_size, &extra);
   }
   if (full > r->num_block_hashes) r->num_block_hashes = full;
 }

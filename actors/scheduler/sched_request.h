@@ -36,7 +36,7 @@ enum sched_finish_reason {
 };
 
 /* A multimodal input: its embeddings replace `length` placeholder tokens from `offset`;
- * mm_hash (kv_hash_bytes of the content hash string) is an extra key of every block the
+ * mm_hash (llb_hash_bytes of the content hash string) is an extra key of every block the
  * placeholders overlap. The strings and data are copied by sched_request_create (NULL =
  * none); `hash` is the encoder-cache key (when NULL or "", the request takes no part in
  * encoder scheduling: its embeddings are assumed present, as in tests of block hashing). */
@@ -58,12 +58,12 @@ struct sched_mm_feature {
                                sched_request_create from is_embed */
 };
 
-/* What sched_add_request needs (vLLM EngineCoreRequest); everything is copied. */
+/* What sched_add_request needs (vLLM EngineCoreRequest); everything is copied but `user`. */
 struct sched_new_request {
   const char *request_id;               /* unique among live requests, <= 255 bytes */
   const int32_t *prompt_token_ids;      /* [num_prompt_tokens], >= 1 */
   int32_t num_prompt_tokens;
-  struct llb_sampling_params sampling_params;
+  const struct llb_sampling_params *sampling_params; /* non-NULL; copied */
   int32_t eos_token_id;                 /* -1 = none */
   double arrival_time;                  /* seconds since the Unix epoch */
   int32_t priority;                     /* lower runs first (priority policy) */
@@ -79,10 +79,19 @@ struct sched_new_request {
    * preemption); at most max_tokens - 1 of them are kept, so it still samples. NULL/0 = none. */
   const int32_t *resume_output_ids;     /* [num_resume_output_ids] */
   int32_t num_resume_output_ids;
+  /* The caller's own data for this request (the scheduler actor's routing and first-output
+   * fields), or NULL: never read by the scheduler, which carries it as sched_request.user. */
+  void *user;
 };
 
 struct sched_request {
   char *request_id;
+  /* sched_new_request.user. It leaves with the request's final output: the output that
+   * finishes it (sched_engine_output.user) takes it over and this becomes NULL; a request
+   * finished without an output (its ABORT went out before) or still live when the scheduler
+   * is destroyed has it freed by sched_config.free_user. So the owner frees each user once,
+   * after publishing the final output that carries it. */
+  void *user;
   struct llb_sampling_params sampling_params;
   struct llb_pooling_params pooling_params; /* type NONE: it samples */
   int32_t eos_token_id;
@@ -181,7 +190,7 @@ static inline bool sched_request_is_finished(const struct sched_request *r) {
 }
 
 /* Extends block_hashes over every full block of token_ids (vLLM Request.block_hashes,
- * chained with kv_block_hash). No allocation. */
+ * chained with llb_block_hash). No allocation. */
 void sched_request_update_block_hashes(struct sched_request *r, int32_t block_size);
 
 /* Appends one sampled token and applies vLLM's stop checks in its order (v1/core/sched/

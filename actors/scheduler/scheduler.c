@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "base/log.h"
 
 static int32_t div_up(int64_t a, int64_t b) { return (int32_t)((a + b - 1) / b); }
@@ -34,58 +35,26 @@ static llb_status push_ptr(void ***arr, int32_t *num, int32_t *cap, void *p, siz
   return LLB_STATUS_OK;
 }
 
-/* ---- request map ---- */
-
-static uint64_t id_hash(const char *id) { return kv_hash_bytes(id, strlen(id)); }
-
-static int64_t map_slot(const struct scheduler *s, const char *id) {
-  for (uint64_t i = id_hash(id) & s->map_mask;; i = (i + 1) & s->map_mask) {
-    if (!s->map[i]) return -1;
-    if (strcmp(s->map[i]->request_id, id) == 0) return (int64_t)i;
-  }
-}
+/* ---- request registry: live requests by id (base/strmap.h) ---- */
 
 struct sched_request *sched_map_get(const struct scheduler *s, const char *id) {
-  int64_t at = map_slot(s, id);
-  return at < 0 ? NULL : s->map[at];
-}
-
-static void map_put(struct sched_request **map, uint64_t mask, struct sched_request *r) {
-  uint64_t i = id_hash(r->request_id) & mask;
-  while (map[i]) i = (i + 1) & mask;
-  map[i] = r;
-}
-
-static llb_status map_add(struct scheduler *s, struct sched_request *r) {
-  if ((uint64_t)(s->num_live + 1) * 2 > s->map_mask + 1) {
-    uint64_t size = (s->map_mask + 1) * 2;
-    struct sched_request **map = calloc(size, sizeof(*map));
-    if (!map) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "scheduler: request map of %llu", (unsigned long long)size);
-    for (uint64_t i = 0; i <= s->map_mask; i++)
-      if (s->map[i]) map_put(map, size - 1, s->map[i]);
-    free(s->map);
-    s->map = map;
-    s->map_mask = size - 1;
-  }
-  map_put(s->map, s->map_mask, r);
-  s->num_live++;
-  return LLB_STATUS_OK;
+  return llb_strmap_get(s->reqs, id);
 }
 
 static void map_remove(struct scheduler *s, const struct sched_request *r) {
-  int64_t at = map_slot(s, r->request_id);
-  if (at < 0 || s->map[at] != r) return;
-  uint64_t hole = (uint64_t)at;
-  for (uint64_t j = (hole + 1) & s->map_mask; s->map[j]; j = (j + 1) & s->map_mask) {
-    uint64_t home = id_hash(s->map[j]->request_id) & s->map_mask;
-    bool in_range = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
-    if (!in_range) {
-      s->map[hole] = s->map[j];
-      hole = j;
-    }
-  }
-  s->map[hole] = NULL;
-  s->num_live--;
+  if (llb_strmap_get(s->reqs, r->request_id) == r) llb_strmap_remove(s->reqs, r->request_id);
+}
+
+/* A request leaves with its user: freed here unless its final output took it over. */
+static void free_user(struct scheduler *s, struct sched_request *r) {
+  if (r->user && s->cfg.free_user) s->cfg.free_user(r->user);
+  r->user = NULL;
+}
+
+static void destroy_live_cb(void *ctx, const char *key, void *value) {
+  (void)key;
+  free_user(ctx, value);
+  sched_request_destroy(value);
 }
 
 /* ---- lifecycle ---- */
@@ -118,14 +87,12 @@ llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) 
   s->cfg = *cfg;
   s->max_blocks_per_req = div_up(cfg->max_model_len, cfg->block_size);
   sched_queue_init(&s->waiting, cfg->policy);
-  s->map_mask = 63;
-  s->map = calloc(s->map_mask + 1, sizeof(*s->map));
   s->running = calloc((size_t)cfg->max_num_seqs, sizeof(*s->running));
   s->scheduled = calloc((size_t)cfg->max_num_seqs, sizeof(*s->scheduled));
   s->block_refs = calloc((size_t)cfg->num_blocks, sizeof(*s->block_refs));
   for (int k = 0; k < 2; k++)
     s->inflight[k].entries = calloc((size_t)cfg->max_num_seqs, sizeof(*s->inflight[k].entries));
-  if (!s->map || !s->running || !s->scheduled || !s->block_refs || !s->inflight[0].entries ||
+  if (llb_strmap_create(0, &s->reqs) || !s->running || !s->scheduled || !s->block_refs || !s->inflight[0].entries ||
       !s->inflight[1].entries)
     goto fail;
   if (encoder_cache_create(cfg->encoder_cache_size, &s->ec)) goto fail;
@@ -147,9 +114,8 @@ void sched_destroy(struct scheduler *s) {
   for (int32_t i = 0; i < s->num_free_pending; i++)
     if (sched_request_is_finished(s->free_pending[i])) sched_request_destroy(s->free_pending[i]);
   for (int32_t i = 0; i < s->num_zombies; i++) sched_request_destroy(s->zombies[i]);
-  if (s->map)
-    for (uint64_t i = 0; i <= s->map_mask; i++) sched_request_destroy(s->map[i]);
-  free(s->map);
+  if (s->reqs) llb_strmap_foreach(s->reqs, destroy_live_cb, s);
+  llb_strmap_destroy(s->reqs);
   free(s->running);
   free(s->scheduled);
   free(s->free_pending);
@@ -168,7 +134,7 @@ void sched_destroy(struct scheduler *s) {
 
 llb_status sched_add_request(struct scheduler *s, const struct sched_new_request *nr) {
   if (!s || !nr || !nr->request_id) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sched_add_request: NULL");
-  if (map_slot(s, nr->request_id) >= 0)
+  if (sched_map_get(s, nr->request_id))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request %s already exists", nr->request_id);
   llb_status vst = sched_new_request_validate(nr, s->cfg.vocab_size);
   if (vst) return vst;
@@ -202,12 +168,15 @@ llb_status sched_add_request(struct scheduler *s, const struct sched_new_request
   llb_status st = sched_request_create(nr, s->cfg.max_model_len, s->cfg.block_size,
                                        s->next_arrival_seq++, &r);
   if (st) return st;
-  st = map_add(s, r);
+  st = llb_strmap_put(s->reqs, r->request_id, r);
   if (!st) {
     st = sched_queue_push(&s->waiting, r);
     if (st) map_remove(s, r);
   }
-  if (st) sched_request_destroy(r);
+  if (st) {
+    r->user = NULL; /* not admitted: the caller keeps its user */
+    sched_request_destroy(r);
+  }
   return st;
 }
 
@@ -691,6 +660,7 @@ llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched
   st3 = encoder_release(s, r);
   if (!st) st = st3;
   map_remove(s, r);
+  free_user(s, r); /* no final output took it (none asked for, or out of memory) */
   if (sched_can_destroy(r)) sched_request_destroy(r);
   return st;
 }
@@ -700,9 +670,8 @@ llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids,
   if (reason != SCHED_FINISH_REASON_ERROR) reason = SCHED_FINISH_REASON_ABORT;
   llb_status st = LLB_STATUS_OK;
   for (int32_t i = 0; i < n && !st; i++) {
-    int64_t at = req_ids[i] ? map_slot(s, req_ids[i]) : -1;
-    if (at < 0) continue;
-    struct sched_request *r = s->map[at];
+    struct sched_request *r = req_ids[i] ? sched_map_get(s, req_ids[i]) : NULL;
+    if (!r) continue;
     if (r->abort_pending) continue;
     if (r->num_scheduled_tokens > 0 || r->num_inflight_steps > 0) {
       /* Its step is in flight (kv or worker): tell the client now, clean up with the step. */
@@ -757,8 +726,7 @@ void sched_get_stats(const struct scheduler *s, struct sched_stats *out) {
 int32_t sched_num_unfinished(const struct scheduler *s) { return s->num_running + s->waiting.num; }
 
 const struct sched_request *sched_find_request(const struct scheduler *s, const char *req_id) {
-  int64_t at = map_slot(s, req_id);
-  return at < 0 ? NULL : s->map[at];
+  return sched_map_get(s, req_id);
 }
 
 int32_t sched_mirror_ref(const struct scheduler *s, int32_t block_id) {

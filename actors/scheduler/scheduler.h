@@ -94,6 +94,10 @@ struct sched_config {
                                       scheduled, at most this many per request and step, and
                                       verified in one forward (sched_spec.c); 0 = off (default).
                                       Needs async_scheduling false; at most LLB_MAX_SPEC_TOKENS */
+  /* Frees a sched_new_request.user the scheduler still holds when its request ends without a
+   * final output or the scheduler is destroyed (sched_request.user); NULL = users need no
+   * freeing. */
+  void (*free_user)(void *user);
 };
 
 struct sched_stats {

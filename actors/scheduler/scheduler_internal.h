@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "actors/scheduler/scheduler.h"
+#include "base/strmap.h"
 
 /* An op of the kv step in flight and the request it concerns. */
 struct op_ref {
@@ -39,9 +40,7 @@ struct scheduler {
   struct sched_step_record inflight[2]; /* committed steps, oldest at inflight_head */
   int32_t inflight_head, num_inflight;
 
-  uint64_t map_mask;                 /* live requests by id: open addressing */
-  struct sched_request **map;
-  int32_t num_live;
+  struct llb_strmap *reqs;           /* the request registry: live requests by id */
 
   struct sched_request **running;    /* [num_running] in admission order, cap max_num_seqs */
   int32_t num_running;

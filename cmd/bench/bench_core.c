@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "cmd/bench/bench.h"
 
 /* --- random numbers, arrivals, statistics ------------------------------------------- */
@@ -12,10 +13,7 @@
 void bench_rng_seed(struct bench_rng *r, uint64_t seed) { r->state = seed; }
 
 uint64_t bench_rng_next(struct bench_rng *r) {
-  uint64_t z = (r->state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  return llb_splitmix64_next(&r->state);
 }
 
 double bench_rng_uniform(struct bench_rng *r) {

@@ -7,7 +7,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "bus/credentials.h"
@@ -18,6 +20,7 @@
 #define CLIENT_WAIT_SLICE_MS 100 /* wait granularity: interrupts and idle work */
 #define CLIENT_REQUEST_ID "cli"  /* the input processor appends a unique suffix */
 #define CLIENT_NO_RESPONDER_TRIES 8 /* resends of a request no input processor took */
+#define CLIENT_STATE_LOST_TRIES 3   /* resends of a request whose end the output processor lost */
 
 static volatile sig_atomic_t interrupted;
 
@@ -54,7 +57,8 @@ void client_print_flags_help(FILE *f) {
           "  --top-k K        0 = off (default)\n"
           "  --min-p P        [0, 1] (default 0 = off)\n"
           "  --max-tokens N   default %d; -1 = up to the context length\n"
-          "  --seed S         reproducible sampling (default: drawn by the input processor)\n"
+          "  --seed S         reproducible sampling (default: drawn at random here, so that a request\n"
+          "                   sent again after an output processor lost its end repeats itself)\n"
           "  --stop TEXT      stop string (repeatable, up to %d)\n"
           "  --n N            completions (default 1)\n"
           "  --raw            no chat template: the prompt is plain text to continue\n"
@@ -287,6 +291,13 @@ static void send_abort(struct bus *bus, const struct client_options *o, const ch
   llb_buf_free(&buf);
 }
 
+/* A random sampling seed (getrandom; the clock if it fails). */
+static uint64_t client_random_seed(void) {
+  uint64_t seed;
+  if (getrandom(&seed, sizeof seed, 0) == (ssize_t)sizeof seed) return seed;
+  return (uint64_t)llb_wall_ns() ^ ((uint64_t)getpid() << 32);
+}
+
 /* State of one streamed request. */
 struct stream {
   const struct client_options *o;
@@ -295,6 +306,10 @@ struct stream {
   char request_id[256];
   bool finished;
   bool no_responders; /* nobody took the request: it may be sent again */
+  bool state_lost;    /* the output processor lost its end (STATE_LOST): it may be sent again */
+  /* After a resend: bytes of each completion the new request repeats before it says anything
+   * new (it is seeded, so it repeats the same tokens); a DELTA stream skips them. */
+  size_t skip[CLIENT_MAX_N];
 };
 
 /* Handles one RequestOutput: prints, accumulates, and reports an error it carries. */
@@ -321,6 +336,12 @@ static llb_status on_output(struct stream *s, const struct llb_request_output *r
       const size_t have = t->len < text.len ? t->len : text.len;
       text.data += have;
       text.len -= have;
+      s->skip[c->index] = 0;
+    } else if (s->skip[c->index]) {
+      const size_t repeat = s->skip[c->index] < text.len ? s->skip[c->index] : text.len;
+      text.data += repeat;
+      text.len -= repeat;
+      s->skip[c->index] -= repeat;
     }
     if (!text_append(t, text.data, text.len)) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "answer text");
     if (!s->o->json && s->o->sp.n == 1 && s->o->sp.output_kind == LLB_OUTPUT_KIND_DELTA && text.len) {
@@ -329,6 +350,7 @@ static llb_status on_output(struct stream *s, const struct llb_request_output *r
     }
   }
   s->finished = ro->finished;
+  s->state_lost = ro->error.code == LLB_STATUS_STATE_LOST;
   if (ro->error.code != 0) {
     return LLB_ERRF((llb_status)ro->error.code, "%s%s%.*s", ro->error.field.len ? ro->error.field.data : "",
                     ro->error.field.len ? ": " : "", (int)ro->error.message.len, ro->error.message.data);
@@ -408,13 +430,31 @@ llb_status client_generate(struct bus *bus, const struct client_options *o, cons
   llb_status st = bus_new_inbox(bus, inbox, sizeof inbox);
   if (st == LLB_STATUS_OK) st = bus_subscribe_sync(bus, inbox, &sub);
   if (st != LLB_STATUS_OK) return st;
+  /* A request sent again must repeat the same tokens: seed it here when the user did not. */
+  struct client_options seeded = *o;
+  if (!seeded.sp.has_seed) {
+    seeded.sp.seed = client_random_seed();
+    seeded.sp.has_seed = true;
+  }
+  o = &seeded;
   struct stream s = {.o = o, .out = out};
   /* No input processor took it (every replica restarting, or the nats-server just back):
-   * send it again, 50 ms doubling to 1 s, CLIENT_NO_RESPONDER_TRIES times (about 5 s). */
-  for (int tries = 0;; tries++) {
-    s.no_responders = false;
+   * send it again, 50 ms doubling to 1 s, CLIENT_NO_RESPONDER_TRIES times (about 5 s). An
+   * output processor that restarted after the engine finished the request cannot rebuild its
+   * end and says STATE_LOST: send it again at once, CLIENT_STATE_LOST_TRIES times, skipping
+   * the text already printed (as the api server does, api_resend_state_lost). */
+  for (int tries = 0, lost_tries = 0;; tries++) {
+    s.no_responders = s.state_lost = false;
     st = send_request(bus, o, p, inbox);
     if (st == LLB_STATUS_OK) st = stream_answer(bus, sub, &s, idle, idle_user);
+    if (s.state_lost && lost_tries < CLIENT_STATE_LOST_TRIES && !client_interrupted()) {
+      LLB_LOG_INFO("generate_resent", "try=%d reason=state_lost request_id=%s", ++lost_tries, s.request_id);
+      for (int32_t i = 0; i < CLIENT_MAX_N; i++) s.skip[i] = s.texts[i].len;
+      s.finished = false;
+      s.request_id[0] = '\0';
+      tries--; /* not a no-responders try */
+      continue;
+    }
     if (!s.no_responders || tries >= CLIENT_NO_RESPONDER_TRIES || client_interrupted()) break;
     int64_t ms = 50LL << tries;
     if (ms > 1000) ms = 1000;

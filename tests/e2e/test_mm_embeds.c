@@ -21,6 +21,7 @@
 #include "actors/kv_manager/kv_manager.h"
 #include "actors/scheduler/actor_wire.h"
 #include "actors/scheduler/scheduler.h"
+#include "base/hash.h"
 #include "kernels/quant.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -99,9 +100,9 @@ static void add(struct engine *e, const char *id, const int32_t *toks, int32_t n
                 const struct sched_mm_feature *mm, int32_t nmm) {
   struct sched_new_request nr = {.request_id = id, .prompt_token_ids = toks, .num_prompt_tokens = n,
                                  .eos_token_id = -1, .mm_features = mm, .num_mm_features = nmm};
-  llb_sampling_params_init(&nr.sampling_params);
-  nr.sampling_params.temperature = 0.0f;
-  nr.sampling_params.max_tokens = GEN;
+  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
+  nr_sp.temperature = 0.0f;
+  nr_sp.max_tokens = GEN;
   assert_int_equal(sched_add_request(e->s, &nr), LLB_STATUS_OK);
   e->ids[e->num_ids++] = id;
 }
@@ -205,7 +206,7 @@ static struct sched_mm_feature feature(const struct prompts *p, const float *row
   return (struct sched_mm_feature){.offset = p->off, .length = p->len, .hash = hash, .modality = "embeds",
                                    .dtype = "f32", .num_cols = g_hidden, .data = (const uint8_t *)rows,
                                    .data_bytes = (int64_t)p->len * g_hidden * 4,
-                                   .mm_hash = kv_hash_bytes(hash, strlen(hash))};
+                                   .mm_hash = llb_hash_bytes(hash, strlen(hash))};
 }
 
 static void test_embeds_item_matches_inline_text(void **state) {

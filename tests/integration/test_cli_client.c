@@ -158,6 +158,61 @@ static void test_client_reports_engine_error_with_field(void **state) {
   bus_destroy(server);
 }
 
+/* A responder whose first answer loses its end (an output processor that restarted after the
+ * engine finished: final STATE_LOST) and whose second answers in full. */
+struct lost_once {
+  int requests;
+  uint64_t seeds[4];
+  bool seeded[4];
+};
+
+static void respond_lost_error(struct bus *bus, const struct bus_msg *msg) {
+  struct llb_request_output ro = {.request_id = llb_str_c("cli-0123"), .finished = true};
+  ro.error = (struct llb_error_info){LLB_STATUS_STATE_LOST, llb_str_c("its outputs were lost"), llb_str_c(""), 0};
+  struct llb_buf buf = {0};
+  assert_int_equal(llb_request_output_encode_buf(&ro, &buf), LLB_STATUS_OK);
+  assert_int_equal(bus_respond(bus, msg, buf.data, buf.len, NULL), LLB_STATUS_OK);
+  llb_buf_free(&buf);
+}
+
+static void on_lost_once(struct bus *bus, const struct bus_msg *msg, void *user) {
+  struct lost_once *l = user;
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  struct llb_generate_request gr;
+  if (llb_generate_request_decode(msg->data, msg->len, &arena, &gr) == LLB_STATUS_OK && l->requests < 4) {
+    l->seeds[l->requests] = gr.sampling_params->seed;
+    l->seeded[l->requests] = gr.sampling_params->has_seed;
+    respond_output(bus, msg, "Hel", false, 0);
+    if (l->requests++ == 0) respond_lost_error(bus, msg);
+    else respond_output(bus, msg, "lo", true, 0);
+  }
+  llb_arena_destroy(&arena);
+}
+
+static void test_client_resends_a_request_whose_end_was_lost_without_repeating_text(void **state) {
+  (void)state;
+  struct bus *server = connect_or_fail("scripted"), *client = connect_or_fail("client");
+  struct lost_once l = {0};
+  struct bus_sub *sub = NULL;
+  assert_int_equal(bus_subscribe(server, "llm.generate.default", "input_processor", on_lost_once, &l, &sub),
+                   LLB_STATUS_OK);
+  assert_int_equal(bus_flush(server, WAIT_MS), LLB_STATUS_OK);
+  struct client_options o;
+  client_options_init(&o); /* no --seed: the client draws one, so the resend repeats itself */
+  char *printed = NULL, *answer = NULL;
+  assert_int_equal(run_client(client, &o, "hi", &printed, &answer), LLB_STATUS_OK);
+  assert_int_equal(l.requests, 2);
+  assert_true(l.seeded[0] && l.seeded[1]);
+  assert_true(l.seeds[0] == l.seeds[1]);
+  assert_string_equal(printed, "Hello\n"); /* the repeated "Hel" printed once */
+  assert_string_equal(answer, "Hello");
+  free(printed);
+  free(answer);
+  bus_destroy(client);
+  bus_destroy(server);
+}
+
 static void test_client_times_out_with_clear_message(void **state) {
   (void)state;
   struct bus *server = connect_or_fail("scripted"), *client = connect_or_fail("client");
@@ -300,6 +355,7 @@ int main(void) {
       cmocka_unit_test(test_client_streams_delta_text_until_finished),
       cmocka_unit_test(test_client_json_prints_one_line_per_output),
       cmocka_unit_test(test_client_reports_engine_error_with_field),
+      cmocka_unit_test(test_client_resends_a_request_whose_end_was_lost_without_repeating_text),
       cmocka_unit_test(test_client_times_out_with_clear_message),
       cmocka_unit_test(test_client_without_input_processor_says_nobody_listens),
       cmocka_unit_test(test_client_resends_a_request_nobody_took_until_an_input_processor_is_back),

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "actors/input_processor/input_processor.h"
+#include "base/hash.h"
 #include "schemas/kv_ops.h"
 #include "test_output_common.h"
 
@@ -387,9 +388,9 @@ static void test_tenant_and_salt_cannot_be_confused_for_another_pair(void **stat
     size_t salt_len = pairs[i].salt ? strlen(pairs[i].salt) : 0;
     assert_true(inproc_cache_salt_compose(pairs[i].tenant, pairs[i].salt, salt_len, salts[i], sizeof salts[i]) <
                 sizeof salts[i]);
-    struct kv_block_extra_keys extra = {.has_cache_salt = true,
-                                        .cache_salt_hash = kv_hash_bytes(salts[i], strlen(salts[i]))};
-    block_hash[i] = kv_block_hash(KV_BLOCK_HASH_ROOT, tokens, 4, &extra);
+    struct llb_block_extra_keys extra = {.has_cache_salt = true,
+                                        .cache_salt_hash = llb_hash_bytes(salts[i], strlen(salts[i]))};
+    block_hash[i] = llb_block_hash(LLB_BLOCK_HASH_ROOT, tokens, 4, &extra);
     inproc_mm_hash(salts[i], &item, mm_hash[i]);
   }
   assert_string_equal(salts[0], "3:b/x");

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "actors/kv_manager/kv_manager.h"
+#include "base/hash.h"
 
 #define BS 4
 
@@ -40,12 +41,12 @@ static void fx_free(struct fixture *f) {
 /* Chained hashes of the full blocks of tokens[n]. */
 static int32_t hashes_of(const int32_t *tokens, int32_t n, const char *salt, const uint64_t *mm,
                          int32_t num_mm, uint64_t *out) {
-  uint64_t parent = KV_BLOCK_HASH_ROOT;
+  uint64_t parent = LLB_BLOCK_HASH_ROOT;
   for (int32_t b = 0; b < n / BS; b++) {
-    struct kv_block_extra_keys ex = {.has_cache_salt = salt && b == 0,
-                                     .cache_salt_hash = salt ? kv_hash_bytes(salt, strlen(salt)) : 0,
+    struct llb_block_extra_keys ex = {.has_cache_salt = salt && b == 0,
+                                     .cache_salt_hash = salt ? llb_hash_bytes(salt, strlen(salt)) : 0,
                                      .num_mm_hashes = b == 0 ? num_mm : 0, .mm_hashes = mm};
-    out[b] = parent = kv_block_hash(parent, tokens + b * BS, BS, &ex);
+    out[b] = parent = llb_block_hash(parent, tokens + b * BS, BS, &ex);
   }
   return n / BS;
 }
@@ -121,7 +122,7 @@ static void test_never_serves_the_whole_prompt_from_cache(void **state) {
 static void test_no_hit_across_cache_salt_or_mm_hash(void **state) {
   (void)state;
   struct fixture *f = fx_new(32);
-  uint64_t mm1 = kv_hash_bytes("img-1", 5), mm2 = kv_hash_bytes("img-2", 5);
+  uint64_t mm1 = llb_hash_bytes("img-1", 5), mm2 = llb_hash_bytes("img-2", 5);
   assert_int_equal(alloc_new(f, "a", PROMPT, 13, "tenant-a", &mm1, 1).status, LLB_STATUS_OK);
   cache_all(f, "a", PROMPT, 13, "tenant-a", &mm1, 1);
   assert_int_equal(alloc_new(f, "b", PROMPT, 13, "tenant-b", &mm1, 1).num_cached_tokens, 0);

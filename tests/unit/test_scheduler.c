@@ -187,8 +187,8 @@ static void test_replay_with_known_outputs_resumes_at_the_next_position(void **s
   for (int32_t i = 0; i < 20; i++) known[i] = h_token(&h, "r0", i);
   struct sched_new_request nr = {.request_id = "r0", .prompt_token_ids = prompt, .num_prompt_tokens = 8,
                                  .eos_token_id = 2, .resume_output_ids = known, .num_resume_output_ids = 5};
-  llb_sampling_params_init(&nr.sampling_params);
-  nr.sampling_params.max_tokens = 12;
+  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
+  nr_sp.max_tokens = 12;
   assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_OK);
   struct collected col = {0};
   snprintf(col.id[0], sizeof col.id[0], "r0");
@@ -357,7 +357,7 @@ static void test_full_waiting_queue_refuses_new_requests_and_keeps_accepted_ones
   int32_t toks[8] = {7, 8, 9, 10, 11, 12, 13, 14};
   struct sched_new_request nr = {.request_id = "r2", .prompt_token_ids = toks, .num_prompt_tokens = 8,
                                  .eos_token_id = 2};
-  llb_sampling_params_init(&nr.sampling_params);
+  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
   assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_QUEUE_FULL);
   assert_non_null(strstr(llb_err_last(), "max_num_waiting"));
   assert_null(sched_find_request(h.s, "r2"));
@@ -390,8 +390,8 @@ static void test_forged_requests_are_refused_at_admission(void **state) {
     int32_t toks[8] = {7, 8, 9, 10, 11, 12, 13, 14};
     struct sched_new_request nr = {.request_id = "bad", .prompt_token_ids = toks, .num_prompt_tokens = 8,
                                    .eos_token_id = 2};
-    llb_sampling_params_init(&nr.sampling_params);
-    struct llb_sampling_params *sp = &nr.sampling_params;
+    struct llb_sampling_params nr_sp;    llb_sampling_params_init(&nr_sp);    nr.sampling_params = &nr_sp;
+    struct llb_sampling_params *sp = &nr_sp;
     switch (i) {
     case 0: toks[3] = 1000; break; /* == vocab_size */
     case 1: toks[0] = -5; break;
@@ -436,6 +436,79 @@ static void test_abort_during_a_kv_round_trip_finishes_after_it(void **state) {
   sched_engine_outputs_free(&eo);
   assert_all_blocks_free(&h);
   h_fini(&h);
+}
+
+/* The caller's per-request data (the actor's meta) lives in the scheduler's registry: each
+ * user is handed back exactly once, with the output that finishes its request, or freed by
+ * free_user when no such output takes it (scheduler destroyed with the request live). */
+static int users_freed;
+static void count_free_user(void *user) {
+  (void)user;
+  users_freed++;
+}
+
+static void add_with_user(struct harness *h, const char *id, int32_t max_tokens, int *user) {
+  int32_t toks[10];
+  for (int32_t i = 0; i < 10; i++) toks[i] = 7 + i;
+  struct llb_sampling_params sp;
+  llb_sampling_params_init(&sp);
+  sp.max_tokens = max_tokens;
+  struct sched_new_request nr = {.request_id = id, .prompt_token_ids = toks, .num_prompt_tokens = 10,
+                                 .sampling_params = &sp, .eos_token_id = -1, .user = user};
+  assert_int_equal(sched_add_request(h->s, &nr), LLB_STATUS_OK);
+}
+
+static void test_request_user_leaves_with_its_final_output_once(void **state) {
+  (void)state;
+  struct sched_config c = base_cfg();
+  c.free_user = count_free_user;
+  users_freed = 0;
+  struct harness h;
+  h_init(&h, &c);
+  int u_done = 1, u_aborted = 2, u_live = 3;
+  add_with_user(&h, "done", 2, &u_done);
+  add_with_user(&h, "aborted", 50, &u_aborted);
+  add_with_user(&h, "live", 50, &u_live);
+  assert_ptr_equal(sched_find_request(h.s, "live")->user, &u_live);
+  int final_done = 0;
+  for (int step = 0; step < 4; step++) {
+    h_step(&h);
+    for (int32_t i = 0; i < h.eo.num_outputs; i++) {
+      const struct sched_engine_output *o = &h.eo.outputs[i];
+      const char *id = sched_engine_outputs_req_id(&h.eo, i);
+      if (strcmp(id, "done") == 0 && o->finish_reason != SCHED_FINISH_REASON_NONE) {
+        assert_ptr_equal(o->user, &u_done); /* the final output carries it */
+        final_done++;
+      } else {
+        assert_ptr_equal(o->user, strcmp(id, "done") == 0 ? (void *)&u_done
+                                  : strcmp(id, "aborted") == 0 ? (void *)&u_aborted : (void *)&u_live);
+      }
+    }
+  }
+  assert_int_equal(final_done, 1);
+  assert_null(sched_find_request(h.s, "done"));
+  /* aborted with its next step planned (in flight): the ABORT output takes the user at once */
+  assert_int_equal(sched_schedule(h.s, &h.out, &h.step), LLB_STATUS_OK);
+  struct sched_engine_outputs eo;
+  sched_engine_outputs_init(&eo);
+  const char *id = "aborted";
+  assert_int_equal(sched_abort_requests(h.s, &id, 1, SCHED_FINISH_REASON_ABORT, &eo), LLB_STATUS_OK);
+  assert_int_equal(eo.num_outputs, 1);
+  assert_ptr_equal(eo.outputs[0].user, &u_aborted);
+  assert_null(sched_find_request(h.s, "aborted")->user); /* still live, no longer holding it */
+  if (h.step.num_ops > 0) {
+    assert_int_equal(kv_manager_apply_step(h.kv, &h.step, &h.res), LLB_STATUS_OK);
+    assert_int_equal(sched_apply_kv_result(h.s, &h.res, &h.out), LLB_STATUS_OK);
+  }
+  h_execute(&h);
+  for (int32_t i = 0; i < h.eo.num_outputs; i++) /* no output of it hands the user back again */
+    assert_true(strcmp(sched_engine_outputs_req_id(&h.eo, i), "aborted") != 0 ||
+                h.eo.outputs[i].user == NULL);
+  assert_null(sched_find_request(h.s, "aborted"));
+  assert_int_equal(users_freed, 0); /* every user so far went out with an output */
+  sched_engine_outputs_free(&eo);
+  h_fini(&h);                       /* "live" is still running */
+  assert_int_equal(users_freed, 1);
 }
 
 static void test_decode_inside_allocated_blocks_makes_no_kv_round_trip(void **state) {
@@ -570,6 +643,7 @@ int main(void) {
       cmocka_unit_test(test_destroy_with_pending_frees_releases_each_request_once),
       cmocka_unit_test(test_full_waiting_queue_refuses_new_requests_and_keeps_accepted_ones),
       cmocka_unit_test(test_abort_during_a_kv_round_trip_finishes_after_it),
+      cmocka_unit_test(test_request_user_leaves_with_its_final_output_once),
       cmocka_unit_test(test_decode_inside_allocated_blocks_makes_no_kv_round_trip),
       cmocka_unit_test(test_prefix_hit_reduces_scheduled_tokens),
       cmocka_unit_test(test_refused_allocation_unschedules_the_request),

@@ -57,8 +57,8 @@ static void h_add(struct h *h, const char *id, int32_t n, const struct sched_mm_
   for (int32_t i = 0; i < n; i++) toks[i] = 10 + i;
   struct sched_new_request nr = {.request_id = id, .prompt_token_ids = toks, .num_prompt_tokens = n,
                                  .eos_token_id = -1, .mm_features = mm, .num_mm_features = nmm};
-  llb_sampling_params_init(&nr.sampling_params);
-  nr.sampling_params.max_tokens = 2;
+  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
+  nr_sp.max_tokens = 2;
   assert_int_equal(sched_add_request(h->s, &nr), LLB_STATUS_OK);
 }
 
@@ -182,7 +182,7 @@ static void test_masked_image_counts_embedding_rows_not_positions(void **state) 
   int32_t toks[24] = {0};
   struct sched_new_request nr = {.request_id = "r2", .prompt_token_ids = toks, .num_prompt_tokens = 24,
                                  .eos_token_id = -1, .mm_features = mm, .num_mm_features = 1};
-  llb_sampling_params_init(&nr.sampling_params);
+  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
   assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_TOO_LARGE);
   assert_non_null(strstr(llb_err_last(), "8 embedding rows"));
   h_fini(&h);
@@ -224,7 +224,7 @@ static void test_item_larger_than_the_cache_is_refused(void **state) {
   int32_t toks[24] = {0};
   struct sched_new_request nr = {.request_id = "big", .prompt_token_ids = toks, .num_prompt_tokens = 24,
                                  .eos_token_id = -1, .mm_features = a, .num_mm_features = 1};
-  llb_sampling_params_init(&nr.sampling_params);
+  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
   assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_TOO_LARGE);
   h_fini(&h);
 }

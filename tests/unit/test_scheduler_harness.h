@@ -71,8 +71,8 @@ static inline void h_add(struct harness *h, const char *id, int32_t n_prompt, in
   for (int32_t i = 0; i < n_prompt; i++) toks[i] = 7 + i % 50;
   struct sched_new_request nr = {.request_id = id, .prompt_token_ids = toks, .num_prompt_tokens = n_prompt,
                                  .eos_token_id = 2, .arrival_time = arrival, .priority = priority};
-  llb_sampling_params_init(&nr.sampling_params);
-  nr.sampling_params.max_tokens = max_tokens;
+  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
+  nr_sp.max_tokens = max_tokens;
   assert_int_equal(sched_add_request(h->s, &nr), LLB_STATUS_OK);
 }
 

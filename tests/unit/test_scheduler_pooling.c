@@ -31,9 +31,9 @@ static void add_req(struct harness *h, const char *id, int32_t n_prompt, enum ll
   for (int32_t i = 0; i < n_prompt; i++) toks[i] = 7 + i % 50;
   struct sched_new_request nr = {.request_id = id, .prompt_token_ids = toks, .num_prompt_tokens = n_prompt,
                                  .eos_token_id = -1, .pooling_params = {type, true, 0}};
-  llb_sampling_params_init(&nr.sampling_params);
-  nr.sampling_params.max_tokens = type == LLB_POOLING_NONE ? 8 : 1;
-  nr.sampling_params.ignore_eos = true;
+  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
+  nr_sp.max_tokens = type == LLB_POOLING_NONE ? 8 : 1;
+  nr_sp.ignore_eos = true;
   assert_int_equal(sched_add_request(h->s, &nr), LLB_STATUS_OK);
 }
 
@@ -248,7 +248,7 @@ static void test_bad_pooling_params_are_refused_at_admission(void **state) {
   int32_t toks[4] = {1, 2, 3, 4};
   struct sched_new_request nr = {.request_id = "bad", .prompt_token_ids = toks, .num_prompt_tokens = 4,
                                  .eos_token_id = -1, .pooling_params = {(enum llb_pooling_type)9, true, 0}};
-  llb_sampling_params_init(&nr.sampling_params);
+  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
   assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_INVALID_ARGUMENT);
   nr.pooling_params = (struct llb_pooling_params){LLB_POOLING_LAST, true, -3};
   assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_INVALID_ARGUMENT);

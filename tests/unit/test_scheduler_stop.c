@@ -31,7 +31,7 @@ static struct run_result run_one(struct llb_sampling_params sp, int32_t max_mode
   h.eos_at = special_at;
   int32_t prompt[10] = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
   struct sched_new_request nr = {.request_id = "req", .prompt_token_ids = prompt, .num_prompt_tokens = 10,
-                                 .sampling_params = sp, .eos_token_id = EOS};
+                                 .sampling_params = &sp, .eos_token_id = EOS};
   assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_OK);
   struct run_result rr = {0};
   for (int s = 0; s < 300 && sched_num_unfinished(h.s) > 0; s++) {
@@ -131,7 +131,7 @@ static void test_add_request_rejects_bad_requests(void **state) {
   assert_int_equal(sched_create(&c, &s), LLB_STATUS_OK);
   int32_t p[16] = {1};
   struct sched_new_request nr = {.request_id = "a", .prompt_token_ids = p, .num_prompt_tokens = 16};
-  llb_sampling_params_init(&nr.sampling_params);
+  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
   assert_int_equal(sched_add_request(s, &nr), LLB_STATUS_TOO_LARGE);   /* max_model_len */
   nr.num_prompt_tokens = 12;
   assert_int_equal(sched_add_request(s, &nr), LLB_STATUS_TOO_LARGE);   /* 4 blocks > 3 */

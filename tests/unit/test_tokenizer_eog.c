@@ -169,7 +169,7 @@ static void process(const struct tokenizer *tok, bool ignore_eos, struct inproc_
 static enum sched_finish_reason first_token_finish(const struct inproc_engine_request *e, int32_t token) {
   struct sched_new_request nr = {.request_id = e->request_id, .prompt_token_ids = e->prompt_token_ids,
                                  .num_prompt_tokens = (int32_t)e->num_prompt_tokens,
-                                 .sampling_params = e->sampling_params, .eos_token_id = e->eos_token_id};
+                                 .sampling_params = &e->sampling_params, .eos_token_id = e->eos_token_id};
   struct sched_request *r = NULL;
   assert_int_equal(sched_request_create(&nr, 64, 16, 0, &r), LLB_STATUS_OK);
   const enum sched_finish_reason fr = sched_request_append_token(r, token, 64);

@@ -1,0 +1,161 @@
+/* base/strmap, base/array and base/hash: the containers and hashes every folder shares. The
+ * hash values are pinned: block hashes are compared across actors (the KV protocol), so a
+ * change of value is a protocol change. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "base/array.h"
+#include "base/hash.h"
+#include "base/strmap.h"
+
+static void test_strmap_put_get_replace_remove(void **state) {
+  (void)state;
+  struct llb_strmap *m = NULL;
+  assert_int_equal(llb_strmap_create(0, &m), LLB_STATUS_OK);
+  int a = 1, b = 2, c = 3;
+  char key[16] = "req-1";
+  assert_int_equal(llb_strmap_put(m, key, &a), LLB_STATUS_OK);
+  key[4] = '9'; /* the map keeps its own copy of the key */
+  assert_ptr_equal(llb_strmap_get(m, "req-1"), &a);
+  assert_null(llb_strmap_get(m, "req-9"));
+  assert_int_equal(llb_strmap_put(m, "req-1", &b), LLB_STATUS_OK); /* replace */
+  assert_ptr_equal(llb_strmap_get(m, "req-1"), &b);
+  assert_int_equal(llb_strmap_size(m), 1);
+  assert_int_equal(llb_strmap_put(m, "", &c), LLB_STATUS_OK); /* the empty key is a key */
+  assert_ptr_equal(llb_strmap_get(m, ""), &c);
+  assert_ptr_equal(llb_strmap_remove(m, "req-1"), &b);
+  assert_null(llb_strmap_remove(m, "req-1"));
+  assert_null(llb_strmap_get(m, "req-1"));
+  assert_int_equal(llb_strmap_size(m), 1);
+  llb_strmap_destroy(m);
+  llb_strmap_destroy(NULL);
+}
+
+static void collect(void *ctx, const char *key, void *value) {
+  char *out = ctx;
+  (void)value;
+  strcat(out, key);
+  strcat(out, ",");
+}
+
+static void test_strmap_bounded_forgets_oldest_and_iterates_in_order(void **state) {
+  (void)state;
+  struct llb_strmap *m = NULL;
+  assert_int_equal(llb_strmap_create(3, &m), LLB_STATUS_OK);
+  int v = 0;
+  const char *keys[] = {"a", "b", "c", "d"};
+  for (int i = 0; i < 4; i++) assert_int_equal(llb_strmap_put(m, keys[i], &v), LLB_STATUS_OK);
+  assert_int_equal(llb_strmap_size(m), 3);
+  assert_null(llb_strmap_get(m, "a"));
+  char seen[64] = "";
+  llb_strmap_foreach(m, collect, seen);
+  assert_string_equal(seen, "b,c,d,");
+  llb_strmap_destroy(m);
+}
+
+static void test_strmap_many_keys_survive_growth(void **state) {
+  (void)state;
+  struct llb_strmap *m = NULL;
+  assert_int_equal(llb_strmap_create(0, &m), LLB_STATUS_OK);
+  enum { N = 5000 };
+  static int vals[N];
+  char key[32];
+  for (int i = 0; i < N; i++) {
+    snprintf(key, sizeof key, "cmpl-%d-0", i);
+    vals[i] = i;
+    assert_int_equal(llb_strmap_put(m, key, &vals[i]), LLB_STATUS_OK);
+  }
+  for (int i = 0; i < N; i += 2) {
+    snprintf(key, sizeof key, "cmpl-%d-0", i);
+    assert_ptr_equal(llb_strmap_remove(m, key), &vals[i]);
+  }
+  assert_int_equal(llb_strmap_size(m), N / 2);
+  for (int i = 0; i < N; i++) {
+    snprintf(key, sizeof key, "cmpl-%d-0", i);
+    if (i % 2) assert_ptr_equal(llb_strmap_get(m, key), &vals[i]);
+    else assert_null(llb_strmap_get(m, key));
+  }
+  llb_strmap_destroy(m);
+}
+
+static void test_array_reserve_grows_and_keeps_contents(void **state) {
+  (void)state;
+  int64_t *items = NULL, cap = 0;
+  for (int64_t i = 0; i < 1000; i++) {
+    assert_int_equal(llb_array_reserve((void **)&items, &cap, i + 1, sizeof *items), LLB_STATUS_OK);
+    assert_true(cap >= i + 1);
+    items[i] = i * 7;
+  }
+  assert_true(cap < 2048); /* doubling, not one element at a time nor runaway */
+  for (int64_t i = 0; i < 1000; i++) assert_int_equal(items[i], i * 7);
+  int64_t before = cap;
+  assert_int_equal(llb_array_reserve((void **)&items, &cap, 10, sizeof *items), LLB_STATUS_OK);
+  assert_int_equal(cap, before); /* never shrinks */
+  free(items);
+}
+
+static void test_array_reserve_refuses_bad_sizes_unchanged(void **state) {
+  (void)state;
+  char *items = NULL;
+  int64_t cap = 0;
+  assert_int_equal(llb_array_reserve((void **)&items, &cap, -1, 1), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(llb_array_reserve((void **)&items, &cap, 4, 0), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(llb_array_reserve((void **)&items, &cap, INT64_MAX, 16), LLB_STATUS_TOO_LARGE);
+  assert_int_equal(llb_array_reserve((void **)&items, &cap, INT64_MAX / 8, 16), LLB_STATUS_TOO_LARGE);
+  assert_null(items);
+  assert_int_equal(cap, 0);
+  int32_t cap32 = 0;
+  assert_int_equal(llb_array_reserve32((void **)&items, &cap32, 40, 1), LLB_STATUS_OK);
+  assert_true(cap32 >= 40);
+  assert_int_equal(llb_array_reserve32((void **)&items, &cap32, -5, 1), LLB_STATUS_INVALID_ARGUMENT);
+  assert_true(cap32 >= 40);
+  free(items);
+}
+
+static void test_hash_values_are_pinned(void **state) {
+  (void)state;
+  /* FNV-1a 64's published test values (draft-eastlake-fnv: "" and "a") */
+  assert_true(llb_fnv1a64_str("") == UINT64_C(0xcbf29ce484222325));
+  assert_true(llb_fnv1a64_str("a") == UINT64_C(0xaf63dc4c8601ec8c));
+  assert_true(llb_fnv1a64(LLB_FNV1A64_INIT, "foobar", 6) == llb_fnv1a64_str("foobar"));
+  assert_true(llb_fnv1a64_str("foobar") == UINT64_C(0x85944171f73967e8));
+  /* splitmix64 from seed 0 (the reference generator's first outputs) */
+  uint64_t s = 0;
+  assert_true(llb_splitmix64_next(&s) == UINT64_C(0xe220a8397b1dcdaf));
+  assert_true(llb_splitmix64_next(&s) == UINT64_C(0x6e789e6aa1b965f4));
+  /* the prefix cache's hashes, as the scheduler and kv_manager have computed them since the
+   * KV protocol began (values of schemas/kv_ops.c before they moved here) */
+  const char *strs[] = {"", "a", "img-1", "abcdefgh", "abcdefghi", "cmpl-0123456789abcdef-0"};
+  const uint64_t want[] = {UINT64_C(0x76165f8346cf6549), UINT64_C(0x0b7df0398b8c8320),
+                           UINT64_C(0xd395f54557313568), UINT64_C(0x861757d1f10fb7e1),
+                           UINT64_C(0x1d34d94c550074d6), UINT64_C(0x8ca1f7ca1d95f786)};
+  for (int i = 0; i < 6; i++) assert_true(llb_hash_bytes(strs[i], strlen(strs[i])) == want[i]);
+  const int32_t tokens[5] = {1, 2, 3, 4, 5};
+  const uint64_t mm[2] = {7, 9};
+  struct llb_block_extra_keys ex = {.has_cache_salt = true, .cache_salt_hash = llb_hash_bytes("salt", 4),
+                                    .num_mm_hashes = 2, .mm_hashes = mm};
+  assert_true(llb_block_hash(LLB_BLOCK_HASH_ROOT, tokens, 4, NULL) == UINT64_C(0xf44c748110e03a26));
+  assert_true(llb_block_hash(LLB_BLOCK_HASH_ROOT, tokens, 5, &ex) == UINT64_C(0xdf91d81302263df9));
+  /* a block's hash depends on its parent, its salt and its multimodal keys */
+  assert_true(llb_block_hash(1, tokens, 4, NULL) != llb_block_hash(2, tokens, 4, NULL));
+  ex.has_cache_salt = false;
+  assert_true(llb_block_hash(LLB_BLOCK_HASH_ROOT, tokens, 5, &ex) != UINT64_C(0xdf91d81302263df9));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_strmap_put_get_replace_remove),
+      cmocka_unit_test(test_strmap_bounded_forgets_oldest_and_iterates_in_order),
+      cmocka_unit_test(test_strmap_many_keys_survive_growth),
+      cmocka_unit_test(test_array_reserve_grows_and_keeps_contents),
+      cmocka_unit_test(test_array_reserve_refuses_bad_sizes_unchanged),
+      cmocka_unit_test(test_hash_values_are_pinned),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
