@@ -1,15 +1,26 @@
 /* The op table of a transformer forward pass (DESIGN.md §10).
  *
- * model/forward.c is written once against `struct backend_ops`; kernels/cpu implements it
- * (kernels/cuda later). Activations are row-major float buffers in the backend's memory
- * (host memory for the CPU backend). Weights are views of GGUF tensors: never copied,
- * never dequantized as a whole. Every op returns a status and validates what it indexes
- * (token ids, slots, block ids); none allocates. Per-row reductions never depend on how many
- * rows are in the call (DESIGN.md §5): a row's result is bit-identical alone or in a batch.
+ * model/forward.c is written once against `struct backend_ops`; kernels/cpu implements it with
+ * host memory, kernels/cuda (backend_cuda_ops(), kernels/cuda/cuda_backend.h) with device
+ * memory. Activations are row-major float buffers in the backend's memory (buffer_alloc).
+ * Weights are views of GGUF tensors; a backend may keep its own layout of them (pack on the
+ * host, weight_upload into device memory), made once when a forward context is created.
+ * Every op returns a status and allocates nothing; host backends validate what they index
+ * (token ids, slots, block ids), device backends trust the forward to have checked the batch
+ * on the host before step_begin. Per-row reductions never depend on how many rows are in the
+ * call (DESIGN.md §5): a row's result is bit-identical alone or in a batch.
+ *
+ * Memory and steps, as ggml's buffer types and its CUDA backend's graphs: a backend whose
+ * buffers are host memory (host_memory) runs every op on the arrays as given; any other gets
+ * the model's weights and vectors uploaded at context creation, each step's batch arrays
+ * through step_begin (one copy), and gives the logits back through step_end. Between the
+ * two, the forward queues the step's ops; step_begin may answer that it replayed a step
+ * recorded earlier (CUDA graphs of decode steps), and then no op is queued.
  */
 #ifndef LLB_KERNELS_BACKEND_H
 #define LLB_KERNELS_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +56,30 @@ struct backend_ctx_params {
   int64_t max_row_elems;   /* largest `cols` of a matmul input row */
   int32_t max_context_len; /* longest sequence attention reads */
   enum backend_attention_order attention_order; /* default BATCH_INVARIANT (0) */
+  /* Device backends (host ones ignore these): the step metadata they stage and the attention
+   * scratch they size. 0 = the default named. */
+  int32_t max_num_seqs;       /* sequences of one step (default max_num_tokens) */
+  int32_t max_num_logits;     /* logits rows of one step (default max_num_tokens) */
+  int32_t max_blocks_per_seq; /* widest block table of a step (default max_context_len) */
+  int32_t n_heads, head_dim;  /* query heads and head size of attention (required there) */
+};
+
+/* One step's batch metadata (vLLM v1's flattened batch; model/forward.h struct llama_batch),
+ * as the forward hands it to step_begin in host memory and as the step's ops then take it. */
+struct backend_step {
+  int32_t num_tokens, num_seqs, num_logits;
+  int32_t max_blocks_per_seq;     /* row width of block_tables */
+  const int32_t *token_ids;       /* [num_tokens]; rows taken from embeddings hold 0 */
+  const int32_t *positions;       /* [num_tokens] */
+  const int64_t *slot_mapping;    /* [num_tokens]; -1 = no KV write */
+  const int32_t *query_start_loc; /* [num_seqs + 1] */
+  const int32_t *seq_lens;        /* [num_seqs] */
+  const int32_t *block_tables;    /* [num_seqs, max_blocks_per_seq] */
+  const int32_t *logits_indices;  /* [num_logits] */
+  /* In step_begin's input: the step's ops read only these arrays and the context's buffers
+   * (nothing is uploaded during the step), so the backend may record the step and replay the
+   * record for later steps of the same shape. */
+  bool replayable;
 };
 
 enum backend_rope_style {
@@ -176,9 +211,62 @@ struct backend_ops {
    * key row of the call. See struct backend_full_attn_params. INVALID_ARGUMENT on sizes over
    * the context's max_num_tokens. */
   llb_status (*attention_full)(struct backend_ctx *c, const struct backend_full_attn_params *p);
+
+  /* ---- memory (ggml's buffer types) and steps (CUDA graph capture) ---- */
+  /* The backend's buffers are host memory: the forward reads GGUF weights, norms and batch
+   * arrays where they lie and writes logits straight into the caller's array (the CPU's). */
+  bool host_memory;
+  /* *out = bytes of the backend's memory (host: malloc; CUDA: cudaMalloc). OUT_OF_MEMORY
+   * naming the size. Caller frees with buffer_free (NULL ok). No context needed: buffers may
+   * outlive the context that sized them (a KV cache). */
+  llb_status (*buffer_alloc)(size_t bytes, void **out);
+  void (*buffer_free)(void *p);
+  /* dst [bytes] of backend memory = src [bytes] of host memory, in order with c's queued ops;
+   * src may be reused once it returns. */
+  llb_status (*buffer_upload)(struct backend_ctx *c, void *dst, const void *src, size_t bytes);
+  /* dst [bytes] of host memory = src [bytes] of backend memory once c's queued ops are done;
+   * waits. */
+  llb_status (*buffer_download)(struct backend_ctx *c, void *dst, const void *src, size_t bytes);
+  /* dst [bytes] of backend memory = 0, in order with c's queued ops. */
+  llb_status (*buffer_clear)(struct backend_ctx *c, void *dst, size_t bytes);
+  /* Optional (NULL: host memory, sized by the caller): free and total bytes of the device's
+   * memory (cudaMemGetInfo), for sizing the KV cache (vLLM gpu_memory_utilization). */
+  llb_status (*memory_info)(size_t *free_bytes, size_t *total_bytes);
+  /* Optional (NULL: matmul and embed read w->data, or w->packed from pack): bytes of w in
+   * this backend's memory in the layout its matmul and embed read (CUDA: fp16 [rows, cols]),
+   * 0 when the backend has none for w's type. */
+  size_t (*weight_bytes)(const struct backend_weight *w);
+  /* Writes w (GGUF bytes at w->data, host memory) into dst [weight_bytes(w)] of backend memory
+   * and waits; the caller then sets w->packed = dst and keeps dst while w is used.
+   * UNSUPPORTED for a type without a layout. */
+  llb_status (*weight_upload)(struct backend_ctx *c, const struct backend_weight *w, void *dst);
+  /* Optional (NULL: the forward copies rows itself, host memory): out [n, dim] = rows rows[i]
+   * of x [*, dim], rows [n] in backend memory (a step's logits_indices). */
+  llb_status (*get_rows)(struct backend_ctx *c, const float *x, int32_t dim, const int32_t *rows, int32_t n,
+                         float *out);
+  /* Optional (NULL: the ops take in's host arrays, each op is done when it returns).
+   * Begins a step: copies in's arrays into backend memory (CUDA: one copy from pinned staging)
+   * and writes into *run what the step's ops must be called with: its arrays, and counts that
+   * may be larger than in's when the backend pads a step to a recorded shape (extra rows are
+   * one-token sequences that write no KV; extra logits rows are theirs, row i of sequence i).
+   * With in->replayable the backend may record the step's ops (CUDA: a graph per decode
+   * batch-size bucket) or replay a record: *replayed = true means the whole step is queued
+   * already and the caller queues no op. Every OK return is followed by one step_end.
+   * INVALID_ARGUMENT for counts beyond the context's (naming them). */
+  llb_status (*step_begin)(struct backend_ctx *c, const struct backend_step *in, struct backend_step *run,
+                           bool *replayed);
+  /* Ends the step step_begin began. st: the status of queuing its ops (a failure discards a
+   * record in progress and is returned). Then copies out_bytes (0: none) from backend memory
+   * out_src to host memory out_dst (the logits) and waits for the step: DEVICE naming the
+   * first asynchronous fault. Optional with step_begin. */
+  llb_status (*step_end)(struct backend_ctx *c, llb_status st, void *out_dst, const void *out_src,
+                         size_t out_bytes);
 };
 
-/* The CPU backend (kernels/cpu): SIMD (AVX2/FMA/F16C, detected at run time) and threads. */
+/* The CPU backend (kernels/cpu): SIMD (AVX2/FMA/F16C, detected at run time) and threads;
+ * host memory. (The CUDA backend's table, backend_cuda_ops(), is declared in
+ * kernels/cuda/cuda_backend.h: only builds with CUDA have it, and the worker reaches it
+ * through its dlopen'd module.) */
 const struct backend_ops *backend_cpu_ops(void);
 
 #endif

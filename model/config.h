@@ -32,8 +32,8 @@
  *   gemma2/gemma3: q scaled by 1/sqrt(head_dim), or 1/sqrt(E / H) for the 27B models
  *   (46 / 62 layers; their query_pre_attn_scalar), as llama.cpp decides it
  *   (mixture-of-experts files, <arch>.expert_count > 0, are UNSUPPORTED)
- * The CPU forward runs all of them; the CUDA forward only llama without sliding window or
- * RoPE attention factor (runner_backend and cuda_model_load refuse the others).
+ * The forward runs all of them over the CPU table; over the CUDA one only llama without
+ * sliding window or RoPE attention factor (runner_backend refuses the others).
  * Recognised but UNSUPPORTED, because their forward differs from LLaMA's (the error says why):
  *   stablelm (LayerNorm) -- NEOX (halves rotated);
  *   mistral3, granite (extra scaling multipliers) -- NORM.

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include "kernels/backend.h"
+#include "model/forward_device.h"
 #include "model/packed_cache.h"
 
 struct llama_layer {
@@ -35,6 +36,7 @@ struct llama_model {
 
 struct llama_kv_cache {
   const struct llama_model *model;
+  const struct backend_ops *ops;    /* the device backend whose buffer data is, or NULL (host) */
   uint16_t *data;                   /* [block_count, 2, num_blocks, block_size, Hkv, D] fp16 */
   struct backend_kv_layer *layers;  /* [block_count] views into data */
 };
@@ -44,12 +46,23 @@ struct llama_forward_ctx {
   const struct backend_ops *ops;
   struct backend_ctx *bc;
   int32_t max_num_tokens;
-  struct llama_layer *layers;     /* [block_count] m's layers, packed weights set (LLAMA_MATMUL_PACKED) */
+  struct llama_layer *layers;     /* [block_count] m's layers, packed weights set (LLAMA_MATMUL_PACKED);
+                                     on a device backend every pointer is into its memory */
   struct backend_weight output;   /* m's output weight, likewise */
+  struct backend_weight tok_embd; /* m's token_embd (packed only on a device backend) */
+  const float *output_norm;       /* [E] m's, or its device copy */
   const float *rope_factors;      /* [rope dims / 2] m's rope_freqs, or the LongRoPE set for max_model_len */
+  int32_t max_context_len;        /* longest sequence attention reads (the model's context_length) */
+  void *dev_vectors;              /* device backend: norms, biases, RoPE factors (one buffer), or NULL */
+  void *dev_weights;              /* device backend: every weight in its layout (one buffer), or NULL */
+  size_t dev_weight_bytes;
+  float *dev_logits;              /* device backend: [max_num_logits, V], or NULL */
+  const struct llama_kv_cache *dev_kv; /* device backend: the one cache its steps (and the backend's
+                                          recorded steps, which hold its addresses) run with */
   void *packed;                   /* every packed layout of this context, one allocation, or NULL */
   struct packed_cache_map packed_map; /* ... or the host's shared cache file (packed_cache.h) */
-  int32_t *ids;   /* [max_num_tokens] token ids with embedding rows masked to 0 */
+  int32_t *ids;   /* [max_num_tokens] token ids with embedding rows masked to 0 (host memory) */
+  /* the backend's memory (buffer_alloc): */
   float *x;       /* [max_num_tokens, E] residual stream */
   float *xn;      /* [max_num_tokens, max(E, H*D)] normed input / op output */
   float *q;       /* [max_num_tokens, H*D] */
@@ -206,8 +219,9 @@ const struct llama_config *llama_model_config(const struct llama_model *m) { ret
 
 /* ---------------------------------------------------------------- KV cache */
 
-llb_status llama_kv_cache_create(const struct llama_model *m, int32_t num_blocks, int32_t block_size,
-                                 struct llama_kv_cache **out) {
+/* The cache of m: host memory (calloc) when ops is NULL, else a zeroed buffer of ops on bc. */
+static llb_status kv_cache_make(const struct llama_model *m, const struct backend_ops *ops, struct backend_ctx *bc,
+                                int32_t num_blocks, int32_t block_size, struct llama_kv_cache **out) {
   if (!m || !out || num_blocks < 1 || block_size < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache of %d blocks of %d", num_blocks, block_size);
   *out = NULL;
@@ -216,14 +230,22 @@ llb_status llama_kv_cache_create(const struct llama_model *m, int32_t num_blocks
   if (per_tensor / (size_t)num_blocks / (size_t)block_size != (size_t)c->head_count_kv * (size_t)c->head_dim ||
       per_tensor > SIZE_MAX / 4 / (size_t)c->block_count)
     return LLB_ERRF(LLB_STATUS_TOO_LARGE, "kv cache of %d blocks of %d overflows", num_blocks, block_size);
+  const size_t bytes = per_tensor * 2 * (size_t)c->block_count * sizeof(uint16_t);
   llb_status st;
   struct llama_kv_cache *kv = calloc(1, sizeof(*kv));
   if (!kv) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv cache");
   kv->model = m;
-  kv->data = calloc(per_tensor * 2 * (size_t)c->block_count, sizeof(uint16_t));
   kv->layers = calloc((size_t)c->block_count, sizeof(*kv->layers));
-  if (!kv->data || !kv->layers) {
-    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv cache: %zu bytes", per_tensor * 4 * (size_t)c->block_count);
+  if (!kv->layers) {
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv cache layers");
+    goto fail;
+  }
+  if (ops) {
+    if ((st = ops->buffer_alloc(bytes, (void **)&kv->data)) != LLB_STATUS_OK) goto fail;
+    kv->ops = ops;
+    if ((st = ops->buffer_clear(bc, kv->data, bytes)) != LLB_STATUS_OK) goto fail;
+  } else if (!(kv->data = calloc(per_tensor * 2 * (size_t)c->block_count, sizeof(uint16_t)))) {
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv cache: %zu bytes", bytes);
     goto fail;
   }
   for (int32_t i = 0; i < c->block_count; i++)
@@ -238,9 +260,22 @@ fail:
   return st;
 }
 
+llb_status llama_kv_cache_create(const struct llama_model *m, int32_t num_blocks, int32_t block_size,
+                                 struct llama_kv_cache **out) {
+  return kv_cache_make(m, NULL, NULL, num_blocks, block_size, out);
+}
+
+llb_status llama_kv_cache_create_for(const struct llama_forward_ctx *c, int32_t num_blocks, int32_t block_size,
+                                     struct llama_kv_cache **out) {
+  if (!c) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache: no forward context");
+  if (c->ops->host_memory) return kv_cache_make(c->m, NULL, NULL, num_blocks, block_size, out);
+  return kv_cache_make(c->m, c->ops, c->bc, num_blocks, block_size, out);
+}
+
 void llama_kv_cache_destroy(struct llama_kv_cache *kv) {
   if (!kv) return;
-  free(kv->data);
+  if (kv->ops) kv->ops->buffer_free(kv->data);
+  else free(kv->data);
   free(kv->layers);
   free(kv);
 }
@@ -384,12 +419,63 @@ llb_status llama_forward_ctx_create(const struct llama_model *m, int32_t max_num
   return llama_forward_ctx_create_opts(m, &o, out);
 }
 
+/* What a device backend (host_memory false) needs of the table, and what of the model the forward
+ * would compute on the host: refused with the backend's name. */
+static llb_status device_refusals(const struct llama_forward_ctx *fc) {
+  const struct backend_ops *ops = fc->ops;
+  const struct llama_config *c = &fc->m->cfg;
+  if (!ops->step_begin || !ops->step_end || !ops->weight_bytes || !ops->weight_upload || !ops->get_rows)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "backend %s: device memory without step, weight and row hooks",
+                    ops->name);
+  if (c->gemma || c->attention_scale > 0.0f)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "backend %s: %s scales activations on the host (%s); it runs on the "
+                    "CPU backend", ops->name, c->architecture,
+                    c->gemma ? "gemma's embedding scale" : "the attention scale of q");
+  return LLB_STATUS_OK;
+}
+
+/* Device backend: norms, biases and RoPE factors into one buffer, every weight (and the
+ * embedding table) into another, in the backend's layout; the context's pointers repointed. */
+static llb_status place_on_device(struct llama_forward_ctx *fc) {
+  const struct llama_config *c = &fc->m->cfg;
+  const int32_t L = c->block_count;
+  const int64_t E = c->embedding_length, D = c->head_dim;
+  const int64_t HD = (int64_t)c->head_count * D, KD = (int64_t)c->head_count_kv * D;
+  struct forward_vector *v = calloc((size_t)L * 9 + 2, sizeof(*v));
+  struct backend_weight **ws = malloc(((size_t)L * 7 + 2) * sizeof(*ws));
+  llb_status st = LLB_STATUS_OK;
+  if (!v || !ws) {
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "device upload lists");
+    goto done;
+  }
+  int32_t nv = 0;
+  for (int32_t i = 0; i < L; i++) {
+    struct llama_layer *l = &fc->layers[i];
+    const struct forward_vector lv[9] = {{&l->attn_norm, E}, {&l->ffn_norm, E}, {&l->bq, HD}, {&l->bk, KD},
+                                         {&l->bv, KD}, {&l->q_norm, D}, {&l->k_norm, D},
+                                         {&l->post_attn_norm, E}, {&l->post_ffw_norm, E}};
+    for (int j = 0; j < 9; j++) v[nv++] = lv[j];
+  }
+  v[nv++] = (struct forward_vector){&fc->output_norm, E};
+  v[nv++] = (struct forward_vector){&fc->rope_factors, c->rope_dimension_count / 2};
+  if ((st = forward_device_upload_vectors(fc->ops, fc->bc, v, nv, &fc->dev_vectors)) != LLB_STATUS_OK) goto done;
+  int32_t nw = matmul_weights(fc, ws);
+  ws[nw++] = &fc->tok_embd;
+  st = forward_device_upload_weights(fc->ops, fc->bc, ws, nw, &fc->dev_weights, &fc->dev_weight_bytes);
+done:
+  free(v);
+  free(ws);
+  return st;
+}
+
 llb_status llama_forward_ctx_create_opts(const struct llama_model *m, const struct llama_forward_options *o,
                                          struct llama_forward_ctx **out) {
   if (!o) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "forward ctx: no options");
   const int32_t max_num_tokens = o->max_num_tokens, n_threads = o->n_threads;
-  if (!m || !out || max_num_tokens < 1 || n_threads < 1)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "forward ctx: %d tokens, %d threads", max_num_tokens, n_threads);
+  if (!m || !out || max_num_tokens < 1 || n_threads < 1 || o->max_num_seqs < 0 || o->max_num_seqs > max_num_tokens ||
+      o->max_num_logits < 0 || o->max_num_logits > max_num_tokens || o->max_blocks_per_seq < 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "forward ctx: %d tokens, %d threads, %d seqs, %d logits rows",
+                    max_num_tokens, n_threads, o->max_num_seqs, o->max_num_logits);
   *out = NULL;
   const struct llama_config *c = &m->cfg;
   const int64_t E = c->embedding_length, F = c->feed_forward_length;
@@ -399,14 +485,22 @@ llb_status llama_forward_ctx_create_opts(const struct llama_model *m, const stru
   struct llama_forward_ctx *fc = calloc(1, sizeof(*fc));
   if (!fc) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "forward ctx");
   fc->m = m;
-  fc->ops = backend_cpu_ops();
+  fc->ops = o->ops ? o->ops : backend_cpu_ops();
   fc->max_num_tokens = max_num_tokens;
+  fc->max_context_len = c->context_length;
+  const int32_t max_num_logits = o->max_num_logits > 0 ? o->max_num_logits : max_num_tokens;
   const struct backend_ctx_params bp = {.n_threads = n_threads, .max_num_tokens = max_num_tokens,
                                         .max_row_elems = wide > F ? wide : F,
                                         .max_context_len = c->context_length,
                                         .attention_order = o->attention_order == LLAMA_ATTENTION_ORDER_LLAMACPP
                                                                ? BACKEND_ATTENTION_ORDER_LLAMACPP
-                                                               : BACKEND_ATTENTION_ORDER_BATCH_INVARIANT};
+                                                               : BACKEND_ATTENTION_ORDER_BATCH_INVARIANT,
+                                        .max_num_seqs = o->max_num_seqs > 0 ? o->max_num_seqs : max_num_tokens,
+                                        .max_num_logits = max_num_logits,
+                                        .max_blocks_per_seq = o->max_blocks_per_seq > 0 ? o->max_blocks_per_seq
+                                                                                         : c->context_length,
+                                        .n_heads = c->head_count, .head_dim = c->head_dim};
+  if (!fc->ops->host_memory && (st = device_refusals(fc)) != LLB_STATUS_OK) goto fail;
   st = fc->ops->ctx_create(&bp, &fc->bc);
   if (st != LLB_STATUS_OK) goto fail;
   fc->layers = malloc((size_t)c->block_count * sizeof(*fc->layers));
@@ -416,26 +510,32 @@ llb_status llama_forward_ctx_create_opts(const struct llama_model *m, const stru
   }
   memcpy(fc->layers, m->layers, (size_t)c->block_count * sizeof(*fc->layers));
   fc->output = m->output;
+  fc->tok_embd = m->tok_embd;
+  fc->output_norm = m->output_norm;
   /* LongRoPE (llama.cpp get_rope_factors): the long factors when the context the engine runs
    * with exceeds the original one */
   const int32_t max_model_len = o->max_model_len > 0 ? o->max_model_len : c->context_length;
   fc->rope_factors = m->rope_freqs;
   if (c->rope_longrope) fc->rope_factors = max_model_len > c->rope_original_context_length ? m->rope_long : m->rope_short;
-  if (o->matmul == LLAMA_MATMUL_PACKED && (st = pack_weights(fc, o)) != LLB_STATUS_OK) goto fail;
-  const size_t T = (size_t)max_num_tokens;
-  fc->ids = malloc(T * sizeof(int32_t));
-  fc->x = malloc(T * (size_t)E * sizeof(float));
-  fc->xn = malloc(T * (size_t)wide * sizeof(float));
-  fc->q = malloc(T * (size_t)HD * sizeof(float));
-  fc->k = malloc(T * (size_t)KD * sizeof(float));
-  fc->v = malloc(T * (size_t)KD * sizeof(float));
-  fc->attn = malloc(T * (size_t)HD * sizeof(float));
-  fc->gate = malloc(T * (size_t)F * sizeof(float));
-  fc->up = malloc(T * (size_t)F * sizeof(float));
-  if (!fc->ids || !fc->x || !fc->xn || !fc->q || !fc->k || !fc->v || !fc->attn || !fc->gate || !fc->up) {
-    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "forward scratch for %d tokens", max_num_tokens);
+  if (fc->ops->host_memory) {
+    if (o->matmul == LLAMA_MATMUL_PACKED && (st = pack_weights(fc, o)) != LLB_STATUS_OK) goto fail;
+  } else if ((st = place_on_device(fc)) != LLB_STATUS_OK ||
+             (st = fc->ops->buffer_alloc((size_t)max_num_logits * (size_t)c->vocab_size * sizeof(float),
+                                         (void **)&fc->dev_logits)) != LLB_STATUS_OK) {
     goto fail;
   }
+  const size_t T = (size_t)max_num_tokens;
+  fc->ids = malloc(T * sizeof(int32_t));
+  if (!fc->ids) {
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "forward ids for %d tokens", max_num_tokens);
+    goto fail;
+  }
+  /* scratch in the backend's memory (the CPU's buffer_alloc is malloc) */
+  float **scratch[8] = {&fc->x, &fc->xn, &fc->q, &fc->k, &fc->v, &fc->attn, &fc->gate, &fc->up};
+  const int64_t widths[8] = {E, wide, HD, KD, KD, HD, F, F};
+  for (int i = 0; i < 8; i++)
+    if ((st = fc->ops->buffer_alloc(T * (size_t)widths[i] * sizeof(float), (void **)scratch[i])) != LLB_STATUS_OK)
+      goto fail;
   *out = fc;
   return LLB_STATUS_OK;
 fail:
@@ -445,21 +545,24 @@ fail:
 
 bool llama_forward_ctx_packed_shared(const struct llama_forward_ctx *c) { return c && c->packed_map.base; }
 
+const struct backend_ops *llama_forward_ctx_ops(const struct llama_forward_ctx *c) { return c->ops; }
+
+struct backend_ctx *llama_forward_ctx_backend(const struct llama_forward_ctx *c) { return c->bc; }
+
+size_t llama_forward_ctx_weight_bytes(const struct llama_forward_ctx *c) { return c->dev_weight_bytes; }
+
 void llama_forward_ctx_destroy(struct llama_forward_ctx *c) {
   if (!c) return;
-  if (c->ops) c->ops->ctx_destroy(c->bc);
+  if (c->ops) {
+    void *bufs[11] = {c->x, c->xn, c->q, c->k, c->v, c->attn, c->gate, c->up, c->dev_logits, c->dev_weights,
+                      c->dev_vectors};
+    for (int i = 0; i < 11; i++) c->ops->buffer_free(bufs[i]);
+    c->ops->ctx_destroy(c->bc);
+  }
   free(c->layers);
   free(c->packed);
   packed_cache_unmap(&c->packed_map);
   free(c->ids);
-  free(c->x);
-  free(c->xn);
-  free(c->q);
-  free(c->k);
-  free(c->v);
-  free(c->attn);
-  free(c->gate);
-  free(c->up);
   free(c);
 }
 
@@ -520,15 +623,21 @@ static void scale_rows(float *x, int64_t n, float s) {
 static llb_status embed_batch(struct llama_forward_ctx *c, const struct llama_batch *b) {
   const struct llama_config *cfg = &c->m->cfg;
   const int32_t T = b->num_tokens, E = cfg->embedding_length;
+  const struct backend_ops *ops = c->ops;
   if (b->input_embeds && !b->embeds_mask) {
-    memcpy(c->x, b->input_embeds, (size_t)T * (size_t)E * sizeof(float));
+    FWD_TRY(ops->buffer_upload(c->bc, c->x, b->input_embeds, (size_t)T * (size_t)E * sizeof(float)));
   } else {
-    for (int32_t i = 0; i < T; i++) c->ids[i] = (b->embeds_mask && b->embeds_mask[i]) ? 0 : b->token_ids[i];
-    FWD_TRY(c->ops->embed(c->bc, &c->m->tok_embd, c->ids, T, c->x));
+    const int32_t *ids = b->token_ids; /* a device step's: masked by step_begin's caller */
+    if (ops->host_memory) {
+      for (int32_t i = 0; i < T; i++) c->ids[i] = (b->embeds_mask && b->embeds_mask[i]) ? 0 : b->token_ids[i];
+      ids = c->ids;
+    }
+    FWD_TRY(ops->embed(c->bc, &c->tok_embd, ids, T, c->x));
     if (b->input_embeds)
       for (int32_t i = 0; i < T; i++)
         if (b->embeds_mask[i])
-          memcpy(c->x + (size_t)i * E, b->input_embeds + (size_t)i * E, (size_t)E * sizeof(float));
+          FWD_TRY(ops->buffer_upload(c->bc, c->x + (size_t)i * E, b->input_embeds + (size_t)i * E,
+                                     (size_t)E * sizeof(float)));
   }
   if (!cfg->gemma) return LLB_STATUS_OK;
   const float scale = sqrtf((float)E);
@@ -612,12 +721,10 @@ static llb_status ffn_block(struct llama_forward_ctx *c, int32_t T, int32_t il) 
   return ops->add(bc, c->x, c->xn, (int64_t)T * E);
 }
 
-llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv, const struct llama_batch *b,
-                         float *logits) {
-  if (!c || !kv || !b || (b->num_logits > 0 && !logits))
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NULL argument");
-  if (kv->model != c->m) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache of another model");
-  FWD_TRY(check_batch(c, b));
+/* One step of b, whose arrays the ops read (host ones, or a device step's), into logits (the
+ * caller's, or the device's [num_logits, V]). */
+static llb_status forward_step(struct llama_forward_ctx *c, struct llama_kv_cache *kv, const struct llama_batch *b,
+                               float *logits) {
   const struct llama_model *m = c->m;
   const struct llama_config *cfg = &m->cfg;
   const struct backend_ops *ops = c->ops;
@@ -633,13 +740,16 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
   if (b->num_hidden > 0) { /* pooling: final-norm hidden states of the rows asked for */
     for (int32_t i = 0; i < b->num_hidden; i++)
       memcpy(b->hidden_states + (size_t)i * E, c->x + (size_t)b->hidden_indices[i] * E, (size_t)E * sizeof(float));
-    FWD_TRY(ops->rms_norm(bc, b->hidden_states, m->output_norm, b->num_hidden, E, eps, b->hidden_states));
+    FWD_TRY(ops->rms_norm(bc, b->hidden_states, c->output_norm, b->num_hidden, E, eps, b->hidden_states));
   }
   if (b->num_logits == 0) return LLB_STATUS_OK;
   /* final norm and logits only for the rows asked for */
-  for (int32_t i = 0; i < b->num_logits; i++)
-    memcpy(c->xn + (size_t)i * E, c->x + (size_t)b->logits_indices[i] * E, (size_t)E * sizeof(float));
-  FWD_TRY(ops->rms_norm(bc, c->xn, m->output_norm, b->num_logits, E, eps, c->xn));
+  if (ops->get_rows)
+    FWD_TRY(ops->get_rows(bc, c->x, E, b->logits_indices, b->num_logits, c->xn));
+  else
+    for (int32_t i = 0; i < b->num_logits; i++)
+      memcpy(c->xn + (size_t)i * E, c->x + (size_t)b->logits_indices[i] * E, (size_t)E * sizeof(float));
+  FWD_TRY(ops->rms_norm(bc, c->xn, c->output_norm, b->num_logits, E, eps, c->xn));
   const struct backend_weight *outw[1] = {&c->output};
   float *l_out[1] = {logits};
   FWD_TRY(ops->matmul(bc, c->xn, b->num_logits, outw, l_out, 1));
@@ -648,4 +758,51 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
     FWD_TRY(ops->softcap(bc, logits, (int64_t)b->num_logits * cfg->vocab_size, cfg->final_logit_softcapping));
   }
   return LLB_STATUS_OK;
+}
+
+/* A device backend's step: every index checked on the host, the batch arrays (ids masked) up
+ * in step_begin, the ops queued unless the backend replayed a record of the step, the logits
+ * down in step_end. */
+static llb_status forward_on_device(struct llama_forward_ctx *c, struct llama_kv_cache *kv, const struct llama_batch *b,
+                                    float *logits) {
+  const struct backend_ops *ops = c->ops;
+  const int32_t V = c->m->cfg.vocab_size;
+  if (b->num_hidden > 0)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "hidden states (pooling) from backend %s", ops->name);
+  if (c->dev_kv && c->dev_kv != kv)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "backend %s: a forward context runs one KV cache", ops->name);
+  c->dev_kv = kv;
+  FWD_TRY(forward_device_check_batch(b, V, c->max_context_len, &kv->layers[0]));
+  for (int32_t i = 0; i < b->num_tokens; i++)
+    c->ids[i] = (!b->token_ids || (b->input_embeds && (!b->embeds_mask || b->embeds_mask[i]))) ? 0 : b->token_ids[i];
+  const struct backend_step in = {
+      .num_tokens = b->num_tokens, .num_seqs = b->num_seqs, .num_logits = b->num_logits,
+      .max_blocks_per_seq = b->max_blocks_per_seq, .token_ids = c->ids, .positions = b->positions,
+      .slot_mapping = b->slot_mapping, .query_start_loc = b->query_start_loc, .seq_lens = b->seq_lens,
+      .block_tables = b->block_tables, .logits_indices = b->logits_indices, .replayable = !b->input_embeds};
+  struct backend_step run;
+  bool replayed = false;
+  FWD_TRY(ops->step_begin(c->bc, &in, &run, &replayed));
+  llb_status st = LLB_STATUS_OK;
+  if (!replayed) {
+    struct llama_batch sb = *b;
+    sb.num_tokens = run.num_tokens, sb.token_ids = run.token_ids, sb.positions = run.positions;
+    sb.slot_mapping = run.slot_mapping, sb.num_seqs = run.num_seqs, sb.query_start_loc = run.query_start_loc;
+    sb.seq_lens = run.seq_lens, sb.block_tables = run.block_tables, sb.max_blocks_per_seq = run.max_blocks_per_seq;
+    sb.num_logits = run.num_logits, sb.logits_indices = run.logits_indices;
+    st = forward_step(c, kv, &sb, c->dev_logits);
+  }
+  return ops->step_end(c->bc, st, logits, c->dev_logits, (size_t)b->num_logits * (size_t)V * sizeof(float));
+}
+
+llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv, const struct llama_batch *b,
+                         float *logits) {
+  if (!c || !kv || !b || (b->num_logits > 0 && !logits))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NULL argument");
+  if (kv->model != c->m) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache of another model");
+  if (kv->ops != (c->ops->host_memory ? NULL : c->ops))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache not in the memory of backend %s", c->ops->name);
+  FWD_TRY(check_batch(c, b));
+  if (!c->ops->host_memory) return forward_on_device(c, kv, b, logits);
+  return forward_step(c, kv, b, logits);
 }

@@ -1,8 +1,13 @@
 /* LLaMA-family forward pass over a paged KV cache (vLLM v1 flattened batch, gpu_model_runner).
  *
- * Written once against the op table of kernels/backend.h (the CPU backend today). Weights are
- * views into the GGUF mapping: nothing is copied or dequantized as a whole. The cache and all
- * scratch are allocated up front; llama_forward allocates nothing. Numerics follow llama.cpp's
+ * Written once against the op table of kernels/backend.h, which the caller picks
+ * (llama_forward_options.ops: the CPU's by default, the CUDA one in the worker's CUDA module).
+ * On the CPU, weights are views into the GGUF mapping (or the backend's packed copy): nothing
+ * is dequantized as a whole. On a device backend (not host_memory) the context uploads the
+ * weights (weight_upload: CUDA's fp16), norms and biases once at creation, each step's batch
+ * arrays in one step_begin copy, and downloads the logits in step_end; decode steps may be
+ * replayed by the backend (CUDA graphs). The cache and all scratch are allocated up front;
+ * llama_forward allocates nothing. Numerics (CPU) follow llama.cpp's
  * CPU path (ggml mul_mat with quantized activations, rms_norm, rope_ext, soft_max); per-row
  * reductions do not depend on the batch, so a token's logits are bit-identical alone or in
  * any batch (DESIGN.md §5).
@@ -10,12 +15,16 @@
 #ifndef LLB_MODEL_FORWARD_H
 #define LLB_MODEL_FORWARD_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
 #include "model/config.h"
 #include "model/gguf.h"
 
+struct backend_ops;     /* kernels/backend.h */
+struct backend_ctx;
 struct llama_model;     /* config + tensor views into the gguf mapping (no copy of weights) */
 struct llama_kv_cache;  /* per layer K and V [num_blocks, block_size, head_count_kv, head_dim], fp16 */
 struct llama_forward_ctx; /* preallocated scratch + thread pool; no allocation per step */
@@ -39,6 +48,13 @@ const struct llama_config *llama_model_config(const struct llama_model *m);
  * INVALID_ARGUMENT on non-positive sizes, TOO_LARGE if the size overflows, OUT_OF_MEMORY. */
 llb_status llama_kv_cache_create(const struct llama_model *m, int32_t num_blocks, int32_t block_size,
                                  struct llama_kv_cache **out);
+
+/* The KV cache of c's model in the memory of c's backend: llama_kv_cache_create on a host
+ * backend; on a device backend one zeroed buffer_alloc of the same layout, which the context's
+ * forward alone can use (llama_forward refuses another pairing). The cache may outlive c.
+ * Errors: those of llama_kv_cache_create, the backend's OUT_OF_MEMORY. */
+llb_status llama_kv_cache_create_for(const struct llama_forward_ctx *c, int32_t num_blocks, int32_t block_size,
+                                     struct llama_kv_cache **out);
 
 /* NULL ok. */
 void llama_kv_cache_destroy(struct llama_kv_cache *kv);
@@ -104,6 +120,17 @@ struct llama_forward_options {
    * set when it exceeds rope.scaling.original_context_length, else the short one. Nothing else
    * depends on it. */
   int32_t max_model_len;
+  /* The backend's op table (kernels/backend.h); NULL = backend_cpu_ops(). A device backend
+   * (host_memory false) gets the weights, norms, biases and RoPE factors uploaded at creation
+   * (nothing of the GGUF mapping is read after it) and refuses, UNSUPPORTED naming the
+   * backend, what the forward computes on the host: gemma's embedding scale and the q scale
+   * of phi3/gemma (attention_scale), pooling (num_hidden). matmul is then the backend's own
+   * (PACKED / GGML do not apply). */
+  const struct backend_ops *ops;
+  /* Device backends only, 0 = max_num_tokens / max_num_tokens / context_length: sequences and
+   * logits rows of one step (the device logits are [max_num_logits, vocab_size]) and the
+   * widest block table a step carries. */
+  int32_t max_num_seqs, max_num_logits, max_blocks_per_seq;
 };
 
 /* llama_forward_ctx_create with every option explicit. */
@@ -123,6 +150,13 @@ void llama_forward_ctx_destroy(struct llama_forward_ctx *c);
 /* Whether c's packed weights are the host's shared cache file (mapped), not a private copy. */
 bool llama_forward_ctx_packed_shared(const struct llama_forward_ctx *c);
 
+/* c's backend table and execution context (backend-specific queries: CUDA's graph count). */
+const struct backend_ops *llama_forward_ctx_ops(const struct llama_forward_ctx *c);
+struct backend_ctx *llama_forward_ctx_backend(const struct llama_forward_ctx *c);
+
+/* Bytes of the model's weights in c's backend memory (device backends; 0 on a host one). */
+size_t llama_forward_ctx_weight_bytes(const struct llama_forward_ctx *c);
+
 /* Runs one step: embeds the batch's tokens (rows with embeds_mask[i] = 1 come from
  * input_embeds instead; input_embeds without a mask replaces every row, and then token_ids
  * are not read), writes their K/V at slot_mapping, attends each query row causally over its
@@ -132,7 +166,11 @@ bool llama_forward_ctx_packed_shared(const struct llama_forward_ctx *c);
  * rows hidden_indices into hidden_states (rms_norm with output_norm.weight, the input of the
  * logits matmul; llama.cpp's LLAMA_POOLING_TYPE_* embeddings). Query rows of a sequence must have their K/V written by this
  * step or earlier ones. INVALID_ARGUMENT naming the field (sizes, ids, slots, block ids out of
- * range); kv must belong to c's model. Not thread-safe per ctx. */
+ * range; on a device backend every index is checked on the host before anything is queued, and
+ * sizes beyond the context's max_num_seqs / max_num_logits / max_blocks_per_seq are refused);
+ * kv must belong to c's model and c's backend (llama_kv_cache_create_for); on a device backend
+ * every step of c must use the same kv (recorded steps hold its addresses). A device backend's
+ * failures: DEVICE, OUT_OF_MEMORY. Not thread-safe per ctx. */
 llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv, const struct llama_batch *b,
                          float *logits /* [num_logits, vocab_size] */);
 

@@ -19,7 +19,7 @@
  *      slot_mapping (block_id * block_size + offset), query_start_loc, seq_lens,
  *      block_tables, and logits_indices only for requests whose scheduled range reaches the
  *      end of their known tokens (a partial prefill chunk samples nothing, as vLLM discards it);
- *   3. runs the forward pass (llama_forward on the CPU, cuda_forward on a CUDA device: the
+ *   3. runs the forward pass (llama_forward over the CPU or the CUDA op table: the
  *      same flattened batch, logits copied back to the host) and samples each such request
  *      with the CPU sampler (sampler_sample, stream 0, output_pos = outputs so far),
  *      appending the token to the request.
@@ -51,7 +51,7 @@
 /* Where the forward pass runs. The zero value is the CPU. */
 enum model_runner_device {
   MODEL_RUNNER_DEVICE_CPU = 0,  /* model/forward.h over the host KV cache */
-  MODEL_RUNNER_DEVICE_CUDA = 1, /* kernels/cuda/cuda_forward.h; only in builds with LLB_HAVE_CUDA */
+  MODEL_RUNNER_DEVICE_CUDA = 1, /* llama_forward over backend_cuda_ops(); only in builds with LLB_HAVE_CUDA */
 };
 
 struct model_runner_config {
@@ -81,7 +81,8 @@ struct model_runner; /* opaque */
 /* Creates a runner. CPU: over model m (borrowed; must outlive the runner), allocating the
  * paged KV cache (cfg->num_blocks x cfg->block_size slots) and the forward scratch for
  * cfg->max_num_batched_tokens rows with cfg->num_threads threads. CUDA: m is unused (may be
- * NULL); cfg->gguf is loaded to the device (fp16 weights), a forward context is created for
+ * NULL); the model is loaded from cfg->gguf and a forward context over the CUDA op table
+ * uploads it to the device (fp16 weights; the file may be closed after), created for
  * cfg->max_num_batched_tokens rows (sequences and logits rows up to that, at most
  * RUNNER_CUDA_MAX_SEQS = 1024; contexts up to the model's context_length), then the device KV cache of cfg->num_blocks blocks, or, with
  * num_blocks 0, of as many as cfg->gpu_memory_utilization leaves (logged, and read back with
@@ -89,7 +90,8 @@ struct model_runner; /* opaque */
  * *out: caller frees with model_runner_destroy. Errors: INVALID_ARGUMENT (config),
  * TOO_LARGE / OUT_OF_MEMORY (KV cache, host or device), INTERNAL (threads); CUDA:
  * UNSUPPORTED "built without CUDA" in builds without LLB_HAVE_CUDA, DEVICE naming the CUDA
- * error (no device, driver), and cuda_model_load's errors. Never aborts on a CUDA failure. */
+ * error (no device, driver), UNSUPPORTED for what the CUDA table does not run (naming it),
+ * and the model load's errors. Never aborts on a CUDA failure. */
 llb_status model_runner_create(const struct llama_model *m, const struct model_runner_config *cfg,
                                struct model_runner **out);
 

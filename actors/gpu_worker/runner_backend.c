@@ -1,16 +1,19 @@
 /* The model runner's forward pass on the CPU or a CUDA device (runner_backend.h). */
 #include "actors/gpu_worker/runner_backend.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "base/log.h"
+#include "kernels/backend.h"
+#include "actors/gpu_worker/runner_cuda.h"
 
 #ifdef LLB_HAVE_CUDA
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <unistd.h>
-
-#include "actors/gpu_worker/runner_cuda.h"
 
 static const struct runner_cuda_api *cuda_api_ptr;
 static char cuda_api_error[PATH_MAX + 256];
@@ -46,36 +49,116 @@ static void cuda_api_load(void) {
   api->log_init(llb_log_get_actor(), llb_log_get_level());
   cuda_api_ptr = api;
 }
+#endif
 
-/* The module's API, or NULL with *st set (UNSUPPORTED naming the module and dlerror). */
+/* The module's API, or NULL with *st set (UNSUPPORTED naming the module and dlerror, or the
+ * build without CUDA). */
 static const struct runner_cuda_api *cuda_api(llb_status *st) {
+#ifdef LLB_HAVE_CUDA
   pthread_once(&cuda_api_once, cuda_api_load);
   if (!cuda_api_ptr) *st = LLB_ERRF(LLB_STATUS_UNSUPPORTED, "device cuda: %s", cuda_api_error);
   return cuda_api_ptr;
+#else
+  *st = LLB_ERRF(LLB_STATUS_UNSUPPORTED, "device cuda: built without CUDA (configure with nvcc, LLB_CUDA=ON)");
+  return NULL;
+#endif
 }
 
-/* A failed module call's status, with the module's message. */
-static llb_status cuda_fail(const struct runner_cuda_api *api, llb_status st) {
-  return LLB_ERRF(st, "%s", api->last_error());
+/* A failed call's status with its messages: this image's (the forward, the runner) and the
+ * module's (the CUDA ops), each when set since the errors were cleared. */
+static llb_status cuda_fail(const struct runner_cuda_api *api, llb_status st, const char *stage) {
+  char own[512];
+  snprintf(own, sizeof own, "%s", llb_err_last());
+  const char *dev = api->last_error();
+  if (own[0] && dev[0]) return LLB_ERRF(st, "cuda %s: %s: %s", stage, own, dev);
+  return LLB_ERRF(st, "cuda %s: %s", stage, dev[0] ? dev : own);
 }
-#endif
 
 llb_status model_runner_device_check(enum model_runner_device d) {
   if (d == MODEL_RUNNER_DEVICE_CPU) return LLB_STATUS_OK;
   if (d != MODEL_RUNNER_DEVICE_CUDA) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "device %d", (int)d);
-#ifdef LLB_HAVE_CUDA
   llb_status st = LLB_STATUS_OK;
   const struct runner_cuda_api *api = cuda_api(&st);
   if (!api) return st;
+  api->clear_error();
   st = api->probe();
-  return st ? cuda_fail(api, st) : st;
-#else
-  return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "device cuda: built without CUDA (configure with nvcc, LLB_CUDA=ON)");
-#endif
+  return st ? LLB_ERRF(st, "%s", api->last_error()) : st;
 }
 
 const char *model_runner_device_name(enum model_runner_device d) {
   return d == MODEL_RUNNER_DEVICE_CUDA ? "cuda" : "cpu";
+}
+
+/* What the CUDA backend does not run (its ops or the forward's device path refuse it), found in
+ * f's config before anything is loaded. */
+static llb_status cuda_refusals(const struct gguf_file *f) {
+  struct llama_config arch;
+  if (llama_config_from_gguf(f, &arch) != LLB_STATUS_OK) return LLB_STATUS_OK; /* the load reports it */
+  if (arch.attn_qkv_bias || arch.attn_qk_norm || arch.fused_qkv || arch.fused_gate_up || arch.gemma)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "device cuda: architecture '%s' runs on the CPU only (its %s "
+                    "are not in the CUDA forward yet)", arch.architecture,
+                    arch.attn_qkv_bias ? "q/k/v biases" : arch.attn_qk_norm ? "q/k norms" : arch.gemma ? "GeGLU and scalings" : "fused projections");
+  if (gguf_find_tensor(f, "rope_freqs.weight"))
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "device cuda: this model's RoPE frequency factors "
+                    "(rope_freqs.weight, Llama 3.x) are not in the CUDA forward yet; it runs on the CPU");
+  if (arch.sliding_window > 0 || arch.rope_attn_factor != 1.0f || arch.rope_longrope || arch.post_norms ||
+      arch.attn_logit_softcapping > 0.0f || arch.final_logit_softcapping > 0.0f)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "device cuda: %s (sliding-window attention, LongRoPE, RoPE attention "
+                    "factor, post norms and soft-capping run on the CPU forward only)", arch.architecture);
+  return LLB_STATUS_OK;
+}
+
+/* KV blocks that fit in utilization of the device's total memory given what is in use now
+ * (weights, forward context, other processes): vLLM's determine_num_available_blocks without
+ * the profiling run (the context's scratch is preallocated). OUT_OF_MEMORY when not one fits. */
+static llb_status kv_blocks_for_memory(const struct backend_ops *ops, size_t per_block, float utilization,
+                                       int32_t *num_blocks) {
+  size_t free_b, total_b;
+  llb_status st = ops->memory_info(&free_b, &total_b);
+  if (st) return st;
+  const double budget = (double)total_b * utilization - (double)(total_b - free_b);
+  const double n = budget > 0 ? floor(budget / (double)per_block) : 0.0;
+  if (n < 1.0)
+    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY,
+                    "no KV block fits: %.2f GiB total x %.2f utilization, %.2f GiB in use, %zu bytes a block",
+                    (double)total_b / 1073741824.0, utilization, (double)(total_b - free_b) / 1073741824.0,
+                    per_block);
+  *num_blocks = n > (double)INT32_MAX ? INT32_MAX : (int32_t)n;
+  return LLB_STATUS_OK;
+}
+
+/* The CUDA part of create: the module's table, the model's views from cfg->gguf, the forward
+ * options for the device; KV sizing happens after the context exists. */
+static llb_status cuda_prepare(struct runner_backend *b, const struct model_runner_config *cfg,
+                               struct llama_forward_options *fo) {
+  llb_status st = cuda_refusals(cfg->gguf);
+  if (st) return st;
+  b->cuda = cuda_api(&st);
+  if (!b->cuda) return st;
+  b->cuda->clear_error();
+  if ((st = b->cuda->probe())) return LLB_ERRF(st, "%s", b->cuda->last_error());
+  if ((st = llama_model_load(cfg->gguf, &b->cuda_model))) return LLB_ERRF(st, "cuda model load: %s", llb_err_last());
+  const struct llama_config *c = llama_model_config(b->cuda_model);
+  const int32_t ctx_len = c->context_length > 0 ? c->context_length : cfg->max_num_batched_tokens;
+  const int32_t max_seqs = cfg->max_num_batched_tokens < RUNNER_CUDA_MAX_SEQS ? cfg->max_num_batched_tokens
+                                                                              : RUNNER_CUDA_MAX_SEQS;
+  fo->ops = b->cuda->ops();
+  fo->max_num_seqs = max_seqs, fo->max_num_logits = max_seqs;
+  fo->max_blocks_per_seq = (ctx_len + cfg->block_size - 1) / cfg->block_size;
+  return LLB_STATUS_OK;
+}
+
+static void cuda_log_ready(const struct runner_backend *b, const struct model_runner_config *cfg, float util) {
+  char dev[160];
+  if (b->cuda->describe(dev, sizeof dev)) snprintf(dev, sizeof dev, "unknown");
+  size_t free_b = 0, total_b = 0;
+  (void)llama_forward_ctx_ops(b->fwd)->memory_info(&free_b, &total_b);
+  LLB_LOG_INFO("gpu_worker_cuda",
+               "device=\"%s\" weights_gib=%.3f num_blocks=%d block_size=%d kv_cache_gib=%.3f "
+               "gpu_memory_utilization=%.3f max_context_len=%d free_gib=%.2f total_gib=%.2f",
+               dev, (double)llama_forward_ctx_weight_bytes(b->fwd) / 1073741824.0, b->num_blocks, cfg->block_size,
+               (double)b->kv_bytes / 1073741824.0, (double)util, b->config->context_length,
+               (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
 }
 
 llb_status runner_backend_create(struct runner_backend *b, const struct llama_model *m,
@@ -83,63 +166,55 @@ llb_status runner_backend_create(struct runner_backend *b, const struct llama_mo
   memset(b, 0, sizeof(*b));
   b->device = cfg->device;
   b->num_blocks = cfg->num_blocks;
-  llb_status st;
-  if (cfg->device == MODEL_RUNNER_DEVICE_CUDA) {
-    /* the CUDA forward is LLaMA's: no q/k/v biases (qwen2), no q/k norms (qwen3) yet */
-    struct llama_config arch;
-    if (cfg->gguf && llama_config_from_gguf(cfg->gguf, &arch) == LLB_STATUS_OK &&
-        (arch.attn_qkv_bias || arch.attn_qk_norm || arch.fused_qkv || arch.fused_gate_up || arch.gemma))
-      return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "device cuda: architecture '%s' runs on the CPU only (its %s "
-                      "are not in the CUDA forward yet)", arch.architecture,
-                      arch.attn_qkv_bias ? "q/k/v biases" : arch.attn_qk_norm ? "q/k norms" : arch.gemma ? "GeGLU and scalings" : "fused projections");
-    if (cfg->gguf && gguf_find_tensor(cfg->gguf, "rope_freqs.weight"))
-      return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "device cuda: this model's RoPE frequency factors "
-                      "(rope_freqs.weight, Llama 3.x) are not in the CUDA forward yet; it runs on the CPU");
-#ifdef LLB_HAVE_CUDA
-    const float util = cfg->gpu_memory_utilization > 0.0f ? cfg->gpu_memory_utilization : 0.9f;
-    st = LLB_STATUS_OK;
-    const struct runner_cuda_api *api = cuda_api(&st);
-    if (!api) return st;
-    if ((st = api->create(cfg->gguf, cfg->max_num_batched_tokens, cfg->block_size, util, &b->num_blocks, &b->cuda)))
-      return cuda_fail(api, st);
-    b->config = api->config(b->cuda);
-    b->kv_bytes = api->kv_bytes(b->cuda);
-    return LLB_STATUS_OK;
-#else
-    return model_runner_device_check(cfg->device);
-#endif
+  const bool cuda = cfg->device == MODEL_RUNNER_DEVICE_CUDA;
+  struct llama_forward_options fo = {.max_num_tokens = cfg->max_num_batched_tokens, .n_threads = cfg->num_threads,
+                                     .matmul = cfg->matmul, .packed_cache_dir = cfg->packed_cache_dir,
+                                     .max_model_len = cfg->max_model_len};
+  llb_status st = LLB_STATUS_OK;
+  if (cuda) {
+    if ((st = cuda_prepare(b, cfg, &fo))) goto fail;
+    m = b->cuda_model;
+    b->cuda->clear_error();
+    llb_err_clear();
   }
   const struct llama_config *c = llama_model_config(m);
   b->config = c;
-  b->kv_bytes = 2 * (int64_t)c->block_count * cfg->num_blocks * cfg->block_size * c->head_count_kv *
-                c->head_dim * 2;
-  st = llama_kv_cache_create(m, cfg->num_blocks, cfg->block_size, &b->kv);
-  const struct llama_forward_options fo = {.max_num_tokens = cfg->max_num_batched_tokens,
-                                           .n_threads = cfg->num_threads, .matmul = cfg->matmul,
-                                           .packed_cache_dir = cfg->packed_cache_dir,
-                                           .max_model_len = cfg->max_model_len};
-  if (!st) st = llama_forward_ctx_create_opts(m, &fo, &b->fwd);
-  if (st) runner_backend_destroy(b);
+  const char *stage = "forward context";
+  st = llama_forward_ctx_create_opts(m, &fo, &b->fwd);
+  const float util = cfg->gpu_memory_utilization > 0.0f ? cfg->gpu_memory_utilization : 0.9f;
+  const size_t per_block =
+      2 * (size_t)c->block_count * (size_t)cfg->block_size * (size_t)c->head_count_kv * (size_t)c->head_dim * 2;
+  if (!st && cuda && b->num_blocks == 0) {
+    stage = "KV cache size";
+    st = kv_blocks_for_memory(llama_forward_ctx_ops(b->fwd), per_block, util, &b->num_blocks);
+  }
+  if (!st) {
+    stage = "KV cache";
+    st = llama_kv_cache_create_for(b->fwd, b->num_blocks, cfg->block_size, &b->kv);
+  }
+  if (st) {
+    if (cuda) st = cuda_fail(b->cuda, st, stage);
+    goto fail;
+  }
+  b->kv_bytes = (int64_t)per_block * b->num_blocks;
+  if (cuda) cuda_log_ready(b, cfg, util);
+  return LLB_STATUS_OK;
+fail:
+  runner_backend_destroy(b);
   return st;
 }
 
 llb_status runner_backend_forward(struct runner_backend *b, const struct llama_batch *batch, float *logits) {
-#ifdef LLB_HAVE_CUDA
-  if (b->cuda) {
-    if (batch->num_hidden > 0) /* check_new refuses pooling requests on cuda before this */
-      return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "hidden states (pooling) from the cuda forward");
-    const llb_status st = cuda_api_ptr->forward(b->cuda, batch, logits);
-    return st ? cuda_fail(cuda_api_ptr, st) : st;
-  }
-#endif
-  return llama_forward(b->fwd, b->kv, batch, logits);
+  if (!b->cuda) return llama_forward(b->fwd, b->kv, batch, logits);
+  b->cuda->clear_error();
+  llb_err_clear();
+  const llb_status st = llama_forward(b->fwd, b->kv, batch, logits);
+  return st ? cuda_fail(b->cuda, st, "step") : st;
 }
 
 void runner_backend_destroy(struct runner_backend *b) {
-  llama_forward_ctx_destroy(b->fwd);
   llama_kv_cache_destroy(b->kv);
-#ifdef LLB_HAVE_CUDA
-  if (b->cuda) cuda_api_ptr->destroy(b->cuda);
-#endif
+  llama_forward_ctx_destroy(b->fwd);
+  llama_model_destroy(b->cuda_model);
   memset(b, 0, sizeof(*b));
 }

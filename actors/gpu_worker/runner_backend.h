@@ -1,7 +1,8 @@
-/* The model runner's forward pass on its device (private to model_runner.c): the CPU
- * forward (model/forward.h) or, in builds with LLB_HAVE_CUDA, the CUDA one (runner_cuda.h),
- * behind one create / forward / destroy. The only file of the runner that tests
- * LLB_HAVE_CUDA. Not thread-safe.
+/* The model runner's forward pass on its device (private to model_runner.c): model/forward.c's
+ * llama_forward over the CPU op table or, in builds with LLB_HAVE_CUDA, over the CUDA one
+ * that the worker takes from its dlopen'd module (runner_cuda.h), behind one create / forward /
+ * destroy. The only file of the runner that tests LLB_HAVE_CUDA (to load that module). Not
+ * thread-safe.
  */
 #ifndef LLB_GPU_WORKER_RUNNER_BACKEND_H
 #define LLB_GPU_WORKER_RUNNER_BACKEND_H
@@ -13,19 +14,25 @@
 #include "model/config.h"
 #include "model/forward.h"
 
+struct runner_cuda_api;
+
 struct runner_backend {
   enum model_runner_device device;
-  const struct llama_config *config; /* of the model, on either device */
-  int32_t num_blocks;                /* KV cache blocks (sized from memory for CUDA num_blocks 0) */
-  int64_t kv_bytes;                  /* KV cache bytes */
-  struct llama_kv_cache *kv;         /* CPU */
-  struct llama_forward_ctx *fwd;     /* CPU */
-  struct runner_cuda *cuda;          /* CUDA */
+  const struct llama_config *config;  /* of the model */
+  int32_t num_blocks;                 /* KV cache blocks (sized from memory for CUDA num_blocks 0) */
+  int64_t kv_bytes;                   /* KV cache bytes */
+  struct llama_model *cuda_model;     /* CUDA: the model's views, loaded here from cfg->gguf (the
+                                         caller may close the file once create returns: the
+                                         forward context has uploaded what it reads) */
+  struct llama_forward_ctx *fwd;
+  struct llama_kv_cache *kv;          /* in the memory of fwd's backend */
+  const struct runner_cuda_api *cuda; /* CUDA: the module, whose messages failures carry */
 };
 
-/* Creates the KV cache and forward state of cfg->device into *b (zeroed first): CPU over m;
- * CUDA from cfg->gguf (see model_runner_create). On error *b holds nothing to free. Errors:
- * those of model_runner_create's backend part. */
+/* Creates the forward context and KV cache of cfg->device into *b (zeroed first): CPU over m;
+ * CUDA over a model loaded from cfg->gguf with the module's op table (see
+ * model_runner_create). On error *b holds nothing to free. Errors: those of
+ * model_runner_create's backend part; CUDA ones carry the module's message. */
 llb_status runner_backend_create(struct runner_backend *b, const struct llama_model *m,
                                  const struct model_runner_config *cfg);
 

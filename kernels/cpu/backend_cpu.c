@@ -1,6 +1,31 @@
 /* The CPU backend's op table. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/packed.h"
+
+/* ---- buffers: host memory (the forward reads and writes them in place; these hooks exist so
+ * that code written for any backend runs here too, at the cost of a malloc / memcpy) ---- */
+
+static llb_status cpu_buffer_alloc(size_t bytes, void **out) {
+  *out = malloc(bytes ? bytes : 1);
+  return *out ? LLB_STATUS_OK : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "cpu buffer of %zu bytes", bytes);
+}
+
+static void cpu_buffer_free(void *p) { free(p); }
+
+static llb_status cpu_buffer_upload(struct backend_ctx *c, void *dst, const void *src, size_t bytes) {
+  (void)c;
+  if (bytes) memcpy(dst, src, bytes);
+  return LLB_STATUS_OK;
+}
+
+static llb_status cpu_buffer_clear(struct backend_ctx *c, void *dst, size_t bytes) {
+  (void)c;
+  if (bytes) memset(dst, 0, bytes);
+  return LLB_STATUS_OK;
+}
 
 static const struct backend_ops cpu_ops = {
     .name = "cpu",
@@ -22,6 +47,14 @@ static const struct backend_ops cpu_ops = {
     .gelu = cpu_gelu,
     .add_bias = cpu_add_bias,
     .attention_full = cpu_attention_full,
+    .host_memory = true,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_free = cpu_buffer_free,
+    .buffer_upload = cpu_buffer_upload,
+    .buffer_download = cpu_buffer_upload, /* host to host: the same copy */
+    .buffer_clear = cpu_buffer_clear,
+    /* memory_info, weight_bytes, weight_upload, get_rows, step_begin, step_end: NULL (host
+     * memory; each op is done when it returns) */
 };
 
 const struct backend_ops *backend_cpu_ops(void) { return &cpu_ops; }

@@ -175,6 +175,17 @@ llb_status cuda_silu_and_mul(struct cuda_ctx *c, const float *gate_d, const floa
 llb_status cuda_gather_f16(struct cuda_ctx *c, const float *x_d, const int32_t *rows_d,
                            int32_t n_rows, int32_t dim, uint16_t *out_f16_d);
 
+/* x_d [n] += y_d [n] (fp32, __fadd_rn: rms_norm's fused add, unfused). */
+llb_status cuda_add(struct cuda_ctx *c, float *x_d, const float *y_d, int64_t n);
+
+/* out_d [n] = silu(gate_d) * up_d, fp32 (silu_and_mul's arithmetic without the fp16 rounding);
+ * out_d may alias gate_d or up_d. */
+llb_status cuda_swiglu(struct cuda_ctx *c, const float *gate_d, const float *up_d, int64_t n, float *out_d);
+
+/* out_d [n, dim] = rows rows_d[i] of x_d [*, dim] (fp32; the caller validates rows). */
+llb_status cuda_get_rows(struct cuda_ctx *c, const float *x_d, int32_t dim, const int32_t *rows_d, int32_t n,
+                         float *out_d);
+
 /* Fills n_f16 fp16 values at dst_d with uniform values in [-amp, amp] from `seed` (bench and
  * tests: KV caches that are never zero). */
 llb_status cuda_fill_random_f16(struct cuda_ctx *c, uint16_t *dst_d, int64_t n_f16, float amp,
@@ -203,6 +214,24 @@ struct cuda_sample_params {
  * differ from the CPU. Rows with a NaN/+inf logit or only -inf give token -1. */
 llb_status cuda_sample(struct cuda_ctx *c, const float *logits_d, int32_t n_rows, int32_t vocab,
                        const struct cuda_sample_params *params_d, int32_t *tokens_d);
+
+/* ------------------------------------------------------------------ the op table */
+
+/* The CUDA backend's struct backend_ops (kernels/backend.h) over the ops above, for
+ * model/forward.c's llama_forward: device memory (cudaMalloc buffers); weights uploaded and
+ * dequantized to fp16 once (weight_upload: F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q4_K Q5_K Q6_K; matmul
+ * rounds its fp32 input to fp16 and runs one cublasGemmEx per weight); step metadata staged in
+ * pinned memory and copied up once per step (step_begin); decode steps padded to a
+ * batch-size bucket (1, 2, 4, ... 256, up to max_num_seqs and max_num_logits) and replayed
+ * as CUDA graphs captured on first use; logits copied down in step_end. Not provided:
+ * geglu, softcap, the vision ops, pack; rope refuses freq_factors and attn_factor != 1,
+ * attention sliding windows and soft-capping (UNSUPPORTED). ctx_create refuses head_dim
+ * not a multiple of 8 or over CUDA_ATTN_MAX_HEAD_DIM (UNSUPPORTED) and fails with DEVICE
+ * without a usable device. Attention runs only inside a step (it reads the step's row map). */
+const struct backend_ops *backend_cuda_ops(void);
+
+/* Decode graphs captured so far by the context (a backend_cuda_ops() context; 0 for NULL). */
+int32_t backend_cuda_num_graphs(const struct backend_ctx *c);
 
 /* ------------------------------------------------------------------ ceilings (bench) */
 

@@ -16,7 +16,7 @@ cmake -S "$root/kernels/cuda/standalone" -B "$build" -DCMAKE_BUILD_TYPE=Release 
 cmake --build "$build" -j"$jobs" || exit 1
 tests_rc=0
 ctest --test-dir "$build" --output-on-failure -L cuda || tests_rc=$?
-"$build/cuda/llmbus_cuda_bench" "$@"
+"$build/llmbus_cuda_bench" "$@"
 bench_rc=$?
 if [ "$tests_rc" -ne 0 ] || [ "$bench_rc" -ne 0 ]; then
   echo "cuda-bench: tests rc=$tests_rc, bench rc=$bench_rc" >&2

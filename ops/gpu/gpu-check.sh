@@ -56,7 +56,7 @@ step_cuda_tests() {
 }
 
 step_bench() {
-  "$build/kernels/cuda/llmbus_cuda_bench" >"$out/bench.log" 2>&1
+  "$build/tests/llmbus_cuda_bench" >"$out/bench.log" 2>&1
   local rc=$?
   tail -40 "$out/bench.log"
   return $rc
@@ -74,7 +74,7 @@ step_prof() {
     if [ "${kind:0:1}" = d ]; then mode=--decode-only; skip=2000; count=600;
     else mode=--prefill-only; skip=1200; count=500; fi
     "$ncu" --launch-skip $skip --launch-count $count --metrics gpu__time_duration.sum --print-summary per-kernel \
-        "$build/kernels/cuda/llmbus_cuda_bench" --shape "$shape" $mode "$n" >"$out/prof-$shape-$kind.log" 2>&1
+        "$build/tests/llmbus_cuda_bench" --shape "$shape" $mode "$n" >"$out/prof-$shape-$kind.log" 2>&1
     echo "== $spec: kernel, invocations, mean time"
     grep -E '^  [A-Za-z_].*\(|gpu__time_duration.sum' "$out/prof-$shape-$kind.log" | paste - - |
       awk '{for(i=1;i<=NF;i++) if($i=="Invocations") inv=$(i+1); sub(/\(.*/,"",$1); printf "%-46s %5s %9s %s\n", $1, inv, $NF, $(NF-3)}'

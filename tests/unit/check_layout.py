@@ -65,15 +65,8 @@ MAIN_RE = re.compile(r"^\s*int\s+main\s*\(", re.MULTILINE)
 # an exact string, or as a prefix when it ends in '/'. Remove an entry when its reason is
 # gone; the checker fails on entries that match nothing.
 ALLOWLIST = [
-    # The CUDA forward pass is a second, model-aware forward written inside kernels/cuda
-    # (it takes model_config / llama_weights / gguf). The open issue "one forward pass
-    # behind one backend table" removes it: model/forward.c over kernels/backend.h only.
-    ("kernels/cuda/cuda_forward.h", "model/", "CUDA forward pass still model-aware (to go with the one-forward-pass issue)"),
-    # Benchmarks and their synthetic-model writer that load or write whole GGUF models;
-    # they are tools, not kernels, and belong under cmd/ (or tests/) with the model.
-    ("kernels/cuda/tools/cuda_bench.c", "model/", "CUDA benchmark tool loads a GGUF model; a tool, not a kernel"),
-    ("kernels/cuda/tools/random_llama.c", "model/", "writes a random LLaMA GGUF for the CUDA tools and tests"),
-    ("kernels/cuda/tools/random_llama.c", "tests/unit/gguf_writer.h", "reuses the tests' GGUF writer; a tool, not a kernel"),
+    # Empty: the CUDA forward pass went with the one-forward-pass issue (model/forward.c over
+    # kernels/backend.h for both backends); its GGUF-loading tools moved to tests/.
 ]
 
 NATS_RE = re.compile(r"^nats(\.h$|/)")

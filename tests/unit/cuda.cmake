@@ -12,7 +12,7 @@ if(LLB_HAVE_CUDA AND TARGET llmbus_kernels_cuda)
     list(GET parts 1 secs)
     set(srcs ${CMAKE_CURRENT_LIST_DIR}/${t}.c)
     if(t STREQUAL "test_cuda_forward")
-      list(APPEND srcs ${llb_cuda_root}/kernels/cuda/tools/random_llama.c ${llb_cuda_root}/tests/unit/gguf_writer.c)
+      list(APPEND srcs ${CMAKE_CURRENT_LIST_DIR}/random_llama.c ${CMAKE_CURRENT_LIST_DIR}/gguf_writer.c)
     endif()
     llb_add_test(${t} SOURCES ${srcs}
                  LIBS llmbus_kernels_cuda llmbus_model llmbus_kernels_cpu llmbus_sampler m
@@ -25,4 +25,10 @@ if(LLB_HAVE_CUDA AND TARGET llmbus_kernels_cuda)
       set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "LLMBUS_MODEL=${LLB_DEFAULT_MODEL}")
     endif()
   endforeach()
+  # The benchmark (tests/tools/cuda_bench.c; ops/bench/cuda-bench.sh and ops/gpu/gpu-check.sh run
+  # it): llama_forward over backend_cuda_ops() on random-weight models, tokens/s against floors.
+  add_executable(llmbus_cuda_bench ${llb_cuda_root}/tests/tools/cuda_bench.c ${CMAKE_CURRENT_LIST_DIR}/random_llama.c
+                 ${CMAKE_CURRENT_LIST_DIR}/gguf_writer.c)
+  target_include_directories(llmbus_cuda_bench PRIVATE ${llb_cuda_root})
+  target_link_libraries(llmbus_cuda_bench PRIVATE llmbus_kernels_cuda llmbus_model m)
 endif()

@@ -17,3 +17,8 @@ llb_add_test(test_forward_arch SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward_ar
 # attention) against naive references.
 llb_add_test(test_kernels_vit SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_vit.c
              LIBS llmbus_kernels_cpu PkgConfig::CMOCKA m LABELS unit TIMEOUT 120)
+# The forward's device path (uploads, steps, decode padding) over a device backend emulated in
+# host memory on the CPU ops: bit-identical to the CPU forward, indices checked before a step.
+llb_add_test(test_forward_device SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward_device.c
+             LIBS llmbus_model llmbus_kernels_cpu llmbus_test_gguf_writer PkgConfig::CMOCKA
+             LABELS unit TIMEOUT 120)

@@ -1,7 +1,7 @@
 /* Random-weight LLaMA models of real shapes as in-memory GGUF files, for the CPU-vs-CUDA
  * comparison test and the benchmark (tests/unit/gguf_writer.h writes them). */
-#ifndef LLB_KERNELS_CUDA_TOOLS_RANDOM_LLAMA_H
-#define LLB_KERNELS_CUDA_TOOLS_RANDOM_LLAMA_H
+#ifndef LLB_TESTS_UNIT_RANDOM_LLAMA_H
+#define LLB_TESTS_UNIT_RANDOM_LLAMA_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* Random-weight LLaMA GGUF files (see random_llama.h). */
-#include "kernels/cuda/tools/random_llama.h"
+#include "tests/unit/random_llama.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -1,5 +1,7 @@
-/* CUDA forward benchmark: decode tokens/s at batch 1, 8, 32, 128 (context 512 per sequence,
- * CUDA graphs) and prefill tokens/s at 512 and 2048 prompt tokens, for random-weight models
+/* CUDA forward benchmark: model/forward.c's llama_forward over backend_cuda_ops(): decode
+ * tokens/s at batch 1, 8, 32, 128 (context 512 per sequence, CUDA graphs, logits copied back
+ * to the host as the worker does) and prefill tokens/s at 512 and 2048 prompt tokens, for
+ * random-weight models
  * of SmolLM2-135M's and a 1B LLaMA's shape, each next to its floor as a fraction:
  *   floor time = max(bytes / copy bandwidth, FLOPs / cuBLAS fp16 rate), both measured here;
  *   bytes = fp16 weights read once + KV read (decode) or written (prefill);
@@ -13,9 +15,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cuda/cuda_forward.h"
-#include "kernels/cuda/tools/random_llama.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "model/forward.h"
 #include "model/gguf.h"
+#include "tests/unit/random_llama.h"
 
 #define BS 16
 #define DECODE_CTX 512
@@ -45,51 +49,78 @@ struct ceilings { double bw, flops; };
 static int g_decode_only;  /* --decode-only B: 0 = the whole table */
 static int g_prefill_only; /* --prefill-only P: only the prefill of P tokens */
 
+/* Prefills DECODE_CTX tokens of each of n_seqs sequences (tables [n_seqs, mb]), 4 a step, so
+ * that decode reads real K/V rather than the zeroed cache. */
+static llb_status fill_contexts(struct llama_forward_ctx *c, struct llama_kv_cache *kv, int32_t vocab, int32_t n_seqs,
+                                const int32_t *tables, int32_t mb, float *logits) {
+  enum { PER_STEP = 4, T = PER_STEP * DECODE_CTX };
+  static int32_t ids[T], pos[T], qsl[PER_STEP + 1], lens[PER_STEP], lidx[PER_STEP];
+  static int64_t slots[T];
+  for (int32_t s0 = 0; s0 < n_seqs; s0 += PER_STEP) {
+    for (int32_t j = 0; j < PER_STEP; j++) {
+      const int32_t s = (s0 + j) % n_seqs;
+      for (int32_t i = 0; i < DECODE_CTX; i++) {
+        const int32_t r = j * DECODE_CTX + i;
+        ids[r] = (int32_t)(((int64_t)r * 7919 + s) % vocab), pos[r] = i;
+        slots[r] = (int64_t)tables[(size_t)s * mb + i / BS] * BS + i % BS;
+      }
+      qsl[j] = j * DECODE_CTX, lens[j] = DECODE_CTX, lidx[j] = (j + 1) * DECODE_CTX - 1;
+    }
+    qsl[PER_STEP] = T;
+    /* sequence j's block table is row (s0 + j) of tables */
+    const struct llama_batch b = {T, ids, pos, slots, PER_STEP, qsl, lens, tables + (size_t)s0 * mb, mb,
+                                  NULL, NULL, PER_STEP, lidx, 0, NULL, NULL};
+    if (s0 + PER_STEP > n_seqs) break; /* n_seqs is a multiple of PER_STEP here */
+    llb_status st = llama_forward(c, kv, &b, logits);
+    if (st != LLB_STATUS_OK) return st;
+  }
+  return LLB_STATUS_OK;
+}
+
 static int bench_shape(const struct random_llama_shape *sh, const struct ceilings *ce) {
   void *buf;
   size_t size;
   struct gguf_file *f;
-  struct cuda_model *m;
-  struct cuda_forward_ctx *c;
-  struct cuda_kv_cache *kv;
+  struct llama_model *m;
+  struct llama_forward_ctx *c;
+  struct llama_kv_cache *kv;
   TRY(random_llama_gguf(sh, 1, &buf, &size));
   TRY(gguf_open_memory(buf, size, &f));
-  TRY(cuda_model_load(f, &m));
-  gguf_close(f);
-  free(buf);
+  TRY(llama_model_load(f, &m));
   const int32_t max_tokens = 2048, max_seqs = 128, MB = (2048 + 64) / BS + 1;
-  const struct cuda_forward_params fp = {max_tokens, max_seqs, max_seqs, MB, MB * BS, true, true};
-  TRY(cuda_forward_ctx_create(m, &fp, &c));
+  const struct llama_forward_options fo = {.max_num_tokens = max_tokens, .n_threads = 1, .ops = backend_cuda_ops(),
+                                           .max_num_seqs = max_seqs, .max_num_logits = max_seqs,
+                                           .max_blocks_per_seq = MB};
+  TRY(llama_forward_ctx_create_opts(m, &fo, &c)); /* uploads the weights: the file is not read after */
   const int32_t blocks_per_seq = DECODE_CTX / BS + 1, NB = max_seqs * blocks_per_seq > MB ? max_seqs * blocks_per_seq : MB;
-  TRY(cuda_kv_cache_create(m, NB, BS, &kv));
-  TRY(cuda_kv_cache_fill_random(c, kv, 99));
+  TRY(llama_kv_cache_create_for(c, NB, BS, &kv));
   const double L = sh->n_layers, E = sh->embd, H = sh->n_heads, HKV = sh->n_kv_heads, D = sh->head_dim, F = sh->ffn,
                V = sh->vocab;
   const double layer_w = E * (H * D + 2 * HKV * D) + H * D * E + 3 * E * F;
-  const double wbytes = (double)cuda_model_weight_bytes(m);
+  const double wbytes = (double)llama_forward_ctx_weight_bytes(c);
   const double kv_tok = L * 2 * HKV * D * 2; /* bytes of one token's K and V */
   int32_t *ids = malloc(max_tokens * 4), *pos = malloc(max_tokens * 4), *qsl = malloc((max_seqs + 1) * 4);
   int32_t *lens = malloc(max_seqs * 4), *tables = malloc((size_t)max_seqs * MB * 4), *lidx = malloc(max_tokens * 4);
-  int32_t *tokens = malloc(max_seqs * 4);
   int64_t *slots = malloc(max_tokens * 8);
-  struct cuda_sample_params *sp = calloc(max_seqs, sizeof(*sp));
+  float *logits = malloc((size_t)max_seqs * (size_t)sh->vocab * 4);
   double t[REPS];
+  for (int s = 0; s < max_seqs; s++)
+    for (int k = 0; k < MB; k++) tables[s * MB + k] = (s * blocks_per_seq + k) % NB;
+  if (!g_prefill_only) TRY(fill_contexts(c, kv, sh->vocab, max_seqs, tables, MB, logits));
   const int batches[] = {1, 8, 32, 128};
   for (int bi = 0; bi < 4; bi++) {
     const int B = batches[bi];
     if ((g_decode_only && B != g_decode_only) || g_prefill_only) continue;
     for (int s = 0; s < B; s++) {
-      for (int k = 0; k < MB; k++) tables[s * MB + k] = (s * blocks_per_seq + k) % NB;
       ids[s] = (s * 7919) % sh->vocab, pos[s] = DECODE_CTX - 1, qsl[s] = s, lidx[s] = s, lens[s] = DECODE_CTX;
       slots[s] = (int64_t)tables[s * MB + (DECODE_CTX - 1) / BS] * BS + (DECODE_CTX - 1) % BS;
-      sp[s] = (struct cuda_sample_params){0.0f, 0, 1.0f, 0.0f, 1, 0, 0};
     }
     qsl[B] = B;
     const struct llama_batch b = {B, ids, pos, slots, B, qsl, lens, tables, MB, NULL, NULL, B, lidx, 0, NULL, NULL};
-    for (int r = 0; r < 3; r++) TRY(cuda_forward(c, kv, &b, sp, NULL, tokens));
+    for (int r = 0; r < 3; r++) TRY(llama_forward(c, kv, &b, logits));
     for (int r = 0; r < REPS; r++) {
       const double t0 = now_s();
-      TRY(cuda_forward(c, kv, &b, sp, NULL, tokens));
+      TRY(llama_forward(c, kv, &b, logits));
       t[r] = now_s() - t0;
     }
     qsort(t, REPS, sizeof(double), cmp_d);
@@ -112,10 +143,10 @@ static int bench_shape(const struct random_llama_shape *sh, const struct ceiling
     for (int k = 0; k < MB; k++) tables[k] = k % NB;
     qsl[0] = 0, qsl[1] = P, lens[0] = P, lidx[0] = P - 1;
     const struct llama_batch b = {P, ids, pos, slots, 1, qsl, lens, tables, MB, NULL, NULL, 1, lidx, 0, NULL, NULL};
-    for (int r = 0; r < 2; r++) TRY(cuda_forward(c, kv, &b, sp, NULL, tokens));
+    for (int r = 0; r < 2; r++) TRY(llama_forward(c, kv, &b, logits));
     for (int r = 0; r < 5; r++) {
       const double t0 = now_s();
-      TRY(cuda_forward(c, kv, &b, sp, NULL, tokens));
+      TRY(llama_forward(c, kv, &b, logits));
       t[r] = now_s() - t0;
     }
     qsort(t, 5, sizeof(double), cmp_d);
@@ -127,10 +158,12 @@ static int bench_shape(const struct random_llama_shape *sh, const struct ceiling
            tps * floor_t / P, bytes / ce->bw >= flops / ce->flops ? "bytes" : "flops");
     fflush(stdout);
   }
-  cuda_kv_cache_destroy(kv);
-  cuda_forward_ctx_destroy(c);
-  cuda_model_destroy(m);
-  free(ids), free(pos), free(qsl), free(lens), free(tables), free(lidx), free(tokens), free(slots), free(sp);
+  llama_kv_cache_destroy(kv);
+  llama_forward_ctx_destroy(c);
+  llama_model_destroy(m);
+  gguf_close(f);
+  free(buf);
+  free(ids), free(pos), free(qsl), free(lens), free(tables), free(lidx), free(slots), free(logits);
   return 0;
 }
 
