@@ -527,6 +527,25 @@ static void test_engine_status_codes_map_to_http(void **state) {
   api_buf_free(&b);
 }
 
+/* An error text quoting the client's bytes still renders as JSON (which holds UTF-8 only):
+ * bytes that are not well-formed UTF-8 become '?', well-formed ones stay (found by
+ * fuzz_api_request: a prompt_embeds dtype error quoting "\\\xc7\xbe..."). */
+static void test_error_with_invalid_utf8_renders_as_json(void **state) {
+  (void)state;
+  struct api_error e;
+  api_error_set(&e, 400, "prompt_embeds\xff", "bad value '\xc0\xaf' near '\xed\xa0\x80' in '\xc3\xa9t\xe9'");
+  struct api_buf b = {0};
+  assert_true(api_error_render(&e, &b));
+  json_error_t je;
+  json_t *j = json_loads(b.data, 0, &je);
+  assert_non_null(j);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
+                      "bad value '?" "?' near '?" "?" "?' in '\xc3\xa9t?'");
+  assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "param")), "prompt_embeds?");
+  json_decref(j);
+  api_buf_free(&b);
+}
+
 /* f32 [2, 3] = {1, 2, 3, 4, 5, 6} little-endian, base64 */
 #define EMB_F32_2x3 "AACAPwAAAEAAAEBAAACAQAAAoEAAAMBA"
 
@@ -651,6 +670,7 @@ static void test_base64_decodes_padded_and_unpadded(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_completion_fields_map_to_sampling_params),
+      cmocka_unit_test(test_error_with_invalid_utf8_renders_as_json),
       cmocka_unit_test(test_completion_defaults_are_openai_defaults),
       cmocka_unit_test(test_prompt_forms_give_one_generate_request_each),
       cmocka_unit_test(test_chat_messages_parts_and_logprobs),
