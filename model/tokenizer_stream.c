@@ -4,36 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "model/tokenizer_internal.h"
 
 static const char k_replacement[3] = {'\xEF', '\xBF', '\xBD'};
-
-/* Length of the longest prefix of s[0..n) that can start a valid sequence, and whether it is
- * complete: returns the byte count of a complete valid sequence, 0 if s[0..k) (k = *prefix)
- * is a valid but truncated start, or -1 if s[0..*prefix) is a maximal invalid subpart. */
-static int utf8_scan(const unsigned char *s, size_t n, size_t *prefix) {
-  unsigned c = s[0];
-  size_t need;
-  unsigned lo = 0x80, hi = 0xBF;
-  *prefix = 1;
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) need = 1;
-  else if (c >= 0xE0 && c <= 0xEF) need = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-  else if (c >= 0xF0 && c <= 0xF4) need = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-  else return -1;
-  for (size_t i = 1; i <= need; i++) {
-    if (i >= n) {
-      *prefix = i;
-      return 0;
-    }
-    unsigned lo_i = i == 1 ? lo : 0x80, hi_i = i == 1 ? hi : 0xBF;
-    if (s[i] < lo_i || s[i] > hi_i) {
-      *prefix = i;
-      return -1;
-    }
-  }
-  return (int)need + 1;
-}
 
 /* Appends the lossy UTF-8 of in[0..n) to s->out; unless final, a truncated valid start at
  * the end goes back to s->pending. Output grows at most 3x the input. */
@@ -41,7 +15,7 @@ static void emit(struct detok_stream *s, const unsigned char *in, size_t n, bool
   size_t i = 0;
   while (i < n) {
     size_t prefix;
-    int r = utf8_scan(in + i, n - i, &prefix);
+    int r = llb_utf8_scan(in + i, n - i, &prefix);
     if (r > 0) {
       memcpy(s->out + s->out_len, in + i, (size_t)r);
       s->out_len += (size_t)r;

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
+
 /* ---- api_buf ------------------------------------------------------------------------ */
 
 static bool buf_reserve(struct api_buf *b, size_t extra) {
@@ -111,47 +113,16 @@ void api_error_from_status(int32_t code, const char *message, const char *field,
   if (code == LLB_STATUS_QUEUE_FULL) snprintf(e->code, sizeof e->code, "queue_full");
 }
 
-/* Length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong forms, no surrogates,
- * at most U+10FFFF), or 0 when the bytes there are not one. */
-static size_t utf8_seq_len(const unsigned char *s) {
-  if (s[0] < 0x80) return 1;
-  if (s[0] >= 0xC2 && s[0] <= 0xDF) return (s[1] & 0xC0) == 0x80 ? 2 : 0;
-  if (s[0] >= 0xE0 && s[0] <= 0xEF) {
-    const unsigned lo = s[0] == 0xE0 ? 0xA0 : 0x80, hi = s[0] == 0xED ? 0x9F : 0xBF;
-    return s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 ? 3 : 0;
-  }
-  if (s[0] >= 0xF0 && s[0] <= 0xF4) {
-    const unsigned lo = s[0] == 0xF0 ? 0x90 : 0x80, hi = s[0] == 0xF4 ? 0x8F : 0xBF;
-    return s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 && (s[3] & 0xC0) == 0x80 ? 4 : 0;
-  }
-  return 0;
-}
-
-/* src with each byte that does not start a well-formed UTF-8 sequence replaced by '?', into
- * dst [cap] (NUL-terminated): error texts quote the client's bytes, and JSON holds UTF-8 only. */
-static const char *utf8_sanitized(const char *src, char *dst, size_t cap) {
-  size_t o = 0;
-  for (const unsigned char *p = (const unsigned char *)src; *p && o + 1 < cap;) {
-    size_t n = utf8_seq_len(p);
-    if (n == 0 || o + n >= cap) {
-      dst[o++] = '?';
-      p++;
-      continue;
-    }
-    for (size_t k = 0; k < n; k++) dst[o++] = (char)p[k];
-    p += n;
-  }
-  dst[o] = '\0';
-  return dst;
-}
-
 bool api_error_render(const struct api_error *e, struct api_buf *out) {
   char message[sizeof e->message], param[sizeof e->param], type[sizeof e->type], code[sizeof e->code];
-  json_t *inner = json_pack("{s:s, s:s, s:o, s:o}", "message", utf8_sanitized(e->message, message, sizeof message),
-                            "type", utf8_sanitized(e->type, type, sizeof type), "param",
-                            e->param[0] ? json_string(utf8_sanitized(e->param, param, sizeof param)) : json_null(),
-                            "code", e->code[0] ? json_string(utf8_sanitized(e->code, code, sizeof code))
-                                               : json_integer(e->http_status));
+  /* error texts quote the client's bytes; JSON holds UTF-8 only */
+  llb_utf8_sanitize(e->message, '?', message, sizeof message);
+  llb_utf8_sanitize(e->type, '?', type, sizeof type);
+  llb_utf8_sanitize(e->param, '?', param, sizeof param);
+  llb_utf8_sanitize(e->code, '?', code, sizeof code);
+  json_t *inner = json_pack("{s:s, s:s, s:o, s:o}", "message", message, "type", type, "param",
+                            param[0] ? json_string(param) : json_null(), "code",
+                            code[0] ? json_string(code) : json_integer(e->http_status));
   json_t *root = inner ? json_pack("{s:o}", "error", inner) : NULL;
   char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
   json_decref(root);

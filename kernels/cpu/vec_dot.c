@@ -4,52 +4,15 @@
 #include "kernels/cpu/vec_dot_lowbit.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define CPU_HAVE_X86 1
 #define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 #else
 #define CPU_HAVE_X86 0
 #endif
-
-#if CPU_HAVE_X86
-/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c". */
-static bool cpu_has_f16c(void) {
-  unsigned eax, ebx, ecx, edx;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
-}
-#endif
-
-static enum cpu_simd_level simd_level_probe(void) {
-#if CPU_HAVE_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c()) {
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
-      return CPU_SIMD_LEVEL_AVX512_VNNI;
-    return CPU_SIMD_LEVEL_AVX2;
-  }
-#endif
-  return CPU_SIMD_LEVEL_SCALAR;
-}
-
-/* Probed once per process: the kernels ask on every call (packed matmuls per row block,
- * activation quantization per row), and CPUID is a VM exit under a hypervisor (tens of
- * microseconds on this machine's KVM guest): asked each time, it made batch-1 decode ~3x
- * slower (llmbus-kernel-bench decode b1: 6.4 -> 17 ms of CPU per token). */
-static pthread_once_t simd_level_once = PTHREAD_ONCE_INIT;
-static enum cpu_simd_level simd_level;
-
-static void simd_level_init(void) { simd_level = simd_level_probe(); }
-
-enum cpu_simd_level cpu_simd_level_detect(void) {
-  pthread_once(&simd_level_once, simd_level_init);
-  return simd_level;
-}
 
 enum ggml_type cpu_vec_dot_type(enum ggml_type w) {
   switch (w) {

@@ -181,7 +181,7 @@ static llb_status cuda_op_kv_write(struct backend_ctx *c, const struct backend_k
  * step_begin, so the call must carry that step's query_start_loc. */
 static llb_status cuda_op_attention(struct backend_ctx *c, const struct backend_attn_params *p) {
   if (p->sliding_window > 0 || p->logit_softcap > 0.0f)
-    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda attention: sliding window %d, soft-cap %g are not implemented",
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda attention: sliding window %d, soft-cap %g: the CUDA backend refuses them (gemma2/3, Mistral windows run on the CPU)",
                     p->sliding_window, (double)p->logit_softcap);
   const uint8_t *d = c->meta_d;
   if (!c->in_step || p->query_start_loc != (const int32_t *)(d + c->ml.qsl))
@@ -219,7 +219,8 @@ static const struct backend_ops cuda_ops = {
     .attention = cuda_op_attention,
     .swiglu = cuda_op_swiglu,
     .add = cuda_op_add,
-    /* not implemented: GeGLU and soft-capped models, the vision encoder (refused upstream) */
+    /* not in this table: GeGLU, soft-capping and the vision encoder ops; the worker refuses such
+     models on cuda before loading (runner_backend.c), so a NULL op is never reached */
     .geglu = NULL,
     .softcap = NULL,
     .pack_bytes = NULL, /* weights go up through weight_upload */

@@ -41,9 +41,9 @@ llb_status cuda_rope(struct cuda_ctx *c, float *x_d, int64_t row_stride, const i
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "cuda rope n_dims %d head_dim %d style %d", p->n_dims,
                     head_dim, (int)p->style);
   if (p->freq_factors)
-    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda rope: frequency factors (rope_freqs) are not implemented");
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda rope: frequency factors (rope_freqs) are refused on cuda (Llama 3.x runs on the CPU)");
   if (p->attn_factor != 0.0f && p->attn_factor != 1.0f)
-    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda rope: attn_factor %g is not implemented", p->attn_factor);
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda rope: attn_factor %g is refused on cuda (phi3 LongRoPE runs on the CPU)", p->attn_factor);
   if (n_rows == 0) return LLB_STATUS_OK;
   const struct rope_args a = {x_d, positions_d, row_stride, n_heads, head_dim, p->n_dims / 2,
                               powf(p->freq_base, -2.0f / (float)p->n_dims), p->freq_scale,
