@@ -5,71 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "kernels/backend.h"
 #include "model/forward_device.h"
+#include "model/forward_internal.h"
 #include "model/packed_cache.h"
-
-struct llama_layer {
-  const float *attn_norm, *ffn_norm; /* [E] */
-  struct backend_weight wq;          /* [H*D rows, E cols] */
-  struct backend_weight wk, wv;      /* [Hkv*D rows, E cols] */
-  struct backend_weight wo;          /* [E rows, H*D cols] */
-  struct backend_weight w_gate, w_up; /* [F rows, E cols] */
-  struct backend_weight w_down;      /* [E rows, F cols] */
-  const float *bq, *bk, *bv;         /* qwen2: [H*D], [Hkv*D], [Hkv*D] projection biases; else NULL */
-  const float *q_norm, *k_norm;      /* qwen3: [D] per-head RMS norm weights; else NULL */
-  const float *post_attn_norm, *post_ffw_norm; /* gemma2/3: [E] norms of the attention / FFN outputs; else NULL */
-};
-
-struct llama_model {
-  const struct gguf_file *gguf;   /* the views' file */
-  struct llama_config cfg;
-  struct backend_weight tok_embd; /* [V rows, E cols] */
-  struct backend_weight output;   /* [V rows, E cols]; token_embd when tied */
-  const float *output_norm;       /* [E] */
-  const float *rope_freqs;        /* [rope dims / 2] Llama 3.x rope_freqs.weight, or NULL */
-  const float *rope_long, *rope_short; /* [rope dims / 2] phi3 LongRoPE factors, or NULL */
-  struct llama_layer *layers;     /* [block_count] */
-};
-
-struct llama_kv_cache {
-  const struct llama_model *model;
-  const struct backend_ops *ops;    /* the device backend whose buffer data is, or NULL (host) */
-  uint16_t *data;                   /* [block_count, 2, num_blocks, block_size, Hkv, D] fp16 */
-  struct backend_kv_layer *layers;  /* [block_count] views into data */
-};
-
-struct llama_forward_ctx {
-  const struct llama_model *m;
-  const struct backend_ops *ops;
-  struct backend_ctx *bc;
-  int32_t max_num_tokens;
-  struct llama_layer *layers;     /* [block_count] m's layers, packed weights set (LLAMA_MATMUL_PACKED);
-                                     on a device backend every pointer is into its memory */
-  struct backend_weight output;   /* m's output weight, likewise */
-  struct backend_weight tok_embd; /* m's token_embd (packed only on a device backend) */
-  const float *output_norm;       /* [E] m's, or its device copy */
-  const float *rope_factors;      /* [rope dims / 2] m's rope_freqs, or the LongRoPE set for max_model_len */
-  int32_t max_context_len;        /* longest sequence attention reads (the model's context_length) */
-  void *dev_vectors;              /* device backend: norms, biases, RoPE factors (one buffer), or NULL */
-  void *dev_weights;              /* device backend: every weight in its layout (one buffer), or NULL */
-  size_t dev_weight_bytes;
-  float *dev_logits;              /* device backend: [max_num_logits, V], or NULL */
-  const struct llama_kv_cache *dev_kv; /* device backend: the one cache its steps (and the backend's
-                                          recorded steps, which hold its addresses) run with */
-  void *packed;                   /* every packed layout of this context, one allocation, or NULL */
-  struct packed_cache_map packed_map; /* ... or the host's shared cache file (packed_cache.h) */
-  int32_t *ids;   /* [max_num_tokens] token ids with embedding rows masked to 0 (host memory) */
-  /* the backend's memory (buffer_alloc): */
-  float *x;       /* [max_num_tokens, E] residual stream */
-  float *xn;      /* [max_num_tokens, max(E, H*D)] normed input / op output */
-  float *q;       /* [max_num_tokens, H*D] */
-  float *k, *v;   /* [max_num_tokens, Hkv*D] */
-  float *attn;    /* [max_num_tokens, H*D] */
-  float *gate, *up; /* [max_num_tokens, F] */
-};
 
 /* ---------------------------------------------------------------- model */
 
@@ -282,135 +222,6 @@ void llama_kv_cache_destroy(struct llama_kv_cache *kv) {
 
 /* ---------------------------------------------------------------- forward context */
 
-#define PACK_ALIGN 64
-#define HUGE_PAGE ((size_t)2 << 20)
-
-/* The matmul weights of c (the layers', then output) into out [7 * layers + 1]; returns the count. */
-static int32_t matmul_weights(struct llama_forward_ctx *c, struct backend_weight **out) {
-  int32_t n = 0;
-  for (int32_t i = 0; i < c->m->cfg.block_count; i++) {
-    struct llama_layer *l = &c->layers[i];
-    struct backend_weight *ws[7] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-    for (int j = 0; j < 7; j++) out[n++] = ws[j];
-  }
-  out[n++] = &c->output;
-  return n;
-}
-
-/* Packed bytes of each weight the backend has a layout for (0: none), their aligned total. */
-static size_t pack_sizes(const struct backend_ops *ops, struct backend_weight **ws, int32_t n, uint64_t *sizes) {
-  size_t total = 0;
-  for (int32_t i = 0; i < n; i++) {
-    sizes[i] = ops->pack_bytes(ws[i]);
-    total += (sizes[i] + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN;
-  }
-  return total;
-}
-
-/* Points every weight with a layout at its bytes in `data`, and releases the file pages those
- * layouts replace. */
-static void use_packed(struct llama_forward_ctx *c, struct backend_weight **ws, int32_t n, const uint64_t *sizes,
-                       const uint8_t *data) {
-  for (int32_t i = 0; i < n; i++) {
-    if (sizes[i] == 0) continue;
-    ws[i]->packed = data;
-    data += (sizes[i] + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN;
-  }
-  for (int32_t i = 0; i < n; i++)
-    if (ws[i]->packed) gguf_release_pages(c->m->gguf, ws[i]->data, ws[i]->row_bytes * (size_t)ws[i]->rows);
-}
-
-/* Packs into one private allocation: 2 MiB aligned with huge pages where the kernel gives
- * them (decode streams every packed byte once per step; prefetchers stop at 4 KiB pages). */
-static llb_status pack_private(struct llama_forward_ctx *c, struct backend_weight **ws, int32_t n,
-                               const uint64_t *sizes, size_t total) {
-  const size_t alloc = (total + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-  c->packed = aligned_alloc(HUGE_PAGE, alloc);
-  if (!c->packed) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "packed weights (%zu bytes)", total);
-#ifdef MADV_HUGEPAGE
-  (void)madvise(c->packed, alloc, MADV_HUGEPAGE);
-#endif
-  uint8_t *p = c->packed;
-  for (int32_t i = 0; i < n; i++) {
-    if (sizes[i] == 0) continue;
-    llb_status st = c->ops->pack(ws[i], p);
-    if (st != LLB_STATUS_OK) return st;
-    p += (sizes[i] + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN;
-  }
-  return LLB_STATUS_OK;
-}
-
-/* Whether the cache file's bytes were made by this build's packing: the first packed weight,
- * repacked now, must equal its copy in the file. */
-static bool cache_matches_packing(const struct llama_forward_ctx *c, struct backend_weight **ws, int32_t n,
-                                  const uint64_t *sizes, const uint8_t *data) {
-  int32_t i = 0;
-  while (i < n && sizes[i] == 0) i++;
-  if (i == n) return true;
-  uint8_t *probe = malloc(sizes[i]);
-  bool same = probe && c->ops->pack(ws[i], probe) == LLB_STATUS_OK && memcmp(probe, data, sizes[i]) == 0;
-  free(probe);
-  return same;
-}
-
-/* Maps the host's cache file of these packed weights if it holds them, else packs privately
- * and writes the file for the next process (then maps it, so that memory is shared too).
- * Falls back to the private copy when the cache cannot be used (logged). */
-static llb_status pack_via_cache(struct llama_forward_ctx *c, const char *dir, struct backend_weight **ws,
-                                 int32_t n, const uint64_t *sizes, size_t total, enum llama_matmul_mode mode) {
-  uint64_t key = packed_cache_hash(PACKED_CACHE_HASH_INIT, &(uint64_t){gguf_identity(c->m->gguf)}, sizeof(uint64_t));
-  key = packed_cache_hash(key, &(int32_t){(int32_t)mode}, sizeof(int32_t));
-  char path[4096];
-  snprintf(path, sizeof path, "%s/packed-%016llx.llbpack", dir, (unsigned long long)key);
-  const struct packed_cache_layout layout = {.source_key = key, .sizes = sizes, .num_weights = n, .total = total};
-  llb_status st = packed_cache_open(path, &layout, &c->packed_map);
-  if (st == LLB_STATUS_OK && cache_matches_packing(c, ws, n, sizes, c->packed_map.data)) {
-    use_packed(c, ws, n, sizes, c->packed_map.data);
-    return LLB_STATUS_OK;
-  }
-  packed_cache_unmap(&c->packed_map);
-  if ((st = pack_private(c, ws, n, sizes, total)) != LLB_STATUS_OK) return st;
-  if (packed_cache_write(path, &layout, c->packed) == LLB_STATUS_OK &&
-      packed_cache_open(path, &layout, &c->packed_map) == LLB_STATUS_OK) {
-    free(c->packed);
-    c->packed = NULL;
-    use_packed(c, ws, n, sizes, c->packed_map.data);
-    return LLB_STATUS_OK;
-  }
-  fprintf(stderr, "llmbus: packed-weight cache %s not usable (%s); packed weights stay private\n", path,
-          llb_err_last());
-  use_packed(c, ws, n, sizes, c->packed);
-  return LLB_STATUS_OK;
-}
-
-/* Packs every weight the backend has a layout for (LLAMA_MATMUL_PACKED): from / into the
- * host's shared cache file under o->packed_cache_dir when set, else into one private
- * allocation; then releases the file pages the layouts replace. */
-static llb_status pack_weights(struct llama_forward_ctx *c, const struct llama_forward_options *o) {
-  const struct backend_ops *ops = c->ops;
-  if (!ops->pack_bytes || !ops->pack) return LLB_STATUS_OK;
-  const int32_t max_n = c->m->cfg.block_count * 7 + 1;
-  struct backend_weight **ws = malloc((size_t)max_n * sizeof(*ws));
-  uint64_t *sizes = malloc((size_t)max_n * sizeof(*sizes));
-  llb_status st = LLB_STATUS_OK;
-  if (!ws || !sizes) {
-    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "weight list");
-    goto done;
-  }
-  const int32_t n = matmul_weights(c, ws);
-  const size_t total = pack_sizes(ops, ws, n, sizes);
-  if (total == 0) goto done;
-  if (o->packed_cache_dir && o->packed_cache_dir[0] && gguf_identity(c->m->gguf) != 0 && n <= PACKED_CACHE_MAX_WEIGHTS) {
-    st = pack_via_cache(c, o->packed_cache_dir, ws, n, sizes, total, o->matmul);
-  } else if ((st = pack_private(c, ws, n, sizes, total)) == LLB_STATUS_OK) {
-    use_packed(c, ws, n, sizes, c->packed);
-  }
-done:
-  free(ws);
-  free(sizes);
-  return st;
-}
-
 llb_status llama_forward_ctx_create(const struct llama_model *m, int32_t max_num_tokens, int32_t n_threads,
                                     struct llama_forward_ctx **out) {
   const struct llama_forward_options o = {.max_num_tokens = max_num_tokens, .n_threads = n_threads,
@@ -459,7 +270,7 @@ static llb_status place_on_device(struct llama_forward_ctx *fc) {
   v[nv++] = (struct forward_vector){&fc->output_norm, E};
   v[nv++] = (struct forward_vector){&fc->rope_factors, c->rope_dimension_count / 2};
   if ((st = forward_device_upload_vectors(fc->ops, fc->bc, v, nv, &fc->dev_vectors)) != LLB_STATUS_OK) goto done;
-  int32_t nw = matmul_weights(fc, ws);
+  int32_t nw = llama_forward_matmul_weights(fc, ws);
   ws[nw++] = &fc->tok_embd;
   st = forward_device_upload_weights(fc->ops, fc->bc, ws, nw, &fc->dev_weights, &fc->dev_weight_bytes);
 done:
@@ -518,7 +329,7 @@ llb_status llama_forward_ctx_create_opts(const struct llama_model *m, const stru
   fc->rope_factors = m->rope_freqs;
   if (c->rope_longrope) fc->rope_factors = max_model_len > c->rope_original_context_length ? m->rope_long : m->rope_short;
   if (fc->ops->host_memory) {
-    if (o->matmul == LLAMA_MATMUL_PACKED && (st = pack_weights(fc, o)) != LLB_STATUS_OK) goto fail;
+    if (o->matmul == LLAMA_MATMUL_PACKED && (st = llama_forward_pack_weights(fc, o)) != LLB_STATUS_OK) goto fail;
   } else if ((st = place_on_device(fc)) != LLB_STATUS_OK ||
              (st = fc->ops->buffer_alloc((size_t)max_num_logits * (size_t)c->vocab_size * sizeof(float),
                                          (void **)&fc->dev_logits)) != LLB_STATUS_OK) {
