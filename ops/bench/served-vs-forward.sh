@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Served output tokens/s against the forward's rate at the same batch (issue 19 item 3):
-# one `llmbus serve` stack (default flags: --threads = the CPUs, --decode-threads half), and
+# one `llmbus serve` stack (default flags: --threads = the CPUs, every one in decode steps), and
 # per repeat, interleaved:
 #   forward  llmbus-kernel-bench --decode 128 --batch 1,16,32 with the worker's thread counts
 #            (every sequence after a 16-token prompt: decode steps only, no sampling, no bus)
@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
 done
 [ -x "$B/llmbus-bench" ] && [ -x "$B/llmbus-kernel-bench" ] || { echo "$B: make build-release" >&2; exit 1; }
 T=$(nproc)
-DT=$(( T > 1 ? T / 2 : 1 )) # the worker's default --decode-threads
+DT=$T # the worker's default --decode-threads
 . ops/bench/serve-stack.sh
 for rep in $(seq 1 "$REPEATS"); do
   "$B/llmbus-kernel-bench" --model "$M" --threads "$T" --decode-threads "$DT" --runs 3 --prefill 0 --decode 128 \
