@@ -107,8 +107,8 @@ int main(int argc, char **argv) {
       {"threads", ACTOR_FLAG_KIND_INT32, &m.threads, "forward-pass threads (default here: the CPUs online)", NULL},
       {"decode-threads", ACTOR_FLAG_KIND_INT32, &m.decode_threads,
        "cpu: of --threads, those that run a decode step (at most 8 tokens), whose speed is mostly the "
-       "memory's: the others sleep and leave their cores to the bus and the other actors on the host "
-       "(default 0: all of --threads; llama.cpp's --threads vs --threads-batch)", NULL},
+       "memory's: the others sleep and leave their cores to the bus and the other actors on the host; "
+       "0 = all of --threads (llama.cpp's --threads vs --threads-batch)", NULL},
       {"device", ACTOR_FLAG_KIND_STRING, &m.device, "backend: cpu or cuda (builds with CUDA; needs a GPU)", NULL},
       {"numerics", ACTOR_FLAG_KIND_STRING, &m.numerics,
        "cpu: packed (the engine's int8 panels) or ggml (llama.cpp's CPU arithmetic, bit-exact with it)", NULL},
