@@ -10,7 +10,6 @@
 
 #include "actors/scheduler/actor_internal.h"
 #include "actors/scheduler/actor_wire.h"
-#include "base/hash.h"
 #include "base/log.h"
 #include "bus/subject.h"
 #include "schemas/control.h"
@@ -44,42 +43,9 @@ void scheduler_actor_config_init(struct scheduler_actor_config *c) {
   c->max_ack_pending = 4096;
 }
 
-/* ---- request metadata ---- */
-
-void sched_actor_meta_free(struct req_meta *m) {
-  if (!m) return;
-  free(m->id);
-  free(m->reply_to);
-  free(m->external_id);
-  free(m->parent_request_id);
-  free(m->cache_salt);
-  free(m->prompt);
-  free(m->mm);
-  free(m->mm_blob);
-  free(m->so_spec);
-  free(m->resume_ids);
-  free(m->resume_of);
-  sched_prompt_logprobs_free(&m->plp);
-  free(m);
-}
-
-struct req_meta *sched_actor_meta(const struct scheduler_actor *a, const char *id) {
-  const struct sched_request *r = sched_find_request(a->sched, id);
-  return r ? r->user : NULL;
-}
-
-static void meta_free_user(void *user) { sched_actor_meta_free(user); }
+static void meta_free_user(void *user) { req_meta_free(user); }
 
 /* ---- intake (handler threads) ---- */
-
-static char *dup_str(struct llb_str s) {
-  char *p = malloc(s.len + 1);
-  if (p) {
-    if (s.len) memcpy(p, s.data, s.len);
-    p[s.len] = '\0';
-  }
-  return p;
-}
 
 static void log_bad_message(const char *what, const struct bus_msg *msg, llb_status st) {
   char q[600];
@@ -99,75 +65,12 @@ bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, ui
       (void)bus_respond(a->bus, msg, a->req_err_buf.data, a->req_err_buf.len, NULL);
     return false;
   }
-  struct req_meta *m = calloc(1, sizeof(*m));
-  if (!m) goto oom;
-  m->stream_seq = stream_seq;
-  m->resync = replayed;
-  if (refuse) {
-    m->reject_status = LLB_STATUS_ABORTED;
-    snprintf(m->reject_message, sizeof m->reject_message, "%s", refuse);
+  struct req_meta *m;
+  if (req_meta_from_request(&r, stream_seq, replayed, refuse, &m) != LLB_STATUS_OK) {
+    atomic_fetch_add(&a->c_rejected, 1);
+    LLB_LOG_ERROR("request_dropped", "reason=out_of_memory bytes=%zu", msg->len);
+    return false;
   }
-  m->id = dup_str(r.request_id);
-  m->reply_to = dup_str(r.reply_to);
-  m->external_id = dup_str(r.external_id);
-  m->parent_request_id = dup_str(r.parent_request_id);
-  m->cache_salt = dup_str(r.cache_salt);
-  m->resume_of = r.resume_request_id.len ? dup_str(r.resume_request_id) : NULL;
-  m->so_spec = dup_str(r.structured_outputs.spec);
-  m->structured_outputs = (struct llb_structured_outputs){r.structured_outputs.kind,
-                                                          {m->so_spec, r.structured_outputs.spec.len}};
-  m->prompt = malloc((size_t)r.num_prompt_token_ids * sizeof(int32_t));
-  m->num_mm = r.num_mm_features;
-  m->mm = m->num_mm > 0 ? malloc((size_t)m->num_mm * sizeof(*m->mm)) : NULL;
-  if (!m->id || !m->reply_to || !m->external_id || !m->parent_request_id || !m->cache_salt ||
-      !m->so_spec || !m->prompt || (m->num_mm > 0 && !m->mm))
-    goto oom;
-  memcpy(m->prompt, r.prompt_token_ids, (size_t)r.num_prompt_token_ids * sizeof(int32_t));
-  m->num_prompt = r.num_prompt_token_ids;
-  size_t blob = 0;
-  for (int32_t i = 0; i < m->num_mm; i++) {
-    const struct llb_mm_feature *f = &r.mm_features[i];
-    blob += ((size_t)f->data_bytes + 15) / 16 * 16 + f->mm_hash.len + f->modality.len + f->dtype.len + 3 +
-            (size_t)f->num_is_embed;
-  }
-  if (m->num_mm > 0 && !(m->mm_blob = aligned_alloc(16, (blob + 15) / 16 * 16 + 16))) goto oom;
-  size_t off = 0;
-  for (int32_t i = 0; i < m->num_mm; i++) {
-    const struct llb_mm_feature *f = &r.mm_features[i];
-    uint8_t *b = m->mm_blob;
-    const uint8_t *data = NULL;
-    if (f->data_bytes > 0) {
-      memcpy(b + off, f->data, (size_t)f->data_bytes);
-      data = b + off;
-      off += ((size_t)f->data_bytes + 15) / 16 * 16;
-    }
-    const uint8_t *is_embed = NULL;
-    if (f->num_is_embed > 0) {
-      memcpy(b + off, f->is_embed, (size_t)f->num_is_embed);
-      is_embed = b + off;
-      off += (size_t)f->num_is_embed;
-    }
-    const char *strs[3];
-    const struct llb_str *src[3] = {&f->mm_hash, &f->modality, &f->dtype};
-    for (int k = 0; k < 3; k++) {
-      memcpy(b + off, src[k]->data, src[k]->len + 1);
-      strs[k] = (const char *)(b + off);
-      off += src[k]->len + 1;
-    }
-    m->mm[i] = (struct sched_mm_feature){.offset = f->offset, .length = f->length,
-                                         .mm_hash = llb_hash_bytes(f->mm_hash.data, f->mm_hash.len),
-                                         .hash = strs[0], .modality = strs[1], .dtype = strs[2],
-                                         .num_cols = f->num_cols, .data = data,
-                                         .data_bytes = f->data_bytes, .is_embed = is_embed};
-  }
-  m->params = *r.sampling_params;
-  m->pooling_params = r.pooling_params;
-  m->client_index = r.client_index;
-  m->eos_token_id = r.eos_token_id;
-  m->priority = r.priority;
-  m->arrival_time = r.arrival_time;
-  m->queued_time_ns = llb_wall_ns();
-  sched_trace_request_init(m, &r);
   pthread_mutex_lock(&a->mu);
   if (a->intake_tail) a->intake_tail->next = m;
   else a->intake_head = m;
@@ -175,11 +78,6 @@ bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, ui
   pthread_cond_signal(&a->cv);
   pthread_mutex_unlock(&a->mu);
   return true;
-oom:
-  sched_actor_meta_free(m);
-  atomic_fetch_add(&a->c_rejected, 1);
-  LLB_LOG_ERROR("request_dropped", "reason=out_of_memory bytes=%zu", msg->len);
-  return false;
 }
 
 static void on_request(struct bus *bus, const struct bus_msg *msg, void *user) {
@@ -253,7 +151,7 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
     atomic_fetch_add(&a->c_rejected, 1);
     if (sched_wire_grow((void **)&a->rejected, &a->cap_rejected, a->num_rejected + 1,
                         sizeof(*a->rejected)) != LLB_STATUS_OK) {
-      sched_actor_meta_free(m);
+      req_meta_free(m);
       continue;
     }
     a->rejected[a->num_rejected++] = m;
@@ -295,7 +193,7 @@ static void step_failed(struct scheduler_actor *a, const char *what, llb_status 
   if (st != LLB_STATUS_CLOSED) set_recovering(a, true);
   const bool worker_error = a->worker_error;
   if (a->worker_blamed[0]) {
-    struct req_meta *m = sched_actor_meta(a, a->worker_blamed);
+    struct req_meta *m = req_meta_find(a->sched, a->worker_blamed);
     if (m) {
       m->reject_status = LLB_STATUS_INVALID_ARGUMENT;
       snprintf(m->reject_message, sizeof m->reject_message, "%s", llb_err_last());
@@ -432,7 +330,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
   return PLAN_READY;
 }
 
-/* The engine's worker or kv_manager died or was replaced (heartbeats, actor_health.c): the
+/* The engine's worker or kv_manager died or was replaced (heartbeats, peer_health.c): the
  * steps in flight are forgotten (a reply from a dead worker never comes; one that still comes
  * is dropped by step number), every running request is preempted (recompute) and the next
  * KV step resets the kv_manager, as after a timeout, but now rather than at the timeout. */
@@ -566,8 +464,8 @@ static void *step_thread(void *arg) {
     admit(a, intake);
     apply_aborts(a, aborts);
     sched_actor_resync_take(a);
-    char peer_what[sizeof a->peer_fail_what];
-    if (sched_actor_health_take(a, peer_what, sizeof peer_what))
+    char peer_what[384];
+    if (peer_health_take(a->health, peer_what, sizeof peer_what))
       peer_failed(a, LLB_ERRF(LLB_STATUS_ABORTED, "%s", peer_what));
     bool stepped = false, did = false;
     bool async = a->cfg.sched.async_scheduling;
@@ -590,6 +488,23 @@ static void *step_thread(void *arg) {
 }
 
 /* ---- lifecycle ---- */
+
+/* peer_health: a failure was detected from a heartbeat: a step thread waiting for a worker
+ * reply takes it now. */
+static void on_peer_failure(void *user) {
+  struct scheduler_actor *a = user;
+  pthread_mutex_lock(&a->exec_mu);
+  pthread_cond_broadcast(&a->exec_cv);
+  pthread_mutex_unlock(&a->exec_mu);
+}
+
+/* Wakes the step thread out of its idle or back-off wait. */
+static void wake_step_thread(void *user) {
+  struct scheduler_actor *a = user;
+  pthread_mutex_lock(&a->mu);
+  pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+}
 
 llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
                                   const struct scheduler_actor_config *cfg,
@@ -638,7 +553,11 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
     st = bus_subject_engine(prefix, a->engine_id, subj[i].kind, subj[i].buf, BUS_SUBJECT_MAX);
   sched_actor_execute_lock_init(a);
   if (!st) st = sched_actor_execute_init(a);
-  if (!st) st = sched_actor_health_init(a, prefix);
+  const struct peer_health_config hc = {
+      .bus = bus, .prefix = prefix, .engine_id = a->engine_id, .heartbeat_ms = cfg->peer_heartbeat_ms,
+      .missed_beats = cfg->peer_missed_beats, .on_failure = on_peer_failure, .on_peer_up = wake_step_thread,
+      .user = a};
+  if (!st) st = peer_health_create(&hc, &a->health);
   if (st) goto fail;
   /* A previous scheduler of this engine may have left requests and blocks in the kv_manager
    * (it died): this one's mirror starts empty, so the kv_manager starts over too. */
@@ -685,7 +604,7 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   while (a->intake_head) {
     struct req_meta *m = a->intake_head;
     a->intake_head = m->next;
-    sched_actor_meta_free(m);
+    req_meta_free(m);
   }
   while (a->abort_head) {
     struct abort_item *it = a->abort_head;
@@ -694,11 +613,11 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   }
   sched_actor_free_output_users(&a->eo_side); /* final outputs never published */
   sched_actor_free_output_users(&a->eo);
-  for (int64_t i = 0; i < a->num_rejected; i++) sched_actor_meta_free(a->rejected[i]);
+  for (int64_t i = 0; i < a->num_rejected; i++) req_meta_free(a->rejected[i]);
   free(a->rejected);
   sched_actor_durable_free(a);
   sched_actor_resync_free(a);
-  sched_actor_health_free(a);
+  peer_health_destroy(a->health);
   sched_actor_execute_free(a);
   sched_trace_free(a);
   sched_destroy(a->sched);
@@ -726,6 +645,8 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
 }
 
 void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_actor_counters *out) {
+  uint64_t peer_fail = 0, bus_recoveries = 0;
+  if (a->health) peer_health_counters(a->health, &peer_fail, &bus_recoveries);
   *out = (struct scheduler_actor_counters){
       .num_steps = atomic_load(&a->c_steps), .num_requests = atomic_load(&a->c_requests),
       .num_rejected = atomic_load(&a->c_rejected), .num_aborted = atomic_load(&a->c_aborted),
@@ -733,12 +654,12 @@ void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_ac
       .num_execute_failures = atomic_load(&a->c_exec_fail),
       .num_encoder_failures = atomic_load(&a->c_enc_fail),
       .num_outputs_published = atomic_load(&a->c_pub),
-      .num_peer_failures = atomic_load(&a->c_peer_fail),
+      .num_peer_failures = peer_fail,
       .num_replayed = atomic_load(&a->c_replayed),
       .num_dead_lettered = atomic_load(&a->c_dead_lettered),
       .num_redelivered_held = atomic_load(&a->c_redelivered_held),
       .num_acked = atomic_load(&a->c_acked),
       .num_resyncs = atomic_load(&a->c_resyncs),
       .num_history_resumed = atomic_load(&a->c_history_resumed),
-      .num_bus_recoveries = atomic_load(&a->c_bus_recoveries)};
+      .num_bus_recoveries = bus_recoveries};
 }

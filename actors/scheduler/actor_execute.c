@@ -11,7 +11,6 @@
 
 #include "actors/scheduler/actor_internal.h"
 #include "base/log.h"
-#include "bus/peer_watch.h"
 
 /* A reply copied off the delivery thread. */
 struct exec_reply {
@@ -102,7 +101,7 @@ static llb_status encode_step(struct scheduler_actor *a) {
   sched_trace_fill_wire(a, a->out.step, a->wire.scheduled, m.num_scheduled_reqs);
   int64_t now = llb_wall_ns();
   for (int32_t i = 0; i < a->out.num_new_reqs; i++) {
-    struct req_meta *m = sched_actor_meta(a, a->out.new_reqs[i].req_id);
+    struct req_meta *m = req_meta_find(a->sched, a->out.new_reqs[i].req_id);
     if (m && m->scheduled_time_ns == 0) m->scheduled_time_ns = now;
   }
   return llb_scheduler_output_encode_buf(&m, &a->buf);
@@ -181,16 +180,16 @@ llb_status sched_actor_execute_receive(struct scheduler_actor *a) {
   const int64_t deadline_ns = llb_now_ns() + a->cfg.execute_timeout_ms * 1000000;
   for (;;) {
     pthread_mutex_lock(&a->exec_mu);
-    /* Wait for the reply, the stop, or a peer failure (heartbeats, actor_health.c): the
+    /* Wait for the reply, the stop, or a peer failure (heartbeats, peer_health.c): the
      * missed-beat rule is run whenever its next deadline passes, so a dead worker costs
      * about peer_missed_beats intervals, not execute_timeout_ms. */
-    char peer_what[sizeof a->peer_fail_what];
+    char peer_what[384];
     bool peer_failed = false;
     while (!a->exec_head && !a->exec_stop &&
-           !(peer_failed = sched_actor_health_take_locked(a, peer_what, sizeof peer_what))) {
+           !(peer_failed = peer_health_take_detected(a->health, peer_what, sizeof peer_what))) {
       const int64_t now = llb_now_ns();
       if (now >= deadline_ns) break;
-      const int64_t check = sched_actor_health_next_check_ns_locked(a);
+      const int64_t check = peer_health_next_check_ns(a->health);
       struct timespec until = deadline;
       if (check < deadline_ns) {
         const int64_t in_ns = check > now ? check - now : 0;
@@ -200,7 +199,7 @@ llb_status sched_actor_execute_receive(struct scheduler_actor *a) {
         until.tv_nsec = ns % 1000000000;
       }
       if (pthread_cond_timedwait(&a->exec_cv, &a->exec_mu, &until) == ETIMEDOUT) {
-        sched_actor_health_poll_locked(a, llb_now_ns());
+        peer_health_poll(a->health, llb_now_ns());
         if (check >= deadline_ns) break;
       }
     }

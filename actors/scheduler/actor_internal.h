@@ -9,11 +9,12 @@
 #include <stdint.h>
 
 #include "actors/scheduler/actor.h"
-#include "actors/scheduler/actor_prompt_logprobs.h"
-#include "actors/scheduler/actor_trace.h"
+#include "actors/scheduler/prompt_logprobs.h"
+#include "actors/scheduler/req_meta.h"
+#include "actors/scheduler/step_trace.h"
 #include "actors/scheduler/actor_wire.h"
 #include "actors/scheduler/engine_metrics.h"
-#include "bus/peer_watch.h"
+#include "actors/scheduler/peer_health.h"
 #include "bus/subject.h"
 #include "schemas/engine_core_outputs.h"
 #include "schemas/engine_core_request.h"
@@ -22,39 +23,6 @@ struct abort_item;
 struct exec_reply;
 struct sched_durable;
 struct resync_item;
-
-/* What the actor keeps per live request beside the scheduler's own state: routing and the
- * first output's extra fields. Once admitted it is the request's sched_request.user (one
- * registry: the scheduler's), read with sched_actor_meta; it leaves with the final output
- * and is freed after that output is published (actor_outputs.c). */
-struct req_meta {
-  char *id, *reply_to, *external_id, *parent_request_id, *cache_salt;
-  int32_t client_index, eos_token_id, priority;
-  double arrival_time;
-  int64_t queued_time_ns, scheduled_time_ns, first_token_time_ns;
-  bool first_sent;
-  int32_t *prompt;        /* [num_prompt], freed once the first output is out */
-  int32_t num_prompt;
-  struct sched_mm_feature *mm; /* [num_mm], freed after admission */
-  int32_t num_mm;
-  void *mm_blob;          /* the features' strings and data, freed with mm */
-  struct llb_sampling_params params;
-  struct llb_pooling_params pooling_params; /* type NONE: a generation */
-  struct req_meta *next;  /* intake list */
-  llb_status reject_status; /* admission refused: the error output carries it */
-  char reject_message[256];
-  struct sched_req_trace trace; /* actor_trace.c */
-  bool resync;            /* the output processor lost it: the next output carries everything */
-  uint64_t stream_seq;    /* its message in the requests stream (acknowledged when the request
-                             leaves the scheduler); 0 = it came without JetStream */
-  int32_t *resume_ids;     /* [num_resume] a replay's outputs from the output processor's
-                             history (actor_history.c), freed after admission */
-  int32_t num_resume;
-  char *resume_of;        /* EngineCoreRequest.resume_request_id: the request it replaces, or NULL */
-  struct llb_structured_outputs structured_outputs; /* spec points into so_spec */
-  char *so_spec;          /* owned copy of the structured-output spec */
-  struct sched_prompt_logprobs plp; /* prompt_logprobs >= 0: rows gathered chunk by chunk */
-};
 
 struct scheduler_actor {
   struct bus *bus;
@@ -123,13 +91,8 @@ struct scheduler_actor {
   int32_t num_exec_pending;
   uint64_t last_applied_step;
 
-  /* peer health (actor_health.c): the heartbeats of this engine's gpu_worker and kv_manager,
-   * under exec_mu (its condition variable wakes a step thread waiting for a worker reply) */
-  struct peer_watch *peer_watch[2]; /* [SCHED_PEER_*]; NULL when cfg.peer_heartbeat_ms is 0 */
-  uint64_t peer_fail_gen;           /* under exec_mu: failures detected so far */
-  uint64_t peer_fail_seen;          /* under exec_mu: failures the step thread acted on */
-  char peer_fail_what[384];         /* under exec_mu: the last detection, for the step's log */
-  uint64_t bus_reconnects_seen;     /* under exec_mu: bus_num_reconnects acted on */
+  /* failure detection from heartbeats and own reconnects (peer_health.c) */
+  struct peer_health *health;
 
   /* durable intake (actor_durable.c); NULL when cfg.durable is off */
   struct sched_durable *durable;
@@ -137,21 +100,12 @@ struct scheduler_actor {
   struct sched_step_trace *trace_steps[SCHED_TRACE_STEPS]; /* actor_trace.c, step thread */
 
   atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub,
-      c_enc_fail, c_peer_fail, c_replayed, c_dead_lettered, c_redelivered_held, c_acked, c_resyncs,
-      c_bus_recoveries, c_history_resumed;
+      c_enc_fail, c_replayed, c_dead_lettered, c_redelivered_held, c_acked, c_resyncs,
+      c_history_resumed;
 };
 
-/* The peers whose heartbeats the scheduler watches (index into peer_watch). */
-enum sched_peer { SCHED_PEER_GPU_WORKER = 0, SCHED_PEER_KV_MANAGER, SCHED_PEER_COUNT };
-
-/* request metadata (actor.c) */
-void sched_actor_meta_free(struct req_meta *m);
-/* The meta of live request `id` (its sched_request.user), or NULL: unknown, finished, or its
- * final output already went out (an abort waiting for its step). Step thread. */
-struct req_meta *sched_actor_meta(const struct scheduler_actor *a, const char *id);
-
 /* step thread: the worker round trip (actor_execute.c) */
-/* The reply queue's lock and condition variable (also the peer-health lock); always. */
+/* The reply queue's lock and condition variable ; always. */
 void sched_actor_execute_lock_init(struct scheduler_actor *a);
 /* The reply inbox and its subscription (both modes). Errors: bus_subscribe's. */
 llb_status sched_actor_execute_init(struct scheduler_actor *a);
@@ -171,24 +125,6 @@ llb_status sched_actor_execute_send(struct scheduler_actor *a);
  * actor stops), ABORTED (a peer failure was detected from heartbeats: the step is abandoned),
  * decoding, an error reply, sched_update_from_output's. */
 llb_status sched_actor_execute_receive(struct scheduler_actor *a);
-
-/* peer health (actor_health.c) */
-/* Creates the watches and subscribes <prefix>.health.gpu_worker.* and .kv_manager.* when
- * cfg.peer_heartbeat_ms > 0 (exec_mu must be initialized). Errors: peer_watch_create's,
- * bus_subscribe's, INVALID_ARGUMENT (subjects). */
-llb_status sched_actor_health_init(struct scheduler_actor *a, const char *prefix);
-/* Frees the watches (after the bus is destroyed or drained). */
-void sched_actor_health_free(struct scheduler_actor *a);
-/* Under exec_mu: runs the missed-beat rule at now_ns; a silent peer becomes a failure. */
-void sched_actor_health_poll_locked(struct scheduler_actor *a, int64_t now_ns);
-/* Under exec_mu: the earliest llb_now_ns at which a poll could find a silent peer (INT64_MAX
- * none). */
-int64_t sched_actor_health_next_check_ns_locked(const struct scheduler_actor *a);
-/* Under exec_mu: true (and `what` set, NUL-terminated) when a failure was detected since the
- * last call; it is then acted on (marked seen). */
-bool sched_actor_health_take_locked(struct scheduler_actor *a, char *what, size_t cap);
-/* The step thread's check between steps: polls, then takes (see above). */
-bool sched_actor_health_take(struct scheduler_actor *a, char *what, size_t cap);
 
 /* intake (actor.c): decodes an EngineCoreRequest and queues it for the step thread; `refuse`
  * (NULL = admit) makes admission refuse it with that message. stream_seq: its message in the

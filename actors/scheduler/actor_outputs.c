@@ -99,7 +99,7 @@ static void fill_output(struct scheduler_actor *a, struct llb_engine_core_output
   o->queued_time_ns = m->queued_time_ns;
   o->scheduled_time_ns = m->scheduled_time_ns;
   o->first_token_time_ns = m->first_token_time_ns;
-  sched_trace_fill_output(m, o);
+  sched_trace_fill_output(&m->trace, o);
   if (!m->first_sent) {
     o->prompt_token_ids = m->prompt;
     o->num_prompt_token_ids = m->num_prompt;
@@ -124,7 +124,7 @@ static void fill_rejected(struct llb_engine_core_output *o, struct req_meta *m) 
   o->index = m->client_index;
   o->error.code = (int32_t)m->reject_status;
   o->error.message = llb_str_c(m->reject_message);
-  sched_trace_fill_output(m, o); /* the output processor ends the request span */
+  sched_trace_fill_output(&m->trace, o); /* the output processor ends the request span */
 }
 
 /* Publishes one EngineCoreOutputs with the rejections, the side outputs (aborts) and the
@@ -177,12 +177,12 @@ cleanup:
       struct req_meta *m = lists[l]->outputs[i].user;
       if (!m || lists[l]->outputs[i].finish_reason == SCHED_FINISH_REASON_NONE) continue;
       sched_actor_durable_done(a, m->stream_seq); /* after its last output went out */
-      sched_actor_meta_free(m);
+      req_meta_free(m);
       lists[l]->outputs[i].user = NULL;
     }
   for (int64_t i = 0; i < a->num_rejected; i++) {
     sched_actor_durable_done(a, a->rejected[i]->stream_seq);
-    sched_actor_meta_free(a->rejected[i]);
+    req_meta_free(a->rejected[i]);
   }
   a->num_rejected = 0;
   sched_engine_outputs_clear(&a->eo_side, step);
@@ -193,7 +193,7 @@ cleanup:
 void sched_actor_free_output_users(struct sched_engine_outputs *eo) {
   for (int32_t i = 0; i < eo->num_outputs; i++)
     if (eo->outputs[i].finish_reason != SCHED_FINISH_REASON_NONE) {
-      sched_actor_meta_free(eo->outputs[i].user);
+      req_meta_free(eo->outputs[i].user);
       eo->outputs[i].user = NULL;
     }
   eo->num_outputs = 0;

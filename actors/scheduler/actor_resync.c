@@ -55,7 +55,7 @@ void sched_actor_resync_take(struct scheduler_actor *a) {
   while (list) {
     struct resync_item *it = list;
     list = it->next;
-    struct req_meta *m = sched_actor_meta(a, it->id);
+    struct req_meta *m = req_meta_find(a->sched, it->id);
     if (m && !m->resync) {
       m->resync = true;
       atomic_fetch_add(&a->c_resyncs, 1);

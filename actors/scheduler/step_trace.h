@@ -1,8 +1,8 @@
 /* Private to actors/scheduler/actor*.c: the scheduler's spans (actor_trace.c). All calls run
  * on the step thread, except sched_trace_request_init (the request handler's thread, before
  * the request is handed over). Not public API. */
-#ifndef LLB_ACTORS_SCHEDULER_ACTOR_TRACE_H
-#define LLB_ACTORS_SCHEDULER_ACTOR_TRACE_H
+#ifndef LLB_ACTORS_SCHEDULER_STEP_TRACE_H
+#define LLB_ACTORS_SCHEDULER_STEP_TRACE_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -25,14 +25,13 @@ struct sched_req_trace {
   int64_t start_time_ns;
 };
 
-struct req_meta;
 struct scheduler_actor;
 struct sched_step_trace;
 
-/* Reads r's trace fields into m->trace (an invalid or unsampled one: off). */
-void sched_trace_request_init(struct req_meta *m, const struct llb_engine_core_request *r);
-/* Copies m's trace context onto its EngineCoreOutput (for the output processor's spans). */
-void sched_trace_fill_output(const struct req_meta *m, struct llb_engine_core_output *o);
+/* Reads r's trace fields into *t (an invalid or unsampled one: off). */
+void sched_trace_request_init(struct sched_req_trace *t, const struct llb_engine_core_request *r);
+/* Copies a request's trace context onto its EngineCoreOutput (for the output processor's spans). */
+void sched_trace_fill_output(const struct sched_req_trace *t, struct llb_engine_core_output *o);
 /* After a step was planned (a->out, PLAN_READY): opens the traced requests' step spans;
  * kv_*: its KV round trip (0, 0 when none). */
 void sched_trace_step_planned(struct scheduler_actor *a, int64_t plan_ns, int64_t kv_start_ns, int64_t kv_end_ns);

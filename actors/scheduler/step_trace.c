@@ -9,7 +9,7 @@
  *
  * Everything runs on the step thread; nothing is built when tracing is off on the bus or the
  * request is not sampled. Spans are handed to the bus's exporter (a copy under a mutex). */
-#include "actors/scheduler/actor_trace.h"
+#include "actors/scheduler/step_trace.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +29,8 @@ struct sched_step_trace {
   const char **req_ids;   /* [cap]: borrowed from the scheduler's output, valid until encoded */
 };
 
-void sched_trace_request_init(struct req_meta *m, const struct llb_engine_core_request *r) {
-  memset(&m->trace, 0, sizeof m->trace);
+void sched_trace_request_init(struct sched_req_trace *t, const struct llb_engine_core_request *r) {
+  memset(t, 0, sizeof *t);
   if (!r->traceparent.len || r->traceparent.len > BUS_TRACEPARENT_LEN) return;
   struct bus_trace_ctx ctx;
   if (bus_traceparent_parse(r->traceparent.data, &ctx) != LLB_STATUS_OK) {
@@ -43,19 +43,19 @@ void sched_trace_request_init(struct req_meta *m, const struct llb_engine_core_r
     char c = r->trace_parent_span_id.data[i];
     parent_ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
   }
-  m->trace.on = true;
-  m->trace.ctx = ctx;
-  memcpy(m->trace.traceparent, r->traceparent.data, r->traceparent.len);
-  m->trace.traceparent[r->traceparent.len] = '\0';
-  if (parent_ok) memcpy(m->trace.parent_span_id, r->trace_parent_span_id.data, 16);
-  m->trace.start_time_ns = r->trace_start_time_ns;
+  t->on = true;
+  t->ctx = ctx;
+  memcpy(t->traceparent, r->traceparent.data, r->traceparent.len);
+  t->traceparent[r->traceparent.len] = '\0';
+  if (parent_ok) memcpy(t->parent_span_id, r->trace_parent_span_id.data, 16);
+  t->start_time_ns = r->trace_start_time_ns;
 }
 
-void sched_trace_fill_output(const struct req_meta *m, struct llb_engine_core_output *o) {
-  if (!m->trace.on) return;
-  o->traceparent = llb_str_c(m->trace.traceparent);
-  o->trace_parent_span_id = llb_str_c(m->trace.parent_span_id);
-  o->trace_start_time_ns = m->trace.start_time_ns;
+void sched_trace_fill_output(const struct sched_req_trace *t, struct llb_engine_core_output *o) {
+  if (!t->on) return;
+  o->traceparent = llb_str_c(t->traceparent);
+  o->trace_parent_span_id = llb_str_c(t->parent_span_id);
+  o->trace_start_time_ns = t->start_time_ns;
 }
 
 static struct sched_step_trace *record_for(struct scheduler_actor *a, uint64_t step) {
@@ -89,7 +89,7 @@ static bool record_reserve(struct sched_step_trace *r, int32_t n) {
 /* Opens request `id`'s step span in `r` (and records its queue span on first scheduling). */
 static void open_step_span(struct scheduler_actor *a, struct sched_step_trace *r, const char *id,
                            int32_t num_tokens, int32_t num_computed, int32_t batch_size) {
-  struct req_meta *m = sched_actor_meta(a, id);
+  struct req_meta *m = req_meta_find(a->sched, id);
   if (!m || !m->trace.on || r->num >= r->cap) return;
   if (!m->trace.queue_recorded) {
     m->trace.queue_recorded = true;
@@ -119,11 +119,11 @@ void sched_trace_step_planned(struct scheduler_actor *a, int64_t plan_ns, int64_
   const int32_t batch = o->num_new_reqs + o->num_cached_reqs;
   bool any = false;
   for (int32_t i = 0; i < o->num_new_reqs && !any; i++) {
-    const struct req_meta *m = sched_actor_meta(a, o->new_reqs[i].req_id);
+    const struct req_meta *m = req_meta_find(a->sched, o->new_reqs[i].req_id);
     any = m && m->trace.on;
   }
   for (int32_t i = 0; i < o->num_cached_reqs && !any; i++) {
-    const struct req_meta *m = sched_actor_meta(a, o->cached_reqs[i].req_id);
+    const struct req_meta *m = req_meta_find(a->sched, o->cached_reqs[i].req_id);
     any = m && m->trace.on;
   }
   if (!any) return;

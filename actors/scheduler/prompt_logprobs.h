@@ -4,8 +4,8 @@
  * rows = prompt tokens 1..P-1), as vLLM's first RequestOutput carries prompt_logprobs. A chunk
  * computed again (preemption by recompute, a replay) adds nothing: rows are kept by prompt
  * index. Size: (P - 1) rows of 1 + k columns, bounded by the input processor's limit. */
-#ifndef LLB_ACTORS_SCHEDULER_ACTOR_PROMPT_LOGPROBS_H
-#define LLB_ACTORS_SCHEDULER_ACTOR_PROMPT_LOGPROBS_H
+#ifndef LLB_ACTORS_SCHEDULER_PROMPT_LOGPROBS_H
+#define LLB_ACTORS_SCHEDULER_PROMPT_LOGPROBS_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* Gathering prompt logprobs per request; see actor_prompt_logprobs.h. */
-#include "actors/scheduler/actor_prompt_logprobs.h"
+#include "actors/scheduler/prompt_logprobs.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +46,7 @@ void sched_actor_collect_prompt_logprobs(struct scheduler_actor *a, const struct
   for (int32_t i = 0; i < mro->num_reqs; first += mro->num_prompt_logprobs[i], i++) {
     const int32_t count = mro->num_prompt_logprobs[i];
     if (count == 0) continue;
-    struct req_meta *m = sched_actor_meta(a, mro->req_ids[i].data);
+    struct req_meta *m = req_meta_find(a->sched, mro->req_ids[i].data);
     if (!m) continue;
     const int32_t cols = 1 + m->params.prompt_logprobs;
     if (m->plp.sent || cols < 1 || cols > ll->num_logprobs_per_token) continue;
