@@ -80,6 +80,12 @@ bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, ui
   return true;
 }
 
+/* durable_intake: a message fetched from the requests stream. */
+static bool deliver_request(void *user, const struct bus_msg *msg, uint64_t stream_seq, bool replayed,
+                            const char *refuse) {
+  return sched_actor_intake(user, msg, stream_seq, replayed, refuse);
+}
+
 static void on_request(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   (void)sched_actor_intake(user, msg, 0, false, NULL);
@@ -569,7 +575,11 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   a->thread_started = true;
   st = bus_subscribe(bus, a->subj_abort, NULL, on_abort, a, NULL);
   if (!st) st = sched_actor_resync_init(a, prefix);
-  if (!st) st = cfg->durable ? sched_actor_durable_start(a, prefix)
+  const struct durable_intake_config dc = {
+      .bus = bus, .prefix = prefix, .engine_id = a->engine_id, .ack_wait_ms = cfg->ack_wait_ms,
+      .max_deliver = cfg->max_deliver, .max_ack_pending = cfg->max_ack_pending,
+      .stream_replicas = cfg->stream_replicas, .deliver = deliver_request, .user = a};
+  if (!st) st = cfg->durable ? durable_intake_start(&dc, &a->durable)
                              : bus_subscribe(bus, a->subj_requests, NULL, on_request, a, NULL);
   if (st) goto fail;
   LLB_LOG_INFO("scheduler_started", "requests=%s num_blocks=%d block_size=%d max_num_seqs=%d "
@@ -595,7 +605,7 @@ void scheduler_actor_stop(struct scheduler_actor *a) {
   sched_actor_execute_wake_for_stop(a); /* a step thread waiting for a worker reply */
   if (a->thread_started) pthread_join(a->thread, NULL);
   a->thread_started = false;
-  sched_actor_durable_stop(a);
+  durable_intake_stop(a->durable);
 }
 
 void scheduler_actor_destroy(struct scheduler_actor *a) {
@@ -615,7 +625,7 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   sched_actor_free_output_users(&a->eo);
   for (int64_t i = 0; i < a->num_rejected; i++) req_meta_free(a->rejected[i]);
   free(a->rejected);
-  sched_actor_durable_free(a);
+  durable_intake_destroy(a->durable);
   sched_actor_resync_free(a);
   peer_health_destroy(a->health);
   sched_actor_execute_free(a);
@@ -646,6 +656,8 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
 
 void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_actor_counters *out) {
   uint64_t peer_fail = 0, bus_recoveries = 0;
+  struct durable_intake_counters dc;
+  durable_intake_get_counters(a->durable, &dc);
   if (a->health) peer_health_counters(a->health, &peer_fail, &bus_recoveries);
   *out = (struct scheduler_actor_counters){
       .num_steps = atomic_load(&a->c_steps), .num_requests = atomic_load(&a->c_requests),
@@ -655,10 +667,10 @@ void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_ac
       .num_encoder_failures = atomic_load(&a->c_enc_fail),
       .num_outputs_published = atomic_load(&a->c_pub),
       .num_peer_failures = peer_fail,
-      .num_replayed = atomic_load(&a->c_replayed),
-      .num_dead_lettered = atomic_load(&a->c_dead_lettered),
-      .num_redelivered_held = atomic_load(&a->c_redelivered_held),
-      .num_acked = atomic_load(&a->c_acked),
+      .num_replayed = dc.replayed,
+      .num_dead_lettered = dc.dead_lettered,
+      .num_redelivered_held = dc.redelivered_held,
+      .num_acked = dc.acked,
       .num_resyncs = atomic_load(&a->c_resyncs),
       .num_history_resumed = atomic_load(&a->c_history_resumed),
       .num_bus_recoveries = bus_recoveries};

@@ -13,6 +13,7 @@
 #include "actors/scheduler/req_meta.h"
 #include "actors/scheduler/step_trace.h"
 #include "actors/scheduler/actor_wire.h"
+#include "actors/scheduler/durable_intake.h"
 #include "actors/scheduler/engine_metrics.h"
 #include "actors/scheduler/peer_health.h"
 #include "bus/subject.h"
@@ -21,7 +22,6 @@
 
 struct abort_item;
 struct exec_reply;
-struct sched_durable;
 struct resync_item;
 
 struct scheduler_actor {
@@ -94,13 +94,13 @@ struct scheduler_actor {
   /* failure detection from heartbeats and own reconnects (peer_health.c) */
   struct peer_health *health;
 
-  /* durable intake (actor_durable.c); NULL when cfg.durable is off */
-  struct sched_durable *durable;
+  /* durable intake (durable_intake.c); NULL when cfg.durable is off */
+  struct durable_intake *durable;
 
   struct sched_step_trace *trace_steps[SCHED_TRACE_STEPS]; /* actor_trace.c, step thread */
 
   atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_aborted, c_kv_fail, c_exec_fail, c_pub,
-      c_enc_fail, c_replayed, c_dead_lettered, c_redelivered_held, c_acked, c_resyncs,
+      c_enc_fail, c_resyncs,
       c_history_resumed;
 };
 
@@ -134,19 +134,6 @@ llb_status sched_actor_execute_receive(struct scheduler_actor *a);
  * msg->reply when there is one, logged and counted; or out of memory). Handler threads. */
 bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, uint64_t stream_seq,
                         bool replayed, const char *refuse);
-
-/* durable intake (actor_durable.c) */
-/* Creates the engine's pull consumer (stream and consumer ensured) and starts the thread that
- * fetches into sched_actor_intake and keeps held messages alive. Errors: bus_js_pull_create's,
- * INTERNAL (thread). On error the caller still calls sched_actor_durable_free. */
-llb_status sched_actor_durable_start(struct scheduler_actor *a, const char *prefix);
-/* Joins the fetch thread. Idempotent. */
-void sched_actor_durable_stop(struct scheduler_actor *a);
-/* The request of this stream message left the scheduler (finished, aborted, refused): its
- * message is acknowledged and forgotten. 0 or an unknown seq: nothing. Any thread. */
-void sched_actor_durable_done(struct scheduler_actor *a, uint64_t stream_seq);
-/* Stops and frees the durable intake (after the bus is destroyed). NULL durable ok. */
-void sched_actor_durable_free(struct scheduler_actor *a);
 
 /* resync (actor_resync.c) */
 /* Subscribes <prefix>.engine.<eid>.resync. Errors: bus_subscribe's, INVALID_ARGUMENT. */

@@ -176,12 +176,12 @@ cleanup:
     for (int32_t i = 0; lists[l] && i < lists[l]->num_outputs; i++) {
       struct req_meta *m = lists[l]->outputs[i].user;
       if (!m || lists[l]->outputs[i].finish_reason == SCHED_FINISH_REASON_NONE) continue;
-      sched_actor_durable_done(a, m->stream_seq); /* after its last output went out */
+      durable_intake_done(a->durable, m->stream_seq); /* after its last output went out */
       req_meta_free(m);
       lists[l]->outputs[i].user = NULL;
     }
   for (int64_t i = 0; i < a->num_rejected; i++) {
-    sched_actor_durable_done(a, a->rejected[i]->stream_seq);
+    durable_intake_done(a->durable, a->rejected[i]->stream_seq);
     req_meta_free(a->rejected[i]);
   }
   a->num_rejected = 0;
