@@ -177,6 +177,81 @@ static void apply_aborts(struct scheduler_actor *a, struct abort_item *list) {
 
 /* ---- step thread: one step ---- */
 
+/* Encodes a->out (with the carried ids) into a->buf and stamps first scheduling times. */
+static llb_status encode_step(struct scheduler_actor *a) {
+  struct llb_scheduler_output m;
+  llb_status st = sched_wire_scheduler_output(&a->wire, &a->out, &a->carry_finished,
+                                              &a->carry_preempted, &a->carry_free_mm, &m);
+  if (st) return st;
+  sched_trace_fill_wire(a, a->out.step, a->wire.scheduled, m.num_scheduled_reqs);
+  int64_t now = llb_wall_ns();
+  for (int32_t i = 0; i < a->out.num_new_reqs; i++) {
+    struct req_meta *m = req_meta_find(a->sched, a->out.new_reqs[i].req_id);
+    if (m && m->scheduled_time_ns == 0) m->scheduled_time_ns = now;
+  }
+  return llb_scheduler_output_encode_buf(&m, &a->buf);
+}
+
+/* The carried ids went out with a step the bus accepted: forget them. Until then they stay,
+ * so that a step that is never sent loses none (sending an id twice is harmless: the worker
+ * ignores ids it has no row for). */
+static void carries_sent(struct scheduler_actor *a) {
+  sched_str_list_clear(&a->carry_finished);
+  sched_str_list_clear(&a->carry_preempted);
+  sched_str_list_clear(&a->carry_free_mm);
+}
+
+/* Decodes the worker's reply and applies it to the scheduler (into a->eo). */
+static llb_status apply_reply(struct scheduler_actor *a, const uint8_t *data, size_t len) {
+  llb_arena_reset(&a->arena);
+  struct llb_model_runner_output r;
+  llb_status st = llb_model_runner_output_decode(data, len, &a->arena, &r);
+  if (st) return st;
+  if (r.error.code != 0) {
+    /* NOT_FOUND: the worker does not know a request (it restarted): its state, not the
+     * batch's input, so no request becomes a suspect for it */
+    a->worker_error = r.error.code != LLB_STATUS_NOT_FOUND;
+    snprintf(a->worker_blamed, sizeof a->worker_blamed, "%s", r.failed_req_id.data ? r.failed_req_id.data : "");
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "worker error %d%s%s: %s", r.error.code,
+                    a->worker_blamed[0] ? " blaming request " : "", a->worker_blamed, r.error.message.data);
+  }
+  a->mro = r;
+  a->have_mro = true;
+  sched_actor_collect_prompt_logprobs(a, &r);
+  struct sched_model_output mo;
+  st = sched_wire_model_output(&a->wire, &r, &mo);
+  if (st) return st;
+  a->last_applied_step = r.step;
+  return sched_update_from_output(a->sched, &mo, &a->eo);
+}
+
+/* Sends a->out to the worker (exec_channel.c) and records it as in flight; returns at once.
+ * Errors: encoding, exec_channel_send's. */
+static llb_status execute_send(struct scheduler_actor *a) {
+  if (exec_channel_num_pending(a->exec) >= 2)
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "step %llu: two steps already in flight", (unsigned long long)a->out.step);
+  llb_status st = encode_step(a);
+  if (st) return st;
+  sched_trace_exec_sent(a, a->out.step);
+  if ((st = exec_channel_send(a->exec, a->out.step, a->buf.data, a->buf.len))) return st;
+  carries_sent(a);
+  return LLB_STATUS_OK;
+}
+
+/* Waits for the oldest step's reply and applies it. Errors: exec_channel_receive's (ABORTED:
+ * a peer failure was detected from heartbeats), decoding, an error reply,
+ * sched_update_from_output's. */
+static llb_status execute_receive(struct scheduler_actor *a) {
+  struct exec_reply *reply;
+  llb_status st = exec_channel_receive(a->exec, a->health, &reply);
+  if (st) return st;
+  sched_trace_exec_received(a, reply->step);
+  st = apply_reply(a, reply->data, reply->len);
+  free(reply);
+  return st;
+}
+
+
 /* Tells cfg.on_ready when the engine starts or stops recovering (edges only). */
 static void set_recovering(struct scheduler_actor *a, bool recovering) {
   if (a->recovering == recovering) return;
@@ -295,7 +370,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
   int64_t kv_ns[2] = {0, 0};
   llb_status st = sched_schedule(a->sched, &a->out, &a->kv);
   if (st) {
-    a->num_exec_pending = 0;
+    exec_channel_forget(a->exec);
     step_failed(a, "schedule", st);
     return PLAN_SCHEDULE_FAILED;
   }
@@ -306,14 +381,14 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
     kv_ns[1] = llb_wall_ns();
     if (st) {
       atomic_fetch_add(&a->c_kv_fail, 1);
-      a->num_exec_pending = 0;
+      exec_channel_forget(a->exec);
       carry_all(a);
       step_failed(a, "kv_manager", st);
       return PLAN_FAILED;
     }
   }
   if ((st = sched_schedule_encoder(a->sched, &a->out, &a->enc))) {
-    a->num_exec_pending = 0;
+    exec_channel_forget(a->exec);
     carry_all(a);
     step_failed(a, "schedule_encoder", st);
     return PLAN_FAILED;
@@ -322,7 +397,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
     *did = true;
     if ((st = encoder_round_trip(a))) {
       atomic_fetch_add(&a->c_enc_fail, 1);
-      a->num_exec_pending = 0;
+      exec_channel_forget(a->exec);
       carry_all(a);
       step_failed(a, "encoder_cache", st);
       return PLAN_FAILED;
@@ -341,7 +416,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
  * is dropped by step number), every running request is preempted (recompute) and the next
  * KV step resets the kv_manager, as after a timeout, but now rather than at the timeout. */
 static void peer_failed(struct scheduler_actor *a, llb_status st) {
-  a->num_exec_pending = 0;
+  exec_channel_forget(a->exec);
   a->kv_reset_pending = true;
   step_failed(a, "peer_health", st);
 }
@@ -356,7 +431,10 @@ static bool run_step(struct scheduler_actor *a) {
   case PLAN_EMPTY: a->backoff_ms = 0; return did;
   case PLAN_READY: break;
   }
-  llb_status st = sched_actor_execute_sync(a);
+  /* the same send and wait as the asynchronous pipeline at depth 1: a wait that a peer
+   * failure seen in the heartbeats ends at once, which bus_request could not offer */
+  llb_status st = execute_send(a);
+  if (!st) st = execute_receive(a);
   if (st == LLB_STATUS_ABORTED) { /* a peer failure, already counted and logged */
     carry_all(a);
     peer_failed(a, st);
@@ -380,7 +458,7 @@ static bool run_step(struct scheduler_actor *a) {
 static void exec_failed(struct scheduler_actor *a, llb_status st) {
   atomic_fetch_add(&a->c_exec_fail, 1);
   a->kv_reset_pending = true;
-  a->num_exec_pending = 0;
+  exec_channel_forget(a->exec);
   step_failed(a, "gpu_worker", st);
 }
 
@@ -392,13 +470,13 @@ static void exec_failed(struct scheduler_actor *a, llb_status st) {
 static bool run_step_async(struct scheduler_actor *a) {
   a->have_mro = false;
   bool did = false, sent = false;
-  if (a->num_exec_pending < 2) {
+  if (exec_channel_num_pending(a->exec) < 2) {
     switch (plan_step(a, &did)) {
     case PLAN_SCHEDULE_FAILED: return false;
     case PLAN_FAILED: return true;
     case PLAN_EMPTY: break;
     case PLAN_READY: {
-      const llb_status st = sched_actor_execute_send(a);
+      const llb_status st = execute_send(a);
       if (st) {
         carry_all(a); /* not sent: its ids go with the next step */
         exec_failed(a, st);
@@ -409,9 +487,9 @@ static bool run_step_async(struct scheduler_actor *a) {
     }
     }
   }
-  if (a->num_exec_pending == 2 || (!sent && a->num_exec_pending > 0)) {
+  if (exec_channel_num_pending(a->exec) == 2 || (!sent && exec_channel_num_pending(a->exec) > 0)) {
     did = true;
-    llb_status st = sched_actor_execute_receive(a);
+    llb_status st = execute_receive(a);
     if (st == LLB_STATUS_ABORTED) { /* a peer failure, already counted and logged */
       peer_failed(a, st);
       return true;
@@ -446,7 +524,7 @@ static void *step_thread(void *arg) {
     if (a->backoff_ms > 0) wait_ms = a->backoff_ms;
     else if (!busy && !last_active) wait_ms = a->cfg.stats_idle_interval_ms;
     else if (busy && !last_active) wait_ms = STALL_WAIT_MS;
-    if (a->num_exec_pending > 0 && a->backoff_ms == 0) wait_ms = -1; /* a reply is due */
+    if (exec_channel_num_pending(a->exec) > 0 && a->backoff_ms == 0) wait_ms = -1; /* a reply is due */
     if (wait_ms > 0 && !a->stop && !a->intake_head && !a->abort_head) {
       int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
       int64_t stats_in = (busy ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms) - since_stats;
@@ -475,14 +553,14 @@ static void *step_thread(void *arg) {
       peer_failed(a, LLB_ERRF(LLB_STATUS_ABORTED, "%s", peer_what));
     bool stepped = false, did = false;
     bool async = a->cfg.sched.async_scheduling;
-    if (sched_num_unfinished(a->sched) > 0 || last_active || a->num_exec_pending > 0) {
+    if (sched_num_unfinished(a->sched) > 0 || last_active || exec_channel_num_pending(a->exec) > 0) {
       did = async ? run_step_async(a) : run_step(a);
       stepped = true;
     }
     sched_actor_publish_outputs(a, async ? a->last_applied_step : a->out.step, stepped);
     last_active = did;
     busy = sched_num_unfinished(a->sched) > 0;
-    if (!busy && a->num_exec_pending == 0) set_recovering(a, false); /* nothing waits */
+    if (!busy && exec_channel_num_pending(a->exec) == 0) set_recovering(a, false); /* nothing waits */
     int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
     if (since_stats >= (busy || did ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms))
       sched_actor_publish_stats(a);
@@ -499,9 +577,7 @@ static void *step_thread(void *arg) {
  * reply takes it now. */
 static void on_peer_failure(void *user) {
   struct scheduler_actor *a = user;
-  pthread_mutex_lock(&a->exec_mu);
-  pthread_cond_broadcast(&a->exec_cv);
-  pthread_mutex_unlock(&a->exec_mu);
+  exec_channel_wake(a->exec);
 }
 
 /* Wakes the step thread out of its idle or back-off wait. */
@@ -557,8 +633,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
       {a->subj_encoder, "encoder"}};
   for (size_t i = 0; i < sizeof subj / sizeof subj[0] && !st; i++)
     st = bus_subject_engine(prefix, a->engine_id, subj[i].kind, subj[i].buf, BUS_SUBJECT_MAX);
-  sched_actor_execute_lock_init(a);
-  if (!st) st = sched_actor_execute_init(a);
+  if (!st) st = exec_channel_create(bus, a->subj_execute, cfg->execute_timeout_ms, &a->exec);
   const struct peer_health_config hc = {
       .bus = bus, .prefix = prefix, .engine_id = a->engine_id, .heartbeat_ms = cfg->peer_heartbeat_ms,
       .missed_beats = cfg->peer_missed_beats, .on_failure = on_peer_failure, .on_peer_up = wake_step_thread,
@@ -602,7 +677,7 @@ void scheduler_actor_stop(struct scheduler_actor *a) {
   a->stop = true;
   pthread_cond_signal(&a->cv);
   pthread_mutex_unlock(&a->mu);
-  sched_actor_execute_wake_for_stop(a); /* a step thread waiting for a worker reply */
+  exec_channel_stop(a->exec); /* a step thread waiting for a worker reply */
   if (a->thread_started) pthread_join(a->thread, NULL);
   a->thread_started = false;
   durable_intake_stop(a->durable);
@@ -628,7 +703,7 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   durable_intake_destroy(a->durable);
   sched_actor_resync_free(a);
   peer_health_destroy(a->health);
-  sched_actor_execute_free(a);
+  exec_channel_destroy(a->exec);
   sched_trace_free(a);
   sched_destroy(a->sched);
   sched_engine_metrics_destroy(a->metrics);

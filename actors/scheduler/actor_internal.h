@@ -15,13 +15,13 @@
 #include "actors/scheduler/actor_wire.h"
 #include "actors/scheduler/durable_intake.h"
 #include "actors/scheduler/engine_metrics.h"
+#include "actors/scheduler/exec_channel.h"
 #include "actors/scheduler/peer_health.h"
 #include "bus/subject.h"
 #include "schemas/engine_core_outputs.h"
 #include "schemas/engine_core_request.h"
 
 struct abort_item;
-struct exec_reply;
 struct resync_item;
 
 struct scheduler_actor {
@@ -76,19 +76,8 @@ struct scheduler_actor {
   bool worker_error;
   char worker_blamed[256];
 
-  /* asynchronous scheduling (cfg.sched.async_scheduling): steps sent to the worker whose
-   * replies are awaited, oldest first; each is sent with reply subject <exec_inbox>.<step>,
-   * so every reply (a no-responders status too) names its step */
-  char exec_inbox[BUS_SUBJECT_MAX];  /* replies arrive on <exec_inbox>.* (a handler that
-                                        queues copies: the drain never waits on a reader) */
-  pthread_mutex_t exec_mu;
-  pthread_cond_t exec_cv;
-  struct exec_reply *exec_head, *exec_tail; /* under exec_mu */
-  bool exec_stop;                           /* under exec_mu: the actor stops, stop waiting */
-  bool exec_sync_init;
-  uint64_t exec_pending[2];
-  int64_t exec_sent_ns[2]; /* llb_now_ns() when each pending step was sent */
-  int32_t num_exec_pending;
+  /* the worker round trip (exec_channel.c): steps in flight, replies queued */
+  struct exec_channel *exec;
   uint64_t last_applied_step;
 
   /* failure detection from heartbeats and own reconnects (peer_health.c) */
@@ -103,28 +92,6 @@ struct scheduler_actor {
       c_enc_fail, c_resyncs,
       c_history_resumed;
 };
-
-/* step thread: the worker round trip (actor_execute.c) */
-/* The reply queue's lock and condition variable ; always. */
-void sched_actor_execute_lock_init(struct scheduler_actor *a);
-/* The reply inbox and its subscription (both modes). Errors: bus_subscribe's. */
-llb_status sched_actor_execute_init(struct scheduler_actor *a);
-/* Frees queued replies and the queue's lock (after the bus is destroyed). */
-void sched_actor_execute_free(struct scheduler_actor *a);
-/* The actor stops: a step thread waiting for a reply returns CLOSED at once. */
-void sched_actor_execute_wake_for_stop(struct scheduler_actor *a);
-/* Synchronous: sends a->out to the worker, waits for its reply, applies it into a->eo (send
- * then receive below). Errors: theirs. */
-llb_status sched_actor_execute_sync(struct scheduler_actor *a);
-/* Async: sends a->out with reply subject <exec_inbox>.<step> and records it as pending;
- * returns at once. Errors: encoding, bus_publish_msg's. */
-llb_status sched_actor_execute_send(struct scheduler_actor *a);
-/* Async: waits up to execute_timeout_ms for the oldest pending step's reply (replies to
- * steps forgotten after a failure are dropped), then applies it into a->eo. The step leaves
- * the pending list whatever happens. Errors: TIMEOUT, NOT_FOUND (no responders), CLOSED (the
- * actor stops), ABORTED (a peer failure was detected from heartbeats: the step is abandoned),
- * decoding, an error reply, sched_update_from_output's. */
-llb_status sched_actor_execute_receive(struct scheduler_actor *a);
 
 /* intake (actor.c): decodes an EngineCoreRequest and queues it for the step thread; `refuse`
  * (NULL = admit) makes admission refuse it with that message. stream_seq: its message in the
