@@ -1,4 +1,7 @@
-/* The scheduler actor: intake handlers + the step loop thread (see actor.h). */
+/* The scheduler actor: the step loop thread and the lifecycle (see actor.h). The pieces it
+ * drives are modules with their own state, given what they need as arguments: intake.c,
+ * durable_intake.c, exec_channel.c, peer_health.c, output_publisher.c, step_trace.c,
+ * history_fetch.c, prompt_logprobs.c (README.md). */
 #include "actors/scheduler/actor.h"
 
 #include <pthread.h>
@@ -8,8 +11,17 @@
 #include <string.h>
 #include <time.h>
 
-#include "actors/scheduler/actor_internal.h"
 #include "actors/scheduler/actor_wire.h"
+#include "actors/scheduler/durable_intake.h"
+#include "actors/scheduler/engine_metrics.h"
+#include "actors/scheduler/exec_channel.h"
+#include "actors/scheduler/history_fetch.h"
+#include "actors/scheduler/intake.h"
+#include "actors/scheduler/output_publisher.h"
+#include "actors/scheduler/peer_health.h"
+#include "actors/scheduler/prompt_logprobs.h"
+#include "actors/scheduler/req_meta.h"
+#include "actors/scheduler/step_trace.h"
 #include "base/log.h"
 #include "bus/subject.h"
 #include "schemas/control.h"
@@ -20,9 +32,55 @@
 #define BACKOFF_MAX_MS 2000
 #define STALL_WAIT_MS 50
 
-struct abort_item {
-  struct abort_item *next;
-  char id[];
+/* The actor's own state: the step loop's (the scheduler, this step's plain structs and their
+ * wire buffers, failure handling) and the modules it drives, each with its own state. */
+struct scheduler_actor {
+  struct bus *bus;
+  struct scheduler_actor_config cfg;
+  char engine_id[BUS_TOKEN_MAX + 1];
+  char subj_kv[BUS_SUBJECT_MAX], subj_encoder[BUS_SUBJECT_MAX];
+  pthread_t thread;
+  bool thread_started;
+
+  /* modules, each with its own state */
+  struct intake *intake;           /* handler threads -> step thread: requests, aborts, resyncs */
+  struct durable_intake *durable;  /* requests from the JetStream stream; NULL unless cfg.durable */
+  struct exec_channel *exec;       /* the worker round trip: steps in flight, replies queued */
+  struct peer_health *health;      /* failures seen in heartbeats and own reconnects */
+  struct output_publisher *pub;    /* EngineCoreOutputs and SchedulerStats */
+  struct step_trace *trace;        /* the traced requests' step spans */
+  struct sched_engine_metrics *metrics; /* series and the engine_stats line */
+
+  /* step-thread state */
+  struct scheduler *sched;
+  /* The worker's reply of this step (arrays in `arena`, valid until the next step): its
+   * logprobs rows go out with the step's EngineCoreOutputs. */
+  struct llb_model_runner_output mro;
+  bool have_mro;
+  uint64_t last_applied_step;
+  struct req_meta **rejected;      /* [cap_rejected] this iteration's refused requests */
+  int64_t num_rejected, cap_rejected;
+  struct sched_output out;
+  struct kv_step kv;
+  struct kv_step_result kv_res;
+  struct sched_engine_outputs eo, eo_side;
+  struct sched_str_list carry_finished, carry_preempted, carry_free_mm;
+  struct encoder_step enc;         /* this step's encoder ops */
+  struct sched_wire wire;
+  struct llb_arena arena;          /* decoded replies, reset per round trip */
+  struct llb_buf buf;              /* encoded messages */
+  int64_t backoff_ms;
+  bool recovering; /* a failure was seen and no step applied since (cfg.on_ready reported it) */
+  bool kv_reset_pending; /* the worker failed: its KV contents are unknown, so the next KV
+                            step tells the kv_manager to drop its prefix cache */
+  int64_t last_stats_ns;
+  /* the last failed execute: the worker answered with an error (not a timeout or a bus
+   * failure), and the request it blamed ("" none); sched_step_failed isolates it */
+  bool worker_error;
+  char worker_blamed[256];
+
+  atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_kv_fail, c_exec_fail, c_enc_fail, c_resyncs,
+      c_history_resumed;
 };
 
 void scheduler_actor_config_init(struct scheduler_actor_config *c) {
@@ -45,81 +103,13 @@ void scheduler_actor_config_init(struct scheduler_actor_config *c) {
 
 static void meta_free_user(void *user) { req_meta_free(user); }
 
-/* ---- intake (handler threads) ---- */
-
-static void log_bad_message(const char *what, const struct bus_msg *msg, llb_status st) {
-  char q[600];
-  LLB_LOG_WARN("bad_message", "kind=%s subject=%s bytes=%zu status=%s error=%s", what,
-               msg->subject, msg->len, llb_strerror(st), llb_log_quote(q, sizeof q, llb_err_last()));
-}
-
-bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, uint64_t stream_seq,
-                        bool replayed, const char *refuse) {
-  llb_arena_reset(&a->req_arena);
-  struct llb_engine_core_request r;
-  llb_status st = llb_engine_core_request_decode(msg->data, msg->len, &a->req_arena, &r);
-  if (st != LLB_STATUS_OK) {
-    atomic_fetch_add(&a->c_rejected, 1);
-    log_bad_message("EngineCoreRequest", msg, st);
-    if (msg->reply && !stream_seq && llb_error_reply_encode_status(st, "", "", &a->req_err_buf) == LLB_STATUS_OK)
-      (void)bus_respond(a->bus, msg, a->req_err_buf.data, a->req_err_buf.len, NULL);
-    return false;
-  }
-  struct req_meta *m;
-  if (req_meta_from_request(&r, stream_seq, replayed, refuse, &m) != LLB_STATUS_OK) {
-    atomic_fetch_add(&a->c_rejected, 1);
-    LLB_LOG_ERROR("request_dropped", "reason=out_of_memory bytes=%zu", msg->len);
-    return false;
-  }
-  pthread_mutex_lock(&a->mu);
-  if (a->intake_tail) a->intake_tail->next = m;
-  else a->intake_head = m;
-  a->intake_tail = m;
-  pthread_cond_signal(&a->cv);
-  pthread_mutex_unlock(&a->mu);
-  return true;
-}
-
-/* durable_intake: a message fetched from the requests stream. */
-static bool deliver_request(void *user, const struct bus_msg *msg, uint64_t stream_seq, bool replayed,
-                            const char *refuse) {
-  return sched_actor_intake(user, msg, stream_seq, replayed, refuse);
-}
-
-static void on_request(struct bus *bus, const struct bus_msg *msg, void *user) {
-  (void)bus;
-  (void)sched_actor_intake(user, msg, 0, false, NULL);
-}
-
-static void on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
-  (void)bus;
-  struct scheduler_actor *a = user;
-  llb_arena_reset(&a->abort_arena);
-  struct llb_abort_requests ab;
-  llb_status st = llb_abort_requests_decode(msg->data, msg->len, &a->abort_arena, &ab);
-  if (st != LLB_STATUS_OK) {
-    log_bad_message("AbortRequests", msg, st);
-    return;
-  }
-  for (int32_t i = 0; i < ab.num_request_ids; i++) {
-    struct abort_item *it = malloc(sizeof(*it) + ab.request_ids[i].len + 1);
-    if (!it) break;
-    memcpy(it->id, ab.request_ids[i].data, ab.request_ids[i].len + 1);
-    pthread_mutex_lock(&a->mu);
-    it->next = a->abort_head;
-    a->abort_head = it;
-    pthread_mutex_unlock(&a->mu);
-    atomic_fetch_add(&a->c_aborted, 1);
-  }
-  pthread_mutex_lock(&a->mu);
-  pthread_cond_signal(&a->cv);
-  pthread_mutex_unlock(&a->mu);
-}
-
 /* ---- step thread: admission, aborts ---- */
 
+/* Admits the queued requests (a refused one gets an ERROR output with the next publish);
+ * replays and resends first get the outputs they had (history_fetch.c). */
 static void admit(struct scheduler_actor *a, struct req_meta *list) {
-  sched_actor_fetch_history(a, list);
+  const int32_t resumed = history_fetch(a->bus, a->engine_id, a->sched, &a->eo_side, list);
+  atomic_fetch_add(&a->c_history_resumed, (uint64_t)resumed);
   while (list) {
     struct req_meta *m = list;
     list = m->next;
@@ -164,13 +154,29 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
   }
 }
 
-static void apply_aborts(struct scheduler_actor *a, struct abort_item *list) {
+static void apply_aborts(struct scheduler_actor *a, struct intake_id *list) {
   while (list) {
-    struct abort_item *it = list;
+    struct intake_id *it = list;
     list = it->next;
     const char *id = it->id;
     if (sched_abort_requests(a->sched, &id, 1, SCHED_FINISH_REASON_ABORT, &a->eo_side) != LLB_STATUS_OK)
       LLB_LOG_ERROR("abort_failed", "req=%s", it->id);
+    free(it);
+  }
+}
+
+/* Marks the requests an output processor asked to resync: each one's next output carries its
+ * whole output from position 0 with the first-output fields (output_publisher.c). */
+static void take_resyncs(struct scheduler_actor *a, struct intake_id *list) {
+  while (list) {
+    struct intake_id *it = list;
+    list = it->next;
+    struct req_meta *m = req_meta_find(a->sched, it->id);
+    if (m && !m->resync) {
+      m->resync = true;
+      atomic_fetch_add(&a->c_resyncs, 1);
+      LLB_LOG_INFO("request_resync", "req=%s reason=output_processor_asked", it->id);
+    }
     free(it);
   }
 }
@@ -183,7 +189,7 @@ static llb_status encode_step(struct scheduler_actor *a) {
   llb_status st = sched_wire_scheduler_output(&a->wire, &a->out, &a->carry_finished,
                                               &a->carry_preempted, &a->carry_free_mm, &m);
   if (st) return st;
-  sched_trace_fill_wire(a, a->out.step, a->wire.scheduled, m.num_scheduled_reqs);
+  step_trace_fill_wire(a->trace, a->out.step, a->wire.scheduled, m.num_scheduled_reqs);
   int64_t now = llb_wall_ns();
   for (int32_t i = 0; i < a->out.num_new_reqs; i++) {
     struct req_meta *m = req_meta_find(a->sched, a->out.new_reqs[i].req_id);
@@ -217,7 +223,7 @@ static llb_status apply_reply(struct scheduler_actor *a, const uint8_t *data, si
   }
   a->mro = r;
   a->have_mro = true;
-  sched_actor_collect_prompt_logprobs(a, &r);
+  sched_prompt_logprobs_collect(a->sched, &r);
   struct sched_model_output mo;
   st = sched_wire_model_output(&a->wire, &r, &mo);
   if (st) return st;
@@ -232,7 +238,7 @@ static llb_status execute_send(struct scheduler_actor *a) {
     return LLB_ERRF(LLB_STATUS_INTERNAL, "step %llu: two steps already in flight", (unsigned long long)a->out.step);
   llb_status st = encode_step(a);
   if (st) return st;
-  sched_trace_exec_sent(a, a->out.step);
+  step_trace_exec_sent(a->trace, a->out.step);
   if ((st = exec_channel_send(a->exec, a->out.step, a->buf.data, a->buf.len))) return st;
   carries_sent(a);
   return LLB_STATUS_OK;
@@ -245,7 +251,7 @@ static llb_status execute_receive(struct scheduler_actor *a) {
   struct exec_reply *reply;
   llb_status st = exec_channel_receive(a->exec, a->health, &reply);
   if (st) return st;
-  sched_trace_exec_received(a, reply->step);
+  step_trace_exec_received(a->trace, reply->step);
   st = apply_reply(a, reply->data, reply->len);
   free(reply);
   return st;
@@ -407,7 +413,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
     carry_all(a);
     return PLAN_EMPTY;
   }
-  sched_trace_step_planned(a, plan_ns, kv_ns[0], kv_ns[1]);
+  step_trace_planned(a->trace, a->sched, &a->out, plan_ns, kv_ns[0], kv_ns[1]);
   return PLAN_READY;
 }
 
@@ -505,12 +511,21 @@ static bool run_step_async(struct scheduler_actor *a) {
   return did;
 }
 
-static int64_t deadline_ms_to_abs(struct timespec *ts, int64_t ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  int64_t ns = ts->tv_nsec + (ms % 1000) * 1000000;
-  ts->tv_sec += ms / 1000 + ns / 1000000000;
-  ts->tv_nsec = ns % 1000000000;
-  return ms;
+/* Publishes this turn's outputs (output_publisher.c), then ends the step spans. */
+static void publish_outputs(struct scheduler_actor *a, uint64_t step, bool with_step) {
+  const struct output_step s = {.step = step, .with_step = with_step, .rejected = a->rejected,
+                                .num_rejected = a->num_rejected, .side = &a->eo_side, .eo = &a->eo,
+                                .mro = a->have_mro ? &a->mro : NULL, .sched = a->sched};
+  const int64_t end_ns = output_publisher_publish(a->pub, &s);
+  a->num_rejected = 0; /* published and freed */
+  step_trace_steps_done(a->trace, step, with_step, end_ns);
+}
+
+static void publish_stats(struct scheduler_actor *a) {
+  struct sched_stats s;
+  sched_get_stats(a->sched, &s);
+  output_publisher_publish_stats(a->pub, &s);
+  a->last_stats_ns = llb_now_ns();
 }
 
 static void *step_thread(void *arg) {
@@ -518,36 +533,22 @@ static void *step_thread(void *arg) {
   bool last_active = false;
   a->last_stats_ns = llb_now_ns();
   for (;;) {
-    pthread_mutex_lock(&a->mu);
     bool busy = sched_num_unfinished(a->sched) > 0;
     int64_t wait_ms = -1; /* -1 = no wait */
     if (a->backoff_ms > 0) wait_ms = a->backoff_ms;
     else if (!busy && !last_active) wait_ms = a->cfg.stats_idle_interval_ms;
     else if (busy && !last_active) wait_ms = STALL_WAIT_MS;
     if (exec_channel_num_pending(a->exec) > 0 && a->backoff_ms == 0) wait_ms = -1; /* a reply is due */
-    if (wait_ms > 0 && !a->stop && !a->intake_head && !a->abort_head) {
+    if (wait_ms > 0) {
       int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
       int64_t stats_in = (busy ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms) - since_stats;
       if (stats_in < wait_ms) wait_ms = stats_in > 0 ? stats_in : 0;
-      if (wait_ms > 0) {
-        struct timespec ts;
-        deadline_ms_to_abs(&ts, wait_ms);
-        pthread_cond_timedwait(&a->cv, &a->mu, &ts);
-      }
     }
-    if (a->stop) {
-      pthread_mutex_unlock(&a->mu);
-      break;
-    }
-    struct req_meta *intake = a->intake_head;
-    struct abort_item *aborts = a->abort_head;
-    a->intake_head = a->intake_tail = NULL;
-    a->abort_head = NULL;
-    pthread_mutex_unlock(&a->mu);
-
-    admit(a, intake);
-    apply_aborts(a, aborts);
-    sched_actor_resync_take(a);
+    struct intake_batch in;
+    if (!intake_wait(a->intake, wait_ms, &in)) break;
+    admit(a, in.requests);
+    apply_aborts(a, in.aborts);
+    take_resyncs(a, in.resyncs);
     char peer_what[384];
     if (peer_health_take(a->health, peer_what, sizeof peer_what))
       peer_failed(a, LLB_ERRF(LLB_STATUS_ABORTED, "%s", peer_what));
@@ -557,13 +558,13 @@ static void *step_thread(void *arg) {
       did = async ? run_step_async(a) : run_step(a);
       stepped = true;
     }
-    sched_actor_publish_outputs(a, async ? a->last_applied_step : a->out.step, stepped);
+    publish_outputs(a, async ? a->last_applied_step : a->out.step, stepped);
     last_active = did;
     busy = sched_num_unfinished(a->sched) > 0;
     if (!busy && exec_channel_num_pending(a->exec) == 0) set_recovering(a, false); /* nothing waits */
     int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
     if (since_stats >= (busy || did ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms))
-      sched_actor_publish_stats(a);
+      publish_stats(a);
     struct sched_stats snap;
     sched_get_stats(a->sched, &snap);
     sched_engine_metrics_update(a->metrics, &snap, llb_now_ns());
@@ -583,9 +584,20 @@ static void on_peer_failure(void *user) {
 /* Wakes the step thread out of its idle or back-off wait. */
 static void wake_step_thread(void *user) {
   struct scheduler_actor *a = user;
-  pthread_mutex_lock(&a->mu);
-  pthread_cond_signal(&a->cv);
-  pthread_mutex_unlock(&a->mu);
+  intake_wake(a->intake);
+}
+
+/* output_publisher: a request's last output went out: its stream message is acknowledged. */
+static void request_done(void *user, uint64_t stream_seq) {
+  struct scheduler_actor *a = user;
+  durable_intake_done(a->durable, stream_seq);
+}
+
+/* durable_intake: a message fetched from the requests stream. */
+static bool deliver_request(void *user, const struct bus_msg *msg, uint64_t stream_seq, bool replayed,
+                            const char *refuse) {
+  struct scheduler_actor *a = user;
+  return intake_deliver(a->intake, msg, stream_seq, replayed, refuse);
 }
 
 llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
@@ -603,19 +615,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   a->cfg = *cfg;
   snprintf(a->engine_id, sizeof a->engine_id, "%s", cfg->engine_id);
   a->cfg.engine_id = a->engine_id;
-  snprintf(a->model_name, sizeof a->model_name, "%s", cfg->model_name ? cfg->model_name : "");
-  snprintf(a->instance, sizeof a->instance, "%s", cfg->instance ? cfg->instance : "");
-  a->cfg.model_name = a->model_name;
-  a->cfg.instance = a->instance;
-  pthread_mutex_init(&a->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&a->cv, &ca);
-  pthread_condattr_destroy(&ca);
-  llb_arena_init(&a->req_arena, NULL, 0);
-  llb_arena_init(&a->abort_arena, NULL, 0);
-  llb_arena_init(&a->resync_arena, NULL, 0);
+  a->cfg.model_name = a->cfg.instance = NULL; /* the output publisher keeps copies */
   llb_arena_init(&a->arena, NULL, 0);
   sched_output_init(&a->out);
   kv_step_init(&a->kv);
@@ -625,15 +625,28 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   sched_engine_outputs_init(&a->eo_side);
   struct sched_config sc = cfg->sched;
   sc.free_user = meta_free_user; /* the scheduler's registry holds each live request's meta */
-  llb_status st = sched_create(&sc, &a->sched);
+  llb_status st = intake_create(bus, &a->intake);
+  if (!st) st = step_trace_create(bus, &a->trace);
+  if (!st) st = sched_create(&sc, &a->sched);
   if (!st) st = sched_engine_metrics_create(cfg->metrics, cfg->log_stats_interval_ms * 1000000, &a->metrics);
+  char subj_requests[BUS_SUBJECT_MAX], subj_abort[BUS_SUBJECT_MAX], subj_resync[BUS_SUBJECT_MAX],
+      subj_execute[BUS_SUBJECT_MAX], subj_outputs[BUS_SUBJECT_MAX], subj_stats[BUS_SUBJECT_MAX];
   const struct { char *buf; const char *kind; } subj[] = {
-      {a->subj_requests, "requests"}, {a->subj_abort, "abort"}, {a->subj_kv, "kv"},
-      {a->subj_execute, "execute"}, {a->subj_outputs, "outputs"}, {a->subj_stats, "stats"},
+      {subj_requests, "requests"}, {subj_abort, "abort"}, {subj_resync, "resync"}, {a->subj_kv, "kv"},
+      {subj_execute, "execute"}, {subj_outputs, "outputs"}, {subj_stats, "stats"},
       {a->subj_encoder, "encoder"}};
   for (size_t i = 0; i < sizeof subj / sizeof subj[0] && !st; i++)
     st = bus_subject_engine(prefix, a->engine_id, subj[i].kind, subj[i].buf, BUS_SUBJECT_MAX);
-  if (!st) st = exec_channel_create(bus, a->subj_execute, cfg->execute_timeout_ms, &a->exec);
+  const struct output_publisher_config pc = {
+      .bus = bus, .engine_id = a->engine_id, .model_name = cfg->model_name, .instance = cfg->instance,
+      .subj_outputs = subj_outputs, .subj_stats = subj_stats, .num_blocks = cfg->sched.num_blocks,
+      .block_size = cfg->sched.block_size, .max_num_seqs = cfg->sched.max_num_seqs,
+      .max_num_batched_tokens = cfg->sched.max_num_batched_tokens, .max_model_len = cfg->sched.max_model_len,
+      .stats_interval_ms = (int32_t)(cfg->stats_idle_interval_ms > cfg->stats_interval_ms
+                                         ? cfg->stats_idle_interval_ms : cfg->stats_interval_ms),
+      .on_request_done = request_done, .user = a};
+  if (!st) st = output_publisher_create(&pc, &a->pub);
+  if (!st) st = exec_channel_create(bus, subj_execute, cfg->execute_timeout_ms, &a->exec);
   const struct peer_health_config hc = {
       .bus = bus, .prefix = prefix, .engine_id = a->engine_id, .heartbeat_ms = cfg->peer_heartbeat_ms,
       .missed_beats = cfg->peer_missed_beats, .on_failure = on_peer_failure, .on_peer_up = wake_step_thread,
@@ -648,18 +661,16 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
     goto fail;
   }
   a->thread_started = true;
-  st = bus_subscribe(bus, a->subj_abort, NULL, on_abort, a, NULL);
-  if (!st) st = sched_actor_resync_init(a, prefix);
+  st = intake_subscribe(a->intake, cfg->durable ? NULL : subj_requests, subj_abort, subj_resync);
   const struct durable_intake_config dc = {
       .bus = bus, .prefix = prefix, .engine_id = a->engine_id, .ack_wait_ms = cfg->ack_wait_ms,
       .max_deliver = cfg->max_deliver, .max_ack_pending = cfg->max_ack_pending,
       .stream_replicas = cfg->stream_replicas, .deliver = deliver_request, .user = a};
-  if (!st) st = cfg->durable ? durable_intake_start(&dc, &a->durable)
-                             : bus_subscribe(bus, a->subj_requests, NULL, on_request, a, NULL);
+  if (!st && cfg->durable) st = durable_intake_start(&dc, &a->durable);
   if (st) goto fail;
   LLB_LOG_INFO("scheduler_started", "requests=%s num_blocks=%d block_size=%d max_num_seqs=%d "
                "max_num_batched_tokens=%d max_model_len=%d policy=%s async_scheduling=%s",
-               a->subj_requests, cfg->sched.num_blocks, cfg->sched.block_size,
+               subj_requests, cfg->sched.num_blocks, cfg->sched.block_size,
                cfg->sched.max_num_seqs, cfg->sched.max_num_batched_tokens, cfg->sched.max_model_len,
                cfg->sched.policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs",
                cfg->sched.async_scheduling ? "on" : "off");
@@ -673,10 +684,7 @@ fail:
 
 void scheduler_actor_stop(struct scheduler_actor *a) {
   if (!a) return;
-  pthread_mutex_lock(&a->mu);
-  a->stop = true;
-  pthread_cond_signal(&a->cv);
-  pthread_mutex_unlock(&a->mu);
+  intake_stop(a->intake);
   exec_channel_stop(a->exec); /* a step thread waiting for a worker reply */
   if (a->thread_started) pthread_join(a->thread, NULL);
   a->thread_started = false;
@@ -686,25 +694,15 @@ void scheduler_actor_stop(struct scheduler_actor *a) {
 void scheduler_actor_destroy(struct scheduler_actor *a) {
   if (!a) return;
   scheduler_actor_stop(a);
-  while (a->intake_head) {
-    struct req_meta *m = a->intake_head;
-    a->intake_head = m->next;
-    req_meta_free(m);
-  }
-  while (a->abort_head) {
-    struct abort_item *it = a->abort_head;
-    a->abort_head = it->next;
-    free(it);
-  }
-  sched_actor_free_output_users(&a->eo_side); /* final outputs never published */
-  sched_actor_free_output_users(&a->eo);
+  intake_destroy(a->intake);
+  output_publisher_free_users(&a->eo_side); /* final outputs never published */
+  output_publisher_free_users(&a->eo);
   for (int64_t i = 0; i < a->num_rejected; i++) req_meta_free(a->rejected[i]);
   free(a->rejected);
   durable_intake_destroy(a->durable);
-  sched_actor_resync_free(a);
   peer_health_destroy(a->health);
   exec_channel_destroy(a->exec);
-  sched_trace_free(a);
+  step_trace_destroy(a->trace);
   sched_destroy(a->sched);
   sched_engine_metrics_destroy(a->metrics);
   sched_output_free(&a->out);
@@ -717,15 +715,9 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   sched_str_list_free(&a->carry_free_mm);
   encoder_step_free(&a->enc);
   sched_wire_free(&a->wire);
-  free(a->outs);
-  llb_arena_destroy(&a->req_arena);
-  llb_arena_destroy(&a->abort_arena);
-  llb_arena_destroy(&a->resync_arena);
+  output_publisher_destroy(a->pub);
   llb_arena_destroy(&a->arena);
   llb_buf_free(&a->buf);
-  llb_buf_free(&a->req_err_buf);
-  pthread_cond_destroy(&a->cv);
-  pthread_mutex_destroy(&a->mu);
   free(a);
 }
 
@@ -733,14 +725,16 @@ void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_ac
   uint64_t peer_fail = 0, bus_recoveries = 0;
   struct durable_intake_counters dc;
   durable_intake_get_counters(a->durable, &dc);
+  struct intake_counters ic = {0};
+  if (a->intake) intake_get_counters(a->intake, &ic);
   if (a->health) peer_health_counters(a->health, &peer_fail, &bus_recoveries);
   *out = (struct scheduler_actor_counters){
       .num_steps = atomic_load(&a->c_steps), .num_requests = atomic_load(&a->c_requests),
-      .num_rejected = atomic_load(&a->c_rejected), .num_aborted = atomic_load(&a->c_aborted),
+      .num_rejected = atomic_load(&a->c_rejected) + ic.rejected, .num_aborted = ic.aborted,
       .num_kv_failures = atomic_load(&a->c_kv_fail),
       .num_execute_failures = atomic_load(&a->c_exec_fail),
       .num_encoder_failures = atomic_load(&a->c_enc_fail),
-      .num_outputs_published = atomic_load(&a->c_pub),
+      .num_outputs_published = a->pub ? output_publisher_num_published(a->pub) : 0,
       .num_peer_failures = peer_fail,
       .num_replayed = dc.replayed,
       .num_dead_lettered = dc.dead_lettered,
@@ -749,4 +743,8 @@ void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_ac
       .num_resyncs = atomic_load(&a->c_resyncs),
       .num_history_resumed = atomic_load(&a->c_history_resumed),
       .num_bus_recoveries = bus_recoveries};
+}
+
+void scheduler_actor_announce_draining(struct scheduler_actor *a) {
+  if (a && a->pub) output_publisher_announce_draining(a->pub);
 }

@@ -12,7 +12,7 @@
 
 #include "schemas/codec.h"
 
-struct scheduler_actor;
+struct scheduler;
 struct llb_model_runner_output;
 
 struct sched_prompt_logprobs {
@@ -25,10 +25,11 @@ struct sched_prompt_logprobs {
   bool sent;       /* went out with an output */
 };
 
-/* Adds the rows of mro (this step's worker reply) to each request's gathered rows (requests a
- * does not know, or whose rows went out already, are skipped). OUT_OF_MEMORY drops the rows
- * and is logged: the request then gets its output without prompt logprobs. */
-void sched_actor_collect_prompt_logprobs(struct scheduler_actor *a, const struct llb_model_runner_output *mro);
+/* Adds the rows of mro (this step's worker reply) to the gathered rows of each request's meta
+ * (req_meta.h, found in sched; requests it does not know, or whose rows went out already, are
+ * skipped). OUT_OF_MEMORY drops the rows and is logged: the request then gets its output
+ * without prompt logprobs. Step thread. */
+void sched_prompt_logprobs_collect(const struct scheduler *sched, const struct llb_model_runner_output *mro);
 
 /* The gathered rows as lists (valid until p is freed), marking them sent; empty when there are
  * none or they were sent already. */

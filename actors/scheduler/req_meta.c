@@ -99,7 +99,7 @@ llb_status req_meta_from_request(const struct llb_engine_core_request *r, uint64
   m->priority = r->priority;
   m->arrival_time = r->arrival_time;
   m->queued_time_ns = llb_wall_ns();
-  sched_trace_request_init(&m->trace, r);
+  step_trace_request_init(&m->trace, r);
   *out = m;
   return LLB_STATUS_OK;
 }
