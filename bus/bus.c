@@ -532,6 +532,12 @@ llb_status bus_sub_next_msg(struct bus_sub *sub, int64_t timeout_ms, struct bus_
   return bus_wrap_owned_msg(m, msg);
 }
 
+int64_t bus_sub_pending(const struct bus_sub *sub) {
+  int msgs = 0, bytes = 0;
+  if (!sub || natsSubscription_GetPending(sub->ns, &msgs, &bytes) != NATS_OK) return -1;
+  return msgs;
+}
+
 llb_status bus_unsubscribe(struct bus_sub *sub) {
   if (!sub) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "unsubscribe: NULL");
   natsStatus s = natsSubscription_Unsubscribe(sub->ns);

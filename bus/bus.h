@@ -218,6 +218,10 @@ llb_status bus_subscribe_sync(struct bus *bus, const char *subject, struct bus_s
  * CLOSED. */
 llb_status bus_sub_next_msg(struct bus_sub *sub, int64_t timeout_ms, struct bus_msg **msg);
 
+/* Messages delivered to the subscription and not yet handed out (not counting one a handler
+ * is running on): 0 means a handler that returns now waits for the next one. -1 on error. */
+int64_t bus_sub_pending(const struct bus_sub *sub);
+
 /* Removes the interest of a subscription; no new message is delivered after it returns
  * except one already being handled. Memory stays with the bus until bus_destroy(). */
 llb_status bus_unsubscribe(struct bus_sub *sub);

@@ -1,6 +1,6 @@
 /* llmbus-kernel-bench: the flags of cmd/bench/kernel_bench.h.
  *
- *   llmbus-kernel-bench [--model PATH] [--threads N] [--runs N] [--prefill N] [--decode N]
+ *   llmbus-kernel-bench [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N]
  *                       [--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]
  */
 #include <stdio.h>
@@ -24,6 +24,7 @@ int main(int argc, char **argv) {
     else if (v && !strcmp(a, "--model")) o.model = argv[++i];
     else if (v && !strcmp(a, "--packed-cache-dir")) o.packed_cache_dir = argv[++i];
     else if (v && !strcmp(a, "--threads")) o.threads = atoi(argv[++i]);
+    else if (v && !strcmp(a, "--decode-threads")) o.decode_threads = atoi(argv[++i]);
     else if (v && !strcmp(a, "--runs")) o.runs = atoi(argv[++i]);
     else if (v && !strcmp(a, "--prefill")) o.n_prefill = atoi(argv[++i]);
     else if (v && !strcmp(a, "--decode")) o.n_decode = atoi(argv[++i]);
@@ -35,7 +36,7 @@ int main(int argc, char **argv) {
         else break;
       }
     } else {
-      fprintf(stderr, "usage: %s [--model PATH] [--threads N] [--runs N] [--prefill N] [--decode N] "
+      fprintf(stderr, "usage: %s [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] "
                       "[--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]\n", argv[0]);
       return 2;
     }

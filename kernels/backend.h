@@ -261,6 +261,14 @@ struct backend_ops {
    * first asynchronous fault. Optional with step_begin. */
   llb_status (*step_end)(struct backend_ctx *c, llb_status st, void *out_dst, const void *out_src,
                          size_t out_bytes);
+  /* Optional (NULL: nothing to release). The caller has no step to run soon (it waits for
+   * the next one): the backend stops holding the machine's resources between steps (CPU: the
+   * pool's workers sleep at once instead of spinning, leaving the cores to the processes that
+   * bring the next step). The next op takes them back. Between steps only. */
+  void (*idle)(struct backend_ctx *c);
+  /* Optional (NULL: the backend has no host threads). Threads that run the next ops, in
+   * [1, backend_ctx_params.n_threads] (clamped); the others sleep. Between steps only. */
+  void (*set_num_threads)(struct backend_ctx *c, int32_t n);
 };
 
 /* The CPU backend (kernels/cpu): SIMD (AVX2/FMA/F16C, detected at run time) and threads;

@@ -284,7 +284,8 @@ llb_status llama_forward_ctx_create_opts(const struct llama_model *m, const stru
   if (!o) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "forward ctx: no options");
   const int32_t max_num_tokens = o->max_num_tokens, n_threads = o->n_threads;
   if (!m || !out || max_num_tokens < 1 || n_threads < 1 || o->max_num_seqs < 0 || o->max_num_seqs > max_num_tokens ||
-      o->max_num_logits < 0 || o->max_num_logits > max_num_tokens || o->max_blocks_per_seq < 0)
+      o->max_num_logits < 0 || o->max_num_logits > max_num_tokens || o->max_blocks_per_seq < 0 ||
+      o->n_threads_decode < 0 || o->decode_max_tokens < 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "forward ctx: %d tokens, %d threads, %d seqs, %d logits rows",
                     max_num_tokens, n_threads, o->max_num_seqs, o->max_num_logits);
   *out = NULL;
@@ -297,6 +298,9 @@ llb_status llama_forward_ctx_create_opts(const struct llama_model *m, const stru
   if (!fc) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "forward ctx");
   fc->m = m;
   fc->ops = o->ops ? o->ops : backend_cpu_ops();
+  fc->n_threads = fc->cur_threads = n_threads;
+  fc->n_threads_decode = o->n_threads_decode > 0 && o->n_threads_decode < n_threads ? o->n_threads_decode : n_threads;
+  fc->decode_max_tokens = o->decode_max_tokens > 0 ? o->decode_max_tokens : LLAMA_DECODE_MAX_TOKENS;
   fc->max_num_tokens = max_num_tokens;
   fc->max_context_len = c->context_length;
   const int32_t max_num_logits = o->max_num_logits > 0 ? o->max_num_logits : max_num_tokens;
@@ -361,6 +365,10 @@ const struct backend_ops *llama_forward_ctx_ops(const struct llama_forward_ctx *
 struct backend_ctx *llama_forward_ctx_backend(const struct llama_forward_ctx *c) { return c->bc; }
 
 size_t llama_forward_ctx_weight_bytes(const struct llama_forward_ctx *c) { return c->dev_weight_bytes; }
+
+void llama_forward_ctx_idle(struct llama_forward_ctx *c) {
+  if (c && c->ops && c->ops->idle) c->ops->idle(c->bc);
+}
 
 void llama_forward_ctx_destroy(struct llama_forward_ctx *c) {
   if (!c) return;
@@ -615,5 +623,10 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache not in the memory of backend %s", c->ops->name);
   FWD_TRY(check_batch(c, b));
   if (!c->ops->host_memory) return forward_on_device(c, kv, b, logits);
+  const int32_t threads = b->num_tokens <= c->decode_max_tokens ? c->n_threads_decode : c->n_threads;
+  if (threads != c->cur_threads && c->ops->set_num_threads) {
+    c->ops->set_num_threads(c->bc, threads);
+    c->cur_threads = threads;
+  }
   return forward_step(c, kv, b, logits);
 }

@@ -105,9 +105,21 @@ enum llama_matmul_mode {
   LLAMA_MATMUL_GGML = 1,
 };
 
+/* Rows up to which a step counts as a decode step for n_threads_decode, by default: below it
+ * a step's time on the CPU is reading the weights (measured on SmolLM2-135M, 2 AVX-512 cores:
+ * 1 thread as fast as 2 up to 8 rows, 2 faster from 16 on; ops/bench/README.md). */
+#define LLAMA_DECODE_MAX_TOKENS 8
+
 struct llama_forward_options {
   int32_t max_num_tokens; /* rows per step, >= 1 */
   int32_t n_threads;      /* >= 1; the caller of llama_forward counts as one */
+  /* Threads for a step of at most decode_max_tokens rows (0 = n_threads; at most n_threads):
+   * such a step reads every weight for a few rows, so the memory bandwidth bounds it, not the
+   * cores, and more threads only contend for it (llama.cpp's n_threads vs n_threads_batch).
+   * The threads left out sleep, leaving their cores to the processes around the forward. A
+   * backend without threads (set_num_threads NULL) ignores it. Results do not depend on it. */
+  int32_t n_threads_decode;
+  int32_t decode_max_tokens; /* 0 = LLAMA_DECODE_MAX_TOKENS */
   enum llama_attention_order attention_order;
   enum llama_matmul_mode matmul;
   /* PACKED on the CPU: a directory for the host's shared packed-weight cache
@@ -146,6 +158,10 @@ llb_status llama_forward_ctx_create(const struct llama_model *m, int32_t max_num
 
 /* NULL ok. */
 void llama_forward_ctx_destroy(struct llama_forward_ctx *c);
+
+/* No step follows soon (the caller waits for the next one): the backend releases what it
+ * holds between steps (backend_ops.idle; CPU: the pool's threads stop spinning). NULL ok. */
+void llama_forward_ctx_idle(struct llama_forward_ctx *c);
 
 /* Whether c's packed weights are the host's shared cache file (mapped), not a private copy. */
 bool llama_forward_ctx_packed_shared(const struct llama_forward_ctx *c);

@@ -43,6 +43,8 @@ struct llama_kv_cache {
 
 struct llama_forward_ctx {
   const struct llama_model *m;
+  int32_t n_threads, n_threads_decode, decode_max_tokens; /* llama_forward_options' */
+  int32_t cur_threads;            /* what set_num_threads last set */
   const struct backend_ops *ops;
   struct backend_ctx *bc;
   int32_t max_num_tokens;

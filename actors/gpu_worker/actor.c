@@ -23,6 +23,7 @@
 struct gpu_worker_actor {
   char engine_id[64];
   char execute_subject[256];
+  _Atomic(struct bus_sub *) execute_sub; /* set once subscribed (a handler may run before) */
   struct gguf_file *file;
   struct llama_model *model;
   struct model_runner *runner;
@@ -105,7 +106,8 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
   if (!cuda && (st = llama_model_load(a->file, &a->model))) goto fail;
   const struct model_runner_config cfg = {.num_blocks = o->num_blocks, .block_size = o->block_size,
                                           .max_num_batched_tokens = o->max_num_batched_tokens,
-                                          .num_threads = o->num_threads, .device = o->device,
+                                          .num_threads = o->num_threads,
+                                          .num_threads_decode = o->num_threads_decode, .device = o->device,
                                           .gpu_memory_utilization = o->gpu_memory_utilization,
                                           .gguf = a->file, .matmul = o->matmul,
                                           .packed_cache_dir = o->packed_cache_dir, .spec = o->spec,
@@ -120,10 +122,12 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
   const struct llama_config *c = model_runner_model_config(a->runner);
   LLB_LOG_INFO("gpu_worker_ready",
                "model=%s arch=%s layers=%d vocab=%d kv_cache_mb=%.1f num_blocks=%d block_size=%d "
-               "max_num_batched_tokens=%d threads=%d device=%s",
+               "max_num_batched_tokens=%d threads=%d decode_threads=%d device=%s",
                o->model_path, c->architecture, c->block_count, c->vocab_size,
                (double)model_runner_kv_cache_bytes(a->runner) / (1024.0 * 1024.0),
                model_runner_num_blocks(a->runner), o->block_size, o->max_num_batched_tokens, o->num_threads,
+               o->num_threads_decode > 0 && o->num_threads_decode < o->num_threads ? o->num_threads_decode
+                                                                                    : o->num_threads,
                model_runner_device_name(o->device));
   *out = a;
   return LLB_STATUS_OK;
@@ -248,13 +252,19 @@ static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
   const int64_t end_unix_ns = llb_wall_ns();
   send_reply(a, bus, msg, &out);
   record_execute_spans(bus, &so, start_unix_ns, end_unix_ns, st != LLB_STATUS_OK);
+  /* no step queued behind this one (synchronous scheduling, or the scheduler is slower than
+   * the forward): leave the cores to the processes that bring the next one */
+  struct bus_sub *sub = atomic_load(&a->execute_sub);
+  if (sub && bus_sub_pending(sub) == 0) model_runner_idle(a->runner);
 }
 
 llb_status gpu_worker_actor_start(struct gpu_worker_actor *a, struct bus *bus) {
   llb_status st = bus_subject_engine(bus_prefix(bus), a->engine_id, "execute", a->execute_subject,
                                      sizeof(a->execute_subject));
-  if (!st) st = bus_subscribe(bus, a->execute_subject, NULL, on_execute, a, NULL);
+  struct bus_sub *sub = NULL;
+  if (!st) st = bus_subscribe(bus, a->execute_subject, NULL, on_execute, a, &sub);
   if (st) return st;
+  atomic_store(&a->execute_sub, sub);
   LLB_LOG_INFO("gpu_worker_subscribed", "execute=%s", a->execute_subject);
   return LLB_STATUS_OK;
 }

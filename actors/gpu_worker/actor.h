@@ -28,6 +28,8 @@ struct gpu_worker_actor_options {
   int32_t block_size;             /* tokens per block (same value as kv_manager, scheduler) */
   int32_t max_num_batched_tokens; /* forward scratch rows, >= the scheduler's budget */
   int32_t num_threads;            /* forward threads, >= 1 (cpu) */
+  int32_t num_threads_decode;     /* of those, for steps of <= LLAMA_DECODE_MAX_TOKENS tokens
+                                     (llama_forward_options.n_threads_decode); 0 = num_threads */
   enum model_runner_device device; /* cpu (zero value) or cuda */
   float gpu_memory_utilization;   /* cuda: (0, 1], 0 = 0.9 (model_runner_config) */
   enum llama_matmul_mode matmul;  /* cpu: packed (default) or ggml numerics (model_runner_config) */

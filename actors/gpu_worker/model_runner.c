@@ -133,6 +133,10 @@ fail:
   return st;
 }
 
+void model_runner_idle(struct model_runner *r) {
+  if (r) llama_forward_ctx_idle(r->be.fwd);
+}
+
 void model_runner_destroy(struct model_runner *r) {
   if (!r) return;
   for (int32_t i = 0; i < r->rows_cap; i++)

@@ -60,6 +60,8 @@ struct model_runner_config {
   int32_t block_size;             /* tokens per block (--block-size), >= 1 */
   int32_t max_num_batched_tokens; /* rows of the forward scratch, >= the scheduler's budget */
   int32_t num_threads;            /* forward threads, the caller included, >= 1 (CPU only) */
+  int32_t num_threads_decode;     /* threads of a decode step (llama_forward_options.n_threads_decode;
+                                     0 = num_threads; CPU only) */
   enum model_runner_device device; /* CPU (default) or CUDA */
   float gpu_memory_utilization;   /* CUDA with num_blocks 0: fraction (0, 1] of the device's total
                                      memory for weights + scratch + KV cache; 0 = 0.9 */
@@ -105,6 +107,12 @@ const char *model_runner_device_name(enum model_runner_device d);
 
 /* Frees the runner, its cache and its requests; NULL ok. */
 void model_runner_destroy(struct model_runner *r);
+
+/* The caller has no step queued and will wait for the next one: the forward's backend stops
+ * holding the cores between steps (llama_forward_ctx_idle: the CPU pool's threads sleep
+ * instead of spinning for 2 ms, leaving the machine to the scheduler and the bus that bring
+ * the next step). Not between the calls of one step. NULL ok. */
+void model_runner_idle(struct model_runner *r);
 
 /* Bytes of the KV cache: 2 (K, V) x layers x num_blocks x block_size x head_count_kv x
  * head_dim x 2 (fp16). */

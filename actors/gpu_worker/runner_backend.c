@@ -168,6 +168,7 @@ llb_status runner_backend_create(struct runner_backend *b, const struct llama_mo
   b->num_blocks = cfg->num_blocks;
   const bool cuda = cfg->device == MODEL_RUNNER_DEVICE_CUDA;
   struct llama_forward_options fo = {.max_num_tokens = cfg->max_num_batched_tokens, .n_threads = cfg->num_threads,
+                                     .n_threads_decode = cfg->num_threads_decode,
                                      .matmul = cfg->matmul, .packed_cache_dir = cfg->packed_cache_dir,
                                      .max_model_len = cfg->max_model_len};
   llb_status st = LLB_STATUS_OK;

@@ -186,6 +186,20 @@ pid_t bench_stack_root(pid_t pid, const char *comm_prefix);
 /* Sums the memory of `root` and all its descendants. Errors: NOT_FOUND (no such process). */
 llb_status bench_tree_memory(pid_t root, struct bench_mem *out);
 
+/* One process so far, summed over its live threads: CPU seconds (/proc/<pid>/task/<tid>/schedstat,
+ * nanosecond resolution), the times a thread went to sleep and was woken again (voluntary
+ * context switches), and its command name (15 characters at most, as the kernel keeps it). */
+struct bench_proc_cpu {
+  pid_t pid;
+  char comm[32];
+  double cpu_s;
+  int64_t sleeps;
+};
+
+/* The CPU time and sleeps of `root` and each of its live descendants: *out (malloc'd, *n_out entries,
+ * the caller frees it). Errors: NOT_FOUND (root is gone), OUT_OF_MEMORY. */
+llb_status bench_tree_cpu(pid_t root, struct bench_proc_cpu **out, size_t *n_out);
+
 /* CPU time (user + system, seconds) used so far by `root` and its live descendants, from
  * /proc/<pid>/stat (clock-tick resolution); -1 if root is gone. */
 double bench_tree_cpu_seconds(pid_t root);

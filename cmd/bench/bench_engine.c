@@ -48,10 +48,13 @@
 extern char **environ;
 
 #define ENGINE_MAX_SERVE_ARGS 8
+/* Processes the CPU breakdown tells apart (the stack has ~10). */
+#define ENGINE_MAX_PROCS 24
 
 struct engine_opts {
   const char *model_path, *nats_url, *prefix, *tenant;
   int32_t tokens, prompt_len, threads, repeats;
+  int32_t decode_threads; /* of threads, those of a decode step, here and for the worker */
   uint64_t seed;
   bool json, no_async_scheduling;
   const char *serve_args[ENGINE_MAX_SERVE_ARGS]; /* more `llmbus serve` flags (--serve-arg) */
@@ -66,6 +69,8 @@ static void engine_usage(FILE *f) {
           "  --tokens N        decoded tokens per run (default 128)\n"
           "  --prompt-len N    prompt tokens (random ids, default 32)\n"
           "  --threads N       forward threads, here and for the worker (default 2)\n"
+          "  --decode-threads N  of those, the threads of a decode step, here and for the worker\n"
+          "                    (default: the worker's, half of --threads)\n"
           "  --repeats N       runs of each, interleaved (default 3)\n"
           "  --seed S          prompt seed (default 0)\n"
           "  --nats URL        use the stack already serving there (default: start one)\n"
@@ -77,7 +82,7 @@ static void engine_usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, struct engine_opts *o) {
-  *o = (struct engine_opts){.tokens = 128, .prompt_len = 32, .threads = 2, .repeats = 3,
+  *o = (struct engine_opts){.tokens = 128, .prompt_len = 32, .threads = 2, .decode_threads = -1, .repeats = 3,
                             .prefix = BUS_DEFAULT_PREFIX, .tenant = BUS_DEFAULT_TENANT};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -105,6 +110,7 @@ static int parse(int argc, char **argv, struct engine_opts *o) {
     else if (!strcmp(a, "--tokens")) ok = is_num && n >= 2 && n <= 100000, o->tokens = (int32_t)n;
     else if (!strcmp(a, "--prompt-len")) ok = is_num && n >= 1 && n <= 100000, o->prompt_len = (int32_t)n;
     else if (!strcmp(a, "--threads")) ok = is_num && n >= 1 && n <= 256, o->threads = (int32_t)n;
+    else if (!strcmp(a, "--decode-threads")) ok = is_num && n >= 1 && n <= 256, o->decode_threads = (int32_t)n;
     else if (!strcmp(a, "--repeats")) ok = is_num && n >= 1 && n <= 1000, o->repeats = (int32_t)n;
     else if (!strcmp(a, "--seed")) ok = is_num && n >= 0, o->seed = (uint64_t)n;
     else {
@@ -120,6 +126,8 @@ static int parse(int argc, char **argv, struct engine_opts *o) {
     fprintf(stderr, "llmbus-bench engine: --model is required\n");
     return 2;
   }
+  if (o->decode_threads < 0) o->decode_threads = o->threads > 1 ? o->threads / 2 : 1; /* the worker's default */
+  if (o->decode_threads > o->threads) o->decode_threads = o->threads;
   return 0;
 }
 
@@ -129,7 +137,38 @@ struct steps {
   size_t n, cap;
   double cpu_s;      /* CPU seconds spent on the counted steps (<0: unknown) */
   int64_t cpu_steps; /* steps that cpu_s covers */
+  /* cpu_s and sleeps (a thread waiting, then woken) by process command name (the stack's
+   * actors, nats-server, this client) */
+  struct {
+    char comm[32];
+    double cpu_s;
+    int64_t sleeps;
+  } by_proc[ENGINE_MAX_PROCS];
+  int n_by_proc;
 };
+
+/* Adds the CPU time each process spent between snapshots a and b (matched by pid; a process
+ * absent from a started in between) to s->by_proc, by command name. */
+static void steps_add_proc_cpu(struct steps *s, const struct bench_proc_cpu *a, size_t na,
+                               const struct bench_proc_cpu *b, size_t nb) {
+  for (size_t i = 0; i < nb; i++) {
+    double d = b[i].cpu_s;
+    int64_t ds = b[i].sleeps;
+    for (size_t j = 0; j < na; j++)
+      if (a[j].pid == b[i].pid) d -= a[j].cpu_s, ds -= a[j].sleeps;
+    int k = 0;
+    while (k < s->n_by_proc && strcmp(s->by_proc[k].comm, b[i].comm) != 0) k++;
+    if (k == s->n_by_proc) {
+      if (k == ENGINE_MAX_PROCS) continue;
+      snprintf(s->by_proc[k].comm, sizeof s->by_proc[k].comm, "%s", b[i].comm);
+      s->by_proc[k].cpu_s = 0;
+      s->by_proc[k].sleeps = 0;
+      s->n_by_proc++;
+    }
+    s->by_proc[k].cpu_s += d;
+    s->by_proc[k].sleeps += ds;
+  }
+}
 
 static double process_cpu_s(void) {
   struct timespec ts;
@@ -187,7 +226,9 @@ static llb_status inproc_init(struct inproc *r, const struct engine_opts *o, con
                     cfg->context_length);
   r->num_blocks = (r->capacity + BLOCK_SIZE - 1) / BLOCK_SIZE;
   st = llama_kv_cache_create(r->model, r->num_blocks, BLOCK_SIZE, &r->kv);
-  if (st == LLB_STATUS_OK) st = llama_forward_ctx_create(r->model, o->prompt_len, o->threads, &r->fwd);
+  const struct llama_forward_options fo = {.max_num_tokens = o->prompt_len, .n_threads = o->threads,
+                                           .n_threads_decode = o->decode_threads};
+  if (st == LLB_STATUS_OK) st = llama_forward_ctx_create_opts(r->model, &fo, &r->fwd);
   if (st == LLB_STATUS_OK) st = sampler_create(cfg->vocab_size, &r->sampler);
   if (st != LLB_STATUS_OK) return st;
   r->seq = malloc((size_t)r->capacity * sizeof *r->seq);
@@ -285,9 +326,10 @@ static void stop_child(pid_t pid) {
 static llb_status stack_start(struct stack *s, const struct engine_opts *o) {
   int port = free_port();
   if (port < 0) return LLB_ERRF(LLB_STATUS_IO, "no free loopback port");
-  char port_s[16], threads_s[16], exe[PATH_MAX], llmbus[PATH_MAX + 16];
+  char port_s[16], threads_s[16], decode_s[16], exe[PATH_MAX], llmbus[PATH_MAX + 16];
   snprintf(port_s, sizeof port_s, "%d", port);
   snprintf(threads_s, sizeof threads_s, "%d", o->threads);
+  snprintf(decode_s, sizeof decode_s, "%d", o->decode_threads);
   snprintf(s->url, sizeof s->url, "nats://127.0.0.1:%d", port);
   const char *ns = getenv("NATS_SERVER");
   snprintf(s->js_dir, sizeof s->js_dir, "/tmp/llmbus-bench-js-XXXXXX");
@@ -299,9 +341,10 @@ static llb_status stack_start(struct stack *s, const struct engine_opts *o) {
   if (len <= 0) return LLB_ERRF(LLB_STATUS_IO, "cannot read /proc/self/exe");
   exe[len] = '\0';
   snprintf(llmbus, sizeof llmbus, "%s/llmbus", dirname(exe));
-  char *serve_argv[10 + ENGINE_MAX_SERVE_ARGS] = {llmbus, "serve", "--nats", s->url, "--model",
-                                                 (char *)o->model_path, "--threads", threads_s};
-  int n = 8;
+  char *serve_argv[12 + ENGINE_MAX_SERVE_ARGS] = {llmbus, "serve", "--nats", s->url, "--model",
+                                                 (char *)o->model_path, "--threads", threads_s,
+                                                 "--decode-threads", decode_s};
+  int n = 10;
   if (o->no_async_scheduling) serve_argv[n++] = "--no-async-scheduling";
   for (int i = 0; i < o->num_serve_args; i++) serve_argv[n++] = (char *)o->serve_args[i];
   serve_argv[n] = NULL;
@@ -363,6 +406,8 @@ static llb_status bus_run(struct bus *bus, const struct engine_opts *o, const in
   int32_t got = 0;
   bool finished = false;
   double cpu0 = -1;
+  struct bench_proc_cpu *snap0 = NULL;
+  size_t n_snap0 = 0;
   while (st == LLB_STATUS_OK && !finished) {
     struct bus_msg *m = NULL;
     st = bus_sub_next_msg(sub, timeout_ms, &m);
@@ -384,7 +429,10 @@ static llb_status bus_run(struct bus *bus, const struct engine_opts *o, const in
     }
     int32_t k = ro.num_outputs > 0 ? ro.outputs[0].num_token_ids : 0;
     for (int32_t t = 0; t < k && tokens_out && got + t < max_tokens; t++) tokens_out[got + t] = ro.outputs[0].token_ids[t];
-    if (k > 0 && got == 0 && out && cpu_root > 0) cpu0 = bench_tree_cpu_seconds(cpu_root);
+    if (k > 0 && got == 0 && out && cpu_root > 0 && bench_tree_cpu(cpu_root, &snap0, &n_snap0) == LLB_STATUS_OK) {
+      cpu0 = 0;
+      for (size_t i = 0; i < n_snap0; i++) cpu0 += snap0[i].cpu_s;
+    }
     if (k > 0) {
       if (got > 0 && out)
         for (int32_t t = 0; t < k; t++)
@@ -396,13 +444,19 @@ static llb_status bus_run(struct bus *bus, const struct engine_opts *o, const in
   }
   llb_arena_destroy(&arena);
   (void)bus_unsubscribe(sub);
-  if (st == LLB_STATUS_OK && out && cpu0 >= 0) {
-    double cpu1 = bench_tree_cpu_seconds(cpu_root);
+  struct bench_proc_cpu *snap1 = NULL;
+  size_t n_snap1 = 0;
+  if (st == LLB_STATUS_OK && out && cpu0 >= 0 && bench_tree_cpu(cpu_root, &snap1, &n_snap1) == LLB_STATUS_OK) {
+    double cpu1 = 0;
+    for (size_t i = 0; i < n_snap1; i++) cpu1 += snap1[i].cpu_s;
     if (cpu1 >= cpu0) {
       out->cpu_s += cpu1 - cpu0;
       out->cpu_steps += got - 1;
+      steps_add_proc_cpu(out, snap0, n_snap0, snap1, n_snap1);
     }
   }
+  free(snap0);
+  free(snap1);
   if (n_tokens) *n_tokens = got;
   return st;
 }
@@ -436,8 +490,16 @@ static void report(const struct engine_opts *o, struct steps *a, struct steps *b
                           "bus_mean_step_ms", db.mean * 1e3, "bus_p99_step_ms", db.p99 * 1e3, "overhead_ms",
                           over * 1e3, "overhead_pct", pct, "same_tokens", same_tokens);
     if (j) json_object_set_new(j, "loadavg_1m_start", json_real(load0));
+    if (j) json_object_set_new(j, "decode_threads", json_integer(o->decode_threads));
     if (j) json_object_set_new(j, "inproc_cpu_ms_per_step", json_real(cpu_a * 1e3));
     if (j && cpu_b >= 0) json_object_set_new(j, "stack_cpu_ms_per_step", json_real(cpu_b * 1e3));
+    json_t *bp = j && cpu_b >= 0 ? json_object() : NULL, *bw = bp ? json_object() : NULL;
+    for (int i = 0; bp && bw && i < b->n_by_proc; i++) {
+      json_object_set_new(bp, b->by_proc[i].comm, json_real(b->by_proc[i].cpu_s / (double)b->cpu_steps * 1e3));
+      json_object_set_new(bw, b->by_proc[i].comm, json_real((double)b->by_proc[i].sleeps / (double)b->cpu_steps));
+    }
+    if (bp) json_object_set_new(j, "stack_cpu_ms_per_step_by_process", bp);
+    if (bw) json_object_set_new(j, "stack_wakeups_per_step_by_process", bw);
     if (j) json_object_set_new(j, "loadavg_1m_end", json_real(bench_loadavg()));
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     if (s) printf("%s\n", s);
@@ -446,8 +508,8 @@ static void report(const struct engine_opts *o, struct steps *a, struct steps *b
     return;
   }
   printf("============ Engine step: in-process vs bus ============\n");
-  printf("model %s, batch 1, prompt %d, %d tokens x %d repeats, %d threads\n", o->model_path, o->prompt_len,
-         o->tokens, o->repeats, o->threads);
+  printf("model %s, batch 1, prompt %d, %d tokens x %d repeats, %d threads (%d in a decode step)\n", o->model_path,
+         o->prompt_len, o->tokens, o->repeats, o->threads, o->decode_threads);
   printf("%-22s %12s %12s\n", "decode step (ms)", "in-process", "bus");
   printf("%-22s %12.3f %12.3f\n", "median", da.median * 1e3, db.median * 1e3);
   printf("%-22s %12.3f %12.3f\n", "mean", da.mean * 1e3, db.mean * 1e3);
@@ -462,6 +524,13 @@ static void report(const struct engine_opts *o, struct steps *a, struct steps *b
     printf("bus CPU per step: %+.3f ms (%+.1f%%; every process of the stack, nats-server included, and this\n"
            "client, vs this process in-process: what the bus costs whatever else runs on the machine)\n",
            (cpu_b - cpu_a) * 1e3, cpu_a > 0 ? (cpu_b - cpu_a) / cpu_a * 100 : 0);
+  if (cpu_b >= 0 && b->n_by_proc > 0) {
+    printf("bus path per step, by process: CPU ms / thread wake-ups\n");
+    for (int i = 0; i < b->n_by_proc; i++)
+      if (b->by_proc[i].cpu_s > 0 || b->by_proc[i].sleeps > 0)
+        printf("  %-16s %8.3f %8.2f\n", b->by_proc[i].comm, b->by_proc[i].cpu_s / (double)b->cpu_steps * 1e3,
+               (double)b->by_proc[i].sleeps / (double)b->cpu_steps);
+  }
   printf("greedy tokens identical in-process and through the bus: %s\n", same_tokens ? "yes" : "NO");
   printf("load average (1 min) %.2f at the start, %.2f at the end (%ld CPUs)\n", load0, bench_loadavg(),
          sysconf(_SC_NPROCESSORS_ONLN));

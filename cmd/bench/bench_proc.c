@@ -107,8 +107,8 @@ pid_t bench_stack_root(pid_t pid, const char *comm_prefix) {
   return cur;
 }
 
-/* "Key:   1234 kB" of a /proc status-like file, in bytes; -1 if absent. */
-static int64_t kb_field(const char *path, const char *key) {
+/* The number after "Key:" in a /proc status-like file; -1 if absent. */
+static int64_t status_field(const char *path, const char *key) {
   FILE *f = fopen(path, "r");
   if (!f) return -1;
   char line[256];
@@ -116,12 +116,18 @@ static int64_t kb_field(const char *path, const char *key) {
   int64_t v = -1;
   while (fgets(line, sizeof line, f)) {
     if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
-      v = strtoll(line + kl + 1, NULL, 10) * 1024;
+      v = strtoll(line + kl + 1, NULL, 10);
       break;
     }
   }
   fclose(f);
   return v;
+}
+
+/* "Key:   1234 kB" of a /proc status-like file, in bytes; -1 if absent. */
+static int64_t kb_field(const char *path, const char *key) {
+  int64_t v = status_field(path, key);
+  return v < 0 ? v : v * 1024;
 }
 
 /* The pids of `root` and all its descendants: *out malloc'd, count in *n. */
@@ -217,27 +223,70 @@ llb_status bench_tree_memory(pid_t root, struct bench_mem *out) {
   return LLB_STATUS_OK;
 }
 
-double bench_tree_cpu_seconds(pid_t root) {
+/* Sums over the live threads of `pid`: CPU nanoseconds (/proc/<pid>/task/<tid>/schedstat, first
+ * field) and voluntary context switches (status: the times a thread went to sleep and had to be
+ * woken). False when the process is gone. */
+static bool proc_threads_cpu(pid_t pid, int64_t *cpu_ns, int64_t *sleeps) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return false;
+  *cpu_ns = *sleeps = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (!is_pid_name(e->d_name)) continue;
+    char file[300];
+    snprintf(file, sizeof file, "/proc/%d/task/%s/schedstat", (int)pid, e->d_name);
+    FILE *f = fopen(file, "r");
+    long long ns = 0;
+    if (f) {
+      if (fscanf(f, "%lld", &ns) == 1) *cpu_ns += ns;
+      fclose(f);
+    }
+    snprintf(file, sizeof file, "/proc/%d/task/%s/status", (int)pid, e->d_name);
+    int64_t v = status_field(file, "voluntary_ctxt_switches");
+    if (v > 0) *sleeps += v;
+  }
+  closedir(d);
+  return true;
+}
+
+llb_status bench_tree_cpu(pid_t root, struct bench_proc_cpu **out, size_t *n_out) {
+  *out = NULL;
+  *n_out = 0;
   pid_t *pids;
   size_t n;
-  if (tree_pids(root, &pids, &n) != LLB_STATUS_OK) return -1;
-  double ticks = 0;
+  llb_status st = tree_pids(root, &pids, &n);
+  if (st != LLB_STATUS_OK) return st;
+  struct bench_proc_cpu *v = calloc(n ? n : 1, sizeof *v);
+  if (!v) {
+    free(pids);
+    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "bench_tree_cpu: %zu processes", n);
+  }
+  size_t k = 0;
   for (size_t i = 0; i < n; i++) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pids[i]);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    char *close = strrchr(buf, ')');
-    unsigned long long ut = 0, stime = 0;
-    /* after ")": state(3) ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime(14) stime(15) */
-    if (close && sscanf(close + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &stime) == 2)
-      ticks += (double)(ut + stime);
+    pid_t pp;
+    int64_t ns, sleeps;
+    if (!proc_stat(pids[i], v[k].comm, sizeof v[k].comm, &pp) || !proc_threads_cpu(pids[i], &ns, &sleeps)) continue;
+    v[k].pid = pids[i];
+    v[k].cpu_s = (double)ns / 1e9;
+    v[k].sleeps = sleeps;
+    k++;
   }
   free(pids);
-  return ticks / (double)sysconf(_SC_CLK_TCK);
+  *out = v;
+  *n_out = k;
+  return LLB_STATUS_OK;
+}
+
+double bench_tree_cpu_seconds(pid_t root) {
+  struct bench_proc_cpu *v;
+  size_t n;
+  if (bench_tree_cpu(root, &v, &n) != LLB_STATUS_OK) return -1;
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += v[i].cpu_s;
+  free(v);
+  return s;
 }
 
 double bench_loadavg(void) {

@@ -174,7 +174,7 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
   const bool check = o->check, roofline = o->roofline;
   const int32_t *batches = o->batches;
   const int n_batches = o->n_batches;
-  if (!model || threads < 1 || runs < 1 || runs > BENCH_MAX_RUNS || n_prefill < 0 || n_decode < 1 ||
+  if (!model || threads < 1 || o->decode_threads < 0 || runs < 1 || runs > BENCH_MAX_RUNS || n_prefill < 0 || n_decode < 1 ||
       n_batches < 0 || n_batches > KERNEL_BENCH_MAX_BATCHES)
     return 2;
   for (int i = 0; i < n_batches; i++)
@@ -195,6 +195,7 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
   if ((st = llama_kv_cache_create(b.m, b.num_blocks, BENCH_BLOCK_SIZE, &b.kv)) != LLB_STATUS_OK)
     return die("kv cache", st);
   const struct llama_forward_options fo = {.max_num_tokens = b.max_tokens, .n_threads = threads,
+                                           .n_threads_decode = o->decode_threads,
                                            .packed_cache_dir = packed_cache_dir};
   if ((st = llama_forward_ctx_create_opts(b.m, &fo, &b.fc)) != LLB_STATUS_OK) return die("forward ctx", st);
   if (packed_cache_dir) printf("packed weights: %s\n", llama_forward_ctx_packed_shared(b.fc) ? "shared cache file" : "private");
@@ -215,7 +216,8 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
   for (int64_t i = 0; i < (int64_t)BENCH_MAX_BATCH * longest; i++) tokens[i] = (int32_t)((i * 7919 + 13) % b.vocab);
   for (int s = 0; s < BENCH_MAX_BATCH; s++) seq_ids[s] = tokens + (int64_t)s * longest;
 
-  printf("model %s\nthreads %d, runs %d\n", model, threads, runs);
+  printf("model %s\nthreads %d (decode steps of <= %d rows: %d), runs %d\n", model, threads, LLAMA_DECODE_MAX_TOKENS,
+         o->decode_threads > 0 && o->decode_threads < threads ? o->decode_threads : threads, runs);
   struct roofline rl = {0};
   const struct token_cost tcost = token_cost_of(b.f, cfg);
   if (roofline) {

@@ -16,6 +16,7 @@ struct kernel_bench_options {
   const char *model;            /* GGUF path */
   const char *packed_cache_dir; /* the forward's packed-weight cache (NULL: private packing) */
   int threads;                  /* >= 1 */
+  int decode_threads;           /* threads of steps of <= LLAMA_DECODE_MAX_TOKENS rows; 0 = threads */
   int runs;                     /* 1..64, after one warm-up run */
   int n_prefill;                /* tokens of the prefill step; 0 = no prefill */
   int n_decode;                 /* >= 1 decode steps after a 16-token prompt */

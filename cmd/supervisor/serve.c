@@ -69,6 +69,8 @@ static const struct {
     {"stream-replicas", true, A_SCHED | A_IN,
      "durable: replicas of the requests stream (default 1; 3 with --nats on a 3-node cluster: ops/cluster/)"},
     {"threads", true, A_WORKER, "worker threads for the forward pass"},
+    {"decode-threads", true, A_WORKER,
+     "cpu: of those, the threads of a decode step (default: half, at least 1; memory-bound)"},
     {"device", true, A_WORKER, "cpu | cuda"},
     {"numerics", true, A_WORKER, "packed | ggml (cpu: llama.cpp's arithmetic, bit-exact with it)"},
     {"packed-cache-dir", true, A_WORKER,
@@ -197,6 +199,9 @@ static llb_status actor_spec(const struct serve_options *o, const char *dir, int
   if (!st && serve_actors[a].takes_http && o->http_addr) st = add_arg_pair(spec, "--http", o->http_addr);
   /* durable requests (JetStream): the scheduler and the input processor must agree */
   const bool durable_actor = !strcmp(serve_actors[a].name, "scheduler") || !strcmp(serve_actors[a].name, "input-processor");
+  /* stopping: the front first (no new requests), then the scheduler (no new steps), then what
+   * serves its steps, so no step of a clean stop meets an actor that is gone */
+  spec->stop_stage = !serve_actors[a].per_engine ? 0 : !strcmp(serve_actors[a].name, "scheduler") ? 1 : 2;
   if (!st && durable_actor && !o->no_durable) st = child_spec_add_arg(spec, "--durable");
   return st ? st : add_engine_flags(o, a, eid, spec);
 }

@@ -565,14 +565,19 @@ static void signal_group(struct child *c, int sig) {
   if (kill(-c->pid, sig) != 0) kill(c->pid, sig);
 }
 
-/* SIGTERM to every running child of `which` (nats or not), wait, SIGKILL the rest. Returns
- * true if SIGKILL was needed. */
-static bool stop_set(struct supervisor *s, bool nats) {
+/* Whether child c is in the set stop_set stops: nats-server, or the actors of one stage. */
+static bool in_stop_set(const struct child *c, bool nats, int stage) {
+  return c->is_nats == nats && (nats || c->spec.stop_stage == stage);
+}
+
+/* SIGTERM to every running child of the set (nats-server, or the actors of stop stage
+ * `stage`), wait, SIGKILL the rest. Returns true if SIGKILL was needed. */
+static bool stop_set(struct supervisor *s, bool nats, int stage) {
   int64_t t0 = llb_now_ns();
   for (int i = 0; i <= SUPERVISOR_MAX_CHILDREN; i++) {
     if (i >= s->num_children && i != SUPERVISOR_MAX_CHILDREN) continue;
     struct child *c = &s->children[i];
-    if (c->is_nats == nats) signal_group(c, SIGTERM);
+    if (in_stop_set(c, nats, stage)) signal_group(c, SIGTERM);
   }
   bool killed = false;
   for (;;) {
@@ -580,7 +585,7 @@ static bool stop_set(struct supervisor *s, bool nats) {
     for (int i = 0; i <= SUPERVISOR_MAX_CHILDREN; i++) {
       if (i >= s->num_children && i != SUPERVISOR_MAX_CHILDREN) continue;
       struct child *c = &s->children[i];
-      if (c->is_nats != nats || c->pid <= 0) continue;
+      if (!in_stop_set(c, nats, stage) || c->pid <= 0) continue;
       int status;
       if (waitpid(c->pid, &status, WNOHANG) == c->pid) {
         LLB_LOG_INFO("child_stopped", "name=%s pid=%d %s=%d", c->spec.name, (int)c->pid,
@@ -599,7 +604,7 @@ static bool stop_set(struct supervisor *s, bool nats) {
       for (int i = 0; i <= SUPERVISOR_MAX_CHILDREN; i++) {
         if (i >= s->num_children && i != SUPERVISOR_MAX_CHILDREN) continue;
         struct child *c = &s->children[i];
-        if (c->is_nats != nats || c->pid <= 0) continue;
+        if (!in_stop_set(c, nats, stage) || c->pid <= 0) continue;
         LLB_LOG_WARN("child_killed", "name=%s pid=%d after_ms=%lld", c->spec.name, (int)c->pid,
                      (long long)s->cfg.stop_timeout_ms);
         signal_group(c, SIGKILL);
@@ -617,8 +622,9 @@ static bool stop_set(struct supervisor *s, bool nats) {
 llb_status supervisor_stop(struct supervisor *s) {
   if (!s || !s->started) return LLB_STATUS_OK;
   s->stopping = true;
-  bool killed = stop_set(s, false);
-  killed |= stop_set(s, true);
+  bool killed = false;
+  for (int stage = 0; stage < SUPERVISOR_STOP_STAGES; stage++) killed |= stop_set(s, false, stage);
+  killed |= stop_set(s, true, 0);
   for (int i = 0; i < s->num_children; i++) {
     drain_child_stderr(&s->children[i]);
     if (s->children[i].err_fd >= 0) close(s->children[i].err_fd);

@@ -43,7 +43,13 @@ struct child_spec {
   int argc;                                       /* args[0] is the program (path, or name looked up in PATH) */
   char args[CHILD_SPEC_MAX_ARGS][CHILD_SPEC_ARG_MAX];
   bool pass_nats_url;                             /* append "--nats <url>" when starting it */
+  int stop_stage;                                 /* supervisor_stop stops stage 0 first and waits
+                                                     for it, then 1, ... (0..SUPERVISOR_STOP_STAGES-1):
+                                                     who sends work stops before who serves it */
 };
+
+/* Stop stages of child_spec.stop_stage. */
+#define SUPERVISOR_STOP_STAGES 3
 
 /* Sets the name and the program (args[0]); pass_nats_url = true. INVALID_ARGUMENT if too long. */
 llb_status child_spec_init(struct child_spec *spec, const char *name, const char *program);

@@ -27,6 +27,10 @@ static llb_status cpu_buffer_clear(struct backend_ctx *c, void *dst, size_t byte
   return LLB_STATUS_OK;
 }
 
+static void cpu_idle(struct backend_ctx *c) { cpu_threadpool_park(c->pool); }
+
+static void cpu_set_num_threads(struct backend_ctx *c, int32_t n) { cpu_threadpool_set_active(c->pool, n); }
+
 static const struct backend_ops cpu_ops = {
     .name = "cpu",
     .ctx_create = cpu_ctx_create,
@@ -53,6 +57,8 @@ static const struct backend_ops cpu_ops = {
     .buffer_upload = cpu_buffer_upload,
     .buffer_download = cpu_buffer_upload, /* host to host: the same copy */
     .buffer_clear = cpu_buffer_clear,
+    .idle = cpu_idle,
+    .set_num_threads = cpu_set_num_threads,
     /* memory_info, weight_bytes, weight_upload, get_rows, step_begin, step_end: NULL (host
      * memory; each op is done when it returns) */
 };

@@ -57,6 +57,10 @@ struct cpu_threadpool {
   _Atomic int n_sleeping;
   _Atomic int pending;         /* workers that have not finished the current run() */
   _Atomic int stop;
+  _Atomic int parked;          /* cpu_threadpool_park: idle workers sleep without spinning;
+                                  cleared by the next published op */
+  _Atomic uint32_t active;     /* threads that take chunks (cpu_threadpool_set_active); workers
+                                  with ith >= active sleep on this word (a futex) */
   _Atomic int barrier_count;
   _Atomic uint32_t barrier_gen;
 };
@@ -106,7 +110,11 @@ static void *cpu_worker_main(void *opaque) {
   struct cpu_threadpool *p = w->pool;
   uint32_t done_gen = 0; /* ops up to this generation need nothing from this worker */
   for (;;) {
+    /* not counted (cpu_threadpool_set_active): sleep until counted again, whatever is published */
+    for (uint32_t act; (uint32_t)w->ith >= (act = atomic_load(&p->active)) && !atomic_load(&p->stop);)
+      futex_wait_u32(&p->active, act);
     uint64_t word = atomic_load_explicit(&p->work, memory_order_acquire);
+    bool dropped = false; /* left out while waiting: back to the top */
     if ((uint32_t)(word >> 32) == done_gen) {
       /* nothing new: spin a while, then sleep until the next op is published */
       const int64_t t0 = mono_ns();
@@ -114,7 +122,12 @@ static void *cpu_worker_main(void *opaque) {
         cpu_relax();
         word = atomic_load_explicit(&p->work, memory_order_acquire);
         if ((uint32_t)(word >> 32) != done_gen) break;
-        if (spins % CPU_POOL_SPIN_CHECK == 0 && mono_ns() - t0 > CPU_POOL_SPIN_NS) {
+        if (spins % CPU_POOL_SPIN_CHECK == 0 && (uint32_t)w->ith >= atomic_load(&p->active)) {
+          dropped = true;
+          break;
+        }
+        if (spins % CPU_POOL_SPIN_CHECK == 0 &&
+            (atomic_load_explicit(&p->parked, memory_order_relaxed) || mono_ns() - t0 > CPU_POOL_SPIN_NS)) {
           atomic_fetch_add(&p->n_sleeping, 1);
           const uint32_t seen = atomic_load(&p->wake);
           word = atomic_load(&p->work);
@@ -126,6 +139,8 @@ static void *cpu_worker_main(void *opaque) {
       }
     }
     if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+    /* an op published after set_active left this worker out: the count is seen with the op */
+    if (dropped || ((word & WORK_ALL_BIT) == 0 && (uint32_t)w->ith >= atomic_load(&p->active))) continue;
     const uint32_t g = (uint32_t)(word >> 32);
     if (word & WORK_ALL_BIT) {
       /* the caller waits for every worker, so slot g stays valid until pending drops */
@@ -149,6 +164,7 @@ llb_status cpu_threadpool_create(int n_threads, struct cpu_threadpool **out) {
   struct cpu_threadpool *p = calloc(1, sizeof(*p));
   if (!p) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "thread pool");
   p->n_threads = n_threads;
+  atomic_store(&p->active, (uint32_t)n_threads);
   llb_status st = LLB_STATUS_OK;
   if (n_threads > 1) {
     p->workers = calloc((size_t)n_threads - 1, sizeof(*p->workers));
@@ -176,6 +192,7 @@ fail:
 /* Publishes op word (generation already in it) and wakes sleeping workers. The slot was
  * written before: the release store makes it visible to whoever reads the word. */
 static void publish(struct cpu_threadpool *p, uint64_t word) {
+  atomic_store_explicit(&p->parked, 0, memory_order_relaxed);
   atomic_store_explicit(&p->work, word, memory_order_release);
   /* seq_cst bump, then read n_sleeping: a worker counted itself before reading `wake`, so
    * either we see it and wake it, or it sees the new word before sleeping */
@@ -186,6 +203,7 @@ static void publish(struct cpu_threadpool *p, uint64_t word) {
 void cpu_threadpool_destroy(struct cpu_threadpool *p) {
   if (!p) return;
   atomic_store(&p->stop, 1);
+  futex_wake_all(&p->active);
   p->gen++;
   publish(p, (uint64_t)p->gen << 32);
   for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].thread, NULL);
@@ -195,6 +213,19 @@ void cpu_threadpool_destroy(struct cpu_threadpool *p) {
 
 int cpu_threadpool_size(const struct cpu_threadpool *p) { return p->n_threads; }
 
+void cpu_threadpool_set_active(struct cpu_threadpool *p, int n) {
+  if (!p) return;
+  const uint32_t v = (uint32_t)(n < 1 ? 1 : n > p->n_threads ? p->n_threads : n);
+  const uint32_t old = atomic_exchange(&p->active, v);
+  if (v > old) futex_wake_all(&p->active);
+}
+
+int cpu_threadpool_active(const struct cpu_threadpool *p) { return (int)atomic_load(&p->active); }
+
+void cpu_threadpool_park(struct cpu_threadpool *p) {
+  if (p && p->n_threads > 1) atomic_store_explicit(&p->parked, 1, memory_order_relaxed);
+}
+
 static void wait_spin(int *spins) {
   if (++*spins < CPU_POOL_YIELD_ITERS) cpu_relax();
   else sched_yield();
@@ -202,7 +233,7 @@ static void wait_spin(int *spins) {
 
 void cpu_threadpool_parallel(struct cpu_threadpool *p, cpu_chunk_fn fn, void *arg, int64_t n_chunks) {
   if (n_chunks <= 0) return;
-  if (p->n_threads == 1 || n_chunks == 1) {
+  if (p->n_threads == 1 || n_chunks == 1 || atomic_load_explicit(&p->active, memory_order_relaxed) == 1) {
     for (int64_t i = 0; i < n_chunks; i++) fn(arg, i, 0);
     return;
   }
@@ -224,6 +255,8 @@ void cpu_threadpool_run(struct cpu_threadpool *p, cpu_task_fn fn, void *arg) {
     fn(arg, 0, 1);
     return;
   }
+  const int active = cpu_threadpool_active(p); /* a run needs every thread */
+  cpu_threadpool_set_active(p, p->n_threads);
   const uint32_t g = ++p->gen;
   struct cpu_op_slot *s = &p->slots[g & 1];
   atomic_store_explicit(&s->task_fn, fn, memory_order_relaxed);
@@ -233,6 +266,7 @@ void cpu_threadpool_run(struct cpu_threadpool *p, cpu_task_fn fn, void *arg) {
   fn(arg, 0, p->n_threads);
   int spins = 0;
   while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) wait_spin(&spins);
+  cpu_threadpool_set_active(p, active);
 }
 
 void cpu_threadpool_barrier(struct cpu_threadpool *p) {

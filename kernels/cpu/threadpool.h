@@ -12,8 +12,11 @@
  *  - cpu_threadpool_run(): fn runs once on EVERY thread (ith = 0..nth-1), with
  *    cpu_threadpool_barrier() available inside; kept for work that needs all threads.
  *
- * Workers that find no work spin for about a millisecond (ops of one step follow each other
- * within microseconds) and then sleep on a futex, so an idle engine costs no CPU.
+ * Workers that find no work spin for up to 2 ms (ops of one step follow each other within
+ * microseconds) and then sleep on a futex, so an idle engine costs no CPU. A caller that knows
+ * no op follows soon (a step is over and the next one is not here yet) parks the pool: the
+ * workers sleep at once and leave the cores to the rest of the machine (on a small machine,
+ * the actors and the bus that bring the next step).
  */
 #ifndef LLB_KERNELS_CPU_THREADPOOL_H
 #define LLB_KERNELS_CPU_THREADPOOL_H
@@ -40,6 +43,21 @@ void cpu_threadpool_destroy(struct cpu_threadpool *p);
 
 /* Number of threads including the caller. */
 int cpu_threadpool_size(const struct cpu_threadpool *p);
+
+/* No op follows soon: idle workers sleep at once instead of spinning (within ~256 pauses,
+ * a few microseconds); the next op wakes them (one futex wake). NULL ok; any time from the
+ * caller's thread, between ops. */
+void cpu_threadpool_park(struct cpu_threadpool *p);
+
+/* How many threads (the caller included) take the chunks of the next ops, in [1, size]
+ * (clamped); the others sleep until counted again. Set between ops by the caller: a step whose
+ * speed is the memory's (a few rows reading every weight) runs no faster on more threads, and
+ * the threads left out leave their cores to the rest of the machine. cpu_threadpool_run uses
+ * every thread whatever is set. Starts at the pool's size. NULL ok. */
+void cpu_threadpool_set_active(struct cpu_threadpool *p, int n);
+
+/* The count cpu_threadpool_set_active set. */
+int cpu_threadpool_active(const struct cpu_threadpool *p);
 
 /* Runs fn(arg, chunk, ith) for every chunk in [0, n_chunks) on whichever threads claim them
  * (the caller included) and returns when all are done. n_chunks < 2^31. With one thread or

@@ -241,6 +241,8 @@ static const struct backend_ops cuda_ops = {
     .get_rows = cuda_op_get_rows,
     .step_begin = cuda_backend_step_begin,
     .step_end = cuda_backend_step_end,
+    .idle = NULL,            /* the device holds no host core between steps */
+    .set_num_threads = NULL, /* no host threads */
 };
 
 const struct backend_ops *backend_cuda_ops(void) { return &cuda_ops; }

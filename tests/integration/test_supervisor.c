@@ -288,6 +288,70 @@ static void test_external_url_is_passed_to_children(void **state) {
   nats_test_server_stop(&srv);
 }
 
+/* Whether file `path` holds 2 lines or more. */
+static bool file_has_two_lines(void *path) {
+  FILE *f = fopen(path, "r");
+  int lines = 0, c;
+  while (f && (c = fgetc(f)) != EOF) lines += c == '\n';
+  if (f) fclose(f);
+  return lines >= 2;
+}
+
+/* supervisor_stop stops the children stage by stage (child_spec.stop_stage): a back-end child
+ * (stage 2) gets its SIGTERM only after the front (stage 0) has exited, so a clean stop never
+ * has the front send work to an actor that is already gone. Added back first, front last. */
+static void test_stop_goes_stage_by_stage(void **state) {
+  (void)state;
+  struct nats_test_server srv;
+  assert_int_equal(nats_test_server_start(&srv, 0, false), 0);
+  char dir[] = "/tmp/llmbus-suptest-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char out[64], front[400], back[400];
+  snprintf(out, sizeof out, "%s/order", dir);
+  snprintf(front, sizeof front, "trap 'echo front >> %s; exit 0' TERM; echo up >> %s.front; while :; do sleep 0.05; done",
+           out, out);
+  snprintf(back, sizeof back,
+           "trap 'if grep -q front %s; then echo back-after >> %s; else echo back-before >> %s; fi; exit 0' TERM; "
+           "while :; do sleep 0.05; done", out, out, out);
+  struct supervisor_config cfg;
+  supervisor_config_init(&cfg);
+  cfg.nats_url = srv.url;
+  cfg.stop_timeout_ms = 5000;
+  struct supervisor *s = NULL;
+  assert_int_equal(supervisor_create(&cfg, &s), LLB_STATUS_OK);
+  struct child_spec b, f;
+  assert_int_equal(child_spec_init(&b, "back", "/bin/sh"), LLB_STATUS_OK);
+  assert_int_equal(child_spec_add_arg(&b, "-c"), LLB_STATUS_OK);
+  assert_int_equal(child_spec_add_arg(&b, back), LLB_STATUS_OK);
+  b.pass_nats_url = false;
+  b.stop_stage = 2;
+  assert_int_equal(child_spec_init(&f, "front", "/bin/sh"), LLB_STATUS_OK);
+  assert_int_equal(child_spec_add_arg(&f, "-c"), LLB_STATUS_OK);
+  assert_int_equal(child_spec_add_arg(&f, front), LLB_STATUS_OK);
+  f.pass_nats_url = false;
+  f.stop_stage = 0;
+  assert_int_equal(supervisor_add_child(s, &b), LLB_STATUS_OK);
+  assert_int_equal(supervisor_add_child(s, &f), LLB_STATUS_OK);
+  assert_int_equal(supervisor_start(s), LLB_STATUS_OK);
+  char up[160];
+  snprintf(up, sizeof up, "%s.front", out);
+  assert_true(nats_test_wait_until(file_has_line, up, WAIT_MS)); /* its trap is set */
+  assert_int_equal(supervisor_stop(s), LLB_STATUS_OK);
+  assert_true(nats_test_wait_until(file_has_two_lines, out, WAIT_MS));
+  FILE *fp = fopen(out, "r");
+  char l1[64] = "", l2[64] = "";
+  assert_non_null(fgets(l1, sizeof l1, fp));
+  assert_non_null(fgets(l2, sizeof l2, fp));
+  fclose(fp);
+  assert_string_equal(l1, "front\n");
+  assert_string_equal(l2, "back-after\n");
+  supervisor_destroy(s);
+  unlink(out);
+  unlink(up);
+  rmdir(dir);
+  nats_test_server_stop(&srv);
+}
+
 /* The HTTP status of GET `path` on 127.0.0.1:port; 0 when nothing answers. */
 static int http_status(int port, const char *path) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -375,6 +439,9 @@ static void test_serve_actor_specs_and_usage(void **state) {
           if (!strcmp(specs[i].args[a], "--model")) has_model = !strcmp(specs[i].args[a + 1], "/m/model.gguf");
         }
         assert_int_equal(has_http, strcmp(programs[p], "llmbus-api-server") == 0);
+        /* stopping: the front first, then the scheduler, then what serves its steps */
+        const bool front = p == 0 || strcmp(programs[p], "llmbus-api-server") == 0;
+        assert_int_equal(specs[i].stop_stage, front ? 0 : strcmp(programs[p], "llmbus-scheduler") == 0 ? 1 : 2);
         assert_int_equal(has_model, strcmp(programs[p], "llmbus-kv-manager") != 0 &&
                                         strcmp(programs[p], "llmbus-encoder-cache") != 0);
       }
@@ -619,6 +686,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_restart_delay_backs_off_only_for_children_dying_at_start),
       cmocka_unit_test(test_embedded_nats_accepts_clients_and_is_removed),
       cmocka_unit_test(test_external_url_is_passed_to_children),
+      cmocka_unit_test(test_stop_goes_stage_by_stage),
       cmocka_unit_test(test_killed_child_restarts_and_sigterm_leaves_no_process),
       cmocka_unit_test(test_serve_actor_specs_and_usage),
       cmocka_unit_test(test_embedded_nats_monitoring_port_answers_on_loopback),

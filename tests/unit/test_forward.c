@@ -283,6 +283,36 @@ static void test_decode_steps_match_full_recompute_bitwise(void **state) {
   llama_kv_cache_destroy(kv);
 }
 
+/* A worker's forward with fewer threads for decode steps (n_threads_decode): prefills of more
+ * rows than decode_max_tokens on 3 threads, decode steps on 1, alternating; every row's
+ * logits bit-identical to one thread throughout. Bad counts are refused. */
+static void test_decode_threads_change_nothing_but_the_threads(void **state) {
+  struct fixture *fx = *state;
+  const struct llama_forward_options o = {.max_num_tokens = 32, .n_threads = 3, .n_threads_decode = 1,
+                                          .decode_max_tokens = 4};
+  struct llama_forward_ctx *fc = NULL;
+  assert_int_equal(llama_forward_ctx_create_opts(fx->m, &o, &fc), LLB_STATUS_OK);
+  struct llama_kv_cache *kv = new_cache(fx), *kv1 = new_cache(fx);
+  float got[12 * V], want[12 * V];
+  const struct seq pre = {k_prompt, 0, 6, k_table_a}, pre1 = {k_prompt, 0, 6, k_table_b};
+  assert_int_equal(run_step(fc, kv, &pre, 1, got, NULL, NULL), LLB_STATUS_OK);
+  assert_int_equal(run_step(fx->fc1, kv1, &pre1, 1, want, NULL, NULL), LLB_STATUS_OK);
+  assert_memory_equal(got, want, sizeof(float) * 6 * V);
+  for (int p = 6; p < 12;) {
+    const int n = p == 8 ? 4 : p == 6 ? 2 : 1; /* 2 and 4 rows: decode-sized; then single rows */
+    const struct seq s = {k_prompt, p, n, k_table_a}, s1 = {k_prompt, p, n, k_table_b};
+    assert_int_equal(run_step(fc, kv, &s, 1, got, NULL, NULL), LLB_STATUS_OK);
+    assert_int_equal(run_step(fx->fc1, kv1, &s1, 1, want, NULL, NULL), LLB_STATUS_OK);
+    assert_memory_equal(got, want, sizeof(float) * (size_t)n * V);
+    p += n;
+  }
+  llama_kv_cache_destroy(kv);
+  llama_kv_cache_destroy(kv1);
+  llama_forward_ctx_destroy(fc);
+  const struct llama_forward_options bad = {.max_num_tokens = 32, .n_threads = 2, .n_threads_decode = -1};
+  assert_int_equal(llama_forward_ctx_create_opts(fx->m, &bad, &fc), LLB_STATUS_INVALID_ARGUMENT);
+}
+
 static void test_chunked_prefill_equals_one_shot_bitwise(void **state) {
   struct fixture *fx = *state;
   struct llama_kv_cache *kv = new_cache(fx), *kv2 = new_cache(fx);
@@ -421,6 +451,7 @@ int main(void) {
       cmocka_unit_test(test_prefill_logits_match_dense_float_reference),
       cmocka_unit_test(test_decode_steps_match_full_recompute_bitwise),
       cmocka_unit_test(test_chunked_prefill_equals_one_shot_bitwise),
+      cmocka_unit_test(test_decode_threads_change_nothing_but_the_threads),
       cmocka_unit_test(test_mixed_batch_equals_each_sequence_alone_bitwise),
       cmocka_unit_test(test_input_embeds_override_and_bad_batches),
       cmocka_unit_test(test_shared_packed_cache_maps_and_matches_private),

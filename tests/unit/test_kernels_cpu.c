@@ -664,12 +664,55 @@ struct chunk_count {
   _Atomic int *hits; /* [n] */
   int64_t n;
   _Atomic int bad_ith;
+  _Atomic int max_ith; /* highest thread index that ran a chunk */
 };
 
 static void count_chunk(void *arg, int64_t chunk, int ith) {
   struct chunk_count *cc = arg;
   if (ith < 0 || ith >= 3) atomic_store(&cc->bad_ith, 1);
+  for (int m = atomic_load(&cc->max_ith); ith > m && !atomic_compare_exchange_weak(&cc->max_ith, &m, ith);) {
+  }
   atomic_fetch_add(&cc->hits[chunk], 1);
+}
+
+/* A decode step's thread count (cpu_threadpool_set_active) changing between ops, with parked
+ * pools and all-thread runs in between: every chunk runs exactly once, only on the threads
+ * counted (1: the caller alone), and a run still reaches every thread. */
+static void test_threadpool_active_threads_take_the_chunks(void **state) {
+  (void)state;
+  struct cpu_threadpool *p = NULL;
+  assert_int_equal(cpu_threadpool_create(3, &p), LLB_STATUS_OK);
+  assert_int_equal(cpu_threadpool_active(p), 3);
+  static _Atomic int hits[48];
+  _Atomic int counts[3] = {0};
+  int runs = 0, max_seen[4] = {-1, -1, -1, -1};
+  for (int i = 0; i < 2000; i++) {
+    const int active = 1 + (i / 5) % 3;
+    cpu_threadpool_set_active(p, active);
+    assert_int_equal(cpu_threadpool_active(p), active);
+    const int64_t n = 1 + i % 48;
+    for (int64_t j = 0; j < n; j++) atomic_store(&hits[j], 0);
+    struct chunk_count cc = {hits, n, 0, 0};
+    cpu_threadpool_parallel(p, count_chunk, &cc, n);
+    for (int64_t j = 0; j < n; j++)
+      if (atomic_load(&hits[j]) != 1) fail_msg("op %d chunk %lld ran %d times", i, (long long)j, atomic_load(&hits[j]));
+    const int m = atomic_load(&cc.max_ith);
+    if (m >= active) fail_msg("op %d: thread %d ran a chunk with %d active", i, m, active);
+    if (m > max_seen[active]) max_seen[active] = m;
+    if (i % 11 == 0) {
+      cpu_threadpool_run(p, count_task, counts);
+      runs++;
+      assert_int_equal(cpu_threadpool_active(p), active); /* a run gives the count back */
+    }
+    if (i % 13 == 0) cpu_threadpool_park(p);
+  }
+  for (int i = 0; i < 3; i++) assert_int_equal(atomic_load(&counts[i]), runs);
+  assert_int_equal(max_seen[1], 0);
+  cpu_threadpool_set_active(p, 99); /* clamped */
+  assert_int_equal(cpu_threadpool_active(p), 3);
+  cpu_threadpool_set_active(p, 0);
+  assert_int_equal(cpu_threadpool_active(p), 1);
+  cpu_threadpool_destroy(p); /* wakes the workers left out */
 }
 
 /* Thousands of short parallel ops (the shape of a decode step), mixed with all-thread runs:
@@ -683,7 +726,7 @@ static void test_threadpool_parallel_runs_each_chunk_exactly_once(void **state) 
   for (int i = 0; i < 3000; i++) {
     const int64_t n = 1 + i % 64;
     for (int64_t j = 0; j < n; j++) atomic_store(&hits[j], 0);
-    struct chunk_count cc = {hits, n, 0};
+    struct chunk_count cc = {hits, n, 0, 0};
     cpu_threadpool_parallel(p, count_chunk, &cc, n);
     assert_int_equal(atomic_load(&cc.bad_ith), 0);
     for (int64_t j = 0; j < n; j++)
@@ -711,6 +754,7 @@ int main(void) {
       cmocka_unit_test(test_attention_bit_identical_across_paths_and_grouping),
       cmocka_unit_test(test_ggml_expf_and_swiglu_rows_bit_identical_across_paths),
       cmocka_unit_test(test_threadpool_parallel_runs_each_chunk_exactly_once),
+      cmocka_unit_test(test_threadpool_active_threads_take_the_chunks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
