@@ -18,7 +18,7 @@
 
 struct worker_main {
   int32_t num_blocks, block_size, max_num_batched_tokens, threads;
-  int32_t decode_threads; /* -1 = half of threads, at least 1 */
+  int32_t decode_threads; /* 0 = threads */
   int32_t max_model_len; /* 0 = the model's context_length */
   const char *device;
   const char *numerics;
@@ -57,11 +57,9 @@ static llb_status worker_main_configure(struct actor_main *am, void *user) {
                     "--num-blocks %d, --block-size %d, --max-num-batched-tokens %d, --threads %d: each must be >= 1 "
                     "(--num-blocks 0: sized from device memory, --device cuda only)",
                     m->num_blocks, m->block_size, m->max_num_batched_tokens, m->threads);
-  if (m->decode_threads < -1 || m->decode_threads == 0)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--decode-threads %d: >= 1 (or -1: half of --threads)",
-                    m->decode_threads);
-  if (m->decode_threads == -1) m->decode_threads = m->threads > 1 ? m->threads / 2 : 1;
-  if (m->decode_threads > m->threads) m->decode_threads = m->threads;
+  if (m->decode_threads < 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--decode-threads %d: >= 1 (0: as --threads)", m->decode_threads);
+  if (m->decode_threads == 0 || m->decode_threads > m->threads) m->decode_threads = m->threads;
   if (m->max_model_len < 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--max-model-len %d: >= 0 (0 = the model's context length)",
                     m->max_model_len);
@@ -97,7 +95,7 @@ static void worker_main_destroy(struct actor_main *am, void *user) {
 int main(int argc, char **argv) {
   const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   struct worker_main m = {.num_blocks = 1024, .block_size = 16, .max_num_batched_tokens = 512,
-                          .threads = ncpu > 0 ? (int32_t)ncpu : 1, .decode_threads = -1, .device = "cpu", .numerics = "packed", .packed_cache_dir = "", .speculative_config = "",
+                          .threads = ncpu > 0 ? (int32_t)ncpu : 1, .decode_threads = 0, .device = "cpu", .numerics = "packed", .packed_cache_dir = "", .speculative_config = "",
                           .gpu_memory_utilization = 0.9};
   const struct actor_flag flags[] = {
       {"num-blocks", ACTOR_FLAG_KIND_INT32, &m.num_blocks, "KV cache blocks (same as kv_manager and scheduler)",
@@ -108,9 +106,9 @@ int main(int argc, char **argv) {
        "tokens per step the forward scratch holds (>= the scheduler's)", NULL},
       {"threads", ACTOR_FLAG_KIND_INT32, &m.threads, "forward-pass threads (default here: the CPUs online)", NULL},
       {"decode-threads", ACTOR_FLAG_KIND_INT32, &m.decode_threads,
-       "cpu: threads of a decode step (at most 8 tokens), whose speed is the memory's, not the cores': the "
-       "others sleep and leave their cores to the bus and the other actors (default -1: half of --threads, "
-       "at least 1; llama.cpp's --threads vs --threads-batch)", NULL},
+       "cpu: of --threads, those that run a decode step (at most 8 tokens), whose speed is mostly the "
+       "memory's: the others sleep and leave their cores to the bus and the other actors on the host; "
+       "0 = all of --threads (llama.cpp's --threads vs --threads-batch)", NULL},
       {"device", ACTOR_FLAG_KIND_STRING, &m.device, "backend: cpu or cuda (builds with CUDA; needs a GPU)", NULL},
       {"numerics", ACTOR_FLAG_KIND_STRING, &m.numerics,
        "cpu: packed (the engine's int8 panels) or ggml (llama.cpp's CPU arithmetic, bit-exact with it)", NULL},

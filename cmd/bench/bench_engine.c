@@ -70,7 +70,7 @@ static void engine_usage(FILE *f) {
           "  --prompt-len N    prompt tokens (random ids, default 32)\n"
           "  --threads N       forward threads, here and for the worker (default 2)\n"
           "  --decode-threads N  of those, the threads of a decode step, here and for the worker\n"
-          "                    (default: the worker's, half of --threads)\n"
+          "                    (default: all of --threads, as the worker's)\n"
           "  --repeats N       runs of each, interleaved (default 3)\n"
           "  --seed S          prompt seed (default 0)\n"
           "  --nats URL        use the stack already serving there (default: start one)\n"
@@ -82,7 +82,7 @@ static void engine_usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, struct engine_opts *o) {
-  *o = (struct engine_opts){.tokens = 128, .prompt_len = 32, .threads = 2, .decode_threads = -1, .repeats = 3,
+  *o = (struct engine_opts){.tokens = 128, .prompt_len = 32, .threads = 2, .decode_threads = 0, .repeats = 3,
                             .prefix = BUS_DEFAULT_PREFIX, .tenant = BUS_DEFAULT_TENANT};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -126,8 +126,7 @@ static int parse(int argc, char **argv, struct engine_opts *o) {
     fprintf(stderr, "llmbus-bench engine: --model is required\n");
     return 2;
   }
-  if (o->decode_threads < 0) o->decode_threads = o->threads > 1 ? o->threads / 2 : 1; /* the worker's default */
-  if (o->decode_threads > o->threads) o->decode_threads = o->threads;
+  if (o->decode_threads == 0 || o->decode_threads > o->threads) o->decode_threads = o->threads; /* the worker's */
   return 0;
 }
 

@@ -70,7 +70,7 @@ static const struct {
      "durable: replicas of the requests stream (default 1; 3 with --nats on a 3-node cluster: ops/cluster/)"},
     {"threads", true, A_WORKER, "worker threads for the forward pass"},
     {"decode-threads", true, A_WORKER,
-     "cpu: of those, the threads of a decode step (default: half, at least 1; memory-bound)"},
+     "cpu: of those, the threads of a decode step (default: all; fewer leave cores to the actors)"},
     {"device", true, A_WORKER, "cpu | cuda"},
     {"numerics", true, A_WORKER, "packed | ggml (cpu: llama.cpp's arithmetic, bit-exact with it)"},
     {"packed-cache-dir", true, A_WORKER,

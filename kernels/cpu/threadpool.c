@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +29,9 @@
 /* Pauses the caller spins waiting for a worker's chunk before it starts yielding the core
  * (the worker may be descheduled on a loaded machine). */
 #define CPU_POOL_YIELD_ITERS 4000
+
+/* Claims a thread makes per op at most, about (chunks are taken in groups beyond it). */
+#define CPU_POOL_CLAIMS_PER_THREAD 8
 
 #define WORK_ALL_BIT ((uint64_t)1 << 31)    /* op runs once on every thread (cpu_threadpool_run) */
 #define WORK_INDEX_MASK (WORK_ALL_BIT - 1)   /* next unclaimed chunk */
@@ -43,7 +47,8 @@ struct cpu_op_slot {
   _Atomic(cpu_task_fn) task_fn;
   _Atomic(void *) arg;
   _Atomic int64_t n_chunks;
-  _Atomic int64_t done; /* chunks finished */
+  _Atomic int64_t grain;            /* chunks taken per claim */
+  _Alignas(64) _Atomic int64_t done; /* chunks finished (own cache line: every chunk adds) */
 };
 
 struct cpu_threadpool {
@@ -52,8 +57,9 @@ struct cpu_threadpool {
   int n_started;
   uint32_t gen;                /* caller-side generation of the last published op */
   struct cpu_op_slot slots[2]; /* op g in slots[g & 1] */
-  _Atomic uint64_t work;       /* (gen << 32) | flags | next chunk */
-  _Atomic uint32_t wake;       /* futex word, bumped once per published op */
+  _Alignas(64) _Atomic uint64_t work; /* (gen << 32) | flags | next chunk; own cache line:
+                                         every claim is a CAS on it */
+  _Alignas(64) _Atomic uint32_t wake;       /* futex word, bumped once per published op */
   _Atomic int n_sleeping;
   _Atomic int pending;         /* workers that have not finished the current run() */
   _Atomic int stop;
@@ -85,21 +91,25 @@ static void futex_wake_all(_Atomic uint32_t *addr) {
   syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Claims and runs chunks of op g (whose word was w) until none is left or a newer op is
- * published. */
+/* Claims and runs chunks of op g (whose word was w), `grain` at a time (fewer at the end),
+ * until none is left or a newer op is published. */
 static void claim_chunks(struct cpu_threadpool *p, uint64_t w, int ith) {
   const uint32_t g = (uint32_t)(w >> 32);
   struct cpu_op_slot *s = &p->slots[g & 1];
   for (;;) {
     if ((uint32_t)(w >> 32) != g) return;
     const int64_t idx = (int64_t)(w & WORK_INDEX_MASK);
-    /* may read a newer op's count if g is already over; the CAS below then fails */
-    if (idx >= atomic_load_explicit(&s->n_chunks, memory_order_relaxed)) return;
-    if (atomic_compare_exchange_weak_explicit(&p->work, &w, w + 1, memory_order_acq_rel,
+    /* may read a newer op's counts if g is already over; the CAS below then fails */
+    const int64_t n = atomic_load_explicit(&s->n_chunks, memory_order_relaxed);
+    if (idx >= n) return;
+    int64_t k = atomic_load_explicit(&s->grain, memory_order_relaxed);
+    if (k < 1 || k > n - idx) k = n - idx < 1 ? 1 : n - idx;
+    if (atomic_compare_exchange_weak_explicit(&p->work, &w, w + (uint64_t)k, memory_order_acq_rel,
                                               memory_order_acquire)) {
       const cpu_chunk_fn fn = atomic_load_explicit(&s->chunk_fn, memory_order_relaxed);
-      fn(atomic_load_explicit(&s->arg, memory_order_relaxed), idx, ith);
-      atomic_fetch_add_explicit(&s->done, 1, memory_order_release);
+      void *arg = atomic_load_explicit(&s->arg, memory_order_relaxed);
+      for (int64_t i = 0; i < k; i++) fn(arg, idx + i, ith);
+      atomic_fetch_add_explicit(&s->done, k, memory_order_release);
       w = atomic_load_explicit(&p->work, memory_order_acquire);
     }
   }
@@ -161,8 +171,10 @@ llb_status cpu_threadpool_create(int n_threads, struct cpu_threadpool **out) {
   if (!out || n_threads < 1 || n_threads > 256)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "thread count %d not in [1, 256]", n_threads);
   *out = NULL;
-  struct cpu_threadpool *p = calloc(1, sizeof(*p));
+  /* cache-line aligned: the claim word and the done counters sit on lines of their own */
+  struct cpu_threadpool *p = aligned_alloc(64, (sizeof(*p) + 63) / 64 * 64);
   if (!p) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "thread pool");
+  memset(p, 0, sizeof(*p));
   p->n_threads = n_threads;
   atomic_store(&p->active, (uint32_t)n_threads);
   llb_status st = LLB_STATUS_OK;
@@ -242,6 +254,10 @@ void cpu_threadpool_parallel(struct cpu_threadpool *p, cpu_chunk_fn fn, void *ar
   atomic_store_explicit(&s->chunk_fn, fn, memory_order_relaxed);
   atomic_store_explicit(&s->arg, arg, memory_order_relaxed);
   atomic_store_explicit(&s->n_chunks, n_chunks, memory_order_relaxed);
+  /* a claim is a CAS on a line every thread writes: ~CPU_POOL_CLAIMS_PER_THREAD claims a
+   * thread per op keep that cost small and the load still balanced */
+  const int64_t per = (int64_t)atomic_load_explicit(&p->active, memory_order_relaxed) * CPU_POOL_CLAIMS_PER_THREAD;
+  atomic_store_explicit(&s->grain, n_chunks / per > 1 ? n_chunks / per : 1, memory_order_relaxed);
   atomic_store_explicit(&s->done, 0, memory_order_relaxed);
   const uint64_t word = (uint64_t)g << 32;
   publish(p, word);

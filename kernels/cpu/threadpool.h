@@ -4,7 +4,9 @@
  * started). Two ways to hand out work, both without allocation or thread creation:
  *
  *  - cpu_threadpool_parallel(): an op split into n_chunks independent chunks that threads
- *    CLAIM (atomic counter, as ggml's current_chunk). The caller works too and returns when
+ *    CLAIM (atomic counter, as ggml's current_chunk), several at a time when there are many
+ *    (about 8 claims per thread and op: each claim is a CAS on a cache line every thread
+ *    writes). The caller works too and returns when
  *    every chunk is done. Nobody waits for a thread that has not claimed anything, so a
  *    worker that the OS has descheduled (a loaded machine) costs at most the chunk it holds,
  *    never a whole op: the caller simply does the remaining chunks itself. This is the path

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,56 @@ static void test_request_reply_round_trip(void **state) {
   assert_non_null(strstr(llb_err_last(), "llm.test.nobody"));
   bus_destroy(req);
   bus_destroy(resp);
+}
+
+/* A handler that reports bus_sub_pending on its first call, then holds until released. */
+struct pending_probe {
+  struct bus_sub *_Atomic sub;
+  struct waiter entered, release;
+  _Atomic int64_t first_pending, last_pending;
+  _Atomic int calls, done; /* handler calls begun, ended (one delivery thread: in order) */
+};
+
+static void pending_handler(struct bus *b, const struct bus_msg *m, void *user) {
+  (void)b;
+  (void)m;
+  struct pending_probe *p = user;
+  struct bus_sub *sub = atomic_load(&p->sub);
+  const int call = atomic_fetch_add(&p->calls, 1);
+  if (call == 0) {
+    waiter_add(&p->entered);
+    assert_true(waiter_wait(&p->release, 1, WAIT_MS)); /* the others queue meanwhile */
+    atomic_store(&p->first_pending, bus_sub_pending(sub));
+  }
+  atomic_store(&p->last_pending, bus_sub_pending(sub));
+  atomic_fetch_add(&p->done, 1);
+}
+
+/* bus_sub_pending counts what is queued behind the message being handled (the worker parks
+ * its threads only when it is 0): 3 behind the first of 4, none behind the last. */
+static void test_sub_pending_counts_what_waits_behind_the_handler(void **state) {
+  (void)state;
+  struct bus *b = connect_or_fail("pending");
+  struct pending_probe p = {.first_pending = -2, .last_pending = -2};
+  waiter_init(&p.entered);
+  waiter_init(&p.release);
+  struct bus_sub *sub = NULL;
+  assert_int_equal(bus_subscribe(b, "llm.test.pending", NULL, pending_handler, &p, &sub), LLB_STATUS_OK);
+  atomic_store(&p.sub, sub);
+  assert_int_equal(bus_flush(b, WAIT_MS), LLB_STATUS_OK);
+  assert_int_equal(bus_sub_pending(sub), 0);
+  assert_int_equal(bus_publish(b, "llm.test.pending", "1", 1, NULL), LLB_STATUS_OK);
+  assert_true(waiter_wait(&p.entered, 1, WAIT_MS));
+  for (int i = 0; i < 3; i++) assert_int_equal(bus_publish(b, "llm.test.pending", "x", 1, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(b, WAIT_MS), LLB_STATUS_OK);
+  for (int i = 0; i < 200 && bus_sub_pending(sub) < 3; i++) usleep(10000); /* delivered to the queue */
+  waiter_add(&p.release);
+  for (int i = 0; i < 2000 && atomic_load(&p.done) < 4; i++) usleep(10000);
+  assert_int_equal(atomic_load(&p.done), 4);
+  assert_int_equal(atomic_load(&p.first_pending), 3);
+  assert_int_equal(atomic_load(&p.last_pending), 0);
+  assert_int_equal(bus_sub_pending(NULL), -1);
+  bus_destroy(b);
 }
 
 static void slow_handler(struct bus *b, const struct bus_msg *m, void *user) {
@@ -500,6 +551,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_request_reply_round_trip),
       cmocka_unit_test(test_request_timeout_names_subject),
+      cmocka_unit_test(test_sub_pending_counts_what_waits_behind_the_handler),
       cmocka_unit_test(test_queue_group_shares_messages_without_duplicates),
       cmocka_unit_test(test_traceparent_propagates_parent_to_child),
       cmocka_unit_test(test_invalid_incoming_traceparent_starts_new_trace),

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Served output tokens/s against the forward's rate at the same batch (issue 19 item 3):
+# one `llmbus serve` stack (default flags: --threads = the CPUs, every one in decode steps), and
+# per repeat, interleaved:
+#   forward  llmbus-kernel-bench --decode 128 --batch 1,16,32 with the worker's thread counts
+#            (every sequence after a 16-token prompt: decode steps only, no sampling, no bus)
+#   served   llmbus-bench serve, streamed /v1/completions, C concurrent requests (C = 1, 16,
+#            32), 16-token prompts, 128 output tokens each (ignore_eos): the same shape, through
+#            HTTP, the api server, input processor, scheduler, worker, output processor, NATS
+# and prints the medians and served / forward per batch: output tokens / duration (the first
+# step's prefill of C prompts included), and the steady decode rate C / mean TPOT. The client
+# runs on this machine too.
+#   ops/bench/served-vs-forward.sh [--repeats N]          (B=build-release/cmd, M=model)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+B=${B:-build-release/cmd}
+M=${M:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+PY=${PY:-python3}
+REPEATS=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --repeats) REPEATS=$2; shift 2 ;;
+    *) echo "usage: $0 [--repeats N]" >&2; exit 2 ;;
+  esac
+done
+[ -x "$B/llmbus-bench" ] && [ -x "$B/llmbus-kernel-bench" ] || { echo "$B: make build-release" >&2; exit 1; }
+T=$(nproc)
+DT=$T # the worker's default --decode-threads
+. ops/bench/serve-stack.sh
+for rep in $(seq 1 "$REPEATS"); do
+  "$B/llmbus-kernel-bench" --model "$M" --threads "$T" --decode-threads "$DT" --runs 3 --prefill 0 --decode 128 \
+    --batch 1,16,32 | awk -v r="$rep" '/^decode b/ {sub("b", "", $2); print "forward", r, $2, $3}' >>"$tmp/rates"
+  for c in 1 16 32; do
+    "$B/llmbus-bench" serve --base-url "http://127.0.0.1:$http" --model "$M" --num-prompts "$c" \
+      --max-concurrency "$c" --input-len 16 --output-len 128 --ignore-eos --no-progress --no-memory --json \
+      | "$PY" -c 'import json,sys; d = json.load(sys.stdin); r, c = sys.argv[1], int(sys.argv[2])
+print("served", r, c, d["output_throughput"]); print("steady", r, c, c * 1e3 / d["mean_tpot_ms"])' \
+        "$rep" "$c" >>"$tmp/rates"
+  done
+done
+"$PY" - "$tmp/rates" "$T" "$DT" "$REPEATS" <<'PY'
+import statistics, sys
+rates = {}
+for line in open(sys.argv[1]):
+    kind, _, batch, v = line.split()
+    rates.setdefault((kind, int(batch)), []).append(float(v))
+print(f"served vs forward: {sys.argv[2]} threads ({sys.argv[3]} in steps of <= 8 tokens), medians of {sys.argv[4]}, load {open('/proc/loadavg').read().split()[0]}")
+print("| batch | forward tok/s | served tok/s | served / forward | served decode tok/s (C / mean TPOT) | / forward |")
+print("|---:|---:|---:|---:|---:|---:|")
+for b in (1, 16, 32):
+    f, s, d = (statistics.median(rates[(k, b)]) for k in ("forward", "served", "steady"))
+    print(f"| {b} | {f:.1f} | {s:.1f} | {s / f:.2f} | {d:.1f} | {d / f:.2f} |")
+for k in sorted(rates):
+    print(f"  {k[0]} b{k[1]} per repeat: {rates[k]}")
+PY
