@@ -172,7 +172,7 @@ void api_call_fail(struct api_call *c, const struct api_error *e) {
       evhttp_send_reply_end(req);
       api_metrics_request_failed(a->metrics, e->http_status);
     } else {
-      api_http_send_error(a, req, e);
+      api_http_send_error(a->metrics, req, e);
     }
   } else {
     api_metrics_request_failed(a->metrics, e->http_status);
@@ -199,6 +199,53 @@ static void call_succeed(struct api_call *c) {
   LLB_LOG_INFO("request_done", "id=%s prompt_tokens=%lld completion_tokens=%lld e2e_ms=%.1f", c->resp.id,
                (long long)prompt, (long long)c->resp.completion_tokens, (double)(now - c->t_start_ns) / 1e6);
   call_free(c);
+}
+
+/* ---- plain routes and replies (loop thread) ------------------------------------------ */
+
+static void api_route_tokenize_reply(struct api_actor *a, struct evhttp_request *req, const struct api_tokenize *t,
+                              const struct llb_request_output *ro) {
+  if (ro->max_model_len > 0) a->max_model_len = ro->max_model_len;
+  struct api_buf b = {0};
+  api_http_send_rendered(a->metrics, req, api_tokenize_render(t, ro, a->model_name, (int64_t)time(NULL), &b), &b);
+  api_buf_free(&b);
+}
+
+static void api_route_embeddings_reply(struct api_actor *a, struct evhttp_request *req, const struct api_embeddings *e,
+                                const char *id) {
+  struct api_buf b = {0};
+  api_http_send_rendered(a->metrics, req, api_embeddings_render(e, id, (int64_t)time(NULL), &b), &b);
+  api_buf_free(&b);
+}
+
+static void api_route_version(struct evhttp_request *req) {
+  static const char body[] = "{\"version\":\"" LLB_VERSION_STRING "\"}";
+  api_http_send_body(req, 200, "application/json", body, sizeof body - 1);
+}
+
+static void api_route_models(struct api_actor *a, struct evhttp_request *req) {
+  struct api_buf b = {0};
+  bool ok = api_buf_printf(&b, "{\"object\":\"list\",\"data\":[") &&
+            api_model_object_render(a->model_name, (int64_t)time(NULL), a->max_model_len, &b) == LLB_STATUS_OK &&
+            api_buf_printf(&b, "]}");
+  if (ok) api_http_send_body(req, 200, "application/json", b.data, b.len);
+  else evhttp_send_error(req, 500, NULL);
+  api_buf_free(&b);
+}
+
+static void api_route_metrics(struct api_actor *a, struct evhttp_request *req) {
+  struct api_buf b = {0};
+  char *more = NULL;
+  size_t more_len = 0;
+  bool ok = api_metrics_render(a->metrics, &b) &&
+            (!a->o.registry || llb_metrics_render(a->o.registry, &more, &more_len) == LLB_STATUS_OK) &&
+            (!more || api_buf_append(&b, more, more_len));
+  free(more);
+  if (ok)
+    api_http_send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
+  else
+    evhttp_send_error(req, 500, NULL);
+  api_buf_free(&b);
 }
 
 /* ---- outputs (loop thread) ---------------------------------------------------------- */
@@ -330,7 +377,7 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     c->req = NULL;
     evhttp_send_reply_end(req);
   } else {
-    api_http_send_rendered(a, req, api_response_render(&c->resp, &b), &b);
+    api_http_send_rendered(a->metrics, req, api_response_render(&c->resp, &b), &b);
   }
   api_buf_free(&b);
   call_succeed(c);
@@ -465,7 +512,7 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
   /* Sent again once an input processor beat after the reconnect (it has subscribed again: a
    * request published before that is dropped without a "no responders" across the accounts'
    * service import), or API_RESEND_WAIT_INPUT_NS after it at the latest. */
-  if (c->reconnect_seen_ns && (atomic_load(&c->a->ip_beat_ns) > c->reconnect_seen_ns ||
+  if (c->reconnect_seen_ns && (api_peer_beats_ip_beat_ns(c->a->peers) > c->reconnect_seen_ns ||
                                now - c->reconnect_seen_ns > API_RESEND_WAIT_INPUT_NS)) {
     c->reconnect_seen_ns = 0;
     if (api_resend_after_reconnect(c->a, c) > 0 && c->timer) {
@@ -473,7 +520,7 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
       evtimer_add(c->timer, &tv);
     }
   }
-  if (api_resend_after_op_restart(c->a, c, atomic_load(&c->a->op_restart_ns), now) > 0 && c->timer) {
+  if (api_resend_after_op_restart(c->a, c, api_peer_beats_op_restart_ns(c->a->peers), now) > 0 && c->timer) {
     struct timeval tv = {.tv_sec = c->a->o.first_output_timeout_s};
     evtimer_add(c->timer, &tv);
   }
@@ -509,19 +556,19 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
   size_t len = evbuffer_get_length(in);
   if (len > a->o.max_body_bytes) {
     api_error_set(&e, 413, NULL, "the request body is %zu bytes, over the limit of %zu bytes", len, a->o.max_body_bytes);
-    api_http_send_error(a, req, &e);
+    api_http_send_error(a->metrics, req, &e);
     return;
   }
   if (atomic_load(&a->inflight) >= a->o.max_concurrent) {
     api_error_set(&e, 429, NULL, "too many requests in flight (%d); retry later", a->o.max_concurrent);
-    api_http_send_error(a, req, &e);
+    api_http_send_error(a->metrics, req, &e);
     return;
   }
   const char *body = len ? (const char *)evbuffer_pullup(in, (ev_ssize_t)len) : "";
   struct api_call *c = calloc(1, sizeof *c);
   if (!c) {
     api_error_set(&e, 500, NULL, "out of memory");
-    api_http_send_error(a, req, &e);
+    api_http_send_error(a->metrics, req, &e);
     return;
   }
   c->a = a;
@@ -538,7 +585,7 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
              : api_request_parse(ep, body, len, &po, &c->parsed, &e) != LLB_STATUS_OK)) {
     free(c->emb);
     free(c);
-    api_http_send_error(a, req, &e);
+    api_http_send_error(a->metrics, req, &e);
     return;
   }
   char id[64];
@@ -554,7 +601,7 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
     api_tokenize_free(&c->tok);
     free(c);
     api_error_set(&e, 500, NULL, "out of memory");
-    api_http_send_error(a, req, &e);
+    api_http_send_error(a->metrics, req, &e);
     return;
   }
   c->req = req;
@@ -644,12 +691,12 @@ void api_on_request(struct evhttp_request *req, void *arg) {
                 {"/detokenize", true},     {"/version", false},            {"/v1/models/", false},
                 {"/v1/embeddings", true}};
   api_http_echo_request_id(req);
-  if (!api_http_cors(a, req, method)) return; /* a preflight, answered before authentication */
+  if (!api_http_cors(&a->cors, req, method)) return; /* a preflight, answered before authentication */
   const char *tenant = a->tenant;
   if (a->o.api_keys) {
     tenant = api_keys_tenant_of(a->o.api_keys, evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"));
     if (!tenant) {
-      api_http_send_unauthorized(a, req);
+      api_http_send_unauthorized(a->metrics, req);
       return;
     }
   }
@@ -663,29 +710,29 @@ void api_on_request(struct evhttp_request *req, void *arg) {
   }
   if (route < 0) {
     api_error_set(&e, 404, NULL, "no route %.200s", path);
-    api_http_send_error(a, req, &e);
+    api_http_send_error(a->metrics, req, &e);
     return;
   }
   if (routes[route].is_post ? !post : !get) {
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", routes[route].is_post ? "POST" : "GET");
     api_error_set(&e, 405, NULL, "%s takes %s", routes[route].path, routes[route].is_post ? "POST" : "GET");
-    api_http_send_error(a, req, &e);
+    api_http_send_error(a->metrics, req, &e);
     return;
   }
   if (a->stopped) {
     api_error_set(&e, 503, NULL, "the server is shutting down");
-    api_http_send_error(a, req, &e);
+    api_http_send_error(a->metrics, req, &e);
     return;
   }
   switch (route) {
     case 0: handle_generate(a, req, API_ENDPOINT_COMPLETIONS, NULL, tenant); break;
     case 1: handle_generate(a, req, API_ENDPOINT_CHAT, NULL, tenant); break;
     case 2: api_route_models(a, req); break;
-    case 3: api_route_health(a, req); break;
+    case 3: api_peer_beats_route_health(a->peers, req); break;
     case 4: api_route_metrics(a, req); break;
     case 5: handle_generate(a, req, API_ENDPOINT_TOKENIZE, NULL, tenant); break;
     case 6: handle_generate(a, req, API_ENDPOINT_DETOKENIZE, NULL, tenant); break;
-    case 7: api_route_version(a, req); break;
+    case 7: api_route_version(req); break;
     case 9: handle_generate(a, req, API_ENDPOINT_EMBEDDINGS, NULL, tenant); break;
     default: handle_generate(a, req, API_ENDPOINT_MODEL_INFO, model_id, tenant); break;
   }

@@ -1,6 +1,7 @@
-/* Private to actors/api_server/actor*.c: the actor's state and the helpers shared by
- * actor.c (requests, outputs, setup) and actor_routes.c (plain routes, error replies, the
- * stats and heartbeat handlers). Threading: see actor.h. */
+/* Private to actors/api_server: the actor's state and the helpers shared by actor.c
+ * (requests, outputs, routes), actor_setup.c (create, start, the loop's setup and teardown,
+ * destroy) and api_resend.c. HTTP replies are http_reply.h, what is heard about the peers
+ * peer_beats.h, both with their own arguments. Threading: see actor.h. */
 #ifndef LLB_ACTORS_API_SERVER_ACTOR_INTERNAL_H
 #define LLB_ACTORS_API_SERVER_ACTOR_INTERNAL_H
 
@@ -21,11 +22,12 @@
 #include "actors/api_server/api_resend.h"
 #include "actors/api_server/api_response.h"
 #include "actors/api_server/api_tokenize.h"
+#include "actors/api_server/http_reply.h"
+#include "actors/api_server/peer_beats.h"
 #include "bus/span.h"
 #include "schemas/codec.h"
 
 #define SUB_TABLE_SIZE 1024
-#define MAX_HEALTH_ACTORS 8
 #define API_SSE_KEEPALIVE_NS 3000000000LL /* a stream silent this long gets ": keep-alive" */
 
 /* One RequestOutput (or no-responders notice) handed from a NATS thread to the loop. */
@@ -77,15 +79,6 @@ struct api_call {
   struct bus_span span;             /* "http": the request from arrival to the response's end */
 };
 
-#define API_MAX_OP_SEEN 16
-
-struct health_entry {
-  char actor[64];
-  _Atomic int64_t last_ready_ns; /* llb_now_ns of the last ready heartbeat, 0 = never */
-  _Atomic int64_t last_not_ready_ns; /* of the last heartbeat saying not ready (a scheduler
-                                        recovering from a worker failure), 0 = never */
-};
-
 struct api_actor {
   struct api_actor_options o;
   struct api_cors cors;             /* from the options (api_cors.h) */
@@ -120,16 +113,7 @@ struct api_actor {
   struct llb_buf enc;
   struct api_metrics *metrics;
   atomic_int_fast64_t inflight;
-  struct health_entry health[MAX_HEALTH_ACTORS];
-  int num_health;
-  /* Output processors seen in heartbeats (heartbeat delivery thread only): a key of
-   * instance and pid each, with when it last beat. A key that appears after the first is an
-   * output processor that restarted (or joined): op_restart_ns is set to when it was seen. */
-  uint64_t op_keys[API_MAX_OP_SEEN];
-  int64_t op_seen_ns[API_MAX_OP_SEEN];
-  int num_op_keys;
-  _Atomic int64_t op_restart_ns; /* llb_now_ns, 0 = none seen */
-  _Atomic int64_t ip_beat_ns;    /* llb_now_ns of the last input processor heartbeat, 0 = none */
+  struct api_peer_beats *peers; /* engine stats, heartbeats: /health, restarts seen */
 };
 
 /* actor.c's handlers that actor_setup.c installs: HTTP requests, the inbox (NATS delivery
@@ -146,39 +130,5 @@ void api_table_remove(struct api_actor *a, struct api_sub *s);
 void api_publish_abort(struct api_actor *a, const struct api_sub *s);
 /* A random sampling seed (getrandom; falls back to the id salt and a counter). */
 uint64_t api_random_seed(struct api_actor *a);
-
-/* Sends `body[len]` with `status` and Content-Type `ctype` (loop thread). */
-void api_http_send_body(struct evhttp_request *req, int status, const char *ctype, const char *body,
-                        size_t len);
-/* Sends `e` as OpenAI's error object and counts it in the metrics (loop thread). */
-void api_http_send_error(struct api_actor *a, struct evhttp_request *req, const struct api_error *e);
-
-/* 401 in OpenAI's shape (code invalid_api_key) with `WWW-Authenticate: Bearer` (RFC 6750):
- * a missing or unknown API key. Says nothing about which. */
-void api_http_send_unauthorized(struct api_actor *a, struct evhttp_request *req);
-/* Sends the rendered JSON `b` with 200 when render_status is OK, else a 500 error object
- * saying the response could not be rendered (loop thread). */
-void api_http_send_rendered(struct api_actor *a, struct evhttp_request *req, llb_status render_status,
-                            const struct api_buf *b);
-/* GET /v1/models, /health, /metrics, /version (loop thread). */
-void api_route_models(struct api_actor *a, struct evhttp_request *req);
-void api_route_version(struct api_actor *a, struct evhttp_request *req);
-/* Answers a /tokenize, /detokenize or /v1/models/{id} call with the input processor's reply
- * `ro` (no error in it); remembers its max_model_len (loop thread). */
-void api_route_tokenize_reply(struct api_actor *a, struct evhttp_request *req, const struct api_tokenize *t,
-                              const struct llb_request_output *ro);
-/* Answers a /v1/embeddings call whose every input has its vector (loop thread). */
-void api_route_embeddings_reply(struct api_actor *a, struct evhttp_request *req, const struct api_embeddings *e,
-                                const char *id);
-/* CORS (api_cors.h): adds the response's CORS headers; answers a preflight (200) or a refused
- * one (400) itself and returns false then; true: go on serving the request. */
-bool api_http_cors(struct api_actor *a, struct evhttp_request *req, enum evhttp_cmd_type method);
-/* Echoes a sane X-Request-Id header of `req` into its response headers. */
-void api_http_echo_request_id(struct evhttp_request *req);
-void api_route_health(struct api_actor *a, struct evhttp_request *req);
-void api_route_metrics(struct api_actor *a, struct evhttp_request *req);
-/* Bus handlers of <prefix>.engine.*.stats and <prefix>.health.*.* (delivery threads). */
-void api_on_stats(struct bus *bus, const struct bus_msg *msg, void *user);
-void api_on_heartbeat(struct bus *bus, const struct bus_msg *msg, void *user);
 
 #endif

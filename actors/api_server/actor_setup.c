@@ -176,11 +176,6 @@ llb_status api_actor_create(const struct api_actor_options *o, struct api_actor 
     free(a);
     return pst;
   }
-  /* health[] entries hold the actor name first: parse into a plain array, then copy */
-  char names[MAX_HEALTH_ACTORS][sizeof a->health[0].actor];
-  a->num_health = api_parse_name_list(o->health_actors ? o->health_actors : API_ACTOR_DEFAULT_HEALTH_ACTORS,
-                                      &names[0][0], sizeof names[0], MAX_HEALTH_ACTORS);
-  for (int i = 0; i < a->num_health; i++) memcpy(a->health[i].actor, names[i], sizeof names[i]);
   if (getrandom(&a->id_salt, sizeof a->id_salt, 0) != (ssize_t)sizeof a->id_salt)
     a->id_salt = (uint64_t)llb_wall_ns() ^ ((uint64_t)getpid() << 32);
   pthread_mutex_init(&a->qmu, NULL);
@@ -188,6 +183,9 @@ llb_status api_actor_create(const struct api_actor_options *o, struct api_actor 
   pthread_cond_init(&a->setup_cv, NULL);
   llb_arena_init(&a->arena, NULL, 0);
   llb_status st = api_metrics_create(a->model_name, &a->metrics);
+  if (st == LLB_STATUS_OK)
+    st = api_peer_beats_create(o->health_actors ? o->health_actors : API_ACTOR_DEFAULT_HEALTH_ACTORS,
+                               a->o.health_window_ms, a->metrics, &a->peers);
   if (st != LLB_STATUS_OK) {
     api_actor_destroy(a);
     return st;
@@ -216,11 +214,11 @@ llb_status api_actor_start(struct api_actor *a, struct bus *bus) {
   st = bus_subscribe(bus, subj, NULL, api_on_inbox, a, NULL);
   if (st == LLB_STATUS_OK) {
     snprintf(subj, sizeof subj, "%s.engine.*.stats", prefix);
-    st = bus_subscribe(bus, subj, NULL, api_on_stats, a, NULL);
+    st = bus_subscribe(bus, subj, NULL, api_peer_beats_on_stats, a->peers, NULL);
   }
   if (st == LLB_STATUS_OK) {
     snprintf(subj, sizeof subj, "%s.health.*.*", prefix);
-    st = bus_subscribe(bus, subj, NULL, api_on_heartbeat, a, NULL);
+    st = bus_subscribe(bus, subj, NULL, api_peer_beats_on_heartbeat, a->peers, NULL);
   }
   if (st != LLB_STATUS_OK) return st;
   LLB_LOG_INFO("api_server_listening", "http=%s:%d model=%s generate=%s inbox=%s.*", a->http_host, a->bound_port,
@@ -247,6 +245,7 @@ void api_actor_destroy(struct api_actor *a) {
   }
   llb_arena_destroy(&a->arena);
   llb_buf_free(&a->enc);
+  api_peer_beats_destroy(a->peers);
   api_metrics_destroy(a->metrics);
   pthread_mutex_destroy(&a->qmu);
   pthread_mutex_destroy(&a->setup_mu);

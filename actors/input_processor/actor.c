@@ -1,7 +1,7 @@
-/* Input processor actor: requests, tokenize calls, aborts and stats (see actor.h); the life
- * cycle is actor_setup.c. */
+/* Input processor actor: requests, tokenize calls, aborts and stats on the bus, and its life
+ * cycle (see actor.h). The logic is input_processor.c over plain structs, the wire
+ * translation actor_wire.c, the model's facts model_info.c. */
 #include "actors/input_processor/actor.h"
-#include "actors/input_processor/actor_internal.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -9,16 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/input_processor/actor_wire.h"
+#include "actors/input_processor/chat_render.h"
 #include "actors/input_processor/engine_router.h"
 #include "actors/input_processor/input_processor.h"
-#include "actors/input_processor/structured_check.h"
+#include "actors/input_processor/model_info.h"
 #include "actors/input_processor/pooling_check.h"
+#include "actors/input_processor/structured_check.h"
 #include "actors/input_processor/tenant_limits.h"
 #include "base/log.h"
-#include "bus/span.h"
 #include "bus/jetstream.h"
-#include "actors/input_processor/chat_render.h"
+#include "bus/span.h"
 #include "model/chat_template.h"
+#include "model/clip.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "schemas/control.h"
@@ -26,6 +29,35 @@
 #include "schemas/engine_core_request.h"
 #include "schemas/generate_request.h"
 #include "schemas/request_output.h"
+
+#define DEFAULT_MAX_MODEL_LEN 4096
+#define MALFORMED_REQUEST_ID "malformed"
+#define DEFAULT_TENANT_LIMIT_TTL_MS (30 * 60 * 1000)
+/* JetStream's confirmation, retries included: a stream leader election after a cluster node
+ * died took 2-8 s in tests/cluster/ (nats-server 2.9, a loaded 2-core host) */
+#define INPROC_DURABLE_PUBLISH_TIMEOUT_MS 20000
+#define INPROC_DURABLE_START_TIMEOUT_MS 10000  /* the requests stream at start */
+
+struct inproc_actor {
+  struct tokenizer *tok;
+  struct inproc_t *proc;
+  struct bus *bus;
+  int32_t max_model_len;
+  char tenant[BUS_TOKEN_MAX + 1];
+  char engine_id[BUS_TOKEN_MAX + 1]; /* the default engine (DESIGN.md §9: routed otherwise) */
+  struct engine_router *router;
+  bool durable;
+  int32_t stream_replicas; /* of the requests stream, if this actor creates it */
+  atomic_uint_fast64_t requests, engine_requests, rejected, malformed, no_reply, aborts, aborts_refused,
+      publish_errors, tokenize, stats_malformed, routed_by_prefix, routed_fallback, limited;
+  char outputs_subject[BUS_SUBJECT_MAX];
+  struct tenant_limits *limits; /* NULL = no per-tenant limits */
+  struct jinja_template *jinja; /* the model's chat template; NULL = the named kind */
+  char *bos_text, *eos_text;    /* bos_token / eos_token for it ("" when none) */
+  int32_t hidden_size;          /* the model's embedding_length: num_cols of image features */
+  struct clip_model *clip;      /* --mmproj, for clip_image_plan only; NULL = no images */
+  char mmproj_id[96];           /* "<file name>:<bytes>": enters the images' mm_hash */
+};
 
 static const char *subject_tenant(const char *subject) {
   const char *dot = strrchr(subject, '.');
@@ -81,75 +113,6 @@ static llb_status publish_aborts(struct inproc_actor *a, const char *eid, const 
   return st;
 }
 
-/* GenerateRequest view → the logic's request. Strings of `gr` are NUL-terminated (decoded);
- * arrays and the composed cache salt live in `arena`. Returns the offending field name on a
- * request the logic cannot express, else NULL. */
-static const char *to_inproc_request(const struct llb_generate_request *gr, const char *tenant,
-                                     const char *reply_to, struct llb_arena *arena,
-                                     struct inproc_generate_request *req) {
-  memset(req, 0, sizeof *req);
-  req->request_id = gr->request_id.len ? gr->request_id.data : DEFAULT_EXTERNAL_ID;
-  if (gr->prompt.len) req->prompt = gr->prompt.data;
-  if (gr->num_messages > 0) {
-    struct chat_message *msgs = llb_arena_alloc(arena, (size_t)gr->num_messages * sizeof *msgs,
-                                                _Alignof(struct chat_message));
-    if (!msgs) return "messages";
-    struct chat_message_extra *extras = llb_arena_alloc(arena, (size_t)gr->num_messages * sizeof *extras,
-                                                        _Alignof(struct chat_message_extra));
-    if (!extras) return "messages";
-    for (int32_t i = 0; i < gr->num_messages; i++) {
-      const struct llb_chat_message *m = &gr->messages[i];
-      msgs[i].role = m->role.data;
-      msgs[i].content = m->content.data;
-      extras[i] = (struct chat_message_extra){.tool_calls_json = m->tool_calls.len ? m->tool_calls.data : NULL,
-                                              .tool_call_id = m->tool_call_id.len ? m->tool_call_id.data : NULL,
-                                              .name = m->name.len ? m->name.data : NULL,
-                                              .image_offsets = m->image_offsets,
-                                              .num_image_offsets = m->num_image_offsets};
-    }
-    req->messages = msgs;
-    req->message_extras = extras;
-    req->num_messages = (size_t)gr->num_messages;
-  }
-  if (gr->num_prompt_token_ids > 0) {
-    req->prompt_token_ids = gr->prompt_token_ids;
-    req->num_prompt_token_ids = gr->num_prompt_token_ids;
-  }
-  if (gr->chat_template.len) req->chat_template = gr->chat_template.data;
-  req->raw = gr->raw;
-  req->no_generation_prompt = !gr->add_generation_prompt;
-  if (gr->tools.len) req->tools_json = gr->tools.data;
-  if (gr->chat_template_kwargs.len) req->chat_template_kwargs_json = gr->chat_template_kwargs.data;
-  req->continue_final_message = gr->continue_final_message;
-  req->sampling_params = *gr->sampling_params;
-  req->priority = gr->priority;
-  /* Per-tenant prefix-cache salt (DESIGN.md §7): no tenant can hit another's blocks. */
-  size_t salt_cap = strlen(tenant) + gr->cache_salt.len + 48;
-  char *salt = llb_arena_alloc(arena, salt_cap, 1);
-  if (!salt) return "cache_salt";
-  if (inproc_cache_salt_compose(tenant, gr->cache_salt.data, gr->cache_salt.len, salt, salt_cap) >= salt_cap)
-    return "cache_salt";
-  req->cache_salt = salt;
-  req->tenant = tenant;
-  req->reply_to = reply_to;
-  req->structured_outputs = gr->structured_outputs;
-  if (gr->num_mm_items > 0) {
-    struct inproc_mm_item *items = llb_arena_alloc(arena, (size_t)gr->num_mm_items * sizeof *items,
-                                                   _Alignof(struct inproc_mm_item));
-    if (!items) return "mm_items";
-    for (int32_t i = 0; i < gr->num_mm_items; i++) {
-      const struct llb_mm_item *m = &gr->mm_items[i];
-      items[i] = (struct inproc_mm_item){.modality = m->modality.data, .data = m->data,
-                                         .data_bytes = m->data_bytes, .dtype = m->dtype.data,
-                                         .num_rows = m->num_rows, .num_cols = m->num_cols,
-                                         .placeholder_offset = m->placeholder_offset};
-    }
-    req->mm_items = items;
-    req->num_mm_items = gr->num_mm_items;
-  }
-  return NULL;
-}
-
 /* Compiles the request's structured-output spec once (structured_check.h): a spec the engine
  * cannot enforce is a 400 now, naming structured_outputs. False: answered. */
 static bool check_structured(struct inproc_actor *a, const struct bus_msg *msg, const char *ext_id,
@@ -196,48 +159,29 @@ static llb_status publish_children(struct inproc_actor *a, const char *eid, cons
   llb_status sst = bus_subject_engine(bus_prefix(a->bus), eid, "requests", subject, sizeof subject);
   if (sst != LLB_STATUS_OK) return sst;
   struct llb_mm_feature mm[INPROC_MAX_MM_ITEMS];
-  for (int32_t k = 0; k < pr->num_mm_features && k < INPROC_MAX_MM_ITEMS; k++) {
-    const struct inproc_mm_feature *f = &pr->mm_features[k];
-    const struct inproc_mm_item *it = &req->mm_items[f->item];
-    mm[k] = (struct llb_mm_feature){.modality = llb_str_c(it->modality), .mm_hash = llb_str_c(f->mm_hash),
-                                    .offset = f->offset, .length = f->length, .data = it->data,
-                                    .data_bytes = it->data_bytes, .dtype = llb_str_c(it->dtype),
-                                    .num_cols = f->is_embed ? a->hidden_size : it->num_cols,
-                                    .is_embed = f->is_embed, .num_is_embed = f->is_embed ? f->length : 0};
-  }
+  const int32_t num_mm = inproc_wire_mm_features(pr, req, a->hidden_size, mm);
   struct llb_buf buf = {0};
   llb_status st = LLB_STATUS_OK;
   int32_t sent = 0;
   for (; sent < pr->num_requests; sent++) {
     const struct inproc_engine_request *e = &pr->requests[sent];
-    struct llb_sampling_params sp = e->sampling_params;
     /* The engine draws child i from stream 0 of its own seed: seed + i keeps the children
      * apart and reproducible (vLLM parent_req.py). n tells the output processor how many
-     * children to wait for; the engine runs one sequence per request whatever n says. */
-    sp.seed = e->sampling_params.seed + (uint64_t)e->child_index;
-    sp.n = e->num_children;
-    struct llb_engine_core_request m = {
-        .request_id = llb_str_c(e->request_id),
-        .external_id = llb_str_c(e->external_request_id),
-        .prompt_token_ids = e->prompt_token_ids,
-        .num_prompt_token_ids = (int32_t)e->num_prompt_tokens,
-        .sampling_params = &sp,
-        .eos_token_id = e->eos_token_id,
-        .arrival_time = (double)e->arrival_time_ns / 1e9,
-        .priority = e->priority,
-        .cache_salt = llb_str_c(e->cache_salt),
-        .reply_to = llb_str_c(e->reply_to),
-        .client_index = e->child_index,
-        .parent_request_id = llb_str_c(e->parent_request_id),
-        .mm_features = pr->num_mm_features > 0 ? mm : NULL,
-        .num_mm_features = pr->num_mm_features,
-        .traceparent = llb_str_c(rt->on ? rt->traceparent : ""),
-        .trace_parent_span_id = llb_str_c(rt->on ? rt->parent_span_id : ""),
-        .trace_start_time_ns = rt->on ? rt->start_ns : 0,
-        .resume_request_id = llb_str_c(pr->num_requests == 1 && resume_of ? resume_of : ""),
-        .structured_outputs = req->structured_outputs,
-        .pooling_params = *pool,
-    };
+     * children to wait for; the engine runs one sequence per request whatever n says. A
+     * single child's params are the processed ones as they are (seed + 0, n = 1): no copy. */
+    const struct llb_sampling_params *sp = e->sampling_params;
+    struct llb_sampling_params child;
+    if (e->num_children > 1) {
+      child = *sp;
+      child.seed = sp->seed + (uint64_t)e->child_index;
+      child.n = e->num_children;
+      sp = &child;
+    }
+    struct llb_engine_core_request m = inproc_wire_engine_request(e, req, sp, mm, num_mm, pool);
+    m.traceparent = llb_str_c(rt->on ? rt->traceparent : "");
+    m.trace_parent_span_id = llb_str_c(rt->on ? rt->parent_span_id : "");
+    m.trace_start_time_ns = rt->on ? rt->start_ns : 0;
+    m.resume_request_id = llb_str_c(pr->num_requests == 1 && resume_of ? resume_of : "");
     st = llb_engine_core_request_encode_buf(&m, &buf);
     if (st == LLB_STATUS_OK) st = publish_engine_request(a, subject, e->request_id, buf.data, buf.len, span);
     if (st != LLB_STATUS_OK) break;
@@ -291,7 +235,7 @@ static bool admit(struct inproc_actor *a, const struct bus_msg *msg, const char 
   int32_t n = child_ids(pr, ids);
   double cost = 0;
   for (int32_t i = 0; i < n; i++)
-    cost += (double)pr->num_prompt_tokens + (double)pr->requests[i].sampling_params.max_tokens;
+    cost += (double)pr->num_prompt_tokens + (double)pr->requests[i].sampling_params->max_tokens;
   int64_t retry_after_ms = 0;
   llb_status st = tenant_limits_admit(a->limits, tenant, ids, n, cost, llb_now_ns() / 1000000, &retry_after_ms);
   if (st == LLB_STATUS_OK) return true;
@@ -305,7 +249,7 @@ static void release(struct inproc_actor *a, const struct inproc_processed *pr) {
 }
 
 /* <prefix>.engine.<eid>.outputs, only with limits: a child's first token and its end. */
-void inproc_on_engine_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
+static void inproc_on_engine_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   struct inproc_actor *a = user;
   struct llb_arena arena;
@@ -370,7 +314,7 @@ static bool resume_target(struct inproc_actor *a, const struct bus_msg *msg, con
   return true;
 }
 
-void inproc_on_generate(struct bus *bus, const struct bus_msg *msg, void *user) {
+static void inproc_on_generate(struct bus *bus, const struct bus_msg *msg, void *user) {
   struct inproc_actor *a = user;
   struct request_trace rt;
   struct bus_span req_span, proc;
@@ -392,7 +336,7 @@ void inproc_on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
     reply_error(a, msg, NULL, st, text, "");
     goto done;
   }
-  const char *ext_id = gr.request_id.len ? gr.request_id.data : DEFAULT_EXTERNAL_ID;
+  const char *ext_id = gr.request_id.len ? gr.request_id.data : INPROC_DEFAULT_EXTERNAL_ID;
   if (!msg->reply || !msg->reply[0]) {
     reply_error(a, msg, ext_id, LLB_STATUS_INVALID_ARGUMENT,
                 "a GenerateRequest needs a reply subject (send it as a NATS request)", "reply_to");
@@ -408,7 +352,7 @@ void inproc_on_generate(struct bus *bus, const struct bus_msg *msg, void *user) 
     reply_error(a, msg, ext_id, st, pool_msg, bad);
     goto done;
   }
-  bad = to_inproc_request(&gr, tenant, msg->reply, &arena, &req);
+  bad = inproc_wire_generate_request(&gr, tenant, msg->reply, &arena, &req);
   if (bad) {
     atomic_fetch_add(&a->rejected, 1);
     reply_error(a, msg, ext_id, LLB_STATUS_OUT_OF_MEMORY, "out of memory", bad);
@@ -506,7 +450,7 @@ static void reply_tokenized(struct inproc_actor *a, const struct bus_msg *msg, c
 
 /* <prefix>.tokenize.<tenant>: tokenize (prompt / messages), detokenize (prompt_token_ids) or
  * only the context length (no input); see actor.h. */
-void inproc_on_tokenize(struct bus *bus, const struct bus_msg *msg, void *user) {
+static void inproc_on_tokenize(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   struct inproc_actor *a = user;
   struct llb_arena arena;
@@ -523,7 +467,7 @@ void inproc_on_tokenize(struct bus *bus, const struct bus_msg *msg, void *user) 
     reply_error(a, msg, NULL, st, e, "");
     goto done;
   }
-  const char *ext_id = gr.request_id.len ? gr.request_id.data : DEFAULT_EXTERNAL_ID;
+  const char *ext_id = gr.request_id.len ? gr.request_id.data : INPROC_DEFAULT_EXTERNAL_ID;
   if (!msg->reply || !msg->reply[0]) {
     reply_error(a, msg, ext_id, LLB_STATUS_INVALID_ARGUMENT, "a tokenize request needs a reply subject", "reply_to");
     goto done;
@@ -540,7 +484,7 @@ void inproc_on_tokenize(struct bus *bus, const struct bus_msg *msg, void *user) 
     if (st == LLB_STATUS_OK) reply_tokenized(a, msg, ext_id, gr.prompt_token_ids, gr.num_prompt_token_ids, text, text_len);
   } else {
     struct inproc_generate_request req;
-    const char *bad = to_inproc_request(&gr, subject_tenant(msg->subject), msg->reply, &arena, &req);
+    const char *bad = inproc_wire_generate_request(&gr, subject_tenant(msg->subject), msg->reply, &arena, &req);
     if (bad) {
       reply_error(a, msg, ext_id, LLB_STATUS_OUT_OF_MEMORY, "out of memory", bad);
       goto done;
@@ -595,35 +539,17 @@ static int abort_everywhere(struct inproc_actor *a, const struct llb_str *ids, i
 }
 
 /* <prefix>.engine.<eid>.stats: an engine announcing itself and its load (routing input). */
-void inproc_on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
+static void inproc_on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   struct inproc_actor *a = user;
   struct llb_arena arena;
   llb_arena_init(&arena, NULL, 0);
   struct llb_scheduler_stats s;
   llb_status st = llb_scheduler_stats_decode(msg->data, msg->len, &arena, &s);
-  /* the subject's <eid> must be the one the message names: llm.engine.<eid>.stats */
-  char eid[BUS_TOKEN_MAX + 1] = "";
-  const char *end = strrchr(msg->subject, '.'), *begin = end;
-  while (begin && begin > msg->subject && begin[-1] != '.') begin--;
-  if (begin && end && end > begin && (size_t)(end - begin) < sizeof eid) {
-    memcpy(eid, begin, (size_t)(end - begin));
-    eid[end - begin] = '\0';
-  }
-  if (st == LLB_STATUS_OK && strcmp(eid, s.engine_id.data ? s.engine_id.data : "") != 0)
-    st = LLB_ERRF(LLB_STATUS_MALFORMED, "engine_id \"%s\" on the stats subject of engine \"%s\"",
-                  s.engine_id.data ? s.engine_id.data : "", eid);
-  if (st == LLB_STATUS_OK) {
-    struct engine_router_stats rs = {
-        .engine_id = eid, .model = s.model.data, .instance = s.instance.data,
-        .num_running_reqs = s.num_running_reqs, .num_waiting_reqs = s.num_waiting_reqs,
-        .kv_cache_usage = s.kv_cache_usage, .num_free_blocks = s.num_free_blocks,
-        .num_total_blocks = s.num_total_blocks, .block_size = s.block_size, .max_num_seqs = s.max_num_seqs,
-        .max_model_len = s.max_model_len, .stats_interval_ms = s.stats_interval_ms,
-        .prefix_cache_queries = s.prefix_cache_queries, .prefix_cache_hits = s.prefix_cache_hits,
-        .generation_tokens_total = s.generation_tokens_total, .draining = s.draining};
-    st = engine_router_update(a->router, &rs, llb_now_ns());
-  }
+  char eid[BUS_TOKEN_MAX + 1];
+  struct engine_router_stats rs;
+  if (st == LLB_STATUS_OK) st = inproc_wire_engine_stats(&s, msg->subject, eid, sizeof eid, &rs);
+  if (st == LLB_STATUS_OK) st = engine_router_update(a->router, &rs, llb_now_ns());
   if (st != LLB_STATUS_OK) {
     char q[320];
     if (atomic_fetch_add(&a->stats_malformed, 1) % 100 == 0) /* one line per 100: a flood stays quiet */
@@ -633,7 +559,7 @@ void inproc_on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
   llb_arena_destroy(&arena);
 }
 
-void inproc_on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
+static void inproc_on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   struct inproc_actor *a = user;
   struct llb_arena arena;
@@ -689,4 +615,166 @@ void inproc_on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
                subject_tenant(msg->subject), engines);
 done:
   llb_arena_destroy(&arena);
+}
+
+/* ---- life cycle ---- */
+
+llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inproc_actor **out) {
+  *out = NULL;
+  if (!o || !o->model_path) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "input processor: model path required");
+  const char *tenant = o->tenant ? o->tenant : "*";
+  const char *eid = o->engine_id ? o->engine_id : "0";
+  if (strcmp(tenant, "*") != 0 && !bus_token_valid(tenant))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tenant \"%s\" is not one subject token (or *)", tenant);
+  if (!bus_token_valid(eid)) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine id \"%s\" is not one subject token", eid);
+  if (o->max_model_len < 0 || o->max_model_len == 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "max_model_len must be >= 2 (or 0 = the model's), got %d",
+                    o->max_model_len);
+
+  struct inproc_actor *a = calloc(1, sizeof *a);
+  struct gguf_file *f = NULL;
+  if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "input processor actor");
+  snprintf(a->tenant, sizeof a->tenant, "%s", tenant);
+  snprintf(a->engine_id, sizeof a->engine_id, "%s", eid);
+  struct engine_router_config rc;
+  engine_router_config_init(&rc);
+  rc.default_engine_id = a->engine_id;
+  const char *slash = strrchr(o->model_path, '/');
+  rc.model = slash ? slash + 1 : o->model_path; /* engines announce their model's file name */
+  a->durable = o->durable;
+  a->stream_replicas = o->stream_replicas == 0 ? 1 : o->stream_replicas; /* checked by the stream */
+  llb_status st = LLB_STATUS_OK;
+  if (!o->router || strcmp(o->router, "cache-aware") == 0) rc.policy = ENGINE_ROUTER_CACHE_AWARE;
+  else if (strcmp(o->router, "least-loaded") == 0) rc.policy = ENGINE_ROUTER_LEAST_LOADED;
+  else if (strcmp(o->router, "random") == 0) rc.policy = ENGINE_ROUTER_RANDOM;
+  else st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--router '%s': expected cache-aware|least-loaded|random", o->router);
+  if (st == LLB_STATUS_OK) st = engine_router_create(&rc, &a->router);
+  if (st == LLB_STATUS_OK) st = gguf_open(o->model_path, &f);
+  if (st != LLB_STATUS_OK) goto fail;
+  st = tokenizer_load(f, &a->tok);
+  if (st != LLB_STATUS_OK) goto fail;
+  struct inproc_config cfg = {0};
+  cfg.max_model_len = o->max_model_len ? o->max_model_len : inproc_model_max_model_len(f, DEFAULT_MAX_MODEL_LEN);
+  cfg.max_n = INPROC_ACTOR_MAX_N;
+  cfg.has_chat_template = chat_template_from_gguf(f, &cfg.chat_template) == LLB_STATUS_OK;
+  st = chat_render_load(f, o->chat_template_file, &a->jinja);
+  if (st != LLB_STATUS_OK && (o->chat_template_file || st != LLB_STATUS_NOT_FOUND)) {
+    if (o->chat_template_file) goto fail; /* an explicit template must work */
+    LLB_LOG_WARN("chat_template_unusable", "model=%s err=\"%s\" fallback=%s", o->model_path, llb_err_last(),
+                 cfg.has_chat_template ? chat_template_name(cfg.chat_template) : "none");
+  }
+  cfg.jinja_template = a->jinja;
+  a->bos_text = inproc_model_token_text(a->tok, tokenizer_bos_id(a->tok));
+  a->eos_text = inproc_model_token_text(a->tok, tokenizer_eos_id(a->tok));
+  if (!a->bos_text || !a->eos_text) {
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "token texts");
+    goto fail;
+  }
+  cfg.bos_token = a->bos_text;
+  cfg.eos_token = a->eos_text;
+  cfg.hidden_size = inproc_model_hidden_size(f);
+  a->hidden_size = cfg.hidden_size;
+  if (o->mmproj_path && o->mmproj_path[0] &&
+      (st = inproc_model_load_mmproj(o->mmproj_path, cfg.hidden_size, &a->clip, a->mmproj_id, sizeof a->mmproj_id,
+                                     &cfg.image)) != LLB_STATUS_OK)
+    goto fail;
+  a->max_model_len = cfg.max_model_len;
+  st = inproc_create(a->tok, &cfg, &a->proc);
+  if (st != LLB_STATUS_OK) goto fail;
+  if (o->tenant_limits_file) {
+    struct tenant_limits_config *tc = calloc(1, sizeof *tc);
+    st = tc ? tenant_limits_config_load(o->tenant_limits_file, tc) : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "limits");
+    if (st == LLB_STATUS_OK)
+      st = tenant_limits_create(tc, o->tenant_limit_ttl_ms > 0 ? o->tenant_limit_ttl_ms : DEFAULT_TENANT_LIMIT_TTL_MS,
+                                &a->limits);
+    free(tc);
+    if (st != LLB_STATUS_OK) goto fail;
+  }
+  gguf_close(f);
+  LLB_LOG_INFO("input_processor_ready", "model=%s max_model_len=%d chat_template=%s vocab=%d",
+               o->model_path, a->max_model_len,
+               a->jinja ? (o->chat_template_file ? "jinja-file" : "jinja") : cfg.has_chat_template ? "named" : "no",
+               tokenizer_vocab_size(a->tok));
+  *out = a;
+  return LLB_STATUS_OK;
+fail:
+  gguf_close(f);
+  inproc_actor_destroy(a);
+  return st;
+}
+
+void inproc_actor_destroy(struct inproc_actor *a) {
+  if (!a) return;
+  inproc_destroy(a->proc);
+  tokenizer_destroy(a->tok);
+  engine_router_destroy(a->router);
+  tenant_limits_destroy(a->limits);
+  clip_model_destroy(a->clip);
+  jinja_template_destroy(a->jinja);
+  free(a->bos_text);
+  free(a->eos_text);
+  free(a);
+}
+
+int32_t inproc_actor_max_model_len(const struct inproc_actor *a) { return a->max_model_len; }
+
+void inproc_actor_get_stats(const struct inproc_actor *a, struct inproc_actor_stats *out) {
+  struct inproc_actor *m = (struct inproc_actor *)a; /* atomics: loads only */
+  out->requests = atomic_load(&m->requests);
+  out->engine_requests = atomic_load(&m->engine_requests);
+  out->rejected = atomic_load(&m->rejected);
+  out->malformed = atomic_load(&m->malformed);
+  out->no_reply = atomic_load(&m->no_reply);
+  out->aborts = atomic_load(&m->aborts);
+  out->aborts_refused = atomic_load(&m->aborts_refused);
+  out->publish_errors = atomic_load(&m->publish_errors);
+  out->tokenize = atomic_load(&m->tokenize);
+  out->stats_malformed = atomic_load(&m->stats_malformed);
+  out->routed_by_prefix = atomic_load(&m->routed_by_prefix);
+  out->routed_fallback = atomic_load(&m->routed_fallback);
+  out->limited = atomic_load(&m->limited);
+}
+
+struct engine_router *inproc_actor_router(struct inproc_actor *a) { return a->router; }
+
+llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
+  a->bus = bus;
+  int64_t maxp = bus_max_payload(bus);
+  /* An item travels whole in an EngineCoreRequest and a SchedulerOutput: leave room for
+   * the rest of either message. */
+  if (maxp > 0) inproc_set_max_mm_item_bytes(a->proc, maxp > 256 * 1024 ? maxp - 128 * 1024 : maxp / 2);
+  const char *prefix = bus_prefix(bus);
+  char stats_subj[BUS_SUBJECT_MAX];
+  snprintf(stats_subj, sizeof stats_subj, "%s.engine.*.stats", prefix); /* the prefix was checked by bus_create */
+  llb_status st = LLB_STATUS_OK;
+  /* the stream takes <prefix>.engine.*.requests: every engine's */
+  if (a->durable && (st = bus_js_requests_stream_ensure(bus, 0, a->stream_replicas,
+                                                                INPROC_DURABLE_START_TIMEOUT_MS)))
+    return st;
+  char gen[BUS_SUBJECT_MAX], abort_subj[BUS_SUBJECT_MAX], tok_subj[BUS_SUBJECT_MAX];
+  snprintf(tok_subj, sizeof tok_subj, "%s.tokenize.%s", prefix, a->tenant);
+  if (strcmp(a->tenant, "*") == 0) {
+    snprintf(gen, sizeof gen, "%s.generate.*", prefix);
+    snprintf(abort_subj, sizeof abort_subj, "%s.abort.*", prefix);
+  } else {
+    st = bus_subject_generate(prefix, a->tenant, gen, sizeof gen);
+    if (st == LLB_STATUS_OK) st = bus_subject_abort(prefix, a->tenant, abort_subj, sizeof abort_subj);
+    if (st != LLB_STATUS_OK) return st;
+  }
+  st = bus_subscribe(bus, gen, INPROC_ACTOR_QUEUE_GROUP, inproc_on_generate, a, NULL);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, abort_subj, INPROC_ACTOR_QUEUE_GROUP, inproc_on_abort, a, NULL);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, tok_subj, INPROC_ACTOR_QUEUE_GROUP, inproc_on_tokenize, a, NULL);
+  /* every replica hears every engine (no queue group): each routes on its own view */
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, stats_subj, NULL, inproc_on_stats, a, NULL);
+  if (st == LLB_STATUS_OK && a->limits) { /* every engine's outputs: its requests' first tokens and ends */
+    if (snprintf(a->outputs_subject, sizeof a->outputs_subject, "%s.engine.*.outputs", prefix) >=
+        (int)sizeof a->outputs_subject)
+      st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", prefix);
+    if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, inproc_on_engine_outputs, a, NULL);
+    if (st == LLB_STATUS_OK) LLB_LOG_INFO("tenant_limits_on", "outputs=%s", a->outputs_subject);
+  }
+  if (st != LLB_STATUS_OK) return st;
+  LLB_LOG_INFO("input_processor_subscribed", "generate=%s abort=%s tokenize=%s stats=%s default_engine=%s", gen,
+               abort_subj, tok_subj, stats_subj, a->engine_id);
+  return LLB_STATUS_OK;
 }

@@ -554,28 +554,29 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
   const char *src = req->prompt ? "prompt" : req->messages ? "messages" : "prompt_token_ids";
   int64_t num_prompt = out->num_prompt_tokens;
   int32_t max_len = p->cfg.max_model_len;
-  struct llb_sampling_params sp = req->sampling_params;
+  struct llb_sampling_params *sp = &out->sampling_params; /* the children point here */
+  *sp = req->sampling_params;
   if (num_prompt == 0) {
     add_error(errs, src, "tokenizes to no tokens");
   } else if (num_prompt >= max_len) {
     add_error(errs, src, "has %" PRId64 " tokens but the context length is %d tokens, leaving no room "
               "for output", num_prompt, max_len);
-  } else if (sp.max_tokens == -1) {
-    sp.max_tokens = (int32_t)(max_len - num_prompt);
-    if (sp.min_tokens > sp.max_tokens) {
+  } else if (sp->max_tokens == -1) {
+    sp->max_tokens = (int32_t)(max_len - num_prompt);
+    if (sp->min_tokens > sp->max_tokens) {
       add_error(errs, "min_tokens", "must not exceed the %d tokens left in the context, got %d",
-                sp.max_tokens, sp.min_tokens);
+                sp->max_tokens, sp->min_tokens);
     }
-  } else if (num_prompt + sp.max_tokens > max_len) {
+  } else if (num_prompt + sp->max_tokens > max_len) {
     add_error(errs, "max_tokens", "the prompt has %" PRId64 " tokens and max_tokens is %d: %" PRId64
-              " in total exceeds the context length of %d tokens", num_prompt, sp.max_tokens,
-              num_prompt + sp.max_tokens, max_len);
+              " in total exceeds the context length of %d tokens", num_prompt, sp->max_tokens,
+              num_prompt + sp->max_tokens, max_len);
   }
   /* prompt logprobs travel in one message (EngineCoreOutput, RequestOutput): bounded */
-  const int64_t plp_entries = sp.prompt_logprobs >= 0 ? (num_prompt - 1) * (sp.prompt_logprobs + 1) : 0;
+  const int64_t plp_entries = sp->prompt_logprobs >= 0 ? (num_prompt - 1) * (sp->prompt_logprobs + 1) : 0;
   if (plp_entries > INPROC_MAX_PROMPT_LOGPROB_ENTRIES) {
     add_error(errs, "prompt_logprobs", "%d for a prompt of %" PRId64 " tokens is %" PRId64 " entries, at most %d "
-              "(prompt tokens - 1) * (prompt_logprobs + 1): use fewer or a shorter prompt", sp.prompt_logprobs,
+              "(prompt tokens - 1) * (prompt_logprobs + 1): use fewer or a shorter prompt", sp->prompt_logprobs,
               num_prompt, plp_entries, INPROC_MAX_PROMPT_LOGPROB_ENTRIES);
   }
   if (!errs->num_errors && req->num_mm_items > 0 && out->num_mm_features == 0) {
@@ -585,29 +586,29 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
   /* vLLM's SamplingParams.update_from_generation_config: the model's other end-of-generation
    * tokens (tokenizer_is_eog: <|im_end|>, <|eot_id|>, ... beside EOS) join stop_token_ids
    * unless ignore_eos; EOS itself stays eos_token_id. */
-  if (!sp.ignore_eos) {
+  if (!sp->ignore_eos) {
     const int32_t *eog;
     const int32_t n_eog = tokenizer_eog_ids(p->tok, &eog), eos = tokenizer_eos_id(p->tok);
     for (int32_t i = 0; i < n_eog; i++) {
       bool have = eog[i] == eos;
-      for (int32_t j = 0; !have && j < sp.num_stop_token_ids; j++) have = sp.stop_token_ids[j] == eog[i];
+      for (int32_t j = 0; !have && j < sp->num_stop_token_ids; j++) have = sp->stop_token_ids[j] == eog[i];
       if (have) continue;
-      if (sp.num_stop_token_ids == LLB_MAX_STOP_TOKEN_IDS) {
+      if (sp->num_stop_token_ids == LLB_MAX_STOP_TOKEN_IDS) {
         add_error(errs, "stop_token_ids", "at most %d stop token ids including the model's %d "
                   "end-of-generation tokens", LLB_MAX_STOP_TOKEN_IDS, n_eog);
         break;
       }
-      sp.stop_token_ids[sp.num_stop_token_ids++] = eog[i];
+      sp->stop_token_ids[sp->num_stop_token_ids++] = eog[i];
     }
   }
   if (errs->num_errors) return LLB_STATUS_INVALID_ARGUMENT;
 
-  if (!sp.has_seed) {
-    sp.seed = p->cfg.random_u64(p->cfg.random_ctx);
-    sp.has_seed = true;
+  if (!sp->has_seed) {
+    sp->seed = p->cfg.random_u64(p->cfg.random_ctx);
+    sp->has_seed = true;
   }
-  int32_t n = sp.n;
-  sp.n = 1;
+  int32_t n = sp->n;
+  sp->n = 1;
   char parent[INPROC_MAX_ID_BYTES];
   snprintf(parent, sizeof parent, "%s-%08" PRIx32 "%08" PRIx32, req->request_id,
            (uint32_t)p->cfg.random_u64(p->cfg.random_ctx), inproc_tenant_tag(req->tenant));

@@ -88,7 +88,8 @@ struct inproc_engine_request {
   char external_request_id[INPROC_MAX_EXTERNAL_ID_BYTES];
   const int32_t *prompt_token_ids;              /* [num_prompt_tokens], shared by the children */
   int64_t num_prompt_tokens;
-  struct llb_sampling_params sampling_params;   /* n = 1, seed set, max_tokens resolved */
+  const struct llb_sampling_params *sampling_params; /* the processed request's (borrowed):
+                                                      n = 1, seed set, max_tokens resolved */
   int32_t eos_token_id;                         /* -1 if the model has none */
   int64_t arrival_time_ns;
   int32_t priority;
@@ -100,6 +101,8 @@ struct inproc_engine_request {
 
 /* The result of preprocessing one request; free with inproc_processed_free. */
 struct inproc_processed {
+  struct llb_sampling_params sampling_params; /* the children's, once (each points here): n = 1,
+                                                 seed set, max_tokens resolved */
   int32_t *prompt_token_ids;               /* [num_prompt_tokens] owned */
   int64_t num_prompt_tokens;
   struct inproc_engine_request *requests;  /* [num_requests] = n children */

@@ -1,4 +1,7 @@
-/* The scheduler actor: intake handlers + the step loop thread (see actor.h). */
+/* The scheduler actor: the step loop thread and the lifecycle (see actor.h). The pieces it
+ * drives are modules with their own state, given what they need as arguments: intake.c,
+ * durable_intake.c, exec_channel.c, peer_health.c, output_publisher.c, step_trace.c,
+ * history_fetch.c, prompt_logprobs.c (README.md). */
 #include "actors/scheduler/actor.h"
 
 #include <pthread.h>
@@ -8,9 +11,17 @@
 #include <string.h>
 #include <time.h>
 
-#include "actors/scheduler/actor_internal.h"
 #include "actors/scheduler/actor_wire.h"
-#include "base/hash.h"
+#include "actors/scheduler/durable_intake.h"
+#include "actors/scheduler/engine_metrics.h"
+#include "actors/scheduler/exec_channel.h"
+#include "actors/scheduler/history_fetch.h"
+#include "actors/scheduler/intake.h"
+#include "actors/scheduler/output_publisher.h"
+#include "actors/scheduler/peer_health.h"
+#include "actors/scheduler/prompt_logprobs.h"
+#include "actors/scheduler/req_meta.h"
+#include "actors/scheduler/step_trace.h"
 #include "base/log.h"
 #include "bus/subject.h"
 #include "schemas/control.h"
@@ -21,9 +32,55 @@
 #define BACKOFF_MAX_MS 2000
 #define STALL_WAIT_MS 50
 
-struct abort_item {
-  struct abort_item *next;
-  char id[];
+/* The actor's own state: the step loop's (the scheduler, this step's plain structs and their
+ * wire buffers, failure handling) and the modules it drives, each with its own state. */
+struct scheduler_actor {
+  struct bus *bus;
+  struct scheduler_actor_config cfg;
+  char engine_id[BUS_TOKEN_MAX + 1];
+  char subj_kv[BUS_SUBJECT_MAX], subj_encoder[BUS_SUBJECT_MAX];
+  pthread_t thread;
+  bool thread_started;
+
+  /* modules, each with its own state */
+  struct intake *intake;           /* handler threads -> step thread: requests, aborts, resyncs */
+  struct durable_intake *durable;  /* requests from the JetStream stream; NULL unless cfg.durable */
+  struct exec_channel *exec;       /* the worker round trip: steps in flight, replies queued */
+  struct peer_health *health;      /* failures seen in heartbeats and own reconnects */
+  struct output_publisher *pub;    /* EngineCoreOutputs and SchedulerStats */
+  struct step_trace *trace;        /* the traced requests' step spans */
+  struct sched_engine_metrics *metrics; /* series and the engine_stats line */
+
+  /* step-thread state */
+  struct scheduler *sched;
+  /* The worker's reply of this step (arrays in `arena`, valid until the next step): its
+   * logprobs rows go out with the step's EngineCoreOutputs. */
+  struct llb_model_runner_output mro;
+  bool have_mro;
+  uint64_t last_applied_step;
+  struct req_meta **rejected;      /* [cap_rejected] this iteration's refused requests */
+  int64_t num_rejected, cap_rejected;
+  struct sched_output out;
+  struct kv_step kv;
+  struct kv_step_result kv_res;
+  struct sched_engine_outputs eo, eo_side;
+  struct sched_str_list carry_finished, carry_preempted, carry_free_mm;
+  struct encoder_step enc;         /* this step's encoder ops */
+  struct sched_wire wire;
+  struct llb_arena arena;          /* decoded replies, reset per round trip */
+  struct llb_buf buf;              /* encoded messages */
+  int64_t backoff_ms;
+  bool recovering; /* a failure was seen and no step applied since (cfg.on_ready reported it) */
+  bool kv_reset_pending; /* the worker failed: its KV contents are unknown, so the next KV
+                            step tells the kv_manager to drop its prefix cache */
+  int64_t last_stats_ns;
+  /* the last failed execute: the worker answered with an error (not a timeout or a bus
+   * failure), and the request it blamed ("" none); sched_step_failed isolates it */
+  bool worker_error;
+  char worker_blamed[256];
+
+  atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_kv_fail, c_exec_fail, c_enc_fail, c_resyncs,
+      c_history_resumed;
 };
 
 void scheduler_actor_config_init(struct scheduler_actor_config *c) {
@@ -44,178 +101,15 @@ void scheduler_actor_config_init(struct scheduler_actor_config *c) {
   c->max_ack_pending = 4096;
 }
 
-/* ---- request metadata ---- */
-
-void sched_actor_meta_free(struct req_meta *m) {
-  if (!m) return;
-  free(m->id);
-  free(m->reply_to);
-  free(m->external_id);
-  free(m->parent_request_id);
-  free(m->cache_salt);
-  free(m->prompt);
-  free(m->mm);
-  free(m->mm_blob);
-  free(m->so_spec);
-  free(m->resume_ids);
-  free(m->resume_of);
-  sched_prompt_logprobs_free(&m->plp);
-  free(m);
-}
-
-struct req_meta *sched_actor_meta(const struct scheduler_actor *a, const char *id) {
-  const struct sched_request *r = sched_find_request(a->sched, id);
-  return r ? r->user : NULL;
-}
-
-static void meta_free_user(void *user) { sched_actor_meta_free(user); }
-
-/* ---- intake (handler threads) ---- */
-
-static char *dup_str(struct llb_str s) {
-  char *p = malloc(s.len + 1);
-  if (p) {
-    if (s.len) memcpy(p, s.data, s.len);
-    p[s.len] = '\0';
-  }
-  return p;
-}
-
-static void log_bad_message(const char *what, const struct bus_msg *msg, llb_status st) {
-  char q[600];
-  LLB_LOG_WARN("bad_message", "kind=%s subject=%s bytes=%zu status=%s error=%s", what,
-               msg->subject, msg->len, llb_strerror(st), llb_log_quote(q, sizeof q, llb_err_last()));
-}
-
-bool sched_actor_intake(struct scheduler_actor *a, const struct bus_msg *msg, uint64_t stream_seq,
-                        bool replayed, const char *refuse) {
-  llb_arena_reset(&a->req_arena);
-  struct llb_engine_core_request r;
-  llb_status st = llb_engine_core_request_decode(msg->data, msg->len, &a->req_arena, &r);
-  if (st != LLB_STATUS_OK) {
-    atomic_fetch_add(&a->c_rejected, 1);
-    log_bad_message("EngineCoreRequest", msg, st);
-    if (msg->reply && !stream_seq && llb_error_reply_encode_status(st, "", "", &a->req_err_buf) == LLB_STATUS_OK)
-      (void)bus_respond(a->bus, msg, a->req_err_buf.data, a->req_err_buf.len, NULL);
-    return false;
-  }
-  struct req_meta *m = calloc(1, sizeof(*m));
-  if (!m) goto oom;
-  m->stream_seq = stream_seq;
-  m->resync = replayed;
-  if (refuse) {
-    m->reject_status = LLB_STATUS_ABORTED;
-    snprintf(m->reject_message, sizeof m->reject_message, "%s", refuse);
-  }
-  m->id = dup_str(r.request_id);
-  m->reply_to = dup_str(r.reply_to);
-  m->external_id = dup_str(r.external_id);
-  m->parent_request_id = dup_str(r.parent_request_id);
-  m->cache_salt = dup_str(r.cache_salt);
-  m->resume_of = r.resume_request_id.len ? dup_str(r.resume_request_id) : NULL;
-  m->so_spec = dup_str(r.structured_outputs.spec);
-  m->structured_outputs = (struct llb_structured_outputs){r.structured_outputs.kind,
-                                                          {m->so_spec, r.structured_outputs.spec.len}};
-  m->prompt = malloc((size_t)r.num_prompt_token_ids * sizeof(int32_t));
-  m->num_mm = r.num_mm_features;
-  m->mm = m->num_mm > 0 ? malloc((size_t)m->num_mm * sizeof(*m->mm)) : NULL;
-  if (!m->id || !m->reply_to || !m->external_id || !m->parent_request_id || !m->cache_salt ||
-      !m->so_spec || !m->prompt || (m->num_mm > 0 && !m->mm))
-    goto oom;
-  memcpy(m->prompt, r.prompt_token_ids, (size_t)r.num_prompt_token_ids * sizeof(int32_t));
-  m->num_prompt = r.num_prompt_token_ids;
-  size_t blob = 0;
-  for (int32_t i = 0; i < m->num_mm; i++) {
-    const struct llb_mm_feature *f = &r.mm_features[i];
-    blob += ((size_t)f->data_bytes + 15) / 16 * 16 + f->mm_hash.len + f->modality.len + f->dtype.len + 3 +
-            (size_t)f->num_is_embed;
-  }
-  if (m->num_mm > 0 && !(m->mm_blob = aligned_alloc(16, (blob + 15) / 16 * 16 + 16))) goto oom;
-  size_t off = 0;
-  for (int32_t i = 0; i < m->num_mm; i++) {
-    const struct llb_mm_feature *f = &r.mm_features[i];
-    uint8_t *b = m->mm_blob;
-    const uint8_t *data = NULL;
-    if (f->data_bytes > 0) {
-      memcpy(b + off, f->data, (size_t)f->data_bytes);
-      data = b + off;
-      off += ((size_t)f->data_bytes + 15) / 16 * 16;
-    }
-    const uint8_t *is_embed = NULL;
-    if (f->num_is_embed > 0) {
-      memcpy(b + off, f->is_embed, (size_t)f->num_is_embed);
-      is_embed = b + off;
-      off += (size_t)f->num_is_embed;
-    }
-    const char *strs[3];
-    const struct llb_str *src[3] = {&f->mm_hash, &f->modality, &f->dtype};
-    for (int k = 0; k < 3; k++) {
-      memcpy(b + off, src[k]->data, src[k]->len + 1);
-      strs[k] = (const char *)(b + off);
-      off += src[k]->len + 1;
-    }
-    m->mm[i] = (struct sched_mm_feature){.offset = f->offset, .length = f->length,
-                                         .mm_hash = llb_hash_bytes(f->mm_hash.data, f->mm_hash.len),
-                                         .hash = strs[0], .modality = strs[1], .dtype = strs[2],
-                                         .num_cols = f->num_cols, .data = data,
-                                         .data_bytes = f->data_bytes, .is_embed = is_embed};
-  }
-  m->params = *r.sampling_params;
-  m->pooling_params = r.pooling_params;
-  m->client_index = r.client_index;
-  m->eos_token_id = r.eos_token_id;
-  m->priority = r.priority;
-  m->arrival_time = r.arrival_time;
-  m->queued_time_ns = llb_wall_ns();
-  sched_trace_request_init(m, &r);
-  pthread_mutex_lock(&a->mu);
-  if (a->intake_tail) a->intake_tail->next = m;
-  else a->intake_head = m;
-  a->intake_tail = m;
-  pthread_cond_signal(&a->cv);
-  pthread_mutex_unlock(&a->mu);
-  return true;
-oom:
-  sched_actor_meta_free(m);
-  atomic_fetch_add(&a->c_rejected, 1);
-  LLB_LOG_ERROR("request_dropped", "reason=out_of_memory bytes=%zu", msg->len);
-  return false;
-}
-
-static void on_request(struct bus *bus, const struct bus_msg *msg, void *user) {
-  (void)bus;
-  (void)sched_actor_intake(user, msg, 0, false, NULL);
-}
-
-static void on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
-  (void)bus;
-  struct scheduler_actor *a = user;
-  llb_arena_reset(&a->abort_arena);
-  struct llb_abort_requests ab;
-  llb_status st = llb_abort_requests_decode(msg->data, msg->len, &a->abort_arena, &ab);
-  if (st != LLB_STATUS_OK) {
-    log_bad_message("AbortRequests", msg, st);
-    return;
-  }
-  for (int32_t i = 0; i < ab.num_request_ids; i++) {
-    struct abort_item *it = malloc(sizeof(*it) + ab.request_ids[i].len + 1);
-    if (!it) break;
-    memcpy(it->id, ab.request_ids[i].data, ab.request_ids[i].len + 1);
-    pthread_mutex_lock(&a->mu);
-    it->next = a->abort_head;
-    a->abort_head = it;
-    pthread_mutex_unlock(&a->mu);
-    atomic_fetch_add(&a->c_aborted, 1);
-  }
-  pthread_mutex_lock(&a->mu);
-  pthread_cond_signal(&a->cv);
-  pthread_mutex_unlock(&a->mu);
-}
+static void meta_free_user(void *user) { req_meta_free(user); }
 
 /* ---- step thread: admission, aborts ---- */
 
+/* Admits the queued requests (a refused one gets an ERROR output with the next publish);
+ * replays and resends first get the outputs they had (history_fetch.c). */
 static void admit(struct scheduler_actor *a, struct req_meta *list) {
-  sched_actor_fetch_history(a, list);
+  const int32_t resumed = history_fetch(a->bus, a->engine_id, a->sched, &a->eo_side, list);
+  atomic_fetch_add(&a->c_history_resumed, (uint64_t)resumed);
   while (list) {
     struct req_meta *m = list;
     list = m->next;
@@ -253,16 +147,16 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
     atomic_fetch_add(&a->c_rejected, 1);
     if (sched_wire_grow((void **)&a->rejected, &a->cap_rejected, a->num_rejected + 1,
                         sizeof(*a->rejected)) != LLB_STATUS_OK) {
-      sched_actor_meta_free(m);
+      req_meta_free(m);
       continue;
     }
     a->rejected[a->num_rejected++] = m;
   }
 }
 
-static void apply_aborts(struct scheduler_actor *a, struct abort_item *list) {
+static void apply_aborts(struct scheduler_actor *a, struct intake_id *list) {
   while (list) {
-    struct abort_item *it = list;
+    struct intake_id *it = list;
     list = it->next;
     const char *id = it->id;
     if (sched_abort_requests(a->sched, &id, 1, SCHED_FINISH_REASON_ABORT, &a->eo_side) != LLB_STATUS_OK)
@@ -271,7 +165,98 @@ static void apply_aborts(struct scheduler_actor *a, struct abort_item *list) {
   }
 }
 
+/* Marks the requests an output processor asked to resync: each one's next output carries its
+ * whole output from position 0 with the first-output fields (output_publisher.c). */
+static void take_resyncs(struct scheduler_actor *a, struct intake_id *list) {
+  while (list) {
+    struct intake_id *it = list;
+    list = it->next;
+    struct req_meta *m = req_meta_find(a->sched, it->id);
+    if (m && !m->resync) {
+      m->resync = true;
+      atomic_fetch_add(&a->c_resyncs, 1);
+      LLB_LOG_INFO("request_resync", "req=%s reason=output_processor_asked", it->id);
+    }
+    free(it);
+  }
+}
+
 /* ---- step thread: one step ---- */
+
+/* Encodes a->out (with the carried ids) into a->buf and stamps first scheduling times. */
+static llb_status encode_step(struct scheduler_actor *a) {
+  struct llb_scheduler_output m;
+  llb_status st = sched_wire_scheduler_output(&a->wire, &a->out, &a->carry_finished,
+                                              &a->carry_preempted, &a->carry_free_mm, &m);
+  if (st) return st;
+  step_trace_fill_wire(a->trace, a->out.step, a->wire.scheduled, m.num_scheduled_reqs);
+  int64_t now = llb_wall_ns();
+  for (int32_t i = 0; i < a->out.num_new_reqs; i++) {
+    struct req_meta *m = req_meta_find(a->sched, a->out.new_reqs[i].req_id);
+    if (m && m->scheduled_time_ns == 0) m->scheduled_time_ns = now;
+  }
+  return llb_scheduler_output_encode_buf(&m, &a->buf);
+}
+
+/* The carried ids went out with a step the bus accepted: forget them. Until then they stay,
+ * so that a step that is never sent loses none (sending an id twice is harmless: the worker
+ * ignores ids it has no row for). */
+static void carries_sent(struct scheduler_actor *a) {
+  sched_str_list_clear(&a->carry_finished);
+  sched_str_list_clear(&a->carry_preempted);
+  sched_str_list_clear(&a->carry_free_mm);
+}
+
+/* Decodes the worker's reply and applies it to the scheduler (into a->eo). */
+static llb_status apply_reply(struct scheduler_actor *a, const uint8_t *data, size_t len) {
+  llb_arena_reset(&a->arena);
+  struct llb_model_runner_output r;
+  llb_status st = llb_model_runner_output_decode(data, len, &a->arena, &r);
+  if (st) return st;
+  if (r.error.code != 0) {
+    /* NOT_FOUND: the worker does not know a request (it restarted): its state, not the
+     * batch's input, so no request becomes a suspect for it */
+    a->worker_error = r.error.code != LLB_STATUS_NOT_FOUND;
+    snprintf(a->worker_blamed, sizeof a->worker_blamed, "%s", r.failed_req_id.data ? r.failed_req_id.data : "");
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "worker error %d%s%s: %s", r.error.code,
+                    a->worker_blamed[0] ? " blaming request " : "", a->worker_blamed, r.error.message.data);
+  }
+  a->mro = r;
+  a->have_mro = true;
+  sched_prompt_logprobs_collect(a->sched, &r);
+  struct sched_model_output mo;
+  st = sched_wire_model_output(&a->wire, &r, &mo);
+  if (st) return st;
+  a->last_applied_step = r.step;
+  return sched_update_from_output(a->sched, &mo, &a->eo);
+}
+
+/* Sends a->out to the worker (exec_channel.c) and records it as in flight; returns at once.
+ * Errors: encoding, exec_channel_send's. */
+static llb_status execute_send(struct scheduler_actor *a) {
+  if (exec_channel_num_pending(a->exec) >= 2)
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "step %llu: two steps already in flight", (unsigned long long)a->out.step);
+  llb_status st = encode_step(a);
+  if (st) return st;
+  step_trace_exec_sent(a->trace, a->out.step);
+  if ((st = exec_channel_send(a->exec, a->out.step, a->buf.data, a->buf.len))) return st;
+  carries_sent(a);
+  return LLB_STATUS_OK;
+}
+
+/* Waits for the oldest step's reply and applies it. Errors: exec_channel_receive's (ABORTED:
+ * a peer failure was detected from heartbeats), decoding, an error reply,
+ * sched_update_from_output's. */
+static llb_status execute_receive(struct scheduler_actor *a) {
+  struct exec_reply *reply;
+  llb_status st = exec_channel_receive(a->exec, a->health, &reply);
+  if (st) return st;
+  step_trace_exec_received(a->trace, reply->step);
+  st = apply_reply(a, reply->data, reply->len);
+  free(reply);
+  return st;
+}
+
 
 /* Tells cfg.on_ready when the engine starts or stops recovering (edges only). */
 static void set_recovering(struct scheduler_actor *a, bool recovering) {
@@ -295,7 +280,7 @@ static void step_failed(struct scheduler_actor *a, const char *what, llb_status 
   if (st != LLB_STATUS_CLOSED) set_recovering(a, true);
   const bool worker_error = a->worker_error;
   if (a->worker_blamed[0]) {
-    struct req_meta *m = sched_actor_meta(a, a->worker_blamed);
+    struct req_meta *m = req_meta_find(a->sched, a->worker_blamed);
     if (m) {
       m->reject_status = LLB_STATUS_INVALID_ARGUMENT;
       snprintf(m->reject_message, sizeof m->reject_message, "%s", llb_err_last());
@@ -391,7 +376,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
   int64_t kv_ns[2] = {0, 0};
   llb_status st = sched_schedule(a->sched, &a->out, &a->kv);
   if (st) {
-    a->num_exec_pending = 0;
+    exec_channel_forget(a->exec);
     step_failed(a, "schedule", st);
     return PLAN_SCHEDULE_FAILED;
   }
@@ -402,14 +387,14 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
     kv_ns[1] = llb_wall_ns();
     if (st) {
       atomic_fetch_add(&a->c_kv_fail, 1);
-      a->num_exec_pending = 0;
+      exec_channel_forget(a->exec);
       carry_all(a);
       step_failed(a, "kv_manager", st);
       return PLAN_FAILED;
     }
   }
   if ((st = sched_schedule_encoder(a->sched, &a->out, &a->enc))) {
-    a->num_exec_pending = 0;
+    exec_channel_forget(a->exec);
     carry_all(a);
     step_failed(a, "schedule_encoder", st);
     return PLAN_FAILED;
@@ -418,7 +403,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
     *did = true;
     if ((st = encoder_round_trip(a))) {
       atomic_fetch_add(&a->c_enc_fail, 1);
-      a->num_exec_pending = 0;
+      exec_channel_forget(a->exec);
       carry_all(a);
       step_failed(a, "encoder_cache", st);
       return PLAN_FAILED;
@@ -428,16 +413,16 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
     carry_all(a);
     return PLAN_EMPTY;
   }
-  sched_trace_step_planned(a, plan_ns, kv_ns[0], kv_ns[1]);
+  step_trace_planned(a->trace, a->sched, &a->out, plan_ns, kv_ns[0], kv_ns[1]);
   return PLAN_READY;
 }
 
-/* The engine's worker or kv_manager died or was replaced (heartbeats, actor_health.c): the
+/* The engine's worker or kv_manager died or was replaced (heartbeats, peer_health.c): the
  * steps in flight are forgotten (a reply from a dead worker never comes; one that still comes
  * is dropped by step number), every running request is preempted (recompute) and the next
  * KV step resets the kv_manager, as after a timeout, but now rather than at the timeout. */
 static void peer_failed(struct scheduler_actor *a, llb_status st) {
-  a->num_exec_pending = 0;
+  exec_channel_forget(a->exec);
   a->kv_reset_pending = true;
   step_failed(a, "peer_health", st);
 }
@@ -452,7 +437,10 @@ static bool run_step(struct scheduler_actor *a) {
   case PLAN_EMPTY: a->backoff_ms = 0; return did;
   case PLAN_READY: break;
   }
-  llb_status st = sched_actor_execute_sync(a);
+  /* the same send and wait as the asynchronous pipeline at depth 1: a wait that a peer
+   * failure seen in the heartbeats ends at once, which bus_request could not offer */
+  llb_status st = execute_send(a);
+  if (!st) st = execute_receive(a);
   if (st == LLB_STATUS_ABORTED) { /* a peer failure, already counted and logged */
     carry_all(a);
     peer_failed(a, st);
@@ -476,7 +464,7 @@ static bool run_step(struct scheduler_actor *a) {
 static void exec_failed(struct scheduler_actor *a, llb_status st) {
   atomic_fetch_add(&a->c_exec_fail, 1);
   a->kv_reset_pending = true;
-  a->num_exec_pending = 0;
+  exec_channel_forget(a->exec);
   step_failed(a, "gpu_worker", st);
 }
 
@@ -488,13 +476,13 @@ static void exec_failed(struct scheduler_actor *a, llb_status st) {
 static bool run_step_async(struct scheduler_actor *a) {
   a->have_mro = false;
   bool did = false, sent = false;
-  if (a->num_exec_pending < 2) {
+  if (exec_channel_num_pending(a->exec) < 2) {
     switch (plan_step(a, &did)) {
     case PLAN_SCHEDULE_FAILED: return false;
     case PLAN_FAILED: return true;
     case PLAN_EMPTY: break;
     case PLAN_READY: {
-      const llb_status st = sched_actor_execute_send(a);
+      const llb_status st = execute_send(a);
       if (st) {
         carry_all(a); /* not sent: its ids go with the next step */
         exec_failed(a, st);
@@ -505,9 +493,9 @@ static bool run_step_async(struct scheduler_actor *a) {
     }
     }
   }
-  if (a->num_exec_pending == 2 || (!sent && a->num_exec_pending > 0)) {
+  if (exec_channel_num_pending(a->exec) == 2 || (!sent && exec_channel_num_pending(a->exec) > 0)) {
     did = true;
-    llb_status st = sched_actor_execute_receive(a);
+    llb_status st = execute_receive(a);
     if (st == LLB_STATUS_ABORTED) { /* a peer failure, already counted and logged */
       peer_failed(a, st);
       return true;
@@ -523,12 +511,21 @@ static bool run_step_async(struct scheduler_actor *a) {
   return did;
 }
 
-static int64_t deadline_ms_to_abs(struct timespec *ts, int64_t ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  int64_t ns = ts->tv_nsec + (ms % 1000) * 1000000;
-  ts->tv_sec += ms / 1000 + ns / 1000000000;
-  ts->tv_nsec = ns % 1000000000;
-  return ms;
+/* Publishes this turn's outputs (output_publisher.c), then ends the step spans. */
+static void publish_outputs(struct scheduler_actor *a, uint64_t step, bool with_step) {
+  const struct output_step s = {.step = step, .with_step = with_step, .rejected = a->rejected,
+                                .num_rejected = a->num_rejected, .side = &a->eo_side, .eo = &a->eo,
+                                .mro = a->have_mro ? &a->mro : NULL, .sched = a->sched};
+  const int64_t end_ns = output_publisher_publish(a->pub, &s);
+  a->num_rejected = 0; /* published and freed */
+  step_trace_steps_done(a->trace, step, with_step, end_ns);
+}
+
+static void publish_stats(struct scheduler_actor *a) {
+  struct sched_stats s;
+  sched_get_stats(a->sched, &s);
+  output_publisher_publish_stats(a->pub, &s);
+  a->last_stats_ns = llb_now_ns();
 }
 
 static void *step_thread(void *arg) {
@@ -536,52 +533,38 @@ static void *step_thread(void *arg) {
   bool last_active = false;
   a->last_stats_ns = llb_now_ns();
   for (;;) {
-    pthread_mutex_lock(&a->mu);
     bool busy = sched_num_unfinished(a->sched) > 0;
     int64_t wait_ms = -1; /* -1 = no wait */
     if (a->backoff_ms > 0) wait_ms = a->backoff_ms;
     else if (!busy && !last_active) wait_ms = a->cfg.stats_idle_interval_ms;
     else if (busy && !last_active) wait_ms = STALL_WAIT_MS;
-    if (a->num_exec_pending > 0 && a->backoff_ms == 0) wait_ms = -1; /* a reply is due */
-    if (wait_ms > 0 && !a->stop && !a->intake_head && !a->abort_head) {
+    if (exec_channel_num_pending(a->exec) > 0 && a->backoff_ms == 0) wait_ms = -1; /* a reply is due */
+    if (wait_ms > 0) {
       int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
       int64_t stats_in = (busy ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms) - since_stats;
       if (stats_in < wait_ms) wait_ms = stats_in > 0 ? stats_in : 0;
-      if (wait_ms > 0) {
-        struct timespec ts;
-        deadline_ms_to_abs(&ts, wait_ms);
-        pthread_cond_timedwait(&a->cv, &a->mu, &ts);
-      }
     }
-    if (a->stop) {
-      pthread_mutex_unlock(&a->mu);
-      break;
-    }
-    struct req_meta *intake = a->intake_head;
-    struct abort_item *aborts = a->abort_head;
-    a->intake_head = a->intake_tail = NULL;
-    a->abort_head = NULL;
-    pthread_mutex_unlock(&a->mu);
-
-    admit(a, intake);
-    apply_aborts(a, aborts);
-    sched_actor_resync_take(a);
-    char peer_what[sizeof a->peer_fail_what];
-    if (sched_actor_health_take(a, peer_what, sizeof peer_what))
+    struct intake_batch in;
+    if (!intake_wait(a->intake, wait_ms, &in)) break;
+    admit(a, in.requests);
+    apply_aborts(a, in.aborts);
+    take_resyncs(a, in.resyncs);
+    char peer_what[384];
+    if (peer_health_take(a->health, peer_what, sizeof peer_what))
       peer_failed(a, LLB_ERRF(LLB_STATUS_ABORTED, "%s", peer_what));
     bool stepped = false, did = false;
     bool async = a->cfg.sched.async_scheduling;
-    if (sched_num_unfinished(a->sched) > 0 || last_active || a->num_exec_pending > 0) {
+    if (sched_num_unfinished(a->sched) > 0 || last_active || exec_channel_num_pending(a->exec) > 0) {
       did = async ? run_step_async(a) : run_step(a);
       stepped = true;
     }
-    sched_actor_publish_outputs(a, async ? a->last_applied_step : a->out.step, stepped);
+    publish_outputs(a, async ? a->last_applied_step : a->out.step, stepped);
     last_active = did;
     busy = sched_num_unfinished(a->sched) > 0;
-    if (!busy && a->num_exec_pending == 0) set_recovering(a, false); /* nothing waits */
+    if (!busy && exec_channel_num_pending(a->exec) == 0) set_recovering(a, false); /* nothing waits */
     int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
     if (since_stats >= (busy || did ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms))
-      sched_actor_publish_stats(a);
+      publish_stats(a);
     struct sched_stats snap;
     sched_get_stats(a->sched, &snap);
     sched_engine_metrics_update(a->metrics, &snap, llb_now_ns());
@@ -590,6 +573,32 @@ static void *step_thread(void *arg) {
 }
 
 /* ---- lifecycle ---- */
+
+/* peer_health: a failure was detected from a heartbeat: a step thread waiting for a worker
+ * reply takes it now. */
+static void on_peer_failure(void *user) {
+  struct scheduler_actor *a = user;
+  exec_channel_wake(a->exec);
+}
+
+/* Wakes the step thread out of its idle or back-off wait. */
+static void wake_step_thread(void *user) {
+  struct scheduler_actor *a = user;
+  intake_wake(a->intake);
+}
+
+/* output_publisher: a request's last output went out: its stream message is acknowledged. */
+static void request_done(void *user, uint64_t stream_seq) {
+  struct scheduler_actor *a = user;
+  durable_intake_done(a->durable, stream_seq);
+}
+
+/* durable_intake: a message fetched from the requests stream. */
+static bool deliver_request(void *user, const struct bus_msg *msg, uint64_t stream_seq, bool replayed,
+                            const char *refuse) {
+  struct scheduler_actor *a = user;
+  return intake_deliver(a->intake, msg, stream_seq, replayed, refuse);
+}
 
 llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
                                   const struct scheduler_actor_config *cfg,
@@ -606,19 +615,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   a->cfg = *cfg;
   snprintf(a->engine_id, sizeof a->engine_id, "%s", cfg->engine_id);
   a->cfg.engine_id = a->engine_id;
-  snprintf(a->model_name, sizeof a->model_name, "%s", cfg->model_name ? cfg->model_name : "");
-  snprintf(a->instance, sizeof a->instance, "%s", cfg->instance ? cfg->instance : "");
-  a->cfg.model_name = a->model_name;
-  a->cfg.instance = a->instance;
-  pthread_mutex_init(&a->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&a->cv, &ca);
-  pthread_condattr_destroy(&ca);
-  llb_arena_init(&a->req_arena, NULL, 0);
-  llb_arena_init(&a->abort_arena, NULL, 0);
-  llb_arena_init(&a->resync_arena, NULL, 0);
+  a->cfg.model_name = a->cfg.instance = NULL; /* the output publisher keeps copies */
   llb_arena_init(&a->arena, NULL, 0);
   sched_output_init(&a->out);
   kv_step_init(&a->kv);
@@ -628,17 +625,33 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   sched_engine_outputs_init(&a->eo_side);
   struct sched_config sc = cfg->sched;
   sc.free_user = meta_free_user; /* the scheduler's registry holds each live request's meta */
-  llb_status st = sched_create(&sc, &a->sched);
+  llb_status st = intake_create(bus, &a->intake);
+  if (!st) st = step_trace_create(bus, &a->trace);
+  if (!st) st = sched_create(&sc, &a->sched);
   if (!st) st = sched_engine_metrics_create(cfg->metrics, cfg->log_stats_interval_ms * 1000000, &a->metrics);
+  char subj_requests[BUS_SUBJECT_MAX], subj_abort[BUS_SUBJECT_MAX], subj_resync[BUS_SUBJECT_MAX],
+      subj_execute[BUS_SUBJECT_MAX], subj_outputs[BUS_SUBJECT_MAX], subj_stats[BUS_SUBJECT_MAX];
   const struct { char *buf; const char *kind; } subj[] = {
-      {a->subj_requests, "requests"}, {a->subj_abort, "abort"}, {a->subj_kv, "kv"},
-      {a->subj_execute, "execute"}, {a->subj_outputs, "outputs"}, {a->subj_stats, "stats"},
+      {subj_requests, "requests"}, {subj_abort, "abort"}, {subj_resync, "resync"}, {a->subj_kv, "kv"},
+      {subj_execute, "execute"}, {subj_outputs, "outputs"}, {subj_stats, "stats"},
       {a->subj_encoder, "encoder"}};
   for (size_t i = 0; i < sizeof subj / sizeof subj[0] && !st; i++)
     st = bus_subject_engine(prefix, a->engine_id, subj[i].kind, subj[i].buf, BUS_SUBJECT_MAX);
-  sched_actor_execute_lock_init(a);
-  if (!st) st = sched_actor_execute_init(a);
-  if (!st) st = sched_actor_health_init(a, prefix);
+  const struct output_publisher_config pc = {
+      .bus = bus, .engine_id = a->engine_id, .model_name = cfg->model_name, .instance = cfg->instance,
+      .subj_outputs = subj_outputs, .subj_stats = subj_stats, .num_blocks = cfg->sched.num_blocks,
+      .block_size = cfg->sched.block_size, .max_num_seqs = cfg->sched.max_num_seqs,
+      .max_num_batched_tokens = cfg->sched.max_num_batched_tokens, .max_model_len = cfg->sched.max_model_len,
+      .stats_interval_ms = (int32_t)(cfg->stats_idle_interval_ms > cfg->stats_interval_ms
+                                         ? cfg->stats_idle_interval_ms : cfg->stats_interval_ms),
+      .on_request_done = request_done, .user = a};
+  if (!st) st = output_publisher_create(&pc, &a->pub);
+  if (!st) st = exec_channel_create(bus, subj_execute, cfg->execute_timeout_ms, &a->exec);
+  const struct peer_health_config hc = {
+      .bus = bus, .prefix = prefix, .engine_id = a->engine_id, .heartbeat_ms = cfg->peer_heartbeat_ms,
+      .missed_beats = cfg->peer_missed_beats, .on_failure = on_peer_failure, .on_peer_up = wake_step_thread,
+      .user = a};
+  if (!st) st = peer_health_create(&hc, &a->health);
   if (st) goto fail;
   /* A previous scheduler of this engine may have left requests and blocks in the kv_manager
    * (it died): this one's mirror starts empty, so the kv_manager starts over too. */
@@ -648,14 +661,16 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
     goto fail;
   }
   a->thread_started = true;
-  st = bus_subscribe(bus, a->subj_abort, NULL, on_abort, a, NULL);
-  if (!st) st = sched_actor_resync_init(a, prefix);
-  if (!st) st = cfg->durable ? sched_actor_durable_start(a, prefix)
-                             : bus_subscribe(bus, a->subj_requests, NULL, on_request, a, NULL);
+  st = intake_subscribe(a->intake, cfg->durable ? NULL : subj_requests, subj_abort, subj_resync);
+  const struct durable_intake_config dc = {
+      .bus = bus, .prefix = prefix, .engine_id = a->engine_id, .ack_wait_ms = cfg->ack_wait_ms,
+      .max_deliver = cfg->max_deliver, .max_ack_pending = cfg->max_ack_pending,
+      .stream_replicas = cfg->stream_replicas, .deliver = deliver_request, .user = a};
+  if (!st && cfg->durable) st = durable_intake_start(&dc, &a->durable);
   if (st) goto fail;
   LLB_LOG_INFO("scheduler_started", "requests=%s num_blocks=%d block_size=%d max_num_seqs=%d "
                "max_num_batched_tokens=%d max_model_len=%d policy=%s async_scheduling=%s",
-               a->subj_requests, cfg->sched.num_blocks, cfg->sched.block_size,
+               subj_requests, cfg->sched.num_blocks, cfg->sched.block_size,
                cfg->sched.max_num_seqs, cfg->sched.max_num_batched_tokens, cfg->sched.max_model_len,
                cfg->sched.policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs",
                cfg->sched.async_scheduling ? "on" : "off");
@@ -669,38 +684,25 @@ fail:
 
 void scheduler_actor_stop(struct scheduler_actor *a) {
   if (!a) return;
-  pthread_mutex_lock(&a->mu);
-  a->stop = true;
-  pthread_cond_signal(&a->cv);
-  pthread_mutex_unlock(&a->mu);
-  sched_actor_execute_wake_for_stop(a); /* a step thread waiting for a worker reply */
+  intake_stop(a->intake);
+  exec_channel_stop(a->exec); /* a step thread waiting for a worker reply */
   if (a->thread_started) pthread_join(a->thread, NULL);
   a->thread_started = false;
-  sched_actor_durable_stop(a);
+  durable_intake_stop(a->durable);
 }
 
 void scheduler_actor_destroy(struct scheduler_actor *a) {
   if (!a) return;
   scheduler_actor_stop(a);
-  while (a->intake_head) {
-    struct req_meta *m = a->intake_head;
-    a->intake_head = m->next;
-    sched_actor_meta_free(m);
-  }
-  while (a->abort_head) {
-    struct abort_item *it = a->abort_head;
-    a->abort_head = it->next;
-    free(it);
-  }
-  sched_actor_free_output_users(&a->eo_side); /* final outputs never published */
-  sched_actor_free_output_users(&a->eo);
-  for (int64_t i = 0; i < a->num_rejected; i++) sched_actor_meta_free(a->rejected[i]);
+  intake_destroy(a->intake);
+  output_publisher_free_users(&a->eo_side); /* final outputs never published */
+  output_publisher_free_users(&a->eo);
+  for (int64_t i = 0; i < a->num_rejected; i++) req_meta_free(a->rejected[i]);
   free(a->rejected);
-  sched_actor_durable_free(a);
-  sched_actor_resync_free(a);
-  sched_actor_health_free(a);
-  sched_actor_execute_free(a);
-  sched_trace_free(a);
+  durable_intake_destroy(a->durable);
+  peer_health_destroy(a->health);
+  exec_channel_destroy(a->exec);
+  step_trace_destroy(a->trace);
   sched_destroy(a->sched);
   sched_engine_metrics_destroy(a->metrics);
   sched_output_free(&a->out);
@@ -713,32 +715,36 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   sched_str_list_free(&a->carry_free_mm);
   encoder_step_free(&a->enc);
   sched_wire_free(&a->wire);
-  free(a->outs);
-  llb_arena_destroy(&a->req_arena);
-  llb_arena_destroy(&a->abort_arena);
-  llb_arena_destroy(&a->resync_arena);
+  output_publisher_destroy(a->pub);
   llb_arena_destroy(&a->arena);
   llb_buf_free(&a->buf);
-  llb_buf_free(&a->req_err_buf);
-  pthread_cond_destroy(&a->cv);
-  pthread_mutex_destroy(&a->mu);
   free(a);
 }
 
 void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_actor_counters *out) {
+  uint64_t peer_fail = 0, bus_recoveries = 0;
+  struct durable_intake_counters dc;
+  durable_intake_get_counters(a->durable, &dc);
+  struct intake_counters ic = {0};
+  if (a->intake) intake_get_counters(a->intake, &ic);
+  if (a->health) peer_health_counters(a->health, &peer_fail, &bus_recoveries);
   *out = (struct scheduler_actor_counters){
       .num_steps = atomic_load(&a->c_steps), .num_requests = atomic_load(&a->c_requests),
-      .num_rejected = atomic_load(&a->c_rejected), .num_aborted = atomic_load(&a->c_aborted),
+      .num_rejected = atomic_load(&a->c_rejected) + ic.rejected, .num_aborted = ic.aborted,
       .num_kv_failures = atomic_load(&a->c_kv_fail),
       .num_execute_failures = atomic_load(&a->c_exec_fail),
       .num_encoder_failures = atomic_load(&a->c_enc_fail),
-      .num_outputs_published = atomic_load(&a->c_pub),
-      .num_peer_failures = atomic_load(&a->c_peer_fail),
-      .num_replayed = atomic_load(&a->c_replayed),
-      .num_dead_lettered = atomic_load(&a->c_dead_lettered),
-      .num_redelivered_held = atomic_load(&a->c_redelivered_held),
-      .num_acked = atomic_load(&a->c_acked),
+      .num_outputs_published = a->pub ? output_publisher_num_published(a->pub) : 0,
+      .num_peer_failures = peer_fail,
+      .num_replayed = dc.replayed,
+      .num_dead_lettered = dc.dead_lettered,
+      .num_redelivered_held = dc.redelivered_held,
+      .num_acked = dc.acked,
       .num_resyncs = atomic_load(&a->c_resyncs),
       .num_history_resumed = atomic_load(&a->c_history_resumed),
-      .num_bus_recoveries = atomic_load(&a->c_bus_recoveries)};
+      .num_bus_recoveries = bus_recoveries};
+}
+
+void scheduler_actor_announce_draining(struct scheduler_actor *a) {
+  if (a && a->pub) output_publisher_announce_draining(a->pub);
 }

@@ -171,7 +171,7 @@ static void test_max_tokens_minus_one_fills_the_context(void **state) {
   struct inproc_errors errs;
   struct inproc_processed out;
   assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
-  assert_int_equal(out.requests[0].sampling_params.max_tokens, MAX_MODEL_LEN - 2);
+  assert_int_equal(out.requests[0].sampling_params->max_tokens, MAX_MODEL_LEN - 2);
   assert_int_equal(out.requests[0].num_prompt_tokens, 2);
   assert_int_equal(out.requests[0].prompt_token_ids[1], 11);
   inproc_processed_free(&out);
@@ -237,9 +237,9 @@ static void test_logit_bias_and_priority_reach_the_engine_request(void **state) 
   struct inproc_processed out;
   assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
   assert_int_equal(out.requests[0].priority, -3);
-  assert_int_equal(out.requests[0].sampling_params.num_logit_bias, 1);
-  assert_int_equal(out.requests[0].sampling_params.logit_bias[0].token_id, 7);
-  assert_true(out.requests[0].sampling_params.logit_bias[0].bias == -100.0f);
+  assert_int_equal(out.requests[0].sampling_params->num_logit_bias, 1);
+  assert_int_equal(out.requests[0].sampling_params->logit_bias[0].token_id, 7);
+  assert_true(out.requests[0].sampling_params->logit_bias[0].bias == -100.0f);
   inproc_processed_free(&out);
 }
 
@@ -289,9 +289,9 @@ static void test_seed_is_drawn_when_missing_and_kept_when_given(void **state) {
   struct inproc_errors errs;
   struct inproc_processed a, b;
   assert_int_equal(inproc_process(proc, &r, &a, &errs), LLB_STATUS_OK);
-  assert_true(a.requests[0].sampling_params.has_seed);
+  assert_true(a.requests[0].sampling_params->has_seed);
   assert_int_equal(inproc_process(proc, &r, &b, &errs), LLB_STATUS_OK);
-  assert_true(a.requests[0].sampling_params.seed != b.requests[0].sampling_params.seed);
+  assert_true(a.requests[0].sampling_params->seed != b.requests[0].sampling_params->seed);
   /* Ids: external id, '-', 16 hex digits; different each time. */
   assert_int_equal(strncmp(a.requests[0].request_id, "req-1-", 6), 0);
   assert_int_equal(strlen(a.requests[0].request_id), 6 + 16);
@@ -301,7 +301,7 @@ static void test_seed_is_drawn_when_missing_and_kept_when_given(void **state) {
   r.sampling_params.has_seed = true;
   r.sampling_params.seed = 1234;
   assert_int_equal(inproc_process(proc, &r, &a, &errs), LLB_STATUS_OK);
-  assert_int_equal(a.requests[0].sampling_params.seed, 1234);
+  assert_int_equal(a.requests[0].sampling_params->seed, 1234);
   inproc_processed_free(&a);
 }
 
@@ -347,7 +347,7 @@ static void test_n_fans_out_into_children_with_distinct_ids_and_streams(void **s
   struct inproc_processed out;
   assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
   assert_int_equal(out.num_requests, 4);
-  uint64_t seed = out.requests[0].sampling_params.seed;
+  uint64_t seed = out.requests[0].sampling_params->seed;
   for (int i = 0; i < 4; i++) {
     const struct inproc_engine_request *e = &out.requests[i];
     char want[INPROC_MAX_ID_BYTES + 16];
@@ -356,8 +356,8 @@ static void test_n_fans_out_into_children_with_distinct_ids_and_streams(void **s
     assert_string_equal(e->external_request_id, "req-1");
     assert_int_equal(e->child_index, i);
     assert_int_equal(e->num_children, 4);
-    assert_int_equal(e->sampling_params.n, 1);
-    assert_int_equal(e->sampling_params.seed, seed); /* same seed, the stream index differs */
+    assert_int_equal(e->sampling_params->n, 1);
+    assert_int_equal(e->sampling_params->seed, seed); /* same seed, the stream index differs */
     assert_ptr_equal(e->prompt_token_ids, out.prompt_token_ids);
     assert_int_equal(e->priority, -3);
     assert_string_equal(e->cache_salt, "tenant-a");

@@ -169,7 +169,7 @@ static void process(const struct tokenizer *tok, bool ignore_eos, struct inproc_
 static enum sched_finish_reason first_token_finish(const struct inproc_engine_request *e, int32_t token) {
   struct sched_new_request nr = {.request_id = e->request_id, .prompt_token_ids = e->prompt_token_ids,
                                  .num_prompt_tokens = (int32_t)e->num_prompt_tokens,
-                                 .sampling_params = &e->sampling_params, .eos_token_id = e->eos_token_id};
+                                 .sampling_params = e->sampling_params, .eos_token_id = e->eos_token_id};
   struct sched_request *r = NULL;
   assert_int_equal(sched_request_create(&nr, 64, 16, 0, &r), LLB_STATUS_OK);
   const enum sched_finish_reason fr = sched_request_append_token(r, token, 64);
@@ -183,7 +183,7 @@ static void test_each_eog_token_stops_a_request_and_other_control_tokens_do_not(
   process(fx->tok, false, &out);
   const struct inproc_engine_request *e = &out.requests[0];
   assert_int_equal(e->eos_token_id, 2);
-  assert_int_equal(e->sampling_params.num_stop_token_ids, (int32_t)(sizeof k_want_eog / sizeof k_want_eog[0]) - 1);
+  assert_int_equal(e->sampling_params->num_stop_token_ids, (int32_t)(sizeof k_want_eog / sizeof k_want_eog[0]) - 1);
   for (size_t i = 0; i < sizeof k_want_eog / sizeof k_want_eog[0]; i++)
     if (first_token_finish(e, k_want_eog[i]) != SCHED_FINISH_REASON_STOP)
       fail_msg("EOG token %d did not stop the request", k_want_eog[i]);
@@ -197,7 +197,7 @@ static void test_ignore_eos_adds_no_eog_stop_ids(void **state) {
   struct fixture *fx = *state;
   struct inproc_processed out;
   process(fx->tok, true, &out);
-  assert_int_equal(out.requests[0].sampling_params.num_stop_token_ids, 0);
+  assert_int_equal(out.requests[0].sampling_params->num_stop_token_ids, 0);
   assert_int_equal(first_token_finish(&out.requests[0], ID_IM_END), SCHED_FINISH_REASON_NONE);
   inproc_processed_free(&out);
 }

@@ -1,10 +1,10 @@
-/* Gathering prompt logprobs per request; see actor_prompt_logprobs.h. */
-#include "actors/scheduler/actor_prompt_logprobs.h"
+/* Gathering prompt logprobs per request; see prompt_logprobs.h. */
+#include "actors/scheduler/prompt_logprobs.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/scheduler/actor_internal.h"
+#include "actors/scheduler/req_meta.h"
 #include "base/log.h"
 #include "schemas/model_runner_output.h"
 
@@ -39,14 +39,14 @@ static bool append(struct sched_prompt_logprobs *p, const struct llb_logprobs_li
   return true;
 }
 
-void sched_actor_collect_prompt_logprobs(struct scheduler_actor *a, const struct llb_model_runner_output *mro) {
+void sched_prompt_logprobs_collect(const struct scheduler *sched, const struct llb_model_runner_output *mro) {
   const struct llb_logprobs_lists *ll = &mro->prompt_logprobs;
   if (ll->num_tokens == 0) return;
   int64_t first = 0;
   for (int32_t i = 0; i < mro->num_reqs; first += mro->num_prompt_logprobs[i], i++) {
     const int32_t count = mro->num_prompt_logprobs[i];
     if (count == 0) continue;
-    struct req_meta *m = sched_actor_meta(a, mro->req_ids[i].data);
+    struct req_meta *m = req_meta_find(sched, mro->req_ids[i].data);
     if (!m) continue;
     const int32_t cols = 1 + m->params.prompt_logprobs;
     if (m->plp.sent || cols < 1 || cols > ll->num_logprobs_per_token) continue;

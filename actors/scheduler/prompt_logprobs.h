@@ -4,15 +4,15 @@
  * rows = prompt tokens 1..P-1), as vLLM's first RequestOutput carries prompt_logprobs. A chunk
  * computed again (preemption by recompute, a replay) adds nothing: rows are kept by prompt
  * index. Size: (P - 1) rows of 1 + k columns, bounded by the input processor's limit. */
-#ifndef LLB_ACTORS_SCHEDULER_ACTOR_PROMPT_LOGPROBS_H
-#define LLB_ACTORS_SCHEDULER_ACTOR_PROMPT_LOGPROBS_H
+#ifndef LLB_ACTORS_SCHEDULER_PROMPT_LOGPROBS_H
+#define LLB_ACTORS_SCHEDULER_PROMPT_LOGPROBS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "schemas/codec.h"
 
-struct scheduler_actor;
+struct scheduler;
 struct llb_model_runner_output;
 
 struct sched_prompt_logprobs {
@@ -25,10 +25,11 @@ struct sched_prompt_logprobs {
   bool sent;       /* went out with an output */
 };
 
-/* Adds the rows of mro (this step's worker reply) to each request's gathered rows (requests a
- * does not know, or whose rows went out already, are skipped). OUT_OF_MEMORY drops the rows
- * and is logged: the request then gets its output without prompt logprobs. */
-void sched_actor_collect_prompt_logprobs(struct scheduler_actor *a, const struct llb_model_runner_output *mro);
+/* Adds the rows of mro (this step's worker reply) to the gathered rows of each request's meta
+ * (req_meta.h, found in sched; requests it does not know, or whose rows went out already, are
+ * skipped). OUT_OF_MEMORY drops the rows and is logged: the request then gets its output
+ * without prompt logprobs. Step thread. */
+void sched_prompt_logprobs_collect(const struct scheduler *sched, const struct llb_model_runner_output *mro);
 
 /* The gathered rows as lists (valid until p is freed), marking them sent; empty when there are
  * none or they were sent already. */

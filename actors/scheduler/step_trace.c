@@ -9,12 +9,13 @@
  *
  * Everything runs on the step thread; nothing is built when tracing is off on the bus or the
  * request is not sampled. Spans are handed to the bus's exporter (a copy under a mutex). */
-#include "actors/scheduler/actor_trace.h"
+#include "actors/scheduler/step_trace.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/scheduler/actor_internal.h"
+#include "actors/scheduler/req_meta.h"
+#include "actors/scheduler/scheduler.h"
 #include "base/log.h"
 #include "bus/span.h"
 
@@ -29,8 +30,20 @@ struct sched_step_trace {
   const char **req_ids;   /* [cap]: borrowed from the scheduler's output, valid until encoded */
 };
 
-void sched_trace_request_init(struct req_meta *m, const struct llb_engine_core_request *r) {
-  memset(&m->trace, 0, sizeof m->trace);
+struct step_trace {
+  struct bus *bus;
+  struct sched_step_trace *steps[SCHED_TRACE_STEPS]; /* allocated on first use */
+};
+
+llb_status step_trace_create(struct bus *bus, struct step_trace **out) {
+  *out = calloc(1, sizeof **out);
+  if (!*out) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "step trace");
+  (*out)->bus = bus;
+  return LLB_STATUS_OK;
+}
+
+void step_trace_request_init(struct sched_req_trace *t, const struct llb_engine_core_request *r) {
+  memset(t, 0, sizeof *t);
   if (!r->traceparent.len || r->traceparent.len > BUS_TRACEPARENT_LEN) return;
   struct bus_trace_ctx ctx;
   if (bus_traceparent_parse(r->traceparent.data, &ctx) != LLB_STATUS_OK) {
@@ -43,32 +56,32 @@ void sched_trace_request_init(struct req_meta *m, const struct llb_engine_core_r
     char c = r->trace_parent_span_id.data[i];
     parent_ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
   }
-  m->trace.on = true;
-  m->trace.ctx = ctx;
-  memcpy(m->trace.traceparent, r->traceparent.data, r->traceparent.len);
-  m->trace.traceparent[r->traceparent.len] = '\0';
-  if (parent_ok) memcpy(m->trace.parent_span_id, r->trace_parent_span_id.data, 16);
-  m->trace.start_time_ns = r->trace_start_time_ns;
+  t->on = true;
+  t->ctx = ctx;
+  memcpy(t->traceparent, r->traceparent.data, r->traceparent.len);
+  t->traceparent[r->traceparent.len] = '\0';
+  if (parent_ok) memcpy(t->parent_span_id, r->trace_parent_span_id.data, 16);
+  t->start_time_ns = r->trace_start_time_ns;
 }
 
-void sched_trace_fill_output(const struct req_meta *m, struct llb_engine_core_output *o) {
-  if (!m->trace.on) return;
-  o->traceparent = llb_str_c(m->trace.traceparent);
-  o->trace_parent_span_id = llb_str_c(m->trace.parent_span_id);
-  o->trace_start_time_ns = m->trace.start_time_ns;
+void step_trace_fill_output(const struct sched_req_trace *t, struct llb_engine_core_output *o) {
+  if (!t->on) return;
+  o->traceparent = llb_str_c(t->traceparent);
+  o->trace_parent_span_id = llb_str_c(t->parent_span_id);
+  o->trace_start_time_ns = t->start_time_ns;
 }
 
-static struct sched_step_trace *record_for(struct scheduler_actor *a, uint64_t step) {
+static struct sched_step_trace *record_for(struct step_trace *t, uint64_t step) {
   for (int i = 0; i < SCHED_TRACE_STEPS; i++)
-    if (a->trace_steps[i] && a->trace_steps[i]->used && a->trace_steps[i]->step == step) return a->trace_steps[i];
+    if (t->steps[i] && t->steps[i]->used && t->steps[i]->step == step) return t->steps[i];
   return NULL;
 }
 
 /* A free record (allocated on first use); NULL when all are busy or memory is short. */
-static struct sched_step_trace *free_record(struct scheduler_actor *a) {
+static struct sched_step_trace *free_record(struct step_trace *t) {
   for (int i = 0; i < SCHED_TRACE_STEPS; i++) {
-    if (!a->trace_steps[i]) a->trace_steps[i] = calloc(1, sizeof *a->trace_steps[i]);
-    if (a->trace_steps[i] && !a->trace_steps[i]->used) return a->trace_steps[i];
+    if (!t->steps[i]) t->steps[i] = calloc(1, sizeof *t->steps[i]);
+    if (t->steps[i] && !t->steps[i]->used) return t->steps[i];
   }
   return NULL;
 }
@@ -87,9 +100,9 @@ static bool record_reserve(struct sched_step_trace *r, int32_t n) {
 }
 
 /* Opens request `id`'s step span in `r` (and records its queue span on first scheduling). */
-static void open_step_span(struct scheduler_actor *a, struct sched_step_trace *r, const char *id,
+static void open_step_span(struct step_trace *t, const struct scheduler *sched, struct sched_step_trace *r, const char *id,
                            int32_t num_tokens, int32_t num_computed, int32_t batch_size) {
-  struct req_meta *m = sched_actor_meta(a, id);
+  struct req_meta *m = req_meta_find(sched, id);
   if (!m || !m->trace.on || r->num >= r->cap) return;
   if (!m->trace.queue_recorded) {
     m->trace.queue_recorded = true;
@@ -98,7 +111,7 @@ static void open_step_span(struct scheduler_actor *a, struct sched_step_trace *r
     q.start_unix_ns = m->queued_time_ns;
     q.end_unix_ns = r->plan_ns;
     bus_span_attr_str(&q, "llmbus.request_id", id);
-    bus_span_end(a->bus, &q);
+    bus_span_end(t->bus, &q);
   }
   struct bus_span *s = &r->spans[r->num];
   bus_span_begin(s, &m->trace.ctx, "scheduler.step", BUS_SPAN_KIND_INTERNAL);
@@ -113,51 +126,51 @@ static void open_step_span(struct scheduler_actor *a, struct sched_step_trace *r
   r->num++;
 }
 
-void sched_trace_step_planned(struct scheduler_actor *a, int64_t plan_ns, int64_t kv_start_ns, int64_t kv_end_ns) {
-  if (!bus_tracing_enabled(a->bus)) return;
-  const struct sched_output *o = &a->out;
+void step_trace_planned(struct step_trace *t, const struct scheduler *sched, const struct sched_output *o,
+                        int64_t plan_ns, int64_t kv_start_ns, int64_t kv_end_ns) {
+  if (!bus_tracing_enabled(t->bus)) return;
   const int32_t batch = o->num_new_reqs + o->num_cached_reqs;
   bool any = false;
   for (int32_t i = 0; i < o->num_new_reqs && !any; i++) {
-    const struct req_meta *m = sched_actor_meta(a, o->new_reqs[i].req_id);
+    const struct req_meta *m = req_meta_find(sched, o->new_reqs[i].req_id);
     any = m && m->trace.on;
   }
   for (int32_t i = 0; i < o->num_cached_reqs && !any; i++) {
-    const struct req_meta *m = sched_actor_meta(a, o->cached_reqs[i].req_id);
+    const struct req_meta *m = req_meta_find(sched, o->cached_reqs[i].req_id);
     any = m && m->trace.on;
   }
   if (!any) return;
-  struct sched_step_trace *r = free_record(a);
+  struct sched_step_trace *r = free_record(t);
   if (!r || !record_reserve(r, batch)) return;
   r->used = true, r->step = o->step, r->num = 0;
   r->plan_ns = plan_ns, r->kv_start_ns = kv_start_ns, r->kv_end_ns = kv_end_ns;
   r->exec_send_ns = r->exec_recv_ns = 0;
   for (int32_t i = 0; i < o->num_new_reqs; i++)
-    open_step_span(a, r, o->new_reqs[i].req_id, o->new_reqs[i].num_scheduled_tokens,
+    open_step_span(t, sched, r, o->new_reqs[i].req_id, o->new_reqs[i].num_scheduled_tokens,
                    o->new_reqs[i].num_computed_tokens, batch);
   for (int32_t i = 0; i < o->num_cached_reqs; i++)
-    open_step_span(a, r, o->cached_reqs[i].req_id, o->cached_reqs[i].num_scheduled_tokens,
+    open_step_span(t, sched, r, o->cached_reqs[i].req_id, o->cached_reqs[i].num_scheduled_tokens,
                    o->cached_reqs[i].num_computed_tokens, batch);
 }
 
-void sched_trace_fill_wire(struct scheduler_actor *a, uint64_t step, struct llb_scheduled_tokens *t, int32_t n) {
-  struct sched_step_trace *r = record_for(a, step);
+void step_trace_fill_wire(struct step_trace *t, uint64_t step, struct llb_scheduled_tokens *tokens, int32_t n) {
+  struct sched_step_trace *r = record_for(t, step);
   if (!r) return;
   /* both lists are in the scheduler's order (new requests, then cached): walk them together */
   int32_t k = 0;
   for (int32_t i = 0; i < n && k < r->num; i++) {
-    if (t[i].req_id.data != r->req_ids[k] && strcmp(t[i].req_id.data, r->req_ids[k]) != 0) continue;
-    t[i].traceparent = llb_str_c(r->traceparents[k++]);
+    if (tokens[i].req_id.data != r->req_ids[k] && strcmp(tokens[i].req_id.data, r->req_ids[k]) != 0) continue;
+    tokens[i].traceparent = llb_str_c(r->traceparents[k++]);
   }
 }
 
-void sched_trace_exec_sent(struct scheduler_actor *a, uint64_t step) {
-  struct sched_step_trace *r = record_for(a, step);
+void step_trace_exec_sent(struct step_trace *t, uint64_t step) {
+  struct sched_step_trace *r = record_for(t, step);
   if (r) r->exec_send_ns = llb_wall_ns();
 }
 
-void sched_trace_exec_received(struct scheduler_actor *a, uint64_t step) {
-  struct sched_step_trace *r = record_for(a, step);
+void step_trace_exec_received(struct step_trace *t, uint64_t step) {
+  struct sched_step_trace *r = record_for(t, step);
   if (r) r->exec_recv_ns = llb_wall_ns();
 }
 
@@ -172,34 +185,36 @@ static void child_span(struct bus *bus, const struct bus_span *parent, const cha
   bus_span_end(bus, &c);
 }
 
-void sched_trace_steps_done(struct scheduler_actor *a, uint64_t step, bool with_step, int64_t end_ns) {
+void step_trace_steps_done(struct step_trace *t, uint64_t step, bool with_step, int64_t end_ns) {
   if (!with_step) return;
   const int64_t now = end_ns;
   for (int i = 0; i < SCHED_TRACE_STEPS; i++) {
-    struct sched_step_trace *r = a->trace_steps[i];
+    struct sched_step_trace *r = t->steps[i];
     if (!r || !r->used || r->step > step) continue;
     /* an older step never applied was forgotten after a failure: its spans end in error */
     const bool failed = r->step < step || r->exec_recv_ns == 0;
     for (int32_t k = 0; k < r->num; k++) {
       struct bus_span *s = &r->spans[k];
       s->error = failed;
-      if (r->kv_start_ns) child_span(a->bus, s, "scheduler.kv", BUS_SPAN_KIND_CLIENT, r->kv_start_ns, r->kv_end_ns);
+      if (r->kv_start_ns) child_span(t->bus, s, "scheduler.kv", BUS_SPAN_KIND_CLIENT, r->kv_start_ns, r->kv_end_ns);
       if (r->exec_send_ns)
-        child_span(a->bus, s, "scheduler.execute", BUS_SPAN_KIND_CLIENT, r->exec_send_ns,
+        child_span(t->bus, s, "scheduler.execute", BUS_SPAN_KIND_CLIENT, r->exec_send_ns,
                    r->exec_recv_ns ? r->exec_recv_ns : now);
       s->end_unix_ns = now;
-      bus_span_end(a->bus, s);
+      bus_span_end(t->bus, s);
     }
     r->used = false;
   }
 }
 
-void sched_trace_free(struct scheduler_actor *a) {
+void step_trace_destroy(struct step_trace *t) {
+  if (!t) return;
   for (int i = 0; i < SCHED_TRACE_STEPS; i++) {
-    struct sched_step_trace *r = a->trace_steps[i];
+    struct sched_step_trace *r = t->steps[i];
     if (!r) continue;
     free(r->spans), free(r->traceparents), free(r->req_ids);
     free(r);
-    a->trace_steps[i] = NULL;
+    t->steps[i] = NULL;
   }
+  free(t);
 }

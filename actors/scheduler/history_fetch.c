@@ -14,11 +14,12 @@
  * <prefix>.engine.<eid>.history (request: an AbortRequests with the ids; reply: an
  * EngineCoreOutputs, one output per request it knows, new_token_ids from position 0). No
  * answer within HISTORY_TIMEOUT_MS (it restarted too) leaves them as they are. */
-#include <stdatomic.h>
+#include "actors/scheduler/history_fetch.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/scheduler/actor_internal.h"
+#include "actors/scheduler/scheduler.h"
 #include "base/log.h"
 #include "bus/subject.h"
 #include "schemas/engine_core_outputs.h"
@@ -60,8 +61,8 @@ static struct req_meta *find_meta(struct req_meta *list, const struct llb_str *i
 }
 
 /* A resend whose replaced request still runs here: its outputs become m's and it finishes. */
-static bool take_over(struct scheduler_actor *a, struct req_meta *m) {
-  const struct sched_request *old = sched_find_request(a->sched, m->resume_of);
+static bool take_over(struct scheduler *sched, struct sched_engine_outputs *side, struct req_meta *m) {
+  const struct sched_request *old = sched_find_request(sched, m->resume_of);
   if (!old || sched_request_is_finished(old) || old->num_prompt_tokens != m->num_prompt ||
       memcmp(old->token_ids, m->prompt, (size_t)m->num_prompt * sizeof(int32_t)) != 0)
     return false; /* history_key checked the tenant tags */
@@ -71,10 +72,9 @@ static bool take_over(struct scheduler_actor *a, struct req_meta *m) {
     m->num_resume = n;
   }
   const char *ids[1] = {m->resume_of};
-  (void)sched_abort_requests(a->sched, ids, 1, SCHED_FINISH_REASON_ABORT, &a->eo_side);
+  (void)sched_abort_requests(sched, ids, 1, SCHED_FINISH_REASON_ABORT, side);
   m->resync = true; /* its first output carries everything from position 0: the output
                        processor registers it with the history instead of asking for it */
-  atomic_fetch_add(&a->c_history_resumed, 1);
   LLB_LOG_INFO("request_taken_over", "req=%s replaces=%s outputs=%d", m->id, m->resume_of, m->num_resume);
   free(m->resume_of); /* done: nothing to ask the output processor */
   m->resume_of = NULL;
@@ -100,16 +100,20 @@ static int32_t take_reply(struct req_meta *list, const struct llb_engine_core_ou
   return n;
 }
 
-void sched_actor_fetch_history(struct scheduler_actor *a, struct req_meta *list) {
-  int32_t num = 0;
+int32_t history_fetch(struct bus *bus, const char *engine_id, struct scheduler *sched,
+                      struct sched_engine_outputs *side, struct req_meta *list) {
+  int32_t num = 0, taken = 0;
   for (struct req_meta *m = list; m; m = m->next) {
     const char *k = history_key(m);
-    if (k && k == m->resume_of && take_over(a, m)) continue;
+    if (k && k == m->resume_of && take_over(sched, side, m)) {
+      taken++;
+      continue;
+    }
     num += k != NULL;
   }
-  if (num == 0) return;
+  if (num == 0) return taken;
   struct llb_str *ids = calloc((size_t)num, sizeof *ids);
-  if (!ids) return;
+  if (!ids) return taken;
   int32_t k = 0;
   for (struct req_meta *m = list; m && k < num; m = m->next)
     if (history_key(m)) ids[k++] = llb_str_c(history_key(m));
@@ -118,9 +122,9 @@ void sched_actor_fetch_history(struct scheduler_actor *a, struct req_meta *list)
   struct bus_msg *reply = NULL;
   const struct llb_abort_requests req = {.version = 1, .request_ids = ids, .num_request_ids = num};
   const int64_t t0 = llb_now_ns();
-  llb_status st = bus_subject_engine(bus_prefix(a->bus), a->engine_id, "history", subject, sizeof subject);
+  llb_status st = bus_subject_engine(bus_prefix(bus), engine_id, "history", subject, sizeof subject);
   if (!st) st = llb_abort_requests_encode_buf(&req, &buf);
-  if (!st) st = bus_request(a->bus, subject, buf.data, buf.len, NULL, HISTORY_TIMEOUT_MS, &reply);
+  if (!st) st = bus_request(bus, subject, buf.data, buf.len, NULL, HISTORY_TIMEOUT_MS, &reply);
   int32_t got = 0;
   if (!st) {
     struct llb_arena arena;
@@ -134,8 +138,8 @@ void sched_actor_fetch_history(struct scheduler_actor *a, struct req_meta *list)
   LLB_LOG_INFO("replay_history", "asked=%d with_history=%d status=%s error=%s ms=%.1f", num, got,
                llb_strerror(st), st ? llb_log_quote(q, sizeof q, llb_err_last()) : "\"\"",
                (double)(llb_now_ns() - t0) / 1e6);
-  atomic_fetch_add(&a->c_history_resumed, (uint64_t)got);
   bus_msg_destroy(reply);
   llb_buf_free(&buf);
   free(ids);
+  return taken + got;
 }
