@@ -565,9 +565,12 @@ static void signal_group(struct child *c, int sig) {
   if (kill(-c->pid, sig) != 0) kill(c->pid, sig);
 }
 
-/* Whether child c is in the set stop_set stops: nats-server, or the actors of one stage. */
+/* Whether child c is in the set stop_set stops: nats-server, or the actors of one stage (a
+ * stage out of range counts as the nearest one, so every child is stopped). */
 static bool in_stop_set(const struct child *c, bool nats, int stage) {
-  return c->is_nats == nats && (nats || c->spec.stop_stage == stage);
+  int own = c->spec.stop_stage < 0 ? 0 : c->spec.stop_stage;
+  if (own >= SUPERVISOR_STOP_STAGES) own = SUPERVISOR_STOP_STAGES - 1;
+  return c->is_nats == nats && (nats || own == stage);
 }
 
 /* SIGTERM to every running child of the set (nats-server, or the actors of stop stage
