@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "model/tokenizer_internal.h"
 
 /* ---- GPT-2 bytes_to_unicode ---- */
@@ -149,19 +150,9 @@ static llb_status span_push(struct span_vec *v, size_t start, size_t len) {
 
 /* Length of the valid UTF-8 sequence at s (n bytes left); 0 if invalid or truncated. */
 static size_t utf8_valid_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  size_t need;
-  unsigned lo = 0x80, hi = 0xBF;
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) need = 1;
-  else if (c >= 0xE0 && c <= 0xEF) need = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-  else if (c >= 0xF0 && c <= 0xF4) need = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-  else return 0;
-  if (need >= n) return 0;
-  if (s[1] < lo || s[1] > hi) return 0;
-  for (size_t i = 2; i <= need; i++)
-    if ((s[i] & 0xC0) != 0x80) return 0;
-  return need + 1;
+  size_t prefix;
+  const int len = llb_utf8_scan(s, n, &prefix);
+  return len > 0 ? (size_t)len : 0;
 }
 
 /* Splits one valid-UTF-8 span with regex re: matches and the text between them become
