@@ -12,6 +12,9 @@
 #define RL_READ_BYTES ((size_t)512 << 20)
 #define RL_READ_REPEATS 5
 #define RL_INT8_ITERS 20000000L /* per thread: ~0.1-0.3 s on a 2-4 GHz core */
+/* Timed int8 runs; the peak is the best of them (a run whose threads the OS put on one core
+ * for part of it measured half the peak: 1010 / 1079 / 2132 GOPS in three runs here). */
+#define RL_INT8_REPEATS 3
 #define RL_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #define RL_AVX2 __attribute__((target("avx2")))
 
@@ -124,10 +127,14 @@ static llb_status measure_int8(int threads, enum cpu_simd_level level, double *o
   struct rl_job jobs[256];
   for (int t = 0; t < threads; t++) jobs[t] = (struct rl_job){.level = level};
   (void)run_threads(int8_loop, jobs, threads); /* warm-up: clocks, AVX-512 license */
-  for (int t = 0; t < threads; t++) jobs[t] = (struct rl_job){.level = level};
-  const double s = run_threads(int8_loop, jobs, threads);
-  if (s <= 0) return LLB_ERRF(LLB_STATUS_IO, "roofline: could not start %d threads", threads);
-  *ops_per_s = 2.0 * macs_per_iter(level) * (double)jobs[0].n * threads / s;
+  *ops_per_s = 0;
+  for (int r = 0; r < RL_INT8_REPEATS; r++) {
+    for (int t = 0; t < threads; t++) jobs[t] = (struct rl_job){.level = level};
+    const double s = run_threads(int8_loop, jobs, threads);
+    if (s <= 0) return LLB_ERRF(LLB_STATUS_IO, "roofline: could not start %d threads", threads);
+    const double rate = 2.0 * macs_per_iter(level) * (double)jobs[0].n * threads / s;
+    if (rate > *ops_per_s) *ops_per_s = rate;
+  }
   return LLB_STATUS_OK;
 }
 

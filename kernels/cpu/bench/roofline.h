@@ -20,8 +20,9 @@ struct roofline {
 };
 
 /* Measures both ceilings with `threads` threads (1..256): the read bandwidth streams a
- * 512 MiB buffer (far past any last-level cache) 5 times, the int8 peak runs independent
- * dot-product chains in registers on the best SIMD level of this CPU; ~1-2 s in all.
+ * 512 MiB buffer (far past any last-level cache) 5 times (median), the int8 peak runs
+ * independent dot-product chains in registers on the best SIMD level of this CPU, the best of
+ * 3 runs; ~1-2 s in all.
  * Errors: INVALID_ARGUMENT (threads), OUT_OF_MEMORY, IO (a thread could not start). */
 llb_status roofline_measure(int threads, struct roofline *out);
 
