@@ -126,8 +126,7 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
                o->model_path, c->architecture, c->block_count, c->vocab_size,
                (double)model_runner_kv_cache_bytes(a->runner) / (1024.0 * 1024.0),
                model_runner_num_blocks(a->runner), o->block_size, o->max_num_batched_tokens, o->num_threads,
-               o->num_threads_decode > 0 && o->num_threads_decode < o->num_threads ? o->num_threads_decode
-                                                                                    : o->num_threads,
+               o->num_threads_decode, /* 0: as threads */
                model_runner_device_name(o->device));
   *out = a;
   return LLB_STATUS_OK;

@@ -200,6 +200,9 @@ struct bench_proc_cpu {
  * the caller frees it). Errors: NOT_FOUND (root is gone), OUT_OF_MEMORY. */
 llb_status bench_tree_cpu(pid_t root, struct bench_proc_cpu **out, size_t *n_out);
 
+/* The CPU seconds of n processes of a bench_tree_cpu snapshot, summed. */
+double bench_proc_cpu_total(const struct bench_proc_cpu *v, size_t n);
+
 /* CPU time (user + system, seconds) used so far by `root` and its live descendants, from
  * /proc/<pid>/stat (clock-tick resolution); -1 if root is gone. */
 double bench_tree_cpu_seconds(pid_t root);

@@ -428,10 +428,8 @@ static llb_status bus_run(struct bus *bus, const struct engine_opts *o, const in
     }
     int32_t k = ro.num_outputs > 0 ? ro.outputs[0].num_token_ids : 0;
     for (int32_t t = 0; t < k && tokens_out && got + t < max_tokens; t++) tokens_out[got + t] = ro.outputs[0].token_ids[t];
-    if (k > 0 && got == 0 && out && cpu_root > 0 && bench_tree_cpu(cpu_root, &snap0, &n_snap0) == LLB_STATUS_OK) {
-      cpu0 = 0;
-      for (size_t i = 0; i < n_snap0; i++) cpu0 += snap0[i].cpu_s;
-    }
+    if (k > 0 && got == 0 && out && cpu_root > 0 && bench_tree_cpu(cpu_root, &snap0, &n_snap0) == LLB_STATUS_OK)
+      cpu0 = bench_proc_cpu_total(snap0, n_snap0);
     if (k > 0) {
       if (got > 0 && out)
         for (int32_t t = 0; t < k; t++)
@@ -446,8 +444,7 @@ static llb_status bus_run(struct bus *bus, const struct engine_opts *o, const in
   struct bench_proc_cpu *snap1 = NULL;
   size_t n_snap1 = 0;
   if (st == LLB_STATUS_OK && out && cpu0 >= 0 && bench_tree_cpu(cpu_root, &snap1, &n_snap1) == LLB_STATUS_OK) {
-    double cpu1 = 0;
-    for (size_t i = 0; i < n_snap1; i++) cpu1 += snap1[i].cpu_s;
+    const double cpu1 = bench_proc_cpu_total(snap1, n_snap1);
     if (cpu1 >= cpu0) {
       out->cpu_s += cpu1 - cpu0;
       out->cpu_steps += got - 1;

@@ -279,12 +279,17 @@ llb_status bench_tree_cpu(pid_t root, struct bench_proc_cpu **out, size_t *n_out
   return LLB_STATUS_OK;
 }
 
+double bench_proc_cpu_total(const struct bench_proc_cpu *v, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += v[i].cpu_s;
+  return s;
+}
+
 double bench_tree_cpu_seconds(pid_t root) {
   struct bench_proc_cpu *v;
   size_t n;
   if (bench_tree_cpu(root, &v, &n) != LLB_STATUS_OK) return -1;
-  double s = 0;
-  for (size_t i = 0; i < n; i++) s += v[i].cpu_s;
+  const double s = bench_proc_cpu_total(v, n);
   free(v);
   return s;
 }
