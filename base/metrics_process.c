@@ -1,10 +1,13 @@
 /* Process metrics from /proc/self, as Prometheus client_golang's process collector
- * (prometheus/procfs: stat fields 14-15, 22-24; /proc/stat btime; /proc/self/fd). */
+ * (prometheus/procfs: stat fields 22-24; /proc/stat btime; /proc/self/fd). CPU time comes
+ * from CLOCK_PROCESS_CPUTIME_ID (nanoseconds) rather than stat's utime + stime, whose
+ * clock ticks (10 ms) read 0 for an actor that has been mostly idle. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/metrics.h"
@@ -49,7 +52,8 @@ static void read_stat(struct process_series *p) {
     s = end + (*end == ' ');
   }
   const double ticks = (double)sysconf(_SC_CLK_TCK), page = (double)sysconf(_SC_PAGESIZE);
-  llb_series_set(p->cpu, (double)(v[11] + v[12]) / ticks); /* utime + stime */
+  struct timespec cpu;
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0) llb_series_set(p->cpu, (double)cpu.tv_sec + (double)cpu.tv_nsec * 1e-9);
   llb_series_set(p->start, boot_time_s() + (double)v[19] / ticks);
   llb_series_set(p->vms, (double)v[20]);
   llb_series_set(p->rss, (double)v[21] * page);
