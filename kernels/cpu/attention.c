@@ -285,21 +285,12 @@ ATTN_AVX2_TARGET static void attention_item_avx2(const struct attn_task *t, cons
 #endif
 
 #if ATTN_HAVE_X86
-/* The dots of q [16 * nv] with 16 keys k + l * stride (l < 16; fp16, 16 * nv each), in the
- * BATCH order: each key's dot is one 16-lane accumulator, fma in index order, then summed as
- * _mm512_reduce_add_ps (cpu_reduce16's tree: halves, quarters, (t0 + t2) + (t1 + t3)). The 16
- * accumulators are reduced together, each step of that tree done for 2 or 4 keys per
- * instruction: the same additions of the same operands, so the same bits as 16 single dots,
- * at about a fifth of the shuffles. Lane l of the result is key l's dot. */
-ATTN_AVX512_TARGET static inline __m512 qk16_avx512(const float *q, const uint16_t *k, int64_t stride,
-                                                    int32_t nv) {
-  __m512 a[16];
-  for (int l = 0; l < 16; l++) a[l] = _mm512_setzero_ps();
-  for (int32_t i = 0; i < nv; i++) {
-    const __m512 qi = _mm512_loadu_ps(q + 16 * i);
-    _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] = _mm512_fmadd_ps(
-        qi, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + l * stride + 16 * i))), a[l]);
-  }
+/* Reduces 16 dot accumulators a[l] (key l) to one register, lane l = key l's dot, as
+ * _mm512_reduce_add_ps reduces each (cpu_reduce16's tree: halves, quarters, (t0 + t2) +
+ * (t1 + t3)), each step of that tree done for 2 or 4 keys per instruction: the same additions
+ * of the same operands, so the same bits as 16 single reductions, at about a fifth of the
+ * shuffles. */
+ATTN_AVX512_TARGET static inline __m512 reduce16x16_avx512(const __m512 a[16]) {
   /* halves: b[m] = [h(2m) | h(2m+1)], h(x)[i] = x[i + 8] + x[i] */
   __m512 b[8];
   for (int m = 0; m < 8; m++)
@@ -320,10 +311,131 @@ ATTN_AVX512_TARGET static inline __m512 qk16_avx512(const float *q, const uint16
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
 }
 
+/* The dots of q [16 * nv] with 16 keys k + l * stride (l < 16; fp16, 16 * nv each), in the
+ * BATCH order: each key's dot is one 16-lane accumulator, fma in index order, then reduced
+ * (reduce16x16_avx512). Lane l of the result is key l's dot. */
+ATTN_AVX512_TARGET static inline __m512 qk16_avx512(const float *q, const uint16_t *k, int64_t stride,
+                                                    int32_t nv) {
+  __m512 a[16];
+  for (int l = 0; l < 16; l++) a[l] = _mm512_setzero_ps();
+  for (int32_t i = 0; i < nv; i++) {
+    const __m512 qi = _mm512_loadu_ps(q + 16 * i);
+    _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] = _mm512_fmadd_ps(
+        qi, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + l * stride + 16 * i))), a[l]);
+  }
+  return reduce16x16_avx512(a);
+}
+
+/* qk16_avx512 over keys already converted to float: kf [16][ATTN_MAX_DIM] (the heads of one
+ * KV head convert each key once and share it). The same fmas, so the same bits. */
+ATTN_AVX512_TARGET static inline __m512 qk16f_avx512(const float *q, const float (*kf)[ATTN_MAX_DIM], int32_t nv) {
+  __m512 a[16];
+  for (int l = 0; l < 16; l++) a[l] = _mm512_setzero_ps();
+  for (int32_t i = 0; i < nv; i++) {
+    const __m512 qi = _mm512_loadu_ps(q + 16 * i);
+    _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] =
+        _mm512_fmadd_ps(qi, _mm512_loadu_ps(kf[l] + 16 * i), a[l]);
+  }
+  return reduce16x16_avx512(a);
+}
+
+/* The scores of 16 keys (kb + o * stride on) for every head of the item, scaled (attn_score). */
+ATTN_AVX512_TARGET static void scores16_avx512(const struct backend_attn_params *p, int32_t n_h, int32_t n_ctx,
+                                               const float (*qh)[ATTN_MAX_DIM], const uint16_t *k, int64_t stride,
+                                               int32_t nv, float *scores /* [n_h, n_ctx] at this key */) {
+  float kf[16][ATTN_MAX_DIM];
+  if (n_h > 1)
+    for (int l = 0; l < 16; l++)
+      for (int32_t i = 0; i < nv; i++)
+        _mm512_storeu_ps(kf[l] + 16 * i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + l * stride + 16 * i))));
+  for (int32_t g = 0; g < n_h; g++) {
+    float *sc = scores + (int64_t)g * n_ctx;
+    const __m512 dots = n_h > 1 ? qk16f_avx512(qh[g], (const float(*)[ATTN_MAX_DIM])kf, nv)
+                                : qk16_avx512(qh[g], k, stride, nv);
+    if (p->logit_softcap > 0.0f) {
+      _mm512_storeu_ps(sc, dots);
+      for (int l = 0; l < 16; l++) sc[l] = attn_score(p, sc[l]);
+    } else {
+      _mm512_storeu_ps(sc, _mm512_mul_ps(dots, _mm512_set1_ps(p->scale))); /* attn_score */
+    }
+  }
+}
+
+/* Heads whose p.v accumulators one lane pass keeps in registers: 16 / (head_dim / 16). */
+static int32_t pv_heads_per_pass(int32_t nv, int32_t n_h) {
+  const int32_t gh = 16 / nv;
+  return gh < 1 ? 1 : gh > n_h ? n_h : gh;
+}
+
+/* Lane l of pv_avx512's pass over heads g0 .. g0 + ng - 1: their accumulators (nv registers
+ * of 16 output dims per head) over the keys j = l (mod 16) from `first`, in key order, stored
+ * to lane [ng * nv * 16]. Inlined with constant nv and ng where it matters, so the
+ * accumulators stay in registers. */
+ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
+pv_lane_avx512(const struct backend_kv_layer *kv, const struct attn_item *it, const float *scores, int64_t stride,
+               int64_t head_off, int32_t g0, int32_t l, const int32_t nv, const int32_t ng, float *lane) {
+  const int32_t n_ctx = it->n_ctx, bs = kv->block_size, first = it->first;
+  const int32_t n_blocks = (n_ctx + bs - 1) / bs, b0 = first / bs;
+  __m512 a[16];
+  for (int32_t x = 0; x < ng * nv; x++) a[x] = _mm512_setzero_ps();
+  for (int32_t b = b0; b < n_blocks; b++) {
+    const uint16_t *vb = kv->v + (int64_t)it->table[b] * bs * stride + head_off;
+    const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    int32_t o = l; /* bs % 16 == 0: key b * bs + o is in lane o % 16 */
+    while (b * bs + o < first) o += 16;
+    const float *pb = scores + (int64_t)g0 * n_ctx + b * bs;
+    for (; o < n; o += 16) {
+      const uint16_t *vr = vb + (int64_t)o * stride;
+      __m512 vf[16];
+      for (int32_t i = 0; i < nv; i++) vf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * i)));
+      for (int32_t g = 0; g < ng; g++) {
+        const __m512 pj = _mm512_set1_ps(pb[(int64_t)g * n_ctx + o]);
+        for (int32_t i = 0; i < nv; i++) a[g * nv + i] = _mm512_fmadd_ps(pj, vf[i], a[g * nv + i]);
+      }
+    }
+  }
+  for (int32_t x = 0; x < ng * nv; x++) _mm512_storeu_ps(lane + 16 * x, a[x]);
+}
+
+/* out [n_h][hd] = p.v of the item's heads in the BATCH order: the accumulator of lane l (one
+ * per head and 16 output dims) takes the keys j = l (mod 16) in key order, then the 16 lanes
+ * are summed in combine_lanes' tree. Lane by lane, so each key's V row is converted once for
+ * all the heads of a pass (the same fmas as per head, so the same bits). */
+ATTN_AVX512_TARGET static void pv_avx512(const struct backend_attn_params *p, const struct attn_item *it,
+                                         const float *scores /* [n_h, n_ctx] */, int64_t stride, int64_t head_off) {
+  const struct backend_kv_layer *kv = p->kv;
+  const int32_t hd = kv->head_dim, nv = hd / 16;
+  const int32_t gh = pv_heads_per_pass(nv, it->n_h);
+  for (int32_t g0 = 0; g0 < it->n_h; g0 += gh) {
+    const int32_t ng = it->n_h - g0 < gh ? it->n_h - g0 : gh, na = ng * nv;
+    float lane[16][16 * 16]; /* [l][g * hd + d]: ng * hd <= 256 */
+    for (int32_t l = 0; l < 16; l++) {
+#define PV_LANE(NV, NG) pv_lane_avx512(kv, it, scores, stride, head_off, g0, l, NV, NG, lane[l])
+      if (nv == 4 && ng == 3) PV_LANE(4, 3); /* head_dim 64, 3 heads per KV head (SmolLM2) */
+      else if (nv == 4 && ng == 4) PV_LANE(4, 4);
+      else if (nv == 4 && ng == 2) PV_LANE(4, 2);
+      else if (nv == 4 && ng == 1) PV_LANE(4, 1);
+      else if (nv == 8 && ng == 2) PV_LANE(8, 2); /* head_dim 128 */
+      else if (nv == 8 && ng == 1) PV_LANE(8, 1);
+      else PV_LANE(nv, ng);
+#undef PV_LANE
+    }
+    for (int32_t x = 0; x < na; x++) { /* x = g * nv + i: head g0 + g, dims 16 i .. */
+      __m512 t[16];
+      for (int l = 0; l < 16; l++) t[l] = _mm512_loadu_ps(lane[l] + 16 * x);
+      for (int l = 0; l < 8; l++) t[l] = _mm512_add_ps(t[l + 8], t[l]);
+      for (int l = 0; l < 4; l++) t[l] = _mm512_add_ps(t[l + 4], t[l]);
+      const int32_t g = x / nv, i = x % nv;
+      float *out = p->out + ((int64_t)it->tok * p->n_heads + it->h0 + g0 + g) * hd + 16 * i;
+      _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(t[0], t[2]), _mm512_add_ps(t[1], t[3])));
+    }
+  }
+}
+
 /* The BATCH order with 16-lane registers: a q.k dot is one accumulator (lane i % 16), the
- * p.v lanes j % 16 stay in 16 registers per slice of 16 output dims and are combined there in
- * combine_lanes' tree. Same numbers as the generic path. Keys are walked block by block (no
- * division per key); block_size % 16 == 0, head_dim % 16 == 0 and <= ATTN_MAX_DIM. */
+ * p.v lanes j % 16 are combined in combine_lanes' tree (pv_avx512). Same numbers as the
+ * generic path. Keys are walked block by block (no division per key); block_size % 16 == 0,
+ * head_dim % 16 == 0 and <= ATTN_MAX_DIM. */
 ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, const struct attn_item *it,
                                                      float *scores /* [n_h, n_ctx] */) {
   const struct backend_attn_params *p = t->p;
@@ -341,18 +453,10 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
     const uint16_t *kb = kv->k + (int64_t)it->table[b] * bs * stride + head_off;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
     int32_t o = b == b0 ? first - b * bs : 0;
-    /* whole groups of 16 keys: 16 dots at once, reduced together (qk16_avx512) */
+    /* whole groups of 16 keys: 16 dots at once, reduced together */
     for (; o % 16 == 0 && o + 16 <= n; o += 16)
-      for (int32_t g = 0; g < n_h; g++) {
-        float *sc = scores + (int64_t)g * n_ctx + b * bs + o;
-        const __m512 dots = qk16_avx512(qh[g], kb + o * stride, stride, hd / 16);
-        if (p->logit_softcap > 0.0f) {
-          _mm512_storeu_ps(sc, dots);
-          for (int l = 0; l < 16; l++) sc[l] = attn_score(p, sc[l]);
-        } else {
-          _mm512_storeu_ps(sc, _mm512_mul_ps(dots, _mm512_set1_ps(p->scale))); /* attn_score */
-        }
-      }
+      scores16_avx512(p, n_h, n_ctx, (const float(*)[ATTN_MAX_DIM])qh, kb + o * stride, stride, hd / 16,
+                      scores + b * bs + o);
     for (; o < n; o++) {
       const uint16_t *k = kb + o * stride;
       __m512 kf[ATTN_MAX_DIM / 16];
@@ -364,44 +468,8 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
       }
     }
   }
-  for (int32_t g = 0; g < n_h; g++) {
-    float *sg = scores + (int64_t)g * n_ctx;
-    softmax_f16(CPU_SIMD_LEVEL_AVX2, sg, first, n_ctx);
-    float *out = p->out + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd;
-    for (int32_t d0 = 0; d0 < hd; d0 += 16) {
-      __m512 a[16];
-      for (int l = 0; l < 16; l++) a[l] = _mm512_setzero_ps();
-      for (int32_t b = b0; b < n_blocks; b++) {
-        const uint16_t *vb = kv->v + (int64_t)it->table[b] * bs * stride + head_off + d0;
-        const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
-        /* keys before `first` are skipped, each key keeping its lane (j % 16, bs % 16 == 0) */
-        const int32_t o_first = b == b0 ? first - b * bs : 0;
-        for (int32_t o0 = o_first - o_first % 16; o0 < n; o0 += 16) {
-          const float *pj = sg + b * bs + o0;
-          if (o0 >= o_first && o0 + 16 <= n) { /* a whole group: no per-key bounds */
-            const uint16_t *vr = vb + (int64_t)o0 * stride;
-            _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++, vr += stride) {
-              /* one pointer step per key: without the barrier GCC keeps 16 row offsets live
-               * across the loops and spills them */
-              __asm__("" : "+r"(vr));
-              const __m256i v = _mm256_loadu_si256((const __m256i *)vr);
-              a[l] = _mm512_fmadd_ps(_mm512_set1_ps(pj[l]), _mm512_cvtph_ps(v), a[l]);
-            }
-            continue;
-          }
-          _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) {
-            if (o0 + l >= n) break;
-            if (o0 + l < o_first) continue;
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(vb + (int64_t)(o0 + l) * stride));
-            a[l] = _mm512_fmadd_ps(_mm512_set1_ps(pj[l]), _mm512_cvtph_ps(v), a[l]);
-          }
-        }
-      }
-      for (int l = 0; l < 8; l++) a[l] = _mm512_add_ps(a[l + 8], a[l]);
-      for (int l = 0; l < 4; l++) a[l] = _mm512_add_ps(a[l + 4], a[l]);
-      _mm512_storeu_ps(out + d0, _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3])));
-    }
-  }
+  for (int32_t g = 0; g < n_h; g++) softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)g * n_ctx, first, n_ctx);
+  pv_avx512(p, it, scores, stride, head_off);
 }
 #endif
 

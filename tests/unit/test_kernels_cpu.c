@@ -538,22 +538,24 @@ static void test_fp16_row_conversion_matches_scalar_rounding(void **state) {
   }
 }
 
-/* GQA attention (6 query heads on 2 KV heads), in each float order (head_dim 80: the
- * SINGLE order's 64-element steps and its double tail): the SIMD path (heads of a KV head
+/* GQA attention (H query heads on 2 KV heads), in each float order (head_dim 80: the
+ * SINGLE order's 64-element steps and its double tail; 64: SmolLM2's, whose AVX-512 p.v pass
+ * is specialized for 1 to 4 heads of a KV head): the SIMD path (heads of a KV head
  * grouped in one item when there are enough items) equals the scalar per-head path bit for
  * bit; with BATCH and SINGLE a decode row (one item per head) equals the same row computed
  * inside a long prefill; BY_QUERY_LEN gives the BATCH rows for the chunk and the SINGLE row
  * for the decode step. */
-static void check_attention_paths(const int32_t BS, int32_t window, float softcap) {
-  enum { NB = 16, BS_MAX = 16, HKV = 2, H = 6, D = 80, MB = 16, T = 40, Q = 16 };
+static void check_attention_paths(const int32_t BS, int32_t window, float softcap, const int32_t D, const int32_t H) {
+  enum { NB = 16, BS_MAX = 16, HKV = 2, HM = 8, DM = 80, MB = 16, T = 40, Q = 16 };
+  const size_t n_out = (size_t)Q * H * D * sizeof(float), n_row = (size_t)H * D * sizeof(float);
   struct backend_ctx *c = make_ctx(2);
-  static uint16_t kc[NB * BS_MAX * HKV * D], vc[NB * BS_MAX * HKV * D];
+  static uint16_t kc[NB * BS_MAX * HKV * DM], vc[NB * BS_MAX * HKV * DM];
   struct backend_kv_layer kv = {kc, vc, NB, BS, HKV, D};
   rng_state = 4242;
   int32_t table[MB];
   for (int i = 0; i < MB; i++) table[i] = (i * 7 + 3) % NB;
-  static float k[T * HKV * D], v[T * HKV * D], q[Q * H * D], o1[Q * H * D], o2[Q * H * D], od[H * D];
-  static float chunk_out[2][Q * H * D], dec_out[2][H * D]; /* BATCH, SINGLE */
+  static float k[T * HKV * DM], v[T * HKV * DM], q[Q * HM * DM], o1[Q * HM * DM], o2[Q * HM * DM], od[HM * DM];
+  static float chunk_out[2][Q * HM * DM], dec_out[2][HM * DM]; /* BATCH, SINGLE */
   int64_t slots[T];
   for (int i = 0; i < T * HKV * D; i++) k[i] = rndf() * 2, v[i] = rndf();
   for (int i = 0; i < Q * H * D; i++) q[i] = rndf();
@@ -572,7 +574,7 @@ static void check_attention_paths(const int32_t BS, int32_t window, float softca
     cpu_backend_set_simd_level(c, CPU_SIMD_LEVEL_SCALAR);
     p.out = o2;
     assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
-    assert_memory_equal(o1, o2, sizeof(o1));
+    assert_memory_equal(o1, o2, n_out);
     /* the last row alone, as a decode step, on both paths */
     struct backend_attn_params pd = p;
     pd.q = q + (Q - 1) * H * D;
@@ -580,36 +582,39 @@ static void check_attention_paths(const int32_t BS, int32_t window, float softca
     pd.num_tokens = 1;
     pd.query_start_loc = qsl1;
     assert_int_equal(backend_cpu_ops()->attention(c, &pd), LLB_STATUS_OK);
-    float od_scalar[H * D];
-    memcpy(od_scalar, od, sizeof(od));
+    float od_scalar[HM * DM];
+    memcpy(od_scalar, od, n_row);
     cpu_backend_set_simd_level(c, cpu_simd_level_detect());
     assert_int_equal(backend_cpu_ops()->attention(c, &pd), LLB_STATUS_OK);
-    assert_memory_equal(od, od_scalar, sizeof(od));
+    assert_memory_equal(od, od_scalar, n_row);
     if (order != CPU_ATTN_ORDER_BY_QUERY_LEN) {
-      assert_memory_equal(od, o1 + (Q - 1) * H * D, sizeof(od));
-      memcpy(chunk_out[order], o1, sizeof(o1));
-      memcpy(dec_out[order], od, sizeof(od));
+      assert_memory_equal(od, o1 + (Q - 1) * H * D, n_row);
+      memcpy(chunk_out[order], o1, n_out);
+      memcpy(dec_out[order], od, n_row);
     } else {
-      assert_memory_equal(o1, chunk_out[CPU_ATTN_ORDER_BATCH], sizeof(o1));
-      assert_memory_equal(od, dec_out[CPU_ATTN_ORDER_SINGLE], sizeof(od));
+      assert_memory_equal(o1, chunk_out[CPU_ATTN_ORDER_BATCH], n_out);
+      assert_memory_equal(od, dec_out[CPU_ATTN_ORDER_SINGLE], n_row);
     }
   }
   /* the two orders are different sums: not one and the same code path (over a short window
    * they may agree: fp16 products are exact in float, and fp16 probabilities absorb the q.k
    * differences) */
-  if (window == 0) assert_true(memcmp(chunk_out[0], chunk_out[1], sizeof(chunk_out[0])) != 0);
+  if (window == 0) assert_true(memcmp(chunk_out[0], chunk_out[1], n_out) != 0);
   backend_cpu_ops()->ctx_destroy(c);
 }
 
 /* Block size 8 takes the AVX2 path, 16 the AVX-512 one where the CPU has it; also with a
  * window of 19 keys (its first key inside a block and inside a 16-key softmax group) and
- * soft-capping. */
+ * soft-capping; head_dim 80 with 3 heads per KV head, 64 with 3, 4 and 1. */
 static void test_attention_bit_identical_across_paths_and_grouping(void **state) {
   (void)state;
-  check_attention_paths(8, 0, 0.0f);
-  check_attention_paths(16, 0, 0.0f);
-  check_attention_paths(8, 19, 2.0f);
-  check_attention_paths(16, 19, 0.0f);
+  check_attention_paths(8, 0, 0.0f, 80, 6);
+  check_attention_paths(16, 0, 0.0f, 80, 6);
+  check_attention_paths(8, 19, 2.0f, 80, 6);
+  check_attention_paths(16, 19, 0.0f, 80, 6);
+  check_attention_paths(16, 0, 0.0f, 64, 6);
+  check_attention_paths(16, 19, 2.0f, 64, 8);
+  check_attention_paths(16, 0, 0.0f, 64, 2);
 }
 
 /* The final-logit soft-cap op: cap * tanh(x / cap), in place, bounded by the cap. */
