@@ -539,14 +539,14 @@ static void test_fp16_row_conversion_matches_scalar_rounding(void **state) {
 }
 
 /* GQA attention (H query heads on 2 KV heads), in each float order (head_dim 80: the
- * SINGLE order's 64-element steps and its double tail; 64: SmolLM2's, whose AVX-512 p.v pass
- * is specialized for 1 to 4 heads of a KV head): the SIMD path (heads of a KV head
+ * SINGLE order's 64-element steps and its double tail; 64 (SmolLM2's) and 128, whose AVX-512
+ * p.v passes are specialized): the SIMD path (heads of a KV head
  * grouped in one item when there are enough items) equals the scalar per-head path bit for
  * bit; with BATCH and SINGLE a decode row (one item per head) equals the same row computed
  * inside a long prefill; BY_QUERY_LEN gives the BATCH rows for the chunk and the SINGLE row
  * for the decode step. */
 static void check_attention_paths(const int32_t BS, int32_t window, float softcap, const int32_t D, const int32_t H) {
-  enum { NB = 16, BS_MAX = 16, HKV = 2, HM = 8, DM = 80, MB = 16, T = 40, Q = 16 };
+  enum { NB = 16, BS_MAX = 16, HKV = 2, HM = 8, DM = 128, MB = 16, T = 40, Q = 16 };
   const size_t n_out = (size_t)Q * H * D * sizeof(float), n_row = (size_t)H * D * sizeof(float);
   struct backend_ctx *c = make_ctx(2);
   static uint16_t kc[NB * BS_MAX * HKV * DM], vc[NB * BS_MAX * HKV * DM];
@@ -605,7 +605,7 @@ static void check_attention_paths(const int32_t BS, int32_t window, float softca
 
 /* Block size 8 takes the AVX2 path, 16 the AVX-512 one where the CPU has it; also with a
  * window of 19 keys (its first key inside a block and inside a 16-key softmax group) and
- * soft-capping; head_dim 80 with 3 heads per KV head, 64 with 3, 4 and 1. */
+ * soft-capping; head_dim 80 with 3 heads per KV head, 64 with 3, 4 and 1, 128 with 2. */
 static void test_attention_bit_identical_across_paths_and_grouping(void **state) {
   (void)state;
   check_attention_paths(8, 0, 0.0f, 80, 6);
@@ -615,6 +615,7 @@ static void test_attention_bit_identical_across_paths_and_grouping(void **state)
   check_attention_paths(16, 0, 0.0f, 64, 6);
   check_attention_paths(16, 19, 2.0f, 64, 8);
   check_attention_paths(16, 0, 0.0f, 64, 2);
+  check_attention_paths(16, 0, 0.0f, 128, 4);
 }
 
 /* The final-logit soft-cap op: cap * tanh(x / cap), in place, bounded by the cap. */
