@@ -110,6 +110,33 @@ static inline float attn_score(const struct backend_attn_params *p, float dot) {
 }
 
 #if ATTN_HAVE_X86
+/* cpu_reduce16 of s [16] (t = hi + lo, quarters, (t0 + t2) + (t1 + t3)): the same additions. */
+ATTN_AVX2_TARGET static inline float softmax_reduce16_avx2(const float *s) {
+  const __m256 t = _mm256_add_ps(_mm256_loadu_ps(s + 8), _mm256_loadu_ps(s));
+  const __m128 u = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
+  const __m128 w = _mm_add_ps(u, _mm_movehl_ps(u, u));
+  return _mm_cvtss_f32(_mm_add_ss(w, _mm_movehdup_ps(w)));
+}
+
+/* Largest of s [first, n) (max is exact in any order). */
+ATTN_AVX2_TARGET static float softmax_max_avx2(const float *s, int32_t first, int32_t n) {
+  __m256 m = _mm256_set1_ps(-INFINITY);
+  int32_t j = first;
+  for (; j + 8 <= n; j += 8) m = _mm256_max_ps(_mm256_loadu_ps(s + j), m); /* a NaN score is skipped, as below */
+  float lanes[8], max = -INFINITY;
+  _mm256_storeu_ps(lanes, m);
+  for (int l = 0; l < 8; l++) max = lanes[l] > max ? lanes[l] : max;
+  for (; j < n; j++) max = s[j] > max ? s[j] : max;
+  return max;
+}
+
+/* s [first, n) *= inv. */
+ATTN_AVX2_TARGET static void softmax_scale_avx2(float *s, int32_t first, int32_t n, float inv) {
+  int32_t j = first;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(inv)));
+  for (; j < n; j++) s[j] *= inv;
+}
+
 /* s [8] = fp16(s) as float, rounding to nearest even (F16C: exact both ways). */
 ATTN_AVX2_TARGET static void softmax_round8_f16(float *s) {
   _mm256_storeu_ps(s, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(s), _MM_FROUND_TO_NEAREST_INT)));
@@ -122,20 +149,39 @@ ATTN_AVX2_TARGET static void softmax_round8_f16(float *s) {
  * tail), times (float)(1 / sum), then rounded to fp16 (kq is converted to F16 for the product
  * with the F16 V). */
 static void softmax_f16(enum cpu_simd_level level, float *s, int32_t first, int32_t n) {
+#if ATTN_HAVE_X86
+  const bool avx2 = level >= CPU_SIMD_LEVEL_AVX2;
+#else
+  const bool avx2 = false;
+#endif
   float max = -INFINITY;
-  for (int32_t j = first; j < n; j++) max = s[j] > max ? s[j] : max;
+#if ATTN_HAVE_X86
+  if (avx2) max = softmax_max_avx2(s, first, n);
+#endif
+  if (!avx2)
+    for (int32_t j = first; j < n; j++) max = s[j] > max ? s[j] : max;
   cpu_exp_sub_row(level, s + first, max, s + first, n - first);
   double sum = 0.0;
   for (int32_t j0 = first - first % 16; j0 < n; j0 += 16) {
-    float g[16] = {0};
     const int32_t a = j0 < first ? first : j0, e = n - j0 < 16 ? n : j0 + 16;
+#if ATTN_HAVE_X86
+    if (avx2 && a == j0 && e == j0 + 16) { /* a whole group */
+      sum += (double)softmax_reduce16_avx2(s + j0);
+      continue;
+    }
+#endif
+    float g[16] = {0};
     memcpy(g + (a - j0), s + a, (size_t)(e - a) * sizeof(float));
     sum += (double)cpu_reduce16(g);
   }
   const float inv = (float)(1.0 / sum);
-  for (int32_t j = first; j < n; j++) s[j] *= inv;
 #if ATTN_HAVE_X86
-  if (level >= CPU_SIMD_LEVEL_AVX2) {
+  if (avx2) softmax_scale_avx2(s, first, n, inv);
+#endif
+  if (!avx2)
+    for (int32_t j = first; j < n; j++) s[j] *= inv;
+#if ATTN_HAVE_X86
+  if (avx2) {
     int32_t j = first;
     for (; j + 8 <= n; j += 8) softmax_round8_f16(s + j);
     for (; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j]));
