@@ -37,11 +37,17 @@
 #define ATTN_COMB_DIM ATTN_MAX_DIM
 /* Largest head_dim at all. */
 #define ATTN_MAX_HEAD_DIM 1024
+/* (row, head) pairs of one work item at most. */
+#define ATTN_MAX_ROW_HEADS CPU_ATTN_MAX_ROW_HEADS
+/* Query rows of one work item at most. */
+#define ATTN_MAX_TILE_ROWS 4
 
 struct attn_task {
   const struct backend_ctx *c;
   const struct backend_attn_params *p;
   int32_t group; /* query heads per work item: n_heads / n_kv_heads, or 1 */
+  int32_t rows;  /* query rows per work item (consecutive tokens; a run of one sequence shares
+                    each key's conversion on the AVX-512 path), rows * group <= ATTN_MAX_ROW_HEADS */
 };
 
 /* Context of one work item: query row tok, heads h0 .. h0 + n_h - 1 (one KV head). */
@@ -52,12 +58,12 @@ struct attn_item {
   const int32_t *table; /* [max_blocks_per_seq] */
 };
 
-static struct attn_item attn_item_at(const struct attn_task *t, int64_t item) {
+/* The item of query row tok and heads h0 .. h0 + group - 1. */
+static struct attn_item attn_item_at(const struct attn_task *t, int32_t tok, int32_t h0) {
   const struct backend_attn_params *p = t->p;
-  const int32_t groups = p->n_heads / t->group;
   struct attn_item it;
-  it.tok = (int32_t)(item / groups);
-  it.h0 = (int32_t)(item % groups) * t->group;
+  it.tok = tok;
+  it.h0 = h0;
   it.n_h = t->group;
   it.kvh = it.h0 / (p->n_heads / p->kv->n_kv_heads);
   const int32_t s = t->c->row_seq[it.tok];
@@ -385,6 +391,16 @@ ATTN_AVX512_TARGET static inline __m512 qk16f_avx512(const float *q, const float
   return reduce16x16_avx512(a);
 }
 
+/* sc [16] = attn_score of 16 dots. */
+ATTN_AVX512_TARGET static inline void scores16_store_avx512(const struct backend_attn_params *p, __m512 dots, float *sc) {
+  if (p->logit_softcap > 0.0f) {
+    _mm512_storeu_ps(sc, dots);
+    for (int l = 0; l < 16; l++) sc[l] = attn_score(p, sc[l]);
+  } else {
+    _mm512_storeu_ps(sc, _mm512_mul_ps(dots, _mm512_set1_ps(p->scale))); /* attn_score */
+  }
+}
+
 /* The scores of 16 keys (kb + o * stride on) for every head of the item, scaled (attn_score). */
 ATTN_AVX512_TARGET static void scores16_avx512(const struct backend_attn_params *p, int32_t n_h, int32_t n_ctx,
                                                const float (*qh)[ATTN_MAX_DIM], const uint16_t *k, int64_t stride,
@@ -395,15 +411,9 @@ ATTN_AVX512_TARGET static void scores16_avx512(const struct backend_attn_params 
       for (int32_t i = 0; i < nv; i++)
         _mm512_storeu_ps(kf[l] + 16 * i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + l * stride + 16 * i))));
   for (int32_t g = 0; g < n_h; g++) {
-    float *sc = scores + (int64_t)g * n_ctx;
     const __m512 dots = n_h > 1 ? qk16f_avx512(qh[g], (const float(*)[ATTN_MAX_DIM])kf, nv)
                                 : qk16_avx512(qh[g], k, stride, nv);
-    if (p->logit_softcap > 0.0f) {
-      _mm512_storeu_ps(sc, dots);
-      for (int l = 0; l < 16; l++) sc[l] = attn_score(p, sc[l]);
-    } else {
-      _mm512_storeu_ps(sc, _mm512_mul_ps(dots, _mm512_set1_ps(p->scale))); /* attn_score */
-    }
+    scores16_store_avx512(p, dots, scores + (int64_t)g * n_ctx);
   }
 }
 
@@ -519,24 +529,113 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
 }
 #endif
 
-static void attention_chunk(void *arg, int64_t chunk, int ith) {
-  const struct attn_task *t = arg;
-  float *scores = t->c->scores + (size_t)ith * (size_t)t->c->params.max_context_len * ATTN_MAX_GROUP;
-  const struct attn_item it = attn_item_at(t, chunk);
+#if ATTN_HAVE_X86
+/* Rows it0->tok .. + nr - 1 of one sequence (n_ctx, n_ctx + 1, ... keys from key 0: no
+ * window), the heads of one KV head: attention_item_avx512 for each row, with each whole group
+ * of 16 keys converted once for all of them. Same numbers row by row. scores [nr][n_h][n_ctx of
+ * the row] in slices of n_h * (n_ctx + nr - 1). */
+ATTN_AVX512_TARGET static void attention_rows_avx512(const struct attn_task *t, const struct attn_item *it0, int32_t nr,
+                                                     float *scores) {
+  const struct backend_attn_params *p = t->p;
+  const struct backend_kv_layer *kv = p->kv;
+  const int32_t hd = kv->head_dim, nv = hd / 16, n_h = it0->n_h, bs = kv->block_size;
+  const int64_t stride = (int64_t)kv->n_kv_heads * hd, head_off = (int64_t)it0->kvh * hd;
+  const int32_t n_last = it0->n_ctx + nr - 1, n_blocks = (n_last + bs - 1) / bs;
+  float qh[ATTN_MAX_ROW_HEADS][ATTN_MAX_DIM]; /* [r * n_h + g] */
+  for (int32_t r = 0; r < nr; r++)
+    for (int32_t g = 0; g < n_h; g++) {
+      const float *q = p->q + ((int64_t)(it0->tok + r) * p->n_heads + it0->h0 + g) * hd;
+      for (int32_t i = 0; i < hd; i += 16)
+        _mm512_storeu_ps(qh[r * n_h + g] + i,
+                         _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
+    }
+  float kf[16][ATTN_MAX_DIM];
+  for (int32_t b = 0; b < n_blocks; b++) {
+    const uint16_t *kb = kv->k + (int64_t)it0->table[b] * bs * stride + head_off;
+    const int32_t n = n_last - b * bs < bs ? n_last - b * bs : bs;
+    for (int32_t o = 0; o + 16 <= n; o += 16) { /* whole groups: rows whose keys cover them */
+      const int32_t key0 = b * bs + o;
+      for (int l = 0; l < 16; l++)
+        for (int32_t i = 0; i < nv; i++)
+          _mm512_storeu_ps(kf[l] + 16 * i,
+                           _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kb + (o + l) * stride + 16 * i))));
+      for (int32_t r = 0; r < nr; r++) {
+        const int32_t n_r = it0->n_ctx + r;
+        if (key0 + 16 > n_r) continue;
+        float *sr = scores + (int64_t)r * n_h * n_last;
+        for (int32_t g = 0; g < n_h; g++) {
+          const __m512 dots = qk16f_avx512(qh[r * n_h + g], (const float(*)[ATTN_MAX_DIM])kf, nv);
+          scores16_store_avx512(p, dots, sr + (int64_t)g * n_r + key0);
+        }
+      }
+    }
+  }
+  for (int32_t r = 0; r < nr; r++) {
+    const int32_t n_r = it0->n_ctx + r;
+    float *sr = scores + (int64_t)r * n_h * n_last;
+    for (int32_t j = n_r - n_r % 16; j < n_r; j++) { /* the last keys, one by one */
+      const uint16_t *k = kv_row_at(kv, kv->k, it0->table, j, it0->kvh);
+      __m512 kv16[ATTN_MAX_DIM / 16];
+      for (int32_t i = 0; i < nv; i++) kv16[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + 16 * i)));
+      for (int32_t g = 0; g < n_h; g++) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int32_t i = 0; i < nv; i++) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh[r * n_h + g] + 16 * i), kv16[i], acc);
+        sr[(int64_t)g * n_r + j] = attn_score(p, _mm512_reduce_add_ps(acc));
+      }
+    }
+    for (int32_t g = 0; g < n_h; g++) softmax_f16(CPU_SIMD_LEVEL_AVX2, sr + (int64_t)g * n_r, 0, n_r);
+    struct attn_item ir = *it0;
+    ir.tok += r;
+    ir.n_ctx = n_r;
+    pv_avx512(p, &ir, sr, stride, head_off);
+  }
+}
+#endif
+
+/* One row's item on the best path for it. */
+static void attention_row(const struct attn_task *t, const struct attn_item *it, float *scores) {
   float acc[64 * ATTN_COMB_DIM]; /* lane accumulators of p.v */
 #if ATTN_HAVE_X86
-  if (t->c->level >= CPU_SIMD_LEVEL_AVX512_VNNI && it.order == CPU_ATTN_ORDER_BATCH &&
+  if (t->c->level >= CPU_SIMD_LEVEL_AVX512_VNNI && it->order == CPU_ATTN_ORDER_BATCH &&
       t->p->kv->head_dim % 16 == 0 && t->p->kv->head_dim <= ATTN_MAX_DIM && t->p->kv->block_size % 16 == 0) {
-    attention_item_avx512(t, &it, scores);
+    attention_item_avx512(t, it, scores);
     return;
   }
   if (t->c->level >= CPU_SIMD_LEVEL_AVX2 && t->p->kv->head_dim % 16 == 0 &&
       t->p->kv->head_dim <= ATTN_MAX_DIM) {
-    attention_item_avx2(t, &it, scores, acc);
+    attention_item_avx2(t, it, scores, acc);
     return;
   }
 #endif
-  attention_item_generic(t, &it, scores, acc);
+  attention_item_generic(t, it, scores, acc);
+}
+
+/* Work item `chunk`: query rows [tile * rows, + rows) (cut at the batch's end), heads of one
+ * KV head (or one head). A run of rows of one sequence goes through attention_rows_avx512 when
+ * it can (t->rows > 1 only without a window, on AVX-512, BATCH order); otherwise row by row. */
+static void attention_chunk(void *arg, int64_t chunk, int ith) {
+  const struct attn_task *t = arg;
+  float *scores = t->c->scores + (size_t)ith * (size_t)t->c->params.max_context_len * ATTN_MAX_ROW_HEADS;
+  const int32_t groups = t->p->n_heads / t->group, h0 = (int32_t)(chunk % groups) * t->group;
+  const int32_t tok0 = (int32_t)(chunk / groups) * t->rows;
+  const int32_t end = tok0 + t->rows < t->p->num_tokens ? tok0 + t->rows : t->p->num_tokens;
+  for (int32_t tok = tok0; tok < end;) {
+    int32_t nr = 1;
+    while (tok + nr < end && t->c->row_seq[tok + nr] == t->c->row_seq[tok]) nr++;
+    const struct attn_item it = attn_item_at(t, tok, h0);
+#if ATTN_HAVE_X86
+    if (nr > 1 && it.order == CPU_ATTN_ORDER_BATCH) { /* t->rows > 1: the AVX-512 conditions hold */
+      attention_rows_avx512(t, &it, nr, scores);
+      tok += nr;
+      continue;
+    }
+#endif
+    for (int32_t r = 0; r < nr; r++) {
+      const struct attn_item ir = attn_item_at(t, tok + r, h0);
+      attention_row(t, &ir, scores);
+    }
+    tok += nr;
+  }
 }
 
 llb_status cpu_attention(struct backend_ctx *c, const struct backend_attn_params *p) {
@@ -575,8 +674,17 @@ llb_status cpu_attention(struct backend_ctx *c, const struct backend_attn_params
    * items to share among the threads; either way each head is computed the same way */
   const int32_t per_kv = p->n_heads / kv->n_kv_heads;
   const int32_t nth = cpu_threadpool_size(c->pool);
-  struct attn_task t = {c, p, 1};
+  struct attn_task t = {c, p, 1, 1};
   if (per_kv <= ATTN_MAX_GROUP && (int64_t)p->num_tokens * kv->n_kv_heads >= 4 * (int64_t)nth) t.group = per_kv;
-  cpu_threadpool_parallel(c->pool, attention_chunk, &t, (int64_t)p->num_tokens * (p->n_heads / t.group));
+  /* tiles of rows where sequences have several (prefill) and the AVX-512 rows path takes them */
+  if (c->level >= CPU_SIMD_LEVEL_AVX512_VNNI && c->attn_order != CPU_ATTN_ORDER_SINGLE && p->sliding_window == 0 &&
+      kv->head_dim % 16 == 0 && kv->head_dim <= ATTN_MAX_DIM && kv->block_size % 16 == 0 &&
+      p->num_tokens >= ATTN_MAX_TILE_ROWS * p->num_seqs) {
+    t.rows = ATTN_MAX_ROW_HEADS / t.group < ATTN_MAX_TILE_ROWS ? ATTN_MAX_ROW_HEADS / t.group : ATTN_MAX_TILE_ROWS;
+    const int64_t tiles = (p->num_tokens + t.rows - 1) / t.rows;
+    if (tiles * (p->n_heads / t.group) < 4 * (int64_t)nth) t.rows = 1; /* too few items to share */
+  }
+  const int64_t tiles = (p->num_tokens + t.rows - 1) / t.rows;
+  cpu_threadpool_parallel(c->pool, attention_chunk, &t, tiles * (p->n_heads / t.group));
   return LLB_STATUS_OK;
 }

@@ -13,6 +13,9 @@
 #define CPU_MATMUL_MAX_WEIGHTS 3
 /* Most query heads one attention work item takes (heads sharing a KV head). */
 #define CPU_ATTN_MAX_GROUP 8
+/* Most (query row, head) pairs one attention work item takes: a tile of rows of one sequence
+ * times the heads of a KV head, sharing each key's load and conversion. */
+#define CPU_ATTN_MAX_ROW_HEADS 16
 
 /* Float order of attention's two dot products (q.k per key; p.v per output element), one of
  * the two ggml's CPU mul_mat runs on F16 operands (AVX-512 build, no flash attention):
@@ -39,7 +42,7 @@ struct backend_ctx {
   struct cpu_threadpool *pool;
   uint8_t *act;               /* [CPU_MATMUL_MAX_WEIGHTS, max_num_tokens, 4 * max_row_elems] bytes */
   size_t act_bytes;
-  float *scores;              /* [n_threads, CPU_ATTN_MAX_GROUP, max_context_len] attention probabilities */
+  float *scores;              /* [n_threads, CPU_ATTN_MAX_ROW_HEADS, max_context_len] attention probabilities */
   int32_t *row_seq;           /* [max_num_tokens] sequence of each query row */
 };
 

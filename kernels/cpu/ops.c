@@ -58,7 +58,7 @@ llb_status cpu_ctx_create(const struct backend_ctx_params *p, struct backend_ctx
   if (st != LLB_STATUS_OK) goto fail;
   c->act_bytes = (size_t)p->max_num_tokens * (size_t)p->max_row_elems * sizeof(float);
   c->act = malloc(c->act_bytes * CPU_MATMUL_MAX_WEIGHTS);
-  c->scores = malloc((size_t)p->n_threads * (size_t)p->max_context_len * CPU_ATTN_MAX_GROUP * sizeof(float));
+  c->scores = malloc((size_t)p->n_threads * (size_t)p->max_context_len * CPU_ATTN_MAX_ROW_HEADS * sizeof(float));
   c->row_seq = malloc((size_t)p->max_num_tokens * sizeof(int32_t));
   if (!c->act || !c->scores || !c->row_seq) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "cpu backend scratch (%d tokens x %lld elems)",
