@@ -9,6 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define OPS_HAVE_X86 1
+#define OPS_AVX2_TARGET __attribute__((target("avx2,fma")))
+#else
+#define OPS_HAVE_X86 0
+#endif
+
 /* Output columns per matmul chunk: about CPU_MATMUL_CHUNK_DOTS row-dots, clamped. */
 #define CPU_MATMUL_CHUNK_DOTS 256
 #define CPU_MATMUL_MIN_TILE 16
@@ -305,7 +313,51 @@ struct rope_task {
   struct backend_rope_params p;
   float theta_scale;
   int64_t per;
+  enum cpu_simd_level level;
 };
+
+/* ggml's rotate_pairs on one head's first 2 * half dims, as its -O3 -march=native build
+ * computes it (GCC contracts x0*c - x1*s to fma(x0, c, -(x1*s)) and x0*s + x1*c to
+ * fma(x0, s, x1*c)). NEOX pairs (i, i + half), NORM pairs (2i, 2i + 1). */
+static void rope_rotate(float *v, const float *cs, const float *sn, int32_t from, int32_t half, bool neox) {
+  for (int32_t i = from; i < half; i++) {
+    const int32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    const float x0 = v[a], x1 = v[b];
+    v[a] = fmaf(x0, cs[i], -(x1 * sn[i]));
+    v[b] = fmaf(x0, sn[i], x1 * cs[i]);
+  }
+}
+
+#if OPS_HAVE_X86
+/* rope_rotate 8 lanes at a time: every element the same product, negation and fma. cs2 and
+ * sn2 [2 * half] hold each pair's cos and sin twice (NORM). */
+OPS_AVX2_TARGET static void rope_rotate_avx2(float *v, const float *cs, const float *sn, const float *cs2,
+                                             const float *sn2, int32_t half, bool neox) {
+  int32_t i = 0;
+  if (neox) {
+    for (; i + 8 <= half; i += 8) {
+      const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + half + i);
+      const __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(sn + i);
+      const __m256 neg = _mm256_xor_ps(_mm256_mul_ps(x1, s), _mm256_set1_ps(-0.0f));
+      _mm256_storeu_ps(v + i, _mm256_fmadd_ps(x0, c, neg));
+      _mm256_storeu_ps(v + half + i, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+    }
+  } else {
+    const __m256 sign_even = _mm256_setr_ps(-0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f);
+    for (; i + 4 <= half; i += 4) { /* 4 pairs: lanes (x0, x1) of each */
+      const __m256 x = _mm256_loadu_ps(v + 2 * i), xs = _mm256_permute_ps(x, 0xB1); /* (x1, x0) */
+      const __m256 c2 = _mm256_loadu_ps(cs2 + 2 * i), s2 = _mm256_loadu_ps(sn2 + 2 * i);
+      const __m256 a = _mm256_blend_ps(x, xs, 0xAA);    /* (x0, x0) */
+      const __m256 b = _mm256_blend_ps(c2, s2, 0xAA);   /* (c, s) */
+      const __m256 p = _mm256_blend_ps(xs, x, 0xAA);    /* (x1, x1) */
+      const __m256 q = _mm256_blend_ps(s2, c2, 0xAA);   /* (s, c) */
+      const __m256 m = _mm256_xor_ps(_mm256_mul_ps(p, q), sign_even); /* (-(x1 s), x1 c) */
+      _mm256_storeu_ps(v + 2 * i, _mm256_fmadd_ps(a, b, m));
+    }
+  }
+  rope_rotate(v, cs, sn, i, half, neox);
+}
+#endif
 
 static void rope_chunk(void *arg, int64_t chunk, int ith) {
   (void)ith;
@@ -325,24 +377,18 @@ static void rope_chunk(void *arg, int64_t chunk, int ith) {
       sn[i] = sinf(th) * mscale;
       theta *= t->theta_scale;
     }
-    /* ggml's rotate_pairs as its -O3 -march=native build computes it (GCC contracts
-     * x0*c - x1*s to fma(x0, c, -(x1*s)) and x0*s + x1*c to fma(x0, s, x1*c)) */
-    for (int32_t h = 0; h < t->n_heads; h++) {
-      float *v = t->x + (r * t->n_heads + h) * t->head_dim;
-      if (t->p.style == BACKEND_ROPE_STYLE_NEOX) {
-        for (int32_t i = 0; i < half; i++) {
-          const float x0 = v[i], x1 = v[i + half];
-          v[i] = fmaf(x0, cs[i], -(x1 * sn[i]));
-          v[i + half] = fmaf(x0, sn[i], x1 * cs[i]);
-        }
-      } else {
-        for (int32_t i = 0; i < half; i++) {
-          const float x0 = v[2 * i], x1 = v[2 * i + 1];
-          v[2 * i] = fmaf(x0, cs[i], -(x1 * sn[i]));
-          v[2 * i + 1] = fmaf(x0, sn[i], x1 * cs[i]);
-        }
-      }
+    const bool neox = t->p.style == BACKEND_ROPE_STYLE_NEOX;
+#if OPS_HAVE_X86
+    if (t->level >= CPU_SIMD_LEVEL_AVX2) {
+      float cs2[CPU_ROPE_MAX_DIMS], sn2[CPU_ROPE_MAX_DIMS];
+      if (!neox)
+        for (int32_t i = 0; i < half; i++) cs2[2 * i] = cs2[2 * i + 1] = cs[i], sn2[2 * i] = sn2[2 * i + 1] = sn[i];
+      for (int32_t h = 0; h < t->n_heads; h++)
+        rope_rotate_avx2(t->x + (r * t->n_heads + h) * t->head_dim, cs, sn, cs2, sn2, half, neox);
+      continue;
     }
+#endif
+    for (int32_t h = 0; h < t->n_heads; h++) rope_rotate(t->x + (r * t->n_heads + h) * t->head_dim, cs, sn, 0, half, neox);
   }
 }
 
@@ -354,7 +400,7 @@ llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, i
                     head_dim, (int)p->style);
   struct rope_task t = {x, positions, n_rows, n_heads, head_dim, *p,
                         powf(p->freq_base, -2.0f / (float)p->n_dims),
-                        items_per_chunk((int64_t)n_heads * head_dim * 4)};
+                        items_per_chunk((int64_t)n_heads * head_dim * 4), c->level};
   cpu_threadpool_parallel(c->pool, rope_chunk, &t, ceil_div(n_rows, t.per));
   return LLB_STATUS_OK;
 }

@@ -224,6 +224,34 @@ static void test_matmul_bit_identical_across_paths_threads_and_batches(void **st
   backend_cpu_ops()->ctx_destroy(c2);
 }
 
+/* RoPE gives the same bits on every SIMD level: the AVX2 rotation (8 lanes, NORM pairs
+ * shuffled in registers) does each element's product, negation and fma as the scalar one;
+ * rotated dims of 64 and 40 (whole vectors and a scalar tail), both styles. */
+static void test_rope_same_bits_on_every_level(void **state) {
+  (void)state;
+  struct backend_ctx *c = make_ctx(2);
+  enum { T = 3, H = 2, D = 64 };
+  const int32_t pos[T] = {0, 5, 300};
+  for (int style = 0; style <= 2; style += 2)
+    for (int32_t n_dims = 40; n_dims <= 64; n_dims += 24) {
+      static float x[T * H * D], ref[T * H * D], y[T * H * D];
+      rng_state = 17 + (uint64_t)style + (uint64_t)n_dims;
+      for (int i = 0; i < T * H * D; i++) x[i] = rndf() * 4.0f;
+      const struct backend_rope_params p = {.n_dims = n_dims, .freq_base = 10000.0f, .freq_scale = 1.0f,
+                                            .style = (enum backend_rope_style)style};
+      memcpy(ref, x, sizeof x);
+      cpu_backend_set_simd_level(c, CPU_SIMD_LEVEL_SCALAR);
+      assert_int_equal(backend_cpu_ops()->rope(c, ref, pos, T, H, D, &p), LLB_STATUS_OK);
+      for (int lvl = CPU_SIMD_LEVEL_SCALAR + 1; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+        memcpy(y, x, sizeof x);
+        cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
+        assert_int_equal(backend_cpu_ops()->rope(c, y, pos, T, H, D, &p), LLB_STATUS_OK);
+        if (memcmp(y, ref, sizeof y) != 0) fail_msg("rope style %d dims %d: level %d differs from scalar", style, n_dims, lvl);
+      }
+    }
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
 static void test_rope_norm_and_neox_match_reference(void **state) {
   (void)state;
   struct backend_ctx *c = make_ctx(2);
@@ -748,6 +776,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_matches_references_for_all_types),
       cmocka_unit_test(test_matmul_bit_identical_across_paths_threads_and_batches),
       cmocka_unit_test(test_rope_norm_and_neox_match_reference),
+      cmocka_unit_test(test_rope_same_bits_on_every_level),
       cmocka_unit_test(test_paged_attention_matches_contiguous_reference),
       cmocka_unit_test(test_sliding_window_and_softcap_attention_match_reference),
       cmocka_unit_test(test_softcap_matches_reference),
