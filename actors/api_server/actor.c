@@ -643,11 +643,10 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
     if (c->num_subs > 1) snprintf(rid, sizeof rid, "%s-%d", id, i);
     else snprintf(rid, sizeof rid, "%s", id);
     snprintf(reply, sizeof reply, "%s.%" PRIu64, a->inbox, s->seq);
-    struct llb_sampling_params sp;
     struct llb_generate_request gr;
-    if (tok) api_tokenize_to_generate(&c->tok, rid, &sp, &gr);
-    else if (emb) api_embeddings_to_generate(c->emb, i, rid, &sp, &gr);
-    else api_request_to_generate(&c->parsed, i, rid, &sp, &gr);
+    if (tok) api_tokenize_to_generate(&c->tok, rid, &gr);
+    else if (emb) api_embeddings_to_generate(c->emb, i, rid, &gr);
+    else api_request_to_generate(&c->parsed, i, rid, &gr);
     llb_status st = llb_generate_request_encode_buf(&gr, &a->enc);
     if (st == LLB_STATUS_OK) {
       char subject[BUS_SUBJECT_MAX];
