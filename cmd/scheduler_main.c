@@ -5,13 +5,10 @@
 #include <string.h>
 
 #include "actors/scheduler/actor.h"
+#include "actors/scheduler/actor_config.h"
 #include "base/log.h"
 #include "cmd/actor/actor_main.h"
 #include "cmd/actor/spec_config.h"
-#include "model/config.h"
-#include "model/gguf.h"
-
-#define DEFAULT_MAX_MODEL_LEN_CAP 4096
 
 struct sched_main {
   struct scheduler_actor_config cfg;
@@ -27,81 +24,17 @@ struct sched_main {
 
 #define SCHED_GEOMETRY_WAIT_MS 300000 /* a worker loading a large model onto a GPU */
 
-/* From the model's config: max_model_len = min(context_length, 4096) unless --max-model-len,
- * vocab_size (token ids of requests are checked against it) unless --vocab-size. */
-static llb_status resolve_from_model(const char *model_path, struct sched_main *m, struct sched_config *out) {
-  if (m->max_model_len > 0) out->max_model_len = m->max_model_len;
-  if (m->vocab_size > 0) out->vocab_size = m->vocab_size;
-  if (m->max_model_len > 0 && m->vocab_size > 0) return LLB_STATUS_OK;
-  if (m->max_model_len > 0 && (!model_path || !model_path[0])) return LLB_STATUS_OK; /* ids checked >= 0 only */
-  struct gguf_file *f = NULL;
-  llb_status st = gguf_open(model_path, &f);
-  if (st && m->max_model_len > 0) {
-    LLB_LOG_WARN("vocab_size_unknown", "model=%s error=\"%s\": token ids are only checked >= 0", model_path,
-                 llb_err_last());
-    return LLB_STATUS_OK;
-  }
-  if (st) { /* copied first: LLB_ERRF writes the buffer llb_err_last() points to */
-    char why[400];
-    snprintf(why, sizeof why, "%s", llb_err_last());
-    return LLB_ERRF(st, "--max-model-len not given and model '%s' unreadable: %s", model_path, why);
-  }
-  struct llama_config c;
-  st = llama_config_from_gguf(f, &c);
-  gguf_close(f);
-  if (st) return st;
-  if (m->max_model_len <= 0)
-    out->max_model_len = c.context_length < DEFAULT_MAX_MODEL_LEN_CAP ? c.context_length : DEFAULT_MAX_MODEL_LEN_CAP;
-  if (m->vocab_size <= 0) out->vocab_size = c.vocab_size;
-  return LLB_STATUS_OK;
-}
-
 static llb_status sched_configure(struct actor_main *am, void *user) {
   struct sched_main *m = user;
-  struct sched_config *c = &m->cfg.sched;
-  if (strcmp(m->policy, "fcfs") == 0) c->policy = SCHED_POLICY_FCFS;
-  else if (strcmp(m->policy, "priority") == 0) c->policy = SCHED_POLICY_PRIORITY;
-  else return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--policy '%s': expected fcfs|priority", m->policy);
-  c->enable_prefix_caching = !m->no_prefix_caching;
-  c->async_scheduling = !m->no_async_scheduling;
   struct ngram_proposer_config spec;
-  llb_status sst = spec_config_parse(m->speculative_config, &spec);
-  if (sst) return sst;
-  c->num_speculative_tokens = spec.num_speculative_tokens;
-  if (spec.num_speculative_tokens > 0 && c->async_scheduling) { /* drafts come with the previous output */
-    c->async_scheduling = false;
-    LLB_LOG_INFO("async_scheduling_off", "reason=\"speculative decoding schedules the drafts of each step's "
-                 "output\" num_speculative_tokens=%d", spec.num_speculative_tokens);
-  }
-  llb_status rst = resolve_from_model(am->common.model_path, m, c);
-  if (rst) return rst;
-  c->num_lookahead_tokens = c->block_size;
-  m->cfg.engine_id = am->common.engine_id;
-  m->cfg.instance = am->common.instance;
-  if (am->common.model_path) { /* the file name: the same model on every host, wherever it lives */
-    const char *slash = strrchr(am->common.model_path, '/');
-    m->cfg.model_name = slash ? slash + 1 : am->common.model_path;
-  }
-  /* the engine's actors beat at the interval this one was given (llmbus serve and the e2e
-   * stack pass the same --heartbeat-ms to all) unless --peer-heartbeat-ms says otherwise */
-  if (m->cfg.peer_heartbeat_ms == 0) m->cfg.peer_heartbeat_ms = am->common.heartbeat_ms;
-  if (m->cfg.peer_heartbeat_ms < 0) m->cfg.peer_heartbeat_ms = 0;
-  if (m->cfg.peer_missed_beats < 1)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--peer-missed-beats %d: >= 1", m->cfg.peer_missed_beats);
-  if (c->num_blocks < 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--num-blocks %d: >= 0 (0: the worker's)", c->num_blocks);
-  if (m->cfg.ack_wait_ms < 100)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--ack-wait-ms %lld: >= 100", (long long)m->cfg.ack_wait_ms);
-  if (m->cfg.max_deliver < 1)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--max-deliver %d: >= 1", m->cfg.max_deliver);
-  m->blocks_from_worker = c->num_blocks == 0;
-  /* sched_create checks the ranges; do it now so that a bad flag is a usage error (with a
-   * stand-in block count when the worker will give it). */
-  struct sched_config probe_cfg = *c;
-  if (m->blocks_from_worker) probe_cfg.num_blocks = 1 << 20;
-  struct scheduler *probe = NULL;
-  llb_status st = sched_create(&probe_cfg, &probe);
-  sched_destroy(probe);
-  return st;
+  llb_status st = spec_config_parse(m->speculative_config, &spec);
+  if (st) return st;
+  const struct scheduler_flags f = {
+      .policy = m->policy, .no_prefix_caching = m->no_prefix_caching, .no_async_scheduling = m->no_async_scheduling,
+      .num_speculative_tokens = spec.num_speculative_tokens, .max_model_len = m->max_model_len,
+      .vocab_size = m->vocab_size, .model_path = am->common.model_path, .engine_id = am->common.engine_id,
+      .instance = am->common.instance, .heartbeat_ms = am->common.heartbeat_ms};
+  return scheduler_actor_config_resolve(&f, &m->cfg, &m->blocks_from_worker);
 }
 
 /* The engine recovering from a worker / kv_manager failure is not ready: the heartbeat says

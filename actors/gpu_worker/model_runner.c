@@ -506,18 +506,14 @@ static llb_status forward_with_masks(struct model_runner *r) {
   return LLB_STATUS_OK;
 }
 
-/* Samples every logits row into r->results; a copy of the params asks for the batch's
- * largest top-n so that all logprob rows have the same width (vLLM max_num_logprobs). */
+/* Samples every logits row into r->results; every row's logprobs get the batch's largest
+ * top-n so that all rows have the same width (vLLM max_num_logprobs). */
 static llb_status sample_all(struct model_runner *r, int32_t max_n) {
+  llb_status st_width = sampler_set_max_num_logprobs(r->sampler, max_n);
+  if (st_width) return mr_fail(r, st_width, "sampling_params.logprobs", "%s", llb_err_last());
   for (int32_t l = 0, rows = 1; l < r->num_sample_logits; l += rows) {
     struct mr_request *q = r->rows[r->logits_rows[l]];
     const struct llb_sampling_params *p = &q->sampling_params;
-    struct llb_sampling_params wide;
-    if (max_n >= 0 && p->logprobs != max_n) {
-      wide = *p;
-      wide.logprobs = max_n;
-      p = &wide;
-    }
     rows = 1;
     r->logits_used[l] = 1;
     if (q->num_spec > 0) { /* drafts: rejection sampling over its rows (runner_spec.c) */

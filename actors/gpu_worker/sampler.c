@@ -12,6 +12,7 @@ struct sampler {
   uint8_t *seen;     /* [vocab_size] prompt ∪ output mask; all zero between calls */
   float *cand_val;   /* [vocab_size] candidate logits / temperature, later their weights */
   int32_t *cand_id;  /* [vocab_size] candidate token ids, paired with cand_val */
+  int32_t max_num_logprobs; /* the batch's width (sampler_set_max_num_logprobs); -1 = each row's own */
 };
 
 /* ---- Philox4x32-10 (Random123's philox4x32_R(10, ctr, key)) ---------------------------- */
@@ -74,6 +75,7 @@ llb_status sampler_create(int32_t vocab_size, struct sampler **out) {
   struct sampler *s = calloc(1, sizeof *s);
   if (!s) goto fail;
   s->vocab_size = vocab_size;
+  s->max_num_logprobs = -1;
   s->counts = calloc((size_t)vocab_size, sizeof *s->counts);
   s->seen = calloc((size_t)vocab_size, sizeof *s->seen);
   s->cand_val = malloc((size_t)vocab_size * sizeof *s->cand_val);
@@ -97,6 +99,14 @@ void sampler_destroy(struct sampler *s) {
 }
 
 int32_t sampler_vocab_size(const struct sampler *s) { return s ? s->vocab_size : 0; }
+
+llb_status sampler_set_max_num_logprobs(struct sampler *s, int32_t n) {
+  if (!s || n < -1 || n > LLB_MAX_LOGPROBS)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler_set_max_num_logprobs: %d outside [-1, %d]", (int)n,
+                    LLB_MAX_LOGPROBS);
+  s->max_num_logprobs = n;
+  return LLB_STATUS_OK;
+}
 
 /* ---- validation ------------------------------------------------------------------------ */
 
@@ -394,13 +404,14 @@ static llb_status sample_impl(struct sampler *s, const struct llb_sampling_param
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: every logit is -inf");
   /* Log-partition for logprobs, only when they are asked for (a pass of expf). */
   double log_z = 0.0;
-  if (p->logprobs >= 0) {
+  const int32_t num_logprobs = s->max_num_logprobs >= 0 ? s->max_num_logprobs : p->logprobs;
+  if (num_logprobs >= 0) {
     double z = exp_weights(logits, s->cand_val /* [vocab] scratch, reused below */, vocab,
                            max_logit);
     log_z = (double)max_logit + log(z);
   }
 
-  int32_t num_top = p->logprobs > 0 ? p->logprobs : 0;
+  int32_t num_top = num_logprobs > 0 ? num_logprobs : 0;
   if (num_top > vocab) num_top = vocab;
   out->num_top = num_top;
   if (num_top > 0) {
@@ -461,6 +472,6 @@ static llb_status sample_impl(struct sampler *s, const struct llb_sampling_param
     *accepted = token == draft; /* greedy: the draft stands while it is the argmax */
   }
   out->token_id = token;
-  out->logprob = p->logprobs >= 0 ? (float)((double)logits[token] - log_z) : 0.0f;
+  out->logprob = num_logprobs >= 0 ? (float)((double)logits[token] - log_z) : 0.0f;
   return LLB_STATUS_OK;
 }

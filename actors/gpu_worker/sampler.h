@@ -67,6 +67,12 @@ llb_status sampler_create(int32_t vocab_size, struct sampler **out);
 /* Frees a sampler; NULL is a no-op. */
 void sampler_destroy(struct sampler *s);
 
+/* The batch's logprobs width, as vLLM v1's SamplingMetadata.max_num_logprobs: with n >= 0,
+ * every row sampled afterwards gets its logprob and a top-n of width n whatever its params'
+ * logprobs (the rows of a batch share one width on the wire); -1 (the default) = each row as
+ * its params ask. Errors: INVALID_ARGUMENT for n outside [-1, LLB_MAX_LOGPROBS] (unchanged). */
+llb_status sampler_set_max_num_logprobs(struct sampler *s, int32_t n);
+
 /* Vocabulary size the sampler was created for. */
 int32_t sampler_vocab_size(const struct sampler *s);
 

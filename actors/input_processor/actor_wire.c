@@ -42,7 +42,7 @@ const char *inproc_wire_generate_request(const struct llb_generate_request *gr, 
   if (gr->tools.len) req->tools_json = gr->tools.data;
   if (gr->chat_template_kwargs.len) req->chat_template_kwargs_json = gr->chat_template_kwargs.data;
   req->continue_final_message = gr->continue_final_message;
-  req->sampling_params = *gr->sampling_params;
+  req->sampling_params = gr->sampling_params; /* the decoded view's: lives while the message does */
   req->priority = gr->priority;
   /* Per-tenant prefix-cache salt (DESIGN.md §7): no tenant can hit another's blocks. */
   size_t salt_cap = strlen(tenant) + gr->cache_salt.len + 48;

@@ -284,7 +284,7 @@ llb_status inproc_validate(const struct inproc_t *p, const struct inproc_generat
                   : req->continue_final_message ? "continue_final_message" : NULL;
     if (f) add_error(errs, f, "needs the model's Jinja chat template (not a named chat_template)");
   }
-  validate_sampling(p, &req->sampling_params, errs);
+  validate_sampling(p, req->sampling_params, errs);
   if (req->cache_salt && !req->cache_salt[0]) add_error(errs, "cache_salt", "must not be empty");
   if (req->cache_salt && strlen(req->cache_salt) >= INPROC_MAX_CACHE_SALT_BYTES) {
     add_error(errs, "cache_salt", "is longer than %d bytes", INPROC_MAX_CACHE_SALT_BYTES - 1);
@@ -445,7 +445,7 @@ void inproc_set_max_mm_item_bytes(struct inproc_t *p, int64_t n) { p->cfg.max_mm
  * with multimodal items, whose placeholder offsets count from the untruncated prompt. */
 static llb_status truncate_prompt(const struct inproc_t *p, const struct inproc_generate_request *req,
                                   struct inproc_processed *out, struct inproc_errors *errs) {
-  int64_t keep = req->sampling_params.truncate_prompt_tokens;
+  int64_t keep = req->sampling_params->truncate_prompt_tokens;
   if (keep == -1) keep = p->cfg.max_model_len;
   if (keep <= 0 || out->num_prompt_tokens <= keep) return LLB_STATUS_OK;
   if (req->num_mm_items > 0) {
@@ -555,7 +555,7 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
   int64_t num_prompt = out->num_prompt_tokens;
   int32_t max_len = p->cfg.max_model_len;
   struct llb_sampling_params *sp = &out->sampling_params; /* the children point here */
-  *sp = req->sampling_params;
+  *sp = *req->sampling_params;
   if (num_prompt == 0) {
     add_error(errs, src, "tokenizes to no tokens");
   } else if (num_prompt >= max_len) {

@@ -52,7 +52,8 @@ struct inproc_generate_request {
   bool raw;                            /* prompt text is tokenized as is, no chat template */
   bool no_generation_prompt;           /* chat template without the assistant header
                                           (GenerateRequest.add_generation_prompt = false) */
-  struct llb_sampling_params sampling_params;
+  const struct llb_sampling_params *sampling_params; /* borrowed (the decoded GenerateRequest's);
+                                          non-NULL; copied once, into inproc_processed */
   int32_t priority;                    /* lower runs first (vLLM priority scheduling) */
   const char *cache_salt;              /* prefix-cache salt (tenant); NULL = none */
   const char *tenant;                  /* the tenant it arrived for; tagged into its ids */

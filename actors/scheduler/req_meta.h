@@ -33,7 +33,7 @@ struct req_meta {
   struct sched_mm_feature *mm; /* [num_mm], freed after admission */
   int32_t num_mm;
   void *mm_blob;          /* the features' strings and data, freed with mm */
-  struct llb_sampling_params params;
+  struct llb_sampling_params params; /* the one copy: the scheduler's request borrows it */
   struct llb_pooling_params pooling_params; /* type NONE: a generation */
   struct req_meta *next;  /* intake list */
   llb_status reject_status; /* admission refused: the error output carries it */

@@ -163,7 +163,7 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
   struct sched_request *r = calloc(1, sizeof(*r));
   if (!r) goto fail;
   r->request_id = strdup(nr->request_id);
-  r->sampling_params = *nr->sampling_params;
+  r->sampling_params = nr->sampling_params;
   r->user = nr->user;
   r->pooling_params = nr->pooling_params;
   r->eos_token_id = nr->eos_token_id;
@@ -270,7 +270,7 @@ enum sched_finish_reason sched_request_append_token(struct sched_request *r, int
   }
   r->token_ids[r->num_tokens++] = token_id;
   int32_t num_out = sched_request_num_output_tokens(r);
-  const struct llb_sampling_params *sp = &r->sampling_params;
+  const struct llb_sampling_params *sp = r->sampling_params;
   if (r->num_tokens >= max_model_len || num_out >= r->max_tokens) {
     r->status = SCHED_REQUEST_STATUS_FINISHED_LENGTH_CAPPED;
     return r->finish_reason = SCHED_FINISH_REASON_LENGTH;

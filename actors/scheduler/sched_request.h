@@ -58,12 +58,16 @@ struct sched_mm_feature {
                                sched_request_create from is_embed */
 };
 
-/* What sched_add_request needs (vLLM EngineCoreRequest); everything is copied but `user`. */
+/* What sched_add_request needs (vLLM EngineCoreRequest); everything is copied but `user` and
+ * `sampling_params`. */
 struct sched_new_request {
   const char *request_id;               /* unique among live requests, <= 255 bytes */
   const int32_t *prompt_token_ids;      /* [num_prompt_tokens], >= 1 */
   int32_t num_prompt_tokens;
-  const struct llb_sampling_params *sampling_params; /* non-NULL; copied */
+  /* non-NULL; borrowed, not copied: it must stay valid while the request is live (until it
+   * finishes; the scheduler reads it only before then). The scheduler actor's req_meta, the
+   * request's `user`, holds it (actors/scheduler/req_meta.h). */
+  const struct llb_sampling_params *sampling_params;
   int32_t eos_token_id;                 /* -1 = none */
   double arrival_time;                  /* seconds since the Unix epoch */
   int32_t priority;                     /* lower runs first (priority policy) */
@@ -92,7 +96,7 @@ struct sched_request {
    * is destroyed has it freed by sched_config.free_user. So the owner frees each user once,
    * after publishing the final output that carries it. */
   void *user;
-  struct llb_sampling_params sampling_params;
+  const struct llb_sampling_params *sampling_params; /* sched_new_request's, borrowed */
   struct llb_pooling_params pooling_params; /* type NONE: it samples */
   int32_t eos_token_id;
   double arrival_time;

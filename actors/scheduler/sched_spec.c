@@ -19,7 +19,7 @@ int32_t sched_spec_num_drafts(const struct scheduler *s, const struct sched_requ
   /* outputs the worker cannot verify a draft for get none (it proposes none either); logprobs
    * are fine: each accepted token's row is scored at its position */
   if (sched_request_is_pooling(r) || r->structured_outputs.kind != LLB_SO_NONE ||
-      r->sampling_params.prompt_logprobs >= 0)
+      r->sampling_params->prompt_logprobs >= 0)
     return 0;
   int32_t d = min32(r->num_spec_tokens, s->cfg.num_speculative_tokens);
   /* every accepted draft is an output: no more than max_tokens and max_model_len allow */

@@ -409,7 +409,7 @@ llb_status sched_assemble_output(struct scheduler *s, struct sched_output *out, 
           .num_prompt_tokens = r->num_prompt_tokens,
           .output_token_ids = r->token_ids + r->num_prompt_tokens,
           .num_output_tokens = sched_request_num_output_tokens(r),
-          .sampling_params = &r->sampling_params, .block_ids = r->block_ids,
+          .sampling_params = r->sampling_params, .block_ids = r->block_ids,
           .num_block_ids = r->num_block_ids, .num_computed_tokens = r->num_computed_tokens,
           .num_scheduled_tokens = r->num_scheduled_tokens,
           .resumed_from_preemption = r->num_preemptions > 0, .mm_features = r->mm_features,
@@ -522,7 +522,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
      * prompt computes every position: no prefix-cache hit for either (vLLM skips the prefix
      * cache for both) */
     r->lookup = s->cfg.enable_prefix_caching && !sched_request_is_pooling(r) &&
-                r->sampling_params.prompt_logprobs < 0;
+                r->sampling_params->prompt_logprobs < 0;
     mark_scheduled(s, r, n, true);
     budget -= n;
   }

@@ -53,6 +53,7 @@ struct engine {
   int32_t num_out[4];
   const char *ids[4];
   int32_t num_ids;
+  struct llb_sampling_params sp; /* every request's: greedy, GEN tokens (the scheduler borrows it) */
 };
 
 static void engine_init(struct engine *e, int32_t budget, int32_t enc_cache) {
@@ -100,9 +101,12 @@ static void add(struct engine *e, const char *id, const int32_t *toks, int32_t n
                 const struct sched_mm_feature *mm, int32_t nmm) {
   struct sched_new_request nr = {.request_id = id, .prompt_token_ids = toks, .num_prompt_tokens = n,
                                  .eos_token_id = -1, .mm_features = mm, .num_mm_features = nmm};
-  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
-  nr_sp.temperature = 0.0f;
-  nr_sp.max_tokens = GEN;
+  if (e->num_ids == 0) {
+    llb_sampling_params_init(&e->sp);
+    e->sp.temperature = 0.0f;
+    e->sp.max_tokens = GEN;
+  }
+  nr.sampling_params = &e->sp;
   assert_int_equal(sched_add_request(e->s, &nr), LLB_STATUS_OK);
   e->ids[e->num_ids++] = id;
 }

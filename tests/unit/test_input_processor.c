@@ -42,10 +42,11 @@ static int teardown(void **state) {
   return 0;
 }
 
-static struct inproc_generate_request base_request(void) {
+/* A raw-prompt request whose sampling params are *sp (defaults; the request borrows them). */
+static struct inproc_generate_request base_request(struct llb_sampling_params *sp) {
+  llb_sampling_params_init(sp);
   struct inproc_generate_request r = {.request_id = "req-1", .prompt = "Hello world", .raw = true,
-                                      .reply_to = "_INBOX.abc"};
-  llb_sampling_params_init(&r.sampling_params);
+                                      .reply_to = "_INBOX.abc", .sampling_params = sp};
   return r;
 }
 
@@ -54,8 +55,7 @@ static const struct chat_message bad_role_msgs[2] = {{"user", "a"}, {"wizard", "
 static const int32_t bad_ids[3] = {10, 99999999, 11};
 static const int32_t good_ids[2] = {10, 11};
 
-static void mutate(int which, struct inproc_generate_request *r) {
-  struct llb_sampling_params *sp = &r->sampling_params;
+static void mutate(int which, struct inproc_generate_request *r, struct llb_sampling_params *sp) {
   switch (which) {
   case 0: sp->temperature = -0.5f; break;
   case 1: sp->temperature = NAN; break;
@@ -106,8 +106,9 @@ static void test_bad_requests_name_the_offending_field(void **state) {
       "prompt", "prompt", "cache_salt", "logprobs", "raw", "logit_bias[99999999]", "logit_bias[7]",
       "logit_bias[7]", "logit_bias[7]", "truncate_prompt_tokens"};
   for (int i = 0; i < (int)(sizeof want / sizeof *want); i++) {
-    struct inproc_generate_request r = base_request();
-    mutate(i, &r);
+    struct llb_sampling_params sp;
+    struct inproc_generate_request r = base_request(&sp);
+    mutate(i, &r, &sp);
     struct inproc_errors errs;
     struct inproc_processed out;
     llb_status st = inproc_process(proc, &r, &out, &errs);
@@ -124,10 +125,11 @@ static void test_bad_requests_name_the_offending_field(void **state) {
 
 static void test_all_field_errors_are_reported_together(void **state) {
   (void)state;
-  struct inproc_generate_request r = base_request();
-  r.sampling_params.temperature = -1;
-  r.sampling_params.top_p = 2;
-  r.sampling_params.n = 0;
+  struct llb_sampling_params sp;
+  struct inproc_generate_request r = base_request(&sp);
+  sp.temperature = -1;
+  sp.top_p = 2;
+  sp.n = 0;
   struct inproc_errors errs;
   assert_int_equal(inproc_validate(proc, &r, &errs), LLB_STATUS_INVALID_ARGUMENT);
   assert_int_equal(errs.num_errors, 3);
@@ -141,7 +143,8 @@ static void test_prompt_too_long_for_the_context_names_both_lengths(void **state
   (void)state;
   int32_t ids[MAX_MODEL_LEN];
   for (int i = 0; i < MAX_MODEL_LEN; i++) ids[i] = 100 + i;
-  struct inproc_generate_request r = base_request();
+  struct llb_sampling_params sp;
+  struct inproc_generate_request r = base_request(&sp);
   r.prompt = NULL;
   r.prompt_token_ids = ids;
   r.num_prompt_token_ids = MAX_MODEL_LEN;
@@ -153,7 +156,7 @@ static void test_prompt_too_long_for_the_context_names_both_lengths(void **state
   inproc_processed_free(&out);
   /* Fits alone, but not with max_tokens: the message gives both numbers and the limit. */
   r.num_prompt_token_ids = 250;
-  r.sampling_params.max_tokens = 10;
+  sp.max_tokens = 10;
   assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_INVALID_ARGUMENT);
   assert_string_equal(errs.errors[0].field, "max_tokens");
   assert_non_null(strstr(errs.errors[0].message, "250 tokens and max_tokens is 10"));
@@ -163,11 +166,12 @@ static void test_prompt_too_long_for_the_context_names_both_lengths(void **state
 
 static void test_max_tokens_minus_one_fills_the_context(void **state) {
   (void)state;
-  struct inproc_generate_request r = base_request();
+  struct llb_sampling_params sp;
+  struct inproc_generate_request r = base_request(&sp);
   r.prompt = NULL;
   r.prompt_token_ids = good_ids;
   r.num_prompt_token_ids = 2;
-  r.sampling_params.max_tokens = -1;
+  sp.max_tokens = -1;
   struct inproc_errors errs;
   struct inproc_processed out;
   assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
@@ -179,7 +183,8 @@ static void test_max_tokens_minus_one_fills_the_context(void **state) {
 
 static void test_raw_prompt_is_tokenized_as_is(void **state) {
   (void)state;
-  struct inproc_generate_request r = base_request();
+  struct llb_sampling_params sp;
+  struct inproc_generate_request r = base_request(&sp);
   struct inproc_errors errs;
   struct inproc_processed out;
   assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
@@ -197,11 +202,12 @@ static void test_truncate_prompt_tokens_keeps_the_last_n_tokens(void **state) {
   (void)state;
   int32_t ids[10];
   for (int i = 0; i < 10; i++) ids[i] = 100 + i;
-  struct inproc_generate_request r = base_request();
+  struct llb_sampling_params sp;
+  struct inproc_generate_request r = base_request(&sp);
   r.prompt = NULL;
   r.prompt_token_ids = ids;
   r.num_prompt_token_ids = 10;
-  r.sampling_params.truncate_prompt_tokens = 4;
+  sp.truncate_prompt_tokens = 4;
   struct inproc_errors errs;
   struct inproc_processed out;
   assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
@@ -210,12 +216,13 @@ static void test_truncate_prompt_tokens_keeps_the_last_n_tokens(void **state) {
   assert_int_equal(out.requests[0].prompt_token_ids[3], 109);
   inproc_processed_free(&out);
   /* a prompt shorter than N is kept whole; a text prompt is truncated after tokenization */
-  r.sampling_params.truncate_prompt_tokens = 50;
+  sp.truncate_prompt_tokens = 50;
   assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
   assert_int_equal(out.num_prompt_tokens, 10);
   inproc_processed_free(&out);
-  struct inproc_generate_request t = base_request();
-  t.sampling_params.truncate_prompt_tokens = 1;
+  struct llb_sampling_params tsp;
+  struct inproc_generate_request t = base_request(&tsp);
+  tsp.truncate_prompt_tokens = 1;
   assert_int_equal(inproc_process(proc, &t, &out, &errs), LLB_STATUS_OK);
   int32_t *all = NULL;
   int64_t n_all = 0;
@@ -229,10 +236,11 @@ static void test_truncate_prompt_tokens_keeps_the_last_n_tokens(void **state) {
 
 static void test_logit_bias_and_priority_reach_the_engine_request(void **state) {
   (void)state;
-  struct inproc_generate_request r = base_request();
+  struct llb_sampling_params sp;
+  struct inproc_generate_request r = base_request(&sp);
   r.priority = -3;
-  r.sampling_params.num_logit_bias = 1;
-  r.sampling_params.logit_bias[0] = (struct llb_logit_bias){.token_id = 7, .bias = -100.0f};
+  sp.num_logit_bias = 1;
+  sp.logit_bias[0] = (struct llb_logit_bias){.token_id = 7, .bias = -100.0f};
   struct inproc_errors errs;
   struct inproc_processed out;
   assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
@@ -247,7 +255,8 @@ static void test_special_token_text_in_a_raw_prompt_is_the_special_token(void **
   (void)state;
   int32_t eot = tokenizer_find_token(tok, "<|endoftext|>", 13);
   assert_true(eot >= 0);
-  struct inproc_generate_request r = base_request();
+  struct llb_sampling_params sp;
+  struct inproc_generate_request r = base_request(&sp);
   r.prompt = "<|endoftext|>Hi";
   struct inproc_errors errs;
   struct inproc_processed out;
@@ -260,7 +269,8 @@ static void test_special_token_text_in_a_raw_prompt_is_the_special_token(void **
 
 static void test_messages_go_through_the_chat_template(void **state) {
   (void)state;
-  struct inproc_generate_request r = base_request();
+  struct llb_sampling_params sp;
+  struct inproc_generate_request r = base_request(&sp);
   r.prompt = NULL;
   r.raw = false;
   r.messages = good_msgs;
@@ -285,7 +295,8 @@ static void test_messages_go_through_the_chat_template(void **state) {
 
 static void test_seed_is_drawn_when_missing_and_kept_when_given(void **state) {
   (void)state;
-  struct inproc_generate_request r = base_request();
+  struct llb_sampling_params sp;
+  struct inproc_generate_request r = base_request(&sp);
   struct inproc_errors errs;
   struct inproc_processed a, b;
   assert_int_equal(inproc_process(proc, &r, &a, &errs), LLB_STATUS_OK);
@@ -298,8 +309,8 @@ static void test_seed_is_drawn_when_missing_and_kept_when_given(void **state) {
   assert_string_not_equal(a.requests[0].request_id, b.requests[0].request_id);
   inproc_processed_free(&a);
   inproc_processed_free(&b);
-  r.sampling_params.has_seed = true;
-  r.sampling_params.seed = 1234;
+  sp.has_seed = true;
+  sp.seed = 1234;
   assert_int_equal(inproc_process(proc, &r, &a, &errs), LLB_STATUS_OK);
   assert_int_equal(a.requests[0].sampling_params->seed, 1234);
   inproc_processed_free(&a);
@@ -309,9 +320,10 @@ static void test_seed_is_drawn_when_missing_and_kept_when_given(void **state) {
  * tenant a (learned somehow) is recognised as not b's. */
 static void test_ids_are_owned_by_their_tenant_only(void **state) {
   (void)state;
-  struct inproc_generate_request r = base_request();
+  struct llb_sampling_params sp;
+  struct inproc_generate_request r = base_request(&sp);
   r.tenant = "alpha";
-  r.sampling_params.n = 2;
+  sp.n = 2;
   struct inproc_errors errs;
   struct inproc_processed out;
   assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
@@ -338,8 +350,9 @@ static void test_ids_are_owned_by_their_tenant_only(void **state) {
 
 static void test_n_fans_out_into_children_with_distinct_ids_and_streams(void **state) {
   (void)state;
-  struct inproc_generate_request r = base_request();
-  r.sampling_params.n = 4;
+  struct llb_sampling_params sp;
+  struct inproc_generate_request r = base_request(&sp);
+  sp.n = 4;
   r.priority = -3;
   r.cache_salt = "tenant-a";
   r.arrival_time_ns = 777;
@@ -432,7 +445,8 @@ static void test_non_finite_embeds_are_refused_naming_the_item(void **state) {
                                   .data = c == 3 ? (const uint8_t *)f16 : (const uint8_t *)f32,
                                   .data_bytes = c == 3 ? (int64_t)sizeof f16 : (int64_t)sizeof f32,
                                   .num_rows = 2, .num_cols = 4, .placeholder_offset = 1};
-    struct inproc_generate_request r = base_request();
+    struct llb_sampling_params sp;
+    struct inproc_generate_request r = base_request(&sp);
     r.prompt = NULL;
     r.prompt_token_ids = ids;
     r.num_prompt_token_ids = 4;

@@ -94,6 +94,7 @@ struct two_images {
   struct chat_message_extra extra;
   uint32_t offsets[2];
   struct inproc_mm_item items[2];
+  struct llb_sampling_params sp; /* req's (borrowed) */
   struct inproc_generate_request req;
 };
 
@@ -107,9 +108,9 @@ static void two_images_init(struct two_images *x, const uint8_t *a, size_t na, c
   x->items[1] = (struct inproc_mm_item){.modality = "image", .data = b, .data_bytes = (int64_t)nb, .dtype = "png"};
   x->req = (struct inproc_generate_request){.request_id = "r", .messages = &x->msg, .num_messages = 1,
                                             .message_extras = &x->extra, .mm_items = x->items, .num_mm_items = 2,
-                                            .cache_salt = "1:t", .reply_to = "_INBOX.x"};
-  llb_sampling_params_init(&x->req.sampling_params);
-  x->req.sampling_params.max_tokens = 4;
+                                            .cache_salt = "1:t", .reply_to = "_INBOX.x", .sampling_params = &x->sp};
+  llb_sampling_params_init(&x->sp);
+  x->sp.max_tokens = 4;
 }
 
 /* Each feature starts at its plan's first token, spans it, and marks exactly its <image> ids. */

@@ -520,6 +520,43 @@ static void test_logprobs_sorted_and_normalized_over_full_vocab(void **state) {
   sampler_destroy(s);
 }
 
+/* A batch's logprobs width (vLLM max_num_logprobs) reaches every row, whatever its own
+ * params ask; -1 gives each row its own again; a width outside [-1, max] is refused. */
+static void test_batch_logprobs_width_applies_to_every_row(void **state) {
+  (void)state;
+  enum { V = 64 };
+  float logits[V], row[V];
+  fill_random(logits, V, 5, -3.0f, 3.0f);
+  struct sampler *s = NULL;
+  assert_int_equal(sampler_create(V, &s), LLB_STATUS_OK);
+  struct llb_sampling_params none = params_default(), two = params_default();
+  none.logprobs = -1;
+  two.logprobs = 2;
+  struct sampler_result r, own;
+  assert_int_equal(sampler_set_max_num_logprobs(s, 5), LLB_STATUS_OK);
+  memcpy(row, logits, sizeof row);
+  assert_int_equal(sampler_sample(s, &none, row, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_OK);
+  assert_int_equal(r.num_top, 5);
+  assert_true(r.logprob < 0.0f && isfinite(r.logprob));
+  memcpy(row, logits, sizeof row);
+  assert_int_equal(sampler_sample(s, &two, row, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_OK);
+  assert_int_equal(r.num_top, 5);
+  assert_int_equal(sampler_set_max_num_logprobs(s, -1), LLB_STATUS_OK);
+  memcpy(row, logits, sizeof row);
+  assert_int_equal(sampler_sample(s, &two, row, NULL, 0, NULL, 0, 0, 0, &own), LLB_STATUS_OK);
+  assert_int_equal(own.num_top, 2);
+  for (int j = 0; j < 2; j++) { /* the wide row's first entries are the narrow row's */
+    assert_int_equal(own.top[j].token_id, r.top[j].token_id);
+    assert_float_equal(own.top[j].logprob, r.top[j].logprob, 0.0f);
+  }
+  memcpy(row, logits, sizeof row);
+  assert_int_equal(sampler_sample(s, &none, row, NULL, 0, NULL, 0, 0, 0, &own), LLB_STATUS_OK);
+  assert_int_equal(own.num_top, 0);
+  assert_int_equal(sampler_set_max_num_logprobs(s, LLB_MAX_LOGPROBS + 1), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(sampler_set_max_num_logprobs(s, -2), LLB_STATUS_INVALID_ARGUMENT);
+  sampler_destroy(s);
+}
+
 static void test_logprobs_match_log_softmax_and_ignore_temperature(void **state) {
   (void)state;
   float *logits = malloc(BIG_VOCAB * sizeof *logits);
@@ -648,6 +685,7 @@ int main(void) {
       cmocka_unit_test(test_logit_bias_shifts_logits_before_penalties_and_can_force_a_token),
       cmocka_unit_test(test_logit_bias_out_of_vocab_or_range_is_rejected_without_touching_logits),
       cmocka_unit_test(test_logprobs_sorted_and_normalized_over_full_vocab),
+      cmocka_unit_test(test_batch_logprobs_width_applies_to_every_row),
       cmocka_unit_test(test_logprobs_match_log_softmax_and_ignore_temperature),
       cmocka_unit_test(test_logprobs_reflect_penalties),
       cmocka_unit_test(test_bad_input_is_rejected_without_touching_logits),

@@ -450,11 +450,10 @@ static void count_free_user(void *user) {
 static void add_with_user(struct harness *h, const char *id, int32_t max_tokens, int *user) {
   int32_t toks[10];
   for (int32_t i = 0; i < 10; i++) toks[i] = 7 + i;
-  struct llb_sampling_params sp;
-  llb_sampling_params_init(&sp);
-  sp.max_tokens = max_tokens;
+  struct llb_sampling_params *sp = h_new_params(h);
+  sp->max_tokens = max_tokens;
   struct sched_new_request nr = {.request_id = id, .prompt_token_ids = toks, .num_prompt_tokens = 10,
-                                 .sampling_params = &sp, .eos_token_id = -1, .user = user};
+                                 .sampling_params = sp, .eos_token_id = -1, .user = user};
   assert_int_equal(sched_add_request(h->s, &nr), LLB_STATUS_OK);
 }
 

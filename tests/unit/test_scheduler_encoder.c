@@ -20,6 +20,7 @@ struct h {
   struct kv_step_result res;
   struct encoder_step enc;
   struct sched_engine_outputs eo;
+  struct llb_sampling_params sp; /* every h_add request's (the scheduler borrows it) */
 };
 
 static void h_init(struct h *h, int32_t budget, int32_t enc_budget, int32_t enc_cache) {
@@ -39,6 +40,8 @@ static void h_init(struct h *h, int32_t budget, int32_t enc_budget, int32_t enc_
   kv_step_result_init(&h->res);
   encoder_step_init(&h->enc);
   sched_engine_outputs_init(&h->eo);
+  llb_sampling_params_init(&h->sp);
+  h->sp.max_tokens = 2;
 }
 
 static void h_fini(struct h *h) {
@@ -57,8 +60,7 @@ static void h_add(struct h *h, const char *id, int32_t n, const struct sched_mm_
   for (int32_t i = 0; i < n; i++) toks[i] = 10 + i;
   struct sched_new_request nr = {.request_id = id, .prompt_token_ids = toks, .num_prompt_tokens = n,
                                  .eos_token_id = -1, .mm_features = mm, .num_mm_features = nmm};
-  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
-  nr_sp.max_tokens = 2;
+  nr.sampling_params = &h->sp;
   assert_int_equal(sched_add_request(h->s, &nr), LLB_STATUS_OK);
 }
 

@@ -5,6 +5,7 @@
 #ifndef TEST_SCHEDULER_HARNESS_H
 #define TEST_SCHEDULER_HARNESS_H
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "actors/kv_manager/kv_manager.h"
@@ -20,8 +21,16 @@ struct h_worker_req {
   bool live;
 };
 
+/* Sampling params the harness keeps for its requests: the scheduler borrows them while a
+ * request is live (sched_new_request.sampling_params). */
+struct h_params {
+  struct h_params *next;
+  struct llb_sampling_params sp;
+};
+
 struct harness {
   struct scheduler *s;
+  struct h_params *params; /* every h_new_params, freed by h_fini */
   struct kv_manager *kv;
   struct sched_config cfg;
   struct sched_output out;
@@ -50,6 +59,11 @@ static inline void h_init(struct harness *h, const struct sched_config *cfg) {
 
 static inline void h_fini(struct harness *h) {
   sched_destroy(h->s);
+  while (h->params) {
+    struct h_params *n = h->params->next;
+    free(h->params);
+    h->params = n;
+  }
   kv_manager_destroy(h->kv);
   sched_output_free(&h->out);
   kv_step_free(&h->step);
@@ -65,14 +79,25 @@ static inline int32_t h_token(const struct harness *h, const char *id, int32_t p
   return (int32_t)((x ^ (uint32_t)pos * 2654435761u) % 900u) + 100;
 }
 
+/* Default sampling params that live until h_fini. */
+static inline struct llb_sampling_params *h_new_params(struct harness *h) {
+  struct h_params *p = calloc(1, sizeof *p);
+  assert_non_null(p);
+  llb_sampling_params_init(&p->sp);
+  p->next = h->params;
+  h->params = p;
+  return &p->sp;
+}
+
 static inline void h_add(struct harness *h, const char *id, int32_t n_prompt, int32_t max_tokens,
                          int32_t priority, double arrival) {
   int32_t toks[4096];
   for (int32_t i = 0; i < n_prompt; i++) toks[i] = 7 + i % 50;
   struct sched_new_request nr = {.request_id = id, .prompt_token_ids = toks, .num_prompt_tokens = n_prompt,
                                  .eos_token_id = 2, .arrival_time = arrival, .priority = priority};
-  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
-  nr_sp.max_tokens = max_tokens;
+  struct llb_sampling_params *sp = h_new_params(h);
+  sp->max_tokens = max_tokens;
+  nr.sampling_params = sp;
   assert_int_equal(sched_add_request(h->s, &nr), LLB_STATUS_OK);
 }
 

@@ -31,9 +31,10 @@ static void add_req(struct harness *h, const char *id, int32_t n_prompt, enum ll
   for (int32_t i = 0; i < n_prompt; i++) toks[i] = 7 + i % 50;
   struct sched_new_request nr = {.request_id = id, .prompt_token_ids = toks, .num_prompt_tokens = n_prompt,
                                  .eos_token_id = -1, .pooling_params = {type, true, 0}};
-  struct llb_sampling_params nr_sp;  llb_sampling_params_init(&nr_sp);  nr.sampling_params = &nr_sp;
-  nr_sp.max_tokens = type == LLB_POOLING_NONE ? 8 : 1;
-  nr_sp.ignore_eos = true;
+  struct llb_sampling_params *sp = h_new_params(h);
+  sp->max_tokens = type == LLB_POOLING_NONE ? 8 : 1;
+  sp->ignore_eos = true;
+  nr.sampling_params = sp;
   assert_int_equal(sched_add_request(h->s, &nr), LLB_STATUS_OK);
 }
 

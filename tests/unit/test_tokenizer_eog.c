@@ -155,11 +155,12 @@ static void process(const struct tokenizer *tok, bool ignore_eos, struct inproc_
   struct inproc_t *p;
   assert_int_equal(inproc_create(tok, &cfg, &p), LLB_STATUS_OK);
   static const int32_t prompt[2] = {ID_HELLO, ID_HELLO};
+  struct llb_sampling_params sp;
+  llb_sampling_params_init(&sp);
+  sp.max_tokens = 8;
+  sp.ignore_eos = ignore_eos;
   struct inproc_generate_request r = {.request_id = "eog", .prompt_token_ids = prompt, .num_prompt_token_ids = 2,
-                                      .reply_to = "_INBOX.x"};
-  llb_sampling_params_init(&r.sampling_params);
-  r.sampling_params.max_tokens = 8;
-  r.sampling_params.ignore_eos = ignore_eos;
+                                      .reply_to = "_INBOX.x", .sampling_params = &sp};
   struct inproc_errors errs;
   assert_int_equal(inproc_process(p, &r, out, &errs), LLB_STATUS_OK);
   inproc_destroy(p);
