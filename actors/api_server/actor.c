@@ -1,5 +1,10 @@
-/* The api server actor: evhttp on the bus loop, RequestOutputs from one wildcard inbox
- * (see actor.h). */
+/* The api server actor (see actor.h): its state, HTTP requests and their GenerateRequests,
+ * the RequestOutputs that answer them, disconnects and timeouts, and the life cycle (create,
+ * start: the listener set up on the bus loop, stop: calls in flight ended on the loop,
+ * destroy). The pieces with state of their own are modules given what they need: the reply
+ * inbox (inbox.h), the seq table and call structs (api_call.h), resends (api_resend.h), the
+ * listener (http_listener.h), setup and teardown on the loop (loop_call.h), replies
+ * (http_reply.h), routes without the engine (plain_routes.h), peers' beats (peer_beats.h). */
 #include "actors/api_server/actor.h"
 
 #include <errno.h>
@@ -9,74 +14,82 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <inttypes.h>
-#include <pthread.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "actors/api_server/actor_internal.h"
+#include "actors/api_server/api_call.h"
+#include "actors/api_server/api_cors.h"
 #include "actors/api_server/api_images.h"
-#include "actors/api_server/api_structured.h"
 #include "actors/api_server/api_keys.h"
-#include "actors/api_server/http_deadline.h"
 #include "actors/api_server/api_metrics.h"
-#include "actors/api_server/api_options.h"
-#include "actors/api_server/api_request.h"
-#include "actors/api_server/api_response.h"
+#include "actors/api_server/api_resend.h"
+#include "actors/api_server/api_structured.h"
+#include "actors/api_server/http_listener.h"
+#include "actors/api_server/http_reply.h"
+#include "actors/api_server/inbox.h"
+#include "actors/api_server/loop_call.h"
+#include "actors/api_server/peer_beats.h"
+#include "actors/api_server/plain_routes.h"
+#include "base/hash.h"
 #include "base/log.h"
-#include "schemas/control.h"
-#include "schemas/generate_request.h"
 #include "schemas/request_output.h"
 
-/* ---- the seq table (loop thread) ---------------------------------------------------- */
+#define API_SSE_KEEPALIVE_NS 3000000000LL /* a stream silent this long gets ": keep-alive" */
 
-void api_table_add(struct api_actor *a, struct api_sub *s) {
-  struct api_sub **b = &a->table[s->seq % SUB_TABLE_SIZE];
-  s->next = *b;
-  *b = s;
-}
+struct api_actor {
+  struct api_actor_options o;
+  struct api_cors cors; /* from the options (api_cors.h) */
+  char http_host[128];
+  int http_port, bound_port;
+  char model_name[API_MAX_MODEL_BYTES];
+  char *local_media_dir; /* realpath of --allowed-local-media-path, or NULL (owned) */
+  char tenant[64];
+  struct bus *bus;
+  struct event_base *base;
+  char inbox_subject[128];        /* replies come on <inbox_subject>.<seq> */
+  struct api_loop_call *loop;     /* setup and teardown on the loop thread */
+  struct api_inbox *inbox;        /* RequestOutputs from the delivery threads to the loop */
+  struct api_http_listener *listener; /* NULL until set up, and after the teardown */
+  bool stopped;
+  /* Loop-thread state. */
+  struct api_sub_table *subs;
+  struct api_resend_ctx resend;   /* the bus, inbox subject and seq table, for resends */
+  struct api_call *calls;
+  int32_t max_model_len;          /* from the last tokenize reply; 0 = unknown */
+  uint64_t id_salt;
+  uint64_t id_counter;
+  struct llb_arena arena;
+  struct llb_buf enc;
+  struct api_metrics *metrics;
+  atomic_int_fast64_t inflight;
+  struct api_peer_beats *peers;   /* engine stats, heartbeats: /health, restarts seen */
+};
 
-void api_table_remove(struct api_actor *a, struct api_sub *s) {
-  for (struct api_sub **p = &a->table[s->seq % SUB_TABLE_SIZE]; *p; p = &(*p)->next)
-    if (*p == s) {
-      *p = s->next;
-      return;
-    }
-}
-
-static struct api_sub *table_find(struct api_actor *a, uint64_t seq) {
-  for (struct api_sub *s = a->table[seq % SUB_TABLE_SIZE]; s; s = s->next)
-    if (s->seq == seq) return s;
-  return NULL;
+/* A random sampling seed (getrandom; falls back to the id salt and a counter). */
+static uint64_t random_seed(struct api_actor *a) {
+  uint64_t seed;
+  if (getrandom(&seed, sizeof seed, 0) == (ssize_t)sizeof seed) return seed;
+  return llb_mix64(a->id_salt + LLB_SPLITMIX64_GAMMA * ++a->id_counter); /* splitmix64 */
 }
 
 /* ---- calls -------------------------------------------------------------------------- */
 
-static void on_close(struct evhttp_connection *conn, void *arg);
-
-void api_publish_abort(struct api_actor *a, const struct api_sub *s) {
-  struct llb_abort_request ab = {.request_id = llb_str_c(s->engine_id)};
-  struct llb_buf buf = {0};
-  llb_status st = llb_abort_request_encode_buf(&ab, &buf);
-  char subject[BUS_SUBJECT_MAX];
-  if (st == LLB_STATUS_OK) st = bus_subject_abort(bus_prefix(a->bus), s->call->tenant, subject, sizeof subject);
-  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, subject, buf.data, buf.len, NULL);
-  llb_buf_free(&buf);
-  if (st != LLB_STATUS_OK)
-    LLB_LOG_WARN("abort_publish_failed", "request_id=%s error=\"%s\"", s->engine_id, llb_err_last());
-  else
-    LLB_LOG_INFO("request_aborted", "request_id=%s", s->engine_id);
+static void publish_abort(struct api_actor *a, struct api_sub *s) {
+  api_sub_publish_abort(a->bus, s);
+  s->finished = true;
 }
 
-static void publish_abort(struct api_actor *a, struct api_sub *s) {
-  api_publish_abort(a, s);
-  s->finished = true;
+/* (Re)starts c's first-output timeout: the engine must keep talking (DESIGN.md §6: never a
+ * hang). */
+static void arm_timer(struct api_call *c) {
+  if (c->timer) evtimer_add(c->timer, &(struct timeval){.tv_sec = c->a->o.first_output_timeout_s});
 }
 
 /* Forgets the HTTP side of `c` (the request was answered or the client went away). */
@@ -86,33 +99,12 @@ static void detach_http(struct api_call *c) {
   c->req = NULL;
 }
 
-/* The "http" span of a call: a child of the client's `traceparent` header when it carries a
- * valid one (its sampled flag decides), else the root of a new trace sampled by the head
- * ratio. Its context goes on every message the call sends and back on the response's
- * `traceparent` header (same trace id), so a client can find its trace. */
-static void trace_begin(struct api_call *c, struct evhttp_request *req) {
-  struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-  const char *tp = evhttp_find_header(in, BUS_TRACEPARENT_HEADER);
-  struct bus_trace_ctx parent;
-  bool have_parent = tp && bus_traceparent_parse(tp, &parent) == LLB_STATUS_OK;
-  if (!have_parent) llb_err_clear();
-  bus_span_begin(&c->span, have_parent ? &parent : NULL, "http", BUS_SPAN_KIND_SERVER);
-  bus_span_attr_str(&c->span, "http.request.method",
-                    evhttp_request_get_command(req) == EVHTTP_REQ_GET ? "GET" : "POST");
-  const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-  const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-  bus_span_attr_str(&c->span, "url.path", path ? path : "");
-  char out[BUS_TRACEPARENT_LEN + 1];
-  evhttp_add_header(evhttp_request_get_output_headers(req), BUS_TRACEPARENT_HEADER,
-                    bus_traceparent_format(&c->span.ctx, out, sizeof out));
-}
-
 static void call_free(struct api_call *c) {
   struct api_actor *a = c->a;
   detach_http(c);
   bus_span_end(a->bus, &c->span);
   for (int32_t i = 0; i < c->num_subs; i++) {
-    api_table_remove(a, &c->subs[i]);
+    api_sub_table_remove(a->subs, &c->subs[i]);
     api_resend_free(&c->subs[i]);
   }
   if (c->prev) c->prev->next = c->next;
@@ -146,37 +138,37 @@ static bool all_subs_settled(const struct api_call *c) {
   return true;
 }
 
+/* Writes b to c's response (a stream chunk); nothing once the client went away. */
+static void write_chunk(struct api_call *c, const struct api_buf *b) {
+  if (!c->req || b->len == 0) return;
+  struct evbuffer *eb = evbuffer_new();
+  if (!eb) return;
+  evbuffer_add(eb, b->data, b->len);
+  evhttp_send_reply_chunk(c->req, eb);
+  evbuffer_free(eb);
+  c->t_last_write_ns = llb_now_ns();
+}
+
 /* Ends `c` with error `e`: an HTTP error, or an SSE error event + [DONE] on a started
  * stream; running engine requests are aborted. */
-void api_call_fail(struct api_call *c, const struct api_error *e) {
+static void call_fail(struct api_call *c, const struct api_error *e) {
   struct api_actor *a = c->a;
   LLB_LOG_WARN("request_failed", "id=%s status=%d error=\"%.200s\"", c->resp.id, e->http_status, e->message);
   c->span.error = true;
   bus_span_attr_int(&c->span, "http.response.status_code", e->http_status);
   abort_running(c);
-  if (c->req) {
-    struct evhttp_request *req = c->req;
-    bool started = c->headers_sent;
-    detach_http(c);
-    if (started) {
-      struct api_buf b = {0};
-      if (api_response_stream_error(e, &b) == LLB_STATUS_OK && api_buf_append(&b, "data: [DONE]\n\n", 14)) {
-        struct evbuffer *eb = evbuffer_new();
-        if (eb) {
-          evbuffer_add(eb, b.data, b.len);
-          evhttp_send_reply_chunk(req, eb);
-          evbuffer_free(eb);
-        }
-      }
-      api_buf_free(&b);
-      evhttp_send_reply_end(req);
-      api_metrics_request_failed(a->metrics, e->http_status);
-    } else {
-      api_http_send_error(a->metrics, req, e);
-    }
-  } else {
-    api_metrics_request_failed(a->metrics, e->http_status);
+  struct evhttp_request *req = c->req;
+  const bool stream = req && c->headers_sent; /* started: an error event, then [DONE] */
+  if (stream) {
+    struct api_buf b = {0};
+    if (api_response_stream_error(e, &b) == LLB_STATUS_OK && api_buf_append(&b, "data: [DONE]\n\n", 14))
+      write_chunk(c, &b);
+    api_buf_free(&b);
   }
+  detach_http(c);
+  if (stream) evhttp_send_reply_end(req);
+  if (req && !stream) api_http_send_error(a->metrics, req, e);
+  else api_metrics_request_failed(a->metrics, e->http_status);
   c->client_gone = true;
   if (all_subs_settled(c)) call_free(c);
 }
@@ -201,64 +193,24 @@ static void call_succeed(struct api_call *c) {
   call_free(c);
 }
 
-/* ---- plain routes and replies (loop thread) ------------------------------------------ */
+/* ---- replies (loop thread) ---------------------------------------------------------- */
 
-static void api_route_tokenize_reply(struct api_actor *a, struct evhttp_request *req, const struct api_tokenize *t,
-                              const struct llb_request_output *ro) {
+static void tokenize_reply(struct api_actor *a, struct evhttp_request *req, const struct api_tokenize *t,
+                           const struct llb_request_output *ro) {
   if (ro->max_model_len > 0) a->max_model_len = ro->max_model_len;
   struct api_buf b = {0};
   api_http_send_rendered(a->metrics, req, api_tokenize_render(t, ro, a->model_name, (int64_t)time(NULL), &b), &b);
   api_buf_free(&b);
 }
 
-static void api_route_embeddings_reply(struct api_actor *a, struct evhttp_request *req, const struct api_embeddings *e,
-                                const char *id) {
+static void embeddings_reply(struct api_actor *a, struct evhttp_request *req, const struct api_embeddings *e,
+                             const char *id) {
   struct api_buf b = {0};
   api_http_send_rendered(a->metrics, req, api_embeddings_render(e, id, (int64_t)time(NULL), &b), &b);
   api_buf_free(&b);
 }
 
-static void api_route_version(struct evhttp_request *req) {
-  static const char body[] = "{\"version\":\"" LLB_VERSION_STRING "\"}";
-  api_http_send_body(req, 200, "application/json", body, sizeof body - 1);
-}
-
-static void api_route_models(struct api_actor *a, struct evhttp_request *req) {
-  struct api_buf b = {0};
-  bool ok = api_buf_printf(&b, "{\"object\":\"list\",\"data\":[") &&
-            api_model_object_render(a->model_name, (int64_t)time(NULL), a->max_model_len, &b) == LLB_STATUS_OK &&
-            api_buf_printf(&b, "]}");
-  if (ok) api_http_send_body(req, 200, "application/json", b.data, b.len);
-  else evhttp_send_error(req, 500, NULL);
-  api_buf_free(&b);
-}
-
-static void api_route_metrics(struct api_actor *a, struct evhttp_request *req) {
-  struct api_buf b = {0};
-  char *more = NULL;
-  size_t more_len = 0;
-  bool ok = api_metrics_render(a->metrics, &b) &&
-            (!a->o.registry || llb_metrics_render(a->o.registry, &more, &more_len) == LLB_STATUS_OK) &&
-            (!more || api_buf_append(&b, more, more_len));
-  free(more);
-  if (ok)
-    api_http_send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
-  else
-    evhttp_send_error(req, 500, NULL);
-  api_buf_free(&b);
-}
-
 /* ---- outputs (loop thread) ---------------------------------------------------------- */
-
-static void write_chunk(struct api_call *c, const struct api_buf *b) {
-  if (!c->req || b->len == 0) return;
-  struct evbuffer *eb = evbuffer_new();
-  if (!eb) return;
-  evbuffer_add(eb, b->data, b->len);
-  evhttp_send_reply_chunk(c->req, eb);
-  evbuffer_free(eb);
-  c->t_last_write_ns = llb_now_ns();
-}
 
 static void start_stream(struct api_call *c) {
   struct evkeyvalq *h = evhttp_request_get_output_headers(c->req);
@@ -283,8 +235,8 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     if (all_subs_settled(c)) call_free(c);
     return;
   }
-  if (ro->error.code == LLB_STATUS_STATE_LOST && api_resend_state_lost(a, c, s)) {
-    if (c->timer) evtimer_add(c->timer, &(struct timeval){.tv_sec = a->o.first_output_timeout_s});
+  if (ro->error.code == LLB_STATUS_STATE_LOST && api_resend_state_lost(&a->resend, c, s)) {
+    arm_timer(c);
     return; /* the same seeded request again: its api_delta forwards only what the client lacks */
   }
   if (ro->error.code != 0) {
@@ -295,7 +247,7 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     e.retry_after_s = (ro->error.retry_after_ms + 999) / 1000; /* a per-tenant rate says when */
     if (is_tokenize_call(c)) api_tokenize_map_error(&c->tok, &e);
     s->finished = true;
-    api_call_fail(c, &e);
+    call_fail(c, &e);
     return;
   }
   if (c->emb) { /* /v1/embeddings: one FINAL_ONLY output per input, answered when all are in */
@@ -304,13 +256,13 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     if (est != LLB_STATUS_OK) {
       struct api_error e;
       api_error_set(&e, 500, NULL, "%s", llb_err_last());
-      api_call_fail(c, &e);
+      call_fail(c, &e);
     } else if (!api_embeddings_done(c->emb)) {
-      if (c->timer) evtimer_add(c->timer, &(struct timeval){.tv_sec = a->o.first_output_timeout_s});
+      arm_timer(c);
     } else {
       struct evhttp_request *req = c->req;
       detach_http(c);
-      api_route_embeddings_reply(a, req, c->emb, c->resp.id);
+      embeddings_reply(a, req, c->emb, c->resp.id);
       call_succeed(c);
     }
     return;
@@ -319,7 +271,7 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     s->finished = true;
     struct evhttp_request *req = c->req;
     detach_http(c);
-    api_route_tokenize_reply(a, req, &c->tok, ro);
+    tokenize_reply(a, req, &c->tok, ro);
     call_free(c);
     return;
   }
@@ -356,13 +308,10 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     api_buf_free(&b);
     struct api_error e;
     api_error_set(&e, 500, NULL, "could not render the response: %s", llb_err_last());
-    api_call_fail(c, &e);
+    call_fail(c, &e);
     return;
   }
-  if (c->timer) { /* re-armed: the engine must keep talking (DESIGN.md §6: never a hang) */
-    struct timeval tv = {.tv_sec = a->o.first_output_timeout_s};
-    evtimer_add(c->timer, &tv);
-  }
+  arm_timer(c);
   if (!api_response_done(&c->resp)) {
     write_chunk(c, &b);
     api_buf_free(&b);
@@ -383,11 +332,13 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
   call_succeed(c);
 }
 
-static void handle_item(struct api_actor *a, struct inbox_item *it) {
-  struct api_sub *s = table_find(a, it->seq);
+/* One item of the reply inbox (inbox.h). */
+static void on_inbox_item(const struct api_inbox_item *it, void *user) {
+  struct api_actor *a = user;
+  struct api_sub *s = api_sub_table_find(a->subs, it->seq);
   if (!s || s->finished) return; /* a late output of a request already answered */
   struct api_call *c = s->call;
-  if (it->no_responders && !c->client_gone && api_resend_schedule(a, s)) return;
+  if (it->no_responders && !c->client_gone && api_resend_schedule(a->bus, a->base, s)) return;
   if (it->no_responders) {
     struct api_error e;
     api_error_set(&e, 503, NULL, "no input processor is serving %s.generate.%s (is the engine running, "
@@ -397,7 +348,7 @@ static void handle_item(struct api_actor *a, struct inbox_item *it) {
       if (all_subs_settled(c)) call_free(c);
       return;
     }
-    api_call_fail(c, &e);
+    call_fail(c, &e);
     return;
   }
   llb_arena_reset(&a->arena);
@@ -408,50 +359,10 @@ static void handle_item(struct api_actor *a, struct inbox_item *it) {
     if (c->client_gone) return;
     struct api_error e;
     api_error_set(&e, 500, NULL, "the engine sent a malformed RequestOutput: %s", llb_err_last());
-    api_call_fail(c, &e);
+    call_fail(c, &e);
     return;
   }
   handle_output(a, s, &ro);
-}
-
-void api_on_wake(evutil_socket_t fd, short what, void *arg) {
-  (void)fd;
-  (void)what;
-  struct api_actor *a = arg;
-  pthread_mutex_lock(&a->qmu);
-  struct inbox_item *it = a->qhead;
-  a->qhead = a->qtail = NULL;
-  pthread_mutex_unlock(&a->qmu);
-  while (it) {
-    struct inbox_item *next = it->next;
-    handle_item(a, it);
-    free(it);
-    it = next;
-  }
-}
-
-/* NATS delivery thread: copy and hand over. */
-void api_on_inbox(struct bus *bus, const struct bus_msg *msg, void *user) {
-  (void)bus;
-  struct api_actor *a = user;
-  const char *dot = strrchr(msg->subject, '.');
-  char *end = NULL;
-  uint64_t seq = dot ? strtoull(dot + 1, &end, 10) : 0;
-  if (!dot || !end || *end) return;
-  const char *status = bus_msg_header(msg, "Status");
-  struct inbox_item *it = malloc(sizeof *it + msg->len);
-  if (!it) return;
-  it->next = NULL;
-  it->seq = seq;
-  it->no_responders = msg->len == 0 && status && strncmp(status, "503", 3) == 0;
-  it->len = msg->len;
-  if (msg->len) memcpy(it->data, msg->data, msg->len);
-  pthread_mutex_lock(&a->qmu);
-  if (a->qtail) a->qtail->next = it;
-  else a->qhead = it;
-  a->qtail = it;
-  if (a->wake) event_active(a->wake, EV_READ, 0);
-  pthread_mutex_unlock(&a->qmu);
 }
 
 /* ---- HTTP handlers (loop thread) ---------------------------------------------------- */
@@ -490,7 +401,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
                 (long long)c->a->o.first_output_timeout_s);
   for (int32_t i = 0; i < c->num_subs; i++)
     if (!c->subs[i].engine_id[0]) c->subs[i].finished = true;
-  api_call_fail(c, &e);
+  call_fail(c, &e);
 }
 
 /* libevent 2.1 does not read from a connection while its request is being answered, so a
@@ -500,30 +411,10 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
   struct api_call *c = arg;
-  uint64_t reconnects = bus_num_reconnects(c->a->bus);
-  const int64_t now = llb_now_ns();
-  if (reconnects != c->reconnects) { /* its replies may be lost with the server's reply mappings */
-    c->reconnects = reconnects;
-    /* when it happened, not when this probe noticed: an input processor that beat since
-     * (actor_main_answer_after_reconnect answers our own reconnect beat) is back */
-    const int64_t at = bus_last_reconnect_ns(c->a->bus);
-    c->reconnect_seen_ns = at > 0 && at <= now ? at : now;
-  }
-  /* Sent again once an input processor beat after the reconnect (it has subscribed again: a
-   * request published before that is dropped without a "no responders" across the accounts'
-   * service import), or API_RESEND_WAIT_INPUT_NS after it at the latest. */
-  if (c->reconnect_seen_ns && (api_peer_beats_ip_beat_ns(c->a->peers) > c->reconnect_seen_ns ||
-                               now - c->reconnect_seen_ns > API_RESEND_WAIT_INPUT_NS)) {
-    c->reconnect_seen_ns = 0;
-    if (api_resend_after_reconnect(c->a, c) > 0 && c->timer) {
-      struct timeval tv = {.tv_sec = c->a->o.first_output_timeout_s};
-      evtimer_add(c->timer, &tv);
-    }
-  }
-  if (api_resend_after_op_restart(c->a, c, api_peer_beats_op_restart_ns(c->a->peers), now) > 0 && c->timer) {
-    struct timeval tv = {.tv_sec = c->a->o.first_output_timeout_s};
-    evtimer_add(c->timer, &tv);
-  }
+  struct api_actor *a = c->a;
+  if (api_resend_poll(&a->resend, c, api_peer_beats_ip_beat_ns(a->peers), api_peer_beats_op_restart_ns(a->peers),
+                      llb_now_ns()) > 0)
+    arm_timer(c);
   if (!c->conn) return;
   struct bufferevent *bev = evhttp_connection_get_bufferevent(c->conn);
   evutil_socket_t s = bev ? bufferevent_getfd(bev) : -1;
@@ -547,13 +438,87 @@ static void make_id(struct api_actor *a, enum api_endpoint ep, char *buf, size_t
   snprintf(buf, cap, "%s-%016" PRIx64 "%08" PRIx64, kind, a->id_salt, a->id_counter);
 }
 
+/* A new call for `req`: its body parsed as endpoint ep wants, its subs allocated (one per
+ * prompt or input), its response begun. NULL with e set (400/404 from the parser, 500 out of
+ * memory). */
+static struct api_call *call_new(struct api_actor *a, struct evhttp_request *req, enum api_endpoint ep,
+                                 const char *model, const char *tenant, struct api_error *e) {
+  struct evbuffer *in = evhttp_request_get_input_buffer(req);
+  size_t len = evbuffer_get_length(in);
+  const char *body = len ? (const char *)evbuffer_pullup(in, (ev_ssize_t)len) : "";
+  struct api_call *c = calloc(1, sizeof *c);
+  if (!c) {
+    api_error_set(e, 500, NULL, "out of memory");
+    return NULL;
+  }
+  c->a = a;
+  c->tenant = tenant;
+  c->t_start_ns = llb_now_ns();
+  api_http_span_begin(&c->span, req);
+  struct api_parse_options po = {.served_model = a->model_name, .tool_parser = a->o.tool_call_parser,
+                                .allowed_local_media_path = a->local_media_dir};
+  const bool emb = ep == API_ENDPOINT_EMBEDDINGS, tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT && !emb;
+  if (emb && !(c->emb = calloc(1, sizeof *c->emb))) api_error_set(e, 500, NULL, "out of memory");
+  if ((emb && !c->emb) ||
+      (emb ? api_embeddings_parse(body, len, &po, c->emb, e) != LLB_STATUS_OK
+       : tok ? api_tokenize_parse(ep, body, len, model, &po, &c->tok, e) != LLB_STATUS_OK
+             : api_request_parse(ep, body, len, &po, &c->parsed, e) != LLB_STATUS_OK)) {
+    free(c->emb);
+    free(c);
+    return NULL;
+  }
+  char id[64];
+  make_id(a, ep, id, sizeof id);
+  c->num_subs = ep == API_ENDPOINT_COMPLETIONS ? c->parsed.num_prompts : emb ? c->emb->req.num_prompts : 1;
+  c->subs = calloc((size_t)c->num_subs, sizeof *c->subs);
+  snprintf(c->resp.id, sizeof c->resp.id, "%s", id);
+  if (!c->subs || (!tok && !emb && api_response_init(&c->resp, &c->parsed, id, (int64_t)time(NULL)) != LLB_STATUS_OK)) {
+    free(c->subs);
+    api_embeddings_free(c->emb);
+    free(c->emb);
+    api_request_free(&c->parsed);
+    api_tokenize_free(&c->tok);
+    free(c);
+    api_error_set(e, 500, NULL, "out of memory");
+    return NULL;
+  }
+  return c;
+}
+
+/* Publishes sub i of c: its GenerateRequest (request id = the call's id, "-i" with several
+ * subs) on the tenant's generate or tokenize subject, reply <inbox>.<seq>; keeps a copy to
+ * send again (api_resend.h). */
+static llb_status publish_sub(struct api_actor *a, struct api_call *c, int32_t i) {
+  struct api_sub *s = &c->subs[i];
+  const bool tok = is_tokenize_call(c);
+  s->t_last_heard_ns = llb_now_ns();
+  char rid[96], reply[192], subject[BUS_SUBJECT_MAX];
+  if (c->num_subs > 1) snprintf(rid, sizeof rid, "%s-%d", c->resp.id, i);
+  else snprintf(rid, sizeof rid, "%s", c->resp.id);
+  snprintf(reply, sizeof reply, "%s.%" PRIu64, a->inbox_subject, s->seq);
+  struct llb_generate_request gr;
+  if (tok) api_tokenize_to_generate(&c->tok, rid, &gr);
+  else if (c->emb) api_embeddings_to_generate(c->emb, i, rid, &gr);
+  else api_request_to_generate(&c->parsed, i, rid, &gr);
+  llb_status st = llb_generate_request_encode_buf(&gr, &a->enc);
+  if (st != LLB_STATUS_OK) return st;
+  if (snprintf(subject, sizeof subject, "%s.%s.%s", bus_prefix(a->bus), tok ? "tokenize" : "generate", c->tenant) >=
+      (int)sizeof subject)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subject of tenant %s too long", c->tenant);
+  struct bus_out_msg m = {.subject = subject, .reply = reply, .data = a->enc.data, .len = a->enc.len,
+                          .trace = &c->span.ctx};
+  st = bus_publish_msg(a->bus, &m);
+  if (st == LLB_STATUS_OK && api_resend_keep(s, m.subject, reply, m.data, m.len) != LLB_STATUS_OK)
+    LLB_LOG_WARN("generate_not_resendable", "seq=%" PRIu64 " reason=out_of_memory", s->seq);
+  return st;
+}
+
 /* Completions and chat (ep), or a tokenize call (/tokenize, /detokenize, /v1/models/{id}:
  * one GenerateRequest on the tokenize subject, `model` = the path's id for the last). */
 static void handle_generate(struct api_actor *a, struct evhttp_request *req, enum api_endpoint ep,
                             const char *model, const char *tenant) {
   struct api_error e;
-  struct evbuffer *in = evhttp_request_get_input_buffer(req);
-  size_t len = evbuffer_get_length(in);
+  size_t len = evbuffer_get_length(evhttp_request_get_input_buffer(req));
   if (len > a->o.max_body_bytes) {
     api_error_set(&e, 413, NULL, "the request body is %zu bytes, over the limit of %zu bytes", len, a->o.max_body_bytes);
     api_http_send_error(a->metrics, req, &e);
@@ -564,43 +529,8 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
     api_http_send_error(a->metrics, req, &e);
     return;
   }
-  const char *body = len ? (const char *)evbuffer_pullup(in, (ev_ssize_t)len) : "";
-  struct api_call *c = calloc(1, sizeof *c);
+  struct api_call *c = call_new(a, req, ep, model, tenant, &e);
   if (!c) {
-    api_error_set(&e, 500, NULL, "out of memory");
-    api_http_send_error(a->metrics, req, &e);
-    return;
-  }
-  c->a = a;
-  c->tenant = tenant;
-  c->t_start_ns = llb_now_ns();
-  trace_begin(c, req);
-  struct api_parse_options po = {.served_model = a->model_name, .tool_parser = a->o.tool_call_parser,
-                                .allowed_local_media_path = a->local_media_dir};
-  const bool emb = ep == API_ENDPOINT_EMBEDDINGS, tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT && !emb;
-  if (emb && !(c->emb = calloc(1, sizeof *c->emb))) api_error_set(&e, 500, NULL, "out of memory");
-  if ((emb && !c->emb) ||
-      (emb ? api_embeddings_parse(body, len, &po, c->emb, &e) != LLB_STATUS_OK
-       : tok ? api_tokenize_parse(ep, body, len, model, &po, &c->tok, &e) != LLB_STATUS_OK
-             : api_request_parse(ep, body, len, &po, &c->parsed, &e) != LLB_STATUS_OK)) {
-    free(c->emb);
-    free(c);
-    api_http_send_error(a->metrics, req, &e);
-    return;
-  }
-  char id[64];
-  make_id(a, ep, id, sizeof id);
-  c->num_subs = ep == API_ENDPOINT_COMPLETIONS ? c->parsed.num_prompts : emb ? c->emb->req.num_prompts : 1;
-  c->subs = calloc((size_t)c->num_subs, sizeof *c->subs);
-  if (emb) snprintf(c->resp.id, sizeof c->resp.id, "%s", id);
-  if (!c->subs || (!tok && !emb && api_response_init(&c->resp, &c->parsed, id, (int64_t)time(NULL)) != LLB_STATUS_OK)) {
-    free(c->subs);
-    api_embeddings_free(c->emb);
-    free(c->emb);
-    api_request_free(&c->parsed);
-    api_tokenize_free(&c->tok);
-    free(c);
-    api_error_set(&e, 500, NULL, "out of memory");
     api_http_send_error(a->metrics, req, &e);
     return;
   }
@@ -613,22 +543,18 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
   api_metrics_request_started(a->metrics);
   for (int32_t i = 0; i < c->num_subs; i++) {
     struct api_sub *s = &c->subs[i];
-    s->seq = ++a->next_seq;
     s->call = c;
     s->prompt_index = i;
-    api_table_add(a, s);
+    api_sub_table_add(a->subs, s);
   }
   evhttp_connection_set_closecb(c->conn, on_close, c);
   c->timer = evtimer_new(a->base, on_timer, c);
-  if (c->timer) {
-    struct timeval tv = {.tv_sec = a->o.first_output_timeout_s};
-    evtimer_add(c->timer, &tv);
-  }
+  arm_timer(c);
   c->reconnects = bus_num_reconnects(a->bus);
-  if (!tok && !c->parsed.sampling_params.has_seed) {
+  if (!is_tokenize_call(c) && !c->parsed.sampling_params.has_seed) {
     /* Drawn here rather than by the input processor, so that a request sent again after a
      * reconnect (api_resend_after_reconnect) repeats the same tokens. */
-    c->parsed.sampling_params.seed = api_random_seed(a);
+    c->parsed.sampling_params.seed = random_seed(a);
     c->parsed.sampling_params.has_seed = true;
   }
   c->probe = event_new(a->base, -1, EV_PERSIST, on_probe, c);
@@ -637,46 +563,23 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
     event_add(c->probe, &tv);
   }
   for (int32_t i = 0; i < c->num_subs; i++) {
-    struct api_sub *s = &c->subs[i];
-    s->t_last_heard_ns = llb_now_ns();
-    char rid[96], reply[192];
-    if (c->num_subs > 1) snprintf(rid, sizeof rid, "%s-%d", id, i);
-    else snprintf(rid, sizeof rid, "%s", id);
-    snprintf(reply, sizeof reply, "%s.%" PRIu64, a->inbox, s->seq);
-    struct llb_sampling_params sp;
-    struct llb_generate_request gr;
-    if (tok) api_tokenize_to_generate(&c->tok, rid, &sp, &gr);
-    else if (emb) api_embeddings_to_generate(c->emb, i, rid, &sp, &gr);
-    else api_request_to_generate(&c->parsed, i, rid, &sp, &gr);
-    llb_status st = llb_generate_request_encode_buf(&gr, &a->enc);
-    if (st == LLB_STATUS_OK) {
-      char subject[BUS_SUBJECT_MAX];
-      if (snprintf(subject, sizeof subject, "%s.%s.%s", bus_prefix(a->bus), tok ? "tokenize" : "generate",
-                   c->tenant) >= (int)sizeof subject)
-        st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subject of tenant %s too long", c->tenant);
-      struct bus_out_msg m = {.subject = subject, .reply = reply, .data = a->enc.data, .len = a->enc.len,
-                              .trace = &c->span.ctx};
-      if (st == LLB_STATUS_OK) st = bus_publish_msg(a->bus, &m);
-      if (st == LLB_STATUS_OK && api_resend_keep(s, m.subject, reply, m.data, m.len) != LLB_STATUS_OK)
-        LLB_LOG_WARN("generate_not_resendable", "seq=%" PRIu64 " reason=out_of_memory", s->seq);
-    }
-    if (st != LLB_STATUS_OK) {
-      if (st == LLB_STATUS_TOO_LARGE)
-        api_error_set(&e, 413, NULL, "the request is too large for the bus: %s", llb_err_last());
-      else if (st == LLB_STATUS_INVALID_ARGUMENT)
-        api_error_set(&e, 400, NULL, "%s", llb_err_last());
-      else
-        api_error_set(&e, 503, NULL, "cannot reach the engine: %s", llb_err_last());
-      for (int32_t j = i; j < c->num_subs; j++) c->subs[j].finished = true;
-      api_call_fail(c, &e);
-      return;
-    }
+    llb_status st = publish_sub(a, c, i);
+    if (st == LLB_STATUS_OK) continue;
+    if (st == LLB_STATUS_TOO_LARGE)
+      api_error_set(&e, 413, NULL, "the request is too large for the bus: %s", llb_err_last());
+    else if (st == LLB_STATUS_INVALID_ARGUMENT)
+      api_error_set(&e, 400, NULL, "%s", llb_err_last());
+    else
+      api_error_set(&e, 503, NULL, "cannot reach the engine: %s", llb_err_last());
+    for (int32_t j = i; j < c->num_subs; j++) c->subs[j].finished = true;
+    call_fail(c, &e);
+    return;
   }
 }
 
-void api_on_request(struct evhttp_request *req, void *arg) {
+static void on_request(struct evhttp_request *req, void *arg) {
   struct api_actor *a = arg;
-  http_deadlines_request_read(a->deadlines, req);
+  api_http_listener_request_read(a->listener, req);
   const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
   const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
   enum evhttp_cmd_type method = evhttp_request_get_command(req);
@@ -727,9 +630,9 @@ void api_on_request(struct evhttp_request *req, void *arg) {
   switch (route) {
     case 0: handle_generate(a, req, API_ENDPOINT_COMPLETIONS, NULL, tenant); break;
     case 1: handle_generate(a, req, API_ENDPOINT_CHAT, NULL, tenant); break;
-    case 2: api_route_models(a, req); break;
+    case 2: api_route_models(req, a->model_name, a->max_model_len); break;
     case 3: api_peer_beats_route_health(a->peers, req); break;
-    case 4: api_route_metrics(a, req); break;
+    case 4: api_route_metrics(req, a->metrics, a->o.registry); break;
     case 5: handle_generate(a, req, API_ENDPOINT_TOKENIZE, NULL, tenant); break;
     case 6: handle_generate(a, req, API_ENDPOINT_DETOKENIZE, NULL, tenant); break;
     case 7: api_route_version(req); break;
@@ -738,4 +641,157 @@ void api_on_request(struct evhttp_request *req, void *arg) {
   }
 }
 
-/* ---- setup / teardown on the loop thread -------------------------------------------- */
+/* ---- life cycle ---------------------------------------------------------------------- */
+
+/* On the loop thread: the inbox's wake event and the HTTP listener. */
+static void loop_setup(struct api_loop_call *lc, void *arg) {
+  struct api_actor *a = arg;
+  llb_status st = api_inbox_bind(a->inbox, a->base);
+  if (st != LLB_STATUS_OK) {
+    api_loop_call_done(lc, st);
+    return;
+  }
+  const struct api_http_listener_options lo = {.host = a->http_host, .port = a->http_port,
+                                               .max_body_bytes = a->o.max_body_bytes,
+                                               .request_timeout_s = a->o.request_timeout_s,
+                                               .on_request = on_request, .arg = a};
+  st = api_http_listener_create(a->base, &lo, &a->listener);
+  if (st == LLB_STATUS_OK) a->bound_port = api_http_listener_port(a->listener);
+  else api_inbox_unbind(a->inbox);
+  api_loop_call_done(lc, st);
+}
+
+/* Second half of the teardown, once the last replies had a moment to flush. */
+static void loop_free_http(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  struct api_actor *a = arg;
+  api_http_listener_destroy(a->listener);
+  a->listener = NULL;
+  api_inbox_unbind(a->inbox);
+  api_loop_call_done(a->loop, LLB_STATUS_OK);
+}
+
+static void loop_teardown(struct api_loop_call *lc, void *arg) {
+  (void)lc;
+  struct api_actor *a = arg;
+  a->stopped = true;
+  api_inbox_drain(a->inbox); /* deliver what already arrived */
+  struct api_error e;
+  api_error_set(&e, 503, NULL, "the server is shutting down");
+  while (a->calls) {
+    struct api_call *c = a->calls;
+    /* Subs without an engine id cannot be aborted: settle them so call_fail frees the call. */
+    for (int32_t i = 0; i < c->num_subs; i++)
+      if (!c->subs[i].engine_id[0]) c->subs[i].finished = true;
+    call_fail(c, &e);
+  }
+  struct timeval flush = {.tv_sec = 0, .tv_usec = 300 * 1000};
+  if (event_base_once(a->base, -1, EV_TIMEOUT, loop_free_http, a, &flush) != 0) loop_free_http(-1, 0, a);
+}
+
+/* The options' values with their defaults, the media directory, CORS and the address. */
+static llb_status take_options(struct api_actor *a, const struct api_actor_options *o) {
+  a->o = *o;
+  if (!a->o.max_body_bytes) a->o.max_body_bytes = 1024 * 1024;
+  if (a->o.request_timeout_s <= 0) a->o.request_timeout_s = 10;
+  if (a->o.first_output_timeout_s <= 0) a->o.first_output_timeout_s = 60;
+  if (a->o.max_concurrent <= 0) a->o.max_concurrent = 256;
+  if (a->o.health_window_ms <= 0) a->o.health_window_ms = 10000;
+  snprintf(a->model_name, sizeof a->model_name, "%s", o->model_name);
+  snprintf(a->tenant, sizeof a->tenant, "%s", o->tenant ? o->tenant : BUS_DEFAULT_TENANT);
+  if (o->allowed_local_media_path && o->allowed_local_media_path[0]) {
+    char real[PATH_MAX];
+    if (!realpath(o->allowed_local_media_path, real) || !(a->local_media_dir = strdup(real)))
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--allowed-local-media-path %s: %s", o->allowed_local_media_path,
+                      strerror(errno));
+  }
+  llb_status st = api_cors_parse(o->cors_allowed_origins, o->cors_allowed_methods, o->cors_allowed_headers,
+                                 o->cors_allow_credentials, &a->cors);
+  if (st != LLB_STATUS_OK) return st;
+  return api_parse_host_port(o->http_addr ? o->http_addr : "127.0.0.1:8000", a->http_host, sizeof a->http_host,
+                             &a->http_port);
+}
+
+llb_status api_actor_create(const struct api_actor_options *o, struct api_actor **out) {
+  if (!o || !o->model_name || !*o->model_name || strlen(o->model_name) >= API_MAX_MODEL_BYTES)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: --model-name must be 1..%d bytes", API_MAX_MODEL_BYTES - 1);
+  struct api_actor *a = calloc(1, sizeof *a);
+  if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "api_server: out of memory");
+  if (getrandom(&a->id_salt, sizeof a->id_salt, 0) != (ssize_t)sizeof a->id_salt)
+    a->id_salt = (uint64_t)llb_wall_ns() ^ ((uint64_t)getpid() << 32);
+  llb_arena_init(&a->arena, NULL, 0);
+  llb_status st = take_options(a, o);
+  if (st == LLB_STATUS_OK) st = api_loop_call_create(&a->loop);
+  if (st == LLB_STATUS_OK) st = api_inbox_create(on_inbox_item, a, &a->inbox);
+  if (st == LLB_STATUS_OK) st = api_sub_table_create(&a->subs);
+  if (st == LLB_STATUS_OK) st = api_metrics_create(a->model_name, &a->metrics);
+  if (st == LLB_STATUS_OK)
+    st = api_peer_beats_create(o->health_actors ? o->health_actors : API_ACTOR_DEFAULT_HEALTH_ACTORS,
+                               a->o.health_window_ms, a->metrics, &a->peers);
+  if (st != LLB_STATUS_OK) {
+    api_actor_destroy(a);
+    return st;
+  }
+  *out = a;
+  return LLB_STATUS_OK;
+}
+
+/* The tenant's subjects fit (the generate one is logged); the inbox subject. */
+static llb_status make_subjects(struct api_actor *a, char *generate, size_t cap) {
+  const char *prefix = bus_prefix(a->bus);
+  char subject[BUS_SUBJECT_MAX];
+  llb_status st = bus_subject_generate(prefix, a->tenant, generate, cap);
+  if (st == LLB_STATUS_OK) st = bus_subject_abort(prefix, a->tenant, subject, sizeof subject);
+  if (st == LLB_STATUS_OK &&
+      snprintf(subject, sizeof subject, "%s.tokenize.%s", prefix, a->tenant) >= (int)sizeof subject)
+    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: tokenize subject too long");
+  if (st == LLB_STATUS_OK) st = bus_new_inbox(a->bus, a->inbox_subject, sizeof a->inbox_subject);
+  return st;
+}
+
+llb_status api_actor_start(struct api_actor *a, struct bus *bus) {
+  a->bus = bus;
+  a->base = bus_event_base(bus);
+  a->resend = (struct api_resend_ctx){.bus = bus, .inbox = a->inbox_subject, .table = a->subs};
+  char generate[BUS_SUBJECT_MAX], subj[BUS_SUBJECT_MAX];
+  llb_status st = make_subjects(a, generate, sizeof generate);
+  if (st == LLB_STATUS_OK) st = api_loop_call_run(a->loop, a->base, loop_setup, a);
+  if (st != LLB_STATUS_OK) return st;
+  snprintf(subj, sizeof subj, "%s.*", a->inbox_subject);
+  st = bus_subscribe(bus, subj, NULL, api_inbox_on_msg, a->inbox, NULL);
+  if (st == LLB_STATUS_OK) {
+    snprintf(subj, sizeof subj, "%s.engine.*.stats", bus_prefix(bus));
+    st = bus_subscribe(bus, subj, NULL, api_peer_beats_on_stats, a->peers, NULL);
+  }
+  if (st == LLB_STATUS_OK) {
+    snprintf(subj, sizeof subj, "%s.health.*.*", bus_prefix(bus));
+    st = bus_subscribe(bus, subj, NULL, api_peer_beats_on_heartbeat, a->peers, NULL);
+  }
+  if (st != LLB_STATUS_OK) return st;
+  LLB_LOG_INFO("api_server_listening", "http=%s:%d model=%s generate=%s inbox=%s.*", a->http_host, a->bound_port,
+               a->model_name, generate, a->inbox_subject);
+  return LLB_STATUS_OK;
+}
+
+int api_actor_port(const struct api_actor *a) { return a ? a->bound_port : 0; }
+
+int64_t api_actor_inflight(const struct api_actor *a) { return a ? atomic_load(&a->inflight) : 0; }
+
+void api_actor_stop(struct api_actor *a) {
+  if (!a || !a->base || a->stopped || !a->listener) return;
+  api_loop_call_run(a->loop, a->base, loop_teardown, a);
+}
+
+void api_actor_destroy(struct api_actor *a) {
+  if (!a) return;
+  api_inbox_destroy(a->inbox);
+  api_sub_table_destroy(a->subs);
+  llb_arena_destroy(&a->arena);
+  llb_buf_free(&a->enc);
+  api_peer_beats_destroy(a->peers);
+  api_metrics_destroy(a->metrics);
+  api_loop_call_destroy(a->loop);
+  free(a->local_media_dir);
+  free(a);
+}

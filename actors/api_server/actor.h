@@ -44,46 +44,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/metrics.h"
+#include "actors/api_server/api_options.h"
 #include "base/status.h"
 #include "bus/bus.h"
 
-#define API_ACTOR_DEFAULT_HEALTH_ACTORS \
-  "input_processor,scheduler,kv_manager,gpu_worker,output_processor"
-
-struct api_actor_options {
-  const char *http_addr;           /* "HOST:PORT"; NULL = "127.0.0.1:8000"; port 0 = any */
-  const char *model_name;          /* served model id; required */
-  const char *tenant;              /* NULL = "default"; the tenant of every request when
-                                      api_keys is NULL */
-  const struct api_keys *api_keys; /* NULL = no authentication; else every route (/health and
-                                      /metrics included) needs `Authorization: Bearer KEY`
-                                      (401 otherwise) and a request is published on its
-                                      key's tenant's subjects (api_keys.h). Borrowed:
-                                      outlives the actor */
-  size_t max_body_bytes;           /* 0 = 1 MiB */
-  int64_t request_timeout_s;       /* HTTP read/write inactivity limit, and the time a whole
-                                      request may take to arrive; 0 = 10 */
-  int64_t first_output_timeout_s;  /* 0 = 60 */
-  int32_t max_concurrent;          /* requests in flight here; 0 = 256 */
-  const char *health_actors;       /* comma list; NULL = API_ACTOR_DEFAULT_HEALTH_ACTORS, "" = none */
-  int64_t health_window_ms;        /* 0 = 10000; llmbus-api-server: --health-missed-beats x
-                                      --heartbeat-ms (3 x 2000) */
-  int32_t tool_call_parser;        /* enum tool_format (tool_parser.h) of tool_choice auto:
-                                      0 = hermes, 1 = llama3_json, 2 = mistral */
-  const char *cors_allowed_origins; /* comma list; NULL or "*" = every origin (vLLM's default) */
-  const char *cors_allowed_methods; /* comma list; NULL or "*" = every method */
-  const char *cors_allowed_headers; /* comma list; NULL or "*" = every header */
-  bool cors_allow_credentials;      /* Access-Control-Allow-Credentials (api_cors.h) */
-  struct llb_metrics *registry;    /* NULL = none; else GET /metrics also renders it (the
-                                      process's metrics, bus histograms); borrowed */
-  const char *allowed_local_media_path; /* vLLM's --allowed-local-media-path DIR: file:// image
-                                      URLs whose realpath is inside DIR are read (api_images.h);
-                                      NULL = file URLs refused. Must exist (checked at create) */
-};
-
 struct api_actor;
-struct api_keys;
 
 /* Checks the options and creates the actor (nothing bound yet). Errors: INVALID_ARGUMENT
  * naming the option, OUT_OF_MEMORY. *out: api_actor_destroy(). */

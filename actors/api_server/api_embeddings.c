@@ -116,6 +116,11 @@ llb_status api_embeddings_parse(const char *body, size_t len, const struct api_p
         snprintf(err->param, sizeof err->param, "%s", p);
       }
       if (st == LLB_STATUS_OK && (st = alloc_results(out, err)) != LLB_STATUS_OK) api_embeddings_free(out);
+      if (st == LLB_STATUS_OK) { /* one RequestOutput per input, with the pooled vector */
+        out->req.sampling_params.n = 1;
+        out->req.sampling_params.max_tokens = 1;
+        out->req.sampling_params.output_kind = LLB_OUTPUT_KIND_FINAL_ONLY;
+      }
     }
   }
   free(text);
@@ -135,11 +140,8 @@ void api_embeddings_free(struct api_embeddings *e) {
 }
 
 void api_embeddings_to_generate(const struct api_embeddings *e, int32_t i, const char *request_id,
-                                struct llb_sampling_params *sp, struct llb_generate_request *out) {
-  api_request_to_generate(&e->req, i, request_id, sp, out);
-  sp->n = 1;
-  sp->max_tokens = 1;
-  sp->output_kind = LLB_OUTPUT_KIND_FINAL_ONLY;
+                                struct llb_generate_request *out) {
+  api_request_to_generate(&e->req, i, request_id, out);
   out->pooling_params = e->pooling;
 }
 

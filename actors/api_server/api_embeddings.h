@@ -42,10 +42,10 @@ llb_status api_embeddings_parse(const char *body, size_t len, const struct api_p
 void api_embeddings_free(struct api_embeddings *e);
 
 /* The GenerateRequest of input i: its prompt (raw text or token ids), pooling_params, and
- * sampling params (in sp, which must outlive out) with n 1, max_tokens 1 and output_kind
- * FINAL_ONLY (one RequestOutput per input). Borrows from e and request_id. */
+ * e->req's sampling params by pointer (api_embeddings_parse set n 1, max_tokens 1 and
+ * output_kind FINAL_ONLY: one RequestOutput per input). Borrows from e and request_id. */
 void api_embeddings_to_generate(const struct api_embeddings *e, int32_t i, const char *request_id,
-                                struct llb_sampling_params *sp, struct llb_generate_request *out);
+                                struct llb_generate_request *out);
 
 /* Takes the RequestOutput ro of input i: a finished output must carry the pooled vector
  * (copied). OK (also for an unfinished one, which carries nothing), INTERNAL (finished without

@@ -1,10 +1,94 @@
-/* The api server's option strings, parsed (pure functions, no state). */
+/* The api server's options: what api_actor_create takes (struct api_actor_options), the
+ * option strings parsed (HOST:PORT, name lists), and llmbus-api-server's flags made into those
+ * options (checked, the served model's name derived from the GGUF path, API keys loaded).
+ * Pure: no bus, no network; files only for the keys file. */
 #ifndef LLB_ACTORS_API_SERVER_API_OPTIONS_H
 #define LLB_ACTORS_API_SERVER_API_OPTIONS_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
+#include "actors/api_server/api_request.h"
+#include "base/metrics.h"
 #include "base/status.h"
+
+struct api_keys;
+
+#define API_ACTOR_DEFAULT_HEALTH_ACTORS \
+  "input_processor,scheduler,kv_manager,gpu_worker,output_processor"
+
+struct api_actor_options {
+  const char *http_addr;           /* "HOST:PORT"; NULL = "127.0.0.1:8000"; port 0 = any */
+  const char *model_name;          /* served model id; required */
+  const char *tenant;              /* NULL = "default"; the tenant of every request when
+                                      api_keys is NULL */
+  const struct api_keys *api_keys; /* NULL = no authentication; else every route (/health and
+                                      /metrics included) needs `Authorization: Bearer KEY`
+                                      (401 otherwise) and a request is published on its
+                                      key's tenant's subjects (api_keys.h). Borrowed:
+                                      outlives the actor */
+  size_t max_body_bytes;           /* 0 = 1 MiB */
+  int64_t request_timeout_s;       /* HTTP read/write inactivity limit, and the time a whole
+                                      request may take to arrive; 0 = 10 */
+  int64_t first_output_timeout_s;  /* 0 = 60 */
+  int32_t max_concurrent;          /* requests in flight here; 0 = 256 */
+  const char *health_actors;       /* comma list; NULL = API_ACTOR_DEFAULT_HEALTH_ACTORS, "" = none */
+  int64_t health_window_ms;        /* 0 = 10000; llmbus-api-server: --health-missed-beats x
+                                      --heartbeat-ms (3 x 2000) */
+  int32_t tool_call_parser;        /* enum tool_format (tool_parser.h) of tool_choice auto:
+                                      0 = hermes, 1 = llama3_json, 2 = mistral */
+  const char *cors_allowed_origins; /* comma list; NULL or "*" = every origin (vLLM's default) */
+  const char *cors_allowed_methods; /* comma list; NULL or "*" = every method */
+  const char *cors_allowed_headers; /* comma list; NULL or "*" = every header */
+  bool cors_allow_credentials;      /* Access-Control-Allow-Credentials (api_cors.h) */
+  struct llb_metrics *registry;    /* NULL = none; else GET /metrics also renders it (the
+                                      process's metrics, bus histograms); borrowed */
+  const char *allowed_local_media_path; /* vLLM's --allowed-local-media-path DIR: file:// image
+                                      URLs whose realpath is inside DIR are read (api_images.h);
+                                      NULL = file URLs refused. Must exist (checked at create) */
+};
+
+/* llmbus-api-server's own flags as given (cmd/api_server_main.c holds their defaults and
+ * help). Strings are borrowed (argv or static). */
+struct api_server_flags {
+  const char *http;              /* --http HOST:PORT */
+  const char *model_name;        /* --model-name; NULL or "" = derived from the GGUF path */
+  int64_t max_body_bytes;        /* --max-body-bytes: [1024, 1 GiB] */
+  int64_t request_timeout_s;     /* --request-timeout-s: >= 1 */
+  int64_t first_output_timeout_s; /* --first-output-timeout-s: >= 1 */
+  int32_t max_concurrent;        /* --max-concurrent: >= 1 */
+  const char *tenant;            /* --tenant */
+  const char *health_actors;     /* --health-actors */
+  int32_t health_missed_beats;   /* --health-missed-beats: >= 1 */
+  const char *api_key;           /* --api-key: one key, for --tenant; NULL = none */
+  const char *api_keys_file;     /* --api-keys: KEY TENANT lines (api_keys.h); NULL = none */
+  const char *tool_call_parser;  /* --tool-call-parser: hermes | llama3_json | mistral */
+  const char *allowed_origins, *allowed_methods, *allowed_headers; /* CORS (api_cors.h) */
+  bool allow_credentials;
+  const char *allowed_local_media_path; /* file:// image URLs under it (api_images.h) */
+};
+
+/* The flags made into the actor's options. Holds pointers into itself: do not copy or move
+ * it while `options` is used. */
+struct api_server_config {
+  struct api_actor_options options; /* strings borrowed from the flags or model_name below;
+                                       registry NULL (the caller sets its own) */
+  char model_name[API_MAX_MODEL_BYTES]; /* the name derived from the GGUF path, when used */
+  struct api_keys *keys;                /* owned; NULL = no authentication */
+};
+
+/* Checks `f` and fills `c`: the served model is --model-name, else the basename of
+ * `model_path` (the --model GGUF; NULL = none) without ".gguf"; --api-key (for --tenant) and
+ * --api-keys loaded into one key set; health_window_ms = health_missed_beats x heartbeat_ms
+ * (the actors beat at that interval). Errors: INVALID_ARGUMENT naming the flag (a value out of
+ * range, an unknown tool-call parser, no model name to derive), those of api_keys_add /
+ * api_keys_load_file; `c` holds nothing to free then. Free with api_server_config_free. */
+llb_status api_server_config_init(struct api_server_config *c, const struct api_server_flags *f,
+                                  const char *model_path, int64_t heartbeat_ms);
+
+/* Frees the keys of c (after the actor that borrowed them is destroyed). NULL ok. */
+void api_server_config_free(struct api_server_config *c);
 
 /* "HOST:PORT" (the port after the last ':', 0..65535; "[::1]:8000" gives host "::1") into
  * host[cap] and *port. INVALID_ARGUMENT naming the text when it is not that. */

@@ -715,6 +715,13 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
   if (st == LLB_STATUS_OK) st = api_params_check(out, err);
   if (st == LLB_STATUS_OK) st = api_tools_check(out, (enum tool_format)o->tool_parser, err);
   if (st != LLB_STATUS_OK) goto fail;
+  /* The params as the engine gets them, set once here so every prompt's GenerateRequest
+   * points at them: DELTA outputs (non-streamed responses are accumulated by the server),
+   * and echo + logprobs scores the prompt (vLLM), beyond what the client's prompt_logprobs
+   * (kept for the response's own field) asked. */
+  out->prompt_logprobs = sp->prompt_logprobs;
+  sp->output_kind = LLB_OUTPUT_KIND_DELTA;
+  if (out->echo && out->top_logprobs > sp->prompt_logprobs) sp->prompt_logprobs = out->top_logprobs;
   return LLB_STATUS_OK;
 fail:
   api_request_free(out);
@@ -741,15 +748,10 @@ void api_request_free(struct api_request *r) {
 }
 
 void api_request_to_generate(const struct api_request *r, int32_t prompt_index,
-                             const char *request_id, struct llb_sampling_params *sp,
-                             struct llb_generate_request *out) {
+                             const char *request_id, struct llb_generate_request *out) {
   llb_generate_request_init(out);
   out->request_id = llb_str_c(request_id);
-  *sp = r->sampling_params;
-  sp->output_kind = LLB_OUTPUT_KIND_DELTA; /* non-streamed responses are accumulated here */
-  if (r->echo && r->top_logprobs > sp->prompt_logprobs) /* echo + logprobs scores the prompt (vLLM) */
-    sp->prompt_logprobs = r->top_logprobs;
-  out->sampling_params = sp;
+  out->sampling_params = &r->sampling_params;
   out->priority = r->priority;
   if (r->cache_salt[0]) out->cache_salt = llb_str_c(r->cache_salt);
   out->structured_outputs = r->structured_outputs;

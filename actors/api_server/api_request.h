@@ -100,7 +100,10 @@ struct api_request {
   int32_t num_prompts;
   struct llb_chat_message *messages; /* [num_messages], chat only */
   int32_t num_messages;
-  struct llb_sampling_params sampling_params; /* n, temperature, ..., logprobs (-1 = none) */
+  struct llb_sampling_params sampling_params; /* n, temperature, ..., logprobs (-1 = none), as
+                                   * the engine gets them: output_kind DELTA, prompt_logprobs
+                                   * raised to top_logprobs with echo (api_request_parse) */
+  int32_t prompt_logprobs;        /* the client's prompt_logprobs (-1 = none): the response's field */
   bool chat_logprobs;             /* chat: logprobs = true */
   int32_t top_logprobs;           /* chat: top_logprobs (0..20); completions: logprobs or -1 */
   char user[API_MAX_USER_BYTES];
@@ -156,11 +159,10 @@ const char *api_json_type_name(const struct json_t *v);
 struct json_t *api_json_load_object(const char *body, size_t len, struct api_error *err);
 
 /* The GenerateRequest view of prompt `prompt_index` (completions) or of the messages (chat:
- * prompt_index 0): borrows from `r`, valid while `r` lives. `sp` receives a copy of the
- * sampling params with output_kind DELTA (api_response.h accumulates non-streamed ones) and must
- * outlive `out`. `request_id` is borrowed. */
+ * prompt_index 0): borrows from `r` (its sampling_params by pointer: output_kind DELTA, as
+ * api_request_parse set them; api_response.h accumulates non-streamed outputs), valid while
+ * `r` lives. `request_id` is borrowed. */
 void api_request_to_generate(const struct api_request *r, int32_t prompt_index,
-                             const char *request_id, struct llb_sampling_params *sp,
-                             struct llb_generate_request *out);
+                             const char *request_id, struct llb_generate_request *out);
 
 #endif

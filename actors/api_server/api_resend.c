@@ -5,10 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
-#include "actors/api_server/actor_internal.h"
-#include "base/hash.h"
+#include "actors/api_server/api_call.h"
 #include "base/log.h"
 
 #define API_RESEND_FIRST_MS 50
@@ -37,15 +35,16 @@ static void on_resend(evutil_socket_t fd, short what, void *arg) {
   if (s->finished || s->call->client_gone) return;
   struct bus_out_msg m = {.subject = s->resend.subject, .reply = s->resend.reply, .data = s->resend.data,
                           .len = s->resend.len};
-  llb_status st = bus_publish_msg(s->call->a->bus, &m);
+  llb_status st = bus_publish_msg(s->resend.bus, &m);
   if (st != LLB_STATUS_OK) /* the answer (or its absence) ends the call through the timer */
     LLB_LOG_WARN("generate_resend_failed", "seq=%llu status=%s", (unsigned long long)s->seq, llb_strerror(st));
 }
 
-bool api_resend_schedule(struct api_actor *a, struct api_sub *s) {
+bool api_resend_schedule(struct bus *bus, struct event_base *base, struct api_sub *s) {
   struct api_resend *r = &s->resend;
   if (!r->data || r->tries >= API_RESEND_MAX_TRIES) return false;
-  if (!r->timer && !(r->timer = evtimer_new(a->base, on_resend, s))) return false;
+  if (!r->timer && !(r->timer = evtimer_new(base, on_resend, s))) return false;
+  r->bus = bus;
   int64_t ms = API_RESEND_FIRST_MS << r->tries;
   if (ms > API_RESEND_MAX_MS) ms = API_RESEND_MAX_MS;
   r->tries++;
@@ -56,36 +55,25 @@ bool api_resend_schedule(struct api_actor *a, struct api_sub *s) {
   return true;
 }
 
-uint64_t api_random_seed(struct api_actor *a) {
-  uint64_t seed;
-  if (getrandom(&seed, sizeof seed, 0) == (ssize_t)sizeof seed) return seed;
-  return llb_mix64(a->id_salt + LLB_SPLITMIX64_GAMMA * ++a->id_counter); /* splitmix64 */
-}
-
 /* Sends s again under a new reply subject (see api_resend_after_reconnect). With one
  * completion per prompt (n = 1) the resend names the engine request it replaces (header
  * Llmbus-Resume-Of): the engine hands that request's outputs to the new one and finishes it,
  * so the client's next token comes after one prefill, not after generating again what it
  * already has. Otherwise the old request is aborted: its outputs can no longer reach us. */
-static bool resend_sub(struct api_actor *a, struct api_call *c, struct api_sub *s, const char *reason) {
-  char reply[192], resume_of[sizeof s->engine_id];
+static bool resend_sub(const struct api_resend_ctx *x, struct api_call *c, struct api_sub *s, const char *reason) {
+  const size_t reply_cap = strlen(x->inbox) + 24; /* ".<seq>": a uint64 has at most 20 digits */
+  char *reply = malloc(reply_cap);
+  if (!reply) return false; /* keep the old reply: the outputs may still come (no mapping was lost) */
+  char resume_of[sizeof s->engine_id];
   uint64_t old_seq = s->seq;
   const bool one = c->parsed.sampling_params.n <= 1;
   snprintf(resume_of, sizeof resume_of, "%s", one ? s->engine_id : "");
-  if (s->engine_id[0] && !one) api_publish_abort(a, s);
-  api_table_remove(a, s);
-  s->seq = ++a->next_seq;
-  api_table_add(a, s);
-  snprintf(reply, sizeof reply, "%s.%llu", a->inbox, (unsigned long long)s->seq);
-  char *r = strdup(reply);
-  if (!r) { /* keep the old reply: the outputs may still come (no mapping was lost) */
-    api_table_remove(a, s);
-    s->seq = old_seq;
-    api_table_add(a, s);
-    return false;
-  }
+  if (s->engine_id[0] && !one) api_sub_publish_abort(x->bus, s);
+  api_sub_table_remove(x->table, s);
+  api_sub_table_add(x->table, s);
+  snprintf(reply, reply_cap, "%s.%llu", x->inbox, (unsigned long long)s->seq);
   free(s->resend.reply);
-  s->resend.reply = r;
+  s->resend.reply = reply;
   s->resend.tries = 0;
   s->engine_id[0] = '\0';
   s->t_last_heard_ns = llb_now_ns();
@@ -94,29 +82,30 @@ static bool resend_sub(struct api_actor *a, struct api_call *c, struct api_sub *
   struct bus_out_msg m = {.subject = s->resend.subject, .reply = s->resend.reply, .data = s->resend.data,
                           .len = s->resend.len, .trace = &c->span.ctx, .headers = h,
                           .num_headers = resume_of[0] ? 1 : 0};
-  llb_status st = bus_publish_msg(a->bus, &m);
+  llb_status st = bus_publish_msg(x->bus, &m);
   LLB_LOG_INFO("generate_resent", "seq=%llu old_seq=%llu reason=%s status=%s subject=%s resume_of=%s",
                (unsigned long long)s->seq, (unsigned long long)old_seq, reason, llb_strerror(st), s->resend.subject,
                resume_of[0] ? resume_of : "-");
   return true;
 }
 
-int api_resend_after_reconnect(struct api_actor *a, struct api_call *c) {
+int api_resend_after_reconnect(const struct api_resend_ctx *x, struct api_call *c) {
   int sent = 0;
   for (int32_t i = 0; i < c->num_subs; i++) {
     struct api_sub *s = &c->subs[i];
-    if (!s->finished && s->resend.data && resend_sub(a, c, s, "reconnected")) sent++;
+    if (!s->finished && s->resend.data && resend_sub(x, c, s, "reconnected")) sent++;
   }
   return sent;
 }
 
-bool api_resend_state_lost(struct api_actor *a, struct api_call *c, struct api_sub *s) {
+bool api_resend_state_lost(const struct api_resend_ctx *x, struct api_call *c, struct api_sub *s) {
   if (s->finished || !s->resend.data || s->resend.lost_tries >= API_RESEND_MAX_TRIES) return false;
   s->resend.lost_tries++;
-  return resend_sub(a, c, s, "state_lost");
+  return resend_sub(x, c, s, "state_lost");
 }
 
-int api_resend_after_op_restart(struct api_actor *a, struct api_call *c, int64_t restart_ns, int64_t now_ns) {
+int api_resend_after_op_restart(const struct api_resend_ctx *x, struct api_call *c, int64_t restart_ns,
+                                int64_t now_ns) {
   if (restart_ns == 0 || now_ns - restart_ns < API_OP_RESTART_GRACE_STREAMING_NS) return 0;
   int sent = 0;
   for (int32_t i = 0; i < c->num_subs; i++) {
@@ -126,9 +115,28 @@ int api_resend_after_op_restart(struct api_actor *a, struct api_call *c, int64_t
     const bool streaming = s->engine_id[0] != '\0';
     if (!streaming && now_ns - restart_ns < API_OP_RESTART_GRACE_NS) continue;
     s->op_restart_handled_ns = restart_ns;
-    if (resend_sub(a, c, s, "output_processor_restarted")) sent++;
+    if (resend_sub(x, c, s, "output_processor_restarted")) sent++;
   }
   return sent;
+}
+
+int api_resend_poll(const struct api_resend_ctx *x, struct api_call *c, int64_t ip_beat_ns, int64_t op_restart_ns,
+                    int64_t now_ns) {
+  uint64_t reconnects = bus_num_reconnects(x->bus);
+  if (reconnects != c->reconnects) { /* its replies may be lost with the server's reply mappings */
+    c->reconnects = reconnects;
+    /* when it happened, not when this probe noticed: an input processor that beat since
+     * (actor_main_answer_after_reconnect answers our own reconnect beat) is back */
+    const int64_t at = bus_last_reconnect_ns(x->bus);
+    c->reconnect_seen_ns = at > 0 && at <= now_ns ? at : now_ns;
+  }
+  int sent = 0;
+  if (c->reconnect_seen_ns &&
+      (ip_beat_ns > c->reconnect_seen_ns || now_ns - c->reconnect_seen_ns > API_RESEND_WAIT_INPUT_NS)) {
+    c->reconnect_seen_ns = 0;
+    sent += api_resend_after_reconnect(x, c);
+  }
+  return sent + api_resend_after_op_restart(x, c, op_restart_ns, now_ns);
 }
 
 void api_resend_free(struct api_sub *s) {

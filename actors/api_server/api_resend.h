@@ -4,7 +4,7 @@
  * the sub keeps a copy of what it sent, and a retry timer on the loop thread publishes it once
  * more after 50 ms, doubling to 1 s, API_RESEND_MAX_TRIES times (about 5 s in all). Only then
  * does the client get the 503. DESIGN.md §6 ("the client's request is retried").
- * Loop thread only. */
+ * Loop thread only. Takes the bus, subjects and subs as arguments (api_call.h). */
 #ifndef LLB_ACTORS_API_SERVER_API_RESEND_H
 #define LLB_ACTORS_API_SERVER_API_RESEND_H
 
@@ -16,10 +16,12 @@
 
 #define API_RESEND_MAX_TRIES 8
 
-struct api_actor;
-struct api_sub;
 struct api_call;
-struct event; /* libevent */
+struct api_sub;
+struct api_sub_table;
+struct bus;
+struct event;      /* libevent */
+struct event_base; /* libevent */
 
 /* The copy a sub may send again: subject, reply and the encoded request. */
 struct api_resend {
@@ -29,6 +31,15 @@ struct api_resend {
   int tries;          /* resends so far */
   int lost_tries;     /* resends after STATE_LOST so far */
   struct event *timer; /* NULL until the first resend */
+  struct bus *bus;    /* the timer's bus (api_resend_schedule); borrowed */
+};
+
+/* Where a sub sent again under a new reply subject goes: the bus, this server's reply inbox
+ * (replies are <inbox>.<seq>) and the seq table that gives the new seq. Borrowed. */
+struct api_resend_ctx {
+  struct bus *bus;
+  const char *inbox;
+  struct api_sub_table *table;
 };
 
 /* Keeps a copy of a sent request in s->resend. Errors: OUT_OF_MEMORY (the request was sent;
@@ -36,9 +47,10 @@ struct api_resend {
 llb_status api_resend_keep(struct api_sub *s, const char *subject, const char *reply, const void *data,
                            size_t len);
 
-/* Schedules the next resend of s; false when none is left (or nothing was kept): answer the
- * client with the 503 then. Logs each resend (event=generate_resent). */
-bool api_resend_schedule(struct api_actor *a, struct api_sub *s);
+/* Schedules the next resend of s on `bus` by a timer on `base` (the bus loop); false when none
+ * is left (or nothing was kept): answer the client with the 503 then. Logs each resend
+ * (event=generate_resent). */
+bool api_resend_schedule(struct bus *bus, struct event_base *base, struct api_sub *s);
 
 /* After the bus reconnected: a restarted nats-server has forgotten the reply mappings of its
  * service imports (serve's accounts), so the outputs of requests in flight may never arrive.
@@ -47,14 +59,14 @@ bool api_resend_schedule(struct api_actor *a, struct api_sub *s);
  * its api_delta skip what the client already has: the request is seeded (the api server draws
  * the seed when the client gave none), so it repeats the same tokens. Logs
  * event=generate_resent reason=reconnected. Returns how many subs were sent again. */
-int api_resend_after_reconnect(struct api_actor *a, struct api_call *c);
+int api_resend_after_reconnect(const struct api_resend_ctx *x, struct api_call *c);
 
 /* Sends one unfinished sub of c again as api_resend_after_reconnect does, for the output
  * processor's STATE_LOST (it restarted and the engine had finished the request before it could
  * be rebuilt from the scheduler's history). At most API_RESEND_MAX_TRIES times per sub; false
  * when nothing was sent (no copy kept, tries used up, out of memory): fail the client then.
  * Logs event=generate_resent reason=state_lost. */
-bool api_resend_state_lost(struct api_actor *a, struct api_call *c, struct api_sub *s);
+bool api_resend_state_lost(const struct api_resend_ctx *x, struct api_call *c, struct api_sub *s);
 
 /* After a reconnect, the resend waits for an input processor's heartbeat at most this long. */
 #define API_RESEND_WAIT_INPUT_NS (10LL * 1000000000LL)
@@ -74,7 +86,18 @@ bool api_resend_state_lost(struct api_actor *a, struct api_call *c, struct api_s
  * running is rebuilt by the new output processor from the scheduler's history and talks
  * again within that time), once per restart. Logs event=generate_resent
  * reason=output_processor_restarted. Returns how many subs were sent again. */
-int api_resend_after_op_restart(struct api_actor *a, struct api_call *c, int64_t restart_ns, int64_t now_ns);
+int api_resend_after_op_restart(const struct api_resend_ctx *x, struct api_call *c, int64_t restart_ns,
+                                int64_t now_ns);
+
+/* A call's periodic check (its probe, every 250 ms): notes a bus reconnect since its requests
+ * were sent and, once an input processor beat after it (ip_beat_ns: llb_now_ns of the latest
+ * input processor heartbeat; it has subscribed again: a request published before that is
+ * dropped without a "no responders" across the accounts' service import) or
+ * API_RESEND_WAIT_INPUT_NS after it at the latest, sends c's requests again
+ * (api_resend_after_reconnect); then those an output processor restart at op_restart_ns (0 =
+ * none) may have lost (api_resend_after_op_restart). Returns how many subs were sent again. */
+int api_resend_poll(const struct api_resend_ctx *x, struct api_call *c, int64_t ip_beat_ns, int64_t op_restart_ns,
+                    int64_t now_ns);
 
 /* Frees the copy and the timer (before the sub's memory goes). */
 void api_resend_free(struct api_sub *s);

@@ -37,7 +37,7 @@ llb_status api_response_init(struct api_response *r, const struct api_request *r
   const char *named = NULL;
   r->tools = api_tools_output_format(req, &r->tool_format, &named, &r->tool_single_call);
   snprintf(r->tool_named, sizeof r->tool_named, "%s", named ? named : "");
-  if (req->sampling_params.prompt_logprobs >= 0) {
+  if (req->prompt_logprobs >= 0) {
     r->prompt_logprobs = calloc((size_t)r->num_prompts, sizeof *r->prompt_logprobs);
     r->prompt_logprobs_sent = calloc(nc, sizeof *r->prompt_logprobs_sent);
     if (!r->prompt_logprobs || !r->prompt_logprobs_sent) {

@@ -91,6 +91,7 @@ llb_status api_tokenize_parse(enum api_endpoint endpoint, const char *body, size
       return LLB_STATUS_INVALID_ARGUMENT;
     }
     snprintf(out->req.model, sizeof out->req.model, "%s", model);
+    llb_sampling_params_init(&out->req.sampling_params); /* the defaults go on the wire */
     return LLB_STATUS_OK;
   }
   if (endpoint != API_ENDPOINT_TOKENIZE && endpoint != API_ENDPOINT_DETOKENIZE)
@@ -133,16 +134,14 @@ void api_tokenize_free(struct api_tokenize *t) {
   memset(t, 0, sizeof *t);
 }
 
-void api_tokenize_to_generate(const struct api_tokenize *t, const char *request_id, struct llb_sampling_params *sp,
-                              struct llb_generate_request *out) {
+void api_tokenize_to_generate(const struct api_tokenize *t, const char *request_id, struct llb_generate_request *out) {
   if (t->endpoint == API_ENDPOINT_MODEL_INFO) {
     llb_generate_request_init(out);
-    llb_sampling_params_init(sp);
     out->request_id = llb_str_c(request_id);
-    out->sampling_params = sp;
+    out->sampling_params = &t->req.sampling_params;
     return;
   }
-  api_request_to_generate(&t->req, 0, request_id, sp, out);
+  api_request_to_generate(&t->req, 0, request_id, out);
   out->add_generation_prompt = t->add_generation_prompt;
 }
 

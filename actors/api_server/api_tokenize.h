@@ -42,10 +42,9 @@ llb_status api_tokenize_parse(enum api_endpoint endpoint, const char *body, size
 /* Frees what api_tokenize_parse allocated; `t` is zeroed. NULL ok. */
 void api_tokenize_free(struct api_tokenize *t);
 
-/* The GenerateRequest for <prefix>.tokenize.<tenant>: borrows from `t` and `request_id`; `sp`
- * (defaults) must outlive `out`. */
-void api_tokenize_to_generate(const struct api_tokenize *t, const char *request_id, struct llb_sampling_params *sp,
-                              struct llb_generate_request *out);
+/* The GenerateRequest for <prefix>.tokenize.<tenant>: borrows from `t` (its sampling params
+ * too; the defaults for /v1/models/{id}) and `request_id`. */
+void api_tokenize_to_generate(const struct api_tokenize *t, const char *request_id, struct llb_generate_request *out);
 
 /* Renames the engine's field in `e` to the request's: detokenize ids travel as
  * prompt_token_ids, so "prompt_token_ids[i]" becomes "tokens[i]". */

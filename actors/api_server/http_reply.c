@@ -101,3 +101,19 @@ void api_http_send_rendered(struct api_metrics *metrics, struct evhttp_request *
   api_http_send_error(metrics, req, &e);
 }
 
+
+void api_http_span_begin(struct bus_span *span, struct evhttp_request *req) {
+  struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+  const char *tp = evhttp_find_header(in, BUS_TRACEPARENT_HEADER);
+  struct bus_trace_ctx parent;
+  bool have_parent = tp && bus_traceparent_parse(tp, &parent) == LLB_STATUS_OK;
+  if (!have_parent) llb_err_clear();
+  bus_span_begin(span, have_parent ? &parent : NULL, "http", BUS_SPAN_KIND_SERVER);
+  bus_span_attr_str(span, "http.request.method", evhttp_request_get_command(req) == EVHTTP_REQ_GET ? "GET" : "POST");
+  const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+  const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+  bus_span_attr_str(span, "url.path", path ? path : "");
+  char out[BUS_TRACEPARENT_LEN + 1];
+  evhttp_add_header(evhttp_request_get_output_headers(req), BUS_TRACEPARENT_HEADER,
+                    bus_traceparent_format(&span->ctx, out, sizeof out));
+}

@@ -1,8 +1,8 @@
 /* The api server's HTTP replies (loop thread): a body with its status and Content-Type, an
  * OpenAI-shaped error object (counted in the api metrics; 429 with Retry-After), the 401 of a
  * missing or unknown key, a rendered JSON response, CORS headers and preflights, the echoed
- * X-Request-Id. Each takes what it needs as arguments: the request, the metrics, the CORS
- * policy. */
+ * X-Request-Id, the request's trace span. Each takes what it needs as arguments: the request,
+ * the metrics, the CORS policy. */
 #ifndef LLB_ACTORS_API_SERVER_HTTP_REPLY_H
 #define LLB_ACTORS_API_SERVER_HTTP_REPLY_H
 
@@ -14,6 +14,7 @@
 #include "actors/api_server/api_metrics.h"
 #include "actors/api_server/api_response.h"
 #include "base/status.h"
+#include "bus/span.h"
 
 /* Sends `body[len]` with `status` and Content-Type `ctype`. */
 void api_http_send_body(struct evhttp_request *req, int status, const char *ctype, const char *body,
@@ -32,5 +33,10 @@ void api_http_send_rendered(struct api_metrics *metrics, struct evhttp_request *
 bool api_http_cors(const struct api_cors *cors, struct evhttp_request *req, enum evhttp_cmd_type method);
 /* Echoes a sane X-Request-Id header of `req` into its response headers. */
 void api_http_echo_request_id(struct evhttp_request *req);
+/* Begins `span`, the "http" span of `req` (W3C Trace Context): a child of the request's
+ * `traceparent` header when it carries a valid one (its sampled flag decides), else the root
+ * of a new trace sampled by the head ratio. Its context goes back on the response's
+ * `traceparent` header (same trace id), so a client can find its trace. */
+void api_http_span_begin(struct bus_span *span, struct evhttp_request *req);
 
 #endif

@@ -60,9 +60,8 @@ static void generate(const uint8_t *body, size_t len, enum api_endpoint ep) {
   }
   int32_t n = ep == API_ENDPOINT_COMPLETIONS ? r.num_prompts : 1;
   for (int32_t i = 0; i < n; i++) {
-    struct llb_sampling_params sp;
     struct llb_generate_request gr;
-    api_request_to_generate(&r, i, "fuzz-1", &sp, &gr);
+    api_request_to_generate(&r, i, "fuzz-1", &gr);
     must_travel(&gr);
   }
   api_request_free(&r);
@@ -76,9 +75,8 @@ static void tokenize(const uint8_t *body, size_t len, enum api_endpoint ep) {
     if (st == LLB_STATUS_INVALID_ARGUMENT) check_error(&err);
     return;
   }
-  struct llb_sampling_params sp;
   struct llb_generate_request gr;
-  api_tokenize_to_generate(&t, "fuzz-1", &sp, &gr);
+  api_tokenize_to_generate(&t, "fuzz-1", &gr);
   must_travel(&gr);
   api_tokenize_free(&t);
 }
@@ -93,9 +91,8 @@ static void embeddings(const uint8_t *body, size_t len) {
   }
   static const float vec[3] = {0.25f, -1.5e-7f, 3.0e38f};
   for (int32_t i = 0; i < e.req.num_prompts; i++) {
-    struct llb_sampling_params sp;
     struct llb_generate_request gr;
-    api_embeddings_to_generate(&e, i, "fuzz-1", &sp, &gr);
+    api_embeddings_to_generate(&e, i, "fuzz-1", &gr);
     if (gr.pooling_params.pooling_type == LLB_POOLING_NONE) abort();
     must_travel(&gr);
     const struct llb_request_output ro = {.finished = true, .pooling_output = vec, .num_pooling_output = 3};

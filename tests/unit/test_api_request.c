@@ -52,14 +52,13 @@ static void test_completion_fields_map_to_sampling_params(void **state) {
   assert_int_equal(r.num_prompts, 1);
   assert_string_equal(r.prompts[0].text, "Once");
 
-  struct llb_sampling_params gsp;
   struct llb_generate_request g;
-  api_request_to_generate(&r, 0, "cmpl-1", &gsp, &g);
-  assert_int_equal(gsp.output_kind, LLB_OUTPUT_KIND_DELTA);
+  api_request_to_generate(&r, 0, "cmpl-1", &g);
+  assert_int_equal(g.sampling_params->output_kind, LLB_OUTPUT_KIND_DELTA);
   assert_true(g.raw); /* completions prompts are never templated */
   assert_memory_equal(g.prompt.data, "Once", 4);
   assert_memory_equal(g.request_id.data, "cmpl-1", 6);
-  assert_ptr_equal(g.sampling_params, &gsp);
+  assert_ptr_equal(g.sampling_params, &r.sampling_params); /* by pointer, not copied */
   api_request_free(&r);
 }
 
@@ -92,9 +91,8 @@ static void test_prompt_forms_give_one_generate_request_each(void **state) {
   assert_null(r.prompts[0].text);
   assert_int_equal(r.prompts[0].num_token_ids, 3);
   assert_int_equal(r.prompts[0].token_ids[2], 3);
-  struct llb_sampling_params sp;
   struct llb_generate_request g;
-  api_request_to_generate(&r, 0, "id", &sp, &g);
+  api_request_to_generate(&r, 0, "id", &g);
   assert_int_equal(g.num_prompt_token_ids, 3);
   assert_int_equal(g.prompt.len, 0);
   api_request_free(&r);
@@ -125,9 +123,8 @@ static void test_chat_messages_parts_and_logprobs(void **state) {
   assert_int_equal(r.sampling_params.max_tokens, 5); /* max_completion_tokens wins */
   assert_true(r.chat_logprobs);
   assert_int_equal(r.sampling_params.logprobs, 3);
-  struct llb_sampling_params sp;
   struct llb_generate_request g;
-  api_request_to_generate(&r, 0, "chat-1", &sp, &g);
+  api_request_to_generate(&r, 0, "chat-1", &g);
   assert_int_equal(g.num_messages, 3);
   assert_false(g.raw);
   api_request_free(&r);
@@ -149,17 +146,16 @@ static void test_vllm_request_fields_reach_the_generate_request(void **state) {
       "\"cache_salt\":\"team-a\",\"truncate_prompt_tokens\":32,\"echo\":true}";
   assert_int_equal(parse(API_ENDPOINT_COMPLETIONS, body, &r, &e), LLB_STATUS_OK);
   assert_true(r.echo);
-  struct llb_sampling_params sp;
   struct llb_generate_request g;
-  api_request_to_generate(&r, 0, "cmpl-1", &sp, &g);
-  assert_int_equal(sp.num_logit_bias, 2);
+  api_request_to_generate(&r, 0, "cmpl-1", &g);
+  assert_int_equal(g.sampling_params->num_logit_bias, 2);
   bool seen_eos = false, seen_dot = false;
   for (int i = 0; i < 2; i++) {
-    if (sp.logit_bias[i].token_id == 50256) seen_eos = sp.logit_bias[i].bias == -100.0f;
-    if (sp.logit_bias[i].token_id == 13) seen_dot = sp.logit_bias[i].bias == 2.5f;
+    if (g.sampling_params->logit_bias[i].token_id == 50256) seen_eos = g.sampling_params->logit_bias[i].bias == -100.0f;
+    if (g.sampling_params->logit_bias[i].token_id == 13) seen_dot = g.sampling_params->logit_bias[i].bias == 2.5f;
   }
   assert_true(seen_eos && seen_dot);
-  assert_int_equal(sp.truncate_prompt_tokens, 32);
+  assert_int_equal(g.sampling_params->truncate_prompt_tokens, 32);
   assert_int_equal(g.priority, -4);
   assert_int_equal(g.cache_salt.len, 6);
   assert_memory_equal(g.cache_salt.data, "team-a", 6);
@@ -167,11 +163,11 @@ static void test_vllm_request_fields_reach_the_generate_request(void **state) {
   /* absent: no salt, priority 0, no bias, no truncation */
   assert_int_equal(parse(API_ENDPOINT_CHAT, "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
                                            "\"truncate_prompt_tokens\":-1}", &r, &e), LLB_STATUS_OK);
-  api_request_to_generate(&r, 0, "c", &sp, &g);
+  api_request_to_generate(&r, 0, "c", &g);
   assert_int_equal(g.priority, 0);
   assert_int_equal(g.cache_salt.len, 0);
-  assert_int_equal(sp.num_logit_bias, 0);
-  assert_int_equal(sp.truncate_prompt_tokens, -1);
+  assert_int_equal(g.sampling_params->num_logit_bias, 0);
+  assert_int_equal(g.sampling_params->truncate_prompt_tokens, -1);
   api_request_free(&r);
 }
 
@@ -181,9 +177,8 @@ static void test_tokenize_bodies_parse_like_vllm_and_name_bad_fields(void **stat
   struct api_error e;
   const char *b1 = "{\"model\":\"smol\",\"prompt\":\"<|im_start|>user\",\"add_special_tokens\":true}";
   assert_int_equal(api_tokenize_parse(API_ENDPOINT_TOKENIZE, b1, strlen(b1), NULL, &opts, &t, &e), LLB_STATUS_OK);
-  struct llb_sampling_params sp;
   struct llb_generate_request g;
-  api_tokenize_to_generate(&t, "tok-1", &sp, &g);
+  api_tokenize_to_generate(&t, "tok-1", &g);
   assert_true(g.raw); /* a prompt is tokenized as a completion prompt is */
   assert_int_equal(g.prompt.len, 16);
   assert_int_equal(g.num_messages, 0);
@@ -191,19 +186,19 @@ static void test_tokenize_bodies_parse_like_vllm_and_name_bad_fields(void **stat
   const char *b2 = "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
                    "\"add_generation_prompt\":false}";
   assert_int_equal(api_tokenize_parse(API_ENDPOINT_TOKENIZE, b2, strlen(b2), NULL, &opts, &t, &e), LLB_STATUS_OK);
-  api_tokenize_to_generate(&t, "tok-2", &sp, &g);
+  api_tokenize_to_generate(&t, "tok-2", &g);
   assert_int_equal(g.num_messages, 1);
   assert_false(g.add_generation_prompt);
   assert_false(g.raw);
   api_tokenize_free(&t);
   const char *b3 = "{\"model\":\"smol\",\"tokens\":[1,2,3]}";
   assert_int_equal(api_tokenize_parse(API_ENDPOINT_DETOKENIZE, b3, strlen(b3), NULL, &opts, &t, &e), LLB_STATUS_OK);
-  api_tokenize_to_generate(&t, "tok-3", &sp, &g);
+  api_tokenize_to_generate(&t, "tok-3", &g);
   assert_int_equal(g.num_prompt_token_ids, 3);
   assert_int_equal(g.prompt_token_ids[2], 3);
   api_tokenize_free(&t);
   assert_int_equal(api_tokenize_parse(API_ENDPOINT_MODEL_INFO, NULL, 0, "smol", &opts, &t, &e), LLB_STATUS_OK);
-  api_tokenize_to_generate(&t, "tok-4", &sp, &g);
+  api_tokenize_to_generate(&t, "tok-4", &g);
   assert_true(g.prompt.len == 0 && g.num_messages == 0 && g.num_prompt_token_ids == 0);
   api_tokenize_free(&t);
   static const struct {
@@ -281,9 +276,8 @@ static void test_structured_output_fields_become_one_spec(void **state) {
     const llb_status st = parse(cases[i].ep, body, &r, &e);
     if (st != LLB_STATUS_OK) print_error("case %zu: %s\n", i, e.message);
     assert_int_equal(st, LLB_STATUS_OK);
-    struct llb_sampling_params sp;
     struct llb_generate_request g;
-    api_request_to_generate(&r, 0, "id", &sp, &g);
+    api_request_to_generate(&r, 0, "id", &g);
     assert_int_equal(g.structured_outputs.kind, cases[i].kind);
     assert_int_equal(g.structured_outputs.spec.len, strlen(cases[i].spec));
     assert_memory_equal(g.structured_outputs.spec.data, cases[i].spec, strlen(cases[i].spec));
@@ -424,9 +418,8 @@ static void test_image_url_parts_become_image_items(void **state) {
   assert_int_equal(r.messages[0].num_image_offsets, 2);
   assert_int_equal(r.messages[0].image_offsets[0], 2);
   assert_int_equal(r.messages[0].image_offsets[1], 4);
-  struct llb_sampling_params sp;
   struct llb_generate_request g;
-  api_request_to_generate(&r, 0, "id", &sp, &g);
+  api_request_to_generate(&r, 0, "id", &g);
   assert_int_equal(g.num_mm_items, 2);
   api_request_free(&r);
 
@@ -559,9 +552,8 @@ static void test_prompt_embeds_become_embeds_mm_items(void **state) {
       "{\"data\":\"ADwAwA==\",\"dtype\":\"float16\",\"shape\":[1,2],\"placeholder_offset\":5}]}";
   assert_int_equal(parse(API_ENDPOINT_COMPLETIONS, body, &r, &e), LLB_STATUS_OK);
   assert_int_equal(r.num_mm_items, 2);
-  struct llb_sampling_params gsp;
   struct llb_generate_request g;
-  api_request_to_generate(&r, 0, "cmpl-e", &gsp, &g);
+  api_request_to_generate(&r, 0, "cmpl-e", &g);
   assert_int_equal(g.num_prompt_token_ids, 6);
   assert_int_equal(g.num_mm_items, 2);
   const struct llb_mm_item *a = &g.mm_items[0], *b = &g.mm_items[1];

@@ -195,6 +195,41 @@ static void test_non_stream_accumulates_choices_of_every_prompt(void **state) {
   api_request_free(&req);
 }
 
+/* echo + logprobs has the engine score the prompt (the GenerateRequest's prompt_logprobs) for
+ * the echoed tokens' logprobs, but only a client that asked for prompt_logprobs gets that
+ * field in its response. */
+static void test_echo_logprobs_score_the_prompt_without_a_prompt_logprobs_field(void **state) {
+  (void)state;
+  const char *bodies[2] = {"{\"model\":\"smol\",\"prompt\":\"Say\",\"echo\":true,\"logprobs\":2}",
+                           "{\"model\":\"smol\",\"prompt\":\"Say\",\"echo\":true,\"logprobs\":2,\"prompt_logprobs\":1}"};
+  for (int asked = 0; asked < 2; asked++) {
+    struct api_request req;
+    parse_ok(API_ENDPOINT_COMPLETIONS, bodies[asked], &req);
+    struct llb_generate_request g;
+    api_request_to_generate(&req, 0, "cmpl-p", &g);
+    assert_ptr_equal(g.sampling_params, &req.sampling_params);
+    assert_int_equal(g.sampling_params->prompt_logprobs, 2);
+    assert_int_equal(g.sampling_params->output_kind, LLB_OUTPUT_KIND_DELTA);
+    struct api_response r;
+    assert_int_equal(api_response_init(&r, &req, "cmpl-p", 5), LLB_STATUS_OK);
+    struct llb_completion_output c;
+    int32_t t[1] = {1};
+    struct llb_request_output ro = one(0, "!", t, 1, LLB_FINISH_REASON_LENGTH, true, &c);
+    ro.num_prompt_token_ids = 1; /* a one-token prompt: no prompt logprobs to wait for */
+    assert_int_equal(api_response_add_output(&r, 0, &ro), LLB_STATUS_OK);
+    struct api_buf out = {0};
+    assert_int_equal(api_response_render(&r, &out), LLB_STATUS_OK);
+    json_t *j = json_loads(out.data, 0, NULL);
+    json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    assert_non_null(choice);
+    assert_int_equal(json_object_get(choice, "prompt_logprobs") != NULL, asked);
+    json_decref(j);
+    api_buf_free(&out);
+    api_response_free(&r);
+    api_request_free(&req);
+  }
+}
+
 static void test_echo_prepends_the_prompt_once_per_choice(void **state) {
   (void)state;
   struct api_request req;
@@ -368,6 +403,7 @@ int main(void) {
       cmocka_unit_test(test_chat_stream_sends_role_first_per_choice),
       cmocka_unit_test(test_non_stream_accumulates_choices_of_every_prompt),
       cmocka_unit_test(test_echo_prepends_the_prompt_once_per_choice),
+      cmocka_unit_test(test_echo_logprobs_score_the_prompt_without_a_prompt_logprobs_field),
       cmocka_unit_test(test_tokenize_replies_render_vllm_shapes),
       cmocka_unit_test(test_logprobs_shapes_for_completions_and_chat),
       cmocka_unit_test(test_stream_error_event_is_openai_error_object),

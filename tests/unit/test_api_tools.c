@@ -34,30 +34,29 @@ static void parse_ok(const char *body, struct api_request *r) {
 static void test_tools_and_choices_reach_the_generate_request(void **state) {
   (void)state;
   struct api_request r;
-  struct llb_sampling_params sp;
   struct llb_generate_request gr;
   /* auto (the default with tools): tools for the template, no constraint */
   parse_ok("{\"model\":\"smol\"," USER ",\"tools\":[" WEATHER "," NOW "]}", &r);
-  api_request_to_generate(&r, 0, "rid", &sp, &gr);
+  api_request_to_generate(&r, 0, "rid", &gr);
   json_t *tools = json_loadb(gr.tools.data, gr.tools.len, 0, NULL);
   assert_int_equal(json_array_size(tools), 2);
   assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(tools, 1), "function"), "name")),
                       "now");
   json_decref(tools);
   assert_int_equal(gr.structured_outputs.kind, LLB_SO_NONE);
-  assert_false(sp.skip_special_tokens); /* hermes markers may be special tokens (vLLM) */
+  assert_false(gr.sampling_params->skip_special_tokens); /* hermes markers may be special tokens (vLLM) */
   api_request_free(&r);
   /* none: tools still passed, output not constrained, special tokens skipped as usual */
   parse_ok("{\"model\":\"smol\"," USER ",\"tools\":[" WEATHER "],\"tool_choice\":\"none\"}", &r);
-  api_request_to_generate(&r, 0, "rid", &sp, &gr);
+  api_request_to_generate(&r, 0, "rid", &gr);
   assert_true(gr.tools.len > 0);
   assert_int_equal(gr.structured_outputs.kind, LLB_SO_NONE);
-  assert_true(sp.skip_special_tokens);
+  assert_true(gr.sampling_params->skip_special_tokens);
   api_request_free(&r);
   /* named: the tool's parameters schema */
   parse_ok("{\"model\":\"smol\"," USER ",\"tools\":[" NOW "," WEATHER "],\"tool_choice\":{\"type\":\"function\","
            "\"function\":{\"name\":\"get_weather\"}}}", &r);
-  api_request_to_generate(&r, 0, "rid", &sp, &gr);
+  api_request_to_generate(&r, 0, "rid", &gr);
   assert_int_equal(gr.structured_outputs.kind, LLB_SO_JSON);
   json_t *schema = json_loadb(gr.structured_outputs.spec.data, gr.structured_outputs.spec.len, 0, NULL);
   json_t *want = json_loads("{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}", 0, NULL);
@@ -69,7 +68,7 @@ static void test_tools_and_choices_reach_the_generate_request(void **state) {
   parse_ok("{\"model\":\"smol\"," USER ",\"tool_choice\":\"required\",\"tools\":[" WEATHER ","
            "{\"type\":\"function\",\"function\":{\"name\":\"pick\",\"parameters\":{\"type\":\"object\",\"properties\":"
            "{\"c\":{\"$ref\":\"#/$defs/color\"}},\"$defs\":{\"color\":{\"enum\":[\"red\",\"blue\"]}}}}}]}", &r);
-  api_request_to_generate(&r, 0, "rid", &sp, &gr);
+  api_request_to_generate(&r, 0, "rid", &gr);
   assert_int_equal(gr.structured_outputs.kind, LLB_SO_JSON);
   schema = json_loadb(gr.structured_outputs.spec.data, gr.structured_outputs.spec.len, 0, NULL);
   assert_string_equal(json_string_value(json_object_get(schema, "type")), "array");
@@ -86,7 +85,7 @@ static void test_tools_and_choices_reach_the_generate_request(void **state) {
   api_request_free(&r);
   /* parallel_tool_calls false: one call at most */
   parse_ok("{\"model\":\"smol\"," USER ",\"tool_choice\":\"required\",\"parallel_tool_calls\":false,\"tools\":[" NOW "]}", &r);
-  api_request_to_generate(&r, 0, "rid", &sp, &gr);
+  api_request_to_generate(&r, 0, "rid", &gr);
   schema = json_loadb(gr.structured_outputs.spec.data, gr.structured_outputs.spec.len, 0, NULL);
   assert_int_equal(json_integer_value(json_object_get(schema, "maxItems")), 1);
   json_decref(schema);
@@ -326,10 +325,9 @@ static bool grammar_accepts(struct llb_str schema, const char *text) {
 static void test_tool_choice_schemas_constrain_to_the_tools(void **state) {
   (void)state;
   struct api_request r;
-  struct llb_sampling_params sp;
   struct llb_generate_request gr;
   parse_ok("{\"model\":\"smol\"," USER ",\"tool_choice\":\"required\",\"tools\":[" WEATHER "," NOW "]}", &r);
-  api_request_to_generate(&r, 0, "rid", &sp, &gr);
+  api_request_to_generate(&r, 0, "rid", &gr);
   assert_true(grammar_accepts(gr.structured_outputs.spec, "[{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Rome\"}}]"));
   assert_true(grammar_accepts(gr.structured_outputs.spec,
                               "[{\"name\":\"now\",\"parameters\":{}},{\"name\":\"get_weather\",\"parameters\":{\"city\":\"x\"}}]"));
@@ -340,7 +338,7 @@ static void test_tool_choice_schemas_constrain_to_the_tools(void **state) {
   api_request_free(&r);
   parse_ok("{\"model\":\"smol\"," USER ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
            "\"tools\":[" WEATHER "]}", &r);
-  api_request_to_generate(&r, 0, "rid", &sp, &gr);
+  api_request_to_generate(&r, 0, "rid", &gr);
   assert_true(grammar_accepts(gr.structured_outputs.spec, "{\"city\":\"Rome\"}"));
   assert_false(grammar_accepts(gr.structured_outputs.spec, "{\"town\":\"Rome\"}"));
   api_request_free(&r);

@@ -1,0 +1,51 @@
+/* The api server's reply inbox: RequestOutputs (and NATS "no responders" notices) on
+ * <inbox>.<seq>, handed from the NATS delivery threads to the loop thread. The bus handler
+ * copies each message into a locked queue and activates the wake event; on the loop thread
+ * the queue is taken whole and each item goes to the handler, in arrival order. Hostile
+ * input: a subject whose last token is not a number is dropped here; the payload is decoded
+ * by the handler. */
+#ifndef LLB_ACTORS_API_SERVER_INBOX_H
+#define LLB_ACTORS_API_SERVER_INBOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "bus/bus.h"
+
+struct event_base; /* libevent */
+struct api_inbox;
+
+/* One message as the loop thread sees it; valid during the handler call. */
+struct api_inbox_item {
+  uint64_t seq;        /* the <seq> of its subject */
+  bool no_responders;  /* an empty message with a 503 Status header: nobody took the request */
+  size_t len;
+  const uint8_t *data; /* [len] */
+};
+
+/* Called on the loop thread for each item; `user` as given to api_inbox_create. */
+typedef void (*api_inbox_fn)(const struct api_inbox_item *it, void *user);
+
+/* An inbox that hands items to fn(it, user). Errors: OUT_OF_MEMORY. *out: api_inbox_destroy. */
+llb_status api_inbox_create(api_inbox_fn fn, void *user, struct api_inbox **out);
+
+/* Loop thread: creates the wake event on `base`; items arriving from now on are handled on the
+ * loop. Errors: OUT_OF_MEMORY. */
+llb_status api_inbox_bind(struct api_inbox *q, struct event_base *base);
+
+/* Loop thread: handles every item that arrived so far (the teardown's last delivery). */
+void api_inbox_drain(struct api_inbox *q);
+
+/* Loop thread: frees the wake event; items arriving later wait in the queue (freed by
+ * api_inbox_destroy). */
+void api_inbox_unbind(struct api_inbox *q);
+
+/* The bus handler of <inbox>.* (user: the api_inbox); delivery threads. */
+void api_inbox_on_msg(struct bus *bus, const struct bus_msg *msg, void *user);
+
+/* Frees the queue and the inbox; after the bus delivers nothing more (bus_destroy). NULL ok. */
+void api_inbox_destroy(struct api_inbox *q);
+
+#endif

@@ -1,0 +1,101 @@
+/* actors/api_server/api_options: llmbus-api-server's flags → the actor's options. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "actors/api_server/api_keys.h"
+#include "actors/api_server/api_options.h"
+#include "actors/api_server/api_tools.h"
+
+/* llmbus-api-server's defaults (cmd/api_server_main.c). */
+static struct api_server_flags defaults(void) {
+  return (struct api_server_flags){.http = "127.0.0.1:8000", .model_name = "", .max_body_bytes = 1024 * 1024,
+                                   .request_timeout_s = 10, .first_output_timeout_s = 60, .max_concurrent = 256,
+                                   .tenant = "default", .health_actors = API_ACTOR_DEFAULT_HEALTH_ACTORS,
+                                   .health_missed_beats = 3, .tool_call_parser = "hermes"};
+}
+
+static void test_served_model_name_is_the_gguf_basename_unless_given(void **state) {
+  (void)state;
+  struct api_server_flags f = defaults();
+  struct api_server_config c;
+  assert_int_equal(api_server_config_init(&c, &f, "/srv/models/SmolLM2-135M-Instruct.Q4_1.gguf", 2000), LLB_STATUS_OK);
+  assert_string_equal(c.options.model_name, "SmolLM2-135M-Instruct.Q4_1");
+  assert_null(c.options.api_keys);
+  assert_int_equal(c.options.health_window_ms, 3 * 2000);
+  assert_int_equal(c.options.max_body_bytes, 1024 * 1024);
+  assert_string_equal(c.options.http_addr, "127.0.0.1:8000");
+  api_server_config_free(&c);
+  assert_int_equal(api_server_config_init(&c, &f, "plain-name", 2000), LLB_STATUS_OK);
+  assert_string_equal(c.options.model_name, "plain-name");
+  api_server_config_free(&c);
+  f.model_name = "org/served";
+  assert_int_equal(api_server_config_init(&c, &f, "/srv/models/x.gguf", 500), LLB_STATUS_OK);
+  assert_string_equal(c.options.model_name, "org/served");
+  assert_int_equal(c.options.health_window_ms, 3 * 500);
+  api_server_config_free(&c);
+  f.model_name = NULL; /* nothing to derive a name from */
+  assert_int_equal(api_server_config_init(&c, &f, NULL, 2000), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(api_server_config_init(&c, &f, "/srv/models/", 2000), LLB_STATUS_INVALID_ARGUMENT);
+}
+
+static void test_out_of_range_flags_are_refused(void **state) {
+  (void)state;
+  struct api_server_config c;
+  struct api_server_flags f = defaults();
+  f.max_body_bytes = 1023;
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
+  f.max_body_bytes = ((int64_t)1 << 30) + 1;
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
+  const struct api_server_flags ok = defaults();
+  f = ok;
+  f.request_timeout_s = 0;
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
+  f = ok;
+  f.first_output_timeout_s = -1;
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
+  f = ok;
+  f.max_concurrent = 0;
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
+  f = ok;
+  f.health_missed_beats = 0;
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
+  f = ok;
+  f.tool_call_parser = "pythonic";
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
+  f.tool_call_parser = "mistral";
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_OK);
+  assert_int_equal(c.options.tool_call_parser, TOOL_FORMAT_MISTRAL);
+  api_server_config_free(&c);
+}
+
+static void test_api_key_serves_its_tenant_and_a_bad_one_stops_the_start(void **state) {
+  (void)state;
+  struct api_server_flags f = defaults();
+  f.api_key = "sk-aaaaaaaa";
+  f.tenant = "team-a";
+  struct api_server_config c;
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_OK);
+  assert_non_null(c.options.api_keys);
+  assert_string_equal(api_keys_tenant_of(c.options.api_keys, "Bearer sk-aaaaaaaa"), "team-a");
+  assert_null(api_keys_tenant_of(c.options.api_keys, "Bearer sk-bbbbbbbb"));
+  assert_string_equal(c.options.tenant, "team-a");
+  api_server_config_free(&c);
+  f.api_key = "short"; /* under API_KEY_MIN_BYTES: refused, nothing left to free (ASan) */
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
+  f.api_key = NULL;
+  f.api_keys_file = "/nonexistent/llmbus-keys";
+  assert_int_not_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_OK);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_served_model_name_is_the_gguf_basename_unless_given),
+      cmocka_unit_test(test_out_of_range_flags_are_refused),
+      cmocka_unit_test(test_api_key_serves_its_tenant_and_a_bad_one_stops_the_start),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
