@@ -36,7 +36,10 @@ def engine_running(st):
 
 
 def main():
-    with Stack(args=["--heartbeat-ms", str(HEARTBEAT_MS)]) as st:
+    # SchedulerStats every 100 ms while there is work: the engine's running gauge in /metrics
+    # is at most that old (at the default 1 s it could still say 0 for a request already
+    # streaming, and the output processor was killed while the request still ran)
+    with Stack(args=["--heartbeat-ms", str(HEARTBEAT_MS), "--stats-interval-ms", "100"]) as st:
         if st.proc is None:
             skip("needs a stack of its own (LLMBUS_API_BASE is set)")
         client = openai.OpenAI(base_url=st.base + "/v1", api_key="unused", max_retries=0, timeout=300)
@@ -60,6 +63,9 @@ def main():
             t = threading.Thread(target=stream)
             t.start()
             assert chunks.wait(120), "no stream chunks"
+            seen = time.monotonic() + 5.0  # the gauge catches up with the running request
+            while time.monotonic() < seen and not engine_running(st):
+                time.sleep(0.05)
             op = child_pid(st.proc.pid, "llmbus-output-processor")
             assert op, "no llmbus-output-processor child of llmbus serve"
             os.kill(st.proc.pid, signal.SIGSTOP)  # nothing restarts the output processor now
