@@ -331,7 +331,7 @@ static llb_status parse_class(struct gp *p, struct vec *seq) {
   int32_t n = 0, cap = 0;
   llb_status st = LLB_STATUS_OK;
   while (st == LLB_STATUS_OK && peek(p, 0) != ']') {
-    uint32_t lo, hi;
+    uint32_t lo = 0, hi = 0; /* read below even when the class already failed */
     if (at_end(p)) st = fail(p, at, LLB_STATUS_MALFORMED, "unterminated character class");
     else if (n == GBNF_MAX_CLASS_RANGES)
       st = fail(p, at, LLB_STATUS_TOO_LARGE, "character class of more than %d ranges", GBNF_MAX_CLASS_RANGES);
