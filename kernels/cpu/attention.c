@@ -116,12 +116,21 @@ static inline float attn_score(const struct backend_attn_params *p, float dot) {
 }
 
 #if ATTN_HAVE_X86
-/* cpu_reduce16 of s [16] (t = hi + lo, quarters, (t0 + t2) + (t1 + t3)): the same additions. */
-ATTN_AVX2_TARGET static inline float softmax_reduce16_avx2(const float *s) {
-  const __m256 t = _mm256_add_ps(_mm256_loadu_ps(s + 8), _mm256_loadu_ps(s));
-  const __m128 u = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
-  const __m128 w = _mm_add_ps(u, _mm_movehl_ps(u, u));
-  return _mm_cvtss_f32(_mm_add_ss(w, _mm_movehdup_ps(w)));
+ATTN_AVX2_TARGET static inline float attn_hsum8(__m256 x) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+/* cpu_reduce16 of lanes lo (0..7) and hi (8..15): the same additions. */
+ATTN_AVX2_TARGET static inline float attn_reduce16(__m256 lo, __m256 hi) {
+  return attn_hsum8(_mm256_add_ps(hi, lo));
+}
+
+/* attn_reduce16 of s [16] (for callers without AVX2 in their target). */
+ATTN_AVX2_TARGET static float attn_reduce16_at(const float *s) {
+  return attn_reduce16(_mm256_loadu_ps(s), _mm256_loadu_ps(s + 8));
 }
 
 /* Largest of s [first, n) (max is exact in any order). */
@@ -172,7 +181,7 @@ static void softmax_f16(enum cpu_simd_level level, float *s, int32_t first, int3
     const int32_t a = j0 < first ? first : j0, e = n - j0 < 16 ? n : j0 + 16;
 #if ATTN_HAVE_X86
     if (avx2 && a == j0 && e == j0 + 16) { /* a whole group */
-      sum += (double)softmax_reduce16_avx2(s + j0);
+      sum += (double)attn_reduce16_at(s + j0);
       continue;
     }
 #endif
@@ -259,18 +268,6 @@ static void attention_item_generic(const struct attn_task *t, const struct attn_
 }
 
 #if ATTN_HAVE_X86
-ATTN_AVX2_TARGET static inline float attn_hsum8(__m256 x) {
-  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
-
-/* cpu_reduce16 of lanes lo (0..7) and hi (8..15). */
-ATTN_AVX2_TARGET static inline float attn_reduce16(__m256 lo, __m256 hi) {
-  return attn_hsum8(_mm256_add_ps(hi, lo));
-}
-
 /* Same numbers as the generic path; the heads of one KV head share each key's load and
  * conversion. head_dim % 16 == 0 and <= ATTN_MAX_DIM. */
 ATTN_AVX2_TARGET static void attention_item_avx2(const struct attn_task *t, const struct attn_item *it,
@@ -401,15 +398,45 @@ ATTN_AVX512_TARGET static inline void scores16_store_avx512(const struct backend
   }
 }
 
+/* qh [g] = q of row tok, head h0 + g (g < n_h), rounded to fp16 (as ggml's F16 kq operand). */
+ATTN_AVX512_TARGET static void round_q_avx512(const struct backend_attn_params *p, int32_t tok, int32_t h0,
+                                              int32_t n_h, float (*qh)[ATTN_MAX_DIM]) {
+  const int32_t hd = p->kv->head_dim;
+  for (int32_t g = 0; g < n_h; g++) {
+    const float *q = p->q + ((int64_t)tok * p->n_heads + h0 + g) * hd;
+    for (int32_t i = 0; i < hd; i += 16)
+      _mm512_storeu_ps(qh[g] + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
+  }
+}
+
+/* kf [l] = the fp16 key k + l * stride (l < 16, 16 * nv values) as float. */
+ATTN_AVX512_TARGET static inline void convert16_avx512(const uint16_t *k, int64_t stride, int32_t nv,
+                                                       float (*kf)[ATTN_MAX_DIM]) {
+  for (int l = 0; l < 16; l++)
+    for (int32_t i = 0; i < nv; i++)
+      _mm512_storeu_ps(kf[l] + 16 * i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + l * stride + 16 * i))));
+}
+
+/* sc [g * head_stride] = the score of one key k (fp16, 16 * nv values) for heads qh [g < n_h]:
+ * one 16-lane accumulator, _mm512_reduce_add_ps (the bits of a lane of reduce16x16_avx512). */
+ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
+score1_avx512(const struct backend_attn_params *p, int32_t n_h, const float (*qh)[ATTN_MAX_DIM], const uint16_t *k,
+              int32_t nv, float *sc, int64_t head_stride) {
+  __m512 kf[ATTN_MAX_DIM / 16];
+  for (int32_t i = 0; i < nv; i++) kf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + 16 * i)));
+  for (int32_t g = 0; g < n_h; g++) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int32_t i = 0; i < nv; i++) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh[g] + 16 * i), kf[i], acc);
+    sc[(int64_t)g * head_stride] = attn_score(p, _mm512_reduce_add_ps(acc));
+  }
+}
+
 /* The scores of 16 keys (kb + o * stride on) for every head of the item, scaled (attn_score). */
 ATTN_AVX512_TARGET static void scores16_avx512(const struct backend_attn_params *p, int32_t n_h, int32_t n_ctx,
                                                const float (*qh)[ATTN_MAX_DIM], const uint16_t *k, int64_t stride,
                                                int32_t nv, float *scores /* [n_h, n_ctx] at this key */) {
   float kf[16][ATTN_MAX_DIM];
-  if (n_h > 1)
-    for (int l = 0; l < 16; l++)
-      for (int32_t i = 0; i < nv; i++)
-        _mm512_storeu_ps(kf[l] + 16 * i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + l * stride + 16 * i))));
+  if (n_h > 1) convert16_avx512(k, stride, nv, kf);
   for (int32_t g = 0; g < n_h; g++) {
     const __m512 dots = n_h > 1 ? qk16f_avx512(qh[g], (const float(*)[ATTN_MAX_DIM])kf, nv)
                                 : qk16_avx512(qh[g], k, stride, nv);
@@ -500,11 +527,7 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
   const int64_t stride = (int64_t)kv->n_kv_heads * hd, head_off = (int64_t)it->kvh * hd;
   const int32_t n_blocks = (n_ctx + bs - 1) / bs, first = it->first, b0 = first / bs;
   float qh[ATTN_MAX_GROUP][ATTN_MAX_DIM];
-  for (int32_t g = 0; g < n_h; g++) {
-    const float *q = p->q + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd;
-    for (int32_t i = 0; i < hd; i += 16)
-      _mm512_storeu_ps(qh[g] + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
-  }
+  round_q_avx512(p, it->tok, it->h0, n_h, qh);
   for (int32_t b = b0; b < n_blocks; b++) {
     const uint16_t *kb = kv->k + (int64_t)it->table[b] * bs * stride + head_off;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
@@ -513,16 +536,8 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
     for (; o % 16 == 0 && o + 16 <= n; o += 16)
       scores16_avx512(p, n_h, n_ctx, (const float(*)[ATTN_MAX_DIM])qh, kb + o * stride, stride, hd / 16,
                       scores + b * bs + o);
-    for (; o < n; o++) {
-      const uint16_t *k = kb + o * stride;
-      __m512 kf[ATTN_MAX_DIM / 16];
-      for (int32_t i = 0; i < hd / 16; i++) kf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + 16 * i)));
-      for (int32_t g = 0; g < n_h; g++) {
-        __m512 acc = _mm512_setzero_ps();
-        for (int32_t i = 0; i < hd / 16; i++) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh[g] + 16 * i), kf[i], acc);
-        scores[(int64_t)g * n_ctx + b * bs + o] = attn_score(p, _mm512_reduce_add_ps(acc));
-      }
-    }
+    for (; o < n; o++)
+      score1_avx512(p, n_h, (const float(*)[ATTN_MAX_DIM])qh, kb + o * stride, hd / 16, scores + b * bs + o, n_ctx);
   }
   for (int32_t g = 0; g < n_h; g++) softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)g * n_ctx, first, n_ctx);
   pv_avx512(p, it, scores, stride, head_off);
@@ -542,23 +557,14 @@ ATTN_AVX512_TARGET static void attention_rows_avx512(const struct attn_task *t, 
   const int64_t stride = (int64_t)kv->n_kv_heads * hd, head_off = (int64_t)it0->kvh * hd;
   const int32_t n_last = it0->n_ctx + nr - 1, n_blocks = (n_last + bs - 1) / bs;
   float qh[ATTN_MAX_ROW_HEADS][ATTN_MAX_DIM]; /* [r * n_h + g] */
-  for (int32_t r = 0; r < nr; r++)
-    for (int32_t g = 0; g < n_h; g++) {
-      const float *q = p->q + ((int64_t)(it0->tok + r) * p->n_heads + it0->h0 + g) * hd;
-      for (int32_t i = 0; i < hd; i += 16)
-        _mm512_storeu_ps(qh[r * n_h + g] + i,
-                         _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
-    }
+  for (int32_t r = 0; r < nr; r++) round_q_avx512(p, it0->tok + r, it0->h0, n_h, qh + r * n_h);
   float kf[16][ATTN_MAX_DIM];
   for (int32_t b = 0; b < n_blocks; b++) {
     const uint16_t *kb = kv->k + (int64_t)it0->table[b] * bs * stride + head_off;
     const int32_t n = n_last - b * bs < bs ? n_last - b * bs : bs;
     for (int32_t o = 0; o + 16 <= n; o += 16) { /* whole groups: rows whose keys cover them */
       const int32_t key0 = b * bs + o;
-      for (int l = 0; l < 16; l++)
-        for (int32_t i = 0; i < nv; i++)
-          _mm512_storeu_ps(kf[l] + 16 * i,
-                           _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kb + (o + l) * stride + 16 * i))));
+      convert16_avx512(kb + o * stride, stride, nv, kf);
       for (int32_t r = 0; r < nr; r++) {
         const int32_t n_r = it0->n_ctx + r;
         if (key0 + 16 > n_r) continue;
@@ -573,16 +579,9 @@ ATTN_AVX512_TARGET static void attention_rows_avx512(const struct attn_task *t, 
   for (int32_t r = 0; r < nr; r++) {
     const int32_t n_r = it0->n_ctx + r;
     float *sr = scores + (int64_t)r * n_h * n_last;
-    for (int32_t j = n_r - n_r % 16; j < n_r; j++) { /* the last keys, one by one */
-      const uint16_t *k = kv_row_at(kv, kv->k, it0->table, j, it0->kvh);
-      __m512 kv16[ATTN_MAX_DIM / 16];
-      for (int32_t i = 0; i < nv; i++) kv16[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + 16 * i)));
-      for (int32_t g = 0; g < n_h; g++) {
-        __m512 acc = _mm512_setzero_ps();
-        for (int32_t i = 0; i < nv; i++) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh[r * n_h + g] + 16 * i), kv16[i], acc);
-        sr[(int64_t)g * n_r + j] = attn_score(p, _mm512_reduce_add_ps(acc));
-      }
-    }
+    for (int32_t j = n_r - n_r % 16; j < n_r; j++) /* the last keys, one by one */
+      score1_avx512(p, n_h, (const float(*)[ATTN_MAX_DIM])(qh + r * n_h), kv_row_at(kv, kv->k, it0->table, j, it0->kvh),
+                    nv, sr + j, n_r);
     for (int32_t g = 0; g < n_h; g++) softmax_f16(CPU_SIMD_LEVEL_AVX2, sr + (int64_t)g * n_r, 0, n_r);
     struct attn_item ir = *it0;
     ir.tok += r;
