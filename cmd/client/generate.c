@@ -134,13 +134,14 @@ int cmd_chat(int argc, char **argv) {
     rc = 1;
     goto done;
   }
-  if (line_edit_create("llmbus", "> ", stdin, stderr, &le) != LLB_STATUS_OK) {
+  if (line_edit_create("llmbus", "> ", stdin, stderr, client_interrupted, &le) != LLB_STATUS_OK) {
     rc = report(cmd, LLB_STATUS_INTERNAL);
     goto done;
   }
   for (;;) {
     const char *line = NULL;
     bool was_empty = false;
+    client_clear_interrupt(); /* a Ctrl-C as an answer ended was for that answer, not this line */
     enum line_edit_result lr = line_edit_read(le, &line, &was_empty);
     if (lr == LINE_EDIT_EOF) break;
     if (lr == LINE_EDIT_INTERRUPTED) { /* Ctrl-C at an empty prompt ends the chat, else clears the line */

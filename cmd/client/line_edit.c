@@ -1,10 +1,14 @@
 /* Line input of `llmbus chat`; see line_edit.h. libedit's own read function is replaced
- * (EL_GETCFN) by one that gives up on EINTR: libedit's retries an interrupted read once and so
- * would swallow a Ctrl-C. */
+ * (EL_GETCFN) by one that gives up on an interrupt: libedit's retries an interrupted read once
+ * and so would swallow a Ctrl-C. The wait is ppoll with SIGINT and SIGTERM blocked outside it,
+ * so a Ctrl-C that lands while libedit redraws (not in the read) is not lost either: it is
+ * either in the caller's flag, checked after blocking, or pending and ends the ppoll. */
 #include "cmd/client/line_edit.h"
 
 #include <errno.h>
 #include <histedit.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,6 +22,7 @@ struct line_edit {
   const char *prompt;
   FILE *in;
   int fd;
+  bool (*pending_interrupt)(void); /* the caller's SIGINT flag; may be NULL */
   bool interrupted; /* the last read ended on EINTR */
   bool was_empty;   /* ... with nothing typed */
   char *plain;      /* getline's buffer (not a terminal) */
@@ -30,6 +35,25 @@ static char *prompt_of(EditLine *el) {
   return (char *)(le ? le->prompt : "");
 }
 
+/* Waits until le->fd is readable: 1 readable, 0 interrupted (a signal came, before or during
+ * the wait), -1 error. SIGINT/SIGTERM are blocked from the flag's check to the ppoll, which
+ * unblocks them atomically. */
+static int wait_readable(struct line_edit *le) {
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  int r = 0;
+  if (!le->pending_interrupt || !le->pending_interrupt()) {
+    struct pollfd pfd = {.fd = le->fd, .events = POLLIN};
+    r = ppoll(&pfd, 1, NULL, &old);
+    if (r < 0) r = errno == EINTR ? 0 : -1;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return r;
+}
+
 /* One character for libedit: 1 read, 0 end of input, -1 error or interrupt. Multibyte input
  * is decoded by the locale (mbrtowc), a byte at a time. */
 static int read_char(EditLine *el, wchar_t *wc) {
@@ -39,10 +63,11 @@ static int read_char(EditLine *el, wchar_t *wc) {
   memset(&mbs, 0, sizeof mbs);
   for (;;) {
     char c;
-    ssize_t r = read(le->fd, &c, 1);
+    int w = wait_readable(le);
+    ssize_t r = w > 0 ? read(le->fd, &c, 1) : -1;
     if (r == 0) return 0;
     if (r < 0) {
-      if (errno != EINTR) return -1;
+      if (w < 0 || (w > 0 && errno != EINTR)) return -1;
       const LineInfoW *li = el_wline(el);
       le->interrupted = true;
       le->was_empty = !li || li->lastchar == li->buffer;
@@ -59,11 +84,13 @@ static int read_char(EditLine *el, wchar_t *wc) {
   }
 }
 
-llb_status line_edit_create(const char *prog, const char *prompt, FILE *in, FILE *out, struct line_edit **out_le) {
+llb_status line_edit_create(const char *prog, const char *prompt, FILE *in, FILE *out,
+                            bool (*pending_interrupt)(void), struct line_edit **out_le) {
   *out_le = NULL;
   struct line_edit *le = calloc(1, sizeof *le);
   if (!le) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "line editor");
   le->prompt = prompt;
+  le->pending_interrupt = pending_interrupt;
   le->in = in;
   le->fd = fileno(in);
   if (le->fd < 0 || !isatty(le->fd)) {

@@ -2,9 +2,10 @@
  * libedit (BSD editline: emacs keys, arrows, Up/Down through this session's lines); anything
  * else (a pipe, a file) is read plainly, one line at a time, no prompt.
  *
- * Ctrl-C is the caller's SIGINT handler (client_install_sigint: no SA_RESTART, so a blocked
- * read returns EINTR): line_edit_read then answers LINE_EDIT_INTERRUPTED, saying whether the
- * line being typed was empty. Threading: one thread.
+ * Ctrl-C is the caller's SIGINT handler (client_install_sigint: no SA_RESTART) and its flag
+ * (`pending_interrupt`): a signal that comes while the editor waits for a key, or one that came
+ * while it was busy redrawing, makes line_edit_read answer LINE_EDIT_INTERRUPTED, saying
+ * whether the line being typed was empty. Threading: one thread.
  */
 #ifndef LLB_CMD_LINE_EDIT_H
 #define LLB_CMD_LINE_EDIT_H
@@ -23,9 +24,11 @@ enum line_edit_result {
 };
 
 /* Starts reading `in` (a terminal gets libedit, prompting `prompt` on `out`; borrowed, must
- * outlive the editor). Errors: OUT_OF_MEMORY, INTERNAL (libedit would not start).
- * *out: line_edit_destroy(). */
-llb_status line_edit_create(const char *prog, const char *prompt, FILE *in, FILE *out, struct line_edit **out_le);
+ * outlive the editor). `pending_interrupt` (NULL: none) says whether the caller's SIGINT
+ * handler has fired and not been cleared. Errors: OUT_OF_MEMORY, INTERNAL (libedit would not
+ * start). *out: line_edit_destroy(). */
+llb_status line_edit_create(const char *prog, const char *prompt, FILE *in, FILE *out,
+                            bool (*pending_interrupt)(void), struct line_edit **out_le);
 
 /* True when `le` edits a terminal (libedit), false when it reads plainly. */
 bool line_edit_is_tty(const struct line_edit *le);
