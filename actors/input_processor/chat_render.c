@@ -195,6 +195,8 @@ llb_status chat_render_jinja(const struct jinja_template *t, const struct chat_r
 }
 
 static llb_status read_file(const char *path, char **out, size_t *len) {
+  *out = NULL;
+  *len = 0;
   FILE *fp = fopen(path, "rb");
   if (!fp) return LLB_ERRF(LLB_STATUS_IO, "--chat-template %s: %s", path, strerror(errno));
   char *buf = malloc(JINJA_MAX_SOURCE_BYTES + 1);
@@ -215,8 +217,8 @@ static llb_status read_file(const char *path, char **out, size_t *len) {
 llb_status chat_render_load(const struct gguf_file *f, const char *path, struct jinja_template **out) {
   *out = NULL;
   if (path) {
-    char *src;
-    size_t len;
+    char *src = NULL;
+    size_t len = 0;
     llb_status st = read_file(path, &src, &len);
     if (st == LLB_STATUS_OK) st = jinja_template_create(src, len, out);
     free(src);

@@ -175,10 +175,18 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
   const int32_t *batches = o->batches;
   const int n_batches = o->n_batches;
   if (!model || threads < 1 || o->decode_threads < 0 || runs < 1 || runs > BENCH_MAX_RUNS || n_prefill < 0 || n_decode < 1 ||
-      n_batches < 0 || n_batches > KERNEL_BENCH_MAX_BATCHES)
+      n_batches < 0 || n_batches > KERNEL_BENCH_MAX_BATCHES) {
+    fprintf(stderr,
+            "llmbus-kernel-bench: needs --model, --threads >= 1, --decode-threads >= 0, --runs in [1, %d], "
+            "--prefill >= 0, --decode >= 1 and at most %d batch sizes\n",
+            BENCH_MAX_RUNS, KERNEL_BENCH_MAX_BATCHES);
     return 2;
+  }
   for (int i = 0; i < n_batches; i++)
-    if (batches[i] < 1 || batches[i] > BENCH_MAX_BATCH) return 2;
+    if (batches[i] < 1 || batches[i] > BENCH_MAX_BATCH) {
+      fprintf(stderr, "llmbus-kernel-bench: batch size %d is outside [1, %d]\n", batches[i], BENCH_MAX_BATCH);
+      return 2;
+    }
 
   struct bench b = {0};
   llb_status st;

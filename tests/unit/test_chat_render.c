@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "actors/input_processor/chat_render.h"
 
@@ -100,12 +101,43 @@ static void test_bad_fields_are_refused(void **s) {
   jinja_template_destroy(t);
 }
 
+/* --chat-template FILE: a file that is not there is an IO error naming it (it freed an
+ * uninitialized pointer once); a file is read and parsed; a template that does not parse says so. */
+static void test_chat_template_file_errors_name_the_file(void **s) {
+  (void)s;
+  struct jinja_template *t = (struct jinja_template *)0x1;
+  assert_int_equal(chat_render_load(NULL, "/nonexistent/llmbus-template.jinja", &t), LLB_STATUS_IO);
+  assert_null(t);
+  assert_non_null(strstr(llb_err_last(), "/nonexistent/llmbus-template.jinja"));
+  char path[] = "/tmp/llb-chat-template-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  fputs("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}", f);
+  fclose(f);
+  assert_int_equal(chat_render_load(NULL, path, &t), LLB_STATUS_OK);
+  struct chat_message msgs[] = {{"user", "hi"}};
+  struct chat_render_input in = {.messages = msgs, .num_messages = 1};
+  char *text = NULL;
+  assert_int_equal(chat_render_jinja(t, &in, &text), LLB_STATUS_OK);
+  assert_string_equal(text, "[user]hi");
+  free(text);
+  jinja_template_destroy(t);
+  f = fopen(path, "w");
+  fputs("{% for m in messages %}", f);
+  fclose(f);
+  assert_int_equal(chat_render_load(NULL, path, &t), LLB_STATUS_MALFORMED);
+  assert_null(t);
+  unlink(path);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tool_calls_arguments_become_a_dict_and_null_content_empty),
       cmocka_unit_test(test_kwargs_reach_the_template_but_not_over_messages),
       cmocka_unit_test(test_continue_final_message_cuts_after_the_last_content),
       cmocka_unit_test(test_bad_fields_are_refused),
+      cmocka_unit_test(test_chat_template_file_errors_name_the_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
