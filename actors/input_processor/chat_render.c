@@ -95,7 +95,7 @@ static llb_status build_messages(const struct chat_render_input *in, json_t *arr
     }
     if (!x) continue;
     if (present(x->tool_calls_json)) {
-      json_t *calls;
+      json_t *calls = NULL;
       llb_status st = parse_tool_calls(x->tool_calls_json, i, &calls);
       if (st != LLB_STATUS_OK) return st;
       json_object_set_new(o, "tool_calls", calls);
