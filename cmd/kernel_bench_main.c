@@ -1,6 +1,6 @@
 /* llmbus-kernel-bench: the flags of cmd/bench/kernel_bench.h.
  *
- *   llmbus-kernel-bench [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N]
+ *   llmbus-kernel-bench [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N]
  *                       [--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]
  */
 #include <stdio.h>
@@ -15,7 +15,7 @@
 
 int main(int argc, char **argv) {
   struct kernel_bench_options o = {.model = LLB_DEFAULT_MODEL, .threads = 2, .runs = 5, .n_prefill = 512,
-                                   .n_decode = 32, .batches = {1, 16}, .n_batches = 2};
+                                   .n_decode = 32, .decode_context = 16, .batches = {1, 16}, .n_batches = 2};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -28,6 +28,7 @@ int main(int argc, char **argv) {
     else if (v && !strcmp(a, "--runs")) o.runs = atoi(argv[++i]);
     else if (v && !strcmp(a, "--prefill")) o.n_prefill = atoi(argv[++i]);
     else if (v && !strcmp(a, "--decode")) o.n_decode = atoi(argv[++i]);
+    else if (v && !strcmp(a, "--context")) o.decode_context = atoi(argv[++i]);
     else if (v && !strcmp(a, "--batch")) {
       o.n_batches = 0;
       for (char *s = argv[++i]; *s && o.n_batches < KERNEL_BENCH_MAX_BATCHES;) {
@@ -36,7 +37,7 @@ int main(int argc, char **argv) {
         else break;
       }
     } else {
-      fprintf(stderr, "usage: %s [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] "
+      fprintf(stderr, "usage: %s [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N] "
                       "[--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]\n", argv[0]);
       return 2;
     }

@@ -3,7 +3,7 @@
  *
  * Prints prefill tok/s (one step of --prefill tokens, logits for the last one), decode tok/s
  * at each batch size (--decode steps of one token per sequence, every sequence after a
- * 16-token prompt, logits for every row), as the median (and min/max) of --runs runs, and the
+ * --context-token prompt (default 16), logits for every row), as the median (and min/max) of --runs runs, and the
  * thread count. --check runs the ChatML prompt "What is the capital of France?" greedily and
  * fails unless the answer names Paris. Shapes follow llama-bench's pp512 / tg runs.
  * --roofline first measures this machine's DRAM read bandwidth and int8 dot-product peak with
@@ -26,7 +26,8 @@
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 
-enum { BENCH_BLOCK_SIZE = 16, BENCH_MAX_BATCH = KERNEL_BENCH_MAX_BATCH, BENCH_PROMPT = 16, BENCH_MAX_RUNS = 64 };
+enum { BENCH_BLOCK_SIZE = 16, BENCH_MAX_BATCH = KERNEL_BENCH_MAX_BATCH, BENCH_MAX_RUNS = 64,
+       BENCH_PROMPT_STEP_TOKENS = 1024 /* the most tokens of one step that computes the prompts */ };
 
 struct bench {
   struct gguf_file *f;
@@ -51,18 +52,21 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* One step of n_seqs sequences, each computing len tokens from position start; sequence s
- * owns blocks [s * max_blocks_per_seq, ...). Logits of the last row of each sequence. */
-static llb_status bench_step(struct bench *b, int32_t n_seqs, int32_t start, int32_t len,
-                             const int32_t *const *seq_ids) {
+/* One step of sequences [first, first + n_seqs), each computing len tokens from position
+ * start; sequence s owns blocks [s * max_blocks_per_seq, ...). Logits of the last row of each
+ * sequence. */
+static llb_status bench_step_of(struct bench *b, int32_t first, int32_t n_seqs, int32_t start, int32_t len,
+                                const int32_t *const *seq_ids) {
   int32_t n = 0;
   b->qsl[0] = 0;
+  seq_ids += first;
+  const int32_t *tables = b->tables + (int64_t)first * b->max_blocks_per_seq;
   for (int32_t s = 0; s < n_seqs; s++) {
     for (int32_t r = 0; r < len; r++, n++) {
       const int32_t p = start + r;
       b->ids[n] = seq_ids[s][p];
       b->pos[n] = p;
-      b->slots[n] = (int64_t)b->tables[(int64_t)s * b->max_blocks_per_seq + p / BENCH_BLOCK_SIZE] *
+      b->slots[n] = (int64_t)tables[(int64_t)s * b->max_blocks_per_seq + p / BENCH_BLOCK_SIZE] *
                         BENCH_BLOCK_SIZE + p % BENCH_BLOCK_SIZE;
     }
     b->qsl[s + 1] = n;
@@ -71,10 +75,35 @@ static llb_status bench_step(struct bench *b, int32_t n_seqs, int32_t start, int
   }
   const struct llama_batch batch = {.num_tokens = n, .token_ids = b->ids, .positions = b->pos,
                                     .slot_mapping = b->slots, .num_seqs = n_seqs, .query_start_loc = b->qsl,
-                                    .seq_lens = b->lens, .block_tables = b->tables,
+                                    .seq_lens = b->lens, .block_tables = tables,
                                     .max_blocks_per_seq = b->max_blocks_per_seq, .num_logits = n_seqs,
                                     .logits_indices = b->li};
   return llama_forward(b->fc, b->kv, &batch, b->logits);
+}
+
+static llb_status bench_step(struct bench *b, int32_t n_seqs, int32_t start, int32_t len,
+                             const int32_t *const *seq_ids) {
+  return bench_step_of(b, 0, n_seqs, start, len, seq_ids);
+}
+
+/* The first `context` tokens of sequences [0, n_seqs), in steps of at most
+ * BENCH_PROMPT_STEP_TOKENS tokens (whole sequences, or one sequence in chunks). */
+static llb_status bench_prompts(struct bench *b, int32_t n_seqs, int32_t context, const int32_t *const *seq_ids) {
+  if (context > BENCH_PROMPT_STEP_TOKENS) {
+    for (int32_t s = 0; s < n_seqs; s++)
+      for (int32_t p = 0; p < context; p += BENCH_PROMPT_STEP_TOKENS) {
+        const int32_t len = context - p < BENCH_PROMPT_STEP_TOKENS ? context - p : BENCH_PROMPT_STEP_TOKENS;
+        llb_status st = bench_step_of(b, s, 1, p, len, seq_ids);
+        if (st) return st;
+      }
+    return LLB_STATUS_OK;
+  }
+  const int32_t group = BENCH_PROMPT_STEP_TOKENS / context;
+  for (int32_t s = 0; s < n_seqs; s += group) {
+    llb_status st = bench_step_of(b, s, n_seqs - s < group ? n_seqs - s : group, 0, context, seq_ids);
+    if (st) return st;
+  }
+  return LLB_STATUS_OK;
 }
 
 static int32_t argmax(const float *x, int32_t n) {
@@ -171,15 +200,16 @@ static void report(const char *what, double *v, double *c, int n) {
 int kernel_bench_run(const struct kernel_bench_options *o) {
   const char *model = o->model, *packed_cache_dir = o->packed_cache_dir;
   const int threads = o->threads, runs = o->runs, n_prefill = o->n_prefill, n_decode = o->n_decode;
+  const int context = o->decode_context;
   const bool check = o->check, roofline = o->roofline;
   const int32_t *batches = o->batches;
   const int n_batches = o->n_batches;
   if (!model || threads < 1 || o->decode_threads < 0 || runs < 1 || runs > BENCH_MAX_RUNS || n_prefill < 0 || n_decode < 1 ||
-      n_batches < 0 || n_batches > KERNEL_BENCH_MAX_BATCHES) {
+      context < 1 || context > KERNEL_BENCH_MAX_CONTEXT || n_batches < 0 || n_batches > KERNEL_BENCH_MAX_BATCHES) {
     fprintf(stderr,
             "llmbus-kernel-bench: needs --model, --threads >= 1, --decode-threads >= 0, --runs in [1, %d], "
-            "--prefill >= 0, --decode >= 1 and at most %d batch sizes\n",
-            BENCH_MAX_RUNS, KERNEL_BENCH_MAX_BATCHES);
+            "--prefill >= 0, --decode >= 1, --context in [1, %d] and at most %d batch sizes\n",
+            BENCH_MAX_RUNS, KERNEL_BENCH_MAX_CONTEXT, KERNEL_BENCH_MAX_BATCHES);
     return 2;
   }
   for (int i = 0; i < n_batches; i++)
@@ -194,12 +224,12 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
   if ((st = llama_model_load(b.f, &b.m)) != LLB_STATUS_OK) return die("llama_model_load", st);
   const struct llama_config *cfg = llama_model_config(b.m);
   b.vocab = cfg->vocab_size;
-  int32_t longest = BENCH_PROMPT + n_decode;
+  int32_t longest = context + n_decode;
   if (n_prefill > longest) longest = n_prefill;
   if (longest < 512) longest = 512;
   b.max_blocks_per_seq = (longest + BENCH_BLOCK_SIZE - 1) / BENCH_BLOCK_SIZE;
   b.num_blocks = b.max_blocks_per_seq * BENCH_MAX_BATCH;
-  b.max_tokens = BENCH_MAX_BATCH * BENCH_PROMPT > longest ? BENCH_MAX_BATCH * BENCH_PROMPT : longest;
+  b.max_tokens = BENCH_PROMPT_STEP_TOKENS > longest ? BENCH_PROMPT_STEP_TOKENS : longest;
   if ((st = llama_kv_cache_create(b.m, b.num_blocks, BENCH_BLOCK_SIZE, &b.kv)) != LLB_STATUS_OK)
     return die("kv cache", st);
   const struct llama_forward_options fo = {.max_num_tokens = b.max_tokens, .n_threads = threads,
@@ -255,18 +285,19 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
   for (int bi = 0; bi < n_batches; bi++) {
     const int32_t B = batches[bi];
     for (int r = 0; r <= runs; r++) {
-      if ((st = bench_step(&b, B, 0, BENCH_PROMPT, seq_ids)) != LLB_STATUS_OK) return die("prompt", st);
+      if ((st = bench_prompts(&b, B, context, seq_ids)) != LLB_STATUS_OK) return die("prompt", st);
       const int64_t t0 = llb_now_ns(), c0 = cpu_ns();
       for (int i = 0; i < n_decode; i++)
-        if ((st = bench_step(&b, B, BENCH_PROMPT + i, 1, seq_ids)) != LLB_STATUS_OK) return die("decode", st);
+        if ((st = bench_step(&b, B, context + i, 1, seq_ids)) != LLB_STATUS_OK) return die("decode", st);
       const double s = (double)(llb_now_ns() - t0) * 1e-9;
       if (r > 0) v[r - 1] = (double)B * n_decode / s, c[r - 1] = (double)(cpu_ns() - c0) * 1e-6 / ((double)B * n_decode);
     }
     char what[32];
-    snprintf(what, sizeof(what), "decode b%d", B);
+    if (context == 16) snprintf(what, sizeof(what), "decode b%d", B);
+    else snprintf(what, sizeof(what), "decode b%d c%d", B, context);
     report(what, v, c, runs);
     if (roofline) {
-      const double bytes = tcost.weight_bytes / B + tcost.kv_bytes_per_pos * (BENCH_PROMPT + n_decode / 2.0);
+      const double bytes = tcost.weight_bytes / B + tcost.kv_bytes_per_pos * (context + n_decode / 2.0);
       printf("%-14s %9.2f of the DRAM read bound (%.2f MB a token: matrices / %d + K/V)\n", "",
              roofline_fraction(v[runs / 2], bytes, rl.read_bytes_per_s), bytes / 1e6, B);
     }

@@ -10,6 +10,7 @@
 
 #define KERNEL_BENCH_MAX_BATCH 64  /* sequences of one decode step */
 #define KERNEL_BENCH_MAX_BATCHES 8 /* batch sizes of one run */
+#define KERNEL_BENCH_MAX_CONTEXT 32768 /* prompt tokens before the decode steps */
 
 /* What to measure (strings borrowed). */
 struct kernel_bench_options {
@@ -19,7 +20,9 @@ struct kernel_bench_options {
   int decode_threads;           /* threads of steps of <= LLAMA_DECODE_MAX_TOKENS rows; 0 = threads */
   int runs;                     /* 1..64, after one warm-up run */
   int n_prefill;                /* tokens of the prefill step; 0 = no prefill */
-  int n_decode;                 /* >= 1 decode steps after a 16-token prompt */
+  int n_decode;                 /* >= 1 decode steps after each sequence's prompt */
+  int decode_context;           /* that prompt's tokens, 1..KERNEL_BENCH_MAX_CONTEXT (llama-batched-bench's
+                                   -npp; a served workload's prompt length compares like with like) */
   int32_t batches[KERNEL_BENCH_MAX_BATCHES]; /* [n_batches] decode batch sizes, 1..64 */
   int n_batches;
   bool check;    /* the ChatML "capital of France?" prompt, greedily: fails without "Paris" */

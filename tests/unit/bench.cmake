@@ -6,3 +6,11 @@ if(TARGET llmbus_bench_core)
                LIBS llmbus_bench_core llmbus_model PkgConfig::CMOCKA m LABELS unit bench TIMEOUT 60
                ARGS ${LLB_DEFAULT_MODEL})
 endif()
+
+# llmbus-kernel-bench's option checks and --context (the decode case uses the default model;
+# skipped without it).
+if(TARGET llmbus_kernel_bench)
+  llb_add_test(test_kernel_bench SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernel_bench.c
+               LIBS llmbus_kernel_bench PkgConfig::CMOCKA LABELS unit bench TIMEOUT 300
+               ARGS ${LLB_DEFAULT_MODEL})
+endif()
