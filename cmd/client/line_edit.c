@@ -23,7 +23,7 @@ struct line_edit {
   FILE *in;
   int fd;
   bool (*pending_interrupt)(void); /* the caller's SIGINT flag; may be NULL */
-  bool interrupted; /* the last read ended on EINTR */
+  bool interrupted; /* the last read ended on an interrupt */
   bool was_empty;   /* ... with nothing typed */
   char *plain;      /* getline's buffer (not a terminal) */
   size_t plain_cap;
