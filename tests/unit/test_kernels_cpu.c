@@ -59,7 +59,7 @@ static void *random_weight(enum ggml_type t, int64_t rows, int64_t cols, size_t 
 
 static struct backend_ctx *make_ctx(int n_threads) {
   struct backend_ctx_params p = {.n_threads = n_threads, .max_num_tokens = 16, .max_row_elems = 1024,
-                                 .max_context_len = 256};
+                                 .max_context_len = 640};
   struct backend_ctx *c = NULL;
   assert_int_equal(backend_cpu_ops()->ctx_create(&p, &c), LLB_STATUS_OK);
   return c;
@@ -573,18 +573,24 @@ static void test_fp16_row_conversion_matches_scalar_rounding(void **state) {
  * bit; with BATCH and SINGLE a decode row (one item per head) equals the same row computed
  * inside a long prefill; BY_QUERY_LEN gives the BATCH rows for the chunk and the SINGLE row
  * for the decode step. */
-static void check_attention_paths(const int32_t BS, int32_t window, float softcap, const int32_t D, const int32_t H) {
-  enum { NB = 16, BS_MAX = 16, HKV = 2, HM = 8, DM = 128, MB = 16, T = 40, Q = 16 };
+static void check_attention_paths_n(const int32_t BS, int32_t window, float softcap, const int32_t D, const int32_t H,
+                                    const int32_t T) {
+  enum { NB_MAX = 96, BS_MAX = 16, HKV = 2, HM = 8, DM = 128, T_MAX = 640, Q = 16 };
+  assert_true(T <= T_MAX && (T + BS - 1) / BS < NB_MAX);
+  int32_t NB = (T + BS - 1) / BS;
+  if (NB % 7 == 0) NB++; /* (i * 7 + 3) % NB: a permutation */
+  const int32_t MB = NB;
   const size_t n_out = (size_t)Q * H * D * sizeof(float), n_row = (size_t)H * D * sizeof(float);
   struct backend_ctx *c = make_ctx(2);
-  static uint16_t kc[NB * BS_MAX * HKV * DM], vc[NB * BS_MAX * HKV * DM];
+  static uint16_t kc[NB_MAX * BS_MAX * HKV * DM], vc[NB_MAX * BS_MAX * HKV * DM];
   struct backend_kv_layer kv = {kc, vc, NB, BS, HKV, D};
   rng_state = 4242;
-  int32_t table[MB];
+  int32_t table[NB_MAX];
   for (int i = 0; i < MB; i++) table[i] = (i * 7 + 3) % NB;
-  static float k[T * HKV * DM], v[T * HKV * DM], q[Q * HM * DM], o1[Q * HM * DM], o2[Q * HM * DM], od[HM * DM];
+  static float k[T_MAX * HKV * DM], v[T_MAX * HKV * DM], q[Q * HM * DM], o1[Q * HM * DM], o2[Q * HM * DM],
+      od[HM * DM];
   static float chunk_out[2][Q * HM * DM], dec_out[2][HM * DM]; /* BATCH, SINGLE */
-  int64_t slots[T];
+  static int64_t slots[T_MAX];
   for (int i = 0; i < T * HKV * D; i++) k[i] = rndf() * 2, v[i] = rndf();
   for (int i = 0; i < Q * H * D; i++) q[i] = rndf();
   for (int j = 0; j < T; j++) slots[j] = (int64_t)table[j / BS] * BS + j % BS;
@@ -631,9 +637,14 @@ static void check_attention_paths(const int32_t BS, int32_t window, float softca
   backend_cpu_ops()->ctx_destroy(c);
 }
 
+static void check_attention_paths(const int32_t BS, int32_t window, float softcap, const int32_t D, const int32_t H) {
+  check_attention_paths_n(BS, window, softcap, D, H, 40);
+}
+
 /* Block size 8 takes the AVX2 path, 16 the AVX-512 one where the CPU has it; also with a
  * window of 19 keys (its first key inside a block and inside a 16-key softmax group) and
- * soft-capping; head_dim 80 with 3 heads per KV head, 64 with 3, 4 and 1, 128 with 2. */
+ * soft-capping; head_dim 80 with 3 heads per KV head, 64 with 3, 4 and 1, 128 with 2; 600
+ * keys (grouped decode rows). */
 static void test_attention_bit_identical_across_paths_and_grouping(void **state) {
   (void)state;
   check_attention_paths(8, 0, 0.0f, 80, 6);
@@ -644,6 +655,11 @@ static void test_attention_bit_identical_across_paths_and_grouping(void **state)
   check_attention_paths(16, 19, 2.0f, 64, 8);
   check_attention_paths(16, 0, 0.0f, 64, 2);
   check_attention_paths(16, 0, 0.0f, 128, 4);
+  /* past 512 keys a decode row alone keeps the heads of a KV head in one item (fewer items
+   * than threads): the same bits as per head, as the scalar path and as inside the chunk */
+  check_attention_paths_n(16, 0, 0.0f, 64, 6, 600);
+  check_attention_paths_n(8, 0, 0.0f, 80, 6, 600);
+  check_attention_paths_n(16, 300, 0.0f, 64, 6, 600);
 }
 
 /* The final-logit soft-cap op: cap * tanh(x / cap), in place, bounded by the cap. */
