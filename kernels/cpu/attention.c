@@ -1,7 +1,7 @@
 /* Paged causal attention with GQA over an fp16 KV cache (vLLM's paged layout).
  *
  * A work item is one query row and the query heads of one KV head (or a single head when
- * there are too few items for the threads); threads claim items, so causal rows of
+ * there are too few items for the threads and the contexts are short); threads claim items, so causal rows of
  * different lengths balance. Each item is computed the same way whatever else is in the
  * batch, with the arithmetic of llama.cpp's non-flash attention on ggml's CPU backend:
  * q rounded to fp16, s_j = (q.k_j) * scale with the dot in the context's order (enum
