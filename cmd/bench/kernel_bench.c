@@ -36,7 +36,7 @@ struct bench {
   struct llama_kv_cache *kv;
   int32_t vocab, max_tokens, num_blocks, max_blocks_per_seq;
   /* step buffers, [max_tokens] each unless noted */
-  int32_t *ids, *pos, *qsl /* [max_tokens + 1] */, *lens, *tables /* [BENCH_MAX_BATCH, max_blocks_per_seq] */,
+  int32_t *ids, *pos, *qsl /* [max_tokens + 1] */, *lens, *tables /* [largest batch, max_blocks_per_seq] */,
       *li;
   int64_t *slots;
   float *logits; /* [BENCH_MAX_BATCH, vocab] */
@@ -228,7 +228,10 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
   if (n_prefill > longest) longest = n_prefill;
   if (longest < 512) longest = 512;
   b.max_blocks_per_seq = (longest + BENCH_BLOCK_SIZE - 1) / BENCH_BLOCK_SIZE;
-  b.num_blocks = b.max_blocks_per_seq * BENCH_MAX_BATCH;
+  int32_t max_batch = 1; /* KV blocks for the largest batch run, not for every size allowed */
+  for (int i = 0; i < n_batches; i++)
+    if (batches[i] > max_batch) max_batch = batches[i];
+  b.num_blocks = b.max_blocks_per_seq * max_batch;
   b.max_tokens = BENCH_PROMPT_STEP_TOKENS > longest ? BENCH_PROMPT_STEP_TOKENS : longest;
   if ((st = llama_kv_cache_create(b.m, b.num_blocks, BENCH_BLOCK_SIZE, &b.kv)) != LLB_STATUS_OK)
     return die("kv cache", st);
