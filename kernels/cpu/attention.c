@@ -4,8 +4,8 @@
  * there are too few items for the threads and the contexts are short); threads claim
  * items, so causal rows of different lengths balance. Each item is computed the same way
  * whatever else is in the batch, with the arithmetic of llama.cpp's non-flash attention on
- * ggml's CPU backend: q rounded to fp16, s_j = (q.k_j) * scale with the dot in the context's order (enum
- * cpu_attn_order), softmax as ggml_vec_soft_max_f32 (ggml's expf, the sum in double of
+ * ggml's CPU backend: q rounded to fp16, s_j = (q.k_j) * scale with the dot in the context's
+ * order (enum cpu_attn_order), softmax as ggml_vec_soft_max_f32 (ggml's expf, the sum in double of
  * 16-lane partial sums), probabilities rounded to fp16, then out[d] = sum_j p_j v_j[d] as
  * one F16 dot per output element in the same order (lane j % 16 or j % 64 by fma in key
  * order, lanes summed at the end).
