@@ -27,10 +27,13 @@ model: deps
 	@ops/fetch-model.sh >/dev/null
 
 # Python side of the tests: flatc's Python output needs the flatbuffers runtime, plus
-# nats-py for the cross-language client and openai for the HTTP front door.
-$(VENV)/.stamp: ops/requirements-test.txt
+# nats-py for the cross-language client and openai for the HTTP front door; and the client
+# package of clients/python, installed with pip as a user installs it.
+PY_CLIENT := $(wildcard clients/python/pyproject.toml clients/python/setup.py clients/python/llmbus/*.py schemas/*.fbs)
+$(VENV)/.stamp: ops/requirements-test.txt $(PY_CLIENT)
 	@python3 -m venv $(VENV)
 	@$(VENV)/bin/pip install --quiet --disable-pip-version-check -r ops/requirements-test.txt
+	@$(VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps ./clients/python
 	@touch $@
 venv: deps $(VENV)/.stamp
 
