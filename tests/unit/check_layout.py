@@ -31,7 +31,7 @@ SOURCE_EXTENSIONS = (".c", ".h", ".cc", ".cu", ".cuh", ".inc")
 
 # Folders of docs/design.md §1 that hold source files. actors/<name> and kernels/<name> are
 # named by their first two components; the rules below use the first one.
-TOP_LEVEL = {"base", "bus", "schemas", "model", "kernels", "actors", "cmd", "tests"}
+TOP_LEVEL = {"base", "bus", "schemas", "model", "kernels", "actors", "cmd", "clients", "tests"}
 
 # Which top-level folders (the first path component of the included file) each folder may
 # include. A folder always may include itself; for actors "itself" is its own actors/<name>.
@@ -46,6 +46,8 @@ ALLOWED = {
     # ACTOR_EXTRA.
     "actors": {"base", "bus", "schemas", "model"},
     "cmd": {"base", "bus", "schemas", "model", "kernels", "actors", "cmd"},
+    # clients/ (libllmbus-client) speaks the wire contract over the bus, nothing more.
+    "clients": {"base", "bus", "schemas", "clients"},
     "tests": TOP_LEVEL,
 }
 ACTOR_EXTRA = {"actors/gpu_worker": {"kernels"}}
