@@ -77,27 +77,6 @@ async def tokenize_and_detokenize(c):
     check(await c.max_model_len() > 0, "max_model_len is reported")
 
 
-def free_port_range(n=10):
-    """A base port B with B..B+n-1 free now (the actors' metrics ports of `serve --metrics-port B`)."""
-    import random
-    import socket
-    for _ in range(100):
-        base = random.randint(20000, 60000 - n)
-        try:
-            socks = []
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no 10 free consecutive ports")
-
-
 def aborted_requests(metrics_base):
     """llmbus:request_success_total{finished_reason="abort"} summed over the actors' metrics ports."""
     total = 0.0
@@ -271,7 +250,7 @@ def main():
     with open(tenants, "w") as f:
         f.write("default\nslow tokens_per_s=1 burst_tokens=64\n")
     failures = 0
-    metrics_base = free_port_range()
+    metrics_base = api_stack.free_port_run(10)
     with api_stack.Stack(args=["--tenants", tenants, "--metrics-port", str(metrics_base)]) as stack:
         url, user, pw = stack.nats_login()
         login_dir = os.path.dirname(pw)
