@@ -83,19 +83,20 @@ serve: build-release model
 	@build-release/cmd/llmbus serve --model $(MODEL) --http 127.0.0.1:8000
 
 PREFIX ?= /usr/local
+# What install and deb build: the installed targets only (no tests).
+INSTALL_TARGETS := llmbus llmbus-bench llmbus-kernel-bench llmbus-clip-bench llmbus_client
 install: deps
 	@cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DLLB_SANITIZE=OFF \
 	  -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
-	@cmake --build build-release -j$(JOBS)
+	@cmake --build build-release -j$(JOBS) --target $(INSTALL_TARGETS)
 	@cmake --install build-release
 
-# The package is built without CUDA (Debian has no CUDA runtime to depend on) and only from
-# the installed targets, in a tree of its own configured for /usr.
-DEB_TARGETS := llmbus llmbus-bench llmbus-kernel-bench llmbus-clip-bench llmbus_client
+# The package is built without CUDA (Debian has no CUDA runtime to depend on), in a tree of
+# its own configured for /usr.
 deb: deps
 	@cmake -S . -B build-deb -DCMAKE_BUILD_TYPE=Release -DLLB_SANITIZE=OFF -DLLB_CUDA=OFF \
 	  -DCMAKE_INSTALL_PREFIX=/usr >/dev/null
-	@cmake --build build-deb -j$(JOBS) --target $(DEB_TARGETS)
+	@cmake --build build-deb -j$(JOBS) --target $(INSTALL_TARGETS)
 	@cd build-deb && cpack -G DEB >/dev/null && ls -1 $(CURDIR)/build-deb/llmbus_*.deb
 
 deb-test: deb model
