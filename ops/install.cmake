@@ -18,9 +18,15 @@ install(FILES ${llb_schema_files} DESTINATION ${CMAKE_INSTALL_DATADIR}/llmbus/sc
 # systemd units (their ExecStart names the binary alone: systemd finds it in /usr/local/bin or
 # /usr/bin) and the environment file they read.
 file(GLOB llb_units ${CMAKE_SOURCE_DIR}/ops/deploy/*.service ${CMAKE_SOURCE_DIR}/ops/deploy/*.target)
-install(FILES ${llb_units} DESTINATION ${CMAKE_INSTALL_LIBDIR}/systemd/system COMPONENT runtime)
-install(FILES ${CMAKE_SOURCE_DIR}/ops/deploy/llmbus.env DESTINATION ${CMAKE_INSTALL_SYSCONFDIR}/llmbus
-        COMPONENT runtime)
+# lib/systemd/system, not the (multiarch) libdir: where systemd looks under /usr and /usr/local.
+install(FILES ${llb_units} DESTINATION lib/systemd/system COMPONENT runtime)
+# /etc for the /usr prefix (the package, where it is a conffile), <prefix>/etc otherwise.
+if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+  set(llb_etc /etc/llmbus)
+else()
+  set(llb_etc ${CMAKE_INSTALL_SYSCONFDIR}/llmbus)
+endif()
+install(FILES ${CMAKE_SOURCE_DIR}/ops/deploy/llmbus.env DESTINATION ${llb_etc} COMPONENT runtime)
 
 # Monitoring and NATS examples.
 install(FILES ${CMAKE_SOURCE_DIR}/ops/prometheus/prometheus.yml DESTINATION ${CMAKE_INSTALL_DATADIR}/llmbus/prometheus
@@ -32,6 +38,8 @@ install(FILES ${CMAKE_SOURCE_DIR}/ops/nats/llmbus-accounts.conf ${CMAKE_SOURCE_D
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
 
 # The Debian package (`make deb`): cpack's DEB generator, one package holding every component.
+# cpack (and the `install` target) need only the installed targets built, not the tests.
+set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY ON)
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME llmbus)
 set(CPACK_PACKAGE_VENDOR llmbus)
@@ -43,4 +51,7 @@ set(CPACK_DEBIAN_PACKAGE_DEPENDS "nats-server")  # `llmbus serve` runs the embed
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEB_COMPONENT_INSTALL OFF)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_SET_DESTDIR ON)                  # /etc/llmbus is an absolute destination
+file(WRITE ${CMAKE_BINARY_DIR}/deb/conffiles "/etc/llmbus/llmbus.env\n")  # an admin's edits survive upgrades
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${CMAKE_BINARY_DIR}/deb/conffiles)
 include(CPack)
