@@ -35,7 +35,8 @@ struct llmbus_client {
   int timeout_ms;
 };
 
-/* A connection file's fields (clients/python/llmbus/connection.py documents the format). */
+/* A connection file's fields (clients/python/llmbus/connection.py documents the format:
+ * nats_user / nats_password_file, also read as user / password_file). */
 struct conn_file {
   char nats_url[CLIENT_FIELD_MAX];
   char user[CLIENT_FIELD_MAX];
@@ -73,8 +74,10 @@ void llmbus_sampling_init(llmbus_sampling *sp) {
 
 /* ---- connection files ---------------------------------------------------------------- */
 
-static void copy_json_string(json_t *obj, const char *key, char *buf, size_t cap) {
+/* The string at key, else at alt (NULL: none), into buf; "" when neither is a string. */
+static void copy_json_string(json_t *obj, const char *key, const char *alt, char *buf, size_t cap) {
   const char *v = json_string_value(json_object_get(obj, key));
+  if (!v && alt) v = json_string_value(json_object_get(obj, alt));
   snprintf(buf, cap, "%s", v ? v : "");
 }
 
@@ -85,10 +88,10 @@ static long conn_file_load(const char *path, struct conn_file *cf) {
     json_decref(j);
     return -1;
   }
-  copy_json_string(j, "nats_url", cf->nats_url, sizeof cf->nats_url);
-  copy_json_string(j, "user", cf->user, sizeof cf->user);
-  copy_json_string(j, "password_file", cf->password_file, sizeof cf->password_file);
-  copy_json_string(j, "prefix", cf->prefix, sizeof cf->prefix);
+  copy_json_string(j, "nats_url", NULL, cf->nats_url, sizeof cf->nats_url);
+  copy_json_string(j, "nats_user", "user", cf->user, sizeof cf->user);
+  copy_json_string(j, "nats_password_file", "password_file", cf->password_file, sizeof cf->password_file);
+  copy_json_string(j, "prefix", NULL, cf->prefix, sizeof cf->prefix);
   json_int_t pid = json_integer_value(json_object_get(j, "pid"));
   json_decref(j);
   return pid > 0 ? (long)pid : 0;

@@ -62,7 +62,13 @@ out=$("$prefix/example" "${login[@]}" --max-tokens 8 --temperature 0 "The capita
   fail "example generate: $out $(cat "$prefix/err.log")"
 [ "$out" = "$text" ] || fail "the C client's greedy answer '$out' differs from HTTP's '$text'"
 echo "ok   the C client streams the same greedy answer: \"$out\""
+mkdir -p "$prefix/home/llmbus"   # the connection file `llmbus serve` writes, as the library reads it
+printf '{"nats_url": "%s", "nats_user": "tenant-default", "nats_password_file": "%s", "pid": %d}\n' \
+  "$url" "$dir/tenant-default.password" "$serve_pid" >"$prefix/home/llmbus/test.json"
+ids=$(XDG_RUNTIME_DIR="$prefix/home" HOME="$prefix/home" "$prefix/example" --tokenize "Hello world" 2>&1) || fail "via the connection file: $ids"
+[ "$ids" = "19556 905" ] || fail "tokenize via the connection file: '$ids'"
+echo "ok   the C client finds serve by its connection file: $ids"
 bad=$("$prefix/example" "${login[@]}" --temperature -1 "Hi" 2>&1) && fail "temperature -1 was accepted"
 case "$bad" in *INVALID_ARGUMENT*temperature*) ;; *) fail "the error does not name the field: $bad" ;; esac
 echo "ok   the engine's error reaches the C client with its field: $bad"
-echo "4 passed, 0 failed"
+echo "5 passed, 0 failed"
