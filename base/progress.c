@@ -2,6 +2,7 @@
 #include "base/progress.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -25,14 +26,16 @@ void llb_progress_format(const struct llb_progress *p, double done, int64_t elap
 }
 
 void llb_progress_begin(struct llb_progress *p, const char *label, double total, const char *unit) {
+  const char *after = getenv("LLMBUS_PROGRESS_AFTER_MS");
   *p = (struct llb_progress){.label = label, .unit = unit, .total = total, .start_ns = llb_now_ns(),
+                             .quiet_ns = after ? (int64_t)atol(after) * 1000000LL : LLB_PROGRESS_QUIET_NS,
                              .tty = isatty(STDERR_FILENO) == 1};
 }
 
 void llb_progress_update(struct llb_progress *p, double done) {
   if (!p->tty) return;
   const int64_t t = llb_now_ns();
-  if (t - p->start_ns < LLB_PROGRESS_QUIET_NS || (p->drawn && t - p->last_draw_ns < DRAW_EVERY_NS)) return;
+  if (t - p->start_ns < p->quiet_ns || (p->drawn && t - p->last_draw_ns < DRAW_EVERY_NS)) return;
   char line[256];
   llb_progress_format(p, done, t - p->start_ns, line, sizeof line);
   fprintf(stderr, "\r%s\033[K", line); /* \033[K: erase what a longer line left */

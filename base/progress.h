@@ -2,8 +2,9 @@
  *
  * `label  37%  12/32 chunks  elapsed 0:41  ETA 1:10`, redrawn in place on stderr at most 5
  * times a second, and only when stderr is a terminal: logs, pipes and files never see it (as
- * llama.cpp's and pip's progress bars). Nothing shows for the first LLB_PROGRESS_QUIET_NS, so
- * a short operation prints nothing at all. llb_progress_end erases the line.
+ * llama.cpp's and pip's progress bars). Nothing shows for the first LLB_PROGRESS_QUIET_NS
+ * (LLMBUS_PROGRESS_AFTER_MS in the environment overrides it), so a short operation prints
+ * nothing at all. llb_progress_end erases the line.
  * Not thread-safe: one thread updates one progress line.
  */
 #ifndef LLB_BASE_PROGRESS_H
@@ -19,6 +20,7 @@ struct llb_progress {
   const char *unit;  /* "chunks", "MiB", ... borrowed */
   double total;      /* > 0 */
   int64_t start_ns, last_draw_ns;
+  int64_t quiet_ns; /* nothing is drawn before this much time has passed */
   bool tty, drawn;
 };
 
