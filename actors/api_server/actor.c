@@ -49,6 +49,10 @@ struct api_actor {
   char http_host[128];
   int http_port, bound_port;
   char model_name[API_MAX_MODEL_BYTES];
+  char model_alias_buf[API_MAX_MODEL_ALIASES][API_MAX_MODEL_BYTES]; /* --served-model-name's others */
+  const char *model_names[API_MAX_MODEL_ALIASES + 1]; /* [num_model_names]: model_name, then the aliases */
+  int num_model_names;
+  uint64_t seed_counter; /* draws of the --seed generator (loop thread) */
   char *local_media_dir; /* realpath of --allowed-local-media-path, or NULL (owned) */
   char tenant[64];
   struct bus *bus;
@@ -72,8 +76,12 @@ struct api_actor {
   struct api_peer_beats *peers;   /* engine stats, heartbeats: /health, restarts seen */
 };
 
-/* A random sampling seed (getrandom; falls back to the id salt and a counter). */
+/* The sampling seed of a request that gives none: from the --seed generator (splitmix64 of the
+ * seed and a counter: the same requests in the same order get the same seeds, as vLLM's --seed
+ * makes its sampler reproducible), else random (getrandom; falls back to the id salt and a
+ * counter). Loop thread. */
 static uint64_t random_seed(struct api_actor *a) {
+  if (a->o.has_seed) return llb_mix64(a->o.seed + LLB_SPLITMIX64_GAMMA * ++a->seed_counter);
   uint64_t seed;
   if (getrandom(&seed, sizeof seed, 0) == (ssize_t)sizeof seed) return seed;
   return llb_mix64(a->id_salt + LLB_SPLITMIX64_GAMMA * ++a->id_counter); /* splitmix64 */
@@ -455,7 +463,9 @@ static struct api_call *call_new(struct api_actor *a, struct evhttp_request *req
   c->tenant = tenant;
   c->t_start_ns = llb_now_ns();
   api_http_span_begin(&c->span, req);
-  struct api_parse_options po = {.served_model = a->model_name, .tool_parser = a->o.tool_call_parser,
+  struct api_parse_options po = {.served_model = a->model_name, .model_aliases = a->model_names + 1,
+                                .num_model_aliases = a->num_model_names - 1, .tool_parser = a->o.tool_call_parser,
+                                .no_auto_tool_choice = !a->o.enable_auto_tool_choice,
                                 .allowed_local_media_path = a->local_media_dir};
   const bool emb = ep == API_ENDPOINT_EMBEDDINGS, tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT && !emb;
   if (emb && !(c->emb = calloc(1, sizeof *c->emb))) api_error_set(e, 500, NULL, "out of memory");
@@ -630,7 +640,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
   switch (route) {
     case 0: handle_generate(a, req, API_ENDPOINT_COMPLETIONS, NULL, tenant); break;
     case 1: handle_generate(a, req, API_ENDPOINT_CHAT, NULL, tenant); break;
-    case 2: api_route_models(req, a->model_name, a->max_model_len); break;
+    case 2: api_route_models(req, a->model_names, a->num_model_names, a->max_model_len); break;
     case 3: api_peer_beats_route_health(a->peers, req); break;
     case 4: api_route_metrics(req, a->metrics, a->o.registry); break;
     case 5: handle_generate(a, req, API_ENDPOINT_TOKENIZE, NULL, tenant); break;
@@ -699,6 +709,17 @@ static llb_status take_options(struct api_actor *a, const struct api_actor_optio
   if (a->o.max_concurrent <= 0) a->o.max_concurrent = 256;
   if (a->o.health_window_ms <= 0) a->o.health_window_ms = 10000;
   snprintf(a->model_name, sizeof a->model_name, "%s", o->model_name);
+  a->model_names[a->num_model_names++] = a->model_name;
+  if (o->num_model_aliases > API_MAX_MODEL_ALIASES)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: at most %d served model names", API_MAX_MODEL_ALIASES + 1);
+  for (int i = 0; i < o->num_model_aliases; i++) {
+    if (!o->model_aliases[i] || !*o->model_aliases[i] || strlen(o->model_aliases[i]) >= API_MAX_MODEL_BYTES)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: a served model name must be 1..%d bytes",
+                      API_MAX_MODEL_BYTES - 1);
+    snprintf(a->model_alias_buf[i], sizeof a->model_alias_buf[i], "%s", o->model_aliases[i]);
+    a->model_names[a->num_model_names++] = a->model_alias_buf[i];
+  }
+  a->o.model_aliases = NULL; /* borrowed strings: the copies above are used */
   snprintf(a->tenant, sizeof a->tenant, "%s", o->tenant ? o->tenant : BUS_DEFAULT_TENANT);
   if (o->allowed_local_media_path && o->allowed_local_media_path[0]) {
     char real[PATH_MAX];

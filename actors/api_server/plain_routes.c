@@ -13,11 +13,13 @@ void api_route_version(struct evhttp_request *req) {
   api_http_send_body(req, 200, "application/json", body, sizeof body - 1);
 }
 
-void api_route_models(struct evhttp_request *req, const char *model_name, int32_t max_model_len) {
+void api_route_models(struct evhttp_request *req, const char *const *names, int num, int32_t max_model_len) {
   struct api_buf b = {0};
-  bool ok = api_buf_printf(&b, "{\"object\":\"list\",\"data\":[") &&
-            api_model_object_render(model_name, (int64_t)time(NULL), max_model_len, &b) == LLB_STATUS_OK &&
-            api_buf_printf(&b, "]}");
+  const int64_t now = (int64_t)time(NULL);
+  bool ok = api_buf_printf(&b, "{\"object\":\"list\",\"data\":[");
+  for (int i = 0; ok && i < num; i++)
+    ok = (i == 0 || api_buf_printf(&b, ",")) && api_model_object_render(names[i], now, max_model_len, &b) == LLB_STATUS_OK;
+  ok = ok && api_buf_printf(&b, "]}");
   if (ok) api_http_send_body(req, 200, "application/json", b.data, b.len);
   else evhttp_send_error(req, 500, NULL);
   api_buf_free(&b);

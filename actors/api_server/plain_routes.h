@@ -10,8 +10,9 @@
 
 struct evhttp_request; /* libevent */
 
-/* OpenAI's model list: the one served model, with max_model_len when known (> 0). */
-void api_route_models(struct evhttp_request *req, const char *model_name, int32_t max_model_len);
+/* OpenAI's model list: the served model's names[0, num) (--served-model-name a b: both, as
+ * vLLM lists them), each with max_model_len when known (> 0). */
+void api_route_models(struct evhttp_request *req, const char *const *names, int num, int32_t max_model_len);
 
 /* Prometheus text: the server's own metrics, then `registry`'s (NULL = none; the process and
  * bus metrics). 500 when rendering fails. */
