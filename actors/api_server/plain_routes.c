@@ -7,6 +7,8 @@
 
 #include "actors/api_server/api_tokenize.h"
 #include "actors/api_server/http_reply.h"
+#include "actors/api_server/metrics_merge.h"
+#include "base/log.h"
 
 void api_route_version(struct evhttp_request *req) {
   static const char body[] = "{\"version\":\"" LLB_VERSION_STRING "\"}";
@@ -25,17 +27,20 @@ void api_route_models(struct evhttp_request *req, const char *const *names, int 
   api_buf_free(&b);
 }
 
-void api_route_metrics(struct evhttp_request *req, struct api_metrics *metrics, struct llb_metrics *registry) {
-  struct api_buf b = {0};
+void api_route_metrics(struct evhttp_request *req, struct api_metrics *metrics, struct llb_metrics *registry,
+                       struct metrics_merge *merge) {
+  struct api_buf own = {0}, b = {0};
   char *more = NULL;
   size_t more_len = 0;
-  bool ok = api_metrics_render(metrics, &b) &&
+  bool ok = api_metrics_render(metrics, &own) &&
             (!registry || llb_metrics_render(registry, &more, &more_len) == LLB_STATUS_OK) &&
-            (!more || api_buf_append(&b, more, more_len));
+            (!more || api_buf_append(&own, more, more_len));
   free(more);
+  ok = ok && (merge ? metrics_merge_render(merge, own.data, own.len, llb_now_ns(), &b) : api_buf_append(&b, own.data, own.len));
   if (ok)
     api_http_send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
   else
     evhttp_send_error(req, 500, NULL);
+  api_buf_free(&own);
   api_buf_free(&b);
 }

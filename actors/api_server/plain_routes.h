@@ -15,8 +15,11 @@ struct evhttp_request; /* libevent */
 void api_route_models(struct evhttp_request *req, const char *const *names, int num, int32_t max_model_len);
 
 /* Prometheus text: the server's own metrics, then `registry`'s (NULL = none; the process and
- * bus metrics). 500 when rendering fails. */
-void api_route_metrics(struct evhttp_request *req, struct api_metrics *metrics, struct llb_metrics *registry);
+ * bus metrics), merged with every engine actor's (`merge`, NULL = none; metrics_merge.h). 500
+ * when rendering fails. */
+struct metrics_merge;
+void api_route_metrics(struct evhttp_request *req, struct api_metrics *metrics, struct llb_metrics *registry,
+                       struct metrics_merge *merge);
 
 /* {"version": "<project version>"} (CMakeLists.txt project()). */
 void api_route_version(struct evhttp_request *req);

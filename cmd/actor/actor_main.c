@@ -28,7 +28,7 @@
 #define ACTOR_MAIN_SHUTDOWN_WAIT_MS 5000
 
 /* The common flags as a table over am->common, so one parser serves both lists. */
-enum { NUM_COMMON_FLAGS = 15 };
+enum { NUM_COMMON_FLAGS = 16 };
 static void common_flags_table(struct actor_main *am, struct flag *t) {
   struct actor_common_flags *c = &am->common;
   const struct flag table[NUM_COMMON_FLAGS] = {
@@ -56,6 +56,10 @@ static void common_flags_table(struct actor_main *am, struct flag *t) {
        .help = "Prometheus GET /metrics port (0 = none)"},
       {.name = "metrics-host", .kind = FLAG_KIND_STRING, .target = &c->metrics_host,
        .help = "address of the metrics listener"},
+      {.name = "metrics-publish-ms", .kind = FLAG_KIND_INT64, .target = &c->metrics_publish_ms, .min = -1,
+       .max = 3600000,
+       .help = "publish the metrics on <prefix>.health.<actor>.<instance>.metrics this often, for the api server's "
+               "/metrics (one scrape for the stack); 0 = --heartbeat-ms, -1 = never"},
       {.name = "otlp-endpoint", .aliases = "otlp-traces-endpoint", .kind = FLAG_KIND_STRING, .target = &c->otlp_endpoint,
        .help = "export spans as OTLP/HTTP JSON to URL/v1/traces (http://host:port)"},
       {.name = "trace-sample-ratio", .kind = FLAG_KIND_DOUBLE, .target = &c->trace_sample_ratio,
@@ -308,6 +312,12 @@ static int run_parsed(struct actor_main *am) {
                   llb_log_quote(q, sizeof q, llb_err_last()));
     rc = ACTOR_MAIN_EXIT_FAILURE;
     goto out;
+  }
+  const int64_t publish_ms = am->common.metrics_publish_ms ? am->common.metrics_publish_ms : am->common.heartbeat_ms;
+  if (publish_ms > 0 &&
+      bus_metrics_publish_start(am->bus, spec->actor, am->common.instance, publish_ms, am->metrics) != LLB_STATUS_OK) {
+    char q[512]; /* the engine's work does not depend on being scraped */
+    LLB_LOG_WARN("metrics_publish_failed", "error=%s", llb_log_quote(q, sizeof q, llb_err_last()));
   }
   LLB_LOG_INFO("ready", "actor=%s", spec->actor);
   st = bus_actor_run(am->bus);

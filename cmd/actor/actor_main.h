@@ -15,7 +15,9 @@
  *      naming the URL without its credentials, exit 1);
  *   5. spec->start: create the actor, subscribe its handlers, start its threads;
  *   6. a Heartbeat (schemas/control.h) on <prefix>.health.<actor>.<instance> every
- *      --heartbeat-ms, carrying ready / inflight (actor_main_set_ready/_inflight);
+ *      --heartbeat-ms, carrying ready / inflight (actor_main_set_ready/_inflight); the metrics
+ *      (Prometheus text) on <prefix>.health.<actor>.<instance>.metrics every
+ *      --metrics-publish-ms (default: --heartbeat-ms), merged into the api server's /metrics;
  *   7. bus_actor_run: serve until SIGTERM / SIGINT / bus_stop, then drain;
  *   8. spec->stop (optional; the bus is still there, the connection drained): join threads;
  *   9. bus_destroy, then spec->destroy (optional): free the actor;
@@ -28,8 +30,9 @@
  * read from a 0600 file so it never shows in argv, `ps` or a log; a URL may also carry
  * `user:password@`, which logs never show),
  * --log-level debug|info|warn|error (info), --heartbeat-ms (2000), --metrics-port (0 = none),
- * --metrics-host (127.0.0.1), --otlp-endpoint URL (alias --otlp-traces-endpoint, vLLM's: spans as
- * OTLP/HTTP JSON to URL/v1/traces),
+ * --metrics-host (127.0.0.1), --metrics-publish-ms (0: --heartbeat-ms; -1: off),
+ * --otlp-endpoint URL (alias --otlp-traces-endpoint, vLLM's: spans as OTLP/HTTP JSON to
+ * URL/v1/traces),
  * --trace-sample-ratio R (1.0), --trace-publish, --help.
  *
  * Threading: actor_main_exec runs on the main thread; start/stop/destroy run there too.
@@ -63,6 +66,8 @@ struct actor_common_flags {
   int64_t heartbeat_ms;
   int32_t metrics_port;     /* 0 = no metrics listener */
   const char *metrics_host;
+  int64_t metrics_publish_ms; /* the registry on <prefix>.health.<actor>.<instance>.metrics this
+                               * often (bus_metrics_publish_start); 0 = heartbeat_ms, -1 = never */
   const char *otlp_endpoint; /* NULL = no OTLP export (bus/span.h) */
   double trace_sample_ratio; /* head sampling of the traces this actor starts, [0, 1] */
   bool trace_publish;        /* also publish span batches on <prefix>.trace.<actor> */

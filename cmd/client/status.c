@@ -1,7 +1,7 @@
 /* `llmbus status`: what is running on a bus, read from the bus itself (DESIGN.md §9).
  *
  * Listens for --wait-ms (default 2500: longer than the default 2 s heartbeat) to
- * <prefix>.health.> (every actor's Heartbeat) and <prefix>.engine.*.stats (each engine's
+ * <prefix>.health.*.* (every actor's Heartbeat) and <prefix>.engine.*.stats (each engine's
  * SchedulerStats), then prints one table of engines (id, model, load, KV cache) and one of
  * actors (actor, instance, engine, host, pid, uptime, ready, in flight), or with --json one
  * JSON object {"engines": [...], "actors": [...]}. Messages that do not verify are counted,
@@ -186,7 +186,7 @@ static int status_listen(const struct client_options *o, long wait_ms) {
   int rc = 1;
   const char *prefix = o->prefix ? o->prefix : "llm";
   char health[BUS_SUBJECT_MAX], stats[BUS_SUBJECT_MAX];
-  snprintf(health, sizeof health, "%s.health.>", prefix);
+  snprintf(health, sizeof health, "%s.health.*.*", prefix); /* heartbeats, not their .metrics */
   snprintf(stats, sizeof stats, "%s.engine.*.stats", prefix);
   llb_status st = client_connect(o, &bus);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, health, NULL, on_heartbeat, v, NULL);
