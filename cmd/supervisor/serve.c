@@ -40,72 +40,72 @@ static const struct {
   const char *name;
   const char *aliases; /* vLLM's / llama-server's other spellings ('|'-separated; cmd/flags/flags.h) */
   char short_name;     /* llama-server's one-letter flag, where it means the same */
-  bool takes_value;
+  enum flag_kind kind; /* BOOL: no value; INT64 / DOUBLE: checked here, before any actor starts */
   unsigned actors;
   const char *help;
 } engine_flags[] = {
-    {"num-blocks", "num-gpu-blocks-override", 0, true, A_WORKER,
+    {"num-blocks", "num-gpu-blocks-override", 0, FLAG_KIND_INT64, A_WORKER,
      "KV cache blocks of each engine's worker (allocated once; its scheduler and kv_manager adopt it)"},
-    {"block-size", NULL, 0, true, A_KV | A_WORKER | A_SCHED, "tokens per KV block"},
-    {"max-num-seqs", "np|parallel", 0, true, A_SCHED, "requests running at once"},
-    {"max-num-waiting", NULL, 0, true, A_SCHED, "requests waiting at most (more get QUEUE_FULL / 429)"},
-    {"max-num-batched-tokens", NULL, 0, true, A_SCHED | A_WORKER, "token budget of one step"},
-    {"max-model-len", "ctx-size", 'c', true, A_SCHED | A_IN | A_WORKER, "context length limit (prompt + output)"},
-    {"policy", "scheduling-policy", 0, true, A_SCHED, "fcfs | priority"},
-    {"no-prefix-caching", "no-enable-prefix-caching", 0, false, A_KV | A_SCHED, "disable the prefix cache"},
-    {"speculative-config", NULL, 0, true, A_SCHED | A_WORKER,
+    {"block-size", NULL, 0, FLAG_KIND_INT64, A_KV | A_WORKER | A_SCHED, "tokens per KV block"},
+    {"max-num-seqs", "np|parallel", 0, FLAG_KIND_INT64, A_SCHED, "requests running at once"},
+    {"max-num-waiting", NULL, 0, FLAG_KIND_INT64, A_SCHED, "requests waiting at most (more get QUEUE_FULL / 429)"},
+    {"max-num-batched-tokens", NULL, 0, FLAG_KIND_INT64, A_SCHED | A_WORKER, "token budget of one step"},
+    {"max-model-len", "ctx-size", 'c', FLAG_KIND_INT64, A_SCHED | A_IN | A_WORKER, "context length limit (prompt + output)"},
+    {"policy", "scheduling-policy", 0, FLAG_KIND_STRING, A_SCHED, "fcfs | priority"},
+    {"no-prefix-caching", "no-enable-prefix-caching", 0, FLAG_KIND_BOOL, A_KV | A_SCHED, "disable the prefix cache"},
+    {"speculative-config", NULL, 0, FLAG_KIND_STRING, A_SCHED | A_WORKER,
      "speculative decoding, vLLM's JSON {\"method\":\"ngram\",\"num_speculative_tokens\":K,...}: n-gram drafts "
      "verified in one forward (turns async scheduling off; cpu worker)"},
-    {"no-async-scheduling", NULL, 0, false, A_SCHED,
+    {"no-async-scheduling", NULL, 0, FLAG_KIND_BOOL, A_SCHED,
      "apply each step's output before planning the next (no step ahead on the worker)"},
-    {"encoder-cache-size", NULL, 0, true, A_SCHED | A_ENC,
+    {"encoder-cache-size", NULL, 0, FLAG_KIND_INT64, A_SCHED | A_ENC,
      "encoder-output cache, embedding rows (multimodal items kept for reuse)"},
-    {"encoder-compute-budget", NULL, 0, true, A_SCHED, "embedding rows encoded per step (0 = the token budget)"},
-    {"stats-interval-ms", NULL, 0, true, A_SCHED, "SchedulerStats period while there is work"},
-    {"log-stats-interval-ms", NULL, 0, true, A_SCHED, "event=engine_stats log line period (default 10000; 0 = none)"},
-    {"ack-wait-ms", NULL, 0, true, A_SCHED,
+    {"encoder-compute-budget", NULL, 0, FLAG_KIND_INT64, A_SCHED, "embedding rows encoded per step (0 = the token budget)"},
+    {"stats-interval-ms", NULL, 0, FLAG_KIND_INT64, A_SCHED, "SchedulerStats period while there is work"},
+    {"log-stats-interval-ms", NULL, 0, FLAG_KIND_INT64, A_SCHED, "event=engine_stats log line period (default 10000; 0 = none)"},
+    {"ack-wait-ms", NULL, 0, FLAG_KIND_INT64, A_SCHED,
      "durable: a request a dead scheduler held is delivered again after this long (default 2000)"},
-    {"max-deliver", NULL, 0, true, A_SCHED,
+    {"max-deliver", NULL, 0, FLAG_KIND_INT64, A_SCHED,
      "durable: deliveries of one request at most, then dead-lettered with an error (default 3)"},
-    {"stream-replicas", NULL, 0, true, A_SCHED | A_IN,
+    {"stream-replicas", NULL, 0, FLAG_KIND_INT64, A_SCHED | A_IN,
      "durable: replicas of the requests stream (default 1; 3 with --nats on a 3-node cluster: ops/cluster/)"},
-    {"threads", NULL, 't', true, A_WORKER, "worker threads for the forward pass (default: the CPUs online)"},
-    {"decode-threads", NULL, 0, true, A_WORKER,
+    {"threads", NULL, 't', FLAG_KIND_INT64, A_WORKER, "worker threads for the forward pass (default: the CPUs online)"},
+    {"decode-threads", NULL, 0, FLAG_KIND_INT64, A_WORKER,
      "cpu: of those, the threads of a decode step (default: all; fewer leave cores to the actors)"},
-    {"device", NULL, 0, true, A_WORKER, "cpu | cuda"},
-    {"gpu-memory-utilization", NULL, 0, true, A_WORKER,
+    {"device", NULL, 0, FLAG_KIND_STRING, A_WORKER, "cpu | cuda"},
+    {"gpu-memory-utilization", NULL, 0, FLAG_KIND_DOUBLE, A_WORKER,
      "cuda: fraction of device memory for weights, scratch and KV cache (sizes the KV cache; default 0.9)"},
-    {"numerics", NULL, 0, true, A_WORKER, "packed | ggml (cpu: llama.cpp's arithmetic, bit-exact with it)"},
-    {"packed-cache-dir", NULL, 0, true, A_WORKER,
+    {"numerics", NULL, 0, FLAG_KIND_STRING, A_WORKER, "packed | ggml (cpu: llama.cpp's arithmetic, bit-exact with it)"},
+    {"packed-cache-dir", NULL, 0, FLAG_KIND_STRING, A_WORKER,
      "cpu: the host's shared packed-weight cache (default $XDG_CACHE_HOME/llmbus or ~/.cache/llmbus; "
      "\"\" = each worker packs privately)"},
-    {"engine-id", NULL, 0, true, A_ALL,
+    {"engine-id", NULL, 0, FLAG_KIND_STRING, A_ALL,
      "engine id (<eid> in llm.engine.<eid>.*); with --engines N > 1 the engines are <eid>0..<eid>N-1"},
-    {"router", NULL, 0, true, A_IN, "cache-aware | least-loaded | random: how input processors pick an engine"},
-    {"mmproj", NULL, 0, true, A_IN | A_WORKER, "GGUF mmproj of the model: image_url parts (workers encode, input processors plan)"},
-    {"chat-template", NULL, 0, true, A_IN,
+    {"router", NULL, 0, FLAG_KIND_STRING, A_IN, "cache-aware | least-loaded | random: how input processors pick an engine"},
+    {"mmproj", NULL, 0, FLAG_KIND_STRING, A_IN | A_WORKER, "GGUF mmproj of the model: image_url parts (workers encode, input processors plan)"},
+    {"chat-template", NULL, 0, FLAG_KIND_STRING, A_IN,
      "chat template instead of the GGUF's tokenizer.chat_template: a Jinja FILE, the Jinja text itself, or a "
      "built-in name (chatml, llama3, ...)"},
-    {"prefix", NULL, 0, true, A_ALL, "subject prefix (default llm)"},
-    {"log-level", NULL, 0, true, A_ALL, "debug | info | warn | error"},
-    {"otlp-endpoint", "otlp-traces-endpoint", 0, true, A_ALL,
+    {"prefix", NULL, 0, FLAG_KIND_STRING, A_ALL, "subject prefix (default llm)"},
+    {"log-level", NULL, 0, FLAG_KIND_STRING, A_ALL, "debug | info | warn | error"},
+    {"otlp-endpoint", "otlp-traces-endpoint", 0, FLAG_KIND_STRING, A_ALL,
      "every actor exports its spans as OTLP/HTTP JSON to URL/v1/traces"},
-    {"trace-sample-ratio", NULL, 0, true, A_ALL, "fraction of new traces sampled (head sampling; default 1.0)"},
-    {"trace-publish", NULL, 0, false, A_ALL, "every actor also publishes its span batches on <prefix>.trace.<actor>"},
-    {"api-keys", NULL, 0, true, A_API, "file of `KEY TENANT` lines (mode 0600): HTTP keys and their tenants"},
-    {"seed", NULL, 0, true, A_API,
+    {"trace-sample-ratio", NULL, 0, FLAG_KIND_DOUBLE, A_ALL, "fraction of new traces sampled (head sampling; default 1.0)"},
+    {"trace-publish", NULL, 0, FLAG_KIND_BOOL, A_ALL, "every actor also publishes its span batches on <prefix>.trace.<actor>"},
+    {"api-keys", NULL, 0, FLAG_KIND_STRING, A_API, "file of `KEY TENANT` lines (mode 0600): HTTP keys and their tenants"},
+    {"seed", NULL, 0, FLAG_KIND_INT64, A_API,
      "seed of the sampling seeds the api server draws for requests that give none (the same requests in the "
      "same order then give the same answers; default: random)"},
-    {"enable-auto-tool-choice", NULL, 0, false, A_API,
+    {"enable-auto-tool-choice", NULL, 0, FLAG_KIND_BOOL, A_API,
      "tool_choice \"auto\" (the default with tools) parses tool calls out of the output, as vLLM's; without it "
      "such a request is refused (400)"},
-    {"tool-call-parser", NULL, 0, true, A_API, "hermes | llama3_json | mistral: tool calls in outputs (tool_choice auto)"},
-    {"allowed-origins", NULL, 0, true, A_API, "CORS: comma-separated origins (default *, as vLLM)"},
-    {"allowed-methods", NULL, 0, true, A_API, "CORS: comma-separated methods (default *)"},
-    {"allowed-headers", NULL, 0, true, A_API, "CORS: comma-separated request headers (default *)"},
-    {"allow-credentials", NULL, 0, false, A_API, "CORS: Access-Control-Allow-Credentials: true"},
-    {"allowed-local-media-path", NULL, 0, true, A_API, "image_url parts may read file:///path inside DIR (vLLM's)"},
-    {"heartbeat-ms", NULL, 0, true, A_ALL,
+    {"tool-call-parser", NULL, 0, FLAG_KIND_STRING, A_API, "hermes | llama3_json | mistral: tool calls in outputs (tool_choice auto)"},
+    {"allowed-origins", NULL, 0, FLAG_KIND_STRING, A_API, "CORS: comma-separated origins (default *, as vLLM)"},
+    {"allowed-methods", NULL, 0, FLAG_KIND_STRING, A_API, "CORS: comma-separated methods (default *)"},
+    {"allowed-headers", NULL, 0, FLAG_KIND_STRING, A_API, "CORS: comma-separated request headers (default *)"},
+    {"allow-credentials", NULL, 0, FLAG_KIND_BOOL, A_API, "CORS: Access-Control-Allow-Credentials: true"},
+    {"allowed-local-media-path", NULL, 0, FLAG_KIND_STRING, A_API, "image_url parts may read file:///path inside DIR (vLLM's)"},
+    {"heartbeat-ms", NULL, 0, FLAG_KIND_INT64, A_ALL,
      "heartbeat interval of every actor (a worker / kv_manager silent for 3 is dead; default 2000)"},
 };
 #define NUM_ENGINE_FLAGS (int)(sizeof engine_flags / sizeof engine_flags[0])
@@ -123,15 +123,16 @@ static bool engine_flag_repeats(const char *name) { return strcmp(name, "api-key
 int serve_engine_flag_add(struct serve_options *o, const char *name, const char *value) {
   int i = engine_flag_index(name);
   if (i < 0) return -1;
-  const char *v = engine_flags[i].takes_value ? value : NULL;
+  const bool takes_value = engine_flags[i].kind != FLAG_KIND_BOOL;
+  const char *v = takes_value ? value : NULL;
   for (int f = 0; f < o->num_engine_flags && !engine_flag_repeats(name); f++)
     if (strcmp(o->engine_flags[f].name, engine_flags[i].name) == 0) {
       o->engine_flags[f].value = v;
-      return engine_flags[i].takes_value ? 1 : 0;
+      return takes_value ? 1 : 0;
     }
   if (o->num_engine_flags >= SERVE_MAX_ENGINE_FLAGS) return -1;
   o->engine_flags[o->num_engine_flags++] = (struct serve_engine_flag){engine_flags[i].name, v};
-  return engine_flags[i].takes_value ? 1 : 0;
+  return takes_value ? 1 : 0;
 }
 
 void serve_engine_flag_remove(struct serve_options *o, const char *name) {
@@ -141,8 +142,15 @@ void serve_engine_flag_remove(struct serve_options *o, const char *name) {
   o->num_engine_flags = k;
 }
 
-/* cmd/flags setter of every engine flag: f->target is the serve_options. */
+/* cmd/flags setter of every engine flag: f->target is the serve_options. A number is checked
+ * here, so that `--max-num-seqs x` is a usage error of serve, not an actor's crash loop. */
 static llb_status engine_flag_set(const struct flag *f, const char *value) {
+  int64_t i;
+  double d;
+  llb_status st = f->kind == FLAG_KIND_INT64    ? flags_parse_int64(value, INT32_MIN, INT64_MAX, &i)
+                  : f->kind == FLAG_KIND_DOUBLE ? flags_parse_double(value, -1e300, 1e300, &d)
+                                                : LLB_STATUS_OK;
+  if (st != LLB_STATUS_OK) return st;
   if (serve_engine_flag_add(f->target, f->name, value) < 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "too many engine flags (at most %d)", SERVE_MAX_ENGINE_FLAGS);
   return LLB_STATUS_OK;
@@ -153,7 +161,10 @@ int serve_engine_flag_table(struct serve_options *o, struct flag *out, int cap) 
   for (int i = 0; i < NUM_ENGINE_FLAGS; i++)
     out[i] = (struct flag){.name = engine_flags[i].name, .aliases = engine_flags[i].aliases,
                            .short_name = engine_flags[i].short_name,
-                           .kind = engine_flags[i].takes_value ? FLAG_KIND_STRING : FLAG_KIND_BOOL, .target = o,
+                           .kind = engine_flags[i].kind, .target = o,
+                           .metavar = engine_flags[i].kind == FLAG_KIND_INT64    ? "N"
+                                      : engine_flags[i].kind == FLAG_KIND_DOUBLE ? "X"
+                                                                                 : "V",
                            .help = engine_flags[i].help, .set = engine_flag_set};
   return NUM_ENGINE_FLAGS;
 }

@@ -23,6 +23,8 @@
 #endif
 
 #define SERVE_DEFAULT_HOST "127.0.0.1"
+#define SERVE_API_KEY_MIN_BYTES 8 /* the api server's bounds (actors/api_server/api_keys.h) */
+#define SERVE_API_KEY_MAX_BYTES 256
 #define SERVE_DEFAULT_PORT 8000
 
 /* serve's own flags, as given. */
@@ -157,6 +159,15 @@ static int serve_resolve(const struct flag_command *cmd, struct serve_cli *c, co
   const bool v6 = strchr(host, ':') && host[0] != '[';
   snprintf(c->http_buf, sizeof c->http_buf, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
   c->so.http_addr = c->http_buf;
+  const char *env_key = getenv("LLMBUS_API_KEY");
+  for (int i = 0; i <= c->api_keys.num; i++) { /* as the api server takes them (api_keys.h), said before the start */
+    const char *k = i < c->api_keys.num ? c->api_keys.items[i] : env_key;
+    if (k && (i < c->api_keys.num || *k) &&
+        (strlen(k) < SERVE_API_KEY_MIN_BYTES || strlen(k) > SERVE_API_KEY_MAX_BYTES || strpbrk(k, " \t\r\n")))
+      return flags_usage_error(cmd, "%s: an API key is %d..%d characters without white space",
+                               i < c->api_keys.num ? "--api-key" : "$LLMBUS_API_KEY", SERVE_API_KEY_MIN_BYTES,
+                               SERVE_API_KEY_MAX_BYTES);
+  }
   c->so.served_model_names = c->served_names.items;
   c->so.num_served_model_names = c->served_names.num;
   return FLAGS_CONTINUE;
@@ -164,19 +175,14 @@ static int serve_resolve(const struct flag_command *cmd, struct serve_cli *c, co
 
 /* --- API keys -------------------------------------------------------------------------- */
 
-/* --api-key values and $LLMBUS_API_KEY as `KEY default` lines of a 0600 file in dir (the
- * connection directory), given to the api server as --api-keys. path[0] = '\0' when there is no
- * key. Errors: INVALID_ARGUMENT (a key with white space), IO. */
+/* --api-key values and $LLMBUS_API_KEY (checked by serve_resolve) as `KEY default` lines of a
+ * 0600 file in dir (the connection directory), given to the api server as --api-keys.
+ * path[0] = '\0' when there is no key. Errors: IO. */
 static llb_status write_api_keys(const struct serve_cli *c, const char *dir, const char *name, char *path, size_t cap) {
   path[0] = '\0';
   const char *env = getenv("LLMBUS_API_KEY");
   const int n = c->api_keys.num + (env && *env ? 1 : 0);
   if (n == 0) return LLB_STATUS_OK;
-  for (int i = 0; i < n; i++) {
-    const char *k = i < c->api_keys.num ? c->api_keys.items[i] : env;
-    if (!*k || strpbrk(k, " \t\r\n"))
-      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "an API key is empty or holds white space");
-  }
   snprintf(path, cap, "%s/%s.api-keys", dir, name);
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
