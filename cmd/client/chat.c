@@ -40,8 +40,9 @@ static bool conversation_add(struct chat_message **msgs, size_t *num, size_t *ca
   return true;
 }
 
-/* The conversation: reads lines until Ctrl-D / the end of the input; returns the exit code. */
-static int chat_loop(const struct chat_transport *t, const char *system) {
+/* The conversation: reads lines until Ctrl-D / the end of the input (with `quick`, answers that
+ * one message instead, as `vllm chat -q`); returns the exit code. */
+static int chat_loop(const struct chat_transport *t, const char *system, const char *quick) {
   struct chat_message *msgs = NULL;
   size_t num = 0, cap = 0;
   int rc = 0;
@@ -51,6 +52,19 @@ static int chat_loop(const struct chat_transport *t, const char *system) {
   if (system && (!sys || !conversation_add(&msgs, &num, &cap, "system", sys))) {
     free(sys);
     rc = 1;
+    goto done;
+  }
+  if (quick) {
+    char *user = strdup(quick), *answer = NULL;
+    llb_status st;
+    if (!user || !conversation_add(&msgs, &num, &cap, "user", user)) {
+      free(user);
+      st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "message");
+    } else {
+      st = chat_turn(t, msgs, num, &answer); /* the conversation owns user now */
+    }
+    free(answer);
+    rc = st == LLB_STATUS_OK ? 0 : client_report("llmbus chat", st);
     goto done;
   }
   if (line_edit_create("llmbus", "> ", stdin, stderr, client_interrupted, &le) != LLB_STATUS_OK) {
@@ -126,16 +140,18 @@ static llb_status http_open(const char *url, const char *model, const char *api_
 int cmd_chat(int argc, char **argv) {
   struct client_options o;
   client_options_init(&o);
-  const char *url = NULL, *model = NULL, *api_key = NULL;
+  const char *url = NULL, *model = NULL, *api_key = NULL, *quick = NULL;
   struct flag t[CLIENT_MAX_FLAGS];
   int n = client_flags_table(&o, CLIENT_FLAGS_CONNECT | CLIENT_FLAGS_SAMPLING | CLIENT_FLAGS_PROMPT, t,
-                             CLIENT_MAX_FLAGS - 3);
+                             CLIENT_MAX_FLAGS - 4);
   t[n++] = (struct flag){.name = "url", .kind = FLAG_KIND_STRING, .target = &url, .metavar = "URL",
                          .help = "talk to an OpenAI-compatible server at URL (http://HOST:PORT/v1) instead of a bus"};
   t[n++] = (struct flag){.name = "model-name", .kind = FLAG_KIND_STRING, .target = &model, .metavar = "NAME",
                          .help = "--url: the model to ask (default: the first the server lists)"};
   t[n++] = (struct flag){.name = "api-key", .kind = FLAG_KIND_STRING, .target = &api_key, .metavar = "KEY",
                          .help = "--url: the server's API key (default $LLMBUS_API_KEY, else $OPENAI_API_KEY)"};
+  t[n++] = (struct flag){.name = "quick", .short_name = 'q', .kind = FLAG_KIND_STRING, .target = &quick,
+                         .metavar = "MESSAGE", .help = "answer this one message and exit (vllm chat -q)"};
   const struct flag_section sec = {"flags", t, n};
   const struct flag_command cmd = {.program = "llmbus chat", .usage = chat_usage, .sections = &sec, .num_sections = 1,
                                    .config = true, .max_positional = 0};
@@ -152,7 +168,7 @@ int cmd_chat(int argc, char **argv) {
     if (st == LLB_STATUS_OK && !url) st = client_connect(&o, &tr.bus);
     if (st == LLB_STATUS_OK) {
       client_install_sigint();
-      rc = chat_loop(&tr, o.system);
+      rc = chat_loop(&tr, o.system, quick);
     } else {
       rc = client_report(cmd.program, st);
     }

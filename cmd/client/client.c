@@ -179,8 +179,8 @@ int client_flags_table(struct client_options *o, unsigned groups, struct flag *o
   };
   const struct flag prompt[] = {
       {.name = "raw", .kind = FLAG_KIND_BOOL, .target = &o->raw, .help = "no chat template: the prompt is plain text to continue"},
-      {.name = "system", .kind = FLAG_KIND_STRING, .target = &o->system, .metavar = "TEXT",
-       .help = "system message (with the chat template)"},
+      {.name = "system", .aliases = "system-prompt", .kind = FLAG_KIND_STRING, .target = &o->system, .metavar = "TEXT",
+       .help = "system message (with the chat template; --system-prompt as vllm chat)"},
       {.name = "chat-template", .kind = FLAG_KIND_STRING, .target = &o->chat_template, .metavar = "NAME",
        .help = "use this template instead of the model's (chatml, smollm2, llama3, mistral, mistral-v3, gemma, "
                "gemma3, phi3)"},
