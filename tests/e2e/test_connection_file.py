@@ -116,6 +116,13 @@ def cases(path, stale, port):
         end_chat(chat)
         assert answer == alone["text"], (answer, alone["text"])
 
+    def chat_quick_answers_one_message_over_nats_and_http():
+        with open(path) as f:
+            url = json.load(f)["http_url"]
+        for extra in ([], ["--url", url]):  # vllm chat -q MESSAGE
+            r = llmbus("chat", *extra, *FLAGS, "-q", QUESTION.decode())
+            assert r.returncode == 0 and r.stdout.strip() == alone["text"], (extra, r.stdout, r.stderr)
+
     def connect_picks_by_name_and_an_unknown_name_says_which_run():
         r = llmbus("generate", "--connect", "smol", *FLAGS, QUESTION.decode())
         assert r.returncode == 0 and r.stdout.strip() == alone["text"], (r.stdout, r.stderr)
@@ -147,6 +154,7 @@ def cases(path, stale, port):
         ("a_later_serve_removed_the_file_of_one_that_is_gone", a_later_serve_removed_the_file_of_one_that_is_gone),
         ("generate_status_and_tokenize_find_it_with_no_flag", generate_status_and_tokenize_find_it_with_no_flag),
         ("chat_in_a_pty_finds_the_serve_with_no_flag", chat_in_a_pty_finds_the_serve_with_no_flag),
+        ("chat_quick_answers_one_message_over_nats_and_http", chat_quick_answers_one_message_over_nats_and_http),
         ("connect_picks_by_name_and_an_unknown_name_says_which_run",
          connect_picks_by_name_and_an_unknown_name_says_which_run),
         ("chat_url_answers_over_http_as_the_bus_does", chat_url_answers_over_http_as_the_bus_does),
