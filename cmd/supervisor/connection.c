@@ -154,10 +154,36 @@ static bool remove_if_dead(const char *path, const struct serve_connection *c, v
   return true;
 }
 
+/* Keys files of serves that died before removing theirs. */
+static int remove_dead_keys_files(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int removed = 0;
+  const size_t n = strlen(SERVE_CONNECTION_KEYS_PREFIX);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char *end;
+    if (strncmp(e->d_name, SERVE_CONNECTION_KEYS_PREFIX, n) != 0) continue;
+    const long pid = strtol(e->d_name + n, &end, 10);
+    if (*end || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    removed += unlink(path) == 0;
+  }
+  closedir(d);
+  return removed;
+}
+
 int serve_connection_remove_stale(const char *dir) {
   int removed = 0;
   each_file(dir, remove_if_dead, &removed);
-  return removed;
+  return removed + remove_dead_keys_files(dir);
+}
+
+void serve_connection_remove_own(const char *path) {
+  struct serve_connection *c = malloc(sizeof *c);
+  if (c && serve_connection_read(path, c) == LLB_STATUS_OK && c->pid == (long)getpid()) unlink(path);
+  free(c);
 }
 
 void serve_connection_pick_name(const char *dir, const char *want, long pid, char *name, size_t cap) {

@@ -67,8 +67,16 @@ void serve_connection_pick_name(const char *dir, const char *want, long pid, cha
  * its path into path[cap]. Errors: IO, OUT_OF_MEMORY. */
 llb_status serve_connection_write(const char *dir, const struct serve_connection *c, char *path, size_t cap);
 
-/* Removes the files in dir whose serve is gone; returns how many. */
+/* `llmbus serve --api-key`'s keys file in the connection directory: this prefix and its pid. */
+#define SERVE_CONNECTION_KEYS_PREFIX ".api-keys-"
+
+/* Removes the files in dir whose serve is gone (connection files, and the keys files of
+ * SERVE_CONNECTION_KEYS_PREFIX<pid> whose pid no longer runs); returns how many. */
 int serve_connection_remove_stale(const char *dir);
+
+/* Removes the connection file at path if it is this process's (another serve may have taken
+ * its name since). */
+void serve_connection_remove_own(const char *path);
 
 /* Reads one connection file. Errors: IO, MALFORMED (not the JSON above). */
 llb_status serve_connection_read(const char *path, struct serve_connection *out);

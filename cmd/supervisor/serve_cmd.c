@@ -176,14 +176,15 @@ static int serve_resolve(const struct flag_command *cmd, struct serve_cli *c, co
 /* --- API keys -------------------------------------------------------------------------- */
 
 /* --api-key values and $LLMBUS_API_KEY (checked by serve_resolve) as `KEY default` lines of a
- * 0600 file in dir (the connection directory), given to the api server as --api-keys.
+ * 0600 file in dir (the connection directory; named for this process, removed at exit, or by a
+ * later serve when this one died), given to the api server as --api-keys.
  * path[0] = '\0' when there is no key. Errors: IO. */
-static llb_status write_api_keys(const struct serve_cli *c, const char *dir, const char *name, char *path, size_t cap) {
+static llb_status write_api_keys(const struct serve_cli *c, const char *dir, char *path, size_t cap) {
   path[0] = '\0';
   const char *env = getenv("LLMBUS_API_KEY");
   const int n = c->api_keys.num + (env && *env ? 1 : 0);
   if (n == 0) return LLB_STATUS_OK;
-  snprintf(path, cap, "%s/%s.api-keys", dir, name);
+  snprintf(path, cap, "%s/" SERVE_CONNECTION_KEYS_PREFIX "%ld", dir, (long)getpid()); /* ours alone */
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (!f) {
@@ -288,7 +289,7 @@ static int serve_prepare(const struct flag_command *cmd, struct serve_cli *c, ch
   }
   const bool have_keys = c->api_keys.num > 0 || (getenv("LLMBUS_API_KEY") && *getenv("LLMBUS_API_KEY"));
   if (have_keys && !dir[0]) return flags_usage_error(cmd, "--api-key needs a directory for its keys file (set HOME)");
-  if (have_keys && write_api_keys(c, dir, name, keys, keys_cap) != LLB_STATUS_OK)
+  if (have_keys && write_api_keys(c, dir, keys, keys_cap) != LLB_STATUS_OK)
     return flags_usage_error(cmd, "%s", llb_err_last());
   if (keys[0] && serve_engine_flag_add(&c->so, "api-keys", keys) < 0)
     return flags_usage_error(cmd, "too many engine flags");
@@ -308,13 +309,15 @@ struct connection_job {
 static void write_connection(struct supervisor *sup, void *user) {
   struct connection_job *j = user;
   if (!j->dir[0]) return;
+  char name[SERVE_CONNECTION_NAME_MAX]; /* again: another serve may have taken it while this one started */
+  serve_connection_pick_name(j->dir, j->name, (long)getpid(), name, sizeof name);
   struct serve_connection *conn = calloc(1, sizeof *conn);
-  if (conn) connection_fill(j->c, sup, j->auth, j->name, conn);
+  if (conn) connection_fill(j->c, sup, j->auth, name, conn);
   if (!conn || serve_connection_write(j->dir, conn, j->path, j->cap) != LLB_STATUS_OK) {
     LLB_LOG_WARN("connection_file_failed", "error=\"%s\"", conn ? llb_err_last() : "out of memory");
     j->path[0] = '\0';
   } else {
-    LLB_LOG_INFO("connection_file", "path=%s name=%s http=%s", j->path, j->name, conn->http_url);
+    LLB_LOG_INFO("connection_file", "path=%s name=%s http=%s", j->path, name, conn->http_url);
   }
   free(conn);
 }
@@ -346,7 +349,7 @@ static int serve_run(struct serve_cli *c, struct child_spec *specs, int n, const
   supervisor_on_started(sup, write_connection, &job);
   if (supervisor_run(sup) == LLB_STATUS_OK) rc = 0;
   else fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
-  if (conn_path[0]) unlink(conn_path);
+  if (conn_path[0]) serve_connection_remove_own(conn_path);
   supervisor_destroy(sup);
   serve_nats_auth_destroy(auth);
   return rc;
