@@ -220,8 +220,8 @@ llb_status chat_render_load(const struct gguf_file *f, const char *source, struc
   const char *path = source;
   if (source && access(source, F_OK) != 0) { /* not a file: the template itself (vLLM's single-line form) */
     if (!strstr(source, "{{") && !strstr(source, "{%"))
-      return LLB_ERRF(LLB_STATUS_NOT_FOUND, "--chat-template \"%.80s\" is no file, no built-in template name and "
-                      "no Jinja template", source);
+      return LLB_ERRF(LLB_STATUS_IO, "--chat-template %.200s: no such file (nor a built-in name or Jinja text)",
+                      source);
     return LLB_UPDATE_ERR_STACK(jinja_template_create(source, strlen(source), out));
   }
   if (path) {

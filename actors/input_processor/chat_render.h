@@ -59,8 +59,8 @@ llb_status chat_render_jinja(const struct jinja_template *t, const struct chat_r
 
 /* The chat template to render with: `source` (--chat-template) as vLLM reads it — the file at
  * that path when one exists, else the template text itself when it holds Jinja ("{{" or "{%")
- * — or, when source is NULL, f's tokenizer.chat_template. NOT_FOUND when there is none (or
- * source is neither a file nor Jinja: the message says so); IO when the file cannot be read; the
+ * — or, when source is NULL, f's tokenizer.chat_template. NOT_FOUND when the GGUF has none; IO
+ * when the file cannot be read or source is neither a file nor Jinja (the message names it); the
  * parse errors of jinja_template_create (MALFORMED with line/col). Caller frees *out with
  * jinja_template_destroy. */
 struct gguf_file;
