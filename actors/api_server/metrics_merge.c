@@ -95,7 +95,15 @@ struct family {
   char name[MERGE_NAME_MAX];
   char *help;          /* the whole "# HELP ..." line, owned; NULL = none yet */
   char type[16];       /* "" = not yet typed */
+  bool foreign;        /* holds another actor's samples: the api server's view of it yields */
   struct api_buf samples;
+};
+
+/* Whose text is being added. */
+enum text_kind {
+  TEXT_OWN,     /* this process's own series (process, bus): kept as they are */
+  TEXT_VIEW,    /* the api server's view of the engine: a family an actor publishes is the actor's */
+  TEXT_FOREIGN, /* another actor's: labelled */
 };
 
 struct render {
@@ -194,7 +202,7 @@ static void add_sample(struct render *r, struct family *cur, const char *line, s
     r->dropped++;
     return;
   }
-  if (!labels) { /* our own text: as it is */
+  if (!labels) { /* ours: as it is */
     r->oom |= !api_buf_append(&cur->samples, line, len) || !api_buf_append(&cur->samples, "\n", 1);
     return;
   }
@@ -208,26 +216,30 @@ static void add_sample(struct render *r, struct family *cur, const char *line, s
     r->dropped++;
     return;
   }
+  cur->foreign = true;
   const bool inner = end > n + 2; /* a non-empty "{...}" of its own */
   r->oom |= !api_buf_printf(&cur->samples, "%.*s{%s%s%.*s}%.*s\n", (int)n, line, labels, inner ? "," : "",
                             inner ? (int)(end - n - 2) : 0, inner ? line + n + 1 : "", (int)(len - end), line + end);
 }
 
-/* "# HELP name ..." / "# TYPE name type": the family, and *cur for the samples that follow. */
-static void add_comment(struct render *r, struct family **cur, const char *line, size_t len) {
+/* "# HELP name ..." / "# TYPE name type": the family, and *cur for the samples that follow.
+ * Returns true when those samples are to be left out quietly: the api server's view meets a
+ * family an actor publishes (the engine's own series count each request once). */
+static bool add_comment(struct render *r, struct family **cur, const char *line, size_t len, enum text_kind kind) {
   const bool help = len > 7 && !memcmp(line, "# HELP ", 7), type = len > 7 && !memcmp(line, "# TYPE ", 7);
-  if (!help && !type) return; /* another comment: ignored, as Prometheus does */
+  if (!help && !type) return false; /* another comment: ignored, as Prometheus does */
   const size_t n = metric_name(line + 7, len - 7);
   struct family *f = n ? family_get(r, line + 7, n) : NULL;
   *cur = NULL;
   if (!f) {
     r->dropped++;
-    return;
+    return false;
   }
+  if (kind == TEXT_VIEW && f->foreign) return true;
   if (help) {
     if (!f->help && !(f->help = strndup(line, len))) r->oom = true;
     *cur = f;
-    return;
+    return false;
   }
   const char *t = line + 7 + n;
   const size_t tl = len - 7 - n;
@@ -236,23 +248,25 @@ static void add_comment(struct render *r, struct family **cur, const char *line,
   for (size_t k = 0; k < 5; k++) known |= tl == strlen(types[k]) && !memcmp(t, types[k], tl);
   if (!known || (f->type[0] && (strlen(f->type) != tl - 1 || memcmp(f->type, t + 1, tl - 1)))) {
     r->dropped++; /* an unknown type, or not the one the first text said: its samples go too */
-    return;
+    return false;
   }
   if (!f->type[0]) memcpy(f->type, t + 1, tl - 1), f->type[tl - 1] = '\0';
   *cur = f;
+  return false;
 }
 
-/* Every line of text[len] into the families; labels: NULL for our own text. */
-static void add_text(struct render *r, const char *text, size_t len, const char *labels) {
+/* Every line of text[len] into the families; labels: those of a TEXT_FOREIGN text, else NULL. */
+static void add_text(struct render *r, const char *text, size_t len, enum text_kind kind, const char *labels) {
   struct family *cur = NULL;
+  bool yield = false; /* the view's samples of a family an actor publishes */
   for (size_t at = 0; at < len && !r->oom;) {
     const char *nl = memchr(text + at, '\n', len - at);
     const size_t l = nl ? (size_t)(nl - (text + at)) : len - at;
     const char *line = text + at;
     at += l + 1;
     if (l == 0) continue;
-    if (line[0] == '#') add_comment(r, &cur, line, l);
-    else add_sample(r, cur, line, l, labels);
+    if (line[0] == '#') yield = add_comment(r, &cur, line, l, kind);
+    else if (!yield) add_sample(r, cur, line, l, labels);
   }
 }
 
@@ -266,20 +280,21 @@ static void render_free(struct render *r) {
   llb_strmap_destroy(r->by_name);
 }
 
-bool metrics_merge_render(struct metrics_merge *m, const char *own, size_t own_len, int64_t now_ns,
-                          struct api_buf *out) {
+bool metrics_merge_render(struct metrics_merge *m, const char *view, size_t view_len, const char *own, size_t own_len,
+                          int64_t now_ns, struct api_buf *out) {
   struct render r = {0};
   if (llb_strmap_create(MERGE_MAX_FAMILIES, &r.by_name) != LLB_STATUS_OK) return false;
-  add_text(&r, own, own_len, NULL);
   pthread_mutex_lock(&m->mu);
   for (int i = 0; i < m->num_sources && !r.oom; i++) {
     const struct source *s = &m->sources[i];
     if (!s->text || now_ns - s->at_ns > m->window_ns) continue;
     char labels[256];
     snprintf(labels, sizeof labels, "actor=\"%s\",actor_instance=\"%s\"", s->actor, s->instance);
-    add_text(&r, s->text, s->len, labels);
+    add_text(&r, s->text, s->len, TEXT_FOREIGN, labels);
   }
   pthread_mutex_unlock(&m->mu);
+  add_text(&r, own, own_len, TEXT_OWN, NULL);
+  add_text(&r, view, view_len, TEXT_VIEW, NULL);
   bool ok = !r.oom;
   for (int i = 0; ok && i < r.num; i++) {
     const struct family *f = r.fams[i];

@@ -43,10 +43,14 @@ void metrics_merge_destroy(struct metrics_merge *m); /* NULL ok */
 llb_status metrics_merge_put(struct metrics_merge *m, const char *actor, const char *instance, const char *text,
                              size_t len, int64_t now_ns);
 
-/* Appends to `out` the merge of own[own_len] (this server's text, its lines as they are) and
- * every text received within the window of now_ns (labels added). false when out of memory. */
-bool metrics_merge_render(struct metrics_merge *m, const char *own, size_t own_len, int64_t now_ns,
-                          struct api_buf *out);
+/* Appends to `out` the merge of every text received within the window of now_ns (labels added),
+ * own[own_len] (this process's series: process, bus; lines as they are) and view[view_len] (the
+ * api server's view of the engine: requests, tokens, latencies, the engines' stats). A family of
+ * the view that an actor publishes is the actor's: the view's series of it are left out, so that
+ * a sum over the scrape counts each request once, NATS or HTTP (as vLLM's engine-wide series).
+ * false when out of memory. */
+bool metrics_merge_render(struct metrics_merge *m, const char *view, size_t view_len, const char *own, size_t own_len,
+                          int64_t now_ns, struct api_buf *out);
 
 /* Lines dropped as malformed or conflicting so far (all renders). */
 uint64_t metrics_merge_dropped(const struct metrics_merge *m);

@@ -29,18 +29,18 @@ void api_route_models(struct evhttp_request *req, const char *const *names, int 
 
 void api_route_metrics(struct evhttp_request *req, struct api_metrics *metrics, struct llb_metrics *registry,
                        struct metrics_merge *merge) {
-  struct api_buf own = {0}, b = {0};
-  char *more = NULL;
-  size_t more_len = 0;
-  bool ok = api_metrics_render(metrics, &own) &&
-            (!registry || llb_metrics_render(registry, &more, &more_len) == LLB_STATUS_OK) &&
-            (!more || api_buf_append(&own, more, more_len));
-  free(more);
-  ok = ok && (merge ? metrics_merge_render(merge, own.data, own.len, llb_now_ns(), &b) : api_buf_append(&b, own.data, own.len));
+  struct api_buf view = {0}, b = {0};
+  char *own = NULL;
+  size_t own_len = 0;
+  bool ok = api_metrics_render(metrics, &view) &&
+            (!registry || llb_metrics_render(registry, &own, &own_len) == LLB_STATUS_OK);
+  if (ok && merge) ok = metrics_merge_render(merge, view.data, view.len, own, own_len, llb_now_ns(), &b);
+  else if (ok) ok = api_buf_append(&b, view.data, view.len) && (!own || api_buf_append(&b, own, own_len));
   if (ok)
     api_http_send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
   else
     evhttp_send_error(req, 500, NULL);
-  api_buf_free(&own);
+  free(own);
+  api_buf_free(&view);
   api_buf_free(&b);
 }

@@ -14,9 +14,9 @@ struct evhttp_request; /* libevent */
  * vLLM lists them), each with max_model_len when known (> 0). */
 void api_route_models(struct evhttp_request *req, const char *const *names, int num, int32_t max_model_len);
 
-/* Prometheus text: the server's own metrics, then `registry`'s (NULL = none; the process and
- * bus metrics), merged with every engine actor's (`merge`, NULL = none; metrics_merge.h). 500
- * when rendering fails. */
+/* Prometheus text: the server's own metrics (its view of the engine, then `registry`'s: NULL =
+ * none; the process and bus metrics), merged with every engine actor's (`merge`, NULL = none;
+ * metrics_merge.h: a family an actor publishes replaces the view's). 500 when rendering fails. */
 struct metrics_merge;
 void api_route_metrics(struct evhttp_request *req, struct api_metrics *metrics, struct llb_metrics *registry,
                        struct metrics_merge *merge);

@@ -4,7 +4,8 @@ a vLLM-style Prometheus job — one target, the API port — sees every engine a
 Debian's `prometheus` scrapes only the api server's /metrics while requests run; PromQL over its
 HTTP API then finds the target up, every actor's process series told apart by `actor` (and the two
 input processors by `actor_instance`), the scheduler's KV usage, the output processor's token
-counter and TTFT histogram; `promtool check metrics` finds the text well-formed (one HELP / TYPE
+counter and TTFT histogram, each request counted once (the api server's own view of those series
+yields to the engine's); `promtool check metrics` finds the text well-formed (one HELP / TYPE
 per family, whichever actors its samples come from). Skips (77) with the reason when prometheus
 is not installed (ops/install-deps.sh installs it)."""
 import json
@@ -93,6 +94,14 @@ def scrape_cases(st, prom, promtool, tmp):
         eventually('sum(llmbus:time_to_first_token_seconds_count{actor="output_processor"})',
                    lambda r: r and float(r[0]["value"][1]) >= 4, "TTFT histogram")
 
+    def a_sum_over_the_scrape_counts_each_request_once():
+        # the api server's own view of the same series (its HTTP requests) yields to the engine's:
+        # a vLLM dashboard's sum(...) does not count a request twice
+        eventually("sum(llmbus:request_success_total)", lambda r: r and float(r[0]["value"][1]) == 4,
+                   "four requests, counted once")
+        r = query("count by (actor) (llmbus:time_to_first_token_seconds_count)")
+        assert [s["metric"].get("actor") for s in r] == ["output_processor"], r
+
     def promtool_finds_the_merged_text_well_formed():
         status, body = http_get(st.base + "/metrics")
         assert status == 200
@@ -108,6 +117,7 @@ def scrape_cases(st, prom, promtool, tmp):
         ("the_api_port_is_one_target_that_is_up", the_api_port_is_one_target_that_is_up),
         ("every_engine_actors_process_series_is_in_the_one_scrape", every_engine_actors_process_series_is_in_the_one_scrape),
         ("engine_series_of_vllms_names_move", engine_series_of_vllms_names_move),
+        ("a_sum_over_the_scrape_counts_each_request_once", a_sum_over_the_scrape_counts_each_request_once),
         ("promtool_finds_the_merged_text_well_formed", promtool_finds_the_merged_text_well_formed),
     ])
 

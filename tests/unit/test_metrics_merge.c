@@ -9,13 +9,19 @@
 
 #include "actors/api_server/metrics_merge.h"
 
+/* The api server's own series (process, bus) and its view of the engine (HTTP requests). */
 static const char own[] =
     "# HELP process_open_fds Open file descriptors.\n"
     "# TYPE process_open_fds gauge\n"
-    "process_open_fds{engine=\"0\"} 12\n"
-    "# HELP llmbus:http_requests_total Requests.\n"
-    "# TYPE llmbus:http_requests_total counter\n"
-    "llmbus:http_requests_total{route=\"/v1/completions\"} 3\n";
+    "process_open_fds{engine=\"0\"} 12\n";
+
+static const char view[] =
+    "# HELP llmbus:num_requests_waiting Requests waiting in the engine's queue.\n"
+    "# TYPE llmbus:num_requests_waiting gauge\n"
+    "llmbus:num_requests_waiting{model_name=\"smol\",engine=\"0\"} 2\n"
+    "# HELP llmbus:request_errors_total Failed requests by HTTP status.\n"
+    "# TYPE llmbus:request_errors_total counter\n"
+    "llmbus:request_errors_total{model_name=\"smol\",status=\"400\"} 3\n";
 
 static const char scheduler[] =
     "# HELP llmbus:num_requests_waiting Requests queued.\n"
@@ -33,7 +39,7 @@ static const char scheduler[] =
 
 static char *render(struct metrics_merge *m, int64_t now_ns) {
   struct api_buf b = {0};
-  assert_true(metrics_merge_render(m, own, strlen(own), now_ns, &b));
+  assert_true(metrics_merge_render(m, view, strlen(view), own, strlen(own), now_ns, &b));
   assert_true(api_buf_append(&b, "", 1));
   return b.data;
 }
@@ -68,6 +74,27 @@ static void test_one_family_one_help_and_type_and_every_actors_samples_labelled(
   metrics_merge_destroy(m);
 }
 
+/* A family the engine's actors publish is theirs: the api server's view of it (its HTTP requests,
+ * its copy of the stats) would count requests twice in a sum over the scrape. What only the api
+ * server knows (errors by HTTP status) stays, and with no actor's text the view is all there is. */
+static void test_the_engines_series_replace_the_api_servers_view_of_them(void **state) {
+  (void)state;
+  struct metrics_merge *m;
+  assert_int_equal(metrics_merge_create(1000, &m), LLB_STATUS_OK);
+  assert_int_equal(metrics_merge_put(m, "scheduler", "h", scheduler, strlen(scheduler), 0), LLB_STATUS_OK);
+  char *text = render(m, 1);
+  assert_int_equal(count(text, "llmbus:num_requests_waiting{"), 1);
+  assert_non_null(strstr(text, "llmbus:num_requests_waiting{actor=\"scheduler\",actor_instance=\"h\",engine=\"0\"} 2\n"));
+  assert_null(strstr(text, "model_name=\"smol\",engine"));
+  assert_non_null(strstr(text, "llmbus:request_errors_total{model_name=\"smol\",status=\"400\"} 3\n"));
+  assert_int_equal(metrics_merge_dropped(m), 0); /* yielding is not dropping */
+  free(text);
+  text = render(m, 5000000000LL); /* the scheduler's text is past the window */
+  assert_non_null(strstr(text, "llmbus:num_requests_waiting{model_name=\"smol\",engine=\"0\"} 2\n"));
+  free(text);
+  metrics_merge_destroy(m);
+}
+
 static void test_a_text_not_refreshed_within_the_window_is_forgotten(void **state) {
   (void)state;
   struct metrics_merge *m;
@@ -78,7 +105,7 @@ static void test_a_text_not_refreshed_within_the_window_is_forgotten(void **stat
   free(text);
   text = render(m, 2000000000LL);
   assert_null(strstr(text, "actor=\"scheduler\""));
-  assert_null(strstr(text, "llmbus:num_requests_waiting")); /* a family with no sample is not written */
+  assert_null(strstr(text, "llmbus:iteration_tokens_total")); /* a family with no sample is not written */
   free(text);
   metrics_merge_destroy(m);
 }
@@ -122,6 +149,7 @@ static void test_hostile_lines_are_dropped_and_the_rest_kept(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_family_one_help_and_type_and_every_actors_samples_labelled),
+      cmocka_unit_test(test_the_engines_series_replace_the_api_servers_view_of_them),
       cmocka_unit_test(test_a_text_not_refreshed_within_the_window_is_forgotten),
       cmocka_unit_test(test_hostile_lines_are_dropped_and_the_rest_kept),
   };
