@@ -8,7 +8,8 @@ flags are usage errors (exit 2). With the real model: `llmbus serve MODEL --host
 --served-model-name a b --api-key K` (the model positional, as `vllm serve MODEL`) answers the
 openai client under both names, refuses a wrong key (401) and another model (404), refuses
 tools without --enable-auto-tool-choice as vLLM does (400), and `llmbus generate -- "-..."`
-(found through the connection file) answers a prompt that starts with '-'. A serve whose
+(found through the connection file) answers a prompt that starts with '-'; with `--seed 7` the
+first unseeded request at temperature 1 gets the same answer again from a restarted serve. A serve whose
 nats-server cannot start names its log, and the file is there to read.
 """
 import os
@@ -167,33 +168,69 @@ def main():
     sys.exit(1 if failures else 0)
 
 
+KEY = "sk-cli-test-0123456789"
+
+
+class Serve:
+    """`llmbus serve MODEL --host --port --served-model-name a b --api-key K --seed 7`, ready (its
+    /health answers 200 with the key) when the `with` block starts, stopped with SIGTERM at its end."""
+
+    def __init__(self, tmp):
+        self.port, self.tmp = free_port(), tmp
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "XDG_RUNTIME_DIR": tmp}  # this test's own connection directory
+
+    def __enter__(self):
+        import urllib.request
+        self.log = open(os.path.join(self.tmp, f"serve-{self.port}.log"), "w")
+        self.proc = subprocess.Popen([LLMBUS, "serve", MODEL, "--host", "127.0.0.1", "--port", str(self.port),
+                                      "--served-model-name", "a", "b", "--api-key", KEY, "--seed", "7",
+                                      "--metrics-port", "0"], stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=self.env, start_new_session=True)
+        deadline = time.monotonic() + 180
+        try:
+            while http_get(self.base + "/health")[0] != 401:  # up, and every route wants the key
+                assert self.proc.poll() is None and time.monotonic() < deadline, open(self.log.name).read()[-3000:]
+                time.sleep(0.25)
+            while True:
+                req = urllib.request.Request(self.base + "/health", headers={"Authorization": f"Bearer {KEY}"})
+                try:
+                    if urllib.request.urlopen(req, timeout=5).status == 200:
+                        return self
+                except OSError:
+                    pass
+                assert self.proc.poll() is None and time.monotonic() < deadline, open(self.log.name).read()[-3000:]
+                time.sleep(0.25)
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return False
+
+
+def first_sampled_answer(client):
+    """The answer to the first request a server gets, unseeded at temperature 1 (its seed is the
+    first the --seed generator draws)."""
+    r = client.completions.create(model="a", prompt="Once upon a time", max_tokens=24, temperature=1.0)
+    return r.choices[0].text
+
+
 def live_stack_cases(tmp):
     """`llmbus serve MODEL --host --port --served-model-name a b --api-key K` and the openai client."""
     import openai
-    port = free_port()
-    key = "sk-cli-test-0123456789"
-    env = {**os.environ, "XDG_RUNTIME_DIR": tmp}  # this test's own connection directory
-    log = open(os.path.join(tmp, "serve.log"), "w")
-    proc = subprocess.Popen([LLMBUS, "serve", MODEL, "--host", "127.0.0.1", "--port", str(port), "--served-model-name",
-                             "a", "b", "--api-key", key, "--metrics-port", "0"], stdout=log, stderr=subprocess.STDOUT,
-                            env=env, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while http_get(base + "/health")[0] != 401:  # up, and every route wants the key
-            assert proc.poll() is None and time.monotonic() < deadline, open(log.name).read()[-3000:]
-            time.sleep(0.25)
+    seeded = {}
+    with Serve(tmp) as st:
+        base, env, key = st.base, st.env, KEY
         client = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0, timeout=120)
-        import urllib.request
-        while True:
-            req = urllib.request.Request(base + "/health", headers={"Authorization": f"Bearer {key}"})
-            try:
-                if urllib.request.urlopen(req, timeout=5).status == 200:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, open(log.name).read()[-3000:]
-            time.sleep(0.25)
+        seeded["first"] = first_sampled_answer(client)
 
         def both_served_names_are_listed_and_answer():
             assert [m.id for m in client.models.list().data] == ["a", "b"]
@@ -229,7 +266,7 @@ def live_stack_cases(tmp):
             r = subprocess.run([LLMBUS, "generate", "-5 plus 3 is"], capture_output=True, text=True, timeout=60, env=env)
             assert r.returncode == 2, "without -- a leading '-' is a flag"
 
-        return run_cases([
+        failures = run_cases([
             ("both_served_names_are_listed_and_answer", both_served_names_are_listed_and_answer),
             ("a_wrong_key_is_401_and_another_model_404", a_wrong_key_is_401_and_another_model_404),
             ("tools_without_enable_auto_tool_choice_are_refused_as_vllm_does",
@@ -237,14 +274,15 @@ def live_stack_cases(tmp):
             ("generate_takes_a_prompt_starting_with_a_dash_after_double_dash",
              generate_takes_a_prompt_starting_with_a_dash_after_double_dash),
         ])
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+
+    def serve_seed_makes_unseeded_sampling_repeat_after_a_restart():
+        with Serve(tmp) as again:
+            client = openai.OpenAI(base_url=again.base + "/v1", api_key=KEY, max_retries=0, timeout=120)
+            assert first_sampled_answer(client) == seeded["first"], "the same first request gave another answer"
+
+    return failures + run_cases([
+        ("serve_seed_makes_unseeded_sampling_repeat_after_a_restart",
+         serve_seed_makes_unseeded_sampling_repeat_after_a_restart)])
 
 
 if __name__ == "__main__":
