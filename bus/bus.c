@@ -377,6 +377,7 @@ void bus_destroy(struct bus *b) {
   if (!b) return;
   signals_restore(b);
   heartbeat_stop(b);
+  bus_metrics_publish_stop(b);
   bool detached;
   if (!b->nc) {
     detached = wait_closed(b, false, BUS_CLOSE_WAIT_MS); /* a failed connect: normally at once */
@@ -648,6 +649,7 @@ bool bus_stop_requested(struct bus *b) {
 
 llb_status bus_drain(struct bus *b, int64_t timeout_ms) {
   heartbeat_stop(b);
+  bus_metrics_publish_stop(b);
   int64_t t0 = llb_now_ns();
   natsStatus s = natsConnection_DrainTimeout(b->nc, timeout_ms);
   if (s != NATS_OK) {

@@ -246,6 +246,16 @@ llb_status bus_heartbeat_start(struct bus *bus, const char *actor, const char *i
  * before bus_heartbeat_start (or after the bus stopped beating); those of bus_publish. */
 llb_status bus_heartbeat_now(struct bus *bus);
 
+/* Publishes `metrics` (llb_metrics_render: Prometheus' text format 0.0.4) on
+ * "<prefix>.health.<actor>.<instance>.metrics" every interval_ms (first right away), from the
+ * loop thread, until the drain: the api server merges every actor's series into its own
+ * /metrics (one scrape for the whole stack, as vLLM serves all on its API port). Replaces a
+ * previous one. A publish that fails (a render over the server's max_payload) is logged once.
+ * `metrics` must outlive the bus. Errors: INVALID_ARGUMENT (names, interval), INTERNAL. */
+struct llb_metrics;
+llb_status bus_metrics_publish_start(struct bus *bus, const char *actor, const char *instance, int64_t interval_ms,
+                                     struct llb_metrics *metrics);
+
 /* Asks bus_actor_run() to stop: safe from any thread and from a signal handler. A stop
  * requested before bus_actor_run() is called makes it return right after draining. */
 void bus_stop(struct bus *bus);

@@ -52,6 +52,10 @@ struct bus {
   bus_heartbeat_fn hb_fn;
   void *hb_user;
   char hb_subject[BUS_SUBJECT_MAX];
+  struct event *mp_ev; /* metrics_publish.c: its timer on the loop thread; NULL = none */
+  struct llb_metrics *mp_metrics;
+  bool mp_failed_logged;
+  char mp_subject[BUS_SUBJECT_MAX];
 
   /* bus histograms (bus_options.metrics; NULL = not recorded), label subject */
   struct llb_metric *m_request, *m_receive, *m_handler;
@@ -60,6 +64,11 @@ struct bus {
   atomic_bool trace_publish_closed;
   char trace_subject[BUS_SUBJECT_MAX];
 };
+
+/* ---- metrics_publish.c ---- */
+
+/* Stops bus_metrics_publish_start's timer (waits for a tick in progress); none: nothing. */
+void bus_metrics_publish_stop(struct bus *b);
 
 /* ---- span.c ---- */
 

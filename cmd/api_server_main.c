@@ -1,7 +1,8 @@
 /* llmbus-api-server: the OpenAI-compatible HTTP + SSE front door (actors/api_server/actor.h).
- * Flags: the common actor flags (cmd/actor/actor_main.h) plus --http, --model-name,
+ * Flags: the common actor flags (cmd/actor/actor_main.h) plus --http, --served-model-name,
  * --max-body-bytes, --request-timeout-s, --first-output-timeout-s, --max-concurrent,
- * --tenant, --health-actors, --api-key, --api-keys, --tool-call-parser and the CORS options
+ * --tenant, --health-actors, --api-key, --api-keys, --seed, --enable-auto-tool-choice,
+ * --tool-call-parser and the CORS options
  * (--allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials, as vLLM);
  * checked and made into the actor's options by api_server_config_init (api_options.h). */
 #include <stdint.h>
@@ -11,12 +12,19 @@
 
 struct api_main {
   struct api_server_flags f;
+  struct flag_list names, keys, key_files; /* the repeatable flags, made into f's arrays */
   struct api_server_config cfg; /* the flags checked and made into the actor's options */
   struct api_actor *actor;
 };
 
 static llb_status api_main_configure(struct actor_main *am, void *user) {
   struct api_main *m = user;
+  m->f.served_model_names = m->names.items;
+  m->f.num_served_model_names = m->names.num;
+  m->f.api_keys = m->keys.items;
+  m->f.num_api_keys = m->keys.num;
+  m->f.api_keys_files = m->key_files.items;
+  m->f.num_api_keys_files = m->key_files.num;
   return api_server_config_init(&m->cfg, &m->f, am->common.model_path, am->common.heartbeat_ms);
 }
 
@@ -46,7 +54,6 @@ static void api_main_destroy(struct actor_main *am, void *user) {
 int main(int argc, char **argv) {
   struct api_main m = {.f = {
                             .http = "127.0.0.1:8000",
-                            .model_name = "",
                             .max_body_bytes = 1024 * 1024,
                             .request_timeout_s = 10,
                             .first_output_timeout_s = 60,
@@ -56,41 +63,54 @@ int main(int argc, char **argv) {
                             .health_missed_beats = 3,
                             .tool_call_parser = "hermes",
                         }};
-  const struct actor_flag flags[] = {
-      {"http", ACTOR_FLAG_KIND_STRING, &m.f.http, "HOST:PORT to listen on (port 0 = any free port)", NULL},
-      {"model-name", ACTOR_FLAG_KIND_STRING, &m.f.model_name,
-       "served model id; empty = the --model file's basename without .gguf", NULL},
-      {"max-body-bytes", ACTOR_FLAG_KIND_INT64, &m.f.max_body_bytes, "largest request body (413 above)", NULL},
-      {"request-timeout-s", ACTOR_FLAG_KIND_INT64, &m.f.request_timeout_s,
-       "HTTP read/write inactivity limit (slow clients are closed)", NULL},
-      {"first-output-timeout-s", ACTOR_FLAG_KIND_INT64, &m.f.first_output_timeout_s,
-       "503 when the engine sends nothing for this long", NULL},
-      {"max-concurrent", ACTOR_FLAG_KIND_INT32, &m.f.max_concurrent, "requests in flight here (429 above)", NULL},
-      {"tenant", ACTOR_FLAG_KIND_STRING, &m.f.tenant, "publish on <prefix>.generate.<tenant>", NULL},
-      {"health-actors", ACTOR_FLAG_KIND_STRING, &m.f.health_actors,
-       "actors whose ready heartbeat /health requires (comma list; empty = none)", NULL},
-      {"api-key", ACTOR_FLAG_KIND_STRING, &m.f.api_key,
-       "require `Authorization: Bearer KEY` on every route; requests go to --tenant (visible in ps: "
-       "prefer --api-keys)", NULL},
-      {"api-keys", ACTOR_FLAG_KIND_STRING, &m.f.api_keys_file,
-       "file of `KEY TENANT` lines (mode 0600): every route needs one of the keys; a request goes to "
-       "its key's tenant", NULL},
-      {"tool-call-parser", ACTOR_FLAG_KIND_STRING, &m.f.tool_call_parser,
-       "how tool_choice auto reads tool calls in the output: hermes (<tool_call>{...}</tool_call>; Qwen, "
-       "Hermes, SmolLM3), llama3_json, mistral (vLLM's parser names)", NULL},
-      {"allowed-origins", ACTOR_FLAG_KIND_STRING, &m.f.allowed_origins,
-       "CORS: comma-separated origins browsers may call from (default *: any, as vLLM)", NULL},
-      {"allowed-methods", ACTOR_FLAG_KIND_STRING, &m.f.allowed_methods, "CORS: comma-separated methods (default *)", NULL},
-      {"allowed-headers", ACTOR_FLAG_KIND_STRING, &m.f.allowed_headers, "CORS: comma-separated request headers (default *)",
-       NULL},
-      {"allowed-local-media-path", ACTOR_FLAG_KIND_STRING, &m.f.allowed_local_media_path,
-       "image_url parts may name file:///path when the file's realpath is inside DIR (vLLM's flag); "
-       "without it file URLs are refused", NULL},
-      {"allow-credentials", ACTOR_FLAG_KIND_BOOL, &m.f.allow_credentials,
-       "CORS: Access-Control-Allow-Credentials: true (the origin is then echoed, never *)", NULL},
-      {"health-missed-beats", ACTOR_FLAG_KIND_INT32, &m.f.health_missed_beats,
-       "/health answers 503 when an actor sent no ready heartbeat for this many --heartbeat-ms "
-       "intervals (the actors beat at the same interval; default 3)", NULL},
+  const struct flag flags[] = {
+      {.name = "http", .kind = FLAG_KIND_STRING, .target = &m.f.http,
+       .help = "HOST:PORT to listen on (port 0 = any free port)"},
+      {.name = "served-model-name", .aliases = "model-name", .kind = FLAG_KIND_LIST, .target = &m.names,
+       .metavar = "NAME", .greedy = true,
+       .help = "served model ids (repeatable, or several after one flag): all listed by /v1/models and accepted "
+               "as `model`; none = the --model file's basename without .gguf"},
+      {.name = "max-body-bytes", .kind = FLAG_KIND_INT64, .target = &m.f.max_body_bytes,
+       .help = "largest request body (413 above)"},
+      {.name = "request-timeout-s", .kind = FLAG_KIND_INT64, .target = &m.f.request_timeout_s,
+       .help = "HTTP read/write inactivity limit (slow clients are closed)"},
+      {.name = "first-output-timeout-s", .kind = FLAG_KIND_INT64, .target = &m.f.first_output_timeout_s,
+       .help = "503 when the engine sends nothing for this long"},
+      {.name = "max-concurrent", .kind = FLAG_KIND_INT32, .target = &m.f.max_concurrent,
+       .help = "requests in flight here (429 above)"},
+      {.name = "tenant", .kind = FLAG_KIND_STRING, .target = &m.f.tenant,
+       .help = "publish on <prefix>.generate.<tenant>"},
+      {.name = "health-actors", .kind = FLAG_KIND_STRING, .target = &m.f.health_actors,
+       .help = "actors whose ready heartbeat /health requires (comma list; empty = none)"},
+      {.name = "api-key", .kind = FLAG_KIND_LIST, .target = &m.keys, .metavar = "KEY",
+       .help = "require `Authorization: Bearer KEY` on every route (repeatable); requests go to --tenant "
+               "(visible in ps: prefer --api-keys)"},
+      {.name = "api-keys", .kind = FLAG_KIND_LIST, .target = &m.key_files, .metavar = "FILE",
+       .help = "file of `KEY TENANT` lines (mode 0600; repeatable): every route needs one of the keys; a request "
+               "goes to its key's tenant"},
+      {.name = "seed", .kind = FLAG_KIND_STRING, .target = &m.f.seed, .metavar = "S",
+       .help = "requests without a seed get theirs from a generator seeded with S (the same requests in the same "
+               "order give the same answers); default: random seeds"},
+      {.name = "enable-auto-tool-choice", .kind = FLAG_KIND_BOOL, .target = &m.f.enable_auto_tool_choice,
+       .help = "tool_choice \"auto\" (the default when a request has tools) parses tool calls out of the output "
+               "with --tool-call-parser; without it such a request is refused (400), as vLLM's"},
+      {.name = "tool-call-parser", .kind = FLAG_KIND_STRING, .target = &m.f.tool_call_parser,
+       .help = "how tool_choice auto reads tool calls in the output: hermes (<tool_call>{...}</tool_call>; Qwen, "
+               "Hermes, SmolLM3), llama3_json, mistral (vLLM's parser names)"},
+      {.name = "allowed-origins", .kind = FLAG_KIND_STRING, .target = &m.f.allowed_origins,
+       .help = "CORS: comma-separated origins browsers may call from (default *: any, as vLLM)"},
+      {.name = "allowed-methods", .kind = FLAG_KIND_STRING, .target = &m.f.allowed_methods,
+       .help = "CORS: comma-separated methods (default *)"},
+      {.name = "allowed-headers", .kind = FLAG_KIND_STRING, .target = &m.f.allowed_headers,
+       .help = "CORS: comma-separated request headers (default *)"},
+      {.name = "allowed-local-media-path", .kind = FLAG_KIND_STRING, .target = &m.f.allowed_local_media_path,
+       .help = "image_url parts may name file:///path when the file's realpath is inside DIR (vLLM's flag); "
+               "without it file URLs are refused"},
+      {.name = "allow-credentials", .kind = FLAG_KIND_BOOL, .target = &m.f.allow_credentials,
+       .help = "CORS: Access-Control-Allow-Credentials: true (the origin is then echoed, never *)"},
+      {.name = "health-missed-beats", .kind = FLAG_KIND_INT32, .target = &m.f.health_missed_beats,
+       .help = "/health answers 503 when an actor sent no ready heartbeat for this many --heartbeat-ms "
+               "intervals (the actors beat at the same interval; default 3)"},
   };
   const struct actor_main_spec spec = {
       .actor = "api_server",

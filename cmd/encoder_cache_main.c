@@ -48,9 +48,9 @@ static void ec_destroy(struct actor_main *am, void *user) {
 
 int main(int argc, char **argv) {
   struct ec_main m = {.cache_size = 4096};
-  const struct actor_flag flags[] = {
-      {"encoder-cache-size", ACTOR_FLAG_KIND_INT32, &m.cache_size,
-       "encoder-output cache size in embedding rows (same value for the scheduler)", NULL},
+  const struct flag flags[] = {
+      {.name = "encoder-cache-size", .kind = FLAG_KIND_INT32, .target = &m.cache_size,
+       .help = "encoder-output cache size in embedding rows (same value for the scheduler)"},
   };
   const struct actor_main_spec spec = {
       .actor = "encoder_cache",

@@ -97,37 +97,38 @@ int main(int argc, char **argv) {
   struct worker_main m = {.num_blocks = 1024, .block_size = 16, .max_num_batched_tokens = 512,
                           .threads = ncpu > 0 ? (int32_t)ncpu : 1, .decode_threads = 0, .device = "cpu", .numerics = "packed", .packed_cache_dir = "", .speculative_config = "",
                           .gpu_memory_utilization = 0.9};
-  const struct actor_flag flags[] = {
-      {"num-blocks", ACTOR_FLAG_KIND_INT32, &m.num_blocks, "KV cache blocks (same as kv_manager and scheduler)",
-       NULL},
-      {"block-size", ACTOR_FLAG_KIND_INT32, &m.block_size, "tokens per KV block (same as kv_manager and scheduler)",
-       NULL},
-      {"max-num-batched-tokens", ACTOR_FLAG_KIND_INT32, &m.max_num_batched_tokens,
-       "tokens per step the forward scratch holds (>= the scheduler's)", NULL},
-      {"threads", ACTOR_FLAG_KIND_INT32, &m.threads, "forward-pass threads (default here: the CPUs online)", NULL},
-      {"decode-threads", ACTOR_FLAG_KIND_INT32, &m.decode_threads,
-       "cpu: of --threads, those that run a decode step (at most 8 tokens), whose speed is mostly the "
-       "memory's: the others sleep and leave their cores to the bus and the other actors on the host; "
-       "0 = all of --threads (llama.cpp's --threads vs --threads-batch)", NULL},
-      {"device", ACTOR_FLAG_KIND_STRING, &m.device, "backend: cpu or cuda (builds with CUDA; needs a GPU)", NULL},
-      {"numerics", ACTOR_FLAG_KIND_STRING, &m.numerics,
-       "cpu: packed (the engine's int8 panels) or ggml (llama.cpp's CPU arithmetic, bit-exact with it)", NULL},
-      {"gpu-memory-utilization", ACTOR_FLAG_KIND_DOUBLE, &m.gpu_memory_utilization,
-       "cuda: fraction (0, 1] of device memory for weights + scratch + KV cache (sizes the KV cache "
-       "when --num-blocks is 0; the number reaches kv_manager and scheduler in the heartbeat)", NULL},
-      {"max-model-len", ACTOR_FLAG_KIND_INT32, &m.max_model_len,
-       "the engine's context length limit (as the scheduler's); picks phi3 LongRoPE's factor set as "
-       "llama.cpp's n_ctx does; 0 = the model's context_length", NULL},
-      {"mmproj", ACTOR_FLAG_KIND_STRING, &m.mmproj,
-       "GGUF mmproj of the model (llama.cpp mtmd's format): the image encoder for image_url parts; its "
-       "output width must equal the model's hidden size", NULL},
-      {"packed-cache-dir", ACTOR_FLAG_KIND_STRING, &m.packed_cache_dir,
-       "cpu: directory of the host's shared packed-weight cache (the first worker packs and writes it, "
-       "the others and a restarted worker map it; \"\" = private packing)", NULL},
-      {"speculative-config", ACTOR_FLAG_KIND_STRING, &m.speculative_config,
-       "speculative decoding, vLLM's JSON: {\"method\":\"ngram\",\"num_speculative_tokens\":K,"
-       "\"prompt_lookup_max\":N,\"prompt_lookup_min\":M}: n-gram drafts proposed after each sample (cpu only)",
-       NULL},
+  const struct flag flags[] = {
+      {.name = "num-blocks", .kind = FLAG_KIND_INT32, .target = &m.num_blocks,
+       .help = "KV cache blocks (same as kv_manager and scheduler)"},
+      {.name = "block-size", .kind = FLAG_KIND_INT32, .target = &m.block_size,
+       .help = "tokens per KV block (same as kv_manager and scheduler)"},
+      {.name = "max-num-batched-tokens", .kind = FLAG_KIND_INT32, .target = &m.max_num_batched_tokens,
+       .help = "tokens per step the forward scratch holds (>= the scheduler's)"},
+      {.name = "threads", .kind = FLAG_KIND_INT32, .target = &m.threads,
+       .help = "forward-pass threads (default here: the CPUs online)"},
+      {.name = "decode-threads", .kind = FLAG_KIND_INT32, .target = &m.decode_threads,
+       .help = "cpu: of --threads, those that run a decode step (at most 8 tokens), whose speed is mostly the "
+               "memory's: the others sleep and leave their cores to the bus and the other actors on the host; "
+               "0 = all of --threads (llama.cpp's --threads vs --threads-batch)"},
+      {.name = "device", .kind = FLAG_KIND_STRING, .target = &m.device,
+       .help = "backend: cpu or cuda (builds with CUDA; needs a GPU)"},
+      {.name = "numerics", .kind = FLAG_KIND_STRING, .target = &m.numerics,
+       .help = "cpu: packed (the engine's int8 panels) or ggml (llama.cpp's CPU arithmetic, bit-exact with it)"},
+      {.name = "gpu-memory-utilization", .kind = FLAG_KIND_DOUBLE, .target = &m.gpu_memory_utilization,
+       .help = "cuda: fraction (0, 1] of device memory for weights + scratch + KV cache (sizes the KV cache "
+               "when --num-blocks is 0; the number reaches kv_manager and scheduler in the heartbeat)"},
+      {.name = "max-model-len", .kind = FLAG_KIND_INT32, .target = &m.max_model_len,
+       .help = "the engine's context length limit (as the scheduler's); picks phi3 LongRoPE's factor set as "
+               "llama.cpp's n_ctx does; 0 = the model's context_length"},
+      {.name = "mmproj", .kind = FLAG_KIND_STRING, .target = &m.mmproj,
+       .help = "GGUF mmproj of the model (llama.cpp mtmd's format): the image encoder for image_url parts; its "
+               "output width must equal the model's hidden size"},
+      {.name = "packed-cache-dir", .kind = FLAG_KIND_STRING, .target = &m.packed_cache_dir,
+       .help = "cpu: directory of the host's shared packed-weight cache (the first worker packs and writes it, "
+               "the others and a restarted worker map it; \"\" = private packing)"},
+      {.name = "speculative-config", .kind = FLAG_KIND_STRING, .target = &m.speculative_config,
+       .help = "speculative decoding, vLLM's JSON: {\"method\":\"ngram\",\"num_speculative_tokens\":K,"
+               "\"prompt_lookup_max\":N,\"prompt_lookup_min\":M}: n-gram drafts proposed after each sample (cpu only)"},
   };
   const struct actor_main_spec spec = {
       .actor = "gpu_worker",

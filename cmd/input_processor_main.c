@@ -54,31 +54,32 @@ static void inproc_main_destroy(struct actor_main *am, void *user) {
 int main(int argc, char **argv) {
   struct inproc_main m = {.max_model_len = 0, .tenant = "*", .router = "cache-aware",
                          .tenant_limit_ttl_ms = 30 * 60 * 1000};
-  const struct actor_flag flags[] = {
-      {"max-model-len", ACTOR_FLAG_KIND_INT32, &m.max_model_len,
-       "context length in tokens (prompt + output); 0 = min(model context, 4096)", NULL},
-      {"tenant", ACTOR_FLAG_KIND_STRING, &m.tenant,
-       "serve <prefix>.generate.<tenant> and .abort.<tenant>; * = every tenant", NULL},
-      {"router", ACTOR_FLAG_KIND_STRING, &m.router,
-       "engine choice among the engines announcing themselves on <prefix>.engine.*.stats: "
-       "cache-aware (prefix affinity unless loads are imbalanced) | least-loaded | random; "
-       "--engine-id is the engine used while none is known", NULL},
-      {"tenant-limits", ACTOR_FLAG_KIND_STRING, &m.tenant_limits,
-       "tenants file with per-tenant limits (max_concurrent=, max_queued=, tokens_per_s=, burst_tokens=): "
-       "429 with Retry-After over them", NULL},
-      {"tenant-limit-ttl-ms", ACTOR_FLAG_KIND_INT64, &m.tenant_limit_ttl_ms,
-       "forget a request counted against its tenant after this long (a lost request)", NULL},
-      {"durable", ACTOR_FLAG_KIND_BOOL, &m.durable,
-       "publish EngineCoreRequests into the JetStream requests stream (nats-server -js), each "
-       "confirmed stored; the engine's scheduler must run with --durable too", NULL},
-      {"stream-replicas", ACTOR_FLAG_KIND_INT32, &m.stream_replicas,
-       "durable: replicas of the requests stream when this actor creates it (default 1; 3 on a "
-       "3-node NATS cluster, so the stream outlives a node)", NULL},
-      {"chat-template", ACTOR_FLAG_KIND_STRING, &m.chat_template,
-       "Jinja chat template file used instead of the GGUF's tokenizer.chat_template", NULL},
-      {"mmproj", ACTOR_FLAG_KIND_STRING, &m.mmproj,
-       "GGUF mmproj of the model (the workers' --mmproj): image_url parts are expanded with its "
-       "plan; without it images are refused", NULL},
+  const struct flag flags[] = {
+      {.name = "max-model-len", .kind = FLAG_KIND_INT32, .target = &m.max_model_len,
+       .help = "context length in tokens (prompt + output); 0 = min(model context, 4096)"},
+      {.name = "tenant", .kind = FLAG_KIND_STRING, .target = &m.tenant,
+       .help = "serve <prefix>.generate.<tenant> and .abort.<tenant>; * = every tenant"},
+      {.name = "router", .kind = FLAG_KIND_STRING, .target = &m.router,
+       .help = "engine choice among the engines announcing themselves on <prefix>.engine.*.stats: "
+               "cache-aware (prefix affinity unless loads are imbalanced) | least-loaded | random; "
+               "--engine-id is the engine used while none is known"},
+      {.name = "tenant-limits", .kind = FLAG_KIND_STRING, .target = &m.tenant_limits,
+       .help = "tenants file with per-tenant limits (max_concurrent=, max_queued=, tokens_per_s=, burst_tokens=): "
+               "429 with Retry-After over them"},
+      {.name = "tenant-limit-ttl-ms", .kind = FLAG_KIND_INT64, .target = &m.tenant_limit_ttl_ms,
+       .help = "forget a request counted against its tenant after this long (a lost request)"},
+      {.name = "durable", .kind = FLAG_KIND_BOOL, .target = &m.durable,
+       .help = "publish EngineCoreRequests into the JetStream requests stream (nats-server -js), each "
+               "confirmed stored; the engine's scheduler must run with --durable too"},
+      {.name = "stream-replicas", .kind = FLAG_KIND_INT32, .target = &m.stream_replicas,
+       .help = "durable: replicas of the requests stream when this actor creates it (default 1; 3 on a "
+               "3-node NATS cluster, so the stream outlives a node)"},
+      {.name = "chat-template", .kind = FLAG_KIND_STRING, .target = &m.chat_template,
+       .help = "chat template instead of the GGUF's tokenizer.chat_template: a Jinja file, the Jinja text itself "
+               "(vLLM's), or a built-in name (chatml, smollm2, llama3, mistral, gemma, phi3, ...; llama-server's)"},
+      {.name = "mmproj", .kind = FLAG_KIND_STRING, .target = &m.mmproj,
+       .help = "GGUF mmproj of the model (the workers' --mmproj): image_url parts are expanded with its "
+               "plan; without it images are refused"},
   };
   const struct actor_main_spec spec = {
       .actor = "input_processor",

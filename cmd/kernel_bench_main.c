@@ -1,4 +1,4 @@
-/* llmbus-kernel-bench: the flags of cmd/bench/kernel_bench.h.
+/* llmbus-kernel-bench: the flags of cmd/bench/kernel_bench.h (one table, cmd/flags/flags.h).
  *
  *   llmbus-kernel-bench [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N]
  *                       [--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]
@@ -8,39 +8,58 @@
 #include <string.h>
 
 #include "cmd/bench/kernel_bench.h"
+#include "cmd/flags/flags.h"
 
 #ifndef LLB_DEFAULT_MODEL
 #define LLB_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 #endif
 
+/* "1,16,64" -> o->batches; kernel_bench_run checks each size. */
+static llb_status set_batches(const struct flag *f, const char *v) {
+  struct kernel_bench_options *o = f->target;
+  o->n_batches = 0;
+  for (const char *s = v; *s && o->n_batches < KERNEL_BENCH_MAX_BATCHES;) {
+    char *end;
+    const long b = strtol(s, &end, 10);
+    if (end == s || (*end && *end != ',')) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "'%s': B[,B...]", v);
+    o->batches[o->n_batches++] = (int32_t)b;
+    s = *end ? end + 1 : end;
+  }
+  return o->n_batches ? LLB_STATUS_OK : LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "'%s': B[,B...]", v);
+}
+
 int main(int argc, char **argv) {
   struct kernel_bench_options o = {.model = LLB_DEFAULT_MODEL, .threads = 2, .runs = 5, .n_prefill = 512,
                                    .n_decode = 32, .decode_context = 16, .batches = {1, 16}, .n_batches = 2};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--check")) o.check = true;
-    else if (!strcmp(a, "--roofline")) o.roofline = true;
-    else if (v && !strcmp(a, "--model")) o.model = argv[++i];
-    else if (v && !strcmp(a, "--packed-cache-dir")) o.packed_cache_dir = argv[++i];
-    else if (v && !strcmp(a, "--threads")) o.threads = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--decode-threads")) o.decode_threads = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--runs")) o.runs = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--prefill")) o.n_prefill = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--decode")) o.n_decode = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--context")) o.decode_context = atoi(argv[++i]);
-    else if (v && !strcmp(a, "--batch")) {
-      o.n_batches = 0;
-      for (char *s = argv[++i]; *s && o.n_batches < KERNEL_BENCH_MAX_BATCHES;) {
-        o.batches[o.n_batches++] = (int32_t)strtol(s, &s, 10);
-        if (*s == ',') s++;
-        else break;
-      }
-    } else {
-      fprintf(stderr, "usage: %s [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N] "
-                      "[--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]\n", argv[0]);
-      return 2;
-    }
-  }
-  return kernel_bench_run(&o);
+  const struct flag t[] = {
+      {.name = "model", .short_name = 'm', .kind = FLAG_KIND_STRING, .target = &o.model, .metavar = "PATH",
+       .help = "GGUF model"},
+      {.name = "threads", .short_name = 't', .kind = FLAG_KIND_INT32, .target = &o.threads, .metavar = "N",
+       .help = "forward threads"},
+      {.name = "decode-threads", .kind = FLAG_KIND_INT32, .target = &o.decode_threads, .metavar = "N",
+       .help = "threads of decode steps (0 = --threads)"},
+      {.name = "runs", .kind = FLAG_KIND_INT32, .target = &o.runs, .metavar = "N", .help = "runs after one warm-up"},
+      {.name = "prefill", .kind = FLAG_KIND_INT32, .target = &o.n_prefill, .metavar = "N",
+       .help = "tokens of the prefill step (0 = none)"},
+      {.name = "decode", .kind = FLAG_KIND_INT32, .target = &o.n_decode, .metavar = "N", .help = "decode steps"},
+      {.name = "context", .kind = FLAG_KIND_INT32, .target = &o.decode_context, .metavar = "N",
+       .help = "prompt tokens of each decoding sequence (llama-batched-bench's -npp)"},
+      {.name = "batch", .kind = FLAG_KIND_STRING, .target = &o, .metavar = "B[,B...]", .set = set_batches,
+       .help = "decode batch sizes (default 1,16)"},
+      {.name = "check", .kind = FLAG_KIND_BOOL, .target = &o.check,
+       .help = "the ChatML \"capital of France?\" prompt, greedily: fails without \"Paris\""},
+      {.name = "roofline", .kind = FLAG_KIND_BOOL, .target = &o.roofline,
+       .help = "measure the machine's bounds first and print each rate as a fraction"},
+      {.name = "packed-cache-dir", .kind = FLAG_KIND_STRING, .target = &o.packed_cache_dir, .metavar = "DIR",
+       .help = "the forward's packed-weight cache (default: private packing)"},
+  };
+  const struct flag_section sec = {"flags", t, (int)(sizeof t / sizeof t[0])};
+  const struct flag_command cmd = {
+      .program = "llmbus-kernel-bench", .sections = &sec, .num_sections = 1, .max_positional = 0,
+      .usage = "usage: llmbus-kernel-bench [flags]\nPrefill and decode tokens/s of the CPU forward on a real model.\n"};
+  struct flag_args args;
+  int rc = flags_parse(&cmd, argc, argv, &args);
+  if (rc == FLAGS_CONTINUE) rc = kernel_bench_run(&o);
+  flag_args_free(&args);
+  return rc;
 }

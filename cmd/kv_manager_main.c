@@ -67,13 +67,14 @@ static void kv_destroy(struct actor_main *am, void *user) {
 
 int main(int argc, char **argv) {
   struct kv_main m = {.num_blocks = 1024, .block_size = 16};
-  const struct actor_flag flags[] = {
-      {"num-blocks", ACTOR_FLAG_KIND_INT32, &m.num_blocks,
-       "KV cache blocks (same value for scheduler, kv_manager and worker); 0 = the worker's, "
-       "from its heartbeat (e.g. sized from GPU memory)", NULL},
-      {"block-size", ACTOR_FLAG_KIND_INT32, &m.block_size, "tokens per block", NULL},
-      {"no-prefix-caching", ACTOR_FLAG_KIND_BOOL, &m.no_prefix_caching,
-       "disable the prefix cache (lookups miss)", NULL},
+  const struct flag flags[] = {
+      {.name = "num-blocks", .kind = FLAG_KIND_INT32, .target = &m.num_blocks,
+       .help = "KV cache blocks (same value for scheduler, kv_manager and worker); 0 = the worker's, "
+               "from its heartbeat (e.g. sized from GPU memory)"},
+      {.name = "block-size", .kind = FLAG_KIND_INT32, .target = &m.block_size,
+       .help = "tokens per block"},
+      {.name = "no-prefix-caching", .kind = FLAG_KIND_BOOL, .target = &m.no_prefix_caching,
+       .help = "disable the prefix cache (lookups miss)"},
   };
   const struct actor_main_spec spec = {
       .actor = "kv_manager",

@@ -40,8 +40,8 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
     if (strcmp(argv[1], commands[i].name) != 0) continue;
-    if (commands[i].fn == cmd_generate)
-      for (int a = 2; a < argc; a++)
+    if (commands[i].fn == cmd_generate) /* --inproc (before `--`): the model in this process */
+      for (int a = 2; a < argc && strcmp(argv[a], "--") != 0; a++)
         if (strcmp(argv[a], "--inproc") == 0) return cmd_generate_inproc(argc - 1, argv + 1);
     return commands[i].fn(argc - 1, argv + 1);
   }

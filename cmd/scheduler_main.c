@@ -104,62 +104,64 @@ int main(int argc, char **argv) {
   c->max_num_seqs = 64;
   c->max_num_batched_tokens = 512;
   c->enable_chunked_prefill = true;
-  const struct actor_flag flags[] = {
-      {"num-blocks", ACTOR_FLAG_KIND_INT32, &c->num_blocks,
-       "KV cache blocks (same value for scheduler, kv_manager and worker); 0 = the worker's, "
-       "from its heartbeat (e.g. sized from GPU memory)", NULL},
-      {"block-size", ACTOR_FLAG_KIND_INT32, &c->block_size, "tokens per block", NULL},
-      {"max-num-seqs", ACTOR_FLAG_KIND_INT32, &c->max_num_seqs, "running requests at most", NULL},
-      {"max-num-waiting", ACTOR_FLAG_KIND_INT32, &c->max_num_waiting,
-       "waiting requests at most; more are refused with QUEUE_FULL (0 = unlimited)", NULL},
-      {"max-num-batched-tokens", ACTOR_FLAG_KIND_INT32, &c->max_num_batched_tokens,
-       "token budget per step (chunked prefill)", NULL},
-      {"max-model-len", ACTOR_FLAG_KIND_INT32, &m.max_model_len,
-       "prompt + output tokens at most; 0 = min(model context, 4096)", NULL},
-      {"vocab-size", ACTOR_FLAG_KIND_INT32, &m.vocab_size,
-       "token ids of requests must be below it; 0 = the model's vocabulary (without --model and "
-       "with --max-model-len: ids are only checked >= 0)", NULL},
-      {"policy", ACTOR_FLAG_KIND_STRING, &m.policy, "fcfs|priority", NULL},
-      {"no-prefix-caching", ACTOR_FLAG_KIND_BOOL, &m.no_prefix_caching,
-       "never look up the prefix cache", NULL},
-      {"speculative-config", ACTOR_FLAG_KIND_STRING, &m.speculative_config,
-       "speculative decoding, vLLM's JSON: {\"method\":\"ngram\",\"num_speculative_tokens\":K,"
-       "\"prompt_lookup_max\":N,\"prompt_lookup_min\":M} (the same on the worker; turns async scheduling off)",
-       NULL},
-      {"no-async-scheduling", ACTOR_FLAG_KIND_BOOL, &m.no_async_scheduling,
-       "synchronous steps: apply step N's output before sending step N+1", NULL},
-      {"encoder-cache-size", ACTOR_FLAG_KIND_INT32, &c->encoder_cache_size,
-       "encoder-output cache, embedding rows (same value for the encoder_cache actor)", NULL},
-      {"encoder-compute-budget", ACTOR_FLAG_KIND_INT32, &c->encoder_compute_budget,
-       "embedding rows encoded per step at most (0 = max-num-batched-tokens)", NULL},
-      {"kv-timeout-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.kv_timeout_ms,
-       "KVStep round trip limit; beyond it every running request is preempted", NULL},
-      {"execute-timeout-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.execute_timeout_ms,
-       "SchedulerOutput round trip limit; beyond it every running request is preempted", NULL},
-      {"peer-heartbeat-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.peer_heartbeat_ms,
-       "heartbeat interval of the engine's gpu_worker and kv_manager; 0 = this actor's "
-       "--heartbeat-ms, -1 = no failure detection from heartbeats (timeouts only)", NULL},
-      {"peer-missed-beats", ACTOR_FLAG_KIND_INT32, &m.cfg.peer_missed_beats,
-       "a gpu_worker / kv_manager silent for more than this many intervals is dead: the steps "
-       "in flight are abandoned and every running request recomputed (default 3)", NULL},
-      {"durable", ACTOR_FLAG_KIND_BOOL, &m.cfg.durable,
-       "take requests from the engine's durable JetStream consumer (nats-server -js): each is "
-       "acknowledged when it finished, so a restarted scheduler runs the unfinished ones again", NULL},
-      {"ack-wait-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.ack_wait_ms,
-       "durable: a request held by a scheduler that stopped answering is delivered again after "
-       "this long (default 1000: a restarted scheduler resumes its requests about 1 s after the "
-       "kill; in-progress acks every quarter of it)", NULL},
-      {"max-deliver", ACTOR_FLAG_KIND_INT32, &m.cfg.max_deliver,
-       "durable: deliveries of one request at most; the next goes to "
-       "<prefix>.engine.<eid>.dead_letter and its client gets an error (default 3)", NULL},
-      {"stream-replicas", ACTOR_FLAG_KIND_INT32, &m.cfg.stream_replicas,
-       "durable: replicas of the requests stream when this scheduler creates it (default 1; 3 on "
-       "a 3-node NATS cluster, so the stream and the engine's consumer outlive a node)", NULL},
-      {"stats-interval-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.stats_interval_ms,
-       "SchedulerStats period on <prefix>.engine.<eid>.stats while there is work (default 1000)", NULL},
-      {"log-stats-interval-ms", ACTOR_FLAG_KIND_INT64, &m.cfg.log_stats_interval_ms,
-       "one event=engine_stats log line (throughput, running, waiting, KV usage, prefix hit rate) "
-       "this often; 0 = none", NULL},
+  const struct flag flags[] = {
+      {.name = "num-blocks", .kind = FLAG_KIND_INT32, .target = &c->num_blocks,
+       .help = "KV cache blocks (same value for scheduler, kv_manager and worker); 0 = the worker's, "
+               "from its heartbeat (e.g. sized from GPU memory)"},
+      {.name = "block-size", .kind = FLAG_KIND_INT32, .target = &c->block_size,
+       .help = "tokens per block"},
+      {.name = "max-num-seqs", .kind = FLAG_KIND_INT32, .target = &c->max_num_seqs,
+       .help = "running requests at most"},
+      {.name = "max-num-waiting", .kind = FLAG_KIND_INT32, .target = &c->max_num_waiting,
+       .help = "waiting requests at most; more are refused with QUEUE_FULL (0 = unlimited)"},
+      {.name = "max-num-batched-tokens", .kind = FLAG_KIND_INT32, .target = &c->max_num_batched_tokens,
+       .help = "token budget per step (chunked prefill)"},
+      {.name = "max-model-len", .kind = FLAG_KIND_INT32, .target = &m.max_model_len,
+       .help = "prompt + output tokens at most; 0 = min(model context, 4096)"},
+      {.name = "vocab-size", .kind = FLAG_KIND_INT32, .target = &m.vocab_size,
+       .help = "token ids of requests must be below it; 0 = the model's vocabulary (without --model and "
+               "with --max-model-len: ids are only checked >= 0)"},
+      {.name = "policy", .kind = FLAG_KIND_STRING, .target = &m.policy,
+       .help = "fcfs|priority"},
+      {.name = "no-prefix-caching", .kind = FLAG_KIND_BOOL, .target = &m.no_prefix_caching,
+       .help = "never look up the prefix cache"},
+      {.name = "speculative-config", .kind = FLAG_KIND_STRING, .target = &m.speculative_config,
+       .help = "speculative decoding, vLLM's JSON: {\"method\":\"ngram\",\"num_speculative_tokens\":K,"
+               "\"prompt_lookup_max\":N,\"prompt_lookup_min\":M} (the same on the worker; turns async scheduling off)"},
+      {.name = "no-async-scheduling", .kind = FLAG_KIND_BOOL, .target = &m.no_async_scheduling,
+       .help = "synchronous steps: apply step N's output before sending step N+1"},
+      {.name = "encoder-cache-size", .kind = FLAG_KIND_INT32, .target = &c->encoder_cache_size,
+       .help = "encoder-output cache, embedding rows (same value for the encoder_cache actor)"},
+      {.name = "encoder-compute-budget", .kind = FLAG_KIND_INT32, .target = &c->encoder_compute_budget,
+       .help = "embedding rows encoded per step at most (0 = max-num-batched-tokens)"},
+      {.name = "kv-timeout-ms", .kind = FLAG_KIND_INT64, .target = &m.cfg.kv_timeout_ms,
+       .help = "KVStep round trip limit; beyond it every running request is preempted"},
+      {.name = "execute-timeout-ms", .kind = FLAG_KIND_INT64, .target = &m.cfg.execute_timeout_ms,
+       .help = "SchedulerOutput round trip limit; beyond it every running request is preempted"},
+      {.name = "peer-heartbeat-ms", .kind = FLAG_KIND_INT64, .target = &m.cfg.peer_heartbeat_ms,
+       .help = "heartbeat interval of the engine's gpu_worker and kv_manager; 0 = this actor's "
+               "--heartbeat-ms, -1 = no failure detection from heartbeats (timeouts only)"},
+      {.name = "peer-missed-beats", .kind = FLAG_KIND_INT32, .target = &m.cfg.peer_missed_beats,
+       .help = "a gpu_worker / kv_manager silent for more than this many intervals is dead: the steps "
+               "in flight are abandoned and every running request recomputed (default 3)"},
+      {.name = "durable", .kind = FLAG_KIND_BOOL, .target = &m.cfg.durable,
+       .help = "take requests from the engine's durable JetStream consumer (nats-server -js): each is "
+               "acknowledged when it finished, so a restarted scheduler runs the unfinished ones again"},
+      {.name = "ack-wait-ms", .kind = FLAG_KIND_INT64, .target = &m.cfg.ack_wait_ms,
+       .help = "durable: a request held by a scheduler that stopped answering is delivered again after "
+               "this long (default 1000: a restarted scheduler resumes its requests about 1 s after the "
+               "kill; in-progress acks every quarter of it)"},
+      {.name = "max-deliver", .kind = FLAG_KIND_INT32, .target = &m.cfg.max_deliver,
+       .help = "durable: deliveries of one request at most; the next goes to "
+               "<prefix>.engine.<eid>.dead_letter and its client gets an error (default 3)"},
+      {.name = "stream-replicas", .kind = FLAG_KIND_INT32, .target = &m.cfg.stream_replicas,
+       .help = "durable: replicas of the requests stream when this scheduler creates it (default 1; 3 on "
+               "a 3-node NATS cluster, so the stream and the engine's consumer outlive a node)"},
+      {.name = "stats-interval-ms", .kind = FLAG_KIND_INT64, .target = &m.cfg.stats_interval_ms,
+       .help = "SchedulerStats period on <prefix>.engine.<eid>.stats while there is work (default 1000)"},
+      {.name = "log-stats-interval-ms", .kind = FLAG_KIND_INT64, .target = &m.cfg.log_stats_interval_ms,
+       .help = "one event=engine_stats log line (throughput, running, waiting, KV usage, prefix hit rate) "
+               "this often; 0 = none"},
   };
   const struct actor_main_spec spec = {
       .actor = "scheduler",

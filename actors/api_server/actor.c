@@ -35,6 +35,7 @@
 #include "actors/api_server/http_reply.h"
 #include "actors/api_server/inbox.h"
 #include "actors/api_server/loop_call.h"
+#include "actors/api_server/metrics_merge.h"
 #include "actors/api_server/peer_beats.h"
 #include "actors/api_server/plain_routes.h"
 #include "base/hash.h"
@@ -49,6 +50,10 @@ struct api_actor {
   char http_host[128];
   int http_port, bound_port;
   char model_name[API_MAX_MODEL_BYTES];
+  char model_alias_buf[API_MAX_MODEL_ALIASES][API_MAX_MODEL_BYTES]; /* --served-model-name's others */
+  const char *model_names[API_MAX_MODEL_ALIASES + 1]; /* [num_model_names]: model_name, then the aliases */
+  int num_model_names;
+  uint64_t seed_counter; /* draws of the --seed generator (loop thread) */
   char *local_media_dir; /* realpath of --allowed-local-media-path, or NULL (owned) */
   char tenant[64];
   struct bus *bus;
@@ -70,10 +75,15 @@ struct api_actor {
   struct api_metrics *metrics;
   atomic_int_fast64_t inflight;
   struct api_peer_beats *peers;   /* engine stats, heartbeats: /health, restarts seen */
+  struct metrics_merge *merge;    /* the engine actors' metrics, merged into /metrics */
 };
 
-/* A random sampling seed (getrandom; falls back to the id salt and a counter). */
+/* The sampling seed of a request that gives none: from the --seed generator (splitmix64 of the
+ * seed and a counter: the same requests in the same order get the same seeds, as vLLM's --seed
+ * makes its sampler reproducible), else random (getrandom; falls back to the id salt and a
+ * counter). Loop thread. */
 static uint64_t random_seed(struct api_actor *a) {
+  if (a->o.has_seed) return llb_mix64(a->o.seed + LLB_SPLITMIX64_GAMMA * ++a->seed_counter);
   uint64_t seed;
   if (getrandom(&seed, sizeof seed, 0) == (ssize_t)sizeof seed) return seed;
   return llb_mix64(a->id_salt + LLB_SPLITMIX64_GAMMA * ++a->id_counter); /* splitmix64 */
@@ -455,7 +465,9 @@ static struct api_call *call_new(struct api_actor *a, struct evhttp_request *req
   c->tenant = tenant;
   c->t_start_ns = llb_now_ns();
   api_http_span_begin(&c->span, req);
-  struct api_parse_options po = {.served_model = a->model_name, .tool_parser = a->o.tool_call_parser,
+  struct api_parse_options po = {.served_model = a->model_name, .model_aliases = a->model_names + 1,
+                                .num_model_aliases = a->num_model_names - 1, .tool_parser = a->o.tool_call_parser,
+                                .no_auto_tool_choice = !a->o.enable_auto_tool_choice,
                                 .allowed_local_media_path = a->local_media_dir};
   const bool emb = ep == API_ENDPOINT_EMBEDDINGS, tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT && !emb;
   if (emb && !(c->emb = calloc(1, sizeof *c->emb))) api_error_set(e, 500, NULL, "out of memory");
@@ -630,9 +642,9 @@ static void on_request(struct evhttp_request *req, void *arg) {
   switch (route) {
     case 0: handle_generate(a, req, API_ENDPOINT_COMPLETIONS, NULL, tenant); break;
     case 1: handle_generate(a, req, API_ENDPOINT_CHAT, NULL, tenant); break;
-    case 2: api_route_models(req, a->model_name, a->max_model_len); break;
+    case 2: api_route_models(req, a->model_names, a->num_model_names, a->max_model_len); break;
     case 3: api_peer_beats_route_health(a->peers, req); break;
-    case 4: api_route_metrics(req, a->metrics, a->o.registry); break;
+    case 4: api_route_metrics(req, a->metrics, a->o.registry, a->merge); break;
     case 5: handle_generate(a, req, API_ENDPOINT_TOKENIZE, NULL, tenant); break;
     case 6: handle_generate(a, req, API_ENDPOINT_DETOKENIZE, NULL, tenant); break;
     case 7: api_route_version(req); break;
@@ -699,6 +711,17 @@ static llb_status take_options(struct api_actor *a, const struct api_actor_optio
   if (a->o.max_concurrent <= 0) a->o.max_concurrent = 256;
   if (a->o.health_window_ms <= 0) a->o.health_window_ms = 10000;
   snprintf(a->model_name, sizeof a->model_name, "%s", o->model_name);
+  a->model_names[a->num_model_names++] = a->model_name;
+  if (o->num_model_aliases > API_MAX_MODEL_ALIASES)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: at most %d served model names", API_MAX_MODEL_ALIASES + 1);
+  for (int i = 0; i < o->num_model_aliases; i++) {
+    if (!o->model_aliases[i] || !*o->model_aliases[i] || strlen(o->model_aliases[i]) >= API_MAX_MODEL_BYTES)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: a served model name must be 1..%d bytes",
+                      API_MAX_MODEL_BYTES - 1);
+    snprintf(a->model_alias_buf[i], sizeof a->model_alias_buf[i], "%s", o->model_aliases[i]);
+    a->model_names[a->num_model_names++] = a->model_alias_buf[i];
+  }
+  a->o.model_aliases = NULL; /* borrowed strings: the copies above are used */
   snprintf(a->tenant, sizeof a->tenant, "%s", o->tenant ? o->tenant : BUS_DEFAULT_TENANT);
   if (o->allowed_local_media_path && o->allowed_local_media_path[0]) {
     char real[PATH_MAX];
@@ -726,6 +749,7 @@ llb_status api_actor_create(const struct api_actor_options *o, struct api_actor 
   if (st == LLB_STATUS_OK) st = api_inbox_create(on_inbox_item, a, &a->inbox);
   if (st == LLB_STATUS_OK) st = api_sub_table_create(&a->subs);
   if (st == LLB_STATUS_OK) st = api_metrics_create(a->model_name, &a->metrics);
+  if (st == LLB_STATUS_OK) st = metrics_merge_create(a->o.health_window_ms, &a->merge);
   if (st == LLB_STATUS_OK)
     st = api_peer_beats_create(o->health_actors ? o->health_actors : API_ACTOR_DEFAULT_HEALTH_ACTORS,
                                a->o.health_window_ms, a->metrics, &a->peers);
@@ -750,6 +774,19 @@ static llb_status make_subjects(struct api_actor *a, char *generate, size_t cap)
   return st;
 }
 
+/* Delivery thread: <prefix>.health.<actor>.<instance>.metrics, an actor's Prometheus text
+ * (bus_metrics_publish_start). Api servers' own are left out: each serves its own series. */
+static void on_actor_metrics(struct bus *bus, const struct bus_msg *msg, void *user) {
+  struct api_actor *a = user;
+  const size_t skip = strlen(bus_prefix(bus)) + strlen(".health.");
+  char actor[64], instance[96];
+  if (strlen(msg->subject) <= skip ||
+      sscanf(msg->subject + skip, "%63[^.].%95[^.].metrics", actor, instance) != 2 || !strcmp(actor, "api_server"))
+    return;
+  if (metrics_merge_put(a->merge, actor, instance, (const char *)msg->data, msg->len, llb_now_ns()) != LLB_STATUS_OK)
+    LLB_LOG_DEBUG("actor_metrics_refused", "subject=%s bytes=%zu", msg->subject, msg->len);
+}
+
 llb_status api_actor_start(struct api_actor *a, struct bus *bus) {
   a->bus = bus;
   a->base = bus_event_base(bus);
@@ -767,6 +804,10 @@ llb_status api_actor_start(struct api_actor *a, struct bus *bus) {
   if (st == LLB_STATUS_OK) {
     snprintf(subj, sizeof subj, "%s.health.*.*", bus_prefix(bus));
     st = bus_subscribe(bus, subj, NULL, api_peer_beats_on_heartbeat, a->peers, NULL);
+  }
+  if (st == LLB_STATUS_OK) {
+    snprintf(subj, sizeof subj, "%s.health.*.*.metrics", bus_prefix(bus));
+    st = bus_subscribe(bus, subj, NULL, on_actor_metrics, a, NULL);
   }
   if (st != LLB_STATUS_OK) return st;
   LLB_LOG_INFO("api_server_listening", "http=%s:%d model=%s generate=%s inbox=%s.*", a->http_host, a->bound_port,
@@ -791,6 +832,7 @@ void api_actor_destroy(struct api_actor *a) {
   llb_buf_free(&a->enc);
   api_peer_beats_destroy(a->peers);
   api_metrics_destroy(a->metrics);
+  metrics_merge_destroy(a->merge);
   api_loop_call_destroy(a->loop);
   free(a->local_media_dir);
   free(a);

@@ -10,12 +10,13 @@
 /* --api-key / --api-keys into one key set (*out NULL when neither is given). */
 static llb_status load_keys(const struct api_server_flags *f, struct api_keys **out) {
   *out = NULL;
-  if (!f->api_key && !f->api_keys_file) return LLB_STATUS_OK;
+  if (!f->num_api_keys && !f->num_api_keys_files) return LLB_STATUS_OK;
   struct api_keys *keys;
   llb_status st = api_keys_create(&keys);
   if (st != LLB_STATUS_OK) return st;
-  if (f->api_key) st = api_keys_add(keys, f->api_key, f->tenant);
-  if (st == LLB_STATUS_OK && f->api_keys_file) st = api_keys_load_file(keys, f->api_keys_file);
+  for (int i = 0; st == LLB_STATUS_OK && i < f->num_api_keys; i++) st = api_keys_add(keys, f->api_keys[i], f->tenant);
+  for (int i = 0; st == LLB_STATUS_OK && i < f->num_api_keys_files; i++)
+    st = api_keys_load_file(keys, f->api_keys_files[i]);
   if (st != LLB_STATUS_OK) {
     api_keys_destroy(keys);
     return st;
@@ -32,7 +33,7 @@ static llb_status derive_model_name(const char *model_path, char *name, size_t c
   size_t n = strlen(base);
   if (n > 5 && strcmp(base + n - 5, ".gguf") == 0) n -= 5;
   if (n == 0 || n >= cap)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "cannot derive a model name from --model \"%s\": give --model-name",
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "cannot derive a model name from --model \"%s\": give --served-model-name",
                     path);
   memcpy(name, base, n);
   name[n] = '\0';
@@ -51,7 +52,14 @@ llb_status api_server_config_init(struct api_server_config *c, const struct api_
                     "--max-concurrent and --health-missed-beats must be >= 1");
   enum tool_format tool_format;
   llb_status st = api_tool_parser_from_name(f->tool_call_parser, &tool_format);
-  const char *model_name = f->model_name;
+  const char *model_name = f->num_served_model_names > 0 ? f->served_model_names[0] : NULL;
+  for (int i = 0; st == LLB_STATUS_OK && i < f->num_served_model_names; i++)
+    if (!*f->served_model_names[i] || strlen(f->served_model_names[i]) >= API_MAX_MODEL_BYTES)
+      st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--served-model-name must be 1..%d bytes", API_MAX_MODEL_BYTES - 1);
+  char *end = NULL;
+  const unsigned long long seed = f->seed ? strtoull(f->seed, &end, 10) : 0;
+  if (st == LLB_STATUS_OK && f->seed && (!*f->seed || *end || f->seed[0] == '-'))
+    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--seed '%s' is not a non-negative integer", f->seed);
   if (st == LLB_STATUS_OK && !(model_name && *model_name)) {
     st = derive_model_name(model_path, c->model_name, sizeof c->model_name);
     model_name = c->model_name;
@@ -61,6 +69,11 @@ llb_status api_server_config_init(struct api_server_config *c, const struct api_
   c->options = (struct api_actor_options){
       .http_addr = f->http,
       .model_name = model_name,
+      .model_aliases = f->num_served_model_names > 1 ? f->served_model_names + 1 : NULL,
+      .num_model_aliases = f->num_served_model_names > 1 ? f->num_served_model_names - 1 : 0,
+      .has_seed = f->seed != NULL,
+      .seed = (uint64_t)seed,
+      .enable_auto_tool_choice = f->enable_auto_tool_choice,
       .tenant = f->tenant,
       .api_keys = c->keys,
       .max_body_bytes = (size_t)f->max_body_bytes,

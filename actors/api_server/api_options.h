@@ -15,12 +15,21 @@
 
 struct api_keys;
 
+#define API_MAX_MODEL_ALIASES 15 /* --served-model-name: 16 names in all */
+
 #define API_ACTOR_DEFAULT_HEALTH_ACTORS \
   "input_processor,scheduler,kv_manager,gpu_worker,output_processor"
 
 struct api_actor_options {
   const char *http_addr;           /* "HOST:PORT"; NULL = "127.0.0.1:8000"; port 0 = any */
-  const char *model_name;          /* served model id; required */
+  const char *model_name;          /* served model id (the first of --served-model-name); required */
+  const char *const *model_aliases; /* [num_model_aliases] the other names also accepted as
+                                       `model` and listed by /v1/models; borrowed */
+  int num_model_aliases;
+  bool has_seed;                   /* --seed: requests without a seed get theirs from a generator */
+  uint64_t seed;                   /* seeded with this (splitmix64 of seed and a counter) */
+  bool enable_auto_tool_choice;    /* tool_choice "auto" (given, or implied by tools) allowed; else
+                                      400, as vLLM without --enable-auto-tool-choice */
   const char *tenant;              /* NULL = "default"; the tenant of every request when
                                       api_keys is NULL */
   const struct api_keys *api_keys; /* NULL = no authentication; else every route (/health and
@@ -53,7 +62,9 @@ struct api_actor_options {
  * help). Strings are borrowed (argv or static). */
 struct api_server_flags {
   const char *http;              /* --http HOST:PORT */
-  const char *model_name;        /* --model-name; NULL or "" = derived from the GGUF path */
+  const char *const *served_model_names; /* --served-model-name (--model-name): [num] names;
+                                          * none = derived from the GGUF path */
+  int num_served_model_names;
   int64_t max_body_bytes;        /* --max-body-bytes: [1024, 1 GiB] */
   int64_t request_timeout_s;     /* --request-timeout-s: >= 1 */
   int64_t first_output_timeout_s; /* --first-output-timeout-s: >= 1 */
@@ -61,8 +72,12 @@ struct api_server_flags {
   const char *tenant;            /* --tenant */
   const char *health_actors;     /* --health-actors */
   int32_t health_missed_beats;   /* --health-missed-beats: >= 1 */
-  const char *api_key;           /* --api-key: one key, for --tenant; NULL = none */
-  const char *api_keys_file;     /* --api-keys: KEY TENANT lines (api_keys.h); NULL = none */
+  const char *const *api_keys;   /* --api-key (repeatable): [num_api_keys] keys, for --tenant */
+  int num_api_keys;
+  const char *const *api_keys_files; /* --api-keys (repeatable): KEY TENANT files (api_keys.h) */
+  int num_api_keys_files;
+  const char *seed;              /* --seed: decimal; NULL = random seeds */
+  bool enable_auto_tool_choice;  /* --enable-auto-tool-choice */
   const char *tool_call_parser;  /* --tool-call-parser: hermes | llama3_json | mistral */
   const char *allowed_origins, *allowed_methods, *allowed_headers; /* CORS (api_cors.h) */
   bool allow_credentials;
@@ -78,9 +93,9 @@ struct api_server_config {
   struct api_keys *keys;                /* owned; NULL = no authentication */
 };
 
-/* Checks `f` and fills `c`: the served model is --model-name, else the basename of
- * `model_path` (the --model GGUF; NULL = none) without ".gguf"; --api-key (for --tenant) and
- * --api-keys loaded into one key set; health_window_ms = health_missed_beats x heartbeat_ms
+/* Checks `f` and fills `c`: the served model is the first --served-model-name (the others its
+ * aliases), else the basename of `model_path` (the --model GGUF; NULL = none) without ".gguf";
+ * every --api-key (for --tenant) and --api-keys file loaded into one key set; --seed parsed; health_window_ms = health_missed_beats x heartbeat_ms
  * (the actors beat at that interval). Errors: INVALID_ARGUMENT naming the flag (a value out of
  * range, an unknown tool-call parser, no model name to derive), those of api_keys_add /
  * api_keys_load_file; `c` holds nothing to free then. Free with api_server_config_free. */

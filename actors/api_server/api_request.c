@@ -600,6 +600,14 @@ static llb_status parse_field(const char *key, json_t *v, struct api_request *r,
   return BAD(key, "Unrecognized request argument supplied: %s", key);
 }
 
+bool api_model_served(const struct api_parse_options *o, const char *model) {
+  if (!model) return false;
+  if (strcmp(model, o->served_model) == 0) return true;
+  for (int i = 0; i < o->num_model_aliases; i++)
+    if (strcmp(model, o->model_aliases[i]) == 0) return true;
+  return false;
+}
+
 llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_t len,
                              const struct api_parse_options *o, struct api_request *out,
                              struct api_error *err) {
@@ -628,7 +636,7 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
     goto fail;
   }
   if (get_str(mv, "model", &model, &model_len, err) != LLB_STATUS_OK) goto fail;
-  if (model_len >= sizeof out->model || strcmp(model, o->served_model) != 0) {
+  if (model_len >= sizeof out->model || !api_model_served(o, model)) {
     api_error_set(err, 404, "model", "The model `%.200s` does not exist. Served: `%s`.", model,
                   o->served_model);
     snprintf(err->code, sizeof err->code, "model_not_found");
@@ -713,7 +721,7 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
       st = api_parse_prompt_embeds(v, out, err);
   }
   if (st == LLB_STATUS_OK) st = api_params_check(out, err);
-  if (st == LLB_STATUS_OK) st = api_tools_check(out, (enum tool_format)o->tool_parser, err);
+  if (st == LLB_STATUS_OK) st = api_tools_check(out, (enum tool_format)o->tool_parser, !o->no_auto_tool_choice, err);
   if (st != LLB_STATUS_OK) goto fail;
   /* The params as the engine gets them, set once here so every prompt's GenerateRequest
    * points at them: DELTA outputs (non-streamed responses are accumulated by the server),

@@ -128,12 +128,20 @@ struct api_request {
 
 /* What the parser checks against. */
 struct api_parse_options {
-  const char *served_model;  /* the only model id accepted (404 otherwise); required */
+  const char *served_model;  /* the model id accepted (404 otherwise); required */
+  const char *const *model_aliases; /* [num_model_aliases] more ids accepted (--served-model-name
+                                     * a b: b), borrowed; NULL = none */
+  int num_model_aliases;
   int32_t max_n;             /* 0 = API_MAX_N */
   int32_t tool_parser;       /* enum tool_format of --tool-call-parser (0 = hermes); api_tools.h */
+  bool no_auto_tool_choice;  /* tool_choice "auto" (given, or implied by tools) is a 400, as vLLM's
+                              * without --enable-auto-tool-choice */
   const char *allowed_local_media_path; /* realpath of vLLM's --allowed-local-media-path: file://
                                            image URLs inside it are read (api_images.h); NULL = none */
 };
+
+/* Whether `model` is one of the ids o serves (served_model or an alias). NULL: false. */
+bool api_model_served(const struct api_parse_options *o, const char *model);
 
 /* Parses and validates `body[len]` (need not be NUL-terminated) for `endpoint`.
  * Returns LLB_STATUS_OK and fills `out` (caller frees with api_request_free), or

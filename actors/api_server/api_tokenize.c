@@ -84,7 +84,7 @@ llb_status api_tokenize_parse(enum api_endpoint endpoint, const char *body, size
   out->endpoint = endpoint;
   out->add_generation_prompt = true;
   if (endpoint == API_ENDPOINT_MODEL_INFO) {
-    if (!model || strcmp(model, o->served_model) != 0) {
+    if (!api_model_served(o, model)) {
       api_error_set(err, 404, "model", "The model `%.200s` does not exist. Served: `%s`.", model ? model : "",
                     o->served_model);
       snprintf(err->code, sizeof err->code, "model_not_found");

@@ -312,7 +312,7 @@ static json_t *required_schema(json_t *tools, bool single, bool *clash) {
   return schema;
 }
 
-llb_status api_tools_check(struct api_request *r, enum tool_format parser, struct api_error *err) {
+llb_status api_tools_check(struct api_request *r, enum tool_format parser, bool auto_allowed, struct api_error *err) {
   struct api_tools *t = r->tools;
   if (!t) return LLB_STATUS_OK;
   t->parser = parser;
@@ -322,6 +322,9 @@ llb_status api_tools_check(struct api_request *r, enum tool_format parser, struc
     return LLB_STATUS_OK;
   }
   if (!t->tool_choice) t->choice = API_TOOL_CHOICE_AUTO;
+  if (t->choice == API_TOOL_CHOICE_AUTO && !auto_allowed) /* vLLM's serving_chat.py check and message */
+    return api_error_bad(err, "tool_choice",
+                         "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
   json_t *schema = NULL;
   if (t->choice >= API_TOOL_CHOICE_REQUIRED && r->structured_outputs.kind != LLB_SO_NONE)
     return api_error_bad(err, "tool_choice", "'tool_choice' required or named constrains the output itself; it cannot be "

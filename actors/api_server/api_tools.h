@@ -61,8 +61,10 @@ llb_status api_tools_parse_message(struct json_t *m, const char *name, bool cont
 
 /* Cross-checks and derived values once the request is parsed: tool_choice against tools,
  * the GenerateRequest tools JSON, the structured-output schema; `parser` is the server's
- * --tool-call-parser. OK / INVALID_ARGUMENT / OUT_OF_MEMORY. */
-llb_status api_tools_check(struct api_request *r, enum tool_format parser, struct api_error *err);
+ * --tool-call-parser; without `auto_allowed` (--enable-auto-tool-choice) tool_choice "auto",
+ * given or implied by tools, is refused with vLLM's message. OK / INVALID_ARGUMENT /
+ * OUT_OF_MEMORY. */
+llb_status api_tools_check(struct api_request *r, enum tool_format parser, bool auto_allowed, struct api_error *err);
 
 /* Sets the tools of `out` from `r` (borrowed; valid while r lives); the tool_choice schema
  * travels as r->structured_outputs (api_request_to_generate). */

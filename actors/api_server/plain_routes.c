@@ -7,33 +7,40 @@
 
 #include "actors/api_server/api_tokenize.h"
 #include "actors/api_server/http_reply.h"
+#include "actors/api_server/metrics_merge.h"
+#include "base/log.h"
 
 void api_route_version(struct evhttp_request *req) {
   static const char body[] = "{\"version\":\"" LLB_VERSION_STRING "\"}";
   api_http_send_body(req, 200, "application/json", body, sizeof body - 1);
 }
 
-void api_route_models(struct evhttp_request *req, const char *model_name, int32_t max_model_len) {
+void api_route_models(struct evhttp_request *req, const char *const *names, int num, int32_t max_model_len) {
   struct api_buf b = {0};
-  bool ok = api_buf_printf(&b, "{\"object\":\"list\",\"data\":[") &&
-            api_model_object_render(model_name, (int64_t)time(NULL), max_model_len, &b) == LLB_STATUS_OK &&
-            api_buf_printf(&b, "]}");
+  const int64_t now = (int64_t)time(NULL);
+  bool ok = api_buf_printf(&b, "{\"object\":\"list\",\"data\":[");
+  for (int i = 0; ok && i < num; i++)
+    ok = (i == 0 || api_buf_printf(&b, ",")) && api_model_object_render(names[i], now, max_model_len, &b) == LLB_STATUS_OK;
+  ok = ok && api_buf_printf(&b, "]}");
   if (ok) api_http_send_body(req, 200, "application/json", b.data, b.len);
   else evhttp_send_error(req, 500, NULL);
   api_buf_free(&b);
 }
 
-void api_route_metrics(struct evhttp_request *req, struct api_metrics *metrics, struct llb_metrics *registry) {
-  struct api_buf b = {0};
-  char *more = NULL;
-  size_t more_len = 0;
-  bool ok = api_metrics_render(metrics, &b) &&
-            (!registry || llb_metrics_render(registry, &more, &more_len) == LLB_STATUS_OK) &&
-            (!more || api_buf_append(&b, more, more_len));
-  free(more);
+void api_route_metrics(struct evhttp_request *req, struct api_metrics *metrics, struct llb_metrics *registry,
+                       struct metrics_merge *merge) {
+  struct api_buf view = {0}, b = {0};
+  char *own = NULL;
+  size_t own_len = 0;
+  bool ok = api_metrics_render(metrics, &view) &&
+            (!registry || llb_metrics_render(registry, &own, &own_len) == LLB_STATUS_OK);
+  if (ok && merge) ok = metrics_merge_render(merge, view.data, view.len, own, own_len, llb_now_ns(), &b);
+  else if (ok) ok = api_buf_append(&b, view.data, view.len) && (!own || api_buf_append(&b, own, own_len));
   if (ok)
     api_http_send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
   else
     evhttp_send_error(req, 500, NULL);
+  free(own);
+  api_buf_free(&view);
   api_buf_free(&b);
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "actors/input_processor/actor_wire.h"
 #include "actors/input_processor/chat_render.h"
@@ -657,9 +658,13 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   cfg.max_model_len = o->max_model_len ? o->max_model_len : inproc_model_max_model_len(f, DEFAULT_MAX_MODEL_LEN);
   cfg.max_n = INPROC_ACTOR_MAX_N;
   cfg.has_chat_template = chat_template_from_gguf(f, &cfg.chat_template) == LLB_STATUS_OK;
-  st = chat_render_load(f, o->chat_template_file, &a->jinja);
-  if (st != LLB_STATUS_OK && (o->chat_template_file || st != LLB_STATUS_NOT_FOUND)) {
-    if (o->chat_template_file) goto fail; /* an explicit template must work */
+  const char *tmpl = o->chat_template_file;
+  const bool builtin = tmpl && access(tmpl, F_OK) != 0 && chat_template_from_name(tmpl, &cfg.chat_template) == LLB_STATUS_OK;
+  if (builtin) { /* a built-in name, as llama-server's --chat-template NAME: no Jinja */
+    cfg.has_chat_template = true;
+    LLB_LOG_INFO("chat_template", "builtin=%s", chat_template_name(cfg.chat_template));
+  } else if ((st = chat_render_load(f, tmpl, &a->jinja)) != LLB_STATUS_OK && (tmpl || st != LLB_STATUS_NOT_FOUND)) {
+    if (tmpl) goto fail; /* an explicit template must work */
     LLB_LOG_WARN("chat_template_unusable", "model=%s err=\"%s\" fallback=%s", o->model_path, llb_err_last(),
                  cfg.has_chat_template ? chat_template_name(cfg.chat_template) : "none");
   }

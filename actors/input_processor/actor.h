@@ -62,8 +62,9 @@ struct inproc_actor_options {
   bool durable;            /* EngineCoreRequests go into the JetStream requests stream, each
                               confirmed stored before the client's request counts as taken
                               (bus/jetstream.h); false: plain publish */
-  const char *chat_template_file; /* Jinja chat template overriding the GGUF's; NULL = the
-                                     GGUF's tokenizer.chat_template (chat_render.h) */
+  const char *chat_template_file; /* --chat-template: a Jinja file, the Jinja text itself, or a
+                                     built-in name (chatml, llama3, ...: chat_template.h); NULL =
+                                     the GGUF's tokenizer.chat_template (chat_render.h) */
   const char *mmproj_path; /* GGUF mmproj (model/clip.h, the worker's --mmproj): image_url parts
                               are planned with it (mm_images.h); NULL/"" = images refused */
   int32_t stream_replicas; /* durable: replicas of the requests stream if this actor creates it

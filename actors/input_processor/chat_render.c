@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -214,8 +215,15 @@ static llb_status read_file(const char *path, char **out, size_t *len) {
   return LLB_STATUS_OK;
 }
 
-llb_status chat_render_load(const struct gguf_file *f, const char *path, struct jinja_template **out) {
+llb_status chat_render_load(const struct gguf_file *f, const char *source, struct jinja_template **out) {
   *out = NULL;
+  const char *path = source;
+  if (source && access(source, F_OK) != 0) { /* not a file: the template itself (vLLM's single-line form) */
+    if (!strstr(source, "{{") && !strstr(source, "{%"))
+      return LLB_ERRF(LLB_STATUS_IO, "--chat-template %.200s: no such file (nor a built-in name or Jinja text)",
+                      source);
+    return LLB_UPDATE_ERR_STACK(jinja_template_create(source, strlen(source), out));
+  }
   if (path) {
     char *src = NULL;
     size_t len = 0;

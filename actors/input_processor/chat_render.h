@@ -57,11 +57,13 @@ struct chat_render_input {
 llb_status chat_render_jinja(const struct jinja_template *t, const struct chat_render_input *in,
                              char **text_out);
 
-/* The chat template to render with: the file at `path` when given (--chat-template FILE),
- * else f's tokenizer.chat_template. NOT_FOUND when neither exists; IO when the file cannot
- * be read; the parse errors of jinja_template_create (MALFORMED with line/col). Caller frees
- * *out with jinja_template_destroy. */
+/* The chat template to render with: `source` (--chat-template) as vLLM reads it — the file at
+ * that path when one exists, else the template text itself when it holds Jinja ("{{" or "{%")
+ * — or, when source is NULL, f's tokenizer.chat_template. NOT_FOUND when the GGUF has none; IO
+ * when the file cannot be read or source is neither a file nor Jinja (the message names it); the
+ * parse errors of jinja_template_create (MALFORMED with line/col). Caller frees *out with
+ * jinja_template_destroy. */
 struct gguf_file;
-llb_status chat_render_load(const struct gguf_file *f, const char *path, struct jinja_template **out);
+llb_status chat_render_load(const struct gguf_file *f, const char *source, struct jinja_template **out);
 
 #endif

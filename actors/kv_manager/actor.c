@@ -132,7 +132,16 @@ static void on_kv_step(struct bus *bus, const struct bus_msg *msg, void *user) {
     atomic_fetch_add(&a->num_resets, 1);
   }
   if (in.reset) {
-    LLB_LOG_WARN("kv_reset", "step=%llu reason=kv_contents_lost", (unsigned long long)in.step);
+    /* A starting scheduler always asks for a reset (a previous one may have left blocks here):
+     * worth a warning only when there was something to lose, not on a fresh start. */
+    struct kv_manager_stats ks;
+    kv_manager_get_stats(a->kv, &ks);
+    if (ks.num_requests > 0 || ks.num_cached_blocks > 0)
+      LLB_LOG_WARN("kv_reset", "step=%llu reason=kv_contents_lost requests=%d cached_blocks=%d",
+                   (unsigned long long)in.step, ks.num_requests, ks.num_cached_blocks);
+    else
+      LLB_LOG_DEBUG("kv_reset", "step=%llu reason=kv_contents_lost requests=0 cached_blocks=0",
+                    (unsigned long long)in.step);
     kv_manager_reset(a->kv, true);
     atomic_fetch_add(&a->num_resets, 1);
   }

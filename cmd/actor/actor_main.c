@@ -22,177 +22,69 @@
 #define ACTOR_MAIN_EXIT_OK 0
 #define ACTOR_MAIN_EXIT_FAILURE 1
 #define ACTOR_MAIN_EXIT_USAGE 2
-/* Returned by parse_args when the program should go on. */
-#define ACTOR_MAIN_CONTINUE (-1)
 
 #define HEARTBEAT_CAP_BYTES 1024
 /* Bound on waiting for the NATS client's own threads to end before the process exits. */
 #define ACTOR_MAIN_SHUTDOWN_WAIT_MS 5000
 
-llb_status actor_main_parse_int64(const char *value, int64_t min, int64_t max, int64_t *out) {
-  if (!value || !*value)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "expected an integer, got an empty value");
-  errno = 0;
-  char *end = NULL;
-  long long v = strtoll(value, &end, 10);
-  if (errno != 0 || *end != '\0' || v < min || v > max)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
-                    "'%s' is not an integer in [%" PRId64 ", %" PRId64 "]", value, min, max);
-  *out = (int64_t)v;
-  return LLB_STATUS_OK;
-}
-
-static llb_status parse_double(const char *value, double *out) {
-  errno = 0;
-  char *end = NULL;
-  double v = strtod(value, &end);
-  if (!*value || errno != 0 || *end != '\0')
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "'%s' is not a number", value);
-  *out = v;
-  return LLB_STATUS_OK;
-}
-
 /* The common flags as a table over am->common, so one parser serves both lists. */
-enum { NUM_COMMON_FLAGS = 15 };
-static void common_flags_table(struct actor_main *am, struct actor_flag *t) {
+enum { NUM_COMMON_FLAGS = 16 };
+static void common_flags_table(struct actor_main *am, struct flag *t) {
   struct actor_common_flags *c = &am->common;
-  const struct actor_flag table[NUM_COMMON_FLAGS] = {
-      {"nats", ACTOR_FLAG_KIND_STRING, &c->nats_url, "NATS server URL(s), comma-separated", NULL},
-      {"prefix", ACTOR_FLAG_KIND_STRING, &c->prefix, "subject prefix", NULL},
-      {"engine-id", ACTOR_FLAG_KIND_STRING, &c->engine_id, "engine id (<eid> in llm.engine.<eid>.*)",
-       NULL},
-      {"instance", ACTOR_FLAG_KIND_STRING, &c->instance, "instance name in the health subject",
-       NULL},
-      {"model", ACTOR_FLAG_KIND_STRING, &c->model_path, "GGUF model path", NULL},
-      {"creds", ACTOR_FLAG_KIND_STRING, &c->creds_file, "NATS credentials file (.creds)", NULL},
-      {"nats-user", ACTOR_FLAG_KIND_STRING, &c->nats_user, "NATS user (with --nats-password-file)", NULL},
-      {"nats-password-file", ACTOR_FLAG_KIND_STRING, &c->nats_password_file,
-       "file holding the NATS user's password (mode 0600; never on the command line)", NULL},
-      {"log-level", ACTOR_FLAG_KIND_STRING, &c->log_level, "debug|info|warn|error", NULL},
-      {"heartbeat-ms", ACTOR_FLAG_KIND_INT64, &c->heartbeat_ms, "heartbeat interval, ms", NULL},
-      {"metrics-port", ACTOR_FLAG_KIND_INT32, &c->metrics_port, "Prometheus GET /metrics port (0 = none)", NULL},
-      {"metrics-host", ACTOR_FLAG_KIND_STRING, &c->metrics_host, "address of the metrics listener", NULL},
-      {"otlp-endpoint", ACTOR_FLAG_KIND_STRING, &c->otlp_endpoint,
-       "export spans as OTLP/HTTP JSON to URL/v1/traces (http://host:port)", NULL},
-      {"trace-sample-ratio", ACTOR_FLAG_KIND_DOUBLE, &c->trace_sample_ratio,
-       "fraction of new traces sampled (requests arriving with a traceparent keep its flag)", NULL},
-      {"trace-publish", ACTOR_FLAG_KIND_BOOL, &c->trace_publish,
-       "also publish span batches (OTLP JSON) on <prefix>.trace.<actor>", NULL},
+  const struct flag table[NUM_COMMON_FLAGS] = {
+      {.name = "nats", .kind = FLAG_KIND_STRING, .target = &c->nats_url,
+       .help = "NATS server URL(s), comma-separated"},
+      {.name = "prefix", .kind = FLAG_KIND_STRING, .target = &c->prefix,
+       .help = "subject prefix"},
+      {.name = "engine-id", .kind = FLAG_KIND_STRING, .target = &c->engine_id,
+       .help = "engine id (<eid> in llm.engine.<eid>.*)"},
+      {.name = "instance", .kind = FLAG_KIND_STRING, .target = &c->instance,
+       .help = "instance name in the health subject"},
+      {.name = "model", .short_name = 'm', .kind = FLAG_KIND_STRING, .target = &c->model_path,
+       .help = "GGUF model path"},
+      {.name = "creds", .kind = FLAG_KIND_STRING, .target = &c->creds_file,
+       .help = "NATS credentials file (.creds)"},
+      {.name = "nats-user", .kind = FLAG_KIND_STRING, .target = &c->nats_user,
+       .help = "NATS user (with --nats-password-file)"},
+      {.name = "nats-password-file", .kind = FLAG_KIND_STRING, .target = &c->nats_password_file,
+       .help = "file holding the NATS user's password (mode 0600; never on the command line)"},
+      {.name = "log-level", .kind = FLAG_KIND_STRING, .target = &c->log_level,
+       .help = "debug|info|warn|error"},
+      {.name = "heartbeat-ms", .kind = FLAG_KIND_INT64, .target = &c->heartbeat_ms,
+       .help = "heartbeat interval, ms"},
+      {.name = "metrics-port", .kind = FLAG_KIND_INT32, .target = &c->metrics_port,
+       .help = "Prometheus GET /metrics port (0 = none)"},
+      {.name = "metrics-host", .kind = FLAG_KIND_STRING, .target = &c->metrics_host,
+       .help = "address of the metrics listener"},
+      {.name = "metrics-publish-ms", .kind = FLAG_KIND_INT64, .target = &c->metrics_publish_ms, .min = -1,
+       .max = 3600000,
+       .help = "publish the metrics on <prefix>.health.<actor>.<instance>.metrics this often, for the api server's "
+               "/metrics (one scrape for the stack); 0 = --heartbeat-ms, -1 = never"},
+      {.name = "otlp-endpoint", .aliases = "otlp-traces-endpoint", .kind = FLAG_KIND_STRING, .target = &c->otlp_endpoint,
+       .help = "export spans as OTLP/HTTP JSON to URL/v1/traces (http://host:port)"},
+      {.name = "trace-sample-ratio", .kind = FLAG_KIND_DOUBLE, .target = &c->trace_sample_ratio,
+       .help = "fraction of new traces sampled (requests arriving with a traceparent keep its flag)"},
+      {.name = "trace-publish", .kind = FLAG_KIND_BOOL, .target = &c->trace_publish,
+       .help = "also publish span batches (OTLP JSON) on <prefix>.trace.<actor>"},
   };
   memcpy(t, table, sizeof table);
 }
 
-static void print_flag(FILE *f, const struct actor_flag *fl) {
-  char head[64];
-  snprintf(head, sizeof head, "--%s%s", fl->name,
-           fl->kind == ACTOR_FLAG_KIND_BOOL ? "" : " VALUE");
-  fprintf(f, "  %-28s %s", head, fl->help ? fl->help : "");
-  switch (fl->kind) {
-  case ACTOR_FLAG_KIND_INT32: fprintf(f, " (default %" PRId32 ")", *(int32_t *)fl->target); break;
-  case ACTOR_FLAG_KIND_INT64: fprintf(f, " (default %" PRId64 ")", *(int64_t *)fl->target); break;
-  case ACTOR_FLAG_KIND_DOUBLE: fprintf(f, " (default %g)", *(double *)fl->target); break;
-  case ACTOR_FLAG_KIND_STRING: {
-    const char *v = *(const char **)fl->target;
-    if (v) fprintf(f, " (default %s)", v);
-    break;
-  }
-  case ACTOR_FLAG_KIND_BOOL:
-  case ACTOR_FLAG_KIND_CUSTOM: break;
-  }
-  fputc('\n', f);
-}
-
-static void print_usage(FILE *f, struct actor_main *am, const struct actor_flag *common) {
-  const struct actor_main_spec *s = am->spec;
-  fprintf(f, "usage: %s [flags]\n%s%s", s->program ? s->program : s->actor,
-          s->summary ? s->summary : "", s->summary ? "\n" : "");
-  fprintf(f, "\ncommon flags:\n");
-  for (int i = 0; i < NUM_COMMON_FLAGS; i++) print_flag(f, &common[i]);
-  fprintf(f, "  %-28s %s\n", "--help", "print this help and exit");
-  if (s->num_flags > 0) {
-    fprintf(f, "\n%s flags:\n", s->actor);
-    for (int i = 0; i < s->num_flags; i++) print_flag(f, &s->flags[i]);
-  }
-}
-
-static llb_status set_flag(const struct actor_flag *fl, const char *value) {
-  int64_t v = 0;
-  llb_status st = LLB_STATUS_OK;
-  switch (fl->kind) {
-  case ACTOR_FLAG_KIND_BOOL: *(bool *)fl->target = true; break;
-  case ACTOR_FLAG_KIND_INT32:
-    st = actor_main_parse_int64(value, INT32_MIN, INT32_MAX, &v);
-    if (st == LLB_STATUS_OK) *(int32_t *)fl->target = (int32_t)v;
-    break;
-  case ACTOR_FLAG_KIND_INT64:
-    st = actor_main_parse_int64(value, INT64_MIN, INT64_MAX, &v);
-    if (st == LLB_STATUS_OK) *(int64_t *)fl->target = v;
-    break;
-  case ACTOR_FLAG_KIND_DOUBLE: st = parse_double(value, (double *)fl->target); break;
-  case ACTOR_FLAG_KIND_STRING: *(const char **)fl->target = value; break;
-  case ACTOR_FLAG_KIND_CUSTOM:
-    if (!fl->set) return LLB_ERRF(LLB_STATUS_INTERNAL, "--%s has no setter", fl->name);
-    st = fl->set(value, fl->target);
-    break;
-  }
-  return st;
-}
-
-static const struct actor_flag *find_flag(const struct actor_flag *common,
-                                          const struct actor_main_spec *s, const char *name,
-                                          size_t len) {
-  for (int i = 0; i < NUM_COMMON_FLAGS; i++)
-    if (strlen(common[i].name) == len && strncmp(common[i].name, name, len) == 0) return &common[i];
-  for (int i = 0; i < s->num_flags; i++)
-    if (strlen(s->flags[i].name) == len && strncmp(s->flags[i].name, name, len) == 0)
-      return &s->flags[i];
-  return NULL;
-}
-
-/* Returns ACTOR_MAIN_CONTINUE, or an exit code (0 after --help, 2 on a usage error). */
+/* Parses the common flags and the actor's own (cmd/flags/flags.h) into am; the values live in
+ * am->args. Returns FLAGS_CONTINUE, or an exit code (0 after --help, 2 on a usage error). */
 static int parse_args(struct actor_main *am, int argc, char **argv) {
-  struct actor_flag common[NUM_COMMON_FLAGS];
+  struct flag common[NUM_COMMON_FLAGS];
   common_flags_table(am, common);
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-      print_usage(stdout, am, common);
-      return ACTOR_MAIN_EXIT_OK;
-    }
-    if (strncmp(arg, "--", 2) != 0) {
-      fprintf(stderr, "%s: unexpected argument '%s'\n\n", am->spec->actor, arg);
-      print_usage(stderr, am, common);
-      return ACTOR_MAIN_EXIT_USAGE;
-    }
-    const char *name = arg + 2;
-    const char *eq = strchr(name, '=');
-    size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
-    const struct actor_flag *fl = find_flag(common, am->spec, name, name_len);
-    if (!fl) {
-      fprintf(stderr, "%s: unknown flag '--%.*s'\n\n", am->spec->actor, (int)name_len, name);
-      print_usage(stderr, am, common);
-      return ACTOR_MAIN_EXIT_USAGE;
-    }
-    const char *value = NULL;
-    if (fl->kind == ACTOR_FLAG_KIND_BOOL) {
-      if (eq) {
-        fprintf(stderr, "%s: --%s takes no value\n", am->spec->actor, fl->name);
-        return ACTOR_MAIN_EXIT_USAGE;
-      }
-    } else if (eq) {
-      value = eq + 1;
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      fprintf(stderr, "%s: --%s needs a value\n", am->spec->actor, fl->name);
-      return ACTOR_MAIN_EXIT_USAGE;
-    }
-    if (set_flag(fl, value) != LLB_STATUS_OK) {
-      fprintf(stderr, "%s: --%s: %s\n", am->spec->actor, fl->name, llb_err_last());
-      return ACTOR_MAIN_EXIT_USAGE;
-    }
-  }
-  return ACTOR_MAIN_CONTINUE;
+  const struct actor_main_spec *s = am->spec;
+  char usage[512], title[96];
+  snprintf(usage, sizeof usage, "usage: %s [flags]\n%s%s", s->program ? s->program : s->actor,
+           s->summary ? s->summary : "", s->summary ? "\n" : "");
+  snprintf(title, sizeof title, "%s flags", s->actor);
+  const struct flag_section sections[] = {{"common flags", common, NUM_COMMON_FLAGS},
+                                          {title, s->flags, s->num_flags}};
+  const struct flag_command c = {.program = s->program ? s->program : s->actor, .usage = usage,
+                                 .sections = sections, .num_sections = 2, .max_positional = 0};
+  return flags_parse(&c, argc, argv, &am->args);
 }
 
 static llb_status apply_log_level(const char *level) {
@@ -280,6 +172,8 @@ static llb_status metrics_start(struct actor_main *am) {
   return LLB_STATUS_OK;
 }
 
+static int run_parsed(struct actor_main *am);
+
 static void metrics_stop(struct actor_main *am) {
   bus_metrics_http_stop(am->metrics_http);
   am->metrics_http = NULL;
@@ -306,7 +200,14 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
   init_common(am);
 
   int rc = parse_args(am, argc, argv);
-  if (rc != ACTOR_MAIN_CONTINUE) return rc;
+  if (rc == FLAGS_CONTINUE) rc = run_parsed(am);
+  flag_args_free(&am->args);
+  return rc;
+}
+
+/* Everything after the flags (see actor_main.h): checks, metrics, connect, start, run, stop. */
+static int run_parsed(struct actor_main *am) {
+  const struct actor_main_spec *spec = am->spec;
   llb_log_set_actor(spec->actor);
   set_log_context(am);
   if (apply_log_level(am->common.log_level) != LLB_STATUS_OK ||
@@ -389,7 +290,7 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
   LLB_LOG_INFO("connected", "url=%s prefix=%s engine_id=%s instance=%s", url, am->common.prefix,
                am->common.engine_id, am->common.instance);
 
-  rc = ACTOR_MAIN_EXIT_OK;
+  int rc = ACTOR_MAIN_EXIT_OK;
   st = spec->start(am, spec->user);
   if (st != LLB_STATUS_OK && bus_stop_requested(am->bus)) { /* SIGTERM while starting: a clean stop */
     LLB_LOG_INFO("stopped_during_start", "status=%s", llb_strerror(st));
@@ -411,6 +312,12 @@ int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
                   llb_log_quote(q, sizeof q, llb_err_last()));
     rc = ACTOR_MAIN_EXIT_FAILURE;
     goto out;
+  }
+  const int64_t publish_ms = am->common.metrics_publish_ms ? am->common.metrics_publish_ms : am->common.heartbeat_ms;
+  if (publish_ms > 0 &&
+      bus_metrics_publish_start(am->bus, spec->actor, am->common.instance, publish_ms, am->metrics) != LLB_STATUS_OK) {
+    char q[512]; /* the engine's work does not depend on being scraped */
+    LLB_LOG_WARN("metrics_publish_failed", "error=%s", llb_log_quote(q, sizeof q, llb_err_last()));
   }
   LLB_LOG_INFO("ready", "actor=%s", spec->actor);
   st = bus_actor_run(am->bus);

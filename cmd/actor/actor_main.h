@@ -2,8 +2,9 @@
  *
  * A main fills one struct actor_main_spec (its name, its own flags, start/stop hooks) and
  * calls actor_main_exec(), which does the rest in this order:
- *   1. parse the common flags and the actor's own (--name VALUE or --name=VALUE);
- *      --help prints both lists and exits 0; a bad flag prints the error + usage, exit 2;
+ *   1. parse the common flags and the actor's own, one getopt table (cmd/flags/flags.h:
+ *      --name VALUE or --name=VALUE, `--` ends them); --help prints both lists and exits 0; a
+ *      bad flag prints the error and a hint, exit 2;
  *   2. llb_log_set_actor(spec->actor), llb_log_set_context("engine=<eid> instance=<instance>"),
  *      --log-level;
  *   3. spec->configure (optional): check the actor's flag values; error = exit 2;
@@ -14,7 +15,9 @@
  *      naming the URL without its credentials, exit 1);
  *   5. spec->start: create the actor, subscribe its handlers, start its threads;
  *   6. a Heartbeat (schemas/control.h) on <prefix>.health.<actor>.<instance> every
- *      --heartbeat-ms, carrying ready / inflight (actor_main_set_ready/_inflight);
+ *      --heartbeat-ms, carrying ready / inflight (actor_main_set_ready/_inflight); the metrics
+ *      (Prometheus text) on <prefix>.health.<actor>.<instance>.metrics every
+ *      --metrics-publish-ms (default: --heartbeat-ms), merged into the api server's /metrics;
  *   7. bus_actor_run: serve until SIGTERM / SIGINT / bus_stop, then drain;
  *   8. spec->stop (optional; the bus is still there, the connection drained): join threads;
  *   9. bus_destroy, then spec->destroy (optional): free the actor;
@@ -27,7 +30,9 @@
  * read from a 0600 file so it never shows in argv, `ps` or a log; a URL may also carry
  * `user:password@`, which logs never show),
  * --log-level debug|info|warn|error (info), --heartbeat-ms (2000), --metrics-port (0 = none),
- * --metrics-host (127.0.0.1), --otlp-endpoint URL (spans as OTLP/HTTP JSON to URL/v1/traces),
+ * --metrics-host (127.0.0.1), --metrics-publish-ms (0: --heartbeat-ms; -1: off),
+ * --otlp-endpoint URL (alias --otlp-traces-endpoint, vLLM's: spans as OTLP/HTTP JSON to
+ * URL/v1/traces),
  * --trace-sample-ratio R (1.0), --trace-publish, --help.
  *
  * Threading: actor_main_exec runs on the main thread; start/stop/destroy run there too.
@@ -45,27 +50,7 @@
 #include "base/status.h"
 #include "bus/bus.h"
 #include "bus/metrics_http.h"
-
-/* How a flag's value is stored into its target. */
-enum actor_flag_kind {
-  ACTOR_FLAG_KIND_BOOL,   /* no argument; sets *(bool *)target = true */
-  ACTOR_FLAG_KIND_INT32,  /* one argument, decimal; *(int32_t *)target */
-  ACTOR_FLAG_KIND_INT64,  /* one argument, decimal; *(int64_t *)target */
-  ACTOR_FLAG_KIND_DOUBLE, /* one argument; *(double *)target */
-  ACTOR_FLAG_KIND_STRING, /* one argument; *(const char **)target points into argv */
-  ACTOR_FLAG_KIND_CUSTOM, /* one argument, given to set(value, target) */
-};
-
-/* One actor-specific flag. Targets hold the defaults before parsing (shown by --help). */
-struct actor_flag {
-  const char *name;          /* without the leading "--": "num-blocks" */
-  enum actor_flag_kind kind;
-  void *target;              /* see enum actor_flag_kind; must outlive actor_main_exec */
-  const char *help;          /* one line; the default is appended for non-CUSTOM kinds */
-  /* CUSTOM only: parses `value` into `target`; an error status (with LLB_ERRF message)
-   * makes it a usage error. NULL for other kinds. */
-  llb_status (*set)(const char *value, void *target);
-};
+#include "cmd/flags/flags.h"
 
 /* Values of the common flags after parsing. Strings point into argv or static storage. */
 struct actor_common_flags {
@@ -81,6 +66,8 @@ struct actor_common_flags {
   int64_t heartbeat_ms;
   int32_t metrics_port;     /* 0 = no metrics listener */
   const char *metrics_host;
+  int64_t metrics_publish_ms; /* the registry on <prefix>.health.<actor>.<instance>.metrics this
+                               * often (bus_metrics_publish_start); 0 = heartbeat_ms, -1 = never */
   const char *otlp_endpoint; /* NULL = no OTLP export (bus/span.h) */
   double trace_sample_ratio; /* head sampling of the traces this actor starts, [0, 1] */
   bool trace_publish;        /* also publish span batches on <prefix>.trace.<actor> */
@@ -104,6 +91,7 @@ struct actor_main {
   atomic_int_fast64_t hello_answered_ns; /* actor_main_answer_hellos: the last answer */
   atomic_uint_fast64_t answered_reconnects; /* actor_main_answer_after_reconnect */
   atomic_int_fast64_t answer_until_ns;
+  struct flag_args args;      /* what the flags' values point into */
   char instance_buf[96];      /* default instance storage */
   char host_buf[64];
 };
@@ -112,7 +100,7 @@ struct actor_main_spec {
   const char *actor;          /* "kv_manager": log actor= and the health subject token */
   const char *program;        /* "llmbus-kv-manager", for --help */
   const char *summary;        /* one line for --help */
-  const struct actor_flag *flags; /* [num_flags] the actor's own flags, may be NULL */
+  const struct flag *flags;   /* [num_flags] the actor's own flags (cmd/flags/flags.h), may be NULL */
   int num_flags;
   /* Optional: validate / derive the actor's configuration after parsing, before connecting.
    * An error (with LLB_ERRF message) is a usage error, exit 2. */
@@ -178,9 +166,5 @@ llb_status actor_main_answer_after_reconnect(struct actor_main *am, const char *
 
 #define ACTOR_MAIN_MAX_KV_BLOCKS (1 << 24) /* 64 MiB of per-block state in a scheduler */
 #define ACTOR_MAIN_MAX_BLOCK_SIZE 4096
-
-/* Parses a decimal integer in [min, max] (for CUSTOM setters). INVALID_ARGUMENT naming the
- * value and the range otherwise. */
-llb_status actor_main_parse_int64(const char *value, int64_t min, int64_t max, int64_t *out);
 
 #endif

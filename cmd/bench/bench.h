@@ -215,13 +215,7 @@ double bench_loadavg(void);
  * when absent. */
 bool bench_prom_value(const char *text, const char *name, double *out);
 
-/* --- `vllm bench serve` flags ------------------------------------------------------- */
-
-/* Our spelling of a `vllm bench serve` flag that means the same (--dataset-name → --dataset,
- * --random-input-len → --input-len, --random-output-len → --output-len, --random-range-ratio,
- * --disable-tqdm → --no-progress, --tokenizer → --model,
- * --result-filename → --result-file); any other flag comes back unchanged. */
-const char *bench_serve_flag_alias(const char *flag);
+/* --- `vllm bench serve` flags (its other spellings are aliases in bench_serve.c's table) --- */
 
 /* The endpoint a vLLM --backend implies: "/v1/completions" (vllm, openai, sglang, ...),
  * "/v1/chat/completions" (openai-chat, vllm-chat); NULL for a backend we do not speak. */

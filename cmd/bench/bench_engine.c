@@ -35,6 +35,7 @@
 #include "base/log.h"
 #include "bus/subject.h"
 #include "cmd/bench/bench.h"
+#include "cmd/flags/flags.h"
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -57,77 +58,61 @@ struct engine_opts {
   int32_t decode_threads; /* of threads, those of a decode step, here and for the worker */
   uint64_t seed;
   bool json, no_async_scheduling;
-  const char *serve_args[ENGINE_MAX_SERVE_ARGS]; /* more `llmbus serve` flags (--serve-arg) */
-  int num_serve_args;
+  struct flag_list serve_args; /* more `llmbus serve` flags (--serve-arg), at most ENGINE_MAX_SERVE_ARGS */
 };
 
-static void engine_usage(FILE *f) {
-  fprintf(f,
-          "usage: llmbus-bench engine --model M.gguf [options]\n"
-          "Batch-1 greedy decode of N tokens in-process (llama_forward + sampler, no bus) and through\n"
-          "the actors over NATS; prints the median step time of both and the bus overhead per step.\n"
-          "  --tokens N        decoded tokens per run (default 128)\n"
-          "  --prompt-len N    prompt tokens (random ids, default 32)\n"
-          "  --threads N       forward threads, here and for the worker (default 2)\n"
-          "  --decode-threads N  of those, the threads of a decode step, here and for the worker\n"
-          "                    (default: all of --threads, as the worker's)\n"
-          "  --repeats N       runs of each, interleaved (default 3)\n"
-          "  --seed S          prompt seed (default 0)\n"
-          "  --nats URL        use the stack already serving there (default: start one)\n"
-          "  --prefix P        subject prefix (default llm); --tenant T (default default)\n"
-          "  --no-async-scheduling  the stack it starts applies each step before planning the next\n"
-          "  --serve-arg A     one more argument for the `llmbus serve` it starts (repeatable, at most 8;\n"
-          "                    e.g. --serve-arg --otlp-endpoint --serve-arg http://127.0.0.1:4318)\n"
-          "  --json            one JSON object instead of the table\n");
+static llb_status set_seed(const struct flag *f, const char *v) {
+  int64_t n;
+  llb_status st = flags_parse_int64(v, 0, INT64_MAX, &n);
+  if (!st) *(uint64_t *)f->target = (uint64_t)n;
+  return st;
 }
 
-static int parse(int argc, char **argv, struct engine_opts *o) {
+static const char engine_usage[] =
+    "usage: llmbus-bench engine --model M.gguf [flags]\n"
+    "Batch-1 greedy decode of N tokens in-process (llama_forward + sampler, no bus) and through the\n"
+    "actors over NATS; prints the median step time of both and the bus overhead per step.\n";
+
+/* FLAGS_CONTINUE, 0 after --help, 2 on a usage error. `args` keeps the values. */
+static int parse(int argc, char **argv, struct engine_opts *o, struct flag_args *args) {
   *o = (struct engine_opts){.tokens = 128, .prompt_len = 32, .threads = 2, .decode_threads = 0, .repeats = 3,
                             .prefix = BUS_DEFAULT_PREFIX, .tenant = BUS_DEFAULT_TENANT};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return engine_usage(stdout), 1;
-    if (!strcmp(a, "--json")) { o->json = true; continue; }
-    if (!strcmp(a, "--no-async-scheduling")) { o->no_async_scheduling = true; continue; }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "llmbus-bench engine: %s needs a value (or is unknown)\n", a);
-      return 2;
-    }
-    const char *v = argv[++i];
-    char *end;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    bool is_num = errno == 0 && end != v && *end == '\0';
-    bool ok = true;
-    if (!strcmp(a, "--model")) o->model_path = v;
-    else if (!strcmp(a, "--nats")) o->nats_url = v;
-    else if (!strcmp(a, "--serve-arg")) {
-      ok = o->num_serve_args < ENGINE_MAX_SERVE_ARGS;
-      if (ok) o->serve_args[o->num_serve_args++] = v;
-    }
-    else if (!strcmp(a, "--prefix")) o->prefix = v;
-    else if (!strcmp(a, "--tenant")) o->tenant = v;
-    else if (!strcmp(a, "--tokens")) ok = is_num && n >= 2 && n <= 100000, o->tokens = (int32_t)n;
-    else if (!strcmp(a, "--prompt-len")) ok = is_num && n >= 1 && n <= 100000, o->prompt_len = (int32_t)n;
-    else if (!strcmp(a, "--threads")) ok = is_num && n >= 1 && n <= 256, o->threads = (int32_t)n;
-    else if (!strcmp(a, "--decode-threads")) ok = is_num && n >= 1 && n <= 256, o->decode_threads = (int32_t)n;
-    else if (!strcmp(a, "--repeats")) ok = is_num && n >= 1 && n <= 1000, o->repeats = (int32_t)n;
-    else if (!strcmp(a, "--seed")) ok = is_num && n >= 0, o->seed = (uint64_t)n;
-    else {
-      fprintf(stderr, "llmbus-bench engine: unknown option %s\n", a);
-      return 2;
-    }
-    if (!ok) {
-      fprintf(stderr, "llmbus-bench engine: bad value for %s: '%s'\n", a, v);
-      return 2;
-    }
-  }
-  if (!o->model_path) {
-    fprintf(stderr, "llmbus-bench engine: --model is required\n");
-    return 2;
-  }
+  const struct flag t[] = {
+      {.name = "model", .short_name = 'm', .kind = FLAG_KIND_STRING, .target = &o->model_path, .metavar = "M.gguf",
+       .help = "the model (required)"},
+      {.name = "tokens", .kind = FLAG_KIND_INT32, .target = &o->tokens, .metavar = "N", .min = 2, .max = 100000,
+       .help = "decoded tokens per run"},
+      {.name = "prompt-len", .kind = FLAG_KIND_INT32, .target = &o->prompt_len, .metavar = "N", .min = 1,
+       .max = 100000, .help = "prompt tokens (random ids)"},
+      {.name = "threads", .short_name = 't', .kind = FLAG_KIND_INT32, .target = &o->threads, .metavar = "N", .min = 1,
+       .max = 256, .help = "forward threads, here and for the worker"},
+      {.name = "decode-threads", .kind = FLAG_KIND_INT32, .target = &o->decode_threads, .metavar = "N", .min = 1,
+       .max = 256, .help = "of those, the threads of a decode step, here and for the worker (0: all)"},
+      {.name = "repeats", .kind = FLAG_KIND_INT32, .target = &o->repeats, .metavar = "N", .min = 1, .max = 1000,
+       .help = "runs of each, interleaved"},
+      {.name = "seed", .kind = FLAG_KIND_INT64, .target = &o->seed, .metavar = "S", .set = set_seed,
+       .help = "prompt seed (default 0)"},
+      {.name = "nats", .kind = FLAG_KIND_STRING, .target = &o->nats_url, .metavar = "URL",
+       .help = "use the stack already serving there (default: start one)"},
+      {.name = "prefix", .kind = FLAG_KIND_STRING, .target = &o->prefix, .metavar = "P", .help = "subject prefix"},
+      {.name = "tenant", .kind = FLAG_KIND_STRING, .target = &o->tenant, .metavar = "T", .help = "tenant"},
+      {.name = "no-async-scheduling", .kind = FLAG_KIND_BOOL, .target = &o->no_async_scheduling,
+       .help = "the stack it starts applies each step before planning the next"},
+      {.name = "serve-arg", .kind = FLAG_KIND_LIST, .target = &o->serve_args, .metavar = "A",
+       .help = "one more argument for the `llmbus serve` it starts (repeatable, at most 8; e.g. --serve-arg "
+               "--otlp-endpoint --serve-arg http://127.0.0.1:4318)"},
+      {.name = "json", .kind = FLAG_KIND_BOOL, .target = &o->json, .help = "one JSON object instead of the table"},
+  };
+  const struct flag_section sec = {"flags", t, (int)(sizeof t / sizeof t[0])};
+  const struct flag_command cmd = {.program = "llmbus-bench engine", .usage = engine_usage, .sections = &sec,
+                                   .num_sections = 1, .config = true, .max_positional = 0};
+  int rc = flags_parse(&cmd, argc, argv, args);
+  if (rc != FLAGS_CONTINUE) return rc;
+  if (o->serve_args.num > ENGINE_MAX_SERVE_ARGS)
+    return flags_usage_error(&cmd, "at most %d --serve-arg", ENGINE_MAX_SERVE_ARGS);
+  if (!o->model_path) return flags_usage_error(&cmd, "--model is required");
   if (o->decode_threads == 0 || o->decode_threads > o->threads) o->decode_threads = o->threads; /* the worker's */
-  return 0;
+  return FLAGS_CONTINUE;
 }
 
 /* Growable list of step times (seconds). */
@@ -345,7 +330,7 @@ static llb_status stack_start(struct stack *s, const struct engine_opts *o) {
                                                  "--decode-threads", decode_s};
   int n = 10;
   if (o->no_async_scheduling) serve_argv[n++] = "--no-async-scheduling";
-  for (int i = 0; i < o->num_serve_args; i++) serve_argv[n++] = (char *)o->serve_args[i];
+  for (int i = 0; i < o->serve_args.num; i++) serve_argv[n++] = (char *)o->serve_args.items[i];
   serve_argv[n] = NULL;
   s->serve = spawn_quiet(serve_argv);
   if (s->serve < 0) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "cannot start %s", llmbus);
@@ -535,8 +520,12 @@ static void report(const struct engine_opts *o, struct steps *a, struct steps *b
 
 int bench_engine_main(int argc, char **argv) {
   struct engine_opts o;
-  int rc = parse(argc, argv, &o);
-  if (rc) return rc == 1 ? 0 : rc;
+  struct flag_args args;
+  int rc = parse(argc, argv, &o, &args);
+  if (rc != FLAGS_CONTINUE) {
+    flag_args_free(&args);
+    return rc;
+  }
   rc = 1;
   struct inproc ip = {0};
   struct stack stack = {.nats = -1, .serve = -1};
@@ -624,5 +613,6 @@ done:
   free(tok_b);
   free(sa.v);
   free(sb.v);
+  flag_args_free(&args);
   return rc;
 }

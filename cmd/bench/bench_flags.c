@@ -1,25 +1,10 @@
 /* `llmbus-bench serve` understands `vllm bench serve`'s flags (vLLM benchmarks/serve.py,
- * vllm/benchmarks/datasets.py): see bench.h. */
+ * vllm/benchmarks/datasets.py): the backend's endpoint and --host/--port (bench.h); the other
+ * spellings are aliases in bench_serve.c's flag table. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cmd/bench/bench.h"
-
-/* vLLM's spelling → ours, where the two mean the same (same value, same unit). */
-static const struct {
-  const char *vllm, *ours;
-} flag_aliases[] = {
-    {"--dataset-name", "--dataset"},           {"--random-input-len", "--input-len"},
-    {"--random-output-len", "--output-len"},   {"--random-range-ratio", "--range-ratio"},
-    {"--disable-tqdm", "--no-progress"},
-    {"--tokenizer", "--model"},                {"--result-filename", "--result-file"},
-};
-
-const char *bench_serve_flag_alias(const char *flag) {
-  for (size_t i = 0; i < sizeof flag_aliases / sizeof flag_aliases[0]; i++)
-    if (!strcmp(flag, flag_aliases[i].vllm)) return flag_aliases[i].ours;
-  return flag;
-}
 
 const char *bench_backend_endpoint(const char *backend) {
   static const char *const completions[] = {"vllm", "openai", "sglang", "lmdeploy", "tgi", "llama.cpp"};

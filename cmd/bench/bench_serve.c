@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "cmd/bench/bench.h"
 #include "cmd/bench/bench_http.h"
+#include "cmd/flags/flags.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 
@@ -38,7 +39,7 @@ struct serve_opts {
   int64_t max_concurrency;
   uint64_t seed;
   bool ignore_eos, prompt_ids, progress, json, memory;
-  long stack_pid;
+  int64_t stack_pid;
   const char *response_format_arg; /* --response-format: json_object or a schema file */
   char *response_format;           /* the "response_format" object sent (JSON text), or NULL */
   /* vLLM spellings: --host/--port (when no --base-url), --backend, --save-result */
@@ -90,59 +91,6 @@ static bool read_spec_counters(const char *url, double out[3]) {
   free(body);
   if (!ok) fprintf(stderr, "llmbus-bench serve: %s/metrics has no llmbus:spec_decode_* counters\n", url);
   return ok;
-}
-
-static void serve_usage(FILE *f) {
-  fprintf(f,
-          "usage: llmbus-bench serve [options]\n"
-          "Streams /v1/completions requests at an OpenAI-compatible server and reports request\n"
-          "throughput, output tokens/s, TTFT, TPOT, ITL and end-to-end latency (mean, median, p99).\n"
-          "  --base-url URL          server (default http://127.0.0.1:8000)\n"
-          "  --endpoint PATH         default /v1/completions; /v1/chat/completions sends messages\n"
-          "  --model PATH            GGUF whose tokenizer makes exact-length prompts (else words)\n"
-          "  --served-model-name N   the request's \"model\" (default: the first of GET /v1/models)\n"
-          "  --dataset KIND          random (default) | shared-prefix | jsonl\n"
-          "  --dataset-path FILE     JSONL: {\"prompt\": ..., \"output_len\": N} per line\n"
-          "  --num-prompts N         default 100\n"
-          "  --input-len N           random prompt tokens (default 128)\n"
-          "  --output-len N          max_tokens (default 128)\n"
-          "  --range-ratio R         lengths uniform in [len*(1-R), len*(1+R)] (default 0)\n"
-          "  --prefix-len N          shared-prefix: tokens of the common system prompt (default 256)\n"
-          "  --num-prefixes G        shared-prefix: G distinct prefixes, request i gets prefix i %% G\n"
-          "                          (default 1; several engines: what prefix-affinity routing meets)\n"
-          "  --seed S                dataset and arrival seed (default 0)\n"
-          "  --request-rate R        Poisson arrivals, requests/s (default inf: all at once)\n"
-          "  --max-concurrency C     requests in flight at most (default: no cap)\n"
-          "  --ignore-eos            generate output-len tokens: sends ignore_eos and min_tokens\n"
-          "  --temperature T         default 0\n"
-          "  --response-format F     structured output: json_object, or FILE.json (a JSON Schema,\n"
-          "                          sent as json_schema); measures the mask's cost per token\n"
-          "  --prompt-ids            send prompts as token id arrays (needs --model)\n"
-          "  --warmup N              untimed requests first, prompts of their own (default 1)\n"
-          "  --timeout-s S           longest silence of a stream (default 600)\n"
-          "  --stack-pid PID         process tree whose memory to report (default: the local\n"
-          "                          listener of the port and its llmbus* ancestors)\n"
-          "  --no-memory             do not read /proc\n"
-          "  --no-progress           no progress bar\n"
-          "  --json                  print the result as one JSON object instead of the table\n"
-          "  --result-file FILE      also write the JSON result there\n"
-          "  --label TEXT            a name for this run in the output\n"
-          "  --spec-metrics-url URL  the engine scheduler's metrics port (llmbus serve --metrics-port\n"
-          "                          BASE: BASE+2): reports the speculative-decoding draft acceptance\n"
-          "                          rate and mean acceptance length of the run\n"
-          "  --api-key KEY           sent as `Authorization: Bearer KEY` (default $OPENAI_API_KEY)\n"
-          "vLLM's `vllm bench serve` spellings work too: --host H --port P (when no --base-url),\n"
-          "--backend vllm|openai|openai-chat, --model NAME (a GGUF file path: the tokenizer),\n"
-          "--tokenizer GGUF, --dataset-name, --random-input-len, --random-output-len,\n"
-          "--random-range-ratio, --random-prefix-len, --disable-tqdm, --save-result, --result-dir,\n"
-          "--result-filename.\n");
-}
-
-static bool num_arg(const char *v, double lo, double hi, double *out) {
-  char *end;
-  errno = 0;
-  *out = strtod(v, &end);
-  return errno == 0 && end != v && *end == '\0' && *out >= lo && *out <= hi;
 }
 
 /* --response-format: "json_object", or a JSON Schema file sent as json_schema. 0 ok, 2 error. */
@@ -206,67 +154,123 @@ static int resolve_vllm_flags(struct serve_opts *o) {
   return 0;
 }
 
-/* 0 ok, 1 help shown, 2 usage error. */
-static int parse(int argc, char **argv, struct serve_opts *o) {
+static llb_status set_model(const struct flag *f, const char *v) {
+  model_arg(f->target, v);
+  return LLB_STATUS_OK;
+}
+
+static llb_status set_endpoint(const struct flag *f, const char *v) {
+  struct serve_opts *o = f->target;
+  o->endpoint = v;
+  o->endpoint_given = true;
+  return LLB_STATUS_OK;
+}
+
+static llb_status set_rate(const struct flag *f, const char *v) {
+  if (!strcmp(v, "inf")) return *(double *)f->target = INFINITY, LLB_STATUS_OK;
+  return flags_parse_double(v, 1e-6, 1e9, f->target);
+}
+
+static llb_status set_seed(const struct flag *f, const char *v) {
+  int64_t n;
+  llb_status st = flags_parse_int64(v, 0, INT64_MAX, &n);
+  if (!st) *(uint64_t *)f->target = (uint64_t)n;
+  return st;
+}
+
+static llb_status set_false(const struct flag *f, const char *v) { /* --no-progress, --no-memory */
+  (void)v;
+  *(bool *)f->target = false;
+  return LLB_STATUS_OK;
+}
+
+static const char serve_usage[] =
+    "usage: llmbus-bench serve [flags]\n"
+    "Streams /v1/completions requests at an OpenAI-compatible server and reports request throughput,\n"
+    "output tokens/s, TTFT, TPOT, ITL and end-to-end latency (mean, median, p99). vLLM's `vllm bench\n"
+    "serve` spellings work too (the aliases below; --host H --port P when no --base-url; --model NAME,\n"
+    "or a GGUF file path: the tokenizer).\n";
+
+/* FLAGS_CONTINUE, 0 after --help, 2 on a usage error. `args` keeps the values. */
+static int parse(int argc, char **argv, struct serve_opts *o, struct flag_args *args) {
   *o = (struct serve_opts){.base_url = "http://127.0.0.1:8000", .endpoint = "/v1/completions",
                            .dataset = "random", .num_prompts = 100, .input_len = 128, .output_len = 128,
                            .prefix_len = 256, .warmup = 1, .request_rate = INFINITY, .timeout_s = 600,
                            .progress = true, .memory = true, .stack_pid = -1, .label = ""};
-  for (int i = 1; i < argc; i++) {
-    const char *a = bench_serve_flag_alias(argv[i]);
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return serve_usage(stdout), 1;
-    if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = true; continue; }
-    if (!strcmp(a, "--prompt-ids")) { o->prompt_ids = true; continue; }
-    if (!strcmp(a, "--no-progress")) { o->progress = false; continue; }
-    if (!strcmp(a, "--no-memory")) { o->memory = false; continue; }
-    if (!strcmp(a, "--json")) { o->json = true; continue; }
-    if (!strcmp(a, "--save-result")) { o->save_result = true; continue; }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "llmbus-bench serve: %s needs a value (or is unknown)\n", a);
-      return 2;
-    }
-    const char *v = argv[++i];
-    double d = 0;
-    bool ok = true;
-    if (!strcmp(a, "--base-url")) o->base_url = v;
-    else if (!strcmp(a, "--endpoint")) o->endpoint = v, o->endpoint_given = true;
-    else if (!strcmp(a, "--model")) model_arg(o, v);
-    else if (!strcmp(a, "--host")) o->host = v;
-    else if (!strcmp(a, "--port")) o->port = v;
-    else if (!strcmp(a, "--backend")) o->backend = v;
-    else if (!strcmp(a, "--result-dir")) o->result_dir = v;
-    else if (!strcmp(a, "--random-prefix-len")) ok = num_arg(v, 0, 1e6, &d), o->random_prefix_len = (int32_t)d;
-    else if (!strcmp(a, "--served-model-name")) o->served_name = v;
-    else if (!strcmp(a, "--dataset")) o->dataset = v;
-    else if (!strcmp(a, "--dataset-path")) o->dataset_path = v;
-    else if (!strcmp(a, "--result-file")) o->result_file = v;
-    else if (!strcmp(a, "--label")) o->label = v;
-    else if (!strcmp(a, "--spec-metrics-url")) o->spec_metrics_url = v;
-    else if (!strcmp(a, "--api-key")) o->api_key = v;
-    else if (!strcmp(a, "--response-format")) o->response_format_arg = v;
-    else if (!strcmp(a, "--num-prompts")) ok = num_arg(v, 1, 1e7, &d), o->num_prompts = (int64_t)d;
-    else if (!strcmp(a, "--input-len")) ok = num_arg(v, 0, 1e6, &d), o->input_len = (int32_t)d;
-    else if (!strcmp(a, "--output-len")) ok = num_arg(v, 1, 1e6, &d), o->output_len = (int32_t)d;
-    else if (!strcmp(a, "--prefix-len")) ok = num_arg(v, 0, 1e6, &d), o->prefix_len = (int32_t)d;
-    else if (!strcmp(a, "--num-prefixes")) ok = num_arg(v, 1, 1e5, &d), o->num_prefixes = (int32_t)d;
-    else if (!strcmp(a, "--warmup")) ok = num_arg(v, 0, 1000, &d), o->warmup = (int32_t)d;
-    else if (!strcmp(a, "--range-ratio")) ok = num_arg(v, 0, 0.999, &o->range_ratio);
-    else if (!strcmp(a, "--temperature")) ok = num_arg(v, 0, 100, &o->temperature);
-    else if (!strcmp(a, "--timeout-s")) ok = num_arg(v, 0.1, 86400, &o->timeout_s);
-    else if (!strcmp(a, "--seed")) ok = num_arg(v, 0, 1.8e19, &d), o->seed = (uint64_t)d;
-    else if (!strcmp(a, "--max-concurrency")) ok = num_arg(v, 1, 1e6, &d), o->max_concurrency = (int64_t)d;
-    else if (!strcmp(a, "--stack-pid")) ok = num_arg(v, 1, 4194304, &d), o->stack_pid = (long)d;
-    else if (!strcmp(a, "--request-rate")) {
-      ok = !strcmp(v, "inf") ? (o->request_rate = INFINITY, true) : num_arg(v, 1e-6, 1e9, &o->request_rate);
-    } else {
-      fprintf(stderr, "llmbus-bench serve: unknown option %s\n", a);
-      return 2;
-    }
-    if (!ok) {
-      fprintf(stderr, "llmbus-bench serve: bad value for %s: '%s'\n", a, v);
-      return 2;
-    }
-  }
+  const struct flag t[] = {
+      {.name = "base-url", .kind = FLAG_KIND_STRING, .target = &o->base_url, .metavar = "URL", .help = "server"},
+      {.name = "endpoint", .kind = FLAG_KIND_STRING, .target = o, .metavar = "PATH", .set = set_endpoint,
+       .help = "default /v1/completions; /v1/chat/completions sends messages"},
+      {.name = "model", .aliases = "tokenizer", .kind = FLAG_KIND_STRING, .target = o, .metavar = "PATH",
+       .set = set_model, .help = "GGUF whose tokenizer makes exact-length prompts (else words); a name that is no "
+                                 "file is the served model name"},
+      {.name = "served-model-name", .kind = FLAG_KIND_STRING, .target = &o->served_name, .metavar = "N",
+       .help = "the request's \"model\" (default: the first of GET /v1/models)"},
+      {.name = "host", .kind = FLAG_KIND_STRING, .target = &o->host, .metavar = "H", .help = "vLLM's: server host"},
+      {.name = "port", .kind = FLAG_KIND_STRING, .target = &o->port, .metavar = "P", .help = "vLLM's: server port"},
+      {.name = "backend", .kind = FLAG_KIND_STRING, .target = &o->backend, .metavar = "B",
+       .help = "vLLM's: vllm | openai | openai-chat (the endpoint)"},
+      {.name = "dataset", .aliases = "dataset-name", .kind = FLAG_KIND_STRING, .target = &o->dataset, .metavar = "KIND",
+       .help = "random | shared-prefix | jsonl"},
+      {.name = "dataset-path", .kind = FLAG_KIND_STRING, .target = &o->dataset_path, .metavar = "FILE",
+       .help = "JSONL: {\"prompt\": ..., \"output_len\": N} per line"},
+      {.name = "num-prompts", .kind = FLAG_KIND_INT64, .target = &o->num_prompts, .metavar = "N", .min = 1, .max = 1e7,
+       .help = "prompts"},
+      {.name = "input-len", .aliases = "random-input-len", .kind = FLAG_KIND_INT32, .target = &o->input_len,
+       .metavar = "N", .min = 0, .max = 1e6, .help = "random prompt tokens"},
+      {.name = "output-len", .aliases = "random-output-len", .kind = FLAG_KIND_INT32, .target = &o->output_len,
+       .metavar = "N", .min = 1, .max = 1e6, .help = "max_tokens"},
+      {.name = "range-ratio", .aliases = "random-range-ratio", .kind = FLAG_KIND_DOUBLE, .target = &o->range_ratio,
+       .metavar = "R", .min = 0, .max = 0.999, .help = "lengths uniform in [len*(1-R), len*(1+R)]"},
+      {.name = "random-prefix-len", .kind = FLAG_KIND_INT32, .target = &o->random_prefix_len, .metavar = "N",
+       .min = 0, .max = 1e6, .help = "random: tokens of a prefix every prompt shares"},
+      {.name = "prefix-len", .kind = FLAG_KIND_INT32, .target = &o->prefix_len, .metavar = "N", .min = 0, .max = 1e6,
+       .help = "shared-prefix: tokens of the common system prompt"},
+      {.name = "num-prefixes", .kind = FLAG_KIND_INT32, .target = &o->num_prefixes, .metavar = "G", .min = 1,
+       .max = 1e5, .help = "shared-prefix: G distinct prefixes, request i gets prefix i % G (default 1)"},
+      {.name = "seed", .kind = FLAG_KIND_INT64, .target = &o->seed, .metavar = "S", .set = set_seed,
+       .help = "dataset and arrival seed (default 0)"},
+      {.name = "request-rate", .kind = FLAG_KIND_DOUBLE, .target = &o->request_rate, .metavar = "R", .set = set_rate,
+       .help = "Poisson arrivals, requests/s (default inf: all at once)"},
+      {.name = "max-concurrency", .kind = FLAG_KIND_INT64, .target = &o->max_concurrency, .metavar = "C", .min = 1,
+       .max = 1e6, .help = "requests in flight at most (default 0: no cap)"},
+      {.name = "ignore-eos", .kind = FLAG_KIND_BOOL, .target = &o->ignore_eos,
+       .help = "generate output-len tokens: sends ignore_eos and min_tokens"},
+      {.name = "temperature", .kind = FLAG_KIND_DOUBLE, .target = &o->temperature, .metavar = "T", .min = 0,
+       .max = 100, .help = "sampling temperature"},
+      {.name = "response-format", .kind = FLAG_KIND_STRING, .target = &o->response_format_arg, .metavar = "F",
+       .help = "structured output: json_object, or FILE.json (a JSON Schema, sent as json_schema)"},
+      {.name = "prompt-ids", .kind = FLAG_KIND_BOOL, .target = &o->prompt_ids,
+       .help = "send prompts as token id arrays (needs --model)"},
+      {.name = "warmup", .kind = FLAG_KIND_INT32, .target = &o->warmup, .metavar = "N", .min = 0, .max = 1000,
+       .help = "untimed requests first, prompts of their own"},
+      {.name = "timeout-s", .kind = FLAG_KIND_DOUBLE, .target = &o->timeout_s, .metavar = "S", .min = 0.1,
+       .max = 86400, .help = "longest silence of a stream"},
+      {.name = "stack-pid", .kind = FLAG_KIND_INT64, .target = &o->stack_pid, .metavar = "PID", .min = 1,
+       .max = 4194304, .help = "process tree whose memory to report (default: the port's listener and its "
+                               "llmbus* ancestors)"},
+      {.name = "no-memory", .kind = FLAG_KIND_BOOL, .target = &o->memory, .set = set_false, .help = "do not read /proc"},
+      {.name = "no-progress", .aliases = "disable-tqdm", .kind = FLAG_KIND_BOOL, .target = &o->progress,
+       .set = set_false, .help = "no progress bar"},
+      {.name = "json", .kind = FLAG_KIND_BOOL, .target = &o->json, .help = "the result as one JSON object"},
+      {.name = "save-result", .kind = FLAG_KIND_BOOL, .target = &o->save_result,
+       .help = "vLLM's: write the JSON result (to --result-dir/--result-file)"},
+      {.name = "result-dir", .kind = FLAG_KIND_STRING, .target = &o->result_dir, .metavar = "DIR",
+       .help = "vLLM's: where --save-result writes"},
+      {.name = "result-file", .aliases = "result-filename", .kind = FLAG_KIND_STRING, .target = &o->result_file,
+       .metavar = "FILE", .help = "also write the JSON result there"},
+      {.name = "label", .kind = FLAG_KIND_STRING, .target = &o->label, .metavar = "TEXT",
+       .help = "a name for this run in the output"},
+      {.name = "spec-metrics-url", .kind = FLAG_KIND_STRING, .target = &o->spec_metrics_url, .metavar = "URL",
+       .help = "the engine scheduler's metrics port: reports the speculative-decoding acceptance of the run"},
+      {.name = "api-key", .kind = FLAG_KIND_STRING, .target = &o->api_key, .metavar = "KEY",
+       .help = "sent as `Authorization: Bearer KEY` (default $OPENAI_API_KEY)"},
+  };
+  const struct flag_section sec = {"flags", t, (int)(sizeof t / sizeof t[0])};
+  const struct flag_command cmd = {.program = "llmbus-bench serve", .usage = serve_usage, .sections = &sec,
+                                   .num_sections = 1, .config = true, .max_positional = 0};
+  int rc = flags_parse(&cmd, argc, argv, args);
+  if (rc != FLAGS_CONTINUE) return rc;
   if (resolve_vllm_flags(o) != 0) return 2;
   if (strcmp(o->dataset, "random") && strcmp(o->dataset, "shared-prefix") && strcmp(o->dataset, "jsonl")) {
     fprintf(stderr, "llmbus-bench serve: --dataset is random, shared-prefix or jsonl\n");
@@ -284,7 +288,8 @@ static int parse(int argc, char **argv, struct serve_opts *o) {
     fprintf(stderr, "llmbus-bench serve: --prompt-ids needs --model (the tokenizer)\n");
     return 2;
   }
-  return o->response_format_arg ? response_format_load(o) : 0;
+  rc = o->response_format_arg ? response_format_load(o) : 0;
+  return rc == 0 ? FLAGS_CONTINUE : rc;
 }
 
 /* The JSON body of prompt p (bench_request_body). malloc'd. */
@@ -683,10 +688,17 @@ static int run_benchmark(struct run *r) {
 
 int bench_serve_main(int argc, char **argv) {
   struct serve_opts o;
-  int rc = parse(argc, argv, &o);
-  if (rc) return rc == 1 ? 0 : rc;
+  struct flag_args args;
+  int rc = parse(argc, argv, &o, &args);
+  if (rc != FLAGS_CONTINUE) {
+    flag_args_free(&args);
+    return rc;
+  }
   struct run *r = calloc(1, sizeof *r);
-  if (!r) return 1;
+  if (!r) {
+    flag_args_free(&args);
+    return 1;
+  }
   r->o = &o;
   rc = 1;
   if (bench_target_parse(o.base_url, &r->target) != LLB_STATUS_OK) {
@@ -725,5 +737,6 @@ done:
   bench_dataset_free(&r->warm);
   free(r);
   free(o.response_format);
+  flag_args_free(&args);
   return rc;
 }

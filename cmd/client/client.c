@@ -40,6 +40,16 @@ void client_install_sigint(void) {
 
 bool client_interrupted(void) { return interrupted != 0; }
 
+void client_quiet_logs(void) {
+  llb_log_set_actor("llmbus");
+  if (!getenv("LLMBUS_LOG_LEVEL")) llb_log_set_level(LLB_LOG_LEVEL_WARN);
+}
+
+int client_report(const char *cmd, llb_status st) {
+  fprintf(stderr, "%s: %s\n", cmd, llb_err_last());
+  return st == LLB_STATUS_ABORTED ? 130 : 1;
+}
+
 void client_clear_interrupt(void) { interrupted = 0; }
 
 void client_options_init(struct client_options *o) {
@@ -50,92 +60,171 @@ void client_options_init(struct client_options *o) {
   o->timeout_s = CLIENT_DEFAULT_TIMEOUT_S;
 }
 
-void client_print_flags_help(FILE *f) {
-  fprintf(f,
-          "  --temperature T  0 = greedy (default 1, as vLLM)\n"
-          "  --top-p P        nucleus sampling, (0, 1] (default 1 = off)\n"
-          "  --top-k K        0 = off (default)\n"
-          "  --min-p P        [0, 1] (default 0 = off)\n"
-          "  --max-tokens N   default %d; -1 = up to the context length\n"
-          "  --seed S         reproducible sampling (default: drawn at random here, so that a request\n"
-          "                   sent again after an output processor lost its end repeats itself)\n"
-          "  --stop TEXT      stop string (repeatable, up to %d)\n"
-          "  --n N            completions (default 1)\n"
-          "  --raw            no chat template: the prompt is plain text to continue\n"
-          "  --system TEXT    system message (with the chat template)\n"
-          "  --chat-template NAME  use this template instead of the model's (chatml, smollm2,\n"
-          "                   llama3, mistral, mistral-v3, gemma, gemma3, phi3)\n"
-          "  --json           print every RequestOutput as one JSON line\n"
-          "  --timeout-s S    longest wait for the engine's next output (default %d)\n"
-          "  --tenant NAME    tenant (default %s); --prefix P subject prefix (default %s)\n"
-          "  --nats-user U --nats-password-file F  NATS login (the file holds the password, mode 0600)\n",
-          CLIENT_DEFAULT_MAX_TOKENS, LLB_MAX_STOP_STRINGS, CLIENT_DEFAULT_TIMEOUT_S, BUS_DEFAULT_TENANT,
-          BUS_DEFAULT_PREFIX);
+void client_options_free(struct client_options *o) {
+  if (!o) return;
+  free(o->conn);
+  o->conn = NULL;
 }
 
-static bool parse_double(const char *s, double lo, double hi, double *out) {
-  char *end;
-  errno = 0;
-  *out = strtod(s, &end);
-  return errno == 0 && end != s && *end == '\0' && *out >= lo && *out <= hi;
+/* --- flags: each setter checks its value and stores it into f->target ---------------- */
+
+static llb_status set_float(const char *v, double lo, double hi, float *out) {
+  double d;
+  llb_status st = flags_parse_double(v, lo, hi, &d);
+  if (!st) *out = (float)d;
+  return st;
 }
 
-static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
-  char *end;
-  errno = 0;
-  *out = strtoll(s, &end, 10);
-  return errno == 0 && end != s && *end == '\0' && *out >= lo && *out <= hi;
+static llb_status set_temperature(const struct flag *f, const char *v) { return set_float(v, 0, 1e6, f->target); }
+static llb_status set_top_p(const struct flag *f, const char *v) {
+  llb_status st = set_float(v, 0, 1, f->target);
+  if (!st && *(float *)f->target <= 0) st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "must be in (0, 1]");
+  return st;
+}
+static llb_status set_min_p(const struct flag *f, const char *v) { return set_float(v, 0, 1, f->target); }
+
+static llb_status set_int32(const char *v, int64_t lo, int64_t hi, int32_t *out) {
+  int64_t n;
+  llb_status st = flags_parse_int64(v, lo, hi, &n);
+  if (!st) *out = (int32_t)n;
+  return st;
 }
 
-int client_parse_flag(struct client_options *o, int argc, char **argv, int *i, const char *cmd) {
-  const char *a = argv[*i];
-  if (strcmp(a, "--raw") == 0) return o->raw = true, 1;
-  if (strcmp(a, "--json") == 0) return o->json = true, 1;
-  static const char *const valued[] = {"--nats", "--nats-user", "--nats-password-file", "--prefix", "--tenant", "--temperature", "--top-p",
-                                       "--top-k", "--min-p", "--max-tokens", "--seed", "--stop",
-                                       "--n", "--system", "--chat-template", "--timeout-s"};
-  bool known = false;
-  for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) known |= strcmp(a, valued[k]) == 0;
-  if (!known) return 0;
-  if (*i + 1 >= argc) {
-    fprintf(stderr, "%s: %s needs a value\n", cmd, a);
-    return -1;
+static llb_status set_top_k(const struct flag *f, const char *v) { return set_int32(v, 0, INT32_MAX, f->target); }
+static llb_status set_n(const struct flag *f, const char *v) { return set_int32(v, 1, CLIENT_MAX_N, f->target); }
+static llb_status set_max_tokens(const struct flag *f, const char *v) {
+  llb_status st = set_int32(v, -1, INT32_MAX, f->target);
+  if (!st && *(int32_t *)f->target == 0) st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "0 tokens: give -1 or more");
+  return st;
+}
+
+static llb_status set_seed(const struct flag *f, const char *v) {
+  struct llb_sampling_params *sp = f->target;
+  int64_t n;
+  llb_status st = flags_parse_int64(v, 0, INT64_MAX, &n);
+  if (!st) sp->seed = (uint64_t)n, sp->has_seed = true;
+  return st;
+}
+
+static llb_status set_stop(const struct flag *f, const char *v) {
+  struct llb_sampling_params *sp = f->target;
+  if (sp->num_stop >= LLB_MAX_STOP_STRINGS)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "at most %d stop strings", LLB_MAX_STOP_STRINGS);
+  if (!v[0] || strlen(v) > LLB_MAX_STOP_STRING_BYTES)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "empty or longer than %d bytes", LLB_MAX_STOP_STRING_BYTES);
+  snprintf(sp->stop[sp->num_stop++], LLB_MAX_STOP_STRING_BYTES + 1, "%s", v);
+  return LLB_STATUS_OK;
+}
+
+static llb_status set_prefix(const struct flag *f, const char *v) {
+  llb_status st = bus_prefix_check(v);
+  if (!st) *(const char **)f->target = v;
+  return st;
+}
+
+static llb_status set_tenant(const struct flag *f, const char *v) {
+  if (!bus_token_valid(v)) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "'%s' is not a subject token", v);
+  *(const char **)f->target = v;
+  return LLB_STATUS_OK;
+}
+
+static llb_status set_timeout(const struct flag *f, const char *v) {
+  int64_t n;
+  llb_status st = flags_parse_int64(v, 1, 86400, &n);
+  if (!st) *(int64_t *)f->target = n;
+  return st;
+}
+
+#define CLIENT_NUM_SAMPLING_FLAGS 8
+
+int client_sampling_flags(struct llb_sampling_params *sp, struct flag *out, int cap) {
+  if (cap < CLIENT_NUM_SAMPLING_FLAGS) return -1;
+  const struct flag t[CLIENT_NUM_SAMPLING_FLAGS] = {
+      {.name = "temperature", .kind = FLAG_KIND_DOUBLE, .target = &sp->temperature, .metavar = "T",
+       .set = set_temperature, .help = "0 = greedy (default 1, as vLLM)"},
+      {.name = "top-p", .kind = FLAG_KIND_DOUBLE, .target = &sp->top_p, .metavar = "P", .set = set_top_p,
+       .help = "nucleus sampling, (0, 1] (default 1 = off)"},
+      {.name = "top-k", .kind = FLAG_KIND_INT32, .target = &sp->top_k, .metavar = "K", .set = set_top_k,
+       .help = "0 = off (default)"},
+      {.name = "min-p", .kind = FLAG_KIND_DOUBLE, .target = &sp->min_p, .metavar = "P", .set = set_min_p,
+       .help = "[0, 1] (default 0 = off)"},
+      {.name = "max-tokens", .kind = FLAG_KIND_INT32, .target = &sp->max_tokens, .metavar = "N",
+       .set = set_max_tokens, .help = "tokens to generate at most (default 256; -1 = up to the context length)"},
+      {.name = "seed", .kind = FLAG_KIND_INT64, .target = sp, .metavar = "S", .set = set_seed,
+       .help = "reproducible sampling (default: drawn at random here, so that a request sent again repeats itself)"},
+      {.name = "stop", .kind = FLAG_KIND_LIST, .target = sp, .metavar = "TEXT", .set = set_stop,
+       .help = "stop string (repeatable, up to 8)"},
+      {.name = "n", .kind = FLAG_KIND_INT32, .target = &sp->n, .metavar = "N", .set = set_n,
+       .help = "completions (default 1)"},
+  };
+  memcpy(out, t, sizeof t);
+  return CLIENT_NUM_SAMPLING_FLAGS;
+}
+
+int client_flags_table(struct client_options *o, unsigned groups, struct flag *out, int cap) {
+  const struct flag connect[] = {
+      {.name = "connect", .kind = FLAG_KIND_STRING, .target = &o->connect, .metavar = "NAME",
+       .help = "the llmbus serve to use: a connection file's name or path (default: the newest running one; "
+               "cmd/supervisor/connection.h)"},
+      {.name = "nats", .kind = FLAG_KIND_STRING, .target = &o->nats_url, .metavar = "URL",
+       .help = "NATS server instead (default: the running serve's, else nats://127.0.0.1:4222)"},
+      {.name = "nats-user", .kind = FLAG_KIND_STRING, .target = &o->nats_user, .metavar = "U",
+       .help = "NATS login (with --nats-password-file)"},
+      {.name = "nats-password-file", .kind = FLAG_KIND_STRING, .target = &o->nats_password_file, .metavar = "F",
+       .help = "the file holding its password (mode 0600)"},
+      {.name = "prefix", .kind = FLAG_KIND_STRING, .target = &o->prefix, .metavar = "P", .set = set_prefix,
+       .help = "subject prefix (default llm)"},
+      {.name = "tenant", .kind = FLAG_KIND_STRING, .target = &o->tenant, .metavar = "NAME", .set = set_tenant,
+       .help = "tenant (default: the serve's first, else default)"},
+  };
+  const struct flag prompt[] = {
+      {.name = "raw", .kind = FLAG_KIND_BOOL, .target = &o->raw, .help = "no chat template: the prompt is plain text to continue"},
+      {.name = "system", .aliases = "system-prompt", .kind = FLAG_KIND_STRING, .target = &o->system, .metavar = "TEXT",
+       .help = "system message (with the chat template; --system-prompt as vllm chat)"},
+      {.name = "chat-template", .kind = FLAG_KIND_STRING, .target = &o->chat_template, .metavar = "NAME",
+       .help = "use this template instead of the model's (chatml, smollm2, llama3, mistral, mistral-v3, gemma, "
+               "gemma3, phi3)"},
+      {.name = "json", .kind = FLAG_KIND_BOOL, .target = &o->json, .help = "print every RequestOutput as one JSON line"},
+      {.name = "timeout-s", .kind = FLAG_KIND_INT64, .target = &o->timeout_s, .metavar = "S", .set = set_timeout,
+       .help = "longest wait for the engine's next output (default 60)"},
+  };
+  int n = 0;
+  if (groups & CLIENT_FLAGS_CONNECT) {
+    if (cap < (int)(sizeof connect / sizeof *connect)) return -1;
+    memcpy(out, connect, sizeof connect);
+    n += (int)(sizeof connect / sizeof *connect);
   }
-  const char *v = argv[++*i];
-  double d = 0;
-  long long n = 0;
-  bool ok = true;
-  if (strcmp(a, "--nats") == 0) o->nats_url = v;
-  else if (strcmp(a, "--nats-user") == 0) o->nats_user = v;
-  else if (strcmp(a, "--nats-password-file") == 0) o->nats_password_file = v;
-  else if (strcmp(a, "--prefix") == 0) ok = bus_prefix_check(v) == LLB_STATUS_OK, o->prefix = v;
-  else if (strcmp(a, "--tenant") == 0) ok = bus_token_valid(v), o->tenant = v;
-  else if (strcmp(a, "--system") == 0) o->system = v;
-  else if (strcmp(a, "--chat-template") == 0) o->chat_template = v;
-  else if (strcmp(a, "--temperature") == 0) ok = parse_double(v, 0, 1e6, &d), o->sp.temperature = (float)d;
-  else if (strcmp(a, "--top-p") == 0) ok = parse_double(v, 1e-9, 1, &d), o->sp.top_p = (float)d;
-  else if (strcmp(a, "--min-p") == 0) ok = parse_double(v, 0, 1, &d), o->sp.min_p = (float)d;
-  else if (strcmp(a, "--top-k") == 0) ok = parse_int(v, 0, INT32_MAX, &n), o->sp.top_k = (int32_t)n;
-  else if (strcmp(a, "--max-tokens") == 0) ok = parse_int(v, -1, INT32_MAX, &n) && n != 0, o->sp.max_tokens = (int32_t)n;
-  else if (strcmp(a, "--n") == 0) ok = parse_int(v, 1, CLIENT_MAX_N, &n), o->sp.n = (int32_t)n;
-  else if (strcmp(a, "--timeout-s") == 0) ok = parse_int(v, 1, 86400, &n), o->timeout_s = n;
-  else if (strcmp(a, "--seed") == 0) {
-    ok = parse_int(v, 0, INT64_MAX, &n);
-    o->sp.seed = (uint64_t)n;
-    o->sp.has_seed = true;
-  } else if (strcmp(a, "--stop") == 0) {
-    if (o->sp.num_stop >= LLB_MAX_STOP_STRINGS) {
-      fprintf(stderr, "%s: at most %d --stop strings\n", cmd, LLB_MAX_STOP_STRINGS);
-      return -1;
-    }
-    ok = v[0] && strlen(v) <= LLB_MAX_STOP_STRING_BYTES;
-    if (ok) snprintf(o->sp.stop[o->sp.num_stop++], LLB_MAX_STOP_STRING_BYTES + 1, "%s", v);
+  if (groups & CLIENT_FLAGS_SAMPLING) {
+    int k = client_sampling_flags(&o->sp, out + n, cap - n);
+    if (k < 0) return -1;
+    n += k;
   }
-  if (!ok) {
-    fprintf(stderr, "%s: bad value for %s: '%s'\n", cmd, a, v);
-    return -1;
+  if (groups & CLIENT_FLAGS_PROMPT) {
+    if (cap - n < (int)(sizeof prompt / sizeof *prompt)) return -1;
+    memcpy(out + n, prompt, sizeof prompt);
+    n += (int)(sizeof prompt / sizeof *prompt);
   }
-  return 1;
+  return n;
+}
+
+llb_status client_options_connect(struct client_options *o, bool as_operator) {
+  if (o->nats_url) return LLB_STATUS_OK;
+  struct serve_connection *c = calloc(1, sizeof *c);
+  if (!c) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "connection");
+  llb_status st = serve_connection_find(o->connect, c);
+  if (st != LLB_STATUS_OK) {
+    free(c);
+    return o->connect ? st : LLB_STATUS_OK; /* nothing running: the defaults, as before */
+  }
+  free(o->conn);
+  o->conn = c;
+  o->nats_url = c->nats_url;
+  if (!o->prefix && c->prefix[0]) o->prefix = c->prefix;
+  if (!o->tenant && c->tenant[0]) o->tenant = c->tenant;
+  const char *user = as_operator ? c->operator_user : c->nats_user;
+  const char *pw = as_operator ? c->operator_password_file : c->nats_password_file;
+  if (!o->nats_user && !o->nats_password_file && user[0]) o->nats_user = user, o->nats_password_file = pw;
+  return LLB_STATUS_OK;
 }
 
 llb_status client_connect(const struct client_options *o, struct bus **out) {

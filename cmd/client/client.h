@@ -17,17 +17,20 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "bus/bus.h"
 #include "base/status.h"
+#include "bus/bus.h"
+#include "cmd/flags/flags.h"
+#include "cmd/supervisor/connection.h"
 #include "model/chat_template.h"
 #include "schemas/sampling_params.h"
 
 #define CLIENT_DEFAULT_MAX_TOKENS 256
 #define CLIENT_DEFAULT_TIMEOUT_S 60
 
-/* Everything a client command can be told (strings borrowed from argv). */
+/* Everything a client command can be told (strings borrowed from argv or from `conn`). */
 struct client_options {
-  const char *nats_url;  /* NULL = nats://127.0.0.1:4222 */
+  const char *connect;   /* --connect NAME|FILE: the llmbus serve to use (cmd/supervisor/connection.h) */
+  const char *nats_url;  /* NULL = the connection file's, else nats://127.0.0.1:4222 */
   const char *nats_user; /* NULL = none (or the URL's user); with nats_password_file */
   const char *nats_password_file; /* file holding nats_user's password (mode 0600) */
   const char *prefix;    /* NULL = "llm" */
@@ -38,24 +41,48 @@ struct client_options {
   const char *chat_template; /* template name ("chatml", "llama3", ...); NULL = the model's */
   bool json;             /* one JSON line per RequestOutput on `out` */
   int64_t timeout_s;     /* longest wait for the next RequestOutput */
+  struct serve_connection *conn; /* the connection file used (client_options_connect); owned */
 };
 
-/* Fills `o` with the defaults above. */
+/* Fills `o` with the defaults above. Free with client_options_free. */
 void client_options_init(struct client_options *o);
 
-/* Parses argv[*i] if it is one of the shared flags (--nats --prefix --tenant --temperature
- * --nats-user --nats-password-file --top-p --top-k --min-p --max-tokens --seed --stop (repeatable) --n --raw --system
- * --chat-template --json
- * --timeout-s), consuming its value (*i advances). Returns 1 when consumed, 0 when argv[*i]
- * is not one of them, -1 on a bad or missing value (printed to stderr, prefixed by `cmd`). */
-int client_parse_flag(struct client_options *o, int argc, char **argv, int *i, const char *cmd);
+/* Frees what o owns (the connection file read). NULL ok. */
+void client_options_free(struct client_options *o);
 
-/* Writes the help lines of the shared flags to `f`. */
-void client_print_flags_help(FILE *f);
+/* The groups of shared flags (client_flags_table). */
+enum {
+  CLIENT_FLAGS_CONNECT = 1 << 0,  /* --connect --nats --nats-user --nats-password-file --prefix --tenant */
+  CLIENT_FLAGS_SAMPLING = 1 << 1, /* --temperature --top-p --top-k --min-p --max-tokens --seed --stop --n */
+  CLIENT_FLAGS_PROMPT = 1 << 2,   /* --raw --system --chat-template --json --timeout-s */
+};
+
+/* The shared flags of `groups` as cmd/flags entries over o into out[cap] (each value checked:
+ * ranges, subject tokens). Returns the count, -1 when cap is too small. */
+int client_flags_table(struct client_options *o, unsigned groups, struct flag *out, int cap);
+
+/* The sampling flags alone over sp (for `llmbus generate --inproc`); as client_flags_table. */
+int client_sampling_flags(struct llb_sampling_params *sp, struct flag *out, int cap);
+
+/* After parsing: without --nats, takes the NATS URL, prefix, tenant and login from the
+ * connection file of a running `llmbus serve` (--connect, else the newest; the operator's login
+ * when `as_operator`, the tenant's otherwise), unless given. No file and no --connect: the
+ * defaults stay. Errors: NOT_FOUND / IO / MALFORMED of an explicit --connect. */
+llb_status client_options_connect(struct client_options *o, bool as_operator);
 
 /* Connects to o->nats_url for a command line client (no signal handlers of the bus: Ctrl-C
  * stays with the command). Errors: those of bus_connect. *out: bus_destroy(). */
 llb_status client_connect(const struct client_options *o, struct bus **out);
+
+/* Room for the flags of one client command (its own and client_flags_table's). */
+#define CLIENT_MAX_FLAGS 48
+
+/* A command line client logs warnings and errors only, unless LLMBUS_LOG_LEVEL says more. */
+void client_quiet_logs(void);
+
+/* One line `<cmd>: <the error>` on stderr; returns the exit code of a failed command (130
+ * after an interrupt, 1 otherwise). */
+int client_report(const char *cmd, llb_status st);
 
 /* Installs a SIGINT/SIGTERM handler that makes the running client_generate abort its request
  * and return LLB_STATUS_ABORTED. */

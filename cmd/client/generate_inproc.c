@@ -10,7 +10,8 @@
  * text, token_ids (the stopping token included, as the engine's), finish_reason ("stop" or
  * "length") and stop_reason (the stopping token's id when it is not EOS, else null), finished.
  * Sampling defaults are vLLM's (temperature 1, top_p 1, ...); without --seed a seed is drawn
- * from the clock. A one-line timing summary goes to stderr. --json-object, --json-schema FILE
+ * from the clock. Flags: one table (cmd/flags/flags.h), the sampling ones shared with the bus
+ * client (client_sampling_flags). A one-line timing summary goes to stderr. --json-object, --json-schema FILE
  * and --choice JSON constrain the output with the structured-output mask
  * (cmd/client/generate_structured.h): masked tokens get -inf before sampling.
  */
@@ -26,7 +27,9 @@
 #include "actors/gpu_worker/sampler.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "cmd/client/client.h"
 #include "cmd/client/commands.h"
+#include "cmd/flags/flags.h"
 #include "cmd/client/generate_structured.h"
 #include "model/chat_template.h"
 #include "model/forward.h"
@@ -53,115 +56,71 @@ struct inproc_opts {
   const char *choice;             /* --choice JSON array of strings */
 };
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: llmbus generate --inproc --model M.gguf [--raw] [--temperature T] [--top-p P]\n"
-          "         [--top-k K] [--min-p P] [--max-tokens N] [--seed S] [--threads N]\n"
-          "         [--system TEXT] [--chat-template NAME] [--numerics packed|ggml] [--json]\n"
-          "         [--json-object | --json-schema FILE | --choice JSON] \"prompt\"\n"
-          "Runs the model in this process (no bus) and streams the answer to stdout.\n"
-          "  --raw          no chat template: the prompt is plain text to continue\n"
-          "  --json         one JSON line at the end instead of the streamed text: prompt and\n"
-          "                 output token ids, text, finish_reason, stop_reason\n"
-          "  --chat-template  name a template instead of the model's (chatml, smollm2, llama3,\n"
-          "                 mistral, mistral-v3, gemma, gemma3, phi3)\n"
-          "  --json-object  the output is a JSON object (OpenAI response_format json_object)\n"
-          "  --json-schema  the output is JSON valid against the JSON Schema in FILE\n"
-          "  --choice       the output is one of the strings of a JSON array (guided_choice)\n"
-          "  --temperature  0 = greedy (default 1, as vLLM)\n"
-          "  --max-tokens   default %d, capped by the context length\n"
-          "  --seed         default: drawn from the clock\n"
-          "  --threads      default 2\n"
-          "  --numerics     packed (the engine's int8 panels, default) or ggml (llama.cpp's CPU\n"
-          "                 arithmetic, bit-exact with llama.cpp's logits)\n",
-          DEFAULT_MAX_TOKENS);
+static llb_status set_threads(const struct flag *f, const char *v) {
+  int64_t n;
+  llb_status st = flags_parse_int64(v, 1, 256, &n);
+  if (!st) *(int32_t *)f->target = (int32_t)n;
+  return st;
 }
 
-static bool parse_double(const char *s, double *out) {
-  char *end;
-  errno = 0;
-  *out = strtod(s, &end);
-  return errno == 0 && end != s && *end == '\0';
+static llb_status set_numerics(const struct flag *f, const char *v) {
+  if (strcmp(v, "packed") && strcmp(v, "ggml")) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "packed or ggml");
+  *(enum llama_matmul_mode *)f->target = !strcmp(v, "ggml") ? LLAMA_MATMUL_GGML : LLAMA_MATMUL_PACKED;
+  return LLB_STATUS_OK;
 }
 
-static bool parse_long(const char *s, long long *out) {
-  char *end;
-  errno = 0;
-  *out = strtoll(s, &end, 10);
-  return errno == 0 && end != s && *end == '\0';
-}
+#define INPROC_MAX_FLAGS 24
 
-/* Returns 0 on success, 2 on a usage error (already printed), 1 for --help. */
-static int parse_args(int argc, char **argv, struct inproc_opts *o) {
+/* The flags into o (one table with the sampling flags of the bus client but --stop and --n);
+ * `args` keeps what the values point into. Returns FLAGS_CONTINUE, 0 after --help, 2. */
+static int parse_args(int argc, char **argv, struct inproc_opts *o, struct flag_args *args) {
   llb_sampling_params_init(&o->sp);
   o->sp.max_tokens = DEFAULT_MAX_TOKENS;
   o->sp.seed = (uint64_t)llb_wall_ns();
   o->threads = 2;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    double d;
-    long long n;
-    if (strcmp(a, "--inproc") == 0) continue;
-    if (strcmp(a, "--raw") == 0) {
-      o->raw = true;
-      continue;
-    }
-    if (strcmp(a, "--json") == 0) {
-      o->json = true;
-      continue;
-    }
-    if (strcmp(a, "--json-object") == 0) {
-      o->json_object = true;
-      continue;
-    }
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      usage(stdout);
-      return 1;
-    }
-    if (a[0] == '-' && a[1] == '-' && !v) {
-      fprintf(stderr, "llmbus generate: %s needs a value\n", a);
-      return 2;
-    }
-    bool ok = true;
-    if (strcmp(a, "--model") == 0) o->model_path = v;
-    else if (strcmp(a, "--system") == 0) o->system = v;
-    else if (strcmp(a, "--json-schema") == 0) o->json_schema_path = v;
-    else if (strcmp(a, "--choice") == 0) o->choice = v;
-    else if (strcmp(a, "--chat-template") == 0) o->chat_template = v;
-    else if (strcmp(a, "--numerics") == 0)
-      ok = !strcmp(v, "packed") || !strcmp(v, "ggml"), o->matmul = !strcmp(v, "ggml") ? LLAMA_MATMUL_GGML : LLAMA_MATMUL_PACKED;
-    else if (strcmp(a, "--temperature") == 0) ok = parse_double(v, &d) && d >= 0, o->sp.temperature = (float)d;
-    else if (strcmp(a, "--top-p") == 0) ok = parse_double(v, &d) && d > 0 && d <= 1, o->sp.top_p = (float)d;
-    else if (strcmp(a, "--min-p") == 0) ok = parse_double(v, &d) && d >= 0 && d <= 1, o->sp.min_p = (float)d;
-    else if (strcmp(a, "--top-k") == 0) ok = parse_long(v, &n) && n >= 0 && n <= INT32_MAX, o->sp.top_k = (int32_t)n;
-    else if (strcmp(a, "--max-tokens") == 0) ok = parse_long(v, &n) && n >= 1 && n <= INT32_MAX, o->sp.max_tokens = (int32_t)n;
-    else if (strcmp(a, "--threads") == 0) ok = parse_long(v, &n) && n >= 1 && n <= 256, o->threads = (int32_t)n;
-    else if (strcmp(a, "--seed") == 0) ok = parse_long(v, &n) && n >= 0, o->sp.seed = (uint64_t)n, o->sp.has_seed = true;
-    else if (a[0] == '-' && a[1] == '-') {
-      fprintf(stderr, "llmbus generate: unknown option %s\n", a);
-      usage(stderr);
-      return 2;
-    } else {
-      if (o->prompt) {
-        fprintf(stderr, "llmbus generate: one prompt only (quote it)\n");
-        return 2;
-      }
-      o->prompt = a;
-      continue;
-    }
-    if (!ok) {
-      fprintf(stderr, "llmbus generate: bad value for %s: '%s'\n", a, v);
-      return 2;
-    }
-    i++;
-  }
-  if (!o->model_path || !o->prompt) {
-    fprintf(stderr, "llmbus generate: --model and a prompt are required\n");
-    usage(stderr);
-    return 2;
-  }
-  return 0;
+  bool inproc = true;
+  struct flag t[INPROC_MAX_FLAGS];
+  int n = 0;
+  struct flag sampling[INPROC_MAX_FLAGS];
+  const int num_sampling = client_sampling_flags(&o->sp, sampling, INPROC_MAX_FLAGS);
+  for (int i = 0; i < num_sampling; i++)
+    if (strcmp(sampling[i].name, "stop") && strcmp(sampling[i].name, "n")) t[n++] = sampling[i];
+  const struct flag own[] = {
+      {.name = "inproc", .kind = FLAG_KIND_BOOL, .target = &inproc, .help = "this mode: no bus"},
+      {.name = "model", .short_name = 'm', .kind = FLAG_KIND_STRING, .target = &o->model_path, .metavar = "M.gguf",
+       .help = "the model (required)"},
+      {.name = "raw", .kind = FLAG_KIND_BOOL, .target = &o->raw, .help = "no chat template: the prompt is plain text to continue"},
+      {.name = "system", .kind = FLAG_KIND_STRING, .target = &o->system, .metavar = "TEXT", .help = "system message"},
+      {.name = "chat-template", .kind = FLAG_KIND_STRING, .target = &o->chat_template, .metavar = "NAME",
+       .help = "name a template instead of the model's (chatml, smollm2, llama3, mistral, mistral-v3, gemma, gemma3, phi3)"},
+      {.name = "json", .kind = FLAG_KIND_BOOL, .target = &o->json,
+       .help = "one JSON line at the end instead of the streamed text: prompt and output token ids, text, "
+               "finish_reason, stop_reason"},
+      {.name = "json-object", .kind = FLAG_KIND_BOOL, .target = &o->json_object,
+       .help = "the output is a JSON object (OpenAI response_format json_object)"},
+      {.name = "json-schema", .kind = FLAG_KIND_STRING, .target = &o->json_schema_path, .metavar = "FILE",
+       .help = "the output is JSON valid against the JSON Schema in FILE"},
+      {.name = "choice", .kind = FLAG_KIND_STRING, .target = &o->choice, .metavar = "JSON",
+       .help = "the output is one of the strings of a JSON array (guided_choice)"},
+      {.name = "threads", .short_name = 't', .kind = FLAG_KIND_INT32, .target = &o->threads, .metavar = "N",
+       .set = set_threads, .help = "forward-pass threads (default 2)"},
+      {.name = "numerics", .kind = FLAG_KIND_STRING, .target = &o->matmul, .metavar = "packed|ggml",
+       .set = set_numerics,
+       .help = "packed (the engine's int8 panels, default) or ggml (llama.cpp's CPU arithmetic, bit-exact logits)"},
+  };
+  memcpy(t + n, own, sizeof own);
+  n += (int)(sizeof own / sizeof own[0]);
+  const struct flag_section sec = {"flags", t, n};
+  const struct flag_command cmd = {
+      .program = "llmbus generate", .sections = &sec, .num_sections = 1, .max_positional = 1, .config = true,
+      .usage = "usage: llmbus generate --inproc --model M.gguf [flags] [--] PROMPT\n"
+               "Runs the model in this process (no bus) and streams the answer to stdout (seed: the clock's\n"
+               "unless --seed; --max-tokens capped by the context length).\n"};
+  int rc = flags_parse(&cmd, argc, argv, args);
+  if (rc == FLAGS_CONTINUE && (!o->model_path || args->num_positional != 1))
+    rc = flags_usage_error(&cmd, "--model and a prompt are required");
+  if (rc == FLAGS_CONTINUE) o->prompt = args->positional[0];
+  return rc;
 }
 
 /* Prompt ids: chat-templated (system + user) unless raw. *ids: malloc'd, caller frees. */
@@ -293,8 +252,12 @@ static int fail_status(const char *what) {
 
 int cmd_generate_inproc(int argc, char **argv) {
   struct inproc_opts o = {0};
-  int rc = parse_args(argc, argv, &o);
-  if (rc != 0) return rc == 1 ? 0 : rc;
+  struct flag_args args;
+  int rc = parse_args(argc, argv, &o, &args);
+  if (rc != FLAGS_CONTINUE) {
+    flag_args_free(&args);
+    return rc;
+  }
 
   struct inproc_run r = {0};
   int32_t *prompt = NULL;
@@ -318,7 +281,7 @@ int cmd_generate_inproc(int argc, char **argv) {
     goto done;
   }
   int32_t max_new = o.sp.max_tokens;
-  if (max_new > cfg->context_length - n_prompt) max_new = cfg->context_length - (int32_t)n_prompt;
+  if (max_new < 0 || max_new > cfg->context_length - n_prompt) max_new = cfg->context_length - (int32_t)n_prompt;
   const int32_t capacity = (int32_t)n_prompt + max_new;
   r.num_blocks = (capacity + BLOCK_SIZE - 1) / BLOCK_SIZE;
   const int32_t chunk = n_prompt < PREFILL_CHUNK ? (int32_t)n_prompt : PREFILL_CHUNK;
@@ -408,5 +371,6 @@ int cmd_generate_inproc(int argc, char **argv) {
 done:
   free(prompt);
   run_free(&r);
+  flag_args_free(&args);
   return rc;
 }

@@ -23,6 +23,7 @@
 #include "base/progress.h"
 #include "cmd/client/commands.h"
 #include "cmd/client/perplexity_kld.h"
+#include "cmd/flags/flags.h"
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -37,76 +38,72 @@ struct ppl_opts {
   bool json, kl, ctx_given; /* kl: compare against kl_base instead of writing it */
 };
 
-static void ppl_usage(FILE *f) {
-  fprintf(f,
-          "usage: llmbus perplexity --model M.gguf --file TEXT [--ctx N] [--chunks N] [--threads N]\n"
-          "         [--numerics packed|ggml] [--json] [--kl-divergence-base FILE [--kl-divergence]]\n"
-          "Perplexity of TEXT with llama.cpp's llama-perplexity method: chunks of --ctx tokens\n"
-          "(default 512), each from an empty cache (BOS first when the vocabulary adds one), the\n"
-          "second half of each chunk scored.\n"
-          "  --chunks N     score the first N chunks only (default: all)\n"
-          "  --numerics     packed (the engine's, default) or ggml (llama.cpp's CPU arithmetic)\n"
-          "  --threads      default 2\n"
-          "  --json         one JSON object at the end: ppl, its standard error, chunks, tokens\n"
-          "  --kl-divergence-base FILE  save every scored row's log-probabilities to FILE in\n"
-          "                 llama-perplexity's format (the base of a later comparison)\n"
-          "  --kl-divergence  compare with the base FILE instead (its tokens and --ctx; --file is\n"
-          "                 not needed): PPL of both, KL divergence, same top token, delta p.\n"
-          "                 --kl-base FILE = both options. Either engine may have written FILE.\n");
+static llb_status set_positive(const struct flag *f, const char *v) {
+  int64_t n;
+  llb_status st = flags_parse_int64(v, 1, 1 << 20, &n);
+  if (!st) *(int32_t *)f->target = (int32_t)n;
+  return st;
 }
 
-static int ppl_parse(int argc, char **argv, struct ppl_opts *o) {
+static llb_status set_kl_base(const struct flag *f, const char *v) { /* --kl-base: both options */
+  struct ppl_opts *o = f->target;
+  o->kl_base = v;
+  o->kl |= !strcmp(f->name, "kl-base");
+  return LLB_STATUS_OK;
+}
+
+static llb_status set_ctx(const struct flag *f, const char *v) {
+  struct ppl_opts *o = f->target;
+  struct flag g = *f;
+  g.target = &o->ctx;
+  o->ctx_given = true;
+  return set_positive(&g, v);
+}
+
+static const char ppl_usage[] =
+    "usage: llmbus perplexity --model M.gguf --file TEXT [flags]\n"
+    "Perplexity of TEXT with llama.cpp's llama-perplexity method: chunks of --ctx tokens (default 512),\n"
+    "each from an empty cache (BOS first when the vocabulary adds one), the second half of each chunk\n"
+    "scored.\n";
+
+/* Returns FLAGS_CONTINUE, 0 after --help, 2 on a usage error; `args` keeps the values. */
+static int ppl_parse(int argc, char **argv, struct ppl_opts *o, struct flag_args *args) {
   *o = (struct ppl_opts){.ctx = 512, .threads = 2, .numerics = "packed"};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      ppl_usage(stdout);
-      return 1;
-    } else if (!strcmp(a, "--json")) {
-      o->json = true;
-    } else if (!strcmp(a, "--kl-divergence")) {
-      o->kl = true;
-    } else if (v && (!strcmp(a, "--kl-divergence-base") || !strcmp(a, "--kl-base"))) {
-      o->kl |= !strcmp(a, "--kl-base");
-      o->kl_base = argv[++i];
-    } else if (v && !strcmp(a, "--model")) {
-      o->model_path = argv[++i];
-    } else if (v && !strcmp(a, "--file")) {
-      o->file = argv[++i];
-    } else if (v && !strcmp(a, "--numerics")) {
-      o->numerics = argv[++i];
-    } else if (v && (!strcmp(a, "--ctx") || !strcmp(a, "--threads") || !strcmp(a, "--chunks"))) {
-      char *end;
-      const long n = strtol(argv[++i], &end, 10);
-      if (*end || n < 1 || n > (1 << 20)) {
-        fprintf(stderr, "llmbus perplexity: %s %s: a positive integer\n", a, argv[i]);
-        return 2;
-      }
-      *(!strcmp(a, "--ctx") ? &o->ctx : !strcmp(a, "--threads") ? &o->threads : &o->max_chunks) = (int32_t)n;
-      o->ctx_given |= !strcmp(a, "--ctx");
-    } else {
-      fprintf(stderr, "llmbus perplexity: unknown or incomplete option %s\n", a);
-      ppl_usage(stderr);
-      return 2;
-    }
-  }
-  if (o->kl && !o->kl_base) {
-    fprintf(stderr, "llmbus perplexity: --kl-divergence needs --kl-divergence-base FILE\n");
-    return 2;
-  }
-  if (!o->model_path || (!o->file && !o->kl)) {
-    fprintf(stderr, "llmbus perplexity: --model and --file are required\n");
-    return 2;
-  }
-  if (strcmp(o->numerics, "packed") && strcmp(o->numerics, "ggml")) {
-    fprintf(stderr, "llmbus perplexity: --numerics %s: packed or ggml\n", o->numerics);
-    return 2;
-  }
-  if (o->ctx < 4) {
-    fprintf(stderr, "llmbus perplexity: --ctx %d: at least 4\n", o->ctx);
-    return 2;
-  }
-  return 0;
+  const struct flag t[] = {
+      {.name = "model", .short_name = 'm', .kind = FLAG_KIND_STRING, .target = &o->model_path, .metavar = "M.gguf",
+       .help = "the model (required)"},
+      {.name = "file", .short_name = 'f', .kind = FLAG_KIND_STRING, .target = &o->file, .metavar = "TEXT",
+       .help = "the text file (required but with --kl-divergence)"},
+      {.name = "ctx", .aliases = "ctx-size", .short_name = 'c', .kind = FLAG_KIND_INT32, .target = o, .metavar = "N",
+       .set = set_ctx, .help = "tokens per chunk (default 512, at least 4)"},
+      {.name = "chunks", .kind = FLAG_KIND_INT32, .target = &o->max_chunks, .metavar = "N", .set = set_positive,
+       .help = "score the first N chunks only (default: all)"},
+      {.name = "threads", .short_name = 't', .kind = FLAG_KIND_INT32, .target = &o->threads, .metavar = "N",
+       .set = set_positive, .help = "forward-pass threads (default 2)"},
+      {.name = "numerics", .kind = FLAG_KIND_STRING, .target = &o->numerics, .metavar = "packed|ggml",
+       .help = "packed (the engine's) or ggml (llama.cpp's CPU arithmetic)"},
+      {.name = "json", .kind = FLAG_KIND_BOOL, .target = &o->json,
+       .help = "one JSON object at the end: ppl, its standard error, chunks, tokens"},
+      {.name = "kl-divergence-base", .kind = FLAG_KIND_STRING, .target = o, .metavar = "FILE", .set = set_kl_base,
+       .help = "save every scored row's log-probabilities to FILE in llama-perplexity's format (the base of a "
+               "later comparison)"},
+      {.name = "kl-divergence", .kind = FLAG_KIND_BOOL, .target = &o->kl,
+       .help = "compare with the base FILE instead (its tokens and --ctx; --file is not needed): PPL of both, KL "
+               "divergence, same top token, delta p"},
+      {.name = "kl-base", .kind = FLAG_KIND_STRING, .target = o, .metavar = "FILE", .set = set_kl_base,
+       .help = "both of the above; either engine may have written FILE"},
+  };
+  const struct flag_section sec = {"flags", t, (int)(sizeof t / sizeof t[0])};
+  const struct flag_command cmd = {.program = "llmbus perplexity", .usage = ppl_usage, .sections = &sec,
+                                   .num_sections = 1, .max_positional = 0};
+  int rc = flags_parse(&cmd, argc, argv, args);
+  if (rc != FLAGS_CONTINUE) return rc;
+  if (o->kl && !o->kl_base) return flags_usage_error(&cmd, "--kl-divergence needs --kl-divergence-base FILE");
+  if (!o->model_path || (!o->file && !o->kl)) return flags_usage_error(&cmd, "--model and --file are required");
+  if (strcmp(o->numerics, "packed") && strcmp(o->numerics, "ggml"))
+    return flags_usage_error(&cmd, "--numerics %s: packed or ggml", o->numerics);
+  if (o->ctx < 4) return flags_usage_error(&cmd, "--ctx %d: at least 4", o->ctx);
+  return FLAGS_CONTINUE;
 }
 
 /* The whole file into a malloc'd buffer (*len bytes). */
@@ -314,8 +311,12 @@ static llb_status score(struct ppl_run *r, const struct ppl_opts *o, int32_t *id
 
 int cmd_perplexity(int argc, char **argv) {
   struct ppl_opts o;
-  int rc = ppl_parse(argc, argv, &o);
-  if (rc) return rc == 1 ? 0 : rc;
+  struct flag_args args;
+  int rc = ppl_parse(argc, argv, &o, &args);
+  if (rc != FLAGS_CONTINUE) {
+    flag_args_free(&args);
+    return rc;
+  }
   struct ppl_run r = {0};
   struct ppl_sink sink = {0};
   struct kld_stats stats = {0};
@@ -366,5 +367,6 @@ done:
   free(stats.kld_values);
   free(ids);
   run_free(&r);
+  flag_args_free(&args);
   return rc;
 }

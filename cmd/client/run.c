@@ -11,78 +11,27 @@
 #include "cmd/client/commands.h"
 #include "cmd/supervisor/run_stack.h"
 
-static void run_usage(FILE *f) {
-  fprintf(f,
-          "usage: llmbus run [--model M.gguf] [options] \"prompt\"\n"
-          "Starts nats-server and every actor, answers one prompt, stops them all.\n"
-          "  --model PATH     GGUF model (default: the actors' default model)\n"
-          "  --verbose        show the actors' info logs (default: warnings and errors)\n"
-          "  engine flags of llmbus serve (--device cuda, --num-blocks N, --threads N, ...) are\n"
-          "  passed on to the actors that take them (llmbus serve --help lists them)\n");
-  client_print_flags_help(f);
+static const char run_usage[] =
+    "usage: llmbus run [flags] [--] PROMPT\n"
+    "Starts nats-server and every actor, answers one prompt on stdout, stops them all. Only the answer\n"
+    "goes to stdout; warnings and errors go to stderr (--verbose: the actors' info logs too).\n";
+
+/* Drops from engine[0, *n) the flags a client flag of the same name shadows (--seed and
+ * --chat-template mean the request's here). */
+static void drop_shadowed(const struct flag *client, int num_client, struct flag *engine, int *n) {
+  int k = 0;
+  for (int i = 0; i < *n; i++) {
+    bool shadowed = false;
+    for (int c = 0; c < num_client; c++) shadowed |= strcmp(client[c].name, engine[i].name) == 0;
+    if (!shadowed) engine[k++] = engine[i];
+  }
+  *n = k;
 }
 
-int cmd_run(int argc, char **argv) {
+/* The stack up, the prompt answered, the stack down; returns the exit code. */
+static int run_prompt(struct client_options *o, struct serve_options *so, const char *model, bool verbose,
+                      const char *prompt) {
   const char *cmd = "llmbus run";
-  struct client_options o;
-  client_options_init(&o);
-  const char *prompt = NULL, *model = NULL;
-  bool verbose = false;
-  /* One prompt, one input processor (serve's second is for restart gaps of a long run). */
-  struct serve_options so = {.num_input_processors = 1};
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      run_usage(stdout);
-      return 0;
-    }
-    if (strcmp(argv[i], "--verbose") == 0) {
-      verbose = true;
-      continue;
-    }
-    if (strcmp(argv[i], "--model") == 0) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "%s: --model needs a value\n", cmd);
-        return 2;
-      }
-      model = argv[++i];
-      continue;
-    }
-    if (strcmp(argv[i], "--nats") == 0 || strcmp(argv[i], "--prefix") == 0) {
-      fprintf(stderr, "%s: %s is for llmbus generate (run starts its own nats-server)\n", cmd, argv[i]);
-      return 2;
-    }
-    int rc = client_parse_flag(&o, argc, argv, &i, cmd);
-    if (rc < 0) return 2;
-    if (rc > 0) continue;
-    bool takes_value = false;
-    if (argv[i][0] == '-' && argv[i][1] == '-' && serve_engine_flag_known(argv[i] + 2, &takes_value)) {
-      if (takes_value && i + 1 >= argc) {
-        fprintf(stderr, "%s: %s needs a value\n", cmd, argv[i]);
-        return 2;
-      }
-      if (serve_engine_flag_add(&so, argv[i] + 2, takes_value ? argv[i + 1] : NULL) < 0) {
-        fprintf(stderr, "%s: too many engine flags\n", cmd);
-        return 2;
-      }
-      i += takes_value;
-      continue;
-    }
-    if (argv[i][0] == '-' && argv[i][1] == '-') {
-      fprintf(stderr, "%s: unknown option %s\n", cmd, argv[i]);
-      run_usage(stderr);
-      return 2;
-    }
-    if (prompt) {
-      fprintf(stderr, "%s: one prompt only (quote it)\n", cmd);
-      return 2;
-    }
-    prompt = argv[i];
-  }
-  if (!prompt) {
-    fprintf(stderr, "%s: a prompt is required\n", cmd);
-    run_usage(stderr);
-    return 2;
-  }
   if (model && access(model, R_OK) != 0) {
     fprintf(stderr, "%s: cannot read model %s (run ops/fetch-model.sh?)\n", cmd, model);
     return 1;
@@ -94,23 +43,25 @@ int cmd_run(int argc, char **argv) {
   run_stack_init(&stack);
   struct bus *bus = NULL;
   int rc = 1;
-  so.model_path = model;
-  llb_status st = run_stack_start(&stack, &so, verbose);
+  so->model_path = model;
+  for (int f = 0; f < so->num_engine_flags; f++) /* the actors' subject prefix is the client's too */
+    if (strcmp(so->engine_flags[f].name, "prefix") == 0) o->prefix = so->engine_flags[f].value;
+  llb_status st = run_stack_start(&stack, so, verbose);
   if (st != LLB_STATUS_OK) {
     fprintf(stderr, "%s: %s\n", cmd, llb_err_last());
     goto done;
   }
   if (stack.operator_password_file[0]) { /* the operator (cmd/supervisor/serve_nats_config.h) */
-    o.nats_user = "operator";
-    o.nats_password_file = stack.operator_password_file;
+    o->nats_user = "operator";
+    o->nats_password_file = stack.operator_password_file;
   }
   client_install_sigint();
-  o.nats_url = run_stack_nats_url(&stack);
-  st = client_connect(&o, &bus);
+  o->nats_url = run_stack_nats_url(&stack);
+  st = client_connect(o, &bus);
   if (st == LLB_STATUS_OK) st = run_stack_wait_ready(&stack, bus, client_interrupted);
   if (st == LLB_STATUS_OK) {
     struct client_prompt p = {.prompt = prompt};
-    st = client_generate(bus, &o, &p, stdout, run_stack_idle, &stack, NULL);
+    st = client_generate(bus, o, &p, stdout, run_stack_idle, &stack, NULL);
   }
   if (st == LLB_STATUS_OK) {
     rc = 0;
@@ -126,3 +77,34 @@ done:
   if (run_stack_stop(&stack) != LLB_STATUS_OK) fprintf(stderr, "%s: some actors needed SIGKILL\n", cmd);
   return rc;
 }
+
+int cmd_run(int argc, char **argv) {
+  const char *cmd = "llmbus run";
+  struct client_options o;
+  client_options_init(&o);
+  const char *model = NULL;
+  bool verbose = false;
+  /* One prompt, one input processor (serve's second is for restart gaps of a long run). */
+  struct serve_options so = {.num_input_processors = 1};
+  struct flag own[2 + CLIENT_MAX_FLAGS], engine[SERVE_MAX_ENGINE_FLAGS];
+  own[0] = (struct flag){.name = "model", .short_name = 'm', .kind = FLAG_KIND_STRING, .target = &model,
+                         .metavar = "PATH", .help = "GGUF model (default: the actors' default model)"};
+  own[1] = (struct flag){.name = "verbose", .kind = FLAG_KIND_BOOL, .target = &verbose,
+                         .help = "show the actors' info logs (default: warnings and errors)"};
+  int num_own = 2 + client_flags_table(&o, CLIENT_FLAGS_SAMPLING | CLIENT_FLAGS_PROMPT, own + 2, CLIENT_MAX_FLAGS);
+  int num_engine = serve_engine_flag_table(&so, engine, SERVE_MAX_ENGINE_FLAGS);
+  drop_shadowed(own, num_own, engine, &num_engine);
+  const struct flag_section sections[] = {
+      {"flags", own, num_own},
+      {"engine flags of llmbus serve, passed on to the actors that take them", engine, num_engine}};
+  const struct flag_command c = {.program = cmd, .usage = run_usage, .sections = sections, .num_sections = 2,
+                                 .config = true, .max_positional = 1};
+  struct flag_args args;
+  int rc = flags_parse(&c, argc, argv, &args);
+  if (rc == FLAGS_CONTINUE && args.num_positional != 1) rc = flags_usage_error(&c, "a prompt is required");
+  if (rc == FLAGS_CONTINUE) rc = run_prompt(&o, &so, model, verbose, args.positional[0]);
+  flag_args_free(&args);
+  client_options_free(&o);
+  return rc;
+}
+

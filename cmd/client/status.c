@@ -1,7 +1,7 @@
 /* `llmbus status`: what is running on a bus, read from the bus itself (docs/design.md §9).
  *
  * Listens for --wait-ms (default 2500: longer than the default 2 s heartbeat) to
- * <prefix>.health.> (every actor's Heartbeat) and <prefix>.engine.*.stats (each engine's
+ * <prefix>.health.*.* (every actor's Heartbeat) and <prefix>.engine.*.stats (each engine's
  * SchedulerStats), then prints one table of engines (id, model, load, KV cache) and one of
  * actors (actor, instance, engine, host, pid, uptime, ready, in flight), or with --json one
  * JSON object {"engines": [...], "actors": [...]}. Messages that do not verify are counted,
@@ -177,57 +177,18 @@ static void print_json(const struct status_view *v) {
   json_decref(root);
 }
 
-static void status_usage(FILE *f) {
-  fprintf(f,
-          "usage: llmbus status [--nats URL] [--nats-user U --nats-password-file F] [--prefix P] [--wait-ms MS]\n"
-          "                     [--json]\n"
-          "\n"
-          "Lists the engines (from <prefix>.engine.*.stats) and the actors (from their\n"
-          "heartbeats on <prefix>.health.>) on the bus, with their load.\n"
-          "  --nats URL    NATS server (default nats://127.0.0.1:4222)\n"
-          "  --nats-user U --nats-password-file F  NATS login; under `llmbus serve` the user\n"
-          "                operator, its password in serve's credentials directory\n"
-          "  --prefix P    subject prefix (default llm)\n"
-          "  --wait-ms MS  how long to listen (default 2500: one heartbeat interval and more)\n"
-          "  --json        one JSON object instead of tables\n");
-}
-
-int cmd_status(int argc, char **argv) {
-  struct client_options o;
-  client_options_init(&o);
-  long wait_ms = 2500;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      status_usage(stdout);
-      return 0;
-    }
-    if (strcmp(argv[i], "--wait-ms") == 0 && i + 1 < argc) {
-      char *end;
-      wait_ms = strtol(argv[++i], &end, 10);
-      if (*end || wait_ms < 1 || wait_ms > 600000) {
-        fprintf(stderr, "llmbus status: --wait-ms %s: 1..600000\n", argv[i]);
-        return 2;
-      }
-      continue;
-    }
-    if (strcmp(argv[i], "--nats") != 0 && strcmp(argv[i], "--prefix") != 0 && strcmp(argv[i], "--json") != 0 &&
-        strcmp(argv[i], "--nats-user") != 0 && strcmp(argv[i], "--nats-password-file") != 0) {
-      fprintf(stderr, "llmbus status: unknown option %s\n", argv[i]);
-      status_usage(stderr);
-      return 2;
-    }
-    if (client_parse_flag(&o, argc, argv, &i, "llmbus status") != 1) return 2;
-  }
+/* Listens wait_ms on the bus of o and prints what answered; returns the exit code. */
+static int status_listen(const struct client_options *o, long wait_ms) {
   struct status_view *v = calloc(1, sizeof *v);
   if (!v) return 1;
   pthread_mutex_init(&v->mu, NULL);
   struct bus *bus = NULL;
   int rc = 1;
-  const char *prefix = o.prefix ? o.prefix : "llm";
+  const char *prefix = o->prefix ? o->prefix : "llm";
   char health[BUS_SUBJECT_MAX], stats[BUS_SUBJECT_MAX];
-  snprintf(health, sizeof health, "%s.health.>", prefix);
+  snprintf(health, sizeof health, "%s.health.*.*", prefix); /* heartbeats, not their .metrics */
   snprintf(stats, sizeof stats, "%s.engine.*.stats", prefix);
-  llb_status st = client_connect(&o, &bus);
+  llb_status st = client_connect(o, &bus);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, health, NULL, on_heartbeat, v, NULL);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, stats, NULL, on_stats, v, NULL);
   if (st != LLB_STATUS_OK) {
@@ -239,7 +200,7 @@ int cmd_status(int argc, char **argv) {
   pthread_mutex_lock(&v->mu);
   qsort(v->engines, (size_t)v->num_engines, sizeof v->engines[0], cmp_engine);
   qsort(v->actors, (size_t)v->num_actors, sizeof v->actors[0], cmp_actor);
-  if (o.json) print_json(v);
+  if (o->json) print_json(v);
   else print_table(v);
   rc = v->num_actors > 0 || v->num_engines > 0 ? 0 : 1;
   if (rc) fprintf(stderr, "llmbus status: no actor answered on %s within %ld ms\n", health, wait_ms);
@@ -250,3 +211,36 @@ done:
   free(v);
   return rc;
 }
+
+static const char status_usage[] =
+    "usage: llmbus status [flags]\n"
+    "\n"
+    "Lists the engines (from <prefix>.engine.*.stats) and the actors (from their heartbeats on\n"
+    "<prefix>.health.>) on the bus, with their load: the newest `llmbus serve` on this host (as its\n"
+    "operator), unless --connect or --nats says.\n";
+
+int cmd_status(int argc, char **argv) {
+  struct client_options o;
+  client_options_init(&o);
+  int32_t wait_ms = 2500;
+  struct flag t[CLIENT_MAX_FLAGS];
+  int n = client_flags_table(&o, CLIENT_FLAGS_CONNECT, t, CLIENT_MAX_FLAGS - 2);
+  t[n++] = (struct flag){.name = "wait-ms", .kind = FLAG_KIND_INT32, .target = &wait_ms, .metavar = "MS",
+                         .help = "how long to listen (1..600000; one heartbeat interval and more)"};
+  t[n++] = (struct flag){.name = "json", .kind = FLAG_KIND_BOOL, .target = &o.json,
+                         .help = "one JSON object instead of tables"};
+  const struct flag_section sec = {"flags", t, n};
+  const struct flag_command cmd = {.program = "llmbus status", .usage = status_usage, .sections = &sec,
+                                   .num_sections = 1, .max_positional = 0};
+  struct flag_args args;
+  int rc = flags_parse(&cmd, argc, argv, &args);
+  if (rc == FLAGS_CONTINUE && (wait_ms < 1 || wait_ms > 600000)) rc = flags_usage_error(&cmd, "--wait-ms: 1..600000");
+  if (rc == FLAGS_CONTINUE) client_quiet_logs();
+  if (rc == FLAGS_CONTINUE && client_options_connect(&o, true) != LLB_STATUS_OK)
+    rc = client_report(cmd.program, LLB_STATUS_NOT_FOUND);
+  if (rc == FLAGS_CONTINUE) rc = status_listen(&o, wait_ms);
+  flag_args_free(&args);
+  client_options_free(&o);
+  return rc;
+}
+

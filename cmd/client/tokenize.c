@@ -5,54 +5,13 @@
 #include <string.h>
 
 #include "cmd/client/commands.h"
+#include "cmd/flags/flags.h"
+#include "cmd/supervisor/connection.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 
-static void tokenize_usage(FILE *out) {
-  fprintf(out,
-          "usage: llmbus tokenize --model M.gguf [--decode] [--no-special] [--add-special] TEXT | IDS...\n"
-          "\n"
-          "Encodes TEXT with the model's tokenizer and prints the token ids, space-separated.\n"
-          "  --model M.gguf  GGUF file whose tokenizer.ggml.* metadata to use (required)\n"
-          "  --decode        read token ids (arguments) and print the decoded text instead\n"
-          "  --no-special    encode: do not turn special-token text (\"<|im_start|>\") into tokens;\n"
-          "                  decode: hide control tokens\n"
-          "  --add-special   encode: add BOS/EOS as the model's add_bos/add_eos flags say\n"
-          "  -h, --help      this help\n");
-}
-
-int cmd_tokenize(int argc, char **argv) {
-  const char *model = NULL;
-  bool decode = false, special = true, add_special = false;
-  int first = argc;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
-      model = argv[++i];
-    } else if (strcmp(argv[i], "--decode") == 0) {
-      decode = true;
-    } else if (strcmp(argv[i], "--no-special") == 0) {
-      special = false;
-    } else if (strcmp(argv[i], "--add-special") == 0) {
-      add_special = true;
-    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      tokenize_usage(stdout);
-      return 0;
-    } else if (strcmp(argv[i], "--") == 0) {
-      first = i + 1;
-      break;
-    } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-      fprintf(stderr, "llmbus tokenize: unknown option %s\n", argv[i]);
-      tokenize_usage(stderr);
-      return 2;
-    } else {
-      first = i;
-      break;
-    }
-  }
-  if (!model || first >= argc) {
-    tokenize_usage(stderr);
-    return 2;
-  }
+/* Encodes (or decodes) the n arguments args[] with the model's tokenizer; returns the exit code. */
+static int tokenize_run(const char *model, bool decode, bool special, bool add_special, int n_args, char **args) {
   struct gguf_file *f = NULL;
   struct tokenizer *t = NULL;
   int rc = 1;
@@ -61,15 +20,15 @@ int cmd_tokenize(int argc, char **argv) {
     goto done;
   }
   if (decode) {
-    int n = argc - first;
+    int n = n_args;
     int32_t *ids = malloc((size_t)n * sizeof(*ids));
     if (!ids) goto done;
     for (int i = 0; i < n; i++) {
       char *end;
       errno = 0;
-      long v = strtol(argv[first + i], &end, 10);
-      if (errno || *end || end == argv[first + i] || v < 0 || v >= tokenizer_vocab_size(t)) {
-        fprintf(stderr, "llmbus tokenize: '%s' is not a token id of this model (0..%d)\n", argv[first + i],
+      long v = strtol(args[i], &end, 10);
+      if (errno || *end || end == args[i] || v < 0 || v >= tokenizer_vocab_size(t)) {
+        fprintf(stderr, "llmbus tokenize: '%s' is not a token id of this model (0..%d)\n", args[i],
                 tokenizer_vocab_size(t) - 1);
         free(ids);
         goto done;
@@ -90,14 +49,14 @@ int cmd_tokenize(int argc, char **argv) {
   } else {
     /* several text arguments are joined with single spaces, as a shell would have passed them */
     size_t total = 0;
-    for (int i = first; i < argc; i++) total += strlen(argv[i]) + 1;
+    for (int i = 0; i < n_args; i++) total += strlen(args[i]) + 1;
     char *text = malloc(total + 1);
     if (!text) goto done;
     size_t o = 0;
-    for (int i = first; i < argc; i++) {
-      if (i > first) text[o++] = ' ';
-      memcpy(text + o, argv[i], strlen(argv[i]));
-      o += strlen(argv[i]);
+    for (int i = 0; i < n_args; i++) {
+      if (i > 0) text[o++] = ' ';
+      memcpy(text + o, args[i], strlen(args[i]));
+      o += strlen(args[i]);
     }
     int32_t *ids;
     int64_t n;
@@ -115,5 +74,48 @@ int cmd_tokenize(int argc, char **argv) {
 done:
   tokenizer_destroy(t);
   gguf_close(f);
+  return rc;
+}
+
+static const char tokenize_usage[] =
+    "usage: llmbus tokenize [flags] [--] TEXT...   |   llmbus tokenize --decode [flags] IDS...\n"
+    "\n"
+    "Encodes TEXT with the model's tokenizer and prints the token ids, space-separated; several\n"
+    "TEXT arguments are joined with single spaces. The model is --model, else the running\n"
+    "`llmbus serve`'s (its connection file; --connect NAME picks one).\n";
+
+int cmd_tokenize(int argc, char **argv) {
+  const char *model = NULL, *connect = NULL;
+  bool decode = false, no_special = false, add_special = false;
+  const struct flag t[] = {
+      {.name = "model", .short_name = 'm', .kind = FLAG_KIND_STRING, .target = &model, .metavar = "M.gguf",
+       .help = "GGUF file whose tokenizer.ggml.* metadata to use"},
+      {.name = "connect", .kind = FLAG_KIND_STRING, .target = &connect, .metavar = "NAME",
+       .help = "without --model: the model of this running llmbus serve (default: the newest)"},
+      {.name = "decode", .kind = FLAG_KIND_BOOL, .target = &decode,
+       .help = "read token ids (arguments) and print the decoded text instead"},
+      {.name = "no-special", .kind = FLAG_KIND_BOOL, .target = &no_special,
+       .help = "encode: do not turn special-token text (\"<|im_start|>\") into tokens; decode: hide control tokens"},
+      {.name = "add-special", .kind = FLAG_KIND_BOOL, .target = &add_special,
+       .help = "encode: add BOS/EOS as the model's add_bos/add_eos flags say"},
+  };
+  const struct flag_section sec = {"flags", t, (int)(sizeof t / sizeof t[0])};
+  const struct flag_command cmd = {.program = "llmbus tokenize", .usage = tokenize_usage, .sections = &sec,
+                                   .num_sections = 1, .max_positional = -1};
+  struct flag_args args;
+  int rc = flags_parse(&cmd, argc, argv, &args);
+  struct serve_connection *conn = NULL;
+  if (rc == FLAGS_CONTINUE && args.num_positional == 0) rc = flags_usage_error(&cmd, "give TEXT (or IDS with --decode)");
+  if (rc == FLAGS_CONTINUE && !model) { /* the model of the running serve */
+    conn = calloc(1, sizeof *conn);
+    if (!conn || serve_connection_find(connect, conn) != LLB_STATUS_OK || !conn->model_path[0])
+      rc = flags_usage_error(&cmd, "give --model (%s)", conn ? llb_err_last() : "out of memory");
+    else
+      model = conn->model_path;
+  }
+  if (rc == FLAGS_CONTINUE)
+    rc = tokenize_run(model, decode, !no_special, add_special, args.num_positional, args.positional);
+  free(conn);
+  flag_args_free(&args);
   return rc;
 }

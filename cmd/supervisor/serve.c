@@ -1,6 +1,5 @@
 /* `llmbus serve`: the whole stack under one supervisor (see supervisor.h). */
 #include <errno.h>
-#include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -39,62 +38,74 @@ enum { A_KV = 1 << 0, A_WORKER = 1 << 1, A_SCHED = 1 << 2, A_OUT = 1 << 3, A_IN 
        A_API = 1 << 5, A_ENC = 1 << 6, A_ALL = 0x7f };
 static const struct {
   const char *name;
-  bool takes_value;
+  const char *aliases; /* vLLM's / llama-server's other spellings ('|'-separated; cmd/flags/flags.h) */
+  char short_name;     /* llama-server's one-letter flag, where it means the same */
+  enum flag_kind kind; /* BOOL: no value; INT64 / DOUBLE: checked here, before any actor starts */
   unsigned actors;
   const char *help;
 } engine_flags[] = {
-    {"num-blocks", true, A_WORKER,
+    {"num-blocks", "num-gpu-blocks-override", 0, FLAG_KIND_INT64, A_WORKER,
      "KV cache blocks of each engine's worker (allocated once; its scheduler and kv_manager adopt it)"},
-    {"block-size", true, A_KV | A_WORKER | A_SCHED, "tokens per KV block"},
-    {"max-num-seqs", true, A_SCHED, "requests running at once"},
-    {"max-num-waiting", true, A_SCHED, "requests waiting at most (more get QUEUE_FULL / 429)"},
-    {"max-num-batched-tokens", true, A_SCHED | A_WORKER, "token budget of one step"},
-    {"max-model-len", true, A_SCHED | A_IN | A_WORKER, "context length limit (prompt + output)"},
-    {"policy", true, A_SCHED, "fcfs | priority"},
-    {"no-prefix-caching", false, A_KV | A_SCHED, "disable the prefix cache"},
-    {"speculative-config", true, A_SCHED | A_WORKER,
+    {"block-size", NULL, 0, FLAG_KIND_INT64, A_KV | A_WORKER | A_SCHED, "tokens per KV block"},
+    {"max-num-seqs", "np|parallel", 0, FLAG_KIND_INT64, A_SCHED, "requests running at once"},
+    {"max-num-waiting", NULL, 0, FLAG_KIND_INT64, A_SCHED, "requests waiting at most (more get QUEUE_FULL / 429)"},
+    {"max-num-batched-tokens", NULL, 0, FLAG_KIND_INT64, A_SCHED | A_WORKER, "token budget of one step"},
+    {"max-model-len", "ctx-size", 'c', FLAG_KIND_INT64, A_SCHED | A_IN | A_WORKER, "context length limit (prompt + output)"},
+    {"policy", "scheduling-policy", 0, FLAG_KIND_STRING, A_SCHED, "fcfs | priority"},
+    {"no-prefix-caching", "no-enable-prefix-caching", 0, FLAG_KIND_BOOL, A_KV | A_SCHED, "disable the prefix cache"},
+    {"speculative-config", NULL, 0, FLAG_KIND_STRING, A_SCHED | A_WORKER,
      "speculative decoding, vLLM's JSON {\"method\":\"ngram\",\"num_speculative_tokens\":K,...}: n-gram drafts "
      "verified in one forward (turns async scheduling off; cpu worker)"},
-    {"no-async-scheduling", false, A_SCHED,
+    {"no-async-scheduling", NULL, 0, FLAG_KIND_BOOL, A_SCHED,
      "apply each step's output before planning the next (no step ahead on the worker)"},
-    {"encoder-cache-size", true, A_SCHED | A_ENC,
+    {"encoder-cache-size", NULL, 0, FLAG_KIND_INT64, A_SCHED | A_ENC,
      "encoder-output cache, embedding rows (multimodal items kept for reuse)"},
-    {"encoder-compute-budget", true, A_SCHED, "embedding rows encoded per step (0 = the token budget)"},
-    {"stats-interval-ms", true, A_SCHED, "SchedulerStats period while there is work"},
-    {"log-stats-interval-ms", true, A_SCHED, "event=engine_stats log line period (default 10000; 0 = none)"},
-    {"ack-wait-ms", true, A_SCHED,
+    {"encoder-compute-budget", NULL, 0, FLAG_KIND_INT64, A_SCHED, "embedding rows encoded per step (0 = the token budget)"},
+    {"stats-interval-ms", NULL, 0, FLAG_KIND_INT64, A_SCHED, "SchedulerStats period while there is work"},
+    {"log-stats-interval-ms", NULL, 0, FLAG_KIND_INT64, A_SCHED, "event=engine_stats log line period (default 10000; 0 = none)"},
+    {"ack-wait-ms", NULL, 0, FLAG_KIND_INT64, A_SCHED,
      "durable: a request a dead scheduler held is delivered again after this long (default 2000)"},
-    {"max-deliver", true, A_SCHED,
+    {"max-deliver", NULL, 0, FLAG_KIND_INT64, A_SCHED,
      "durable: deliveries of one request at most, then dead-lettered with an error (default 3)"},
-    {"stream-replicas", true, A_SCHED | A_IN,
+    {"stream-replicas", NULL, 0, FLAG_KIND_INT64, A_SCHED | A_IN,
      "durable: replicas of the requests stream (default 1; 3 with --nats on a 3-node cluster: ops/cluster/)"},
-    {"threads", true, A_WORKER, "worker threads for the forward pass"},
-    {"decode-threads", true, A_WORKER,
+    {"threads", NULL, 't', FLAG_KIND_INT64, A_WORKER, "worker threads for the forward pass (default: the CPUs online)"},
+    {"decode-threads", NULL, 0, FLAG_KIND_INT64, A_WORKER,
      "cpu: of those, the threads of a decode step (default: all; fewer leave cores to the actors)"},
-    {"device", true, A_WORKER, "cpu | cuda"},
-    {"numerics", true, A_WORKER, "packed | ggml (cpu: llama.cpp's arithmetic, bit-exact with it)"},
-    {"packed-cache-dir", true, A_WORKER,
+    {"device", NULL, 0, FLAG_KIND_STRING, A_WORKER, "cpu | cuda"},
+    {"gpu-memory-utilization", NULL, 0, FLAG_KIND_DOUBLE, A_WORKER,
+     "cuda: fraction of device memory for weights, scratch and KV cache (sizes the KV cache; default 0.9)"},
+    {"numerics", NULL, 0, FLAG_KIND_STRING, A_WORKER, "packed | ggml (cpu: llama.cpp's arithmetic, bit-exact with it)"},
+    {"packed-cache-dir", NULL, 0, FLAG_KIND_STRING, A_WORKER,
      "cpu: the host's shared packed-weight cache (default $XDG_CACHE_HOME/llmbus or ~/.cache/llmbus; "
      "\"\" = each worker packs privately)"},
-    {"engine-id", true, A_ALL,
+    {"engine-id", NULL, 0, FLAG_KIND_STRING, A_ALL,
      "engine id (<eid> in llm.engine.<eid>.*); with --engines N > 1 the engines are <eid>0..<eid>N-1"},
-    {"router", true, A_IN, "cache-aware | least-loaded | random: how input processors pick an engine"},
-    {"mmproj", true, A_IN | A_WORKER, "GGUF mmproj of the model: image_url parts (workers encode, input processors plan)"},
-    {"chat-template", true, A_IN, "Jinja chat template FILE instead of the GGUF's tokenizer.chat_template"},
-    {"prefix", true, A_ALL, "subject prefix (default llm)"},
-    {"log-level", true, A_ALL, "debug | info | warn | error"},
-    {"otlp-endpoint", true, A_ALL, "every actor exports its spans as OTLP/HTTP JSON to URL/v1/traces"},
-    {"trace-sample-ratio", true, A_ALL, "fraction of new traces sampled (head sampling; default 1.0)"},
-    {"trace-publish", false, A_ALL, "every actor also publishes its span batches on <prefix>.trace.<actor>"},
-    {"api-key", true, A_API, "HTTP needs `Authorization: Bearer KEY` (tenant default; shows in ps)"},
-    {"api-keys", true, A_API, "file of `KEY TENANT` lines (mode 0600): HTTP keys and their tenants"},
-    {"tool-call-parser", true, A_API, "hermes | llama3_json | mistral: tool calls in outputs (tool_choice auto)"},
-    {"allowed-origins", true, A_API, "CORS: comma-separated origins (default *, as vLLM)"},
-    {"allowed-methods", true, A_API, "CORS: comma-separated methods (default *)"},
-    {"allowed-headers", true, A_API, "CORS: comma-separated request headers (default *)"},
-    {"allow-credentials", false, A_API, "CORS: Access-Control-Allow-Credentials: true"},
-    {"allowed-local-media-path", true, A_API, "image_url parts may read file:///path inside DIR (vLLM's)"},
-    {"heartbeat-ms", true, A_ALL,
+    {"router", NULL, 0, FLAG_KIND_STRING, A_IN, "cache-aware | least-loaded | random: how input processors pick an engine"},
+    {"mmproj", NULL, 0, FLAG_KIND_STRING, A_IN | A_WORKER, "GGUF mmproj of the model: image_url parts (workers encode, input processors plan)"},
+    {"chat-template", NULL, 0, FLAG_KIND_STRING, A_IN,
+     "chat template instead of the GGUF's tokenizer.chat_template: a Jinja FILE, the Jinja text itself, or a "
+     "built-in name (chatml, llama3, ...)"},
+    {"prefix", NULL, 0, FLAG_KIND_STRING, A_ALL, "subject prefix (default llm)"},
+    {"log-level", NULL, 0, FLAG_KIND_STRING, A_ALL, "debug | info | warn | error"},
+    {"otlp-endpoint", "otlp-traces-endpoint", 0, FLAG_KIND_STRING, A_ALL,
+     "every actor exports its spans as OTLP/HTTP JSON to URL/v1/traces"},
+    {"trace-sample-ratio", NULL, 0, FLAG_KIND_DOUBLE, A_ALL, "fraction of new traces sampled (head sampling; default 1.0)"},
+    {"trace-publish", NULL, 0, FLAG_KIND_BOOL, A_ALL, "every actor also publishes its span batches on <prefix>.trace.<actor>"},
+    {"api-keys", NULL, 0, FLAG_KIND_STRING, A_API, "file of `KEY TENANT` lines (mode 0600): HTTP keys and their tenants"},
+    {"seed", NULL, 0, FLAG_KIND_INT64, A_API,
+     "seed of the sampling seeds the api server draws for requests that give none (the same requests in the "
+     "same order then give the same answers; default: random)"},
+    {"enable-auto-tool-choice", NULL, 0, FLAG_KIND_BOOL, A_API,
+     "tool_choice \"auto\" (the default with tools) parses tool calls out of the output, as vLLM's; without it "
+     "such a request is refused (400)"},
+    {"tool-call-parser", NULL, 0, FLAG_KIND_STRING, A_API, "hermes | llama3_json | mistral: tool calls in outputs (tool_choice auto)"},
+    {"allowed-origins", NULL, 0, FLAG_KIND_STRING, A_API, "CORS: comma-separated origins (default *, as vLLM)"},
+    {"allowed-methods", NULL, 0, FLAG_KIND_STRING, A_API, "CORS: comma-separated methods (default *)"},
+    {"allowed-headers", NULL, 0, FLAG_KIND_STRING, A_API, "CORS: comma-separated request headers (default *)"},
+    {"allow-credentials", NULL, 0, FLAG_KIND_BOOL, A_API, "CORS: Access-Control-Allow-Credentials: true"},
+    {"allowed-local-media-path", NULL, 0, FLAG_KIND_STRING, A_API, "image_url parts may read file:///path inside DIR (vLLM's)"},
+    {"heartbeat-ms", NULL, 0, FLAG_KIND_INT64, A_ALL,
      "heartbeat interval of every actor (a worker / kv_manager silent for 3 is dead; default 2000)"},
 };
 #define NUM_ENGINE_FLAGS (int)(sizeof engine_flags / sizeof engine_flags[0])
@@ -105,18 +116,57 @@ static int engine_flag_index(const char *name) {
   return -1;
 }
 
-bool serve_engine_flag_known(const char *name, bool *takes_value) {
-  int i = engine_flag_index(name);
-  if (i >= 0 && takes_value) *takes_value = engine_flags[i].takes_value;
-  return i >= 0;
-}
+/* Repeatable: each value reaches the actor (`--api-keys A --api-keys B`); any other flag given
+ * again replaces its value (the command line overrides a --config file). */
+static bool engine_flag_repeats(const char *name) { return strcmp(name, "api-keys") == 0; }
 
 int serve_engine_flag_add(struct serve_options *o, const char *name, const char *value) {
   int i = engine_flag_index(name);
-  if (i < 0 || o->num_engine_flags >= SERVE_MAX_ENGINE_FLAGS) return -1;
-  o->engine_flags[o->num_engine_flags++] =
-      (struct serve_engine_flag){engine_flags[i].name, engine_flags[i].takes_value ? value : NULL};
-  return engine_flags[i].takes_value ? 1 : 0;
+  if (i < 0) return -1;
+  const bool takes_value = engine_flags[i].kind != FLAG_KIND_BOOL;
+  const char *v = takes_value ? value : NULL;
+  for (int f = 0; f < o->num_engine_flags && !engine_flag_repeats(name); f++)
+    if (strcmp(o->engine_flags[f].name, engine_flags[i].name) == 0) {
+      o->engine_flags[f].value = v;
+      return takes_value ? 1 : 0;
+    }
+  if (o->num_engine_flags >= SERVE_MAX_ENGINE_FLAGS) return -1;
+  o->engine_flags[o->num_engine_flags++] = (struct serve_engine_flag){engine_flags[i].name, v};
+  return takes_value ? 1 : 0;
+}
+
+void serve_engine_flag_remove(struct serve_options *o, const char *name) {
+  int k = 0;
+  for (int f = 0; f < o->num_engine_flags; f++)
+    if (strcmp(o->engine_flags[f].name, name) != 0) o->engine_flags[k++] = o->engine_flags[f];
+  o->num_engine_flags = k;
+}
+
+/* cmd/flags setter of every engine flag: f->target is the serve_options. A number is checked
+ * here, so that `--max-num-seqs x` is a usage error of serve, not an actor's crash loop. */
+static llb_status engine_flag_set(const struct flag *f, const char *value) {
+  int64_t i;
+  double d;
+  llb_status st = f->kind == FLAG_KIND_INT64    ? flags_parse_int64(value, INT32_MIN, INT64_MAX, &i)
+                  : f->kind == FLAG_KIND_DOUBLE ? flags_parse_double(value, -1e300, 1e300, &d)
+                                                : LLB_STATUS_OK;
+  if (st != LLB_STATUS_OK) return st;
+  if (serve_engine_flag_add(f->target, f->name, value) < 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "too many engine flags (at most %d)", SERVE_MAX_ENGINE_FLAGS);
+  return LLB_STATUS_OK;
+}
+
+int serve_engine_flag_table(struct serve_options *o, struct flag *out, int cap) {
+  if (cap < NUM_ENGINE_FLAGS) return -1;
+  for (int i = 0; i < NUM_ENGINE_FLAGS; i++)
+    out[i] = (struct flag){.name = engine_flags[i].name, .aliases = engine_flags[i].aliases,
+                           .short_name = engine_flags[i].short_name,
+                           .kind = engine_flags[i].kind, .target = o,
+                           .metavar = engine_flags[i].kind == FLAG_KIND_INT64    ? "N"
+                                      : engine_flags[i].kind == FLAG_KIND_DOUBLE ? "X"
+                                                                                 : "V",
+                           .help = engine_flags[i].help, .set = engine_flag_set};
+  return NUM_ENGINE_FLAGS;
 }
 
 /* The value of engine flag `name` in o, NULL when absent (or valueless). */
@@ -197,6 +247,8 @@ static llb_status actor_spec(const struct serve_options *o, const char *dir, int
   llb_status st = child_spec_init(spec, name, path);
   if (!st && serve_actors[a].takes_model && o->model_path) st = add_arg_pair(spec, "--model", o->model_path);
   if (!st && serve_actors[a].takes_http && o->http_addr) st = add_arg_pair(spec, "--http", o->http_addr);
+  for (int i = 0; !st && serve_actors[a].takes_http && i < o->num_served_model_names; i++)
+    st = add_arg_pair(spec, "--served-model-name", o->served_model_names[i]);
   /* durable requests (JetStream): the scheduler and the input processor must agree */
   const bool durable_actor = !strcmp(serve_actors[a].name, "scheduler") || !strcmp(serve_actors[a].name, "input-processor");
   /* stopping: the front first (no new requests), then the scheduler (no new steps), then what
@@ -219,7 +271,7 @@ static llb_status add_metrics_flags(const struct serve_options *o, int actor, st
 
 /* One line naming each actor's metrics address (specs[n], in the order their ports were
  * given), for a Prometheus scrape config. */
-static void log_metrics_ports(const struct serve_options *o, const struct child_spec *specs, int n) {
+void serve_log_metrics_ports(const struct serve_options *o, const struct child_spec *specs, int n) {
   if (o->metrics_port <= 0) return;
   char line[2048];
   int len = 0;
@@ -286,204 +338,4 @@ int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, i
   for (int i = 0; i < k; i++) /* metrics ports in spec order: base + i */
     if (add_metrics_flags(o, i, &specs[i]) != LLB_STATUS_OK) return -1;
   return k;
-}
-
-/* A port in [min, 65535] (min -1 also takes -1: a free one). 0 on success. */
-static int actor_port_arg(const char *s, int min, int64_t *out) {
-  char *end = NULL;
-  long v = strtol(s, &end, 10);
-  if (!*s || *end || v < min || v > 65535) return -1;
-  *out = v;
-  return 0;
-}
-
-static void serve_usage(FILE *f) {
-  fprintf(f,
-          "usage: llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--engines N] [--tenants FILE]\n"
-          "                    [--state-dir DIR] [--no-durable] [--input-processors N] [--help]\n"
-          "\n"
-          "Runs the whole llmbus stack under one supervisor until Ctrl-C / SIGTERM:\n"
-          "every actor process, restarted if it dies, and (without --nats) an embedded\n"
-          "nats-server on 127.0.0.1 with a free port and JetStream in a temporary store.\n"
-          "\n"
-          "  --nats URL        use this NATS server (comma-separated list) instead\n"
-          "  --model PATH      GGUF model file for the actors that need one\n"
-          "  --http HOST:PORT  address of the OpenAI-compatible HTTP front door\n"
-          "  --engines N       N engines on this host (scheduler, kv_manager, worker, output and\n"
-          "                    encoder cache each; worker threads split between them), behind\n"
-          "                    one input processor that routes by load and prefix (default 1)\n"
-          "  --metrics-port P  Prometheus /metrics of each actor on P, P+1, ... in the order\n"
-          "                    kv-manager, gpu-worker, scheduler, output-processor,\n"
-          "                    input-processor, api-server, encoder-cache (default %d; 0 = none)\n"
-          "  --metrics-host H  address of those listeners (default 127.0.0.1)\n"
-          "  --nats-monitor-port P  the embedded nats-server's monitoring port on 127.0.0.1\n"
-          "                    (default -1: a free one, logged in event=nats_ready; 0 = none)\n"
-          "  --tenants FILE    tenants and their limits, one a line: a NATS account each (embedded\n"
-          "                    server only; default: the one tenant \"default\"); every actor logs in\n"
-          "                    as its own user, password generated per run (cmd/supervisor/serve_nats_config.h)\n"
-          "  --state-dir DIR   the embedded nats-server's JetStream store (requests not yet\n"
-          "                    finished survive a nats-server or serve restart); default: a\n"
-          "                    temporary directory removed at exit\n"
-          "  --no-nats-auth    embedded nats-server without accounts and users (development and\n"
-          "                    tests only: any local client may then publish anywhere)\n"
-          "  --no-durable      requests on a plain subject, not the JetStream stream (a\n"
-          "                    scheduler that dies loses the requests it held)\n"
-          "  --input-processors N  input processors in the queue group (default 2: one\n"
-          "                    takes requests while another restarts)\n"
-          "  --help            this text\n"
-          "\nengine flags, passed on to the actors that take them:\n", SERVE_DEFAULT_METRICS_PORT);
-  for (int i = 0; i < NUM_ENGINE_FLAGS; i++) {
-    char name[64];
-    snprintf(name, sizeof name, "--%s%s", engine_flags[i].name, engine_flags[i].takes_value ? " V" : "");
-    fprintf(f, "  %-26s %s\n", name, engine_flags[i].help);
-  }
-}
-
-int cmd_serve(int argc, char **argv) {
-  struct serve_options so = {.metrics_port = SERVE_DEFAULT_METRICS_PORT};
-  int64_t monitor_port = -1, metrics_port = SERVE_DEFAULT_METRICS_PORT;
-  const char *state_dir = NULL;
-  static const struct option longopts[] = {
-      {"nats", required_argument, NULL, 'n'},
-      {"model", required_argument, NULL, 'm'},
-      {"http", required_argument, NULL, 'H'},
-      {"engines", required_argument, NULL, 'e'},
-      {"metrics-port", required_argument, NULL, 'P'},
-      {"metrics-host", required_argument, NULL, 'A'},
-      {"nats-monitor-port", required_argument, NULL, 'M'},
-      {"tenants", required_argument, NULL, 't'},
-      {"state-dir", required_argument, NULL, 's'},
-      {"no-durable", no_argument, NULL, 'D'},
-      {"no-nats-auth", no_argument, NULL, 'U'},
-      {"input-processors", required_argument, NULL, 'I'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
-  };
-  /* Engine flags are taken out first; getopt sees only serve's own. */
-  char **own = calloc((size_t)argc + 1, sizeof *own);
-  if (!own) return 1;
-  int n_own = 0;
-  for (int a = 0; a < argc; a++) {
-    bool takes_value = false;
-    const char *name = strncmp(argv[a], "--", 2) == 0 ? argv[a] + 2 : NULL;
-    if (a == 0 || !name || !serve_engine_flag_known(name, &takes_value)) {
-      own[n_own++] = argv[a];
-      continue;
-    }
-    if (takes_value && a + 1 >= argc) {
-      fprintf(stderr, "llmbus serve: --%s needs a value\n", name);
-      free(own);
-      return 2;
-    }
-    if (serve_engine_flag_add(&so, name, takes_value ? argv[a + 1] : NULL) < 0) {
-      fprintf(stderr, "llmbus serve: too many engine flags (at most %d)\n", SERVE_MAX_ENGINE_FLAGS);
-      free(own);
-      return 2;
-    }
-    if (takes_value) a++;
-  }
-  optind = 1;
-  int ch, usage_rc = -1;
-  while (usage_rc < 0 && (ch = getopt_long(n_own, own, "", longopts, NULL)) != -1) {
-    switch (ch) {
-      case 'n': so.nats_url = optarg; break;
-      case 'm': so.model_path = optarg; break;
-      case 'H': so.http_addr = optarg; break;
-      case 'e': {
-        char *end;
-        long v = strtol(optarg, &end, 10);
-        if (*end || v < 1 || v > SERVE_MAX_ENGINES) {
-          fprintf(stderr, "llmbus serve: --engines %s: 1..%d\n", optarg, SERVE_MAX_ENGINES);
-          usage_rc = 2;
-        }
-        so.num_engines = (int)v;
-        break;
-      }
-      case 'A': so.metrics_host = optarg; break;
-      case 'P':
-      case 'M':
-        if (actor_port_arg(optarg, ch == 'M' ? -1 : 0, ch == 'M' ? &monitor_port : &metrics_port) != 0) {
-          fprintf(stderr, "llmbus serve: --%s: '%s' is not a port\n", ch == 'M' ? "nats-monitor-port" : "metrics-port",
-                  optarg);
-          usage_rc = 2;
-        }
-        break;
-      case 't': so.tenants_file = optarg; break;
-      case 's': state_dir = optarg; break;
-      case 'D': so.no_durable = true; break;
-      case 'U': so.no_nats_auth = true; break;
-      case 'I': so.num_input_processors = atoi(optarg); if (so.num_input_processors < 1) so.num_input_processors = -1; break;
-      case 'h': serve_usage(stdout); usage_rc = 0; break;
-      default: serve_usage(stderr); usage_rc = 2; break;
-    }
-  }
-  if (usage_rc < 0 && optind < n_own) {
-    fprintf(stderr, "llmbus serve: unexpected argument \"%s\"\n", own[optind]);
-    serve_usage(stderr);
-    usage_rc = 2;
-  }
-  free(own);
-  if (usage_rc >= 0) return usage_rc;
-  so.metrics_port = (int)metrics_port;
-  if (so.metrics_port + NUM_SERVE_ACTORS * (so.num_engines > 1 ? so.num_engines : 1) > 65536) {
-    fprintf(stderr, "llmbus serve: --metrics-port %d leaves no room for every actor's port\n", so.metrics_port);
-    return 2;
-  }
-  if (so.model_path && access(so.model_path, R_OK) != 0) {
-    fprintf(stderr, "llmbus serve: cannot read model %s (run ops/fetch-model.sh?)\n", so.model_path);
-    return 1;
-  }
-  llb_log_set_actor("supervisor");
-  struct child_spec *specs = calloc(SUPERVISOR_MAX_CHILDREN, sizeof *specs);
-  if (!specs) return 1;
-  int rc = 1;
-  struct supervisor *sup = NULL;
-  struct serve_nats_auth *auth = NULL;
-  int n = serve_actor_specs(&so, specs, SUPERVISOR_MAX_CHILDREN);
-  if (n < 0) {
-    fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
-    goto done;
-  }
-  int missing = 0;
-  for (int i = 0; i < n; i++)
-    if (access(specs[i].args[0], X_OK) != 0) {
-      fprintf(stderr, "llmbus serve: actor program %s not found (build it first)\n", specs[i].args[0]);
-      missing++;
-    }
-  if (missing) goto done;
-  struct supervisor_config cfg;
-  supervisor_config_init(&cfg);
-  cfg.nats_url = so.nats_url;
-  cfg.nats_monitor_port = (int)monitor_port;
-  log_metrics_ports(&so, specs, n);
-  if (serve_nats_auth_apply(&so, specs, n, &cfg, &auth) != LLB_STATUS_OK) {
-    fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
-    goto done;
-  }
-  cfg.state_dir = state_dir;
-  if (state_dir && mkdir(state_dir, 0700) != 0 && errno != EEXIST) {
-    fprintf(stderr, "llmbus serve: cannot create --state-dir %s: %s\n", state_dir, strerror(errno));
-    goto done;
-  }
-  if (state_dir && so.nats_url)
-    LLB_LOG_WARN("state_dir_ignored", "reason=--nats given: the external server keeps its own store");
-  if (supervisor_create(&cfg, &sup) != LLB_STATUS_OK) {
-    fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
-    goto done;
-  }
-  for (int i = 0; i < n; i++)
-    if (supervisor_add_child(sup, &specs[i]) != LLB_STATUS_OK) {
-      fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
-      goto done;
-    }
-  llb_status st = supervisor_run(sup);
-  if (st == LLB_STATUS_OK)
-    rc = 0;
-  else
-    fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
-done:
-  supervisor_destroy(sup);
-  serve_nats_auth_destroy(auth);
-  free(specs);
-  return rc;
 }

@@ -43,6 +43,8 @@ struct supervisor {
   char nats_url[128];
   int nats_monitor_port; /* the embedded server's monitoring port, 0 = none */
   char temp_dir[256];
+  void (*on_started)(struct supervisor *s, void *user); /* supervisor_on_started */
+  void *on_started_user;
   struct child children[SUPERVISOR_MAX_CHILDREN + 1]; /* + the embedded nats-server */
   int num_children;
   bool started, stopping;
@@ -319,6 +321,17 @@ static int read_ports_file(const char *dir, pid_t pid, int *monitor_port) {
 static void reap(struct supervisor *s, struct child *c, int status);
 static void signal_group(struct child *c, int sig);
 
+/* nats-server failed to start: its log moves out of the temporary directory (removed when the
+ * supervisor stops) to $TMPDIR/llmbus-nats-server-<our pid>.log, so the error that names it
+ * names a file that is still there. path[cap]: where it is now. */
+static void keep_nats_log(const struct supervisor *s, char *path, size_t cap) {
+  char from[sizeof s->temp_dir + 32];
+  snprintf(from, sizeof from, "%s/nats-server.log", s->temp_dir);
+  const char *tmp = getenv("TMPDIR");
+  snprintf(path, cap, "%s/llmbus-nats-server-%ld.log", tmp && *tmp ? tmp : "/tmp", (long)getpid());
+  if (rename(from, path) != 0) snprintf(path, cap, "%s (%s)", from, strerror(errno));
+}
+
 static llb_status start_nats(struct supervisor *s) {
   char found[512];
   const char *bin = s->nats_bin[0] ? s->nats_bin : find_nats_server(&s->cfg, found, sizeof found);
@@ -367,8 +380,9 @@ static llb_status start_nats(struct supervisor *s) {
     int status;
     if (waitpid(c->pid, &status, WNOHANG) == c->pid) {
       c->pid = 0;
-      return LLB_ERRF(LLB_STATUS_NO_SERVER, "%s exited at start-up (status 0x%x); its log: %s/nats-server.log",
-                      bin, status, s->temp_dir);
+      char log[512];
+      keep_nats_log(s, log, sizeof log);
+      return LLB_ERRF(LLB_STATUS_NO_SERVER, "%s exited at start-up (status 0x%x); its log: %s", bin, status, log);
     }
     if (!port) port = read_ports_file(s->temp_dir, c->pid, &s->nats_monitor_port);
     if (port > 0 && port_open(port)) break;
@@ -378,8 +392,10 @@ static llb_status start_nats(struct supervisor *s) {
     signal_group(c, SIGKILL);
     waitpid(c->pid, NULL, 0);
     c->pid = 0;
-    return LLB_ERRF(LLB_STATUS_NO_SERVER, "%s did not accept connections within %lld ms",
-                    bin, (long long)s->cfg.nats_ready_timeout_ms);
+    char log[512];
+    keep_nats_log(s, log, sizeof log);
+    return LLB_ERRF(LLB_STATUS_NO_SERVER, "%s did not accept connections within %lld ms; its log: %s",
+                    bin, (long long)s->cfg.nats_ready_timeout_ms, log);
   }
   snprintf(s->nats_url, sizeof s->nats_url, "nats://127.0.0.1:%d", port);
   /* A restart must come back on the same port: the children hold this URL. */
@@ -694,11 +710,17 @@ llb_status supervisor_run(struct supervisor *s) {
       return st;
     }
   }
+  if (s->on_started) s->on_started(s, s->on_started_user);
   while (!supervisor_poll(s, 1000)) {
   }
   LLB_LOG_INFO("supervisor_stopping", "children=%d", s->num_children);
   llb_status st = supervisor_stop(s);
   return s->crash_looped ? crash_loop_error(s) : st;
+}
+
+void supervisor_on_started(struct supervisor *s, void (*fn)(struct supervisor *s, void *user), void *user) {
+  s->on_started = fn;
+  s->on_started_user = user;
 }
 
 void supervisor_destroy(struct supervisor *s) {

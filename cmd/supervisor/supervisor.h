@@ -32,6 +32,7 @@
 #include <sys/types.h>
 
 #include "base/status.h"
+#include "cmd/flags/flags.h"
 
 #define CHILD_SPEC_MAX_ARGS 64
 #define CHILD_SPEC_ARG_MAX 512
@@ -58,7 +59,7 @@ llb_status child_spec_init(struct child_spec *spec, const char *name, const char
 llb_status child_spec_add_arg(struct child_spec *spec, const char *arg);
 
 /* What `llmbus serve` was asked for (strings borrowed). */
-#define SERVE_MAX_ENGINE_FLAGS 24
+#define SERVE_MAX_ENGINE_FLAGS 48
 #define SERVE_MAX_ENGINES 12 /* 5 actors each + the shared ones within SUPERVISOR_MAX_CHILDREN */
 #define SERVE_DEFAULT_METRICS_PORT 9460 /* first actor's; the others follow */
 #define SERVE_DEFAULT_INPUT_PROCESSORS 2
@@ -73,6 +74,9 @@ struct serve_options {
   const char *nats_url;   /* NULL: start an embedded nats-server */
   const char *model_path; /* GGUF model; NULL = the actors' default */
   const char *http_addr;  /* "HOST:PORT" of the api_server; NULL = its default */
+  const char *const *served_model_names; /* [num_served_model_names] the api server's
+                                          * --served-model-name, in order; none = its default */
+  int num_served_model_names;
   const char *bin_dir;    /* where the actor binaries live; NULL = next to /proc/self/exe */
   int num_engines;        /* engines on this host (--engines); 0 or 1 = one */
   int metrics_port;       /* actor i (serve_actors order) gets --metrics-port metrics_port + i;
@@ -89,11 +93,18 @@ struct serve_options {
 };
 
 /* Adds an engine flag (`--num-blocks 64`, `--no-prefix-caching`, ...) to o if `name` is one
- * that serve passes on; returns 1 if it takes a value, 0 if not, -1 if unknown or full. */
+ * that serve passes on (its canonical name, not an alias); a flag given again replaces its value,
+ * but --api-keys, which repeats. Returns 1 if it takes a value, 0 if not, -1 if unknown or full. */
 int serve_engine_flag_add(struct serve_options *o, const char *name, const char *value);
 
-/* Whether `name` is an engine flag serve passes on; *takes_value says if it has a value. */
-bool serve_engine_flag_known(const char *name, bool *takes_value);
+/* Removes engine flag `name` from o (`--enable-prefix-caching` undoes `--no-prefix-caching`). */
+void serve_engine_flag_remove(struct serve_options *o, const char *name);
+
+/* The engine flags serve passes on, as cmd/flags entries into out[cap] whose setter adds them
+ * to o (serve_engine_flag_add): with their vLLM and llama-server aliases (--num-gpu-blocks-override,
+ * --scheduling-policy, -np, -c, -t, ...). Returns the count, -1 when cap is too small. For
+ * `llmbus serve` and `llmbus run`. */
+int serve_engine_flag_table(struct serve_options *o, struct flag *out, int cap);
 
 /* Fills specs[0..max) with the actor programs of a full stack (input processors, scheduler,
  * kv manager, gpu worker, output processor, api server, encoder cache), each with --model /
@@ -104,9 +115,13 @@ bool serve_engine_flag_known(const char *name, bool *takes_value);
  * Defined in cmd/supervisor/serve.c. */
 int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, int max);
 
-/* `llmbus serve [--nats URL] [--model PATH] [--http HOST:PORT] [--help]`: runs the stack
- * until SIGINT/SIGTERM. Returns the process exit code (0 after a clean stop, 2 on usage
- * errors, 1 otherwise). Defined in cmd/supervisor/serve.c. */
+/* One log line (event=metrics_ports) naming each actor's metrics port of specs[0..n) (those
+ * serve_actor_specs gave), for a Prometheus scrape config; nothing when o->metrics_port is 0. */
+void serve_log_metrics_ports(const struct serve_options *o, const struct child_spec *specs, int n);
+
+/* `llmbus serve [MODEL] [flags]`: runs the stack until SIGINT/SIGTERM (flags: `llmbus serve
+ * --help`, docs/cli.md). Returns the process exit code (0 after a clean stop, 2 on usage
+ * errors, 1 otherwise). Defined in cmd/supervisor/serve_cmd.c. */
 int cmd_serve(int argc, char **argv);
 
 struct supervisor_config {
@@ -154,9 +169,15 @@ llb_status supervisor_add_child(struct supervisor *s, const struct child_spec *s
 
 /* Starts the embedded nats-server if needed (waits until it accepts connections), then every
  * child. Errors: NO_SERVER when nats-server cannot be started or does not become ready (the
- * message names the binary and its log), IO for fork/temp-dir failures. On error everything
- * already started is stopped again. */
+ * message names the binary and its log, moved out of the temporary directory to
+ * $TMPDIR/llmbus-nats-server-<pid>.log so that it outlives the supervisor), IO for
+ * fork/temp-dir failures. On error everything already started is stopped again. */
 llb_status supervisor_start(struct supervisor *s);
+
+/* Sets fn(s, user) to run once in supervisor_run, right after supervisor_start succeeded (the
+ * NATS URL known, every child started), on supervisor_run's thread (`llmbus serve` writes its
+ * connection file there). `user` must outlive supervisor_run. NULL clears it. */
+void supervisor_on_started(struct supervisor *s, void (*fn)(struct supervisor *s, void *user), void *user);
 
 /* The NATS URL the children get ("nats://127.0.0.1:PORT" for the embedded server); valid
  * after supervisor_start. Owned by the supervisor. */

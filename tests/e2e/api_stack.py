@@ -147,9 +147,12 @@ class Stack:
     def __enter__(self):
         if self.external:
             return self
+        # its connection file (cmd/supervisor/connection.h) in a directory of its own, not the user's
+        self.runtime_dir = tempfile.mkdtemp(prefix="llmbus-test-run-")
         self.proc = subprocess.Popen(
             [self.llmbus, "serve", "--model", self.model, "--http", f"127.0.0.1:{self.port}"] + self.args,
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "XDG_RUNTIME_DIR": self.runtime_dir})
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -179,6 +182,11 @@ class Stack:
         auth = re.search(r"event=nats_auth_generated dir=(\S+)", text)
         assert url and auth, "serve logged no nats_ready / nats_auth_generated line"
         return url.group(1), user, os.path.join(auth.group(1), f"{user}.password")
+
+    def client_env(self):
+        """The environment in which `llmbus generate/chat/status/tokenize` find this stack by its
+        connection file, with no flag."""
+        return {**os.environ, "XDG_RUNTIME_DIR": self.runtime_dir}
 
     def nats_cli_args(self, user="tenant-default"):
         """`--nats URL --nats-user U --nats-password-file F` for llmbus generate/chat/status."""

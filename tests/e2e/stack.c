@@ -355,7 +355,7 @@ int e2e_stack_start(struct e2e_stack *s, const char *model, const struct e2e_sta
   char stats_subject[BUS_SUBJECT_MAX];
   if (bus_connect(&bo, &s->bus) != LLB_STATUS_OK ||
       bus_subject_engine(BUS_DEFAULT_PREFIX, E2E_ENGINE_ID, "stats", stats_subject, sizeof stats_subject) ||
-      bus_subscribe(s->bus, "llm.health.>", NULL, on_heartbeat, s, NULL) != LLB_STATUS_OK ||
+      bus_subscribe(s->bus, "llm.health.*.*", NULL, on_heartbeat, s, NULL) != LLB_STATUS_OK || /* not .metrics */
       bus_subscribe(s->bus, stats_subject, NULL, on_stats, s, NULL) != LLB_STATUS_OK ||
       bus_flush(s->bus, 5000) != LLB_STATUS_OK) {
     fprintf(stderr, "e2e: client connection: %s\n", llb_err_last());

@@ -113,18 +113,19 @@ def main():
         name = st.model_name
 
         def engine_counters():
-            """(prefix-cache queries, encoder inputs, encoder hits) once the engine's stats settle."""
-            last = None
+            """(prefix-cache queries, encoder inputs, encoder hits) once the engine's stats settle:
+            the same three times a second apart (the scheduler publishes its series on the API
+            port's /metrics every heartbeat, 2 s)."""
+            seen = []
             for _ in range(40):
                 v = metrics(st.base)
-                cur = (metric(v, "llmbus:prefix_cache_queries_total"),
-                       metric(v, "llmbus:encoder_inputs_computed_total"),
-                       metric(v, "llmbus:encoder_cache_hits_total"))
-                if cur == last:
-                    return cur
-                last = cur
+                seen.append((metric(v, "llmbus:prefix_cache_queries_total"),
+                             metric(v, "llmbus:encoder_inputs_computed_total"),
+                             metric(v, "llmbus:encoder_cache_hits_total")))
+                if len(seen) >= 3 and seen[-1] == seen[-2] == seen[-3]:
+                    return seen[-1]
                 time.sleep(1.0)
-            return last
+            return seen[-1]
 
         def chat(messages, max_tokens=12):
             return client.chat.completions.create(model=name, messages=messages, max_tokens=max_tokens,

@@ -103,7 +103,7 @@ def check_calls(calls, only=None):
 
 
 def main():
-    with Stack() as st:
+    with Stack(args=["--enable-auto-tool-choice"]) as st:  # tool_choice auto, as vllm serve needs it
         client = openai.OpenAI(base_url=st.base + "/v1", api_key="unused", max_retries=0, timeout=300)
         model = st.model_name
 

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -149,6 +150,72 @@ static void greedy_answer(bool inproc, const char *numerics, char *out, size_t c
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   size_t len = strlen(out);
   while (len > 0 && (out[len - 1] == '\n' || out[len - 1] == ' ')) out[--len] = '\0';
+}
+
+/* Runs argv with stdout into out[cap] and stderr into err[cap] (each NUL-terminated, read
+ * together so that neither pipe fills); returns the wait status. */
+static int run_split(char *const argv[], char *out, char *err, size_t cap) {
+  int o[2], e[2];
+  assert_int_equal(pipe(o), 0);
+  assert_int_equal(pipe(e), 0);
+  const pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(o[1], STDOUT_FILENO);
+    dup2(e[1], STDERR_FILENO);
+    close(o[0]), close(o[1]), close(e[0]), close(e[1]);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  close(o[1]);
+  close(e[1]);
+  struct pollfd fds[2] = {{.fd = o[0], .events = POLLIN}, {.fd = e[0], .events = POLLIN}};
+  char *bufs[2] = {out, err};
+  size_t lens[2] = {0, 0};
+  for (int open_fds = 2; open_fds > 0;) {
+    if (poll(fds, 2, -1) < 0) break;
+    for (int i = 0; i < 2; i++) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      char sink[4096];
+      const ssize_t got = lens[i] < cap - 1 ? read(fds[i].fd, bufs[i] + lens[i], cap - 1 - lens[i])
+                                            : read(fds[i].fd, sink, sizeof sink);
+      if (got <= 0) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        open_fds--;
+      } else if (lens[i] < cap - 1) {
+        lens[i] += (size_t)got;
+      }
+    }
+  }
+  out[lens[0]] = err[lens[1]] = '\0';
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  return status;
+}
+
+/* A user who runs `llmbus run ... > answer.txt` gets exactly the answer in the file: stdout holds
+ * the text the model gives in this process (`generate --inproc`, the same greedy run) and nothing
+ * else, and a fresh start writes no warning to stderr (it did: the kv_manager's kv_reset, a
+ * starting scheduler's routine reset, landed after the first word of the answer). */
+static void test_run_prints_only_the_answer_on_stdout_and_no_warning_on_a_fresh_start(void **state) {
+  (void)state;
+  char bin[PATH_MAX];
+  snprintf(bin, sizeof bin, "%s/cmd/llmbus", getenv("LLMBUS_BUILD_DIR"));
+  char *const argv[] = {bin, "run", "--model", (char *)g_model, "--temperature", "0", "--max-tokens", "20",
+                        "--threads", "2", "What is the capital of France?", NULL};
+  static char out[1 << 16], err[1 << 16], local[4096];
+  const int status = run_split(argv, out, err, sizeof out);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || strstr(err, "level=")) fprintf(stderr, "stderr:\n%s\n", err);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  assert_null(strstr(err, "level=warn"));
+  assert_null(strstr(err, "level=error"));
+  assert_null(strstr(out, "level=")); /* no log line among the answer */
+  greedy_answer(true, "packed", local, sizeof local);
+  size_t n = strlen(out);
+  assert_true(n > 0 && out[n - 1] == '\n'); /* the answer, then one line end */
+  while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' ')) out[--n] = '\0'; /* as greedy_answer trims */
+  assert_string_equal(out, local);
 }
 
 static void test_numerics_flag_gives_the_same_answer_through_the_bus_and_in_process(void **state) {
@@ -318,6 +385,7 @@ int main(int argc, char **argv) {
   g_model = e2e_require_model(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_run_answers_and_every_actor_exits_on_sigterm),
+      cmocka_unit_test(test_run_prints_only_the_answer_on_stdout_and_no_warning_on_a_fresh_start),
       cmocka_unit_test(test_generate_inproc_json_prints_ids_and_text_of_the_streamed_answer),
       cmocka_unit_test(test_perplexity_scores_llama_cpps_tokens_and_ranks_english_first),
       cmocka_unit_test(test_kl_divergence_against_a_saved_base),

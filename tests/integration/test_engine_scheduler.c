@@ -97,7 +97,7 @@ static int group_setup(void **state) {
   sched_pid = spawn("llmbus-scheduler", sched_extra);
   /* Ready when both heartbeats said ready. */
   struct bus_sub *hb = NULL;
-  if (bus_subscribe_sync(client, "llm.health.>", &hb)) return -1;
+  if (bus_subscribe_sync(client, "llm.health.*.*", &hb)) return -1; /* heartbeats, not .metrics */
   bool kv_ready = false, sched_ready = false;
   for (int i = 0; i < 200 && !(kv_ready && sched_ready); i++) {
     struct bus_msg *m = NULL;

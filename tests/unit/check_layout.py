@@ -55,10 +55,11 @@ ACTOR_EXTRA = {"actors/gpu_worker": {"kernels"}}
 # Which cmd/ subfolders each cmd/ subfolder may include besides itself (a subfolder not named
 # here: only itself). The mains directly in cmd/ may include every subfolder.
 CMD_ALLOWED = {
-    "cmd/actor": set(),
-    "cmd/supervisor": set(),
-    "cmd/client": {"cmd/supervisor"},
-    "cmd/bench": set(),
+    "cmd/flags": set(),
+    "cmd/actor": {"cmd/flags"},
+    "cmd/supervisor": {"cmd/flags"},
+    "cmd/client": {"cmd/supervisor", "cmd/flags"},
+    "cmd/bench": {"cmd/flags"},
 }
 MAIN_RE = re.compile(r"^\s*int\s+main\s*\(", re.MULTILINE)
 

@@ -12,7 +12,7 @@
 
 /* llmbus-api-server's defaults (cmd/api_server_main.c). */
 static struct api_server_flags defaults(void) {
-  return (struct api_server_flags){.http = "127.0.0.1:8000", .model_name = "", .max_body_bytes = 1024 * 1024,
+  return (struct api_server_flags){.http = "127.0.0.1:8000", .max_body_bytes = 1024 * 1024,
                                    .request_timeout_s = 10, .first_output_timeout_s = 60, .max_concurrent = 256,
                                    .tenant = "default", .health_actors = API_ACTOR_DEFAULT_HEALTH_ACTORS,
                                    .health_missed_beats = 3, .tool_call_parser = "hermes"};
@@ -32,12 +32,16 @@ static void test_served_model_name_is_the_gguf_basename_unless_given(void **stat
   assert_int_equal(api_server_config_init(&c, &f, "plain-name", 2000), LLB_STATUS_OK);
   assert_string_equal(c.options.model_name, "plain-name");
   api_server_config_free(&c);
-  f.model_name = "org/served";
+  const char *names[] = {"org/served", "alias-b"};
+  f.served_model_names = names;
+  f.num_served_model_names = 2;
   assert_int_equal(api_server_config_init(&c, &f, "/srv/models/x.gguf", 500), LLB_STATUS_OK);
   assert_string_equal(c.options.model_name, "org/served");
+  assert_int_equal(c.options.num_model_aliases, 1);
+  assert_string_equal(c.options.model_aliases[0], "alias-b");
   assert_int_equal(c.options.health_window_ms, 3 * 500);
   api_server_config_free(&c);
-  f.model_name = NULL; /* nothing to derive a name from */
+  f.num_served_model_names = 0; /* nothing to derive a name from */
   assert_int_equal(api_server_config_init(&c, &f, NULL, 2000), LLB_STATUS_INVALID_ARGUMENT);
   assert_int_equal(api_server_config_init(&c, &f, "/srv/models/", 2000), LLB_STATUS_INVALID_ARGUMENT);
 }
@@ -75,25 +79,52 @@ static void test_out_of_range_flags_are_refused(void **state) {
 static void test_api_key_serves_its_tenant_and_a_bad_one_stops_the_start(void **state) {
   (void)state;
   struct api_server_flags f = defaults();
-  f.api_key = "sk-aaaaaaaa";
+  const char *keys[] = {"sk-aaaaaaaa", "sk-cccccccc"};
+  f.api_keys = keys;
+  f.num_api_keys = 2;
   f.tenant = "team-a";
   struct api_server_config c;
   assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_OK);
   assert_non_null(c.options.api_keys);
   assert_string_equal(api_keys_tenant_of(c.options.api_keys, "Bearer sk-aaaaaaaa"), "team-a");
+  assert_string_equal(api_keys_tenant_of(c.options.api_keys, "Bearer sk-cccccccc"), "team-a");
   assert_null(api_keys_tenant_of(c.options.api_keys, "Bearer sk-bbbbbbbb"));
   assert_string_equal(c.options.tenant, "team-a");
   api_server_config_free(&c);
-  f.api_key = "short"; /* under API_KEY_MIN_BYTES: refused, nothing left to free (ASan) */
+  keys[1] = "short"; /* under API_KEY_MIN_BYTES: refused, nothing left to free (ASan) */
   assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
-  f.api_key = NULL;
-  f.api_keys_file = "/nonexistent/llmbus-keys";
+  f.num_api_keys = 0;
+  const char *files[] = {"/nonexistent/llmbus-keys"};
+  f.api_keys_files = files;
+  f.num_api_keys_files = 1;
   assert_int_not_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_OK);
+}
+
+static void test_seed_and_auto_tool_choice_reach_the_options(void **state) {
+  (void)state;
+  struct api_server_flags f = defaults();
+  struct api_server_config c;
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_OK);
+  assert_false(c.options.has_seed);
+  assert_false(c.options.enable_auto_tool_choice); /* vLLM's default: off */
+  api_server_config_free(&c);
+  f.seed = "42";
+  f.enable_auto_tool_choice = true;
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_OK);
+  assert_true(c.options.has_seed);
+  assert_int_equal(c.options.seed, 42);
+  assert_true(c.options.enable_auto_tool_choice);
+  api_server_config_free(&c);
+  f.seed = "-1";
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
+  f.seed = "x";
+  assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_served_model_name_is_the_gguf_basename_unless_given),
+      cmocka_unit_test(test_seed_and_auto_tool_choice_reach_the_options),
       cmocka_unit_test(test_out_of_range_flags_are_refused),
       cmocka_unit_test(test_api_key_serves_its_tenant_and_a_bad_one_stops_the_start),
   };

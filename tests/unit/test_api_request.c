@@ -237,6 +237,29 @@ static void test_tokenize_bodies_parse_like_vllm_and_name_bad_fields(void **stat
   assert_int_equal(e.http_status, 404);
 }
 
+static void test_every_served_model_name_is_accepted_and_no_other(void **state) {
+  (void)state;
+  const char *aliases[] = {"b", "c"};
+  const struct api_parse_options o = {.served_model = "a", .model_aliases = aliases, .num_model_aliases = 2};
+  const char *ok[] = {"a", "b", "c"};
+  for (size_t i = 0; i < 3; i++) {
+    char body[64];
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":\"x\"}", ok[i]);
+    struct api_request r;
+    struct api_error e;
+    assert_int_equal(api_request_parse(API_ENDPOINT_COMPLETIONS, body, strlen(body), &o, &r, &e), LLB_STATUS_OK);
+    assert_string_equal(r.model, ok[i]); /* the response names the model it was asked for */
+    api_request_free(&r);
+  }
+  struct api_request r;
+  struct api_error e;
+  const char *bad = "{\"model\":\"d\",\"prompt\":\"x\"}";
+  assert_int_equal(api_request_parse(API_ENDPOINT_COMPLETIONS, bad, strlen(bad), &o, &r, &e), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(e.http_status, 404);
+  struct api_tokenize t;
+  assert_int_equal(api_tokenize_parse(API_ENDPOINT_MODEL_INFO, NULL, 0, "c", &o, &t, &e), LLB_STATUS_OK);
+  api_tokenize_free(&t);
+}
 
 /* response_format, structured_outputs and guided_* become one GenerateRequest.structured_outputs. */
 static void test_structured_output_fields_become_one_spec(void **state) {
@@ -662,6 +685,7 @@ static void test_base64_decodes_padded_and_unpadded(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_completion_fields_map_to_sampling_params),
+      cmocka_unit_test(test_every_served_model_name_is_accepted_and_no_other),
       cmocka_unit_test(test_error_with_invalid_utf8_renders_as_json),
       cmocka_unit_test(test_completion_defaults_are_openai_defaults),
       cmocka_unit_test(test_prompt_forms_give_one_generate_request_each),

@@ -172,6 +172,27 @@ static void test_bad_tool_requests_name_the_field(void **state) {
   assert_string_equal(e.param, "tools");
 }
 
+static void test_auto_tool_choice_needs_the_server_flag_as_vllm(void **state) {
+  (void)state;
+  struct api_parse_options o = {.served_model = "smol", .no_auto_tool_choice = true};
+  struct api_request r;
+  struct api_error e;
+  const char *implied = "{\"model\":\"smol\"," USER ",\"tools\":[" WEATHER "]}";
+  const char *given = "{\"model\":\"smol\"," USER ",\"tools\":[" WEATHER "],\"tool_choice\":\"auto\"}";
+  const char *bodies[] = {implied, given};
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(api_request_parse(API_ENDPOINT_CHAT, bodies[i], strlen(bodies[i]), &o, &r, &e),
+                     LLB_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(e.http_status, 400);
+    assert_string_equal(e.param, "tool_choice");
+    assert_non_null(strstr(e.message, "--enable-auto-tool-choice"));
+  }
+  /* required and none need no parser of the output */
+  const char *required = "{\"model\":\"smol\"," USER ",\"tools\":[" WEATHER "],\"tool_choice\":\"required\"}";
+  assert_int_equal(api_request_parse(API_ENDPOINT_CHAT, required, strlen(required), &o, &r, &e), LLB_STATUS_OK);
+  api_request_free(&r);
+}
+
 /* A DELTA RequestOutput of one choice. */
 static struct llb_request_output out1(const char *text, enum llb_finish_reason fin, struct llb_completion_output *c) {
   memset(c, 0, sizeof *c);
@@ -376,6 +397,7 @@ int main(void) {
       cmocka_unit_test(test_stream_sends_name_then_argument_deltas),
       cmocka_unit_test(test_tool_choice_schemas_constrain_to_the_tools),
       cmocka_unit_test(test_stream_cut_by_max_tokens_finishes_with_length),
+      cmocka_unit_test(test_auto_tool_choice_needs_the_server_flag_as_vllm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

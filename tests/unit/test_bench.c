@@ -214,11 +214,6 @@ static void completions_body_sends_prompt_text_or_ids(void **state) {
 
 static void vllm_bench_serve_flags_map_to_ours(void **state) {
   (void)state;
-  assert_string_equal(bench_serve_flag_alias("--dataset-name"), "--dataset");
-  assert_string_equal(bench_serve_flag_alias("--random-input-len"), "--input-len");
-  assert_string_equal(bench_serve_flag_alias("--random-output-len"), "--output-len");
-  assert_string_equal(bench_serve_flag_alias("--tokenizer"), "--model");
-  assert_string_equal(bench_serve_flag_alias("--num-prompts"), "--num-prompts");
   assert_string_equal(bench_backend_endpoint("vllm"), "/v1/completions");
   assert_string_equal(bench_backend_endpoint("openai-chat"), "/v1/chat/completions");
   assert_null(bench_backend_endpoint("tensorrt-llm"));

@@ -131,6 +131,23 @@ static void test_chat_template_file_errors_name_the_file(void **s) {
   unlink(path);
 }
 
+/* --chat-template "{% ... %}": the template itself, as vLLM takes a single-line template. */
+static void test_chat_template_may_be_the_jinja_text_itself(void **s) {
+  (void)s;
+  struct jinja_template *t = NULL;
+  assert_int_equal(chat_render_load(NULL, "{% for m in messages %}<{{ m.role }}:{{ m.content }}>{% endfor %}", &t),
+                   LLB_STATUS_OK);
+  struct chat_message msgs[] = {{"user", "hi"}};
+  struct chat_render_input in = {.messages = msgs, .num_messages = 1};
+  char *text = NULL;
+  assert_int_equal(chat_render_jinja(t, &in, &text), LLB_STATUS_OK);
+  assert_string_equal(text, "<user:hi>");
+  free(text);
+  jinja_template_destroy(t);
+  assert_int_equal(chat_render_load(NULL, "{% for m in messages %}", &t), LLB_STATUS_MALFORMED);
+  assert_null(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tool_calls_arguments_become_a_dict_and_null_content_empty),
@@ -138,6 +155,7 @@ int main(void) {
       cmocka_unit_test(test_continue_final_message_cuts_after_the_last_content),
       cmocka_unit_test(test_bad_fields_are_refused),
       cmocka_unit_test(test_chat_template_file_errors_name_the_file),
+      cmocka_unit_test(test_chat_template_may_be_the_jinja_text_itself),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
