@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "bus/subject.h"
+#include "cmd/supervisor/run_dir.h"
+#include "cmd/supervisor/serve_hash_key.h"
 #include "cmd/supervisor/serve_nats_config.h"
 #include "cmd/supervisor/supervisor.h"
 
@@ -250,6 +253,29 @@ static int add_input_processor_replicas(const struct serve_options *o, struct ch
   return n;
 }
 
+/* Every name of o that reaches a subject, the generated nats.conf or a file (bus/subject.h's one
+ * rule): the prefix, each engine's id, the model name the front door derives from the model
+ * file. Refused here, before anything starts, rather than by a child that would crash-loop. */
+static llb_status check_names(const struct serve_options *o) {
+  const char *prefix = engine_flag_value(o, "prefix");
+  llb_status st = prefix ? bus_name_check(BUS_NAME_KIND_PREFIX, "--prefix", prefix) : LLB_STATUS_OK;
+  for (int e = 0; st == LLB_STATUS_OK && e < (o->num_engines > 1 ? o->num_engines : 1); e++) {
+    char eid[BUS_TOKEN_MAX_SERVE];
+    serve_engine_id(o, e, eid, sizeof eid);
+    st = bus_name_check(BUS_NAME_KIND_TOKEN, o->num_engines > 1 ? "--engine-id (with its engine index)" : "--engine-id",
+                        eid);
+  }
+  if (st == LLB_STATUS_OK && o->model_path) { /* the api server's default --model-name */
+    const char *base = strrchr(o->model_path, '/');
+    char name[BUS_MODEL_NAME_MAX + 8];
+    snprintf(name, sizeof name, "%s", base ? base + 1 : o->model_path);
+    size_t n = strlen(name);
+    if (n > 5 && strcmp(name + n - 5, ".gguf") == 0) name[n - 5] = '\0';
+    st = bus_name_check(BUS_NAME_KIND_MODEL, "the model name (the --model file's name without .gguf)", name);
+  }
+  return st;
+}
+
 int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, int max) {
   int engines = o && o->num_engines > 0 ? o->num_engines : 1;
   int per_engine = 0;
@@ -263,6 +289,7 @@ int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, i
     LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--input-processors %d: 1 to 8", o->num_input_processors);
     return -1;
   }
+  if (check_names(o) != LLB_STATUS_OK) return -1;
   char dir[PATH_MAX];
   if (o->bin_dir) {
     snprintf(dir, sizeof dir, "%s", o->bin_dir);
@@ -322,8 +349,12 @@ static void serve_usage(FILE *f) {
           "                    server only; default: the one tenant \"default\"); every actor logs in\n"
           "                    as its own user, password generated per run (cmd/supervisor/serve_nats_config.h)\n"
           "  --state-dir DIR   the embedded nats-server's JetStream store (requests not yet\n"
-          "                    finished survive a nats-server or serve restart); default: a\n"
-          "                    temporary directory removed at exit\n"
+          "                    finished survive a nats-server or serve restart) and the hash\n"
+          "                    key (created 0700); default: a temporary directory removed at exit\n"
+          "  --hash-key-file FILE  the deployment's hash key (64 hex digits, mode 0600): keys the\n"
+          "                    prefix-cache and multimodal hashes and the request-id tags; give the\n"
+          "                    same file to the serve of every host of a deployment (default: one\n"
+          "                    per run, or kept in --state-dir)\n"
           "  --no-nats-auth    embedded nats-server without accounts and users (development and\n"
           "                    tests only: any local client may then publish anywhere)\n"
           "  --no-durable      requests on a plain subject, not the JetStream stream (a\n"
@@ -353,6 +384,7 @@ int cmd_serve(int argc, char **argv) {
       {"nats-monitor-port", required_argument, NULL, 'M'},
       {"tenants", required_argument, NULL, 't'},
       {"state-dir", required_argument, NULL, 's'},
+      {"hash-key-file", required_argument, NULL, 'K'},
       {"no-durable", no_argument, NULL, 'D'},
       {"no-nats-auth", no_argument, NULL, 'U'},
       {"input-processors", required_argument, NULL, 'I'},
@@ -410,6 +442,7 @@ int cmd_serve(int argc, char **argv) {
         break;
       case 't': so.tenants_file = optarg; break;
       case 's': state_dir = optarg; break;
+      case 'K': so.hash_key_file = optarg; break;
       case 'D': so.no_durable = true; break;
       case 'U': so.no_nats_auth = true; break;
       case 'I': so.num_input_processors = atoi(optarg); if (so.num_input_processors < 1) so.num_input_processors = -1; break;
@@ -439,6 +472,8 @@ int cmd_serve(int argc, char **argv) {
   int rc = 1;
   struct supervisor *sup = NULL;
   struct serve_nats_auth *auth = NULL;
+  struct serve_hash_key key = {0};
+  so.state_dir = state_dir;
   int n = serve_actor_specs(&so, specs, SUPERVISOR_MAX_CHILDREN);
   if (n < 0) {
     fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
@@ -456,13 +491,15 @@ int cmd_serve(int argc, char **argv) {
   cfg.nats_url = so.nats_url;
   cfg.nats_monitor_port = (int)monitor_port;
   log_metrics_ports(&so, specs, n);
-  if (serve_nats_auth_apply(&so, specs, n, &cfg, &auth) != LLB_STATUS_OK) {
-    fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
+  run_dir_sweep_all_stale(); /* what a SIGKILLed serve left behind: passwords, keys, prompts */
+  cfg.state_dir = state_dir;
+  if (state_dir && run_dir_prepare_private(state_dir) != LLB_STATUS_OK) {
+    fprintf(stderr, "llmbus serve: --state-dir: %s\n", llb_err_last());
     goto done;
   }
-  cfg.state_dir = state_dir;
-  if (state_dir && mkdir(state_dir, 0700) != 0 && errno != EEXIST) {
-    fprintf(stderr, "llmbus serve: cannot create --state-dir %s: %s\n", state_dir, strerror(errno));
+  if (serve_hash_key_apply(&so, specs, n, &key) != LLB_STATUS_OK ||
+      serve_nats_auth_apply(&so, specs, n, &cfg, &auth) != LLB_STATUS_OK) {
+    fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
     goto done;
   }
   if (state_dir && so.nats_url)
@@ -484,6 +521,7 @@ int cmd_serve(int argc, char **argv) {
 done:
   supervisor_destroy(sup);
   serve_nats_auth_destroy(auth);
+  serve_hash_key_release(&key);
   free(specs);
   return rc;
 }
