@@ -13,6 +13,7 @@
 #include <sys/random.h>
 
 #include "base/log.h"
+#include "bus/subject.h"
 #include "model/tokenizer.h"
 
 #define DEFAULT_MAX_N 16
@@ -682,15 +683,14 @@ void inproc_processed_free(struct inproc_processed *out) {
   memset(out, 0, sizeof *out);
 }
 
-/* An engine id as it may appear after '@': one subject token (bus/subject.h rules) of at
- * most 64 bytes that holds no '@' itself. */
+/* An engine id as it may appear after '@': one subject token (bus/subject.h's one name rule,
+ * which has no '@'). */
 static bool engine_token_ok(const char *s, size_t n) {
-  if (n == 0 || n > 64) return false;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c <= 0x20 || c >= 0x7f || c == '.' || c == '*' || c == '>' || c == '@') return false;
-  }
-  return true;
+  char tok[BUS_TOKEN_MAX + 1];
+  if (!s || n == 0 || n > BUS_TOKEN_MAX) return false;
+  memcpy(tok, s, n);
+  tok[n] = '\0';
+  return strlen(tok) == n && bus_token_valid(tok);
 }
 
 llb_status inproc_processed_set_engine(struct inproc_processed *out, const char *engine_id) {
