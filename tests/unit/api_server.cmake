@@ -18,4 +18,6 @@ endif()
 if(TARGET llmbus_api_server)
   llb_add_test(test_http_guard SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_http_guard.c
                LIBS llmbus_api_server PkgConfig::LIBEVENT PkgConfig::CMOCKA Threads::Threads LABELS unit api TIMEOUT 120)
+  llb_add_test(test_api_listen_warning SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_api_listen_warning.c
+               LIBS llmbus_api_server PkgConfig::CMOCKA LABELS unit api TIMEOUT 60)
 endif()
