@@ -457,6 +457,43 @@ static void test_serve_actor_specs_and_usage(void **state) {
   assert_int_equal(cmd_serve(3, none), 1);
 }
 
+/* Every name that reaches nats.conf, a subject or a file is refused before anything starts,
+ * with the flag named (issue 38: configuration syntax in --prefix reached nats.conf and
+ * nats-server failed to start). */
+static void test_serve_refuses_names_with_syntax_before_starting(void **state) {
+  (void)state;
+  struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
+  static const struct {
+    const char *flag, *value, *needle;
+  } bad[] = {
+      {"prefix", "llm\"}, accounts: {X: {}", "--prefix"}, {"prefix", "a b", "--prefix"},
+      {"prefix", "a.>", "--prefix"},  {"prefix", "x#y", "--prefix"},
+      {"engine-id", "e\"0", "--engine-id"}, {"engine-id", "../e", "--engine-id"},
+      {"engine-id", "e.1", "--engine-id"},   {"engine-id", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "--engine-id"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    struct serve_options o = {.model_path = "/m/model.gguf", .bin_dir = "/opt/llmbus/bin"};
+    assert_int_equal(serve_engine_flag_add(&o, bad[i].flag, bad[i].value), 1);
+    assert_int_equal(serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN), -1);
+    if (!strstr(llb_err_last(), bad[i].needle)) fail_msg("%s=%s: %s", bad[i].flag, bad[i].value, llb_err_last());
+  }
+  /* a model file whose name is no model name (the front door serves it under that name) */
+  struct serve_options o = {.model_path = "/m/my\"model.gguf", .bin_dir = "/opt/llmbus/bin"};
+  assert_int_equal(serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN), -1);
+  assert_non_null(strstr(llb_err_last(), "model name"));
+  /* 64 bytes plus an index no longer fits one token with --engines */
+  struct serve_options e = {.model_path = "/m/model.gguf", .bin_dir = "/opt/llmbus/bin", .num_engines = 2};
+  assert_int_equal(serve_engine_flag_add(&e, "engine-id", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"), 1);
+  assert_int_equal(serve_actor_specs(&e, specs, SUPERVISOR_MAX_CHILDREN), -1);
+  /* and the good ones still pass */
+  struct serve_options ok = {.model_path = "/m/SmolLM2-135M-Instruct.Q4_1.gguf", .bin_dir = "/opt/llmbus/bin"};
+  assert_int_equal(serve_engine_flag_add(&ok, "prefix", "acme.llm"), 1);
+  assert_int_equal(serve_engine_flag_add(&ok, "engine-id", "gpu_0-a"), 1);
+  assert_true(serve_actor_specs(&ok, specs, SUPERVISOR_MAX_CHILDREN) > 0);
+  char *cli[] = {"serve", "--nats", "nats://127.0.0.1:1", "--prefix", "llm\"}", NULL};
+  assert_int_equal(cmd_serve(5, cli), 1); /* refused with the message, nothing started */
+}
+
 /* Value of `--flag` in a spec's arguments, "" for a flag without a value, NULL if absent. */
 static const char *spec_flag(const struct child_spec *spec, const char *flag) {
   for (int a = 1; a < spec->argc; a++)
@@ -689,6 +726,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_stop_goes_stage_by_stage),
       cmocka_unit_test(test_killed_child_restarts_and_sigterm_leaves_no_process),
       cmocka_unit_test(test_serve_actor_specs_and_usage),
+      cmocka_unit_test(test_serve_refuses_names_with_syntax_before_starting),
       cmocka_unit_test(test_embedded_nats_monitoring_port_answers_on_loopback),
       cmocka_unit_test(test_serve_gives_each_actor_its_metrics_port),
       cmocka_unit_test(test_serve_passes_engine_flags_to_the_actors_that_take_them),
