@@ -229,11 +229,9 @@ static void refuse(struct inproc_actor *a, const struct bus_msg *msg, const char
   reply_error_retry(a, msg, request_id, st, llb_err_last(), "", retry_after_ms);
 }
 
-/* What a request is counted in tokens before any work on it (tenant_limits_precharge): its text
- * as bytes / 4 (about the tokens of English; what the tokenizer really makes is settled at
- * admission), its token ids, INPROC_IMAGE_ESTIMATE_TOKENS an image, max_tokens per child, and its
- * structured-output spec as bytes / 4 in *grammar_tokens: the compile is work whether or not the
- * request is admitted, so that part is never given back. */
+/* A request's prompt in tokens before it is tokenized: its text as bytes / 4 (about the tokens
+ * of English; what the tokenizer really makes is settled at admission), its token ids,
+ * INPROC_IMAGE_ESTIMATE_TOKENS an image. */
 static double estimate_prompt_tokens(const struct llb_generate_request *gr) {
   size_t text = gr->prompt.len + gr->tools.len + gr->chat_template_kwargs.len;
   for (int32_t i = 0; i < gr->num_messages; i++)
@@ -241,6 +239,10 @@ static double estimate_prompt_tokens(const struct llb_generate_request *gr) {
   return ceil((double)text / 4.0) + gr->num_prompt_token_ids + (double)gr->num_mm_items * INPROC_IMAGE_ESTIMATE_TOKENS;
 }
 
+/* What a request is counted in tokens before any work on it (tenant_limits_precharge): its
+ * prompt's estimate and max_tokens per child, and its structured-output spec as bytes / 4, also
+ * into *grammar_tokens: the compile is work whether or not the request is admitted, so that part
+ * is never given back. */
 static double estimate_tokens(const struct llb_generate_request *gr, double *grammar_tokens) {
   const struct llb_sampling_params *sp = gr->sampling_params;
   const int32_t n = sp && sp->n > 1 ? sp->n : 1;
