@@ -6,16 +6,17 @@ tenant-flood.sh runs it beside `llmbus-bench serve` measuring tenant B's time to
     intake_flood.py PATH --base-url URL --api-key KEY --model NAME [--threads 8] [--seconds 60]
 
 Paths (what each request makes the input processor do before anything reaches an engine):
-  template    a chat of 600 KB of one repeated character, continue_final_message: the chat
-              template renders it and the cut after the final message searches it (quadratic
-              until KMP; issue 38 measured 12-16 s for 150 KB)
-  tokenize    /tokenize of 900 KB of text built to be slow for the byte-level BPE (a long
+  template    a chat of two 400 KB messages of one repeated character (under the 1 MiB body
+              limit), continue_final_message: the chat template renders it and the cut after
+              the final message searches it (quadratic until KMP; issue 38 measured 12-16 s
+              for 150 KB)
+  tokenize    /tokenize of 800 KB of text built to be slow for the byte-level BPE (a long
               run of mixed letters and digits, no spaces: one pre-token, the merge heap's
               worst case)
   images      8 PNG images of 4096 x 4096 pixels (the pixel limit), each ~50 KB, in one chat:
               8 decodes of 16 M pixels each before the request is refused or planned
-  grammar     a JSON Schema of 60 KB with deeply nested anyOf and long enums, a new one per
-              request (no verdict cache hit), structured output compiled at intake
+  grammar     a JSON Schema of ~70 KB, anyOf nested 60 deep with enums of 50 strings, a new
+              one per request (no verdict cache hit), compiled at intake
   generate    ordinary 256-token prompts with ignore_eos and 128 tokens (the engine's load, as
               tenant-flood.sh's original case)
 Prints one line: path, requests sent, answers by HTTP status, seconds.
@@ -44,24 +45,27 @@ def png_of(width, height):
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
 
 
-def nested_schema(rng, depth=40):
-    node = {"type": "string", "enum": [f"v{rng.randrange(10**9)}-{i}" for i in range(200)]}
+def nested_schema(rng, depth=60):
+    """anyOf nested `depth` deep, each level with an enum of 50 fresh strings beside the deeper
+    level: ~70 KB, a new schema per request (no verdict cache hit), linear in size (each level
+    refers to the one below once)."""
+    node = {"type": "string", "enum": [f"v{rng.randrange(10**9)}" for _ in range(50)]}
     for d in range(depth):
-        node = {"anyOf": [node, {"type": "object", "properties": {f"p{d}": node}, "required": [f"p{d}"]},
-                          {"type": "array", "items": node}]}
+        node = {"anyOf": [node, {"type": "object", "properties": {f"k{d}": {"enum": [
+            f"e{rng.randrange(10**9)}" for _ in range(50)]}}, "required": [f"k{d}"]}]}
     return node
 
 
 def body_for(path, model, rng, png_b64):
     if path == "template":
-        text = "a" * 600_000
+        text = "a" * 400_000
         return "/v1/chat/completions", {"model": model, "max_tokens": 1, "continue_final_message": True,
                                         "add_generation_prompt": False,
                                         "messages": [{"role": "user", "content": text},
                                                      {"role": "assistant", "content": text}]}
     if path == "tokenize":
         alphabet = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ"
-        text = "".join(rng.choice(alphabet) for _ in range(900_000))
+        text = "".join(rng.choice(alphabet) for _ in range(800_000))
         return "/tokenize", {"model": model, "prompt": text}
     if path == "images":
         parts = [{"type": "text", "text": "What is in these?"}]

@@ -123,7 +123,7 @@ if [ -n "${PATHS:-}" ]; then
       am=$(field "$work/alone.json" mean_ttft_ms); ad=$(field "$work/alone.json" median_ttft_ms)
       fm=$(field "$work/flood.json" mean_ttft_ms); fd=$(field "$work/flood.json" median_ttft_ms)
       ratio=$(python3 -c "print(f'{float($fm)/float($am):.2f}')")
-      answers=$(sed -n 's/.*statuses=\([^ ]*\).*/\1/p' "$work/flood.txt" | tr ',' ';')
+      answers=$(sed -n 's/.*statuses=\(.*\) seconds=.*/\1/p' "$work/flood.txt" | tr -d ' "' | tr ',' ';')
       echo "$path,$r,$am,$ad,$fm,$fd,$ratio,${answers:-none},$(cut -d' ' -f1 /proc/loadavg)"
     done
   done
