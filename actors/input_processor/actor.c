@@ -245,7 +245,8 @@ static double estimate_prompt_tokens(const struct llb_generate_request *gr) {
  * is never given back. */
 static double estimate_tokens(const struct llb_generate_request *gr, double *grammar_tokens) {
   const struct llb_sampling_params *sp = gr->sampling_params;
-  const int32_t n = sp && sp->n > 1 ? sp->n : 1;
+  /* n over the limit is validation's to refuse, with its own message */
+  const int32_t n = sp && sp->n > 1 ? (sp->n < INPROC_ACTOR_MAX_N ? sp->n : INPROC_ACTOR_MAX_N) : 1;
   const double max_tokens = sp && sp->max_tokens > 0 ? sp->max_tokens : 0;
   *grammar_tokens = ceil((double)gr->structured_outputs.spec.len / 4.0);
   return n * (estimate_prompt_tokens(gr) + max_tokens) + *grammar_tokens;
