@@ -5,7 +5,8 @@
 #   make test   install deps, build (ASan+UBSan, warnings are errors), fetch the model,
 #               run every test under ctest
 #   make fuzz   the libFuzzer targets (tests/fuzz/README.md) built with clang in build-fuzz/
-#               and run FUZZ_SECONDS (default 60) each; `make test` ends with this smoke run
+#               and run FUZZ_SECONDS (default 60) each; `make test` ends with a smoke run of
+#               FUZZ_SMOKE_SECONDS (default 45) each (19 targets, two at a time: ~7 min)
 #   make chaos  the long chaos run (tests/chaos/): 200 streamed requests while every actor
 #               type and the nats-server are SIGKILLed 10 times each at random moments
 #               (Release build; CHAOS_BUILD=build for the sanitizer build)
@@ -22,6 +23,7 @@ MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 VENV := .venv
 
 FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 45
 
 .PHONY: run serve test chaos fuzz build-fuzz deps model venv build build-release clean chat-templates \
 	install deb deb-test
@@ -58,7 +60,7 @@ chat-templates: venv
 
 test: build model venv chat-templates
 	@cd build && ctest --output-on-failure -j$(JOBS) --timeout 900
-	@$(MAKE) --no-print-directory fuzz
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
 
 # libFuzzer needs clang: a build of its own, every library instrumented (CMakeLists.txt LLB_FUZZ).
 build-fuzz: deps

@@ -1,45 +1,138 @@
-/* Hashing (hash.h). */
+/* Hashing (hash.h): the keyed hashes over libsodium's BLAKE2b. */
 #include "base/hash.h"
 
 #include <string.h>
 
-uint64_t llb_hash_bytes(const void *data, size_t len) {
-  const unsigned char *p = data;
-  uint64_t h = llb_hash_absorb(UINT64_C(0x13198a2e03707344), (uint64_t)len);
-  size_t i = 0;
-  for (; i + 8 <= len; i += 8) {
-    uint64_t w;
-    memcpy(&w, p + i, 8);
-    h = llb_hash_absorb(h, w);
-  }
-  uint64_t tail = 0;
-  for (size_t k = 0; i + k < len; k++) tail |= (uint64_t)p[i + k] << (8 * k);
-  return llb_mix64(llb_hash_absorb(h, tail));
+#include <sodium.h>
+
+/* BLAKE2b's shortest output in libsodium is 16 bytes; the 64-bit hashes keep the first 8. */
+#define OUT_BYTES crypto_generichash_BYTES_MIN
+
+void llb_hash_key_generate(struct llb_hash_key *key) {
+  /* < 0 only without any source of randomness, where randombytes_buf aborts the process
+   * (libsodium's rule): no key is better than a predictable one */
+  if (sodium_init() < 0) memset(key->bytes, 0, sizeof key->bytes);
+  randombytes_buf(key->bytes, sizeof key->bytes);
 }
 
-/* Domain tags keep a salt from reading as a token or an mm hash. */
-enum { TAG_TOKENS = 0x546f6b, TAG_SALT = 0x53616c74, TAG_MM = 0x4d4d };
+static int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
 
-uint64_t llb_block_hash(uint64_t parent_hash, const int32_t *tokens, int32_t num_tokens,
-                        const struct llb_block_extra_keys *extra) {
-  uint64_t h = llb_hash_absorb(UINT64_C(0x243f6a8885a308d3), parent_hash);
-  h = llb_hash_absorb(h, TAG_TOKENS);
-  int32_t i = 0;
-  for (; i + 1 < num_tokens; i += 2) /* two 32-bit tokens per word */
-    h = llb_hash_absorb(h, (uint64_t)(uint32_t)tokens[i] | ((uint64_t)(uint32_t)tokens[i + 1] << 32));
-  if (i < num_tokens) h = llb_hash_absorb(h, (uint64_t)(uint32_t)tokens[i] | (UINT64_C(1) << 63));
-  int32_t num_mm = 0;
-  if (extra) {
-    if (extra->has_cache_salt) {
-      h = llb_hash_absorb(h, TAG_SALT);
-      h = llb_hash_absorb(h, extra->cache_salt_hash);
+static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+llb_status llb_hash_key_from_hex(const char *text, struct llb_hash_key *key) {
+  if (!text) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "hash key: none given");
+  while (is_space(*text)) text++;
+  size_t n = strlen(text);
+  while (n > 0 && is_space(text[n - 1])) n--;
+  if (n != 2 * LLB_HASH_KEY_BYTES)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "hash key: %zu characters, expected %d hex digits", n,
+                    2 * LLB_HASH_KEY_BYTES);
+  struct llb_hash_key k;
+  for (size_t i = 0; i < LLB_HASH_KEY_BYTES; i++) {
+    int hi = hex_digit(text[2 * i]), lo = hex_digit(text[2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      sodium_memzero(&k, sizeof k);
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "hash key: a character that is not a hex digit");
     }
-    for (int32_t k = 0; k < extra->num_mm_hashes && extra->mm_hashes; k++) {
-      h = llb_hash_absorb(h, TAG_MM);
-      h = llb_hash_absorb(h, extra->mm_hashes[k]);
-    }
-    num_mm = extra->num_mm_hashes;
+    k.bytes[i] = (uint8_t)(hi << 4 | lo);
   }
-  h = llb_hash_absorb(h, ((uint64_t)(uint32_t)num_tokens << 32) | (uint32_t)num_mm);
-  return llb_mix64(h);
+  *key = k;
+  sodium_memzero(&k, sizeof k);
+  return LLB_STATUS_OK;
+}
+
+void llb_hash_key_to_hex(const struct llb_hash_key *key, char out[2 * LLB_HASH_KEY_BYTES + 1]) {
+  sodium_bin2hex(out, 2 * LLB_HASH_KEY_BYTES + 1, key->bytes, sizeof key->bytes);
+}
+
+static void put_u64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_u64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* Starts a keyed BLAKE2b state with the domain tag and its length absorbed. */
+static void start(crypto_generichash_state *st, const struct llb_hash_key *key, const char *domain) {
+  crypto_generichash_init(st, key->bytes, sizeof key->bytes, OUT_BYTES);
+  const size_t n = strlen(domain);
+  uint8_t len[8];
+  put_u64(len, n);
+  crypto_generichash_update(st, len, sizeof len);
+  crypto_generichash_update(st, (const uint8_t *)domain, n);
+}
+
+void llb_keyed_hash128(const struct llb_hash_key *key, const char *domain, const void *data, size_t len,
+                       uint8_t out[16]) {
+  crypto_generichash_state st;
+  start(&st, key, domain);
+  if (len) crypto_generichash_update(&st, data, len);
+  crypto_generichash_final(&st, out, OUT_BYTES);
+}
+
+void llb_keyed_hash128_parts(const struct llb_hash_key *key, const char *domain, const struct llb_hash_part *parts,
+                             int num_parts, uint8_t out[16]) {
+  crypto_generichash_state st;
+  start(&st, key, domain);
+  for (int i = 0; i < num_parts; i++) {
+    uint8_t len[8];
+    put_u64(len, parts[i].len);
+    crypto_generichash_update(&st, len, sizeof len);
+    if (parts[i].len) crypto_generichash_update(&st, parts[i].data, parts[i].len);
+  }
+  crypto_generichash_final(&st, out, OUT_BYTES);
+}
+
+uint64_t llb_keyed_hash64(const struct llb_hash_key *key, const char *domain, const void *data, size_t len) {
+  uint8_t out[OUT_BYTES];
+  llb_keyed_hash128(key, domain, data, len, out);
+  return get_u64(out);
+}
+
+uint64_t llb_hash_bytes(const struct llb_hash_key *key, const void *data, size_t len) {
+  return llb_keyed_hash64(key, "llmbus-bytes", data, len);
+}
+
+/* Tags keep a salt from reading as tokens or as a multimodal hash. */
+enum { TAG_SALT = 0x53, TAG_MM = 0x4d };
+
+uint64_t llb_block_hash(const struct llb_hash_key *key, uint64_t parent_hash, const int32_t *tokens,
+                        int32_t num_tokens, const struct llb_block_extra_keys *extra) {
+  crypto_generichash_state st;
+  start(&st, key, "llmbus-block-2");
+  uint8_t head[16], buf[256];
+  put_u64(head, parent_hash);
+  put_u64(head + 8, (uint64_t)(num_tokens > 0 ? num_tokens : 0));
+  crypto_generichash_update(&st, head, sizeof head);
+  size_t used = 0;
+  for (int32_t i = 0; i < num_tokens; i++) { /* 32-bit little-endian ids, 64 at a time */
+    const uint32_t t = (uint32_t)tokens[i];
+    for (int b = 0; b < 4; b++) buf[used++] = (uint8_t)(t >> (8 * b));
+    if (used == sizeof buf) {
+      crypto_generichash_update(&st, buf, used);
+      used = 0;
+    }
+  }
+  if (used) crypto_generichash_update(&st, buf, used);
+  if (extra && extra->has_cache_salt) {
+    uint8_t s[9] = {TAG_SALT};
+    put_u64(s + 1, extra->cache_salt_hash);
+    crypto_generichash_update(&st, s, sizeof s);
+  }
+  for (int32_t k = 0; extra && extra->mm_hashes && k < extra->num_mm_hashes; k++) {
+    uint8_t m[9] = {TAG_MM};
+    put_u64(m + 1, extra->mm_hashes[k]);
+    crypto_generichash_update(&st, m, sizeof m);
+  }
+  uint8_t out[OUT_BYTES];
+  crypto_generichash_final(&st, out, OUT_BYTES);
+  return get_u64(out);
 }

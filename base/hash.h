@@ -4,10 +4,8 @@
  *   tables (request ids, token texts), file identities. Fast, not collision resistant.
  * - splitmix64 (Steele, Lea, Flood 2014, "Fast splittable pseudorandom number generators"):
  *   its finalizer `llb_mix64` (a bijection with full avalanche) and its generator step.
- * - `llb_hash_bytes` and `llb_block_hash`: the prefix cache's hashes (vLLM
- *   kv_cache_utils.hash_block_tokens). Their values are part of the KV protocol: the scheduler
- *   computes block hashes, the kv_manager compares them and the input processor's router
- *   reads them, so they never change between versions that talk to each other.
+ * - keyed BLAKE2b (libsodium's crypto_generichash): `llb_block_hash`, `llb_hash_bytes`,
+ *   `llb_keyed_hash64/128` for everything a client's input can steer (below).
  * Every function is pure: no allocation, no state but what the caller passes.
  */
 #ifndef LLB_BASE_HASH_H
@@ -16,6 +14,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "base/status.h"
 
 /* FNV-1a 64's offset basis: the h to start a hash with. */
 #define LLB_FNV1A64_INIT UINT64_C(0xcbf29ce484222325)
@@ -54,22 +54,64 @@ static inline uint64_t llb_splitmix64_next(uint64_t *state) {
   return llb_mix64(*state);
 }
 
-/* Absorbs the word w into the hash state h: mix64(h ^ w) + gamma. Distinct words absorbed
- * from the same state give distinct states (mix64 is a bijection). */
-static inline uint64_t llb_hash_absorb(uint64_t h, uint64_t w) {
-  return llb_mix64(h ^ w) + LLB_SPLITMIX64_GAMMA;
-}
+/* ---- Keyed hashes (libsodium's BLAKE2b, RFC 7693, keyed) ----
+ * What tenants can steer goes through these: prefix-cache block hashes, multimodal item hashes,
+ * the tenant tag in request ids. Keyed with a per-deployment secret that `llmbus serve`
+ * generates (or reads from --hash-key-file) and hands to the engine actors, so a client that
+ * sees every hash value still cannot construct an input with a hash of its choosing (vLLM moved
+ * to SHA-256 after CVE-2025-25183 for the same reason). A process that is given no key draws
+ * one at random (llb_hash_key_generate): safe, only not shared. */
 
-/* 64-bit hash of a byte string (a cache_salt, a multimodal item's mm_hash string): its length,
- * then 8-byte little-endian words, then the zero-padded tail, each absorbed. data may be NULL
- * when len is 0. */
-uint64_t llb_hash_bytes(const void *data, size_t len);
+#define LLB_HASH_KEY_BYTES 32
+
+/* A deployment's secret key; only its holder can compute the hashes below. */
+struct llb_hash_key {
+  uint8_t bytes[LLB_HASH_KEY_BYTES];
+};
+
+/* Fills *key with fresh random bytes (the kernel's CSPRNG through libsodium). Never fails:
+ * libsodium aborts the process when the system has no randomness at all. */
+void llb_hash_key_generate(struct llb_hash_key *key);
+
+/* Parses a key written as 64 hex digits (what llb_hash_key_to_hex writes; surrounding ASCII
+ * whitespace ignored) into *key. INVALID_ARGUMENT for anything else (the message never quotes
+ * the text: it is a secret). */
+llb_status llb_hash_key_from_hex(const char *text, struct llb_hash_key *key);
+
+/* Writes the key as 64 lowercase hex digits and a NUL into out[65]. */
+void llb_hash_key_to_hex(const struct llb_hash_key *key, char out[2 * LLB_HASH_KEY_BYTES + 1]);
+
+/* 64-bit keyed hash of a byte string under a domain tag (a short constant naming what is hashed,
+ * so equal bytes hashed for different purposes never agree). data may be NULL when len is 0. */
+uint64_t llb_keyed_hash64(const struct llb_hash_key *key, const char *domain, const void *data, size_t len);
+
+/* 128-bit keyed hash of a byte string under a domain tag into out[16]. */
+void llb_keyed_hash128(const struct llb_hash_key *key, const char *domain, const void *data, size_t len,
+                       uint8_t out[16]);
+
+/* One field of llb_keyed_hash128_parts. */
+struct llb_hash_part {
+  const void *data; /* [len] bytes; may be NULL when len is 0 */
+  size_t len;
+};
+
+/* 128-bit keyed hash of a sequence of fields under a domain tag into out[16]: each field is
+ * absorbed with its length first, so ("ab", "c") and ("a", "bc") never agree. */
+void llb_keyed_hash128_parts(const struct llb_hash_key *key, const char *domain, const struct llb_hash_part *parts,
+                             int num_parts, uint8_t out[16]);
+
+/* 64-bit keyed hash of a byte string (a cache_salt, a multimodal item's mm_hash string) for the
+ * block hash's extra keys: llb_keyed_hash64 under the domain "llmbus-bytes". */
+uint64_t llb_hash_bytes(const struct llb_hash_key *key, const void *data, size_t len);
 
 /* ---- Prefix-cache block hashes (vLLM kv_cache_utils.hash_block_tokens) ----
  * A block's hash chains its parent's: hash(parent_hash, token ids of the block, extra keys),
- * so equal hashes mean equal prefixes (up to 64-bit collisions: about 2^-64 per pair). Each
- * 64-bit word is absorbed by llb_hash_absorb, with distinct domain tags before the tokens,
- * the salt and each multimodal hash, and the counts last. */
+ * so equal hashes mean equal prefixes (up to 64-bit collisions: about 2^-64 per pair, and an
+ * attacker without the key can neither compute a hash nor aim a collision). One keyed BLAKE2b
+ * over: a domain tag, the parent, the token count, the tokens (32-bit little endian), then the
+ * salt and each multimodal hash, each behind its own tag. The scheduler computes them, the
+ * kv_manager only compares them, so every scheduler of one engine (a restarted one included)
+ * must hold the same key: `llmbus serve` gives each the key file of the run. */
 
 /* The parent hash of a sequence's first block (vLLM NONE_HASH). */
 #define LLB_BLOCK_HASH_ROOT UINT64_C(0x6c6c6d6275732d31) /* "llmbus-1" */
@@ -83,8 +125,8 @@ struct llb_block_extra_keys {
 };
 
 /* Hash of one full block: tokens[num_tokens] with its parent's hash and extra keys (NULL =
- * none). */
-uint64_t llb_block_hash(uint64_t parent_hash, const int32_t *tokens, int32_t num_tokens,
-                        const struct llb_block_extra_keys *extra);
+ * none), under key. */
+uint64_t llb_block_hash(const struct llb_hash_key *key, uint64_t parent_hash, const int32_t *tokens,
+                        int32_t num_tokens, const struct llb_block_extra_keys *extra);
 
 #endif

@@ -112,6 +112,21 @@ static int64_t reconnect_delay(natsConnection *nc, int attempts, void *closure) 
   return d;
 }
 
+/* Asynchronous errors of the connection: a subscription over its pending limits drops messages
+ * (NATS "slow consumer") and the server refuses publishes it may not take (permissions). One
+ * line per 1000 such errors, with the subscription and how many it dropped in all. */
+static void on_async_error(natsConnection *nc, natsSubscription *sub, natsStatus err, void *closure) {
+  (void)nc;
+  struct bus *b = closure;
+  uint64_t n = atomic_fetch_add(&b->num_async_errors, 1);
+  if (n % 1000 != 0) return;
+  int64_t dropped = 0;
+  if (sub) (void)natsSubscription_GetDropped(sub, &dropped);
+  LLB_LOG_WARN(err == NATS_SLOW_CONSUMER ? "bus_slow_consumer" : "bus_async_error",
+               "subject=%s status=%s dropped=%lld errors=%llu", sub ? natsSubscription_GetSubject(sub) : "-",
+               natsStatus_GetText(err), (long long)dropped, (unsigned long long)n + 1);
+}
+
 /* ---- stop signals: installed by bus_connect, so a SIGTERM during start-up is not lost ---- */
 
 static volatile sig_atomic_t signal_stop_fd = -1;
@@ -201,7 +216,8 @@ static llb_status set_options(struct bus *b, const struct bus_options *o, natsOp
     return BUS_NATS_ERR(s, "reconnect delay");
   if ((s = natsOptions_SetDisconnectedCB(opts, on_disconnected, b)) != NATS_OK ||
       (s = natsOptions_SetReconnectedCB(opts, on_reconnected, b)) != NATS_OK ||
-      (s = natsOptions_SetClosedCB(opts, on_closed, b)) != NATS_OK)
+      (s = natsOptions_SetClosedCB(opts, on_closed, b)) != NATS_OK ||
+      (s = natsOptions_SetErrorHandler(opts, on_async_error, b)) != NATS_OK)
     return BUS_NATS_ERR(s, "connection callbacks");
   if (o->creds_file) {
     if (access(o->creds_file, R_OK) != 0)
@@ -462,7 +478,7 @@ static void on_msg(natsConnection *nc, natsSubscription *ns, natsMsg *m, void *c
   const int64_t t0 = s->m_handler ? llb_now_ns() : 0;
   s->fn(s->bus, &bm, s->user);
   if (s->m_handler) llb_series_observe(s->m_handler, (double)(llb_now_ns() - t0) / 1e9);
-  natsMsg_Destroy(m);
+  if (bm.impl) natsMsg_Destroy(m); /* NULL: the handler kept it (bus_msg_keep) */
 }
 
 static void on_sub_complete(void *closure) {

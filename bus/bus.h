@@ -109,7 +109,7 @@ struct bus_out_msg {
 };
 
 /* Handler of a subscription; runs on the subscription's delivery thread (see above).
- * `msg` is valid until the handler returns. */
+ * `msg` is valid until the handler returns (or longer: bus_msg_keep). */
 typedef void (*bus_handler_fn)(struct bus *bus, const struct bus_msg *msg, void *user);
 
 /* Fills buf[cap] (at most `cap` bytes) with an encoded heartbeat and sets *len. Runs on the
@@ -197,6 +197,12 @@ void bus_record_request_latency(struct bus *bus, const char *subject, double sec
 /* Frees a message returned by bus_request / bus_sub_next_msg. NULL ok. Never call it on a
  * message given to a handler. */
 void bus_msg_destroy(struct bus_msg *msg);
+
+/* Inside a handler of an asynchronous subscription: takes `msg` over so that it outlives the
+ * handler (work queued for other threads; bus_respond works on it from any thread). Returns
+ * the message, which the caller frees with bus_msg_destroy, or NULL when out of memory (msg
+ * then stays the handler's as before). After a non-NULL return the handler must not use msg. */
+struct bus_msg *bus_msg_keep(const struct bus_msg *msg);
 
 /* Value of header `key` of `msg` (first one if repeated), NULL if absent. Valid as long as
  * the message. */

@@ -45,6 +45,7 @@ struct bus {
   struct sigaction old_term, old_int;
 
   _Atomic uint64_t num_reconnects; /* bus_num_reconnects */
+  _Atomic uint64_t num_async_errors; /* slow consumers, refused publishes (on_async_error) */
   _Atomic int64_t last_reconnect_ns; /* bus_last_reconnect_ns */
   struct event *hb_ev; /* heartbeat timer on the loop thread; NULL = none */
   uint8_t *hb_buf;

@@ -44,6 +44,15 @@ void bus_msg_destroy(struct bus_msg *msg) {
   free(msg);
 }
 
+struct bus_msg *bus_msg_keep(const struct bus_msg *msg) {
+  if (!msg || !msg->impl) return NULL;
+  struct bus_msg *k = malloc(sizeof *k);
+  if (!k) return NULL;
+  *k = *msg;
+  ((struct bus_msg *)msg)->impl = NULL; /* the delivery wrapper (bus.c on_msg) no longer frees it */
+  return k;
+}
+
 llb_status bus_wrap_owned_msg(natsMsg *m, struct bus_msg **out) {
   struct bus_msg *bm = malloc(sizeof *bm);
   if (!bm) {

@@ -7,14 +7,61 @@ static const char *const engine_kinds[] = {"requests", "abort",   "kv",    "enco
                                            "execute",  "outputs", "stats", "dead_letter",
                                            "resync", "history"};
 
+static bool is_alnum(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
 bool bus_token_valid(const char *token) {
   if (!token || !*token) return false;
   size_t n = 0;
   for (const char *p = token; *p; p++, n++) {
     unsigned char c = (unsigned char)*p;
-    if (c <= 0x20 || c >= 0x7f || c == '.' || c == '*' || c == '>') return false;
+    if (!is_alnum(c) && c != '-' && c != '_') return false;
+    if (n >= BUS_TOKEN_MAX) return false;
   }
-  return n <= BUS_TOKEN_MAX;
+  return true;
+}
+
+static bool model_name_valid(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > BUS_MODEL_NAME_MAX || s[0] == '.' || s[0] == '/' || s[0] == '-' || strstr(s, ".."))
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (!is_alnum(c) && !strchr("._-/:+", c)) return false;
+  }
+  return true;
+}
+
+/* value with every byte outside printable ASCII shown as '?', at most cap - 1 bytes */
+static const char *printable(const char *value, char *buf, size_t cap) {
+  size_t i = 0;
+  for (; value[i] && i + 1 < cap; i++) buf[i] = value[i] > 0x20 && value[i] < 0x7f ? value[i] : '?';
+  buf[i] = '\0';
+  return buf;
+}
+
+llb_status bus_name_check(enum bus_name_kind kind, const char *what, const char *value) {
+  if (!value) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "%s: no value", what);
+  char shown[80];
+  switch (kind) {
+    case BUS_NAME_KIND_TOKEN:
+      if (bus_token_valid(value)) return LLB_STATUS_OK;
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "%s \"%s\": a name is 1..%d letters, digits, '-' or '_'", what,
+                      printable(value, shown, sizeof shown), BUS_TOKEN_MAX);
+    case BUS_NAME_KIND_PREFIX:
+      if (bus_prefix_check(value) == LLB_STATUS_OK) return LLB_STATUS_OK;
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                      "%s \"%s\": a prefix is names joined by '.', each 1..%d letters, digits, '-' or '_'", what,
+                      printable(value, shown, sizeof shown), BUS_TOKEN_MAX);
+    case BUS_NAME_KIND_MODEL:
+      if (model_name_valid(value)) return LLB_STATUS_OK;
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                      "%s \"%s\": a model name is 1..%d letters, digits and \"._-/:+\", not starting with "
+                      "'.', '/' or '-', without \"..\"", what, printable(value, shown, sizeof shown),
+                      BUS_MODEL_NAME_MAX);
+  }
+  return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "%s: unknown kind of name", what);
 }
 
 llb_status bus_prefix_check(const char *prefix) {
@@ -31,8 +78,8 @@ llb_status bus_prefix_check(const char *prefix) {
     tok[n] = '\0';
     if (!bus_token_valid(tok))
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
-                      "subject prefix \"%s\": token \"%s\" is empty or holds a space, '*' or '>'",
-                      prefix, tok);
+                      "subject prefix \"%s\": token \"%s\" is not 1..%d letters, digits, '-' or '_'",
+                      prefix, tok, BUS_TOKEN_MAX);
     if (!dot) return LLB_STATUS_OK;
     p = dot + 1;
   }
@@ -41,8 +88,7 @@ llb_status bus_prefix_check(const char *prefix) {
 static llb_status check_token(const char *what, const char *token) {
   if (bus_token_valid(token)) return LLB_STATUS_OK;
   return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
-                  "%s \"%s\" is not a valid subject token (1..%d printable characters, "
-                  "no spaces, '.', '*' or '>')",
+                  "%s \"%s\" is not a valid subject token (1..%d letters, digits, '-' or '_')",
                   what, token ? token : "(null)", BUS_TOKEN_MAX);
 }
 

@@ -6,10 +6,13 @@
  *                                       dead_letter|resync|history
  *   <prefix>.health.<actor>.<instance>  heartbeats
  *
- * Every name is validated as one subject token: non-empty, at most BUS_TOKEN_MAX bytes,
- * printable ASCII without spaces, '.', '*' or '>'. The prefix may itself hold several tokens
- * ("acme.llm"), each valid by the same rule. Errors are LLB_STATUS_INVALID_ARGUMENT with a
- * message naming the bad value; LLB_STATUS_TOO_LARGE when the result does not fit `cap`.
+ * Every name is validated as one subject token: 1 to BUS_TOKEN_MAX bytes of ASCII letters,
+ * digits, '-' and '_'. That is the one rule for every name an operator or a message gives that
+ * reaches a subject, the generated nats.conf, a file name or a log line (prefix tokens, engine
+ * ids, tenants, instances, actor names): none of them can carry configuration syntax (quotes,
+ * braces, '#'), a path ('/', ".."), a wildcard or a space. The prefix may itself hold several
+ * tokens ("acme.llm"), each valid by the same rule. Errors are LLB_STATUS_INVALID_ARGUMENT with
+ * a message naming the bad value; LLB_STATUS_TOO_LARGE when the result does not fit `cap`.
  * All functions are pure and thread-safe; output goes to the caller's buffer.
  */
 #ifndef LLB_BUS_SUBJECT_H
@@ -29,6 +32,24 @@
 
 /* True if `token` is one valid subject token (see above). */
 bool bus_token_valid(const char *token);
+
+/* Longest model name accepted. */
+#define BUS_MODEL_NAME_MAX 128
+
+/* What a name is, for bus_name_check. */
+enum bus_name_kind {
+  BUS_NAME_KIND_TOKEN,  /* a subject token (the rule above): an engine id, a tenant, an instance */
+  BUS_NAME_KIND_PREFIX, /* tokens joined by '.' (bus_prefix_check) */
+  BUS_NAME_KIND_MODEL,  /* a served model name: 1..BUS_MODEL_NAME_MAX bytes of letters, digits
+                           and "._-/:+", not starting with '.', '/' or '-', no "..": what
+                           Hugging Face names hold ("org/Model-7B.Q4_K_M"), nothing a
+                           configuration, a path walk, a header or a log line could misread */
+};
+
+/* The one name validator: checks `value` as a name of `kind`; INVALID_ARGUMENT naming `what`
+ * (the flag or field, e.g. "--engine-id"), the value (printable bytes only) and the rule
+ * otherwise. Called before anything starts (serve, every actor main, the api server). */
+llb_status bus_name_check(enum bus_name_kind kind, const char *what, const char *value);
 
 /* Checks a prefix: one or more valid tokens joined by '.'. NULL is invalid. */
 llb_status bus_prefix_check(const char *prefix);

@@ -10,6 +10,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: llmbus-bench serve [options]    serving benchmark over HTTP (vLLM `bench serve`)\n"
           "       llmbus-bench engine [options]   decode step in-process vs through the bus\n"
+          "       llmbus-bench hash [options]     the keyed hashes' cost per block and per decode step\n"
           "Each takes --help.\n");
 }
 
@@ -21,6 +22,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "serve")) return bench_serve_main(argc - 1, argv + 1);
   if (!strcmp(argv[1], "engine")) return bench_engine_main(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "hash")) return bench_hash_main(argc - 1, argv + 1);
   fprintf(stderr, "llmbus-bench: unknown command %s\n", argv[1]);
   usage(stderr);
   return 2;

@@ -19,6 +19,7 @@ struct inproc_main {
   int32_t stream_replicas;
   const char *chat_template;
   const char *mmproj;
+  int32_t intake_threads;
   struct inproc_actor *actor;
 };
 
@@ -36,12 +37,20 @@ static llb_status inproc_main_start(struct actor_main *am, void *user) {
       .chat_template_file = m->chat_template,
       .mmproj_path = m->mmproj,
       .stream_replicas = m->stream_replicas,
+      .hash_key = &am->hash_key,
+      .intake_threads = m->intake_threads,
   };
   llb_status st = inproc_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
   st = inproc_actor_start(m->actor, am->bus);
   /* the api server resends its requests after a nats-server restart once we beat */
   return st ? st : actor_main_answer_after_reconnect(am, "api_server");
+}
+
+static void inproc_main_stop(struct actor_main *am, void *user) {
+  (void)am;
+  struct inproc_main *m = user;
+  inproc_actor_stop(m->actor); /* the workers, before the bus goes */
 }
 
 static void inproc_main_destroy(struct actor_main *am, void *user) {
@@ -53,7 +62,7 @@ static void inproc_main_destroy(struct actor_main *am, void *user) {
 
 int main(int argc, char **argv) {
   struct inproc_main m = {.max_model_len = 0, .tenant = "*", .router = "cache-aware",
-                         .tenant_limit_ttl_ms = 30 * 60 * 1000};
+                         .tenant_limit_ttl_ms = 30 * 60 * 1000, .intake_threads = 2};
   const struct flag flags[] = {
       {.name = "max-model-len", .kind = FLAG_KIND_INT32, .target = &m.max_model_len,
        .help = "context length in tokens (prompt + output); 0 = min(model context, 4096)"},
@@ -77,6 +86,9 @@ int main(int argc, char **argv) {
       {.name = "chat-template", .kind = FLAG_KIND_STRING, .target = &m.chat_template,
        .help = "chat template instead of the GGUF's tokenizer.chat_template: a Jinja file, the Jinja text itself "
                "(vLLM's), or a built-in name (chatml, smollm2, llama3, mistral, gemma, phi3, ...; llama-server's)"},
+      {.name = "intake-threads", .kind = FLAG_KIND_INT32, .target = &m.intake_threads,
+       .help = "threads that template, tokenize and decode requests, taken from per-tenant queues in deficit "
+               "round robin; one tenant holds at most all but one"},
       {.name = "mmproj", .kind = FLAG_KIND_STRING, .target = &m.mmproj,
        .help = "GGUF mmproj of the model (the workers' --mmproj): image_url parts are expanded with its "
                "plan; without it images are refused"},
@@ -88,6 +100,7 @@ int main(int argc, char **argv) {
       .flags = flags,
       .num_flags = (int)(sizeof flags / sizeof flags[0]),
       .start = inproc_main_start,
+      .stop = inproc_main_stop,
       .destroy = inproc_main_destroy,
       .user = &m,
   };

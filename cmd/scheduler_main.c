@@ -50,6 +50,7 @@ static void sched_before_drain(void *user) {
 static llb_status sched_start(struct actor_main *am, void *user) {
   struct sched_main *m = user;
   m->cfg.metrics = am->metrics;
+  m->cfg.sched.hash_key = am->hash_key; /* the deployment's: every restart hashes blocks alike */
   m->cfg.on_ready = sched_on_ready;
   m->cfg.on_ready_user = am;
   if (m->blocks_from_worker) { /* --num-blocks 0: the engine's worker says (its heartbeat) */

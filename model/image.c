@@ -42,6 +42,7 @@ struct jpeg_err {
   struct jpeg_error_mgr mgr;
   jmp_buf jump;
   char message[JMSG_LENGTH_MAX];
+  struct jpeg_progress_mgr progress;
 };
 
 static void jpeg_on_error(j_common_ptr cinfo) {
@@ -54,6 +55,18 @@ static void jpeg_on_message(j_common_ptr cinfo, int level) {
   if (level < 0) jpeg_on_error(cinfo); /* warnings: corrupt or truncated data */
 }
 
+/* A progressive JPEG re-reads its coefficients for every scan: thousands of tiny scans make a
+ * small file cost seconds of CPU (libjpeg-turbo's advice: a scan limit, as djpeg -maxscans). */
+static void jpeg_on_progress(j_common_ptr cinfo) {
+  const j_decompress_ptr d = (j_decompress_ptr)cinfo;
+  if (cinfo->is_decompressor && d->input_scan_number > LLB_IMAGE_MAX_JPEG_SCANS) {
+    struct jpeg_err *e = (struct jpeg_err *)cinfo->err;
+    snprintf(e->message, sizeof e->message, "more than %d scans (a progressive JPEG built to be costly)",
+             LLB_IMAGE_MAX_JPEG_SCANS);
+    longjmp(e->jump, 2);
+  }
+}
+
 static llb_status decode_jpeg(const uint8_t *data, size_t len, const struct llb_image_limits *lim,
                               struct llb_image *out) {
   struct jpeg_decompress_struct cinfo;
@@ -63,12 +76,20 @@ static llb_status decode_jpeg(const uint8_t *data, size_t len, const struct llb_
   err.mgr.emit_message = jpeg_on_message;
   uint8_t *volatile rgb = NULL;
   volatile llb_status st = LLB_STATUS_OK;
-  if (setjmp(err.jump)) {
-    free(rgb);
-    jpeg_destroy_decompress(&cinfo);
-    return st != LLB_STATUS_OK ? st : LLB_ERRF(LLB_STATUS_MALFORMED, "JPEG: %s", err.message);
+  switch (setjmp(err.jump)) {
+    case 0: break;
+    case 2: /* the scan limit */
+      free(rgb);
+      jpeg_destroy_decompress(&cinfo);
+      return LLB_ERRF(LLB_STATUS_TOO_LARGE, "JPEG: %s", err.message);
+    default:
+      free(rgb);
+      jpeg_destroy_decompress(&cinfo);
+      return st != LLB_STATUS_OK ? st : LLB_ERRF(LLB_STATUS_MALFORMED, "JPEG: %s", err.message);
   }
   jpeg_create_decompress(&cinfo);
+  err.progress.progress_monitor = jpeg_on_progress;
+  cinfo.progress = &err.progress;
   jpeg_mem_src(&cinfo, data, (unsigned long)len);
   jpeg_read_header(&cinfo, TRUE);
   st = check_size(cinfo.image_width, cinfo.image_height, lim, "JPEG");

@@ -23,6 +23,9 @@ struct llb_image_limits {
 
 #define LLB_IMAGE_DEFAULT_MAX_SIDE 8192
 #define LLB_IMAGE_DEFAULT_MAX_PIXELS (16LL * 1024 * 1024)
+/* Scans of a progressive JPEG at most (a baseline file has 1, a progressive one ~10): each scan
+ * costs a pass over the image, so more is a file built to be costly (TOO_LARGE). */
+#define LLB_IMAGE_MAX_JPEG_SCANS 100
 
 /* A decoded image: 8-bit RGB, row-major, rgb[(y * width + x) * 3 + c]. */
 struct llb_image {

@@ -204,6 +204,7 @@ static int32_t parse_class(struct rx_parser *ps) {
     } else if (*ps->p >= 0x80) {
       if (neg) return fail(ps, LLB_STATUS_UNSUPPORTED, "non-ASCII characters in a negated class");
       int32_t ch = utf8_char(ps, &lo);
+      if (ch < 0) return -1; /* invalid UTF-8 is not consumed: stop here, or the loop spins on it */
       if (ps->p < ps->end - 1 && *ps->p == '-' && ps->p[1] != ']')
         return fail(ps, LLB_STATUS_UNSUPPORTED, "non-ASCII ranges in a class");
       multi = alt(ps, multi, ch);

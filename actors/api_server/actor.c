@@ -55,6 +55,7 @@ struct api_actor {
   int num_model_names;
   uint64_t seed_counter; /* draws of the --seed generator (loop thread) */
   char *local_media_dir; /* realpath of --allowed-local-media-path, or NULL (owned) */
+  char *refused_response; /* the header gate's 401 (with API keys), or NULL (owned) */
   char tenant[64];
   struct bus *bus;
   struct event_base *base;
@@ -655,6 +656,31 @@ static void on_request(struct evhttp_request *req, void *arg) {
 
 /* ---- life cycle ---------------------------------------------------------------------- */
 
+/* The header gate (http_guard.h): with API keys, a request whose headers carry none of them is
+ * answered 401 before its body is read; a CORS preflight carries none and goes on (the route
+ * answers it before authentication). */
+static bool key_gate(void *user, bool is_options, const char *authorization) {
+  const struct api_actor *a = user;
+  return is_options || api_keys_tenant_of(a->o.api_keys, authorization) != NULL;
+}
+
+/* The whole HTTP answer the gate gives: the 401 the route would give (OpenAI's shape). */
+static llb_status make_refused_response(struct api_actor *a) {
+  struct api_error e;
+  api_error_set(&e, 401, NULL, "missing or incorrect API key: send `Authorization: Bearer YOUR_KEY`");
+  snprintf(e.code, sizeof e.code, "invalid_api_key");
+  struct api_buf body = {0};
+  if (!api_error_render(&e, &body)) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "401 answer");
+  size_t cap = body.len + 256;
+  a->refused_response = malloc(cap);
+  if (a->refused_response)
+    snprintf(a->refused_response, cap,
+             "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nWWW-Authenticate: Bearer\r\n"
+             "Connection: close\r\nContent-Length: %zu\r\n\r\n%.*s", body.len, (int)body.len, body.data);
+  api_buf_free(&body);
+  return a->refused_response ? LLB_STATUS_OK : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "401 answer");
+}
+
 /* On the loop thread: the inbox's wake event and the HTTP listener. */
 static void loop_setup(struct api_loop_call *lc, void *arg) {
   struct api_actor *a = arg;
@@ -666,6 +692,9 @@ static void loop_setup(struct api_loop_call *lc, void *arg) {
   const struct api_http_listener_options lo = {.host = a->http_host, .port = a->http_port,
                                                .max_body_bytes = a->o.max_body_bytes,
                                                .request_timeout_s = a->o.request_timeout_s,
+                                               .max_connections = a->o.max_connections,
+                                               .gate = a->o.api_keys ? key_gate : NULL, .gate_user = a,
+                                               .refused_response = a->refused_response,
                                                .on_request = on_request, .arg = a};
   st = api_http_listener_create(a->base, &lo, &a->listener);
   if (st == LLB_STATUS_OK) a->bound_port = api_http_listener_port(a->listener);
@@ -709,6 +738,7 @@ static llb_status take_options(struct api_actor *a, const struct api_actor_optio
   if (a->o.request_timeout_s <= 0) a->o.request_timeout_s = 10;
   if (a->o.first_output_timeout_s <= 0) a->o.first_output_timeout_s = 60;
   if (a->o.max_concurrent <= 0) a->o.max_concurrent = 256;
+  if (a->o.max_connections <= 0) a->o.max_connections = API_DEFAULT_MAX_CONNECTIONS;
   if (a->o.health_window_ms <= 0) a->o.health_window_ms = 10000;
   snprintf(a->model_name, sizeof a->model_name, "%s", o->model_name);
   a->model_names[a->num_model_names++] = a->model_name;
@@ -731,9 +761,16 @@ static llb_status take_options(struct api_actor *a, const struct api_actor_optio
   }
   llb_status st = api_cors_parse(o->cors_allowed_origins, o->cors_allowed_methods, o->cors_allowed_headers,
                                  o->cors_allow_credentials, &a->cors);
-  if (st != LLB_STATUS_OK) return st;
-  return api_parse_host_port(o->http_addr ? o->http_addr : "127.0.0.1:8000", a->http_host, sizeof a->http_host,
+  if (st == LLB_STATUS_OK && o->api_keys) st = make_refused_response(a);
+  if (st == LLB_STATUS_OK)
+    st = api_parse_host_port(o->http_addr ? o->http_addr : "127.0.0.1:8000", a->http_host, sizeof a->http_host,
                              &a->http_port);
+  /* wherever the address came from (--http, --host/--port): reachable from other machines with
+   * no key at all is worth a line at start */
+  if (st == LLB_STATUS_OK && !o->api_keys && !api_host_is_loopback(a->http_host))
+    LLB_LOG_WARN("http_open_without_api_key", "host=%s port=%d: every client that reaches this address may use "
+                 "the server; give --api-key or --api-keys, or listen on 127.0.0.1", a->http_host, a->http_port);
+  return st;
 }
 
 llb_status api_actor_create(const struct api_actor_options *o, struct api_actor **out) {
@@ -835,5 +872,6 @@ void api_actor_destroy(struct api_actor *a) {
   metrics_merge_destroy(a->merge);
   api_loop_call_destroy(a->loop);
   free(a->local_media_dir);
+  free(a->refused_response);
   free(a);
 }

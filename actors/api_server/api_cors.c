@@ -35,6 +35,11 @@ llb_status api_cors_parse(const char *origins, const char *methods, const char *
   if (out->num_origins < 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--allowed-origins: comma-separated origins (at most %d, each < %d bytes)",
                     API_CORS_MAX_ITEMS, API_CORS_MAX_ITEM_BYTES);
+  /* Starlette would echo any Origin back with credentials allowed: every web page could then
+   * send a user's cookies or HTTP auth here and read the answer. Credentials need origins named. */
+  if (credentials && out->any_origin)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--allow-credentials needs --allowed-origins naming each origin: "
+                    "with every origin allowed (*, the default), any web page could make credentialed requests");
   out->num_methods = split(methods, &out->methods[0][0], sizeof out->methods[0], API_CORS_MAX_ITEMS, &out->any_method);
   if (out->num_methods < 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--allowed-methods: comma-separated methods");
   for (int i = 0; i < out->num_methods; i++)

@@ -3,8 +3,10 @@
  * origin, method and header, no credentials). Pure logic: which headers a response gets.
  *
  * - A request with an `Origin` header from an allowed origin gets Access-Control-Allow-Origin
- *   ("*" when every origin is allowed and credentials are off, else the origin itself with
- *   `Vary: Origin`) and, with credentials, Access-Control-Allow-Credentials: true. A request
+ *   ("*" when every origin is allowed, else the origin itself with `Vary: Origin`) and, with
+ *   credentials, Access-Control-Allow-Credentials: true. Credentials are refused at start
+ *   unless the origins are named (never every origin with credentials: Starlette echoes any
+ *   origin then, which lets every web page make credentialed requests). A request
  *   from another origin is served without CORS headers (the browser then hides the answer).
  * - A preflight (OPTIONS with Origin and Access-Control-Request-Method) is answered here,
  *   before authentication (browsers send no Authorization on a preflight): 200 with the
@@ -31,7 +33,8 @@ struct api_cors {
 
 /* Parses the comma-separated lists (NULL or "*" = all; entries trimmed; origins compared
  * exactly, methods and headers case-insensitively) into *out. INVALID_ARGUMENT naming the
- * option for too many or too long entries, an empty entry, or a method that is not a token. */
+ * option for too many or too long entries, an empty entry, a method that is not a token, or
+ * credentials with every origin allowed. */
 llb_status api_cors_parse(const char *origins, const char *methods, const char *headers, bool credentials,
                           struct api_cors *out);
 

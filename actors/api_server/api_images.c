@@ -9,7 +9,10 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <linux/openat2.h>
 
 #include "actors/api_server/api_embeds.h"
 #include "model/image.h"
@@ -59,7 +62,38 @@ static llb_status read_data_url(const char *url, size_t n, const char *param, ui
   return LLB_STATUS_OK;
 }
 
-/* file:///path under the allowed directory (both realpath'd), read up to the limit. */
+/* Opens rel under the directory dirfd for reading, never leaving it and following no symbolic
+ * link on the way (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, Linux
+ * 5.6), without blocking on a FIFO or a device (O_NONBLOCK). -1 with errno otherwise. */
+static int open_beneath(int dirfd, const char *rel) {
+  struct open_how how = {.flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+                         .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+  return (int)syscall(SYS_openat2, dirfd, rel, &how, sizeof how);
+}
+
+/* Reads the regular file fd (at most API_MAX_IMAGE_BYTES) into *data. */
+static llb_status read_regular(int fd, const char *param, uint8_t **data, size_t *len, struct api_error *err) {
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    return BAD(param, "'%s': " API_LOCAL_MEDIA_NOT_FOUND, param);
+  if (sb.st_size > API_MAX_IMAGE_BYTES)
+    return BAD(param, "'%s': the image is larger than %d bytes", param, API_MAX_IMAGE_BYTES);
+  *data = malloc((size_t)sb.st_size + 1);
+  if (!*data) return api_error_oom(err);
+  size_t got = 0;
+  while (got < (size_t)sb.st_size) {
+    ssize_t r = read(fd, *data + got, (size_t)sb.st_size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  *len = got;
+  return LLB_STATUS_OK;
+}
+
+/* file:///path inside the allowed directory (realpath'd at start), read up to the limit. A path
+ * that is missing, outside the directory, through a symbolic link, or not a regular file all get
+ * the one answer API_LOCAL_MEDIA_NOT_FOUND: a client learns nothing about files it may not read. */
 static llb_status read_file_url(const char *url, const char *param, const char *dir, uint8_t **data, size_t *len,
                                 const char **dtype, struct api_error *err) {
   if (!dir)
@@ -67,27 +101,21 @@ static llb_status read_file_url(const char *url, const char *param, const char *
                "--allowed-local-media-path", param);
   const char *path = url + 7;
   if (path[0] != '/') return BAD(param, "'%s': a file URL must be file:///absolute/path", param);
-  char real[PATH_MAX];
-  if (!realpath(path, real)) return BAD(param, "'%s': cannot open the file: %s", param, strerror(errno));
   size_t dl = strlen(dir);
-  if (strncmp(real, dir, dl) != 0 || (real[dl] != '/' && !(dl == 1 && dir[0] == '/')))
-    return BAD(param, "'%s': the file is not inside --allowed-local-media-path", param);
-  int fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  struct stat sb = {0};
-  if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > API_MAX_IMAGE_BYTES) {
-    bool big = fd >= 0 && S_ISREG(sb.st_mode) && sb.st_size > API_MAX_IMAGE_BYTES;
-    if (fd >= 0) close(fd);
-    return big ? BAD(param, "'%s': the image is larger than %d bytes", param, API_MAX_IMAGE_BYTES)
-               : BAD(param, "'%s': not a readable regular file", param);
-  }
-  *data = malloc((size_t)sb.st_size + 1);
-  if (!*data) {
-    close(fd);
-    return api_error_oom(err);
-  }
-  ssize_t got = read(fd, *data, (size_t)sb.st_size);
+  const bool root = dl == 1 && dir[0] == '/';
+  const char *rel = root ? path + 1 : path + dl + 1;
+  if (!root && (strncmp(path, dir, dl) != 0 || path[dl] != '/'))
+    return BAD(param, "'%s': " API_LOCAL_MEDIA_NOT_FOUND, param);
+  int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  int fd = dfd >= 0 && rel[0] ? open_beneath(dfd, rel) : -1;
+  const int open_errno = errno;
+  if (dfd >= 0) close(dfd);
+  if (fd < 0 && open_errno == ENOSYS)
+    return BAD(param, "'%s': file:// URLs need Linux 5.6 or later (openat2) on the server", param);
+  if (fd < 0) return BAD(param, "'%s': " API_LOCAL_MEDIA_NOT_FOUND, param);
+  llb_status st = read_regular(fd, param, data, len, err);
   close(fd);
-  *len = got > 0 ? (size_t)got : 0;
+  if (st != LLB_STATUS_OK) return st;
   *dtype = sniffed(*data, *len);
   if (!*dtype) {
     free(*data);

@@ -6,7 +6,10 @@
  *  - data:image/png;base64,... or data:image/jpeg;base64,... (image/jpg too): decoded, at most
  *    API_MAX_IMAGE_BYTES, the bytes' magic must match the declared type;
  *  - file:///abs/path only when the server runs with --allowed-local-media-path DIR (vLLM's
- *    flag) and the path's realpath lies inside DIR's; read up to API_MAX_IMAGE_BYTES;
+ *    flag), the path is textually under DIR's realpath and opens under it with openat2
+ *    (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS: no "..", no symbolic link anywhere), O_NONBLOCK, as
+ *    a regular file; read up to API_MAX_IMAGE_BYTES. Missing, outside, through a link or not a
+ *    regular file: one answer, API_LOCAL_MEDIA_NOT_FOUND (no existence oracle);
  *  - http(s):// is refused: the engine does not fetch (send the image as a data: URL).
  * At most API_MAX_IMAGES images per request. Everything else (bad base64, another media type,
  * a non-base64 data URL) is a 400 naming the part ("messages[1].content[0].image_url"). The
@@ -26,6 +29,8 @@
 #define API_MAX_IMAGES 8                  /* image parts in one request */
 #define API_MAX_IMAGE_BYTES (640 * 1024)  /* one decoded file: the request travels as one NATS
                                              message (1 MiB by default) */
+/* The one error text of a file:// URL that cannot be read (after "'<param>': "). */
+#define API_LOCAL_MEDIA_NOT_FOUND "no readable regular file at that path inside --allowed-local-media-path"
 
 /* Reads the image of content part `part` (named `pname` in errors) into a malloc'd *data of
  * *len bytes (caller frees) and its dtype ("jpeg" or "png", static). `local_media_dir` is the

@@ -1,11 +1,16 @@
 /* The api server's options and llmbus-api-server's flags; see api_options.h. */
 #include "actors/api_server/api_options.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "actors/api_server/api_keys.h"
 #include "actors/api_server/api_tools.h"
+#include "bus/subject.h"
 
 /* --api-key / --api-keys into one key set (*out NULL when neither is given). */
 static llb_status load_keys(const struct api_server_flags *f, struct api_keys **out) {
@@ -47,15 +52,17 @@ llb_status api_server_config_init(struct api_server_config *c, const struct api_
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--max-body-bytes must be in [1024, 1 GiB], got %lld",
                     (long long)f->max_body_bytes);
   if (f->request_timeout_s < 1 || f->first_output_timeout_s < 1 || f->max_concurrent < 1 ||
-      f->health_missed_beats < 1)
+      f->health_missed_beats < 1 || f->max_connections < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--request-timeout-s, --first-output-timeout-s, "
-                    "--max-concurrent and --health-missed-beats must be >= 1");
+                    "--max-concurrent, --max-connections and --health-missed-beats must be >= 1");
   enum tool_format tool_format;
   llb_status st = api_tool_parser_from_name(f->tool_call_parser, &tool_format);
   const char *model_name = f->num_served_model_names > 0 ? f->served_model_names[0] : NULL;
   for (int i = 0; st == LLB_STATUS_OK && i < f->num_served_model_names; i++)
     if (!*f->served_model_names[i] || strlen(f->served_model_names[i]) >= API_MAX_MODEL_BYTES)
       st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--served-model-name must be 1..%d bytes", API_MAX_MODEL_BYTES - 1);
+    else
+      st = bus_name_check(BUS_NAME_KIND_MODEL, "--served-model-name", f->served_model_names[i]);
   char *end = NULL;
   const unsigned long long seed = f->seed ? strtoull(f->seed, &end, 10) : 0;
   if (st == LLB_STATUS_OK && f->seed && (!*f->seed || *end || f->seed[0] == '-'))
@@ -64,6 +71,7 @@ llb_status api_server_config_init(struct api_server_config *c, const struct api_
     st = derive_model_name(model_path, c->model_name, sizeof c->model_name);
     model_name = c->model_name;
   }
+  if (st == LLB_STATUS_OK) st = bus_name_check(BUS_NAME_KIND_MODEL, "--served-model-name", model_name);
   if (st == LLB_STATUS_OK) st = load_keys(f, &c->keys);
   if (st != LLB_STATUS_OK) return st;
   c->options = (struct api_actor_options){
@@ -80,6 +88,7 @@ llb_status api_server_config_init(struct api_server_config *c, const struct api_
       .request_timeout_s = f->request_timeout_s,
       .first_output_timeout_s = f->first_output_timeout_s,
       .max_concurrent = f->max_concurrent,
+      .max_connections = f->max_connections,
       .health_actors = f->health_actors,
       .health_window_ms = f->health_missed_beats * heartbeat_ms,
       .tool_call_parser = (int32_t)tool_format,
@@ -114,6 +123,27 @@ llb_status api_parse_host_port(const char *addr, char *host, size_t cap, int *po
   }
   *port = (int)p;
   return LLB_STATUS_OK;
+}
+
+bool api_host_is_loopback(const char *host) {
+  if (!host || !*host) return false;
+  struct in_addr a4;
+  struct in6_addr a6;
+  if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  if (inet_pton(AF_INET6, host, &a6) == 1) return IN6_IS_ADDR_LOOPBACK(&a6);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return false;
+  bool loop = true;
+  for (struct addrinfo *r = res; r && loop; r = r->ai_next) {
+    if (r->ai_family == AF_INET)
+      loop = (ntohl(((struct sockaddr_in *)r->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    else if (r->ai_family == AF_INET6)
+      loop = IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)r->ai_addr)->sin6_addr);
+    else
+      loop = false;
+  }
+  freeaddrinfo(res);
+  return loop;
 }
 
 int api_parse_name_list(const char *list, char *names, size_t name_cap, int max) {

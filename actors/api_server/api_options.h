@@ -20,6 +20,8 @@ struct api_keys;
 #define API_ACTOR_DEFAULT_HEALTH_ACTORS \
   "input_processor,scheduler,kv_manager,gpu_worker,output_processor"
 
+#define API_DEFAULT_MAX_CONNECTIONS 1024
+
 struct api_actor_options {
   const char *http_addr;           /* "HOST:PORT"; NULL = "127.0.0.1:8000"; port 0 = any */
   const char *model_name;          /* served model id (the first of --served-model-name); required */
@@ -42,6 +44,8 @@ struct api_actor_options {
                                       request may take to arrive; 0 = 10 */
   int64_t first_output_timeout_s;  /* 0 = 60 */
   int32_t max_concurrent;          /* requests in flight here; 0 = 256 */
+  int32_t max_connections;         /* open HTTP connections at most (more: 503, closed at once,
+                                      http_guard.h); 0 = API_DEFAULT_MAX_CONNECTIONS */
   const char *health_actors;       /* comma list; NULL = API_ACTOR_DEFAULT_HEALTH_ACTORS, "" = none */
   int64_t health_window_ms;        /* 0 = 10000; llmbus-api-server: --health-missed-beats x
                                       --heartbeat-ms (3 x 2000) */
@@ -69,6 +73,7 @@ struct api_server_flags {
   int64_t request_timeout_s;     /* --request-timeout-s: >= 1 */
   int64_t first_output_timeout_s; /* --first-output-timeout-s: >= 1 */
   int32_t max_concurrent;        /* --max-concurrent: >= 1 */
+  int32_t max_connections;       /* --max-connections: >= 1 */
   const char *tenant;            /* --tenant */
   const char *health_actors;     /* --health-actors */
   int32_t health_missed_beats;   /* --health-missed-beats: >= 1 */
@@ -101,6 +106,11 @@ struct api_server_config {
  * api_keys_load_file; `c` holds nothing to free then. Free with api_server_config_free. */
 llb_status api_server_config_init(struct api_server_config *c, const struct api_server_flags *f,
                                   const char *model_path, int64_t heartbeat_ms);
+
+/* Whether `host` (an address or a name to listen on) is only reachable from this machine:
+ * 127.0.0.0/8, ::1, or a name that resolves to nothing else. "0.0.0.0", "::" and every other
+ * address are not. Used for the start-up warning about an open front door without API keys. */
+bool api_host_is_loopback(const char *host);
 
 /* Frees the keys of c (after the actor that borrowed them is destroyed). NULL ok. */
 void api_server_config_free(struct api_server_config *c);

@@ -3,14 +3,16 @@
 
 #include <event2/http.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
-#include "actors/api_server/http_deadline.h"
+#include "actors/api_server/http_guard.h"
 
 struct api_http_listener {
   struct evhttp *http;
-  struct http_deadlines *deadlines; /* whole-request read deadlines (slow loris) */
+  struct http_guard *guard; /* read deadlines, connection limit, header gate */
   int port;
 };
 
@@ -35,7 +37,17 @@ llb_status api_http_listener_create(struct event_base *base, const struct api_ht
   evhttp_set_max_body_size(l->http, (ev_ssize_t)hard);
   evhttp_set_max_headers_size(l->http, 64 * 1024);
   evhttp_set_timeout(l->http, (int)o->request_timeout_s); /* inactivity: reset by every byte */
-  llb_status st = http_deadlines_create(l->http, o->request_timeout_s * 1000, &l->deadlines); /* and in total */
+  static const char busy_body[] =
+      "{\"error\": {\"message\": \"too many open connections; retry later\", \"type\": \"ServiceUnavailableError\", "
+      "\"param\": null, \"code\": 503}}\n";
+  char busy[512];
+  snprintf(busy, sizeof busy, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+           "Connection: close\r\nContent-Length: %zu\r\n\r\n%s", strlen(busy_body), busy_body);
+  const struct http_guard_options go = {.read_timeout_ms = o->request_timeout_s * 1000, /* and in total */
+                                        .max_connections = o->max_connections, .busy_response = busy,
+                                        .gate = o->gate, .gate_user = o->gate_user,
+                                        .refused_response = o->refused_response};
+  llb_status st = http_guard_create(l->http, &go, &l->guard);
   if (st != LLB_STATUS_OK) {
     api_http_listener_destroy(l);
     return st;
@@ -57,12 +69,12 @@ llb_status api_http_listener_create(struct event_base *base, const struct api_ht
 int api_http_listener_port(const struct api_http_listener *l) { return l ? l->port : 0; }
 
 void api_http_listener_request_read(struct api_http_listener *l, struct evhttp_request *req) {
-  http_deadlines_request_read(l->deadlines, req);
+  http_guard_request_read(l->guard, req);
 }
 
 void api_http_listener_destroy(struct api_http_listener *l) {
   if (!l) return;
   if (l->http) evhttp_free(l->http);
-  http_deadlines_destroy(l->deadlines); /* after evhttp_free, which closed every connection */
+  http_guard_destroy(l->guard); /* after evhttp_free, which closed every connection */
   free(l);
 }

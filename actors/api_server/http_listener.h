@@ -1,10 +1,12 @@
 /* The api server's HTTP listener (libevent evhttp) on the bus loop: evhttp with the body and
- * header limits, the methods it lets through, the inactivity timeout and the whole-request
- * read deadlines (http_deadline.h), bound to HOST:PORT, every request to one callback.
+ * header limits, the methods it lets through, the inactivity timeout, and its connections
+ * policed (http_guard.h: whole-request read deadlines, a connection limit, the API key checked
+ * on the headers before the body is read), bound to HOST:PORT, every request to one callback.
  * Loop thread only. */
 #ifndef LLB_ACTORS_API_SERVER_HTTP_LISTENER_H
 #define LLB_ACTORS_API_SERVER_HTTP_LISTENER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,7 +22,13 @@ struct api_http_listener_options {
   size_t max_body_bytes;     /* the server's limit (a JSON 413 above it); evhttp itself refuses
                                 bodies over 4x it + 64 KiB (its own 413) */
   int64_t request_timeout_s; /* > 0: inactivity limit, and the time a whole request may take
-                                to arrive (http_deadline.h) */
+                                to arrive (http_guard.h) */
+  int32_t max_connections;   /* open connections at most (more: 503 and closed); 0 = no limit */
+  /* the header gate (http_guard.h); NULL = none: with API keys, whether a request's headers
+   * carry one */
+  bool (*gate)(void *user, bool is_options, const char *authorization);
+  void *gate_user;
+  const char *refused_response; /* the whole HTTP answer to a request the gate refuses */
   void (*on_request)(struct evhttp_request *req, void *arg); /* every request; first call
                                 api_http_listener_request_read */
   void *arg;

@@ -4,6 +4,7 @@
 #include "actors/input_processor/actor.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "actors/input_processor/chat_render.h"
 #include "actors/input_processor/engine_router.h"
 #include "actors/input_processor/input_processor.h"
+#include "actors/input_processor/intake_queue.h"
 #include "actors/input_processor/model_info.h"
 #include "actors/input_processor/pooling_check.h"
 #include "actors/input_processor/structured_check.h"
@@ -38,6 +40,10 @@
  * died took 2-8 s in tests/cluster/ (nats-server 2.9, a loaded 2-core host) */
 #define INPROC_DURABLE_PUBLISH_TIMEOUT_MS 20000
 #define INPROC_DURABLE_START_TIMEOUT_MS 10000  /* the requests stream at start */
+#define INPROC_DEFAULT_INTAKE_THREADS 2
+#define INPROC_INTAKE_ITEM_OVERHEAD 1024    /* cost of a queued request beside its bytes */
+#define INPROC_INTAKE_RETRY_AFTER_MS 1000   /* a full intake queue's Retry-After */
+#define INPROC_IMAGE_ESTIMATE_TOKENS 64     /* an image before it is planned (estimate_tokens) */
 
 struct inproc_actor {
   struct tokenizer *tok;
@@ -58,6 +64,12 @@ struct inproc_actor {
   int32_t hidden_size;          /* the model's embedding_length: num_cols of image features */
   struct clip_model *clip;      /* --mmproj, for clip_image_plan only; NULL = no images */
   char mmproj_id[96];           /* "<file name>:<bytes>": enters the images' mm_hash */
+  struct llb_hash_key hash_key; /* the deployment's (inproc_actor_options.hash_key) */
+  struct intake_queue *intake;  /* per-tenant queues (intake_queue.h) */
+  struct intake_workers *workers; /* NULL before start and after stop */
+  int32_t intake_threads;
+  atomic_uint_fast64_t intake_full, grammars_compiled;
+  struct inproc_so_cache *so_cache; /* verdicts of the grammars compiled (structured_check.h) */
 };
 
 static const char *subject_tenant(const char *subject) {
@@ -119,7 +131,9 @@ static llb_status publish_aborts(struct inproc_actor *a, const char *eid, const 
 static bool check_structured(struct inproc_actor *a, const struct bus_msg *msg, const char *ext_id,
                              const struct llb_structured_outputs *so) {
   char text[512];
-  llb_status st = inproc_structured_check(so, text, sizeof text);
+  bool compiled = false;
+  llb_status st = inproc_structured_check_cached(a->so_cache, so, text, sizeof text, &compiled);
+  if (compiled) atomic_fetch_add(&a->grammars_compiled, 1);
   if (st == LLB_STATUS_OK) return true;
   atomic_fetch_add(&a->rejected, 1);
   char q[320];
@@ -216,29 +230,56 @@ static void refuse(struct inproc_actor *a, const struct bus_msg *msg, const char
   reply_error_retry(a, msg, request_id, st, llb_err_last(), "", retry_after_ms);
 }
 
-/* Before tokenizing: a tenant at its max_concurrent / max_queued is refused at once. */
-static bool precheck(struct inproc_actor *a, const struct bus_msg *msg, const char *tenant, const char *request_id,
-                     int32_t n) {
+/* A request's prompt in tokens before it is tokenized: its text as bytes / 4 (about the tokens
+ * of English; what the tokenizer really makes is settled at admission), its token ids,
+ * INPROC_IMAGE_ESTIMATE_TOKENS an image. */
+static double estimate_prompt_tokens(const struct llb_generate_request *gr) {
+  size_t text = gr->prompt.len + gr->tools.len + gr->chat_template_kwargs.len;
+  for (int32_t i = 0; i < gr->num_messages; i++)
+    text += gr->messages[i].content.len + gr->messages[i].tool_calls.len + gr->messages[i].name.len;
+  return ceil((double)text / 4.0) + gr->num_prompt_token_ids + (double)gr->num_mm_items * INPROC_IMAGE_ESTIMATE_TOKENS;
+}
+
+/* What a request is counted in tokens before any work on it (tenant_limits_precharge): its
+ * prompt's estimate and max_tokens per child, and its structured-output spec as bytes / 4, also
+ * into *grammar_tokens: the compile is work whether or not the request is admitted, so that part
+ * is never given back. */
+static double estimate_tokens(const struct llb_generate_request *gr, double *grammar_tokens) {
+  const struct llb_sampling_params *sp = gr->sampling_params;
+  /* n over the limit is validation's to refuse, with its own message */
+  const int32_t n = sp && sp->n > 1 ? (sp->n < INPROC_ACTOR_MAX_N ? sp->n : INPROC_ACTOR_MAX_N) : 1;
+  const double max_tokens = sp && sp->max_tokens > 0 ? sp->max_tokens : 0;
+  *grammar_tokens = ceil((double)gr->structured_outputs.spec.len / 4.0);
+  return n * (estimate_prompt_tokens(gr) + max_tokens) + *grammar_tokens;
+}
+
+/* Before any costly work (template, tokenizer, images, grammar): a tenant at its max_concurrent /
+ * max_queued, or whose bucket lacks the estimate, is refused at once; else the estimate is
+ * charged. */
+static bool precharge(struct inproc_actor *a, const struct bus_msg *msg, const char *tenant, const char *request_id,
+                      int32_t n, double estimate) {
   if (!a->limits) return true;
   int64_t retry_after_ms = 0;
-  llb_status st = tenant_limits_precheck(a->limits, tenant, n, llb_now_ns() / 1000000, &retry_after_ms);
+  llb_status st = tenant_limits_precharge(a->limits, tenant, n, estimate, llb_now_ns() / 1000000, &retry_after_ms);
   if (st == LLB_STATUS_OK) return true;
   refuse(a, msg, tenant, request_id, st, retry_after_ms);
   return false;
 }
 
 /* Per-tenant limits (tenant_limits.h): true when pr may go to the engine; otherwise the
- * client got its 429 (or 400) already. A request counts its prompt and max_tokens per child. */
+ * client got its 429 (or 400) already. A request counts its prompt and max_tokens per child
+ * and its grammar; `precharged` of that was taken before the work. */
 static bool admit(struct inproc_actor *a, const struct bus_msg *msg, const char *tenant,
-                  const struct inproc_processed *pr) {
+                  const struct inproc_processed *pr, double precharged, double grammar_tokens) {
   if (!a->limits) return true;
   const char *ids[INPROC_ACTOR_MAX_N];
   int32_t n = child_ids(pr, ids);
-  double cost = 0;
+  double cost = grammar_tokens;
   for (int32_t i = 0; i < n; i++)
     cost += (double)pr->num_prompt_tokens + (double)pr->requests[i].sampling_params->max_tokens;
   int64_t retry_after_ms = 0;
-  llb_status st = tenant_limits_admit(a->limits, tenant, ids, n, cost, llb_now_ns() / 1000000, &retry_after_ms);
+  llb_status st =
+      tenant_limits_admit(a->limits, tenant, ids, n, cost, precharged, llb_now_ns() / 1000000, &retry_after_ms);
   if (st == LLB_STATUS_OK) return true;
   refuse(a, msg, tenant, pr->requests[0].parent_request_id, st, retry_after_ms);
   return false;
@@ -300,7 +341,7 @@ static bool resume_target(struct inproc_actor *a, const struct bus_msg *msg, con
   if (!id || !id[0]) return false;
   const struct llb_str s = llb_str_c(id);
   const bool owned = s.len + 8 <= INPROC_MAX_ID_BYTES && s.len < cap && id_printable(s) &&
-                     inproc_id_owned_by(id, s.len, tenant);
+                     inproc_id_owned_by(&a->hash_key, id, s.len, tenant);
   const bool routed = owned && inproc_engine_of_id(id, s.len, eid, eid_cap) && engine_router_known(a->router, eid);
   if (!(owned && routed && n == 1)) {
     LLB_LOG_WARN("resume_refused", "resume_of=%.*s tenant=%s n=%d owned=%d", (int)(s.len < 200 ? s.len : 200), id,
@@ -315,8 +356,9 @@ static bool resume_target(struct inproc_actor *a, const struct bus_msg *msg, con
   return true;
 }
 
-static void inproc_on_generate(struct bus *bus, const struct bus_msg *msg, void *user) {
-  struct inproc_actor *a = user;
+/* One GenerateRequest, on an intake worker (or the delivery thread once intake stopped). */
+static void process_generate(struct inproc_actor *a, const struct bus_msg *msg) {
+  struct bus *bus = a->bus;
   struct request_trace rt;
   struct bus_span req_span, proc;
   bool accepted = false;
@@ -343,7 +385,9 @@ static void inproc_on_generate(struct bus *bus, const struct bus_msg *msg, void 
                 "a GenerateRequest needs a reply subject (send it as a NATS request)", "reply_to");
     goto done;
   }
-  if (!precheck(a, msg, tenant, ext_id, gr.sampling_params ? gr.sampling_params->n : 1)) goto done;
+  double grammar_tokens = 0;
+  const double estimate = estimate_tokens(&gr, &grammar_tokens);
+  if (!precharge(a, msg, tenant, ext_id, gr.sampling_params ? gr.sampling_params->n : 1, estimate)) goto done;
   struct inproc_generate_request req;
   if (!check_structured(a, msg, ext_id, &gr.structured_outputs)) goto done;
   const char *bad = NULL;
@@ -390,7 +434,7 @@ static void inproc_on_generate(struct bus *bus, const struct bus_msg *msg, void 
     reply_error(a, msg, ext_id, st, llb_err_last(), "request_id");
     goto done;
   }
-  if (!admit(a, msg, tenant, &pr)) goto done;
+  if (!admit(a, msg, tenant, &pr, estimate, grammar_tokens)) goto done;
   bus_span_attr_str(&proc, "llmbus.request_id", pr.requests[0].parent_request_id);
   bus_span_attr_int(&proc, "llmbus.num_prompt_tokens", pr.num_prompt_tokens);
   bus_span_attr_int(&proc, "llmbus.n", pr.num_requests);
@@ -451,9 +495,7 @@ static void reply_tokenized(struct inproc_actor *a, const struct bus_msg *msg, c
 
 /* <prefix>.tokenize.<tenant>: tokenize (prompt / messages), detokenize (prompt_token_ids) or
  * only the context length (no input); see actor.h. */
-static void inproc_on_tokenize(struct bus *bus, const struct bus_msg *msg, void *user) {
-  (void)bus;
-  struct inproc_actor *a = user;
+static void process_tokenize(struct inproc_actor *a, const struct bus_msg *msg) {
   struct llb_arena arena;
   llb_arena_init(&arena, NULL, 0);
   struct llb_generate_request gr;
@@ -478,6 +520,10 @@ static void inproc_on_tokenize(struct bus *bus, const struct bus_msg *msg, void 
     reply_tokenized(a, msg, ext_id, NULL, 0, NULL, 0);
     goto done;
   }
+  /* /tokenize is template and tokenizer work too: counted as a request's prompt would be */
+  const char *tenant = subject_tenant(msg->subject);
+  const double estimate = estimate_prompt_tokens(&gr);
+  if (!precharge(a, msg, tenant, ext_id, 0, estimate)) goto done;
   size_t text_len = 0;
   int64_t n = 0;
   if (!gr.prompt.len && gr.num_messages == 0) {
@@ -492,6 +538,7 @@ static void inproc_on_tokenize(struct bus *bus, const struct bus_msg *msg, void 
     }
     st = inproc_tokenize(a->proc, &req, &ids, &n, &errs);
     if (st == LLB_STATUS_OK) reply_tokenized(a, msg, ext_id, ids, n, NULL, 0);
+    if (st == LLB_STATUS_OK && a->limits) tenant_limits_settle(a->limits, tenant, (double)n - estimate, llb_now_ns() / 1000000);
   }
   if (st != LLB_STATUS_OK) {
     atomic_fetch_add(&a->rejected, 1);
@@ -510,6 +557,66 @@ done:
   free(ids);
   free(text);
   llb_arena_destroy(&arena);
+}
+
+/* ---- fair intake (intake_queue.h) ---- */
+
+/* A request waiting in its tenant's intake queue: the message, kept past its handler. */
+struct intake_item {
+  struct bus_msg *msg;
+  bool tokenize;
+};
+
+static void process(struct inproc_actor *a, const struct bus_msg *msg, bool tokenize) {
+  if (tokenize) process_tokenize(a, msg);
+  else process_generate(a, msg);
+}
+
+/* On an intake worker: one request, in the order the queues give. */
+static void intake_work(void *user, void *item) {
+  struct intake_item *it = item;
+  process(user, it->msg, it->tokenize);
+  bus_msg_destroy(it->msg);
+  free(it);
+}
+
+/* On the delivery thread: only what costs nothing — the tenant is the subject's last token, the
+ * message goes into that tenant's queue (its cost: its bytes). A full queue is a 429 at once; a
+ * stopped intake (the drain) or no memory leaves the work to this thread, as before. */
+static void intake(struct inproc_actor *a, const struct bus_msg *msg, bool tokenize) {
+  struct intake_item *it = a->intake ? malloc(sizeof *it) : NULL;
+  struct bus_msg *kept = it ? bus_msg_keep(msg) : NULL;
+  if (!kept) {
+    free(it);
+    process(a, msg, tokenize);
+    return;
+  }
+  *it = (struct intake_item){.msg = kept, .tokenize = tokenize};
+  const char *tenant = subject_tenant(kept->subject);
+  llb_status st = intake_queue_push(a->intake, tenant, it, (int64_t)kept->len + INPROC_INTAKE_ITEM_OVERHEAD);
+  if (st == LLB_STATUS_OK) return;
+  if (st == LLB_STATUS_QUEUE_FULL) {
+    atomic_fetch_add(&a->limited, 1);
+    if (atomic_fetch_add(&a->intake_full, 1) % 100 == 0) { /* one line per 100: a flood stays quiet */
+      char q[320];
+      LLB_LOG_WARN("intake_queue_full", "tenant=%s error=%s", tenant, llb_log_quote(q, sizeof q, llb_err_last()));
+    }
+    reply_error_retry(a, kept, "", st, llb_err_last(), "", INPROC_INTAKE_RETRY_AFTER_MS);
+  } else {
+    process(a, kept, tokenize);
+  }
+  bus_msg_destroy(kept);
+  free(it);
+}
+
+static void inproc_on_generate(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  intake(user, msg, false);
+}
+
+static void inproc_on_tokenize(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  intake(user, msg, true);
 }
 
 /* True when every byte of `id` is printable ASCII other than space (ids we hand out). */
@@ -580,7 +687,7 @@ static void inproc_on_abort(struct bus *bus, const struct bus_msg *msg, void *us
     goto done;
   }
   const char *tenant = subject_tenant(msg->subject);
-  if (!inproc_id_owned_by(ar.request_id.data, ar.request_id.len, tenant)) {
+  if (!inproc_id_owned_by(&a->hash_key, ar.request_id.data, ar.request_id.len, tenant)) {
     atomic_fetch_add(&a->aborts_refused, 1);
     LLB_LOG_WARN("abort_refused", "subject=%s request_id=%s reason=\"not a request of tenant %s\"",
                  msg->subject, ar.request_id.data, tenant);
@@ -637,6 +744,8 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "input processor actor");
   snprintf(a->tenant, sizeof a->tenant, "%s", tenant);
   snprintf(a->engine_id, sizeof a->engine_id, "%s", eid);
+  if (o->hash_key) a->hash_key = *o->hash_key;
+  else llb_hash_key_generate(&a->hash_key);
   struct engine_router_config rc;
   engine_router_config_init(&rc);
   rc.default_engine_id = a->engine_id;
@@ -657,6 +766,7 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   struct inproc_config cfg = {0};
   cfg.max_model_len = o->max_model_len ? o->max_model_len : inproc_model_max_model_len(f, DEFAULT_MAX_MODEL_LEN);
   cfg.max_n = INPROC_ACTOR_MAX_N;
+  cfg.hash_key = a->hash_key;
   cfg.has_chat_template = chat_template_from_gguf(f, &cfg.chat_template) == LLB_STATUS_OK;
   const char *tmpl = o->chat_template_file;
   const bool builtin = tmpl && access(tmpl, F_OK) != 0 && chat_template_from_name(tmpl, &cfg.chat_template) == LLB_STATUS_OK;
@@ -686,6 +796,14 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   a->max_model_len = cfg.max_model_len;
   st = inproc_create(a->tok, &cfg, &a->proc);
   if (st != LLB_STATUS_OK) goto fail;
+  a->intake_threads = o->intake_threads > 0 ? o->intake_threads : INPROC_DEFAULT_INTAKE_THREADS;
+  struct intake_queue_config iq;
+  intake_queue_config_init(&iq);
+  /* one worker is always left to the other tenants: a flood never holds them all */
+  iq.max_in_service_per_tenant = a->intake_threads > 1 ? a->intake_threads - 1 : 1;
+  if ((st = intake_queue_create(&iq, &a->intake)) != LLB_STATUS_OK ||
+      (st = inproc_so_cache_create(&a->hash_key, &a->so_cache)) != LLB_STATUS_OK)
+    goto fail;
   if (o->tenant_limits_file) {
     struct tenant_limits_config *tc = calloc(1, sizeof *tc);
     st = tc ? tenant_limits_config_load(o->tenant_limits_file, tc) : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "limits");
@@ -708,8 +826,23 @@ fail:
   return st;
 }
 
+void inproc_actor_stop(struct inproc_actor *a) {
+  if (!a || !a->workers) return;
+  intake_workers_stop(a->workers); /* what is queued is answered first */
+  a->workers = NULL;
+  LLB_LOG_INFO("intake_stopped", "grammars_compiled=%llu intake_full=%llu",
+               (unsigned long long)atomic_load(&a->grammars_compiled), (unsigned long long)atomic_load(&a->intake_full));
+}
+
+/* SIGTERM: the queued requests are answered while the connection is still up; what arrives
+ * during the drain is handled on its delivery thread. */
+static void before_drain(void *user) { inproc_actor_stop(user); }
+
 void inproc_actor_destroy(struct inproc_actor *a) {
   if (!a) return;
+  inproc_actor_stop(a);
+  intake_queue_destroy(a->intake);
+  inproc_so_cache_destroy(a->so_cache);
   inproc_destroy(a->proc);
   tokenizer_destroy(a->tok);
   engine_router_destroy(a->router);
@@ -738,6 +871,8 @@ void inproc_actor_get_stats(const struct inproc_actor *a, struct inproc_actor_st
   out->routed_by_prefix = atomic_load(&m->routed_by_prefix);
   out->routed_fallback = atomic_load(&m->routed_fallback);
   out->limited = atomic_load(&m->limited);
+  out->intake_full = atomic_load(&m->intake_full);
+  out->grammars_compiled = atomic_load(&m->grammars_compiled);
 }
 
 struct engine_router *inproc_actor_router(struct inproc_actor *a) { return a->router; }
@@ -756,6 +891,9 @@ llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
   if (a->durable && (st = bus_js_requests_stream_ensure(bus, 0, a->stream_replicas,
                                                                 INPROC_DURABLE_START_TIMEOUT_MS)))
     return st;
+  if ((st = intake_workers_start(a->intake, a->intake_threads, intake_work, a, &a->workers)) != LLB_STATUS_OK)
+    return st;
+  bus_set_before_drain(bus, before_drain, a);
   char gen[BUS_SUBJECT_MAX], abort_subj[BUS_SUBJECT_MAX], tok_subj[BUS_SUBJECT_MAX];
   snprintf(tok_subj, sizeof tok_subj, "%s.tokenize.%s", prefix, a->tenant);
   if (strcmp(a->tenant, "*") == 0) {

@@ -69,6 +69,10 @@ struct inproc_actor_options {
                               are planned with it (mm_images.h); NULL/"" = images refused */
   int32_t stream_replicas; /* durable: replicas of the requests stream if this actor creates it
                               (1..5; 0 = 1; 3 on a 3-node NATS cluster: bus/jetstream.h) */
+  int32_t intake_threads;  /* intake workers (0 = 2); one tenant takes at most all but one */
+  const struct llb_hash_key *hash_key; /* the deployment's key (base/hash.h: item hashes, the
+                              tenant tags of request ids; every replica must hold the same);
+                              copied; NULL = a random key of this process */
 };
 
 /* Counters since start (monotonic). */
@@ -85,7 +89,10 @@ struct inproc_actor_stats {
   uint64_t stats_malformed; /* SchedulerStats refused (undecodable, id mismatch, out of range) */
   uint64_t routed_by_prefix;/* requests sent to the engine holding their prefix */
   uint64_t routed_fallback; /* requests sent to the default engine: no live engine known */
-  uint64_t limited;         /* requests refused by a per-tenant limit (429 / 400) */
+  uint64_t limited;         /* requests refused by a per-tenant limit (429 / 400), a full intake
+                               queue included */
+  uint64_t intake_full;     /* requests refused because their tenant's intake queue was full */
+  uint64_t grammars_compiled; /* structured-output specs compiled (not answered from the cache) */
 };
 
 struct inproc_actor;
@@ -95,9 +102,11 @@ struct inproc_actor;
  * tokenizer's error naming the file, OUT_OF_MEMORY. *out: inproc_actor_destroy(). */
 llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inproc_actor **out);
 
-/* Subscribes the generate and abort handlers on `bus` (borrowed; it must outlive the
- * subscriptions, i.e. destroy the bus before the actor). Errors: those of bus_subscribe and
- * the subject builders. */
+/* Starts the intake workers and subscribes the generate, tokenize and abort handlers on `bus`
+ * (borrowed; it must outlive the subscriptions and the workers: inproc_actor_stop, then destroy
+ * the bus before the actor). Generate and tokenize requests wait in their tenant's intake queue
+ * (intake_queue.h; a full one is answered 429 at once) and are processed by the workers in
+ * deficit round robin. Errors: those of bus_subscribe, the subject builders, the threads. */
 llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus);
 
 /* The actor's engine router (owned by the actor), for `llmbus status`-like views and tests. */
@@ -108,6 +117,12 @@ int32_t inproc_actor_max_model_len(const struct inproc_actor *a);
 
 /* Counters, read atomically one by one. */
 void inproc_actor_get_stats(const struct inproc_actor *a, struct inproc_actor_stats *out);
+
+/* Stops intake: the requests still queued are processed (their answers sent), then the workers
+ * are joined; later deliveries are processed on their delivery threads. Runs by itself before
+ * the bus drains (bus_set_before_drain); call it before bus_destroy() when the bus is destroyed
+ * without bus_actor_run. Idempotent. */
+void inproc_actor_stop(struct inproc_actor *a);
 
 /* Frees the actor. Call after bus_destroy() of the bus it was started on. NULL ok. */
 void inproc_actor_destroy(struct inproc_actor *a);

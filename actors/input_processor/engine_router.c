@@ -45,6 +45,8 @@ struct engine_router {
   int32_t block_size; /* of the engines' most recent stats */
   uint64_t rng;
   uint64_t rejected;
+  struct llb_hash_key key; /* this router's own: its table is private, so a client cannot aim
+                              prompts at one slot of it (the hashes are keyed) */
 };
 
 void engine_router_config_init(struct engine_router_config *c) {
@@ -86,6 +88,7 @@ llb_status engine_router_create(const struct engine_router_config *c, struct eng
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   r->rng = c->seed ? c->seed : (uint64_t)ts.tv_nsec * LLB_SPLITMIX64_GAMMA ^ (uint64_t)ts.tv_sec;
+  llb_hash_key_generate(&r->key);
   pthread_mutex_init(&r->mu, NULL);
   *out = r;
   return LLB_STATUS_OK;
@@ -99,7 +102,7 @@ void engine_router_destroy(struct engine_router *r) {
   free(r);
 }
 
-/* One splitmix64 step from x: the random tie breaks and the block hash mixer. */
+/* One splitmix64 step from x: the random tie breaks. */
 static uint64_t mix64(uint64_t x) { return llb_mix64(x + LLB_SPLITMIX64_GAMMA); }
 
 static uint64_t next_random(struct engine_router *r) {
@@ -176,18 +179,19 @@ static bool engine_live(const struct engine_router *r, const struct engine *e, i
 
 static int32_t engine_load(const struct engine *e) { return e->running + e->waiting + e->pending; }
 
-/* The hash of each full block of the prompt chained with all before it and the salt:
- * hashes[0..return). */
+/* The hash of each full block of the prompt chained with all before it and the salt, as the
+ * scheduler chains them (base/hash.h, under this router's key): hashes[0..return). */
 static int32_t block_hashes(const struct engine_router *r, const int32_t *ids, int64_t n, const char *salt,
                             uint64_t *hashes) {
-  uint64_t h = 0x6C6C6D627573ull; /* "llmbus" */
-  for (const char *c = salt ? salt : ""; *c; c++) h = mix64(h ^ (uint8_t)*c);
-  h = mix64(h ^ 0xFF); /* the salt ends here: "ab"+"c" never equals "a"+"bc" */
+  const char *s = salt ? salt : "";
+  const struct llb_block_extra_keys extra = {.has_cache_salt = s[0] != '\0',
+                                             .cache_salt_hash = llb_hash_bytes(&r->key, s, strlen(s))};
   int32_t bs = r->block_size > 0 ? r->block_size : DEFAULT_BLOCK_SIZE;
   int64_t blocks = n / bs;
   if (blocks > r->cfg.max_prefix_blocks) blocks = r->cfg.max_prefix_blocks;
+  uint64_t h = LLB_BLOCK_HASH_ROOT;
   for (int64_t b = 0; b < blocks; b++) {
-    for (int32_t t = 0; t < bs; t++) h = mix64(h ^ (uint32_t)ids[b * bs + t]);
+    h = llb_block_hash(&r->key, h, ids + b * bs, bs, b == 0 ? &extra : NULL);
     hashes[b] = h ? h : 1; /* 0 marks an empty slot */
   }
   return (int32_t)blocks;

@@ -13,6 +13,7 @@
 #include <sys/random.h>
 
 #include "base/log.h"
+#include "bus/subject.h"
 #include "model/tokenizer.h"
 
 #define DEFAULT_MAX_N 16
@@ -329,7 +330,7 @@ static void hash_image(const struct inproc_t *p, const struct inproc_generate_re
   struct inproc_mm_item h = *it;
   h.num_rows = h.num_cols = 0;
   h.placeholder_offset = 0;
-  inproc_mm_hash(salt, &h, out);
+  inproc_mm_hash(&p->cfg.hash_key, salt, &h, out);
 }
 
 /* Chat messages with image items (mm_images.h): the prompt and one feature per image. */
@@ -513,7 +514,7 @@ static llb_status process_mm(const struct inproc_t *p, const struct inproc_gener
     mf->offset = it->placeholder_offset;
     mf->length = it->num_rows;
     mf->num_embeds = it->num_rows;
-    inproc_mm_hash(req->cache_salt, it, mf->mm_hash);
+    inproc_mm_hash(&p->cfg.hash_key, req->cache_salt, it, mf->mm_hash);
   }
   int64_t total = 0;
   for (int32_t i = 0; i < n; i++) total += req->mm_items[i].data_bytes;
@@ -609,9 +610,11 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
   }
   int32_t n = sp->n;
   sp->n = 1;
-  char parent[INPROC_MAX_ID_BYTES];
-  snprintf(parent, sizeof parent, "%s-%08" PRIx32 "%08" PRIx32, req->request_id,
-           (uint32_t)p->cfg.random_u64(p->cfg.random_ctx), inproc_tenant_tag(req->tenant));
+  char parent[INPROC_MAX_ID_BYTES], tag[INPROC_TENANT_TAG_HEX + 1];
+  int base_len = snprintf(parent, sizeof parent, "%s-%08" PRIx32, req->request_id,
+                          (uint32_t)p->cfg.random_u64(p->cfg.random_ctx));
+  inproc_tenant_tag(&p->cfg.hash_key, req->tenant, parent, (size_t)base_len, tag);
+  memcpy(parent + base_len, tag, sizeof tag);
   out->requests = calloc((size_t)n, sizeof *out->requests);
   if (!out->requests) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "%d engine requests", n);
   out->num_requests = n;
@@ -680,15 +683,14 @@ void inproc_processed_free(struct inproc_processed *out) {
   memset(out, 0, sizeof *out);
 }
 
-/* An engine id as it may appear after '@': one subject token (bus/subject.h rules) of at
- * most 64 bytes that holds no '@' itself. */
+/* An engine id as it may appear after '@': one subject token (bus/subject.h's one name rule,
+ * which has no '@'). */
 static bool engine_token_ok(const char *s, size_t n) {
-  if (n == 0 || n > 64) return false;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c <= 0x20 || c >= 0x7f || c == '.' || c == '*' || c == '>' || c == '@') return false;
-  }
-  return true;
+  char tok[BUS_TOKEN_MAX + 1];
+  if (!s || n == 0 || n > BUS_TOKEN_MAX) return false;
+  memcpy(tok, s, n);
+  tok[n] = '\0';
+  return strlen(tok) == n && bus_token_valid(tok);
 }
 
 llb_status inproc_processed_set_engine(struct inproc_processed *out, const char *engine_id) {
@@ -714,23 +716,38 @@ llb_status inproc_processed_set_engine(struct inproc_processed *out, const char 
   return LLB_STATUS_OK;
 }
 
-uint32_t inproc_tenant_tag(const char *tenant) {
-  uint32_t h = 2166136261u;
-  for (const unsigned char *c = (const unsigned char *)(tenant ? tenant : ""); *c; c++) h = (h ^ *c) * 16777619u;
-  return h;
+void inproc_tenant_tag(const struct llb_hash_key *key, const char *tenant, const char *base, size_t len,
+                       char out[INPROC_TENANT_TAG_HEX + 1]) {
+  const char *t = tenant ? tenant : "";
+  const struct llb_hash_part parts[2] = {{t, strlen(t)}, {base, len}};
+  uint8_t mac[16];
+  llb_keyed_hash128_parts(key, "llmbus-request-id-tag", parts, 2, mac);
+  for (int i = 0; i < INPROC_TENANT_TAG_HEX / 2; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
 }
 
-bool inproc_id_owned_by(const char *id, size_t len, const char *tenant) {
+/* Whether id[from..end) ends in a tag of `tenant` over what precedes it (constant time in the
+ * comparison: the tag is a MAC). */
+static bool tag_matches(const struct llb_hash_key *key, const char *id, size_t from, size_t end, const char *tenant) {
+  char want[INPROC_TENANT_TAG_HEX + 1];
+  inproc_tenant_tag(key, tenant, id + from, end - INPROC_TENANT_TAG_HEX - from, want);
+  unsigned diff = 0;
+  for (size_t i = 0; i < INPROC_TENANT_TAG_HEX; i++) diff |= (unsigned)(want[i] ^ id[end - INPROC_TENANT_TAG_HEX + i]);
+  return diff == 0;
+}
+
+bool inproc_id_owned_by(const struct llb_hash_key *key, const char *id, size_t len, const char *tenant) {
+  enum { SUFFIX = 1 + 8 + INPROC_TENANT_TAG_HEX }; /* "-<8 random hex><tag>" */
   if (!id) return false;
   size_t end = len;
   while (end > 0 && id[end - 1] != '@') end--;
   end = end ? end - 1 : len; /* the id without "@<eid>" */
-  if (end < 17 || id[end - 17] != '-') return false;
-  char want[9];
-  snprintf(want, sizeof want, "%08" PRIx32, inproc_tenant_tag(tenant));
-  for (size_t i = end - 16; i < end; i++)
+  if (end < SUFFIX || id[end - SUFFIX] != '-') return false;
+  for (size_t i = end - SUFFIX + 1; i < end; i++)
     if (!isxdigit((unsigned char)id[i]) || isupper((unsigned char)id[i])) return false;
-  return memcmp(id + end - 8, want, 8) == 0;
+  if (tag_matches(key, id, 0, end, tenant)) return true;
+  size_t k = 0; /* a child "<i>_<parent>": the parent's tag */
+  while (k < 2 && k < end && isdigit((unsigned char)id[k])) k++;
+  return k > 0 && k < end && id[k] == '_' && end - (k + 1) >= SUFFIX && tag_matches(key, id, k + 1, end, tenant);
 }
 
 bool inproc_engine_of_id(const char *id, size_t len, char *out, size_t cap) {

@@ -85,7 +85,7 @@ struct inproc_errors {
 /* One EngineCoreRequest (vLLM v1 vllm/v1/engine/__init__.py) for one child. */
 struct inproc_engine_request {
   char request_id[INPROC_MAX_ID_BYTES];         /* engine id: "<i>_<parent>" when n > 1, else the parent id */
-  char parent_request_id[INPROC_MAX_ID_BYTES];  /* "<external>-<16 hex>" */
+  char parent_request_id[INPROC_MAX_ID_BYTES];  /* "<external>-<24 hex>" (random, tenant tag) */
   char external_request_id[INPROC_MAX_EXTERNAL_ID_BYTES];
   const int32_t *prompt_token_ids;              /* [num_prompt_tokens], shared by the children */
   int64_t num_prompt_tokens;
@@ -135,6 +135,8 @@ struct inproc_config {
   const char *bos_token, *eos_token;
   struct inproc_image_config image; /* "image" items in chat messages (mm_images.h); plan
                                        NULL = refused */
+  struct llb_hash_key hash_key;    /* the deployment's key: multimodal item hashes and the tenant
+                                      tags of request ids (every replica must hold the same) */
 };
 
 struct inproc_t;
@@ -188,20 +190,27 @@ int32_t inproc_max_model_len(const struct inproc_t *p);
 void inproc_processed_free(struct inproc_processed *out);
 
 /* Names the engine that will run the request in its ids (docs/design.md §9): the parent id
- * becomes "<external>-<16 hex>@<eid>" (8 random hex, then the tenant tag) and each child's "<i>_<that>", so that any input
+ * becomes "<external>-<24 hex>@<eid>" (8 random hex, then the 16 of the tenant tag) and each child's "<i>_<that>", so that any input
  * processor replica can send an abort for the id to the engine that owns it
  * (inproc_engine_of_id). Call once, after inproc_process succeeded. INVALID_ARGUMENT when
  * `engine_id` is not one subject token or the ids would not fit INPROC_MAX_ID_BYTES. */
 llb_status inproc_processed_set_engine(struct inproc_processed *out, const char *engine_id);
 
-/* The tenant tag in request ids: FNV-1a (32-bit) of the tenant name (NULL = ""). */
-uint32_t inproc_tenant_tag(const char *tenant);
+/* Hex digits of the tenant tag in request ids. */
+#define INPROC_TENANT_TAG_HEX 16
+
+/* The tenant tag of a parent id: a 64-bit keyed MAC (base/hash.h, the deployment's key) of
+ * (tenant, base) where base[0..len) is "<external>-<8 random hex>", as 16 lowercase hex digits
+ * and a NUL into out. Without the key nobody can make a tag, nor tell a tenant from its tags. */
+void inproc_tenant_tag(const struct llb_hash_key *key, const char *tenant, const char *base, size_t len,
+                       char out[INPROC_TENANT_TAG_HEX + 1]);
 
 /* True when internal request id[0..len) (a parent or child id, with or without "@<eid>") was
- * made for `tenant`: its 16 hex digits before the engine are 8 random ones and then
- * inproc_tenant_tag(tenant). An abort arriving on tenant B's subject for an id of tenant A is
- * refused with this (issue 14: no tenant may abort another's request). */
-bool inproc_id_owned_by(const char *id, size_t len, const char *tenant);
+ * made for `tenant` under key: it ends (before "@<eid>") in "-<8 hex><16 hex>" and the 16 are
+ * inproc_tenant_tag of what precedes them (a child's "<i>_" left out). An abort arriving on
+ * tenant B's subject for an id of tenant A is refused with this (issue 14: no tenant may abort
+ * another's request), and so is an id nobody issued. */
+bool inproc_id_owned_by(const struct llb_hash_key *key, const char *id, size_t len, const char *tenant);
 
 /* The engine named in an internal request id by inproc_processed_set_engine (what follows its
  * last '@'), copied into out[cap]. False when the id names none or it is not one subject token. */

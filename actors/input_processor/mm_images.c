@@ -232,6 +232,14 @@ llb_status inproc_images_tokenize(const struct tokenizer *tok, const struct inpr
   }
   llb_status st = check_offsets(req, field, fcap, msg, cap);
   if (st != LLB_STATUS_OK) return st;
+  /* what needs no pixel first: a vocabulary without the image token refuses every image, so
+   * say so before decoding any (8 images of 16 M pixels took 5 s to learn it) */
+  const char *et = cfg->embed_token ? cfg->embed_token : INPROC_IMAGE_MARKER;
+  if (tokenizer_find_token(tok, et, strlen(et)) < 0) {
+    snprintf(field, fcap, "messages");
+    snprintf(msg, cap, "the model's vocabulary has no image token '%s'", et);
+    return LLB_STATUS_INVALID_ARGUMENT;
+  }
   struct inproc_image_plan plans[INPROC_MAX_IMAGES_PER_REQUEST] = {{0}};
   for (int32_t k = 0; k < req->num_images && st == LLB_STATUS_OK; k++) {
     int32_t w, h;

@@ -7,18 +7,20 @@
  * embeds them (their KV comes from the item's rows); with prompt_token_ids the client picks
  * them, with text it must know where the tokenizer puts them.
  *
- * mm_hash: 128 bits as 32 hex digits, of (cache salt, modality, dtype, shape, bytes) under
- * a fixed key: two 64-bit lanes of multiply-rotate mixing over 8-byte words, each lane
- * finalized with the other (our code; not cryptographic). 128 bits make an accidental
- * collision (which would silently share encoder outputs and KV blocks between different
- * items) negligible at any cache size, at the cost of one pass over the bytes; the salt
- * (the tenant) keeps a tenant from colliding with another tenant's items on purpose.
+ * mm_hash: 128 bits as 32 hex digits, the keyed BLAKE2b (base/hash.h, libsodium) of (cache
+ * salt, modality, dtype, shape, bytes), each field length-prefixed, under the deployment's key.
+ * Without the key nobody can construct an item whose hash equals another item's, so a tenant
+ * can neither plant encoder outputs nor KV blocks that another request will reuse; 128 bits make
+ * an accidental collision negligible at any cache size; the salt (the tenant) keeps even equal
+ * items of two tenants apart.
  */
 #ifndef LLB_INPUT_PROCESSOR_MM_ITEMS_H
 #define LLB_INPUT_PROCESSOR_MM_ITEMS_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "base/hash.h"
 
 #define INPROC_MM_HASH_BYTES 33 /* 32 hex digits + NUL */
 #define INPROC_MAX_MM_ITEMS 64
@@ -42,7 +44,7 @@ struct inproc_mm_feature {
   int32_t num_embeds;          /* rows: the 1s of is_embed, or length */
 };
 
-/* The 128-bit content hash as 32 hex digits into out[INPROC_MM_HASH_BYTES]. */
-void inproc_mm_hash(const char *salt, const struct inproc_mm_item *it, char *out);
+/* The 128-bit keyed content hash as 32 hex digits into out[INPROC_MM_HASH_BYTES]. */
+void inproc_mm_hash(const struct llb_hash_key *key, const char *salt, const struct inproc_mm_item *it, char *out);
 
 #endif

@@ -235,18 +235,25 @@ static llb_status check(struct tenant_limits *tl, int ti, int32_t n, double cost
 }
 
 llb_status tenant_limits_admit(struct tenant_limits *tl, const char *tenant, const char *const *request_ids,
-                               int32_t n, double cost_tokens, int64_t now_ms, int64_t *retry_after_ms) {
+                               int32_t n, double cost_tokens, double precharged_tokens, int64_t now_ms,
+                               int64_t *retry_after_ms) {
   *retry_after_ms = 0;
   if (!tl || !tenant_limits_applies(tl, tenant)) return LLB_STATUS_OK;
-  if (n < 1 || !request_ids || !isfinite(cost_tokens) || cost_tokens < 0)
+  if (n < 1 || !request_ids || !isfinite(cost_tokens) || cost_tokens < 0 || !isfinite(precharged_tokens) ||
+      precharged_tokens < 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tenant_limits_admit: bad arguments");
   for (int32_t i = 0; i < n; i++)
     if (!request_ids[i] || strlen(request_ids[i]) > MAX_ID_BYTES)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tenant_limits_admit: bad request id");
   int ti = tenant_index(tl, tenant);
+  const struct tenant_limit *l = &tl->cfg.tenants[ti];
+  if (l->tokens_per_s > 0 && cost_tokens > l->burst_tokens)
+    return LLB_ERRF(LLB_STATUS_TOO_LARGE, "the request counts %.0f tokens (prompt + max_tokens per choice); "
+                    "tenant %s may use at most %.0f at once (burst_tokens)", cost_tokens, l->name, l->burst_tokens);
+  const double due = cost_tokens - precharged_tokens; /* < 0: the estimate was too high */
   pthread_mutex_lock(&tl->mu);
   expire(tl, now_ms);
-  llb_status st = check(tl, ti, n, cost_tokens, now_ms, retry_after_ms);
+  llb_status st = check(tl, ti, n, due > 0 ? due : -1, now_ms, retry_after_ms);
   for (int32_t i = 0; st == LLB_STATUS_OK && i < n; i++) {
     if (find(tl, request_ids[i])) continue; /* ids are unique per input processor; never twice */
     const size_t len = strlen(request_ids[i]);
@@ -265,24 +272,39 @@ llb_status tenant_limits_admit(struct tenant_limits *tl, const char *tenant, con
     tl->state[ti].queued++;
   }
   if (st == LLB_STATUS_OK) {
-    tl->state[ti].bucket -= tl->cfg.tenants[ti].tokens_per_s > 0 ? cost_tokens : 0;
+    if (l->tokens_per_s > 0) tl->state[ti].bucket = fmin(l->burst_tokens, tl->state[ti].bucket - due);
     *retry_after_ms = 0;
   }
   pthread_mutex_unlock(&tl->mu);
   return st;
 }
 
-llb_status tenant_limits_precheck(struct tenant_limits *tl, const char *tenant, int32_t n, int64_t now_ms,
-                                  int64_t *retry_after_ms) {
+llb_status tenant_limits_precharge(struct tenant_limits *tl, const char *tenant, int32_t n, double estimate_tokens,
+                                   int64_t now_ms, int64_t *retry_after_ms) {
   *retry_after_ms = 0;
   if (!tl || !tenant_limits_applies(tl, tenant)) return LLB_STATUS_OK;
+  if (!isfinite(estimate_tokens) || estimate_tokens < 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tenant_limits_precharge: bad estimate");
   int ti = tenant_index(tl, tenant);
   pthread_mutex_lock(&tl->mu);
   expire(tl, now_ms);
-  llb_status st = check(tl, ti, n > 0 ? n : 1, -1, now_ms, retry_after_ms);
-  if (st == LLB_STATUS_OK) *retry_after_ms = 0;
+  llb_status st = check(tl, ti, n > 0 ? n : 0, estimate_tokens, now_ms, retry_after_ms);
+  if (st == LLB_STATUS_OK) {
+    *retry_after_ms = 0;
+    if (tl->cfg.tenants[ti].tokens_per_s > 0) tl->state[ti].bucket -= estimate_tokens;
+  }
   pthread_mutex_unlock(&tl->mu);
   return st;
+}
+
+void tenant_limits_settle(struct tenant_limits *tl, const char *tenant, double delta_tokens, int64_t now_ms) {
+  if (!tl || !isfinite(delta_tokens)) return;
+  int ti = tenant_index(tl, tenant);
+  if (ti < 0 || tl->cfg.tenants[ti].tokens_per_s <= 0) return;
+  pthread_mutex_lock(&tl->mu);
+  refill(&tl->cfg.tenants[ti], &tl->state[ti], now_ms);
+  tl->state[ti].bucket = fmin(tl->cfg.tenants[ti].burst_tokens, tl->state[ti].bucket - delta_tokens);
+  pthread_mutex_unlock(&tl->mu);
 }
 
 void tenant_limits_release(struct tenant_limits *tl, const char *const *request_ids, int32_t n) {

@@ -8,9 +8,13 @@
  *   max_concurrent  admitted and not finished;
  *   max_queued      admitted and no token out yet (waiting in the scheduler or in prefill:
  *                   what a tenant's flood fills and another tenant's TTFT waits behind);
- *   tokens_per_s    a token bucket (capacity burst_tokens, full at start) charged at
- *                   admission with prompt tokens + max_tokens per child, as OpenAI's
- *                   tokens-per-minute limits count a request before it runs.
+ *   tokens_per_s    a token bucket (capacity burst_tokens, full at start) charged with
+ *                   prompt tokens + max_tokens per child, as OpenAI's tokens-per-minute
+ *                   limits count a request before it runs. It is charged twice: an estimate
+ *                   from the request's sizes before any costly work (tenant_limits_precharge:
+ *                   a tenant over its rate costs no template, tokenizer, image or grammar
+ *                   work), then the difference to the real count once it is known
+ *                   (tenant_limits_admit, or tenant_limits_settle when nothing is admitted).
  * A request over a limit is refused whole with QUEUE_FULL (HTTP 429) naming the limit, and
  * retry_after_ms when the bucket tells it (else 1000: a slot frees when a request ends).
  * A request whose cost exceeds the bucket's capacity could never pass: TOO_LARGE (400).
@@ -74,17 +78,28 @@ void tenant_limits_destroy(struct tenant_limits *tl);
 bool tenant_limits_applies(const struct tenant_limits *tl, const char *tenant);
 
 /* Admits the n children request_ids[0..n) of one request of `tenant` costing cost_tokens in all,
- * at now_ms (a monotonic clock), or refuses the whole request: QUEUE_FULL (message names the
- * tenant and the limit; *retry_after_ms set), or TOO_LARGE (cost above the bucket). A tenant
- * without limits is always admitted and nothing is recorded. Ids are copied. */
+ * of which precharged_tokens were taken already (tenant_limits_precharge; the bucket is charged
+ * the difference, or given back what the estimate had too much), at now_ms (a monotonic clock),
+ * or refuses the whole request: QUEUE_FULL (message names the tenant and the limit;
+ * *retry_after_ms set), or TOO_LARGE (cost above the bucket's capacity). A tenant without limits
+ * is always admitted and nothing is recorded. Ids are copied. */
 llb_status tenant_limits_admit(struct tenant_limits *tl, const char *tenant, const char *const *request_ids,
-                               int32_t n, double cost_tokens, int64_t now_ms, int64_t *retry_after_ms);
+                               int32_t n, double cost_tokens, double precharged_tokens, int64_t now_ms,
+                               int64_t *retry_after_ms);
 
-/* The cheap part of tenant_limits_admit, before a request is tokenized (a flood refused
- * without spending the tokenizer on it): would n more children break max_concurrent or
- * max_queued? Records nothing. Same errors as tenant_limits_admit but TOO_LARGE. */
-llb_status tenant_limits_precheck(struct tenant_limits *tl, const char *tenant, int32_t n, int64_t now_ms,
-                                  int64_t *retry_after_ms);
+/* Before any costly work on a request of `tenant` (a flood refused without spending the
+ * template, the tokenizer, an image decoder or a grammar compiler on it): would n more children
+ * (0: a call that admits none, /tokenize) break max_concurrent or max_queued, or does the bucket
+ * lack estimate_tokens (>= 0: the
+ * request's cost as far as its sizes tell)? Refused as tenant_limits_admit refuses; otherwise
+ * the estimate is taken from the bucket now (the children are recorded by admit). */
+llb_status tenant_limits_precharge(struct tenant_limits *tl, const char *tenant, int32_t n, double estimate_tokens,
+                                   int64_t now_ms, int64_t *retry_after_ms);
+
+/* Charges `tenant` delta_tokens more (negative: gives them back) without refusing: the cost of
+ * work done once its real size is known (a /tokenize call, a request refused after its work).
+ * The bucket may go below zero: later requests wait until it refills. */
+void tenant_limits_settle(struct tenant_limits *tl, const char *tenant, double delta_tokens, int64_t now_ms);
 
 /* Forgets admitted children again (their publish failed). Unknown ids are ignored. */
 void tenant_limits_release(struct tenant_limits *tl, const char *const *request_ids, int32_t n);

@@ -56,7 +56,6 @@ static bool copy_mm(struct req_meta *m, const struct llb_engine_core_request *r)
       off += src[k]->len + 1;
     }
     m->mm[i] = (struct sched_mm_feature){.offset = f->offset, .length = f->length,
-                                         .mm_hash = llb_hash_bytes(f->mm_hash.data, f->mm_hash.len),
                                          .hash = strs[0], .modality = strs[1], .dtype = strs[2],
                                          .num_cols = f->num_cols, .data = data,
                                          .data_bytes = f->data_bytes, .is_embed = is_embed};

@@ -162,7 +162,7 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
         reason = sched_request_append_token(r, mo->sampled_token_ids[sampled_at + t],
                                             s->cfg.max_model_len);
       s->stats.num_generation_tokens += (uint64_t)n_new;
-      sched_request_update_block_hashes(r, s->cfg.block_size);
+      sched_request_update_block_hashes(r, s->cfg.block_size, &s->cfg.hash_key);
     }
     r->num_failed_steps = 0; /* a step went through with it: not a suspect (any more) */
     if (reason != SCHED_FINISH_REASON_NONE) st = sched_finish(s, r, reason, eo, first_pos, n_new);

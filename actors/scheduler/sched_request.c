@@ -147,7 +147,7 @@ llb_status sched_new_request_validate(const struct sched_new_request *nr, int32_
 #undef BAD
 
 llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_model_len,
-                                int32_t block_size, uint64_t arrival_seq,
+                                int32_t block_size, const struct llb_hash_key *hash_key, uint64_t arrival_seq,
                                 struct sched_request **out) {
   *out = NULL;
   if (!nr->request_id || !nr->request_id[0] || strlen(nr->request_id) > 255)
@@ -197,6 +197,7 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
     if (copy_mm_blob(r)) goto fail;
     for (int32_t k = 0; k < r->num_mm_features; k++) {
       struct sched_mm_feature *f = &r->mm_features[k];
+      if (f->hash && f->hash[0]) f->mm_hash = llb_hash_bytes(hash_key, f->hash, strlen(f->hash));
       f->num_embeds = f->length;
       if (f->is_embed) {
         f->num_embeds = 0;
@@ -213,13 +214,13 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
   }
   if (nr->cache_salt && nr->cache_salt[0]) {
     r->has_cache_salt = true;
-    r->cache_salt_hash = llb_hash_bytes(nr->cache_salt, strlen(nr->cache_salt));
+    r->cache_salt_hash = llb_hash_bytes(hash_key, nr->cache_salt, strlen(nr->cache_salt));
   }
   r->status = SCHED_REQUEST_STATUS_WAITING;
   r->stop_token_id = -1;
   r->num_cached_tokens = -1;
   r->queue_index = -1;
-  sched_request_update_block_hashes(r, block_size);
+  sched_request_update_block_hashes(r, block_size, hash_key);
   *out = r;
   return LLB_STATUS_OK;
 fail:
@@ -240,7 +241,8 @@ void sched_request_destroy(struct sched_request *r) {
   free(r);
 }
 
-void sched_request_update_block_hashes(struct sched_request *r, int32_t block_size) {
+void sched_request_update_block_hashes(struct sched_request *r, int32_t block_size,
+                                       const struct llb_hash_key *hash_key) {
   int32_t full = r->num_tokens / block_size;
   if (full > r->cap_blocks) full = r->cap_blocks;
   uint64_t mm[64];
@@ -253,11 +255,11 @@ void sched_request_update_block_hashes(struct sched_request *r, int32_t block_si
       const struct sched_mm_feature *f = &r->mm_features[k];
       if (f->offset < end && f->offset + f->length > start) {
         if (extra.num_mm_hashes < 64) mm[extra.num_mm_hashes++] = f->mm_hash;
-        else mm[63] = llb_hash_bytes(&(uint64_t[2]){mm[63], f->mm_hash}, 16);
+        else mm[63] = llb_hash_bytes(hash_key, &(uint64_t[2]){mm[63], f->mm_hash}, 16);
       }
     }
     uint64_t parent = b == 0 ? LLB_BLOCK_HASH_ROOT : r->block_hashes[b - 1];
-    r->block_hashes[b] = llb_block_hash(parent, r->token_ids + start, block_size, &extra);
+    r->block_hashes[b] = llb_block_hash(hash_key, parent, r->token_ids + start, block_size, &extra);
   }
   if (full > r->num_block_hashes) r->num_block_hashes = full;
 }

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/hash.h"
 #include "base/status.h"
 #include "schemas/codec.h"
 #include "schemas/sampling_params.h"
@@ -36,8 +37,9 @@ enum sched_finish_reason {
 };
 
 /* A multimodal input: its embeddings replace `length` placeholder tokens from `offset`;
- * mm_hash (llb_hash_bytes of the content hash string) is an extra key of every block the
- * placeholders overlap. The strings and data are copied by sched_request_create (NULL =
+ * mm_hash (llb_hash_bytes of the content hash string, computed by sched_request_create under
+ * the scheduler's key when `hash` is set) is an extra key of every block the placeholders
+ * overlap. The strings and data are copied by sched_request_create (NULL =
  * none); `hash` is the encoder-cache key (when NULL or "", the request takes no part in
  * encoder scheduling: its embeddings are assumed present, as in tests of block hashing). */
 struct sched_mm_feature {
@@ -178,7 +180,7 @@ llb_status sched_new_request_validate(const struct sched_new_request *nr, int32_
  * with sched_request_destroy. Errors: INVALID_ARGUMENT (empty prompt, prompt not shorter
  * than max_model_len, bad id), OUT_OF_MEMORY. */
 llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_model_len,
-                                int32_t block_size, uint64_t arrival_seq,
+                                int32_t block_size, const struct llb_hash_key *hash_key, uint64_t arrival_seq,
                                 struct sched_request **out);
 void sched_request_destroy(struct sched_request *r); /* accepts NULL */
 
@@ -194,8 +196,10 @@ static inline bool sched_request_is_finished(const struct sched_request *r) {
 }
 
 /* Extends block_hashes over every full block of token_ids (vLLM Request.block_hashes,
- * chained with llb_block_hash). No allocation. */
-void sched_request_update_block_hashes(struct sched_request *r, int32_t block_size);
+ * chained with llb_block_hash under hash_key, the key every hash of the request was made
+ * with). No allocation. */
+void sched_request_update_block_hashes(struct sched_request *r, int32_t block_size,
+                                       const struct llb_hash_key *hash_key);
 
 /* Appends one sampled token and applies vLLM's stop checks in its order (v1/core/sched/
  * utils.py check_stop): max_tokens or max_model_len reached caps it (LENGTH); else, once

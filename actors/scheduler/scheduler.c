@@ -19,6 +19,7 @@ void sched_config_init(struct sched_config *c) {
                              .max_deferred_kv_ops = 64, .max_num_waiting = 1024,
                              .encoder_cache_size = 4096, .encoder_compute_budget = 0,
                              .max_encoder_bytes_per_step = 768 * 1024, .async_scheduling = true};
+  llb_hash_key_generate(&c->hash_key); /* safe alone; an engine's actors get the deployment's */
 }
 
 /* ---- growable pointer arrays ---- */
@@ -165,7 +166,7 @@ llb_status sched_add_request(struct scheduler *s, const struct sched_new_request
     prev_end = f->offset + f->length;
   }
   struct sched_request *r = NULL;
-  llb_status st = sched_request_create(nr, s->cfg.max_model_len, s->cfg.block_size,
+  llb_status st = sched_request_create(nr, s->cfg.max_model_len, s->cfg.block_size, &s->cfg.hash_key,
                                        s->next_arrival_seq++, &r);
   if (st) return st;
   st = llb_strmap_put(s->reqs, r->request_id, r);

@@ -94,6 +94,9 @@ struct sched_config {
                                       scheduled, at most this many per request and step, and
                                       verified in one forward (sched_spec.c); 0 = off (default).
                                       Needs async_scheduling false; at most LLB_MAX_SPEC_TOKENS */
+  struct llb_hash_key hash_key;    /* keys the block hashes (base/hash.h): the deployment's secret,
+                                      the same for every scheduler of an engine and its restarts
+                                      (default: a random one per sched_config_init) */
   /* Frees a sched_new_request.user the scheduler still holds when its request ends without a
    * final output or the scheduler is destroyed (sched_request.user); NULL = users need no
    * freeing. */

@@ -1,6 +1,7 @@
 /* The shared actor main: flags, connect, heartbeat, run, drain (see actor_main.h). */
 #include "cmd/actor/actor_main.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -28,7 +29,7 @@
 #define ACTOR_MAIN_SHUTDOWN_WAIT_MS 5000
 
 /* The common flags as a table over am->common, so one parser serves both lists. */
-enum { NUM_COMMON_FLAGS = 16 };
+enum { NUM_COMMON_FLAGS = 17 };
 static void common_flags_table(struct actor_main *am, struct flag *t) {
   struct actor_common_flags *c = &am->common;
   const struct flag table[NUM_COMMON_FLAGS] = {
@@ -48,6 +49,10 @@ static void common_flags_table(struct actor_main *am, struct flag *t) {
        .help = "NATS user (with --nats-password-file)"},
       {.name = "nats-password-file", .kind = FLAG_KIND_STRING, .target = &c->nats_password_file,
        .help = "file holding the NATS user's password (mode 0600; never on the command line)"},
+      {.name = "hash-key-file", .kind = FLAG_KIND_STRING, .target = &c->hash_key_file,
+       .help = "file holding the deployment's hash key (64 hex digits, mode 0600): keys the prefix-cache block "
+               "hashes, multimodal item hashes and request-id tags (base/hash.h); default: a random key of this "
+               "process"},
       {.name = "log-level", .kind = FLAG_KIND_STRING, .target = &c->log_level,
        .help = "debug|info|warn|error"},
       {.name = "heartbeat-ms", .kind = FLAG_KIND_INT64, .target = &c->heartbeat_ms,
@@ -127,9 +132,11 @@ static void init_common(struct actor_main *am) {
   if (gethostname(am->host_buf, sizeof am->host_buf) != 0) snprintf(am->host_buf, sizeof am->host_buf, "host");
   am->host_buf[sizeof am->host_buf - 1] = '\0';
   snprintf(am->instance_buf, sizeof am->instance_buf, "%s-%ld", am->host_buf, (long)getpid());
-  /* A subject token has no '.', '*', '>' or spaces: hostnames may have dots. */
+  /* A name is letters, digits, '-' and '_' (bus/subject.h): hostnames may have dots. */
   for (char *p = am->instance_buf; *p; p++)
-    if (*p == '.' || *p == '*' || *p == '>' || *p == ' ') *p = '-';
+    if (!isalnum((unsigned char)*p) && *p != '_') *p = '-';
+  if (strlen(am->instance_buf) > BUS_TOKEN_MAX) /* keep the pid, the end */
+    memmove(am->instance_buf, am->instance_buf + strlen(am->instance_buf) - BUS_TOKEN_MAX, BUS_TOKEN_MAX + 1);
   am->common = (struct actor_common_flags){
       .nats_url = "nats://127.0.0.1:4222",
       .prefix = BUS_DEFAULT_PREFIX,
@@ -181,6 +188,23 @@ static void metrics_stop(struct actor_main *am) {
   am->metrics = NULL;
 }
 
+/* --hash-key-file into am->hash_key (a private file, as the NATS password's), else a random key
+ * of this process: hashes it makes are then its own, safe but not shared. */
+static llb_status load_hash_key(struct actor_main *am) {
+  if (!am->common.hash_key_file) {
+    llb_hash_key_generate(&am->hash_key);
+    return LLB_STATUS_OK;
+  }
+  char text[BUS_PASSWORD_MAX + 1];
+  llb_status st = bus_password_file_read(am->common.hash_key_file, text, sizeof text);
+  if (st == LLB_STATUS_OK) st = llb_hash_key_from_hex(text, &am->hash_key);
+  memset(text, 0, sizeof text);
+  if (st != LLB_STATUS_OK)
+    return LLB_ERRF(st, "--hash-key-file %s: %s", am->common.hash_key_file, llb_err_last());
+  am->has_hash_key = true;
+  return LLB_STATUS_OK;
+}
+
 int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
   if (!spec || !spec->actor || !spec->start) {
     fprintf(stderr, "actor_main_exec: spec needs an actor name and a start hook\n");
@@ -210,23 +234,18 @@ static int run_parsed(struct actor_main *am) {
   const struct actor_main_spec *spec = am->spec;
   llb_log_set_actor(spec->actor);
   set_log_context(am);
-  if (apply_log_level(am->common.log_level) != LLB_STATUS_OK ||
-      bus_prefix_check(am->common.prefix) != LLB_STATUS_OK ||
-      !bus_token_valid(am->common.engine_id) || !bus_token_valid(am->common.instance) ||
-      am->common.heartbeat_ms <= 0 || am->common.metrics_port < 0 || am->common.metrics_port > 65535 ||
-      !(am->common.trace_sample_ratio >= 0 && am->common.trace_sample_ratio <= 1)) {
-    if (!bus_token_valid(am->common.engine_id))
-      LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--engine-id '%s' is not a subject token",
-               am->common.engine_id);
-    else if (!bus_token_valid(am->common.instance))
-      LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--instance '%s' is not a subject token",
-               am->common.instance);
-    else if (am->common.heartbeat_ms <= 0)
-      LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--heartbeat-ms must be > 0");
-    else if (am->common.metrics_port < 0 || am->common.metrics_port > 65535)
-      LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--metrics-port must be in 0..65535");
-    else
-      LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--trace-sample-ratio must be in [0, 1]");
+  llb_status cst = apply_log_level(am->common.log_level);
+  if (cst == LLB_STATUS_OK) cst = bus_name_check(BUS_NAME_KIND_PREFIX, "--prefix", am->common.prefix);
+  if (cst == LLB_STATUS_OK) cst = bus_name_check(BUS_NAME_KIND_TOKEN, "--engine-id", am->common.engine_id);
+  if (cst == LLB_STATUS_OK) cst = bus_name_check(BUS_NAME_KIND_TOKEN, "--instance", am->common.instance);
+  if (cst == LLB_STATUS_OK) cst = load_hash_key(am);
+  if (cst == LLB_STATUS_OK && am->common.heartbeat_ms <= 0)
+    cst = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--heartbeat-ms must be > 0");
+  if (cst == LLB_STATUS_OK && (am->common.metrics_port < 0 || am->common.metrics_port > 65535))
+    cst = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--metrics-port must be in 0..65535");
+  if (cst == LLB_STATUS_OK && !(am->common.trace_sample_ratio >= 0 && am->common.trace_sample_ratio <= 1))
+    cst = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--trace-sample-ratio must be in [0, 1]");
+  if (cst != LLB_STATUS_OK) {
     fprintf(stderr, "%s: %s\n", spec->actor, llb_err_last());
     return ACTOR_MAIN_EXIT_USAGE;
   }

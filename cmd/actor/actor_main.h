@@ -28,7 +28,8 @@
  * --instance (<hostname>-<pid>), --model PATH (the build's default model), --creds FILE,
  * --nats-user NAME with --nats-password-file FILE (a user/password login; the password is
  * read from a 0600 file so it never shows in argv, `ps` or a log; a URL may also carry
- * `user:password@`, which logs never show),
+ * `user:password@`, which logs never show), --hash-key-file FILE (the deployment's hash key,
+ * am->hash_key; 64 hex digits in a 0600 file),
  * --log-level debug|info|warn|error (info), --heartbeat-ms (2000), --metrics-port (0 = none),
  * --metrics-host (127.0.0.1), --metrics-publish-ms (0: --heartbeat-ms; -1: off),
  * --otlp-endpoint URL (alias --otlp-traces-endpoint, vLLM's: spans as OTLP/HTTP JSON to
@@ -46,6 +47,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/hash.h"
 #include "base/metrics.h"
 #include "base/status.h"
 #include "bus/bus.h"
@@ -62,6 +64,7 @@ struct actor_common_flags {
   const char *creds_file; /* NULL = none */
   const char *nats_user;  /* NULL = none (or the URL's user) */
   const char *nats_password_file; /* the user's password, read at connect (bus/credentials.h) */
+  const char *hash_key_file; /* the deployment's hash key (base/hash.h), NULL = a random one */
   const char *log_level;
   int64_t heartbeat_ms;
   int32_t metrics_port;     /* 0 = no metrics listener */
@@ -79,6 +82,8 @@ struct actor_main {
   struct actor_common_flags common;
   struct bus *bus;            /* valid from start until after stop */
   struct llb_metrics *metrics; /* the process's registry: valid from configure to destroy */
+  struct llb_hash_key hash_key; /* --hash-key-file's key, or a random one (has_hash_key false) */
+  bool has_hash_key;
   struct bus_metrics_http *metrics_http; /* NULL without --metrics-port */
   atomic_bool ready;          /* Heartbeat.ready; starts true after start() succeeds */
   atomic_int inflight;        /* Heartbeat.inflight */

@@ -235,4 +235,8 @@ int bench_serve_main(int argc, char **argv);
  * failed run, 2 on a usage error). */
 int bench_engine_main(int argc, char **argv);
 
+/* llmbus-bench hash: the cost of the keyed hashes (base/hash.h) per block, salt and request id,
+ * and their share of a decode step (bench_hash.c). */
+int bench_hash_main(int argc, char **argv);
+
 #endif

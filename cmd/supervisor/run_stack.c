@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "cmd/supervisor/run_dir.h"
 #include "schemas/control.h"
 
 #define RUN_SKIPPED_ACTOR "api-server" /* HTTP is not needed to answer one prompt */
@@ -113,7 +114,9 @@ llb_status run_stack_start(struct run_stack *r, const struct serve_options *so, 
   if (st != LLB_STATUS_OK) return st;
   struct supervisor_config cfg;
   supervisor_config_init(&cfg);
-  st = serve_nats_auth_apply(so, r->specs, r->num_specs, &cfg, &r->auth);
+  run_dir_sweep_all_stale(); /* what a SIGKILLed serve or run left behind */
+  st = serve_hash_key_apply(so, r->specs, r->num_specs, &r->hash_key);
+  if (st == LLB_STATUS_OK) st = serve_nats_auth_apply(so, r->specs, r->num_specs, &cfg, &r->auth);
   if (st == LLB_STATUS_OK && r->auth) /* the command line's own client logs in as the operator */
     st = serve_nats_auth_password_file(r->auth, "operator", r->operator_password_file,
                                        sizeof r->operator_password_file);
@@ -130,6 +133,7 @@ llb_status run_stack_stop(struct run_stack *r) {
   if (r->sup) st = supervisor_stop(r->sup);
   supervisor_destroy(r->sup);
   serve_nats_auth_destroy(r->auth);
+  serve_hash_key_release(&r->hash_key);
   free(r->specs);
   run_stack_init(r);
   return st;

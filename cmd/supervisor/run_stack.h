@@ -16,6 +16,7 @@
 
 #include "base/status.h"
 #include "bus/bus.h"
+#include "cmd/supervisor/serve_hash_key.h"
 #include "cmd/supervisor/serve_nats_config.h"
 #include "cmd/supervisor/supervisor.h"
 
@@ -27,6 +28,7 @@ struct run_stack {
   struct child_spec *specs; /* [num_specs] the actors started */
   int num_specs;
   struct serve_nats_auth *auth; /* NULL with --nats or before start */
+  struct serve_hash_key hash_key; /* the run's hash key file (serve_hash_key.h) */
   char operator_password_file[PATH_MAX + 80]; /* the operator's password file, or "" */
   char failed[64];          /* an actor that keeps exiting, or "" */
 };

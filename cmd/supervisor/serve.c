@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "bus/subject.h"
+#include "cmd/supervisor/run_dir.h"
+#include "cmd/supervisor/serve_hash_key.h"
 #include "cmd/supervisor/serve_nats_config.h"
 #include "cmd/supervisor/supervisor.h"
 
@@ -302,6 +305,29 @@ static int add_input_processor_replicas(const struct serve_options *o, struct ch
   return n;
 }
 
+/* Every name of o that reaches a subject, the generated nats.conf or a file (bus/subject.h's one
+ * rule): the prefix, each engine's id, the model name the front door derives from the model
+ * file. Refused here, before anything starts, rather than by a child that would crash-loop. */
+static llb_status check_names(const struct serve_options *o) {
+  const char *prefix = engine_flag_value(o, "prefix");
+  llb_status st = prefix ? bus_name_check(BUS_NAME_KIND_PREFIX, "--prefix", prefix) : LLB_STATUS_OK;
+  for (int e = 0; st == LLB_STATUS_OK && e < (o->num_engines > 1 ? o->num_engines : 1); e++) {
+    char eid[BUS_TOKEN_MAX_SERVE];
+    serve_engine_id(o, e, eid, sizeof eid);
+    st = bus_name_check(BUS_NAME_KIND_TOKEN, o->num_engines > 1 ? "--engine-id (with its engine index)" : "--engine-id",
+                        eid);
+  }
+  if (st == LLB_STATUS_OK && o->model_path) { /* the api server's default --model-name */
+    const char *base = strrchr(o->model_path, '/');
+    char name[BUS_MODEL_NAME_MAX + 8];
+    snprintf(name, sizeof name, "%s", base ? base + 1 : o->model_path);
+    size_t n = strlen(name);
+    if (n > 5 && strcmp(name + n - 5, ".gguf") == 0) name[n - 5] = '\0';
+    st = bus_name_check(BUS_NAME_KIND_MODEL, "the model name (the --model file's name without .gguf)", name);
+  }
+  return st;
+}
+
 int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, int max) {
   int engines = o && o->num_engines > 0 ? o->num_engines : 1;
   int per_engine = 0;
@@ -315,6 +341,7 @@ int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, i
     LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--input-processors %d: 1 to 8", o->num_input_processors);
     return -1;
   }
+  if (check_names(o) != LLB_STATUS_OK) return -1;
   char dir[PATH_MAX];
   if (o->bin_dir) {
     snprintf(dir, sizeof dir, "%s", o->bin_dir);

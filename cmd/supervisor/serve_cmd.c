@@ -15,6 +15,8 @@
 #include "bus/subject.h"
 #include "cmd/flags/flags.h"
 #include "cmd/supervisor/connection.h"
+#include "cmd/supervisor/run_dir.h"
+#include "cmd/supervisor/serve_hash_key.h"
 #include "cmd/supervisor/serve_nats_config.h"
 #include "cmd/supervisor/supervisor.h"
 
@@ -56,7 +58,7 @@ static llb_status set_port(const struct flag *f, const char *value) {
   return st;
 }
 
-#define SERVE_OWN_FLAGS 17
+#define SERVE_OWN_FLAGS 18
 
 static int serve_own_flags(struct serve_cli *c, struct flag *t) {
   const struct flag own[SERVE_OWN_FLAGS] = {
@@ -96,8 +98,12 @@ static int serve_own_flags(struct serve_cli *c, struct flag *t) {
        .help = "tenants and their limits, one a line: a NATS account each (embedded server only; default: the "
                "one tenant \"default\"); every actor logs in as its own user, passwords generated per run"},
       {.name = "state-dir", .kind = FLAG_KIND_STRING, .target = &c->state_dir, .metavar = "DIR",
-       .help = "the embedded nats-server's JetStream store (unfinished requests survive a restart); default: a "
-               "temporary directory removed at exit"},
+       .help = "the embedded nats-server's JetStream store (unfinished requests survive a restart) and the hash "
+               "key (created 0700); default: a temporary directory removed at exit"},
+      {.name = "hash-key-file", .kind = FLAG_KIND_STRING, .target = &c->so.hash_key_file, .metavar = "FILE",
+       .help = "the deployment's hash key (64 hex digits, mode 0600): keys the prefix-cache and multimodal hashes "
+               "and the request-id tags; give the same file to the serve of every host of a deployment (default: "
+               "one per run, or kept in --state-dir)"},
       {.name = "no-durable", .kind = FLAG_KIND_BOOL, .target = &c->so.no_durable,
        .help = "requests on a plain subject, not the JetStream stream (a scheduler that dies loses the requests "
                "it held)"},
@@ -333,12 +339,17 @@ static int serve_run(struct serve_cli *c, struct child_spec *specs, int n, const
   struct serve_nats_auth *auth = NULL;
   int rc = 1;
   char conn_path[PATH_MAX + 128] = "";
+  struct serve_hash_key key = {0};
   serve_log_metrics_ports(&c->so, specs, n);
-  if (serve_nats_auth_apply(&c->so, specs, n, &cfg, &auth) != LLB_STATUS_OK) goto fail;
-  if (c->state_dir && mkdir(c->state_dir, 0700) != 0 && errno != EEXIST) {
-    LLB_ERRF(LLB_STATUS_IO, "cannot create --state-dir %s: %s", c->state_dir, strerror(errno));
+  run_dir_sweep_all_stale(); /* what a SIGKILLed serve left behind: passwords, keys, prompts */
+  c->so.state_dir = c->state_dir;
+  if (c->state_dir && run_dir_prepare_private(c->state_dir) != LLB_STATUS_OK) {
+    LLB_ERRF(LLB_STATUS_IO, "--state-dir: %s", llb_err_last());
     goto fail;
   }
+  if (serve_hash_key_apply(&c->so, specs, n, &key) != LLB_STATUS_OK ||
+      serve_nats_auth_apply(&c->so, specs, n, &cfg, &auth) != LLB_STATUS_OK)
+    goto fail;
   if (c->state_dir && c->so.nats_url)
     LLB_LOG_WARN("state_dir_ignored", "reason=--nats given: the external server keeps its own store");
   if (supervisor_create(&cfg, &sup) != LLB_STATUS_OK) goto fail;
@@ -352,11 +363,13 @@ static int serve_run(struct serve_cli *c, struct child_spec *specs, int n, const
   if (conn_path[0]) serve_connection_remove_own(conn_path);
   supervisor_destroy(sup);
   serve_nats_auth_destroy(auth);
+  serve_hash_key_release(&key);
   return rc;
 fail:
   fprintf(stderr, "llmbus serve: %s\n", llb_err_last());
   supervisor_destroy(sup);
   serve_nats_auth_destroy(auth);
+  serve_hash_key_release(&key);
   return 1;
 }
 

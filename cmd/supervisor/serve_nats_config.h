@@ -1,11 +1,13 @@
 /* The locked-down NATS set-up of `llmbus serve`: accounts, users, permissions, credentials.
  *
  * When serve starts its own nats-server, it first generates (per run) a private directory
- * (mkdtemp, mode 0700) holding:
- *   nats.conf               the server's configuration (mode 0600): the accounts below
+ * (run_dir.h: mode 0700, owner stamp) holding:
+ *   nats.conf               the server's configuration (mode 0600): the accounts below, each
+ *                           password only as its bcrypt hash ($2b$, libxcrypt)
  *   <user>.password         one random password per user (32 random bytes as hex, mode 0600)
- * and removes it again when serve stops. Passwords are never logged and never put on a
- * command line: each actor gets `--nats-user NAME --nats-password-file PATH`.
+ * and removes it again when serve stops (or the next serve does, when this one was SIGKILLed).
+ * Passwords are never logged and never put on a command line: each actor gets
+ * `--nats-user NAME --nats-password-file PATH`.
  *
  * Accounts (docs/design.md §7):
  *   ENGINE      every engine actor, each its own user with the publish/subscribe permissions
@@ -18,6 +20,9 @@
  *               and so must establish the tenant themselves (the api server from the API key).
  *   TENANT_<T>  per tenant T, user tenant-<T>: imports only T's three services; publishes only
  *               on them, subscribes only to its own inboxes. Its replies come back only to it.
+ *               JetStream off; limits: SERVE_NATS_TENANT_MAX_CONNECTIONS connections,
+ *               SERVE_NATS_TENANT_MAX_SUBSCRIPTIONS subscriptions, SERVE_NATS_TENANT_MAX_PAYLOAD
+ *               bytes a message (the server refuses what is over; other accounts go on).
  * No user without a password is accepted (no `no_auth_user`): a client without
  * credentials cannot connect. Inside ENGINE only the subjects the table names are open to
  * each actor, so a tenant's identity is the account the server routed its request from —
@@ -42,6 +47,20 @@
 
 #define SERVE_NATS_MAX_TENANTS 64
 #define SERVE_NATS_NAME_MAX 64
+
+/* Server and tenant-account limits of the generated nats.conf (nats-server 2.9 `max_payload`,
+ * `max_connections` and an account's `limits`). A tenant's GenerateRequest carries its images
+ * (at most 768 KiB of them), so its payload limit is the server's; a tenant may hold a few
+ * clients (each a connection) and, per connection, an inbox subscription or a few. */
+#define SERVE_NATS_MAX_PAYLOAD (1 << 20)
+#define SERVE_NATS_MAX_CONNECTIONS 4096
+#define SERVE_NATS_TENANT_MAX_PAYLOAD (1 << 20)
+#define SERVE_NATS_TENANT_MAX_CONNECTIONS 64
+#define SERVE_NATS_TENANT_MAX_SUBSCRIPTIONS 256
+/* bcrypt cost of the password hashes in nats.conf. The passwords are 256 random bits, so the
+ * cost adds nothing against guessing; it only sets what each connection attempt costs the
+ * server (~1 ms at 6), which a flood of attempts with wrong passwords would spend. */
+#define SERVE_NATS_BCRYPT_COST 6
 
 /* The tenants of a deployment (names are NATS subject tokens). */
 struct serve_tenants {

@@ -1,5 +1,6 @@
 /* Process supervisor: see supervisor.h. */
 #include "cmd/supervisor/supervisor.h"
+#include "cmd/supervisor/run_dir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -96,27 +97,6 @@ static bool port_open(int port) {
   bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
   close(fd);
   return ok;
-}
-
-static void remove_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (!d) {
-    unlink(path);
-    return;
-  }
-  struct dirent *e;
-  char sub[1024];
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-    struct stat st;
-    if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
-      remove_tree(sub);
-    else
-      unlink(sub);
-  }
-  closedir(d);
-  rmdir(path);
 }
 
 static const char *find_nats_server(const struct supervisor_config *c, char *buf, size_t cap) {
@@ -338,13 +318,8 @@ static llb_status start_nats(struct supervisor *s) {
   if (!bin)
     return LLB_ERRF(LLB_STATUS_NO_SERVER,
                     "no --nats URL given and no nats-server binary found (/usr/sbin, PATH)");
-  const char *tmp = getenv("TMPDIR");
-  snprintf(s->temp_dir, sizeof s->temp_dir, "%s/llmbus-serve-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(s->temp_dir)) {
-    llb_status st = LLB_ERRF(LLB_STATUS_IO, "mkdtemp %s: %s", s->temp_dir, strerror(errno));
-    s->temp_dir[0] = '\0';
-    return st;
-  }
+  llb_status dst = run_dir_create("serve", s->temp_dir, sizeof s->temp_dir);
+  if (dst != LLB_STATUS_OK) return dst;
   struct child *c = &s->children[SUPERVISOR_MAX_CHILDREN];
   memset(c, 0, sizeof *c);
   c->err_fd = -1;
@@ -650,7 +625,7 @@ llb_status supervisor_stop(struct supervisor *s) {
     s->children[i].err_fd = -1;
   }
   if (s->temp_dir[0]) {
-    remove_tree(s->temp_dir);
+    run_dir_remove(s->temp_dir);
     s->temp_dir[0] = '\0';
   }
   if (s->chld_installed) {

@@ -13,7 +13,14 @@
 # prompts, $A_OUTPUT tokens, ignore_eos: several times what the engine can serve; its 429s
 # come straight back). Repeats interleaved; prints B's mean and median TTFT per case and the ratio
 # flood / alone, and how many of A's requests were refused. CASES="limited" runs one case.
-# Needs a Release build (make build-release).
+#
+# PATHS="template tokenize images grammar generate" instead floods one intake path each
+# (ops/bench/intake_flood.py: the costliest requests we can build for the chat template, /tokenize,
+# images, grammars; `generate` is plain load) from A_THREADS (8) clients for the time B's run
+# takes, tenants file `a max_concurrent=... max_queued=...` (the limited case); images get a tiny
+# random mmproj (tests/tools/make_mmproj.py) so that the intake decodes and plans them. Prints
+# path,repeat,B alone,B under flood,ratio and the statuses A's requests got.
+# Needs a Release build (make build-release) and, for PATHS, the venv (make venv).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$root/build-release
@@ -24,7 +31,7 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "tenant-flood: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -57,9 +64,11 @@ trap 'exit 130' INT TERM
 printf 'sk-flood-tenant-a-000001 a\nsk-quiet-tenant-b-000002 b\n' > "$work/keys"
 chmod 600 "$work/keys"
 
-start_serve() { # $1 = tenants file
-  "$build/cmd/llmbus" serve --model "$model" --http "127.0.0.1:$port" --tenants "$1" \
-    --api-keys "$work/keys" > "$work/serve.log" 2>&1 &
+start_serve() { # $1 = tenants file, then more serve flags
+  local tenants=$1
+  shift
+  "$build/cmd/llmbus" serve --model "$model" --http "127.0.0.1:$port" --tenants "$tenants" \
+    --api-keys "$work/keys" "$@" > "$work/serve.log" 2>&1 &
   serve_pid=$!
   for _ in $(seq 1 600); do
     curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sk-quiet-tenant-b-000002' \
@@ -89,6 +98,37 @@ stop_flood() { kill -TERM "$flood_pid" 2>/dev/null; wait "$flood_pid" 2>/dev/nul
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d.get(sys.argv[2], 'nan'))" "$1" "$2"; }
 
 printf 'default\na max_concurrent=%s max_queued=%s\nb\n' "$A_MAX_CONCURRENT" "$A_MAX_QUEUED" > "$work/limited"
+if [ -n "${PATHS:-}" ]; then
+  py=$root/.venv/bin/python
+  [ -x "$py" ] || { echo "tenant-flood: PATHS needs $py (make venv)" >&2; exit 1; }
+  name=$(basename "$model" .gguf)
+  echo "path,repeat,b_alone_mean_ttft_ms,b_alone_median_ttft_ms,b_flood_mean_ttft_ms,b_flood_median_ttft_ms,ratio_mean,a_answers,load_1m"
+  for r in $(seq 1 "$repeats"); do
+    for path in $PATHS; do
+      extra=()
+      if [ "$path" = images ]; then
+        [ -f "$work/mmproj.gguf" ] || "$py" "$root/tests/tools/make_mmproj.py" "$work/mmproj.gguf" --shape tiny-idefics3
+        extra=(--mmproj "$work/mmproj.gguf")
+      fi
+      start_serve "$work/limited" "${extra[@]}"
+      measure_b "$work/alone.json" $((100 + 2 * r))
+      "$py" "$root/ops/bench/intake_flood.py" "$path" --base-url "http://127.0.0.1:$port" \
+        --api-key sk-flood-tenant-a-000001 --model "$name" --threads "${A_THREADS:-8}" --seconds 600 \
+        > "$work/flood.txt" 2>&1 &
+      flood_pid=$!
+      sleep 3 # the flood fills the intake before B starts
+      measure_b "$work/flood.json" $((101 + 2 * r))
+      stop_flood
+      stop_serve
+      am=$(field "$work/alone.json" mean_ttft_ms); ad=$(field "$work/alone.json" median_ttft_ms)
+      fm=$(field "$work/flood.json" mean_ttft_ms); fd=$(field "$work/flood.json" median_ttft_ms)
+      ratio=$(python3 -c "print(f'{float($fm)/float($am):.2f}')")
+      answers=$(sed -n 's/.*statuses=\(.*\) seconds=.*/\1/p' "$work/flood.txt" | tr -d ' "' | tr ',' ';')
+      echo "$path,$r,$am,$ad,$fm,$fd,$ratio,${answers:-none},$(cut -d' ' -f1 /proc/loadavg)"
+    done
+  done
+  exit 0
+fi
 printf 'default\na\nb\n' > "$work/unlimited"
 echo "case,repeat,b_alone_mean_ttft_ms,b_alone_median_ttft_ms,b_flood_mean_ttft_ms,b_flood_median_ttft_ms,ratio_mean,a_refused,b_prompt_tokens_alone,b_prompt_tokens_flood,load_1m"
 for r in $(seq 1 "$repeats"); do

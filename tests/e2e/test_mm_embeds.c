@@ -209,8 +209,7 @@ static void make_prompts(struct prompts *p) {
 static struct sched_mm_feature feature(const struct prompts *p, const float *rows, const char *hash) {
   return (struct sched_mm_feature){.offset = p->off, .length = p->len, .hash = hash, .modality = "embeds",
                                    .dtype = "f32", .num_cols = g_hidden, .data = (const uint8_t *)rows,
-                                   .data_bytes = (int64_t)p->len * g_hidden * 4,
-                                   .mm_hash = llb_hash_bytes(hash, strlen(hash))};
+                                   .data_bytes = (int64_t)p->len * g_hidden * 4}; /* mm_hash: the scheduler's */
 }
 
 static void test_embeds_item_matches_inline_text(void **state) {

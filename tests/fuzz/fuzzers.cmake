@@ -26,3 +26,29 @@ llb_add_fuzzer(fuzz_api_request SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_api_reque
 llb_add_fuzzer(fuzz_tool_parser SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_tool_parser.c LIBS llmbus_api_server_core)
 llb_add_fuzzer(fuzz_image SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_image.c LIBS llmbus_image)
 llb_add_fuzzer(fuzz_gbnf SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_gbnf.c LIBS llmbus_structured_output)
+# Issue 38: every decoder of a tenant's input, and of the operator's files.
+set(llb_so_kinds json_schema choice regex)
+foreach(kind ${llb_so_kinds})
+  list(FIND llb_so_kinds ${kind} idx)
+  llb_add_fuzzer(fuzz_so_${kind} SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_structured.c LIBS llmbus_structured_output)
+  if(TARGET fuzz_so_${kind})
+    target_compile_definitions(fuzz_so_${kind} PRIVATE FUZZ_SO_KIND=${idx})
+  endif()
+endforeach()
+llb_add_fuzzer(fuzz_chat_render SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_chat_render.c
+               LIBS llmbus_input_processor_core)
+llb_add_fuzzer(fuzz_inproc_process SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_inproc_process.c
+               LIBS llmbus_input_processor_actor)
+llb_add_fuzzer(fuzz_traceparent SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_traceparent.c LIBS llmbus_bus)
+llb_add_fuzzer(fuzz_request_ids SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_request_ids.c
+               LIBS llmbus_input_processor_core)
+llb_add_fuzzer(fuzz_mmproj SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_mmproj.c LIBS llmbus_clip)
+llb_add_fuzzer(fuzz_stop_strings SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_stop_strings.c
+               LIBS llmbus_output_processor_core)
+foreach(kind tenants_file api_keys_file)
+  llb_add_fuzzer(fuzz_${kind} SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_config_files.c
+                 LIBS llmbus_input_processor_core llmbus_api_server_core)
+  if(TARGET fuzz_${kind})
+    target_compile_definitions(fuzz_${kind} PRIVATE FUZZ_FILE_KIND=$<IF:$<STREQUAL:${kind},tenants_file>,0,1>)
+  endif()
+endforeach()

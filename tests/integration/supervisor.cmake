@@ -9,3 +9,6 @@ llb_add_test(test_serve_nats_config
              SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_serve_nats_config.c
              LIBS llmbus_supervisor llmbus_bus PkgConfig::CMOCKA Threads::Threads
              LABELS integration supervisor TIMEOUT 60)
+# cmd/supervisor/run_dir: private run directories, the sweep of a dead run's, --state-dir 0700.
+llb_add_test(test_run_dir SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_run_dir.c
+             LIBS llmbus_supervisor PkgConfig::CMOCKA LABELS integration supervisor TIMEOUT 60)

@@ -28,7 +28,7 @@ static void test_subjects_follow_design_table(void **state) {
 static void test_subject_tokens_reject_spaces_dots_wildcards(void **state) {
   (void)state;
   char buf[BUS_SUBJECT_MAX];
-  const char *bad[] = {"", "a b", "a.b", "*", ">", "te\tnant", "x>"};
+  const char *bad[] = {"", "a b", "a.b", "*", ">", "te\tnant", "x>", "a\"b", "a}b", "a/b", "a#b", "$x", "a@b"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     assert_false(bus_token_valid(bad[i]));
     assert_int_equal(bus_subject_generate("llm", bad[i], buf, sizeof buf),
@@ -44,6 +44,33 @@ static void test_subject_tokens_reject_spaces_dots_wildcards(void **state) {
   assert_int_equal(bus_subject_generate("llm.*", "t", buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
   char small[8];
   assert_int_equal(bus_subject_generate("llm", "default", small, sizeof small), LLB_STATUS_TOO_LARGE);
+}
+
+/* The one name rule for everything that reaches nats.conf, a subject, a file or a log line:
+ * each kind refuses configuration syntax, paths and wildcards, naming the flag. */
+static void test_one_name_validator_refuses_syntax_for_each_kind(void **state) {
+  (void)state;
+  assert_int_equal(bus_name_check(BUS_NAME_KIND_TOKEN, "--engine-id", "gpu_0-a"), LLB_STATUS_OK);
+  assert_int_equal(bus_name_check(BUS_NAME_KIND_PREFIX, "--prefix", "acme.llm"), LLB_STATUS_OK);
+  assert_int_equal(bus_name_check(BUS_NAME_KIND_MODEL, "--model-name", "org/SmolLM2-135M-Instruct.Q4_1"),
+                   LLB_STATUS_OK);
+  const char *bad_tokens[] = {"e\"0", "e 0", "e.0", "../e", "e}", "e\n", "", NULL};
+  for (int i = 0; i < 8; i++) {
+    assert_int_equal(bus_name_check(BUS_NAME_KIND_TOKEN, "--engine-id", bad_tokens[i]), LLB_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(llb_err_last(), "--engine-id"));
+  }
+  const char *bad_prefixes[] = {"llm\"}", "llm..x", ".llm", "llm.", "llm.*", "a b", "x#y"};
+  for (int i = 0; i < 7; i++)
+    assert_int_equal(bus_name_check(BUS_NAME_KIND_PREFIX, "--prefix", bad_prefixes[i]), LLB_STATUS_INVALID_ARGUMENT);
+  const char *bad_models[] = {"m\"x", "../m", "/m", ".m", "-m", "m\nx", "m x", "m{x}", "a..b"};
+  for (int i = 0; i < 9; i++)
+    assert_int_equal(bus_name_check(BUS_NAME_KIND_MODEL, "--model-name", bad_models[i]), LLB_STATUS_INVALID_ARGUMENT);
+  char long_token[BUS_TOKEN_MAX + 2];
+  memset(long_token, 'a', sizeof long_token - 1);
+  long_token[sizeof long_token - 1] = '\0';
+  assert_int_equal(bus_name_check(BUS_NAME_KIND_TOKEN, "--instance", long_token), LLB_STATUS_INVALID_ARGUMENT);
+  long_token[BUS_TOKEN_MAX] = '\0';
+  assert_int_equal(bus_name_check(BUS_NAME_KIND_TOKEN, "--instance", long_token), LLB_STATUS_OK);
 }
 
 static void test_traceparent_round_trip(void **state) {
@@ -107,6 +134,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_subjects_follow_design_table),
       cmocka_unit_test(test_subject_tokens_reject_spaces_dots_wildcards),
+      cmocka_unit_test(test_one_name_validator_refuses_syntax_for_each_kind),
       cmocka_unit_test(test_traceparent_round_trip),
       cmocka_unit_test(test_traceparent_invalid_forms_rejected),
       cmocka_unit_test(test_child_span_keeps_trace_new_span),

@@ -334,6 +334,7 @@ static void test_front_path_echo_through_both_processors(void **state) {
 
   bus_destroy(client);
   bus_destroy(engine);
+  inproc_actor_stop(ip);
   bus_destroy(ip_bus);
   bus_destroy(op_bus);
   inproc_actor_destroy(ip);

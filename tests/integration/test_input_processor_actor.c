@@ -47,6 +47,8 @@ static struct bus *connect_or_fail(const char *url, const char *name) {
   return b;
 }
 
+static const struct llb_hash_key TEST_KEY = {{5, 4, 3, 2, 1}}; /* the deployment's, as serve hands it */
+
 static int setup(void **state) {
   struct fixture *f = calloc(1, sizeof *f);
   if (!f) return -1;
@@ -56,7 +58,7 @@ static int setup(void **state) {
   }
   f->actor_bus = connect_or_fail(f->srv.url, "inproc-actor");
   f->client = connect_or_fail(f->srv.url, "test-client");
-  struct inproc_actor_options o = {.model_path = VOCAB, .max_model_len = 64};
+  struct inproc_actor_options o = {.model_path = VOCAB, .max_model_len = 64, .hash_key = &TEST_KEY};
   if (inproc_actor_create(&o, &f->actor) != LLB_STATUS_OK) fail_msg("create: %s", llb_err_last());
   if (inproc_actor_start(f->actor, f->actor_bus) != LLB_STATUS_OK) fail_msg("start: %s", llb_err_last());
   assert_int_equal(bus_subscribe_sync(f->client, "llm.engine.0.requests", &f->engine_requests), LLB_STATUS_OK);
@@ -73,6 +75,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
   struct fixture *f = *state;
   bus_destroy(f->client);
+  inproc_actor_stop(f->actor); /* its intake workers, before their bus goes */
   bus_destroy(f->actor_bus);
   inproc_actor_destroy(f->actor);
   llb_arena_destroy(&f->arena);
@@ -352,9 +355,11 @@ static void publish_abort(struct fixture *f, const char *subject, const char *id
 
 static void test_abort_is_forwarded_with_child_ids(void **state) {
   struct fixture *f = *state;
-  char id[64], other[64];
-  snprintf(id, sizeof id, "t1-00112233%08" PRIx32, inproc_tenant_tag("default"));
-  snprintf(other, sizeof other, "t1-00112233%08" PRIx32, inproc_tenant_tag("someone-else"));
+  char id[64], other[64], tag[INPROC_TENANT_TAG_HEX + 1], other_tag[INPROC_TENANT_TAG_HEX + 1];
+  inproc_tenant_tag(&TEST_KEY, "default", "t1-00112233", 11, tag);
+  inproc_tenant_tag(&TEST_KEY, "someone-else", "t1-00112233", 11, other_tag);
+  snprintf(id, sizeof id, "t1-00112233%s", tag);
+  snprintf(other, sizeof other, "t1-00112233%s", other_tag);
   /* an id of another tenant on this tenant's abort subject is refused (issue 14) */
   publish_abort(f, "llm.abort.default", other);
   publish_abort(f, "llm.abort.default", id);

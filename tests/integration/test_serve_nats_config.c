@@ -30,6 +30,16 @@ static llb_status connect_as(const char *url, const char *user, const char *pass
   return bus_connect(&o, out);
 }
 
+static char *read_all(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  static char buf[1 << 16];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strdup(buf);
+}
+
 static void test_generated_config_admits_each_user_with_its_password_only(void **state) {
   (void)state;
   struct serve_tenants tn = {.num = 2};
@@ -44,6 +54,17 @@ static void test_generated_config_admits_each_user_with_its_password_only(void *
   assert_int_equal(sb.st_mode & 0777, 0600);
   char dir[PATH_MAX];
   snprintf(dir, sizeof dir, "%s", serve_nats_auth_dir(auth));
+  /* nats.conf holds bcrypt hashes only, and the tenants' accounts their limits, without JetStream */
+  char *conf = read_all(serve_nats_auth_config_path(auth));
+  assert_non_null(conf);
+  int hashes = 0;
+  for (const char *p = conf; (p = strstr(p, "password: \"$2b$06$")); p++) hashes++;
+  assert_int_equal(hashes, 10);
+  int limited = 0;
+  for (const char *p = conf; (p = strstr(p, "jetstream: disabled\n    limits: {max_connections: 64, "
+                                             "max_subscriptions: 256, max_payload: 1048576}")); p++)
+    limited++;
+  assert_int_equal(limited, 2);
 
   struct supervisor_config cfg;
   supervisor_config_init(&cfg);
@@ -63,6 +84,7 @@ static void test_generated_config_admits_each_user_with_its_password_only(void *
     assert_int_equal(sb.st_mode & 0777, 0600);
     assert_int_equal(bus_password_file_read(path, password, sizeof password), LLB_STATUS_OK);
     assert_int_equal(strlen(password), 64);
+    if (strstr(conf, password)) fail_msg("%s's password is in nats.conf as it is", users[i]);
     assert_string_not_equal(password, first_password); /* one password per user */
     if (!first_password[0]) snprintf(first_password, sizeof first_password, "%s", password);
     struct bus *b = NULL;
@@ -78,6 +100,7 @@ static void test_generated_config_admits_each_user_with_its_password_only(void *
   assert_int_not_equal(connect_as(url, "nobody", "x", &b), LLB_STATUS_OK);
   char path[PATH_MAX + 80];
   assert_int_equal(serve_nats_auth_password_file(auth, "tenant-other", path, sizeof path), LLB_STATUS_INVALID_ARGUMENT);
+  free(conf);
 
   supervisor_destroy(sup);
   serve_nats_auth_destroy(auth);
@@ -133,7 +156,8 @@ static char *example_of(const char *conf) {
   len += (size_t)snprintf(out, cap,
                           "# The accounts `llmbus serve --tenants` generates for the tenants default and acme\n"
                           "# (cmd/supervisor/serve_nats_config.h), passwords from the server's environment: export one\n"
-                          "# LLMBUS_PW_<USER> per user before `nats-server -c`. Checked against the generator by\n"
+                          "# LLMBUS_PW_<USER> per user before `nats-server -c`, best its bcrypt hash (serve writes\n"
+                          "# \"$2b$06$...\" hashes; the clients keep the password). Checked against the generator by\n"
                           "# tests/integration/test_serve_nats_config.c (LLMBUS_WRITE_EXAMPLE=1 rewrites it).\n");
   const char *p = strchr(conf, '\n') + 1; /* the generated header line is replaced by the above */
   while (*p) {
@@ -151,16 +175,6 @@ static char *example_of(const char *conf) {
     p = *eol ? eol + 1 : eol;
   }
   return out;
-}
-
-static char *read_all(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  static char buf[1 << 16];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  return strdup(buf);
 }
 
 static void test_ops_example_is_what_serve_generates(void **state) {

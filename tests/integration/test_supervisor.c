@@ -7,6 +7,7 @@
 #include <cmocka.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 
 #include "bus/bus.h"
 #include "base/log.h"
+#include "cmd/supervisor/serve_hash_key.h"
 #include "cmd/supervisor/supervisor.h"
 #include "tests/integration/nats_test_server.h"
 
@@ -457,6 +459,43 @@ static void test_serve_actor_specs_and_usage(void **state) {
   assert_int_equal(cmd_serve(3, none), 1);
 }
 
+/* Every name that reaches nats.conf, a subject or a file is refused before anything starts,
+ * with the flag named (issue 38: configuration syntax in --prefix reached nats.conf and
+ * nats-server failed to start). */
+static void test_serve_refuses_names_with_syntax_before_starting(void **state) {
+  (void)state;
+  struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
+  static const struct {
+    const char *flag, *value, *needle;
+  } bad[] = {
+      {"prefix", "llm\"}, accounts: {X: {}", "--prefix"}, {"prefix", "a b", "--prefix"},
+      {"prefix", "a.>", "--prefix"},  {"prefix", "x#y", "--prefix"},
+      {"engine-id", "e\"0", "--engine-id"}, {"engine-id", "../e", "--engine-id"},
+      {"engine-id", "e.1", "--engine-id"},   {"engine-id", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "--engine-id"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    struct serve_options o = {.model_path = "/m/model.gguf", .bin_dir = "/opt/llmbus/bin"};
+    assert_int_equal(serve_engine_flag_add(&o, bad[i].flag, bad[i].value), 1);
+    assert_int_equal(serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN), -1);
+    if (!strstr(llb_err_last(), bad[i].needle)) fail_msg("%s=%s: %s", bad[i].flag, bad[i].value, llb_err_last());
+  }
+  /* a model file whose name is no model name (the front door serves it under that name) */
+  struct serve_options o = {.model_path = "/m/my\"model.gguf", .bin_dir = "/opt/llmbus/bin"};
+  assert_int_equal(serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN), -1);
+  assert_non_null(strstr(llb_err_last(), "model name"));
+  /* 64 bytes plus an index no longer fits one token with --engines */
+  struct serve_options e = {.model_path = "/m/model.gguf", .bin_dir = "/opt/llmbus/bin", .num_engines = 2};
+  assert_int_equal(serve_engine_flag_add(&e, "engine-id", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"), 1);
+  assert_int_equal(serve_actor_specs(&e, specs, SUPERVISOR_MAX_CHILDREN), -1);
+  /* and the good ones still pass */
+  struct serve_options ok = {.model_path = "/m/SmolLM2-135M-Instruct.Q4_1.gguf", .bin_dir = "/opt/llmbus/bin"};
+  assert_int_equal(serve_engine_flag_add(&ok, "prefix", "acme.llm"), 1);
+  assert_int_equal(serve_engine_flag_add(&ok, "engine-id", "gpu_0-a"), 1);
+  assert_true(serve_actor_specs(&ok, specs, SUPERVISOR_MAX_CHILDREN) > 0);
+  char *cli[] = {"serve", "--nats", "nats://127.0.0.1:1", "--prefix", "llm\"}", NULL};
+  assert_int_equal(cmd_serve(5, cli), 1); /* refused with the message, nothing started */
+}
+
 /* Value of `--flag` in a spec's arguments, "" for a flag without a value, NULL if absent. */
 static const char *spec_flag(const struct child_spec *spec, const char *flag) {
   for (int a = 1; a < spec->argc; a++)
@@ -469,6 +508,60 @@ static const struct child_spec *spec_named(const struct child_spec *specs, int n
   for (int i = 0; i < n; i++)
     if (!strcmp(specs[i].name, name)) return &specs[i];
   return NULL;
+}
+
+/* The deployment's hash key reaches every scheduler and input processor as a 0600 file (never
+ * on a command line), and no other actor; with --state-dir the key is kept for the next serve
+ * (ids in the durable stream stay valid), with --hash-key-file it is the operator's (the same
+ * on every host); a key file others may read, or that holds no key, is refused. */
+static void test_serve_hands_the_hash_key_to_schedulers_and_input_processors(void **state) {
+  (void)state;
+  struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
+  struct serve_options o = {.model_path = "/m/model.gguf", .bin_dir = "/opt/llmbus/bin", .num_engines = 2};
+  int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
+  assert_true(n > 0);
+  struct serve_hash_key key;
+  assert_int_equal(serve_hash_key_apply(&o, specs, n, &key), LLB_STATUS_OK);
+  int given = 0;
+  for (int i = 0; i < n; i++) {
+    const char *f = spec_flag(&specs[i], "--hash-key-file");
+    const bool wants = !strncmp(specs[i].name, "scheduler", 9) || !strncmp(specs[i].name, "input-processor", 15);
+    assert_int_equal(f != NULL, wants);
+    if (f) assert_string_equal(f, key.path), given++;
+  }
+  assert_int_equal(given, 4); /* two schedulers, two input processors */
+  struct stat sb;
+  assert_int_equal(stat(key.path, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0600);
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", key.own_dir);
+  serve_hash_key_release(&key);
+  assert_int_not_equal(stat(dir, &sb), 0); /* a run's key goes with the run */
+
+  char state_dir[] = "/tmp/llmbus-test-state-XXXXXX", first[128] = "", again[128] = "";
+  assert_non_null(mkdtemp(state_dir));
+  struct serve_options so = {.model_path = "/m/model.gguf", .bin_dir = "/opt/llmbus/bin", .state_dir = state_dir};
+  for (int round = 0; round < 2; round++) {
+    n = serve_actor_specs(&so, specs, SUPERVISOR_MAX_CHILDREN);
+    assert_int_equal(serve_hash_key_apply(&so, specs, n, &key), LLB_STATUS_OK);
+    FILE *f = fopen(key.path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(round ? again : first, sizeof first, f));
+    fclose(f);
+    serve_hash_key_release(&key);
+  }
+  assert_int_equal(strlen(first), 65); /* 64 hex digits and a line end */
+  assert_string_equal(first, again);  /* kept across serves */
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/hash.key", state_dir);
+  assert_int_equal(chmod(path, 0644), 0);
+  struct serve_options op = {.model_path = "/m/model.gguf", .bin_dir = "/opt/llmbus/bin", .hash_key_file = path};
+  n = serve_actor_specs(&op, specs, SUPERVISOR_MAX_CHILDREN);
+  assert_int_equal(serve_hash_key_apply(&op, specs, n, &key), LLB_STATUS_INVALID_ARGUMENT);
+  assert_null(strstr(llb_err_last(), first)); /* never the key itself */
+  serve_hash_key_release(&key);
+  unlink(path);
+  rmdir(state_dir);
 }
 
 /* Requests go through the JetStream stream by default: the scheduler and the input processor
@@ -689,6 +782,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_stop_goes_stage_by_stage),
       cmocka_unit_test(test_killed_child_restarts_and_sigterm_leaves_no_process),
       cmocka_unit_test(test_serve_actor_specs_and_usage),
+      cmocka_unit_test(test_serve_refuses_names_with_syntax_before_starting),
+      cmocka_unit_test(test_serve_hands_the_hash_key_to_schedulers_and_input_processors),
       cmocka_unit_test(test_embedded_nats_monitoring_port_answers_on_loopback),
       cmocka_unit_test(test_serve_gives_each_actor_its_metrics_port),
       cmocka_unit_test(test_serve_passes_engine_flags_to_the_actors_that_take_them),

@@ -107,12 +107,12 @@ class SecureStack(api_stack.Stack):
             return f.read().strip()
 
 
-def generate_request(rid):
+def generate_request(rid, temperature=0.0):
     import flatbuffers
     from llmbus import GenerateRequest as GR, OutputKind, SamplingParams as SP
     b = flatbuffers.Builder(256)
     SP.SamplingParamsStart(b)
-    SP.SamplingParamsAddTemperature(b, 0.0)
+    SP.SamplingParamsAddTemperature(b, temperature)
     SP.SamplingParamsAddMaxTokens(b, 24)
     SP.SamplingParamsAddIgnoreEos(b, True)
     SP.SamplingParamsAddOutputKind(b, OutputKind.OutputKind.Delta)
@@ -357,6 +357,119 @@ async def attacks(stack, results):
             m = os.stat(os.path.join(stack.auth_dir, name)).st_mode & 0o777
             assert m == 0o600, f"{name} mode {m:o}"
 
+    async def nats_conf_holds_bcrypt_hashes_only():
+        with open(os.path.join(stack.auth_dir, "nats.conf")) as f:
+            conf = f.read()
+        pw = re.findall(r'password: "([^"]*)"', conf)
+        assert pw and all(p.startswith("$2b$06$") for p in pw), f"passwords not bcrypt hashes: {pw[:2]}"
+        users = [n[: -len(".password")] for n in os.listdir(stack.auth_dir) if n.endswith(".password")]
+        leaked = [u for u in users if stack.password(u) in conf]
+        assert not leaked, f"plain passwords in nats.conf: {leaked}"
+        assert conf.count("jetstream: disabled") >= 3, "tenant accounts with JetStream"
+
+    async def tenant_connections_are_limited_others_go_on():
+        extra, refused = [], None
+        for i in range(80):  # the account allows 64 (serve_nats_config.h): a's own is one of them
+            try:
+                extra.append(await Client().connect(url, "tenant-a", stack.password("tenant-a")))
+            except Exception as e:  # noqa: BLE001
+                refused = str(e)
+                break
+        n = len(extra)
+        for c in extra:
+            await c.close()
+        assert refused is not None and "connections" in refused.lower(), f"{n} connections, none refused"
+        assert n <= 63, f"{n} more connections accepted"
+        ids, _ = await generate(b.nc, "llm.generate.b", "b-after-connections")
+        assert ids == alone_ids
+
+    async def tenant_subscriptions_are_limited_others_go_on():
+        c = await Client().connect(url, "tenant-a", stack.password("tenant-a"))
+        try:
+            for i in range(300):  # the account allows 256
+                await c.nc.subscribe(f"_INBOX.sub{i}")
+            await c.nc.flush(timeout=5)
+        except Exception:  # noqa: BLE001 - the server closes the connection
+            pass
+        await asyncio.sleep(0.3)
+        said = c.errors + [str(c.nc.last_error)]
+        assert any("subscriptions" in e.lower() for e in said), f"no subscription limit: {said[-3:]}"
+        await c.close()
+        ids, _ = await generate(b.nc, "llm.generate.b", "b-after-subscriptions")
+        assert ids == alone_ids
+
+    async def tenant_payload_over_the_limit_is_refused_by_the_server():
+        # nats-py refuses too large a message itself: speak the protocol to the server directly
+        host, port = url[len("nats://"):].rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        info = json.loads((await reader.readline())[5:])
+        assert info["max_payload"] <= 1 << 20, info["max_payload"]
+        connect = {"user": "tenant-a", "pass": stack.password("tenant-a"), "verbose": False, "pedantic": False}
+        big = 1 << 20
+        writer.write(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
+        writer.write(b"PUB llm.generate.a %d\r\n" % (big + 1) + b"x" * (big + 1) + b"\r\n")
+        await writer.drain()
+        got = b""
+        try:
+            while b"-ERR" not in got:
+                chunk = await asyncio.wait_for(reader.read(4096), TIMEOUT_S)
+                if not chunk:
+                    break
+                got += chunk
+        finally:
+            writer.close()
+        assert b"Maximum Payload" in got, got[:200]
+
+    async def tenant_flood_is_queued_per_tenant_and_others_complete():
+        # a floods its generate subject as fast as it can (requests refused at once: a bad
+        # temperature), while b's request runs: b's stream is the same as alone
+        from llmbus import RequestOutput as RO
+        codes = {}
+
+        async def count(m):
+            ro = RO.RequestOutput.GetRootAs(m.data, 4)
+            code = ro.Error().Code() if ro.Error() else 0
+            codes[code] = codes.get(code, 0) + 1
+
+        inbox = a.nc.new_inbox()
+        await a.nc.subscribe(inbox + ".*", cb=count)
+        bad = generate_request("a-flood", temperature=-1.0)
+        victim_b = asyncio.ensure_future(generate(b.nc, "llm.generate.b", "b-under-flood"))
+        for i in range(3000):
+            await a.nc.publish("llm.generate.a", bad, reply=f"{inbox}.{i}")
+        await a.nc.flush(timeout=30)
+        ids, _ = await victim_b
+        assert ids == alone_ids, "b's stream changed under a's flood"
+        deadline = time.monotonic() + TIMEOUT_S
+        while sum(codes.values()) < 3000 and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert sum(codes.values()) == 3000, f"a got {sum(codes.values())} answers of 3000: {codes}"
+        print(f"     a's flood answered: {codes} (status codes; 0 = none)")
+
+    async def tenant_cannot_reach_jetstream_and_front_door_keeps_to_its_row():
+        before = len(a.violations())
+        await a.nc.publish("$JS.API.INFO", b"", reply=a.nc.new_inbox())
+        await a.nc.flush()
+        api = await Client().connect(url, "api-server", stack.password("api-server"))
+        try:
+            for subject in ("llm.engine.0.outputs", "llm.trace.>", "llm.health.>"):
+                await api.nc.subscribe(subject)
+            await api.nc.flush()
+            await asyncio.sleep(0.3)
+            assert len(api.violations()) >= 3, api.errors
+        finally:
+            await api.close()
+        assert len(a.violations()) > before, a.errors[-3:]
+
+    await case("nats_conf_holds_bcrypt_hashes_only", nats_conf_holds_bcrypt_hashes_only)
+    await case("tenant_connections_are_limited_others_go_on", tenant_connections_are_limited_others_go_on)
+    await case("tenant_subscriptions_are_limited_others_go_on", tenant_subscriptions_are_limited_others_go_on)
+    await case("tenant_payload_over_the_limit_is_refused_by_the_server",
+               tenant_payload_over_the_limit_is_refused_by_the_server)
+    await case("tenant_flood_is_queued_per_tenant_and_others_complete",
+               tenant_flood_is_queued_per_tenant_and_others_complete)
+    await case("tenant_cannot_reach_jetstream_and_front_door_keeps_to_its_row",
+               tenant_cannot_reach_jetstream_and_front_door_keeps_to_its_row)
     await case("credentials_never_in_logs_or_command_lines_and_private", secrets_never_shown)
     await case("plain_client_without_credentials_cannot_connect", no_credentials)
     await case("wrong_password_cannot_connect", wrong_password)
@@ -457,7 +570,18 @@ def http_cases(stack, results):
         status, _, _ = http("POST", base + "/v1/completions", body, KEY_B)
         assert status == 200, status
 
+    def key_checked_before_the_body():
+        # headers announcing 10 MB, then nothing: the 401 comes from the headers alone
+        import socket
+        with socket.create_connection(("127.0.0.1", stack.port), timeout=30) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 10000000\r\nAuthorization: Bearer sk-not-a-key-000000\r\n\r\n")
+            got = sock.recv(4096)
+        assert got.startswith(b"HTTP/1.1 401"), got[:100]
+        assert b"invalid_api_key" in got, got[:300]
+
     for name, fn in (("http_without_or_with_wrong_key_is_401_everywhere", unauthorized),
+                     ("http_key_is_checked_on_the_headers_before_the_body", key_checked_before_the_body),
                      ("http_with_a_key_is_served", authorized),
                      ("cors_preflight_needs_no_key_but_the_request_does", cors_preflight_needs_no_key_but_the_request_does),
                      ("per_tenant_limits_answer_429_with_retry_after", limited)):
@@ -513,6 +637,72 @@ async def default_mode_attacks(stack, results):
         print(f"FAIL default_mode: {type(e).__name__}: {e}")
 
 
+def check_case(results, name, fn):
+    t0 = time.monotonic()
+    try:
+        fn()
+        print(f"ok   {name} ({time.monotonic() - t0:.2f} s)")
+    except Exception as e:  # noqa: BLE001
+        results.append(name)
+        print(f"FAIL {name}: {type(e).__name__}: {e}")
+
+
+def run_dirs(log):
+    """The private directories of a serve run, from its log: credentials, hash key, and the
+    embedded server's directory (ports file, log, JetStream store)."""
+    dirs = re.findall(r"event=nats_auth_generated dir=(\S+)", log)
+    dirs += [os.path.dirname(f) for f in re.findall(r"event=hash_key_generated file=(\S+) scope=run", log)]
+    dirs += [os.path.dirname(d) for d in re.findall(r"event=nats_ready .*store=(\S+)", log)]
+    return sorted(set(dirs))
+
+
+def kill_serve(stack):
+    """SIGKILL to serve alone (its children follow: PR_SET_PDEATHSIG); nothing is cleaned up."""
+    stack.proc.kill()
+    stack.proc.wait()
+    time.sleep(1.0)  # the children's death signals
+    stack.proc = None
+
+
+def swept(left, log):
+    assert len(left) == 3, f"expected the credentials, hash-key and server directories, got {left}"
+    modes = {d: os.stat(d).st_mode & 0o777 for d in left if os.path.isdir(d)}
+    assert len(modes) == 0 or all(m == 0o700 for m in modes.values()), modes
+    remaining = [d for d in left if os.path.exists(d)]
+    assert not remaining, f"a killed serve's directories survived the next serve: {remaining}"
+    removed = re.findall(r"event=stale_run_dir_removed dir=(\S+)", log)
+    assert set(left) <= set(removed), f"not logged as removed: {set(left) - set(removed)}"
+
+
+def names_refused_before_start(results):
+    """Configuration syntax in a name never reaches nats.conf, a subject or a file: serve and
+    the actors refuse it at once, naming the flag, before starting anything."""
+    import subprocess
+    stack = api_stack.Stack()
+    if stack.external:
+        return
+
+    def run(args):
+        p = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        return p.returncode, p.stdout + p.stderr
+
+    def cases():
+        llmbus, cmd = stack.llmbus, os.path.dirname(stack.llmbus)
+        for flag, value in (("--prefix", 'llm"}, accounts: {X: {}'), ("--engine-id", "e\"0"),
+                            ("--prefix", "a b"), ("--engine-id", "../e")):
+            rc, out = run([llmbus, "serve", "--model", stack.model, flag, value])
+            assert rc != 0 and flag in out, f"serve {flag} {value!r}: rc {rc}, {out[-300:]}"
+            assert "nats_ready" not in out, "nats-server was started"
+        rc, out = run([os.path.join(cmd, "llmbus-api-server"), "--model", stack.model, "--model-name", 'm"x',
+                       "--nats", "nats://127.0.0.1:1"])
+        assert rc == 2 and "model-name" in out, f"api server: rc {rc}, {out[-300:]}"
+        rc, out = run([os.path.join(cmd, "llmbus-scheduler"), "--model", stack.model, "--prefix", "llm}",
+                       "--nats", "nats://127.0.0.1:1"])
+        assert rc == 2 and "--prefix" in out, f"scheduler: rc {rc}, {out[-300:]}"
+
+    check_case(results, "names_with_syntax_are_refused_before_anything_starts", cases)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pydir", required=True, help="flatc's Python output (llmbus package)")
@@ -525,6 +715,7 @@ def main():
     sys.path.insert(0, args.pydir)
     failures = []
     with tempfile.TemporaryDirectory(prefix="llmbus-security-") as work:
+        names_refused_before_start(failures)
         with SecureStack(work) as stack:
             asyncio.run(attacks(stack, failures))
             http_cases(stack, failures)
@@ -533,9 +724,13 @@ def main():
                 failures.append("serve_still_running")
             if failures:
                 print(f"--- serve log (tail) ---\n{stack.tail(60)}")
+            left = run_dirs(stack.log_text())
+            kill_serve(stack)  # SIGKILL: serve itself can remove nothing now
         n = len(failures)
         with DefaultStack() as stack:
             asyncio.run(default_mode_attacks(stack, failures))
+            check_case(failures, "secrets_and_store_of_a_killed_serve_are_removed_by_the_next",
+                       lambda: swept(left, stack.log_text()))
             if len(failures) > n:
                 print(f"--- serve log (tail) ---\n{stack.tail(60)}")
     print(f"{'FAIL' if failures else 'PASS'}: {len(failures)} failing: {failures}")

@@ -13,3 +13,11 @@ if(TARGET llmbus_api_server_core)
                  LABELS unit api TIMEOUT 60)
   endif()
 endif()
+# The listener's connection policing (http_guard.h) on a real evhttp on loopback: the API key
+# checked on the headers before the body, the connection limit.
+if(TARGET llmbus_api_server)
+  llb_add_test(test_http_guard SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_http_guard.c
+               LIBS llmbus_api_server PkgConfig::LIBEVENT PkgConfig::CMOCKA Threads::Threads LABELS unit api TIMEOUT 120)
+  llb_add_test(test_api_listen_warning SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_api_listen_warning.c
+               LIBS llmbus_api_server PkgConfig::CMOCKA LABELS unit api TIMEOUT 60)
+endif()

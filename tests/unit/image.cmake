@@ -11,6 +11,10 @@ add_test(NAME test_image
          COMMAND sh -c "if [ ! -x '${llb_image_py}' ]; then echo 'SKIP: ${llb_image_py} missing (make venv)'; exit 77; fi; exec '${llb_image_py}' '${CMAKE_CURRENT_LIST_DIR}/test_image.py' '$<TARGET_FILE:image_tool>'")
 set_tests_properties(test_image PROPERTIES TIMEOUT 300 LABELS unit SKIP_RETURN_CODE 77)
 
+# A progressive JPEG of more scans than LLB_IMAGE_MAX_JPEG_SCANS is refused (CPU bound).
+llb_add_test(test_image_scans SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_image_scans.c
+             LIBS llmbus_image PkgConfig::CMOCKA LABELS unit TIMEOUT 60)
+
 # The image encoder (model/clip.h): clip_tool plans and encodes with a random-weight mmproj that
 # tests/tools/make_mmproj.py writes at test time; test_clip.py compares it with a float64 numpy
 # reference (tests/unit/clip_reference.py) and with the embeddings llama.cpp computed for the

@@ -67,6 +67,25 @@ static void test_listed_origins_methods_and_headers_only(void **state) {
   assert_int_equal(n, 0);
 }
 
+/* Credentials never with every origin: Starlette would echo any Origin back with credentials,
+ * and every web page could then read a logged-in user's answers. Refused at start, named. */
+static void test_credentials_with_every_origin_are_refused(void **state) {
+  (void)state;
+  struct api_cors c;
+  assert_int_equal(api_cors_parse(NULL, NULL, NULL, true, &c), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "--allow-credentials"));
+  assert_int_equal(api_cors_parse("*", NULL, NULL, true, &c), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(api_cors_parse("https://a.example, *", NULL, NULL, true, &c), LLB_STATUS_INVALID_ARGUMENT);
+  /* without credentials, every origin gets "*" (no credentials go with it) */
+  assert_int_equal(api_cors_parse("*", NULL, NULL, false, &c), LLB_STATUS_OK);
+  struct api_cors_header h[6];
+  int n;
+  char why[128];
+  assert_int_equal(api_cors_check(&c, false, "https://evil.example", NULL, NULL, h, &n, why, sizeof why), API_CORS_PASS);
+  assert_string_equal(header(h, n, "Access-Control-Allow-Origin"), "*");
+  assert_null(header(h, n, "Access-Control-Allow-Credentials"));
+}
+
 static void test_bad_option_values_are_refused(void **state) {
   (void)state;
   struct api_cors c;
@@ -82,6 +101,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_allow_any_origin_with_a_star),
       cmocka_unit_test(test_listed_origins_methods_and_headers_only),
+      cmocka_unit_test(test_credentials_with_every_origin_are_refused),
       cmocka_unit_test(test_bad_option_values_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

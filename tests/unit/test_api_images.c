@@ -1,6 +1,8 @@
-/* file:// image URLs (api_images.h): read only when their realpath lies inside
- * --allowed-local-media-path; a path outside it, a symlink leading out of it, a directory, a
- * non-image file and a file over API_MAX_IMAGE_BYTES are 400s naming the part. */
+/* file:// image URLs (api_images.h): read only when the path opens inside
+ * --allowed-local-media-path with no symbolic link and no "..", as a regular file (a FIFO does
+ * not block the server); a missing path, a path outside it, a symlink (even one pointing inside),
+ * a FIFO and a directory all get the same 400 text (no existence oracle); a non-image file and a
+ * file over API_MAX_IMAGE_BYTES are 400s naming the part. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,10 +54,16 @@ static void test_file_urls_are_read_only_inside_the_allowed_directory(void **sta
   assert_int_equal(mkdir(link, 0700), 0);
   snprintf(link, sizeof link, "%s/out.png", g_dir);
   assert_int_equal(symlink("/etc/passwd", link), 0);
+  char target[PATH_MAX + 64];
+  snprintf(link, sizeof link, "%s/in.png", g_dir);
+  snprintf(target, sizeof target, "%s/a.png", g_real);
+  assert_int_equal(symlink(target, link), 0); /* a link, even to a file inside: refused */
+  snprintf(link, sizeof link, "%s/fifo.png", g_dir);
+  assert_int_equal(mkfifo(link, 0600), 0); /* no writer: a blocking open would hang the server */
 
   struct api_request r;
   struct api_error e;
-  snprintf(url, sizeof url, "file://%s/a.png", g_dir);
+  snprintf(url, sizeof url, "file://%s/a.png", g_real);
   if (parse_url(url, g_real, &r, &e) != LLB_STATUS_OK) fail_msg("%s: %s", e.param, e.message);
   assert_int_equal(r.num_mm_items, 1);
   assert_int_equal(r.mm_items[0].data_bytes, sizeof png);
@@ -66,24 +74,35 @@ static void test_file_urls_are_read_only_inside_the_allowed_directory(void **sta
     const char *name, *needle;
     bool allowed;
   } bad[] = {
-      {"a.png", "--allowed-local-media-path", false},
-      {"out.png", "not inside", true},
+      {"a.png", "file:// URLs are refused", false},
+      {"out.png", API_LOCAL_MEDIA_NOT_FOUND, true},
+      {"in.png", API_LOCAL_MEDIA_NOT_FOUND, true},
+      {"fifo.png", API_LOCAL_MEDIA_NOT_FOUND, true},
       {"note.txt", "neither a JPEG nor a PNG", true},
       {"big.png", "larger than", true},
-      {"missing.png", "cannot open", true},
-      {"sub", "not a readable regular file", true},
-      {"", "not inside", true},
+      {"missing.png", API_LOCAL_MEDIA_NOT_FOUND, true},
+      {"sub", API_LOCAL_MEDIA_NOT_FOUND, true},
+      {"", API_LOCAL_MEDIA_NOT_FOUND, true},
+      {"../a.png", API_LOCAL_MEDIA_NOT_FOUND, true},
+      {"sub/../../a.png", API_LOCAL_MEDIA_NOT_FOUND, true}, /* ".." that stays inside is fine */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    snprintf(url, sizeof url, "file://%s/%s", g_dir, bad[i].name);
+    snprintf(url, sizeof url, "file://%s/%s", g_real, bad[i].name);
     assert_int_equal(parse_url(url, bad[i].allowed ? g_real : NULL, &r, &e), LLB_STATUS_INVALID_ARGUMENT);
     assert_int_equal(e.http_status, 400);
     assert_string_equal(e.param, "messages[0].content[0].image_url");
     if (!strstr(e.message, bad[i].needle)) fail_msg("%s: '%s' lacks '%s'", bad[i].name, e.message, bad[i].needle);
   }
-  /* a path outside the directory altogether */
+  /* a path outside the directory altogether, one that exists and one that does not: the same
+   * answer as a missing file inside */
+  char missing_msg[sizeof e.message];
+  snprintf(url, sizeof url, "file://%s/missing.png", g_real);
+  assert_int_equal(parse_url(url, g_real, &r, &e), LLB_STATUS_INVALID_ARGUMENT);
+  snprintf(missing_msg, sizeof missing_msg, "%s", e.message);
   assert_int_equal(parse_url("file:///etc/passwd", g_real, &r, &e), LLB_STATUS_INVALID_ARGUMENT);
-  assert_non_null(strstr(e.message, "not inside"));
+  assert_string_equal(e.message, missing_msg);
+  assert_int_equal(parse_url("file:///etc/no-such-file-here", g_real, &r, &e), LLB_STATUS_INVALID_ARGUMENT);
+  assert_string_equal(e.message, missing_msg);
 }
 
 int main(void) {
@@ -93,8 +112,8 @@ int main(void) {
       cmocka_unit_test(test_file_urls_are_read_only_inside_the_allowed_directory),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  const char *names[] = {"a.png", "note.txt", "big.png", "out.png"};
-  for (size_t i = 0; i < 4; i++) {
+  const char *names[] = {"a.png", "note.txt", "big.png", "out.png", "in.png", "fifo.png"};
+  for (size_t i = 0; i < 6; i++) {
     char p[PATH_MAX + 64];
     snprintf(p, sizeof p, "%s/%s", g_dir, names[i]);
     unlink(p);

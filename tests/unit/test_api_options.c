@@ -14,6 +14,7 @@
 static struct api_server_flags defaults(void) {
   return (struct api_server_flags){.http = "127.0.0.1:8000", .max_body_bytes = 1024 * 1024,
                                    .request_timeout_s = 10, .first_output_timeout_s = 60, .max_concurrent = 256,
+                                   .max_connections = API_DEFAULT_MAX_CONNECTIONS,
                                    .tenant = "default", .health_actors = API_ACTOR_DEFAULT_HEALTH_ACTORS,
                                    .health_missed_beats = 3, .tool_call_parser = "hermes"};
 }
@@ -119,12 +120,43 @@ static void test_seed_and_auto_tool_choice_reach_the_options(void **state) {
   assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
   f.seed = "x";
   assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
+/* Model names reach JSON answers, logs and metrics labels: the one name rule (bus/subject.h)
+ * refuses what a configuration or a log could misread, before the server starts. */
+static void test_model_names_with_syntax_are_refused(void **state) {
+  (void)state;
+  const char *bad[] = {"a\"b", "x\ny", "../etc", "/abs", "-flag", "sp ace", "a{b}", "a..b", "a#b", "a$b"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    struct api_server_flags f = defaults();
+    const char *names[] = {"good-alias", bad[i]}; /* an alias is held to the same rule */
+    f.served_model_names = names + (i % 2 ? 0 : 1);
+    f.num_served_model_names = i % 2 ? 2 : 1;
+    struct api_server_config c;
+    assert_int_equal(api_server_config_init(&c, &f, NULL, 2000), LLB_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(llb_err_last(), "--served-model-name"));
+  }
+  struct api_server_flags f = defaults();
+  struct api_server_config c;
+  assert_int_equal(api_server_config_init(&c, &f, "/m/My Model.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
+}
+
+static void test_loopback_hosts_are_told_from_open_ones(void **state) {
+  (void)state;
+  assert_true(api_host_is_loopback("127.0.0.1"));
+  assert_true(api_host_is_loopback("127.9.8.7"));
+  assert_true(api_host_is_loopback("::1"));
+  assert_true(api_host_is_loopback("localhost"));
+  assert_false(api_host_is_loopback("0.0.0.0"));
+  assert_false(api_host_is_loopback("::"));
+  assert_false(api_host_is_loopback("10.1.2.3"));
+  assert_false(api_host_is_loopback(""));
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_served_model_name_is_the_gguf_basename_unless_given),
       cmocka_unit_test(test_seed_and_auto_tool_choice_reach_the_options),
+      cmocka_unit_test(test_model_names_with_syntax_are_refused),
+      cmocka_unit_test(test_loopback_hosts_are_told_from_open_ones),
       cmocka_unit_test(test_out_of_range_flags_are_refused),
       cmocka_unit_test(test_api_key_serves_its_tenant_and_a_bad_one_stops_the_start),
   };

@@ -129,23 +129,65 @@ static void test_hash_values_are_pinned(void **state) {
   uint64_t s = 0;
   assert_true(llb_splitmix64_next(&s) == UINT64_C(0xe220a8397b1dcdaf));
   assert_true(llb_splitmix64_next(&s) == UINT64_C(0x6e789e6aa1b965f4));
-  /* the prefix cache's hashes, as the scheduler and kv_manager have computed them since the
-   * KV protocol began (values of schemas/kv_ops.c before they moved here) */
-  const char *strs[] = {"", "a", "img-1", "abcdefgh", "abcdefghi", "cmpl-0123456789abcdef-0"};
-  const uint64_t want[] = {UINT64_C(0x76165f8346cf6549), UINT64_C(0x0b7df0398b8c8320),
-                           UINT64_C(0xd395f54557313568), UINT64_C(0x861757d1f10fb7e1),
-                           UINT64_C(0x1d34d94c550074d6), UINT64_C(0x8ca1f7ca1d95f786)};
-  for (int i = 0; i < 6; i++) assert_true(llb_hash_bytes(strs[i], strlen(strs[i])) == want[i]);
+}
+
+/* key = bytes 0..31, as the known answers below (computed with Python's hashlib.blake2b) */
+static struct llb_hash_key test_key(void) {
+  struct llb_hash_key k;
+  for (int i = 0; i < LLB_HASH_KEY_BYTES; i++) k.bytes[i] = (uint8_t)i;
+  return k;
+}
+
+static void test_keyed_hashes_are_blake2b_under_the_key(void **state) {
+  (void)state;
+  const struct llb_hash_key key = test_key();
+  /* blake2b(key=key, digest_size=16) over (8-byte length of the domain, domain, data): the
+   * first 8 bytes, little endian */
+  assert_true(llb_hash_bytes(&key, "", 0) == UINT64_C(0x5cdd6e0bfa77f369));
+  assert_true(llb_hash_bytes(&key, "salt", 4) == UINT64_C(0x0cf3b6fff78d86ff));
   const int32_t tokens[5] = {1, 2, 3, 4, 5};
   const uint64_t mm[2] = {7, 9};
-  struct llb_block_extra_keys ex = {.has_cache_salt = true, .cache_salt_hash = llb_hash_bytes("salt", 4),
+  struct llb_block_extra_keys ex = {.has_cache_salt = true, .cache_salt_hash = llb_hash_bytes(&key, "salt", 4),
                                     .num_mm_hashes = 2, .mm_hashes = mm};
-  assert_true(llb_block_hash(LLB_BLOCK_HASH_ROOT, tokens, 4, NULL) == UINT64_C(0xf44c748110e03a26));
-  assert_true(llb_block_hash(LLB_BLOCK_HASH_ROOT, tokens, 5, &ex) == UINT64_C(0xdf91d81302263df9));
+  assert_true(llb_block_hash(&key, LLB_BLOCK_HASH_ROOT, tokens, 4, NULL) == UINT64_C(0x062b146463c03259));
+  assert_true(llb_block_hash(&key, LLB_BLOCK_HASH_ROOT, tokens, 5, &ex) == UINT64_C(0xe46d779bd8cedf19));
+  const struct llb_hash_part parts[2] = {{"alpha", 5}, {"req-00000001", 12}};
+  uint8_t mac[16];
+  llb_keyed_hash128_parts(&key, "llmbus-request-id-tag", parts, 2, mac);
+  assert_int_equal(mac[0], 0x08);
+  assert_int_equal(mac[7], 0xc4);
   /* a block's hash depends on its parent, its salt and its multimodal keys */
-  assert_true(llb_block_hash(1, tokens, 4, NULL) != llb_block_hash(2, tokens, 4, NULL));
+  assert_true(llb_block_hash(&key, 1, tokens, 4, NULL) != llb_block_hash(&key, 2, tokens, 4, NULL));
   ex.has_cache_salt = false;
-  assert_true(llb_block_hash(LLB_BLOCK_HASH_ROOT, tokens, 5, &ex) != UINT64_C(0xdf91d81302263df9));
+  assert_true(llb_block_hash(&key, LLB_BLOCK_HASH_ROOT, tokens, 5, &ex) != UINT64_C(0xe46d779bd8cedf19));
+}
+
+/* Whoever lacks the key cannot compute a block's hash: under another key every hash differs,
+ * and one key gives the same hash again (a restarted scheduler with the serve's key file). */
+static void test_block_hash_needs_the_key(void **state) {
+  (void)state;
+  const struct llb_hash_key key = test_key();
+  struct llb_hash_key other = key, random_key;
+  other.bytes[31] ^= 1;
+  llb_hash_key_generate(&random_key);
+  int32_t tokens[16];
+  for (int i = 0; i < 16; i++) tokens[i] = 100 + i;
+  const uint64_t h = llb_block_hash(&key, LLB_BLOCK_HASH_ROOT, tokens, 16, NULL);
+  assert_true(h == llb_block_hash(&key, LLB_BLOCK_HASH_ROOT, tokens, 16, NULL));
+  assert_true(h != llb_block_hash(&other, LLB_BLOCK_HASH_ROOT, tokens, 16, NULL));
+  assert_true(h != llb_block_hash(&random_key, LLB_BLOCK_HASH_ROOT, tokens, 16, NULL));
+  char hex[2 * LLB_HASH_KEY_BYTES + 1];
+  struct llb_hash_key back;
+  llb_hash_key_to_hex(&random_key, hex);
+  assert_int_equal(strlen(hex), 64);
+  char padded[80];
+  snprintf(padded, sizeof padded, "  %s\n", hex);
+  assert_int_equal(llb_hash_key_from_hex(padded, &back), LLB_STATUS_OK);
+  assert_memory_equal(back.bytes, random_key.bytes, LLB_HASH_KEY_BYTES);
+  hex[5] = 'g';
+  assert_int_equal(llb_hash_key_from_hex(hex, &back), LLB_STATUS_INVALID_ARGUMENT);
+  assert_null(strstr(llb_err_last(), hex)); /* a secret is never quoted */
+  assert_int_equal(llb_hash_key_from_hex("abcd", &back), LLB_STATUS_INVALID_ARGUMENT);
 }
 
 int main(void) {
@@ -156,6 +198,8 @@ int main(void) {
       cmocka_unit_test(test_array_reserve_grows_and_keeps_contents),
       cmocka_unit_test(test_array_reserve_refuses_bad_sizes_unchanged),
       cmocka_unit_test(test_hash_values_are_pinned),
+      cmocka_unit_test(test_keyed_hashes_are_blake2b_under_the_key),
+      cmocka_unit_test(test_block_hash_needs_the_key),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

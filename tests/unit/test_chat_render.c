@@ -74,6 +74,31 @@ static void test_continue_final_message_cuts_after_the_last_content(void **s) {
                 "<user>q</user><assistant>Red and ");
 }
 
+/* The cut finds the last occurrence of the content in one pass (Knuth-Morris-Pratt): a 512 KiB
+ * repetitive content rendered twice (so every position matches) used to take minutes, restarting
+ * a search after each of its matches; the ctest timeout catches that. The last occurrence, as
+ * transformers' rindex, also when occurrences overlap. */
+static void test_continue_final_message_is_linear_on_repetitive_content(void **s) {
+  (void)s;
+  const size_t n = 512 * 1024;
+  char *content = malloc(n + 1);
+  assert_non_null(content);
+  memset(content, 'a', n);
+  content[n] = '\0';
+  struct chat_message msgs[] = {{"user", content}, {"assistant", content}};
+  struct chat_render_input in = {.messages = msgs, .num_messages = 2, .continue_final_message = true};
+  struct jinja_template *t = tmpl("{% for m in messages %}{{ m.content }}|{% endfor %}");
+  char *text = NULL;
+  if (chat_render_jinja(t, &in, &text) != LLB_STATUS_OK) fail_msg("render: %s", llb_err_last());
+  assert_int_equal(strlen(text), 2 * n + 1); /* cut after the second content, before its '|' */
+  free(text);
+  jinja_template_destroy(t);
+  free(content);
+  struct chat_message over[] = {{"user", "q"}, {"assistant", "aba"}};
+  in.messages = over;
+  expect_render("{% for m in messages %}{{ m.content }}ababa#{% endfor %}", &in, "qababa#abaababa");
+}
+
 static void test_bad_fields_are_refused(void **s) {
   (void)s;
   struct jinja_template *t = tmpl("{{ messages }}");
@@ -153,6 +178,7 @@ int main(void) {
       cmocka_unit_test(test_tool_calls_arguments_become_a_dict_and_null_content_empty),
       cmocka_unit_test(test_kwargs_reach_the_template_but_not_over_messages),
       cmocka_unit_test(test_continue_final_message_cuts_after_the_last_content),
+      cmocka_unit_test(test_continue_final_message_is_linear_on_repetitive_content),
       cmocka_unit_test(test_bad_fields_are_refused),
       cmocka_unit_test(test_chat_template_file_errors_name_the_file),
       cmocka_unit_test(test_chat_template_may_be_the_jinja_text_itself),

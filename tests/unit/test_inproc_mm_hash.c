@@ -1,5 +1,6 @@
 /* The input processor's multimodal content hash (actors/input_processor/mm_items.h): stable,
- * 32 hex digits, and different for any change of salt, modality, dtype, shape or one byte. */
+ * 32 hex digits, keyed, and different for any change of key, salt, modality, dtype, shape or one
+ * byte. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,26 +17,40 @@ static void test_hash_is_stable_and_sensitive_to_every_field(void **state) {
   struct inproc_mm_item it = {.modality = "embeds", .data = data, .data_bytes = 64, .dtype = "f32",
                               .num_rows = 2, .num_cols = 8};
   char h[INPROC_MM_HASH_BYTES], h2[INPROC_MM_HASH_BYTES];
-  inproc_mm_hash("default", &it, h);
-  inproc_mm_hash("default", &it, h2);
+  struct llb_hash_key key = {{1, 2, 3}};
+  inproc_mm_hash(&key, "default", &it, h);
+  inproc_mm_hash(&key, "default", &it, h2);
   assert_string_equal(h, h2);
   assert_int_equal(strlen(h), 32);
-  inproc_mm_hash("tenant-b", &it, h2);
+  inproc_mm_hash(&key, "tenant-b", &it, h2);
   assert_string_not_equal(h, h2);
   struct inproc_mm_item v = it;
   v.num_rows = 4, v.num_cols = 4;
-  inproc_mm_hash("default", &v, h2);
+  inproc_mm_hash(&key, "default", &v, h2);
   assert_string_not_equal(h, h2);
   v = it;
   v.dtype = "f16";
-  inproc_mm_hash("default", &v, h2);
+  inproc_mm_hash(&key, "default", &v, h2);
   assert_string_not_equal(h, h2);
   for (int i = 0; i < 64; i += 9) {
     data[i] ^= 1;
-    inproc_mm_hash("default", &it, h2);
+    inproc_mm_hash(&key, "default", &it, h2);
     assert_string_not_equal(h, h2);
     data[i] ^= 1;
   }
+  /* another deployment's key: every hash differs (nobody without the key can aim one) */
+  struct llb_hash_key other = key;
+  other.bytes[0] ^= 0x80;
+  inproc_mm_hash(&other, "default", &it, h2);
+  assert_string_not_equal(h, h2);
+  /* the salt and the modality are length-prefixed: ("ab", "c") is not ("a", "bc") */
+  struct inproc_mm_item m = it;
+  m.modality = "cembeds";
+  inproc_mm_hash(&key, "defaul", &it, h);
+  inproc_mm_hash(&key, "default", &m, h2);
+  m.modality = "tembeds";
+  inproc_mm_hash(&key, "defaul", &m, h);
+  assert_string_not_equal(h, h2);
 }
 
 int main(void) {

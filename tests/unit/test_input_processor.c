@@ -31,7 +31,7 @@ static int setup(void **state) {
   (void)state;
   struct inproc_config cfg = {.max_model_len = MAX_MODEL_LEN, .max_n = 8, .max_logprobs = 5,
                               .has_chat_template = true, .chat_template = CHAT_TEMPLATE_CHATML,
-                              .random_u64 = test_random};
+                              .random_u64 = test_random, .hash_key = {{42}}};
   rng_state = 42;
   return inproc_create(tok, &cfg, &proc) == LLB_STATUS_OK ? 0 : -1;
 }
@@ -303,9 +303,9 @@ static void test_seed_is_drawn_when_missing_and_kept_when_given(void **state) {
   assert_true(a.requests[0].sampling_params->has_seed);
   assert_int_equal(inproc_process(proc, &r, &b, &errs), LLB_STATUS_OK);
   assert_true(a.requests[0].sampling_params->seed != b.requests[0].sampling_params->seed);
-  /* Ids: external id, '-', 16 hex digits; different each time. */
+  /* Ids: external id, '-', 24 hex digits (8 random, a 64-bit tenant tag); different each time. */
   assert_int_equal(strncmp(a.requests[0].request_id, "req-1-", 6), 0);
-  assert_int_equal(strlen(a.requests[0].request_id), 6 + 16);
+  assert_int_equal(strlen(a.requests[0].request_id), 6 + 24);
   assert_string_not_equal(a.requests[0].request_id, b.requests[0].request_id);
   inproc_processed_free(&a);
   inproc_processed_free(&b);
@@ -329,22 +329,35 @@ static void test_ids_are_owned_by_their_tenant_only(void **state) {
   assert_int_equal(inproc_process(proc, &r, &out, &errs), LLB_STATUS_OK);
   assert_int_equal(inproc_processed_set_engine(&out, "e1"), LLB_STATUS_OK);
   const char *parent = out.requests[0].parent_request_id, *child = out.requests[1].request_id;
-  assert_true(inproc_id_owned_by(parent, strlen(parent), "alpha"));
-  assert_true(inproc_id_owned_by(child, strlen(child), "alpha"));
-  assert_false(inproc_id_owned_by(parent, strlen(parent), "beta"));
-  assert_false(inproc_id_owned_by(parent, strlen(parent), NULL));
+  const struct llb_hash_key key = {{42}};
+  assert_true(inproc_id_owned_by(&key, parent, strlen(parent), "alpha"));
+  assert_true(inproc_id_owned_by(&key, child, strlen(child), "alpha"));
+  assert_false(inproc_id_owned_by(&key, parent, strlen(parent), "beta"));
+  assert_false(inproc_id_owned_by(&key, parent, strlen(parent), NULL));
   /* without the engine suffix, as before routing */
   char bare[INPROC_MAX_ID_BYTES];
   snprintf(bare, sizeof bare, "%s", parent);
   *strrchr(bare, '@') = '\0';
-  assert_true(inproc_id_owned_by(bare, strlen(bare), "alpha"));
-  assert_false(inproc_id_owned_by(bare, strlen(bare), "beta"));
+  assert_true(inproc_id_owned_by(&key, bare, strlen(bare), "alpha"));
+  assert_false(inproc_id_owned_by(&key, bare, strlen(bare), "beta"));
   /* ids that are not ours: too short, not hex, upper-case hex, no '-' */
-  assert_false(inproc_id_owned_by("x", 1, "alpha"));
-  assert_false(inproc_id_owned_by("req-0123456789abcdeg@e1", 23, "alpha"));
-  char lower[64];
-  snprintf(lower, sizeof lower, "req_00000000%08x", inproc_tenant_tag("alpha"));
-  assert_false(inproc_id_owned_by(lower, strlen(lower), "alpha"));
+  assert_false(inproc_id_owned_by(&key, "x", 1, "alpha"));
+  assert_false(inproc_id_owned_by(&key, "req-0123456789abcdef0123456g@e1", 31, "alpha"));
+  char lower[64], tag[INPROC_TENANT_TAG_HEX + 1];
+  inproc_tenant_tag(&key, "alpha", "req_00000000", 12, tag);
+  snprintf(lower, sizeof lower, "req_00000000%s", tag); /* no '-' before the 24 hex */
+  assert_false(inproc_id_owned_by(&key, lower, strlen(lower), "alpha"));
+  /* the tag is a MAC of the id under the key: another key, or the tag moved onto another id
+   * (a forged id), does not pass; 16 hex digits = 64 bits */
+  struct llb_hash_key other = key;
+  other.bytes[3] ^= 1;
+  assert_false(inproc_id_owned_by(&other, parent, strlen(parent), "alpha"));
+  char forged[INPROC_MAX_ID_BYTES];
+  snprintf(forged, sizeof forged, "%s", bare);
+  char *digit = &forged[strlen(forged) - INPROC_TENANT_TAG_HEX - 1]; /* one random hex digit changed */
+  *digit = *digit == '0' ? '1' : '0';
+  assert_false(inproc_id_owned_by(&key, forged, strlen(forged), "alpha"));
+  assert_int_equal(strlen(bare) - strlen("req-1-"), 8 + INPROC_TENANT_TAG_HEX);
   inproc_processed_free(&out);
 }
 
@@ -397,14 +410,15 @@ static void test_tenant_and_salt_cannot_be_confused_for_another_pair(void **stat
   float rows[4] = {0.5f, 1, 2, 3};
   struct inproc_mm_item item = {.modality = "embeds", .data = (const uint8_t *)rows, .data_bytes = sizeof rows,
                                 .dtype = "f32", .num_rows = 1, .num_cols = 4};
+  const struct llb_hash_key key = {{7}};
   for (int i = 0; i < N; i++) {
     size_t salt_len = pairs[i].salt ? strlen(pairs[i].salt) : 0;
     assert_true(inproc_cache_salt_compose(pairs[i].tenant, pairs[i].salt, salt_len, salts[i], sizeof salts[i]) <
                 sizeof salts[i]);
     struct llb_block_extra_keys extra = {.has_cache_salt = true,
-                                        .cache_salt_hash = llb_hash_bytes(salts[i], strlen(salts[i]))};
-    block_hash[i] = llb_block_hash(LLB_BLOCK_HASH_ROOT, tokens, 4, &extra);
-    inproc_mm_hash(salts[i], &item, mm_hash[i]);
+                                        .cache_salt_hash = llb_hash_bytes(&key, salts[i], strlen(salts[i]))};
+    block_hash[i] = llb_block_hash(&key, LLB_BLOCK_HASH_ROOT, tokens, 4, &extra);
+    inproc_mm_hash(&key, salts[i], &item, mm_hash[i]);
   }
   assert_string_equal(salts[0], "3:b/x");
   assert_string_equal(salts[1], "1:b1:x");

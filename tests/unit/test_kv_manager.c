@@ -38,15 +38,17 @@ static void fx_free(struct fixture *f) {
   assert_int_equal(st, LLB_STATUS_OK);
 }
 
-/* Chained hashes of the full blocks of tokens[n]. */
+static const struct llb_hash_key TEST_KEY = {{9, 9, 9}};
+
+/* Chained hashes of the full blocks of tokens[n], as a scheduler holding TEST_KEY makes them. */
 static int32_t hashes_of(const int32_t *tokens, int32_t n, const char *salt, const uint64_t *mm,
                          int32_t num_mm, uint64_t *out) {
   uint64_t parent = LLB_BLOCK_HASH_ROOT;
   for (int32_t b = 0; b < n / BS; b++) {
     struct llb_block_extra_keys ex = {.has_cache_salt = salt && b == 0,
-                                     .cache_salt_hash = salt ? llb_hash_bytes(salt, strlen(salt)) : 0,
+                                     .cache_salt_hash = salt ? llb_hash_bytes(&TEST_KEY, salt, strlen(salt)) : 0,
                                      .num_mm_hashes = b == 0 ? num_mm : 0, .mm_hashes = mm};
-    out[b] = parent = llb_block_hash(parent, tokens + b * BS, BS, &ex);
+    out[b] = parent = llb_block_hash(&TEST_KEY, parent, tokens + b * BS, BS, &ex);
   }
   return n / BS;
 }
@@ -122,7 +124,7 @@ static void test_never_serves_the_whole_prompt_from_cache(void **state) {
 static void test_no_hit_across_cache_salt_or_mm_hash(void **state) {
   (void)state;
   struct fixture *f = fx_new(32);
-  uint64_t mm1 = llb_hash_bytes("img-1", 5), mm2 = llb_hash_bytes("img-2", 5);
+  uint64_t mm1 = llb_hash_bytes(&TEST_KEY, "img-1", 5), mm2 = llb_hash_bytes(&TEST_KEY, "img-2", 5);
   assert_int_equal(alloc_new(f, "a", PROMPT, 13, "tenant-a", &mm1, 1).status, LLB_STATUS_OK);
   cache_all(f, "a", PROMPT, 13, "tenant-a", &mm1, 1);
   assert_int_equal(alloc_new(f, "b", PROMPT, 13, "tenant-b", &mm1, 1).num_cached_tokens, 0);

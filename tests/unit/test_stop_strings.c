@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <string.h>
 
 #include "actors/output_processor/detokenizer.h"
 #include "actors/output_processor/stop_strings.h"
@@ -120,6 +121,42 @@ static void run_stops(const char *text, const char *const *stops, int n, bool in
   outproc_destroy(p);
 }
 
+/* The hold-back as the longest suffix that is a proper prefix of a stop, computed in O(stop)
+ * (a KMP automaton; issue 38: every suffix length compared was O(stop^2) per streamed piece),
+ * against the plain definition on texts and stops of a two-letter alphabet (where borders are
+ * many), and on the costly case: 16 stops of 255 bytes. */
+static void test_holdback_agrees_with_its_definition(void **state) {
+  (void)state;
+  static char stops[LLB_MAX_STOP_STRINGS][LLB_MAX_STOP_STRING_BYTES + 1];
+  char text[64];
+  uint64_t x = 12345;
+  for (int round = 0; round < 4000; round++) {
+    const int32_t n = 1 + (int32_t)(x % 3);
+    for (int32_t k = 0; k < n; k++) {
+      const size_t l = 1 + (x >> (8 + k)) % 12;
+      for (size_t j = 0; j < l; j++) stops[k][j] = "ab"[(x >> (j % 60)) & 1], x = x * 6364136223846793005ull + 1;
+      stops[k][l] = '\0';
+    }
+    const size_t len = (size_t)(x >> 33) % sizeof text;
+    for (size_t j = 0; j < len; j++) text[j] = "ab"[(x >> (j % 60)) & 1], x = x * 6364136223846793005ull + 1;
+    size_t want = 0;
+    for (int32_t k = 0; k < n; k++)
+      for (size_t p = strlen(stops[k]) - 1; p > want; p--)
+        if (p <= len && memcmp(text + len - p, stops[k], p) == 0) want = p;
+    assert_int_equal(stop_strings_holdback(text, len, (const char(*)[LLB_MAX_STOP_STRING_BYTES + 1])stops, n), want);
+  }
+  for (int32_t k = 0; k < LLB_MAX_STOP_STRINGS; k++) {
+    memset(stops[k], 'a', LLB_MAX_STOP_STRING_BYTES);
+    stops[k][LLB_MAX_STOP_STRING_BYTES - 1] = 'b';
+    stops[k][LLB_MAX_STOP_STRING_BYTES] = '\0';
+  }
+  char long_text[4096];
+  memset(long_text, 'a', sizeof long_text);
+  assert_int_equal(stop_strings_holdback(long_text, sizeof long_text, (const char(*)[LLB_MAX_STOP_STRING_BYTES + 1])stops,
+                                         LLB_MAX_STOP_STRINGS),
+                   LLB_MAX_STOP_STRING_BYTES - 1);
+}
+
 static void test_stop_string_over_three_tokens_is_cut_and_excluded(void **state) {
   (void)state;
   struct run r;
@@ -187,6 +224,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_find_matches_only_text_reaching_new_bytes),
       cmocka_unit_test(test_find_prefers_the_earliest_of_several),
+      cmocka_unit_test(test_holdback_agrees_with_its_definition),
       cmocka_unit_test(test_holdback_is_longest_suffix_that_starts_a_stop),
       cmocka_unit_test(test_stop_string_over_three_tokens_is_cut_and_excluded),
       cmocka_unit_test(test_stop_string_included_when_asked),

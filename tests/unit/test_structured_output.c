@@ -242,6 +242,20 @@ static void test_mask_matches_accept_and_gates_eos(void **state) {
   so_vocab_destroy(v);
 }
 
+/* Found by fuzz_so_regex (issue 38): a byte that is not UTF-8 inside a class was refused
+ * without being consumed, and the class loop asked again forever; one tenant's 4-byte regex held
+ * an input processor's thread. Now refused at once (a hang would hit the ctest timeout). */
+static void test_invalid_utf8_in_a_regex_class_is_refused_not_spun_on(void **state) {
+  (void)state;
+  const char *specs[] = {"\n[0\xbd", "[\xff]", "[a\xc3]", "[\xe2\x82]"};
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    struct so_grammar *g = NULL;
+    assert_int_equal(so_grammar_compile_regex(specs[i], strlen(specs[i]), &g), LLB_STATUS_MALFORMED);
+    assert_null(g);
+    assert_non_null(strstr(llb_err_last(), "UTF-8"));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_json_object_accepts_any_compact_object_and_nothing_else),
@@ -253,6 +267,7 @@ int main(void) {
       cmocka_unit_test(test_exponential_any_of_dag_stays_bounded),
       cmocka_unit_test(test_choice_accepts_exactly_the_listed_strings),
       cmocka_unit_test(test_mask_matches_accept_and_gates_eos),
+      cmocka_unit_test(test_invalid_utf8_in_a_regex_class_is_refused_not_spun_on),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,7 +29,7 @@ static struct tenant_limits *make(const char *lines) {
 static llb_status admit1(struct tenant_limits *tl, const char *tenant, const char *id, double cost, int64_t now_ms,
                          int64_t *retry) {
   const char *ids[1] = {id};
-  return tenant_limits_admit(tl, tenant, ids, 1, cost, now_ms, retry);
+  return tenant_limits_admit(tl, tenant, ids, 1, cost, 0, now_ms, retry);
 }
 
 static void test_concurrent_limit_refuses_then_frees_on_finish(void **state) {
@@ -41,8 +41,8 @@ static void test_concurrent_limit_refuses_then_frees_on_finish(void **state) {
   assert_int_equal(admit1(tl, "a", "r3", 10, 0, &retry), LLB_STATUS_QUEUE_FULL);
   assert_int_equal(retry, 1000);
   assert_non_null(strstr(llb_err_last(), "max_concurrent"));
-  assert_int_equal(tenant_limits_precheck(tl, "a", 1, 0, &retry), LLB_STATUS_QUEUE_FULL); /* before tokenizing */
-  assert_int_equal(tenant_limits_precheck(tl, "b", 1, 0, &retry), LLB_STATUS_OK);
+  assert_int_equal(tenant_limits_precharge(tl, "a", 1, 0, 0, &retry), LLB_STATUS_QUEUE_FULL); /* before tokenizing */
+  assert_int_equal(tenant_limits_precharge(tl, "b", 1, 0, 0, &retry), LLB_STATUS_OK);
   /* another tenant, and one without limits, are not affected */
   for (int i = 0; i < 10; i++) {
     char id[16];
@@ -97,11 +97,11 @@ static void test_refused_request_of_n_children_is_refused_whole(void **state) {
   struct tenant_limits *tl = make("a max_concurrent=3\n");
   int64_t retry = 0;
   const char *ids[4] = {"0_x", "1_x", "2_x", "3_x"};
-  assert_int_equal(tenant_limits_admit(tl, "a", ids, 4, 4, 0, &retry), LLB_STATUS_QUEUE_FULL);
+  assert_int_equal(tenant_limits_admit(tl, "a", ids, 4, 4, 0, 0, &retry), LLB_STATUS_QUEUE_FULL);
   int32_t in_flight, queued;
   tenant_limits_counts(tl, "a", &in_flight, &queued);
   assert_int_equal(in_flight, 0);
-  assert_int_equal(tenant_limits_admit(tl, "a", ids, 3, 3, 0, &retry), LLB_STATUS_OK);
+  assert_int_equal(tenant_limits_admit(tl, "a", ids, 3, 3, 0, 0, &retry), LLB_STATUS_OK);
   tenant_limits_release(tl, ids, 3); /* the publish failed */
   tenant_limits_counts(tl, "a", &in_flight, &queued);
   assert_int_equal(in_flight, 0);
@@ -165,8 +165,37 @@ static void test_limits_file_errors_name_the_line(void **state) {
   unlink(path);
 }
 
+/* The bucket is charged before the costly work (an estimate from the request's sizes), then
+ * settled to the real count: a tenant over its rate is refused before any template or tokenizer
+ * work, an estimate that was too high goes back, and work done for a request that is then
+ * refused (or a /tokenize call) still counts. */
+static void test_precharge_refuses_before_work_and_settles_after(void **state) {
+  (void)state;
+  struct tenant_limits *tl = make("a tokens_per_s=10 burst_tokens=100\n");
+  int64_t retry = 0;
+  assert_int_equal(tenant_limits_precharge(tl, "a", 1, 60, 0, &retry), LLB_STATUS_OK); /* 40 left */
+  assert_int_equal(tenant_limits_precharge(tl, "a", 1, 60, 0, &retry), LLB_STATUS_QUEUE_FULL);
+  assert_int_equal(retry, 2000); /* 20 missing at 10/s */
+  assert_non_null(strstr(llb_err_last(), "tokens_per_s"));
+  assert_int_equal(tenant_limits_precharge(tl, "a", 1, 101, 0, &retry), LLB_STATUS_TOO_LARGE);
+  /* the first request really cost 30: 30 go back (70 left) */
+  const char *ids[1] = {"r1"};
+  assert_int_equal(tenant_limits_admit(tl, "a", ids, 1, 30, 60, 0, &retry), LLB_STATUS_OK);
+  assert_int_equal(tenant_limits_precharge(tl, "a", 1, 70, 0, &retry), LLB_STATUS_OK); /* 0 left */
+  /* that one was refused after its work: its precharge stays; a /tokenize of 50 more goes below 0 */
+  tenant_limits_settle(tl, "a", 50, 0);
+  assert_int_equal(tenant_limits_precharge(tl, "a", 1, 1, 0, &retry), LLB_STATUS_QUEUE_FULL);
+  assert_int_equal(retry, 5100); /* 51 at 10/s */
+  assert_int_equal(tenant_limits_precharge(tl, "a", 1, 1, 5100, &retry), LLB_STATUS_OK);
+  /* a total over the burst is a 400 at admission even when each part fits */
+  const char *ids2[1] = {"r2"};
+  assert_int_equal(tenant_limits_admit(tl, "a", ids2, 1, 150, 1, 5100, &retry), LLB_STATUS_TOO_LARGE);
+  tenant_limits_destroy(tl);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_precharge_refuses_before_work_and_settles_after),
       cmocka_unit_test(test_concurrent_limit_refuses_then_frees_on_finish),
       cmocka_unit_test(test_queued_limit_counts_requests_without_a_token),
       cmocka_unit_test(test_token_bucket_refills_at_its_rate_and_says_when),

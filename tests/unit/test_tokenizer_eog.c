@@ -172,7 +172,7 @@ static enum sched_finish_reason first_token_finish(const struct inproc_engine_re
                                  .num_prompt_tokens = (int32_t)e->num_prompt_tokens,
                                  .sampling_params = e->sampling_params, .eos_token_id = e->eos_token_id};
   struct sched_request *r = NULL;
-  assert_int_equal(sched_request_create(&nr, 64, 16, 0, &r), LLB_STATUS_OK);
+  assert_int_equal(sched_request_create(&nr, 64, 16, &(struct llb_hash_key){{1}}, 0, &r), LLB_STATUS_OK);
   const enum sched_finish_reason fr = sched_request_append_token(r, token, 64);
   sched_request_destroy(r);
   return fr;
