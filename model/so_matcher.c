@@ -307,14 +307,17 @@ static uint32_t name_code_point(const struct so_property *p, uint32_t at) {
   return v;
 }
 
-/* Names of mask (props not yet seen, their value possible) whose next code point after n
- * bytes lies in [lo, hi]. */
-static uint64_t names_with_next(const struct so_node *nd, uint64_t mask, uint32_t n, uint32_t lo, uint32_t hi) {
+/* Characters JSON must escape in a string (and DEL, which the matcher takes only escaped). */
+static bool needs_escape(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\' || cp == 0x7f; }
+
+/* Names of mask whose next code point after n bytes lies in [lo, hi] and must be escaped: what
+ * an escape in a key may spell of a name. */
+static uint64_t names_with_escaped_next(const struct so_node *nd, uint64_t mask, uint32_t n, uint32_t lo, uint32_t hi) {
   uint64_t m = 0;
   for (int32_t i = 0; i < nd->n_props; i++) {
     if (!(mask >> i & 1u) || nd->props[i].name_len <= n) continue;
     const uint32_t cp = name_code_point(&nd->props[i], n);
-    if (cp >= lo && cp <= hi) m |= 1ull << i;
+    if (cp >= lo && cp <= hi && needs_escape(cp)) m |= 1ull << i;
   }
   return m;
 }
@@ -329,9 +332,11 @@ static uint64_t names_continuing(const struct so_node *nd, uint64_t mask, uint32
 }
 
 /* A key frame: mask = names its decoded text still matches, n = decoded bytes so far, n2 = the
- * hex digits of a \uXXXX escape being read. Names are compared decoded, so every spelling of a
- * name ("\u0061" for "a") is that name. In a closed object some unseen name whose value can
- * be written must stay possible at every byte, escapes included. */
+ * hex digits of a \uXXXX escape being read. Names are compared decoded, so that a key that
+ * spells a name another way ("\u0061" for "a") can never pass for a free-form key; and a name is
+ * written as JSON writes it: an escape that spells a name's next character is refused unless
+ * that character must be escaped. Once the key has left every name, anything goes. In a closed
+ * object some unseen name whose value can be written stays possible at every byte. */
 static void feed_key(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   struct so_frame *k = &st->f[st->depth - 1];
   struct so_frame *obj = &st->f[st->depth - 2];
@@ -371,18 +376,20 @@ static void feed_key(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
     if (phase < ST_U4) {
       k->n2 = v;
       const int left = 4 * (ST_U4 - phase);
-      if (closed && !names_with_next(nd, m & usable, k->n, v << left, (v << left) | ((1u << left) - 1))) return;
+      if (closed && !names_with_escaped_next(nd, m & usable, k->n, v << left, (v << left) | ((1u << left) - 1))) return;
     } else {
       k->n2 = 0;
       if (v < 0x80) d[len++] = (uint8_t)v;
       else if (v < 0x800) d[len++] = (uint8_t)(0xc0 | v >> 6), d[len++] = (uint8_t)(0x80 | (v & 0x3f));
       else d[len++] = (uint8_t)(0xe0 | v >> 12), d[len++] = (uint8_t)(0x80 | (v >> 6 & 0x3f)), d[len++] = (uint8_t)(0x80 | (v & 0x3f));
     }
-  } else if (closed && !names_with_next(nd, m & usable, k->n, 0, 0xffff)) {
+  } else if (closed && !names_with_escaped_next(nd, m & usable, k->n, 0, 0xffff)) {
     return; /* '\\' or 'u': an escape must still be able to spell a name's next character */
   }
   if (len > 0) {
+    const bool escaped = phase != ST_BODY && phase != ST_UTF8;
     m = names_continuing(nd, m, k->n, d, len);
+    if (escaped && m && !needs_escape(d[0])) return; /* a name's character written as an escape */
     k->mask = m;
     k->n = m ? k->n + (uint32_t)len : 0; /* no name matches: the position no longer matters */
     if (closed && !(m & usable)) return;
