@@ -1,8 +1,8 @@
 /* llmbus-api-server: the OpenAI-compatible HTTP + SSE front door (actors/api_server/actor.h).
  * Flags: the common actor flags (cmd/actor/actor_main.h) plus --http, --model-name,
  * --max-body-bytes, --request-timeout-s, --first-output-timeout-s, --max-concurrent,
- * --tenant, --health-actors, --api-key, --api-keys, --tool-call-parser and the CORS options
- * (--allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials, as vLLM);
+ * --tenant, --health-actors, --api-key, --api-keys, --tool-call-parser, --reasoning-parser and the
+ * CORS options (--allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials, as vLLM);
  * checked and made into the actor's options by api_server_config_init (api_options.h). */
 #include <stdint.h>
 
@@ -78,6 +78,9 @@ int main(int argc, char **argv) {
       {"tool-call-parser", ACTOR_FLAG_KIND_STRING, &m.f.tool_call_parser,
        "how tool_choice auto reads tool calls in the output: hermes (<tool_call>{...}</tool_call>; Qwen, "
        "Hermes, SmolLM3), llama3_json, mistral (vLLM's parser names)", NULL},
+      {"reasoning-parser", ACTOR_FLAG_KIND_STRING, &m.f.reasoning_parser,
+       "split reasoning models' thinking into reasoning_content, and start structured output after it: "
+       "deepseek_r1, qwen3 (<think>...</think>), granite, gpt_oss (vLLM's parser names); empty = none", NULL},
       {"allowed-origins", ACTOR_FLAG_KIND_STRING, &m.f.allowed_origins,
        "CORS: comma-separated origins browsers may call from (default *: any, as vLLM)", NULL},
       {"allowed-methods", ACTOR_FLAG_KIND_STRING, &m.f.allowed_methods, "CORS: comma-separated methods (default *)", NULL},

@@ -89,6 +89,8 @@ static const struct {
     {"api-key", true, A_API, "HTTP needs `Authorization: Bearer KEY` (tenant default; shows in ps)"},
     {"api-keys", true, A_API, "file of `KEY TENANT` lines (mode 0600): HTTP keys and their tenants"},
     {"tool-call-parser", true, A_API, "hermes | llama3_json | mistral: tool calls in outputs (tool_choice auto)"},
+    {"reasoning-parser", true, A_API,
+     "deepseek_r1 | qwen3 | granite | gpt_oss: thinking into reasoning_content; structured output after it"},
     {"allowed-origins", true, A_API, "CORS: comma-separated origins (default *, as vLLM)"},
     {"allowed-methods", true, A_API, "CORS: comma-separated methods (default *)"},
     {"allowed-headers", true, A_API, "CORS: comma-separated request headers (default *)"},
