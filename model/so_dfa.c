@@ -49,12 +49,16 @@ static int32_t pair_find(const struct pair_table *t, int64_t key, size_t *slot) 
 
 llb_status so_dfa_product(const struct so_dfa *a, const struct so_dfa *b, bool either, struct so_dfa *out) {
   so_dfa_free(out);
-  struct pair_table t = {.cap = 4 * SO_DFA_MAX_STATES};
-  int32_t *pa = malloc(SO_DFA_MAX_STATES * sizeof(int32_t)), *pb = malloc(SO_DFA_MAX_STATES * sizeof(int32_t));
+  /* room for every pair (a side may also be dead: one more state each), at most the bound */
+  const int64_t pairs = ((int64_t)a->n + 1) * ((int64_t)b->n + 1);
+  const int32_t room = pairs < SO_DFA_MAX_STATES ? (int32_t)pairs : SO_DFA_MAX_STATES;
+  struct pair_table t = {.cap = 4};
+  while (t.cap < 4 * (size_t)room) t.cap *= 2;
+  int32_t *pa = malloc((size_t)room * sizeof(int32_t)), *pb = malloc((size_t)room * sizeof(int32_t));
   t.keys = malloc(t.cap * sizeof(int64_t));
   t.ids = malloc(t.cap * sizeof(int32_t));
   struct so_dfa d;
-  llb_status st = dfa_alloc(&d, SO_DFA_MAX_STATES);
+  llb_status st = dfa_alloc(&d, room);
   if (!pa || !pb || !t.keys || !t.ids) {
     if (st == LLB_STATUS_OK) st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "DFA product");
   }
@@ -83,7 +87,7 @@ llb_status so_dfa_product(const struct so_dfa *a, const struct so_dfa *b, bool e
       const int64_t key = pair_key(na, nb);
       int32_t id = pair_find(&t, key, &slot);
       if (id < 0) {
-        if (n == SO_DFA_MAX_STATES) {
+        if (n == room) { /* only when room is the bound: the pairs fit otherwise */
           st = LLB_ERRF(LLB_STATUS_TOO_LARGE, "constraints need more than %d automaton states", SO_DFA_MAX_STATES);
           break;
         }

@@ -124,7 +124,8 @@ struct so_node {
   int32_t n_lits;
   int32_t *children; /* [n_children], owned: anyOf alternatives; an array's prefixItems */
   int32_t n_children;
-  struct so_dfa dfa;     /* regex, number DFA, string content (n 0 = none); owned */
+  struct so_dfa dfa;     /* regex, number DFA, string content (n 0 = none); owned unless dfa_shared */
+  bool dfa_shared;       /* dfa is another node's (the same constraints met twice): not freed here */
   struct so_gbnf *gbnf;  /* GBNF: owned */
 };
 
@@ -202,7 +203,7 @@ struct so_num_keyword {
  * no number does. Errors: MALFORMED (a value not a number, multipleOf <= 0), UNSUPPORTED (a
  * bound of more than 40 digits written out), TOO_LARGE (multipleOf needing more than
  * SO_DFA_MAX_STATES states), OUT_OF_MEMORY. */
-llb_status so_number_dfa(const struct so_num_keyword *kw, int32_t n, bool integer, struct so_dfa *out);
+llb_status so_number_dfa(const struct so_num_keyword *kw, int32_t n, bool integer, int64_t *work, struct so_dfa *out);
 
 /* The regex (whole-string match over the decoded string) of JSON Schema format `name`, or
  * NULL when the format is not enforced (so_format.c). */
@@ -294,9 +295,14 @@ bool so_number_text(const struct json_t *v, char *out, size_t cap);
 #define SO_REGEX_SEARCH 1u /* JSON Schema `pattern`: matches anywhere unless ^ / $ anchor a
                             * top-level branch; `.` and the gaps take any character */
 
+#define SO_REGEX_MAX_WORK (64ll << 20) /* closure steps of a subset construction: bounds its time */
+
 /* Compiles regex text[0..len) (so_regex.c for the syntax) into *out (trimmed; freed first).
- * Errors: MALFORMED, UNSUPPORTED (the construct named), TOO_LARGE, OUT_OF_MEMORY. */
-llb_status so_regex_compile(const char *text, size_t len, unsigned flags, struct so_dfa *out);
+ * work: the closure steps still allowed, decremented by what this compile took (a schema's
+ * patterns, formats and bounds share one budget); NULL = SO_REGEX_MAX_WORK for this one.
+ * Errors: MALFORMED, UNSUPPORTED (the construct named), TOO_LARGE (past the bounds or the
+ * budget), OUT_OF_MEMORY. */
+llb_status so_regex_compile(const char *text, size_t len, unsigned flags, int64_t *work, struct so_dfa *out);
 
 struct so_matcher {
   const struct so_grammar *g;

@@ -249,7 +249,8 @@ static bool magnitude_regex(struct rxbuf *b, const struct decimal *d, enum cmp_k
 }
 
 /* Compiles "prefix(?:alternatives)" into *out; an empty language when there are none. */
-static llb_status side_dfa(const char *prefix, const struct decimal *d, enum cmp_kind kind, bool frac, struct so_dfa *out) {
+static llb_status side_dfa(const char *prefix, const struct decimal *d, enum cmp_kind kind, bool frac, int64_t *work,
+                           struct so_dfa *out) {
   struct rxbuf alts = {0}, full = {0};
   so_dfa_free(out);
   if (d) {
@@ -263,15 +264,15 @@ static llb_status side_dfa(const char *prefix, const struct decimal *d, enum cmp
   puts_(&full, alts.s);
   puts_(&full, ")");
   if (alts.over || full.over) return LLB_ERRF(LLB_STATUS_TOO_LARGE, "numeric bounds too long");
-  return so_regex_compile(full.s, full.n, 0, out);
+  return so_regex_compile(full.s, full.n, 0, work, out);
 }
 
 /* The intersection of two sides; *out empty when either is. */
 static llb_status part_dfa(const char *prefix, const struct decimal *a, enum cmp_kind ka, const struct decimal *b2,
-                           enum cmp_kind kb, bool frac, struct so_dfa *out) {
+                           enum cmp_kind kb, bool frac, int64_t *work, struct so_dfa *out) {
   struct so_dfa x = {0}, y = {0};
-  llb_status st = side_dfa(prefix, a, ka, frac, &x);
-  if (st == LLB_STATUS_OK) st = side_dfa(prefix, b2, kb, frac, &y);
+  llb_status st = side_dfa(prefix, a, ka, frac, work, &x);
+  if (st == LLB_STATUS_OK) st = side_dfa(prefix, b2, kb, frac, work, &y);
   if (st == LLB_STATUS_OK) st = so_dfa_product(&x, &y, false, out);
   so_dfa_free(&x);
   so_dfa_free(&y);
@@ -282,19 +283,19 @@ static const struct decimal zero = {.i = "0"};
 
 /* Numbers in [lo, hi] (NULL = unbounded; *_excl: the bound itself excluded). */
 static llb_status range_dfa(const struct decimal *lo, bool lo_excl, const struct decimal *hi, bool hi_excl, bool frac,
-                            struct so_dfa *out) {
+                            int64_t *work, struct so_dfa *out) {
   struct so_dfa pos = {0}, neg = {0};
   llb_status st = LLB_STATUS_OK;
   const bool lo_neg = lo && lo->neg && !decimal_is_zero(lo), hi_neg = hi && hi->neg && !decimal_is_zero(hi);
   /* m >= 0 */
   if (!hi_neg && !(hi && decimal_is_zero(hi) && hi_excl)) {
     const struct decimal *l = lo && !lo_neg && !(decimal_is_zero(lo) && !lo_excl) ? lo : NULL;
-    st = part_dfa("", l, lo_excl ? CMP_GT : CMP_GE, hi, hi_excl ? CMP_LT : CMP_LE, frac, &pos);
+    st = part_dfa("", l, lo_excl ? CMP_GT : CMP_GE, hi, hi_excl ? CMP_LT : CMP_LE, frac, work, &pos);
   }
   /* -m with m > 0: -m >= lo is m <= |lo|; -m <= hi is m >= |hi| (or m > 0 when hi >= 0) */
   if (st == LLB_STATUS_OK && (!lo || lo_neg))
     st = part_dfa("-", lo, lo_excl ? CMP_LT : CMP_LE, hi_neg ? hi : &zero, hi_neg ? (hi_excl ? CMP_GT : CMP_GE) : CMP_GT,
-                  frac, &neg);
+                  frac, work, &neg);
   if (st == LLB_STATUS_OK) st = so_dfa_product(&pos, &neg, true, out);
   so_dfa_free(&pos);
   so_dfa_free(&neg);
@@ -378,7 +379,7 @@ bool so_number_text(const json_t *v, char *out, size_t cap) {
   return n > 0 && (size_t)n < cap;
 }
 
-llb_status so_number_dfa(const struct so_num_keyword *kw, int32_t n, bool integer, struct so_dfa *out) {
+llb_status so_number_dfa(const struct so_num_keyword *kw, int32_t n, bool integer, int64_t *work, struct so_dfa *out) {
   struct decimal lo, hi, v;
   bool have_lo = false, have_hi = false, lo_excl = false, hi_excl = false;
   llb_status st = LLB_STATUS_OK;
@@ -395,7 +396,7 @@ llb_status so_number_dfa(const struct so_num_keyword *kw, int32_t n, bool intege
       if (c < 0 || (c == 0 && excl)) hi = v, hi_excl = excl, have_hi = true;
     }
   }
-  st = range_dfa(have_lo ? &lo : NULL, lo_excl, have_hi ? &hi : NULL, hi_excl, !integer, out);
+  st = range_dfa(have_lo ? &lo : NULL, lo_excl, have_hi ? &hi : NULL, hi_excl, !integer, work, out);
   for (int32_t i = 0; i < n && st == LLB_STATUS_OK && out->n > 0; i++) {
     if (kw[i].kind != SO_NUM_MULTIPLE) continue;
     struct so_dfa m = {0};

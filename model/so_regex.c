@@ -22,7 +22,6 @@
 #define SO_RX_MAX_DFA 2048
 #define SO_RX_MAX_AST 4096 /* also bounds the builder's recursion depth */
 #define SO_RX_MAX_REPEAT 1000
-#define SO_RX_MAX_WORK (64ll << 20) /* closure steps of the subset construction: bounds its time */
 
 enum { RX_SET, RX_CAT, RX_ALT, RX_REP, RX_EMPTY };
 
@@ -542,7 +541,8 @@ static int32_t dfa_state(struct dfa_build *d, const uint64_t *set, llb_status *s
   return id;
 }
 
-static llb_status determinize(const struct nfa *a, int32_t start, int32_t final, struct so_dfa *out) {
+static llb_status determinize(const struct nfa *a, int32_t start, int32_t final, int64_t budget, struct so_dfa *out,
+                              int64_t *used) {
   struct dfa_build d = {.a = a, .words = ((size_t)a->n + 63) / 64, .table_cap = 2 * SO_RX_MAX_DFA * 2};
   llb_status st = LLB_STATUS_OK;
   d.sets = calloc((size_t)SO_RX_MAX_DFA * d.words, 8);
@@ -580,7 +580,7 @@ static llb_status determinize(const struct nfa *a, int32_t start, int32_t final,
       }
       d.trans[(size_t)i * 256 + (size_t)b] = to;
     }
-    if (d.work > SO_RX_MAX_WORK) st = LLB_ERRF(LLB_STATUS_TOO_LARGE, "regex too complex to determinize");
+    if (d.work > budget) st = LLB_ERRF(LLB_STATUS_TOO_LARGE, "regex too complex to determinize");
   }
   if (st == LLB_STATUS_OK) {
     out->next = realloc(d.trans, (size_t)d.n_states * 256 * sizeof(int32_t));
@@ -597,6 +597,7 @@ static llb_status determinize(const struct nfa *a, int32_t start, int32_t final,
     st = so_dfa_trim(out);
   }
 done:
+  *used = d.work;
   free(d.sets);
   free(d.trans);
   free(d.table);
@@ -606,7 +607,7 @@ done:
   return st;
 }
 
-llb_status so_regex_compile(const char *text, size_t len, unsigned flags, struct so_dfa *out) {
+llb_status so_regex_compile(const char *text, size_t len, unsigned flags, int64_t *work, struct so_dfa *out) {
   so_dfa_free(out);
   if (len > SO_MAX_SPEC_BYTES) return LLB_ERRF(LLB_STATUS_TOO_LARGE, "regex of %zu bytes, at most %d", len, SO_MAX_SPEC_BYTES);
   struct rx_parser ps = {.p = (const uint8_t *)text, .end = (const uint8_t *)text + len, .start = (const uint8_t *)text,
@@ -627,7 +628,9 @@ llb_status so_regex_compile(const char *text, size_t len, unsigned flags, struct
     st = a.st;
     goto done;
   }
-  st = determinize(&a, start, end, out);
+  int64_t used = 0;
+  st = determinize(&a, start, end, work ? *work : SO_REGEX_MAX_WORK, out, &used);
+  if (work) *work -= used;
   if (st != LLB_STATUS_OK) so_dfa_free(out);
 done:
   free(ps.ast);

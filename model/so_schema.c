@@ -24,6 +24,8 @@
 #define SO_MAX_SCHEMA_DEPTH 64
 #define SO_CONJ_MAX 256 /* schemas visited by one conjunction */
 #define SO_MAX_PATH 128 /* $ref / allOf chain being flattened */
+#define SO_MAX_GRAMMAR_DFA_STATES 16384 /* a grammar's automata: 1 KiB of transitions each */
+#define SO_SCHEMA_WORK (4 * SO_REGEX_MAX_WORK) /* regex closure steps of one schema's automata */
 
 /* A conjunction being compiled: the schemas whose own keywords all apply (holders) and the
  * anyOf / oneOf lists still to choose from (pending, each with the schema holding it). */
@@ -48,6 +50,13 @@ struct memo_entry {
   bool done;
 };
 
+/* A string or number node already built with the same automaton constraints (by key text). */
+struct dfa_entry {
+  char *key; /* owned */
+  size_t key_len;
+  int32_t node;
+};
+
 struct compiler {
   struct so_grammar *g;
   int32_t cap;
@@ -57,6 +66,10 @@ struct compiler {
   int32_t any; /* node of "any JSON value", -1 until built */
   const json_t *path[SO_MAX_PATH];
   int32_t n_path;
+  struct dfa_entry *dfas; /* automata built, so that the same constraints share one */
+  int32_t n_dfas, dfas_cap;
+  int64_t dfa_states;     /* states of every automaton of the grammar (one copy each) */
+  int64_t work;           /* regex closure steps left for the whole schema */
 };
 
 static llb_status new_node(struct compiler *c, enum so_node_kind kind, int32_t *out) {
@@ -477,53 +490,112 @@ static llb_status values_node(struct compiler *c, const struct so_cons *k, int32
 
 /* ---- one branch: merged keywords → nodes ---- */
 
-static llb_status string_node(struct compiler *c, const struct so_cons *k, int32_t *out) {
-  *out = -1;
-  if (k->max_length >= 0 && k->max_length < k->min_length) return LLB_STATUS_OK;
-  struct so_dfa dfa = {0}, part = {0};
+/* A node of `kind` sharing the automaton of the node built for the same key, if any (*found). */
+static llb_status dfa_lookup(struct compiler *c, const struct strbuf *key, enum so_node_kind kind, int32_t *out, bool *found) {
+  *found = false;
+  for (int32_t i = 0; i < c->n_dfas; i++) {
+    const struct dfa_entry *e = &c->dfas[i];
+    if (e->key_len != key->n || memcmp(e->key, key->s, key->n)) continue;
+    llb_status st = new_node(c, kind, out);
+    if (st != LLB_STATUS_OK) return st;
+    c->g->nodes[*out].dfa = c->g->nodes[e->node].dfa;
+    c->g->nodes[*out].dfa_shared = true;
+    *found = true;
+    return LLB_STATUS_OK;
+  }
+  return LLB_STATUS_OK;
+}
+
+/* Node `node` of kind takes ownership of *dfa (remembered under key); counts its states. */
+static llb_status dfa_keep(struct compiler *c, const struct strbuf *key, enum so_node_kind kind, struct so_dfa *dfa,
+                           int32_t *out) {
+  if (c->dfa_states + dfa->n > SO_MAX_GRAMMAR_DFA_STATES)
+    return LLB_ERRF(LLB_STATUS_TOO_LARGE, "the schema's patterns, formats and numeric bounds need more than %d automaton "
+                    "states", SO_MAX_GRAMMAR_DFA_STATES);
+  if (c->n_dfas == c->dfas_cap) {
+    const int32_t cap = c->dfas_cap ? 2 * c->dfas_cap : 16;
+    struct dfa_entry *d = realloc(c->dfas, sizeof(*d) * (size_t)cap);
+    if (!d) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "automaton cache");
+    c->dfas = d;
+    c->dfas_cap = cap;
+  }
+  char *k = malloc(key->n + 1);
+  llb_status st = k ? new_node(c, kind, out) : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "automaton cache");
+  if (st != LLB_STATUS_OK) {
+    free(k);
+    return st;
+  }
+  memcpy(k, key->s, key->n);
+  c->dfas[c->n_dfas++] = (struct dfa_entry){.key = k, .key_len = key->n, .node = *out};
+  c->g->nodes[*out].dfa = *dfa;
+  memset(dfa, 0, sizeof(*dfa));
+  c->dfa_states += c->g->nodes[*out].dfa.n;
+  return LLB_STATUS_OK;
+}
+
+/* The automaton of a string's content: its patterns, formats and lengths intersected. */
+static llb_status string_dfa(struct compiler *c, const struct so_cons *k, struct so_dfa *dfa) {
+  struct so_dfa part = {0};
   llb_status st = LLB_STATUS_OK;
-  bool have = false;
   for (int32_t i = 0; i < k->n_patterns + k->n_formats && st == LLB_STATUS_OK; i++) {
     const bool pattern = i < k->n_patterns;
     const char *rx = pattern ? k->patterns[i] : so_format_regex(k->formats[i - k->n_patterns]);
-    st = so_regex_compile(rx, strlen(rx), pattern ? SO_REGEX_SEARCH : 0, have ? &part : &dfa);
+    st = so_regex_compile(rx, strlen(rx), pattern ? SO_REGEX_SEARCH : 0, &c->work, i ? &part : dfa);
     if (st != LLB_STATUS_OK && pattern) {
       char why[200];
       snprintf(why, sizeof(why), "%s", llb_err_last());
       st = LLB_ERRF(st, "schema pattern \"%.64s\": %s", rx, why);
     }
-    if (st == LLB_STATUS_OK && have) st = so_dfa_intersect(&dfa, &part);
-    have = true;
+    if (st == LLB_STATUS_OK && i) st = so_dfa_intersect(dfa, &part);
   }
-  if (st == LLB_STATUS_OK && have && (k->min_length > 0 || k->max_length >= 0)) {
-    if ((st = so_dfa_code_points(k->min_length, k->max_length, &part)) == LLB_STATUS_OK) st = so_dfa_intersect(&dfa, &part);
+  if (st == LLB_STATUS_OK && (k->min_length > 0 || k->max_length >= 0)) {
+    if ((st = so_dfa_code_points(k->min_length, k->max_length, &part)) == LLB_STATUS_OK) st = so_dfa_intersect(dfa, &part);
   }
   so_dfa_free(&part);
-  if (st == LLB_STATUS_OK && (!have || dfa.n > 0)) st = new_node(c, SO_NODE_STRING, out);
-  if (st == LLB_STATUS_OK && *out >= 0) {
-    struct so_node *nd = &c->g->nodes[*out];
-    if (have) {
-      nd->dfa = dfa;
-      memset(&dfa, 0, sizeof(dfa));
-    } else {
-      nd->min_length = k->min_length;
-      nd->max_length = k->max_length;
-    }
+  return st;
+}
+
+static llb_status string_node(struct compiler *c, const struct so_cons *k, int32_t *out) {
+  *out = -1;
+  if (k->max_length >= 0 && k->max_length < k->min_length) return LLB_STATUS_OK;
+  if (k->n_patterns + k->n_formats == 0) {
+    llb_status st = new_node(c, SO_NODE_STRING, out);
+    if (st == LLB_STATUS_OK) c->g->nodes[*out].min_length = k->min_length, c->g->nodes[*out].max_length = k->max_length;
+    return st;
   }
+  struct strbuf key = {0};
+  char len[48];
+  snprintf(len, sizeof(len), "s%lld,%lld", (long long)k->min_length, (long long)k->max_length);
+  sb_put(&key, len, strlen(len) + 1);
+  for (int32_t i = 0; i < k->n_patterns; i++) sb_put(&key, "p", 1), sb_put(&key, k->patterns[i], strlen(k->patterns[i]) + 1);
+  for (int32_t i = 0; i < k->n_formats; i++) sb_put(&key, "f", 1), sb_put(&key, k->formats[i], strlen(k->formats[i]) + 1);
+  bool found = false;
+  llb_status st = key.oom ? LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "string constraints") : dfa_lookup(c, &key, SO_NODE_STRING, out, &found);
+  struct so_dfa dfa = {0};
+  if (st == LLB_STATUS_OK && !found) st = string_dfa(c, k, &dfa);
+  if (st == LLB_STATUS_OK && !found && dfa.n > 0) st = dfa_keep(c, &key, SO_NODE_STRING, &dfa, out);
   so_dfa_free(&dfa);
+  free(key.s);
   return st;
 }
 
 static llb_status number_node(struct compiler *c, const struct so_cons *k, bool integer, int32_t *out) {
   *out = -1;
   if (k->n_nums == 0) return new_node(c, integer ? SO_NODE_INTEGER : SO_NODE_NUMBER, out);
-  struct so_dfa dfa = {0};
-  llb_status st = so_number_dfa(k->nums, k->n_nums, integer, &dfa);
-  if (st == LLB_STATUS_OK && dfa.n > 0 && (st = new_node(c, SO_NODE_NUMBER_DFA, out)) == LLB_STATUS_OK) {
-    c->g->nodes[*out].dfa = dfa;
-    memset(&dfa, 0, sizeof(dfa));
+  struct strbuf key = {0};
+  sb_put(&key, integer ? "i" : "n", 1);
+  for (int32_t i = 0; i < k->n_nums; i++) {
+    char kind = (char)('0' + k->nums[i].kind);
+    sb_put(&key, &kind, 1);
+    dump_value(&key, k->nums[i].value);
   }
+  bool found = false;
+  llb_status st = key.oom ? LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "numeric constraints") : dfa_lookup(c, &key, SO_NODE_NUMBER_DFA, out, &found);
+  struct so_dfa dfa = {0};
+  if (st == LLB_STATUS_OK && !found) st = so_number_dfa(k->nums, k->n_nums, integer, &c->work, &dfa);
+  if (st == LLB_STATUS_OK && !found && dfa.n > 0) st = dfa_keep(c, &key, SO_NODE_NUMBER_DFA, &dfa, out);
   so_dfa_free(&dfa);
+  free(key.s);
   return st;
 }
 
@@ -802,7 +874,7 @@ void so_grammar_destroy(struct so_grammar *g) {
     free(nd->lits);
     free(nd->lit_lens);
     free(nd->children);
-    so_dfa_free(&nd->dfa);
+    if (!nd->dfa_shared) so_dfa_free(&nd->dfa);
     so_gbnf_free(nd->gbnf);
   }
   free(g->nodes);
@@ -816,17 +888,21 @@ uint64_t so_grammar_next_id(void) { return atomic_fetch_add(&next_grammar_id, 1)
 static llb_status compiler_init(struct compiler *c) {
   memset(c, 0, sizeof(*c));
   c->any = -1;
+  c->work = SO_SCHEMA_WORK;
   c->g = calloc(1, sizeof(*c->g));
   if (!c->g) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "grammar");
   c->g->id = atomic_fetch_add(&next_grammar_id, 1);
   return LLB_STATUS_OK;
 }
 
-static void compiler_free_memo(struct compiler *c) {
+static void compiler_free_scratch(struct compiler *c) {
   for (int32_t i = 0; i < c->n_memo; i++) free(c->memo[i].key);
   free(c->memo);
+  for (int32_t i = 0; i < c->n_dfas; i++) free(c->dfas[i].key);
+  free(c->dfas);
   c->memo = NULL;
-  c->n_memo = c->memo_cap = 0;
+  c->dfas = NULL;
+  c->n_memo = c->memo_cap = c->n_dfas = c->dfas_cap = 0;
 }
 
 static json_t *parse_spec(const char *text, size_t len, const char *what, llb_status *st) {
@@ -852,7 +928,7 @@ llb_status so_grammar_compile_json_schema(const char *text, size_t len, struct s
     if (st == LLB_STATUS_OK && c.g->root < 0) st = LLB_ERRF(LLB_STATUS_MALFORMED, "schema allows no value");
   }
   if (st == LLB_STATUS_OK) st = check_grammar(c.g);
-  compiler_free_memo(&c);
+  compiler_free_scratch(&c);
   json_decref(c.root);
   if (st != LLB_STATUS_OK) {
     so_grammar_destroy(c.g);
@@ -868,7 +944,7 @@ llb_status so_grammar_compile_regex(const char *text, size_t len, struct so_gram
   llb_status st = compiler_init(&c);
   if (st != LLB_STATUS_OK) return st;
   if ((st = new_node(&c, SO_NODE_REGEX, &c.g->root)) == LLB_STATUS_OK)
-    st = so_regex_compile(text, len, 0, &c.g->nodes[c.g->root].dfa);
+    st = so_regex_compile(text, len, 0, NULL, &c.g->nodes[c.g->root].dfa);
   if (st == LLB_STATUS_OK && c.g->nodes[c.g->root].dfa.n == 0) st = LLB_ERRF(LLB_STATUS_MALFORMED, "regex matches nothing");
   if (st != LLB_STATUS_OK) {
     so_grammar_destroy(c.g);

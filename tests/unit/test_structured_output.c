@@ -314,6 +314,29 @@ static void test_property_counts_and_escaped_keys(void **state) {
   so_grammar_destroy(g);
 }
 
+/* Automata are shared by the nodes of equal constraints, and a schema's automata have one
+ * budget of states: many costly patterns are refused rather than compiled for seconds. */
+static void test_schema_automata_are_shared_and_bounded(void **state) {
+  (void)state;
+  char text[16384];
+  size_t n = (size_t)snprintf(text, sizeof text, "{\"type\":\"object\",\"properties\":{");
+  for (int i = 0; i < 60; i++)
+    n += (size_t)snprintf(text + n, sizeof text - n, "%s\"p%d\":{\"type\":\"string\",\"format\":\"date-time\"}", i ? "," : "", i);
+  snprintf(text + n, sizeof text - n, "},\"additionalProperties\":false}");
+  struct so_grammar *g = schema(text);
+  expect_valid(g, "{\"p59\":\"2024-01-31T23:59:59Z\",\"p0\":\"2000-02-29T00:00:00.5+01:00\"}");
+  so_grammar_destroy(g);
+  n = (size_t)snprintf(text, sizeof text, "{\"type\":\"object\",\"properties\":{");
+  for (int i = 0; i < 60; i++) /* each needs about 2^10 states: (a|b)*a(a|b){9} */
+    n += (size_t)snprintf(text + n, sizeof text - n, "%s\"p%d\":{\"type\":\"string\",\"pattern\":\"^(a|b)*a(a|b){9}x%d$\"}",
+                          i ? "," : "", i, i);
+  snprintf(text + n, sizeof text - n, "}}");
+  g = NULL;
+  assert_int_equal(so_grammar_compile_json_schema(text, strlen(text), &g), LLB_STATUS_TOO_LARGE);
+  assert_null(g);
+  assert_non_null(strstr(llb_err_last(), "automaton states"));
+}
+
 static void test_choice_accepts_exactly_the_listed_strings(void **state) {
   (void)state;
   struct so_grammar *g = NULL;
@@ -386,6 +409,7 @@ int main(void) {
       cmocka_unit_test(test_prefix_items_and_items_beside_them),
       cmocka_unit_test(test_combinators_mix_with_keywords),
       cmocka_unit_test(test_property_counts_and_escaped_keys),
+      cmocka_unit_test(test_schema_automata_are_shared_and_bounded),
       cmocka_unit_test(test_choice_accepts_exactly_the_listed_strings),
       cmocka_unit_test(test_mask_matches_accept_and_gates_eos),
   };
