@@ -643,11 +643,13 @@ static llb_status object_node(struct compiler *c, const struct so_cons *k, int d
   }
   if (st == LLB_STATUS_OK && !k->closed) st = compile_list(c, &k->additional, depth + 1, &additional);
   if (st != LLB_STATUS_OK) return st;
-  if (k->min_props > named) {
-    if (additional < 0) return LLB_STATUS_OK;
-    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "schema minProperties %lld beyond the %d named properties (keys of "
-                    "additionalProperties could repeat)", (long long)k->min_props, named);
-  }
+  /* minProperties is met by named properties only: other keys could repeat and leave fewer than
+   * counted. With other keys allowed that is exact only while the required ones meet it. */
+  if (additional >= 0 && k->min_props > __builtin_popcountll(k->required))
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "schema minProperties %lld beside additionalProperties beyond the %d required "
+                    "properties (keys of additionalProperties could repeat)", (long long)k->min_props,
+                    __builtin_popcountll(k->required));
+  if (k->min_props > named) return LLB_STATUS_OK;
   if (k->max_props >= 0 && __builtin_popcountll(k->required) > k->max_props) return LLB_STATUS_OK;
   if ((st = new_node(c, SO_NODE_OBJECT, out))) return st;
   struct so_node *nd = &c->g->nodes[*out];

@@ -164,6 +164,12 @@ case("obj_min_max_props", {"type": "object", "properties": {"a": {"type": "integ
                            "minProperties": 1, "maxProperties": 1})
 case("obj_min_props_open", {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1},
      refused="minProperties")
+case("obj_min_props_optional_open", {"type": "object", "properties": {"a": {}, "b": {}},
+                                    "additionalProperties": {"type": "integer"}, "minProperties": 1},
+     refused="minProperties")
+case("obj_min_props_required_open", {"type": "object", "properties": {"a": {"type": "null"}, "b": {"type": "null"}},
+                                    "required": ["a", "b"], "additionalProperties": {"type": "integer"},
+                                    "minProperties": 2, "maxProperties": 3})
 case("obj_escaped_names", {"type": "object", "properties": {"a\"b": {"type": "integer"}, "c\\d": {"type": "null"},
                                                              "é": {"type": "boolean"}}, "additionalProperties": False})
 case("obj_names_vs_free", {"type": "object", "properties": {"a": {"type": "integer"}, "ab": {"type": "null"}},
