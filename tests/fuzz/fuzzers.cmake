@@ -25,4 +25,7 @@ llb_add_fuzzer(fuzz_api_request SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_api_reque
                LIBS llmbus_api_server_core llmbus_schemas)
 llb_add_fuzzer(fuzz_tool_parser SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_tool_parser.c LIBS llmbus_api_server_core)
 llb_add_fuzzer(fuzz_image SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_image.c LIBS llmbus_image)
-llb_add_fuzzer(fuzz_gbnf SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_gbnf.c LIBS llmbus_structured_output)
+llb_add_fuzzer(fuzz_gbnf SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_gbnf.c ${CMAKE_CURRENT_LIST_DIR}/so_fuzz_walk.c
+               LIBS llmbus_structured_output)
+llb_add_fuzzer(fuzz_json_schema SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_json_schema.c ${CMAKE_CURRENT_LIST_DIR}/so_fuzz_walk.c
+               LIBS llmbus_structured_output)
