@@ -200,7 +200,7 @@ struct so_num_keyword {
 
 /* The texts of the JSON numbers (integers when `integer`) that meet every keyword of
  * kw[0..n): -?(0|[1-9][0-9]*)(\.[0-9]+)?, no exponent, never "-0"; trimmed, dist set; n 0 when
- * no number does. Errors: MALFORMED (a value not a number, multipleOf <= 0), UNSUPPORTED (a
+ * no number does. work: the regex work budget, as so_regex_compile's. Errors: MALFORMED (a value not a number, multipleOf <= 0), UNSUPPORTED (a
  * bound of more than 40 digits written out), TOO_LARGE (multipleOf needing more than
  * SO_DFA_MAX_STATES states), OUT_OF_MEMORY. */
 llb_status so_number_dfa(const struct so_num_keyword *kw, int32_t n, bool integer, int64_t *work, struct so_dfa *out);
