@@ -274,8 +274,8 @@ static llb_status flush_tools(const struct api_response *r, struct api_responses
                    out);
       if (st == LLB_STATUS_OK) st = item_event(q, "response.output_item.done", index, call_item(r, i, c, true), out);
     }
-  } else {
-    char *copy = malloc(len + 1);
+  } else if (len > 0) { /* no calls: the text is the message (output_items reads it so too) */
+    char *copy = malloc(len);
     if (!copy) st = OOM();
     if (st == LLB_STATUS_OK) {
       memcpy(copy, t, len);
