@@ -2,7 +2,7 @@
  * Flags: the common actor flags (cmd/actor/actor_main.h) plus --http, --served-model-name,
  * --max-body-bytes, --request-timeout-s, --first-output-timeout-s, --max-concurrent,
  * --tenant, --health-actors, --api-key, --api-keys, --seed, --enable-auto-tool-choice,
- * --tool-call-parser and the CORS options
+ * --tool-call-parser, --reasoning-parser and the CORS options
  * (--allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials, as vLLM);
  * checked and made into the actor's options by api_server_config_init (api_options.h). */
 #include <stdint.h>
@@ -99,6 +99,9 @@ int main(int argc, char **argv) {
       {.name = "tool-call-parser", .kind = FLAG_KIND_STRING, .target = &m.f.tool_call_parser,
        .help = "how tool_choice auto reads tool calls in the output: hermes (<tool_call>{...}</tool_call>; Qwen, "
                "Hermes, SmolLM3), llama3_json, mistral (vLLM's parser names)"},
+      {.name = "reasoning-parser", .kind = FLAG_KIND_STRING, .target = &m.f.reasoning_parser,
+       .help = "split reasoning models' thinking into reasoning_content, and start structured output after it: "
+               "deepseek_r1, qwen3 (<think>...</think>), granite, gpt_oss (vLLM's parser names); empty = none"},
       {.name = "allowed-origins", .kind = FLAG_KIND_STRING, .target = &m.f.allowed_origins,
        .help = "CORS: comma-separated origins browsers may call from (default *: any, as vLLM)"},
       {.name = "allowed-methods", .kind = FLAG_KIND_STRING, .target = &m.f.allowed_methods,

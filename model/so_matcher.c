@@ -18,7 +18,6 @@ enum { ST_OPEN, ST_BODY, ST_ESC, ST_U1, ST_U2, ST_U3, ST_U4, ST_UTF8 };
 enum { NU_START, NU_MINUS, NU_ZERO, NU_INT, NU_DOT, NU_FRAC, NU_EXP, NU_EXP_SIGN, NU_EXP_DIGITS };
 
 #define SO_KEY_FREE 0x80u
-#define SO_NUMBER_MAX_BYTES 40u /* a longer number is not useful output; bounds loops */
 
 /* anyOf expansions per byte and stack: a hostile schema (a DAG of anyOf over shared $refs)
  * could otherwise make one byte cost exponential time. Past it readings are dropped, which
@@ -75,7 +74,8 @@ static void pop_value(const struct so_grammar *g, struct so_stack *st) {
   if (p->kind == SO_FR_OBJECT && p->phase == OB_VALUE) p->phase = OB_AFTER;
   else if (p->kind == SO_FR_ARRAY && p->phase == AR_VALUE) {
     const struct so_node *nd = &g->nodes[p->node];
-    p->n = clamp_count(p->n + 1, nd->min_items, nd->max_items);
+    const int64_t floor = nd->min_items > nd->n_children ? nd->min_items : nd->n_children;
+    p->n = clamp_count(p->n + 1, floor, nd->max_items);
     p->phase = AR_AFTER;
   }
 }
@@ -193,15 +193,28 @@ static bool lit_complete(const struct so_node *nd, uint64_t mask, uint32_t n) {
   return false;
 }
 
-static bool object_required_done(const struct so_node *nd, const struct so_frame *f) {
-  return (f->mask & nd->required_mask) == nd->required_mask;
+/* An object frame: mask = named properties seen, n = other keys seen (counted only under
+ * maxProperties, so that states compare equal otherwise). */
+static bool object_can_close(const struct so_node *nd, const struct so_frame *f) {
+  return (f->mask & nd->required_mask) == nd->required_mask && __builtin_popcountll(f->mask) >= nd->min_props;
 }
 
-/* Can another key still come? (an unused property, or free-form ones) */
+/* Room for one more key that is not required, with every missing required key after it? */
+static bool object_room_for_optional(const struct so_node *nd, const struct so_frame *f) {
+  if (nd->max_props < 0) return true;
+  const int64_t missing = __builtin_popcountll(nd->required_mask & ~f->mask);
+  return __builtin_popcountll(f->mask) + (int64_t)f->n + 1 + missing <= nd->max_props;
+}
+
+/* Can another key still come? (a missing required property, or room and an unused property
+ * or free-form keys) */
 static bool object_key_possible(const struct so_node *nd, const struct so_frame *f) {
+  if (nd->required_mask & ~f->mask) return true;
+  if (!object_room_for_optional(nd, f)) return false;
   if (nd->additional >= 0) return true;
-  uint64_t all = nd->n_props == 64 ? ~0ull : ((1ull << nd->n_props) - 1);
-  return (f->mask & all) != all;
+  for (int32_t i = 0; i < nd->n_props; i++)
+    if (!(f->mask >> i & 1u) && nd->props[i].node >= 0) return true;
+  return false;
 }
 
 static void feed(struct feed_ctx *c, struct so_stack *st, uint8_t b);
@@ -224,7 +237,7 @@ static void feed_value(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
       [SO_NODE_OBJECT] = SO_FR_OBJECT, [SO_NODE_ARRAY] = SO_FR_ARRAY,
       [SO_NODE_STRING] = SO_FR_STRING, [SO_NODE_NUMBER] = SO_FR_NUMBER,
       [SO_NODE_INTEGER] = SO_FR_NUMBER, [SO_NODE_LITERALS] = SO_FR_LIT, [SO_NODE_REGEX] = SO_FR_REGEX,
-      [SO_NODE_GBNF] = SO_FR_GBNF};
+      [SO_NODE_GBNF] = SO_FR_GBNF, [SO_NODE_NUMBER_DFA] = SO_FR_REGEX};
   f->kind = kinds[nd->kind];
   f->phase = 0;
   f->mask = nd->kind == SO_NODE_LITERALS ? (nd->n_lits == 64 ? ~0ull : (1ull << nd->n_lits) - 1) : 0;
@@ -236,7 +249,8 @@ static void start_key(struct feed_ctx *c, struct so_stack *st, const struct so_n
   struct so_frame *k = &st->f[st->depth - 1];
   k->phase = ST_BODY;
   k->mask = nd->n_props == 64 ? ~0ull : (1ull << nd->n_props) - 1;
-  if (nd->additional >= 0) k->flags = SO_KEY_FREE;
+  /* free-form keys only while there is room for a key that is not required */
+  if (nd->additional >= 0 && object_room_for_optional(nd, &st->f[st->depth - 2])) k->flags = SO_KEY_FREE;
   emit(c, st);
 }
 
@@ -251,7 +265,7 @@ static void feed_object(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
     return;
   case OB_FIRST:
   case OB_AFTER:
-    if (b == '}' && object_required_done(nd, f)) {
+    if (b == '}' && object_can_close(nd, f)) {
       pop_value(c->g, st);
       emit(c, st);
     } else if (f->phase == OB_FIRST && b == '"' && object_key_possible(nd, f)) {
@@ -280,39 +294,115 @@ static void feed_object(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   }
 }
 
+static int hex_digit(uint8_t b) {
+  return b >= '0' && b <= '9' ? b - '0' : b >= 'a' && b <= 'f' ? b - 'a' + 10 : b >= 'A' && b <= 'F' ? b - 'A' + 10 : -1;
+}
+
+/* The code point of name at byte `at` (UTF-8, valid: it came from the parsed schema). */
+static uint32_t name_code_point(const struct so_property *p, uint32_t at) {
+  const uint8_t *s = (const uint8_t *)p->name + at;
+  const int len = s[0] < 0x80 ? 1 : s[0] < 0xe0 ? 2 : s[0] < 0xf0 ? 3 : 4;
+  uint32_t v = len == 1 ? s[0] : s[0] & (0x7fu >> len);
+  for (int i = 1; i < len && at + (uint32_t)i < p->name_len; i++) v = v << 6 | (s[i] & 0x3fu);
+  return v;
+}
+
+/* Characters JSON must escape in a string (and DEL, which the matcher takes only escaped). */
+static bool needs_escape(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\' || cp == 0x7f; }
+
+/* Names of mask whose next code point after n bytes lies in [lo, hi] and must be escaped: what
+ * an escape in a key may spell of a name. */
+static uint64_t names_with_escaped_next(const struct so_node *nd, uint64_t mask, uint32_t n, uint32_t lo, uint32_t hi) {
+  uint64_t m = 0;
+  for (int32_t i = 0; i < nd->n_props; i++) {
+    if (!(mask >> i & 1u) || nd->props[i].name_len <= n) continue;
+    const uint32_t cp = name_code_point(&nd->props[i], n);
+    if (cp >= lo && cp <= hi && needs_escape(cp)) m |= 1ull << i;
+  }
+  return m;
+}
+
+/* The names of mask that continue with d[0..len) after n bytes. */
+static uint64_t names_continuing(const struct so_node *nd, uint64_t mask, uint32_t n, const uint8_t *d, int len) {
+  uint64_t m = 0;
+  for (int32_t i = 0; i < nd->n_props; i++)
+    if ((mask >> i & 1u) && nd->props[i].name_len >= n + (size_t)len && memcmp(nd->props[i].name + n, d, (size_t)len) == 0)
+      m |= 1ull << i;
+  return m;
+}
+
+/* A key frame: mask = names its decoded text still matches, n = decoded bytes so far, n2 = the
+ * hex digits of a \uXXXX escape being read. Names are compared decoded, so that a key that
+ * spells a name another way ("\u0061" for "a") can never pass for a free-form key; and a name is
+ * written as JSON writes it: an escape that spells a name's next character is refused unless
+ * that character must be escaped. Once the key has left every name, anything goes. In a closed
+ * object some unseen name whose value can be written stays possible at every byte. */
 static void feed_key(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   struct so_frame *k = &st->f[st->depth - 1];
   struct so_frame *obj = &st->f[st->depth - 2];
   const struct so_node *nd = node_of(c, k->node);
-  bool was_body = k->phase == ST_BODY;
-  if (was_body && b == '"') {
+  const uint8_t phase = k->phase;
+  if (phase == ST_BODY && b == '"') {
     int32_t match = -1;
     for (int32_t i = 0; i < nd->n_props && match < 0; i++)
       if ((k->mask >> i & 1u) && nd->props[i].name_len == k->n) match = i;
-    if (match >= 0 && (obj->mask >> match & 1u)) return; /* a property twice */
+    if (match >= 0 && ((obj->mask >> match & 1u) || nd->props[match].node < 0)) return; /* twice, or forbidden */
     if (match < 0 && !(k->flags & SO_KEY_FREE)) return;
+    const bool required = match >= 0 && (nd->required_mask >> match & 1u);
+    if (!required && !object_room_for_optional(nd, obj)) return;
     if (match >= 0) obj->mask |= 1ull << match;
+    else if (nd->max_props >= 0) obj->n++;
     obj->n2 = (uint32_t)match;
     st->depth--;
     emit(c, st);
     return;
   }
   if (str_step(k, b) == STR_REJECT) return;
-  uint64_t m = 0;
+  uint8_t d[4];
+  int len = 0;
+  uint64_t m = k->mask;
+  const bool closed = !(k->flags & SO_KEY_FREE);
+  uint64_t usable = 0; /* unseen names whose value can be written (only required ones once full) */
   for (int32_t i = 0; i < nd->n_props; i++)
-    if ((k->mask >> i & 1u) && nd->props[i].name_len > k->n && (uint8_t)nd->props[i].name[k->n] == b)
-      m |= 1ull << i;
-  k->mask = m;
-  k->n = m ? k->n + 1 : 0; /* no name matches: the position no longer matters */
-  if (!(k->flags & SO_KEY_FREE) && (m & ~obj->mask) == 0) return;
+    if (!(obj->mask >> i & 1u) && nd->props[i].node >= 0) usable |= 1ull << i;
+  if (!object_room_for_optional(nd, obj)) usable &= nd->required_mask;
+  if ((phase == ST_BODY && b != '\\') || phase == ST_UTF8) {
+    d[len++] = b; /* raw */
+  } else if (phase == ST_ESC && b != 'u') {
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    d[len++] = (uint8_t)to[strchr(from, b) - from];
+  } else if (phase >= ST_U1 && phase <= ST_U4) {
+    const uint32_t v = k->n2 << 4 | (uint32_t)hex_digit(b);
+    if (phase < ST_U4) {
+      k->n2 = v;
+      const int left = 4 * (ST_U4 - phase);
+      if (closed && !names_with_escaped_next(nd, m & usable, k->n, v << left, (v << left) | ((1u << left) - 1))) return;
+    } else {
+      k->n2 = 0;
+      if (v < 0x80) d[len++] = (uint8_t)v;
+      else if (v < 0x800) d[len++] = (uint8_t)(0xc0 | v >> 6), d[len++] = (uint8_t)(0x80 | (v & 0x3f));
+      else d[len++] = (uint8_t)(0xe0 | v >> 12), d[len++] = (uint8_t)(0x80 | (v >> 6 & 0x3f)), d[len++] = (uint8_t)(0x80 | (v & 0x3f));
+    }
+  } else if (closed && !names_with_escaped_next(nd, m & usable, k->n, 0, 0xffff)) {
+    return; /* '\\' or 'u': an escape must still be able to spell a name's next character */
+  }
+  if (len > 0) {
+    const bool escaped = phase != ST_BODY && phase != ST_UTF8;
+    m = names_continuing(nd, m, k->n, d, len);
+    if (escaped && m && !needs_escape(d[0])) return; /* a name's character written as an escape */
+    k->mask = m;
+    k->n = m ? k->n + (uint32_t)len : 0; /* no name matches: the position no longer matters */
+    if (closed && !(m & usable)) return;
+  }
   emit(c, st);
 }
 
 static void feed_array(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   struct so_frame *f = &st->f[st->depth - 1];
   const struct so_node *nd = node_of(c, f->node);
+  const int32_t elem = (int64_t)f->n < nd->n_children ? nd->children[f->n] : nd->items; /* prefixItems, then items */
   bool can_close = (int64_t)f->n >= nd->min_items;
-  bool can_add = nd->max_items < 0 || (int64_t)f->n < nd->max_items;
+  bool can_add = (nd->max_items < 0 || (int64_t)f->n < nd->max_items) && elem >= 0;
   switch (f->phase) {
   case AR_OPEN:
     if (b != '[') return;
@@ -326,19 +416,95 @@ static void feed_array(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
       emit(c, st);
     } else if (f->phase == AR_FIRST && b != ']' && can_add) {
       f->phase = AR_VALUE;
-      if (push(st, SO_FR_VALUE, nd->items)) feed(c, st, b);
+      if (push(st, SO_FR_VALUE, elem)) feed(c, st, b);
     } else if (f->phase == AR_AFTER && b == ',' && can_add) {
       f->phase = AR_VALUE;
-      if (push(st, SO_FR_VALUE, nd->items)) emit(c, st);
+      if (push(st, SO_FR_VALUE, elem)) emit(c, st);
     }
     return;
   default: return;
   }
 }
 
+/* Steps the content DFA of a string frame (state in n2) by decoded bytes d[0..n). */
+static bool content_step(const struct so_dfa *dfa, struct so_frame *f, const uint8_t *d, int n) {
+  int32_t s = (int32_t)f->n2;
+  for (int i = 0; i < n && s >= 0; i++) s = dfa->next[(size_t)s * 256 + d[i]];
+  if (s < 0) return false;
+  f->n2 = (uint32_t)s;
+  return true;
+}
+
+/* A string whose decoded content must be in the node's DFA (pattern, format, lengths): raw
+ * bytes and escapes are decoded and stepped through it; a \uXXXX escape is refused at the
+ * first hex digit after which no code point it could still name is allowed (mask: the digits
+ * so far). */
+static void feed_string_dfa(struct feed_ctx *c, struct so_stack *st, const struct so_dfa *dfa, uint8_t b) {
+  struct so_frame *f = &st->f[st->depth - 1];
+  switch (f->phase) {
+  case ST_BODY:
+    if (b == '"') {
+      if (!dfa->accept[f->n2]) return;
+      pop_value(c->g, st);
+      break;
+    }
+    if (b == '\\') { /* some character must still be possible: every one can be escaped (\\uXXXX) */
+      if (!so_dfa_range_possible(dfa, (int32_t)f->n2, 0, 0xffff)) return;
+      f->phase = ST_ESC;
+    } else if (b < 0x20 || b == 0x7f || !content_step(dfa, f, &b, 1)) {
+      return;
+    }
+    break;
+  case ST_ESC: {
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    const char *at = b ? strchr(from, b) : NULL;
+    if (b == 'u') {
+      if (!so_dfa_range_possible(dfa, (int32_t)f->n2, 0, 0xffff)) return;
+      f->phase = ST_U1;
+      f->mask = 0;
+      break;
+    }
+    if (!at || !content_step(dfa, f, (const uint8_t *)&to[at - from], 1)) return;
+    f->phase = ST_BODY;
+    break;
+  }
+  case ST_U1:
+  case ST_U2:
+  case ST_U3:
+  case ST_U4: {
+    const int h = hex_digit(b);
+    if (h < 0) return;
+    const uint32_t v = (uint32_t)(f->mask << 4) | (uint32_t)h;
+    const int left = 4 * (ST_U4 - f->phase); /* bits of the code point still to come */
+    const uint32_t lo = v << left, hi = lo | ((1u << left) - 1);
+    if (!so_dfa_range_possible(dfa, (int32_t)f->n2, lo, hi)) return;
+    if (f->phase < ST_U4) {
+      f->mask = v;
+      f->phase++;
+      break;
+    }
+    uint8_t u[3];
+    const int n = v < 0x80 ? 1 : v < 0x800 ? 2 : 3;
+    if (n == 1) u[0] = (uint8_t)v;
+    else if (n == 2) u[0] = (uint8_t)(0xc0 | v >> 6), u[1] = (uint8_t)(0x80 | (v & 0x3f));
+    else u[0] = (uint8_t)(0xe0 | v >> 12), u[1] = (uint8_t)(0x80 | (v >> 6 & 0x3f)), u[2] = (uint8_t)(0x80 | (v & 0x3f));
+    if (!content_step(dfa, f, u, n)) return;
+    f->mask = 0;
+    f->phase = ST_BODY;
+    break;
+  }
+  default: return;
+  }
+  emit(c, st);
+}
+
 static void feed_string(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   struct so_frame *f = &st->f[st->depth - 1];
   const struct so_node *nd = node_of(c, f->node);
+  if (f->phase != ST_OPEN && nd->dfa.n > 0) {
+    feed_string_dfa(c, st, &nd->dfa, b);
+    return;
+  }
   if (f->phase == ST_OPEN) {
     if (b != '"') return;
     f->phase = ST_BODY;
@@ -396,13 +562,25 @@ static void feed_lit(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   }
 }
 
-/* A regex is a root node only: its frame holds the DFA state; a refused byte ends the reading. */
+/* A DFA text: a root regex, or a number with bounds (n: DFA state, n2: bytes so far). A
+ * number may end where its DFA accepts: the byte then goes to its container; it stays within
+ * SO_NUMBER_MAX_BYTES, never entering a state too far from acceptance. */
 static void feed_regex(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
   struct so_frame *f = &st->f[st->depth - 1];
-  const int32_t next = node_of(c, f->node)->dfa[(size_t)f->n * 256 + b];
-  if (next < 0) return;
-  f->n = (uint32_t)next;
-  emit(c, st);
+  const struct so_node *nd = node_of(c, f->node);
+  const int32_t next = nd->dfa.next[(size_t)f->n * 256 + b];
+  const bool capped = nd->kind == SO_NODE_NUMBER_DFA;
+  if (next >= 0 && (!capped || f->n2 + 1u + nd->dfa.dist[next] <= SO_NUMBER_MAX_BYTES)) {
+    struct so_stack cont;
+    stack_copy(&cont, st);
+    cont.f[cont.depth - 1].n = (uint32_t)next;
+    cont.f[cont.depth - 1].n2 += capped;
+    emit(c, &cont);
+  }
+  if (nd->dfa.accept[f->n] && st->depth > 1) {
+    pop_value(c->g, st);
+    feed(c, st, b);
+  }
 }
 
 /* GBNF (so_gbnf.c): a frame per rule being read, the top one at the element to read next
@@ -586,8 +764,8 @@ bool so_state_is_complete(const struct so_grammar *g, const struct so_state *src
     const struct so_frame *f = &s->f[0];
     if (f->kind == SO_FR_NUMBER && num_complete(f->phase)) return true;
     if (f->kind == SO_FR_LIT && lit_complete(&g->nodes[f->node], f->mask, f->n)) return true;
-    if (f->kind == SO_FR_REGEX && g->nodes[f->node].dfa_accept[f->n]) return true;
-    if (f->kind == SO_FR_VALUE && g->nodes[f->node].kind == SO_NODE_REGEX && g->nodes[f->node].dfa_accept[0])
+    if (f->kind == SO_FR_REGEX && g->nodes[f->node].dfa.accept[f->n]) return true;
+    if (f->kind == SO_FR_VALUE && g->nodes[f->node].kind == SO_NODE_REGEX && g->nodes[f->node].dfa.accept[0])
       return true; /* a regex that matches the empty text */
   }
   return false;

@@ -1,14 +1,17 @@
-/* Regular expressions for structured output (vLLM's `regex` / guided_regex): the pattern is
- * parsed into a small syntax tree over bytes (UTF-8 characters become byte sequences), built
- * into a Thompson NFA and determinized into a byte DFA that the matcher walks. The whole
- * output must match (anchors implied, as vLLM/xgrammar); `.` and negated classes match any
- * valid UTF-8 character (but `.` not "\n"). Supported: literals, escapes (\d \w \s \D \W \S,
- * \n \t \r \f \v, \xHH, \uHHHH, escaped punctuation), classes with ranges, groups ((...),
- * (?:...), (?P<name>...), (?<name>...)), alternation, * + ? {m} {m,} {m,n} (lazy forms alike),
- * ^ at the start and $ at the end. Refused as UNSUPPORTED, naming the construct:
- * backreferences, lookaround, \b, inline flags, anchors elsewhere, non-ASCII class ranges and
- * non-ASCII members of negated classes. Bounds: SO_RX_MAX_NFA NFA states, SO_RX_MAX_DFA DFA
- * states, repetition counts up to 1000 (TOO_LARGE past them). */
+/* Regular expressions for structured output (vLLM's `regex` / guided_regex, and JSON Schema's
+ * `pattern`): the pattern is parsed into a small syntax tree over bytes (UTF-8 characters
+ * become byte sequences), built into a Thompson NFA and determinized into a byte DFA that the
+ * matcher walks. By default the whole output must match (anchors implied, as vLLM/xgrammar);
+ * with SO_REGEX_SEARCH (a schema's `pattern`, which JSON Schema reads as a search) a top-level
+ * branch not anchored by ^ / $ may have any text before / after it. `.` and negated classes
+ * match any valid UTF-8 character (but `.` not "\n"). Supported: literals, escapes (\d \w \s
+ * \D \W \S, \n \t \r \f \v, \xHH, \uHHHH, escaped punctuation), classes with ranges,
+ * groups ((...), (?:...), (?P<name>...), (?<name>...)), alternation, * + ? {m} {m,} {m,n}
+ * (lazy forms alike), ^ at the start and $ at the end of the pattern or of a top-level
+ * alternative. Refused as UNSUPPORTED, naming the construct: backreferences, lookaround, \b,
+ * inline flags, anchors elsewhere, non-ASCII class ranges and non-ASCII members of negated
+ * classes. Bounds: SO_RX_MAX_NFA NFA states, SO_RX_MAX_DFA DFA states, repetition counts up
+ * to 1000 (TOO_LARGE past them). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +22,6 @@
 #define SO_RX_MAX_DFA 2048
 #define SO_RX_MAX_AST 4096 /* also bounds the builder's recursion depth */
 #define SO_RX_MAX_REPEAT 1000
-#define SO_RX_MAX_WORK (64ll << 20) /* closure steps of the subset construction: bounds its time */
 
 enum { RX_SET, RX_CAT, RX_ALT, RX_REP, RX_EMPTY };
 
@@ -32,6 +34,7 @@ struct rx_ast {
 
 struct rx_parser {
   const uint8_t *p, *end, *start;
+  bool search; /* SO_REGEX_SEARCH */
   struct rx_ast *ast;
   int32_t n_ast;
   llb_status st;
@@ -272,12 +275,8 @@ static int32_t parse_atom(struct rx_parser *ps, int depth) {
     if (r >= 0) ps->ast[r].set['\n' / 32] &= ~(1u << ('\n' % 32));
     return alt(ps, r, any_multibyte(ps));
   }
-  if (c == '^' || c == '$') {
-    bool edge = c == '^' ? ps->p == ps->start : ps->p + 1 == ps->end;
-    ps->p++;
-    if (!edge) return fail(ps, LLB_STATUS_UNSUPPORTED, "^ and $ only at the pattern's ends (the whole output matches)");
-    return node(ps, RX_EMPTY, -1, -1);
-  }
+  if (c == '^' || c == '$')
+    return fail(ps, LLB_STATUS_UNSUPPORTED, "^ and $ only at the pattern's ends or those of its top-level alternatives");
   if (c == '*' || c == '+' || c == '?' || c == '{') return fail(ps, LLB_STATUS_MALFORMED, "nothing to repeat");
   if (c == '\\') {
     ps->p++;
@@ -341,15 +340,33 @@ static int32_t parse_repeat(struct rx_parser *ps, int depth) {
   return r;
 }
 
+/* Any text: (.|\n)* */
+static int32_t any_text(struct rx_parser *ps) {
+  int32_t r = node(ps, RX_REP, alt(ps, byte_set(ps, 0, 0x7f), any_multibyte(ps)), -1);
+  if (r >= 0) ps->ast[r].min = 0, ps->ast[r].max = -1;
+  return r;
+}
+
 static int32_t parse_alt(struct rx_parser *ps, int depth) {
   if (depth > 64) return fail(ps, LLB_STATUS_TOO_LARGE, "groups nested too deep");
   int32_t r = -1;
   bool have = false;
   for (;;) {
     int32_t seq_r = -1;
-    while (!ps->st && ps->p < ps->end && *ps->p != '|' && *ps->p != ')') seq_r = cat(ps, seq_r, parse_repeat(ps, depth));
+    bool head = depth == 0 && ps->p < ps->end && *ps->p == '^', tail = false;
+    if (head) ps->p++;
+    while (!ps->st && ps->p < ps->end && *ps->p != '|' && *ps->p != ')') {
+      if (depth == 0 && *ps->p == '$' && (ps->p + 1 == ps->end || ps->p[1] == '|')) {
+        ps->p++;
+        tail = true;
+        break;
+      }
+      seq_r = cat(ps, seq_r, parse_repeat(ps, depth));
+    }
     if (ps->st) return -1;
     if (seq_r < 0) seq_r = node(ps, RX_EMPTY, -1, -1);
+    if (ps->search && depth == 0 && !head) seq_r = cat(ps, any_text(ps), seq_r);
+    if (ps->search && depth == 0 && !tail) seq_r = cat(ps, seq_r, any_text(ps));
     r = have ? alt(ps, r, seq_r) : seq_r;
     have = true;
     if (ps->p < ps->end && *ps->p == '|') {
@@ -525,7 +542,8 @@ static int32_t dfa_state(struct dfa_build *d, const uint64_t *set, llb_status *s
   return id;
 }
 
-static llb_status determinize(const struct nfa *a, int32_t start, int32_t final, struct so_node *out) {
+static llb_status determinize(const struct nfa *a, int32_t start, int32_t final, int64_t budget, struct so_dfa *out,
+                              int64_t *used) {
   struct dfa_build d = {.a = a, .words = ((size_t)a->n + 63) / 64, .table_cap = 2 * SO_RX_MAX_DFA * 2};
   llb_status st = LLB_STATUS_OK;
   d.sets = calloc((size_t)SO_RX_MAX_DFA * d.words, 8);
@@ -563,22 +581,24 @@ static llb_status determinize(const struct nfa *a, int32_t start, int32_t final,
       }
       d.trans[(size_t)i * 256 + (size_t)b] = to;
     }
-    if (d.work > SO_RX_MAX_WORK) st = LLB_ERRF(LLB_STATUS_TOO_LARGE, "regex too complex to determinize");
+    if (d.work > budget) st = LLB_ERRF(LLB_STATUS_TOO_LARGE, "regex too complex to determinize");
   }
   if (st == LLB_STATUS_OK) {
-    out->dfa = realloc(d.trans, (size_t)d.n_states * 256 * sizeof(int32_t));
-    if (!out->dfa) out->dfa = d.trans;
+    out->next = realloc(d.trans, (size_t)d.n_states * 256 * sizeof(int32_t));
+    if (!out->next) out->next = d.trans;
     d.trans = NULL;
-    out->dfa_accept = malloc((size_t)d.n_states);
-    if (!out->dfa_accept) {
+    out->accept = malloc((size_t)d.n_states);
+    if (!out->accept) {
       st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "regex DFA");
       goto done;
     }
     for (int32_t i = 0; i < d.n_states; i++)
-      out->dfa_accept[i] = (uint8_t)(d.sets[(size_t)i * d.words + (size_t)final / 64] >> (final % 64) & 1u);
-    out->n_dfa_states = d.n_states;
+      out->accept[i] = (uint8_t)(d.sets[(size_t)i * d.words + (size_t)final / 64] >> (final % 64) & 1u);
+    out->n = d.n_states;
+    st = so_dfa_trim(out);
   }
 done:
+  *used = d.work;
   free(d.sets);
   free(d.trans);
   free(d.table);
@@ -588,9 +608,11 @@ done:
   return st;
 }
 
-llb_status so_regex_compile(const char *text, size_t len, struct so_node *out) {
+llb_status so_regex_compile(const char *text, size_t len, unsigned flags, int64_t *work, struct so_dfa *out) {
+  so_dfa_free(out);
   if (len > SO_MAX_SPEC_BYTES) return LLB_ERRF(LLB_STATUS_TOO_LARGE, "regex of %zu bytes, at most %d", len, SO_MAX_SPEC_BYTES);
-  struct rx_parser ps = {.p = (const uint8_t *)text, .end = (const uint8_t *)text + len, .start = (const uint8_t *)text};
+  struct rx_parser ps = {.p = (const uint8_t *)text, .end = (const uint8_t *)text + len, .start = (const uint8_t *)text,
+                         .search = (flags & SO_REGEX_SEARCH) != 0};
   struct nfa a = {0};
   ps.ast = malloc(SO_RX_MAX_AST * sizeof(*ps.ast));
   a.s = malloc(SO_RX_MAX_NFA * sizeof(*a.s));
@@ -607,7 +629,10 @@ llb_status so_regex_compile(const char *text, size_t len, struct so_node *out) {
     st = a.st;
     goto done;
   }
-  st = determinize(&a, start, end, out);
+  int64_t used = 0;
+  st = determinize(&a, start, end, work ? *work : SO_REGEX_MAX_WORK, out, &used);
+  if (work) *work -= used;
+  if (st != LLB_STATUS_OK) so_dfa_free(out);
 done:
   free(ps.ast);
   free(a.s);

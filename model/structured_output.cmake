@@ -3,6 +3,10 @@
 # (the schema parser); included by model/CMakeLists.txt.
 add_library(llmbus_structured_output STATIC
             ${CMAKE_CURRENT_LIST_DIR}/so_schema.c
+            ${CMAKE_CURRENT_LIST_DIR}/so_schema_merge.c
+            ${CMAKE_CURRENT_LIST_DIR}/so_number.c
+            ${CMAKE_CURRENT_LIST_DIR}/so_format.c
+            ${CMAKE_CURRENT_LIST_DIR}/so_dfa.c
             ${CMAKE_CURRENT_LIST_DIR}/so_matcher.c
             ${CMAKE_CURRENT_LIST_DIR}/so_regex.c
             ${CMAKE_CURRENT_LIST_DIR}/so_gbnf.c

@@ -5,11 +5,12 @@
  *
  * The output is compact JSON: no whitespace between tokens (xgrammar's any_whitespace=False),
  * so a model cannot loop on blanks. Object properties may come in any order, each at most
- * once; an object ends only once every required property is there. A schema object without
- * additionalProperties is closed (OpenAI strict mode). Strings: no control bytes, valid
- * UTF-8, \uXXXX escapes outside the surrogate range, min/maxLength in code points. What a
- * schema asks that the matcher cannot enforce (pattern, format, minimum, ...) is refused at
- * compile time as UNSUPPORTED with the keyword named, never silently ignored.
+ * once; an object ends only once every required property is there. A schema object that
+ * lists properties without additionalProperties is closed (OpenAI strict mode). Strings: no
+ * control bytes, valid UTF-8, \uXXXX escapes outside the surrogate range, min/maxLength in
+ * code points. What a schema asks that the matcher cannot enforce (not, if/then/else,
+ * uniqueItems, patternProperties, ...) is refused at compile time as UNSUPPORTED with the
+ * keyword named, never silently ignored; docs/structured-output.md lists both sides.
  *
  * Thread safety: a grammar is immutable after creation and may be shared; a vocabulary too,
  * except that so_vocab_fill_mask uses scratch inside it (one call at a time per vocabulary);
@@ -32,18 +33,22 @@ struct so_vocab;
 #define SO_MAX_SPEC_BYTES (64 * 1024) /* schema / choice list text */
 #define SO_MAX_NODES 4096             /* compiled schema nodes */
 #define SO_MAX_PROPERTIES 64          /* properties of one object */
-#define SO_MAX_LITERALS 64            /* enum values / choices */
-#define SO_MAX_ANY_OF 16              /* alternatives of one anyOf/oneOf/type list */
+#define SO_MAX_LITERALS 64            /* choices; literals of one grammar node */
+#define SO_MAX_ENUM_VALUES 1024       /* values of one enum */
+#define SO_MAX_ANY_OF 64              /* alternatives of one anyOf/oneOf (after distributing) */
 
-/* Compiles a JSON Schema (text[0..len), UTF-8 JSON) into *out. Supported: type (one or a
- * list) object/array/string/number/integer/boolean/null; properties, required,
- * additionalProperties (false, true or a schema; absent = false); items, minItems, maxItems;
- * minLength, maxLength; enum, const; anyOf, oneOf (alternatives should be disjoint: a value
- * matching two fails oneOf), allOf of one schema; $ref to "#", "#/$defs/NAME" or
- * "#/definitions/NAME" (recursion allowed); annotations (title, description, ...) ignored.
- * Errors: MALFORMED (not JSON, bad keyword value, bad $ref), UNSUPPORTED (a keyword the
- * matcher cannot enforce; the message names it), TOO_LARGE (past the SO_MAX_* bounds),
- * OUT_OF_MEMORY. Caller frees with so_grammar_destroy. */
+/* Compiles a JSON Schema (text[0..len), UTF-8 JSON; draft 2020-12 and draft 4-7 forms) into
+ * *out, exactly (model/so_schema.c): type (one or a list); enum and const of any JSON values;
+ * minLength, maxLength, pattern (a search, ECMA-262's ASCII classes), format (date, time,
+ * date-time, uuid, email, uri, ipv4); minimum, maximum, exclusiveMinimum, exclusiveMaximum
+ * (numbers written without an exponent once bounded), multipleOf; items, prefixItems,
+ * additionalItems, minItems, maxItems; properties, required, additionalProperties,
+ * minProperties (met by named properties), maxProperties; allOf, anyOf, oneOf (read as anyOf:
+ * alternatives should be disjoint) beside any other keyword and each other; $ref to any JSON
+ * pointer into the document (recursion allowed); annotations ignored. Errors: MALFORMED (not
+ * JSON, bad keyword value, bad $ref, a schema no value meets), UNSUPPORTED (a keyword the
+ * matcher cannot enforce; the message names it), TOO_LARGE (past the SO_MAX_* bounds or the
+ * automata's), OUT_OF_MEMORY. Caller frees with so_grammar_destroy. */
 llb_status so_grammar_compile_json_schema(const char *text, size_t len, struct so_grammar **out);
 
 /* A grammar for any JSON object (response_format {"type": "json_object"}). Errors:

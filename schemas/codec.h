@@ -130,12 +130,16 @@ enum llb_structured_outputs_kind {
 #define LLB_SO_MAX_SPEC_BYTES (64 * 1024)
 
 /* kind NONE = absent on the wire. The codec checks the kind's range, that spec is present
- * exactly for the kinds that need one, and its size (<= LLB_SO_MAX_SPEC_BYTES); it does not
- * parse the spec. */
+ * exactly for the kinds that need one, and its size (<= LLB_SO_MAX_SPEC_BYTES), and the range
+ * of reasoning; it does not parse the spec. */
 struct llb_structured_outputs {
   enum llb_structured_outputs_kind kind;
   struct llb_str spec;
+  uint8_t reasoning; /* enum reasoning_parser (model/reasoning.h), <= LLB_SO_MAX_REASONING; 0 = none:
+                      * the grammar starts once the model's reasoning has ended */
 };
+
+#define LLB_SO_MAX_REASONING 4
 
 /* How a pooling request pools its prompt's final-norm hidden states (vLLM PoolingType;
  * common.fbs). NONE = not a pooling request (the table is absent on the wire). */

@@ -452,9 +452,11 @@ bool dec_logprobs(Dec &d, const llmbus::LogprobsLists *t, llb_logprobs_lists *ou
 
 // ---- StructuredOutputs -------------------------------------------------------------------
 
-static bool so_check(Ctx &c, llb_status bad, int kind, size_t spec_len, const char *field) {
+static bool so_check(Ctx &c, llb_status bad, int kind, size_t spec_len, int reasoning, const char *field) {
   if (kind < LLB_SO_NONE || kind > LLB_SO_GRAMMAR)
     return c.fail(bad, field, "kind %d is not a StructuredOutputsKind", kind);
+  if (reasoning < 0 || reasoning > LLB_SO_MAX_REASONING)
+    return c.fail(bad, field, "reasoning %d is not a reasoning parser (0..%d)", reasoning, LLB_SO_MAX_REASONING);
   bool wants_spec = kind != LLB_SO_NONE && kind != LLB_SO_JSON_OBJECT;
   if (wants_spec && spec_len == 0)
     return c.fail(bad, field, "kind %d needs a spec", kind);
@@ -468,13 +470,13 @@ static bool so_check(Ctx &c, llb_status bad, int kind, size_t spec_len, const ch
 fb::Offset<llmbus::StructuredOutputs> enc_structured_outputs(Enc &e,
                                                              const llb_structured_outputs &so,
                                                              const char *field) {
-  if (!so_check(e, LLB_STATUS_INVALID_ARGUMENT, (int)so.kind, so.spec.len, field) ||
+  if (!so_check(e, LLB_STATUS_INVALID_ARGUMENT, (int)so.kind, so.spec.len, (int)so.reasoning, field) ||
       so.kind == LLB_SO_NONE)
     return 0;
   auto spec = e.str(so.spec, "spec");
   if (!e.ok())
     return 0;
-  return llmbus::CreateStructuredOutputs(e.b, (llmbus::StructuredOutputsKind)so.kind, spec);
+  return llmbus::CreateStructuredOutputs(e.b, (llmbus::StructuredOutputsKind)so.kind, spec, so.reasoning);
 }
 
 bool dec_structured_outputs(Dec &d, const llmbus::StructuredOutputs *t, llb_structured_outputs *out,
@@ -484,9 +486,10 @@ bool dec_structured_outputs(Dec &d, const llmbus::StructuredOutputs *t, llb_stru
   if (!t)
     return true;
   size_t len = t->spec() ? t->spec()->size() : 0;
-  if (!so_check(d, LLB_STATUS_MALFORMED, (int)t->kind(), len, field))
+  if (!so_check(d, LLB_STATUS_MALFORMED, (int)t->kind(), len, (int)t->reasoning(), field))
     return false;
   out->kind = (llb_structured_outputs_kind)t->kind();
+  out->reasoning = t->reasoning();
   return d.str(t->spec(), &out->spec, "spec");
 }
 

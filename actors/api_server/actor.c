@@ -30,6 +30,7 @@
 #include "actors/api_server/api_keys.h"
 #include "actors/api_server/api_metrics.h"
 #include "actors/api_server/api_resend.h"
+#include "actors/api_server/api_responses.h"
 #include "actors/api_server/api_structured.h"
 #include "actors/api_server/http_listener.h"
 #include "actors/api_server/http_reply.h"
@@ -255,6 +256,7 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
     api_error_from_status(ro->error.code, ro->error.message.data, ro->error.field.data, &e);
     api_structured_map_error(&c->parsed, &e);
     api_images_map_error(&c->parsed, &e);
+    if (c->parsed.responses) api_responses_map_error(&e);
     e.retry_after_s = (ro->error.retry_after_ms + 999) / 1000; /* a per-tenant rate says when */
     if (is_tokenize_call(c)) api_tokenize_map_error(&c->tok, &e);
     s->finished = true;
@@ -298,9 +300,10 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
   int64_t before = c->resp.completion_tokens;
   struct api_buf b = {0};
   llb_status st;
+  struct api_responses *rq = c->parsed.responses;
   if (c->parsed.stream) {
     if (!c->headers_sent) start_stream(c);
-    st = api_response_stream_output(&c->resp, s->prompt_index, ro, &b);
+    st = rq ? api_responses_stream_output(&c->resp, rq, ro, &b) : api_response_stream_output(&c->resp, s->prompt_index, ro, &b);
   } else {
     st = api_response_add_output(&c->resp, s->prompt_index, ro);
   }
@@ -331,13 +334,13 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
   struct evhttp_request *req = c->req;
   detach_http(c);
   if (c->parsed.stream) {
-    st = api_response_stream_end(&c->resp, &b);
+    st = rq ? api_responses_stream_end(&c->resp, rq, &b) : api_response_stream_end(&c->resp, &b);
     c->req = req;
     write_chunk(c, &b);
     c->req = NULL;
     evhttp_send_reply_end(req);
   } else {
-    api_http_send_rendered(a->metrics, req, api_response_render(&c->resp, &b), &b);
+    api_http_send_rendered(a->metrics, req, rq ? api_responses_render(&c->resp, rq, &b) : api_response_render(&c->resp, &b), &b);
   }
   api_buf_free(&b);
   call_succeed(c);
@@ -445,8 +448,9 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
 static void make_id(struct api_actor *a, enum api_endpoint ep, char *buf, size_t cap) {
   a->id_counter++;
   const char *kind = ep == API_ENDPOINT_CHAT ? "chatcmpl" : ep == API_ENDPOINT_COMPLETIONS ? "cmpl"
-                     : ep == API_ENDPOINT_EMBEDDINGS ? "embd" : "tok";
-  snprintf(buf, cap, "%s-%016" PRIx64 "%08" PRIx64, kind, a->id_salt, a->id_counter);
+                     : ep == API_ENDPOINT_EMBEDDINGS ? "embd" : ep == API_ENDPOINT_RESPONSES ? "resp" : "tok";
+  snprintf(buf, cap, "%s%c%016" PRIx64 "%08" PRIx64, kind, ep == API_ENDPOINT_RESPONSES ? '_' : '-', a->id_salt,
+           a->id_counter);
 }
 
 /* A new call for `req`: its body parsed as endpoint ep wants, its subs allocated (one per
@@ -469,8 +473,9 @@ static struct api_call *call_new(struct api_actor *a, struct evhttp_request *req
   struct api_parse_options po = {.served_model = a->model_name, .model_aliases = a->model_names + 1,
                                 .num_model_aliases = a->num_model_names - 1, .tool_parser = a->o.tool_call_parser,
                                 .no_auto_tool_choice = !a->o.enable_auto_tool_choice,
+                                .reasoning_parser = a->o.reasoning_parser,
                                 .allowed_local_media_path = a->local_media_dir};
-  const bool emb = ep == API_ENDPOINT_EMBEDDINGS, tok = ep != API_ENDPOINT_COMPLETIONS && ep != API_ENDPOINT_CHAT && !emb;
+  const bool emb = ep == API_ENDPOINT_EMBEDDINGS, tok = ep >= API_ENDPOINT_TOKENIZE && ep <= API_ENDPOINT_MODEL_INFO;
   if (emb && !(c->emb = calloc(1, sizeof *c->emb))) api_error_set(e, 500, NULL, "out of memory");
   if ((emb && !c->emb) ||
       (emb ? api_embeddings_parse(body, len, &po, c->emb, e) != LLB_STATUS_OK
@@ -605,7 +610,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
   } routes[] = {{"/v1/completions", true}, {"/v1/chat/completions", true}, {"/v1/models", false},
                 {"/health", false},        {"/metrics", false},            {"/tokenize", true},
                 {"/detokenize", true},     {"/version", false},            {"/v1/models/", false},
-                {"/v1/embeddings", true}};
+                {"/v1/embeddings", true},  {"/v1/responses", true}};
   api_http_echo_request_id(req);
   if (!api_http_cors(&a->cors, req, method)) return; /* a preflight, answered before authentication */
   const char *tenant = a->tenant;
@@ -650,6 +655,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     case 6: handle_generate(a, req, API_ENDPOINT_DETOKENIZE, NULL, tenant); break;
     case 7: api_route_version(req); break;
     case 9: handle_generate(a, req, API_ENDPOINT_EMBEDDINGS, NULL, tenant); break;
+    case 10: handle_generate(a, req, API_ENDPOINT_RESPONSES, NULL, tenant); break;
     default: handle_generate(a, req, API_ENDPOINT_MODEL_INFO, model_id, tenant); break;
   }
 }

@@ -11,6 +11,7 @@
 #include "actors/api_server/api_keys.h"
 #include "actors/api_server/api_tools.h"
 #include "bus/subject.h"
+#include "model/reasoning.h"
 
 /* --api-key / --api-keys into one key set (*out NULL when neither is given). */
 static llb_status load_keys(const struct api_server_flags *f, struct api_keys **out) {
@@ -72,6 +73,10 @@ llb_status api_server_config_init(struct api_server_config *c, const struct api_
     model_name = c->model_name;
   }
   if (st == LLB_STATUS_OK) st = bus_name_check(BUS_NAME_KIND_MODEL, "--served-model-name", model_name);
+  enum reasoning_parser reasoning = reasoning_parser_from_name(f->reasoning_parser);
+  if (st == LLB_STATUS_OK && f->reasoning_parser && *f->reasoning_parser && reasoning == REASONING_NONE)
+    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--reasoning-parser must be one of %s, got \"%s\"", reasoning_parser_names(),
+                  f->reasoning_parser);
   if (st == LLB_STATUS_OK) st = load_keys(f, &c->keys);
   if (st != LLB_STATUS_OK) return st;
   c->options = (struct api_actor_options){
@@ -92,6 +97,7 @@ llb_status api_server_config_init(struct api_server_config *c, const struct api_
       .health_actors = f->health_actors,
       .health_window_ms = f->health_missed_beats * heartbeat_ms,
       .tool_call_parser = (int32_t)tool_format,
+      .reasoning_parser = (int32_t)reasoning,
       .cors_allowed_origins = f->allowed_origins,
       .cors_allowed_methods = f->allowed_methods,
       .cors_allowed_headers = f->allowed_headers,

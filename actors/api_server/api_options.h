@@ -51,6 +51,7 @@ struct api_actor_options {
                                       --heartbeat-ms (3 x 2000) */
   int32_t tool_call_parser;        /* enum tool_format (tool_parser.h) of tool_choice auto:
                                       0 = hermes, 1 = llama3_json, 2 = mistral */
+  int32_t reasoning_parser;        /* enum reasoning_parser (model/reasoning.h); 0 = none */
   const char *cors_allowed_origins; /* comma list; NULL or "*" = every origin (vLLM's default) */
   const char *cors_allowed_methods; /* comma list; NULL or "*" = every method */
   const char *cors_allowed_headers; /* comma list; NULL or "*" = every header */
@@ -84,6 +85,7 @@ struct api_server_flags {
   const char *seed;              /* --seed: decimal; NULL = random seeds */
   bool enable_auto_tool_choice;  /* --enable-auto-tool-choice */
   const char *tool_call_parser;  /* --tool-call-parser: hermes | llama3_json | mistral */
+  const char *reasoning_parser;  /* --reasoning-parser: deepseek_r1 | qwen3 | granite | gpt_oss; NULL or "" = none */
   const char *allowed_origins, *allowed_methods, *allowed_headers; /* CORS (api_cors.h) */
   bool allow_credentials;
   const char *allowed_local_media_path; /* file:// image URLs under it (api_images.h) */

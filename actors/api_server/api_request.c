@@ -1,5 +1,8 @@
 /* OpenAI request parsing and validation (see api_request.h). */
 #include "actors/api_server/api_request.h"
+
+#include "actors/api_server/api_reasoning.h"
+#include "actors/api_server/api_responses.h"
 #include "actors/api_server/api_chat_fields.h"
 
 #include "actors/api_server/api_embeds.h"
@@ -608,9 +611,29 @@ bool api_model_served(const struct api_parse_options *o, const char *model) {
   return false;
 }
 
+/* POST /v1/responses: the body as a chat request (api_responses.h). */
+static llb_status parse_responses(const char *body, size_t len, const struct api_parse_options *o, struct api_request *out,
+                                  struct api_error *err) {
+  struct api_responses *q;
+  char *chat;
+  size_t n;
+  llb_status st = api_responses_to_chat(body, len, &q, &chat, &n, err);
+  if (st != LLB_STATUS_OK) return st;
+  st = api_request_parse(API_ENDPOINT_CHAT, chat, n, o, out, err);
+  free(chat);
+  if (st != LLB_STATUS_OK) {
+    api_responses_free(q);
+    api_responses_map_error(err);
+    return st;
+  }
+  out->responses = q;
+  return LLB_STATUS_OK;
+}
+
 llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_t len,
                              const struct api_parse_options *o, struct api_request *out,
                              struct api_error *err) {
+  if (endpoint == API_ENDPOINT_RESPONSES) return parse_responses(body, len, o, out, err);
   memset(out, 0, sizeof *out);
   memset(err, 0, sizeof *err);
   out->endpoint = endpoint;
@@ -723,6 +746,12 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
   if (st == LLB_STATUS_OK) st = api_params_check(out, err);
   if (st == LLB_STATUS_OK) st = api_tools_check(out, (enum tool_format)o->tool_parser, !o->no_auto_tool_choice, err);
   if (st != LLB_STATUS_OK) goto fail;
+  if (chat && o->reasoning_parser && api_reasoning_thinking_enabled(out->chat_template_kwargs)) {
+    /* vLLM's rule: a structured output starts once the reasoning has ended */
+    out->reasoning = o->reasoning_parser;
+    if (out->structured_outputs.kind != LLB_SO_NONE) out->structured_outputs.reasoning = (uint8_t)o->reasoning_parser;
+    if (reasoning_needs_special_tokens((enum reasoning_parser)o->reasoning_parser)) sp->skip_special_tokens = false;
+  }
   /* The params as the engine gets them, set once here so every prompt's GenerateRequest
    * points at them: DELTA outputs (non-streamed responses are accumulated by the server),
    * and echo + logprobs scores the prompt (vLLM), beyond what the client's prompt_logprobs
@@ -744,6 +773,7 @@ void api_request_free(struct api_request *r) {
   for (int32_t i = 0; r->mm_items && i < r->num_mm_items; i++) free((void *)r->mm_items[i].data);
   free(r->mm_items);
   api_tools_free(r);
+  api_responses_free(r->responses);
   free(r->structured_spec);
   struct req_impl *im = r->impl;
   if (im) {

@@ -38,6 +38,7 @@ enum api_endpoint {
   API_ENDPOINT_DETOKENIZE = 3,  /* POST /detokenize */
   API_ENDPOINT_MODEL_INFO = 4,  /* GET /v1/models/{id} (asks the engine for max_model_len) */
   API_ENDPOINT_EMBEDDINGS = 5,  /* POST /v1/embeddings (api_embeddings.h) */
+  API_ENDPOINT_RESPONSES = 6,   /* POST /v1/responses (api_responses.h): parsed as a chat request */
 };
 
 /* An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}. */
@@ -122,6 +123,11 @@ struct api_request {
                                    * NULL = none of them */
   void *impl;                     /* private: the JSON document and owned strings */
   struct llb_structured_outputs structured_outputs; /* api_structured.h; kind NONE = none */
+  struct api_responses *responses; /* POST /v1/responses (api_responses.h), owned; NULL otherwise
+                                   * (the request is then a chat request: endpoint CHAT) */
+  int32_t reasoning;              /* chat: enum reasoning_parser of --reasoning-parser, 0 when none
+                                   * or the request turned thinking off (api_reasoning.h): the
+                                   * output is split into reasoning_content and content */
   char structured_param[48];      /* the field it came from ("response_format", "guided_json") */
   char *structured_spec;          /* owned spec text (structured_outputs.spec points here) */
 };
@@ -136,14 +142,16 @@ struct api_parse_options {
   int32_t tool_parser;       /* enum tool_format of --tool-call-parser (0 = hermes); api_tools.h */
   bool no_auto_tool_choice;  /* tool_choice "auto" (given, or implied by tools) is a 400, as vLLM's
                               * without --enable-auto-tool-choice */
+  int32_t reasoning_parser;  /* enum reasoning_parser of --reasoning-parser (0 = none); model/reasoning.h */
   const char *allowed_local_media_path; /* realpath of vLLM's --allowed-local-media-path: file://
                                            image URLs inside it are read (api_images.h); NULL = none */
 };
 
-/* Whether `model` is one of the ids o serves (served_model or an alias). NULL: false. */
 bool api_model_served(const struct api_parse_options *o, const char *model);
 
-/* Parses and validates `body[len]` (need not be NUL-terminated) for `endpoint`.
+/* Parses and validates `body[len]` (need not be NUL-terminated) for `endpoint` (RESPONSES: the
+ * body is rewritten as a chat request, api_responses.h, and parsed as one: endpoint CHAT,
+ * `responses` set).
  * Returns LLB_STATUS_OK and fills `out` (caller frees with api_request_free), or
  * LLB_STATUS_INVALID_ARGUMENT with `err` set (400 / 404; `out` needs no free), or
  * LLB_STATUS_OUT_OF_MEMORY (err 500). Defaults: completions max_tokens 16; chat

@@ -36,6 +36,7 @@ llb_status api_response_init(struct api_response *r, const struct api_request *r
   for (int32_t i = 0; i < r->num_prompts; i++) r->prompt_tokens[i] = -1;
   const char *named = NULL;
   r->tools = api_tools_output_format(req, &r->tool_format, &named, &r->tool_single_call);
+  r->reasoning = req->endpoint == API_ENDPOINT_CHAT ? req->reasoning : 0;
   snprintf(r->tool_named, sizeof r->tool_named, "%s", named ? named : "");
   if (req->prompt_logprobs >= 0) {
     r->prompt_logprobs = calloc((size_t)r->num_prompts, sizeof *r->prompt_logprobs);
@@ -75,6 +76,7 @@ void api_response_free(struct api_response *r) {
     json_decref(r->choices[i].logprobs);
     tool_stream_free(r->choices[i].tool_stream);
     free(r->choices[i].tool_stream);
+    api_reasoning_stream_free(&r->choices[i].reasoning_stream);
   }
   free(r->choices);
   for (int32_t i = 0; r->echo && i < r->num_prompts; i++) free(r->echo[i]);
@@ -308,10 +310,10 @@ static json_t *tool_calls_json(const struct api_response *r, const struct tool_s
 /* The message of a finished chat choice whose text is parsed for tool calls: with tool_calls
  * (content null when only whitespace is left; *finish replaced by "tool_calls") when it
  * parses, else the text as content (vLLM's fallback). NULL when out of memory. */
-static json_t *tool_message(const struct api_response *r, const struct api_choice_state *cs, json_t **finish) {
+static json_t *tool_message(const struct api_response *r, struct llb_str text, json_t **finish) {
   struct tool_snapshot *snap = calloc(1, sizeof *snap);
   json_t *msg = NULL;
-  if (snap && tool_parse(r->tool_format, r->tool_named, cs->text.data, cs->text.len, true, snap) == LLB_STATUS_OK) {
+  if (snap && tool_parse(r->tool_format, r->tool_named, text.data, text.len, true, snap) == LLB_STATUS_OK) {
     const char *t = snap->content.data ? snap->content.data : "";
     size_t a = 0, b = snap->content.len;
     while (a < b && is_ws(t[a])) a++;
@@ -332,6 +334,28 @@ static json_t *tool_message(const struct api_response *r, const struct api_choic
   return msg;
 }
 
+/* The message of a finished chat choice: its text split into reasoning_content and content
+ * (with a reasoning parser), the content parsed for tool calls (with tools). NULL when out of
+ * memory. */
+static json_t *chat_message(const struct api_response *r, const struct api_choice_state *cs, json_t **finish) {
+  struct llb_str content = {cs->text.data ? cs->text.data : "", cs->text.len};
+  json_t *reasoning = NULL;
+  if (r->reasoning) {
+    struct reasoning_split sp;
+    reasoning_split_text((enum reasoning_parser)r->reasoning, content.data, content.len, true, &sp);
+    reasoning = sp.has_reasoning ? json_stringn(content.data + sp.reasoning_begin, sp.reasoning_end - sp.reasoning_begin)
+                                 : json_null();
+    content = (struct llb_str){content.data + sp.content_begin, sp.content_end - sp.content_begin};
+  }
+  json_t *msg = r->tools ? tool_message(r, content, finish)
+                         : json_pack("{s:s, s:o}", "role", "assistant", "content",
+                                     content.len || !reasoning || json_is_null(reasoning) ? json_stringn(content.data, content.len)
+                                                                                          : json_null());
+  if (msg && reasoning) json_object_set_new(msg, "reasoning_content", reasoning);
+  else json_decref(reasoning);
+  return msg;
+}
+
 llb_status api_response_render(struct api_response *r, struct api_buf *out) {
   json_t *choices = json_array();
   bool chat = r->endpoint == API_ENDPOINT_CHAT;
@@ -343,9 +367,8 @@ llb_status api_response_render(struct api_response *r, struct api_buf *out) {
     json_t *lp = cs->logprobs ? json_incref(cs->logprobs) : json_null();
     json_t *fr = fin ? json_string(fin) : json_null();
     json_t *sr = cs->stop_reason[0] ? json_string(cs->stop_reason) : json_null();
-    json_t *msg = chat && r->tools ? tool_message(r, cs, &fr) : NULL;
-    if (chat && r->tools) json_decref(text);
-    else if (chat) msg = json_pack("{s:s, s:o}", "role", "assistant", "content", text);
+    json_t *msg = chat ? chat_message(r, cs, &fr) : NULL;
+    if (chat) json_decref(text);
     json_t *choice = chat ? json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)i, "message", msg,
                                       "logprobs", lp, "finish_reason", fr, "stop_reason", sr)
                           : json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)i, "text", text,
@@ -424,6 +447,26 @@ static llb_status stream_tool_deltas(struct api_response *r, struct api_choice_s
   return st;
 }
 
+/* Chat with a reasoning parser: feeds c's text to the choice's split and sends its new
+ * reasoning as a `reasoning_content` delta (with *lp, then null); *content_part becomes c with
+ * the text that is content. */
+static llb_status stream_reasoning(struct api_response *r, struct api_choice_state *cs, int64_t idx,
+                                   const struct llb_completion_output *c, json_t **lp,
+                                   struct llb_completion_output *content_part, struct api_buf *out) {
+  struct llb_str reasoning, content;
+  llb_status st = api_reasoning_stream_feed(&cs->reasoning_stream, (enum reasoning_parser)r->reasoning, c->text.data,
+                                            c->text.len, c->finish_reason != LLB_FINISH_REASON_NONE, &reasoning, &content);
+  if (st != LLB_STATUS_OK) return st;
+  *content_part = *c;
+  content_part->text = content;
+  if (reasoning.len == 0) return LLB_STATUS_OK;
+  json_t *choice = json_pack("{s:I, s:{s:o}, s:o, s:n, s:n}", "index", (json_int_t)idx, "delta", "reasoning_content",
+                             str_json(reasoning), "logprobs", *lp, "finish_reason", "stop_reason");
+  *lp = json_null();
+  json_t *choices = choice ? json_pack("[o]", choice) : NULL;
+  return emit_event(choices ? chunk_head(r, choices) : NULL, out);
+}
+
 llb_status api_response_stream_output(struct api_response *r, int32_t prompt_index,
                                       const struct llb_request_output *ro, struct api_buf *out) {
   if (prompt_index < 0 || prompt_index >= r->num_prompts)
@@ -482,6 +525,17 @@ llb_status api_response_stream_output(struct api_response *r, int32_t prompt_ind
       lp = echo_lp;
     }
     json_t *choice;
+    struct llb_completion_output content_part;
+    if (chat && r->reasoning) { /* reasoning_content out first; the rest goes on as content */
+      free(joined);
+      joined = NULL;
+      if ((st = stream_reasoning(r, cs, idx, c, &lp, &content_part, out)) != LLB_STATUS_OK) return st;
+      c = &content_part;
+      if (c->text.len == 0 && json_is_null(lp) && !finishing) {
+        json_decref(lp);
+        continue;
+      }
+    }
     if (chat && r->tools) {
       free(joined);
       if ((st = stream_tool_deltas(r, cs, idx, c, lp, out)) != LLB_STATUS_OK) return st;

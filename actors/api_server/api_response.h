@@ -23,6 +23,9 @@
  * parser (tool_parser.h): the message gets `tool_calls` ([{id, type, function: {name,
  * arguments}}]), content null when only whitespace is left, finish_reason "tool_calls"; a text
  * that does not parse stays content. Streamed, the deltas are the parser's (one chunk each).
+ * Chat with a reasoning parser (api_reasoning.h): the message gets `reasoning_content` (null
+ * when the output has no reasoning) beside `content` (null when only reasoning came), and the
+ * tool parser reads the content only; streamed, reasoning goes out as `delta.reasoning_content`.
  */
 #ifndef LLB_ACTORS_API_SERVER_API_RESPONSE_H
 #define LLB_ACTORS_API_SERVER_API_RESPONSE_H
@@ -30,6 +33,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "actors/api_server/api_reasoning.h"
 #include "actors/api_server/api_request.h"
 #include "actors/api_server/tool_parser.h"
 #include "base/status.h"
@@ -46,6 +50,7 @@ struct api_choice_state {
   int32_t finish_reason; /* enum llb_finish_reason */
   char stop_reason[LLB_MAX_STOP_STRING_BYTES + 1];
   struct tool_stream *tool_stream; /* chat stream with tool parsing: this choice's parser */
+  struct api_reasoning_stream reasoning_stream; /* chat stream with a reasoning parser */
 };
 
 struct api_response {
@@ -66,6 +71,7 @@ struct api_response {
   enum tool_format tool_format;
   char tool_named[65];              /* TOOL_FORMAT_NAMED: the tool */
   bool tool_single_call;            /* parallel_tool_calls false */
+  int32_t reasoning;                /* chat: enum reasoning_parser splitting reasoning_content out; 0 = none */
   /* prompt_logprobs (vLLM): per prompt its JSON list [null, {"<id>": {logprob, rank,
    * decoded_token}}, ...] (private), NULL = not arrived; the array is NULL when not asked */
   void **prompt_logprobs;           /* [num_prompts] */

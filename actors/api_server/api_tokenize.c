@@ -40,8 +40,8 @@ static llb_status split_fields(enum api_endpoint ep, json_t *root, json_t *sub, 
         return LLB_STATUS_INVALID_ARGUMENT;
       }
       json_object_set(sub, key, v);
-    } else if (ep == API_ENDPOINT_TOKENIZE && !strcmp(key, "messages")) {
-      json_object_set(sub, key, v);
+    } else if (ep == API_ENDPOINT_TOKENIZE && (!strcmp(key, "messages") || (chat && !strcmp(key, "chat_template_kwargs")))) {
+      json_object_set(sub, key, v); /* the template variables change the prompt (vLLM's TokenizeChatRequest) */
     } else if (ep == API_ENDPOINT_TOKENIZE && !strcmp(key, "add_generation_prompt")) {
       if (!json_is_null(v) && !json_is_boolean(v)) return bad(err, key, "'add_generation_prompt' must be a boolean");
       if (json_is_boolean(v)) out->add_generation_prompt = json_is_true(v);

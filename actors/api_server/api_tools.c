@@ -355,7 +355,7 @@ llb_status api_tools_check(struct api_request *r, enum tool_format parser, bool 
       return api_error_bad(err, "tools", "the tool_choice schema built from 'tools' is %zu bytes, at most %d allowed",
                  strlen(t->schema_json), LLB_SO_MAX_SPEC_BYTES);
     /* the engine's errors about the schema (a keyword it cannot enforce) name "tools" */
-    r->structured_outputs = (struct llb_structured_outputs){LLB_SO_JSON, llb_str_c(t->schema_json)};
+    r->structured_outputs = (struct llb_structured_outputs){.kind = LLB_SO_JSON, .spec = llb_str_c(t->schema_json)};
     snprintf(r->structured_param, sizeof r->structured_param, "tools");
   }
   if (t->choice == API_TOOL_CHOICE_AUTO && (parser == TOOL_FORMAT_HERMES || parser == TOOL_FORMAT_MISTRAL))

@@ -14,6 +14,7 @@
 #include "model/forward.h"
 #include "model/clip.h"
 #include "model/gguf.h"
+#include "model/reasoning.h"
 #include "model/structured_output.h"
 #include "model/tokenizer.h"
 #include "base/metrics.h"
@@ -37,14 +38,44 @@ struct gpu_worker_actor {
 
 /* The structured-output vocabulary from the model's tokenizer, built once (runner_so.h). A
  * model without a usable tokenizer serves unconstrained requests only (logged). */
+/* Marker texts as token ids of t (special-token text parsed); a marker of more than
+ * REASONING_MAX_MARKER_IDS tokens is left out. */
+static void encode_markers(const struct tokenizer *t, const char *const *texts, int32_t *num, int32_t *lens,
+                           int32_t (*ids)[REASONING_MAX_MARKER_IDS]) {
+  for (*num = 0; *texts && *num < REASONING_MAX_MARKERS; texts++) {
+    int32_t *v = NULL;
+    int64_t n = 0;
+    if (tokenizer_encode(t, *texts, strlen(*texts), false, true, &v, &n) == LLB_STATUS_OK && n > 0 &&
+        n <= REASONING_MAX_MARKER_IDS) {
+      memcpy(ids[*num], v, (size_t)n * sizeof(int32_t));
+      lens[(*num)++] = (int32_t)n;
+    }
+    free(v);
+  }
+}
+
+/* Every reasoning parser's markers in this model's tokens: structured output waits for the end
+ * of the reasoning (model/reasoning.h). */
+static void load_reasoning_markers(struct gpu_worker_actor *a, const struct tokenizer *t) {
+  for (int p = 1; p <= REASONING_MAX_PARSER; p++) {
+    const char *const *starts, *const *ends;
+    struct reasoning_marker_ids m = {0};
+    if (!reasoning_marker_texts((enum reasoning_parser)p, &starts, &ends)) continue;
+    encode_markers(t, starts, &m.num_start, m.start_len, m.start);
+    encode_markers(t, ends, &m.num_end, m.end_len, m.end);
+    model_runner_set_reasoning_markers(a->runner, (enum reasoning_parser)p, &m);
+  }
+}
+
 static void load_structured_vocab(struct gpu_worker_actor *a) {
   struct tokenizer *tok = NULL;
   struct so_vocab *v = NULL;
   const int64_t t0 = llb_now_ns();
   llb_status st = tokenizer_load(a->file, &tok);
   if (!st) st = so_vocab_from_tokenizer(tok, &v);
-  tokenizer_destroy(tok);
   if (!st) st = model_runner_set_structured_vocab(a->runner, v);
+  if (!st) load_reasoning_markers(a, tok);
+  tokenizer_destroy(tok);
   if (st) {
     char q[320];
     LLB_LOG_WARN("structured_output_unavailable", "error=%s", llb_log_quote(q, sizeof q, llb_err_last()));

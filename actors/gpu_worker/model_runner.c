@@ -179,6 +179,11 @@ llb_status model_runner_set_structured_vocab(struct model_runner *r, struct so_v
   return runner_so_create(vocab, &r->so);
 }
 
+void model_runner_set_reasoning_markers(struct model_runner *r, enum reasoning_parser p,
+                                        const struct reasoning_marker_ids *m) {
+  if (r->so) runner_so_set_reasoning_markers(r->so, p, m);
+}
+
 void model_runner_last_mask_seconds(const struct model_runner *r, double *mask_seconds, double *wait_seconds) {
   *mask_seconds = r->so_mask_seconds;
   *wait_seconds = r->so_wait_seconds;
@@ -269,7 +274,7 @@ static llb_status add_new(struct model_runner *r, const struct llb_new_request_d
   q->num_computed_tokens = nr->num_computed_tokens;
   q->sampling_params = *nr->sampling_params;
   runner_so_req_free(r->so, &q->so);
-  llb_status sst = runner_so_req_init(r->so, &q->so, &nr->structured_outputs);
+  llb_status sst = runner_so_req_init(r->so, &q->so, &nr->structured_outputs, q->token_ids, q->num_prompt_tokens);
   if (sst) return mr_fail(r, sst, "structured_outputs", "%s", llb_err_last());
   if (pooler_req_reset(&q->pool, &nr->pooling_params, r->hidden_size))
     return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "pooling state: %s", llb_err_last());
@@ -529,7 +534,7 @@ static llb_status sample_all(struct model_runner *r, int32_t max_n) {
       continue;
     }
     float *row = r->logits + (int64_t)l * r->vocab_size;
-    if (r->so_row_of_logits[l] >= 0) /* the grammar first, as vLLM: before bias, penalties, logprobs */
+    if (r->so_row_of_logits[l] >= 0 && r->so_rows[r->so_row_of_logits[l]].masked) /* the grammar first, as vLLM */
       runner_so_apply_mask(row, r->vocab_size, r->so_rows[r->so_row_of_logits[l]].mask, runner_so_vocab_size(r->so));
     const int64_t num_out = q->num_tokens - q->num_prompt_tokens;
     llb_status st = sampler_sample(r->sampler, p, row, q->token_ids, q->num_prompt_tokens,

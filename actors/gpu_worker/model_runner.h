@@ -43,6 +43,7 @@
 
 #include "actors/gpu_worker/ngram_proposer.h"
 #include "base/status.h"
+#include "model/reasoning.h"
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "schemas/model_runner_output.h"
@@ -169,6 +170,11 @@ const struct llama_batch *model_runner_last_batch(const struct model_runner *r);
  * first execute. Errors: OUT_OF_MEMORY. */
 struct so_vocab;
 llb_status model_runner_set_structured_vocab(struct model_runner *r, struct so_vocab *vocab);
+
+/* The token ids of reasoning parser p's markers (runner_so_set_reasoning_markers); after
+ * model_runner_set_structured_vocab. */
+void model_runner_set_reasoning_markers(struct model_runner *r, enum reasoning_parser p,
+                                        const struct reasoning_marker_ids *m);
 
 /* Of the last step that sampled a constrained request: the helper thread's mask time (syncs +
  * bitmasks) and how long sampling waited for it after the forward pass, in seconds; both -1

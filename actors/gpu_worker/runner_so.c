@@ -25,7 +25,23 @@ struct runner_so {
   struct runner_so_grammar **grammars; /* [num_grammars] */
   int32_t num_grammars, cap_grammars;
   uint64_t clock;
+  struct reasoning_marker_ids markers[REASONING_MAX_PARSER + 1]; /* by parser; num_end 0 = not set */
 };
+
+void runner_so_set_reasoning_markers(struct runner_so *s, enum reasoning_parser p, const struct reasoning_marker_ids *m) {
+  if (p > REASONING_NONE && p <= REASONING_MAX_PARSER) s->markers[p] = *m;
+}
+
+/* The markers of `reasoning`, or an error naming why the gate cannot work. */
+static llb_status markers_of(const struct runner_so *s, uint8_t reasoning, const struct reasoning_marker_ids **out) {
+  if (reasoning > REASONING_MAX_PARSER)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "reasoning parser %d out of range", (int)reasoning);
+  if (s->markers[reasoning].num_end == 0)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "reasoning parser %s: this model's vocabulary spells no end-of-reasoning marker",
+                    reasoning_parser_name((enum reasoning_parser)reasoning));
+  *out = &s->markers[reasoning];
+  return LLB_STATUS_OK;
+}
 
 llb_status runner_so_create(struct so_vocab *vocab, struct runner_so **out) {
   *out = NULL;
@@ -127,13 +143,16 @@ static llb_status grammar_get(struct runner_so *s, const struct llb_structured_o
   return LLB_STATUS_OK;
 }
 
-llb_status runner_so_req_init(struct runner_so *s, struct runner_so_req *q, const struct llb_structured_outputs *so) {
+llb_status runner_so_req_init(struct runner_so *s, struct runner_so_req *q, const struct llb_structured_outputs *so,
+                              const int32_t *prompt, int64_t num_prompt) {
   *q = (struct runner_so_req){0};
   if (so->kind == LLB_SO_NONE) return LLB_STATUS_OK;
   if (!s) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "structured output needs the model's tokenizer (none loaded)");
-  struct runner_so_grammar *e;
-  llb_status st = grammar_get(s, so, &e);
+  const struct reasoning_marker_ids *mk = NULL;
+  llb_status st = so->reasoning ? markers_of(s, so->reasoning, &mk) : LLB_STATUS_OK;
   if (st != LLB_STATUS_OK) return st;
+  struct runner_so_grammar *e;
+  if ((st = grammar_get(s, so, &e)) != LLB_STATUS_OK) return st;
   struct so_matcher *m;
   if ((st = so_matcher_create(e->g, &m)) != LLB_STATUS_OK) {
     evict(s);
@@ -141,7 +160,10 @@ llb_status runner_so_req_init(struct runner_so *s, struct runner_so_req *q, cons
   }
   e->refs++;
   e->last_use = ++s->clock;
-  *q = (struct runner_so_req){.grammar = e, .matcher = m, .num_accepted = 0};
+  int64_t unused;
+  const bool open = mk && reasoning_scan_ids(mk, prompt, num_prompt, true, &unused);
+  *q = (struct runner_so_req){.grammar = e, .matcher = m, .num_accepted = 0, .reasoning = so->reasoning,
+                              .prompt_in_reasoning = open, .grammar_start = open ? -1 : 0};
   evict(s);
   return LLB_STATUS_OK;
 }
@@ -155,12 +177,30 @@ void runner_so_req_free(struct runner_so *s, struct runner_so_req *q) {
   evict(s);
 }
 
+/* Finds where the grammar starts among outputs[0..n): q->grammar_start stays -1 while the
+ * reasoning goes on. A marker may straddle the last search: it restarts a marker's length back. */
+static void find_grammar_start(const struct runner_so *s, struct runner_so_req *q, const int32_t *outputs, int64_t n) {
+  if (q->grammar_start >= 0 || !q->reasoning) return;
+  const struct reasoning_marker_ids *mk = &s->markers[q->reasoning];
+  int64_t from = q->num_scanned - REASONING_MAX_MARKER_IDS;
+  if (from < 0) from = 0;
+  int64_t end_at;
+  /* within the overlap the reasoning is still open (no end was found there before) */
+  reasoning_scan_ids(mk, outputs + from, n - from, q->prompt_in_reasoning || from > 0, &end_at);
+  if (end_at >= 0) q->grammar_start = from + end_at;
+  q->num_scanned = n;
+}
+
 llb_status runner_so_req_sync(struct runner_so *s, struct runner_so_req *q, const int32_t *outputs, int64_t n) {
   if (!q->grammar) return LLB_STATUS_OK;
   if (q->num_accepted < 0 || q->num_accepted > n) {
     so_matcher_reset(q->matcher);
     q->num_accepted = 0;
+    if (q->reasoning) q->grammar_start = q->prompt_in_reasoning ? -1 : 0, q->num_scanned = 0;
   }
+  find_grammar_start(s, q, outputs, n);
+  if (q->grammar_start < 0) return LLB_STATUS_OK; /* still reasoning: nothing to match */
+  if (q->num_accepted < q->grammar_start) q->num_accepted = q->grammar_start;
   for (int64_t i = q->num_accepted; i < n; i++) {
     if (!so_matcher_accept_token(q->matcher, s->vocab, outputs[i])) {
       so_matcher_reset(q->matcher);
@@ -174,6 +214,7 @@ llb_status runner_so_req_sync(struct runner_so *s, struct runner_so_req *q, cons
 }
 
 int32_t runner_so_fill_mask(struct runner_so *s, const struct runner_so_req *q, uint32_t *mask) {
+  if (q->grammar_start < 0) return -1;
   return so_vocab_fill_mask(s->vocab, q->matcher, mask);
 }
 
@@ -191,8 +232,11 @@ void runner_so_apply_mask(float *logits, int32_t vocab_size, const uint32_t *mas
 llb_status runner_so_prepare(struct runner_so *s, const struct llb_structured_outputs *so) {
   if (so->kind == LLB_SO_NONE) return LLB_STATUS_OK;
   if (!s) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "structured output needs the model's tokenizer (none loaded)");
+  const struct reasoning_marker_ids *mk;
+  llb_status st = so->reasoning ? markers_of(s, so->reasoning, &mk) : LLB_STATUS_OK;
+  if (st != LLB_STATUS_OK) return st;
   struct runner_so_grammar *e;
-  llb_status st = grammar_get(s, so, &e);
+  st = grammar_get(s, so, &e);
   if (st == LLB_STATUS_OK) e->last_use = ++s->clock;
   return st;
 }
@@ -209,12 +253,13 @@ static void *step_main(void *arg) {
   for (int32_t i = 0; i < st->num_rows; i++) {
     struct runner_so_step_row *row = &st->rows[i];
     row->message[0] = '\0';
+    row->masked = false;
     row->status = runner_so_req_sync(st->s, row->req, row->outputs, row->num_outputs);
     if (row->status != LLB_STATUS_OK) {
       snprintf(row->message, sizeof row->message, "%s", llb_err_last());
       continue;
     }
-    runner_so_fill_mask(st->s, row->req, row->mask);
+    row->masked = runner_so_fill_mask(st->s, row->req, row->mask) >= 0;
   }
   st->mask_seconds = now_seconds() - t0;
   return NULL;

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "model/reasoning.h"
 #include "schemas/codec.h"
 
 #define RUNNER_SO_MAX_GRAMMARS 64
@@ -35,11 +36,18 @@ struct runner_so;
 struct runner_so_grammar;
 
 /* One request's structured-output state (embedded in the runner's request). Zero value:
- * unconstrained. */
+ * unconstrained. With a reasoning parser the grammar starts after the end of the model's
+ * reasoning (vLLM's rule): at output 0 when the prompt's last reasoning marker closes it,
+ * else just past the first end marker among the outputs; until then no mask applies. */
 struct runner_so_req {
   struct runner_so_grammar *grammar; /* NULL = unconstrained */
   struct so_matcher *matcher;
-  int64_t num_accepted;              /* outputs the matcher has taken; -1 = replay all */
+  int64_t num_accepted;              /* outputs the matcher has taken (counted from output 0);
+                                      * -1 = replay all */
+  uint8_t reasoning;                 /* enum reasoning_parser; 0 = none */
+  bool prompt_in_reasoning;          /* the prompt leaves the reasoning open */
+  int64_t grammar_start;             /* first output under the grammar; -1 = reasoning goes on */
+  int64_t num_scanned;               /* outputs searched for the end marker */
 };
 
 /* A runner_so over `vocab` (ownership taken, even on failure). Errors: OUT_OF_MEMORY.
@@ -56,22 +64,31 @@ int32_t runner_so_vocab_size(const struct runner_so *s);
 int32_t runner_so_mask_words(const struct runner_so *s);
 
 /* Gives q the grammar of `so` (compiled now unless cached) and a fresh matcher; kind NONE
- * makes q unconstrained. q must be zero or freed. Errors: the grammar compiler's (MALFORMED,
- * UNSUPPORTED naming a keyword, TOO_LARGE), UNSUPPORTED for the grammar kind,
- * OUT_OF_MEMORY; q is left unconstrained. */
-llb_status runner_so_req_init(struct runner_so *s, struct runner_so_req *q, const struct llb_structured_outputs *so);
+ * makes q unconstrained. prompt[0..num_prompt) are the request's prompt tokens (searched for
+ * reasoning markers when so->reasoning is set). q must be zero or freed. Errors: the grammar
+ * compiler's (MALFORMED, UNSUPPORTED naming a keyword, TOO_LARGE), UNSUPPORTED for the grammar
+ * kind or a reasoning parser whose end marker this vocabulary cannot spell (see
+ * runner_so_set_reasoning_markers), OUT_OF_MEMORY; q is left unconstrained. */
+llb_status runner_so_req_init(struct runner_so *s, struct runner_so_req *q, const struct llb_structured_outputs *so,
+                              const int32_t *prompt, int64_t num_prompt);
+
+/* The token ids of reasoning parser p's markers in this model's vocabulary (copied; the
+ * caller tokenizes model/reasoning.h's marker texts). Until set, requests with p are refused. */
+void runner_so_set_reasoning_markers(struct runner_so *s, enum reasoning_parser p, const struct reasoning_marker_ids *m);
 
 /* Releases q's matcher and grammar reference; q becomes unconstrained. NULL s is fine only
  * when q is unconstrained. */
 void runner_so_req_free(struct runner_so *s, struct runner_so_req *q);
 
 /* Brings q's matcher to outputs[0..n) (accepting the new ones, or replaying from the start
- * when num_accepted is -1 or more than n). Errors: INVALID_ARGUMENT when an output is not
- * allowed by the grammar (the matcher is then reset and num_accepted -1). */
+ * when num_accepted is -1 or more than n); with a reasoning parser, first looks for the end of
+ * the reasoning and feeds the grammar only what follows it. Errors: INVALID_ARGUMENT when an
+ * output is not allowed by the grammar (the matcher is then reset and num_accepted -1). */
 llb_status runner_so_req_sync(struct runner_so *s, struct runner_so_req *q, const int32_t *outputs, int64_t n);
 
 /* The allowed-next-token bitmask of q's matcher into mask[runner_so_mask_words] (xgrammar's
- * layout: bit i % 32 of word i / 32). Returns the number of allowed tokens. */
+ * layout: bit i % 32 of word i / 32). Returns the number of allowed tokens, or -1 (mask left
+ * alone) while q's reasoning goes on: nothing is masked then. */
 int32_t runner_so_fill_mask(struct runner_so *s, const struct runner_so_req *q, uint32_t *mask);
 
 /* Sets logits[i] = -inf for every token i in [0, vocab_size) that mask does not allow (tokens
@@ -89,6 +106,7 @@ struct runner_so_step_row {
   const int32_t *outputs;
   int64_t num_outputs;
   uint32_t *mask;
+  bool masked;             /* the mask applies (false while the request is still reasoning) */
   llb_status status;       /* of the sync: INVALID_ARGUMENT when an output breaks the grammar */
   char message[240];
 };

@@ -82,7 +82,8 @@ llb_status req_meta_from_request(const struct llb_engine_core_request *r, uint64
   m->resume_of = r->resume_request_id.len ? dup_str(r->resume_request_id) : NULL;
   m->so_spec = dup_str(r->structured_outputs.spec);
   m->structured_outputs = (struct llb_structured_outputs){r->structured_outputs.kind,
-                                                          {m->so_spec, r->structured_outputs.spec.len}};
+                                                          {m->so_spec, r->structured_outputs.spec.len},
+                                                          r->structured_outputs.reasoning};
   m->prompt = malloc((size_t)r->num_prompt_token_ids * sizeof(int32_t));
   if (!m->id || !m->reply_to || !m->external_id || !m->parent_request_id || !m->cache_salt ||
       !m->so_spec || !m->prompt || (r->resume_request_id.len && !m->resume_of) || !copy_mm(m, r)) {

@@ -210,7 +210,8 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
     if (!(r->so_spec = malloc(n + 1))) goto fail;
     if (n) memcpy(r->so_spec, nr->structured_outputs.spec.data, n);
     r->so_spec[n] = '\0';
-    r->structured_outputs = (struct llb_structured_outputs){nr->structured_outputs.kind, {r->so_spec, n}};
+    r->structured_outputs =
+        (struct llb_structured_outputs){nr->structured_outputs.kind, {r->so_spec, n}, nr->structured_outputs.reasoning};
   }
   if (nr->cache_salt && nr->cache_salt[0]) {
     r->has_cache_salt = true;

@@ -103,6 +103,8 @@ static const struct {
      "tool_choice \"auto\" (the default with tools) parses tool calls out of the output, as vLLM's; without it "
      "such a request is refused (400)"},
     {"tool-call-parser", NULL, 0, FLAG_KIND_STRING, A_API, "hermes | llama3_json | mistral: tool calls in outputs (tool_choice auto)"},
+    {"reasoning-parser", NULL, 0, FLAG_KIND_STRING, A_API,
+     "deepseek_r1 | qwen3 | granite | gpt_oss: thinking into reasoning_content; structured output after it"},
     {"allowed-origins", NULL, 0, FLAG_KIND_STRING, A_API, "CORS: comma-separated origins (default *, as vLLM)"},
     {"allowed-methods", NULL, 0, FLAG_KIND_STRING, A_API, "CORS: comma-separated methods (default *)"},
     {"allowed-headers", NULL, 0, FLAG_KIND_STRING, A_API, "CORS: comma-separated request headers (default *)"},

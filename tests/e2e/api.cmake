@@ -5,7 +5,8 @@
 set(llb_api_py ${CMAKE_SOURCE_DIR}/.venv/bin/python)
 foreach(t test_openai_client test_openai_vllm_api test_http_hostile test_api_disconnect
           test_api_health_recovery test_tracing test_openai_structured_output
-          test_chat_template_jinja test_openai_tools test_api_output_processor_restart)
+          test_chat_template_jinja test_openai_tools test_api_output_processor_restart
+          test_openai_reasoning test_openai_responses)
   add_test(NAME api_${t}
            COMMAND sh -c "if [ ! -x '${llb_api_py}' ]; then echo 'SKIP: ${llb_api_py} missing (make venv)'; exit 77; fi; exec '${llb_api_py}' '${CMAKE_CURRENT_LIST_DIR}/${t}.py'")
   set_tests_properties(api_${t} PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77 LABELS "e2e;api"

@@ -3,8 +3,9 @@
  * body on any endpoint must give either a request or an OpenAI error object with an HTTP
  * status, never a crash or undefined behaviour (ASan/UBSan); an accepted request must map to
  * GenerateRequests that encode and decode (the bytes the input processor gets); an accepted
- * embeddings request renders a response once each input has a vector. The first input byte
- * picks the endpoint; the rest is the body. */
+ * embeddings request renders a response once each input has a vector; an accepted Responses
+ * request renders its response object and stream events from a made-up output. The first input
+ * byte picks the endpoint; the rest is the body. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,13 +13,14 @@
 
 #include "actors/api_server/api_embeddings.h"
 #include "actors/api_server/api_request.h"
+#include "actors/api_server/api_responses.h"
 #include "actors/api_server/api_tokenize.h"
 #include "schemas/arena.h"
 #include "schemas/generate_request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const struct api_parse_options opts = {.served_model = "smol", .max_n = 4};
+static const struct api_parse_options opts = {.served_model = "smol", .max_n = 4, .reasoning_parser = 1};
 
 /* Encodes `gr`, decodes it back; aborts when what was accepted cannot travel. */
 static void must_travel(const struct llb_generate_request *gr) {
@@ -50,6 +52,30 @@ static void check_error(const struct api_error *err) {
   api_buf_free(&out);
 }
 
+/* The response object and the stream of a Responses request, from an output in three deltas
+ * (reasoning markup, a tool-call-looking text, a cut by max tokens). */
+static void responses(const struct api_request *r) {
+  static const char *const parts[] = {"<think>x</thi", "nk>[{\"name\":\"f\",\"arguments\":{}}]", " done"};
+  for (int stream = 0; stream < 2; stream++) {
+    struct api_response resp;
+    if (api_response_init(&resp, r, "resp_1", 0) != LLB_STATUS_OK) abort();
+    struct api_buf out = {0};
+    for (int k = 0; k < 3; k++) {
+      struct llb_completion_output c = {.text = {parts[k], strlen(parts[k])},
+                                        .finish_reason = k == 2 ? LLB_FINISH_REASON_LENGTH : LLB_FINISH_REASON_NONE};
+      const struct llb_request_output ro = {.outputs = &c, .num_outputs = 1, .finished = k == 2};
+      llb_status st = stream ? api_responses_stream_output(&resp, r->responses, &ro, &out)
+                             : api_response_add_output(&resp, 0, &ro);
+      if (st != LLB_STATUS_OK) abort();
+    }
+    if ((stream ? api_responses_stream_end(&resp, r->responses, &out) : api_responses_render(&resp, r->responses, &out)) !=
+        LLB_STATUS_OK)
+      abort();
+    api_buf_free(&out);
+    api_response_free(&resp);
+  }
+}
+
 static void generate(const uint8_t *body, size_t len, enum api_endpoint ep) {
   struct api_request r;
   struct api_error err;
@@ -64,6 +90,7 @@ static void generate(const uint8_t *body, size_t len, enum api_endpoint ep) {
     api_request_to_generate(&r, i, "fuzz-1", &gr);
     must_travel(&gr);
   }
+  if (r.responses) responses(&r);
   api_request_free(&r);
 }
 
@@ -106,12 +133,13 @@ static void embeddings(const uint8_t *body, size_t len) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
   case 0: generate(data + 1, size - 1, API_ENDPOINT_COMPLETIONS); break;
   case 1: generate(data + 1, size - 1, API_ENDPOINT_CHAT); break;
   case 2: tokenize(data + 1, size - 1, API_ENDPOINT_TOKENIZE); break;
   case 3: tokenize(data + 1, size - 1, API_ENDPOINT_DETOKENIZE); break;
-  default: embeddings(data + 1, size - 1); break;
+  case 4: embeddings(data + 1, size - 1); break;
+  default: generate(data + 1, size - 1, API_ENDPOINT_RESPONSES); break;
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 /* libFuzzer targets for the structured-output spec compilers of model/structured_output.h that
- * the input processor runs on a tenant's request: FUZZ_SO_KIND picks one (built three times:
- * fuzz_so_json_schema, fuzz_so_choice, fuzz_so_regex). Any bytes as the spec; what compiles is
+ * the input processor runs on a tenant's request: FUZZ_SO_KIND picks one (0 JSON Schema, 1 choice,
+ * 2 regex; fuzzers.cmake builds fuzz_so_choice and fuzz_so_regex, fuzz_json_schema.c covers 0
+ * with a stronger walk). Any bytes as the spec; what compiles is
  * walked with the spec's own bytes as output. Oracle beyond no crash, leak or hang (the 1 s
  * limit of run.sh: a spec built to compile slowly is a finding): a refusal is one of the
  * statuses the input processor answers 400 with, with a message; a matcher that reached a

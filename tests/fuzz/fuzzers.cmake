@@ -25,10 +25,14 @@ llb_add_fuzzer(fuzz_api_request SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_api_reque
                LIBS llmbus_api_server_core llmbus_schemas)
 llb_add_fuzzer(fuzz_tool_parser SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_tool_parser.c LIBS llmbus_api_server_core)
 llb_add_fuzzer(fuzz_image SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_image.c LIBS llmbus_image)
-llb_add_fuzzer(fuzz_gbnf SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_gbnf.c LIBS llmbus_structured_output)
+llb_add_fuzzer(fuzz_gbnf SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_gbnf.c ${CMAKE_CURRENT_LIST_DIR}/so_fuzz_walk.c
+               LIBS llmbus_structured_output)
+llb_add_fuzzer(fuzz_json_schema SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_json_schema.c ${CMAKE_CURRENT_LIST_DIR}/so_fuzz_walk.c
+               LIBS llmbus_structured_output)
 # Issue 38: every decoder of a tenant's input, and of the operator's files.
+# (the JSON Schema kind, 0, is fuzz_json_schema above, whose walk also checks every mask bit)
 set(llb_so_kinds json_schema choice regex)
-foreach(kind ${llb_so_kinds})
+foreach(kind choice regex)
   list(FIND llb_so_kinds ${kind} idx)
   llb_add_fuzzer(fuzz_so_${kind} SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_structured.c LIBS llmbus_structured_output)
   if(TARGET fuzz_so_${kind})

@@ -9,8 +9,11 @@
  * JSON has no raw newline). At every step it checks what the mask promises, and exits 1
  * naming the step when it breaks: the mask is never empty; each token's bit equals whether
  * the matcher accepts it (all tokens for the test vocabulary, 200 drawn ones for a real
- * one); end of generation is allowed only when the matcher says complete. A walk still
- * unfinished after --max-steps fails too (a dead end the mask let in).
+ * one); end of generation is allowed only when the matcher says complete. Past half of
+ * --max-steps a walk over the test vocabulary stops drawing at random and follows a completion
+ * found by a best-first search over the printable bytes (distinct matcher states, fewest open
+ * frames first); finding none, or a walk still unfinished after --max-steps, fails (a dead end
+ * the mask let in).
  *
  * Vocabulary: without --model, a test one: every byte 0x01..0xff alone, JSON punctuation
  * pairs, keywords and a few multi-byte runs that cross value boundaries ("\":", "},{",
@@ -30,6 +33,7 @@
 #include <time.h>
 
 #include "model/gguf.h"
+#include "model/so_internal.h"
 #include "model/structured_output.h"
 #include "model/tokenizer.h"
 
@@ -120,6 +124,121 @@ static int32_t closing_token(struct so_vocab *v, const uint32_t *mask, const int
 
 static bool bit(const uint32_t *mask, int32_t id) { return mask[id / 32] >> (id % 32) & 1u; }
 
+/* ---- shortest completion: BFS over distinct states ---- */
+
+#define BFS_MAX_NODES 8000
+#define BFS_MAX_LEN 200
+
+struct bfs_node {
+  uint8_t *key; /* the state's used stacks, back to back */
+  size_t len;
+  int32_t parent;
+  uint8_t byte;
+};
+
+static size_t state_bytes(const struct so_state *st, uint8_t *out) {
+  size_t n = 0;
+  memcpy(out + n, &st->n, sizeof(st->n));
+  n += sizeof(st->n);
+  for (int32_t i = 0; i < st->n; i++) {
+    memcpy(out + n, &st->s[i].depth, sizeof(int32_t));
+    n += sizeof(int32_t);
+    memcpy(out + n, st->s[i].f, sizeof(struct so_frame) * (size_t)st->s[i].depth);
+    n += sizeof(struct so_frame) * (size_t)st->s[i].depth;
+  }
+  return n;
+}
+
+static void state_from_bytes(struct so_state *st, const uint8_t *in) {
+  size_t n = 0;
+  memcpy(&st->n, in, sizeof(st->n));
+  n += sizeof(st->n);
+  for (int32_t i = 0; i < st->n; i++) {
+    memcpy(&st->s[i].depth, in + n, sizeof(int32_t));
+    n += sizeof(int32_t);
+    memcpy(st->s[i].f, in + n, sizeof(struct so_frame) * (size_t)st->s[i].depth);
+    n += sizeof(struct so_frame) * (size_t)st->s[i].depth;
+  }
+}
+
+/* Search order: fewer open frames first (closing what is open is what ends a value), then
+ * shorter paths. */
+static int64_t bfs_priority(const struct so_state *st, int len) {
+  int32_t depth = SO_MAX_DEPTH;
+  for (int32_t i = 0; i < st->n; i++)
+    if (st->s[i].depth < depth) depth = st->s[i].depth;
+  return (int64_t)depth * 64 + len;
+}
+
+struct heap_item {
+  int64_t prio;
+  int32_t node;
+};
+
+static void heap_push(struct heap_item *h, int32_t *n, struct heap_item x) {
+  int32_t i = (*n)++;
+  for (; i > 0 && h[(i - 1) / 2].prio > x.prio; i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
+  h[i] = x;
+}
+
+static struct heap_item heap_pop(struct heap_item *h, int32_t *n) {
+  struct heap_item top = h[0], last = h[--*n];
+  int32_t i = 0;
+  for (;;) {
+    int32_t c = 2 * i + 1;
+    if (c >= *n) break;
+    if (c + 1 < *n && h[c + 1].prio < h[c].prio) c++;
+    if (h[c].prio >= last.prio) break;
+    h[i] = h[c];
+    i = c;
+  }
+  if (*n > 0) h[i] = last;
+  return top;
+}
+
+/* The bytes of a completion of m (best-first over the printable bytes, distinct states only)
+ * into path[BFS_MAX_LEN]; their number, or -1 when none is found within BFS_MAX_NODES states. */
+static int completion_search(const struct so_matcher *m, uint8_t *path, bool escapes) {
+  static struct bfs_node nodes[BFS_MAX_NODES];
+  static struct heap_item heap[BFS_MAX_NODES];
+  static int16_t plen[BFS_MAX_NODES];
+  static struct so_state a, b;
+  static uint8_t scratch[sizeof(struct so_state)];
+  int32_t n = 0, found = -1, n_heap = 0;
+  size_t len = state_bytes(&m->cur, scratch);
+  nodes[n] = (struct bfs_node){.key = memcpy(malloc(len), scratch, len), .len = len, .parent = -1};
+  plen[n] = 0;
+  heap_push(heap, &n_heap, (struct heap_item){bfs_priority(&m->cur, 0), n++});
+  if (so_state_is_complete(m->g, &m->cur)) found = 0;
+  while (n_heap > 0 && found < 0) {
+    const int32_t i = heap_pop(heap, &n_heap).node;
+    if (plen[i] >= BFS_MAX_LEN) continue;
+    state_from_bytes(&a, nodes[i].key);
+    for (int c = 0x20; c < 0x7f && found < 0 && n < BFS_MAX_NODES; c++) {
+      if ((c == '\\' && !escapes) || !so_state_feed(m->g, &a, (uint8_t)c, &b)) continue;
+      len = state_bytes(&b, scratch);
+      bool seen = false;
+      for (int32_t k = 0; k < n && !seen; k++) seen = nodes[k].len == len && memcmp(nodes[k].key, scratch, len) == 0;
+      if (seen) continue;
+      nodes[n] = (struct bfs_node){.key = memcpy(malloc(len), scratch, len), .len = len, .parent = i, .byte = (uint8_t)c};
+      plen[n] = (int16_t)(plen[i] + 1);
+      if (so_state_is_complete(m->g, &b)) found = n;
+      heap_push(heap, &n_heap, (struct heap_item){bfs_priority(&b, plen[n]), n});
+      n++;
+    }
+  }
+  const int depth = found >= 0 ? plen[found] : -1;
+  for (int32_t k = found, at = depth; k > 0; k = nodes[k].parent) path[--at] = nodes[k].byte;
+  for (int32_t k = 0; k < n; k++) free(nodes[k].key);
+  return depth;
+}
+
+/* Without escapes first: \uXXXX alone makes 65536 states of every string. */
+static int shortest_completion(const struct so_matcher *m, uint8_t *path) {
+  const int n = completion_search(m, path, false);
+  return n >= 0 ? n : completion_search(m, path, true);
+}
+
 /* One walk; prints the output. Returns 0, or 1 after printing why to stderr. */
 static bool hex_output; /* --regex: outputs as hex */
 
@@ -131,6 +250,8 @@ static int walk(struct so_vocab *v, struct so_matcher *m, struct so_matcher *pro
   char *out = malloc(1 << 16);
   size_t out_len = 0;
   int rc = 1;
+  uint8_t path[BFS_MAX_LEN];
+  int path_len = -1, path_at = 0;
   so_matcher_reset(m);
   for (int step = 0; step < max_steps; step++) {
     double t0 = bench_us ? now_us() : 0;
@@ -156,8 +277,9 @@ static int walk(struct so_vocab *v, struct so_matcher *m, struct so_matcher *pro
     bool complete = so_matcher_is_complete(m);
     double pull = step < 40 ? 0.0 : (step - 40) / 60.0;
     int32_t pick = -1;
+    const bool follow = !tok && step >= max_steps / 2; /* the test vocabulary: a shortest completion */
     if (complete && (pull > 0 || rng_next(rng) % 4 == 0 || so_matcher_is_terminated(m))) pick = -2; /* EOS */
-    else if ((double)(rng_next(rng) % 1000) / 1000.0 < pull) pick = closing_token(v, mask, byte_ids, rng);
+    else if (!follow && (double)(rng_next(rng) % 1000) / 1000.0 < pull) pick = closing_token(v, mask, byte_ids, rng);
     if (pick == -2) {
       int32_t eos = -1;
       for (int32_t i = 0; i < n_list && eos < 0; i++)
@@ -173,6 +295,16 @@ static int walk(struct so_vocab *v, struct so_matcher *m, struct so_matcher *pro
       fputc('\n', stdout);
       rc = 0;
       goto done;
+    }
+    if (pick == -1 && follow) {
+      if (path_len < 0) {
+        path_at = 0;
+        if ((path_len = shortest_completion(m, path)) < 0) {
+          fprintf(stderr, "step %d: no completion within %d states after \"%.*s\"\n", step, BFS_MAX_NODES, (int)out_len, out);
+          goto done;
+        }
+      }
+      if (path_at < path_len) pick = byte_ids[path[path_at++]];
     }
     if (pick < 0) pick = allowed[rng_next(rng) % (uint64_t)n_list];
     if (tok ? tokenizer_is_eog(tok, pick) : pick == n_vocab - 1) continue; /* EOS drawn: retry */

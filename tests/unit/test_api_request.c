@@ -682,6 +682,56 @@ static void test_base64_decodes_padded_and_unpadded(void **state) {
   assert_int_equal(api_base64_decode("YW I", 4, &out, &n), LLB_STATUS_INVALID_ARGUMENT);
 }
 
+/* POST /v1/responses: the body read as the chat request it stands for; its 400s name the
+ * Responses fields; with --reasoning-parser the structured output waits for the reasoning. */
+static void test_responses_bodies_become_chat_requests(void **state) {
+  (void)state;
+  struct api_request r;
+  struct api_error e;
+  const char *body =
+      "{\"model\":\"smol\",\"instructions\":\"Be brief.\",\"input\":[{\"role\":\"developer\",\"content\":\"d\"},"
+      "{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"hi\"}]},"
+      "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"},"
+      "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"ok\"},{\"type\":\"reasoning\",\"id\":\"rs\"}],"
+      "\"max_output_tokens\":9,\"temperature\":0.5,\"store\":false,\"seed\":3,"
+      "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"s\",\"schema\":{\"type\":\"integer\"}}},"
+      "\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}]}";
+  struct api_parse_options o = opts;
+  o.reasoning_parser = 1; /* deepseek_r1 */
+  assert_int_equal(api_request_parse(API_ENDPOINT_RESPONSES, body, strlen(body), &o, &r, &e), LLB_STATUS_OK);
+  assert_int_equal(r.endpoint, API_ENDPOINT_CHAT);
+  assert_non_null(r.responses);
+  assert_int_equal(r.num_messages, 5); /* instructions, developer as system, user, the call, its output */
+  assert_string_equal(r.messages[0].role.data, "system");
+  assert_string_equal(r.messages[1].role.data, "system");
+  assert_string_equal(r.messages[3].role.data, "assistant");
+  assert_string_equal(r.messages[4].role.data, "tool");
+  assert_int_equal(r.sampling_params.max_tokens, 9);
+  assert_int_equal(r.structured_outputs.kind, LLB_SO_JSON);
+  assert_int_equal(r.structured_outputs.reasoning, 1);
+  api_request_free(&r);
+  static const struct {
+    const char *body;
+    const char *param;
+  } bad[] = {
+      {"{\"model\":\"smol\",\"input\":\"x\",\"store\":true}", "store"},
+      {"{\"model\":\"smol\",\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", "previous_response_id"},
+      {"{\"model\":\"smol\",\"input\":\"x\",\"messages\":[]}", "messages"},
+      {"{\"model\":\"smol\",\"input\":[]}", "input"},
+      {"{\"model\":\"smol\",\"input\":[{\"type\":\"file_search_call\"}]}", "input[0]"},
+      {"{\"model\":\"smol\",\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens"},
+      {"{\"model\":\"smol\",\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0]"},
+      {"{\"model\":\"smol\",\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\"}}}", "text.format"},
+      {"{\"model\":\"smol\",\"input\":\"x\",\"include\":[\"reasoning.encrypted_content\"]}", "include"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(api_request_parse(API_ENDPOINT_RESPONSES, bad[i].body, strlen(bad[i].body), &opts, &r, &e),
+                     LLB_STATUS_INVALID_ARGUMENT);
+    if (strncmp(e.param, bad[i].param, strlen(bad[i].param)) != 0)
+      fail_msg("%s: param \"%s\" (%s), want \"%s\"", bad[i].body, e.param, e.message, bad[i].param);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_completion_fields_map_to_sampling_params),
@@ -700,6 +750,7 @@ int main(void) {
       cmocka_unit_test(test_prompt_embeds_become_embeds_mm_items),
       cmocka_unit_test(test_bad_prompt_embeds_name_the_field),
       cmocka_unit_test(test_base64_decodes_padded_and_unpadded),
+      cmocka_unit_test(test_responses_bodies_become_chat_requests),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

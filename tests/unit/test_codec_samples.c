@@ -188,7 +188,7 @@ static void fill_generate_request(struct llb_generate_request *m) {
   m->cache_salt = S("tenant-ä");
   m->mm_items = mm_items;
   m->num_mm_items = N(mm_items);
-  m->structured_outputs = (struct llb_structured_outputs){LLB_SO_JSON, S("{\"type\":\"object\"}")};
+  m->structured_outputs = (struct llb_structured_outputs){.kind = LLB_SO_JSON, .spec = S("{\"type\":\"object\"}"), .reasoning = 2};
   m->tools = S("[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
   m->chat_template_kwargs = S("{\"enable_thinking\":false}");
   m->continue_final_message = true;
@@ -210,7 +210,7 @@ static bool equals_generate_request(const void *v) {
           str_eq(a->messages[i].name, b.messages[i].name) &&
           a->messages[i].content_is_null == b.messages[i].content_is_null);
   CHECK(a->structured_outputs.kind == LLB_SO_JSON &&
-        str_eq(a->structured_outputs.spec, b.structured_outputs.spec));
+        str_eq(a->structured_outputs.spec, b.structured_outputs.spec) && a->structured_outputs.reasoning == 2);
   CHECK(str_eq(a->tools, b.tools) && str_eq(a->chat_template_kwargs, b.chat_template_kwargs));
   CHECK(a->continue_final_message);
   CHECK(a->pooling_params.pooling_type == LLB_POOLING_MEAN && !a->pooling_params.normalize &&
@@ -250,7 +250,7 @@ static void fill_engine_core_request(struct llb_engine_core_request *m) {
       .priority = 3, .cache_salt = S("tenant-ä"), .mm_features = mm_features,
       .num_mm_features = N(mm_features), .reply_to = S("_INBOX.xyz.1"), .client_index = 2,
       .parent_request_id = S("ecr-parent"),
-      .structured_outputs = {LLB_SO_CHOICE, S("[\"yes\",\"no\"]")},
+      .structured_outputs = {.kind = LLB_SO_CHOICE, .spec = S("[\"yes\",\"no\"]")},
       .pooling_params = {LLB_POOLING_LAST, true, 64}};
 }
 
@@ -311,7 +311,7 @@ static void fill_scheduler_output(struct llb_scheduler_output *m) {
       .req_id = S("req-2"), .prompt_token_ids = prompt_ids, .num_prompt_token_ids = 3,
       .sampling_params = sample_sp(), .block_ids = blocks_b, .num_block_ids = 1,
       .output_token_ids = new_tok, .num_output_token_ids = N(new_tok),
-      .structured_outputs = {LLB_SO_JSON_OBJECT, S("")},
+      .structured_outputs = {.kind = LLB_SO_JSON_OBJECT, .spec = S("")},
       .pooling_params = {LLB_POOLING_CLS, true, 0}};
   sched[0] = (struct llb_scheduled_tokens){.req_id = S("req-новый"), .num_tokens = 512};
   sched[1] = (struct llb_scheduled_tokens){.req_id = ids3[0], .num_tokens = 1};

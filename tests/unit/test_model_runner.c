@@ -605,7 +605,7 @@ static void test_structured_request_samples_only_its_grammar_and_resumes_the_sam
   for (uint32_t salt = 1; salt <= 6; salt++) {
     struct sim_req a = make_req("c", 6, salt, false), b = make_req("c", 6, salt, false);
     a.params.temperature = b.params.temperature = 1.0f;
-    a.so = b.so = (struct llb_structured_outputs){LLB_SO_CHOICE, {SO_CHOICES, sizeof SO_CHOICES - 1}};
+    a.so = b.so = (struct llb_structured_outputs){.kind = LLB_SO_CHOICE, .spec = {SO_CHOICES, sizeof SO_CHOICES - 1}};
     char ta[16], tb[16];
     run_constrained(fx, &a, 0, ta);
     assert_int_equal(a.tokens[a.num_tokens - 1], SO_EOG);
@@ -621,7 +621,7 @@ static void test_outputs_that_break_the_grammar_fail_the_step_naming_the_request
   struct model_runner *r = make_runner(fx, 1);
   assert_int_equal(model_runner_set_structured_vocab(r, byte_vocab()), LLB_STATUS_OK);
   struct sim_req q = make_req("bad", 4, 3, true);
-  q.so = (struct llb_structured_outputs){LLB_SO_CHOICE, {SO_CHOICES, sizeof SO_CHOICES - 1}};
+  q.so = (struct llb_structured_outputs){.kind = LLB_SO_CHOICE, .spec = {SO_CHOICES, sizeof SO_CHOICES - 1}};
   q.tokens[q.num_tokens++] = 'x' - ' '; /* a resumed request whose output no choice starts with */
   struct sim_step s;
   sim_begin(&s, 1);
@@ -632,8 +632,8 @@ static void test_outputs_that_break_the_grammar_fail_the_step_naming_the_request
   assert_string_equal(out.error.field.data, "structured_outputs");
   /* a spec the engine cannot compile fails the check phase, changing nothing */
   struct sim_req u = make_req("u", 4, 4, true);
-  static const char schema[] = "{\"type\":\"string\",\"pattern\":\"a+\"}";
-  u.so = (struct llb_structured_outputs){LLB_SO_JSON, {schema, sizeof schema - 1}};
+  static const char schema[] = "{\"type\":\"string\",\"format\":\"ipv6\"}";
+  u.so = (struct llb_structured_outputs){.kind = LLB_SO_JSON, .spec = {schema, sizeof schema - 1}};
   sim_begin(&s, 2);
   sim_schedule(&s, &u, 4);
   const int32_t before = model_runner_num_reqs(r);

@@ -145,8 +145,13 @@ static void test_unenforceable_schemas_are_refused_naming_the_keyword(void **sta
     llb_status status;
     const char *word;
   } cases[] = {
-      {"{\"type\":\"string\",\"pattern\":\"a\"}", LLB_STATUS_UNSUPPORTED, "pattern"},
-      {"{\"type\":\"number\",\"maximum\":3}", LLB_STATUS_UNSUPPORTED, "maximum"},
+      {"{\"not\":{\"type\":\"string\"}}", LLB_STATUS_UNSUPPORTED, "not"},
+      {"{\"type\":\"array\",\"uniqueItems\":true}", LLB_STATUS_UNSUPPORTED, "uniqueItems"},
+      {"{\"type\":\"string\",\"format\":\"ipv6\"}", LLB_STATUS_UNSUPPORTED, "ipv6"},
+      {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", LLB_STATUS_UNSUPPORTED, "backreference"},
+      {"{\"type\":\"object\",\"additionalProperties\":{},\"minProperties\":1}", LLB_STATUS_UNSUPPORTED, "minProperties"},
+      {"{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", LLB_STATUS_MALFORMED, "no value"},
+      {"{\"type\":\"integer\",\"minimum\":3,\"maximum\":2}", LLB_STATUS_MALFORMED, "no value"},
       {"{\"$ref\":\"http://x/y\"}", LLB_STATUS_UNSUPPORTED, "$ref"},
       {"{\"$ref\":\"#/$defs/missing\"}", LLB_STATUS_MALFORMED, "missing"},
       {"{\"type\":\"strin\"}", LLB_STATUS_MALFORMED, "strin"},
@@ -183,6 +188,153 @@ static void test_exponential_any_of_dag_stays_bounded(void **state) {
   expect_valid(g, "-12");
   expect_refused_at(g, "\"1\"", 0);
   so_grammar_destroy(g);
+}
+
+/* Integer bounds are digit-by-digit alternatives: a byte that leaves no number in range is
+ * refused where it comes, and "-0" is never written. */
+static void test_integer_range_is_exact_at_each_digit(void **state) {
+  (void)state;
+  struct so_grammar *g = schema("{\"type\":\"integer\",\"minimum\":-15,\"maximum\":123}");
+  const char *ok[] = {"-15", "-9", "0", "7", "99", "100", "123"};
+  for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) expect_valid(g, ok[i]);
+  expect_refused_at(g, "-16", 2);
+  expect_refused_at(g, "124", 2);
+  expect_refused_at(g, "1000", 3);
+  expect_refused_at(g, "-0", 1);
+  expect_refused_at(g, "1.5", 1);
+  expect_incomplete(g, "-");
+  so_grammar_destroy(g);
+  g = schema("{\"type\":\"integer\",\"multipleOf\":7,\"exclusiveMinimum\":0,\"maximum\":30}");
+  expect_valid(g, "7");
+  expect_valid(g, "28");
+  expect_incomplete(g, "2");
+  expect_refused_at(g, "0", 0);
+  expect_refused_at(g, "35", 0); /* no multiple of 7 up to 30 starts with 3 */
+  so_grammar_destroy(g);
+}
+
+static void test_number_bounds_and_multiple_of_decimals(void **state) {
+  (void)state;
+  struct so_grammar *g = schema("{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1.5}");
+  expect_valid(g, "0.001");
+  expect_valid(g, "1.5");
+  expect_valid(g, "1.50");
+  expect_valid(g, "1");
+  expect_incomplete(g, "0");
+  expect_incomplete(g, "0.0");
+  expect_refused_at(g, "1.51", 3);
+  expect_refused_at(g, "2", 0);
+  expect_refused_at(g, "1e1", 1); /* bounded numbers are written without an exponent */
+  so_grammar_destroy(g);
+  g = schema("{\"type\":\"number\",\"multipleOf\":0.25}");
+  expect_valid(g, "-1.75");
+  expect_valid(g, "3.5000");
+  expect_refused_at(g, "0.3", 2);
+  expect_refused_at(g, "0.251", 4);
+  so_grammar_destroy(g);
+}
+
+/* pattern is a search unless anchored, over the decoded string: an escape is refused at the
+ * first hex digit after which no character it could name fits. */
+static void test_pattern_and_format_strings(void **state) {
+  (void)state;
+  struct so_grammar *g = schema("{\"type\":\"string\",\"pattern\":\"^a[0-9]+$\"}");
+  expect_valid(g, "\"a12\"");
+  expect_valid(g, "\"\\u0061\\u0031\"");
+  expect_refused_at(g, "\"b", 1);
+  expect_refused_at(g, "\"a\"", 2);
+  expect_refused_at(g, "\"a\\u0062", 6); /* U+0060..006F holds no digit */
+  so_grammar_destroy(g);
+  g = schema("{\"type\":\"string\",\"pattern\":\"x\",\"maxLength\":3}");
+  expect_valid(g, "\"axb\"");
+  expect_valid(g, "\"x\"");
+  expect_refused_at(g, "\"abc", 3); /* three characters and no x: only x would fit */
+  so_grammar_destroy(g);
+  g = schema("{\"type\":\"string\",\"format\":\"date\"}");
+  expect_valid(g, "\"2024-02-29\"");
+  expect_refused_at(g, "\"2023-02-29\"", 10);
+  expect_refused_at(g, "\"2024-04-31\"", 10);
+  so_grammar_destroy(g);
+}
+
+static void test_prefix_items_and_items_beside_them(void **state) {
+  (void)state;
+  struct so_grammar *g = schema("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}],"
+                                "\"items\":{\"type\":\"boolean\"},\"maxItems\":3}");
+  expect_valid(g, "[]");
+  expect_valid(g, "[\"a\"]");
+  expect_valid(g, "[\"a\",1,true]");
+  expect_refused_at(g, "[1", 1);
+  expect_refused_at(g, "[\"a\",\"b\"", 5);
+  expect_refused_at(g, "[\"a\",1,true,", 11);
+  so_grammar_destroy(g);
+}
+
+/* allOf members and the keywords beside an anyOf are one conjunction; a $ref may point
+ * anywhere in the document. */
+static void test_combinators_mix_with_keywords(void **state) {
+  (void)state;
+  struct so_grammar *g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"$ref\":"
+                                "\"#/properties/a\"}},\"anyOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}],"
+                                "\"allOf\":[{\"properties\":{\"a\":{\"maximum\":5}}}]}");
+  expect_valid(g, "{\"a\":5}");
+  expect_valid(g, "{\"b\":9}");
+  expect_valid(g, "{\"b\":9,\"a\":-1}");
+  expect_refused_at(g, "{}", 1);
+  expect_refused_at(g, "{\"a\":6", 5);
+  expect_refused_at(g, "{\"b\":\"x\"", 5);
+  expect_refused_at(g, "{\"c\"", 2);
+  so_grammar_destroy(g);
+  g = schema("{\"type\":\"string\",\"enum\":[\"a\",1,\"bb\",null],\"maxLength\":1}");
+  expect_valid(g, "\"a\"");
+  expect_refused_at(g, "1", 0);
+  expect_refused_at(g, "\"b", 1);
+  so_grammar_destroy(g);
+}
+
+static void test_property_counts_and_escaped_keys(void **state) {
+  (void)state;
+  struct so_grammar *g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{},\"c\":{}},"
+                                "\"required\":[\"c\"],\"minProperties\":2,\"maxProperties\":2}");
+  expect_valid(g, "{\"a\":1,\"c\":2}");
+  expect_refused_at(g, "{\"c\":1}", 6);
+  expect_refused_at(g, "{\"a\":1,\"b\"", 8); /* c is required and only one more key fits */
+  so_grammar_destroy(g);
+  /* a key is its decoded text: "\u0061" would be property a (an integer) passing for a free-form
+   * key (a string), so a name is written as JSON writes it; other keys may use any escape */
+  g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"q\\\"\":{\"type\":\"null\"}},"
+             "\"additionalProperties\":{\"type\":\"string\"}}");
+  expect_valid(g, "{\"a\":1}");
+  expect_valid(g, "{\"\\u0062\":\"x\"}");
+  expect_valid(g, "{\"q\\\"\":null}");
+  expect_valid(g, "{\"q\\u0022\":null}");
+  expect_refused_at(g, "{\"\\u0061", 7);
+  expect_refused_at(g, "{\"q\\u0022\":\"", 11); /* still q" whose value is null */
+  expect_refused_at(g, "{\"a\":1,\"a\"", 9); /* a property twice */
+  so_grammar_destroy(g);
+}
+
+/* Automata are shared by the nodes of equal constraints, and a schema's automata have one
+ * budget of states: many costly patterns are refused rather than compiled for seconds. */
+static void test_schema_automata_are_shared_and_bounded(void **state) {
+  (void)state;
+  char text[16384];
+  size_t n = (size_t)snprintf(text, sizeof text, "{\"type\":\"object\",\"properties\":{");
+  for (int i = 0; i < 60; i++)
+    n += (size_t)snprintf(text + n, sizeof text - n, "%s\"p%d\":{\"type\":\"string\",\"format\":\"date-time\"}", i ? "," : "", i);
+  snprintf(text + n, sizeof text - n, "},\"additionalProperties\":false}");
+  struct so_grammar *g = schema(text);
+  expect_valid(g, "{\"p59\":\"2024-01-31T23:59:59Z\",\"p0\":\"2000-02-29T00:00:00.5+01:00\"}");
+  so_grammar_destroy(g);
+  n = (size_t)snprintf(text, sizeof text, "{\"type\":\"object\",\"properties\":{");
+  for (int i = 0; i < 60; i++) /* each needs about 2^10 states: (a|b)*a(a|b){9} */
+    n += (size_t)snprintf(text + n, sizeof text - n, "%s\"p%d\":{\"type\":\"string\",\"pattern\":\"^(a|b)*a(a|b){9}x%d$\"}",
+                          i ? "," : "", i, i);
+  snprintf(text + n, sizeof text - n, "}}");
+  g = NULL;
+  assert_int_equal(so_grammar_compile_json_schema(text, strlen(text), &g), LLB_STATUS_TOO_LARGE);
+  assert_null(g);
+  assert_non_null(strstr(llb_err_last(), "automaton states"));
 }
 
 static void test_choice_accepts_exactly_the_listed_strings(void **state) {
@@ -265,6 +417,13 @@ int main(void) {
       cmocka_unit_test(test_recursive_ref),
       cmocka_unit_test(test_unenforceable_schemas_are_refused_naming_the_keyword),
       cmocka_unit_test(test_exponential_any_of_dag_stays_bounded),
+      cmocka_unit_test(test_integer_range_is_exact_at_each_digit),
+      cmocka_unit_test(test_number_bounds_and_multiple_of_decimals),
+      cmocka_unit_test(test_pattern_and_format_strings),
+      cmocka_unit_test(test_prefix_items_and_items_beside_them),
+      cmocka_unit_test(test_combinators_mix_with_keywords),
+      cmocka_unit_test(test_property_counts_and_escaped_keys),
+      cmocka_unit_test(test_schema_automata_are_shared_and_bounded),
       cmocka_unit_test(test_choice_accepts_exactly_the_listed_strings),
       cmocka_unit_test(test_mask_matches_accept_and_gates_eos),
       cmocka_unit_test(test_invalid_utf8_in_a_regex_class_is_refused_not_spun_on),
