@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "actors/gpu_worker/model_runner.h"
+#include "actors/gpu_worker/runner_sim.h"
 #include "base/log.h"
 #include "bus/span.h"
 #include "model/forward.h"
@@ -88,6 +89,19 @@ static llb_status load_mmproj(struct gpu_worker_actor *a, const struct gpu_worke
   return LLB_STATUS_OK;
 }
 
+/* The step-time model of a sim worker, once at start: what its figures mean comes from it. */
+static void log_sim_cost(const struct sim_cost_model *given) {
+  struct sim_cost_model m;
+  if (given) m = *given;
+  else sim_cost_model_default(&m);
+  char name[300], source[1100];
+  LLB_LOG_INFO("gpu_worker_sim", "cost_model=%s source=%s fixed_ms=%.4f token_ms=%.5f weights_ms=%.4f "
+               "sampled_row_ms=%.5f random_row_ms=%.5f attention_ns=%.4f context_ns=%.4f",
+               llb_log_quote(name, sizeof name, m.name), llb_log_quote(source, sizeof source, m.source),
+               m.fixed_s * 1e3, m.token_s * 1e3, m.weights_s * 1e3, m.sampled_row_s * 1e3, m.random_row_s * 1e3,
+               m.attention_s * 1e9, m.context_s * 1e9);
+}
+
 llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, struct gpu_worker_actor **out) {
   *out = NULL;
   if (!o || !o->model_path || !o->model_path[0])
@@ -99,11 +113,11 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "gpu_worker actor");
   snprintf(a->engine_id, sizeof(a->engine_id), "%s", eid);
   llb_arena_init(&a->arena, NULL, 0);
-  const bool cuda = o->device == MODEL_RUNNER_DEVICE_CUDA;
+  const bool cuda = o->device == MODEL_RUNNER_DEVICE_CUDA, sim = o->device == MODEL_RUNNER_DEVICE_SIM;
   llb_status st = model_runner_device_check(o->device); /* before reading a byte of the model */
   if (st) goto fail;
   if ((st = gguf_open(o->model_path, &a->file))) goto fail;
-  if (!cuda && (st = llama_model_load(a->file, &a->model))) goto fail;
+  if (!cuda && !sim && (st = llama_model_load(a->file, &a->model))) goto fail;
   const struct model_runner_config cfg = {.num_blocks = o->num_blocks, .block_size = o->block_size,
                                           .max_num_batched_tokens = o->max_num_batched_tokens,
                                           .num_threads = o->num_threads,
@@ -111,9 +125,10 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
                                           .gpu_memory_utilization = o->gpu_memory_utilization,
                                           .gguf = a->file, .matmul = o->matmul,
                                           .packed_cache_dir = o->packed_cache_dir, .spec = o->spec,
-                                          .max_model_len = o->max_model_len};
+                                          .max_model_len = o->max_model_len, .sim_cost = o->sim_cost};
   if ((st = model_runner_create(a->model, &cfg, &a->runner))) goto fail;
-  load_structured_vocab(a);
+  if (!sim) load_structured_vocab(a); /* sim: structured output is refused (no logits to mask) */
+  if (sim) log_sim_cost(o->sim_cost);
   if (o->mmproj_path && o->mmproj_path[0] && (st = load_mmproj(a, o))) goto fail;
   if (cuda) { /* the weights live on the device now */
     gguf_close(a->file);

@@ -1,0 +1,16 @@
+/* llmbus-kernel-bench --fit FILE: the step-time model of the worker's --device sim
+ * (actors/gpu_worker/runner_sim.h) fitted to this machine's CPU forward pass on a real GGUF
+ * model: the steps of a served engine timed (prompts, chunks, decode batches, mixed steps),
+ * the sampler's cost per row measured apart, a non-negative least-squares fit of the relative
+ * error, the table of measured against modelled steps on stdout and the model as JSON. */
+#ifndef LLB_CMD_KERNEL_FIT_H
+#define LLB_CMD_KERNEL_FIT_H
+
+#include "cmd/bench/kernel_bench.h"
+
+/* Runs the fit with o's model, threads, decode threads, packed cache and runs (the least of
+ * o->runs timings a step) and writes o->fit_path. Returns the process exit code: 0, or 1 on
+ * an error (printed to stderr). */
+int kernel_fit_run(const struct kernel_bench_options *o);
+
+#endif
