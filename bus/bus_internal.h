@@ -52,6 +52,7 @@ struct bus {
   bus_heartbeat_fn hb_fn;
   void *hb_user;
   char hb_subject[BUS_SUBJECT_MAX];
+  char hb_also_subject[BUS_SUBJECT_MAX]; /* "" = none (bus_heartbeat_also) */
 
   /* bus histograms (bus_options.metrics; NULL = not recorded), label subject */
   struct llb_metric *m_request, *m_receive, *m_handler;

@@ -158,6 +158,7 @@ int main(int argc, char **argv) {
       .start = worker_main_start,
       .destroy = worker_main_destroy,
       .user = &m,
+      .engine_scoped = true, /* its beats reach its engine's peers on the engine's subject */
   };
   return actor_main_exec(&spec, argc, argv);
 }

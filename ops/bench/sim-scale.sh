@@ -3,11 +3,13 @@
 #
 #   ops/bench/sim-scale.sh [--engines 1,2,4,8,16,32] [--concurrency-per-engine C] [--prompts-per-engine P]
 #                          [--input-len N] [--output-len N] [--sim-cost FILE] [--repeats R]
-#                          [--router POLICY] [--input-processors K] [--label TEXT]
+#                          [--router POLICY] [--input-processors K] [--label TEXT] [--idle-s S]
 #
 # For each engine count N (repeats interleaved: 1 2 4 ... 1 2 4 ...), on a nats-server of its own
 # (JetStream, monitoring port): `llmbus serve --nats URL --engines N --device sim` (every actor
-# real, the forward replaced by the cost model's wait), warmed, then `llmbus-bench serve` with
+# real, the forward replaced by the cost model's wait); first S seconds idle (default 10: what N
+# engines cost with no request: heartbeats and stats, CPU by kind and NATS msgs/s), then warmed
+# and `llmbus-bench serve` with
 # C x N requests in flight and P x N random prompts (so each engine sees the same load whatever
 # N: the ideal is N x the output of one). Around each run it records
 #   - the CPU seconds of every process by kind (scheduler, kv_manager, gpu_worker (the sims),
@@ -34,6 +36,7 @@ repeats=1
 router=least-loaded
 input_processors=2
 label=""
+idle_s=10
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
@@ -47,6 +50,7 @@ while [ $# -gt 0 ]; do
     --router) router=$2; shift 2 ;;
     --input-processors) input_processors=$2; shift 2 ;;
     --label) label=$2; shift 2 ;;
+    --idle-s) idle_s=$2; shift 2 ;;
     -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "sim-scale: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -76,6 +80,9 @@ run_one() { # N rep
   # shellcheck disable=SC2086
   sim_start_serve "$n-$rep" "$n" "${extra[@]}" $serve_args || return 1
   local c=$((conc * n)) p=$((prompts * n))
+  # idle: what N engines cost with no request (heartbeats, stats), over idle_s seconds
+  local i0 i1 iv0 iv1
+  sleep 2; i0=$(sim_cpu_by_kind); iv0=$(varz); sleep "$idle_s"; i1=$(sim_cpu_by_kind); iv1=$(varz)
   # warm-up: every engine's first steps, the client's connections
   sim_bench --num-prompts "$c" --max-concurrency "$c" --input-len "$input_len" --output-len 8 --ignore-eos \
     --seed 999 --json >/dev/null 2>&1
@@ -86,7 +93,7 @@ run_one() { # N rep
       --result-file "$work/bench-$n-$rep.json" >/dev/null 2>"$work/bench-$n-$rep.err"; times; } | tail -1)
   cpu1=$(sim_cpu_by_kind); v1=$(varz); busy1=$(machine_busy); load1=$(cut -d' ' -f1 /proc/loadavg)
   python3 - "$n" "$rep" "$work/bench-$n-$rep.json" "$cpu0" "$cpu1" "$v0" "$v1" "$busy0" "$busy1" "$load0" "$load1" \
-    "$times_out" "$conc" "$label" >>"$work/sim-scale.jsonl" <<'PY'
+    "$times_out" "$conc" "$label" "$i0" "$i1" "$iv0" "$iv1" "$idle_s" >>"$work/sim-scale.jsonl" <<'PY'
 import json, os, re, sys
 n, rep, bench = int(sys.argv[1]), int(sys.argv[2]), json.load(open(sys.argv[3]))
 c0, c1, v0, v1 = (json.loads(x) for x in sys.argv[4:8])
@@ -96,6 +103,12 @@ dur = bench["duration"]
 cpu = {k: c1.get(k, 0) - c0.get(k, 0) for k in set(c0) | set(c1)}
 cpu["client"] = sum(times[:2]) if len(times) >= 2 else 0.0  # the subshell's children: the benchmark
 d = lambda k: v1.get(k, 0) - v0.get(k, 0)
+def idle_of(c0, c1, v0, v1, secs):
+    c0, c1, v0, v1, secs = json.loads(c0), json.loads(c1), json.loads(v0), json.loads(v1), float(secs)
+    return dict(seconds=secs, cpu_cores={k: (c1.get(k, 0) - c0.get(k, 0)) / secs for k in set(c0) | set(c1)},
+                nats_in_msgs_s=(v1.get("in_msgs", 0) - v0.get("in_msgs", 0)) / secs,
+                nats_out_msgs_s=(v1.get("out_msgs", 0) - v0.get("out_msgs", 0)) / secs,
+                nats_out_bytes_s=(v1.get("out_bytes", 0) - v0.get("out_bytes", 0)) / secs)
 print(json.dumps(dict(
     engines=n, repeat=rep, label=sys.argv[14], concurrency_per_engine=int(sys.argv[13]),
     completed=bench["completed"], failed=bench["failed"], duration_s=dur,
@@ -105,7 +118,8 @@ print(json.dumps(dict(
     machine_busy_cores=(b1[0] - b0[0]) / max(b1[1] - b0[1], 1e-9) * os.cpu_count(),
     load_start=float(sys.argv[10]), load_end=float(sys.argv[11]),
     nats_in_msgs_s=d("in_msgs") / dur, nats_out_msgs_s=d("out_msgs") / dur,
-    nats_in_bytes_s=d("in_bytes") / dur, nats_out_bytes_s=d("out_bytes") / dur)))
+    nats_in_bytes_s=d("in_bytes") / dur, nats_out_bytes_s=d("out_bytes") / dur,
+    idle=idle_of(*sys.argv[15:20]))))
 PY
   sim_stop
 }

@@ -79,6 +79,24 @@ def print_table(label, rows):
               f"{r['nats_msgs']:.0f} | {r['busy']:.2f} | {r['load']:.1f} |")
 
 
+def print_idle(label, runs):
+    rows = defaultdict(list)
+    for r in runs:
+        if (r.get("label") or "this machine") == label and r.get("idle"):
+            rows[r["engines"]].append(r["idle"])
+    if not rows:
+        return
+    print(f"\nidle (no request), {label}: NATS msgs/s in + out, and CPU cores by process kind\n")
+    print("| engines | NATS msgs/s | msgs/s per engine | msgs/s / engines^2 | CPU cores: all | nats | sched | kv | worker |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in sorted(rows):
+        m = med([i["nats_in_msgs_s"] + i["nats_out_msgs_s"] for i in rows[n]])
+        cores = lambda k: med([i["cpu_cores"].get(k, 0.0) for i in rows[n]])
+        total = med([sum(i["cpu_cores"].values()) for i in rows[n]])
+        print(f"| {n} | {m:.0f} | {m / n:.1f} | {m / n / n:.2f} | {total:.3f} | {cores('nats-server'):.3f} | "
+              f"{cores('scheduler'):.3f} | {cores('kv_manager'):.3f} | {cores('gpu_worker'):.3f} |")
+
+
 def plot(summary, out, title):
     try:
         import matplotlib
@@ -124,9 +142,11 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--title", default="sim engines behind one subject")
     a = ap.parse_args()
-    summary = summarize(load(a.results))
+    runs = load(a.results)
+    summary = summarize(runs)
     for label, rows in summary.items():
         print_table(label, rows)
+        print_idle(label, runs)
     with open(f"{a.out}/sim-scale-summary.json", "w") as f:
         json.dump(summary, f, indent=1)
     plot(summary, a.out, a.title)
