@@ -29,6 +29,7 @@ struct worker_main {
   struct ngram_proposer_config spec;
   const char *mmproj;
   const char *sim_cost_path; /* "" = the built-in model */
+  const char *step_log;      /* "" = none */
   struct sim_cost_model sim_cost;
   bool has_sim_cost;
   double gpu_memory_utilization;
@@ -89,7 +90,8 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
       .num_threads_decode = m->decode_threads,
       .device = m->dev, .gpu_memory_utilization = (float)m->gpu_memory_utilization, .matmul = m->matmul,
       .packed_cache_dir = m->packed_cache_dir, .spec = m->spec, .mmproj_path = m->mmproj,
-      .max_model_len = m->max_model_len, .sim_cost = m->has_sim_cost ? &m->sim_cost : NULL};
+      .max_model_len = m->max_model_len, .sim_cost = m->has_sim_cost ? &m->sim_cost : NULL,
+      .step_log_path = m->step_log};
   llb_status st = gpu_worker_actor_create(&o, &m->actor);
   if (st) return st;
   if (am->metrics && (st = gpu_worker_actor_register_metrics(m->actor, am->metrics))) return st;
@@ -110,7 +112,7 @@ int main(int argc, char **argv) {
   const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   struct worker_main m = {.num_blocks = 1024, .block_size = 16, .max_num_batched_tokens = 512,
                           .threads = ncpu > 0 ? (int32_t)ncpu : 1, .decode_threads = 0, .device = "cpu", .numerics = "packed", .packed_cache_dir = "", .speculative_config = "",
-                          .sim_cost_path = "", .gpu_memory_utilization = 0.9};
+                          .sim_cost_path = "", .step_log = "", .gpu_memory_utilization = 0.9};
   const struct actor_flag flags[] = {
       {"num-blocks", ACTOR_FLAG_KIND_INT32, &m.num_blocks, "KV cache blocks (same as kv_manager and scheduler)",
        NULL},
@@ -129,6 +131,9 @@ int main(int argc, char **argv) {
       {"sim-cost", ACTOR_FLAG_KIND_STRING, &m.sim_cost_path,
        "sim: the step-time model, a JSON file (llmbus-kernel-bench --fit writes one; ops/sim/ has profiles); "
        "default: the built-in fit of SmolLM2-135M Q4_1 on 2 CPU threads", NULL},
+      {"step-log", ACTOR_FLAG_KIND_STRING, &m.step_log,
+       "append one JSON line per step that ran a batch: its shape and how long it took (what "
+       "llmbus-kernel-bench --fit-steps fits the sim's model to); \"\" = none", NULL},
       {"numerics", ACTOR_FLAG_KIND_STRING, &m.numerics,
        "cpu: packed (the engine's int8 panels) or ggml (llama.cpp's CPU arithmetic, bit-exact with it)", NULL},
       {"gpu-memory-utilization", ACTOR_FLAG_KIND_DOUBLE, &m.gpu_memory_utilization,

@@ -1,10 +1,12 @@
 /* llmbus-kernel-bench: the flags of cmd/bench/kernel_bench.h.
  *
  *   llmbus-kernel-bench [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N]
- *                       [--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR] [--fit FILE]
+ *                       [--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]
+ *                       [--fit FILE [--fit-steps LOG]]
  *
  * --fit FILE: the step-time model of the worker's --device sim fitted to this forward, written
- * as JSON (cmd/bench/kernel_fit.h); the other measurements are skipped.
+ * as JSON (cmd/bench/kernel_fit.h); the other measurements are skipped. With --fit-steps LOG:
+ * fitted to the steps a served worker recorded (llmbus-gpu-worker --step-log LOG) instead.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--roofline")) o.roofline = true;
     else if (v && !strcmp(a, "--model")) o.model = argv[++i];
     else if (v && !strcmp(a, "--fit")) o.fit_path = argv[++i];
+    else if (v && !strcmp(a, "--fit-steps")) o.fit_steps_path = argv[++i];
     else if (v && !strcmp(a, "--packed-cache-dir")) o.packed_cache_dir = argv[++i];
     else if (v && !strcmp(a, "--threads")) o.threads = atoi(argv[++i]);
     else if (v && !strcmp(a, "--decode-threads")) o.decode_threads = atoi(argv[++i]);
@@ -42,7 +45,7 @@ int main(int argc, char **argv) {
       }
     } else {
       fprintf(stderr, "usage: %s [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N] "
-                      "[--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR] [--fit FILE]\n", argv[0]);
+                      "[--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR] [--fit FILE [--fit-steps LOG]]\n", argv[0]);
       return 2;
     }
   }

@@ -2,6 +2,7 @@
  * ModelRunnerOutput out, on <prefix>.engine.<eid>.execute. */
 #include "actors/gpu_worker/actor.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -34,6 +35,7 @@ struct gpu_worker_actor {
   struct llb_buf reply;   /* encoded ModelRunnerOutput, reused */
   atomic_uint_fast64_t steps, step_errors, malformed, no_reply, reply_errors, tokens;
   struct llb_series *mask_seconds, *mask_wait_seconds; /* NULL = not exported */
+  FILE *step_log; /* --step-log: one JSON line per step that ran a batch, or NULL */
 };
 
 /* The structured-output vocabulary from the model's tokenizer, built once (runner_so.h). A
@@ -130,6 +132,13 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
   if (!sim) load_structured_vocab(a); /* sim: structured output is refused (no logits to mask) */
   if (sim) log_sim_cost(o->sim_cost);
   if (o->mmproj_path && o->mmproj_path[0] && (st = load_mmproj(a, o))) goto fail;
+  if (o->step_log_path && o->step_log_path[0]) {
+    if (!(a->step_log = fopen(o->step_log_path, "a"))) {
+      st = LLB_ERRF(LLB_STATUS_IO, "--step-log %s: %s", o->step_log_path, strerror(errno));
+      goto fail;
+    }
+    setvbuf(a->step_log, NULL, _IOLBF, 0); /* a line a write: workers may share the file (O_APPEND) */
+  }
   if (cuda) { /* the weights live on the device now */
     gguf_close(a->file);
     a->file = NULL;
@@ -158,7 +167,18 @@ void gpu_worker_actor_destroy(struct gpu_worker_actor *a) {
   gguf_close(a->file);
   llb_arena_destroy(&a->arena);
   llb_buf_free(&a->reply);
+  if (a->step_log) fclose(a->step_log);
   free(a);
+}
+
+/* --step-log: the step's shape and how long it took (delivery thread only). */
+static void log_step(struct gpu_worker_actor *a, double seconds) {
+  const struct sim_step_shape s = model_runner_last_step_shape(a->runner);
+  if (!a->step_log || s.num_tokens <= 0) return;
+  fprintf(a->step_log,
+          "{\"tokens\":%d,\"seqs\":%d,\"sampled\":%d,\"random\":%d,\"attention_pairs\":%.0f,"
+          "\"context_tokens\":%.0f,\"seconds\":%.9f}\n",
+          s.num_tokens, s.num_seqs, s.num_sampled, s.num_random, s.attention_pairs, s.context_tokens, seconds);
 }
 
 int32_t gpu_worker_actor_num_blocks(const struct gpu_worker_actor *a) { return model_runner_num_blocks(a->runner); }
@@ -258,6 +278,7 @@ static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
     model_runner_last_mask_seconds(a->runner, &mask_s, &wait_s);
     if (mask_s >= 0 && a->mask_seconds) llb_series_observe(a->mask_seconds, mask_s);
     if (wait_s >= 0 && a->mask_wait_seconds) llb_series_observe(a->mask_wait_seconds, wait_s);
+    log_step(a, (double)(t1 - t0) * 1e-9);
     LLB_LOG_DEBUG("gpu_worker_step", "step=%llu reqs=%d tokens=%d sampled=%d step_ms=%.3f",
                   (unsigned long long)so.step, out.num_reqs, so.total_num_scheduled_tokens,
                   out.num_sampled_token_ids, (double)(t1 - t0) / 1e6);

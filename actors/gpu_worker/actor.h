@@ -40,6 +40,9 @@ struct gpu_worker_actor_options {
                                      must equal the model's hidden size. NULL/"" = images refused */
   const struct sim_cost_model *sim_cost; /* sim: the step-time model (runner_sim.h; copied);
                                      NULL = the built-in one */
+  const char *step_log_path;      /* NULL/"" = none; else each step that ran a batch appends one JSON
+                                     line: its shape (model_runner_last_step_shape) and the seconds
+                                     model_runner_execute took (llmbus-kernel-bench --fit-steps) */
 };
 
 /* Counters since start (monotonic). */

@@ -190,6 +190,8 @@ int32_t model_runner_num_reqs(const struct model_runner *r) { return r->num_rows
 
 const struct llama_batch *model_runner_last_batch(const struct model_runner *r) { return &r->batch; }
 
+struct sim_step_shape model_runner_last_step_shape(const struct model_runner *r) { return r->last_shape; }
+
 llb_status model_runner_set_structured_vocab(struct model_runner *r, struct so_vocab *vocab) {
   runner_so_destroy(r->so);
   r->so = NULL;
@@ -598,11 +600,7 @@ static llb_status fill_logprobs(struct model_runner *r, int32_t max_n, struct ll
 /* SIM: the step's modelled time, spent asleep from start_ns (what the work so far took is
  * part of it), then a token for every sampled row from its request's key (runner_sim.h). */
 static void sim_step(struct model_runner *r, int64_t start_ns) {
-  struct sim_step_shape shape = sim_step_shape_of(&r->batch);
-  for (int32_t l = 0; l < r->num_sample_logits; l++)
-    shape.num_random += r->rows[r->logits_rows[l]]->sampling_params.temperature >= SAMPLER_GREEDY_EPS;
-  r->sim_last_seconds = sim_cost_seconds(&r->sim_cost, &shape);
-  sim_wait_until(start_ns + (int64_t)(r->sim_last_seconds * 1e9));
+  sim_wait_until(start_ns + (int64_t)(sim_cost_seconds(&r->sim_cost, &r->last_shape) * 1e9));
   for (int32_t l = 0; l < r->num_sample_logits; l++) {
     const struct mr_request *q = r->rows[r->logits_rows[l]];
     r->logits_used[l] = 1;
@@ -631,6 +629,9 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   int32_t ns = 0;
   if ((st = prepare_inputs(r, so, &ns))) return st;
   if (ns == 0) return LLB_STATUS_OK;
+  r->last_shape = sim_step_shape_of(&r->batch); /* what a sim step of this batch costs, any device */
+  for (int32_t l = 0; l < r->num_sample_logits; l++)
+    r->last_shape.num_random += r->rows[r->logits_rows[l]]->sampling_params.temperature >= SAMPLER_GREEDY_EPS;
   if (r->cfg.device == MODEL_RUNNER_DEVICE_SIM) {
     sim_step(r, start_ns);
   } else {
@@ -696,6 +697,7 @@ llb_status model_runner_execute(struct model_runner *r, const struct llb_schedul
                                 struct llb_model_runner_output *out) {
   *out = (struct llb_model_runner_output){.version = LLB_SCHEMA_VERSION, .step = so->step};
   r->batch.num_tokens = 0;
+  r->last_shape = (struct sim_step_shape){0};
   r->so_mask_seconds = r->so_wait_seconds = -1;
   r->err_message[0] = r->err_field[0] = r->err_req_id[0] = '\0';
   llb_status st = run_step(r, so, out);

@@ -57,6 +57,7 @@ enum model_runner_device {
 };
 
 struct sim_cost_model;
+struct sim_step_shape;
 
 struct model_runner_config {
   int32_t num_blocks;             /* KV cache blocks (--num-blocks), >= 1; CUDA: 0 = as many as
@@ -167,6 +168,12 @@ llb_status model_runner_execute(struct model_runner *r, const struct llb_schedul
  * owned by the runner, valid until the next call); num_tokens 0 before any. For tests and
  * diagnostics. */
 const struct llama_batch *model_runner_last_batch(const struct model_runner *r);
+
+/* The quantities the sim's cost model prices (runner_sim.h) of the last model_runner_execute
+ * that ran a batch, on any device: tokens, sequences, sampled rows (random ones apart),
+ * attended pairs, context tokens; all 0 when it ran none. What `--step-log` records of the real
+ * worker's steps, and what `llmbus-kernel-bench --fit-steps` fits a model to. */
+struct sim_step_shape model_runner_last_step_shape(const struct model_runner *r);
 
 /* Structured output (runner_so.h): gives the runner the vocabulary its masks are computed
  * over (so_vocab_from_tokenizer of the model's tokenizer; ownership taken, even on failure).

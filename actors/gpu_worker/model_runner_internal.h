@@ -113,7 +113,7 @@ struct model_runner {
   int64_t lp_ids_cap, lp_cap;
   struct sim_cost_model sim_cost; /* SIM: the step-time model */
   struct sim_vocab sim_vocab;     /* SIM: the tokens a step may emit */
-  double sim_last_seconds;        /* SIM: the modelled time of the last step that ran */
+  struct sim_step_shape last_shape; /* of the last step that ran a batch (all 0 otherwise) */
   char err_message[512];
   char err_field[128];
   char err_req_id[256];  /* the request a failed step is blamed on (its input), "" = none */

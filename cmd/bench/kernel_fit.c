@@ -265,3 +265,123 @@ int kernel_fit_run(const struct kernel_bench_options *o) {
   printf("wrote %s\n", o->fit_path);
   return 0;
 }
+
+/* ---- --fit-steps: the model of a real worker's served steps (--step-log) ---- */
+
+/* Steps of one shape class: same tokens, sequences, sampled and random rows, context in the same
+ * 256-token bucket. */
+struct step_group {
+  struct sim_step_shape shape; /* attention pairs and context: the mean of the group */
+  double *secs;
+  int32_t n, cap;
+};
+
+static int cmp_group(const void *a, const void *b) {
+  const struct sim_step_shape *x = &((const struct step_group *)a)->shape, *y = &((const struct step_group *)b)->shape;
+  if (x->num_tokens != y->num_tokens) return x->num_tokens - y->num_tokens;
+  return x->num_seqs - y->num_seqs;
+}
+
+/* Adds one step to its group in *gs (grown as needed); false on OOM. */
+static bool group_add(struct step_group **gs, int32_t *ng, int32_t *cap, const struct sim_step_shape *s, double sec) {
+  int32_t g = 0;
+  const int32_t bucket = (int32_t)(s->context_tokens / 256);
+  for (; g < *ng; g++) {
+    const struct sim_step_shape *t = &(*gs)[g].shape;
+    if (t->num_tokens == s->num_tokens && t->num_seqs == s->num_seqs && t->num_sampled == s->num_sampled &&
+        t->num_random == s->num_random && (int32_t)(t->context_tokens / (*gs)[g].n / 256) == bucket)
+      break;
+  }
+  if (g == *ng) {
+    if (*ng == *cap) {
+      struct step_group *q = realloc(*gs, (size_t)(*cap ? 2 * *cap : 64) * sizeof *q);
+      if (!q) return false;
+      *gs = q, *cap = *cap ? 2 * *cap : 64;
+    }
+    (*gs)[(*ng)++] = (struct step_group){.shape = {.num_tokens = s->num_tokens, .num_seqs = s->num_seqs,
+                                                   .num_sampled = s->num_sampled, .num_random = s->num_random}};
+  }
+  struct step_group *G = &(*gs)[g];
+  if (G->n == G->cap) {
+    double *q = realloc(G->secs, (size_t)(G->cap ? 2 * G->cap : 8) * sizeof *q);
+    if (!q) return false;
+    G->secs = q, G->cap = G->cap ? 2 * G->cap : 8;
+  }
+  G->secs[G->n++] = sec;
+  G->shape.attention_pairs += s->attention_pairs; /* summed now, the mean once all are in */
+  G->shape.context_tokens += s->context_tokens;
+  return true;
+}
+
+/* The steps of a --step-log file, grouped; the number of steps read, or -1 (printed). */
+static int64_t read_step_log(const char *path, struct step_group **gs, int32_t *ng) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "llmbus-kernel-bench --fit-steps: %s: cannot open\n", path);
+    return -1;
+  }
+  char line[512];
+  int64_t steps = 0;
+  int32_t cap = 0;
+  while (fgets(line, sizeof line, f)) {
+    struct sim_step_shape s = {0};
+    double sec = 0;
+    if (sscanf(line, "{\"tokens\":%d,\"seqs\":%d,\"sampled\":%d,\"random\":%d,\"attention_pairs\":%lf,"
+                     "\"context_tokens\":%lf,\"seconds\":%lf}", &s.num_tokens, &s.num_seqs, &s.num_sampled,
+               &s.num_random, &s.attention_pairs, &s.context_tokens, &sec) != 7 || !(sec > 0))
+      continue; /* not a step line */
+    if (!group_add(gs, ng, &cap, &s, sec)) {
+      fclose(f);
+      fprintf(stderr, "llmbus-kernel-bench --fit-steps: out of memory\n");
+      return -1;
+    }
+    steps++;
+  }
+  fclose(f);
+  return steps;
+}
+
+int kernel_fit_steps_run(const struct kernel_bench_options *o) {
+  struct step_group *gs = NULL;
+  int32_t ng = 0;
+  const int64_t steps = read_step_log(o->fit_steps_path, &gs, &ng);
+  struct sim_fit_point *pts = steps > 0 ? malloc((size_t)ng * sizeof *pts) : NULL;
+  int rc = 1;
+  if (steps <= 0 || !pts) {
+    if (steps == 0) fprintf(stderr, "llmbus-kernel-bench --fit-steps: no step in %s\n", o->fit_steps_path);
+    goto done;
+  }
+  qsort(gs, (size_t)ng, sizeof *gs, cmp_group);
+  for (int32_t g = 0; g < ng; g++) { /* each class once, at its median: rare prefills weigh as much as decodes */
+    qsort(gs[g].secs, (size_t)gs[g].n, sizeof(double), cmp_double);
+    pts[g].shape = gs[g].shape;
+    pts[g].shape.attention_pairs /= gs[g].n;
+    pts[g].shape.context_tokens /= gs[g].n;
+    pts[g].seconds = gs[g].secs[gs[g].n / 2];
+  }
+  struct sim_cost_model m = {0};
+  struct sim_fit_quality q;
+  snprintf(m.name, sizeof m.name, "served steps of %s", o->fit_steps_path);
+  snprintf(m.source, sizeof m.source, "llmbus-kernel-bench --fit-steps: %lld steps in %d shape classes, each at its "
+           "median", (long long)steps, ng);
+  llb_status st = sim_cost_fit(pts, ng, &m, &q);
+  if (st) {
+    fail("fit", st);
+    goto done;
+  }
+  printf("%lld steps, %d shape classes; fit: fixed %.4f ms + %.5f ms a token + %.5f ms a sampled row + %.3f ns an "
+         "attended pair + %.3f ns a context token; relative error of the classes rms %.1f%%, max %.1f%%\n",
+         (long long)steps, ng, m.fixed_s * 1e3, m.token_s * 1e3, m.sampled_row_s * 1e3, m.attention_s * 1e9,
+         m.context_s * 1e9, 100.0 * q.rms_rel_error, 100.0 * q.max_rel_error);
+  if ((st = sim_cost_model_write(o->fit_path, &m, &q))) {
+    fail("write", st);
+    goto done;
+  }
+  printf("wrote %s\n", o->fit_path);
+  rc = 0;
+done:
+  for (int32_t g = 0; g < ng; g++) free(gs[g].secs);
+  free(gs);
+  free(pts);
+  return rc;
+}

@@ -73,6 +73,7 @@ static const struct {
      "cpu: of those, the threads of a decode step (default: all; fewer leave cores to the actors)"},
     {"device", true, A_WORKER, "cpu | cuda | sim (no forward: modelled step times, deterministic tokens)"},
     {"sim-cost", true, A_WORKER, "sim: the step-time model JSON (llmbus-kernel-bench --fit; ops/sim/)"},
+    {"step-log", true, A_WORKER, "workers append each step's shape and time to FILE (kernel-bench --fit-steps)"},
     {"numerics", true, A_WORKER, "packed | ggml (cpu: llama.cpp's arithmetic, bit-exact with it)"},
     {"packed-cache-dir", true, A_WORKER,
      "cpu: the host's shared packed-weight cache (default $XDG_CACHE_HOME/llmbus or ~/.cache/llmbus; "

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The sim worker against the real one (issue: scale measured, not assumed; item 2), one run.
 #
-#   ops/bench/sim-validate.sh [--repeats N] [--fit | --sim-cost FILE] [--threads T] [--model PATH]
+#   ops/bench/sim-validate.sh [--repeats N] [--fit | --fit-served | --sim-cost FILE] [--threads T] [--model PATH]
 #
 # The same workloads through `llmbus serve --device cpu` and `llmbus serve --device sim`, the
 # two interleaved (cpu sim, sim cpu, ...), each stack started fresh per repeat; `llmbus-bench
@@ -16,8 +16,12 @@
 # both (medians over the repeats), sim / real and whether it is within 10%, with the load
 # average of each run (a shared machine's other work slows the real engine, never the sim), and
 # writes the figures to OUT/sim-validate.json.
-# --fit first fits the sim's step-time model on this machine (llmbus-kernel-bench --fit, the
-# same threads) and uses it; --sim-cost FILE uses that model; default: the worker's built-in one.
+# The sim's step-time model: --fit fits it on this machine first (llmbus-kernel-bench --fit, the
+# same threads); --fit-served fits it, each repeat, to the real worker's own steps of that
+# repeat (its --step-log, llmbus-kernel-bench --fit-steps) and runs the sim right after the real
+# engine (real, sim, real, sim: on a machine shared with other work the forward's speed drifts,
+# and this measures the sim under the same conditions as the real run it follows); --sim-cost
+# FILE uses that model; default: the worker's built-in one.
 # Env: BUILD_DIR (default build-release), OUT (default a temporary directory), SERVE_ARGS (more
 # serve flags for both; default "--max-num-batched-tokens 256 --max-model-len 2048").
 set -uo pipefail
@@ -33,6 +37,7 @@ while [ $# -gt 0 ]; do
     --repeats) repeats=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --fit) fit=1; shift ;;
+    --fit-served) fit=2; shift ;;
     --sim-cost) sim_cost=$2; shift 2 ;;
     -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "sim-validate: unknown argument $1" >&2; exit 2 ;;
@@ -52,7 +57,9 @@ for b in llmbus llmbus-bench llmbus-kernel-bench llmbus-gpu-worker; do
   [ -x "$build/cmd/$b" ] || { log "$build/cmd/$b missing: run make build-release"; exit 1; }
 done
 [ -r "$model" ] || { log "model $model missing: run ops/fetch-model.sh"; exit 1; }
-if [ "$fit" = 1 ]; then
+if [ "$fit" = 2 ]; then
+  sim_cost=served
+elif [ "$fit" = 1 ]; then
   sim_cost=$work/cost.json
   log "fitting the step-time model (llmbus-kernel-bench --fit, $threads threads)"
   "$build/cmd/llmbus-kernel-bench" --model "$model" --threads "$threads" --runs 7 --fit "$sim_cost" \
@@ -74,7 +81,15 @@ run_device() { # device rep
   local dev=$1 rep=$2 port
   port=$(free_port)
   local extra=(--device "$dev" --threads "$threads")
-  [ "$dev" = sim ] && [ -n "$sim_cost" ] && extra+=(--sim-cost "$sim_cost")
+  if [ "$dev" = sim ] && [ "$fit" = 2 ]; then
+    "$build/cmd/llmbus-kernel-bench" --fit-steps "$work/steps-$rep.jsonl" --fit "$work/cost-$rep.json" \
+      >"$work/fit-$rep.txt" 2>&1 || { log "fit of repeat $rep's steps failed: see $work/fit-$rep.txt"; return 1; }
+    head -1 "$work/fit-$rep.txt" >&2
+    extra+=(--sim-cost "$work/cost-$rep.json")
+  elif [ "$dev" = sim ] && [ -n "$sim_cost" ]; then
+    extra+=(--sim-cost "$sim_cost")
+  fi
+  [ "$dev" = cpu ] && [ "$fit" = 2 ] && extra+=(--step-log "$work/steps-$rep.jsonl")
   # shellcheck disable=SC2086
   "$build/cmd/llmbus" serve --model "$model" --http "127.0.0.1:$port" --metrics-port 0 $serve_args "${extra[@]}" \
     >"$work/serve-$dev-$rep.log" 2>&1 &
@@ -99,7 +114,7 @@ run_device() { # device rep
 
 for rep in $(seq 1 "$repeats"); do
   order=(cpu sim)
-  [ $((rep % 2)) = 0 ] && order=(sim cpu)
+  [ $((rep % 2)) = 0 ] && [ "$fit" != 2 ] && order=(sim cpu)
   for dev in "${order[@]}"; do
     log "repeat $rep/$repeats: $dev"
     run_device "$dev" "$rep" || exit 1
