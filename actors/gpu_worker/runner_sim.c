@@ -147,15 +147,20 @@ static bool solve(double a[SIM_TERMS][SIM_TERMS], double b[SIM_TERMS], int k, do
   return true;
 }
 
-/* Weighted least squares over the terms in mask (relative error); coefficients of the other
- * terms 0. Returns the sum of squared relative errors, or INFINITY when the solution is
- * singular or has a negative coefficient. Each column is scaled to unit size first (the
- * terms differ by 10 orders of magnitude). */
 /* What a point leaves to the fitted terms: its measurement less its random rows' sampling. */
 static double fit_target(const struct sim_fit_point *p, double random_row_s) {
   return p->seconds - random_row_s * p->shape.num_random;
 }
 
+/* The weight of a point's squared error: its own, or 1/seconds^2 (its relative error). */
+static double fit_weight(const struct sim_fit_point *p) {
+  return p->weight > 0.0 ? p->weight : 1.0 / (p->seconds * p->seconds);
+}
+
+/* Weighted least squares over the terms in mask; coefficients of the other terms 0. Returns the
+ * weighted sum of squared errors, or INFINITY when the solution is singular or has a negative
+ * coefficient. Each column is scaled to unit size first (the terms differ by 10 orders of
+ * magnitude). */
 static double fit_subset(const struct sim_fit_point *pts, int32_t n, double random_row_s, unsigned mask,
                          double coef[SIM_TERMS]) {
   int idx[SIM_TERMS], k = 0;
@@ -165,7 +170,8 @@ static double fit_subset(const struct sim_fit_point *pts, int32_t n, double rand
   for (int32_t i = 0; i < n; i++) {
     double x[SIM_TERMS];
     features(&pts[i].shape, x);
-    for (int j = 0; j < k; j++) scale[j] = fmax(scale[j], fabs(x[idx[j]]) / pts[i].seconds);
+    const double sw = sqrt(fit_weight(&pts[i]));
+    for (int j = 0; j < k; j++) scale[j] = fmax(scale[j], fabs(x[idx[j]]) * sw);
   }
   double a[SIM_TERMS][SIM_TERMS] = {{0}}, b[SIM_TERMS] = {0}, c[SIM_TERMS] = {0};
   for (int j = 0; j < k; j++)
@@ -173,9 +179,10 @@ static double fit_subset(const struct sim_fit_point *pts, int32_t n, double rand
   for (int32_t i = 0; i < n; i++) {
     double x[SIM_TERMS], z[SIM_TERMS];
     features(&pts[i].shape, x);
-    for (int j = 0; j < k; j++) z[j] = x[idx[j]] / pts[i].seconds / scale[j];
+    const double sw = sqrt(fit_weight(&pts[i])), target = fit_target(&pts[i], random_row_s) * sw;
+    for (int j = 0; j < k; j++) z[j] = x[idx[j]] * sw / scale[j];
     for (int j = 0; j < k; j++) {
-      b[j] += z[j] * fit_target(&pts[i], random_row_s) / pts[i].seconds;
+      b[j] += z[j] * target;
       for (int l = 0; l < k; l++) a[j][l] += z[j] * z[l];
     }
   }
@@ -190,8 +197,8 @@ static double fit_subset(const struct sim_fit_point *pts, int32_t n, double rand
     double x[SIM_TERMS], p = 0.0;
     features(&pts[i].shape, x);
     for (int t = 0; t < SIM_TERMS; t++) p += coef[t] * x[t];
-    const double e = (p - fit_target(&pts[i], random_row_s)) / pts[i].seconds;
-    sse += e * e;
+    const double e = p - fit_target(&pts[i], random_row_s);
+    sse += fit_weight(&pts[i]) * e * e;
   }
   return sse;
 }
@@ -200,7 +207,8 @@ llb_status sim_cost_fit(const struct sim_fit_point *pts, int32_t n, struct sim_c
                         struct sim_fit_quality *q) {
   if (!pts || n < SIM_TERMS) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sim fit: %d points, at least %d", n, SIM_TERMS);
   for (int32_t i = 0; i < n; i++)
-    if (!(pts[i].seconds > 0.0) || !isfinite(pts[i].seconds) || !(fit_target(&pts[i], out->random_row_s) > 0.0))
+    if (!(pts[i].seconds > 0.0) || !isfinite(pts[i].seconds) || !(fit_target(&pts[i], out->random_row_s) > 0.0) ||
+        !(pts[i].weight >= 0.0) || !isfinite(pts[i].weight))
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sim fit: point %d measured %g s", i, pts[i].seconds);
   double best[SIM_TERMS] = {0}, best_sse = INFINITY;
   for (unsigned mask = 1; mask < (1u << SIM_TERMS); mask++) {

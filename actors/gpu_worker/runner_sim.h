@@ -66,6 +66,7 @@ struct sim_fit_quality {
 struct sim_fit_point {
   struct sim_step_shape shape;
   double seconds;
+  double weight; /* of its squared error; 0 = 1 / seconds^2 (its relative error) */
 };
 
 /* The built-in model: this repository's fit of SmolLM2-135M-Instruct Q4_1 on the 2-core
@@ -93,8 +94,8 @@ struct sim_step_shape sim_step_shape_of(const struct llama_batch *b);
 double sim_cost_seconds(const struct sim_cost_model *m, const struct sim_step_shape *s);
 
 /* Least-squares fit of fixed_s, token_s, sampled_row_s, attention_s and context_s to n measured
- * steps, minimizing the relative error (each equation divided by its measurement) with every
- * coefficient >= 0 (the best of the non-negative solutions over the subsets of the five
+ * steps, minimizing the weighted squared error (by default each point's relative error) with
+ * every coefficient >= 0 (the best of the non-negative solutions over the subsets of the five
  * terms). The points' random rows are priced at out->random_row_s, which the caller sets
  * (measured apart) and the fit keeps, as it keeps the name and source; weights_s becomes 0.
  * Errors: INVALID_ARGUMENT (fewer than 5 points, a measurement <= 0 or not finite, no

@@ -268,120 +268,111 @@ int kernel_fit_run(const struct kernel_bench_options *o) {
 
 /* ---- --fit-steps: the model of a real worker's served steps (--step-log) ---- */
 
-/* Steps of one shape class: same tokens, sequences, sampled and random rows, context in the same
- * 256-token bucket. */
-struct step_group {
-  struct sim_step_shape shape; /* attention pairs and context: the mean of the group */
-  double *secs;
-  int32_t n, cap;
+/* A step of the log and its shape class: same tokens, sequences, sampled and random rows,
+ * context in the same 256-token bucket. */
+struct logged_step {
+  struct sim_fit_point p;
+  int64_t class_key;
 };
 
-static int cmp_group(const void *a, const void *b) {
-  const struct sim_step_shape *x = &((const struct step_group *)a)->shape, *y = &((const struct step_group *)b)->shape;
-  if (x->num_tokens != y->num_tokens) return x->num_tokens - y->num_tokens;
-  return x->num_seqs - y->num_seqs;
+static int64_t class_key_of(const struct sim_step_shape *s) {
+  return (((int64_t)s->num_tokens * 4099 + s->num_seqs) * 4099 + s->num_sampled) * 4099 + s->num_random +
+         (int64_t)(s->context_tokens / 256) * 1000003;
 }
 
-/* Adds one step to its group in *gs (grown as needed); false on OOM. */
-static bool group_add(struct step_group **gs, int32_t *ng, int32_t *cap, const struct sim_step_shape *s, double sec) {
-  int32_t g = 0;
-  const int32_t bucket = (int32_t)(s->context_tokens / 256);
-  for (; g < *ng; g++) {
-    const struct sim_step_shape *t = &(*gs)[g].shape;
-    if (t->num_tokens == s->num_tokens && t->num_seqs == s->num_seqs && t->num_sampled == s->num_sampled &&
-        t->num_random == s->num_random && (int32_t)(t->context_tokens / (*gs)[g].n / 256) == bucket)
-      break;
-  }
-  if (g == *ng) {
-    if (*ng == *cap) {
-      struct step_group *q = realloc(*gs, (size_t)(*cap ? 2 * *cap : 64) * sizeof *q);
-      if (!q) return false;
-      *gs = q, *cap = *cap ? 2 * *cap : 64;
-    }
-    (*gs)[(*ng)++] = (struct step_group){.shape = {.num_tokens = s->num_tokens, .num_seqs = s->num_seqs,
-                                                   .num_sampled = s->num_sampled, .num_random = s->num_random}};
-  }
-  struct step_group *G = &(*gs)[g];
-  if (G->n == G->cap) {
-    double *q = realloc(G->secs, (size_t)(G->cap ? 2 * G->cap : 8) * sizeof *q);
-    if (!q) return false;
-    G->secs = q, G->cap = G->cap ? 2 * G->cap : 8;
-  }
-  G->secs[G->n++] = sec;
-  G->shape.attention_pairs += s->attention_pairs; /* summed now, the mean once all are in */
-  G->shape.context_tokens += s->context_tokens;
-  return true;
+static int cmp_class(const void *a, const void *b) {
+  const int64_t x = ((const struct logged_step *)a)->class_key, y = ((const struct logged_step *)b)->class_key;
+  return x < y ? -1 : x > y;
 }
 
-/* The steps of a --step-log file, grouped; the number of steps read, or -1 (printed). */
-static int64_t read_step_log(const char *path, struct step_group **gs, int32_t *ng) {
+/* The steps of a --step-log file into *out (grown); how many, or -1 (printed). */
+static int64_t read_step_log(const char *path, struct logged_step **out) {
   FILE *f = fopen(path, "r");
   if (!f) {
     fprintf(stderr, "llmbus-kernel-bench --fit-steps: %s: cannot open\n", path);
     return -1;
   }
   char line[512];
-  int64_t steps = 0;
-  int32_t cap = 0;
+  int64_t n = 0, cap = 0;
   while (fgets(line, sizeof line, f)) {
     struct sim_step_shape s = {0};
     double sec = 0;
     if (sscanf(line, "{\"tokens\":%d,\"seqs\":%d,\"sampled\":%d,\"random\":%d,\"attention_pairs\":%lf,"
                      "\"context_tokens\":%lf,\"seconds\":%lf}", &s.num_tokens, &s.num_seqs, &s.num_sampled,
-               &s.num_random, &s.attention_pairs, &s.context_tokens, &sec) != 7 || !(sec > 0))
+               &s.num_random, &s.attention_pairs, &s.context_tokens, &sec) != 7 || !(sec > 0) || s.num_tokens < 1)
       continue; /* not a step line */
-    if (!group_add(gs, ng, &cap, &s, sec)) {
-      fclose(f);
-      fprintf(stderr, "llmbus-kernel-bench --fit-steps: out of memory\n");
-      return -1;
+    if (n == cap) {
+      struct logged_step *q = realloc(*out, (size_t)(cap = cap ? 2 * cap : 1024) * sizeof *q);
+      if (!q) {
+        fclose(f);
+        fprintf(stderr, "llmbus-kernel-bench --fit-steps: out of memory\n");
+        return -1;
+      }
+      *out = q;
     }
-    steps++;
+    (*out)[n++] = (struct logged_step){.p = {.shape = s, .seconds = sec}, .class_key = class_key_of(&s)};
   }
   fclose(f);
-  return steps;
+  return n;
+}
+
+/* Each step's weight: 1 / the mean time of its shape class. The fit then minimizes the steps'
+ * errors relative to their class's time, every step counted: the many decodes and the long
+ * prefills both weigh by what they cost the served run, and a slow step on a shared machine
+ * (the run spent that time too) is not discounted as a relative error per step would. */
+static int32_t weigh_by_class(struct logged_step *st, int64_t n) {
+  qsort(st, (size_t)n, sizeof *st, cmp_class);
+  int32_t classes = 0;
+  for (int64_t i = 0; i < n;) {
+    int64_t j = i;
+    double sum = 0;
+    for (; j < n && st[j].class_key == st[i].class_key; j++) sum += st[j].p.seconds;
+    for (int64_t k = i; k < j; k++) st[k].p.weight = (double)(j - i) / sum;
+    classes++;
+    i = j;
+  }
+  return classes;
 }
 
 int kernel_fit_steps_run(const struct kernel_bench_options *o) {
-  struct step_group *gs = NULL;
-  int32_t ng = 0;
-  const int64_t steps = read_step_log(o->fit_steps_path, &gs, &ng);
-  struct sim_fit_point *pts = steps > 0 ? malloc((size_t)ng * sizeof *pts) : NULL;
+  struct logged_step *st = NULL;
+  const int64_t n = read_step_log(o->fit_steps_path, &st);
+  struct sim_fit_point *pts = n > 0 ? malloc((size_t)n * sizeof *pts) : NULL;
   int rc = 1;
-  if (steps <= 0 || !pts) {
-    if (steps == 0) fprintf(stderr, "llmbus-kernel-bench --fit-steps: no step in %s\n", o->fit_steps_path);
+  if (n <= 0 || !pts) {
+    if (n == 0) fprintf(stderr, "llmbus-kernel-bench --fit-steps: no step in %s\n", o->fit_steps_path);
     goto done;
   }
-  qsort(gs, (size_t)ng, sizeof *gs, cmp_group);
-  for (int32_t g = 0; g < ng; g++) { /* each class once, at its median: rare prefills weigh as much as decodes */
-    qsort(gs[g].secs, (size_t)gs[g].n, sizeof(double), cmp_double);
-    pts[g].shape = gs[g].shape;
-    pts[g].shape.attention_pairs /= gs[g].n;
-    pts[g].shape.context_tokens /= gs[g].n;
-    pts[g].seconds = gs[g].secs[gs[g].n / 2];
-  }
+  const int32_t classes = weigh_by_class(st, n);
+  double total = 0, modelled = 0;
+  for (int64_t i = 0; i < n; i++) pts[i] = st[i].p, total += st[i].p.seconds;
   struct sim_cost_model m = {0};
   struct sim_fit_quality q;
   snprintf(m.name, sizeof m.name, "served steps of %s", o->fit_steps_path);
-  snprintf(m.source, sizeof m.source, "llmbus-kernel-bench --fit-steps: %lld steps in %d shape classes, each at its "
-           "median", (long long)steps, ng);
-  llb_status st = sim_cost_fit(pts, ng, &m, &q);
-  if (st) {
-    fail("fit", st);
+  snprintf(m.source, sizeof m.source, "llmbus-kernel-bench --fit-steps: %lld steps in %d shape classes, each "
+           "weighted by 1 / its class's mean time, scaled to their total time", (long long)n, classes);
+  llb_status fst = n > INT32_MAX ? LLB_ERRF(LLB_STATUS_TOO_LARGE, "%lld steps", (long long)n)
+                                 : sim_cost_fit(pts, (int32_t)n, &m, &q);
+  if (fst) {
+    fail("fit", fst);
     goto done;
   }
+  for (int64_t i = 0; i < n; i++) modelled += sim_cost_seconds(&m, &pts[i].shape);
+  /* then scaled so that the served steps' total time is the measured one: the run's throughput */
+  const double k = modelled > 0 ? total / modelled : 1.0;
+  m.fixed_s *= k, m.token_s *= k, m.sampled_row_s *= k, m.attention_s *= k, m.context_s *= k;
   printf("%lld steps, %d shape classes; fit: fixed %.4f ms + %.5f ms a token + %.5f ms a sampled row + %.3f ns an "
-         "attended pair + %.3f ns a context token; relative error of the classes rms %.1f%%, max %.1f%%\n",
-         (long long)steps, ng, m.fixed_s * 1e3, m.token_s * 1e3, m.sampled_row_s * 1e3, m.attention_s * 1e9,
-         m.context_s * 1e9, 100.0 * q.rms_rel_error, 100.0 * q.max_rel_error);
-  if ((st = sim_cost_model_write(o->fit_path, &m, &q))) {
-    fail("write", st);
+         "attended pair + %.3f ns a context token (scaled by %.3f to the steps' total time); a step's relative "
+         "error rms %.1f%%\n", (long long)n, classes, m.fixed_s * 1e3, m.token_s * 1e3, m.sampled_row_s * 1e3,
+         m.attention_s * 1e9, m.context_s * 1e9, k, 100.0 * q.rms_rel_error);
+  if ((fst = sim_cost_model_write(o->fit_path, &m, &q))) {
+    fail("write", fst);
     goto done;
   }
   printf("wrote %s\n", o->fit_path);
   rc = 0;
 done:
-  for (int32_t g = 0; g < ng; g++) free(gs[g].secs);
-  free(gs);
+  free(st);
   free(pts);
   return rc;
 }

@@ -14,11 +14,13 @@
 int kernel_fit_run(const struct kernel_bench_options *o);
 
 /* --fit-steps LOG --fit FILE: the same model fitted to a real worker's served steps (the
- * JSON lines of its --step-log: each step's shape and the seconds it took): steps grouped by
- * shape (tokens, sequences, sampled and random rows, context in 256-token buckets), each group
- * once at its median, so rare prefills weigh as much as the many decodes; random rows priced
- * inside the other terms (random_row_s 0). Prints the fit and its error, writes FILE. Returns
- * 0, or 1 on an error (printed). */
+ * JSON lines of its --step-log: each step's shape and the seconds it took): every step a point
+ * weighted by 1 / the mean time of its shape class (tokens, sequences, sampled and random rows,
+ * context in 256-token buckets), so the many decodes and the long prefills weigh by what they
+ * cost the served run; then every coefficient scaled so that the steps' total time is the
+ * measured one (the run's throughput); random rows priced inside the other terms (random_row_s
+ * 0). Prints the fit, the scale and the error, writes FILE. Returns 0, or 1 on
+ * an error (printed). */
 int kernel_fit_steps_run(const struct kernel_bench_options *o);
 
 #endif

@@ -77,6 +77,13 @@ static void test_fit_recovers_the_model_its_steps_came_from(void **state) {
   assert_true(m.random_row_s == truth.random_row_s);
   assert_int_equal(q.num_points, n);
   assert_true(q.max_rel_error < 1e-6);
+  /* the same with weights of their own (absolute error, as --fit-steps weighs by class time) */
+  for (int32_t i = 0; i < n; i++) pts[i].weight = 1.0;
+  struct sim_cost_model w = {.random_row_s = truth.random_row_s};
+  assert_int_equal(sim_cost_fit(pts, n, &w, &q), LLB_STATUS_OK);
+  assert_true(fabs(w.token_s / truth.token_s - 1) < 1e-6 && fabs(w.context_s / truth.context_s - 1) < 1e-6);
+  pts[0].weight = -1.0;
+  assert_int_equal(sim_cost_fit(pts, n, &w, &q), LLB_STATUS_INVALID_ARGUMENT);
 }
 
 /* Steps whose time falls as the rows grow would want a negative coefficient: the fit keeps
