@@ -3,8 +3,10 @@
 
 Reads WORK/<device>-<scenario>-<rep>.json (llmbus-bench serve --json), prints a markdown table
 of output tokens/s, mean TTFT and median TPOT (medians over the repeats) for the real (cpu) and
-the sim device, sim / real and whether it is within 10%, then each run's figures with its
-load average; writes WORK/sim-validate.json. Exit 0 (the table is the result, not a verdict).
+the sim device, sim / real and whether it is within 10%, the median over the repeats of each
+repeat's sim / real (the pairs of --fit-served), and the real engine's own spread over the
+repeats (max / min: the machine's noise), then each run's figures with its load average; writes
+WORK/sim-validate.json. Exit 0 (the table is the result, not a verdict).
 """
 import argparse
 import json
@@ -45,17 +47,24 @@ def main():
         for key, label in METRICS:
             if scen == "prefill" and key != "mean_ttft_ms":
                 continue  # one output token: no TPOT, and its tok/s says nothing
-            vals = {}
+            vals, per = {}, {}
             for dev in ("cpu", "sim"):
-                xs = [r[key] for r in (load(a.work, dev, scen, k) for k in range(1, a.repeats + 1))
-                      if r and r.get("completed") and r.get(key) is not None]
+                per[dev] = {k: r[key] for k in range(1, a.repeats + 1)
+                            for r in [load(a.work, dev, scen, k)] if r and r.get("completed") and r.get(key) is not None}
+                xs = list(per[dev].values())
                 vals[dev] = statistics.median(xs) if xs else float("nan")
             ratio = vals["sim"] / vals["cpu"] if vals["cpu"] else float("nan")
+            # each repeat's sim against the real run of the same repeat (with --fit-served, the run
+            # its model came from), and the real engine's own spread over the repeats
+            pairs = [per["sim"][k] / per["cpu"][k] for k in per["cpu"] if k in per["sim"] and per["cpu"][k]]
+            paired = statistics.median(pairs) if pairs else float("nan")
+            reals = [x for x in per["cpu"].values() if x > 0]
+            spread = max(reals) / min(reals) if reals else float("nan")
             ok = abs(ratio - 1.0) <= TOLERANCE
             within += ok
             total += 1
             rows.append(dict(scenario=scen, title=title, metric=key, label=label, real=vals["cpu"],
-                             sim=vals["sim"], ratio=ratio, within=ok))
+                             sim=vals["sim"], ratio=ratio, within=ok, paired_ratio=paired, real_spread=spread))
     for dev in ("cpu", "sim"):
         for rep in range(1, a.repeats + 1):
             for scen, _ in SCENARIOS:
@@ -67,11 +76,12 @@ def main():
                                      load_start=r.get("loadavg_1m_start"), load_end=r.get("loadavg_1m_end")))
     print(f"sim vs real, medians of {a.repeats} interleaved repeats; commit {a.commit}; {a.threads} threads; "
           f"sim cost model: {a.sim_cost}; serve {a.serve_args}\n")
-    print("| workload | metric | real (cpu) | sim | sim / real | within 10% |")
-    print("|---|---|---:|---:|---:|---|")
+    print("| workload | metric | real (cpu) | sim | sim / real | within 10% | median of the repeats' sim / real "
+          "| real's own spread (max / min over repeats) |")
+    print("|---|---|---:|---:|---:|---|---:|---:|")
     for r in rows:
         print(f"| {r['title']} | {r['label']} | {r['real']:.1f} | {r['sim']:.1f} | {r['ratio']:.3f} | "
-              f"{'yes' if r['within'] else 'no'} |")
+              f"{'yes' if r['within'] else 'no'} | {r['paired_ratio']:.3f} | {r['real_spread']:.2f} |")
     print(f"\n{within} of {total} figures within 10%.")
     loads = [x for r in runs for x in (r["load_start"], r["load_end"]) if x is not None]
     if loads:
