@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
        "of --sim-cost and emits deterministic tokens; actors/gpu_worker/runner_sim.h)", NULL},
       {"sim-cost", ACTOR_FLAG_KIND_STRING, &m.sim_cost_path,
        "sim: the step-time model, a JSON file (llmbus-kernel-bench --fit writes one; ops/sim/ has profiles); "
-       "default: the built-in fit of SmolLM2-135M Q4_1 on 2 CPU threads", NULL},
+       "default: the built-in fit of SmolLM2-135M Q4_1 on one CPU thread", NULL},
       {"step-log", ACTOR_FLAG_KIND_STRING, &m.step_log,
        "append one JSON line per step that ran a batch: its shape and how long it took (what "
        "llmbus-kernel-bench --fit-steps fits the sim's model to); \"\" = none", NULL},

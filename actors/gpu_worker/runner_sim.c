@@ -17,12 +17,14 @@ enum { SIM_TERMS = 5 }; /* fixed, token, sampled_row, attention, context */
 #define SIM_MAX_COEFF_S 60.0
 
 void sim_cost_model_default(struct sim_cost_model *m) {
-  /* ops/sim/cpu-smollm2-135m-q4_1-2t.json: `llmbus-kernel-bench --fit --threads 2` on the 2-core
-   * development machine (AMD EPYC, AVX-512 VNNI), SmolLM2-135M-Instruct Q4_1; see ops/sim/README.md */
-  *m = (struct sim_cost_model){.fixed_s = 1.20e-3, .token_s = 3.9e-4, .weights_s = 0.0,
-                               .sampled_row_s = 3.0e-4, .random_row_s = 0.0, .attention_s = 1.5e-7};
-  snprintf(m->name, sizeof m->name, "smollm2-135m-instruct-q4_1 cpu 2 threads (built-in)");
-  snprintf(m->source, sizeof m->source, "ops/sim/cpu-smollm2-135m-q4_1-2t.json (llmbus-kernel-bench --fit)");
+  /* ops/sim/cpu-smollm2-135m-q4_1-1t.json: `llmbus-kernel-bench --fit --threads 1` (the forward
+   * thread's CPU time) on the 2-core development machine (AMD EPYC, AVX-512 VNNI),
+   * SmolLM2-135M-Instruct Q4_1; see ops/sim/README.md */
+  *m = (struct sim_cost_model){.fixed_s = 0.00234051, .token_s = 0.000941041, .weights_s = 0.0,
+                               .sampled_row_s = 0.000178184, .random_row_s = 0.000173429,
+                               .attention_s = 1.25225e-06, .context_s = 1.81159e-06};
+  snprintf(m->name, sizeof m->name, "smollm2-135m-instruct-q4_1 cpu 1 thread (built-in)");
+  snprintf(m->source, sizeof m->source, "ops/sim/cpu-smollm2-135m-q4_1-1t.json (llmbus-kernel-bench --fit --threads 1)");
 }
 
 /* ---- the file ---- */

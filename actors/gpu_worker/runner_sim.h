@@ -70,8 +70,8 @@ struct sim_fit_point {
 };
 
 /* The built-in model: this repository's fit of SmolLM2-135M-Instruct Q4_1 on the 2-core
- * development machine (the values of ops/sim/cpu-smollm2-135m-q4_1-2t.json), used when the
- * worker is given no --sim-cost file. */
+ * development machine, one forward thread (the values of ops/sim/cpu-smollm2-135m-q4_1-1t.json),
+ * used when the worker is given no --sim-cost file. */
 void sim_cost_model_default(struct sim_cost_model *m);
 
 /* Reads a cost model from a JSON file: {"name", "source", "fixed_s", "token_s",

@@ -241,7 +241,7 @@ int kernel_fit_run(const struct kernel_bench_options *o) {
   struct sim_fit_quality q;
   char name[96];
   model_name(o->model, name, sizeof name);
-  snprintf(m.name, sizeof m.name, "%s cpu %d threads", name, o->threads);
+  snprintf(m.name, sizeof m.name, "%s cpu %d thread%s", name, o->threads, o->threads == 1 ? "" : "s");
   time_t now = time(NULL);
   struct tm tm;
   char date[32];
