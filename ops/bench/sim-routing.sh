@@ -11,7 +11,8 @@
 # not all G). Per run: the prefix-cache hit rate over the run (the engines' SchedulerStats summed,
 # `llmbus status --json` before and after), mean and median TTFT, output tok/s, and the load
 # imbalance: `llmbus status` sampled through the run, max / mean of the engines' running
-# requests, averaged over the samples. One JSON line per run in OUT/sim-routing.jsonl; the
+# requests, averaged over the samples with at least half the requests in flight (the tail of a
+# run, a few requests left on a few engines, says nothing of routing). One JSON line per run in OUT/sim-routing.jsonl; the
 # table (medians over repeats) is printed. Env: BUILD_DIR, OUT, SIM_COST (a --sim-cost file).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -80,7 +81,7 @@ for line in open(f"{work}/samples-{name}.jsonl"):
     except ValueError:
         continue
     run = [e["num_running_reqs"] + e["num_waiting_reqs"] for e in es]
-    if len(run) == n and sum(run) > 0:
+    if len(run) == n and sum(run) >= 2 * n:  # steady state: at least half the 4 per engine in flight
         ratios.append(max(run) / (sum(run) / n))
 gen = {k: e["generation_tokens_total"] - b.get(k, {}).get("generation_tokens_total", 0) for k, e in a.items()}
 bench = json.load(open(f"{work}/bench-{name}.json"))
