@@ -528,6 +528,14 @@ static void publish_stats(struct scheduler_actor *a) {
   a->last_stats_ns = llb_now_ns();
 }
 
+/* Step thread, while a worker reply is awaited (exec_channel_set_tick): an engine in a long
+ * step (a long prompt on a slow device) still announces itself every interval; before, its
+ * stats stopped for the step and the routers took it for gone after 4 s (docs/scaling.md). */
+static void stats_tick(void *user) {
+  struct scheduler_actor *a = user;
+  if ((llb_now_ns() - a->last_stats_ns) / 1000000 >= a->cfg.stats_interval_ms) publish_stats(a);
+}
+
 static void *step_thread(void *arg) {
   struct scheduler_actor *a = arg;
   bool last_active = false;
@@ -647,6 +655,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
       .on_request_done = request_done, .user = a};
   if (!st) st = output_publisher_create(&pc, &a->pub);
   if (!st) st = exec_channel_create(bus, subj_execute, cfg->execute_timeout_ms, &a->exec);
+  if (!st) exec_channel_set_tick(a->exec, cfg->stats_interval_ms, stats_tick, a);
   const struct peer_health_config hc = {
       .bus = bus, .prefix = prefix, .engine_id = a->engine_id, .heartbeat_ms = cfg->peer_heartbeat_ms,
       .missed_beats = cfg->peer_missed_beats, .on_failure = on_peer_failure, .on_peer_up = wake_step_thread,

@@ -11,6 +11,8 @@
 - Preemption: one engine with KV blocks for about three requests gets eight at once; the
   scheduler preempts (status counts it) and every request's tokens equal its tokens alone.
 - What needs logits (logprobs) is a 400 naming the sim, not made-up values.
+- An engine in a long step (6 s, by its model) still publishes its stats: routers would take a
+  silent engine for gone.
 """
 import concurrent.futures
 import json
@@ -129,6 +131,29 @@ def check_preemption_replays():
         assert pre > 0, "no preemption happened: the check proved nothing"
 
 
+def check_long_step_keeps_announcing():
+    """A step of 6 s (the sim's model says so): the scheduler still publishes its stats while it
+    waits for the worker, so `llmbus status` hears the engine in a window well inside the step
+    (before, the stats stopped for the step and the routers dropped the engine after 4 s)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"name": "6 s a step", "fixed_s": 6.0, "token_s": 0, "sampled_row_s": 0, "attention_s": 0}, f)
+        slow = f.name
+    try:
+        with Stack(args=["--no-nats-auth", "--device", "sim", "--sim-cost", slow]) as stack:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                fut = pool.submit(generate, stack, "one long step", 5, 0.0, 1)
+                time.sleep(1.5)  # the step began; the stats before it are over a second old
+                t0 = time.monotonic()
+                st = status(stack)  # hears stats for 2.5 s: well inside the 6 s step
+                heard = time.monotonic() - t0
+                ids, fin = fut.result(timeout=120)
+            assert fin == "length" and len(ids) == 1, (fin, ids)
+            assert [e["engine_id"] for e in st["engines"]] == ["0"], \
+                f"no stats from the engine in {heard:.1f} s of its 6 s step: {st['engines']}"
+    finally:
+        os.unlink(slow)
+
+
 def main():
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"name": "25 ms a step", "fixed_s": 0.025, "token_s": 0, "sampled_row_s": 0,
@@ -139,6 +164,7 @@ def main():
             ("two sim engines: replays token-identical, waits asleep, every actor real",
              lambda: check_two_engines(cost_path)),
             ("preempted requests get the tokens they get alone", check_preemption_replays),
+            ("an engine in a 6 s step still announces itself", check_long_step_keeps_announcing),
         ])
     finally:
         os.unlink(cost_path)
