@@ -13,6 +13,7 @@ the ideal N x one engine) and DIR/sim-scale-ttft.png (mean TTFT against N).
 """
 import argparse
 import json
+import os
 import statistics
 from collections import defaultdict
 
@@ -97,6 +98,21 @@ def print_idle(label, runs):
               f"{cores('scheduler'):.3f} | {cores('kv_manager'):.3f} | {cores('gpu_worker'):.3f} |")
 
 
+def figure(plt, summary, title, ylabel, draw, path):
+    """One plot of every series against the engine count (log 2), drawn by draw(ax, label, rows)."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, rows in summary.items():
+        draw(ax, label, rows)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sim engines")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def plot(summary, out, title):
     try:
         import matplotlib
@@ -105,34 +121,23 @@ def plot(summary, out, title):
     except ImportError:
         print("\n(matplotlib not importable: no plots; PY=<a python with matplotlib>)")
         return
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, rows in summary.items():
+
+    def throughput(ax, label, rows):
         ns = [r["engines"] for r in rows]
         line, = ax.plot(ns, [r["tput"] for r in rows], "o-", label=f"{label}: measured")
         ax.plot(ns, [r["ideal"] for r in rows], "--", color=line.get_color(), alpha=0.6,
                 label=f"{label}: ideal (N x one engine)")
         ax.plot(ns, [0.9 * r["ideal"] for r in rows], ":", color=line.get_color(), alpha=0.4,
                 label=f"{label}: 0.9 x ideal")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
-    ax.set_xlabel("sim engines")
-    ax.set_ylabel("output tokens/s")
-    ax.set_title(title + " (simulated forward)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(f"{out}/sim-scale-throughput.png", dpi=110)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, rows in summary.items():
+        ax.set_yscale("log", base=2)
+
+    def ttft(ax, label, rows):
         ax.plot([r["engines"] for r in rows], [r["ttft"] for r in rows], "o-", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("sim engines")
-    ax.set_ylabel("mean TTFT (ms)")
-    ax.set_title(title + ": time to first token (simulated forward)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(f"{out}/sim-scale-ttft.png", dpi=110)
+
+    figure(plt, summary, title + " (simulated forward)", "output tokens/s", throughput,
+           f"{out}/sim-scale-throughput.png")
+    figure(plt, summary, title + ": time to first token (simulated forward)", "mean TTFT (ms)", ttft,
+           f"{out}/sim-scale-ttft.png")
     print(f"\nplots: {out}/sim-scale-throughput.png, {out}/sim-scale-ttft.png")
 
 
@@ -142,6 +147,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--title", default="sim engines behind one subject")
     a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
     runs = load(a.results)
     summary = summarize(runs)
     for label, rows in summary.items():

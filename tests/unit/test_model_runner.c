@@ -49,36 +49,13 @@ struct fixture {
   struct llama_model *m;
 };
 
-/* A vocabulary for the sim device (which reads the tokenizer): id 0 unknown, 1 BOS and 2 EOS
- * (control), the others ordinary; the CPU tests never read it. */
-static llb_status add_vocab(struct gguf_writer *w) {
-  static char storage[V][8];
-  const char *tokens[V];
-  float scores[V];
-  int32_t types[V];
-  for (int i = 0; i < V; i++) {
-    snprintf(storage[i], sizeof storage[i], "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : "");
-    if (i > 2) snprintf(storage[i], sizeof storage[i], "t%d", i);
-    tokens[i] = storage[i];
-    scores[i] = -(float)i;
-    types[i] = i == 0 ? 2 : i < 3 ? 3 : 1;
-  }
-  llb_status st = gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
-  if (!st) st = gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", tokens, V);
-  if (!st) st = gguf_writer_add_array(w, "tokenizer.ggml.scores", GGUF_VALUE_TYPE_FLOAT32, scores, V);
-  if (!st) st = gguf_writer_add_array(w, "tokenizer.ggml.token_type", GGUF_VALUE_TYPE_INT32, types, V);
-  if (!st) st = gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
-  if (!st) st = gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
-  return st;
-}
-
 static int setup(void **state) {
   struct fixture *fx = calloc(1, sizeof(*fx));
   struct gguf_writer *w;
   assert_int_equal(gguf_writer_create(3, &w), LLB_STATUS_OK);
   const struct gguf_llama_hparams hp = {L, CTX, E, F, H, HKV, D, V, 10000.0f};
   assert_int_equal(gguf_writer_add_random_llama(w, &hp, 4.0f, &rng_state), LLB_STATUS_OK);
-  assert_int_equal(add_vocab(w), LLB_STATUS_OK);
+  assert_int_equal(gguf_writer_add_tiny_vocab(w, V), LLB_STATUS_OK); /* the sim device reads it */
   size_t size;
   assert_int_equal(gguf_writer_write_memory(w, &fx->buf, &size), LLB_STATUS_OK);
   gguf_writer_destroy(w);
