@@ -59,34 +59,7 @@ sim_bench() {
 }
 
 # sim_cpu_by_kind: CPU seconds (user + system) of serve's process tree and nats-server, by
-# process kind, as one JSON object.
+# process kind, as one JSON object (ops/bench/proc_cpu.py).
 sim_cpu_by_kind() {
-  python3 - "$serve_pid" "$nats_pid" <<'EOF'
-import json, os, sys
-tick = os.sysconf("SC_CLK_TCK")
-serve, nats = int(sys.argv[1] or 0), int(sys.argv[2] or 0)
-procs = {}
-for p in os.listdir("/proc"):
-    if not p.isdigit():
-        continue
-    try:
-        st = open(f"/proc/{p}/stat").read()
-        f = st[st.rindex(")") + 2:].split()
-        procs[int(p)] = (int(f[1]), st[st.index("(") + 1:st.rindex(")")], (int(f[11]) + int(f[12])) / tick)
-    except (OSError, ValueError):
-        pass
-kinds = {"llmbus": "supervisor", "schedule": "scheduler", "kv-manag": "kv_manager", "gpu-work": "gpu_worker",
-         "output-p": "output_processor", "input-pr": "input_processor", "api-serv": "api_server",
-         "encoder-": "encoder_cache"}
-by, todo = {}, [serve]
-while todo:
-    q = todo.pop()
-    todo += [k for k, v in procs.items() if v[0] == q]
-    if q in procs:
-        kind = kinds.get(procs[q][1].replace("llmbus-", "")[:8], procs[q][1])
-        by[kind] = by.get(kind, 0.0) + procs[q][2]
-if nats in procs:
-    by["nats-server"] = procs[nats][2]
-print(json.dumps(by))
-EOF
+  python3 "$root/ops/bench/proc_cpu.py" --tree "${serve_pid:-0}" --named "nats-server=${nats_pid:-0}"
 }
