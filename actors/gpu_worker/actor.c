@@ -129,8 +129,8 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
                                           .packed_cache_dir = o->packed_cache_dir, .spec = o->spec,
                                           .max_model_len = o->max_model_len, .sim_cost = o->sim_cost};
   if ((st = model_runner_create(a->model, &cfg, &a->runner))) goto fail;
-  if (!sim) load_structured_vocab(a); /* sim: structured output is refused (no logits to mask) */
-  if (sim) log_sim_cost(o->sim_cost);
+  if (sim) log_sim_cost(o->sim_cost); /* structured output is refused there: no logits to mask */
+  else load_structured_vocab(a);
   if (o->mmproj_path && o->mmproj_path[0] && (st = load_mmproj(a, o))) goto fail;
   if (o->step_log_path && o->step_log_path[0]) {
     if (!(a->step_log = fopen(o->step_log_path, "a"))) {

@@ -287,7 +287,8 @@ static llb_status add_new(struct model_runner *r, const struct llb_new_request_d
   if (!append_blocks(q, nr->block_ids, nr->num_block_ids)) return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
   q->num_computed_tokens = nr->num_computed_tokens;
   q->sampling_params = *nr->sampling_params;
-  q->sim_key = sim_request_key(nr->sampling_params, nr->prompt_token_ids, nr->num_prompt_token_ids);
+  if (r->cfg.device == MODEL_RUNNER_DEVICE_SIM)
+    q->sim_key = sim_request_key(nr->sampling_params, nr->prompt_token_ids, nr->num_prompt_token_ids);
   runner_so_req_free(r->so, &q->so);
   llb_status sst = runner_so_req_init(r->so, &q->so, &nr->structured_outputs);
   if (sst) return mr_fail(r, sst, "structured_outputs", "%s", llb_err_last());
