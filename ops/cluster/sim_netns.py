@@ -128,16 +128,19 @@ class Hosts:
                 argv += ["--sim-cost", self.a.sim_cost]
             self.serve[i] = self.net.popen(node(i), argv, self.log(f"serve-{run}-{i}.log"))
         deadline = time.monotonic() + 300
+        healthy, seen = [], 0
         while time.monotonic() < deadline:
-            healthy = all(self.net.run(f"{TAG}c", "curl", "-sf", f"http://{SUBNET}.{i}:8000/health").returncode == 0
-                          for i in range(1, NODES + 1))
-            if healthy and self.engines_seen() >= NODES * e:
+            healthy = [self.net.run(f"{TAG}c", "curl", "-sf", f"http://{SUBNET}.{i}:8000/health").returncode == 0
+                       for i in range(1, NODES + 1)]
+            seen = self.engines_seen() if all(healthy) else 0
+            if seen >= NODES * e:
                 return
             for i, p in self.serve.items():
                 if p.poll() is not None:
                     raise RuntimeError(f"serve on host {i} exited (see {self.a.out}/serve-{run}-{i}.log)")
             time.sleep(1)
-        raise RuntimeError(f"not every engine announced itself (see {self.a.out}/serve-{run}-*.log)")
+        raise RuntimeError(f"not ready in 300 s: api servers healthy {healthy}, {seen} of {NODES * e} engines heard "
+                           f"(see {self.a.out}/serve-{run}-*.log)")
 
     def engines_seen(self):
         """Engines `llmbus status` hears from the client namespace (its JSON is the line that
