@@ -384,6 +384,7 @@ static void heartbeat_stop(struct bus *b) {
   pthread_mutex_lock(&b->mu); /* bus_heartbeat_now reads the callback under mu */
   b->hb_ev = NULL;
   b->hb_fn = NULL;
+  b->hb_also_subject[0] = '\0';
   pthread_mutex_unlock(&b->mu);
   free(b->hb_buf);
   b->hb_buf = NULL;
@@ -581,6 +582,18 @@ llb_status bus_flush(struct bus *b, int64_t timeout_ms) {
 
 /* ---- heartbeat ---- */
 
+/* One beat on the health subject and, when set, the engine's (bus_heartbeat_also). */
+static llb_status publish_beat(struct bus *b, const uint8_t *buf, size_t len) {
+  char subject[BUS_SUBJECT_MAX], also[BUS_SUBJECT_MAX];
+  pthread_mutex_lock(&b->mu);
+  memcpy(subject, b->hb_subject, sizeof subject);
+  memcpy(also, b->hb_also_subject, sizeof also);
+  pthread_mutex_unlock(&b->mu);
+  llb_status st = bus_publish(b, subject, buf, len, NULL);
+  if (st == LLB_STATUS_OK && also[0]) st = bus_publish(b, also, buf, len, NULL);
+  return st;
+}
+
 static void heartbeat_tick(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
@@ -589,7 +602,7 @@ static void heartbeat_tick(evutil_socket_t fd, short what, void *arg) {
   llb_status st = b->hb_fn(b->hb_user, b->hb_buf, b->hb_cap, &len);
   if (st == LLB_STATUS_OK && len > b->hb_cap)
     st = LLB_ERRF(LLB_STATUS_INTERNAL, "heartbeat callback wrote %zu bytes into %zu", len, b->hb_cap);
-  if (st == LLB_STATUS_OK) st = bus_publish(b, b->hb_subject, b->hb_buf, len, NULL);
+  if (st == LLB_STATUS_OK) st = publish_beat(b, b->hb_buf, len);
   if (st != LLB_STATUS_OK) {
     char q[600];
     LLB_LOG_WARN("bus_heartbeat_failed", "subject=%s status=%s err=%s", b->hb_subject,
@@ -633,8 +646,6 @@ llb_status bus_heartbeat_now(struct bus *b) {
   bus_heartbeat_fn fn = b->hb_fn;
   void *user = b->hb_user;
   size_t cap = b->hb_cap;
-  char subject[BUS_SUBJECT_MAX];
-  memcpy(subject, b->hb_subject, sizeof subject);
   pthread_mutex_unlock(&b->mu);
   if (!fn) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "heartbeat: not started");
   uint8_t *buf = malloc(cap);
@@ -643,9 +654,19 @@ llb_status bus_heartbeat_now(struct bus *b) {
   llb_status st = fn(user, buf, cap, &len);
   if (st == LLB_STATUS_OK && len > cap)
     st = LLB_ERRF(LLB_STATUS_INTERNAL, "heartbeat callback wrote %zu bytes into %zu", len, cap);
-  if (st == LLB_STATUS_OK) st = bus_publish(b, subject, buf, len, NULL);
+  if (st == LLB_STATUS_OK) st = publish_beat(b, buf, len);
   free(buf);
   return st;
+}
+
+llb_status bus_heartbeat_also(struct bus *b, const char *subject) {
+  if (!b || !subject || strlen(subject) >= BUS_SUBJECT_MAX)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "heartbeat: no bus, or subject too long");
+  pthread_mutex_lock(&b->mu);
+  const bool started = b->hb_fn != NULL;
+  if (started) snprintf(b->hb_also_subject, sizeof b->hb_also_subject, "%s", subject);
+  pthread_mutex_unlock(&b->mu);
+  return started ? LLB_STATUS_OK : LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "heartbeat: not started");
 }
 
 /* ---- stop, drain, run ---- */

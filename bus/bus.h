@@ -244,6 +244,12 @@ llb_status bus_flush(struct bus *bus, int64_t timeout_ms);
 llb_status bus_heartbeat_start(struct bus *bus, const char *actor, const char *instance,
                                int64_t interval_ms, size_t cap, bus_heartbeat_fn fn, void *user);
 
+/* Also publishes every heartbeat (periodic and bus_heartbeat_now) on `subject`, besides the
+ * health subject: an engine's actors beat on <prefix>.engine.<eid>.health.<actor> too
+ * (bus_subject_engine_health), where that engine's peers listen. "" stops it. Call after
+ * bus_heartbeat_start. Errors: INVALID_ARGUMENT (not started, or subject too long). */
+llb_status bus_heartbeat_also(struct bus *bus, const char *subject);
+
 /* Publishes one heartbeat now, from the calling thread (any thread), besides the periodic
  * ones: for a peer that just appeared and waits for what the beat says (a restarted
  * scheduler waiting for its worker's KV geometry), so it need not wait out the interval.

@@ -57,6 +57,7 @@ struct bus {
   struct llb_metrics *mp_metrics;
   bool mp_failed_logged;
   char mp_subject[BUS_SUBJECT_MAX];
+  char hb_also_subject[BUS_SUBJECT_MAX]; /* "" = none (bus_heartbeat_also) */
 
   /* bus histograms (bus_options.metrics; NULL = not recorded), label subject */
   struct llb_metric *m_request, *m_receive, *m_handler;

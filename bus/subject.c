@@ -137,6 +137,21 @@ llb_status bus_subject_engine(const char *prefix, const char *eid, const char *k
   return join(buf, cap, prefix, "engine", eid, kind);
 }
 
+llb_status bus_subject_engine_health(const char *prefix, const char *eid, const char *actor, char *buf, size_t cap) {
+  if (!prefix) prefix = BUS_DEFAULT_PREFIX;
+  llb_status st = bus_prefix_check(prefix);
+  if (st == LLB_STATUS_OK) st = check_token("engine id", eid);
+  if (st == LLB_STATUS_OK && !(actor && strcmp(actor, "*") == 0)) st = check_token("actor name", actor);
+  if (st != LLB_STATUS_OK) return st;
+  if (!buf || cap == 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subject buffer is NULL");
+  const int n = snprintf(buf, cap, "%s.engine.%s.health.%s", prefix, eid, actor);
+  if (n < 0 || (size_t)n >= cap) {
+    buf[0] = '\0';
+    return LLB_ERRF(LLB_STATUS_TOO_LARGE, "subject needs %d bytes, buffer holds %zu", n + 1, cap);
+  }
+  return LLB_STATUS_OK;
+}
+
 llb_status bus_subject_health(const char *prefix, const char *actor, const char *instance,
                               char *buf, size_t cap) {
   if (!prefix) prefix = BUS_DEFAULT_PREFIX;

@@ -4,7 +4,11 @@
  *   <prefix>.abort.<tenant>             client → input_processor
  *   <prefix>.engine.<eid>.<kind>        kind: requests|abort|kv|encoder|execute|outputs|stats|
  *                                       dead_letter|resync|history
- *   <prefix>.health.<actor>.<instance>  heartbeats
+ *   <prefix>.health.<actor>.<instance>  heartbeats (every actor; watched by whoever watches all:
+ *                                       the api server, `llmbus status`, the supervisors)
+ *   <prefix>.engine.<eid>.health.<actor>  the same heartbeats of an engine's own actors, for that
+ *                                       engine's peers (so each beat reaches its engine, not every
+ *                                       actor of every engine: N engines cost O(N), not O(N^2))
  *
  * Every name is validated as one subject token: 1 to BUS_TOKEN_MAX bytes of ASCII letters,
  * digits, '-' and '_'. That is the one rule for every name an operator or a message gives that
@@ -64,6 +68,10 @@ llb_status bus_subject_abort(const char *prefix, const char *tenant, char *buf, 
  * encoder, execute, outputs, stats, dead_letter, resync, history (INVALID_ARGUMENT otherwise). */
 llb_status bus_subject_engine(const char *prefix, const char *eid, const char *kind, char *buf,
                               size_t cap);
+
+/* "<prefix>.engine.<eid>.health.<actor>" into buf[cap]; actor "*" gives the subscription to
+ * all of the engine's actors. */
+llb_status bus_subject_engine_health(const char *prefix, const char *eid, const char *actor, char *buf, size_t cap);
 
 /* "<prefix>.health.<actor>.<instance>" into buf[cap]. */
 llb_status bus_subject_health(const char *prefix, const char *actor, const char *instance,

@@ -63,6 +63,7 @@ int main(int argc, char **argv) {
       .start = ec_start,
       .destroy = ec_destroy,
       .user = &m,
+      .engine_scoped = true, /* its beats reach its engine's peers on the engine's subject */
   };
   return actor_main_exec(&spec, argc, argv);
 }

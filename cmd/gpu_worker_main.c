@@ -2,7 +2,8 @@
  * <prefix>.engine.<eid>.execute (actors/gpu_worker/actor.h). Flags: the common actor flags
  * (cmd/actor/actor_main.h) plus --num-blocks, --block-size (the same values as the kv_manager's and
  * the scheduler's), --max-num-batched-tokens (forward scratch; >= the scheduler's),
- * --threads, --device cpu|cuda and --gpu-memory-utilization (cuda: the fraction of device
+ * --threads, --device cpu|cuda|sim (--sim-cost FILE: the sim's step-time model) and
+ * --gpu-memory-utilization (cuda: the fraction of device
  * memory for weights, scratch and KV cache when --num-blocks is 0). Every heartbeat carries
  * the KV geometry it allocated, which a scheduler / kv_manager started with --num-blocks 0
  * adopts (cmd/actor/actor_main.h, actor_main_wait_kv_geometry).
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "actors/gpu_worker/actor.h"
+#include "actors/gpu_worker/runner_sim.h"
 #include "cmd/actor/actor_main.h"
 #include "cmd/actor/spec_config.h"
 
@@ -26,6 +28,10 @@ struct worker_main {
   const char *speculative_config; /* JSON, "" = off */
   struct ngram_proposer_config spec;
   const char *mmproj;
+  const char *sim_cost_path; /* "" = the built-in model */
+  const char *step_log;      /* "" = none */
+  struct sim_cost_model sim_cost;
+  bool has_sim_cost;
   double gpu_memory_utilization;
   enum model_runner_device dev;
   enum llama_matmul_mode matmul;
@@ -39,8 +45,17 @@ static llb_status worker_main_configure(struct actor_main *am, void *user) {
     m->dev = MODEL_RUNNER_DEVICE_CPU;
   else if (strcmp(m->device, "cuda") == 0)
     m->dev = MODEL_RUNNER_DEVICE_CUDA;
+  else if (strcmp(m->device, "sim") == 0)
+    m->dev = MODEL_RUNNER_DEVICE_SIM;
   else
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--device %s: one of cpu, cuda", m->device);
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--device %s: one of cpu, cuda, sim", m->device);
+  if (m->sim_cost_path[0] && m->dev != MODEL_RUNNER_DEVICE_SIM)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--sim-cost is for --device sim");
+  if (m->sim_cost_path[0]) {
+    llb_status cst = sim_cost_model_load(m->sim_cost_path, &m->sim_cost);
+    if (cst) return cst;
+    m->has_sim_cost = true;
+  }
   if (strcmp(m->numerics, "packed") == 0)
     m->matmul = LLAMA_MATMUL_PACKED;
   else if (strcmp(m->numerics, "ggml") == 0)
@@ -75,7 +90,8 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
       .num_threads_decode = m->decode_threads,
       .device = m->dev, .gpu_memory_utilization = (float)m->gpu_memory_utilization, .matmul = m->matmul,
       .packed_cache_dir = m->packed_cache_dir, .spec = m->spec, .mmproj_path = m->mmproj,
-      .max_model_len = m->max_model_len};
+      .max_model_len = m->max_model_len, .sim_cost = m->has_sim_cost ? &m->sim_cost : NULL,
+      .step_log_path = m->step_log};
   llb_status st = gpu_worker_actor_create(&o, &m->actor);
   if (st) return st;
   if (am->metrics && (st = gpu_worker_actor_register_metrics(m->actor, am->metrics))) return st;
@@ -96,7 +112,7 @@ int main(int argc, char **argv) {
   const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   struct worker_main m = {.num_blocks = 1024, .block_size = 16, .max_num_batched_tokens = 512,
                           .threads = ncpu > 0 ? (int32_t)ncpu : 1, .decode_threads = 0, .device = "cpu", .numerics = "packed", .packed_cache_dir = "", .speculative_config = "",
-                          .gpu_memory_utilization = 0.9};
+                          .sim_cost_path = "", .step_log = "", .gpu_memory_utilization = 0.9};
   const struct flag flags[] = {
       {.name = "num-blocks", .kind = FLAG_KIND_INT32, .target = &m.num_blocks,
        .help = "KV cache blocks (same as kv_manager and scheduler)"},
@@ -111,7 +127,14 @@ int main(int argc, char **argv) {
                "memory's: the others sleep and leave their cores to the bus and the other actors on the host; "
                "0 = all of --threads (llama.cpp's --threads vs --threads-batch)"},
       {.name = "device", .kind = FLAG_KIND_STRING, .target = &m.device,
-       .help = "backend: cpu or cuda (builds with CUDA; needs a GPU)"},
+       .help = "backend: cpu, cuda (builds with CUDA; needs a GPU) or sim (no forward: each step waits the time "
+               "of --sim-cost and emits deterministic tokens; actors/gpu_worker/runner_sim.h)"},
+      {.name = "sim-cost", .kind = FLAG_KIND_STRING, .target = &m.sim_cost_path,
+       .help = "sim: the step-time model, a JSON file (llmbus-kernel-bench --fit writes one; ops/sim/ has profiles); "
+               "default: the built-in fit of SmolLM2-135M Q4_1 on one CPU thread"},
+      {.name = "step-log", .kind = FLAG_KIND_STRING, .target = &m.step_log,
+       .help = "append one JSON line per step that ran a batch: its shape and how long it took (what "
+               "llmbus-kernel-bench --fit-steps fits the sim's model to); \"\" = none"},
       {.name = "numerics", .kind = FLAG_KIND_STRING, .target = &m.numerics,
        .help = "cpu: packed (the engine's int8 panels) or ggml (llama.cpp's CPU arithmetic, bit-exact with it)"},
       {.name = "gpu-memory-utilization", .kind = FLAG_KIND_DOUBLE, .target = &m.gpu_memory_utilization,
@@ -140,6 +163,7 @@ int main(int argc, char **argv) {
       .start = worker_main_start,
       .destroy = worker_main_destroy,
       .user = &m,
+      .engine_scoped = true, /* its beats reach its engine's peers on the engine's subject */
   };
   return actor_main_exec(&spec, argc, argv);
 }

@@ -2,6 +2,11 @@
  *
  *   llmbus-kernel-bench [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N]
  *                       [--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]
+ *                       [--fit FILE [--fit-steps LOG]]
+ *
+ * --fit FILE: the step-time model of the worker's --device sim fitted to this forward, written
+ * as JSON (cmd/bench/kernel_fit.h); the other measurements are skipped. With --fit-steps LOG:
+ * fitted to the steps a served worker recorded (llmbus-gpu-worker --step-log LOG) instead.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +55,11 @@ int main(int argc, char **argv) {
        .help = "the ChatML \"capital of France?\" prompt, greedily: fails without \"Paris\""},
       {.name = "roofline", .kind = FLAG_KIND_BOOL, .target = &o.roofline,
        .help = "measure the machine's bounds first and print each rate as a fraction"},
+      {.name = "fit", .kind = FLAG_KIND_STRING, .target = &o.fit_path, .metavar = "FILE",
+       .help = "fit the sim worker's step-time model (--device sim --sim-cost FILE) to this machine's forward "
+               "and write it to FILE"},
+      {.name = "fit-steps", .kind = FLAG_KIND_STRING, .target = &o.fit_steps_path, .metavar = "LOG",
+       .help = "with --fit: fit to a worker's --step-log instead of timing the forward here"},
       {.name = "packed-cache-dir", .kind = FLAG_KIND_STRING, .target = &o.packed_cache_dir, .metavar = "DIR",
        .help = "the forward's packed-weight cache (default: private packing)"},
   };

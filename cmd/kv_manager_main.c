@@ -87,6 +87,7 @@ int main(int argc, char **argv) {
       .start = kv_start,
       .destroy = kv_destroy,
       .user = &m,
+      .engine_scoped = true, /* its beats reach its engine's peers on the engine's subject */
   };
   return actor_main_exec(&spec, argc, argv);
 }

@@ -42,6 +42,7 @@ int main(int argc, char **argv) {
       .start = outproc_main_start,
       .destroy = outproc_main_destroy,
       .user = &actor,
+      .engine_scoped = true, /* its beats reach its engine's peers on the engine's subject */
   };
   return actor_main_exec(&spec, argc, argv);
 }

@@ -176,6 +176,7 @@ int main(int argc, char **argv) {
       .stop = sched_stop,
       .destroy = sched_destroy_hook,
       .user = &m,
+      .engine_scoped = true, /* its beats reach its engine's peers on the engine's subject */
   };
   return actor_main_exec(&spec, argc, argv);
 }

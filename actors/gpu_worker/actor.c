@@ -2,6 +2,7 @@
  * ModelRunnerOutput out, on <prefix>.engine.<eid>.execute. */
 #include "actors/gpu_worker/actor.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "actors/gpu_worker/model_runner.h"
+#include "actors/gpu_worker/runner_sim.h"
 #include "base/log.h"
 #include "bus/span.h"
 #include "model/forward.h"
@@ -34,6 +36,7 @@ struct gpu_worker_actor {
   struct llb_buf reply;   /* encoded ModelRunnerOutput, reused */
   atomic_uint_fast64_t steps, step_errors, malformed, no_reply, reply_errors, tokens;
   struct llb_series *mask_seconds, *mask_wait_seconds; /* NULL = not exported */
+  FILE *step_log; /* --step-log: one JSON line per step that ran a batch, or NULL */
 };
 
 /* The structured-output vocabulary from the model's tokenizer, built once (runner_so.h). A
@@ -119,6 +122,19 @@ static llb_status load_mmproj(struct gpu_worker_actor *a, const struct gpu_worke
   return LLB_STATUS_OK;
 }
 
+/* The step-time model of a sim worker, once at start: what its figures mean comes from it. */
+static void log_sim_cost(const struct sim_cost_model *given) {
+  struct sim_cost_model m;
+  if (given) m = *given;
+  else sim_cost_model_default(&m);
+  char name[300], source[1100];
+  LLB_LOG_INFO("gpu_worker_sim", "cost_model=%s source=%s fixed_ms=%.4f token_ms=%.5f weights_ms=%.4f "
+               "sampled_row_ms=%.5f random_row_ms=%.5f attention_ns=%.4f context_ns=%.4f",
+               llb_log_quote(name, sizeof name, m.name), llb_log_quote(source, sizeof source, m.source),
+               m.fixed_s * 1e3, m.token_s * 1e3, m.weights_s * 1e3, m.sampled_row_s * 1e3, m.random_row_s * 1e3,
+               m.attention_s * 1e9, m.context_s * 1e9);
+}
+
 llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, struct gpu_worker_actor **out) {
   *out = NULL;
   if (!o || !o->model_path || !o->model_path[0])
@@ -130,11 +146,11 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "gpu_worker actor");
   snprintf(a->engine_id, sizeof(a->engine_id), "%s", eid);
   llb_arena_init(&a->arena, NULL, 0);
-  const bool cuda = o->device == MODEL_RUNNER_DEVICE_CUDA;
+  const bool cuda = o->device == MODEL_RUNNER_DEVICE_CUDA, sim = o->device == MODEL_RUNNER_DEVICE_SIM;
   llb_status st = model_runner_device_check(o->device); /* before reading a byte of the model */
   if (st) goto fail;
   if ((st = gguf_open(o->model_path, &a->file))) goto fail;
-  if (!cuda && (st = llama_model_load(a->file, &a->model))) goto fail;
+  if (!cuda && !sim && (st = llama_model_load(a->file, &a->model))) goto fail;
   const struct model_runner_config cfg = {.num_blocks = o->num_blocks, .block_size = o->block_size,
                                           .max_num_batched_tokens = o->max_num_batched_tokens,
                                           .num_threads = o->num_threads,
@@ -142,10 +158,18 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
                                           .gpu_memory_utilization = o->gpu_memory_utilization,
                                           .gguf = a->file, .matmul = o->matmul,
                                           .packed_cache_dir = o->packed_cache_dir, .spec = o->spec,
-                                          .max_model_len = o->max_model_len};
+                                          .max_model_len = o->max_model_len, .sim_cost = o->sim_cost};
   if ((st = model_runner_create(a->model, &cfg, &a->runner))) goto fail;
-  load_structured_vocab(a);
+  if (sim) log_sim_cost(o->sim_cost); /* structured output is refused there: no logits to mask */
+  else load_structured_vocab(a);
   if (o->mmproj_path && o->mmproj_path[0] && (st = load_mmproj(a, o))) goto fail;
+  if (o->step_log_path && o->step_log_path[0]) {
+    if (!(a->step_log = fopen(o->step_log_path, "a"))) {
+      st = LLB_ERRF(LLB_STATUS_IO, "--step-log %s: %s", o->step_log_path, strerror(errno));
+      goto fail;
+    }
+    setvbuf(a->step_log, NULL, _IOLBF, 0); /* a line a write: workers may share the file (O_APPEND) */
+  }
   if (cuda) { /* the weights live on the device now */
     gguf_close(a->file);
     a->file = NULL;
@@ -174,7 +198,18 @@ void gpu_worker_actor_destroy(struct gpu_worker_actor *a) {
   gguf_close(a->file);
   llb_arena_destroy(&a->arena);
   llb_buf_free(&a->reply);
+  if (a->step_log) fclose(a->step_log);
   free(a);
+}
+
+/* --step-log: the step's shape and how long it took (delivery thread only). */
+static void log_step(struct gpu_worker_actor *a, double seconds) {
+  const struct sim_step_shape s = model_runner_last_step_shape(a->runner);
+  if (!a->step_log || s.num_tokens <= 0) return;
+  fprintf(a->step_log,
+          "{\"tokens\":%d,\"seqs\":%d,\"sampled\":%d,\"random\":%d,\"attention_pairs\":%.0f,"
+          "\"context_tokens\":%.0f,\"seconds\":%.9f}\n",
+          s.num_tokens, s.num_seqs, s.num_sampled, s.num_random, s.attention_pairs, s.context_tokens, seconds);
 }
 
 int32_t gpu_worker_actor_num_blocks(const struct gpu_worker_actor *a) { return model_runner_num_blocks(a->runner); }
@@ -274,6 +309,7 @@ static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
     model_runner_last_mask_seconds(a->runner, &mask_s, &wait_s);
     if (mask_s >= 0 && a->mask_seconds) llb_series_observe(a->mask_seconds, mask_s);
     if (wait_s >= 0 && a->mask_wait_seconds) llb_series_observe(a->mask_wait_seconds, wait_s);
+    log_step(a, (double)(t1 - t0) * 1e-9);
     LLB_LOG_DEBUG("gpu_worker_step", "step=%llu reqs=%d tokens=%d sampled=%d step_ms=%.3f",
                   (unsigned long long)so.step, out.num_reqs, so.total_num_scheduled_tokens,
                   out.num_sampled_token_ids, (double)(t1 - t0) / 1e6);

@@ -38,6 +38,11 @@ struct gpu_worker_actor_options {
   int32_t max_model_len;          /* cpu: the engine's context limit, 0 = the model's (model_runner_config) */
   const char *mmproj_path;        /* GGUF mmproj (model/clip.h): the "image" encoder; its output width
                                      must equal the model's hidden size. NULL/"" = images refused */
+  const struct sim_cost_model *sim_cost; /* sim: the step-time model (runner_sim.h; copied);
+                                     NULL = the built-in one */
+  const char *step_log_path;      /* NULL/"" = none; else each step that ran a batch appends one JSON
+                                     line: its shape (model_runner_last_step_shape) and the seconds
+                                     model_runner_execute took (llmbus-kernel-bench --fit-steps) */
 };
 
 /* Counters since start (monotonic). */
@@ -53,7 +58,8 @@ struct gpu_worker_actor_stats {
 struct gpu_worker_actor;
 
 /* Opens o->model_path, loads the model and creates the model runner on o->device (KV cache
- * of num_blocks x block_size, logged in MB with the device). cuda: the device is probed
+ * of num_blocks x block_size, logged in MB with the device). sim: only the config and the
+ * tokenizer are read (no weights, no KV memory), and the cost model is logged (gpu_worker_sim). cuda: the device is probed
  * first (model_runner_device_check), the weights go to the device only (no host copy) and
  * the file is closed once loaded. Errors: INVALID_ARGUMENT (options), UNSUPPORTED ("built
  * without CUDA") / DEVICE (the CUDA runtime's reason), the GGUF reader's / model loader's

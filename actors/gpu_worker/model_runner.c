@@ -15,9 +15,11 @@
 #include "actors/gpu_worker/pooler.h"
 #include "actors/gpu_worker/prompt_logprobs.h"
 #include "actors/gpu_worker/runner_backend.h"
+#include "actors/gpu_worker/runner_sim.h"
 #include "actors/gpu_worker/runner_so.h"
 #include "actors/gpu_worker/sampler.h"
 #include "base/log.h"
+#include "model/tokenizer.h"
 
 /* ---- small helpers ---- */
 
@@ -84,15 +86,27 @@ static void free_request(struct mr_request *q) {
 
 /* ---- create / destroy ---- */
 
+/* SIM: the cost model and the tokens a step may emit (the model's tokenizer, read once). */
+static llb_status sim_setup(struct model_runner *r, const struct model_runner_config *cfg) {
+  if (cfg->sim_cost) r->sim_cost = *cfg->sim_cost;
+  else sim_cost_model_default(&r->sim_cost);
+  struct tokenizer *tok = NULL;
+  llb_status st = tokenizer_load(cfg->gguf, &tok);
+  if (!st) st = sim_vocab_from_tokenizer(tok, &r->sim_vocab);
+  tokenizer_destroy(tok);
+  return st ? LLB_ERRF(st, "device sim: the model's tokenizer: %s", llb_err_last()) : st;
+}
+
 llb_status model_runner_create(const struct llama_model *m, const struct model_runner_config *cfg,
                                struct model_runner **out) {
   *out = NULL;
-  if (!cfg || (cfg->device != MODEL_RUNNER_DEVICE_CPU && cfg->device != MODEL_RUNNER_DEVICE_CUDA))
+  if (!cfg || (cfg->device != MODEL_RUNNER_DEVICE_CPU && cfg->device != MODEL_RUNNER_DEVICE_CUDA &&
+               cfg->device != MODEL_RUNNER_DEVICE_SIM))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model runner: no config, or an unknown device");
-  const bool cuda = cfg->device == MODEL_RUNNER_DEVICE_CUDA;
-  if (cuda ? !cfg->gguf : !m)
+  const bool cuda = cfg->device == MODEL_RUNNER_DEVICE_CUDA, sim = cfg->device == MODEL_RUNNER_DEVICE_SIM;
+  if (cuda || sim ? !cfg->gguf : !m)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model runner: device %s needs %s",
-                    model_runner_device_name(cfg->device), cuda ? "the GGUF file (cfg.gguf)" : "a loaded model");
+                    model_runner_device_name(cfg->device), cuda || sim ? "the GGUF file (cfg.gguf)" : "a loaded model");
   if (cfg->num_blocks < (cuda ? 0 : 1) || cfg->block_size < 1 || cfg->max_num_batched_tokens < 1 ||
       cfg->num_threads < 1 || !(cfg->gpu_memory_utilization >= 0.0f && cfg->gpu_memory_utilization <= 1.0f))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
@@ -103,14 +117,16 @@ llb_status model_runner_create(const struct llama_model *m, const struct model_r
                     (double)cfg->gpu_memory_utilization);
   llb_status cst = ngram_proposer_config_check(&cfg->spec);
   if (cst) return cst;
-  if (cuda && cfg->spec.num_speculative_tokens > 0) /* device logits hold one row per sequence */
+  if ((cuda || sim) && cfg->spec.num_speculative_tokens > 0) /* device logits hold one row per sequence */
     return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "speculative decoding (--speculative-config) runs on --device cpu only");
   struct model_runner *r = calloc(1, sizeof(*r));
   if (!r) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "model runner allocation");
   r->cfg = *cfg;
   r->cfg.gguf = NULL; /* borrowed for this call only */
+  r->cfg.sim_cost = NULL;
   llb_status st = runner_backend_create(&r->be, m, cfg);
   if (st) goto fail;
+  if (sim && (st = sim_setup(r, cfg))) goto fail;
   r->cfg.num_blocks = r->be.num_blocks; /* sized from device memory when 0 */
   const struct llama_config *c = r->be.config;
   r->vocab_size = c->vocab_size;
@@ -134,7 +150,7 @@ fail:
 }
 
 void model_runner_idle(struct model_runner *r) {
-  if (r) llama_forward_ctx_idle(r->be.fwd);
+  if (r && r->be.fwd) llama_forward_ctx_idle(r->be.fwd);
 }
 
 void model_runner_destroy(struct model_runner *r) {
@@ -160,6 +176,7 @@ void model_runner_destroy(struct model_runner *r) {
   free(r->out_num_spec);
   free(r->out_spec_ids);
   runner_backend_destroy(&r->be);
+  sim_vocab_free(&r->sim_vocab);
   free(r);
 }
 
@@ -172,6 +189,8 @@ const struct llama_config *model_runner_model_config(const struct model_runner *
 int32_t model_runner_num_reqs(const struct model_runner *r) { return r->num_rows; }
 
 const struct llama_batch *model_runner_last_batch(const struct model_runner *r) { return &r->batch; }
+
+struct sim_step_shape model_runner_last_step_shape(const struct model_runner *r) { return r->last_shape; }
 
 llb_status model_runner_set_structured_vocab(struct model_runner *r, struct so_vocab *vocab) {
   runner_so_destroy(r->so);
@@ -273,6 +292,8 @@ static llb_status add_new(struct model_runner *r, const struct llb_new_request_d
   if (!append_blocks(q, nr->block_ids, nr->num_block_ids)) return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
   q->num_computed_tokens = nr->num_computed_tokens;
   q->sampling_params = *nr->sampling_params;
+  if (r->cfg.device == MODEL_RUNNER_DEVICE_SIM)
+    q->sim_key = sim_request_key(nr->sampling_params, nr->prompt_token_ids, nr->num_prompt_token_ids);
   runner_so_req_free(r->so, &q->so);
   llb_status sst = runner_so_req_init(r->so, &q->so, &nr->structured_outputs, q->token_ids, q->num_prompt_tokens);
   if (sst) return mr_fail(r, sst, "structured_outputs", "%s", llb_err_last());
@@ -407,8 +428,9 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
       ns++;
       if (r->rows[i]->num_block_ids > max_blocks) max_blocks = r->rows[i]->num_block_ids;
     }
+  const bool sim = r->cfg.device == MODEL_RUNNER_DEVICE_SIM; /* computes no logits */
   if (!mr_grow((void **)&r->block_tables, &r->block_tables_cap, (int64_t)ns * max_blocks, sizeof(int32_t)) ||
-      !mr_grow((void **)&r->logits, &r->logits_cap, (int64_t)(ns + num_drafts) * r->vocab_size, sizeof(float)))
+      (!sim && !mr_grow((void **)&r->logits, &r->logits_cap, (int64_t)(ns + num_drafts) * r->vocab_size, sizeof(float))))
     return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "batch of %d requests", ns);
   const int32_t bs = r->cfg.block_size;
   int32_t s = 0, n = 0, nl = 0;
@@ -454,7 +476,7 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
   r->num_sample_logits = nl; /* the prompt rows' logits follow the sampled ones */
   const int32_t *indices = NULL;
   if (prompt_logprobs_indices(&r->plp, r->logits_indices, r->num_sample_logits, &indices, &nl) ||
-      !mr_grow((void **)&r->logits, &r->logits_cap, (int64_t)nl * r->vocab_size, sizeof(float)))
+      (!sim && !mr_grow((void **)&r->logits, &r->logits_cap, (int64_t)nl * r->vocab_size, sizeof(float))))
     return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "logits of %d rows", nl);
   r->batch = (struct llama_batch){
       .num_tokens = n, .token_ids = r->token_ids, .positions = r->positions, .slot_mapping = r->slot_mapping,
@@ -581,8 +603,21 @@ static llb_status fill_logprobs(struct model_runner *r, int32_t max_n, struct ll
   return LLB_STATUS_OK;
 }
 
+/* SIM: the step's modelled time, spent asleep from start_ns (what the work so far took is
+ * part of it), then a token for every sampled row from its request's key (runner_sim.h). */
+static void sim_step(struct model_runner *r, int64_t start_ns) {
+  sim_wait_until(start_ns + (int64_t)(sim_cost_seconds(&r->sim_cost, &r->last_shape) * 1e9));
+  for (int32_t l = 0; l < r->num_sample_logits; l++) {
+    const struct mr_request *q = r->rows[r->logits_rows[l]];
+    r->logits_used[l] = 1;
+    r->results[l] = (struct sampler_result){
+        .token_id = sim_token(&r->sim_vocab, q->sim_key, q->num_tokens - q->num_prompt_tokens)};
+  }
+}
+
 static llb_status run_step(struct model_runner *r, const struct llb_scheduler_output *so,
                            struct llb_model_runner_output *out) {
+  const int64_t start_ns = llb_now_ns();
   llb_status st = mr_check_output(r, so);
   if (!st) st = apply_updates(r, so);
   if (st) return st;
@@ -600,17 +635,24 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   int32_t ns = 0;
   if ((st = prepare_inputs(r, so, &ns))) return st;
   if (ns == 0) return LLB_STATUS_OK;
-  if ((st = forward_with_masks(r))) return st;
-  int32_t max_n = -1;
-  for (int32_t l = 0; l < r->num_sample_logits; l++) {
-    const int32_t n = r->rows[r->logits_rows[l]]->sampling_params.logprobs;
-    if (n > max_n) max_n = n;
+  r->last_shape = sim_step_shape_of(&r->batch); /* what a sim step of this batch costs, any device */
+  for (int32_t l = 0; l < r->num_sample_logits; l++)
+    r->last_shape.num_random += r->rows[r->logits_rows[l]]->sampling_params.temperature >= SAMPLER_GREEDY_EPS;
+  if (r->cfg.device == MODEL_RUNNER_DEVICE_SIM) {
+    sim_step(r, start_ns);
+  } else {
+    if ((st = forward_with_masks(r))) return st;
+    int32_t max_n = -1;
+    for (int32_t l = 0; l < r->num_sample_logits; l++) {
+      const int32_t n = r->rows[r->logits_rows[l]]->sampling_params.logprobs;
+      if (n > max_n) max_n = n;
+    }
+    if ((st = sample_all(r, max_n))) return st;
+    if (max_n >= 0 && (st = fill_logprobs(r, max_n, out))) return st;
+    if ((st = prompt_logprobs_compute(&r->plp, r->logits + (int64_t)r->num_sample_logits * r->vocab_size,
+                                      r->vocab_size)))
+      return mr_fail(r, st, "", "prompt logprobs: %s", llb_err_last());
   }
-  if ((st = sample_all(r, max_n))) return st;
-  if (max_n >= 0 && (st = fill_logprobs(r, max_n, out))) return st;
-  if ((st = prompt_logprobs_compute(&r->plp, r->logits + (int64_t)r->num_sample_logits * r->vocab_size,
-                                    r->vocab_size)))
-    return mr_fail(r, st, "", "prompt logprobs: %s", llb_err_last());
   /* Everything sampled: now append (a failure above leaves the requests unchanged). */
   pooler_step_accumulate(&r->pool);
   int32_t l = 0, k = 0, o = 0, spec_off = 0;
@@ -661,6 +703,7 @@ llb_status model_runner_execute(struct model_runner *r, const struct llb_schedul
                                 struct llb_model_runner_output *out) {
   *out = (struct llb_model_runner_output){.version = LLB_SCHEMA_VERSION, .step = so->step};
   r->batch.num_tokens = 0;
+  r->last_shape = (struct sim_step_shape){0};
   r->so_mask_seconds = r->so_wait_seconds = -1;
   r->err_message[0] = r->err_field[0] = r->err_req_id[0] = '\0';
   llb_status st = run_step(r, so, out);

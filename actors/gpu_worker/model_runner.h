@@ -53,7 +53,12 @@
 enum model_runner_device {
   MODEL_RUNNER_DEVICE_CPU = 0,  /* model/forward.h over the host KV cache */
   MODEL_RUNNER_DEVICE_CUDA = 1, /* llama_forward over backend_cuda_ops(); only in builds with LLB_HAVE_CUDA */
+  MODEL_RUNNER_DEVICE_SIM = 2,  /* no forward: each step waits its cost model's time and samples
+                                   deterministic tokens (runner_sim.h) */
 };
+
+struct sim_cost_model;
+struct sim_step_shape;
 
 struct model_runner_config {
   int32_t num_blocks;             /* KV cache blocks (--num-blocks), >= 1; CUDA: 0 = as many as
@@ -67,7 +72,8 @@ struct model_runner_config {
   float gpu_memory_utilization;   /* CUDA with num_blocks 0: fraction (0, 1] of the device's total
                                      memory for weights + scratch + KV cache; 0 = 0.9 */
   const struct gguf_file *gguf;   /* CUDA: the model file, copied to the device during
-                                     model_runner_create (borrowed for the call only); CPU: unused */
+                                     model_runner_create; SIM: its config and tokenizer are read
+                                     (borrowed for the call only); CPU: unused */
   enum llama_matmul_mode matmul;  /* CPU: the engine's packed numerics (default) or llama.cpp's
                                      (LLAMA_MATMUL_GGML, --numerics ggml); CUDA: unused */
   const char *packed_cache_dir;   /* CPU: the host's shared packed-weight cache (llama_forward_options);
@@ -77,11 +83,15 @@ struct model_runner_config {
   struct ngram_proposer_config spec; /* speculative decoding (--speculative-config, method ngram):
                                      drafts proposed after each sample and verified when the
                                      scheduler schedules them (runner_spec.c); all 0 = off; CPU only */
+  const struct sim_cost_model *sim_cost; /* SIM: the step-time model (copied); NULL = the built-in
+                                     one (sim_cost_model_default); other devices: unused */
 };
 
 struct model_runner; /* opaque */
 
-/* Creates a runner. CPU: over model m (borrowed; must outlive the runner), allocating the
+/* Creates a runner. SIM: m is unused (may be NULL); the config and the tokenizer come from
+ * cfg->gguf, nothing else is loaded or allocated for the model (runner_sim.h); spec decoding is
+ * refused (UNSUPPORTED). CPU: over model m (borrowed; must outlive the runner), allocating the
  * paged KV cache (cfg->num_blocks x cfg->block_size slots) and the forward scratch for
  * cfg->max_num_batched_tokens rows with cfg->num_threads threads. CUDA: m is unused (may be
  * NULL); the model is loaded from cfg->gguf and a forward context over the CUDA op table
@@ -98,12 +108,12 @@ struct model_runner; /* opaque */
 llb_status model_runner_create(const struct llama_model *m, const struct model_runner_config *cfg,
                                struct model_runner **out);
 
-/* OK when runners on device d can be created in this process: always for the CPU (touches
+/* OK when runners on device d can be created in this process: always for the CPU and SIM (touches
  * no CUDA); for CUDA, UNSUPPORTED "built without CUDA" in builds without LLB_HAVE_CUDA, else
  * DEVICE with the CUDA runtime's reason when no device is usable (cuda_device_probe). */
 llb_status model_runner_device_check(enum model_runner_device d);
 
-/* "cpu" or "cuda". */
+/* "cpu", "cuda" or "sim". */
 const char *model_runner_device_name(enum model_runner_device d);
 
 /* Frees the runner, its cache and its requests; NULL ok. */
@@ -159,6 +169,12 @@ llb_status model_runner_execute(struct model_runner *r, const struct llb_schedul
  * owned by the runner, valid until the next call); num_tokens 0 before any. For tests and
  * diagnostics. */
 const struct llama_batch *model_runner_last_batch(const struct model_runner *r);
+
+/* The quantities the sim's cost model prices (runner_sim.h) of the last model_runner_execute
+ * that ran a batch, on any device: tokens, sequences, sampled rows (random ones apart),
+ * attended pairs, context tokens; all 0 when it ran none. What `--step-log` records of the real
+ * worker's steps, and what `llmbus-kernel-bench --fit-steps` fits a model to. */
+struct sim_step_shape model_runner_last_step_shape(const struct model_runner *r);
 
 /* Structured output (runner_so.h): gives the runner the vocabulary its masks are computed
  * over (so_vocab_from_tokenizer of the model's tokenizer; ownership taken, even on failure).

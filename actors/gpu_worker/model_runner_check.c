@@ -21,6 +21,17 @@ static llb_status check_blocks(struct model_runner *r, const int32_t *ids, int32
   return LLB_STATUS_OK;
 }
 
+/* What a sim worker cannot give a request (it has no logits and no hidden states), or NULL:
+ * refused rather than faked, so that no one mistakes made-up values for the model's. */
+static const char *sim_refusal(const struct llb_new_request_data *nr) {
+  if (nr->sampling_params->logprobs >= 0) return "logprobs";
+  if (nr->sampling_params->prompt_logprobs >= 0) return "prompt_logprobs";
+  if (nr->structured_outputs.kind != LLB_SO_NONE) return "structured output";
+  if (nr->pooling_params.pooling_type != LLB_POOLING_NONE) return "pooling (embeddings)";
+  if (nr->num_mm_features > 0) return "multimodal input";
+  return NULL;
+}
+
 static llb_status check_new(struct model_runner *r, const struct llb_scheduler_output *so, int32_t i) {
   const struct llb_new_request_data *nr = &so->scheduled_new_reqs[i];
   char field[96];
@@ -39,6 +50,12 @@ static llb_status check_new(struct model_runner *r, const struct llb_scheduler_o
   if (nr->sampling_params->prompt_logprobs >= 0 && r->cfg.device != MODEL_RUNNER_DEVICE_CPU)
     return mr_fail(r, LLB_STATUS_UNSUPPORTED, field, "prompt_logprobs on the %s worker (CPU only)",
                 model_runner_device_name(r->cfg.device)); /* its device logits hold max_num_seqs rows */
+  if (r->cfg.device == MODEL_RUNNER_DEVICE_SIM) {
+    const char *what = sim_refusal(nr);
+    if (what)
+      return mr_fail(r, LLB_STATUS_UNSUPPORTED, field, "%s on the sim worker: --device sim computes no logits or "
+                     "hidden states, only a step's time and deterministic tokens", what);
+  }
   for (int32_t k = 0; k < nr->num_mm_features; k++) {
     const struct llb_mm_feature *f = &nr->mm_features[k];
     if (f->mm_hash.len == 0 || f->length < 1 || (int64_t)f->offset + f->length > nr->num_prompt_token_ids ||

@@ -13,6 +13,7 @@
 #include "actors/gpu_worker/pooler.h"
 #include "actors/gpu_worker/prompt_logprobs.h"
 #include "actors/gpu_worker/runner_backend.h"
+#include "actors/gpu_worker/runner_sim.h"
 #include "actors/gpu_worker/runner_so.h"
 #include "actors/gpu_worker/sampler.h"
 
@@ -33,6 +34,7 @@ struct mr_request {
   struct pooler_req pool;       /* a pooling request's state (type NONE: it samples) */
   int32_t spec_ids[LLB_MAX_SPEC_TOKENS]; /* this step's drafts to verify (scheduled_spec_decode_tokens) */
   int32_t num_spec;             /* 0 = none this step */
+  uint64_t sim_key;             /* SIM: the key of its tokens (sim_request_key) */
 };
 
 /* A multimodal item of a request: placeholder range and encoder-output key. */
@@ -109,6 +111,9 @@ struct model_runner {
   float *lp_logprobs;            /* [lp_cap] */
   int32_t *lp_ranks;             /* [step_cap] */
   int64_t lp_ids_cap, lp_cap;
+  struct sim_cost_model sim_cost; /* SIM: the step-time model */
+  struct sim_vocab sim_vocab;     /* SIM: the tokens a step may emit */
+  struct sim_step_shape last_shape; /* of the last step that ran a batch (all 0 otherwise) */
   char err_message[512];
   char err_field[128];
   char err_req_id[256];  /* the request a failed step is blamed on (its input), "" = none */

@@ -75,7 +75,7 @@ static llb_status cuda_fail(const struct runner_cuda_api *api, llb_status st, co
 }
 
 llb_status model_runner_device_check(enum model_runner_device d) {
-  if (d == MODEL_RUNNER_DEVICE_CPU) return LLB_STATUS_OK;
+  if (d == MODEL_RUNNER_DEVICE_CPU || d == MODEL_RUNNER_DEVICE_SIM) return LLB_STATUS_OK;
   if (d != MODEL_RUNNER_DEVICE_CUDA) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "device %d", (int)d);
   llb_status st = LLB_STATUS_OK;
   const struct runner_cuda_api *api = cuda_api(&st);
@@ -86,7 +86,7 @@ llb_status model_runner_device_check(enum model_runner_device d) {
 }
 
 const char *model_runner_device_name(enum model_runner_device d) {
-  return d == MODEL_RUNNER_DEVICE_CUDA ? "cuda" : "cpu";
+  return d == MODEL_RUNNER_DEVICE_CUDA ? "cuda" : d == MODEL_RUNNER_DEVICE_SIM ? "sim" : "cpu";
 }
 
 /* What the CUDA backend does not run (its ops or the forward's device path refuse it), found in
@@ -161,11 +161,23 @@ static void cuda_log_ready(const struct runner_backend *b, const struct model_ru
                (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
 }
 
+/* SIM: the model's config alone (no weights, no KV memory); kv_bytes is what the cache would
+ * take, for the ready line. */
+static llb_status sim_create(struct runner_backend *b, const struct model_runner_config *cfg) {
+  llb_status st = llama_config_from_gguf(cfg->gguf, &b->sim_config);
+  if (st) return st;
+  b->config = &b->sim_config;
+  b->kv_bytes = 2 * (int64_t)b->sim_config.block_count * cfg->block_size * b->sim_config.head_count_kv *
+                b->sim_config.head_dim * 2 * b->num_blocks;
+  return LLB_STATUS_OK;
+}
+
 llb_status runner_backend_create(struct runner_backend *b, const struct llama_model *m,
                                  const struct model_runner_config *cfg) {
   memset(b, 0, sizeof(*b));
   b->device = cfg->device;
   b->num_blocks = cfg->num_blocks;
+  if (cfg->device == MODEL_RUNNER_DEVICE_SIM) return sim_create(b, cfg);
   const bool cuda = cfg->device == MODEL_RUNNER_DEVICE_CUDA;
   struct llama_forward_options fo = {.max_num_tokens = cfg->max_num_batched_tokens, .n_threads = cfg->num_threads,
                                      .n_threads_decode = cfg->num_threads_decode,

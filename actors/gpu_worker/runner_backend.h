@@ -27,16 +27,18 @@ struct runner_backend {
   struct llama_forward_ctx *fwd;
   struct llama_kv_cache *kv;          /* in the memory of fwd's backend */
   const struct runner_cuda_api *cuda; /* CUDA: the module, whose messages failures carry */
+  struct llama_config sim_config;     /* SIM: the model's config (config points here); no fwd, no kv */
 };
 
-/* Creates the forward context and KV cache of cfg->device into *b (zeroed first): CPU over m;
+/* Creates the forward context and KV cache of cfg->device into *b (zeroed first): SIM only the
+ * config from cfg->gguf (no forward, no cache: runner_sim.h); CPU over m;
  * CUDA over a model loaded from cfg->gguf with the module's op table (see
  * model_runner_create). On error *b holds nothing to free. Errors: those of
  * model_runner_create's backend part; CUDA ones carry the module's message. */
 llb_status runner_backend_create(struct runner_backend *b, const struct llama_model *m,
                                  const struct model_runner_config *cfg);
 
-/* One step of batch (host arrays); logits (host [num_logits, vocab_size]). */
+/* One step of batch (host arrays); logits (host [num_logits, vocab_size]). Not for SIM. */
 llb_status runner_backend_forward(struct runner_backend *b, const struct llama_batch *batch, float *logits);
 
 /* Frees what runner_backend_create made; a zeroed *b is fine. */

@@ -657,7 +657,12 @@ static void inproc_on_stats(struct bus *bus, const struct bus_msg *msg, void *us
   char eid[BUS_TOKEN_MAX + 1];
   struct engine_router_stats rs;
   if (st == LLB_STATUS_OK) st = inproc_wire_engine_stats(&s, msg->subject, eid, sizeof eid, &rs);
-  if (st == LLB_STATUS_OK) st = engine_router_update(a->router, &rs, llb_now_ns());
+  if (st == LLB_STATUS_OK) { /* the snapshot's age, bounded: its timestamp is the sender's claim */
+    const double age_s = (double)llb_wall_ns() / 1e9 - s.timestamp;
+    const double max_s = (s.stats_interval_ms > 0 ? s.stats_interval_ms : 5000) / 1000.0;
+    rs.age_ns = age_s > 0 && age_s == age_s ? (int64_t)((age_s < max_s ? age_s : max_s) * 1e9) : 0;
+    st = engine_router_update(a->router, &rs, llb_now_ns());
+  }
   if (st != LLB_STATUS_OK) {
     char q[320];
     if (atomic_fetch_add(&a->stats_malformed, 1) % 100 == 0) /* one line per 100: a flood stays quiet */

@@ -15,12 +15,22 @@
 #define MISSED_INTERVALS 3
 #define LIVENESS_SLACK_MS 1000
 
+/* Requests routed to an engine that its stats may not count yet: a FIFO of their routing times.
+ * A stats snapshot counts those routed before it (less the transit to the scheduler), so they
+ * leave the FIFO; the rest stay pending whatever the snapshot's age. Dropping them all at each
+ * stats (as before) made an engine whose stats came during a burst look idle: 256 requests at
+ * once over 32 sim engines gave some engines 2x their share (docs/scaling.md). */
+#define PENDING_MAX 128                  /* older ones count as arrived */
+#define PENDING_TRANSIT_NS 50000000LL    /* routed this long before a snapshot: maybe not in it yet */
+
 struct engine {
   char id[BUS_TOKEN_MAX + 1];
   char model[128];
   char instance[96];
   int64_t last_ns;
-  int32_t running, waiting, pending;
+  int32_t running, waiting, pending; /* pending: entries of routed_ns */
+  int64_t routed_ns[PENDING_MAX];    /* ring from pending_head, routing times (monotonic) */
+  int32_t pending_head;
   float kv_usage;
   int32_t total_blocks, block_size, interval_ms;
   uint64_t routed;
@@ -117,6 +127,7 @@ static int find_engine(const struct engine_router *r, const char *id) {
 }
 
 static bool stats_valid(const struct engine_router_stats *s) {
+  if (s->age_ns < 0 || s->age_ns > 3600000000000LL) return false;
   return s->engine_id && bus_token_valid(s->engine_id) && s->num_running_reqs >= 0 && s->num_waiting_reqs >= 0 &&
          isfinite(s->kv_cache_usage) && s->kv_cache_usage >= 0.0f && s->kv_cache_usage <= 1.0f &&
          s->num_free_blocks >= 0 && s->num_total_blocks >= 0 && s->block_size >= 0 && s->block_size <= 65536 &&
@@ -159,7 +170,12 @@ llb_status engine_router_update(struct engine_router *r, const struct engine_rou
   e->last_ns = now_ns;
   e->running = s->num_running_reqs;
   e->waiting = s->num_waiting_reqs;
-  e->pending = 0;
+  /* what the snapshot counts: the requests routed before it was taken, less the transit */
+  const int64_t counted_until = now_ns - s->age_ns - PENDING_TRANSIT_NS;
+  while (e->pending > 0 && e->routed_ns[e->pending_head] <= counted_until) {
+    e->pending_head = (e->pending_head + 1) % PENDING_MAX;
+    e->pending--;
+  }
   e->kv_usage = s->kv_cache_usage;
   e->total_blocks = s->num_total_blocks;
   e->block_size = s->block_size;
@@ -286,7 +302,11 @@ void engine_router_choose(struct engine_router *r, const int32_t *ids, int64_t n
     struct engine *e = &r->engines[pick];
     snprintf(choice->engine_id, sizeof choice->engine_id, "%s", e->id);
     choice->matched_blocks = matched ? matched[pick] : 0;
-    e->pending++;
+    if (e->pending == PENDING_MAX) { /* the oldest has surely arrived */
+      e->pending_head = (e->pending_head + 1) % PENDING_MAX;
+      e->pending--;
+    }
+    e->routed_ns[(e->pending_head + e->pending++) % PENDING_MAX] = now_ns;
     e->routed++;
     remember_prefix(r, hashes, blocks, pick, now_ns);
   }

@@ -11,10 +11,12 @@
  * Policies:
  *   ENGINE_ROUTER_RANDOM        uniform over live engines (the baseline of the benchmarks);
  *   ENGINE_ROUTER_LEAST_LOADED  lowest load, where load = running + waiting + pending (the
- *                               requests this router sent since the engine's last stats, so
- *                               a burst does not all go to the engine that was idle a second
- *                               ago — vLLM's DP load balancer counts the same way); ties go
- *                               to the lower kv_cache_usage, then at random;
+ *                               requests this router sent that the engine's last stats cannot
+ *                               count yet: routed after the snapshot was taken, or less than
+ *                               50 ms before it, in transit; so a burst does not all go to the
+ *                               engine that was idle a second ago — vLLM's DP load balancer
+ *                               counts the same way); ties go to the lower kv_cache_usage, then
+ *                               at random;
  *   ENGINE_ROUTER_CACHE_AWARE   SGLang router's cache_aware policy: when the loads are
  *                               imbalanced (max - min > balance_abs_threshold and
  *                               max > min x balance_rel_threshold) least loaded; otherwise the
@@ -74,6 +76,9 @@ struct engine_router_stats {
   int32_t stats_interval_ms; /* 0 = unknown: 5000 assumed */
   uint64_t prefix_cache_queries, prefix_cache_hits, generation_tokens_total;
   bool draining;             /* its scheduler is stopping: not live until stats say otherwise */
+  int64_t age_ns;            /* how long ago the snapshot was taken (the caller's wall clock less
+                                SchedulerStats.timestamp, clamped to [0, the stats interval]);
+                                0 = just now. Requests routed before then are in its counts */
 };
 
 /* What engine_router_choose decided, for logs and tests. */
@@ -107,7 +112,8 @@ void engine_router_config_init(struct engine_router_config *c);
 llb_status engine_router_create(const struct engine_router_config *c, struct engine_router **out);
 void engine_router_destroy(struct engine_router *r);
 
-/* Records an engine's stats at now_ns (monotonic). Resets its pending count. Returns
+/* Records an engine's stats at now_ns (monotonic). Its pending requests routed before the
+ * snapshot (now_ns - s->age_ns, less 50 ms of transit) are counted by it and leave. Returns
  * INVALID_ARGUMENT for values out of range (negative counts, usage not in [0, 1], bad id),
  * QUEUE_FULL past ENGINE_ROUTER_MAX_ENGINES; the table is unchanged then. */
 llb_status engine_router_update(struct engine_router *r, const struct engine_router_stats *s, int64_t now_ns);

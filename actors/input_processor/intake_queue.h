@@ -1,4 +1,4 @@
-/* Fair intake (DESIGN.md §7): a request waits in its tenant's own queue, and the intake workers
+/* Fair intake (docs/design.md §7): a request waits in its tenant's own queue, and the intake workers
  * take the queues in deficit round robin by cost (Shreedhar and Varghese, "Efficient fair
  * queueing using deficit round robin", SIGCOMM 1995), so one tenant's flood — however costly its
  * requests — delays another tenant's request by at most the work already in progress.

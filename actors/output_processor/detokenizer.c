@@ -55,11 +55,13 @@ static bool utf8_asm_push(struct utf8_asm *a, uint8_t b, utf8_emit_fn emit, void
     if (!emit(ctx, replacement_char, sizeof replacement_char)) return false;
   }
   int need = utf8_seq_len(b);
-  if (need == 1) {
+  if (need == 1 && b != 0) {
     char c = (char)b;
     return emit(ctx, &c, 1);
   }
-  if (need == 0) return emit(ctx, replacement_char, sizeof replacement_char);
+  /* a NUL (byte-level BPE's token for byte 0, which a sampled model can emit) would end the
+   * text as a C string on the wire, so it becomes U+FFFD like any byte that is not text */
+  if (need <= 1) return emit(ctx, replacement_char, sizeof replacement_char);
   a->buf[0] = b;
   a->n = 1;
   return true;

@@ -5,7 +5,8 @@
  * the end waits in `pending` for the next token, so every prefix of the text that a caller
  * streams is valid UTF-8 and the concatenation of streamed deltas equals the final text.
  * Invalid bytes become U+FFFD (one per maximal invalid subpart, as WHATWG / Python's
- * errors="replace"), and detok_flush turns a still-incomplete tail into U+FFFD when the
+ * errors="replace"), and so does a NUL byte (the text is a C string on the wire; vLLM would
+ * send "\u0000"), and detok_flush turns a still-incomplete tail into U+FFFD when the
  * request finishes. Follows vLLM v1 vllm/v1/engine/detokenizer.py (IncrementalDetokenizer),
  * working on bytes instead of re-decoding a window of tokens: our tokenizer exposes each
  * token's exact bytes, so concatenation is exact.
@@ -56,8 +57,8 @@ void detok_truncate(struct detok *d, size_t len);
 /* Largest b <= n such that text[0, b) ends on a UTF-8 character boundary of `text`. */
 size_t detok_utf8_floor(const char *text, size_t n);
 
-/* Copies `n` arbitrary bytes into `dst` as valid UTF-8 (invalid or truncated sequences →
- * U+FFFD). `dst` needs 3 * n + 1 bytes; returns the length written, NUL-terminated. */
+/* Copies `n` arbitrary bytes into `dst` as valid UTF-8 (invalid or truncated sequences and NUL
+ * bytes → U+FFFD). `dst` needs 3 * n + 1 bytes; returns the length written, NUL-terminated. */
 size_t detok_utf8_sanitize(const char *src, size_t n, char *dst);
 
 /* True when `s[0, n)` is valid UTF-8 (no overlongs, surrogates or values > U+10FFFF). */

@@ -74,6 +74,7 @@ struct scheduler_actor {
   bool kv_reset_pending; /* the worker failed: its KV contents are unknown, so the next KV
                             step tells the kv_manager to drop its prefix cache */
   int64_t last_stats_ns;
+  int32_t last_stats_load; /* running + waiting in the last stats published */
   /* the last failed execute: the worker answered with an error (not a timeout or a bus
    * failure), and the request it blamed ("" none); sched_step_failed isolates it */
   bool worker_error;
@@ -526,6 +527,28 @@ static void publish_stats(struct scheduler_actor *a) {
   sched_get_stats(a->sched, &s);
   output_publisher_publish_stats(a->pub, &s);
   a->last_stats_ns = llb_now_ns();
+  a->last_stats_load = s.num_running + s.num_waiting;
+}
+
+/* Stats are due early when the load moved a lot since the last ones (a batch of requests
+ * finished, or a burst arrived), at most every STATS_CHANGE_MIN_MS: the routers count an
+ * engine's load from them, and with a second-old count a batch finishing together made every
+ * router send all the next requests elsewhere while this engine sat idle (closed-loop clients:
+ * 15 running on one engine, 0 on the other; docs/scaling.md). */
+#define STATS_CHANGE_MIN_MS 100
+static bool stats_changed(const struct scheduler_actor *a) {
+  if ((llb_now_ns() - a->last_stats_ns) / 1000000 < STATS_CHANGE_MIN_MS) return false;
+  const int32_t load = sched_num_unfinished(a->sched);
+  const int32_t diff = load > a->last_stats_load ? load - a->last_stats_load : a->last_stats_load - load;
+  return diff >= 2 && diff * 4 >= (a->last_stats_load > load ? a->last_stats_load : load);
+}
+
+/* Step thread, while a worker reply is awaited (exec_channel_set_tick): an engine in a long
+ * step (a long prompt on a slow device) still announces itself every interval; before, its
+ * stats stopped for the step and the routers took it for gone after 4 s (docs/scaling.md). */
+static void stats_tick(void *user) {
+  struct scheduler_actor *a = user;
+  if ((llb_now_ns() - a->last_stats_ns) / 1000000 >= a->cfg.stats_interval_ms || stats_changed(a)) publish_stats(a);
 }
 
 static void *step_thread(void *arg) {
@@ -563,7 +586,7 @@ static void *step_thread(void *arg) {
     busy = sched_num_unfinished(a->sched) > 0;
     if (!busy && exec_channel_num_pending(a->exec) == 0) set_recovering(a, false); /* nothing waits */
     int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
-    if (since_stats >= (busy || did ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms))
+    if (since_stats >= (busy || did ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms) || stats_changed(a))
       publish_stats(a);
     struct sched_stats snap;
     sched_get_stats(a->sched, &snap);
@@ -647,6 +670,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
       .on_request_done = request_done, .user = a};
   if (!st) st = output_publisher_create(&pc, &a->pub);
   if (!st) st = exec_channel_create(bus, subj_execute, cfg->execute_timeout_ms, &a->exec);
+  if (!st) exec_channel_set_tick(a->exec, cfg->stats_interval_ms, stats_tick, a);
   const struct peer_health_config hc = {
       .bus = bus, .prefix = prefix, .engine_id = a->engine_id, .heartbeat_ms = cfg->peer_heartbeat_ms,
       .missed_beats = cfg->peer_missed_beats, .on_failure = on_peer_failure, .on_peer_up = wake_step_thread,

@@ -25,6 +25,9 @@ struct exec_channel {
   uint64_t pending[2];            /* steps in flight, oldest first (step thread) */
   int64_t sent_ns[2];             /* llb_now_ns() when each pending step was sent */
   int32_t num_pending;
+  void (*tick)(void *user);       /* exec_channel_set_tick (step thread); NULL = none */
+  void *tick_user;
+  int64_t tick_ns;
 };
 
 /* The step a reply answers, from its subject <inbox>.<step>; 0 when it names none. */
@@ -114,6 +117,12 @@ void exec_channel_destroy(struct exec_channel *ch) {
 
 int32_t exec_channel_num_pending(const struct exec_channel *ch) { return ch->num_pending; }
 
+void exec_channel_set_tick(struct exec_channel *ch, int64_t every_ms, void (*fn)(void *user), void *user) {
+  ch->tick = every_ms > 0 ? fn : NULL;
+  ch->tick_user = user;
+  ch->tick_ns = every_ms * 1000000;
+}
+
 void exec_channel_forget(struct exec_channel *ch) { ch->num_pending = 0; }
 
 llb_status exec_channel_send(struct exec_channel *ch, uint64_t step, const void *data, size_t len) {
@@ -144,14 +153,13 @@ static struct timespec abs_in(int64_t in_ns) {
  * next deadline passes, so a dead worker costs about missed_beats intervals, not the
  * timeout. */
 static bool wait_locked(struct exec_channel *ch, struct peer_health *health, int64_t deadline_ns,
-                        const struct timespec *deadline, char *peer_what, size_t cap) {
+                        char *peer_what, size_t cap) {
   bool peer_failed = false;
   while (!ch->head && !ch->stop && !(peer_failed = health && peer_health_take_detected(health, peer_what, cap))) {
     const int64_t now = llb_now_ns();
     if (now >= deadline_ns) break;
     const int64_t check = health ? peer_health_next_check_ns(health) : INT64_MAX;
-    struct timespec until = *deadline;
-    if (check < deadline_ns) until = abs_in(check > now ? check - now : 0);
+    const struct timespec until = abs_in((check < deadline_ns ? check : deadline_ns) - now);
     if (pthread_cond_timedwait(&ch->cv, &ch->mu, &until) == ETIMEDOUT) {
       if (health) peer_health_poll(health, llb_now_ns());
       if (check >= deadline_ns) break;
@@ -168,12 +176,13 @@ llb_status exec_channel_receive(struct exec_channel *ch, struct peer_health *hea
   ch->pending[0] = ch->pending[1];
   ch->sent_ns[0] = ch->sent_ns[1];
   ch->num_pending--;
-  const struct timespec deadline = abs_in(ch->timeout_ms * 1000000);
   const int64_t deadline_ns = llb_now_ns() + ch->timeout_ms * 1000000;
+  int64_t tick_ns = ch->tick ? llb_now_ns() + ch->tick_ns : INT64_MAX;
   for (;;) {
     char peer_what[384];
     pthread_mutex_lock(&ch->mu);
-    const bool peer_failed = wait_locked(ch, health, deadline_ns, &deadline, peer_what, sizeof peer_what);
+    const bool peer_failed =
+        wait_locked(ch, health, tick_ns < deadline_ns ? tick_ns : deadline_ns, peer_what, sizeof peer_what);
     struct exec_reply *reply = ch->head;
     if (reply) {
       ch->head = reply->next;
@@ -185,6 +194,11 @@ llb_status exec_channel_receive(struct exec_channel *ch, struct peer_health *hea
       return LLB_ERRF(LLB_STATUS_CLOSED, "stopping: step %" PRIu64 " abandoned", want);
     if (!reply && peer_failed)
       return LLB_ERRF(LLB_STATUS_ABORTED, "step %" PRIu64 " abandoned: %s", want, peer_what);
+    if (!reply && llb_now_ns() < deadline_ns) { /* the tick's turn: no lock held */
+      ch->tick(ch->tick_user);
+      tick_ns = llb_now_ns() + ch->tick_ns;
+      continue;
+    }
     if (!reply)
       return LLB_ERRF(LLB_STATUS_TIMEOUT, "no reply on %s for step %" PRIu64 " within %lld ms",
                       ch->subj_execute, want, (long long)ch->timeout_ms);

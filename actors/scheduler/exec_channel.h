@@ -48,6 +48,12 @@ void exec_channel_stop(struct exec_channel *ch);
 /* A peer failure was recorded: a waiting receive looks at peer_health now. Any thread. */
 void exec_channel_wake(struct exec_channel *ch);
 
+/* While a receive waits, fn(user) runs on the step thread every every_ms (no lock held), so the
+ * scheduler still publishes its stats during a long step: an engine busy with a 10 s prefill
+ * must not look gone to the routers, whose liveness is 3 stats intervals + 1 s. every_ms 0 or
+ * fn NULL: none. Step thread. */
+void exec_channel_set_tick(struct exec_channel *ch, int64_t every_ms, void (*fn)(void *user), void *user);
+
 /* Steps sent whose replies are awaited (0..2). */
 int32_t exec_channel_num_pending(const struct exec_channel *ch);
 

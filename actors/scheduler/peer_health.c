@@ -24,6 +24,7 @@ static const char *const peer_actor[SCHED_PEER_COUNT] = {"gpu_worker", "kv_manag
 struct peer_health {
   struct peer_health_config cfg;
   char engine_id[BUS_TOKEN_MAX + 1];
+  char subject[SCHED_PEER_COUNT][BUS_SUBJECT_MAX]; /* <prefix>.engine.<eid>.health.<peer> */
   pthread_mutex_t mu;
   struct peer_watch *watch[SCHED_PEER_COUNT]; /* under mu; NULL when heartbeat_ms is 0 */
   uint64_t fail_gen;        /* under mu: failures detected so far */
@@ -89,20 +90,17 @@ static bool take_locked(struct peer_health *h, char *what, size_t cap) {
   return true;
 }
 
-/* Whether a decodable beat is one of our engine's watched peers (index in *p): its actor
- * matches its subject's and its engine_id is ours. */
+/* Whether a decodable beat is one of our engine's watched peers (index in *p): it came on our
+ * engine's health subject of its own actor (which only that actor may publish on) and its
+ * engine_id is ours. */
 static bool beat_is_ours(const struct peer_health *h, const struct bus_msg *msg, const struct llb_heartbeat *hb,
                          int *p) {
   *p = -1;
   for (int i = 0; i < SCHED_PEER_COUNT; i++)
     if (strcmp(hb->actor.data, peer_actor[i]) == 0) *p = i;
-  char expect[BUS_SUBJECT_MAX];
   const size_t eid_len = strlen(h->engine_id);
   return *p >= 0 && hb->engine_id.len == eid_len && memcmp(hb->engine_id.data, h->engine_id, eid_len) == 0 &&
-         strlen(hb->instance.data) == hb->instance.len && strstr(msg->subject, ".health.") &&
-         snprintf(expect, sizeof expect, ".health.%s.%s", peer_actor[*p], hb->instance.data) < (int)sizeof expect &&
-         strlen(msg->subject) >= strlen(expect) &&
-         strcmp(msg->subject + strlen(msg->subject) - strlen(expect), expect) == 0;
+         strlen(hb->instance.data) == hb->instance.len && strcmp(msg->subject, h->subject[*p]) == 0;
 }
 
 /* Delivery thread. Heartbeats are untrusted: anyone allowed to publish on .health can send
@@ -206,12 +204,9 @@ llb_status peer_health_create(const struct peer_health_config *c, struct peer_he
   llb_status st = LLB_STATUS_OK;
   for (int p = 0; p < SCHED_PEER_COUNT && !st; p++) st = peer_watch_create(&wc, &h->watch[p]);
   /* all watches exist before the first beat can arrive */
-  for (int p = 0; p < SCHED_PEER_COUNT && !st; p++) {
-    char subject[BUS_SUBJECT_MAX];
-    if (snprintf(subject, sizeof subject, "%s.health.%s.*", c->prefix, peer_actor[p]) >= (int)sizeof subject)
-      st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", c->prefix);
-    else
-      st = bus_subscribe(c->bus, subject, NULL, on_health, h, NULL);
+  for (int p = 0; p < SCHED_PEER_COUNT && !st; p++) { /* this engine's beats, not every engine's */
+    st = bus_subject_engine_health(c->prefix, h->engine_id, peer_actor[p], h->subject[p], sizeof h->subject[p]);
+    if (!st) st = bus_subscribe(c->bus, h->subject[p], NULL, on_health, h, NULL);
   }
   if (st) {
     *out = h; /* subscribed callbacks may hold h until the bus is destroyed: the caller frees it */

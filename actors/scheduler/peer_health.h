@@ -1,5 +1,6 @@
 /* The scheduler's failure detection (docs/design.md §6): the heartbeats of its engine's gpu_worker
- * and kv_manager (<prefix>.health.<actor>.<instance>) fed to one bus/peer_watch each, and its
+ * and kv_manager (on its engine's <prefix>.engine.<eid>.health.<actor>, which only that actor
+ * may publish on: not every engine's beats) fed to one bus/peer_watch each, and its
  * own NATS reconnects. A peer replaced (new instance id or pid) or silent for missed_beats
  * intervals, or a reconnect of the scheduler's own connection (messages of the steps in flight
  * may be lost), is one failure: logged once (`peer_failure_detected`,
@@ -23,7 +24,7 @@ struct peer_health;
 
 struct peer_health_config {
   struct bus *bus;        /* borrowed; subscribed for the heartbeats */
-  const char *prefix;     /* subjects <prefix>.health.gpu_worker.* and .kv_manager.* */
+  const char *prefix;     /* subjects <prefix>.engine.<eid>.health.gpu_worker and .kv_manager */
   const char *engine_id;  /* only beats naming this engine count; copied */
   int64_t heartbeat_ms;   /* the peers' interval; 0 = no watches (reconnects still count) */
   int32_t missed_beats;   /* silent for more than this many intervals: failed (>= 1 when on) */

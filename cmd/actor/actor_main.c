@@ -205,6 +205,14 @@ static llb_status load_hash_key(struct actor_main *am) {
   return LLB_STATUS_OK;
 }
 
+/* An engine's actor beats on its engine's health subject too (actor_main_spec.engine_scoped). */
+static llb_status beat_on_engine_subject(struct actor_main *am) {
+  char subject[BUS_SUBJECT_MAX];
+  llb_status st = bus_subject_engine_health(am->common.prefix, am->common.engine_id, am->spec->actor, subject,
+                                            sizeof subject);
+  return st ? st : bus_heartbeat_also(am->bus, subject);
+}
+
 int actor_main_exec(const struct actor_main_spec *spec, int argc, char **argv) {
   if (!spec || !spec->actor || !spec->start) {
     fprintf(stderr, "actor_main_exec: spec needs an actor name and a start hook\n");
@@ -332,6 +340,13 @@ static int run_parsed(struct actor_main *am) {
     rc = ACTOR_MAIN_EXIT_FAILURE;
     goto out;
   }
+  if (spec->engine_scoped && (st = beat_on_engine_subject(am)) != LLB_STATUS_OK) {
+    char q[512];
+    LLB_LOG_ERROR("heartbeat_failed", "status=%s error=%s", llb_strerror(st),
+                  llb_log_quote(q, sizeof q, llb_err_last()));
+    rc = ACTOR_MAIN_EXIT_FAILURE;
+    goto out;
+  }
   const int64_t publish_ms = am->common.metrics_publish_ms ? am->common.metrics_publish_ms : am->common.heartbeat_ms;
   if (publish_ms > 0 &&
       bus_metrics_publish_start(am->bus, spec->actor, am->common.instance, publish_ms, am->metrics) != LLB_STATUS_OK) {
@@ -425,10 +440,13 @@ static void on_worker_heartbeat(struct bus *bus, const struct bus_msg *msg, void
  * so the geometry comes without waiting out the worker's --heartbeat-ms. */
 static void publish_hello(struct actor_main *am) {
   uint8_t buf[HEARTBEAT_CAP_BYTES];
-  char subject[BUS_SUBJECT_MAX];
+  char subject[BUS_SUBJECT_MAX], engine_subject[BUS_SUBJECT_MAX];
   size_t len = 0;
   if (bus_subject_health(am->common.prefix, am->spec->actor, am->common.instance, subject, sizeof subject) ||
-      heartbeat_fill(am, buf, sizeof buf, &len) || bus_publish(am->bus, subject, buf, len, NULL)) {
+      bus_subject_engine_health(am->common.prefix, am->common.engine_id, am->spec->actor, engine_subject,
+                                sizeof engine_subject) ||
+      heartbeat_fill(am, buf, sizeof buf, &len) || bus_publish(am->bus, subject, buf, len, NULL) ||
+      bus_publish(am->bus, engine_subject, buf, len, NULL)) {
     char q[400];
     LLB_LOG_DEBUG("hello_failed", "error=%s", llb_log_quote(q, sizeof q, llb_err_last()));
   }
@@ -467,11 +485,12 @@ static llb_status geometry_wait_loop(struct actor_main *am, struct bus_sub *sub,
 llb_status actor_main_wait_kv_geometry(struct actor_main *am, int64_t timeout_ms, int32_t *num_blocks,
                                        int32_t *block_size) {
   char subject[BUS_SUBJECT_MAX];
-  /* the health subject of every worker instance (the prefix was checked at start) */
-  if (snprintf(subject, sizeof subject, "%s.health.gpu_worker.*", am->common.prefix) >= (int)sizeof subject)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", am->common.prefix);
+  /* this engine's worker beats: its engine's health subject */
+  llb_status st = bus_subject_engine_health(am->common.prefix, am->common.engine_id, "gpu_worker", subject,
+                                            sizeof subject);
+  if (st != LLB_STATUS_OK) return st;
   struct bus_sub *sub = NULL;
-  llb_status st = bus_subscribe_sync(am->bus, subject, &sub);
+  st = bus_subscribe_sync(am->bus, subject, &sub);
   if (st != LLB_STATUS_OK) return st;
   LLB_LOG_INFO("kv_geometry_wait", "subject=%s engine_id=%s timeout_ms=%lld", subject, am->common.engine_id,
                (long long)timeout_ms);
@@ -526,8 +545,14 @@ static void on_peer_hello(struct bus *bus, const struct bus_msg *msg, void *user
 }
 
 llb_status actor_main_answer_hellos(struct actor_main *am) {
-  llb_status st = subscribe_health(am, "scheduler", on_peer_hello);
-  return st ? st : subscribe_health(am, "kv_manager", on_peer_hello);
+  llb_status st = LLB_STATUS_OK;
+  static const char *const peers[] = {"scheduler", "kv_manager"};
+  for (int i = 0; i < 2 && !st; i++) { /* this engine's own: not every engine's */
+    char subject[BUS_SUBJECT_MAX];
+    st = bus_subject_engine_health(am->common.prefix, am->common.engine_id, peers[i], subject, sizeof subject);
+    if (!st) st = bus_subscribe(am->bus, subject, NULL, on_peer_hello, am, NULL);
+  }
+  return st;
 }
 
 /* Delivery thread: a beat of the watched peer within RECONNECT_ANSWER_MS of this actor's own

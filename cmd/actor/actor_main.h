@@ -119,6 +119,12 @@ struct actor_main_spec {
   /* Optional: after bus_destroy: free the actor. */
   void (*destroy)(struct actor_main *am, void *user);
   void *user;
+  /* One of an engine's own actors (scheduler, kv_manager, gpu_worker, output_processor,
+   * encoder_cache): its heartbeats (and a starting actor's hellos) also go to
+   * <prefix>.engine.<eid>.health.<actor>, where that engine's peers listen, so a beat reaches
+   * its own engine and not every actor of every engine (O(N) deliveries for N engines, not
+   * O(N^2)). */
+  bool engine_scoped;
 };
 
 /* Runs an actor main as described at the top; returns the process exit code (0, 1, 2).
@@ -141,7 +147,7 @@ void actor_main_set_inflight(struct actor_main *am, int32_t inflight);
 void actor_main_set_kv_geometry(struct actor_main *am, int32_t num_blocks, int32_t block_size);
 
 /* Blocks until a ready gpu_worker of this engine (same prefix and --engine-id) announces its
- * KV geometry in a heartbeat on <prefix>.health.gpu_worker.*, at most timeout_ms; sets
+ * KV geometry in a heartbeat on <prefix>.engine.<eid>.health.gpu_worker, at most timeout_ms; sets
  * *num_blocks and *block_size. For --num-blocks 0 ("the worker's"). Heartbeats are untrusted:
  * another actor's, another engine's, or one with a block count over ACTOR_MAIN_MAX_KV_BLOCKS
  * or a block size over ACTOR_MAIN_MAX_BLOCK_SIZE is ignored. Then keeps watching: should the
@@ -157,8 +163,8 @@ llb_status actor_main_wait_kv_geometry(struct actor_main *am, int64_t timeout_ms
  * waits (actor_main_wait_kv_geometry) it says hello with a not-ready heartbeat every 250 ms;
  * the worker answers each (at most one per 100 ms) with its own heartbeat at once, so a
  * restarted scheduler or kv_manager starts within milliseconds of the worker's answer instead
- * of up to --heartbeat-ms later. Subscribes <prefix>.health.{scheduler,kv_manager}.*; call
- * from the start hook. Errors: those of bus_subscribe. */
+ * of up to --heartbeat-ms later. Subscribes <prefix>.engine.<eid>.health.{scheduler,kv_manager};
+ * call from the start hook. Errors: those of bus_subscribe. */
 llb_status actor_main_answer_hellos(struct actor_main *am);
 
 /* After a nats-server restart, whoever waits for this actor to be back (the api server resends

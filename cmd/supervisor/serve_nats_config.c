@@ -24,10 +24,12 @@
 
 /* Who may publish and subscribe where: docs/design.md §2, one row per actor. "P" stands for the
  * prefix. Every actor publishes its own heartbeat and may watch everyone's (health is how
- * failures and the KV geometry are seen), and its span batches on P.trace.<actor>
+ * failures and the KV geometry are seen); an engine's actors beat on their engine's
+ * P.engine.<eid>.health.<actor> too (each only on its own actor's), where the engine's
+ * scheduler, kv_manager and worker listen; and its span batches on P.trace.<actor>
  * (--trace-publish), which the operator may read. Replies to requests an actor received need no
  * publish permission of their own: allow_responses opens exactly those reply subjects. */
-#define MAX_SUBJECTS 12
+#define MAX_SUBJECTS 16
 static const struct user_perms {
   const char *user;       /* child name in serve (cmd/supervisor/serve.c) */
   const char *account;    /* ENGINE or FRONT */
@@ -35,20 +37,24 @@ static const struct user_perms {
   const char *sub[MAX_SUBJECTS];
   bool allow_responses;
 } user_perms[] = {
-    {"kv-manager", "ENGINE", {"P.health.kv_manager.>", "P.trace.kv_manager"}, {"P.engine.*.kv", "P.health.>"}, true},
-    {"gpu-worker", "ENGINE", {"P.health.gpu_worker.>", "P.trace.gpu_worker"}, {"P.engine.*.execute", "P.health.>"}, true},
+    {"kv-manager", "ENGINE", {"P.health.kv_manager.>", "P.engine.*.health.kv_manager", "P.trace.kv_manager"},
+     {"P.engine.*.kv", "P.health.>", "P.engine.*.health.*"}, true},
+    {"gpu-worker", "ENGINE", {"P.health.gpu_worker.>", "P.engine.*.health.gpu_worker", "P.trace.gpu_worker"},
+     {"P.engine.*.execute", "P.health.>", "P.engine.*.health.*"}, true},
     /* durable requests: its JetStream pull consumer ($JS.API: create, next; $JS.ACK: acks and
      * in-progress), the dead-letter subject, and the output processor's resync requests */
     {"scheduler", "ENGINE",
      {"P.engine.*.kv", "P.engine.*.encoder", "P.engine.*.execute", "P.engine.*.outputs", "P.engine.*.stats",
       "P.engine.*.dead_letter", "P.engine.*.history", "$JS.API.>", "$JS.ACK.>", "P.health.scheduler.>",
-      "P.trace.scheduler"},
-     {"P.engine.*.requests", "P.engine.*.abort", "P.engine.*.resync", "_INBOX.>", "P.health.>"}, true},
+      "P.engine.*.health.scheduler", "P.trace.scheduler"},
+     {"P.engine.*.requests", "P.engine.*.abort", "P.engine.*.resync", "_INBOX.>", "P.health.>", "P.engine.*.health.*"},
+     true},
     /* RequestOutputs go to the reply subject the input processor carried in the
      * EngineCoreRequest: in ENGINE that is always a service-import reply (_R_.…). It answers
      * a restarted scheduler's history requests (allow_responses). */
     {"output-processor", "ENGINE",
-     {"_R_.>", "P.engine.*.abort", "P.engine.*.resync", "P.health.output_processor.>", "P.trace.output_processor"},
+     {"_R_.>", "P.engine.*.abort", "P.engine.*.resync", "P.health.output_processor.>",
+      "P.engine.*.health.output_processor", "P.trace.output_processor"},
      {"P.engine.*.outputs", "P.engine.*.history", "_INBOX.>", "P.health.>"}, true},
     /* it routes by the engines' stats (docs/design.md §9) and reads the outputs for per-tenant
      * limits: a request's first token and its end */
@@ -58,7 +64,8 @@ static const struct user_perms {
      {"P.engine.*.requests", "P.engine.*.abort", "$JS.API.>", "P.health.input_processor.>", "P.trace.input_processor"},
      {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.engine.*.stats", "P.engine.*.outputs", "_INBOX.>", "P.health.>"},
      true},
-    {"encoder-cache", "ENGINE", {"P.health.encoder_cache.>", "P.trace.encoder_cache"}, {"P.engine.*.encoder", "P.health.>"}, true},
+    {"encoder-cache", "ENGINE", {"P.health.encoder_cache.>", "P.engine.*.health.encoder_cache", "P.trace.encoder_cache"},
+     {"P.engine.*.encoder", "P.health.>"}, true},
     /* the front door: the tenants' three services (it establishes the tenant from the API key),
      * its replies, the engines' load and everyone's beats (/health): nothing of the engine's */
     {"api-server", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.health.api_server.>", "P.trace.api_server"},

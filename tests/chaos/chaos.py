@@ -16,19 +16,27 @@ JetStream store kept).
 
 Printed: completed, token-identical to the reference, first-attempt errors by reason,
 hangs (no byte for --hang-s), added latency p50/p99 (chaos minus reference, per request,
-retries included), and per kill the time to the next token any client received.
+retries included), per kill the time to the next token any client received, and the
+recovery of the requests it interrupted (those streaming when it fired): the time from the
+kill to each one's next token, its median and max. With several engines (--serve-args
+"--engines 16 --device sim") the victim `engine` kills every process of one engine at once
+(scheduler, kv_manager, worker, output processor, encoder cache: the ones started with its
+--engine-id); the next token of any client then says little (other engines go on), the
+interrupted requests' recovery says how long that engine's work stopped.
 Exit 0 when every request completed token-identical, no hang, and every error was a broken
 connection while the api server was the victim; 1 otherwise; 77 when something to run it
 is missing (api_stack.skip).
 
   tests/chaos/chaos.py                        # short form (make test): 40 requests, 1 kill each
   tests/chaos/chaos.py --requests 200 --kills 10 --jitter-s 2   # make chaos
+  tests/chaos/chaos.py --serve-args "--device sim --engines 16" --victims engine,nats_server,input_processor
 """
 import argparse
 import http.client
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import sys
@@ -47,7 +55,10 @@ PROGRAMS = {
     "output_processor": "llmbus-output-processor",
     "api_server": "llmbus-api-server",
     "nats_server": "nats-server",
+    "engine": None,  # every process of one engine (its --engine-id): engine_pids
 }
+ENGINE_PROGRAMS = ["llmbus-scheduler", "llmbus-kv-manager", "llmbus-gpu-worker", "llmbus-output-processor",
+                   "llmbus-encoder-cache"]
 PROMPTS = [
     "Tell me about the moon.", "Describe a forest at night.", "Explain how a bicycle works.",
     "Write about a rainy city.", "What is a lighthouse for?", "Name a few kinds of clouds.",
@@ -194,18 +205,19 @@ class Run:
                 self.missed_kills = total - k
                 return
             time.sleep(random.uniform(0, self.args.jitter_s))
-            pids = child_pids(self.st.proc.pid, PROGRAMS[victim])
+            pids = victim_pids(self.st.proc.pid, victim)
             if not pids:
                 time.sleep(1.0)  # still restarting from an earlier kill
-                pids = child_pids(self.st.proc.pid, PROGRAMS[victim])
+                pids = victim_pids(self.st.proc.pid, victim)
             if not pids:
                 print(f"chaos: no {victim} process to kill")
                 continue
-            pid = random.choice(pids)
             # the time before the kill: a client may see the broken connection before this
             # thread takes the lock, and its failure must still count as this kill's
             t_kill, wall = time.monotonic(), time.time()
-            os.kill(pid, signal.SIGKILL)
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            pid = pids[0]
             with self.lock:
                 self.kill_log.append({"victim": victim, "pid": pid, "t": t_kill, "wall": wall,
                                       "next_token_s": None, "in_flight": self.in_flight})
@@ -219,6 +231,45 @@ class Run:
         for t in threads:
             t.join()
         return self
+
+
+def engine_pids(parent):
+    """{engine id: [pids]} of serve's per-engine processes, from their --engine-id argument."""
+    out = {}
+    for prog in ENGINE_PROGRAMS:
+        for pid in child_pids(parent, prog):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            eid = argv[argv.index("--engine-id") + 1] if "--engine-id" in argv[:-1] else "0"
+            out.setdefault(eid, []).append(pid)
+    return out
+
+
+def victim_pids(parent, victim):
+    """The pids one kill of `victim` takes: one process of its program, or all of one engine's."""
+    if victim != "engine":
+        pids = child_pids(parent, PROGRAMS[victim])
+        return [random.choice(pids)] if pids else []
+    engines = engine_pids(parent)
+    return engines[random.choice(sorted(engines))] if engines else []
+
+
+def interrupted_recovery(chaos, kill):
+    """Seconds from `kill` to the next token of each request that was streaming when it fired
+    (its own next chunk, or its retry's first; None when it never got one)."""
+    out = []
+    for attempts, t0, t1 in chaos.results:
+        if not (t0 <= kill["t"] <= t1):
+            continue
+        times = [c for a in attempts for c in a.chunk_times]
+        if not any(c < kill["t"] for c in times):
+            continue  # not streaming yet (waiting for its first token)
+        after = [c for c in times if c > kill["t"]]
+        out.append(after[0] - kill["t"] if after else None)
+    return out
 
 
 def percentile(xs, p):
@@ -271,6 +322,13 @@ def report(args, ref, chaos):
         shown = ", ".join(("none" if k["next_token_s"] is None else f"{k['next_token_s']:.2f}") +
                           f" ({k['in_flight']} in flight)" for k in ks)
         print(f"chaos: kill {victim} x{len(ks)}: next token after [{shown}] s")
+        rec = []
+        for k in ks:
+            r = interrupted_recovery(chaos, k)
+            got = sorted(x for x in r if x is not None)
+            rec.append(f"{len(r)} interrupted, median {percentile(got, 50):.2f} max "
+                       f"{max(got) if got else float('nan'):.2f}" + (f", {r.count(None)} never" if None in r else ""))
+        print(f"chaos: kill {victim}: recovery of the requests it interrupted [{'; '.join(rec)}] s")
     if chaos.kill_log:
         # a kill with no request in flight (the last requests had just ended) has nothing to resume
         measured = [k for k in chaos.kill_log if k["in_flight"] > 0 or k["next_token_s"] is not None]
@@ -316,12 +374,14 @@ def main():
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--kills", type=int, default=1, help="kills per victim")
-    ap.add_argument("--victims", default=",".join(PROGRAMS), help="comma-separated, of: " + ", ".join(PROGRAMS))
+    ap.add_argument("--victims", default=",".join(v for v in PROGRAMS if v != "engine"),
+                    help="comma-separated, of: " + ", ".join(PROGRAMS) + " (default: all but engine)")
     ap.add_argument("--jitter-s", type=float, default=0.3, help="random delay before each kill, at most")
     ap.add_argument("--hang-s", type=float, default=120.0, help="no byte for this long is a hang")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--heartbeat-ms", type=int, default=500)
     ap.add_argument("--no-nats-auth", action="store_true", help="run serve without NATS accounts")
+    ap.add_argument("--serve-args", default="", help="more `llmbus serve` flags, e.g. \"--device sim --engines 16\"")
     ap.add_argument("--keep-log", action="store_true",
                     help="keep the whole serve log even when the run passes (for reading a stall)")
     args = ap.parse_args()
@@ -335,7 +395,8 @@ def main():
     # With serve's NATS accounts, as users run it: a restarted nats-server forgets the reply
     # mappings of its service imports, which the api server survives by sending its requests
     # in flight again (api_resend_after_reconnect).
-    stack_args = ["--heartbeat-ms", str(args.heartbeat_ms)] + (["--no-nats-auth"] if args.no_nats_auth else [])
+    stack_args = (["--heartbeat-ms", str(args.heartbeat_ms)] + (["--no-nats-auth"] if args.no_nats_auth else []) +
+                  shlex.split(args.serve_args))
     with Stack(args=stack_args) as st:
         if st.proc is None:
             print("chaos: needs a stack of its own (LLMBUS_API_BASE is set)")

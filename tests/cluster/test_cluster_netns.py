@@ -42,6 +42,9 @@ import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ops", "cluster"))
+from netns import Netns  # noqa: E402
+
 SKIP = 77
 NODES = 3
 SUBNET = "127.77.0"
@@ -80,45 +83,25 @@ class Cluster:
         self.model = os.environ.get("LLMBUS_MODEL", os.path.join(src, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
         self.conf = os.path.join(src, "ops", "cluster", "nats-node.conf")
         self.tmp = tempfile.mkdtemp(prefix="llmbus-cluster-")
-        self.namespaces = []
+        self.hosts = Netns(TAG)
         self.nats = {}
         self.serve = {}
 
     def check(self):
-        if os.geteuid() != 0:
-            skip("network namespaces need root")
+        ok, why = self.hosts.check()
+        if not ok:
+            skip(why)
         for path in (self.llmbus, "/usr/sbin/nats-server"):
             if not os.access(path, os.X_OK):
                 skip(f"{path} missing")
         if not os.path.exists(self.model):
             skip(f"model {self.model} missing (run ops/fetch-model.sh)")
-        r = sh("ip", "netns", "add", f"{TAG}probe", check=False)
-        if r.returncode != 0:
-            skip(f"cannot create a network namespace: {r.stdout.strip()}")
-        sh("ip", "netns", "del", f"{TAG}probe", check=False)
-
-    def add_ns(self, name, addr, idx):
-        sh("ip", "netns", "add", name)
-        self.namespaces.append(name)
-        veth, peer = f"{TAG}v{idx}", f"{TAG}h{idx}"
-        sh("ip", "link", "add", veth, "netns", name, "type", "veth", "peer", "name", peer, "netns", f"{TAG}hub")
-        sh("ip", "-n", f"{TAG}hub", "link", "set", peer, "master", "br0")
-        sh("ip", "-n", f"{TAG}hub", "link", "set", peer, "up")
-        sh("ip", "-n", name, "link", "set", "lo", "up")
-        sh("ip", "-n", name, "link", "set", veth, "up")
-        # 127/8 on a real interface: the kernel routes it only with route_localnet
-        sh("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1",
-           f"net.ipv4.conf.{veth}.route_localnet=1")
-        sh("ip", "-n", name, "addr", "add", f"{addr}/24", "dev", veth)
 
     def network(self):
-        sh("ip", "netns", "add", f"{TAG}hub")
-        self.namespaces.append(f"{TAG}hub")
-        sh("ip", "-n", f"{TAG}hub", "link", "add", "br0", "type", "bridge")
-        sh("ip", "-n", f"{TAG}hub", "link", "set", "br0", "up")
+        self.hosts.network()
         for i in range(1, NODES + 1):
-            self.add_ns(ns(i), f"{SUBNET}.{i}", i)
-        self.add_ns(f"{TAG}c", CLIENT_ADDR, 9)
+            self.hosts.add(ns(i), f"{SUBNET}.{i}")
+        self.hosts.add(f"{TAG}c", CLIENT_ADDR)
 
     def nats_url(self, first):
         order = [first] + [i for i in range(1, NODES + 1) if i != first]
@@ -243,8 +226,7 @@ class Cluster:
                 self.kill(p)
         for p in self.nats.values():
             self.kill(p)
-        for name in reversed(self.namespaces):
-            sh("ip", "netns", "del", name, check=False)
+        self.hosts.teardown()
 
 
 def load_main(urls, stop_file, concurrency, max_tokens, model):

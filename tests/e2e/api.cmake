@@ -13,3 +13,10 @@ foreach(t test_openai_client test_openai_vllm_api test_http_hostile test_api_dis
                        RUN_SERIAL TRUE
                        ENVIRONMENT "LLMBUS_SOURCE_DIR=${CMAKE_SOURCE_DIR};LLMBUS_BUILD_DIR=${CMAKE_BINARY_DIR};LLMBUS_MODEL=${LLB_DEFAULT_MODEL}")
 endforeach()
+# --device sim (actors/gpu_worker/runner_sim.h): two sim engines, replays, preemption, refusals.
+# Short (no weights computed): well under a minute.
+add_test(NAME e2e_test_sim_device
+         COMMAND sh -c "if [ ! -x '${llb_api_py}' ]; then echo 'SKIP: ${llb_api_py} missing (make venv)'; exit 77; fi; exec '${llb_api_py}' '${CMAKE_CURRENT_LIST_DIR}/test_sim_device.py'")
+set_tests_properties(e2e_test_sim_device PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "e2e;sim"
+                     RUN_SERIAL TRUE
+                     ENVIRONMENT "LLMBUS_SOURCE_DIR=${CMAKE_SOURCE_DIR};LLMBUS_BUILD_DIR=${CMAKE_BINARY_DIR};LLMBUS_MODEL=${LLB_DEFAULT_MODEL}")

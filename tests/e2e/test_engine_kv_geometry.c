@@ -49,7 +49,8 @@ static void forge_worker_heartbeat(const char *eid, int32_t num_blocks, int32_t 
                              .block_size = block_size};
   struct llb_buf b = {0};
   assert_int_equal(llb_heartbeat_encode_buf(&hb, &b), LLB_STATUS_OK);
-  assert_int_equal(bus_publish(s.bus, "llm.health.gpu_worker.forged", b.data, b.len, NULL), LLB_STATUS_OK);
+  /* on the subject engine 0's peers listen on, whatever engine the beat names */
+  assert_int_equal(bus_publish(s.bus, "llm.engine.0.health.gpu_worker", b.data, b.len, NULL), LLB_STATUS_OK);
   assert_int_equal(bus_flush(s.bus, 5000), LLB_STATUS_OK);
   llb_buf_free(&b);
 }
@@ -137,7 +138,7 @@ static void forge_scheduler_hello(const char *eid) {
                              .engine_id = llb_str_c(eid)};
   struct llb_buf b = {0};
   assert_int_equal(llb_heartbeat_encode_buf(&hb, &b), LLB_STATUS_OK);
-  assert_int_equal(bus_publish(s.bus, "llm.health.scheduler.hello", b.data, b.len, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_publish(s.bus, "llm.engine.0.health.scheduler", b.data, b.len, NULL), LLB_STATUS_OK);
   assert_int_equal(bus_flush(s.bus, 5000), LLB_STATUS_OK);
   llb_buf_free(&b);
 }

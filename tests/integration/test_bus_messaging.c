@@ -438,6 +438,42 @@ static void test_heartbeat_publishes_periodically(void **state) {
   bus_destroy(watcher);
 }
 
+/* An engine's actor beats on its engine's health subject too (bus_heartbeat_also), where its
+ * peers listen: the same bytes on both subjects, the periodic beats and bus_heartbeat_now. */
+static void test_heartbeat_also_goes_to_the_engine_subject(void **state) {
+  (void)state;
+  struct bus *b = connect_or_fail("hb-engine");
+  struct bus *watcher = connect_or_fail("hb-engine-watch");
+  struct bus_sub *global = NULL, *engine = NULL;
+  char subject[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_subject_engine_health("llm", "3", "gpu_worker", subject, sizeof subject), LLB_STATUS_OK);
+  assert_string_equal(subject, "llm.engine.3.health.gpu_worker");
+  assert_int_equal(bus_subscribe_sync(watcher, "llm.health.gpu_worker.w", &global), LLB_STATUS_OK);
+  assert_int_equal(bus_subscribe_sync(watcher, subject, &engine), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(watcher, WAIT_MS), LLB_STATUS_OK);
+  assert_int_equal(bus_heartbeat_also(b, subject), LLB_STATUS_INVALID_ARGUMENT); /* not beating yet */
+  int counter = 0;
+  assert_int_equal(bus_heartbeat_start(b, "gpu_worker", "w", 60000, 64, fill_beat, &counter), LLB_STATUS_OK);
+  struct bus_msg *r = NULL;
+  assert_int_equal(bus_sub_next_msg(global, WAIT_MS, &r), LLB_STATUS_OK); /* the first beat, before "also" */
+  bus_msg_destroy(r);
+  assert_int_equal(bus_heartbeat_also(b, subject), LLB_STATUS_OK);
+  assert_int_equal(bus_heartbeat_now(b), LLB_STATUS_OK);
+  struct bus_msg *g = NULL, *e = NULL;
+  assert_int_equal(bus_sub_next_msg(global, WAIT_MS, &g), LLB_STATUS_OK);
+  assert_int_equal(bus_sub_next_msg(engine, WAIT_MS, &e), LLB_STATUS_OK);
+  assert_int_equal(g->len, e->len);
+  assert_memory_equal(g->data, e->data, g->len);
+  bus_msg_destroy(g);
+  bus_msg_destroy(e);
+  assert_int_equal(bus_subject_engine_health("llm", "3", "a.b", subject, sizeof subject),
+                   LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(bus_subject_engine_health("llm", "3", "*", subject, sizeof subject), LLB_STATUS_OK);
+  assert_string_equal(subject, "llm.engine.3.health.*");
+  bus_destroy(b);
+  bus_destroy(watcher);
+}
+
 /* ---- limits and failures ---- */
 
 static void test_payload_too_large_names_sizes(void **state) {
@@ -557,6 +593,7 @@ int main(void) {
       cmocka_unit_test(test_invalid_incoming_traceparent_starts_new_trace),
       cmocka_unit_test(test_streamed_replies_arrive_in_order),
       cmocka_unit_test(test_heartbeat_publishes_periodically),
+      cmocka_unit_test(test_heartbeat_also_goes_to_the_engine_subject),
       cmocka_unit_test(test_payload_too_large_names_sizes),
       cmocka_unit_test(test_no_server_error_names_url),
       cmocka_unit_test(test_url_list_skips_a_dead_server),

@@ -53,29 +53,6 @@ static llb_status add_hparams(struct gguf_writer *w, const char *arch, uint32_t 
   return st;
 }
 
-static llb_status add_vocab(struct gguf_writer *w) {
-  static char storage[V][8];
-  const char *tokens[V];
-  float scores[V];
-  int32_t types[V];
-  for (int i = 0; i < V; i++) {
-    if (i == 0) snprintf(storage[i], sizeof storage[i], "<unk>");
-    else if (i == 1) snprintf(storage[i], sizeof storage[i], "<s>");
-    else if (i == 2) snprintf(storage[i], sizeof storage[i], "</s>");
-    else snprintf(storage[i], sizeof storage[i], "t%d", i % 100);
-    tokens[i] = storage[i];
-    scores[i] = -(float)i;
-    types[i] = i == 0 ? 2 : i < 3 ? 3 : 1;
-  }
-  llb_status st = gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
-  if (!st) st = gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", tokens, V);
-  if (!st) st = gguf_writer_add_array(w, "tokenizer.ggml.scores", GGUF_VALUE_TYPE_FLOAT32, scores, V);
-  if (!st) st = gguf_writer_add_array(w, "tokenizer.ggml.token_type", GGUF_VALUE_TYPE_INT32, types, V);
-  if (!st) st = gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
-  if (!st) st = gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
-  return st;
-}
-
 /* What each named model adds to its architecture's layer (see arch_models.h). */
 struct arch_spec {
   const char *name, *arch;
@@ -153,7 +130,7 @@ llb_status arch_model_write(const char *name, void **buf, size_t *size) {
   const float ws = 0.25f; /* weight spread: ~1/sqrt(E) * 2 */
   st = add_hparams(w, s->arch, (uint32_t)s->layers, s->ctx, s->rope_freq_base);
   if (!st) st = add_arch_keys(w, s);
-  if (!st) st = add_vocab(w);
+  if (!st) st = gguf_writer_add_tiny_vocab(w, V);
   if (!st) st = add_f32(w, &g, "token_embd.weight", E, V, 0.0f, s->gemma ? 0.15f : 1.0f); /* gemma scales by 8 */
   if (!st && s->llama3) st = gguf_writer_add_tensor_f32(w, "rope_freqs.weight", 1, (int64_t[]){D / 2}, rope_freqs);
   char n[96];

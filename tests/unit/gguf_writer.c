@@ -385,3 +385,31 @@ llb_status gguf_writer_add_random_llama(struct gguf_writer *w, const struct gguf
   if (!st) st = add_random_f32(w, "output.weight", E, V, 0.0f, 0.6f, rng);
   return st;
 }
+
+llb_status gguf_writer_add_tiny_vocab(struct gguf_writer *w, int32_t n) {
+  if (n < 3 || n > 4096) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tiny vocab of %d tokens: 3..4096", n);
+  char (*storage)[8] = malloc((size_t)n * sizeof *storage);
+  const char **tokens = malloc((size_t)n * sizeof *tokens);
+  float *scores = malloc((size_t)n * sizeof *scores);
+  int32_t *types = malloc((size_t)n * sizeof *types);
+  llb_status st = storage && tokens && scores && types ? LLB_STATUS_OK
+                                                       : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "tiny vocab");
+  for (int32_t i = 0; !st && i < n; i++) {
+    if (i < 3) snprintf(storage[i], sizeof storage[i], "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+    else snprintf(storage[i], sizeof storage[i], "t%d", i % 100);
+    tokens[i] = storage[i];
+    scores[i] = -(float)i;
+    types[i] = i == 0 ? 2 : i < 3 ? 3 : 1;
+  }
+  if (!st) st = gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
+  if (!st) st = gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", tokens, n);
+  if (!st) st = gguf_writer_add_array(w, "tokenizer.ggml.scores", GGUF_VALUE_TYPE_FLOAT32, scores, n);
+  if (!st) st = gguf_writer_add_array(w, "tokenizer.ggml.token_type", GGUF_VALUE_TYPE_INT32, types, n);
+  if (!st) st = gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
+  if (!st) st = gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
+  free(storage);
+  free(tokens);
+  free(scores);
+  free(types);
+  return st;
+}

@@ -92,6 +92,11 @@ llb_status gguf_writer_add_llama_hparams(struct gguf_writer *w, const struct ggu
 llb_status gguf_writer_add_random_llama(struct gguf_writer *w, const struct gguf_llama_hparams *h, float embd_amp,
                                         uint64_t *rng);
 
+/* Adds a tiny SPM ("llama") vocabulary of n tokens: 0 "<unk>" (UNKNOWN), 1 "<s>" (CONTROL, BOS),
+ * 2 "</s>" (CONTROL, EOS), then "t<i % 100>" (NORMAL) with score -i. n in [3, 4096].
+ * Errors: INVALID_ARGUMENT (n), the writer's. */
+llb_status gguf_writer_add_tiny_vocab(struct gguf_writer *w, int32_t n);
+
 /* Adds a tensor: name (copied), ggml type (written as given), n_dims (0..4, written as
  * given), ne [n_dims] (fastest first), data [size_bytes] copied. Its offset is the next
  * aligned position of the data section. INVALID_ARGUMENT if n_dims > 4. */

@@ -17,3 +17,6 @@ llb_add_test(test_pooler SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pooler.c
 # Prompt logprobs of a worker step (actors/gpu_worker/prompt_logprobs.c).
 llb_add_test(test_prompt_logprobs SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_prompt_logprobs.c
              LIBS llmbus_gpu_worker PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
+# --device sim's step-time model, its fit and file, and its tokens (actors/gpu_worker/runner_sim.c).
+llb_add_test(test_runner_sim SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_runner_sim.c
+             LIBS llmbus_runner_sim PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)

@@ -92,6 +92,16 @@ static void test_invalid_and_truncated_bytes_become_replacement_chars(void **sta
   assert_string_equal(d.text, "a\xef\xbf\xbd" "b\xef\xbf\xbd" "c\xef\xbf\xbd" "x\xef\xbf\xbd");
   assert_true(detok_utf8_valid(d.text, d.len));
   detok_free(&d);
+  /* A NUL byte (byte-level BPE's token for 0x00, "Ā") is not text either: the RequestOutput
+   * text is a C string on the wire, and one NUL made the api server refuse the whole output. */
+  assert_int_equal(detok_init(&d, tok, true), LLB_STATUS_OK);
+  assert_int_equal(detok_append_bytes(&d, "a\0b", 3), LLB_STATUS_OK);
+  assert_int_equal(d.len, 5);
+  assert_memory_equal(d.text, "a\xef\xbf\xbd" "b", 5);
+  detok_free(&d);
+  char clean[16];
+  assert_int_equal(detok_utf8_sanitize("x\0", 2, clean), 4);
+  assert_string_equal(clean, "x\xef\xbf\xbd");
   /* Overlong and surrogate encodings are rejected too. */
   assert_false(detok_utf8_valid("\xc0\xaf", 2));
   assert_false(detok_utf8_valid("\xed\xa0\x80", 3));

@@ -15,6 +15,9 @@
  *   fail the step naming the request.
  * - Errors leave the batch unchanged and are reported in the output's error field: unknown
  *   request (delta and scheduled entry), block id out of range, token budget, block size.
+ * - --device sim (runner_sim.h): a request's tokens are its key's at every output position,
+ *   the same in any batch and after preemption; a step lasts at least its modelled time,
+ *   asleep; what needs logits is refused naming the request.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,11 +29,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "actors/gpu_worker/model_runner.h"
+#include "actors/gpu_worker/runner_sim.h"
+#include "base/log.h"
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/structured_output.h"
+#include "model/tokenizer.h"
 #include "tests/unit/gguf_writer.h"
 
 enum { L = 2, E = 64, H = 4, HKV = 2, D = 16, F = 128, V = 97, CTX = 256, BS = 4, NB = 64, MAX_TOK = 16 };
@@ -48,6 +55,7 @@ static int setup(void **state) {
   assert_int_equal(gguf_writer_create(3, &w), LLB_STATUS_OK);
   const struct gguf_llama_hparams hp = {L, CTX, E, F, H, HKV, D, V, 10000.0f};
   assert_int_equal(gguf_writer_add_random_llama(w, &hp, 4.0f, &rng_state), LLB_STATUS_OK);
+  assert_int_equal(gguf_writer_add_tiny_vocab(w, V), LLB_STATUS_OK); /* the sim device reads it */
   size_t size;
   assert_int_equal(gguf_writer_write_memory(w, &fx->buf, &size), LLB_STATUS_OK);
   gguf_writer_destroy(w);
@@ -184,9 +192,9 @@ static struct sim_req make_req(const char *id, int32_t num_prompt, uint32_t salt
   return q;
 }
 
-/* The reference: q alone, whole prompt in one step, then one token per step. */
-static void run_alone(struct fixture *fx, struct sim_req *q, int32_t num_outputs) {
-  struct model_runner *r = make_runner(fx, 1);
+/* The reference: q alone on runner r (destroyed after), whole prompt in one step, then one
+ * token per step. */
+static void run_alone_on(struct model_runner *r, struct sim_req *q, int32_t num_outputs) {
   struct sim_step s;
   uint64_t step = 1;
   while (q->num_tokens - q->num_prompt < num_outputs) {
@@ -195,6 +203,10 @@ static void run_alone(struct fixture *fx, struct sim_req *q, int32_t num_outputs
     sim_run(r, &s, &q, 1);
   }
   model_runner_destroy(r);
+}
+
+static void run_alone(struct fixture *fx, struct sim_req *q, int32_t num_outputs) {
+  run_alone_on(make_runner(fx, 1), q, num_outputs);
 }
 
 enum { NUM_OUT = 8 };
@@ -712,6 +724,121 @@ static void test_drafts_verified_in_one_forward_give_the_tokens_of_plain_decodin
   assert_int_equal(model_runner_create(fx->m, &cfg, &r), LLB_STATUS_INVALID_ARGUMENT);
 }
 
+
+/* ---- --device sim (runner_sim.h): everything but the forward ---- */
+
+static struct model_runner *make_sim_runner(struct fixture *fx, const struct sim_cost_model *cost) {
+  struct model_runner_config cfg = {.num_blocks = NB, .block_size = BS, .max_num_batched_tokens = MAX_TOK,
+                                    .num_threads = 1, .device = MODEL_RUNNER_DEVICE_SIM, .gguf = fx->f,
+                                    .sim_cost = cost};
+  struct model_runner *r;
+  assert_int_equal(model_runner_create(NULL, &cfg, &r), LLB_STATUS_OK);
+  return r;
+}
+
+/* A free step: the tests of tokens do not wait. */
+static const struct sim_cost_model free_steps = {.name = "free"};
+
+/* A sim request's tokens are the generator's at each output position (the key of its prompt,
+ * and of its seed unless greedy), never a control or end-of-generation id, and the same alone
+ * or chunked beside another request, preempted and resumed as new on other blocks. */
+static void test_sim_device_gives_a_request_the_same_tokens_in_any_batch(void **state) {
+  struct fixture *fx = *state;
+  struct sim_req ref_a = make_req("a", 10, 1, true), ref_b = make_req("b", 13, 2, false);
+  run_alone_on(make_sim_runner(fx, &free_steps), &ref_a, NUM_OUT);
+  run_alone_on(make_sim_runner(fx, &free_steps), &ref_b, NUM_OUT);
+  struct tokenizer *tok;
+  struct sim_vocab v;
+  assert_int_equal(tokenizer_load(fx->f, &tok), LLB_STATUS_OK);
+  assert_int_equal(sim_vocab_from_tokenizer(tok, &v), LLB_STATUS_OK);
+  tokenizer_destroy(tok);
+  assert_int_equal(v.num_ids, V - 3);
+  const uint64_t key_a = sim_request_key(&ref_a.params, ref_a.tokens, ref_a.num_prompt);
+  for (int32_t i = 0; i < NUM_OUT; i++) {
+    assert_int_equal(ref_a.tokens[ref_a.num_prompt + i], sim_token(&v, key_a, i));
+    assert_true(ref_b.tokens[ref_b.num_prompt + i] > 2); /* no <unk>, <s>, </s> */
+  }
+  sim_vocab_free(&v);
+  /* b again with another seed: other tokens (a seeded request's key takes its seed) */
+  struct sim_req c = make_req("b", 13, 2, false);
+  c.params.seed += 1;
+  run_alone_on(make_sim_runner(fx, &free_steps), &c, NUM_OUT);
+  assert_memory_not_equal(c.tokens + c.num_prompt, ref_b.tokens + ref_b.num_prompt, sizeof(int32_t) * NUM_OUT);
+
+  struct sim_req a = make_req("a", 10, 1, true), b = make_req("b", 13, 2, false);
+  struct sim_req *reqs[] = {&a, &b};
+  struct model_runner *r = make_sim_runner(fx, &free_steps);
+  struct sim_step s;
+  for (uint64_t step = 1; a.num_tokens - a.num_prompt < NUM_OUT || b.num_tokens - b.num_prompt < NUM_OUT; step++) {
+    sim_begin(&s, step);
+    if (step == 4) {
+      sim_preempt(&s, &a);
+    } else if (a.num_tokens - a.num_prompt < NUM_OUT) {
+      const int32_t n = a.num_tokens - a.num_computed;
+      sim_schedule(&s, &a, n > 12 ? 12 : n);
+    }
+    if (b.num_tokens - b.num_prompt < NUM_OUT) {
+      const int32_t n = b.num_tokens - b.num_computed; /* the prompt in chunks of 5 */
+      sim_schedule(&s, &b, n > 5 ? 5 : n);
+    }
+    sim_run(r, &s, reqs, 2);
+  }
+  assert_memory_equal(a.tokens, ref_a.tokens, sizeof(int32_t) * (size_t)ref_a.num_tokens);
+  assert_memory_equal(b.tokens, ref_b.tokens, sizeof(int32_t) * (size_t)ref_b.num_tokens);
+  assert_true(model_runner_last_batch(r)->num_tokens > 0);
+  model_runner_destroy(r);
+}
+
+static int64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A sim step lasts at least its modelled time (here 60 ms for the 6-token prompt: 30 fixed +
+ * 5 a token) and spends it asleep: the thread's CPU time stays a fraction of it. A lower
+ * bound only: a loaded machine can make a step longer, never shorter. */
+static void test_sim_step_waits_its_modelled_time_asleep(void **state) {
+  struct fixture *fx = *state;
+  const struct sim_cost_model cost = {.name = "slow", .fixed_s = 0.030, .token_s = 0.005};
+  struct model_runner *r = make_sim_runner(fx, &cost);
+  struct sim_req q = make_req("q", 6, 5, true);
+  struct sim_req *reqs[] = {&q};
+  struct sim_step s;
+  sim_begin(&s, 1);
+  sim_schedule(&s, &q, 6);
+  const int64_t t0 = llb_now_ns(), c0 = thread_cpu_ns();
+  sim_run(r, &s, reqs, 1);
+  const int64_t wall = llb_now_ns() - t0, cpu = thread_cpu_ns() - c0;
+  assert_true(wall >= 60000000);
+  assert_true(cpu < wall / 4);
+  model_runner_destroy(r);
+}
+
+/* The sim computes no logits: a request asking for logprobs, prompt logprobs or structured
+ * output fails its step with UNSUPPORTED naming it (never made-up values), and the runner
+ * serves the others. */
+static void test_sim_device_refuses_what_needs_logits_naming_the_request(void **state) {
+  struct fixture *fx = *state;
+  struct model_runner *r = make_sim_runner(fx, &free_steps);
+  for (int c = 0; c < 3; c++) {
+    struct sim_req q = make_req("wants-logits", 4, 6, false);
+    if (c == 0) q.params.logprobs = 2;
+    if (c == 1) q.params.prompt_logprobs = 0;
+    if (c == 2) q.so = (struct llb_structured_outputs){.kind = LLB_SO_JSON_OBJECT};
+    struct sim_step s;
+    sim_begin(&s, 1);
+    sim_schedule(&s, &q, 4);
+    struct llb_model_runner_output out;
+    assert_int_equal(model_runner_execute(r, &s.so, &out), LLB_STATUS_UNSUPPORTED);
+    assert_string_equal(out.failed_req_id.data, "wants-logits");
+    assert_non_null(strstr(out.error.message.data, "sim"));
+    assert_int_equal(model_runner_num_reqs(r), 0);
+  }
+  struct sim_req ok = make_req("ok", 4, 6, false);
+  run_alone_on(r, &ok, 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_batch_has_positions_slots_and_logits_rows_of_the_scheduled_ranges),
@@ -722,6 +849,9 @@ int main(void) {
       cmocka_unit_test(test_structured_request_samples_only_its_grammar_and_resumes_the_same),
       cmocka_unit_test(test_outputs_that_break_the_grammar_fail_the_step_naming_the_request),
       cmocka_unit_test(test_drafts_verified_in_one_forward_give_the_tokens_of_plain_decoding),
+      cmocka_unit_test(test_sim_device_gives_a_request_the_same_tokens_in_any_batch),
+      cmocka_unit_test(test_sim_step_waits_its_modelled_time_asleep),
+      cmocka_unit_test(test_sim_device_refuses_what_needs_logits_naming_the_request),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
