@@ -1,4 +1,4 @@
-/* Packed matmul weights: Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K and IQ4_XS repacked at load
+/* Packed matmul weights: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K and IQ4_XS repacked at load
  * into panels of 16 output columns, so
  * that one SIMD register holds four weights of each of 16 columns and an int8 dot product
  * instruction (AVX-512 VNNI vpdpbusd, or AVX2 vpmaddubsw) sums them against four activation
@@ -40,9 +40,10 @@
  * fp16-scaled form (scales as the GGUF block's fp16 bits) and a float-scaled form for the K
  * and IQ4_XS types, whose per-32 scale is the super-block scale times a sub-block scale (exact
  * in float, not in fp16). With S the bytes of a scale (2 or 4):
- *   NIBBLE   (Q4_1; Q4_K float-scaled): d[16], m[16], then qs[4][64]: qs[h][4j + e] = byte
- *            4h + e of column j's Q4_1-style qs (low nibble: element 4h + e, high nibble:
- *            element 16 + 4h + e). Q4_K: d = d * sc, m = -(dmin * min) of the sub-block.
+ *   NIBBLE   (Q4_0, Q4_1; Q4_K float-scaled): d[16], m[16], then qs[4][64]: qs[h][4j + e] =
+ *            byte 4h + e of column j's Q4_1-style qs (low nibble: element 4h + e, high nibble:
+ *            element 16 + 4h + e). Q4_0: m = -8 * d (exact in fp16; a file with |d| > 65504/8
+ *            stays unpacked). Q4_K: d = d * sc, m = -(dmin * min) of the sub-block.
  *   SIGNED   (Q8_0, Q5_0, IQ4_NL; IQ4_XS float-scaled): d[16], then qs[8][64]: qs[g][4j + e] =
  *            the signed integer weight of element 4g + e of column j, plus 128 (unsigned, for
  *            vpdpbusd). Q5_0: q - 16 (-16..15); IQ4_NL / IQ4_XS: kvalues_iq4nl[q] (-127..113);
@@ -88,7 +89,7 @@ void cpu_quantize_act_row_x(enum cpu_simd_level level, const float *x, block_q8_
 typedef void (*cpu_packed_fn)(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                               int n_rows, float *out, int64_t out_stride);
 
-/* The kernel of packed weight type w (Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, IQ4_XS) at
+/* The kernel of packed weight type w (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, IQ4_XS) at
  * `level`, clamped to what the CPU runs; NULL for other types. */
 cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level);
 

@@ -3,12 +3,14 @@
  * as ggml-quants.c get_scale_min_k4, IQ4_XS as dequantize_row_iq4_xs. */
 #include "kernels/cpu/packed.h"
 
+#include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 int cpu_pack_kind(enum ggml_type t, int *float_scales) {
   int fs = 0, fam;
   switch (t) {
-  case GGML_TYPE_Q4_1: fam = CPU_PACK_FAMILY_NIBBLE; break;
+  case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: fam = CPU_PACK_FAMILY_NIBBLE; break;
   case GGML_TYPE_Q4_K: fam = CPU_PACK_FAMILY_NIBBLE, fs = 1; break;
   case GGML_TYPE_Q8_0: case GGML_TYPE_Q5_0: case GGML_TYPE_IQ4_NL: fam = CPU_PACK_FAMILY_SIGNED; break;
   case GGML_TYPE_IQ4_XS: fam = CPU_PACK_FAMILY_SIGNED, fs = 1; break;
@@ -30,12 +32,25 @@ size_t cpu_pack_block_bytes(int family, int float_scales) {
   }
 }
 
+/* Q4_0 packs as NIBBLE with min -8 * d, which fp16 holds exactly unless |d| > 65504 / 8:
+ * whether every block of w has such a scale (a real file always does). */
+static bool q4_0_mins_fit_fp16(const struct backend_weight *w) {
+  const int64_t nb = w->cols / 32;
+  for (int64_t r = 0; r < w->rows; r++) {
+    const block_q4_0 *x = (const block_q4_0 *)(const void *)((const uint8_t *)w->data + (size_t)r * w->row_bytes);
+    for (int64_t b = 0; b < nb; b++)
+      if (!(fabsf(llb_fp16_to_fp32(x[b].d)) <= 65504.0f / 8.0f)) return false;
+  }
+  return true;
+}
+
 size_t cpu_pack_bytes(const struct backend_weight *w) {
   int fs = 0;
   const int fam = cpu_pack_kind(w->type, &fs);
   const int64_t be = ggml_type_block_elems(w->type);
   if (fam < 0 || w->rows <= 0 || w->rows % CPU_PACK_COLS != 0 || w->cols <= 0 || w->cols % be != 0)
     return 0;
+  if (w->type == GGML_TYPE_Q4_0 && !q4_0_mins_fit_fp16(w)) return 0;
   return (size_t)(w->rows / CPU_PACK_COLS) * (size_t)(w->cols / 32) * cpu_pack_block_bytes(fam, fs);
 }
 
@@ -76,6 +91,12 @@ static void decode_block32(enum ggml_type t, const uint8_t *row, int64_t b, stru
   const int64_t sb = b / 8;
   const int j = (int)(b % 8); /* sub-block of a 256-weight super-block */
   switch (t) {
+  case GGML_TYPE_Q4_0: { /* w = d * (q - 8) = d * q + (-8 * d), exact in fp16 (cpu_pack_bytes) */
+    const block_q4_0 *x = (const block_q4_0 *)row + b;
+    o->dh = x->d, o->mh = llb_fp32_to_fp16(-8.0f * llb_fp16_to_fp32(x->d));
+    for (int i = 0; i < 16; i++) o->uq[i] = x->qs[i] & 0x0F, o->uq[i + 16] = x->qs[i] >> 4;
+    return;
+  }
   case GGML_TYPE_Q4_1: {
     const block_q4_1 *x = (const block_q4_1 *)row + b;
     o->dh = x->d, o->mh = x->m;

@@ -33,7 +33,9 @@ enum cpu_simd_level {
   CPU_SIMD_LEVEL_AVX512_VNNI = 2 /* AVX2 paths, plus AVX-512 F/BW/VL + VNNI for packed matmuls */
 };
 
-/* Best level this CPU runs (__builtin_cpu_supports, CPUID), probed once per process. */
+/* Best level this CPU runs (__builtin_cpu_supports, CPUID), probed once per process, capped
+ * by the environment variable LLMBUS_SIMD (scalar | avx2 | avx512) when it is set: every
+ * kernel clamps to this, so the variable forces a path for benches and tests. */
 enum cpu_simd_level cpu_simd_level_detect(void);
 
 /* Activation block of Q4_1 dots (ggml block_q8_1): d = amax/127, s = d * sum(qs). 36 bytes. */

@@ -1,4 +1,4 @@
-/* Packed Q4_1 / Q8_0 / Q5_0 / Q5_1 / IQ4_NL / Q4_K / Q5_K / IQ4_XS matmuls (kernels/cpu/packed.h)
+/* Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / IQ4_NL / Q4_K / Q5_K / IQ4_XS matmuls (kernels/cpu/packed.h)
  * through the CPU backend's matmul.
  *
  * 1. Every output equals, bit for bit, a reference written here from the GGUF layout in the
@@ -34,10 +34,14 @@ static uint32_t rnd(void) {
 }
 static float rndf(void) { return (float)rnd() / 2147483648.0f - 1.0f; } /* [-1, 1) */
 
-/* Whether blocks of t carry a min m after d (w = d * q + m). */
-static bool has_min(enum ggml_type t) {
+/* Whether blocks of t store a min m after d (w = d * q + m). */
+static bool stores_min(enum ggml_type t) {
   return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K;
 }
+
+/* Whether the packed order adds a min term: the types that store one, and Q4_0, packed as
+ * unsigned nibbles q with m = -8 * d (w = d * (q - 8)). */
+static bool has_min(enum ggml_type t) { return stores_min(t) || t == GGML_TYPE_Q4_0; }
 
 static bool is_super(enum ggml_type t) { return ggml_type_block_elems(t) == 256; }
 
@@ -50,7 +54,7 @@ static uint8_t *random_weight(enum ggml_type t, int64_t rows, int64_t cols, size
   for (size_t b = 0; b < n / bb; b++) {
     const uint16_t d = llb_fp32_to_fp16(0.005f + 0.02f * fabsf(rndf())), m = llb_fp32_to_fp16(0.1f * rndf());
     memcpy(p + b * bb, &d, 2);
-    if (has_min(t)) memcpy(p + b * bb + 2, is_super(t) ? &d : &m, 2); /* K: dmin > 0 as ggml */
+    if (stores_min(t)) memcpy(p + b * bb + 2, is_super(t) ? &d : &m, 2); /* K: dmin > 0 as ggml */
   }
   return p;
 }
@@ -68,8 +72,9 @@ static int weight_q(enum ggml_type t, const uint8_t *row, int64_t b, int j) {
   static const int kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
   const uint8_t *blk = row + b * (int64_t)ggml_type_block_bytes(t);
   switch (t) {
+  case GGML_TYPE_Q4_0:
   case GGML_TYPE_Q4_1: {
-    const uint8_t q = blk[4 + j % 16];
+    const uint8_t q = blk[(t == GGML_TYPE_Q4_0 ? 2 : 4) + j % 16];
     return j < 16 ? q & 0x0F : q >> 4;
   }
   case GGML_TYPE_Q5_0:
@@ -124,7 +129,7 @@ static int block_weight(enum ggml_type t, const uint8_t *row, int64_t b, int l, 
   if (is_super(t)) return super_q(t, row, b, l, d, m);
   const uint8_t *blk = row + b * (int64_t)ggml_type_block_bytes(t);
   *d = h2f(blk);
-  *m = has_min(t) ? h2f(blk + 2) : 0.0f;
+  *m = t == GGML_TYPE_Q4_0 ? -8.0f * *d : stores_min(t) ? h2f(blk + 2) : 0.0f;
   return weight_q(t, row, b, l);
 }
 
@@ -234,7 +239,7 @@ static void check_shape(enum ggml_type t, int64_t rows, int64_t k, int32_t n_row
 
 static void test_packed_matmul_equals_reference_on_every_level(void **state) {
   (void)state;
-  const enum ggml_type types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+  const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
                                   GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
   const int64_t shapes[][2] = {{16, 32}, {48, 64}, {192, 576}, {64, 1024}};
   const int64_t super_shapes[][2] = {{16, 256}, {48, 512}, {64, 1024}};
@@ -288,6 +293,15 @@ static void test_weights_without_layout_are_refused_and_still_work(void **state)
   assert_int_equal(ops->pack_bytes(&k6), 0); /* scales per 16 weights: no packed form */
   struct backend_weight k4 = {.type = GGML_TYPE_Q4_K, .rows = 16, .cols = 32, .row_bytes = 18, .data = data};
   assert_int_equal(ops->pack_bytes(&k4), 0); /* not a whole super-block */
+  /* Q4_0 packs with min -8 * d in fp16: a scale past 65504 / 8 has none, so no packed form */
+  size_t rb0;
+  uint8_t *q40 = random_weight(GGML_TYPE_Q4_0, 16, 64, &rb0);
+  struct backend_weight w0 = {.type = GGML_TYPE_Q4_0, .rows = 16, .cols = 64, .row_bytes = rb0, .data = q40};
+  assert_true(ops->pack_bytes(&w0) > 0);
+  const uint16_t big = llb_fp32_to_fp16(9000.0f);
+  memcpy(q40 + 5 * rb0 + 18, &big, 2); /* row 5, block 1 */
+  assert_int_equal(ops->pack_bytes(&w0), 0);
+  free(q40);
   /* a packed pointer on a weight without a layout is ignored: GGUF layout, ggml order */
   w.packed = dst;
   float x[64], out[24];
