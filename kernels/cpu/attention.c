@@ -336,6 +336,164 @@ ATTN_AVX2_TARGET static void attention_item_avx2(const struct attn_task *t, cons
 #endif
 
 #if ATTN_HAVE_X86
+/* The BATCH order on AVX2: a key's dot is 16 lanes held as two registers (lo: lanes 0-7, hi:
+ * 8-15), p.v lane l a set of registers over the keys j = l (mod 16). The same operations in the
+ * same order as the generic path, arranged as attention_item_avx512 arranges them: the dots of
+ * 4 keys run side by side (one chain per key and half would wait on the fma latency), are
+ * reduced together, and p.v runs lane by lane with its accumulators in registers. */
+
+/* Dots of 4 keys (lo[k], hi[k]) to lanes 0-3, each reduced as attn_reduce16 does one: h = hi +
+ * lo, r[i] = h[i] + h[i + 4], (r0 + r2) + (r1 + r3), done for the 4 keys at once. */
+ATTN_AVX2_TARGET static inline __m128 reduce4x16_avx2(const __m256 lo[4], const __m256 hi[4]) {
+  __m256 h[4];
+  for (int k = 0; k < 4; k++) h[k] = _mm256_add_ps(hi[k], lo[k]);
+  /* r01 = [r of key 0 | r of key 1], r23 likewise */
+  const __m256 r01 = _mm256_add_ps(_mm256_permute2f128_ps(h[0], h[1], 0x20), _mm256_permute2f128_ps(h[0], h[1], 0x31));
+  const __m256 r23 = _mm256_add_ps(_mm256_permute2f128_ps(h[2], h[3], 0x20), _mm256_permute2f128_ps(h[2], h[3], 0x31));
+  /* [k0: r0 + r2, r1 + r3, k2: ..., ... | k1: ..., k3: ...] */
+  const __m256 s = _mm256_add_ps(_mm256_shuffle_ps(r01, r23, 0x44), _mm256_shuffle_ps(r01, r23, 0xEE));
+  const __m256 t = _mm256_add_ps(s, _mm256_shuffle_ps(s, s, 0xB1)); /* k0 k0 k2 k2 | k1 k1 k3 k3 */
+  return _mm256_castps256_ps128(_mm256_permutevar8x32_ps(t, _mm256_setr_epi32(0, 4, 2, 6, 0, 0, 0, 0)));
+}
+
+/* kf [k][0 .. hd) = key k (fp16 at k0 + k * stride) as float, k < 4. */
+ATTN_AVX2_TARGET static inline void convert4_avx2(const uint16_t *k0, int64_t stride, int32_t hd,
+                                                  float (*kf)[ATTN_MAX_DIM]) {
+  for (int k = 0; k < 4; k++)
+    for (int32_t i = 0; i < hd; i += 8)
+      _mm256_storeu_ps(kf[k] + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k0 + k * stride + i))));
+}
+
+/* The raw BATCH dots of q [hd] (fp16-rounded) with 4 keys: from floats kf (kf != NULL) or
+ * converting the fp16 keys k0 + k * stride on the fly. Lane k of the result is key k's dot. */
+ATTN_AVX2_TARGET static inline __m128 qk4_avx2(const float *q, const float (*kf)[ATTN_MAX_DIM], const uint16_t *k0,
+                                               int64_t stride, int32_t hd) {
+  __m256 lo[4], hi[4];
+  for (int k = 0; k < 4; k++) lo[k] = hi[k] = _mm256_setzero_ps();
+  for (int32_t i = 0; i < hd; i += 16) {
+    const __m256 ql = _mm256_loadu_ps(q + i), qh = _mm256_loadu_ps(q + i + 8);
+    for (int k = 0; k < 4; k++) {
+      __m256 kl, kh;
+      if (kf) {
+        kl = _mm256_loadu_ps(kf[k] + i), kh = _mm256_loadu_ps(kf[k] + i + 8);
+      } else {
+        kl = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k0 + k * stride + i)));
+        kh = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k0 + k * stride + i + 8)));
+      }
+      lo[k] = _mm256_fmadd_ps(ql, kl, lo[k]);
+      hi[k] = _mm256_fmadd_ps(qh, kh, hi[k]);
+    }
+  }
+  return reduce4x16_avx2(lo, hi);
+}
+
+/* The BATCH dot of q with one fp16 key: two accumulators, attn_reduce16. */
+ATTN_AVX2_TARGET static inline float qk1_avx2(const float *q, const uint16_t *k, int32_t hd) {
+  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+  for (int32_t i = 0; i < hd; i += 16) {
+    lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), lo);
+    hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8))), hi);
+  }
+  return attn_reduce16(lo, hi);
+}
+
+/* Scores [g * n_ctx + j] of the item's heads for keys [first, n_ctx), block by block; 4 keys
+ * at a time (converted once for all heads when there are several). */
+ATTN_AVX2_TARGET static void scores_batch_avx2(const struct backend_attn_params *p, const struct attn_item *it,
+                                               const float (*qh)[ATTN_MAX_DIM], int64_t stride, int64_t head_off,
+                                               float *scores) {
+  const struct backend_kv_layer *kv = p->kv;
+  const int32_t hd = kv->head_dim, n_h = it->n_h, n_ctx = it->n_ctx, bs = kv->block_size;
+  const int32_t n_blocks = (n_ctx + bs - 1) / bs, b0 = it->first / bs;
+  float kf[4][ATTN_MAX_DIM];
+  for (int32_t b = b0; b < n_blocks; b++) {
+    const uint16_t *kb = kv->k + (int64_t)it->table[b] * bs * stride + head_off;
+    const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    int32_t o = b == b0 ? it->first - b * bs : 0;
+    for (; o + 4 <= n; o += 4) {
+      if (n_h > 1) convert4_avx2(kb + o * stride, stride, hd, kf);
+      for (int32_t g = 0; g < n_h; g++) {
+        float d[4];
+        _mm_storeu_ps(d, qk4_avx2(qh[g], n_h > 1 ? (const float(*)[ATTN_MAX_DIM])kf : NULL, kb + o * stride, stride, hd));
+        for (int k = 0; k < 4; k++) scores[(int64_t)g * n_ctx + b * bs + o + k] = attn_score(p, d[k]);
+      }
+    }
+    for (; o < n; o++)
+      for (int32_t g = 0; g < n_h; g++)
+        scores[(int64_t)g * n_ctx + b * bs + o] = attn_score(p, qk1_avx2(qh[g], kb + o * stride, hd));
+  }
+}
+
+/* Lane l of head g's p.v over dims [d0, d0 + 8 * nv) (nv <= 8 registers): the keys j = l
+ * (mod 16) from `first` in key order, fma(p_j, v_j[d], a[d]); stored to lane [8 * nv]. */
+ATTN_AVX2_TARGET static inline __attribute__((always_inline)) void
+pv_lane_avx2(const struct backend_kv_layer *kv, const struct attn_item *it, const float *sg, int64_t stride,
+             int64_t off, int32_t l, const int32_t nv, float *lane) {
+  const int32_t n_ctx = it->n_ctx, bs = kv->block_size, first = it->first;
+  const int32_t n_blocks = (n_ctx + bs - 1) / bs, b0 = first / bs;
+  __m256 a[8];
+  for (int32_t i = 0; i < nv; i++) a[i] = _mm256_setzero_ps();
+  for (int32_t b = b0; b < n_blocks; b++) {
+    const uint16_t *vb = kv->v + (int64_t)it->table[b] * bs * stride + off;
+    const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    int32_t o = l; /* bs % 16 == 0: key b * bs + o is in lane o % 16 */
+    while (b * bs + o < first) o += 16;
+    const float *pb = sg + b * bs;
+    for (; o < n; o += 16) {
+      const uint16_t *vr = vb + (int64_t)o * stride;
+      const __m256 pj = _mm256_set1_ps(pb[o]);
+      for (int32_t i = 0; i < nv; i++)
+        a[i] = _mm256_fmadd_ps(pj, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8 * i))), a[i]);
+    }
+  }
+  for (int32_t i = 0; i < nv; i++) _mm256_storeu_ps(lane + 8 * i, a[i]);
+}
+
+/* out [hd] of head g = p.v in the BATCH order: per slice of up to 64 dims, the 16 lanes
+ * (pv_lane_avx2) summed in combine_lanes' tree. */
+ATTN_AVX2_TARGET static void pv_batch_avx2(const struct backend_attn_params *p, const struct attn_item *it,
+                                           const float *sg, int64_t stride, int64_t head_off, float *out) {
+  const int32_t hd = p->kv->head_dim;
+  for (int32_t d0 = 0; d0 < hd; d0 += 64) {
+    const int32_t nv = (hd - d0 < 64 ? hd - d0 : 64) / 8;
+    float lane[16][64];
+    for (int32_t l = 0; l < 16; l++) {
+      if (nv == 8) pv_lane_avx2(p->kv, it, sg, stride, head_off + d0, l, 8, lane[l]);
+      else pv_lane_avx2(p->kv, it, sg, stride, head_off + d0, l, nv, lane[l]);
+    }
+    for (int32_t i = 0; i < nv; i++) {
+      __m256 t[16];
+      for (int l = 0; l < 16; l++) t[l] = _mm256_loadu_ps(lane[l] + 8 * i);
+      for (int l = 0; l < 8; l++) t[l] = _mm256_add_ps(t[l + 8], t[l]);
+      for (int l = 0; l < 4; l++) t[l] = _mm256_add_ps(t[l + 4], t[l]);
+      _mm256_storeu_ps(out + d0 + 8 * i, _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+    }
+  }
+}
+
+/* The BATCH order on AVX2 (see above). block_size % 16 == 0, head_dim % 16 == 0 and <=
+ * ATTN_MAX_DIM. Same numbers as the generic path. */
+ATTN_AVX2_TARGET static void attention_item_batch_avx2(const struct attn_task *t, const struct attn_item *it,
+                                                       float *scores /* [n_h, n_ctx] */) {
+  const struct backend_attn_params *p = t->p;
+  const int32_t hd = p->kv->head_dim, n_h = it->n_h, n_ctx = it->n_ctx;
+  const int64_t stride = (int64_t)p->kv->n_kv_heads * hd, head_off = (int64_t)it->kvh * hd;
+  float qh[ATTN_MAX_GROUP][ATTN_MAX_DIM];
+  for (int32_t g = 0; g < n_h; g++) {
+    const float *q = p->q + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd;
+    for (int32_t i = 0; i < hd; i += 8)
+      _mm256_storeu_ps(qh[g] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
+  }
+  scores_batch_avx2(p, it, (const float(*)[ATTN_MAX_DIM])qh, stride, head_off, scores);
+  for (int32_t g = 0; g < n_h; g++) {
+    float *sg = scores + (int64_t)g * n_ctx;
+    softmax_f16(CPU_SIMD_LEVEL_AVX2, sg, it->first, n_ctx);
+    pv_batch_avx2(p, it, sg, stride, head_off, p->out + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd);
+  }
+}
+#endif
+
+#if ATTN_HAVE_X86
 /* Reduces 16 dot accumulators a[l] (key l) to one register, lane l = key l's dot, as
  * _mm512_reduce_add_ps reduces each (cpu_reduce16's tree: halves, quarters, (t0 + t2) +
  * (t1 + t3)), each step of that tree done for 2 or 4 keys per instruction: the same additions
@@ -600,6 +758,11 @@ static void attention_row(const struct attn_task *t, const struct attn_item *it,
   if (t->c->level >= CPU_SIMD_LEVEL_AVX512_VNNI && it->order == CPU_ATTN_ORDER_BATCH &&
       t->p->kv->head_dim % 16 == 0 && t->p->kv->head_dim <= ATTN_MAX_DIM && t->p->kv->block_size % 16 == 0) {
     attention_item_avx512(t, it, scores);
+    return;
+  }
+  if (t->c->level >= CPU_SIMD_LEVEL_AVX2 && it->order == CPU_ATTN_ORDER_BATCH && t->p->kv->head_dim % 16 == 0 &&
+      t->p->kv->head_dim <= ATTN_MAX_DIM && t->p->kv->block_size % 16 == 0) {
+    attention_item_batch_avx2(t, it, scores);
     return;
   }
   if (t->c->level >= CPU_SIMD_LEVEL_AVX2 && t->p->kv->head_dim % 16 == 0 &&

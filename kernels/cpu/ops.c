@@ -201,7 +201,9 @@ static void matmul_quantize_chunk(void *arg, int64_t chunk, int ith) {
 static void packed_columns(const struct matmul_task *t, int j, int64_t c0, int64_t c1) {
   const struct backend_weight *w = t->w[j];
   const int64_t nb = t->k / 32, n_out = w->rows;
-  const size_t panel_bytes = cpu_pack_bytes(w) / (size_t)(n_out / CPU_PACK_COLS);
+  int fs = 0;
+  const int fam = cpu_pack_kind(w->type, &fs);
+  const size_t panel_bytes = (size_t)nb * cpu_pack_block_bytes(fam, fs);
   const uint8_t *wp = w->packed;
   for (int32_t r0 = 0; r0 < t->n_rows; r0 += CPU_PACKED_MAX_ROWS) {
     const int nr = t->n_rows - r0 < CPU_PACKED_MAX_ROWS ? t->n_rows - r0 : CPU_PACKED_MAX_ROWS;
@@ -284,7 +286,7 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
     if (t.k % ggml_type_block_elems(ty) != 0)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "row of %lld not a multiple of %s blocks",
                       (long long)t.k, ggml_type_name(ty));
-    t.packed[j] = w[j]->packed && cpu_pack_bytes(w[j]) > 0 ? cpu_packed_select(ty, c->level) : NULL;
+    t.packed[j] = w[j]->packed && cpu_pack_shape_ok(w[j]) ? cpu_packed_select(ty, c->level) : NULL;
     t.act_row[j] = t.packed[j] ? (size_t)(t.k / 32) * sizeof(block_q8_x) : cpu_act_row_bytes(ty, t.k);
     t.owns_act[j] = true;
     t.act[j] = c->act + (size_t)j * c->act_bytes;
