@@ -176,6 +176,7 @@ struct matmul_task {
   cpu_vec_dot_fn dot[CPU_MATMUL_MAX_WEIGHTS];
   cpu_gemm_fn gemm[CPU_MATMUL_MAX_WEIGHTS]; /* tile kernel, NULL: dot per column */
   cpu_packed_fn packed[CPU_MATMUL_MAX_WEIGHTS]; /* w->packed's kernel, NULL: GGUF layout */
+  cpu_packed_float_fn packed_f[CPU_MATMUL_MAX_WEIGHTS]; /* FLOAT panels' kernel (x as it is) */
   int64_t rows_per_chunk;                   /* quantization phase */
   int64_t tile;                             /* output columns per chunk */
   int64_t chunk_end[CPU_MATMUL_MAX_WEIGHTS]; /* cumulative chunks of weights 0..j */
@@ -187,7 +188,7 @@ static void matmul_quantize_chunk(void *arg, int64_t chunk, int ith) {
   int64_t lo, hi;
   chunk_range(chunk, t->rows_per_chunk, t->n_rows, &lo, &hi);
   for (int j = 0; j < t->n_w; j++) {
-    if (!t->owns_act[j]) continue;
+    if (!t->owns_act[j] || t->packed_f[j]) continue;
     for (int64_t r = lo; r < hi; r++) {
       uint8_t *row = t->act[j] + (size_t)r * t->act_row[j];
       if (t->packed[j]) cpu_quantize_act_row_x(t->c->level, t->x + r * t->k, (block_q8_x *)row, t->k);
@@ -215,6 +216,21 @@ static void packed_columns(const struct matmul_task *t, int j, int64_t c0, int64
   }
 }
 
+/* packed_columns for FLOAT panels: the activation rows are x's own. */
+static void packed_float_columns(const struct matmul_task *t, int j, int64_t c0, int64_t c1) {
+  const struct backend_weight *w = t->w[j];
+  const int64_t nb = t->k / 32, n_out = w->rows;
+  const size_t panel_bytes = (size_t)nb * cpu_pack_block_bytes(CPU_PACK_FAMILY_FLOAT, 0);
+  for (int32_t r0 = 0; r0 < t->n_rows; r0 += CPU_PACKED_MAX_ROWS) {
+    const int nr = t->n_rows - r0 < CPU_PACKED_MAX_ROWS ? t->n_rows - r0 : CPU_PACKED_MAX_ROWS;
+    const float *rows[CPU_PACKED_MAX_ROWS];
+    for (int r = 0; r < nr; r++) rows[r] = t->x + (int64_t)(r0 + r) * t->k;
+    float *o = t->out[j] + (int64_t)r0 * n_out;
+    for (int64_t col = c0; col < c1; col += CPU_PACK_COLS)
+      t->packed_f[j](nb, w->packed + (size_t)(col / CPU_PACK_COLS) * panel_bytes, rows, nr, o + col, n_out);
+  }
+}
+
 /* Columns [c0, c1) of weight j for all token rows: rows in groups of CPU_DOT_MAX_ROWS, the
  * weight tile stays in L1 while the activation rows stream past it. */
 static void matmul_chunk(void *arg, int64_t chunk, int ith) {
@@ -230,6 +246,10 @@ static void matmul_chunk(void *arg, int64_t chunk, int ith) {
   float *out = t->out[j];
   if (t->packed[j]) {
     packed_columns(t, j, c0, c1);
+    return;
+  }
+  if (t->packed_f[j]) {
+    packed_float_columns(t, j, c0, c1);
     return;
   }
   const uint8_t *wd = (const uint8_t *)w->data;
@@ -255,7 +275,7 @@ static void matmul_chunk(void *arg, int64_t chunk, int ith) {
 
 /* Weights whose activations are quantized alike share one quantized copy of x. */
 static int act_kind(const struct matmul_task *t, int j) {
-  return t->packed[j] ? -1 : (int)cpu_vec_dot_type(t->w[j]->type);
+  return t->packed_f[j] ? -2 : t->packed[j] ? -1 : (int)cpu_vec_dot_type(t->w[j]->type);
 }
 
 llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
@@ -286,7 +306,9 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
     if (t.k % ggml_type_block_elems(ty) != 0)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "row of %lld not a multiple of %s blocks",
                       (long long)t.k, ggml_type_name(ty));
-    t.packed[j] = w[j]->packed && cpu_pack_shape_ok(w[j]) ? cpu_packed_select(ty, c->level) : NULL;
+    const bool packed = w[j]->packed && cpu_pack_shape_ok(w[j]);
+    t.packed[j] = packed ? cpu_packed_select(ty, c->level) : NULL;
+    t.packed_f[j] = packed ? cpu_packed_float_select(ty, c->level) : NULL;
     t.act_row[j] = t.packed[j] ? (size_t)(t.k / 32) * sizeof(block_q8_x) : cpu_act_row_bytes(ty, t.k);
     t.owns_act[j] = true;
     t.act[j] = c->act + (size_t)j * c->act_bytes;

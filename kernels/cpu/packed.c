@@ -547,7 +547,7 @@ cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
   if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
   int fs = 0;
   const int fam = cpu_pack_kind(w, &fs);
-  if (fam < 0) return NULL;
+  if (fam < 0 || fam == CPU_PACK_FAMILY_FLOAT) return NULL; /* FLOAT: cpu_packed_float_select */
   if (fam == CPU_PACK_FAMILY_K6) {
 #if PK_HAVE_X86
     if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return k6_vnni;

@@ -1,4 +1,5 @@
-/* Packed matmul weights: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K and IQ4_XS repacked at load
+/* Packed matmul weights: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS, F16 and BF16
+ * repacked at load
  * into panels of 16 output columns, so
  * that one SIMD register holds four weights of each of 16 columns and an int8 dot product
  * instruction (AVX-512 VNNI vpdpbusd, or AVX2 vpmaddubsw) sums them against four activation
@@ -20,6 +21,7 @@
  *   super-block's d)
  *   starting from acc = 0; d_w, m_w are the block's scale and min (fp16 values of the GGUF
  *   block, or for K / IQ4_XS blocks the exact float products of super- and sub-block scales).
+ * (FLOAT, F16 and BF16: no quantization at all; see cpu_packed_float_fn.)
  * This is not ggml's vec_dot order (8 float lanes per output, model/forward.h's
  * LLAMA_MATMUL_GGML keeps that one for bit-exactness with llama.cpp); it does one multiply and
  * one or two fma per block and output instead of eight lanes of them, which is what makes the
@@ -59,12 +61,16 @@
  *            elements 16s..16s+15 of column j), ql[4][64] (the low 4 bits in the NIBBLE
  *            arrangement), qh[2][64]: bits 2t, 2t+1 of qh[i][4j + e] = the high 2 bits of element
  *            4(4i + t) + e of column j. Quants q are 0..63, w = d * sc * (q - 32).
+ *   FLOAT    (F16, BF16): no scales; w[32][16]: w[i][j] = element i of column j as the file
+ *            stores it (fp16 or bf16 bits). Multiplied in float against float activations
+ *            (packed_float.c), not through block_q8_x.
  * Q2_K and Q3_K have scales per 16 weights and no packed form. */
 enum cpu_pack_family {
   CPU_PACK_FAMILY_NIBBLE = 0,
   CPU_PACK_FAMILY_SIGNED = 1,
   CPU_PACK_FAMILY_UNSIGNED = 2,
   CPU_PACK_FAMILY_K6 = 3,
+  CPU_PACK_FAMILY_FLOAT = 4,
 };
 
 /* The family of type t's packed blocks (enum cpu_pack_family), *float_scales (may be NULL) 1
@@ -105,6 +111,16 @@ void cpu_quantize_act_row_x(enum cpu_simd_level level, const float *x, block_q8_
  * it. */
 typedef void (*cpu_packed_fn)(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                               int n_rows, float *out, int64_t out_stride);
+
+/* FLOAT family (F16, BF16 panels): out[r * out_stride + j] = sum over i < 32 * nb, in index
+ * order, of fma(w_i,j, x[r][i], acc) from acc = 0 (one float order on every level, batch
+ * invariant), for j < 16 and r < n_rows (1..CPU_PACKED_MAX_ROWS); x rows are the float
+ * activations themselves. */
+typedef void (*cpu_packed_float_fn)(int64_t nb, const uint8_t *panel, const float *const *x, int n_rows, float *out,
+                                    int64_t out_stride);
+
+/* The FLOAT-family kernel of weight type w (F16, BF16) at `level`; NULL for other types. */
+cpu_packed_float_fn cpu_packed_float_select(enum ggml_type w, enum cpu_simd_level level);
 
 /* The kernel of packed weight type w (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS) at
  * `level`, clamped to what the CPU runs; NULL for other types. */

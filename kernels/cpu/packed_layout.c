@@ -17,6 +17,7 @@ int cpu_pack_kind(enum ggml_type t, int *float_scales) {
   case GGML_TYPE_IQ4_XS: fam = CPU_PACK_FAMILY_SIGNED, fs = 1; break;
   case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: fam = CPU_PACK_FAMILY_UNSIGNED; break;
   case GGML_TYPE_Q6_K: fam = CPU_PACK_FAMILY_K6; break;
+  case GGML_TYPE_F16: case GGML_TYPE_BF16: fam = CPU_PACK_FAMILY_FLOAT; break;
   case GGML_TYPE_Q5_K: fam = CPU_PACK_FAMILY_UNSIGNED, fs = 1; break;
   default: return -1;
   }
@@ -31,6 +32,7 @@ size_t cpu_pack_block_bytes(int family, int float_scales) {
   case CPU_PACK_FAMILY_SIGNED: return 16 * sb + 8 * 64;
   case CPU_PACK_FAMILY_UNSIGNED: return 32 * sb + 8 * 64;
   case CPU_PACK_FAMILY_K6: return 16 * 2 + 2 * 16 + 4 * 64 + 2 * 64;
+  case CPU_PACK_FAMILY_FLOAT: return 32 * 16 * 2;
   default: return 0;
   }
 }
@@ -55,7 +57,7 @@ static bool offset_mins_fit_fp16(const struct backend_weight *w, float offset) {
 bool cpu_pack_shape_ok(const struct backend_weight *w) {
   const int64_t be = ggml_type_block_elems(w->type);
   return cpu_pack_kind(w->type, NULL) >= 0 && w->rows > 0 && w->rows % CPU_PACK_COLS == 0 && w->cols > 0 &&
-         w->cols % be == 0;
+         w->cols % be == 0 && w->cols % 32 == 0;
 }
 
 size_t cpu_pack_bytes(const struct backend_weight *w) {
@@ -226,6 +228,13 @@ llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
   for (int64_t p = 0; p < panels; p++)
     for (int64_t b = 0; b < nb; b++) {
       uint8_t *o = out + ((size_t)p * (size_t)nb + (size_t)b) * bb;
+      if (fam == CPU_PACK_FAMILY_FLOAT) { /* w[i][j]: 2-byte values, element 32b + i of column j */
+        for (int j = 0; j < CPU_PACK_COLS; j++) {
+          const uint8_t *row = src + (size_t)(p * CPU_PACK_COLS + j) * w->row_bytes + (size_t)b * 64;
+          for (int i = 0; i < 32; i++) memcpy(o + 2 * (16 * i + j), row + 2 * i, 2);
+        }
+        continue;
+      }
       if (fam == CPU_PACK_FAMILY_K6) {
         pack_k6_block(src + (size_t)p * CPU_PACK_COLS * w->row_bytes, w->row_bytes, b, o);
         continue;

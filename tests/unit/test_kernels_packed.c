@@ -13,7 +13,8 @@
  *    within the activation quantization error (sum |w_i| * amax_block / 127) — a shared
  *    misreading of the block format would fail here.
  * 3. The activation quantizer gives the same bytes at every level, ties included.
- * 4. Weights without a packed layout are refused by pack and keep working unpacked. */
+ * 4. Weights without a packed layout are refused by pack and keep working unpacked.
+ * 5. F16 / BF16 panels: one fma chain per output in index order on every level. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -292,6 +293,74 @@ static void test_packed_matmul_equals_reference_on_every_level(void **state) {
   }
 }
 
+/* F16 / BF16 panels (the FLOAT family): each output is one fma chain over the row in index
+ * order from 0, bit for bit on every level and thread count, and close to the exact product. */
+static void check_float_shape(enum ggml_type t, int64_t rows, int64_t k, int32_t n_rows) {
+  const struct backend_ops *ops = backend_cpu_ops();
+  const bool bf = t == GGML_TYPE_BF16;
+  uint16_t *data = malloc((size_t)rows * (size_t)k * 2);
+  for (int64_t i = 0; i < rows * k; i++) {
+    const float v = rndf() * 0.5f;
+    data[i] = bf ? llb_fp32_to_bf16(v) : llb_fp32_to_fp16(v);
+  }
+  struct backend_weight w = {.type = t, .rows = rows, .cols = k, .row_bytes = (size_t)k * 2, .data = data};
+  const size_t pb = ops->pack_bytes(&w);
+  assert_int_equal(pb, (size_t)rows * (size_t)k * 2);
+  void *packed = aligned_alloc(64, (pb + 63) / 64 * 64);
+  assert_int_equal(ops->pack(&w, packed), LLB_STATUS_OK);
+  w.packed = packed;
+  float *x = malloc((size_t)n_rows * (size_t)k * sizeof(float));
+  for (int64_t i = 0; i < (int64_t)n_rows * k; i++) x[i] = rndf();
+  float *out = malloc((size_t)n_rows * (size_t)rows * sizeof(float));
+  const struct backend_weight *ws[1] = {&w};
+  float *outs[1] = {out};
+  for (int threads = 1; threads <= 2; threads++) {
+    struct backend_ctx *c = make_ctx(threads);
+    for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+      cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
+      memset(out, 0xFF, (size_t)n_rows * (size_t)rows * sizeof(float));
+      assert_int_equal(ops->matmul(c, x, n_rows, ws, outs, 1), LLB_STATUS_OK);
+      for (int32_t r = 0; r < n_rows; r++)
+        for (int64_t col = 0; col < rows; col++) {
+          float ref = 0.0f;
+          double exact = 0.0, bound = 1e-5;
+          for (int64_t i = 0; i < k; i++) {
+            const uint16_t h = data[col * k + i];
+            const float wv = bf ? llb_bf16_to_fp32(h) : llb_fp16_to_fp32(h);
+            ref = fmaf(wv, x[(int64_t)r * k + i], ref);
+            exact += (double)wv * x[(int64_t)r * k + i];
+            bound += (double)k * 1.2e-7 * fabs((double)wv * x[(int64_t)r * k + i]); /* k roundings */
+          }
+          const float got = out[(int64_t)r * rows + col];
+          if (memcmp(&ref, &got, sizeof ref) != 0 || fabs(got - exact) > bound)
+            fail_msg("%s %lldx%lld, %d rows, level %d, %d threads: out[%d][%lld] = %.9g, reference %.9g, exact %.9g",
+                     ggml_type_name(t), (long long)rows, (long long)k, n_rows, lvl, threads, r, (long long)col, got,
+                     ref, exact);
+        }
+    }
+    ops->ctx_destroy(c);
+  }
+  free(out);
+  free(x);
+  free(packed);
+  free(data);
+}
+
+static void test_float_panels_equal_one_fma_chain_on_every_level(void **state) {
+  (void)state;
+  const int32_t row_counts[] = {1, 3, 5, 8, 9, 17};
+  for (int ti = 0; ti < 2; ti++)
+    for (size_t n = 0; n < sizeof row_counts / sizeof row_counts[0]; n++) {
+      const enum ggml_type t = ti ? GGML_TYPE_BF16 : GGML_TYPE_F16;
+      check_float_shape(t, 16, 32, row_counts[n]);
+      check_float_shape(t, 48, 576, row_counts[n]);
+    }
+  /* rows that are not whole 32-element blocks stay unpacked */
+  uint16_t d[16 * 40] = {0};
+  struct backend_weight w = {.type = GGML_TYPE_F16, .rows = 16, .cols = 40, .row_bytes = 80, .data = d};
+  assert_int_equal(backend_cpu_ops()->pack_bytes(&w), 0);
+}
+
 static void test_activation_quantizer_same_bytes_on_every_level(void **state) {
   (void)state;
   enum { K = 256 };
@@ -366,6 +435,7 @@ static void test_weights_without_layout_are_refused_and_still_work(void **state)
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_packed_matmul_equals_reference_on_every_level),
+      cmocka_unit_test(test_float_panels_equal_one_fma_chain_on_every_level),
       cmocka_unit_test(test_activation_quantizer_same_bytes_on_every_level),
       cmocka_unit_test(test_weights_without_layout_are_refused_and_still_work),
   };
