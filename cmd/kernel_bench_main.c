@@ -2,6 +2,7 @@
  *
  *   llmbus-kernel-bench [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N]
  *                       [--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]
+ *                       [--kv-cache-dtype auto|fp16|fp8|q8_0]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--roofline")) o.roofline = true;
     else if (v && !strcmp(a, "--model")) o.model = argv[++i];
     else if (v && !strcmp(a, "--packed-cache-dir")) o.packed_cache_dir = argv[++i];
+    else if (v && !strcmp(a, "--kv-cache-dtype")) o.kv_cache_dtype = argv[++i];
     else if (v && !strcmp(a, "--threads")) o.threads = atoi(argv[++i]);
     else if (v && !strcmp(a, "--decode-threads")) o.decode_threads = atoi(argv[++i]);
     else if (v && !strcmp(a, "--runs")) o.runs = atoi(argv[++i]);
@@ -38,7 +40,7 @@ int main(int argc, char **argv) {
       }
     } else {
       fprintf(stderr, "usage: %s [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N] "
-                      "[--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]\n", argv[0]);
+                      "[--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR] [--kv-cache-dtype auto|fp16|fp8|q8_0]\n", argv[0]);
       return 2;
     }
   }

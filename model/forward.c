@@ -161,20 +161,27 @@ const struct llama_config *llama_model_config(const struct llama_model *m) { ret
 
 /* The cache of m: host memory (calloc) when ops is NULL, else a zeroed buffer of ops on bc. */
 static llb_status kv_cache_make(const struct llama_model *m, const struct backend_ops *ops, struct backend_ctx *bc,
-                                int32_t num_blocks, int32_t block_size, struct llama_kv_cache **out) {
+                                int32_t num_blocks, int32_t block_size, enum backend_kv_dtype dtype,
+                                struct llama_kv_cache **out) {
   if (!m || !out || num_blocks < 1 || block_size < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache of %d blocks of %d", num_blocks, block_size);
   *out = NULL;
   const struct llama_config *c = &m->cfg;
-  const size_t per_tensor = (size_t)num_blocks * (size_t)block_size * (size_t)c->head_count_kv * (size_t)c->head_dim;
-  if (per_tensor / (size_t)num_blocks / (size_t)block_size != (size_t)c->head_count_kv * (size_t)c->head_dim ||
+  const size_t rb = backend_kv_row_bytes(dtype, c->head_dim);
+  if (rb == 0)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "kv cache dtype %s cannot hold rows of head_dim %d",
+                    llama_kv_dtype_name(dtype), c->head_dim);
+  const size_t rows = (size_t)num_blocks * (size_t)block_size * (size_t)c->head_count_kv;
+  const size_t per_tensor = rows * rb; /* bytes */
+  if (rows / (size_t)num_blocks / (size_t)block_size != (size_t)c->head_count_kv || per_tensor / rb != rows ||
       per_tensor > SIZE_MAX / 4 / (size_t)c->block_count)
     return LLB_ERRF(LLB_STATUS_TOO_LARGE, "kv cache of %d blocks of %d overflows", num_blocks, block_size);
-  const size_t bytes = per_tensor * 2 * (size_t)c->block_count * sizeof(uint16_t);
+  const size_t bytes = per_tensor * 2 * (size_t)c->block_count;
   llb_status st;
   struct llama_kv_cache *kv = calloc(1, sizeof(*kv));
   if (!kv) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv cache");
   kv->model = m;
+  kv->dtype = dtype;
   kv->layers = calloc((size_t)c->block_count, sizeof(*kv->layers));
   if (!kv->layers) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv cache layers");
@@ -184,7 +191,7 @@ static llb_status kv_cache_make(const struct llama_model *m, const struct backen
     if ((st = ops->buffer_alloc(bytes, (void **)&kv->data)) != LLB_STATUS_OK) goto fail;
     kv->ops = ops;
     if ((st = ops->buffer_clear(bc, kv->data, bytes)) != LLB_STATUS_OK) goto fail;
-  } else if (!(kv->data = calloc(per_tensor * 2 * (size_t)c->block_count, sizeof(uint16_t)))) {
+  } else if (!(kv->data = calloc(bytes, 1))) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv cache: %zu bytes", bytes);
     goto fail;
   }
@@ -192,7 +199,8 @@ static llb_status kv_cache_make(const struct llama_model *m, const struct backen
     kv->layers[i] = (struct backend_kv_layer){.k = kv->data + (size_t)(2 * i) * per_tensor,
                                               .v = kv->data + (size_t)(2 * i + 1) * per_tensor,
                                               .num_blocks = num_blocks, .block_size = block_size,
-                                              .n_kv_heads = c->head_count_kv, .head_dim = c->head_dim};
+                                              .n_kv_heads = c->head_count_kv, .head_dim = c->head_dim,
+                                              .dtype = dtype};
   *out = kv;
   return LLB_STATUS_OK;
 fail:
@@ -200,16 +208,51 @@ fail:
   return st;
 }
 
+const char *llama_kv_dtype_name(enum backend_kv_dtype t) {
+  switch (t) {
+  case BACKEND_KV_DTYPE_F16: return "fp16";
+  case BACKEND_KV_DTYPE_Q8_0: return "q8_0";
+  case BACKEND_KV_DTYPE_FP8_E4M3: return "fp8";
+  default: return "unknown";
+  }
+}
+
+llb_status llama_kv_dtype_parse(const char *name, enum backend_kv_dtype *out) {
+  if (!name || !out) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache dtype: no name");
+  if (strcmp(name, "auto") == 0 || strcmp(name, "fp16") == 0 || strcmp(name, "f16") == 0) *out = BACKEND_KV_DTYPE_F16;
+  else if (strcmp(name, "q8_0") == 0) *out = BACKEND_KV_DTYPE_Q8_0;
+  else if (strcmp(name, "fp8") == 0 || strcmp(name, "fp8_e4m3") == 0) *out = BACKEND_KV_DTYPE_FP8_E4M3;
+  else
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache dtype '%s' is not one of auto, fp16, fp8, fp8_e4m3, q8_0",
+                    name);
+  return LLB_STATUS_OK;
+}
+
+size_t llama_kv_cache_block_bytes(const struct llama_model *m, int32_t block_size, enum backend_kv_dtype dtype) {
+  const struct llama_config *c = &m->cfg;
+  return backend_kv_row_bytes(dtype, c->head_dim) * (size_t)c->head_count_kv * (size_t)block_size * 2 *
+         (size_t)c->block_count;
+}
+
 llb_status llama_kv_cache_create(const struct llama_model *m, int32_t num_blocks, int32_t block_size,
                                  struct llama_kv_cache **out) {
-  return kv_cache_make(m, NULL, NULL, num_blocks, block_size, out);
+  return kv_cache_make(m, NULL, NULL, num_blocks, block_size, BACKEND_KV_DTYPE_F16, out);
+}
+
+llb_status llama_kv_cache_create_dtype_for(const struct llama_forward_ctx *c, int32_t num_blocks,
+                                           int32_t block_size, enum backend_kv_dtype dtype,
+                                           struct llama_kv_cache **out) {
+  if (!c) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache: no forward context");
+  if (dtype != BACKEND_KV_DTYPE_F16 && !(c->ops->kv_dtype_ok && c->ops->kv_dtype_ok(dtype)))
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "the %s backend has no %s kv cache", c->ops->name,
+                    llama_kv_dtype_name(dtype));
+  if (c->ops->host_memory) return kv_cache_make(c->m, NULL, NULL, num_blocks, block_size, dtype, out);
+  return kv_cache_make(c->m, c->ops, c->bc, num_blocks, block_size, dtype, out);
 }
 
 llb_status llama_kv_cache_create_for(const struct llama_forward_ctx *c, int32_t num_blocks, int32_t block_size,
                                      struct llama_kv_cache **out) {
-  if (!c) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache: no forward context");
-  if (c->ops->host_memory) return kv_cache_make(c->m, NULL, NULL, num_blocks, block_size, out);
-  return kv_cache_make(c->m, c->ops, c->bc, num_blocks, block_size, out);
+  return llama_kv_cache_create_dtype_for(c, num_blocks, block_size, BACKEND_KV_DTYPE_F16, out);
 }
 
 void llama_kv_cache_destroy(struct llama_kv_cache *kv) {

@@ -37,7 +37,8 @@ struct llama_model {
 struct llama_kv_cache {
   const struct llama_model *model;
   const struct backend_ops *ops;    /* the device backend whose buffer data is, or NULL (host) */
-  uint16_t *data;                   /* [block_count, 2, num_blocks, block_size, Hkv, D] fp16 */
+  uint8_t *data;                    /* [block_count, 2, num_blocks, block_size, Hkv] rows of dtype */
+  enum backend_kv_dtype dtype;
   struct backend_kv_layer *layers;  /* [block_count] views into data */
 };
 

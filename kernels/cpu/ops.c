@@ -68,7 +68,12 @@ llb_status cpu_ctx_create(const struct backend_ctx_params *p, struct backend_ctx
   c->act = malloc(c->act_bytes * CPU_MATMUL_MAX_WEIGHTS);
   c->scores = malloc((size_t)p->n_threads * (size_t)p->max_context_len * CPU_ATTN_MAX_ROW_HEADS * sizeof(float));
   c->row_seq = malloc((size_t)p->max_num_tokens * sizeof(int32_t));
-  if (!c->act || !c->scores || !c->row_seq) {
+  c->kv_ident = malloc((size_t)p->max_context_len * sizeof(int32_t));
+  if (c->kv_ident)
+    for (int32_t i = 0; i < p->max_context_len; i++) c->kv_ident[i] = i;
+  if (p->head_dim > 0) /* malloc'd, not calloc'd: untouched pages cost no memory (fp16 caches) */
+    c->kv_f16 = malloc((size_t)p->n_threads * 2 * (size_t)p->max_context_len * (size_t)p->head_dim * sizeof(uint16_t));
+  if (!c->act || !c->scores || !c->row_seq || !c->kv_ident || (p->head_dim > 0 && !c->kv_f16)) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "cpu backend scratch (%d tokens x %lld elems)",
                   p->max_num_tokens, (long long)p->max_row_elems);
     goto fail;
@@ -86,6 +91,8 @@ void cpu_ctx_destroy(struct backend_ctx *c) {
   free(c->act);
   free(c->scores);
   free(c->row_seq);
+  free(c->kv_ident);
+  free(c->kv_f16);
   free(c);
 }
 
@@ -440,23 +447,71 @@ struct kv_task {
   int64_t per;
 };
 
+/* OCP FP8 E4M3 (bias 7, max 448 = 0x7E, NaN 0x7F, no infinities) of x, rounded to nearest even,
+ * saturated at +-448. */
+static uint8_t fp32_to_e4m3(float x) {
+  const uint8_t sign = signbit(x) ? 0x80 : 0;
+  const float a = fabsf(x);
+  if (isnan(x)) return sign | 0x7F;
+  if (a >= 448.0f) return sign | 0x7E;
+  int e;
+  (void)frexpf(a, &e); /* a = f * 2^e, f in [0.5, 1): the leading bit is 2^(e - 1) */
+  if (a == 0.0f || e - 1 < -6) { /* subnormal: m * 2^-9, m = 0..8 (8 carries into 2^-6, code 0x08) */
+    return sign | (uint8_t)rintf(ldexpf(a, 9));
+  }
+  int m = (int)rintf(ldexpf(a, 3 - (e - 1))); /* 8..16 */
+  int ex = e - 1 + 7;
+  if (m == 16) m = 8, ex++;
+  if (ex > 15 || (ex == 15 && m - 8 > 6)) return sign | 0x7E;
+  return sign | (uint8_t)(ex << 3 | (m - 8));
+}
+
+/* One row of n values of x into dst in dtype t (backend_kv_write's conversions). */
+static void kv_store_row(enum cpu_simd_level level, enum backend_kv_dtype t, const float *x, uint8_t *dst, int32_t n) {
+  switch (t) {
+  case BACKEND_KV_DTYPE_F16: cpu_fp32_to_fp16_row(level, x, (uint16_t *)(void *)dst, n); return;
+  case BACKEND_KV_DTYPE_Q8_0:
+    for (int32_t b = 0; b < n / 32; b++) {
+      int sum;
+      int8_t q[32];
+      const uint16_t d = llb_fp32_to_fp16(cpu_quantize_block_q8(x + 32 * b, q, &sum));
+      memcpy(dst + 34 * b, &d, 2);
+      memcpy(dst + 34 * b + 2, q, 32);
+    }
+    return;
+  case BACKEND_KV_DTYPE_FP8_E4M3:
+    for (int32_t i = 0; i < n; i++) dst[i] = fp32_to_e4m3(x[i]);
+    return;
+  }
+}
+
 static void kv_write_chunk(void *arg, int64_t chunk, int ith) {
   (void)ith;
   const struct kv_task *t = arg;
-  const int64_t row = (int64_t)t->kv->n_kv_heads * t->kv->head_dim;
+  const struct backend_kv_layer *kv = t->kv;
+  const size_t rb = backend_kv_row_bytes(kv->dtype, kv->head_dim);
   int64_t lo, hi;
   chunk_range(chunk, t->per, t->n_rows, &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
     if (t->slots[r] < 0) continue;
-    uint16_t *kd = t->kv->k + t->slots[r] * row, *vd = t->kv->v + t->slots[r] * row;
-    cpu_fp32_to_fp16_row(t->level, t->k + r * row, kd, row);
-    cpu_fp32_to_fp16_row(t->level, t->v + r * row, vd, row);
+    for (int32_t h = 0; h < kv->n_kv_heads; h++) {
+      const size_t at = ((size_t)t->slots[r] * (size_t)kv->n_kv_heads + (size_t)h) * rb;
+      const int64_t x = (r * kv->n_kv_heads + h) * (int64_t)kv->head_dim;
+      kv_store_row(t->level, kv->dtype, t->k + x, (uint8_t *)kv->k + at, kv->head_dim);
+      kv_store_row(t->level, kv->dtype, t->v + x, (uint8_t *)kv->v + at, kv->head_dim);
+    }
   }
+}
+
+bool cpu_kv_dtype_ok(enum backend_kv_dtype t) {
+  return t == BACKEND_KV_DTYPE_F16 || t == BACKEND_KV_DTYPE_Q8_0 || t == BACKEND_KV_DTYPE_FP8_E4M3;
 }
 
 llb_status cpu_kv_write(struct backend_ctx *c, const struct backend_kv_layer *kv, const float *k,
                         const float *v, const int64_t *slot_mapping, int32_t n_rows) {
   const int64_t n_slots = (int64_t)kv->num_blocks * kv->block_size;
+  if (!cpu_kv_dtype_ok(kv->dtype) || backend_kv_row_bytes(kv->dtype, kv->head_dim) == 0)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "kv cache dtype %d with head_dim %d", (int)kv->dtype, kv->head_dim);
   for (int32_t r = 0; r < n_rows; r++)
     if (slot_mapping[r] < -1 || slot_mapping[r] >= n_slots)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "slot %lld of row %d not in [-1, %lld)",
