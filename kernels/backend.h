@@ -44,7 +44,10 @@ struct backend_weight {
  * query row, so a decode step equals a recompute of the same token (preemption, prefix cache)
  * and no row depends on the batch. LLAMACPP: llama.cpp's own choice, one order for
  * multi-token steps and another for single-token ones: bit-exact with its CPU backend on
- * prefill and decode, but a decode step no longer equals its recompute (for checking only). */
+ * prefill and decode, but a decode step no longer equals its recompute (for checking only).
+ * LLAMACPP also applies to the ggml-order matmuls of types llama.cpp's x86 build repacks
+ * (Q4_K): the rows of a step's full groups of four take its gemm order, the rest its gemv
+ * order, as its repacked mul_mat splits them. */
 enum backend_attention_order {
   BACKEND_ATTENTION_ORDER_BATCH_INVARIANT = 0,
   BACKEND_ATTENTION_ORDER_LLAMACPP = 1,

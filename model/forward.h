@@ -164,6 +164,14 @@ struct llama_forward_options {
    * logits rows of one step (the device logits are [max_num_logits, vocab_size]) and the
    * widest block table a step carries. */
   int32_t max_num_seqs, max_num_logits, max_blocks_per_seq;
+  /* Optional, host backends: called with each op's output as the step computes it, named as
+   * llama.cpp's graph names that tensor (llm_graph cb names: "inp_scaled", "attn_norm", "Qcur",
+   * "kqv_out", "ffn_out", "l_out", "result_norm", "result_output", ...; il the layer, -1
+   * outside one). data [n] floats in ggml's memory order ([rows][ne0]), valid during the call.
+   * For op-by-op numerics checks against llama-eval-callback (tests/tools/eval_dump.c); NULL in
+   * the engine. */
+  void (*eval_cb)(void *user, const char *name, int32_t il, const float *data, int64_t n);
+  void *eval_user;
 };
 
 /* llama_forward_ctx_create with every option explicit. */

@@ -72,6 +72,8 @@ struct llama_forward_ctx {
   float *k, *v;   /* [max_num_tokens, Hkv*D] */
   float *attn;    /* [max_num_tokens, H*D] */
   float *gate, *up; /* [max_num_tokens, F] */
+  void (*eval_cb)(void *user, const char *name, int32_t il, const float *data, int64_t n); /* options' */
+  void *eval_user;
 };
 
 /* The matmul weights of c (the layers', then output) into out [7 * block_count + 1]; returns

@@ -181,6 +181,7 @@ struct matmul_task {
   size_t act_row[CPU_MATMUL_MAX_WEIGHTS];
   bool owns_act[CPU_MATMUL_MAX_WEIGHTS]; /* first weight of its vec_dot type quantizes */
   cpu_vec_dot_fn dot[CPU_MATMUL_MAX_WEIGHTS];
+  bool llamacpp_order; /* unpacked weights take llama.cpp's step-dependent kernels (cpu_vec_dot_select_llamacpp) */
   cpu_gemm_fn gemm[CPU_MATMUL_MAX_WEIGHTS]; /* tile kernel, NULL: dot per column */
   cpu_packed_fn packed[CPU_MATMUL_MAX_WEIGHTS]; /* w->packed's kernel, NULL: GGUF layout */
   cpu_packed_float_fn packed_f[CPU_MATMUL_MAX_WEIGHTS]; /* FLOAT panels' kernel (x as it is) */
@@ -260,8 +261,11 @@ static void matmul_chunk(void *arg, int64_t chunk, int ith) {
     return;
   }
   const uint8_t *wd = (const uint8_t *)w->data;
+  _Static_assert(CPU_DOT_MAX_ROWS == 4, "llama.cpp's gemm groups of 4 rows are dot calls");
   for (int32_t r0 = 0; r0 < t->n_rows; r0 += CPU_DOT_MAX_ROWS) {
     const int nr = t->n_rows - r0 < CPU_DOT_MAX_ROWS ? t->n_rows - r0 : CPU_DOT_MAX_ROWS;
+    const cpu_vec_dot_fn dot =
+        t->llamacpp_order ? cpu_vec_dot_select_llamacpp(w->type, t->c->level, t->n_rows, r0) : t->dot[j];
     const void *rows[CPU_DOT_MAX_ROWS];
     for (int r = 0; r < nr; r++) rows[r] = t->act[j] + (size_t)(r0 + r) * t->act_row[j];
     float *o = out + (int64_t)r0 * n_out;
@@ -273,7 +277,7 @@ static void matmul_chunk(void *arg, int64_t chunk, int ith) {
     } else {
       for (int64_t col = c0; col < c1; col++) {
         float res[CPU_DOT_MAX_ROWS];
-        t->dot[j](t->k, wd + (size_t)col * w->row_bytes, rows, nr, res);
+        dot(t->k, wd + (size_t)col * w->row_bytes, rows, nr, res);
         for (int r = 0; r < nr; r++) o[(int64_t)r * n_out + col] = res[r];
       }
     }
@@ -293,7 +297,7 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "matmul of %d rows (max %d)", n_rows,
                     c->params.max_num_tokens);
   struct matmul_task t = {.c = c, .x = x, .n_rows = n_rows, .k = w[0]->cols, .n_w = n_w, .w = w,
-                          .out = out};
+                          .out = out, .llamacpp_order = c->attn_order == CPU_ATTN_ORDER_BY_QUERY_LEN};
   if (t.k > c->params.max_row_elems)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "matmul row of %lld (max %lld)", (long long)t.k,
                     (long long)c->params.max_row_elems);
@@ -548,7 +552,10 @@ static void add_chunk(void *arg, int64_t chunk, int ith) {
   for (int64_t i = lo; i < hi; i++) t->out[i] = t->a[i] + t->b[i];
 }
 
-/* ggml's GELU table (ggml-cpu: ggml_table_gelu_f16[i] = fp16(gelu(fp16 value i)), filled once). */
+/* ggml's GELU table (ggml-cpu: ggml_table_gelu_f16[i] = fp16(gelu(fp16 value i)), filled once),
+ * with the one contraction GCC makes in ggml's -O3 build of ggml_gelu_f32:
+ * 1 + GELU_COEF_A * x * x becomes fma(GELU_COEF_A * x, x, 1) (this file is built with
+ * -ffp-contract=off, so the fma is written out). Without it one entry of the 65536 differs. */
 static uint16_t gelu_table[1 << 16];
 static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
 
@@ -556,7 +563,7 @@ static void gelu_table_init(void) {
   const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f;
   for (uint32_t i = 0; i < (1u << 16); i++) {
     const float x = llb_fp16_to_fp32((uint16_t)i);
-    gelu_table[i] = llb_fp32_to_fp16(0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x))));
+    gelu_table[i] = llb_fp32_to_fp16(0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * fmaf(coef_a * x, x, 1.0f))));
   }
 }
 
@@ -567,11 +574,9 @@ static void geglu_chunk(void *arg, int64_t chunk, int ith) {
   chunk_range(chunk, CPU_CHUNK_ELEMS, t->n, &lo, &hi);
   for (int64_t i = lo; i < hi; i++) { /* ggml_vec_geglu_f32 with GGML_GELU_FP16 */
     const float x = t->a[i];
-    float g;
-    if (x <= -10.0f) g = 0.0f;
-    else if (x >= 10.0f) g = x;
-    else g = llb_fp16_to_fp32(gelu_table[llb_fp32_to_fp16(x)]);
-    t->out[i] = g * t->b[i];
+    if (x <= -10.0f) t->out[i] = 0.0f; /* +0 whatever up's sign, as ggml writes it */
+    else if (x >= 10.0f) t->out[i] = x * t->b[i];
+    else t->out[i] = llb_fp16_to_fp32(gelu_table[llb_fp32_to_fp16(x)]) * t->b[i];
   }
 }
 
