@@ -9,6 +9,11 @@
 #   make chaos  the long chaos run (tests/chaos/): 200 streamed requests while every actor
 #               type and the nats-server are SIGKILLed 10 times each at random moments
 #               (Release build; CHAOS_BUILD=build for the sanitizer build)
+#   make install   the Release build installed under PREFIX (default /usr/local): binaries,
+#               libllmbus-client + header + .pc, schemas, systemd units, Prometheus/Grafana files
+#   make deb    a Debian package (cpack DEB, dpkg-shlibdeps) in build-deb/
+#   make deb-test  that package installed on a fresh Debian 12 root (debootstrap, cached in
+#               .cache/), its `llmbus serve` started there and asked a question
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
 PROMPT ?= Name three primary colors.
@@ -18,7 +23,8 @@ VENV := .venv
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: run serve test chaos fuzz build-fuzz deps model venv build build-release clean chat-templates
+.PHONY: run serve test chaos fuzz build-fuzz deps model venv build build-release clean chat-templates \
+	install deb deb-test
 
 deps:
 	@ops/install-deps.sh
@@ -27,10 +33,13 @@ model: deps
 	@ops/fetch-model.sh >/dev/null
 
 # Python side of the tests: flatc's Python output needs the flatbuffers runtime, plus
-# nats-py for the cross-language client and openai for the HTTP front door.
-$(VENV)/.stamp: ops/requirements-test.txt
+# nats-py for the cross-language client and openai for the HTTP front door; and the client
+# package of clients/python, installed with pip as a user installs it.
+PY_CLIENT := $(wildcard clients/python/pyproject.toml clients/python/setup.py clients/python/llmbus/*.py schemas/*.fbs)
+$(VENV)/.stamp: ops/requirements-test.txt $(PY_CLIENT)
 	@python3 -m venv $(VENV)
 	@$(VENV)/bin/pip install --quiet --disable-pip-version-check -r ops/requirements-test.txt
+	@$(VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps ./clients/python
 	@touch $@
 venv: deps $(VENV)/.stamp
 
@@ -73,5 +82,25 @@ run: build-release model
 serve: build-release model
 	@build-release/cmd/llmbus serve --model $(MODEL) --http 127.0.0.1:8000
 
+PREFIX ?= /usr/local
+# What install and deb build: the installed targets only (no tests).
+INSTALL_TARGETS := llmbus llmbus-bench llmbus-kernel-bench llmbus-clip-bench llmbus_client
+install: deps
+	@cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DLLB_SANITIZE=OFF \
+	  -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
+	@cmake --build build-release -j$(JOBS) --target $(INSTALL_TARGETS)
+	@cmake --install build-release
+
+# The package is built without CUDA (Debian has no CUDA runtime to depend on), in a tree of
+# its own configured for /usr.
+deb: deps
+	@cmake -S . -B build-deb -DCMAKE_BUILD_TYPE=Release -DLLB_SANITIZE=OFF -DLLB_CUDA=OFF \
+	  -DCMAKE_INSTALL_PREFIX=/usr >/dev/null
+	@cmake --build build-deb -j$(JOBS) --target $(INSTALL_TARGETS)
+	@cd build-deb && cpack -G DEB >/dev/null && ls -1 $(CURDIR)/build-deb/llmbus_*.deb
+
+deb-test: deb model
+	@ops/deb-test.sh build-deb/llmbus_*.deb $(MODEL)
+
 clean:
-	rm -rf build build-release build-fuzz
+	rm -rf build build-release build-fuzz build-deb

@@ -1,5 +1,5 @@
 /* The growable array: one reserve function for every `T *items; int64_t cap;` pair in the
- * project (DESIGN.md §1). Capacity doubles (from 16 at least) so appends are amortized O(1);
+ * project (docs/design.md §1). Capacity doubles (from 16 at least) so appends are amortized O(1);
  * the array stays a plain C pointer the caller indexes and frees with free(). */
 #ifndef LLB_BASE_ARRAY_H
 #define LLB_BASE_ARRAY_H

@@ -1,4 +1,4 @@
-/* Hashing: the one copy of each hash function the project uses (DESIGN.md §1).
+/* Hashing: the one copy of each hash function the project uses (docs/design.md §1).
  *
  * - FNV-1a 64 (Fowler, Noll, Vo; the IETF draft-eastlake-fnv constants): small keys of hash
  *   tables (request ids, token texts), file identities. Fast, not collision resistant.

@@ -7,7 +7,7 @@
  * with llb_err_last(). As the error travels up, each caller that wants to be named adds its
  * frame with `return LLB_UPDATE_ERR_STACK(st);` (nats.c's NATS_UPDATE_ERR_STACK), so the
  * log line says both where the error began and the way it came. This module has no
- * dependency beyond libc: every folder uses it (DESIGN.md §1, base/).
+ * dependency beyond libc: every folder uses it (docs/design.md §1, base/).
  */
 #ifndef LLB_STATUS_H
 #define LLB_STATUS_H

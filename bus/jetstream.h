@@ -1,4 +1,4 @@
-/* Durable ingestion on NATS JetStream (DESIGN.md §6): the requests stream, one durable pull
+/* Durable ingestion on NATS JetStream (docs/design.md §6): the requests stream, one durable pull
  * consumer per engine, publishes confirmed by the server, and acknowledgements.
  *
  *   stream  "<PREFIX>_REQUESTS" (the prefix upper-cased, '.' → '_'), subjects

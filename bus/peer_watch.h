@@ -3,7 +3,7 @@
  * own): the caller feeds it the Heartbeats it receives (schemas/control.h, already filtered to
  * the actor and engine it watches) and the time, and it answers with a verdict.
  *
- * Rules (DESIGN.md §6, README "Failure"):
+ * Rules (docs/design.md §6, docs/fault-tolerance.md):
  * - REPLACED: a beat whose instance id or pid differs from the watched instance's: the watched
  *   process died or was restarted (a supervisor restart gives a new pid, hence a new default
  *   instance id). The new instance is watched from then on; a later beat of the instance it

@@ -1,4 +1,4 @@
-/* NATS subject names of llmbus (DESIGN.md §2), built from a configurable prefix.
+/* NATS subject names of llmbus (docs/design.md §2), built from a configurable prefix.
  *
  *   <prefix>.generate.<tenant>          client → input_processor (queue group)
  *   <prefix>.abort.<tenant>             client → input_processor

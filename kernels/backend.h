@@ -1,4 +1,4 @@
-/* The op table of a transformer forward pass (DESIGN.md §10).
+/* The op table of a transformer forward pass (docs/design.md §10).
  *
  * model/forward.c is written once against `struct backend_ops`; kernels/cpu implements it with
  * host memory, kernels/cuda (backend_cuda_ops(), kernels/cuda/cuda_backend.h) with device
@@ -8,7 +8,7 @@
  * Every op returns a status and allocates nothing; host backends validate what they index
  * (token ids, slots, block ids), device backends trust the forward to have checked the batch
  * on the host before step_begin. Per-row reductions never depend on how many rows are in the
- * call (DESIGN.md §5): a row's result is bit-identical alone or in a batch.
+ * call (docs/design.md §5): a row's result is bit-identical alone or in a batch.
  *
  * Memory and steps, as ggml's buffer types and its CUDA backend's graphs: a backend whose
  * buffers are host memory (host_memory) runs every op on the arrays as given; any other gets
@@ -40,7 +40,7 @@ struct backend_weight {
 };
 
 /* Sizes an execution context is prepared for; ops reject calls beyond them. */
-/* Float order of attention's reductions (DESIGN.md §5). BATCH_INVARIANT: one order for every
+/* Float order of attention's reductions (docs/design.md §5). BATCH_INVARIANT: one order for every
  * query row, so a decode step equals a recompute of the same token (preemption, prefix cache)
  * and no row depends on the batch. LLAMACPP: llama.cpp's own choice, one order for
  * multi-token steps and another for single-token ones: bit-exact with its CPU backend on

@@ -10,7 +10,7 @@
  * llama_forward allocates nothing. Numerics (CPU) follow llama.cpp's
  * CPU path (ggml mul_mat with quantized activations, rms_norm, rope_ext, soft_max); per-row
  * reductions do not depend on the batch, so a token's logits are bit-identical alone or in
- * any batch (DESIGN.md §5).
+ * any batch (docs/design.md §5).
  */
 #ifndef LLB_MODEL_FORWARD_H
 #define LLB_MODEL_FORWARD_H
@@ -109,7 +109,7 @@ enum llama_attention_order {
   LLAMA_ATTENTION_ORDER_LLAMACPP = 1,
 };
 
-/* How matmuls run; both keep a row's result independent of the batch (DESIGN.md §5).
+/* How matmuls run; both keep a row's result independent of the batch (docs/design.md §5).
  * PACKED: the backend's own weight layout where it has one (CPU: Q4_1, Q8_0, Q5_0, Q5_1,
  * IQ4_NL, Q4_K, Q5_K and IQ4_XS repacked into 16-column panels at context creation, int8 dot
  * products, one float order per output: kernels/cpu/packed.h), the GGML mode's dots for other

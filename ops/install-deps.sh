@@ -10,7 +10,8 @@ pkgs=(build-essential cmake pkg-config git python3 python3-venv
       libjpeg62-turbo-dev libpng-dev  # model/image.h: the vision encoder's image decoding
       bible-kjv           # a public-domain test text (KJV) for llmbus perplexity's e2e test
       systemd iproute2    # systemd-analyze checks ops/deploy/; ip netns runs tests/cluster/
-      clang libclang-rt-dev)  # libFuzzer (make fuzz, the end of make test)
+      clang libclang-rt-dev  # libFuzzer (make fuzz, the end of make test)
+      dpkg-dev debootstrap)  # make deb (cpack runs dpkg-shlibdeps), make deb-test (a fresh root)
 
 missing=()
 for p in "${pkgs[@]}"; do

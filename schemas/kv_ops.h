@@ -1,5 +1,5 @@
 /* The scheduler ↔ kv_manager contract as plain C structs: one batched KV step per engine
- * step (DESIGN.md §4), its result, and the block hash that names a full block of tokens in
+ * step (docs/design.md §4), its result, and the block hash that names a full block of tokens in
  * the prefix cache.
  *
  * A kv_step is an ordered list of ops; the kv_manager applies them in order and answers one

@@ -86,7 +86,7 @@ static void publish_abort(struct api_actor *a, struct api_sub *s) {
   s->finished = true;
 }
 
-/* (Re)starts c's first-output timeout: the engine must keep talking (DESIGN.md §6: never a
+/* (Re)starts c's first-output timeout: the engine must keep talking (docs/design.md §6: never a
  * hang). */
 static void arm_timer(struct api_call *c) {
   if (c->timer) evtimer_add(c->timer, &(struct timeval){.tv_sec = c->a->o.first_output_timeout_s});

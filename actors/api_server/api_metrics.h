@@ -16,7 +16,7 @@
  *   llmbus:encoder_cache_hits_total, llmbus:encoder_inputs_computed_total counters.
  * This is the front door's own view, served on its HTTP port as vLLM serves /metrics; the
  * engine-wide series (every request, NATS ones included) come from the actors' metrics ports
- * (README "Metrics"), which Prometheus scrapes.
+ * (docs/operations.md "Metrics"), which Prometheus scrapes.
  * Format: Prometheus text exposition format 0.0.4 (# HELP / # TYPE, cumulative `le` buckets
  * ending in +Inf, _sum and _count).
  *

@@ -3,7 +3,7 @@
  * is sent again instead of failing the client:
  * the sub keeps a copy of what it sent, and a retry timer on the loop thread publishes it once
  * more after 50 ms, doubling to 1 s, API_RESEND_MAX_TRIES times (about 5 s in all). Only then
- * does the client get the 503. DESIGN.md §6 ("the client's request is retried").
+ * does the client get the 503. docs/design.md §6 ("the client's request is retried").
  * Loop thread only. Takes the bus, subjects and subs as arguments (api_call.h). */
 #ifndef LLB_ACTORS_API_SERVER_API_RESEND_H
 #define LLB_ACTORS_API_SERVER_API_RESEND_H

@@ -21,7 +21,7 @@
  * Randomness: Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
  * SC'11) with key = seed and counter = (output_pos, stream, domain tag). A draw depends on
  * nothing but (seed, stream, output_pos) and the logits: the same request gets the same
- * tokens alone, in any batch, after preemption or replay (DESIGN.md §5).
+ * tokens alone, in any batch, after preemption or replay (docs/design.md §5).
  *
  * Logprobs: vLLM v1's default logprobs_mode is "raw_logprobs" (before every processor).
  * We report the log-softmax after penalties and before temperature/filters, as llmbus's

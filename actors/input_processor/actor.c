@@ -44,7 +44,7 @@ struct inproc_actor {
   struct bus *bus;
   int32_t max_model_len;
   char tenant[BUS_TOKEN_MAX + 1];
-  char engine_id[BUS_TOKEN_MAX + 1]; /* the default engine (DESIGN.md §9: routed otherwise) */
+  char engine_id[BUS_TOKEN_MAX + 1]; /* the default engine (docs/design.md §9: routed otherwise) */
   struct engine_router *router;
   bool durable;
   int32_t stream_replicas; /* of the requests stream, if this actor creates it */

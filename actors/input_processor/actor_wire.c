@@ -44,7 +44,7 @@ const char *inproc_wire_generate_request(const struct llb_generate_request *gr, 
   req->continue_final_message = gr->continue_final_message;
   req->sampling_params = gr->sampling_params; /* the decoded view's: lives while the message does */
   req->priority = gr->priority;
-  /* Per-tenant prefix-cache salt (DESIGN.md §7): no tenant can hit another's blocks. */
+  /* Per-tenant prefix-cache salt (docs/design.md §7): no tenant can hit another's blocks. */
   size_t salt_cap = strlen(tenant) + gr->cache_salt.len + 48;
   char *salt = llb_arena_alloc(arena, salt_cap, 1);
   if (!salt) return "cache_salt";

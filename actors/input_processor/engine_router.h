@@ -1,4 +1,4 @@
-/* Engine routing for the input processor (DESIGN.md §9): which engine gets a new request.
+/* Engine routing for the input processor (docs/design.md §9): which engine gets a new request.
  *
  * Membership comes from the engines' own SchedulerStats on <prefix>.engine.<eid>.stats
  * (engine_router_update): an engine is live while its stats keep coming (silent for more

@@ -187,7 +187,7 @@ int32_t inproc_max_model_len(const struct inproc_t *p);
 /* Frees what `out` owns and zeroes it. Accepts NULL. */
 void inproc_processed_free(struct inproc_processed *out);
 
-/* Names the engine that will run the request in its ids (DESIGN.md §9): the parent id
+/* Names the engine that will run the request in its ids (docs/design.md §9): the parent id
  * becomes "<external>-<16 hex>@<eid>" (8 random hex, then the tenant tag) and each child's "<i>_<that>", so that any input
  * processor replica can send an abort for the id to the engine that owns it
  * (inproc_engine_of_id). Call once, after inproc_process succeeded. INVALID_ARGUMENT when
@@ -211,7 +211,7 @@ bool inproc_engine_of_id(const char *id, size_t len, char *out, size_t cap);
  * into out[size]: "<len>:<tenant>" then, with a salt, "<len>:<salt>" (decimal byte lengths).
  * Each field is length-prefixed so that the pair is recovered from the string: tenant "b/x"
  * with no salt and tenant "b" with salt "x" give different salts, so different block hashes
- * (DESIGN.md §7; a plain "tenant/salt" join made them equal). Returns the length written, or
+ * (docs/design.md §7; a plain "tenant/salt" join made them equal). Returns the length written, or
  * a value >= size when out is too small (as snprintf). */
 size_t inproc_cache_salt_compose(const char *tenant, const char *salt, size_t salt_len, char *out,
                                  size_t size);

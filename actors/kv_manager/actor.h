@@ -6,7 +6,7 @@
  * bad field) is answered with a KVStepResult whose `error` is set (code = llb_status,
  * message from the decoder), counted and logged; the actor keeps serving.
  *
- * Recovery (DESIGN.md §6):
+ * Recovery (docs/design.md §6):
  * - A KVStep whose step number is not above the last one seen means the scheduler
  *   restarted: every request's blocks are released first (kv_manager_reset keeps the
  *   prefix cache).

@@ -1,4 +1,4 @@
-/* kv_manager: the authoritative owner of the KV cache blocks of one engine (DESIGN.md §4).
+/* kv_manager: the authoritative owner of the KV cache blocks of one engine (docs/design.md §4).
  *
  * It applies the scheduler's batched kv_step (schemas/kv_ops.h) in one call: FREE, ALLOCATE (with
  * an optional prefix-cache lookup) and CACHE ops, in order, each all-or-nothing, and

@@ -306,7 +306,7 @@ static void ask_resync(struct outproc_actor *a, const char *id, const struct bus
 
 /* An output of a request this instance does not know (it restarted, or missed the request's
  * first output): while the engine still runs it, ask the scheduler for its whole history,
- * from which the request is rebuilt (DESIGN.md §6); the outputs until then are dropped (the
+ * from which the request is rebuilt (docs/design.md §6); the outputs until then are dropped (the
  * history holds them). Its last output cannot be rebuilt any more: the api server is told once,
  * with STATE_LOST, and sends the (seeded) request again (api_resend.h). */
 static void handle_unknown(struct outproc_actor *a, const struct llb_engine_core_output *eo,

@@ -247,7 +247,7 @@ void outproc_destroy(struct outproc_t *p);
 llb_status outproc_register(struct outproc_t *p, const struct outproc_request_info *info);
 
 /* Registers a request whose earlier outputs a previous processor instance already handled
- * (DESIGN.md §6): `history[0, num_history)` are the request's first output tokens; they are
+ * (docs/design.md §6): `history[0, num_history)` are the request's first output tokens; they are
  * detokenized and counted as delivered, so the next output continues the stream where the
  * old processor left off (exactly, when the old one sent an output after each step).
  * Logprobs of the history are not known: later outputs carry logprobs only for newer
@@ -289,7 +289,7 @@ int64_t outproc_num_unfinished(const struct outproc_t *p);
 /* The output tokens received so far of the unfinished engine request `request_id`, for a
  * scheduler that restarted and replays the request from the durable stream: it recomputes
  * them as context in one prefill instead of generating them again one step at a time
- * (DESIGN.md §6). *ids points into the processor's state, valid until the next call that
+ * (docs/design.md §6). *ids points into the processor's state, valid until the next call that
  * changes it. Errors: NOT_FOUND (unknown or finished). */
 llb_status outproc_history(const struct outproc_t *p, const char *request_id, const int32_t **ids, int64_t *n);
 

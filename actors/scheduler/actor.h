@@ -1,4 +1,4 @@
-/* The scheduler actor: EngineCore's step loop on the bus (DESIGN.md §4).
+/* The scheduler actor: EngineCore's step loop on the bus (docs/design.md §4).
  *
  * Subscribes <prefix>.engine.<eid>.requests (EngineCoreRequest) and .abort (AbortRequests);
  * their handlers only decode, copy and enqueue under a mutex, then signal the step thread.
@@ -13,7 +13,7 @@
  *   stats_interval_ms while there is work, at least every stats_idle_interval_ms.
  * It sleeps on a condition variable when there is nothing to do (never busy-waits).
  *
- * Failure (DESIGN.md §6): a timeout, an error reply or an undecodable reply from the
+ * Failure (docs/design.md §6): a timeout, an error reply or an undecodable reply from the
  * kv_manager or the worker logs one line and preempts every running request
  * (sched_preempt_all with kv_lost = false: FREE ops for their blocks go with the next KV
  * step; a restarted, empty kv_manager answers them NOT_FOUND, which is harmless, while a

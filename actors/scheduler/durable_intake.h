@@ -1,4 +1,4 @@
-/* The scheduler's durable intake (DESIGN.md §6, `--durable`): EngineCoreRequests come from the
+/* The scheduler's durable intake (docs/design.md §6, `--durable`): EngineCoreRequests come from the
  * engine's JetStream pull consumer instead of a plain subscription, and each stays in the
  * stream until the request left the scheduler (finished, aborted or refused), so a scheduler
  * that dies loses nothing: its successor gets the unfinished ones again and recomputes them.

@@ -1,4 +1,4 @@
-/* Requests that resume where another left off (DESIGN.md §6). Two cases reach admission:
+/* Requests that resume where another left off (docs/design.md §6). Two cases reach admission:
  * - a replay: a request delivered again from the durable stream after a scheduler restart
  *   carries only its prompt;
  * - a resend: a client whose reply route was lost (a nats-server restart) sent the request

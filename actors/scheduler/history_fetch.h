@@ -1,4 +1,4 @@
-/* Requests that resume where another left off (DESIGN.md §6; history_fetch.c says how): a
+/* Requests that resume where another left off (docs/design.md §6; history_fetch.c says how): a
  * replay from the durable stream, or a resend naming the request it replaces, is admitted with
  * the outputs it had as its first outputs instead of generating them again. Step thread. */
 #ifndef LLB_ACTORS_SCHEDULER_HISTORY_FETCH_H

@@ -1,7 +1,7 @@
 /* What the scheduler actor's handler threads hand its step thread: decoded EngineCoreRequests
  * (as req_metas, in arrival order), the ids of aborted requests (<prefix>.engine.<eid>.abort)
  * and the ids an output processor asked to resync (.resync, an AbortRequests message: it lost
- * them, so each one's next output carries everything from position 0; DESIGN.md §6). One
+ * them, so each one's next output carries everything from position 0; docs/design.md §6). One
  * lock; the step thread sleeps on its condition variable between steps (intake_wait) and
  * takes everything queued at once.
  *

@@ -2,7 +2,7 @@
  * process' first beat, ~0.2 s plus its start-up after the kill under `llmbus serve`; a silent
  * peer after missed_beats intervals. The step thread acts on a detection between steps and
  * while it waits for a worker reply (exec_channel.c), so the execute/kv timeouts are only the
- * last resort (DESIGN.md §6). */
+ * last resort (docs/design.md §6). */
 #include "actors/scheduler/peer_health.h"
 
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* The scheduler's failure detection (DESIGN.md §6): the heartbeats of its engine's gpu_worker
+/* The scheduler's failure detection (docs/design.md §6): the heartbeats of its engine's gpu_worker
  * and kv_manager (<prefix>.health.<actor>.<instance>) fed to one bus/peer_watch each, and its
  * own NATS reconnects. A peer replaced (new instance id or pid) or silent for missed_beats
  * intervals, or a reconnect of the scheduler's own connection (messages of the steps in flight

@@ -1,6 +1,6 @@
 /* The scheduler: EngineCore's step loop as pure logic (vLLM v1 vllm/v1/core/sched/
  * scheduler.py), planned against an exact mirror of the kv_manager's free blocks
- * (DESIGN.md §4). One step:
+ * (docs/design.md §4). One step:
  *
  *   sched_schedule(s, &out, &kv)              plan: running first, then waiting; chunked
  *                                             prefill; preemption by recompute
@@ -201,7 +201,7 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
 llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids, int32_t n,
                                 enum sched_finish_reason reason, struct sched_engine_outputs *eo);
 
-/* Recovery (DESIGN.md §6): preempts every running request for recompute and forgets the
+/* Recovery (docs/design.md §6): preempts every running request for recompute and forgets the
  * steps in flight (their outputs, should they come, are refused by step number). kv_lost = true (the kv_manager restarted empty): the mirror starts with
  * every block free and no FREE op is sent; false (the worker restarted): blocks are freed
  * through the next kv step as usual. */

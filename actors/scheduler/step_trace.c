@@ -1,4 +1,4 @@
-/* The scheduler's spans (DESIGN.md §8): per traced request a "scheduler.queue" span (arrival
+/* The scheduler's spans (docs/design.md §8): per traced request a "scheduler.queue" span (arrival
  * at the scheduler → first scheduled) and, for every step the request is part of, one
  * "scheduler.step" span (planned → its outputs published) with the step number, the batch
  * size and the phase, holding a "scheduler.kv" span (the step's one KV round trip, when it

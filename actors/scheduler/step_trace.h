@@ -1,4 +1,4 @@
-/* The scheduler's spans (DESIGN.md §8; step_trace.c says which). All calls run on the step
+/* The scheduler's spans (docs/design.md §8; step_trace.c says which). All calls run on the step
  * thread, except step_trace_request_init (the request handler's thread, before the request is
  * handed over). Not public API. */
 #ifndef LLB_ACTORS_SCHEDULER_STEP_TRACE_H

@@ -1,4 +1,4 @@
-/* `llmbus-bench engine`: the bus overhead per decode step (DESIGN.md §4).
+/* `llmbus-bench engine`: the bus overhead per decode step (docs/design.md §4).
  *
  * The same model, prompt tokens and greedy batch-1 decode of N tokens, twice:
  *   in-process  llama_forward + sampler_sample in this process, as the worker does per step
@@ -514,7 +514,7 @@ static void report(const struct engine_opts *o, struct steps *a, struct steps *b
          db.median > 0 ? 1 / db.median : 0);
   if (cpu_b >= 0)
     printf("%-22s %12.3f %12.3f\n", "CPU ms per step", cpu_a * 1e3, cpu_b * 1e3);
-  printf("bus overhead per step: %+.3f ms (%+.1f%% of the in-process step; DESIGN.md §4 target < 5%%)\n",
+  printf("bus overhead per step: %+.3f ms (%+.1f%% of the in-process step; docs/design.md §4 target < 5%%)\n",
          over * 1e3, pct);
   if (cpu_b >= 0)
     printf("bus CPU per step: %+.3f ms (%+.1f%%; every process of the stack, nats-server included, and this\n"

@@ -470,6 +470,25 @@ static void add_dist(json_t *j, const char *name, const struct bench_dist *d) {
   json_object_set_new(j, key, json_real(d->std));
 }
 
+/* vLLM's per-request fields of a saved result (`vllm bench serve --save-detailed`): ttfts and
+ * itls (lists per request) in seconds, output_lens, for the completed requests in order; what
+ * ops/bench/plot.py draws the distributions from. */
+static void add_samples(json_t *j, const struct run *r) {
+  json_t *ttfts = json_array(), *itls = json_array(), *lens = json_array();
+  for (int64_t i = 0; i < r->ds.num; i++) {
+    const struct bench_result *x = &r->results[i];
+    if (!x->ok) continue;
+    json_t *gaps = json_array();
+    for (size_t k = 0; k < x->num_itl; k++) json_array_append_new(gaps, json_real(x->itl[k]));
+    json_array_append_new(ttfts, json_real(x->ttft));
+    json_array_append_new(itls, gaps);
+    json_array_append_new(lens, json_integer(x->output_tokens));
+  }
+  json_object_set_new(j, "ttfts", ttfts);
+  json_object_set_new(j, "itls", itls);
+  json_object_set_new(j, "output_lens", lens);
+}
+
 static json_t *result_json(const struct run *r, const struct summary *s) {
   const struct serve_opts *o = r->o;
   double dur = s->duration > 0 ? s->duration : 1e-9;
@@ -510,6 +529,7 @@ static json_t *result_json(const struct run *r, const struct summary *s) {
     json_object_set_new(j, "spec_decode_acceptance_rate", dt > 0 ? json_real(a / dt) : json_null());
     json_object_set_new(j, "spec_decode_mean_acceptance_length", d > 0 ? json_real(1.0 + a / d) : json_null());
   }
+  add_samples(j, r);
   return j;
 }
 

@@ -17,8 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
+#include "base/progress.h"
 #include "cmd/client/commands.h"
 #include "cmd/client/perplexity_kld.h"
 #include "model/forward.h"
@@ -287,17 +289,26 @@ static llb_status score(struct ppl_run *r, const struct ppl_opts *o, int32_t *id
                         double *nll, double *nll2, int64_t *count) {
   const bool add_bos = tokenizer_add_bos(r->tok) && tokenizer_bos_id(r->tok) >= 0;
   llb_status st = LLB_STATUS_OK;
+  struct llb_progress progress; /* on stderr when it is a terminal (base/progress.h) */
+  llb_progress_begin(&progress, "perplexity", chunks, "chunks");
   for (int32_t c = 0; c < chunks && !st; c++) {
     int32_t *chunk = ids + (int64_t)c * o->ctx;
     const int32_t saved = chunk[0];
     if (add_bos) chunk[0] = tokenizer_bos_id(r->tok); /* llama.cpp: BOS replaces the chunk's first token */
     st = eval_chunk(r, chunk, o->ctx, nll, nll2, count, sink);
     chunk[0] = saved;
+    const bool values_on_terminal = !o->json && isatty(STDOUT_FILENO);
+    if (c == 0 && values_on_terminal && progress.tty && chunks > 1) { /* llama-perplexity's ETA line */
+      const double s = (double)(llb_now_ns() - progress.start_ns) / 1e9;
+      fprintf(stderr, "perplexity: %.2f seconds per chunk - ETA %.2f minutes\n", s, s * (chunks - 1) / 60.0);
+    }
     if (!o->json && !st) {
       printf("[%d]%.4f,", c + 1, exp(*nll / (double)*count));
       fflush(stdout);
     }
+    if (!values_on_terminal) llb_progress_update(&progress, c + 1); /* a line of its own: stdout is elsewhere */
   }
+  llb_progress_end(&progress);
   return st;
 }
 

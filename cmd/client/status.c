@@ -1,4 +1,4 @@
-/* `llmbus status`: what is running on a bus, read from the bus itself (DESIGN.md §9).
+/* `llmbus status`: what is running on a bus, read from the bus itself (docs/design.md §9).
  *
  * Listens for --wait-ms (default 2500: longer than the default 2 s heartbeat) to
  * <prefix>.health.> (every actor's Heartbeat) and <prefix>.engine.*.stats (each engine's

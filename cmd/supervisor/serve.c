@@ -159,7 +159,7 @@ static void default_packed_cache_dir(char *buf, size_t cap) {
 }
 
 static llb_status add_engine_flags(const struct serve_options *o, int actor, const char *eid, struct child_spec *spec) {
-  /* One engine's KV geometry has one source, its worker (DESIGN.md §9): the kv_manager and the
+  /* One engine's KV geometry has one source, its worker (docs/design.md §9): the kv_manager and the
    * scheduler take --num-blocks 0 and adopt the number the worker announces in its heartbeat. */
   llb_status st = LLB_STATUS_OK;
   if ((1u << actor) & (A_KV | A_SCHED)) st = add_arg_pair(spec, "--num-blocks", "0");

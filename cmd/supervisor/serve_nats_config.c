@@ -19,7 +19,7 @@
 #define PASSWORD_BYTES 32
 #define MAX_USERS (8 + SERVE_NATS_MAX_TENANTS)
 
-/* Who may publish and subscribe where: DESIGN.md §2, one row per actor. "P" stands for the
+/* Who may publish and subscribe where: docs/design.md §2, one row per actor. "P" stands for the
  * prefix. Every actor publishes its own heartbeat and may watch everyone's (health is how
  * failures and the KV geometry are seen), and its span batches on P.trace.<actor>
  * (--trace-publish), which the operator may read. Replies to requests an actor received need no
@@ -47,7 +47,7 @@ static const struct user_perms {
     {"output-processor", "ENGINE",
      {"_R_.>", "P.engine.*.abort", "P.engine.*.resync", "P.health.output_processor.>", "P.trace.output_processor"},
      {"P.engine.*.outputs", "P.engine.*.history", "_INBOX.>", "P.health.>"}, true},
-    /* it routes by the engines' stats (DESIGN.md §9) and reads the outputs for per-tenant
+    /* it routes by the engines' stats (docs/design.md §9) and reads the outputs for per-tenant
      * limits: a request's first token and its end */
     /* durable: stores each request in the JetStream stream ($JS.API for the stream, the
      * store's confirmation on its inbox) */

@@ -7,9 +7,9 @@
  * and removes it again when serve stops. Passwords are never logged and never put on a
  * command line: each actor gets `--nats-user NAME --nats-password-file PATH`.
  *
- * Accounts (DESIGN.md §7):
+ * Accounts (docs/design.md §7):
  *   ENGINE      every engine actor, each its own user with the publish/subscribe permissions
- *               of DESIGN.md's subject table (serve_nats_user_permissions); it exports, per
+ *               of docs/design.md's subject table (serve_nats_user_permissions); it exports, per
  *               tenant T, the services <prefix>.generate.T (streamed responses),
  *               <prefix>.abort.T and <prefix>.tokenize.T to T's account and to FRONT, and the
  *               streams <prefix>.engine.*.stats and <prefix>.health.> to FRONT only.

@@ -100,7 +100,7 @@ llb_status cuda_ctx_create(const struct cuda_ctx_params *p, struct cuda_ctx **ou
   if (!c) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "cuda ctx");
   c->params = *p;
   /* One partition size for the context's life, so that a row is split and merged the same
-   * way in every batch (batch invariance, DESIGN.md §5): 128 keys (a decode row spreads over
+   * way in every batch (batch invariance, docs/design.md §5): 128 keys (a decode row spreads over
    * more blocks) while the split-K scratch stays within CUDA_ATTN_SCRATCH_BYTES, else 512. */
   c->attn_part_size = CUDA_ATTN_SMALL_PARTITION;
   for (;;) {

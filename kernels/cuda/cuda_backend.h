@@ -1,4 +1,4 @@
-/* The CUDA op set of the LLaMA forward pass (DESIGN.md §10), as a C API.
+/* The CUDA op set of the LLaMA forward pass (docs/design.md §10), as a C API.
  *
  * Plain C: no CUDA type appears here, so C code (tests, the worker) uses it without the CUDA
  * headers; only the .cu files of kernels/cuda include them. Every op runs asynchronously on the context's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The bus overhead per batch-1 decode step (DESIGN.md §4, issue 19 item 4), for several forward
+# The bus overhead per batch-1 decode step (docs/design.md §4, issue 19 item 4), for several forward
 # thread settings, interleaved over --repeats: `llmbus-bench engine` (the same greedy decode
 # in-process and through a stack it starts) with
 #   all      --threads T                      every core in the forward

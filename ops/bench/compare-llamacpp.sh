@@ -2,7 +2,7 @@
 # llmbus vs llama.cpp's own C++ tools on the same GGUF, same machine, one run.
 #
 #   ops/bench/compare-llamacpp.sh [--model PATH] [--repeats N] [--threads N] [--ctx N] [--runs N]
-#                                 [--build-only]
+#                                 [--build-only] [--llmbus-only] [--plot DIR]
 #   ops/bench/compare-llamacpp.sh --types Q4_0,Q4_K_M,... [--isa avx2,avx512] [--gguf PATH]...
 #                                 [--model PATH] [--runs N] [--threads N] [--repeats N]
 #     the forward only, as one table of file x instruction set (ops/bench/compare-types.sh)
@@ -33,6 +33,10 @@
 #    shape of llmbus-kernel-bench's decode b16).
 # 5. Prints two markdown tables (serving, forward: medians over the repeats and llmbus's
 #    ratios) and the roofline lines (ops/bench/compare_llamacpp_report.py).
+# 6. With --plot DIR: DIR/throughput.png and DIR/latency.png from the serving results
+#    (ops/bench/plot.py: output tok/s against concurrency, TTFT and ITL distributions).
+# --llmbus-only measures the llmbus column alone (no llama.cpp download or build, no tables):
+#    for the pictures, or a quick look at llmbus's own numbers.
 # Env: LLMBUS_SERVE_ARGS (default "--max-num-batched-tokens 256"), LLAMACPP_CACHE, BUILD_DIR,
 # PORT_A/PORT_B, JOBS (default 2). The raw results stay in /tmp/llb-compare.* (printed).
 set -uo pipefail
@@ -46,6 +50,8 @@ threads=2
 ctx=2048
 runs=3
 build_only=0
+llmbus_only=0
+plot_dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
@@ -54,7 +60,9 @@ while [ $# -gt 0 ]; do
     --ctx) ctx=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --build-only) build_only=1; shift ;;
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    --llmbus-only) llmbus_only=1; shift ;;
+    --plot) plot_dir=$2; shift 2 ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     *) echo "compare-llamacpp: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -135,9 +143,11 @@ requant_q40() {
   fi
   mv "$q40.tmp.$$" "$q40"
 }
-fetch_llamacpp || die "could not get llama-cpp-python $version's source"
-build_llamacpp || die "llama.cpp build failed"
-requant_q40 || die "llama-quantize failed"
+if [ "$llmbus_only" = 0 ]; then
+  fetch_llamacpp || die "could not get llama-cpp-python $version's source"
+  build_llamacpp || die "llama.cpp build failed"
+  requant_q40 || die "llama-quantize failed"
+fi
 
 # ---- 2. llmbus (Release) ---------------------------------------------------------------
 log "building llmbus in $build (Release)"
@@ -241,17 +251,31 @@ run_forward() { # name rep
 }
 
 names=(llmbus llamacpp-q4_1 llamacpp-q4_0)
+[ "$llmbus_only" = 1 ] && names=(llmbus)
 for rep in $(seq 1 "$repeats"); do
-  for k in 0 1 2; do
-    name=${names[$(((rep - 1 + k) % 3))]}
+  for k in $(seq 0 $((${#names[@]} - 1))); do
+    name=${names[$(((rep - 1 + k) % ${#names[@]}))]}
     log "repeat $rep/$repeats: $name"
     run_server "$name" "$rep" || exit 1
     run_forward "$name" "$rep"
   done
 done
 
-# ---- 5. tables -------------------------------------------------------------------------
+# ---- 6. pictures (before the tables: those exit with their status) ---------------------
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+if [ -n "$plot_dir" ]; then
+  py=python3
+  [ -x "$root/.venv/bin/python" ] && py=$root/.venv/bin/python
+  "$py" "$root/ops/bench/plot.py" "$work"/*-decode-*.json "$work"/*-conc*.json -o "$plot_dir" \
+    --title "$(basename "$model"), $threads threads, $cpu ($(nproc) cores), $(date +%F)" >&2 ||
+    log "plot.py failed (matplotlib: ops/requirements-test.txt)"
+fi
+if [ "$llmbus_only" = 1 ]; then
+  log "raw results in $work"
+  exit 0
+fi
+
+# ---- 5. tables -------------------------------------------------------------------------
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]; then commit="$commit+local changes"; fi
 python3 "$root/ops/bench/compare_llamacpp_report.py" --work "$work" --repeats "$repeats" --runs "$runs" \

@@ -1,4 +1,4 @@
-# Chaos (issue 13, DESIGN.md §6): tests/chaos/chaos.py starts `llmbus serve` with the default
+# Chaos (issue 13, docs/design.md §6): tests/chaos/chaos.py starts `llmbus serve` with the default
 # model and SIGKILLs each actor type once, plus the nats-server, during 40 streamed greedy and
 # seeded requests (the short form); `make chaos` runs the long form. Standard library only.
 add_test(NAME chaos_short

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Chaos: SIGKILL the actors of a running `llmbus serve` (and its nats-server) while clients
-stream completions, and check what DESIGN.md §6 promises: every request completes with
+stream completions, and check what docs/design.md §6 promises: every request completes with
 exactly the text of the fault-free run; a client never hangs and is never silently truncated.
 The api server's own death breaks its TCP connections: a client sees a clear failure (the
 stream ends without `data: [DONE]`, or the connection is refused or reset) and its retry

@@ -3,7 +3,7 @@ network namespace (ip netns + veth on a bridge; 127.77.0.0/24 addresses with rou
 so nothing can leave the machine), and a client namespace that sends streamed
 /v1/completions requests to the nodes' api servers round-robin.
 
-The engines run durable (DESIGN.md §6): EngineCoreRequests go through the JetStream requests
+The engines run durable (docs/design.md §6): EngineCoreRequests go through the JetStream requests
 stream, created with `--stream-replicas 3`, so the stream and every engine's consumer live on
 all three nodes. Mid-load the test SIGKILLs the nats-server that leads the stream (its replicas
 elect a new leader in a few seconds: input processors retry their publishes with the same

@@ -9,6 +9,7 @@ LLMBUS_SOURCE_DIR). A missing binary or model skips the test (exit code 77) with
 import json
 import os
 import signal
+import random
 import socket
 import subprocess
 import sys
@@ -29,6 +30,25 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_run(n):
+    """A base port with n free ports after it."""
+    for _ in range(200):
+        base = random.randint(20000, 60000 - n)
+        socks = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", base + i))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no run of free ports")
 
 
 def child_pids(parent, program):

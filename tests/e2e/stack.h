@@ -51,7 +51,7 @@ enum e2e_actor {
 
 /* Scheduler flags for tests whose steps are long under ASan on a loaded 2-core machine (a
  * 500-token prefill step can take over a minute there): beyond the default 60 s execute
- * limit the scheduler would preempt everything and retry (DESIGN.md §6), which is not what
+ * limit the scheduler would preempt everything and retry (docs/design.md §6), which is not what
  * these tests are about. */
 #define E2E_SLOW_STEP_FLAGS "--execute-timeout-ms", "600000", "--kv-timeout-ms", "600000"
 

@@ -1,4 +1,4 @@
-/* 32 requests in flight at once give exactly the token ids each gives alone (DESIGN.md §5),
+/* 32 requests in flight at once give exactly the token ids each gives alone (docs/design.md §5),
  * greedy and seeded (temperature 0.8, top_p 0.9, fixed seeds), through every actor with the
  * real model: first each of 12 distinct requests (4 prompts x greedy / two seeds) alone, one
  * after the other; then 32 requests (each distinct one two or three times) at once, and the

@@ -1,4 +1,4 @@
-/* The engine's KV geometry has one source, the worker (DESIGN.md §9, vLLM's num_gpu_blocks):
+/* The engine's KV geometry has one source, the worker (docs/design.md §9, vLLM's num_gpu_blocks):
  * a scheduler and a kv_manager started with --num-blocks 0 adopt the block count the worker
  * allocated (announced in its heartbeat; on a GPU it is sized from device memory), and the
  * engine then serves with exactly that many blocks. Here the worker gets --num-blocks 48:

@@ -1,4 +1,4 @@
-/* Two engines behind one subject (`llmbus serve --engines 2`, DESIGN.md §9), as an operator
+/* Two engines behind one subject (`llmbus serve --engines 2`, docs/design.md §9), as an operator
  * scaling out relies on:
  *   - both engines announce themselves (SchedulerStats with model, block size, capacity) and
  *     take their KV geometry from their own worker;

@@ -13,7 +13,7 @@
  *
  * llama.cpp sums attention in one order for multi-token ubatches and another for one-token
  * ones. The engine keeps one order for every row (LLAMA_ATTENTION_ORDER_BATCH_INVARIANT), so
- * that a decode step equals a recompute of the same token (DESIGN.md §5); it is llama.cpp's
+ * that a decode step equals a recompute of the same token (docs/design.md §5); it is llama.cpp's
  * prefill order, so:
  * 1. In the engine's order, prompt ids are identical and the first step's logits equal
  *    llama.cpp's over its top-256 ids within FIRST_TOL (bit-exact on the machine that recorded

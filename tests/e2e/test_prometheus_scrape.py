@@ -9,39 +9,18 @@ engine_stats lines, and a NATS URL's password never reaches a log line.
 Skips (77) with the reason when prometheus is not installed (ops/install-deps.sh installs it)."""
 import json
 import os
-import random
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
 import time
 import urllib.parse
 
-from api_stack import Stack, dumps, free_port, http_get, metric, metrics, run_cases, skip
+from api_stack import Stack, dumps, free_port, free_port_run, http_get, metric, metrics, run_cases, skip
 
 ACTORS = ["kv_manager", "gpu_worker", "scheduler", "output_processor", "input_processor", "api_server",
           "encoder_cache"]
 SRC = os.environ.get("LLMBUS_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-
-def free_port_run(n):
-    """A base port with n free ports after it."""
-    for _ in range(200):
-        base = random.randint(20000, 60000 - n)
-        socks = []
-        try:
-            for i in range(n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", base + i))
-                socks.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no run of free ports")
 
 
 def post(base, path, body, timeout=120):

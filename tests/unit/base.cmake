@@ -8,3 +8,5 @@ llb_add_test(test_metrics_http SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_metrics_ht
              LIBS llmbus_bus PkgConfig::CMOCKA LABELS unit)
 llb_add_test(test_base_containers SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_base_containers.c
              LIBS llmbus_base PkgConfig::CMOCKA LABELS unit)
+llb_add_test(test_progress SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_progress.c
+             LIBS llmbus_base PkgConfig::CMOCKA LABELS unit)

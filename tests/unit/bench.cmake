@@ -14,3 +14,10 @@ if(TARGET llmbus_kernel_bench)
                LIBS llmbus_kernel_bench PkgConfig::CMOCKA LABELS unit bench TIMEOUT 300
                ARGS ${LLB_DEFAULT_MODEL})
 endif()
+# ops/bench/plot.py on synthetic result files (tests/unit/test_bench_plot.py); needs the venv's
+# matplotlib (make venv), else skipped.
+set(llb_plot_py ${CMAKE_SOURCE_DIR}/.venv/bin/python)
+add_test(NAME test_bench_plot_draws_throughput_and_latency
+         COMMAND /bin/sh -c "if [ ! -x '${llb_plot_py}' ]; then echo 'SKIP: no venv (make venv)'; exit 77; fi; exec '${llb_plot_py}' '${CMAKE_CURRENT_LIST_DIR}/test_bench_plot.py'")
+set_tests_properties(test_bench_plot_draws_throughput_and_latency PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+                     LABELS unit)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks every #include of the project against the layout of DESIGN.md §1.
+"""Checks every #include of the project against the layout of docs/design.md §1.
 
     check_layout.py [ROOT]        ROOT: the checkout (default: this file's ../..)
 
@@ -29,9 +29,9 @@ import sys
 
 SOURCE_EXTENSIONS = (".c", ".h", ".cc", ".cu", ".cuh", ".inc")
 
-# Folders of DESIGN.md §1 that hold source files. actors/<name> and kernels/<name> are
+# Folders of docs/design.md §1 that hold source files. actors/<name> and kernels/<name> are
 # named by their first two components; the rules below use the first one.
-TOP_LEVEL = {"base", "bus", "schemas", "model", "kernels", "actors", "cmd", "tests"}
+TOP_LEVEL = {"base", "bus", "schemas", "model", "kernels", "actors", "cmd", "clients", "tests"}
 
 # Which top-level folders (the first path component of the included file) each folder may
 # include. A folder always may include itself; for actors "itself" is its own actors/<name>.
@@ -41,11 +41,13 @@ ALLOWED = {
     "schemas": {"base", "schemas"},
     "kernels": {"base", "kernels"},
     "model": {"base", "model", "kernels"},
-    # DESIGN.md: cmd -> actors -> {bus, schemas, model}. The worker also picks the backend
-    # (DESIGN.md §10, --device cpu|cuda), so actors/gpu_worker may include kernels/: see
+    # docs/design.md: cmd -> actors -> {bus, schemas, model}. The worker also picks the backend
+    # (docs/design.md §10, --device cpu|cuda), so actors/gpu_worker may include kernels/: see
     # ACTOR_EXTRA.
     "actors": {"base", "bus", "schemas", "model"},
     "cmd": {"base", "bus", "schemas", "model", "kernels", "actors", "cmd"},
+    # clients/ (libllmbus-client) speaks the wire contract over the bus, nothing more.
+    "clients": {"base", "bus", "schemas", "clients"},
     "tests": TOP_LEVEL,
 }
 ACTOR_EXTRA = {"actors/gpu_worker": {"kernels"}}
@@ -155,7 +157,7 @@ def check(root):
         top = f.split("/")[0] if "/" in f else ""
         unit = unit_of(f)
         if top not in TOP_LEVEL:
-            problems.append((f, 1, "source file outside the folders of DESIGN.md §1"))
+            problems.append((f, 1, "source file outside the folders of docs/design.md §1"))
             continue
         with open(os.path.join(root, f), encoding="utf-8", errors="replace") as fh:
             text_all = fh.read()
@@ -195,7 +197,7 @@ def check(root):
                 ok = ttop in allowed
             if not ok and not allowlisted(f, target, used):
                 why = (f"{unit}/ includes another actor's folder ({tunit}/)" if top == ttop == "actors"
-                       else f"{unit}/ may not include {ttop}/ (DESIGN.md §1)")
+                       else f"{unit}/ may not include {ttop}/ (docs/design.md §1)")
                 problems.append((f, lineno, f"includes {target}: {why}"))
             elif top == ttop == "cmd" and not cmd_include_ok(f, target) and not allowlisted(f, target, used):
                 problems.append((f, lineno, f"includes {target}: {cmd_unit(f)}/ may not include "
@@ -246,7 +248,7 @@ def main(argv):
     for f, line, msg in problems:
         print(f"{f}:{line}: {msg}")
     if problems:
-        print(f"check_layout: {len(problems)} violation(s) of the layout (DESIGN.md §1) under {root}")
+        print(f"check_layout: {len(problems)} violation(s) of the layout (docs/design.md §1) under {root}")
         return 1
     print(f"check_layout: {len(source_files(root))} files under {root} follow the layout")
     return 0

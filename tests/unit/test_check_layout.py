@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""check_layout.py on small fake trees: each rule of DESIGN.md §1 it enforces catches a
+"""check_layout.py on small fake trees: each rule of docs/design.md §1 it enforces catches a
 violation (naming file:line), allowed includes pass, and the allowlist works both ways."""
 import contextlib
 import io

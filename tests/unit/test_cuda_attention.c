@@ -161,7 +161,7 @@ static void device_attention(struct cuda_ctx *g, const struct cuda_kv_layer *kl,
   free(row_seq);
 }
 
-/* DESIGN.md §5: a decode row gets the same bits alone (one head a block, a graph-wide grid) as
+/* docs/design.md §5: a decode row gets the same bits alone (one head a block, a graph-wide grid) as
  * next to a 600-row prefill (4 query heads a block, a grid of the batch's longest row). */
 static void test_a_row_gets_the_same_bits_alone_and_in_a_large_batch(void) {
   const int32_t H = 8, HKV = 2, D = 64, BS = 16, MB = 48, NB = 2 * MB, P = 600, L0 = 700;

@@ -1,6 +1,6 @@
 """The systemd units of ops/deploy/ stay deployable:
   1. `systemd-analyze verify` accepts every unit (instances as @0), with the program paths
-     pointed at this build (/usr/local/bin/llmbus-* -> <build>/cmd/llmbus-*);
+     pointed at this build (ExecStart=llmbus-* -> <build>/cmd/llmbus-*);
   2. every actor's ExecStart, with llmbus.env's values substituted the way systemd does
      (${VAR} one word, $VAR split on spaces, %i / %H specifiers), is accepted by the actor's
      own flag parser: the command with --help appended exits 0 (an unknown or renamed flag
@@ -55,7 +55,8 @@ def main():
         names = []
         for unit in units:
             text = open(os.path.join(deploy, unit)).read()
-            text = re.sub(r"/usr/local/bin/(llmbus-[a-z-]+)", lambda m: os.path.join(build, "cmd", m.group(1)), text)
+            # ExecStart names the binary alone: systemd finds it in /usr/local/bin or /usr/bin
+            text = re.sub(r"(?<=ExecStart=)(llmbus-[a-z-]+)", lambda m: os.path.join(build, "cmd", m.group(1)), text)
             inst = unit.replace("@.", "@0.")
             with open(os.path.join(tmp, inst), "w") as f:
                 f.write(text)

@@ -4,7 +4,7 @@
  * - The flattened batch of a hand-made case: positions, slot_mapping over non-contiguous
  *   blocks, query_start_loc, seq_lens, logits_indices (a partial prefill samples nothing),
  *   block table replacement of a request resumed through CachedRequestData.
- * - Batch invariance (DESIGN.md §5): two requests, one chunk-prefilled while the other
+ * - Batch invariance (docs/design.md §5): two requests, one chunk-prefilled while the other
  *   decodes, the greedy one preempted and resumed as a new request with recompute on other
  *   blocks, the seeded one finished and removed: each gets exactly the tokens of a run alone
  *   with no chunking.

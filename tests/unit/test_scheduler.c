@@ -344,7 +344,7 @@ static void test_destroy_with_pending_frees_releases_each_request_once(void **st
   h_fini(&h);
 }
 
-/* DESIGN.md §7: a full queue is a clear error for the new request and loses nothing already
+/* docs/design.md §7: a full queue is a clear error for the new request and loses nothing already
  * accepted. */
 static void test_full_waiting_queue_refuses_new_requests_and_keeps_accepted_ones(void **state) {
   (void)state;

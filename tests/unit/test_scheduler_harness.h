@@ -1,6 +1,6 @@
 /* Test harness for the scheduler: an in-process kv_manager answers each kv step directly,
  * and a fake worker keeps the block tables the scheduler's deltas describe and samples a
- * deterministic token per (request, output position), as DESIGN.md §5's sampler does, so
+ * deterministic token per (request, output position), as docs/design.md §5's sampler does, so
  * recompute after preemption must reproduce the same tokens. Included by test_scheduler*.c. */
 #ifndef TEST_SCHEDULER_HARNESS_H
 #define TEST_SCHEDULER_HARNESS_H
