@@ -25,7 +25,7 @@ VENV := .venv
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 45
 
-.PHONY: run serve test chaos fuzz build-fuzz deps model venv build build-release clean chat-templates \
+.PHONY: run serve test chaos fuzz build-fuzz deps model test-models venv build build-release clean chat-templates \
 	install deb deb-test
 
 deps:
@@ -33,6 +33,10 @@ deps:
 
 model: deps
 	@ops/fetch-model.sh >/dev/null
+
+# the real K-quant file the numerics test holds to llama.cpp (tests/e2e/test_perplexity_llamacpp.py)
+test-models: model
+	@ops/fetch-model.sh gemma3 >/dev/null
 
 # Python side of the tests: flatc's Python output needs the flatbuffers runtime, plus
 # nats-py for the cross-language client and openai for the HTTP front door; and the client
@@ -58,7 +62,7 @@ build-release: deps
 chat-templates: venv
 	@ops/fetch-chat-templates.sh >/dev/null
 
-test: build model venv chat-templates
+test: build test-models venv chat-templates
 	@cd build && ctest --output-on-failure -j$(JOBS) --timeout 900
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
 

@@ -2,11 +2,7 @@
  *
  *   llmbus-kernel-bench [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N]
  *                       [--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]
- *                       [--fit FILE [--fit-steps LOG]]
- *
- * --fit FILE: the step-time model of the worker's --device sim fitted to this forward, written
- * as JSON (cmd/bench/kernel_fit.h); the other measurements are skipped. With --fit-steps LOG:
- * fitted to the steps a served worker recorded (llmbus-gpu-worker --step-log LOG) instead.
+ *                       [--kv-cache-dtype auto|fp16|fp8|q8_0]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +56,8 @@ int main(int argc, char **argv) {
                "and write it to FILE"},
       {.name = "fit-steps", .kind = FLAG_KIND_STRING, .target = &o.fit_steps_path, .metavar = "LOG",
        .help = "with --fit: fit to a worker's --step-log instead of timing the forward here"},
+      {.name = "kv-cache-dtype", .kind = FLAG_KIND_STRING, .target = &o.kv_cache_dtype, .metavar = "auto|fp16|fp8|q8_0",
+       .help = "the KV cache's element type (vLLM's --kv-cache-dtype; fp8 is e4m3; auto = fp16)"},
       {.name = "packed-cache-dir", .kind = FLAG_KIND_STRING, .target = &o.packed_cache_dir, .metavar = "DIR",
        .help = "the forward's packed-weight cache (default: private packing)"},
   };

@@ -44,7 +44,10 @@ struct backend_weight {
  * query row, so a decode step equals a recompute of the same token (preemption, prefix cache)
  * and no row depends on the batch. LLAMACPP: llama.cpp's own choice, one order for
  * multi-token steps and another for single-token ones: bit-exact with its CPU backend on
- * prefill and decode, but a decode step no longer equals its recompute (for checking only). */
+ * prefill and decode, but a decode step no longer equals its recompute (for checking only).
+ * LLAMACPP also applies to the ggml-order matmuls of types llama.cpp's x86 build repacks
+ * (Q4_K): the rows of a step's full groups of four take its gemm order, the rest its gemv
+ * order, as its repacked mul_mat splits them. */
 enum backend_attention_order {
   BACKEND_ATTENTION_ORDER_BATCH_INVARIANT = 0,
   BACKEND_ATTENTION_ORDER_LLAMACPP = 1,
@@ -99,11 +102,35 @@ struct backend_rope_params {
   float attn_factor;
 };
 
-/* One layer's paged KV cache, IEEE fp16 bit patterns. */
+/* Element type of the KV cache (vLLM's --kv-cache-dtype; llama.cpp's q8_0 cache type). A row is
+ * the head_dim values of one token and KV head. */
+enum backend_kv_dtype {
+  BACKEND_KV_DTYPE_F16 = 0,      /* IEEE fp16 bit patterns, 2 bytes a value */
+  BACKEND_KV_DTYPE_Q8_0 = 1,     /* head_dim / 32 ggml block_q8_0 (fp16 d, 32 int8: x = d * q), 34 bytes
+                                    per 32 values; head_dim a multiple of 32 */
+  BACKEND_KV_DTYPE_FP8_E4M3 = 2, /* OCP FP8 E4M3 (sign, 4 exponent bits of bias 7, 3 mantissa bits; max
+                                    448, no infinities), one byte a value, scale 1 (vLLM's default
+                                    k_scale / v_scale) */
+};
+
+/* Bytes of one row (head_dim values) of dtype t; 0 if t cannot hold head_dim values (Q8_0 needs a
+ * multiple of 32) or t is not a dtype. */
+static inline size_t backend_kv_row_bytes(enum backend_kv_dtype t, int32_t head_dim) {
+  if (head_dim < 1) return 0;
+  switch (t) {
+  case BACKEND_KV_DTYPE_F16: return (size_t)head_dim * 2;
+  case BACKEND_KV_DTYPE_Q8_0: return head_dim % 32 == 0 ? (size_t)head_dim / 32 * 34 : 0;
+  case BACKEND_KV_DTYPE_FP8_E4M3: return (size_t)head_dim;
+  default: return 0;
+  }
+}
+
+/* One layer's paged KV cache. dtype 0 is F16, so zero-initialized layers are fp16 ones. */
 struct backend_kv_layer {
-  uint16_t *k; /* [num_blocks, block_size, n_kv_heads, head_dim] */
-  uint16_t *v; /* [num_blocks, block_size, n_kv_heads, head_dim] */
+  void *k; /* [num_blocks, block_size, n_kv_heads] rows of backend_kv_row_bytes(dtype, head_dim) */
+  void *v; /* [num_blocks, block_size, n_kv_heads] rows, as k */
   int32_t num_blocks, block_size, n_kv_heads, head_dim;
+  enum backend_kv_dtype dtype;
 };
 
 /* Paged causal attention of a flattened batch (vLLM layout). Query row i of sequence s
@@ -169,8 +196,12 @@ struct backend_ops {
    * ext_factor 0, attn_factor 1. */
   llb_status (*rope)(struct backend_ctx *c, float *x, const int32_t *positions, int32_t n_rows,
                      int32_t n_heads, int32_t head_dim, const struct backend_rope_params *p);
-  /* Stores k, v [n_rows, n_kv_heads, head_dim] as fp16 at slot_mapping [n_rows]
-   * (block * block_size + offset; -1 skips the row). INVALID_ARGUMENT on a slot out of range. */
+  /* Stores k, v [n_rows, n_kv_heads, head_dim] in kv->dtype at slot_mapping [n_rows]
+   * (block * block_size + offset; -1 skips the row): F16 rounded to nearest even; Q8_0 per 32
+   * values as ggml's quantize_row_q8_0 (d = amax / 127 stored as fp16, q = round-half-even(x *
+   * 127 / amax)); FP8_E4M3 rounded to nearest even, saturated at +-448. INVALID_ARGUMENT on a slot
+   * out of range, UNSUPPORTED for a dtype the backend does not hold (kv layers of that dtype are
+   * refused at cache creation by the same test: backend_ops.kv_dtype_ok). */
   llb_status (*kv_write)(struct backend_ctx *c, const struct backend_kv_layer *kv, const float *k,
                          const float *v, const int64_t *slot_mapping, int32_t n_rows);
   /* See struct backend_attn_params. INVALID_ARGUMENT on inconsistent lengths or block ids. */
@@ -229,6 +260,8 @@ struct backend_ops {
   llb_status (*buffer_download)(struct backend_ctx *c, void *dst, const void *src, size_t bytes);
   /* dst [bytes] of backend memory = 0, in order with c's queued ops. */
   llb_status (*buffer_clear)(struct backend_ctx *c, void *dst, size_t bytes);
+  /* Optional (NULL: F16 only): whether kv_write and attention take KV layers of dtype t. */
+  bool (*kv_dtype_ok)(enum backend_kv_dtype t);
   /* Optional (NULL: host memory, sized by the caller): free and total bytes of the device's
    * memory (cudaMemGetInfo), for sizing the KV cache (vLLM gpu_memory_utilization). */
   llb_status (*memory_info)(size_t *free_bytes, size_t *total_bytes);

@@ -161,20 +161,27 @@ const struct llama_config *llama_model_config(const struct llama_model *m) { ret
 
 /* The cache of m: host memory (calloc) when ops is NULL, else a zeroed buffer of ops on bc. */
 static llb_status kv_cache_make(const struct llama_model *m, const struct backend_ops *ops, struct backend_ctx *bc,
-                                int32_t num_blocks, int32_t block_size, struct llama_kv_cache **out) {
+                                int32_t num_blocks, int32_t block_size, enum backend_kv_dtype dtype,
+                                struct llama_kv_cache **out) {
   if (!m || !out || num_blocks < 1 || block_size < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache of %d blocks of %d", num_blocks, block_size);
   *out = NULL;
   const struct llama_config *c = &m->cfg;
-  const size_t per_tensor = (size_t)num_blocks * (size_t)block_size * (size_t)c->head_count_kv * (size_t)c->head_dim;
-  if (per_tensor / (size_t)num_blocks / (size_t)block_size != (size_t)c->head_count_kv * (size_t)c->head_dim ||
+  const size_t rb = backend_kv_row_bytes(dtype, c->head_dim);
+  if (rb == 0)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "kv cache dtype %s cannot hold rows of head_dim %d",
+                    llama_kv_dtype_name(dtype), c->head_dim);
+  const size_t rows = (size_t)num_blocks * (size_t)block_size * (size_t)c->head_count_kv;
+  const size_t per_tensor = rows * rb; /* bytes */
+  if (rows / (size_t)num_blocks / (size_t)block_size != (size_t)c->head_count_kv || per_tensor / rb != rows ||
       per_tensor > SIZE_MAX / 4 / (size_t)c->block_count)
     return LLB_ERRF(LLB_STATUS_TOO_LARGE, "kv cache of %d blocks of %d overflows", num_blocks, block_size);
-  const size_t bytes = per_tensor * 2 * (size_t)c->block_count * sizeof(uint16_t);
+  const size_t bytes = per_tensor * 2 * (size_t)c->block_count;
   llb_status st;
   struct llama_kv_cache *kv = calloc(1, sizeof(*kv));
   if (!kv) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv cache");
   kv->model = m;
+  kv->dtype = dtype;
   kv->layers = calloc((size_t)c->block_count, sizeof(*kv->layers));
   if (!kv->layers) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv cache layers");
@@ -184,7 +191,7 @@ static llb_status kv_cache_make(const struct llama_model *m, const struct backen
     if ((st = ops->buffer_alloc(bytes, (void **)&kv->data)) != LLB_STATUS_OK) goto fail;
     kv->ops = ops;
     if ((st = ops->buffer_clear(bc, kv->data, bytes)) != LLB_STATUS_OK) goto fail;
-  } else if (!(kv->data = calloc(per_tensor * 2 * (size_t)c->block_count, sizeof(uint16_t)))) {
+  } else if (!(kv->data = calloc(bytes, 1))) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv cache: %zu bytes", bytes);
     goto fail;
   }
@@ -192,7 +199,8 @@ static llb_status kv_cache_make(const struct llama_model *m, const struct backen
     kv->layers[i] = (struct backend_kv_layer){.k = kv->data + (size_t)(2 * i) * per_tensor,
                                               .v = kv->data + (size_t)(2 * i + 1) * per_tensor,
                                               .num_blocks = num_blocks, .block_size = block_size,
-                                              .n_kv_heads = c->head_count_kv, .head_dim = c->head_dim};
+                                              .n_kv_heads = c->head_count_kv, .head_dim = c->head_dim,
+                                              .dtype = dtype};
   *out = kv;
   return LLB_STATUS_OK;
 fail:
@@ -200,16 +208,51 @@ fail:
   return st;
 }
 
+const char *llama_kv_dtype_name(enum backend_kv_dtype t) {
+  switch (t) {
+  case BACKEND_KV_DTYPE_F16: return "fp16";
+  case BACKEND_KV_DTYPE_Q8_0: return "q8_0";
+  case BACKEND_KV_DTYPE_FP8_E4M3: return "fp8";
+  default: return "unknown";
+  }
+}
+
+llb_status llama_kv_dtype_parse(const char *name, enum backend_kv_dtype *out) {
+  if (!name || !out) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache dtype: no name");
+  if (strcmp(name, "auto") == 0 || strcmp(name, "fp16") == 0 || strcmp(name, "f16") == 0) *out = BACKEND_KV_DTYPE_F16;
+  else if (strcmp(name, "q8_0") == 0) *out = BACKEND_KV_DTYPE_Q8_0;
+  else if (strcmp(name, "fp8") == 0 || strcmp(name, "fp8_e4m3") == 0) *out = BACKEND_KV_DTYPE_FP8_E4M3;
+  else
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache dtype '%s' is not one of auto, fp16, fp8, fp8_e4m3, q8_0",
+                    name);
+  return LLB_STATUS_OK;
+}
+
+size_t llama_kv_cache_block_bytes(const struct llama_model *m, int32_t block_size, enum backend_kv_dtype dtype) {
+  const struct llama_config *c = &m->cfg;
+  return backend_kv_row_bytes(dtype, c->head_dim) * (size_t)c->head_count_kv * (size_t)block_size * 2 *
+         (size_t)c->block_count;
+}
+
 llb_status llama_kv_cache_create(const struct llama_model *m, int32_t num_blocks, int32_t block_size,
                                  struct llama_kv_cache **out) {
-  return kv_cache_make(m, NULL, NULL, num_blocks, block_size, out);
+  return kv_cache_make(m, NULL, NULL, num_blocks, block_size, BACKEND_KV_DTYPE_F16, out);
+}
+
+llb_status llama_kv_cache_create_dtype_for(const struct llama_forward_ctx *c, int32_t num_blocks,
+                                           int32_t block_size, enum backend_kv_dtype dtype,
+                                           struct llama_kv_cache **out) {
+  if (!c) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache: no forward context");
+  if (dtype != BACKEND_KV_DTYPE_F16 && !(c->ops->kv_dtype_ok && c->ops->kv_dtype_ok(dtype)))
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "the %s backend has no %s kv cache", c->ops->name,
+                    llama_kv_dtype_name(dtype));
+  if (c->ops->host_memory) return kv_cache_make(c->m, NULL, NULL, num_blocks, block_size, dtype, out);
+  return kv_cache_make(c->m, c->ops, c->bc, num_blocks, block_size, dtype, out);
 }
 
 llb_status llama_kv_cache_create_for(const struct llama_forward_ctx *c, int32_t num_blocks, int32_t block_size,
                                      struct llama_kv_cache **out) {
-  if (!c) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache: no forward context");
-  if (c->ops->host_memory) return kv_cache_make(c->m, NULL, NULL, num_blocks, block_size, out);
-  return kv_cache_make(c->m, c->ops, c->bc, num_blocks, block_size, out);
+  return llama_kv_cache_create_dtype_for(c, num_blocks, block_size, BACKEND_KV_DTYPE_F16, out);
 }
 
 void llama_kv_cache_destroy(struct llama_kv_cache *kv) {
@@ -302,6 +345,7 @@ llb_status llama_forward_ctx_create_opts(const struct llama_model *m, const stru
   fc->n_threads_decode = o->n_threads_decode > 0 && o->n_threads_decode < n_threads ? o->n_threads_decode : n_threads;
   fc->decode_max_tokens = o->decode_max_tokens > 0 ? o->decode_max_tokens : LLAMA_DECODE_MAX_TOKENS;
   fc->max_num_tokens = max_num_tokens;
+  if (fc->ops->host_memory) fc->eval_cb = o->eval_cb, fc->eval_user = o->eval_user;
   fc->max_context_len = c->context_length;
   const int32_t max_num_logits = o->max_num_logits > 0 ? o->max_num_logits : max_num_tokens;
   const struct backend_ctx_params bp = {.n_threads = n_threads, .max_num_tokens = max_num_tokens,
@@ -436,6 +480,12 @@ static void scale_rows(float *x, int64_t n, float s) {
     if (st_ != LLB_STATUS_OK) return st_;      \
   } while (0)
 
+/* The op output data [n] under llama.cpp's graph name, to the options' eval_cb (host backends). */
+#define FWD_EVAL(c, name, il, data, n)                                              \
+  do {                                                                              \
+    if ((c)->eval_cb) (c)->eval_cb((c)->eval_user, (name), (il), (data), (int64_t)(n)); \
+  } while (0)
+
 /* c->x [T, E] = the batch's embeddings: token rows of token_embd, rows of input_embeds where the
  * mask says so (all of them without a mask); gemma* scale by sqrt(E) (ggml_scale(inpL,
  * sqrt(n_embd))), gemma3 its token rows only (llama.cpp scales no raw embeddings there). */
@@ -458,18 +508,21 @@ static llb_status embed_batch(struct llama_forward_ctx *c, const struct llama_ba
           FWD_TRY(ops->buffer_upload(c->bc, c->x + (size_t)i * E, b->input_embeds + (size_t)i * E,
                                      (size_t)E * sizeof(float)));
   }
+  FWD_EVAL(c, "embd", -1, c->x, (int64_t)T * E);
   if (!cfg->gemma) return LLB_STATUS_OK;
   const float scale = sqrtf((float)E);
   for (int32_t i = 0; i < T; i++) {
     const bool raw = b->input_embeds && (!b->embeds_mask || b->embeds_mask[i]);
     if (!raw || !cfg->scale_token_embeds_only) scale_rows(c->x + (size_t)i * E, E, scale);
   }
+  FWD_EVAL(c, "inp_scaled", -1, c->x, (int64_t)T * E);
   return LLB_STATUS_OK;
 }
 
-/* The attention half of layer il: c->x += [post_attn_norm](wo . attention(rope(q, k), v)) of
- * rms_norm(c->x), K/V written to the cache; sliding layers attend their window and rotate with
- * the sliding RoPE base and scale (llama.cpp get_rope_freq_base/scale). */
+/* The attention half of layer il up to its output projection: c->xn = wo . attention(rope(q, k),
+ * v) of rms_norm(c->x), K/V written to the cache (attention_residual adds it); sliding layers
+ * attend their window and rotate with the sliding RoPE base and scale (llama.cpp
+ * get_rope_freq_base/scale). */
 static llb_status attention_block(struct llama_forward_ctx *c, struct llama_kv_cache *kv, const struct llama_batch *b,
                                   int32_t il) {
   const struct llama_config *cfg = &c->m->cfg;
@@ -485,19 +538,31 @@ static llb_status attention_block(struct llama_forward_ctx *c, struct llama_kv_c
       .freq_scale = sliding ? cfg->rope_freq_scale_swa : cfg->rope_freq_scale,
       .style = cfg->rope_type == LLAMA_ROPE_TYPE_NEOX ? BACKEND_ROPE_STYLE_NEOX : BACKEND_ROPE_STYLE_NORM,
       .freq_factors = c->rope_factors, .attn_factor = cfg->rope_attn_factor};
+  const int64_t nq = (int64_t)T * cfg->head_count * D, nk = (int64_t)T * cfg->head_count_kv * D;
   FWD_TRY(ops->rms_norm(bc, c->x, l->attn_norm, T, E, eps, c->xn));
+  FWD_EVAL(c, "attn_norm", il, c->xn, (int64_t)T * E);
   const struct backend_weight *qkv[3] = {&l->wq, &l->wk, &l->wv};
   float *qkv_out[3] = {c->q, c->k, c->v};
   FWD_TRY(ops->matmul(bc, c->xn, T, qkv, qkv_out, 3));
   if (l->bq) FWD_TRY(add_rows(c, T, l));
+  FWD_EVAL(c, "Qcur", il, c->q, nq);
+  FWD_EVAL(c, "Kcur", il, c->k, nk);
+  FWD_EVAL(c, "Vcur", il, c->v, nk);
   if (l->q_norm) { /* qwen3, gemma3: each head of q and k normed before RoPE */
     FWD_TRY(ops->rms_norm(bc, c->q, l->q_norm, T * cfg->head_count, D, eps, c->q));
     FWD_TRY(ops->rms_norm(bc, c->k, l->k_norm, T * cfg->head_count_kv, D, eps, c->k));
+    FWD_EVAL(c, "Qcur_normed", il, c->q, nq);
+    FWD_EVAL(c, "Kcur_normed", il, c->k, nk);
   }
   FWD_TRY(ops->rope(bc, c->q, b->positions, T, cfg->head_count, D, &rope));
   FWD_TRY(ops->rope(bc, c->k, b->positions, T, cfg->head_count_kv, D, &rope));
+  FWD_EVAL(c, "Qcur_rope", il, c->q, nq);
+  FWD_EVAL(c, "Kcur_rope", il, c->k, nk);
   /* phi3 and gemma* scale q after RoPE and attend with scale 1 (llama.cpp) */
-  if (cfg->attention_scale > 0.0f) scale_rows(c->q, (int64_t)T * cfg->head_count * D, cfg->attention_scale);
+  if (cfg->attention_scale > 0.0f) {
+    scale_rows(c->q, nq, cfg->attention_scale);
+    FWD_EVAL(c, "Qcur_scaled", il, c->q, nq);
+  }
   FWD_TRY(ops->kv_write(bc, &kv->layers[il], c->k, c->v, b->slot_mapping, T));
   const struct backend_attn_params ap = {
       .q = c->q, .out = c->attn, .kv = &kv->layers[il], .num_tokens = T, .n_heads = cfg->head_count,
@@ -506,11 +571,48 @@ static llb_status attention_block(struct llama_forward_ctx *c, struct llama_kv_c
       .max_blocks_per_seq = b->max_blocks_per_seq, .sliding_window = sliding ? cfg->sliding_window : 0,
       .logit_softcap = cfg->attn_logit_softcapping};
   FWD_TRY(ops->attention(bc, &ap));
+  FWD_EVAL(c, "kqv_out", il, c->attn, nq);
   const struct backend_weight *wo[1] = {&l->wo};
   float *o_out[1] = {c->xn};
   FWD_TRY(ops->matmul(bc, c->attn, T, wo, o_out, 1));
-  if (l->post_attn_norm) FWD_TRY(ops->rms_norm(bc, c->xn, l->post_attn_norm, T, E, eps, c->xn));
-  return ops->add(bc, c->x, c->xn, (int64_t)T * E);
+  FWD_EVAL(c, "attn_out", il, c->xn, (int64_t)T * E);
+  return LLB_STATUS_OK;
+}
+
+/* The end of layer il's attention half for its first T rows: c->x += [post_attn_norm](c->xn). */
+static llb_status attention_residual(struct llama_forward_ctx *c, int32_t T, int32_t il) {
+  const struct llama_config *cfg = &c->m->cfg;
+  const struct llama_layer *l = &c->layers[il];
+  const int32_t E = cfg->embedding_length;
+  if (l->post_attn_norm) {
+    FWD_TRY(c->ops->rms_norm(c->bc, c->xn, l->post_attn_norm, T, E, cfg->layer_norm_rms_epsilon, c->xn));
+    FWD_EVAL(c, "attn_post_norm", il, c->xn, (int64_t)T * E);
+  }
+  FWD_TRY(c->ops->add(c->bc, c->x, c->xn, (int64_t)T * E));
+  FWD_EVAL(c, "sa_out", il, c->x, (int64_t)T * E);
+  return LLB_STATUS_OK;
+}
+
+/* Whether the last layer's work after attention can run on the logits rows alone (llama.cpp's
+ * inp_out_ids): host memory, no pooled rows, fewer logits rows than tokens, their indices
+ * strictly increasing (so that gathering them to the front in place overwrites no row still to
+ * be read). Each row's result is the same either way; the FFN of the other rows is skipped. */
+static bool last_layer_on_logits_rows(const struct llama_forward_ctx *c, const struct llama_batch *b) {
+  if (!c->ops->host_memory || b->num_hidden > 0 || b->num_logits < 1 || b->num_logits >= b->num_tokens) return false;
+  for (int32_t i = 1; i < b->num_logits; i++)
+    if (b->logits_indices[i] <= b->logits_indices[i - 1]) return false;
+  return true;
+}
+
+/* Rows logits_indices[i] of c->x and c->xn (the residual and the attention output) to rows i. */
+static void gather_logits_rows(struct llama_forward_ctx *c, const struct llama_batch *b) {
+  const size_t E = (size_t)c->m->cfg.embedding_length;
+  for (int32_t i = 0; i < b->num_logits; i++) {
+    const size_t from = (size_t)b->logits_indices[i];
+    if (from == (size_t)i) continue;
+    memcpy(c->x + (size_t)i * E, c->x + from * E, E * sizeof(float));
+    memcpy(c->xn + (size_t)i * E, c->xn + from * E, E * sizeof(float));
+  }
 }
 
 /* The feed-forward half of layer il: c->x += [post_ffw_norm](down(act(gate) * up)) of
@@ -524,20 +626,30 @@ static llb_status ffn_block(struct llama_forward_ctx *c, int32_t T, int32_t il) 
   const int64_t F = cfg->feed_forward_length;
   const float eps = cfg->layer_norm_rms_epsilon;
   FWD_TRY(ops->rms_norm(bc, c->x, l->ffn_norm, T, E, eps, c->xn));
+  FWD_EVAL(c, "ffn_norm", il, c->xn, (int64_t)T * E);
   const struct backend_weight *gu[2] = {&l->w_gate, &l->w_up};
   float *gu_out[2] = {c->gate, c->up};
   FWD_TRY(ops->matmul(bc, c->xn, T, gu, gu_out, 2));
+  FWD_EVAL(c, "ffn_gate", il, c->gate, (int64_t)T * F);
+  FWD_EVAL(c, "ffn_up", il, c->up, (int64_t)T * F);
   if (cfg->gemma) {
     if (!ops->geglu) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "backend %s has no GeGLU (gemma)", ops->name);
     FWD_TRY(ops->geglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
   } else {
     FWD_TRY(ops->swiglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
   }
+  FWD_EVAL(c, "ffn_gate_par", il, c->gate, (int64_t)T * F);
   const struct backend_weight *down[1] = {&l->w_down};
   float *d_out[1] = {c->xn};
   FWD_TRY(ops->matmul(bc, c->gate, T, down, d_out, 1));
-  if (l->post_ffw_norm) FWD_TRY(ops->rms_norm(bc, c->xn, l->post_ffw_norm, T, E, eps, c->xn));
-  return ops->add(bc, c->x, c->xn, (int64_t)T * E);
+  FWD_EVAL(c, "ffn_out", il, c->xn, (int64_t)T * E);
+  if (l->post_ffw_norm) {
+    FWD_TRY(ops->rms_norm(bc, c->xn, l->post_ffw_norm, T, E, eps, c->xn));
+    FWD_EVAL(c, "ffn_post_norm", il, c->xn, (int64_t)T * E);
+  }
+  FWD_TRY(ops->add(bc, c->x, c->xn, (int64_t)T * E));
+  FWD_EVAL(c, "l_out", il, c->x, (int64_t)T * E);
+  return LLB_STATUS_OK;
 }
 
 /* One step of b, whose arrays the ops read (host ones, or a device step's), into logits (the
@@ -551,9 +663,16 @@ static llb_status forward_step(struct llama_forward_ctx *c, struct llama_kv_cach
   const int32_t T = b->num_tokens, E = cfg->embedding_length;
   const float eps = cfg->layer_norm_rms_epsilon;
   FWD_TRY(embed_batch(c, b));
+  const bool select = last_layer_on_logits_rows(c, b);
   for (int32_t il = 0; il < cfg->block_count; il++) {
     FWD_TRY(attention_block(c, kv, b, il));
-    FWD_TRY(ffn_block(c, T, il));
+    int32_t rows = T;
+    if (select && il == cfg->block_count - 1) {
+      gather_logits_rows(c, b);
+      rows = b->num_logits;
+    }
+    FWD_TRY(attention_residual(c, rows, il));
+    FWD_TRY(ffn_block(c, rows, il));
   }
 
   if (b->num_hidden > 0) { /* pooling: final-norm hidden states of the rows asked for */
@@ -562,16 +681,20 @@ static llb_status forward_step(struct llama_forward_ctx *c, struct llama_kv_cach
     FWD_TRY(ops->rms_norm(bc, b->hidden_states, c->output_norm, b->num_hidden, E, eps, b->hidden_states));
   }
   if (b->num_logits == 0) return LLB_STATUS_OK;
-  /* final norm and logits only for the rows asked for */
-  if (ops->get_rows)
+  /* final norm and logits only for the rows asked for (already rows 0.. when selected) */
+  if (select)
+    memcpy(c->xn, c->x, (size_t)b->num_logits * (size_t)E * sizeof(float));
+  else if (ops->get_rows)
     FWD_TRY(ops->get_rows(bc, c->x, E, b->logits_indices, b->num_logits, c->xn));
   else
     for (int32_t i = 0; i < b->num_logits; i++)
       memcpy(c->xn + (size_t)i * E, c->x + (size_t)b->logits_indices[i] * E, (size_t)E * sizeof(float));
   FWD_TRY(ops->rms_norm(bc, c->xn, c->output_norm, b->num_logits, E, eps, c->xn));
+  FWD_EVAL(c, "result_norm", -1, c->xn, (int64_t)b->num_logits * E);
   const struct backend_weight *outw[1] = {&c->output};
   float *l_out[1] = {logits};
   FWD_TRY(ops->matmul(bc, c->xn, b->num_logits, outw, l_out, 1));
+  FWD_EVAL(c, "result_output", -1, logits, (int64_t)b->num_logits * cfg->vocab_size);
   if (cfg->final_logit_softcapping > 0.0f) { /* gemma2: logits -> c * tanh(logits / c) */
     if (!ops->softcap) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "backend %s has no soft-capping", ops->name);
     FWD_TRY(ops->softcap(bc, logits, (int64_t)b->num_logits * cfg->vocab_size, cfg->final_logit_softcapping));

@@ -20,13 +20,15 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "kernels/backend.h" /* enum backend_kv_dtype */
 #include "model/config.h"
 #include "model/gguf.h"
 
 struct backend_ops;     /* kernels/backend.h */
 struct backend_ctx;
 struct llama_model;     /* config + tensor views into the gguf mapping (no copy of weights) */
-struct llama_kv_cache;  /* per layer K and V [num_blocks, block_size, head_count_kv, head_dim], fp16 */
+struct llama_kv_cache;  /* per layer K and V [num_blocks, block_size, head_count_kv, head_dim], fp16 (or a
+                           quantized dtype: llama_kv_cache_create_dtype_for) */
 struct llama_forward_ctx; /* preallocated scratch + thread pool; no allocation per step */
 
 /* Loads the config and tensor views of a LLaMA-shaped model from f, which must outlive the
@@ -55,6 +57,25 @@ llb_status llama_kv_cache_create(const struct llama_model *m, int32_t num_blocks
  * Errors: those of llama_kv_cache_create, the backend's OUT_OF_MEMORY. */
 llb_status llama_kv_cache_create_for(const struct llama_forward_ctx *c, int32_t num_blocks, int32_t block_size,
                                      struct llama_kv_cache **out);
+
+/* llama_kv_cache_create_for with the cache's element type (kernels/backend.h enum
+ * backend_kv_dtype: fp16, q8_0, fp8 e4m3). UNSUPPORTED when c's backend does not hold that dtype
+ * (backend_ops.kv_dtype_ok; CUDA: fp16 only) or the model's head_dim does not fit it (q8_0: a
+ * multiple of 32). */
+llb_status llama_kv_cache_create_dtype_for(const struct llama_forward_ctx *c, int32_t num_blocks,
+                                           int32_t block_size, enum backend_kv_dtype dtype,
+                                           struct llama_kv_cache **out);
+
+/* Bytes of one KV block (every layer's K and V) of m in dtype t: what a block of the cache costs,
+ * for sizing the cache from a memory budget. 0 if t cannot hold m's rows. */
+size_t llama_kv_cache_block_bytes(const struct llama_model *m, int32_t block_size, enum backend_kv_dtype t);
+
+/* vLLM's --kv-cache-dtype names: auto and fp16 (f16) -> F16, fp8 and fp8_e4m3 -> FP8_E4M3, q8_0
+ * (llama.cpp's cache type) -> Q8_0. INVALID_ARGUMENT naming the choices otherwise. */
+llb_status llama_kv_dtype_parse(const char *name, enum backend_kv_dtype *out);
+
+/* "fp16", "q8_0", "fp8". */
+const char *llama_kv_dtype_name(enum backend_kv_dtype t);
 
 /* NULL ok. */
 void llama_kv_cache_destroy(struct llama_kv_cache *kv);
@@ -143,6 +164,14 @@ struct llama_forward_options {
    * logits rows of one step (the device logits are [max_num_logits, vocab_size]) and the
    * widest block table a step carries. */
   int32_t max_num_seqs, max_num_logits, max_blocks_per_seq;
+  /* Optional, host backends: called with each op's output as the step computes it, named as
+   * llama.cpp's graph names that tensor (llm_graph cb names: "inp_scaled", "attn_norm", "Qcur",
+   * "kqv_out", "ffn_out", "l_out", "result_norm", "result_output", ...; il the layer, -1
+   * outside one). data [n] floats in ggml's memory order ([rows][ne0]), valid during the call.
+   * For op-by-op numerics checks against llama-eval-callback (tests/tools/eval_dump.c); NULL in
+   * the engine. */
+  void (*eval_cb)(void *user, const char *name, int32_t il, const float *data, int64_t n);
+  void *eval_user;
 };
 
 /* llama_forward_ctx_create with every option explicit. */

@@ -37,7 +37,8 @@ struct llama_model {
 struct llama_kv_cache {
   const struct llama_model *model;
   const struct backend_ops *ops;    /* the device backend whose buffer data is, or NULL (host) */
-  uint16_t *data;                   /* [block_count, 2, num_blocks, block_size, Hkv, D] fp16 */
+  uint8_t *data;                    /* [block_count, 2, num_blocks, block_size, Hkv] rows of dtype */
+  enum backend_kv_dtype dtype;
   struct backend_kv_layer *layers;  /* [block_count] views into data */
 };
 
@@ -71,6 +72,8 @@ struct llama_forward_ctx {
   float *k, *v;   /* [max_num_tokens, Hkv*D] */
   float *attn;    /* [max_num_tokens, H*D] */
   float *gate, *up; /* [max_num_tokens, F] */
+  void (*eval_cb)(void *user, const char *name, int32_t il, const float *data, int64_t n); /* options' */
+  void *eval_user;
 };
 
 /* The matmul weights of c (the layers', then output) into out [7 * block_count + 1]; returns

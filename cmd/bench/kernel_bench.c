@@ -165,12 +165,13 @@ done:
 
 /* What one token costs the machine: the matrices a step reads (all tensors of 2 or more dims;
  * token_embd only when it is also the output, tied), the int8 multiply-adds of the matmuls,
- * and the K/V bytes of one context position (fp16 K and V of every layer). */
+ * and the K/V bytes of one context position (K and V of every layer in the cache's dtype). */
 struct token_cost {
   double weight_bytes, matmul_macs, kv_bytes_per_pos;
 };
 
-static struct token_cost token_cost_of(const struct gguf_file *f, const struct llama_config *c) {
+static struct token_cost token_cost_of(const struct gguf_file *f, const struct llama_config *c,
+                                        enum backend_kv_dtype kv_dtype) {
   struct token_cost tc = {0};
   const bool tied = gguf_find_tensor(f, "output.weight") == NULL;
   for (int64_t i = 0; i < gguf_tensor_count(f); i++) {
@@ -179,7 +180,7 @@ static struct token_cost token_cost_of(const struct gguf_file *f, const struct l
     tc.weight_bytes += (double)t->size_bytes;
     tc.matmul_macs += (double)t->ne[0] * (double)t->ne[1];
   }
-  tc.kv_bytes_per_pos = 2.0 * c->block_count * c->head_count_kv * c->head_dim * 2.0;
+  tc.kv_bytes_per_pos = 2.0 * c->block_count * c->head_count_kv * (double)backend_kv_row_bytes(kv_dtype, c->head_dim);
   return tc;
 }
 
@@ -236,12 +237,18 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
     if (batches[i] > max_batch) max_batch = batches[i];
   b.num_blocks = b.max_blocks_per_seq * max_batch;
   b.max_tokens = BENCH_PROMPT_STEP_TOKENS > longest ? BENCH_PROMPT_STEP_TOKENS : longest;
-  if ((st = llama_kv_cache_create(b.m, b.num_blocks, BENCH_BLOCK_SIZE, &b.kv)) != LLB_STATUS_OK)
-    return die("kv cache", st);
+  enum backend_kv_dtype kv_dtype = BACKEND_KV_DTYPE_F16;
+  if (o->kv_cache_dtype && (st = llama_kv_dtype_parse(o->kv_cache_dtype, &kv_dtype)) != LLB_STATUS_OK) {
+    fprintf(stderr, "llmbus-kernel-bench: %s\n", llb_err_last());
+    return 2;
+  }
   const struct llama_forward_options fo = {.max_num_tokens = b.max_tokens, .n_threads = threads,
                                            .n_threads_decode = o->decode_threads,
                                            .packed_cache_dir = packed_cache_dir};
   if ((st = llama_forward_ctx_create_opts(b.m, &fo, &b.fc)) != LLB_STATUS_OK) return die("forward ctx", st);
+  if ((st = llama_kv_cache_create_dtype_for(b.fc, b.num_blocks, BENCH_BLOCK_SIZE, kv_dtype, &b.kv)) != LLB_STATUS_OK)
+    return die("kv cache", st);
+  if (kv_dtype != BACKEND_KV_DTYPE_F16) printf("kv cache: %s\n", llama_kv_dtype_name(kv_dtype));
   if (packed_cache_dir) printf("packed weights: %s\n", llama_forward_ctx_packed_shared(b.fc) ? "shared cache file" : "private");
   const size_t T = (size_t)b.max_tokens;
   b.ids = malloc(T * sizeof(int32_t));
@@ -263,7 +270,7 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
   printf("model %s\nthreads %d (decode steps of <= %d rows: %d), runs %d\n", model, threads, LLAMA_DECODE_MAX_TOKENS,
          o->decode_threads > 0 && o->decode_threads < threads ? o->decode_threads : threads, runs);
   struct roofline rl = {0};
-  const struct token_cost tcost = token_cost_of(b.f, cfg);
+  const struct token_cost tcost = token_cost_of(b.f, cfg, kv_dtype);
   if (roofline) {
     if ((st = roofline_measure(threads, &rl)) != LLB_STATUS_OK) return die("roofline", st);
     printf("roofline: DRAM read %.1f GB/s, int8 peak %.1f GOPS (%s), %d threads; a token reads %.1f MB of "

@@ -16,6 +16,7 @@
 struct kernel_bench_options {
   const char *model;            /* GGUF path */
   const char *packed_cache_dir; /* the forward's packed-weight cache (NULL: private packing) */
+  const char *kv_cache_dtype;   /* llama_kv_dtype_parse's names (NULL: fp16) */
   int threads;                  /* >= 1 */
   int decode_threads;           /* threads of steps of <= LLAMA_DECODE_MAX_TOKENS rows; 0 = threads */
   int runs;                     /* 1..64, after one warm-up run */

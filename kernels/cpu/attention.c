@@ -1,5 +1,10 @@
 /* Paged causal attention with GQA over an fp16 KV cache (vLLM's paged layout).
  *
+ * Quantized caches (Q8_0, FP8 E4M3: kernels/backend.h) are read as fp16: for each run of rows of
+ * one sequence and KV head, the keys it attends are converted into a per-thread fp16 scratch
+ * once (FP8 exactly, Q8_0's d * q rounded to nearest even), and the fp16 paths below run on that:
+ * the same numbers on every path and in every batch, half or less of the cache's bytes read.
+ *
  * A work item is one query row and the query heads of one KV head (or a single head when
  * there are too few items for the threads and the contexts are short); threads claim
  * items, so causal rows of different lengths balance. Each item is computed the same way
@@ -19,6 +24,7 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -232,11 +238,11 @@ static void combine_lanes(enum cpu_attn_order order, const float *acc, int32_t u
   for (int32_t d = 0; d < dn; d++) out[d] = (x[0][d] + x[2][d]) + (x[1][d] + x[3][d]);
 }
 
-/* fp16 row of key j of the item's KV head in cache `base` (k or v). */
-static const uint16_t *kv_row_at(const struct backend_kv_layer *kv, const uint16_t *base, const int32_t *table,
+/* fp16 row of key j of the item's KV head in an F16 cache `base` (k or v). */
+static const uint16_t *kv_row_at(const struct backend_kv_layer *kv, const void *base, const int32_t *table,
                                  int32_t j, int32_t kvh) {
   const int64_t slot = (int64_t)table[j / kv->block_size] * kv->block_size + j % kv->block_size;
-  return base + slot * (int64_t)kv->n_kv_heads * kv->head_dim + (int64_t)kvh * kv->head_dim;
+  return (const uint16_t *)base + slot * (int64_t)kv->n_kv_heads * kv->head_dim + (int64_t)kvh * kv->head_dim;
 }
 
 /* Portable path, the reference order: per head, per key. acc [64 * ATTN_COMB_DIM] scratch. */
@@ -331,6 +337,164 @@ ATTN_AVX2_TARGET static void attention_item_avx2(const struct attn_task *t, cons
                                                 _mm256_loadu_ps(a + i)));
     }
     combine_lanes(order, acc, used, hd, out);
+  }
+}
+#endif
+
+#if ATTN_HAVE_X86
+/* The BATCH order on AVX2: a key's dot is 16 lanes held as two registers (lo: lanes 0-7, hi:
+ * 8-15), p.v lane l a set of registers over the keys j = l (mod 16). The same operations in the
+ * same order as the generic path, arranged as attention_item_avx512 arranges them: the dots of
+ * 4 keys run side by side (one chain per key and half would wait on the fma latency), are
+ * reduced together, and p.v runs lane by lane with its accumulators in registers. */
+
+/* Dots of 4 keys (lo[k], hi[k]) to lanes 0-3, each reduced as attn_reduce16 does one: h = hi +
+ * lo, r[i] = h[i] + h[i + 4], (r0 + r2) + (r1 + r3), done for the 4 keys at once. */
+ATTN_AVX2_TARGET static inline __m128 reduce4x16_avx2(const __m256 lo[4], const __m256 hi[4]) {
+  __m256 h[4];
+  for (int k = 0; k < 4; k++) h[k] = _mm256_add_ps(hi[k], lo[k]);
+  /* r01 = [r of key 0 | r of key 1], r23 likewise */
+  const __m256 r01 = _mm256_add_ps(_mm256_permute2f128_ps(h[0], h[1], 0x20), _mm256_permute2f128_ps(h[0], h[1], 0x31));
+  const __m256 r23 = _mm256_add_ps(_mm256_permute2f128_ps(h[2], h[3], 0x20), _mm256_permute2f128_ps(h[2], h[3], 0x31));
+  /* [k0: r0 + r2, r1 + r3, k2: ..., ... | k1: ..., k3: ...] */
+  const __m256 s = _mm256_add_ps(_mm256_shuffle_ps(r01, r23, 0x44), _mm256_shuffle_ps(r01, r23, 0xEE));
+  const __m256 t = _mm256_add_ps(s, _mm256_shuffle_ps(s, s, 0xB1)); /* k0 k0 k2 k2 | k1 k1 k3 k3 */
+  return _mm256_castps256_ps128(_mm256_permutevar8x32_ps(t, _mm256_setr_epi32(0, 4, 2, 6, 0, 0, 0, 0)));
+}
+
+/* kf [k][0 .. hd) = key k (fp16 at k0 + k * stride) as float, k < 4. */
+ATTN_AVX2_TARGET static inline void convert4_avx2(const uint16_t *k0, int64_t stride, int32_t hd,
+                                                  float (*kf)[ATTN_MAX_DIM]) {
+  for (int k = 0; k < 4; k++)
+    for (int32_t i = 0; i < hd; i += 8)
+      _mm256_storeu_ps(kf[k] + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k0 + k * stride + i))));
+}
+
+/* The raw BATCH dots of q [hd] (fp16-rounded) with 4 keys: from floats kf (kf != NULL) or
+ * converting the fp16 keys k0 + k * stride on the fly. Lane k of the result is key k's dot. */
+ATTN_AVX2_TARGET static inline __m128 qk4_avx2(const float *q, const float (*kf)[ATTN_MAX_DIM], const uint16_t *k0,
+                                               int64_t stride, int32_t hd) {
+  __m256 lo[4], hi[4];
+  for (int k = 0; k < 4; k++) lo[k] = hi[k] = _mm256_setzero_ps();
+  for (int32_t i = 0; i < hd; i += 16) {
+    const __m256 ql = _mm256_loadu_ps(q + i), qh = _mm256_loadu_ps(q + i + 8);
+    for (int k = 0; k < 4; k++) {
+      __m256 kl, kh;
+      if (kf) {
+        kl = _mm256_loadu_ps(kf[k] + i), kh = _mm256_loadu_ps(kf[k] + i + 8);
+      } else {
+        kl = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k0 + k * stride + i)));
+        kh = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k0 + k * stride + i + 8)));
+      }
+      lo[k] = _mm256_fmadd_ps(ql, kl, lo[k]);
+      hi[k] = _mm256_fmadd_ps(qh, kh, hi[k]);
+    }
+  }
+  return reduce4x16_avx2(lo, hi);
+}
+
+/* The BATCH dot of q with one fp16 key: two accumulators, attn_reduce16. */
+ATTN_AVX2_TARGET static inline float qk1_avx2(const float *q, const uint16_t *k, int32_t hd) {
+  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+  for (int32_t i = 0; i < hd; i += 16) {
+    lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), lo);
+    hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8))), hi);
+  }
+  return attn_reduce16(lo, hi);
+}
+
+/* Scores [g * n_ctx + j] of the item's heads for keys [first, n_ctx), block by block; 4 keys
+ * at a time (converted once for all heads when there are several). */
+ATTN_AVX2_TARGET static void scores_batch_avx2(const struct backend_attn_params *p, const struct attn_item *it,
+                                               const float (*qh)[ATTN_MAX_DIM], int64_t stride, int64_t head_off,
+                                               float *scores) {
+  const struct backend_kv_layer *kv = p->kv;
+  const int32_t hd = kv->head_dim, n_h = it->n_h, n_ctx = it->n_ctx, bs = kv->block_size;
+  const int32_t n_blocks = (n_ctx + bs - 1) / bs, b0 = it->first / bs;
+  float kf[4][ATTN_MAX_DIM];
+  for (int32_t b = b0; b < n_blocks; b++) {
+    const uint16_t *kb = (const uint16_t *)kv->k + (int64_t)it->table[b] * bs * stride + head_off;
+    const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    int32_t o = b == b0 ? it->first - b * bs : 0;
+    for (; o + 4 <= n; o += 4) {
+      if (n_h > 1) convert4_avx2(kb + o * stride, stride, hd, kf);
+      for (int32_t g = 0; g < n_h; g++) {
+        float d[4];
+        _mm_storeu_ps(d, qk4_avx2(qh[g], n_h > 1 ? (const float(*)[ATTN_MAX_DIM])kf : NULL, kb + o * stride, stride, hd));
+        for (int k = 0; k < 4; k++) scores[(int64_t)g * n_ctx + b * bs + o + k] = attn_score(p, d[k]);
+      }
+    }
+    for (; o < n; o++)
+      for (int32_t g = 0; g < n_h; g++)
+        scores[(int64_t)g * n_ctx + b * bs + o] = attn_score(p, qk1_avx2(qh[g], kb + o * stride, hd));
+  }
+}
+
+/* Lane l of head g's p.v over dims [d0, d0 + 8 * nv) (nv <= 8 registers): the keys j = l
+ * (mod 16) from `first` in key order, fma(p_j, v_j[d], a[d]); stored to lane [8 * nv]. */
+ATTN_AVX2_TARGET static inline __attribute__((always_inline)) void
+pv_lane_avx2(const struct backend_kv_layer *kv, const struct attn_item *it, const float *sg, int64_t stride,
+             int64_t off, int32_t l, const int32_t nv, float *lane) {
+  const int32_t n_ctx = it->n_ctx, bs = kv->block_size, first = it->first;
+  const int32_t n_blocks = (n_ctx + bs - 1) / bs, b0 = first / bs;
+  __m256 a[8];
+  for (int32_t i = 0; i < nv; i++) a[i] = _mm256_setzero_ps();
+  for (int32_t b = b0; b < n_blocks; b++) {
+    const uint16_t *vb = (const uint16_t *)kv->v + (int64_t)it->table[b] * bs * stride + off;
+    const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    int32_t o = l; /* bs % 16 == 0: key b * bs + o is in lane o % 16 */
+    while (b * bs + o < first) o += 16;
+    const float *pb = sg + b * bs;
+    for (; o < n; o += 16) {
+      const uint16_t *vr = vb + (int64_t)o * stride;
+      const __m256 pj = _mm256_set1_ps(pb[o]);
+      for (int32_t i = 0; i < nv; i++)
+        a[i] = _mm256_fmadd_ps(pj, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8 * i))), a[i]);
+    }
+  }
+  for (int32_t i = 0; i < nv; i++) _mm256_storeu_ps(lane + 8 * i, a[i]);
+}
+
+/* out [hd] of head g = p.v in the BATCH order: per slice of up to 64 dims, the 16 lanes
+ * (pv_lane_avx2) summed in combine_lanes' tree. */
+ATTN_AVX2_TARGET static void pv_batch_avx2(const struct backend_attn_params *p, const struct attn_item *it,
+                                           const float *sg, int64_t stride, int64_t head_off, float *out) {
+  const int32_t hd = p->kv->head_dim;
+  for (int32_t d0 = 0; d0 < hd; d0 += 64) {
+    const int32_t nv = (hd - d0 < 64 ? hd - d0 : 64) / 8;
+    float lane[16][64];
+    for (int32_t l = 0; l < 16; l++) {
+      if (nv == 8) pv_lane_avx2(p->kv, it, sg, stride, head_off + d0, l, 8, lane[l]);
+      else pv_lane_avx2(p->kv, it, sg, stride, head_off + d0, l, nv, lane[l]);
+    }
+    for (int32_t i = 0; i < nv; i++) {
+      __m256 t[16];
+      for (int l = 0; l < 16; l++) t[l] = _mm256_loadu_ps(lane[l] + 8 * i);
+      for (int l = 0; l < 8; l++) t[l] = _mm256_add_ps(t[l + 8], t[l]);
+      for (int l = 0; l < 4; l++) t[l] = _mm256_add_ps(t[l + 4], t[l]);
+      _mm256_storeu_ps(out + d0 + 8 * i, _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+    }
+  }
+}
+
+/* The BATCH order on AVX2 (see above). block_size % 16 == 0, head_dim % 16 == 0 and <=
+ * ATTN_MAX_DIM. Same numbers as the generic path. */
+ATTN_AVX2_TARGET static void attention_item_batch_avx2(const struct attn_task *t, const struct attn_item *it,
+                                                       float *scores /* [n_h, n_ctx] */) {
+  const struct backend_attn_params *p = t->p;
+  const int32_t hd = p->kv->head_dim, n_h = it->n_h, n_ctx = it->n_ctx;
+  const int64_t stride = (int64_t)p->kv->n_kv_heads * hd, head_off = (int64_t)it->kvh * hd;
+  float qh[ATTN_MAX_GROUP][ATTN_MAX_DIM];
+  for (int32_t g = 0; g < n_h; g++) {
+    const float *q = p->q + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd;
+    for (int32_t i = 0; i < hd; i += 8)
+      _mm256_storeu_ps(qh[g] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
+  }
+  scores_batch_avx2(p, it, (const float(*)[ATTN_MAX_DIM])qh, stride, head_off, scores);
+  for (int32_t g = 0; g < n_h; g++) {
+    float *sg = scores + (int64_t)g * n_ctx;
+    softmax_f16(CPU_SIMD_LEVEL_AVX2, sg, it->first, n_ctx);
+    pv_batch_avx2(p, it, sg, stride, head_off, p->out + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd);
   }
 }
 #endif
@@ -464,7 +628,7 @@ pv_lane_avx512(const struct backend_kv_layer *kv, const struct attn_item *it, co
   __m512 a[16];
   for (int32_t x = 0; x < ng * nv; x++) a[x] = _mm512_setzero_ps();
   for (int32_t b = b0; b < n_blocks; b++) {
-    const uint16_t *vb = kv->v + (int64_t)it->table[b] * bs * stride + head_off;
+    const uint16_t *vb = (const uint16_t *)kv->v + (int64_t)it->table[b] * bs * stride + head_off;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
     int32_t o = l; /* bs % 16 == 0: key b * bs + o is in lane o % 16 */
     while (b * bs + o < first) o += 16;
@@ -531,7 +695,7 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
   float qh[ATTN_MAX_GROUP][ATTN_MAX_DIM];
   round_q_avx512(p, it->tok, it->h0, n_h, qh);
   for (int32_t b = b0; b < n_blocks; b++) {
-    const uint16_t *kb = kv->k + (int64_t)it->table[b] * bs * stride + head_off;
+    const uint16_t *kb = (const uint16_t *)kv->k + (int64_t)it->table[b] * bs * stride + head_off;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
     int32_t o = b == b0 ? first - b * bs : 0;
     /* whole groups of 16 keys: 16 dots at once, reduced together */
@@ -562,7 +726,7 @@ ATTN_AVX512_TARGET static void attention_rows_avx512(const struct attn_task *t, 
   for (int32_t r = 0; r < nr; r++) round_q_avx512(p, it0->tok + r, it0->h0, n_h, qh + r * n_h);
   float kf[16][ATTN_MAX_DIM];
   for (int32_t b = 0; b < n_blocks; b++) {
-    const uint16_t *kb = kv->k + (int64_t)it0->table[b] * bs * stride + head_off;
+    const uint16_t *kb = (const uint16_t *)kv->k + (int64_t)it0->table[b] * bs * stride + head_off;
     const int32_t n = n_last - b * bs < bs ? n_last - b * bs : bs;
     for (int32_t o = 0; o + 16 <= n; o += 16) { /* whole groups: rows whose keys cover them */
       const int32_t key0 = b * bs + o;
@@ -602,6 +766,11 @@ static void attention_row(const struct attn_task *t, const struct attn_item *it,
     attention_item_avx512(t, it, scores);
     return;
   }
+  if (t->c->level >= CPU_SIMD_LEVEL_AVX2 && it->order == CPU_ATTN_ORDER_BATCH && t->p->kv->head_dim % 16 == 0 &&
+      t->p->kv->head_dim <= ATTN_MAX_DIM && t->p->kv->block_size % 16 == 0) {
+    attention_item_batch_avx2(t, it, scores);
+    return;
+  }
   if (t->c->level >= CPU_SIMD_LEVEL_AVX2 && t->p->kv->head_dim % 16 == 0 &&
       t->p->kv->head_dim <= ATTN_MAX_DIM) {
     attention_item_avx2(t, it, scores, acc);
@@ -611,9 +780,86 @@ static void attention_row(const struct attn_task *t, const struct attn_item *it,
   attention_item_generic(t, it, scores, acc);
 }
 
+/* Rows tok .. tok + nr - 1 of one sequence, heads from h0 (one KV head, or one head): through
+ * attention_rows_avx512 when it can (t->rows > 1 only without a window, on AVX-512, BATCH
+ * order), otherwise row by row. */
+static void attention_run(const struct attn_task *t, int32_t tok, int32_t nr, int32_t h0, float *scores) {
+#if ATTN_HAVE_X86
+  const struct attn_item it = attn_item_at(t, tok, h0);
+  if (nr > 1 && it.order == CPU_ATTN_ORDER_BATCH) { /* t->rows > 1: the AVX-512 conditions hold */
+    attention_rows_avx512(t, &it, nr, scores);
+    return;
+  }
+#endif
+  for (int32_t r = 0; r < nr; r++) {
+    const struct attn_item ir = attn_item_at(t, tok + r, h0);
+    attention_row(t, &ir, scores);
+  }
+}
+
+/* fp16 bits of each FP8 E4M3 byte (exact: E4M3's exponents and mantissas fit fp16's), filled once. */
+static uint16_t e4m3_fp16[256];
+static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
+
+static void e4m3_table_init(void) {
+  for (int b = 0; b < 256; b++) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    float v = e == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 + m), e - 10);
+    if (e == 15 && m == 7) v = NAN; /* 0x7F / 0xFF: NaN, as written for NaN inputs */
+    e4m3_fp16[b] = llb_fp32_to_fp16(b & 0x80 ? -v : v);
+  }
+}
+
+/* dst [hd] = the KV row at `row` (dtype t, backend_kv_row_bytes bytes) read as fp16: FP8 exactly,
+ * Q8_0's d * q rounded to nearest even (what fp16 holds of it). */
+static void kv_row_to_fp16(enum cpu_simd_level level, enum backend_kv_dtype t, const uint8_t *row, int32_t hd,
+                           uint16_t *dst) {
+  if (t == BACKEND_KV_DTYPE_FP8_E4M3) {
+    for (int32_t i = 0; i < hd; i++) dst[i] = e4m3_fp16[row[i]];
+    return;
+  }
+  float x[32];
+  for (int32_t b = 0; b < hd / 32; b++) { /* Q8_0 */
+    uint16_t h;
+    memcpy(&h, row + 34 * b, 2);
+    const float d = llb_fp16_to_fp32(h);
+    for (int i = 0; i < 32; i++) x[i] = d * (float)(int8_t)row[34 * b + 2 + i];
+    cpu_fp32_to_fp16_row(level, x, dst + 32 * b, 32);
+  }
+}
+
+/* attention_run over a quantized cache (Q8_0, FP8): the keys these rows read, of their KV head,
+ * are first read as fp16 into this thread's scratch, a layer of one KV head whose block table is
+ * 0, 1, 2, ...; then the fp16 paths run on it, the scratch shared by every head and row of the
+ * run. */
+static void attention_run_quantized(const struct attn_task *t, int32_t tok, int32_t nr, int32_t h0, float *scores,
+                                    int ith) {
+  const struct backend_attn_params *p = t->p;
+  const struct backend_kv_layer *kv = p->kv;
+  const struct attn_item a = attn_item_at(t, tok, h0), z = attn_item_at(t, tok + nr - 1, h0);
+  const int32_t hd = kv->head_dim, bs = kv->block_size;
+  const size_t rb = backend_kv_row_bytes(kv->dtype, hd);
+  const int64_t plane = (int64_t)t->c->params.max_context_len * hd;
+  uint16_t *kf = t->c->kv_f16 + (size_t)ith * 2 * (size_t)plane, *vf = kf + plane;
+  for (int32_t j = a.first; j < z.n_ctx; j++) { /* rows of one sequence: the first has the earliest window */
+    const int64_t slot = (int64_t)a.table[j / bs] * bs + j % bs;
+    const size_t at = (size_t)(slot * kv->n_kv_heads + a.kvh) * rb;
+    kv_row_to_fp16(t->c->level, kv->dtype, (const uint8_t *)kv->k + at, hd, kf + (int64_t)j * hd);
+    kv_row_to_fp16(t->c->level, kv->dtype, (const uint8_t *)kv->v + at, hd, vf + (int64_t)j * hd);
+  }
+  struct backend_kv_layer f16 = {.k = kf, .v = vf, .num_blocks = (z.n_ctx + bs - 1) / bs, .block_size = bs,
+                                 .n_kv_heads = 1, .head_dim = hd, .dtype = BACKEND_KV_DTYPE_F16};
+  struct backend_attn_params fp = *p;
+  fp.kv = &f16;
+  fp.block_tables = t->c->kv_ident; /* every sequence's table: 0, 1, 2, ... */
+  fp.max_blocks_per_seq = 0;
+  struct attn_task ft = *t;
+  ft.p = &fp; /* its KV head: h0 / (n_heads / 1) = 0 */
+  attention_run(&ft, tok, nr, h0, scores);
+}
+
 /* Work item `chunk`: query rows [tile * rows, + rows) (cut at the batch's end), heads of one
- * KV head (or one head). A run of rows of one sequence goes through attention_rows_avx512 when
- * it can (t->rows > 1 only without a window, on AVX-512, BATCH order); otherwise row by row. */
+ * KV head (or one head), run by run of rows of one sequence. */
 static void attention_chunk(void *arg, int64_t chunk, int ith) {
   const struct attn_task *t = arg;
   float *scores = t->c->scores + (size_t)ith * (size_t)t->c->params.max_context_len * ATTN_MAX_ROW_HEADS;
@@ -623,18 +869,8 @@ static void attention_chunk(void *arg, int64_t chunk, int ith) {
   for (int32_t tok = tok0; tok < end;) {
     int32_t nr = 1;
     while (tok + nr < end && t->c->row_seq[tok + nr] == t->c->row_seq[tok]) nr++;
-    const struct attn_item it = attn_item_at(t, tok, h0);
-#if ATTN_HAVE_X86
-    if (nr > 1 && it.order == CPU_ATTN_ORDER_BATCH) { /* t->rows > 1: the AVX-512 conditions hold */
-      attention_rows_avx512(t, &it, nr, scores);
-      tok += nr;
-      continue;
-    }
-#endif
-    for (int32_t r = 0; r < nr; r++) {
-      const struct attn_item ir = attn_item_at(t, tok + r, h0);
-      attention_row(t, &ir, scores);
-    }
+    if (t->p->kv->dtype != BACKEND_KV_DTYPE_F16) attention_run_quantized(t, tok, nr, h0, scores, ith);
+    else attention_run(t, tok, nr, h0, scores);
     tok += nr;
   }
 }
@@ -647,6 +883,12 @@ llb_status cpu_attention(struct backend_ctx *c, const struct backend_attn_params
       kv->block_size < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "attention: %d tokens, %d heads, %d kv heads",
                     p->num_tokens, p->n_heads, kv->n_kv_heads);
+  if (kv->dtype != BACKEND_KV_DTYPE_F16 &&
+      (!cpu_kv_dtype_ok(kv->dtype) || backend_kv_row_bytes(kv->dtype, kv->head_dim) == 0 || !c->kv_f16 ||
+       kv->head_dim > c->params.head_dim))
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "attention: %s kv cache with head_dim %d (context head_dim %d)",
+                    kv->dtype == BACKEND_KV_DTYPE_Q8_0 ? "q8_0" : "fp8", kv->head_dim, c->params.head_dim);
+  if (kv->dtype == BACKEND_KV_DTYPE_FP8_E4M3) pthread_once(&e4m3_once, e4m3_table_init);
   if (p->sliding_window < 0 || !(p->logit_softcap >= 0.0f))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "attention: sliding_window %d, logit_softcap %g",
                     p->sliding_window, p->logit_softcap);

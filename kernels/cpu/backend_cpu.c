@@ -40,6 +40,7 @@ static const struct backend_ops cpu_ops = {
     .matmul = cpu_matmul,
     .rope = cpu_rope,
     .kv_write = cpu_kv_write,
+    .kv_dtype_ok = cpu_kv_dtype_ok,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
     .geglu = cpu_geglu,

@@ -44,6 +44,10 @@ struct backend_ctx {
   size_t act_bytes;
   float *scores;              /* [n_threads, CPU_ATTN_MAX_ROW_HEADS, max_context_len] attention probabilities */
   int32_t *row_seq;           /* [max_num_tokens] sequence of each query row */
+  uint16_t *kv_f16;           /* [n_threads, 2, max_context_len, head_dim]: a quantized cache's K and V
+                                 of one run of rows, read as fp16 (attention.c); NULL without head_dim.
+                                 Pages are touched only by quantized caches */
+  int32_t *kv_ident;          /* [max_context_len]: 0, 1, 2, ... (the scratch's block table) */
 };
 
 /* Selects the SIMD path of every op of c (clamped to what the CPU runs), for tests that
@@ -64,6 +68,8 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
                       const struct backend_weight *const *w, float *const *out, int32_t n_w);
 llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, int32_t n_rows,
                     int32_t n_heads, int32_t head_dim, const struct backend_rope_params *p);
+/* backend_ops.kv_dtype_ok: F16, Q8_0 and FP8_E4M3. */
+bool cpu_kv_dtype_ok(enum backend_kv_dtype t);
 llb_status cpu_kv_write(struct backend_ctx *c, const struct backend_kv_layer *kv, const float *k,
                         const float *v, const int64_t *slot_mapping, int32_t n_rows);
 llb_status cpu_attention(struct backend_ctx *c, const struct backend_attn_params *p);

@@ -68,7 +68,12 @@ llb_status cpu_ctx_create(const struct backend_ctx_params *p, struct backend_ctx
   c->act = malloc(c->act_bytes * CPU_MATMUL_MAX_WEIGHTS);
   c->scores = malloc((size_t)p->n_threads * (size_t)p->max_context_len * CPU_ATTN_MAX_ROW_HEADS * sizeof(float));
   c->row_seq = malloc((size_t)p->max_num_tokens * sizeof(int32_t));
-  if (!c->act || !c->scores || !c->row_seq) {
+  c->kv_ident = malloc((size_t)p->max_context_len * sizeof(int32_t));
+  if (c->kv_ident)
+    for (int32_t i = 0; i < p->max_context_len; i++) c->kv_ident[i] = i;
+  if (p->head_dim > 0) /* malloc'd, not calloc'd: untouched pages cost no memory (fp16 caches) */
+    c->kv_f16 = malloc((size_t)p->n_threads * 2 * (size_t)p->max_context_len * (size_t)p->head_dim * sizeof(uint16_t));
+  if (!c->act || !c->scores || !c->row_seq || !c->kv_ident || (p->head_dim > 0 && !c->kv_f16)) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "cpu backend scratch (%d tokens x %lld elems)",
                   p->max_num_tokens, (long long)p->max_row_elems);
     goto fail;
@@ -86,6 +91,8 @@ void cpu_ctx_destroy(struct backend_ctx *c) {
   free(c->act);
   free(c->scores);
   free(c->row_seq);
+  free(c->kv_ident);
+  free(c->kv_f16);
   free(c);
 }
 
@@ -174,8 +181,10 @@ struct matmul_task {
   size_t act_row[CPU_MATMUL_MAX_WEIGHTS];
   bool owns_act[CPU_MATMUL_MAX_WEIGHTS]; /* first weight of its vec_dot type quantizes */
   cpu_vec_dot_fn dot[CPU_MATMUL_MAX_WEIGHTS];
+  bool llamacpp_order; /* unpacked weights take llama.cpp's step-dependent kernels (cpu_vec_dot_select_llamacpp) */
   cpu_gemm_fn gemm[CPU_MATMUL_MAX_WEIGHTS]; /* tile kernel, NULL: dot per column */
   cpu_packed_fn packed[CPU_MATMUL_MAX_WEIGHTS]; /* w->packed's kernel, NULL: GGUF layout */
+  cpu_packed_float_fn packed_f[CPU_MATMUL_MAX_WEIGHTS]; /* FLOAT panels' kernel (x as it is) */
   int64_t rows_per_chunk;                   /* quantization phase */
   int64_t tile;                             /* output columns per chunk */
   int64_t chunk_end[CPU_MATMUL_MAX_WEIGHTS]; /* cumulative chunks of weights 0..j */
@@ -187,7 +196,7 @@ static void matmul_quantize_chunk(void *arg, int64_t chunk, int ith) {
   int64_t lo, hi;
   chunk_range(chunk, t->rows_per_chunk, t->n_rows, &lo, &hi);
   for (int j = 0; j < t->n_w; j++) {
-    if (!t->owns_act[j]) continue;
+    if (!t->owns_act[j] || t->packed_f[j]) continue;
     for (int64_t r = lo; r < hi; r++) {
       uint8_t *row = t->act[j] + (size_t)r * t->act_row[j];
       if (t->packed[j]) cpu_quantize_act_row_x(t->c->level, t->x + r * t->k, (block_q8_x *)row, t->k);
@@ -201,7 +210,9 @@ static void matmul_quantize_chunk(void *arg, int64_t chunk, int ith) {
 static void packed_columns(const struct matmul_task *t, int j, int64_t c0, int64_t c1) {
   const struct backend_weight *w = t->w[j];
   const int64_t nb = t->k / 32, n_out = w->rows;
-  const size_t panel_bytes = cpu_pack_bytes(w) / (size_t)(n_out / CPU_PACK_COLS);
+  int fs = 0;
+  const int fam = cpu_pack_kind(w->type, &fs);
+  const size_t panel_bytes = (size_t)nb * cpu_pack_block_bytes(fam, fs);
   const uint8_t *wp = w->packed;
   for (int32_t r0 = 0; r0 < t->n_rows; r0 += CPU_PACKED_MAX_ROWS) {
     const int nr = t->n_rows - r0 < CPU_PACKED_MAX_ROWS ? t->n_rows - r0 : CPU_PACKED_MAX_ROWS;
@@ -210,6 +221,21 @@ static void packed_columns(const struct matmul_task *t, int j, int64_t c0, int64
     float *o = t->out[j] + (int64_t)r0 * n_out;
     for (int64_t col = c0; col < c1; col += CPU_PACK_COLS)
       t->packed[j](nb, wp + (size_t)(col / CPU_PACK_COLS) * panel_bytes, rows, nr, o + col, n_out);
+  }
+}
+
+/* packed_columns for FLOAT panels: the activation rows are x's own. */
+static void packed_float_columns(const struct matmul_task *t, int j, int64_t c0, int64_t c1) {
+  const struct backend_weight *w = t->w[j];
+  const int64_t nb = t->k / 32, n_out = w->rows;
+  const size_t panel_bytes = (size_t)nb * cpu_pack_block_bytes(CPU_PACK_FAMILY_FLOAT, 0);
+  for (int32_t r0 = 0; r0 < t->n_rows; r0 += CPU_PACKED_MAX_ROWS) {
+    const int nr = t->n_rows - r0 < CPU_PACKED_MAX_ROWS ? t->n_rows - r0 : CPU_PACKED_MAX_ROWS;
+    const float *rows[CPU_PACKED_MAX_ROWS];
+    for (int r = 0; r < nr; r++) rows[r] = t->x + (int64_t)(r0 + r) * t->k;
+    float *o = t->out[j] + (int64_t)r0 * n_out;
+    for (int64_t col = c0; col < c1; col += CPU_PACK_COLS)
+      t->packed_f[j](nb, w->packed + (size_t)(col / CPU_PACK_COLS) * panel_bytes, rows, nr, o + col, n_out);
   }
 }
 
@@ -230,9 +256,16 @@ static void matmul_chunk(void *arg, int64_t chunk, int ith) {
     packed_columns(t, j, c0, c1);
     return;
   }
+  if (t->packed_f[j]) {
+    packed_float_columns(t, j, c0, c1);
+    return;
+  }
   const uint8_t *wd = (const uint8_t *)w->data;
+  _Static_assert(CPU_DOT_MAX_ROWS == 4, "llama.cpp's gemm groups of 4 rows are dot calls");
   for (int32_t r0 = 0; r0 < t->n_rows; r0 += CPU_DOT_MAX_ROWS) {
     const int nr = t->n_rows - r0 < CPU_DOT_MAX_ROWS ? t->n_rows - r0 : CPU_DOT_MAX_ROWS;
+    const cpu_vec_dot_fn dot =
+        t->llamacpp_order ? cpu_vec_dot_select_llamacpp(w->type, t->c->level, t->n_rows, r0) : t->dot[j];
     const void *rows[CPU_DOT_MAX_ROWS];
     for (int r = 0; r < nr; r++) rows[r] = t->act[j] + (size_t)(r0 + r) * t->act_row[j];
     float *o = out + (int64_t)r0 * n_out;
@@ -244,7 +277,7 @@ static void matmul_chunk(void *arg, int64_t chunk, int ith) {
     } else {
       for (int64_t col = c0; col < c1; col++) {
         float res[CPU_DOT_MAX_ROWS];
-        t->dot[j](t->k, wd + (size_t)col * w->row_bytes, rows, nr, res);
+        dot(t->k, wd + (size_t)col * w->row_bytes, rows, nr, res);
         for (int r = 0; r < nr; r++) o[(int64_t)r * n_out + col] = res[r];
       }
     }
@@ -253,7 +286,7 @@ static void matmul_chunk(void *arg, int64_t chunk, int ith) {
 
 /* Weights whose activations are quantized alike share one quantized copy of x. */
 static int act_kind(const struct matmul_task *t, int j) {
-  return t->packed[j] ? -1 : (int)cpu_vec_dot_type(t->w[j]->type);
+  return t->packed_f[j] ? -2 : t->packed[j] ? -1 : (int)cpu_vec_dot_type(t->w[j]->type);
 }
 
 llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
@@ -264,7 +297,7 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "matmul of %d rows (max %d)", n_rows,
                     c->params.max_num_tokens);
   struct matmul_task t = {.c = c, .x = x, .n_rows = n_rows, .k = w[0]->cols, .n_w = n_w, .w = w,
-                          .out = out};
+                          .out = out, .llamacpp_order = c->attn_order == CPU_ATTN_ORDER_BY_QUERY_LEN};
   if (t.k > c->params.max_row_elems)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "matmul row of %lld (max %lld)", (long long)t.k,
                     (long long)c->params.max_row_elems);
@@ -284,7 +317,9 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
     if (t.k % ggml_type_block_elems(ty) != 0)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "row of %lld not a multiple of %s blocks",
                       (long long)t.k, ggml_type_name(ty));
-    t.packed[j] = w[j]->packed && cpu_pack_bytes(w[j]) > 0 ? cpu_packed_select(ty, c->level) : NULL;
+    const bool packed = w[j]->packed && cpu_pack_shape_ok(w[j]);
+    t.packed[j] = packed ? cpu_packed_select(ty, c->level) : NULL;
+    t.packed_f[j] = packed ? cpu_packed_float_select(ty, c->level) : NULL;
     t.act_row[j] = t.packed[j] ? (size_t)(t.k / 32) * sizeof(block_q8_x) : cpu_act_row_bytes(ty, t.k);
     t.owns_act[j] = true;
     t.act[j] = c->act + (size_t)j * c->act_bytes;
@@ -416,23 +451,71 @@ struct kv_task {
   int64_t per;
 };
 
+/* OCP FP8 E4M3 (bias 7, max 448 = 0x7E, NaN 0x7F, no infinities) of x, rounded to nearest even,
+ * saturated at +-448. */
+static uint8_t fp32_to_e4m3(float x) {
+  const uint8_t sign = signbit(x) ? 0x80 : 0;
+  const float a = fabsf(x);
+  if (isnan(x)) return sign | 0x7F;
+  if (a >= 448.0f) return sign | 0x7E;
+  int e;
+  (void)frexpf(a, &e); /* a = f * 2^e, f in [0.5, 1): the leading bit is 2^(e - 1) */
+  if (a == 0.0f || e - 1 < -6) { /* subnormal: m * 2^-9, m = 0..8 (8 carries into 2^-6, code 0x08) */
+    return sign | (uint8_t)rintf(ldexpf(a, 9));
+  }
+  int m = (int)rintf(ldexpf(a, 3 - (e - 1))); /* 8..16 */
+  int ex = e - 1 + 7;
+  if (m == 16) m = 8, ex++;
+  if (ex > 15 || (ex == 15 && m - 8 > 6)) return sign | 0x7E;
+  return sign | (uint8_t)(ex << 3 | (m - 8));
+}
+
+/* One row of n values of x into dst in dtype t (backend_kv_write's conversions). */
+static void kv_store_row(enum cpu_simd_level level, enum backend_kv_dtype t, const float *x, uint8_t *dst, int32_t n) {
+  switch (t) {
+  case BACKEND_KV_DTYPE_F16: cpu_fp32_to_fp16_row(level, x, (uint16_t *)(void *)dst, n); return;
+  case BACKEND_KV_DTYPE_Q8_0:
+    for (int32_t b = 0; b < n / 32; b++) {
+      int sum;
+      int8_t q[32];
+      const uint16_t d = llb_fp32_to_fp16(cpu_quantize_block_q8(x + 32 * b, q, &sum));
+      memcpy(dst + 34 * b, &d, 2);
+      memcpy(dst + 34 * b + 2, q, 32);
+    }
+    return;
+  case BACKEND_KV_DTYPE_FP8_E4M3:
+    for (int32_t i = 0; i < n; i++) dst[i] = fp32_to_e4m3(x[i]);
+    return;
+  }
+}
+
 static void kv_write_chunk(void *arg, int64_t chunk, int ith) {
   (void)ith;
   const struct kv_task *t = arg;
-  const int64_t row = (int64_t)t->kv->n_kv_heads * t->kv->head_dim;
+  const struct backend_kv_layer *kv = t->kv;
+  const size_t rb = backend_kv_row_bytes(kv->dtype, kv->head_dim);
   int64_t lo, hi;
   chunk_range(chunk, t->per, t->n_rows, &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
     if (t->slots[r] < 0) continue;
-    uint16_t *kd = t->kv->k + t->slots[r] * row, *vd = t->kv->v + t->slots[r] * row;
-    cpu_fp32_to_fp16_row(t->level, t->k + r * row, kd, row);
-    cpu_fp32_to_fp16_row(t->level, t->v + r * row, vd, row);
+    for (int32_t h = 0; h < kv->n_kv_heads; h++) {
+      const size_t at = ((size_t)t->slots[r] * (size_t)kv->n_kv_heads + (size_t)h) * rb;
+      const int64_t x = (r * kv->n_kv_heads + h) * (int64_t)kv->head_dim;
+      kv_store_row(t->level, kv->dtype, t->k + x, (uint8_t *)kv->k + at, kv->head_dim);
+      kv_store_row(t->level, kv->dtype, t->v + x, (uint8_t *)kv->v + at, kv->head_dim);
+    }
   }
+}
+
+bool cpu_kv_dtype_ok(enum backend_kv_dtype t) {
+  return t == BACKEND_KV_DTYPE_F16 || t == BACKEND_KV_DTYPE_Q8_0 || t == BACKEND_KV_DTYPE_FP8_E4M3;
 }
 
 llb_status cpu_kv_write(struct backend_ctx *c, const struct backend_kv_layer *kv, const float *k,
                         const float *v, const int64_t *slot_mapping, int32_t n_rows) {
   const int64_t n_slots = (int64_t)kv->num_blocks * kv->block_size;
+  if (!cpu_kv_dtype_ok(kv->dtype) || backend_kv_row_bytes(kv->dtype, kv->head_dim) == 0)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "kv cache dtype %d with head_dim %d", (int)kv->dtype, kv->head_dim);
   for (int32_t r = 0; r < n_rows; r++)
     if (slot_mapping[r] < -1 || slot_mapping[r] >= n_slots)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "slot %lld of row %d not in [-1, %lld)",
@@ -469,7 +552,10 @@ static void add_chunk(void *arg, int64_t chunk, int ith) {
   for (int64_t i = lo; i < hi; i++) t->out[i] = t->a[i] + t->b[i];
 }
 
-/* ggml's GELU table (ggml-cpu: ggml_table_gelu_f16[i] = fp16(gelu(fp16 value i)), filled once). */
+/* ggml's GELU table (ggml-cpu: ggml_table_gelu_f16[i] = fp16(gelu(fp16 value i)), filled once),
+ * with the one contraction GCC makes in ggml's -O3 build of ggml_gelu_f32:
+ * 1 + GELU_COEF_A * x * x becomes fma(GELU_COEF_A * x, x, 1) (this file is built with
+ * -ffp-contract=off, so the fma is written out). Without it one entry of the 65536 differs. */
 static uint16_t gelu_table[1 << 16];
 static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
 
@@ -477,7 +563,7 @@ static void gelu_table_init(void) {
   const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f;
   for (uint32_t i = 0; i < (1u << 16); i++) {
     const float x = llb_fp16_to_fp32((uint16_t)i);
-    gelu_table[i] = llb_fp32_to_fp16(0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x))));
+    gelu_table[i] = llb_fp32_to_fp16(0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * fmaf(coef_a * x, x, 1.0f))));
   }
 }
 
@@ -488,11 +574,9 @@ static void geglu_chunk(void *arg, int64_t chunk, int ith) {
   chunk_range(chunk, CPU_CHUNK_ELEMS, t->n, &lo, &hi);
   for (int64_t i = lo; i < hi; i++) { /* ggml_vec_geglu_f32 with GGML_GELU_FP16 */
     const float x = t->a[i];
-    float g;
-    if (x <= -10.0f) g = 0.0f;
-    else if (x >= 10.0f) g = x;
-    else g = llb_fp16_to_fp32(gelu_table[llb_fp32_to_fp16(x)]);
-    t->out[i] = g * t->b[i];
+    if (x <= -10.0f) t->out[i] = 0.0f; /* +0 whatever up's sign, as ggml writes it */
+    else if (x >= 10.0f) t->out[i] = x * t->b[i];
+    else t->out[i] = llb_fp16_to_fp32(gelu_table[llb_fp32_to_fp16(x)]) * t->b[i];
   }
 }
 

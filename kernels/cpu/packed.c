@@ -24,12 +24,20 @@
 #define PK_QS_OFF(fam, fs) ((fam) == CPU_PACK_FAMILY_SIGNED ? 16 * PK_SB(fs) : 32 * PK_SB(fs))
 #define PK_BLOCK(fam, fs) (PK_QS_OFF(fam, fs) + ((fam) == CPU_PACK_FAMILY_NIBBLE ? 4 : 8) * 64)
 
+/* bsum of a quantized block: the sums of its two halves. */
+static void block_bsums(block_q8_x *y) {
+  int s0 = 0, s1 = 0;
+  for (int i = 0; i < 16; i++) s0 += y->qs[i], s1 += y->qs[16 + i];
+  y->bsum[0] = (int16_t)s0, y->bsum[1] = (int16_t)s1;
+}
+
 static void quantize_x_scalar(const float *x, block_q8_x *y, int64_t k) {
   for (int64_t b = 0; b < k / 32; b++) {
     int sum;
     y[b].d = cpu_quantize_block_q8(x + b * 32, y[b].qs, &sum);
     y[b].sum = sum;
     y[b].s = y[b].d * (float)sum;
+    block_bsums(&y[b]);
   }
 }
 
@@ -57,14 +65,19 @@ PK_AVX2 static void quantize_x_avx2(const float *x, block_q8_x *y, int64_t k) {
     const __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
                                                   _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256((__m256i *)y[b].qs, p);
-    __m256i t = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-    __m128i t4 = _mm_add_epi32(_mm256_extracti128_si256(t, 1), _mm256_castsi256_si128(t));
-    t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0x4E));
-    t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xB1));
-    const int32_t sum = _mm_cvtsi128_si32(t4);
+    /* halves: elements 0-15 are q[0], q[1]; 16-31 are q[2], q[3] */
+    const __m256i h0 = _mm256_add_epi32(q[0], q[1]), h1 = _mm256_add_epi32(q[2], q[3]);
+    __m128i u0 = _mm_add_epi32(_mm256_extracti128_si256(h0, 1), _mm256_castsi256_si128(h0));
+    __m128i u1 = _mm_add_epi32(_mm256_extracti128_si256(h1, 1), _mm256_castsi256_si128(h1));
+    u0 = _mm_add_epi32(u0, _mm_shuffle_epi32(u0, 0x4E));
+    u1 = _mm_add_epi32(u1, _mm_shuffle_epi32(u1, 0x4E));
+    u0 = _mm_add_epi32(u0, _mm_shuffle_epi32(u0, 0xB1));
+    u1 = _mm_add_epi32(u1, _mm_shuffle_epi32(u1, 0xB1));
+    const int32_t s0 = _mm_cvtsi128_si32(u0), s1 = _mm_cvtsi128_si32(u1);
     y[b].d = d;
-    y[b].sum = sum;
-    y[b].s = d * (float)sum;
+    y[b].sum = s0 + s1;
+    y[b].s = d * (float)(s0 + s1);
+    y[b].bsum[0] = (int16_t)s0, y[b].bsum[1] = (int16_t)s1;
   }
 }
 #endif
@@ -122,6 +135,39 @@ static void packed_scalar(int fam, int fs, int64_t nb, const uint8_t *panel, con
         }
         acc[j] = fmaf(scale_at(pb, j, fs) * a->d, (float)s, acc[j]);
         if (fam != CPU_PACK_FAMILY_SIGNED) acc[j] = fmaf(scale_at(pb + PK_M_OFF(fs), j, fs), a->s, acc[j]);
+      }
+    }
+    memcpy(out + (int64_t)r * os, acc, sizeof(acc));
+  }
+}
+
+/* K6 (Q6_K) blocks: d[16] fp16, sc[2][16] int8, ql[4][64], qh[2][64] (packed.h). */
+#define PK_K6_SC 32
+#define PK_K6_QL 64
+#define PK_K6_QH 320
+#define PK_K6_BLOCK 448
+
+/* Quant (0..63) of element i of column j in a K6 block. */
+static int k6_quant(const uint8_t *pb, int j, int i) {
+  const int g = i / 4, e = i % 4;
+  const int lo = (pb[PK_K6_QL + 64 * (g % 4) + 4 * j + e] >> (4 * (g / 4))) & 0x0F;
+  const int hi = (pb[PK_K6_QH + 64 * (g / 4) + 4 * j + e] >> (2 * (g % 4))) & 3;
+  return lo | hi << 4;
+}
+
+static void k6_scalar(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n, float *out,
+                      int64_t os) {
+  for (int r = 0; r < n; r++) {
+    float acc[CPU_PACK_COLS] = {0};
+    for (int64_t b = 0; b < nb; b++) {
+      const uint8_t *pb = panel + (size_t)b * PK_K6_BLOCK;
+      const block_q8_x *a = act[r] + b;
+      for (int j = 0; j < CPU_PACK_COLS; j++) {
+        int32_t s[2] = {0, 0};
+        for (int i = 0; i < 32; i++) s[i / 16] += k6_quant(pb, j, i) * a->qs[i];
+        const int32_t isum = (int8_t)pb[PK_K6_SC + j] * (s[0] - 32 * a->bsum[0]) +
+                             (int8_t)pb[PK_K6_SC + 16 + j] * (s[1] - 32 * a->bsum[1]);
+        acc[j] = fmaf(fp16_at(pb + 2 * j) * a->d, (float)isum, acc[j]);
       }
     }
     memcpy(out + (int64_t)r * os, acc, sizeof(acc));
@@ -212,8 +258,8 @@ PK_AVX2 static PK_INLINE void signed_avx2_half(int64_t nb, const uint8_t *panel,
   for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
 }
 
-/* UNSIGNED: 5-bit weights; a pair of products stays within int16 (2 * 31 * 128), eight groups
- * would not, so each group is widened. */
+/* UNSIGNED: 5-bit weights; the products of four groups stay within int16 (4 * 2 * 31 * 128 <
+ * 32768), so they are summed there and widened once per half block. */
 PK_AVX2 static PK_INLINE void unsigned_avx2_half(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                                                  const int n, float *out, int64_t os, int half, const int fs) {
   __m256 acc[CPU_PACKED_MAX_ROWS];
@@ -227,11 +273,75 @@ PK_AVX2 static PK_INLINE void unsigned_avx2_half(int64_t nb, const uint8_t *pane
     for (int g = 0; g < 8; g++) w[g] = _mm256_loadu_si256((const __m256i *)(qs + 64 * g + 32 * half));
     for (int r = 0; r < n; r++) {
       const block_q8_x *a = act[r] + b;
-      __m256i s = _mm256_setzero_si256();
-      for (int g = 0; g < 8; g++)
-        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(w[g], bcast4(a->qs + 4 * g)), ones));
+      __m256i t[2];
+      for (int h = 0; h < 2; h++) {
+        t[h] = _mm256_maddubs_epi16(w[4 * h], bcast4(a->qs + 16 * h));
+        for (int g = 4 * h + 1; g < 4 * h + 4; g++)
+          t[h] = _mm256_add_epi16(t[h], _mm256_maddubs_epi16(w[g], bcast4(a->qs + 4 * g)));
+      }
+      const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(t[0], ones), _mm256_madd_epi16(t[1], ones));
       acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)), _mm256_cvtepi32_ps(s), acc[r]);
       acc[r] = _mm256_fmadd_ps(mx, _mm256_set1_ps(a->s), acc[r]);
+    }
+  }
+  for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
+}
+
+/* K6 scales of columns 8*half .. 8*half+7 as int16 pairs per 32-bit lane: (sc0, sc0), (sc1,
+ * sc1) and (sc0, sc1), for vpmaddwd. */
+PK_AVX2 static PK_INLINE void k6_scale_pairs(const uint8_t *pb, int half, __m256i *p0, __m256i *p1, __m256i *p01) {
+  const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+  const __m256i s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(pb + PK_K6_SC + 8 * half)));
+  const __m256i s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(pb + PK_K6_SC + 16 + 8 * half)));
+  *p0 = _mm256_or_si256(_mm256_and_si256(s0, lo16), _mm256_slli_epi32(s0, 16));
+  *p1 = _mm256_or_si256(_mm256_and_si256(s1, lo16), _mm256_slli_epi32(s1, 16));
+  *p01 = _mm256_or_si256(_mm256_and_si256(s0, lo16), _mm256_slli_epi32(s1, 16));
+}
+
+/* The 8 groups of quants (0..63) of columns 8*half .. 8*half+7 of a K6 block. */
+PK_AVX2 static PK_INLINE void k6_unpack_avx2(const uint8_t *pb, int half, __m256i q[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int h = 0; h < 4; h++) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(pb + PK_K6_QL + 64 * h + 32 * half));
+    q[h] = _mm256_and_si256(v, m4);
+    q[h + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  }
+  for (int i = 0; i < 2; i++) {
+    const __m256i hb = _mm256_loadu_si256((const __m256i *)(pb + PK_K6_QH + 64 * i + 32 * half));
+    /* bits 2t, 2t+1 to bits 4, 5 (16-bit shifts: what crosses a byte is masked off) */
+    q[4 * i + 0] = _mm256_or_si256(q[4 * i + 0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+    q[4 * i + 1] = _mm256_or_si256(q[4 * i + 1], _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+    q[4 * i + 2] = _mm256_or_si256(q[4 * i + 2], _mm256_and_si256(hb, m30));
+    q[4 * i + 3] = _mm256_or_si256(q[4 * i + 3], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+  }
+}
+
+/* K6, columns 8*half .. 8*half+7: two groups' products stay within int16 (2 * 2 * 63 * 128 <
+ * 32768), then vpmaddwd by the sub-block's scale pair widens and scales them; the offset 32
+ * comes off as 32 * (sc0 * bsum0 + sc1 * bsum1). */
+PK_AVX2 static PK_INLINE void k6_avx2_half(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+                                           const int n, float *out, int64_t os, int half) {
+  __m256 acc[4];
+  for (int r = 0; r < n; r++) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *pb = panel + (size_t)b * PK_K6_BLOCK;
+    const __m256 dx = scales8(pb, half, 0);
+    __m256i p0, p1, p01, q[8];
+    k6_scale_pairs(pb, half, &p0, &p1, &p01);
+    k6_unpack_avx2(pb, half, q);
+    for (int r = 0; r < n; r++) {
+      const block_q8_x *a = act[r] + b;
+      __m256i s = _mm256_setzero_si256();
+      for (int g = 0; g < 8; g += 2) {
+        const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(q[g], bcast4(a->qs + 4 * g)),
+                                           _mm256_maddubs_epi16(q[g + 1], bcast4(a->qs + 4 * g + 4)));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(t, g < 4 ? p0 : p1));
+      }
+      int32_t bs;
+      memcpy(&bs, a->bsum, 4);
+      const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(p01, _mm256_set1_epi32(bs)), 5);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)), _mm256_cvtepi32_ps(_mm256_sub_epi32(s, off)),
+                               acc[r]);
     }
   }
   for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
@@ -326,6 +436,49 @@ PK_VNNI static PK_INLINE void unsigned_vnni_n(int64_t nb, const uint8_t *panel, 
   for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
 }
 
+/* K6 on VNNI: vpdpbusd per 16-weight sub-block, then the offset and the int8 scales in int32
+ * (vpmulld): the same exact isum as the other levels. */
+PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
+                                        float *out, int64_t os) {
+  __m512 acc[CPU_PACKED_MAX_ROWS];
+  for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *pb = panel + (size_t)b * PK_K6_BLOCK;
+    const __m512 dx = scales16(pb, 0);
+    const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(pb + PK_K6_SC)));
+    const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(pb + PK_K6_SC + 16)));
+    __m512i q[8];
+    for (int h = 0; h < 4; h++) {
+      const __m512i v = _mm512_loadu_si512((const void *)(pb + PK_K6_QL + 64 * h));
+      q[h] = _mm512_and_si512(v, m4);
+      q[h + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+    for (int i = 0; i < 2; i++) {
+      const __m512i hb = _mm512_loadu_si512((const void *)(pb + PK_K6_QH + 64 * i));
+      q[4 * i + 0] = _mm512_or_si512(q[4 * i + 0], _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30));
+      q[4 * i + 1] = _mm512_or_si512(q[4 * i + 1], _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30));
+      q[4 * i + 2] = _mm512_or_si512(q[4 * i + 2], _mm512_and_si512(hb, m30));
+      q[4 * i + 3] = _mm512_or_si512(q[4 * i + 3], _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30));
+    }
+    __m512i s0[CPU_PACKED_MAX_ROWS], s1[CPU_PACKED_MAX_ROWS]; /* rows inner, as nibble_vnni_n */
+    for (int r = 0; r < n; r++) {
+      s0[r] = _mm512_set1_epi32(-32 * act[r][b].bsum[0]);
+      s1[r] = _mm512_set1_epi32(-32 * act[r][b].bsum[1]);
+    }
+    for (int g = 0; g < 4; g++)
+      for (int r = 0; r < n; r++) {
+        s0[r] = _mm512_dpbusd_epi32(s0[r], q[g], bcast4_512(act[r][b].qs + 4 * g));
+        s1[r] = _mm512_dpbusd_epi32(s1[r], q[g + 4], bcast4_512(act[r][b].qs + 16 + 4 * g));
+      }
+    for (int r = 0; r < n; r++) {
+      const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(s0[r], sc0), _mm512_mullo_epi32(s1[r], sc1));
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(act[r][b].d)), _mm512_cvtepi32_ps(isum), acc[r]);
+    }
+  }
+  for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
+}
+
 /* Row counts as compile-time constants, so that the accumulators live in registers. */
 #define PK_ROWS_SWITCH(call)                                                                      \
   switch (n) {                                                                                    \
@@ -340,12 +493,10 @@ PK_VNNI static PK_INLINE void unsigned_vnni_n(int64_t nb, const uint8_t *panel, 
   }
 
 /* FS is the enclosing wrapper's constant (0: fp16 scales, 1: float scales). */
-#define PK_NIBBLE_AVX2(N) (nibble_avx2_half(nb, panel, act, N, out, os, 0, FS), nibble_avx2_half(nb, panel, act, N, out, os, 1, FS))
-#define PK_SIGNED_AVX2(N) (signed_avx2_half(nb, panel, act, N, out, os, 0, FS), signed_avx2_half(nb, panel, act, N, out, os, 1, FS))
-#define PK_UNSIGNED_AVX2(N) (unsigned_avx2_half(nb, panel, act, N, out, os, 0, FS), unsigned_avx2_half(nb, panel, act, N, out, os, 1, FS))
 #define PK_NIBBLE_VNNI(N) nibble_vnni_n(nb, panel, act, N, out, os, FS)
 #define PK_SIGNED_VNNI(N) signed_vnni_n(nb, panel, act, N, out, os, FS)
 #define PK_UNSIGNED_VNNI(N) unsigned_vnni_n(nb, panel, act, N, out, os, FS)
+#define PK_K6_VNNI(N) k6_vnni_n(nb, panel, act, N, out, os)
 
 #define PK_WRAP(attr, name, call, fs)                                                              \
   attr static void name(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n, float *out, \
@@ -353,25 +504,57 @@ PK_VNNI static PK_INLINE void unsigned_vnni_n(int64_t nb, const uint8_t *panel, 
     enum { FS = fs };                                                                              \
     PK_ROWS_SWITCH(call)                                                                           \
   }
-PK_WRAP(PK_AVX2, nibble_avx2, PK_NIBBLE_AVX2, 0)
-PK_WRAP(PK_AVX2, nibble_f_avx2, PK_NIBBLE_AVX2, 1)
-PK_WRAP(PK_AVX2, signed_avx2, PK_SIGNED_AVX2, 0)
-PK_WRAP(PK_AVX2, signed_f_avx2, PK_SIGNED_AVX2, 1)
-PK_WRAP(PK_AVX2, unsigned_avx2, PK_UNSIGNED_AVX2, 0)
-PK_WRAP(PK_AVX2, unsigned_f_avx2, PK_UNSIGNED_AVX2, 1)
+/* AVX2 has 16 registers: 8 unpacked weight groups and more than 4 rows' accumulators spill,
+ * so a call takes at most 4 rows at a time (the weights are unpacked once per 4 rows). */
+#define PK_ROWS_SWITCH4(call)                                                                     \
+  for (int r0 = 0; r0 < n; r0 += 4) {                                                             \
+    const block_q8_x *const *act4 = act + r0;                                                     \
+    float *out4 = out + (int64_t)r0 * os;                                                         \
+    switch (n - r0) {                                                                             \
+    case 1: call(act4, out4, 1); break;                                                           \
+    case 2: call(act4, out4, 2); break;                                                           \
+    case 3: call(act4, out4, 3); break;                                                           \
+    default: call(act4, out4, 4); break;                                                          \
+    }                                                                                             \
+  }
+#define PK_WRAP4(attr, name, call, fs)                                                             \
+  attr static void name(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n, float *out, \
+                        int64_t os) {                                                              \
+    enum { FS = fs };                                                                              \
+    PK_ROWS_SWITCH4(call)                                                                          \
+  }
+#define PK_NIBBLE_AVX2_4(A, O, N) (nibble_avx2_half(nb, panel, A, N, O, os, 0, FS), nibble_avx2_half(nb, panel, A, N, O, os, 1, FS))
+#define PK_SIGNED_AVX2_4(A, O, N) (signed_avx2_half(nb, panel, A, N, O, os, 0, FS), signed_avx2_half(nb, panel, A, N, O, os, 1, FS))
+#define PK_UNSIGNED_AVX2_4(A, O, N) (unsigned_avx2_half(nb, panel, A, N, O, os, 0, FS), unsigned_avx2_half(nb, panel, A, N, O, os, 1, FS))
+#define PK_K6_AVX2_4(A, O, N) (k6_avx2_half(nb, panel, A, N, O, os, 0), k6_avx2_half(nb, panel, A, N, O, os, 1))
+PK_WRAP4(PK_AVX2, nibble_avx2, PK_NIBBLE_AVX2_4, 0)
+PK_WRAP4(PK_AVX2, nibble_f_avx2, PK_NIBBLE_AVX2_4, 1)
+PK_WRAP4(PK_AVX2, signed_avx2, PK_SIGNED_AVX2_4, 0)
+PK_WRAP4(PK_AVX2, signed_f_avx2, PK_SIGNED_AVX2_4, 1)
+PK_WRAP4(PK_AVX2, unsigned_avx2, PK_UNSIGNED_AVX2_4, 0)
+PK_WRAP4(PK_AVX2, unsigned_f_avx2, PK_UNSIGNED_AVX2_4, 1)
+PK_WRAP4(PK_AVX2, k6_avx2, PK_K6_AVX2_4, 0)
 PK_WRAP(PK_VNNI, nibble_vnni, PK_NIBBLE_VNNI, 0)
 PK_WRAP(PK_VNNI, nibble_f_vnni, PK_NIBBLE_VNNI, 1)
 PK_WRAP(PK_VNNI, signed_vnni, PK_SIGNED_VNNI, 0)
 PK_WRAP(PK_VNNI, signed_f_vnni, PK_SIGNED_VNNI, 1)
 PK_WRAP(PK_VNNI, unsigned_vnni, PK_UNSIGNED_VNNI, 0)
 PK_WRAP(PK_VNNI, unsigned_f_vnni, PK_UNSIGNED_VNNI, 1)
+PK_WRAP(PK_VNNI, k6_vnni, PK_K6_VNNI, 0)
 #endif /* PK_HAVE_X86 */
 
 cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
   if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
   int fs = 0;
   const int fam = cpu_pack_kind(w, &fs);
-  if (fam < 0) return NULL;
+  if (fam < 0 || fam == CPU_PACK_FAMILY_FLOAT) return NULL; /* FLOAT: cpu_packed_float_select */
+  if (fam == CPU_PACK_FAMILY_K6) {
+#if PK_HAVE_X86
+    if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return k6_vnni;
+    if (level >= CPU_SIMD_LEVEL_AVX2) return k6_avx2;
+#endif
+    return k6_scalar;
+  }
   /* [family][float scales] */
   static const cpu_packed_fn scalar[3][2] = {{nibble_scalar, nibble_f_scalar},
                                              {signed_scalar, signed_f_scalar},

@@ -1,4 +1,5 @@
-/* Packed matmul weights: Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K and IQ4_XS repacked at load
+/* Packed matmul weights: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS, F16 and BF16
+ * repacked at load
  * into panels of 16 output columns, so
  * that one SIMD register holds four weights of each of 16 columns and an int8 dot product
  * instruction (AVX-512 VNNI vpdpbusd, or AVX2 vpmaddubsw) sums them against four activation
@@ -14,8 +15,13 @@
  *           family below: a nibble, a signed byte, a 5-bit quant)
  *     acc = fma(d_w * d_a, (float)i, acc)
  *     acc = fma(m_w, s_a, acc)                      (NIBBLE and UNSIGNED families only)
+ *   (K6, Q6_K: i = sc_0 * (sum of q * a over elements 0-15 - 32 * bsum_0) + sc_1 * (the same
+ *   over elements 16-31 - 32 * bsum_1), exact in int32, sc the int8 scales of the two 16-weight
+ *   sub-blocks and bsum the activation sums of the halves; then the fma with d_w = the
+ *   super-block's d)
  *   starting from acc = 0; d_w, m_w are the block's scale and min (fp16 values of the GGUF
  *   block, or for K / IQ4_XS blocks the exact float products of super- and sub-block scales).
+ * (FLOAT, F16 and BF16: no quantization at all; see cpu_packed_float_fn.)
  * This is not ggml's vec_dot order (8 float lanes per output, model/forward.h's
  * LLAMA_MATMUL_GGML keeps that one for bit-exactness with llama.cpp); it does one multiply and
  * one or two fma per block and output instead of eight lanes of them, which is what makes the
@@ -24,6 +30,7 @@
 #ifndef LLB_KERNELS_CPU_PACKED_H
 #define LLB_KERNELS_CPU_PACKED_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,20 +47,30 @@
  * fp16-scaled form (scales as the GGUF block's fp16 bits) and a float-scaled form for the K
  * and IQ4_XS types, whose per-32 scale is the super-block scale times a sub-block scale (exact
  * in float, not in fp16). With S the bytes of a scale (2 or 4):
- *   NIBBLE   (Q4_1; Q4_K float-scaled): d[16], m[16], then qs[4][64]: qs[h][4j + e] = byte
- *            4h + e of column j's Q4_1-style qs (low nibble: element 4h + e, high nibble:
- *            element 16 + 4h + e). Q4_K: d = d * sc, m = -(dmin * min) of the sub-block.
- *   SIGNED   (Q8_0, Q5_0, IQ4_NL; IQ4_XS float-scaled): d[16], then qs[8][64]: qs[g][4j + e] =
+ *   NIBBLE   (Q4_0, Q4_1; Q4_K float-scaled): d[16], m[16], then qs[4][64]: qs[h][4j + e] =
+ *            byte 4h + e of column j's Q4_1-style qs (low nibble: element 4h + e, high nibble:
+ *            element 16 + 4h + e). Q4_0: m = -8 * d (exact in fp16; a file with |d| > 65504/8
+ *            stays unpacked). Q4_K: d = d * sc, m = -(dmin * min) of the sub-block.
+ *   SIGNED   (Q8_0, IQ4_NL; IQ4_XS float-scaled): d[16], then qs[8][64]: qs[g][4j + e] =
  *            the signed integer weight of element 4g + e of column j, plus 128 (unsigned, for
- *            vpdpbusd). Q5_0: q - 16 (-16..15); IQ4_NL / IQ4_XS: kvalues_iq4nl[q] (-127..113);
- *            IQ4_XS: d = d * (ls - 32).
- *   UNSIGNED (Q5_1; Q5_K float-scaled): d[16], m[16], then qs[8][64]: qs[g][4j + e] = the 5-bit
- *            quant (0..31) of element 4g + e of column j. Q5_K: d, m as Q4_K.
- * Q2_K, Q3_K and Q6_K have scales per 16 weights and no packed form. */
+ *            vpdpbusd). IQ4_NL / IQ4_XS: kvalues_iq4nl[q] (-127..113); IQ4_XS: d = d * (ls - 32).
+ *   UNSIGNED (Q5_0, Q5_1; Q5_K float-scaled): d[16], m[16], then qs[8][64]: qs[g][4j + e] = the
+ *            5-bit quant (0..31) of element 4g + e of column j. Q5_0: m = -16 * d (exact in
+ *            fp16; a file with |d| > 65504/16 stays unpacked). Q5_K: d, m as Q4_K.
+ *   K6       (Q6_K): d[16] (fp16, the super-block's d), sc[2][16] (int8: sc[s][j] = the scale of
+ *            elements 16s..16s+15 of column j), ql[4][64] (the low 4 bits in the NIBBLE
+ *            arrangement), qh[2][64]: bits 2t, 2t+1 of qh[i][4j + e] = the high 2 bits of element
+ *            4(4i + t) + e of column j. Quants q are 0..63, w = d * sc * (q - 32).
+ *   FLOAT    (F16, BF16): no scales; w[32][16]: w[i][j] = element i of column j as the file
+ *            stores it (fp16 or bf16 bits). Multiplied in float against float activations
+ *            (packed_float.c), not through block_q8_x.
+ * Q2_K and Q3_K have scales per 16 weights and no packed form. */
 enum cpu_pack_family {
   CPU_PACK_FAMILY_NIBBLE = 0,
   CPU_PACK_FAMILY_SIGNED = 1,
   CPU_PACK_FAMILY_UNSIGNED = 2,
+  CPU_PACK_FAMILY_K6 = 3,
+  CPU_PACK_FAMILY_FLOAT = 4,
 };
 
 /* The family of type t's packed blocks (enum cpu_pack_family), *float_scales (may be NULL) 1
@@ -63,16 +80,23 @@ int cpu_pack_kind(enum ggml_type t, int *float_scales);
 /* Bytes of one packed block of `family`, fp16- or float-scaled. */
 size_t cpu_pack_block_bytes(int family, int float_scales);
 
-/* Activation block of packed matmuls: 44 bytes. */
+/* Activation block of packed matmuls: 48 bytes. */
 typedef struct {
-  float d;       /* amax / 127 */
-  float s;       /* d * sum(qs) */
-  int32_t sum;   /* sum(qs), exact */
+  float d;          /* amax / 127 */
+  float s;          /* d * sum(qs) */
+  int32_t sum;      /* sum(qs), exact */
+  int16_t bsum[2];  /* sums of qs[0..15] and qs[16..31], exact (the K6 family's offsets) */
   int8_t qs[32];
 } block_q8_x;
 
+/* Whether w's type and shape have a packed layout (type, rows whole panels, cols whole blocks);
+ * the values are not read. Callers holding a weight that was packed (w->packed set after
+ * cpu_pack_bytes > 0) check this instead, in O(1). */
+bool cpu_pack_shape_ok(const struct backend_weight *w);
+
 /* Bytes of w packed; 0 if w has no packed layout (a type without cpu_pack_kind, rows not a
- * multiple of CPU_PACK_COLS, cols not whole blocks of the type). */
+ * multiple of CPU_PACK_COLS, cols not whole blocks of the type, a Q4_0 / Q5_0 scale whose
+ * offset min does not fit fp16). Reads every block's scale of Q4_0 / Q5_0 weights. */
 size_t cpu_pack_bytes(const struct backend_weight *w);
 
 /* Writes w's packed layout into dst [cpu_pack_bytes(w)]: panel p (columns 16p..16p+15) at
@@ -88,7 +112,17 @@ void cpu_quantize_act_row_x(enum cpu_simd_level level, const float *x, block_q8_
 typedef void (*cpu_packed_fn)(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                               int n_rows, float *out, int64_t out_stride);
 
-/* The kernel of packed weight type w (Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, IQ4_XS) at
+/* FLOAT family (F16, BF16 panels): out[r * out_stride + j] = sum over i < 32 * nb, in index
+ * order, of fma(w_i,j, x[r][i], acc) from acc = 0 (one float order on every level, batch
+ * invariant), for j < 16 and r < n_rows (1..CPU_PACKED_MAX_ROWS); x rows are the float
+ * activations themselves. */
+typedef void (*cpu_packed_float_fn)(int64_t nb, const uint8_t *panel, const float *const *x, int n_rows, float *out,
+                                    int64_t out_stride);
+
+/* The FLOAT-family kernel of weight type w (F16, BF16) at `level`; NULL for other types. */
+cpu_packed_float_fn cpu_packed_float_select(enum ggml_type w, enum cpu_simd_level level);
+
+/* The kernel of packed weight type w (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS) at
  * `level`, clamped to what the CPU runs; NULL for other types. */
 cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level);
 

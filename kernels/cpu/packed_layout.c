@@ -1,18 +1,23 @@
 /* Packed weight layouts (packed.h): which GGUF types have one, and the repacking of GGUF rows
  * into 16-column panels. Block layouts read: kernels/quant.h (ggml-common.h); Q4_K/Q5_K scales
- * as ggml-quants.c get_scale_min_k4, IQ4_XS as dequantize_row_iq4_xs. */
+ * as ggml-quants.c get_scale_min_k4, IQ4_XS as dequantize_row_iq4_xs, Q6_K as
+ * dequantize_row_q6_K. */
 #include "kernels/cpu/packed.h"
 
+#include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 int cpu_pack_kind(enum ggml_type t, int *float_scales) {
   int fs = 0, fam;
   switch (t) {
-  case GGML_TYPE_Q4_1: fam = CPU_PACK_FAMILY_NIBBLE; break;
+  case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: fam = CPU_PACK_FAMILY_NIBBLE; break;
   case GGML_TYPE_Q4_K: fam = CPU_PACK_FAMILY_NIBBLE, fs = 1; break;
-  case GGML_TYPE_Q8_0: case GGML_TYPE_Q5_0: case GGML_TYPE_IQ4_NL: fam = CPU_PACK_FAMILY_SIGNED; break;
+  case GGML_TYPE_Q8_0: case GGML_TYPE_IQ4_NL: fam = CPU_PACK_FAMILY_SIGNED; break;
   case GGML_TYPE_IQ4_XS: fam = CPU_PACK_FAMILY_SIGNED, fs = 1; break;
-  case GGML_TYPE_Q5_1: fam = CPU_PACK_FAMILY_UNSIGNED; break;
+  case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: fam = CPU_PACK_FAMILY_UNSIGNED; break;
+  case GGML_TYPE_Q6_K: fam = CPU_PACK_FAMILY_K6; break;
+  case GGML_TYPE_F16: case GGML_TYPE_BF16: fam = CPU_PACK_FAMILY_FLOAT; break;
   case GGML_TYPE_Q5_K: fam = CPU_PACK_FAMILY_UNSIGNED, fs = 1; break;
   default: return -1;
   }
@@ -26,16 +31,41 @@ size_t cpu_pack_block_bytes(int family, int float_scales) {
   case CPU_PACK_FAMILY_NIBBLE: return 32 * sb + 4 * 64;
   case CPU_PACK_FAMILY_SIGNED: return 16 * sb + 8 * 64;
   case CPU_PACK_FAMILY_UNSIGNED: return 32 * sb + 8 * 64;
+  case CPU_PACK_FAMILY_K6: return 16 * 2 + 2 * 16 + 4 * 64 + 2 * 64;
+  case CPU_PACK_FAMILY_FLOAT: return 32 * 16 * 2;
   default: return 0;
   }
+}
+
+/* Q4_0 and Q5_0 pack with a min of -8 * d and -16 * d, which fp16 holds exactly unless |d| >
+ * 65504 / 8 (/ 16): whether every block of w (its fp16 d first) has such a scale (a real file
+ * always does). */
+static bool offset_mins_fit_fp16(const struct backend_weight *w, float offset) {
+  const int64_t nb = w->cols / 32;
+  const size_t bb = ggml_type_block_bytes(w->type);
+  for (int64_t r = 0; r < w->rows; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+    for (int64_t b = 0; b < nb; b++) {
+      uint16_t d;
+      memcpy(&d, row + (size_t)b * bb, 2);
+      if (!(fabsf(llb_fp16_to_fp32(d)) <= 65504.0f / offset)) return false;
+    }
+  }
+  return true;
+}
+
+bool cpu_pack_shape_ok(const struct backend_weight *w) {
+  const int64_t be = ggml_type_block_elems(w->type);
+  return cpu_pack_kind(w->type, NULL) >= 0 && w->rows > 0 && w->rows % CPU_PACK_COLS == 0 && w->cols > 0 &&
+         w->cols % be == 0 && w->cols % 32 == 0;
 }
 
 size_t cpu_pack_bytes(const struct backend_weight *w) {
   int fs = 0;
   const int fam = cpu_pack_kind(w->type, &fs);
-  const int64_t be = ggml_type_block_elems(w->type);
-  if (fam < 0 || w->rows <= 0 || w->rows % CPU_PACK_COLS != 0 || w->cols <= 0 || w->cols % be != 0)
-    return 0;
+  if (!cpu_pack_shape_ok(w)) return 0;
+  if (w->type == GGML_TYPE_Q4_0 && !offset_mins_fit_fp16(w, 8.0f)) return 0;
+  if (w->type == GGML_TYPE_Q5_0 && !offset_mins_fit_fp16(w, 16.0f)) return 0;
   return (size_t)(w->rows / CPU_PACK_COLS) * (size_t)(w->cols / 32) * cpu_pack_block_bytes(fam, fs);
 }
 
@@ -48,6 +78,7 @@ struct block32 {
   float df, mf;
   uint8_t uq[32];
   int8_t sq[32];
+  int8_t sc16[2]; /* Q6_K: the scales of elements 0-15 and 16-31 */
 };
 
 /* The 5-bit quants (0..31) of a Q5_0/Q5_1 block in element order. */
@@ -76,6 +107,12 @@ static void decode_block32(enum ggml_type t, const uint8_t *row, int64_t b, stru
   const int64_t sb = b / 8;
   const int j = (int)(b % 8); /* sub-block of a 256-weight super-block */
   switch (t) {
+  case GGML_TYPE_Q4_0: { /* w = d * (q - 8) = d * q + (-8 * d), exact in fp16 (cpu_pack_bytes) */
+    const block_q4_0 *x = (const block_q4_0 *)row + b;
+    o->dh = x->d, o->mh = llb_fp32_to_fp16(-8.0f * llb_fp16_to_fp32(x->d));
+    for (int i = 0; i < 16; i++) o->uq[i] = x->qs[i] & 0x0F, o->uq[i + 16] = x->qs[i] >> 4;
+    return;
+  }
   case GGML_TYPE_Q4_1: {
     const block_q4_1 *x = (const block_q4_1 *)row + b;
     o->dh = x->d, o->mh = x->m;
@@ -94,12 +131,23 @@ static void decode_block32(enum ggml_type t, const uint8_t *row, int64_t b, stru
     memcpy(o->sq, x->qs, 32);
     return;
   }
-  case GGML_TYPE_Q5_0: {
+  case GGML_TYPE_Q5_0: { /* w = d * (q - 16) = d * q + (-16 * d), exact in fp16 (cpu_pack_bytes) */
     const block_q5_0 *x = (const block_q5_0 *)row + b;
-    uint8_t q[32];
-    unpack_q5(x->qh, x->qs, q);
+    unpack_q5(x->qh, x->qs, o->uq);
+    o->dh = x->d, o->mh = llb_fp32_to_fp16(-16.0f * llb_fp16_to_fp32(x->d));
+    return;
+  }
+  case GGML_TYPE_Q6_K: {
+    /* 32-block j of a super-block is quarter k = j % 4 of its half n2 = j / 4 (ggml's
+     * dequantize_row_q6_K): element l's low 4 bits in ql[64 n2 + l + 32 (k & 1)] (low nibble
+     * for k < 2), its high 2 bits at bit 2k of qh[32 n2 + l], its scale scales[8 n2 + 2k + l / 16] */
+    const block_q6_K *x = (const block_q6_K *)row + sb;
+    const int n2 = j / 4, k = j % 4;
+    const uint8_t *ql = x->ql + 64 * n2 + 32 * (k & 1), *qh = x->qh + 32 * n2;
     o->dh = x->d;
-    for (int i = 0; i < 32; i++) o->sq[i] = (int8_t)(q[i] - 16);
+    o->sc16[0] = x->scales[8 * n2 + 2 * k], o->sc16[1] = x->scales[8 * n2 + 2 * k + 1];
+    for (int l = 0; l < 32; l++)
+      o->uq[l] = (uint8_t)(((ql[l] >> (4 * (k >> 1))) & 0x0F) | (((qh[l] >> (2 * k)) & 3) << 4));
     return;
   }
   case GGML_TYPE_IQ4_NL: {
@@ -149,6 +197,24 @@ static void decode_block32(enum ggml_type t, const uint8_t *row, int64_t b, stru
   }
 }
 
+/* One K6 block (packed.h) of the 16 Q6_K rows from `rows` (row_bytes apart): 32-block b. */
+static void pack_k6_block(const uint8_t *rows, size_t row_bytes, int64_t b, uint8_t *o) {
+  uint8_t *ql = o + 64, *qh = o + 320;
+  memset(ql, 0, 4 * 64 + 2 * 64);
+  for (int j = 0; j < CPU_PACK_COLS; j++) {
+    struct block32 k;
+    decode_block32(GGML_TYPE_Q6_K, rows + (size_t)j * row_bytes, b, &k);
+    memcpy(o + 2 * j, &k.dh, 2);
+    o[32 + j] = (uint8_t)k.sc16[0], o[48 + j] = (uint8_t)k.sc16[1];
+    for (int g = 0; g < 8; g++)
+      for (int e = 0; e < 4; e++) {
+        const int i = 4 * g + e;
+        ql[64 * (g % 4) + 4 * j + e] |= (uint8_t)((k.uq[i] & 0x0F) << (4 * (g / 4)));
+        qh[64 * (g / 4) + 4 * j + e] |= (uint8_t)((k.uq[i] >> 4) << (2 * (g % 4)));
+      }
+  }
+}
+
 llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
   if (!w || !dst || cpu_pack_bytes(w) == 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "no packed layout for this weight");
@@ -162,6 +228,17 @@ llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
   for (int64_t p = 0; p < panels; p++)
     for (int64_t b = 0; b < nb; b++) {
       uint8_t *o = out + ((size_t)p * (size_t)nb + (size_t)b) * bb;
+      if (fam == CPU_PACK_FAMILY_FLOAT) { /* w[i][j]: 2-byte values, element 32b + i of column j */
+        for (int j = 0; j < CPU_PACK_COLS; j++) {
+          const uint8_t *row = src + (size_t)(p * CPU_PACK_COLS + j) * w->row_bytes + (size_t)b * 64;
+          for (int i = 0; i < 32; i++) memcpy(o + 2 * (16 * i + j), row + 2 * i, 2);
+        }
+        continue;
+      }
+      if (fam == CPU_PACK_FAMILY_K6) {
+        pack_k6_block(src + (size_t)p * CPU_PACK_COLS * w->row_bytes, w->row_bytes, b, o);
+        continue;
+      }
       for (int j = 0; j < CPU_PACK_COLS; j++) {
         struct block32 k;
         decode_block32(w->type, src + (size_t)(p * CPU_PACK_COLS + j) * w->row_bytes, b, &k);

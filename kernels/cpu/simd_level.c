@@ -1,8 +1,12 @@
-/* The CPU's SIMD level (vec_dot.h's cpu_simd_level_detect), probed once per process. */
+/* The CPU's SIMD level (vec_dot.h's cpu_simd_level_detect), probed once per process and capped
+ * by the environment variable LLMBUS_SIMD. */
 #include "kernels/cpu/vec_dot.h"
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -39,7 +43,24 @@ static enum cpu_simd_level simd_level_probe(void) {
 static pthread_once_t simd_level_once = PTHREAD_ONCE_INIT;
 static enum cpu_simd_level simd_level;
 
-static void simd_level_init(void) { simd_level = simd_level_probe(); }
+/* LLMBUS_SIMD caps the level (never raises it): scalar, avx2 or avx512. Benches and tests
+ * run the AVX2 and portable paths on an AVX-512 machine this way; an unknown value is
+ * reported once on stderr and ignored. */
+static enum cpu_simd_level simd_level_cap(enum cpu_simd_level best) {
+  const char *v = getenv("LLMBUS_SIMD");
+  if (!v || !*v) return best;
+  enum cpu_simd_level want;
+  if (strcmp(v, "scalar") == 0) want = CPU_SIMD_LEVEL_SCALAR;
+  else if (strcmp(v, "avx2") == 0) want = CPU_SIMD_LEVEL_AVX2;
+  else if (strcmp(v, "avx512") == 0) want = CPU_SIMD_LEVEL_AVX512_VNNI;
+  else {
+    fprintf(stderr, "llmbus: LLMBUS_SIMD=%s is not one of scalar, avx2, avx512: ignored\n", v);
+    return best;
+  }
+  return want < best ? want : best;
+}
+
+static void simd_level_init(void) { simd_level = simd_level_cap(simd_level_probe()); }
 
 enum cpu_simd_level cpu_simd_level_detect(void) {
   pthread_once(&simd_level_once, simd_level_init);

@@ -254,15 +254,91 @@ static float dot_q45_K_block(const uint8_t *scales, const uint8_t *qs, const uin
   return (y->d * d) * (float)isum - (y->d * dmin) * (float)imin;
 }
 
+/* q4_K in the order of ggml's x86 repacked kernels (arch/x86/repack.cpp ggml_gemv/gemm_q4_K_8x8_q8_K,
+ * which llama.cpp runs for every Q4_K matrix of a multiple of 8 rows on AVX2 and AVX-512): per
+ * super-block the exact int32 isum = sum_j sc_j * (q . a)_j and imin = sum_j m_j * (bsums of j's
+ * halves), then acc = fma(isum, d * d8, acc), acc_min = fma(imin, dmin * d8, acc_min); the
+ * output is acc - acc_min. */
 static void dot_q4_K_scalar(int64_t k, const void *w, const void *const *act, int n, float *out) {
   const block_q4_K *x = w;
   for (int r = 0; r < n; r++) {
     const block_q8_K *y = act[r];
-    float sumf = 0.0f;
-    for (int64_t b = 0; b < k / QK_K; b++)
-      sumf += dot_q45_K_block(x[b].scales, x[b].qs, NULL, llb_fp16_to_fp32(x[b].d),
-                              llb_fp16_to_fp32(x[b].dmin), &y[b]);
-    out[r] = sumf;
+    float acc = 0.0f, acc_min = 0.0f;
+    for (int64_t b = 0; b < k / QK_K; b++) {
+      int32_t isum = 0, imin = 0;
+      for (int j = 0; j < 8; j++) {
+        int sc, mn;
+        scale_min_k4(j, x[b].scales, &sc, &mn);
+        imin += mn * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        const uint8_t *q = x[b].qs + 32 * (j / 2);
+        int32_t s = 0;
+        for (int l = 0; l < 32; l++) s += ((q[l] >> ((j % 2) * 4)) & 0x0F) * y[b].qs[32 * j + l];
+        isum += sc * s;
+      }
+      acc = fmaf((float)isum, llb_fp16_to_fp32(x[b].d) * y[b].d, acc);
+      acc_min = fmaf((float)imin, llb_fp16_to_fp32(x[b].dmin) * y[b].d, acc_min);
+    }
+    out[r] = acc - acc_min;
+  }
+}
+
+/* q4_K in the order of ggml's x86 repacked gemm (ggml_gemm_q4_K_8x8_q8_K, rows in groups of
+ * four): as dot_q4_K_scalar, but the fmas take a pair of 32-weight sub-blocks at a time, four
+ * per super-block: acc = fma(sc_2p * S_2p + sc_2p+1 * S_2p+1, d * d8, acc), the mins likewise. */
+static void dot_q4_K_gemm_scalar(int64_t k, const void *w, const void *const *act, int n, float *out) {
+  const block_q4_K *x = w;
+  for (int r = 0; r < n; r++) {
+    const block_q8_K *y = act[r];
+    float acc = 0.0f, acc_min = 0.0f;
+    for (int64_t b = 0; b < k / QK_K; b++) {
+      const float dd = llb_fp16_to_fp32(x[b].d) * y[b].d, dm = llb_fp16_to_fp32(x[b].dmin) * y[b].d;
+      for (int p = 0; p < 4; p++) {
+        int32_t isum = 0, imin = 0;
+        for (int j = 2 * p; j < 2 * p + 2; j++) {
+          int sc, mn;
+          scale_min_k4(j, x[b].scales, &sc, &mn);
+          imin += mn * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+          const uint8_t *q = x[b].qs + 32 * (j / 2);
+          int32_t s = 0;
+          for (int l = 0; l < 32; l++) s += ((q[l] >> ((j % 2) * 4)) & 0x0F) * y[b].qs[32 * j + l];
+          isum += sc * s;
+        }
+        acc = fmaf((float)isum, dd, acc);
+        acc_min = fmaf((float)imin, dm, acc_min);
+      }
+    }
+    out[r] = acc - acc_min;
+  }
+}
+
+/* q6_K in the order of ggml's tiled K-quant matmul (ggml-cpu/tiled, which llama.cpp runs for
+ * steps of 8 or more rows of a matrix it does not repack): per super-block the exact
+ * isum = sum_s sc_s * (q . a - 32 * bsums_s), then out = fma(isum * d, d8, out) (its epilogue's
+ * _mm512_mul_ps, then _mm512_mul_ps and _mm512_add_ps, which GCC contracts to an fma in
+ * ggml's -O3 -march=native build). */
+static void dot_q6_K_tiled_scalar(int64_t k, const void *w, const void *const *act, int n, float *out) {
+  const block_q6_K *x = w;
+  for (int r = 0; r < n; r++) {
+    const block_q8_K *y = act[r];
+    float acc = 0.0f;
+    for (int64_t b = 0; b < k / QK_K; b++) {
+      const uint8_t *ql = x[b].ql, *qh = x[b].qh;
+      int32_t isum = 0;
+      for (int half = 0; half < 2; half++, ql += 64, qh += 32)
+        for (int quarter = 0; quarter < 4; quarter++)
+          for (int h = 0; h < 2; h++) { /* the 16-weight sub-block s = 8 half + 2 quarter + h */
+            const int s = 8 * half + 2 * quarter + h;
+            int32_t dot = 0;
+            for (int l = 16 * h; l < 16 * h + 16; l++) {
+              const int q = ((ql[l + 32 * (quarter & 1)] >> (4 * (quarter >> 1))) & 0x0F) |
+                            (((qh[l] >> (2 * quarter)) & 3) << 4);
+              dot += q * y[b].qs[128 * half + 32 * quarter + l];
+            }
+            isum += x[b].scales[s] * (dot - 32 * y[b].bsums[s]);
+          }
+      acc = fmaf((float)isum * llb_fp16_to_fp32(x[b].d), y[b].d, acc);
+    }
+    out[r] = acc;
   }
 }
 
@@ -278,35 +354,43 @@ static void dot_q5_K_scalar(int64_t k, const void *w, const void *const *act, in
   }
 }
 
-/* q6_K: w = d * sc_g * (q - 32), q 6-bit, 16 groups of 16 (layout of dequantize_row_q6_K). */
+/* q6_K: w = d * sc * (q - 32), q 6-bit, a scale per 16 (layout of dequantize_row_q6_K), in
+ * ggml's AVX2 order (ggml_vec_dot_q6_K_q8_K): per super-block, 8 exact int32 lanes, lane l
+ * holding sc * q * a of elements 4l..4l+3 of each 32-weight group (the group's half picks the
+ * scale) minus 32 * (sc[2l] * bsums[2l] + sc[2l+1] * bsums[2l+1]); then
+ * lane = fma(y.d * d, lane_int, lane); hsum8 at the end. */
 static void dot_q6_K_scalar(int64_t k, const void *w, const void *const *act, int n, float *out) {
   const block_q6_K *x = w;
   for (int r = 0; r < n; r++) {
     const block_q8_K *y = act[r];
-    float sumf = 0.0f;
+    float acc[8] = {0};
     for (int64_t b = 0; b < k / QK_K; b++) {
-      int8_t q[QK_K];
+      uint8_t q[QK_K]; /* unsigned 6-bit quants in element order */
       const uint8_t *ql = x[b].ql, *qh = x[b].qh;
       for (int half = 0; half < 2; half++) {
-        int8_t *o = q + 128 * half;
+        uint8_t *o = q + 128 * half;
         for (int l = 0; l < 32; l++) {
-          o[l] = (int8_t)(((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32);
-          o[l + 32] = (int8_t)(((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
-          o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-          o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+          o[l] = (uint8_t)((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4));
+          o[l + 32] = (uint8_t)((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4));
+          o[l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+          o[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
         }
         ql += 64;
         qh += 32;
       }
-      int32_t isum = 0;
-      for (int g = 0; g < QK_K / 16; g++) {
-        int32_t s = 0;
-        for (int l = 0; l < 16; l++) s += q[16 * g + l] * y[b].qs[16 * g + l];
-        isum += x[b].scales[g] * s;
+      const float d = y[b].d * llb_fp16_to_fp32(x[b].d);
+      for (int l = 0; l < 8; l++) {
+        int32_t lane = 0;
+        for (int g = 0; g < 8; g++) {
+          int32_t s = 0;
+          for (int e = 4 * l; e < 4 * l + 4; e++) s += q[32 * g + e] * y[b].qs[32 * g + e];
+          lane += x[b].scales[2 * g + (l >= 4)] * s;
+        }
+        lane -= 32 * (x[b].scales[2 * l] * y[b].bsums[2 * l] + x[b].scales[2 * l + 1] * y[b].bsums[2 * l + 1]);
+        acc[l] = fmaf(d, (float)lane, acc[l]);
       }
-      sumf += (llb_fp16_to_fp32(x[b].d) * y[b].d) * (float)isum;
     }
-    out[r] = sumf;
+    out[r] = hsum8(acc);
   }
 }
 
@@ -644,6 +728,17 @@ cpu_vec_dot_fn cpu_vec_dot_select(enum ggml_type w, enum cpu_simd_level level) {
   case GGML_TYPE_F16: return dot_f16_scalar;
   case GGML_TYPE_BF16: return dot_bf16_scalar;
   default: return cpu_vec_dot_lowbit_select(w); /* one portable path on every level */
+  }
+}
+
+cpu_vec_dot_fn cpu_vec_dot_select_llamacpp(enum ggml_type w, enum cpu_simd_level level, int32_t n_rows,
+                                           int32_t row0) {
+  switch (w) {
+  case GGML_TYPE_Q4_K: /* repacked: gemm for full groups of four rows, gemv for the rest */
+    return row0 + 4 <= n_rows - n_rows % 4 ? dot_q4_K_gemm_scalar : dot_q4_K_scalar;
+  case GGML_TYPE_Q6_K: /* tiled from 8 rows a step */
+    return n_rows >= 8 ? dot_q6_K_tiled_scalar : dot_q6_K_scalar;
+  default: return cpu_vec_dot_select(w, level);
   }
 }
 

@@ -33,7 +33,9 @@ enum cpu_simd_level {
   CPU_SIMD_LEVEL_AVX512_VNNI = 2 /* AVX2 paths, plus AVX-512 F/BW/VL + VNNI for packed matmuls */
 };
 
-/* Best level this CPU runs (__builtin_cpu_supports, CPUID), probed once per process. */
+/* Best level this CPU runs (__builtin_cpu_supports, CPUID), probed once per process, capped
+ * by the environment variable LLMBUS_SIMD (scalar | avx2 | avx512) when it is set: every
+ * kernel clamps to this, so the variable forces a path for benches and tests. */
 enum cpu_simd_level cpu_simd_level_detect(void);
 
 /* Activation block of Q4_1 dots (ggml block_q8_1): d = amax/127, s = d * sum(qs). 36 bytes. */
@@ -73,6 +75,15 @@ typedef void (*cpu_vec_dot_fn)(int64_t k, const void *w_row, const void *const *
 
 /* The dot of weight type w at `level` (clamped to what the CPU runs); NULL if unsupported. */
 cpu_vec_dot_fn cpu_vec_dot_select(enum ggml_type w, enum cpu_simd_level level);
+
+/* The dot llama.cpp's x86 build (native, AVX-512) runs for rows row0 .. row0 + 3 (row0 % 4 == 0)
+ * of a step of n_rows rows, where its kernel depends on the step: Q4_K, which it repacks, takes
+ * its gemm order (an fma per pair of sub-blocks) for full groups of four rows and its gemv order
+ * (cpu_vec_dot_select's) for the rest; Q6_K takes its tiled K-quant order in steps of 8 or more
+ * rows (an exact super-block sum, then (isum * d) * d8 added). Other types: cpu_vec_dot_select.
+ * For bit-exactness with llama.cpp only (the result of a row then depends on the step). */
+cpu_vec_dot_fn cpu_vec_dot_select_llamacpp(enum ggml_type w, enum cpu_simd_level level, int32_t n_rows,
+                                           int32_t row0);
 
 /* Most weight rows (output columns) one gemm tile call takes. */
 #define CPU_GEMM_MAX_COLS 4

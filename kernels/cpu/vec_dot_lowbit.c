@@ -2,6 +2,7 @@
  * layouts are kernels/quant.h's (ggml-common.h), the float order vec_dot_lowbit.h's. */
 #include "kernels/cpu/vec_dot_lowbit.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Unpacks a Q5_0/Q5_1 block's 5-bit quants (0..31) in element order. */
@@ -20,18 +21,27 @@ static int32_t isum32(const int8_t *q, const int8_t *a) {
   return s;
 }
 
+/* Q5_0 in ggml's AVX2 order (ggml_vec_dot_q5_0_q8_0 and llamafile's tinyBLAS_Q0_AVX alike):
+ * 8 lanes, lane l = fma(d_w * d_a, sum of the products of elements 4l..4l+3, lane) block by
+ * block, then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). */
 static void dot_q5_0(int64_t k, const void *w, const void *const *act, int n, float *out) {
   const block_q5_0 *x = w;
   for (int r = 0; r < n; r++) {
     const block_q8_0 *y = act[r];
-    float sum = 0.0f;
+    float acc[8] = {0};
     int8_t q[32];
     for (int64_t b = 0; b < k / QK5_0; b++) {
       unpack_q5(x[b].qh, x[b].qs, q);
       for (int j = 0; j < 32; j++) q[j] = (int8_t)(q[j] - 16);
-      sum += (llb_fp16_to_fp32(x[b].d) * llb_fp16_to_fp32(y[b].d)) * (float)isum32(q, y[b].qs);
+      const float d = llb_fp16_to_fp32(x[b].d) * llb_fp16_to_fp32(y[b].d);
+      for (int l = 0; l < 8; l++) {
+        int32_t s = 0;
+        for (int e = 4 * l; e < 4 * l + 4; e++) s += q[e] * y[b].qs[e];
+        acc[l] = fmaf(d, (float)s, acc[l]);
+      }
     }
-    out[r] = sum;
+    const float r0 = acc[4] + acc[0], r1 = acc[5] + acc[1], r2 = acc[6] + acc[2], r3 = acc[7] + acc[3];
+    out[r] = (r0 + r2) + (r1 + r3);
   }
 }
 

@@ -168,11 +168,14 @@ static llb_status cuda_op_rope(struct backend_ctx *c, float *x, const int32_t *p
 }
 
 static struct cuda_kv_layer device_kv(const struct backend_kv_layer *kv) {
-  return (struct cuda_kv_layer){kv->k, kv->v, kv->num_blocks, kv->block_size, kv->n_kv_heads, kv->head_dim};
+  return (struct cuda_kv_layer){(uint16_t *)kv->k, (uint16_t *)kv->v, kv->num_blocks, kv->block_size,
+                                kv->n_kv_heads, kv->head_dim};
 }
 
 static llb_status cuda_op_kv_write(struct backend_ctx *c, const struct backend_kv_layer *kv, const float *k,
                                    const float *v, const int64_t *slot_mapping, int32_t n_rows) {
+  if (kv->dtype != BACKEND_KV_DTYPE_F16) /* kv_dtype_ok is NULL: fp16 caches only */
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda: fp16 kv caches only (dtype %d)", (int)kv->dtype);
   const struct cuda_kv_layer ckv = device_kv(kv);
   return cuda_kv_write(c->cc, &ckv, k, v, (int64_t)kv->n_kv_heads * kv->head_dim, slot_mapping, n_rows);
 }
@@ -180,6 +183,8 @@ static llb_status cuda_op_kv_write(struct backend_ctx *c, const struct backend_k
 /* Paged attention of the open step: its row -> sequence map and grid extent come from
  * step_begin, so the call must carry that step's query_start_loc. */
 static llb_status cuda_op_attention(struct backend_ctx *c, const struct backend_attn_params *p) {
+  if (p->kv->dtype != BACKEND_KV_DTYPE_F16)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda attention: fp16 kv caches only (dtype %d)", (int)p->kv->dtype);
   if (p->sliding_window > 0 || p->logit_softcap > 0.0f)
     return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "cuda attention: sliding window %d, soft-cap %g: the CUDA backend refuses them (gemma2/3, Mistral windows run on the CPU)",
                     p->sliding_window, (double)p->logit_softcap);
@@ -235,6 +240,7 @@ static const struct backend_ops cuda_ops = {
     .buffer_upload = cuda_buffer_upload,
     .buffer_download = cuda_buffer_download,
     .buffer_clear = cuda_buffer_clear,
+    .kv_dtype_ok = NULL, /* fp16 caches only */
     .memory_info = cuda_memory_info,
     .weight_bytes = cuda_weight_bytes,
     .weight_upload = cuda_weight_upload,

@@ -3,6 +3,9 @@
 #
 #   ops/bench/compare-llamacpp.sh [--model PATH] [--repeats N] [--threads N] [--ctx N] [--runs N]
 #                                 [--build-only] [--llmbus-only] [--plot DIR]
+#   ops/bench/compare-llamacpp.sh --types Q4_0,Q4_K_M,... [--isa avx2,avx512] [--gguf PATH]...
+#                                 [--model PATH] [--runs N] [--threads N] [--repeats N]
+#     the forward only, as one table of file x instruction set (ops/bench/compare-types.sh)
 #
 # Three columns, each measured in every repeat (the order rotates: A B C, B C A, C A B, ...):
 #   A  llmbus       `llmbus serve` / `llmbus-kernel-bench` on the model (Q4_1)
@@ -38,6 +41,9 @@
 # PORT_A/PORT_B, JOBS (default 2). The raw results stay in /tmp/llb-compare.* (printed).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+for arg in "$@"; do
+  case "$arg" in --types|--isa|--gguf) exec "$root/ops/bench/compare-types.sh" "$@" ;; esac
+done
 model=${LLB_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 repeats=3
 threads=2
@@ -56,7 +62,7 @@ while [ $# -gt 0 ]; do
     --build-only) build_only=1; shift ;;
     --llmbus-only) llmbus_only=1; shift ;;
     --plot) plot_dir=$2; shift 2 ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     *) echo "compare-llamacpp: unknown argument $1" >&2; exit 2 ;;
   esac
 done

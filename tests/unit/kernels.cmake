@@ -1,6 +1,9 @@
 # CPU kernels (ggml-order and packed matmuls) and the LLaMA forward pass.
 llb_add_test(test_kernels_cpu SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_cpu.c
              LIBS llmbus_kernels_cpu PkgConfig::CMOCKA LABELS unit TIMEOUT 300)
+# Quantized KV caches (q8_0, fp8 e4m3): stored bytes, attention equal to the fp16 values read.
+llb_add_test(test_kv_cache_dtype SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kv_cache_dtype.c
+             LIBS llmbus_kernels_cpu PkgConfig::CMOCKA m LABELS unit TIMEOUT 300)
 llb_add_test(test_forward SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward.c
              LIBS llmbus_model llmbus_kernels_cpu llmbus_test_gguf_writer PkgConfig::CMOCKA
              LABELS unit TIMEOUT 300)

@@ -87,7 +87,7 @@ static void run_case(struct cuda_ctx *g, struct backend_ctx *cpu_ctx, const stru
   uint16_t *got16 = malloc((size_t)T * H * D * 2);
   int32_t max_len = 1;
   for (int i = 0; i < S; i++) max_len = max_len > tc->seq_lens[i] ? max_len : tc->seq_lens[i];
-  const struct backend_kv_layer cl = {k, v, NB, BS, HKV, D};
+  const struct backend_kv_layer cl = {k, v, NB, BS, HKV, D, BACKEND_KV_DTYPE_F16};
   const struct backend_attn_params cp = {qc, ref, &cl, T, H, 1.0f / sqrtf((float)D), S, qsl, tc->seq_lens, tables, MB,
                                          0, 0.0f};
   CHECK_OK(cpu->attention(cpu_ctx, &cp));

@@ -204,7 +204,7 @@ static void test_kv_write_matches_cpu_and_skips_slot_minus_one(void) {
   CHECK_OK(cuda_kv_write(g_cuda, &layer, kv_d, (float *)kv_d + row, stride, sl_d, rows));
   CHECK_OK(cuda_copy_to_host(g_cuda, k_got, kc_d, cache * 2));
   CHECK_OK(cuda_copy_to_host(g_cuda, v_got, vc_d, cache * 2));
-  const struct backend_kv_layer cl = {k_ref, v_ref, NB, BS, HKV, D};
+  const struct backend_kv_layer cl = {k_ref, v_ref, NB, BS, HKV, D, BACKEND_KV_DTYPE_F16};
   CHECK_OK(cpu->kv_write(g_cpu, &cl, k, v, slots, rows));
   CHECK(memcmp(k_ref, k_got, cache * 2) == 0 && memcmp(v_ref, v_got, cache * 2) == 0, "caches differ");
   cuda_mem_free(kc_d), cuda_mem_free(vc_d), cuda_mem_free(kv_d), cuda_mem_free(sl_d);

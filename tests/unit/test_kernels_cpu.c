@@ -295,7 +295,7 @@ static void check_paged_attention(int32_t window, float softcap) {
   enum { NB = 16, BS = 4, HKV = 2, H = 4, D = 8, MB = 8 };
   struct backend_ctx *c = make_ctx(2);
   static uint16_t kc[NB * BS * HKV * D], vc[NB * BS * HKV * D];
-  struct backend_kv_layer kv = {kc, vc, NB, BS, HKV, D};
+  struct backend_kv_layer kv = {kc, vc, NB, BS, HKV, D, BACKEND_KV_DTYPE_F16};
   for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
     cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
     rng_state = 42;
@@ -391,7 +391,7 @@ static void test_kv_write_skips_negative_slots_and_refuses_out_of_range(void **s
   (void)state;
   struct backend_ctx *c = make_ctx(2);
   uint16_t kc[2 * 2 * 4] = {0}, vc[2 * 2 * 4] = {0};
-  struct backend_kv_layer kv = {kc, vc, 2, 2, 1, 4};
+  struct backend_kv_layer kv = {kc, vc, 2, 2, 1, 4, BACKEND_KV_DTYPE_F16};
   const float k[8] = {1, 2, 3, 4, 5, 6, 7, 8}, v[8] = {-1, -2, -3, -4, -5, -6, -7, -8};
   const int64_t slots[2] = {-1, 3};
   assert_int_equal(backend_cpu_ops()->kv_write(c, &kv, k, v, slots, 2), LLB_STATUS_OK);
@@ -583,7 +583,7 @@ static void check_attention_paths_n(const int32_t BS, int32_t window, float soft
   const size_t n_out = (size_t)Q * H * D * sizeof(float), n_row = (size_t)H * D * sizeof(float);
   struct backend_ctx *c = make_ctx(2);
   static uint16_t kc[NB_MAX * BS_MAX * HKV * DM], vc[NB_MAX * BS_MAX * HKV * DM];
-  struct backend_kv_layer kv = {kc, vc, NB, BS, HKV, D};
+  struct backend_kv_layer kv = {kc, vc, NB, BS, HKV, D, BACKEND_KV_DTYPE_F16};
   rng_state = 4242;
   int32_t table[NB_MAX];
   for (int i = 0; i < MB; i++) table[i] = (i * 7 + 3) % NB;

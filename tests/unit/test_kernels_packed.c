@@ -1,17 +1,20 @@
-/* Packed Q4_1 / Q8_0 / Q5_0 / Q5_1 / IQ4_NL / Q4_K / Q5_K / IQ4_XS matmuls (kernels/cpu/packed.h)
+/* Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / IQ4_NL / Q4_K / Q5_K / Q6_K / IQ4_XS matmuls
+ * (kernels/cpu/packed.h)
  * through the CPU backend's matmul.
  *
  * 1. Every output equals, bit for bit, a reference written here from the GGUF layout in the
- *    documented order (exact int32 block sums, acc = fma(d_w * d_a, isum, acc), Q4_1, Q5_1,
- *    Q4_K, Q5_K then acc = fma(m_w, s_a, acc); K and IQ4_XS blocks of 32 take d_w, m_w = the
- *    float products of super-block and sub-block scales), on every SIMD level this CPU runs (scalar, AVX2, AVX-512
+ *    documented order (exact int32 block sums, acc = fma(d_w * d_a, isum, acc), Q4_0, Q4_1, Q5_0,
+ *    Q5_1, Q4_K, Q5_K then acc = fma(m_w, s_a, acc); K and IQ4_XS blocks of 32 take d_w, m_w = the
+ *    float products of super-block and sub-block scales; Q6_K the int8 sub-block scales inside
+ *    the exact sum), on every SIMD level this CPU runs (scalar, AVX2, AVX-512
  *    VNNI), with 1 and 2 threads, for row counts that do and do not fill a kernel tile: so
  *    the layout is right, the levels agree, and no row depends on the batch.
  * 2. The reference itself is close to the real product: dequantized weights times float x,
  *    within the activation quantization error (sum |w_i| * amax_block / 127) — a shared
  *    misreading of the block format would fail here.
  * 3. The activation quantizer gives the same bytes at every level, ties included.
- * 4. Weights without a packed layout are refused by pack and keep working unpacked. */
+ * 4. Weights without a packed layout are refused by pack and keep working unpacked.
+ * 5. F16 / BF16 panels: one fma chain per output in index order on every level. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,10 +37,14 @@ static uint32_t rnd(void) {
 }
 static float rndf(void) { return (float)rnd() / 2147483648.0f - 1.0f; } /* [-1, 1) */
 
-/* Whether blocks of t carry a min m after d (w = d * q + m). */
-static bool has_min(enum ggml_type t) {
+/* Whether blocks of t store a min m after d (w = d * q + m). */
+static bool stores_min(enum ggml_type t) {
   return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K;
 }
+
+/* Whether the packed order adds a min term: the types that store one, and Q4_0 / Q5_0, packed
+ * as unsigned quants q with m = -8 * d / -16 * d (w = d * (q - 8), d * (q - 16)). */
+static bool has_min(enum ggml_type t) { return stores_min(t) || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0; }
 
 static bool is_super(enum ggml_type t) { return ggml_type_block_elems(t) == 256; }
 
@@ -49,8 +56,12 @@ static uint8_t *random_weight(enum ggml_type t, int64_t rows, int64_t cols, size
   for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rnd();
   for (size_t b = 0; b < n / bb; b++) {
     const uint16_t d = llb_fp32_to_fp16(0.005f + 0.02f * fabsf(rndf())), m = llb_fp32_to_fp16(0.1f * rndf());
+    if (t == GGML_TYPE_Q6_K) { /* d last; the int8 scales stay random */
+      memcpy(p + b * bb + bb - 2, &d, 2);
+      continue;
+    }
     memcpy(p + b * bb, &d, 2);
-    if (has_min(t)) memcpy(p + b * bb + 2, is_super(t) ? &d : &m, 2); /* K: dmin > 0 as ggml */
+    if (stores_min(t)) memcpy(p + b * bb + 2, is_super(t) ? &d : &m, 2); /* K: dmin > 0 as ggml */
   }
   return p;
 }
@@ -68,16 +79,16 @@ static int weight_q(enum ggml_type t, const uint8_t *row, int64_t b, int j) {
   static const int kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
   const uint8_t *blk = row + b * (int64_t)ggml_type_block_bytes(t);
   switch (t) {
+  case GGML_TYPE_Q4_0:
   case GGML_TYPE_Q4_1: {
-    const uint8_t q = blk[4 + j % 16];
+    const uint8_t q = blk[(t == GGML_TYPE_Q4_0 ? 2 : 4) + j % 16];
     return j < 16 ? q & 0x0F : q >> 4;
   }
   case GGML_TYPE_Q5_0:
   case GGML_TYPE_Q5_1: {
     const uint8_t *qh = blk + (t == GGML_TYPE_Q5_0 ? 2 : 4), *qs = qh + 4;
     const int lo = j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4;
-    const int q = lo | (((qh[j / 8] >> (j % 8)) & 1) << 4);
-    return t == GGML_TYPE_Q5_0 ? q - 16 : q;
+    return lo | (((qh[j / 8] >> (j % 8)) & 1) << 4); /* Q5_0: q - 16 as d * q + (-16 d) */
   }
   case GGML_TYPE_IQ4_NL: {
     const uint8_t q = blk[2 + j % 16];
@@ -124,8 +135,18 @@ static int block_weight(enum ggml_type t, const uint8_t *row, int64_t b, int l, 
   if (is_super(t)) return super_q(t, row, b, l, d, m);
   const uint8_t *blk = row + b * (int64_t)ggml_type_block_bytes(t);
   *d = h2f(blk);
-  *m = has_min(t) ? h2f(blk + 2) : 0.0f;
+  *m = t == GGML_TYPE_Q4_0 ? -8.0f * *d : t == GGML_TYPE_Q5_0 ? -16.0f * *d : stores_min(t) ? h2f(blk + 2) : 0.0f;
   return weight_q(t, row, b, l);
+}
+
+/* Element l (0..255) of a Q6_K super-block as ggml-common.h lays it out (ql[128], qh[64],
+ * scales[16], d): the 6-bit quant q (w = d * scales[l / 16] * (q - 32)), and its scale. */
+static int q6k_quant(const uint8_t *blk, int l, int *scale) {
+  const int half = l / 128, k = (l % 128) / 32, i = l % 32;
+  const uint8_t *ql = blk + 64 * half, *qh = blk + 128 + 32 * half;
+  *scale = (int8_t)blk[192 + 8 * half + 2 * k + i / 16];
+  const int lo = (ql[i + 32 * (k & 1)] >> (4 * (k >> 1))) & 0x0F;
+  return lo | ((qh[i] >> (2 * k)) & 3) << 4;
 }
 
 /* The documented activation quantization of one block of 32. */
@@ -148,6 +169,21 @@ static float output_ref(enum ggml_type t, const uint8_t *wrow, const float *x, i
     int8_t q[32];
     int sum;
     const float d = quantize_ref(x + b * 32, q, &sum);
+    if (t == GGML_TYPE_Q6_K) { /* sc0 * (sum q*a - 32 bsum0) + sc1 * (...), then fma(d * d_a) */
+      const uint8_t *blk = wrow + (b / 8) * 210;
+      int32_t isum = 0;
+      for (int h = 0; h < 2; h++) {
+        int32_t s = 0, bsum = 0;
+        int sc = 0;
+        for (int j = 16 * h; j < 16 * h + 16; j++) {
+          s += q6k_quant(blk, (int)(b % 8) * 32 + j, &sc) * q[j];
+          bsum += q[j];
+        }
+        isum += sc * (s - 32 * bsum);
+      }
+      acc = fmaf(h2f(blk + 208) * d, (float)isum, acc);
+      continue;
+    }
     int32_t isum = 0;
     float dw = 0.0f, mw = 0.0f;
     for (int j = 0; j < 32; j++) isum += block_weight(t, wrow, b, j, &dw, &mw) * q[j];
@@ -167,8 +203,15 @@ static void output_exact(enum ggml_type t, const uint8_t *wrow, const float *x, 
     for (int j = 0; j < 32; j++) amax = fmax(amax, fabs(x[b * 32 + j]));
     for (int j = 0; j < 32; j++) {
       float dw, mw;
-      const int q = block_weight(t, wrow, b, j, &dw, &mw);
-      const double w = (double)dw * q + (double)mw;
+      double w;
+      if (t == GGML_TYPE_Q6_K) {
+        int sc;
+        const int q = q6k_quant(wrow + (b / 8) * 210, (int)(b % 8) * 32 + j, &sc);
+        w = (double)h2f(wrow + (b / 8) * 210 + 208) * sc * (q - 32);
+      } else {
+        const int q = block_weight(t, wrow, b, j, &dw, &mw);
+        w = (double)dw * q + (double)mw;
+      }
       *val += w * x[b * 32 + j];
       *bound += fabs(w) * amax / 127.0 + 1e-6 * fabs(w * x[b * 32 + j]);
     }
@@ -234,8 +277,9 @@ static void check_shape(enum ggml_type t, int64_t rows, int64_t k, int32_t n_row
 
 static void test_packed_matmul_equals_reference_on_every_level(void **state) {
   (void)state;
-  const enum ggml_type types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
-                                  GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
+  const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                  GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+                                  GGML_TYPE_IQ4_XS};
   const int64_t shapes[][2] = {{16, 32}, {48, 64}, {192, 576}, {64, 1024}};
   const int64_t super_shapes[][2] = {{16, 256}, {48, 512}, {64, 1024}};
   const int32_t row_counts[] = {1, 3, 8, 9, 17, 32};
@@ -247,6 +291,74 @@ static void test_packed_matmul_equals_reference_on_every_level(void **state) {
         check_shape(types[ti], sup ? super_shapes[s][0] : shapes[s][0], sup ? super_shapes[s][1] : shapes[s][1],
                     row_counts[n]);
   }
+}
+
+/* F16 / BF16 panels (the FLOAT family): each output is one fma chain over the row in index
+ * order from 0, bit for bit on every level and thread count, and close to the exact product. */
+static void check_float_shape(enum ggml_type t, int64_t rows, int64_t k, int32_t n_rows) {
+  const struct backend_ops *ops = backend_cpu_ops();
+  const bool bf = t == GGML_TYPE_BF16;
+  uint16_t *data = malloc((size_t)rows * (size_t)k * 2);
+  for (int64_t i = 0; i < rows * k; i++) {
+    const float v = rndf() * 0.5f;
+    data[i] = bf ? llb_fp32_to_bf16(v) : llb_fp32_to_fp16(v);
+  }
+  struct backend_weight w = {.type = t, .rows = rows, .cols = k, .row_bytes = (size_t)k * 2, .data = data};
+  const size_t pb = ops->pack_bytes(&w);
+  assert_int_equal(pb, (size_t)rows * (size_t)k * 2);
+  void *packed = aligned_alloc(64, (pb + 63) / 64 * 64);
+  assert_int_equal(ops->pack(&w, packed), LLB_STATUS_OK);
+  w.packed = packed;
+  float *x = malloc((size_t)n_rows * (size_t)k * sizeof(float));
+  for (int64_t i = 0; i < (int64_t)n_rows * k; i++) x[i] = rndf();
+  float *out = malloc((size_t)n_rows * (size_t)rows * sizeof(float));
+  const struct backend_weight *ws[1] = {&w};
+  float *outs[1] = {out};
+  for (int threads = 1; threads <= 2; threads++) {
+    struct backend_ctx *c = make_ctx(threads);
+    for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+      cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
+      memset(out, 0xFF, (size_t)n_rows * (size_t)rows * sizeof(float));
+      assert_int_equal(ops->matmul(c, x, n_rows, ws, outs, 1), LLB_STATUS_OK);
+      for (int32_t r = 0; r < n_rows; r++)
+        for (int64_t col = 0; col < rows; col++) {
+          float ref = 0.0f;
+          double exact = 0.0, bound = 1e-5;
+          for (int64_t i = 0; i < k; i++) {
+            const uint16_t h = data[col * k + i];
+            const float wv = bf ? llb_bf16_to_fp32(h) : llb_fp16_to_fp32(h);
+            ref = fmaf(wv, x[(int64_t)r * k + i], ref);
+            exact += (double)wv * x[(int64_t)r * k + i];
+            bound += (double)k * 1.2e-7 * fabs((double)wv * x[(int64_t)r * k + i]); /* k roundings */
+          }
+          const float got = out[(int64_t)r * rows + col];
+          if (memcmp(&ref, &got, sizeof ref) != 0 || fabs(got - exact) > bound)
+            fail_msg("%s %lldx%lld, %d rows, level %d, %d threads: out[%d][%lld] = %.9g, reference %.9g, exact %.9g",
+                     ggml_type_name(t), (long long)rows, (long long)k, n_rows, lvl, threads, r, (long long)col, got,
+                     ref, exact);
+        }
+    }
+    ops->ctx_destroy(c);
+  }
+  free(out);
+  free(x);
+  free(packed);
+  free(data);
+}
+
+static void test_float_panels_equal_one_fma_chain_on_every_level(void **state) {
+  (void)state;
+  const int32_t row_counts[] = {1, 3, 5, 8, 9, 17};
+  for (int ti = 0; ti < 2; ti++)
+    for (size_t n = 0; n < sizeof row_counts / sizeof row_counts[0]; n++) {
+      const enum ggml_type t = ti ? GGML_TYPE_BF16 : GGML_TYPE_F16;
+      check_float_shape(t, 16, 32, row_counts[n]);
+      check_float_shape(t, 48, 576, row_counts[n]);
+    }
+  /* rows that are not whole 32-element blocks stay unpacked */
+  uint16_t d[16 * 40] = {0};
+  struct backend_weight w = {.type = GGML_TYPE_F16, .rows = 16, .cols = 40, .row_bytes = 80, .data = d};
+  assert_int_equal(backend_cpu_ops()->pack_bytes(&w), 0);
 }
 
 static void test_activation_quantizer_same_bytes_on_every_level(void **state) {
@@ -264,12 +376,18 @@ static void test_activation_quantizer_same_bytes_on_every_level(void **state) {
   assert_int_equal(ref[0].qs[15], 0);  /* -0.5 -> 0 */
   assert_int_equal(ref[0].qs[18], 2);  /* 2.5 -> 2 */
   assert_true(ref[1].d == 0.0f && ref[1].sum == 0);
+  int h0 = 0, h1 = 0;
+  for (int j = 0; j < 16; j++) h0 += ref[2].qs[j], h1 += ref[2].qs[16 + j];
+  assert_int_equal(ref[2].bsum[0], h0);
+  assert_int_equal(ref[2].bsum[1], h1);
   for (int lvl = CPU_SIMD_LEVEL_AVX2; lvl <= (int)cpu_simd_level_detect(); lvl++) {
     memset(got, 0x55, sizeof got);
     cpu_quantize_act_row_x((enum cpu_simd_level)lvl, x, got, K);
     for (int b = 0; b < K / 32; b++) {
       assert_memory_equal(got[b].qs, ref[b].qs, 32);
       assert_int_equal(got[b].sum, ref[b].sum);
+      assert_int_equal(got[b].bsum[0], ref[b].bsum[0]);
+      assert_int_equal(got[b].bsum[1], ref[b].bsum[1]);
       assert_true(memcmp(&got[b].d, &ref[b].d, 4) == 0 && memcmp(&got[b].s, &ref[b].s, 4) == 0);
     }
   }
@@ -284,10 +402,19 @@ static void test_weights_without_layout_are_refused_and_still_work(void **state)
   assert_int_equal(ops->pack_bytes(&w), 0);
   uint8_t dst[64];
   assert_int_equal(ops->pack(&w, dst), LLB_STATUS_INVALID_ARGUMENT);
-  struct backend_weight k6 = {.type = GGML_TYPE_Q6_K, .rows = 16, .cols = 256, .row_bytes = 210, .data = data};
-  assert_int_equal(ops->pack_bytes(&k6), 0); /* scales per 16 weights: no packed form */
+  struct backend_weight k3 = {.type = GGML_TYPE_Q3_K, .rows = 16, .cols = 256, .row_bytes = 110, .data = data};
+  assert_int_equal(ops->pack_bytes(&k3), 0); /* Q3_K: no packed form */
   struct backend_weight k4 = {.type = GGML_TYPE_Q4_K, .rows = 16, .cols = 32, .row_bytes = 18, .data = data};
   assert_int_equal(ops->pack_bytes(&k4), 0); /* not a whole super-block */
+  /* Q4_0 packs with min -8 * d in fp16: a scale past 65504 / 8 has none, so no packed form */
+  size_t rb0;
+  uint8_t *q40 = random_weight(GGML_TYPE_Q4_0, 16, 64, &rb0);
+  struct backend_weight w0 = {.type = GGML_TYPE_Q4_0, .rows = 16, .cols = 64, .row_bytes = rb0, .data = q40};
+  assert_true(ops->pack_bytes(&w0) > 0);
+  const uint16_t big = llb_fp32_to_fp16(9000.0f);
+  memcpy(q40 + 5 * rb0 + 18, &big, 2); /* row 5, block 1 */
+  assert_int_equal(ops->pack_bytes(&w0), 0);
+  free(q40);
   /* a packed pointer on a weight without a layout is ignored: GGUF layout, ggml order */
   w.packed = dst;
   float x[64], out[24];
@@ -308,6 +435,7 @@ static void test_weights_without_layout_are_refused_and_still_work(void **state)
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_packed_matmul_equals_reference_on_every_level),
+      cmocka_unit_test(test_float_panels_equal_one_fma_chain_on_every_level),
       cmocka_unit_test(test_activation_quantizer_same_bytes_on_every_level),
       cmocka_unit_test(test_weights_without_layout_are_refused_and_still_work),
   };

@@ -1,0 +1,238 @@
+/* Quantized KV caches (kernels/backend.h BACKEND_KV_DTYPE_Q8_0 and _FP8_E4M3) on the CPU backend.
+ *
+ * 1. kv_write stores what the documented conversions give: Q8_0 blocks as ggml's
+ *    quantize_row_q8_0 (fp16 d = amax / 127, q = round-half-even(x * 127 / amax)); FP8 E4M3 the
+ *    nearest of its 253 finite values (ties to the even code), saturated at 448, NaN kept.
+ *    References written here independently (the FP8 one by search over every code).
+ * 2. Attention over a quantized cache equals, bit for bit, the fp16 attention over the values
+ *    the cache holds read as fp16 (FP8 exactly, Q8_0's d * q rounded to nearest even), on every
+ *    SIMD level, in a prefill chunk and as a decode row, with and without a sliding window:
+ *    a quantized cache changes the values, never the order, so every batch invariance of the
+ *    fp16 cache holds.
+ * 3. Its error against the fp16 cache of the same K/V stays within what the quantization step
+ *    allows, and rows that cannot be held (Q8_0 with head_dim 80) are refused. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/quant.h"
+
+static uint64_t rng_state = 12345;
+static uint32_t rnd(void) {
+  rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (uint32_t)(rng_state >> 33);
+}
+static float rndf(void) { return (float)rnd() / 2147483648.0f - 1.0f; } /* [-1, 1) */
+
+enum { T_MAX = 600, HKV = 2, DM = 128, HM = 8, BS_MAX = 16, NB_MAX = 64, Q = 16 };
+
+static struct backend_ctx *make_ctx(int32_t head_dim) {
+  const struct backend_ctx_params p = {.n_threads = 2, .max_num_tokens = Q, .max_row_elems = 1024,
+                                       .max_context_len = T_MAX, .n_heads = HM, .head_dim = head_dim};
+  struct backend_ctx *c = NULL;
+  assert_int_equal(backend_cpu_ops()->ctx_create(&p, &c), LLB_STATUS_OK);
+  return c;
+}
+
+/* The value of E4M3 code b (bias 7, subnormals m * 2^-9, 0x7F / 0xFF NaN). */
+static float e4m3_value(int b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  if (e == 15 && m == 7) return NAN;
+  const float v = e == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 + m), e - 10);
+  return b & 0x80 ? -v : v;
+}
+
+/* Reference encoder: the nearest finite code by search, ties to the even code, saturating. */
+static uint8_t e4m3_ref(float x) {
+  if (isnan(x)) return signbit(x) ? 0xFF : 0x7F;
+  const uint8_t sign = signbit(x) ? 0x80 : 0;
+  const float a = fabsf(x);
+  int best = 0;
+  for (int b = 1; b <= 0x7E; b++) {
+    const float db = fabsf(e4m3_value(b) - a), dbest = fabsf(e4m3_value(best) - a);
+    if (db < dbest || (db == dbest && (b & 1) == 0)) best = b;
+  }
+  return sign | (uint8_t)best;
+}
+
+/* x [hd] as the cache row of dtype t (reference), and the fp16 values that row reads as. */
+static void ref_row(enum backend_kv_dtype t, const float *x, int32_t hd, uint8_t *row, uint16_t *f16) {
+  if (t == BACKEND_KV_DTYPE_FP8_E4M3) {
+    for (int32_t i = 0; i < hd; i++) {
+      row[i] = e4m3_ref(x[i]);
+      f16[i] = llb_fp32_to_fp16(e4m3_value(row[i]));
+    }
+    return;
+  }
+  for (int32_t b = 0; b < hd / 32; b++) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i]));
+    const uint16_t d = llb_fp32_to_fp16(amax / 127.0f);
+    memcpy(row + 34 * b, &d, 2);
+    for (int i = 0; i < 32; i++) {
+      const int8_t q = (int8_t)lrintf(amax != 0.0f ? x[32 * b + i] * (127.0f / amax) : 0.0f);
+      row[34 * b + 2 + i] = (uint8_t)q;
+      f16[32 * b + i] = llb_fp32_to_fp16(llb_fp16_to_fp32(d) * (float)q);
+    }
+  }
+}
+
+static void test_fp8_encoding_rounds_to_nearest_even_and_saturates(void **state) {
+  (void)state;
+  struct backend_ctx *c = make_ctx(32);
+  static const float special[] = {0.0f, -0.0f, 1.0f, -1.5f, 448.0f, 464.0f, 1000.0f, -1e9f, 0x1p-9f, 0x1p-10f,
+                                  0x3p-10f, 0x1p-6f, 0x1.1p0f, 0x1.3p0f, 240.0f, 0.0333f, NAN, -NAN, INFINITY,
+                                  -INFINITY, 0x1p-12f, 0x1.ffp-7f};
+  enum { N = 32 };
+  float k[N], v[N];
+  for (int i = 0; i < N; i++) k[i] = v[i] = i < (int)(sizeof special / sizeof special[0]) ? special[i] : rndf() * 300;
+  uint8_t kc[N], vc[N];
+  struct backend_kv_layer kv = {.k = kc, .v = vc, .num_blocks = 1, .block_size = 1, .n_kv_heads = 1, .head_dim = N,
+                                .dtype = BACKEND_KV_DTYPE_FP8_E4M3};
+  const int64_t slot = 0;
+  assert_int_equal(backend_cpu_ops()->kv_write(c, &kv, k, v, &slot, 1), LLB_STATUS_OK);
+  for (int i = 0; i < N; i++) {
+    const uint8_t want = isinf(k[i]) ? (k[i] > 0 ? 0x7E : 0xFE) : e4m3_ref(k[i]);
+    if (kc[i] != want) fail_msg("fp8(%a) = 0x%02x, want 0x%02x", (double)k[i], kc[i], want);
+  }
+  assert_int_equal(kc[2], 0x38);  /* 1.0 */
+  assert_int_equal(kc[4], 0x7E);  /* 448, the largest */
+  assert_int_equal(kc[6], 0x7E);  /* saturated */
+  assert_int_equal(kc[9], 0x00);  /* 2^-10: a tie between 0 and 2^-9, to the even code */
+  assert_int_equal(kc[10], 0x02); /* 3 * 2^-10: a tie between codes 1 and 2 */
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
+/* Writes T keys of HKV heads (random, or the caller's) through kv_write into cache kq of dtype t,
+ * checks the stored bytes against ref_row, and fills the fp16 cache k16 with the values the rows
+ * read as. */
+static void fill_caches(struct backend_ctx *c, enum backend_kv_dtype t, int32_t BS, int32_t NB, int32_t D, int32_t T,
+                        const int32_t *table, uint8_t *kq, uint8_t *vq, uint16_t *k16, uint16_t *v16, float *k,
+                        float *v) {
+  const size_t rb = backend_kv_row_bytes(t, D);
+  struct backend_kv_layer kv = {.k = kq, .v = vq, .num_blocks = NB, .block_size = BS, .n_kv_heads = HKV,
+                                .head_dim = D, .dtype = t};
+  static int64_t slots[T_MAX];
+  for (int32_t j = 0; j < T; j++) slots[j] = (int64_t)table[j / BS] * BS + j % BS;
+  for (int i = 0; i < T * HKV * D; i++) k[i] = rndf() * (i % 13 == 0 ? 6.0f : 2.0f), v[i] = rndf();
+  assert_int_equal(backend_cpu_ops()->kv_write(c, &kv, k, v, slots, T), LLB_STATUS_OK);
+  uint8_t row[DM * 2];
+  for (int32_t j = 0; j < T; j++)
+    for (int h = 0; h < HKV; h++) {
+      const size_t at = (size_t)(slots[j] * HKV + h);
+      ref_row(t, k + ((int64_t)j * HKV + h) * D, D, row, k16 + at * D);
+      if (memcmp(row, kq + at * rb, rb) != 0) fail_msg("%s key %d head %d: stored bytes differ", t == 1 ? "q8_0" : "fp8", j, h);
+      ref_row(t, v + ((int64_t)j * HKV + h) * D, D, row, v16 + at * D);
+      assert_memory_equal(row, vq + at * rb, rb);
+    }
+}
+
+static void check_dtype(enum backend_kv_dtype t, int32_t BS, int32_t D, int32_t H, int32_t T, int32_t window) {
+  int32_t NB = (T + BS - 1) / BS + 1;
+  if (NB % 7 == 0) NB++;
+  int32_t table[NB_MAX];
+  for (int i = 0; i < NB; i++) table[i] = (i * 7 + 3) % NB;
+  struct backend_ctx *c = make_ctx(D);
+  static uint8_t kq[NB_MAX * BS_MAX * HKV * DM * 2], vq[NB_MAX * BS_MAX * HKV * DM * 2];
+  static uint16_t k16[NB_MAX * BS_MAX * HKV * DM], v16[NB_MAX * BS_MAX * HKV * DM];
+  static float k[T_MAX * HKV * DM], v[T_MAX * HKV * DM], q[Q * HM * DM], oq[Q * HM * DM], of[Q * HM * DM],
+      o_exact[Q * HM * DM];
+  fill_caches(c, t, BS, NB, D, T, table, kq, vq, k16, v16, k, v);
+  for (int i = 0; i < Q * H * D; i++) q[i] = rndf();
+  struct backend_kv_layer kvq = {.k = kq, .v = vq, .num_blocks = NB, .block_size = BS, .n_kv_heads = HKV,
+                                 .head_dim = D, .dtype = t};
+  struct backend_kv_layer kvf = {.k = k16, .v = v16, .num_blocks = NB, .block_size = BS, .n_kv_heads = HKV,
+                                 .head_dim = D, .dtype = BACKEND_KV_DTYPE_F16};
+  const int32_t qsl[2] = {0, Q}, lens[1] = {T}, qsl1[2] = {0, 1};
+  const size_t n_out = (size_t)Q * H * D * sizeof(float), n_row = (size_t)H * D * sizeof(float);
+  for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+    cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
+    struct backend_attn_params p = {.q = q, .out = oq, .kv = &kvq, .num_tokens = Q, .n_heads = H, .scale = 0.125f,
+                                    .num_seqs = 1, .query_start_loc = qsl, .seq_lens = lens, .block_tables = table,
+                                    .max_blocks_per_seq = NB, .sliding_window = window};
+    assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
+    struct backend_attn_params pf = p;
+    pf.kv = &kvf, pf.out = of;
+    assert_int_equal(backend_cpu_ops()->attention(c, &pf), LLB_STATUS_OK);
+    if (memcmp(oq, of, n_out) != 0)
+      fail_msg("%s BS %d D %d H %d T %d window %d level %d: a chunk over the quantized cache differs from its fp16 "
+               "values", t == 1 ? "q8_0" : "fp8", BS, D, H, T, window, lvl);
+    /* the last row alone, a decode step: the same bits as inside the chunk */
+    p.q = q + (Q - 1) * H * D, p.num_tokens = 1, p.query_start_loc = qsl1;
+    float od[HM * DM];
+    p.out = od;
+    assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
+    assert_memory_equal(od, oq + (Q - 1) * H * D, n_row);
+  }
+  /* against the fp16 cache of the unquantized K/V: the quantization error only */
+  struct backend_kv_layer kve = kvf;
+  static uint16_t ke[NB_MAX * BS_MAX * HKV * DM], ve[NB_MAX * BS_MAX * HKV * DM];
+  kve.k = ke, kve.v = ve;
+  static int64_t slots[T_MAX];
+  for (int32_t j = 0; j < T; j++) slots[j] = (int64_t)table[j / BS] * BS + j % BS;
+  assert_int_equal(backend_cpu_ops()->kv_write(c, &kve, k, v, slots, T), LLB_STATUS_OK);
+  struct backend_attn_params pe = {.q = q, .out = o_exact, .kv = &kve, .num_tokens = Q, .n_heads = H, .scale = 0.125f,
+                                   .num_seqs = 1, .query_start_loc = qsl, .seq_lens = lens, .block_tables = table,
+                                   .max_blocks_per_seq = NB, .sliding_window = window};
+  assert_int_equal(backend_cpu_ops()->attention(c, &pe), LLB_STATUS_OK);
+  const double tol = t == BACKEND_KV_DTYPE_Q8_0 ? 0.02 : 0.08; /* |v| < 1: q8_0 steps 1/127 of a block's max, fp8 2^-4 relative */
+  double worst = 0.0;
+  for (int i = 0; i < Q * H * D; i++) worst = fmax(worst, fabs((double)oq[i] - o_exact[i]));
+  if (!(worst < tol)) fail_msg("%s: max |out - fp16 cache out| = %g (tolerance %g)", t == 1 ? "q8_0" : "fp8", worst, tol);
+  assert_true(worst > 0.0); /* and it is a quantization, not a copy */
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
+static void test_quantized_cache_reads_as_its_fp16_values_on_every_path(void **state) {
+  (void)state;
+  for (int t = BACKEND_KV_DTYPE_Q8_0; t <= BACKEND_KV_DTYPE_FP8_E4M3; t++) {
+    check_dtype((enum backend_kv_dtype)t, 16, 64, 6, 40, 0);
+    check_dtype((enum backend_kv_dtype)t, 16, 64, 6, 600, 0);
+    check_dtype((enum backend_kv_dtype)t, 8, 128, 4, 100, 0);
+    check_dtype((enum backend_kv_dtype)t, 16, 64, 8, 300, 37);
+    check_dtype((enum backend_kv_dtype)t, 16, 32, 2, 64, 0);
+  }
+}
+
+static void test_rows_a_dtype_cannot_hold_are_refused(void **state) {
+  (void)state;
+  assert_int_equal(backend_kv_row_bytes(BACKEND_KV_DTYPE_F16, 80), 160);
+  assert_int_equal(backend_kv_row_bytes(BACKEND_KV_DTYPE_Q8_0, 64), 68);
+  assert_int_equal(backend_kv_row_bytes(BACKEND_KV_DTYPE_Q8_0, 80), 0);
+  assert_int_equal(backend_kv_row_bytes(BACKEND_KV_DTYPE_FP8_E4M3, 80), 80);
+  assert_int_equal(backend_kv_row_bytes((enum backend_kv_dtype)7, 64), 0);
+  struct backend_ctx *c = make_ctx(80);
+  uint8_t kc[4096], vc[4096];
+  float k[160] = {0}, v[160] = {0}, q[80 * 2] = {0}, out[80 * 2];
+  struct backend_kv_layer kv = {.k = kc, .v = vc, .num_blocks = 1, .block_size = 16, .n_kv_heads = 1,
+                                .head_dim = 80, .dtype = BACKEND_KV_DTYPE_Q8_0};
+  const int64_t slot = 0;
+  assert_int_equal(backend_cpu_ops()->kv_write(c, &kv, k, v, &slot, 1), LLB_STATUS_UNSUPPORTED);
+  const int32_t qsl[2] = {0, 1}, lens[1] = {1}, table[1] = {0};
+  struct backend_attn_params p = {.q = q, .out = out, .kv = &kv, .num_tokens = 1, .n_heads = 2, .scale = 0.1f,
+                                  .num_seqs = 1, .query_start_loc = qsl, .seq_lens = lens, .block_tables = table,
+                                  .max_blocks_per_seq = 1};
+  assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_UNSUPPORTED);
+  kv.dtype = BACKEND_KV_DTYPE_FP8_E4M3; /* fp8 holds any head_dim */
+  assert_int_equal(backend_cpu_ops()->kv_write(c, &kv, k, v, &slot, 1), LLB_STATUS_OK);
+  assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
+  assert_true(backend_cpu_ops()->kv_dtype_ok(BACKEND_KV_DTYPE_Q8_0));
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fp8_encoding_rounds_to_nearest_even_and_saturates),
+      cmocka_unit_test(test_quantized_cache_reads_as_its_fp16_values_on_every_path),
+      cmocka_unit_test(test_rows_a_dtype_cannot_hold_are_refused),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
