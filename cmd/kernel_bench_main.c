@@ -2,7 +2,11 @@
  *
  *   llmbus-kernel-bench [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N]
  *                       [--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]
- *                       [--kv-cache-dtype auto|fp16|fp8|q8_0]
+ *                       [--kv-cache-dtype auto|fp16|fp8|q8_0] [--fit FILE [--fit-steps LOG]]
+ *
+ * --fit FILE: the step-time model of the worker's --device sim fitted to this forward, written
+ * as JSON (cmd/bench/kernel_fit.h); the other measurements are skipped. With --fit-steps LOG:
+ * fitted to the steps a served worker recorded (llmbus-gpu-worker --step-log LOG) instead.
  */
 #include <stdio.h>
 #include <stdlib.h>
