@@ -1,6 +1,8 @@
 /* Hashing (hash.h): the keyed hashes over libsodium's BLAKE2b. */
 #include "base/hash.h"
 
+#include <ctype.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <sodium.h>
@@ -135,4 +137,38 @@ uint64_t llb_block_hash(const struct llb_hash_key *key, uint64_t parent_hash, co
   uint8_t out[OUT_BYTES];
   crypto_generichash_final(&st, out, OUT_BYTES);
   return get_u64(out);
+}
+
+void llb_request_tag(const struct llb_hash_key *key, const char *tenant, const char *base, size_t len,
+                       char out[LLB_REQUEST_TAG_HEX + 1]) {
+  const char *t = tenant ? tenant : "";
+  const struct llb_hash_part parts[2] = {{t, strlen(t)}, {base, len}};
+  uint8_t mac[16];
+  llb_keyed_hash128_parts(key, "llmbus-request-id-tag", parts, 2, mac);
+  for (int i = 0; i < LLB_REQUEST_TAG_HEX / 2; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
+}
+
+/* Whether id[from..end) ends in a tag of `tenant` over what precedes it (constant time in the
+ * comparison: the tag is a MAC). */
+static bool tag_matches(const struct llb_hash_key *key, const char *id, size_t from, size_t end, const char *tenant) {
+  char want[LLB_REQUEST_TAG_HEX + 1];
+  llb_request_tag(key, tenant, id + from, end - LLB_REQUEST_TAG_HEX - from, want);
+  unsigned diff = 0;
+  for (size_t i = 0; i < LLB_REQUEST_TAG_HEX; i++) diff |= (unsigned)(want[i] ^ id[end - LLB_REQUEST_TAG_HEX + i]);
+  return diff == 0;
+}
+
+bool llb_request_id_owned_by(const struct llb_hash_key *key, const char *id, size_t len, const char *tenant) {
+  enum { SUFFIX = 1 + 8 + LLB_REQUEST_TAG_HEX }; /* "-<8 random hex><tag>" */
+  if (!id) return false;
+  size_t end = len;
+  while (end > 0 && id[end - 1] != '@') end--;
+  end = end ? end - 1 : len; /* the id without "@<eid>" */
+  if (end < SUFFIX || id[end - SUFFIX] != '-') return false;
+  for (size_t i = end - SUFFIX + 1; i < end; i++)
+    if (!isxdigit((unsigned char)id[i]) || isupper((unsigned char)id[i])) return false;
+  if (tag_matches(key, id, 0, end, tenant)) return true;
+  size_t k = 0; /* a child "<i>_<parent>": the parent's tag */
+  while (k < 2 && k < end && isdigit((unsigned char)id[k])) k++;
+  return k > 0 && k < end && id[k] == '_' && end - (k + 1) >= SUFFIX && tag_matches(key, id, k + 1, end, tenant);
 }

@@ -104,6 +104,23 @@ void llb_keyed_hash128_parts(const struct llb_hash_key *key, const char *domain,
  * block hash's extra keys: llb_keyed_hash64 under the domain "llmbus-bytes". */
 uint64_t llb_hash_bytes(const struct llb_hash_key *key, const void *data, size_t len);
 
+/* ---- Request-id tenant tags ----
+ * An internal request id ends (before "@<engine>") in "-<8 random hex><tag>", the tag a 64-bit
+ * keyed MAC of (tenant, what precedes it) as LLB_REQUEST_TAG_HEX lowercase hex digits: only a
+ * holder of the deployment's key can make one, and anyone holding it can check which tenant an
+ * id belongs to (the input processor on aborts and resends, the scheduler on a resend's
+ * takeover). A child id "<i>_<parent>" carries its parent's tag. */
+#define LLB_REQUEST_TAG_HEX 16
+
+/* The tag of tenant (NULL = "") over base[0..len) ("<external>-<8 random hex>") into out. */
+void llb_request_tag(const struct llb_hash_key *key, const char *tenant, const char *base, size_t len,
+                     char out[LLB_REQUEST_TAG_HEX + 1]);
+
+/* True when request id[0..len) (parent or child, with or without "@<engine>") ends in the tag
+ * of `tenant` over what precedes it; false for anything else, NULL included. The comparison
+ * takes the same time whatever the tag holds. */
+bool llb_request_id_owned_by(const struct llb_hash_key *key, const char *id, size_t len, const char *tenant);
+
 /* ---- Prefix-cache block hashes (vLLM kv_cache_utils.hash_block_tokens) ----
  * A block's hash chains its parent's: hash(parent_hash, token ids of the block, extra keys),
  * so equal hashes mean equal prefixes (up to 64-bit collisions: about 2^-64 per pair, and an

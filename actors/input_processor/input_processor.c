@@ -718,36 +718,11 @@ llb_status inproc_processed_set_engine(struct inproc_processed *out, const char 
 
 void inproc_tenant_tag(const struct llb_hash_key *key, const char *tenant, const char *base, size_t len,
                        char out[INPROC_TENANT_TAG_HEX + 1]) {
-  const char *t = tenant ? tenant : "";
-  const struct llb_hash_part parts[2] = {{t, strlen(t)}, {base, len}};
-  uint8_t mac[16];
-  llb_keyed_hash128_parts(key, "llmbus-request-id-tag", parts, 2, mac);
-  for (int i = 0; i < INPROC_TENANT_TAG_HEX / 2; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
-}
-
-/* Whether id[from..end) ends in a tag of `tenant` over what precedes it (constant time in the
- * comparison: the tag is a MAC). */
-static bool tag_matches(const struct llb_hash_key *key, const char *id, size_t from, size_t end, const char *tenant) {
-  char want[INPROC_TENANT_TAG_HEX + 1];
-  inproc_tenant_tag(key, tenant, id + from, end - INPROC_TENANT_TAG_HEX - from, want);
-  unsigned diff = 0;
-  for (size_t i = 0; i < INPROC_TENANT_TAG_HEX; i++) diff |= (unsigned)(want[i] ^ id[end - INPROC_TENANT_TAG_HEX + i]);
-  return diff == 0;
+  llb_request_tag(key, tenant, base, len, out);
 }
 
 bool inproc_id_owned_by(const struct llb_hash_key *key, const char *id, size_t len, const char *tenant) {
-  enum { SUFFIX = 1 + 8 + INPROC_TENANT_TAG_HEX }; /* "-<8 random hex><tag>" */
-  if (!id) return false;
-  size_t end = len;
-  while (end > 0 && id[end - 1] != '@') end--;
-  end = end ? end - 1 : len; /* the id without "@<eid>" */
-  if (end < SUFFIX || id[end - SUFFIX] != '-') return false;
-  for (size_t i = end - SUFFIX + 1; i < end; i++)
-    if (!isxdigit((unsigned char)id[i]) || isupper((unsigned char)id[i])) return false;
-  if (tag_matches(key, id, 0, end, tenant)) return true;
-  size_t k = 0; /* a child "<i>_<parent>": the parent's tag */
-  while (k < 2 && k < end && isdigit((unsigned char)id[k])) k++;
-  return k > 0 && k < end && id[k] == '_' && end - (k + 1) >= SUFFIX && tag_matches(key, id, k + 1, end, tenant);
+  return llb_request_id_owned_by(key, id, len, tenant);
 }
 
 bool inproc_engine_of_id(const char *id, size_t len, char *out, size_t cap) {

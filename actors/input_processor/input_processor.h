@@ -197,7 +197,7 @@ void inproc_processed_free(struct inproc_processed *out);
 llb_status inproc_processed_set_engine(struct inproc_processed *out, const char *engine_id);
 
 /* Hex digits of the tenant tag in request ids. */
-#define INPROC_TENANT_TAG_HEX 16
+#define INPROC_TENANT_TAG_HEX LLB_REQUEST_TAG_HEX
 
 /* The tenant tag of a parent id: a 64-bit keyed MAC (base/hash.h, the deployment's key) of
  * (tenant, base) where base[0..len) is "<external>-<8 random hex>", as 16 lowercase hex digits

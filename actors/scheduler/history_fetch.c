@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "actors/scheduler/scheduler.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "bus/subject.h"
 #include "schemas/engine_core_outputs.h"
@@ -27,34 +28,41 @@
 
 #define HISTORY_TIMEOUT_MS 300
 
-/* The 8 hex digits of the tenant tag at the end of a request id (before "@<engine>"). */
-static bool tenant_tag(const char *id, const char **tag) {
-  const char *at = strrchr(id, '@');
-  size_t end = at ? (size_t)(at - id) : strlen(id);
-  if (end < 8) return false;
-  *tag = id + end - 8;
+/* The tenant of a request from its cache salt, which the input processor always composes as
+ * "<len>:<tenant>" then the client's salt (inproc_cache_salt_compose): into out[cap]. */
+static bool salt_tenant(const char *salt, char *out, size_t cap) {
+  char *end = NULL;
+  if (!salt || salt[0] < '0' || salt[0] > '9') return false;
+  const unsigned long n = strtoul(salt, &end, 10);
+  if (*end != ':' || n >= cap || strnlen(end + 1, n) < n) return false;
+  memcpy(out, end + 1, n);
+  out[n] = '\0';
   return true;
 }
 
-/* Whether two request ids carry the same tenant tag (the input processor checked it too). */
-static bool same_tenant(const char *a, const char *b) {
-  const char *ta, *tb;
-  return tenant_tag(a, &ta) && tenant_tag(b, &tb) && memcmp(ta, tb, 8) == 0;
+/* Whether m's id and the id it resumes are both of m's tenant: their tags are keyed MACs of
+ * the tenant (base/hash.h), checked under the deployment's key (the input processor checked
+ * the resend too; an engine takes over nothing on the word of one message). */
+static bool resume_same_tenant(const struct req_meta *m, const struct llb_hash_key *key) {
+  char tenant[256];
+  return salt_tenant(m->cache_salt, tenant, sizeof tenant) &&
+         llb_request_id_owned_by(key, m->id, strlen(m->id), tenant) &&
+         llb_request_id_owned_by(key, m->resume_of, strlen(m->resume_of), tenant);
 }
 
 /* Whose outputs m resumes: its own id for a replay, the replaced one's (of its tenant) for a
  * resend; NULL for a new request, a refused one, a pooling one (no outputs) or one already
  * resumed. */
-static const char *history_key(const struct req_meta *m) {
+static const char *history_key(const struct req_meta *m, const struct llb_hash_key *key) {
   if (m->reject_status != LLB_STATUS_OK || m->pooling_params.pooling_type != LLB_POOLING_NONE || m->resume_ids)
     return NULL;
   if (m->resync && m->stream_seq != 0) return m->id;
-  return m->resume_of && same_tenant(m->id, m->resume_of) ? m->resume_of : NULL;
+  return m->resume_of && resume_same_tenant(m, key) ? m->resume_of : NULL;
 }
 
-static struct req_meta *find_meta(struct req_meta *list, const struct llb_str *id) {
+static struct req_meta *find_meta(struct req_meta *list, const struct llb_str *id, const struct llb_hash_key *key) {
   for (struct req_meta *m = list; m; m = m->next) {
-    const char *k = history_key(m);
+    const char *k = history_key(m, key);
     if (k && strlen(k) == id->len && memcmp(k, id->data, id->len) == 0) return m;
   }
   return NULL;
@@ -65,7 +73,7 @@ static bool take_over(struct scheduler *sched, struct sched_engine_outputs *side
   const struct sched_request *old = sched_find_request(sched, m->resume_of);
   if (!old || sched_request_is_finished(old) || old->num_prompt_tokens != m->num_prompt ||
       memcmp(old->token_ids, m->prompt, (size_t)m->num_prompt * sizeof(int32_t)) != 0)
-    return false; /* history_key checked the tenant tags */
+    return false; /* history_key checked the tenant tags under the key */
   const int32_t n = sched_request_num_output_tokens(old);
   if (n > 0 && (m->resume_ids = malloc((size_t)n * sizeof *m->resume_ids))) {
     memcpy(m->resume_ids, old->token_ids + old->num_prompt_tokens, (size_t)n * sizeof *m->resume_ids);
@@ -84,11 +92,12 @@ static bool take_over(struct scheduler *sched, struct sched_engine_outputs *side
 /* Copies the history of each output into its request's meta; returns how many got one. The
  * reply is untrusted input: ids outside the vocabulary are left to the scheduler's
  * validation (which refuses the request), lengths are bounded by max_tokens there. */
-static int32_t take_reply(struct req_meta *list, const struct llb_engine_core_outputs *outs) {
+static int32_t take_reply(struct req_meta *list, const struct llb_engine_core_outputs *outs,
+                          const struct llb_hash_key *key) {
   int32_t n = 0;
   for (int32_t i = 0; i < outs->num_outputs; i++) {
     const struct llb_engine_core_output *o = &outs->outputs[i];
-    struct req_meta *m = find_meta(list, &o->request_id);
+    struct req_meta *m = find_meta(list, &o->request_id, key);
     if (!m || o->first_output_pos != 0 || o->num_new_token_ids < 1) continue;
     m->resume_ids = malloc((size_t)o->num_new_token_ids * sizeof *m->resume_ids);
     if (!m->resume_ids) continue;
@@ -104,7 +113,7 @@ int32_t history_fetch(struct bus *bus, const char *engine_id, struct scheduler *
                       struct sched_engine_outputs *side, struct req_meta *list) {
   int32_t num = 0, taken = 0;
   for (struct req_meta *m = list; m; m = m->next) {
-    const char *k = history_key(m);
+    const char *k = history_key(m, sched_hash_key(sched));
     if (k && k == m->resume_of && take_over(sched, side, m)) {
       taken++;
       continue;
@@ -116,7 +125,7 @@ int32_t history_fetch(struct bus *bus, const char *engine_id, struct scheduler *
   if (!ids) return taken;
   int32_t k = 0;
   for (struct req_meta *m = list; m && k < num; m = m->next)
-    if (history_key(m)) ids[k++] = llb_str_c(history_key(m));
+    if (history_key(m, sched_hash_key(sched))) ids[k++] = llb_str_c(history_key(m, sched_hash_key(sched)));
   char subject[BUS_SUBJECT_MAX];
   struct llb_buf buf = {0};
   struct bus_msg *reply = NULL;
@@ -131,7 +140,7 @@ int32_t history_fetch(struct bus *bus, const char *engine_id, struct scheduler *
     llb_arena_init(&arena, NULL, 0);
     struct llb_engine_core_outputs outs;
     st = llb_engine_core_outputs_decode(reply->data, reply->len, &arena, &outs);
-    if (!st) got = take_reply(list, &outs);
+    if (!st) got = take_reply(list, &outs, sched_hash_key(sched));
     llb_arena_destroy(&arena);
   }
   char q[300];

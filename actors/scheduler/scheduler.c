@@ -726,6 +726,8 @@ void sched_get_stats(const struct scheduler *s, struct sched_stats *out) {
 
 int32_t sched_num_unfinished(const struct scheduler *s) { return s->num_running + s->waiting.num; }
 
+const struct llb_hash_key *sched_hash_key(const struct scheduler *s) { return &s->cfg.hash_key; }
+
 const struct sched_request *sched_find_request(const struct scheduler *s, const char *req_id) {
   return sched_map_get(s, req_id);
 }

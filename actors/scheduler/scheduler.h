@@ -228,6 +228,8 @@ llb_status sched_step_failed(struct scheduler *s, const char *blamed_req_id, boo
 
 void sched_get_stats(const struct scheduler *s, struct sched_stats *out);
 int32_t sched_num_unfinished(const struct scheduler *s);  /* waiting + running */
+/* The deployment's key this scheduler hashes with (sched_config.hash_key). Borrowed. */
+const struct llb_hash_key *sched_hash_key(const struct scheduler *s);
 /* The live request with that id (waiting or running), or NULL. Read-only. */
 const struct sched_request *sched_find_request(const struct scheduler *s, const char *req_id);
 /* Steps with tokens whose output is not applied yet, the last planned one included (it is

@@ -14,6 +14,7 @@
 
 #include "base/hash.h"
 #include "cmd/bench/bench.h"
+#include "cmd/flags/flags.h"
 
 /* This thread's CPU time: what the hashes cost, whatever else runs on the machine. */
 static int64_t cpu_ns(void) {
@@ -28,25 +29,30 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int bench_hash_main(int argc, char **argv) {
-  int32_t block_size = 16, batch = 1;
+  int32_t block_size = 16, batch = 1, repeats = 5;
   int64_t iterations = 200000;
-  int repeats = 5;
   double step_ms = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(argv[i], "--block-size") && v) block_size = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--iterations") && v) iterations = atoll(argv[++i]);
-    else if (!strcmp(argv[i], "--repeats") && v) repeats = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--step-ms") && v) step_ms = atof(argv[++i]);
-    else if (!strcmp(argv[i], "--batch") && v) batch = atoi(argv[++i]);
-    else {
-      fprintf(!strcmp(argv[i], "--help") ? stdout : stderr,
-              "usage: llmbus-bench hash [--block-size 16] [--iterations 200000] [--repeats 5] [--step-ms MS "
-              "[--batch 1]]\n");
-      return !strcmp(argv[i], "--help") ? 0 : 2;
-    }
-  }
-  if (block_size < 1 || block_size > 4096 || iterations < 1 || repeats < 1 || repeats > 99 || batch < 1) return 2;
+  const struct flag t[] = {
+      {.name = "block-size", .kind = FLAG_KIND_INT32, .target = &block_size, .metavar = "N", .min = 1, .max = 4096,
+       .help = "tokens per prefix-cache block"},
+      {.name = "iterations", .kind = FLAG_KIND_INT64, .target = &iterations, .metavar = "N", .min = 1, .max = 1e12,
+       .help = "hashes per run"},
+      {.name = "repeats", .kind = FLAG_KIND_INT32, .target = &repeats, .metavar = "N", .min = 1, .max = 99,
+       .help = "runs (the median is printed)"},
+      {.name = "step-ms", .kind = FLAG_KIND_DOUBLE, .target = &step_ms, .metavar = "MS", .min = 0, .max = 1e6,
+       .help = "a decode step of this length: print the block hashes' share of it (0 = none)"},
+      {.name = "batch", .kind = FLAG_KIND_INT32, .target = &batch, .metavar = "N", .min = 1, .max = 65536,
+       .help = "with --step-ms: requests in the step, each filling a block in it (the worst step)"},
+  };
+  const struct flag_section sec = {"flags", t, (int)(sizeof t / sizeof t[0])};
+  const struct flag_command cmd = {
+      .program = "llmbus-bench hash", .sections = &sec, .num_sections = 1, .max_positional = 0,
+      .usage = "usage: llmbus-bench hash [flags]\nThe keyed hashes' CPU cost: a block hash, a cache-salt hash, a "
+               "request id's tenant tag.\n"};
+  struct flag_args args;
+  int rc = flags_parse(&cmd, argc, argv, &args);
+  flag_args_free(&args);
+  if (rc != FLAGS_CONTINUE) return rc;
   struct llb_hash_key key;
   llb_hash_key_generate(&key);
   int32_t *tokens = malloc((size_t)block_size * sizeof *tokens);

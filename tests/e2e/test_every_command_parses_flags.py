@@ -32,6 +32,7 @@ COMMANDS = [
     (["llmbus-encoder-cache"], "--encoder-cache-size", "16"),
     (["llmbus-bench", "serve"], "--num-prompts", "3"),
     (["llmbus-bench", "engine"], "--tokens", "8"),
+    (["llmbus-bench", "hash"], "--iterations", "10"),
     (["llmbus-kernel-bench"], "--runs", "1"),
     (["llmbus-clip-bench"], "--runs", "1"),
 ]

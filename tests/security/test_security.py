@@ -312,6 +312,33 @@ async def attacks(stack, results):
         taken = [ln for ln in stack.log_text().splitlines() if "request_taken_over" in ln and leaked[0] in ln]
         assert not taken, f"b's request was taken over: {taken}"
 
+    async def tenant_takes_over_its_own_request():
+        # the other side of the above: b's own resend of its running request takes it over
+        # (the scheduler checks both ids' tags under the deployment's key) and the resend's
+        # reply carries the whole answer from position 0
+        from llmbus import RequestOutput as RO
+        first_inbox, resend_inbox = b.nc.new_inbox(), b.nc.new_inbox()
+        first = await b.nc.subscribe(first_inbox)
+        resend = await b.nc.subscribe(resend_inbox)
+        await b.nc.publish("llm.generate.b", generate_request("b-own-resend"), reply=first_inbox)
+        msg = await first.next_msg(timeout=TIMEOUT_S)
+        rid = RO.RequestOutput.GetRootAs(msg.data, 4).RequestId().decode()
+        await b.nc.publish("llm.generate.b", generate_request("b-own-resend"), reply=resend_inbox,
+                           headers={"Llmbus-Resume-Of": rid})
+        ids = []
+        while True:
+            ro = RO.RequestOutput.GetRootAs((await resend.next_msg(timeout=TIMEOUT_S)).data, 4)
+            assert ro.Error() is None, f"engine error: {ro.Error().Message()}"
+            co = ro.Outputs(0)
+            ids += [co.TokenIds(j) for j in range(co.TokenIdsLength())]
+            if ro.Finished():
+                break
+        await first.unsubscribe()
+        await resend.unsubscribe()
+        assert ids == alone_ids, "the resend's answer differs from the request alone"
+        taken = [ln for ln in stack.log_text().splitlines() if "request_taken_over" in ln and rid in ln]
+        assert taken, f"b's resend of its own {rid} did not take it over"
+
     async def actors_stay_in_their_row():
         out = await Client().connect(url, "output-processor", stack.password("output-processor"))
         kv = await Client().connect(url, "kv-manager", stack.password("kv-manager"))
@@ -477,6 +504,7 @@ async def attacks(stack, results):
     await case("tenant_cannot_publish_on_other_tenant_or_engine_subjects", tenant_cannot_publish_elsewhere)
     await case("tenant_cannot_abort_another_tenants_request_by_id", tenant_cannot_abort_another_tenants_request)
     await case("tenant_cannot_take_over_another_tenants_request_by_id", tenant_cannot_take_over_another_tenants_request)
+    await case("tenant_takes_over_its_own_request_by_resend", tenant_takes_over_its_own_request)
     await case("engine_actor_users_keep_to_their_subjects", actors_stay_in_their_row)
     await case("victim_stream_complete_and_identical_and_no_forged_bytes_delivered", victim_untouched)
     await a.close()
