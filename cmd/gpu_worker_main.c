@@ -33,6 +33,9 @@ struct worker_main {
   struct sim_cost_model sim_cost;
   bool has_sim_cost;
   double gpu_memory_utilization;
+  const char *kv_cache_dtype;      /* vLLM's names (llama_kv_dtype_parse) */
+  int64_t kv_cache_memory_bytes;   /* > 0: the cache's size, --num-blocks ignored */
+  enum backend_kv_dtype kv_dtype;
   enum model_runner_device dev;
   enum llama_matmul_mode matmul;
   struct gpu_worker_actor *actor;
@@ -66,7 +69,15 @@ static llb_status worker_main_configure(struct actor_main *am, void *user) {
   if (sst) return sst;
   if (!(m->gpu_memory_utilization > 0.0 && m->gpu_memory_utilization <= 1.0))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--gpu-memory-utilization %g: in (0, 1]", m->gpu_memory_utilization);
-  const int32_t min_blocks = m->dev == MODEL_RUNNER_DEVICE_CUDA ? 0 : 1;
+  llb_status kst = llama_kv_dtype_parse(m->kv_cache_dtype, &m->kv_dtype);
+  if (kst) return kst;
+  if (m->kv_dtype != BACKEND_KV_DTYPE_F16 && m->dev == MODEL_RUNNER_DEVICE_CUDA)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--kv-cache-dtype %s: the cuda backend's cache is fp16 only",
+                    m->kv_cache_dtype);
+  if (m->kv_cache_memory_bytes < 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--kv-cache-memory-bytes %lld: >= 0", (long long)m->kv_cache_memory_bytes);
+  if (m->kv_cache_memory_bytes > 0 && m->dev == MODEL_RUNNER_DEVICE_CPU) m->num_blocks = 0; /* sized from it */
+  const int32_t min_blocks = m->dev == MODEL_RUNNER_DEVICE_CUDA || (m->num_blocks == 0 && m->kv_cache_memory_bytes > 0) ? 0 : 1;
   if (m->num_blocks < min_blocks || m->block_size < 1 || m->max_num_batched_tokens < 1 || m->threads < 1)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
                     "--num-blocks %d, --block-size %d, --max-num-batched-tokens %d, --threads %d: each must be >= 1 "
@@ -89,6 +100,7 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
       .max_num_batched_tokens = m->max_num_batched_tokens, .num_threads = m->threads,
       .num_threads_decode = m->decode_threads,
       .device = m->dev, .gpu_memory_utilization = (float)m->gpu_memory_utilization, .matmul = m->matmul,
+      .kv_cache_dtype = m->kv_dtype, .kv_cache_memory_bytes = m->kv_cache_memory_bytes,
       .packed_cache_dir = m->packed_cache_dir, .spec = m->spec, .mmproj_path = m->mmproj,
       .max_model_len = m->max_model_len, .sim_cost = m->has_sim_cost ? &m->sim_cost : NULL,
       .step_log_path = m->step_log};
@@ -112,7 +124,8 @@ int main(int argc, char **argv) {
   const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   struct worker_main m = {.num_blocks = 1024, .block_size = 16, .max_num_batched_tokens = 512,
                           .threads = ncpu > 0 ? (int32_t)ncpu : 1, .decode_threads = 0, .device = "cpu", .numerics = "packed", .packed_cache_dir = "", .speculative_config = "",
-                          .sim_cost_path = "", .step_log = "", .gpu_memory_utilization = 0.9};
+                          .sim_cost_path = "", .step_log = "", .gpu_memory_utilization = 0.9,
+                          .kv_cache_dtype = "auto"};
   const struct flag flags[] = {
       {.name = "num-blocks", .kind = FLAG_KIND_INT32, .target = &m.num_blocks,
        .help = "KV cache blocks (same as kv_manager and scheduler)"},
@@ -140,6 +153,13 @@ int main(int argc, char **argv) {
       {.name = "gpu-memory-utilization", .kind = FLAG_KIND_DOUBLE, .target = &m.gpu_memory_utilization,
        .help = "cuda: fraction (0, 1] of device memory for weights + scratch + KV cache (sizes the KV cache "
                "when --num-blocks is 0; the number reaches kv_manager and scheduler in the heartbeat)"},
+      {.name = "kv-cache-dtype", .kind = FLAG_KIND_STRING, .target = &m.kv_cache_dtype,
+       .metavar = "auto|fp16|fp8|q8_0",
+       .help = "cpu: the KV cache's element type (vLLM's names; fp8 = e4m3, q8_0 = llama.cpp's cache type): fp8 "
+               "and q8_0 take about half of fp16's bytes per block; cuda: fp16 only"},
+      {.name = "kv-cache-memory-bytes", .aliases = "kv-cache-memory", .kind = FLAG_KIND_INT64, .target = &m.kv_cache_memory_bytes, .metavar = "B",
+       .help = "cpu: the KV cache's size in bytes instead of --num-blocks: the block count follows --kv-cache-dtype "
+               "(and reaches the scheduler and kv_manager in the heartbeat); 0 = --num-blocks"},
       {.name = "max-model-len", .kind = FLAG_KIND_INT32, .target = &m.max_model_len,
        .help = "the engine's context length limit (as the scheduler's); picks phi3 LongRoPE's factor set as "
                "llama.cpp's n_ctx does; 0 = the model's context_length"},

@@ -156,6 +156,8 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
                                           .num_threads = o->num_threads,
                                           .num_threads_decode = o->num_threads_decode, .device = o->device,
                                           .gpu_memory_utilization = o->gpu_memory_utilization,
+                                          .kv_cache_dtype = o->kv_cache_dtype,
+                                          .kv_cache_memory_bytes = o->kv_cache_memory_bytes,
                                           .gguf = a->file, .matmul = o->matmul,
                                           .packed_cache_dir = o->packed_cache_dir, .spec = o->spec,
                                           .max_model_len = o->max_model_len, .sim_cost = o->sim_cost};

@@ -32,6 +32,8 @@ struct gpu_worker_actor_options {
                                      (llama_forward_options.n_threads_decode); 0 = num_threads */
   enum model_runner_device device; /* cpu (zero value) or cuda */
   float gpu_memory_utilization;   /* cuda: (0, 1], 0 = 0.9 (model_runner_config) */
+  enum backend_kv_dtype kv_cache_dtype; /* the KV cache's element type (model_runner_config) */
+  int64_t kv_cache_memory_bytes;  /* cpu with num_blocks 0: the cache's size (model_runner_config) */
   enum llama_matmul_mode matmul;  /* cpu: packed (default) or ggml numerics (model_runner_config) */
   const char *packed_cache_dir;   /* cpu: shared packed-weight cache directory (model/forward.h); NULL/"" = off */
   struct ngram_proposer_config spec; /* speculative decoding (--speculative-config); all 0 = off */

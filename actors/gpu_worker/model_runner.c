@@ -107,11 +107,13 @@ llb_status model_runner_create(const struct llama_model *m, const struct model_r
   if (cuda || sim ? !cfg->gguf : !m)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "model runner: device %s needs %s",
                     model_runner_device_name(cfg->device), cuda || sim ? "the GGUF file (cfg.gguf)" : "a loaded model");
-  if (cfg->num_blocks < (cuda ? 0 : 1) || cfg->block_size < 1 || cfg->max_num_batched_tokens < 1 ||
+  const bool sized = cuda || (!sim && cfg->kv_cache_memory_bytes > 0); /* num_blocks 0 allowed */
+  if (cfg->num_blocks < (sized ? 0 : 1) || cfg->kv_cache_memory_bytes < 0 || cfg->block_size < 1 || cfg->max_num_batched_tokens < 1 ||
       cfg->num_threads < 1 || !(cfg->gpu_memory_utilization >= 0.0f && cfg->gpu_memory_utilization <= 1.0f))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
                     "model runner config: num_blocks %d, block_size %d, max_num_batched_tokens %d, "
-                    "num_threads %d (all must be >= 1; num_blocks 0 only on cuda), gpu_memory_utilization %g "
+                    "num_threads %d (all must be >= 1; num_blocks 0 only on cuda or with kv_cache_memory_bytes), "
+                    "gpu_memory_utilization %g "
                     "(0 = default, else (0, 1])",
                     cfg->num_blocks, cfg->block_size, cfg->max_num_batched_tokens, cfg->num_threads,
                     (double)cfg->gpu_memory_utilization);

@@ -61,14 +61,19 @@ struct sim_cost_model;
 struct sim_step_shape;
 
 struct model_runner_config {
-  int32_t num_blocks;             /* KV cache blocks (--num-blocks), >= 1; CUDA: 0 = as many as
-                                     gpu_memory_utilization of the device memory holds */
+  int32_t num_blocks;             /* KV cache blocks (--num-blocks), >= 1; 0 = sized from memory:
+                                     CPU from kv_cache_memory_bytes, CUDA from
+                                     gpu_memory_utilization of the device memory */
   int32_t block_size;             /* tokens per block (--block-size), >= 1 */
   int32_t max_num_batched_tokens; /* rows of the forward scratch, >= the scheduler's budget */
   int32_t num_threads;            /* forward threads, the caller included, >= 1 (CPU only) */
   int32_t num_threads_decode;     /* threads of a decode step (llama_forward_options.n_threads_decode;
                                      0 = num_threads; CPU only) */
   enum model_runner_device device; /* CPU (default) or CUDA */
+  enum backend_kv_dtype kv_cache_dtype; /* the cache's element type (--kv-cache-dtype; default
+                                     F16); CPU: all of kernels/backend.h's, CUDA: F16 only */
+  int64_t kv_cache_memory_bytes;  /* CPU with num_blocks 0: the cache's bytes, so that its block
+                                     count follows kv_cache_dtype (vLLM's --kv-cache-memory-bytes) */
   float gpu_memory_utilization;   /* CUDA with num_blocks 0: fraction (0, 1] of the device's total
                                      memory for weights + scratch + KV cache; 0 = 0.9 */
   const struct gguf_file *gguf;   /* CUDA: the model file, copied to the device during

@@ -195,15 +195,26 @@ llb_status runner_backend_create(struct runner_backend *b, const struct llama_mo
   const char *stage = "forward context";
   st = llama_forward_ctx_create_opts(m, &fo, &b->fwd);
   const float util = cfg->gpu_memory_utilization > 0.0f ? cfg->gpu_memory_utilization : 0.9f;
-  const size_t per_block =
-      2 * (size_t)c->block_count * (size_t)cfg->block_size * (size_t)c->head_count_kv * (size_t)c->head_dim * 2;
+  const size_t per_block = llama_kv_cache_block_bytes(m, cfg->block_size, cfg->kv_cache_dtype);
+  if (!st && per_block == 0)
+    st = LLB_ERRF(LLB_STATUS_UNSUPPORTED, "--kv-cache-dtype %s cannot hold this model's KV rows (head_dim %d)",
+                  llama_kv_dtype_name(cfg->kv_cache_dtype), c->head_dim);
   if (!st && cuda && b->num_blocks == 0) {
     stage = "KV cache size";
     st = kv_blocks_for_memory(llama_forward_ctx_ops(b->fwd), per_block, util, &b->num_blocks);
   }
+  if (!st && !cuda && b->num_blocks == 0) { /* --kv-cache-memory-bytes: the count follows the dtype */
+    const int64_t n = cfg->kv_cache_memory_bytes / (int64_t)per_block;
+    if (n < 1 || n > INT32_MAX)
+      st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--kv-cache-memory-bytes %lld holds %lld blocks of %zu bytes (%s)",
+                    (long long)cfg->kv_cache_memory_bytes, (long long)n, per_block,
+                    llama_kv_dtype_name(cfg->kv_cache_dtype));
+    else
+      b->num_blocks = (int32_t)n;
+  }
   if (!st) {
     stage = "KV cache";
-    st = llama_kv_cache_create_for(b->fwd, b->num_blocks, cfg->block_size, &b->kv);
+    st = llama_kv_cache_create_dtype_for(b->fwd, b->num_blocks, cfg->block_size, cfg->kv_cache_dtype, &b->kv);
   }
   if (st) {
     if (cuda) st = cuda_fail(b->cuda, st, stage);

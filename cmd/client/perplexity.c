@@ -32,7 +32,8 @@
 #define PPL_BATCH 512 /* rows per forward step, as llama-perplexity's default n_batch */
 
 struct ppl_opts {
-  const char *model_path, *file, *numerics;
+  const char *model_path, *file, *numerics, *kv_cache_dtype;
+  enum backend_kv_dtype kv_dtype;
   const char *kl_base; /* --kl-divergence-base FILE */
   int32_t ctx, threads, max_chunks;
   bool json, kl, ctx_given; /* kl: compare against kl_base instead of writing it */
@@ -68,7 +69,7 @@ static const char ppl_usage[] =
 
 /* Returns FLAGS_CONTINUE, 0 after --help, 2 on a usage error; `args` keeps the values. */
 static int ppl_parse(int argc, char **argv, struct ppl_opts *o, struct flag_args *args) {
-  *o = (struct ppl_opts){.ctx = 512, .threads = 2, .numerics = "packed"};
+  *o = (struct ppl_opts){.ctx = 512, .threads = 2, .numerics = "packed", .kv_cache_dtype = "auto"};
   const struct flag t[] = {
       {.name = "model", .short_name = 'm', .kind = FLAG_KIND_STRING, .target = &o->model_path, .metavar = "M.gguf",
        .help = "the model (required)"},
@@ -82,6 +83,8 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o, struct flag_args
        .set = set_positive, .help = "forward-pass threads (default 2)"},
       {.name = "numerics", .kind = FLAG_KIND_STRING, .target = &o->numerics, .metavar = "packed|ggml",
        .help = "packed (the engine's) or ggml (llama.cpp's CPU arithmetic)"},
+      {.name = "kv-cache-dtype", .kind = FLAG_KIND_STRING, .target = &o->kv_cache_dtype, .metavar = "auto|fp16|fp8|q8_0",
+       .help = "the KV cache's element type (the worker's flag): what a quantized cache costs in perplexity"},
       {.name = "json", .kind = FLAG_KIND_BOOL, .target = &o->json,
        .help = "one JSON object at the end: ppl, its standard error, chunks, tokens"},
       {.name = "kl-divergence-base", .kind = FLAG_KIND_STRING, .target = o, .metavar = "FILE", .set = set_kl_base,
@@ -100,6 +103,8 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o, struct flag_args
   if (rc != FLAGS_CONTINUE) return rc;
   if (o->kl && !o->kl_base) return flags_usage_error(&cmd, "--kl-divergence needs --kl-divergence-base FILE");
   if (!o->model_path || (!o->file && !o->kl)) return flags_usage_error(&cmd, "--model and --file are required");
+  if (llama_kv_dtype_parse(o->kv_cache_dtype, &o->kv_dtype) != LLB_STATUS_OK)
+    return flags_usage_error(&cmd, "%s", llb_err_last());
   if (strcmp(o->numerics, "packed") && strcmp(o->numerics, "ggml"))
     return flags_usage_error(&cmd, "--numerics %s: packed or ggml", o->numerics);
   if (o->ctx < 4) return flags_usage_error(&cmd, "--ctx %d: at least 4", o->ctx);
@@ -222,8 +227,8 @@ static llb_status run_setup(struct ppl_run *r, const struct ppl_opts *o) {
       /* ggml: llama.cpp's attention order too (one sequence: batch invariance is moot here) */
       .attention_order = strcmp(o->numerics, "ggml") == 0 ? LLAMA_ATTENTION_ORDER_LLAMACPP
                                                           : LLAMA_ATTENTION_ORDER_BATCH_INVARIANT};
-  if ((st = llama_kv_cache_create(r->model, r->num_blocks, PPL_BLOCK_SIZE, &r->kv)) ||
-      (st = llama_forward_ctx_create_opts(r->model, &fo, &r->fwd)))
+  if ((st = llama_forward_ctx_create_opts(r->model, &fo, &r->fwd)) ||
+      (st = llama_kv_cache_create_dtype_for(r->fwd, r->num_blocks, PPL_BLOCK_SIZE, o->kv_dtype, &r->kv)))
     return st;
   r->positions = malloc((size_t)o->ctx * sizeof *r->positions);
   r->slots = malloc((size_t)o->ctx * sizeof *r->slots);
@@ -244,16 +249,17 @@ static void print_result(const struct ppl_opts *o, int32_t chunks, int64_t count
   const double var = nll2 / (double)count - mean * mean;
   const double err = count > 1 && var > 0 ? ppl * sqrt(var / (double)(count - 1)) : 0.0;
   if (o->json) {
-    json_t *j = json_pack("{s:f, s:f, s:i, s:I, s:I, s:i, s:s, s:s}", "ppl", ppl, "ppl_stderr", err, "chunks",
+    json_t *j = json_pack("{s:f, s:f, s:i, s:I, s:I, s:i, s:s, s:s, s:s}", "ppl", ppl, "ppl_stderr", err, "chunks",
                           chunks, "tokens_scored", (json_int_t)count, "tokens", (json_int_t)n_tokens, "ctx", o->ctx,
-                          "numerics", o->numerics, "model", o->model_path);
+                          "numerics", o->numerics, "kv_cache_dtype", llama_kv_dtype_name(o->kv_dtype), "model",
+                          o->model_path);
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
     if (s) printf("%s\n", s);
     free(s);
     json_decref(j);
   } else {
-    printf("\nFinal estimate: PPL = %.4f +/- %.5f (%d chunks of %d tokens, %lld scored, numerics %s)\n", ppl, err,
-           chunks, o->ctx, (long long)count, o->numerics);
+    printf("\nFinal estimate: PPL = %.4f +/- %.5f (%d chunks of %d tokens, %lld scored, numerics %s, kv cache %s)\n",
+           ppl, err, chunks, o->ctx, (long long)count, o->numerics, llama_kv_dtype_name(o->kv_dtype));
   }
 }
 

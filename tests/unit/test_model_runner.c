@@ -725,6 +725,35 @@ static void test_drafts_verified_in_one_forward_give_the_tokens_of_plain_decodin
 }
 
 
+/* --kv-cache-memory-bytes with --kv-cache-dtype: the cache is sized in bytes, so its block count
+ * (what the worker announces to the scheduler and kv_manager) follows the dtype: fp8 holds twice
+ * fp16's blocks in the same memory; a dtype that cannot hold the rows (q8_0 needs head_dim a
+ * multiple of 32; here 16) is refused naming it; too little memory for one block is refused. */
+static void test_kv_cache_memory_sizes_the_block_count_by_dtype(void **state) {
+  struct fixture *fx = *state;
+  const int64_t fp16_block = (int64_t)2 * L * BS * HKV * D * 2;
+  struct model_runner_config cfg = {.num_blocks = 0, .block_size = BS, .max_num_batched_tokens = MAX_TOK,
+                                    .num_threads = 1, .kv_cache_memory_bytes = NB * fp16_block + fp16_block / 2};
+  struct model_runner *r;
+  assert_int_equal(model_runner_create(fx->m, &cfg, &r), LLB_STATUS_OK);
+  assert_int_equal(model_runner_num_blocks(r), NB);
+  assert_int_equal(model_runner_kv_cache_bytes(r), NB * fp16_block);
+  model_runner_destroy(r);
+  cfg.kv_cache_dtype = BACKEND_KV_DTYPE_FP8_E4M3;
+  assert_int_equal(model_runner_create(fx->m, &cfg, &r), LLB_STATUS_OK);
+  assert_int_equal(model_runner_num_blocks(r), 2 * NB + 1);
+  assert_int_equal(model_runner_kv_cache_bytes(r), (2 * NB + 1) * (fp16_block / 2));
+  model_runner_destroy(r);
+  cfg.kv_cache_dtype = BACKEND_KV_DTYPE_Q8_0;
+  assert_int_equal(model_runner_create(fx->m, &cfg, &r), LLB_STATUS_UNSUPPORTED);
+  assert_non_null(strstr(llb_err_last(), "q8_0"));
+  cfg.kv_cache_dtype = BACKEND_KV_DTYPE_F16;
+  cfg.kv_cache_memory_bytes = fp16_block - 1;
+  assert_int_equal(model_runner_create(fx->m, &cfg, &r), LLB_STATUS_INVALID_ARGUMENT);
+  cfg.kv_cache_memory_bytes = 0; /* and no block count either */
+  assert_int_equal(model_runner_create(fx->m, &cfg, &r), LLB_STATUS_INVALID_ARGUMENT);
+}
+
 /* ---- --device sim (runner_sim.h): everything but the forward ---- */
 
 static struct model_runner *make_sim_runner(struct fixture *fx, const struct sim_cost_model *cost) {
@@ -849,6 +878,7 @@ int main(void) {
       cmocka_unit_test(test_structured_request_samples_only_its_grammar_and_resumes_the_same),
       cmocka_unit_test(test_outputs_that_break_the_grammar_fail_the_step_naming_the_request),
       cmocka_unit_test(test_drafts_verified_in_one_forward_give_the_tokens_of_plain_decoding),
+      cmocka_unit_test(test_kv_cache_memory_sizes_the_block_count_by_dtype),
       cmocka_unit_test(test_sim_device_gives_a_request_the_same_tokens_in_any_batch),
       cmocka_unit_test(test_sim_step_waits_its_modelled_time_asleep),
       cmocka_unit_test(test_sim_device_refuses_what_needs_logits_naming_the_request),
