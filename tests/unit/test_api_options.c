@@ -120,6 +120,8 @@ static void test_seed_and_auto_tool_choice_reach_the_options(void **state) {
   assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
   f.seed = "x";
   assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
+}
+
 /* Model names reach JSON answers, logs and metrics labels: the one name rule (bus/subject.h)
  * refuses what a configuration or a log could misread, before the server starts. */
 static void test_model_names_with_syntax_are_refused(void **state) {
