@@ -67,9 +67,10 @@ static const struct user_perms {
     {"encoder-cache", "ENGINE", {"P.health.encoder_cache.>", "P.engine.*.health.encoder_cache", "P.trace.encoder_cache"},
      {"P.engine.*.encoder", "P.health.>"}, true},
     /* the front door: the tenants' three services (it establishes the tenant from the API key),
-     * its replies, the engines' load and everyone's beats (/health): nothing of the engine's */
+     * its replies, the engines' load, everyone's beats (/health) and published metrics (its
+     * one-scrape /metrics): nothing of the engine's */
     {"api-server", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.health.api_server.>", "P.trace.api_server"},
-     {"_INBOX.>", "P.engine.*.stats", "P.health.*.*"}, false},
+     {"_INBOX.>", "P.engine.*.stats", "P.health.*.*", "P.health.*.*.metrics"}, false},
     /* `llmbus run`, `llmbus status` and the operator's own clients */
     {"operator", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*"},
      {"_INBOX.>", "P.engine.*.stats", "P.health.>", "P.trace.>"}, false},
