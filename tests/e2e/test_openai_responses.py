@@ -39,7 +39,7 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "Weather of
 
 
 def main():
-    with Stack() as st:
+    with Stack(args=["--enable-auto-tool-choice"]) as st:  # tool_choice auto, as vllm serve needs it
         client = openai.OpenAI(base_url=st.base + "/v1", api_key="unused", max_retries=0, timeout=300)
         name = st.model_name
         extra = {"seed": 11}
