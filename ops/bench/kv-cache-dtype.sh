@@ -14,7 +14,7 @@
 #            common-licenses), --ctx tokens a chunk, the first --chunks chunks
 # Bytes a K or V element takes: fp16 2, q8_0 34/32 (llama.cpp's block of 32 with an fp16 scale),
 # fp8 1 (e4m3).
-# Release build in build-release/ (made if missing). Prints a markdown table.
+# Release build in build-release/ (made if missing; BUILD_DIR=DIR picks another). Prints a markdown table.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 model=$root/models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
     *) echo "kv-cache-dtype: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-build=$root/build-release
+build=${BUILD_DIR:-$root/build-release}
 [ -x "$build/cmd/llmbus-kernel-bench" ] && [ -x "$build/cmd/llmbus" ] || make -C "$root" build-release >&2
 work=$(mktemp -d /tmp/llb-kvdtype.XXXXXX)
 echo "kv-cache-dtype: raw results in $work" >&2
