@@ -1,5 +1,6 @@
 /* The connection file of a running `llmbus serve`; see connection.h. */
 #include "cmd/supervisor/connection.h"
+#include "cmd/supervisor/run_dir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -34,28 +35,11 @@ llb_status serve_connection_dir(char *buf, size_t cap) {
   return LLB_STATUS_OK;
 }
 
-/* Field 22 (starttime) of /proc/<pid>/stat; 0 when unreadable. The command name (field 2) may
- * hold spaces and ')': the fields after it start after its last ')'. */
-static unsigned long long proc_start(long pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  char *p = strrchr(buf, ')');
-  unsigned long long start = 0;
-  for (int field = 2; p && field < 22; field++) p = strchr(p + 1, ' ');
-  if (p) start = strtoull(p + 1, NULL, 10);
-  return start;
-}
-
-unsigned long long serve_connection_self_start(void) { return proc_start((long)getpid()); }
+unsigned long long serve_connection_self_start(void) { return run_dir_proc_start_time(getpid()); }
 
 bool serve_connection_alive(const struct serve_connection *c) {
   if (c->pid <= 0 || (kill((pid_t)c->pid, 0) != 0 && errno != EPERM)) return false;
-  const unsigned long long now = proc_start(c->pid);
+  const unsigned long long now = run_dir_proc_start_time((pid_t)c->pid);
   return c->pid_start == 0 || now == 0 || now == c->pid_start;
 }
 

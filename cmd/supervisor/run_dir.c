@@ -20,9 +20,7 @@ static const char *tmp_root(void) {
   return tmp && *tmp ? tmp : "/tmp";
 }
 
-/* Field 22 of /proc/<pid>/stat (start time in clock ticks); 0 when unreadable. The command
- * name (field 2) may hold spaces and ')', so fields are counted after its last ')'. */
-static unsigned long long proc_start_time(pid_t pid) {
+unsigned long long run_dir_proc_start_time(pid_t pid) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -39,7 +37,7 @@ static unsigned long long proc_start_time(pid_t pid) {
 
 bool run_dir_owner_alive(pid_t pid, unsigned long long start_time) {
   if (pid <= 0) return false;
-  unsigned long long now = proc_start_time(pid);
+  unsigned long long now = run_dir_proc_start_time(pid);
   return now != 0 && now == start_time;
 }
 
@@ -53,7 +51,7 @@ llb_status run_dir_create(const char *kind, char *path, size_t cap) {
   }
   char stamp[PATH_MAX], text[64];
   snprintf(stamp, sizeof stamp, "%s/" RUN_DIR_OWNER_FILE, path);
-  int len = snprintf(text, sizeof text, "%d %llu\n", (int)getpid(), proc_start_time(getpid()));
+  int len = snprintf(text, sizeof text, "%d %llu\n", (int)getpid(), run_dir_proc_start_time(getpid()));
   int fd = open(stamp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   bool ok = fd >= 0 && write(fd, text, (size_t)len) == len;
   if (fd >= 0 && close(fd) != 0) ok = false;

@@ -38,6 +38,11 @@ llb_status run_dir_prepare_private(const char *path);
  * "" ok. */
 void run_dir_remove(const char *path);
 
+/* Field 22 of /proc/<pid>/stat (the start time in clock ticks since boot): with the pid, what
+ * tells a live owner from a reused pid; 0 when unreadable. The command name (field 2) may hold
+ * spaces and ')', so fields are counted after its last ')'. */
+unsigned long long run_dir_proc_start_time(pid_t pid);
+
 /* Whether the process of an owner stamp (pid, start time) still runs. */
 bool run_dir_owner_alive(pid_t pid, unsigned long long start_time);
 
