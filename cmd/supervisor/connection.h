@@ -6,11 +6,12 @@
  * serves that are gone (their pid no longer runs). The file says:
  *   {"name": "...", "pid": 1234, "pid_start": 5678, "started_at": 1730000000.5,
  *    "nats_url": "nats://127.0.0.1:PORT", "prefix": "llm", "tenant": "default",
- *    "nats_user": "tenant-default", "nats_password_file": "/tmp/llmbus-nats-XXXX/tenant-default.password",
- *    "operator_user": "operator", "operator_password_file": ".../operator.password",
+ *    "nats_user": "tenant-default", "nats_password_file": "<run dir>/tenant-default.password",
+ *    "operator_user": "operator", "operator_password_file": "<run dir>/operator.password",
  *    "http_url": "http://127.0.0.1:8000/v1", "models": ["SmolLM2-135M-Instruct.Q4_1"],
  *    "model_path": "/abs/path/model.gguf"}
- * (users and password files empty when the bus has no accounts: --no-nats-auth, --nats). The
+ * (<run dir>: serve's $TMPDIR/llmbus-nats-auth-<random> from run_dir_create; users and
+ * password files empty when the bus has no accounts: --no-nats-auth, --nats). The
  * passwords themselves stay in serve's own 0600 files; the connection file only points at them.
  * `pid_start` is the process's start time in clock ticks (/proc/<pid>/stat field 22), so a
  * reused pid does not make a dead serve look alive.
