@@ -233,24 +233,30 @@ static void scale_min_k4(int j, const uint8_t *s, int *sc, int *mn) {
   }
 }
 
+/* Sub-block j (32 weights) of a q4_K / q5_K super-block (qh: q5_K's fifth bits, NULL for q4_K)
+ * against its q8_K activations: adds sc_j times the exact sum to *isum and m_j times the
+ * activations' sums to *imin (integers: any grouping of the sub-blocks gives the same sums). */
+static inline void k45_sub_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, const block_q8_K *y,
+                                 int j, int32_t *isum, int32_t *imin) {
+  int sc, mn;
+  scale_min_k4(j, scales, &sc, &mn);
+  *imin += mn * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+  const uint8_t *q = qs + 32 * (j / 2);
+  const int shift = (j % 2) * 4;
+  int32_t s = 0;
+  for (int l = 0; l < 32; l++) {
+    int v = (q[l] >> shift) & 0x0F;
+    if (qh) v += ((qh[l] >> j) & 1) << 4;
+    s += v * y->qs[32 * j + l];
+  }
+  *isum += sc * s;
+}
+
 /* q4_K/q5_K: w = d*sc_j*q - dmin*m_j per sub-block j of 32; sumf += d*d8*isum - dmin*d8*imin. */
 static float dot_q45_K_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, float d,
                              float dmin, const block_q8_K *y) {
   int32_t isum = 0, imin = 0;
-  for (int j = 0; j < 8; j++) {
-    int sc, mn;
-    scale_min_k4(j, scales, &sc, &mn);
-    imin += mn * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
-    const uint8_t *q = qs + 32 * (j / 2);
-    const int shift = (j % 2) * 4;
-    int32_t s = 0;
-    for (int l = 0; l < 32; l++) {
-      int v = (q[l] >> shift) & 0x0F;
-      if (qh) v += ((qh[l] >> j) & 1) << 4;
-      s += v * y->qs[32 * j + l];
-    }
-    isum += sc * s;
-  }
+  for (int j = 0; j < 8; j++) k45_sub_block(scales, qs, qh, y, j, &isum, &imin);
   return (y->d * d) * (float)isum - (y->d * dmin) * (float)imin;
 }
 
@@ -266,15 +272,7 @@ static void dot_q4_K_scalar(int64_t k, const void *w, const void *const *act, in
     float acc = 0.0f, acc_min = 0.0f;
     for (int64_t b = 0; b < k / QK_K; b++) {
       int32_t isum = 0, imin = 0;
-      for (int j = 0; j < 8; j++) {
-        int sc, mn;
-        scale_min_k4(j, x[b].scales, &sc, &mn);
-        imin += mn * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
-        const uint8_t *q = x[b].qs + 32 * (j / 2);
-        int32_t s = 0;
-        for (int l = 0; l < 32; l++) s += ((q[l] >> ((j % 2) * 4)) & 0x0F) * y[b].qs[32 * j + l];
-        isum += sc * s;
-      }
+      for (int j = 0; j < 8; j++) k45_sub_block(x[b].scales, x[b].qs, NULL, &y[b], j, &isum, &imin);
       acc = fmaf((float)isum, llb_fp16_to_fp32(x[b].d) * y[b].d, acc);
       acc_min = fmaf((float)imin, llb_fp16_to_fp32(x[b].dmin) * y[b].d, acc_min);
     }
@@ -294,15 +292,7 @@ static void dot_q4_K_gemm_scalar(int64_t k, const void *w, const void *const *ac
       const float dd = llb_fp16_to_fp32(x[b].d) * y[b].d, dm = llb_fp16_to_fp32(x[b].dmin) * y[b].d;
       for (int p = 0; p < 4; p++) {
         int32_t isum = 0, imin = 0;
-        for (int j = 2 * p; j < 2 * p + 2; j++) {
-          int sc, mn;
-          scale_min_k4(j, x[b].scales, &sc, &mn);
-          imin += mn * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
-          const uint8_t *q = x[b].qs + 32 * (j / 2);
-          int32_t s = 0;
-          for (int l = 0; l < 32; l++) s += ((q[l] >> ((j % 2) * 4)) & 0x0F) * y[b].qs[32 * j + l];
-          isum += sc * s;
-        }
+        for (int j = 2 * p; j < 2 * p + 2; j++) k45_sub_block(x[b].scales, x[b].qs, NULL, &y[b], j, &isum, &imin);
         acc = fmaf((float)isum, dd, acc);
         acc_min = fmaf((float)imin, dm, acc_min);
       }
