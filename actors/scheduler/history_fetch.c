@@ -124,8 +124,10 @@ int32_t history_fetch(struct bus *bus, const char *engine_id, struct scheduler *
   struct llb_str *ids = calloc((size_t)num, sizeof *ids);
   if (!ids) return taken;
   int32_t k = 0;
-  for (struct req_meta *m = list; m && k < num; m = m->next)
-    if (history_key(m, sched_hash_key(sched))) ids[k++] = llb_str_c(history_key(m, sched_hash_key(sched)));
+  for (struct req_meta *m = list; m && k < num; m = m->next) {
+    const char *key = history_key(m, sched_hash_key(sched));
+    if (key) ids[k++] = llb_str_c(key);
+  }
   char subject[BUS_SUBJECT_MAX];
   struct llb_buf buf = {0};
   struct bus_msg *reply = NULL;

@@ -24,7 +24,6 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -797,37 +796,6 @@ static void attention_run(const struct attn_task *t, int32_t tok, int32_t nr, in
   }
 }
 
-/* fp16 bits of each FP8 E4M3 byte (exact: E4M3's exponents and mantissas fit fp16's), filled once. */
-static uint16_t e4m3_fp16[256];
-static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
-
-static void e4m3_table_init(void) {
-  for (int b = 0; b < 256; b++) {
-    const int e = (b >> 3) & 15, m = b & 7;
-    float v = e == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 + m), e - 10);
-    if (e == 15 && m == 7) v = NAN; /* 0x7F / 0xFF: NaN, as written for NaN inputs */
-    e4m3_fp16[b] = llb_fp32_to_fp16(b & 0x80 ? -v : v);
-  }
-}
-
-/* dst [hd] = the KV row at `row` (dtype t, backend_kv_row_bytes bytes) read as fp16: FP8 exactly,
- * Q8_0's d * q rounded to nearest even (what fp16 holds of it). */
-static void kv_row_to_fp16(enum cpu_simd_level level, enum backend_kv_dtype t, const uint8_t *row, int32_t hd,
-                           uint16_t *dst) {
-  if (t == BACKEND_KV_DTYPE_FP8_E4M3) {
-    for (int32_t i = 0; i < hd; i++) dst[i] = e4m3_fp16[row[i]];
-    return;
-  }
-  float x[32];
-  for (int32_t b = 0; b < hd / 32; b++) { /* Q8_0 */
-    uint16_t h;
-    memcpy(&h, row + 34 * b, 2);
-    const float d = llb_fp16_to_fp32(h);
-    for (int i = 0; i < 32; i++) x[i] = d * (float)(int8_t)row[34 * b + 2 + i];
-    cpu_fp32_to_fp16_row(level, x, dst + 32 * b, 32);
-  }
-}
-
 /* attention_run over a quantized cache (Q8_0, FP8): the keys these rows read, of their KV head,
  * are first read as fp16 into this thread's scratch, a layer of one KV head whose block table is
  * 0, 1, 2, ...; then the fp16 paths run on it, the scratch shared by every head and row of the
@@ -844,8 +812,8 @@ static void attention_run_quantized(const struct attn_task *t, int32_t tok, int3
   for (int32_t j = a.first; j < z.n_ctx; j++) { /* rows of one sequence: the first has the earliest window */
     const int64_t slot = (int64_t)a.table[j / bs] * bs + j % bs;
     const size_t at = (size_t)(slot * kv->n_kv_heads + a.kvh) * rb;
-    kv_row_to_fp16(t->c->level, kv->dtype, (const uint8_t *)kv->k + at, hd, kf + (int64_t)j * hd);
-    kv_row_to_fp16(t->c->level, kv->dtype, (const uint8_t *)kv->v + at, hd, vf + (int64_t)j * hd);
+    cpu_kv_row_to_fp16(t->c->level, kv->dtype, (const uint8_t *)kv->k + at, hd, kf + (int64_t)j * hd);
+    cpu_kv_row_to_fp16(t->c->level, kv->dtype, (const uint8_t *)kv->v + at, hd, vf + (int64_t)j * hd);
   }
   struct backend_kv_layer f16 = {.k = kf, .v = vf, .num_blocks = (z.n_ctx + bs - 1) / bs, .block_size = bs,
                                  .n_kv_heads = 1, .head_dim = hd, .dtype = BACKEND_KV_DTYPE_F16};
@@ -888,7 +856,7 @@ llb_status cpu_attention(struct backend_ctx *c, const struct backend_attn_params
        kv->head_dim > c->params.head_dim))
     return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "attention: %s kv cache with head_dim %d (context head_dim %d)",
                     kv->dtype == BACKEND_KV_DTYPE_Q8_0 ? "q8_0" : "fp8", kv->head_dim, c->params.head_dim);
-  if (kv->dtype == BACKEND_KV_DTYPE_FP8_E4M3) pthread_once(&e4m3_once, e4m3_table_init);
+  cpu_kv_dtype_prepare(kv->dtype);
   if (p->sliding_window < 0 || !(p->logit_softcap >= 0.0f))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "attention: sliding_window %d, logit_softcap %g",
                     p->sliding_window, p->logit_softcap);

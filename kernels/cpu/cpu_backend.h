@@ -68,8 +68,19 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
                       const struct backend_weight *const *w, float *const *out, int32_t n_w);
 llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, int32_t n_rows,
                     int32_t n_heads, int32_t head_dim, const struct backend_rope_params *p);
-/* backend_ops.kv_dtype_ok: F16, Q8_0 and FP8_E4M3. */
+/* backend_ops.kv_dtype_ok: F16, Q8_0 and FP8_E4M3 (kv_dtype.c, as the three below). */
 bool cpu_kv_dtype_ok(enum backend_kv_dtype t);
+/* One row of n values of x into dst in dtype t: fp16 (F16C rounding, as llb_fp32_to_fp16), Q8_0
+ * as ggml quantizes it (blocks of 32: fp16 d, 32 int8), FP8 E4M3 rounded to nearest even and
+ * saturated at +-448 (NaN 0x7F). n a multiple of 32 for Q8_0. */
+void cpu_kv_row_store(enum cpu_simd_level level, enum backend_kv_dtype t, const float *x, uint8_t *dst, int32_t n);
+/* dst[hd] = the KV row at `row` (dtype t, backend_kv_row_bytes bytes) read as fp16: FP8 exactly,
+ * Q8_0's d * q rounded to nearest even (what fp16 holds of it). Call cpu_kv_dtype_prepare(t)
+ * once before (its FP8 table). */
+void cpu_kv_row_to_fp16(enum cpu_simd_level level, enum backend_kv_dtype t, const uint8_t *row, int32_t hd,
+                        uint16_t *dst);
+/* Fills the tables cpu_kv_row_to_fp16 reads for t (once per process; thread-safe). */
+void cpu_kv_dtype_prepare(enum backend_kv_dtype t);
 llb_status cpu_kv_write(struct backend_ctx *c, const struct backend_kv_layer *kv, const float *k,
                         const float *v, const int64_t *slot_mapping, int32_t n_rows);
 llb_status cpu_attention(struct backend_ctx *c, const struct backend_attn_params *p);

@@ -451,44 +451,6 @@ struct kv_task {
   int64_t per;
 };
 
-/* OCP FP8 E4M3 (bias 7, max 448 = 0x7E, NaN 0x7F, no infinities) of x, rounded to nearest even,
- * saturated at +-448. */
-static uint8_t fp32_to_e4m3(float x) {
-  const uint8_t sign = signbit(x) ? 0x80 : 0;
-  const float a = fabsf(x);
-  if (isnan(x)) return sign | 0x7F;
-  if (a >= 448.0f) return sign | 0x7E;
-  int e;
-  (void)frexpf(a, &e); /* a = f * 2^e, f in [0.5, 1): the leading bit is 2^(e - 1) */
-  if (a == 0.0f || e - 1 < -6) { /* subnormal: m * 2^-9, m = 0..8 (8 carries into 2^-6, code 0x08) */
-    return sign | (uint8_t)rintf(ldexpf(a, 9));
-  }
-  int m = (int)rintf(ldexpf(a, 3 - (e - 1))); /* 8..16 */
-  int ex = e - 1 + 7;
-  if (m == 16) m = 8, ex++;
-  if (ex > 15 || (ex == 15 && m - 8 > 6)) return sign | 0x7E;
-  return sign | (uint8_t)(ex << 3 | (m - 8));
-}
-
-/* One row of n values of x into dst in dtype t (backend_kv_write's conversions). */
-static void kv_store_row(enum cpu_simd_level level, enum backend_kv_dtype t, const float *x, uint8_t *dst, int32_t n) {
-  switch (t) {
-  case BACKEND_KV_DTYPE_F16: cpu_fp32_to_fp16_row(level, x, (uint16_t *)(void *)dst, n); return;
-  case BACKEND_KV_DTYPE_Q8_0:
-    for (int32_t b = 0; b < n / 32; b++) {
-      int sum;
-      int8_t q[32];
-      const uint16_t d = llb_fp32_to_fp16(cpu_quantize_block_q8(x + 32 * b, q, &sum));
-      memcpy(dst + 34 * b, &d, 2);
-      memcpy(dst + 34 * b + 2, q, 32);
-    }
-    return;
-  case BACKEND_KV_DTYPE_FP8_E4M3:
-    for (int32_t i = 0; i < n; i++) dst[i] = fp32_to_e4m3(x[i]);
-    return;
-  }
-}
-
 static void kv_write_chunk(void *arg, int64_t chunk, int ith) {
   (void)ith;
   const struct kv_task *t = arg;
@@ -501,14 +463,10 @@ static void kv_write_chunk(void *arg, int64_t chunk, int ith) {
     for (int32_t h = 0; h < kv->n_kv_heads; h++) {
       const size_t at = ((size_t)t->slots[r] * (size_t)kv->n_kv_heads + (size_t)h) * rb;
       const int64_t x = (r * kv->n_kv_heads + h) * (int64_t)kv->head_dim;
-      kv_store_row(t->level, kv->dtype, t->k + x, (uint8_t *)kv->k + at, kv->head_dim);
-      kv_store_row(t->level, kv->dtype, t->v + x, (uint8_t *)kv->v + at, kv->head_dim);
+      cpu_kv_row_store(t->level, kv->dtype, t->k + x, (uint8_t *)kv->k + at, kv->head_dim);
+      cpu_kv_row_store(t->level, kv->dtype, t->v + x, (uint8_t *)kv->v + at, kv->head_dim);
     }
   }
-}
-
-bool cpu_kv_dtype_ok(enum backend_kv_dtype t) {
-  return t == BACKEND_KV_DTYPE_F16 || t == BACKEND_KV_DTYPE_Q8_0 || t == BACKEND_KV_DTYPE_FP8_E4M3;
 }
 
 llb_status cpu_kv_write(struct backend_ctx *c, const struct backend_kv_layer *kv, const float *k,
