@@ -159,8 +159,13 @@ static bool class_escape(uint8_t c, uint32_t *set) {
   }
 }
 
-/* After a backslash outside a class's class escapes: the escaped code point. */
+/* After a backslash outside a class's class escapes: the escaped code point (MALFORMED when
+ * the pattern ends at the backslash). */
 static bool escape_char(struct rx_parser *ps, uint32_t *v) {
+  if (ps->p >= ps->end) {
+    fail(ps, LLB_STATUS_MALFORMED, "a backslash at the end of the pattern");
+    return false;
+  }
   const uint8_t c = *ps->p++;
   switch (c) {
   case 'n': *v = '\n'; return true;
@@ -491,23 +496,35 @@ static bool build(struct nfa *a, const struct rx_ast *ast, int32_t i, int32_t *s
 
 /* ---- DFA (subset construction over bitsets of NFA states) ---- */
 
+/* The construction works on byte classes, not bytes: bytes that no NFA edge tells apart (no
+ * edge's lo..hi range starts or ends between them) lead every NFA set to the same successor,
+ * so each DFA state needs one closure per class (RE2's and regex-automata's "byte classes").
+ * `work` counts everything the construction does in proportion to its size, in units of about
+ * one closure step's time: closure steps, the classes an edge spans, and the set words cleared,
+ * hashed and compared (streamed, SO_RX_WORDS_PER_STEP of them cost about one step). */
+#define SO_RX_WORDS_PER_STEP 8
 struct dfa_build {
   const struct nfa *a;
   size_t words;          /* uint64 words of one NFA-state set */
   uint64_t *sets;        /* [n_states * words] */
   int32_t *trans;        /* [n_states * 256] */
-  int32_t n_states, cap;
+  int32_t n_states;
   int32_t *table;        /* hash table of state ids, [table_cap], -1 empty */
   int32_t table_cap;
   int32_t *stack;        /* [a->n] closure work list */
-  int64_t work;          /* closure steps so far */
+  int64_t work;          /* steps so far */
+  uint8_t class_of[256]; /* byte -> class */
+  int n_classes;
 };
+
+/* The work units of streaming one set's words once. */
+static int64_t set_steps(const struct dfa_build *d) { return 1 + (int64_t)d->words / SO_RX_WORDS_PER_STEP; }
 
 static void closure(struct dfa_build *d, uint64_t *set) {
   int32_t top = 0;
   for (size_t w = 0; w < d->words; w++)
     for (uint64_t bits = set[w]; bits; bits &= bits - 1) d->stack[top++] = (int32_t)(w * 64 + (size_t)__builtin_ctzll(bits));
-  d->work += top;
+  d->work += top + set_steps(d);
   while (top > 0) {
     const struct nfa_state *st = &d->a->s[d->stack[--top]];
     for (int k = 0; k < 2; k++) {
@@ -521,6 +538,24 @@ static void closure(struct dfa_build *d, uint64_t *set) {
   }
 }
 
+/* Byte classes from the edges' range boundaries: class_of[b] grows by one at every byte where
+ * some edge's range begins or where one ended just before. */
+static void byte_classes(struct dfa_build *d) {
+  uint8_t cut[257] = {0};
+  for (int32_t i = 0; i < d->a->n; i++) {
+    const struct nfa_state *s = &d->a->s[i];
+    if (s->next < 0) continue;
+    cut[s->lo] = 1;
+    cut[s->hi + 1] = 1;
+  }
+  int c = 0;
+  for (int b = 0; b < 256; b++) {
+    if (b > 0 && cut[b]) c++;
+    d->class_of[b] = (uint8_t)c;
+  }
+  d->n_classes = c + 1;
+}
+
 static uint64_t set_hash(const uint64_t *set, size_t words) {
   uint64_t h = 0x9e3779b97f4a7c15ull;
   for (size_t i = 0; i < words; i++) h = (h ^ set[i]) * 0x100000001b3ull;
@@ -530,8 +565,10 @@ static uint64_t set_hash(const uint64_t *set, size_t words) {
 /* The id of the DFA state with NFA set `set` (added when new); -1 when out of room (st set). */
 static int32_t dfa_state(struct dfa_build *d, const uint64_t *set, llb_status *st) {
   size_t slot = (size_t)(set_hash(set, d->words) & (uint64_t)(d->table_cap - 1));
-  for (; d->table[slot] >= 0; slot = (slot + 1) & (size_t)(d->table_cap - 1))
+  for (; d->table[slot] >= 0; slot = (slot + 1) & (size_t)(d->table_cap - 1)) {
+    d->work += set_steps(d);
     if (memcmp(d->sets + (size_t)d->table[slot] * d->words, set, d->words * 8) == 0) return d->table[slot];
+  }
   if (d->n_states == SO_RX_MAX_DFA) {
     *st = LLB_ERRF(LLB_STATUS_TOO_LARGE, "regex needs more than %d DFA states", SO_RX_MAX_DFA);
     return -1;
@@ -542,15 +579,55 @@ static int32_t dfa_state(struct dfa_build *d, const uint64_t *set, llb_status *s
   return id;
 }
 
+/* The successors of DFA state i on every class at once, in nexts[class * words]; has[class]
+ * says which are non-empty. */
+static void successors(struct dfa_build *d, int32_t i, uint64_t *nexts, uint8_t *has) {
+  memset(nexts, 0, (size_t)d->n_classes * d->words * 8);
+  memset(has, 0, (size_t)d->n_classes);
+  d->work += d->n_classes * set_steps(d);
+  const uint64_t *cur = d->sets + (size_t)i * d->words;
+  for (size_t w = 0; w < d->words; w++)
+    for (uint64_t bits = cur[w]; bits; bits &= bits - 1) {
+      const struct nfa_state *s = &d->a->s[w * 64 + (size_t)__builtin_ctzll(bits)];
+      if (s->next < 0) continue;
+      const int c_hi = d->class_of[s->hi];
+      for (int c = d->class_of[s->lo]; c <= c_hi; c++) {
+        nexts[(size_t)c * d->words + (size_t)s->next / 64] |= 1ull << (s->next % 64);
+        has[c] = 1;
+      }
+      d->work += c_hi - d->class_of[s->lo] + 1;
+    }
+}
+
+/* Adds the DFA states reachable from state i and fills its row of d->trans. */
+static llb_status expand(struct dfa_build *d, int32_t i, uint64_t *nexts, uint8_t *has, int64_t budget) {
+  llb_status st = LLB_STATUS_OK;
+  int32_t to[256];
+  successors(d, i, nexts, has);
+  for (int c = 0; c < d->n_classes && st == LLB_STATUS_OK; c++) {
+    to[c] = -1;
+    if (has[c]) {
+      closure(d, nexts + (size_t)c * d->words);
+      to[c] = dfa_state(d, nexts + (size_t)c * d->words, &st);
+    }
+    if (d->work > budget) st = LLB_ERRF(LLB_STATUS_TOO_LARGE, "regex too complex to determinize");
+  }
+  if (st == LLB_STATUS_OK)
+    for (int b = 0; b < 256; b++) d->trans[(size_t)i * 256 + (size_t)b] = to[d->class_of[b]];
+  return st;
+}
+
 static llb_status determinize(const struct nfa *a, int32_t start, int32_t final, int64_t budget, struct so_dfa *out,
                               int64_t *used) {
   struct dfa_build d = {.a = a, .words = ((size_t)a->n + 63) / 64, .table_cap = 2 * SO_RX_MAX_DFA * 2};
   llb_status st = LLB_STATUS_OK;
+  byte_classes(&d);
   d.sets = calloc((size_t)SO_RX_MAX_DFA * d.words, 8);
   d.trans = malloc((size_t)SO_RX_MAX_DFA * 256 * sizeof(int32_t));
   d.table = malloc((size_t)d.table_cap * sizeof(int32_t));
   d.stack = malloc((size_t)a->n * sizeof(int32_t));
-  uint64_t *next = calloc(d.words, 8), *nexts = malloc(256 * d.words * 8);
+  uint64_t *next = calloc(d.words, 8), *nexts = malloc((size_t)d.n_classes * d.words * 8);
+  uint8_t has[256];
   if (!d.sets || !d.trans || !d.table || !d.stack || !next || !nexts) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "regex DFA");
     goto done;
@@ -559,30 +636,7 @@ static llb_status determinize(const struct nfa *a, int32_t start, int32_t final,
   next[start / 64] |= 1ull << (start % 64);
   closure(&d, next);
   dfa_state(&d, next, &st);
-  for (int32_t i = 0; i < d.n_states && st == LLB_STATUS_OK; i++) {
-    /* the successors of state i on every byte at once: nexts[b] */
-    memset(nexts, 0, 256 * d.words * 8);
-    uint8_t has[256] = {0};
-    const uint64_t *cur = d.sets + (size_t)i * d.words;
-    for (size_t w = 0; w < d.words; w++)
-      for (uint64_t bits = cur[w]; bits; bits &= bits - 1) {
-        const struct nfa_state *s = &a->s[w * 64 + (size_t)__builtin_ctzll(bits)];
-        if (s->next < 0) continue;
-        for (int b = s->lo; b <= s->hi; b++) {
-          nexts[(size_t)b * d.words + (size_t)s->next / 64] |= 1ull << (s->next % 64);
-          has[b] = 1;
-        }
-      }
-    for (int b = 0; b < 256 && st == LLB_STATUS_OK; b++) {
-      int32_t to = -1;
-      if (has[b]) {
-        closure(&d, nexts + (size_t)b * d.words);
-        to = dfa_state(&d, nexts + (size_t)b * d.words, &st);
-      }
-      d.trans[(size_t)i * 256 + (size_t)b] = to;
-    }
-    if (d.work > budget) st = LLB_ERRF(LLB_STATUS_TOO_LARGE, "regex too complex to determinize");
-  }
+  for (int32_t i = 0; i < d.n_states && st == LLB_STATUS_OK; i++) st = expand(&d, i, nexts, has, budget);
   if (st == LLB_STATUS_OK) {
     out->next = realloc(d.trans, (size_t)d.n_states * 256 * sizeof(int32_t));
     if (!out->next) out->next = d.trans;

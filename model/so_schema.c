@@ -25,7 +25,7 @@
 #define SO_CONJ_MAX 256 /* schemas visited by one conjunction */
 #define SO_MAX_PATH 128 /* $ref / allOf chain being flattened */
 #define SO_MAX_GRAMMAR_DFA_STATES 16384 /* a grammar's automata: 1 KiB of transitions each */
-#define SO_SCHEMA_WORK (4 * SO_REGEX_MAX_WORK) /* regex closure steps of one schema's automata */
+#define SO_SCHEMA_WORK SO_REGEX_MAX_WORK /* one budget for all of a schema's automata */
 
 /* A conjunction being compiled: the schemas whose own keywords all apply (holders) and the
  * anyOf / oneOf lists still to choose from (pending, each with the schema holding it). */
@@ -69,7 +69,7 @@ struct compiler {
   struct dfa_entry *dfas; /* automata built, so that the same constraints share one */
   int32_t n_dfas, dfas_cap;
   int64_t dfa_states;     /* states of every automaton of the grammar (one copy each) */
-  int64_t work;           /* regex closure steps left for the whole schema */
+  int64_t work;           /* regex work units left for the whole schema */
 };
 
 static llb_status new_node(struct compiler *c, enum so_node_kind kind, int32_t *out) {
