@@ -107,7 +107,7 @@ class SecureStack(api_stack.Stack):
             return f.read().strip()
 
 
-def generate_request(rid, temperature=0.0):
+def generate_request(rid, temperature=0.0, prompt=PROMPT):
     import flatbuffers
     from llmbus import GenerateRequest as GR, OutputKind, SamplingParams as SP
     b = flatbuffers.Builder(256)
@@ -118,7 +118,7 @@ def generate_request(rid, temperature=0.0):
     SP.SamplingParamsAddOutputKind(b, OutputKind.OutputKind.Delta)
     sp = SP.SamplingParamsEnd(b)
     rid_s = b.CreateString(rid)
-    prompt = b.CreateString(PROMPT)
+    prompt = b.CreateString(prompt)
     GR.GenerateRequestStart(b)
     GR.GenerateRequestAddVersion(b, 1)
     GR.GenerateRequestAddRequestId(b, rid_s)
@@ -473,6 +473,50 @@ async def attacks(stack, results):
         assert sum(codes.values()) == 3000, f"a got {sum(codes.values())} answers of 3000: {codes}"
         print(f"     a's flood answered: {codes} (status codes; 0 = none)")
 
+    async def tenant_big_message_flood_drops_none_of_the_others_messages():
+        # a publishes near-max_payload requests (1,000,000-byte prompts, refused at once: a bad
+        # temperature) from 4 connections as fast as they go, 240 MB in all, while b runs three
+        # requests. The input processor's subscription keeps up: NATS drops no message as a
+        # slow consumer (no bus_slow_consumer line, every one of a's requests answered) and b's
+        # streams are what they are alone.
+        from llmbus import RequestOutput as RO
+        per_conn, n_conn = 60, 4
+        big = generate_request("a-big", temperature=-1.0, prompt="x" * 1_000_000)
+        conns = [await Client().connect(url, "tenant-a", stack.password("tenant-a")) for _ in range(n_conn)]
+        codes = {}
+
+        async def count(m):
+            ro = RO.RequestOutput.GetRootAs(m.data, 4)
+            code = ro.Error().Code() if ro.Error() else 0
+            codes[code] = codes.get(code, 0) + 1
+
+        log_before = len(stack.log_text())
+
+        async def flood(c, k):
+            inbox = c.nc.new_inbox()
+            await c.nc.subscribe(inbox + ".*", cb=count)
+            for i in range(per_conn):
+                await c.nc.publish("llm.generate.a", big, reply=f"{inbox}.{k}-{i}")
+            await c.nc.flush(timeout=60)
+
+        async def victim():
+            return [await generate(b.nc, "llm.generate.b", f"b-under-big-flood-{i}") for i in range(3)]
+
+        try:
+            got = await asyncio.gather(victim(), *[flood(c, k) for k, c in enumerate(conns)])
+            for ids, _ in got[0]:
+                assert ids == alone_ids, "b's stream changed under a's flood of large messages"
+            deadline = time.monotonic() + TIMEOUT_S
+            while sum(codes.values()) < per_conn * n_conn and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+        finally:
+            for c in conns:
+                await c.close()
+        slow = [ln for ln in stack.log_text()[log_before:].splitlines() if "slow_consumer" in ln or "slow consumer" in ln.lower()]
+        assert not slow, f"messages dropped as a slow consumer: {slow[:2]}"
+        assert sum(codes.values()) == per_conn * n_conn, f"a got {sum(codes.values())} answers of {per_conn * n_conn}"
+        print(f"     a's large-message flood answered: {codes} (status codes)")
+
     async def tenant_cannot_reach_jetstream_and_front_door_keeps_to_its_row():
         before = len(a.violations())
         await a.nc.publish("$JS.API.INFO", b"", reply=a.nc.new_inbox())
@@ -495,6 +539,8 @@ async def attacks(stack, results):
                tenant_payload_over_the_limit_is_refused_by_the_server)
     await case("tenant_flood_is_queued_per_tenant_and_others_complete",
                tenant_flood_is_queued_per_tenant_and_others_complete)
+    await case("tenant_big_message_flood_drops_none_of_the_others_messages",
+               tenant_big_message_flood_drops_none_of_the_others_messages)
     await case("tenant_cannot_reach_jetstream_and_front_door_keeps_to_its_row",
                tenant_cannot_reach_jetstream_and_front_door_keeps_to_its_row)
     await case("credentials_never_in_logs_or_command_lines_and_private", secrets_never_shown)
