@@ -243,9 +243,10 @@ llb_status bus_js_publish(struct bus *b, const struct bus_out_msg *m, const char
     attempts++;
     s = js_PublishMsg(&pa, js, nm, &po, &jerr);
     if (s == NATS_OK || !publish_retryable(s, jerr)) break;
-    if (s != NATS_TIMEOUT) { /* refused at once: give the election time */
-      if ((deadline_ns - llb_now_ns()) / 1000000 <= backoff_ms) break;
-      sleep_ms(backoff_ms);
+    if (s != NATS_TIMEOUT) { /* refused at once: give the election time, to the deadline */
+      const int64_t wait_ms = (deadline_ns - llb_now_ns()) / 1000000;
+      if (wait_ms <= 0) break;
+      sleep_ms(backoff_ms < wait_ms ? backoff_ms : wait_ms);
       backoff_ms = backoff_ms * 2 < JS_RETRY_SLEEP_MAX_MS ? backoff_ms * 2 : JS_RETRY_SLEEP_MAX_MS;
     } else if (llb_now_ns() >= deadline_ns) {
       break;
