@@ -1,14 +1,14 @@
 /* Prometheus registry and text exposition (see metrics.h). */
 #include "base/metrics.h"
 
-#include "base/metrics_text.h"
-
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/metrics_text.h"
 
 #define METRICS_MAX_FAMILIES 256
 #define METRICS_MAX_HOOKS 8

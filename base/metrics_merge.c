@@ -58,7 +58,7 @@ static bool plain_token(const char *s, size_t cap) {
 }
 
 llb_status llb_metrics_merge_put(struct llb_metrics_merge *m, const char *actor, const char *instance, const char *text,
-                             size_t len, int64_t now_ns) {
+                                 size_t len, int64_t now_ns) {
   if (!plain_token(actor, sizeof m->sources[0].actor) || !plain_token(instance, sizeof m->sources[0].instance))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "metrics from an actor or instance with an unusual name");
   if (len > LLB_METRICS_MERGE_MAX_TEXT) return LLB_ERRF(LLB_STATUS_TOO_LARGE, "metrics text of %zu bytes", len);

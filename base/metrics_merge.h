@@ -41,7 +41,7 @@ void llb_metrics_merge_destroy(struct llb_metrics_merge *m); /* NULL ok */
  * over LLB_METRICS_MERGE_MAX_TEXT, names that are not subject tokens, or a new source past
  * LLB_METRICS_MERGE_MAX_SOURCES are refused (INVALID_ARGUMENT / TOO_LARGE / QUEUE_FULL). */
 llb_status llb_metrics_merge_put(struct llb_metrics_merge *m, const char *actor, const char *instance, const char *text,
-                             size_t len, int64_t now_ns);
+                                 size_t len, int64_t now_ns);
 
 /* Renders `own` (this process's series: process, bus; as they are) and `view` (the api server's
  * view of the engine: requests, tokens, latencies, the engines' stats), either NULL = none, and
