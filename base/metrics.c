@@ -3,15 +3,17 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/metrics_text.h"
+
 #define METRICS_MAX_FAMILIES 256
 #define METRICS_MAX_HOOKS 8
 #define METRICS_VALUE_MAX 128
+#define METRICS_CONST_VALUE_MAX 256 /* a served model's name (model_name) fits */
 
 struct llb_series {
   struct llb_metric *family;
@@ -38,7 +40,7 @@ struct llb_metrics {
   pthread_mutex_t mu;
   struct llb_metric *families[METRICS_MAX_FAMILIES];
   int num_families;
-  char const_labels[LLB_METRICS_MAX_CONST_LABELS][2][METRICS_VALUE_MAX];
+  char const_labels[LLB_METRICS_MAX_CONST_LABELS][2][METRICS_CONST_VALUE_MAX];
   int num_const_labels;
   struct {
     llb_metrics_collect_fn fn;
@@ -107,8 +109,8 @@ llb_status llb_metrics_add_const_label(struct llb_metrics *r, const char *name, 
   else if (r->num_const_labels >= LLB_METRICS_MAX_CONST_LABELS || r->num_families > 0)
     st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "metrics: constant label '%s' too late or too many", name);
   if (st == LLB_STATUS_OK) {
-    snprintf(r->const_labels[r->num_const_labels][0], METRICS_VALUE_MAX, "%s", name);
-    snprintf(r->const_labels[r->num_const_labels][1], METRICS_VALUE_MAX, "%s", value);
+    snprintf(r->const_labels[r->num_const_labels][0], METRICS_CONST_VALUE_MAX, "%s", name);
+    snprintf(r->const_labels[r->num_const_labels][1], METRICS_CONST_VALUE_MAX, "%s", value);
     r->num_const_labels++;
   }
   pthread_mutex_unlock(&r->mu);
@@ -274,15 +276,17 @@ void llb_series_set(struct llb_series *s, double v) {
   }
 }
 
-void llb_series_observe(struct llb_series *s, double v) {
-  if (!s || isnan(v) || s->family->type != LLB_METRIC_TYPE_HISTOGRAM) return;
+void llb_series_observe_n(struct llb_series *s, double v, uint64_t n) {
+  if (!s || isnan(v) || n == 0 || s->family->type != LLB_METRIC_TYPE_HISTOGRAM) return;
   const struct llb_metric *m = s->family;
   int i = 0;
   while (i < m->num_bounds && v > m->bounds[i]) i++;
-  atomic_fetch_add(&s->buckets[i], 1);
-  atomic_add_double(&s->sum_bits, v);
-  atomic_fetch_add(&s->count, 1);
+  atomic_fetch_add(&s->buckets[i], n);
+  atomic_add_double(&s->sum_bits, v * (double)n);
+  atomic_fetch_add(&s->count, n);
 }
+
+void llb_series_observe(struct llb_series *s, double v) { llb_series_observe_n(s, v, 1); }
 
 double llb_series_value(const struct llb_series *s) {
   if (!s) return 0;
@@ -292,80 +296,40 @@ double llb_series_value(const struct llb_series *s) {
 
 /* ---- rendering ---- */
 
-struct text {
-  char *data;
-  size_t len, cap;
-  bool oom;
-};
-
-static void text_printf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_printf(struct text *t, const char *fmt, ...) {
-  if (t->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(t->data ? t->data + t->len : NULL, t->data ? t->cap - t->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if (t->data && t->len + (size_t)n < t->cap) {
-      t->len += (size_t)n;
-      return;
-    }
-    size_t cap = t->cap ? t->cap * 2 : 4096;
-    while (cap < t->len + (size_t)n + 1) cap *= 2;
-    char *d = realloc(t->data, cap);
-    if (!d) {
-      t->oom = true;
-      return;
-    }
-    t->data = d, t->cap = cap;
-  }
-}
-
-/* Escapes a label value (\\, \", \n) or, with help = true, a help text (\\, \n). */
-static void text_escaped(struct text *t, const char *s, bool help) {
-  for (; *s; s++) {
-    if (*s == '\\') text_printf(t, "\\\\");
-    else if (*s == '\n') text_printf(t, "\\n");
-    else if (*s == '"' && !help) text_printf(t, "\\\"");
-    else text_printf(t, "%c", *s);
-  }
-}
-
-static void text_value(struct text *t, double v) {
-  if (isnan(v)) text_printf(t, "NaN");
-  else if (isinf(v)) text_printf(t, v > 0 ? "+Inf" : "-Inf");
-  else text_printf(t, "%.17g", v);
+static void text_value(struct llb_text *t, double v) {
+  if (isnan(v)) llb_text_printf(t, "NaN");
+  else if (isinf(v)) llb_text_printf(t, v > 0 ? "+Inf" : "-Inf");
+  else llb_text_printf(t, "%.17g", v);
 }
 
 /* {const labels, family labels[, le="..."]}; nothing when there is no label at all. */
-static void text_labels(struct text *t, const struct llb_metrics *r, const struct llb_series *s, const char *le) {
+static void text_labels(struct llb_text *t, const struct llb_metrics *r, const struct llb_series *s, const char *le) {
   const struct llb_metric *m = s->family;
   if (r->num_const_labels + m->num_labels == 0 && !le) return;
-  text_printf(t, "{");
+  llb_text_printf(t, "{");
   const char *sep = "";
   for (int i = 0; i < r->num_const_labels; i++, sep = ",") {
-    text_printf(t, "%s%s=\"", sep, r->const_labels[i][0]);
-    text_escaped(t, r->const_labels[i][1], false);
-    text_printf(t, "\"");
+    llb_text_printf(t, "%s%s=\"", sep, r->const_labels[i][0]);
+    llb_text_escaped(t, r->const_labels[i][1], false);
+    llb_text_printf(t, "\"");
   }
   for (int i = 0; i < m->num_labels; i++, sep = ",") {
-    text_printf(t, "%s%s=\"", sep, m->labels[i]);
-    text_escaped(t, s->values[i], false);
-    text_printf(t, "\"");
+    llb_text_printf(t, "%s%s=\"", sep, m->labels[i]);
+    llb_text_escaped(t, s->values[i], false);
+    llb_text_printf(t, "\"");
   }
-  if (le) text_printf(t, "%sle=\"%s\"", sep, le);
-  text_printf(t, "}");
+  if (le) llb_text_printf(t, "%sle=\"%s\"", sep, le);
+  llb_text_printf(t, "}");
 }
 
-static void render_series(struct text *t, const struct llb_metrics *r, struct llb_series *s) {
+static void render_series(struct llb_text *t, const struct llb_metrics *r, struct llb_series *s) {
   const struct llb_metric *m = s->family;
   if (m->type != LLB_METRIC_TYPE_HISTOGRAM) {
-    text_printf(t, "%s", m->name);
+    llb_text_printf(t, "%s", m->name);
     text_labels(t, r, s, NULL);
-    text_printf(t, " ");
+    llb_text_printf(t, " ");
     text_value(t, bits_to_double(atomic_load(&s->value_bits)));
-    text_printf(t, "\n");
+    llb_text_printf(t, "\n");
     return;
   }
   uint64_t cum = 0;
@@ -374,18 +338,18 @@ static void render_series(struct text *t, const struct llb_metrics *r, struct ll
     if (i < m->num_bounds) snprintf(le, sizeof le, "%.15g", m->bounds[i]);
     else snprintf(le, sizeof le, "+Inf");
     cum += atomic_load(&s->buckets[i]);
-    text_printf(t, "%s_bucket", m->name);
+    llb_text_printf(t, "%s_bucket", m->name);
     text_labels(t, r, s, le);
-    text_printf(t, " %llu\n", (unsigned long long)cum);
+    llb_text_printf(t, " %llu\n", (unsigned long long)cum);
   }
-  text_printf(t, "%s_sum", m->name);
+  llb_text_printf(t, "%s_sum", m->name);
   text_labels(t, r, s, NULL);
-  text_printf(t, " ");
+  llb_text_printf(t, " ");
   text_value(t, bits_to_double(atomic_load(&s->sum_bits)));
   /* the count is the +Inf bucket, so the two always agree in one exposition */
-  text_printf(t, "\n%s_count", m->name);
+  llb_text_printf(t, "\n%s_count", m->name);
   text_labels(t, r, s, NULL);
-  text_printf(t, " %llu\n", (unsigned long long)cum);
+  llb_text_printf(t, " %llu\n", (unsigned long long)cum);
 }
 
 static const char *type_name(enum llb_metric_type t) {
@@ -399,14 +363,14 @@ llb_status llb_metrics_render(struct llb_metrics *r, char **text, size_t *len) {
   int num_hooks = r->num_hooks;
   pthread_mutex_unlock(&r->mu);
   for (int i = 0; i < num_hooks; i++) r->hooks[i].fn(r, r->hooks[i].user);
-  struct text t = {0};
-  text_printf(&t, "%s", ""); /* an empty registry renders as "" */
+  struct llb_text t = {0};
+  llb_text_append(&t, "", 0); /* an empty registry renders as "" */
   pthread_mutex_lock(&r->mu);
   for (int f = 0; f < r->num_families; f++) {
     struct llb_metric *m = r->families[f];
-    text_printf(&t, "# HELP %s ", m->name);
-    text_escaped(&t, m->help, true);
-    text_printf(&t, "\n# TYPE %s %s\n", m->name, type_name(m->type));
+    llb_text_printf(&t, "# HELP %s ", m->name);
+    llb_text_escaped(&t, m->help, true);
+    llb_text_printf(&t, "\n# TYPE %s %s\n", m->name, type_name(m->type));
     for (int i = 0; i < m->num_series; i++) render_series(&t, r, m->series[i]);
     if (m->series[LLB_METRICS_MAX_SERIES]) render_series(&t, r, m->series[LLB_METRICS_MAX_SERIES]);
   }

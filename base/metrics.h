@@ -56,8 +56,9 @@ llb_status llb_metrics_create(struct llb_metrics **out);
 /* Frees the registry, its families and series. NULL ok. No other call may run concurrently. */
 void llb_metrics_destroy(struct llb_metrics *r);
 
-/* Adds a label written on every series of the registry (engine="0"), before the family's own.
- * `name` and `value` are copied. INVALID_ARGUMENT: bad name, more than
+/* Adds a label written on every series of the registry (engine="0", model_name="<served id>"),
+ * before the family's own. `name` and `value` are copied (at most 255 bytes each, longer ones
+ * cut). INVALID_ARGUMENT: bad name, more than
  * LLB_METRICS_MAX_CONST_LABELS, or a family already registered. */
 llb_status llb_metrics_add_const_label(struct llb_metrics *r, const char *name, const char *value);
 
@@ -91,6 +92,9 @@ void llb_series_add(struct llb_series *s, double v);
 void llb_series_set(struct llb_series *s, double v);
 /* Histogram: counts v in the first bucket whose upper bound is >= v (le), adds it to the sum. */
 void llb_series_observe(struct llb_series *s, double v);
+/* Histogram: n observations of the same v at once (n tokens that arrived after one gap share
+ * it): n into v's bucket and the count, n * v into the sum. n = 0 or NaN: nothing. */
+void llb_series_observe_n(struct llb_series *s, double v, uint64_t n);
 /* Current value (counter or gauge) or count (histogram). NULL: 0. */
 double llb_series_value(const struct llb_series *s);
 

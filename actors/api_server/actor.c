@@ -36,7 +36,6 @@
 #include "actors/api_server/http_reply.h"
 #include "actors/api_server/inbox.h"
 #include "actors/api_server/loop_call.h"
-#include "actors/api_server/metrics_merge.h"
 #include "actors/api_server/peer_beats.h"
 #include "actors/api_server/plain_routes.h"
 #include "base/hash.h"
@@ -77,7 +76,7 @@ struct api_actor {
   struct api_metrics *metrics;
   atomic_int_fast64_t inflight;
   struct api_peer_beats *peers;   /* engine stats, heartbeats: /health, restarts seen */
-  struct metrics_merge *merge;    /* the engine actors' metrics, merged into /metrics */
+  struct llb_metrics_merge *merge; /* the engine actors' metrics, merged into /metrics */
 };
 
 /* The sampling seed of a request that gives none: from the --seed generator (splitmix64 of the
@@ -650,7 +649,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     case 1: handle_generate(a, req, API_ENDPOINT_CHAT, NULL, tenant); break;
     case 2: api_route_models(req, a->model_names, a->num_model_names, a->max_model_len); break;
     case 3: api_peer_beats_route_health(a->peers, req); break;
-    case 4: api_route_metrics(req, a->metrics, a->o.registry, a->merge); break;
+    case 4: api_route_metrics(req, a->merge, api_metrics_registry(a->metrics), a->o.registry); break;
     case 5: handle_generate(a, req, API_ENDPOINT_TOKENIZE, NULL, tenant); break;
     case 6: handle_generate(a, req, API_ENDPOINT_DETOKENIZE, NULL, tenant); break;
     case 7: api_route_version(req); break;
@@ -792,7 +791,7 @@ llb_status api_actor_create(const struct api_actor_options *o, struct api_actor 
   if (st == LLB_STATUS_OK) st = api_inbox_create(on_inbox_item, a, &a->inbox);
   if (st == LLB_STATUS_OK) st = api_sub_table_create(&a->subs);
   if (st == LLB_STATUS_OK) st = api_metrics_create(a->model_name, &a->metrics);
-  if (st == LLB_STATUS_OK) st = metrics_merge_create(a->o.health_window_ms, &a->merge);
+  if (st == LLB_STATUS_OK) st = llb_metrics_merge_create(a->o.health_window_ms, &a->merge);
   if (st == LLB_STATUS_OK)
     st = api_peer_beats_create(o->health_actors ? o->health_actors : API_ACTOR_DEFAULT_HEALTH_ACTORS,
                                a->o.health_window_ms, a->metrics, &a->peers);
@@ -826,7 +825,7 @@ static void on_actor_metrics(struct bus *bus, const struct bus_msg *msg, void *u
   if (strlen(msg->subject) <= skip ||
       sscanf(msg->subject + skip, "%63[^.].%95[^.].metrics", actor, instance) != 2 || !strcmp(actor, "api_server"))
     return;
-  if (metrics_merge_put(a->merge, actor, instance, (const char *)msg->data, msg->len, llb_now_ns()) != LLB_STATUS_OK)
+  if (llb_metrics_merge_put(a->merge, actor, instance, (const char *)msg->data, msg->len, llb_now_ns()) != LLB_STATUS_OK)
     LLB_LOG_DEBUG("actor_metrics_refused", "subject=%s bytes=%zu", msg->subject, msg->len);
 }
 
@@ -875,7 +874,7 @@ void api_actor_destroy(struct api_actor *a) {
   llb_buf_free(&a->enc);
   api_peer_beats_destroy(a->peers);
   api_metrics_destroy(a->metrics);
-  metrics_merge_destroy(a->merge);
+  llb_metrics_merge_destroy(a->merge);
   api_loop_call_destroy(a->loop);
   free(a->local_media_dir);
   free(a->refused_response);

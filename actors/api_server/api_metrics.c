@@ -1,111 +1,114 @@
-/* Api server metrics and Prometheus text (see api_metrics.h). */
+/* The api server's view of the engine in a base/metrics registry (see api_metrics.h). */
 #include "actors/api_server/api_metrics.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Bucket bounds in seconds, as vLLM's v1 loggers. */
-static const double ttft_buckets[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
-                                      0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0,
-                                      160.0, 640.0, 2560.0};
-static const double itl_buckets[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
-                                     0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
-static const double e2e_buckets[] = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0, 15.0, 20.0,
-                                     30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+enum { REASON_STOP, REASON_LENGTH, REASON_ABORT, REASON_OTHER, REASON_COUNT };
+static const char *const reason_names[REASON_COUNT] = {"stop", "length", "abort", "other"};
 
-#define HIST_MAX_BUCKETS 24
-
-struct histogram {
-  const double *bounds; /* [num_bounds] upper bounds, ascending */
-  int num_bounds;
-  uint64_t counts[HIST_MAX_BUCKETS + 1]; /* per bucket (not cumulative); last = +Inf */
-  double sum;
-  uint64_t count;
+/* The per-engine families, in the order rendered; each is filled from one SchedulerStats field. */
+enum {
+  ENGINE_WAITING,
+  ENGINE_RUNNING,
+  ENGINE_KV_USAGE,
+  ENGINE_PREFIX_QUERIES,
+  ENGINE_PREFIX_HITS,
+  ENGINE_PREEMPTIONS,
+  ENGINE_ENCODER_QUERIES,
+  ENGINE_ENCODER_HITS,
+  ENGINE_ENCODER_INPUTS,
+  ENGINE_COUNT
 };
 
-static void hist_observe(struct histogram *h, double v) {
-  int i = 0;
-  while (i < h->num_bounds && v > h->bounds[i]) i++;
-  h->counts[i]++;
-  h->sum += v;
-  h->count++;
-}
-
-enum { REASON_STOP, REASON_LENGTH, REASON_ABORT, REASON_OTHER, REASON_COUNT };
-static const char *reason_names[REASON_COUNT] = {"stop", "length", "abort", "other"};
-
-struct engine_slot {
-  bool used;
-  char id[64];
-  struct llb_scheduler_stats s; /* strings not kept: engine_id copied into id */
+static const struct {
+  const char *name, *help;
+  bool counter;
+} engine_families[ENGINE_COUNT] = {
+    [ENGINE_WAITING] = {"llmbus:num_requests_waiting", "Requests waiting in the engine's queue.", false},
+    [ENGINE_RUNNING] = {"llmbus:num_requests_running_engine", "Requests running in the engine.", false},
+    [ENGINE_KV_USAGE] = {"llmbus:kv_cache_usage_perc", "KV-cache usage, 1 = full.", false},
+    [ENGINE_PREFIX_QUERIES] = {"llmbus:prefix_cache_queries_total", "Prefix-cache queries (tokens).", true},
+    [ENGINE_PREFIX_HITS] = {"llmbus:prefix_cache_hits_total", "Prefix-cache hits (tokens).", true},
+    [ENGINE_PREEMPTIONS] = {"llmbus:num_preemptions_total", "Preemptions in the engine.", true},
+    [ENGINE_ENCODER_QUERIES] = {"llmbus:encoder_cache_queries_total", "Encoder-cache queries (multimodal items).", true},
+    [ENGINE_ENCODER_HITS] = {"llmbus:encoder_cache_hits_total", "Encoder-cache hits (items not encoded again).", true},
+    [ENGINE_ENCODER_INPUTS] = {"llmbus:encoder_inputs_computed_total", "Multimodal items sent to the encoder.", true},
 };
 
 struct api_metrics {
-  pthread_mutex_t mu;
-  char model_label[2 * API_MAX_MODEL_BYTES];
-  int64_t running;
-  uint64_t success[REASON_COUNT];
-  uint64_t errors[600]; /* by HTTP status */
-  uint64_t prompt_tokens, generation_tokens;
-  struct histogram ttft, itl, e2e;
-  struct engine_slot engines[API_METRICS_MAX_ENGINES];
+  struct llb_metrics *registry;
+  struct llb_series *running, *prompt_tokens, *generation_tokens, *ttft, *itl, *e2e;
+  struct llb_series *success[REASON_COUNT];
+  struct llb_metric *errors;                /* label status */
+  struct llb_metric *engine[ENGINE_COUNT]; /* label engine */
 };
 
-/* Prometheus label value escaping: backslash, double quote, newline. */
-static void escape_label(const char *s, char *out, size_t cap) {
-  size_t j = 0;
-  for (; *s && j + 3 < cap; s++) {
-    if (*s == '\\' || *s == '"') {
-      out[j++] = '\\';
-      out[j++] = *s;
-    } else if (*s == '\n') {
-      out[j++] = '\\';
-      out[j++] = 'n';
-    } else {
-      out[j++] = *s;
-    }
+static struct llb_series *one(struct llb_metric *m) { return llb_metric_series(m, NULL); }
+
+static struct llb_series *histogram(struct llb_metrics *r, const char *name, const char *help,
+                                    const double *(*buckets)(int *)) {
+  int n;
+  const double *b = buckets(&n);
+  return one(llb_metrics_histogram(r, name, help, b, n, 0, NULL));
+}
+
+/* The families, in the order /metrics shows them. */
+static bool register_families(struct api_metrics *m) {
+  struct llb_metrics *r = m->registry;
+  m->running = one(llb_metrics_gauge(r, "llmbus:num_requests_running", "Requests in flight in this api server.", 0, NULL));
+  static const char *const reason_label[] = {"finished_reason"}, *const status_label[] = {"status"},
+                           *const engine_label[] = {"engine"};
+  struct llb_metric *success =
+      llb_metrics_counter(r, "llmbus:request_success_total", "Finished requests by finish reason.", 1, reason_label);
+  bool ok = m->running && success;
+  for (int i = 0; ok && i < REASON_COUNT; i++) /* every reason renders, 0 until counted */
+    ok = (m->success[i] = llb_metric_series(success, &reason_names[i])) != NULL;
+  m->errors = llb_metrics_counter(r, "llmbus:request_errors_total", "Failed requests by HTTP status.", 1, status_label);
+  m->prompt_tokens = one(llb_metrics_counter(r, "llmbus:prompt_tokens_total", "Prompt tokens of finished requests.", 0, NULL));
+  m->generation_tokens =
+      one(llb_metrics_counter(r, "llmbus:generation_tokens_total", "Generated tokens of finished requests.", 0, NULL));
+  m->ttft = histogram(r, "llmbus:time_to_first_token_seconds", "Time to first token.", llb_metrics_buckets_ttft);
+  m->itl = histogram(r, "llmbus:inter_token_latency_seconds", "Time per output token after the first.",
+                     llb_metrics_buckets_itl);
+  m->e2e = histogram(r, "llmbus:e2e_request_latency_seconds", "End-to-end request latency.",
+                     llb_metrics_buckets_request_latency);
+  ok = ok && m->errors && m->prompt_tokens && m->generation_tokens && m->ttft && m->itl && m->e2e;
+  for (int k = 0; ok && k < ENGINE_COUNT; k++) {
+    const char *name = engine_families[k].name, *help = engine_families[k].help;
+    m->engine[k] = engine_families[k].counter ? llb_metrics_counter(r, name, help, 1, engine_label)
+                                              : llb_metrics_gauge(r, name, help, 1, engine_label);
+    ok = m->engine[k] != NULL;
   }
-  out[j] = '\0';
+  return ok;
 }
 
 llb_status api_metrics_create(const char *model_name, struct api_metrics **out) {
   struct api_metrics *m = calloc(1, sizeof *m);
   if (!m) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "api_metrics: out of memory");
-  pthread_mutex_init(&m->mu, NULL);
-  escape_label(model_name ? model_name : "", m->model_label, sizeof m->model_label);
-  m->ttft = (struct histogram){.bounds = ttft_buckets, .num_bounds = (int)(sizeof ttft_buckets / sizeof(double))};
-  m->itl = (struct histogram){.bounds = itl_buckets, .num_bounds = (int)(sizeof itl_buckets / sizeof(double))};
-  m->e2e = (struct histogram){.bounds = e2e_buckets, .num_bounds = (int)(sizeof e2e_buckets / sizeof(double))};
+  llb_status st = llb_metrics_create(&m->registry);
+  if (st == LLB_STATUS_OK) st = llb_metrics_add_const_label(m->registry, "model_name", model_name ? model_name : "");
+  if (st == LLB_STATUS_OK && !register_families(m)) st = LLB_UPDATE_ERR_STACK(LLB_STATUS_OUT_OF_MEMORY);
+  if (st != LLB_STATUS_OK) {
+    api_metrics_destroy(m);
+    return st;
+  }
   *out = m;
   return LLB_STATUS_OK;
 }
 
 void api_metrics_destroy(struct api_metrics *m) {
   if (!m) return;
-  pthread_mutex_destroy(&m->mu);
+  llb_metrics_destroy(m->registry);
   free(m);
 }
 
-void api_metrics_request_started(struct api_metrics *m) {
-  pthread_mutex_lock(&m->mu);
-  m->running++;
-  pthread_mutex_unlock(&m->mu);
-}
+struct llb_metrics *api_metrics_registry(struct api_metrics *m) { return m->registry; }
 
-void api_metrics_request_ended(struct api_metrics *m) {
-  pthread_mutex_lock(&m->mu);
-  if (m->running > 0) m->running--;
-  pthread_mutex_unlock(&m->mu);
-}
+void api_metrics_request_started(struct api_metrics *m) { llb_series_add(m->running, 1); }
 
-int64_t api_metrics_running(struct api_metrics *m) {
-  pthread_mutex_lock(&m->mu);
-  int64_t r = m->running;
-  pthread_mutex_unlock(&m->mu);
-  return r;
-}
+void api_metrics_request_ended(struct api_metrics *m) { llb_series_add(m->running, -1); }
 
 void api_metrics_request_succeeded(struct api_metrics *m, const char *finished_reason,
                                    int64_t prompt_tokens, int64_t generation_tokens,
@@ -113,122 +116,40 @@ void api_metrics_request_succeeded(struct api_metrics *m, const char *finished_r
   int r = REASON_OTHER;
   for (int i = 0; finished_reason && i < REASON_OTHER; i++)
     if (strcmp(finished_reason, reason_names[i]) == 0) r = i;
-  pthread_mutex_lock(&m->mu);
-  m->success[r]++;
-  if (prompt_tokens > 0) m->prompt_tokens += (uint64_t)prompt_tokens;
-  if (generation_tokens > 0) m->generation_tokens += (uint64_t)generation_tokens;
-  if (ttft_s >= 0) hist_observe(&m->ttft, ttft_s);
-  if (e2e_s >= 0) hist_observe(&m->e2e, e2e_s);
-  pthread_mutex_unlock(&m->mu);
+  llb_series_add(m->success[r], 1);
+  if (prompt_tokens > 0) llb_series_add(m->prompt_tokens, (double)prompt_tokens);
+  if (generation_tokens > 0) llb_series_add(m->generation_tokens, (double)generation_tokens);
+  if (ttft_s >= 0) llb_series_observe(m->ttft, ttft_s);
+  if (e2e_s >= 0) llb_series_observe(m->e2e, e2e_s);
 }
 
 void api_metrics_observe_itl(struct api_metrics *m, double gap_s, int64_t count) {
   if (gap_s < 0 || count <= 0) return;
-  pthread_mutex_lock(&m->mu);
-  for (int64_t i = 0; i < count; i++) hist_observe(&m->itl, gap_s);
-  pthread_mutex_unlock(&m->mu);
+  llb_series_observe_n(m->itl, gap_s, (uint64_t)count);
 }
 
 void api_metrics_request_failed(struct api_metrics *m, int status) {
   if (status < 0 || status >= 600) status = 500;
-  pthread_mutex_lock(&m->mu);
-  m->errors[status]++;
-  pthread_mutex_unlock(&m->mu);
+  char value[8];
+  snprintf(value, sizeof value, "%d", status);
+  const char *values[] = {value};
+  llb_series_add(llb_metric_series(m->errors, values), 1);
 }
 
 void api_metrics_engine_stats(struct api_metrics *m, const struct llb_scheduler_stats *s) {
   char id[64];
   snprintf(id, sizeof id, "%.*s", (int)s->engine_id.len, s->engine_id.data ? s->engine_id.data : "");
-  pthread_mutex_lock(&m->mu);
-  struct engine_slot *slot = NULL;
-  for (int i = 0; i < API_METRICS_MAX_ENGINES && !slot; i++)
-    if (m->engines[i].used && strcmp(m->engines[i].id, id) == 0) slot = &m->engines[i];
-  for (int i = 0; i < API_METRICS_MAX_ENGINES && !slot; i++)
-    if (!m->engines[i].used) slot = &m->engines[i];
-  if (slot) {
-    slot->used = true;
-    memcpy(slot->id, id, sizeof id);
-    slot->s = *s;
-    slot->s.engine_id = (struct llb_str){0};
-  }
-  pthread_mutex_unlock(&m->mu);
-}
-
-static bool head(struct api_buf *o, const char *name, const char *type, const char *help) {
-  return api_buf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static bool render_hist(struct api_buf *o, const char *name, const char *help,
-                        const struct histogram *h, const char *label) {
-  bool ok = head(o, name, "histogram", help);
-  uint64_t cum = 0;
-  for (int i = 0; ok && i <= h->num_bounds; i++) {
-    cum += h->counts[i];
-    if (i < h->num_bounds)
-      ok = api_buf_printf(o, "%s_bucket{%s,le=\"%g\"} %llu\n", name, label, h->bounds[i], (unsigned long long)cum);
-    else
-      ok = api_buf_printf(o, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, label, (unsigned long long)cum);
-  }
-  return ok && api_buf_printf(o, "%s_sum{%s} %.9g\n%s_count{%s} %llu\n", name, label, h->sum, name, label,
-                              (unsigned long long)h->count);
-}
-
-bool api_metrics_render(struct api_metrics *m, struct api_buf *o) {
-  pthread_mutex_lock(&m->mu);
-  char label[sizeof m->model_label + 16];
-  snprintf(label, sizeof label, "model_name=\"%s\"", m->model_label);
-  bool ok = head(o, "llmbus:num_requests_running", "gauge", "Requests in flight in this api server.") &&
-            api_buf_printf(o, "llmbus:num_requests_running{%s} %lld\n", label, (long long)m->running);
-  ok = ok && head(o, "llmbus:request_success_total", "counter", "Finished requests by finish reason.");
-  for (int i = 0; ok && i < REASON_COUNT; i++)
-    ok = api_buf_printf(o, "llmbus:request_success_total{%s,finished_reason=\"%s\"} %llu\n", label,
-                        reason_names[i], (unsigned long long)m->success[i]);
-  ok = ok && head(o, "llmbus:request_errors_total", "counter", "Failed requests by HTTP status.");
-  for (int i = 0; ok && i < 600; i++)
-    if (m->errors[i])
-      ok = api_buf_printf(o, "llmbus:request_errors_total{%s,status=\"%d\"} %llu\n", label, i,
-                          (unsigned long long)m->errors[i]);
-  ok = ok && head(o, "llmbus:prompt_tokens_total", "counter", "Prompt tokens of finished requests.") &&
-       api_buf_printf(o, "llmbus:prompt_tokens_total{%s} %llu\n", label, (unsigned long long)m->prompt_tokens) &&
-       head(o, "llmbus:generation_tokens_total", "counter", "Generated tokens of finished requests.") &&
-       api_buf_printf(o, "llmbus:generation_tokens_total{%s} %llu\n", label,
-                      (unsigned long long)m->generation_tokens) &&
-       render_hist(o, "llmbus:time_to_first_token_seconds", "Time to first token.", &m->ttft, label) &&
-       render_hist(o, "llmbus:inter_token_latency_seconds", "Time per output token after the first.", &m->itl,
-                   label) &&
-       render_hist(o, "llmbus:e2e_request_latency_seconds", "End-to-end request latency.", &m->e2e, label);
-  struct {
-    const char *name, *type, *help;
-  } eg[] = {
-      {"llmbus:num_requests_waiting", "gauge", "Requests waiting in the engine's queue."},
-      {"llmbus:num_requests_running_engine", "gauge", "Requests running in the engine."},
-      {"llmbus:kv_cache_usage_perc", "gauge", "KV-cache usage, 1 = full."},
-      {"llmbus:prefix_cache_queries_total", "counter", "Prefix-cache queries (tokens)."},
-      {"llmbus:prefix_cache_hits_total", "counter", "Prefix-cache hits (tokens)."},
-      {"llmbus:num_preemptions_total", "counter", "Preemptions in the engine."},
-      {"llmbus:encoder_cache_queries_total", "counter", "Encoder-cache queries (multimodal items)."},
-      {"llmbus:encoder_cache_hits_total", "counter", "Encoder-cache hits (items not encoded again)."},
-      {"llmbus:encoder_inputs_computed_total", "counter", "Multimodal items sent to the encoder."},
+  const char *values[] = {id};
+  const double v[ENGINE_COUNT] = {
+      [ENGINE_WAITING] = s->num_waiting_reqs,
+      [ENGINE_RUNNING] = s->num_running_reqs,
+      [ENGINE_KV_USAGE] = s->kv_cache_usage,
+      [ENGINE_PREFIX_QUERIES] = (double)s->prefix_cache_queries,
+      [ENGINE_PREFIX_HITS] = (double)s->prefix_cache_hits,
+      [ENGINE_PREEMPTIONS] = (double)s->num_preemptions,
+      [ENGINE_ENCODER_QUERIES] = (double)s->encoder_cache_queries,
+      [ENGINE_ENCODER_HITS] = (double)s->encoder_cache_hits,
+      [ENGINE_ENCODER_INPUTS] = (double)s->encoder_inputs_computed,
   };
-  for (size_t k = 0; ok && k < sizeof eg / sizeof eg[0]; k++) {
-    ok = head(o, eg[k].name, eg[k].type, eg[k].help);
-    for (int i = 0; ok && i < API_METRICS_MAX_ENGINES; i++) {
-      const struct engine_slot *e = &m->engines[i];
-      if (!e->used) continue;
-      char eid[160];
-      escape_label(e->id, eid, sizeof eid);
-      double v = k == 0   ? e->s.num_waiting_reqs
-                 : k == 1 ? e->s.num_running_reqs
-                 : k == 2 ? e->s.kv_cache_usage
-                 : k == 3 ? (double)e->s.prefix_cache_queries
-                 : k == 4 ? (double)e->s.prefix_cache_hits
-                 : k == 5 ? (double)e->s.num_preemptions
-                 : k == 6 ? (double)e->s.encoder_cache_queries
-                 : k == 7 ? (double)e->s.encoder_cache_hits
-                          : (double)e->s.encoder_inputs_computed;
-      ok = api_buf_printf(o, "%s{%s,engine=\"%s\"} %.17g\n", eg[k].name, label, eid, v);
-    }
-  }
-  pthread_mutex_unlock(&m->mu);
-  return ok;
+  for (int k = 0; k < ENGINE_COUNT; k++) llb_series_set(llb_metric_series(m->engine[k], values), v[k]);
 }

@@ -7,7 +7,6 @@
 
 #include "actors/api_server/api_tokenize.h"
 #include "actors/api_server/http_reply.h"
-#include "actors/api_server/metrics_merge.h"
 #include "base/log.h"
 
 void api_route_version(struct evhttp_request *req) {
@@ -27,20 +26,13 @@ void api_route_models(struct evhttp_request *req, const char *const *names, int 
   api_buf_free(&b);
 }
 
-void api_route_metrics(struct evhttp_request *req, struct api_metrics *metrics, struct llb_metrics *registry,
-                       struct metrics_merge *merge) {
-  struct api_buf view = {0}, b = {0};
-  char *own = NULL;
-  size_t own_len = 0;
-  bool ok = api_metrics_render(metrics, &view) &&
-            (!registry || llb_metrics_render(registry, &own, &own_len) == LLB_STATUS_OK);
-  if (ok && merge) ok = metrics_merge_render(merge, view.data, view.len, own, own_len, llb_now_ns(), &b);
-  else if (ok) ok = api_buf_append(&b, view.data, view.len) && (!own || api_buf_append(&b, own, own_len));
-  if (ok)
-    api_http_send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
+void api_route_metrics(struct evhttp_request *req, struct llb_metrics_merge *merge, struct llb_metrics *view,
+                       struct llb_metrics *own) {
+  char *text = NULL;
+  size_t len = 0;
+  if (llb_metrics_merge_render(merge, own, view, llb_now_ns(), &text, &len) == LLB_STATUS_OK)
+    api_http_send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
   else
     evhttp_send_error(req, 500, NULL);
-  free(own);
-  api_buf_free(&view);
-  api_buf_free(&b);
+  free(text);
 }

@@ -5,8 +5,7 @@
 
 #include <stdint.h>
 
-#include "actors/api_server/api_metrics.h"
-#include "base/metrics.h"
+#include "base/metrics_merge.h"
 
 struct evhttp_request; /* libevent */
 
@@ -14,12 +13,11 @@ struct evhttp_request; /* libevent */
  * vLLM lists them), each with max_model_len when known (> 0). */
 void api_route_models(struct evhttp_request *req, const char *const *names, int num, int32_t max_model_len);
 
-/* Prometheus text: the server's own metrics (its view of the engine, then `registry`'s: NULL =
- * none; the process and bus metrics), merged with every engine actor's (`merge`, NULL = none;
- * metrics_merge.h: a family an actor publishes replaces the view's). 500 when rendering fails. */
-struct metrics_merge;
-void api_route_metrics(struct evhttp_request *req, struct api_metrics *metrics, struct llb_metrics *registry,
-                       struct metrics_merge *merge);
+/* Prometheus text (base/metrics_merge.h): the server's view of the engine (`view`), the process
+ * and bus metrics (`own`: NULL = none) and every engine actor's series kept by `merge`; a family
+ * an actor publishes replaces the view's. 500 when rendering fails. */
+void api_route_metrics(struct evhttp_request *req, struct llb_metrics_merge *merge, struct llb_metrics *view,
+                       struct llb_metrics *own);
 
 /* {"version": "<project version>"} (CMakeLists.txt project()). */
 void api_route_version(struct evhttp_request *req);

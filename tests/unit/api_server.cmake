@@ -1,8 +1,8 @@
 # Api server pure logic: request parsing/validation, response and SSE
-# rendering, Prometheus text (the api server's own, and every actor's merged in). No network.
+# rendering, the api server's metrics (base/metrics renders and merges them). No network.
 if(TARGET llmbus_api_server_core)
   foreach(t test_api_request test_api_response test_api_metrics test_api_keys test_api_delta test_tool_parser
-            test_api_cors test_api_images test_api_options test_metrics_merge)
+            test_api_cors test_api_images test_api_options)
     llb_add_test(${t} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.c
                  LIBS llmbus_api_server_core PkgConfig::JANSSON PkgConfig::CMOCKA m LABELS unit api TIMEOUT 60)
   endforeach()

@@ -82,6 +82,46 @@ static void test_histogram_buckets_are_cumulative_le_with_inf_sum_count(void **s
   llb_metrics_destroy(r);
 }
 
+/* Tokens that arrive together after one gap (the api server's inter-token latency): n samples
+ * of one value at once, as n single observations would count them. */
+static void test_observe_n_counts_n_samples_of_one_value(void **state) {
+  (void)state;
+  struct llb_metrics *r;
+  assert_int_equal(llb_metrics_create(&r), LLB_STATUS_OK);
+  const double b[] = {0.01, 0.1};
+  struct llb_series *h = llb_metric_series(llb_metrics_histogram(r, "gap_seconds", "Gap.", b, 2, 0, NULL), NULL);
+  llb_series_observe_n(h, 0.05, 3);
+  llb_series_observe_n(h, 0.005, 1);
+  llb_series_observe_n(h, 0.5, 0); /* nothing */
+  char *t = render(r);
+  expect_line(t, "gap_seconds_bucket{le=\"0.01\"} 1");
+  expect_line(t, "gap_seconds_bucket{le=\"0.1\"} 4");
+  expect_line(t, "gap_seconds_bucket{le=\"+Inf\"} 4");
+  expect_line(t, "gap_seconds_count 4");
+  free(t);
+  llb_metrics_destroy(r);
+}
+
+/* A served model's name is a constant label of the api server's registry: up to 255 bytes are
+ * kept whole, escaped like any label value. */
+static void test_a_long_constant_label_is_kept_whole(void **state) {
+  (void)state;
+  struct llb_metrics *r;
+  assert_int_equal(llb_metrics_create(&r), LLB_STATUS_OK);
+  char name[256];
+  memset(name, 'm', sizeof name - 1);
+  name[sizeof name - 1] = '\0';
+  name[10] = '"';
+  assert_int_equal(llb_metrics_add_const_label(r, "model_name", name), LLB_STATUS_OK);
+  llb_series_add(llb_metric_series(llb_metrics_counter(r, "x_total", "", 0, NULL), NULL), 1);
+  char *t = render(r);
+  char line[600];
+  snprintf(line, sizeof line, "x_total{model_name=\"%.10s\\\"%s\"} 1", name, name + 11);
+  expect_line(t, line);
+  free(t);
+  llb_metrics_destroy(r);
+}
+
 static void test_bad_names_labels_and_bounds_are_refused(void **state) {
   (void)state;
   struct llb_metrics *r;
@@ -216,6 +256,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_counter_and_gauge_render_with_help_type_and_labels),
       cmocka_unit_test(test_histogram_buckets_are_cumulative_le_with_inf_sum_count),
+      cmocka_unit_test(test_observe_n_counts_n_samples_of_one_value),
+      cmocka_unit_test(test_a_long_constant_label_is_kept_whole),
       cmocka_unit_test(test_bad_names_labels_and_bounds_are_refused),
       cmocka_unit_test(test_label_values_beyond_the_bound_fold_into_other),
       cmocka_unit_test(test_updates_from_many_threads_are_not_lost),

@@ -1,5 +1,5 @@
 /* Every actor's Prometheus text merged into the api server's /metrics; see metrics_merge.h. */
-#include "actors/api_server/metrics_merge.h"
+#include "base/metrics_merge.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/api_server/api_request.h"
+#include "base/metrics_text.h"
 #include "base/strmap.h"
 
 #define MERGE_MAX_FAMILIES 8192
@@ -21,16 +21,16 @@ struct source {
   int64_t at_ns;
 };
 
-struct metrics_merge {
+struct llb_metrics_merge {
   pthread_mutex_t mu;
   int64_t window_ns;
-  struct source sources[METRICS_MERGE_MAX_SOURCES];
+  struct source sources[LLB_METRICS_MERGE_MAX_SOURCES];
   int num_sources;
   atomic_uint_fast64_t dropped;
 };
 
-llb_status metrics_merge_create(int64_t window_ms, struct metrics_merge **out) {
-  struct metrics_merge *m = calloc(1, sizeof *m);
+llb_status llb_metrics_merge_create(int64_t window_ms, struct llb_metrics_merge **out) {
+  struct llb_metrics_merge *m = calloc(1, sizeof *m);
   if (!m) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "metrics merge");
   pthread_mutex_init(&m->mu, NULL);
   m->window_ns = (window_ms > 0 ? window_ms : 10000) * 1000000LL;
@@ -38,14 +38,14 @@ llb_status metrics_merge_create(int64_t window_ms, struct metrics_merge **out) {
   return LLB_STATUS_OK;
 }
 
-void metrics_merge_destroy(struct metrics_merge *m) {
+void llb_metrics_merge_destroy(struct llb_metrics_merge *m) {
   if (!m) return;
   for (int i = 0; i < m->num_sources; i++) free(m->sources[i].text);
   pthread_mutex_destroy(&m->mu);
   free(m);
 }
 
-uint64_t metrics_merge_dropped(const struct metrics_merge *m) { return atomic_load(&m->dropped); }
+uint64_t llb_metrics_merge_dropped(const struct llb_metrics_merge *m) { return atomic_load(&m->dropped); }
 
 /* Letters, digits, '_' and '-': safe inside a quoted label value without escapes. */
 static bool plain_token(const char *s, size_t cap) {
@@ -57,11 +57,11 @@ static bool plain_token(const char *s, size_t cap) {
   return n > 0 && n < cap;
 }
 
-llb_status metrics_merge_put(struct metrics_merge *m, const char *actor, const char *instance, const char *text,
-                             size_t len, int64_t now_ns) {
+llb_status llb_metrics_merge_put(struct llb_metrics_merge *m, const char *actor, const char *instance, const char *text,
+                                 size_t len, int64_t now_ns) {
   if (!plain_token(actor, sizeof m->sources[0].actor) || !plain_token(instance, sizeof m->sources[0].instance))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "metrics from an actor or instance with an unusual name");
-  if (len > METRICS_MERGE_MAX_TEXT) return LLB_ERRF(LLB_STATUS_TOO_LARGE, "metrics text of %zu bytes", len);
+  if (len > LLB_METRICS_MERGE_MAX_TEXT) return LLB_ERRF(LLB_STATUS_TOO_LARGE, "metrics text of %zu bytes", len);
   char *copy = malloc(len + 1);
   if (!copy) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "metrics text");
   memcpy(copy, text, len);
@@ -72,10 +72,10 @@ llb_status metrics_merge_put(struct metrics_merge *m, const char *actor, const c
   if (i == m->num_sources) { /* a new source takes the slot of one gone quiet, if any */
     for (int k = 0; k < m->num_sources && i == m->num_sources; k++)
       if (now_ns - m->sources[k].at_ns > m->window_ns) i = k;
-    if (i == m->num_sources && m->num_sources == METRICS_MERGE_MAX_SOURCES) {
+    if (i == m->num_sources && m->num_sources == LLB_METRICS_MERGE_MAX_SOURCES) {
       pthread_mutex_unlock(&m->mu);
       free(copy);
-      return LLB_ERRF(LLB_STATUS_QUEUE_FULL, "more than %d actors publish metrics", METRICS_MERGE_MAX_SOURCES);
+      return LLB_ERRF(LLB_STATUS_QUEUE_FULL, "more than %d actors publish metrics", LLB_METRICS_MERGE_MAX_SOURCES);
     }
     if (i == m->num_sources) m->num_sources++;
     snprintf(m->sources[i].actor, sizeof m->sources[i].actor, "%s", actor);
@@ -96,7 +96,7 @@ struct family {
   char *help;          /* the whole "# HELP ..." line, owned; NULL = none yet */
   char type[16];       /* "" = not yet typed */
   bool foreign;        /* holds another actor's samples: the api server's view of it yields */
-  struct api_buf samples;
+  struct llb_text samples;
 };
 
 /* Whose text is being added. */
@@ -203,7 +203,8 @@ static void add_sample(struct render *r, struct family *cur, const char *line, s
     return;
   }
   if (!labels) { /* ours: as it is */
-    r->oom |= !api_buf_append(&cur->samples, line, len) || !api_buf_append(&cur->samples, "\n", 1);
+    llb_text_append(&cur->samples, line, len);
+    llb_text_append(&cur->samples, "\n", 1);
     return;
   }
   size_t end = n; /* after the name's label set, if any */
@@ -218,7 +219,7 @@ static void add_sample(struct render *r, struct family *cur, const char *line, s
   }
   cur->foreign = true;
   const bool inner = end > n + 2; /* a non-empty "{...}" of its own */
-  r->oom |= !api_buf_printf(&cur->samples, "%.*s{%s%s%.*s}%.*s\n", (int)n, line, labels, inner ? "," : "",
+  llb_text_printf(&cur->samples, "%.*s{%s%s%.*s}%.*s\n", (int)n, line, labels, inner ? "," : "",
                             inner ? (int)(end - n - 2) : 0, inner ? line + n + 1 : "", (int)(len - end), line + end);
 }
 
@@ -273,15 +274,16 @@ static void add_text(struct render *r, const char *text, size_t len, enum text_k
 static void render_free(struct render *r) {
   for (int i = 0; i < r->num; i++) {
     free(r->fams[i]->help);
-    api_buf_free(&r->fams[i]->samples);
+    llb_text_free(&r->fams[i]->samples);
     free(r->fams[i]);
   }
   free(r->fams);
   llb_strmap_destroy(r->by_name);
 }
 
-bool metrics_merge_render(struct metrics_merge *m, const char *view, size_t view_len, const char *own, size_t own_len,
-                          int64_t now_ns, struct api_buf *out) {
+/* Merges the texts into `out`; false when out of memory. */
+static bool merge_texts(struct llb_metrics_merge *m, const char *view, size_t view_len, const char *own, size_t own_len,
+                        int64_t now_ns, struct llb_text *out) {
   struct render r = {0};
   if (llb_strmap_create(MERGE_MAX_FAMILIES, &r.by_name) != LLB_STATUS_OK) return false;
   pthread_mutex_lock(&m->mu);
@@ -295,14 +297,39 @@ bool metrics_merge_render(struct metrics_merge *m, const char *view, size_t view
   pthread_mutex_unlock(&m->mu);
   add_text(&r, own, own_len, TEXT_OWN, NULL);
   add_text(&r, view, view_len, TEXT_VIEW, NULL);
-  bool ok = !r.oom;
-  for (int i = 0; ok && i < r.num; i++) {
+  for (int i = 0; i < r.num && !r.oom; i++) {
     const struct family *f = r.fams[i];
+    r.oom |= f->samples.oom;
     if (!f->samples.len) continue;
-    ok = (!f->help || api_buf_printf(out, "%s\n", f->help)) && api_buf_printf(out, "# TYPE %s %s\n", f->name, f->type) &&
-         api_buf_append(out, f->samples.data, f->samples.len);
+    if (f->help) llb_text_printf(out, "%s\n", f->help);
+    llb_text_printf(out, "# TYPE %s %s\n", f->name, f->type);
+    llb_text_append(out, f->samples.data, f->samples.len);
   }
+  const bool ok = !r.oom && !out->oom;
   atomic_fetch_add(&m->dropped, r.dropped);
   render_free(&r);
   return ok;
+}
+
+llb_status llb_metrics_merge_render(struct llb_metrics_merge *m, struct llb_metrics *own, struct llb_metrics *view,
+                                    int64_t now_ns, char **text, size_t *len) {
+  *text = NULL;
+  *len = 0;
+  char *own_text = NULL, *view_text = NULL;
+  size_t own_len = 0, view_len = 0;
+  llb_status st = own ? llb_metrics_render(own, &own_text, &own_len) : LLB_STATUS_OK;
+  if (st == LLB_STATUS_OK && view) st = llb_metrics_render(view, &view_text, &view_len);
+  struct llb_text out = {0};
+  llb_text_append(&out, "", 0); /* nothing at all renders as "" */
+  if (st == LLB_STATUS_OK && !merge_texts(m, view_text, view_len, own_text, own_len, now_ns, &out))
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "metrics merge: out of memory rendering");
+  free(own_text);
+  free(view_text);
+  if (st != LLB_STATUS_OK) {
+    llb_text_free(&out);
+    return st;
+  }
+  *text = out.data;
+  *len = out.len;
+  return LLB_STATUS_OK;
 }
