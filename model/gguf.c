@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/hash.h"
+
 #define GGUF_MAGIC "GGUF"
 #define GGUF_DEFAULT_ALIGNMENT 32u
 #define GGUF_MAX_DIMS 4u
@@ -555,8 +557,7 @@ llb_status gguf_open(const char *path, struct gguf_file **out) {
   f->size = (size_t)sb.st_size;
   const uint64_t id_parts[5] = {(uint64_t)sb.st_dev, (uint64_t)sb.st_ino, (uint64_t)sb.st_size,
                                 (uint64_t)sb.st_mtim.tv_sec, (uint64_t)sb.st_mtim.tv_nsec};
-  f->identity = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < sizeof id_parts; i++) f->identity = (f->identity ^ ((const uint8_t *)id_parts)[i]) * 0x100000001b3ull;
+  f->identity = llb_fnv1a64(LLB_FNV1A64_INIT, id_parts, sizeof id_parts);
   map = MAP_FAILED; /* owned by f now */
   if ((st = parse_file(f)) != LLB_STATUS_OK) {
     char cause[512];

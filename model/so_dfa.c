@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "base/u64map.h"
 #include "model/so_internal.h"
 
 void so_dfa_free(struct so_dfa *d) {
@@ -30,21 +31,16 @@ static llb_status dfa_alloc(struct so_dfa *d, int32_t n) {
   return LLB_STATUS_OK;
 }
 
-/* Pairs of states (a, b) -> product state, open addressing. -1 stands for "dead" on a side. */
-struct pair_table {
-  int64_t *keys; /* [cap], -1 empty */
-  int32_t *ids;  /* [cap] */
-  size_t cap;
-};
+/* The key of the pair of states (a, b) in the product's map (pair -> product state id + 1, a
+ * base/u64map). -1 stands for "dead" on a side. */
+static uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)(a + 1) << 32) | (uint32_t)(b + 1); }
 
-static int64_t pair_key(int32_t a, int32_t b) { return ((int64_t)(a + 1) << 32) | (uint32_t)(b + 1); }
+static int32_t pair_find(const struct llb_u64map *t, uint64_t key) {
+  return (int32_t)(intptr_t)llb_u64map_get(t, key) - 1;
+}
 
-static int32_t pair_find(const struct pair_table *t, int64_t key, size_t *slot) {
-  size_t i = (size_t)((uint64_t)key * 0x9e3779b97f4a7c15ull >> 20) & (t->cap - 1);
-  for (; t->keys[i] >= 0; i = (i + 1) & (t->cap - 1))
-    if (t->keys[i] == key) return t->ids[i];
-  *slot = i;
-  return -1;
+static llb_status pair_add(struct llb_u64map *t, uint64_t key, int32_t id) {
+  return llb_u64map_put(t, key, (void *)(intptr_t)(id + 1));
 }
 
 llb_status so_dfa_product(const struct so_dfa *a, const struct so_dfa *b, bool either, struct so_dfa *out) {
@@ -52,25 +48,17 @@ llb_status so_dfa_product(const struct so_dfa *a, const struct so_dfa *b, bool e
   /* room for every pair (a side may also be dead: one more state each), at most the bound */
   const int64_t pairs = ((int64_t)a->n + 1) * ((int64_t)b->n + 1);
   const int32_t room = pairs < SO_DFA_MAX_STATES ? (int32_t)pairs : SO_DFA_MAX_STATES;
-  struct pair_table t = {.cap = 4};
-  while (t.cap < 4 * (size_t)room) t.cap *= 2;
+  struct llb_u64map *t = NULL;
   int32_t *pa = malloc((size_t)room * sizeof(int32_t)), *pb = malloc((size_t)room * sizeof(int32_t));
-  t.keys = malloc(t.cap * sizeof(int64_t));
-  t.ids = malloc(t.cap * sizeof(int32_t));
   struct so_dfa d;
   llb_status st = dfa_alloc(&d, room);
-  if (!pa || !pb || !t.keys || !t.ids) {
-    if (st == LLB_STATUS_OK) st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "DFA product");
-  }
+  if (st == LLB_STATUS_OK) st = llb_u64map_create(&t);
+  if (st == LLB_STATUS_OK && (!pa || !pb)) st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "DFA product");
   if (st != LLB_STATUS_OK) goto done;
-  memset(t.keys, 0xff, t.cap * sizeof(int64_t));
   int32_t n = 0;
   const bool a_live = a->n > 0, b_live = b->n > 0;
   if (either ? (a_live || b_live) : (a_live && b_live)) {
-    size_t slot = 0;
-    pair_find(&t, pair_key(a_live ? 0 : -1, b_live ? 0 : -1), &slot);
-    t.keys[slot] = pair_key(a_live ? 0 : -1, b_live ? 0 : -1);
-    t.ids[slot] = 0;
+    st = pair_add(t, pair_key(a_live ? 0 : -1, b_live ? 0 : -1), 0);
     pa[0] = a_live ? 0 : -1;
     pb[0] = b_live ? 0 : -1;
     n = 1;
@@ -83,17 +71,15 @@ llb_status so_dfa_product(const struct so_dfa *a, const struct so_dfa *b, bool e
       const int32_t na = sa >= 0 ? a->next[(size_t)sa * 256 + (size_t)c] : -1;
       const int32_t nb = sb >= 0 ? b->next[(size_t)sb * 256 + (size_t)c] : -1;
       if (either ? (na < 0 && nb < 0) : (na < 0 || nb < 0)) continue;
-      size_t slot = 0;
-      const int64_t key = pair_key(na, nb);
-      int32_t id = pair_find(&t, key, &slot);
+      const uint64_t key = pair_key(na, nb);
+      int32_t id = pair_find(t, key);
       if (id < 0) {
         if (n == room) { /* only when room is the bound: the pairs fit otherwise */
           st = LLB_ERRF(LLB_STATUS_TOO_LARGE, "constraints need more than %d automaton states", SO_DFA_MAX_STATES);
           break;
         }
         id = n++;
-        t.keys[slot] = key;
-        t.ids[slot] = id;
+        if ((st = pair_add(t, key, id)) != LLB_STATUS_OK) break;
         pa[id] = na;
         pb[id] = nb;
       }
@@ -116,8 +102,7 @@ done:
   so_dfa_free(&d);
   free(pa);
   free(pb);
-  free(t.keys);
-  free(t.ids);
+  llb_u64map_destroy(t);
   return st;
 }
 

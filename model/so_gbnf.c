@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "base/array.h"
+#include "base/strmap.h"
 #include "model/so_internal.h"
 
 #define GBNF_MAX_RULES 8192
@@ -30,7 +31,6 @@
 #define GBNF_MAX_NESTING 64
 #define GBNF_MAX_CLASS_RANGES 1024
 #define GBNF_MAX_CP 0x10FFFFu
-#define GBNF_NAME_SLOTS (2 * GBNF_MAX_RULES)
 
 struct vec {
   int32_t *v; /* element codes: class k >= 0, reference to rule r = -1 - r */
@@ -61,7 +61,7 @@ struct gp {
   int64_t n_elems;
   int depth;
   int32_t owner; /* named rule being parsed */
-  int32_t named[GBNF_NAME_SLOTS]; /* open addressing by name: rule + 1, 0 = empty */
+  struct llb_strmap *named; /* rule name -> rule + 1 */
 };
 
 static void where(const struct gp *p, size_t pos, int32_t *line, int32_t *col) {
@@ -121,25 +121,26 @@ static llb_status add_alt(struct gp *p, int32_t r, struct vec *q) {
 
 /* The rule named s[0..n): found, or added as undefined (first used here). */
 static llb_status rule_named(struct gp *p, const char *s, size_t n, int32_t *out) {
-  uint32_t h = 2166136261u;
-  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
-  uint32_t slot = h % GBNF_NAME_SLOTS;
-  for (; p->named[slot]; slot = (slot + 1) % GBNF_NAME_SLOTS) {
-    const struct prule *r = &p->rules[p->named[slot] - 1];
-    if (r->name_len == n && memcmp(r->name, s, n) == 0) {
-      *out = p->named[slot] - 1;
-      return LLB_STATUS_OK;
-    }
+  char *name = malloc(n + 1); /* names are [a-zA-Z0-9_-]+: no NUL inside */
+  if (!name) return oom();
+  memcpy(name, s, n);
+  name[n] = '\0';
+  const intptr_t found = (intptr_t)llb_strmap_get(p->named, name);
+  if (found) {
+    free(name);
+    *out = (int32_t)(found - 1);
+    return LLB_STATUS_OK;
   }
   llb_status st = new_rule(p, out);
-  if (st != LLB_STATUS_OK) return st;
-  p->named[slot] = *out + 1;
+  if (st == LLB_STATUS_OK) st = llb_strmap_put(p->named, name, (void *)(intptr_t)(*out + 1));
+  if (st != LLB_STATUS_OK) {
+    free(name);
+    return st;
+  }
   struct prule *r = &p->rules[*out];
   r->defined = false;
   r->owner = *out;
-  if (!(r->name = malloc(n + 1))) return oom();
-  memcpy(r->name, s, n);
-  r->name[n] = '\0';
+  r->name = name;
   r->name_len = n;
   return LLB_STATUS_OK;
 }
@@ -571,6 +572,7 @@ static void gp_free(struct gp *p) {
   free(p->rules);
   free(p->ranges);
   free(p->class_start);
+  llb_strmap_destroy(p->named);
 }
 
 /* The parsed rules, back to back, behind the start [REF root, END]. */
@@ -670,7 +672,8 @@ llb_status so_grammar_compile_gbnf(const char *text, size_t len, struct so_gramm
   struct gp p = {.s = text, .len = len, .any_class = -1};
   memset(p.ascii_class, -1, sizeof p.ascii_class);
   struct so_gbnf *gb = NULL;
-  llb_status st = compile_gbnf(&p, &gb);
+  llb_status st = llb_strmap_create(0, &p.named);
+  if (st == LLB_STATUS_OK) st = compile_gbnf(&p, &gb);
   gp_free(&p);
   if (st != LLB_STATUS_OK) return LLB_UPDATE_ERR_STACK(st);
   struct so_grammar *g = calloc(1, sizeof(*g));

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "base/status.h"
 #include "model/so_internal.h"
 
@@ -509,7 +510,7 @@ struct dfa_build {
   uint64_t *sets;        /* [n_states * words] */
   int32_t *trans;        /* [n_states * 256] */
   int32_t n_states;
-  int32_t *table;        /* hash table of state ids, [table_cap], -1 empty */
+  int32_t *table;        /* [table_cap] state ids, -1 empty; private: keys are NFA-state bitsets, not u64 */
   int32_t table_cap;
   int32_t *stack;        /* [a->n] closure work list */
   int64_t work;          /* steps so far */
@@ -557,8 +558,8 @@ static void byte_classes(struct dfa_build *d) {
 }
 
 static uint64_t set_hash(const uint64_t *set, size_t words) {
-  uint64_t h = 0x9e3779b97f4a7c15ull;
-  for (size_t i = 0; i < words; i++) h = (h ^ set[i]) * 0x100000001b3ull;
+  uint64_t h = LLB_SPLITMIX64_GAMMA;
+  for (size_t i = 0; i < words; i++) h = llb_fnv1a64_word(h, set[i]);
   return h ^ h >> 29;
 }
 

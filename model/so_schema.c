@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "model/so_internal.h"
 
 #define SO_MAX_SCHEMA_DEPTH 64
@@ -297,8 +298,8 @@ static int32_t conj_key(const struct conj *q, const json_t **key, uint64_t *hash
   memcpy(key + q->n_holders + 1, q->pending, sizeof(*key) * (size_t)q->n_pending);
   qsort(key + q->n_holders + 1, (size_t)q->n_pending, sizeof(*key), cmp_ptr);
   const int32_t n = q->n_holders + 1 + q->n_pending;
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (int32_t i = 0; i < n; i++) h = (h ^ (uint64_t)(uintptr_t)key[i]) * 0x100000001b3ull;
+  uint64_t h = LLB_FNV1A64_INIT;
+  for (int32_t i = 0; i < n; i++) h = llb_fnv1a64_word(h, (uint64_t)(uintptr_t)key[i]);
   *hash = h;
   return n;
 }

@@ -49,6 +49,7 @@ struct tokenizer {
   uint32_t *piece_len;    /* [n_vocab] */
   size_t max_piece_len;
 
+  /* Private, not base/strmap: keyed by (pointer, length) slices of the text being tokenized, no copy */
   int32_t *tok_slots;     /* open-addressing index text → id; -1 = empty */
   uint64_t tok_mask;      /* slots - 1 */
 
@@ -57,7 +58,7 @@ struct tokenizer {
   uint64_t *merge_off;    /* [n_merges] */
   uint32_t *merge_left;   /* [n_merges] length of the left part */
   uint32_t *merge_right;  /* [n_merges] length of the right part */
-  int32_t *merge_slots;   /* open-addressing index (left, right) → rank; -1 = empty */
+  int32_t *merge_slots;   /* open-addressing index (left, right) → rank; -1 = empty (private: slice keys) */
   uint64_t merge_mask;
 
   /* Special tokens (control, user-defined, unknown) of two or more bytes, bucketed by their

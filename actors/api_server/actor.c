@@ -562,7 +562,12 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
     struct api_sub *s = &c->subs[i];
     s->call = c;
     s->prompt_index = i;
-    api_sub_table_add(a->subs, s);
+    if (api_sub_table_add(a->subs, s) != LLB_STATUS_OK) {
+      api_error_set(&e, 503, NULL, "out of memory; retry later");
+      for (int32_t j = 0; j < c->num_subs; j++) c->subs[j].finished = true;
+      call_fail(c, &e);
+      return;
+    }
   }
   evhttp_connection_set_closecb(c->conn, on_close, c);
   c->timer = evtimer_new(a->base, on_timer, c);

@@ -4,43 +4,51 @@
 #include <stdlib.h>
 
 #include "base/log.h"
+#include "base/u64map.h"
 #include "schemas/control.h"
 
-#define SUB_TABLE_SIZE 1024 /* buckets, each a chain */
-
 struct api_sub_table {
-  struct api_sub *buckets[SUB_TABLE_SIZE];
+  struct llb_u64map *by_seq; /* seq -> struct api_sub * */
   uint64_t last_seq;
 };
 
 llb_status api_sub_table_create(struct api_sub_table **out) {
   struct api_sub_table *t = calloc(1, sizeof *t);
   if (!t) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "api_server: out of memory");
+  llb_status st = llb_u64map_create(&t->by_seq);
+  if (st != LLB_STATUS_OK) {
+    free(t);
+    return st;
+  }
   *out = t;
   return LLB_STATUS_OK;
 }
 
-void api_sub_table_destroy(struct api_sub_table *t) { free(t); }
+void api_sub_table_destroy(struct api_sub_table *t) {
+  if (!t) return;
+  llb_u64map_destroy(t->by_seq);
+  free(t);
+}
 
-void api_sub_table_add(struct api_sub_table *t, struct api_sub *s) {
-  s->seq = ++t->last_seq;
-  struct api_sub **b = &t->buckets[s->seq % SUB_TABLE_SIZE];
-  s->next = *b;
-  *b = s;
+llb_status api_sub_table_add(struct api_sub_table *t, struct api_sub *s) {
+  llb_status st = llb_u64map_put(t->by_seq, t->last_seq + 1, s);
+  if (st == LLB_STATUS_OK) s->seq = ++t->last_seq;
+  return st;
+}
+
+llb_status api_sub_table_renumber(struct api_sub_table *t, struct api_sub *s) {
+  const uint64_t old_seq = s->seq;
+  llb_status st = api_sub_table_add(t, s);
+  if (st == LLB_STATUS_OK && llb_u64map_get(t->by_seq, old_seq) == s) llb_u64map_remove(t->by_seq, old_seq);
+  return st;
 }
 
 void api_sub_table_remove(struct api_sub_table *t, struct api_sub *s) {
-  for (struct api_sub **p = &t->buckets[s->seq % SUB_TABLE_SIZE]; *p; p = &(*p)->next)
-    if (*p == s) {
-      *p = s->next;
-      return;
-    }
+  if (llb_u64map_get(t->by_seq, s->seq) == s) llb_u64map_remove(t->by_seq, s->seq);
 }
 
 struct api_sub *api_sub_table_find(const struct api_sub_table *t, uint64_t seq) {
-  for (struct api_sub *s = t->buckets[seq % SUB_TABLE_SIZE]; s; s = s->next)
-    if (s->seq == seq) return s;
-  return NULL;
+  return llb_u64map_get(t->by_seq, seq);
 }
 
 void api_sub_publish_abort(struct bus *bus, const struct api_sub *s) {

@@ -30,7 +30,6 @@ struct api_sub {
   int32_t prompt_index;
   char engine_id[256];  /* RequestOutput.request_id, "" until the first output */
   bool finished;        /* final output seen, or aborted */
-  struct api_sub *next; /* in the seq table bucket */
   struct api_resend resend; /* sent again while no input processor takes it (api_resend.h) */
   struct api_delta delta;   /* what was forwarded, for resync outputs (api_delta.h) */
   int64_t t_last_heard_ns;  /* llb_now_ns of its last output, or of its (re)send */
@@ -69,8 +68,12 @@ struct api_sub_table;
 llb_status api_sub_table_create(struct api_sub_table **out);
 void api_sub_table_destroy(struct api_sub_table *t); /* NULL ok */
 
-/* Gives s a seq no sub of this table had before (1, 2, ...) and files it under it. */
-void api_sub_table_add(struct api_sub_table *t, struct api_sub *s);
+/* Gives s a seq no sub of this table had before (1, 2, ...) and files it under it.
+ * Errors: OUT_OF_MEMORY (s keeps its seq and is not filed under a new one). */
+llb_status api_sub_table_add(struct api_sub_table *t, struct api_sub *s);
+/* Files s, already in, under a new seq and takes its old seq out (a resend's new reply
+ * subject). Errors: OUT_OF_MEMORY (s stays filed under its old seq). */
+llb_status api_sub_table_renumber(struct api_sub_table *t, struct api_sub *s);
 /* Takes s out (no-op when it is not in). */
 void api_sub_table_remove(struct api_sub_table *t, struct api_sub *s);
 /* The sub filed under seq, or NULL (a late output of a request already answered). */

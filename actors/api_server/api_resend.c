@@ -63,14 +63,15 @@ bool api_resend_schedule(struct bus *bus, struct event_base *base, struct api_su
 static bool resend_sub(const struct api_resend_ctx *x, struct api_call *c, struct api_sub *s, const char *reason) {
   const size_t reply_cap = strlen(x->inbox) + 24; /* ".<seq>": a uint64 has at most 20 digits */
   char *reply = malloc(reply_cap);
-  if (!reply) return false; /* keep the old reply: the outputs may still come (no mapping was lost) */
+  const uint64_t old_seq = s->seq;
+  if (!reply || api_sub_table_renumber(x->table, s) != LLB_STATUS_OK) {
+    free(reply);
+    return false; /* keep the old reply: the outputs may still come (no mapping was lost) */
+  }
   char resume_of[sizeof s->engine_id];
-  uint64_t old_seq = s->seq;
   const bool one = c->parsed.sampling_params.n <= 1;
   snprintf(resume_of, sizeof resume_of, "%s", one ? s->engine_id : "");
   if (s->engine_id[0] && !one) api_sub_publish_abort(x->bus, s);
-  api_sub_table_remove(x->table, s);
-  api_sub_table_add(x->table, s);
   snprintf(reply, reply_cap, "%s.%llu", x->inbox, (unsigned long long)s->seq);
   free(s->resend.reply);
   s->resend.reply = reply;

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "actors/gpu_worker/sampler.h"
+#include "base/hash.h"
 #include "model/tokenizer.h"
 
 enum { SIM_TERMS = 5 }; /* fixed, token, sampled_row, attention, context */
@@ -255,18 +256,15 @@ void sim_vocab_free(struct sim_vocab *v) {
   *v = (struct sim_vocab){0};
 }
 
-static uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+/* splitmix64 of x: its generator's output from state x - gamma. */
+static uint64_t splitmix64(uint64_t x) { return llb_mix64(x + LLB_SPLITMIX64_GAMMA); }
 
 uint64_t sim_request_key(const struct llb_sampling_params *p, const int32_t *prompt_ids, int64_t num_prompt) {
-  uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a 64 over the ids' bytes */
+  uint64_t h = LLB_FNV1A64_INIT; /* FNV-1a 64 over the ids' bytes, little endian whatever the host */
   for (int64_t i = 0; i < num_prompt; i++) {
     const uint32_t t = (uint32_t)prompt_ids[i];
-    for (int b = 0; b < 4; b++) h = (h ^ ((t >> (8 * b)) & 0xffu)) * 0x100000001b3ULL;
+    const uint8_t le[4] = {(uint8_t)t, (uint8_t)(t >> 8), (uint8_t)(t >> 16), (uint8_t)(t >> 24)};
+    h = llb_fnv1a64(h, le, sizeof le);
   }
   return p->temperature < SAMPLER_GREEDY_EPS ? h : splitmix64(h ^ splitmix64(p->seed));
 }

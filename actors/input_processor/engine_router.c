@@ -50,7 +50,7 @@ struct engine_router {
   char model[128];
   struct engine *engines;
   int num_engines, cap_engines;
-  struct prefix_entry *table;
+  struct prefix_entry *table; /* private, not base/u64map: a lossy direct-mapped cache, fixed size */
   uint64_t table_mask;
   int32_t block_size; /* of the engines' most recent stats */
   uint64_t rng;

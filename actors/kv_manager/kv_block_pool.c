@@ -15,7 +15,8 @@ struct kv_block {
 };
 
 /* Open addressing, linear probing, backward-shift deletion; at most num_blocks entries in
- * a table of >= 2 * num_blocks slots, so it never grows. Keys are already mixed hashes. */
+ * a table of >= 2 * num_blocks slots, so it never grows. Keys are already mixed hashes.
+ * Private, not base/u64map: the prefix cache's index, sized once so a KV step never allocates. */
 struct hash_slot {
   uint64_t key;
   int32_t block_id;            /* NO_BLOCK = empty */

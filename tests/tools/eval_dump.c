@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -21,12 +22,14 @@ static void print_op(void *user, const char *name, int32_t il, const float *data
   (void)user;
   float sum = 0.0f, last = 0.0f; /* last: the last row's sum (llama.cpp keeps only the output row
                                     from the last layer's attention output on) */
-  uint64_t hash = 1469598103934665603ULL; /* FNV-1a over the float bits, in memory order */
+  /* FNV-1a rounds over the float bits as 32-bit words, in memory order, from this start (not
+   * FNV's basis): the values a patched llama.cpp prints for eval_compare.py */
+  uint64_t hash = UINT64_C(1469598103934665603);
   for (int64_t i = 0; i < n; i++) {
     sum += data[i];
     uint32_t b;
     memcpy(&b, &data[i], 4);
-    hash = (hash ^ b) * 1099511628211ULL;
+    hash = llb_fnv1a64_word(hash, b);
   }
   const int64_t row = n % n_tokens == 0 ? n / n_tokens : n;
   for (int64_t i = n - row; i < n; i++) last += data[i];

@@ -17,7 +17,9 @@ is none. What it enforces:
   - only bus/ includes nats.h, only schemas/ includes FlatBuffers headers (flatbuffers/...
     and the generated *_generated.h), only kernels/cuda/ includes CUDA headers;
   - a source file lives in a folder of the layout;
-  - no include cycle between files.
+  - no include cycle between files;
+  - no FNV constant (the 32- or 64-bit prime or offset basis) outside base/: every FNV hash
+    goes through base/hash.h (FNV_EXEMPT names the one test that pins its published values).
 
 Known violations that are still to be fixed are listed in ALLOWLIST with the reason; an
 entry that no longer matches anything is reported too, so the list only shrinks.
@@ -81,6 +83,14 @@ CUDA_RE = re.compile(
     r"|driver_types\.h|vector_types\.h|device_launch_parameters\.h|library_types\.h|nvml\.h)"
 )
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+
+# FNV-1a's primes and offset bases, 64- and 32-bit, in hex or decimal, with C suffixes: written
+# once, in base/hash.h. Anywhere else they mean an inline copy of the hash.
+FNV_RE = re.compile(r"\b(0x0*100000001b3|1099511628211|0xcbf29ce484222325|14695981039346656037"
+                    r"|0x0*1000193|16777619|0x811c9dc5|2166136261)[uUlL]*\b", re.IGNORECASE)
+FNV_EXEMPT = {
+    "tests/unit/test_base_containers.c": "checks base/hash.h's FNV-1a against its published values",
+}
 
 
 def is_skipped_dir(path, name, at_root):
@@ -147,6 +157,14 @@ def allowlisted(including, target, used):
     return False
 
 
+def fnv_constants(path, lines):
+    """One problem per line of `path` outside base/ that writes an FNV constant."""
+    if path.startswith("base/") or path in FNV_EXEMPT:
+        return []
+    return [(path, lineno, f"FNV constant {m.group(1)}: hash with base/hash.h (llb_fnv1a64*), not an inline copy")
+            for lineno, line in enumerate(lines, 1) for m in [FNV_RE.search(line)] if m]
+
+
 def check(root):
     files = source_files(root)
     file_set = set(files)
@@ -163,6 +181,7 @@ def check(root):
         with open(os.path.join(root, f), encoding="utf-8", errors="replace") as fh:
             text_all = fh.read()
         lines = text_all.split("\n")
+        problems.extend(fnv_constants(f, lines))
         if unit == "cmd" and f.count("/") == 1 and not (f.endswith(".c") and MAIN_RE.search(text_all)):
             problems.append((f, 1, "cmd/ itself holds only mains (one .c with main() per binary): "
                                    "move it into a cmd/ subfolder"))

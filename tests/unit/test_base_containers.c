@@ -1,8 +1,9 @@
-/* base/strmap, base/array and base/hash: the containers and hashes every folder shares. The
+/* base/strmap, base/u64map, base/array and base/hash: the containers and hashes every folder shares. The
  * hash values are pinned: block hashes are compared across actors (the KV protocol), so a
  * change of value is a protocol change. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "base/array.h"
 #include "base/hash.h"
 #include "base/strmap.h"
+#include "base/u64map.h"
 
 static void test_strmap_put_get_replace_remove(void **state) {
   (void)state;
@@ -82,6 +84,121 @@ static void test_strmap_many_keys_survive_growth(void **state) {
     else assert_null(llb_strmap_get(m, key));
   }
   llb_strmap_destroy(m);
+}
+
+static void test_u64map_put_get_replace_remove(void **state) {
+  (void)state;
+  struct llb_u64map *m = NULL;
+  assert_int_equal(llb_u64map_create(&m), LLB_STATUS_OK);
+  int a = 1, b = 2, c = 3;
+  assert_int_equal(llb_u64map_put(m, 42, &a), LLB_STATUS_OK);
+  assert_int_equal(llb_u64map_put(m, 0, &b), LLB_STATUS_OK); /* 0 and the largest are keys too */
+  assert_int_equal(llb_u64map_put(m, UINT64_MAX, &c), LLB_STATUS_OK);
+  assert_ptr_equal(llb_u64map_get(m, 42), &a);
+  assert_ptr_equal(llb_u64map_get(m, 0), &b);
+  assert_ptr_equal(llb_u64map_get(m, UINT64_MAX), &c);
+  assert_null(llb_u64map_get(m, 43));
+  assert_int_equal(llb_u64map_put(m, 42, &c), LLB_STATUS_OK); /* replace */
+  assert_ptr_equal(llb_u64map_get(m, 42), &c);
+  assert_int_equal(llb_u64map_size(m), 3);
+  assert_int_equal(llb_u64map_put(m, 7, NULL), LLB_STATUS_INVALID_ARGUMENT); /* NULL means absent */
+  assert_int_equal(llb_u64map_size(m), 3);
+  assert_ptr_equal(llb_u64map_remove(m, 42), &c);
+  assert_null(llb_u64map_remove(m, 42));
+  assert_null(llb_u64map_get(m, 42));
+  assert_ptr_equal(llb_u64map_get(m, 0), &b);
+  assert_int_equal(llb_u64map_size(m), 2);
+  llb_u64map_destroy(m);
+  llb_u64map_destroy(NULL);
+}
+
+/* n keys whose home slot in a fresh map (16 slots, llb_mix64(key) & 15, as u64map.h says) is
+ * `home`, from `from` up. */
+static uint64_t colliding_keys(uint64_t home, int n, uint64_t from, uint64_t *out) {
+  for (uint64_t k = from;; k++) {
+    if ((llb_mix64(k) & 15) != home) continue;
+    *out++ = k;
+    if (--n == 0) return k + 1;
+  }
+}
+
+/* One cluster that wraps from the last slot to the first: keys homed at 15 and at 0 and 1
+ * interleave. Removing any one of them (a backward shift across the wrap) leaves every other
+ * one found, and the freed slot takes a new key. */
+static void test_u64map_removal_from_a_wrapping_cluster_keeps_the_rest(void **state) {
+  (void)state;
+  enum { N = 8 }; /* the most a 16-slot map holds before it grows */
+  uint64_t keys[N];
+  uint64_t next = colliding_keys(15, 3, 0, keys);
+  next = colliding_keys(0, 3, next, keys + 3);
+  colliding_keys(1, 2, next, keys + 6);
+  int vals[N];
+  for (int removed = 0; removed < N; removed++) {
+    struct llb_u64map *m = NULL;
+    assert_int_equal(llb_u64map_create(&m), LLB_STATUS_OK);
+    for (int i = 0; i < N; i++) assert_int_equal(llb_u64map_put(m, keys[(i * 3) % N], &vals[(i * 3) % N]), LLB_STATUS_OK);
+    assert_ptr_equal(llb_u64map_remove(m, keys[removed]), &vals[removed]);
+    for (int i = 0; i < N; i++) {
+      if (i == removed) assert_null(llb_u64map_get(m, keys[i]));
+      else assert_ptr_equal(llb_u64map_get(m, keys[i]), &vals[i]);
+    }
+    assert_int_equal(llb_u64map_put(m, keys[removed], &vals[removed]), LLB_STATUS_OK);
+    for (int i = 0; i < N; i++) assert_ptr_equal(llb_u64map_get(m, keys[i]), &vals[i]);
+    llb_u64map_destroy(m);
+  }
+}
+
+struct u64map_seen {
+  int64_t count;
+  void **want; /* [keys], the reference */
+  uint8_t *visited;
+  bool ok;
+};
+
+static void visit(void *ctx, uint64_t key, void *value) {
+  struct u64map_seen *s = ctx;
+  s->count++;
+  if (key >= 20000 || s->want[key] != value || s->visited[key]) s->ok = false;
+  else s->visited[key] = 1;
+}
+
+/* 200,000 random puts and removes over 20,000 keys against a plain array: every get agrees,
+ * through growth to thousands of keys, and iteration visits each key once with its value. */
+static void test_u64map_matches_a_reference_through_growth_and_removals(void **state) {
+  (void)state;
+  enum { KEYS = 20000, OPS = 200000 };
+  static void *want[KEYS];
+  static uint8_t visited[KEYS];
+  static int vals[2];
+  struct llb_u64map *m = NULL;
+  assert_int_equal(llb_u64map_create(&m), LLB_STATUS_OK);
+  uint64_t rng = 1;
+  int64_t size = 0, max_size = 0;
+  for (int op = 0; op < OPS; op++) {
+    const uint64_t r = llb_splitmix64_next(&rng), k = r % KEYS;
+    const bool put = op < OPS / 2 ? (r >> 32) % 4 != 0 : (r >> 32) % 4 == 0; /* fill, then drain */
+    if (put) {
+      void *v = &vals[(r >> 40) & 1];
+      size += want[k] == NULL;
+      want[k] = v;
+      assert_int_equal(llb_u64map_put(m, k, v), LLB_STATUS_OK);
+    } else {
+      assert_ptr_equal(llb_u64map_remove(m, k), want[k]);
+      size -= want[k] != NULL;
+      want[k] = NULL;
+    }
+    if (size > max_size) max_size = size;
+    const uint64_t probe = llb_splitmix64_next(&rng) % KEYS;
+    assert_ptr_equal(llb_u64map_get(m, probe), want[probe]);
+  }
+  assert_true(max_size > 5000);
+  assert_int_equal(llb_u64map_size(m), size);
+  for (uint64_t k = 0; k < KEYS; k++) assert_ptr_equal(llb_u64map_get(m, k), want[k]);
+  struct u64map_seen seen = {.want = want, .visited = visited, .ok = true};
+  llb_u64map_foreach(m, visit, &seen);
+  assert_true(seen.ok);
+  assert_int_equal(seen.count, size);
+  llb_u64map_destroy(m);
 }
 
 static void test_array_reserve_grows_and_keeps_contents(void **state) {
@@ -195,6 +312,9 @@ int main(void) {
       cmocka_unit_test(test_strmap_put_get_replace_remove),
       cmocka_unit_test(test_strmap_bounded_forgets_oldest_and_iterates_in_order),
       cmocka_unit_test(test_strmap_many_keys_survive_growth),
+      cmocka_unit_test(test_u64map_put_get_replace_remove),
+      cmocka_unit_test(test_u64map_removal_from_a_wrapping_cluster_keeps_the_rest),
+      cmocka_unit_test(test_u64map_matches_a_reference_through_growth_and_removals),
       cmocka_unit_test(test_array_reserve_grows_and_keeps_contents),
       cmocka_unit_test(test_array_reserve_refuses_bad_sizes_unchanged),
       cmocka_unit_test(test_hash_values_are_pinned),

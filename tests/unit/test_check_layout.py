@@ -179,6 +179,18 @@ class CheckLayoutTest(unittest.TestCase):
         self.assertEqual(len(problems), 1, problems)
         self.assertTrue(problems[0].startswith("kernels/cuda/other.h:1: "), problems)
 
+    def test_fnv_constants_outside_base_are_caught(self):
+        for const in ("0x100000001b3ULL", "1099511628211ull", "0xCBF29CE484222325", "14695981039346656037u",
+                      "16777619u", "2166136261", "0x811c9dc5", "0x01000193"):
+            self.assert_one_problem({"model/x.c": f"#include <stdint.h>\nuint64_t h = {const};\n"},
+                                    "model/x.c:2", ["FNV constant", "base/hash.h"])
+
+    def test_fnv_constants_in_base_and_longer_numbers_pass(self):
+        extra = {"base/hash.h": "#define P UINT64_C(0x100000001b3)\n",
+                 "model/x.c": "int a = 216613626; long b = 21099511628211; int c = 0x100000001b35;\n"}
+        with Tree(extra) as t:
+            self.assertEqual(t.problems(), [])
+
     def test_stale_allowlist_entry_fails(self):
         with Tree(allowlist=[("kernels/cuda/gone.h", "model/", "fixed since")]) as t:
             problems = t.problems()

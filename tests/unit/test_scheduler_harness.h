@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "actors/kv_manager/kv_manager.h"
+#include "base/hash.h"
 #include "actors/scheduler/scheduler.h"
 
 #define H_MAX_REQS 64
@@ -74,8 +75,7 @@ static inline void h_fini(struct harness *h) {
 /* The fake sampler: a function of the request and output position only. */
 static inline int32_t h_token(const struct harness *h, const char *id, int32_t pos) {
   if (h->eos >= 0 && pos == h->eos_at) return h->eos;
-  uint32_t x = 2166136261u;
-  for (const char *c = id; *c; c++) x = (x ^ (uint8_t)*c) * 16777619u;
+  const uint32_t x = (uint32_t)llb_fnv1a64_str(id);
   return (int32_t)((x ^ (uint32_t)pos * 2654435761u) % 900u) + 100;
 }
 
