@@ -106,8 +106,6 @@ CALL_CYCLE_ALLOWLIST = [
     (("model/jinja_eval.c", "model/jinja_exec.c", "model/jinja_filters.c",
       "model/jinja_methods.c"),
      "filters and methods use the evaluator's jx_fail / jx_oom / jx_iterate"),
-    (("model/so_gbnf.c", "model/so_schema.c"),
-     "so_gbnf.c builds its grammar with so_schema.c's id counter"),
     (("model/tokenizer.c", "model/tokenizer_bpe.c", "model/tokenizer_spm.c"),
      "BPE and SPM encoders use the vocabulary lookups of tokenizer.c"),
 ]
