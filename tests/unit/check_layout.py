@@ -101,8 +101,6 @@ CALL_CYCLE_ALLOWLIST = [
      "bus_msg maps NATS errors with bus.c's bus_map_nats; bus.c stops the publishers"),
     (("cmd/flags/flags.c", "cmd/flags/flags_yaml.c"),
      "the YAML config reader looks flags up with flags_find"),
-    (("model/clip.c", "model/clip_preproc.c"),
-     "the preprocessor uses clip.c's image plan, clip.c calls the preprocessor"),
     (("model/jinja_eval.c", "model/jinja_exec.c", "model/jinja_filters.c",
       "model/jinja_methods.c"),
      "filters and methods use the evaluator's jx_fail / jx_oom / jx_iterate"),
