@@ -99,8 +99,6 @@ CALL_CYCLE_ALLOWLIST = [
      "the in-flight step bookkeeping finishes and preempts requests through the scheduler"),
     (("bus/bus.c", "bus/bus_msg.c", "bus/metrics_publish.c", "bus/span.c"),
      "bus_msg maps NATS errors with bus.c's bus_map_nats; bus.c stops the publishers"),
-    (("cmd/flags/flags.c", "cmd/flags/flags_yaml.c"),
-     "the YAML config reader looks flags up with flags_find"),
     (("model/jinja_eval.c", "model/jinja_exec.c", "model/jinja_filters.c",
       "model/jinja_methods.c"),
      "filters and methods use the evaluator's jx_fail / jx_oom / jx_iterate"),
