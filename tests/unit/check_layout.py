@@ -92,8 +92,6 @@ CALL_CYCLE_ALLOWLIST = [
     (("actors/gpu_worker/model_runner.c", "actors/gpu_worker/model_runner_check.c",
       "actors/gpu_worker/runner_spec.c"),
      "the check and speculative halves call mr_fail / mr_blame / mr_grow of the runner"),
-    (("actors/scheduler/sched_inflight.c", "actors/scheduler/scheduler.c"),
-     "the in-flight step bookkeeping finishes and preempts requests through the scheduler"),
     (("bus/bus.c", "bus/bus_msg.c", "bus/metrics_publish.c", "bus/span.c"),
      "bus_msg maps NATS errors with bus.c's bus_map_nats; bus.c stops the publishers"),
     (("model/jinja_eval.c", "model/jinja_exec.c", "model/jinja_filters.c",
