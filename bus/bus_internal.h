@@ -78,7 +78,7 @@ void bus_metrics_publish_stop(struct bus *b);
 void bus_tracing_close_publish(struct bus *b);
 /* Flushes and frees the tracer; after every handler and the loop thread ended. */
 void bus_tracing_stop(struct bus *b);
-/* ---- bus.c, shared with jetstream.c ---- */
+/* ---- nats_status.c ---- */
 
 /* The one mapping of NATS return codes to our status. */
 llb_status bus_map_nats(natsStatus s);

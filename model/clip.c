@@ -414,12 +414,3 @@ void clip_plan_free(struct clip_plan *p) {
   free(p->prompt);
   memset(p, 0, sizeof *p);
 }
-
-llb_status clip_encode_image(struct clip_model *m, const uint8_t *bytes, size_t n, float *out, int32_t max_rows,
-                             int32_t *rows) {
-  if (!m || !bytes || !out || !rows || max_rows < 0)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "clip_encode_image: NULL argument or negative max_rows");
-  *rows = 0;
-  llb_status st = clip_preprocess_and_encode(m, bytes, n, out, max_rows, rows);
-  return st == LLB_STATUS_OK ? st : LLB_UPDATE_ERR_STACK(st);
-}

@@ -80,11 +80,6 @@ llb_status clip_vit_encode_tile(struct clip_model *m, float *out);
 llb_status clip_run_init(struct clip_model *m, int32_t n_threads);
 void clip_run_free(struct clip_run *r);
 
-/* Decodes and preprocesses bytes, then calls clip_vit_encode_tile per tile in the plan's order.
- * clip_preproc.c (clip_encode_image's body). */
-llb_status clip_preprocess_and_encode(struct clip_model *m, const uint8_t *bytes, size_t n, float *out,
-                                      int32_t max_rows, int32_t *rows);
-
 /* The idefics3 sizes of an image: the refined size (multiples of image_size) and the grid.
  * clip.c; clip_preproc.c resizes to them. */
 void clip_idefics3_sizes(const struct clip_model *m, int32_t width, int32_t height, int32_t *resized_w,

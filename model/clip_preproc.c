@@ -110,12 +110,16 @@ llb_status clip_encode_rgb(struct clip_model *m, const struct llb_image *img, fl
   return st;
 }
 
-llb_status clip_preprocess_and_encode(struct clip_model *m, const uint8_t *bytes, size_t n, float *out,
-                                      int32_t max_rows, int32_t *rows) {
+llb_status clip_encode_image(struct clip_model *m, const uint8_t *bytes, size_t n, float *out, int32_t max_rows,
+                             int32_t *rows) {
+  if (!m || !bytes || !out || !rows || max_rows < 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "clip_encode_image: NULL argument or negative max_rows");
+  *rows = 0;
   struct llb_image img;
   llb_status st = llb_image_decode(bytes, n, NULL, &img);
-  if (st != LLB_STATUS_OK) return st;
-  st = clip_encode_rgb(m, &img, out, max_rows, rows);
-  llb_image_free(&img);
-  return st;
+  if (st == LLB_STATUS_OK) {
+    st = clip_encode_rgb(m, &img, out, max_rows, rows);
+    llb_image_free(&img);
+  }
+  return st == LLB_STATUS_OK ? st : LLB_UPDATE_ERR_STACK(st);
 }

@@ -665,33 +665,14 @@ static llb_status compile_gbnf(struct gp *p, struct so_gbnf **out) {
   return LLB_STATUS_OK;
 }
 
-llb_status so_grammar_compile_gbnf(const char *text, size_t len, struct so_grammar **out) {
+llb_status so_gbnf_compile(const char *text, size_t len, struct so_gbnf **out) {
   *out = NULL;
   if (len > SO_MAX_SPEC_BYTES)
     return LLB_ERRF(LLB_STATUS_TOO_LARGE, "grammar of %zu bytes (at most %d)", len, SO_MAX_SPEC_BYTES);
   struct gp p = {.s = text, .len = len, .any_class = -1};
   memset(p.ascii_class, -1, sizeof p.ascii_class);
-  struct so_gbnf *gb = NULL;
   llb_status st = llb_strmap_create(0, &p.named);
-  if (st == LLB_STATUS_OK) st = compile_gbnf(&p, &gb);
+  if (st == LLB_STATUS_OK) st = compile_gbnf(&p, out);
   gp_free(&p);
-  if (st != LLB_STATUS_OK) return LLB_UPDATE_ERR_STACK(st);
-  struct so_grammar *g = calloc(1, sizeof(*g));
-  struct so_node *nd = calloc(1, sizeof(*nd));
-  if (!g || !nd) {
-    free(g);
-    free(nd);
-    so_gbnf_free(gb);
-    return oom();
-  }
-  nd->kind = SO_NODE_GBNF;
-  nd->additional = nd->items = -1;
-  nd->max_items = nd->max_length = -1;
-  nd->gbnf = gb;
-  g->id = so_grammar_next_id();
-  g->nodes = nd;
-  g->n_nodes = 1;
-  g->root = 0;
-  *out = g;
-  return LLB_STATUS_OK;
+  return st == LLB_STATUS_OK ? st : LLB_UPDATE_ERR_STACK(st);
 }

@@ -90,6 +90,11 @@ struct so_gbnf {
   uint32_t *first_from;   /* [n_elems][8] bit b: the rest of the alternative from a position can start with byte b */
 };
 
+/* Compiles GBNF / EBNF text (so_gbnf.c; the syntax and errors of so_grammar_compile_gbnf,
+ * which wraps it in a one-node grammar). *out is NULL on failure; caller frees with
+ * so_gbnf_free. */
+llb_status so_gbnf_compile(const char *text, size_t len, struct so_gbnf **out);
+
 /* Frees a compiled GBNF grammar; NULL is fine. */
 void so_gbnf_free(struct so_gbnf *gb);
 
@@ -100,8 +105,6 @@ void so_gbnf_free(struct so_gbnf *gb);
 llb_status so_gbnf_check(struct so_gbnf *gb, const char *const *names, const int32_t *owner,
                          const int32_t *lines, const int32_t *cols);
 
-/* A unique grammar id (keys the vocabulary's mask cache). */
-uint64_t so_grammar_next_id(void);
 
 struct so_property {
   char *name; /* the key decoded (UTF-8; the matcher decodes escapes in keys to compare), owned */

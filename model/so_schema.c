@@ -886,8 +886,6 @@ void so_grammar_destroy(struct so_grammar *g) {
 
 static atomic_uint_fast64_t next_grammar_id = 1;
 
-uint64_t so_grammar_next_id(void) { return atomic_fetch_add(&next_grammar_id, 1); }
-
 static llb_status compiler_init(struct compiler *c) {
   memset(c, 0, sizeof(*c));
   c->any = -1;
@@ -949,6 +947,21 @@ llb_status so_grammar_compile_regex(const char *text, size_t len, struct so_gram
   if ((st = new_node(&c, SO_NODE_REGEX, &c.g->root)) == LLB_STATUS_OK)
     st = so_regex_compile(text, len, 0, NULL, &c.g->nodes[c.g->root].dfa);
   if (st == LLB_STATUS_OK && c.g->nodes[c.g->root].dfa.n == 0) st = LLB_ERRF(LLB_STATUS_MALFORMED, "regex matches nothing");
+  if (st != LLB_STATUS_OK) {
+    so_grammar_destroy(c.g);
+    return LLB_UPDATE_ERR_STACK(st);
+  }
+  *out = c.g;
+  return LLB_STATUS_OK;
+}
+
+llb_status so_grammar_compile_gbnf(const char *text, size_t len, struct so_grammar **out) {
+  *out = NULL;
+  struct compiler c;
+  llb_status st = compiler_init(&c);
+  if (st != LLB_STATUS_OK) return st;
+  if ((st = new_node(&c, SO_NODE_GBNF, &c.g->root)) == LLB_STATUS_OK)
+    st = so_gbnf_compile(text, len, &c.g->nodes[c.g->root].gbnf);
   if (st != LLB_STATUS_OK) {
     so_grammar_destroy(c.g);
     return LLB_UPDATE_ERR_STACK(st);

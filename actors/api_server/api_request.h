@@ -12,7 +12,8 @@
  * token ids against the vocabulary) are the input processor's; its errors come back in
  * RequestOutput.error and are mapped by api_error_from_status().
  *
- * Also: api_error_* (OpenAI's error object) and api_buf (a growable byte buffer).
+ * Errors are api_error.h's, the growable buffer api_buf.h's, the JSON helpers api_json.h's
+ * (leaves that the field parsers this file calls share with it).
  */
 #ifndef LLB_ACTORS_API_SERVER_API_REQUEST_H
 #define LLB_ACTORS_API_SERVER_API_REQUEST_H
@@ -21,6 +22,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "actors/api_server/api_buf.h"
+#include "actors/api_server/api_error.h"
+#include "actors/api_server/api_json.h"
 #include "base/status.h"
 #include "schemas/generate_request.h"
 
@@ -40,47 +44,6 @@ enum api_endpoint {
   API_ENDPOINT_EMBEDDINGS = 5,  /* POST /v1/embeddings (api_embeddings.h) */
   API_ENDPOINT_RESPONSES = 6,   /* POST /v1/responses (api_responses.h): parsed as a chat request */
 };
-
-/* An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}. */
-struct api_error {
-  int http_status;  /* 400, 404, 413, 429, 500, 503, ... */
-  char type[40];    /* "invalid_request_error", "not_found_error", ... */
-  char param[96];   /* offending field, "" = null */
-  char code[40];    /* machine-readable code ("model_not_found"), "" = null */
-  char message[600];
-  int64_t retry_after_s; /* 429: the Retry-After header; 0 = 1 s (a full queue clears in a step) */
-};
-
-/* Sets `e` (printf-style message); returns `e->http_status`. */
-int api_error_set(struct api_error *e, int http_status, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* Fills `e` from an engine error (RequestOutput.error: an llb_status code, message, field):
- * INVALID_ARGUMENT / MALFORMED / UNSUPPORTED / TOO_LARGE → 400, NOT_FOUND → 404,
- * QUEUE_FULL → 429, TIMEOUT / NO_SERVER / CONNECTION / CLOSED → 503, anything else → 500. */
-void api_error_from_status(int32_t code, const char *message, const char *field,
-                           struct api_error *e);
-
-/* A growable byte buffer (NUL-terminated after every append). Zero-initialize; free with
- * api_buf_free. Appends return false when memory runs out (the buffer is unchanged). */
-struct api_buf {
-  char *data;
-  size_t len, cap;
-};
-bool api_buf_append(struct api_buf *b, const void *data, size_t len);
-bool api_buf_printf(struct api_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void api_buf_free(struct api_buf *b);
-
-/* `{"error": {...}}` of `e` into `out` (appended). False when out of memory. */
-bool api_error_render(const struct api_error *e, struct api_buf *out);
-
-/* Sets a 400 error naming `param` (NULL = none) with the formatted message and returns
- * INVALID_ARGUMENT: the request parsers' one refusal path. */
-llb_status api_error_bad(struct api_error *err, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Sets a 500 "out of memory" and returns OUT_OF_MEMORY. */
-llb_status api_error_oom(struct api_error *err);
 
 /* One completions prompt: text, or token ids. */
 struct api_prompt {
@@ -163,16 +126,6 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
 
 /* Frees what api_request_parse allocated; `r` is zeroed. NULL ok. */
 void api_request_free(struct api_request *r);
-
-/* JSON type of v as an error message names it ("object", "array", "string", "integer",
- * "number", "boolean", "null"); "nothing" for v = NULL (an absent field). Static string. */
-struct json_t;
-const char *api_json_type_name(const struct json_t *v);
-
-/* Parses a request body (len bytes, NULL = empty) that must be one JSON object, duplicate keys
- * refused. Returns the new reference (the caller json_decref's it), or NULL with a 400 in err
- * naming the parse error's line and column or the body's type. */
-struct json_t *api_json_load_object(const char *body, size_t len, struct api_error *err);
 
 /* The GenerateRequest view of prompt `prompt_index` (completions) or of the messages (chat:
  * prompt_index 0): borrows from `r` (its sampling_params by pointer: output_kind DELTA, as

@@ -4,7 +4,6 @@
 #include "actors/gpu_worker/model_runner.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,50 +19,6 @@
 #include "actors/gpu_worker/sampler.h"
 #include "base/log.h"
 #include "model/tokenizer.h"
-
-/* ---- small helpers ---- */
-
-bool mr_grow(void **p, int64_t *cap, int64_t need, size_t elem) {
-  if (need <= *cap) return true;
-  int64_t n = *cap > 0 ? *cap : 16;
-  while (n < need) n *= 2;
-  void *q = realloc(*p, (size_t)n * elem);
-  if (!q) return false;
-  *p = q;
-  *cap = n;
-  return true;
-}
-
-bool mr_str_eq(const char *a, size_t alen, struct llb_str b) {
-  return alen == b.len && (alen == 0 || memcmp(a, b.data, alen) == 0);
-}
-
-int32_t mr_find_row(const struct model_runner *r, struct llb_str id) {
-  for (int32_t i = 0; i < r->num_rows; i++)
-    if (mr_str_eq(r->rows[i]->req_id, r->rows[i]->req_id_len, id)) return i;
-  return -1;
-}
-
-int32_t mr_find_new(const struct llb_scheduler_output *so, struct llb_str id, int32_t limit) {
-  for (int32_t i = 0; i < limit; i++)
-    if (mr_str_eq(so->scheduled_new_reqs[i].req_id.data, so->scheduled_new_reqs[i].req_id.len, id)) return i;
-  return -1;
-}
-
-/* Records an error with the offending field; the message goes through LLB_ERRF too. */
-llb_status mr_fail(struct model_runner *r, llb_status st, const char *field, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(r->err_message, sizeof(r->err_message), fmt, ap);
-  va_end(ap);
-  snprintf(r->err_field, sizeof(r->err_field), "%s", field);
-  return LLB_ERRF(st, "%s: %s", field, r->err_message);
-}
-
-/* Names the request whose input fails the step (failed_req_id): the scheduler finishes it. */
-void mr_blame(struct model_runner *r, const char *id, size_t len) {
-  snprintf(r->err_req_id, sizeof(r->err_req_id), "%.*s", (int)(len < 255 ? len : 255), id ? id : "");
-}
 
 static void free_mm(struct mr_request *q) {
   for (int64_t i = 0; i < q->num_mm; i++) {
@@ -219,35 +174,6 @@ int32_t model_runner_num_encoder_outputs(const struct model_runner *r) { return 
 uint64_t model_runner_num_encoded(const struct model_runner *r) { return mm_encoder_cache_num_encoded(r->mm); }
 
 /* Grows every per-row / per-entry scratch array to hold n entries. */
-bool mr_reserve_step(struct model_runner *r, int32_t n) {
-  if (n <= r->step_cap) return true;
-  int32_t cap = r->step_cap > 0 ? r->step_cap : 16;
-  while (cap < n) cap *= 2;
-#define GROW(p, count) \
-  do { void *q_ = realloc((p), (size_t)(count) * sizeof(*(p))); if (!q_) return false; (p) = q_; } while (0)
-  GROW(r->row_removed, cap);
-  GROW(r->row_cached, cap);
-  GROW(r->row_sched, cap);
-  GROW(r->cached_row, cap);
-  GROW(r->sched, cap);
-  GROW(r->query_start_loc, cap + 1);
-  GROW(r->seq_lens, cap);
-  GROW(r->logits_indices, cap);
-  GROW(r->logits_rows, cap);
-  GROW(r->out_req_ids, cap);
-  GROW(r->out_num_sampled, cap);
-  GROW(r->out_sampled, cap);
-  GROW(r->results, cap);
-  GROW(r->lp_ranks, cap);
-  GROW(r->so_row_of_logits, cap);
-  GROW(r->out_num_pooled, cap);
-  GROW(r->logits_used, cap);
-  GROW(r->out_num_spec, cap);
-#undef GROW
-  r->step_cap = cap;
-  return true;
-}
-
 /* ---- phase 2: apply (only OUT_OF_MEMORY can fail) ---- */
 
 static bool set_tokens(struct mr_request *q, const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {

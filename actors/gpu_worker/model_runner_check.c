@@ -5,6 +5,7 @@
 #include "actors/gpu_worker/model_runner_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- phase 1: check the whole SchedulerOutput against the batch, change nothing ---- */
@@ -179,6 +180,37 @@ static void resolved_sizes(const struct model_runner *r, const struct llb_schedu
   *blocks = (resumed ? 0 : q->num_block_ids) + nblk;
 }
 
+/* Grows the per-step arrays to hold n rows, so that phase 2 needs no allocation for them;
+ * false on OOM. */
+static bool reserve_step(struct model_runner *r, int32_t n) {
+  if (n <= r->step_cap) return true;
+  int32_t cap = r->step_cap > 0 ? r->step_cap : 16;
+  while (cap < n) cap *= 2;
+#define GROW(p, count) \
+  do { void *q_ = realloc((p), (size_t)(count) * sizeof(*(p))); if (!q_) return false; (p) = q_; } while (0)
+  GROW(r->row_removed, cap);
+  GROW(r->row_cached, cap);
+  GROW(r->row_sched, cap);
+  GROW(r->cached_row, cap);
+  GROW(r->sched, cap);
+  GROW(r->query_start_loc, cap + 1);
+  GROW(r->seq_lens, cap);
+  GROW(r->logits_indices, cap);
+  GROW(r->logits_rows, cap);
+  GROW(r->out_req_ids, cap);
+  GROW(r->out_num_sampled, cap);
+  GROW(r->out_sampled, cap);
+  GROW(r->results, cap);
+  GROW(r->lp_ranks, cap);
+  GROW(r->so_row_of_logits, cap);
+  GROW(r->out_num_pooled, cap);
+  GROW(r->logits_used, cap);
+  GROW(r->out_num_spec, cap);
+#undef GROW
+  r->step_cap = cap;
+  return true;
+}
+
 llb_status mr_check_output(struct model_runner *r, const struct llb_scheduler_output *so) {
   if (so->block_size != r->cfg.block_size)
     return mr_fail(r, LLB_STATUS_INVALID_ARGUMENT, "block_size", "block_size %d but the worker's KV cache has %d",
@@ -197,7 +229,7 @@ llb_status mr_check_output(struct model_runner *r, const struct llb_scheduler_ou
     const int32_t nd = so->num_scheduled_tokens[k].num_spec_token_ids;
     drafts += nd > 0 && nd <= LLB_MAX_SPEC_TOKENS ? nd : 0;
   }
-  if (!mr_reserve_step(r, r->num_rows + so->num_scheduled_new_reqs + cd->num_reqs + so->num_scheduled_reqs + 1 +
+  if (!reserve_step(r, r->num_rows + so->num_scheduled_new_reqs + cd->num_reqs + so->num_scheduled_reqs + 1 +
                               (int32_t)drafts))
     return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "step scratch");
   for (int32_t i = 0; i < r->num_rows; i++) {

@@ -119,6 +119,7 @@ struct model_runner {
   char err_req_id[256];  /* the request a failed step is blamed on (its input), "" = none */
 };
 
+/* The helpers every phase shares (model_runner_base.c). */
 /* *p grown (doubling, from 16) to hold `need` elements of `elem` bytes; false on OOM. */
 bool mr_grow(void **p, int64_t *cap, int64_t need, size_t elem);
 /* a[0..alen) == b. */
@@ -132,8 +133,6 @@ llb_status mr_fail(struct model_runner *r, llb_status st, const char *field, con
     __attribute__((format(printf, 4, 5)));
 /* Names the request whose input fails the step (failed_req_id): the scheduler finishes it. */
 void mr_blame(struct model_runner *r, const char *id, size_t len);
-/* Grows the per-step arrays to hold n rows; false on OOM. */
-bool mr_reserve_step(struct model_runner *r, int32_t n);
 /* Phase 1: every id, row, block, token and size of `so` checked against the batch; nothing
  * changes. INVALID_ARGUMENT / UNSUPPORTED / OUT_OF_MEMORY through mr_fail (model_runner_check.c). */
 llb_status mr_check_output(struct model_runner *r, const struct llb_scheduler_output *so);

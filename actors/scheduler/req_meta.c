@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/scheduler/scheduler.h"
 #include "base/hash.h"
 #include "base/log.h"
 
@@ -119,9 +118,4 @@ void req_meta_free(struct req_meta *m) {
   free(m->resume_of);
   sched_prompt_logprobs_free(&m->plp);
   free(m);
-}
-
-struct req_meta *req_meta_find(const struct scheduler *sched, const char *id) {
-  const struct sched_request *r = sched_find_request(sched, id);
-  return r ? r->user : NULL;
 }

@@ -62,7 +62,8 @@ llb_status req_meta_from_request(const struct llb_engine_core_request *r, uint64
 void req_meta_free(struct req_meta *m);
 
 /* The meta of live request `id` in `sched` (its sched_request.user), or NULL: unknown,
- * finished, or its final output already went out (an abort waiting for its step). */
+ * finished, or its final output already went out (an abort waiting for its step).
+ * req_meta_find.c, a leaf that prompt_logprobs.c and step_trace.c use as well. */
 struct req_meta *req_meta_find(const struct scheduler *sched, const char *id);
 
 #endif

@@ -50,24 +50,6 @@ llb_status flags_parse_double(const char *value, double min, double max, double 
 
 static bool kind_takes_value(enum flag_kind k) { return k != FLAG_KIND_BOOL && k != FLAG_KIND_FALSE; }
 
-/* Whether `name` is f's long name or one of its '|'-separated aliases. */
-static bool flag_named(const struct flag *f, const char *name, size_t len) {
-  if (strlen(f->name) == len && strncmp(f->name, name, len) == 0) return true;
-  for (const char *a = f->aliases; a && *a;) {
-    size_t n = strcspn(a, "|");
-    if (n == len && strncmp(a, name, len) == 0) return true;
-    a += n + (a[n] == '|');
-  }
-  return false;
-}
-
-const struct flag *flags_find(const struct flag_command *c, const char *name) {
-  for (int s = 0; s < c->num_sections; s++)
-    for (int i = 0; i < c->sections[s].num_flags; i++)
-      if (flag_named(&c->sections[s].flags[i], name, strlen(name))) return &c->sections[s].flags[i];
-  return NULL;
-}
-
 /* --- help ------------------------------------------------------------------------------ */
 
 static void print_flag(FILE *f, const struct flag *fl) {

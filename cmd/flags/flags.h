@@ -125,7 +125,8 @@ llb_status flags_parse_double(const char *value, double min, double max, double 
  * Defined in flags_yaml.c. */
 llb_status flags_config_args(const struct flag_command *c, const char *path, char ***args_out, int *num_out);
 
-/* The flag of c whose long name or alias is `name` (without dashes), or NULL. */
+/* The flag of c whose long name or alias is `name` (without dashes), or NULL. Defined in
+ * flags_yaml.c, the config reader that looks keys up by name. */
 const struct flag *flags_find(const struct flag_command *c, const char *name);
 
 #endif

@@ -95,6 +95,24 @@ static json_t *node_json(yaml_document_t *doc, yaml_node_t *n, int depth) {
   return j;
 }
 
+/* Whether `name` is f's long name or one of its '|'-separated aliases. */
+static bool flag_named(const struct flag *f, const char *name, size_t len) {
+  if (strlen(f->name) == len && strncmp(f->name, name, len) == 0) return true;
+  for (const char *a = f->aliases; a && *a;) {
+    size_t n = strcspn(a, "|");
+    if (n == len && strncmp(a, name, len) == 0) return true;
+    a += n + (a[n] == '|');
+  }
+  return false;
+}
+
+const struct flag *flags_find(const struct flag_command *c, const char *name) {
+  for (int s = 0; s < c->num_sections; s++)
+    for (int i = 0; i < c->sections[s].num_flags; i++)
+      if (flag_named(&c->sections[s].flags[i], name, strlen(name))) return &c->sections[s].flags[i];
+  return NULL;
+}
+
 /* The args of one `key: value` pair. */
 static llb_status pair_args(const struct flag_command *c, yaml_document_t *doc, const char *key, yaml_node_t *v,
                             struct arg_list *out) {

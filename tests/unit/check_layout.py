@@ -20,9 +20,17 @@ is none. What it enforces:
   - no include cycle between files;
   - no FNV constant (the 32- or 64-bit prime or offset basis) outside base/: every FNV hash
     goes through base/hash.h (FNV_EXEMPT names the one test that pins its published values).
+  - no call cycle between source files outside tests/ (two files that call each other are
+    one module cut in half): file A depends on file B when A uses (calls, or
+    takes the address of) a function or variable B defines with external linkage; every
+    strongly connected component of more than one file is reported with one symbol per
+    edge. Read from the source, not a build: comments, literals, members, tags, labels and
+    locals are no uses; a macro's body counts where the macro is used; calls inside a
+    header's static inline functions are not followed.
 
-Known violations that are still to be fixed are listed in ALLOWLIST with the reason; an
-entry that no longer matches anything is reported too, so the list only shrinks.
+Known violations that are still to be fixed are listed in ALLOWLIST and CALL_CYCLE_ALLOWLIST
+with the reason; an entry that no longer matches anything is reported too, so the lists only
+shrink.
 tests/unit/test_check_layout.py runs this checker on small fake trees.
 """
 import os
@@ -73,6 +81,22 @@ ALLOWLIST = [
     # Empty: the CUDA forward pass went with the one-forward-pass issue (model/forward.c over
     # kernels/backend.h for both backends); its GGUF-loading tools moved to tests/.
 ]
+
+# Call cycles still to be broken: (the files of the cycle, exactly, reason). The goal is an
+# empty list; an entry whose files no longer form a cycle fails as stale.
+CALL_CYCLE_ALLOWLIST = [
+    (("model/jinja_eval.c", "model/jinja_exec.c", "model/jinja_filters.c",
+      "model/jinja_methods.c"),
+     "the interpreter's own recursion: expressions call macros (jx_call runs statements) and "
+     "filters evaluate expressions (jx_eval), besides sharing jx_fail / jx_oom / jx_iterate; "
+     "to go with the model/ subfolders of issue 33 (dispatch through the render context)"),
+    (("model/tokenizer.c", "model/tokenizer_bpe.c", "model/tokenizer_spm.c"),
+     "BPE and SPM use tokenizer.c's vocabulary index (tok_lookup, tok_merge_rank), a private "
+     "hash table that issue 33's hash-table change replaces: move it into a leaf after that"),
+]
+
+# Files whose calls are read (C, CUDA, the C++ codecs); headers give their macros.
+CALL_EXTENSIONS = (".c", ".cc", ".cu")
 
 NATS_RE = re.compile(r"^nats(\.h$|/)")
 FLATBUFFERS_RE = re.compile(r"^flatbuffers/|_generated\.h$")
@@ -224,6 +248,7 @@ def check(root):
                                             f"{cmd_unit(target)}/ (cmd/README.md)"))
 
     problems.extend(find_cycles(graph))
+    problems.extend(find_call_cycles(root, files))
     for i, (src, pat, reason) in enumerate(ALLOWLIST):
         if i not in used:
             problems.append(("tests/unit/check_layout.py", 1,
@@ -260,6 +285,319 @@ def find_cycles(graph):
             visit(node)
     return problems
 
+
+# Words that can stand right before an identifier without declaring it: `return foo;` uses
+# foo, `int foo;` declares a local named foo.
+NOT_A_TYPE = {"return", "case", "goto", "sizeof", "else", "do", "if", "while", "for", "switch",
+              "_Alignof", "alignof", "typeof", "__typeof__", "_Generic", "default", "break",
+              "continue", "new", "delete", "throw"}
+# Words whose next identifier is a tag or a label, never a function or variable.
+TAG_WORDS = {"struct", "union", "enum", "class", "goto"}
+DECL_END = {"=", ";", ",", "[", ")", ":"}
+COMMENT_STRING_RE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|' r"'(?:\\.|[^'\\\n])*'",
+                               re.DOTALL)
+DIRECTIVE_RE = re.compile(r"^[ \t]*#(?:[^\n\\]|\\.|\\\n)*", re.MULTILINE)
+DEFINE_RE = re.compile(r"#\s*define\s+([A-Za-z_]\w*)(\([^)]*\))?(.*)", re.DOTALL)
+TOKEN_RE = re.compile(r"\n|\d[\w.]*|[A-Za-z_]\w*|->|::|##|[^\s]")
+
+
+def blank_comments_and_strings(text):
+    """Comments blanked (newlines kept), string and character literals replaced by 0."""
+    def blank(m):
+        s = m.group()
+        return " 0 " if s[0] in "\"'" else " " + "\n" * s.count("\n")
+    return COMMENT_STRING_RE.sub(blank, text)
+
+
+def tokens_of(text):
+    """([token], [line]) of C text without comments, literals and directives."""
+    toks, lines, line = [], [], 1
+    for t in TOKEN_RE.findall(text):
+        if t == "\n":
+            line += 1
+        else:
+            toks.append(t)
+            lines.append(line)
+    return toks, lines
+
+
+def is_ident(t):
+    return t[0].isalpha() or t[0] == "_"
+
+
+def macros_of(clean):
+    """{macro name: identifiers its body names} of text without comments and literals: no
+    parameters, members, #stringified or ##pasted pieces."""
+    macros = {}
+    for m in DIRECTIVE_RE.finditer(clean):
+        d = DEFINE_RE.match(m.group().strip())
+        if not d:
+            continue
+        params = set(re.findall(r"[A-Za-z_]\w*", d.group(2) or "")) | {"__VA_ARGS__"}
+        body = [t for t in TOKEN_RE.findall(d.group(3).replace("\\\n", " ")) if t != "\n"]
+        names = set()
+        for k, t in enumerate(body):
+            before = body[k - 1] if k else ""
+            after = body[k + 1] if k + 1 < len(body) else ""
+            if (is_ident(t) and t not in params and before not in (".", "->", "#", "##")
+                    and after != "##" and before not in TAG_WORDS):
+                names.add(t)
+        macros.setdefault(d.group(1), set()).update(names)
+    return macros
+
+
+def close_of(toks, i, open_, close):
+    """Index of the bracket closing the one at toks[i] (the last token when unbalanced)."""
+    depth = 0
+    for j in range(i, len(toks)):
+        if toks[j] == open_:
+            depth += 1
+        elif toks[j] == close:
+            depth -= 1
+            if depth == 0:
+                return j
+    return len(toks) - 1
+
+
+def open_of(toks, j, lo):
+    """Index of the '(' that the ')' at toks[j] closes, not before lo."""
+    depth = 0
+    for k in range(j, lo - 1, -1):
+        if toks[k] == ")":
+            depth += 1
+        elif toks[k] == "(":
+            depth -= 1
+            if depth == 0:
+                return k
+    return lo
+
+
+def declared_names(toks, lo, hi):
+    """Names declared in toks[lo:hi] (parameters, locals, labels): an identifier after a
+    type-like token (an identifier that is no statement word, or '*'s after one, or '(*' of
+    a function pointer) and before = ; , [ ) or :, or a label."""
+    names = set()
+    for k in range(lo + 1, hi - 1):
+        t = toks[k]
+        if not is_ident(t) or toks[k + 1] not in DECL_END:
+            continue
+        p = k - 1
+        while p > lo and toks[p] == "*":
+            p -= 1
+        prev = toks[p]
+        if ((p < k - 1 and prev == "(") or (toks[k + 1] == ":" and prev in (";", "{", "}"))
+                or (is_ident(prev) and prev not in NOT_A_TYPE and prev not in TAG_WORDS)):
+            names.add(t)
+    return names
+
+
+def file_symbols(text, macro_uses):
+    """What one C file defines and uses: ({function or variable it defines with external
+    linkage: line}, {names with internal linkage}, {identifier it uses: first line}).
+    A use is a call or a value (a function pointer in an initializer or an argument), also
+    through a macro: macro_uses(name) -> the identifiers a macro's expansion names, or None.
+    Members (.x, ->x), tags, labels and the non-call uses of a parameter's or local's own
+    name are not uses."""
+    clean = blank_comments_and_strings(text)
+    toks, lines = tokens_of(DIRECTIVE_RE.sub(lambda m: "\n" * m.group().count("\n"), clean))
+    toks.append(";")
+    lines.append(lines[-1] if lines else 1)
+    defined, static, uses = {}, set(), {}
+    n = len(toks) - 1
+
+    def add_uses(lo, hi, local):
+        for k in range(lo, hi):
+            t = toks[k]
+            if not is_ident(t) or t in local and toks[k + 1] != "(":
+                continue
+            prev = toks[k - 1]
+            if prev in (".", "->") or prev in TAG_WORDS:
+                continue
+            uses.setdefault(t, lines[k])
+            for name in macro_uses(t) or ():
+                if name not in local:
+                    uses.setdefault(name, lines[k])
+
+    anonymous = []  # one entry per open namespace: whether it is anonymous (C++)
+    seg_start = i = 0  # seg_start: the first token of the current file-scope declaration
+    while i < n:
+        t = toks[i]
+        if t == ";":
+            seg = toks[seg_start:i]
+            internal = "static" in seg or any(anonymous)
+            call = next((k for k in range(seg_start, i - 1)
+                         if is_ident(toks[k]) and toks[k + 1] == "("), None)
+            if call is not None and macro_uses(toks[call]) is None:
+                if internal:  # a prototype
+                    static.add(toks[call])
+            else:  # a variable: the name before its initializer or size
+                end = next((k for k in range(seg_start, i) if toks[k] in ("=", "[", "{")), i)
+                name = toks[end - 1] if end - 1 > seg_start else ""
+                if (name and is_ident(name) and toks[end] != "{" and "(" not in seg
+                        and not {"typedef", "extern", "using"} & set(seg)):
+                    if internal:
+                        static.add(name)
+                    else:
+                        defined.setdefault(name, lines[end - 1])
+            if "=" in seg:  # a file-scope initializer: the function pointers in it are uses
+                add_uses(seg_start + seg.index("=") + 1, i, set())
+            seg_start = i = i + 1
+            continue
+        if t == "}":  # the end of an extern "C" or namespace block
+            if anonymous:
+                anonymous.pop()
+            seg_start = i = i + 1
+            continue
+        if is_ident(t) and toks[i + 1] == "(" and macro_uses(t) is not None:
+            close = close_of(toks, i + 1, "(", ")")  # a macro at file scope
+            add_uses(i, close + 1, set())
+            if toks[close + 1] != "{":
+                seg_start = i = close + 1
+                continue
+        if t != "{":
+            i += 1
+            continue
+        head = toks[seg_start:i]
+        if head == ["extern", "0"] or (head and head[0] == "namespace"):
+            anonymous.append(head == ["namespace"])
+            seg_start = i = i + 1  # read the block as file scope
+            continue
+        end = close_of(toks, i, "{", "}")
+        if i - 1 > seg_start and toks[i - 1] in (")", "const"):  # name ( parameters ) { body }
+            j = i - 1 if toks[i - 1] == ")" else i - 2
+            op = open_of(toks, j, seg_start)
+            name = toks[op - 1] if op > seg_start else ""
+            if name and is_ident(name) and name not in NOT_A_TYPE:
+                if toks[op - 2] == "::":
+                    pass  # a C++ method: called through its object
+                elif "static" in toks[seg_start:op - 1] or any(anonymous):
+                    static.add(name)
+                else:
+                    defined.setdefault(name, lines[op - 1])
+                local = declared_names(toks, op, i) | declared_names(toks, i, end + 1)
+                add_uses(i + 1, end, local)
+                seg_start = i = end + 1
+                continue
+        if "=" in head:  # the braces of an initializer: the function pointers in it are uses
+            add_uses(i + 1, end, set())
+        i = end + 1
+    return defined, static, uses
+
+
+def symbol_graph(root, files):
+    """{(file A, file B): [(symbol, line in A)]} for every source file outside tests/ that
+    uses a symbol another one defines with external linkage."""
+    clean, header_macros, file_macros = {}, {}, {}
+    for f in files:
+        if f.startswith("tests/"):
+            continue
+        with open(os.path.join(root, f), encoding="utf-8", errors="replace") as fh:
+            clean[f] = blank_comments_and_strings(fh.read())
+        macros = macros_of(clean[f])
+        if f.endswith(CALL_EXTENSIONS):
+            file_macros[f] = macros
+        else:
+            for name, body in macros.items():
+                header_macros.setdefault(name, set()).update(body)
+    symbols, definers = {}, {}
+    for f, macros in file_macros.items():
+        symbols[f] = file_symbols(clean[f], macro_expander(header_macros, macros))
+        for name in symbols[f][0]:
+            definers.setdefault(name, []).append(f)
+    edges = {}
+    for f, (defined, internal, uses) in symbols.items():
+        for name, line in sorted(uses.items(), key=lambda kv: kv[1]):
+            if name in defined or name in internal:
+                continue
+            for g in definers.get(name, ()):
+                if g != f:
+                    edges.setdefault((f, g), []).append((name, line))
+    return edges
+
+
+def macro_expander(header_macros, file_macros):
+    """name -> every identifier the macro's expansion names (through other macros too), or
+    None when name is no macro; a file's own #defines hide a header's."""
+    memo = {}
+
+    def expand(name, stack=()):
+        if name in memo:
+            return memo[name]
+        body = file_macros.get(name, header_macros.get(name))
+        if body is None:
+            return None
+        out = set(body)
+        for b in body:
+            if b != name and b not in stack:
+                out |= expand(b, stack + (name,)) or set()
+        memo[name] = out
+        return out
+    return expand
+
+
+def strongly_connected(edges):
+    """The strongly connected components of more than one node (Tarjan, iterative), each a
+    sorted list, in order of their first file."""
+    graph = {}
+    for a, b in edges:
+        graph.setdefault(a, []).append(b)
+        graph.setdefault(b, [])
+    index, low, on_stack, stack, comps = {}, {}, set(), [], []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        x = stack.pop()
+                        on_stack.discard(x)
+                        comp.append(x)
+                        if x == v:
+                            break
+                    if len(comp) > 1:
+                        comps.append(sorted(comp))
+            elif w not in index:
+                index[w] = low[w] = len(index)
+                stack.append(w)
+                on_stack.add(w)
+                work.append((w, iter(sorted(graph[w]))))
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+    return sorted(comps)
+
+
+def find_call_cycles(root, files):
+    """One problem per call cycle (a strongly connected component of the file graph of
+    symbol_graph) not in CALL_CYCLE_ALLOWLIST, then one per stale entry of that list."""
+    edges = symbol_graph(root, files)
+    problems, used = [], set()
+    for comp in strongly_connected(edges):
+        allowed = [i for i, (fs, _r) in enumerate(CALL_CYCLE_ALLOWLIST) if sorted(fs) == comp]
+        if allowed:
+            used.update(allowed)
+            continue
+        why = "".join(f"\n    {a} -> {b} ({edges[(a, b)][0][0]}, line {edges[(a, b)][0][1]})"
+                      for a in comp for b in comp if (a, b) in edges)
+        first = edges[next((a, b) for a in comp for b in comp if (a, b) in edges)][0][1]
+        problems.append((comp[0], first, f"call cycle between {len(comp)} files "
+                                         f"(move the shared piece into a leaf file):{why}"))
+    for i, (fs, reason) in enumerate(CALL_CYCLE_ALLOWLIST):
+        if i not in used:
+            problems.append(("tests/unit/check_layout.py", 1,
+                             f"stale call-cycle allowlist entry ({', '.join(fs)}: {reason}): "
+                             f"those files no longer form exactly that cycle, remove or update it"))
+    return problems
 
 def main(argv):
     root = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """check_layout.py on small fake trees: each rule of docs/design.md §1 it enforces catches a
-violation (naming file:line), allowed includes pass, and the allowlist works both ways."""
+violation (naming file:line), allowed includes pass, call cycles between files are found
+without false edges, and the allowlists work both ways."""
 import contextlib
 import io
 import os
@@ -43,10 +44,11 @@ CLEAN_TREE = {
 class Tree:
     """A fake checkout in a temporary folder; `extra` adds or replaces files."""
 
-    def __init__(self, extra=None, allowlist=()):
+    def __init__(self, extra=None, allowlist=(), call_allowlist=()):
         self.files = dict(CLEAN_TREE)
         self.files.update(extra or {})
         self.allowlist = list(allowlist)
+        self.call_allowlist = list(call_allowlist)
 
     def __enter__(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -55,12 +57,13 @@ class Tree:
             os.makedirs(os.path.dirname(full), exist_ok=True)
             with open(full, "w") as fh:
                 fh.write(text)
-        self.saved = check_layout.ALLOWLIST
+        self.saved = check_layout.ALLOWLIST, check_layout.CALL_CYCLE_ALLOWLIST
         check_layout.ALLOWLIST = self.allowlist
+        check_layout.CALL_CYCLE_ALLOWLIST = self.call_allowlist
         return self
 
     def __exit__(self, *exc):
-        check_layout.ALLOWLIST = self.saved
+        check_layout.ALLOWLIST, check_layout.CALL_CYCLE_ALLOWLIST = self.saved
         self.tmp.cleanup()
 
     def problems(self):
@@ -197,6 +200,87 @@ class CheckLayoutTest(unittest.TestCase):
         self.assertEqual(len(problems), 1, problems)
         self.assertIn("stale allowlist entry", problems[0])
 
+
+    # model/a.c and model/b.c call each other: the smallest call cycle.
+    CALL_PAIR = {
+        "model/a.h": "int a_get(int x);\nint a_twice(int x);\n",
+        "model/b.h": "int b_get(int x);\n",
+        "model/a.c": '#include "model/a.h"\n#include "model/b.h"\n'
+                     "int a_get(int x) { return x; }\n"
+                     "int a_twice(int x) {\n  return 2 * b_get(x);\n}\n",
+        "model/b.c": '#include "model/b.h"\n#include "model/a.h"\n'
+                     "int b_get(int x) {\n  return a_get(x) + 1;\n}\n",
+    }
+
+    def test_two_files_that_call_each_other_are_caught_with_a_symbol_per_edge(self):
+        with Tree(self.CALL_PAIR) as t:
+            problems = t.problems()
+        self.assertEqual(len(problems), 1, problems)
+        self.assertTrue(problems[0].startswith("model/a.c:5: call cycle between 2 files"), problems)
+        self.assertIn("model/a.c -> model/b.c (b_get, line 5)", problems[0])
+        self.assertIn("model/b.c -> model/a.c (a_get, line 4)", problems[0])
+
+    def test_a_three_file_cycle_is_one_problem_naming_every_file(self):
+        extra = {"model/a.c": "int a_f(void) { return b_f(); }\n",
+                 "model/b.c": "int b_f(void) { return c_f(); }\n",
+                 "kernels/c.c": "int c_f(void) { return a_f(); }\nint c_g(void) { return 0; }\n",
+                 "model/d.c": "int d_f(void) { return c_g() + a_f(); }\n"}
+        with Tree(extra) as t:
+            problems = t.problems()
+        self.assertEqual(len(problems), 1, problems)
+        for edge in ("model/a.c -> model/b.c (b_f", "model/b.c -> kernels/c.c (c_f",
+                     "kernels/c.c -> model/a.c (a_f"):
+            self.assertIn(edge, problems[0])
+        self.assertNotIn("model/d.c", problems[0])
+
+    def test_a_one_way_dependency_is_no_cycle(self):
+        extra = dict(self.CALL_PAIR)
+        extra["model/b.c"] = "int b_get(int x) { return x + 1; }\n"
+        with Tree(extra) as t:
+            self.assertEqual(t.problems(), [])
+
+    def test_comments_strings_members_locals_and_statics_are_no_calls(self):
+        extra = {"model/a.c": "int a_f(void) { return b_f(); }\n",
+                 "model/b.c": "/* a_f() */ // a_f();\n"
+                              "struct s { int (*a_f)(void); };\n"
+                              "static int a_g(void) { return 0; }\n"
+                              "int b_f(void) {\n"
+                              "  const char *t = \"a_f(a_g)\"; char c = 'a';\n"
+                              "  int a_g2 = 0; struct s v; int a_f = 3;\n"
+                              "  return a_g() + a_f + v.a_f() + (&v)->a_f() + a_g2 + t[0] + c;\n"
+                              "}\n",
+                 "model/c.c": "static int a_f(void) { return 1; }\n"
+                              "int c_f(void) { return a_f(); }\n",
+                 "model/e.c": "int a_g(void) { return 0; }\n"}
+        with Tree(extra) as t:
+            self.assertEqual(t.problems(), [])
+
+    def test_a_function_pointer_and_a_macro_are_uses(self):
+        for b_text in ["static int (*const hook)(void) = a_f;\nint b_f(void) { return hook(); }\n",
+                       "static const struct ops o = { .run = a_f };\nint b_f(void) { return 0; }\n",
+                       "int b_f(void) { return reg(a_f); }\n",
+                       '#include "model/m.h"\nint b_f(void) { return CALL_A(); }\n']:
+            with self.subTest(b=b_text):
+                extra = {"model/a.c": "int a_f(void) { return b_f(); }\n", "model/b.c": b_text,
+                         "model/m.h": "#define CALL_A() \\\n  (a_f() + 0)\n"}
+                with Tree(extra) as t:
+                    problems = t.problems()
+                self.assertEqual(len(problems), 1, problems)
+                self.assertIn("model/b.c -> model/a.c (a_f", problems[0])
+
+    def test_tests_may_call_back_and_forth(self):
+        extra = {"tests/unit/a.c": "int ta(void) { return tb(); }\n",
+                 "tests/unit/b.c": "int tb(void) { return ta(); }\n"}
+        with Tree(extra) as t:
+            self.assertEqual(t.problems(), [])
+
+    def test_call_cycle_allowlist_exempts_exactly_its_files_and_goes_stale(self):
+        with Tree(self.CALL_PAIR, call_allowlist=[(("model/b.c", "model/a.c"), "known")]) as t:
+            self.assertEqual(t.problems(), [])
+        with Tree(call_allowlist=[(("model/b.c", "model/a.c"), "known")]) as t:
+            problems = t.problems()
+        self.assertEqual(len(problems), 1, problems)
+        self.assertIn("stale call-cycle allowlist entry", problems[0])
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -1,0 +1,53 @@
+/* What the model runner's phases share (model_runner_internal.h): the step's error record
+ * (mr_fail, mr_blame: the field and the request a failed step is blamed on), request lookups
+ * by id in the persistent batch and the scheduler output, and array growth. A leaf: phase 1
+ * (model_runner_check.c), phase 2 (model_runner.c) and speculative decoding (runner_spec.c)
+ * call it, it calls none of them. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/gpu_worker/model_runner_internal.h"
+
+bool mr_grow(void **p, int64_t *cap, int64_t need, size_t elem) {
+  if (need <= *cap) return true;
+  int64_t n = *cap > 0 ? *cap : 16;
+  while (n < need) n *= 2;
+  void *q = realloc(*p, (size_t)n * elem);
+  if (!q) return false;
+  *p = q;
+  *cap = n;
+  return true;
+}
+
+bool mr_str_eq(const char *a, size_t alen, struct llb_str b) {
+  return alen == b.len && (alen == 0 || memcmp(a, b.data, alen) == 0);
+}
+
+int32_t mr_find_row(const struct model_runner *r, struct llb_str id) {
+  for (int32_t i = 0; i < r->num_rows; i++)
+    if (mr_str_eq(r->rows[i]->req_id, r->rows[i]->req_id_len, id)) return i;
+  return -1;
+}
+
+int32_t mr_find_new(const struct llb_scheduler_output *so, struct llb_str id, int32_t limit) {
+  for (int32_t i = 0; i < limit; i++)
+    if (mr_str_eq(so->scheduled_new_reqs[i].req_id.data, so->scheduled_new_reqs[i].req_id.len, id)) return i;
+  return -1;
+}
+
+/* Records an error with the offending field; the message goes through LLB_ERRF too. */
+llb_status mr_fail(struct model_runner *r, llb_status st, const char *field, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->err_message, sizeof(r->err_message), fmt, ap);
+  va_end(ap);
+  snprintf(r->err_field, sizeof(r->err_field), "%s", field);
+  return LLB_ERRF(st, "%s: %s", field, r->err_message);
+}
+
+/* Names the request whose input fails the step (failed_req_id): the scheduler finishes it. */
+void mr_blame(struct model_runner *r, const char *id, size_t len) {
+  snprintf(r->err_req_id, sizeof(r->err_req_id), "%.*s", (int)(len < 255 ? len : 255), id ? id : "");
+}
