@@ -8,6 +8,7 @@
 
 #include "actors/api_server/api_call.h"
 #include "base/log.h"
+#include "bus/subject.h"
 
 #define API_RESEND_FIRST_MS 50
 #define API_RESEND_MAX_MS 1000
@@ -71,7 +72,11 @@ static bool resend_sub(const struct api_resend_ctx *x, struct api_call *c, struc
   if (s->engine_id[0] && !one) api_sub_publish_abort(x->bus, s);
   api_sub_table_remove(x->table, s);
   api_sub_table_add(x->table, s);
-  snprintf(reply, reply_cap, "%s.%llu", x->inbox, (unsigned long long)s->seq);
+  if (bus_subject_reply(x->inbox, s->seq, reply, reply_cap) != LLB_STATUS_OK) { /* the inbox was checked at start */
+    LLB_LOG_ERROR("generate_not_resent", "seq=%llu err=%s", (unsigned long long)s->seq, llb_err_last());
+    free(reply);
+    return false;
+  }
   free(s->resend.reply);
   s->resend.reply = reply;
   s->resend.tries = 0;
