@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "bus/bus_internal.h"
+#include "bus/subject.h"
 
 #define JS_RETRY_SLEEP_MS 100
 #define JS_RETRY_SLEEP_MAX_MS 500
@@ -167,8 +168,7 @@ static llb_status stream_ensure(struct bus *b, jsCtx *js, int64_t max_bytes, int
   char name[BUS_JS_NAME_MAX], subject[BUS_SUBJECT_MAX];
   llb_status st = bus_js_requests_stream_name(b->prefix, name, sizeof name);
   if (st) return st;
-  if (snprintf(subject, sizeof subject, "%s.engine.*.requests", b->prefix) >= (int)sizeof subject)
-    return LLB_ERRF(LLB_STATUS_TOO_LARGE, "requests subject of prefix '%s'", b->prefix);
+  if ((st = bus_pattern_engines(b->prefix, "requests", subject, sizeof subject)) != LLB_STATUS_OK) return st;
   int64_t deadline = llb_now_ns() + timeout_ms * 1000000;
   for (;;) {
     st = stream_ensure_once(js, name, subject, max_bytes, replicas);

@@ -39,17 +39,13 @@ llb_status bus_metrics_publish_start(struct bus *b, const char *actor, const cha
                                      struct llb_metrics *metrics) {
   if (!b || !metrics || interval_ms <= 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "metrics publish: need a registry and interval_ms > 0");
-  char subject[BUS_SUBJECT_MAX];
-  llb_status st = bus_subject_health(b->prefix, actor, instance, subject, sizeof subject);
-  const size_t n = strlen(subject);
-  if (st == LLB_STATUS_OK && n + sizeof ".metrics" > sizeof subject)
-    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "metrics publish: subject %s.metrics too long", subject);
+  char subject[sizeof b->mp_subject];
+  llb_status st = bus_subject_health_metrics(b->prefix, actor, instance, subject, sizeof subject);
   if (st != LLB_STATUS_OK) return st;
   bus_metrics_publish_stop(b);
   struct event *ev = event_new(b->base, -1, EV_PERSIST, metrics_tick, b);
   if (!ev) return LLB_ERRF(LLB_STATUS_INTERNAL, "metrics publish: event_new failed");
-  memcpy(b->mp_subject, subject, n);
-  memcpy(b->mp_subject + n, ".metrics", sizeof ".metrics");
+  memcpy(b->mp_subject, subject, sizeof subject);
   b->mp_metrics = metrics;
   b->mp_failed_logged = false;
   b->mp_ev = ev;

@@ -9,6 +9,7 @@
 #include "bus/bus.h"
 #include "bus/bus_internal.h"
 #include "bus/otlp_export.h"
+#include "bus/subject.h"
 
 void bus_span_begin(struct bus_span *s, const struct bus_trace_ctx *parent, const char *name,
                     enum bus_span_kind kind) {
@@ -72,7 +73,8 @@ llb_status bus_tracing_start(struct bus *bus, const struct bus_tracing_options *
   if (atomic_load(&bus->tracer)) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tracing already started");
   if (!o->service_name || !bus_token_valid(o->service_name))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tracing: service name must be one subject token");
-  snprintf(bus->trace_subject, sizeof bus->trace_subject, "%s.trace.%s", bus->prefix, o->service_name);
+  llb_status st = bus_subject_trace(bus->prefix, o->service_name, bus->trace_subject, sizeof bus->trace_subject);
+  if (st != LLB_STATUS_OK) return st;
   struct otlp_exporter_config cfg = {
       .endpoint = o->otlp_endpoint,
       .service_name = o->service_name,
@@ -86,7 +88,7 @@ llb_status bus_tracing_start(struct bus *bus, const struct bus_tracing_options *
       .publish_user = bus,
   };
   struct otlp_exporter *e = NULL;
-  llb_status st = otlp_exporter_create(&cfg, &e);
+  st = otlp_exporter_create(&cfg, &e);
   if (st != LLB_STATUS_OK) return st;
   atomic_store(&bus->tracer, e);
   LLB_LOG_INFO("tracing_started", "otlp_endpoint=%s publish=%s queue=%d batch=%d flush_ms=%lld",

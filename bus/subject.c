@@ -1,11 +1,14 @@
 #include "bus/subject.h"
 
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 static const char *const engine_kinds[] = {"requests", "abort",   "kv",    "encoder",
                                            "execute",  "outputs", "stats", "dead_letter",
                                            "resync", "history"};
+static const char *const tenant_kinds[] = {"generate", "abort", "tokenize"};
 
 static bool is_alnum(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
@@ -92,11 +95,13 @@ static llb_status check_token(const char *what, const char *token) {
                   what, token ? token : "(null)", BUS_TOKEN_MAX);
 }
 
-static llb_status join(char *buf, size_t cap, const char *prefix, const char *a, const char *b,
-                       const char *c) {
+/* snprintf(buf, cap, fmt, ...): TOO_LARGE, buf emptied, when the subject does not fit. */
+__attribute__((format(printf, 3, 4))) static llb_status put(char *buf, size_t cap, const char *fmt, ...) {
   if (!buf || cap == 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subject buffer is NULL");
-  int n = c ? snprintf(buf, cap, "%s.%s.%s.%s", prefix, a, b, c)
-            : snprintf(buf, cap, "%s.%s.%s", prefix, a, b);
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = vsnprintf(buf, cap, fmt, ap);
+  va_end(ap);
   if (n < 0 || (size_t)n >= cap) {
     buf[0] = '\0';
     return LLB_ERRF(LLB_STATUS_TOO_LARGE, "subject needs %d bytes, buffer holds %zu", n + 1, cap);
@@ -104,60 +109,133 @@ static llb_status join(char *buf, size_t cap, const char *prefix, const char *a,
   return LLB_STATUS_OK;
 }
 
-llb_status bus_subject_generate(const char *prefix, const char *tenant, char *buf, size_t cap) {
-  if (!prefix) prefix = BUS_DEFAULT_PREFIX;
-  llb_status st = bus_prefix_check(prefix);
+static llb_status join(char *buf, size_t cap, const char *prefix, const char *a, const char *b,
+                       const char *c) {
+  return c ? put(buf, cap, "%s.%s.%s.%s", prefix, a, b, c) : put(buf, cap, "%s.%s.%s", prefix, a, b);
+}
+
+/* *prefix: NULL becomes BUS_DEFAULT_PREFIX; INVALID_ARGUMENT when it is not a valid prefix. */
+static llb_status prefix_or_default(const char **prefix) {
+  if (!*prefix) *prefix = BUS_DEFAULT_PREFIX;
+  return bus_prefix_check(*prefix);
+}
+
+/* INVALID_ARGUMENT unless kind is one of the n names of kinds. */
+static llb_status check_kind(const char *what, const char *kind, const char *const *kinds, size_t n) {
+  for (size_t i = 0; kind && i < n; i++)
+    if (strcmp(kind, kinds[i]) == 0) return LLB_STATUS_OK;
+  char all[160] = "";
+  for (size_t i = 0; i < n; i++)
+    snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? ", " : "", kinds[i]);
+  return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "%s kind \"%s\" is not one of %s", what, kind ? kind : "(null)", all);
+}
+
+/* "<prefix>.<kind>.<tenant>" */
+static llb_status tenant_subject(const char *prefix, const char *kind, const char *tenant, char *buf, size_t cap) {
+  llb_status st = prefix_or_default(&prefix);
   if (st == LLB_STATUS_OK) st = check_token("tenant", tenant);
   if (st != LLB_STATUS_OK) return st;
-  return join(buf, cap, prefix, "generate", tenant, NULL);
+  return join(buf, cap, prefix, kind, tenant, NULL);
+}
+
+llb_status bus_subject_generate(const char *prefix, const char *tenant, char *buf, size_t cap) {
+  return tenant_subject(prefix, "generate", tenant, buf, cap);
 }
 
 llb_status bus_subject_abort(const char *prefix, const char *tenant, char *buf, size_t cap) {
-  if (!prefix) prefix = BUS_DEFAULT_PREFIX;
-  llb_status st = bus_prefix_check(prefix);
-  if (st == LLB_STATUS_OK) st = check_token("tenant", tenant);
-  if (st != LLB_STATUS_OK) return st;
-  return join(buf, cap, prefix, "abort", tenant, NULL);
+  return tenant_subject(prefix, "abort", tenant, buf, cap);
+}
+
+llb_status bus_subject_tokenize(const char *prefix, const char *tenant, char *buf, size_t cap) {
+  return tenant_subject(prefix, "tokenize", tenant, buf, cap);
 }
 
 llb_status bus_subject_engine(const char *prefix, const char *eid, const char *kind, char *buf,
                               size_t cap) {
-  if (!prefix) prefix = BUS_DEFAULT_PREFIX;
-  llb_status st = bus_prefix_check(prefix);
+  llb_status st = prefix_or_default(&prefix);
   if (st == LLB_STATUS_OK) st = check_token("engine id", eid);
   if (st != LLB_STATUS_OK) return st;
-  bool known = false;
-  for (size_t i = 0; kind && i < sizeof engine_kinds / sizeof engine_kinds[0]; i++)
-    if (strcmp(kind, engine_kinds[i]) == 0) known = true;
-  if (!known)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
-                    "engine subject kind \"%s\" is not one of requests, abort, kv, encoder, "
-                    "execute, outputs, stats, dead_letter, resync, history",
-                    kind ? kind : "(null)");
+  st = check_kind("engine subject", kind, engine_kinds, sizeof engine_kinds / sizeof engine_kinds[0]);
+  if (st != LLB_STATUS_OK) return st;
   return join(buf, cap, prefix, "engine", eid, kind);
 }
 
 llb_status bus_subject_engine_health(const char *prefix, const char *eid, const char *actor, char *buf, size_t cap) {
-  if (!prefix) prefix = BUS_DEFAULT_PREFIX;
-  llb_status st = bus_prefix_check(prefix);
+  llb_status st = prefix_or_default(&prefix);
   if (st == LLB_STATUS_OK) st = check_token("engine id", eid);
   if (st == LLB_STATUS_OK && !(actor && strcmp(actor, "*") == 0)) st = check_token("actor name", actor);
   if (st != LLB_STATUS_OK) return st;
-  if (!buf || cap == 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subject buffer is NULL");
-  const int n = snprintf(buf, cap, "%s.engine.%s.health.%s", prefix, eid, actor);
-  if (n < 0 || (size_t)n >= cap) {
-    buf[0] = '\0';
-    return LLB_ERRF(LLB_STATUS_TOO_LARGE, "subject needs %d bytes, buffer holds %zu", n + 1, cap);
-  }
-  return LLB_STATUS_OK;
+  return put(buf, cap, "%s.engine.%s.health.%s", prefix, eid, actor);
 }
 
 llb_status bus_subject_health(const char *prefix, const char *actor, const char *instance,
                               char *buf, size_t cap) {
-  if (!prefix) prefix = BUS_DEFAULT_PREFIX;
-  llb_status st = bus_prefix_check(prefix);
+  llb_status st = prefix_or_default(&prefix);
   if (st == LLB_STATUS_OK) st = check_token("actor name", actor);
   if (st == LLB_STATUS_OK) st = check_token("instance name", instance);
   if (st != LLB_STATUS_OK) return st;
   return join(buf, cap, prefix, "health", actor, instance);
+}
+
+llb_status bus_subject_health_metrics(const char *prefix, const char *actor, const char *instance, char *buf,
+                                      size_t cap) {
+  llb_status st = prefix_or_default(&prefix);
+  if (st == LLB_STATUS_OK) st = check_token("actor name", actor);
+  if (st == LLB_STATUS_OK) st = check_token("instance name", instance);
+  if (st != LLB_STATUS_OK) return st;
+  return put(buf, cap, "%s.health.%s.%s.metrics", prefix, actor, instance);
+}
+
+llb_status bus_subject_trace(const char *prefix, const char *actor, char *buf, size_t cap) {
+  llb_status st = prefix_or_default(&prefix);
+  if (st == LLB_STATUS_OK) st = check_token("actor name", actor);
+  if (st != LLB_STATUS_OK) return st;
+  return put(buf, cap, "%s.trace.%s", prefix, actor);
+}
+
+static llb_status check_inbox(const char *inbox) {
+  if (inbox && bus_prefix_check(inbox) == LLB_STATUS_OK) return LLB_STATUS_OK;
+  return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "reply inbox \"%s\" is not tokens joined by '.'",
+                  inbox ? inbox : "(null)");
+}
+
+llb_status bus_subject_reply(const char *inbox, uint64_t seq, char *buf, size_t cap) {
+  llb_status st = check_inbox(inbox);
+  if (st != LLB_STATUS_OK) return st;
+  return put(buf, cap, "%s.%" PRIu64, inbox, seq);
+}
+
+llb_status bus_pattern_tenants(const char *prefix, const char *kind, char *buf, size_t cap) {
+  llb_status st = prefix_or_default(&prefix);
+  if (st == LLB_STATUS_OK)
+    st = check_kind("tenant subject", kind, tenant_kinds, sizeof tenant_kinds / sizeof tenant_kinds[0]);
+  if (st != LLB_STATUS_OK) return st;
+  return put(buf, cap, "%s.%s.*", prefix, kind);
+}
+
+llb_status bus_pattern_engines(const char *prefix, const char *kind, char *buf, size_t cap) {
+  llb_status st = prefix_or_default(&prefix);
+  if (st == LLB_STATUS_OK)
+    st = check_kind("engine subject", kind, engine_kinds, sizeof engine_kinds / sizeof engine_kinds[0]);
+  if (st != LLB_STATUS_OK) return st;
+  return put(buf, cap, "%s.engine.*.%s", prefix, kind);
+}
+
+llb_status bus_pattern_health(const char *prefix, const char *actor, char *buf, size_t cap) {
+  llb_status st = prefix_or_default(&prefix);
+  if (st == LLB_STATUS_OK && actor) st = check_token("actor name", actor);
+  if (st != LLB_STATUS_OK) return st;
+  return put(buf, cap, "%s.health.%s.*", prefix, actor ? actor : "*");
+}
+
+llb_status bus_pattern_health_metrics(const char *prefix, char *buf, size_t cap) {
+  llb_status st = prefix_or_default(&prefix);
+  if (st != LLB_STATUS_OK) return st;
+  return put(buf, cap, "%s.health.*.*.metrics", prefix);
+}
+
+llb_status bus_pattern_replies(const char *inbox, char *buf, size_t cap) {
+  llb_status st = check_inbox(inbox);
+  if (st != LLB_STATUS_OK) return st;
+  return put(buf, cap, "%s.*", inbox);
 }

@@ -512,16 +512,16 @@ static llb_status publish_sub(struct api_actor *a, struct api_call *c, int32_t i
   char rid[96], reply[192], subject[BUS_SUBJECT_MAX];
   if (c->num_subs > 1) snprintf(rid, sizeof rid, "%s-%d", c->resp.id, i);
   else snprintf(rid, sizeof rid, "%s", c->resp.id);
-  snprintf(reply, sizeof reply, "%s.%" PRIu64, a->inbox_subject, s->seq);
+  llb_status st = bus_subject_reply(a->inbox_subject, s->seq, reply, sizeof reply);
+  if (st == LLB_STATUS_OK)
+    st = (tok ? bus_subject_tokenize : bus_subject_generate)(bus_prefix(a->bus), c->tenant, subject, sizeof subject);
+  if (st != LLB_STATUS_OK) return st;
   struct llb_generate_request gr;
   if (tok) api_tokenize_to_generate(&c->tok, rid, &gr);
   else if (c->emb) api_embeddings_to_generate(c->emb, i, rid, &gr);
   else api_request_to_generate(&c->parsed, i, rid, &gr);
-  llb_status st = llb_generate_request_encode_buf(&gr, &a->enc);
+  st = llb_generate_request_encode_buf(&gr, &a->enc);
   if (st != LLB_STATUS_OK) return st;
-  if (snprintf(subject, sizeof subject, "%s.%s.%s", bus_prefix(a->bus), tok ? "tokenize" : "generate", c->tenant) >=
-      (int)sizeof subject)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subject of tenant %s too long", c->tenant);
   struct bus_out_msg m = {.subject = subject, .reply = reply, .data = a->enc.data, .len = a->enc.len,
                           .trace = &c->span.ctx};
   st = bus_publish_msg(a->bus, &m);
@@ -814,9 +814,7 @@ static llb_status make_subjects(struct api_actor *a, char *generate, size_t cap)
   char subject[BUS_SUBJECT_MAX];
   llb_status st = bus_subject_generate(prefix, a->tenant, generate, cap);
   if (st == LLB_STATUS_OK) st = bus_subject_abort(prefix, a->tenant, subject, sizeof subject);
-  if (st == LLB_STATUS_OK &&
-      snprintf(subject, sizeof subject, "%s.tokenize.%s", prefix, a->tenant) >= (int)sizeof subject)
-    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: tokenize subject too long");
+  if (st == LLB_STATUS_OK) st = bus_subject_tokenize(prefix, a->tenant, subject, sizeof subject);
   if (st == LLB_STATUS_OK) st = bus_new_inbox(a->bus, a->inbox_subject, sizeof a->inbox_subject);
   return st;
 }
@@ -842,20 +840,14 @@ llb_status api_actor_start(struct api_actor *a, struct bus *bus) {
   llb_status st = make_subjects(a, generate, sizeof generate);
   if (st == LLB_STATUS_OK) st = api_loop_call_run(a->loop, a->base, loop_setup, a);
   if (st != LLB_STATUS_OK) return st;
-  snprintf(subj, sizeof subj, "%s.*", a->inbox_subject);
-  st = bus_subscribe(bus, subj, NULL, api_inbox_on_msg, a->inbox, NULL);
-  if (st == LLB_STATUS_OK) {
-    snprintf(subj, sizeof subj, "%s.engine.*.stats", bus_prefix(bus));
-    st = bus_subscribe(bus, subj, NULL, api_peer_beats_on_stats, a->peers, NULL);
-  }
-  if (st == LLB_STATUS_OK) {
-    snprintf(subj, sizeof subj, "%s.health.*.*", bus_prefix(bus));
-    st = bus_subscribe(bus, subj, NULL, api_peer_beats_on_heartbeat, a->peers, NULL);
-  }
-  if (st == LLB_STATUS_OK) {
-    snprintf(subj, sizeof subj, "%s.health.*.*.metrics", bus_prefix(bus));
-    st = bus_subscribe(bus, subj, NULL, on_actor_metrics, a, NULL);
-  }
+  st = bus_pattern_replies(a->inbox_subject, subj, sizeof subj);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, subj, NULL, api_inbox_on_msg, a->inbox, NULL);
+  if (st == LLB_STATUS_OK) st = bus_pattern_engines(bus_prefix(bus), "stats", subj, sizeof subj);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, subj, NULL, api_peer_beats_on_stats, a->peers, NULL);
+  if (st == LLB_STATUS_OK) st = bus_pattern_health(bus_prefix(bus), NULL, subj, sizeof subj);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, subj, NULL, api_peer_beats_on_heartbeat, a->peers, NULL);
+  if (st == LLB_STATUS_OK) st = bus_pattern_health_metrics(bus_prefix(bus), subj, sizeof subj);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, subj, NULL, on_actor_metrics, a, NULL);
   if (st != LLB_STATUS_OK) return st;
   LLB_LOG_INFO("api_server_listening", "http=%s:%d model=%s generate=%s inbox=%s.*", a->http_host, a->bound_port,
                a->model_name, generate, a->inbox_subject);

@@ -8,6 +8,7 @@
 
 #include "actors/api_server/api_call.h"
 #include "base/log.h"
+#include "bus/subject.h"
 
 #define API_RESEND_FIRST_MS 50
 #define API_RESEND_MAX_MS 1000
@@ -72,7 +73,11 @@ static bool resend_sub(const struct api_resend_ctx *x, struct api_call *c, struc
   const bool one = c->parsed.sampling_params.n <= 1;
   snprintf(resume_of, sizeof resume_of, "%s", one ? s->engine_id : "");
   if (s->engine_id[0] && !one) api_sub_publish_abort(x->bus, s);
-  snprintf(reply, reply_cap, "%s.%llu", x->inbox, (unsigned long long)s->seq);
+  if (bus_subject_reply(x->inbox, s->seq, reply, reply_cap) != LLB_STATUS_OK) { /* the inbox was checked at start */
+    LLB_LOG_ERROR("generate_not_resent", "seq=%llu err=%s", (unsigned long long)s->seq, llb_err_last());
+    free(reply);
+    return false;
+  }
   free(s->resend.reply);
   s->resend.reply = reply;
   s->resend.tries = 0;

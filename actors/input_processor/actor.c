@@ -890,8 +890,8 @@ llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
   if (maxp > 0) inproc_set_max_mm_item_bytes(a->proc, maxp > 256 * 1024 ? maxp - 128 * 1024 : maxp / 2);
   const char *prefix = bus_prefix(bus);
   char stats_subj[BUS_SUBJECT_MAX];
-  snprintf(stats_subj, sizeof stats_subj, "%s.engine.*.stats", prefix); /* the prefix was checked by bus_create */
-  llb_status st = LLB_STATUS_OK;
+  llb_status st = bus_pattern_engines(prefix, "stats", stats_subj, sizeof stats_subj);
+  if (st != LLB_STATUS_OK) return st;
   /* the stream takes <prefix>.engine.*.requests: every engine's */
   if (a->durable && (st = bus_js_requests_stream_ensure(bus, 0, a->stream_replicas,
                                                                 INPROC_DURABLE_START_TIMEOUT_MS)))
@@ -900,24 +900,23 @@ llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
     return st;
   bus_set_before_drain(bus, before_drain, a);
   char gen[BUS_SUBJECT_MAX], abort_subj[BUS_SUBJECT_MAX], tok_subj[BUS_SUBJECT_MAX];
-  snprintf(tok_subj, sizeof tok_subj, "%s.tokenize.%s", prefix, a->tenant);
   if (strcmp(a->tenant, "*") == 0) {
-    snprintf(gen, sizeof gen, "%s.generate.*", prefix);
-    snprintf(abort_subj, sizeof abort_subj, "%s.abort.*", prefix);
+    st = bus_pattern_tenants(prefix, "generate", gen, sizeof gen);
+    if (st == LLB_STATUS_OK) st = bus_pattern_tenants(prefix, "abort", abort_subj, sizeof abort_subj);
+    if (st == LLB_STATUS_OK) st = bus_pattern_tenants(prefix, "tokenize", tok_subj, sizeof tok_subj);
   } else {
     st = bus_subject_generate(prefix, a->tenant, gen, sizeof gen);
     if (st == LLB_STATUS_OK) st = bus_subject_abort(prefix, a->tenant, abort_subj, sizeof abort_subj);
-    if (st != LLB_STATUS_OK) return st;
+    if (st == LLB_STATUS_OK) st = bus_subject_tokenize(prefix, a->tenant, tok_subj, sizeof tok_subj);
   }
+  if (st != LLB_STATUS_OK) return st;
   st = bus_subscribe(bus, gen, INPROC_ACTOR_QUEUE_GROUP, inproc_on_generate, a, NULL);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, abort_subj, INPROC_ACTOR_QUEUE_GROUP, inproc_on_abort, a, NULL);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, tok_subj, INPROC_ACTOR_QUEUE_GROUP, inproc_on_tokenize, a, NULL);
   /* every replica hears every engine (no queue group): each routes on its own view */
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, stats_subj, NULL, inproc_on_stats, a, NULL);
   if (st == LLB_STATUS_OK && a->limits) { /* every engine's outputs: its requests' first tokens and ends */
-    if (snprintf(a->outputs_subject, sizeof a->outputs_subject, "%s.engine.*.outputs", prefix) >=
-        (int)sizeof a->outputs_subject)
-      st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", prefix);
+    st = bus_pattern_engines(prefix, "outputs", a->outputs_subject, sizeof a->outputs_subject);
     if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, inproc_on_engine_outputs, a, NULL);
     if (st == LLB_STATUS_OK) LLB_LOG_INFO("tenant_limits_on", "outputs=%s", a->outputs_subject);
   }

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "bus/subject.h"
 
 struct exec_channel {
   struct bus *bus;
@@ -83,10 +84,10 @@ llb_status exec_channel_create(struct bus *bus, const char *subj_execute, int64_
     exec_channel_destroy(ch);
     return st;
   }
-  char subject[BUS_SUBJECT_MAX + 32];
-  snprintf(subject, sizeof subject, "%s.*", ch->inbox);
+  char subject[BUS_SUBJECT_MAX];
   *out = ch;
-  return bus_subscribe(bus, subject, NULL, on_exec_reply, ch, NULL);
+  st = bus_pattern_replies(ch->inbox, subject, sizeof subject);
+  return st ? st : bus_subscribe(bus, subject, NULL, on_exec_reply, ch, NULL);
 }
 
 void exec_channel_stop(struct exec_channel *ch) {
@@ -128,10 +129,11 @@ void exec_channel_forget(struct exec_channel *ch) { ch->num_pending = 0; }
 llb_status exec_channel_send(struct exec_channel *ch, uint64_t step, const void *data, size_t len) {
   if (ch->num_pending >= 2)
     return LLB_ERRF(LLB_STATUS_INTERNAL, "step %" PRIu64 ": two steps already in flight", step);
-  char reply_to[BUS_SUBJECT_MAX + 32]; /* the inbox leaves 24 bytes for ".<step>" */
-  snprintf(reply_to, sizeof reply_to, "%s.%" PRIu64, ch->inbox, step);
+  char reply_to[BUS_SUBJECT_MAX]; /* the inbox leaves 24 bytes for ".<step>" */
+  llb_status st = bus_subject_reply(ch->inbox, step, reply_to, sizeof reply_to);
+  if (st) return st;
   struct bus_out_msg m = {.subject = ch->subj_execute, .reply = reply_to, .data = data, .len = len};
-  llb_status st = bus_publish_msg(ch->bus, &m);
+  st = bus_publish_msg(ch->bus, &m);
   if (st) return st;
   ch->sent_ns[ch->num_pending] = llb_now_ns();
   ch->pending[ch->num_pending++] = step;

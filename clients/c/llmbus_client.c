@@ -199,10 +199,11 @@ void llmbus_client_close(llmbus_client *c) {
 static llb_status publish_request(llmbus_client *c, const char *kind, const struct llb_generate_request *gr,
                                   const char *reply) {
   char subject[BUS_SUBJECT_MAX];
-  if (snprintf(subject, sizeof subject, "%s.%s.%s", bus_prefix(c->bus), kind, c->tenant) >= (int)sizeof subject)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subject too long");
+  llb_status st = (strcmp(kind, "tokenize") == 0 ? bus_subject_tokenize : bus_subject_generate)(
+      bus_prefix(c->bus), c->tenant, subject, sizeof subject);
+  if (st != LLB_STATUS_OK) return st;
   struct llb_buf buf = {0};
-  llb_status st = llb_generate_request_encode_buf(gr, &buf);
+  st = llb_generate_request_encode_buf(gr, &buf);
   if (st == LLB_STATUS_OK) {
     struct bus_out_msg m = {.subject = subject, .reply = reply, .data = buf.data, .len = buf.len};
     st = bus_publish_msg(c->bus, &m);

@@ -523,9 +523,8 @@ static void beat_now_rate_limited(struct actor_main *am, struct bus *bus) {
 
 static llb_status subscribe_health(struct actor_main *am, const char *peer, bus_handler_fn fn) {
   char subject[BUS_SUBJECT_MAX];
-  if (snprintf(subject, sizeof subject, "%s.health.%s.*", am->common.prefix, peer) >= (int)sizeof subject)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prefix '%s' too long", am->common.prefix);
-  return bus_subscribe(am->bus, subject, NULL, fn, am, NULL);
+  llb_status st = bus_pattern_health(am->common.prefix, peer, subject, sizeof subject);
+  return st ? st : bus_subscribe(am->bus, subject, NULL, fn, am, NULL);
 }
 
 /* Delivery thread: a not-ready beat of this engine's scheduler or kv_manager (one starting,

@@ -186,9 +186,9 @@ static int status_listen(const struct client_options *o, long wait_ms) {
   int rc = 1;
   const char *prefix = o->prefix ? o->prefix : "llm";
   char health[BUS_SUBJECT_MAX], stats[BUS_SUBJECT_MAX];
-  snprintf(health, sizeof health, "%s.health.*.*", prefix); /* heartbeats, not their .metrics */
-  snprintf(stats, sizeof stats, "%s.engine.*.stats", prefix);
-  llb_status st = client_connect(o, &bus);
+  llb_status st = bus_pattern_health(prefix, NULL, health, sizeof health); /* heartbeats, not their .metrics */
+  if (st == LLB_STATUS_OK) st = bus_pattern_engines(prefix, "stats", stats, sizeof stats);
+  if (st == LLB_STATUS_OK) st = client_connect(o, &bus);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, health, NULL, on_heartbeat, v, NULL);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, stats, NULL, on_stats, v, NULL);
   if (st != LLB_STATUS_OK) {

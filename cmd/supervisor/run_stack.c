@@ -39,9 +39,9 @@ static void actor_name(const char *spec_name, char *buf, size_t cap) {
 
 llb_status run_stack_wait_ready(struct run_stack *r, struct bus *bus, bool (*interrupted)(void)) {
   char subject[BUS_SUBJECT_MAX];
-  snprintf(subject, sizeof subject, "%s.health.*.*", bus_prefix(bus)); /* heartbeats, not .metrics */
   struct bus_sub *sub = NULL;
-  llb_status st = bus_subscribe_sync(bus, subject, &sub);
+  llb_status st = bus_pattern_health(bus_prefix(bus), NULL, subject, sizeof subject); /* heartbeats, not .metrics */
+  if (st == LLB_STATUS_OK) st = bus_subscribe_sync(bus, subject, &sub);
   if (st != LLB_STATUS_OK) return st;
   bool ready[SUPERVISOR_MAX_CHILDREN] = {false};
   int num_ready = 0;

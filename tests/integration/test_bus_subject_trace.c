@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "bus/subject.h"
@@ -44,6 +45,143 @@ static void test_subject_tokens_reject_spaces_dots_wildcards(void **state) {
   assert_int_equal(bus_subject_generate("llm.*", "t", buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
   char small[8];
   assert_int_equal(bus_subject_generate("llm", "default", small, sizeof small), LLB_STATUS_TOO_LARGE);
+}
+
+/* One builder of bus/subject.h, called with the caller's buffer. */
+typedef llb_status (*subject_fn)(char *buf, size_t cap);
+
+/* build gives exactly `want` (the bytes the hand-written snprintf calls gave before the
+ * builders), fits a buffer of strlen(want) + 1 bytes, and one byte less is TOO_LARGE with the
+ * buffer emptied and the size needed named. */
+static void expect_subject(subject_fn build, const char *want) {
+  char buf[BUS_SUBJECT_MAX];
+  assert_int_equal(build(buf, sizeof buf), LLB_STATUS_OK);
+  assert_string_equal(buf, want);
+  const size_t n = strlen(want);
+  memset(buf, 'x', sizeof buf);
+  assert_int_equal(build(buf, n + 1), LLB_STATUS_OK);
+  assert_string_equal(buf, want);
+  memset(buf, 'x', sizeof buf);
+  assert_int_equal(build(buf, n), LLB_STATUS_TOO_LARGE);
+  assert_int_equal(buf[0], '\0');
+  char needs[96];
+  snprintf(needs, sizeof needs, "subject needs %zu bytes, buffer holds %zu", n + 1, n);
+  assert_non_null(strstr(llb_err_last(), needs));
+  assert_int_equal(build(NULL, 0), LLB_STATUS_INVALID_ARGUMENT);
+}
+
+static llb_status tokenize_acme(char *b, size_t c) { return bus_subject_tokenize("x.llm", "acme", b, c); }
+static llb_status tokenize_bad(char *b, size_t c) { return bus_subject_tokenize("llm", "*", b, c); }
+
+static void test_subject_tokenize(void **state) {
+  (void)state;
+  expect_subject(tokenize_acme, "x.llm.tokenize.acme");
+  char buf[BUS_SUBJECT_MAX];
+  assert_int_equal(tokenize_bad(buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(bus_subject_tokenize(NULL, "default", buf, sizeof buf), LLB_STATUS_OK);
+  assert_string_equal(buf, "llm.tokenize.default");
+}
+
+static llb_status health_metrics(char *b, size_t c) {
+  return bus_subject_health_metrics("llm", "kv_manager", "e0-1", b, c);
+}
+
+static void test_subject_health_metrics(void **state) {
+  (void)state;
+  expect_subject(health_metrics, "llm.health.kv_manager.e0-1.metrics");
+  char buf[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_subject_health_metrics("llm", "kv_manager", "*", buf, sizeof buf),
+                   LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "instance"));
+}
+
+static llb_status trace_sched(char *b, size_t c) { return bus_subject_trace("llm", "scheduler", b, c); }
+
+static void test_subject_trace(void **state) {
+  (void)state;
+  expect_subject(trace_sched, "llm.trace.scheduler");
+  char buf[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_subject_trace("llm", "a b", buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
+}
+
+/* A step number at UINT64_MAX takes all 20 digits. */
+static llb_status reply_step(char *b, size_t c) { return bus_subject_reply("_INBOX.abc123", 42, b, c); }
+static llb_status reply_max(char *b, size_t c) { return bus_subject_reply("_INBOX.abc123", UINT64_MAX, b, c); }
+
+static void test_subject_reply(void **state) {
+  (void)state;
+  expect_subject(reply_step, "_INBOX.abc123.42");
+  expect_subject(reply_max, "_INBOX.abc123.18446744073709551615");
+  char buf[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_subject_reply(NULL, 1, buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(bus_subject_reply("_INBOX.*", 1, buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "inbox"));
+}
+
+static llb_status tenants_generate(char *b, size_t c) { return bus_pattern_tenants("llm", "generate", b, c); }
+static llb_status tenants_abort(char *b, size_t c) { return bus_pattern_tenants("llm", "abort", b, c); }
+static llb_status tenants_tokenize(char *b, size_t c) { return bus_pattern_tenants("a.b", "tokenize", b, c); }
+
+static void test_pattern_tenants(void **state) {
+  (void)state;
+  expect_subject(tenants_generate, "llm.generate.*");
+  expect_subject(tenants_abort, "llm.abort.*");
+  expect_subject(tenants_tokenize, "a.b.tokenize.*");
+  char buf[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_pattern_tenants("llm", "engine", buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "generate, abort, tokenize"));
+}
+
+static llb_status engines_stats(char *b, size_t c) { return bus_pattern_engines("llm", "stats", b, c); }
+static llb_status engines_outputs(char *b, size_t c) { return bus_pattern_engines("llm", "outputs", b, c); }
+static llb_status engines_requests(char *b, size_t c) { return bus_pattern_engines(NULL, "requests", b, c); }
+
+static void test_pattern_engines(void **state) {
+  (void)state;
+  expect_subject(engines_stats, "llm.engine.*.stats");
+  expect_subject(engines_outputs, "llm.engine.*.outputs");
+  expect_subject(engines_requests, "llm.engine.*.requests");
+  char buf[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_pattern_engines("llm", "health", buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(bus_pattern_engines("llm..x", "stats", buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
+}
+
+static llb_status health_all(char *b, size_t c) { return bus_pattern_health("llm", NULL, b, c); }
+static llb_status health_peer(char *b, size_t c) { return bus_pattern_health("llm", "scheduler", b, c); }
+static llb_status metrics_all(char *b, size_t c) { return bus_pattern_health_metrics("llm", b, c); }
+
+static void test_pattern_health(void **state) {
+  (void)state;
+  expect_subject(health_all, "llm.health.*.*");
+  expect_subject(health_peer, "llm.health.scheduler.*");
+  expect_subject(metrics_all, "llm.health.*.*.metrics");
+  char buf[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_pattern_health("llm", "*", buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
+}
+
+static llb_status replies(char *b, size_t c) { return bus_pattern_replies("_INBOX.abc123", b, c); }
+
+static void test_pattern_replies(void **state) {
+  (void)state;
+  expect_subject(replies, "_INBOX.abc123.*");
+  char buf[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_pattern_replies("", buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
+}
+
+/* The builders that were there before: the same size rule. */
+static llb_status generate_default(char *b, size_t c) { return bus_subject_generate(NULL, "default", b, c); }
+static llb_status abort_acme(char *b, size_t c) { return bus_subject_abort("llm", "acme", b, c); }
+static llb_status engine_kv(char *b, size_t c) { return bus_subject_engine("llm", "e0", "kv", b, c); }
+static llb_status engine_health_all(char *b, size_t c) { return bus_subject_engine_health("llm", "e0", "*", b, c); }
+static llb_status health_sched(char *b, size_t c) { return bus_subject_health("llm", "scheduler", "0", b, c); }
+
+static void test_subject_builders_share_the_size_rule(void **state) {
+  (void)state;
+  expect_subject(generate_default, "llm.generate.default");
+  expect_subject(abort_acme, "llm.abort.acme");
+  expect_subject(engine_kv, "llm.engine.e0.kv");
+  expect_subject(engine_health_all, "llm.engine.e0.health.*");
+  expect_subject(health_sched, "llm.health.scheduler.0");
 }
 
 /* The one name rule for everything that reaches nats.conf, a subject, a file or a log line:
@@ -134,6 +272,15 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_subjects_follow_design_table),
       cmocka_unit_test(test_subject_tokens_reject_spaces_dots_wildcards),
+      cmocka_unit_test(test_subject_tokenize),
+      cmocka_unit_test(test_subject_health_metrics),
+      cmocka_unit_test(test_subject_trace),
+      cmocka_unit_test(test_subject_reply),
+      cmocka_unit_test(test_pattern_tenants),
+      cmocka_unit_test(test_pattern_engines),
+      cmocka_unit_test(test_pattern_health),
+      cmocka_unit_test(test_pattern_replies),
+      cmocka_unit_test(test_subject_builders_share_the_size_rule),
       cmocka_unit_test(test_one_name_validator_refuses_syntax_for_each_kind),
       cmocka_unit_test(test_traceparent_round_trip),
       cmocka_unit_test(test_traceparent_invalid_forms_rejected),

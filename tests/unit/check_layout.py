@@ -27,6 +27,8 @@ is none. What it enforces:
     edge. Read from the source, not a build: comments, literals, members, tags, labels and
     locals are no uses; a macro's body counts where the macro is used; calls inside a
     header's static inline functions are not followed.
+  - no NATS subject formatted by hand outside bus/: every subject comes from a builder of
+    bus/subject.h (SUBJECT_WORDS and subject_problems below say what looks like one).
 
 Known violations that are still to be fixed are listed in ALLOWLIST and CALL_CYCLE_ALLOWLIST
 with the reason; an entry that no longer matches anything is reported too, so the lists only
@@ -115,6 +117,21 @@ FNV_RE = re.compile(r"\b(0x0*100000001b3|1099511628211|0xcbf29ce484222325|146959
 FNV_EXEMPT = {
     "tests/unit/test_base_containers.c": "checks base/hash.h's FNV-1a against its published values",
 }
+# The words of the subjects of bus/subject.h (docs/design.md §2), the default prefix and NATS'
+# inbox prefix. A printf into a buffer (snprintf, sprintf, asprintf and their v* forms) formats a
+# subject when its format string, cut at '.', has a conversion and nothing but conversions,
+# wildcards and these words, and either one of these words or a wildcard ("%s.engine.*.stats",
+# "%s.tokenize.%s", "%s.*") or arguments that name a prefix or an inbox ("%s.%s.%s" of
+# bus_prefix(bus), "%s.%" PRIu64 of an inbox). JSON paths ("%s.content") and GGUF keys
+# ("%s.%s" of arch and suffix) have other words or arguments.
+SUBJECT_WORDS = {"generate", "abort", "tokenize", "engine", "requests", "kv", "encoder", "execute",
+                 "outputs", "stats", "dead_letter", "resync", "history", "health", "metrics", "trace",
+                 "llm", "_INBOX"}
+PRINTF_RE = re.compile(r"\b(v?snprintf|v?sprintf|v?asprintf)\s*\(")
+CONVERSION_RE = re.compile(r"%[-+ #0]*(\*|\d+)?(\.(\*|\d+))?(hh|h|ll|l|z|j|t|L)?[diouxXeEfgGcsp]")
+PREFIX_OR_INBOX_RE = re.compile(r"prefix|inbox", re.IGNORECASE)
+FORMAT_PART_RE = re.compile(r'"((?:[^"\\]|\\.)*)"|(PRI[A-Za-z0-9]+)')
+FORMAT_ARG_RE = re.compile(r'(?:\s*(?:"(?:[^"\\]|\\.)*"|PRI[A-Za-z0-9]+))+\s*')
 
 
 def is_skipped_dir(path, name, at_root):
@@ -249,10 +266,69 @@ def check(root):
 
     problems.extend(find_cycles(graph))
     problems.extend(find_call_cycles(root, files))
+    problems.extend(subject_problems(root, files))
     for i, (src, pat, reason) in enumerate(ALLOWLIST):
         if i not in used:
             problems.append(("tests/unit/check_layout.py", 1,
                              f"stale allowlist entry ({src} -> {pat}: {reason}): nothing matches it any more, remove it"))
+    return problems
+
+
+def call_args(text, start):
+    """The top-level arguments (stripped text) of the call whose '(' is at text[start - 1]."""
+    args, depth, i, cur = [], 0, start, start
+    while i < len(text):
+        c = text[i]
+        if c in "\"'":
+            i += 1
+            while i < len(text) and text[i] != c:
+                i += 2 if text[i] == "\\" else 1
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}" and depth > 0:
+            depth -= 1
+        elif c == ")" or (c == "," and depth == 0):
+            args.append(text[cur:i].strip())
+            cur = i + 1
+            if c == ")":
+                break
+        i += 1
+    return args
+
+
+def format_of(args):
+    """(index, the format with PRI* macros as "d") of the first argument made of string literals
+    and PRI* macros ("%s.%" PRIu64); None when there is none."""
+    for k, a in enumerate(args):
+        if a.startswith('"') and FORMAT_ARG_RE.fullmatch(a):
+            return k, "".join("d" if mac else lit for lit, mac in FORMAT_PART_RE.findall(a))
+    return None
+
+
+def looks_like_subject(fmt, rest):
+    comps = CONVERSION_RE.sub("\x01", fmt).split(".")
+    if len(comps) < 2 or "\x01" not in comps:
+        return False
+    if not all(c in ("\x01", "*", ">") or c in SUBJECT_WORDS for c in comps):
+        return False
+    return any(c != "\x01" for c in comps) or any(PREFIX_OR_INBOX_RE.search(a) for a in rest)
+
+
+def subject_problems(root, files):
+    """One problem per printf outside bus/ that formats a NATS subject (SUBJECT_WORDS)."""
+    problems = []
+    for f in files:
+        if f.startswith("bus/") or not f.endswith((".c", ".h", ".cc", ".inc")):
+            continue
+        with open(os.path.join(root, f), encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        for m in PRINTF_RE.finditer(text):
+            args = call_args(text, m.end())
+            found = format_of(args)
+            if found and looks_like_subject(found[1], args[found[0] + 1:]):
+                problems.append((f, text.count("\n", 0, m.start()) + 1,
+                                 f"{m.group(1)} formats the NATS subject {args[found[0]]}: build it with "
+                                 "bus/subject.h (docs/design.md §2)"))
     return problems
 
 

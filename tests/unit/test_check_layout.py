@@ -174,6 +174,24 @@ class CheckLayoutTest(unittest.TestCase):
         self.assert_one_problem({"kernels/builders/x.c": '#include "model/forward.h"\n'},
                                 "kernels/builders/x.c:1", ["model/forward.h"])
 
+    def test_a_subject_formatted_by_hand_outside_bus_is_caught(self):
+        for fmt, args in [('"%s.engine.*.stats"', "prefix"), ('"%s.tokenize.%s"', "p, t"),
+                          ('"%s.health.%s.*"', "p, peer"), ('"%s.*"', "ch->inbox"),
+                          ('"%s.%s.%s"', "bus_prefix(bus), kind, tenant"),
+                          ('"%s.%" PRIu64', "ch->inbox, step"), ('"llm.generate.%s"', "t")]:
+            with self.subTest(fmt=fmt):
+                src = f"void f(char *b, int n) {{\n  snprintf(b, n,\n           {fmt}, {args});\n}}\n"
+                self.assert_one_problem({"actors/scheduler/x.c": src}, "actors/scheduler/x.c:2",
+                                        ["formats the NATS subject", fmt, "bus/subject.h"])
+
+    def test_json_paths_file_names_and_bus_itself_are_not_subjects(self):
+        src = ('void f(char *b, int n) { snprintf(b, n, "%s.content", name); snprintf(b, n, "%s.%s", arch, key);\n'
+               ' snprintf(b, n, "%s.%.60s", p, key); snprintf(b, n, "%s/%s.json", dir, name);\n'
+               ' snprintf(b, n, "%s.tmp.%ld", path, pid); snprintf(b, n, "%s", prefix); }\n')
+        with Tree({"actors/api_server/x.c": src,
+                   "bus/subject.c": 'int g(char *b) { return snprintf(b, 9, "%s.engine.%s.%s", p, e, k); }\n'}) as t:
+            self.assertEqual(t.problems(), [])
+
     def test_allowlist_exempts_its_entry_and_nothing_else(self):
         extra = {"kernels/cuda/fwd.h": '#include "model/forward.h"\n',
                  "kernels/cuda/other.h": '#include "model/forward.h"\n'}
