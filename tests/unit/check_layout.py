@@ -270,7 +270,8 @@ def cmake_sources(root, path, owner):
     for m in CMAKE_PATH_VAR_RE.finditer(text):
         val = expand(m.group(2))
         if val.startswith("/") and "${" not in val:
-            known[m.group(1)] = os.path.normpath(val.lstrip("/")).replace(os.sep, "/").lstrip(".")
+            val = os.path.normpath(val.lstrip("/")).replace(os.sep, "/")
+            known[m.group(1)] = "" if val == "." else val
     out = []
     for m in SOURCE_REF_RE.finditer(text):
         word = expand(m.group())

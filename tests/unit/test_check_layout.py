@@ -330,6 +330,9 @@ class CheckLayoutTest(unittest.TestCase):
                                 "CMakeLists.txt:2", ["model/forward.c", "root CMakeLists.txt only adds folders"])
         self.assert_one_problem({"tests/unit/x.cmake": "add_executable(t ${CMAKE_SOURCE_DIR}/../other/x.c)\n"},
                                 "tests/unit/x.cmake:1", ["outside the checkout"])
+        self.assert_one_problem({"tests/unit/x.cmake": "get_filename_component(up ${CMAKE_SOURCE_DIR}/.. ABSOLUTE)\n"
+                                                       "add_executable(t ${up}/other/x.c)\n"},
+                                "tests/unit/x.cmake:2", ["outside the checkout"])
 
     def test_cmake_exemption_covers_its_file_only_and_goes_stale(self):
         standalone = {"kernels/cuda/standalone/CMakeLists.txt": "add_library(b STATIC ${UNKNOWN}/x.c)\n"
