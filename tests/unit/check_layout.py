@@ -145,16 +145,22 @@ def is_skipped_dir(path, name, at_root):
     return at_root and (name.startswith("build") or name == "models")
 
 
-def source_files(root):
+def tree_files(root, wanted):
+    """Project paths of the files under root whose name `wanted(name)` accepts, sorted, without
+    the folders is_skipped_dir skips."""
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         at_root = os.path.samefile(dirpath, root)
         dirnames[:] = sorted(d for d in dirnames
                              if not is_skipped_dir(os.path.join(dirpath, d), d, at_root))
         for f in sorted(filenames):
-            if f.endswith(SOURCE_EXTENSIONS):
+            if wanted(f):
                 out.append(os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/"))
     return out
+
+
+def source_files(root):
+    return tree_files(root, lambda f: f.endswith(SOURCE_EXTENSIONS))
 
 
 def unit_of(path):
@@ -226,16 +232,8 @@ CMAKE_PATH_VAR_RE = re.compile(
 
 
 def cmake_files(root):
-    """Project paths of every CMakeLists.txt and *.cmake (skipping what source_files skips)."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        at_root = os.path.samefile(dirpath, root)
-        dirnames[:] = sorted(d for d in dirnames
-                             if not is_skipped_dir(os.path.join(dirpath, d), d, at_root))
-        for f in sorted(filenames):
-            if f == "CMakeLists.txt" or f.endswith(".cmake"):
-                out.append(os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/"))
-    return out
+    """Project paths of every CMakeLists.txt and *.cmake."""
+    return tree_files(root, lambda f: f == "CMakeLists.txt" or f.endswith(".cmake"))
 
 
 def cmake_owner(path, lists_dirs):
