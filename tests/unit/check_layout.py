@@ -29,6 +29,10 @@ is none. What it enforces:
     header's static inline functions are not followed.
   - no NATS subject formatted by hand outside bus/: every subject comes from a builder of
     bus/subject.h (SUBJECT_WORDS and subject_problems below say what looks like one).
+  - every source file is compiled by the CMake of its own folder: a CMakeLists.txt (with the
+    *.cmake files it includes from its subfolders) names only sources of its folder and of
+    subfolders without a CMakeLists.txt of their own, and the root CMakeLists.txt names none
+    (cmake_source_problems below; CMAKE_EXEMPT names the one separate project).
 
 Known violations that are still to be fixed are listed in ALLOWLIST and CALL_CYCLE_ALLOWLIST
 with the reason; an entry that no longer matches anything is reported too, so the lists only
@@ -141,16 +145,22 @@ def is_skipped_dir(path, name, at_root):
     return at_root and (name.startswith("build") or name == "models")
 
 
-def source_files(root):
+def tree_files(root, wanted):
+    """Project paths of the files under root whose name `wanted(name)` accepts, sorted, without
+    the folders is_skipped_dir skips."""
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         at_root = os.path.samefile(dirpath, root)
         dirnames[:] = sorted(d for d in dirnames
                              if not is_skipped_dir(os.path.join(dirpath, d), d, at_root))
         for f in sorted(filenames):
-            if f.endswith(SOURCE_EXTENSIONS):
+            if wanted(f):
                 out.append(os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/"))
     return out
+
+
+def source_files(root):
+    return tree_files(root, lambda f: f.endswith(SOURCE_EXTENSIONS))
 
 
 def unit_of(path):
@@ -204,6 +214,106 @@ def fnv_constants(path, lines):
         return []
     return [(path, lineno, f"FNV constant {m.group(1)}: hash with base/hash.h (llb_fnv1a64*), not an inline copy")
             for lineno, line in enumerate(lines, 1) for m in [FNV_RE.search(line)] if m]
+
+
+# CMake files that may name sources of other folders: (path, reason). The checker fails on an
+# entry whose file no longer does.
+CMAKE_EXEMPT = {
+    "kernels/cuda/standalone/CMakeLists.txt":
+        "a separate CMake project for GPU machines (ops/bench/cuda-bench.sh) that builds the CUDA "
+        "backend with base/, kernels/, model/ and the sampler but without the bus dependencies, "
+        "so it names their sources itself; the main build never adds it",
+}
+SOURCE_REF_RE = re.compile(r'[^\s()"\'#;<>]+\.(?:c|cc|cpp|cxx|cu)(?![\w.])')
+CMAKE_COMMENT_RE = re.compile(r'(^|[\s(])#(?!\[).*$', re.MULTILINE)
+CMAKE_PATH_VAR_RE = re.compile(
+    r'^\s*(?:get_filename_component|set)\s*\(\s*(\w+)\s+"?([^\s")]+)"?\s*(?:ABSOLUTE\s*)?\)',
+    re.MULTILINE)
+
+
+def cmake_files(root):
+    """Project paths of every CMakeLists.txt and *.cmake."""
+    return tree_files(root, lambda f: f == "CMakeLists.txt" or f.endswith(".cmake"))
+
+
+def cmake_owner(path, lists_dirs):
+    """The folder whose CMakeLists.txt builds what `path` names: its own for a CMakeLists.txt,
+    the nearest folder above with a CMakeLists.txt for an included *.cmake ('' = the root)."""
+    d = os.path.dirname(path)
+    if path.endswith("CMakeLists.txt"):
+        return d
+    while d and d not in lists_dirs:
+        d = os.path.dirname(d)
+    return d
+
+
+def cmake_sources(root, path, owner):
+    """[(project path or None when it leaves the checkout, line)] of each source file (.c, .cc,
+    .cu...) that the CMake file `path` names, read from the text: comments skipped, the source
+    dir variables and the path variables set or get_filename_component'ed in the file
+    replaced, a relative path taken from `owner` (CMAKE_CURRENT_SOURCE_DIR). A name whose
+    folder still holds an unknown ${...} is left out; one with ${...} in its file name only
+    (${t}.c) is judged by its folder."""
+    with open(os.path.join(root, path), encoding="utf-8", errors="replace") as fh:
+        text = CMAKE_COMMENT_RE.sub(lambda m: m.group(1), fh.read())
+    here = os.path.dirname(path)
+    known = {"CMAKE_SOURCE_DIR": "", "PROJECT_SOURCE_DIR": "", "CMAKE_CURRENT_SOURCE_DIR": owner,
+             "CMAKE_CURRENT_LIST_DIR": here}
+
+    def expand(word):
+        for name, val in known.items():
+            word = word.replace("${%s}" % name, "/" + val if val else "/")
+        return word
+
+    for m in CMAKE_PATH_VAR_RE.finditer(text):
+        val = expand(m.group(2))
+        if val.startswith("/") and "${" not in val:
+            val = os.path.normpath(val.lstrip("/")).replace(os.sep, "/")
+            known[m.group(1)] = "" if val == "." else val
+    out = []
+    for m in SOURCE_REF_RE.finditer(text):
+        word = expand(m.group())
+        folder = os.path.dirname(word)
+        if "${" in folder or "$<" in word:
+            continue
+        rel = word.lstrip("/") if word.startswith("/") else os.path.join(owner, word)
+        rel = os.path.normpath(rel).replace(os.sep, "/")
+        line = text.count("\n", 0, m.start()) + 1
+        out.append((None if rel == ".." or rel.startswith("../") else rel, line))
+    return out
+
+
+def cmake_source_problems(root):
+    """One problem per source file a CMake file names outside its own folder (cmake_owner):
+    out of the checkout, in another folder, in a subfolder that has a CMakeLists.txt of its
+    own, or named by the root at all; then one per stale CMAKE_EXEMPT entry."""
+    files = cmake_files(root)
+    lists_dirs = {os.path.dirname(f) for f in files if f.endswith("CMakeLists.txt")}
+    problems, exempt_used = [], set()
+    for f in files:
+        owner = cmake_owner(f, lists_dirs)
+        for src, line in cmake_sources(root, f, owner):
+            if src is None:
+                why = "a file outside the checkout"
+            else:
+                d = os.path.dirname(src)
+                while d and d not in lists_dirs and d != owner:
+                    d = os.path.dirname(d)
+                if owner and d == owner:
+                    continue
+                why = (f"{src}: the root CMakeLists.txt only adds folders" if not owner
+                       else f"{src}, which {d + '/' if d else 'the root '}CMakeLists.txt owns")
+            if f in CMAKE_EXEMPT:
+                exempt_used.add(f)
+                continue
+            problems.append((f, line, f"compiles {why}: every source is built by the CMakeLists.txt "
+                                      "of its own folder (link that folder's library instead)"))
+    for f, reason in CMAKE_EXEMPT.items():
+        if f not in exempt_used:
+            problems.append(("tests/unit/check_layout.py", 1,
+                             f"stale CMAKE_EXEMPT entry ({f}: {reason}): it names no source of "
+                             "another folder any more, remove it"))
+    return problems
 
 
 def check(root):
@@ -267,6 +377,7 @@ def check(root):
     problems.extend(find_cycles(graph))
     problems.extend(find_call_cycles(root, files))
     problems.extend(subject_problems(root, files))
+    problems.extend(cmake_source_problems(root))
     for i, (src, pat, reason) in enumerate(ALLOWLIST):
         if i not in used:
             problems.append(("tests/unit/check_layout.py", 1,

@@ -1,7 +1,8 @@
 # The include rules of docs/design.md §1 over the whole checkout (check_layout.py: which folder
 # may include which, nats.h / FlatBuffers / CUDA headers in their own folder, no include
-# cycles, no call cycles between source files, no FNV constant outside base/, known violations
-# in its commented allowlists), and the checker's own test on fake trees, so that a broken
+# cycles, no call cycles between source files, no FNV constant outside base/, every source
+# compiled by the CMakeLists.txt of its own folder, known violations in its commented
+# allowlists), and the checker's own test on fake trees, so that a broken
 # checker cannot pass silently. Python 3, standard library only.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)

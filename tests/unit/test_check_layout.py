@@ -38,17 +38,28 @@ CLEAN_TREE = {
     "cmd/client/run.c": '#include "cmd/client/client.h"\n#include "cmd/supervisor/supervisor.h"\n',
     "tests/unit/test_x.c": '#include "actors/scheduler/scheduler.h"\n#include "tests/unit/h.h"\n',
     "tests/unit/h.h": '#include "kernels/backend.h"\n',
+    # The build: every CMake file names only sources of its own folder (and of subfolders without
+    # a CMakeLists.txt), in each way the checkout writes them.
+    "CMakeLists.txt": "# llb_add_test(NAME SOURCES a.c)\nadd_subdirectory(model)\nadd_subdirectory(tests)\n",
+    "model/CMakeLists.txt": "add_library(m STATIC forward.c ${CMAKE_CURRENT_SOURCE_DIR}/forward.c)\n"
+                            "include(jinja/jinja.cmake)\n",
+    "model/jinja/jinja.cmake": "add_library(j STATIC ${CMAKE_CURRENT_LIST_DIR}/jinja.c jinja/eval.c)\n",
+    "tests/CMakeLists.txt": "include(unit/x.cmake)\n",
+    "tests/unit/x.cmake": "set(srcs ${CMAKE_CURRENT_LIST_DIR}/../fuzz/f.c)\n"
+                          "get_filename_component(r ${CMAKE_CURRENT_LIST_DIR}/../.. ABSOLUTE)\n"
+                          "add_executable(t ${CMAKE_CURRENT_LIST_DIR}/${t}.c ${r}/tests/tools/b.c unit/test_x.c)\n",
 }
 
 
 class Tree:
     """A fake checkout in a temporary folder; `extra` adds or replaces files."""
 
-    def __init__(self, extra=None, allowlist=(), call_allowlist=()):
+    def __init__(self, extra=None, allowlist=(), call_allowlist=(), cmake_exempt=None):
         self.files = dict(CLEAN_TREE)
         self.files.update(extra or {})
         self.allowlist = list(allowlist)
         self.call_allowlist = list(call_allowlist)
+        self.cmake_exempt = dict(cmake_exempt or {})
 
     def __enter__(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -57,13 +68,14 @@ class Tree:
             os.makedirs(os.path.dirname(full), exist_ok=True)
             with open(full, "w") as fh:
                 fh.write(text)
-        self.saved = check_layout.ALLOWLIST, check_layout.CALL_CYCLE_ALLOWLIST
+        self.saved = check_layout.ALLOWLIST, check_layout.CALL_CYCLE_ALLOWLIST, check_layout.CMAKE_EXEMPT
         check_layout.ALLOWLIST = self.allowlist
         check_layout.CALL_CYCLE_ALLOWLIST = self.call_allowlist
+        check_layout.CMAKE_EXEMPT = self.cmake_exempt
         return self
 
     def __exit__(self, *exc):
-        check_layout.ALLOWLIST, check_layout.CALL_CYCLE_ALLOWLIST = self.saved
+        check_layout.ALLOWLIST, check_layout.CALL_CYCLE_ALLOWLIST, check_layout.CMAKE_EXEMPT = self.saved
         self.tmp.cleanup()
 
     def problems(self):
@@ -299,6 +311,44 @@ class CheckLayoutTest(unittest.TestCase):
             problems = t.problems()
         self.assertEqual(len(problems), 1, problems)
         self.assertIn("stale call-cycle allowlist entry", problems[0])
+
+    def test_a_cmakelists_compiling_another_folders_source_is_caught(self):
+        # main's actors/kv_manager/CMakeLists.txt built the contract that schemas/ owns
+        schemas = {"schemas/CMakeLists.txt": "add_library(s STATIC codec.cc)\n"}
+        for words in ("${CMAKE_SOURCE_DIR}/schemas/kv_ops.c", "../../schemas/kv_ops.c",
+                      "${PROJECT_SOURCE_DIR}/schemas/kv_ops.c", "${CMAKE_CURRENT_SOURCE_DIR}/../../schemas/kv_ops.c"):
+            self.assert_one_problem(
+                dict(schemas, **{"actors/kv_manager/CMakeLists.txt": f"add_library(a STATIC a.c)\n"
+                                                                     f"add_library(k STATIC {words})\n"}),
+                "actors/kv_manager/CMakeLists.txt:2", ["schemas/kv_ops.c", "schemas/CMakeLists.txt owns"])
+
+    def test_a_subfolder_with_its_own_cmakelists_the_root_and_outside_paths_are_caught(self):
+        self.assert_one_problem({"model/CMakeLists.txt": "add_library(m STATIC forward.c gguf/read.c)\n",
+                                 "model/gguf/CMakeLists.txt": "add_library(g STATIC read.c)\n"},
+                                "model/CMakeLists.txt:1", ["model/gguf/read.c", "model/gguf/CMakeLists.txt owns"])
+        self.assert_one_problem({"CMakeLists.txt": "add_subdirectory(model)\nadd_library(x STATIC model/forward.c)\n"},
+                                "CMakeLists.txt:2", ["model/forward.c", "root CMakeLists.txt only adds folders"])
+        self.assert_one_problem({"tests/unit/x.cmake": "add_executable(t ${CMAKE_SOURCE_DIR}/../other/x.c)\n"},
+                                "tests/unit/x.cmake:1", ["outside the checkout"])
+        self.assert_one_problem({"tests/unit/x.cmake": "get_filename_component(up ${CMAKE_SOURCE_DIR}/.. ABSOLUTE)\n"
+                                                       "add_executable(t ${up}/other/x.c)\n"},
+                                "tests/unit/x.cmake:2", ["outside the checkout"])
+
+    def test_cmake_exemption_covers_its_file_only_and_goes_stale(self):
+        standalone = {"kernels/cuda/standalone/CMakeLists.txt": "add_library(b STATIC ${UNKNOWN}/x.c)\n"
+                      "get_filename_component(R ${CMAKE_CURRENT_SOURCE_DIR}/../../.. ABSOLUTE)\n"
+                      "add_library(m STATIC ${R}/model/forward.c)\n"}
+        with Tree(standalone, cmake_exempt={"kernels/cuda/standalone/CMakeLists.txt": "separate project"}) as t:
+            self.assertEqual(t.problems(), [])
+        with Tree(standalone) as t:
+            problems = t.problems()
+        self.assertEqual(len(problems), 1, problems)
+        self.assertTrue(problems[0].startswith("kernels/cuda/standalone/CMakeLists.txt:3: "), problems)
+        with Tree(cmake_exempt={"kernels/cuda/standalone/CMakeLists.txt": "separate project"}) as t:
+            problems = t.problems()
+        self.assertEqual(len(problems), 1, problems)
+        self.assertIn("stale CMAKE_EXEMPT entry", problems[0])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
