@@ -92,9 +92,6 @@ CALL_CYCLE_ALLOWLIST = [
      "the interpreter's own recursion: expressions call macros (jx_call runs statements) and "
      "filters evaluate expressions (jx_eval), besides sharing jx_fail / jx_oom / jx_iterate; "
      "to go with the model/ subfolders of issue 33 (dispatch through the render context)"),
-    (("model/tokenizer.c", "model/tokenizer_bpe.c", "model/tokenizer_spm.c"),
-     "BPE and SPM use tokenizer.c's vocabulary index (tok_lookup, tok_merge_rank), a private "
-     "hash table that issue 33's hash-table change replaces: move it into a leaf after that"),
 ]
 
 # Files whose calls are read (C, CUDA, the C++ codecs); headers give their macros.
