@@ -1,388 +1,22 @@
-/* Jinja evaluator: walks the syntax tree with jinja2's semantics (Python operators, the
- * sandbox's attribute lookup, for-loop scopes, macros), counting steps and call depth and
- * writing into a bounded buffer; plus the public create/render/destroy. */
-#include <math.h>
-#include <stdio.h>
+/* Jinja evaluator: walks the syntax tree with jinja2's semantics. Expressions (names and
+ * for-loop scopes, calls, filters, tests, the operators of jinja_ops.c, the sandbox's
+ * attribute lookup of jinja_methods.c) and statements (output, if, for with jinja2's loop
+ * object, set, macros and call blocks, filter blocks, break/continue) are one recursion: a
+ * macro call is an expression whose body is statements, and statements evaluate
+ * expressions; so they live in this one file, and what they reach (jinja_ops.c,
+ * jinja_filters.c, jinja_methods.c, jinja_value.c) never calls back. Bounds: steps (loop
+ * iterations + macro calls), macro call depth, output and memory. jinja.c runs a template
+ * through jx_exec_body. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "model/jinja_internal.h"
 
-bool jx_fail(struct jx_render *r, const struct jnode *node, llb_status st, const char *fmt, ...) {
-  if (r->err != LLB_STATUS_OK) return false;
-  char msg[400];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  r->err = st;
-  if (node) snprintf(r->err_msg, sizeof(r->err_msg), "line %d col %d: %s", node->line, node->col, msg);
-  else snprintf(r->err_msg, sizeof(r->err_msg), "%s", msg);
-  return false;
-}
+static bool eval_expr(struct jx_render *r, struct jscope *sc, const struct jnode *e, struct jv *out);
+static bool call_value(struct jx_render *r, const struct jnode *at, struct jv fn, struct jv *args, size_t nargs,
+                       const char **kw, struct jv *kwv, size_t nkw, struct jv *out);
 
-bool jx_oom(struct jx_render *r, const struct jnode *node) {
-  if (r->arena.exhausted)
-    return jx_fail(r, node, LLB_STATUS_TOO_LARGE, "template used more than %zu bytes of memory",
-                   r->limits.max_memory_bytes);
-  return jx_fail(r, node, LLB_STATUS_OUT_OF_MEMORY, "out of memory");
-}
-
-static bool undefined_error(struct jx_render *r, const struct jnode *at, struct jv v) {
-  return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "%s", v.u.s ? v.u.s->data : "value is undefined");
-}
-
-static struct jv undef_msg(struct jx_render *r, const char *fmt, const char *a, const char *b) {
-  char msg[200];
-  snprintf(msg, sizeof(msg), fmt, a, b);
-  struct jv v = jv_undef();
-  v.u.s = jx_str_new(&r->arena, msg, strlen(msg));
-  return v;
-}
-
-bool jx_to_str(struct jx_render *r, const struct jnode *at, struct jv v, struct jv *out) {
-  if (v.kind == JV_STR) { *out = v; return true; }
-  struct jx_buf b;
-  jx_buf_init(&b, r->limits.max_output_bytes);
-  bool ok = jx_str_append(&b, v);
-  if (ok) *out = jx_mkstr(&r->arena, b.data ? b.data : "", b.len, &ok);
-  else if (b.overflow) jx_fail(r, at, LLB_STATUS_TOO_LARGE, "string longer than %zu bytes", b.limit);
-  jx_buf_free(&b);
-  return ok || (r->err ? false : jx_oom(r, at));
-}
-
-bool jx_iterate(struct jx_render *r, const struct jnode *at, struct jv v, struct jlist **out) {
-  struct jlist *l;
-  bool ok = true;
-  switch (v.kind) {
-  case JV_UNDEF: l = jx_list_new(&r->arena, 0); break;
-  case JV_LIST: *out = v.u.l; return true;
-  case JV_DICT:
-    if (v.u.d->special != JDICT_PLAIN) goto bad;
-    l = jx_list_new(&r->arena, v.u.d->len);
-    for (size_t i = 0; l && i < v.u.d->len; i++) jx_list_push(&r->arena, l, v.u.d->keys[i]);
-    break;
-  case JV_STR:
-    l = jx_list_new(&r->arena, v.u.s->len);
-    for (size_t i = 0; l && ok && i < v.u.s->len;) {
-      uint32_t cp;
-      size_t n = jx_utf8_next(v.u.s->data + i, v.u.s->len - i, &cp);
-      ok = jx_list_push(&r->arena, l, jx_mkstr(&r->arena, v.u.s->data + i, n, &ok));
-      i += n;
-    }
-    break;
-  default:
-  bad:
-    return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "'%s' object is not iterable", jx_type_name(v));
-  }
-  if (!l || !ok) return jx_oom(r, at);
-  *out = l;
-  return true;
-}
-
-bool jx_getattr(struct jx_render *r, const struct jnode *at, struct jv obj, const char *name, struct jv *out) {
-  if (obj.kind == JV_UNDEF) return undefined_error(r, at, obj);
-  if (obj.kind == JV_DICT && obj.u.d->special != JDICT_PLAIN) {
-    struct jv *v = jx_dict_get_cstr(obj.u.d, name, strlen(name));
-    *out = v ? *v : undef_msg(r, "'%s' has no attribute '%s'", jx_type_name(obj), name);
-    return true;
-  }
-  /* jinja2's getattr: the Python attribute (a method) first, then the item */
-  if (jx_method_lookup(r, obj, name, out)) return r->err == LLB_STATUS_OK;
-  if (obj.kind == JV_DICT) {
-    struct jv *v = jx_dict_get_cstr(obj.u.d, name, strlen(name));
-    if (v) { *out = *v; return true; }
-    *out = undef_msg(r, "'dict object' has no attribute '%s'%s", name, "");
-    return true;
-  }
-  *out = undef_msg(r, "'%s object' has no attribute '%s'", jx_type_name(obj), name);
-  return true;
-}
-
-static bool list_index(int64_t i, size_t len, size_t *out) {
-  if (i < 0) i += (int64_t)len;
-  if (i < 0 || (uint64_t)i >= len) return false;
-  *out = (size_t)i;
-  return true;
-}
-
-bool jx_getitem(struct jx_render *r, const struct jnode *at, struct jv obj, struct jv key, struct jv *out) {
-  if (obj.kind == JV_UNDEF) return undefined_error(r, at, obj);
-  bool int_key = key.kind == JV_INT || key.kind == JV_BOOL;
-  int64_t ki = key.kind == JV_BOOL ? key.u.b : key.u.i;
-  size_t idx;
-  if (obj.kind == JV_DICT && obj.u.d->special == JDICT_PLAIN) {
-    struct jv *v = jx_dict_get(obj.u.d, key);
-    if (v) { *out = *v; return true; }
-  } else if (obj.kind == JV_LIST && int_key) {
-    if (list_index(ki, obj.u.l->len, &idx)) { *out = obj.u.l->items[idx]; return true; }
-  } else if (obj.kind == JV_STR && int_key) {
-    size_t n = jx_utf8_len(obj.u.s->data, obj.u.s->len);
-    if (list_index(ki, n, &idx)) {
-      size_t b = jx_utf8_offset(obj.u.s->data, obj.u.s->len, idx);
-      uint32_t cp;
-      size_t len = jx_utf8_next(obj.u.s->data + b, obj.u.s->len - b, &cp);
-      bool ok = true;
-      *out = jx_mkstr(&r->arena, obj.u.s->data + b, len, &ok);
-      return ok || jx_oom(r, at);
-    }
-  }
-  if (key.kind == JV_STR) return jx_getattr(r, at, obj, key.u.s->data, out);
-  *out = undef_msg(r, "'%s object' has no item of that key%s", jx_type_name(obj), "");
-  return true;
-}
-
-/* Python slice indices for a sequence of len n. */
-static bool slice_bounds(struct jx_render *r, const struct jnode *at, struct jv *v, size_t n,
-                         int64_t *start, int64_t *stop, int64_t *step) {
-  for (int k = 0; k < 3; k++)
-    if (v[k].kind != JV_NONE && v[k].kind != JV_UNDEF && v[k].kind != JV_INT)
-      return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "slice indices must be integers or None");
-  *step = v[2].kind == JV_INT ? v[2].u.i : 1;
-  if (*step == 0) return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "slice step cannot be zero");
-  int64_t len = (int64_t)n, lo = *step < 0 ? -1 : 0, hi = *step < 0 ? len - 1 : len;
-  int64_t *io[2] = {start, stop};
-  for (int k = 0; k < 2; k++) {
-    if (v[k].kind != JV_INT) { *io[k] = (k == 0) == (*step > 0) ? lo : hi; continue; }
-    int64_t x = v[k].u.i;
-    if (x < 0) x += len;
-    if (x < lo) x = lo;
-    if (x > hi) x = hi;
-    *io[k] = x;
-  }
-  return true;
-}
-
-static bool eval_slice(struct jx_render *r, struct jscope *sc, const struct jnode *e, struct jv *out) {
-  struct jv obj, v[3] = {jv_none(), jv_none(), jv_none()};
-  const struct jnode *parts[3] = {e->b, e->c, e->d};
-  if (!jx_eval(r, sc, e->a, &obj)) return false;
-  for (int k = 0; k < 3; k++)
-    if (parts[k] && !jx_eval(r, sc, parts[k], &v[k])) return false;
-  if (obj.kind != JV_LIST && obj.kind != JV_STR) {
-    if (obj.kind == JV_UNDEF) return undefined_error(r, e, obj);
-    return jx_fail(r, e, LLB_STATUS_INVALID_ARGUMENT, "'%s' object is not subscriptable", jx_type_name(obj));
-  }
-  bool is_str = obj.kind == JV_STR;
-  size_t n = is_str ? jx_utf8_len(obj.u.s->data, obj.u.s->len) : obj.u.l->len;
-  int64_t start = 0, stop = 0, step = 1;
-  if (!slice_bounds(r, e, v, n, &start, &stop, &step)) return false;
-  struct jlist *l = jx_list_new(&r->arena, 0);
-  struct jx_buf b;
-  jx_buf_init(&b, r->limits.max_output_bytes);
-  /* a string's code point offsets, found once: one scan, not one per index (a slice of a long
-   * string took O(n^2): 56 s for 55k code points, found by fuzz_jinja) */
-  size_t *offs = is_str ? malloc((n + 1) * sizeof *offs) : NULL;
-  bool ok = l != NULL && (!is_str || offs != NULL);
-  if (ok && is_str) {
-    size_t at = 0;
-    for (size_t k = 0; k < n; k++) {
-      uint32_t cp;
-      offs[k] = at;
-      at += jx_utf8_next(obj.u.s->data + at, obj.u.s->len - at, &cp);
-    }
-    offs[n] = at;
-  }
-  for (int64_t i = start; ok && (step > 0 ? i < stop : i > stop); i += step) {
-    if (is_str) {
-      ok = jx_buf_put(&b, obj.u.s->data + offs[i], offs[i + 1] - offs[i]);
-    } else {
-      ok = jx_list_push(&r->arena, l, obj.u.l->items[i]);
-    }
-  }
-  if (ok && is_str) *out = jx_mkstr(&r->arena, b.data ? b.data : "", b.len, &ok);
-  else if (ok) { out->kind = JV_LIST; out->u.l = l; l->is_tuple = obj.u.l->is_tuple; }
-  jx_buf_free(&b);
-  free(offs);
-  return ok || jx_oom(r, e);
-}
-
-static bool type_error(struct jx_render *r, const struct jnode *at, const char *op, struct jv a, struct jv b) {
-  if (a.kind == JV_UNDEF) return undefined_error(r, at, a);
-  if (b.kind == JV_UNDEF) return undefined_error(r, at, b);
-  return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "unsupported operand type(s) for %s: '%s' and '%s'",
-                 op, jx_type_name(a), jx_type_name(b));
-}
-
-static bool is_num(struct jv v) { return v.kind == JV_INT || v.kind == JV_FLOAT || v.kind == JV_BOOL; }
-static double to_f(struct jv v) { return v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : v.u.b; }
-/* The integer of an int or bool (0 for a float: callers use it only when neither side is a
- * float; reading u.b of a float was undefined behaviour, found by fuzz_jinja). */
-static int64_t to_i(struct jv v) { return v.kind == JV_INT ? v.u.i : v.kind == JV_BOOL ? v.u.b : 0; }
-
-static bool concat(struct jx_render *r, const struct jnode *at, struct jv a, struct jv b, struct jv *out) {
-  struct jx_buf buf;
-  jx_buf_init(&buf, r->limits.max_output_bytes);
-  bool ok = jx_str_append(&buf, a) && jx_str_append(&buf, b);
-  if (ok) *out = jx_mkstr(&r->arena, buf.data ? buf.data : "", buf.len, &ok);
-  else if (buf.overflow) jx_fail(r, at, LLB_STATUS_TOO_LARGE, "string longer than %zu bytes", buf.limit);
-  jx_buf_free(&buf);
-  return ok || (r->err ? false : jx_oom(r, at));
-}
-
-/* Markup + str (or str + Markup): markupsafe escapes the plain side. */
-static bool markup_add(struct jx_render *r, const struct jnode *at, struct jv a, struct jv b, struct jv *out) {
-  struct jx_buf buf;
-  jx_buf_init(&buf, r->limits.max_output_bytes);
-  for (int side = 0; side < 2; side++) {
-    const struct jstr *s = side ? b.u.s : a.u.s;
-    for (size_t i = 0; i < s->len; i++) {
-      char c = s->data[i];
-      const char *e = s->markup ? NULL : c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;"
-                    : c == '"' ? "&#34;" : c == '\'' ? "&#39;" : NULL;
-      if (e) jx_buf_puts(&buf, e);
-      else jx_buf_put(&buf, &c, 1);
-    }
-  }
-  bool ok = !buf.overflow;
-  if (ok) *out = jx_mkstr(&r->arena, buf.data ? buf.data : "", buf.len, &ok);
-  jx_buf_free(&buf);
-  if (!ok) return jx_fail(r, at, LLB_STATUS_TOO_LARGE, "string longer than %zu bytes", buf.limit);
-  out->u.s->markup = true;
-  return true;
-}
-
-static bool repeat(struct jx_render *r, const struct jnode *at, struct jv seq, int64_t times, struct jv *out) {
-  if (times < 0) times = 0;
-  size_t unit = seq.kind == JV_STR ? seq.u.s->len : seq.u.l->len * sizeof(struct jv);
-  if (unit && (uint64_t)times > r->limits.max_memory_bytes / unit)
-    return jx_fail(r, at, LLB_STATUS_TOO_LARGE, "repetition larger than the memory bound");
-  bool ok = true;
-  if (seq.kind == JV_STR) {
-    struct jstr *s = jx_alloc(&r->arena, sizeof(*s) + unit * (size_t)times + 1);
-    if (!s) return jx_oom(r, at);
-    for (int64_t k = 0; k < times; k++) memcpy(s->data + unit * (size_t)k, seq.u.s->data, unit);
-    s->len = unit * (size_t)times;
-    out->kind = JV_STR;
-    out->u.s = s;
-    return true;
-  }
-  struct jlist *l = jx_list_new(&r->arena, seq.u.l->len * (size_t)times);
-  for (int64_t k = 0; l && ok && k < times; k++)
-    for (size_t i = 0; ok && i < seq.u.l->len; i++) ok = jx_list_push(&r->arena, l, seq.u.l->items[i]);
-  if (!l || !ok) return jx_oom(r, at);
-  out->kind = JV_LIST;
-  out->u.l = l;
-  return true;
-}
-
-static bool arith(struct jx_render *r, const struct jnode *at, int op, struct jv a, struct jv b, struct jv *out) {
-  static const char *const names[] = {"+", "-", "*", "/", "//", "%", "**"};
-  if (op == JOP_CONCAT) return concat(r, at, a, b, out);
-  if (op == JOP_ADD && a.kind == JV_STR && b.kind == JV_STR) {
-    if (a.u.s->markup != b.u.s->markup) return markup_add(r, at, a, b, out);
-    if (!concat(r, at, a, b, out)) return false;
-    out->u.s->markup = a.u.s->markup;
-    return true;
-  }
-  if (op == JOP_ADD && a.kind == JV_LIST && b.kind == JV_LIST) {
-    struct jlist *l = jx_list_new(&r->arena, a.u.l->len + b.u.l->len);
-    bool ok = l != NULL;
-    for (size_t i = 0; ok && i < a.u.l->len; i++) ok = jx_list_push(&r->arena, l, a.u.l->items[i]);
-    for (size_t i = 0; ok && i < b.u.l->len; i++) ok = jx_list_push(&r->arena, l, b.u.l->items[i]);
-    if (!ok) return jx_oom(r, at);
-    l->is_tuple = a.u.l->is_tuple;
-    out->kind = JV_LIST;
-    out->u.l = l;
-    return true;
-  }
-  if (op == JOP_MUL && (a.kind == JV_STR || a.kind == JV_LIST) && (b.kind == JV_INT || b.kind == JV_BOOL))
-    return repeat(r, at, a, to_i(b), out);
-  if (op == JOP_MUL && (b.kind == JV_STR || b.kind == JV_LIST) && (a.kind == JV_INT || a.kind == JV_BOOL))
-    return repeat(r, at, b, to_i(a), out);
-  if (!is_num(a) || !is_num(b)) return type_error(r, at, names[op], a, b);
-  bool ints = a.kind != JV_FLOAT && b.kind != JV_FLOAT;
-  int64_t x = to_i(a), y = to_i(b), z;
-  double fx = to_f(a), fy = to_f(b);
-  if ((op == JOP_DIV || op == JOP_FLOORDIV || op == JOP_MOD) && (ints ? y == 0 : fy == 0.0))
-    return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "division by zero");
-  switch (op) {
-  case JOP_ADD:
-    if (ints && !__builtin_add_overflow(x, y, &z)) { *out = jv_int(z); return true; }
-    *out = jv_float(fx + fy); break;
-  case JOP_SUB:
-    if (ints && !__builtin_sub_overflow(x, y, &z)) { *out = jv_int(z); return true; }
-    *out = jv_float(fx - fy); break;
-  case JOP_MUL:
-    if (ints && !__builtin_mul_overflow(x, y, &z)) { *out = jv_int(z); return true; }
-    *out = jv_float(fx * fy); break;
-  case JOP_DIV: *out = jv_float(fx / fy); break;
-  case JOP_FLOORDIV:
-    if (ints && !(x == INT64_MIN && y == -1)) {
-      int64_t q = x / y;
-      if ((x % y != 0) && ((x < 0) != (y < 0))) q--;
-      *out = jv_int(q);
-    } else {
-      *out = jv_float(floor(fx / fy));
-    }
-    break;
-  case JOP_MOD:
-    if (ints && !(x == INT64_MIN && y == -1)) {
-      int64_t m = x % y;
-      if (m != 0 && ((m < 0) != (y < 0))) m += y;
-      *out = jv_int(m);
-    } else {
-      double m = fmod(fx, fy);
-      if (m != 0 && ((m < 0) != (fy < 0))) m += fy;
-      *out = jv_float(m);
-    }
-    break;
-  case JOP_POW:
-    if (ints && y >= 0) {
-      int64_t p = 1;
-      bool over = false;
-      for (int64_t k = 0; k < y && !over && p != 0 && !(p == 1 && (x == 1)); k++) over = __builtin_mul_overflow(p, x, &p);
-      if (!over) { *out = jv_int(p); return true; }
-    }
-    *out = jv_float(pow(fx, fy)); break;
-  default: return type_error(r, at, "?", a, b);
-  }
-  return true;
-}
-
-static bool contains(struct jx_render *r, const struct jnode *at, struct jv item, struct jv seq, bool *out) {
-  switch (seq.kind) {
-  case JV_UNDEF: *out = false; return true;
-  case JV_STR:
-    if (item.kind != JV_STR)
-      return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "'in <string>' requires string as left operand, not %s", jx_type_name(item));
-    *out = item.u.s->len == 0 || memmem(seq.u.s->data, seq.u.s->len, item.u.s->data, item.u.s->len) != NULL;
-    return true;
-  case JV_LIST:
-    *out = false;
-    for (size_t i = 0; i < seq.u.l->len && !*out; i++) *out = jx_equal(item, seq.u.l->items[i]);
-    return true;
-  case JV_DICT:
-    *out = jx_dict_get(seq.u.d, item) != NULL;
-    return true;
-  default:
-    return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "argument of type '%s' is not iterable", jx_type_name(seq));
-  }
-}
-
-static bool compare(struct jx_render *r, const struct jnode *at, int op, struct jv a, struct jv b, struct jv *out) {
-  static const char *const names[] = {"==", "!=", "<", "<=", ">", ">="};
-  bool res;
-  if (op == JOP_EQ || op == JOP_NE) {
-    res = jx_equal(a, b) == (op == JOP_EQ);
-  } else if (op == JOP_IN || op == JOP_NOTIN) {
-    if (!contains(r, at, a, b, &res)) return false;
-    res = res == (op == JOP_IN);
-  } else {
-    bool ok;
-    int c = jx_compare(a, b, &ok);
-    if (!ok) {
-      if (a.kind == JV_UNDEF) return undefined_error(r, at, a);
-      if (b.kind == JV_UNDEF) return undefined_error(r, at, b);
-      return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "'%s' not supported between instances of '%s' and '%s'",
-                     names[op - JOP_EQ], jx_type_name(a), jx_type_name(b));
-    }
-    res = op == JOP_LT ? c < 0 : op == JOP_LE ? c <= 0 : op == JOP_GT ? c > 0 : c >= 0;
-  }
-  *out = jv_bool(res);
-  return true;
-}
+/* ---- expressions ---- */
 
 /* Evaluates args of a call/filter/test node: positional into pos, keywords into kwv. */
 static bool eval_args(struct jx_render *r, struct jscope *sc, const struct jnode *e, struct jv **pos,
@@ -390,7 +24,7 @@ static bool eval_args(struct jx_render *r, struct jscope *sc, const struct jnode
   struct jv *v = jx_alloc(&r->arena, (e->n_items + 1) * sizeof(struct jv));
   if (!v) return jx_oom(r, e);
   for (size_t i = 0; i < e->n_items; i++)
-    if (!jx_eval(r, sc, e->items[i], &v[i])) return false;
+    if (!eval_expr(r, sc, e->items[i], &v[i])) return false;
   *pos = v;
   *npos = e->n_items - e->n_kw;
   *kwv = v + *npos;
@@ -401,15 +35,16 @@ static bool eval_filter(struct jx_render *r, struct jscope *sc, const struct jno
   struct jv v, *pos, *kwv;
   size_t npos;
   if (e->a) {
-    if (!(e->a->kind == JN_FILTER && input ? eval_filter(r, sc, e->a, input, &v) : jx_eval(r, sc, e->a, &v))) return false;
+    if (!(e->a->kind == JN_FILTER && input ? eval_filter(r, sc, e->a, input, &v) : eval_expr(r, sc, e->a, &v))) return false;
   } else {
     v = *input;
   }
   if (!eval_args(r, sc, e, &pos, &npos, &kwv)) return false;
-  return jx_apply_filter(r, sc, e, e->name, v, pos, npos, e->kw_names, kwv, e->n_kw, out);
+  return jx_apply_filter(r, e, e->name, v, pos, npos, e->kw_names, kwv, e->n_kw, out);
 }
 
-bool jx_eval_filter_chain(struct jx_render *r, struct jscope *sc, const struct jnode *chain, struct jv input, struct jv *out) {
+/* Applies a filter chain (a JN_FILTER whose innermost operand is NULL) to input. */
+static bool eval_filter_chain(struct jx_render *r, struct jscope *sc, const struct jnode *chain, struct jv input, struct jv *out) {
   return eval_filter(r, sc, chain, &input, out);
 }
 
@@ -420,7 +55,7 @@ static bool lookup(struct jx_render *r, struct jscope *sc, const struct jnode *e
     if (v) { *out = *v; return true; }
   }
   if (jx_global_lookup(r, e->name, out)) return r->err == LLB_STATUS_OK;
-  *out = undef_msg(r, "'%s' is undefined%s", e->name, "");
+  *out = jx_undef_msg(r, "'%s' is undefined%s", e->name, "");
   return true;
 }
 
@@ -430,7 +65,7 @@ static bool eval_seq(struct jx_render *r, struct jscope *sc, const struct jnode 
     if (!d) return jx_oom(r, e);
     for (size_t i = 0; i + 1 < e->n_items; i += 2) {
       struct jv k, v;
-      if (!jx_eval(r, sc, e->items[i], &k) || !jx_eval(r, sc, e->items[i + 1], &v)) return false;
+      if (!eval_expr(r, sc, e->items[i], &k) || !eval_expr(r, sc, e->items[i + 1], &v)) return false;
       if (!jx_dict_set(&r->arena, d, k, v)) return jx_oom(r, e);
     }
     out->kind = JV_DICT;
@@ -441,7 +76,7 @@ static bool eval_seq(struct jx_render *r, struct jscope *sc, const struct jnode 
   if (!l) return jx_oom(r, e);
   for (size_t i = 0; i < e->n_items; i++) {
     struct jv v;
-    if (!jx_eval(r, sc, e->items[i], &v)) return false;
+    if (!eval_expr(r, sc, e->items[i], &v)) return false;
     jx_list_push(&r->arena, l, v);
   }
   l->is_tuple = e->kind == JN_TUPLE;
@@ -450,7 +85,16 @@ static bool eval_seq(struct jx_render *r, struct jscope *sc, const struct jnode 
   return true;
 }
 
-bool jx_eval(struct jx_render *r, struct jscope *sc, const struct jnode *e, struct jv *out) {
+static bool eval_slice(struct jx_render *r, struct jscope *sc, const struct jnode *e, struct jv *out) {
+  struct jv obj, v[3] = {jv_none(), jv_none(), jv_none()};
+  const struct jnode *parts[3] = {e->b, e->c, e->d};
+  if (!eval_expr(r, sc, e->a, &obj)) return false;
+  for (int k = 0; k < 3; k++)
+    if (parts[k] && !eval_expr(r, sc, parts[k], &v[k])) return false;
+  return jx_slice(r, e, obj, v, out);
+}
+
+static bool eval_expr(struct jx_render *r, struct jscope *sc, const struct jnode *e, struct jv *out) {
   struct jv a, b, *pos, *kwv;
   size_t npos;
   bool res;
@@ -458,49 +102,270 @@ bool jx_eval(struct jx_render *r, struct jscope *sc, const struct jnode *e, stru
   case JN_LITERAL: *out = e->lit; return true;
   case JN_NAME: return lookup(r, sc, e, out);
   case JN_LIST: case JN_TUPLE: case JN_DICT: return eval_seq(r, sc, e, out);
-  case JN_GETATTR: return jx_eval(r, sc, e->a, &a) && jx_getattr(r, e, a, e->name, out);
+  case JN_GETATTR: return eval_expr(r, sc, e->a, &a) && jx_getattr(r, e, a, e->name, out);
   case JN_GETITEM:
-    return jx_eval(r, sc, e->a, &a) && jx_eval(r, sc, e->b, &b) && jx_getitem(r, e, a, b, out);
+    return eval_expr(r, sc, e->a, &a) && eval_expr(r, sc, e->b, &b) && jx_getitem(r, e, a, b, out);
   case JN_SLICE: return eval_slice(r, sc, e, out);
   case JN_CALL:
-    if (!jx_eval(r, sc, e->a, &a) || !eval_args(r, sc, e, &pos, &npos, &kwv)) return false;
-    return jx_call(r, sc, e, a, pos, npos, e->kw_names, kwv, e->n_kw, out);
+    if (!eval_expr(r, sc, e->a, &a) || !eval_args(r, sc, e, &pos, &npos, &kwv)) return false;
+    return call_value(r, e, a, pos, npos, e->kw_names, kwv, e->n_kw, out);
   case JN_FILTER: return eval_filter(r, sc, e, NULL, out);
   case JN_TEST:
-    if (!jx_eval(r, sc, e->a, &a) || !eval_args(r, sc, e, &pos, &npos, &kwv)) return false;
-    if (!jx_apply_test(r, sc, e, e->name, a, pos, npos, &res)) return false;
+    if (!eval_expr(r, sc, e->a, &a) || !eval_args(r, sc, e, &pos, &npos, &kwv)) return false;
+    if (!jx_apply_test(r, e, e->name, a, pos, npos, &res)) return false;
     *out = jv_bool(res != (e->op == 1));
     return true;
-  case JN_UNARY:
-    if (!jx_eval(r, sc, e->a, &a)) return false;
-    if (!is_num(a)) return type_error(r, e, e->op == JOP_NEG ? "unary -" : "unary +", a, jv_none());
-    if (e->op == JOP_POS) *out = a.kind == JV_BOOL ? jv_int(a.u.b) : a;
-    else if (a.kind == JV_FLOAT) *out = jv_float(-a.u.f);
-    else *out = to_i(a) == INT64_MIN ? jv_float(9223372036854775808.0) : jv_int(-to_i(a));
-    return true;
+  case JN_UNARY: return eval_expr(r, sc, e->a, &a) && jx_unop(r, e, e->op, a, out);
   case JN_BINARY:
-    return jx_eval(r, sc, e->a, &a) && jx_eval(r, sc, e->b, &b) && arith(r, e, e->op, a, b, out);
+    return eval_expr(r, sc, e->a, &a) && eval_expr(r, sc, e->b, &b) && jx_binop(r, e, e->op, a, b, out);
   case JN_COMPARE:
-    return jx_eval(r, sc, e->a, &a) && jx_eval(r, sc, e->b, &b) && compare(r, e, e->op, a, b, out);
+    return eval_expr(r, sc, e->a, &a) && eval_expr(r, sc, e->b, &b) && jx_compare_op(r, e, e->op, a, b, out);
   case JN_AND: /* Python's: the deciding operand, not a bool */
-    if (!jx_eval(r, sc, e->a, &a)) return false;
+    if (!eval_expr(r, sc, e->a, &a)) return false;
     if (!jx_truthy(a)) { *out = a; return true; }
-    return jx_eval(r, sc, e->b, out);
+    return eval_expr(r, sc, e->b, out);
   case JN_OR:
-    if (!jx_eval(r, sc, e->a, &a)) return false;
+    if (!eval_expr(r, sc, e->a, &a)) return false;
     if (jx_truthy(a)) { *out = a; return true; }
-    return jx_eval(r, sc, e->b, out);
+    return eval_expr(r, sc, e->b, out);
   case JN_NOT:
-    if (!jx_eval(r, sc, e->a, &a)) return false;
+    if (!eval_expr(r, sc, e->a, &a)) return false;
     *out = jv_bool(!jx_truthy(a));
     return true;
   case JN_COND:
-    if (!jx_eval(r, sc, e->a, &a)) return false;
-    if (jx_truthy(a)) return jx_eval(r, sc, e->b, out);
-    if (e->c) return jx_eval(r, sc, e->c, out);
-    *out = undef_msg(r, "the inline if-expression on line %s evaluated to false and no else section was defined.%s", "?", "");
+    if (!eval_expr(r, sc, e->a, &a)) return false;
+    if (jx_truthy(a)) return eval_expr(r, sc, e->b, out);
+    if (e->c) return eval_expr(r, sc, e->c, out);
+    *out = jx_undef_msg(r, "the inline if-expression on line %s evaluated to false and no else section was defined.%s", "?", "");
     return true;
   default:
     return jx_fail(r, e, LLB_STATUS_INTERNAL, "not an expression");
   }
+}
+
+/* ---- statements ---- */
+
+static bool step(struct jx_render *r, const struct jnode *at) {
+  if (++r->steps > r->limits.max_steps)
+    return jx_fail(r, at, LLB_STATUS_TOO_LARGE, "template ran more than %llu loop iterations and macro calls",
+                   (unsigned long long)r->limits.max_steps);
+  return true;
+}
+
+struct jscope *jx_scope_new(struct jx_render *r, struct jscope *parent) {
+  struct jscope *s = jx_alloc(&r->arena, sizeof(*s));
+  if (!s || !(s->vars = jx_dict_new(&r->arena))) return NULL;
+  s->parent = parent;
+  return s;
+}
+
+static bool emit(struct jx_render *r, const struct jnode *at, struct jv v) {
+  if (jx_str_append(r->out, v)) return true;
+  if (r->out->overflow)
+    return jx_fail(r, at, LLB_STATUS_TOO_LARGE, "output larger than %zu bytes", r->out->limit);
+  return jx_oom(r, at);
+}
+
+/* Renders body into a new string (block set, filter block, macro call). */
+static bool capture(struct jx_render *r, struct jscope *sc, const struct jnode *body, struct jv *out) {
+  struct jx_buf buf, *saved = r->out;
+  jx_buf_init(&buf, r->limits.max_output_bytes);
+  r->out = &buf;
+  bool ok = jx_exec_body(r, sc, body);
+  r->out = saved;
+  if (ok) {
+    *out = jx_mkstr(&r->arena, buf.data ? buf.data : "", buf.len, &ok);
+    if (!ok) jx_oom(r, body);
+  }
+  jx_buf_free(&buf);
+  return ok;
+}
+
+static bool assign(struct jx_render *r, struct jscope *sc, const struct jnode *n, struct jv v) {
+  if (n->n_kw == 1) {
+    if (!jx_dict_set_cstr(&r->arena, sc->vars, n->kw_names[0], v)) return jx_oom(r, n);
+    return true;
+  }
+  if (v.kind != JV_LIST && v.kind != JV_STR && v.kind != JV_DICT)
+    return jx_fail(r, n, LLB_STATUS_INVALID_ARGUMENT, "cannot unpack non-iterable %s object", jx_type_name(v));
+  struct jlist *l;
+  if (!jx_iterate(r, n, v, &l)) return false;
+  if (l->len != n->n_kw)
+    return jx_fail(r, n, LLB_STATUS_INVALID_ARGUMENT, "cannot unpack %zu values into %zu names", l->len, n->n_kw);
+  for (size_t i = 0; i < n->n_kw; i++)
+    if (!jx_dict_set_cstr(&r->arena, sc->vars, n->kw_names[i], l->items[i])) return jx_oom(r, n);
+  return true;
+}
+
+static bool exec_set(struct jx_render *r, struct jscope *sc, const struct jnode *n) {
+  struct jv v;
+  if (n->kind == JN_SET_BLOCK) {
+    if (!capture(r, sc, n->b, &v)) return false;
+    if (n->c && !eval_filter_chain(r, sc, n->c, v, &v)) return false;
+  } else if (!eval_expr(r, sc, n->a, &v)) {
+    return false;
+  }
+  if (!n->d) return assign(r, sc, n, v);
+  struct jv ns;
+  if (!eval_expr(r, sc, n->d, &ns)) return false;
+  if (ns.kind != JV_DICT || ns.u.d->special != JDICT_NAMESPACE)
+    return jx_fail(r, n, LLB_STATUS_INVALID_ARGUMENT, "can't assign attribute on non-namespace object");
+  if (!jx_dict_set_cstr(&r->arena, ns.u.d, n->kw_names[0], v)) return jx_oom(r, n);
+  return true;
+}
+
+static bool set_loop(struct jx_render *r, struct jdict *loop, struct jlist *items, size_t i) {
+  size_t len = items->len;
+  struct jv none = jv_undef();
+  return jx_dict_set_cstr(&r->arena, loop, "index", jv_int((int64_t)i + 1)) &&
+         jx_dict_set_cstr(&r->arena, loop, "index0", jv_int((int64_t)i)) &&
+         jx_dict_set_cstr(&r->arena, loop, "revindex", jv_int((int64_t)(len - i))) &&
+         jx_dict_set_cstr(&r->arena, loop, "revindex0", jv_int((int64_t)(len - i - 1))) &&
+         jx_dict_set_cstr(&r->arena, loop, "first", jv_bool(i == 0)) &&
+         jx_dict_set_cstr(&r->arena, loop, "last", jv_bool(i + 1 == len)) &&
+         jx_dict_set_cstr(&r->arena, loop, "length", jv_int((int64_t)len)) &&
+         jx_dict_set_cstr(&r->arena, loop, "depth", jv_int(1)) &&
+         jx_dict_set_cstr(&r->arena, loop, "depth0", jv_int(0)) &&
+         jx_dict_set_cstr(&r->arena, loop, "previtem", i > 0 ? items->items[i - 1] : none) &&
+         jx_dict_set_cstr(&r->arena, loop, "nextitem", i + 1 < len ? items->items[i + 1] : none);
+}
+
+static bool exec_for(struct jx_render *r, struct jscope *sc, const struct jnode *n) {
+  struct jv it;
+  struct jlist *src, *items;
+  if (!eval_expr(r, sc, n->a, &it) || !jx_iterate(r, n->a, it, &src)) return false;
+  struct jscope *ls = jx_scope_new(r, sc);
+  struct jdict *loop = jx_dict_new(&r->arena);
+  if (!ls || !loop) return jx_oom(r, n);
+  loop->special = JDICT_LOOP;
+  items = src;
+  if (n->d) { /* `for x in xs if cond`: filtered before loop.length is known, as jinja2 */
+    if (!(items = jx_list_new(&r->arena, 0))) return jx_oom(r, n);
+    for (size_t i = 0; i < src->len; i++) {
+      struct jv c;
+      if (!step(r, n) || !assign(r, ls, n, src->items[i]) || !eval_expr(r, ls, n->d, &c)) return false;
+      if (jx_truthy(c) && !jx_list_push(&r->arena, items, src->items[i])) return jx_oom(r, n);
+    }
+  }
+  struct jv loopv = {.kind = JV_DICT, .u.d = loop};
+  if (!jx_dict_set_cstr(&r->arena, ls->vars, "loop", loopv)) return jx_oom(r, n);
+  for (size_t i = 0; i < items->len; i++) {
+    if (!step(r, n) || !assign(r, ls, n, items->items[i])) return false;
+    if (!set_loop(r, loop, items, i)) return jx_oom(r, n);
+    if (!jx_exec_body(r, ls, n->b)) return false;
+    int ctl = r->loop_ctl;
+    r->loop_ctl = 0;
+    if (ctl == 1) break;
+  }
+  if (items->len == 0 && n->c) return jx_exec_body(r, sc, n->c);
+  return true;
+}
+
+static bool exec_stmt(struct jx_render *r, struct jscope *sc, const struct jnode *n) {
+  struct jv v;
+  switch (n->kind) {
+  case JN_BODY: return jx_exec_body(r, sc, n);
+  case JN_TEXT: return emit(r, n, n->lit);
+  case JN_OUTPUT: return eval_expr(r, sc, n->a, &v) && emit(r, n, v);
+  case JN_IF:
+    if (!eval_expr(r, sc, n->a, &v)) return false;
+    if (jx_truthy(v)) return jx_exec_body(r, sc, n->b);
+    return n->c ? exec_stmt(r, sc, n->c) : true;
+  case JN_FOR: return exec_for(r, sc, n);
+  case JN_SET: case JN_SET_BLOCK: return exec_set(r, sc, n);
+  case JN_MACRO: {
+    struct jfunc *fn = jx_alloc(&r->arena, sizeof(*fn));
+    if (!fn) return jx_oom(r, n);
+    fn->kind = JF_MACRO;
+    fn->name = n->name;
+    fn->node = n;
+    fn->scope = sc;
+    struct jv f = {.kind = JV_FUNC, .u.fn = fn};
+    return jx_dict_set_cstr(&r->arena, sc->vars, n->name, f) || jx_oom(r, n);
+  }
+  case JN_CALL_BLOCK: {
+    struct jfunc *fn = jx_alloc(&r->arena, sizeof(*fn));
+    if (!fn) return jx_oom(r, n);
+    fn->kind = JF_MACRO;
+    fn->name = "caller";
+    fn->node = n;
+    fn->scope = sc;
+    r->pending_caller = fn;
+    bool ok = eval_expr(r, sc, n->a, &v);
+    r->pending_caller = NULL;
+    return ok && emit(r, n, v);
+  }
+  case JN_FILTER_BLOCK:
+    return capture(r, sc, n->b, &v) && eval_filter_chain(r, sc, n->a, v, &v) && emit(r, n, v);
+  case JN_BREAK: r->loop_ctl = 1; return true;
+  case JN_CONTINUE: r->loop_ctl = 2; return true;
+  default: return jx_fail(r, n, LLB_STATUS_INTERNAL, "not a statement");
+  }
+}
+
+bool jx_exec_body(struct jx_render *r, struct jscope *sc, const struct jnode *body) {
+  for (size_t i = 0; i < body->n_items && !r->loop_ctl; i++)
+    if (!exec_stmt(r, sc, body->items[i])) return false;
+  return true;
+}
+
+/* Calls a macro (or a call block's caller): parameters bound positionally, then by
+ * keyword, then to their defaults (evaluated in the new frame, so they may use earlier
+ * parameters); missing ones are undefined, as in jinja2. */
+static bool call_macro(struct jx_render *r, const struct jnode *at, struct jfunc *fn, struct jv *args,
+                       size_t nargs, const char **kw, struct jv *kwv, size_t nkw, struct jv *out) {
+  const struct jnode *m = fn->node;
+  if (!step(r, at)) return false;
+  if (r->call_depth >= r->limits.max_call_depth)
+    return jx_fail(r, at, LLB_STATUS_TOO_LARGE, "macro calls nested deeper than %d", r->limits.max_call_depth);
+  if (nargs > m->n_kw)
+    return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "macro '%s' takes not more than %zu argument(s)", fn->name, m->n_kw);
+  struct jscope *frame = jx_scope_new(r, fn->scope);
+  if (!frame) return jx_oom(r, at);
+  struct jfunc *caller = r->pending_caller;
+  r->pending_caller = NULL;
+  if (caller) {
+    struct jv c = {.kind = JV_FUNC, .u.fn = caller};
+    if (!jx_dict_set_cstr(&r->arena, frame->vars, "caller", c)) return jx_oom(r, at);
+  }
+  for (size_t k = 0; k < nkw; k++) {
+    size_t p = 0;
+    while (p < m->n_kw && strcmp(m->kw_names[p], kw[k]) != 0) p++;
+    if (p == m->n_kw)
+      return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "macro '%s' takes no keyword argument '%s'", fn->name, kw[k]);
+  }
+  for (size_t p = 0; p < m->n_kw; p++) {
+    struct jv v = jv_undef();
+    bool have = p < nargs;
+    if (have) v = args[p];
+    for (size_t k = 0; k < nkw && !have; k++)
+      if (strcmp(m->kw_names[p], kw[k]) == 0) { v = kwv[k]; have = true; }
+    if (!have && m->defaults[p] && !eval_expr(r, frame, m->defaults[p], &v)) return false;
+    if (!jx_dict_set_cstr(&r->arena, frame->vars, m->kw_names[p], v)) return jx_oom(r, at);
+  }
+  r->call_depth++;
+  bool ok = capture(r, frame, m->b, out);
+  r->call_depth--;
+  r->loop_ctl = 0;
+  return ok;
+}
+
+/* Calls a callable with positional args and keyword args (names kw[0..nkw)). */
+static bool call_value(struct jx_render *r, const struct jnode *at, struct jv fn, struct jv *args, size_t nargs,
+                       const char **kw, struct jv *kwv, size_t nkw, struct jv *out) {
+  if (fn.kind == JV_UNDEF) {
+    if (fn.u.s) return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "%s", fn.u.s->data);
+    return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "call of an undefined value");
+  }
+  if (fn.kind != JV_FUNC)
+    return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "'%s' object is not callable", jx_type_name(fn));
+  switch (fn.u.fn->kind) {
+  case JF_MACRO: return call_macro(r, at, fn.u.fn, args, nargs, kw, kwv, nkw, out);
+  case JF_GLOBAL: return jx_call_global(r, at, fn.u.fn, args, nargs, kw, kwv, nkw, out);
+  case JF_METHOD: return jx_call_method(r, at, fn.u.fn, args, nargs, kw, kwv, nkw, out);
+  case JF_UNSAFE:
+    return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "access to attribute '%s' of '%s' object is unsafe.",
+                   fn.u.fn->name, jx_type_name(*fn.u.fn->self));
+  }
+  return false;
 }

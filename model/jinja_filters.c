@@ -20,15 +20,6 @@ static bool need_str(struct jx_render *r, const struct jnode *at, struct jv *v, 
   return jx_to_str(r, at, *v, out);
 }
 
-static bool str_out(struct jx_render *r, const struct jnode *at, struct jx_buf *b, struct jv *out) {
-  bool ok = !b->overflow;
-  if (ok) *out = jx_mkstr(&r->arena, b->data ? b->data : "", b->len, &ok);
-  if (!ok && b->overflow) jx_fail(r, at, LLB_STATUS_TOO_LARGE, "string longer than %zu bytes", b->limit);
-  else if (!ok) jx_oom(r, at);
-  jx_buf_free(b);
-  return ok;
-}
-
 static bool list_out(struct jlist *l, struct jv *out) {
   if (!l) return false;
   out->kind = JV_LIST;
@@ -87,90 +78,7 @@ static bool f_tojson(struct jx_render *r, const struct jnode *at, struct jv v, s
     jx_buf_free(&b);
     return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "Object of type %s is not JSON serializable", bad);
   }
-  return str_out(r, at, &b, out);
-}
-
-/* Python str.strip/lstrip/rstrip (chars NULL = whitespace); which: 1 left, 2 right, 3 both. */
-bool jx_strip(struct jx_render *r, const struct jnode *at, struct jv s, struct jv *chars, int which, struct jv *out) {
-  const char *d = s.u.s->data;
-  size_t b = 0, e = s.u.s->len;
-  bool use_chars = chars && chars->kind == JV_STR;
-  if (chars && !use_chars && chars->kind != JV_NONE && chars->kind != JV_UNDEF)
-    return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "strip arg must be None or str");
-  while ((which & 1) && b < e) {
-    uint32_t cp, cc;
-    size_t n = jx_utf8_next(d + b, e - b, &cp);
-    bool hit = !use_chars && jx_is_space_cp(cp);
-    for (size_t k = 0; use_chars && !hit && k < chars->u.s->len;) {
-      k += jx_utf8_next(chars->u.s->data + k, chars->u.s->len - k, &cc);
-      hit = cc == cp;
-    }
-    if (!hit) break;
-    b += n;
-  }
-  while ((which & 2) && e > b) {
-    size_t st = e - 1;
-    while (st > b && ((unsigned char)d[st] & 0xC0) == 0x80) st--;
-    uint32_t cp, cc;
-    jx_utf8_next(d + st, e - st, &cp);
-    bool hit = !use_chars && jx_is_space_cp(cp);
-    for (size_t k = 0; use_chars && !hit && k < chars->u.s->len;) {
-      k += jx_utf8_next(chars->u.s->data + k, chars->u.s->len - k, &cc);
-      hit = cc == cp;
-    }
-    if (!hit) break;
-    e = st;
-  }
-  bool ok = true;
-  *out = jx_mkstr(&r->arena, d + b, e - b, &ok);
-  return ok || jx_oom(r, at);
-}
-
-/* case: 0 lower, 1 upper, 2 capitalize, 3 jinja title, 4 Python str.title. ASCII letters. */
-bool jx_case(struct jx_render *r, const struct jnode *at, struct jv s, int mode, struct jv *out) {
-  struct jstr *o = jx_str_new(&r->arena, s.u.s->data, s.u.s->len);
-  if (!o) return jx_oom(r, at);
-  bool start = true;
-  for (size_t i = 0; i < o->len; i++) {
-    char c = o->data[i];
-    bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-    bool up = mode == 1 || ((mode == 2 && i == 0) || (mode >= 3 && start));
-    if (alpha || mode < 3) o->data[i] = up ? (c >= 'a' && c <= 'z' ? c - 32 : c) : (c >= 'A' && c <= 'Z' ? c + 32 : c);
-    if (mode == 3) start = c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
-    else if (mode == 4) start = !alpha && !((unsigned char)c & 0x80);
-  }
-  out->kind = JV_STR;
-  out->u.s = o;
-  return true;
-}
-
-/* Python str.replace(old, new, count). */
-bool jx_replace(struct jx_render *r, const struct jnode *at, struct jv s, struct jv old, struct jv nw,
-                int64_t count, struct jv *out) {
-  if (old.kind != JV_STR || nw.kind != JV_STR)
-    return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "replace() arguments must be str");
-  struct jx_buf b;
-  jx_buf_init(&b, r->limits.max_output_bytes);
-  const char *p = s.u.s->data, *end = p + s.u.s->len;
-  const struct jstr *o = old.u.s, *n = nw.u.s;
-  for (int64_t done = 0; p <= end && (count < 0 || done < count); done++) {
-    const char *hit;
-    if (o->len == 0) {
-      if (!jx_buf_put(&b, n->data, n->len)) break;
-      if (p == end) { p = end + 1; break; }
-      uint32_t cp;
-      size_t l = jx_utf8_next(p, (size_t)(end - p), &cp);
-      jx_buf_put(&b, p, l);
-      p += l;
-      continue;
-    }
-    if (!(hit = memmem(p, (size_t)(end - p), o->data, o->len))) break;
-    jx_buf_put(&b, p, (size_t)(hit - p));
-    jx_buf_put(&b, n->data, n->len);
-    p = hit + o->len;
-  }
-  if (p <= end) jx_buf_put(&b, p, (size_t)(end - p));
-  return str_out(r, at, &b, out);
+  return jx_buf_to_str(r, at, &b, out);
 }
 
 static bool f_length(struct jx_render *r, const struct jnode *at, struct jv v, struct jv *out) {
@@ -198,7 +106,7 @@ static bool f_join(struct jx_render *r, const struct jnode *at, struct jv v, str
     if (i && sep) jx_buf_put(&b, s.u.s->data, s.u.s->len);
     jx_str_append(&b, item);
   }
-  return str_out(r, at, &b, out);
+  return jx_buf_to_str(r, at, &b, out);
 }
 
 /* Sort key: ignore case of strings unless case_sensitive (jinja2's ignore_case). */
@@ -285,7 +193,7 @@ bool jx_test_exists(const char *name) {
 }
 
 /* select/reject/selectattr/rejectattr: keep items whose (attribute's) test result == keep. */
-static bool f_select(struct jx_render *r, struct jscope *sc, const struct jnode *at, struct jv v, bool by_attr,
+static bool f_select(struct jx_render *r, const struct jnode *at, struct jv v, bool by_attr,
                      bool keep, struct jv *args, size_t nargs, struct jv *out) {
   struct jlist *l, *o;
   if (!jx_truthy(v)) v = jv_undef(); /* jinja2: `if seq:` before iterating */
@@ -304,7 +212,7 @@ static bool f_select(struct jx_render *r, struct jscope *sc, const struct jnode 
     bool res;
     if (by_attr && !attr_path(r, at, item, args[0], &item)) return false;
     if (test) {
-      if (!jx_apply_test(r, sc, at, test, item, args + first + 1, nargs - first - 1, &res)) return false;
+      if (!jx_apply_test(r, at, test, item, args + first + 1, nargs - first - 1, &res)) return false;
     } else {
       res = jx_truthy(item);
     }
@@ -313,7 +221,7 @@ static bool f_select(struct jx_render *r, struct jscope *sc, const struct jnode 
   return list_out(o, out);
 }
 
-static bool f_map(struct jx_render *r, struct jscope *sc, const struct jnode *at, struct jv v, struct jv *args,
+static bool f_map(struct jx_render *r, const struct jnode *at, struct jv v, struct jv *args,
                   size_t nargs, const char **kw, struct jv *kwv, size_t nkw, struct jv *out) {
   struct jlist *l, *o;
   if (!jx_truthy(v)) v = jv_undef();
@@ -331,7 +239,7 @@ static bool f_map(struct jx_render *r, struct jscope *sc, const struct jnode *at
     if (attr) {
       if (!attr_path(r, at, item, *attr, &item)) return false;
       if (item.kind == JV_UNDEF && dflt) item = *dflt;
-    } else if (!jx_apply_filter(r, sc, at, args[0].u.s->data, item, args + 1, nargs - 1, kw, kwv, nkw, &item)) {
+    } else if (!jx_apply_filter(r, at, args[0].u.s->data, item, args + 1, nargs - 1, kw, kwv, nkw, &item)) {
       return false;
     }
     jx_list_push(&r->arena, o, item);
@@ -363,7 +271,7 @@ static bool f_indent(struct jx_render *r, const struct jnode *at, struct jv s, s
     jx_buf_put(&b, p, n);
     p += n + (nl ? 1 : 0);
   }
-  return str_out(r, at, &b, out);
+  return jx_buf_to_str(r, at, &b, out);
 }
 
 static bool f_int(struct jx_render *r, const struct jnode *at, struct jv v, struct jv *dflt, bool to_float, struct jv *out) {
@@ -480,7 +388,7 @@ static bool f_round(struct jx_render *r, const struct jnode *at, struct jv v, st
   return true;
 }
 
-bool jx_apply_filter(struct jx_render *r, struct jscope *sc, const struct jnode *at, const char *name, struct jv v,
+bool jx_apply_filter(struct jx_render *r, const struct jnode *at, const char *name, struct jv v,
                      struct jv *args, size_t nargs, const char **kw, struct jv *kwv, size_t nkw, struct jv *out) {
   struct jv s;
   #define IS(n) (strcmp(name, (n)) == 0)
@@ -543,7 +451,7 @@ bool jx_apply_filter(struct jx_render *r, struct jscope *sc, const struct jnode 
       if (!jx_iterate(r, at, v, &l)) return false;
       jx_buf_init(&b, r->limits.max_output_bytes);
       for (size_t i = l->len; i > 0; i--) jx_buf_put(&b, l->items[i - 1].u.s->data, l->items[i - 1].u.s->len);
-      return str_out(r, at, &b, out);
+      return jx_buf_to_str(r, at, &b, out);
     }
     struct jlist *l, *o;
     if (!jx_iterate(r, at, v, &l) || !(o = jx_list_new(&r->arena, l->len))) return r->err ? false : jx_oom(r, at);
@@ -553,8 +461,8 @@ bool jx_apply_filter(struct jx_render *r, struct jscope *sc, const struct jnode 
   if (IS("unique")) return f_unique(r, at, v, ARG(0, "case_sensitive"), ARG(1, "attribute"), out);
   if (IS("min") || IS("max")) return f_minmax(r, at, v, IS("max"), ARG(0, "case_sensitive"), ARG(1, "attribute"), out);
   if (IS("selectattr") || IS("rejectattr") || IS("select") || IS("reject"))
-    return f_select(r, sc, at, v, name[6] == 'a', name[0] == 's', args, nargs, out);
-  if (IS("map")) return f_map(r, sc, at, v, args, nargs, kw, kwv, nkw, out);
+    return f_select(r, at, v, name[6] == 'a', name[0] == 's', args, nargs, out);
+  if (IS("map")) return f_map(r, at, v, args, nargs, kw, kwv, nkw, out);
   if (IS("int")) return f_int(r, at, v, ARG(0, "default"), false, out);
   if (IS("float")) return f_int(r, at, v, ARG(0, "default"), true, out);
   if (IS("abs")) {
@@ -575,11 +483,7 @@ bool jx_apply_filter(struct jx_render *r, struct jscope *sc, const struct jnode 
     for (size_t i = 0; i < l->len; i++) {
       struct jv item = l->items[i];
       if (attr && !attr_path(r, at, item, *attr, &item)) return false;
-      struct jnode add = {.kind = JN_BINARY, .op = JOP_ADD, .line = at->line, .col = at->col};
-      struct jnode la = {.kind = JN_LITERAL, .lit = acc}, lb = {.kind = JN_LITERAL, .lit = item};
-      add.a = &la;
-      add.b = &lb;
-      if (!jx_eval(r, sc, &add, &acc)) return false;
+      if (!jx_binop(r, at, JOP_ADD, acc, item, &acc)) return false;
     }
     *out = acc;
     return true;
@@ -594,9 +498,8 @@ bool jx_apply_filter(struct jx_render *r, struct jscope *sc, const struct jnode 
   return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "No filter named '%s'.", name);
 }
 
-bool jx_apply_test(struct jx_render *r, struct jscope *sc, const struct jnode *at, const char *name, struct jv v,
+bool jx_apply_test(struct jx_render *r, const struct jnode *at, const char *name, struct jv v,
                    struct jv *args, size_t nargs, bool *out) {
-  (void)sc;
   #define IS(n) (strcmp(name, (n)) == 0)
   struct jv *a0 = nargs ? &args[0] : NULL;
   bool num = v.kind == JV_INT || v.kind == JV_FLOAT || v.kind == JV_BOOL;
@@ -642,12 +545,8 @@ bool jx_apply_test(struct jx_render *r, struct jscope *sc, const struct jnode *a
     for (int k = 0; k < 7; k++) {
       if (!IS(cmp[k][0]) && !IS(cmp[k][1]) && !IS(cmp[k][2])) continue;
       if (!a0) return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "test %s needs an argument", name);
-      struct jnode c = {.kind = JN_COMPARE, .op = k == 6 ? JOP_IN : JOP_EQ + k, .line = at->line, .col = at->col};
-      struct jnode la = {.kind = JN_LITERAL, .lit = v}, lb = {.kind = JN_LITERAL, .lit = *a0};
       struct jv res;
-      c.a = &la;
-      c.b = &lb;
-      if (!jx_eval(r, sc, &c, &res)) return false;
+      if (!jx_compare_op(r, at, k == 6 ? JOP_IN : JOP_EQ + k, v, *a0, &res)) return false;
       *out = res.u.b;
       return true;
     }

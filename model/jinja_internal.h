@@ -1,6 +1,9 @@
 /* Private to model/jinja*.c: the arena, values, syntax tree and render state shared by the
- * lexer (jinja_lex.c), parser (jinja_parse.c), values (jinja_value.c), evaluator
- * (jinja_eval.c) and builtins (jinja_filters.c, jinja_methods.c). Not public API. */
+ * lexer (jinja_lex.c), parser (jinja_parse.c), values (jinja_value.c), operators
+ * (jinja_ops.c), builtins (jinja_filters.c, jinja_methods.c), evaluator (jinja_eval.c) and
+ * the public API (jinja.c). Calls go one way, in the order values <- operators <- methods
+ * <- filters <- evaluator <- jinja.c: nothing below the evaluator evaluates syntax. Not
+ * public API. */
 #ifndef LLB_MODEL_JINJA_INTERNAL_H
 #define LLB_MODEL_JINJA_INTERNAL_H
 
@@ -171,7 +174,7 @@ struct jnode {
 /* Parses tokens into a body node. Unknown filters/tests are syntax errors (as jinja2). */
 llb_status jx_parse(struct jx_arena *a, const struct jtok *toks, size_t n, struct jnode **out);
 
-/* ---- render state (jinja_eval.c) ---- */
+/* ---- render state ---- */
 struct jscope {
   struct jscope *parent;
   struct jdict *vars;
@@ -189,30 +192,38 @@ struct jx_render {
   int loop_ctl;            /* 1 = break, 2 = continue pending */
   struct jfunc *pending_caller; /* a call block's `caller`, taken by the macro it calls */
 };
+
+/* ---- errors, conversions and operators (jinja_ops.c) ---- */
 /* Records the first error (status, "line L col C: msg" when node != NULL) and returns
  * false. */
 bool jx_fail(struct jx_render *r, const struct jnode *node, llb_status st, const char *fmt,
              ...) __attribute__((format(printf, 4, 5)));
 bool jx_oom(struct jx_render *r, const struct jnode *node);
-bool jx_eval(struct jx_render *r, struct jscope *sc, const struct jnode *e, struct jv *out);
-/* Applies a filter chain (a JN_FILTER whose innermost operand is NULL) to input. */
-bool jx_eval_filter_chain(struct jx_render *r, struct jscope *sc, const struct jnode *chain,
-                          struct jv input, struct jv *out);
-/* Calls a callable with positional args and keyword args (names kw[0..nkw)). */
-bool jx_call(struct jx_render *r, struct jscope *sc, const struct jnode *at, struct jv fn,
-             struct jv *args, size_t nargs, const char **kw, struct jv *kwv, size_t nkw,
-             struct jv *out);
+/* Fails with the message an undefined value carries (the name it was looked up by). */
+bool jx_undefined_error(struct jx_render *r, const struct jnode *at, struct jv v);
+/* An undefined value whose message is fmt with a and b (at most 200 bytes). */
+struct jv jx_undef_msg(struct jx_render *r, const char *fmt, const char *a, const char *b);
 /* str(v) as a new string value. */
 bool jx_to_str(struct jx_render *r, const struct jnode *at, struct jv v, struct jv *out);
 /* Iterates v as Python would (str: code points, dict: keys); *out a new list. */
 bool jx_iterate(struct jx_render *r, const struct jnode *at, struct jv v, struct jlist **out);
+/* b's bytes as a new string value; frees b. TOO_LARGE when b overflowed, OUT_OF_MEMORY. */
+bool jx_buf_to_str(struct jx_render *r, const struct jnode *at, struct jx_buf *b, struct jv *out);
+/* a op b for op JOP_ADD..JOP_CONCAT (Python's numbers, str/list + and *, Markup escaping). */
+bool jx_binop(struct jx_render *r, const struct jnode *at, int op, struct jv a, struct jv b, struct jv *out);
+/* a op b for op JOP_EQ..JOP_NOTIN, a bool. */
+bool jx_compare_op(struct jx_render *r, const struct jnode *at, int op, struct jv a, struct jv b, struct jv *out);
+/* -a (JOP_NEG) or +a (JOP_POS). */
+bool jx_unop(struct jx_render *r, const struct jnode *at, int op, struct jv a, struct jv *out);
+/* obj[v[0]:v[1]:v[2]] for a list or str (each bound None/undefined when absent). */
+bool jx_slice(struct jx_render *r, const struct jnode *at, struct jv obj, struct jv v[3], struct jv *out);
+
+/* ---- methods, globals and attribute lookup (jinja_methods.c) ---- */
 /* obj.name / obj[key] with jinja2's sandboxed lookup order. */
 bool jx_getattr(struct jx_render *r, const struct jnode *at, struct jv obj, const char *name,
                 struct jv *out);
 bool jx_getitem(struct jx_render *r, const struct jnode *at, struct jv obj, struct jv key,
                 struct jv *out);
-
-/* ---- builtins (jinja_filters.c, jinja_methods.c) ---- */
 /* Python str.strip (which: 1 left, 2 right, 3 both; chars NULL/None = whitespace). */
 bool jx_strip(struct jx_render *r, const struct jnode *at, struct jv s, struct jv *chars, int which,
               struct jv *out);
@@ -221,13 +232,6 @@ bool jx_case(struct jx_render *r, const struct jnode *at, struct jv s, int mode,
 /* Python str.replace (count < 0: all). */
 bool jx_replace(struct jx_render *r, const struct jnode *at, struct jv s, struct jv old, struct jv nw,
                 int64_t count, struct jv *out);
-bool jx_filter_exists(const char *name);
-bool jx_test_exists(const char *name);
-bool jx_apply_filter(struct jx_render *r, struct jscope *sc, const struct jnode *at,
-                     const char *name, struct jv v, struct jv *args, size_t nargs,
-                     const char **kw, struct jv *kwv, size_t nkw, struct jv *out);
-bool jx_apply_test(struct jx_render *r, struct jscope *sc, const struct jnode *at,
-                   const char *name, struct jv v, struct jv *args, size_t nargs, bool *out);
 /* Method lookup: true when type(obj) has a method `name` (bound into *out; mutating methods
  * become JF_UNSAFE, refused when called, as ImmutableSandboxedEnvironment does). */
 bool jx_method_lookup(struct jx_render *r, struct jv obj, const char *name, struct jv *out);
@@ -239,5 +243,21 @@ bool jx_global_lookup(struct jx_render *r, const char *name, struct jv *out);
 bool jx_call_global(struct jx_render *r, const struct jnode *at, struct jfunc *fn,
                     struct jv *args, size_t nargs, const char **kw, struct jv *kwv, size_t nkw,
                     struct jv *out);
+
+/* ---- filters and tests (jinja_filters.c) ---- */
+bool jx_filter_exists(const char *name);
+bool jx_test_exists(const char *name);
+bool jx_apply_filter(struct jx_render *r, const struct jnode *at, const char *name, struct jv v,
+                     struct jv *args, size_t nargs, const char **kw, struct jv *kwv, size_t nkw,
+                     struct jv *out);
+bool jx_apply_test(struct jx_render *r, const struct jnode *at, const char *name, struct jv v,
+                   struct jv *args, size_t nargs, bool *out);
+
+/* ---- evaluator (jinja_eval.c) ---- */
+/* A new scope (empty variables) under parent; NULL when out of memory. */
+struct jscope *jx_scope_new(struct jx_render *r, struct jscope *parent);
+/* Runs the statements of a body node in scope sc, writing to r->out; false on the first
+ * error (recorded in r). */
+bool jx_exec_body(struct jx_render *r, struct jscope *sc, const struct jnode *body);
 
 #endif

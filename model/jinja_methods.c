@@ -1,6 +1,8 @@
 /* Jinja builtins reached by name: Python's str, dict and list methods as the immutable
- * sandbox exposes them (mutating methods refused when called), and the globals HF's
- * apply_chat_template provides (range, namespace, dict, raise_exception, strftime_now). */
+ * sandbox exposes them (mutating methods refused when called), the globals HF's
+ * apply_chat_template provides (range, namespace, dict, raise_exception, strftime_now), and
+ * the sandbox's attribute and item lookup that finds the methods. The str operations here
+ * (strip, case, replace) also serve the filters of the same names (jinja_filters.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,4 +318,144 @@ bool jx_call_global(struct jx_render *r, const struct jnode *at, struct jfunc *f
   bool ok = true;
   *out = jx_mkstr(&r->arena, buf, n, &ok);
   return ok || jx_oom(r, at);
+}
+
+/* ---- attribute and item lookup: jinja2's sandboxed getattr/getitem (finds the methods above) ---- */
+
+bool jx_getattr(struct jx_render *r, const struct jnode *at, struct jv obj, const char *name, struct jv *out) {
+  if (obj.kind == JV_UNDEF) return jx_undefined_error(r, at, obj);
+  if (obj.kind == JV_DICT && obj.u.d->special != JDICT_PLAIN) {
+    struct jv *v = jx_dict_get_cstr(obj.u.d, name, strlen(name));
+    *out = v ? *v : jx_undef_msg(r, "'%s' has no attribute '%s'", jx_type_name(obj), name);
+    return true;
+  }
+  /* jinja2's getattr: the Python attribute (a method) first, then the item */
+  if (jx_method_lookup(r, obj, name, out)) return r->err == LLB_STATUS_OK;
+  if (obj.kind == JV_DICT) {
+    struct jv *v = jx_dict_get_cstr(obj.u.d, name, strlen(name));
+    if (v) { *out = *v; return true; }
+    *out = jx_undef_msg(r, "'dict object' has no attribute '%s'%s", name, "");
+    return true;
+  }
+  *out = jx_undef_msg(r, "'%s object' has no attribute '%s'", jx_type_name(obj), name);
+  return true;
+}
+
+static bool list_index(int64_t i, size_t len, size_t *out) {
+  if (i < 0) i += (int64_t)len;
+  if (i < 0 || (uint64_t)i >= len) return false;
+  *out = (size_t)i;
+  return true;
+}
+
+bool jx_getitem(struct jx_render *r, const struct jnode *at, struct jv obj, struct jv key, struct jv *out) {
+  if (obj.kind == JV_UNDEF) return jx_undefined_error(r, at, obj);
+  bool int_key = key.kind == JV_INT || key.kind == JV_BOOL;
+  int64_t ki = key.kind == JV_BOOL ? key.u.b : key.u.i;
+  size_t idx;
+  if (obj.kind == JV_DICT && obj.u.d->special == JDICT_PLAIN) {
+    struct jv *v = jx_dict_get(obj.u.d, key);
+    if (v) { *out = *v; return true; }
+  } else if (obj.kind == JV_LIST && int_key) {
+    if (list_index(ki, obj.u.l->len, &idx)) { *out = obj.u.l->items[idx]; return true; }
+  } else if (obj.kind == JV_STR && int_key) {
+    size_t n = jx_utf8_len(obj.u.s->data, obj.u.s->len);
+    if (list_index(ki, n, &idx)) {
+      size_t b = jx_utf8_offset(obj.u.s->data, obj.u.s->len, idx);
+      uint32_t cp;
+      size_t len = jx_utf8_next(obj.u.s->data + b, obj.u.s->len - b, &cp);
+      bool ok = true;
+      *out = jx_mkstr(&r->arena, obj.u.s->data + b, len, &ok);
+      return ok || jx_oom(r, at);
+    }
+  }
+  if (key.kind == JV_STR) return jx_getattr(r, at, obj, key.u.s->data, out);
+  *out = jx_undef_msg(r, "'%s object' has no item of that key%s", jx_type_name(obj), "");
+  return true;
+}
+
+/* ---- Python str operations behind the str methods above and the filters trim, lower, upper,
+ * capitalize, title and replace ---- */
+
+/* Python str.strip/lstrip/rstrip (chars NULL = whitespace); which: 1 left, 2 right, 3 both. */
+bool jx_strip(struct jx_render *r, const struct jnode *at, struct jv s, struct jv *chars, int which, struct jv *out) {
+  const char *d = s.u.s->data;
+  size_t b = 0, e = s.u.s->len;
+  bool use_chars = chars && chars->kind == JV_STR;
+  if (chars && !use_chars && chars->kind != JV_NONE && chars->kind != JV_UNDEF)
+    return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "strip arg must be None or str");
+  while ((which & 1) && b < e) {
+    uint32_t cp, cc;
+    size_t n = jx_utf8_next(d + b, e - b, &cp);
+    bool hit = !use_chars && jx_is_space_cp(cp);
+    for (size_t k = 0; use_chars && !hit && k < chars->u.s->len;) {
+      k += jx_utf8_next(chars->u.s->data + k, chars->u.s->len - k, &cc);
+      hit = cc == cp;
+    }
+    if (!hit) break;
+    b += n;
+  }
+  while ((which & 2) && e > b) {
+    size_t st = e - 1;
+    while (st > b && ((unsigned char)d[st] & 0xC0) == 0x80) st--;
+    uint32_t cp, cc;
+    jx_utf8_next(d + st, e - st, &cp);
+    bool hit = !use_chars && jx_is_space_cp(cp);
+    for (size_t k = 0; use_chars && !hit && k < chars->u.s->len;) {
+      k += jx_utf8_next(chars->u.s->data + k, chars->u.s->len - k, &cc);
+      hit = cc == cp;
+    }
+    if (!hit) break;
+    e = st;
+  }
+  bool ok = true;
+  *out = jx_mkstr(&r->arena, d + b, e - b, &ok);
+  return ok || jx_oom(r, at);
+}
+
+/* case: 0 lower, 1 upper, 2 capitalize, 3 jinja title, 4 Python str.title. ASCII letters. */
+bool jx_case(struct jx_render *r, const struct jnode *at, struct jv s, int mode, struct jv *out) {
+  struct jstr *o = jx_str_new(&r->arena, s.u.s->data, s.u.s->len);
+  if (!o) return jx_oom(r, at);
+  bool start = true;
+  for (size_t i = 0; i < o->len; i++) {
+    char c = o->data[i];
+    bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    bool up = mode == 1 || ((mode == 2 && i == 0) || (mode >= 3 && start));
+    if (alpha || mode < 3) o->data[i] = up ? (c >= 'a' && c <= 'z' ? c - 32 : c) : (c >= 'A' && c <= 'Z' ? c + 32 : c);
+    if (mode == 3) start = c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+    else if (mode == 4) start = !alpha && !((unsigned char)c & 0x80);
+  }
+  out->kind = JV_STR;
+  out->u.s = o;
+  return true;
+}
+
+/* Python str.replace(old, new, count). */
+bool jx_replace(struct jx_render *r, const struct jnode *at, struct jv s, struct jv old, struct jv nw,
+                int64_t count, struct jv *out) {
+  if (old.kind != JV_STR || nw.kind != JV_STR)
+    return jx_fail(r, at, LLB_STATUS_INVALID_ARGUMENT, "replace() arguments must be str");
+  struct jx_buf b;
+  jx_buf_init(&b, r->limits.max_output_bytes);
+  const char *p = s.u.s->data, *end = p + s.u.s->len;
+  const struct jstr *o = old.u.s, *n = nw.u.s;
+  for (int64_t done = 0; p <= end && (count < 0 || done < count); done++) {
+    const char *hit;
+    if (o->len == 0) {
+      if (!jx_buf_put(&b, n->data, n->len)) break;
+      if (p == end) { p = end + 1; break; }
+      uint32_t cp;
+      size_t l = jx_utf8_next(p, (size_t)(end - p), &cp);
+      jx_buf_put(&b, p, l);
+      p += l;
+      continue;
+    }
+    if (!(hit = memmem(p, (size_t)(end - p), o->data, o->len))) break;
+    jx_buf_put(&b, p, (size_t)(hit - p));
+    jx_buf_put(&b, n->data, n->len);
+    p = hit + o->len;
+  }
+  if (p <= end) jx_buf_put(&b, p, (size_t)(end - p));
+  return jx_buf_to_str(r, at, &b, out);
 }

@@ -80,14 +80,26 @@ struct tokenizer {
   pcre2_code *regex[TOK_MAX_REGEXES]; /* pre-tokenizer, applied in sequence */
 };
 
+/* Text of token id (t->text_len[id] bytes, not NUL-terminated). */
+static inline const char *tok_text(const struct tokenizer *t, int32_t id) { return t->text_arena + t->text_off[id]; }
 
-/* Id of the token whose text is text[0..len); -1 if none. */
+/* Copies the token texts of toks (t->n_vocab strings) into t->text_arena and indexes them
+ * (t->tok_slots). MALFORMED on a token over 4 GiB or a repeated text, OUT_OF_MEMORY.
+ * (tokenizer_vocab.c) */
+llb_status tok_vocab_load(struct tokenizer *t, const struct gguf_array *toks);
+
+/* Reads tokenizer.ggml.merges ("left right" strings; rank = index) into t->merge_* and indexes
+ * them; a merge without a space is kept (its rank) and never matched. MALFORMED / TOO_LARGE /
+ * OUT_OF_MEMORY. (tokenizer_vocab.c) */
+llb_status tok_merges_load(struct tokenizer *t, const struct gguf_file *f);
+
+/* Id of the token whose text is text[0..len); -1 if none. (tokenizer_vocab.c) */
 int32_t tok_lookup(const struct tokenizer *t, const char *text, size_t len);
 
-/* BPE rank of merging a[0..alen) with b[0..blen); -1 if no such merge. */
+/* BPE rank of merging a[0..alen) with b[0..blen); -1 if no such merge. (tokenizer_vocab.c) */
 int32_t tok_merge_rank(const struct tokenizer *t, const char *a, size_t alen, const char *b, size_t blen);
 
-/* Appends one id. OUT_OF_MEMORY on failure. */
+/* Appends one id. OUT_OF_MEMORY on failure. (tokenizer_vocab.c) */
 llb_status tok_ids_push(struct tok_ids *v, int32_t id);
 
 /* Length of the UTF-8 sequence that starts with byte c (1 for invalid lead bytes). */

@@ -90,16 +90,7 @@ ALLOWLIST = [
 
 # Call cycles still to be broken: (the files of the cycle, exactly, reason). The goal is an
 # empty list; an entry whose files no longer form a cycle fails as stale.
-CALL_CYCLE_ALLOWLIST = [
-    (("model/jinja_eval.c", "model/jinja_exec.c", "model/jinja_filters.c",
-      "model/jinja_methods.c"),
-     "the interpreter's own recursion: expressions call macros (jx_call runs statements) and "
-     "filters evaluate expressions (jx_eval), besides sharing jx_fail / jx_oom / jx_iterate; "
-     "to go with the model/ subfolders of issue 33 (dispatch through the render context)"),
-    (("model/tokenizer.c", "model/tokenizer_bpe.c", "model/tokenizer_spm.c"),
-     "BPE and SPM use tokenizer.c's vocabulary index (tok_lookup, tok_merge_rank), a private "
-     "hash table that issue 33's hash-table change replaces: move it into a leaf after that"),
-]
+CALL_CYCLE_ALLOWLIST = []
 
 # Files whose calls are read (C, CUDA, the C++ codecs); headers give their macros.
 CALL_EXTENSIONS = (".c", ".cc", ".cu")
