@@ -34,8 +34,8 @@ static llb_status alloc_buffers(struct llama_session *s) {
   s->logits_idx = malloc(L * sizeof *s->logits_idx);
   s->slots = malloc(L * sizeof *s->slots);
   s->logits = malloc(L * (size_t)s->vocab * sizeof *s->logits);
-  if (!s->lengths || !s->positions || !s->block_table || !s->seq_slots || !s->pos || !s->qsl || !s->lens || !s->logits_idx ||
-      !s->slots || !s->logits)
+  if (!s->lengths || !s->positions || !s->block_table || !s->seq_slots || !s->pos || !s->qsl || !s->lens ||
+      !s->logits_idx || !s->slots || !s->logits)
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "session buffers for %d tokens, %d logits rows", s->max_context,
                     s->max_logits);
   for (int32_t i = 0; i < s->max_context; i++) s->positions[i] = i;
@@ -90,8 +90,14 @@ int32_t llama_session_length(const struct llama_session *s, int32_t seq) {
 
 int32_t llama_session_vocab_size(const struct llama_session *s) { return s->vocab; }
 
+static llb_status seq_check(const struct llama_session *s, int32_t seq) {
+  if (seq < 0 || seq >= s->max_seqs)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sequence %d of %d", seq, s->max_seqs);
+  return LLB_STATUS_OK;
+}
+
 llb_status llama_session_truncate(struct llama_session *s, int32_t seq, int32_t n) {
-  if (seq < 0 || seq >= s->max_seqs) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sequence %d of %d", seq, s->max_seqs);
+  if (seq_check(s, seq)) return LLB_STATUS_INVALID_ARGUMENT;
   if (n < 0 || n > s->lengths[seq])
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "truncate to %d: sequence %d holds %d tokens", n, seq,
                     s->lengths[seq]);
@@ -106,7 +112,7 @@ static int32_t step_logits(int32_t start, int32_t m, int32_t lf, int32_t le) {
 }
 
 static llb_status feed_check(const struct llama_session *s, int32_t seq, int32_t n, int32_t lf, int32_t le) {
-  if (seq < 0 || seq >= s->max_seqs) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sequence %d of %d", seq, s->max_seqs);
+  if (seq_check(s, seq)) return LLB_STATUS_INVALID_ARGUMENT;
   if (n < 1 || n > s->max_context - s->lengths[seq])
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "%d tokens after %d: a sequence holds %d", n, s->lengths[seq],
                     s->max_context);
@@ -132,8 +138,8 @@ llb_status llama_session_feed(struct llama_session *s, int32_t seq, const int32_
     for (int32_t l = 0; l < nl; l++) s->logits_idx[l] = first - start + l;
     const int32_t qsl[2] = {0, m}, seq_len = p + m;
     const struct llama_batch b = {.num_tokens = m, .token_ids = tokens + start, .positions = s->positions + p,
-                                  .slot_mapping = s->seq_slots + seq * s->seq_stride + p, .num_seqs = 1, .query_start_loc = qsl,
-                                  .seq_lens = &seq_len, .block_tables = table,
+                                  .slot_mapping = s->seq_slots + seq * s->seq_stride + p, .num_seqs = 1,
+                                  .query_start_loc = qsl, .seq_lens = &seq_len, .block_tables = table,
                                   .max_blocks_per_seq = s->blocks_per_seq, .num_logits = nl,
                                   .logits_indices = s->logits_idx};
     if ((st = llama_forward(s->fwd, s->kv, &b, s->logits))) return st;
@@ -169,7 +175,8 @@ llb_status llama_session_decode_batch(struct llama_session *s, int32_t first_seq
   }
   const struct llama_batch b = {.num_tokens = n_seqs, .token_ids = tokens, .positions = s->pos,
                                 .slot_mapping = s->slots, .num_seqs = n_seqs, .query_start_loc = s->qsl,
-                                .seq_lens = s->lens, .block_tables = s->block_table + (int64_t)first_seq * s->blocks_per_seq,
+                                .seq_lens = s->lens,
+                                .block_tables = s->block_table + (int64_t)first_seq * s->blocks_per_seq,
                                 .max_blocks_per_seq = s->blocks_per_seq, .num_logits = n_seqs,
                                 .logits_indices = s->logits_idx};
   llb_status st = llama_forward(s->fwd, s->kv, &b, s->logits);

@@ -234,7 +234,8 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
       float *logits = NULL; /* one step of n_prefill rows (<= the step size), the last row's logits */
       if ((st = llama_session_truncate(b.s, 0, 0)) != LLB_STATUS_OK) return die("prefill", st);
       const int64_t t0 = llb_now_ns(), c0 = cpu_ns();
-      if ((st = llama_session_eval(b.s, 0, seq_ids[0], n_prefill, &logits)) != LLB_STATUS_OK) return die("prefill", st);
+      if ((st = llama_session_eval(b.s, 0, seq_ids[0], n_prefill, &logits)) != LLB_STATUS_OK)
+        return die("prefill", st);
       const double s = (double)(llb_now_ns() - t0) * 1e-9;
       if (r > 0) v[r - 1] = n_prefill / s, c[r - 1] = (double)(cpu_ns() - c0) * 1e-6 / n_prefill;
     }

@@ -1,17 +1,17 @@
 /* `llmbus generate --inproc`: one prompt through the model in this process, no bus.
  *
- * GGUF -> chat template (unless --raw) -> tokenizer -> prefill (steps of PREFILL_CHUNK rows)
- * and decode through a model/session.h session -> sampler -> streaming detokenizer to stdout.
- * Stops at a token of the model's end-of-generation set (tokenizer_is_eog: EOS, EOT,
- * <|im_end|>, ... as llama.cpp; a control token outside it, such as <file_sep>, is generated
- * and hidden like any control token) or after --max-tokens. --json prints, instead of the streamed text, one JSON line shaped like
- * the bus path's RequestOutput (`llmbus generate --json`): prompt_token_ids, outputs[0] with
- * text, token_ids (the stopping token included, as the engine's), finish_reason ("stop" or
- * "length") and stop_reason (the stopping token's id when it is not EOS, else null), finished.
- * Sampling defaults are vLLM's (temperature 1, top_p 1, ...); without --seed a seed is drawn
- * from the clock. Flags: one table (cmd/flags/flags.h), the sampling ones shared with the bus
- * client (client_sampling_flags). A one-line timing summary goes to stderr. --json-object, --json-schema FILE
- * and --choice JSON constrain the output with the structured-output mask
+ * GGUF -> chat template (unless --raw) -> tokenizer -> prefill (steps of PREFILL_CHUNK rows) and
+ * decode through a model/session.h session -> sampler -> streaming detokenizer to stdout. Stops
+ * at a token of the model's end-of-generation set (tokenizer_is_eog: EOS, EOT, <|im_end|>, ...
+ * as llama.cpp; a control token outside it, such as <file_sep>, is generated and hidden like any
+ * control token) or after --max-tokens. --json prints, instead of the streamed text, one JSON
+ * line shaped like the bus path's RequestOutput (`llmbus generate --json`): prompt_token_ids,
+ * outputs[0] with text, token_ids (the stopping token included, as the engine's), finish_reason
+ * ("stop" or "length") and stop_reason (the stopping token's id when it is not EOS, else null),
+ * finished. Sampling defaults are vLLM's (temperature 1, top_p 1, ...); without --seed a seed is
+ * drawn from the clock. Flags: one table (cmd/flags/flags.h), the sampling ones shared with the
+ * bus client (client_sampling_flags). A one-line timing summary goes to stderr. --json-object,
+ * --json-schema FILE and --choice JSON constrain the output with the structured-output mask
  * (cmd/client/generate_structured.h): masked tokens get -inf before sampling.
  */
 #include <errno.h>

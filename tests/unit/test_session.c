@@ -105,7 +105,8 @@ static void test_one_step_and_chunks_give_identical_logits(void **state) {
   const int32_t sizes[] = {1, 12, 5, 15, 7};
   struct rows rc = {feeds, 0, 0};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-    assert_int_equal(llama_session_feed(b, 0, fx->prompt + rc.base, sizes[i], 0, sizes[i], collect, &rc), LLB_STATUS_OK);
+    assert_int_equal(llama_session_feed(b, 0, fx->prompt + rc.base, sizes[i], 0, sizes[i], collect, &rc),
+                     LLB_STATUS_OK);
     rc.base += sizes[i];
   }
   assert_int_equal(rc.base, N);
