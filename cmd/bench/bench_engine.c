@@ -1,7 +1,8 @@
 /* `llmbus-bench engine`: the bus overhead per decode step (docs/design.md §4).
  *
  * The same model, prompt tokens and greedy batch-1 decode of N tokens, twice:
- *   in-process  llama_forward + sampler_sample in this process, as the worker does per step
+ *   in-process  a model/session.h session's forward + sampler_sample in this process, as the
+ *               worker does per step
  *               (no bus, no scheduler): the step time is one forward of one token plus its
  *               sampling, timed per step;
  *   bus         a GenerateRequest with the same prompt_token_ids (temperature 0, ignore_eos,
@@ -38,12 +39,12 @@
 #include "cmd/flags/flags.h"
 #include "model/forward.h"
 #include "model/gguf.h"
+#include "model/session.h"
 #include "model/tokenizer.h"
 #include "schemas/codec.h"
 #include "schemas/generate_request.h"
 #include "schemas/request_output.h"
 
-#define BLOCK_SIZE 16
 #define READY_TIMEOUT_NS (180LL * 1000000000LL)
 
 extern char **environ;
@@ -177,24 +178,16 @@ static bool steps_push(struct steps *s, double x) {
 struct inproc {
   struct gguf_file *gguf;
   struct llama_model *model;
-  struct llama_kv_cache *kv;
-  struct llama_forward_ctx *fwd;
+  struct llama_session *session;
   struct sampler *sampler;
-  int32_t *seq, *positions, *block_table; /* [capacity], [capacity], [num_blocks] */
-  int64_t *slots;                         /* [capacity] */
-  float *logits;                          /* [vocab_size] */
-  int32_t capacity, num_blocks;
+  int32_t *seq; /* [capacity] */
+  int32_t capacity;
 };
 
 static void inproc_free(struct inproc *r) {
   free(r->seq);
-  free(r->positions);
-  free(r->block_table);
-  free(r->slots);
-  free(r->logits);
   sampler_destroy(r->sampler);
-  llama_forward_ctx_destroy(r->fwd);
-  llama_kv_cache_destroy(r->kv);
+  llama_session_destroy(r->session);
   llama_model_destroy(r->model);
   gguf_close(r->gguf);
 }
@@ -208,33 +201,17 @@ static llb_status inproc_init(struct inproc *r, const struct engine_opts *o, con
   if (r->capacity > cfg->context_length)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "prompt + tokens = %d exceeds the context (%d)", r->capacity,
                     cfg->context_length);
-  r->num_blocks = (r->capacity + BLOCK_SIZE - 1) / BLOCK_SIZE;
-  st = llama_kv_cache_create(r->model, r->num_blocks, BLOCK_SIZE, &r->kv);
-  const struct llama_forward_options fo = {.max_num_tokens = o->prompt_len, .n_threads = o->threads,
-                                           .n_threads_decode = o->decode_threads};
-  if (st == LLB_STATUS_OK) st = llama_forward_ctx_create_opts(r->model, &fo, &r->fwd);
+  /* the prompt in one step */
+  const struct llama_session_options so = {
+      .max_context = r->capacity,
+      .forward = {.max_num_tokens = o->prompt_len, .n_threads = o->threads, .n_threads_decode = o->decode_threads}};
+  st = llama_session_create(r->model, &so, &r->session);
   if (st == LLB_STATUS_OK) st = sampler_create(cfg->vocab_size, &r->sampler);
   if (st != LLB_STATUS_OK) return st;
   r->seq = malloc((size_t)r->capacity * sizeof *r->seq);
-  r->positions = malloc((size_t)r->capacity * sizeof *r->positions);
-  r->slots = malloc((size_t)r->capacity * sizeof *r->slots);
-  r->block_table = malloc((size_t)r->num_blocks * sizeof *r->block_table);
-  r->logits = malloc((size_t)cfg->vocab_size * sizeof *r->logits);
-  if (!r->seq || !r->positions || !r->slots || !r->block_table || !r->logits)
-    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "in-process buffers");
+  if (!r->seq) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "in-process buffers");
   memcpy(r->seq, prompt, (size_t)o->prompt_len * sizeof *prompt);
-  for (int32_t i = 0; i < r->capacity; i++) r->positions[i] = i, r->slots[i] = i;
-  for (int32_t b = 0; b < r->num_blocks; b++) r->block_table[b] = b;
   return LLB_STATUS_OK;
-}
-
-static llb_status forward_rows(struct inproc *r, int32_t start, int32_t n) {
-  const int32_t qsl[2] = {0, n}, seq_len = start + n, last = n - 1;
-  const struct llama_batch b = {.num_tokens = n, .token_ids = r->seq + start, .positions = r->positions + start,
-                                .slot_mapping = r->slots + start, .num_seqs = 1, .query_start_loc = qsl,
-                                .seq_lens = &seq_len, .block_tables = r->block_table,
-                                .max_blocks_per_seq = r->num_blocks, .num_logits = 1, .logits_indices = &last};
-  return llama_forward(r->fwd, r->kv, &b, r->logits);
 }
 
 /* One run: prefill, then tokens - 1 timed steps of (sample + forward one token); the last
@@ -244,18 +221,20 @@ static llb_status inproc_run(struct inproc *r, const struct engine_opts *o, stru
   llb_sampling_params_init(&sp);
   sp.temperature = 0;
   sp.max_tokens = o->tokens;
-  llb_status st = forward_rows(r, 0, o->prompt_len);
+  float *logits = NULL;
+  llb_status st = llama_session_truncate(r->session, 0, 0); /* each run from an empty cache */
+  if (st == LLB_STATUS_OK) st = llama_session_eval(r->session, 0, r->seq, o->prompt_len, &logits);
   double cpu0 = process_cpu_s();
   for (int32_t k = 0; st == LLB_STATUS_OK && k < o->tokens; k++) {
     int64_t t0 = llb_now_ns();
     struct sampler_result res;
     const int32_t pos = o->prompt_len + k;
-    st = sampler_sample(r->sampler, &sp, r->logits, r->seq, o->prompt_len, r->seq + o->prompt_len, k, 0, k, &res);
+    st = sampler_sample(r->sampler, &sp, logits, r->seq, o->prompt_len, r->seq + o->prompt_len, k, 0, k, &res);
     if (st != LLB_STATUS_OK) break;
     r->seq[pos] = res.token_id;
     tokens_out[k] = res.token_id;
     if (k + 1 == o->tokens) break; /* the step that made token k + 1 is what we time */
-    st = forward_rows(r, pos, 1);
+    st = llama_session_eval(r->session, 0, r->seq + pos, 1, &logits);
     if (st == LLB_STATUS_OK && !steps_push(out, (double)(llb_now_ns() - t0) / 1e9))
       st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "steps");
   }

@@ -10,6 +10,8 @@
  * the same threads (kernels/cpu/bench/roofline.h) and prints each rate as a fraction of its
  * bound: decode against the bytes a token must read (every matrix once per step, shared by the
  * batch, plus the sequence's K/V), prefill against the int8 multiply-adds of its matmuls.
+ * The forward runs in one model/session.h session holding a sequence per batch row; each
+ * sequence's prompt is computed alone (the cache's values are those of any batching).
  */
 #include "cmd/bench/kernel_bench.h"
 #include "cmd/bench/kernel_fit.h"
@@ -25,22 +27,17 @@
 #include "model/chat_template.h"
 #include "model/forward.h"
 #include "model/gguf.h"
+#include "model/session.h"
 #include "model/tokenizer.h"
 
-enum { BENCH_BLOCK_SIZE = 16, BENCH_MAX_BATCH = KERNEL_BENCH_MAX_BATCH, BENCH_MAX_RUNS = 64,
-       BENCH_PROMPT_STEP_TOKENS = 1024 /* the most tokens of one step that computes the prompts */ };
+enum { BENCH_MAX_BATCH = KERNEL_BENCH_MAX_BATCH, BENCH_MAX_RUNS = 64,
+       BENCH_PROMPT_STEP_TOKENS = 1024 /* the most tokens of one step that computes a prompt */ };
 
 struct bench {
   struct gguf_file *f;
   struct llama_model *m;
-  struct llama_forward_ctx *fc;
-  struct llama_kv_cache *kv;
-  int32_t vocab, max_tokens, num_blocks, max_blocks_per_seq;
-  /* step buffers, [max_tokens] each unless noted */
-  int32_t *ids, *pos, *qsl /* [max_tokens + 1] */, *lens, *tables /* [largest batch, max_blocks_per_seq] */,
-      *li;
-  int64_t *slots;
-  float *logits; /* [BENCH_MAX_BATCH, vocab] */
+  struct llama_session *s; /* one sequence per decode batch row, each in its own blocks */
+  int32_t vocab;
 };
 
 static int die(const char *what, llb_status st) {
@@ -53,55 +50,15 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* One step of sequences [first, first + n_seqs), each computing len tokens from position
- * start; sequence s owns blocks [s * max_blocks_per_seq, ...). Logits of the last row of each
- * sequence. */
-static llb_status bench_step_of(struct bench *b, int32_t first, int32_t n_seqs, int32_t start, int32_t len,
-                                const int32_t *const *seq_ids) {
-  int32_t n = 0;
-  b->qsl[0] = 0;
-  seq_ids += first;
-  const int32_t *tables = b->tables + (int64_t)first * b->max_blocks_per_seq;
-  for (int32_t s = 0; s < n_seqs; s++) {
-    for (int32_t r = 0; r < len; r++, n++) {
-      const int32_t p = start + r;
-      b->ids[n] = seq_ids[s][p];
-      b->pos[n] = p;
-      b->slots[n] = (int64_t)tables[(int64_t)s * b->max_blocks_per_seq + p / BENCH_BLOCK_SIZE] *
-                        BENCH_BLOCK_SIZE + p % BENCH_BLOCK_SIZE;
-    }
-    b->qsl[s + 1] = n;
-    b->lens[s] = start + len;
-    b->li[s] = n - 1;
-  }
-  const struct llama_batch batch = {.num_tokens = n, .token_ids = b->ids, .positions = b->pos,
-                                    .slot_mapping = b->slots, .num_seqs = n_seqs, .query_start_loc = b->qsl,
-                                    .seq_lens = b->lens, .block_tables = tables,
-                                    .max_blocks_per_seq = b->max_blocks_per_seq, .num_logits = n_seqs,
-                                    .logits_indices = b->li};
-  return llama_forward(b->fc, b->kv, &batch, b->logits);
-}
-
-static llb_status bench_step(struct bench *b, int32_t n_seqs, int32_t start, int32_t len,
-                             const int32_t *const *seq_ids) {
-  return bench_step_of(b, 0, n_seqs, start, len, seq_ids);
-}
-
-/* The first `context` tokens of sequences [0, n_seqs), in steps of at most
- * BENCH_PROMPT_STEP_TOKENS tokens (whole sequences, or one sequence in chunks). */
+/* The first `context` tokens of sequences [0, n_seqs), each from an empty cache in steps of
+ * at most BENCH_PROMPT_STEP_TOKENS tokens. */
 static llb_status bench_prompts(struct bench *b, int32_t n_seqs, int32_t context, const int32_t *const *seq_ids) {
-  if (context > BENCH_PROMPT_STEP_TOKENS) {
-    for (int32_t s = 0; s < n_seqs; s++)
-      for (int32_t p = 0; p < context; p += BENCH_PROMPT_STEP_TOKENS) {
-        const int32_t len = context - p < BENCH_PROMPT_STEP_TOKENS ? context - p : BENCH_PROMPT_STEP_TOKENS;
-        llb_status st = bench_step_of(b, s, 1, p, len, seq_ids);
-        if (st) return st;
-      }
-    return LLB_STATUS_OK;
-  }
-  const int32_t group = BENCH_PROMPT_STEP_TOKENS / context;
-  for (int32_t s = 0; s < n_seqs; s += group) {
-    llb_status st = bench_step_of(b, s, n_seqs - s < group ? n_seqs - s : group, 0, context, seq_ids);
+  for (int32_t q = 0; q < n_seqs; q++) {
+    llb_status st = llama_session_truncate(b->s, q, 0);
+    for (int32_t p = 0; p < context && !st; p += BENCH_PROMPT_STEP_TOKENS) {
+      const int32_t len = context - p < BENCH_PROMPT_STEP_TOKENS ? context - p : BENCH_PROMPT_STEP_TOKENS;
+      st = llama_session_feed(b->s, q, seq_ids[q] + p, len, 0, 0, NULL, NULL);
+    }
     if (st) return st;
   }
   return LLB_STATUS_OK;
@@ -130,24 +87,25 @@ static int run_check(struct bench *b) {
   }
   enum { GEN = 24 };
   int32_t seq[512];
-  if (n_prompt + GEN > (int64_t)(sizeof(seq) / sizeof(seq[0])) || n_prompt > b->max_tokens) goto done;
+  if (n_prompt + GEN > (int64_t)(sizeof(seq) / sizeof(seq[0]))) goto done;
   memcpy(seq, prompt, (size_t)n_prompt * sizeof(int32_t));
-  const int32_t *ids[1] = {seq};
   char out[1024] = "";
   size_t out_len = 0;
   int32_t n = (int32_t)n_prompt;
-  if ((st = bench_step(b, 1, 0, n, ids)) != LLB_STATUS_OK) {
+  float *logits = NULL;
+  if ((st = llama_session_truncate(b->s, 0, 0)) != LLB_STATUS_OK ||
+      (st = llama_session_eval(b->s, 0, seq, n, &logits)) != LLB_STATUS_OK) {
     die("prefill", st);
     goto done;
   }
   for (int g = 0; g < GEN; g++) {
-    const int32_t next = argmax(b->logits, b->vocab);
+    const int32_t next = argmax(logits, b->vocab);
     if (tokenizer_is_eog(tok, next)) break;
     const int64_t pl = tokenizer_token_to_piece(tok, next, false, out + out_len, sizeof(out) - 1 - out_len);
     if (pl > 0 && out_len + (size_t)pl < sizeof(out)) out_len += (size_t)pl;
     out[out_len] = '\0';
     seq[n] = next;
-    if ((st = bench_step(b, 1, n, 1, ids)) != LLB_STATUS_OK) {
+    if ((st = llama_session_eval(b->s, 0, seq + n, 1, &logits)) != LLB_STATUS_OK) {
       die("decode", st);
       goto done;
     }
@@ -231,39 +189,29 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
   int32_t longest = context + n_decode;
   if (n_prefill > longest) longest = n_prefill;
   if (longest < 512) longest = 512;
-  b.max_blocks_per_seq = (longest + BENCH_BLOCK_SIZE - 1) / BENCH_BLOCK_SIZE;
   int32_t max_batch = 1; /* KV blocks for the largest batch run, not for every size allowed */
   for (int i = 0; i < n_batches; i++)
     if (batches[i] > max_batch) max_batch = batches[i];
-  b.num_blocks = b.max_blocks_per_seq * max_batch;
-  b.max_tokens = BENCH_PROMPT_STEP_TOKENS > longest ? BENCH_PROMPT_STEP_TOKENS : longest;
   enum backend_kv_dtype kv_dtype = BACKEND_KV_DTYPE_F16;
   if (o->kv_cache_dtype && (st = llama_kv_dtype_parse(o->kv_cache_dtype, &kv_dtype)) != LLB_STATUS_OK) {
     fprintf(stderr, "llmbus-kernel-bench: %s\n", llb_err_last());
     return 2;
   }
-  const struct llama_forward_options fo = {.max_num_tokens = b.max_tokens, .n_threads = threads,
-                                           .n_threads_decode = o->decode_threads,
-                                           .packed_cache_dir = packed_cache_dir};
-  if ((st = llama_forward_ctx_create_opts(b.m, &fo, &b.fc)) != LLB_STATUS_OK) return die("forward ctx", st);
-  if ((st = llama_kv_cache_create_dtype_for(b.fc, b.num_blocks, BENCH_BLOCK_SIZE, kv_dtype, &b.kv)) != LLB_STATUS_OK)
-    return die("kv cache", st);
+  const struct llama_session_options so = {
+      .max_context = longest, .max_seqs = max_batch, .max_logits = max_batch, .kv_dtype = kv_dtype,
+      .forward = {.max_num_tokens = BENCH_PROMPT_STEP_TOKENS > longest ? BENCH_PROMPT_STEP_TOKENS : longest,
+                  .n_threads = threads, .n_threads_decode = o->decode_threads,
+                  .packed_cache_dir = packed_cache_dir}};
+  if ((st = llama_session_create(b.m, &so, &b.s)) != LLB_STATUS_OK) return die("session", st);
   if (kv_dtype != BACKEND_KV_DTYPE_F16) printf("kv cache: %s\n", llama_kv_dtype_name(kv_dtype));
-  if (packed_cache_dir) printf("packed weights: %s\n", llama_forward_ctx_packed_shared(b.fc) ? "shared cache file" : "private");
-  const size_t T = (size_t)b.max_tokens;
-  b.ids = malloc(T * sizeof(int32_t));
-  b.pos = malloc(T * sizeof(int32_t));
-  b.qsl = malloc((T + 1) * sizeof(int32_t));
-  b.lens = malloc(T * sizeof(int32_t));
-  b.li = malloc(T * sizeof(int32_t));
-  b.slots = malloc(T * sizeof(int64_t));
-  b.tables = malloc((size_t)b.num_blocks * sizeof(int32_t));
-  b.logits = malloc((size_t)BENCH_MAX_BATCH * (size_t)b.vocab * sizeof(float));
+  if (packed_cache_dir)
+    printf("packed weights: %s\n", llama_forward_ctx_packed_shared(llama_session_forward(b.s)) ? "shared cache file"
+                                                                                               : "private");
   int32_t *tokens = malloc((size_t)BENCH_MAX_BATCH * (size_t)longest * sizeof(int32_t));
   const int32_t **seq_ids = malloc(BENCH_MAX_BATCH * sizeof(*seq_ids));
-  if (!b.ids || !b.pos || !b.qsl || !b.lens || !b.li || !b.slots || !b.tables || !b.logits || !tokens || !seq_ids)
-    return die("bench buffers", LLB_STATUS_OUT_OF_MEMORY);
-  for (int32_t i = 0; i < b.num_blocks; i++) b.tables[i] = i;
+  /* [n_decode, max_batch]: decode step i's token of each sequence, gathered before the timing */
+  int32_t *step_tokens = malloc((size_t)n_decode * (size_t)max_batch * sizeof(int32_t));
+  if (!tokens || !seq_ids || !step_tokens) return die("bench buffers", LLB_STATUS_OUT_OF_MEMORY);
   for (int64_t i = 0; i < (int64_t)BENCH_MAX_BATCH * longest; i++) tokens[i] = (int32_t)((i * 7919 + 13) % b.vocab);
   for (int s = 0; s < BENCH_MAX_BATCH; s++) seq_ids[s] = tokens + (int64_t)s * longest;
 
@@ -283,8 +231,11 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
   double v[BENCH_MAX_RUNS], c[BENCH_MAX_RUNS];
   if (n_prefill > 0) {
     for (int r = 0; r <= runs; r++) { /* run 0 warms caches and is not counted */
+      float *logits = NULL; /* one step of n_prefill rows (<= the step size), the last row's logits */
+      if ((st = llama_session_truncate(b.s, 0, 0)) != LLB_STATUS_OK) return die("prefill", st);
       const int64_t t0 = llb_now_ns(), c0 = cpu_ns();
-      if ((st = bench_step(&b, 1, 0, n_prefill, seq_ids)) != LLB_STATUS_OK) return die("prefill", st);
+      if ((st = llama_session_eval(b.s, 0, seq_ids[0], n_prefill, &logits)) != LLB_STATUS_OK)
+        return die("prefill", st);
       const double s = (double)(llb_now_ns() - t0) * 1e-9;
       if (r > 0) v[r - 1] = n_prefill / s, c[r - 1] = (double)(cpu_ns() - c0) * 1e-6 / n_prefill;
     }
@@ -300,10 +251,16 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
     /* the prompts once: each run decodes from position `context` again, over the same slots,
      * so the prompts' K/V stay as they were (long contexts at batch 16 cost minutes to fill) */
     if ((st = bench_prompts(&b, B, context, seq_ids)) != LLB_STATUS_OK) return die("prompt", st);
+    for (int i = 0; i < n_decode; i++)
+      for (int32_t q = 0; q < B; q++) step_tokens[(int64_t)i * B + q] = seq_ids[q][context + i];
     for (int r = 0; r <= runs; r++) {
+      for (int32_t q = 0; q < B; q++)
+        if ((st = llama_session_truncate(b.s, q, context)) != LLB_STATUS_OK) return die("decode", st);
+      float *logits = NULL;
       const int64_t t0 = llb_now_ns(), c0 = cpu_ns();
       for (int i = 0; i < n_decode; i++)
-        if ((st = bench_step(&b, B, context + i, 1, seq_ids)) != LLB_STATUS_OK) return die("decode", st);
+        if ((st = llama_session_decode_batch(b.s, 0, B, step_tokens + (int64_t)i * B, &logits)) != LLB_STATUS_OK)
+          return die("decode", st);
       const double s = (double)(llb_now_ns() - t0) * 1e-9;
       if (r > 0) v[r - 1] = (double)B * n_decode / s, c[r - 1] = (double)(cpu_ns() - c0) * 1e-6 / ((double)B * n_decode);
     }
@@ -320,10 +277,8 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
 
   free(tokens);
   free(seq_ids);
-  free(b.ids); free(b.pos); free(b.qsl); free(b.lens); free(b.li); free(b.slots); free(b.tables);
-  free(b.logits);
-  llama_forward_ctx_destroy(b.fc);
-  llama_kv_cache_destroy(b.kv);
+  free(step_tokens);
+  llama_session_destroy(b.s);
   llama_model_destroy(b.m);
   gguf_close(b.f);
   return rc;

@@ -1,18 +1,17 @@
 /* `llmbus generate --inproc`: one prompt through the model in this process, no bus.
  *
- * GGUF -> chat template (unless --raw) -> tokenizer -> prefill (chunks of PREFILL_CHUNK rows)
- * and decode through llama_forward over a paged KV cache with a trivial contiguous block
- * table -> sampler -> streaming detokenizer to stdout. Stops at a token of the model's
- * end-of-generation set (tokenizer_is_eog: EOS, EOT, <|im_end|>, ... as llama.cpp; a control
- * token outside it, such as <file_sep>, is generated and hidden like any control token) or
- * after --max-tokens. --json prints, instead of the streamed text, one JSON line shaped like
- * the bus path's RequestOutput (`llmbus generate --json`): prompt_token_ids, outputs[0] with
- * text, token_ids (the stopping token included, as the engine's), finish_reason ("stop" or
- * "length") and stop_reason (the stopping token's id when it is not EOS, else null), finished.
- * Sampling defaults are vLLM's (temperature 1, top_p 1, ...); without --seed a seed is drawn
- * from the clock. Flags: one table (cmd/flags/flags.h), the sampling ones shared with the bus
- * client (client_sampling_flags). A one-line timing summary goes to stderr. --json-object, --json-schema FILE
- * and --choice JSON constrain the output with the structured-output mask
+ * GGUF -> chat template (unless --raw) -> tokenizer -> prefill (steps of PREFILL_CHUNK rows) and
+ * decode through a model/session.h session -> sampler -> streaming detokenizer to stdout. Stops
+ * at a token of the model's end-of-generation set (tokenizer_is_eog: EOS, EOT, <|im_end|>, ...
+ * as llama.cpp; a control token outside it, such as <file_sep>, is generated and hidden like any
+ * control token) or after --max-tokens. --json prints, instead of the streamed text, one JSON
+ * line shaped like the bus path's RequestOutput (`llmbus generate --json`): prompt_token_ids,
+ * outputs[0] with text, token_ids (the stopping token included, as the engine's), finish_reason
+ * ("stop" or "length") and stop_reason (the stopping token's id when it is not EOS, else null),
+ * finished. Sampling defaults are vLLM's (temperature 1, top_p 1, ...); without --seed a seed is
+ * drawn from the clock. Flags: one table (cmd/flags/flags.h), the sampling ones shared with the
+ * bus client (client_sampling_flags). A one-line timing summary goes to stderr. --json-object,
+ * --json-schema FILE and --choice JSON constrain the output with the structured-output mask
  * (cmd/client/generate_structured.h): masked tokens get -inf before sampling.
  */
 #include <errno.h>
@@ -34,10 +33,10 @@
 #include "model/chat_template.h"
 #include "model/forward.h"
 #include "model/gguf.h"
+#include "model/session.h"
 #include "model/tokenizer.h"
 #include "schemas/sampling_params.h"
 
-#define BLOCK_SIZE 16
 #define PREFILL_CHUNK 512
 #define DEFAULT_MAX_TOKENS 256
 
@@ -148,16 +147,11 @@ struct inproc_run {
   struct gguf_file *gguf;
   struct tokenizer *tok;
   struct llama_model *model;
-  struct llama_kv_cache *kv;
-  struct llama_forward_ctx *fwd;
+  struct llama_session *session;
   struct sampler *sampler;
   struct detok_stream detok;
   int32_t *seq;         /* [capacity] prompt + output ids */
-  int32_t *positions;   /* [capacity] */
-  int64_t *slots;       /* [capacity] */
-  int32_t *block_table; /* [num_blocks] identity */
-  float *logits;        /* [vocab_size] */
-  int32_t num_blocks;
+  float *logits;        /* [vocab_size] the session's, of the last token fed */
   char *text;           /* [text_cap] output text so far (--json) */
   size_t text_len, text_cap;
   struct gen_structured structured;
@@ -219,30 +213,12 @@ static void run_free(struct inproc_run *r) {
   gen_structured_free(&r->structured);
   detok_stream_free(&r->detok);
   free(r->seq);
-  free(r->positions);
-  free(r->slots);
-  free(r->block_table);
-  free(r->logits);
   free(r->text);
   sampler_destroy(r->sampler);
-  llama_forward_ctx_destroy(r->fwd);
-  llama_kv_cache_destroy(r->kv);
+  llama_session_destroy(r->session);
   llama_model_destroy(r->model);
   tokenizer_destroy(r->tok);
   gguf_close(r->gguf);
-}
-
-/* Runs seq[start, start + n) of the single sequence and leaves the last row's logits. */
-static llb_status forward_rows(struct inproc_run *r, int32_t start, int32_t n) {
-  const int32_t qsl[2] = {0, n};
-  const int32_t seq_len = start + n;
-  const int32_t last = n - 1;
-  const struct llama_batch b = {
-      .num_tokens = n, .token_ids = r->seq + start, .positions = r->positions + start,
-      .slot_mapping = r->slots + start, .num_seqs = 1, .query_start_loc = qsl,
-      .seq_lens = &seq_len, .block_tables = r->block_table, .max_blocks_per_seq = r->num_blocks,
-      .num_logits = 1, .logits_indices = &last};
-  return llama_forward(r->fwd, r->kv, &b, r->logits);
 }
 
 static int fail_status(const char *what) {
@@ -283,36 +259,26 @@ int cmd_generate_inproc(int argc, char **argv) {
   int32_t max_new = o.sp.max_tokens;
   if (max_new < 0 || max_new > cfg->context_length - n_prompt) max_new = cfg->context_length - (int32_t)n_prompt;
   const int32_t capacity = (int32_t)n_prompt + max_new;
-  r.num_blocks = (capacity + BLOCK_SIZE - 1) / BLOCK_SIZE;
   const int32_t chunk = n_prompt < PREFILL_CHUNK ? (int32_t)n_prompt : PREFILL_CHUNK;
-  if (llama_kv_cache_create(r.model, r.num_blocks, BLOCK_SIZE, &r.kv) != LLB_STATUS_OK ||
-      llama_forward_ctx_create_opts(r.model, &(const struct llama_forward_options){.max_num_tokens = chunk,
-                                    .n_threads = o.threads, .matmul = o.matmul}, &r.fwd) != LLB_STATUS_OK ||
+  const struct llama_session_options so = {
+      .max_context = capacity, .forward = {.max_num_tokens = chunk, .n_threads = o.threads, .matmul = o.matmul}};
+  if (llama_session_create(r.model, &so, &r.session) != LLB_STATUS_OK ||
       sampler_create(cfg->vocab_size, &r.sampler) != LLB_STATUS_OK ||
       detok_stream_init(&r.detok, r.tok, false, false) != LLB_STATUS_OK) {
     rc = fail_status("set-up");
     goto done;
   }
   r.seq = malloc((size_t)capacity * sizeof *r.seq);
-  r.positions = malloc((size_t)capacity * sizeof *r.positions);
-  r.slots = malloc((size_t)capacity * sizeof *r.slots);
-  r.block_table = malloc((size_t)r.num_blocks * sizeof *r.block_table);
-  r.logits = malloc((size_t)cfg->vocab_size * sizeof *r.logits);
-  if (!r.seq || !r.positions || !r.slots || !r.block_table || !r.logits) {
+  if (!r.seq) {
     fprintf(stderr, "llmbus generate: out of memory\n");
     goto done;
   }
   memcpy(r.seq, prompt, (size_t)n_prompt * sizeof *r.seq);
-  for (int32_t i = 0; i < capacity; i++) {
-    r.positions[i] = i;
-    r.slots[i] = i; /* contiguous: block i / BLOCK_SIZE, offset i % BLOCK_SIZE */
-  }
-  for (int32_t b = 0; b < r.num_blocks; b++) r.block_table[b] = b;
 
   int64_t t0 = llb_now_ns();
-  for (int32_t start = 0; start < n_prompt; start += chunk) {
-    int32_t n = (int32_t)n_prompt - start < chunk ? (int32_t)n_prompt - start : chunk;
-    if (forward_rows(&r, start, n) != LLB_STATUS_OK) { rc = fail_status("prefill"); goto done; }
+  if (llama_session_eval(r.session, 0, r.seq, (int32_t)n_prompt, &r.logits) != LLB_STATUS_OK) {
+    rc = fail_status("prefill");
+    goto done;
   }
   int64_t t1 = llb_now_ns();
   int32_t n_out = 0, n_gen = 0, stop_token = -1;
@@ -344,7 +310,10 @@ int cmd_generate_inproc(int argc, char **argv) {
     }
     n_out++;
     if (n_out >= max_new) break;
-    if (forward_rows(&r, pos, 1) != LLB_STATUS_OK) { rc = fail_status("decode"); goto done; }
+    if (llama_session_eval(r.session, 0, r.seq + pos, 1, &r.logits) != LLB_STATUS_OK) {
+      rc = fail_status("decode");
+      goto done;
+    }
   }
   int64_t t2 = llb_now_ns();
   const char *rest;

@@ -26,9 +26,9 @@
 #include "cmd/flags/flags.h"
 #include "model/forward.h"
 #include "model/gguf.h"
+#include "model/session.h"
 #include "model/tokenizer.h"
 
-#define PPL_BLOCK_SIZE 16
 #define PPL_BATCH 512 /* rows per forward step, as llama-perplexity's default n_batch */
 
 struct ppl_opts {
@@ -136,12 +136,8 @@ struct ppl_run {
   struct gguf_file *gguf;
   struct tokenizer *tok;
   struct llama_model *model;
-  struct llama_kv_cache *kv;
-  struct llama_forward_ctx *fwd;
-  int32_t *positions, *block_table, *logits_idx; /* [ctx], [blocks], [PPL_BATCH] */
-  int64_t *slots;                                /* [ctx] */
-  float *logits;                                 /* [PPL_BATCH, vocab] */
-  int32_t vocab, num_blocks;
+  struct llama_session *session; /* one chunk of ctx tokens, logits of up to PPL_BATCH rows a step */
+  int32_t vocab;
 };
 
 /* log softmax(row)[target], in double (row [vocab]). */
@@ -174,40 +170,42 @@ static llb_status sink_row(struct ppl_sink *k, const float *logits, int32_t voca
   return LLB_STATUS_OK;
 }
 
-/* Evaluates one chunk (ids [ctx], its first token already BOS when wanted) and adds the NLL of
- * tokens [ctx/2 + 1, ctx) to *nll and *nll2 (squares), *count; each scored row also goes to
- * the sink. */
-static llb_status eval_chunk(struct ppl_run *r, const int32_t *ids, int32_t ctx, double *nll, double *nll2,
-                             int64_t *count, struct ppl_sink *sink) {
-  const int32_t first = ctx / 2;
-  for (int32_t start = 0; start < ctx; start += PPL_BATCH) {
-    const int32_t n = ctx - start < PPL_BATCH ? ctx - start : PPL_BATCH;
-    const int32_t qsl[2] = {0, n}, seq_len = start + n;
-    /* logits of the rows that predict a scored token: positions [first, ctx - 1) */
-    int32_t nl = 0;
-    for (int32_t i = 0; i < n; i++)
-      if (start + i >= first && start + i < ctx - 1) r->logits_idx[nl++] = i;
-    const struct llama_batch b = {.num_tokens = n, .token_ids = ids + start, .positions = r->positions + start,
-                                  .slot_mapping = r->slots + start, .num_seqs = 1, .query_start_loc = qsl,
-                                  .seq_lens = &seq_len, .block_tables = r->block_table,
-                                  .max_blocks_per_seq = r->num_blocks, .num_logits = nl,
-                                  .logits_indices = r->logits_idx};
-    llb_status st = llama_forward(r->fwd, r->kv, &b, r->logits);
-    if (st != LLB_STATUS_OK) return st;
-    for (int32_t l = 0; l < nl; l++) {
-      const int32_t pos = start + r->logits_idx[l];
-      const double v = -log_prob(r->logits + (int64_t)l * r->vocab, r->vocab, ids[pos + 1]);
-      *nll += v, *nll2 += v * v, (*count)++;
-      if ((st = sink_row(sink, r->logits + (int64_t)l * r->vocab, r->vocab, ids[pos + 1]))) return st;
-    }
+/* The scoring of one chunk: its ids, the running sums and the sink. */
+struct ppl_chunk {
+  const int32_t *ids;
+  int32_t vocab;
+  double *nll, *nll2;
+  int64_t *count;
+  struct ppl_sink *sink;
+};
+
+/* llama_session_logits_fn: rows [count, vocab] predict ids[first + 1 ..]. */
+static llb_status score_rows(void *user, int32_t first, int32_t count, const float *rows) {
+  struct ppl_chunk *c = user;
+  for (int32_t l = 0; l < count; l++) {
+    const int32_t pos = first + l;
+    const float *row = rows + (int64_t)l * c->vocab;
+    const double v = -log_prob(row, c->vocab, c->ids[pos + 1]);
+    *c->nll += v, *c->nll2 += v * v, (*c->count)++;
+    llb_status st = sink_row(c->sink, row, c->vocab, c->ids[pos + 1]);
+    if (st) return st;
   }
   return LLB_STATUS_OK;
 }
 
+/* Evaluates one chunk (ids [ctx], its first token already BOS when wanted) from an empty cache
+ * in steps of PPL_BATCH rows and adds the NLL of tokens [ctx/2 + 1, ctx) to *nll and *nll2
+ * (squares), *count: the rows of positions [ctx/2, ctx - 1) predict them. Each scored row also
+ * goes to the sink. */
+static llb_status eval_chunk(struct ppl_run *r, const int32_t *ids, int32_t ctx, double *nll, double *nll2,
+                             int64_t *count, struct ppl_sink *sink) {
+  struct ppl_chunk c = {ids, r->vocab, nll, nll2, count, sink};
+  llb_status st = llama_session_truncate(r->session, 0, 0);
+  return st ? st : llama_session_feed(r->session, 0, ids, ctx, ctx / 2, ctx - 1, score_rows, &c);
+}
+
 static void run_free(struct ppl_run *r) {
-  free(r->positions), free(r->block_table), free(r->logits_idx), free(r->slots), free(r->logits);
-  llama_forward_ctx_destroy(r->fwd);
-  llama_kv_cache_destroy(r->kv);
+  llama_session_destroy(r->session);
   llama_model_destroy(r->model);
   tokenizer_destroy(r->tok);
   gguf_close(r->gguf);
@@ -219,27 +217,16 @@ static llb_status run_setup(struct ppl_run *r, const struct ppl_opts *o) {
   if (!st) st = llama_model_load(r->gguf, &r->model);
   if (st) return st;
   r->vocab = llama_model_config(r->model)->vocab_size;
-  r->num_blocks = (o->ctx + PPL_BLOCK_SIZE - 1) / PPL_BLOCK_SIZE;
-  const struct llama_forward_options fo = {
-      .max_num_tokens = o->ctx < PPL_BATCH ? o->ctx : PPL_BATCH, .n_threads = o->threads,
-      .max_model_len = o->ctx, /* llama-perplexity's n_ctx: picks phi3 LongRoPE's factor set */
-      .matmul = strcmp(o->numerics, "ggml") == 0 ? LLAMA_MATMUL_GGML : LLAMA_MATMUL_PACKED,
-      /* ggml: llama.cpp's attention order too (one sequence: batch invariance is moot here) */
-      .attention_order = strcmp(o->numerics, "ggml") == 0 ? LLAMA_ATTENTION_ORDER_LLAMACPP
-                                                          : LLAMA_ATTENTION_ORDER_BATCH_INVARIANT};
-  if ((st = llama_forward_ctx_create_opts(r->model, &fo, &r->fwd)) ||
-      (st = llama_kv_cache_create_dtype_for(r->fwd, r->num_blocks, PPL_BLOCK_SIZE, o->kv_dtype, &r->kv)))
-    return st;
-  r->positions = malloc((size_t)o->ctx * sizeof *r->positions);
-  r->slots = malloc((size_t)o->ctx * sizeof *r->slots);
-  r->block_table = malloc((size_t)r->num_blocks * sizeof *r->block_table);
-  r->logits_idx = malloc(PPL_BATCH * sizeof *r->logits_idx);
-  r->logits = malloc((size_t)PPL_BATCH * (size_t)r->vocab * sizeof *r->logits);
-  if (!r->positions || !r->slots || !r->block_table || !r->logits_idx || !r->logits)
-    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "perplexity buffers");
-  for (int32_t i = 0; i < o->ctx; i++) r->positions[i] = i, r->slots[i] = i;
-  for (int32_t b = 0; b < r->num_blocks; b++) r->block_table[b] = b;
-  return LLB_STATUS_OK;
+  const int32_t step = o->ctx < PPL_BATCH ? o->ctx : PPL_BATCH;
+  const bool ggml = strcmp(o->numerics, "ggml") == 0;
+  const struct llama_session_options so = {
+      .max_context = o->ctx, .max_logits = step, .kv_dtype = o->kv_dtype,
+      .forward = {.max_num_tokens = step, .n_threads = o->threads,
+                  .max_model_len = o->ctx, /* llama-perplexity's n_ctx: picks phi3 LongRoPE's factor set */
+                  .matmul = ggml ? LLAMA_MATMUL_GGML : LLAMA_MATMUL_PACKED,
+                  /* ggml: llama.cpp's attention order too (one sequence: batch invariance is moot here) */
+                  .attention_order = ggml ? LLAMA_ATTENTION_ORDER_LLAMACPP : LLAMA_ATTENTION_ORDER_BATCH_INVARIANT}};
+  return llama_session_create(r->model, &so, &r->session);
 }
 
 static void print_result(const struct ppl_opts *o, int32_t chunks, int64_t count, double nll, double nll2,
