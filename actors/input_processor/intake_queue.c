@@ -287,8 +287,9 @@ llb_status intake_workers_start(struct intake_queue *q, int n, intake_work_fn fn
   *w = (struct intake_workers){.q = q, .fn = fn, .user = user};
   for (; w->n < n; w->n++)
     if (pthread_create(&w->threads[w->n], NULL, worker_main, w) != 0) {
-      intake_workers_stop(w);
-      return LLB_ERRF(LLB_STATUS_IO, "intake worker thread %d could not start", w->n);
+      const int failed = w->n;
+      intake_workers_stop(w); /* frees w */
+      return LLB_ERRF(LLB_STATUS_IO, "intake worker thread %d could not start", failed);
     }
   *out = w;
   return LLB_STATUS_OK;

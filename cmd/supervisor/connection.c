@@ -126,7 +126,7 @@ static void each_file(const char *dir, bool (*fn)(const char *path, const struct
     const size_t n = strlen(e->d_name);
     if (e->d_name[0] == '.' || n < 6 || strcmp(e->d_name + n - 5, ".json") != 0) continue;
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue; /* no such file */
     if (serve_connection_read(path, c) == LLB_STATUS_OK && !fn(path, c, user)) break;
   }
   free(c);
