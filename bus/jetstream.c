@@ -14,6 +14,7 @@
 #define JS_RETRY_SLEEP_MS 100
 #define JS_RETRY_SLEEP_MAX_MS 500
 #define JS_PUBLISH_ATTEMPT_MS 2000 /* one publish's wait for its confirmation */
+#define JS_PUBLISH_ATTEMPT_MIN_MS 100 /* the last attempt's wait, even at the deadline */
 
 struct bus_js_pull {
   struct bus *bus;
@@ -230,20 +231,24 @@ llb_status bus_js_publish(struct bus *b, const struct bus_out_msg *m, const char
   const int64_t start_ns = llb_now_ns(), deadline_ns = start_ns + timeout_ms * 1000000;
   int64_t backoff_ms = JS_RETRY_SLEEP_MS;
   int32_t attempts = 0;
-  natsStatus s;
-  jsErrCode jerr;
+  natsStatus s, refused = NATS_OK;
+  jsErrCode jerr, refused_jerr = 0;
   jsPubAck *pa = NULL;
   for (;;) {
     const int64_t left_ms = (deadline_ns - llb_now_ns()) / 1000000;
     jsPubOptions po;
     jsPubOptions_Init(&po);
-    po.MaxWait = left_ms < JS_PUBLISH_ATTEMPT_MS ? (left_ms > 1 ? left_ms : 1) : JS_PUBLISH_ATTEMPT_MS;
+    po.MaxWait = left_ms < JS_PUBLISH_ATTEMPT_MS ? (left_ms > JS_PUBLISH_ATTEMPT_MIN_MS ? left_ms
+                                                                                       : JS_PUBLISH_ATTEMPT_MIN_MS)
+                                                 : JS_PUBLISH_ATTEMPT_MS;
     po.MsgId = msg_id; /* the same id on every attempt: the stream keeps one copy (dedup window) */
     jerr = 0;
     attempts++;
     s = js_PublishMsg(&pa, js, nm, &po, &jerr);
     if (s == NATS_OK || !publish_retryable(s, jerr)) break;
     if (s != NATS_TIMEOUT) { /* refused at once: give the election time, to the deadline */
+      refused = s;
+      refused_jerr = jerr;
       const int64_t wait_ms = (deadline_ns - llb_now_ns()) / 1000000;
       if (wait_ms <= 0) break;
       sleep_ms(backoff_ms < wait_ms ? backoff_ms : wait_ms);
@@ -254,6 +259,10 @@ llb_status bus_js_publish(struct bus *b, const struct bus_out_msg *m, const char
   }
   natsMsg_Destroy(nm);
   jsCtx_Destroy(js);
+  if (s == NATS_TIMEOUT && refused != NATS_OK && attempts > 1) { /* a loaded host's last short wait */
+    s = refused;                                                  /* says less than the refusals did */
+    jerr = refused_jerr;
+  }
   if (s != NATS_OK) return publish_err(s, jerr, m->subject, timeout_ms, attempts);
   if (attempts > 1)
     LLB_LOG_INFO("js_publish_retried", "subject=%s attempts=%d waited_ms=%lld duplicate=%d stream_seq=%llu",

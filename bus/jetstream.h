@@ -59,8 +59,9 @@ llb_status bus_js_requests_stream_name(const char *prefix, char *buf, size_t cap
 llb_status bus_js_requests_stream_ensure(struct bus *bus, int64_t max_bytes, int32_t replicas, int64_t timeout_ms);
 
 /* Publishes to a subject that a stream captures and waits up to timeout_ms in all for the
- * server's confirmation that it is stored, sending it again (each attempt waits at most 2 s)
- * while no stream leader answers or confirms: a leader election, a reconnect. msg_id (may be
+ * server's confirmation that it is stored, sending it again (each attempt waits at most 2 s,
+ * the last at least 100 ms, so a call may end up to 100 ms past timeout_ms) while no stream
+ * leader answers or confirms: a leader election, a reconnect. msg_id (may be
  * NULL: no dedup; at most BUS_JS_MSG_ID_MAX bytes) goes out as Nats-Msg-Id on every attempt,
  * so a retry of a message the old leader stored is not stored twice (the stream answers with
  * the first copy's sequence). *seq_out (may be NULL) gets the stream sequence. Headers and
