@@ -32,8 +32,8 @@ static bool eval_args(struct jx_render *r, struct jscope *sc, const struct jnode
 }
 
 static bool eval_filter(struct jx_render *r, struct jscope *sc, const struct jnode *e, const struct jv *input, struct jv *out) {
-  struct jv v, *pos, *kwv;
-  size_t npos;
+  struct jv v, *pos = NULL, *kwv = NULL; /* set by eval_args before any use */
+  size_t npos = 0;
   if (e->a) {
     if (!(e->a->kind == JN_FILTER && input ? eval_filter(r, sc, e->a, input, &v) : eval_expr(r, sc, e->a, &v))) return false;
   } else {
@@ -95,8 +95,8 @@ static bool eval_slice(struct jx_render *r, struct jscope *sc, const struct jnod
 }
 
 static bool eval_expr(struct jx_render *r, struct jscope *sc, const struct jnode *e, struct jv *out) {
-  struct jv a, b, *pos, *kwv;
-  size_t npos;
+  struct jv a, b, *pos = NULL, *kwv = NULL; /* set by eval_args before any use */
+  size_t npos = 0;
   bool res;
   switch (e->kind) {
   case JN_LITERAL: *out = e->lit; return true;

@@ -255,7 +255,7 @@ static bool contains(struct jx_render *r, const struct jnode *at, struct jv item
 
 bool jx_compare_op(struct jx_render *r, const struct jnode *at, int op, struct jv a, struct jv b, struct jv *out) {
   static const char *const names[] = {"==", "!=", "<", "<=", ">", ">="};
-  bool res;
+  bool res = false;
   if (op == JOP_EQ || op == JOP_NE) {
     res = jx_equal(a, b) == (op == JOP_EQ);
   } else if (op == JOP_IN || op == JOP_NOTIN) {

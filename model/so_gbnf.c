@@ -374,7 +374,7 @@ static llb_status parse_int(struct gp *p, uint32_t *out) {
 /* {m}, {m,}, {m,n} at the current '{': *max = -1 when unbounded. */
 static llb_status parse_braces(struct gp *p, int64_t *min, int64_t *max) {
   const size_t at = p->pos++;
-  uint32_t m, n;
+  uint32_t m = 0, n = 0; /* set by parse_int before any use */
   skip_space(p);
   llb_status st = parse_int(p, &m);
   if (st != LLB_STATUS_OK) return st;

@@ -108,8 +108,8 @@ static llb_status parse_stop(json_t *v, struct llb_sampling_params *sp, struct a
     } else {
       snprintf(name, sizeof name, "stop");
     }
-    const char *s;
-    size_t n;
+    const char *s = NULL;
+    size_t n = 0;
     if (get_str(one, name, &s, &n, err) != LLB_STATUS_OK) return LLB_STATUS_INVALID_ARGUMENT;
     if (n == 0) return BAD(name, "'%s' must not be empty", name);
     if (n > LLB_MAX_STOP_STRING_BYTES)

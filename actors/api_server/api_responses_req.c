@@ -309,8 +309,9 @@ static void replace_all(char *s, size_t cap, const char *from, const char *to) {
       out[n++] = *p++;
     }
   }
-  out[n] = 0;
-  snprintf(s, cap, "%s", out);
+  if (n >= cap) n = cap - 1; /* a longer result is cut at the field's size */
+  memcpy(s, out, n);
+  s[n] = 0;
 }
 
 void api_responses_map_error(struct api_error *e) {

@@ -45,7 +45,7 @@ static llb_status set_spec(struct api_request *r, const char *param, enum llb_st
   }
   r->structured_spec = spec_text;
   r->structured_outputs = (struct llb_structured_outputs){.kind = kind, .spec = {spec_text ? spec_text : "", len}};
-  snprintf(r->structured_param, sizeof r->structured_param, "%s", param);
+  snprintf(r->structured_param, sizeof r->structured_param, "%.*s", (int)sizeof r->structured_param - 1, param);
   return LLB_STATUS_OK;
 }
 

@@ -54,7 +54,8 @@ static const char scheduler[] =
     "llmbus:iteration_tokens_total_sum{engine=\"0\"} 77\n"
     "llmbus:iteration_tokens_total_count{engine=\"0\"} 9\n";
 
-static char *render(struct llb_metrics_merge *m, void **state, int64_t now_ns) {
+/* Not inlined: gcc's -Wdangling-pointer misreads the returned text inlined into a caller. */
+static __attribute__((noinline)) char *render(struct llb_metrics_merge *m, void **state, int64_t now_ns) {
   const struct registries *g = *state;
   char *text;
   size_t len;
