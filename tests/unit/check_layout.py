@@ -84,7 +84,7 @@ MAIN_RE = re.compile(r"^\s*int\s+main\s*\(", re.MULTILINE)
 # an exact string, or as a prefix when it ends in '/'. Remove an entry when its reason is
 # gone; the checker fails on entries that match nothing.
 ALLOWLIST = [
-    # Empty: the CUDA forward pass went with the one-forward-pass issue (model/forward.c over
+    # Empty: the CUDA forward pass went with the one-forward-pass issue (model/forward/forward.c over
     # kernels/backend.h for both backends); its GGUF-loading tools moved to tests/.
 ]
 
