@@ -1,5 +1,5 @@
 /* UTF-8 well-formedness (RFC 3629 / Unicode Table 3-7: no overlong forms, no surrogates, at
- * most U+10FFFF), shared by the detokenizer (model/tokenizer_stream.c) and every place that
+ * most U+10FFFF), shared by the detokenizer (model/tokenizer/tokenizer_stream.c) and every place that
  * puts client bytes into JSON (which holds UTF-8 only). */
 #ifndef LLB_BASE_UTF8_H
 #define LLB_BASE_UTF8_H

@@ -8,7 +8,7 @@
 
 #include "cmd/bench/clip_bench.h"
 #include "cmd/flags/flags.h"
-#include "model/image.h"
+#include "model/vision/image.h"
 
 /* "224x224,512x384" -> o->sizes. */
 static llb_status set_sizes(const struct flag *f, const char *v) {

@@ -1,6 +1,6 @@
 /* The op table of a transformer forward pass (docs/design.md §10).
  *
- * model/forward.c is written once against `struct backend_ops`; kernels/cpu implements it with
+ * model/forward/forward.c is written once against `struct backend_ops`; kernels/cpu implements it with
  * host memory, kernels/cuda (backend_cuda_ops(), kernels/cuda/cuda_backend.h) with device
  * memory. Activations are row-major float buffers in the backend's memory (buffer_alloc).
  * Weights are views of GGUF tensors; a backend may keep its own layout of them (pack on the
@@ -67,7 +67,7 @@ struct backend_ctx_params {
   int32_t n_heads, head_dim;  /* query heads and head size of attention (required there) */
 };
 
-/* One step's batch metadata (vLLM v1's flattened batch; model/forward.h struct llama_batch),
+/* One step's batch metadata (vLLM v1's flattened batch; model/forward/forward.h struct llama_batch),
  * as the forward hands it to step_begin in host memory and as the step's ops then take it. */
 struct backend_step {
   int32_t num_tokens, num_seqs, num_logits;
@@ -226,7 +226,7 @@ struct backend_ops {
    * dst alive as long as w is used. INVALID_ARGUMENT if w has no such layout. */
   llb_status (*pack)(const struct backend_weight *w, void *dst);
 
-  /* ---- vision encoder ops (model/vit.c; all optional: NULL refuses image encoders) ---- */
+  /* ---- vision encoder ops (model/vision/vit.c; all optional: NULL refuses image encoders) ---- */
   /* out [n_rows, dim] = (x - mean(x)) / sqrt(var(x) + eps) * w + b, per row (ggml_norm then
    * ggml_mul, ggml_add: mean and variance summed in double, scale 1/sqrtf). x [n_rows, dim],
    * w, b [dim]; b may be NULL. out may alias x. */

@@ -8,7 +8,7 @@ pkgs=(build-essential cmake pkg-config git python3 python3-venv
       flatbuffers-compiler libflatbuffers-dev python3-flatbuffers
       libcmocka-dev libpcre2-dev libjansson-dev libedit-dev curl prometheus
       libyaml-dev         # --config FILE (YAML) of every llmbus command (cmd/flags)
-      libjpeg62-turbo-dev libpng-dev  # model/image.h: the vision encoder's image decoding
+      libjpeg62-turbo-dev libpng-dev  # model/vision/image.h: the vision encoder's image decoding
       libsodium-dev libcrypt-dev      # base/hash.h keyed BLAKE2b; bcrypt password hashes in nats.conf
       bible-kjv           # a public-domain test text (KJV) for llmbus perplexity's e2e test
       systemd iproute2    # systemd-analyze checks ops/deploy/; ip netns runs tests/cluster/

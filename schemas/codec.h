@@ -135,7 +135,7 @@ enum llb_structured_outputs_kind {
 struct llb_structured_outputs {
   enum llb_structured_outputs_kind kind;
   struct llb_str spec;
-  uint8_t reasoning; /* enum reasoning_parser (model/reasoning.h), <= LLB_SO_MAX_REASONING; 0 = none:
+  uint8_t reasoning; /* enum reasoning_parser (model/reasoning/reasoning.h), <= LLB_SO_MAX_REASONING; 0 = none:
                       * the grammar starts once the model's reasoning has ended */
 };
 

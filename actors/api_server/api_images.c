@@ -15,7 +15,7 @@
 #include <linux/openat2.h>
 
 #include "actors/api_server/api_embeds.h"
-#include "model/image.h"
+#include "model/vision/image.h"
 
 #define BAD(param, ...) api_error_bad(err, (param), __VA_ARGS__)
 

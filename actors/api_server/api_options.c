@@ -11,7 +11,7 @@
 #include "actors/api_server/api_keys.h"
 #include "actors/api_server/api_tools.h"
 #include "bus/subject.h"
-#include "model/reasoning.h"
+#include "model/reasoning/reasoning.h"
 
 /* --api-key / --api-keys into one key set (*out NULL when neither is given). */
 static llb_status load_keys(const struct api_server_flags *f, struct api_keys **out) {

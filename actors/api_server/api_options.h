@@ -51,7 +51,7 @@ struct api_actor_options {
                                       --heartbeat-ms (3 x 2000) */
   int32_t tool_call_parser;        /* enum tool_format (tool_parser.h) of tool_choice auto:
                                       0 = hermes, 1 = llama3_json, 2 = mistral */
-  int32_t reasoning_parser;        /* enum reasoning_parser (model/reasoning.h); 0 = none */
+  int32_t reasoning_parser;        /* enum reasoning_parser (model/reasoning/reasoning.h); 0 = none */
   const char *cors_allowed_origins; /* comma list; NULL or "*" = every origin (vLLM's default) */
   const char *cors_allowed_methods; /* comma list; NULL or "*" = every method */
   const char *cors_allowed_headers; /* comma list; NULL or "*" = every header */

@@ -1,4 +1,4 @@
-/* Reasoning content of chat outputs (vLLM --reasoning-parser; model/reasoning.h has the
+/* Reasoning content of chat outputs (vLLM --reasoning-parser; model/reasoning/reasoning.h has the
  * formats): a choice's text split into `reasoning_content` and `content`, whole or streamed.
  *
  * Streamed, each choice keeps its text so far and what it already sent of each part; every
@@ -14,7 +14,7 @@
 
 #include "actors/api_server/api_request.h"
 #include "base/status.h"
-#include "model/reasoning.h"
+#include "model/reasoning/reasoning.h"
 
 struct api_reasoning_stream {
   struct api_buf text; /* the choice's text so far */

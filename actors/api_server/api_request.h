@@ -105,7 +105,7 @@ struct api_parse_options {
   int32_t tool_parser;       /* enum tool_format of --tool-call-parser (0 = hermes); api_tools.h */
   bool no_auto_tool_choice;  /* tool_choice "auto" (given, or implied by tools) is a 400, as vLLM's
                               * without --enable-auto-tool-choice */
-  int32_t reasoning_parser;  /* enum reasoning_parser of --reasoning-parser (0 = none); model/reasoning.h */
+  int32_t reasoning_parser;  /* enum reasoning_parser of --reasoning-parser (0 = none); model/reasoning/reasoning.h */
   const char *allowed_local_media_path; /* realpath of vLLM's --allowed-local-media-path: file://
                                            image URLs inside it are read (api_images.h); NULL = none */
 };

@@ -13,12 +13,12 @@
 #include "actors/gpu_worker/runner_sim.h"
 #include "base/log.h"
 #include "bus/span.h"
-#include "model/forward.h"
-#include "model/clip.h"
-#include "model/gguf.h"
-#include "model/reasoning.h"
-#include "model/structured_output.h"
-#include "model/tokenizer.h"
+#include "model/forward/forward.h"
+#include "model/vision/clip.h"
+#include "model/gguf/gguf.h"
+#include "model/reasoning/reasoning.h"
+#include "model/structured/structured_output.h"
+#include "model/tokenizer/tokenizer.h"
 #include "base/metrics.h"
 #include "schemas/model_runner_output.h"
 #include "schemas/scheduler_output.h"
@@ -58,7 +58,7 @@ static void encode_markers(const struct tokenizer *t, const char *const *texts, 
 }
 
 /* Every reasoning parser's markers in this model's tokens: structured output waits for the end
- * of the reasoning (model/reasoning.h). */
+ * of the reasoning (model/reasoning/reasoning.h). */
 static void load_reasoning_markers(struct gpu_worker_actor *a, const struct tokenizer *t) {
   for (int p = 1; p <= REASONING_MAX_PARSER; p++) {
     const char *const *starts, *const *ends;

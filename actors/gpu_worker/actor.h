@@ -35,10 +35,10 @@ struct gpu_worker_actor_options {
   enum backend_kv_dtype kv_cache_dtype; /* the KV cache's element type (model_runner_config) */
   int64_t kv_cache_memory_bytes;  /* cpu with num_blocks 0: the cache's size (model_runner_config) */
   enum llama_matmul_mode matmul;  /* cpu: packed (default) or ggml numerics (model_runner_config) */
-  const char *packed_cache_dir;   /* cpu: shared packed-weight cache directory (model/forward.h); NULL/"" = off */
+  const char *packed_cache_dir;   /* cpu: shared packed-weight cache directory (model/forward/forward.h); NULL/"" = off */
   struct ngram_proposer_config spec; /* speculative decoding (--speculative-config); all 0 = off */
   int32_t max_model_len;          /* cpu: the engine's context limit, 0 = the model's (model_runner_config) */
-  const char *mmproj_path;        /* GGUF mmproj (model/clip.h): the "image" encoder; its output width
+  const char *mmproj_path;        /* GGUF mmproj (model/vision/clip.h): the "image" encoder; its output width
                                      must equal the model's hidden size. NULL/"" = images refused */
   const struct sim_cost_model *sim_cost; /* sim: the step-time model (runner_sim.h; copied);
                                      NULL = the built-in one */

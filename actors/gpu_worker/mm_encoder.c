@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
-#include "model/clip.h"
+#include "model/vision/clip.h"
 
 struct mm_entry {
   char *mm_hash;
@@ -39,7 +39,7 @@ static llb_status encode_embeds(struct mm_encoder_cache *c, const struct llb_mm_
   return LLB_STATUS_OK;
 }
 
-/* "image": the mmproj's ViT + projector on the file (model/clip.h); rows in the plan's order,
+/* "image": the mmproj's ViT + projector on the file (model/vision/clip.h); rows in the plan's order,
  * which the input processor's is_embed mask follows. */
 static llb_status encode_image(struct mm_encoder_cache *c, const struct llb_mm_feature *item, float *out) {
   if (!c->clip)

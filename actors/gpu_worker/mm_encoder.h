@@ -5,7 +5,7 @@
  * - Encoders: one function per modality turns an item (llb_mm_feature with data) into
  *   [length, hidden_size] f32 rows. "embeds" is the identity: the item's data are the
  *   outputs (f16 is widened to f32 here, the worker's job). "image" runs the mmproj's ViT
- *   (model/clip.h, --mmproj) on the JPEG / PNG file; its rows go to the positions the
+ *   (model/vision/clip.h, --mmproj) on the JPEG / PNG file; its rows go to the positions the
  *   feature's is_embed marks.
  * - Cache: filled when the scheduler lists an item in scheduled_encoder_inputs, emptied only
  *   by free_encoder_mm_hashes (the scheduler's encoder-cache accounting decides; its size
@@ -37,7 +37,7 @@ struct clip_model;
 llb_status mm_encoder_cache_create(int32_t hidden_size, struct mm_encoder_cache **out);
 void mm_encoder_cache_destroy(struct mm_encoder_cache *c); /* NULL ok */
 
-/* Installs the "image" encoder (model/clip.h; borrowed, outlives c; NULL = images refused
+/* Installs the "image" encoder (model/vision/clip.h; borrowed, outlives c; NULL = images refused
  * with UNSUPPORTED naming --mmproj). Its n_embd_out must equal hidden_size (the caller checks). */
 void mm_encoder_cache_set_image_encoder(struct mm_encoder_cache *c, struct clip_model *clip);
 

@@ -18,7 +18,7 @@
 #include "actors/gpu_worker/runner_so.h"
 #include "actors/gpu_worker/sampler.h"
 #include "base/log.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 static void free_mm(struct mr_request *q) {
   for (int64_t i = 0; i < q->num_mm; i++) {

@@ -43,15 +43,15 @@
 
 #include "actors/gpu_worker/ngram_proposer.h"
 #include "base/status.h"
-#include "model/reasoning.h"
-#include "model/forward.h"
-#include "model/gguf.h"
+#include "model/reasoning/reasoning.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
 #include "schemas/model_runner_output.h"
 #include "schemas/scheduler_output.h"
 
 /* Where the forward pass runs. The zero value is the CPU. */
 enum model_runner_device {
-  MODEL_RUNNER_DEVICE_CPU = 0,  /* model/forward.h over the host KV cache */
+  MODEL_RUNNER_DEVICE_CPU = 0,  /* model/forward/forward.h over the host KV cache */
   MODEL_RUNNER_DEVICE_CUDA = 1, /* llama_forward over backend_cuda_ops(); only in builds with LLB_HAVE_CUDA */
   MODEL_RUNNER_DEVICE_SIM = 2,  /* no forward: each step waits its cost model's time and samples
                                    deterministic tokens (runner_sim.h) */
@@ -202,7 +202,7 @@ void model_runner_set_reasoning_markers(struct model_runner *r, enum reasoning_p
  * when the last step had no constrained row. */
 void model_runner_last_mask_seconds(const struct model_runner *r, double *mask_seconds, double *wait_seconds);
 
-/* Installs the "image" encoder (model/clip.h; borrowed, outlives r): mm_encoder.h. */
+/* Installs the "image" encoder (model/vision/clip.h; borrowed, outlives r): mm_encoder.h. */
 struct clip_model;
 void model_runner_set_image_encoder(struct model_runner *r, struct clip_model *clip);
 

@@ -1,4 +1,4 @@
-/* The model runner's forward pass on its device (private to model_runner.c): model/forward.c's
+/* The model runner's forward pass on its device (private to model_runner.c): model/forward/forward.c's
  * llama_forward over the CPU op table or, in builds with LLB_HAVE_CUDA, over the CUDA one
  * that the worker takes from its dlopen'd module (runner_cuda.h), behind one create / forward /
  * destroy. The only file of the runner that tests LLB_HAVE_CUDA (to load that module). Not
@@ -11,8 +11,8 @@
 
 #include "actors/gpu_worker/model_runner.h"
 #include "base/status.h"
-#include "model/config.h"
-#include "model/forward.h"
+#include "model/gguf/config.h"
+#include "model/forward/forward.h"
 
 struct runner_cuda_api;
 

@@ -2,7 +2,7 @@
  * kernels/cuda's op table (backend_cuda_ops) and its device queries, exported from a module
  * that the worker dlopens only for --device cuda, so that a CPU worker never maps cudart and
  * cuBLAS (~140 MB resident per process: cuBLAS's relocated data alone is ~85 MB). The forward
- * pass itself is model/forward.c's llama_forward, run by the worker over this table.
+ * pass itself is model/forward/forward.c's llama_forward, run by the worker over this table.
  * Every CUDA failure comes back as a status (the cuda_* functions' CUDA_TRY mapping); nothing
  * aborts.
  */

@@ -12,7 +12,7 @@
 
 #include "actors/gpu_worker/sampler.h"
 #include "base/hash.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 enum { SIM_TERMS = 5 }; /* fixed, token, sampled_row, attention, context */
 #define SIM_MAX_COEFF_S 60.0

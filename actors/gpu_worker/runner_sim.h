@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "model/forward.h"
+#include "model/forward/forward.h"
 #include "schemas/sampling_params.h"
 
 struct tokenizer;

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/hash.h"
-#include "model/structured_output.h"
+#include "model/structured/structured_output.h"
 
 struct runner_so_grammar {
   uint64_t hash;

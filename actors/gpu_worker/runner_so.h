@@ -5,7 +5,7 @@
  *
  * Grammars are compiled once per distinct spec and shared by every request with that spec
  * (cached by a hash of kind + spec, compared byte for byte; at most RUNNER_SO_MAX_GRAMMARS
- * live, unused ones evicted oldest first). The vocabulary (model/structured_output.h
+ * live, unused ones evicted oldest first). The vocabulary (model/structured/structured_output.h
  * so_vocab) is built once from the model's tokenizer by the caller.
  *
  * A request's matcher follows its output tokens lazily: runner_so_req_sync accepts the
@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "model/reasoning.h"
+#include "model/reasoning/reasoning.h"
 #include "schemas/codec.h"
 
 #define RUNNER_SO_MAX_GRAMMARS 64
@@ -73,7 +73,7 @@ llb_status runner_so_req_init(struct runner_so *s, struct runner_so_req *q, cons
                               const int32_t *prompt, int64_t num_prompt);
 
 /* The token ids of reasoning parser p's markers in this model's vocabulary (copied; the
- * caller tokenizes model/reasoning.h's marker texts). Until set, requests with p are refused. */
+ * caller tokenizes model/reasoning/reasoning.h's marker texts). Until set, requests with p are refused. */
 void runner_so_set_reasoning_markers(struct runner_so *s, enum reasoning_parser p, const struct reasoning_marker_ids *m);
 
 /* Releases q's matcher and grammar reference; q becomes unconstrained. NULL s is fine only

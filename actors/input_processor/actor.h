@@ -65,7 +65,7 @@ struct inproc_actor_options {
   const char *chat_template_file; /* --chat-template: a Jinja file, the Jinja text itself, or a
                                      built-in name (chatml, llama3, ...: chat_template.h); NULL =
                                      the GGUF's tokenizer.chat_template (chat_render.h) */
-  const char *mmproj_path; /* GGUF mmproj (model/clip.h, the worker's --mmproj): image_url parts
+  const char *mmproj_path; /* GGUF mmproj (model/vision/clip.h, the worker's --mmproj): image_url parts
                               are planned with it (mm_images.h); NULL/"" = images refused */
   int32_t stream_replicas; /* durable: replicas of the requests stream if this actor creates it
                               (1..5; 0 = 1; 3 on a 3-node NATS cluster: bus/jetstream.h) */

@@ -1,5 +1,5 @@
 /* The request → Jinja context mapping of HF's apply_chat_template (transformers
- * utils/chat_template_utils.py and vLLM's chat_utils.py), rendered by model/jinja.h. */
+ * utils/chat_template_utils.py and vLLM's chat_utils.py), rendered by model/template/jinja.h. */
 #include "actors/input_processor/chat_render.h"
 
 #include <errno.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gguf.h"
+#include "model/gguf/gguf.h"
 
 static bool present(const char *s) { return s && s[0]; }
 

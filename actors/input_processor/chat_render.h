@@ -13,8 +13,8 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "model/chat_template.h"
-#include "model/jinja.h"
+#include "model/template/chat_template.h"
+#include "model/template/jinja.h"
 
 /* The parts of a message beyond role and content (all borrowed, NUL-terminated; NULL or ""
  * = absent). */

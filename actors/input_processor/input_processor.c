@@ -14,7 +14,7 @@
 
 #include "base/log.h"
 #include "bus/subject.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 #define DEFAULT_MAX_N 16
 #define DEFAULT_MAX_PROMPT_BYTES (1 << 20)

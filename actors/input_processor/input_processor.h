@@ -2,7 +2,7 @@
  *
  * Validates every field with an OpenAI-style parameter name and a clear message (vLLM
  * vllm/sampling_params.py _verify_args and vllm/entrypoints/openai/protocol.py), applies
- * the chat template (model/chat_template.h) unless `raw`, tokenizes (model/tokenizer.h),
+ * the chat template (model/template/chat_template.h) unless `raw`, tokenizes (model/tokenizer/tokenizer.h),
  * resolves max_tokens = -1 to what fits in the context, draws a seed when none is given
  * (so that a replay is deterministic), names the request (external id + "-" + random
  * suffix, as vLLM's AsyncLLM) and fans n > 1 out into n child requests with ids
@@ -22,7 +22,7 @@
 #include "actors/input_processor/mm_items.h"
 #include "actors/input_processor/mm_images.h"
 #include "actors/input_processor/chat_render.h"
-#include "model/chat_template.h"
+#include "model/template/chat_template.h"
 #include "schemas/codec.h"
 #include "schemas/sampling_params.h"
 

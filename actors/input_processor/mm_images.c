@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 llb_status inproc_image_check(const struct inproc_image_config *cfg, const struct inproc_image *img,
                               int32_t *width, int32_t *height, char *msg, size_t cap) {

@@ -6,7 +6,7 @@
  * "jpeg" or "png"); each sits in a message at a byte offset of its content
  * (ChatMessage.image_offsets, in order over all messages). Processing:
  *  1. Each file is sniffed (dtype must match the magic bytes) and decoded under the limits
- *     (model/image.h): a truncated or corrupt file, a header claiming too many pixels or a
+ *     (model/vision/image.h): a truncated or corrupt file, a header claiming too many pixels or a
  *     type we do not decode is a field error "mm_items[i].data" and never reaches an engine.
  *  2. The chat template renders the messages with image parts (chat_render.h): first as
  *     OpenAI content lists ({"type": "image"}: SmolVLM's / Idefics3's template writes
@@ -35,7 +35,7 @@
 
 #include "base/status.h"
 #include "actors/input_processor/chat_render.h"
-#include "model/image.h"
+#include "model/vision/image.h"
 
 struct tokenizer;
 
@@ -52,7 +52,7 @@ struct inproc_image_plan {
   int32_t rows;
 };
 
-/* The mmproj's plan for an image of width x height pixels (model/clip.h clip_image_plan).
+/* The mmproj's plan for an image of width x height pixels (model/vision/clip.h clip_image_plan).
  * Errors are the client's (e.g. an image too small to tile). */
 typedef llb_status (*inproc_image_plan_fn)(void *ctx, int32_t width, int32_t height,
                                            struct inproc_image_plan *out);
@@ -65,7 +65,7 @@ struct inproc_image_config {
   const char *mmproj_id;      /* identity of the mmproj (enters mm_hash); NULL = "" */
   int32_t max_images;         /* per request; 0 = INPROC_DEFAULT_MAX_IMAGES */
   int64_t max_image_bytes;    /* each file; 0 = INPROC_DEFAULT_MAX_IMAGE_BYTES */
-  struct llb_image_limits limits; /* 0s = model/image.h defaults */
+  struct llb_image_limits limits; /* 0s = model/vision/image.h defaults */
 };
 
 /* One image as the client sent it (borrowed). */

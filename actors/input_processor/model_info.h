@@ -9,9 +9,9 @@
 
 #include "actors/input_processor/input_processor.h"
 #include "base/status.h"
-#include "model/clip.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "model/vision/clip.h"
+#include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 
 /* Context length of the model: "<general.architecture>.context_length", capped at cap. A
  * vocab-only GGUF may lack it: then cap. */

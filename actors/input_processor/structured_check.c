@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/structured_output.h"
+#include "model/structured/structured_output.h"
 
 llb_status inproc_structured_check(const struct llb_structured_outputs *so, char *msg, size_t cap) {
   msg[0] = '\0';

@@ -1,5 +1,5 @@
 /* Structured output at intake (pure logic): a request's spec is compiled once with the
- * engine's grammar compiler (model/structured_output.h) so that a bad or unsupported spec is
+ * engine's grammar compiler (model/structured/structured_output.h) so that a bad or unsupported spec is
  * refused at once, with the compiler's message, instead of failing on the worker later.
  * Kinds: json (JSON Schema), json_object, choice, regex and grammar (GBNF/EBNF; a syntax
  * error names its line and column) are compiled.

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 static const char replacement_char[3] = {(char)0xEF, (char)0xBF, (char)0xBD}; /* U+FFFD */
 

@@ -1,6 +1,6 @@
 /* Incremental detokenizer: output token ids → UTF-8 text that never splits a character.
  *
- * Each token's bytes come from tokenizer_token_to_piece (model/tokenizer.h). Bytes are
+ * Each token's bytes come from tokenizer_token_to_piece (model/tokenizer/tokenizer.h). Bytes are
  * committed to the text only as complete, valid UTF-8 sequences; an incomplete sequence at
  * the end waits in `pending` for the next token, so every prefix of the text that a caller
  * streams is valid UTF-8 and the concatenation of streamed deltas equals the final text.

@@ -9,7 +9,7 @@
 #include "actors/output_processor/stop_strings.h"
 #include "base/array.h"
 #include "base/strmap.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 #define RECENTLY_FINISHED_IDS 4096 /* finished ids remembered to drop late outputs silently */
 

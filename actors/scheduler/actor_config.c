@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "model/config.h"
-#include "model/gguf.h"
+#include "model/gguf/config.h"
+#include "model/gguf/gguf.h"
 
 #define DEFAULT_MAX_MODEL_LEN_CAP 4096
 

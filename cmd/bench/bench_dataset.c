@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cmd/bench/bench.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 #define ADJUST_ROUNDS 8 /* re-encode rounds to reach an exact token count */
 

@@ -1,7 +1,7 @@
 /* `llmbus-bench engine`: the bus overhead per decode step (docs/design.md §4).
  *
  * The same model, prompt tokens and greedy batch-1 decode of N tokens, twice:
- *   in-process  a model/session.h session's forward + sampler_sample in this process, as the
+ *   in-process  a model/forward/session.h session's forward + sampler_sample in this process, as the
  *               worker does per step
  *               (no bus, no scheduler): the step time is one forward of one token plus its
  *               sampling, timed per step;
@@ -37,10 +37,10 @@
 #include "bus/subject.h"
 #include "cmd/bench/bench.h"
 #include "cmd/flags/flags.h"
-#include "model/forward.h"
-#include "model/gguf.h"
-#include "model/session.h"
-#include "model/tokenizer.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
+#include "model/forward/session.h"
+#include "model/tokenizer/tokenizer.h"
 #include "schemas/codec.h"
 #include "schemas/generate_request.h"
 #include "schemas/request_output.h"

@@ -23,8 +23,8 @@
 #include "cmd/bench/bench.h"
 #include "cmd/bench/bench_http.h"
 #include "cmd/flags/flags.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 
 #define THREAD_STACK (256 * 1024)
 #define MEM_SAMPLE_NS 500000000LL

@@ -1,4 +1,4 @@
-/* llmbus-clip-bench (clip_bench.h): speed of the image encoder (model/clip.h) on an mmproj,
+/* llmbus-clip-bench (clip_bench.h): speed of the image encoder (model/vision/clip.h) on an mmproj,
  * images per second per image size.
  *
  * For each size: a synthetic RGB image of that size (gradients and a hash pattern, decoded
@@ -17,8 +17,8 @@
 
 #include "base/log.h"
 #include "base/status.h"
-#include "model/clip.h"
-#include "model/image.h"
+#include "model/vision/clip.h"
+#include "model/vision/image.h"
 
 static int die(const char *what, llb_status st) {
   fprintf(stderr, "llmbus-clip-bench: %s: %s: %s\n", what, llb_strerror(st), llb_err_last());

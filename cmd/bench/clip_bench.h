@@ -1,4 +1,4 @@
-/* llmbus-clip-bench: images/s and tiles/s of the image encoder (model/clip.h) per image size,
+/* llmbus-clip-bench: images/s and tiles/s of the image encoder (model/vision/clip.h) per image size,
  * the median (min, max) of N runs after a warm-up, and the CPU seconds a tile takes. */
 #ifndef LLB_CMD_CLIP_BENCH_H
 #define LLB_CMD_CLIP_BENCH_H
@@ -10,7 +10,7 @@
 
 /* What to measure (strings borrowed). */
 struct clip_bench_options {
-  const char *mmproj; /* the mmproj GGUF (model/clip.h) */
+  const char *mmproj; /* the mmproj GGUF (model/vision/clip.h) */
   int threads;        /* >= 1 */
   int runs;           /* 1..CLIP_BENCH_MAX_RUNS */
   int32_t sizes[CLIP_BENCH_MAX_SIZES][2]; /* [n_sizes] {width, height} of the synthetic images */

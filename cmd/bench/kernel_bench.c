@@ -10,7 +10,7 @@
  * the same threads (kernels/cpu/bench/roofline.h) and prints each rate as a fraction of its
  * bound: decode against the bytes a token must read (every matrix once per step, shared by the
  * batch, plus the sequence's K/V), prefill against the int8 multiply-adds of its matmuls.
- * The forward runs in one model/session.h session holding a sequence per batch row; each
+ * The forward runs in one model/forward/session.h session holding a sequence per batch row; each
  * sequence's prompt is computed alone (the cache's values are those of any batching).
  */
 #include "cmd/bench/kernel_bench.h"
@@ -24,11 +24,11 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "kernels/cpu/bench/roofline.h"
-#include "model/chat_template.h"
-#include "model/forward.h"
-#include "model/gguf.h"
-#include "model/session.h"
-#include "model/tokenizer.h"
+#include "model/template/chat_template.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
+#include "model/forward/session.h"
+#include "model/tokenizer/tokenizer.h"
 
 enum { BENCH_MAX_BATCH = KERNEL_BENCH_MAX_BATCH, BENCH_MAX_RUNS = 64,
        BENCH_PROMPT_STEP_TOKENS = 1024 /* the most tokens of one step that computes a prompt */ };

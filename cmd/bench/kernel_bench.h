@@ -1,4 +1,4 @@
-/* llmbus-kernel-bench: prefill and decode tok/s of the CPU forward pass (model/forward.h) on a
+/* llmbus-kernel-bench: prefill and decode tok/s of the CPU forward pass (model/forward/forward.h) on a
  * real GGUF model, the median (min, max) of N runs and the CPU ms per token; optionally a
  * greedy check of the answer and each rate as a fraction of the machine's roofline
  * (kernels/cpu/bench/roofline.h). Shapes follow llama-bench's pp512 / tg runs. */

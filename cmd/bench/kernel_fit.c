@@ -25,8 +25,8 @@
 #include "actors/gpu_worker/sampler.h"
 #include "base/log.h"
 #include "base/status.h"
-#include "model/forward.h"
-#include "model/gguf.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
 
 enum { FIT_BLOCK = 16, FIT_MAX_SEQS = 65, FIT_MAX_RUNS = 64 };
 

@@ -21,7 +21,7 @@
 #include "bus/bus.h"
 #include "cmd/flags/flags.h"
 #include "cmd/supervisor/connection.h"
-#include "model/chat_template.h"
+#include "model/template/chat_template.h"
 #include "schemas/sampling_params.h"
 
 #define CLIENT_DEFAULT_MAX_TOKENS 256

@@ -1,7 +1,7 @@
 /* `llmbus generate --inproc`: one prompt through the model in this process, no bus.
  *
  * GGUF -> chat template (unless --raw) -> tokenizer -> prefill (steps of PREFILL_CHUNK rows) and
- * decode through a model/session.h session -> sampler -> streaming detokenizer to stdout. Stops
+ * decode through a model/forward/session.h session -> sampler -> streaming detokenizer to stdout. Stops
  * at a token of the model's end-of-generation set (tokenizer_is_eog: EOS, EOT, <|im_end|>, ...
  * as llama.cpp; a control token outside it, such as <file_sep>, is generated and hidden like any
  * control token) or after --max-tokens. --json prints, instead of the streamed text, one JSON
@@ -30,11 +30,11 @@
 #include "cmd/client/commands.h"
 #include "cmd/flags/flags.h"
 #include "cmd/client/generate_structured.h"
-#include "model/chat_template.h"
-#include "model/forward.h"
-#include "model/gguf.h"
-#include "model/session.h"
-#include "model/tokenizer.h"
+#include "model/template/chat_template.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
+#include "model/forward/session.h"
+#include "model/tokenizer/tokenizer.h"
 #include "schemas/sampling_params.h"
 
 #define PREFILL_CHUNK 512

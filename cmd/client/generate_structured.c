@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/structured_output.h"
-#include "model/tokenizer.h"
+#include "model/structured/structured_output.h"
+#include "model/tokenizer/tokenizer.h"
 
 static llb_status compile_schema_file(const char *path, struct so_grammar **out) {
   FILE *f = fopen(path, "rb");

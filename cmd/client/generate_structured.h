@@ -1,6 +1,6 @@
 /* Structured output for `llmbus generate --inproc` (--json-object, --json-schema FILE,
  * --choice JSON): the grammar, the tokenizer's vocabulary and one matcher, applied to the
- * logits of each step before sampling (model/structured_output.h). */
+ * logits of each step before sampling (model/structured/structured_output.h). */
 #ifndef LLB_CMD_GENERATE_STRUCTURED_H
 #define LLB_CMD_GENERATE_STRUCTURED_H
 

@@ -16,7 +16,7 @@
 #include <stdio.h>
 
 #include "base/status.h"
-#include "model/chat_template.h"
+#include "model/template/chat_template.h"
 #include "schemas/sampling_params.h"
 
 struct http_chat;

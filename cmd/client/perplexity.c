@@ -24,10 +24,10 @@
 #include "cmd/client/commands.h"
 #include "cmd/client/perplexity_kld.h"
 #include "cmd/flags/flags.h"
-#include "model/forward.h"
-#include "model/gguf.h"
-#include "model/session.h"
-#include "model/tokenizer.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
+#include "model/forward/session.h"
+#include "model/tokenizer/tokenizer.h"
 
 #define PPL_BATCH 512 /* rows per forward step, as llama-perplexity's default n_batch */
 

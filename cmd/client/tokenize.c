@@ -7,8 +7,8 @@
 #include "cmd/client/commands.h"
 #include "cmd/flags/flags.h"
 #include "cmd/supervisor/connection.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 
 /* Encodes (or decodes) the n arguments args[] with the model's tokenizer; returns the exit code. */
 static int tokenize_run(const char *model, bool decode, bool special, bool add_special, int n_args, char **args) {

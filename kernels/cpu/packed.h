@@ -22,7 +22,7 @@
  *   starting from acc = 0; d_w, m_w are the block's scale and min (fp16 values of the GGUF
  *   block, or for K / IQ4_XS blocks the exact float products of super- and sub-block scales).
  * (FLOAT, F16 and BF16: no quantization at all; see cpu_packed_float_fn.)
- * This is not ggml's vec_dot order (8 float lanes per output, model/forward.h's
+ * This is not ggml's vec_dot order (8 float lanes per output, model/forward/forward.h's
  * LLAMA_MATMUL_GGML keeps that one for bit-exactness with llama.cpp); it does one multiply and
  * one or two fma per block and output instead of eight lanes of them, which is what makes the
  * integer instructions the bottleneck.

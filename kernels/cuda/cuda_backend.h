@@ -218,7 +218,7 @@ llb_status cuda_sample(struct cuda_ctx *c, const float *logits_d, int32_t n_rows
 /* ------------------------------------------------------------------ the op table */
 
 /* The CUDA backend's struct backend_ops (kernels/backend.h) over the ops above, for
- * model/forward.c's llama_forward: device memory (cudaMalloc buffers); weights uploaded and
+ * model/forward/forward.c's llama_forward: device memory (cudaMalloc buffers); weights uploaded and
  * dequantized to fp16 once (weight_upload: F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q4_K Q5_K Q6_K; matmul
  * rounds its fp32 input to fp16 and runs one cublasGemmEx per weight); step metadata staged in
  * pinned memory and copied up once per step (step_begin); decode steps padded to a

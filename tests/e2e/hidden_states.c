@@ -1,5 +1,5 @@
 /* llmbus-test-hidden-states MODEL ID... : the final-norm hidden states that the CPU forward
- * (model/forward.c, the engine's default numerics: packed matmuls, batch-invariant attention)
+ * (model/forward/forward.c, the engine's default numerics: packed matmuls, batch-invariant attention)
  * computes for one sequence of token ids in one step, printed one row per line (E floats,
  * %.9g, space-separated). The reference of tests/e2e/test_openai_embeddings.py: the
  * engine's /v1/embeddings vectors are these rows pooled (LAST / MEAN / CLS) and normalized.
@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "model/forward.h"
-#include "model/gguf.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
 
 enum { BLOCK = 16 };
 

@@ -39,10 +39,10 @@
 #include <unistd.h>
 
 #include "actors/gpu_worker/sampler.h"
-#include "model/chat_template.h"
-#include "model/forward.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "model/template/chat_template.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 
 #define FIRST_TOL 1e-3f
 #define PACKED_TOL 1.5f /* measured 0.37-0.75 on the 8 cases; a 1e-6 input perturbation moves ~1.2 */

@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "kernels/quant.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 #include "tests/e2e/stack.h"
 
 #define GEN 8

@@ -23,8 +23,8 @@
 #include "actors/scheduler/scheduler.h"
 #include "base/hash.h"
 #include "kernels/quant.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 #include "schemas/kv_ops.h"
 
 #define GEN 8

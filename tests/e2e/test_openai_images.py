@@ -89,7 +89,7 @@ def image_plan(clip_tool, mmproj, w, h):
 
 def main():
     if len(sys.argv) < 2 or not os.access(sys.argv[1], os.X_OK):
-        skip("clip_tool not built (the image encoder, model/clip.h)")
+        skip("clip_tool not built (the image encoder, model/vision/clip.h)")
     if not os.path.exists(os.path.join(TOOLS, "make_mmproj.py")):
         skip("tests/tools/make_mmproj.py missing")
     try:

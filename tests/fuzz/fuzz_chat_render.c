@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "actors/input_processor/chat_render.h"
-#include "model/gguf.h"
+#include "model/gguf/gguf.h"
 #include "tests/fuzz/fuzz_reader.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

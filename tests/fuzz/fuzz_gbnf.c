@@ -1,4 +1,4 @@
-/* libFuzzer target for the GBNF grammar compiler and its matcher (model/so_gbnf.c,
+/* libFuzzer target for the GBNF grammar compiler and its matcher (model/structured/so_gbnf.c,
  * so_gbnf_check.c, the GBNF frames of so_matcher.c): any bytes as a grammar. A refusal is
  * MALFORMED, UNSUPPORTED or TOO_LARGE with a message naming the grammar. A compiled grammar
  * is walked as so_fuzz_walk.h says (24 tokens, every mask bit checked against the matcher). */
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "model/structured_output.h"
+#include "model/structured/structured_output.h"
 #include "tests/fuzz/so_fuzz_walk.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/config.h"
-#include "model/gguf.h"
+#include "model/gguf/config.h"
+#include "model/gguf/gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

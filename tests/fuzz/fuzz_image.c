@@ -1,11 +1,11 @@
-/* libFuzzer target for model/image.h: any bytes as a JPEG or PNG (libjpeg-turbo / libpng
+/* libFuzzer target for model/vision/image.h: any bytes as a JPEG or PNG (libjpeg-turbo / libpng
  * behind our bounds), then the resize and normalization the vision encoder applies. Small
  * limits keep each input fast; an accepted image must have the size the limits allow. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "model/image.h"
+#include "model/vision/image.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

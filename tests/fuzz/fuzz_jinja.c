@@ -1,4 +1,4 @@
-/* Jinja interpreter fuzzing (model/jinja.h): the input is a template; it is parsed and, when
+/* Jinja interpreter fuzzing (model/template/jinja.h): the input is a template; it is parsed and, when
  * it parses, rendered with a small chat context under tight bounds. Nothing may crash, leak,
  * hang or read out of bounds (ASan/UBSan), whatever the bytes.
  *  - Always: the standalone driver (LLB_FUZZ_STANDALONE_DRIVER) mutates seed templates
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/jinja.h"
+#include "model/template/jinja.h"
 
 static const char *const context_json =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": \"h\\u00e9llo\"},"

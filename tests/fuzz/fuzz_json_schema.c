@@ -1,4 +1,4 @@
-/* libFuzzer target for the JSON Schema compiler and its matcher (model/so_schema.c,
+/* libFuzzer target for the JSON Schema compiler and its matcher (model/structured/so_schema.c,
  * so_schema_merge.c, so_number.c, so_format.c, so_dfa.c, so_regex.c in search mode, the JSON
  * frames of so_matcher.c): any bytes as a schema. A refusal is MALFORMED, UNSUPPORTED or
  * TOO_LARGE with a message; a compiled grammar is walked as so_fuzz_walk.h says (24 tokens,
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "model/structured_output.h"
+#include "model/structured/structured_output.h"
 #include "tests/fuzz/so_fuzz_walk.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

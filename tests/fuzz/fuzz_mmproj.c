@@ -1,4 +1,4 @@
-/* libFuzzer target for the mmproj loader (model/clip.h clip_model_load, the input processor's
+/* libFuzzer target for the mmproj loader (model/vision/clip.h clip_model_load, the input processor's
  * and the worker's --mmproj): any bytes as the GGUF file of a vision projector, written to a
  * memfd the loader maps by its /proc path. Seed: run.sh writes a tiny random-weight mmproj with
  * tests/tools/make_mmproj.py. Oracle beyond no crash, leak or hang: a model that loads plans
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "model/clip.h"
+#include "model/vision/clip.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

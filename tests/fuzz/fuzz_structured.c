@@ -1,4 +1,4 @@
-/* libFuzzer targets for the structured-output spec compilers of model/structured_output.h that
+/* libFuzzer targets for the structured-output spec compilers of model/structured/structured_output.h that
  * the input processor runs on a tenant's request: FUZZ_SO_KIND picks one (0 JSON Schema, 1 choice,
  * 2 regex; fuzzers.cmake builds fuzz_so_choice and fuzz_so_regex, fuzz_json_schema.c covers 0
  * with a stronger walk). Any bytes as the spec; what compiles is
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "model/structured_output.h"
+#include "model/structured/structured_output.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,4 +1,4 @@
-/* libFuzzer target for the tokenizers (model/tokenizer.h): any bytes, with any of the encode
+/* libFuzzer target for the tokenizers (model/tokenizer/tokenizer.h): any bytes, with any of the encode
  * options, must tokenize without a crash, an out-of-bounds access or undefined behaviour
  * (ASan/UBSan), and every id it returns must be in the vocabulary and decode.
  *
@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 #include "tests/unit/arch_models.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -1,4 +1,4 @@
-# Jinja interpreter fuzzing (model/jinja.h): the standalone mutation driver under ctest
+# Jinja interpreter fuzzing (model/template/jinja.h): the standalone mutation driver under ctest
 # (~3 s, any compiler), and the libFuzzer target `fuzz_jinja` (-DLLB_FUZZ=ON, `make fuzz`;
 # corpus tests/fuzz/corpus/fuzz_jinja/).
 llb_add_test(fuzz_jinja_driver SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_jinja.c

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/structured_output.h"
+#include "model/structured/structured_output.h"
 
 void so_fuzz_walk(const struct so_grammar *g, uint64_t h);
 

@@ -1,4 +1,4 @@
-/* CUDA forward benchmark: model/forward.c's llama_forward over backend_cuda_ops(): decode
+/* CUDA forward benchmark: model/forward/forward.c's llama_forward over backend_cuda_ops(): decode
  * tokens/s at batch 1, 8, 32, 128 (context 512 per sequence, CUDA graphs, logits copied back
  * to the host as the worker does) and prefill tokens/s at 512 and 2048 prompt tokens, for
  * random-weight models
@@ -17,8 +17,8 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "model/forward.h"
-#include "model/gguf.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
 #include "tests/unit/random_llama.h"
 
 #define BS 16

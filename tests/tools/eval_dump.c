@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "base/hash.h"
-#include "model/forward.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 
 /* The prompt's token count: each op's output is [T rows][n / T]. */
 static int32_t n_tokens = 1;

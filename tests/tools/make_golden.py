@@ -199,7 +199,7 @@ def main():
         "oracle": {"llama_cpp_python": llama_cpp.__version__, "llama_cpp_commit": LLAMA_CPP_COMMIT,
                    "system_info": llama_cpp.llama_print_system_info().decode(),
                    "machine": platform.machine(), "n_ctx": N_CTX, "n_threads": 2, "seed": SEED,
-                   "kv_cache_type": "f16 (llama.cpp default, as model/forward.c)", "flash_attn": False, "n_batch": llm.n_batch},
+                   "kv_cache_type": "f16 (llama.cpp default, as model/forward/forward.c)", "flash_attn": False, "n_batch": llm.n_batch},
         "vocab_size": llm.n_vocab(), "bos_id": bos_id, "eos_id": eos_id, "add_bos": add_bos,
         "chat_template_rendering": "jinja2 as transformers apply_chat_template, add_generation_prompt=True",
         "greedy_ignores_eos": True, "n_top_logits": N_TOP_LOGITS, "n_greedy": N_GREEDY,

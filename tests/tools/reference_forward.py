@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plain numpy LLaMA forward pass (float64) over a GGUF file, for checking model/forward.c.
+"""Plain numpy LLaMA forward pass (float64) over a GGUF file, for checking model/forward/forward.c.
 
 Weights come from gguf-py (PyPI `gguf`): GGUFReader + gguf.quants.dequantize. The pass is
 llama.cpp's llm_build_llama for arch "llama": RMSNorm, rope type NORM (adjacent pairs

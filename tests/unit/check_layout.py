@@ -14,6 +14,9 @@ is none. What it enforces:
   - inside cmd/ (cmd/README.md): cmd/ itself holds only mains, one .c defining main() per
     binary; its subfolders include no other cmd/ subfolder but as CMD_ALLOWED says (the
     client runs the supervisor's stack for `llmbus run`);
+  - inside model/ (model/README.md): a concern's subfolder includes no other model/ subfolder
+    but as MODEL_ALLOWED says (the dependencies run from a concern to what it reads), and a
+    model/ subfolder's *_internal.h is included only by its own folder (and tests/);
   - only bus/ includes nats.h, only schemas/ includes FlatBuffers headers (flatbuffers/...
     and the generated *_generated.h), only kernels/cuda/ includes CUDA headers;
   - a source file lives in a folder of the layout;
@@ -77,6 +80,19 @@ CMD_ALLOWED = {
     "cmd/client": {"cmd/supervisor", "cmd/flags"},
     "cmd/bench": {"cmd/flags"},
 }
+# Which model/ subfolders each model/ subfolder may include besides itself (model/README.md):
+# from a concern to what it reads. A subfolder not named here: only itself; a file directly in
+# model/ (there is none) may include every subfolder.
+MODEL_ALLOWED = {
+    "model/gguf": set(),
+    "model/reasoning": set(),
+    "model/sampling": set(),  # the token sampler (moving here from actors/gpu_worker/)
+    "model/tokenizer": {"model/gguf"},
+    "model/template": {"model/gguf"},  # chat_template.h reads the template from the file
+    "model/vision": {"model/gguf"},  # the mmproj is a GGUF file
+    "model/forward": {"model/gguf"},
+    "model/structured": {"model/tokenizer"},  # the vocabulary mask reads every token's bytes
+}
 MAIN_RE = re.compile(r"^\s*int\s+main\s*\(", re.MULTILINE)
 
 # (including file, included file or pattern, reason). The included part is matched against
@@ -84,7 +100,7 @@ MAIN_RE = re.compile(r"^\s*int\s+main\s*\(", re.MULTILINE)
 # an exact string, or as a prefix when it ends in '/'. Remove an entry when its reason is
 # gone; the checker fails on entries that match nothing.
 ALLOWLIST = [
-    # Empty: the CUDA forward pass went with the one-forward-pass issue (model/forward.c over
+    # Empty: the CUDA forward pass went with the one-forward-pass issue (model/forward/forward.c over
     # kernels/backend.h for both backends); its GGUF-loading tools moved to tests/.
 ]
 
@@ -176,6 +192,25 @@ def cmd_include_ok(including, target):
     if tunit == "cmd":
         return False  # a main is no library: nothing includes it
     return unit in ("cmd", tunit) or tunit in CMD_ALLOWED.get(unit, set())
+
+
+def model_unit(path):
+    """'model/gguf' for model/gguf/x.c, 'model' for a file directly in model/."""
+    parts = path.split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 else "model"
+
+
+def model_include_problem(including, target):
+    """Why `including` may not include the model/ file `target` (MODEL_ALLOWED and the
+    folder-private *_internal.h), or None."""
+    unit, tunit = model_unit(including), model_unit(target)
+    if (target.endswith("_internal.h") and not including.startswith("tests/")
+            and os.path.dirname(including) != os.path.dirname(target)):
+        return f"{os.path.dirname(target)}/'s *_internal.h is private to that folder (model/README.md)"
+    if (including.startswith("model/") and unit not in ("model", tunit)
+            and tunit not in MODEL_ALLOWED.get(unit, set())):
+        return f"{unit}/ may not include {tunit}/ (model/README.md)"
+    return None
 
 
 def resolve(root, including, text, files):
@@ -364,6 +399,9 @@ def check(root):
             elif top == ttop == "cmd" and not cmd_include_ok(f, target) and not allowlisted(f, target, used):
                 problems.append((f, lineno, f"includes {target}: {cmd_unit(f)}/ may not include "
                                             f"{cmd_unit(target)}/ (cmd/README.md)"))
+            elif (ok and ttop == "model" and model_include_problem(f, target)
+                  and not allowlisted(f, target, used)):
+                problems.append((f, lineno, f"includes {target}: {model_include_problem(f, target)}"))
 
     problems.extend(find_cycles(graph))
     problems.extend(find_call_cycles(root, files))

@@ -1,4 +1,4 @@
-"""A naive float64 numpy reference of the image encoder (model/clip.h) for test_clip.py, written
+"""A naive float64 numpy reference of the image encoder (model/vision/clip.h) for test_clip.py, written
 from the models' definitions, not from our C code: transformers' SiglipVisionModel +
 Idefics3Connector (pixel shuffle, linear) and CLIPVisionModel + LLaVA's 2-layer MLP projector,
 with llama.cpp mtmd's layout choices where it has its own (the class embedding appended after

@@ -1,4 +1,4 @@
-/* Test tool for model/clip.h (tests/unit/test_clip.py drives it):
+/* Test tool for model/vision/clip.h (tests/unit/test_clip.py drives it):
  *   clip_tool plan MMPROJ W H        prints "num_tiles grid_rows grid_cols rows_per_tile num_rows
  *                                    n_embd_out projector\n" then the prompt text
  *   clip_tool encode MMPROJ IMAGE    encodes IMAGE (JPEG/PNG), writes "rows n_embd_out\n" then
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "model/clip.h"
+#include "model/vision/clip.h"
 
 static int fail(llb_status st) {
   fprintf(stderr, "%s: %s\n", llb_strerror(st), llb_err_last());

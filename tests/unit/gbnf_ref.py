@@ -1,6 +1,6 @@
 """A reference reading of GBNF for tests, written apart from the engine's C compiler.
 
-parse(text) reads a grammar of the dialect model/so_gbnf.c accepts (llama.cpp's GBNF and
+parse(text) reads a grammar of the dialect model/structured/so_gbnf.c accepts (llama.cpp's GBNF and
 xgrammar's EBNF) into rules of nodes; Reference(text) builds a Lark (Earley) parser for the
 language, so membership comes from a well-kept library, and draws random strings of the
 language. Nodes: ("alt", [seq...]), ("seq", [node...]), ("lit", str), ("cls", negated,

@@ -23,7 +23,7 @@
 
 #include "base/status.h"
 #include "kernels/quant.h"
-#include "model/gguf.h"
+#include "model/gguf/gguf.h"
 
 struct gguf_writer;
 

@@ -1,4 +1,4 @@
-# Images for the vision encoder (model/image.h): image_tool decodes / resizes a file, and
+# Images for the vision encoder (model/vision/image.h): image_tool decodes / resizes a file, and
 # test_image.py checks it against Pillow (the venv of `make venv`): PNG decoding exact, JPEG
 # within libjpeg versions' IDCT differences, Pillow's BILINEAR resize exact, and every bad
 # file (empty, wrong type, truncated, a header claiming 100k x 100k, CMYK) refused with the
@@ -15,7 +15,7 @@ set_tests_properties(test_image PROPERTIES TIMEOUT 300 LABELS unit SKIP_RETURN_C
 llb_add_test(test_image_scans SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_image_scans.c
              LIBS llmbus_image PkgConfig::CMOCKA LABELS unit TIMEOUT 60)
 
-# The image encoder (model/clip.h): clip_tool plans and encodes with a random-weight mmproj that
+# The image encoder (model/vision/clip.h): clip_tool plans and encodes with a random-weight mmproj that
 # tests/tools/make_mmproj.py writes at test time; test_clip.py compares it with a float64 numpy
 # reference (tests/unit/clip_reference.py) and with the embeddings llama.cpp computed for the
 # same seeded mmproj (tests/unit/data/clip/, recorded by tests/tools/record_clip_llamacpp.sh).

@@ -1,4 +1,4 @@
-/* Test tool for model/image.h (tests/unit/test_image.py compares it with Pillow):
+/* Test tool for model/vision/image.h (tests/unit/test_image.py compares it with Pillow):
  *   image_tool IN [W H [FILTER]]  decodes IN (JPEG or PNG), resizes to W x H when given (Pillow's
  *                         BILINEAR, or FILTER: enum llb_image_filter's number), writes "W H\n"
  *                         then the raw RGB bytes to stdout.
@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "model/image.h"
+#include "model/vision/image.h"
 
 int main(int argc, char **argv) {
   if (argc != 2 && argc != 4 && argc != 5) {

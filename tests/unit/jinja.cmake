@@ -1,4 +1,4 @@
-# Jinja interpreter (model/jinja.h): unit tests of the language, errors, bounds and hostile
+# Jinja interpreter (model/template/jinja.h): unit tests of the language, errors, bounds and hostile
 # templates (test_jinja.c), and the differential test against Python jinja2 on real chat
 # templates (test_jinja_templates.py with the jinja_render tool; the venv of `make venv`
 # provides jinja2; the templates come from ops/fetch-chat-templates.sh).

@@ -1,5 +1,5 @@
 /* jinja_render TEMPLATE_FILE CONTEXT_JSON_FILE [NOW_UNIX_S]: renders the template with the
- * context through model/jinja.h and writes the text to stdout (exit 0), or the error to
+ * context through model/template/jinja.h and writes the text to stdout (exit 0), or the error to
  * stderr as "ERROR: <status>: <message>" (exit 1). The C side of the differential test
  * against Python jinja2 (test_jinja_templates.py). */
 #include <jansson.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/jinja.h"
+#include "model/template/jinja.h"
 
 static char *slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");

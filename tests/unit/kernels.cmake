@@ -7,7 +7,7 @@ llb_add_test(test_kv_cache_dtype SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kv_cache
 llb_add_test(test_forward SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward.c
              LIBS llmbus_model llmbus_kernels_cpu llmbus_test_gguf_writer PkgConfig::CMOCKA
              LABELS unit TIMEOUT 300)
-# The in-process session of the tools (model/session.c): chunking, reset and truncate change no logit.
+# The in-process session of the tools (model/forward/session.c): chunking, reset and truncate change no logit.
 llb_add_test(test_session SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_session.c
              LIBS llmbus_model llmbus_test_gguf_writer PkgConfig::CMOCKA LABELS unit TIMEOUT 120)
 llb_add_test(test_kernels_packed SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_packed.c

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
-#include "model/gguf.h"
+#include "model/gguf/gguf.h"
 #include "tests/unit/gguf_writer.h"
 
 const struct random_llama_shape random_llama_smollm2_135m = {"SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f};

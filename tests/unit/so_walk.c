@@ -32,10 +32,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/gguf.h"
-#include "model/so_internal.h"
-#include "model/structured_output.h"
-#include "model/tokenizer.h"
+#include "model/gguf/gguf.h"
+#include "model/structured/so_internal.h"
+#include "model/structured/structured_output.h"
+#include "model/tokenizer/tokenizer.h"
 
 #define BENCH_MAX_STEPS 100000
 static double *bench_us; /* [bench_n] when --bench */

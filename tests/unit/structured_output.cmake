@@ -1,8 +1,8 @@
-# Structured output (model/structured_output.h): the matcher on hand-picked cases
+# Structured output (model/structured/structured_output.h): the matcher on hand-picked cases
 # (test_structured_output.c), and random walks under the mask validated by Python's
 # jsonschema on the schema corpus in data/structured_output/ (test_structured_output.py,
 # with the so_walk tool; the venv of `make venv` provides jsonschema).
-# Reasoning markup (model/reasoning.h): the split of outputs and the scan that starts a grammar.
+# Reasoning markup (model/reasoning/reasoning.h): the split of outputs and the scan that starts a grammar.
 llb_add_test(test_reasoning SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_reasoning.c
              LIBS llmbus_reasoning PkgConfig::CMOCKA LABELS unit TIMEOUT 60)
 llb_add_test(test_structured_output SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_structured_output.c

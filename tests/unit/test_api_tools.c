@@ -12,7 +12,7 @@
 
 #include "actors/api_server/api_response.h"
 #include "actors/api_server/api_tools.h"
-#include "model/structured_output.h"
+#include "model/structured/structured_output.h"
 
 #define WEATHER                                                                                              \
   "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather of a city\","    \

@@ -19,8 +19,8 @@
 #include <jansson.h>
 
 #include "cmd/bench/bench.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 
 static void percentile_interpolates_like_numpy(void **state) {
   (void)state;

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/chat_template.h"
+#include "model/template/chat_template.h"
 
 static const char *g_model;
 

@@ -156,6 +156,28 @@ class CheckLayoutTest(unittest.TestCase):
             with self.subTest(src=src, dst=dst):
                 self.assert_one_problem({src: f'#include "{dst}"\n'}, f"{src}:1", [dst, "cmd/README.md"])
 
+    def test_model_subfolders_include_only_what_model_allowed_says(self):
+        for src, dst in [("model/gguf/x.c", "model/tokenizer/tokenizer.h"),
+                         ("model/structured/x.c", "model/forward/forward.h"),
+                         ("model/new/x.c", "model/gguf/gguf.h"),
+                         ("model/tokenizer/x.c", "model/forward.h")]:
+            with self.subTest(src=src, dst=dst):
+                self.assert_one_problem({src: f'#include "{dst}"\n'}, f"{src}:1", [dst, "model/README.md"])
+        with Tree({"model/structured/x.c": '#include "model/tokenizer/tokenizer.h"\n#include "model/structured/y.h"\n',
+                   "model/tokenizer/x.c": '#include "model/gguf/gguf.h"\n',
+                   "model/x.c": '#include "model/vision/clip.h"\n',
+                   "actors/scheduler/x.c": '#include "model/structured/so.h"\n'}) as t:
+            self.assertEqual(t.problems(), [])
+
+    def test_a_model_folders_internal_header_stays_in_it(self):
+        for src, dst in [("actors/scheduler/x.c", "model/vision/clip_internal.h"),
+                         ("model/forward/x.c", "model/gguf/gguf_internal.h")]:
+            with self.subTest(src=src, dst=dst):
+                self.assert_one_problem({src: f'#include "{dst}"\n'}, f"{src}:1", [dst, "private"])
+        with Tree({"tests/unit/x.c": '#include "model/structured/so_internal.h"\n',
+                   "model/structured/x.c": '#include "model/structured/so_internal.h"\n'}) as t:
+            self.assertEqual(t.problems(), [])
+
     def test_cmd_itself_holds_only_mains(self):
         for path, text in [("cmd/commands.h", "int cmd_x(void);\n"),
                            ("cmd/serve.c", "int cmd_serve(int argc, char **argv) { return 0; }\n")]:

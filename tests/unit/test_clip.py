@@ -1,4 +1,4 @@
-"""The image encoder (model/clip.h) through tests/unit/clip_tool, with random-weight mmproj files
+"""The image encoder (model/vision/clip.h) through tests/unit/clip_tool, with random-weight mmproj files
 of real tensor names and shapes written at test time (tests/tools/make_mmproj.py, seeded):
 
 - plans: tile grid, rows and the prompt text replacing one image marker equal what

@@ -1,4 +1,4 @@
-/* model/config: LLaMA hyperparameters and tensor-shape checks on tiny files made with the
+/* model/gguf/config: LLaMA hyperparameters and tensor-shape checks on tiny files made with the
  * test GGUF writer; with `--model PATH`, the default model's config (exit 77 if absent). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/config.h"
+#include "model/gguf/config.h"
 #include "tests/unit/gguf_writer.h"
 
 /* Tiny model: E 64, H 4, Hkv 2, D 16, F 96, V 40, 2 blocks. */

@@ -1,4 +1,4 @@
-/* The CUDA backend against the CPU one: model/forward.c's llama_forward over backend_cuda_ops()
+/* The CUDA backend against the CPU one: model/forward/forward.c's llama_forward over backend_cuda_ops()
  * and over backend_cpu_ops(), on random weights of SmolLM2-135M's shape and of a 1B-class
  * LLaMA (tests/unit/random_llama.h), and on the real SmolLM2 file when LLMBUS_MODEL names it: a
  * 16-token prefill, then 64 greedy decode steps, teacher-forced with the referee's token (the
@@ -17,8 +17,8 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "model/forward.h"
-#include "model/gguf.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
 #include "tests/unit/random_llama.h"
 #include "tests/unit/test_cuda_harness.h"
 

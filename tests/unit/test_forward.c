@@ -1,4 +1,4 @@
-/* LLaMA forward (model/forward.c) on a tiny random model built here with the GGUF writer:
+/* LLaMA forward (model/forward/forward.c) on a tiny random model built here with the GGUF writer:
  * 2 layers, E 64, 4 heads, 2 KV heads, head_dim 16, FFN 128, vocab 97, Q4_1/Q8_0/F32 weights.
  *
  * Against a dense float reference written here (dequantized weights, double sums, K/V
@@ -19,9 +19,9 @@
 #include <string.h>
 
 #include "kernels/quant.h"
-#include "model/forward.h"
-#include "model/gguf.h"
-#include "model/packed_cache.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
+#include "model/forward/packed_cache.h"
 #include "tests/unit/gguf_writer.h"
 
 enum { L = 2, E = 64, H = 4, HKV = 2, D = 16, F = 128, V = 97, CTX = 128, BS = 4, NB = 32, MB = 16 };
@@ -378,7 +378,7 @@ static void test_input_embeds_override_and_bad_batches(void **state) {
   llama_kv_cache_destroy(kv2);
 }
 
-/* The host's shared packed-weight cache (model/packed_cache.h): the first context packs and
+/* The host's shared packed-weight cache (model/forward/packed_cache.h): the first context packs and
  * writes it, the next maps it instead of packing; both give the private copy's logits bit for
  * bit; a cache file whose bytes were not made by this build's packing is detected, repacked
  * and replaced. */

@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/forward.h"
-#include "model/gguf.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
 #include "tests/unit/arch_models.h"
 
 #include "tests/unit/data/arch_golden.inc"

@@ -1,4 +1,4 @@
-/* model/forward.c's device path (a backend whose memory is not the host's: weights, norms
+/* model/forward/forward.c's device path (a backend whose memory is not the host's: weights, norms
  * and batch arrays uploaded, steps begun and ended, decode steps padded to a bucket) over a
  * device backend emulated here in host memory on top of the CPU ops: the path the CUDA
  * backend takes, checked on machines without a GPU.
@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "model/forward.h"
-#include "model/gguf.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
 #include "tests/unit/gguf_writer.h"
 
 enum { L = 2, E = 32, H = 4, HKV = 2, D = 8, F = 64, V = 61, CTX = 64, BS = 4, NB = 40, MB = 16, T = 24, S = 8 };

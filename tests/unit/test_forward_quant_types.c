@@ -21,8 +21,8 @@
 #include <string.h>
 
 #include "kernels/quant.h"
-#include "model/forward.h"
-#include "model/gguf.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
 #include "tests/unit/gguf_writer.h"
 
 enum { L = 2, E = 256, H = 4, HKV = 2, D = 64, F = 512, V = 61, CTX = 64, BS = 4, NB = 16, MB = 8, NP = 10 };

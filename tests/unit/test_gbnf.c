@@ -1,4 +1,4 @@
-/* GBNF grammars (model/so_gbnf.c, the matcher's GBNF frames): what compiles, what is refused
+/* GBNF grammars (model/structured/so_gbnf.c, the matcher's GBNF frames): what compiles, what is refused
  * with which line and column, and that the matcher accepts exactly the grammar's language
  * (every string up to a length over a small alphabet, against POSIX regexes for regular
  * grammars and counting for balanced parentheses), UTF-8 classes byte by byte, and the mask. */
@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "base/status.h"
-#include "model/structured_output.h"
+#include "model/structured/structured_output.h"
 
 static struct so_grammar *compile_ok(const char *text) {
   struct so_grammar *g = NULL;

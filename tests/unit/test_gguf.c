@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/gguf.h"
+#include "model/gguf/gguf.h"
 #include "tests/unit/gguf_writer.h"
 
 static const char *model_path;

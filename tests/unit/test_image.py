@@ -1,4 +1,4 @@
-"""model/image.h against Pillow, through tests/unit/image_tool.
+"""model/vision/image.h against Pillow, through tests/unit/image_tool.
 
 - PNG decoding (RGB, RGBA, gray, 16-bit, palette) gives Pillow's pixels exactly (alpha is
   dropped against black as libpng's simplified API composes it: checked on opaque images);

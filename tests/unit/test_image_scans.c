@@ -1,4 +1,4 @@
-/* model/image.h: a progressive JPEG re-reads its coefficients at every scan, so a small file
+/* model/vision/image.h: a progressive JPEG re-reads its coefficients at every scan, so a small file
  * of many tiny scans costs a pass over the image each; one of more than LLB_IMAGE_MAX_JPEG_SCANS
  * is refused (TOO_LARGE) while an ordinary progressive file decodes. The files are written here
  * with libjpeg's own encoder and a scan script: one DC scan, then each AC coefficient in two
@@ -16,7 +16,7 @@
 
 #include <jpeglib.h>
 
-#include "model/image.h"
+#include "model/vision/image.h"
 
 /* A 32x32 gray JPEG into *out (malloc'd by libjpeg); many_scans: the 127-scan script, else
  * libjpeg's simple progression. */

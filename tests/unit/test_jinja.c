@@ -1,4 +1,4 @@
-/* Jinja interpreter (model/jinja.h): the language on hand-written templates whose jinja2
+/* Jinja interpreter (model/template/jinja.h): the language on hand-written templates whose jinja2
  * output is known, errors that name line and column, and the bounds that keep a hostile
  * template or context from hanging or exhausting an actor. Real chat templates are checked
  * against Python jinja2 by test_jinja_templates.py. */
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/jinja.h"
+#include "model/template/jinja.h"
 
 /* Renders src with the JSON context ctx (NULL = none); returns status, *out malloc'd. */
 static llb_status render_opts(const char *src, const char *ctx, const struct jinja_render_opts *o, char **out) {

@@ -1,4 +1,4 @@
-"""Differential test of the C Jinja interpreter (model/jinja.h, through the jinja_render
+"""Differential test of the C Jinja interpreter (model/template/jinja.h, through the jinja_render
 tool) against Python jinja2 as Hugging Face's apply_chat_template runs it:
 ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with the loopcontrols
 extension, HF's AssistantTracker `generation` tag, its tojson filter (ensure_ascii=False)

@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "actors/input_processor/input_processor.h"
-#include "model/gguf.h"
-#include "model/jinja.h"
-#include "model/tokenizer.h"
+#include "model/gguf/gguf.h"
+#include "model/template/jinja.h"
+#include "model/tokenizer/tokenizer.h"
 #include "tests/unit/gguf_writer.h"
 
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4 };

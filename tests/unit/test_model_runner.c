@@ -34,10 +34,10 @@
 #include "actors/gpu_worker/model_runner.h"
 #include "actors/gpu_worker/runner_sim.h"
 #include "base/log.h"
-#include "model/forward.h"
-#include "model/gguf.h"
-#include "model/structured_output.h"
-#include "model/tokenizer.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
+#include "model/structured/structured_output.h"
+#include "model/tokenizer/tokenizer.h"
 #include "tests/unit/gguf_writer.h"
 
 enum { L = 2, E = 64, H = 4, HKV = 2, D = 16, F = 128, V = 97, CTX = 256, BS = 4, NB = 64, MAX_TOK = 16 };

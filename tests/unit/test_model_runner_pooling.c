@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "actors/gpu_worker/model_runner.h"
-#include "model/forward.h"
-#include "model/gguf.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
 #include "tests/unit/gguf_writer.h"
 
 enum { L = 2, E = 48, H = 4, HKV = 2, D = 12, F = 96, V = 61, CTX = 128, BS = 4, NB = 48, MAX_TOK = 32, P = 11 };

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "actors/output_processor/output_processor.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 
 /* Loads the vocab named by LLMBUS_TEST_VOCAB, else the GPT-2 vocab of the shared test
  * vectors (LLB_TESTDATA_DIR); exits 77 (skipped) when no file is there. */

@@ -1,4 +1,4 @@
-/* Reasoning markup (model/reasoning.h): each parser's split of whole outputs, the streamed
+/* Reasoning markup (model/reasoning/reasoning.h): each parser's split of whole outputs, the streamed
  * split that only grows and ends where the whole one does whatever the chunking, and the
  * token-level scan that says where a grammar may start. */
 #include <setjmp.h>
@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/reasoning.h"
+#include "model/reasoning/reasoning.h"
 
 static void expect_split(enum reasoning_parser p, const char *text, const char *reasoning, const char *content) {
   struct reasoning_split s;

@@ -18,7 +18,7 @@
 
 #include "actors/gpu_worker/runner_so.h"
 #include "actors/gpu_worker/sampler.h"
-#include "model/structured_output.h"
+#include "model/structured/structured_output.h"
 
 enum { NV = 100, MASK_NV = 90, EOG = 89 };
 

@@ -1,4 +1,4 @@
-/* The in-process session runner (model/session.h) on a tiny random LLaMA built with the GGUF
+/* The in-process session runner (model/forward/session.h) on a tiny random LLaMA built with the GGUF
  * writer (2 layers, E 64, 4 heads, 2 KV heads, head_dim 16, vocab 97):
  * - a prompt fed in one step, in steps of 7 rows (one feed cut by the session), and in
  *   several feeds of uneven sizes gives bit-identical logits for every row;
@@ -19,9 +19,9 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "model/forward.h"
-#include "model/gguf.h"
-#include "model/session.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
+#include "model/forward/session.h"
 #include "tests/unit/gguf_writer.h"
 
 enum { L = 2, E = 64, H = 4, HKV = 2, D = 16, F = 128, V = 97, CTX = 256, N = 40, GEN = 12 };

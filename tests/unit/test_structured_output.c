@@ -1,4 +1,4 @@
-/* Structured output matcher (model/structured_output.h) on hand-picked outputs: what a
+/* Structured output matcher (model/structured/structured_output.h) on hand-picked outputs: what a
  * schema allows is accepted byte by byte, what it does not is refused at the first byte that
  * breaks it, end of generation only at a complete value, and the token mask agrees. The
  * random walks checked by jsonschema are in test_structured_output.py. */
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/structured_output.h"
+#include "model/structured/structured_output.h"
 
 static struct so_grammar *schema(const char *text) {
   struct so_grammar *g = NULL;

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 
 static const char *g_dir;
 static const char *g_model;
@@ -216,7 +216,7 @@ static void test_bpe_invalid_utf8_round_trips(void **state) {
 }
 
 /* SmolLM2: ids checked against HF tokenizers (tokenizer rebuilt from the GGUF vocab and merges
- * with SmolLM2's pre-tokenizer: Split(\p{N}, isolated) + ByteLevel), see model/README. */
+ * with SmolLM2's pre-tokenizer: Split(\p{N}, isolated) + ByteLevel), see model/tokenizer/README.md. */
 static void test_smollm2_encodes_chat_text_like_hf(void **state) {
   (void)state;
   struct gguf_file *gf;

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 
 static const char *g_dir;
 

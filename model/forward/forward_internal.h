@@ -1,0 +1,89 @@
+/* Private to model/forward/forward*.c: the model, KV cache and forward context of model/forward/forward.h,
+ * shared by forward.c (load, context, the step) and forward_pack.c (packed weights). */
+#ifndef LLB_MODEL_FORWARD_INTERNAL_H
+#define LLB_MODEL_FORWARD_INTERNAL_H
+
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "model/gguf/config.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
+#include "model/forward/packed_cache.h"
+
+struct llama_layer {
+  const float *attn_norm, *ffn_norm; /* [E] */
+  struct backend_weight wq;          /* [H*D rows, E cols] */
+  struct backend_weight wk, wv;      /* [Hkv*D rows, E cols] */
+  struct backend_weight wo;          /* [E rows, H*D cols] */
+  struct backend_weight w_gate, w_up; /* [F rows, E cols] */
+  struct backend_weight w_down;      /* [E rows, F cols] */
+  const float *bq, *bk, *bv;         /* qwen2: [H*D], [Hkv*D], [Hkv*D] projection biases; else NULL */
+  const float *q_norm, *k_norm;      /* qwen3: [D] per-head RMS norm weights; else NULL */
+  const float *post_attn_norm, *post_ffw_norm; /* gemma2/3: [E] norms of the attention / FFN outputs; else NULL */
+};
+
+struct llama_model {
+  const struct gguf_file *gguf;   /* the views' file */
+  struct llama_config cfg;
+  struct backend_weight tok_embd; /* [V rows, E cols] */
+  struct backend_weight output;   /* [V rows, E cols]; token_embd when tied */
+  const float *output_norm;       /* [E] */
+  const float *rope_freqs;        /* [rope dims / 2] Llama 3.x rope_freqs.weight, or NULL */
+  const float *rope_long, *rope_short; /* [rope dims / 2] phi3 LongRoPE factors, or NULL */
+  struct llama_layer *layers;     /* [block_count] */
+};
+
+struct llama_kv_cache {
+  const struct llama_model *model;
+  const struct backend_ops *ops;    /* the device backend whose buffer data is, or NULL (host) */
+  uint8_t *data;                    /* [block_count, 2, num_blocks, block_size, Hkv] rows of dtype */
+  enum backend_kv_dtype dtype;
+  struct backend_kv_layer *layers;  /* [block_count] views into data */
+};
+
+struct llama_forward_ctx {
+  const struct llama_model *m;
+  int32_t n_threads, n_threads_decode, decode_max_tokens; /* llama_forward_options' */
+  int32_t cur_threads;            /* what set_num_threads last set */
+  const struct backend_ops *ops;
+  struct backend_ctx *bc;
+  int32_t max_num_tokens;
+  struct llama_layer *layers;     /* [block_count] m's layers, packed weights set (LLAMA_MATMUL_PACKED);
+                                     on a device backend every pointer is into its memory */
+  struct backend_weight output;   /* m's output weight, likewise */
+  struct backend_weight tok_embd; /* m's token_embd (packed only on a device backend) */
+  const float *output_norm;       /* [E] m's, or its device copy */
+  const float *rope_factors;      /* [rope dims / 2] m's rope_freqs, or the LongRoPE set for max_model_len */
+  int32_t max_context_len;        /* longest sequence attention reads (the model's context_length) */
+  void *dev_vectors;              /* device backend: norms, biases, RoPE factors (one buffer), or NULL */
+  void *dev_weights;              /* device backend: every weight in its layout (one buffer), or NULL */
+  size_t dev_weight_bytes;
+  float *dev_logits;              /* device backend: [max_num_logits, V], or NULL */
+  const struct llama_kv_cache *dev_kv; /* device backend: the one cache its steps (and the backend's
+                                          recorded steps, which hold its addresses) run with */
+  void *packed;                   /* every packed layout of this context, one allocation, or NULL */
+  struct packed_cache_map packed_map; /* ... or the host's shared cache file (packed_cache.h) */
+  int32_t *ids;   /* [max_num_tokens] token ids with embedding rows masked to 0 (host memory) */
+  /* the backend's memory (buffer_alloc): */
+  float *x;       /* [max_num_tokens, E] residual stream */
+  float *xn;      /* [max_num_tokens, max(E, H*D)] normed input / op output */
+  float *q;       /* [max_num_tokens, H*D] */
+  float *k, *v;   /* [max_num_tokens, Hkv*D] */
+  float *attn;    /* [max_num_tokens, H*D] */
+  float *gate, *up; /* [max_num_tokens, F] */
+  void (*eval_cb)(void *user, const char *name, int32_t il, const float *data, int64_t n); /* options' */
+  void *eval_user;
+};
+
+/* The matmul weights of c (the layers', then output) into out [7 * block_count + 1]; returns
+ * the count (forward_pack.c). */
+int32_t llama_forward_matmul_weights(struct llama_forward_ctx *c, struct backend_weight **out);
+
+/* Packs every weight c's backend has a layout for (LLAMA_MATMUL_PACKED): from / into the
+ * host's shared cache file under o->packed_cache_dir when set, else into one private
+ * allocation; then releases the file pages the layouts replace (forward_pack.c). Errors:
+ * OUT_OF_MEMORY, the backend's pack errors. */
+llb_status llama_forward_pack_weights(struct llama_forward_ctx *c, const struct llama_forward_options *o);
+
+#endif
