@@ -13,7 +13,9 @@ is none. What it enforces:
     nothing but tests/ includes tests/, nothing but cmd/ and tests/ includes cmd/;
   - inside cmd/ (cmd/README.md): cmd/ itself holds only mains, one .c defining main() per
     binary; its subfolders include no other cmd/ subfolder but as CMD_ALLOWED says (the
-    client runs the supervisor's stack for `llmbus run`);
+    client runs the supervisor's stack for `llmbus run`); the in-process tools (cmd/client,
+    cmd/bench) include only the actor headers CMD_ACTOR_HEADERS names (the sampler is
+    model/sampling's, not the worker's);
   - only bus/ includes nats.h, only schemas/ includes FlatBuffers headers (flatbuffers/...
     and the generated *_generated.h), only kernels/cuda/ includes CUDA headers;
   - a source file lives in a folder of the layout;
@@ -76,6 +78,14 @@ CMD_ALLOWED = {
     "cmd/supervisor": {"cmd/flags"},
     "cmd/client": {"cmd/supervisor", "cmd/flags"},
     "cmd/bench": {"cmd/flags"},
+}
+# The tools that run the model in this process (cmd/client: generate --inproc; cmd/bench) reach
+# it through model/ (the session, model/sampling's sampler), never through an actor's headers:
+# the actor headers each may include (exact project paths). A cmd/ subfolder not named here is
+# not restricted by this table.
+CMD_ACTOR_HEADERS = {
+    "cmd/client": set(),
+    "cmd/bench": {"actors/gpu_worker/runner_sim.h"},  # --fit: the sim worker's cost model
 }
 MAIN_RE = re.compile(r"^\s*int\s+main\s*\(", re.MULTILINE)
 
@@ -364,6 +374,10 @@ def check(root):
             elif top == ttop == "cmd" and not cmd_include_ok(f, target) and not allowlisted(f, target, used):
                 problems.append((f, lineno, f"includes {target}: {cmd_unit(f)}/ may not include "
                                             f"{cmd_unit(target)}/ (cmd/README.md)"))
+            elif (top == "cmd" and ttop == "actors" and cmd_unit(f) in CMD_ACTOR_HEADERS
+                  and target not in CMD_ACTOR_HEADERS[cmd_unit(f)] and not allowlisted(f, target, used)):
+                problems.append((f, lineno, f"includes {target}: {cmd_unit(f)}/ runs the model through model/, "
+                                            f"not an actor's headers (CMD_ACTOR_HEADERS, cmd/README.md)"))
 
     problems.extend(find_cycles(graph))
     problems.extend(find_call_cycles(root, files))
