@@ -83,10 +83,11 @@ struct sampler_logprob {
 };
 
 struct sampler_result {
-  int32_t token_id;                            /* the sampled token */
-  float logprob;                               /* of token_id, after penalties, before temperature;
-                                                  0 when not asked for (p->logprobs < 0) */
-  int32_t num_top;                             /* = max(p->logprobs, 0) */
+  int32_t token_id;                                 /* the sampled token */
+  float logprob;                                    /* of token_id, after penalties, before
+                                                       temperature; 0 when not asked for
+                                                       (p->logprobs < 0) */
+  int32_t num_top;                                  /* = max(p->logprobs, 0) */
   struct sampler_logprob top[SAMPLER_MAX_LOGPROBS]; /* [num_top], descending logprob, ties by id */
 };
 
