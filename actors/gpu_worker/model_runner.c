@@ -16,8 +16,8 @@
 #include "actors/gpu_worker/runner_backend.h"
 #include "actors/gpu_worker/runner_sim.h"
 #include "actors/gpu_worker/runner_so.h"
-#include "actors/gpu_worker/sampler.h"
 #include "base/log.h"
+#include "model/sampling/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 
 static void free_mm(struct mr_request *q) {
@@ -219,7 +219,8 @@ static llb_status add_new(struct model_runner *r, const struct llb_new_request_d
   q->num_block_ids = 0;
   if (!append_blocks(q, nr->block_ids, nr->num_block_ids)) return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
   q->num_computed_tokens = nr->num_computed_tokens;
-  q->sampling_params = *nr->sampling_params;
+  mr_sampler_params(nr->sampling_params, &q->sampler_params);
+  q->prompt_logprobs = nr->sampling_params->prompt_logprobs;
   if (r->cfg.device == MODEL_RUNNER_DEVICE_SIM)
     q->sim_key = sim_request_key(nr->sampling_params, nr->prompt_token_ids, nr->num_prompt_token_ids);
   runner_so_req_free(r->so, &q->so);
@@ -381,7 +382,7 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
       llb_status st = gather_mm(r, q, start, len, n, &any_mm);
       if (st) return st;
     }
-    if (prompt_logprobs_add(&r->plp, q->sampling_params.prompt_logprobs, q->token_ids, q->num_prompt_tokens,
+    if (prompt_logprobs_add(&r->plp, q->prompt_logprobs, q->token_ids, q->num_prompt_tokens,
                             start, len, n))
       return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "prompt logprobs");
     int32_t *bt = r->block_tables + (int64_t)s * max_blocks;
@@ -468,7 +469,7 @@ static llb_status sample_all(struct model_runner *r, int32_t max_n) {
   if (st_width) return mr_fail(r, st_width, "sampling_params.logprobs", "%s", llb_err_last());
   for (int32_t l = 0, rows = 1; l < r->num_sample_logits; l += rows) {
     struct mr_request *q = r->rows[r->logits_rows[l]];
-    const struct llb_sampling_params *p = &q->sampling_params;
+    const struct sampler_params *p = &q->sampler_params;
     rows = 1;
     r->logits_used[l] = 1;
     if (q->num_spec > 0) { /* drafts: rejection sampling over its rows (runner_spec.c) */
@@ -565,14 +566,14 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   if (ns == 0) return LLB_STATUS_OK;
   r->last_shape = sim_step_shape_of(&r->batch); /* what a sim step of this batch costs, any device */
   for (int32_t l = 0; l < r->num_sample_logits; l++)
-    r->last_shape.num_random += r->rows[r->logits_rows[l]]->sampling_params.temperature >= SAMPLER_GREEDY_EPS;
+    r->last_shape.num_random += r->rows[r->logits_rows[l]]->sampler_params.temperature >= SAMPLER_GREEDY_EPS;
   if (r->cfg.device == MODEL_RUNNER_DEVICE_SIM) {
     sim_step(r, start_ns);
   } else {
     if ((st = forward_with_masks(r))) return st;
     int32_t max_n = -1;
     for (int32_t l = 0; l < r->num_sample_logits; l++) {
-      const int32_t n = r->rows[r->logits_rows[l]]->sampling_params.logprobs;
+      const int32_t n = r->rows[r->logits_rows[l]]->sampler_params.logprobs;
       if (n > max_n) max_n = n;
     }
     if ((st = sample_all(r, max_n))) return st;

@@ -1,6 +1,7 @@
 /* What the model runner's phases share (model_runner_internal.h): the step's error record
  * (mr_fail, mr_blame: the field and the request a failed step is blamed on), request lookups
- * by id in the persistent batch and the scheduler output, and array growth. A leaf: phase 1
+ * by id in the persistent batch and the scheduler output, array growth, and the conversion of
+ * a request's wire sampling params to the sampler's (model/sampling/sampler.h). A leaf: phase 1
  * (model_runner_check.c), phase 2 (model_runner.c) and speculative decoding (runner_spec.c)
  * call it, it calls none of them. */
 #include <stdarg.h>
@@ -35,6 +36,27 @@ int32_t mr_find_new(const struct llb_scheduler_output *so, struct llb_str id, in
   for (int32_t i = 0; i < limit; i++)
     if (mr_str_eq(so->scheduled_new_reqs[i].req_id.data, so->scheduled_new_reqs[i].req_id.len, id)) return i;
   return -1;
+}
+
+/* The wire's limits are the sampler's: a request the input processor accepts fits its params. */
+_Static_assert(LLB_MAX_LOGPROBS == SAMPLER_MAX_LOGPROBS, "logprobs width");
+_Static_assert(LLB_MAX_LOGIT_BIAS == SAMPLER_MAX_LOGIT_BIAS, "logit_bias entries");
+_Static_assert((int)LLB_MAX_LOGIT_BIAS_VALUE == (int)SAMPLER_MAX_LOGIT_BIAS_VALUE, "logit_bias range");
+
+void mr_sampler_params(const struct llb_sampling_params *wire, struct sampler_params *out) {
+  sampler_params_init(out);
+  out->temperature = wire->temperature;
+  out->top_k = wire->top_k;
+  out->top_p = wire->top_p;
+  out->min_p = wire->min_p;
+  out->seed = wire->seed;
+  out->presence_penalty = wire->presence_penalty;
+  out->frequency_penalty = wire->frequency_penalty;
+  out->repetition_penalty = wire->repetition_penalty;
+  out->logprobs = wire->logprobs;
+  out->num_logit_bias = wire->num_logit_bias;
+  for (int32_t i = 0; i < wire->num_logit_bias && i < SAMPLER_MAX_LOGIT_BIAS; i++)
+    out->logit_bias[i] = (struct sampler_logit_bias){wire->logit_bias[i].token_id, wire->logit_bias[i].bias};
 }
 
 /* Records an error with the offending field; the message goes through LLB_ERRF too. */

@@ -43,7 +43,9 @@ static llb_status check_new(struct model_runner *r, const struct llb_scheduler_o
                 nr->req_id.data);
   mr_blame(r, nr->req_id.data, nr->req_id.len); /* from here on: this request's own input */
   if (!nr->sampling_params) return mr_fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "sampling_params missing");
-  llb_status pst = sampler_check_params(nr->sampling_params);
+  struct sampler_params sp;
+  mr_sampler_params(nr->sampling_params, &sp);
+  llb_status pst = sampler_check_params(&sp);
   if (pst) return mr_fail(r, pst, field, "%s", llb_err_last());
   if (nr->sampling_params->logprobs > LLB_MAX_LOGPROBS || nr->sampling_params->prompt_logprobs > LLB_MAX_LOGPROBS)
     return mr_fail(r, LLB_STATUS_INVALID_ARGUMENT, field, "logprobs %d / prompt_logprobs %d > %d",

@@ -15,7 +15,7 @@
 #include "actors/gpu_worker/runner_backend.h"
 #include "actors/gpu_worker/runner_sim.h"
 #include "actors/gpu_worker/runner_so.h"
-#include "actors/gpu_worker/sampler.h"
+#include "model/sampling/sampler.h"
 
 /* One request of the persistent batch. Buffers are owned by the row and reused when the row
  * is reused (rows are swapped, never freed, until the runner is destroyed). */
@@ -27,7 +27,8 @@ struct mr_request {
   int32_t *block_ids;           /* [num_block_ids]: the block table row */
   int32_t num_block_ids, block_cap;
   int32_t num_computed_tokens;
-  struct llb_sampling_params sampling_params;
+  struct sampler_params sampler_params; /* of its sampling_params (mr_sampler_params) */
+  int32_t prompt_logprobs;      /* its sampling_params.prompt_logprobs: -1 = none */
   struct mr_mm *mm;             /* [num_mm] multimodal placeholders, by offset */
   int64_t num_mm, mm_cap;
   struct runner_so_req so;      /* structured output: its matcher (runner_so.h) */
@@ -128,6 +129,10 @@ bool mr_str_eq(const char *a, size_t alen, struct llb_str b);
 int32_t mr_find_row(const struct model_runner *r, struct llb_str id);
 /* The index of `id` among so->scheduled_new_reqs[0..limit), -1 = none. */
 int32_t mr_find_new(const struct llb_scheduler_output *so, struct llb_str id, int32_t limit);
+/* The sampler's view of a request's wire sampling params: the one place the worker converts
+ * them (the fields of struct sampler_params, logit_bias entries copied when their count is
+ * within bounds; an out-of-range count is kept so that the sampler refuses it). */
+void mr_sampler_params(const struct llb_sampling_params *wire, struct sampler_params *out);
 /* Records an error with the offending field (r->err_*) and returns `st` (message via LLB_ERRF). */
 llb_status mr_fail(struct model_runner *r, llb_status st, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -147,7 +152,7 @@ llb_status mr_spec_check(struct model_runner *r, const struct llb_scheduled_toke
 /* Samples the logits rows [l, l + q->num_spec] of q (its drafts' positions, then the bonus):
  * rejection sampling into r->results[l ..], r->logits_used marking the outputs; sets *rows to
  * q->num_spec + 1. Errors: the sampler's, through mr_fail, blamed on q. */
-llb_status mr_spec_sample(struct model_runner *r, struct mr_request *q, const struct llb_sampling_params *p,
+llb_status mr_spec_sample(struct model_runner *r, struct mr_request *q, const struct sampler_params *p,
                           int32_t l, int32_t *rows);
 /* Proposes q's drafts for its next step into the output arrays (entry k of the output, the
  * drafts flattened at *off, advanced); none unless spec decoding is on and q samples

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "actors/gpu_worker/sampler.h"
 #include "base/hash.h"
+#include "model/sampling/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 
 enum { SIM_TERMS = 5 }; /* fixed, token, sampled_row, attention, context */

@@ -4,8 +4,8 @@
  * tables, slot mapping and the checks of model_runner.c run as on the CPU; instead of the
  * forward pass and the sampler, the step waits (clock_nanosleep to a deadline: no CPU) the
  * time a cost model gives for its batch, and each sampled row gets a token drawn by
- * Philox4x32-10 (the sampler's generator, sampler.h) from the request's key and its output
- * position, so outputs are checkable and a replay (preemption, a restarted worker or
+ * Philox4x32-10 (the sampler's generator, model/sampling/sampler.h) from the request's key
+ * and its output position, so outputs are checkable and a replay (preemption, a restarted worker or
  * scheduler, a resend) is token-identical. The draw never picks a control or an
  * end-of-generation token, so a request runs to max_tokens or a stop the client asked for.
  * As in vLLM's and Dynamo's mock engines (Dynamo `mocker`, Vidur's simulator, MLSys 2024), the

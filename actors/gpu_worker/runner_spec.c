@@ -9,12 +9,12 @@
 
 #include "actors/gpu_worker/model_runner_internal.h"
 #include "actors/gpu_worker/ngram_proposer.h"
-#include "actors/gpu_worker/rejection_sampler.h"
 #include "base/log.h"
+#include "model/sampling/rejection_sampler.h"
 
 /* q samples without a grammar, pooling or prompt logprobs: drafts can be verified for it. */
 static bool samples_unconstrained(const struct mr_request *q) {
-  return !q->so.grammar && !pooler_req_active(&q->pool) && q->sampling_params.prompt_logprobs < 0;
+  return !q->so.grammar && !pooler_req_active(&q->pool) && q->prompt_logprobs < 0;
 }
 
 llb_status mr_spec_check(struct model_runner *r, const struct llb_scheduled_tokens *s, const struct mr_sched *e,
@@ -38,7 +38,7 @@ llb_status mr_spec_check(struct model_runner *r, const struct llb_scheduled_toke
   return LLB_STATUS_OK;
 }
 
-llb_status mr_spec_sample(struct model_runner *r, struct mr_request *q, const struct llb_sampling_params *p,
+llb_status mr_spec_sample(struct model_runner *r, struct mr_request *q, const struct sampler_params *p,
                           int32_t l, int32_t *rows) {
   const struct rejection_sample_input in = {
       .params = p, .logits = r->logits + (int64_t)l * r->vocab_size, .token_ids = q->token_ids,

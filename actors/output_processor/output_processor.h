@@ -61,7 +61,7 @@ struct outproc_candidate {
   float logprob;
 };
 
-/* Logprobs of one sampled position (actors/gpu_worker/sampler.h sampler_result). */
+/* Logprobs of one sampled position (model/sampling/sampler.h sampler_result). */
 struct outproc_new_logprobs {
   int32_t token_id;   /* the sampled token */
   float logprob;      /* its logprob */

@@ -31,15 +31,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "actors/gpu_worker/sampler.h"
 #include "bus/bus.h"
 #include "base/log.h"
 #include "bus/subject.h"
 #include "cmd/bench/bench.h"
 #include "cmd/flags/flags.h"
 #include "model/forward/forward.h"
-#include "model/gguf/gguf.h"
 #include "model/forward/session.h"
+#include "model/gguf/gguf.h"
+#include "model/sampling/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 #include "schemas/codec.h"
 #include "schemas/generate_request.h"
@@ -217,10 +217,9 @@ static llb_status inproc_init(struct inproc *r, const struct engine_opts *o, con
 /* One run: prefill, then tokens - 1 timed steps of (sample + forward one token); the last
  * token is sampled (timed too) without a forward, as the engine stops there. */
 static llb_status inproc_run(struct inproc *r, const struct engine_opts *o, struct steps *out, int32_t *tokens_out) {
-  struct llb_sampling_params sp;
-  llb_sampling_params_init(&sp);
+  struct sampler_params sp; /* greedy, as the engine leg's requests */
+  sampler_params_init(&sp);
   sp.temperature = 0;
-  sp.max_tokens = o->tokens;
   float *logits = NULL;
   llb_status st = llama_session_truncate(r->session, 0, 0); /* each run from an empty cache */
   if (st == LLB_STATUS_OK) st = llama_session_eval(r->session, 0, r->seq, o->prompt_len, &logits);

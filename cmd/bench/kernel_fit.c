@@ -22,11 +22,11 @@
 #include <time.h>
 
 #include "actors/gpu_worker/runner_sim.h"
-#include "actors/gpu_worker/sampler.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "model/forward/forward.h"
 #include "model/gguf/gguf.h"
+#include "model/sampling/sampler.h"
 
 enum { FIT_BLOCK = 16, FIT_MAX_SEQS = 65, FIT_MAX_RUNS = 64 };
 
@@ -119,8 +119,8 @@ static struct llama_batch fit_batch(struct fit_ctx *c, const struct fit_shape *s
 static double sampler_seconds(struct fit_ctx *c, int32_t rows, bool greedy, int runs) {
   struct sampler *s = NULL;
   if (sampler_create(c->vocab, &s)) return 0.0;
-  struct llb_sampling_params p;
-  llb_sampling_params_init(&p);
+  struct sampler_params p;
+  sampler_params_init(&p);
   p.temperature = greedy ? 0.0f : 1.0f;
   p.seed = 7;
   float *row = malloc((size_t)c->vocab * sizeof(float));

@@ -23,17 +23,17 @@
 
 #include <jansson.h>
 
-#include "actors/gpu_worker/sampler.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "cmd/client/client.h"
 #include "cmd/client/commands.h"
 #include "cmd/flags/flags.h"
 #include "cmd/client/generate_structured.h"
-#include "model/template/chat_template.h"
 #include "model/forward/forward.h"
-#include "model/gguf/gguf.h"
 #include "model/forward/session.h"
+#include "model/gguf/gguf.h"
+#include "model/sampling/sampler.h"
+#include "model/template/chat_template.h"
 #include "model/tokenizer/tokenizer.h"
 #include "schemas/sampling_params.h"
 
@@ -120,6 +120,17 @@ static int parse_args(int argc, char **argv, struct inproc_opts *o, struct flag_
     rc = flags_usage_error(&cmd, "--model and a prompt are required");
   if (rc == FLAGS_CONTINUE) o->prompt = args->positional[0];
   return rc;
+}
+
+/* The sampler's params from the flags' (client_sampling_flags fills the bus client's
+ * llb_sampling_params: temperature, top_p, top_k, min_p, seed; the rest keep vLLM's defaults). */
+static void sampler_params_of_flags(const struct llb_sampling_params *sp, struct sampler_params *out) {
+  sampler_params_init(out);
+  out->temperature = sp->temperature;
+  out->top_p = sp->top_p;
+  out->top_k = sp->top_k;
+  out->min_p = sp->min_p;
+  out->seed = sp->seed;
 }
 
 /* Prompt ids: chat-templated (system + user) unless raw. *ids: malloc'd, caller frees. */
@@ -282,10 +293,12 @@ int cmd_generate_inproc(int argc, char **argv) {
   }
   int64_t t1 = llb_now_ns();
   int32_t n_out = 0, n_gen = 0, stop_token = -1;
+  struct sampler_params sp;
+  sampler_params_of_flags(&o.sp, &sp);
   for (;;) {
     struct sampler_result res;
     gen_structured_mask_logits(&r.structured, r.logits, cfg->vocab_size);
-    if (sampler_sample(r.sampler, &o.sp, r.logits, r.seq, n_prompt, r.seq + n_prompt, n_out, 0,
+    if (sampler_sample(r.sampler, &sp, r.logits, r.seq, n_prompt, r.seq + n_prompt, n_out, 0,
                        n_out, &res) != LLB_STATUS_OK) {
       rc = fail_status("sample");
       goto done;

@@ -193,7 +193,7 @@ llb_status cuda_fill_random_f16(struct cuda_ctx *c, uint16_t *dst_d, int64_t n_f
 
 /* ------------------------------------------------------------------ sampling */
 
-/* Per-row sampling parameters, as actors/gpu_worker/sampler.h (penalties are not applied on
+/* Per-row sampling parameters, as model/sampling/sampler.h (penalties are not applied on
  * the device: rows with penalties go through the CPU sampler). */
 struct cuda_sample_params {
   float temperature; /* < 1e-5: greedy (argmax, ties to the lowest id) */

@@ -1,5 +1,5 @@
 /* Sampling on the device: one block per row of logits, the steps of
- * actors/gpu_worker/sampler.c (without penalties): argmax (ties to the lowest id); else
+ * model/sampling/sampler.c (without penalties): argmax (ties to the lowest id); else
  * logits / temperature, min_p, top_k (ties at the k-th value kept), weights e^(x - max)
  * with the sampler's exp, top_p over the descending order (ties by id), and one inverse-CDF
  * draw with the sampler's Philox4x32-10 uniform. Thresholds are found by bisection over the

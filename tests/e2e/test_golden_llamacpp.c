@@ -38,10 +38,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "actors/gpu_worker/sampler.h"
-#include "model/template/chat_template.h"
 #include "model/forward/forward.h"
 #include "model/gguf/gguf.h"
+#include "model/sampling/sampler.h"
+#include "model/template/chat_template.h"
 #include "model/tokenizer/tokenizer.h"
 
 #define FIRST_TOL 1e-3f
@@ -261,8 +261,8 @@ static void test_prompt_ids_and_first_logits_equal_llamacpp(void **state) {
 /* Free-running greedy in llama.cpp's attention order: the first step where our token differs
  * from llama.cpp's, or n_steps; at a divergence *near_tie says whether it is one. */
 static int32_t greedy_divergence(struct golden_env *e, const json_t *c, bool *near_tie) {
-  struct llb_sampling_params greedy;
-  llb_sampling_params_init(&greedy);
+  struct sampler_params greedy;
+  sampler_params_init(&greedy);
   greedy.temperature = 0.0f;
   const int32_t n_prompt = load_prompt(e, c);
   json_t *steps = jget(c, "greedy");

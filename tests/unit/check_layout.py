@@ -13,7 +13,9 @@ is none. What it enforces:
     nothing but tests/ includes tests/, nothing but cmd/ and tests/ includes cmd/;
   - inside cmd/ (cmd/README.md): cmd/ itself holds only mains, one .c defining main() per
     binary; its subfolders include no other cmd/ subfolder but as CMD_ALLOWED says (the
-    client runs the supervisor's stack for `llmbus run`);
+    client runs the supervisor's stack for `llmbus run`); the in-process tools (cmd/client,
+    cmd/bench) include only the actor headers CMD_ACTOR_HEADERS names (the sampler is
+    model/sampling's, not the worker's);
   - inside model/ (model/README.md): a concern's subfolder includes no other model/ subfolder
     but as MODEL_ALLOWED says (the dependencies run from a concern to what it reads), and a
     model/ subfolder's *_internal.h is included only by its own folder (and tests/);
@@ -86,12 +88,20 @@ CMD_ALLOWED = {
 MODEL_ALLOWED = {
     "model/gguf": set(),
     "model/reasoning": set(),
-    "model/sampling": set(),  # the token sampler (moving here from actors/gpu_worker/)
+    "model/sampling": set(),  # the token sampler
     "model/tokenizer": {"model/gguf"},
     "model/template": {"model/gguf"},  # chat_template.h reads the template from the file
     "model/vision": {"model/gguf"},  # the mmproj is a GGUF file
     "model/forward": {"model/gguf"},
     "model/structured": {"model/tokenizer"},  # the vocabulary mask reads every token's bytes
+}
+# The tools that run the model in this process (cmd/client: generate --inproc; cmd/bench) reach
+# it through model/ (the session, model/sampling's sampler), never through an actor's headers:
+# the actor headers each may include (exact project paths). A cmd/ subfolder not named here is
+# not restricted by this table.
+CMD_ACTOR_HEADERS = {
+    "cmd/client": set(),
+    "cmd/bench": {"actors/gpu_worker/runner_sim.h"},  # --fit: the sim worker's cost model
 }
 MAIN_RE = re.compile(r"^\s*int\s+main\s*\(", re.MULTILINE)
 
@@ -402,6 +412,10 @@ def check(root):
             elif (ok and ttop == "model" and model_include_problem(f, target)
                   and not allowlisted(f, target, used)):
                 problems.append((f, lineno, f"includes {target}: {model_include_problem(f, target)}"))
+            elif (top == "cmd" and ttop == "actors" and cmd_unit(f) in CMD_ACTOR_HEADERS
+                  and target not in CMD_ACTOR_HEADERS[cmd_unit(f)] and not allowlisted(f, target, used)):
+                problems.append((f, lineno, f"includes {target}: {cmd_unit(f)}/ runs the model through model/, "
+                                            f"not an actor's headers (CMD_ACTOR_HEADERS, cmd/README.md)"))
 
     problems.extend(find_cycles(graph))
     problems.extend(find_call_cycles(root, files))

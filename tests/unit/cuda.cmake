@@ -15,7 +15,7 @@ if(LLB_HAVE_CUDA AND TARGET llmbus_kernels_cuda)
       list(APPEND srcs ${CMAKE_CURRENT_LIST_DIR}/random_llama.c ${CMAKE_CURRENT_LIST_DIR}/gguf_writer.c)
     endif()
     llb_add_test(${t} SOURCES ${srcs}
-                 LIBS llmbus_kernels_cuda llmbus_model llmbus_kernels_cpu llmbus_sampler m
+                 LIBS llmbus_kernels_cuda llmbus_model llmbus_kernels_cpu llmbus_sampling m
                  LABELS "unit;cuda" TIMEOUT ${secs})
     # ASan's shadow gap collides with the CUDA driver's mappings; cudart's allocations live
     # until exit (not leaks of ours).

@@ -178,6 +178,15 @@ class CheckLayoutTest(unittest.TestCase):
                    "model/structured/x.c": '#include "model/structured/so_internal.h"\n'}) as t:
             self.assertEqual(t.problems(), [])
 
+    def test_in_process_tools_include_no_actor_header_but_those_named(self):
+        for src, dst in [("cmd/client/x.c", "actors/gpu_worker/sampler.h"),
+                         ("cmd/bench/x.c", "actors/scheduler/scheduler.h")]:
+            with self.subTest(src=src, dst=dst):
+                self.assert_one_problem({src: f'#include "{dst}"\n'}, f"{src}:1", [dst, "CMD_ACTOR_HEADERS"])
+        with Tree({"cmd/bench/x.c": '#include "actors/gpu_worker/runner_sim.h"\n',
+                   "cmd/supervisor/x.c": '#include "actors/scheduler/scheduler.h"\n'}) as t:
+            self.assertEqual(t.problems(), [])
+
     def test_cmd_itself_holds_only_mains(self):
         for path, text in [("cmd/commands.h", "int cmd_x(void);\n"),
                            ("cmd/serve.c", "int cmd_serve(int argc, char **argv) { return 0; }\n")]:

@@ -1,4 +1,4 @@
-/* Device sampling against the CPU sampler (actors/gpu_worker/sampler.c), same keys: greedy
+/* Device sampling against the CPU sampler (model/sampling/sampler.c), same keys: greedy
  * (with ties), temperature alone, min_p, top_p, top_k with top_p, on random logits (coarse
  * grids too, so that ties occur), vocab 1000 and 49152, 32 draws per setting. Tokens must be
  * equal: both walk the same order with the same Philox uniform, only the double sums differ
@@ -7,7 +7,7 @@
  * check is that the token lies in the top-k set. NaN rows give -1. */
 #include <string.h>
 
-#include "actors/gpu_worker/sampler.h"
+#include "model/sampling/sampler.h"
 #include "tests/unit/test_cuda_harness.h"
 
 #define ROWS 32
@@ -39,8 +39,8 @@ static void sample_both(int32_t V, const struct cuda_sample_params *sp, bool coa
   CHECK_OK(sampler_create(V, &smp));
   int mismatches = 0;
   for (int r = 0; r < ROWS; r++) {
-    struct llb_sampling_params p;
-    llb_sampling_params_init(&p);
+    struct sampler_params p;
+    sampler_params_init(&p);
     p.temperature = sp->temperature, p.top_k = sp->top_k, p.top_p = sp->top_p, p.min_p = sp->min_p;
     p.seed = sp->seed;
     memcpy(row, logits + (size_t)r * V, (size_t)V * 4);

@@ -15,6 +15,7 @@
  *   fail the step naming the request.
  * - Errors leave the batch unchanged and are reported in the output's error field: unknown
  *   request (delta and scheduled entry), block id out of range, token budget, block size.
+ * - The wire's sampling params reach the sampler field for field (mr_sampler_params).
  * - --device sim (runner_sim.h): a request's tokens are its key's at every output position,
  *   the same in any batch and after preemption; a step lasts at least its modelled time,
  *   asleep; what needs logits is refused naming the request.
@@ -32,10 +33,12 @@
 #include <time.h>
 
 #include "actors/gpu_worker/model_runner.h"
+#include "actors/gpu_worker/model_runner_internal.h"
 #include "actors/gpu_worker/runner_sim.h"
 #include "base/log.h"
 #include "model/forward/forward.h"
 #include "model/gguf/gguf.h"
+#include "model/sampling/sampler.h"
 #include "model/structured/structured_output.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/unit/gguf_writer.h"
@@ -868,8 +871,40 @@ static void test_sim_device_refuses_what_needs_logits_naming_the_request(void **
   run_alone_on(r, &ok, 2);
 }
 
+/* The worker's one conversion (mr_sampler_params) hands the sampler every field it reads, with
+ * the request's values, and logit_bias entry for entry; a count out of range stays out of range
+ * so that the sampler refuses the row instead of sampling without it. */
+static void test_wire_sampling_params_reach_the_sampler_field_for_field(void **state) {
+  (void)state;
+  struct llb_sampling_params w;
+  llb_sampling_params_init(&w);
+  w.temperature = 0.7f, w.top_k = 11, w.top_p = 0.8f, w.min_p = 0.05f, w.seed = 0x123456789abcdefull;
+  w.presence_penalty = 0.25f, w.frequency_penalty = -0.5f, w.repetition_penalty = 1.3f, w.logprobs = 4;
+  w.num_logit_bias = 2;
+  w.logit_bias[0] = (struct llb_logit_bias){.token_id = 7, .bias = -100.0f};
+  w.logit_bias[1] = (struct llb_logit_bias){.token_id = 96, .bias = 2.5f};
+  struct sampler_params p;
+  mr_sampler_params(&w, &p);
+  assert_true(p.temperature == 0.7f && p.top_k == 11 && p.top_p == 0.8f && p.min_p == 0.05f);
+  assert_true(p.seed == 0x123456789abcdefull && p.logprobs == 4);
+  assert_true(p.presence_penalty == 0.25f && p.frequency_penalty == -0.5f && p.repetition_penalty == 1.3f);
+  assert_int_equal(p.num_logit_bias, 2);
+  assert_true(p.logit_bias[0].token_id == 7 && p.logit_bias[0].bias == -100.0f);
+  assert_true(p.logit_bias[1].token_id == 96 && p.logit_bias[1].bias == 2.5f);
+
+  w.num_logit_bias = -1;
+  mr_sampler_params(&w, &p);
+  struct sampler *s = NULL;
+  assert_int_equal(sampler_create(V, &s), LLB_STATUS_OK);
+  float logits[V] = {0};
+  struct sampler_result res;
+  assert_int_equal(sampler_sample(s, &p, logits, NULL, 0, NULL, 0, 0, 0, &res), LLB_STATUS_INVALID_ARGUMENT);
+  sampler_destroy(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_wire_sampling_params_reach_the_sampler_field_for_field),
       cmocka_unit_test(test_batch_has_positions_slots_and_logits_rows_of_the_scheduled_ranges),
       cmocka_unit_test(test_mixed_chunked_preempted_batch_matches_each_request_alone),
       cmocka_unit_test(test_bad_scheduler_output_is_an_error_status_and_changes_nothing),

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "actors/gpu_worker/runner_so.h"
-#include "actors/gpu_worker/sampler.h"
+#include "model/sampling/sampler.h"
 #include "model/structured/structured_output.h"
 
 enum { NV = 100, MASK_NV = 90, EOG = 89 };
@@ -79,10 +79,9 @@ static void test_sampler_after_the_mask_draws_only_allowed_tokens(void **state) 
     float logits[NV];
     for (int i = 0; i < NV; i++) logits[i] = (float)(next_u32() % 1000) / 100.0f;
     runner_so_apply_mask(logits, NV, mask, MASK_NV);
-    struct llb_sampling_params p;
-    llb_sampling_params_init(&p);
+    struct sampler_params p;
+    sampler_params_init(&p);
     p.seed = seed;
-    p.has_seed = true;
     p.temperature = seed % 4 == 0 ? 0.0f : 1.5f;
     p.logprobs = 5;
     p.frequency_penalty = 0.5f;

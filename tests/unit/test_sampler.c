@@ -1,4 +1,4 @@
-/* Sampler (actors/gpu_worker/sampler.c): greedy, filters, penalties, seeded draws, logprobs.
+/* Sampler (model/sampling/sampler.c): greedy, filters, penalties, seeded draws, logprobs.
  *
  * Filters are checked through the public API: a filter's kept set is the set of tokens drawn
  * over many output positions, with logits chosen so that every kept token has probability
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/gpu_worker/sampler.h"
+#include "model/sampling/sampler.h"
 
 #define BIG_VOCAB 49152
 
@@ -32,15 +32,14 @@ static void fill_random(float *v, int64_t n, uint64_t seed, float lo, float hi) 
     v[i] = lo + (hi - lo) * (float)((double)(splitmix64(&seed) >> 11) * 0x1.0p-53);
 }
 
-static struct llb_sampling_params params_default(void) {
-  struct llb_sampling_params p;
-  llb_sampling_params_init(&p);
+static struct sampler_params params_default(void) {
+  struct sampler_params p;
+  sampler_params_init(&p);
   p.seed = 42;
-  p.has_seed = true;
   return p;
 }
 
-static int32_t sample_once(struct sampler *s, const struct llb_sampling_params *p,
+static int32_t sample_once(struct sampler *s, const struct sampler_params *p,
                            const float *logits, int32_t vocab, uint32_t stream, int64_t pos) {
   float *row = malloc((size_t)vocab * sizeof *row);
   assert_non_null(row);
@@ -52,7 +51,7 @@ static int32_t sample_once(struct sampler *s, const struct llb_sampling_params *
 }
 
 /* Marks in seen[vocab] every token drawn over `draws` output positions. */
-static void drawn_set(const struct llb_sampling_params *p, const float *logits, int32_t vocab,
+static void drawn_set(const struct sampler_params *p, const float *logits, int32_t vocab,
                       int draws, bool *seen) {
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(vocab, &s), LLB_STATUS_OK);
@@ -61,7 +60,7 @@ static void drawn_set(const struct llb_sampling_params *p, const float *logits, 
   sampler_destroy(s);
 }
 
-static void assert_drawn_set(const struct llb_sampling_params *p, const float *logits,
+static void assert_drawn_set(const struct sampler_params *p, const float *logits,
                              int32_t vocab, const bool *expect) {
   bool seen[64];
   assert_true(vocab <= 64);
@@ -130,7 +129,7 @@ static void test_greedy_is_argmax_over_big_vocab(void **state) {
   assert_non_null(logits);
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(BIG_VOCAB, &s), LLB_STATUS_OK);
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.temperature = 0.0f;
   for (uint64_t trial = 1; trial <= 5; trial++) {
     fill_random(logits, BIG_VOCAB, trial, -20.0f, 20.0f);
@@ -149,7 +148,7 @@ static void test_greedy_ties_go_to_lowest_id_and_tiny_temperature_is_greedy(void
   const float logits[6] = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f, 3.0f};
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(6, &s), LLB_STATUS_OK);
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.temperature = 0.0f;
   assert_int_equal(sample_once(s, &p, logits, 6, 0, 0), 1);
   p.temperature = 0.5f * SAMPLER_GREEDY_EPS;
@@ -162,7 +161,7 @@ static void test_greedy_ties_go_to_lowest_id_and_tiny_temperature_is_greedy(void
 static void test_top_k_keeps_the_k_highest(void **state) {
   (void)state;
   const float logits[8] = {1.0f, 5.0f, 3.0f, 4.0f, 2.0f, 0.0f, 4.5f, -1.0f};
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.top_k = 3;
   const bool expect[8] = {0, 1, 0, 1, 0, 0, 1, 0};
   assert_drawn_set(&p, logits, 8, expect);
@@ -172,7 +171,7 @@ static void test_top_k_keeps_ties_at_the_boundary(void **state) {
   (void)state;
   /* vLLM and HF mask logits < the k-th value: both 4.0s survive top_k = 2. */
   const float logits[5] = {5.0f, 4.0f, 4.0f, 1.0f, 0.0f};
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.top_k = 2;
   const bool expect[5] = {1, 1, 1, 0, 0};
   assert_drawn_set(&p, logits, 5, expect);
@@ -181,7 +180,7 @@ static void test_top_k_keeps_ties_at_the_boundary(void **state) {
 static void test_top_p_keeps_smallest_prefix_reaching_p(void **state) {
   (void)state;
   const float logits[5] = {logf(0.1f), logf(0.4f), logf(0.2f), logf(0.3f), -INFINITY};
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.top_p = 0.65f; /* 0.4 (mass above 0) + 0.3 (above 0.4): 0.2 has 0.7 above -> dropped */
   const bool expect_65[5] = {0, 1, 0, 1, 0};
   assert_drawn_set(&p, logits, 5, expect_65);
@@ -196,7 +195,7 @@ static void test_top_p_keeps_smallest_prefix_reaching_p(void **state) {
 static void test_min_p_keeps_tokens_above_fraction_of_max_after_temperature(void **state) {
   (void)state;
   const float logits[4] = {logf(0.5f), logf(0.25f), logf(0.15f), logf(0.1f)};
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.min_p = 0.25f; /* threshold 0.125: 0.1 dropped */
   const bool expect_t1[4] = {1, 1, 1, 0};
   assert_drawn_set(&p, logits, 4, expect_t1);
@@ -211,7 +210,7 @@ static void test_min_p_keeps_tokens_above_fraction_of_max_after_temperature(void
 static void test_top_p_renormalizes_after_top_k(void **state) {
   (void)state;
   const float logits[4] = {logf(0.4f), logf(0.3f), logf(0.2f), logf(0.1f)};
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.top_k = 2;
   p.top_p = 0.5f; /* after top_k: 0.571, 0.429 -> the first alone reaches 0.5 */
   const bool expect[4] = {1, 0, 0, 0};
@@ -239,7 +238,7 @@ static void test_top_k_and_top_p_select_exact_sets_on_big_vocab(void **state) {
   qsort(sorted, BIG_VOCAB, sizeof *sorted, cmp_desc);
   for (int i = 0; i < 61; i++) assert_true(sorted[i] > sorted[i + 1]);
 
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.top_k = 40;
   drawn_set(&p, logits, BIG_VOCAB, 1000, seen);
   for (int32_t i = 0; i < BIG_VOCAB; i++)
@@ -274,11 +273,11 @@ static void test_seeded_draws_do_not_depend_on_call_order_or_other_streams(void 
   struct sampler *s = NULL, *other = NULL;
   assert_int_equal(sampler_create(V, &s), LLB_STATUS_OK);
   assert_int_equal(sampler_create(V, &other), LLB_STATUS_OK);
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.seed = 1234567;
   int32_t forward[N], backward[N];
   for (int i = 0; i < N; i++) forward[i] = sample_once(s, &p, logits, V, 0, i);
-  struct llb_sampling_params q = p;
+  struct sampler_params q = p;
   q.seed = 99;
   for (int i = N - 1; i >= 0; i--) {
     /* Interleave draws of other seeds and streams, as a batch would. */
@@ -302,7 +301,7 @@ static void test_seeded_draws_do_not_depend_on_call_order_or_other_streams(void 
 /* Chi-square of 20,000 draws (positions 0..19999) against `expect` [k] probabilities.
  * df <= 7; bound 40 is beyond the 1.3e-6 tail at df 7, so only a wrong
  * distribution fails, and draws are fixed by the seed anyway. */
-static double chi_square(const struct llb_sampling_params *p, const float *logits, int32_t v,
+static double chi_square(const struct sampler_params *p, const float *logits, int32_t v,
                          const double *expect) {
   enum { DRAWS = 20000 };
   struct sampler *s = NULL;
@@ -326,7 +325,7 @@ static double chi_square(const struct llb_sampling_params *p, const float *logit
 static void test_draws_follow_softmax_of_logits_over_temperature(void **state) {
   (void)state;
   const float logits[8] = {0.3f, -1.2f, 2.0f, 0.0f, 1.1f, -0.4f, 0.9f, -2.5f};
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.seed = 2024;
   const float temps[3] = {0.7f, 1.0f, 1.8f};
   for (int t = 0; t < 3; t++) {
@@ -348,7 +347,7 @@ static void test_draws_follow_softmax_of_logits_over_temperature(void **state) {
 static void test_draws_follow_renormalized_distribution_after_filters(void **state) {
   (void)state;
   const float logits[8] = {0.3f, -1.2f, 2.0f, 0.0f, 1.1f, -0.4f, 0.9f, -2.5f};
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.seed = 77;
   p.top_k = 5; /* keeps 2.0, 1.1, 0.9, 0.3, 0.0 */
   p.top_p = 0.8f;
@@ -376,7 +375,7 @@ static void test_repetition_penalty_divides_positive_and_multiplies_negative(voi
   const int32_t output[3] = {2, 1, 2}; /* repeats are penalized once */
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(7, &s), LLB_STATUS_OK);
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.temperature = 0.0f;
   p.repetition_penalty = 2.0f;
   struct sampler_result r;
@@ -398,7 +397,7 @@ static void test_frequency_and_presence_penalties_count_output_tokens_only(void 
   const int32_t output[5] = {2, 3, 2, 2, 0};
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(6, &s), LLB_STATUS_OK);
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.temperature = 0.0f;
   p.frequency_penalty = 0.5f;
   p.presence_penalty = 0.25f;
@@ -422,7 +421,7 @@ static void test_repetition_applies_before_frequency(void **state) {
   const int32_t output[2] = {0, 1};
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(3, &s), LLB_STATUS_OK);
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.temperature = 0.0f;
   p.repetition_penalty = 1.5f;
   p.frequency_penalty = 1.0f;
@@ -441,12 +440,12 @@ static void test_logit_bias_shifts_logits_before_penalties_and_can_force_a_token
   const int32_t output[1] = {0};
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(4, &s), LLB_STATUS_OK);
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.temperature = 0.0f;
   p.repetition_penalty = 2.0f;
   p.num_logit_bias = 2;
-  p.logit_bias[0] = (struct llb_logit_bias){.token_id = 3, .bias = 100.0f};
-  p.logit_bias[1] = (struct llb_logit_bias){.token_id = 0, .bias = -1.0f};
+  p.logit_bias[0] = (struct sampler_logit_bias){.token_id = 3, .bias = 100.0f};
+  p.logit_bias[1] = (struct sampler_logit_bias){.token_id = 0, .bias = -1.0f};
   struct sampler_result r;
   assert_int_equal(sampler_sample(s, &p, logits, NULL, 0, output, 1, 0, 0, &r), LLB_STATUS_OK);
   assert_int_equal(r.token_id, 3);
@@ -455,10 +454,10 @@ static void test_logit_bias_shifts_logits_before_penalties_and_can_force_a_token
   assert_float_equal(logits[1], 1.0f, 0.0f);
   /* -100 bans the greedy choice */
   float again[4] = {3.0f, 1.0f, 0.5f, -2.0f};
-  struct llb_sampling_params q = params_default();
+  struct sampler_params q = params_default();
   q.temperature = 0.0f;
   q.num_logit_bias = 1;
-  q.logit_bias[0] = (struct llb_logit_bias){.token_id = 0, .bias = -100.0f};
+  q.logit_bias[0] = (struct sampler_logit_bias){.token_id = 0, .bias = -100.0f};
   assert_int_equal(sampler_sample(s, &q, again, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_OK);
   assert_int_equal(r.token_id, 1);
   sampler_destroy(s);
@@ -471,14 +470,14 @@ static void test_logit_bias_out_of_vocab_or_range_is_rejected_without_touching_l
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(4, &s), LLB_STATUS_OK);
   struct sampler_result r;
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.num_logit_bias = 2;
-  p.logit_bias[0] = (struct llb_logit_bias){.token_id = 1, .bias = 5.0f};
-  p.logit_bias[1] = (struct llb_logit_bias){.token_id = 4, .bias = 5.0f};
+  p.logit_bias[0] = (struct sampler_logit_bias){.token_id = 1, .bias = 5.0f};
+  p.logit_bias[1] = (struct sampler_logit_bias){.token_id = 4, .bias = 5.0f};
   assert_int_equal(sampler_sample(s, &p, logits, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_INVALID_ARGUMENT);
-  p.logit_bias[1] = (struct llb_logit_bias){.token_id = 2, .bias = 100.5f};
+  p.logit_bias[1] = (struct sampler_logit_bias){.token_id = 2, .bias = 100.5f};
   assert_int_equal(sampler_sample(s, &p, logits, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_INVALID_ARGUMENT);
-  p.logit_bias[1] = (struct llb_logit_bias){.token_id = 2, .bias = NAN};
+  p.logit_bias[1] = (struct sampler_logit_bias){.token_id = 2, .bias = NAN};
   assert_int_equal(sampler_sample(s, &p, logits, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_INVALID_ARGUMENT);
   assert_memory_equal(logits, orig, sizeof orig);
   sampler_destroy(s);
@@ -488,13 +487,13 @@ static void test_logit_bias_out_of_vocab_or_range_is_rejected_without_touching_l
 
 static void test_logprobs_sorted_and_normalized_over_full_vocab(void **state) {
   (void)state;
-  enum { V = LLB_MAX_LOGPROBS };
+  enum { V = SAMPLER_MAX_LOGPROBS };
   float logits[V];
   fill_random(logits, V, 11, -4.0f, 4.0f);
   logits[7] = logits[3]; /* a tie: lower id first */
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(V, &s), LLB_STATUS_OK);
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.logprobs = V;
   struct sampler_result r;
   float row[V];
@@ -529,7 +528,7 @@ static void test_batch_logprobs_width_applies_to_every_row(void **state) {
   fill_random(logits, V, 5, -3.0f, 3.0f);
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(V, &s), LLB_STATUS_OK);
-  struct llb_sampling_params none = params_default(), two = params_default();
+  struct sampler_params none = params_default(), two = params_default();
   none.logprobs = -1;
   two.logprobs = 2;
   struct sampler_result r, own;
@@ -552,7 +551,7 @@ static void test_batch_logprobs_width_applies_to_every_row(void **state) {
   memcpy(row, logits, sizeof row);
   assert_int_equal(sampler_sample(s, &none, row, NULL, 0, NULL, 0, 0, 0, &own), LLB_STATUS_OK);
   assert_int_equal(own.num_top, 0);
-  assert_int_equal(sampler_set_max_num_logprobs(s, LLB_MAX_LOGPROBS + 1), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(sampler_set_max_num_logprobs(s, SAMPLER_MAX_LOGPROBS + 1), LLB_STATUS_INVALID_ARGUMENT);
   assert_int_equal(sampler_set_max_num_logprobs(s, -2), LLB_STATUS_INVALID_ARGUMENT);
   sampler_destroy(s);
 }
@@ -569,7 +568,7 @@ static void test_logprobs_match_log_softmax_and_ignore_temperature(void **state)
   double log_z = m + log(z);
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(BIG_VOCAB, &s), LLB_STATUS_OK);
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.logprobs = 5;
   struct sampler_result r[2];
   const float temps[2] = {0.5f, 2.0f};
@@ -606,7 +605,7 @@ static void test_logprobs_reflect_penalties(void **state) {
   const int32_t output[1] = {0};
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(4, &s), LLB_STATUS_OK);
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.temperature = 0.0f;
   p.logprobs = 1;
   p.presence_penalty = 2.0f; /* token 0 drops to 0.0: token 1 leads */
@@ -627,7 +626,7 @@ static void test_bad_input_is_rejected_without_touching_logits(void **state) {
   const float orig[4] = {1.0f, 2.0f, 3.0f, 4.0f};
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(4, &s), LLB_STATUS_OK);
-  struct llb_sampling_params p = params_default();
+  struct sampler_params p = params_default();
   p.repetition_penalty = 2.0f;
   struct sampler_result r;
   const int32_t bad_ids[2] = {1, 4};
@@ -637,8 +636,8 @@ static void test_bad_input_is_rejected_without_touching_logits(void **state) {
   const int32_t neg[1] = {-1};
   assert_int_equal(sampler_sample(s, &p, logits, NULL, 0, neg, 1, 0, 0, &r),
                    LLB_STATUS_INVALID_ARGUMENT);
-  struct llb_sampling_params q = params_default();
-  q.logprobs = LLB_MAX_LOGPROBS + 1;
+  struct sampler_params q = params_default();
+  q.logprobs = SAMPLER_MAX_LOGPROBS + 1;
   assert_int_equal(sampler_sample(s, &q, logits, NULL, 0, NULL, 0, 0, 0, &r),
                    LLB_STATUS_INVALID_ARGUMENT);
   q = params_default();

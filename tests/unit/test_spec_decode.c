@@ -13,8 +13,8 @@
 #include <cmocka.h>
 
 #include "actors/gpu_worker/ngram_proposer.h"
-#include "actors/gpu_worker/rejection_sampler.h"
-#include "actors/gpu_worker/sampler.h"
+#include "model/sampling/rejection_sampler.h"
+#include "model/sampling/sampler.h"
 
 /* ---- proposer ---- */
 
@@ -83,8 +83,8 @@ static void test_greedy_verification_equals_sampling_row_by_row(void **state) {
   assert_int_equal(sampler_create(V, &s), LLB_STATUS_OK);
   uint64_t seed = 42;
   for (int trial = 0; trial < 200; trial++) {
-    struct llb_sampling_params p;
-    llb_sampling_params_init(&p);
+    struct sampler_params p;
+    sampler_params_init(&p);
     p.temperature = 0.0f;
     p.repetition_penalty = trial % 2 ? 1.3f : 1.0f; /* drafts change the later rows' penalties */
     p.frequency_penalty = trial % 3 ? 0.0f : 0.5f;
@@ -123,7 +123,7 @@ static void test_greedy_verification_equals_sampling_row_by_row(void **state) {
 /* Chi-square of the observed counts of the first output token against the target's
  * distribution p (after temperature and top-k), over N verifications with a fixed seed (each
  * at its own output position, so each draws from its own Philox block). */
-static double chi_square_first_token(struct sampler *s, const struct llb_sampling_params *p, const float *row8,
+static double chi_square_first_token(struct sampler *s, const struct sampler_params *p, const float *row8,
                                      const double *target, int32_t draft, int N, int *zero_prob_hits) {
   int64_t counts[8] = {0};
   for (int n = 0; n < N; n++) {
@@ -138,7 +138,7 @@ static double chi_square_first_token(struct sampler *s, const struct llb_samplin
     const struct rejection_sample_input in = {.params = p, .logits = logits, .token_ids = tokens,
                                               .num_prompt_tokens = 1, .num_tokens = 1, .drafts = drafts,
                                               .num_drafts = 1};
-    struct llb_sampling_params q = *p;
+    struct sampler_params q = *p;
     q.seed = p->seed + (uint64_t)n; /* a fixed family of seeds */
     struct rejection_sample_input in2 = in;
     in2.params = &q;
@@ -163,8 +163,8 @@ static void test_random_verification_keeps_the_target_distribution(void **state)
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(8, &s), LLB_STATUS_OK);
   const float row[8] = {1.0f, 0.2f, 2.0f, -1.0f, 0.7f, 1.5f, -0.3f, 0.0f};
-  struct llb_sampling_params p;
-  llb_sampling_params_init(&p);
+  struct sampler_params p;
+  sampler_params_init(&p);
   p.temperature = 0.8f;
   p.top_k = 6; /* tokens 3 and 6 (the two smallest) have probability 0 */
   p.seed = 1234;
@@ -193,8 +193,8 @@ static void test_draft_outside_the_vocabulary_is_refused(void **state) {
   (void)state;
   struct sampler *s = NULL;
   assert_int_equal(sampler_create(8, &s), LLB_STATUS_OK);
-  struct llb_sampling_params p;
-  llb_sampling_params_init(&p);
+  struct sampler_params p;
+  sampler_params_init(&p);
   float row[8] = {0};
   bool acc;
   struct sampler_result r;

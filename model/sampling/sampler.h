@@ -32,17 +32,50 @@
  * Allocation: all scratch is made in sampler_create; sampler_sample never allocates.
  * A sampler is not thread-safe: use one per thread.
  */
-#ifndef LLB_SAMPLER_H
-#define LLB_SAMPLER_H
+#ifndef LLB_MODEL_SAMPLING_SAMPLER_H
+#define LLB_MODEL_SAMPLING_SAMPLER_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "base/status.h"
-#include "schemas/sampling_params.h"
 
 /* Temperatures below this are greedy (vLLM's _SAMPLING_EPS). */
 #define SAMPLER_GREEDY_EPS 1e-5f
+#define SAMPLER_MAX_LOGPROBS 20            /* top-n logprobs per token, as OpenAI */
+#define SAMPLER_MAX_LOGIT_BIAS 300         /* logit_bias entries per row */
+#define SAMPLER_MAX_LOGIT_BIAS_VALUE 100.0f /* |bias| at most this (OpenAI's [-100, 100]) */
+
+/* One logit_bias entry: `bias` is added to the logit of `token_id` (OpenAI logit_bias). */
+struct sampler_logit_bias {
+  int32_t token_id; /* [0, vocab size) */
+  float bias;       /* finite, [-SAMPLER_MAX_LOGIT_BIAS_VALUE, SAMPLER_MAX_LOGIT_BIAS_VALUE] */
+};
+
+/* What the sampler reads of a request's SamplingParams: the fields keep vLLM's names and
+ * meanings (vllm/sampling_params.py). A plain value with no pointers, copied freely; the
+ * engine's worker fills it from the wire's sampling params in one function
+ * (actors/gpu_worker), the tools directly. sampler_check_params (and, for logit_bias,
+ * sampler_sample) refuse what is out of range. */
+struct sampler_params {
+  float temperature;        /* >= 0; < SAMPLER_GREEDY_EPS = greedy (default 1) */
+  int32_t top_k;            /* <= 0 = off (default 0) */
+  float top_p;              /* (0, 1]; 1 = off (default 1) */
+  float min_p;              /* [0, 1]; 0 = off (default 0) */
+  uint64_t seed;            /* Philox key of every draw (default 0) */
+  float presence_penalty;   /* finite, 0 = off */
+  float frequency_penalty;  /* finite, 0 = off */
+  float repetition_penalty; /* > 0 and finite, 1 = off */
+  int32_t logprobs;         /* -1 = none (default); 0..SAMPLER_MAX_LOGPROBS = sampled + top-n */
+  int32_t num_logit_bias;   /* entries of logit_bias in use, 0..SAMPLER_MAX_LOGIT_BIAS */
+  struct sampler_logit_bias logit_bias[SAMPLER_MAX_LOGIT_BIAS]; /* [num_logit_bias] */
+};
+
+/* Fills `p` with vLLM's defaults: temperature 1, top_p 1, repetition_penalty 1, logprobs -1,
+ * every filter and penalty off, seed 0, no logit_bias. */
+static inline void sampler_params_init(struct sampler_params *p) {
+  *p = (struct sampler_params){.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f, .logprobs = -1};
+}
 
 struct sampler_logprob {
   int32_t token_id;
@@ -50,11 +83,12 @@ struct sampler_logprob {
 };
 
 struct sampler_result {
-  int32_t token_id;                            /* the sampled token */
-  float logprob;                               /* of token_id, after penalties, before temperature;
-                                                  0 when not asked for (p->logprobs < 0) */
-  int32_t num_top;                             /* = max(p->logprobs, 0) */
-  struct sampler_logprob top[LLB_MAX_LOGPROBS]; /* [num_top], descending logprob, ties by id */
+  int32_t token_id;                                 /* the sampled token */
+  float logprob;                                    /* of token_id, after penalties, before
+                                                       temperature; 0 when not asked for
+                                                       (p->logprobs < 0) */
+  int32_t num_top;                                  /* = max(p->logprobs, 0) */
+  struct sampler_logprob top[SAMPLER_MAX_LOGPROBS]; /* [num_top], descending logprob, ties by id */
 };
 
 struct sampler; /* opaque: scratch for vocab-size work */
@@ -70,16 +104,16 @@ void sampler_destroy(struct sampler *s);
 /* The batch's logprobs width, as vLLM v1's SamplingMetadata.max_num_logprobs: with n >= 0,
  * every row sampled afterwards gets its logprob and a top-n of width n whatever its params'
  * logprobs (the rows of a batch share one width on the wire); -1 (the default) = each row as
- * its params ask. Errors: INVALID_ARGUMENT for n outside [-1, LLB_MAX_LOGPROBS] (unchanged). */
+ * its params ask. Errors: INVALID_ARGUMENT for n outside [-1, SAMPLER_MAX_LOGPROBS] (unchanged). */
 llb_status sampler_set_max_num_logprobs(struct sampler *s, int32_t n);
 
 /* Vocabulary size the sampler was created for. */
 int32_t sampler_vocab_size(const struct sampler *s);
 
 /* Checks the parameters sampler_sample would refuse (temperature finite and >= 0, top_p in
- * (0, 1], min_p in [0, 1], penalties finite, logprobs <= LLB_MAX_LOGPROBS), so that a caller
+ * (0, 1], min_p in [0, 1], penalties finite, logprobs <= SAMPLER_MAX_LOGPROBS), so that a caller
  * can refuse a request before its step. Errors: INVALID_ARGUMENT naming the value. */
-llb_status sampler_check_params(const struct llb_sampling_params *p);
+llb_status sampler_check_params(const struct sampler_params *p);
 
 /* Samples one token from `logits` [vocab_size], which is modified in place (penalties are
  * applied to it; temperature and filters are not: on return it holds the penalized logits).
@@ -90,11 +124,11 @@ llb_status sampler_check_params(const struct llb_sampling_params *p);
  * sampled among this completion's outputs. Fills *out (top-n when p->logprobs > 0).
  * Never allocates. Errors: INVALID_ARGUMENT for a bad parameter (temperature < 0 or
  * inf, top_p outside (0, 1], min_p outside [0, 1], repetition_penalty <= 0, a non-finite
- * presence/frequency penalty, logprobs > LLB_MAX_LOGPROBS, a logit_bias entry with a token
+ * presence/frequency penalty, logprobs > SAMPLER_MAX_LOGPROBS, a logit_bias entry with a token
  * outside the vocabulary or a bias not finite in [-100, 100]), a token id outside [0, vocab),
  * a negative count or a negative output_pos (all checked before logits are touched), or a
  * NaN / +inf logit or a row whose logits are all -inf (found after the penalties). */
-llb_status sampler_sample(struct sampler *s, const struct llb_sampling_params *p, float *logits,
+llb_status sampler_sample(struct sampler *s, const struct sampler_params *p, float *logits,
                           const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
                           int64_t num_output, uint32_t stream, int64_t output_pos,
                           struct sampler_result *out);
@@ -107,7 +141,7 @@ llb_status sampler_sample(struct sampler *s, const struct llb_sampling_params *p
  * with the draft removed and renormalized (words 0-1), so the token's distribution is exactly
  * p. out->token_id is the draft when *accepted, else the correction token. Same arguments and
  * errors as sampler_sample, plus INVALID_ARGUMENT for a draft outside the vocabulary. */
-llb_status sampler_verify_draft(struct sampler *s, const struct llb_sampling_params *p, float *logits,
+llb_status sampler_verify_draft(struct sampler *s, const struct sampler_params *p, float *logits,
                                 const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
                                 int64_t num_output, uint32_t stream, int64_t output_pos, int32_t draft,
                                 bool *accepted, struct sampler_result *out);

@@ -1,5 +1,5 @@
 /* Rejection sampling of one request's drafts; see rejection_sampler.h. */
-#include "actors/gpu_worker/rejection_sampler.h"
+#include "model/sampling/rejection_sampler.h"
 
 #include <stdbool.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Token sampler (see sampler.h for the order of processing and the sources followed). */
-#include "actors/gpu_worker/sampler.h"
+#include "model/sampling/sampler.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -101,9 +101,9 @@ void sampler_destroy(struct sampler *s) {
 int32_t sampler_vocab_size(const struct sampler *s) { return s ? s->vocab_size : 0; }
 
 llb_status sampler_set_max_num_logprobs(struct sampler *s, int32_t n) {
-  if (!s || n < -1 || n > LLB_MAX_LOGPROBS)
+  if (!s || n < -1 || n > SAMPLER_MAX_LOGPROBS)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler_set_max_num_logprobs: %d outside [-1, %d]", (int)n,
-                    LLB_MAX_LOGPROBS);
+                    SAMPLER_MAX_LOGPROBS);
   s->max_num_logprobs = n;
   return LLB_STATUS_OK;
 }
@@ -121,23 +121,23 @@ static llb_status check_ids(const int32_t *ids, int64_t n, int32_t vocab, const 
 }
 
 /* logit_bias: a bounded count, ids inside the vocabulary, finite biases in [-100, 100]. */
-static llb_status check_logit_bias(const struct llb_sampling_params *p, int32_t vocab) {
-  if (p->num_logit_bias < 0 || p->num_logit_bias > LLB_MAX_LOGIT_BIAS)
+static llb_status check_logit_bias(const struct sampler_params *p, int32_t vocab) {
+  if (p->num_logit_bias < 0 || p->num_logit_bias > SAMPLER_MAX_LOGIT_BIAS)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: %d logit_bias entries, at most %d",
-                    (int)p->num_logit_bias, LLB_MAX_LOGIT_BIAS);
+                    (int)p->num_logit_bias, SAMPLER_MAX_LOGIT_BIAS);
   for (int32_t i = 0; i < p->num_logit_bias; i++) {
-    const struct llb_logit_bias *b = &p->logit_bias[i];
+    const struct sampler_logit_bias *b = &p->logit_bias[i];
     if (b->token_id < 0 || b->token_id >= vocab)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: logit_bias token %d outside vocab %d",
                       (int)b->token_id, (int)vocab);
-    if (!(fabsf(b->bias) <= LLB_MAX_LOGIT_BIAS_VALUE))
+    if (!(fabsf(b->bias) <= SAMPLER_MAX_LOGIT_BIAS_VALUE))
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: logit_bias of token %d is %g, not in [-100, 100]",
                       (int)b->token_id, (double)b->bias);
   }
   return LLB_STATUS_OK;
 }
 
-llb_status sampler_check_params(const struct llb_sampling_params *p) {
+llb_status sampler_check_params(const struct sampler_params *p) {
   if (!(p->temperature >= 0.0f) || isinf(p->temperature))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: temperature %g", p->temperature);
   if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
@@ -149,9 +149,9 @@ llb_status sampler_check_params(const struct llb_sampling_params *p) {
                     p->repetition_penalty);
   if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: presence/frequency penalty not finite");
-  if (p->logprobs > LLB_MAX_LOGPROBS)
+  if (p->logprobs > SAMPLER_MAX_LOGPROBS)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: logprobs %d > %d", (int)p->logprobs,
-                    LLB_MAX_LOGPROBS);
+                    SAMPLER_MAX_LOGPROBS);
   return LLB_STATUS_OK;
 }
 
@@ -171,7 +171,7 @@ static void clear_seen(struct sampler *s, const int32_t *ids, int64_t n) {
   for (int64_t i = 0; i < n; i++) s->seen[ids[i]] = 0;
 }
 
-static void apply_penalties(struct sampler *s, const struct llb_sampling_params *p, float *logits,
+static void apply_penalties(struct sampler *s, const struct sampler_params *p, float *logits,
                             const int32_t *prompt_ids, int64_t num_prompt,
                             const int32_t *output_ids, int64_t num_output) {
   if (p->repetition_penalty != 1.0f) {
@@ -343,12 +343,12 @@ static int32_t verify_draft(float *val, const int32_t *id, int64_t n, double tot
   return token >= 0 ? token : draft; /* only the draft had mass: it was accepted above */
 }
 
-static llb_status sample_impl(struct sampler *s, const struct llb_sampling_params *p, float *logits,
+static llb_status sample_impl(struct sampler *s, const struct sampler_params *p, float *logits,
                               const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
                               int64_t num_output, uint32_t stream, int64_t output_pos, int32_t draft,
                               bool *accepted, struct sampler_result *out);
 
-llb_status sampler_sample(struct sampler *s, const struct llb_sampling_params *p, float *logits,
+llb_status sampler_sample(struct sampler *s, const struct sampler_params *p, float *logits,
                           const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
                           int64_t num_output, uint32_t stream, int64_t output_pos,
                           struct sampler_result *out) {
@@ -356,7 +356,7 @@ llb_status sampler_sample(struct sampler *s, const struct llb_sampling_params *p
                      NULL, out);
 }
 
-llb_status sampler_verify_draft(struct sampler *s, const struct llb_sampling_params *p, float *logits,
+llb_status sampler_verify_draft(struct sampler *s, const struct sampler_params *p, float *logits,
                                 const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
                                 int64_t num_output, uint32_t stream, int64_t output_pos, int32_t draft,
                                 bool *accepted, struct sampler_result *out) {
@@ -368,7 +368,7 @@ llb_status sampler_verify_draft(struct sampler *s, const struct llb_sampling_par
                      accepted, out);
 }
 
-static llb_status sample_impl(struct sampler *s, const struct llb_sampling_params *p, float *logits,
+static llb_status sample_impl(struct sampler *s, const struct sampler_params *p, float *logits,
                               const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
                               int64_t num_output, uint32_t stream, int64_t output_pos, int32_t draft,
                               bool *accepted, struct sampler_result *out) {
@@ -415,8 +415,8 @@ static llb_status sample_impl(struct sampler *s, const struct llb_sampling_param
   if (num_top > vocab) num_top = vocab;
   out->num_top = num_top;
   if (num_top > 0) {
-    float top_val[LLB_MAX_LOGPROBS];
-    int32_t top_id[LLB_MAX_LOGPROBS];
+    float top_val[SAMPLER_MAX_LOGPROBS];
+    int32_t top_id[SAMPLER_MAX_LOGPROBS];
     select_top_n(logits, vocab, num_top, top_val, top_id);
     for (int32_t j = 0; j < num_top; j++) {
       out->top[j].token_id = top_id[j];

@@ -4,18 +4,17 @@
  * sampler_verify_draft until a draft is rejected (its correction token ends the step) or all
  * are accepted (the last row then gives the bonus token). The output distribution equals the
  * target's (greedy: the same tokens as without drafts). */
-#ifndef LLB_GPU_WORKER_REJECTION_SAMPLER_H
-#define LLB_GPU_WORKER_REJECTION_SAMPLER_H
+#ifndef LLB_MODEL_SAMPLING_REJECTION_SAMPLER_H
+#define LLB_MODEL_SAMPLING_REJECTION_SAMPLER_H
 
 #include <stdint.h>
 
-#include "actors/gpu_worker/sampler.h"
 #include "base/status.h"
-#include "schemas/sampling_params.h"
+#include "model/sampling/sampler.h"
 
 /* One request's verification input. */
 struct rejection_sample_input {
-  const struct llb_sampling_params *params;
+  const struct sampler_params *params;
   float *logits;                 /* [num_drafts + 1, vocab_size]; penalized in place */
   int32_t *token_ids;            /* [num_tokens + num_drafts + 1]: prompt, outputs, then room; the
                                     drafts are written after the outputs (penalties of row j see
