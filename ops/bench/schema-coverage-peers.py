@@ -22,10 +22,12 @@ Verdicts:
     (so_walk --grammar --accept), each judged by Python jsonschema as test_schema_coverage.py
     judges llmbus's own outputs; a grammar that produces or accepts an invalid text is
     "compiled, not exact".
-  - xgrammar (vLLM's default backend): Grammar.from_json_schema of the xgrammar wheel on PyPI,
-    run without torch (xgrammar_schema_verdicts.py, in a venv under the cache with only
-    apache-tvm-ffi installed); its logged warnings (keywords it ignores) are reported. Its
-    grammars are not walked: they use lookahead assertions that GBNF has no form for.
+  - xgrammar (vLLM's default backend): GrammarCompiler.compile_json_schema of the xgrammar wheel
+    on PyPI with its defaults (as vLLM calls it), run without torch (xgrammar_schema_verdicts.py,
+    in a venv under the cache with only apache-tvm-ffi installed); its logged warnings (keywords
+    it ignores) are reported, and its own matcher (a byte vocabulary) is asked about the same
+    candidate texts: one it accepts that jsonschema rejects makes it "compiled, not exact". Its
+    grammars are not walked (xgrammar's matcher has no sampler without torch).
 
 Prints the counts per corpus and lists, with the reasons, what each side compiles that the
 other refuses. Exit 0 whatever the counts (a bench); 1 on a set-up error (no so_walk, no
@@ -193,48 +195,77 @@ def llamacpp_verdict(driver, path):
     return True, warning, r.stdout  # bytes: llama.cpp may split a UTF-8 sequence
 
 
-def llamacpp_inexact(cov, walk, grammar, schema, index):
+def invalid(judge, text):
+    """jsonschema rejects text (False where it cannot judge: a $dynamicRef to nowhere, ...)."""
     try:
-        return check_llamacpp_grammar(cov, walk, grammar, schema, index)
-    except Exception as e:  # jsonschema cannot judge this schema ($dynamicRef to nowhere, ...)
-        return ("unjudged", f"{type(e).__name__}: {str(e)[:100]}")
+        return not judge.value(text)[0]
+    except Exception:
+        return False
 
 
-def check_llamacpp_grammar(cov, walk, grammar, schema, index):
-    """A text llama.cpp's grammar produces or accepts that jsonschema finds invalid, or None;
-    ('unreadable', message) when llmbus's GBNF reader cannot take the grammar."""
-    judge = cov.Judge(schema)
+def candidates(cov, judge, schema, index, walks=()):
+    """The coverage test's candidate texts for schema (every small value of its atoms, a sample
+    of larger ones), the walks' outputs, near misses of those or of the first valid ones, and
+    every object among them with its first key repeated."""
+    rng = random.Random(index)
+    values = [cov.load(t) for t in walks]
+    compact = [t for t in (cov.dumps(v) for v in values) if t is not None]
+    texts = cov.candidate_texts(schema, [s for v in values for s in cov.strings_in(v)][:10], rng) + compact
+    bases = compact[:4]
+    for t in texts:
+        if len(bases) >= 4:
+            break
+        if not invalid(judge, t):
+            bases.append(t)
+    for t in bases:
+        texts += cov.near_misses(t, rng, 25)
+    texts += [d for t in texts if t.startswith("{\"") for d in duplicate_key(cov, t)]
+    return list(dict.fromkeys(texts))
+
+
+def duplicate_key(cov, text):
+    """text with its first member written twice ({"a":1} -> {"a":1,"a":1}), when it is an object:
+    one key to jsonschema (Python's json keeps the last), two entries to a grammar that counts."""
+    try:
+        v = cov.load(text)
+    except ValueError:
+        return []
+    if not isinstance(v, dict) or not v:
+        return []
+    k, e = next(iter(v.items()))
+    member = cov.dumps(e)
+    return ["{" + cov.dumps(k) + ":" + member + "," + text[1:]] if member is not None else []
+
+
+def llamacpp_inexact(cov, walk, judge, grammar, schema, index):
+    """('walk' | 'accepts', text): a text llama.cpp's grammar produces or accepts that jsonschema
+    rejects; ('unreadable', message) when llmbus's GBNF reader cannot take the grammar; None."""
     gpath = write("llamacpp.gbnf", grammar)
     r = run([walk, "--grammar", gpath, "--samples", "4", "--seed", str(index + 1), "--max-steps", "600"], timeout=300)
     if r.returncode != 0:
         return ("unreadable", r.stderr.decode(errors="replace").strip()[-200:])
     walks = [bytes.fromhex(h).decode("utf-8", "replace") for h in r.stdout.decode().split()]
     for t in walks:
-        if not judge.value(t)[0]:
+        if invalid(judge, t):
             return ("walk", t)
-    rng = random.Random(index)
-    values = [cov.load(t) for t in walks]
-    compact = [cov.dumps(v) for v in values if cov.dumps(v) is not None]
-    texts = cov.candidate_texts(schema, [s for v in values for s in cov.strings_in(v)][:10], rng) + compact
-    for t in compact[:4]:
-        texts += cov.near_misses(t, rng, 25)
-    texts = list(dict.fromkeys(texts))
+    texts = candidates(cov, judge, schema, index, walks)
     hexfile = write("accept.hex", "".join(t.encode("utf-8").hex() + "\n" for t in texts))
     r = run([walk, "--grammar", gpath, "--accept", hexfile], timeout=300)
     if r.returncode != 0:
         return ("unreadable", r.stderr.decode(errors="replace").strip()[-200:])
     for t, accepted in zip(texts, r.stdout.decode().split("\n")):
-        if accepted == "1" and not judge.value(t)[0]:
+        if accepted == "1" and invalid(judge, t):
             return ("accepts", t)
     return None
 
 
-def xgrammar_verdicts(xgr, paths):
+def xgrammar_verdicts(xgr, jobs):
+    """xgrammar_schema_verdicts.py's answer for each {"path", "texts"} job, or (None, reason)."""
     python, pkg = xgr
-    r = run([python, os.path.join(HERE, "xgrammar_schema_verdicts.py"), pkg], input="\n".join(paths).encode() + b"\n",
-            timeout=1800)
+    data = "".join(json.dumps(j, ensure_ascii=False) + "\n" for j in jobs).encode()
+    r = run([python, os.path.join(HERE, "xgrammar_schema_verdicts.py"), pkg], input=data, timeout=3600)
     lines = r.stdout.decode().splitlines()
-    if r.returncode != 0 or len(lines) != len(paths):
+    if r.returncode != 0 or len(lines) != len(jobs):
         return None, f"xgrammar_schema_verdicts.py rc {r.returncode}: {r.stderr.decode(errors='replace')[-400:]}"
     return [json.loads(line) for line in lines], None
 
@@ -269,8 +300,10 @@ def report(title, rows, have_xgr, limit):
         xg = [r for r in rows if r["xgrammar"]]
         xg_only = [r for r in rows if r["xgrammar"] and not r["llmbus"]]
         print(f"| compiled by xgrammar | {len(xg)} |")
+        print(f"| ... of which its matcher accepts a text jsonschema rejects | {sum(bool(r['xgrammar_inexact']) for r in xg)} |")
         print(f"| ... of which it logs a warning (a keyword ignored) | {sum(bool(r['xgrammar_warnings']) for r in xg)} |")
-        print(f"| xgrammar only (vs llmbus) | {len(xg_only)} |")
+        print(f"| compiled by xgrammar and llmbus | {sum(r['llmbus'] for r in xg)} |")
+        print(f"| xgrammar only (vs llmbus) | {len(xg_only)} (not exact there: {sum(bool(r['xgrammar_inexact']) for r in xg_only)}) |")
         print(f"| llmbus only (vs xgrammar) | {sum(r['llmbus'] and not r['xgrammar'] for r in rows)} |")
     if "expected" in rows[0]:
         agree = sum((r["expected"] == "SUCCESS") == r["llamacpp"] for r in rows)
@@ -300,9 +333,17 @@ def report(title, rows, have_xgr, limit):
     listing("llama.cpp's grammar not checked (llmbus's GBNF reader refused it)", unreadable,
             lambda r: short(r["inexact"][1]))
     if have_xgr:
+        def xg_note(r):
+            if r["xgrammar_inexact"]:
+                return f"; xgrammar accepts {short(r['xgrammar_inexact'], 60)!r}, invalid"
+            if r["xgrammar_warnings"]:
+                return f"; xgrammar warns: {short('; '.join(r['xgrammar_warnings']), 90)}"
+            return ""
         listing("xgrammar compiles, llmbus refuses", [r for r in rows if r["xgrammar"] and not r["llmbus"]],
-                lambda r: f"llmbus: {short(r['llmbus_reason'], 90)}"
-                + (f"; xgrammar warns: {short('; '.join(r['xgrammar_warnings']), 90)}" if r["xgrammar_warnings"] else ""))
+                lambda r: f"llmbus: {short(r['llmbus_reason'], 90)}{xg_note(r)}")
+        listing("both compile, xgrammar not exact", [r for r in rows if r["xgrammar"] and r["llmbus"] and r["xgrammar_inexact"]],
+                lambda r: f"accepts {short(r['xgrammar_inexact'], 80)!r}"
+                + (f"; warns: {short('; '.join(r['xgrammar_warnings']), 80)}" if r["xgrammar_warnings"] else ""))
         listing("llmbus compiles, xgrammar refuses", [r for r in rows if r["llmbus"] and not r["xgrammar"]],
                 lambda r: f"xgrammar: {short(r['xgrammar_error'])}")
 
@@ -336,27 +377,37 @@ def main():
                ("llama.cpp's tests (tests/test-json-schema-to-grammar.cpp)", llamacpp_test_cases(src))]
     results = {}
     for ci, (title, cases) in enumerate(corpora):
-        rows, paths = [], []
+        rows, jobs, judges = [], [], []
         for i, (name, schema, expected) in enumerate(cases):
             text = json.dumps(schema, ensure_ascii=False) if schema is not None else "not JSON"
             path = write(f"c{ci}-{i}.json", text)
-            paths.append(path)
+            try:
+                judge = cov.Judge(schema) if schema is not None else None
+            except Exception:  # not a schema jsonschema reads (prefixItems as an object, ...)
+                judge = None
+            judges.append(judge)
             ok_lb, why_lb = llmbus_verdict(walk, path) if schema is not None else (False, "not JSON")
             ok_lc, why_lc, grammar = llamacpp_verdict(driver, path)
             row = {"name": name, "llmbus": ok_lb, "llmbus_reason": why_lb, "llamacpp": ok_lc,
                    "llamacpp_reason": why_lc if not ok_lc else "", "llamacpp_warning": why_lc if ok_lc else "",
-                   "inexact": llamacpp_inexact(cov, walk, grammar, schema, i) if ok_lc else None}
+                   "inexact": None}
+            if ok_lc:
+                row["inexact"] = (llamacpp_inexact(cov, walk, judge, grammar, schema, i) if judge
+                                  else ("unjudged", "jsonschema cannot read the schema"))
             if expected:
                 row["expected"] = expected
             rows.append(row)
+            jobs.append({"path": path, "texts": candidates(cov, judge, schema, i) if judge else []})
         if xgr:
-            got, why = xgrammar_verdicts(xgr, paths)
+            got, why = xgrammar_verdicts(xgr, jobs)
             if why:
                 log(f"xgrammar skipped: {why}")
                 xgr = None
             else:
-                for row, v in zip(rows, got):
-                    row.update(xgrammar=v["ok"], xgrammar_error=v["error"], xgrammar_warnings=v["warnings"])
+                for row, job, judge, v in zip(rows, jobs, judges, got):
+                    bad = [t for t, a in zip(job["texts"], v["accepted"]) if a and invalid(judge, t)]
+                    row.update(xgrammar=v["ok"], xgrammar_error=v["error"], xgrammar_warnings=v["warnings"],
+                               xgrammar_inexact=bad[0] if bad else None)
         report(title, rows, xgr is not None, args.list)
         results[title] = rows
     if args.json:
