@@ -41,7 +41,6 @@ import random
 import re
 import subprocess
 import sys
-import tarfile
 import tempfile
 import zipfile
 
@@ -97,8 +96,9 @@ def fetch_llamacpp(cache):
             os.unlink(tarball)
             die(f"checksum mismatch: {tarball}")
     log(f"unpacking {tarball}")
-    with tarfile.open(tarball) as tf:
-        tf.extractall(cache, filter="data")
+    r = run(["tar", "-xzf", tarball, "-C", cache])
+    if r.returncode != 0 or not os.path.isdir(src):
+        die(f"unpacking {tarball} failed: {r.stderr.decode(errors='replace')[-300:]}")
     return src
 
 
