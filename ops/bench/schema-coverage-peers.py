@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """JSON Schema coverage of llmbus beside llama.cpp's json-schema-to-grammar and xgrammar.
 
-    ops/bench/schema-coverage-peers.py [--so-walk PATH] [--no-xgrammar] [--list N] [--json FILE]
+    .venv/bin/python ops/bench/schema-coverage-peers.py [--so-walk PATH] [--no-xgrammar] [--list N] [--json FILE]
+
+(the test venv of `make venv`: jsonschema and the coverage test's checkers; ~6 min on 2 cores)
 
 Corpora: (a) every schema of tests/unit/schema_corpus.py (its handwritten cases and the 260
 seeded random ones test_schema_coverage.py checks); (b) the schemas of llama.cpp's own
@@ -39,6 +41,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,13 +81,17 @@ def pinned_llamacpp():
 
 
 def fetch_llamacpp(cache):
-    """The llama.cpp source tree of the pinned sdist, downloaded and unpacked when missing."""
+    """The llama.cpp source tree of the pinned sdist, downloaded (or copied from .cache/sdist, as
+    compare-llamacpp.sh does) and unpacked when missing."""
     version, sha = pinned_llamacpp()
     src = os.path.join(cache, f"llama_cpp_python-{version}", "vendor", "llama.cpp")
     if os.path.isfile(os.path.join(src, "common", "json-schema-to-grammar.cpp")):
         return src
     tarball = os.path.join(cache, f"llama_cpp_python-{version}.tar.gz")
     os.makedirs(cache, exist_ok=True)
+    sdist = os.path.join(ROOT, ".cache", "sdist", os.path.basename(tarball))
+    if not os.path.isfile(tarball) and os.path.isfile(sdist):
+        shutil.copyfile(sdist, tarball)
     if not os.path.isfile(tarball):
         log(f"downloading llama-cpp-python {version} (source package, 77 MB) into {cache}")
         r = run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
@@ -369,7 +376,10 @@ def main():
     sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
     import schema_corpus
     saved, sys.argv = sys.argv, [sys.argv[0], walk]  # the coverage test reads its so_walk from argv at import
-    import test_schema_coverage as cov
+    try:
+        import test_schema_coverage as cov
+    except ImportError as e:
+        die(f"{e}: run with the test venv's Python (make venv; .venv/bin/python {sys.argv[0]})")
     sys.argv = saved
 
     corpora = [("llmbus's corpus (tests/unit/schema_corpus.py)",
