@@ -193,10 +193,13 @@ static bool lit_complete(const struct so_node *nd, uint64_t mask, uint32_t n) {
   return false;
 }
 
-/* An object frame: mask = named properties seen, n = other keys seen (counted only under
- * maxProperties, so that states compare equal otherwise). */
+/* An object frame: mask = named properties seen, n = other keys seen (counted under
+ * maxProperties; under minProperties alone only whether there was one, so that states compare
+ * equal otherwise). Other keys count as one property towards minProperties: two could be the
+ * same key (so_schema.c compiles minProperties only where that is exact). */
 static bool object_can_close(const struct so_node *nd, const struct so_frame *f) {
-  return (f->mask & nd->required_mask) == nd->required_mask && __builtin_popcountll(f->mask) >= nd->min_props;
+  return (f->mask & nd->required_mask) == nd->required_mask &&
+         __builtin_popcountll(f->mask) + (f->n > 0) >= nd->min_props;
 }
 
 /* Room for one more key that is not required, with every missing required key after it? */
@@ -352,6 +355,7 @@ static void feed_key(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
     if (!required && !object_room_for_optional(nd, obj)) return;
     if (match >= 0) obj->mask |= 1ull << match;
     else if (nd->max_props >= 0) obj->n++;
+    else if (nd->min_props > 0) obj->n = 1;
     obj->n2 = (uint32_t)match;
     st->depth--;
     emit(c, st);

@@ -644,14 +644,16 @@ static llb_status object_node(struct compiler *c, const struct so_cons *k, int d
   }
   if (st == LLB_STATUS_OK && !k->closed) st = compile_list(c, &k->additional, depth + 1, &additional);
   if (st != LLB_STATUS_OK) return st;
-  /* minProperties is met by named properties only: other keys could repeat and leave fewer than
-   * counted. With other keys allowed that is exact only while the required ones meet it. */
-  if (additional >= 0 && k->min_props > __builtin_popcountll(k->required))
+  /* minProperties counts named properties, and other keys as one at most: two of them could be
+   * the same key. Exact while the required ones and one other key meet it (a non-empty map:
+   * minProperties 1 beside additionalProperties). */
+  if (additional >= 0 && k->min_props > __builtin_popcountll(k->required) + 1)
     return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "schema minProperties %lld beside additionalProperties beyond the %d required "
-                    "properties (keys of additionalProperties could repeat)", (long long)k->min_props,
+                    "properties and one other key (keys of additionalProperties could repeat)", (long long)k->min_props,
                     __builtin_popcountll(k->required));
-  if (k->min_props > named) return LLB_STATUS_OK;
-  if (k->max_props >= 0 && __builtin_popcountll(k->required) > k->max_props) return LLB_STATUS_OK;
+  if (k->min_props > named + (additional >= 0)) return LLB_STATUS_OK;
+  if (k->max_props >= 0 && (__builtin_popcountll(k->required) > k->max_props || k->min_props > k->max_props))
+    return LLB_STATUS_OK;
   if ((st = new_node(c, SO_NODE_OBJECT, out))) return st;
   struct so_node *nd = &c->g->nodes[*out];
   nd->props = calloc((size_t)(k->n_props ? k->n_props : 1), sizeof(*nd->props));
@@ -789,7 +791,7 @@ static bool productive_now(const struct so_grammar *g, const uint8_t *ok, int32_
       if (!p && (nd->required_mask >> k & 1u)) return false;
       named += p;
     }
-    return named >= nd->min_props;
+    return named + (nd->additional >= 0 && ok[nd->additional]) >= nd->min_props;
   }
   case SO_NODE_ARRAY:
     for (int64_t k = 0; k < nd->min_items; k++) {

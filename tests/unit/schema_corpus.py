@@ -75,7 +75,7 @@ case("pattern_optional_group", {"type": "string", "pattern": "^(Mr|Ms)?\\.? ?[A-
 case("pattern_two_in_allof", {"allOf": [{"type": "string", "pattern": "a"}, {"pattern": "^[abc]{2,4}$"}]})
 case("pattern_nonstring_ignored", {"pattern": "^a$"})
 case("pattern_key_value", {"type": "object", "additionalProperties": {"type": "string", "pattern": "^[0-9a-f]{2}$"}})
-for f in ["date", "time", "date-time", "uuid", "email", "uri", "ipv4"]:
+for f in ["date", "time", "date-time", "uuid", "email", "uri", "ipv4", "ipv6"]:
     case(f"format_{f}", {"type": "string", "format": f})
 case("format_date_in_object", {"type": "object", "properties": {"born": {"type": "string", "format": "date"},
                                                                  "id": {"type": "string", "format": "uuid"}},
@@ -162,11 +162,21 @@ case("obj_min_props_named", {"type": "object", "properties": {"a": {"type": "nul
                                                                "c": {"type": "null"}}, "minProperties": 2})
 case("obj_min_max_props", {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                            "minProperties": 1, "maxProperties": 1})
-case("obj_min_props_open", {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1},
-     refused="minProperties")
+# other keys count once towards minProperties (two could be the same key): exact up to required + 1
+case("obj_min_props_open", {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1})
 case("obj_min_props_optional_open", {"type": "object", "properties": {"a": {}, "b": {}},
-                                    "additionalProperties": {"type": "integer"}, "minProperties": 1},
+                                    "additionalProperties": {"type": "integer"}, "minProperties": 1})
+case("obj_min_props_any_object", {"type": "object", "minProperties": 1})
+case("obj_min_props_required_plus_one", {"type": "object", "properties": {"a": {"type": "null"}, "b": {"type": "null"}},
+                                        "required": ["a"], "additionalProperties": {"type": "boolean"},
+                                        "minProperties": 2})
+case("obj_min_max_props_open", {"type": "object", "additionalProperties": {"type": "null"}, "minProperties": 1,
+                                "maxProperties": 2})
+case("obj_min_props_open_two", {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 2},
      refused="minProperties")
+case("obj_min_over_max_props", {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "minProperties": 2,
+                                "maxProperties": 1}, refused="no value")
+case("obj_min_over_max_props_open", {"type": "object", "minProperties": 1, "maxProperties": 0}, refused="no value")
 case("obj_min_props_required_open", {"type": "object", "properties": {"a": {"type": "null"}, "b": {"type": "null"}},
                                     "required": ["a", "b"], "additionalProperties": {"type": "integer"},
                                     "minProperties": 2, "maxProperties": 3})
@@ -328,7 +338,7 @@ case("refuse_dependent_required", {"type": "object", "dependentRequired": {"a": 
 case("refuse_contains", {"type": "array", "contains": {"type": "integer"}}, refused="contains")
 case("refuse_unique_items", {"type": "array", "uniqueItems": True}, refused="uniqueItems")
 case("refuse_unevaluated", {"type": "object", "unevaluatedProperties": False}, refused="unevaluatedProperties")
-case("refuse_format_unknown", {"type": "string", "format": "ipv6"}, refused="format")
+case("refuse_format_unknown", {"type": "string", "format": "hostname"}, refused="format")
 case("refuse_dynamic_ref", {"$dynamicRef": "#meta"}, refused="$dynamicRef")
 case("refuse_pattern_backref", {"type": "string", "pattern": "(a)\\1"}, refused="backreference")
 case("refuse_pattern_lookahead", {"type": "string", "pattern": "a(?=b)"}, refused="lookaround")

@@ -647,7 +647,7 @@ static void test_outputs_that_break_the_grammar_fail_the_step_naming_the_request
   assert_string_equal(out.error.field.data, "structured_outputs");
   /* a spec the engine cannot compile fails the check phase, changing nothing */
   struct sim_req u = make_req("u", 4, 4, true);
-  static const char schema[] = "{\"type\":\"string\",\"format\":\"ipv6\"}";
+  static const char schema[] = "{\"type\":\"string\",\"format\":\"hostname\"}";
   u.so = (struct llb_structured_outputs){.kind = LLB_SO_JSON, .spec = {schema, sizeof schema - 1}};
   sim_begin(&s, 2);
   sim_schedule(&s, &u, 4);
