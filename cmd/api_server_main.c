@@ -14,7 +14,7 @@ struct api_main {
   struct api_server_flags f;
   struct flag_list names, keys, key_files; /* the repeatable flags, made into f's arrays */
   struct api_server_config cfg; /* the flags checked and made into the actor's options */
-  struct api_actor *actor;
+  struct api_server_actor *actor;
 };
 
 static llb_status api_main_configure(struct actor_main *am, void *user) {
@@ -30,23 +30,23 @@ static llb_status api_main_configure(struct actor_main *am, void *user) {
 
 static llb_status api_main_start(struct actor_main *am, void *user) {
   struct api_main *m = user;
-  struct api_actor_options o = m->cfg.options;
+  struct api_server_actor_options o = m->cfg.options;
   o.registry = am->metrics;
-  llb_status st = api_actor_create(&o, &m->actor);
+  llb_status st = api_server_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
-  return api_actor_start(m->actor, am->bus);
+  return api_server_actor_start(m->actor, am->bus);
 }
 
 static void api_main_stop(struct actor_main *am, void *user) {
   (void)am;
   struct api_main *m = user;
-  api_actor_stop(m->actor);
+  api_server_actor_stop(m->actor);
 }
 
 static void api_main_destroy(struct actor_main *am, void *user) {
   (void)am;
   struct api_main *m = user;
-  api_actor_destroy(m->actor);
+  api_server_actor_destroy(m->actor);
   m->actor = NULL;
   api_server_config_free(&m->cfg);
 }

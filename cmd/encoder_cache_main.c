@@ -22,18 +22,25 @@ static llb_status ec_configure(struct actor_main *am, void *user) {
 
 static llb_status ec_start(struct actor_main *am, void *user) {
   struct ec_main *m = user;
-  char subject[BUS_SUBJECT_MAX];
-  llb_status st = actor_main_engine_subject(am, "encoder", subject, sizeof subject);
-  if (st != LLB_STATUS_OK) return st;
-  return encoder_cache_actor_create(am->bus, subject, m->cache_size, &m->actor);
+  const struct encoder_cache_actor_options o = {.engine_id = am->common.engine_id,
+                                                .cache_size = m->cache_size};
+  llb_status st = encoder_cache_actor_create(&o, &m->actor);
+  if (st == LLB_STATUS_OK) st = encoder_cache_actor_start(m->actor, am->bus);
+  return st;
+}
+
+static void ec_stop(struct actor_main *am, void *user) {
+  (void)am;
+  struct ec_main *m = user;
+  encoder_cache_actor_stop(m->actor);
 }
 
 static void ec_destroy(struct actor_main *am, void *user) {
   (void)am;
   struct ec_main *m = user;
   if (m->actor) {
-    struct encoder_cache_actor_counters c;
-    encoder_cache_actor_get_counters(m->actor, &c);
+    struct encoder_cache_actor_stats c;
+    encoder_cache_actor_stats(m->actor, &c);
     LLB_LOG_INFO("encoder_cache_counters",
                  "steps=%llu queries=%llu hits=%llu allocated=%llu evicted=%llu resets=%llu "
                  "malformed=%llu failed=%llu",
@@ -61,6 +68,7 @@ int main(int argc, char **argv) {
       .num_flags = (int)(sizeof flags / sizeof flags[0]),
       .configure = ec_configure,
       .start = ec_start,
+      .stop = ec_stop,
       .destroy = ec_destroy,
       .user = &m,
       .engine_scoped = true, /* its beats reach its engine's peers on the engine's subject */

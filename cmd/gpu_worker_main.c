@@ -113,6 +113,12 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
   return actor_main_answer_hellos(am);
 }
 
+static void worker_main_stop(struct actor_main *am, void *user) {
+  (void)am;
+  struct worker_main *m = user;
+  gpu_worker_actor_stop(m->actor);
+}
+
 static void worker_main_destroy(struct actor_main *am, void *user) {
   (void)am;
   struct worker_main *m = user;
@@ -181,6 +187,7 @@ int main(int argc, char **argv) {
       .num_flags = (int)(sizeof flags / sizeof flags[0]),
       .configure = worker_main_configure,
       .start = worker_main_start,
+      .stop = worker_main_stop,
       .destroy = worker_main_destroy,
       .user = &m,
       .engine_scoped = true, /* its beats reach its engine's peers on the engine's subject */

@@ -20,12 +20,12 @@ struct inproc_main {
   const char *chat_template;
   const char *mmproj;
   int32_t intake_threads;
-  struct inproc_actor *actor;
+  struct input_processor_actor *actor;
 };
 
 static llb_status inproc_main_start(struct actor_main *am, void *user) {
   struct inproc_main *m = user;
-  struct inproc_actor_options o = {
+  struct input_processor_actor_options o = {
       .model_path = am->common.model_path,
       .max_model_len = m->max_model_len,
       .tenant = m->tenant,
@@ -40,9 +40,9 @@ static llb_status inproc_main_start(struct actor_main *am, void *user) {
       .hash_key = &am->hash_key,
       .intake_threads = m->intake_threads,
   };
-  llb_status st = inproc_actor_create(&o, &m->actor);
+  llb_status st = input_processor_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
-  st = inproc_actor_start(m->actor, am->bus);
+  st = input_processor_actor_start(m->actor, am->bus);
   /* the api server resends its requests after a nats-server restart once we beat */
   return st ? st : actor_main_answer_after_reconnect(am, "api_server");
 }
@@ -50,13 +50,13 @@ static llb_status inproc_main_start(struct actor_main *am, void *user) {
 static void inproc_main_stop(struct actor_main *am, void *user) {
   (void)am;
   struct inproc_main *m = user;
-  inproc_actor_stop(m->actor); /* the workers, before the bus goes */
+  input_processor_actor_stop(m->actor); /* the workers, before the bus goes */
 }
 
 static void inproc_main_destroy(struct actor_main *am, void *user) {
   (void)am;
   struct inproc_main *m = user;
-  inproc_actor_destroy(m->actor);
+  input_processor_actor_destroy(m->actor);
   m->actor = NULL;
 }
 

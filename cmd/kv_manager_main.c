@@ -39,22 +39,31 @@ static llb_status adopt_worker_geometry(struct actor_main *am, struct kv_main *m
 
 static llb_status kv_start(struct actor_main *am, void *user) {
   struct kv_main *m = user;
-  char subject[BUS_SUBJECT_MAX];
-  llb_status st = actor_main_engine_subject(am, "kv", subject, sizeof subject);
-  if (st != LLB_STATUS_OK) return st;
+  llb_status st;
   if (m->num_blocks == 0 && (st = adopt_worker_geometry(am, m)) != LLB_STATUS_OK) return st;
-  struct kv_manager_config cfg = {.num_blocks = m->num_blocks,
-                                  .block_size = m->block_size,
-                                  .enable_prefix_caching = !m->no_prefix_caching};
-  return kv_manager_actor_create(am->bus, subject, &cfg, &m->actor);
+  const struct kv_manager_actor_options o = {
+      .engine_id = am->common.engine_id,
+      .kv = {.num_blocks = m->num_blocks,
+             .block_size = m->block_size,
+             .enable_prefix_caching = !m->no_prefix_caching},
+  };
+  st = kv_manager_actor_create(&o, &m->actor);
+  if (st == LLB_STATUS_OK) st = kv_manager_actor_start(m->actor, am->bus);
+  return st;
+}
+
+static void kv_stop(struct actor_main *am, void *user) {
+  (void)am;
+  struct kv_main *m = user;
+  kv_manager_actor_stop(m->actor);
 }
 
 static void kv_destroy(struct actor_main *am, void *user) {
   (void)am;
   struct kv_main *m = user;
   if (m->actor) {
-    struct kv_manager_actor_counters c;
-    kv_manager_actor_get_counters(m->actor, &c);
+    struct kv_manager_actor_stats c;
+    kv_manager_actor_stats(m->actor, &c);
     LLB_LOG_INFO("kv_manager_counters", "steps=%llu malformed=%llu failed=%llu resets=%llu "
                  "stale_frees=%llu",
                  (unsigned long long)c.num_steps, (unsigned long long)c.num_malformed,
@@ -85,6 +94,7 @@ int main(int argc, char **argv) {
       .num_flags = (int)(sizeof flags / sizeof flags[0]),
       .configure = kv_configure,
       .start = kv_start,
+      .stop = kv_stop,
       .destroy = kv_destroy,
       .user = &m,
       .engine_scoped = true, /* its beats reach its engine's peers on the engine's subject */

@@ -7,20 +7,26 @@
 #include "cmd/actor/actor_main.h"
 
 static llb_status outproc_main_start(struct actor_main *am, void *user) {
-  struct outproc_actor **actor = user;
-  struct outproc_actor_options o = {.model_path = am->common.model_path, .engine_id = am->common.engine_id,
+  struct output_processor_actor **actor = user;
+  struct output_processor_actor_options o = {.model_path = am->common.model_path, .engine_id = am->common.engine_id,
                                    .metrics = am->metrics};
-  llb_status st = outproc_actor_create(&o, actor);
+  llb_status st = output_processor_actor_create(&o, actor);
   if (st != LLB_STATUS_OK) return st;
-  return outproc_actor_start(*actor, am->bus);
+  return output_processor_actor_start(*actor, am->bus);
+}
+
+static void outproc_main_stop(struct actor_main *am, void *user) {
+  (void)am;
+  struct output_processor_actor **actor = user;
+  output_processor_actor_stop(*actor);
 }
 
 static void outproc_main_destroy(struct actor_main *am, void *user) {
   (void)am;
-  struct outproc_actor **actor = user;
+  struct output_processor_actor **actor = user;
   if (*actor) {
-    struct outproc_actor_stats c;
-    outproc_actor_get_stats(*actor, &c);
+    struct output_processor_actor_stats c;
+    output_processor_actor_stats(*actor, &c);
     LLB_LOG_INFO("output_processor_counters", "batches=%llu outputs=%llu request_outputs=%llu unknown=%llu "
                  "resyncs_asked=%llu resyncs=%llu duplicates_dropped=%llu publish_errors=%llu histories=%llu",
                  (unsigned long long)c.batches,
@@ -29,17 +35,18 @@ static void outproc_main_destroy(struct actor_main *am, void *user) {
                  (unsigned long long)c.resyncs, (unsigned long long)c.duplicates,
                  (unsigned long long)c.publish_errors, (unsigned long long)c.histories);
   }
-  outproc_actor_destroy(*actor);
+  output_processor_actor_destroy(*actor);
   *actor = NULL;
 }
 
 int main(int argc, char **argv) {
-  struct outproc_actor *actor = NULL;
+  struct output_processor_actor *actor = NULL;
   const struct actor_main_spec spec = {
       .actor = "output_processor",
       .program = "llmbus-output-processor",
       .summary = "detokenizes EngineCoreOutputs into RequestOutputs for each client",
       .start = outproc_main_start,
+      .stop = outproc_main_stop,
       .destroy = outproc_main_destroy,
       .user = &actor,
       .engine_scoped = true, /* its beats reach its engine's peers on the engine's subject */

@@ -11,7 +11,7 @@
 #include "cmd/actor/spec_config.h"
 
 struct sched_main {
-  struct scheduler_actor_config cfg;
+  struct scheduler_actor_options cfg;
   int32_t max_model_len;  /* 0 = min(model context, 4096) */
   int32_t vocab_size;     /* 0 = the model's */
   const char *policy;
@@ -34,7 +34,7 @@ static llb_status sched_configure(struct actor_main *am, void *user) {
       .num_speculative_tokens = spec.num_speculative_tokens, .max_model_len = m->max_model_len,
       .vocab_size = m->vocab_size, .model_path = am->common.model_path, .engine_id = am->common.engine_id,
       .instance = am->common.instance, .heartbeat_ms = am->common.heartbeat_ms};
-  return scheduler_actor_config_resolve(&f, &m->cfg, &m->blocks_from_worker);
+  return scheduler_actor_options_resolve(&f, &m->cfg, &m->blocks_from_worker);
 }
 
 /* The engine recovering from a worker / kv_manager failure is not ready: the heartbeat says
@@ -62,7 +62,8 @@ static llb_status sched_start(struct actor_main *am, void *user) {
                       m->cfg.sched.block_size);
     m->cfg.sched.num_blocks = nb;
   }
-  llb_status st = scheduler_actor_create(am->bus, am->common.prefix, &m->cfg, &m->actor);
+  llb_status st = scheduler_actor_create(&m->cfg, &m->actor);
+  if (st == LLB_STATUS_OK) st = scheduler_actor_start(m->actor, am->bus);
   if (st == LLB_STATUS_OK) bus_set_before_drain(am->bus, sched_before_drain, m);
   return st;
 }
@@ -77,8 +78,8 @@ static void sched_destroy_hook(struct actor_main *am, void *user) {
   (void)am;
   struct sched_main *m = user;
   if (m->actor) {
-    struct scheduler_actor_counters c;
-    scheduler_actor_get_counters(m->actor, &c);
+    struct scheduler_actor_stats c;
+    scheduler_actor_stats(m->actor, &c);
     LLB_LOG_INFO("scheduler_counters", "steps=%llu requests=%llu rejected=%llu aborted=%llu "
                  "kv_failures=%llu execute_failures=%llu peer_failures=%llu outputs=%llu "
                  "replayed=%llu dead_lettered=%llu redelivered_held=%llu acked=%llu resyncs=%llu "
@@ -98,7 +99,7 @@ static void sched_destroy_hook(struct actor_main *am, void *user) {
 
 int main(int argc, char **argv) {
   struct sched_main m = {.policy = "fcfs", .speculative_config = ""};
-  scheduler_actor_config_init(&m.cfg);
+  scheduler_actor_options_init(&m.cfg);
   struct sched_config *c = &m.cfg.sched;
   c->num_blocks = 1024;
   c->block_size = 16;

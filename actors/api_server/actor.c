@@ -44,8 +44,8 @@
 
 #define API_SSE_KEEPALIVE_NS 3000000000LL /* a stream silent this long gets ": keep-alive" */
 
-struct api_actor {
-  struct api_actor_options o;
+struct api_server_actor {
+  struct api_server_actor_options o;
   struct api_cors cors; /* from the options (api_cors.h) */
   char http_host[128];
   int http_port, bound_port;
@@ -83,7 +83,7 @@ struct api_actor {
  * seed and a counter: the same requests in the same order get the same seeds, as vLLM's --seed
  * makes its sampler reproducible), else random (getrandom; falls back to the id salt and a
  * counter). Loop thread. */
-static uint64_t random_seed(struct api_actor *a) {
+static uint64_t random_seed(struct api_server_actor *a) {
   if (a->o.has_seed) return llb_mix64(a->o.seed + LLB_SPLITMIX64_GAMMA * ++a->seed_counter);
   uint64_t seed;
   if (getrandom(&seed, sizeof seed, 0) == (ssize_t)sizeof seed) return seed;
@@ -92,7 +92,7 @@ static uint64_t random_seed(struct api_actor *a) {
 
 /* ---- calls -------------------------------------------------------------------------- */
 
-static void publish_abort(struct api_actor *a, struct api_sub *s) {
+static void publish_abort(struct api_server_actor *a, struct api_sub *s) {
   api_sub_publish_abort(a->bus, s);
   s->finished = true;
 }
@@ -111,7 +111,7 @@ static void detach_http(struct api_call *c) {
 }
 
 static void call_free(struct api_call *c) {
-  struct api_actor *a = c->a;
+  struct api_server_actor *a = c->a;
   detach_http(c);
   bus_span_end(a->bus, &c->span);
   for (int32_t i = 0; i < c->num_subs; i++) {
@@ -163,7 +163,7 @@ static void write_chunk(struct api_call *c, const struct api_buf *b) {
 /* Ends `c` with error `e`: an HTTP error, or an SSE error event + [DONE] on a started
  * stream; running engine requests are aborted. */
 static void call_fail(struct api_call *c, const struct api_error *e) {
-  struct api_actor *a = c->a;
+  struct api_server_actor *a = c->a;
   LLB_LOG_WARN("request_failed", "id=%s status=%d error=\"%.200s\"", c->resp.id, e->http_status, e->message);
   c->span.error = true;
   bus_span_attr_int(&c->span, "http.response.status_code", e->http_status);
@@ -186,7 +186,7 @@ static void call_fail(struct api_call *c, const struct api_error *e) {
 
 /* The request finished: metrics, free. */
 static void call_succeed(struct api_call *c) {
-  struct api_actor *a = c->a;
+  struct api_server_actor *a = c->a;
   int64_t now = llb_now_ns();
   const char *reason = NULL;
   int64_t nchoices = (int64_t)c->resp.num_prompts * c->resp.n;
@@ -206,7 +206,7 @@ static void call_succeed(struct api_call *c) {
 
 /* ---- replies (loop thread) ---------------------------------------------------------- */
 
-static void tokenize_reply(struct api_actor *a, struct evhttp_request *req, const struct api_tokenize *t,
+static void tokenize_reply(struct api_server_actor *a, struct evhttp_request *req, const struct api_tokenize *t,
                            const struct llb_request_output *ro) {
   if (ro->max_model_len > 0) a->max_model_len = ro->max_model_len;
   struct api_buf b = {0};
@@ -214,7 +214,7 @@ static void tokenize_reply(struct api_actor *a, struct evhttp_request *req, cons
   api_buf_free(&b);
 }
 
-static void embeddings_reply(struct api_actor *a, struct evhttp_request *req, const struct api_embeddings *e,
+static void embeddings_reply(struct api_server_actor *a, struct evhttp_request *req, const struct api_embeddings *e,
                              const char *id) {
   struct api_buf b = {0};
   api_http_send_rendered(a->metrics, req, api_embeddings_render(e, id, (int64_t)time(NULL), &b), &b);
@@ -234,7 +234,7 @@ static void start_stream(struct api_call *c) {
 /* /tokenize, /detokenize or /v1/models/{id} (c->tok set), not completions or chat. */
 static bool is_tokenize_call(const struct api_call *c) { return c->tok.endpoint >= API_ENDPOINT_TOKENIZE; }
 
-static void handle_output(struct api_actor *a, struct api_sub *s, const struct llb_request_output *ro) {
+static void handle_output(struct api_server_actor *a, struct api_sub *s, const struct llb_request_output *ro) {
   struct api_call *c = s->call;
   bool first = !s->engine_id[0];
   if (first) snprintf(s->engine_id, sizeof s->engine_id, "%s", ro->request_id.data);
@@ -347,7 +347,7 @@ static void handle_output(struct api_actor *a, struct api_sub *s, const struct l
 
 /* One item of the reply inbox (inbox.h). */
 static void on_inbox_item(const struct api_inbox_item *it, void *user) {
-  struct api_actor *a = user;
+  struct api_server_actor *a = user;
   struct api_sub *s = api_sub_table_find(a->subs, it->seq);
   if (!s || s->finished) return; /* a late output of a request already answered */
   struct api_call *c = s->call;
@@ -424,7 +424,7 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
   struct api_call *c = arg;
-  struct api_actor *a = c->a;
+  struct api_server_actor *a = c->a;
   if (api_resend_poll(&a->resend, c, api_peer_beats_ip_beat_ns(a->peers), api_peer_beats_op_restart_ns(a->peers),
                       llb_now_ns()) > 0)
     arm_timer(c);
@@ -444,7 +444,7 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
     evhttp_connection_free(c->conn); /* runs on_close, which may free `c` */
 }
 
-static void make_id(struct api_actor *a, enum api_endpoint ep, char *buf, size_t cap) {
+static void make_id(struct api_server_actor *a, enum api_endpoint ep, char *buf, size_t cap) {
   a->id_counter++;
   const char *kind = ep == API_ENDPOINT_CHAT ? "chatcmpl" : ep == API_ENDPOINT_COMPLETIONS ? "cmpl"
                      : ep == API_ENDPOINT_EMBEDDINGS ? "embd" : ep == API_ENDPOINT_RESPONSES ? "resp" : "tok";
@@ -455,7 +455,7 @@ static void make_id(struct api_actor *a, enum api_endpoint ep, char *buf, size_t
 /* A new call for `req`: its body parsed as endpoint ep wants, its subs allocated (one per
  * prompt or input), its response begun. NULL with e set (400/404 from the parser, 500 out of
  * memory). */
-static struct api_call *call_new(struct api_actor *a, struct evhttp_request *req, enum api_endpoint ep,
+static struct api_call *call_new(struct api_server_actor *a, struct evhttp_request *req, enum api_endpoint ep,
                                  const char *model, const char *tenant, struct api_error *e) {
   struct evbuffer *in = evhttp_request_get_input_buffer(req);
   size_t len = evbuffer_get_length(in);
@@ -505,7 +505,7 @@ static struct api_call *call_new(struct api_actor *a, struct evhttp_request *req
 /* Publishes sub i of c: its GenerateRequest (request id = the call's id, "-i" with several
  * subs) on the tenant's generate or tokenize subject, reply <inbox>.<seq>; keeps a copy to
  * send again (api_resend.h). */
-static llb_status publish_sub(struct api_actor *a, struct api_call *c, int32_t i) {
+static llb_status publish_sub(struct api_server_actor *a, struct api_call *c, int32_t i) {
   struct api_sub *s = &c->subs[i];
   const bool tok = is_tokenize_call(c);
   s->t_last_heard_ns = llb_now_ns();
@@ -532,7 +532,7 @@ static llb_status publish_sub(struct api_actor *a, struct api_call *c, int32_t i
 
 /* Completions and chat (ep), or a tokenize call (/tokenize, /detokenize, /v1/models/{id}:
  * one GenerateRequest on the tokenize subject, `model` = the path's id for the last). */
-static void handle_generate(struct api_actor *a, struct evhttp_request *req, enum api_endpoint ep,
+static void handle_generate(struct api_server_actor *a, struct evhttp_request *req, enum api_endpoint ep,
                             const char *model, const char *tenant) {
   struct api_error e;
   size_t len = evbuffer_get_length(evhttp_request_get_input_buffer(req));
@@ -600,7 +600,7 @@ static void handle_generate(struct api_actor *a, struct evhttp_request *req, enu
 }
 
 static void on_request(struct evhttp_request *req, void *arg) {
-  struct api_actor *a = arg;
+  struct api_server_actor *a = arg;
   api_http_listener_request_read(a->listener, req);
   const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
   const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
@@ -670,12 +670,12 @@ static void on_request(struct evhttp_request *req, void *arg) {
  * answered 401 before its body is read; a CORS preflight carries none and goes on (the route
  * answers it before authentication). */
 static bool key_gate(void *user, bool is_options, const char *authorization) {
-  const struct api_actor *a = user;
+  const struct api_server_actor *a = user;
   return is_options || api_keys_tenant_of(a->o.api_keys, authorization) != NULL;
 }
 
 /* The whole HTTP answer the gate gives: the 401 the route would give (OpenAI's shape). */
-static llb_status make_refused_response(struct api_actor *a) {
+static llb_status make_refused_response(struct api_server_actor *a) {
   struct api_error e;
   api_error_set(&e, 401, NULL, "missing or incorrect API key: send `Authorization: Bearer YOUR_KEY`");
   snprintf(e.code, sizeof e.code, "invalid_api_key");
@@ -693,7 +693,7 @@ static llb_status make_refused_response(struct api_actor *a) {
 
 /* On the loop thread: the inbox's wake event and the HTTP listener. */
 static void loop_setup(struct api_loop_call *lc, void *arg) {
-  struct api_actor *a = arg;
+  struct api_server_actor *a = arg;
   llb_status st = api_inbox_bind(a->inbox, a->base);
   if (st != LLB_STATUS_OK) {
     api_loop_call_done(lc, st);
@@ -716,7 +716,7 @@ static void loop_setup(struct api_loop_call *lc, void *arg) {
 static void loop_free_http(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
-  struct api_actor *a = arg;
+  struct api_server_actor *a = arg;
   api_http_listener_destroy(a->listener);
   a->listener = NULL;
   api_inbox_unbind(a->inbox);
@@ -725,7 +725,7 @@ static void loop_free_http(evutil_socket_t fd, short what, void *arg) {
 
 static void loop_teardown(struct api_loop_call *lc, void *arg) {
   (void)lc;
-  struct api_actor *a = arg;
+  struct api_server_actor *a = arg;
   a->stopped = true;
   api_inbox_drain(a->inbox); /* deliver what already arrived */
   struct api_error e;
@@ -742,7 +742,7 @@ static void loop_teardown(struct api_loop_call *lc, void *arg) {
 }
 
 /* The options' values with their defaults, the media directory, CORS and the address. */
-static llb_status take_options(struct api_actor *a, const struct api_actor_options *o) {
+static llb_status take_options(struct api_server_actor *a, const struct api_server_actor_options *o) {
   a->o = *o;
   if (!a->o.max_body_bytes) a->o.max_body_bytes = 1024 * 1024;
   if (a->o.request_timeout_s <= 0) a->o.request_timeout_s = 10;
@@ -783,10 +783,11 @@ static llb_status take_options(struct api_actor *a, const struct api_actor_optio
   return st;
 }
 
-llb_status api_actor_create(const struct api_actor_options *o, struct api_actor **out) {
+llb_status api_server_actor_create(const struct api_server_actor_options *o,
+                                   struct api_server_actor **out) {
   if (!o || !o->model_name || !*o->model_name || strlen(o->model_name) >= API_MAX_MODEL_BYTES)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: --model-name must be 1..%d bytes", API_MAX_MODEL_BYTES - 1);
-  struct api_actor *a = calloc(1, sizeof *a);
+  struct api_server_actor *a = calloc(1, sizeof *a);
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "api_server: out of memory");
   if (getrandom(&a->id_salt, sizeof a->id_salt, 0) != (ssize_t)sizeof a->id_salt)
     a->id_salt = (uint64_t)llb_wall_ns() ^ ((uint64_t)getpid() << 32);
@@ -801,7 +802,7 @@ llb_status api_actor_create(const struct api_actor_options *o, struct api_actor 
     st = api_peer_beats_create(o->health_actors ? o->health_actors : API_ACTOR_DEFAULT_HEALTH_ACTORS,
                                a->o.health_window_ms, a->metrics, &a->peers);
   if (st != LLB_STATUS_OK) {
-    api_actor_destroy(a);
+    api_server_actor_destroy(a);
     return st;
   }
   *out = a;
@@ -809,7 +810,7 @@ llb_status api_actor_create(const struct api_actor_options *o, struct api_actor 
 }
 
 /* The tenant's subjects fit (the generate one is logged); the inbox subject. */
-static llb_status make_subjects(struct api_actor *a, char *generate, size_t cap) {
+static llb_status make_subjects(struct api_server_actor *a, char *generate, size_t cap) {
   const char *prefix = bus_prefix(a->bus);
   char subject[BUS_SUBJECT_MAX];
   llb_status st = bus_subject_generate(prefix, a->tenant, generate, cap);
@@ -822,7 +823,7 @@ static llb_status make_subjects(struct api_actor *a, char *generate, size_t cap)
 /* Delivery thread: <prefix>.health.<actor>.<instance>.metrics, an actor's Prometheus text
  * (bus_metrics_publish_start). Api servers' own are left out: each serves its own series. */
 static void on_actor_metrics(struct bus *bus, const struct bus_msg *msg, void *user) {
-  struct api_actor *a = user;
+  struct api_server_actor *a = user;
   const size_t skip = strlen(bus_prefix(bus)) + strlen(".health.");
   char actor[64], instance[96];
   if (strlen(msg->subject) <= skip ||
@@ -832,7 +833,7 @@ static void on_actor_metrics(struct bus *bus, const struct bus_msg *msg, void *u
     LLB_LOG_DEBUG("actor_metrics_refused", "subject=%s bytes=%zu", msg->subject, msg->len);
 }
 
-llb_status api_actor_start(struct api_actor *a, struct bus *bus) {
+llb_status api_server_actor_start(struct api_server_actor *a, struct bus *bus) {
   a->bus = bus;
   a->base = bus_event_base(bus);
   a->resend = (struct api_resend_ctx){.bus = bus, .inbox = a->inbox_subject, .table = a->subs};
@@ -854,16 +855,19 @@ llb_status api_actor_start(struct api_actor *a, struct bus *bus) {
   return LLB_STATUS_OK;
 }
 
-int api_actor_port(const struct api_actor *a) { return a ? a->bound_port : 0; }
+int api_server_actor_port(const struct api_server_actor *a) { return a ? a->bound_port : 0; }
 
-int64_t api_actor_inflight(const struct api_actor *a) { return a ? atomic_load(&a->inflight) : 0; }
+void api_server_actor_stats(const struct api_server_actor *a, struct api_server_actor_stats *out) {
+  struct api_server_actor *m = (struct api_server_actor *)a; /* atomics: loads only */
+  *out = (struct api_server_actor_stats){.inflight = atomic_load(&m->inflight)};
+}
 
-void api_actor_stop(struct api_actor *a) {
+void api_server_actor_stop(struct api_server_actor *a) {
   if (!a || !a->base || a->stopped || !a->listener) return;
   api_loop_call_run(a->loop, a->base, loop_teardown, a);
 }
 
-void api_actor_destroy(struct api_actor *a) {
+void api_server_actor_destroy(struct api_server_actor *a) {
   if (!a) return;
   api_inbox_destroy(a->inbox);
   api_sub_table_destroy(a->subs);

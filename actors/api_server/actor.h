@@ -48,29 +48,35 @@
 #include "base/status.h"
 #include "bus/bus.h"
 
-struct api_actor;
+struct api_server_actor;
 
 /* Checks the options and creates the actor (nothing bound yet). Errors: INVALID_ARGUMENT
- * naming the option, OUT_OF_MEMORY. *out: api_actor_destroy(). */
-llb_status api_actor_create(const struct api_actor_options *o, struct api_actor **out);
+ * naming the option, OUT_OF_MEMORY. *out: api_server_actor_destroy(). */
+llb_status api_server_actor_create(const struct api_server_actor_options *o,
+                                   struct api_server_actor **out);
 
 /* Subscribes the inbox, stats and health handlers on `bus` (borrowed; outlives the actor's
  * use of it) and binds the HTTP listener on the bus loop. Errors: IO naming the address when
  * it cannot be bound, those of bus_subscribe. */
-llb_status api_actor_start(struct api_actor *a, struct bus *bus);
+llb_status api_server_actor_start(struct api_server_actor *a, struct bus *bus);
 
 /* The port the listener is bound to (useful with port 0); 0 before start. */
-int api_actor_port(const struct api_actor *a);
+int api_server_actor_port(const struct api_server_actor *a);
 
-/* Requests in flight. */
-int64_t api_actor_inflight(const struct api_actor *a);
+/* What the actor counts (its histograms are rendered on GET /metrics: api_metrics.h). */
+struct api_server_actor_stats {
+  int64_t inflight; /* requests being served now (at most options.max_concurrent) */
+};
+
+/* A snapshot of the counters; thread-safe. */
+void api_server_actor_stats(const struct api_server_actor *a, struct api_server_actor_stats *out);
 
 /* Ends every request in flight (503 "shutting down", or an error event + [DONE] on a stream)
  * and closes the listener, on the loop thread; waits for it. Call after the bus drained and
  * before bus_destroy. Idempotent; no-op if never started. */
-void api_actor_stop(struct api_actor *a);
+void api_server_actor_stop(struct api_server_actor *a);
 
 /* Frees the actor. Call after bus_destroy(). NULL ok. */
-void api_actor_destroy(struct api_actor *a);
+void api_server_actor_destroy(struct api_server_actor *a);
 
 #endif

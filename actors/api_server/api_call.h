@@ -18,7 +18,7 @@
 #include "bus/bus.h"
 #include "bus/span.h"
 
-struct api_actor;         /* actor.c's: opaque here */
+struct api_server_actor;         /* actor.c's: opaque here */
 struct event;             /* libevent */
 struct evhttp_connection; /* libevent */
 struct evhttp_request;    /* libevent */
@@ -38,7 +38,7 @@ struct api_sub {
 
 /* One HTTP request in flight. */
 struct api_call {
-  struct api_actor *a;              /* the actor serving it (its callbacks' way back) */
+  struct api_server_actor *a;              /* the actor serving it (its callbacks' way back) */
   struct evhttp_request *req;       /* NULL once the client went away */
   struct evhttp_connection *conn;   /* NULL once the client went away */
   struct api_request parsed;

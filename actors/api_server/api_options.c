@@ -79,7 +79,7 @@ llb_status api_server_config_init(struct api_server_config *c, const struct api_
                   f->reasoning_parser);
   if (st == LLB_STATUS_OK) st = load_keys(f, &c->keys);
   if (st != LLB_STATUS_OK) return st;
-  c->options = (struct api_actor_options){
+  c->options = (struct api_server_actor_options){
       .http_addr = f->http,
       .model_name = model_name,
       .model_aliases = f->num_served_model_names > 1 ? f->served_model_names + 1 : NULL,

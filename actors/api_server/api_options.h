@@ -1,4 +1,4 @@
-/* The api server's options: what api_actor_create takes (struct api_actor_options), the
+/* The api server's options: what api_server_actor_create takes (struct api_server_actor_options), the
  * option strings parsed (HOST:PORT, name lists), and llmbus-api-server's flags made into those
  * options (checked, the served model's name derived from the GGUF path, API keys loaded).
  * Pure: no bus, no network; files only for the keys file. */
@@ -22,7 +22,7 @@ struct api_keys;
 
 #define API_DEFAULT_MAX_CONNECTIONS 1024
 
-struct api_actor_options {
+struct api_server_actor_options {
   const char *http_addr;           /* "HOST:PORT"; NULL = "127.0.0.1:8000"; port 0 = any */
   const char *model_name;          /* served model id (the first of --served-model-name); required */
   const char *const *model_aliases; /* [num_model_aliases] the other names also accepted as
@@ -94,7 +94,7 @@ struct api_server_flags {
 /* The flags made into the actor's options. Holds pointers into itself: do not copy or move
  * it while `options` is used. */
 struct api_server_config {
-  struct api_actor_options options; /* strings borrowed from the flags or model_name below;
+  struct api_server_actor_options options; /* strings borrowed from the flags or model_name below;
                                        registry NULL (the caller sets its own) */
   char model_name[API_MAX_MODEL_BYTES]; /* the name derived from the GGUF path, when used */
   struct api_keys *keys;                /* owned; NULL = no authentication */

@@ -7,9 +7,13 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "bus/subject.h"
 
 struct encoder_cache_actor {
-  struct bus *bus;
+  struct bus *bus;            /* from start */
+  struct bus_sub *sub;        /* .encoder; NULL before start and after stop */
+  char engine_id[BUS_TOKEN_MAX + 1];
+  int32_t cache_size;
   struct encoder_cache *ec;
   struct llb_arena arena;     /* decoded EncoderStep; reset per message */
   struct ecache_result res;   /* reused answer arrays */
@@ -17,7 +21,7 @@ struct encoder_cache_actor {
   bool have_step;
   uint64_t last_step;
   pthread_mutex_t mu;         /* guards the counters */
-  struct encoder_cache_actor_counters c;
+  struct encoder_cache_actor_stats c;
 };
 
 static void respond(struct encoder_cache_actor *a, const struct bus_msg *msg,
@@ -78,23 +82,44 @@ static void on_encoder_step(struct bus *bus, const struct bus_msg *msg, void *us
   respond(a, msg, &w);
 }
 
-llb_status encoder_cache_actor_create(struct bus *bus, const char *subject, int32_t cache_size,
+llb_status encoder_cache_actor_create(const struct encoder_cache_actor_options *o,
                                       struct encoder_cache_actor **out) {
+  if (!o || !out)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "encoder_cache_actor_create: NULL argument");
   *out = NULL;
+  const char *eid = o->engine_id ? o->engine_id : "0";
+  if (!bus_token_valid(eid))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine id \"%s\" is not one subject token", eid);
   struct encoder_cache_actor *a = calloc(1, sizeof(*a));
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "encoder_cache actor");
-  a->bus = bus;
+  snprintf(a->engine_id, sizeof a->engine_id, "%s", eid);
+  a->cache_size = o->cache_size;
   pthread_mutex_init(&a->mu, NULL);
   llb_arena_init(&a->arena, NULL, 0);
-  llb_status st = encoder_cache_create(cache_size, &a->ec);
-  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, subject, NULL, on_encoder_step, a, NULL);
-  if (st != LLB_STATUS_OK) goto fail;
-  LLB_LOG_INFO("encoder_cache_started", "subject=%s cache_size=%d", subject, cache_size);
+  llb_status st = encoder_cache_create(o->cache_size, &a->ec);
+  if (st != LLB_STATUS_OK) {
+    encoder_cache_actor_destroy(a);
+    return st;
+  }
   *out = a;
   return LLB_STATUS_OK;
-fail:
-  encoder_cache_actor_destroy(a);
-  return st;
+}
+
+llb_status encoder_cache_actor_start(struct encoder_cache_actor *a, struct bus *bus) {
+  char subject[BUS_SUBJECT_MAX];
+  llb_status st = bus_subject_engine(bus_prefix(bus), a->engine_id, "encoder", subject, sizeof subject);
+  if (st != LLB_STATUS_OK) return st;
+  a->bus = bus;
+  st = bus_subscribe(bus, subject, NULL, on_encoder_step, a, &a->sub);
+  if (st != LLB_STATUS_OK) return st;
+  LLB_LOG_INFO("encoder_cache_started", "subject=%s cache_size=%d", subject, a->cache_size);
+  return LLB_STATUS_OK;
+}
+
+void encoder_cache_actor_stop(struct encoder_cache_actor *a) {
+  if (!a || !a->sub) return;
+  (void)bus_unsubscribe(a->sub); /* fails only when the drain already ended the subscription */
+  a->sub = NULL;
 }
 
 void encoder_cache_actor_destroy(struct encoder_cache_actor *a) {
@@ -107,9 +132,10 @@ void encoder_cache_actor_destroy(struct encoder_cache_actor *a) {
   free(a);
 }
 
-void encoder_cache_actor_get_counters(struct encoder_cache_actor *a,
-                                      struct encoder_cache_actor_counters *out) {
-  pthread_mutex_lock(&a->mu);
-  *out = a->c;
-  pthread_mutex_unlock(&a->mu);
+void encoder_cache_actor_stats(const struct encoder_cache_actor *a,
+                               struct encoder_cache_actor_stats *out) {
+  struct encoder_cache_actor *m = (struct encoder_cache_actor *)a; /* the mutex only */
+  pthread_mutex_lock(&m->mu);
+  *out = m->c;
+  pthread_mutex_unlock(&m->mu);
 }

@@ -216,7 +216,7 @@ static void log_step(struct gpu_worker_actor *a, double seconds) {
 
 int32_t gpu_worker_actor_num_blocks(const struct gpu_worker_actor *a) { return model_runner_num_blocks(a->runner); }
 
-void gpu_worker_actor_get_stats(const struct gpu_worker_actor *a, struct gpu_worker_actor_stats *out) {
+void gpu_worker_actor_stats(const struct gpu_worker_actor *a, struct gpu_worker_actor_stats *out) {
   *out = (struct gpu_worker_actor_stats){
       .steps = atomic_load(&a->steps), .step_errors = atomic_load(&a->step_errors),
       .malformed = atomic_load(&a->malformed), .no_reply = atomic_load(&a->no_reply),
@@ -335,4 +335,10 @@ llb_status gpu_worker_actor_start(struct gpu_worker_actor *a, struct bus *bus) {
   atomic_store(&a->execute_sub, sub);
   LLB_LOG_INFO("gpu_worker_subscribed", "execute=%s", a->execute_subject);
   return LLB_STATUS_OK;
+}
+
+void gpu_worker_actor_stop(struct gpu_worker_actor *a) {
+  if (!a) return;
+  struct bus_sub *sub = atomic_exchange(&a->execute_sub, NULL);
+  if (sub) (void)bus_unsubscribe(sub); /* fails only when the drain already ended it */
 }

@@ -73,8 +73,13 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
  * Errors: those of bus_subscribe and bus_subject_engine. */
 llb_status gpu_worker_actor_start(struct gpu_worker_actor *a, struct bus *bus);
 
+/* Stops taking steps: unsubscribes the execute handler (a step being run still gets its
+ * reply). Call before bus_destroy; after the bus drained there is nothing left to stop.
+ * Idempotent; NULL ok. */
+void gpu_worker_actor_stop(struct gpu_worker_actor *a);
+
 /* Counters, read atomically one by one. */
-void gpu_worker_actor_get_stats(const struct gpu_worker_actor *a, struct gpu_worker_actor_stats *out);
+void gpu_worker_actor_stats(const struct gpu_worker_actor *a, struct gpu_worker_actor_stats *out);
 
 /* KV blocks of the worker's cache: o->num_blocks, or the number sized from device memory
  * when that was 0 (the engine's geometry, announced to the scheduler and kv_manager). */

@@ -45,7 +45,7 @@
 #define INPROC_INTAKE_RETRY_AFTER_MS 1000   /* a full intake queue's Retry-After */
 #define INPROC_IMAGE_ESTIMATE_TOKENS 64     /* an image before it is planned (estimate_tokens) */
 
-struct inproc_actor {
+struct input_processor_actor {
   struct tokenizer *tok;
   struct inproc_t *proc;
   struct bus *bus;
@@ -64,7 +64,7 @@ struct inproc_actor {
   int32_t hidden_size;          /* the model's embedding_length: num_cols of image features */
   struct clip_model *clip;      /* --mmproj, for clip_image_plan only; NULL = no images */
   char mmproj_id[96];           /* "<file name>:<bytes>": enters the images' mm_hash */
-  struct llb_hash_key hash_key; /* the deployment's (inproc_actor_options.hash_key) */
+  struct llb_hash_key hash_key; /* the deployment's (input_processor_actor_options.hash_key) */
   struct intake_queue *intake;  /* per-tenant queues (intake_queue.h) */
   struct intake_workers *workers; /* NULL before start and after stop */
   int32_t intake_threads;
@@ -79,7 +79,7 @@ static const char *subject_tenant(const char *subject) {
 
 /* Answers `msg` with a final RequestOutput carrying an error (code, message, field). Without
  * a reply subject the error is only counted and logged. */
-static void reply_error_retry(struct inproc_actor *a, const struct bus_msg *msg, const char *request_id,
+static void reply_error_retry(struct input_processor_actor *a, const struct bus_msg *msg, const char *request_id,
                               llb_status code, const char *message, const char *field, int64_t retry_after_ms) {
   char q[320];
   if (!msg->reply || !msg->reply[0]) {
@@ -107,13 +107,13 @@ static void reply_error_retry(struct inproc_actor *a, const struct bus_msg *msg,
   llb_buf_free(&buf);
 }
 
-static void reply_error(struct inproc_actor *a, const struct bus_msg *msg, const char *request_id,
+static void reply_error(struct input_processor_actor *a, const struct bus_msg *msg, const char *request_id,
                         llb_status code, const char *message, const char *field) {
   reply_error_retry(a, msg, request_id, code, message, field, 0);
 }
 
 /* Publishes AbortRequests{ids} on engine `eid`'s abort subject. */
-static llb_status publish_aborts(struct inproc_actor *a, const char *eid, const struct llb_str *ids, int32_t n,
+static llb_status publish_aborts(struct input_processor_actor *a, const char *eid, const struct llb_str *ids, int32_t n,
                                  const struct bus_trace_ctx *trace) {
   struct llb_abort_requests ab = {.request_ids = ids, .num_request_ids = n};
   struct llb_buf buf = {0};
@@ -128,7 +128,7 @@ static llb_status publish_aborts(struct inproc_actor *a, const char *eid, const 
 
 /* Compiles the request's structured-output spec once (structured_check.h): a spec the engine
  * cannot enforce is a 400 now, naming structured_outputs. False: answered. */
-static bool check_structured(struct inproc_actor *a, const struct bus_msg *msg, const char *ext_id,
+static bool check_structured(struct input_processor_actor *a, const struct bus_msg *msg, const char *ext_id,
                              const struct llb_structured_outputs *so) {
   char text[512];
   bool compiled = false;
@@ -159,14 +159,14 @@ struct request_trace {
  * requests stream, confirmed by JetStream, so a scheduler that dies later still gets it;
  * retried through a leader election with the engine request id as Nats-Msg-Id, so it is
  * stored once) or a plain publish. */
-static llb_status publish_engine_request(struct inproc_actor *a, const char *subject, const char *request_id,
+static llb_status publish_engine_request(struct input_processor_actor *a, const char *subject, const char *request_id,
                                          const void *data, size_t len, const struct bus_trace_ctx *span) {
   if (!a->durable) return bus_publish(a->bus, subject, data, len, span);
   const struct bus_out_msg m = {.subject = subject, .data = data, .len = len, .trace = span};
   return bus_js_publish(a->bus, &m, request_id, INPROC_DURABLE_PUBLISH_TIMEOUT_MS, NULL);
 }
 
-static llb_status publish_children(struct inproc_actor *a, const char *eid, const struct inproc_generate_request *req,
+static llb_status publish_children(struct input_processor_actor *a, const char *eid, const struct inproc_generate_request *req,
                                    const struct inproc_processed *pr, const struct bus_trace_ctx *span,
                                    const struct request_trace *rt, const struct llb_pooling_params *pool,
                                    const char *resume_of) {
@@ -207,21 +207,21 @@ static llb_status publish_children(struct inproc_actor *a, const char *eid, cons
   atomic_fetch_add(&a->publish_errors, 1);
   char msg[512];
   snprintf(msg, sizeof msg, "%s", llb_err_last());
-  struct llb_str ids[INPROC_ACTOR_MAX_N];
-  for (int32_t i = 0; i < sent && i < INPROC_ACTOR_MAX_N; i++) ids[i] = llb_str_c(pr->requests[i].request_id);
-  if (sent > 0) (void)publish_aborts(a, eid, ids, sent < INPROC_ACTOR_MAX_N ? sent : INPROC_ACTOR_MAX_N, span);
+  struct llb_str ids[INPUT_PROCESSOR_ACTOR_MAX_N];
+  for (int32_t i = 0; i < sent && i < INPUT_PROCESSOR_ACTOR_MAX_N; i++) ids[i] = llb_str_c(pr->requests[i].request_id);
+  if (sent > 0) (void)publish_aborts(a, eid, ids, sent < INPUT_PROCESSOR_ACTOR_MAX_N ? sent : INPUT_PROCESSOR_ACTOR_MAX_N, span);
   return LLB_ERRF(st, "publishing to %s: %s", subject, msg);
 }
 
-/* The engine request ids of pr's children (at most INPROC_ACTOR_MAX_N). */
+/* The engine request ids of pr's children (at most INPUT_PROCESSOR_ACTOR_MAX_N). */
 static int32_t child_ids(const struct inproc_processed *pr, const char **ids) {
-  int32_t n = pr->num_requests < INPROC_ACTOR_MAX_N ? pr->num_requests : INPROC_ACTOR_MAX_N;
+  int32_t n = pr->num_requests < INPUT_PROCESSOR_ACTOR_MAX_N ? pr->num_requests : INPUT_PROCESSOR_ACTOR_MAX_N;
   for (int32_t i = 0; i < n; i++) ids[i] = pr->requests[i].request_id;
   return n;
 }
 
 /* Answers a request a per-tenant limit refused (429, or 400 for TOO_LARGE). */
-static void refuse(struct inproc_actor *a, const struct bus_msg *msg, const char *tenant, const char *request_id,
+static void refuse(struct input_processor_actor *a, const struct bus_msg *msg, const char *tenant, const char *request_id,
                    llb_status st, int64_t retry_after_ms) {
   atomic_fetch_add(&a->limited, 1);
   char q[320];
@@ -247,7 +247,7 @@ static double estimate_prompt_tokens(const struct llb_generate_request *gr) {
 static double estimate_tokens(const struct llb_generate_request *gr, double *grammar_tokens) {
   const struct llb_sampling_params *sp = gr->sampling_params;
   /* n over the limit is validation's to refuse, with its own message */
-  const int32_t n = sp && sp->n > 1 ? (sp->n < INPROC_ACTOR_MAX_N ? sp->n : INPROC_ACTOR_MAX_N) : 1;
+  const int32_t n = sp && sp->n > 1 ? (sp->n < INPUT_PROCESSOR_ACTOR_MAX_N ? sp->n : INPUT_PROCESSOR_ACTOR_MAX_N) : 1;
   const double max_tokens = sp && sp->max_tokens > 0 ? sp->max_tokens : 0;
   *grammar_tokens = ceil((double)gr->structured_outputs.spec.len / 4.0);
   return n * (estimate_prompt_tokens(gr) + max_tokens) + *grammar_tokens;
@@ -256,7 +256,7 @@ static double estimate_tokens(const struct llb_generate_request *gr, double *gra
 /* Before any costly work (template, tokenizer, images, grammar): a tenant at its max_concurrent /
  * max_queued, or whose bucket lacks the estimate, is refused at once; else the estimate is
  * charged. */
-static bool precharge(struct inproc_actor *a, const struct bus_msg *msg, const char *tenant, const char *request_id,
+static bool precharge(struct input_processor_actor *a, const struct bus_msg *msg, const char *tenant, const char *request_id,
                       int32_t n, double estimate) {
   if (!a->limits) return true;
   int64_t retry_after_ms = 0;
@@ -269,10 +269,10 @@ static bool precharge(struct inproc_actor *a, const struct bus_msg *msg, const c
 /* Per-tenant limits (tenant_limits.h): true when pr may go to the engine; otherwise the
  * client got its 429 (or 400) already. A request counts its prompt and max_tokens per child
  * and its grammar; `precharged` of that was taken before the work. */
-static bool admit(struct inproc_actor *a, const struct bus_msg *msg, const char *tenant,
+static bool admit(struct input_processor_actor *a, const struct bus_msg *msg, const char *tenant,
                   const struct inproc_processed *pr, double precharged, double grammar_tokens) {
   if (!a->limits) return true;
-  const char *ids[INPROC_ACTOR_MAX_N];
+  const char *ids[INPUT_PROCESSOR_ACTOR_MAX_N];
   int32_t n = child_ids(pr, ids);
   double cost = grammar_tokens;
   for (int32_t i = 0; i < n; i++)
@@ -285,15 +285,15 @@ static bool admit(struct inproc_actor *a, const struct bus_msg *msg, const char 
   return false;
 }
 
-static void release(struct inproc_actor *a, const struct inproc_processed *pr) {
-  const char *ids[INPROC_ACTOR_MAX_N];
+static void release(struct input_processor_actor *a, const struct inproc_processed *pr) {
+  const char *ids[INPUT_PROCESSOR_ACTOR_MAX_N];
   tenant_limits_release(a->limits, ids, child_ids(pr, ids));
 }
 
 /* <prefix>.engine.<eid>.outputs, only with limits: a child's first token and its end. */
 static void inproc_on_engine_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
-  struct inproc_actor *a = user;
+  struct input_processor_actor *a = user;
   struct llb_arena arena;
   llb_arena_init(&arena, NULL, 0);
   struct llb_engine_core_outputs eo;
@@ -325,7 +325,7 @@ static void trace_begin(struct bus *bus, const struct bus_msg *msg, struct reque
 }
 
 static bool id_printable(struct llb_str id);
-static int abort_everywhere(struct inproc_actor *a, const struct llb_str *ids, int32_t n,
+static int abort_everywhere(struct input_processor_actor *a, const struct llb_str *ids, int32_t n,
                             const struct bus_trace_ctx *span, llb_status *st);
 
 /* A client's resend (the api server after a nats-server restart lost its reply route): the
@@ -335,7 +335,7 @@ static int abort_everywhere(struct inproc_actor *a, const struct llb_str *ids, i
  * (EngineCoreRequest.resume_request_id); anything else is a new request as usual, and the
  * replaced request of this tenant that cannot be taken over is aborted (its outputs can reach
  * nobody). Copies the id into out[cap] and its engine into eid; false when not honoured. */
-static bool resume_target(struct inproc_actor *a, const struct bus_msg *msg, const char *tenant, int32_t n,
+static bool resume_target(struct input_processor_actor *a, const struct bus_msg *msg, const char *tenant, int32_t n,
                           char *out, size_t cap, char *eid, size_t eid_cap) {
   const char *id = bus_msg_header(msg, "Llmbus-Resume-Of");
   if (!id || !id[0]) return false;
@@ -357,7 +357,7 @@ static bool resume_target(struct inproc_actor *a, const struct bus_msg *msg, con
 }
 
 /* One GenerateRequest, on an intake worker (or the delivery thread once intake stopped). */
-static void process_generate(struct inproc_actor *a, const struct bus_msg *msg) {
+static void process_generate(struct input_processor_actor *a, const struct bus_msg *msg) {
   struct bus *bus = a->bus;
   struct request_trace rt;
   struct bus_span req_span, proc;
@@ -469,7 +469,7 @@ done:
 }
 
 /* Answers a tokenize request with prompt_token_ids / prompt and the context length. */
-static void reply_tokenized(struct inproc_actor *a, const struct bus_msg *msg, const char *request_id,
+static void reply_tokenized(struct input_processor_actor *a, const struct bus_msg *msg, const char *request_id,
                             const int32_t *ids, int64_t n, const char *text, size_t text_len) {
   struct llb_request_output ro = {0};
   ro.request_id = llb_str_c(request_id);
@@ -495,7 +495,7 @@ static void reply_tokenized(struct inproc_actor *a, const struct bus_msg *msg, c
 
 /* <prefix>.tokenize.<tenant>: tokenize (prompt / messages), detokenize (prompt_token_ids) or
  * only the context length (no input); see actor.h. */
-static void process_tokenize(struct inproc_actor *a, const struct bus_msg *msg) {
+static void process_tokenize(struct input_processor_actor *a, const struct bus_msg *msg) {
   struct llb_arena arena;
   llb_arena_init(&arena, NULL, 0);
   struct llb_generate_request gr;
@@ -567,7 +567,7 @@ struct intake_item {
   bool tokenize;
 };
 
-static void process(struct inproc_actor *a, const struct bus_msg *msg, bool tokenize) {
+static void process(struct input_processor_actor *a, const struct bus_msg *msg, bool tokenize) {
   if (tokenize) process_tokenize(a, msg);
   else process_generate(a, msg);
 }
@@ -583,7 +583,7 @@ static void intake_work(void *user, void *item) {
 /* On the delivery thread: only what costs nothing — the tenant is the subject's last token, the
  * message goes into that tenant's queue (its cost: its bytes). A full queue is a 429 at once; a
  * stopped intake (the drain) or no memory leaves the work to this thread, as before. */
-static void intake(struct inproc_actor *a, const struct bus_msg *msg, bool tokenize) {
+static void intake(struct input_processor_actor *a, const struct bus_msg *msg, bool tokenize) {
   struct intake_item *it = a->intake ? malloc(sizeof *it) : NULL;
   struct bus_msg *kept = it ? bus_msg_keep(msg) : NULL;
   if (!kept) {
@@ -629,7 +629,7 @@ static bool id_printable(struct llb_str id) {
 /* An abort whose id names no engine we know (an id from before routing, or an engine that has
  * not announced itself to this replica yet): every known engine and the default one get it;
  * the engines ignore ids they do not run. Returns the number of engines; *st the first error. */
-static int abort_everywhere(struct inproc_actor *a, const struct llb_str *ids, int32_t n,
+static int abort_everywhere(struct input_processor_actor *a, const struct llb_str *ids, int32_t n,
                             const struct bus_trace_ctx *span, llb_status *st) {
   enum { MAX_FANOUT = 64 };
   struct engine_router_engine rows[MAX_FANOUT];
@@ -649,7 +649,7 @@ static int abort_everywhere(struct inproc_actor *a, const struct llb_str *ids, i
 /* <prefix>.engine.<eid>.stats: an engine announcing itself and its load (routing input). */
 static void inproc_on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
-  struct inproc_actor *a = user;
+  struct input_processor_actor *a = user;
   struct llb_arena arena;
   llb_arena_init(&arena, NULL, 0);
   struct llb_scheduler_stats s;
@@ -674,7 +674,7 @@ static void inproc_on_stats(struct bus *bus, const struct bus_msg *msg, void *us
 
 static void inproc_on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
-  struct inproc_actor *a = user;
+  struct input_processor_actor *a = user;
   struct llb_arena arena;
   llb_arena_init(&arena, NULL, 0);
   struct llb_abort_request ar;
@@ -700,10 +700,10 @@ static void inproc_on_abort(struct bus *bus, const struct bus_msg *msg, void *us
   }
   /* The processor keeps no state: abort the id itself (n = 1) and every child id it could
    * have (n > 1: "<i>_<id>"); the engine ignores those it does not run. */
-  char child_ids[INPROC_ACTOR_MAX_N][INPROC_MAX_ID_BYTES];
-  struct llb_str ids[INPROC_ACTOR_MAX_N + 1];
+  char child_ids[INPUT_PROCESSOR_ACTOR_MAX_N][INPROC_MAX_ID_BYTES];
+  struct llb_str ids[INPUT_PROCESSOR_ACTOR_MAX_N + 1];
   ids[0] = ar.request_id;
-  for (int32_t i = 0; i < INPROC_ACTOR_MAX_N; i++) {
+  for (int32_t i = 0; i < INPUT_PROCESSOR_ACTOR_MAX_N; i++) {
     snprintf(child_ids[i], sizeof child_ids[i], "%d_%s", i, ar.request_id.data);
     ids[i + 1] = llb_str_c(child_ids[i]);
   }
@@ -713,10 +713,10 @@ static void inproc_on_abort(struct bus *bus, const struct bus_msg *msg, void *us
   int engines = 0;
   if (inproc_engine_of_id(ar.request_id.data, ar.request_id.len, eid, sizeof eid) &&
       engine_router_known(a->router, eid)) {
-    st = publish_aborts(a, eid, ids, INPROC_ACTOR_MAX_N + 1, &span);
+    st = publish_aborts(a, eid, ids, INPUT_PROCESSOR_ACTOR_MAX_N + 1, &span);
     engines = 1;
   } else {
-    engines = abort_everywhere(a, ids, INPROC_ACTOR_MAX_N + 1, &span, &st);
+    engines = abort_everywhere(a, ids, INPUT_PROCESSOR_ACTOR_MAX_N + 1, &span, &st);
   }
   if (st != LLB_STATUS_OK) {
     LLB_LOG_ERROR("abort_publish_failed", "request_id=%s error=%s", ar.request_id.data,
@@ -732,7 +732,8 @@ done:
 
 /* ---- life cycle ---- */
 
-llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inproc_actor **out) {
+llb_status input_processor_actor_create(const struct input_processor_actor_options *o,
+                                        struct input_processor_actor **out) {
   *out = NULL;
   if (!o || !o->model_path) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "input processor: model path required");
   const char *tenant = o->tenant ? o->tenant : "*";
@@ -744,7 +745,7 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "max_model_len must be >= 2 (or 0 = the model's), got %d",
                     o->max_model_len);
 
-  struct inproc_actor *a = calloc(1, sizeof *a);
+  struct input_processor_actor *a = calloc(1, sizeof *a);
   struct gguf_file *f = NULL;
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "input processor actor");
   snprintf(a->tenant, sizeof a->tenant, "%s", tenant);
@@ -770,7 +771,7 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   if (st != LLB_STATUS_OK) goto fail;
   struct inproc_config cfg = {0};
   cfg.max_model_len = o->max_model_len ? o->max_model_len : inproc_model_max_model_len(f, DEFAULT_MAX_MODEL_LEN);
-  cfg.max_n = INPROC_ACTOR_MAX_N;
+  cfg.max_n = INPUT_PROCESSOR_ACTOR_MAX_N;
   cfg.hash_key = a->hash_key;
   cfg.has_chat_template = chat_template_from_gguf(f, &cfg.chat_template) == LLB_STATUS_OK;
   const char *tmpl = o->chat_template_file;
@@ -827,11 +828,11 @@ llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inpr
   return LLB_STATUS_OK;
 fail:
   gguf_close(f);
-  inproc_actor_destroy(a);
+  input_processor_actor_destroy(a);
   return st;
 }
 
-void inproc_actor_stop(struct inproc_actor *a) {
+void input_processor_actor_stop(struct input_processor_actor *a) {
   if (!a || !a->workers) return;
   intake_workers_stop(a->workers); /* what is queued is answered first */
   a->workers = NULL;
@@ -841,11 +842,11 @@ void inproc_actor_stop(struct inproc_actor *a) {
 
 /* SIGTERM: the queued requests are answered while the connection is still up; what arrives
  * during the drain is handled on its delivery thread. */
-static void before_drain(void *user) { inproc_actor_stop(user); }
+static void before_drain(void *user) { input_processor_actor_stop(user); }
 
-void inproc_actor_destroy(struct inproc_actor *a) {
+void input_processor_actor_destroy(struct input_processor_actor *a) {
   if (!a) return;
-  inproc_actor_stop(a);
+  input_processor_actor_stop(a);
   intake_queue_destroy(a->intake);
   inproc_so_cache_destroy(a->so_cache);
   inproc_destroy(a->proc);
@@ -859,10 +860,11 @@ void inproc_actor_destroy(struct inproc_actor *a) {
   free(a);
 }
 
-int32_t inproc_actor_max_model_len(const struct inproc_actor *a) { return a->max_model_len; }
+int32_t input_processor_actor_max_model_len(const struct input_processor_actor *a) { return a->max_model_len; }
 
-void inproc_actor_get_stats(const struct inproc_actor *a, struct inproc_actor_stats *out) {
-  struct inproc_actor *m = (struct inproc_actor *)a; /* atomics: loads only */
+void input_processor_actor_stats(const struct input_processor_actor *a,
+                                 struct input_processor_actor_stats *out) {
+  struct input_processor_actor *m = (struct input_processor_actor *)a; /* atomics: loads only */
   out->requests = atomic_load(&m->requests);
   out->engine_requests = atomic_load(&m->engine_requests);
   out->rejected = atomic_load(&m->rejected);
@@ -880,9 +882,9 @@ void inproc_actor_get_stats(const struct inproc_actor *a, struct inproc_actor_st
   out->grammars_compiled = atomic_load(&m->grammars_compiled);
 }
 
-struct engine_router *inproc_actor_router(struct inproc_actor *a) { return a->router; }
+struct engine_router *input_processor_actor_router(struct input_processor_actor *a) { return a->router; }
 
-llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
+llb_status input_processor_actor_start(struct input_processor_actor *a, struct bus *bus) {
   a->bus = bus;
   int64_t maxp = bus_max_payload(bus);
   /* An item travels whole in an EngineCoreRequest and a SchedulerOutput: leave room for
@@ -910,9 +912,9 @@ llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus) {
     if (st == LLB_STATUS_OK) st = bus_subject_tokenize(prefix, a->tenant, tok_subj, sizeof tok_subj);
   }
   if (st != LLB_STATUS_OK) return st;
-  st = bus_subscribe(bus, gen, INPROC_ACTOR_QUEUE_GROUP, inproc_on_generate, a, NULL);
-  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, abort_subj, INPROC_ACTOR_QUEUE_GROUP, inproc_on_abort, a, NULL);
-  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, tok_subj, INPROC_ACTOR_QUEUE_GROUP, inproc_on_tokenize, a, NULL);
+  st = bus_subscribe(bus, gen, INPUT_PROCESSOR_ACTOR_QUEUE_GROUP, inproc_on_generate, a, NULL);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, abort_subj, INPUT_PROCESSOR_ACTOR_QUEUE_GROUP, inproc_on_abort, a, NULL);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, tok_subj, INPUT_PROCESSOR_ACTOR_QUEUE_GROUP, inproc_on_tokenize, a, NULL);
   /* every replica hears every engine (no queue group): each routes on its own view */
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, stats_subj, NULL, inproc_on_stats, a, NULL);
   if (st == LLB_STATUS_OK && a->limits) { /* every engine's outputs: its requests' first tokens and ends */

@@ -46,10 +46,10 @@
 #include "bus/bus.h"
 #include "base/status.h"
 
-#define INPROC_ACTOR_QUEUE_GROUP "input_processor"
-#define INPROC_ACTOR_MAX_N 16 /* largest n accepted; also the abort fan-out width */
+#define INPUT_PROCESSOR_ACTOR_QUEUE_GROUP "input_processor"
+#define INPUT_PROCESSOR_ACTOR_MAX_N 16 /* largest n accepted; also the abort fan-out width */
 
-struct inproc_actor_options {
+struct input_processor_actor_options {
   const char *model_path;  /* GGUF holding the tokenizer (and chat template); required */
   int32_t max_model_len;   /* tokens; 0 = min(the model's context length, 4096) */
   const char *tenant;      /* subject token or "*" (every tenant); NULL = "*" */
@@ -76,7 +76,7 @@ struct inproc_actor_options {
 };
 
 /* Counters since start (monotonic). */
-struct inproc_actor_stats {
+struct input_processor_actor_stats {
   uint64_t requests;        /* GenerateRequests accepted and forwarded */
   uint64_t engine_requests; /* EngineCoreRequests published (children) */
   uint64_t rejected;        /* well-formed requests refused with a field error */
@@ -95,36 +95,38 @@ struct inproc_actor_stats {
   uint64_t grammars_compiled; /* structured-output specs compiled (not answered from the cache) */
 };
 
-struct inproc_actor;
+struct input_processor_actor;
 
 /* Loads the tokenizer and chat template of o->model_path and creates the preprocessor.
  * Errors: INVALID_ARGUMENT (bad tenant / engine id / max_model_len), the GGUF reader's or
- * tokenizer's error naming the file, OUT_OF_MEMORY. *out: inproc_actor_destroy(). */
-llb_status inproc_actor_create(const struct inproc_actor_options *o, struct inproc_actor **out);
+ * tokenizer's error naming the file, OUT_OF_MEMORY. *out: input_processor_actor_destroy(). */
+llb_status input_processor_actor_create(const struct input_processor_actor_options *o,
+                                        struct input_processor_actor **out);
 
 /* Starts the intake workers and subscribes the generate, tokenize and abort handlers on `bus`
- * (borrowed; it must outlive the subscriptions and the workers: inproc_actor_stop, then destroy
+ * (borrowed; it must outlive the subscriptions and the workers: input_processor_actor_stop, then destroy
  * the bus before the actor). Generate and tokenize requests wait in their tenant's intake queue
  * (intake_queue.h; a full one is answered 429 at once) and are processed by the workers in
  * deficit round robin. Errors: those of bus_subscribe, the subject builders, the threads. */
-llb_status inproc_actor_start(struct inproc_actor *a, struct bus *bus);
+llb_status input_processor_actor_start(struct input_processor_actor *a, struct bus *bus);
 
 /* The actor's engine router (owned by the actor), for `llmbus status`-like views and tests. */
-struct engine_router *inproc_actor_router(struct inproc_actor *a);
+struct engine_router *input_processor_actor_router(struct input_processor_actor *a);
 
 /* The effective max_model_len (after the default was resolved). */
-int32_t inproc_actor_max_model_len(const struct inproc_actor *a);
+int32_t input_processor_actor_max_model_len(const struct input_processor_actor *a);
 
 /* Counters, read atomically one by one. */
-void inproc_actor_get_stats(const struct inproc_actor *a, struct inproc_actor_stats *out);
+void input_processor_actor_stats(const struct input_processor_actor *a,
+                                 struct input_processor_actor_stats *out);
 
 /* Stops intake: the requests still queued are processed (their answers sent), then the workers
  * are joined; later deliveries are processed on their delivery threads. Runs by itself before
  * the bus drains (bus_set_before_drain); call it before bus_destroy() when the bus is destroyed
  * without bus_actor_run. Idempotent. */
-void inproc_actor_stop(struct inproc_actor *a);
+void input_processor_actor_stop(struct input_processor_actor *a);
 
 /* Frees the actor. Call after bus_destroy() of the bus it was started on. NULL ok. */
-void inproc_actor_destroy(struct inproc_actor *a);
+void input_processor_actor_destroy(struct input_processor_actor *a);
 
 #endif

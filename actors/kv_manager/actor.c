@@ -8,11 +8,14 @@
 
 #include "base/array.h"
 #include "base/log.h"
+#include "bus/subject.h"
 #include "schemas/kv_ops.h"
 #include "schemas/kv_step.h"
 
 struct kv_manager_actor {
-  struct bus *bus;
+  struct bus *bus;                   /* from start */
+  struct bus_sub *sub;               /* .kv; NULL before start and after stop */
+  char engine_id[BUS_TOKEN_MAX + 1];
   struct kv_manager *kv;
   struct kv_manager_config cfg;
   struct llb_arena arena;            /* decoded KVStep; reset per message */
@@ -182,30 +185,46 @@ static void on_kv_step(struct bus *bus, const struct bus_msg *msg, void *user) {
   respond(a, msg, &w);
 }
 
-llb_status kv_manager_actor_create(struct bus *bus, const char *subject,
-                                   const struct kv_manager_config *cfg,
+llb_status kv_manager_actor_create(const struct kv_manager_actor_options *o,
                                    struct kv_manager_actor **out) {
-  if (!bus || !subject || !cfg || !out)
+  if (!o || !out)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv_manager_actor_create: NULL argument");
   *out = NULL;
+  const char *eid = o->engine_id ? o->engine_id : "0";
+  if (!bus_token_valid(eid))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine id \"%s\" is not one subject token", eid);
   struct kv_manager_actor *a = calloc(1, sizeof(*a));
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv_manager actor");
-  a->bus = bus;
-  a->cfg = *cfg;
+  snprintf(a->engine_id, sizeof a->engine_id, "%s", eid);
+  a->cfg = o->kv;
   llb_arena_init(&a->arena, NULL, 0);
   kv_step_init(&a->step);
   kv_step_result_init(&a->res);
-  llb_status st = kv_manager_create(cfg, &a->kv);
-  if (st != LLB_STATUS_OK) goto fail;
-  st = bus_subscribe(bus, subject, NULL, on_kv_step, a, NULL);
-  if (st != LLB_STATUS_OK) goto fail;
-  LLB_LOG_INFO("kv_manager_started", "subject=%s num_blocks=%d block_size=%d prefix_caching=%d",
-               subject, cfg->num_blocks, cfg->block_size, cfg->enable_prefix_caching);
+  llb_status st = kv_manager_create(&o->kv, &a->kv);
+  if (st != LLB_STATUS_OK) {
+    kv_manager_actor_destroy(a);
+    return st;
+  }
   *out = a;
   return LLB_STATUS_OK;
-fail:
-  kv_manager_actor_destroy(a);
-  return st;
+}
+
+llb_status kv_manager_actor_start(struct kv_manager_actor *a, struct bus *bus) {
+  char subject[BUS_SUBJECT_MAX];
+  llb_status st = bus_subject_engine(bus_prefix(bus), a->engine_id, "kv", subject, sizeof subject);
+  if (st != LLB_STATUS_OK) return st;
+  a->bus = bus;
+  st = bus_subscribe(bus, subject, NULL, on_kv_step, a, &a->sub);
+  if (st != LLB_STATUS_OK) return st;
+  LLB_LOG_INFO("kv_manager_started", "subject=%s num_blocks=%d block_size=%d prefix_caching=%d",
+               subject, a->cfg.num_blocks, a->cfg.block_size, a->cfg.enable_prefix_caching);
+  return LLB_STATUS_OK;
+}
+
+void kv_manager_actor_stop(struct kv_manager_actor *a) {
+  if (!a || !a->sub) return;
+  (void)bus_unsubscribe(a->sub); /* fails only when the drain already ended the subscription */
+  a->sub = NULL;
 }
 
 void kv_manager_actor_destroy(struct kv_manager_actor *a) {
@@ -220,8 +239,7 @@ void kv_manager_actor_destroy(struct kv_manager_actor *a) {
   free(a);
 }
 
-void kv_manager_actor_get_counters(const struct kv_manager_actor *a,
-                                   struct kv_manager_actor_counters *out) {
+void kv_manager_actor_stats(const struct kv_manager_actor *a, struct kv_manager_actor_stats *out) {
   struct kv_manager_actor *m = (struct kv_manager_actor *)a;
   out->num_steps = atomic_load(&m->num_steps);
   out->num_malformed = atomic_load(&m->num_malformed);

@@ -28,7 +28,14 @@
 
 struct kv_manager_actor;
 
-struct kv_manager_actor_counters {
+/* What cmd/kv_manager_main.c fills from its flags. */
+struct kv_manager_actor_options {
+  const char *engine_id;       /* <eid> of <prefix>.engine.<eid>.kv; NULL = "0"; copied */
+  struct kv_manager_config kv; /* the pool (kv_manager.h): num_blocks, block_size, prefix caching */
+};
+
+/* Counters since start (monotonic). */
+struct kv_manager_actor_stats {
   uint64_t num_steps;      /* KVSteps applied */
   uint64_t num_malformed;  /* messages that did not decode */
   uint64_t num_failed;     /* steps that decoded but could not be applied (out of memory) */
@@ -36,19 +43,25 @@ struct kv_manager_actor_counters {
   uint64_t num_stale_frees; /* requests freed before a lookup (see above) */
 };
 
-/* Creates the manager from `cfg` and subscribes to `subject` (normally
- * "<prefix>.engine.<eid>.kv") on `bus`. The actor must be destroyed after bus_destroy (or
- * after a drain: no handler may run). Errors: those of kv_manager_create, bus_subscribe,
- * OUT_OF_MEMORY. */
-llb_status kv_manager_actor_create(struct bus *bus, const char *subject,
-                                   const struct kv_manager_config *cfg,
+/* Checks the options and creates the manager (nothing subscribed yet). Errors:
+ * INVALID_ARGUMENT (NULL, an engine id that is not one subject token), those of
+ * kv_manager_create, OUT_OF_MEMORY. *out: kv_manager_actor_destroy(). */
+llb_status kv_manager_actor_create(const struct kv_manager_actor_options *o,
                                    struct kv_manager_actor **out);
 
-/* Frees the actor and its manager. NULL ok. Call only when no handler can run. */
+/* Subscribes <prefix>.engine.<eid>.kv on `bus` (borrowed; it outlives the subscription:
+ * destroy the bus before the actor). Errors: those of bus_subject_engine and bus_subscribe. */
+llb_status kv_manager_actor_start(struct kv_manager_actor *a, struct bus *bus);
+
+/* Stops taking steps: unsubscribes (a step being handled still gets its reply). Call before
+ * bus_destroy; after the bus drained there is nothing left to stop. Idempotent; NULL ok. */
+void kv_manager_actor_stop(struct kv_manager_actor *a);
+
+/* Frees the actor and its manager. NULL ok. Call only when no handler can run (after
+ * bus_destroy or a drain of the bus it was started on). */
 void kv_manager_actor_destroy(struct kv_manager_actor *a);
 
 /* A snapshot of the counters; thread-safe. */
-void kv_manager_actor_get_counters(const struct kv_manager_actor *a,
-                                   struct kv_manager_actor_counters *out);
+void kv_manager_actor_stats(const struct kv_manager_actor *a, struct kv_manager_actor_stats *out);
 
 #endif

@@ -23,11 +23,12 @@
 #define RESYNC_REASK_NS 1000000000LL /* an ask unanswered this long is sent again */
 #define ABORT_FANOUT 16         /* child ids "<i>_<parent>" aborted with a parent id */
 
-struct outproc_actor {
+struct output_processor_actor {
   struct tokenizer *tok;
   struct outproc_t *proc;
   struct outproc_request_metrics *metrics; /* NULL = none */
   struct bus *bus;
+  struct bus_sub *outputs_sub, *history_sub; /* NULL before start and after stop */
   char engine_id[BUS_TOKEN_MAX + 1];
   char outputs_subject[BUS_SUBJECT_MAX];
   char abort_subject[BUS_SUBJECT_MAX];
@@ -51,12 +52,13 @@ struct outproc_actor {
       register_errors, num_aborted, publish_errors, resyncs_asked, resyncs, histories;
 };
 
-llb_status outproc_actor_create(const struct outproc_actor_options *o, struct outproc_actor **out) {
+llb_status output_processor_actor_create(const struct output_processor_actor_options *o,
+                                         struct output_processor_actor **out) {
   *out = NULL;
   if (!o || !o->model_path) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "output processor: model path required");
   const char *eid = o->engine_id ? o->engine_id : "0";
   if (!bus_token_valid(eid)) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine id \"%s\" is not one subject token", eid);
-  struct outproc_actor *a = calloc(1, sizeof *a);
+  struct output_processor_actor *a = calloc(1, sizeof *a);
   struct gguf_file *f = NULL;
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "output processor actor");
   snprintf(a->engine_id, sizeof a->engine_id, "%s", eid);
@@ -70,7 +72,7 @@ llb_status outproc_actor_create(const struct outproc_actor_options *o, struct ou
   if (st == LLB_STATUS_OK && o->metrics) st = outproc_request_metrics_create(o->metrics, &a->metrics);
   if (st == LLB_STATUS_OK && a->metrics) outproc_set_stats_hooks(a->proc, outproc_request_metrics_hooks(), a->metrics);
   if (st != LLB_STATUS_OK) {
-    outproc_actor_destroy(a);
+    output_processor_actor_destroy(a);
     return st;
   }
   LLB_LOG_INFO("output_processor_ready", "model=%s vocab=%d", o->model_path, tokenizer_vocab_size(a->tok));
@@ -78,7 +80,7 @@ llb_status outproc_actor_create(const struct outproc_actor_options *o, struct ou
   return LLB_STATUS_OK;
 }
 
-void outproc_actor_destroy(struct outproc_actor *a) {
+void output_processor_actor_destroy(struct output_processor_actor *a) {
   if (!a) return;
   outproc_result_free(&a->res);
   outproc_result_free(&a->scratch);
@@ -91,8 +93,9 @@ void outproc_actor_destroy(struct outproc_actor *a) {
   free(a);
 }
 
-void outproc_actor_get_stats(const struct outproc_actor *a, struct outproc_actor_stats *out) {
-  struct outproc_actor *m = (struct outproc_actor *)a; /* atomics: loads only */
+void output_processor_actor_stats(const struct output_processor_actor *a,
+                                  struct output_processor_actor_stats *out) {
+  struct output_processor_actor *m = (struct output_processor_actor *)a; /* atomics: loads only */
   out->batches = atomic_load(&m->batches);
   out->engine_outputs = atomic_load(&m->engine_outputs);
   out->request_outputs = atomic_load(&m->request_outputs);
@@ -108,7 +111,7 @@ void outproc_actor_get_stats(const struct outproc_actor *a, struct outproc_actor
 }
 
 /* Queues an engine abort of `id` for the end of the batch. */
-static void queue_abort(struct outproc_actor *a, const char *id) {
+static void queue_abort(struct output_processor_actor *a, const char *id) {
   if (a->num_aborts == a->cap_aborts) {
     int64_t cap = a->cap_aborts ? a->cap_aborts * 2 : 16;
     void *p = realloc(a->aborts, (size_t)cap * sizeof *a->aborts);
@@ -123,7 +126,7 @@ static void queue_abort(struct outproc_actor *a, const char *id) {
 }
 
 /* Publishes `ro` to `reply_to`; counts and logs a failure. */
-static llb_status publish_output(struct outproc_actor *a, const char *reply_to,
+static llb_status publish_output(struct output_processor_actor *a, const char *reply_to,
                                  const struct llb_request_output *ro, const struct bus_trace_ctx *span) {
   llb_status st = llb_request_output_encode_buf(ro, &a->buf);
   if (st == LLB_STATUS_OK) st = bus_publish(a->bus, reply_to, a->buf.data, a->buf.len, span);
@@ -139,7 +142,7 @@ static llb_status publish_output(struct outproc_actor *a, const char *reply_to,
 }
 
 /* Sends a final RequestOutput carrying only an error to `reply_to` (when there is one). */
-static void publish_error(struct outproc_actor *a, const char *reply_to, const char *request_id,
+static void publish_error(struct output_processor_actor *a, const char *reply_to, const char *request_id,
                           llb_status code, const char *message, const struct bus_trace_ctx *span) {
   if (!reply_to || !reply_to[0]) return;
   struct llb_request_output ro = {0};
@@ -242,7 +245,7 @@ static llb_status to_wire(const struct outproc_request_output *o, struct llb_are
 }
 
 /* Registers a request from its first output. */
-static llb_status register_from(struct outproc_actor *a, const struct llb_engine_core_output *eo) {
+static llb_status register_from(struct output_processor_actor *a, const struct llb_engine_core_output *eo) {
   const struct llb_sampling_params *sp = eo->sampling_params;
   const char *parent = eo->parent_request_id.len ? eo->parent_request_id.data : eo->request_id.data;
   /* The input processor writes the client's n into the children's wire n (the engine runs
@@ -268,7 +271,7 @@ static llb_status register_from(struct outproc_actor *a, const struct llb_engine
   return outproc_register(a->proc, &info);
 }
 
-static bool already_reported(struct outproc_actor *a, const char *id) {
+static bool already_reported(struct output_processor_actor *a, const char *id) {
   for (int32_t i = 0; i < REPORTED_UNKNOWN_IDS; i++)
     if (strcmp(a->reported[i], id) == 0) return true;
   snprintf(a->reported[a->reported_next], OUTPROC_MAX_ID_BYTES, "%s", id);
@@ -277,7 +280,7 @@ static bool already_reported(struct outproc_actor *a, const char *id) {
 }
 
 /* True when `id` was not asked for within RESYNC_REASK_NS (and records the ask now). */
-static bool resync_due(struct outproc_actor *a, const char *id, int64_t now_ns) {
+static bool resync_due(struct output_processor_actor *a, const char *id, int64_t now_ns) {
   for (int32_t i = 0; i < RESYNC_ASKED_IDS; i++)
     if (strcmp(a->asked[i].id, id) == 0) {
       if (now_ns - a->asked[i].at_ns < RESYNC_REASK_NS) return false;
@@ -291,7 +294,7 @@ static bool resync_due(struct outproc_actor *a, const char *id, int64_t now_ns) 
 }
 
 /* Asks the scheduler for the whole history of `id` on <prefix>.engine.<eid>.resync. */
-static void ask_resync(struct outproc_actor *a, const char *id, const struct bus_trace_ctx *span) {
+static void ask_resync(struct output_processor_actor *a, const char *id, const struct bus_trace_ctx *span) {
   struct llb_str ids[1] = {llb_str_c(id)};
   struct llb_abort_requests m = {.request_ids = ids, .num_request_ids = 1};
   llb_status st = llb_abort_requests_encode_buf(&m, &a->buf);
@@ -309,7 +312,7 @@ static void ask_resync(struct outproc_actor *a, const char *id, const struct bus
  * from which the request is rebuilt (docs/design.md §6); the outputs until then are dropped (the
  * history holds them). Its last output cannot be rebuilt any more: the api server is told once,
  * with STATE_LOST, and sends the (seeded) request again (api_resend.h). */
-static void handle_unknown(struct outproc_actor *a, const struct llb_engine_core_output *eo,
+static void handle_unknown(struct output_processor_actor *a, const struct llb_engine_core_output *eo,
                            const struct bus_trace_ctx *span) {
   atomic_fetch_add(&a->unknown, 1);
   if (eo->finish_reason == LLB_FINISH_REASON_NONE) {
@@ -347,7 +350,7 @@ static struct outproc_new_logprobs *lists_to_outproc(const struct llb_logprobs_l
 }
 
 /* One EngineCoreOutput through the logic; results accumulate in a->res. */
-static void handle_output(struct outproc_actor *a, const struct llb_engine_core_outputs *outs,
+static void handle_output(struct output_processor_actor *a, const struct llb_engine_core_outputs *outs,
                           const struct llb_engine_core_output *eo, struct llb_arena *arena,
                           const struct bus_trace_ctx *span) {
   char q[320];
@@ -414,7 +417,7 @@ static void handle_output(struct outproc_actor *a, const struct llb_engine_core_
 }
 
 /* A RequestOutput too large for the bus: fail the request with a short error instead. */
-static void handle_too_large(struct outproc_actor *a, const struct outproc_request_output *o,
+static void handle_too_large(struct output_processor_actor *a, const struct outproc_request_output *o,
                              const struct bus_trace_ctx *span) {
   char msg[512];
   snprintf(msg, sizeof msg, "output too large for the bus: %s", llb_err_last());
@@ -466,7 +469,7 @@ static const struct out_trace *out_trace_find(const struct out_trace *tr, int32_
 }
 
 /* The request span R, recorded once its last RequestOutput is out (vLLM's do_tracing). */
-static void record_request_span(struct outproc_actor *a, const struct out_trace *t,
+static void record_request_span(struct output_processor_actor *a, const struct out_trace *t,
                                 const struct outproc_request_output *o, int64_t end_ns) {
   struct bus_span r;
   memset(&r, 0, sizeof r);
@@ -485,7 +488,7 @@ static void record_request_span(struct outproc_actor *a, const struct out_trace 
 
 /* Sends the batch's RequestOutputs and one AbortRequests for every engine abort. Each
  * RequestOutput of a traced request goes out under its own "output_processor.reply" span. */
-static void flush_results(struct outproc_actor *a, struct llb_arena *arena, const struct bus_trace_ctx *span,
+static void flush_results(struct output_processor_actor *a, struct llb_arena *arena, const struct bus_trace_ctx *span,
                           const struct out_trace *tr, int32_t num_tr) {
   for (int64_t i = 0; i < a->res.num_outputs; i++) {
     const struct outproc_request_output *o = &a->res.outputs[i];
@@ -536,7 +539,7 @@ static void flush_results(struct outproc_actor *a, struct llb_arena *arena, cons
 
 static void on_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
-  struct outproc_actor *a = user;
+  struct output_processor_actor *a = user;
   struct llb_arena arena;
   llb_arena_init(&arena, NULL, 0);
   struct llb_engine_core_outputs outs;
@@ -584,7 +587,7 @@ static void on_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
 #define HISTORY_MAX_IDS 4096
 
 static void on_history(struct bus *bus, const struct bus_msg *msg, void *user) {
-  struct outproc_actor *a = user;
+  struct output_processor_actor *a = user;
   struct llb_arena arena;
   llb_arena_init(&arena, NULL, 0);
   struct llb_abort_requests ids;
@@ -628,7 +631,7 @@ static void on_history(struct bus *bus, const struct bus_msg *msg, void *user) {
   llb_arena_destroy(&arena);
 }
 
-llb_status outproc_actor_start(struct outproc_actor *a, struct bus *bus) {
+llb_status output_processor_actor_start(struct output_processor_actor *a, struct bus *bus) {
   a->bus = bus;
   const char *prefix = bus_prefix(bus);
   llb_status st = bus_subject_engine(prefix, a->engine_id, "outputs", a->outputs_subject, sizeof a->outputs_subject);
@@ -638,9 +641,17 @@ llb_status outproc_actor_start(struct outproc_actor *a, struct bus *bus) {
     st = bus_subject_engine(prefix, a->engine_id, "resync", a->resync_subject, sizeof a->resync_subject);
   if (st == LLB_STATUS_OK)
     st = bus_subject_engine(prefix, a->engine_id, "history", a->history_subject, sizeof a->history_subject);
-  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, on_outputs, a, NULL);
-  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->history_subject, NULL, on_history, a, NULL);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, on_outputs, a, &a->outputs_sub);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->history_subject, NULL, on_history, a, &a->history_sub);
   if (st != LLB_STATUS_OK) return st;
   LLB_LOG_INFO("output_processor_subscribed", "outputs=%s abort=%s", a->outputs_subject, a->abort_subject);
   return LLB_STATUS_OK;
+}
+
+void output_processor_actor_stop(struct output_processor_actor *a) {
+  if (!a) return;
+  /* errors: only when the drain already ended the subscriptions */
+  if (a->outputs_sub) (void)bus_unsubscribe(a->outputs_sub);
+  if (a->history_sub) (void)bus_unsubscribe(a->history_sub);
+  a->outputs_sub = a->history_sub = NULL;
 }

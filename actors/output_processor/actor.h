@@ -29,7 +29,7 @@
 #include "base/status.h"
 #include "bus/bus.h"
 
-struct outproc_actor_options {
+struct output_processor_actor_options {
   const char *model_path; /* GGUF holding the tokenizer; required */
   const char *engine_id;  /* <eid>; NULL = "0" */
   struct llb_metrics *metrics; /* NULL = none; else the per-request metrics of
@@ -37,7 +37,7 @@ struct outproc_actor_options {
 };
 
 /* Counters since start (monotonic). */
-struct outproc_actor_stats {
+struct output_processor_actor_stats {
   uint64_t batches;         /* EngineCoreOutputs decoded */
   uint64_t engine_outputs;  /* EngineCoreOutput entries handled */
   uint64_t request_outputs; /* RequestOutputs published */
@@ -52,21 +52,28 @@ struct outproc_actor_stats {
   uint64_t histories;       /* history requests answered (a restarted scheduler's replays) */
 };
 
-struct outproc_actor;
+struct output_processor_actor;
 
 /* Loads the tokenizer of o->model_path and creates the processor. Errors: INVALID_ARGUMENT
  * (bad engine id), the GGUF reader's / tokenizer's error naming the file, OUT_OF_MEMORY.
- * *out: outproc_actor_destroy(). */
-llb_status outproc_actor_create(const struct outproc_actor_options *o, struct outproc_actor **out);
+ * *out: output_processor_actor_destroy(). */
+llb_status output_processor_actor_create(const struct output_processor_actor_options *o,
+                                         struct output_processor_actor **out);
 
 /* Subscribes the outputs handler on `bus` (borrowed; destroy the bus before the actor).
  * Errors: those of bus_subscribe and the subject builders. */
-llb_status outproc_actor_start(struct outproc_actor *a, struct bus *bus);
+llb_status output_processor_actor_start(struct output_processor_actor *a, struct bus *bus);
+
+/* Stops taking outputs: unsubscribes the outputs and history handlers (a batch being handled
+ * is still published). Call before bus_destroy; after the bus drained there is nothing left
+ * to stop. Idempotent; NULL ok. */
+void output_processor_actor_stop(struct output_processor_actor *a);
 
 /* Counters, read atomically one by one. */
-void outproc_actor_get_stats(const struct outproc_actor *a, struct outproc_actor_stats *out);
+void output_processor_actor_stats(const struct output_processor_actor *a,
+                                  struct output_processor_actor_stats *out);
 
 /* Frees the actor. Call after bus_destroy() of the bus it was started on. NULL ok. */
-void outproc_actor_destroy(struct outproc_actor *a);
+void output_processor_actor_destroy(struct output_processor_actor *a);
 
 #endif

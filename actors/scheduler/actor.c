@@ -35,9 +35,10 @@
 /* The actor's own state: the step loop's (the scheduler, this step's plain structs and their
  * wire buffers, failure handling) and the modules it drives, each with its own state. */
 struct scheduler_actor {
-  struct bus *bus;
-  struct scheduler_actor_config cfg;
+  struct bus *bus;                 /* from start */
+  struct scheduler_actor_options cfg; /* model_name, instance: NULL (below) */
   char engine_id[BUS_TOKEN_MAX + 1];
+  char *model_name, *instance;     /* the options' copies, for start; may be NULL */
   char subj_kv[BUS_SUBJECT_MAX], subj_encoder[BUS_SUBJECT_MAX];
   pthread_t thread;
   bool thread_started;
@@ -84,7 +85,7 @@ struct scheduler_actor {
       c_history_resumed;
 };
 
-void scheduler_actor_config_init(struct scheduler_actor_config *c) {
+void scheduler_actor_options_init(struct scheduler_actor_options *c) {
   memset(c, 0, sizeof(*c));
   sched_config_init(&c->sched);
   c->engine_id = "0";
@@ -623,22 +624,26 @@ static bool deliver_request(void *user, const struct bus_msg *msg, uint64_t stre
   return intake_deliver(a->intake, msg, stream_seq, replayed, refuse);
 }
 
-llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
-                                  const struct scheduler_actor_config *cfg,
-                                  struct scheduler_actor **out) {
-  if (!bus || !cfg || !out || !cfg->engine_id || cfg->kv_timeout_ms <= 0 || cfg->peer_heartbeat_ms < 0 ||
-      (cfg->peer_heartbeat_ms > 0 && cfg->peer_missed_beats < 1) ||
-      cfg->execute_timeout_ms <= 0 || cfg->stats_interval_ms <= 0 || cfg->stats_idle_interval_ms <= 0 || cfg->log_stats_interval_ms < 0)
+llb_status scheduler_actor_create(const struct scheduler_actor_options *o, struct scheduler_actor **out) {
+  if (!o || !out || !o->engine_id || o->kv_timeout_ms <= 0 || o->peer_heartbeat_ms < 0 ||
+      (o->peer_heartbeat_ms > 0 && o->peer_missed_beats < 1) ||
+      o->execute_timeout_ms <= 0 || o->stats_interval_ms <= 0 || o->stats_idle_interval_ms <= 0 || o->log_stats_interval_ms < 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
-                    "scheduler actor: need bus, engine id and positive timeouts/intervals");
+                    "scheduler actor: need options, engine id and positive timeouts/intervals");
+  if (!bus_token_valid(o->engine_id))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine id \"%s\" is not one subject token", o->engine_id);
   *out = NULL;
   struct scheduler_actor *a = calloc(1, sizeof(*a));
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "scheduler actor");
-  a->bus = bus;
-  a->cfg = *cfg;
-  snprintf(a->engine_id, sizeof a->engine_id, "%s", cfg->engine_id);
+  a->cfg = *o;
+  snprintf(a->engine_id, sizeof a->engine_id, "%s", o->engine_id);
   a->cfg.engine_id = a->engine_id;
-  a->cfg.model_name = a->cfg.instance = NULL; /* the output publisher keeps copies */
+  /* kept for start, which hands them to the output publisher (it copies them again) */
+  llb_status st = LLB_STATUS_OK;
+  if ((o->model_name && !(a->model_name = strdup(o->model_name))) ||
+      (o->instance && !(a->instance = strdup(o->instance))))
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "scheduler actor");
+  a->cfg.model_name = a->cfg.instance = NULL;
   llb_arena_init(&a->arena, NULL, 0);
   sched_output_init(&a->out);
   kv_step_init(&a->kv);
@@ -646,12 +651,24 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   kv_step_result_init(&a->kv_res);
   sched_engine_outputs_init(&a->eo);
   sched_engine_outputs_init(&a->eo_side);
-  struct sched_config sc = cfg->sched;
+  struct sched_config sc = o->sched;
   sc.free_user = meta_free_user; /* the scheduler's registry holds each live request's meta */
+  if (!st) st = sched_create(&sc, &a->sched);
+  if (!st) st = sched_engine_metrics_create(o->metrics, o->log_stats_interval_ms * 1000000, &a->metrics);
+  if (st) {
+    scheduler_actor_destroy(a);
+    return st;
+  }
+  *out = a;
+  return LLB_STATUS_OK;
+}
+
+llb_status scheduler_actor_start(struct scheduler_actor *a, struct bus *bus) {
+  const struct scheduler_actor_options *cfg = &a->cfg;
+  const char *prefix = bus_prefix(bus);
+  a->bus = bus;
   llb_status st = intake_create(bus, &a->intake);
   if (!st) st = step_trace_create(bus, &a->trace);
-  if (!st) st = sched_create(&sc, &a->sched);
-  if (!st) st = sched_engine_metrics_create(cfg->metrics, cfg->log_stats_interval_ms * 1000000, &a->metrics);
   char subj_requests[BUS_SUBJECT_MAX], subj_abort[BUS_SUBJECT_MAX], subj_resync[BUS_SUBJECT_MAX],
       subj_execute[BUS_SUBJECT_MAX], subj_outputs[BUS_SUBJECT_MAX], subj_stats[BUS_SUBJECT_MAX];
   const struct { char *buf; const char *kind; } subj[] = {
@@ -661,7 +678,7 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
   for (size_t i = 0; i < sizeof subj / sizeof subj[0] && !st; i++)
     st = bus_subject_engine(prefix, a->engine_id, subj[i].kind, subj[i].buf, BUS_SUBJECT_MAX);
   const struct output_publisher_config pc = {
-      .bus = bus, .engine_id = a->engine_id, .model_name = cfg->model_name, .instance = cfg->instance,
+      .bus = bus, .engine_id = a->engine_id, .model_name = a->model_name, .instance = a->instance,
       .subj_outputs = subj_outputs, .subj_stats = subj_stats, .num_blocks = cfg->sched.num_blocks,
       .block_size = cfg->sched.block_size, .max_num_seqs = cfg->sched.max_num_seqs,
       .max_num_batched_tokens = cfg->sched.max_num_batched_tokens, .max_model_len = cfg->sched.max_model_len,
@@ -698,11 +715,9 @@ llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
                cfg->sched.max_num_seqs, cfg->sched.max_num_batched_tokens, cfg->sched.max_model_len,
                cfg->sched.policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs",
                cfg->sched.async_scheduling ? "on" : "off");
-  *out = a;
   return LLB_STATUS_OK;
 fail:
   scheduler_actor_stop(a);
-  scheduler_actor_destroy(a);
   return st;
 }
 
@@ -742,17 +757,20 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   output_publisher_destroy(a->pub);
   llb_arena_destroy(&a->arena);
   llb_buf_free(&a->buf);
+  free(a->model_name);
+  free(a->instance);
   free(a);
 }
 
-void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_actor_counters *out) {
+void scheduler_actor_stats(const struct scheduler_actor *ca, struct scheduler_actor_stats *out) {
+  struct scheduler_actor *a = (struct scheduler_actor *)ca; /* atomics and module counters: reads only */
   uint64_t peer_fail = 0, bus_recoveries = 0;
   struct durable_intake_counters dc;
   durable_intake_get_counters(a->durable, &dc);
   struct intake_counters ic = {0};
   if (a->intake) intake_get_counters(a->intake, &ic);
   if (a->health) peer_health_counters(a->health, &peer_fail, &bus_recoveries);
-  *out = (struct scheduler_actor_counters){
+  *out = (struct scheduler_actor_stats){
       .num_steps = atomic_load(&a->c_steps), .num_requests = atomic_load(&a->c_requests),
       .num_rejected = atomic_load(&a->c_rejected) + ic.rejected, .num_aborted = ic.aborted,
       .num_kv_failures = atomic_load(&a->c_kv_fail),

@@ -41,7 +41,8 @@
 
 struct scheduler_actor;
 
-struct scheduler_actor_config {
+/* What cmd/scheduler_main.c fills from its flags (scheduler_actor_options_resolve). */
+struct scheduler_actor_options {
   struct sched_config sched;
   const char *engine_id;          /* <eid>; copied */
   const char *model_name;         /* announced in SchedulerStats.model (file name); copied, may be NULL */
@@ -82,7 +83,8 @@ struct scheduler_actor_config {
                                      it (1..5; 0 = 1; 3 on a 3-node cluster: bus/jetstream.h) */
 };
 
-struct scheduler_actor_counters {
+/* Counters since start (monotonic). */
+struct scheduler_actor_stats {
   uint64_t num_steps;             /* steps executed on the worker */
   uint64_t num_requests;          /* EngineCoreRequests admitted */
   uint64_t num_rejected;          /* refused (ERROR output) or undecodable */
@@ -107,27 +109,30 @@ struct scheduler_actor_counters {
 void scheduler_actor_announce_draining(struct scheduler_actor *a);
 
 /* Defaults above, sched_config_init for the scheduler, engine id "0". */
-void scheduler_actor_config_init(struct scheduler_actor_config *c);
+void scheduler_actor_options_init(struct scheduler_actor_options *o);
 
-/* Creates the scheduler, subscribes .requests (or, with cfg->durable, the engine's JetStream
- * consumer) and .abort under `prefix` and starts the step thread. The first KV step resets the
- * kv_manager (a previous scheduler's blocks are unknown to this one). Stop with
- * scheduler_actor_stop (before bus_destroy), free with scheduler_actor_destroy (after it).
- * Errors: sched_create's, bus_subscribe's, bus_js_pull_create's (durable), INVALID_ARGUMENT
- * (subjects), OUT_OF_MEMORY, INTERNAL (thread). */
-llb_status scheduler_actor_create(struct bus *bus, const char *prefix,
-                                  const struct scheduler_actor_config *cfg,
-                                  struct scheduler_actor **out);
+/* Checks the options and creates the scheduler (nothing subscribed, no thread yet); the
+ * strings are copied. Errors: INVALID_ARGUMENT (NULL, no engine id or one that is not a
+ * subject token, a timeout or interval not positive), sched_create's, OUT_OF_MEMORY.
+ * *out: scheduler_actor_destroy(). */
+llb_status scheduler_actor_create(const struct scheduler_actor_options *o, struct scheduler_actor **out);
+
+/* Subscribes .requests (or, with o->durable, the engine's JetStream consumer), .abort and
+ * .resync under bus_prefix(bus) and starts the step thread. The first KV step resets the
+ * kv_manager (a previous scheduler's blocks are unknown to this one). `bus` is borrowed: stop
+ * the actor before bus_destroy, destroy it after. Errors: bus_subscribe's,
+ * bus_js_pull_create's (durable), INVALID_ARGUMENT (subjects), OUT_OF_MEMORY, INTERNAL
+ * (thread); what started is stopped again. */
+llb_status scheduler_actor_start(struct scheduler_actor *a, struct bus *bus);
 
 /* Stops and joins the step thread (a step in flight ends with its timeout at worst).
- * Idempotent; NULL ok. */
+ * Idempotent; NULL ok; destroy calls it. */
 void scheduler_actor_stop(struct scheduler_actor *a);
 
-/* Frees everything; call after scheduler_actor_stop and after the bus is drained or
- * destroyed (no handler may run). NULL ok. */
+/* Frees everything; call after the bus is drained or destroyed (no handler may run). NULL ok. */
 void scheduler_actor_destroy(struct scheduler_actor *a);
 
 /* Snapshot of the counters; thread-safe. */
-void scheduler_actor_get_counters(struct scheduler_actor *a, struct scheduler_actor_counters *out);
+void scheduler_actor_stats(const struct scheduler_actor *a, struct scheduler_actor_stats *out);
 
 #endif

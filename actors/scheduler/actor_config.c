@@ -1,4 +1,4 @@
-/* llmbus-scheduler's flags into a scheduler_actor_config (actor_config.h). */
+/* llmbus-scheduler's flags into a scheduler_actor_options (actor_config.h). */
 #include "actors/scheduler/actor_config.h"
 
 #include <stdio.h>
@@ -60,8 +60,8 @@ static llb_status resolve_sched(const struct scheduler_flags *f, struct sched_co
   return LLB_STATUS_OK;
 }
 
-llb_status scheduler_actor_config_resolve(const struct scheduler_flags *f, struct scheduler_actor_config *cfg,
-                                          bool *blocks_from_worker) {
+llb_status scheduler_actor_options_resolve(const struct scheduler_flags *f, struct scheduler_actor_options *cfg,
+                                           bool *blocks_from_worker) {
   llb_status st = resolve_sched(f, &cfg->sched);
   if (st) return st;
   cfg->engine_id = f->engine_id;

@@ -1,4 +1,4 @@
-/* llmbus-scheduler's flags made into a scheduler_actor_config: names to enums, the model's
+/* llmbus-scheduler's flags made into a scheduler_actor_options: names to enums, the model's
  * context and vocabulary where the flags leave them open, and every range checked before the
  * bus is touched (so that a bad flag is a usage error, not a failed start). */
 #ifndef LLB_ACTORS_SCHEDULER_ACTOR_CONFIG_H
@@ -10,7 +10,7 @@
 #include "actors/scheduler/actor.h"
 #include "base/status.h"
 
-/* What the flags say beyond scheduler_actor_config's own fields (all borrowed). */
+/* What the flags say beyond scheduler_actor_options' own fields (all borrowed). */
 struct scheduler_flags {
   const char *policy;             /* "fcfs" | "priority" */
   bool no_prefix_caching;
@@ -32,7 +32,7 @@ struct scheduler_flags {
  * gives it). Errors: INVALID_ARGUMENT naming the flag; the GGUF's errors when it must be
  * read and cannot (with max_model_len given, an unreadable model only loses the vocabulary
  * check, logged). cfg's strings point into *f. */
-llb_status scheduler_actor_config_resolve(const struct scheduler_flags *f, struct scheduler_actor_config *cfg,
-                                          bool *blocks_from_worker);
+llb_status scheduler_actor_options_resolve(const struct scheduler_flags *f, struct scheduler_actor_options *cfg,
+                                           bool *blocks_from_worker);
 
 #endif

@@ -35,7 +35,7 @@ struct durable_intake_config {
   void *user;
 };
 
-/* What it did so far (scheduler_actor_counters: num_replayed, ...). */
+/* What it did so far (scheduler_actor_stats: num_replayed, ...). */
 struct durable_intake_counters {
   uint64_t replayed, dead_lettered, redelivered_held, acked;
 };

@@ -9,3 +9,9 @@ llb_add_test(test_engine_scheduler SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_engine
                   Threads::Threads
              LABELS integration engine TIMEOUT 180)
 add_dependencies(test_engine_scheduler llmbus-scheduler llmbus-kv-manager)
+# The kv_manager and encoder_cache actors in process: create / start / stop / stats
+# (actors/README.md "One shape for every actor").
+llb_add_test(test_actor_lifecycle SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_actor_lifecycle.c
+             LIBS llmbus_kv_manager_actor llmbus_encoder_cache_actor llmbus_nats_test_server
+                  PkgConfig::CMOCKA Threads::Threads
+             LABELS integration engine TIMEOUT 180)

@@ -302,14 +302,14 @@ static void test_front_path_echo_through_both_processors(void **state) {
   (void)state;
   struct bus *ip_bus = connect_or_fail("input-processor"), *op_bus = connect_or_fail("output-processor");
   struct bus *engine = connect_or_fail("fake-engine"), *client = connect_or_fail("client");
-  struct inproc_actor *ip = NULL;
-  struct outproc_actor *op = NULL;
-  struct inproc_actor_options ipo = {.model_path = VOCAB};
-  struct outproc_actor_options opo = {.model_path = VOCAB};
-  assert_int_equal(inproc_actor_create(&ipo, &ip), LLB_STATUS_OK);
-  assert_int_equal(outproc_actor_create(&opo, &op), LLB_STATUS_OK);
-  assert_int_equal(inproc_actor_start(ip, ip_bus), LLB_STATUS_OK);
-  assert_int_equal(outproc_actor_start(op, op_bus), LLB_STATUS_OK);
+  struct input_processor_actor *ip = NULL;
+  struct output_processor_actor *op = NULL;
+  struct input_processor_actor_options ipo = {.model_path = VOCAB};
+  struct output_processor_actor_options opo = {.model_path = VOCAB};
+  assert_int_equal(input_processor_actor_create(&ipo, &ip), LLB_STATUS_OK);
+  assert_int_equal(output_processor_actor_create(&opo, &op), LLB_STATUS_OK);
+  assert_int_equal(input_processor_actor_start(ip, ip_bus), LLB_STATUS_OK);
+  assert_int_equal(output_processor_actor_start(op, op_bus), LLB_STATUS_OK);
   assert_int_equal(bus_subscribe(engine, "llm.engine.0.requests", NULL, on_engine_request, NULL, NULL), LLB_STATUS_OK);
   assert_int_equal(bus_flush(ip_bus, WAIT_MS), LLB_STATUS_OK);
   assert_int_equal(bus_flush(op_bus, WAIT_MS), LLB_STATUS_OK);
@@ -334,11 +334,11 @@ static void test_front_path_echo_through_both_processors(void **state) {
 
   bus_destroy(client);
   bus_destroy(engine);
-  inproc_actor_stop(ip);
+  input_processor_actor_stop(ip);
   bus_destroy(ip_bus);
   bus_destroy(op_bus);
-  inproc_actor_destroy(ip);
-  outproc_actor_destroy(op);
+  input_processor_actor_destroy(ip);
+  output_processor_actor_destroy(op);
 }
 
 int main(void) {

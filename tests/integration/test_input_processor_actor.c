@@ -30,7 +30,7 @@
 struct fixture {
   struct nats_test_server srv;
   struct bus *actor_bus, *client;
-  struct inproc_actor *actor;
+  struct input_processor_actor *actor;
   struct bus_sub *engine_requests, *engine_abort, *inbox_sub;
   char inbox[BUS_SUBJECT_MAX];
   struct llb_arena arena;
@@ -58,9 +58,9 @@ static int setup(void **state) {
   }
   f->actor_bus = connect_or_fail(f->srv.url, "inproc-actor");
   f->client = connect_or_fail(f->srv.url, "test-client");
-  struct inproc_actor_options o = {.model_path = VOCAB, .max_model_len = 64, .hash_key = &TEST_KEY};
-  if (inproc_actor_create(&o, &f->actor) != LLB_STATUS_OK) fail_msg("create: %s", llb_err_last());
-  if (inproc_actor_start(f->actor, f->actor_bus) != LLB_STATUS_OK) fail_msg("start: %s", llb_err_last());
+  struct input_processor_actor_options o = {.model_path = VOCAB, .max_model_len = 64, .hash_key = &TEST_KEY};
+  if (input_processor_actor_create(&o, &f->actor) != LLB_STATUS_OK) fail_msg("create: %s", llb_err_last());
+  if (input_processor_actor_start(f->actor, f->actor_bus) != LLB_STATUS_OK) fail_msg("start: %s", llb_err_last());
   assert_int_equal(bus_subscribe_sync(f->client, "llm.engine.0.requests", &f->engine_requests), LLB_STATUS_OK);
   assert_int_equal(bus_subscribe_sync(f->client, "llm.engine.0.abort", &f->engine_abort), LLB_STATUS_OK);
   assert_int_equal(bus_new_inbox(f->client, f->inbox, sizeof f->inbox), LLB_STATUS_OK);
@@ -75,9 +75,9 @@ static int setup(void **state) {
 static int teardown(void **state) {
   struct fixture *f = *state;
   bus_destroy(f->client);
-  inproc_actor_stop(f->actor); /* its intake workers, before their bus goes */
+  input_processor_actor_stop(f->actor); /* its intake workers, before their bus goes */
   bus_destroy(f->actor_bus);
-  inproc_actor_destroy(f->actor);
+  input_processor_actor_destroy(f->actor);
   llb_arena_destroy(&f->arena);
   nats_test_server_stop(&f->srv);
   free(f);
@@ -142,15 +142,15 @@ static void test_malformed_request_gets_final_error_output(void **state) {
   assert_non_null(strstr(ro.error.message.data, "GenerateRequest"));
   assert_int_equal(ro.num_outputs, 0);
   assert_true(no_more(f->engine_requests));
-  struct inproc_actor_stats s;
-  inproc_actor_get_stats(f->actor, &s);
+  struct input_processor_actor_stats s;
+  input_processor_actor_stats(f->actor, &s);
   assert_int_equal(s.malformed, 1);
   assert_int_equal(s.engine_requests, 0);
 }
 
 static bool two_malformed(void *arg) {
-  struct inproc_actor_stats s;
-  inproc_actor_get_stats(arg, &s);
+  struct input_processor_actor_stats s;
+  input_processor_actor_stats(arg, &s);
   return s.malformed >= 2 && s.no_reply >= 1;
 }
 
@@ -184,8 +184,8 @@ static void test_negative_temperature_is_rejected_naming_the_field(void **state)
   assert_non_null(strstr(ro.error.message.data, "temperature"));
   assert_string_equal(ro.request_id.data, "t1");
   assert_true(no_more(f->engine_requests));
-  struct inproc_actor_stats s;
-  inproc_actor_get_stats(f->actor, &s);
+  struct input_processor_actor_stats s;
+  input_processor_actor_stats(f->actor, &s);
   assert_int_equal(s.rejected, 1);
 }
 
@@ -368,7 +368,7 @@ static void test_abort_is_forwarded_with_child_ids(void **state) {
   struct llb_abort_requests ab;
   assert_int_equal(llb_abort_requests_decode(m->data, m->len, &f->arena, &ab), LLB_STATUS_OK);
   bus_msg_destroy(m);
-  assert_int_equal(ab.num_request_ids, INPROC_ACTOR_MAX_N + 1);
+  assert_int_equal(ab.num_request_ids, INPUT_PROCESSOR_ACTOR_MAX_N + 1);
   char child[80];
   assert_string_equal(ab.request_ids[0].data, id);
   snprintf(child, sizeof child, "0_%s", id);

@@ -28,7 +28,7 @@
 struct fixture {
   struct nats_test_server srv;
   struct bus *actor_bus, *client;
-  struct outproc_actor *actor;
+  struct output_processor_actor *actor;
   struct tokenizer *tok;
   struct bus_sub *engine_abort, *inbox_sub;
   char inbox[BUS_SUBJECT_MAX];
@@ -55,9 +55,9 @@ static int setup(void **state) {
   }
   f->actor_bus = connect_or_fail(f->srv.url, "outproc-actor");
   f->client = connect_or_fail(f->srv.url, "test-engine");
-  struct outproc_actor_options o = {.model_path = VOCAB};
-  if (outproc_actor_create(&o, &f->actor) != LLB_STATUS_OK) fail_msg("create: %s", llb_err_last());
-  if (outproc_actor_start(f->actor, f->actor_bus) != LLB_STATUS_OK) fail_msg("start: %s", llb_err_last());
+  struct output_processor_actor_options o = {.model_path = VOCAB};
+  if (output_processor_actor_create(&o, &f->actor) != LLB_STATUS_OK) fail_msg("create: %s", llb_err_last());
+  if (output_processor_actor_start(f->actor, f->actor_bus) != LLB_STATUS_OK) fail_msg("start: %s", llb_err_last());
   struct gguf_file *g = NULL;
   assert_int_equal(gguf_open(VOCAB, &g), LLB_STATUS_OK);
   assert_int_equal(tokenizer_load(g, &f->tok), LLB_STATUS_OK);
@@ -76,7 +76,7 @@ static int teardown(void **state) {
   struct fixture *f = *state;
   bus_destroy(f->client);
   bus_destroy(f->actor_bus);
-  outproc_actor_destroy(f->actor);
+  output_processor_actor_destroy(f->actor);
   tokenizer_destroy(f->tok);
   llb_arena_destroy(&f->arena);
   nats_test_server_stop(&f->srv);
@@ -136,8 +136,8 @@ static void delta_params(struct llb_sampling_params *sp) {
 }
 
 static bool two_request_outputs(void *arg) {
-  struct outproc_actor_stats s;
-  outproc_actor_get_stats(arg, &s);
+  struct output_processor_actor_stats s;
+  output_processor_actor_stats(arg, &s);
   return s.request_outputs == 2;
 }
 
@@ -170,8 +170,8 @@ static void test_outputs_stream_text_to_reply_subject_and_finish(void **state) {
   assert_int_equal(ro.outputs[0].finish_reason, LLB_FINISH_REASON_LENGTH);
   assert_int_equal(ro.metrics.num_generation_tokens, n1 + n2);
   assert_true(nats_test_wait_until(two_request_outputs, f->actor, WAIT_MS)); /* counted after the send */
-  struct outproc_actor_stats s;
-  outproc_actor_get_stats(f->actor, &s);
+  struct output_processor_actor_stats s;
+  output_processor_actor_stats(f->actor, &s);
   assert_int_equal(s.unknown, 0);
   free(prompt);
   free(a);
@@ -179,8 +179,8 @@ static void test_outputs_stream_text_to_reply_subject_and_finish(void **state) {
 }
 
 static bool one_malformed(void *arg) {
-  struct outproc_actor_stats s;
-  outproc_actor_get_stats(arg, &s);
+  struct output_processor_actor_stats s;
+  output_processor_actor_stats(arg, &s);
   return s.malformed >= 1;
 }
 
@@ -320,8 +320,8 @@ static void test_unknown_request_is_rebuilt_from_the_engines_history(void **stat
   assert_true(ro.finished);
   assert_false(ro.outputs[0].resync);
   assert_int_equal(bus_sub_next_msg(resync, 300, &m), LLB_STATUS_TIMEOUT); /* no second ask */
-  struct outproc_actor_stats s;
-  outproc_actor_get_stats(f->actor, &s);
+  struct output_processor_actor_stats s;
+  output_processor_actor_stats(f->actor, &s);
   assert_int_equal(s.unknown, 2);
   assert_int_equal(s.resyncs_asked, 1);
   assert_int_equal(s.resyncs, 1);

@@ -421,6 +421,7 @@ def check(root):
     problems.extend(find_call_cycles(root, files))
     problems.extend(subject_problems(root, files))
     problems.extend(cmake_source_problems(root))
+    problems.extend(actor_shape_problems(root, files))
     for i, (src, pat, reason) in enumerate(ALLOWLIST):
         if i not in used:
             problems.append(("tests/unit/check_layout.py", 1,
@@ -483,6 +484,31 @@ def subject_problems(root, files):
                 problems.append((f, text.count("\n", 0, m.start()) + 1,
                                  f"{m.group(1)} formats the NATS subject {args[found[0]]}: build it with "
                                  "bus/subject.h (docs/design.md §2)"))
+    return problems
+
+
+ACTOR_SHAPE = ("struct {a}_options", "struct {a}_stats", "{a}_create(", "{a}_start(", "{a}_stop(",
+               "{a}_destroy(", "{a}_stats(")
+
+
+def actor_shape_problems(root, files):
+    """One problem per actors/<folder>/actor.h that does not declare the lifecycle every actor
+    has (actors/README.md): <folder>_actor_options and _stats structs, create, start, stop,
+    destroy and stats."""
+    problems = []
+    for f in files:
+        parts = f.split("/")
+        if len(parts) != 3 or parts[0] != "actors" or parts[2] != "actor.h":
+            continue
+        with open(os.path.join(root, f), encoding="utf-8", errors="replace") as fh:
+            text = " ".join(blank_comments_and_strings(fh.read()).split())
+        text = re.sub(r"\s*\(", "(", text)
+        a = parts[1] + "_actor"
+        missing = [n.format(a=a) for n in ACTOR_SHAPE if not re.search(
+            r"(?<!\w)" + re.escape(n.format(a=a)) + (r"(?!\w)" if not n.endswith("(") else ""), text)]
+        if missing:
+            problems.append((f, 1, f"the actor's lifecycle lacks {', '.join(missing)} (every actor "
+                                   f"declares the shape of actors/README.md, named for its folder)"))
     return problems
 
 

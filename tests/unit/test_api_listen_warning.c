@@ -24,14 +24,14 @@ static bool warns(const char *addr, const struct api_keys *keys) {
   fflush(stderr);
   int saved = dup(2);
   dup2(fd, 2);
-  const struct api_actor_options o = {.http_addr = addr, .model_name = "smol", .api_keys = keys};
-  struct api_actor *a = NULL;
-  llb_status st = api_actor_create(&o, &a);
+  const struct api_server_actor_options o = {.http_addr = addr, .model_name = "smol", .api_keys = keys};
+  struct api_server_actor *a = NULL;
+  llb_status st = api_server_actor_create(&o, &a);
   fflush(stderr);
   dup2(saved, 2);
   close(saved);
   assert_int_equal(st, LLB_STATUS_OK);
-  api_actor_destroy(a);
+  api_server_actor_destroy(a);
   char buf[8192] = {0};
   ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
   close(fd);

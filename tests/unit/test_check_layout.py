@@ -381,5 +381,20 @@ class CheckLayoutTest(unittest.TestCase):
         self.assertIn("stale CMAKE_EXEMPT entry", problems[0])
 
 
+    def test_an_actor_header_without_the_common_lifecycle_is_caught(self):
+        full = ("struct kv_manager_actor_options { int x; };\nstruct kv_manager_actor_stats { int y; };\n"
+                "int kv_manager_actor_create (const struct kv_manager_actor_options *o);\n"
+                "int kv_manager_actor_start(void);\nvoid kv_manager_actor_stop(void);\n"
+                "void kv_manager_actor_destroy(void);\n"
+                "void kv_manager_actor_stats(struct kv_manager_actor_stats *out);\n")
+        with Tree({"actors/kv_manager/actor.h": full}) as t:
+            self.assertEqual(t.problems(), [])
+        old_names = full.replace("kv_manager_actor_stop(void);\n", "/* kv_manager_actor_stop( */\n").replace(
+            "void kv_manager_actor_stats(", "void kv_manager_actor_get_counters(")
+        self.assert_one_problem({"actors/kv_manager/actor.h": old_names}, "actors/kv_manager/actor.h:1",
+                                ["kv_manager_actor_stop(", "kv_manager_actor_stats(", "actors/README.md"])
+        self.assert_one_problem({"actors/kv_manager/actor.h": full.replace("kv_manager_actor", "kv_actor")},
+                                "actors/kv_manager/actor.h:1", ["struct kv_manager_actor_options"])
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

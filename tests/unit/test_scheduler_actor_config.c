@@ -1,4 +1,4 @@
-/* llmbus-scheduler's flags into a scheduler_actor_config (actors/scheduler/actor_config.h):
+/* llmbus-scheduler's flags into a scheduler_actor_options (actors/scheduler/actor_config.h):
  * the model's context and vocabulary fill what the flags leave open, and a bad flag is an
  * error naming it before anything starts. */
 #include <setjmp.h>
@@ -14,9 +14,9 @@
 #include "actors/scheduler/actor_config.h"
 #include "tests/unit/random_llama.h"
 
-static struct scheduler_actor_config base_cfg(void) {
-  struct scheduler_actor_config c;
-  scheduler_actor_config_init(&c);
+static struct scheduler_actor_options base_cfg(void) {
+  struct scheduler_actor_options c;
+  scheduler_actor_options_init(&c);
   c.sched.num_blocks = 64;
   c.sched.block_size = 16;
   c.sched.max_num_seqs = 8;
@@ -44,10 +44,10 @@ static void test_model_fills_what_the_flags_leave_open(void **state) {
   (void)state;
   char path[64];
   write_model(path, sizeof path);
-  struct scheduler_actor_config c = base_cfg();
+  struct scheduler_actor_options c = base_cfg();
   struct scheduler_flags f = {.policy = "priority", .model_path = path, .engine_id = "e1", .heartbeat_ms = 250};
   bool from_worker = true;
-  assert_int_equal(scheduler_actor_config_resolve(&f, &c, &from_worker), LLB_STATUS_OK);
+  assert_int_equal(scheduler_actor_options_resolve(&f, &c, &from_worker), LLB_STATUS_OK);
   assert_int_equal(c.sched.max_model_len, 300); /* below the 4096 cap: the model's context */
   assert_int_equal(c.sched.vocab_size, 512);
   assert_int_equal(c.sched.policy, SCHED_POLICY_PRIORITY);
@@ -62,7 +62,7 @@ static void test_model_fills_what_the_flags_leave_open(void **state) {
   f.max_model_len = 128;
   f.vocab_size = 100;
   f.num_speculative_tokens = 3;
-  assert_int_equal(scheduler_actor_config_resolve(&f, &c, &from_worker), LLB_STATUS_OK);
+  assert_int_equal(scheduler_actor_options_resolve(&f, &c, &from_worker), LLB_STATUS_OK);
   assert_int_equal(c.sched.max_model_len, 128);
   assert_int_equal(c.sched.vocab_size, 100);
   assert_false(c.sched.async_scheduling);
@@ -74,31 +74,31 @@ static void test_model_fills_what_the_flags_leave_open(void **state) {
 
 static void test_bad_flags_are_named(void **state) {
   (void)state;
-  struct scheduler_actor_config c = base_cfg();
+  struct scheduler_actor_options c = base_cfg();
   bool from_worker;
   struct scheduler_flags f = {.policy = "lifo", .max_model_len = 128, .vocab_size = 100};
-  assert_int_equal(scheduler_actor_config_resolve(&f, &c, &from_worker), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(scheduler_actor_options_resolve(&f, &c, &from_worker), LLB_STATUS_INVALID_ARGUMENT);
   assert_non_null(strstr(llb_err_last(), "--policy 'lifo'"));
   f.policy = "fcfs";
   c.peer_missed_beats = 0;
-  assert_int_equal(scheduler_actor_config_resolve(&f, &c, &from_worker), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(scheduler_actor_options_resolve(&f, &c, &from_worker), LLB_STATUS_INVALID_ARGUMENT);
   assert_non_null(strstr(llb_err_last(), "--peer-missed-beats"));
   c = base_cfg();
   c.sched.num_blocks = -1;
-  assert_int_equal(scheduler_actor_config_resolve(&f, &c, &from_worker), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(scheduler_actor_options_resolve(&f, &c, &from_worker), LLB_STATUS_INVALID_ARGUMENT);
   assert_non_null(strstr(llb_err_last(), "--num-blocks"));
   c = base_cfg();
   c.sched.max_num_batched_tokens = 0; /* sched_create's own range checks run too */
-  assert_int_not_equal(scheduler_actor_config_resolve(&f, &c, &from_worker), LLB_STATUS_OK);
+  assert_int_not_equal(scheduler_actor_options_resolve(&f, &c, &from_worker), LLB_STATUS_OK);
   /* no --max-model-len and no readable model: the error names the file */
   c = base_cfg();
   f.max_model_len = 0;
   f.model_path = "/nonexistent/m.gguf";
-  assert_int_not_equal(scheduler_actor_config_resolve(&f, &c, &from_worker), LLB_STATUS_OK);
+  assert_int_not_equal(scheduler_actor_options_resolve(&f, &c, &from_worker), LLB_STATUS_OK);
   assert_non_null(strstr(llb_err_last(), "/nonexistent/m.gguf"));
   /* with --max-model-len an unreadable model only loses the vocabulary check */
   f.max_model_len = 64;
-  assert_int_equal(scheduler_actor_config_resolve(&f, &c, &from_worker), LLB_STATUS_OK);
+  assert_int_equal(scheduler_actor_options_resolve(&f, &c, &from_worker), LLB_STATUS_OK);
   assert_int_equal(c.sched.max_model_len, 64);
 }
 
