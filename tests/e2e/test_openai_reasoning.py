@@ -1,8 +1,9 @@
 """Reasoning models over HTTP with the official `openai` client: `llmbus serve
---reasoning-parser deepseek_r1` with SmolLM2 whose vocabulary holds "<think>" / "</think>" and
-whose chat template opens a thinking block in the generation prompt (closes an empty one with
-enable_thinking false), tests/tools/make_reasoning_model.py. The model was never trained to
-think: logit_bias on "</think>" decides where its reasoning ends (the output stays seeded).
+--reasoning-parser deepseek_r1` with a random-weight model (small LLaMA, seeded weights) over
+SmolLM2's vocabulary, which holds "<think>" / "</think>", and whose chat template opens a
+thinking block in the generation prompt (closes an empty one with enable_thinking false):
+tests/tools/make_reasoning_model.py --random-weights. The model knows nothing: logit_bias on
+"</think>" decides where its reasoning ends (the output stays seeded).
 
 - message.reasoning_content and message.content are the raw text (the same request as token
   ids on /v1/completions, which no parser reads) split at "</think>", markup left out; with
@@ -36,7 +37,7 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength
                                           "days": {"type": "integer", "minimum": 1, "maximum": 9}},
           "required": ["city", "days"], "additionalProperties": False}
 MESSAGES = [{"role": "user", "content": "Plan a short trip. Answer as JSON."}]
-BIAS = 9  # on "</think>": some seeds end the reasoning within 40 tokens, some do not
+BIAS = 6  # on "</think>": some seeds end the reasoning within 40 tokens, some do not
 
 
 def post(base, path, body):
@@ -56,9 +57,9 @@ def main():
     if not os.path.exists(src):
         skip(f"model {src} missing (run ops/fetch-model.sh)")
     tmp = tempfile.mkdtemp(prefix="llmbus-reasoning-")
-    model = os.path.join(tmp, "SmolLM2-think.gguf")
-    subprocess.run([sys.executable, os.path.join(TOOLS, "make_reasoning_model.py"), src, model], check=True,
-                   stdout=subprocess.DEVNULL)
+    model = os.path.join(tmp, "random-think.gguf")
+    subprocess.run([sys.executable, os.path.join(TOOLS, "make_reasoning_model.py"), src, model,
+                    "--random-weights", "1"], check=True, stdout=subprocess.DEVNULL)
     os.environ["LLMBUS_MODEL"] = model
     with Stack(args=["--reasoning-parser", "deepseek_r1"]) as st:
         client = openai.OpenAI(base_url=st.base + "/v1", api_key="unused", max_retries=0, timeout=300)
