@@ -124,12 +124,13 @@ static llb_status add_item(json_t *messages, json_t *item, size_t i, struct api_
 
 static llb_status messages_of(json_t *root, json_t *chat, struct api_error *err) {
   json_t *input = json_object_get(root, "input"), *instructions = json_object_get(root, "instructions");
-  json_t *messages = json_array();
-  if (instructions && !json_is_null(instructions)) {
-    if (!json_is_string(instructions)) return api_error_bad(err, "instructions", "'instructions' must be a string");
+  if (instructions && !json_is_null(instructions) && !json_is_string(instructions))
+    return api_error_bad(err, "instructions", "'instructions' must be a string");
+  json_t *messages = json_array(); /* owned by chat from here on */
+  if (json_object_set_new(chat, "messages", messages) != 0)
+    return api_error_oom(err);
+  if (json_is_string(instructions))
     json_array_append_new(messages, json_pack("{s:s, s:O}", "role", "system", "content", instructions));
-  }
-  json_object_set_new(chat, "messages", messages);
   if (json_is_string(input)) {
     json_array_append_new(messages, json_pack("{s:s, s:O}", "role", "user", "content", input));
     return LLB_STATUS_OK;

@@ -723,6 +723,7 @@ static void test_responses_bodies_become_chat_requests(void **state) {
       {"{\"model\":\"smol\",\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0]"},
       {"{\"model\":\"smol\",\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\"}}}", "text.format"},
       {"{\"model\":\"smol\",\"input\":\"x\",\"include\":[\"reasoning.encrypted_content\"]}", "include"},
+      {"{\"model\":\"smol\",\"input\":\"x\",\"instructions\":true}", "instructions"}, /* leaked (fuzz) */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     assert_int_equal(api_request_parse(API_ENDPOINT_RESPONSES, bad[i].body, strlen(bad[i].body), &opts, &r, &e),
