@@ -23,11 +23,17 @@ enum { NU_START, NU_MINUS, NU_ZERO, NU_INT, NU_DOT, NU_FRAC, NU_EXP, NU_EXP_SIGN
  * could otherwise make one byte cost exponential time. Past it readings are dropped, which
  * only narrows what may follow. */
 #define SO_MAX_EXPANSIONS 512
+/* GBNF rule entries per byte over all stacks together: nested repetitions ("x+"+ ...) reach
+ * every stack's cap at once, and each entry walks the stack (155 ms a mask step over a
+ * 49k vocabulary at 512 per stack; found by fuzz_gbnf). Same rule: past it readings are
+ * dropped, which only narrows what may follow. */
+#define SO_MAX_GBNF_EXPANSIONS 128
 
 struct feed_ctx {
   const struct so_grammar *g;
   struct so_state *out;
-  int32_t expansions;
+  int32_t expansions;      /* per stack */
+  int32_t gbnf_expansions; /* per byte, all stacks */
 };
 
 static const struct so_node *node_of(const struct feed_ctx *c, int32_t i) { return &c->g->nodes[i]; }
@@ -694,7 +700,7 @@ static void feed_gbnf(struct feed_ctx *c, struct so_stack *st, uint8_t b) {
     if (st->depth > 0) feed(c, st, b);
     return;
   }
-  if (++c->expansions > SO_MAX_EXPANSIONS) return;
+  if (++c->expansions > SO_MAX_EXPANSIONS || ++c->gbnf_expansions > SO_MAX_GBNF_EXPANSIONS) return;
   const bool tail = gb->elems[f->n + 1].kind == SO_GBNF_END; /* replace the frame, not stack one */
   const uint32_t next = f->n + 1;
   /* an alternative that can be empty may pass b on to what follows the reference */
