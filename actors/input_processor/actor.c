@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "actors/input_processor/actor_wire.h"
-#include "actors/input_processor/chat_render.h"
+#include "model/template/chat_render.h"
 #include "actors/input_processor/engine_router.h"
 #include "actors/input_processor/input_processor.h"
 #include "actors/input_processor/intake_queue.h"
@@ -776,7 +776,7 @@ llb_status input_processor_actor_create(const struct input_processor_actor_optio
   cfg.has_chat_template = chat_template_from_gguf(f, &cfg.chat_template) == LLB_STATUS_OK;
   const char *tmpl = o->chat_template_file;
   const bool builtin = tmpl && access(tmpl, F_OK) != 0 && chat_template_from_name(tmpl, &cfg.chat_template) == LLB_STATUS_OK;
-  if (builtin) { /* a built-in name, as llama-server's --chat-template NAME: no Jinja */
+  if (builtin) { /* a built-in name, as llama-server's --chat-template NAME: its official Jinja source */
     cfg.has_chat_template = true;
     LLB_LOG_INFO("chat_template", "builtin=%s", chat_template_name(cfg.chat_template));
   } else if ((st = chat_render_load(f, tmpl, &a->jinja)) != LLB_STATUS_OK && (tmpl || st != LLB_STATUS_NOT_FOUND)) {

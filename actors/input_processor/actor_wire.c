@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "actors/input_processor/chat_render.h"
+#include "model/template/chat_render.h"
 
 const char *inproc_wire_generate_request(const struct llb_generate_request *gr, const char *tenant,
                                          const char *reply_to, struct llb_arena *arena,

@@ -21,7 +21,7 @@
 #include "base/status.h"
 #include "actors/input_processor/mm_items.h"
 #include "actors/input_processor/mm_images.h"
-#include "actors/input_processor/chat_render.h"
+#include "model/template/chat_render.h"
 #include "model/template/chat_template.h"
 #include "schemas/codec.h"
 #include "schemas/sampling_params.h"

@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "actors/input_processor/chat_render.h"
+#include "model/template/chat_render.h"
 #include "model/vision/image.h"
 
 struct tokenizer;

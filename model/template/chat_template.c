@@ -1,218 +1,97 @@
-/* Chat templates rendered in C. Each renderer transcribes one official Jinja template;
- * the Jinja source is quoted above it. Jinja's `trim` is Python's str.strip() (Unicode
- * whitespace), reproduced by jinja_trim. */
+/* Chat templates: the built-in templates as their Jinja sources, rendered by the one chat
+ * renderer (chat_render.h over the Jinja interpreter), and the recognition of a model's template
+ * family by distinctive substrings of its source. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/template/chat_render.h"
 #include "model/template/chat_template.h"
+#include "model/template/jinja.h"
 
-struct sbuf {
-  char *data;
-  size_t len, cap;
-  bool oom;
+/* The official templates, verbatim (each model's tokenizer_config.json chat_template), with the
+ * texts of the special tokens they read as bos_token / eos_token. */
+static const struct chat_template_builtin k_builtins[CHAT_TEMPLATE_COUNT] = {
+    [CHAT_TEMPLATE_CHATML] = {/* OpenHermes-2.5-Mistral-7B */
+        .bos_token = "", .eos_token = "",
+        .source =
+            "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'"
+            " + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+            "{% endif %}"},
+    [CHAT_TEMPLATE_SMOLLM2] = {/* SmolLM2-135M-Instruct (read from its GGUF) */
+        .bos_token = "", .eos_token = "",
+        .source =
+            "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+            "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n'"
+            " }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+            "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"},
+    [CHAT_TEMPLATE_LLAMA3] = {/* Meta-Llama-3-8B-Instruct */
+        .bos_token = "<|begin_of_text|>", .eos_token = "<|eot_id|>",
+        .source =
+            "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>'"
+            " + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}"
+            "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
+            "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+            "{% endif %}"},
+    [CHAT_TEMPLATE_MISTRAL] = {/* Mistral-7B-Instruct-v0.1 */
+        .bos_token = "<s>", .eos_token = "</s>",
+        .source =
+            "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) "
+            "%}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+            "{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+            "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}"
+            "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}"
+            "{% endfor %}"},
+    [CHAT_TEMPLATE_MISTRAL_V3] = {/* Mistral-7B-Instruct-v0.3, its branch without tools */
+        .bos_token = "<s>", .eos_token = "</s>",
+        .source =
+            "{%- if messages[0][\"role\"] == \"system\" %}\n    {%- set system_message = messages[0][\"content\"] %}"
+            "\n    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = messages %}"
+            "\n{%- endif %}\n{%- set ns = namespace() %}\n{%- set ns.index = 0 %}\n{%- for message in loop_messages %}"
+            "\n    {%- if (message[\"role\"] == \"user\") != (ns.index % 2 == 0) %}\n        {{- raise_exception(\"After "
+            "the optional system message, conversation roles must alternate user/assistant/user/assistant/...\") }}"
+            "\n    {%- endif %}\n    {%- set ns.index = ns.index + 1 %}\n{%- endfor %}\n{{- bos_token }}"
+            "\n{%- for message in loop_messages %}\n    {%- if message[\"role\"] == \"user\" %}"
+            "\n        {%- if loop.last and system_message is defined %}\n            {{- \"[INST] \" + system_message "
+            "+ \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}\n        {%- else %}\n            {{- \"[INST] \" +"
+            " message[\"content\"] + \"[/INST]\" }}\n        {%- endif %}\n    {%- elif message[\"role\"] == \"assistant\" "
+            "%}\n        {{- \" \" + message[\"content\"]|trim + eos_token}}\n    {%- else %}"
+            "\n        {{- raise_exception(\"Only user and assistant roles are supported, with the exception of an initial "
+            "optional system message!\") }}\n    {%- endif %}\n{%- endfor %}"},
+    [CHAT_TEMPLATE_GEMMA] = {/* gemma-2-2b-it */
+        .bos_token = "<bos>", .eos_token = "<eos>",
+        .source =
+            "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+            "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+            "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+            "{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}"
+            "{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim "
+            "+ '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}"
+            "{% endif %}"},
+    [CHAT_TEMPLATE_GEMMA3] = {/* gemma-3-1b-it, text parts */
+        .bos_token = "<bos>", .eos_token = "<eos>",
+        .source =
+            "{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- set first_user_prefix = messages[0]['"
+            "content'] + '\\n\\n' -%}\n    {%- set loop_messages = messages[1:] -%}\n{%- else -%}"
+            "\n    {%- set first_user_prefix = \"\" -%}\n    {%- set loop_messages = messages -%}"
+            "\n{%- endif -%}\n{%- for message in loop_messages -%}\n    {%- if (message['role'] == 'user') != (loop.index0 "
+            "% 2 == 0) -%}\n        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") "
+            "}}\n    {%- endif -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model\" "
+            "-%}\n    {%- else -%}\n        {%- set role = message['role'] -%}\n    {%- endif -%}"
+            "\n    {{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else \"\") }}"
+            "\n    {%- if message['content'] is string -%}\n        {{ message['content'] | trim }}"
+            "\n    {%- endif -%}\n    {{ '<end_of_turn>\\n' }}\n{%- endfor -%}\n{%- if add_generation_prompt -%}"
+            "\n    {{'<start_of_turn>model\\n'}}\n{%- endif -%}"},
+    [CHAT_TEMPLATE_PHI3] = {/* Phi-3.5-mini-instruct */
+        .bos_token = "<s>", .eos_token = "<|endoftext|>",
+        .source =
+            "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + message['content'] "
+            "+ '<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}"
+            "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}"
+            "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}"
+            "{{ eos_token }}{% endif %}"},
 };
-
-static void sb_add(struct sbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n + 1) cap *= 2;
-    char *d = realloc(b->data, cap);
-    if (!d) {
-      b->oom = true;
-      return;
-    }
-    b->data = d;
-    b->cap = cap;
-  }
-  memcpy(b->data + b->len, s, n);
-  b->len += n;
-  b->data[b->len] = '\0';
-}
-
-static void sb_str(struct sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
-
-/* Bytes of the Unicode whitespace code point (Python str.isspace) at s, else 0. */
-static size_t space_len(const unsigned char *s, size_t n) {
-  if (s[0] == ' ' || (s[0] >= 0x09 && s[0] <= 0x0D) || (s[0] >= 0x1C && s[0] <= 0x1F)) return 1;
-  if (n >= 2 && s[0] == 0xC2 && (s[1] == 0x85 || s[1] == 0xA0)) return 2;
-  if (n >= 3 && s[0] == 0xE1 && s[1] == 0x9A && s[2] == 0x80) return 3; /* U+1680 */
-  if (n >= 3 && s[0] == 0xE2 && s[1] == 0x80 &&
-      (s[2] <= 0x8A || s[2] == 0xA8 || s[2] == 0xA9 || s[2] == 0xAF)) return 3; /* U+2000-200A, 2028, 2029, 202F */
-  if (n >= 3 && s[0] == 0xE2 && s[1] == 0x81 && s[2] == 0x9F) return 3; /* U+205F */
-  if (n >= 3 && s[0] == 0xE3 && s[1] == 0x80 && s[2] == 0x80) return 3; /* U+3000 */
-  return 0;
-}
-
-/* Appends s with leading and trailing whitespace removed (Jinja `trim`). */
-static void sb_trim(struct sbuf *b, const char *s) {
-  const unsigned char *p = (const unsigned char *)s;
-  size_t n = strlen(s), start = 0, end = n;
-  for (size_t l; start < n && (l = space_len(p + start, n - start)) > 0;) start += l;
-  /* trailing: scan forward remembering the end of the last non-space character */
-  size_t i = start;
-  end = start;
-  while (i < n) {
-    size_t l = space_len(p + i, n - i);
-    if (l) {
-      i += l;
-    } else {
-      i++;
-      while (i < n && (p[i] & 0xC0) == 0x80) i++;
-      end = i;
-    }
-  }
-  sb_add(b, s + start, end - start);
-}
-
-static bool role_is(const struct chat_message *m, const char *role) { return strcmp(m->role, role) == 0; }
-
-static llb_status check_alternation(const struct chat_message *msgs, size_t n, const char *msg) {
-  for (size_t i = 0; i < n; i++)
-    if (role_is(&msgs[i], "user") != (i % 2 == 0)) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "%s", msg);
-  return LLB_STATUS_OK;
-}
-
-/* {% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']
- * + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}
- * {% endif %}  (SmolLM2 adds, on loop.first when messages[0]['role'] != 'system':
- * '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n') */
-static void render_chatml(struct sbuf *b, const struct chat_message *msgs, size_t n, bool gen, bool smollm) {
-  for (size_t i = 0; i < n; i++) {
-    if (smollm && i == 0 && !role_is(&msgs[0], "system"))
-      sb_str(b, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n");
-    sb_str(b, "<|im_start|>");
-    sb_str(b, msgs[i].role);
-    sb_str(b, "\n");
-    sb_str(b, msgs[i].content);
-    sb_str(b, "<|im_end|>\n");
-  }
-  if (gen) sb_str(b, "<|im_start|>assistant\n");
-}
-
-/* {% set loop_messages = messages %}{% for message in loop_messages %}{% set content =
- * '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim
- * + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}
- * {{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant
- * <|end_header_id|>\n\n' }}{% endif %}   (bos_token = "<|begin_of_text|>") */
-static void render_llama3(struct sbuf *b, const struct chat_message *msgs, size_t n, bool gen) {
-  for (size_t i = 0; i < n; i++) {
-    if (i == 0) sb_str(b, "<|begin_of_text|>");
-    sb_str(b, "<|start_header_id|>");
-    sb_str(b, msgs[i].role);
-    sb_str(b, "<|end_header_id|>\n\n");
-    sb_trim(b, msgs[i].content);
-    sb_str(b, "<|eot_id|>");
-  }
-  if (gen) sb_str(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-}
-
-/* {{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0
- * % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/
- * assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content']
- * + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}
- * {% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}
- * {% endfor %}   (bos "<s>", eos "</s>"; no generation prompt) */
-static llb_status render_mistral_v1(struct sbuf *b, const struct chat_message *msgs, size_t n) {
-  sb_str(b, "<s>");
-  for (size_t i = 0; i < n; i++) {
-    if (role_is(&msgs[i], "user") != (i % 2 == 0))
-      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "Conversation roles must alternate user/assistant/user/assistant/...");
-    if (role_is(&msgs[i], "user")) {
-      sb_str(b, "[INST] ");
-      sb_str(b, msgs[i].content);
-      sb_str(b, " [/INST]");
-    } else if (role_is(&msgs[i], "assistant")) {
-      sb_str(b, msgs[i].content);
-      sb_str(b, "</s>");
-    } else {
-      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "Only user and assistant roles are supported!");
-    }
-  }
-  return LLB_STATUS_OK;
-}
-
-/* Mistral-7B-Instruct-v0.3 without tools: an initial system message is kept aside; roles
- * after it must alternate; {{- bos_token }}; user: loop.last and system_message is defined →
- * "[INST] " + system_message + "\n\n" + content + "[/INST]", else "[INST] " + content +
- * "[/INST]"; assistant: " " + content|trim + eos_token; any other role raises. */
-static llb_status render_mistral_v3(struct sbuf *b, const struct chat_message *msgs, size_t n) {
-  const char *system = NULL;
-  if (n && role_is(&msgs[0], "system")) system = msgs[0].content, msgs++, n--;
-  llb_status st = check_alternation(msgs, n,
-                                    "After the optional system message, conversation roles must alternate "
-                                    "user/assistant/user/assistant/...");
-  if (st != LLB_STATUS_OK) return st;
-  sb_str(b, "<s>");
-  for (size_t i = 0; i < n; i++) {
-    if (role_is(&msgs[i], "user")) {
-      sb_str(b, "[INST] ");
-      if (i + 1 == n && system) {
-        sb_str(b, system);
-        sb_str(b, "\n\n");
-      }
-      sb_str(b, msgs[i].content);
-      sb_str(b, "[/INST]");
-    } else if (role_is(&msgs[i], "assistant")) {
-      sb_str(b, " ");
-      sb_trim(b, msgs[i].content);
-      sb_str(b, "</s>");
-    } else {
-      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "Only user and assistant roles are supported, with the exception "
-                                                   "of an initial optional system message!");
-    }
-  }
-  return LLB_STATUS_OK;
-}
-
-/* gemma-2-it: {{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System
- * role not supported') }}{% endif %}{% for message in messages %}(alternation check){% if
- * (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role =
- * message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim +
- * '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}
- * {% endif %}.  gemma-3-it instead takes an initial system message as first_user_prefix
- * (content + '\n\n'), written after '<start_of_turn>' + role + '\n' on loop.first. */
-static llb_status render_gemma(struct sbuf *b, const struct chat_message *msgs, size_t n, bool gen, bool v3) {
-  const char *prefix = NULL;
-  if (n && role_is(&msgs[0], "system")) {
-    if (!v3) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "System role not supported");
-    prefix = msgs[0].content, msgs++, n--;
-  }
-  sb_str(b, "<bos>");
-  llb_status st = check_alternation(msgs, n, "Conversation roles must alternate user/assistant/user/assistant/...");
-  if (st != LLB_STATUS_OK) return st;
-  for (size_t i = 0; i < n; i++) {
-    sb_str(b, "<start_of_turn>");
-    sb_str(b, role_is(&msgs[i], "assistant") ? "model" : msgs[i].role);
-    sb_str(b, "\n");
-    if (i == 0 && prefix) {
-      sb_str(b, prefix);
-      sb_str(b, "\n\n");
-    }
-    sb_trim(b, msgs[i].content);
-    sb_str(b, "<end_of_turn>\n");
-  }
-  if (gen) sb_str(b, "<start_of_turn>model\n");
-  return LLB_STATUS_OK;
-}
-
-/* {% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' +
- * message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' +
- * message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n'
- * + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}
- * {{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}   (eos "<|endoftext|>") */
-static void render_phi3(struct sbuf *b, const struct chat_message *msgs, size_t n, bool gen) {
-  for (size_t i = 0; i < n; i++) {
-    if (!role_is(&msgs[i], "system") && !role_is(&msgs[i], "user") && !role_is(&msgs[i], "assistant")) continue;
-    sb_str(b, "<|");
-    sb_str(b, msgs[i].role);
-    sb_str(b, "|>\n");
-    sb_str(b, msgs[i].content);
-    sb_str(b, "<|end|>\n");
-  }
-  sb_str(b, gen ? "<|assistant|>\n" : "<|endoftext|>");
-}
 
 static const char *const k_names[CHAT_TEMPLATE_COUNT] = {
     [CHAT_TEMPLATE_CHATML] = "chatml",         [CHAT_TEMPLATE_LLAMA3] = "llama3",
@@ -288,32 +167,37 @@ llb_status chat_template_from_gguf(const struct gguf_file *f, enum chat_template
   return st;
 }
 
+const struct chat_template_builtin *chat_template_builtin(enum chat_template_kind k) {
+  return (unsigned)k < CHAT_TEMPLATE_COUNT ? &k_builtins[k] : NULL;
+}
+
+/* Every built-in template compiled once per process, on first use; read-only afterwards, so
+ * renders on any thread share them. */
+static struct jinja_template *g_compiled[CHAT_TEMPLATE_COUNT];
+static llb_status g_compile_status;
+static char g_compile_error[256];
+static pthread_once_t g_compile_once = PTHREAD_ONCE_INIT;
+
+static void compile_builtins(void) {
+  for (int k = 0; k < CHAT_TEMPLATE_COUNT && g_compile_status == LLB_STATUS_OK; k++) {
+    const char *src = k_builtins[k].source;
+    g_compile_status = jinja_template_create(src, strlen(src), &g_compiled[k]);
+    if (g_compile_status != LLB_STATUS_OK)
+      snprintf(g_compile_error, sizeof g_compile_error, "built-in template %s: %s", k_names[k], llb_err_last());
+  }
+}
+
 llb_status chat_template_apply(enum chat_template_kind k, const struct chat_message *msgs, size_t n,
                                bool add_generation_prompt, char **text_out) {
   if (!text_out || (!msgs && n)) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "chat_template_apply: NULL argument");
   *text_out = NULL;
+  if ((unsigned)k >= CHAT_TEMPLATE_COUNT) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "chat template kind %d", (int)k);
   for (size_t i = 0; i < n; i++)
     if (!msgs[i].role || !msgs[i].content)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "chat message %zu has no role or content", i);
-  struct sbuf b = {0};
-  llb_status st = LLB_STATUS_OK;
-  sb_add(&b, "", 0);
-  switch (k) {
-  case CHAT_TEMPLATE_CHATML: render_chatml(&b, msgs, n, add_generation_prompt, false); break;
-  case CHAT_TEMPLATE_SMOLLM2: render_chatml(&b, msgs, n, add_generation_prompt, true); break;
-  case CHAT_TEMPLATE_LLAMA3: render_llama3(&b, msgs, n, add_generation_prompt); break;
-  case CHAT_TEMPLATE_MISTRAL: st = render_mistral_v1(&b, msgs, n); break;
-  case CHAT_TEMPLATE_MISTRAL_V3: st = render_mistral_v3(&b, msgs, n); break;
-  case CHAT_TEMPLATE_GEMMA: st = render_gemma(&b, msgs, n, add_generation_prompt, false); break;
-  case CHAT_TEMPLATE_GEMMA3: st = render_gemma(&b, msgs, n, add_generation_prompt, true); break;
-  case CHAT_TEMPLATE_PHI3: render_phi3(&b, msgs, n, add_generation_prompt); break;
-  default: st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "chat template kind %d", (int)k); break;
-  }
-  if (st == LLB_STATUS_OK && b.oom) st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "rendered chat");
-  if (st != LLB_STATUS_OK) {
-    free(b.data);
-    return st;
-  }
-  *text_out = b.data;
-  return LLB_STATUS_OK;
+  pthread_once(&g_compile_once, compile_builtins);
+  if (g_compile_status != LLB_STATUS_OK) return LLB_ERRF(LLB_STATUS_INTERNAL, "%s", g_compile_error);
+  const struct chat_render_input in = {.messages = msgs, .num_messages = n, .add_generation_prompt = add_generation_prompt,
+                                       .bos_token = k_builtins[k].bos_token, .eos_token = k_builtins[k].eos_token};
+  return LLB_UPDATE_ERR_STACK(chat_render_jinja(g_compiled[k], &in, text_out));
 }

@@ -1,9 +1,10 @@
-/* Chat templates: recognise a model's tokenizer.chat_template (Jinja source) by distinctive
- * substrings and render messages exactly as that Jinja template would, without a Jinja
- * engine. Each kind is one family of official templates (named below with the model whose
- * tokenizer_config.json it reproduces). Rendered text contains the special tokens as text
- * (including the BOS text when the template emits it): tokenize it with parse_special = true
- * and add_special = false, or BOS is doubled.
+/* Chat templates built in by name (llama-server's --chat-template NAME), and the recognition of
+ * a model's tokenizer.chat_template (Jinja source) by distinctive substrings. Each kind is one
+ * family's official template, kept as its Jinja source (named below with the model whose
+ * tokenizer_config.json it is) and rendered by the one chat renderer, model/template/chat_render.h
+ * over the Jinja interpreter, as the model's own template is. Rendered text contains the special
+ * tokens as text (including the BOS text when the template emits it): tokenize it with
+ * parse_special = true and add_special = false, or BOS is doubled.
  */
 #ifndef LLB_MODEL_CHAT_TEMPLATE_H
 #define LLB_MODEL_CHAT_TEMPLATE_H
@@ -50,11 +51,22 @@ const char *chat_template_name(enum chat_template_kind k);
  * when the file has none; otherwise as chat_template_detect. */
 llb_status chat_template_from_gguf(const struct gguf_file *f, enum chat_template_kind *out);
 
-/* Renders n messages as the template of kind k would, with add_generation_prompt as in HF's
- * apply_chat_template. *text_out is malloc'd and NUL-terminated; the caller frees it.
- * INVALID_ARGUMENT (message as the template's raise_exception) where the template rejects
- * the conversation: roles that must alternate user/assistant, a system role the model does
- * not support. OUT_OF_MEMORY. */
+/* A built-in template: its Jinja source and the texts of the family's special tokens that the
+ * source reads as bos_token and eos_token ("" where it reads none). Static storage. */
+struct chat_template_builtin {
+  const char *source, *bos_token, *eos_token;
+};
+
+/* Kind k's built-in template; NULL for a bad kind. */
+const struct chat_template_builtin *chat_template_builtin(enum chat_template_kind k);
+
+/* Renders n messages with kind k's built-in template through the chat renderer (chat_render.h;
+ * the templates are compiled once per process, on first use, and shared by every thread), with
+ * add_generation_prompt as in HF's apply_chat_template. *text_out is malloc'd and
+ * NUL-terminated; the caller frees it. INVALID_ARGUMENT (message as the template's
+ * raise_exception) where the template rejects the conversation: roles that must alternate
+ * user/assistant, a system role the model does not support; the renderer's TOO_LARGE and
+ * OUT_OF_MEMORY. */
 llb_status chat_template_apply(enum chat_template_kind k, const struct chat_message *msgs, size_t n,
                                bool add_generation_prompt, char **text_out);
 

@@ -3,7 +3,7 @@
 # (tests/tools/make_golden.py). Skips without the model locally, fails under CI=true.
 if(TARGET llmbus_model AND TARGET llmbus_sampling)
   llb_add_test(test_golden_llamacpp SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_golden_llamacpp.c
-               LIBS llmbus_model llmbus_sampling PkgConfig::JANSSON PkgConfig::CMOCKA
+               LIBS llmbus_template llmbus_model llmbus_sampling PkgConfig::JANSSON PkgConfig::CMOCKA
                LABELS e2e TIMEOUT 900
                ARGS ${LLB_DEFAULT_MODEL}
                     ${CMAKE_CURRENT_LIST_DIR}/golden/smollm2-135m-instruct-q4_1.json)

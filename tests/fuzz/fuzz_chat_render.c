@@ -1,4 +1,4 @@
-/* libFuzzer target for chat rendering from a request (actors/input_processor/chat_render.h):
+/* libFuzzer target for chat rendering from a request (model/template/chat_render.h):
  * messages of any role with any content (null too), tool calls, tool call ids and names, image
  * offsets, tools, chat_template_kwargs, add_generation_prompt and continue_final_message,
  * rendered by the default model's own template (SmolLM2's, from its GGUF; a ChatML-like one when
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/input_processor/chat_render.h"
+#include "model/template/chat_render.h"
 #include "model/gguf/gguf.h"
 #include "tests/fuzz/fuzz_reader.h"
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "actors/input_processor/actor_wire.h"
-#include "actors/input_processor/chat_render.h"
+#include "model/template/chat_render.h"
 #include "actors/input_processor/input_processor.h"
 #include "model/template/chat_template.h"
 #include "model/gguf/gguf.h"

@@ -3,9 +3,9 @@
 # templates (test_jinja_templates.py with the jinja_render tool; the venv of `make venv`
 # provides jinja2; the templates come from ops/fetch-chat-templates.sh).
 llb_add_test(test_jinja SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_jinja.c
-             LIBS llmbus_jinja PkgConfig::CMOCKA LABELS unit TIMEOUT 120)
+             LIBS llmbus_template PkgConfig::CMOCKA LABELS unit TIMEOUT 120)
 add_executable(jinja_render ${CMAKE_CURRENT_LIST_DIR}/jinja_render.c)
-target_link_libraries(jinja_render PRIVATE llmbus_jinja)
+target_link_libraries(jinja_render PRIVATE llmbus_template)
 target_include_directories(jinja_render PRIVATE ${CMAKE_SOURCE_DIR})
 set(llb_jinja_py ${CMAKE_SOURCE_DIR}/.venv/bin/python)
 add_test(NAME test_jinja_templates

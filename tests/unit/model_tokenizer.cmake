@@ -6,4 +6,4 @@ llb_add_test(test_tokenizer_stream SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokeni
              LIBS llmbus_model PkgConfig::CMOCKA LABELS unit
              ARGS ${LLB_TESTDATA_DIR}/tokenizer)
 llb_add_test(test_chat_template SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_chat_template.c
-             LIBS llmbus_model PkgConfig::CMOCKA LABELS unit ARGS ${LLB_DEFAULT_MODEL})
+             LIBS llmbus_template PkgConfig::CMOCKA LABELS unit ARGS ${LLB_DEFAULT_MODEL})

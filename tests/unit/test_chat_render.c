@@ -1,4 +1,4 @@
-/* The request → Jinja context mapping (actors/input_processor/chat_render.h): tool_calls'
+/* The request → Jinja context mapping (model/template/chat_render.h): tool_calls'
  * JSON-string arguments become dicts, content null stays None, kwargs reach the template
  * but do not replace messages, continue_final_message cuts after the last message as
  * transformers does (also when the template strips the content), and malformed JSON fields
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "actors/input_processor/chat_render.h"
+#include "model/template/chat_render.h"
 
 static struct jinja_template *tmpl(const char *src) {
   struct jinja_template *t = NULL;

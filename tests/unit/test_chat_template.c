@@ -1,6 +1,7 @@
-/* Chat templates: detection from Jinja sources and rendering compared with what Python's
- * jinja2 renders from the same sources (test_chat_template_*.inc). Arg [1]: default model
- * (its real template is detected and rendered; skipped when absent). */
+/* Built-in chat templates: each family's official Jinja source rendered by the chat renderer
+ * (the Jinja interpreter) compared with what Python's jinja2 renders from the same source
+ * (test_chat_template_expected.inc), and detection of each family from its source. Arg [1]:
+ * default model (its real template is detected; skipped when absent). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,12 +27,6 @@ static const struct {
   const char *expected;
 } k_cases[] = {
 #include "test_chat_template_expected.inc"
-};
-
-static const struct {
-  const char *name, *source;
-} k_sources[] = {
-#include "test_chat_template_sources.inc"
 };
 
 static void test_rendering_matches_jinja2_for_every_template(void **state) {
@@ -60,12 +55,14 @@ static void test_rendering_matches_jinja2_for_every_template(void **state) {
 
 static void test_detects_each_template_family_from_its_source(void **state) {
   (void)state;
-  for (size_t i = 0; i < sizeof(k_sources) / sizeof(k_sources[0]); i++) {
+  for (int want = 0; want < CHAT_TEMPLATE_COUNT; want++) {
     enum chat_template_kind k;
-    llb_status st = chat_template_detect(k_sources[i].source, &k);
-    if (st != LLB_STATUS_OK) fail_msg("%s: %s", k_sources[i].name, llb_err_last());
-    assert_string_equal(chat_template_name(k), k_sources[i].name);
+    const char *name = chat_template_name((enum chat_template_kind)want);
+    llb_status st = chat_template_detect(chat_template_builtin((enum chat_template_kind)want)->source, &k);
+    if (st != LLB_STATUS_OK) fail_msg("%s: %s", name, llb_err_last());
+    assert_string_equal(chat_template_name(k), name);
   }
+  assert_null(chat_template_builtin(CHAT_TEMPLATE_COUNT));
 }
 
 static void test_unknown_template_is_unsupported_with_names_listed(void **state) {

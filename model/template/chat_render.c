@@ -1,6 +1,6 @@
 /* The request → Jinja context mapping of HF's apply_chat_template (transformers
  * utils/chat_template_utils.py and vLLM's chat_utils.py), rendered by model/template/jinja.h. */
-#include "actors/input_processor/chat_render.h"
+#include "model/template/chat_render.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -5,8 +5,8 @@
  * add_generation_prompt, bos_token, eos_token and the request's chat_template_kwargs.
  * continue_final_message renders without a generation prompt and cuts the text right after
  * the last message's content (transformers' apply_chat_template). */
-#ifndef LLB_ACTORS_INPUT_PROCESSOR_CHAT_RENDER_H
-#define LLB_ACTORS_INPUT_PROCESSOR_CHAT_RENDER_H
+#ifndef LLB_MODEL_TEMPLATE_CHAT_RENDER_H
+#define LLB_MODEL_TEMPLATE_CHAT_RENDER_H
 
 #include <stdbool.h>
 #include <stddef.h>
