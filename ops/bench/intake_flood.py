@@ -15,6 +15,8 @@ Paths (what each request makes the input processor do before anything reaches an
               worst case)
   images      8 PNG images of 4096 x 4096 pixels (the pixel limit), each ~50 KB, in one chat:
               8 decodes of 16 M pixels each before the request is refused or planned
+  images-mm   the same, to a multimodal model (tenant-flood.sh serves one): each image is
+              decoded, planned into the model's tiles and encoded by the engine's encoder
   grammar     a JSON Schema of ~70 KB, anyOf nested 60 deep with enums of 50 strings, a new
               one per request (no verdict cache hit), compiled at intake
   generate    ordinary 256-token prompts with ignore_eos and 128 tokens (the engine's load, as
@@ -67,7 +69,7 @@ def body_for(path, model, rng, png_b64):
         alphabet = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ"
         text = "".join(rng.choice(alphabet) for _ in range(800_000))
         return "/tokenize", {"model": model, "prompt": text}
-    if path == "images":
+    if path in ("images", "images-mm"):
         parts = [{"type": "text", "text": "What is in these?"}]
         parts += [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + png_b64}} for _ in range(8)]
         return "/v1/chat/completions", {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": parts}]}
@@ -91,15 +93,26 @@ def main():
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=60)
     args = ap.parse_args()
-    png_b64 = base64.b64encode(png_of(4096, 4096)).decode() if args.path == "images" else ""
+    png_b64 = base64.b64encode(png_of(4096, 4096)).decode() if args.path.startswith("images") else ""
     stop = time.monotonic() + args.seconds
     counts, lock = {}, threading.Lock()
+
+    # The images bodies are the same every time: serialized once, so that the flooding client (on
+    # the same machine) spends its CPU sending, not building 540 KB of JSON per request.
+    fixed = None
+    if args.path.startswith("images"):
+        route, body = body_for(args.path, args.model, random.Random(0), png_b64)
+        fixed = (route, json.dumps(body).encode())
 
     def client(seed):
         rng = random.Random(seed)
         while time.monotonic() < stop:
-            route, body = body_for(args.path, args.model, rng, png_b64)
-            req = urllib.request.Request(args.base_url + route, data=json.dumps(body).encode(), method="POST",
+            if fixed:
+                route, data = fixed
+            else:
+                route, body = body_for(args.path, args.model, rng, png_b64)
+                data = json.dumps(body).encode()
+            req = urllib.request.Request(args.base_url + route, data=data, method="POST",
                                          headers={"Content-Type": "application/json",
                                                   "Authorization": f"Bearer {args.api_key}"})
             try:

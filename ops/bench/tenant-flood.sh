@@ -18,8 +18,13 @@
 # (ops/bench/intake_flood.py: the costliest requests we can build for the chat template, /tokenize,
 # images, grammars; `generate` is plain load) from A_THREADS (8) clients for the time B's run
 # takes, tenants file `a max_concurrent=... max_queued=...` (the limited case); images get a tiny
-# random mmproj (tests/tools/make_mmproj.py) so that the intake decodes and plans them. Prints
-# path,repeat,B alone,B under flood,ratio and the statuses A's requests got.
+# random mmproj (tests/tools/make_mmproj.py) so that the intake decodes and plans them (with the
+# default text model, which has no image token, the request is then refused); `images-mm` sends the
+# same images to a multimodal model — the default model with SmolVLM's image tokens in its
+# vocabulary (tests/tools/make_vlm_text_model.py), that mmproj and a SmolVLM-style chat template
+# (ops/bench/smolvlm-chat.jinja) — so every image is decoded, planned and encoded by the engine's
+# encoder, and B's text requests run on that model too. Prints path,repeat,B alone,B under
+# flood,ratio and the statuses A's requests got.
 # Needs a Release build (make build-release) and, for PATHS, the venv (make venv).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -67,7 +72,7 @@ chmod 600 "$work/keys"
 start_serve() { # $1 = tenants file, then more serve flags
   local tenants=$1
   shift
-  "$build/cmd/llmbus" serve --model "$model" --http "127.0.0.1:$port" --tenants "$tenants" \
+  "$build/cmd/llmbus" serve --model "${serve_model:-$model}" --http "127.0.0.1:$port" --tenants "$tenants" \
     --api-keys "$work/keys" "$@" > "$work/serve.log" 2>&1 &
   serve_pid=$!
   for _ in $(seq 1 600); do
@@ -81,7 +86,7 @@ start_serve() { # $1 = tenants file, then more serve flags
 stop_serve() { kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null; serve_pid=""; }
 
 measure_b() { # $1 = result file, $2 = seed (other prompts each run: no prefix-cache hits)
-  "$bench" serve --base-url "http://127.0.0.1:$port" --model "$model" --api-key sk-quiet-tenant-b-000002 \
+  "$bench" serve --base-url "http://127.0.0.1:$port" --model "${serve_model:-$model}" --api-key sk-quiet-tenant-b-000002 \
     --num-prompts "$B_PROMPTS" --max-concurrency 1 --input-len "$B_INPUT" --output-len "$B_OUTPUT" \
     --ignore-eos --seed "$2" --no-progress --no-memory --json > "$1" 2>/dev/null
 }
@@ -101,19 +106,24 @@ printf 'default\na max_concurrent=%s max_queued=%s\nb\n' "$A_MAX_CONCURRENT" "$A
 if [ -n "${PATHS:-}" ]; then
   py=$root/.venv/bin/python
   [ -x "$py" ] || { echo "tenant-flood: PATHS needs $py (make venv)" >&2; exit 1; }
-  name=$(basename "$model" .gguf)
   echo "path,repeat,b_alone_mean_ttft_ms,b_alone_median_ttft_ms,b_flood_mean_ttft_ms,b_flood_median_ttft_ms,ratio_mean,a_answers,load_1m"
   for r in $(seq 1 "$repeats"); do
     for path in $PATHS; do
       extra=()
-      if [ "$path" = images ]; then
+      serve_model=$model
+      if [ "$path" = images ] || [ "$path" = images-mm ]; then
         [ -f "$work/mmproj.gguf" ] || "$py" "$root/tests/tools/make_mmproj.py" "$work/mmproj.gguf" --shape tiny-idefics3
         extra=(--mmproj "$work/mmproj.gguf")
+      fi
+      if [ "$path" = images-mm ]; then
+        [ -f "$work/vlm.gguf" ] || "$py" "$root/tests/tools/make_vlm_text_model.py" "$model" "$work/vlm.gguf" > /dev/null
+        serve_model=$work/vlm.gguf
+        extra+=(--chat-template "$root/ops/bench/smolvlm-chat.jinja")
       fi
       start_serve "$work/limited" "${extra[@]}"
       measure_b "$work/alone.json" $((100 + 2 * r))
       "$py" "$root/ops/bench/intake_flood.py" "$path" --base-url "http://127.0.0.1:$port" \
-        --api-key sk-flood-tenant-a-000001 --model "$name" --threads "${A_THREADS:-8}" --seconds 600 \
+        --api-key sk-flood-tenant-a-000001 --model "$(basename "$serve_model" .gguf)" --threads "${A_THREADS:-8}" --seconds 600 \
         > "$work/flood.txt" 2>&1 &
       flood_pid=$!
       sleep 3 # the flood fills the intake before B starts
