@@ -6,7 +6,7 @@
 #include "base/log.h"
 #include "cmd/actor/actor_main.h"
 
-static llb_status outproc_main_start(struct actor_main *am, void *user) {
+static llb_status output_processor_main_start(struct actor_main *am, void *user) {
   struct output_processor_actor **actor = user;
   struct output_processor_actor_options o = {.model_path = am->common.model_path, .engine_id = am->common.engine_id,
                                    .metrics = am->metrics};
@@ -15,13 +15,13 @@ static llb_status outproc_main_start(struct actor_main *am, void *user) {
   return output_processor_actor_start(*actor, am->bus);
 }
 
-static void outproc_main_stop(struct actor_main *am, void *user) {
+static void output_processor_main_stop(struct actor_main *am, void *user) {
   (void)am;
   struct output_processor_actor **actor = user;
   output_processor_actor_stop(*actor);
 }
 
-static void outproc_main_destroy(struct actor_main *am, void *user) {
+static void output_processor_main_destroy(struct actor_main *am, void *user) {
   (void)am;
   struct output_processor_actor **actor = user;
   if (*actor) {
@@ -45,9 +45,9 @@ int main(int argc, char **argv) {
       .actor = "output_processor",
       .program = "llmbus-output-processor",
       .summary = "detokenizes EngineCoreOutputs into RequestOutputs for each client",
-      .start = outproc_main_start,
-      .stop = outproc_main_stop,
-      .destroy = outproc_main_destroy,
+      .start = output_processor_main_start,
+      .stop = output_processor_main_stop,
+      .destroy = output_processor_main_destroy,
       .user = &actor,
       .engine_scoped = true, /* its beats reach its engine's peers on the engine's subject */
   };

@@ -25,8 +25,8 @@
 
 struct output_processor_actor {
   struct tokenizer *tok;
-  struct outproc_t *proc;
-  struct outproc_request_metrics *metrics; /* NULL = none */
+  struct output_processor *proc;
+  struct output_processor_request_metrics *metrics; /* NULL = none */
   struct bus *bus;
   struct bus_sub *outputs_sub, *history_sub; /* NULL before start and after stop */
   char engine_id[BUS_TOKEN_MAX + 1];
@@ -36,14 +36,14 @@ struct output_processor_actor {
   char history_subject[BUS_SUBJECT_MAX];
   pthread_mutex_t proc_mu;                   /* proc: the outputs and the history handlers */
   /* State of the one delivery thread of the outputs subscription. */
-  struct outproc_result res;
-  struct outproc_result scratch;             /* results that are not sent as they are */
-  char (*aborts)[OUTPROC_MAX_ID_BYTES];      /* [num_aborts] extra engine aborts of a batch */
+  struct output_processor_result res;
+  struct output_processor_result scratch;             /* results that are not sent as they are */
+  char (*aborts)[OUTPUT_PROCESSOR_MAX_ID_BYTES];      /* [num_aborts] extra engine aborts of a batch */
   int64_t num_aborts, cap_aborts;
-  char reported[REPORTED_UNKNOWN_IDS][OUTPROC_MAX_ID_BYTES];
+  char reported[REPORTED_UNKNOWN_IDS][OUTPUT_PROCESSOR_MAX_ID_BYTES];
   int32_t reported_next;
   struct {
-    char id[OUTPROC_MAX_ID_BYTES];
+    char id[OUTPUT_PROCESSOR_MAX_ID_BYTES];
     int64_t at_ns;
   } asked[RESYNC_ASKED_IDS];
   int32_t asked_next;
@@ -63,14 +63,14 @@ llb_status output_processor_actor_create(const struct output_processor_actor_opt
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "output processor actor");
   snprintf(a->engine_id, sizeof a->engine_id, "%s", eid);
   pthread_mutex_init(&a->proc_mu, NULL);
-  outproc_result_init(&a->res);
-  outproc_result_init(&a->scratch);
+  output_processor_result_init(&a->res);
+  output_processor_result_init(&a->scratch);
   llb_status st = gguf_open(o->model_path, &f);
   if (st == LLB_STATUS_OK) st = tokenizer_load(f, &a->tok);
   gguf_close(f);
-  if (st == LLB_STATUS_OK) st = outproc_create(a->tok, &a->proc);
-  if (st == LLB_STATUS_OK && o->metrics) st = outproc_request_metrics_create(o->metrics, &a->metrics);
-  if (st == LLB_STATUS_OK && a->metrics) outproc_set_stats_hooks(a->proc, outproc_request_metrics_hooks(), a->metrics);
+  if (st == LLB_STATUS_OK) st = output_processor_create(a->tok, &a->proc);
+  if (st == LLB_STATUS_OK && o->metrics) st = output_processor_request_metrics_create(o->metrics, &a->metrics);
+  if (st == LLB_STATUS_OK && a->metrics) output_processor_set_stats_hooks(a->proc, output_processor_request_metrics_hooks(), a->metrics);
   if (st != LLB_STATUS_OK) {
     output_processor_actor_destroy(a);
     return st;
@@ -82,11 +82,11 @@ llb_status output_processor_actor_create(const struct output_processor_actor_opt
 
 void output_processor_actor_destroy(struct output_processor_actor *a) {
   if (!a) return;
-  outproc_result_free(&a->res);
-  outproc_result_free(&a->scratch);
-  outproc_destroy(a->proc);
+  output_processor_result_free(&a->res);
+  output_processor_result_free(&a->scratch);
+  output_processor_destroy(a->proc);
   pthread_mutex_destroy(&a->proc_mu);
-  outproc_request_metrics_destroy(a->metrics);
+  output_processor_request_metrics_destroy(a->metrics);
   tokenizer_destroy(a->tok);
   free(a->aborts);
   llb_buf_free(&a->buf);
@@ -106,7 +106,7 @@ void output_processor_actor_stats(const struct output_processor_actor *a,
   out->publish_errors = atomic_load(&m->publish_errors);
   out->resyncs_asked = atomic_load(&m->resyncs_asked);
   out->resyncs = atomic_load(&m->resyncs);
-  out->duplicates = outproc_num_duplicates(m->proc);
+  out->duplicates = output_processor_num_duplicates(m->proc);
   out->histories = atomic_load(&m->histories);
 }
 
@@ -122,7 +122,7 @@ static void queue_abort(struct output_processor_actor *a, const char *id) {
     a->aborts = p;
     a->cap_aborts = cap;
   }
-  snprintf(a->aborts[a->num_aborts++], OUTPROC_MAX_ID_BYTES, "%s", id);
+  snprintf(a->aborts[a->num_aborts++], OUTPUT_PROCESSOR_MAX_ID_BYTES, "%s", id);
 }
 
 /* Publishes `ro` to `reply_to`; counts and logs a failure. */
@@ -154,13 +154,13 @@ static void publish_error(struct output_processor_actor *a, const char *reply_to
   (void)publish_output(a, reply_to, &ro, span);
 }
 
-/* outproc's logprobs of n positions → the wire's TokenLogprobs (in `arena`); NULL when out of memory. */
-static struct llb_token_logprobs *positions_to_wire(const struct outproc_position_logprobs *pls, int64_t n,
+/* the core's logprobs of n positions → the wire's TokenLogprobs (in `arena`); NULL when out of memory. */
+static struct llb_token_logprobs *positions_to_wire(const struct output_processor_position_logprobs *pls, int64_t n,
                                                     struct llb_arena *arena) {
   struct llb_token_logprobs *lp = llb_arena_alloc(arena, (size_t)n * sizeof *lp, _Alignof(struct llb_token_logprobs));
   if (!lp) return NULL;
   for (int64_t t = 0; t < n; t++) {
-    const struct outproc_position_logprobs *pl = &pls[t];
+    const struct output_processor_position_logprobs *pl = &pls[t];
     lp[t] = (struct llb_token_logprobs){
         .token_id = pl->sampled.token_id, .logprob = pl->sampled.logprob, .rank = pl->sampled.rank,
         .decoded = {pl->sampled.text ? pl->sampled.text : "", pl->sampled.text ? pl->sampled.text_len : 0}};
@@ -179,8 +179,8 @@ static struct llb_token_logprobs *positions_to_wire(const struct outproc_positio
   return lp;
 }
 
-/* outproc's RequestOutput → the wire view; arrays live in `arena`. */
-static llb_status to_wire(const struct outproc_request_output *o, struct llb_arena *arena,
+/* the core's RequestOutput → the wire view; arrays live in `arena`. */
+static llb_status to_wire(const struct output_processor_request_output *o, struct llb_arena *arena,
                           struct llb_request_output *ro) {
   memset(ro, 0, sizeof *ro);
   ro->request_id = llb_str_c(o->request_id);
@@ -193,7 +193,7 @@ static llb_status to_wire(const struct outproc_request_output *o, struct llb_are
       llb_arena_alloc(arena, (size_t)(o->num_outputs > 0 ? o->num_outputs : 1) * sizeof *cs, _Alignof(struct llb_completion_output));
   if (!cs) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "completion outputs");
   for (int32_t i = 0; i < o->num_outputs; i++) {
-    const struct outproc_completion *c = &o->outputs[i];
+    const struct output_processor_completion *c = &o->outputs[i];
     struct llb_completion_output *w = &cs[i];
     memset(w, 0, sizeof *w);
     w->index = c->index;
@@ -203,9 +203,9 @@ static llb_status to_wire(const struct outproc_request_output *o, struct llb_are
     w->cumulative_logprob = c->cumulative_logprob;
     w->finish_reason = (enum llb_finish_reason)c->finish_reason; /* same values 0..4 */
     w->resync = c->resync;
-    if (c->stop_reason_kind == OUTPROC_STOP_REASON_KIND_STRING) {
+    if (c->stop_reason_kind == OUTPUT_PROCESSOR_STOP_REASON_KIND_STRING) {
       w->stop_reason = llb_str_c(c->stop_str);
-    } else if (c->stop_reason_kind == OUTPROC_STOP_REASON_KIND_TOKEN) {
+    } else if (c->stop_reason_kind == OUTPUT_PROCESSOR_STOP_REASON_KIND_TOKEN) {
       char *s = llb_arena_alloc(arena, 16, 1); /* vLLM's int stop_reason, as decimal text */
       if (!s) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "stop reason");
       snprintf(s, 16, "%d", c->stop_token_id);
@@ -225,7 +225,7 @@ static llb_status to_wire(const struct outproc_request_output *o, struct llb_are
     if (!ro->prompt_logprobs) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prompt logprobs");
     ro->num_prompt_logprobs = (int32_t)o->num_prompt_logprobs;
   }
-  const struct outproc_metrics *m = &o->metrics;
+  const struct output_processor_metrics *m = &o->metrics;
   ro->metrics = (struct llb_request_metrics){
       .arrival_time = (double)m->arrival_time_ns / 1e9,
       .first_scheduled_time = (double)m->first_scheduled_time_ns / 1e9,
@@ -251,7 +251,7 @@ static llb_status register_from(struct output_processor_actor *a, const struct l
   /* The input processor writes the client's n into the children's wire n (the engine runs
    * one sequence per request whatever it says). */
   int32_t n = sp->n > eo->index ? sp->n : eo->index + 1;
-  struct outproc_request_info info = {
+  struct output_processor_request_info info = {
       .request_id = eo->request_id.data,
       .parent_request_id = parent,
       .external_request_id = parent, /* RequestOutput.request_id: the id an abort names */
@@ -268,13 +268,13 @@ static llb_status register_from(struct output_processor_actor *a, const struct l
     atomic_fetch_add(&a->resyncs, 1);
     LLB_LOG_INFO("request_resynced", "request_id=%s tokens=%d", eo->request_id.data, eo->num_new_token_ids);
   }
-  return outproc_register(a->proc, &info);
+  return output_processor_register(a->proc, &info);
 }
 
 static bool already_reported(struct output_processor_actor *a, const char *id) {
   for (int32_t i = 0; i < REPORTED_UNKNOWN_IDS; i++)
     if (strcmp(a->reported[i], id) == 0) return true;
-  snprintf(a->reported[a->reported_next], OUTPROC_MAX_ID_BYTES, "%s", id);
+  snprintf(a->reported[a->reported_next], OUTPUT_PROCESSOR_MAX_ID_BYTES, "%s", id);
   a->reported_next = (a->reported_next + 1) % REPORTED_UNKNOWN_IDS;
   return false;
 }
@@ -287,7 +287,7 @@ static bool resync_due(struct output_processor_actor *a, const char *id, int64_t
       a->asked[i].at_ns = now_ns;
       return true;
     }
-  snprintf(a->asked[a->asked_next].id, OUTPROC_MAX_ID_BYTES, "%s", id);
+  snprintf(a->asked[a->asked_next].id, OUTPUT_PROCESSOR_MAX_ID_BYTES, "%s", id);
   a->asked[a->asked_next].at_ns = now_ns;
   a->asked_next = (a->asked_next + 1) % RESYNC_ASKED_IDS;
   return true;
@@ -322,7 +322,7 @@ static void handle_unknown(struct output_processor_actor *a, const struct llb_en
   if (already_reported(a, eo->request_id.data)) return;
   LLB_LOG_WARN("unknown_request", "request_id=%s first_output_pos=%d reply_to=%s", eo->request_id.data,
                eo->first_output_pos, eo->reply_to.data);
-  char msg[OUTPROC_MAX_ID_BYTES + 160];
+  char msg[OUTPUT_PROCESSOR_MAX_ID_BYTES + 160];
   snprintf(msg, sizeof msg, "the output processor lost the state of request %s (restarted?) and the engine "
            "had already finished it: its end cannot be rebuilt", eo->request_id.data);
   publish_error(a, eo->reply_to.data,
@@ -330,12 +330,12 @@ static void handle_unknown(struct output_processor_actor *a, const struct llb_en
                 LLB_STATUS_STATE_LOST, msg, span);
 }
 
-/* The wire's LogprobsLists → outproc's rows (in `arena`; column 0 the sampled or prompt token,
+/* The wire's LogprobsLists → the core's rows (in `arena`; column 0 the sampled or prompt token,
  * then the top-k); NULL when empty or out of memory. */
-static struct outproc_new_logprobs *lists_to_outproc(const struct llb_logprobs_lists *ll, struct llb_arena *arena) {
+static struct output_processor_new_logprobs *lists_to_core(const struct llb_logprobs_lists *ll, struct llb_arena *arena) {
   if (ll->num_tokens <= 0 || ll->num_logprobs_per_token < 1) return NULL;
-  struct outproc_new_logprobs *lps =
-      llb_arena_alloc(arena, (size_t)ll->num_tokens * sizeof *lps, _Alignof(struct outproc_new_logprobs));
+  struct output_processor_new_logprobs *lps =
+      llb_arena_alloc(arena, (size_t)ll->num_tokens * sizeof *lps, _Alignof(struct output_processor_new_logprobs));
   for (int32_t r = 0; lps && r < ll->num_tokens; r++) {
     const int64_t row = (int64_t)r * ll->num_logprobs_per_token;
     int32_t num_top = ll->num_logprobs_per_token - 1;
@@ -344,7 +344,7 @@ static struct outproc_new_logprobs *lists_to_outproc(const struct llb_logprobs_l
     lps[r].logprob = ll->logprobs[row];
     lps[r].num_top = num_top;
     for (int32_t j = 0; j < num_top; j++)
-      lps[r].top[j] = (struct outproc_candidate){ll->logprob_token_ids[row + 1 + j], ll->logprobs[row + 1 + j]};
+      lps[r].top[j] = (struct output_processor_candidate){ll->logprob_token_ids[row + 1 + j], ll->logprobs[row + 1 + j]};
   }
   return lps;
 }
@@ -372,7 +372,7 @@ static void handle_output(struct output_processor_actor *a, const struct llb_eng
   }
   if (eo->finish_reason == LLB_FINISH_REASON_ERROR) {
     const char *why = eo->error.message.len ? eo->error.message.data : "the engine failed the request";
-    llb_status st = outproc_fail(a->proc, eo->request_id.data, (llb_status)eo->error.code, why, now, &a->res);
+    llb_status st = output_processor_fail(a->proc, eo->request_id.data, (llb_status)eo->error.code, why, now, &a->res);
     if (st == LLB_STATUS_NOT_FOUND) {
       atomic_fetch_add(&a->unknown, 1);
       publish_error(a, eo->reply_to.data, eo->request_id.data, eo->error.code ? eo->error.code : LLB_STATUS_INTERNAL,
@@ -381,16 +381,16 @@ static void handle_output(struct output_processor_actor *a, const struct llb_eng
     return;
   }
   const struct llb_logprobs_lists *ll = &eo->new_logprobs;
-  struct outproc_new_logprobs *lps =
-      ll->num_tokens == eo->num_new_token_ids ? lists_to_outproc(ll, arena) : NULL;
-  struct outproc_new_logprobs *plp = lists_to_outproc(&eo->prompt_logprobs, arena);
-  struct outproc_engine_output in = {
+  struct output_processor_new_logprobs *lps =
+      ll->num_tokens == eo->num_new_token_ids ? lists_to_core(ll, arena) : NULL;
+  struct output_processor_new_logprobs *plp = lists_to_core(&eo->prompt_logprobs, arena);
+  struct output_processor_engine_output in = {
       .request_id = eo->request_id.data,
       .new_token_ids = eo->new_token_ids,
       .num_new_tokens = eo->num_new_token_ids,
       .first_output_pos = eo->first_output_pos,
       .new_logprobs = lps,
-      .finish_reason = (enum outproc_finish_reason)eo->finish_reason,
+      .finish_reason = (enum output_processor_finish_reason)eo->finish_reason,
       .stop_token_id = eo->stop_token_id,
       .num_cached_tokens = eo->num_cached_tokens,
       .scheduled_time_ns = eo->scheduled_time_ns,
@@ -403,7 +403,7 @@ static void handle_output(struct output_processor_actor *a, const struct llb_eng
       .num_prompt_logprobs = plp ? eo->prompt_logprobs.num_tokens : 0,
   };
   int64_t unknown_before = a->res.num_unknown, resync_before = a->res.num_resync;
-  llb_status st = outproc_process(a->proc, &in, now, &a->res);
+  llb_status st = output_processor_process(a->proc, &in, now, &a->res);
   if (st != LLB_STATUS_OK) {
     LLB_LOG_ERROR("process_failed", "request_id=%s error=%s", eo->request_id.data,
                   llb_log_quote(q, sizeof q, llb_err_last()));
@@ -417,17 +417,17 @@ static void handle_output(struct output_processor_actor *a, const struct llb_eng
 }
 
 /* A RequestOutput too large for the bus: fail the request with a short error instead. */
-static void handle_too_large(struct output_processor_actor *a, const struct outproc_request_output *o,
+static void handle_too_large(struct output_processor_actor *a, const struct output_processor_request_output *o,
                              const struct bus_trace_ctx *span) {
   char msg[512];
   snprintf(msg, sizeof msg, "output too large for the bus: %s", llb_err_last());
-  outproc_result_clear(&a->scratch);
-  (void)outproc_fail(a->proc, o->request_id, LLB_STATUS_TOO_LARGE, msg, llb_wall_ns(), &a->scratch);
-  outproc_result_clear(&a->scratch);
+  output_processor_result_clear(&a->scratch);
+  (void)output_processor_fail(a->proc, o->request_id, LLB_STATUS_TOO_LARGE, msg, llb_wall_ns(), &a->scratch);
+  output_processor_result_clear(&a->scratch);
   publish_error(a, o->reply_to, o->request_id, LLB_STATUS_TOO_LARGE, msg, span);
   queue_abort(a, o->request_id);
   for (int32_t i = 0; i < ABORT_FANOUT; i++) {
-    char id[OUTPROC_MAX_ID_BYTES];
+    char id[OUTPUT_PROCESSOR_MAX_ID_BYTES];
     snprintf(id, sizeof id, "%d_%.200s", i, o->request_id);
     queue_abort(a, id);
   }
@@ -470,7 +470,7 @@ static const struct out_trace *out_trace_find(const struct out_trace *tr, int32_
 
 /* The request span R, recorded once its last RequestOutput is out (vLLM's do_tracing). */
 static void record_request_span(struct output_processor_actor *a, const struct out_trace *t,
-                                const struct outproc_request_output *o, int64_t end_ns) {
+                                const struct output_processor_request_output *o, int64_t end_ns) {
   struct bus_span r;
   memset(&r, 0, sizeof r);
   r.ctx = t->ctx;
@@ -491,7 +491,7 @@ static void record_request_span(struct output_processor_actor *a, const struct o
 static void flush_results(struct output_processor_actor *a, struct llb_arena *arena, const struct bus_trace_ctx *span,
                           const struct out_trace *tr, int32_t num_tr) {
   for (int64_t i = 0; i < a->res.num_outputs; i++) {
-    const struct outproc_request_output *o = &a->res.outputs[i];
+    const struct output_processor_request_output *o = &a->res.outputs[i];
     if (!o->reply_to[0]) {
       atomic_fetch_add(&a->publish_errors, 1);
       LLB_LOG_WARN("request_output_no_reply_to", "request_id=%s", o->request_id);
@@ -534,7 +534,7 @@ static void flush_results(struct output_processor_actor *a, struct llb_arena *ar
     }
   }
   a->num_aborts = 0;
-  outproc_result_clear(&a->res);
+  output_processor_result_clear(&a->res);
 }
 
 static void on_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
@@ -613,7 +613,7 @@ static void on_history(struct bus *bus, const struct bus_msg *msg, void *user) {
   for (int32_t i = 0; i < ids.num_request_ids; i++) {
     const int32_t *hist = NULL;
     int64_t n = 0;
-    if (outproc_history(a->proc, ids.request_ids[i].data, &hist, &n) != LLB_STATUS_OK || n > INT32_MAX) continue;
+    if (output_processor_history(a->proc, ids.request_ids[i].data, &hist, &n) != LLB_STATUS_OK || n > INT32_MAX) continue;
     struct llb_engine_core_output *o = &outs[reply.num_outputs++];
     llb_engine_core_output_init(o);
     o->request_id = ids.request_ids[i];

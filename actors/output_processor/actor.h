@@ -2,10 +2,10 @@
  *
  * Subscribes <prefix>.engine.<eid>.outputs (EngineCoreOutputs, one per engine step). For
  * each output: a request's first output (it carries prompt_token_ids + sampling_params)
- * registers the request (outproc_register: parent id, child index, n = the wire
+ * registers the request (output_processor_register: parent id, child index, n = the wire
  * sampling_params.n, which the input processor sets to the client's n); an output with
  * finish_reason ERROR fails the request with the engine's message; every other output goes
- * through outproc_process. Then each RequestOutput is published to its reply_to, and the
+ * through output_processor_process. Then each RequestOutput is published to its reply_to, and the
  * engine requests finished by a stop string (or failed here) are aborted with one
  * AbortRequests on <prefix>.engine.<eid>.abort.
  *
@@ -13,7 +13,7 @@
  * client sends in an AbortRequest on <prefix>.abort.<tenant>.
  *
  * Outputs of a request this instance never registered (it restarted) cannot be rebuilt yet
- * (outproc_register_resume needs the engine's token history, which EngineCoreOutputs does
+ * (output_processor_register_resume needs the engine's token history, which EngineCoreOutputs does
  * not carry): they are counted and logged, the client gets a final RequestOutput with an
  * error (never a hang), and the engine request is aborted.
  *

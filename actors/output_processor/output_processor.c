@@ -17,14 +17,14 @@ struct parent_state;
 
 /* One engine request (vLLM RequestState). */
 struct req_state {
-  char id[OUTPROC_MAX_ID_BYTES];
+  char id[OUTPUT_PROCESSOR_MAX_ID_BYTES];
   struct parent_state *parent;
   int32_t index;
   struct llb_sampling_params params;
   struct detok detok;
   int32_t *token_ids;                  /* [num_tokens] every output token received */
   int64_t num_tokens, cap_tokens;
-  struct outproc_new_logprobs *lps;    /* [num_lps] positions lp_first_pos.. */
+  struct output_processor_new_logprobs *lps;    /* [num_lps] positions lp_first_pos.. */
   int64_t num_lps, cap_lps, lp_first_pos;
   double cumulative_logprob;
   size_t stop_check_from;              /* text bytes already searched for stop strings */
@@ -33,8 +33,8 @@ struct req_state {
   bool has_output;                     /* appeared in an output already */
   bool resync_pending;                 /* the next completion output says `resync` */
   bool finished;
-  enum outproc_finish_reason finish_reason;
-  enum outproc_stop_reason_kind stop_kind;
+  enum output_processor_finish_reason finish_reason;
+  enum output_processor_stop_reason_kind stop_kind;
   int32_t stop_str_index;
   int32_t stop_token_id;
   int64_t first_scheduled_ns, first_token_ns, last_token_ns, finished_ns;
@@ -45,9 +45,9 @@ struct req_state {
 
 /* One client request: the n children of vLLM's ParentRequest (n == 1 included). */
 struct parent_state {
-  char id[OUTPROC_MAX_ID_BYTES];
-  char external_id[OUTPROC_MAX_ID_BYTES];
-  char reply_to[OUTPROC_MAX_REPLY_TO_BYTES];
+  char id[OUTPUT_PROCESSOR_MAX_ID_BYTES];
+  char external_id[OUTPUT_PROCESSOR_MAX_ID_BYTES];
+  char reply_to[OUTPUT_PROCESSOR_MAX_REPLY_TO_BYTES];
   int32_t n, num_finished;
   struct req_state **children;         /* [n]; NULL until registered */
   int32_t *prompt_ids;                 /* [num_prompt] */
@@ -55,36 +55,36 @@ struct parent_state {
   int64_t arrival_ns;
   enum llb_output_kind kind;
   bool sent_first;
-  char error[OUTPROC_MAX_ERROR_BYTES];
+  char error[OUTPUT_PROCESSOR_MAX_ERROR_BYTES];
   llb_status error_code; /* the engine's status for `error` (0: INTERNAL) */
-  struct outproc_new_logprobs *plp;    /* [num_plp] prompt logprobs (from the first child that has them) */
+  struct output_processor_new_logprobs *plp;    /* [num_plp] prompt logprobs (from the first child that has them) */
   int32_t *plp_ranks;                  /* [num_plp] */
   int32_t num_plp;
   bool plp_sent;
 };
 
-struct outproc_t {
+struct output_processor {
   const struct tokenizer *tok;
   struct llb_strmap *reqs;      /* engine id → req_state, unfinished only */
   struct llb_strmap *parents;   /* parent id → parent_state, until its final output */
   struct llb_strmap *finished;  /* recently finished engine ids (value unused) */
-  struct outproc_stats_hooks hooks; /* metrics reports; NULL entries = none */
+  struct output_processor_stats_hooks hooks; /* metrics reports; NULL entries = none */
   void *hooks_user;
   int64_t now_ns;           /* of the call in progress */
   uint64_t num_duplicates;  /* output tokens dropped: positions already delivered (replays) */
 };
 
-void outproc_set_stats_hooks(struct outproc_t *p, const struct outproc_stats_hooks *hooks, void *user) {
-  p->hooks = hooks ? *hooks : (struct outproc_stats_hooks){0};
+void output_processor_set_stats_hooks(struct output_processor *p, const struct output_processor_stats_hooks *hooks, void *user) {
+  p->hooks = hooks ? *hooks : (struct output_processor_stats_hooks){0};
   p->hooks_user = user;
 }
 
-const char *outproc_finish_reason_name(enum outproc_finish_reason r) {
+const char *output_processor_finish_reason_name(enum output_processor_finish_reason r) {
   switch (r) {
-  case OUTPROC_FINISH_REASON_STOP: return "stop";
-  case OUTPROC_FINISH_REASON_LENGTH: return "length";
-  case OUTPROC_FINISH_REASON_ABORT: return "abort";
-  case OUTPROC_FINISH_REASON_ERROR: return "error";
+  case OUTPUT_PROCESSOR_FINISH_REASON_STOP: return "stop";
+  case OUTPUT_PROCESSOR_FINISH_REASON_LENGTH: return "length";
+  case OUTPUT_PROCESSOR_FINISH_REASON_ABORT: return "abort";
+  case OUTPUT_PROCESSOR_FINISH_REASON_ERROR: return "error";
   default: return NULL;
   }
 }
@@ -95,18 +95,18 @@ static void copy_str(char *dst, size_t cap, const char *src) {
 
 /* --- results ----------------------------------------------------------------------- */
 
-void outproc_result_init(struct outproc_result *r) { memset(r, 0, sizeof *r); }
+void output_processor_result_init(struct output_processor_result *r) { memset(r, 0, sizeof *r); }
 
-static void completion_free(struct outproc_completion *c) {
+static void completion_free(struct output_processor_completion *c) {
   free(c->text);
   free(c->token_ids);
   free(c->logprobs);
   free(c->logprob_arena);
 }
 
-void outproc_result_clear(struct outproc_result *r) {
+void output_processor_result_clear(struct output_processor_result *r) {
   for (int64_t i = 0; i < r->num_outputs; i++) {
-    struct outproc_request_output *o = &r->outputs[i];
+    struct output_processor_request_output *o = &r->outputs[i];
     for (int32_t j = 0; j < o->num_outputs; j++) completion_free(&o->outputs[j]);
     free(o->outputs);
     free((void *)o->prompt_token_ids);
@@ -117,22 +117,22 @@ void outproc_result_clear(struct outproc_result *r) {
   r->num_outputs = r->num_abort = r->num_unknown = r->num_resync = 0;
 }
 
-void outproc_result_free(struct outproc_result *r) {
+void output_processor_result_free(struct output_processor_result *r) {
   if (!r) return;
-  outproc_result_clear(r);
+  output_processor_result_clear(r);
   free(r->outputs);
   free(r->abort_ids);
   free(r->unknown_ids);
   free(r->resync_ids);
-  outproc_result_init(r);
+  output_processor_result_init(r);
 }
 
-static llb_status push_id(char (**ids)[OUTPROC_MAX_ID_BYTES], int64_t *num, int64_t *cap,
+static llb_status push_id(char (**ids)[OUTPUT_PROCESSOR_MAX_ID_BYTES], int64_t *num, int64_t *cap,
                           const char *id) {
   if (llb_array_reserve((void **)ids, cap, *num + 1, sizeof **ids) != LLB_STATUS_OK) {
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "result id list");
   }
-  copy_str((*ids)[*num], OUTPROC_MAX_ID_BYTES, id);
+  copy_str((*ids)[*num], OUTPUT_PROCESSOR_MAX_ID_BYTES, id);
   (*num)++;
   return LLB_STATUS_OK;
 }
@@ -157,8 +157,8 @@ static void parent_free(struct parent_state *ps) {
   free(ps);
 }
 
-llb_status outproc_create(const struct tokenizer *tok, struct outproc_t **out) {
-  struct outproc_t *p = calloc(1, sizeof *p);
+llb_status output_processor_create(const struct tokenizer *tok, struct output_processor **out) {
+  struct output_processor *p = calloc(1, sizeof *p);
   if (!p) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "output processor");
   p->tok = tok;
   llb_status st = llb_strmap_create(0, &p->reqs);
@@ -168,7 +168,7 @@ llb_status outproc_create(const struct tokenizer *tok, struct outproc_t **out) {
   *out = p;
   return LLB_STATUS_OK;
 fail:
-  outproc_destroy(p);
+  output_processor_destroy(p);
   return st;
 }
 
@@ -178,7 +178,7 @@ static void free_parent_cb(void *ctx, const char *key, void *value) {
   parent_free(value);
 }
 
-void outproc_destroy(struct outproc_t *p) {
+void output_processor_destroy(struct output_processor *p) {
   if (!p) return;
   if (p->parents) llb_strmap_foreach(p->parents, free_parent_cb, NULL);
   llb_strmap_destroy(p->parents);
@@ -187,16 +187,16 @@ void outproc_destroy(struct outproc_t *p) {
   free(p);
 }
 
-int64_t outproc_num_unfinished(const struct outproc_t *p) { return llb_strmap_size(p->reqs); }
+int64_t output_processor_num_unfinished(const struct output_processor *p) { return llb_strmap_size(p->reqs); }
 
 /* --- registration ------------------------------------------------------------------- */
 
-static llb_status check_info(const struct outproc_request_info *info) {
+static llb_status check_info(const struct output_processor_request_info *info) {
   if (!info || !info->request_id || !info->request_id[0] || !info->sampling_params) {
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request info needs request_id and sampling_params");
   }
-  if (strlen(info->request_id) >= OUTPROC_MAX_ID_BYTES) {
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request_id longer than %d bytes", OUTPROC_MAX_ID_BYTES - 1);
+  if (strlen(info->request_id) >= OUTPUT_PROCESSOR_MAX_ID_BYTES) {
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request_id longer than %d bytes", OUTPUT_PROCESSOR_MAX_ID_BYTES - 1);
   }
   if (info->num_children < 1 || info->child_index < 0 || info->child_index >= info->num_children) {
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request %s: child_index %d outside [0, %d)",
@@ -208,7 +208,7 @@ static llb_status check_info(const struct outproc_request_info *info) {
   return LLB_STATUS_OK;
 }
 
-static llb_status get_or_make_parent(struct outproc_t *p, const struct outproc_request_info *info,
+static llb_status get_or_make_parent(struct output_processor *p, const struct output_processor_request_info *info,
                                      struct parent_state **out) {
   const char *pid = info->parent_request_id ? info->parent_request_id : info->request_id;
   const char *ext = info->external_request_id ? info->external_request_id : pid;
@@ -244,7 +244,7 @@ oom:
 }
 
 /* Creates the state of one engine request; NULL-parent-safe cleanup on failure. */
-static llb_status register_req(struct outproc_t *p, const struct outproc_request_info *info,
+static llb_status register_req(struct output_processor *p, const struct output_processor_request_info *info,
                                struct req_state **out) {
   llb_status st = check_info(info);
   if (st != LLB_STATUS_OK) return st;
@@ -278,7 +278,7 @@ fail:
   return st;
 }
 
-llb_status outproc_register(struct outproc_t *p, const struct outproc_request_info *info) {
+llb_status output_processor_register(struct output_processor *p, const struct output_processor_request_info *info) {
   if (info && info->request_id && (llb_strmap_get(p->reqs, info->request_id) ||
                                    llb_strmap_get(p->finished, info->request_id))) {
     return LLB_STATUS_OK; /* a replayed EngineCoreRequest */
@@ -293,7 +293,7 @@ llb_status outproc_register(struct outproc_t *p, const struct outproc_request_in
  * when `skip_last_text` (vLLM: an EOS / stop token ends the text unless
  * include_stop_str_in_output). Moves stop_check_from past the first min_tokens tokens. */
 static llb_status append_tokens(struct req_state *r, const int32_t *ids, int64_t k,
-                                const struct outproc_new_logprobs *lps, bool skip_last_text) {
+                                const struct output_processor_new_logprobs *lps, bool skip_last_text) {
   if (llb_array_reserve((void **)&r->token_ids, &r->cap_tokens, r->num_tokens + k, sizeof(int32_t)) != LLB_STATUS_OK) {
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "token ids of %s", r->id);
   }
@@ -309,7 +309,7 @@ static llb_status append_tokens(struct req_state *r, const int32_t *ids, int64_t
     r->token_ids[r->num_tokens++] = ids[i];
     if (want_lps) {
       if (r->num_lps == 0) r->lp_first_pos = r->num_tokens - 1;
-      struct outproc_new_logprobs *e = &r->lps[r->num_lps++];
+      struct output_processor_new_logprobs *e = &r->lps[r->num_lps++];
       *e = lps[i];
       if (e->num_top < 0) e->num_top = 0;
       if (e->num_top > LLB_MAX_LOGPROBS) e->num_top = LLB_MAX_LOGPROBS;
@@ -321,14 +321,14 @@ static llb_status append_tokens(struct req_state *r, const int32_t *ids, int64_t
   return LLB_STATUS_OK;
 }
 
-static void finish_req(struct outproc_t *p, struct req_state *r, enum outproc_finish_reason why,
+static void finish_req(struct output_processor *p, struct req_state *r, enum output_processor_finish_reason why,
                        int64_t t_ns) {
   if (r->finished) return;
   r->finished = true;
   r->finish_reason = why;
   r->finished_ns = t_ns;
   if (p->hooks.on_finished) {
-    const struct outproc_finished_stats fs = {
+    const struct output_processor_finished_stats fs = {
         .finish_reason = why, .arrival_ns = r->parent->arrival_ns, .queued_ns = r->queued_ns,
         .scheduled_ns = r->first_scheduled_ns, .first_token_ns = r->first_token_ns, .last_token_ns = r->last_token_ns,
         .finished_ns = p->now_ns ? p->now_ns : t_ns, .num_prompt_tokens = r->parent->num_prompt,
@@ -354,7 +354,7 @@ static size_t emit_end(const struct req_state *r) {
 
 static void fill_token_logprob(const struct tokenizer *tok, int32_t id, float logprob, int32_t rank,
                                char *arena, size_t room, size_t *used,
-                               struct outproc_token_logprob *out) {
+                               struct output_processor_token_logprob *out) {
   out->token_id = id;
   out->logprob = logprob;
   out->rank = rank;
@@ -379,13 +379,13 @@ static size_t piece_room(const struct tokenizer *tok, int32_t id) {
 }
 
 static llb_status build_logprobs(const struct tokenizer *tok, const struct req_state *r,
-                                 int64_t from_pos, int64_t to_pos, struct outproc_completion *c) {
+                                 int64_t from_pos, int64_t to_pos, struct output_processor_completion *c) {
   int64_t lo = from_pos > r->lp_first_pos ? from_pos : r->lp_first_pos;
   int64_t hi = r->lp_first_pos + r->num_lps < to_pos ? r->lp_first_pos + r->num_lps : to_pos;
   if (r->num_lps == 0 || hi <= lo) return LLB_STATUS_OK;
   size_t room = 0;
   for (int64_t pos = lo; pos < hi; pos++) {
-    const struct outproc_new_logprobs *e = &r->lps[pos - r->lp_first_pos];
+    const struct output_processor_new_logprobs *e = &r->lps[pos - r->lp_first_pos];
     room += piece_room(tok, e->token_id);
     for (int32_t j = 0; j < e->num_top; j++) room += piece_room(tok, e->top[j].token_id);
   }
@@ -394,8 +394,8 @@ static llb_status build_logprobs(const struct tokenizer *tok, const struct req_s
   if (!c->logprobs || !c->logprob_arena) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "logprobs output");
   size_t used = 0;
   for (int64_t pos = lo; pos < hi; pos++) {
-    const struct outproc_new_logprobs *e = &r->lps[pos - r->lp_first_pos];
-    struct outproc_position_logprobs *o = &c->logprobs[pos - lo];
+    const struct output_processor_new_logprobs *e = &r->lps[pos - r->lp_first_pos];
+    struct output_processor_position_logprobs *o = &c->logprobs[pos - lo];
     int32_t rank = -1;
     for (int32_t j = 0; j < e->num_top; j++) {
       if (e->top[j].token_id == e->token_id) rank = j + 1;
@@ -413,7 +413,7 @@ static llb_status build_logprobs(const struct tokenizer *tok, const struct req_s
 
 /* The parent's prompt logprobs with their texts into o (once per request). */
 static llb_status build_prompt_logprobs(const struct tokenizer *tok, struct parent_state *ps,
-                                        struct outproc_request_output *o) {
+                                        struct output_processor_request_output *o) {
   if (ps->num_plp == 0 || ps->plp_sent) return LLB_STATUS_OK;
   size_t room = 0;
   for (int32_t i = 0; i < ps->num_plp; i++) {
@@ -425,8 +425,8 @@ static llb_status build_prompt_logprobs(const struct tokenizer *tok, struct pare
   if (!o->prompt_logprobs || !o->prompt_logprob_arena) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "prompt logprobs");
   size_t used = 0;
   for (int32_t i = 0; i < ps->num_plp; i++) {
-    const struct outproc_new_logprobs *e = &ps->plp[i];
-    struct outproc_position_logprobs *pl = &o->prompt_logprobs[i];
+    const struct output_processor_new_logprobs *e = &ps->plp[i];
+    struct output_processor_position_logprobs *pl = &o->prompt_logprobs[i];
     fill_token_logprob(tok, e->token_id, e->logprob, ps->plp_ranks[i], o->prompt_logprob_arena, room, &used,
                        &pl->sampled);
     pl->num_top = e->num_top;
@@ -441,7 +441,7 @@ static llb_status build_prompt_logprobs(const struct tokenizer *tok, struct pare
 
 /* Keeps the engine's prompt logprobs for the parent (the first that come; n > 1 children each
  * score the same prompt). */
-static llb_status keep_prompt_logprobs(struct parent_state *ps, const struct outproc_engine_output *eo) {
+static llb_status keep_prompt_logprobs(struct parent_state *ps, const struct output_processor_engine_output *eo) {
   if (eo->num_prompt_logprobs <= 0 || !eo->prompt_logprobs || !eo->prompt_logprob_ranks || ps->num_plp > 0)
     return LLB_STATUS_OK;
   ps->plp = malloc((size_t)eo->num_prompt_logprobs * sizeof *ps->plp);
@@ -455,7 +455,7 @@ static llb_status keep_prompt_logprobs(struct parent_state *ps, const struct out
 
 /* Fills `c` from `r`: everything so far, or (delta) what was not delivered yet. */
 static llb_status build_completion(const struct tokenizer *tok, struct req_state *r, bool delta,
-                                   struct outproc_completion *c) {
+                                   struct output_processor_completion *c) {
   memset(c, 0, sizeof *c);
   c->index = r->index;
   size_t to = emit_end(r);
@@ -477,12 +477,12 @@ static llb_status build_completion(const struct tokenizer *tok, struct req_state
     llb_status st = build_logprobs(tok, r, tfrom, tto, c);
     if (st != LLB_STATUS_OK) return st;
   }
-  c->finish_reason = r->finished ? r->finish_reason : OUTPROC_FINISH_REASON_NONE;
-  c->stop_reason_kind = r->finished ? r->stop_kind : OUTPROC_STOP_REASON_KIND_NONE;
-  if (c->stop_reason_kind == OUTPROC_STOP_REASON_KIND_STRING) {
+  c->finish_reason = r->finished ? r->finish_reason : OUTPUT_PROCESSOR_FINISH_REASON_NONE;
+  c->stop_reason_kind = r->finished ? r->stop_kind : OUTPUT_PROCESSOR_STOP_REASON_KIND_NONE;
+  if (c->stop_reason_kind == OUTPUT_PROCESSOR_STOP_REASON_KIND_STRING) {
     copy_str(c->stop_str, sizeof c->stop_str, r->params.stop[r->stop_str_index]);
   }
-  c->stop_token_id = c->stop_reason_kind == OUTPROC_STOP_REASON_KIND_TOKEN ? r->stop_token_id : -1;
+  c->stop_token_id = c->stop_reason_kind == OUTPUT_PROCESSOR_STOP_REASON_KIND_TOKEN ? r->stop_token_id : -1;
   c->resync = r->resync_pending;
   r->resync_pending = false;
   if (delta) {
@@ -493,7 +493,7 @@ static llb_status build_completion(const struct tokenizer *tok, struct req_state
   return LLB_STATUS_OK;
 }
 
-static void parent_metrics(const struct parent_state *ps, struct outproc_metrics *m) {
+static void parent_metrics(const struct parent_state *ps, struct output_processor_metrics *m) {
   memset(m, 0, sizeof *m);
   m->arrival_time_ns = ps->arrival_ns;
   m->num_prompt_tokens = ps->num_prompt;
@@ -519,8 +519,8 @@ static void parent_metrics(const struct parent_state *ps, struct outproc_metrics
 /* Appends the RequestOutput for `ps` after `changed[0, num_changed)` moved, per output kind
  * (vLLM ParentRequest.get_outputs; CUMULATIVE with n > 1 streams a snapshot of every child
  * with output so far, where vLLM waits for all). Frees the parent after its final output. */
-static llb_status emit(struct outproc_t *p, struct parent_state *ps, struct req_state **changed,
-                       int32_t num_changed, struct outproc_result *res) {
+static llb_status emit(struct output_processor *p, struct parent_state *ps, struct req_state **changed,
+                       int32_t num_changed, struct output_processor_result *res) {
   bool finished = ps->num_finished == ps->n;
   struct req_state *pick[ps->n];
   int32_t num_pick = 0;
@@ -542,9 +542,9 @@ static llb_status emit(struct outproc_t *p, struct parent_state *ps, struct req_
   if (llb_array_reserve((void **)&res->outputs, &res->cap_outputs, res->num_outputs + 1, sizeof *res->outputs) != LLB_STATUS_OK) {
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "result outputs");
   }
-  struct outproc_request_output *o = &res->outputs[res->num_outputs];
+  struct output_processor_request_output *o = &res->outputs[res->num_outputs];
   memset(o, 0, sizeof *o);
-  res->num_outputs++; /* counted now so that outproc_result_clear frees a partial one */
+  res->num_outputs++; /* counted now so that output_processor_result_clear frees a partial one */
   copy_str(o->request_id, sizeof o->request_id, ps->external_id);
   copy_str(o->reply_to, sizeof o->reply_to, ps->reply_to);
   copy_str(o->error, sizeof o->error, ps->error);
@@ -576,19 +576,19 @@ static llb_status emit(struct outproc_t *p, struct parent_state *ps, struct req_
 /* --- processing --------------------------------------------------------------------- */
 
 /* Finishes `r` with ERROR (engine abort too when the engine still runs it) and emits. */
-static llb_status fail_req(struct outproc_t *p, struct req_state *r, bool engine_running,
-                           const char *message, int64_t t_ns, struct outproc_result *res) {
+static llb_status fail_req(struct output_processor *p, struct req_state *r, bool engine_running,
+                           const char *message, int64_t t_ns, struct output_processor_result *res) {
   copy_str(r->parent->error, sizeof r->parent->error, message);
   if (engine_running) {
     llb_status st = push_id(&res->abort_ids, &res->num_abort, &res->cap_abort, r->id);
     if (st != LLB_STATUS_OK) return st;
   }
-  finish_req(p, r, OUTPROC_FINISH_REASON_ERROR, t_ns);
+  finish_req(p, r, OUTPUT_PROCESSOR_FINISH_REASON_ERROR, t_ns);
   return emit(p, r->parent, &r, 1, res);
 }
 
 /* Searches the new text for stop strings; on a match cuts the text and finishes STOP. */
-static bool check_stop_strings(struct outproc_t *p, struct req_state *r, int64_t t_ns) {
+static bool check_stop_strings(struct output_processor *p, struct req_state *r, int64_t t_ns) {
   if (r->params.num_stop <= 0 || r->num_tokens <= r->params.min_tokens) return false;
   struct stop_match m;
   bool hit = stop_strings_find(r->detok.text, r->detok.len, r->stop_check_from, r->params.stop,
@@ -596,14 +596,14 @@ static bool check_stop_strings(struct outproc_t *p, struct req_state *r, int64_t
   r->stop_check_from = r->detok.len;
   if (!hit) return false;
   detok_truncate(&r->detok, r->params.include_stop_str_in_output ? m.start + m.len : m.start);
-  r->stop_kind = OUTPROC_STOP_REASON_KIND_STRING;
+  r->stop_kind = OUTPUT_PROCESSOR_STOP_REASON_KIND_STRING;
   r->stop_str_index = m.stop_index;
-  finish_req(p, r, OUTPROC_FINISH_REASON_STOP, t_ns);
+  finish_req(p, r, OUTPUT_PROCESSOR_FINISH_REASON_STOP, t_ns);
   return true;
 }
 
 /* A pooling request's vector (vLLM PoolingRequestOutput.outputs.data) on its final output. */
-static llb_status attach_pooled(struct outproc_request_output *o, const struct outproc_engine_output *eo) {
+static llb_status attach_pooled(struct output_processor_request_output *o, const struct output_processor_engine_output *eo) {
   o->pooling_output = malloc((size_t)eo->num_pooling_output * sizeof(float));
   if (!o->pooling_output) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "pooling output");
   memcpy(o->pooling_output, eo->pooling_output, (size_t)eo->num_pooling_output * sizeof(float));
@@ -611,8 +611,8 @@ static llb_status attach_pooled(struct outproc_request_output *o, const struct o
   return LLB_STATUS_OK;
 }
 
-llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_output *eo,
-                           int64_t now_ns, struct outproc_result *res) {
+llb_status output_processor_process(struct output_processor *p, const struct output_processor_engine_output *eo,
+                           int64_t now_ns, struct output_processor_result *res) {
   if (!eo || !eo->request_id || eo->num_new_tokens < 0 || eo->first_output_pos < 0 ||
       (eo->num_new_tokens > 0 && !eo->new_token_ids)) {
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine output without request id or tokens");
@@ -624,14 +624,14 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
   }
   int64_t t_ns = eo->timestamp_ns ? eo->timestamp_ns : now_ns;
   p->now_ns = now_ns;
-  bool engine_finished = eo->finish_reason != OUTPROC_FINISH_REASON_NONE;
+  bool engine_finished = eo->finish_reason != OUTPUT_PROCESSOR_FINISH_REASON_NONE;
   if (eo->first_output_pos > r->num_tokens && !engine_finished) {
     /* Outputs were lost (a nats-server restart, a scheduler replay racing its predecessor):
      * the engine still runs it, so ask for its whole history instead of failing it. */
     return push_id(&res->resync_ids, &res->num_resync, &res->cap_resync, eo->request_id);
   }
   if (eo->first_output_pos > r->num_tokens) {
-    char msg[OUTPROC_MAX_ERROR_BYTES];
+    char msg[OUTPUT_PROCESSOR_MAX_ERROR_BYTES];
     snprintf(msg, sizeof msg, "output tokens lost: expected position %lld, got %lld",
              (long long)r->num_tokens, (long long)eo->first_output_pos);
     fail_req(p, r, !engine_finished, msg, t_ns, res);
@@ -653,9 +653,9 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
     if (!r->first_token_ns) r->first_token_ns = t_ns;
     r->last_token_ns = t_ns;
   }
-  bool stop_terminated = eo->finish_reason == OUTPROC_FINISH_REASON_STOP;
+  bool stop_terminated = eo->finish_reason == OUTPUT_PROCESSOR_FINISH_REASON_STOP;
   const int32_t *ids = eo->new_token_ids + (k ? skip : 0);
-  const struct outproc_new_logprobs *lps = eo->new_logprobs ? eo->new_logprobs + (k ? skip : 0) : NULL;
+  const struct output_processor_new_logprobs *lps = eo->new_logprobs ? eo->new_logprobs + (k ? skip : 0) : NULL;
   const bool skip_last = stop_terminated && k > 0 && !r->params.include_stop_str_in_output;
   llb_status st = LLB_STATUS_OK;
   bool stopped = false; /* a stop string before the last of several new tokens */
@@ -670,7 +670,7 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
     st = append_tokens(r, ids, k, lps, skip_last);
   }
   if (st != LLB_STATUS_OK) {
-    char msg[OUTPROC_MAX_ERROR_BYTES];
+    char msg[OUTPUT_PROCESSOR_MAX_ERROR_BYTES];
     snprintf(msg, sizeof msg, "detokenization failed: %s", llb_err_last());
     fail_req(p, r, !engine_finished, msg, t_ns, res);
     return st;
@@ -683,7 +683,7 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
     }
   } else if (engine_finished) {
     if (stop_terminated && eo->stop_token_id >= 0) {
-      r->stop_kind = OUTPROC_STOP_REASON_KIND_TOKEN;
+      r->stop_kind = OUTPUT_PROCESSOR_STOP_REASON_KIND_TOKEN;
       r->stop_token_id = eo->stop_token_id;
     }
     finish_req(p, r, eo->finish_reason, t_ns);
@@ -696,7 +696,7 @@ llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_outp
   return st;
 }
 
-llb_status outproc_register_resume(struct outproc_t *p, const struct outproc_request_info *info,
+llb_status output_processor_register_resume(struct output_processor *p, const struct output_processor_request_info *info,
                                    const int32_t *history, int64_t num_history) {
   if (info && info->request_id && llb_strmap_get(p->reqs, info->request_id)) {
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request %s is already registered", info->request_id);
@@ -724,9 +724,9 @@ llb_status outproc_register_resume(struct outproc_t *p, const struct outproc_req
   return LLB_STATUS_OK;
 }
 
-static llb_status finish_by_id(struct outproc_t *p, const char *request_id,
-                               enum outproc_finish_reason why, llb_status code, const char *message,
-                               int64_t now_ns, struct outproc_result *res) {
+static llb_status finish_by_id(struct output_processor *p, const char *request_id,
+                               enum output_processor_finish_reason why, llb_status code, const char *message,
+                               int64_t now_ns, struct output_processor_result *res) {
   p->now_ns = now_ns;
   struct req_state *r = llb_strmap_get(p->reqs, request_id);
   struct parent_state *ps = r ? r->parent : llb_strmap_get(p->parents, request_id);
@@ -751,20 +751,20 @@ static llb_status finish_by_id(struct outproc_t *p, const char *request_id,
   return emit(p, ps, changed, num_changed, res);
 }
 
-llb_status outproc_abort(struct outproc_t *p, const char *request_id, int64_t now_ns,
-                         struct outproc_result *res) {
-  return finish_by_id(p, request_id, OUTPROC_FINISH_REASON_ABORT, LLB_STATUS_OK, NULL, now_ns, res);
+llb_status output_processor_abort(struct output_processor *p, const char *request_id, int64_t now_ns,
+                         struct output_processor_result *res) {
+  return finish_by_id(p, request_id, OUTPUT_PROCESSOR_FINISH_REASON_ABORT, LLB_STATUS_OK, NULL, now_ns, res);
 }
 
-llb_status outproc_fail(struct outproc_t *p, const char *request_id, llb_status code, const char *message,
-                        int64_t now_ns, struct outproc_result *res) {
-  return finish_by_id(p, request_id, OUTPROC_FINISH_REASON_ERROR, code, message ? message : "failed",
+llb_status output_processor_fail(struct output_processor *p, const char *request_id, llb_status code, const char *message,
+                        int64_t now_ns, struct output_processor_result *res) {
+  return finish_by_id(p, request_id, OUTPUT_PROCESSOR_FINISH_REASON_ERROR, code, message ? message : "failed",
                       now_ns, res);
 }
 
-uint64_t outproc_num_duplicates(const struct outproc_t *p) { return p ? p->num_duplicates : 0; }
+uint64_t output_processor_num_duplicates(const struct output_processor *p) { return p ? p->num_duplicates : 0; }
 
-llb_status outproc_history(const struct outproc_t *p, const char *request_id, const int32_t **ids, int64_t *n) {
+llb_status output_processor_history(const struct output_processor *p, const char *request_id, const int32_t **ids, int64_t *n) {
   const struct req_state *r = p && request_id ? llb_strmap_get(p->reqs, request_id) : NULL;
   if (!r || r->finished) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "request %s: not running here", request_id ? request_id : "");
   *ids = r->token_ids;

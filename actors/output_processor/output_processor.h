@@ -8,12 +8,12 @@
  * one parent RequestOutput, metrics, and de-duplication by output position (a scheduler
  * replaying a request after a restart re-sends tokens the client already has).
  *
- * Flow for the actor: outproc_register() for every EngineCoreRequest (idempotent), then
- * outproc_process() for every EngineCoreOutput of a batch into one outproc_result, then
+ * Flow for the actor: output_processor_register() for every EngineCoreRequest (idempotent), then
+ * output_processor_process() for every EngineCoreOutput of a batch into one output_processor_result, then
  * send result.outputs[i] to result.outputs[i].reply_to, publish an engine abort for every
  * result.abort_ids[i] (requests a stop string finished that the engine still runs), and for
- * every result.unknown_ids[i] rebuild the request (outproc_register_resume with the engine's
- * token history) and process that output again; then outproc_result_clear().
+ * every result.unknown_ids[i] rebuild the request (output_processor_register_resume with the engine's
+ * token history) and process that output again; then output_processor_result_clear().
  *
  * Not thread-safe: one thread drives a processor. Times are wall-clock ns (llb_wall_ns):
  * they cross processes and hosts.
@@ -30,53 +30,53 @@
 
 struct tokenizer;
 
-#define OUTPROC_MAX_ID_BYTES 256      /* request ids, NUL included */
-#define OUTPROC_MAX_REPLY_TO_BYTES 256
-#define OUTPROC_MAX_ERROR_BYTES 256
+#define OUTPUT_PROCESSOR_MAX_ID_BYTES 256      /* request ids, NUL included */
+#define OUTPUT_PROCESSOR_MAX_REPLY_TO_BYTES 256
+#define OUTPUT_PROCESSOR_MAX_ERROR_BYTES 256
 
 /* Why a completion ended (vLLM FinishReason + ERROR). */
-enum outproc_finish_reason {
-  OUTPROC_FINISH_REASON_NONE = 0,   /* still running */
-  OUTPROC_FINISH_REASON_STOP = 1,   /* EOS, a stop token id or a stop string */
-  OUTPROC_FINISH_REASON_LENGTH = 2, /* max_tokens or the context length */
-  OUTPROC_FINISH_REASON_ABORT = 3,  /* aborted by the client or the engine */
-  OUTPROC_FINISH_REASON_ERROR = 4,  /* failed; the output's `error` says why */
+enum output_processor_finish_reason {
+  OUTPUT_PROCESSOR_FINISH_REASON_NONE = 0,   /* still running */
+  OUTPUT_PROCESSOR_FINISH_REASON_STOP = 1,   /* EOS, a stop token id or a stop string */
+  OUTPUT_PROCESSOR_FINISH_REASON_LENGTH = 2, /* max_tokens or the context length */
+  OUTPUT_PROCESSOR_FINISH_REASON_ABORT = 3,  /* aborted by the client or the engine */
+  OUTPUT_PROCESSOR_FINISH_REASON_ERROR = 4,  /* failed; the output's `error` says why */
 };
 
 /* "stop", "length", "abort", "error"; NULL for NONE (OpenAI's finish_reason strings). */
-const char *outproc_finish_reason_name(enum outproc_finish_reason r);
+const char *output_processor_finish_reason_name(enum output_processor_finish_reason r);
 
 /* What stopped a STOP-finished completion (vLLM stop_reason: str | int | None). */
-enum outproc_stop_reason_kind {
-  OUTPROC_STOP_REASON_KIND_NONE = 0,   /* EOS, or not stopped */
-  OUTPROC_STOP_REASON_KIND_STRING = 1, /* stop_str */
-  OUTPROC_STOP_REASON_KIND_TOKEN = 2,  /* stop_token_id, one of stop_token_ids */
+enum output_processor_stop_reason_kind {
+  OUTPUT_PROCESSOR_STOP_REASON_KIND_NONE = 0,   /* EOS, or not stopped */
+  OUTPUT_PROCESSOR_STOP_REASON_KIND_STRING = 1, /* stop_str */
+  OUTPUT_PROCESSOR_STOP_REASON_KIND_TOKEN = 2,  /* stop_token_id, one of stop_token_ids */
 };
 
 /* --- input: what the engine sends ------------------------------------------------------ */
 
 /* One candidate of a position's logprobs, as the sampler reports it. */
-struct outproc_candidate {
+struct output_processor_candidate {
   int32_t token_id;
   float logprob;
 };
 
 /* Logprobs of one sampled position (model/sampling/sampler.h sampler_result). */
-struct outproc_new_logprobs {
+struct output_processor_new_logprobs {
   int32_t token_id;   /* the sampled token */
   float logprob;      /* its logprob */
   int32_t num_top;    /* 0..LLB_MAX_LOGPROBS, best first */
-  struct outproc_candidate top[LLB_MAX_LOGPROBS];
+  struct output_processor_candidate top[LLB_MAX_LOGPROBS];
 };
 
 /* One EngineCoreOutput. Pointers are borrowed for the duration of the call. */
-struct outproc_engine_output {
+struct output_processor_engine_output {
   const char *request_id;                   /* engine request id */
   const int32_t *new_token_ids;             /* [num_new_tokens] */
   int32_t num_new_tokens;
   int64_t first_output_pos;                 /* output position of new_token_ids[0] */
-  const struct outproc_new_logprobs *new_logprobs; /* [num_new_tokens] or NULL */
-  enum outproc_finish_reason finish_reason; /* NONE while the engine keeps running it */
+  const struct output_processor_new_logprobs *new_logprobs; /* [num_new_tokens] or NULL */
+  enum output_processor_finish_reason finish_reason; /* NONE while the engine keeps running it */
   int32_t stop_token_id;                    /* STOP by a stop_token_ids entry; -1 for EOS / none */
   int32_t num_cached_tokens;                /* prefix-cache hits; -1 = not reported */
   int64_t scheduled_time_ns;                /* when the engine first scheduled it; 0 = not reported */
@@ -88,13 +88,13 @@ struct outproc_engine_output {
   /* vLLM prompt_logprobs: prompt tokens 1..P-1 (token_id = the prompt token, top = the k most
    * likely) with their ranks, once per request (the scheduler sends them with the first token);
    * kept and delivered with the request's next RequestOutput */
-  const struct outproc_new_logprobs *prompt_logprobs; /* [num_prompt_logprobs] or NULL */
+  const struct output_processor_new_logprobs *prompt_logprobs; /* [num_prompt_logprobs] or NULL */
   const int32_t *prompt_logprob_ranks;                /* [num_prompt_logprobs] */
   int32_t num_prompt_logprobs;
 };
 
 /* A request as registered from its EngineCoreRequest. Pointers are borrowed for the call. */
-struct outproc_request_info {
+struct output_processor_request_info {
   const char *request_id;          /* engine request id (a child id when n > 1) */
   const char *parent_request_id;   /* groups the children of one client request; NULL = request_id */
   const char *external_request_id; /* the id the client sent; NULL = parent_request_id */
@@ -113,7 +113,7 @@ struct outproc_request_info {
 /* --- output: what the client gets ------------------------------------------------------ */
 
 /* One token with its logprob and text. `text` / `bytes` point into the completion's arena. */
-struct outproc_token_logprob {
+struct output_processor_token_logprob {
   int32_t token_id;
   int32_t rank;          /* 1 = most likely; -1 = not known (sampled token outside the top) */
   float logprob;
@@ -124,14 +124,14 @@ struct outproc_token_logprob {
 };
 
 /* Logprobs of one output position: the sampled token, then the top candidates. */
-struct outproc_position_logprobs {
-  struct outproc_token_logprob sampled;
+struct output_processor_position_logprobs {
+  struct output_processor_token_logprob sampled;
   int32_t num_top;
-  struct outproc_token_logprob top[LLB_MAX_LOGPROBS];
+  struct output_processor_token_logprob top[LLB_MAX_LOGPROBS];
 };
 
-/* vLLM CompletionOutput. All memory belongs to the enclosing outproc_result. */
-struct outproc_completion {
+/* vLLM CompletionOutput. All memory belongs to the enclosing output_processor_result. */
+struct output_processor_completion {
   int32_t index;                 /* child index: 0..n-1 */
   char *text;                    /* [text_len + 1] valid UTF-8, NUL-terminated; DELTA: new text only */
   size_t text_len;
@@ -139,19 +139,19 @@ struct outproc_completion {
   int64_t num_token_ids;
   bool has_logprobs;             /* sampling_params.logprobs >= 0 */
   double cumulative_logprob;     /* over every sampled token so far */
-  struct outproc_position_logprobs *logprobs; /* [num_logprobs] aligned with the tail of token_ids */
+  struct output_processor_position_logprobs *logprobs; /* [num_logprobs] aligned with the tail of token_ids */
   int64_t num_logprobs;          /* == num_token_ids, fewer only for a resumed request */
   char *logprob_arena;           /* backing store of the logprob texts */
-  enum outproc_finish_reason finish_reason;
-  enum outproc_stop_reason_kind stop_reason_kind;
+  enum output_processor_finish_reason finish_reason;
+  enum output_processor_stop_reason_kind stop_reason_kind;
   char stop_str[LLB_MAX_STOP_STRING_BYTES + 1]; /* STRING */
   int32_t stop_token_id;         /* TOKEN */
-  bool resync;                   /* starts from the beginning again (outproc_request_info.resync) */
+  bool resync;                   /* starts from the beginning again (output_processor_request_info.resync) */
 };
 
 /* Timing and counts of a request (vLLM RequestStateStats / RequestMetrics). For n > 1: the
  * earliest first times, the latest last times, token counts summed over the children. */
-struct outproc_metrics {
+struct output_processor_metrics {
   int64_t arrival_time_ns;
   int64_t first_scheduled_time_ns; /* 0 = not reported */
   int64_t first_token_time_ns;     /* 0 = no token yet */
@@ -163,49 +163,49 @@ struct outproc_metrics {
 };
 
 /* vLLM RequestOutput. */
-struct outproc_request_output {
-  char request_id[OUTPROC_MAX_ID_BYTES]; /* the external id the client sent */
-  char reply_to[OUTPROC_MAX_REPLY_TO_BYTES];
+struct output_processor_request_output {
+  char request_id[OUTPUT_PROCESSOR_MAX_ID_BYTES]; /* the external id the client sent */
+  char reply_to[OUTPUT_PROCESSOR_MAX_REPLY_TO_BYTES];
   const int32_t *prompt_token_ids;       /* [num_prompt_tokens]; NULL in DELTA outputs after the first */
   int64_t num_prompt_tokens;
-  struct outproc_completion *outputs;    /* [num_outputs], by index */
+  struct output_processor_completion *outputs;    /* [num_outputs], by index */
   int32_t num_outputs;
   bool finished;                         /* the last output of this request */
-  struct outproc_metrics metrics;
-  char error[OUTPROC_MAX_ERROR_BYTES];   /* why, when a completion finished with ERROR */
+  struct output_processor_metrics metrics;
+  char error[OUTPUT_PROCESSOR_MAX_ERROR_BYTES];   /* why, when a completion finished with ERROR */
   llb_status error_code;                 /* its status (QUEUE_FULL, ...); 0 = INTERNAL */
   float *pooling_output;                 /* [num_pooling_output] a pooling request's vector (a
                                             copy of the engine's), on its finished output; else NULL */
   int32_t num_pooling_output;
   /* vLLM RequestOutput.prompt_logprobs without its leading None (prompt tokens 1..P-1, `sampled`
    * = the prompt token): on the first output after the engine sent them, else NULL / 0 */
-  struct outproc_position_logprobs *prompt_logprobs;
+  struct output_processor_position_logprobs *prompt_logprobs;
   int64_t num_prompt_logprobs;
   char *prompt_logprob_arena; /* backing store of their texts */
 };
 
-/* Everything one or more outproc_process calls produced; owns all memory it points to. */
-struct outproc_result {
-  struct outproc_request_output *outputs; /* [num_outputs] to send, in order */
+/* Everything one or more output_processor_process calls produced; owns all memory it points to. */
+struct output_processor_result {
+  struct output_processor_request_output *outputs; /* [num_outputs] to send, in order */
   int64_t num_outputs, cap_outputs;
-  char (*abort_ids)[OUTPROC_MAX_ID_BYTES]; /* [num_abort] engine request ids to abort */
+  char (*abort_ids)[OUTPUT_PROCESSOR_MAX_ID_BYTES]; /* [num_abort] engine request ids to abort */
   int64_t num_abort, cap_abort;
-  char (*unknown_ids)[OUTPROC_MAX_ID_BYTES]; /* [num_unknown] outputs for unregistered requests */
+  char (*unknown_ids)[OUTPUT_PROCESSOR_MAX_ID_BYTES]; /* [num_unknown] outputs for unregistered requests */
   int64_t num_unknown, cap_unknown;
-  char (*resync_ids)[OUTPROC_MAX_ID_BYTES];  /* [num_resync] unfinished requests whose outputs
+  char (*resync_ids)[OUTPUT_PROCESSOR_MAX_ID_BYTES];  /* [num_resync] unfinished requests whose outputs
                                                 skipped positions (some were lost): to be
                                                 rebuilt from the engine's history (resync) */
   int64_t num_resync, cap_resync;
 };
 
 /* Zeroes `r` (an empty result). */
-void outproc_result_init(struct outproc_result *r);
+void output_processor_result_init(struct output_processor_result *r);
 
 /* Frees what the outputs point to and empties the lists, keeping their capacity. */
-void outproc_result_clear(struct outproc_result *r);
+void output_processor_result_clear(struct output_processor_result *r);
 
 /* Frees everything; `r` is empty afterwards. Accepts NULL. */
-void outproc_result_free(struct outproc_result *r);
+void output_processor_result_free(struct output_processor_result *r);
 
 /* --- metrics: what the processor reports as it goes (vLLM v1 IterationStats and
  * FinishedRequestStats, vllm/v1/metrics/stats.py) ---------------------------------------- */
@@ -213,47 +213,47 @@ void outproc_result_free(struct outproc_result *r);
 /* A request (one engine request: a child when n > 1) finished. Wall clock ns since the epoch;
  * 0 = not known. `finished_ns` is the processor's `now_ns` (the client's view), the others
  * the engine's timestamps. */
-struct outproc_finished_stats {
-  enum outproc_finish_reason finish_reason;
+struct output_processor_finished_stats {
+  enum output_processor_finish_reason finish_reason;
   int64_t arrival_ns, queued_ns, scheduled_ns, first_token_ns, last_token_ns, finished_ns;
   int64_t num_prompt_tokens, num_generation_tokens;
 };
 
-/* Called from the processing thread, inside outproc_process / _abort / _fail. */
-struct outproc_stats_hooks {
+/* Called from the processing thread, inside output_processor_process / _abort / _fail. */
+struct output_processor_stats_hooks {
   /* num_new_tokens (> 0) new tokens of a request were accepted at now_ns (duplicates are not
    * counted); prev_ns is when its previous tokens were accepted, 0 when these are its first
    * (then num_prompt_tokens and arrival_ns say what its prefill was). */
   void (*on_tokens)(void *user, int64_t num_new_tokens, int64_t prev_ns, int64_t now_ns, int64_t num_prompt_tokens,
                     int64_t arrival_ns);
   /* A request finished (once per request, whatever ended it). */
-  void (*on_finished)(void *user, const struct outproc_finished_stats *s);
+  void (*on_finished)(void *user, const struct output_processor_finished_stats *s);
 };
 
 /* --- the processor --------------------------------------------------------------------- */
 
-struct outproc_t;
+struct output_processor;
 
 /* Creates a processor over `tok` (borrowed; outlives the processor). Errors: OUT_OF_MEMORY. */
-llb_status outproc_create(const struct tokenizer *tok, struct outproc_t **out);
+llb_status output_processor_create(const struct tokenizer *tok, struct output_processor **out);
 
 /* Frees all request state. Accepts NULL. */
-void outproc_destroy(struct outproc_t *p);
+void output_processor_destroy(struct output_processor *p);
 
 /* Registers one engine request (copies everything). Registering a known id again is a
  * no-op (a replayed EngineCoreRequest). Errors: INVALID_ARGUMENT (missing id or params,
  * child_index outside [0, num_children), a parent already registered with another n or
  * external id), OUT_OF_MEMORY. */
-llb_status outproc_register(struct outproc_t *p, const struct outproc_request_info *info);
+llb_status output_processor_register(struct output_processor *p, const struct output_processor_request_info *info);
 
 /* Registers a request whose earlier outputs a previous processor instance already handled
  * (docs/design.md §6): `history[0, num_history)` are the request's first output tokens; they are
  * detokenized and counted as delivered, so the next output continues the stream where the
  * old processor left off (exactly, when the old one sent an output after each step).
  * Logprobs of the history are not known: later outputs carry logprobs only for newer
- * positions. Errors: as outproc_register; INVALID_ARGUMENT if the id is already known or
+ * positions. Errors: as output_processor_register; INVALID_ARGUMENT if the id is already known or
  * a history token is outside the vocabulary. */
-llb_status outproc_register_resume(struct outproc_t *p, const struct outproc_request_info *info,
+llb_status output_processor_register_resume(struct output_processor *p, const struct output_processor_request_info *info,
                                    const int32_t *history, int64_t num_history);
 
 /* Processes one EngineCoreOutput at wall time `now_ns`, appending to `res`: at most one
@@ -264,37 +264,37 @@ llb_status outproc_register_resume(struct outproc_t *p, const struct outproc_req
  * ERROR (and an engine abort) because tokens were lost. Errors: OUT_OF_MEMORY, and
  * INVALID_ARGUMENT for a bad token id (the request then finishes with ERROR, reported in
  * `res`) — the processor stays usable after any error. */
-llb_status outproc_process(struct outproc_t *p, const struct outproc_engine_output *eo,
-                           int64_t now_ns, struct outproc_result *res);
+llb_status output_processor_process(struct output_processor *p, const struct output_processor_engine_output *eo,
+                           int64_t now_ns, struct output_processor_result *res);
 
 /* Finishes a request with ABORT at `now_ns` and appends its final RequestOutput (the text
  * held back for stop strings is released). `request_id` may be an engine request id (one
  * child) or a parent id (every unfinished child). Errors: NOT_FOUND, OUT_OF_MEMORY. */
-llb_status outproc_abort(struct outproc_t *p, const char *request_id, int64_t now_ns,
-                         struct outproc_result *res);
+llb_status output_processor_abort(struct output_processor *p, const char *request_id, int64_t now_ns,
+                         struct output_processor_result *res);
 
-/* As outproc_abort, but finishes with ERROR and `message` in RequestOutput.error, with `code`
+/* As output_processor_abort, but finishes with ERROR and `message` in RequestOutput.error, with `code`
  * as its status (the engine's, e.g. QUEUE_FULL, which the api server maps to 429; 0 =
  * INTERNAL). */
-llb_status outproc_fail(struct outproc_t *p, const char *request_id, llb_status code, const char *message,
-                        int64_t now_ns, struct outproc_result *res);
+llb_status output_processor_fail(struct output_processor *p, const char *request_id, llb_status code, const char *message,
+                        int64_t now_ns, struct output_processor_result *res);
 
 /* Reports tokens and finished requests to `hooks` (copied; `user` passed back) from now on;
  * NULL hooks stop the reports. */
-void outproc_set_stats_hooks(struct outproc_t *p, const struct outproc_stats_hooks *hooks, void *user);
+void output_processor_set_stats_hooks(struct output_processor *p, const struct output_processor_stats_hooks *hooks, void *user);
 
 /* Requests (engine ids, children counted one by one) that are registered and unfinished. */
-int64_t outproc_num_unfinished(const struct outproc_t *p);
+int64_t output_processor_num_unfinished(const struct output_processor *p);
 
 /* The output tokens received so far of the unfinished engine request `request_id`, for a
  * scheduler that restarted and replays the request from the durable stream: it recomputes
  * them as context in one prefill instead of generating them again one step at a time
  * (docs/design.md §6). *ids points into the processor's state, valid until the next call that
  * changes it. Errors: NOT_FOUND (unknown or finished). */
-llb_status outproc_history(const struct outproc_t *p, const char *request_id, const int32_t **ids, int64_t *n);
+llb_status output_processor_history(const struct output_processor *p, const char *request_id, const int32_t **ids, int64_t *n);
 
 /* Output tokens dropped so far because their positions were already delivered (a replay
- * after a scheduler restart, a resync, a duplicate message). Same thread as outproc_process. */
-uint64_t outproc_num_duplicates(const struct outproc_t *p);
+ * after a scheduler restart, a resync, a duplicate message). Same thread as output_processor_process. */
+uint64_t output_processor_num_duplicates(const struct output_processor *p);
 
 #endif

@@ -5,9 +5,9 @@
 
 enum { QUEUE, PREFILL, DECODE, INFERENCE, NUM_PHASES };
 
-struct outproc_request_metrics {
+struct output_processor_request_metrics {
   struct llb_series *prompt_tokens, *generation_tokens;
-  struct llb_series *success[4]; /* by outproc_finish_reason - 1: stop, length, abort, error */
+  struct llb_series *success[4]; /* by output_processor_finish_reason - 1: stop, length, abort, error */
   struct llb_series *ttft, *itl, *e2e, *phase[NUM_PHASES], *req_prompt, *req_generation;
 };
 
@@ -16,9 +16,9 @@ static struct llb_series *plain_hist(struct llb_metrics *r, const char *name, co
   return llb_metric_series(llb_metrics_histogram(r, name, help, b, nb, 0, NULL), NULL);
 }
 
-llb_status outproc_request_metrics_create(struct llb_metrics *r, struct outproc_request_metrics **out) {
+llb_status output_processor_request_metrics_create(struct llb_metrics *r, struct output_processor_request_metrics **out) {
   *out = NULL;
-  struct outproc_request_metrics *m = calloc(1, sizeof *m);
+  struct output_processor_request_metrics *m = calloc(1, sizeof *m);
   if (!m) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "request metrics");
   m->prompt_tokens = llb_metric_series(
       llb_metrics_counter(r, "llmbus:prompt_tokens_total", "Number of prefill tokens processed.", 0, NULL), NULL);
@@ -61,7 +61,7 @@ llb_status outproc_request_metrics_create(struct llb_metrics *r, struct outproc_
   return LLB_STATUS_OK;
 }
 
-void outproc_request_metrics_destroy(struct outproc_request_metrics *m) { free(m); }
+void output_processor_request_metrics_destroy(struct output_processor_request_metrics *m) { free(m); }
 
 /* b - a in seconds when both are known; negative (skew) as 0. */
 static void observe_interval(struct llb_series *s, int64_t a_ns, int64_t b_ns) {
@@ -70,7 +70,7 @@ static void observe_interval(struct llb_series *s, int64_t a_ns, int64_t b_ns) {
 }
 
 static void on_tokens(void *user, int64_t k, int64_t prev_ns, int64_t now_ns, int64_t num_prompt, int64_t arrival_ns) {
-  struct outproc_request_metrics *m = user;
+  struct output_processor_request_metrics *m = user;
   llb_series_add(m->generation_tokens, (double)k);
   if (prev_ns == 0) { /* the first tokens: the prefill is done */
     llb_series_add(m->prompt_tokens, (double)num_prompt);
@@ -82,9 +82,9 @@ static void on_tokens(void *user, int64_t k, int64_t prev_ns, int64_t now_ns, in
   for (int64_t i = 0; i < k; i++) llb_series_observe(m->itl, gap);
 }
 
-static void on_finished(void *user, const struct outproc_finished_stats *s) {
-  struct outproc_request_metrics *m = user;
-  const int r = (int)s->finish_reason - (int)OUTPROC_FINISH_REASON_STOP;
+static void on_finished(void *user, const struct output_processor_finished_stats *s) {
+  struct output_processor_request_metrics *m = user;
+  const int r = (int)s->finish_reason - (int)OUTPUT_PROCESSOR_FINISH_REASON_STOP;
   if (r >= 0 && r < 4) llb_series_add(m->success[r], 1);
   observe_interval(m->e2e, s->arrival_ns, s->finished_ns);
   observe_interval(m->phase[QUEUE], s->queued_ns, s->scheduled_ns);
@@ -95,6 +95,6 @@ static void on_finished(void *user, const struct outproc_finished_stats *s) {
   llb_series_observe(m->req_generation, (double)s->num_generation_tokens);
 }
 
-static const struct outproc_stats_hooks hooks = {.on_tokens = on_tokens, .on_finished = on_finished};
+static const struct output_processor_stats_hooks hooks = {.on_tokens = on_tokens, .on_finished = on_finished};
 
-const struct outproc_stats_hooks *outproc_request_metrics_hooks(void) { return &hooks; }
+const struct output_processor_stats_hooks *output_processor_request_metrics_hooks(void) { return &hooks; }

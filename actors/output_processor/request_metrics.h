@@ -26,14 +26,14 @@
 #include "actors/output_processor/output_processor.h"
 #include "base/metrics.h"
 
-struct outproc_request_metrics;
+struct output_processor_request_metrics;
 
 /* Registers the families above in `r` (borrowed; outlives the result). *out: freed with
- * outproc_request_metrics_destroy. Errors: registration (LLB_ERRF), OUT_OF_MEMORY. */
-llb_status outproc_request_metrics_create(struct llb_metrics *r, struct outproc_request_metrics **out);
-void outproc_request_metrics_destroy(struct outproc_request_metrics *m); /* NULL ok */
+ * output_processor_request_metrics_destroy. Errors: registration (LLB_ERRF), OUT_OF_MEMORY. */
+llb_status output_processor_request_metrics_create(struct llb_metrics *r, struct output_processor_request_metrics **out);
+void output_processor_request_metrics_destroy(struct output_processor_request_metrics *m); /* NULL ok */
 
-/* The hooks to give outproc_set_stats_hooks, with `m` as their user. */
-const struct outproc_stats_hooks *outproc_request_metrics_hooks(void);
+/* The hooks to give output_processor_set_stats_hooks, with `m` as their user. */
+const struct output_processor_stats_hooks *output_processor_request_metrics_hooks(void);
 
 #endif

@@ -67,9 +67,9 @@ static inline int32_t *test_encode(const struct tokenizer *t, const char *text, 
 }
 
 /* A request info over static storage: prompt = 3 fixed tokens. */
-static inline struct outproc_request_info test_info(const char *id, const struct llb_sampling_params *sp) {
+static inline struct output_processor_request_info test_info(const char *id, const struct llb_sampling_params *sp) {
   static const int32_t prompt[3] = {464, 3290, 318};
-  return (struct outproc_request_info){
+  return (struct output_processor_request_info){
       .request_id = id, .parent_request_id = id, .external_request_id = "client-1",
       .reply_to = "_INBOX.test", .child_index = 0, .num_children = 1,
       .prompt_token_ids = prompt, .num_prompt_tokens = 3, .sampling_params = sp,
@@ -77,13 +77,13 @@ static inline struct outproc_request_info test_info(const char *id, const struct
 }
 
 /* One engine step: tokens ids[pos, pos + k) for `id`, finishing with `why` (NONE = running). */
-static inline llb_status test_step(struct outproc_t *p, const char *id, const int32_t *ids, int64_t pos,
-                            int32_t k, enum outproc_finish_reason why, struct outproc_result *res) {
-  struct outproc_engine_output eo = {.request_id = id, .new_token_ids = ids + pos,
+static inline llb_status test_step(struct output_processor *p, const char *id, const int32_t *ids, int64_t pos,
+                            int32_t k, enum output_processor_finish_reason why, struct output_processor_result *res) {
+  struct output_processor_engine_output eo = {.request_id = id, .new_token_ids = ids + pos,
                                      .num_new_tokens = k, .first_output_pos = pos,
                                      .finish_reason = why, .stop_token_id = -1,
                                      .num_cached_tokens = -1};
-  return outproc_process(p, &eo, 2000 + pos, res);
+  return output_processor_process(p, &eo, 2000 + pos, res);
 }
 
 #endif

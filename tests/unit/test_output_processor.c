@@ -16,41 +16,41 @@ static const char *const sample_text = "Bonjour \xc3\xa0 tous \xf0\x9f\x8e\x89 o
 
 /* Runs sample_text as byte tokens (2 per step, LENGTH at the end) in `kind`; returns the
  * outputs in `res` (caller frees). */
-static void run_kind(enum llb_output_kind kind, struct outproc_result *res) {
+static void run_kind(enum llb_output_kind kind, struct output_processor_result *res) {
   struct llb_sampling_params sp;
   llb_sampling_params_init(&sp);
   sp.output_kind = kind;
-  struct outproc_t *p;
-  assert_int_equal(outproc_create(tok, &p), LLB_STATUS_OK);
-  struct outproc_request_info info = test_info("r1", &sp);
-  assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK);
+  struct output_processor *p;
+  assert_int_equal(output_processor_create(tok, &p), LLB_STATUS_OK);
+  struct output_processor_request_info info = test_info("r1", &sp);
+  assert_int_equal(output_processor_register(p, &info), LLB_STATUS_OK);
   int64_t n;
   int32_t *ids = test_byte_tokens(tok, sample_text, &n);
-  outproc_result_init(res);
+  output_processor_result_init(res);
   for (int64_t pos = 0; pos < n; pos += 2) {
     int32_t k = pos + 2 <= n ? 2 : (int32_t)(n - pos);
-    enum outproc_finish_reason why = pos + k == n ? OUTPROC_FINISH_REASON_LENGTH : OUTPROC_FINISH_REASON_NONE;
+    enum output_processor_finish_reason why = pos + k == n ? OUTPUT_PROCESSOR_FINISH_REASON_LENGTH : OUTPUT_PROCESSOR_FINISH_REASON_NONE;
     assert_int_equal(test_step(p, "r1", ids, pos, k, why, res), LLB_STATUS_OK);
   }
-  assert_int_equal(outproc_num_unfinished(p), 0);
+  assert_int_equal(output_processor_num_unfinished(p), 0);
   free(ids);
-  outproc_destroy(p);
+  output_processor_destroy(p);
 }
 
 static void test_delta_outputs_concatenate_to_the_cumulative_last(void **state) {
   (void)state;
-  struct outproc_result cum, del;
+  struct output_processor_result cum, del;
   run_kind(LLB_OUTPUT_KIND_CUMULATIVE, &cum);
   run_kind(LLB_OUTPUT_KIND_DELTA, &del);
   assert_int_equal(cum.num_outputs, del.num_outputs);
-  const struct outproc_request_output *last = &cum.outputs[cum.num_outputs - 1];
+  const struct output_processor_request_output *last = &cum.outputs[cum.num_outputs - 1];
   assert_true(last->finished);
   assert_string_equal(last->outputs[0].text, sample_text);
-  assert_int_equal(last->outputs[0].finish_reason, OUTPROC_FINISH_REASON_LENGTH);
+  assert_int_equal(last->outputs[0].finish_reason, OUTPUT_PROCESSOR_FINISH_REASON_LENGTH);
   char joined[256] = "";
   int64_t tokens = 0;
   for (int64_t i = 0; i < del.num_outputs; i++) {
-    const struct outproc_completion *c = &del.outputs[i].outputs[0];
+    const struct output_processor_completion *c = &del.outputs[i].outputs[0];
     assert_true(detok_utf8_valid(c->text, c->text_len));
     assert_int_equal(del.outputs[i].finished, i == del.num_outputs - 1);
     assert_int_equal(cum.outputs[i].finished, i == cum.num_outputs - 1);
@@ -66,67 +66,67 @@ static void test_delta_outputs_concatenate_to_the_cumulative_last(void **state) 
   }
   assert_string_equal(joined, sample_text);
   assert_int_equal(tokens, (int64_t)strlen(sample_text));
-  outproc_result_free(&cum);
-  outproc_result_free(&del);
+  output_processor_result_free(&cum);
+  output_processor_result_free(&del);
 }
 
 static void test_final_only_yields_exactly_one_output(void **state) {
   (void)state;
-  struct outproc_result res;
+  struct output_processor_result res;
   run_kind(LLB_OUTPUT_KIND_FINAL_ONLY, &res);
   assert_int_equal(res.num_outputs, 1);
   assert_true(res.outputs[0].finished);
   assert_string_equal(res.outputs[0].outputs[0].text, sample_text);
-  const struct outproc_metrics *m = &res.outputs[0].metrics;
+  const struct output_processor_metrics *m = &res.outputs[0].metrics;
   assert_int_equal(m->arrival_time_ns, 1000);
   assert_int_equal(m->first_token_time_ns, 2000);
   assert_true(m->last_token_time_ns > m->first_token_time_ns);
   assert_int_equal(m->finished_time_ns, m->last_token_time_ns);
   assert_int_equal(m->num_prompt_tokens, 3);
   assert_int_equal(m->num_generation_tokens, (int64_t)strlen(sample_text));
-  outproc_result_free(&res);
+  output_processor_result_free(&res);
 }
 
 /* n = 3 children of one parent, interleaved; child 1 finishes first. */
-static void run_parent(enum llb_output_kind kind, struct outproc_result *res) {
+static void run_parent(enum llb_output_kind kind, struct output_processor_result *res) {
   struct llb_sampling_params sp;
   llb_sampling_params_init(&sp);
   sp.output_kind = kind;
-  struct outproc_t *p;
-  assert_int_equal(outproc_create(tok, &p), LLB_STATUS_OK);
+  struct output_processor *p;
+  assert_int_equal(output_processor_create(tok, &p), LLB_STATUS_OK);
   const char *ids[3] = {"0_par", "1_par", "2_par"};
   const char *texts[3] = {"alpha", "be", "gamma!"};
   for (int i = 0; i < 3; i++) {
-    struct outproc_request_info info = test_info(ids[i], &sp);
+    struct output_processor_request_info info = test_info(ids[i], &sp);
     info.parent_request_id = "par";
     info.child_index = i;
     info.num_children = 3;
-    assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK);
+    assert_int_equal(output_processor_register(p, &info), LLB_STATUS_OK);
   }
-  outproc_result_init(res);
+  output_processor_result_init(res);
   int32_t *toks[3];
   int64_t lens[3];
   for (int i = 0; i < 3; i++) toks[i] = test_byte_tokens(tok, texts[i], &lens[i]);
   for (int64_t pos = 0; pos < 6; pos++) {
     for (int i = 0; i < 3; i++) {
       if (pos >= lens[i]) continue;
-      enum outproc_finish_reason why = pos + 1 == lens[i] ? OUTPROC_FINISH_REASON_STOP : OUTPROC_FINISH_REASON_NONE;
+      enum output_processor_finish_reason why = pos + 1 == lens[i] ? OUTPUT_PROCESSOR_FINISH_REASON_STOP : OUTPUT_PROCESSOR_FINISH_REASON_NONE;
       assert_int_equal(test_step(p, ids[i], toks[i], pos, 1, why, res), LLB_STATUS_OK);
     }
   }
-  assert_int_equal(outproc_num_unfinished(p), 0);
+  assert_int_equal(output_processor_num_unfinished(p), 0);
   for (int i = 0; i < 3; i++) free(toks[i]);
-  outproc_destroy(p);
+  output_processor_destroy(p);
 }
 
 static void test_n_children_aggregate_into_one_parent(void **state) {
   (void)state;
   /* FINAL_ONLY: one output holding all three, by index. The engine STOP (EOS-like) leaves
    * the last token's text out, as vLLM does. */
-  struct outproc_result res;
+  struct output_processor_result res;
   run_parent(LLB_OUTPUT_KIND_FINAL_ONLY, &res);
   assert_int_equal(res.num_outputs, 1);
-  const struct outproc_request_output *o = &res.outputs[0];
+  const struct output_processor_request_output *o = &res.outputs[0];
   assert_true(o->finished);
   assert_int_equal(o->num_outputs, 3);
   assert_string_equal(o->outputs[0].text, "alph");
@@ -134,14 +134,14 @@ static void test_n_children_aggregate_into_one_parent(void **state) {
   assert_string_equal(o->outputs[2].text, "gamma");
   for (int i = 0; i < 3; i++) assert_int_equal(o->outputs[i].index, i);
   assert_int_equal(o->metrics.num_generation_tokens, 5 + 2 + 6);
-  outproc_result_free(&res);
+  output_processor_result_free(&res);
 
   /* DELTA: each child's pieces as they come; only the very last output is finished. */
   run_parent(LLB_OUTPUT_KIND_DELTA, &res);
   char joined[3][32] = {"", "", ""};
   for (int64_t i = 0; i < res.num_outputs; i++) {
     assert_int_equal(res.outputs[i].num_outputs, 1);
-    const struct outproc_completion *c = &res.outputs[i].outputs[0];
+    const struct output_processor_completion *c = &res.outputs[i].outputs[0];
     strcat(joined[c->index], c->text);
     assert_int_equal(res.outputs[i].finished, i == res.num_outputs - 1);
   }
@@ -149,17 +149,17 @@ static void test_n_children_aggregate_into_one_parent(void **state) {
   assert_string_equal(joined[0], "alph");
   assert_string_equal(joined[1], "b");
   assert_string_equal(joined[2], "gamma");
-  outproc_result_free(&res);
+  output_processor_result_free(&res);
 
   /* CUMULATIVE: a snapshot of every child so far; the last one has all three, finished. */
   run_parent(LLB_OUTPUT_KIND_CUMULATIVE, &res);
-  const struct outproc_request_output *last = &res.outputs[res.num_outputs - 1];
+  const struct output_processor_request_output *last = &res.outputs[res.num_outputs - 1];
   assert_true(last->finished);
   assert_int_equal(last->num_outputs, 3);
   assert_string_equal(last->outputs[1].text, "b");
-  assert_int_equal(last->outputs[1].finish_reason, OUTPROC_FINISH_REASON_STOP);
+  assert_int_equal(last->outputs[1].finish_reason, OUTPUT_PROCESSOR_FINISH_REASON_STOP);
   for (int64_t i = 0; i + 1 < res.num_outputs; i++) assert_false(res.outputs[i].finished);
-  outproc_result_free(&res);
+  output_processor_result_free(&res);
 }
 
 static void test_replayed_positions_are_not_sent_twice(void **state) {
@@ -167,42 +167,42 @@ static void test_replayed_positions_are_not_sent_twice(void **state) {
   struct llb_sampling_params sp;
   llb_sampling_params_init(&sp);
   sp.output_kind = LLB_OUTPUT_KIND_DELTA;
-  struct outproc_t *p;
-  assert_int_equal(outproc_create(tok, &p), LLB_STATUS_OK);
-  struct outproc_request_info info = test_info("r1", &sp);
-  assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK);
-  assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK); /* replayed request: no-op */
+  struct output_processor *p;
+  assert_int_equal(output_processor_create(tok, &p), LLB_STATUS_OK);
+  struct output_processor_request_info info = test_info("r1", &sp);
+  assert_int_equal(output_processor_register(p, &info), LLB_STATUS_OK);
+  assert_int_equal(output_processor_register(p, &info), LLB_STATUS_OK); /* replayed request: no-op */
   int64_t n;
   int32_t *ids = test_byte_tokens(tok, "abcdef", &n);
-  struct outproc_result res;
-  outproc_result_init(&res);
-  assert_int_equal(test_step(p, "r1", ids, 0, 3, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  struct output_processor_result res;
+  output_processor_result_init(&res);
+  assert_int_equal(test_step(p, "r1", ids, 0, 3, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
   /* The scheduler restarts and replays from the prompt: positions 0..1 again, then 0..4. */
-  assert_int_equal(test_step(p, "r1", ids, 0, 2, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
-  assert_int_equal(test_step(p, "r1", ids, 0, 5, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
-  assert_int_equal(test_step(p, "r1", ids, 5, 1, OUTPROC_FINISH_REASON_LENGTH, &res), LLB_STATUS_OK);
+  assert_int_equal(test_step(p, "r1", ids, 0, 2, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(test_step(p, "r1", ids, 0, 5, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(test_step(p, "r1", ids, 5, 1, OUTPUT_PROCESSOR_FINISH_REASON_LENGTH, &res), LLB_STATUS_OK);
   assert_int_equal(res.num_outputs, 3);
   assert_string_equal(res.outputs[0].outputs[0].text, "abc");
   assert_string_equal(res.outputs[1].outputs[0].text, "de");
   assert_int_equal(res.outputs[1].outputs[0].num_token_ids, 2);
   assert_string_equal(res.outputs[2].outputs[0].text, "f");
   assert_true(res.outputs[2].finished);
-  outproc_result_clear(&res);
+  output_processor_result_clear(&res);
   /* A late output of the finished request is dropped silently, not reported unknown. */
-  assert_int_equal(test_step(p, "r1", ids, 5, 1, OUTPROC_FINISH_REASON_LENGTH, &res), LLB_STATUS_OK);
+  assert_int_equal(test_step(p, "r1", ids, 5, 1, OUTPUT_PROCESSOR_FINISH_REASON_LENGTH, &res), LLB_STATUS_OK);
   assert_int_equal(res.num_outputs + res.num_unknown, 0);
   /* An output for a request never seen is reported for rebuilding. */
-  assert_int_equal(test_step(p, "other", ids, 2, 1, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(test_step(p, "other", ids, 2, 1, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
   assert_int_equal(res.num_unknown, 1);
   assert_string_equal(res.unknown_ids[0], "other");
-  assert_int_equal(outproc_num_duplicates(p), 5); /* 2 + 3 replayed positions dropped */
+  assert_int_equal(output_processor_num_duplicates(p), 5); /* 2 + 3 replayed positions dropped */
   /* a finished request has no history to give a restarted scheduler */
   const int32_t *hist = NULL;
   int64_t nh = -1;
-  assert_int_equal(outproc_history(p, "r1", &hist, &nh), LLB_STATUS_NOT_FOUND);
-  outproc_result_free(&res);
+  assert_int_equal(output_processor_history(p, "r1", &hist, &nh), LLB_STATUS_NOT_FOUND);
+  output_processor_result_free(&res);
   free(ids);
-  outproc_destroy(p);
+  output_processor_destroy(p);
 }
 
 static void test_restarted_processor_resumes_from_engine_history(void **state) {
@@ -216,32 +216,32 @@ static void test_restarted_processor_resumes_from_engine_history(void **state) {
   const char *text = "x\xc3\xa9yST|STOP";
   int32_t *ids = test_byte_tokens(tok, text, &n);
   /* The old processor streamed the first 6 tokens: "xéyST" minus the held-back "ST". */
-  struct outproc_t *p;
-  assert_int_equal(outproc_create(tok, &p), LLB_STATUS_OK);
-  struct outproc_request_info info = test_info("r1", &sp);
-  assert_int_equal(outproc_register_resume(p, &info, ids, 6), LLB_STATUS_OK);
-  struct outproc_result res;
-  outproc_result_init(&res);
-  assert_int_equal(test_step(p, "r1", ids, 4, 4, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  struct output_processor *p;
+  assert_int_equal(output_processor_create(tok, &p), LLB_STATUS_OK);
+  struct output_processor_request_info info = test_info("r1", &sp);
+  assert_int_equal(output_processor_register_resume(p, &info, ids, 6), LLB_STATUS_OK);
+  struct output_processor_result res;
+  output_processor_result_init(&res);
+  assert_int_equal(test_step(p, "r1", ids, 4, 4, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
   /* what a restarted scheduler gets back for its replay: every token received, from 0 */
   const int32_t *hist = NULL;
   int64_t nh = 0;
-  assert_int_equal(outproc_history(p, "r1", &hist, &nh), LLB_STATUS_OK);
+  assert_int_equal(output_processor_history(p, "r1", &hist, &nh), LLB_STATUS_OK);
   assert_int_equal(nh, 8);
   for (int64_t i = 0; i < nh; i++) assert_int_equal(hist[i], ids[i]);
-  assert_int_equal(outproc_history(p, "nobody", &hist, &nh), LLB_STATUS_NOT_FOUND);
+  assert_int_equal(output_processor_history(p, "nobody", &hist, &nh), LLB_STATUS_NOT_FOUND);
   assert_int_equal(res.num_outputs, 1);
   assert_string_equal(res.outputs[0].outputs[0].text, "ST|");
   assert_int_equal(res.outputs[0].outputs[0].num_token_ids, 2);
   assert_null(res.outputs[0].prompt_token_ids); /* the old processor sent it */
-  assert_int_equal(test_step(p, "r1", ids, 8, (int32_t)n - 8, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(test_step(p, "r1", ids, 8, (int32_t)n - 8, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
   assert_true(res.outputs[1].finished);
   assert_string_equal(res.outputs[1].outputs[0].text, "");
   assert_string_equal(res.outputs[1].outputs[0].stop_str, "STOP");
   assert_int_equal(res.num_abort, 1);
-  outproc_result_free(&res);
+  output_processor_result_free(&res);
   free(ids);
-  outproc_destroy(p);
+  output_processor_destroy(p);
 }
 
 /* After a restart the scheduler sends a lost request whole (resync): the request is
@@ -252,25 +252,25 @@ static void test_request_rebuilt_from_a_resync_marks_its_first_output(void **sta
   struct llb_sampling_params sp;
   llb_sampling_params_init(&sp);
   sp.output_kind = LLB_OUTPUT_KIND_DELTA;
-  struct outproc_t *p;
-  assert_int_equal(outproc_create(tok, &p), LLB_STATUS_OK);
-  struct outproc_request_info info = test_info("r1", &sp);
+  struct output_processor *p;
+  assert_int_equal(output_processor_create(tok, &p), LLB_STATUS_OK);
+  struct output_processor_request_info info = test_info("r1", &sp);
   info.resync = true;
-  assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK);
+  assert_int_equal(output_processor_register(p, &info), LLB_STATUS_OK);
   int64_t n;
   int32_t *ids = test_byte_tokens(tok, "abcdef", &n);
-  struct outproc_result res;
-  outproc_result_init(&res);
-  assert_int_equal(test_step(p, "r1", ids, 0, 4, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
-  assert_int_equal(test_step(p, "r1", ids, 4, 2, OUTPROC_FINISH_REASON_LENGTH, &res), LLB_STATUS_OK);
+  struct output_processor_result res;
+  output_processor_result_init(&res);
+  assert_int_equal(test_step(p, "r1", ids, 0, 4, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(test_step(p, "r1", ids, 4, 2, OUTPUT_PROCESSOR_FINISH_REASON_LENGTH, &res), LLB_STATUS_OK);
   assert_int_equal(res.num_outputs, 2);
   assert_string_equal(res.outputs[0].outputs[0].text, "abcd");
   assert_true(res.outputs[0].outputs[0].resync);
   assert_string_equal(res.outputs[1].outputs[0].text, "ef");
   assert_false(res.outputs[1].outputs[0].resync);
-  outproc_result_free(&res);
+  output_processor_result_free(&res);
   free(ids);
-  outproc_destroy(p);
+  output_processor_destroy(p);
 }
 
 static void test_logprobs_carry_decoded_text_and_cumulative_sum(void **state) {
@@ -279,22 +279,22 @@ static void test_logprobs_carry_decoded_text_and_cumulative_sum(void **state) {
   llb_sampling_params_init(&sp);
   sp.logprobs = 2;
   sp.output_kind = LLB_OUTPUT_KIND_DELTA;
-  struct outproc_t *p;
-  assert_int_equal(outproc_create(tok, &p), LLB_STATUS_OK);
-  struct outproc_request_info info = test_info("r1", &sp);
-  assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK);
+  struct output_processor *p;
+  assert_int_equal(output_processor_create(tok, &p), LLB_STATUS_OK);
+  struct output_processor_request_info info = test_info("r1", &sp);
+  assert_int_equal(output_processor_register(p, &info), LLB_STATUS_OK);
   int32_t a = test_byte_token(tok, 'a'), b = test_byte_token(tok, 'b'), c3 = test_byte_token(tok, 0xC3);
   int32_t ids[2] = {a, c3};
-  struct outproc_new_logprobs lps[2] = {
+  struct output_processor_new_logprobs lps[2] = {
       {.token_id = a, .logprob = -0.25f, .num_top = 3, .top = {{a, -0.25f}, {b, -1.5f}, {c3, -3.0f}}},
       {.token_id = c3, .logprob = -2.0f, .num_top = 2, .top = {{a, -0.5f}, {b, -1.0f}}}};
-  struct outproc_engine_output eo = {.request_id = "r1", .new_token_ids = ids, .num_new_tokens = 2,
+  struct output_processor_engine_output eo = {.request_id = "r1", .new_token_ids = ids, .num_new_tokens = 2,
                                      .first_output_pos = 0, .new_logprobs = lps, .stop_token_id = -1,
                                      .num_cached_tokens = 2, .scheduled_time_ns = 1500};
-  struct outproc_result res;
-  outproc_result_init(&res);
-  assert_int_equal(outproc_process(p, &eo, 3000, &res), LLB_STATUS_OK);
-  const struct outproc_completion *c = &res.outputs[0].outputs[0];
+  struct output_processor_result res;
+  output_processor_result_init(&res);
+  assert_int_equal(output_processor_process(p, &eo, 3000, &res), LLB_STATUS_OK);
+  const struct output_processor_completion *c = &res.outputs[0].outputs[0];
   assert_true(c->has_logprobs);
   assert_int_equal(c->num_logprobs, 2);
   assert_true(fabs(c->cumulative_logprob - (-2.25)) < 1e-9);
@@ -310,29 +310,29 @@ static void test_logprobs_carry_decoded_text_and_cumulative_sum(void **state) {
   assert_int_equal(res.outputs[0].metrics.num_cached_tokens, 2);
   assert_int_equal(res.outputs[0].metrics.first_scheduled_time_ns, 1500);
   assert_int_equal(res.outputs[0].metrics.first_token_time_ns, 3000);
-  outproc_result_free(&res);
-  outproc_destroy(p);
+  output_processor_result_free(&res);
+  output_processor_destroy(p);
 }
 
 static void test_engine_failure_keeps_its_status_for_the_client(void **state) {
   (void)state;
   struct llb_sampling_params sp;
   llb_sampling_params_init(&sp);
-  struct outproc_t *p;
-  assert_int_equal(outproc_create(tok, &p), LLB_STATUS_OK);
-  struct outproc_request_info info = test_info("q1", &sp);
-  assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK);
-  struct outproc_result res;
-  outproc_result_init(&res);
+  struct output_processor *p;
+  assert_int_equal(output_processor_create(tok, &p), LLB_STATUS_OK);
+  struct output_processor_request_info info = test_info("q1", &sp);
+  assert_int_equal(output_processor_register(p, &info), LLB_STATUS_OK);
+  struct output_processor_result res;
+  output_processor_result_init(&res);
   /* the scheduler refused it (queue full): the client must see QUEUE_FULL (429), not INTERNAL */
-  assert_int_equal(outproc_fail(p, "q1", LLB_STATUS_QUEUE_FULL, "1 requests are already waiting", 10, &res),
+  assert_int_equal(output_processor_fail(p, "q1", LLB_STATUS_QUEUE_FULL, "1 requests are already waiting", 10, &res),
                    LLB_STATUS_OK);
   assert_int_equal(res.num_outputs, 1);
   assert_true(res.outputs[0].finished);
   assert_int_equal(res.outputs[0].error_code, LLB_STATUS_QUEUE_FULL);
   assert_string_equal(res.outputs[0].error, "1 requests are already waiting");
-  outproc_result_free(&res);
-  outproc_destroy(p);
+  output_processor_result_free(&res);
+  output_processor_destroy(p);
 }
 
 static void test_abort_and_lost_tokens_finish_with_a_reason(void **state) {
@@ -342,44 +342,44 @@ static void test_abort_and_lost_tokens_finish_with_a_reason(void **state) {
   sp.output_kind = LLB_OUTPUT_KIND_DELTA;
   sp.num_stop = 1;
   snprintf(sp.stop[0], sizeof sp.stop[0], "zz");
-  struct outproc_t *p;
-  assert_int_equal(outproc_create(tok, &p), LLB_STATUS_OK);
-  struct outproc_request_info info = test_info("r1", &sp);
-  assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK);
+  struct output_processor *p;
+  assert_int_equal(output_processor_create(tok, &p), LLB_STATUS_OK);
+  struct output_processor_request_info info = test_info("r1", &sp);
+  assert_int_equal(output_processor_register(p, &info), LLB_STATUS_OK);
   info = test_info("r2", &sp);
   info.external_request_id = "client-2";
-  assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK);
+  assert_int_equal(output_processor_register(p, &info), LLB_STATUS_OK);
   int64_t n;
   int32_t *ids = test_byte_tokens(tok, "hiz", &n);
-  struct outproc_result res;
-  outproc_result_init(&res);
-  assert_int_equal(test_step(p, "r1", ids, 0, 3, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  struct output_processor_result res;
+  output_processor_result_init(&res);
+  assert_int_equal(test_step(p, "r1", ids, 0, 3, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
   assert_string_equal(res.outputs[0].outputs[0].text, "hi"); /* "z" held back */
   /* Abort releases the held-back text. */
-  assert_int_equal(outproc_abort(p, "r1", 5000, &res), LLB_STATUS_OK);
+  assert_int_equal(output_processor_abort(p, "r1", 5000, &res), LLB_STATUS_OK);
   assert_int_equal(res.num_outputs, 2);
   assert_true(res.outputs[1].finished);
   assert_string_equal(res.outputs[1].outputs[0].text, "z");
-  assert_int_equal(res.outputs[1].outputs[0].finish_reason, OUTPROC_FINISH_REASON_ABORT);
-  assert_int_equal(outproc_abort(p, "r1", 5000, &res), LLB_STATUS_NOT_FOUND);
+  assert_int_equal(res.outputs[1].outputs[0].finish_reason, OUTPUT_PROCESSOR_FINISH_REASON_ABORT);
+  assert_int_equal(output_processor_abort(p, "r1", 5000, &res), LLB_STATUS_NOT_FOUND);
   /* r2 skips positions 0..1 while the engine still runs it: to be rebuilt (resync), nothing
    * is sent meanwhile. */
-  assert_int_equal(test_step(p, "r2", ids, 2, 1, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(test_step(p, "r2", ids, 2, 1, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
   assert_int_equal(res.num_outputs, 2);
   assert_int_equal(res.num_resync, 1);
   assert_string_equal(res.resync_ids[0], "r2");
   /* Its last output skips them too: tokens were lost for good, the client gets an error. */
-  assert_int_equal(test_step(p, "r2", ids, 2, 1, OUTPROC_FINISH_REASON_LENGTH, &res), LLB_STATUS_MALFORMED);
+  assert_int_equal(test_step(p, "r2", ids, 2, 1, OUTPUT_PROCESSOR_FINISH_REASON_LENGTH, &res), LLB_STATUS_MALFORMED);
   assert_int_equal(res.num_outputs, 3);
   assert_true(res.outputs[2].finished);
-  assert_int_equal(res.outputs[2].outputs[0].finish_reason, OUTPROC_FINISH_REASON_ERROR);
+  assert_int_equal(res.outputs[2].outputs[0].finish_reason, OUTPUT_PROCESSOR_FINISH_REASON_ERROR);
   assert_non_null(strstr(res.outputs[2].error, "expected position 0, got 2"));
   assert_int_equal(res.num_abort, 0); /* the engine had finished it */
-  assert_int_equal(outproc_num_unfinished(p), 0);
-  assert_string_equal(outproc_finish_reason_name(OUTPROC_FINISH_REASON_LENGTH), "length");
-  outproc_result_free(&res);
+  assert_int_equal(output_processor_num_unfinished(p), 0);
+  assert_string_equal(output_processor_finish_reason_name(OUTPUT_PROCESSOR_FINISH_REASON_LENGTH), "length");
+  output_processor_result_free(&res);
   free(ids);
-  outproc_destroy(p);
+  output_processor_destroy(p);
 }
 
 /* Several tokens in one engine output (speculative decoding): a stop string completed by a
@@ -391,24 +391,24 @@ static void test_stop_string_inside_several_new_tokens_drops_the_rest(void **sta
   sp.output_kind = LLB_OUTPUT_KIND_DELTA;
   sp.num_stop = 1;
   snprintf(sp.stop[0], sizeof sp.stop[0], "STOP");
-  struct outproc_t *p;
-  assert_int_equal(outproc_create(tok, &p), LLB_STATUS_OK);
-  struct outproc_request_info info = test_info("r1", &sp);
-  assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK);
+  struct output_processor *p;
+  assert_int_equal(output_processor_create(tok, &p), LLB_STATUS_OK);
+  struct output_processor_request_info info = test_info("r1", &sp);
+  assert_int_equal(output_processor_register(p, &info), LLB_STATUS_OK);
   int64_t n;
   int32_t *ids = test_byte_tokens(tok, "ab|STOPxyz", &n);
-  struct outproc_result res;
-  outproc_result_init(&res);
-  assert_int_equal(test_step(p, "r1", ids, 0, (int32_t)n, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  struct output_processor_result res;
+  output_processor_result_init(&res);
+  assert_int_equal(test_step(p, "r1", ids, 0, (int32_t)n, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
   assert_int_equal(res.num_outputs, 1);
   assert_true(res.outputs[0].finished);
   assert_string_equal(res.outputs[0].outputs[0].text, "ab|");
   assert_int_equal(res.outputs[0].outputs[0].num_token_ids, 7); /* up to the P that completes STOP */
   assert_string_equal(res.outputs[0].outputs[0].stop_str, "STOP");
   assert_int_equal(res.num_abort, 1); /* the engine still runs it */
-  outproc_result_free(&res);
+  output_processor_result_free(&res);
   free(ids);
-  outproc_destroy(p);
+  output_processor_destroy(p);
 }
 
 int main(void) {

@@ -15,10 +15,10 @@
 
 struct fixture {
   struct tokenizer *tok;
-  struct outproc_t *p;
+  struct output_processor *p;
   struct llb_metrics *r;
-  struct outproc_request_metrics *m;
-  struct outproc_result res;
+  struct output_processor_request_metrics *m;
+  struct output_processor_result res;
   int32_t *ids;
   int64_t num_ids;
 };
@@ -26,11 +26,11 @@ struct fixture {
 static int setup(void **state) {
   struct fixture *f = calloc(1, sizeof *f);
   f->tok = test_load_tokenizer();
-  assert_int_equal(outproc_create(f->tok, &f->p), LLB_STATUS_OK);
+  assert_int_equal(output_processor_create(f->tok, &f->p), LLB_STATUS_OK);
   assert_int_equal(llb_metrics_create(&f->r), LLB_STATUS_OK);
-  assert_int_equal(outproc_request_metrics_create(f->r, &f->m), LLB_STATUS_OK);
-  outproc_set_stats_hooks(f->p, outproc_request_metrics_hooks(), f->m);
-  outproc_result_init(&f->res);
+  assert_int_equal(output_processor_request_metrics_create(f->r, &f->m), LLB_STATUS_OK);
+  output_processor_set_stats_hooks(f->p, output_processor_request_metrics_hooks(), f->m);
+  output_processor_result_init(&f->res);
   f->ids = test_byte_tokens(f->tok, "abcdefghijklmnop", &f->num_ids);
   *state = f;
   return 0;
@@ -38,9 +38,9 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   struct fixture *f = *state;
-  outproc_result_free(&f->res);
-  outproc_destroy(f->p);
-  outproc_request_metrics_destroy(f->m);
+  output_processor_result_free(&f->res);
+  output_processor_destroy(f->p);
+  output_processor_request_metrics_destroy(f->m);
   llb_metrics_destroy(f->r);
   tokenizer_destroy(f->tok);
   free(f->ids);
@@ -49,21 +49,21 @@ static int teardown(void **state) {
 }
 
 static void reg(struct fixture *f, const char *id, const struct llb_sampling_params *sp) {
-  struct outproc_request_info info = test_info(id, sp);
+  struct output_processor_request_info info = test_info(id, sp);
   info.arrival_time_ns = T0;
-  assert_int_equal(outproc_register(f->p, &info), LLB_STATUS_OK);
+  assert_int_equal(output_processor_register(f->p, &info), LLB_STATUS_OK);
 }
 
 /* k tokens from output position pos, arriving here at T0 + at_ms. */
-static void step(struct fixture *f, const char *id, int64_t pos, int32_t k, enum outproc_finish_reason why,
+static void step(struct fixture *f, const char *id, int64_t pos, int32_t k, enum output_processor_finish_reason why,
                  int64_t at_ms) {
-  struct outproc_engine_output eo = {.request_id = id, .new_token_ids = f->ids + pos, .num_new_tokens = k,
+  struct output_processor_engine_output eo = {.request_id = id, .new_token_ids = f->ids + pos, .num_new_tokens = k,
                                      .first_output_pos = pos, .finish_reason = why, .stop_token_id = -1,
                                      .num_cached_tokens = -1, .queued_time_ns = T0 + 10 * 1000000LL,
                                      .scheduled_time_ns = T0 + 110 * 1000000LL,
                                      .timestamp_ns = T0 + at_ms * 1000000LL};
-  outproc_process(f->p, &eo, T0 + at_ms * 1000000LL, &f->res);
-  outproc_result_clear(&f->res);
+  output_processor_process(f->p, &eo, T0 + at_ms * 1000000LL, &f->res);
+  output_processor_result_clear(&f->res);
 }
 
 static void expect_line(const char *text, const char *line) {
@@ -85,11 +85,11 @@ static void test_streamed_request_ending_by_length_counts_length_and_every_token
   struct llb_sampling_params sp;
   llb_sampling_params_init(&sp);
   reg(f, "r1", &sp);
-  step(f, "r1", 0, 1, OUTPROC_FINISH_REASON_NONE, 500);    /* first token: TTFT 0.5 s */
-  step(f, "r1", 1, 1, OUTPROC_FINISH_REASON_NONE, 520);    /* gap 20 ms */
-  step(f, "r1", 1, 1, OUTPROC_FINISH_REASON_NONE, 530);    /* a duplicate (replayed): not counted */
-  step(f, "r1", 2, 2, OUTPROC_FINISH_REASON_NONE, 3520);   /* a 3 s stall, 2 tokens: 2 gaps of 1.5 s */
-  step(f, "r1", 4, 1, OUTPROC_FINISH_REASON_LENGTH, 3540); /* gap 20 ms, finished by max_tokens */
+  step(f, "r1", 0, 1, OUTPUT_PROCESSOR_FINISH_REASON_NONE, 500);    /* first token: TTFT 0.5 s */
+  step(f, "r1", 1, 1, OUTPUT_PROCESSOR_FINISH_REASON_NONE, 520);    /* gap 20 ms */
+  step(f, "r1", 1, 1, OUTPUT_PROCESSOR_FINISH_REASON_NONE, 530);    /* a duplicate (replayed): not counted */
+  step(f, "r1", 2, 2, OUTPUT_PROCESSOR_FINISH_REASON_NONE, 3520);   /* a 3 s stall, 2 tokens: 2 gaps of 1.5 s */
+  step(f, "r1", 4, 1, OUTPUT_PROCESSOR_FINISH_REASON_LENGTH, 3540); /* gap 20 ms, finished by max_tokens */
   char *t = render(f);
   expect_line(t, "llmbus:request_success_total{finished_reason=\"length\"} 1");
   expect_line(t, "llmbus:request_success_total{finished_reason=\"stop\"} 0");
@@ -122,14 +122,14 @@ static void test_finish_reasons_are_the_clients(void **state) {
   snprintf(sps.stop[0], sizeof sps.stop[0], "cd");
   sps.num_stop = 1;
   reg(f, "s", &sps); /* a stop string ends it here while the engine still runs it: "stop" */
-  step(f, "s", 0, 4, OUTPROC_FINISH_REASON_NONE, 100);
+  step(f, "s", 0, 4, OUTPUT_PROCESSOR_FINISH_REASON_NONE, 100);
   reg(f, "a", &sp);
-  step(f, "a", 0, 1, OUTPROC_FINISH_REASON_NONE, 100);
-  assert_int_equal(outproc_abort(f->p, "a", T0 + 200 * 1000000LL, &f->res), LLB_STATUS_OK);
-  outproc_result_clear(&f->res);
+  step(f, "a", 0, 1, OUTPUT_PROCESSOR_FINISH_REASON_NONE, 100);
+  assert_int_equal(output_processor_abort(f->p, "a", T0 + 200 * 1000000LL, &f->res), LLB_STATUS_OK);
+  output_processor_result_clear(&f->res);
   reg(f, "e", &sp);
-  assert_int_equal(outproc_fail(f->p, "e", LLB_STATUS_QUEUE_FULL, "full", T0 + 5 * 1000000LL, &f->res), LLB_STATUS_OK);
-  outproc_result_clear(&f->res);
+  assert_int_equal(output_processor_fail(f->p, "e", LLB_STATUS_QUEUE_FULL, "full", T0 + 5 * 1000000LL, &f->res), LLB_STATUS_OK);
+  output_processor_result_clear(&f->res);
   char *t = render(f);
   expect_line(t, "llmbus:request_success_total{finished_reason=\"stop\"} 1");
   expect_line(t, "llmbus:request_success_total{finished_reason=\"abort\"} 1");

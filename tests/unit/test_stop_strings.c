@@ -68,7 +68,7 @@ static void test_holdback_is_longest_suffix_that_starts_a_stop(void **state) {
  * kind; returns the concatenated delta text and the final completion's facts. */
 struct run {
   char text[512];
-  enum outproc_finish_reason finish;
+  enum output_processor_finish_reason finish;
   char stop_str[256];
   int64_t num_aborts, num_outputs, num_tokens;
   bool finished;
@@ -82,19 +82,19 @@ static void run_stops(const char *text, const char *const *stops, int n, bool in
   sp.include_stop_str_in_output = include;
   sp.output_kind = LLB_OUTPUT_KIND_DELTA;
   sp.min_tokens = min_tokens;
-  struct outproc_t *p;
-  assert_int_equal(outproc_create(tok, &p), LLB_STATUS_OK);
-  struct outproc_request_info info = test_info("r1", &sp);
-  assert_int_equal(outproc_register(p, &info), LLB_STATUS_OK);
+  struct output_processor *p;
+  assert_int_equal(output_processor_create(tok, &p), LLB_STATUS_OK);
+  struct output_processor_request_info info = test_info("r1", &sp);
+  assert_int_equal(output_processor_register(p, &info), LLB_STATUS_OK);
   int64_t num;
   int32_t *ids = test_byte_tokens(tok, text, &num);
-  struct outproc_result res;
-  outproc_result_init(&res);
+  struct output_processor_result res;
+  output_processor_result_init(&res);
   memset(out, 0, sizeof *out);
   for (int64_t i = 0; i < num && !out->finished; i++) {
-    assert_int_equal(test_step(p, "r1", ids, i, 1, OUTPROC_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+    assert_int_equal(test_step(p, "r1", ids, i, 1, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
     for (int64_t j = 0; j < res.num_outputs; j++) {
-      const struct outproc_request_output *o = &res.outputs[j];
+      const struct output_processor_request_output *o = &res.outputs[j];
       assert_int_equal(o->num_outputs, 1);
       assert_true(detok_utf8_valid(o->outputs[0].text, o->outputs[0].text_len));
       strcat(out->text, o->outputs[0].text);
@@ -106,19 +106,19 @@ static void run_stops(const char *text, const char *const *stops, int n, bool in
     out->num_outputs += res.num_outputs;
     out->num_aborts += res.num_abort;
     if (res.num_abort) assert_string_equal(res.abort_ids[0], "r1");
-    outproc_result_clear(&res);
+    output_processor_result_clear(&res);
   }
   if (!out->finished) {
-    assert_int_equal(test_step(p, "r1", ids, num, 0, OUTPROC_FINISH_REASON_LENGTH, &res), LLB_STATUS_OK);
+    assert_int_equal(test_step(p, "r1", ids, num, 0, OUTPUT_PROCESSOR_FINISH_REASON_LENGTH, &res), LLB_STATUS_OK);
     assert_int_equal(res.num_outputs, 1);
     strcat(out->text, res.outputs[0].outputs[0].text);
     out->finished = res.outputs[0].finished;
     out->finish = res.outputs[0].outputs[0].finish_reason;
   }
-  assert_int_equal(outproc_num_unfinished(p), 0);
-  outproc_result_free(&res);
+  assert_int_equal(output_processor_num_unfinished(p), 0);
+  output_processor_result_free(&res);
   free(ids);
-  outproc_destroy(p);
+  output_processor_destroy(p);
 }
 
 /* The hold-back as the longest suffix that is a proper prefix of a stop, computed in O(stop)
@@ -162,7 +162,7 @@ static void test_stop_string_over_three_tokens_is_cut_and_excluded(void **state)
   struct run r;
   run_stops("The answer</a>ignored", (const char *const[]){"</a>"}, 1, false, 0, &r);
   assert_string_equal(r.text, "The answer");
-  assert_int_equal(r.finish, OUTPROC_FINISH_REASON_STOP);
+  assert_int_equal(r.finish, OUTPUT_PROCESSOR_FINISH_REASON_STOP);
   assert_string_equal(r.stop_str, "</a>");
   assert_int_equal(r.num_aborts, 1); /* the engine still runs it: abort there */
   assert_int_equal(r.num_tokens, 14);  /* every token the engine made is reported */
@@ -173,7 +173,7 @@ static void test_stop_string_included_when_asked(void **state) {
   struct run r;
   run_stops("The answer</a>ignored", (const char *const[]){"</a>"}, 1, true, 0, &r);
   assert_string_equal(r.text, "The answer</a>");
-  assert_int_equal(r.finish, OUTPROC_FINISH_REASON_STOP);
+  assert_int_equal(r.finish, OUTPUT_PROCESSOR_FINISH_REASON_STOP);
 }
 
 static void test_earliest_of_several_stop_strings_wins(void **state) {
@@ -190,7 +190,7 @@ static void test_stop_at_the_very_first_token(void **state) {
   struct run r;
   run_stops("Xrest", (const char *const[]){"X"}, 1, false, 0, &r);
   assert_string_equal(r.text, "");
-  assert_int_equal(r.finish, OUTPROC_FINISH_REASON_STOP);
+  assert_int_equal(r.finish, OUTPUT_PROCESSOR_FINISH_REASON_STOP);
   assert_int_equal(r.num_outputs, 1);
 }
 
@@ -200,7 +200,7 @@ static void test_partial_stop_is_held_back_then_released(void **state) {
   /* "</" looks like the start of "</a>" and is held back, then released as plain text. */
   run_stops("x</b> done", (const char *const[]){"</a>"}, 1, false, 0, &r);
   assert_string_equal(r.text, "x</b> done");
-  assert_int_equal(r.finish, OUTPROC_FINISH_REASON_LENGTH);
+  assert_int_equal(r.finish, OUTPUT_PROCESSOR_FINISH_REASON_LENGTH);
   assert_int_equal(r.num_aborts, 0);
 }
 
