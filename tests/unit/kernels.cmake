@@ -32,5 +32,6 @@ llb_add_test(test_kernels_vit SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_vit
 # The forward's device path (uploads, steps, decode padding) over a device backend emulated in
 # host memory on the CPU ops: bit-identical to the CPU forward, indices checked before a step.
 llb_add_test(test_forward_device SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward_device.c
+             ${CMAKE_CURRENT_LIST_DIR}/lora_models.c
              LIBS llmbus_model llmbus_kernels_cpu llmbus_test_gguf_writer PkgConfig::CMOCKA
              LABELS unit TIMEOUT 120)
