@@ -1,7 +1,9 @@
 /* LoRA adapters (model/forward/lora.h): llama.cpp's GGUF LoRA loader (src/llama-adapter.cpp,
  * llama_adapter_lora_init_impl) and the per-sequence product of the forward (llm_build_lora_mm:
  * y = W x + scale * B (A x), before any bias), batched per adapter over its rows (Punica's SGMV
- * shape) through the backend's matmul. */
+ * shape): each step's rows grouped by adapter once, then every adapter's products of a projection
+ * group in one call of the backend's lora op (kernels/backend.h), or, on a backend without it,
+ * two matmul calls per adapter over its gathered rows. */
 #include "model/forward/lora.h"
 
 #include <ctype.h>
