@@ -207,12 +207,13 @@ struct backend_ops {
                        const struct backend_weight *const *w, float *const *out, int32_t n_w);
   /* Optional (NULL: the forward runs LoRA products through matmul). Every segment's LoRA
    * products over x [*, cols] at once (Punica's SGMV: one op for all adapters of a step): for
-   * target j < n_targets, y[j] [*, out_j] rows += scale * B (A x_row), as matmul computes each
-   * product (x quantized per row to A's vec_dot type, t = A x in fp32 quantized to B's, the
-   * same dots: one float order per row, so a row's result is the same in any batch), then
-   * ggml_scale and ggml_add (scale * u rounded, then added). INVALID_ARGUMENT on sizes past the
-   * context's (rows of max_num_tokens, cols or rank over max_row_elems, n_targets), mismatched
-   * shapes; UNSUPPORTED for a type without a dot. */
+   * target j < n_targets, y[j] [*, out_j] rows += scale * B (A x_row): x quantized per row to A's
+   * vec_dot type and t = A x by matmul's dots, t in fp32 quantized to B's (one float order per
+   * row, so a row's result is the same in any batch), then
+   * ggml_scale and ggml_add (scale * u rounded, then added); the CPU's sums B's short rows in an
+   * order of its own (kernels/cpu/lora.c). INVALID_ARGUMENT on sizes past the context's (a row
+   * index or a segment's rows past max_num_tokens, cols or rank over max_row_elems,
+   * n_targets), mismatched shapes; UNSUPPORTED for a type without a dot. */
   llb_status (*lora)(struct backend_ctx *c, const float *x, int64_t cols, float *const *y, int32_t n_targets,
                      const struct backend_lora_seg *segs, int32_t n_segs);
   /* Rotates x [n_rows, n_heads, head_dim] in place; positions [n_rows]. ggml_rope_ext with

@@ -221,6 +221,10 @@ static llb_status lora_check(const struct backend_ctx *c, int64_t cols, int32_t 
     const struct backend_lora_seg *g = &segs[s];
     if (g->n_rows < 0 || g->n_rows > p->max_num_tokens || (g->n_rows > 0 && !g->rows))
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "lora: segment %d of %d rows", s, g->n_rows);
+    for (int32_t i = 0; i < g->n_rows; i++)
+      if (g->rows[i] < 0 || g->rows[i] >= p->max_num_tokens)
+        return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "lora: segment %d row %d not in [0, %d)", s, g->rows[i],
+                        p->max_num_tokens);
     for (int j = 0; j < n_targets; j++) {
       const struct backend_weight *a = g->a[j], *b = g->b[j];
       if (!a) continue;

@@ -203,6 +203,10 @@ static void test_lora_op_refuses_bad_calls(void **state) {
   bad.n_rows = 33; /* over max_num_tokens */
   assert_int_equal(ops->lora(c, k.x, COLS, y, 1, &bad, 1), LLB_STATUS_INVALID_ARGUMENT);
   bad = ok;
+  const int32_t far[1] = {32}; /* a row past max_num_tokens */
+  bad.rows = far, bad.n_rows = 1;
+  assert_int_equal(ops->lora(c, k.x, COLS, y, 1, &bad, 1), LLB_STATUS_INVALID_ARGUMENT);
+  bad = ok;
   bad.b[0] = &k.a[0][1].w; /* B's columns are not A's rank */
   assert_int_equal(ops->lora(c, k.x, COLS, y, 1, &bad, 1), LLB_STATUS_INVALID_ARGUMENT);
   assert_int_equal(ops->lora(c, k.x, COLS, y, 1, &ok, 1), LLB_STATUS_OK);
