@@ -3,6 +3,12 @@
  *   llmbus-kernel-bench [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N]
  *                       [--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]
  *                       [--kv-cache-dtype auto|fp16|fp8|q8_0] [--fit FILE [--fit-steps LOG]]
+ *                       [--lora-adapters N [--lora-rank R]]
+ *
+ * --lora-adapters N: the decode steps (--batch) and the --prefill step with N random LoRA
+ * adapters of rank R (default 16) on all seven projections, sequences round-robin over them,
+ * against the same steps on the base model: median step times and their ratio
+ * (cmd/bench/kernel_lora.h); the other measurements are skipped.
  *
  * --fit FILE: the step-time model of the worker's --device sim fitted to this forward, written
  * as JSON (cmd/bench/kernel_fit.h); the other measurements are skipped. With --fit-steps LOG:
@@ -35,7 +41,7 @@ static llb_status set_batches(const struct flag *f, const char *v) {
 
 int main(int argc, char **argv) {
   struct kernel_bench_options o = {.model = LLB_DEFAULT_MODEL, .threads = 2, .runs = 5, .n_prefill = 512,
-                                   .n_decode = 32, .decode_context = 16, .batches = {1, 16}, .n_batches = 2};
+                                   .n_decode = 32, .decode_context = 16, .batches = {1, 16}, .n_batches = 2, .lora_rank = 16};
   const struct flag t[] = {
       {.name = "model", .short_name = 'm', .kind = FLAG_KIND_STRING, .target = &o.model, .metavar = "PATH",
        .help = "GGUF model"},
@@ -62,6 +68,10 @@ int main(int argc, char **argv) {
        .help = "with --fit: fit to a worker's --step-log instead of timing the forward here"},
       {.name = "kv-cache-dtype", .kind = FLAG_KIND_STRING, .target = &o.kv_cache_dtype, .metavar = "auto|fp16|fp8|q8_0",
        .help = "the KV cache's element type (vLLM's --kv-cache-dtype; fp8 is e4m3; auto = fp16)"},
+      {.name = "lora-adapters", .kind = FLAG_KIND_INT32, .target = &o.lora_adapters, .metavar = "N",
+       .help = "time the steps with N random LoRA adapters (sequences round-robin) against the base model"},
+      {.name = "lora-rank", .kind = FLAG_KIND_INT32, .target = &o.lora_rank, .metavar = "R",
+       .help = "rank of those adapters (default 16)"},
       {.name = "packed-cache-dir", .kind = FLAG_KIND_STRING, .target = &o.packed_cache_dir, .metavar = "DIR",
        .help = "the forward's packed-weight cache (default: private packing)"},
   };

@@ -15,6 +15,7 @@
  */
 #include "cmd/bench/kernel_bench.h"
 #include "cmd/bench/kernel_fit.h"
+#include "cmd/bench/kernel_lora.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +161,7 @@ static void report(const char *what, double *v, double *c, int n) {
 int kernel_bench_run(const struct kernel_bench_options *o) {
   if (o->fit_path && o->fit_steps_path) return kernel_fit_steps_run(o);
   if (o->fit_path) return o->model && o->threads >= 1 && o->runs >= 1 ? kernel_fit_run(o) : 2;
+  if (o->lora_adapters > 0) return kernel_lora_run(o);
   const char *model = o->model, *packed_cache_dir = o->packed_cache_dir;
   const int threads = o->threads, runs = o->runs, n_prefill = o->n_prefill, n_decode = o->n_decode;
   const int context = o->decode_context;

@@ -32,6 +32,9 @@ struct kernel_bench_options {
                            here as JSON (kernel_fit.h); the other measurements are skipped */
   const char *fit_steps_path; /* with fit_path: fit to this --step-log of a served worker instead
                            of timing the forward here (kernel_fit_steps_run) */
+  int lora_adapters; /* > 0: the steps with that many random LoRA adapters against the base
+                        model instead (cmd/bench/kernel_lora.h) */
+  int lora_rank;     /* their rank, >= 1 */
 };
 
 /* Runs the benchmark, printing to stdout (errors to stderr). Returns the process exit code:

@@ -383,6 +383,7 @@ llb_status llama_forward_ctx_create_opts(const struct llama_model *m, const stru
                                          (void **)&fc->dev_logits)) != LLB_STATUS_OK) {
     goto fail;
   }
+  if ((st = llama_forward_lora_alloc(fc, o)) != LLB_STATUS_OK) goto fail;
   const size_t T = (size_t)max_num_tokens;
   fc->ids = malloc(T * sizeof(int32_t));
   if (!fc->ids) {
@@ -422,6 +423,7 @@ void llama_forward_ctx_destroy(struct llama_forward_ctx *c) {
     for (int i = 0; i < 11; i++) c->ops->buffer_free(bufs[i]);
     c->ops->ctx_destroy(c->bc);
   }
+  llama_forward_lora_free(c);
   free(c->layers);
   free(c->packed);
   packed_cache_unmap(&c->packed_map);
@@ -544,6 +546,8 @@ static llb_status attention_block(struct llama_forward_ctx *c, struct llama_kv_c
   const struct backend_weight *qkv[3] = {&l->wq, &l->wk, &l->wv};
   float *qkv_out[3] = {c->q, c->k, c->v};
   FWD_TRY(ops->matmul(bc, c->xn, T, qkv, qkv_out, 3));
+  static const enum llama_lora_target qkv_ids[3] = {LLAMA_LORA_Q, LLAMA_LORA_K, LLAMA_LORA_V};
+  FWD_TRY(llama_forward_lora(c, il, c->xn, T, qkv_ids, qkv_out, 3)); /* before the biases, as llama.cpp */
   if (l->bq) FWD_TRY(add_rows(c, T, l));
   FWD_EVAL(c, "Qcur", il, c->q, nq);
   FWD_EVAL(c, "Kcur", il, c->k, nk);
@@ -575,6 +579,8 @@ static llb_status attention_block(struct llama_forward_ctx *c, struct llama_kv_c
   const struct backend_weight *wo[1] = {&l->wo};
   float *o_out[1] = {c->xn};
   FWD_TRY(ops->matmul(bc, c->attn, T, wo, o_out, 1));
+  static const enum llama_lora_target o_id[1] = {LLAMA_LORA_O};
+  FWD_TRY(llama_forward_lora(c, il, c->attn, T, o_id, o_out, 1));
   FWD_EVAL(c, "attn_out", il, c->xn, (int64_t)T * E);
   return LLB_STATUS_OK;
 }
@@ -630,6 +636,8 @@ static llb_status ffn_block(struct llama_forward_ctx *c, int32_t T, int32_t il) 
   const struct backend_weight *gu[2] = {&l->w_gate, &l->w_up};
   float *gu_out[2] = {c->gate, c->up};
   FWD_TRY(ops->matmul(bc, c->xn, T, gu, gu_out, 2));
+  static const enum llama_lora_target gu_ids[2] = {LLAMA_LORA_GATE, LLAMA_LORA_UP};
+  FWD_TRY(llama_forward_lora(c, il, c->xn, T, gu_ids, gu_out, 2));
   FWD_EVAL(c, "ffn_gate", il, c->gate, (int64_t)T * F);
   FWD_EVAL(c, "ffn_up", il, c->up, (int64_t)T * F);
   if (cfg->gemma) {
@@ -642,6 +650,8 @@ static llb_status ffn_block(struct llama_forward_ctx *c, int32_t T, int32_t il) 
   const struct backend_weight *down[1] = {&l->w_down};
   float *d_out[1] = {c->xn};
   FWD_TRY(ops->matmul(bc, c->gate, T, down, d_out, 1));
+  static const enum llama_lora_target down_id[1] = {LLAMA_LORA_DOWN};
+  FWD_TRY(llama_forward_lora(c, il, c->gate, T, down_id, d_out, 1));
   FWD_EVAL(c, "ffn_out", il, c->xn, (int64_t)T * E);
   if (l->post_ffw_norm) {
     FWD_TRY(ops->rms_norm(bc, c->xn, l->post_ffw_norm, T, E, eps, c->xn));
@@ -669,6 +679,7 @@ static llb_status forward_step(struct llama_forward_ctx *c, struct llama_kv_cach
     int32_t rows = T;
     if (select && il == cfg->block_count - 1) {
       gather_logits_rows(c, b);
+      llama_forward_lora_select(c, b);
       rows = b->num_logits;
     }
     FWD_TRY(attention_residual(c, rows, il));
@@ -745,6 +756,7 @@ llb_status llama_forward(struct llama_forward_ctx *c, struct llama_kv_cache *kv,
   if (kv->ops != (c->ops->host_memory ? NULL : c->ops))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache not in the memory of backend %s", c->ops->name);
   FWD_TRY(check_batch(c, b));
+  FWD_TRY(llama_forward_lora_begin(c, b));
   if (!c->ops->host_memory) return forward_on_device(c, kv, b, logits);
   const int32_t threads = b->num_tokens <= c->decode_max_tokens ? c->n_threads_decode : c->n_threads;
   if (threads != c->cur_threads && c->ops->set_num_threads) {

@@ -30,6 +30,7 @@ struct llama_model;     /* config + tensor views into the gguf mapping (no copy 
 struct llama_kv_cache;  /* per layer K and V [num_blocks, block_size, head_count_kv, head_dim], fp16 (or a
                            quantized dtype: llama_kv_cache_create_dtype_for) */
 struct llama_forward_ctx; /* preallocated scratch + thread pool; no allocation per step */
+struct llama_lora;        /* model/forward/lora.h: a LoRA adapter of a model */
 
 /* Loads the config and tensor views of a LLaMA-shaped model from f, which must outlive the
  * model. Checks every tensor's presence, shape (llama_config_check_tensors) and type: matmul
@@ -99,6 +100,9 @@ struct llama_batch {                     /* vLLM-style flattened batch (gpu_mode
   int32_t num_hidden;
   const int32_t *hidden_indices;         /* [num_hidden] token rows, in [0, num_tokens) */
   float *hidden_states;                  /* out: [num_hidden, embedding_length], fp32 */
+  /* LoRA (model/forward/lora.h): every row of sequence s runs with adapter seq_loras[s] added to
+   * its projections; pooled rows and speculative rows follow their sequence. */
+  const struct llama_lora *const *seq_loras; /* optional [num_seqs]: each sequence's adapter, NULL = the base model; NULL array = no adapters */
 };
 
 /* Attention's float order; see enum backend_attention_order in kernels/backend.h. The engine
@@ -172,6 +176,10 @@ struct llama_forward_options {
    * the engine. */
   void (*eval_cb)(void *user, const char *name, int32_t il, const float *data, int64_t n);
   void *eval_user;
+  /* LoRA adapters (model/forward/lora.h), host backends: the context allocates scratch for
+   * adapters up to this rank at creation (at most the model's widest row: max(E, H*D, F)).
+   * A device backend ignores it and refuses, UNSUPPORTED, a batch naming an adapter. */
+  int32_t max_lora_rank; /* scratch for adapters up to this rank (0 = none: a batch naming an adapter is INVALID_ARGUMENT); a larger adapter is INVALID_ARGUMENT */
 };
 
 /* llama_forward_ctx_create with every option explicit. */

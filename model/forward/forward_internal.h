@@ -34,6 +34,27 @@ struct llama_model {
   struct llama_layer *layers;     /* [block_count] */
 };
 
+/* The projections an adapter may target, in a layer's order (lora.c). */
+enum llama_lora_target {
+  LLAMA_LORA_Q, LLAMA_LORA_K, LLAMA_LORA_V, LLAMA_LORA_O, LLAMA_LORA_GATE, LLAMA_LORA_UP, LLAMA_LORA_DOWN,
+  LLAMA_LORA_NUM_TARGETS
+};
+
+/* One adapted projection: y += scale * B (A x). a [rank rows, in cols], b [out rows, rank cols]
+ * (views into the adapter's mapping; phi3's fused qkv / gate-up pairs are split into row slices
+ * of b sharing a). a.data NULL = not adapted. */
+struct llama_lora_pair {
+  struct backend_weight a, b;
+  float scale; /* alpha / rank, or 1 when alpha is 0 (llama.cpp get_scale) */
+};
+
+struct llama_lora {
+  const struct llama_model *base;
+  float alpha;
+  int32_t max_rank, num_pairs;
+  struct llama_lora_pair *pairs; /* [block_count * LLAMA_LORA_NUM_TARGETS] */
+};
+
 struct llama_kv_cache {
   const struct llama_model *model;
   const struct backend_ops *ops;    /* the device backend whose buffer data is, or NULL (host) */
@@ -72,6 +93,15 @@ struct llama_forward_ctx {
   float *k, *v;   /* [max_num_tokens, Hkv*D] */
   float *attn;    /* [max_num_tokens, H*D] */
   float *gate, *up; /* [max_num_tokens, F] */
+  /* LoRA (lora.c; host backends): scratch for adapters up to lora_max_rank, 0 = none */
+  int32_t lora_max_rank;
+  int32_t lora_n;                         /* distinct adapters of this step */
+  const struct llama_lora **lora_list;    /* [max_num_tokens] this step's adapters */
+  int32_t *lora_row;                      /* [max_num_tokens] each row's index into lora_list, -1 = base */
+  int32_t *lora_rows;                     /* [max_num_tokens] one adapter's gathered rows */
+  float *lora_x;                          /* [max_num_tokens, max(E, H*D, F)] gathered input rows */
+  float *lora_t;                          /* [3, max_num_tokens, lora_max_rank] A products */
+  float *lora_u;                          /* [max_num_tokens, max(E, H*D, F)] a B product */
   void (*eval_cb)(void *user, const char *name, int32_t il, const float *data, int64_t n); /* options' */
   void *eval_user;
 };
@@ -85,5 +115,23 @@ int32_t llama_forward_matmul_weights(struct llama_forward_ctx *c, struct backend
  * allocation; then releases the file pages the layouts replace (forward_pack.c). Errors:
  * OUT_OF_MEMORY, the backend's pack errors. */
 llb_status llama_forward_pack_weights(struct llama_forward_ctx *c, const struct llama_forward_options *o);
+
+/* LoRA scratch of c for o->max_lora_rank (lora.c); nothing when 0. INVALID_ARGUMENT when the
+ * rank exceeds the model's widest row, OUT_OF_MEMORY. Freed by llama_forward_lora_free. */
+llb_status llama_forward_lora_alloc(struct llama_forward_ctx *c, const struct llama_forward_options *o);
+void llama_forward_lora_free(struct llama_forward_ctx *c);
+
+/* Maps b's rows to their sequence's adapter (b->seq_loras) for this step. INVALID_ARGUMENT: an
+ * adapter of another model, of rank over the context's scratch (or none), query_start_loc out
+ * of order; UNSUPPORTED on a device backend. */
+llb_status llama_forward_lora_begin(struct llama_forward_ctx *c, const struct llama_batch *b);
+
+/* The rows logits_indices[i] (strictly increasing) moved to rows i (the last layer's selection). */
+void llama_forward_lora_select(struct llama_forward_ctx *c, const struct llama_batch *b);
+
+/* For n targets ids[j] of layer il with input x [T rows]: y[j] [T, out_j] += scale * B (A x)
+ * over the rows of each adapter of the step that has the target; nothing without adapters. */
+llb_status llama_forward_lora(struct llama_forward_ctx *c, int32_t il, const float *x, int32_t T,
+                              const enum llama_lora_target *ids, float *const *y, int32_t n);
 
 #endif

@@ -13,6 +13,7 @@ struct llama_session {
   int32_t max_context, max_seqs, max_logits, step_tokens, vocab, blocks_per_seq;
   int64_t seq_stride;   /* slots of one sequence: blocks_per_seq * SESSION_BLOCK_SIZE */
   int32_t *lengths;     /* [max_seqs] tokens each sequence holds */
+  const struct llama_lora **loras; /* [max_seqs] each sequence's adapter, NULL = the base model */
   int32_t *positions;   /* [max_context] p = p */
   int32_t *block_table; /* [max_seqs, blocks_per_seq] identity */
   int64_t *seq_slots;   /* [max_seqs, seq_stride] identity: sequence q's position p at q * seq_stride + p */
@@ -25,6 +26,7 @@ struct llama_session {
 static llb_status alloc_buffers(struct llama_session *s) {
   const size_t L = (size_t)s->max_logits;
   s->lengths = calloc((size_t)s->max_seqs, sizeof *s->lengths);
+  s->loras = calloc((size_t)s->max_seqs, sizeof *s->loras);
   s->positions = malloc((size_t)s->max_context * sizeof *s->positions);
   s->block_table = malloc((size_t)s->max_seqs * (size_t)s->blocks_per_seq * sizeof *s->block_table);
   s->seq_slots = malloc((size_t)s->max_seqs * (size_t)s->seq_stride * sizeof *s->seq_slots);
@@ -34,7 +36,7 @@ static llb_status alloc_buffers(struct llama_session *s) {
   s->logits_idx = malloc(L * sizeof *s->logits_idx);
   s->slots = malloc(L * sizeof *s->slots);
   s->logits = malloc(L * (size_t)s->vocab * sizeof *s->logits);
-  if (!s->lengths || !s->positions || !s->block_table || !s->seq_slots || !s->pos || !s->qsl || !s->lens ||
+  if (!s->lengths || !s->loras || !s->positions || !s->block_table || !s->seq_slots || !s->pos || !s->qsl || !s->lens ||
       !s->logits_idx || !s->slots || !s->logits)
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "session buffers for %d tokens, %d logits rows", s->max_context,
                     s->max_logits);
@@ -75,7 +77,7 @@ llb_status llama_session_create(const struct llama_model *m, const struct llama_
 
 void llama_session_destroy(struct llama_session *s) {
   if (!s) return;
-  free(s->lengths), free(s->positions), free(s->block_table), free(s->seq_slots);
+  free(s->lengths), free(s->loras), free(s->positions), free(s->block_table), free(s->seq_slots);
   free(s->pos), free(s->qsl), free(s->lens), free(s->logits_idx), free(s->slots), free(s->logits);
   llama_kv_cache_destroy(s->kv);
   llama_forward_ctx_destroy(s->fwd);
@@ -93,6 +95,12 @@ int32_t llama_session_vocab_size(const struct llama_session *s) { return s->voca
 static llb_status seq_check(const struct llama_session *s, int32_t seq) {
   if (seq < 0 || seq >= s->max_seqs)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sequence %d of %d", seq, s->max_seqs);
+  return LLB_STATUS_OK;
+}
+
+llb_status llama_session_set_lora(struct llama_session *s, int32_t seq, const struct llama_lora *a) {
+  if (seq_check(s, seq)) return LLB_STATUS_INVALID_ARGUMENT;
+  s->loras[seq] = a;
   return LLB_STATUS_OK;
 }
 
@@ -141,7 +149,7 @@ llb_status llama_session_feed(struct llama_session *s, int32_t seq, const int32_
                                   .slot_mapping = s->seq_slots + seq * s->seq_stride + p, .num_seqs = 1,
                                   .query_start_loc = qsl, .seq_lens = &seq_len, .block_tables = table,
                                   .max_blocks_per_seq = s->blocks_per_seq, .num_logits = nl,
-                                  .logits_indices = s->logits_idx};
+                                  .logits_indices = s->logits_idx, .seq_loras = s->loras + seq};
     if ((st = llama_forward(s->fwd, s->kv, &b, s->logits))) return st;
     s->lengths[seq] = seq_len;
     if (nl > 0 && fn && (st = fn(user, first, nl, s->logits))) return st;
@@ -178,7 +186,7 @@ llb_status llama_session_decode_batch(struct llama_session *s, int32_t first_seq
                                 .seq_lens = s->lens,
                                 .block_tables = s->block_table + (int64_t)first_seq * s->blocks_per_seq,
                                 .max_blocks_per_seq = s->blocks_per_seq, .num_logits = n_seqs,
-                                .logits_indices = s->logits_idx};
+                                .logits_indices = s->logits_idx, .seq_loras = s->loras + first_seq};
   llb_status st = llama_forward(s->fwd, s->kv, &b, s->logits);
   if (st) return st;
   for (int32_t i = 0; i < n_seqs; i++) s->lengths[first_seq + i]++;

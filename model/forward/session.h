@@ -51,6 +51,11 @@ void llama_session_destroy(struct llama_session *s);
 /* The session's forward context (its backend, llama_forward_ctx_packed_shared). */
 const struct llama_forward_ctx *llama_session_forward(const struct llama_session *s);
 
+/* Runs sequence seq with LoRA adapter a from its next step on (NULL = the base model; a is
+ * borrowed and must outlive its use; the forward's max_lora_rank must cover it). INVALID_ARGUMENT
+ * for a seq out of range. */
+llb_status llama_session_set_lora(struct llama_session *s, int32_t seq, const struct llama_lora *a);
+
 /* Tokens sequence seq holds (its next token gets this position); 0 for a seq out of range. */
 int32_t llama_session_length(const struct llama_session *s, int32_t seq);
 

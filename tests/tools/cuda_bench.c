@@ -69,7 +69,7 @@ static llb_status fill_contexts(struct llama_forward_ctx *c, struct llama_kv_cac
     qsl[PER_STEP] = T;
     /* sequence j's block table is row (s0 + j) of tables */
     const struct llama_batch b = {T, ids, pos, slots, PER_STEP, qsl, lens, tables + (size_t)s0 * mb, mb,
-                                  NULL, NULL, PER_STEP, lidx, 0, NULL, NULL};
+                                  NULL, NULL, PER_STEP, lidx, 0, NULL, NULL, NULL};
     if (s0 + PER_STEP > n_seqs) break; /* n_seqs is a multiple of PER_STEP here */
     llb_status st = llama_forward(c, kv, &b, logits);
     if (st != LLB_STATUS_OK) return st;
@@ -116,7 +116,7 @@ static int bench_shape(const struct random_llama_shape *sh, const struct ceiling
       slots[s] = (int64_t)tables[s * MB + (DECODE_CTX - 1) / BS] * BS + (DECODE_CTX - 1) % BS;
     }
     qsl[B] = B;
-    const struct llama_batch b = {B, ids, pos, slots, B, qsl, lens, tables, MB, NULL, NULL, B, lidx, 0, NULL, NULL};
+    const struct llama_batch b = {B, ids, pos, slots, B, qsl, lens, tables, MB, NULL, NULL, B, lidx, 0, NULL, NULL, NULL};
     for (int r = 0; r < 3; r++) TRY(llama_forward(c, kv, &b, logits));
     for (int r = 0; r < REPS; r++) {
       const double t0 = now_s();
@@ -142,7 +142,7 @@ static int bench_shape(const struct random_llama_shape *sh, const struct ceiling
     }
     for (int k = 0; k < MB; k++) tables[k] = k % NB;
     qsl[0] = 0, qsl[1] = P, lens[0] = P, lidx[0] = P - 1;
-    const struct llama_batch b = {P, ids, pos, slots, 1, qsl, lens, tables, MB, NULL, NULL, 1, lidx, 0, NULL, NULL};
+    const struct llama_batch b = {P, ids, pos, slots, 1, qsl, lens, tables, MB, NULL, NULL, 1, lidx, 0, NULL, NULL, NULL};
     for (int r = 0; r < 2; r++) TRY(llama_forward(c, kv, &b, logits));
     for (int r = 0; r < 5; r++) {
       const double t0 = now_s();

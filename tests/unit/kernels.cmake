@@ -19,6 +19,12 @@ llb_add_test(test_forward_quant_types SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_for
 llb_add_test(test_forward_arch SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward_arch.c ${CMAKE_CURRENT_LIST_DIR}/arch_models.c
              LIBS llmbus_model llmbus_kernels_cpu llmbus_test_gguf_writer PkgConfig::CMOCKA m
              LABELS unit TIMEOUT 120)
+# LoRA adapters (model/forward/lora.h): logits against llama.cpp's with the same adapter on the
+# tiny models, the loader's refusals, a mixed-adapter batch bit-identical to each sequence alone.
+llb_add_test(test_lora SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lora.c ${CMAKE_CURRENT_LIST_DIR}/arch_models.c
+             ${CMAKE_CURRENT_LIST_DIR}/lora_models.c
+             LIBS llmbus_model llmbus_kernels_cpu llmbus_test_gguf_writer PkgConfig::CMOCKA m
+             LABELS unit TIMEOUT 120)
 # The vision encoder's ops (LayerNorm with bias, GELU tanh/quick, bias add, bidirectional
 # attention) against naive references.
 llb_add_test(test_kernels_vit SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_vit.c
@@ -26,5 +32,6 @@ llb_add_test(test_kernels_vit SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_vit
 # The forward's device path (uploads, steps, decode padding) over a device backend emulated in
 # host memory on the CPU ops: bit-identical to the CPU forward, indices checked before a step.
 llb_add_test(test_forward_device SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward_device.c
+             ${CMAKE_CURRENT_LIST_DIR}/lora_models.c
              LIBS llmbus_model llmbus_kernels_cpu llmbus_test_gguf_writer PkgConfig::CMOCKA
              LABELS unit TIMEOUT 120)

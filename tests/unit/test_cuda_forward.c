@@ -89,7 +89,7 @@ static void compare_models(const char *name, struct gguf_file *fq, struct gguf_f
       pos[i] = i;
       slots[i] = (int64_t)table[i / BS] * BS + i % BS;
     }
-    struct llama_batch b = {PROMPT, ids, pos, slots, 1, qsl, len, table, MB, NULL, NULL, 1, lidx, 0, NULL, NULL};
+    struct llama_batch b = {PROMPT, ids, pos, slots, 1, qsl, len, table, MB, NULL, NULL, 1, lidx, 0, NULL, NULL, NULL};
     int explained = 0, matched = 0, unexplained = 0;
     float worst_rel = 0, worst_cpu_quant_rel = 0;
     for (int step = 0; step <= STEPS; step++) {

@@ -20,9 +20,12 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/quant.h"
 #include "model/forward/forward.h"
+#include "model/forward/lora.h"
 #include "model/gguf/gguf.h"
 #include "tests/unit/gguf_writer.h"
+#include "tests/unit/lora_models.h"
 
 enum { L = 2, E = 32, H = 4, HKV = 2, D = 8, F = 64, V = 61, CTX = 64, BS = 4, NB = 40, MB = 16, T = 24, S = 8 };
 
@@ -271,7 +274,7 @@ static void device_path_gives_the_host_forwards_logits_bit_for_bit(void **state)
     }
     qsl[s + 1] = n, lens[s] = lens0[s], lidx[s] = n - 1;
   }
-  struct llama_batch b = {n, ids, pos, slots, 3, qsl, lens, tables, MB, NULL, NULL, 3, lidx, 0, NULL, NULL};
+  struct llama_batch b = {n, ids, pos, slots, 3, qsl, lens, tables, MB, NULL, NULL, 3, lidx, 0, NULL, NULL, NULL};
   run_both(fx, &b);
   assert_int_equal(d->padded_steps, 0);
   /* 6 decode steps of the 3 sequences: padded to 4 rows on the device */
@@ -296,7 +299,7 @@ static void device_path_checks_every_index_before_the_step_begins(void **state) 
   int32_t ids[1] = {V}, pos[1] = {0}, qsl[2] = {0, 1}, lens[1] = {1}, lidx[1] = {0}, table[MB] = {0};
   int64_t slots[1] = {0};
   float logits[V];
-  struct llama_batch b = {1, ids, pos, slots, 1, qsl, lens, table, MB, NULL, NULL, 1, lidx, 0, NULL, NULL};
+  struct llama_batch b = {1, ids, pos, slots, 1, qsl, lens, table, MB, NULL, NULL, 1, lidx, 0, NULL, NULL, NULL};
   assert_int_equal(llama_forward(fx->dev, fx->kv_dev, &b, logits), LLB_STATUS_INVALID_ARGUMENT); /* token id */
   ids[0] = 1, slots[0] = (int64_t)NB * BS;
   assert_int_equal(llama_forward(fx->dev, fx->kv_dev, &b, logits), LLB_STATUS_INVALID_ARGUMENT); /* slot */
@@ -315,7 +318,7 @@ static void device_context_refuses_a_host_cache_a_second_cache_and_pooling(void 
   int32_t ids[1] = {1}, pos[1] = {0}, qsl[2] = {0, 1}, lens[1] = {1}, lidx[1] = {0}, table[MB] = {0};
   int64_t slots[1] = {0};
   float logits[V], hidden[E];
-  struct llama_batch b = {1, ids, pos, slots, 1, qsl, lens, table, MB, NULL, NULL, 1, lidx, 0, NULL, NULL};
+  struct llama_batch b = {1, ids, pos, slots, 1, qsl, lens, table, MB, NULL, NULL, 1, lidx, 0, NULL, NULL, NULL};
   struct llama_kv_cache *host_kv_of_dev_model = NULL;
   assert_int_equal(llama_kv_cache_create(fx->m_dev, NB, BS, &host_kv_of_dev_model), LLB_STATUS_OK);
   assert_int_equal(llama_forward(fx->dev, host_kv_of_dev_model, &b, logits), LLB_STATUS_INVALID_ARGUMENT);
@@ -330,11 +333,47 @@ static void device_context_refuses_a_host_cache_a_second_cache_and_pooling(void 
   assert_int_equal(llama_forward(fx->dev, fx->kv_dev, &b, logits), LLB_STATUS_UNSUPPORTED);
 }
 
+/* LoRA adapters run on the host backends only: a batch naming one is refused, naming the
+ * backend, before anything reaches the device; the same batch without it runs. */
+static void device_path_refuses_lora_adapters_naming_the_backend(void **state) {
+  struct fixture *fx = *state;
+  const struct dev_ctx *d = DEV(llama_forward_ctx_backend(fx->dev));
+  struct gguf_writer *w;
+  uint64_t rng = 5;
+  void *buf;
+  size_t size;
+  assert_int_equal(gguf_writer_create(3, &w), LLB_STATUS_OK);
+  assert_int_equal(lora_model_add_keys(w, "llama", 8.0f), LLB_STATUS_OK);
+  assert_int_equal(lora_model_add_pair(w, &rng, "blk.0.attn_q.weight", E, 4, H * D, GGML_TYPE_F32, 0.1f),
+                   LLB_STATUS_OK);
+  assert_int_equal(gguf_writer_write_memory(w, &buf, &size), LLB_STATUS_OK);
+  gguf_writer_destroy(w);
+  struct gguf_file *f;
+  struct llama_lora *a;
+  assert_int_equal(gguf_open_memory(buf, size, &f), LLB_STATUS_OK);
+  assert_int_equal(llama_lora_load(f, fx->m_dev, 0, &a), LLB_STATUS_OK);
+  int32_t ids[1] = {1}, pos[1] = {0}, qsl[2] = {0, 1}, lens[1] = {1}, lidx[1] = {0}, table[MB] = {0};
+  int64_t slots[1] = {0};
+  float logits[V];
+  const struct llama_lora *loras[1] = {a};
+  struct llama_batch b = {1, ids, pos, slots, 1, qsl, lens, table, MB, NULL, NULL, 1, lidx, 0, NULL, NULL, loras};
+  const int steps = d->steps;
+  assert_int_equal(llama_forward(fx->dev, fx->kv_dev, &b, logits), LLB_STATUS_UNSUPPORTED);
+  assert_non_null(strstr(llb_err_last(), "LoRA adapters on backend"));
+  assert_int_equal(d->steps, steps);
+  loras[0] = NULL;
+  assert_int_equal(llama_forward(fx->dev, fx->kv_dev, &b, logits), LLB_STATUS_OK);
+  llama_lora_destroy(a);
+  gguf_close(f);
+  free(buf);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(device_path_gives_the_host_forwards_logits_bit_for_bit),
       cmocka_unit_test(device_path_checks_every_index_before_the_step_begins),
       cmocka_unit_test(device_context_refuses_a_host_cache_a_second_cache_and_pooling),
+      cmocka_unit_test(device_path_refuses_lora_adapters_naming_the_backend),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
