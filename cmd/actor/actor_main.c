@@ -24,7 +24,7 @@
 #define ACTOR_MAIN_EXIT_FAILURE 1
 #define ACTOR_MAIN_EXIT_USAGE 2
 
-#define HEARTBEAT_CAP_BYTES 1024
+#define HEARTBEAT_CAP_BYTES 16384 /* a worker announcing LORA adapters: up to 32 names of <= 128 bytes */
 /* Bound on waiting for the NATS client's own threads to end before the process exits. */
 #define ACTOR_MAIN_SHUTDOWN_WAIT_MS 5000
 
@@ -124,6 +124,8 @@ static llb_status heartbeat_fill(void *user, uint8_t *buf, size_t cap, size_t *l
       .engine_id = llb_str_c(am->common.engine_id),
       .num_gpu_blocks = atomic_load(&am->kv_num_blocks),
       .block_size = atomic_load(&am->kv_block_size),
+      .lora_adapters = am->lora_adapters,
+      .num_lora_adapters = am->num_lora_adapters,
   };
   return llb_heartbeat_encode(&hb, buf, cap, len);
 }
@@ -387,6 +389,11 @@ void actor_main_set_ready(struct actor_main *am, bool ready) { atomic_store(&am-
 
 void actor_main_set_inflight(struct actor_main *am, int32_t inflight) {
   atomic_store(&am->inflight, inflight);
+}
+
+void actor_main_set_lora_adapters(struct actor_main *am, const struct llb_lora_adapter *adapters, int32_t num) {
+  am->lora_adapters = adapters;
+  am->num_lora_adapters = num;
 }
 
 void actor_main_set_kv_geometry(struct actor_main *am, int32_t num_blocks, int32_t block_size) {
