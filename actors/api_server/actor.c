@@ -6,6 +6,7 @@
  * listener (http_listener.h), setup and teardown on the loop (loop_call.h), replies
  * (http_reply.h), routes without the engine (plain_routes.h), peers' beats (peer_beats.h). */
 #include "actors/api_server/actor.h"
+#include "schemas/lora_registry.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -452,6 +453,14 @@ static void make_id(struct api_server_actor *a, enum api_endpoint ep, char *buf,
            a->id_counter);
 }
 
+/* GET /v1/models: the served names, then the LoRA adapters the tenant may use (vLLM's ModelCard:
+ * parent = the base model's id). */
+static void route_models(struct api_server_actor *a, struct evhttp_request *req, const char *tenant) {
+  static char loras[LORA_REGISTRY_MAX_LIST][LLB_LORA_NAME_MAX + 1]; /* loop thread only */
+  const int32_t n = a->o.loras ? lora_registry_list(a->o.loras, tenant, llb_now_ns(), loras, LORA_REGISTRY_MAX_LIST) : 0;
+  api_route_models(req, a->model_names, a->num_model_names, a->max_model_len, loras, n < LORA_REGISTRY_MAX_LIST ? n : LORA_REGISTRY_MAX_LIST);
+}
+
 /* A new call for `req`: its body parsed as endpoint ep wants, its subs allocated (one per
  * prompt or input), its response begun. NULL with e set (400/404 from the parser, 500 out of
  * memory). */
@@ -473,7 +482,8 @@ static struct api_call *call_new(struct api_server_actor *a, struct evhttp_reque
                                 .num_model_aliases = a->num_model_names - 1, .tool_parser = a->o.tool_call_parser,
                                 .no_auto_tool_choice = !a->o.enable_auto_tool_choice,
                                 .reasoning_parser = a->o.reasoning_parser,
-                                .allowed_local_media_path = a->local_media_dir};
+                                .allowed_local_media_path = a->local_media_dir, .loras = a->o.loras,
+                                .tenant = tenant};
   const bool emb = ep == API_ENDPOINT_EMBEDDINGS, tok = ep >= API_ENDPOINT_TOKENIZE && ep <= API_ENDPOINT_MODEL_INFO;
   if (emb && !(c->emb = calloc(1, sizeof *c->emb))) api_error_set(e, 500, NULL, "out of memory");
   if ((emb && !c->emb) ||
@@ -652,7 +662,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
   switch (route) {
     case 0: handle_generate(a, req, API_ENDPOINT_COMPLETIONS, NULL, tenant); break;
     case 1: handle_generate(a, req, API_ENDPOINT_CHAT, NULL, tenant); break;
-    case 2: api_route_models(req, a->model_names, a->num_model_names, a->max_model_len); break;
+    case 2: route_models(a, req, tenant); break;
     case 3: api_peer_beats_route_health(a->peers, req); break;
     case 4: api_route_metrics(req, a->merge, api_metrics_registry(a->metrics), a->o.registry); break;
     case 5: handle_generate(a, req, API_ENDPOINT_TOKENIZE, NULL, tenant); break;
@@ -846,6 +856,7 @@ llb_status api_server_actor_start(struct api_server_actor *a, struct bus *bus) {
   if (st == LLB_STATUS_OK) st = bus_pattern_engines(bus_prefix(bus), "stats", subj, sizeof subj);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, subj, NULL, api_peer_beats_on_stats, a->peers, NULL);
   if (st == LLB_STATUS_OK) st = bus_pattern_health(bus_prefix(bus), NULL, subj, sizeof subj);
+  api_peer_beats_set_loras(a->peers, a->o.loras);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, subj, NULL, api_peer_beats_on_heartbeat, a->peers, NULL);
   if (st == LLB_STATUS_OK) st = bus_pattern_health_metrics(bus_prefix(bus), subj, sizeof subj);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, subj, NULL, on_actor_metrics, a, NULL);
