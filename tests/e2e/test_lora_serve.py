@@ -8,7 +8,9 @@ on q,k,v,o,gate,up,down, F32; b: rank 4 on q,v,down, F16).
 - a request's greedy output alone equals its output among concurrent requests of the other
   adapter and the base (per-row adapters, docs/design.md §5);
 - over NATS a GenerateRequest's lora_request names the adapter (its id is ignored): the same
-  tokens as over HTTP; an unknown adapter is the error an unknown model gets.
+  tokens as over HTTP; an unknown adapter is the error an unknown model gets;
+- `llmbus-bench serve --lora-mix a,b,base` sends request i to model i mod 3 (a name nobody
+  serves fails its requests).
 
 usage: test_lora_serve.py --pydir DIR   (LLMBUS_BUILD_DIR, LLMBUS_SOURCE_DIR from ctest)
 """
@@ -184,6 +186,32 @@ def run(work):
             text, code, msg = asyncio.run(nats_generate(stack, "no-such-lora"))
             assert code != 0 and "does not exist" in msg, (code, msg)
 
+        def cli_generate_lora_runs_the_adapter_over_nats():
+            llmbus = os.path.join(os.environ.get("LLMBUS_BUILD_DIR", "build"), "cmd", "llmbus")
+
+            def gen(*extra):
+                return subprocess.run([llmbus, "generate", "--raw", "--temperature", "0", "--max-tokens", "6", *extra,
+                                       PROMPT], capture_output=True, text=True, timeout=120, env=stack.client_env())
+            base, lora, bad = gen(), gen("--lora", "sql-lora"), gen("--lora", "no-such-lora")
+            assert base.returncode == 0 and lora.returncode == 0, (base.stderr, lora.stderr)
+            assert lora.stdout.strip() and lora.stdout != base.stdout, (base.stdout, lora.stdout)
+            assert lora.stdout.strip()[:8] in alone["sql-lora"], (lora.stdout, alone["sql-lora"])
+            assert bad.returncode != 0 and "does not exist" in bad.stderr, (bad.returncode, bad.stderr)
+
+        def bench_lora_mix_sends_each_request_to_its_adapter():
+            bench = os.path.join(os.environ.get("LLMBUS_BUILD_DIR", "build"), "cmd", "llmbus-bench")
+            out = subprocess.run([bench, "serve", "--base-url", stack.base, "--lora-mix",
+                                  f"sql-lora,chat-lora,{base_id}", "--num-prompts", "6", "--input-len", "16",
+                                  "--output-len", "4", "--ignore-eos", "--no-memory", "--no-progress", "--json"],
+                                 capture_output=True, text=True, timeout=300)
+            assert out.returncode == 0, out.stderr[-2000:]
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            assert r["completed"] == 6 and r["failed"] == 0 and r["lora_mix"].startswith("sql-lora"), r
+            bad = subprocess.run([bench, "serve", "--base-url", stack.base, "--lora-mix", "sql-lora,nope",
+                                  "--num-prompts", "2", "--input-len", "8", "--output-len", "2", "--no-memory",
+                                  "--no-progress", "--json"], capture_output=True, text=True, timeout=300)
+            assert json.loads(bad.stdout.strip().splitlines()[-1])["failed"] == 1, bad.stdout[-2000:]
+
         failures = api_stack.run_cases([
             ("models_list_the_base_and_each_adapter_with_its_parent", models_list_the_base_and_each_adapter_with_its_parent),
             ("adapter_output_differs_from_the_base", adapter_output_differs_from_the_base),
@@ -191,6 +219,8 @@ def run(work):
              output_alone_equals_output_among_other_adapters_and_the_base),
             ("unknown_adapter_is_the_unknown_model_404", unknown_adapter_is_the_unknown_model_404),
             ("nats_lora_request_runs_the_named_adapter", nats_lora_request_runs_the_named_adapter),
+            ("cli_generate_lora_runs_the_adapter_over_nats", cli_generate_lora_runs_the_adapter_over_nats),
+            ("bench_lora_mix_sends_each_request_to_its_adapter", bench_lora_mix_sends_each_request_to_its_adapter),
         ])
         if failures:
             print(f"--- serve log (tail) ---\n{stack.tail(60)}")
