@@ -96,7 +96,9 @@ static llb_status worker_main_configure(struct actor_main *am, void *user) {
                     m->max_model_len);
   if (m->lora_values.num && !m->enable_lora)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--lora-modules needs --enable-lora (LoRA is not enabled)");
-  return lora_modules_parse(m->lora_values.items, m->lora_values.num, &m->loras);
+  llb_status lst = lora_modules_parse(m->lora_values.items, m->lora_values.num, &m->loras);
+  if (lst) lora_modules_free(&m->loras); /* the values it took before the bad one */
+  return lst;
 }
 
 static llb_status worker_main_start(struct actor_main *am, void *user) {

@@ -1,5 +1,6 @@
 #include "actors/gpu_worker/lora_adapters.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,9 +16,11 @@ llb_status lora_adapters_load(const struct lora_modules *m, const struct llama_m
     llb_status st = gguf_open(mod->path, &out->files[i]);
     if (!st) st = llama_lora_load(out->files[i], base, max_lora_rank, &a);
     if (st) {
+      char why[512]; /* the loader's message, copied before LLB_ERRF writes the error record */
+      snprintf(why, sizeof why, "%s", llb_err_last());
       gguf_close(out->files[i]);
       out->files[i] = NULL;
-      return LLB_ERRF(st, "--lora-modules %s=%s: %s", mod->name, mod->path, llb_err_last());
+      return LLB_ERRF(st, "--lora-modules %s=%s: %s", mod->name, mod->path, why);
     }
     out->adapters[i] = a;
     out->ids[i] = mod->lora_int_id;

@@ -131,6 +131,19 @@ def main():
     sys.exit(1 if failures else 0)
 
 
+def bad_adapter_stops_serve_with_the_loaders_reason(model):
+    """serve with a file that is no adapter (the base model itself): the worker fails at start and
+    serve ends naming the loader's reason. Returns 1 on failure."""
+    def case():
+        stack = api_stack.Stack(args=[])
+        r = subprocess.run([stack.llmbus, "serve", "--model", model, "--http", f"127.0.0.1:{api_stack.free_port()}",
+                            "--metrics-port", "0", "--threads", "1", "--enable-lora", "--lora-modules", f"bad={model}"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0 and "bad=" in r.stderr and "expected 'adapter'" in r.stderr, (r.returncode,
+                                                                                               r.stderr[-1500:])
+    return api_stack.run_cases([("bad_adapter_stops_serve_with_the_loaders_reason", case)])
+
+
 def run(work):
     """The cases against one stack serving two adapters made in `work`; returns the failures."""
     model = os.environ.get("LLMBUS_MODEL") or os.path.join(os.environ.get("LLMBUS_SOURCE_DIR", "."),
@@ -141,6 +154,7 @@ def run(work):
     subprocess.run([sys.executable, MAKE_LORA, model, a, "--seed", "1", "--rank", "8"], check=True)
     subprocess.run([sys.executable, MAKE_LORA, model, b, "--seed", "2", "--rank", "4", "--targets", "q,v,down",
                     "--type", "f16"], check=True)
+    bad_start = bad_adapter_stops_serve_with_the_loaders_reason(model)
     serve_args = ["--enable-lora", "--lora-modules", f"sql-lora={a}", json.dumps({"name": "chat-lora", "path": b}),
                   "--max-loras", "2", "--max-num-seqs", "8", "--threads", "2"]
     with api_stack.Stack(args=serve_args) as stack:
@@ -212,7 +226,7 @@ def run(work):
                                   "--no-progress", "--json"], capture_output=True, text=True, timeout=300)
             assert json.loads(bad.stdout.strip().splitlines()[-1])["failed"] == 1, bad.stdout[-2000:]
 
-        failures = api_stack.run_cases([
+        failures = bad_start + api_stack.run_cases([
             ("models_list_the_base_and_each_adapter_with_its_parent", models_list_the_base_and_each_adapter_with_its_parent),
             ("adapter_output_differs_from_the_base", adapter_output_differs_from_the_base),
             ("output_alone_equals_output_among_other_adapters_and_the_base",
