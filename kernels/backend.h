@@ -174,6 +174,19 @@ struct backend_full_attn_params {
 
 struct backend_ctx; /* per-backend execution state: threads, scratch */
 
+/* Most projections one LoRA op call adapts (q, k, v share one input). */
+#define BACKEND_LORA_MAX_TARGETS 3
+
+/* One adapter's rows in a LoRA op call (model/forward/lora.h): for each target j with a[j]
+ * non-NULL, rows rows[i] of y[j] get scale[j] * b[j] (a[j] x[rows[i]]). a[j]: [rank rows,
+ * cols]; b[j]: [out_j rows, rank cols]. Views, not owned. */
+struct backend_lora_seg {
+  const int32_t *rows; /* [n_rows] rows of x and of every y[j]; distinct across the segments */
+  int32_t n_rows;
+  const struct backend_weight *a[BACKEND_LORA_MAX_TARGETS], *b[BACKEND_LORA_MAX_TARGETS];
+  float scale[BACKEND_LORA_MAX_TARGETS];
+};
+
 struct backend_ops {
   const char *name;
   /* Creates an execution context (threads, scratch sized by p). Caller frees with
@@ -192,6 +205,17 @@ struct backend_ops {
    * weight type's vec_dot type and the dot runs on integer blocks. */
   llb_status (*matmul)(struct backend_ctx *c, const float *x, int32_t n_rows,
                        const struct backend_weight *const *w, float *const *out, int32_t n_w);
+  /* Optional (NULL: the forward runs LoRA products through matmul). Every segment's LoRA
+   * products over x [*, cols] at once (Punica's SGMV: one op for all adapters of a step): for
+   * target j < n_targets, y[j] [*, out_j] rows += scale * B (A x_row): x quantized per row to A's
+   * vec_dot type and t = A x by matmul's dots, t in fp32 quantized to B's (one float order per
+   * row, so a row's result is the same in any batch), then
+   * ggml_scale and ggml_add (scale * u rounded, then added); the CPU's sums B's short rows in an
+   * order of its own (kernels/cpu/lora.c). INVALID_ARGUMENT on sizes past the context's (a row
+   * index or a segment's rows past max_num_tokens, cols or rank over max_row_elems,
+   * n_targets), mismatched shapes; UNSUPPORTED for a type without a dot. */
+  llb_status (*lora)(struct backend_ctx *c, const float *x, int64_t cols, float *const *y, int32_t n_targets,
+                     const struct backend_lora_seg *segs, int32_t n_segs);
   /* Rotates x [n_rows, n_heads, head_dim] in place; positions [n_rows]. ggml_rope_ext with
    * ext_factor 0, attn_factor 1. */
   llb_status (*rope)(struct backend_ctx *c, float *x, const int32_t *positions, int32_t n_rows,

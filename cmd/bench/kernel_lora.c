@@ -7,7 +7,8 @@
  * --decode tokens after a --context-token prompt, the same steps with every sequence on the base
  * model; prefill: one step of --prefill tokens of one sequence with adapter 0, and on the base.
  * Base and adapter runs alternate (so that the machine's load drifts into both alike); printed
- * as the median step time of --runs runs of each, side by side, and their ratio. */
+ * as the median step time of --runs runs of each, side by side, their ratio, and the median of
+ * the ratios of each adapter run to the base run just before it ("paired"). */
 #include "cmd/bench/kernel_lora.h"
 
 #include <stdio.h>
@@ -155,9 +156,13 @@ static double median(double *v, int n) {
   return v[n / 2];
 }
 
+/* The medians, their ratio, and the median of each run's ratio to the base run next to it (the
+ * steadier figure when the machine's load drifts). */
 static void print_row(const char *what, double *base, double *lora, int runs) {
-  const double mb = median(base, runs), ml = median(lora, runs);
-  printf("%-14s %10.3f ms %10.3f ms %8.3fx\n", what, mb, ml, ml / mb);
+  double paired[LORA_BENCH_MAX_RUNS];
+  for (int r = 0; r < runs; r++) paired[r] = lora[r] / base[r];
+  const double mp = median(paired, runs), mb = median(base, runs), ml = median(lora, runs);
+  printf("%-14s %10.3f ms %10.3f ms %8.3fx %8.3fx\n", what, mb, ml, ml / mb, mp);
 }
 
 /* ms of --decode steps of batch B from position `context`, base then adapters, per run. */
@@ -208,7 +213,7 @@ static int lora_measure(struct lora_bench *b, const struct kernel_bench_options 
   const int32_t vocab = llama_model_config(b->m)->vocab_size;
   for (int64_t i = 0; i < (int64_t)max_batch * longest; i++) tokens[i] = (int32_t)((i * 7919 + 13) % vocab);
   double base[LORA_BENCH_MAX_RUNS], lora[LORA_BENCH_MAX_RUNS];
-  printf("%-14s %13s %13s %9s\n", "step (median)", "base", "adapters", "ratio");
+  printf("%-14s %13s %13s %9s %9s\n", "step (median)", "base", "adapters", "ratio", "paired");
   llb_status st = LLB_STATUS_OK;
   for (int bi = 0; bi < o->n_batches && !st; bi++) {
     if ((st = time_decode(b, o, o->batches[bi], tokens, base, lora))) break;

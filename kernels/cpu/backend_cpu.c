@@ -38,6 +38,7 @@ static const struct backend_ops cpu_ops = {
     .embed = cpu_embed,
     .rms_norm = cpu_rms_norm,
     .matmul = cpu_matmul,
+    .lora = cpu_lora,
     .rope = cpu_rope,
     .kv_write = cpu_kv_write,
     .kv_dtype_ok = cpu_kv_dtype_ok,

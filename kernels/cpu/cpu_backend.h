@@ -48,7 +48,12 @@ struct backend_ctx {
                                  of one run of rows, read as fp16 (attention.c); NULL without head_dim.
                                  Pages are touched only by quantized caches */
   int32_t *kv_ident;          /* [max_context_len]: 0, 1, 2, ... (the scratch's block table) */
+  uint8_t *lora_scratch;      /* [n_threads, CPU_LORA_SCRATCH(max_row_elems)] bytes (lora.c) */
 };
+
+/* Per-thread bytes of the LoRA op for rows of up to n elements: CPU_DOT_MAX_ROWS activation
+ * rows of x and of t (at most 4 bytes an element each) and CPU_DOT_MAX_ROWS fp32 rows of t. */
+#define CPU_LORA_SCRATCH(n) ((size_t)3 * CPU_DOT_MAX_ROWS * 4 * (size_t)(n))
 
 /* Selects the SIMD path of every op of c (clamped to what the CPU runs), for tests that
  * compare paths. Returns the level in effect. */
@@ -66,6 +71,9 @@ llb_status cpu_rms_norm(struct backend_ctx *c, const float *x, const float *w, i
                         int32_t dim, float eps, float *out);
 llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
                       const struct backend_weight *const *w, float *const *out, int32_t n_w);
+/* backend_ops.lora (lora.c). */
+llb_status cpu_lora(struct backend_ctx *c, const float *x, int64_t cols, float *const *y, int32_t n_targets,
+                    const struct backend_lora_seg *segs, int32_t n_segs);
 llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, int32_t n_rows,
                     int32_t n_heads, int32_t head_dim, const struct backend_rope_params *p);
 /* backend_ops.kv_dtype_ok: F16, Q8_0 and FP8_E4M3 (kv_dtype.c, as the three below). */

@@ -71,9 +71,10 @@ llb_status cpu_ctx_create(const struct backend_ctx_params *p, struct backend_ctx
   c->kv_ident = malloc((size_t)p->max_context_len * sizeof(int32_t));
   if (c->kv_ident)
     for (int32_t i = 0; i < p->max_context_len; i++) c->kv_ident[i] = i;
+  c->lora_scratch = malloc((size_t)p->n_threads * CPU_LORA_SCRATCH(p->max_row_elems)); /* touched only by LoRA */
   if (p->head_dim > 0) /* malloc'd, not calloc'd: untouched pages cost no memory (fp16 caches) */
     c->kv_f16 = malloc((size_t)p->n_threads * 2 * (size_t)p->max_context_len * (size_t)p->head_dim * sizeof(uint16_t));
-  if (!c->act || !c->scores || !c->row_seq || !c->kv_ident || (p->head_dim > 0 && !c->kv_f16)) {
+  if (!c->act || !c->scores || !c->row_seq || !c->kv_ident || !c->lora_scratch || (p->head_dim > 0 && !c->kv_f16)) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "cpu backend scratch (%d tokens x %lld elems)",
                   p->max_num_tokens, (long long)p->max_row_elems);
     goto fail;
@@ -93,6 +94,7 @@ void cpu_ctx_destroy(struct backend_ctx *c) {
   free(c->row_seq);
   free(c->kv_ident);
   free(c->kv_f16);
+  free(c->lora_scratch);
   free(c);
 }
 

@@ -219,6 +219,7 @@ static const struct backend_ops cuda_ops = {
     .embed = cuda_op_embed,
     .rms_norm = cuda_op_rms_norm,
     .matmul = cuda_op_matmul,
+    .lora = NULL, /* LoRA adapters run on host backends only (forward.c refuses them here) */
     .rope = cuda_op_rope,
     .kv_write = cuda_op_kv_write,
     .attention = cuda_op_attention,

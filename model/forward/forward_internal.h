@@ -98,7 +98,9 @@ struct llama_forward_ctx {
   int32_t lora_n;                         /* distinct adapters of this step */
   const struct llama_lora **lora_list;    /* [max_num_tokens] this step's adapters */
   int32_t *lora_row;                      /* [max_num_tokens] each row's index into lora_list, -1 = base */
-  int32_t *lora_rows;                     /* [max_num_tokens] one adapter's gathered rows */
+  int32_t *lora_rows;                     /* [max_num_tokens] the adapted rows grouped by adapter */
+  int32_t *lora_first, *lora_count;       /* [max_num_tokens] adapter i's rows: lora_rows + first, count */
+  struct backend_lora_seg *lora_segs;     /* [max_num_tokens] one op call's segments */
   float *lora_x;                          /* [max_num_tokens, max(E, H*D, F)] gathered input rows */
   float *lora_t;                          /* [3, max_num_tokens, lora_max_rank] A products */
   float *lora_u;                          /* [max_num_tokens, max(E, H*D, F)] a B product */

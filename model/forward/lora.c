@@ -1,7 +1,9 @@
 /* LoRA adapters (model/forward/lora.h): llama.cpp's GGUF LoRA loader (src/llama-adapter.cpp,
  * llama_adapter_lora_init_impl) and the per-sequence product of the forward (llm_build_lora_mm:
  * y = W x + scale * B (A x), before any bias), batched per adapter over its rows (Punica's SGMV
- * shape) through the backend's matmul. */
+ * shape): each step's rows grouped by adapter once, then every adapter's products of a projection
+ * group in one call of the backend's lora op (kernels/backend.h), or, on a backend without it,
+ * two matmul calls per adapter over its gathered rows. */
 #include "model/forward/lora.h"
 
 #include <ctype.h>
@@ -252,10 +254,16 @@ llb_status llama_forward_lora_alloc(struct llama_forward_ctx *c, const struct ll
   c->lora_list = malloc(T * sizeof(*c->lora_list));
   c->lora_row = malloc(T * sizeof(int32_t));
   c->lora_rows = malloc(T * sizeof(int32_t));
-  c->lora_x = malloc(T * W * sizeof(float));
-  c->lora_t = malloc(3 * T * (size_t)o->max_lora_rank * sizeof(float));
-  c->lora_u = malloc(T * W * sizeof(float));
-  if (!c->lora_list || !c->lora_row || !c->lora_rows || !c->lora_x || !c->lora_t || !c->lora_u)
+  c->lora_first = malloc(T * sizeof(int32_t));
+  c->lora_count = malloc(T * sizeof(int32_t));
+  c->lora_segs = malloc(T * sizeof(*c->lora_segs));
+  if (!c->ops->lora) { /* the matmul path's gathered rows and products */
+    c->lora_x = malloc(T * W * sizeof(float));
+    c->lora_t = malloc(3 * T * (size_t)o->max_lora_rank * sizeof(float));
+    c->lora_u = malloc(T * W * sizeof(float));
+  }
+  if (!c->lora_list || !c->lora_row || !c->lora_rows || !c->lora_first || !c->lora_count || !c->lora_segs ||
+      (!c->ops->lora && (!c->lora_x || !c->lora_t || !c->lora_u)))
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "LoRA scratch for %zu rows of rank %d", T, o->max_lora_rank);
   c->lora_max_rank = o->max_lora_rank;
   return LLB_STATUS_OK;
@@ -265,6 +273,9 @@ void llama_forward_lora_free(struct llama_forward_ctx *c) {
   free(c->lora_list);
   free(c->lora_row);
   free(c->lora_rows);
+  free(c->lora_first);
+  free(c->lora_count);
+  free(c->lora_segs);
   free(c->lora_x);
   free(c->lora_t);
   free(c->lora_u);
@@ -276,6 +287,22 @@ static int32_t lora_index(struct llama_forward_ctx *c, const struct llama_lora *
     if (c->lora_list[i] == a) return i;
   c->lora_list[c->lora_n] = a;
   return c->lora_n++;
+}
+
+/* lora_rows: the first T rows' adapted rows grouped by adapter, ascending within each. */
+static void lora_group(struct llama_forward_ctx *c, int32_t T) {
+  for (int32_t i = 0; i < c->lora_n; i++) c->lora_count[i] = 0;
+  for (int32_t r = 0; r < T; r++)
+    if (c->lora_row[r] >= 0) c->lora_count[c->lora_row[r]]++;
+  for (int32_t i = 0, first = 0; i < c->lora_n; i++) {
+    c->lora_first[i] = first;
+    first += c->lora_count[i];
+    c->lora_count[i] = 0;
+  }
+  for (int32_t r = 0; r < T; r++) {
+    const int32_t i = c->lora_row[r];
+    if (i >= 0) c->lora_rows[c->lora_first[i] + c->lora_count[i]++] = r;
+  }
 }
 
 llb_status llama_forward_lora_begin(struct llama_forward_ctx *c, const struct llama_batch *b) {
@@ -297,19 +324,23 @@ llb_status llama_forward_lora_begin(struct llama_forward_ctx *c, const struct ll
   for (int32_t r = 0; r < T; r++) c->lora_row[r] = -1;
   for (int32_t s = 0; s < b->num_seqs; s++) {
     const int32_t from = b->query_start_loc[s], to = b->query_start_loc[s + 1];
-    if (from < 0 || from > to || to > T)
+    if (from < 0 || from > to || to > T) {
+      c->lora_n = 0;
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "query_start_loc[%d..%d] = %d..%d not in [0, %d]", s, s + 1, from,
                       to, T);
+    }
     if (!b->seq_loras[s]) continue;
     const int32_t idx = lora_index(c, b->seq_loras[s]);
     for (int32_t r = from; r < to; r++) c->lora_row[r] = idx;
   }
+  lora_group(c, T);
   return LLB_STATUS_OK;
 }
 
 void llama_forward_lora_select(struct llama_forward_ctx *c, const struct llama_batch *b) {
   if (c->lora_n == 0) return;
   for (int32_t i = 0; i < b->num_logits; i++) c->lora_row[i] = c->lora_row[b->logits_indices[i]];
+  lora_group(c, b->num_logits);
 }
 
 /* y rows rows[i] += scale * u row i (ggml_scale then ggml_add). */
@@ -324,51 +355,57 @@ static void lora_accumulate(float *y, int64_t out, const float *u, const int32_t
   }
 }
 
-/* The targets ids [n] of adapter ai over its rows of x [T, cols]. */
-static llb_status lora_apply_one(struct llama_forward_ctx *c, int32_t ai, int32_t il, const float *x, int32_t T,
-                                 const enum llama_lora_target *ids, float *const *y, int32_t n) {
-  const struct llama_lora *a = c->lora_list[ai];
-  const struct llama_lora_pair *pairs[3];
-  const struct backend_weight *wa[3];
-  float *t_out[3];
-  float *const *ys[3];
-  int32_t m = 0;
+/* One segment's products through matmul (a backend without the lora op): its rows of x
+ * gathered (all T rows: x itself), t = A x for the targets in one call, u = B t per target. */
+static llb_status lora_by_matmul(struct llama_forward_ctx *c, const struct backend_lora_seg *g, const float *x,
+                                 int64_t cols, int32_t T, float *const *y, int32_t n) {
+  const struct backend_weight *wa[BACKEND_LORA_MAX_TARGETS];
+  float *t_out[BACKEND_LORA_MAX_TARGETS];
+  int32_t which[BACKEND_LORA_MAX_TARGETS], m = 0;
   for (int32_t j = 0; j < n; j++) {
-    const struct llama_lora_pair *p = &a->pairs[(size_t)il * LLAMA_LORA_NUM_TARGETS + ids[j]];
-    if (!p->a.data) continue;
-    pairs[m] = p;
-    wa[m] = &p->a;
+    if (!g->a[j]) continue;
+    wa[m] = g->a[j];
     t_out[m] = c->lora_t + (size_t)m * (size_t)c->max_num_tokens * (size_t)c->lora_max_rank;
-    ys[m] = &y[j];
-    m++;
+    which[m++] = j;
   }
-  if (m == 0) return LLB_STATUS_OK;
-  int32_t rows = 0;
-  for (int32_t r = 0; r < T; r++)
-    if (c->lora_row[r] == ai) c->lora_rows[rows++] = r;
-  if (rows == 0) return LLB_STATUS_OK;
-  const int64_t cols = wa[0]->cols;
   const float *xg = x;
-  if (rows < T) { /* gather the adapter's rows (all of them: x itself) */
-    for (int32_t i = 0; i < rows; i++)
-      memcpy(c->lora_x + (size_t)i * (size_t)cols, x + (size_t)c->lora_rows[i] * (size_t)cols,
-             (size_t)cols * sizeof(float));
+  if (g->n_rows < T) {
+    for (int32_t i = 0; i < g->n_rows; i++)
+      memcpy(c->lora_x + (size_t)i * (size_t)cols, x + (size_t)g->rows[i] * (size_t)cols, (size_t)cols * sizeof(float));
     xg = c->lora_x;
   }
-  llb_status st = c->ops->matmul(c->bc, xg, rows, wa, t_out, m);
-  for (int32_t j = 0; j < m && st == LLB_STATUS_OK; j++) {
-    const struct backend_weight *wb[1] = {&pairs[j]->b};
+  llb_status st = c->ops->matmul(c->bc, xg, g->n_rows, wa, t_out, m);
+  for (int32_t k = 0; k < m && st == LLB_STATUS_OK; k++) {
+    const int32_t j = which[k];
+    const struct backend_weight *wb[1] = {g->b[j]};
     float *u_out[1] = {c->lora_u};
-    st = c->ops->matmul(c->bc, t_out[j], rows, wb, u_out, 1);
-    if (st == LLB_STATUS_OK) lora_accumulate(*ys[j], pairs[j]->b.rows, c->lora_u, c->lora_rows, rows, pairs[j]->scale);
+    st = c->ops->matmul(c->bc, t_out[k], g->n_rows, wb, u_out, 1);
+    if (st == LLB_STATUS_OK) lora_accumulate(y[j], g->b[j]->rows, c->lora_u, g->rows, g->n_rows, g->scale[j]);
   }
   return st;
 }
 
 llb_status llama_forward_lora(struct llama_forward_ctx *c, int32_t il, const float *x, int32_t T,
                               const enum llama_lora_target *ids, float *const *y, int32_t n) {
+  int32_t n_segs = 0;
+  int64_t cols = 0;
   for (int32_t ai = 0; ai < c->lora_n; ai++) {
-    llb_status st = lora_apply_one(c, ai, il, x, T, ids, y, n);
+    struct backend_lora_seg *g = &c->lora_segs[n_segs];
+    *g = (struct backend_lora_seg){.rows = c->lora_rows + c->lora_first[ai], .n_rows = c->lora_count[ai]};
+    bool any = false;
+    for (int32_t j = 0; j < n; j++) {
+      const struct llama_lora_pair *p = &c->lora_list[ai]->pairs[(size_t)il * LLAMA_LORA_NUM_TARGETS + ids[j]];
+      if (!p->a.data) continue;
+      g->a[j] = &p->a, g->b[j] = &p->b, g->scale[j] = p->scale;
+      cols = p->a.cols;
+      any = true;
+    }
+    if (any && g->n_rows > 0) n_segs++;
+  }
+  if (n_segs == 0) return LLB_STATUS_OK;
+  if (c->ops->lora) return c->ops->lora(c->bc, x, cols, y, n, c->lora_segs, n_segs);
+  for (int32_t s = 0; s < n_segs; s++) {
+    llb_status st = lora_by_matmul(c, &c->lora_segs[s], x, cols, T, y, n);
     if (st != LLB_STATUS_OK) return st;
   }
   return LLB_STATUS_OK;

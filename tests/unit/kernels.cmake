@@ -12,6 +12,9 @@ llb_add_test(test_session SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_session.c
              LIBS llmbus_model llmbus_test_gguf_writer PkgConfig::CMOCKA LABELS unit TIMEOUT 120)
 llb_add_test(test_kernels_packed SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_packed.c
              LIBS llmbus_kernels_cpu PkgConfig::CMOCKA LABELS unit TIMEOUT 300)
+# The CPU backend's LoRA op (kernels/cpu/lora.c): against double, levels, batch invariance.
+llb_add_test(test_kernels_lora SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels_lora.c
+             LIBS llmbus_kernels_cpu PkgConfig::CMOCKA m LABELS unit TIMEOUT 120)
 llb_add_test(test_forward_quant_types SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward_quant_types.c
              LIBS llmbus_model llmbus_kernels_cpu llmbus_test_gguf_writer PkgConfig::CMOCKA
              LABELS unit TIMEOUT 300)

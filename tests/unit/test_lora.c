@@ -9,7 +9,9 @@
  * 2. Every refusal of the loader, with its message.
  * 3. A batch mixing the base model and three adapters, prefill and decode rows at different
  *    positions, logits asked for some rows only: every row bit-identical to its sequence alone.
- * 4. An adapter whose B is zero gives exactly the base logits; the forward's refusals (no
+ * 4. A host backend without the lora op (backend_ops.lora NULL) runs the products through
+ *    matmul: the same invariance, logits within 1e-5 of the op's.
+ * 5. An adapter whose B is zero gives exactly the base logits; the forward's refusals (no
  *    scratch, rank over it, an adapter of another model). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/backend.h"
 #include "kernels/quant.h"
 #include "model/forward/forward.h"
 #include "model/forward/lora.h"
@@ -377,14 +380,14 @@ static void run_mixed(const struct llama_model *m, const struct llama_forward_op
   llama_kv_cache_destroy(kv);
 }
 
-static void check_mixed(const char *name, enum llama_matmul_mode mm) {
+static void check_mixed(const char *name, enum llama_matmul_mode mm, const struct backend_ops *ops) {
   struct base b;
   base_open(name, &b);
   struct adapter ad[3];
   for (int i = 0; i < 3; i++) adapter_open(name, &LORA_MODEL_SPECS[i], b.m, &ad[i]);
   const struct llama_lora *loras[NSEQ] = {NULL, ad[0].a, ad[1].a, ad[2].a};
   const struct llama_forward_options o = {.max_num_tokens = MAX_T, .n_threads = 2, .matmul = mm,
-                                          .max_lora_rank = 32};
+                                          .max_lora_rank = 32, .ops = ops};
   static float ref_rows[NSEQ][MAX_T * V];
   float *ref[NSEQ];
   for (int s = 0; s < NSEQ; s++) {
@@ -404,9 +407,37 @@ static void check_mixed(const char *name, enum llama_matmul_mode mm) {
 
 static void test_mixed_adapter_batch_rows_bit_identical_to_each_sequence_alone(void **state) {
   (void)state;
-  check_mixed("qwen2", LLAMA_MATMUL_PACKED);
-  check_mixed("llama", LLAMA_MATMUL_GGML);
-  check_mixed("phi3", LLAMA_MATMUL_PACKED);
+  check_mixed("qwen2", LLAMA_MATMUL_PACKED, NULL);
+  check_mixed("llama", LLAMA_MATMUL_GGML, NULL);
+  check_mixed("phi3", LLAMA_MATMUL_PACKED, NULL);
+}
+
+/* A host backend without the lora op (backend_ops.lora NULL): the forward runs each adapter's
+ * two products through matmul; rows still bit-identical alone or mixed, and the logits close to
+ * the op's (which sums B's short rows in its own order, kernels/cpu/lora.c). */
+static void test_backend_without_lora_op_runs_adapters_through_matmul(void **state) {
+  (void)state;
+  static struct backend_ops no_op;
+  no_op = *backend_cpu_ops();
+  no_op.lora = NULL;
+  check_mixed("qwen2", LLAMA_MATMUL_PACKED, &no_op);
+  struct base b;
+  base_open("llama", &b);
+  static float with_op[P * V], by_matmul[P * V];
+  for (int spec = 0; spec < LORA_MODEL_GOLDEN; spec++) {
+    struct adapter ad;
+    adapter_open("llama", &LORA_MODEL_SPECS[spec], b.m, &ad);
+    const struct llama_forward_options o1 = {.max_num_tokens = MAX_T, .n_threads = 1, .max_lora_rank = 32};
+    struct llama_forward_options o2 = o1;
+    o2.ops = &no_op;
+    run_alone(b.m, &o1, ad.a, 3, with_op);
+    run_alone(b.m, &o2, ad.a, 3, by_matmul);
+    const double e = rel_err(by_matmul, with_op, SEQ_LEN[3] * V);
+    fprintf(stderr, "llama + %s: matmul path vs the lora op: %.3g of max|logit|\n", LORA_MODEL_SPECS[spec].name, e);
+    assert_true(e < 1e-5);
+    adapter_close(&ad);
+  }
+  base_close(&b);
 }
 
 /* ---------------------------------------------------------------- zero B, forward refusals */
@@ -478,6 +509,7 @@ int main(void) {
       cmocka_unit_test(test_loader_refuses_bad_adapters_naming_the_key_or_tensor),
       cmocka_unit_test(test_adapter_reports_rank_alpha_and_targets),
       cmocka_unit_test(test_mixed_adapter_batch_rows_bit_identical_to_each_sequence_alone),
+      cmocka_unit_test(test_backend_without_lora_op_runs_adapters_through_matmul),
       cmocka_unit_test(test_adapter_with_zero_b_gives_exactly_the_base_logits),
       cmocka_unit_test(test_forward_refuses_adapters_it_has_no_scratch_for),
   };
