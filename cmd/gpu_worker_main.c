@@ -122,6 +122,9 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
   const struct llb_lora_adapter *loras = gpu_worker_actor_lora_adapters(m->actor, &num_loras);
   actor_main_set_lora_adapters(am, loras, num_loras); /* what the front doors resolve `model` against */
   if ((st = gpu_worker_actor_start(m->actor, am->bus))) return st;
+  if (num_loras && ((st = actor_main_answer_new_peers(am, "input_processor")) ||
+                    (st = actor_main_answer_new_peers(am, "api_server"))))
+    return st;
   return actor_main_answer_hellos(am);
 }
 

@@ -461,6 +461,19 @@ static void route_models(struct api_server_actor *a, struct evhttp_request *req,
   api_route_models(req, a->model_names, a->num_model_names, a->max_model_len, loras, n < LORA_REGISTRY_MAX_LIST ? n : LORA_REGISTRY_MAX_LIST);
 }
 
+/* GET /v1/models/{id} of a LoRA adapter the tenant may use: its card (parent = the base's id),
+ * answered here. False when id is no such adapter (the engine answers, 404 for an unknown id). */
+static bool route_lora_card(struct api_server_actor *a, struct evhttp_request *req, const char *id, const char *tenant) {
+  if (!a->o.loras || lora_registry_lookup(a->o.loras, id, tenant, llb_now_ns()) <= 0) return false;
+  struct api_buf b = {0};
+  if (api_model_object_render(id, a->model_name, (int64_t)time(NULL), a->max_model_len, &b) == LLB_STATUS_OK)
+    api_http_send_body(req, 200, "application/json", b.data, b.len);
+  else
+    evhttp_send_error(req, 500, NULL);
+  api_buf_free(&b);
+  return true;
+}
+
 /* A new call for `req`: its body parsed as endpoint ep wants, its subs allocated (one per
  * prompt or input), its response begun. NULL with e set (400/404 from the parser, 500 out of
  * memory). */
@@ -670,7 +683,9 @@ static void on_request(struct evhttp_request *req, void *arg) {
     case 7: api_route_version(req); break;
     case 9: handle_generate(a, req, API_ENDPOINT_EMBEDDINGS, NULL, tenant); break;
     case 10: handle_generate(a, req, API_ENDPOINT_RESPONSES, NULL, tenant); break;
-    default: handle_generate(a, req, API_ENDPOINT_MODEL_INFO, model_id, tenant); break;
+    default:
+      if (!route_lora_card(a, req, model_id, tenant)) handle_generate(a, req, API_ENDPOINT_MODEL_INFO, model_id, tenant);
+      break;
   }
 }
 

@@ -561,6 +561,28 @@ llb_status actor_main_answer_hellos(struct actor_main *am) {
   return st;
 }
 
+/* Delivery thread: a beat of a front door that started less than NEW_PEER_ANSWER_S ago gets a
+ * heartbeat at once, not rate limited (front doors beat every --heartbeat-ms: a few answers per
+ * start), so that one starting beside others learns what this actor announces (a worker's LoRA
+ * adapters) within milliseconds, not --heartbeat-ms later. */
+#define NEW_PEER_ANSWER_S 5.0
+
+static void on_new_peer(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)user;
+  uint8_t mem[2048];
+  struct llb_arena arena;
+  llb_arena_init(&arena, mem, sizeof mem);
+  struct llb_heartbeat hb;
+  if (llb_heartbeat_decode(msg->data, msg->len, &arena, &hb) == LLB_STATUS_OK && hb.uptime_s >= 0 &&
+      hb.uptime_s < NEW_PEER_ANSWER_S)
+    (void)bus_heartbeat_now(bus);
+  llb_arena_destroy(&arena);
+}
+
+llb_status actor_main_answer_new_peers(struct actor_main *am, const char *peer) {
+  return subscribe_health(am, peer, on_new_peer);
+}
+
 /* Delivery thread: a beat of the watched peer within RECONNECT_ANSWER_MS of this actor's own
  * reconnect (noticed at the first such beat) is answered with a heartbeat at once. */
 #define RECONNECT_ANSWER_MS 2000

@@ -183,6 +183,12 @@ llb_status actor_main_answer_hellos(struct actor_main *am);
  * bus_subscribe, INVALID_ARGUMENT (prefix too long). */
 llb_status actor_main_answer_after_reconnect(struct actor_main *am, const char *peer);
 
+/* Every beat of `peer` (actor name) whose uptime is under 5 s (one just started) is answered with
+ * a heartbeat at once: a worker's LoRA adapters reach a starting input processor or api server
+ * within milliseconds (they resolve a request's model against them). Subscribes
+ * <prefix>.health.<peer>.*; call from the start hook. Errors: those of bus_subscribe. */
+llb_status actor_main_answer_new_peers(struct actor_main *am, const char *peer);
+
 #define ACTOR_MAIN_MAX_KV_BLOCKS (1 << 24) /* 64 MiB of per-block state in a scheduler */
 #define ACTOR_MAIN_MAX_BLOCK_SIZE 4096
 

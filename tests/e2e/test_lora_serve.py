@@ -169,6 +169,9 @@ def run(work):
             for name in ("sql-lora", "chat-lora"):
                 assert cards[name]["parent"] == base_id and cards[name]["root"] == name, cards[name]
             assert cards[base_id]["parent"] is None, cards[base_id]
+            status, body = api_stack.http_get(stack.base + "/v1/models/sql-lora")
+            assert status == 200 and json.loads(body)["parent"] == base_id, (status, body)
+            assert api_stack.http_get(stack.base + "/v1/models/no-such-lora")[0] == 404
 
         def adapter_output_differs_from_the_base():
             for m in (base_id, "sql-lora", "chat-lora"):

@@ -93,6 +93,8 @@ def main():
                 assert {"sql-lora", "open-lora"} <= models(stack, KEY_A)
                 seen = models(stack, KEY_B)
                 assert "open-lora" in seen and "sql-lora" not in seen, seen
+                assert http("GET", stack.base + "/v1/models/sql-lora", key=KEY_A)[0] == 200
+                assert http("GET", stack.base + "/v1/models/sql-lora", key=KEY_B)[0] == 404
 
             def another_tenants_adapter_is_the_unknown_model_404():
                 assert completion(stack, KEY_A, "sql-lora")[0] == 200
