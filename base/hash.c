@@ -104,7 +104,7 @@ uint64_t llb_hash_bytes(const struct llb_hash_key *key, const void *data, size_t
 }
 
 /* Tags keep a salt from reading as tokens or as a multimodal hash. */
-enum { TAG_SALT = 0x53, TAG_MM = 0x4d };
+enum { TAG_SALT = 0x53, TAG_MM = 0x4d, TAG_LORA = 0x4c };
 
 uint64_t llb_block_hash(const struct llb_hash_key *key, uint64_t parent_hash, const int32_t *tokens,
                         int32_t num_tokens, const struct llb_block_extra_keys *extra) {
@@ -133,6 +133,11 @@ uint64_t llb_block_hash(const struct llb_hash_key *key, uint64_t parent_hash, co
     uint8_t m[9] = {TAG_MM};
     put_u64(m + 1, extra->mm_hashes[k]);
     crypto_generichash_update(&st, m, sizeof m);
+  }
+  if (extra && extra->has_lora) {
+    uint8_t l[9] = {TAG_LORA};
+    put_u64(l + 1, extra->lora_name_hash);
+    crypto_generichash_update(&st, l, sizeof l);
   }
   uint8_t out[OUT_BYTES];
   crypto_generichash_final(&st, out, OUT_BYTES);

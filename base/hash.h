@@ -149,6 +149,10 @@ struct llb_block_extra_keys {
   uint64_t cache_salt_hash;     /* llb_hash_bytes() of the salt string */
   int32_t num_mm_hashes;
   const uint64_t *mm_hashes;    /* [num_mm_hashes] multimodal inputs overlapping the block */
+  bool has_lora;                /* the request runs a LoRA adapter: vLLM's _gen_lora_extra_hash_keys
+                                   adds its name to every block, so an adapter's KV and the base's
+                                   (or another adapter's) are never shared */
+  uint64_t lora_name_hash;      /* llb_hash_bytes() of the adapter's name */
 };
 
 /* Hash of one full block: tokens[num_tokens] with its parent's hash and extra keys (NULL =

@@ -3,19 +3,39 @@
  * --max-body-bytes, --request-timeout-s, --first-output-timeout-s, --max-concurrent,
  * --tenant, --health-actors, --api-key, --api-keys, --seed, --enable-auto-tool-choice,
  * --tool-call-parser, --reasoning-parser and the CORS options
- * (--allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials, as vLLM);
+ * (--allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials, as vLLM),
+ * --tenant-limits (the tenants file: its `loras=` say whose LoRA adapters are whose);
  * checked and made into the actor's options by api_server_config_init (api_options.h). */
 #include <stdint.h>
 
+#include <stdlib.h>
+
 #include "actors/api_server/actor.h"
+#include "actors/input_processor/tenant_limits.h"
 #include "cmd/actor/actor_main.h"
+#include "schemas/lora_registry.h"
+
+#define API_MAIN_LORA_TTL_NS (20LL * 1000 * 1000 * 1000) /* a worker silent this long serves no adapter */
 
 struct api_main {
   struct api_server_flags f;
   struct flag_list names, keys, key_files; /* the repeatable flags, made into f's arrays */
   struct api_server_config cfg; /* the flags checked and made into the actor's options */
+  const char *tenants_file;     /* --tenant-limits: whose adapters are whose (`loras=`); NULL = none */
+  struct lora_registry *loras;  /* the adapters the workers announce (the actor feeds it) */
   struct api_server_actor *actor;
 };
+
+/* The LoRA registry, with each tenant's `loras=` of the tenants file. */
+static llb_status api_main_loras(struct api_main *m) {
+  llb_status st = lora_registry_create(API_MAIN_LORA_TTL_NS, &m->loras);
+  if (st || !m->tenants_file) return st;
+  struct tenant_limits_config *tc = calloc(1, sizeof *tc);
+  st = tc ? tenant_limits_config_load(m->tenants_file, tc) : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "tenants file");
+  if (!st) st = tenant_limits_restrict_loras(tc, m->loras);
+  free(tc);
+  return st;
+}
 
 static llb_status api_main_configure(struct actor_main *am, void *user) {
   struct api_main *m = user;
@@ -25,13 +45,15 @@ static llb_status api_main_configure(struct actor_main *am, void *user) {
   m->f.num_api_keys = m->keys.num;
   m->f.api_keys_files = m->key_files.items;
   m->f.num_api_keys_files = m->key_files.num;
-  return api_server_config_init(&m->cfg, &m->f, am->common.model_path, am->common.heartbeat_ms);
+  llb_status st = api_server_config_init(&m->cfg, &m->f, am->common.model_path, am->common.heartbeat_ms);
+  return st ? st : api_main_loras(m);
 }
 
 static llb_status api_main_start(struct actor_main *am, void *user) {
   struct api_main *m = user;
   struct api_server_actor_options o = m->cfg.options;
   o.registry = am->metrics;
+  o.loras = m->loras;
   llb_status st = api_server_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
   return api_server_actor_start(m->actor, am->bus);
@@ -49,6 +71,8 @@ static void api_main_destroy(struct actor_main *am, void *user) {
   api_server_actor_destroy(m->actor);
   m->actor = NULL;
   api_server_config_free(&m->cfg);
+  lora_registry_destroy(m->loras);
+  m->loras = NULL;
 }
 
 int main(int argc, char **argv) {
@@ -113,6 +137,9 @@ int main(int argc, char **argv) {
                "without it file URLs are refused"},
       {.name = "allow-credentials", .kind = FLAG_KIND_BOOL, .target = &m.f.allow_credentials,
        .help = "CORS: Access-Control-Allow-Credentials: true (the origin is then echoed, never *)"},
+      {.name = "tenant-limits", .kind = FLAG_KIND_STRING, .target = &m.tenants_file, .metavar = "FILE",
+       .help = "the tenants file (llmbus serve --tenants): an adapter listed in some tenants' loras=a,b is theirs "
+               "only, answered 404 and not listed in /v1/models for the others"},
       {.name = "health-missed-beats", .kind = FLAG_KIND_INT32, .target = &m.f.health_missed_beats,
        .help = "/health answers 503 when an actor sent no ready heartbeat for this many --heartbeat-ms "
                "intervals (the actors beat at the same interval; default 3)"},

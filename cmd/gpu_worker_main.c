@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "actors/gpu_worker/actor.h"
+#include "actors/gpu_worker/lora_modules.h"
 #include "actors/gpu_worker/runner_sim.h"
 #include "cmd/actor/actor_main.h"
 #include "cmd/actor/spec_config.h"
@@ -38,6 +39,10 @@ struct worker_main {
   enum backend_kv_dtype kv_dtype;
   enum model_runner_device dev;
   enum llama_matmul_mode matmul;
+  bool enable_lora;
+  struct flag_list lora_values;    /* --lora-modules as given */
+  struct lora_modules loras;       /* parsed */
+  int32_t max_lora_rank;
   struct gpu_worker_actor *actor;
 };
 
@@ -89,7 +94,11 @@ static llb_status worker_main_configure(struct actor_main *am, void *user) {
   if (m->max_model_len < 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--max-model-len %d: >= 0 (0 = the model's context length)",
                     m->max_model_len);
-  return LLB_STATUS_OK;
+  if (m->lora_values.num && !m->enable_lora)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--lora-modules needs --enable-lora (LoRA is not enabled)");
+  llb_status lst = lora_modules_parse(m->lora_values.items, m->lora_values.num, &m->loras);
+  if (lst) lora_modules_free(&m->loras); /* the values it took before the bad one */
+  return lst;
 }
 
 static llb_status worker_main_start(struct actor_main *am, void *user) {
@@ -103,13 +112,19 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
       .kv_cache_dtype = m->kv_dtype, .kv_cache_memory_bytes = m->kv_cache_memory_bytes,
       .packed_cache_dir = m->packed_cache_dir, .spec = m->spec, .mmproj_path = m->mmproj,
       .max_model_len = m->max_model_len, .sim_cost = m->has_sim_cost ? &m->sim_cost : NULL,
-      .step_log_path = m->step_log};
+      .step_log_path = m->step_log, .lora_modules = &m->loras, .max_lora_rank = m->max_lora_rank};
   llb_status st = gpu_worker_actor_create(&o, &m->actor);
   if (st) return st;
   if (am->metrics && (st = gpu_worker_actor_register_metrics(m->actor, am->metrics))) return st;
   /* every heartbeat carries the geometry: --num-blocks 0 scheduler / kv_manager wait for it */
   actor_main_set_kv_geometry(am, gpu_worker_actor_num_blocks(m->actor), m->block_size);
+  int32_t num_loras;
+  const struct llb_lora_adapter *loras = gpu_worker_actor_lora_adapters(m->actor, &num_loras);
+  actor_main_set_lora_adapters(am, loras, num_loras); /* what the front doors resolve `model` against */
   if ((st = gpu_worker_actor_start(m->actor, am->bus))) return st;
+  if (num_loras && ((st = actor_main_answer_new_peers(am, "input_processor")) ||
+                    (st = actor_main_answer_new_peers(am, "api_server"))))
+    return st;
   return actor_main_answer_hellos(am);
 }
 
@@ -124,6 +139,7 @@ static void worker_main_destroy(struct actor_main *am, void *user) {
   struct worker_main *m = user;
   gpu_worker_actor_destroy(m->actor);
   m->actor = NULL;
+  lora_modules_free(&m->loras);
 }
 
 int main(int argc, char **argv) {
@@ -131,7 +147,7 @@ int main(int argc, char **argv) {
   struct worker_main m = {.num_blocks = 1024, .block_size = 16, .max_num_batched_tokens = 512,
                           .threads = ncpu > 0 ? (int32_t)ncpu : 1, .decode_threads = 0, .device = "cpu", .numerics = "packed", .packed_cache_dir = "", .speculative_config = "",
                           .sim_cost_path = "", .step_log = "", .gpu_memory_utilization = 0.9,
-                          .kv_cache_dtype = "auto"};
+                          .kv_cache_dtype = "auto", .max_lora_rank = 16};
   const struct flag flags[] = {
       {.name = "num-blocks", .kind = FLAG_KIND_INT32, .target = &m.num_blocks,
        .help = "KV cache blocks (same as kv_manager and scheduler)"},
@@ -175,6 +191,15 @@ int main(int argc, char **argv) {
       {.name = "packed-cache-dir", .kind = FLAG_KIND_STRING, .target = &m.packed_cache_dir,
        .help = "cpu: directory of the host's shared packed-weight cache (the first worker packs and writes it, "
                "the others and a restarted worker map it; \"\" = private packing)"},
+      {.name = "enable-lora", .kind = FLAG_KIND_BOOL, .target = &m.enable_lora,
+       .help = "serve LoRA adapters (vLLM's): --lora-modules"},
+      {.name = "lora-modules", .kind = FLAG_KIND_LIST, .target = &m.lora_values, .metavar = "NAME=PATH",
+       .greedy = true,
+       .help = "LoRA adapters (llama.cpp GGUF LoRA files), each name=path or vLLM's JSON {\"name\":..,\"path\":..,"
+               "\"base_model_name\":..}: loaded and checked against the model at start (a bad file stops the "
+               "worker); a request's lora_request names one (cpu only)"},
+      {.name = "max-lora-rank", .kind = FLAG_KIND_INT32, .target = &m.max_lora_rank, .min = 1, .max = 4096,
+       .help = "largest adapter rank accepted (vLLM's, default 16); the forward's scratch is sized for it"},
       {.name = "speculative-config", .kind = FLAG_KIND_STRING, .target = &m.speculative_config,
        .help = "speculative decoding, vLLM's JSON: {\"method\":\"ngram\",\"num_speculative_tokens\":K,"
                "\"prompt_lookup_max\":N,\"prompt_lookup_min\":M}: n-gram drafts proposed after each sample (cpu only)"},

@@ -127,6 +127,10 @@ int main(int argc, char **argv) {
        .help = "fcfs|priority"},
       {.name = "no-prefix-caching", .kind = FLAG_KIND_BOOL, .target = &m.no_prefix_caching,
        .help = "never look up the prefix cache"},
+      {.name = "enable-lora", .kind = FLAG_KIND_BOOL, .target = &c->enable_lora,
+       .help = "admit requests that run a LoRA adapter (vLLM's; the worker serves them: --lora-modules)"},
+      {.name = "max-loras", .kind = FLAG_KIND_INT32, .target = &c->max_loras, .min = 1, .max = 1024,
+       .help = "distinct adapters in one step at most (vLLM's; a request whose adapter would exceed it waits)"},
       {.name = "speculative-config", .kind = FLAG_KIND_STRING, .target = &m.speculative_config,
        .help = "speculative decoding, vLLM's JSON: {\"method\":\"ngram\",\"num_speculative_tokens\":K,"
                "\"prompt_lookup_max\":N,\"prompt_lookup_min\":M} (the same on the worker; turns async scheduling off)"},

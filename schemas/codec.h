@@ -163,6 +163,23 @@ struct llb_pooling_params {
   int32_t dimensions; /* Matryoshka truncation; 0 = the full hidden size */
 };
 
+/* Longest LoRA adapter name (bus/subject.h BUS_MODEL_NAME_MAX: an adapter is a served model). */
+#define LLB_LORA_NAME_MAX 128
+/* Adapters one Heartbeat may announce at most. */
+#define LLB_MAX_LORA_ADAPTERS 1024
+
+/* vLLM LoRARequest: the adapter a request runs with. lora_name "" = the base model (absent on
+ * the wire). The codec checks the name as a model name (1..LLB_LORA_NAME_MAX bytes of letters,
+ * digits and "._-/:+", not starting with '.', '/' or '-', no "..") and lora_int_id: >= 0 in a
+ * GenerateRequest (a client's id is ignored), >= 1 in EngineCoreRequest and NewRequestData. */
+struct llb_lora_request {
+  struct llb_str lora_name;
+  int32_t lora_int_id;
+};
+
+/* True if name[0..len) is a valid lora_name (the rule above). */
+bool llb_lora_name_valid(const char *name, size_t len);
+
 /* vLLM v1 LogprobsLists, row-major. num_tokens 0 = absent. */
 struct llb_logprobs_lists {
   int32_t num_tokens;                 /* rows */

@@ -12,11 +12,23 @@ static fb::Offset<void> build_heartbeat(Enc &e, const llb_heartbeat &m) {
   auto instance = e.str(m.instance, "instance");
   auto host = e.str(m.host, "host");
   auto engine = e.str(m.engine_id, "engine_id");
+  if (e.ok() && m.num_lora_adapters > LLB_MAX_LORA_ADAPTERS)
+    e.fail(LLB_STATUS_INVALID_ARGUMENT, "lora_adapters", "%d, at most %d", m.num_lora_adapters,
+           LLB_MAX_LORA_ADAPTERS);
+  auto loras = e.tables<llmbus::LoRAAdapter>(
+      m.lora_adapters, m.num_lora_adapters, "lora_adapters", [](Enc &e, const llb_lora_adapter &a) {
+        if (lora_check(e, LLB_STATUS_INVALID_ARGUMENT, a.lora_name, a.lora_int_id, 1, "lora_name") &&
+            a.rank < 1)
+          e.fail(LLB_STATUS_INVALID_ARGUMENT, "rank", "%d, must be >= 1", a.rank);
+        auto name = e.str(a.lora_name, "lora_name", true);
+        return e.ok() ? llmbus::CreateLoRAAdapter(e.b, name, a.lora_int_id, a.rank)
+                      : fb::Offset<llmbus::LoRAAdapter>(0);
+      });
   if (!e.ok())
     return 0;
   return llmbus::CreateHeartbeat(e.b, LLB_SCHEMA_VERSION, actor, instance, host, m.pid,
                                  m.uptime_s, m.seq, m.timestamp, m.ready, m.inflight, engine,
-                                 m.num_gpu_blocks, m.block_size)
+                                 m.num_gpu_blocks, m.block_size, loras)
       .Union();
 }
 
@@ -29,7 +41,21 @@ static bool read_heartbeat(Dec &d, const llmbus::Heartbeat &t, llb_heartbeat &m)
   m.inflight = t.inflight();
   m.num_gpu_blocks = t.num_gpu_blocks();
   m.block_size = t.block_size();
-  return d.str(t.actor(), &m.actor, "actor", true) &&
+  if (t.lora_adapters() && t.lora_adapters()->size() > LLB_MAX_LORA_ADAPTERS)
+    return d.fail(LLB_STATUS_MALFORMED, "lora_adapters", "%u, at most %d",
+                  (unsigned)t.lora_adapters()->size(), LLB_MAX_LORA_ADAPTERS);
+  return d.tables(t.lora_adapters(), &m.lora_adapters, &m.num_lora_adapters, "lora_adapters",
+                  [](Dec &d, const llmbus::LoRAAdapter &a, llb_lora_adapter &o) {
+                    o.lora_int_id = a.lora_int_id();
+                    o.rank = a.rank();
+                    if (!d.str(a.lora_name(), &o.lora_name, "lora_name", true) ||
+                        !lora_check(d, LLB_STATUS_MALFORMED, o.lora_name, o.lora_int_id, 1,
+                                    "lora_name"))
+                      return false;
+                    return o.rank >= 1 ||
+                           d.fail(LLB_STATUS_MALFORMED, "rank", "%d, must be >= 1", o.rank);
+                  }) &&
+         d.str(t.actor(), &m.actor, "actor", true) &&
          d.str(t.instance(), &m.instance, "instance") && d.str(t.host(), &m.host, "host") &&
          d.str(t.engine_id(), &m.engine_id, "engine_id");
 }

@@ -167,6 +167,15 @@ fb::Offset<llmbus::StructuredOutputs> enc_structured_outputs(Enc &e,
                                                              const char *field);
 bool dec_structured_outputs(Dec &d, const llmbus::StructuredOutputs *t, llb_structured_outputs *out,
                             const char *field);
+// LoRARequest (common.fbs) <-> llb_lora_request; an empty name is absent on the wire. min_id: the
+// smallest lora_int_id accepted (0 for a client's GenerateRequest, 1 once resolved) (codec_lora.cc).
+// Checks a lora_name (llb_lora_name_valid) and lora_int_id >= min_id, recording `bad`.
+bool lora_check(Ctx &c, llb_status bad, const llb_str &name, int32_t id, int32_t min_id,
+                const char *field);
+fb::Offset<llmbus::LoRARequest> enc_lora_request(Enc &e, const llb_lora_request &r, int32_t min_id,
+                                                 const char *field);
+bool dec_lora_request(Dec &d, const llmbus::LoRARequest *t, int32_t min_id, llb_lora_request *out,
+                      const char *field);
 
 // PoolingParams (common.fbs) <-> llb_pooling_params; type NONE is absent on the wire (present
 // with None is MALFORMED). Checks the type's range and dimensions (codec_pooling.cc).

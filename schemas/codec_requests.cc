@@ -38,6 +38,7 @@ static fb::Offset<void> build_generate_request(Enc &e, const llb_generate_reques
   auto tools = e.str(m.tools, "tools");
   auto kwargs = e.str(m.chat_template_kwargs, "chat_template_kwargs");
   auto pool = enc_pooling_params(e, m.pooling_params, "pooling_params");
+  auto lora = enc_lora_request(e, m.lora_request, 0, "lora_request");
   auto items = e.tables<llmbus::MultiModalItem>(
       m.mm_items, m.num_mm_items, "mm_items", [](Enc &e, const llb_mm_item &it) {
         fb::Offset<llmbus::MultiModalItem> none = 0;
@@ -77,6 +78,7 @@ static fb::Offset<void> build_generate_request(Enc &e, const llb_generate_reques
   t.add_chat_template_kwargs(kwargs);
   t.add_continue_final_message(m.continue_final_message);
   t.add_pooling_params(pool);
+  t.add_lora_request(lora);
   return t.Finish().Union();
 }
 
@@ -88,6 +90,7 @@ static bool read_generate_request(Dec &d, const llmbus::GenerateRequest &t,
   m.continue_final_message = t.continue_final_message();
   return d.str(t.request_id(), &m.request_id, "request_id") &&
          dec_pooling_params(d, t.pooling_params(), &m.pooling_params, "pooling_params") &&
+         dec_lora_request(d, t.lora_request(), 0, &m.lora_request, "lora_request") &&
          dec_structured_outputs(d, t.structured_outputs(), &m.structured_outputs,
                                 "structured_outputs") &&
          d.str(t.tools(), &m.tools, "tools") &&
@@ -163,6 +166,7 @@ static fb::Offset<void> build_engine_core_request(Enc &e, const llb_engine_core_
   auto so = enc_structured_outputs(e, m.structured_outputs, "structured_outputs");
   auto pool = enc_pooling_params(e, m.pooling_params, "pooling_params");
   auto resume = e.str(m.resume_request_id, "resume_request_id");
+  auto lora = enc_lora_request(e, m.lora_request, 1, "lora_request");
   if (!e.ok())
     return 0;
   llmbus::EngineCoreRequestBuilder t(e.b);
@@ -185,6 +189,7 @@ static fb::Offset<void> build_engine_core_request(Enc &e, const llb_engine_core_
   t.add_structured_outputs(so);
   t.add_pooling_params(pool);
   t.add_resume_request_id(resume);
+  t.add_lora_request(lora);
   return t.Finish().Union();
 }
 
@@ -199,6 +204,7 @@ static bool read_engine_core_request(Dec &d, const llmbus::EngineCoreRequest &t,
     return d.fail(LLB_STATUS_MALFORMED, "prompt_token_ids", "required, missing or empty");
   return d.str(t.request_id(), &m.request_id, "request_id", true) &&
          dec_pooling_params(d, t.pooling_params(), &m.pooling_params, "pooling_params") &&
+         dec_lora_request(d, t.lora_request(), 1, &m.lora_request, "lora_request") &&
          d.str(t.external_id(), &m.external_id, "external_id") &&
          d.vec(t.prompt_token_ids(), &m.prompt_token_ids, &m.num_prompt_token_ids,
                "prompt_token_ids") &&

@@ -60,8 +60,10 @@ static fb::Offset<void> build_scheduler_output(Enc &e, const llb_scheduler_outpu
         auto outputs = e.vec(r.output_token_ids, r.num_output_token_ids, "output_token_ids");
         auto so = enc_structured_outputs(e, r.structured_outputs, "structured_outputs");
         auto pool = enc_pooling_params(e, r.pooling_params, "pooling_params");
+        auto lora = enc_lora_request(e, r.lora_request, 1, "lora_request");
         return e.ok() ? llmbus::CreateNewRequestData(e.b, id, prompt, sp, blocks,
-                                                     r.num_computed_tokens, mm, outputs, so, pool)
+                                                     r.num_computed_tokens, mm, outputs, so, pool,
+                                                     lora)
                       : fb::Offset<llmbus::NewRequestData>(0);
       });
   auto cached = enc_cached(e, m.scheduled_cached_reqs);
@@ -189,7 +191,8 @@ static bool read_scheduler_output(Dec &d, const llmbus::SchedulerOutput &t,
                         dec_structured_outputs(d, r.structured_outputs(), &o.structured_outputs,
                                                "structured_outputs") &&
                         dec_pooling_params(d, r.pooling_params(), &o.pooling_params,
-                                           "pooling_params");
+                                           "pooling_params") &&
+                        dec_lora_request(d, r.lora_request(), 1, &o.lora_request, "lora_request");
                }) &&
       dec_cached(d, t.scheduled_cached_reqs(), m.scheduled_cached_reqs) &&
       d.tables(t.num_scheduled_tokens(), &m.num_scheduled_tokens, &m.num_scheduled_reqs,

@@ -9,6 +9,14 @@
 extern "C" {
 #endif
 
+/* One LoRA adapter a worker serves (control.fbs LoRAAdapter): name and id checked as
+ * llb_lora_request's (id >= 1), rank >= 1. */
+struct llb_lora_adapter {
+  struct llb_str lora_name;
+  int32_t lora_int_id;
+  int32_t rank;
+};
+
 struct llb_heartbeat {
   uint16_t version;
   struct llb_str actor;    /* required: "scheduler", ... */
@@ -23,6 +31,8 @@ struct llb_heartbeat {
   struct llb_str engine_id; /* <eid> of the actor's engine (may be empty) */
   int32_t num_gpu_blocks;   /* gpu_worker: KV blocks allocated, the engine's geometry (0 = unknown) */
   int32_t block_size;       /* gpu_worker: tokens per KV block */
+  const struct llb_lora_adapter *lora_adapters; /* [num_lora_adapters]: gpu_worker's --lora-modules */
+  int32_t num_lora_adapters;                    /* <= LLB_MAX_LORA_ADAPTERS */
 };
 
 /* vLLM v1 SchedulerStats + cumulative counters for Prometheus. */

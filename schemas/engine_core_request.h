@@ -31,6 +31,7 @@ struct llb_engine_core_request {
   struct llb_structured_outputs structured_outputs; /* kind NONE = unconstrained */
   struct llb_pooling_params pooling_params; /* type NONE = sample; else pool the prompt only */
   struct llb_str resume_request_id; /* a resend of that request ("" = none; see the .fbs) */
+  struct llb_lora_request lora_request; /* resolved adapter (lora_int_id >= 1); name "" = the base model */
 };
 
 struct llb_abort_requests {

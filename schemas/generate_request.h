@@ -55,6 +55,7 @@ struct llb_generate_request {
   struct llb_str chat_template_kwargs; /* JSON object of extra template variables; "" = none */
   bool continue_final_message;         /* continue the last assistant message (vLLM) */
   struct llb_pooling_params pooling_params; /* type NONE = a generation; else an embedding */
+  struct llb_lora_request lora_request;     /* the adapter named as `model`; name "" = the base (its id is ignored) */
 };
 
 struct llb_abort_request {

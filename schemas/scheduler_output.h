@@ -25,6 +25,7 @@ struct llb_new_request_data {
   int32_t num_output_token_ids;
   struct llb_structured_outputs structured_outputs;  /* kind NONE = unconstrained */
   struct llb_pooling_params pooling_params;          /* type NONE = sample; else pool */
+  struct llb_lora_request lora_request;              /* lora_int_id >= 1; name "" = the base model */
 };
 
 /* Deltas for requests in the worker's persistent batch: parallel arrays of num_reqs. The

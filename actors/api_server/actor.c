@@ -6,6 +6,7 @@
  * listener (http_listener.h), setup and teardown on the loop (loop_call.h), replies
  * (http_reply.h), routes without the engine (plain_routes.h), peers' beats (peer_beats.h). */
 #include "actors/api_server/actor.h"
+#include "schemas/lora_registry.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -452,6 +453,27 @@ static void make_id(struct api_server_actor *a, enum api_endpoint ep, char *buf,
            a->id_counter);
 }
 
+/* GET /v1/models: the served names, then the LoRA adapters the tenant may use (vLLM's ModelCard:
+ * parent = the base model's id). */
+static void route_models(struct api_server_actor *a, struct evhttp_request *req, const char *tenant) {
+  static char loras[LORA_REGISTRY_MAX_LIST][LLB_LORA_NAME_MAX + 1]; /* loop thread only */
+  const int32_t n = a->o.loras ? lora_registry_list(a->o.loras, tenant, llb_now_ns(), loras, LORA_REGISTRY_MAX_LIST) : 0;
+  api_route_models(req, a->model_names, a->num_model_names, a->max_model_len, loras, n < LORA_REGISTRY_MAX_LIST ? n : LORA_REGISTRY_MAX_LIST);
+}
+
+/* GET /v1/models/{id} of a LoRA adapter the tenant may use: its card (parent = the base's id),
+ * answered here. False when id is no such adapter (the engine answers, 404 for an unknown id). */
+static bool route_lora_card(struct api_server_actor *a, struct evhttp_request *req, const char *id, const char *tenant) {
+  if (!a->o.loras || lora_registry_lookup(a->o.loras, id, tenant, llb_now_ns()) <= 0) return false;
+  struct api_buf b = {0};
+  if (api_model_object_render(id, a->model_name, (int64_t)time(NULL), a->max_model_len, &b) == LLB_STATUS_OK)
+    api_http_send_body(req, 200, "application/json", b.data, b.len);
+  else
+    evhttp_send_error(req, 500, NULL);
+  api_buf_free(&b);
+  return true;
+}
+
 /* A new call for `req`: its body parsed as endpoint ep wants, its subs allocated (one per
  * prompt or input), its response begun. NULL with e set (400/404 from the parser, 500 out of
  * memory). */
@@ -473,7 +495,8 @@ static struct api_call *call_new(struct api_server_actor *a, struct evhttp_reque
                                 .num_model_aliases = a->num_model_names - 1, .tool_parser = a->o.tool_call_parser,
                                 .no_auto_tool_choice = !a->o.enable_auto_tool_choice,
                                 .reasoning_parser = a->o.reasoning_parser,
-                                .allowed_local_media_path = a->local_media_dir};
+                                .allowed_local_media_path = a->local_media_dir, .loras = a->o.loras,
+                                .tenant = tenant};
   const bool emb = ep == API_ENDPOINT_EMBEDDINGS, tok = ep >= API_ENDPOINT_TOKENIZE && ep <= API_ENDPOINT_MODEL_INFO;
   if (emb && !(c->emb = calloc(1, sizeof *c->emb))) api_error_set(e, 500, NULL, "out of memory");
   if ((emb && !c->emb) ||
@@ -652,7 +675,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
   switch (route) {
     case 0: handle_generate(a, req, API_ENDPOINT_COMPLETIONS, NULL, tenant); break;
     case 1: handle_generate(a, req, API_ENDPOINT_CHAT, NULL, tenant); break;
-    case 2: api_route_models(req, a->model_names, a->num_model_names, a->max_model_len); break;
+    case 2: route_models(a, req, tenant); break;
     case 3: api_peer_beats_route_health(a->peers, req); break;
     case 4: api_route_metrics(req, a->merge, api_metrics_registry(a->metrics), a->o.registry); break;
     case 5: handle_generate(a, req, API_ENDPOINT_TOKENIZE, NULL, tenant); break;
@@ -660,7 +683,9 @@ static void on_request(struct evhttp_request *req, void *arg) {
     case 7: api_route_version(req); break;
     case 9: handle_generate(a, req, API_ENDPOINT_EMBEDDINGS, NULL, tenant); break;
     case 10: handle_generate(a, req, API_ENDPOINT_RESPONSES, NULL, tenant); break;
-    default: handle_generate(a, req, API_ENDPOINT_MODEL_INFO, model_id, tenant); break;
+    default:
+      if (!route_lora_card(a, req, model_id, tenant)) handle_generate(a, req, API_ENDPOINT_MODEL_INFO, model_id, tenant);
+      break;
   }
 }
 
@@ -846,6 +871,7 @@ llb_status api_server_actor_start(struct api_server_actor *a, struct bus *bus) {
   if (st == LLB_STATUS_OK) st = bus_pattern_engines(bus_prefix(bus), "stats", subj, sizeof subj);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, subj, NULL, api_peer_beats_on_stats, a->peers, NULL);
   if (st == LLB_STATUS_OK) st = bus_pattern_health(bus_prefix(bus), NULL, subj, sizeof subj);
+  api_peer_beats_set_loras(a->peers, a->o.loras);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, subj, NULL, api_peer_beats_on_heartbeat, a->peers, NULL);
   if (st == LLB_STATUS_OK) st = bus_pattern_health_metrics(bus_prefix(bus), subj, sizeof subj);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, subj, NULL, on_actor_metrics, a, NULL);

@@ -14,6 +14,7 @@
 #include "base/status.h"
 
 struct api_keys;
+struct lora_registry;
 
 #define API_MAX_MODEL_ALIASES 15 /* --served-model-name: 16 names in all */
 
@@ -61,6 +62,11 @@ struct api_server_actor_options {
   const char *allowed_local_media_path; /* vLLM's --allowed-local-media-path DIR: file:// image
                                       URLs whose realpath is inside DIR are read (api_images.h);
                                       NULL = file URLs refused. Must exist (checked at create) */
+  struct lora_registry *loras;     /* the LoRA adapters the workers announce, per tenant
+                                      (schemas/lora_registry.h): fed with the heartbeats the actor
+                                      hears; a request's `model` may name one its tenant may use
+                                      (chat, completions, responses), /v1/models lists them. NULL =
+                                      none. Borrowed: outlives the actor */
 };
 
 /* llmbus-api-server's own flags as given (cmd/api_server_main.c holds their defaults and

@@ -1,5 +1,7 @@
 /* OpenAI request parsing and validation (see api_request.h). */
 #include "actors/api_server/api_request.h"
+#include "base/log.h"
+#include "schemas/lora_registry.h"
 
 #include "actors/api_server/api_reasoning.h"
 #include "actors/api_server/api_responses.h"
@@ -497,7 +499,10 @@ llb_status api_request_parse(enum api_endpoint endpoint, const char *body, size_
     goto fail;
   }
   if (get_str(mv, "model", &model, &model_len, err) != LLB_STATUS_OK) goto fail;
-  if (model_len >= sizeof out->model || !api_model_served(o, model)) {
+  out->is_lora = model_len < sizeof out->model && !api_model_served(o, model) && o->loras &&
+                 lora_registry_lookup(o->loras, model, o->tenant, llb_now_ns()) > 0;
+  if (model_len >= sizeof out->model || (!out->is_lora && !api_model_served(o, model))) {
+    /* an adapter another tenant owns reads as unknown (docs/design.md §7) */
     api_error_set(err, 404, "model", "The model `%.200s` does not exist. Served: `%s`.", model,
                   o->served_model);
     snprintf(err->code, sizeof err->code, "model_not_found");
@@ -631,6 +636,7 @@ void api_request_to_generate(const struct api_request *r, int32_t prompt_index,
   out->priority = r->priority;
   if (r->cache_salt[0]) out->cache_salt = llb_str_c(r->cache_salt);
   out->structured_outputs = r->structured_outputs;
+  if (r->is_lora) out->lora_request = (struct llb_lora_request){llb_str_c(r->model), 0}; /* resolved downstream */
   if (r->endpoint == API_ENDPOINT_CHAT) {
     out->messages = r->messages;
     out->num_messages = r->num_messages;

@@ -58,6 +58,7 @@ struct api_prompt {
 struct api_request {
   enum api_endpoint endpoint;
   char model[API_MAX_MODEL_BYTES];
+  bool is_lora;                   /* `model` names a LoRA adapter (GenerateRequest.lora_request) */
   bool stream;
   bool include_usage;             /* stream_options.include_usage */
   struct api_prompt *prompts;     /* [num_prompts], completions only */
@@ -108,6 +109,8 @@ struct api_parse_options {
   int32_t reasoning_parser;  /* enum reasoning_parser of --reasoning-parser (0 = none); model/reasoning/reasoning.h */
   const char *allowed_local_media_path; /* realpath of vLLM's --allowed-local-media-path: file://
                                            image URLs inside it are read (api_images.h); NULL = none */
+  struct lora_registry *loras; /* LoRA adapters a `model` may name (chat, completions); NULL = none */
+  const char *tenant;          /* whose adapters (lora_registry_lookup) */
 };
 
 bool api_model_served(const struct api_parse_options *o, const char *model);

@@ -198,20 +198,22 @@ static json_t *lossy_string(const char *text, size_t len) {
   return j;
 }
 
-static json_t *model_object(const char *model, int64_t created, int32_t max_model_len) {
-  json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:n}", "id", model, "object", "model", "created",
-                        (json_int_t)created, "owned_by", "llmbus", "root", model, "parent");
+static json_t *model_object(const char *model, const char *parent, int64_t created, int32_t max_model_len) {
+  json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o}", "id", model, "object", "model", "created",
+                        (json_int_t)created, "owned_by", "llmbus", "root", model, "parent",
+                        parent ? json_string(parent) : json_null());
   if (o && max_model_len > 0) json_object_set_new(o, "max_model_len", json_integer(max_model_len));
   return o;
 }
 
-llb_status api_model_object_render(const char *model, int64_t created, int32_t max_model_len, struct api_buf *out) {
-  return dump_into(model_object(model, created, max_model_len), out);
+llb_status api_model_object_render(const char *model, const char *parent, int64_t created, int32_t max_model_len,
+                                   struct api_buf *out) {
+  return dump_into(model_object(model, parent, created, max_model_len), out);
 }
 
 llb_status api_tokenize_render(const struct api_tokenize *t, const struct llb_request_output *ro, const char *model,
                                int64_t created, struct api_buf *out) {
-  if (t->endpoint == API_ENDPOINT_MODEL_INFO) return dump_into(model_object(model, created, ro->max_model_len), out);
+  if (t->endpoint == API_ENDPOINT_MODEL_INFO) return dump_into(model_object(model, NULL, created, ro->max_model_len), out);
   if (t->endpoint == API_ENDPOINT_DETOKENIZE) {
     json_t *text = lossy_string(ro->prompt.data ? ro->prompt.data : "", ro->prompt.len);
     return dump_into(text ? json_pack("{s:o}", "prompt", text) : NULL, out);

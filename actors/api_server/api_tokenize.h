@@ -56,8 +56,10 @@ void api_tokenize_map_error(const struct api_tokenize *t, struct api_error *e);
 llb_status api_tokenize_render(const struct api_tokenize *t, const struct llb_request_output *ro, const char *model,
                                int64_t created, struct api_buf *out);
 
-/* The model object of /v1/models for `model` ("max_model_len" when max_model_len > 0), as a
- * JSON text appended to `out`. OUT_OF_MEMORY. */
-llb_status api_model_object_render(const char *model, int64_t created, int32_t max_model_len, struct api_buf *out);
+/* The model object of /v1/models for `model` ("max_model_len" when max_model_len > 0; "parent":
+ * `parent`, a LoRA adapter's base model, or null), as a JSON text appended to `out`.
+ * OUT_OF_MEMORY. */
+llb_status api_model_object_render(const char *model, const char *parent, int64_t created, int32_t max_model_len,
+                                   struct api_buf *out);
 
 #endif

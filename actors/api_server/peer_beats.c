@@ -1,5 +1,6 @@
 /* What the api server hears about its peers; see peer_beats.h. */
 #include "actors/api_server/peer_beats.h"
+#include "schemas/lora_registry.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -36,6 +37,7 @@ struct api_peer_beats {
   int num_op_keys;
   _Atomic int64_t op_restart_ns; /* llb_now_ns, 0 = none seen */
   _Atomic int64_t ip_beat_ns;    /* llb_now_ns of the last input processor heartbeat, 0 = none */
+  struct lora_registry *loras;   /* fed with the workers' adapters; NULL = none */
 };
 
 llb_status api_peer_beats_create(const char *health_actors, int64_t health_window_ms, struct api_metrics *metrics,
@@ -96,6 +98,8 @@ static void note_output_processor(struct api_peer_beats *a, const struct llb_hea
   a->op_seen_ns[at] = now;
 }
 
+void api_peer_beats_set_loras(struct api_peer_beats *p, struct lora_registry *loras) { p->loras = loras; }
+
 void api_peer_beats_on_heartbeat(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   struct api_peer_beats *a = user;
@@ -110,6 +114,7 @@ void api_peer_beats_on_heartbeat(struct bus *bus, const struct bus_msg *msg, voi
         atomic_store(hb.ready ? &a->health[i].last_ready_ns : &a->health[i].last_not_ready_ns, now);
     if (strcmp(hb.actor.data, "output_processor") == 0) note_output_processor(a, &hb, now);
     else if (strcmp(hb.actor.data, "input_processor") == 0) atomic_store(&a->ip_beat_ns, now);
+    else if (a->loras) lora_registry_on_heartbeat(a->loras, &hb, now); /* a worker's adapters */
   }
   llb_arena_destroy(&arena);
 }

@@ -22,6 +22,11 @@ struct api_peer_beats;
  * stats. Errors: OUT_OF_MEMORY. */
 llb_status api_peer_beats_create(const char *health_actors, int64_t health_window_ms, struct api_metrics *metrics,
                                  struct api_peer_beats **out);
+/* The LoRA registry the workers' heartbeats feed (borrowed; NULL = none). Before the
+ * heartbeat subscription. */
+struct lora_registry;
+void api_peer_beats_set_loras(struct api_peer_beats *p, struct lora_registry *loras);
+
 /* After the bus is destroyed or drained. NULL ok. */
 void api_peer_beats_destroy(struct api_peer_beats *p);
 

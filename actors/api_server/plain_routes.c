@@ -14,12 +14,16 @@ void api_route_version(struct evhttp_request *req) {
   api_http_send_body(req, 200, "application/json", body, sizeof body - 1);
 }
 
-void api_route_models(struct evhttp_request *req, const char *const *names, int num, int32_t max_model_len) {
+void api_route_models(struct evhttp_request *req, const char *const *names, int num, int32_t max_model_len,
+                      const char (*loras)[LLB_LORA_NAME_MAX + 1], int num_loras) {
   struct api_buf b = {0};
   const int64_t now = (int64_t)time(NULL);
   bool ok = api_buf_printf(&b, "{\"object\":\"list\",\"data\":[");
   for (int i = 0; ok && i < num; i++)
-    ok = (i == 0 || api_buf_printf(&b, ",")) && api_model_object_render(names[i], now, max_model_len, &b) == LLB_STATUS_OK;
+    ok = (i == 0 || api_buf_printf(&b, ",")) &&
+         api_model_object_render(names[i], NULL, now, max_model_len, &b) == LLB_STATUS_OK;
+  for (int i = 0; ok && i < num_loras; i++) /* vLLM's LoRA ModelCard: its parent, the base model */
+    ok = api_buf_printf(&b, ",") && api_model_object_render(loras[i], names[0], now, max_model_len, &b) == LLB_STATUS_OK;
   ok = ok && api_buf_printf(&b, "]}");
   if (ok) api_http_send_body(req, 200, "application/json", b.data, b.len);
   else evhttp_send_error(req, 500, NULL);

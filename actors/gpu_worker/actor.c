@@ -1,6 +1,7 @@
 /* The gpu_worker actor (see actor.h): SchedulerOutput in, one step of the model runner,
  * ModelRunnerOutput out, on <prefix>.engine.<eid>.execute. */
 #include "actors/gpu_worker/actor.h"
+#include "model/forward/lora.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -30,6 +31,7 @@ struct gpu_worker_actor {
   struct gguf_file *file;
   struct llama_model *model;
   struct model_runner *runner;
+  struct lora_adapters loras;   /* --lora-modules, borrowed by the runner */
   struct clip_model *clip; /* --mmproj: the image encoder, or NULL */
   /* used only on the execute subscription's delivery thread */
   struct llb_arena arena; /* decoded SchedulerOutput, reset per message */
@@ -135,6 +137,18 @@ static void log_sim_cost(const struct sim_cost_model *given) {
                m.attention_s * 1e9, m.context_s * 1e9);
 }
 
+/* --lora-modules: each adapter loaded against the model, then given to the runner (logged). */
+static llb_status load_loras(struct gpu_worker_actor *a, const struct gpu_worker_actor_options *o) {
+  llb_status st = lora_adapters_load(o->lora_modules, a->model, o->max_lora_rank, &a->loras);
+  if (!st) st = model_runner_set_loras(a->runner, a->loras.ids, (const struct llama_lora *const *)a->loras.adapters,
+                                       a->loras.num);
+  for (int32_t i = 0; !st && i < a->loras.num; i++)
+    LLB_LOG_INFO("lora_adapter", "name=%s lora_int_id=%d rank=%d alpha=%g targets=%d path=%s", a->loras.names[i],
+                 a->loras.ids[i], a->loras.beat[i].rank, (double)llama_lora_alpha(a->loras.adapters[i]),
+                 llama_lora_num_targets(a->loras.adapters[i]), o->lora_modules->items[i].path);
+  return st;
+}
+
 llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, struct gpu_worker_actor **out) {
   *out = NULL;
   if (!o || !o->model_path || !o->model_path[0])
@@ -149,6 +163,12 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
   const bool cuda = o->device == MODEL_RUNNER_DEVICE_CUDA, sim = o->device == MODEL_RUNNER_DEVICE_SIM;
   llb_status st = model_runner_device_check(o->device); /* before reading a byte of the model */
   if (st) goto fail;
+  const int nloras = o->lora_modules ? o->lora_modules->num : 0;
+  if (nloras && o->device != MODEL_RUNNER_DEVICE_CPU) {
+    st = LLB_ERRF(LLB_STATUS_UNSUPPORTED, "gpu_worker: LoRA adapters (--lora-modules) run on --device cpu only, not %s",
+                  model_runner_device_name(o->device));
+    goto fail;
+  }
   if ((st = gguf_open(o->model_path, &a->file))) goto fail;
   if (!cuda && !sim && (st = llama_model_load(a->file, &a->model))) goto fail;
   const struct model_runner_config cfg = {.num_blocks = o->num_blocks, .block_size = o->block_size,
@@ -160,8 +180,10 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
                                           .kv_cache_memory_bytes = o->kv_cache_memory_bytes,
                                           .gguf = a->file, .matmul = o->matmul,
                                           .packed_cache_dir = o->packed_cache_dir, .spec = o->spec,
-                                          .max_model_len = o->max_model_len, .sim_cost = o->sim_cost};
+                                          .max_model_len = o->max_model_len, .sim_cost = o->sim_cost,
+                                          .max_lora_rank = nloras ? o->max_lora_rank : 0};
   if ((st = model_runner_create(a->model, &cfg, &a->runner))) goto fail;
+  if (nloras && (st = load_loras(a, o))) goto fail;
   if (sim) log_sim_cost(o->sim_cost); /* structured output is refused there: no logits to mask */
   else load_structured_vocab(a);
   if (o->mmproj_path && o->mmproj_path[0] && (st = load_mmproj(a, o))) goto fail;
@@ -192,9 +214,15 @@ fail:
   return st;
 }
 
+const struct llb_lora_adapter *gpu_worker_actor_lora_adapters(const struct gpu_worker_actor *a, int32_t *num) {
+  *num = a->loras.num;
+  return a->loras.beat;
+}
+
 void gpu_worker_actor_destroy(struct gpu_worker_actor *a) {
   if (!a) return;
   model_runner_destroy(a->runner);
+  lora_adapters_free(&a->loras); /* after the runner that borrowed them */
   clip_model_destroy(a->clip);
   llama_model_destroy(a->model);
   gguf_close(a->file);

@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 
+#include "actors/gpu_worker/lora_adapters.h"
 #include "actors/gpu_worker/model_runner.h"
 #include "bus/bus.h"
 #include "base/status.h"
@@ -42,6 +43,10 @@ struct gpu_worker_actor_options {
                                      must equal the model's hidden size. NULL/"" = images refused */
   const struct sim_cost_model *sim_cost; /* sim: the step-time model (runner_sim.h; copied);
                                      NULL = the built-in one */
+  const struct lora_modules *lora_modules; /* --lora-modules (lora_modules.h; borrowed for the call):
+                                     each loaded and checked against the model at create (cpu
+                                     only); NULL or none = the base model only */
+  int32_t max_lora_rank;          /* vLLM's --max-lora-rank: adapters of higher rank are refused */
   const char *step_log_path;      /* NULL/"" = none; else each step that ran a batch appends one JSON
                                      line: its shape (model_runner_last_step_shape) and the seconds
                                      model_runner_execute took (llmbus-kernel-bench --fit-steps) */
@@ -58,6 +63,11 @@ struct gpu_worker_actor_stats {
 };
 
 struct gpu_worker_actor;
+
+/* The adapters the worker serves ([*num] name, lora_int_id, rank; valid while the actor lives):
+ * what its Heartbeat announces (Heartbeat.lora_adapters). */
+const struct llb_lora_adapter *gpu_worker_actor_lora_adapters(const struct gpu_worker_actor *a, int32_t *num);
+
 
 /* Opens o->model_path, loads the model and creates the model runner on o->device (KV cache
  * of num_blocks x block_size, logged in MB with the device). sim: only the config and the

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "actors/gpu_worker/model_runner_internal.h"
+#include "model/forward/lora.h"
 #include "actors/gpu_worker/mm_encoder.h"
 #include "actors/gpu_worker/pooler.h"
 #include "actors/gpu_worker/prompt_logprobs.h"
@@ -132,6 +133,9 @@ void model_runner_destroy(struct model_runner *r) {
   free(r->logits_used);
   free(r->out_num_spec);
   free(r->out_spec_ids);
+  free(r->lora_ids);
+  free(r->loras);
+  free(r->seq_loras);
   runner_backend_destroy(&r->be);
   sim_vocab_free(&r->sim_vocab);
   free(r);
@@ -153,6 +157,38 @@ llb_status model_runner_set_structured_vocab(struct model_runner *r, struct so_v
   runner_so_destroy(r->so);
   r->so = NULL;
   return runner_so_create(vocab, &r->so);
+}
+
+llb_status model_runner_set_loras(struct model_runner *r, const int32_t *ids, const struct llama_lora *const *adapters,
+                                  int32_t n) {
+  if (n > 0 && r->cfg.device != MODEL_RUNNER_DEVICE_CPU)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "LoRA adapters run on the cpu device only, not %s",
+                    model_runner_device_name(r->cfg.device));
+  for (int32_t i = 0; i < n; i++) {
+    if (ids[i] < 1) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "LoRA adapter %d: lora_int_id %d < 1", i, ids[i]);
+    for (int32_t j = 0; j < i; j++)
+      if (ids[j] == ids[i]) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "LoRA adapters: lora_int_id %d twice", ids[i]);
+    if (llama_lora_rank(adapters[i]) > r->cfg.max_lora_rank)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "LoRA adapter %d: rank %d over max_lora_rank %d", ids[i],
+                      llama_lora_rank(adapters[i]), r->cfg.max_lora_rank);
+  }
+  int32_t *ni = n ? malloc((size_t)n * sizeof *ni) : NULL;
+  const struct llama_lora **na = n ? malloc((size_t)n * sizeof *na) : NULL;
+  if (n && (!ni || !na)) {
+    free(ni);
+    free(na);
+    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "LoRA adapters: %d", n);
+  }
+  for (int32_t i = 0; i < n; i++) {
+    ni[i] = ids[i];
+    na[i] = adapters[i];
+  }
+  free(r->lora_ids);
+  free(r->loras);
+  r->lora_ids = ni;
+  r->loras = na;
+  r->num_loras = n;
+  return LLB_STATUS_OK;
 }
 
 void model_runner_set_reasoning_markers(struct model_runner *r, enum reasoning_parser p,
@@ -221,6 +257,7 @@ static llb_status add_new(struct model_runner *r, const struct llb_new_request_d
   q->num_computed_tokens = nr->num_computed_tokens;
   mr_sampler_params(nr->sampling_params, &q->sampler_params);
   q->prompt_logprobs = nr->sampling_params->prompt_logprobs;
+  q->lora = nr->lora_request.lora_int_id ? mr_find_lora(r, nr->lora_request.lora_int_id) : NULL; /* checked */
   if (r->cfg.device == MODEL_RUNNER_DEVICE_SIM)
     q->sim_key = sim_request_key(nr->sampling_params, nr->prompt_token_ids, nr->num_prompt_token_ids);
   runner_so_req_free(r->so, &q->so);
@@ -363,7 +400,7 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
     return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "batch of %d requests", ns);
   const int32_t bs = r->cfg.block_size;
   int32_t s = 0, n = 0, nl = 0;
-  bool any_mm = false;
+  bool any_mm = false, any_lora = false;
   pooler_step_begin(&r->pool);
   prompt_logprobs_reset(&r->plp);
   r->query_start_loc[0] = 0;
@@ -385,6 +422,8 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
     if (prompt_logprobs_add(&r->plp, q->prompt_logprobs, q->token_ids, q->num_prompt_tokens,
                             start, len, n))
       return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "prompt logprobs");
+    r->seq_loras[s] = q->lora;
+    any_lora |= q->lora != NULL;
     int32_t *bt = r->block_tables + (int64_t)s * max_blocks;
     memcpy(bt, q->block_ids, (size_t)q->num_block_ids * sizeof(int32_t));
     for (int32_t b = q->num_block_ids; b < max_blocks; b++) bt[b] = 0;
@@ -413,7 +452,8 @@ static llb_status prepare_inputs(struct model_runner *r, const struct llb_schedu
       .block_tables = r->block_tables, .max_blocks_per_seq = max_blocks, .num_logits = nl,
       .logits_indices = indices, .input_embeds = any_mm ? r->embeds : NULL,
       .embeds_mask = any_mm ? r->embeds_mask : NULL, .num_hidden = r->pool.num_rows,
-      .hidden_indices = r->pool.indices, .hidden_states = r->pool.hidden};
+      .hidden_indices = r->pool.indices, .hidden_states = r->pool.hidden,
+      .seq_loras = any_lora ? r->seq_loras : NULL};
   *num_seqs = ns;
   return LLB_STATUS_OK;
 }

@@ -90,6 +90,8 @@ struct model_runner_config {
                                      scheduler schedules them (runner_spec.c); all 0 = off; CPU only */
   const struct sim_cost_model *sim_cost; /* SIM: the step-time model (copied); NULL = the built-in
                                      one (sim_cost_model_default); other devices: unused */
+  int32_t max_lora_rank;          /* CPU: LoRA scratch up to this rank (llama_forward_options; vLLM's
+                                     --max-lora-rank); 0 = no adapters (model_runner_set_loras refused) */
 };
 
 struct model_runner; /* opaque */
@@ -191,6 +193,17 @@ struct sim_step_shape model_runner_last_step_shape(const struct model_runner *r)
  * first execute. Errors: OUT_OF_MEMORY. */
 struct so_vocab;
 llb_status model_runner_set_structured_vocab(struct model_runner *r, struct so_vocab *vocab);
+
+/* The LoRA adapters the runner serves (model/forward/lora.h): adapters[i] (borrowed: must outlive
+ * the runner) for a NewRequestData whose lora_request.lora_int_id is ids[i]. A new request
+ * naming an id not among them fails alone (NOT_FOUND, blamed on it: failed_req_id), never the
+ * step; its rows run with its adapter (llama_batch.seq_loras). CPU only, created with
+ * max_lora_rank >= every adapter's rank. Replaces the previous set; call before the first
+ * execute. Errors: UNSUPPORTED (not the CPU device), INVALID_ARGUMENT (an id < 1 or repeated, a
+ * rank over max_lora_rank), OUT_OF_MEMORY. */
+struct llama_lora;
+llb_status model_runner_set_loras(struct model_runner *r, const int32_t *ids, const struct llama_lora *const *adapters,
+                                  int32_t n);
 
 /* The token ids of reasoning parser p's markers (runner_so_set_reasoning_markers); after
  * model_runner_set_structured_vocab. */

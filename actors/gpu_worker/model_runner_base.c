@@ -73,3 +73,9 @@ llb_status mr_fail(struct model_runner *r, llb_status st, const char *field, con
 void mr_blame(struct model_runner *r, const char *id, size_t len) {
   snprintf(r->err_req_id, sizeof(r->err_req_id), "%.*s", (int)(len < 255 ? len : 255), id ? id : "");
 }
+
+const struct llama_lora *mr_find_lora(const struct model_runner *r, int32_t id) {
+  for (int32_t i = 0; i < r->num_loras; i++)
+    if (r->lora_ids[i] == id) return r->loras[i];
+  return NULL;
+}

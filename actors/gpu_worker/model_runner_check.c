@@ -70,6 +70,9 @@ static llb_status check_new(struct model_runner *r, const struct llb_scheduler_o
       return mr_fail(r, LLB_STATUS_UNSUPPORTED, field, "mm_features[%d]: modality '%s' has no encoder here", k,
                   f->modality.data);
   }
+  if (nr->lora_request.lora_int_id != 0 && !mr_find_lora(r, nr->lora_request.lora_int_id))
+    return mr_fail(r, LLB_STATUS_NOT_FOUND, field, "LoRA adapter \"%s\" (lora_int_id %d) is not served by this worker",
+                   nr->lora_request.lora_name.data, nr->lora_request.lora_int_id);
   llb_status sost = runner_so_prepare(r->so, &nr->structured_outputs);
   if (sost) return mr_fail(r, sost, field, "structured_outputs: %s", llb_err_last());
   if (nr->pooling_params.pooling_type != LLB_POOLING_NONE) {
@@ -208,6 +211,7 @@ static bool reserve_step(struct model_runner *r, int32_t n) {
   GROW(r->out_num_pooled, cap);
   GROW(r->logits_used, cap);
   GROW(r->out_num_spec, cap);
+  GROW(r->seq_loras, cap);
 #undef GROW
   r->step_cap = cap;
   return true;

@@ -36,6 +36,7 @@ struct mr_request {
   int32_t spec_ids[LLB_MAX_SPEC_TOKENS]; /* this step's drafts to verify (scheduled_spec_decode_tokens) */
   int32_t num_spec;             /* 0 = none this step */
   uint64_t sim_key;             /* SIM: the key of its tokens (sim_request_key) */
+  const struct llama_lora *lora; /* its adapter (model_runner_set_loras), NULL = the base model */
 };
 
 /* A multimodal item of a request: placeholder range and encoder-output key. */
@@ -115,6 +116,10 @@ struct model_runner {
   struct sim_cost_model sim_cost; /* SIM: the step-time model */
   struct sim_vocab sim_vocab;     /* SIM: the tokens a step may emit */
   struct sim_step_shape last_shape; /* of the last step that ran a batch (all 0 otherwise) */
+  int32_t *lora_ids;            /* [num_loras] model_runner_set_loras */
+  const struct llama_lora **loras; /* [num_loras], borrowed */
+  int32_t num_loras;
+  const struct llama_lora **seq_loras; /* [step_cap] each sequence's adapter this step */
   char err_message[512];
   char err_field[128];
   char err_req_id[256];  /* the request a failed step is blamed on (its input), "" = none */
@@ -138,6 +143,8 @@ llb_status mr_fail(struct model_runner *r, llb_status st, const char *field, con
     __attribute__((format(printf, 4, 5)));
 /* Names the request whose input fails the step (failed_req_id): the scheduler finishes it. */
 void mr_blame(struct model_runner *r, const char *id, size_t len);
+/* The adapter served for lora_int_id `id` (>= 1), or NULL (model_runner_base.c). */
+const struct llama_lora *mr_find_lora(const struct model_runner *r, int32_t id);
 /* Phase 1: every id, row, block, token and size of `so` checked against the batch; nothing
  * changes. INVALID_ARGUMENT / UNSUPPORTED / OUT_OF_MEMORY through mr_fail (model_runner_check.c). */
 llb_status mr_check_output(struct model_runner *r, const struct llb_scheduler_output *so);

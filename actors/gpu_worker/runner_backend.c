@@ -182,7 +182,8 @@ llb_status runner_backend_create(struct runner_backend *b, const struct llama_mo
   struct llama_forward_options fo = {.max_num_tokens = cfg->max_num_batched_tokens, .n_threads = cfg->num_threads,
                                      .n_threads_decode = cfg->num_threads_decode,
                                      .matmul = cfg->matmul, .packed_cache_dir = cfg->packed_cache_dir,
-                                     .max_model_len = cfg->max_model_len};
+                                     .max_model_len = cfg->max_model_len,
+                                     .max_lora_rank = cuda ? 0 : cfg->max_lora_rank};
   llb_status st = LLB_STATUS_OK;
   if (cuda) {
     if ((st = cuda_prepare(b, cfg, &fo))) goto fail;

@@ -2,6 +2,8 @@
  * cycle (see actor.h). The logic is input_processor.c over plain structs, the wire
  * translation actor_wire.c, the model's facts model_info.c. */
 #include "actors/input_processor/actor.h"
+#include "schemas/control.h"
+#include "schemas/lora_registry.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -41,6 +43,7 @@
 #define INPROC_DURABLE_PUBLISH_TIMEOUT_MS 20000
 #define INPROC_DURABLE_START_TIMEOUT_MS 10000  /* the requests stream at start */
 #define INPROC_DEFAULT_INTAKE_THREADS 2
+#define INPROC_LORA_TTL_NS (20LL * 1000 * 1000 * 1000) /* a worker silent this long serves no adapter */
 #define INPROC_INTAKE_ITEM_OVERHEAD 1024    /* cost of a queued request beside its bytes */
 #define INPROC_INTAKE_RETRY_AFTER_MS 1000   /* a full intake queue's Retry-After */
 #define INPROC_IMAGE_ESTIMATE_TOKENS 64     /* an image before it is planned (estimate_tokens) */
@@ -70,6 +73,7 @@ struct input_processor_actor {
   int32_t intake_threads;
   atomic_uint_fast64_t intake_full, grammars_compiled;
   struct inproc_so_cache *so_cache; /* verdicts of the grammars compiled (structured_check.h) */
+  struct lora_registry *loras;  /* adapters the workers announce, per tenant (schemas/lora_registry.h) */
 };
 
 static const char *subject_tenant(const char *subject) {
@@ -385,6 +389,16 @@ static void process_generate(struct input_processor_actor *a, const struct bus_m
                 "a GenerateRequest needs a reply subject (send it as a NATS request)", "reply_to");
     goto done;
   }
+  int32_t lora_int_id = 0; /* a client's id is ignored: the name is resolved here */
+  if (gr.lora_request.lora_name.len &&
+      !(lora_int_id = lora_registry_lookup(a->loras, gr.lora_request.lora_name.data, tenant, llb_now_ns()))) {
+    /* another tenant's adapter is answered as an unknown one (docs/design.md §7) */
+    char text[256];
+    snprintf(text, sizeof text, "The model `%.200s` does not exist.", gr.lora_request.lora_name.data);
+    atomic_fetch_add(&a->rejected, 1);
+    reply_error(a, msg, ext_id, LLB_STATUS_NOT_FOUND, text, "model");
+    goto done;
+  }
   double grammar_tokens = 0;
   const double estimate = estimate_tokens(&gr, &grammar_tokens);
   if (!precharge(a, msg, tenant, ext_id, gr.sampling_params ? gr.sampling_params->n : 1, estimate)) goto done;
@@ -398,6 +412,7 @@ static void process_generate(struct input_processor_actor *a, const struct bus_m
     goto done;
   }
   bad = inproc_wire_generate_request(&gr, tenant, msg->reply, &arena, &req);
+  req.lora_request = (struct llb_lora_request){gr.lora_request.lora_name, lora_int_id};
   if (bad) {
     atomic_fetch_add(&a->rejected, 1);
     reply_error(a, msg, ext_id, LLB_STATUS_OUT_OF_MEMORY, "out of memory", bad);
@@ -672,6 +687,20 @@ static void inproc_on_stats(struct bus *bus, const struct bus_msg *msg, void *us
   llb_arena_destroy(&arena);
 }
 
+/* <prefix>.health.gpu_worker.*: the LoRA adapters each worker serves (a request's `model`). */
+static void inproc_on_worker_beat(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  struct input_processor_actor *a = user;
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  struct llb_heartbeat hb;
+  if (llb_heartbeat_decode(msg->data, msg->len, &arena, &hb) == LLB_STATUS_OK)
+    lora_registry_on_heartbeat(a->loras, &hb, llb_now_ns());
+  else
+    atomic_fetch_add(&a->malformed, 1);
+  llb_arena_destroy(&arena);
+}
+
 static void inproc_on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   struct input_processor_actor *a = user;
@@ -810,9 +839,11 @@ llb_status input_processor_actor_create(const struct input_processor_actor_optio
   if ((st = intake_queue_create(&iq, &a->intake)) != LLB_STATUS_OK ||
       (st = inproc_so_cache_create(&a->hash_key, &a->so_cache)) != LLB_STATUS_OK)
     goto fail;
+  if ((st = lora_registry_create(INPROC_LORA_TTL_NS, &a->loras)) != LLB_STATUS_OK) goto fail;
   if (o->tenant_limits_file) {
     struct tenant_limits_config *tc = calloc(1, sizeof *tc);
     st = tc ? tenant_limits_config_load(o->tenant_limits_file, tc) : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "limits");
+    if (st == LLB_STATUS_OK) st = tenant_limits_restrict_loras(tc, a->loras);
     if (st == LLB_STATUS_OK)
       st = tenant_limits_create(tc, o->tenant_limit_ttl_ms > 0 ? o->tenant_limit_ttl_ms : DEFAULT_TENANT_LIMIT_TTL_MS,
                                 &a->limits);
@@ -849,6 +880,7 @@ void input_processor_actor_destroy(struct input_processor_actor *a) {
   input_processor_actor_stop(a);
   intake_queue_destroy(a->intake);
   inproc_so_cache_destroy(a->so_cache);
+  lora_registry_destroy(a->loras);
   inproc_destroy(a->proc);
   tokenizer_destroy(a->tok);
   engine_router_destroy(a->router);
@@ -917,6 +949,9 @@ llb_status input_processor_actor_start(struct input_processor_actor *a, struct b
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, tok_subj, INPUT_PROCESSOR_ACTOR_QUEUE_GROUP, inproc_on_tokenize, a, NULL);
   /* every replica hears every engine (no queue group): each routes on its own view */
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, stats_subj, NULL, inproc_on_stats, a, NULL);
+  char beats[BUS_SUBJECT_MAX];
+  if (st == LLB_STATUS_OK) st = bus_pattern_health(prefix, "gpu_worker", beats, sizeof beats);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, beats, NULL, inproc_on_worker_beat, a, NULL);
   if (st == LLB_STATUS_OK && a->limits) { /* every engine's outputs: its requests' first tokens and ends */
     st = bus_pattern_engines(prefix, "outputs", a->outputs_subject, sizeof a->outputs_subject);
     if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, inproc_on_engine_outputs, a, NULL);

@@ -108,6 +108,7 @@ struct llb_engine_core_request inproc_wire_engine_request(const struct inproc_en
       .num_mm_features = num_mm,
       .structured_outputs = req->structured_outputs,
       .pooling_params = *pool,
+      .lora_request = req->lora_request,
   };
 }
 

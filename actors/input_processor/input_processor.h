@@ -62,6 +62,7 @@ struct inproc_generate_request {
   const struct inproc_mm_item *mm_items; /* [num_mm_items] multimodal items (mm_items.h) */
   int32_t num_mm_items;
   struct llb_structured_outputs structured_outputs; /* kind NONE = unconstrained; spec borrowed */
+  struct llb_lora_request lora_request; /* the adapter, resolved (lora_int_id >= 1); name "" = the base */
   /* For the model's Jinja template (chat_render.h); ignored by the named templates. */
   const struct chat_message_extra *message_extras; /* [num_messages] or NULL */
   const char *tools_json;                /* JSON array of OpenAI tools; NULL = none */

@@ -1,6 +1,9 @@
 /* Per-tenant limits: in flight, queued, token bucket (see tenant_limits.h). */
 #include "actors/input_processor/tenant_limits.h"
 
+#include "schemas/codec.h"
+#include "schemas/lora_registry.h"
+
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -54,6 +57,34 @@ static bool parse_number(const char *v, double max, double *out) {
   return true;
 }
 
+/* `loras=a,b`: each a model name (bus_name_check's rule), into t->loras. */
+static bool loras_valid(const char *val, struct tenant_limit *t, char *why, size_t why_cap) {
+  if (strlen(val) >= sizeof t->loras)
+    return snprintf(why, why_cap, "loras=: longer than %zu bytes", sizeof t->loras - 1), false;
+  char list[sizeof t->loras];
+  snprintf(list, sizeof list, "%s", val);
+  char *save = NULL;
+  int n = 0;
+  for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save), n++)
+    if (!llb_lora_name_valid(name, strlen(name)))
+      return snprintf(why, why_cap, "loras=: '%.80s' is not a model name", name), false;
+  if (n == 0) return snprintf(why, why_cap, "loras=: no adapter named"), false;
+  snprintf(t->loras, sizeof t->loras, "%s", val);
+  return true;
+}
+
+llb_status tenant_limits_restrict_loras(const struct tenant_limits_config *cfg, struct lora_registry *r) {
+  llb_status st = LLB_STATUS_OK;
+  for (int i = 0; i < cfg->num && !st; i++) {
+    char list[sizeof cfg->tenants[i].loras];
+    snprintf(list, sizeof list, "%s", cfg->tenants[i].loras);
+    char *save = NULL;
+    for (char *name = strtok_r(list, ",", &save); name && !st; name = strtok_r(NULL, ",", &save))
+      st = lora_registry_restrict(r, name, cfg->tenants[i].name);
+  }
+  return st;
+}
+
 int tenant_limits_parse_line(const char *line, struct tenant_limit *t, char *why, size_t why_cap) {
   char buf[512];
   if (strlen(line) >= sizeof buf) return snprintf(why, why_cap, "line longer than %zu bytes", sizeof buf - 1), -1;
@@ -71,11 +102,15 @@ int tenant_limits_parse_line(const char *line, struct tenant_limit *t, char *why
     if (!eq) return snprintf(why, why_cap, "'%.80s' is not key=value", kv), -1;
     *eq = '\0';
     const char *key = kv, *val = eq + 1;
+    if (strcmp(key, "loras") == 0) {
+      if (!loras_valid(val, t, why, why_cap)) return -1;
+      continue;
+    }
     bool count = strcmp(key, "max_concurrent") == 0 || strcmp(key, "max_queued") == 0;
     bool rate = strcmp(key, "tokens_per_s") == 0 || strcmp(key, "burst_tokens") == 0;
     if (!count && !rate)
       return snprintf(why, why_cap, "unknown limit '%.40s' (max_concurrent, max_queued, tokens_per_s, "
-                      "burst_tokens)", key), -1;
+                      "burst_tokens, loras)", key), -1;
     if (!parse_number(val, count ? MAX_COUNT : MAX_RATE, &v) || (count && v != floor(v)))
       return snprintf(why, why_cap, "%s=%.40s: expected %s", key, val,
                       count ? "an integer 0..1000000" : "a number 0..1e9"), -1;

@@ -25,7 +25,9 @@
  *
  * Limits file (the `--tenants` file of `llmbus serve`): one tenant a line, its name, then
  * optional `key=value` limits: max_concurrent=N, max_queued=N, tokens_per_s=R, burst_tokens=B
- * (default 10 x tokens_per_s); '#' starts a comment. 0 or absent = no such limit.
+ * (default 10 x tokens_per_s); '#' starts a comment. 0 or absent = no such limit. And
+ * `loras=a,b`: the LoRA adapters listed for the tenant (docs/design.md §7: an adapter listed for
+ * some tenants belongs to those only; tenant_limits_restrict_loras).
  *
  * Thread-safe: admit and the output calls may come from different delivery threads.
  */
@@ -48,6 +50,7 @@ struct tenant_limit {
   int32_t max_queued;
   double tokens_per_s;
   double burst_tokens; /* bucket capacity; 0 with tokens_per_s > 0 = 10 x tokens_per_s */
+  char loras[400];     /* `loras=a,b` as given (each a valid model name), "" = none */
 };
 
 /* The tenants of a limits file, in file order. */
@@ -64,6 +67,11 @@ llb_status tenant_limits_config_load(const char *path, struct tenant_limits_conf
 /* Parses one line's text (without '#' comment) into *t; returns 0 for a blank line, 1 for a
  * tenant, -1 with the reason in why[why_cap]. Exposed for tests. */
 int tenant_limits_parse_line(const char *line, struct tenant_limit *t, char *why, size_t why_cap);
+
+/* Records each tenant's `loras=` adapters in r (lora_registry_restrict), so that an adapter
+ * listed for some tenants resolves for those only. Errors: lora_registry_restrict's. */
+struct lora_registry;
+llb_status tenant_limits_restrict_loras(const struct tenant_limits_config *cfg, struct lora_registry *r);
 
 struct tenant_limits; /* opaque: the counts */
 

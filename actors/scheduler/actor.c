@@ -128,7 +128,8 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
           .arrival_time = m->arrival_time, .priority = m->priority, .cache_salt = m->cache_salt,
           .mm_features = m->mm, .num_mm_features = m->num_mm,
           .structured_outputs = m->structured_outputs, .pooling_params = m->pooling_params,
-          .resume_output_ids = m->resume_ids, .num_resume_output_ids = m->num_resume, .user = m};
+          .resume_output_ids = m->resume_ids, .num_resume_output_ids = m->num_resume,
+          .lora_name = m->lora_name, .lora_int_id = m->lora_int_id, .user = m};
       st = sched_add_request(a->sched, &nr); /* on error m stays ours: refused below */
     }
     if (st == LLB_STATUS_OK) {

@@ -175,7 +175,8 @@ llb_status sched_wire_scheduler_output(struct sched_wire *w, const struct sched_
         .block_ids = r->block_ids, .num_block_ids = r->num_block_ids,
         .num_computed_tokens = r->num_computed_tokens,
         .structured_outputs = r->structured_outputs ? *r->structured_outputs : (struct llb_structured_outputs){0},
-        .pooling_params = r->pooling_params};
+        .pooling_params = r->pooling_params,
+        .lora_request = {llb_str_c(r->lora_name), r->lora_int_id}};
     w->scheduled[i] = (struct llb_scheduled_tokens){.req_id = llb_str_c(r->req_id), .num_tokens = r->num_scheduled_tokens};
   }
   int64_t off = 0;

@@ -83,8 +83,10 @@ llb_status req_meta_from_request(const struct llb_engine_core_request *r, uint64
   m->structured_outputs = (struct llb_structured_outputs){r->structured_outputs.kind,
                                                           {m->so_spec, r->structured_outputs.spec.len},
                                                           r->structured_outputs.reasoning};
+  m->lora_name = dup_str(r->lora_request.lora_name);
+  m->lora_int_id = r->lora_request.lora_int_id;
   m->prompt = malloc((size_t)r->num_prompt_token_ids * sizeof(int32_t));
-  if (!m->id || !m->reply_to || !m->external_id || !m->parent_request_id || !m->cache_salt ||
+  if (!m->lora_name || !m->id || !m->reply_to || !m->external_id || !m->parent_request_id || !m->cache_salt ||
       !m->so_spec || !m->prompt || (r->resume_request_id.len && !m->resume_of) || !copy_mm(m, r)) {
     req_meta_free(m);
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "request metadata");
@@ -114,6 +116,7 @@ void req_meta_free(struct req_meta *m) {
   free(m->mm);
   free(m->mm_blob);
   free(m->so_spec);
+  free(m->lora_name);
   free(m->resume_ids);
   free(m->resume_of);
   sched_prompt_logprobs_free(&m->plp);

@@ -48,6 +48,8 @@ struct req_meta {
   char *resume_of;        /* EngineCoreRequest.resume_request_id: the request it replaces, or NULL */
   struct llb_structured_outputs structured_outputs; /* spec points into so_spec */
   char *so_spec;          /* owned copy of the structured-output spec */
+  char *lora_name;        /* EngineCoreRequest.lora_request's adapter, "" = the base model */
+  int32_t lora_int_id;    /* 0 = the base model */
   struct sched_prompt_logprobs plp; /* prompt_logprobs >= 0: rows gathered chunk by chunk */
 };
 

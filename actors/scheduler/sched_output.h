@@ -51,6 +51,8 @@ struct sched_new_req_data {
   int32_t num_mm_features;
   const struct llb_structured_outputs *structured_outputs; /* the request's; kind NONE = none */
   struct llb_pooling_params pooling_params; /* type NONE: it samples */
+  const char *lora_name;                 /* its LoRA adapter, NULL = the base model */
+  int32_t lora_int_id;                   /* 0 = the base model */
 };
 
 /* CachedRequestData, one entry: deltas for a request in the worker's persistent batch. */

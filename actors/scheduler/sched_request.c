@@ -113,6 +113,8 @@ llb_status sched_new_request_validate(const struct sched_new_request *nr, int32_
     if (!id_ok(nr->resume_output_ids[t], vocab_size))
       return BAD("request %s: resumed output %d = %d outside the vocabulary [0, %d)", id, t,
                  nr->resume_output_ids[t], vocab_size);
+  if ((nr->lora_name && nr->lora_name[0]) != (nr->lora_int_id != 0) || nr->lora_int_id < 0)
+    return BAD("request %s: lora_request (an adapter name with an id >= 1, or neither)", id);
   if (nr->num_mm_features < 0 || (nr->num_mm_features > 0 && !nr->mm_features))
     return BAD("request %s: mm_features", id);
   for (int32_t k = 0; k < nr->num_mm_features; k++) {
@@ -213,6 +215,11 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
     r->structured_outputs =
         (struct llb_structured_outputs){nr->structured_outputs.kind, {r->so_spec, n}, nr->structured_outputs.reasoning};
   }
+  if (nr->lora_name && nr->lora_name[0]) {
+    if (!(r->lora_name = strdup(nr->lora_name))) goto fail;
+    r->lora_int_id = nr->lora_int_id;
+    r->lora_name_hash = llb_hash_bytes(hash_key, nr->lora_name, strlen(nr->lora_name));
+  }
   if (nr->cache_salt && nr->cache_salt[0]) {
     r->has_cache_salt = true;
     r->cache_salt_hash = llb_hash_bytes(hash_key, nr->cache_salt, strlen(nr->cache_salt));
@@ -239,6 +246,7 @@ void sched_request_destroy(struct sched_request *r) {
   free(r->mm_blob);
   free(r->enc_input_ids);
   free(r->so_spec);
+  free(r->lora_name);
   free(r);
 }
 
@@ -250,7 +258,8 @@ void sched_request_update_block_hashes(struct sched_request *r, int32_t block_si
   for (int32_t b = r->num_block_hashes; b < full; b++) {
     int32_t start = b * block_size, end = start + block_size;
     struct llb_block_extra_keys extra = {.has_cache_salt = b == 0 && r->has_cache_salt,
-                                        .cache_salt_hash = r->cache_salt_hash, .mm_hashes = mm};
+                                        .cache_salt_hash = r->cache_salt_hash, .mm_hashes = mm,
+                                        .has_lora = r->lora_name != NULL, .lora_name_hash = r->lora_name_hash};
     /* A block overlapped by more than 64 inputs is folded: the 64th key chains the rest. */
     for (int32_t k = 0; k < r->num_mm_features; k++) {
       const struct sched_mm_feature *f = &r->mm_features[k];

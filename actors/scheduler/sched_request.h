@@ -85,6 +85,10 @@ struct sched_new_request {
    * preemption); at most max_tokens - 1 of them are kept, so it still samples. NULL/0 = none. */
   const int32_t *resume_output_ids;     /* [num_resume_output_ids] */
   int32_t num_resume_output_ids;
+  /* vLLM LoRARequest: the adapter it runs with (lora_name copied; a key of every block hash);
+   * NULL/"" and 0 = the base model. The scheduler adds one only with sched_config.enable_lora. */
+  const char *lora_name;
+  int32_t lora_int_id;                  /* >= 1 with a name */
   /* The caller's own data for this request (the scheduler actor's routing and first-output
    * fields), or NULL: never read by the scheduler, which carries it as sched_request.user. */
   void *user;
@@ -120,6 +124,9 @@ struct sched_request {
   int32_t num_cached_blocks;            /* blocks registered in the prefix cache (CACHE sent) */
   bool has_cache_salt;
   uint64_t cache_salt_hash;
+  char *lora_name;                      /* the adapter (owned), NULL = the base model */
+  int32_t lora_int_id;                  /* 0 = the base model */
+  uint64_t lora_name_hash;              /* llb_hash_bytes of lora_name: in every block hash */
   struct sched_mm_feature *mm_features; /* [num_mm_features] */
   int32_t num_mm_features;
   void *mm_blob;                        /* owns the features' strings and data */

@@ -18,7 +18,8 @@ void sched_config_init(struct sched_config *c) {
                              .num_blocks = 1024, .block_size = 16, .num_lookahead_tokens = 16,
                              .max_deferred_kv_ops = 64, .max_num_waiting = 1024,
                              .encoder_cache_size = 4096, .encoder_compute_budget = 0,
-                             .max_encoder_bytes_per_step = 768 * 1024, .async_scheduling = true};
+                             .max_encoder_bytes_per_step = 768 * 1024, .async_scheduling = true,
+                             .max_loras = 1};
   llb_hash_key_generate(&c->hash_key); /* safe alone; an engine's actors get the deployment's */
 }
 
@@ -75,6 +76,7 @@ llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) 
                     : cfg->encoder_compute_budget < 0 ? "encoder_compute_budget"
                     : cfg->max_encoder_bytes_per_step < 0 ? "max_encoder_bytes_per_step"
                     : cfg->vocab_size < 0           ? "vocab_size"
+                    : cfg->enable_lora && cfg->max_loras < 1 ? "max_loras"
                     : cfg->num_speculative_tokens < 0 || cfg->num_speculative_tokens > LLB_MAX_SPEC_TOKENS
                                                     ? "num_speculative_tokens"
                     : (cfg->policy != SCHED_POLICY_FCFS && cfg->policy != SCHED_POLICY_PRIORITY) ? "policy"
@@ -91,6 +93,7 @@ llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) 
   s->running = calloc((size_t)cfg->max_num_seqs, sizeof(*s->running));
   s->scheduled = calloc((size_t)cfg->max_num_seqs, sizeof(*s->scheduled));
   s->block_refs = calloc((size_t)cfg->num_blocks, sizeof(*s->block_refs));
+  if (cfg->enable_lora && !(s->step_loras = calloc((size_t)cfg->max_loras, sizeof(*s->step_loras)))) goto fail;
   for (int k = 0; k < 2; k++)
     s->inflight[k].entries = calloc((size_t)cfg->max_num_seqs, sizeof(*s->inflight[k].entries));
   if (llb_strmap_create(0, &s->reqs) || !s->running || !s->scheduled || !s->block_refs || !s->inflight[0].entries ||
@@ -123,6 +126,8 @@ void sched_destroy(struct scheduler *s) {
   free(s->zombies);
   free(s->op_refs);
   free(s->block_refs);
+  free(s->step_loras);
+  free(s->lora_skipped);
   free(s->inflight[0].entries);
   free(s->inflight[1].entries);
   sched_queue_free(&s->waiting);
@@ -139,6 +144,9 @@ llb_status sched_add_request(struct scheduler *s, const struct sched_new_request
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request %s already exists", nr->request_id);
   llb_status vst = sched_new_request_validate(nr, s->cfg.vocab_size);
   if (vst) return vst;
+  if (nr->lora_int_id && !s->cfg.enable_lora)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request %s: adapter %s: LoRA is not enabled (--enable-lora)",
+                    nr->request_id, nr->lora_name);
   if (s->cfg.max_num_waiting > 0 && s->waiting.num >= s->cfg.max_num_waiting)
     return LLB_ERRF(LLB_STATUS_QUEUE_FULL, "request %s: %d requests are already waiting (max_num_waiting)",
                     nr->request_id, s->waiting.num);
@@ -415,7 +423,7 @@ llb_status sched_assemble_output(struct scheduler *s, struct sched_output *out, 
           .num_scheduled_tokens = r->num_scheduled_tokens,
           .resumed_from_preemption = r->num_preemptions > 0, .mm_features = r->mm_features,
           .num_mm_features = r->num_mm_features, .structured_outputs = &r->structured_outputs,
-          .pooling_params = r->pooling_params};
+          .pooling_params = r->pooling_params, .lora_name = r->lora_name, .lora_int_id = r->lora_int_id};
       if (final) r->on_worker = true;
     } else {
       out->cached_reqs[out->num_cached_reqs++] = (struct sched_cached_req_data){
@@ -452,6 +460,34 @@ static bool length_reached_in_flight(const struct scheduler *s, const struct sch
 }
 
 /* ---- schedule ---- */
+
+/* ---- max_loras (vLLM v1 scheduler.py: scheduled_loras) ---- */
+
+/* True if an adapter id (0 = the base) may run in this step: it is one of step_loras, or they
+ * number fewer than max_loras (it is added then). */
+static bool lora_admit(struct scheduler *s, int32_t id) {
+  if (id == 0) return true;
+  for (int32_t i = 0; i < s->num_step_loras; i++)
+    if (s->step_loras[i] == id) return true;
+  if (s->num_step_loras >= s->cfg.max_loras) return false;
+  s->step_loras[s->num_step_loras++] = id;
+  return true;
+}
+
+/* step_loras from every running request, scheduled this step or not: vLLM counts those it
+ * scheduled; counting all keeps each later step within max_loras too. */
+static void lora_collect_running(struct scheduler *s) {
+  s->num_step_loras = 0;
+  for (int32_t i = 0; i < s->num_running && s->cfg.enable_lora; i++) (void)lora_admit(s, s->running[i]->lora_int_id);
+}
+
+/* The waiting requests passed over for max_loras go back to the front, in their order. */
+static llb_status lora_requeue_skipped(struct scheduler *s) {
+  llb_status st = LLB_STATUS_OK;
+  for (int32_t i = s->num_lora_skipped - 1; i >= 0 && !st; i--) st = sched_queue_push_front(&s->waiting, s->lora_skipped[i]);
+  s->num_lora_skipped = 0;
+  return st;
+}
 
 llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct kv_step *kv) {
   if (s->kv_in_flight)
@@ -504,7 +540,9 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
     i++;
   }
 
-  /* Then waiting ones, unless this step had to preempt (vLLM). */
+  /* Then waiting ones, unless this step had to preempt (vLLM). One whose adapter would exceed
+   * max_loras is passed over: it keeps its place and the next one is tried (vLLM). */
+  lora_collect_running(s);
   while (!preempted && !st && budget > 0 && s->num_running < s->cfg.max_num_seqs) {
     struct sched_request *r = sched_queue_peek(&s->waiting);
     if (!r || r->num_output_placeholders > 0) break; /* preempted with a step in flight: after it */
@@ -513,9 +551,18 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
       st = sched_finish(s, r, r->abort_reason, NULL, 0, 0);
       continue;
     }
+    const int32_t num_loras = s->num_step_loras;
+    if (!lora_admit(s, r->lora_int_id)) {
+      sched_queue_pop(&s->waiting);
+      st = push_ptr((void ***)&s->lora_skipped, &s->num_lora_skipped, &s->cap_lora_skipped, r, sizeof r);
+      if (st) (void)sched_queue_push_front(&s->waiting, r);
+      continue;
+    }
     int32_t n = tokens_to_schedule(s, r, budget);
-    if (!s->cfg.enable_chunked_prefill && n < r->num_tokens - r->num_computed_tokens) break;
-    if (!plan_blocks(s, r, n)) break;
+    if ((!s->cfg.enable_chunked_prefill && n < r->num_tokens - r->num_computed_tokens) || !plan_blocks(s, r, n)) {
+      s->num_step_loras = num_loras; /* r's adapter, if new, was not admitted after all */
+      break;
+    }
     sched_queue_pop(&s->waiting);
     s->running[s->num_running++] = r;
     r->status = SCHED_REQUEST_STATUS_RUNNING;
@@ -526,6 +573,10 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
                 r->sampling_params->prompt_logprobs < 0;
     mark_scheduled(s, r, n, true);
     budget -= n;
+  }
+  if (s->num_lora_skipped) {
+    llb_status rst = lora_requeue_skipped(s);
+    if (!st) st = rst;
   }
 
   bool allocates = false;

@@ -94,6 +94,11 @@ struct sched_config {
                                       scheduled, at most this many per request and step, and
                                       verified in one forward (sched_spec.c); 0 = off (default).
                                       Needs async_scheduling false; at most LLB_MAX_SPEC_TOKENS */
+  bool enable_lora;                /* requests may run LoRA adapters (vLLM --enable-lora); without
+                                      it a request naming one is refused (INVALID_ARGUMENT) */
+  int32_t max_loras;               /* distinct adapters among a step's requests at most (vLLM
+                                      --max-loras, default 1): a waiting request whose adapter
+                                      would exceed it stays waiting while others are scheduled */
   struct llb_hash_key hash_key;    /* keys the block hashes (base/hash.h): the deployment's secret,
                                       the same for every scheduler of an engine and its restarts
                                       (default: a random one per sched_config_init) */

@@ -67,6 +67,11 @@ struct scheduler {
   bool enc_reset_pending;            /* the next encoder step resets the actor */
   int32_t enc_budget;                /* encoder_compute_budget resolved */
   uint64_t num_step_failures;        /* sched_step_failed calls that counted (stamps) */
+  int32_t *step_loras;               /* [num_step_loras] of cap max_loras: the distinct adapters of
+                                        the running requests while a step is planned */
+  int32_t num_step_loras;
+  struct sched_request **lora_skipped; /* waiting requests passed over for max_loras this step */
+  int32_t num_lora_skipped, cap_lora_skipped;
 };
 
 /* True when r takes part in encoder scheduling (a feature with a content hash). */

@@ -24,7 +24,7 @@
 #define ACTOR_MAIN_EXIT_FAILURE 1
 #define ACTOR_MAIN_EXIT_USAGE 2
 
-#define HEARTBEAT_CAP_BYTES 1024
+#define HEARTBEAT_CAP_BYTES 16384 /* a worker announcing LORA adapters: up to 32 names of <= 128 bytes */
 /* Bound on waiting for the NATS client's own threads to end before the process exits. */
 #define ACTOR_MAIN_SHUTDOWN_WAIT_MS 5000
 
@@ -124,6 +124,8 @@ static llb_status heartbeat_fill(void *user, uint8_t *buf, size_t cap, size_t *l
       .engine_id = llb_str_c(am->common.engine_id),
       .num_gpu_blocks = atomic_load(&am->kv_num_blocks),
       .block_size = atomic_load(&am->kv_block_size),
+      .lora_adapters = am->lora_adapters,
+      .num_lora_adapters = am->num_lora_adapters,
   };
   return llb_heartbeat_encode(&hb, buf, cap, len);
 }
@@ -389,6 +391,11 @@ void actor_main_set_inflight(struct actor_main *am, int32_t inflight) {
   atomic_store(&am->inflight, inflight);
 }
 
+void actor_main_set_lora_adapters(struct actor_main *am, const struct llb_lora_adapter *adapters, int32_t num) {
+  am->lora_adapters = adapters;
+  am->num_lora_adapters = num;
+}
+
 void actor_main_set_kv_geometry(struct actor_main *am, int32_t num_blocks, int32_t block_size) {
   atomic_store(&am->kv_num_blocks, num_blocks);
   atomic_store(&am->kv_block_size, block_size);
@@ -552,6 +559,28 @@ llb_status actor_main_answer_hellos(struct actor_main *am) {
     if (!st) st = bus_subscribe(am->bus, subject, NULL, on_peer_hello, am, NULL);
   }
   return st;
+}
+
+/* Delivery thread: a beat of a front door that started less than NEW_PEER_ANSWER_S ago gets a
+ * heartbeat at once, not rate limited (front doors beat every --heartbeat-ms: a few answers per
+ * start), so that one starting beside others learns what this actor announces (a worker's LoRA
+ * adapters) within milliseconds, not --heartbeat-ms later. */
+#define NEW_PEER_ANSWER_S 5.0
+
+static void on_new_peer(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)user;
+  uint8_t mem[2048];
+  struct llb_arena arena;
+  llb_arena_init(&arena, mem, sizeof mem);
+  struct llb_heartbeat hb;
+  if (llb_heartbeat_decode(msg->data, msg->len, &arena, &hb) == LLB_STATUS_OK && hb.uptime_s >= 0 &&
+      hb.uptime_s < NEW_PEER_ANSWER_S)
+    (void)bus_heartbeat_now(bus);
+  llb_arena_destroy(&arena);
+}
+
+llb_status actor_main_answer_new_peers(struct actor_main *am, const char *peer) {
+  return subscribe_health(am, peer, on_new_peer);
 }
 
 /* Delivery thread: a beat of the watched peer within RECONNECT_ANSWER_MS of this actor's own

@@ -91,6 +91,9 @@ struct actor_main {
   atomic_uint_fast64_t heartbeat_seq;
   atomic_int kv_num_blocks;   /* Heartbeat.num_gpu_blocks (gpu_worker); 0 = not announced */
   atomic_int kv_block_size;   /* Heartbeat.block_size (gpu_worker) */
+  const struct llb_lora_adapter *lora_adapters; /* Heartbeat.lora_adapters [num_lora_adapters]
+                                 (gpu_worker), borrowed; set in start, before the first beat */
+  int32_t num_lora_adapters;
   atomic_bool fail_exit;      /* the actor stopped itself for a reason that needs a restart: exit 1 */
   struct geometry_watch *geometry_watch; /* actor_main_wait_kv_geometry's watch, freed at exit */
   atomic_int_fast64_t hello_answered_ns; /* actor_main_answer_hellos: the last answer */
@@ -146,6 +149,11 @@ void actor_main_set_inflight(struct actor_main *am, int32_t inflight);
  * engine take it from here (actor_main_wait_kv_geometry). */
 void actor_main_set_kv_geometry(struct actor_main *am, int32_t num_blocks, int32_t block_size);
 
+/* The LoRA adapters every heartbeat announces (gpu_worker: its --lora-modules; borrowed, must
+ * live until the actor exits). Call from the start hook: heartbeats start after it. */
+struct llb_lora_adapter;
+void actor_main_set_lora_adapters(struct actor_main *am, const struct llb_lora_adapter *adapters, int32_t num);
+
 /* Blocks until a ready gpu_worker of this engine (same prefix and --engine-id) announces its
  * KV geometry in a heartbeat on <prefix>.engine.<eid>.health.gpu_worker, at most timeout_ms; sets
  * *num_blocks and *block_size. For --num-blocks 0 ("the worker's"). Heartbeats are untrusted:
@@ -174,6 +182,12 @@ llb_status actor_main_answer_hellos(struct actor_main *am);
  * per 100 ms). Subscribes <prefix>.health.<peer>.*; call from the start hook. Errors: those of
  * bus_subscribe, INVALID_ARGUMENT (prefix too long). */
 llb_status actor_main_answer_after_reconnect(struct actor_main *am, const char *peer);
+
+/* Every beat of `peer` (actor name) whose uptime is under 5 s (one just started) is answered with
+ * a heartbeat at once: a worker's LoRA adapters reach a starting input processor or api server
+ * within milliseconds (they resolve a request's model against them). Subscribes
+ * <prefix>.health.<peer>.*; call from the start hook. Errors: those of bus_subscribe. */
+llb_status actor_main_answer_new_peers(struct actor_main *am, const char *peer);
 
 #define ACTOR_MAIN_MAX_KV_BLOCKS (1 << 24) /* 64 MiB of per-block state in a scheduler */
 #define ACTOR_MAIN_MAX_BLOCK_SIZE 4096

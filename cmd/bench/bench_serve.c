@@ -47,6 +47,10 @@ struct serve_opts {
   const char *spec_metrics_url; /* --spec-metrics-url: the scheduler's metrics port */
   bool save_result, endpoint_given;
   int32_t random_prefix_len; /* --random-prefix-len: the random dataset's shared prefix */
+  const char *lora_mix;      /* --lora-mix: comma-separated models (LoRA adapters, the base's name) */
+  char lora_buf[2048];       /* lora_mix with its commas cut */
+  const char *lora_names[64]; /* [num_lora_names] into lora_buf: request i's model is [i % num] */
+  int num_lora_names;
   char base_url_buf[300], result_path[4096];
 };
 
@@ -91,6 +95,24 @@ static bool read_spec_counters(const char *url, double out[3]) {
   free(body);
   if (!ok) fprintf(stderr, "llmbus-bench serve: %s/metrics has no llmbus:spec_decode_* counters\n", url);
   return ok;
+}
+
+/* --lora-mix into o->lora_names; 2 (usage) when empty, too long or with an empty name. */
+static int lora_mix_split(struct serve_opts *o) {
+  if (strlen(o->lora_mix) >= sizeof o->lora_buf) {
+    fprintf(stderr, "llmbus-bench serve: --lora-mix longer than %zu bytes\n", sizeof o->lora_buf - 1);
+    return 2;
+  }
+  snprintf(o->lora_buf, sizeof o->lora_buf, "%s", o->lora_mix);
+  for (char *s = o->lora_buf, *comma; s; s = comma ? comma + 1 : NULL) {
+    if ((comma = strchr(s, ','))) *comma = '\0';
+    if (!*s || o->num_lora_names == (int)(sizeof o->lora_names / sizeof o->lora_names[0])) {
+      fprintf(stderr, "llmbus-bench serve: --lora-mix: 1..64 non-empty names, comma-separated\n");
+      return 2;
+    }
+    o->lora_names[o->num_lora_names++] = s;
+  }
+  return 0;
 }
 
 /* --response-format: "json_object", or a JSON Schema file sent as json_schema. 0 ok, 2 error. */
@@ -206,6 +228,9 @@ static int parse(int argc, char **argv, struct serve_opts *o, struct flag_args *
                                  "file is the served model name"},
       {.name = "served-model-name", .kind = FLAG_KIND_STRING, .target = &o->served_name, .metavar = "N",
        .help = "the request's \"model\" (default: the first of GET /v1/models)"},
+      {.name = "lora-mix", .kind = FLAG_KIND_STRING, .target = &o->lora_mix, .metavar = "A,B,..",
+       .help = "request i names model i mod n of this list: LoRA adapters (llmbus serve --lora-modules) and the "
+               "base model's name, round robin (vLLM's --lora-modules picks at random)"},
       {.name = "host", .kind = FLAG_KIND_STRING, .target = &o->host, .metavar = "H", .help = "vLLM's: server host"},
       {.name = "port", .kind = FLAG_KIND_STRING, .target = &o->port, .metavar = "P", .help = "vLLM's: server port"},
       {.name = "backend", .kind = FLAG_KIND_STRING, .target = &o->backend, .metavar = "B",
@@ -288,14 +313,16 @@ static int parse(int argc, char **argv, struct serve_opts *o, struct flag_args *
     fprintf(stderr, "llmbus-bench serve: --prompt-ids needs --model (the tokenizer)\n");
     return 2;
   }
+  if (o->lora_mix && (rc = lora_mix_split(o)) != 0) return rc;
   rc = o->response_format_arg ? response_format_load(o) : 0;
   return rc == 0 ? FLAGS_CONTINUE : rc;
 }
 
-/* The JSON body of prompt p (bench_request_body). malloc'd. */
-static char *request_body(const struct run *r, const struct bench_prompt *p, int32_t max_tokens) {
+/* The JSON body of prompt p (bench_request_body), request `index` of the run. malloc'd. */
+static char *request_body(const struct run *r, const struct bench_prompt *p, int64_t index, int32_t max_tokens) {
   const struct serve_opts *o = r->o;
-  struct bench_request_spec spec = {.model = r->model_name, .text = p->text ? p->text : "",
+  const char *model = o->num_lora_names ? o->lora_names[index % o->num_lora_names] : r->model_name;
+  struct bench_request_spec spec = {.model = model, .text = p->text ? p->text : "",
                                     .max_tokens = max_tokens, .temperature = o->temperature,
                                     .ignore_eos = o->ignore_eos, .response_format = o->response_format};
   if (o->prompt_ids && p->ids) {
@@ -316,7 +343,7 @@ static void *request_thread(void *arg) {
   struct run *r = j->r;
   const struct bench_prompt *p = &r->ds.prompts[j->index];
   struct bench_result *res = &r->results[j->index];
-  char *body = request_body(r, p, p->output_len);
+  char *body = request_body(r, p, j->index, p->output_len);
   if (!body) {
     memset(res, 0, sizeof *res);
     snprintf(res->error, sizeof res->error, "cannot build the request body");
@@ -508,6 +535,7 @@ static json_t *result_json(const struct run *r, const struct summary *s) {
   json_object_set_new(j, "request_rate", isinf(o->request_rate) ? json_string("inf") : json_real(o->request_rate));
   json_object_set_new(j, "max_concurrency", o->max_concurrency ? json_integer(o->max_concurrency) : json_null());
   json_object_set_new(j, "response_format", o->response_format ? json_loads(o->response_format, 0, NULL) : json_null());
+  json_object_set_new(j, "lora_mix", o->lora_mix ? json_string(o->lora_mix) : json_null());
   json_object_set_new(j, "loadavg_1m_start", json_real(r->load_start));
   json_object_set_new(j, "loadavg_1m_end", json_real(r->load_end));
   add_dist(j, "ttft", &s->ttft);
@@ -597,7 +625,7 @@ static void print_table(const struct run *r, const struct summary *s) {
 static void warm_up(struct run *r) {
   for (int32_t w = 0; w < r->o->warmup; w++) {
     const struct bench_prompt *p = &r->warm.prompts[w];
-    char *body = request_body(r, p, p->output_len);
+    char *body = request_body(r, p, w, p->output_len);
     struct bench_result res;
     if (body) bench_http_stream(&r->target, r->o->endpoint, body, strlen(body), r->o->timeout_s, &res);
     else memset(&res, 0, sizeof res);

@@ -164,7 +164,7 @@ int cmd_chat(int argc, char **argv) {
     client_quiet_logs();
     setlocale(LC_CTYPE, ""); /* the terminal's multibyte encoding, for line editing */
     struct chat_transport tr = {.o = &o};
-    llb_status st = url ? http_open(url, model, api_key, &o, &tr.http) : client_options_connect(&o, false);
+    llb_status st = url ? http_open(url, model ? model : o.lora, api_key, &o, &tr.http) : client_options_connect(&o, false);
     if (st == LLB_STATUS_OK && !url) st = client_connect(&o, &tr.bus);
     if (st == LLB_STATUS_OK) {
       client_install_sigint();

@@ -184,6 +184,8 @@ int client_flags_table(struct client_options *o, unsigned groups, struct flag *o
       {.name = "chat-template", .kind = FLAG_KIND_STRING, .target = &o->chat_template, .metavar = "NAME",
        .help = "use this template instead of the model's (chatml, smollm2, llama3, mistral, mistral-v3, gemma, "
                "gemma3, phi3)"},
+      {.name = "lora", .kind = FLAG_KIND_STRING, .target = &o->lora, .metavar = "NAME",
+       .help = "run the LoRA adapter NAME (one of llmbus serve --lora-modules; over HTTP: the request's model)"},
       {.name = "json", .kind = FLAG_KIND_BOOL, .target = &o->json, .help = "print every RequestOutput as one JSON line"},
       {.name = "timeout-s", .kind = FLAG_KIND_INT64, .target = &o->timeout_s, .metavar = "S", .set = set_timeout,
        .help = "longest wait for the engine's next output (default 60)"},
@@ -337,6 +339,7 @@ static llb_status send_request(struct bus *bus, const struct client_options *o, 
   gr.sampling_params = &o->sp;
   gr.raw = o->raw;
   if (o->chat_template) gr.chat_template = llb_str_c(o->chat_template);
+  if (o->lora) gr.lora_request = (struct llb_lora_request){llb_str_c(o->lora), 0}; /* the engine resolves the id */
   struct llb_chat_message msgs[2];
   struct llb_chat_message *conv = NULL;
   if (p->messages) {

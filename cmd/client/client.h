@@ -39,6 +39,7 @@ struct client_options {
   bool raw;              /* no chat template */
   const char *system;    /* system message (chat template only) */
   const char *chat_template; /* template name ("chatml", "llama3", ...); NULL = the model's */
+  const char *lora;      /* --lora: the LoRA adapter to run (GenerateRequest.lora_request); NULL = the base */
   bool json;             /* one JSON line per RequestOutput on `out` */
   int64_t timeout_s;     /* longest wait for the next RequestOutput */
   struct serve_connection *conn; /* the connection file used (client_options_connect); owned */

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "actors/gpu_worker/lora_modules.h"
 #include "base/log.h"
 #include "bus/subject.h"
 #include "cmd/supervisor/run_dir.h"
@@ -116,6 +117,12 @@ static const struct {
     {"allowed-headers", NULL, 0, FLAG_KIND_STRING, A_API, "CORS: comma-separated request headers (default *)"},
     {"allow-credentials", NULL, 0, FLAG_KIND_BOOL, A_API, "CORS: Access-Control-Allow-Credentials: true"},
     {"allowed-local-media-path", NULL, 0, FLAG_KIND_STRING, A_API, "image_url parts may read file:///path inside DIR (vLLM's)"},
+    {"enable-lora", NULL, 0, FLAG_KIND_BOOL, A_WORKER | A_SCHED, "serve LoRA adapters (vLLM's): --lora-modules"},
+    {"lora-modules", NULL, 0, FLAG_KIND_LIST, A_WORKER,
+     "LoRA adapters, each name=path (a llama.cpp GGUF LoRA) or vLLM's JSON {\"name\":..,\"path\":..,"
+     "\"base_model_name\":..}; a request's `model` names one (needs --enable-lora)"},
+    {"max-loras", NULL, 0, FLAG_KIND_INT64, A_SCHED, "distinct adapters in one step at most (default 1, as vLLM)"},
+    {"max-lora-rank", NULL, 0, FLAG_KIND_INT64, A_WORKER, "largest adapter rank accepted (default 16, as vLLM)"},
     {"heartbeat-ms", NULL, 0, FLAG_KIND_INT64, A_ALL,
      "heartbeat interval of every actor (a worker / kv_manager silent for 3 is dead; default 2000)"},
 };
@@ -129,7 +136,9 @@ static int engine_flag_index(const char *name) {
 
 /* Repeatable: each value reaches the actor (`--api-keys A --api-keys B`); any other flag given
  * again replaces its value (the command line overrides a --config file). */
-static bool engine_flag_repeats(const char *name) { return strcmp(name, "api-keys") == 0; }
+static bool engine_flag_repeats(const char *name) {
+  return strcmp(name, "api-keys") == 0 || strcmp(name, "lora-modules") == 0;
+}
 
 int serve_engine_flag_add(struct serve_options *o, const char *name, const char *value) {
   int i = engine_flag_index(name);
@@ -175,8 +184,10 @@ int serve_engine_flag_table(struct serve_options *o, struct flag *out, int cap) 
                            .kind = engine_flags[i].kind, .target = o,
                            .metavar = engine_flags[i].kind == FLAG_KIND_INT64    ? "N"
                                       : engine_flags[i].kind == FLAG_KIND_DOUBLE ? "X"
+                                      : engine_flags[i].kind == FLAG_KIND_LIST   ? "NAME=PATH"
                                                                                  : "V",
-                           .help = engine_flags[i].help, .set = engine_flag_set};
+                           .help = engine_flags[i].help, .set = engine_flag_set,
+                           .greedy = engine_flags[i].kind == FLAG_KIND_LIST}; /* vLLM's nargs='+' */
   return NUM_ENGINE_FLAGS;
 }
 
@@ -313,6 +324,20 @@ static int add_input_processor_replicas(const struct serve_options *o, struct ch
   return n;
 }
 
+/* --lora-modules (each value as the worker parses it: names, ids) only with --enable-lora, as vLLM. */
+static llb_status check_loras(const struct serve_options *o) {
+  const char *values[SERVE_MAX_ENGINE_FLAGS];
+  int n = 0;
+  for (int f = 0; f < o->num_engine_flags; f++)
+    if (strcmp(o->engine_flags[f].name, "lora-modules") == 0) values[n++] = o->engine_flags[f].value;
+  if (n && !engine_flag_value(o, "enable-lora"))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--lora-modules needs --enable-lora (LoRA is not enabled)");
+  struct lora_modules m;
+  llb_status st = lora_modules_parse(values, n, &m);
+  lora_modules_free(&m);
+  return st;
+}
+
 /* Every name of o that reaches a subject, the generated nats.conf or a file (bus/subject.h's one
  * rule): the prefix, each engine's id, the model name the front door derives from the model
  * file. Refused here, before anything starts, rather than by a child that would crash-loop. */
@@ -333,7 +358,7 @@ static llb_status check_names(const struct serve_options *o) {
     if (n > 5 && strcmp(name + n - 5, ".gguf") == 0) name[n - 5] = '\0';
     st = bus_name_check(BUS_NAME_KIND_MODEL, "the model name (the --model file's name without .gguf)", name);
   }
-  return st;
+  return st ? st : check_loras(o);
 }
 
 int serve_actor_specs(const struct serve_options *o, struct child_spec *specs, int max) {

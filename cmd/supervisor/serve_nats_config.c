@@ -403,7 +403,9 @@ llb_status serve_nats_auth_apply(const struct serve_options *so, struct child_sp
   free(tn);
   for (int i = 0; st == LLB_STATUS_OK && i < n; i++) {
     st = serve_nats_auth_add_child_args(a, &specs[i]);
-    if (st == LLB_STATUS_OK && so->tenants_file && strncmp(specs[i].name, "input-processor", 15) == 0 &&
+    /* the input processors limit and resolve adapters per tenant; the api server lists them per tenant */
+    if (st == LLB_STATUS_OK && so->tenants_file &&
+        (strncmp(specs[i].name, "input-processor", 15) == 0 || strcmp(specs[i].name, "api-server") == 0) &&
         (st = child_spec_add_arg(&specs[i], "--tenant-limits")) == LLB_STATUS_OK)
       st = child_spec_add_arg(&specs[i], so->tenants_file);
   }

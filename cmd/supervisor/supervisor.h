@@ -34,7 +34,7 @@
 #include "base/status.h"
 #include "cmd/flags/flags.h"
 
-#define CHILD_SPEC_MAX_ARGS 64
+#define CHILD_SPEC_MAX_ARGS 128 /* a worker with --lora-modules: two per adapter */
 #define CHILD_SPEC_ARG_MAX 512
 #define SUPERVISOR_MAX_CHILDREN 192 /* 32 engines of 5 actors, 8 input processors, the api server */
 
@@ -59,7 +59,7 @@ llb_status child_spec_init(struct child_spec *spec, const char *name, const char
 llb_status child_spec_add_arg(struct child_spec *spec, const char *arg);
 
 /* What `llmbus serve` was asked for (strings borrowed). */
-#define SERVE_MAX_ENGINE_FLAGS 48
+#define SERVE_MAX_ENGINE_FLAGS 96 /* with a --lora-modules entry per adapter */
 #define SERVE_MAX_ENGINES 32 /* 5 actors each + the shared ones within SUPERVISOR_MAX_CHILDREN */
 #define SERVE_DEFAULT_METRICS_PORT 9460 /* first actor's; the others follow */
 #define SERVE_DEFAULT_INPUT_PROCESSORS 2

@@ -20,3 +20,10 @@ add_test(NAME e2e_test_sim_device
 set_tests_properties(e2e_test_sim_device PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "e2e;sim"
                      RUN_SERIAL TRUE
                      ENVIRONMENT "LLMBUS_SOURCE_DIR=${CMAKE_SOURCE_DIR};LLMBUS_BUILD_DIR=${CMAKE_BINARY_DIR};LLMBUS_MODEL=${LLB_DEFAULT_MODEL}")
+# LoRA adapters (issue 35): two random adapters (tests/tools/make_lora.py) on the default model over
+# HTTP and NATS; batch invariance across adapters; unknown adapter 404.
+add_test(NAME api_test_lora_serve
+         COMMAND sh -c "if [ ! -x '${llb_api_py}' ]; then echo 'SKIP: ${llb_api_py} missing (make venv)'; exit 77; fi; exec '${llb_api_py}' \"$0\" \"$@\""
+                 ${CMAKE_CURRENT_LIST_DIR}/test_lora_serve.py --pydir ${LLB_SCHEMAS_PYTHON_DIR})
+set_tests_properties(api_test_lora_serve PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "e2e;api" RUN_SERIAL TRUE
+                     ENVIRONMENT "LLMBUS_SOURCE_DIR=${CMAKE_SOURCE_DIR};LLMBUS_BUILD_DIR=${CMAKE_BINARY_DIR};LLMBUS_MODEL=${LLB_DEFAULT_MODEL}")

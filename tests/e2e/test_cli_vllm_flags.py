@@ -41,7 +41,9 @@ VALUES = {"device": "cpu", "numerics": "packed", "policy": "priority", "router":
           "prefix": "llmx", "engine-id": "e7", "otlp-endpoint": "http://127.0.0.1:4318", "api-keys": "/tmp/keys",
           "mmproj": "/tmp/x.gguf", "packed-cache-dir": "/tmp", "allowed-origins": "*", "allowed-methods": "*",
           "allowed-headers": "*", "allowed-local-media-path": "/tmp", "tool-call-parser": "hermes",
-          "gpu-memory-utilization": "0.5", "trace-sample-ratio": "0.5"}
+          "gpu-memory-utilization": "0.5", "trace-sample-ratio": "0.5", "lora-modules": "sql-lora=/tmp/sql.gguf"}
+# Flags that need another to be accepted (vLLM's rule: adapters only with --enable-lora).
+NEEDS = {"lora-modules": ["--enable-lora"]}
 
 
 def run(args, env=None, timeout=60):
@@ -89,7 +91,7 @@ def main():
         assert len(flags) > 30, flags
         for name, takes_value in flags:
             value = VALUES.get(name, "7")
-            actors = dry_run([f"--{name}"] + ([value] if takes_value else []))
+            actors = dry_run(NEEDS.get(name, []) + [f"--{name}"] + ([value] if takes_value else []))
             takers = [a for a, argv in actors.items() if f"--{name}" in argv and
                       (not takes_value or argv[argv.index(f"--{name}") + 1] == value)]
             assert takers, f"--{name} reached no actor"
@@ -139,6 +141,18 @@ def main():
             r = run(["serve", "--dry-run"] + args, env={"XDG_RUNTIME_DIR": tmp})
             assert r.returncode == 2 and says in r.stderr, (args, r.returncode, r.stderr)
 
+    def lora_modules_reach_the_worker_and_need_enable_lora():
+        actors = dry_run(["--enable-lora", "--lora-modules", "sql=/tmp/sql.gguf", '{"name":"chat","path":"/tmp/c.gguf"}',
+                          "--max-loras", "2", "--max-lora-rank", "32"])
+        w, s = " ".join(actors["gpu-worker"]), " ".join(actors["scheduler"])
+        assert "--lora-modules sql=/tmp/sql.gguf --lora-modules" in w and "--max-lora-rank 32" in w, w
+        assert "--enable-lora" in s and "--max-loras 2" in s and "lora-modules" not in s, s
+        for args, says in ((["--lora-modules", "a=/tmp/a.gguf"], "needs --enable-lora"),
+                           (["--enable-lora", "--lora-modules", "../a=/tmp/a.gguf"], "model name"),
+                           (["--enable-lora", "--lora-modules", "a=/tmp/x", "a=/tmp/y"], "given twice")):
+            r = run(["serve", MODEL, "--dry-run"] + args, env={"XDG_RUNTIME_DIR": tmp})
+            assert r.returncode != 0 and says in r.stderr, (args, r.returncode, r.stderr)
+
     def a_failed_start_names_a_log_file_that_is_still_there():
         import socket
         with socket.socket() as busy:  # nats-server cannot take this monitoring port: it exits at start
@@ -163,6 +177,7 @@ def main():
         ("api_key_from_the_environment_goes_in_a_keys_file_not_argv",
          api_key_from_the_environment_goes_in_a_keys_file_not_argv),
         ("bad_flags_are_usage_errors", bad_flags_are_usage_errors),
+        ("lora_modules_reach_the_worker_and_need_enable_lora", lora_modules_reach_the_worker_and_need_enable_lora),
     ])
     failures += live_stack_cases(tmp)
     sys.exit(1 if failures else 0)

@@ -393,7 +393,7 @@ static void test_embedded_nats_monitoring_port_answers_on_loopback(void **state)
 /* Each actor of serve gets its own metrics port, base + its index; 0 gives none. */
 static void test_serve_gives_each_actor_its_metrics_port(void **state) {
   (void)state;
-  static struct child_spec specs[SUPERVISOR_MAX_CHILDREN]; /* 32 KiB each: not on the stack */
+  static struct child_spec specs[SUPERVISOR_MAX_CHILDREN]; /* 64 KiB each: not on the stack */
   struct serve_options o = {.bin_dir = "/opt/llmbus/bin", .metrics_port = 9460, .metrics_host = "0.0.0.0"};
   int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
   assert_int_equal(n, 8); /* 7 actors, the input processor twice (serve's default) */
@@ -417,7 +417,7 @@ static void test_serve_gives_each_actor_its_metrics_port(void **state) {
 
 static void test_serve_actor_specs_and_usage(void **state) {
   (void)state;
-  static struct child_spec specs[SUPERVISOR_MAX_CHILDREN]; /* 32 KiB each: not on the stack */
+  static struct child_spec specs[SUPERVISOR_MAX_CHILDREN]; /* 64 KiB each: not on the stack */
   struct serve_options o = {.model_path = "/m/model.gguf", .http_addr = "127.0.0.1:8000",
                             .bin_dir = "/opt/llmbus/bin"};
   int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
@@ -464,7 +464,7 @@ static void test_serve_actor_specs_and_usage(void **state) {
  * nats-server failed to start). */
 static void test_serve_refuses_names_with_syntax_before_starting(void **state) {
   (void)state;
-  struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
+  static struct child_spec specs[SUPERVISOR_MAX_CHILDREN]; /* 64 KiB each: not on the stack */
   static const struct {
     const char *flag, *value, *needle;
   } bad[] = {
@@ -516,7 +516,7 @@ static const struct child_spec *spec_named(const struct child_spec *specs, int n
  * on every host); a key file others may read, or that holds no key, is refused. */
 static void test_serve_hands_the_hash_key_to_schedulers_and_input_processors(void **state) {
   (void)state;
-  struct child_spec specs[SUPERVISOR_MAX_CHILDREN];
+  static struct child_spec specs[SUPERVISOR_MAX_CHILDREN]; /* 64 KiB each: not on the stack */
   struct serve_options o = {.model_path = "/m/model.gguf", .bin_dir = "/opt/llmbus/bin", .num_engines = 2};
   int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
   assert_true(n > 0);
@@ -570,7 +570,7 @@ static void test_serve_runs_the_engine_durable_unless_told_not_to(void **state) 
   (void)state;
   for (int off = 0; off < 2; off++) {
     struct serve_options o = {.bin_dir = "/opt/llmbus/bin", .no_durable = off == 1};
-    static struct child_spec specs[SUPERVISOR_MAX_CHILDREN]; /* 32 KiB each: not on the stack */
+    static struct child_spec specs[SUPERVISOR_MAX_CHILDREN]; /* 64 KiB each: not on the stack */
     int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
     assert_true(n > 0);
     for (int i = 0; i < n; i++) {
@@ -590,7 +590,7 @@ static void test_serve_passes_engine_flags_to_the_actors_that_take_them(void **s
   assert_int_equal(serve_engine_flag_add(&o, "no-prefix-caching", NULL), 0);
   assert_int_equal(serve_engine_flag_add(&o, "max-model-len", "512"), 1);
   assert_int_equal(serve_engine_flag_add(&o, "bogus", "1"), -1);
-  static struct child_spec specs[SUPERVISOR_MAX_CHILDREN]; /* 32 KiB each: not on the stack */
+  static struct child_spec specs[SUPERVISOR_MAX_CHILDREN]; /* 64 KiB each: not on the stack */
   int n = serve_actor_specs(&o, specs, SUPERVISOR_MAX_CHILDREN);
   assert_int_equal(n, 8); /* two input processors by default */
   assert_string_equal(specs[7].name, "input-processor-2");

@@ -8,3 +8,11 @@ add_test(NAME security_attacks_fail_against_serve
 set_tests_properties(security_attacks_fail_against_serve PROPERTIES
                      TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "e2e;security" RUN_SERIAL TRUE
                      ENVIRONMENT "LLMBUS_SOURCE_DIR=${CMAKE_SOURCE_DIR};LLMBUS_BUILD_DIR=${CMAKE_BINARY_DIR};LLMBUS_MODEL=${LLB_DEFAULT_MODEL}")
+# LoRA adapters restricted to tenants (loras= of the tenants file): another tenant's adapter is an
+# unknown model over HTTP and NATS and is not listed in /v1/models.
+add_test(NAME security_lora_adapters_belong_to_their_tenants
+         COMMAND sh -c "if [ ! -x '${llb_security_py}' ]; then echo 'SKIP: ${llb_security_py} missing (make venv)'; exit 77; fi; exec '${llb_security_py}' \"$0\" \"$@\""
+                 ${CMAKE_CURRENT_LIST_DIR}/test_lora_tenants.py --pydir ${LLB_SCHEMAS_PYTHON_DIR})
+set_tests_properties(security_lora_adapters_belong_to_their_tenants PROPERTIES
+                     TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "e2e;security" RUN_SERIAL TRUE
+                     ENVIRONMENT "LLMBUS_SOURCE_DIR=${CMAKE_SOURCE_DIR};LLMBUS_BUILD_DIR=${CMAKE_BINARY_DIR};LLMBUS_MODEL=${LLB_DEFAULT_MODEL}")

@@ -13,6 +13,8 @@ llb_add_test(test_engine_metrics SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_engine_m
              LIBS llmbus_scheduler_core PkgConfig::CMOCKA LABELS unit)
 llb_add_test(test_scheduler_pooling SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler_pooling.c
              LIBS llmbus_scheduler_core llmbus_kv_manager PkgConfig::CMOCKA LABELS unit)
+llb_add_test(test_scheduler_lora SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler_lora.c
+             LIBS llmbus_scheduler_core llmbus_kv_manager PkgConfig::CMOCKA LABELS unit)
 llb_add_test(test_scheduler_spec SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler_spec.c
              LIBS llmbus_scheduler_core llmbus_kv_manager PkgConfig::CMOCKA LABELS unit)
 llb_add_test(test_scheduler_actor_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler_actor_config.c

@@ -20,3 +20,12 @@ llb_add_test(test_prompt_logprobs SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_prompt_
 # --device sim's step-time model, its fit and file, and its tokens (actors/gpu_worker/runner_sim.c).
 llb_add_test(test_runner_sim SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_runner_sim.c
              LIBS llmbus_runner_sim PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
+# LoRA adapters in the worker (model_runner_set_loras): per-request adapters in one batch equal
+# each request alone, an unknown adapter fails only its request.
+llb_add_test(test_model_runner_lora SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model_runner_lora.c
+             ${CMAKE_CURRENT_LIST_DIR}/arch_models.c ${CMAKE_CURRENT_LIST_DIR}/lora_models.c
+             LIBS llmbus_gpu_worker llmbus_test_gguf_writer PkgConfig::CMOCKA m
+             LABELS unit TIMEOUT 120)
+# --lora-modules values and lora_int_id (actors/gpu_worker/lora_modules.c).
+llb_add_test(test_lora_modules SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lora_modules.c
+             LIBS llmbus_lora_modules PkgConfig::CMOCKA LABELS unit)

@@ -27,6 +27,10 @@ llb_add_test(test_intake_queue SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_intake_que
 # Per-tenant limits of the input processor: in flight, queued, token bucket.
 llb_add_test(test_tenant_limits SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tenant_limits.c
              LIBS llmbus_input_processor_core PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
+# LoRA adapters per tenant as the front doors resolve them (schemas/lora_registry.h, loras= of the
+# tenants file).
+llb_add_test(test_lora_registry SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lora_registry.c
+             LIBS llmbus_input_processor_core llmbus_lora_registry PkgConfig::CMOCKA LABELS unit)
 # Images in chat messages: marker expansion, is_embed masks, mm_hash, bad files (mm_images.h).
 llb_add_test(test_mm_images SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mm_images.c
              LIBS llmbus_input_processor_core llmbus_test_gguf_writer PkgConfig::CMOCKA LABELS unit TIMEOUT 60)

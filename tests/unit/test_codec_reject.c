@@ -11,7 +11,9 @@
 
 #include <math.h>
 
+#include "schemas/control.h"
 #include "schemas/engine_core_request.h"
+#include "schemas/generate_request.h"
 #include "schemas/model_runner_output.h"
 #include "schemas/request_output.h"
 #include "schemas/scheduler_output.h"
@@ -217,6 +219,64 @@ static void test_bad_pooling_fields_are_refused(void **state) {
   llb_buf_free(&enc);
 }
 
+/* A LoRA request names an adapter as a model name (no path, no "..", no control bytes) and, once
+ * the input processor resolved it, carries a positive id; a heartbeat's adapters likewise, with a
+ * rank. The client's GenerateRequest may leave the id 0 (it is ignored). */
+static void test_bad_lora_requests_are_refused(void **state) {
+  (void)state;
+  struct llb_buf enc = {0};
+  const int32_t prompt[1] = {1};
+  struct llb_sampling_params sp;
+  llb_sampling_params_init(&sp);
+  const char *bad_names[] = {"../etc/passwd", "/abs/path.gguf", ".hidden", "-flag", "a b", "a\nb", "x..y",
+                             "name\x01"};
+  for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
+    struct llb_engine_core_request ecr = {.request_id = llb_str_c("e"), .prompt_token_ids = prompt,
+                                          .num_prompt_token_ids = 1, .sampling_params = &sp,
+                                          .lora_request = {llb_str_c(bad_names[i]), 1}};
+    assert_int_equal(llb_engine_core_request_encode_buf(&ecr, &enc), LLB_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(llb_err_last(), "lora_request"));
+  }
+  char long_name[LLB_LORA_NAME_MAX + 2];
+  memset(long_name, 'a', sizeof long_name - 1);
+  long_name[sizeof long_name - 1] = '\0';
+  assert_false(llb_lora_name_valid(long_name, LLB_LORA_NAME_MAX + 1));
+  assert_true(llb_lora_name_valid(long_name, LLB_LORA_NAME_MAX));
+  struct llb_engine_core_request ecr = {.request_id = llb_str_c("e"), .prompt_token_ids = prompt,
+                                        .num_prompt_token_ids = 1, .sampling_params = &sp,
+                                        .lora_request = {llb_str_c("sql-lora"), 0}};
+  assert_int_equal(llb_engine_core_request_encode_buf(&ecr, &enc), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "lora_int_id 0"));
+  ecr.lora_request = (struct llb_lora_request){llb_str_c("sqlXlora"), 1};
+  assert_int_equal(llb_engine_core_request_encode_buf(&ecr, &enc), LLB_STATUS_OK);
+  /* the decoder applies the same rule to a buffer some other writer produced */
+  uint8_t *x = memmem(enc.data, enc.len, "sqlXlora", 8);
+  assert_non_null(x);
+  x[3] = '/';
+  x[4] = '.';
+  x[5] = '.';
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  struct llb_engine_core_request out;
+  assert_int_equal(llb_engine_core_request_decode(enc.data, enc.len, &arena, &out), LLB_STATUS_MALFORMED);
+  assert_non_null(strstr(llb_err_last(), "lora_request"));
+  llb_arena_destroy(&arena);
+  struct llb_generate_request gr;
+  llb_generate_request_init(&gr);
+  gr.prompt = llb_str_c("hi");
+  gr.lora_request = (struct llb_lora_request){llb_str_c("sql-lora"), -1};
+  assert_int_equal(llb_generate_request_encode_buf(&gr, &enc), LLB_STATUS_INVALID_ARGUMENT);
+  gr.lora_request.lora_int_id = 0;
+  assert_int_equal(llb_generate_request_encode_buf(&gr, &enc), LLB_STATUS_OK);
+  struct llb_lora_adapter ad = {llb_str_c("sql-lora"), 3, 0};
+  struct llb_heartbeat hb = {.actor = llb_str_c("gpu_worker"), .lora_adapters = &ad, .num_lora_adapters = 1};
+  assert_int_equal(llb_heartbeat_encode_buf(&hb, &enc), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "rank"));
+  ad.rank = 16;
+  assert_int_equal(llb_heartbeat_encode_buf(&hb, &enc), LLB_STATUS_OK);
+  llb_buf_free(&enc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_truncation_is_rejected),
@@ -226,6 +286,7 @@ int main(void) {
       cmocka_unit_test(test_table_without_version_is_rejected),
       cmocka_unit_test(test_inconsistent_scheduled_token_total_is_rejected),
       cmocka_unit_test(test_bad_pooling_fields_are_refused),
+      cmocka_unit_test(test_bad_lora_requests_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -193,6 +193,7 @@ static void fill_generate_request(struct llb_generate_request *m) {
   m->chat_template_kwargs = S("{\"enable_thinking\":false}");
   m->continue_final_message = true;
   m->pooling_params = (struct llb_pooling_params){LLB_POOLING_MEAN, false, 0};
+  m->lora_request = (struct llb_lora_request){S("org/sql-lora.v2"), 0};
 }
 
 static bool equals_generate_request(const void *v) {
@@ -215,6 +216,7 @@ static bool equals_generate_request(const void *v) {
   CHECK(a->continue_final_message);
   CHECK(a->pooling_params.pooling_type == LLB_POOLING_MEAN && !a->pooling_params.normalize &&
         a->pooling_params.dimensions == 0);
+  CHECK(str_eq(a->lora_request.lora_name, b.lora_request.lora_name) && a->lora_request.lora_int_id == 0);
   CHECK(i32_eq(a->prompt_token_ids, a->num_prompt_token_ids, b.prompt_token_ids,
                b.num_prompt_token_ids));
   CHECK(str_eq(a->chat_template, b.chat_template));
@@ -251,7 +253,8 @@ static void fill_engine_core_request(struct llb_engine_core_request *m) {
       .num_mm_features = N(mm_features), .reply_to = S("_INBOX.xyz.1"), .client_index = 2,
       .parent_request_id = S("ecr-parent"),
       .structured_outputs = {.kind = LLB_SO_CHOICE, .spec = S("[\"yes\",\"no\"]")},
-      .pooling_params = {LLB_POOLING_LAST, true, 64}};
+      .pooling_params = {LLB_POOLING_LAST, true, 64},
+      .lora_request = {S("sql-lora"), 0x7ffffffe}};
 }
 
 static bool equals_engine_core_request(const void *v) {
@@ -271,6 +274,7 @@ static bool equals_engine_core_request(const void *v) {
         str_eq(a->structured_outputs.spec, b.structured_outputs.spec));
   CHECK(a->pooling_params.pooling_type == LLB_POOLING_LAST && a->pooling_params.normalize &&
         a->pooling_params.dimensions == 64);
+  CHECK(str_eq(a->lora_request.lora_name, b.lora_request.lora_name) && a->lora_request.lora_int_id == 0x7ffffffe);
   return true;
 }
 
@@ -312,7 +316,7 @@ static void fill_scheduler_output(struct llb_scheduler_output *m) {
       .sampling_params = sample_sp(), .block_ids = blocks_b, .num_block_ids = 1,
       .output_token_ids = new_tok, .num_output_token_ids = N(new_tok),
       .structured_outputs = {.kind = LLB_SO_JSON_OBJECT, .spec = S("")},
-      .pooling_params = {LLB_POOLING_CLS, true, 0}};
+      .pooling_params = {LLB_POOLING_CLS, true, 0}, .lora_request = {S("a_b-c:1+x"), 7}};
   sched[0] = (struct llb_scheduled_tokens){.req_id = S("req-новый"), .num_tokens = 512};
   sched[1] = (struct llb_scheduled_tokens){.req_id = ids3[0], .num_tokens = 1};
   sched[2] = (struct llb_scheduled_tokens){.req_id = ids3[1], .num_tokens = 1};
@@ -354,6 +358,8 @@ static bool equals_scheduler_output(const void *v) {
     CHECK(x->structured_outputs.kind == (i == 1 ? LLB_SO_JSON_OBJECT : LLB_SO_NONE));
     CHECK(x->pooling_params.pooling_type == y->pooling_params.pooling_type &&
           x->pooling_params.normalize == y->pooling_params.normalize);
+    CHECK(str_eq(x->lora_request.lora_name, y->lora_request.lora_name) &&
+          x->lora_request.lora_int_id == y->lora_request.lora_int_id);
   }
   const struct llb_cached_request_data *c = &a->scheduled_cached_reqs;
   CHECK(strs_eq(c->req_ids, c->num_reqs, ids3, 3));
@@ -671,8 +677,10 @@ static bool equals_request_output(const void *v) {
 
 /* ---- Heartbeat / SchedulerStats / ErrorReply ------------------------------------------- */
 
+static const struct llb_lora_adapter hb_loras[2] = {{S("sql-lora"), 12345, 16}, {S("org/chat-lora"), 1, 8}};
+
 static void fill_heartbeat(struct llb_heartbeat *m) {
-  *m = (struct llb_heartbeat){.actor = S("gpu_worker"), .instance = S("w-ø-0"),
+  *m = (struct llb_heartbeat){.lora_adapters = hb_loras, .num_lora_adapters = 2, .actor = S("gpu_worker"), .instance = S("w-ø-0"),
                               .host = S("host-1"), .pid = 4242, .uptime_s = 12.5,
                               .seq = 1ULL << 33, .timestamp = 1763802655.5, .ready = true,
                               .inflight = 3, .engine_id = S("e-7"), .num_gpu_blocks = 123456,
@@ -688,6 +696,10 @@ static bool equals_heartbeat(const void *v) {
   CHECK(a->uptime_s == 12.5 && a->seq == b.seq && a->timestamp == b.timestamp);
   CHECK(a->ready && a->inflight == 3);
   CHECK(str_eq(a->engine_id, b.engine_id) && a->num_gpu_blocks == 123456 && a->block_size == 32);
+  CHECK(a->num_lora_adapters == 2);
+  for (int i = 0; i < 2; i++)
+    CHECK(str_eq(a->lora_adapters[i].lora_name, hb_loras[i].lora_name) &&
+          a->lora_adapters[i].lora_int_id == hb_loras[i].lora_int_id && a->lora_adapters[i].rank == hb_loras[i].rank);
   return true;
 }
 
