@@ -9,7 +9,7 @@
 #include "actors/input_processor/actor.h"
 #include "cmd/actor/actor_main.h"
 
-struct inproc_main {
+struct input_processor_main {
   int32_t max_model_len;
   const char *tenant;
   const char *router;
@@ -23,8 +23,8 @@ struct inproc_main {
   struct input_processor_actor *actor;
 };
 
-static llb_status inproc_main_start(struct actor_main *am, void *user) {
-  struct inproc_main *m = user;
+static llb_status input_processor_main_start(struct actor_main *am, void *user) {
+  struct input_processor_main *m = user;
   struct input_processor_actor_options o = {
       .model_path = am->common.model_path,
       .max_model_len = m->max_model_len,
@@ -47,21 +47,21 @@ static llb_status inproc_main_start(struct actor_main *am, void *user) {
   return st ? st : actor_main_answer_after_reconnect(am, "api_server");
 }
 
-static void inproc_main_stop(struct actor_main *am, void *user) {
+static void input_processor_main_stop(struct actor_main *am, void *user) {
   (void)am;
-  struct inproc_main *m = user;
+  struct input_processor_main *m = user;
   input_processor_actor_stop(m->actor); /* the workers, before the bus goes */
 }
 
-static void inproc_main_destroy(struct actor_main *am, void *user) {
+static void input_processor_main_destroy(struct actor_main *am, void *user) {
   (void)am;
-  struct inproc_main *m = user;
+  struct input_processor_main *m = user;
   input_processor_actor_destroy(m->actor);
   m->actor = NULL;
 }
 
 int main(int argc, char **argv) {
-  struct inproc_main m = {.max_model_len = 0, .tenant = "*", .router = "cache-aware",
+  struct input_processor_main m = {.max_model_len = 0, .tenant = "*", .router = "cache-aware",
                          .tenant_limit_ttl_ms = 30 * 60 * 1000, .intake_threads = 2};
   const struct flag flags[] = {
       {.name = "max-model-len", .kind = FLAG_KIND_INT32, .target = &m.max_model_len,
@@ -99,9 +99,9 @@ int main(int argc, char **argv) {
       .summary = "validates, templates and tokenizes GenerateRequests into EngineCoreRequests",
       .flags = flags,
       .num_flags = (int)(sizeof flags / sizeof flags[0]),
-      .start = inproc_main_start,
-      .stop = inproc_main_stop,
-      .destroy = inproc_main_destroy,
+      .start = input_processor_main_start,
+      .stop = input_processor_main_stop,
+      .destroy = input_processor_main_destroy,
       .user = &m,
   };
   return actor_main_exec(&spec, argc, argv);

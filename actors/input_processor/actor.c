@@ -40,17 +40,17 @@
 #define DEFAULT_TENANT_LIMIT_TTL_MS (30 * 60 * 1000)
 /* JetStream's confirmation, retries included: a stream leader election after a cluster node
  * died took 2-8 s in tests/cluster/ (nats-server 2.9, a loaded 2-core host) */
-#define INPROC_DURABLE_PUBLISH_TIMEOUT_MS 20000
-#define INPROC_DURABLE_START_TIMEOUT_MS 10000  /* the requests stream at start */
-#define INPROC_DEFAULT_INTAKE_THREADS 2
-#define INPROC_LORA_TTL_NS (20LL * 1000 * 1000 * 1000) /* a worker silent this long serves no adapter */
-#define INPROC_INTAKE_ITEM_OVERHEAD 1024    /* cost of a queued request beside its bytes */
-#define INPROC_INTAKE_RETRY_AFTER_MS 1000   /* a full intake queue's Retry-After */
-#define INPROC_IMAGE_ESTIMATE_TOKENS 64     /* an image before it is planned (estimate_tokens) */
+#define INPUT_PROCESSOR_DURABLE_PUBLISH_TIMEOUT_MS 20000
+#define INPUT_PROCESSOR_DURABLE_START_TIMEOUT_MS 10000  /* the requests stream at start */
+#define INPUT_PROCESSOR_DEFAULT_INTAKE_THREADS 2
+#define INPUT_PROCESSOR_LORA_TTL_NS (20LL * 1000 * 1000 * 1000) /* a worker silent this long serves no adapter */
+#define INPUT_PROCESSOR_INTAKE_ITEM_OVERHEAD 1024    /* cost of a queued request beside its bytes */
+#define INPUT_PROCESSOR_INTAKE_RETRY_AFTER_MS 1000   /* a full intake queue's Retry-After */
+#define INPUT_PROCESSOR_IMAGE_ESTIMATE_TOKENS 64     /* an image before it is planned (estimate_tokens) */
 
 struct input_processor_actor {
   struct tokenizer *tok;
-  struct inproc_t *proc;
+  struct input_processor *proc;
   struct bus *bus;
   int32_t max_model_len;
   char tenant[BUS_TOKEN_MAX + 1];
@@ -72,7 +72,7 @@ struct input_processor_actor {
   struct intake_workers *workers; /* NULL before start and after stop */
   int32_t intake_threads;
   atomic_uint_fast64_t intake_full, grammars_compiled;
-  struct inproc_so_cache *so_cache; /* verdicts of the grammars compiled (structured_check.h) */
+  struct input_processor_so_cache *so_cache; /* verdicts of the grammars compiled (structured_check.h) */
   struct lora_registry *loras;  /* adapters the workers announce, per tenant (schemas/lora_registry.h) */
 };
 
@@ -136,7 +136,7 @@ static bool check_structured(struct input_processor_actor *a, const struct bus_m
                              const struct llb_structured_outputs *so) {
   char text[512];
   bool compiled = false;
-  llb_status st = inproc_structured_check_cached(a->so_cache, so, text, sizeof text, &compiled);
+  llb_status st = input_processor_structured_check_cached(a->so_cache, so, text, sizeof text, &compiled);
   if (compiled) atomic_fetch_add(&a->grammars_compiled, 1);
   if (st == LLB_STATUS_OK) return true;
   atomic_fetch_add(&a->rejected, 1);
@@ -167,23 +167,23 @@ static llb_status publish_engine_request(struct input_processor_actor *a, const 
                                          const void *data, size_t len, const struct bus_trace_ctx *span) {
   if (!a->durable) return bus_publish(a->bus, subject, data, len, span);
   const struct bus_out_msg m = {.subject = subject, .data = data, .len = len, .trace = span};
-  return bus_js_publish(a->bus, &m, request_id, INPROC_DURABLE_PUBLISH_TIMEOUT_MS, NULL);
+  return bus_js_publish(a->bus, &m, request_id, INPUT_PROCESSOR_DURABLE_PUBLISH_TIMEOUT_MS, NULL);
 }
 
-static llb_status publish_children(struct input_processor_actor *a, const char *eid, const struct inproc_generate_request *req,
-                                   const struct inproc_processed *pr, const struct bus_trace_ctx *span,
+static llb_status publish_children(struct input_processor_actor *a, const char *eid, const struct input_processor_generate_request *req,
+                                   const struct input_processor_processed *pr, const struct bus_trace_ctx *span,
                                    const struct request_trace *rt, const struct llb_pooling_params *pool,
                                    const char *resume_of) {
   char subject[BUS_SUBJECT_MAX];
   llb_status sst = bus_subject_engine(bus_prefix(a->bus), eid, "requests", subject, sizeof subject);
   if (sst != LLB_STATUS_OK) return sst;
-  struct llb_mm_feature mm[INPROC_MAX_MM_ITEMS];
-  const int32_t num_mm = inproc_wire_mm_features(pr, req, a->hidden_size, mm);
+  struct llb_mm_feature mm[INPUT_PROCESSOR_MAX_MM_ITEMS];
+  const int32_t num_mm = input_processor_wire_mm_features(pr, req, a->hidden_size, mm);
   struct llb_buf buf = {0};
   llb_status st = LLB_STATUS_OK;
   int32_t sent = 0;
   for (; sent < pr->num_requests; sent++) {
-    const struct inproc_engine_request *e = &pr->requests[sent];
+    const struct input_processor_engine_request *e = &pr->requests[sent];
     /* The engine draws child i from stream 0 of its own seed: seed + i keeps the children
      * apart and reproducible (vLLM parent_req.py). n tells the output processor how many
      * children to wait for; the engine runs one sequence per request whatever n says. A
@@ -196,7 +196,7 @@ static llb_status publish_children(struct input_processor_actor *a, const char *
       child.n = e->num_children;
       sp = &child;
     }
-    struct llb_engine_core_request m = inproc_wire_engine_request(e, req, sp, mm, num_mm, pool);
+    struct llb_engine_core_request m = input_processor_wire_engine_request(e, req, sp, mm, num_mm, pool);
     m.traceparent = llb_str_c(rt->on ? rt->traceparent : "");
     m.trace_parent_span_id = llb_str_c(rt->on ? rt->parent_span_id : "");
     m.trace_start_time_ns = rt->on ? rt->start_ns : 0;
@@ -218,7 +218,7 @@ static llb_status publish_children(struct input_processor_actor *a, const char *
 }
 
 /* The engine request ids of pr's children (at most INPUT_PROCESSOR_ACTOR_MAX_N). */
-static int32_t child_ids(const struct inproc_processed *pr, const char **ids) {
+static int32_t child_ids(const struct input_processor_processed *pr, const char **ids) {
   int32_t n = pr->num_requests < INPUT_PROCESSOR_ACTOR_MAX_N ? pr->num_requests : INPUT_PROCESSOR_ACTOR_MAX_N;
   for (int32_t i = 0; i < n; i++) ids[i] = pr->requests[i].request_id;
   return n;
@@ -236,12 +236,12 @@ static void refuse(struct input_processor_actor *a, const struct bus_msg *msg, c
 
 /* A request's prompt in tokens before it is tokenized: its text as bytes / 4 (about the tokens
  * of English; what the tokenizer really makes is settled at admission), its token ids,
- * INPROC_IMAGE_ESTIMATE_TOKENS an image. */
+ * INPUT_PROCESSOR_IMAGE_ESTIMATE_TOKENS an image. */
 static double estimate_prompt_tokens(const struct llb_generate_request *gr) {
   size_t text = gr->prompt.len + gr->tools.len + gr->chat_template_kwargs.len;
   for (int32_t i = 0; i < gr->num_messages; i++)
     text += gr->messages[i].content.len + gr->messages[i].tool_calls.len + gr->messages[i].name.len;
-  return ceil((double)text / 4.0) + gr->num_prompt_token_ids + (double)gr->num_mm_items * INPROC_IMAGE_ESTIMATE_TOKENS;
+  return ceil((double)text / 4.0) + gr->num_prompt_token_ids + (double)gr->num_mm_items * INPUT_PROCESSOR_IMAGE_ESTIMATE_TOKENS;
 }
 
 /* What a request is counted in tokens before any work on it (tenant_limits_precharge): its
@@ -274,7 +274,7 @@ static bool precharge(struct input_processor_actor *a, const struct bus_msg *msg
  * client got its 429 (or 400) already. A request counts its prompt and max_tokens per child
  * and its grammar; `precharged` of that was taken before the work. */
 static bool admit(struct input_processor_actor *a, const struct bus_msg *msg, const char *tenant,
-                  const struct inproc_processed *pr, double precharged, double grammar_tokens) {
+                  const struct input_processor_processed *pr, double precharged, double grammar_tokens) {
   if (!a->limits) return true;
   const char *ids[INPUT_PROCESSOR_ACTOR_MAX_N];
   int32_t n = child_ids(pr, ids);
@@ -289,13 +289,13 @@ static bool admit(struct input_processor_actor *a, const struct bus_msg *msg, co
   return false;
 }
 
-static void release(struct input_processor_actor *a, const struct inproc_processed *pr) {
+static void release(struct input_processor_actor *a, const struct input_processor_processed *pr) {
   const char *ids[INPUT_PROCESSOR_ACTOR_MAX_N];
   tenant_limits_release(a->limits, ids, child_ids(pr, ids));
 }
 
 /* <prefix>.engine.<eid>.outputs, only with limits: a child's first token and its end. */
-static void inproc_on_engine_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
+static void input_processor_on_engine_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   struct input_processor_actor *a = user;
   struct llb_arena arena;
@@ -344,9 +344,9 @@ static bool resume_target(struct input_processor_actor *a, const struct bus_msg 
   const char *id = bus_msg_header(msg, "Llmbus-Resume-Of");
   if (!id || !id[0]) return false;
   const struct llb_str s = llb_str_c(id);
-  const bool owned = s.len + 8 <= INPROC_MAX_ID_BYTES && s.len < cap && id_printable(s) &&
-                     inproc_id_owned_by(&a->hash_key, id, s.len, tenant);
-  const bool routed = owned && inproc_engine_of_id(id, s.len, eid, eid_cap) && engine_router_known(a->router, eid);
+  const bool owned = s.len + 8 <= INPUT_PROCESSOR_MAX_ID_BYTES && s.len < cap && id_printable(s) &&
+                     input_processor_id_owned_by(&a->hash_key, id, s.len, tenant);
+  const bool routed = owned && input_processor_engine_of_id(id, s.len, eid, eid_cap) && engine_router_known(a->router, eid);
   if (!(owned && routed && n == 1)) {
     LLB_LOG_WARN("resume_refused", "resume_of=%.*s tenant=%s n=%d owned=%d", (int)(s.len < 200 ? s.len : 200), id,
                  tenant, n, owned);
@@ -371,7 +371,7 @@ static void process_generate(struct input_processor_actor *a, const struct bus_m
   struct llb_arena arena;
   llb_arena_init(&arena, NULL, 0);
   struct llb_generate_request gr;
-  struct inproc_processed pr = {0};
+  struct input_processor_processed pr = {0};
   char q[320];
   llb_status st = llb_generate_request_decode(msg->data, msg->len, &arena, &gr);
   if (st != LLB_STATUS_OK) {
@@ -383,7 +383,7 @@ static void process_generate(struct input_processor_actor *a, const struct bus_m
     reply_error(a, msg, NULL, st, text, "");
     goto done;
   }
-  const char *ext_id = gr.request_id.len ? gr.request_id.data : INPROC_DEFAULT_EXTERNAL_ID;
+  const char *ext_id = gr.request_id.len ? gr.request_id.data : INPUT_PROCESSOR_DEFAULT_EXTERNAL_ID;
   if (!msg->reply || !msg->reply[0]) {
     reply_error(a, msg, ext_id, LLB_STATUS_INVALID_ARGUMENT,
                 "a GenerateRequest needs a reply subject (send it as a NATS request)", "reply_to");
@@ -402,30 +402,30 @@ static void process_generate(struct input_processor_actor *a, const struct bus_m
   double grammar_tokens = 0;
   const double estimate = estimate_tokens(&gr, &grammar_tokens);
   if (!precharge(a, msg, tenant, ext_id, gr.sampling_params ? gr.sampling_params->n : 1, estimate)) goto done;
-  struct inproc_generate_request req;
+  struct input_processor_generate_request req;
   if (!check_structured(a, msg, ext_id, &gr.structured_outputs)) goto done;
   const char *bad = NULL;
   char pool_msg[256];
-  if ((st = inproc_pooling_check(&gr, &bad, pool_msg, sizeof pool_msg))) {
+  if ((st = input_processor_pooling_check(&gr, &bad, pool_msg, sizeof pool_msg))) {
     atomic_fetch_add(&a->rejected, 1);
     reply_error(a, msg, ext_id, st, pool_msg, bad);
     goto done;
   }
-  bad = inproc_wire_generate_request(&gr, tenant, msg->reply, &arena, &req);
+  bad = input_processor_wire_generate_request(&gr, tenant, msg->reply, &arena, &req);
   req.lora_request = (struct llb_lora_request){gr.lora_request.lora_name, lora_int_id};
   if (bad) {
     atomic_fetch_add(&a->rejected, 1);
     reply_error(a, msg, ext_id, LLB_STATUS_OUT_OF_MEMORY, "out of memory", bad);
     goto done;
   }
-  struct inproc_errors errs;
-  st = inproc_process(a->proc, &req, &pr, &errs);
+  struct input_processor_errors errs;
+  st = input_processor_process(a->proc, &req, &pr, &errs);
   if (st != LLB_STATUS_OK) {
     atomic_fetch_add(&a->rejected, 1);
     char text[1024];
     const char *field = "";
     if (st == LLB_STATUS_INVALID_ARGUMENT && errs.num_errors > 0) {
-      inproc_errors_format(&errs, text, sizeof text);
+      input_processor_errors_format(&errs, text, sizeof text);
       field = errs.errors[0].field;
     } else {
       snprintf(text, sizeof text, "%s", llb_err_last());
@@ -437,13 +437,13 @@ static void process_generate(struct input_processor_actor *a, const struct bus_m
   }
   struct engine_router_choice choice;
   engine_router_choose(a->router, pr.prompt_token_ids, pr.num_prompt_tokens, req.cache_salt, llb_now_ns(), &choice);
-  char resume_of[INPROC_MAX_ID_BYTES], resume_eid[BUS_TOKEN_MAX + 1];
+  char resume_of[INPUT_PROCESSOR_MAX_ID_BYTES], resume_eid[BUS_TOKEN_MAX + 1];
   const bool resuming = resume_target(a, msg, tenant, pr.num_requests, resume_of, sizeof resume_of, resume_eid,
                                       sizeof resume_eid);
   if (resuming) snprintf(choice.engine_id, sizeof choice.engine_id, "%s", resume_eid);
   if (choice.by_prefix) atomic_fetch_add(&a->routed_by_prefix, 1);
   if (choice.fallback) atomic_fetch_add(&a->routed_fallback, 1);
-  st = inproc_processed_set_engine(&pr, choice.engine_id);
+  st = input_processor_processed_set_engine(&pr, choice.engine_id);
   if (st != LLB_STATUS_OK) {
     atomic_fetch_add(&a->rejected, 1);
     reply_error(a, msg, ext_id, st, llb_err_last(), "request_id");
@@ -479,7 +479,7 @@ done:
     req_span.error = true;
     bus_span_end(bus, &req_span);
   }
-  inproc_processed_free(&pr);
+  input_processor_processed_free(&pr);
   llb_arena_destroy(&arena);
 }
 
@@ -525,12 +525,12 @@ static void process_tokenize(struct input_processor_actor *a, const struct bus_m
     reply_error(a, msg, NULL, st, e, "");
     goto done;
   }
-  const char *ext_id = gr.request_id.len ? gr.request_id.data : INPROC_DEFAULT_EXTERNAL_ID;
+  const char *ext_id = gr.request_id.len ? gr.request_id.data : INPUT_PROCESSOR_DEFAULT_EXTERNAL_ID;
   if (!msg->reply || !msg->reply[0]) {
     reply_error(a, msg, ext_id, LLB_STATUS_INVALID_ARGUMENT, "a tokenize request needs a reply subject", "reply_to");
     goto done;
   }
-  struct inproc_errors errs = {0};
+  struct input_processor_errors errs = {0};
   if (!gr.prompt.len && gr.num_messages == 0 && gr.num_prompt_token_ids == 0) {
     reply_tokenized(a, msg, ext_id, NULL, 0, NULL, 0);
     goto done;
@@ -542,16 +542,16 @@ static void process_tokenize(struct input_processor_actor *a, const struct bus_m
   size_t text_len = 0;
   int64_t n = 0;
   if (!gr.prompt.len && gr.num_messages == 0) {
-    st = inproc_detokenize(a->proc, gr.prompt_token_ids, gr.num_prompt_token_ids, &text, &text_len, &errs);
+    st = input_processor_detokenize(a->proc, gr.prompt_token_ids, gr.num_prompt_token_ids, &text, &text_len, &errs);
     if (st == LLB_STATUS_OK) reply_tokenized(a, msg, ext_id, gr.prompt_token_ids, gr.num_prompt_token_ids, text, text_len);
   } else {
-    struct inproc_generate_request req;
-    const char *bad = inproc_wire_generate_request(&gr, subject_tenant(msg->subject), msg->reply, &arena, &req);
+    struct input_processor_generate_request req;
+    const char *bad = input_processor_wire_generate_request(&gr, subject_tenant(msg->subject), msg->reply, &arena, &req);
     if (bad) {
       reply_error(a, msg, ext_id, LLB_STATUS_OUT_OF_MEMORY, "out of memory", bad);
       goto done;
     }
-    st = inproc_tokenize(a->proc, &req, &ids, &n, &errs);
+    st = input_processor_tokenize(a->proc, &req, &ids, &n, &errs);
     if (st == LLB_STATUS_OK) reply_tokenized(a, msg, ext_id, ids, n, NULL, 0);
     if (st == LLB_STATUS_OK && a->limits) tenant_limits_settle(a->limits, tenant, (double)n - estimate, llb_now_ns() / 1000000);
   }
@@ -560,7 +560,7 @@ static void process_tokenize(struct input_processor_actor *a, const struct bus_m
     char e[1024];
     const char *field = "";
     if (st == LLB_STATUS_INVALID_ARGUMENT && errs.num_errors > 0) {
-      inproc_errors_format(&errs, e, sizeof e);
+      input_processor_errors_format(&errs, e, sizeof e);
       field = errs.errors[0].field;
     } else {
       snprintf(e, sizeof e, "%s", llb_err_last());
@@ -608,7 +608,7 @@ static void intake(struct input_processor_actor *a, const struct bus_msg *msg, b
   }
   *it = (struct intake_item){.msg = kept, .tokenize = tokenize};
   const char *tenant = subject_tenant(kept->subject);
-  llb_status st = intake_queue_push(a->intake, tenant, it, (int64_t)kept->len + INPROC_INTAKE_ITEM_OVERHEAD);
+  llb_status st = intake_queue_push(a->intake, tenant, it, (int64_t)kept->len + INPUT_PROCESSOR_INTAKE_ITEM_OVERHEAD);
   if (st == LLB_STATUS_OK) return;
   if (st == LLB_STATUS_QUEUE_FULL) {
     atomic_fetch_add(&a->limited, 1);
@@ -616,7 +616,7 @@ static void intake(struct input_processor_actor *a, const struct bus_msg *msg, b
       char q[320];
       LLB_LOG_WARN("intake_queue_full", "tenant=%s error=%s", tenant, llb_log_quote(q, sizeof q, llb_err_last()));
     }
-    reply_error_retry(a, kept, "", st, llb_err_last(), "", INPROC_INTAKE_RETRY_AFTER_MS);
+    reply_error_retry(a, kept, "", st, llb_err_last(), "", INPUT_PROCESSOR_INTAKE_RETRY_AFTER_MS);
   } else {
     process(a, kept, tokenize);
   }
@@ -624,12 +624,12 @@ static void intake(struct input_processor_actor *a, const struct bus_msg *msg, b
   free(it);
 }
 
-static void inproc_on_generate(struct bus *bus, const struct bus_msg *msg, void *user) {
+static void input_processor_on_generate(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   intake(user, msg, false);
 }
 
-static void inproc_on_tokenize(struct bus *bus, const struct bus_msg *msg, void *user) {
+static void input_processor_on_tokenize(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   intake(user, msg, true);
 }
@@ -662,7 +662,7 @@ static int abort_everywhere(struct input_processor_actor *a, const struct llb_st
 }
 
 /* <prefix>.engine.<eid>.stats: an engine announcing itself and its load (routing input). */
-static void inproc_on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
+static void input_processor_on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   struct input_processor_actor *a = user;
   struct llb_arena arena;
@@ -671,7 +671,7 @@ static void inproc_on_stats(struct bus *bus, const struct bus_msg *msg, void *us
   llb_status st = llb_scheduler_stats_decode(msg->data, msg->len, &arena, &s);
   char eid[BUS_TOKEN_MAX + 1];
   struct engine_router_stats rs;
-  if (st == LLB_STATUS_OK) st = inproc_wire_engine_stats(&s, msg->subject, eid, sizeof eid, &rs);
+  if (st == LLB_STATUS_OK) st = input_processor_wire_engine_stats(&s, msg->subject, eid, sizeof eid, &rs);
   if (st == LLB_STATUS_OK) { /* the snapshot's age, bounded: its timestamp is the sender's claim */
     const double age_s = (double)llb_wall_ns() / 1e9 - s.timestamp;
     const double max_s = (s.stats_interval_ms > 0 ? s.stats_interval_ms : 5000) / 1000.0;
@@ -688,7 +688,7 @@ static void inproc_on_stats(struct bus *bus, const struct bus_msg *msg, void *us
 }
 
 /* <prefix>.health.gpu_worker.*: the LoRA adapters each worker serves (a request's `model`). */
-static void inproc_on_worker_beat(struct bus *bus, const struct bus_msg *msg, void *user) {
+static void input_processor_on_worker_beat(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   struct input_processor_actor *a = user;
   struct llb_arena arena;
@@ -701,7 +701,7 @@ static void inproc_on_worker_beat(struct bus *bus, const struct bus_msg *msg, vo
   llb_arena_destroy(&arena);
 }
 
-static void inproc_on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
+static void input_processor_on_abort(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
   struct input_processor_actor *a = user;
   struct llb_arena arena;
@@ -710,7 +710,7 @@ static void inproc_on_abort(struct bus *bus, const struct bus_msg *msg, void *us
   char q[320];
   llb_status st = llb_abort_request_decode(msg->data, msg->len, &arena, &ar);
   /* Internal ids are "<external>-<16 hex>", children "<i>_<that>": bounded, no spaces. */
-  if (st == LLB_STATUS_OK && (ar.request_id.len + 8 > INPROC_MAX_ID_BYTES || !id_printable(ar.request_id))) {
+  if (st == LLB_STATUS_OK && (ar.request_id.len + 8 > INPUT_PROCESSOR_MAX_ID_BYTES || !id_printable(ar.request_id))) {
     st = LLB_ERRF(LLB_STATUS_MALFORMED, "AbortRequest.request_id: not a request id of ours (%zu bytes)",
                   ar.request_id.len);
   }
@@ -721,7 +721,7 @@ static void inproc_on_abort(struct bus *bus, const struct bus_msg *msg, void *us
     goto done;
   }
   const char *tenant = subject_tenant(msg->subject);
-  if (!inproc_id_owned_by(&a->hash_key, ar.request_id.data, ar.request_id.len, tenant)) {
+  if (!input_processor_id_owned_by(&a->hash_key, ar.request_id.data, ar.request_id.len, tenant)) {
     atomic_fetch_add(&a->aborts_refused, 1);
     LLB_LOG_WARN("abort_refused", "subject=%s request_id=%s reason=\"not a request of tenant %s\"",
                  msg->subject, ar.request_id.data, tenant);
@@ -729,7 +729,7 @@ static void inproc_on_abort(struct bus *bus, const struct bus_msg *msg, void *us
   }
   /* The processor keeps no state: abort the id itself (n = 1) and every child id it could
    * have (n > 1: "<i>_<id>"); the engine ignores those it does not run. */
-  char child_ids[INPUT_PROCESSOR_ACTOR_MAX_N][INPROC_MAX_ID_BYTES];
+  char child_ids[INPUT_PROCESSOR_ACTOR_MAX_N][INPUT_PROCESSOR_MAX_ID_BYTES];
   struct llb_str ids[INPUT_PROCESSOR_ACTOR_MAX_N + 1];
   ids[0] = ar.request_id;
   for (int32_t i = 0; i < INPUT_PROCESSOR_ACTOR_MAX_N; i++) {
@@ -740,7 +740,7 @@ static void inproc_on_abort(struct bus *bus, const struct bus_msg *msg, void *us
   bus_trace_child(&msg->trace, &span);
   char eid[BUS_TOKEN_MAX + 1];
   int engines = 0;
-  if (inproc_engine_of_id(ar.request_id.data, ar.request_id.len, eid, sizeof eid) &&
+  if (input_processor_engine_of_id(ar.request_id.data, ar.request_id.len, eid, sizeof eid) &&
       engine_router_known(a->router, eid)) {
     st = publish_aborts(a, eid, ids, INPUT_PROCESSOR_ACTOR_MAX_N + 1, &span);
     engines = 1;
@@ -798,8 +798,8 @@ llb_status input_processor_actor_create(const struct input_processor_actor_optio
   if (st != LLB_STATUS_OK) goto fail;
   st = tokenizer_load(f, &a->tok);
   if (st != LLB_STATUS_OK) goto fail;
-  struct inproc_config cfg = {0};
-  cfg.max_model_len = o->max_model_len ? o->max_model_len : inproc_model_max_model_len(f, DEFAULT_MAX_MODEL_LEN);
+  struct input_processor_config cfg = {0};
+  cfg.max_model_len = o->max_model_len ? o->max_model_len : input_processor_model_max_model_len(f, DEFAULT_MAX_MODEL_LEN);
   cfg.max_n = INPUT_PROCESSOR_ACTOR_MAX_N;
   cfg.hash_key = a->hash_key;
   cfg.has_chat_template = chat_template_from_gguf(f, &cfg.chat_template) == LLB_STATUS_OK;
@@ -814,32 +814,32 @@ llb_status input_processor_actor_create(const struct input_processor_actor_optio
                  cfg.has_chat_template ? chat_template_name(cfg.chat_template) : "none");
   }
   cfg.jinja_template = a->jinja;
-  a->bos_text = inproc_model_token_text(a->tok, tokenizer_bos_id(a->tok));
-  a->eos_text = inproc_model_token_text(a->tok, tokenizer_eos_id(a->tok));
+  a->bos_text = input_processor_model_token_text(a->tok, tokenizer_bos_id(a->tok));
+  a->eos_text = input_processor_model_token_text(a->tok, tokenizer_eos_id(a->tok));
   if (!a->bos_text || !a->eos_text) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "token texts");
     goto fail;
   }
   cfg.bos_token = a->bos_text;
   cfg.eos_token = a->eos_text;
-  cfg.hidden_size = inproc_model_hidden_size(f);
+  cfg.hidden_size = input_processor_model_hidden_size(f);
   a->hidden_size = cfg.hidden_size;
   if (o->mmproj_path && o->mmproj_path[0] &&
-      (st = inproc_model_load_mmproj(o->mmproj_path, cfg.hidden_size, &a->clip, a->mmproj_id, sizeof a->mmproj_id,
+      (st = input_processor_model_load_mmproj(o->mmproj_path, cfg.hidden_size, &a->clip, a->mmproj_id, sizeof a->mmproj_id,
                                      &cfg.image)) != LLB_STATUS_OK)
     goto fail;
   a->max_model_len = cfg.max_model_len;
-  st = inproc_create(a->tok, &cfg, &a->proc);
+  st = input_processor_create(a->tok, &cfg, &a->proc);
   if (st != LLB_STATUS_OK) goto fail;
-  a->intake_threads = o->intake_threads > 0 ? o->intake_threads : INPROC_DEFAULT_INTAKE_THREADS;
+  a->intake_threads = o->intake_threads > 0 ? o->intake_threads : INPUT_PROCESSOR_DEFAULT_INTAKE_THREADS;
   struct intake_queue_config iq;
   intake_queue_config_init(&iq);
   /* one worker is always left to the other tenants: a flood never holds them all */
   iq.max_in_service_per_tenant = a->intake_threads > 1 ? a->intake_threads - 1 : 1;
   if ((st = intake_queue_create(&iq, &a->intake)) != LLB_STATUS_OK ||
-      (st = inproc_so_cache_create(&a->hash_key, &a->so_cache)) != LLB_STATUS_OK)
+      (st = input_processor_so_cache_create(&a->hash_key, &a->so_cache)) != LLB_STATUS_OK)
     goto fail;
-  if ((st = lora_registry_create(INPROC_LORA_TTL_NS, &a->loras)) != LLB_STATUS_OK) goto fail;
+  if ((st = lora_registry_create(INPUT_PROCESSOR_LORA_TTL_NS, &a->loras)) != LLB_STATUS_OK) goto fail;
   if (o->tenant_limits_file) {
     struct tenant_limits_config *tc = calloc(1, sizeof *tc);
     st = tc ? tenant_limits_config_load(o->tenant_limits_file, tc) : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "limits");
@@ -879,9 +879,9 @@ void input_processor_actor_destroy(struct input_processor_actor *a) {
   if (!a) return;
   input_processor_actor_stop(a);
   intake_queue_destroy(a->intake);
-  inproc_so_cache_destroy(a->so_cache);
+  input_processor_so_cache_destroy(a->so_cache);
   lora_registry_destroy(a->loras);
-  inproc_destroy(a->proc);
+  input_processor_destroy(a->proc);
   tokenizer_destroy(a->tok);
   engine_router_destroy(a->router);
   tenant_limits_destroy(a->limits);
@@ -921,14 +921,14 @@ llb_status input_processor_actor_start(struct input_processor_actor *a, struct b
   int64_t maxp = bus_max_payload(bus);
   /* An item travels whole in an EngineCoreRequest and a SchedulerOutput: leave room for
    * the rest of either message. */
-  if (maxp > 0) inproc_set_max_mm_item_bytes(a->proc, maxp > 256 * 1024 ? maxp - 128 * 1024 : maxp / 2);
+  if (maxp > 0) input_processor_set_max_mm_item_bytes(a->proc, maxp > 256 * 1024 ? maxp - 128 * 1024 : maxp / 2);
   const char *prefix = bus_prefix(bus);
   char stats_subj[BUS_SUBJECT_MAX];
   llb_status st = bus_pattern_engines(prefix, "stats", stats_subj, sizeof stats_subj);
   if (st != LLB_STATUS_OK) return st;
   /* the stream takes <prefix>.engine.*.requests: every engine's */
   if (a->durable && (st = bus_js_requests_stream_ensure(bus, 0, a->stream_replicas,
-                                                                INPROC_DURABLE_START_TIMEOUT_MS)))
+                                                                INPUT_PROCESSOR_DURABLE_START_TIMEOUT_MS)))
     return st;
   if ((st = intake_workers_start(a->intake, a->intake_threads, intake_work, a, &a->workers)) != LLB_STATUS_OK)
     return st;
@@ -944,17 +944,17 @@ llb_status input_processor_actor_start(struct input_processor_actor *a, struct b
     if (st == LLB_STATUS_OK) st = bus_subject_tokenize(prefix, a->tenant, tok_subj, sizeof tok_subj);
   }
   if (st != LLB_STATUS_OK) return st;
-  st = bus_subscribe(bus, gen, INPUT_PROCESSOR_ACTOR_QUEUE_GROUP, inproc_on_generate, a, NULL);
-  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, abort_subj, INPUT_PROCESSOR_ACTOR_QUEUE_GROUP, inproc_on_abort, a, NULL);
-  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, tok_subj, INPUT_PROCESSOR_ACTOR_QUEUE_GROUP, inproc_on_tokenize, a, NULL);
+  st = bus_subscribe(bus, gen, INPUT_PROCESSOR_ACTOR_QUEUE_GROUP, input_processor_on_generate, a, NULL);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, abort_subj, INPUT_PROCESSOR_ACTOR_QUEUE_GROUP, input_processor_on_abort, a, NULL);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, tok_subj, INPUT_PROCESSOR_ACTOR_QUEUE_GROUP, input_processor_on_tokenize, a, NULL);
   /* every replica hears every engine (no queue group): each routes on its own view */
-  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, stats_subj, NULL, inproc_on_stats, a, NULL);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, stats_subj, NULL, input_processor_on_stats, a, NULL);
   char beats[BUS_SUBJECT_MAX];
   if (st == LLB_STATUS_OK) st = bus_pattern_health(prefix, "gpu_worker", beats, sizeof beats);
-  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, beats, NULL, inproc_on_worker_beat, a, NULL);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, beats, NULL, input_processor_on_worker_beat, a, NULL);
   if (st == LLB_STATUS_OK && a->limits) { /* every engine's outputs: its requests' first tokens and ends */
     st = bus_pattern_engines(prefix, "outputs", a->outputs_subject, sizeof a->outputs_subject);
-    if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, inproc_on_engine_outputs, a, NULL);
+    if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, input_processor_on_engine_outputs, a, NULL);
     if (st == LLB_STATUS_OK) LLB_LOG_INFO("tenant_limits_on", "outputs=%s", a->outputs_subject);
   }
   if (st != LLB_STATUS_OK) return st;

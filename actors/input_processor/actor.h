@@ -25,7 +25,7 @@
  *                               no input → only max_model_len (what a model is served with).
  *                               Errors as on generate (RequestOutput.error).
  * <tenant> is "*" (every tenant) by default. The tenant salts the prefix cache
- * (docs/design.md §7): cache_salt = inproc_cache_salt_compose(tenant, client salt):
+ * (docs/design.md §7): cache_salt = input_processor_cache_salt_compose(tenant, client salt):
  * "<len>:<tenant>" or "<len>:<tenant><len>:<client salt>", length-prefixed so no pair
  * of (tenant, salt) reads as another.
  *

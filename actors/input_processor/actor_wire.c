@@ -5,11 +5,11 @@
 
 #include "model/template/chat_render.h"
 
-const char *inproc_wire_generate_request(const struct llb_generate_request *gr, const char *tenant,
+const char *input_processor_wire_generate_request(const struct llb_generate_request *gr, const char *tenant,
                                          const char *reply_to, struct llb_arena *arena,
-                                         struct inproc_generate_request *req) {
+                                         struct input_processor_generate_request *req) {
   memset(req, 0, sizeof *req);
-  req->request_id = gr->request_id.len ? gr->request_id.data : INPROC_DEFAULT_EXTERNAL_ID;
+  req->request_id = gr->request_id.len ? gr->request_id.data : INPUT_PROCESSOR_DEFAULT_EXTERNAL_ID;
   if (gr->prompt.len) req->prompt = gr->prompt.data;
   if (gr->num_messages > 0) {
     struct chat_message *msgs = llb_arena_alloc(arena, (size_t)gr->num_messages * sizeof *msgs,
@@ -48,19 +48,19 @@ const char *inproc_wire_generate_request(const struct llb_generate_request *gr, 
   size_t salt_cap = strlen(tenant) + gr->cache_salt.len + 48;
   char *salt = llb_arena_alloc(arena, salt_cap, 1);
   if (!salt) return "cache_salt";
-  if (inproc_cache_salt_compose(tenant, gr->cache_salt.data, gr->cache_salt.len, salt, salt_cap) >= salt_cap)
+  if (input_processor_cache_salt_compose(tenant, gr->cache_salt.data, gr->cache_salt.len, salt, salt_cap) >= salt_cap)
     return "cache_salt";
   req->cache_salt = salt;
   req->tenant = tenant;
   req->reply_to = reply_to;
   req->structured_outputs = gr->structured_outputs;
   if (gr->num_mm_items > 0) {
-    struct inproc_mm_item *items = llb_arena_alloc(arena, (size_t)gr->num_mm_items * sizeof *items,
-                                                   _Alignof(struct inproc_mm_item));
+    struct input_processor_mm_item *items = llb_arena_alloc(arena, (size_t)gr->num_mm_items * sizeof *items,
+                                                   _Alignof(struct input_processor_mm_item));
     if (!items) return "mm_items";
     for (int32_t i = 0; i < gr->num_mm_items; i++) {
       const struct llb_mm_item *m = &gr->mm_items[i];
-      items[i] = (struct inproc_mm_item){.modality = m->modality.data, .data = m->data,
+      items[i] = (struct input_processor_mm_item){.modality = m->modality.data, .data = m->data,
                                          .data_bytes = m->data_bytes, .dtype = m->dtype.data,
                                          .num_rows = m->num_rows, .num_cols = m->num_cols,
                                          .placeholder_offset = m->placeholder_offset};
@@ -71,12 +71,12 @@ const char *inproc_wire_generate_request(const struct llb_generate_request *gr, 
   return NULL;
 }
 
-int32_t inproc_wire_mm_features(const struct inproc_processed *pr, const struct inproc_generate_request *req,
+int32_t input_processor_wire_mm_features(const struct input_processor_processed *pr, const struct input_processor_generate_request *req,
                                 int32_t hidden_size, struct llb_mm_feature *mm) {
   int32_t k = 0;
-  for (; k < pr->num_mm_features && k < INPROC_MAX_MM_ITEMS; k++) {
-    const struct inproc_mm_feature *f = &pr->mm_features[k];
-    const struct inproc_mm_item *it = &req->mm_items[f->item];
+  for (; k < pr->num_mm_features && k < INPUT_PROCESSOR_MAX_MM_ITEMS; k++) {
+    const struct input_processor_mm_feature *f = &pr->mm_features[k];
+    const struct input_processor_mm_item *it = &req->mm_items[f->item];
     mm[k] = (struct llb_mm_feature){.modality = llb_str_c(it->modality), .mm_hash = llb_str_c(f->mm_hash),
                                     .offset = f->offset, .length = f->length, .data = it->data,
                                     .data_bytes = it->data_bytes, .dtype = llb_str_c(it->dtype),
@@ -86,8 +86,8 @@ int32_t inproc_wire_mm_features(const struct inproc_processed *pr, const struct 
   return k;
 }
 
-struct llb_engine_core_request inproc_wire_engine_request(const struct inproc_engine_request *e,
-                                                          const struct inproc_generate_request *req,
+struct llb_engine_core_request input_processor_wire_engine_request(const struct input_processor_engine_request *e,
+                                                          const struct input_processor_generate_request *req,
                                                           const struct llb_sampling_params *sp,
                                                           const struct llb_mm_feature *mm, int32_t num_mm,
                                                           const struct llb_pooling_params *pool) {
@@ -112,7 +112,7 @@ struct llb_engine_core_request inproc_wire_engine_request(const struct inproc_en
   };
 }
 
-llb_status inproc_wire_engine_stats(const struct llb_scheduler_stats *s, const char *subject, char *eid,
+llb_status input_processor_wire_engine_stats(const struct llb_scheduler_stats *s, const char *subject, char *eid,
                                     size_t eid_cap, struct engine_router_stats *out) {
   /* the subject's <eid> must be the one the message names: llm.engine.<eid>.stats */
   eid[0] = '\0';

@@ -19,9 +19,9 @@
 #define DEFAULT_MAX_N 16
 #define DEFAULT_MAX_PROMPT_BYTES (1 << 20)
 
-struct inproc_t {
+struct input_processor {
   const struct tokenizer *tok;
-  struct inproc_config cfg;
+  struct input_processor_config cfg;
   int32_t vocab_size;
 };
 
@@ -36,8 +36,8 @@ static uint64_t os_random_u64(void *ctx) {
   return v;
 }
 
-llb_status inproc_create(const struct tokenizer *tok, const struct inproc_config *cfg,
-                         struct inproc_t **out) {
+llb_status input_processor_create(const struct tokenizer *tok, const struct input_processor_config *cfg,
+                         struct input_processor **out) {
   if (!tok || !cfg || cfg->max_model_len < 2) {
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "input processor needs a tokenizer and max_model_len >= 2");
   }
@@ -45,7 +45,7 @@ llb_status inproc_create(const struct tokenizer *tok, const struct inproc_config
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "max_logprobs %d outside [0, %d] or max_n %d < 0",
                     cfg->max_logprobs, LLB_MAX_LOGPROBS, cfg->max_n);
   }
-  struct inproc_t *p = calloc(1, sizeof *p);
+  struct input_processor *p = calloc(1, sizeof *p);
   if (!p) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "input processor");
   p->tok = tok;
   p->cfg = *cfg;
@@ -58,17 +58,17 @@ llb_status inproc_create(const struct tokenizer *tok, const struct inproc_config
   return LLB_STATUS_OK;
 }
 
-void inproc_destroy(struct inproc_t *p) { free(p); }
+void input_processor_destroy(struct input_processor *p) { free(p); }
 
-static void add_error(struct inproc_errors *errs, const char *field, const char *fmt, ...)
+static void add_error(struct input_processor_errors *errs, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static void add_error(struct inproc_errors *errs, const char *field, const char *fmt, ...) {
-  if (errs->num_errors >= INPROC_MAX_ERRORS) {
+static void add_error(struct input_processor_errors *errs, const char *field, const char *fmt, ...) {
+  if (errs->num_errors >= INPUT_PROCESSOR_MAX_ERRORS) {
     errs->num_dropped++;
     return;
   }
-  struct inproc_field_error *e = &errs->errors[errs->num_errors++];
+  struct input_processor_field_error *e = &errs->errors[errs->num_errors++];
   snprintf(e->field, sizeof e->field, "%s", field);
   va_list ap;
   va_start(ap, fmt);
@@ -99,15 +99,15 @@ static bool utf8_valid(const char *s, size_t n) {
 static bool in_range(float v, float lo, float hi) { return isfinite(v) && v >= lo && v <= hi; }
 
 /* OpenAI logit_bias: token ids in the vocabulary, each once, biases finite in [-100, 100]. */
-static void validate_logit_bias(const struct inproc_t *p, const struct llb_sampling_params *sp,
-                                struct inproc_errors *errs) {
+static void validate_logit_bias(const struct input_processor *p, const struct llb_sampling_params *sp,
+                                struct input_processor_errors *errs) {
   if (sp->num_logit_bias < 0 || sp->num_logit_bias > LLB_MAX_LOGIT_BIAS) {
     add_error(errs, "logit_bias", "at most %d entries, got %d", LLB_MAX_LOGIT_BIAS, sp->num_logit_bias);
     return;
   }
   for (int32_t i = 0; i < sp->num_logit_bias; i++) {
     const struct llb_logit_bias *b = &sp->logit_bias[i];
-    char field[INPROC_MAX_FIELD_BYTES];
+    char field[INPUT_PROCESSOR_MAX_FIELD_BYTES];
     snprintf(field, sizeof field, "logit_bias[%d]", b->token_id);
     if (b->token_id < 0 || b->token_id >= p->vocab_size) {
       add_error(errs, field, "token id %d is outside the vocabulary [0, %d)", b->token_id, p->vocab_size);
@@ -120,8 +120,8 @@ static void validate_logit_bias(const struct inproc_t *p, const struct llb_sampl
   }
 }
 
-static void validate_sampling(const struct inproc_t *p, const struct llb_sampling_params *sp,
-                              struct inproc_errors *errs) {
+static void validate_sampling(const struct input_processor *p, const struct llb_sampling_params *sp,
+                              struct input_processor_errors *errs) {
   if (sp->n < 1) add_error(errs, "n", "must be at least 1, got %d", sp->n);
   else if (sp->n > p->cfg.max_n) add_error(errs, "n", "must be at most %d, got %d", p->cfg.max_n, sp->n);
   if (!isfinite(sp->temperature) || sp->temperature < 0) {
@@ -154,7 +154,7 @@ static void validate_sampling(const struct inproc_t *p, const struct llb_samplin
     add_error(errs, "stop", "at most %d stop strings, got %d", LLB_MAX_STOP_STRINGS, sp->num_stop);
   } else {
     for (int32_t i = 0; i < sp->num_stop; i++) {
-      char field[INPROC_MAX_FIELD_BYTES];
+      char field[INPUT_PROCESSOR_MAX_FIELD_BYTES];
       snprintf(field, sizeof field, "stop[%d]", i);
       size_t len = strnlen(sp->stop[i], sizeof sp->stop[i]);
       if (len == sizeof sp->stop[i]) {
@@ -173,7 +173,7 @@ static void validate_sampling(const struct inproc_t *p, const struct llb_samplin
     for (int32_t i = 0; i < sp->num_stop_token_ids; i++) {
       int32_t id = sp->stop_token_ids[i];
       if (id < 0 || id >= p->vocab_size) {
-        char field[INPROC_MAX_FIELD_BYTES];
+        char field[INPUT_PROCESSOR_MAX_FIELD_BYTES];
         snprintf(field, sizeof field, "stop_token_ids[%d]", i);
         add_error(errs, field, "token id %d is outside the vocabulary [0, %d)", id, p->vocab_size);
       }
@@ -205,15 +205,15 @@ static bool printable_id(const char *s) {
 }
 
 static void validate_text(const char *field, const char *text, int64_t *total, int64_t max_bytes,
-                          struct inproc_errors *errs) {
+                          struct input_processor_errors *errs) {
   size_t len = strlen(text);
   *total += (int64_t)len;
   if (!utf8_valid(text, len)) add_error(errs, field, "is not valid UTF-8");
   else if (*total > max_bytes) add_error(errs, field, "is longer than %" PRId64 " bytes", max_bytes);
 }
 
-static void validate_prompt(const struct inproc_t *p, const struct inproc_generate_request *req,
-                            struct inproc_errors *errs) {
+static void validate_prompt(const struct input_processor *p, const struct input_processor_generate_request *req,
+                            struct input_processor_errors *errs) {
   int sources = (req->prompt != NULL) + (req->messages != NULL) + (req->prompt_token_ids != NULL);
   if (sources == 0) {
     add_error(errs, "prompt", "one of prompt, messages or prompt_token_ids is required");
@@ -232,7 +232,7 @@ static void validate_prompt(const struct inproc_t *p, const struct inproc_genera
     if (req->raw) add_error(errs, "raw", "applies to prompt text only; messages always use the chat template");
     for (size_t i = 0; i < req->num_messages; i++) {
       const struct chat_message *m = &req->messages[i];
-      char field[INPROC_MAX_FIELD_BYTES];
+      char field[INPUT_PROCESSOR_MAX_FIELD_BYTES];
       snprintf(field, sizeof field, "messages[%zu].role", i);
       bool known = false;
       for (size_t r = 0; m->role && r < sizeof known_roles / sizeof *known_roles; r++) {
@@ -251,7 +251,7 @@ static void validate_prompt(const struct inproc_t *p, const struct inproc_genera
     for (int64_t i = 0; i < req->num_prompt_token_ids; i++) {
       int32_t id = req->prompt_token_ids[i];
       if (id < 0 || id >= p->vocab_size) {
-        char field[INPROC_MAX_FIELD_BYTES];
+        char field[INPUT_PROCESSOR_MAX_FIELD_BYTES];
         snprintf(field, sizeof field, "prompt_token_ids[%" PRId64 "]", i);
         add_error(errs, field, "token id %d is outside the vocabulary [0, %d)", id, p->vocab_size);
         break; /* one is enough to say what is wrong */
@@ -260,13 +260,13 @@ static void validate_prompt(const struct inproc_t *p, const struct inproc_genera
   }
 }
 
-llb_status inproc_validate(const struct inproc_t *p, const struct inproc_generate_request *req,
-                           struct inproc_errors *errs) {
+llb_status input_processor_validate(const struct input_processor *p, const struct input_processor_generate_request *req,
+                           struct input_processor_errors *errs) {
   memset(errs, 0, sizeof *errs);
   if (!req->request_id || !req->request_id[0]) {
     add_error(errs, "request_id", "is required");
-  } else if (strlen(req->request_id) >= INPROC_MAX_EXTERNAL_ID_BYTES) {
-    add_error(errs, "request_id", "is longer than %d bytes", INPROC_MAX_EXTERNAL_ID_BYTES - 1);
+  } else if (strlen(req->request_id) >= INPUT_PROCESSOR_MAX_EXTERNAL_ID_BYTES) {
+    add_error(errs, "request_id", "is longer than %d bytes", INPUT_PROCESSOR_MAX_EXTERNAL_ID_BYTES - 1);
   } else if (!printable_id(req->request_id)) {
     add_error(errs, "request_id", "must be printable ASCII without spaces");
   }
@@ -287,18 +287,18 @@ llb_status inproc_validate(const struct inproc_t *p, const struct inproc_generat
   }
   validate_sampling(p, req->sampling_params, errs);
   if (req->cache_salt && !req->cache_salt[0]) add_error(errs, "cache_salt", "must not be empty");
-  if (req->cache_salt && strlen(req->cache_salt) >= INPROC_MAX_CACHE_SALT_BYTES) {
-    add_error(errs, "cache_salt", "is longer than %d bytes", INPROC_MAX_CACHE_SALT_BYTES - 1);
+  if (req->cache_salt && strlen(req->cache_salt) >= INPUT_PROCESSOR_MAX_CACHE_SALT_BYTES) {
+    add_error(errs, "cache_salt", "is longer than %d bytes", INPUT_PROCESSOR_MAX_CACHE_SALT_BYTES - 1);
   }
-  if (req->reply_to && strlen(req->reply_to) >= INPROC_MAX_REPLY_TO_BYTES) {
-    add_error(errs, "reply_to", "is longer than %d bytes", INPROC_MAX_REPLY_TO_BYTES - 1);
+  if (req->reply_to && strlen(req->reply_to) >= INPUT_PROCESSOR_MAX_REPLY_TO_BYTES) {
+    add_error(errs, "reply_to", "is longer than %d bytes", INPUT_PROCESSOR_MAX_REPLY_TO_BYTES - 1);
   }
   return errs->num_errors ? LLB_STATUS_INVALID_ARGUMENT : LLB_STATUS_OK;
 }
 
 /* The vocabulary's BOS in front when it wants one and the template did not write it; image
  * ranges move with the prompt. */
-static llb_status add_bos(const struct inproc_t *p, struct inproc_processed *out) {
+static llb_status add_bos(const struct input_processor *p, struct input_processor_processed *out) {
   int32_t bos = tokenizer_bos_id(p->tok);
   if (tokenizer_add_bos(p->tok) && bos >= 0 &&
       (out->num_prompt_tokens == 0 || out->prompt_token_ids[0] != bos)) {
@@ -313,7 +313,7 @@ static llb_status add_bos(const struct inproc_t *p, struct inproc_processed *out
   return LLB_STATUS_OK;
 }
 
-static int32_t count_images(const struct inproc_generate_request *req) {
+static int32_t count_images(const struct input_processor_generate_request *req) {
   int32_t n = 0;
   for (int32_t i = 0; i < req->num_mm_items; i++)
     n += req->mm_items[i].modality && strcmp(req->mm_items[i].modality, "image") == 0;
@@ -322,26 +322,26 @@ static int32_t count_images(const struct inproc_generate_request *req) {
 
 /* mm_hash of an image: the item's bytes and dtype under (cache salt, mmproj identity), so
  * another projector never shares encoder outputs or KV blocks. */
-static void hash_image(const struct inproc_t *p, const struct inproc_generate_request *req,
-                       const struct inproc_mm_item *it, char *out) {
-  char salt[INPROC_MAX_CACHE_SALT_BYTES + 256];
+static void hash_image(const struct input_processor *p, const struct input_processor_generate_request *req,
+                       const struct input_processor_mm_item *it, char *out) {
+  char salt[INPUT_PROCESSOR_MAX_CACHE_SALT_BYTES + 256];
   const char *id = p->cfg.image.mmproj_id ? p->cfg.image.mmproj_id : "";
   snprintf(salt, sizeof salt, "%s\x1f%zu:%.200s", req->cache_salt ? req->cache_salt : "", strlen(id), id);
-  struct inproc_mm_item h = *it;
+  struct input_processor_mm_item h = *it;
   h.num_rows = h.num_cols = 0;
   h.placeholder_offset = 0;
-  inproc_mm_hash(&p->cfg.hash_key, salt, &h, out);
+  input_processor_mm_hash(&p->cfg.hash_key, salt, &h, out);
 }
 
 /* Chat messages with image items (mm_images.h): the prompt and one feature per image. */
-static llb_status tokenize_images(const struct inproc_t *p, const struct inproc_generate_request *req,
-                                  int32_t num_images, struct inproc_processed *out, struct inproc_errors *errs) {
+static llb_status tokenize_images(const struct input_processor *p, const struct input_processor_generate_request *req,
+                                  int32_t num_images, struct input_processor_processed *out, struct input_processor_errors *errs) {
   if (num_images != req->num_mm_items || !req->messages) {
     add_error(errs, "mm_items", "images go in chat messages (image_url parts) and cannot be mixed with embeds");
     return LLB_STATUS_INVALID_ARGUMENT;
   }
-  if (num_images > INPROC_MAX_IMAGES_PER_REQUEST) {
-    add_error(errs, "mm_items", "at most %d images per request, got %d", INPROC_MAX_IMAGES_PER_REQUEST, num_images);
+  if (num_images > INPUT_PROCESSOR_MAX_IMAGES_PER_REQUEST) {
+    add_error(errs, "mm_items", "at most %d images per request, got %d", INPUT_PROCESSOR_MAX_IMAGES_PER_REQUEST, num_images);
     return LLB_STATUS_INVALID_ARGUMENT;
   }
   int64_t total = 0, max_bytes = p->cfg.max_mm_item_bytes > 0 ? p->cfg.max_mm_item_bytes : 768 * 1024;
@@ -351,13 +351,13 @@ static llb_status tokenize_images(const struct inproc_t *p, const struct inproc_
               " bytes (bus_max_payload of the NATS server, minus room for the rest of the message)", total, max_bytes);
     return LLB_STATUS_INVALID_ARGUMENT;
   }
-  struct inproc_image imgs[INPROC_MAX_IMAGES_PER_REQUEST];
-  int32_t index[INPROC_MAX_IMAGES_PER_REQUEST];
+  struct input_processor_image imgs[INPUT_PROCESSOR_MAX_IMAGES_PER_REQUEST];
+  int32_t index[INPUT_PROCESSOR_MAX_IMAGES_PER_REQUEST];
   for (int32_t i = 0; i < num_images; i++) {
-    imgs[i] = (struct inproc_image){req->mm_items[i].data, req->mm_items[i].data_bytes, req->mm_items[i].dtype};
+    imgs[i] = (struct input_processor_image){req->mm_items[i].data, req->mm_items[i].data_bytes, req->mm_items[i].dtype};
     index[i] = i;
   }
-  struct inproc_image_request ir = {
+  struct input_processor_image_request ir = {
       .tmpl = req->chat_template ? NULL : p->cfg.jinja_template, .images = imgs, .num_images = num_images,
       .item_index = index,
       .render = {.messages = req->messages, .extras = req->message_extras, .num_messages = req->num_messages,
@@ -365,9 +365,9 @@ static llb_status tokenize_images(const struct inproc_t *p, const struct inproc_
                  .continue_final_message = req->continue_final_message, .tools_json = req->tools_json,
                  .chat_template_kwargs_json = req->chat_template_kwargs_json, .bos_token = p->cfg.bos_token,
                  .eos_token = p->cfg.eos_token}};
-  struct inproc_image_range ranges[INPROC_MAX_IMAGES_PER_REQUEST];
-  char field[INPROC_MAX_FIELD_BYTES], msg[INPROC_MAX_MESSAGE_BYTES];
-  llb_status st = inproc_images_tokenize(p->tok, &p->cfg.image, &ir, &out->prompt_token_ids, &out->num_prompt_tokens,
+  struct input_processor_image_range ranges[INPUT_PROCESSOR_MAX_IMAGES_PER_REQUEST];
+  char field[INPUT_PROCESSOR_MAX_FIELD_BYTES], msg[INPUT_PROCESSOR_MAX_MESSAGE_BYTES];
+  llb_status st = input_processor_images_tokenize(p->tok, &p->cfg.image, &ir, &out->prompt_token_ids, &out->num_prompt_tokens,
                                          ranges, field, sizeof field, msg, sizeof msg);
   if (st != LLB_STATUS_OK) {
     if (!field[0]) return st;
@@ -376,12 +376,12 @@ static llb_status tokenize_images(const struct inproc_t *p, const struct inproc_
   }
   out->mm_features = calloc((size_t)num_images, sizeof *out->mm_features);
   if (!out->mm_features) {
-    inproc_image_ranges_free(ranges, num_images);
+    input_processor_image_ranges_free(ranges, num_images);
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "%d image features", num_images);
   }
   for (int32_t i = 0; i < num_images; i++) {
-    struct inproc_mm_feature *f = &out->mm_features[out->num_mm_features++];
-    *f = (struct inproc_mm_feature){.item = i, .offset = ranges[i].offset, .length = ranges[i].length,
+    struct input_processor_mm_feature *f = &out->mm_features[out->num_mm_features++];
+    *f = (struct input_processor_mm_feature){.item = i, .offset = ranges[i].offset, .length = ranges[i].length,
                                     .is_embed = ranges[i].is_embed, .num_embeds = ranges[i].num_embeds};
     hash_image(p, req, &req->mm_items[i], f->mm_hash);
   }
@@ -389,8 +389,8 @@ static llb_status tokenize_images(const struct inproc_t *p, const struct inproc_
 }
 
 /* Tokenizes the prompt into out->prompt_token_ids (and, for images, out->mm_features). */
-static llb_status tokenize_prompt(const struct inproc_t *p, const struct inproc_generate_request *req,
-                                  struct inproc_processed *out, struct inproc_errors *errs) {
+static llb_status tokenize_prompt(const struct input_processor *p, const struct input_processor_generate_request *req,
+                                  struct input_processor_processed *out, struct input_processor_errors *errs) {
   const int32_t num_images = count_images(req);
   if (req->prompt_token_ids) {
     int64_t n = req->num_prompt_token_ids;
@@ -440,12 +440,12 @@ static llb_status tokenize_prompt(const struct inproc_t *p, const struct inproc_
   return add_bos(p, out);
 }
 
-void inproc_set_max_mm_item_bytes(struct inproc_t *p, int64_t n) { p->cfg.max_mm_item_bytes = n; }
+void input_processor_set_max_mm_item_bytes(struct input_processor *p, int64_t n) { p->cfg.max_mm_item_bytes = n; }
 
 /* truncate_prompt_tokens (vLLM): keep the last N prompt tokens (-1: N = max_model_len). Refused
  * with multimodal items, whose placeholder offsets count from the untruncated prompt. */
-static llb_status truncate_prompt(const struct inproc_t *p, const struct inproc_generate_request *req,
-                                  struct inproc_processed *out, struct inproc_errors *errs) {
+static llb_status truncate_prompt(const struct input_processor *p, const struct input_processor_generate_request *req,
+                                  struct input_processor_processed *out, struct input_processor_errors *errs) {
   int64_t keep = req->sampling_params->truncate_prompt_tokens;
   if (keep == -1) keep = p->cfg.max_model_len;
   if (keep <= 0 || out->num_prompt_tokens <= keep) return LLB_STATUS_OK;
@@ -460,11 +460,11 @@ static llb_status truncate_prompt(const struct inproc_t *p, const struct inproc_
 }
 
 /* Checks the multimodal items against the tokenized prompt and hashes them (mm_items.h). */
-static llb_status process_mm(const struct inproc_t *p, const struct inproc_generate_request *req,
-                             int64_t num_prompt, struct inproc_processed *out, struct inproc_errors *errs) {
+static llb_status process_mm(const struct input_processor *p, const struct input_processor_generate_request *req,
+                             int64_t num_prompt, struct input_processor_processed *out, struct input_processor_errors *errs) {
   int32_t n = req->num_mm_items;
-  if (n > INPROC_MAX_MM_ITEMS) {
-    add_error(errs, "mm_items", "at most %d items per request, got %d", INPROC_MAX_MM_ITEMS, n);
+  if (n > INPUT_PROCESSOR_MAX_MM_ITEMS) {
+    add_error(errs, "mm_items", "at most %d items per request, got %d", INPUT_PROCESSOR_MAX_MM_ITEMS, n);
     return LLB_STATUS_OK;
   }
   if (p->cfg.hidden_size < 1) {
@@ -475,8 +475,8 @@ static llb_status process_mm(const struct inproc_t *p, const struct inproc_gener
   out->mm_features = calloc((size_t)n, sizeof *out->mm_features);
   if (!out->mm_features) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "%d mm features", n);
   for (int32_t i = 0; i < n; i++) {
-    const struct inproc_mm_item *it = &req->mm_items[i];
-    char f[INPROC_MAX_FIELD_BYTES];
+    const struct input_processor_mm_item *it = &req->mm_items[i];
+    char f[INPUT_PROCESSOR_MAX_FIELD_BYTES];
     int64_t esize = it->dtype && strcmp(it->dtype, "f32") == 0 ? 4 : it->dtype && strcmp(it->dtype, "f16") == 0 ? 2 : 0;
     int errs_before = errs->num_errors;
     snprintf(f, sizeof f, "mm_items[%d].modality", i);
@@ -509,12 +509,12 @@ static llb_status process_mm(const struct inproc_t *p, const struct inproc_gener
       add_error(errs, f, "placeholders [%d, %" PRId64 ") must lie inside the %" PRId64 "-token prompt",
                 it->placeholder_offset, (int64_t)it->placeholder_offset + it->num_rows, num_prompt);
     if (errs->num_errors != errs_before) continue;
-    struct inproc_mm_feature *mf = &out->mm_features[out->num_mm_features++];
+    struct input_processor_mm_feature *mf = &out->mm_features[out->num_mm_features++];
     mf->item = i;
     mf->offset = it->placeholder_offset;
     mf->length = it->num_rows;
     mf->num_embeds = it->num_rows;
-    inproc_mm_hash(&p->cfg.hash_key, req->cache_salt, it, mf->mm_hash);
+    input_processor_mm_hash(&p->cfg.hash_key, req->cache_salt, it, mf->mm_hash);
   }
   int64_t total = 0;
   for (int32_t i = 0; i < n; i++) total += req->mm_items[i].data_bytes;
@@ -526,14 +526,14 @@ static llb_status process_mm(const struct inproc_t *p, const struct inproc_gener
   /* sort by offset (insertion; n <= 64), then no two may overlap */
   for (int32_t i = 1; i < out->num_mm_features; i++)
     for (int32_t j = i; j > 0 && out->mm_features[j].offset < out->mm_features[j - 1].offset; j--) {
-      struct inproc_mm_feature t = out->mm_features[j];
+      struct input_processor_mm_feature t = out->mm_features[j];
       out->mm_features[j] = out->mm_features[j - 1];
       out->mm_features[j - 1] = t;
     }
   for (int32_t i = 1; i < out->num_mm_features; i++) {
-    const struct inproc_mm_feature *a = &out->mm_features[i - 1], *b = &out->mm_features[i];
+    const struct input_processor_mm_feature *a = &out->mm_features[i - 1], *b = &out->mm_features[i];
     if (b->offset < a->offset + a->length) {
-      char f[INPROC_MAX_FIELD_BYTES];
+      char f[INPUT_PROCESSOR_MAX_FIELD_BYTES];
       snprintf(f, sizeof f, "mm_items[%d].placeholder_offset", b->item);
       add_error(errs, f, "placeholders [%d, %d) overlap those of mm_items[%d] [%d, %d)", b->offset,
                 b->offset + b->length, a->item, a->offset, a->offset + a->length);
@@ -542,10 +542,10 @@ static llb_status process_mm(const struct inproc_t *p, const struct inproc_gener
   return LLB_STATUS_OK;
 }
 
-llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate_request *req,
-                          struct inproc_processed *out, struct inproc_errors *errs) {
+llb_status input_processor_process(const struct input_processor *p, const struct input_processor_generate_request *req,
+                          struct input_processor_processed *out, struct input_processor_errors *errs) {
   memset(out, 0, sizeof *out);
-  llb_status st = inproc_validate(p, req, errs);
+  llb_status st = input_processor_validate(p, req, errs);
   if (st != LLB_STATUS_OK) return st;
   st = tokenize_prompt(p, req, out, errs);
   if (st != LLB_STATUS_OK) return st;
@@ -575,10 +575,10 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
   }
   /* prompt logprobs travel in one message (EngineCoreOutput, RequestOutput): bounded */
   const int64_t plp_entries = sp->prompt_logprobs >= 0 ? (num_prompt - 1) * (sp->prompt_logprobs + 1) : 0;
-  if (plp_entries > INPROC_MAX_PROMPT_LOGPROB_ENTRIES) {
+  if (plp_entries > INPUT_PROCESSOR_MAX_PROMPT_LOGPROB_ENTRIES) {
     add_error(errs, "prompt_logprobs", "%d for a prompt of %" PRId64 " tokens is %" PRId64 " entries, at most %d "
               "(prompt tokens - 1) * (prompt_logprobs + 1): use fewer or a shorter prompt", sp->prompt_logprobs,
-              num_prompt, plp_entries, INPROC_MAX_PROMPT_LOGPROB_ENTRIES);
+              num_prompt, plp_entries, INPUT_PROCESSOR_MAX_PROMPT_LOGPROB_ENTRIES);
   }
   if (!errs->num_errors && req->num_mm_items > 0 && out->num_mm_features == 0) {
     st = process_mm(p, req, num_prompt, out, errs);
@@ -610,17 +610,17 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
   }
   int32_t n = sp->n;
   sp->n = 1;
-  char parent[INPROC_MAX_ID_BYTES], tag[INPROC_TENANT_TAG_HEX + 1];
+  char parent[INPUT_PROCESSOR_MAX_ID_BYTES], tag[INPUT_PROCESSOR_TENANT_TAG_HEX + 1];
   int base_len = snprintf(parent, sizeof parent, "%s-%08" PRIx32, req->request_id,
                           (uint32_t)p->cfg.random_u64(p->cfg.random_ctx));
-  inproc_tenant_tag(&p->cfg.hash_key, req->tenant, parent, (size_t)base_len, tag);
+  input_processor_tenant_tag(&p->cfg.hash_key, req->tenant, parent, (size_t)base_len, tag);
   memcpy(parent + base_len, tag, sizeof tag);
   out->requests = calloc((size_t)n, sizeof *out->requests);
   if (!out->requests) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "%d engine requests", n);
   out->num_requests = n;
   int64_t arrival = req->arrival_time_ns ? req->arrival_time_ns : llb_wall_ns();
   for (int32_t i = 0; i < n; i++) {
-    struct inproc_engine_request *e = &out->requests[i];
+    struct input_processor_engine_request *e = &out->requests[i];
     if (n == 1) snprintf(e->request_id, sizeof e->request_id, "%s", parent);
     else snprintf(e->request_id, sizeof e->request_id, "%d_%.200s", i, parent);
     snprintf(e->parent_request_id, sizeof e->parent_request_id, "%s", parent);
@@ -639,12 +639,12 @@ llb_status inproc_process(const struct inproc_t *p, const struct inproc_generate
   return LLB_STATUS_OK;
 }
 
-llb_status inproc_tokenize(const struct inproc_t *p, const struct inproc_generate_request *req,
-                           int32_t **ids_out, int64_t *n_out, struct inproc_errors *errs) {
+llb_status input_processor_tokenize(const struct input_processor *p, const struct input_processor_generate_request *req,
+                           int32_t **ids_out, int64_t *n_out, struct input_processor_errors *errs) {
   *ids_out = NULL;
   *n_out = 0;
-  struct inproc_processed out = {0};
-  llb_status st = inproc_validate(p, req, errs);
+  struct input_processor_processed out = {0};
+  llb_status st = input_processor_validate(p, req, errs);
   if (st == LLB_STATUS_OK) st = tokenize_prompt(p, req, &out, errs);
   if (st == LLB_STATUS_OK) st = truncate_prompt(p, req, &out, errs);
   if (st == LLB_STATUS_OK) {
@@ -652,18 +652,18 @@ llb_status inproc_tokenize(const struct inproc_t *p, const struct inproc_generat
     *n_out = out.num_prompt_tokens;
     out.prompt_token_ids = NULL;
   }
-  inproc_processed_free(&out);
+  input_processor_processed_free(&out);
   return st;
 }
 
-llb_status inproc_detokenize(const struct inproc_t *p, const int32_t *ids, int64_t n, char **text_out,
-                             size_t *len_out, struct inproc_errors *errs) {
+llb_status input_processor_detokenize(const struct input_processor *p, const int32_t *ids, int64_t n, char **text_out,
+                             size_t *len_out, struct input_processor_errors *errs) {
   memset(errs, 0, sizeof *errs);
   *text_out = NULL;
   *len_out = 0;
   for (int64_t i = 0; i < n; i++) {
     if (ids[i] < 0 || ids[i] >= p->vocab_size) {
-      char field[INPROC_MAX_FIELD_BYTES];
+      char field[INPUT_PROCESSOR_MAX_FIELD_BYTES];
       snprintf(field, sizeof field, "prompt_token_ids[%" PRId64 "]", i);
       add_error(errs, field, "token id %d is outside the vocabulary [0, %d)", ids[i], p->vocab_size);
       return LLB_STATUS_INVALID_ARGUMENT;
@@ -672,9 +672,9 @@ llb_status inproc_detokenize(const struct inproc_t *p, const int32_t *ids, int64
   return tokenizer_decode(p->tok, ids, n, true, text_out, len_out);
 }
 
-int32_t inproc_max_model_len(const struct inproc_t *p) { return p->cfg.max_model_len; }
+int32_t input_processor_max_model_len(const struct input_processor *p) { return p->cfg.max_model_len; }
 
-void inproc_processed_free(struct inproc_processed *out) {
+void input_processor_processed_free(struct input_processor_processed *out) {
   if (!out) return;
   free(out->prompt_token_ids);
   free(out->requests);
@@ -693,14 +693,14 @@ static bool engine_token_ok(const char *s, size_t n) {
   return strlen(tok) == n && bus_token_valid(tok);
 }
 
-llb_status inproc_processed_set_engine(struct inproc_processed *out, const char *engine_id) {
+llb_status input_processor_processed_set_engine(struct input_processor_processed *out, const char *engine_id) {
   size_t eid_len = engine_id ? strlen(engine_id) : 0;
   if (!engine_token_ok(engine_id, eid_len))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine id \"%s\" cannot name an engine in a request id",
                     engine_id ? engine_id : "");
   for (int32_t i = 0; i < out->num_requests; i++) {
-    struct inproc_engine_request *e = &out->requests[i];
-    char parent[INPROC_MAX_ID_BYTES];
+    struct input_processor_engine_request *e = &out->requests[i];
+    char parent[INPUT_PROCESSOR_MAX_ID_BYTES];
     int len = snprintf(parent, sizeof parent, "%s@%s", e->parent_request_id, engine_id);
     if (len < 0 || (size_t)len + 4 >= sizeof parent) /* room for the child prefix "15_" */
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request id \"%s\" too long to name engine \"%s\"",
@@ -716,16 +716,16 @@ llb_status inproc_processed_set_engine(struct inproc_processed *out, const char 
   return LLB_STATUS_OK;
 }
 
-void inproc_tenant_tag(const struct llb_hash_key *key, const char *tenant, const char *base, size_t len,
-                       char out[INPROC_TENANT_TAG_HEX + 1]) {
+void input_processor_tenant_tag(const struct llb_hash_key *key, const char *tenant, const char *base, size_t len,
+                       char out[INPUT_PROCESSOR_TENANT_TAG_HEX + 1]) {
   llb_request_tag(key, tenant, base, len, out);
 }
 
-bool inproc_id_owned_by(const struct llb_hash_key *key, const char *id, size_t len, const char *tenant) {
+bool input_processor_id_owned_by(const struct llb_hash_key *key, const char *id, size_t len, const char *tenant) {
   return llb_request_id_owned_by(key, id, len, tenant);
 }
 
-bool inproc_engine_of_id(const char *id, size_t len, char *out, size_t cap) {
+bool input_processor_engine_of_id(const char *id, size_t len, char *out, size_t cap) {
   if (!id || cap == 0) return false;
   size_t at = len;
   while (at > 0 && id[at - 1] != '@') at--;
@@ -735,7 +735,7 @@ bool inproc_engine_of_id(const char *id, size_t len, char *out, size_t cap) {
   return true;
 }
 
-void inproc_errors_format(const struct inproc_errors *errs, char *buf, size_t size) {
+void input_processor_errors_format(const struct input_processor_errors *errs, char *buf, size_t size) {
   if (!size) return;
   buf[0] = '\0';
   size_t used = 0;
@@ -750,7 +750,7 @@ void inproc_errors_format(const struct inproc_errors *errs, char *buf, size_t si
   }
 }
 
-size_t inproc_cache_salt_compose(const char *tenant, const char *salt, size_t salt_len, char *out,
+size_t input_processor_cache_salt_compose(const char *tenant, const char *salt, size_t salt_len, char *out,
                                  size_t size) {
   size_t tenant_len = strlen(tenant);
   /* the salt is a C string downstream: its length is what precedes a NUL, if any */

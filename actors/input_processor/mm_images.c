@@ -7,10 +7,10 @@
 
 #include "model/tokenizer/tokenizer.h"
 
-llb_status inproc_image_check(const struct inproc_image_config *cfg, const struct inproc_image *img,
+llb_status input_processor_image_check(const struct input_processor_image_config *cfg, const struct input_processor_image *img,
                               int32_t *width, int32_t *height, char *msg, size_t cap) {
   *width = *height = 0;
-  int64_t max_bytes = cfg->max_image_bytes > 0 ? cfg->max_image_bytes : INPROC_DEFAULT_MAX_IMAGE_BYTES;
+  int64_t max_bytes = cfg->max_image_bytes > 0 ? cfg->max_image_bytes : INPUT_PROCESSOR_DEFAULT_MAX_IMAGE_BYTES;
   if (img->data_bytes > max_bytes) {
     snprintf(msg, cap, "the image file has %lld bytes, over the limit of %lld bytes", (long long)img->data_bytes,
              (long long)max_bytes);
@@ -43,7 +43,7 @@ llb_status inproc_image_check(const struct inproc_image_config *cfg, const struc
   return LLB_STATUS_OK;
 }
 
-int32_t inproc_image_count_markers(const char *text, const char *marker) {
+int32_t input_processor_image_count_markers(const char *text, const char *marker) {
   size_t m = strlen(marker);
   int32_t n = 0;
   if (m == 0) return 0;
@@ -51,7 +51,7 @@ int32_t inproc_image_count_markers(const char *text, const char *marker) {
   return n;
 }
 
-void inproc_image_ranges_free(struct inproc_image_range *ranges, int32_t n) {
+void input_processor_image_ranges_free(struct input_processor_image_range *ranges, int32_t n) {
   for (int32_t i = 0; ranges && i < n; i++) {
     free(ranges[i].is_embed);
     ranges[i].is_embed = NULL;
@@ -89,7 +89,7 @@ static llb_status ids_append_text(struct ids *a, const struct tokenizer *tok, co
 
 /* Marks image k's range: its tokens from `start` on; the embed tokens take rows. */
 static llb_status mark_range(const struct ids *a, int64_t start, int32_t embed_id, int32_t rows,
-                             struct inproc_image_range *r, char *msg, size_t cap) {
+                             struct input_processor_image_range *r, char *msg, size_t cap) {
   int64_t len = a->n - start;
   if (len < 1 || len > INT32_MAX || start > INT32_MAX) {
     snprintf(msg, cap, "an image expands to %lld tokens", (long long)len);
@@ -112,20 +112,20 @@ static llb_status mark_range(const struct ids *a, int64_t start, int32_t embed_i
   return LLB_STATUS_OK;
 }
 
-llb_status inproc_image_expand(const struct tokenizer *tok, const char *embed_token, const char *text,
-                               const char *marker, const struct inproc_image_plan *plans,
+llb_status input_processor_image_expand(const struct tokenizer *tok, const char *embed_token, const char *text,
+                               const char *marker, const struct input_processor_image_plan *plans,
                                int32_t num_images, int32_t **ids_out, int64_t *n_out,
-                               struct inproc_image_range *ranges, char *msg, size_t cap) {
+                               struct input_processor_image_range *ranges, char *msg, size_t cap) {
   *ids_out = NULL;
   *n_out = 0;
   memset(ranges, 0, (size_t)num_images * sizeof *ranges);
-  const char *et = embed_token ? embed_token : INPROC_IMAGE_MARKER;
+  const char *et = embed_token ? embed_token : INPUT_PROCESSOR_IMAGE_MARKER;
   int32_t embed_id = tokenizer_find_token(tok, et, strlen(et));
   if (embed_id < 0) {
     snprintf(msg, cap, "the model's vocabulary has no image token '%s'", et);
     return LLB_STATUS_INVALID_ARGUMENT;
   }
-  int32_t found = inproc_image_count_markers(text, marker);
+  int32_t found = input_processor_image_count_markers(text, marker);
   if (found != num_images) {
     snprintf(msg, cap, "the rendered chat holds %d image markers '%s' but the request has %d images (is '%s' "
              "written in the text?)", found, marker, num_images, marker);
@@ -156,7 +156,7 @@ llb_status inproc_image_expand(const struct tokenizer *tok, const char *embed_to
   }
   if (st != LLB_STATUS_OK) {
     free(a.v);
-    inproc_image_ranges_free(ranges, num_images);
+    input_processor_image_ranges_free(ranges, num_images);
     return st;
   }
   *ids_out = a.v;
@@ -165,7 +165,7 @@ llb_status inproc_image_expand(const struct tokenizer *tok, const char *embed_to
 }
 
 /* Every message's offsets are non-decreasing and inside its content; they number the images. */
-static llb_status check_offsets(const struct inproc_image_request *req, char *field, size_t fcap, char *msg,
+static llb_status check_offsets(const struct input_processor_image_request *req, char *field, size_t fcap, char *msg,
                                 size_t cap) {
   int32_t total = 0;
   for (size_t i = 0; i < req->render.num_messages; i++) {
@@ -191,13 +191,13 @@ static llb_status check_offsets(const struct inproc_image_request *req, char *fi
 }
 
 /* Renders as OpenAI content lists; falls back to string content with mtmd's marker when the
- * template fails on lists or does not write one INPROC_IMAGE_MARKER per image. */
-static llb_status render(struct inproc_image_request *req, char **text, const char **marker) {
+ * template fails on lists or does not write one INPUT_PROCESSOR_IMAGE_MARKER per image. */
+static llb_status render(struct input_processor_image_request *req, char **text, const char **marker) {
   req->render.image_format = CHAT_IMAGE_FORMAT_OPENAI;
   req->render.image_marker = NULL;
   llb_status st = chat_render_jinja(req->tmpl, &req->render, text);
-  if (st == LLB_STATUS_OK && inproc_image_count_markers(*text, INPROC_IMAGE_MARKER) == req->num_images) {
-    *marker = INPROC_IMAGE_MARKER;
+  if (st == LLB_STATUS_OK && input_processor_image_count_markers(*text, INPUT_PROCESSOR_IMAGE_MARKER) == req->num_images) {
+    *marker = INPUT_PROCESSOR_IMAGE_MARKER;
     return LLB_STATUS_OK;
   }
   if (st == LLB_STATUS_OUT_OF_MEMORY) return st;
@@ -205,20 +205,20 @@ static llb_status render(struct inproc_image_request *req, char **text, const ch
   *text = NULL;
   llb_err_clear();
   req->render.image_format = CHAT_IMAGE_FORMAT_STRING;
-  req->render.image_marker = INPROC_IMAGE_DEFAULT_MARKER;
-  *marker = INPROC_IMAGE_DEFAULT_MARKER;
+  req->render.image_marker = INPUT_PROCESSOR_IMAGE_DEFAULT_MARKER;
+  *marker = INPUT_PROCESSOR_IMAGE_DEFAULT_MARKER;
   return chat_render_jinja(req->tmpl, &req->render, text);
 }
 
-llb_status inproc_images_tokenize(const struct tokenizer *tok, const struct inproc_image_config *cfg,
-                                  struct inproc_image_request *req, int32_t **ids_out, int64_t *n_out,
-                                  struct inproc_image_range *ranges, char *field, size_t fcap, char *msg,
+llb_status input_processor_images_tokenize(const struct tokenizer *tok, const struct input_processor_image_config *cfg,
+                                  struct input_processor_image_request *req, int32_t **ids_out, int64_t *n_out,
+                                  struct input_processor_image_range *ranges, char *field, size_t fcap, char *msg,
                                   size_t cap) {
   *ids_out = NULL;
   *n_out = 0;
   field[0] = msg[0] = '\0';
-  int32_t max_images = cfg->max_images > 0 ? cfg->max_images : INPROC_DEFAULT_MAX_IMAGES;
-  if (max_images > INPROC_MAX_IMAGES_PER_REQUEST) max_images = INPROC_MAX_IMAGES_PER_REQUEST;
+  int32_t max_images = cfg->max_images > 0 ? cfg->max_images : INPUT_PROCESSOR_DEFAULT_MAX_IMAGES;
+  if (max_images > INPUT_PROCESSOR_MAX_IMAGES_PER_REQUEST) max_images = INPUT_PROCESSOR_MAX_IMAGES_PER_REQUEST;
   if (!cfg->plan || !req->tmpl) {
     snprintf(field, fcap, "mm_items");
     snprintf(msg, cap, !cfg->plan ? "this model server takes no images (start the worker with --mmproj FILE)"
@@ -234,17 +234,17 @@ llb_status inproc_images_tokenize(const struct tokenizer *tok, const struct inpr
   if (st != LLB_STATUS_OK) return st;
   /* what needs no pixel first: a vocabulary without the image token refuses every image, so
    * say so before decoding any (8 images of 16 M pixels took 5 s to learn it) */
-  const char *et = cfg->embed_token ? cfg->embed_token : INPROC_IMAGE_MARKER;
+  const char *et = cfg->embed_token ? cfg->embed_token : INPUT_PROCESSOR_IMAGE_MARKER;
   if (tokenizer_find_token(tok, et, strlen(et)) < 0) {
     snprintf(field, fcap, "messages");
     snprintf(msg, cap, "the model's vocabulary has no image token '%s'", et);
     return LLB_STATUS_INVALID_ARGUMENT;
   }
-  struct inproc_image_plan plans[INPROC_MAX_IMAGES_PER_REQUEST] = {{0}};
+  struct input_processor_image_plan plans[INPUT_PROCESSOR_MAX_IMAGES_PER_REQUEST] = {{0}};
   for (int32_t k = 0; k < req->num_images && st == LLB_STATUS_OK; k++) {
     int32_t w, h;
     snprintf(field, fcap, "mm_items[%d].data", req->item_index[k]);
-    st = inproc_image_check(cfg, &req->images[k], &w, &h, msg, cap);
+    st = input_processor_image_check(cfg, &req->images[k], &w, &h, msg, cap);
     if (st == LLB_STATUS_OK && (st = cfg->plan(cfg->plan_ctx, w, h, &plans[k])) != LLB_STATUS_OK) {
       const char *why = llb_err_last();
       snprintf(msg, cap, "a %dx%d image: %s", w, h, why && why[0] ? why : llb_strerror(st));
@@ -258,7 +258,7 @@ llb_status inproc_images_tokenize(const struct tokenizer *tok, const struct inpr
   }
   if (st == LLB_STATUS_OK) {
     snprintf(field, fcap, "messages");
-    st = inproc_image_expand(tok, cfg->embed_token, text, marker, plans, req->num_images, ids_out, n_out, ranges,
+    st = input_processor_image_expand(tok, cfg->embed_token, text, marker, plans, req->num_images, ids_out, n_out, ranges,
                              msg, cap);
   }
   free(text);

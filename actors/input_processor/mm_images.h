@@ -39,50 +39,50 @@
 
 struct tokenizer;
 
-#define INPROC_IMAGE_MARKER "<image>"            /* what vision templates write per image */
-#define INPROC_IMAGE_DEFAULT_MARKER "<__media__>" /* mtmd's, for templates without images */
-#define INPROC_DEFAULT_MAX_IMAGES 8
-#define INPROC_MAX_IMAGES_PER_REQUEST 64 /* hard cap of max_images (= INPROC_MAX_MM_ITEMS) */
-#define INPROC_DEFAULT_MAX_IMAGE_BYTES (640 * 1024)
+#define INPUT_PROCESSOR_IMAGE_MARKER "<image>"            /* what vision templates write per image */
+#define INPUT_PROCESSOR_IMAGE_DEFAULT_MARKER "<__media__>" /* mtmd's, for templates without images */
+#define INPUT_PROCESSOR_DEFAULT_MAX_IMAGES 8
+#define INPUT_PROCESSOR_MAX_IMAGES_PER_REQUEST 64 /* hard cap of max_images (= INPUT_PROCESSOR_MAX_MM_ITEMS) */
+#define INPUT_PROCESSOR_DEFAULT_MAX_IMAGE_BYTES (640 * 1024)
 
 /* What one image becomes in the prompt: `text` (malloc'd, NUL-terminated; freed by the
  * caller) replaces its marker; `rows` encoder rows go to its embed tokens. */
-struct inproc_image_plan {
+struct input_processor_image_plan {
   char *text;
   int32_t rows;
 };
 
 /* The mmproj's plan for an image of width x height pixels (model/vision/clip.h clip_image_plan).
  * Errors are the client's (e.g. an image too small to tile). */
-typedef llb_status (*inproc_image_plan_fn)(void *ctx, int32_t width, int32_t height,
-                                           struct inproc_image_plan *out);
+typedef llb_status (*input_processor_image_plan_fn)(void *ctx, int32_t width, int32_t height,
+                                           struct input_processor_image_plan *out);
 
 /* Image settings of a model server; plan NULL = images refused. */
-struct inproc_image_config {
-  inproc_image_plan_fn plan;
+struct input_processor_image_config {
+  input_processor_image_plan_fn plan;
   void *plan_ctx;
   const char *embed_token;    /* the token whose positions take rows; NULL = "<image>" */
   const char *mmproj_id;      /* identity of the mmproj (enters mm_hash); NULL = "" */
-  int32_t max_images;         /* per request; 0 = INPROC_DEFAULT_MAX_IMAGES */
-  int64_t max_image_bytes;    /* each file; 0 = INPROC_DEFAULT_MAX_IMAGE_BYTES */
+  int32_t max_images;         /* per request; 0 = INPUT_PROCESSOR_DEFAULT_MAX_IMAGES */
+  int64_t max_image_bytes;    /* each file; 0 = INPUT_PROCESSOR_DEFAULT_MAX_IMAGE_BYTES */
   struct llb_image_limits limits; /* 0s = model/vision/image.h defaults */
 };
 
 /* One image as the client sent it (borrowed). */
-struct inproc_image {
+struct input_processor_image {
   const uint8_t *data;
   int64_t data_bytes;
   const char *dtype; /* "jpeg" or "png" */
 };
 
 /* A message for rendering, with its image offsets (borrowed). */
-struct inproc_image_message {
+struct input_processor_image_message {
   const uint32_t *image_offsets; /* [num_image_offsets] */
   int32_t num_image_offsets;
 };
 
 /* One image's placeholder range in the tokenized prompt. */
-struct inproc_image_range {
+struct input_processor_image_range {
   int32_t offset, length;
   uint8_t *is_embed; /* [length] malloc'd: 1 = takes the next encoder row */
   int32_t num_embeds;
@@ -91,42 +91,42 @@ struct inproc_image_range {
 /* Checks one file: size, dtype against its magic bytes, then decodes it under lim (pixels
  * dropped) for *width / *height. Errors (msg[cap] says what): TOO_LARGE (bytes or pixels),
  * UNSUPPORTED (not JPEG / PNG, dtype mismatch), MALFORMED (corrupt, truncated), OUT_OF_MEMORY. */
-llb_status inproc_image_check(const struct inproc_image_config *cfg, const struct inproc_image *img,
+llb_status input_processor_image_check(const struct input_processor_image_config *cfg, const struct input_processor_image *img,
                               int32_t *width, int32_t *height, char *msg, size_t cap);
 
 /* Splits `text` at each marker, tokenizes the pieces (special tokens parsed, no BOS) and
  * expands image k into plans[k].text; *ids_out ([*n_out], malloc'd) and ranges[num_images]
- * (is_embed malloc'd; free with inproc_image_ranges_free) get the result. Errors:
+ * (is_embed malloc'd; free with input_processor_image_ranges_free) get the result. Errors:
  * INVALID_ARGUMENT (msg: the marker count differs from num_images, or a plan whose embed
  * tokens differ from its rows), OUT_OF_MEMORY, the tokenizer's. */
-llb_status inproc_image_expand(const struct tokenizer *tok, const char *embed_token, const char *text,
-                               const char *marker, const struct inproc_image_plan *plans,
+llb_status input_processor_image_expand(const struct tokenizer *tok, const char *embed_token, const char *text,
+                               const char *marker, const struct input_processor_image_plan *plans,
                                int32_t num_images, int32_t **ids_out, int64_t *n_out,
-                               struct inproc_image_range *ranges, char *msg, size_t cap);
+                               struct input_processor_image_range *ranges, char *msg, size_t cap);
 
 /* Occurrences of marker in text (non-overlapping). */
-int32_t inproc_image_count_markers(const char *text, const char *marker);
+int32_t input_processor_image_count_markers(const char *text, const char *marker);
 
-void inproc_image_ranges_free(struct inproc_image_range *ranges, int32_t n);
+void input_processor_image_ranges_free(struct input_processor_image_range *ranges, int32_t n);
 
-/* A chat request with images, for inproc_images_tokenize (all borrowed). render.extras carry
+/* A chat request with images, for input_processor_images_tokenize (all borrowed). render.extras carry
  * each message's image_offsets; render.image_format / image_marker are set by the call. */
-struct inproc_image_request {
+struct input_processor_image_request {
   const struct jinja_template *tmpl;
   struct chat_render_input render;
-  const struct inproc_image *images; /* [num_images] in the order of the offsets */
+  const struct input_processor_image *images; /* [num_images] in the order of the offsets */
   int32_t num_images;
   const int32_t *item_index;         /* [num_images]: index in the request's mm_items */
 };
 
 /* Steps 1-4 of the header comment: checks the offsets and files, plans, renders, expands.
- * *ids_out ([*n_out], malloc'd) and ranges[num_images] (free with inproc_image_ranges_free)
+ * *ids_out ([*n_out], malloc'd) and ranges[num_images] (free with input_processor_image_ranges_free)
  * get the prompt (no BOS added) and the images' ranges. A client error returns its status
  * with field[fcap] ("mm_items[2].data", "messages[1].content") and msg[cap] set; OUT_OF_MEMORY
  * and the tokenizer's errors leave field "". */
-llb_status inproc_images_tokenize(const struct tokenizer *tok, const struct inproc_image_config *cfg,
-                                  struct inproc_image_request *req, int32_t **ids_out, int64_t *n_out,
-                                  struct inproc_image_range *ranges, char *field, size_t fcap, char *msg,
+llb_status input_processor_images_tokenize(const struct tokenizer *tok, const struct input_processor_image_config *cfg,
+                                  struct input_processor_image_request *req, int32_t **ids_out, int64_t *n_out,
+                                  struct input_processor_image_range *ranges, char *field, size_t fcap, char *msg,
                                   size_t cap);
 
 #endif

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-void inproc_mm_hash(const struct llb_hash_key *key, const char *salt, const struct inproc_mm_item *it, char *out) {
+void input_processor_mm_hash(const struct llb_hash_key *key, const char *salt, const struct input_processor_mm_item *it, char *out) {
   const char *strs[3] = {salt ? salt : "", it->modality ? it->modality : "", it->dtype ? it->dtype : ""};
   const uint32_t shape[2] = {(uint32_t)it->num_rows, (uint32_t)it->num_cols};
   const struct llb_hash_part parts[5] = {

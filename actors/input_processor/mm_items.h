@@ -22,11 +22,11 @@
 
 #include "base/hash.h"
 
-#define INPROC_MM_HASH_BYTES 33 /* 32 hex digits + NUL */
-#define INPROC_MAX_MM_ITEMS 64
+#define INPUT_PROCESSOR_MM_HASH_BYTES 33 /* 32 hex digits + NUL */
+#define INPUT_PROCESSOR_MAX_MM_ITEMS 64
 
 /* One item as the client sent it (borrowed). */
-struct inproc_mm_item {
+struct input_processor_mm_item {
   const char *modality;        /* "embeds" (precomputed embeddings) or "image" (mm_images.h) */
   const uint8_t *data;         /* [num_rows, num_cols] of dtype, little-endian; or the file */
   int64_t data_bytes;
@@ -36,15 +36,15 @@ struct inproc_mm_item {
 };
 
 /* What goes into EngineCoreRequest.mm_features for item `item` of the request. */
-struct inproc_mm_feature {
-  char mm_hash[INPROC_MM_HASH_BYTES];
+struct input_processor_mm_feature {
+  char mm_hash[INPUT_PROCESSOR_MM_HASH_BYTES];
   int32_t item;                /* index into the request's mm_items */
   int32_t offset, length;
   uint8_t *is_embed;           /* [length] owned, or NULL = every position takes a row */
   int32_t num_embeds;          /* rows: the 1s of is_embed, or length */
 };
 
-/* The 128-bit keyed content hash as 32 hex digits into out[INPROC_MM_HASH_BYTES]. */
-void inproc_mm_hash(const struct llb_hash_key *key, const char *salt, const struct inproc_mm_item *it, char *out);
+/* The 128-bit keyed content hash as 32 hex digits into out[INPUT_PROCESSOR_MM_HASH_BYTES]. */
+void input_processor_mm_hash(const struct llb_hash_key *key, const char *salt, const struct input_processor_mm_item *it, char *out);
 
 #endif

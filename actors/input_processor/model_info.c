@@ -17,24 +17,24 @@ static int64_t arch_int(const struct gguf_file *f, const char *what) {
   return v;
 }
 
-int32_t inproc_model_max_model_len(const struct gguf_file *f, int32_t cap) {
+int32_t input_processor_model_max_model_len(const struct gguf_file *f, int32_t cap) {
   const int64_t ctx = arch_int(f, "context_length");
   return ctx > 0 && ctx < cap ? (int32_t)ctx : cap;
 }
 
-int32_t inproc_model_hidden_size(const struct gguf_file *f) {
+int32_t input_processor_model_hidden_size(const struct gguf_file *f) {
   const int64_t v = arch_int(f, "embedding_length");
   return v > 0 && v < (1 << 20) ? (int32_t)v : 0;
 }
 
-char *inproc_model_token_text(const struct tokenizer *t, int32_t id) {
+char *input_processor_model_token_text(const struct tokenizer *t, int32_t id) {
   size_t n = 0;
   const char *s = id >= 0 ? tokenizer_token_text(t, id, &n) : NULL;
   return strndup(s ? s : "", s ? n : 0);
 }
 
 /* clip_image_plan as the input processor's planner (mm_images.h). */
-static llb_status plan_image(void *ctx, int32_t width, int32_t height, struct inproc_image_plan *out) {
+static llb_status plan_image(void *ctx, int32_t width, int32_t height, struct input_processor_image_plan *out) {
   struct clip_plan p;
   llb_status st = clip_image_plan(ctx, width, height, &p);
   if (st != LLB_STATUS_OK) return st;
@@ -45,8 +45,8 @@ static llb_status plan_image(void *ctx, int32_t width, int32_t height, struct in
   return LLB_STATUS_OK;
 }
 
-llb_status inproc_model_load_mmproj(const char *path, int32_t hidden_size, struct clip_model **clip, char *id,
-                                    size_t cap, struct inproc_image_config *image) {
+llb_status input_processor_model_load_mmproj(const char *path, int32_t hidden_size, struct clip_model **clip, char *id,
+                                    size_t cap, struct input_processor_image_config *image) {
   llb_status st = clip_model_load(path, 1, clip);
   if (st != LLB_STATUS_OK) return LLB_UPDATE_ERR_STACK(st);
   if (clip_model_n_embd_out(*clip) != hidden_size)
@@ -55,6 +55,6 @@ llb_status inproc_model_load_mmproj(const char *path, int32_t hidden_size, struc
   struct stat sb;
   const char *slash = strrchr(path, '/');
   snprintf(id, cap, "%.64s:%lld", slash ? slash + 1 : path, stat(path, &sb) == 0 ? (long long)sb.st_size : 0LL);
-  *image = (struct inproc_image_config){.plan = plan_image, .plan_ctx = *clip, .mmproj_id = id};
+  *image = (struct input_processor_image_config){.plan = plan_image, .plan_ctx = *clip, .mmproj_id = id};
   return LLB_STATUS_OK;
 }

@@ -15,20 +15,20 @@
 
 /* Context length of the model: "<general.architecture>.context_length", capped at cap. A
  * vocab-only GGUF may lack it: then cap. */
-int32_t inproc_model_max_model_len(const struct gguf_file *f, int32_t cap);
+int32_t input_processor_model_max_model_len(const struct gguf_file *f, int32_t cap);
 
 /* "<general.architecture>.embedding_length": columns of "embeds" items; 0 if absent. */
-int32_t inproc_model_hidden_size(const struct gguf_file *f);
+int32_t input_processor_model_hidden_size(const struct gguf_file *f);
 
 /* The vocabulary text of token id, malloc'd ("" for a bad id); NULL on OOM. */
-char *inproc_model_token_text(const struct tokenizer *t, int32_t id);
+char *input_processor_model_token_text(const struct tokenizer *t, int32_t id);
 
 /* Loads the projector at `path` for its image plans (the weights stay mapped, never run here)
  * into *clip (the caller destroys it, also on error); its output width must be hidden_size, as
  * the worker checks. Sets id (cap bytes: "<file name>:<bytes>", which enters the images'
  * mm_hash) and *image (the planner over *clip; id is borrowed by it). Errors: clip_model_load's,
  * INVALID_ARGUMENT (width). */
-llb_status inproc_model_load_mmproj(const char *path, int32_t hidden_size, struct clip_model **clip, char *id,
-                                    size_t cap, struct inproc_image_config *image);
+llb_status input_processor_model_load_mmproj(const char *path, int32_t hidden_size, struct clip_model **clip, char *id,
+                                    size_t cap, struct input_processor_image_config *image);
 
 #endif

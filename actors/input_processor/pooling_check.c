@@ -3,7 +3,7 @@
 
 #include <stdio.h>
 
-llb_status inproc_pooling_check(const struct llb_generate_request *gr, const char **field, char *msg, size_t cap) {
+llb_status input_processor_pooling_check(const struct llb_generate_request *gr, const char **field, char *msg, size_t cap) {
   const struct llb_pooling_params *p = &gr->pooling_params;
   *field = NULL;
   if (p->pooling_type == LLB_POOLING_NONE) return LLB_STATUS_OK;

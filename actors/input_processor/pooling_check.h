@@ -14,6 +14,6 @@
  * Matryoshka truncation (vLLM refuses dimensions for such models), or multimodal items;
  * INVALID_ARGUMENT: n != 1, or a chat/raw prompt option that means nothing without
  * generation) with the offending field in *field and a message in msg[cap]. */
-llb_status inproc_pooling_check(const struct llb_generate_request *gr, const char **field, char *msg, size_t cap);
+llb_status input_processor_pooling_check(const struct llb_generate_request *gr, const char **field, char *msg, size_t cap);
 
 #endif

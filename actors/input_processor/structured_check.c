@@ -8,7 +8,7 @@
 
 #include "model/structured/structured_output.h"
 
-llb_status inproc_structured_check(const struct llb_structured_outputs *so, char *msg, size_t cap) {
+llb_status input_processor_structured_check(const struct llb_structured_outputs *so, char *msg, size_t cap) {
   msg[0] = '\0';
   struct so_grammar *g = NULL;
   llb_status st = LLB_STATUS_OK;
@@ -32,18 +32,18 @@ struct so_entry {
   uint8_t id[16]; /* keyed hash of (kind, spec) */
   bool used;
   llb_status status;
-  char message[INPROC_SO_MESSAGE_BYTES];
+  char message[INPUT_PROCESSOR_SO_MESSAGE_BYTES];
 };
 
-struct inproc_so_cache {
+struct input_processor_so_cache {
   pthread_mutex_t mu;
   struct llb_hash_key key;
-  struct so_entry entries[INPROC_SO_CACHE_ENTRIES];
+  struct so_entry entries[INPUT_PROCESSOR_SO_CACHE_ENTRIES];
   int next; /* the slot the next verdict takes (FIFO) */
 };
 
-llb_status inproc_so_cache_create(const struct llb_hash_key *key, struct inproc_so_cache **out) {
-  struct inproc_so_cache *c = calloc(1, sizeof *c);
+llb_status input_processor_so_cache_create(const struct llb_hash_key *key, struct input_processor_so_cache **out) {
+  struct input_processor_so_cache *c = calloc(1, sizeof *c);
   if (!c) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "grammar verdict cache");
   c->key = *key;
   pthread_mutex_init(&c->mu, NULL);
@@ -51,25 +51,25 @@ llb_status inproc_so_cache_create(const struct llb_hash_key *key, struct inproc_
   return LLB_STATUS_OK;
 }
 
-void inproc_so_cache_destroy(struct inproc_so_cache *c) {
+void input_processor_so_cache_destroy(struct input_processor_so_cache *c) {
   if (!c) return;
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
 
-llb_status inproc_structured_check_cached(struct inproc_so_cache *c, const struct llb_structured_outputs *so,
+llb_status input_processor_structured_check_cached(struct input_processor_so_cache *c, const struct llb_structured_outputs *so,
                                           char *msg, size_t cap, bool *compiled) {
   *compiled = false;
   if (!c || so->kind == LLB_SO_NONE) {
     *compiled = so->kind != LLB_SO_NONE;
-    return inproc_structured_check(so, msg, cap);
+    return input_processor_structured_check(so, msg, cap);
   }
   const uint32_t kind = (uint32_t)so->kind;
   const struct llb_hash_part parts[2] = {{&kind, sizeof kind}, {so->spec.data, so->spec.len}};
   uint8_t id[16];
   llb_keyed_hash128_parts(&c->key, "llmbus-grammar", parts, 2, id);
   pthread_mutex_lock(&c->mu);
-  for (int i = 0; i < INPROC_SO_CACHE_ENTRIES; i++) {
+  for (int i = 0; i < INPUT_PROCESSOR_SO_CACHE_ENTRIES; i++) {
     const struct so_entry *e = &c->entries[i];
     if (!e->used || memcmp(e->id, id, sizeof id) != 0) continue;
     const llb_status st = e->status;
@@ -80,11 +80,11 @@ llb_status inproc_structured_check_cached(struct inproc_so_cache *c, const struc
   }
   pthread_mutex_unlock(&c->mu);
   *compiled = true;
-  llb_status st = inproc_structured_check(so, msg, cap); /* outside the lock: compiles run in parallel */
+  llb_status st = input_processor_structured_check(so, msg, cap); /* outside the lock: compiles run in parallel */
   if (st == LLB_STATUS_OUT_OF_MEMORY) return st;
   pthread_mutex_lock(&c->mu);
   struct so_entry *e = &c->entries[c->next];
-  c->next = (c->next + 1) % INPROC_SO_CACHE_ENTRIES;
+  c->next = (c->next + 1) % INPUT_PROCESSOR_SO_CACHE_ENTRIES;
   *e = (struct so_entry){.used = true, .status = st};
   memcpy(e->id, id, sizeof id);
   snprintf(e->message, sizeof e->message, "%s", msg);

@@ -20,24 +20,24 @@
 #include "base/status.h"
 #include "schemas/codec.h"
 
-#define INPROC_SO_CACHE_ENTRIES 256
-#define INPROC_SO_MESSAGE_BYTES 512
+#define INPUT_PROCESSOR_SO_CACHE_ENTRIES 256
+#define INPUT_PROCESSOR_SO_MESSAGE_BYTES 512
 
 /* Compiles `so` (kind NONE: nothing to do) and frees the grammar. Returns OK, or the
  * compiler's status (MALFORMED, UNSUPPORTED naming the keyword or construct, TOO_LARGE,
  * OUT_OF_MEMORY), with a message for the client in msg[cap]. */
-llb_status inproc_structured_check(const struct llb_structured_outputs *so, char *msg, size_t cap);
+llb_status input_processor_structured_check(const struct llb_structured_outputs *so, char *msg, size_t cap);
 
-struct inproc_so_cache;
+struct input_processor_so_cache;
 
-/* A verdict cache of INPROC_SO_CACHE_ENTRIES specs (the oldest forgotten first), keyed under
+/* A verdict cache of INPUT_PROCESSOR_SO_CACHE_ENTRIES specs (the oldest forgotten first), keyed under
  * key (copied). Errors: OUT_OF_MEMORY. Thread-safe. */
-llb_status inproc_so_cache_create(const struct llb_hash_key *key, struct inproc_so_cache **out);
-void inproc_so_cache_destroy(struct inproc_so_cache *c); /* NULL ok */
+llb_status input_processor_so_cache_create(const struct llb_hash_key *key, struct input_processor_so_cache **out);
+void input_processor_so_cache_destroy(struct input_processor_so_cache *c); /* NULL ok */
 
-/* inproc_structured_check through the cache: a spec seen before answers its verdict without
+/* input_processor_structured_check through the cache: a spec seen before answers its verdict without
  * compiling (*compiled false); OUT_OF_MEMORY verdicts are not kept. c NULL: no cache. */
-llb_status inproc_structured_check_cached(struct inproc_so_cache *c, const struct llb_structured_outputs *so,
+llb_status input_processor_structured_check_cached(struct input_processor_so_cache *c, const struct llb_structured_outputs *so,
                                           char *msg, size_t cap, bool *compiled);
 
 #endif

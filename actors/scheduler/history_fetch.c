@@ -29,7 +29,7 @@
 #define HISTORY_TIMEOUT_MS 300
 
 /* The tenant of a request from its cache salt, which the input processor always composes as
- * "<len>:<tenant>" then the client's salt (inproc_cache_salt_compose): into out[cap]. */
+ * "<len>:<tenant>" then the client's salt (input_processor_cache_salt_compose): into out[cap]. */
 static bool salt_tenant(const char *salt, char *out, size_t cap) {
   char *end = NULL;
   if (!salt || salt[0] < '0' || salt[0] > '9') return false;

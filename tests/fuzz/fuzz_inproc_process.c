@@ -1,5 +1,5 @@
 /* libFuzzer target for the input processor's whole intake of one request (actors/input_processor:
- * inproc_wire_generate_request, then inproc_process: validation, the default model's chat
+ * input_processor_wire_generate_request, then input_processor_process: validation, the default model's chat
  * template with tools, kwargs, tool calls and continue_final_message, tokenization, truncation,
  * multimodal items, n > 1 fan-out), on a GenerateRequest that went through the wire codec as
  * the actor receives it. Input: its first byte odd, the rest as the raw FlatBuffers message
@@ -30,7 +30,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 static struct tokenizer *tok;
 static struct jinja_template *tmpl;
-static struct inproc_t *proc;
+static struct input_processor *proc;
 static const struct llb_hash_key key = {{7, 7, 7}};
 #define MAX_MODEL_LEN 512
 #define HIDDEN 8
@@ -58,11 +58,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
       jinja_template_create(k_chatml, strlen(k_chatml), &tmpl) != LLB_STATUS_OK)
     abort();
   gguf_close(f);
-  struct inproc_config cfg = {.max_model_len = MAX_MODEL_LEN, .max_n = 4, .has_chat_template = true,
+  struct input_processor_config cfg = {.max_model_len = MAX_MODEL_LEN, .max_n = 4, .has_chat_template = true,
                               .chat_template = CHAT_TEMPLATE_CHATML, .hidden_size = HIDDEN,
                               .random_u64 = fixed_random, .jinja_template = tmpl, .bos_token = "<s>",
                               .eos_token = "</s>", .hash_key = key, .max_mm_item_bytes = 4096};
-  if (inproc_create(tok, &cfg, &proc) != LLB_STATUS_OK) abort();
+  if (input_processor_create(tok, &cfg, &proc) != LLB_STATUS_OK) abort();
   return 0;
 }
 
@@ -133,21 +133,21 @@ static void build(struct fuzz_reader *r, struct llb_generate_request *gr, struct
 }
 
 /* The accepted request's children, as the actor sends them. */
-static void check_accepted(struct inproc_processed *pr, const struct inproc_generate_request *req,
+static void check_accepted(struct input_processor_processed *pr, const struct input_processor_generate_request *req,
                            const struct llb_pooling_params *pool) {
-  if (inproc_processed_set_engine(pr, "e0") != LLB_STATUS_OK) abort();
-  struct llb_mm_feature mm[INPROC_MAX_MM_ITEMS];
-  const int32_t num_mm = inproc_wire_mm_features(pr, req, HIDDEN, mm);
+  if (input_processor_processed_set_engine(pr, "e0") != LLB_STATUS_OK) abort();
+  struct llb_mm_feature mm[INPUT_PROCESSOR_MAX_MM_ITEMS];
+  const int32_t num_mm = input_processor_wire_mm_features(pr, req, HIDDEN, mm);
   for (int32_t i = 0; i < pr->num_requests; i++) {
-    const struct inproc_engine_request *e = &pr->requests[i];
+    const struct input_processor_engine_request *e = &pr->requests[i];
     char eid[BUS_TOKEN_MAX + 1];
-    if (!inproc_id_owned_by(&key, e->request_id, strlen(e->request_id), "t") ||
-        !inproc_engine_of_id(e->request_id, strlen(e->request_id), eid, sizeof eid) || strcmp(eid, "e0") != 0) {
+    if (!input_processor_id_owned_by(&key, e->request_id, strlen(e->request_id), "t") ||
+        !input_processor_engine_of_id(e->request_id, strlen(e->request_id), eid, sizeof eid) || strcmp(eid, "e0") != 0) {
       fprintf(stderr, "child id %s not the tenant's or not naming e0\n", e->request_id);
       abort();
     }
     if (e->num_prompt_tokens + e->sampling_params->max_tokens > MAX_MODEL_LEN) abort();
-    struct llb_engine_core_request m = inproc_wire_engine_request(e, req, e->sampling_params, mm, num_mm, pool);
+    struct llb_engine_core_request m = input_processor_wire_engine_request(e, req, e->sampling_params, mm, num_mm, pool);
     struct llb_buf buf = {0};
     if (llb_engine_core_request_encode_buf(&m, &buf) == LLB_STATUS_OK) {
       struct llb_arena a;
@@ -182,14 +182,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     len = buf.len;
   }
   if (llb_generate_request_decode(msg, len, &arena, &gr) != LLB_STATUS_OK) goto done;
-  struct inproc_generate_request req;
-  if (inproc_wire_generate_request(&gr, "t", "_INBOX.fuzz", &arena, &req)) goto done;
-  struct inproc_errors errs;
-  struct inproc_processed pr;
-  llb_status st = inproc_process(proc, &req, &pr, &errs);
+  struct input_processor_generate_request req;
+  if (input_processor_wire_generate_request(&gr, "t", "_INBOX.fuzz", &arena, &req)) goto done;
+  struct input_processor_errors errs;
+  struct input_processor_processed pr;
+  llb_status st = input_processor_process(proc, &req, &pr, &errs);
   if (st == LLB_STATUS_OK) check_accepted(&pr, &req, &gr.pooling_params);
   else if (errs.num_errors > 0 ? !errs.errors[0].field[0] : !llb_err_last()[0]) abort(); /* unexplained */
-  inproc_processed_free(&pr);
+  input_processor_processed_free(&pr);
 done:
   llb_buf_free(&buf);
   llb_arena_destroy(&arena);

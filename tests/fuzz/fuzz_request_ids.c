@@ -1,6 +1,6 @@
 /* libFuzzer target for the request-id parsers of the input processor (input_processor.h) that
  * read what a client sends back: an AbortRequest's id and the Llmbus-Resume-Of header
- * (inproc_id_owned_by: the tenant tag, a keyed MAC; inproc_engine_of_id: the engine after '@'),
+ * (input_processor_id_owned_by: the tenant tag, a keyed MAC; input_processor_engine_of_id: the engine after '@'),
  * and the cache-salt composition of a tenant with a client salt. Input: one byte, the tenant's
  * length, the tenant, then the id (or salt). Oracles: an engine read from an id is a subject
  * token; an id is never owned by a tenant it was not made for, and an id made here (its tag
@@ -29,30 +29,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   id[il] = '\0';
   const size_t idlen = strlen(id); /* what a decoded FlatBuffers string holds */
   char eid[BUS_TOKEN_MAX + 1];
-  if (inproc_engine_of_id(id, idlen, eid, sizeof eid) && !bus_token_valid(eid)) {
+  if (input_processor_engine_of_id(id, idlen, eid, sizeof eid) && !bus_token_valid(eid)) {
     fprintf(stderr, "engine '%s' read from an id is not a token\n", eid);
     abort();
   }
-  const bool owned = inproc_id_owned_by(&key, id, idlen, tenant);
+  const bool owned = input_processor_id_owned_by(&key, id, idlen, tenant);
   char other[80];
   snprintf(other, sizeof other, "%s-x", tenant);
-  if (owned && inproc_id_owned_by(&key, id, idlen, other)) {
+  if (owned && input_processor_id_owned_by(&key, id, idlen, other)) {
     fprintf(stderr, "one id owned by two tenants\n");
     abort();
   }
   /* an id made here for the tenant, with the fuzzed text as the client's part */
-  char base[300], tag[INPROC_TENANT_TAG_HEX + 1], made[400];
+  char base[300], tag[INPUT_PROCESSOR_TENANT_TAG_HEX + 1], made[400];
   int bl = snprintf(base, sizeof base, "%.127s-0123abcd", id);
-  inproc_tenant_tag(&key, tenant, base, (size_t)bl, tag);
+  input_processor_tenant_tag(&key, tenant, base, (size_t)bl, tag);
   int ml = snprintf(made, sizeof made, "%s%s@e0", base, tag);
-  if (strlen(made) == (size_t)ml && strlen(id) == il && !inproc_id_owned_by(&key, made, (size_t)ml, tenant)) {
+  if (strlen(made) == (size_t)ml && strlen(id) == il && !input_processor_id_owned_by(&key, made, (size_t)ml, tenant)) {
     fprintf(stderr, "an id made for '%s' is not owned by it: %s\n", tenant, made);
     abort();
   }
-  if (strlen(made) == (size_t)ml && (!inproc_engine_of_id(made, (size_t)ml, eid, sizeof eid) || strcmp(eid, "e0")))
+  if (strlen(made) == (size_t)ml && (!input_processor_engine_of_id(made, (size_t)ml, eid, sizeof eid) || strcmp(eid, "e0")))
     abort();
-  char salt[INPROC_MAX_CACHE_SALT_BYTES + 256];
-  size_t n = inproc_cache_salt_compose(tenant, id, il, salt, sizeof salt);
+  char salt[INPUT_PROCESSOR_MAX_CACHE_SALT_BYTES + 256];
+  size_t n = input_processor_cache_salt_compose(tenant, id, il, salt, sizeof salt);
   if (n < sizeof salt && strncmp(salt, "0:", 2) != 0 && (size_t)atoi(salt) != strlen(tenant)) abort();
   return 0;
 }

@@ -355,9 +355,9 @@ static void publish_abort(struct fixture *f, const char *subject, const char *id
 
 static void test_abort_is_forwarded_with_child_ids(void **state) {
   struct fixture *f = *state;
-  char id[64], other[64], tag[INPROC_TENANT_TAG_HEX + 1], other_tag[INPROC_TENANT_TAG_HEX + 1];
-  inproc_tenant_tag(&TEST_KEY, "default", "t1-00112233", 11, tag);
-  inproc_tenant_tag(&TEST_KEY, "someone-else", "t1-00112233", 11, other_tag);
+  char id[64], other[64], tag[INPUT_PROCESSOR_TENANT_TAG_HEX + 1], other_tag[INPUT_PROCESSOR_TENANT_TAG_HEX + 1];
+  input_processor_tenant_tag(&TEST_KEY, "default", "t1-00112233", 11, tag);
+  input_processor_tenant_tag(&TEST_KEY, "someone-else", "t1-00112233", 11, other_tag);
   snprintf(id, sizeof id, "t1-00112233%s", tag);
   snprintf(other, sizeof other, "t1-00112233%s", other_tag);
   /* an id of another tenant on this tenant's abort subject is refused (issue 14) */

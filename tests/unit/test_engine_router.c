@@ -1,5 +1,5 @@
 /* Engine routing (actors/input_processor/engine_router.h) and the engine named in request ids
- * (inproc_processed_set_engine / inproc_engine_of_id): what an operator running several
+ * (input_processor_processed_set_engine / input_processor_engine_of_id): what an operator running several
  * engines behind one subject depends on — load spreads, a shared prefix sticks to the engine
  * that holds it, a silent engine gets nothing new, an abort finds the engine of its id. */
 #include <setjmp.h>
@@ -239,22 +239,22 @@ static void forged_stats_are_refused(void **state) {
 
 static void ids_name_their_engine(void **state) {
   (void)state;
-  struct inproc_engine_request reqs[3] = {0};
-  struct inproc_processed pr = {.requests = reqs, .num_requests = 3};
+  struct input_processor_engine_request reqs[3] = {0};
+  struct input_processor_processed pr = {.requests = reqs, .num_requests = 3};
   for (int i = 0; i < 3; i++) {
     snprintf(reqs[i].parent_request_id, sizeof reqs[i].parent_request_id, "chat@home-00000000000000ab");
     reqs[i].child_index = i;
   }
-  assert_int_equal(inproc_processed_set_engine(&pr, "e7"), LLB_STATUS_OK);
+  assert_int_equal(input_processor_processed_set_engine(&pr, "e7"), LLB_STATUS_OK);
   assert_string_equal(reqs[0].parent_request_id, "chat@home-00000000000000ab@e7");
   assert_string_equal(reqs[2].request_id, "2_chat@home-00000000000000ab@e7");
   char eid[65];
-  assert_true(inproc_engine_of_id(reqs[2].request_id, strlen(reqs[2].request_id), eid, sizeof eid));
+  assert_true(input_processor_engine_of_id(reqs[2].request_id, strlen(reqs[2].request_id), eid, sizeof eid));
   assert_string_equal(eid, "e7");
-  assert_false(inproc_engine_of_id("plain-0123", 10, eid, sizeof eid));
-  assert_false(inproc_engine_of_id("x@a.b", 5, eid, sizeof eid));
-  assert_false(inproc_engine_of_id("x@", 2, eid, sizeof eid));
-  assert_int_equal(inproc_processed_set_engine(&pr, "bad.id"), LLB_STATUS_INVALID_ARGUMENT);
+  assert_false(input_processor_engine_of_id("plain-0123", 10, eid, sizeof eid));
+  assert_false(input_processor_engine_of_id("x@a.b", 5, eid, sizeof eid));
+  assert_false(input_processor_engine_of_id("x@", 2, eid, sizeof eid));
+  assert_int_equal(input_processor_processed_set_engine(&pr, "bad.id"), LLB_STATUS_INVALID_ARGUMENT);
 }
 
 int main(void) {

@@ -1,4 +1,4 @@
-/* Images in chat messages (actors/input_processor/mm_images.h) through inproc_process: the
+/* Images in chat messages (actors/input_processor/mm_images.h) through input_processor_process: the
  * template's "<image>" (or mtmd's "<__media__>") becomes the plan's text, each image gets one
  * feature whose is_embed marks exactly its "<image>" tokens, mm_hash follows the file and the
  * mmproj, and bad files / counts are field errors. The planner here stands in for
@@ -54,7 +54,7 @@ static void *gbuf;
 static int plan_calls;
 
 /* idefics3's layout for a w x h image: ceil(w / 2) tiles in one row, then the overview. */
-static llb_status fake_plan(void *ctx, int32_t w, int32_t h, struct inproc_image_plan *out) {
+static llb_status fake_plan(void *ctx, int32_t w, int32_t h, struct input_processor_image_plan *out) {
   (void)ctx;
   (void)h;
   plan_calls++;
@@ -78,13 +78,13 @@ static uint64_t fixed_random(void *ctx) {
   return 7;
 }
 
-static struct inproc_t *make_proc(const char *tmpl_src, struct jinja_template **t, const char *mmproj_id) {
+static struct input_processor *make_proc(const char *tmpl_src, struct jinja_template **t, const char *mmproj_id) {
   assert_int_equal(jinja_template_create(tmpl_src, strlen(tmpl_src), t), LLB_STATUS_OK);
-  struct inproc_config cfg = {.max_model_len = 512, .max_n = 4, .jinja_template = *t, .bos_token = "<s>",
+  struct input_processor_config cfg = {.max_model_len = 512, .max_n = 4, .jinja_template = *t, .bos_token = "<s>",
                               .eos_token = "</s>", .hidden_size = 8, .random_u64 = fixed_random,
                               .image = {.plan = fake_plan, .mmproj_id = mmproj_id}};
-  struct inproc_t *p = NULL;
-  assert_int_equal(inproc_create(tok, &cfg, &p), LLB_STATUS_OK);
+  struct input_processor *p = NULL;
+  assert_int_equal(input_processor_create(tok, &cfg, &p), LLB_STATUS_OK);
   return p;
 }
 
@@ -93,9 +93,9 @@ struct two_images {
   struct chat_message msg;
   struct chat_message_extra extra;
   uint32_t offsets[2];
-  struct inproc_mm_item items[2];
+  struct input_processor_mm_item items[2];
   struct llb_sampling_params sp; /* req's (borrowed) */
-  struct inproc_generate_request req;
+  struct input_processor_generate_request req;
 };
 
 static void two_images_init(struct two_images *x, const uint8_t *a, size_t na, const uint8_t *b, size_t nb) {
@@ -104,9 +104,9 @@ static void two_images_init(struct two_images *x, const uint8_t *a, size_t na, c
   x->offsets[0] = 5;
   x->offsets[1] = 9;
   x->extra = (struct chat_message_extra){.image_offsets = x->offsets, .num_image_offsets = 2};
-  x->items[0] = (struct inproc_mm_item){.modality = "image", .data = a, .data_bytes = (int64_t)na, .dtype = "png"};
-  x->items[1] = (struct inproc_mm_item){.modality = "image", .data = b, .data_bytes = (int64_t)nb, .dtype = "png"};
-  x->req = (struct inproc_generate_request){.request_id = "r", .messages = &x->msg, .num_messages = 1,
+  x->items[0] = (struct input_processor_mm_item){.modality = "image", .data = a, .data_bytes = (int64_t)na, .dtype = "png"};
+  x->items[1] = (struct input_processor_mm_item){.modality = "image", .data = b, .data_bytes = (int64_t)nb, .dtype = "png"};
+  x->req = (struct input_processor_generate_request){.request_id = "r", .messages = &x->msg, .num_messages = 1,
                                             .message_extras = &x->extra, .mm_items = x->items, .num_mm_items = 2,
                                             .cache_salt = "1:t", .reply_to = "_INBOX.x", .sampling_params = &x->sp};
   llb_sampling_params_init(&x->sp);
@@ -114,13 +114,13 @@ static void two_images_init(struct two_images *x, const uint8_t *a, size_t na, c
 }
 
 /* Each feature starts at its plan's first token, spans it, and marks exactly its <image> ids. */
-static void check_features(const struct inproc_processed *out, int32_t want_rows) {
+static void check_features(const struct input_processor_processed *out, int32_t want_rows) {
   int32_t image_tokens = 0;
   for (int64_t i = 0; i < out->num_prompt_tokens; i++) image_tokens += out->prompt_token_ids[i] == ID_IMAGE;
   assert_int_equal(image_tokens, 2 * want_rows);
   int32_t prev_end = 0;
   for (int32_t k = 0; k < out->num_mm_features; k++) {
-    const struct inproc_mm_feature *f = &out->mm_features[k];
+    const struct input_processor_mm_feature *f = &out->mm_features[k];
     assert_true(f->offset >= prev_end);
     assert_int_equal(out->prompt_token_ids[f->offset], ID_FAKE);
     assert_int_equal(out->prompt_token_ids[f->offset + f->length - 1], ID_FAKE);
@@ -135,13 +135,13 @@ static void check_features(const struct inproc_processed *out, int32_t want_rows
 static void test_image_parts_expand_into_the_plan_with_embed_masks(void **state) {
   (void)state;
   struct jinja_template *t;
-  struct inproc_t *p = make_proc(k_vision_template, &t, "mmproj-a");
+  struct input_processor *p = make_proc(k_vision_template, &t, "mmproj-a");
   struct two_images x;
   two_images_init(&x, k_png, sizeof k_png, k_png, sizeof k_png);
-  struct inproc_processed out;
-  struct inproc_errors errs;
+  struct input_processor_processed out;
+  struct input_processor_errors errs;
   plan_calls = 0;
-  llb_status st = inproc_process(p, &x.req, &out, &errs);
+  llb_status st = input_processor_process(p, &x.req, &out, &errs);
   if (st != LLB_STATUS_OK) fail_msg("%s: %s", errs.num_errors ? errs.errors[0].field : "", errs.num_errors ? errs.errors[0].message : llb_err_last());
   assert_int_equal(plan_calls, 2);
   assert_int_equal(out.num_mm_features, 2);
@@ -149,65 +149,65 @@ static void test_image_parts_expand_into_the_plan_with_embed_masks(void **state)
   /* the same file gives the same hash; the text between the images sits between them */
   assert_string_equal(out.mm_features[0].mm_hash, out.mm_features[1].mm_hash);
   assert_true(out.mm_features[1].offset > out.mm_features[0].offset + out.mm_features[0].length);
-  inproc_processed_free(&out);
-  inproc_destroy(p);
+  input_processor_processed_free(&out);
+  input_processor_destroy(p);
   jinja_template_destroy(t);
 }
 
 static void test_template_without_images_gets_mtmd_default_marker(void **state) {
   (void)state;
   struct jinja_template *t;
-  struct inproc_t *p = make_proc(k_text_template, &t, "mmproj-a");
+  struct input_processor *p = make_proc(k_text_template, &t, "mmproj-a");
   struct two_images x;
   two_images_init(&x, k_png, sizeof k_png, k_png, sizeof k_png);
-  struct inproc_processed out;
-  struct inproc_errors errs;
-  assert_int_equal(inproc_process(p, &x.req, &out, &errs), LLB_STATUS_OK);
+  struct input_processor_processed out;
+  struct input_processor_errors errs;
+  assert_int_equal(input_processor_process(p, &x.req, &out, &errs), LLB_STATUS_OK);
   assert_int_equal(out.num_mm_features, 2);
   check_features(&out, 9);
-  inproc_processed_free(&out);
-  inproc_destroy(p);
+  input_processor_processed_free(&out);
+  input_processor_destroy(p);
   jinja_template_destroy(t);
 }
 
 static void test_mm_hash_changes_with_the_mmproj_and_the_file(void **state) {
   (void)state;
   struct jinja_template *t1, *t2;
-  struct inproc_t *p1 = make_proc(k_vision_template, &t1, "mmproj-a");
-  struct inproc_t *p2 = make_proc(k_vision_template, &t2, "mmproj-b");
+  struct input_processor *p1 = make_proc(k_vision_template, &t1, "mmproj-a");
+  struct input_processor *p2 = make_proc(k_vision_template, &t2, "mmproj-b");
   uint8_t other[sizeof k_png];
   memcpy(other, k_png, sizeof k_png);
   struct two_images x;
   two_images_init(&x, k_png, sizeof k_png, other, sizeof other);
-  struct inproc_processed a, b;
-  struct inproc_errors errs;
-  assert_int_equal(inproc_process(p1, &x.req, &a, &errs), LLB_STATUS_OK);
-  assert_int_equal(inproc_process(p2, &x.req, &b, &errs), LLB_STATUS_OK);
+  struct input_processor_processed a, b;
+  struct input_processor_errors errs;
+  assert_int_equal(input_processor_process(p1, &x.req, &a, &errs), LLB_STATUS_OK);
+  assert_int_equal(input_processor_process(p2, &x.req, &b, &errs), LLB_STATUS_OK);
   assert_string_equal(a.mm_features[0].mm_hash, a.mm_features[1].mm_hash); /* same bytes */
   assert_string_not_equal(a.mm_features[0].mm_hash, b.mm_features[0].mm_hash);
-  inproc_processed_free(&a);
-  inproc_processed_free(&b);
-  inproc_destroy(p1);
-  inproc_destroy(p2);
+  input_processor_processed_free(&a);
+  input_processor_processed_free(&b);
+  input_processor_destroy(p1);
+  input_processor_destroy(p2);
   jinja_template_destroy(t1);
   jinja_template_destroy(t2);
 }
 
 /* Runs x through p and expects one error on `field` whose message holds `needle`. */
-static void expect_error(struct inproc_t *p, struct two_images *x, const char *field, const char *needle) {
-  struct inproc_processed out;
-  struct inproc_errors errs;
-  assert_int_equal(inproc_process(p, &x->req, &out, &errs), LLB_STATUS_INVALID_ARGUMENT);
+static void expect_error(struct input_processor *p, struct two_images *x, const char *field, const char *needle) {
+  struct input_processor_processed out;
+  struct input_processor_errors errs;
+  assert_int_equal(input_processor_process(p, &x->req, &out, &errs), LLB_STATUS_INVALID_ARGUMENT);
   assert_true(errs.num_errors >= 1);
   assert_string_equal(errs.errors[0].field, field);
   if (!strstr(errs.errors[0].message, needle)) fail_msg("'%s' lacks '%s'", errs.errors[0].message, needle);
-  inproc_processed_free(&out);
+  input_processor_processed_free(&out);
 }
 
 static void test_bad_images_and_counts_are_field_errors(void **state) {
   (void)state;
   struct jinja_template *t;
-  struct inproc_t *p = make_proc(k_vision_template, &t, "m");
+  struct input_processor *p = make_proc(k_vision_template, &t, "m");
   struct two_images x;
   two_images_init(&x, k_png, sizeof k_png - 20, k_png, sizeof k_png); /* truncated */
   expect_error(p, &x, "mm_items[0].data", "cannot be decoded");
@@ -237,7 +237,7 @@ static void test_bad_images_and_counts_are_field_errors(void **state) {
   two_images_init(&x, k_png, sizeof k_png, k_png, sizeof k_png);
   x.offsets[1] = 99;
   expect_error(p, &x, "messages[0].image_offsets", "not inside");
-  inproc_destroy(p);
+  input_processor_destroy(p);
   jinja_template_destroy(t);
 }
 
@@ -245,13 +245,13 @@ static void test_images_are_refused_without_a_planner(void **state) {
   (void)state;
   struct jinja_template *t;
   assert_int_equal(jinja_template_create(k_vision_template, strlen(k_vision_template), &t), LLB_STATUS_OK);
-  struct inproc_config cfg = {.max_model_len = 512, .jinja_template = t, .hidden_size = 8, .random_u64 = fixed_random};
-  struct inproc_t *p = NULL;
-  assert_int_equal(inproc_create(tok, &cfg, &p), LLB_STATUS_OK);
+  struct input_processor_config cfg = {.max_model_len = 512, .jinja_template = t, .hidden_size = 8, .random_u64 = fixed_random};
+  struct input_processor *p = NULL;
+  assert_int_equal(input_processor_create(tok, &cfg, &p), LLB_STATUS_OK);
   struct two_images x;
   two_images_init(&x, k_png, sizeof k_png, k_png, sizeof k_png);
   expect_error(p, &x, "mm_items", "--mmproj");
-  inproc_destroy(p);
+  input_processor_destroy(p);
   jinja_template_destroy(t);
 }
 

@@ -150,24 +150,24 @@ static uint64_t fixed_random(void *ctx) {
 }
 
 /* The input processor's engine request for a 2-token prompt, ignore_eos as given. */
-static void process(const struct tokenizer *tok, bool ignore_eos, struct inproc_processed *out) {
-  struct inproc_config cfg = {.max_model_len = 64, .random_u64 = fixed_random};
-  struct inproc_t *p;
-  assert_int_equal(inproc_create(tok, &cfg, &p), LLB_STATUS_OK);
+static void process(const struct tokenizer *tok, bool ignore_eos, struct input_processor_processed *out) {
+  struct input_processor_config cfg = {.max_model_len = 64, .random_u64 = fixed_random};
+  struct input_processor *p;
+  assert_int_equal(input_processor_create(tok, &cfg, &p), LLB_STATUS_OK);
   static const int32_t prompt[2] = {ID_HELLO, ID_HELLO};
   struct llb_sampling_params sp;
   llb_sampling_params_init(&sp);
   sp.max_tokens = 8;
   sp.ignore_eos = ignore_eos;
-  struct inproc_generate_request r = {.request_id = "eog", .prompt_token_ids = prompt, .num_prompt_token_ids = 2,
+  struct input_processor_generate_request r = {.request_id = "eog", .prompt_token_ids = prompt, .num_prompt_token_ids = 2,
                                       .reply_to = "_INBOX.x", .sampling_params = &sp};
-  struct inproc_errors errs;
-  assert_int_equal(inproc_process(p, &r, out, &errs), LLB_STATUS_OK);
-  inproc_destroy(p);
+  struct input_processor_errors errs;
+  assert_int_equal(input_processor_process(p, &r, out, &errs), LLB_STATUS_OK);
+  input_processor_destroy(p);
 }
 
 /* What the scheduler's stop check says when `token` is sampled first for that request. */
-static enum sched_finish_reason first_token_finish(const struct inproc_engine_request *e, int32_t token) {
+static enum sched_finish_reason first_token_finish(const struct input_processor_engine_request *e, int32_t token) {
   struct sched_new_request nr = {.request_id = e->request_id, .prompt_token_ids = e->prompt_token_ids,
                                  .num_prompt_tokens = (int32_t)e->num_prompt_tokens,
                                  .sampling_params = e->sampling_params, .eos_token_id = e->eos_token_id};
@@ -180,9 +180,9 @@ static enum sched_finish_reason first_token_finish(const struct inproc_engine_re
 
 static void test_each_eog_token_stops_a_request_and_other_control_tokens_do_not(void **state) {
   struct fixture *fx = *state;
-  struct inproc_processed out;
+  struct input_processor_processed out;
   process(fx->tok, false, &out);
-  const struct inproc_engine_request *e = &out.requests[0];
+  const struct input_processor_engine_request *e = &out.requests[0];
   assert_int_equal(e->eos_token_id, 2);
   assert_int_equal(e->sampling_params->num_stop_token_ids, (int32_t)(sizeof k_want_eog / sizeof k_want_eog[0]) - 1);
   for (size_t i = 0; i < sizeof k_want_eog / sizeof k_want_eog[0]; i++)
@@ -191,16 +191,16 @@ static void test_each_eog_token_stops_a_request_and_other_control_tokens_do_not(
   assert_int_equal(first_token_finish(e, ID_FILE_SEP), SCHED_FINISH_REASON_NONE);
   assert_int_equal(first_token_finish(e, ID_IM_START), SCHED_FINISH_REASON_NONE);
   assert_int_equal(first_token_finish(e, ID_THINK), SCHED_FINISH_REASON_NONE);
-  inproc_processed_free(&out);
+  input_processor_processed_free(&out);
 }
 
 static void test_ignore_eos_adds_no_eog_stop_ids(void **state) {
   struct fixture *fx = *state;
-  struct inproc_processed out;
+  struct input_processor_processed out;
   process(fx->tok, true, &out);
   assert_int_equal(out.requests[0].sampling_params->num_stop_token_ids, 0);
   assert_int_equal(first_token_finish(&out.requests[0], ID_IM_END), SCHED_FINISH_REASON_NONE);
-  inproc_processed_free(&out);
+  input_processor_processed_free(&out);
 }
 
 int main(void) {
