@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "actors/scheduler/actor.h"
-#include "actors/scheduler/actor_config.h"
+#include "cmd/actor/scheduler_options.h"
 #include "base/log.h"
 #include "cmd/actor/actor_main.h"
 #include "cmd/actor/spec_config.h"

@@ -1,8 +1,8 @@
 /* llmbus-scheduler's flags made into a scheduler_actor_options: names to enums, the model's
  * context and vocabulary where the flags leave them open, and every range checked before the
  * bus is touched (so that a bad flag is a usage error, not a failed start). */
-#ifndef LLB_ACTORS_SCHEDULER_ACTOR_CONFIG_H
-#define LLB_ACTORS_SCHEDULER_ACTOR_CONFIG_H
+#ifndef LLB_CMD_ACTOR_SCHEDULER_OPTIONS_H
+#define LLB_CMD_ACTOR_SCHEDULER_OPTIONS_H
 
 #include <stdbool.h>
 #include <stdint.h>

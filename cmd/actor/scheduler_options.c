@@ -1,5 +1,5 @@
-/* llmbus-scheduler's flags into a scheduler_actor_options (actor_config.h). */
-#include "actors/scheduler/actor_config.h"
+/* llmbus-scheduler's flags into a scheduler_actor_options (scheduler_options.h). */
+#include "cmd/actor/scheduler_options.h"
 
 #include <stdio.h>
 #include <string.h>

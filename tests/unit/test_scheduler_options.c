@@ -1,4 +1,4 @@
-/* llmbus-scheduler's flags into a scheduler_actor_options (actors/scheduler/actor_config.h):
+/* llmbus-scheduler's flags into a scheduler_actor_options (cmd/actor/scheduler_options.h):
  * the model's context and vocabulary fill what the flags leave open, and a bad flag is an
  * error naming it before anything starts. */
 #include <setjmp.h>
@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "actors/scheduler/actor_config.h"
+#include "cmd/actor/scheduler_options.h"
 #include "tests/unit/random_llama.h"
 
 static struct scheduler_actor_options base_cfg(void) {
