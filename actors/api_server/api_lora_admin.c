@@ -273,7 +273,12 @@ static bool parse_body(struct api_lora_admin *l, struct evhttp_request *req, boo
  * unknown). */
 static bool may_unload(struct api_lora_admin *l, struct evhttp_request *req, const struct lora_op *op) {
   char owner[LLB_LORA_TENANT_MAX + 1], text[LLB_LORA_NAME_MAX + 96];
-  const int32_t n = lora_registry_served_by(l->loras, op->name, llb_now_ns(), owner, sizeof owner);
+  int32_t n = lora_registry_served_by(l->loras, op->name, llb_now_ns(), owner, sizeof owner);
+  const int32_t k = kept_find(l, op->name);
+  if (k >= 0 && l->kept[k].loaded_here) { /* loaded here: known before the heartbeats tell */
+    n = n ? n : 1;
+    snprintf(owner, sizeof owner, "%s", l->kept[k].tenant);
+  }
   if (n > 0 && !owner[0]) {
     snprintf(text, sizeof text, "The lora adapter '%s' was given by --lora-modules: it cannot be unloaded.", op->name);
     send_error(l, req, 400, text);
@@ -298,7 +303,7 @@ void api_lora_admin_route(struct api_lora_admin *l, struct evhttp_request *req, 
     return;
   }
   char text[LLB_LORA_NAME_MAX + 700];
-  if (load && lora_registry_served_by(l->loras, op->name, llb_now_ns(), NULL, 0) > 0) {
+  if (load && (kept_find(l, op->name) >= 0 || lora_registry_served_by(l->loras, op->name, llb_now_ns(), NULL, 0) > 0)) {
     snprintf(text, sizeof text, "The lora adapter '%s' has already been loaded.", op->name);
     send_error(l, req, 400, text);
     free(op);

@@ -473,8 +473,8 @@ static void on_lora_update(struct bus *bus, const struct bus_msg *msg, void *use
     st = apply_lora_update(a, &u);
   }
   atomic_fetch_add(st ? &a->lora_update_errors : &a->lora_updates, 1);
+  if (!st) (void)bus_heartbeat_now(bus); /* the front doors learn the new set before the answer */
   send_lora_reply(a, bus, msg, st);
-  if (!st) (void)bus_heartbeat_now(bus); /* the front doors learn the new set at once */
 }
 
 llb_status gpu_worker_actor_start(struct gpu_worker_actor *a, struct bus *bus) {
