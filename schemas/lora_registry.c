@@ -147,10 +147,11 @@ int32_t lora_registry_list(struct lora_registry *r, const char *tenant, int64_t 
   return n;
 }
 
-int32_t lora_registry_num_workers(struct lora_registry *r, int64_t now_ns) {
+int32_t lora_registry_num_workers(struct lora_registry *r, int64_t now_ns, int64_t window_ns) {
   int32_t n = 0;
   pthread_mutex_lock(&r->mu);
-  for (int32_t i = 0; i < r->num_workers; i++) n += now_ns - r->workers[i].seen_ns <= r->ttl_ns;
+  const int64_t w = window_ns > 0 && window_ns < r->ttl_ns ? window_ns : r->ttl_ns;
+  for (int32_t i = 0; i < r->num_workers; i++) n += now_ns - r->workers[i].seen_ns <= w;
   pthread_mutex_unlock(&r->mu);
   return n;
 }

@@ -52,8 +52,9 @@ int32_t lora_registry_lookup(struct lora_registry *r, const char *name, const ch
 int32_t lora_registry_list(struct lora_registry *r, const char *tenant, int64_t now_ns,
                            char (*names)[LLB_LORA_NAME_MAX + 1], int32_t cap);
 
-/* Live gpu_worker instances (every worker beats, adapters or not). */
-int32_t lora_registry_num_workers(struct lora_registry *r, int64_t now_ns);
+/* gpu_worker instances heard within window_ns (every worker beats, adapters or not; 0 or more
+ * than the ttl: the ttl). */
+int32_t lora_registry_num_workers(struct lora_registry *r, int64_t now_ns, int64_t window_ns);
 
 /* One adapter loaded at run time (Heartbeat LoRAAdapter.dynamic) as a live worker announces it. */
 struct lora_registry_dynamic {

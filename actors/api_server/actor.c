@@ -836,7 +836,8 @@ llb_status api_server_actor_create(const struct api_server_actor_options *o,
                                a->o.health_window_ms, a->metrics, &a->peers);
   if (st == LLB_STATUS_OK && o->lora_dir && !o->loras)
     st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: --lora-dir needs the LoRA registry");
-  if (st == LLB_STATUS_OK && o->lora_dir) st = api_lora_admin_create(o->lora_dir, o->loras, a->metrics, &a->lora_admin);
+  if (st == LLB_STATUS_OK && o->lora_dir) st = api_lora_admin_create(o->lora_dir, o->loras, a->o.health_window_ms, a->metrics,
+                                                           &a->lora_admin);
   if (st != LLB_STATUS_OK) {
     api_server_actor_destroy(a);
     return st;

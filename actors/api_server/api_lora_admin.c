@@ -32,6 +32,7 @@ struct lora_op {
   struct llb_lora_update u;     /* strings point into the buffers below */
   char name[LLB_LORA_NAME_MAX + 1], path[LLB_LORA_PATH_MAX + 1], tenant[LLB_LORA_TENANT_MAX + 1];
   char client_path[LLB_LORA_PATH_MAX + 1]; /* lora_path as the client gave it (errors) */
+  bool from_client;             /* a client's update: a partial load is undone */
   int32_t expected, answered, failed;
   int32_t first_code;
   char first_error[512];
@@ -47,6 +48,7 @@ struct kept {
 struct api_lora_admin {
   char *lora_dir;
   struct lora_registry *loras;
+  int64_t window_ns;             /* a worker heard within it is expected to answer */
   struct api_metrics *metrics;
   struct bus *bus;
   struct event_base *base;
@@ -163,7 +165,7 @@ static void op_finish(struct lora_op *op) {
       send_error(l, op->req, op->first_code == LLB_STATUS_TIMEOUT ? 503 : 400, text);
     }
   }
-  if (!ok && load && op->answered > op->failed) { /* some loaded it: unload it there again */
+  if (!ok && load && op->from_client && op->answered > op->failed) { /* some loaded it: unload it again */
     struct lora_op *undo = calloc(1, sizeof *undo);
     if (undo) {
       undo->l = l;
@@ -185,7 +187,7 @@ static void on_op_timeout(evutil_socket_t fd, short what, void *arg) {
  * the list on success. */
 static llb_status op_publish(struct lora_op *op) {
   struct api_lora_admin *l = op->l;
-  op->expected = lora_registry_num_workers(l->loras, llb_now_ns());
+  op->expected = lora_registry_num_workers(l->loras, llb_now_ns(), l->window_ns);
   if (op->expected < 1) return LLB_ERRF(LLB_STATUS_NO_SERVER, "no worker is up to load LoRA adapters");
   op->seq = ++l->next_seq;
   char reply[BUS_SUBJECT_MAX];
@@ -297,6 +299,7 @@ void api_lora_admin_route(struct api_lora_admin *l, struct evhttp_request *req, 
     return;
   }
   op->l = l;
+  op->from_client = true;
   snprintf(op->tenant, sizeof op->tenant, "%s", tenant);
   if (!parse_body(l, req, load, op) || (!load && !may_unload(l, req, op))) {
     free(op);
@@ -344,7 +347,7 @@ static void on_resend_tick(evutil_socket_t fd, short what, void *arg) {
   const int32_t nd = lora_registry_dynamic(l->loras, now, d, KEPT_MAX);
   for (int32_t i = 0; i < nd && i < KEPT_MAX; i++)
     if (!tombstoned(l, d[i].name, now)) kept_put(l, d[i].name, d[i].path, d[i].tenant, false);
-  const int32_t workers = lora_registry_num_workers(l->loras, now);
+  const int32_t workers = lora_registry_num_workers(l->loras, now, 0);
   for (int32_t i = 0; i < l->num_kept; i++) {
     const struct kept *k = &l->kept[i];
     const int32_t have = lora_registry_served_by(l->loras, k->name, now, NULL, 0);
@@ -372,8 +375,8 @@ static void on_resend_tick(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- life cycle -------------------------------------------------------------------------- */
 
-llb_status api_lora_admin_create(const char *lora_dir, struct lora_registry *loras, struct api_metrics *metrics,
-                                 struct api_lora_admin **out) {
+llb_status api_lora_admin_create(const char *lora_dir, struct lora_registry *loras, int64_t window_ms,
+                                 struct api_metrics *metrics, struct api_lora_admin **out) {
   *out = NULL;
   struct api_lora_admin *l = calloc(1, sizeof *l);
   if (!l || !(l->lora_dir = strdup(lora_dir))) {
@@ -383,6 +386,7 @@ llb_status api_lora_admin_create(const char *lora_dir, struct lora_registry *lor
   size_t dl = strlen(l->lora_dir);
   while (dl > 1 && l->lora_dir[dl - 1] == '/') l->lora_dir[--dl] = '\0'; /* "/a/b/" -> "/a/b" */
   l->loras = loras;
+  l->window_ns = window_ms * 1000000;
   l->metrics = metrics;
   llb_arena_init(&l->arena, NULL, 0);
   llb_status st = api_inbox_create(on_reply, l, &l->inbox);

@@ -6,7 +6,7 @@
  *
  * One LoRAUpdate (schemas/control.h) goes on <prefix>.lora.update to every worker (each subscribes,
  * no queue group) with a reply subject under this module's own inbox; the replies (engine id,
- * status, message) are gathered for as many workers as the heartbeats show alive
+ * status, message) are gathered for as many workers as beat within the health window
  * (lora_registry_num_workers), for at most API_LORA_ADMIN_TIMEOUT_S. Success only if every worker
  * loaded (unloaded) it; on a partial failure of a load the adapter is unloaded again everywhere,
  * and the client gets the first failure's message. lora_path is resolved by the workers beneath
@@ -39,10 +39,11 @@ struct lora_registry;
 struct event_base;
 
 /* For the workers' directory lora_dir (copied); loras (borrowed: the registry the heartbeats
- * feed), metrics (borrowed: errors are counted there). Errors: OUT_OF_MEMORY.
- * *out: api_lora_admin_destroy. */
-llb_status api_lora_admin_create(const char *lora_dir, struct lora_registry *loras, struct api_metrics *metrics,
-                                 struct api_lora_admin **out);
+ * feed); window_ms: a worker heard within it is expected to answer (the health window: a worker
+ * silent for longer is dead); metrics (borrowed: errors are counted there). Errors:
+ * OUT_OF_MEMORY. *out: api_lora_admin_destroy. */
+llb_status api_lora_admin_create(const char *lora_dir, struct lora_registry *loras, int64_t window_ms,
+                                 struct api_metrics *metrics, struct api_lora_admin **out);
 
 /* Its subjects on `bus` (borrowed) and its reply inbox (a new one) subscribed; replies wait for
  * api_lora_admin_bind. Errors: those of bus_new_inbox, bus_subscribe. */

@@ -12,7 +12,9 @@ a, b) with an API key each, `--enable-lora --lora-dir DIR` and, for comparison, 
   listed;
 - b cannot unload a's adapter (as unknown), nobody unloads a --lora-modules one; a's unload
   answers the success text and new requests get the unknown-model 404;
-- a tenant's NATS user cannot publish a LoRAUpdate (<prefix>.lora.update is the api server's).
+- a tenant's NATS user cannot publish a LoRAUpdate (<prefix>.lora.update is the api server's);
+- a worker killed after a load comes back (serve restarts it) without the adapter; the api
+  server sends it again and it serves the same tokens.
 
 usage: test_lora_load.py --pydir DIR   (LLMBUS_BUILD_DIR, LLMBUS_SOURCE_DIR from ctest)
 """
@@ -20,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -186,6 +189,25 @@ def run(work, model):
             time.sleep(1)
             assert "evil" not in models(stack, KEY_B) and "evil" not in models(stack, KEY_A)
 
+        def a_restarted_worker_gets_the_adapter_back():
+            status, text = call(stack, "/v1/load_lora_adapter", {"lora_name": "back", "lora_path": "a.gguf"}, KEY_A)
+            assert status == 200, (status, text)
+            want = complete(stack, KEY_A, "same")
+            assert complete(stack, KEY_A, "back") == want
+            pid = api_stack.child_pid(stack.proc.pid, "llmbus-gpu-worker")
+            assert pid, "no gpu worker child of serve"
+            os.kill(pid, signal.SIGKILL)
+            deadline, got = time.monotonic() + 90, None
+            while time.monotonic() < deadline:
+                new = api_stack.child_pid(stack.proc.pid, "llmbus-gpu-worker")
+                if new and new != pid:
+                    got = complete(stack, KEY_A, "back")
+                    if got == want:
+                        break
+                time.sleep(0.5)
+            assert got == want, (got, want)
+            assert "event=lora_resend name=back" in stack.tail(400), "the api server sent no load again"
+
         failures = api_stack.run_cases([
             ("load_needs_a_key", load_needs_a_key),
             ("loaded_adapter_is_its_loaders_and_answers_as_lora_modules",
@@ -194,6 +216,7 @@ def run(work, model):
             ("bad_adapters_are_refused_with_the_loaders_reason", bad_adapters_are_refused_with_the_loaders_reason),
             ("only_the_owner_unloads_and_new_requests_then_get_404", only_the_owner_unloads_and_new_requests_then_get_404),
             ("a_tenant_cannot_publish_lora_updates_over_nats", a_tenant_cannot_publish_lora_updates_over_nats),
+            ("a_restarted_worker_gets_the_adapter_back", a_restarted_worker_gets_the_adapter_back),
         ])
         if failures:
             print(f"--- serve log (tail) ---\n{stack.tail(80)}")

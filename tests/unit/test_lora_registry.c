@@ -99,7 +99,10 @@ static void test_run_time_adapters_belong_to_their_loader(void **state) {
   assert_int_equal(lora_registry_lookup(r, "shared", "beta", 2 * SEC), 3);
   char names[4][LLB_LORA_NAME_MAX + 1];
   assert_int_equal(lora_registry_list(r, "beta", 2 * SEC, names, 4), 2); /* shared, static */
-  assert_int_equal(lora_registry_num_workers(r, 2 * SEC), 2);
+  assert_int_equal(lora_registry_num_workers(r, 2 * SEC, 0), 2);
+  hb = worker("w1", a, 3);
+  lora_registry_on_heartbeat(r, &hb, 5 * SEC);
+  assert_int_equal(lora_registry_num_workers(r, 6 * SEC, 3 * SEC), 1); /* w2 silent for 5 s */
   char owner[LLB_LORA_TENANT_MAX + 1];
   assert_int_equal(lora_registry_served_by(r, "static", 2 * SEC, owner, sizeof owner), 2);
   assert_string_equal(owner, "");
