@@ -147,7 +147,7 @@ static void op_finish(struct lora_op *op) {
              op->expected, API_LORA_ADMIN_TIMEOUT_S);
   }
   const bool ok = !op->failed;
-  if (ok && load) kept_put(l, op->name, op->path, op->tenant, true);
+  if (ok && load) kept_put(l, op->name, op->path, op->tenant, op->from_client);
   if (ok && !load) kept_drop(l, op->name, true);
   char q[600];
   LLB_LOG_INFO("lora_update", "op=%s name=%s path=%s tenant=%s workers=%d answered=%d failed=%d client=%d error=%s",
