@@ -193,6 +193,12 @@ llb_status bus_subject_trace(const char *prefix, const char *actor, char *buf, s
   return put(buf, cap, "%s.trace.%s", prefix, actor);
 }
 
+llb_status bus_subject_lora_update(const char *prefix, char *buf, size_t cap) {
+  llb_status st = prefix_or_default(&prefix);
+  if (st != LLB_STATUS_OK) return st;
+  return put(buf, cap, "%s.lora.update", prefix);
+}
+
 static llb_status check_inbox(const char *inbox) {
   if (inbox && bus_prefix_check(inbox) == LLB_STATUS_OK) return LLB_STATUS_OK;
   return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "reply inbox \"%s\" is not tokens joined by '.'",

@@ -105,6 +105,11 @@ llb_status bus_subject_health_metrics(const char *prefix, const char *actor, con
  * (bus_tracing_start). */
 llb_status bus_subject_trace(const char *prefix, const char *actor, char *buf, size_t cap);
 
+/* "<prefix>.lora.update" into buf[cap]: LoRAUpdate (schemas/control.h) from the api server to every
+ * gpu_worker (a plain subscription, no queue group), each answering on the request's reply
+ * subject. Only the front user may publish there (cmd/supervisor/serve_nats_config.c). */
+llb_status bus_subject_lora_update(const char *prefix, char *buf, size_t cap);
+
 /* "<inbox>.<seq>" into buf[cap], seq in decimal (at most 20 digits): the reply subject of one
  * request, under `inbox` from bus_new_inbox (tokens joined by '.', like a prefix; NULL is
  * INVALID_ARGUMENT). The api server and the client number their requests, the scheduler its

@@ -135,6 +135,10 @@ int main(int argc, char **argv) {
       {.name = "allowed-local-media-path", .kind = FLAG_KIND_STRING, .target = &m.f.allowed_local_media_path,
        .help = "image_url parts may name file:///path when the file's realpath is inside DIR (vLLM's flag); "
                "without it file URLs are refused"},
+      {.name = "lora-dir", .kind = FLAG_KIND_STRING, .target = &m.f.lora_dir, .metavar = "DIR",
+       .help = "the workers' --lora-dir: POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's) load "
+               "and unload adapters beneath it on every worker (behind the API key; an adapter belongs to the "
+               "tenant that loaded it); without it those routes are 404"},
       {.name = "allow-credentials", .kind = FLAG_KIND_BOOL, .target = &m.f.allow_credentials,
        .help = "CORS: Access-Control-Allow-Credentials: true (the origin is then echoed, never *)"},
       {.name = "tenant-limits", .kind = FLAG_KIND_STRING, .target = &m.tenants_file, .metavar = "FILE",

@@ -43,6 +43,7 @@ struct worker_main {
   struct flag_list lora_values;    /* --lora-modules as given */
   struct lora_modules loras;       /* parsed */
   int32_t max_lora_rank;
+  const char *lora_dir;            /* --lora-dir */
   struct gpu_worker_actor *actor;
 };
 
@@ -96,6 +97,8 @@ static llb_status worker_main_configure(struct actor_main *am, void *user) {
                     m->max_model_len);
   if (m->lora_values.num && !m->enable_lora)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--lora-modules needs --enable-lora (LoRA is not enabled)");
+  if (m->lora_dir && m->lora_dir[0] && !m->enable_lora)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--lora-dir needs --enable-lora (LoRA is not enabled)");
   llb_status lst = lora_modules_parse(m->lora_values.items, m->lora_values.num, &m->loras);
   if (lst) lora_modules_free(&m->loras); /* the values it took before the bad one */
   return lst;
@@ -112,17 +115,17 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
       .kv_cache_dtype = m->kv_dtype, .kv_cache_memory_bytes = m->kv_cache_memory_bytes,
       .packed_cache_dir = m->packed_cache_dir, .spec = m->spec, .mmproj_path = m->mmproj,
       .max_model_len = m->max_model_len, .sim_cost = m->has_sim_cost ? &m->sim_cost : NULL,
-      .step_log_path = m->step_log, .lora_modules = &m->loras, .max_lora_rank = m->max_lora_rank};
+      .step_log_path = m->step_log, .lora_modules = &m->loras, .max_lora_rank = m->max_lora_rank,
+      .lora_dir = m->lora_dir};
   llb_status st = gpu_worker_actor_create(&o, &m->actor);
   if (st) return st;
   if (am->metrics && (st = gpu_worker_actor_register_metrics(m->actor, am->metrics))) return st;
   /* every heartbeat carries the geometry: --num-blocks 0 scheduler / kv_manager wait for it */
   actor_main_set_kv_geometry(am, gpu_worker_actor_num_blocks(m->actor), m->block_size);
-  int32_t num_loras;
-  const struct llb_lora_adapter *loras = gpu_worker_actor_lora_adapters(m->actor, &num_loras);
-  actor_main_set_lora_adapters(am, loras, num_loras); /* what the front doors resolve `model` against */
+  /* what the front doors resolve `model` against */
+  actor_main_set_lora_source(am, gpu_worker_actor_loras_lock, gpu_worker_actor_loras_unlock, m->actor);
   if ((st = gpu_worker_actor_start(m->actor, am->bus))) return st;
-  if (num_loras && ((st = actor_main_answer_new_peers(am, "input_processor")) ||
+  if (gpu_worker_actor_serves_loras(m->actor) && ((st = actor_main_answer_new_peers(am, "input_processor")) ||
                     (st = actor_main_answer_new_peers(am, "api_server"))))
     return st;
   return actor_main_answer_hellos(am);
@@ -198,6 +201,9 @@ int main(int argc, char **argv) {
        .help = "LoRA adapters (llama.cpp GGUF LoRA files), each name=path or vLLM's JSON {\"name\":..,\"path\":..,"
                "\"base_model_name\":..}: loaded and checked against the model at start (a bad file stops the "
                "worker); a request's lora_request names one (cpu only)"},
+      {.name = "lora-dir", .kind = FLAG_KIND_STRING, .target = &m.lora_dir, .metavar = "DIR",
+       .help = "with --enable-lora: the directory whose files /v1/load_lora_adapter may load at run time "
+               "(lora_path is resolved beneath it only: no \"..\", no symbolic link; cpu only)"},
       {.name = "max-lora-rank", .kind = FLAG_KIND_INT32, .target = &m.max_lora_rank, .min = 1, .max = 4096,
        .help = "largest adapter rank accepted (vLLM's, default 16); the forward's scratch is sized for it"},
       {.name = "speculative-config", .kind = FLAG_KIND_STRING, .target = &m.speculative_config,

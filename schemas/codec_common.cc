@@ -25,6 +25,7 @@ const kind_info kinds[LLB_MESSAGE_KIND_COUNT] = {
     {"ModelRunnerOutput", "LMRO"}, {"EngineCoreOutputs", "LECO"},
     {"RequestOutput", "LRQO"},     {"Heartbeat", "LHBT"},
     {"SchedulerStats", "LSST"},    {"ErrorReply", "LERR"},
+    {"LoRAUpdate", "LLUP"},        {"LoRAUpdateReply", "LLUR"},
 };
 
 // Prints 4 identifier bytes readably: printable ASCII as is, others as \xNN.

@@ -20,8 +20,12 @@ static fb::Offset<void> build_heartbeat(Enc &e, const llb_heartbeat &m) {
         if (lora_check(e, LLB_STATUS_INVALID_ARGUMENT, a.lora_name, a.lora_int_id, 1, "lora_name") &&
             a.rank < 1)
           e.fail(LLB_STATUS_INVALID_ARGUMENT, "rank", "%d, must be >= 1", a.rank);
+        if (e.ok() && a.dynamic)
+          lora_dynamic_check(e, LLB_STATUS_INVALID_ARGUMENT, a.lora_path, a.tenant);
         auto name = e.str(a.lora_name, "lora_name", true);
-        return e.ok() ? llmbus::CreateLoRAAdapter(e.b, name, a.lora_int_id, a.rank)
+        auto path = a.dynamic ? e.str(a.lora_path, "lora_path") : 0;
+        auto tenant = a.dynamic ? e.str(a.tenant, "tenant") : 0;
+        return e.ok() ? llmbus::CreateLoRAAdapter(e.b, name, a.lora_int_id, a.rank, a.dynamic, path, tenant)
                       : fb::Offset<llmbus::LoRAAdapter>(0);
       });
   if (!e.ok())
@@ -48,9 +52,14 @@ static bool read_heartbeat(Dec &d, const llmbus::Heartbeat &t, llb_heartbeat &m)
                   [](Dec &d, const llmbus::LoRAAdapter &a, llb_lora_adapter &o) {
                     o.lora_int_id = a.lora_int_id();
                     o.rank = a.rank();
+                    o.dynamic = a.dynamic();
                     if (!d.str(a.lora_name(), &o.lora_name, "lora_name", true) ||
                         !lora_check(d, LLB_STATUS_MALFORMED, o.lora_name, o.lora_int_id, 1,
-                                    "lora_name"))
+                                    "lora_name") ||
+                        !d.str(a.lora_path(), &o.lora_path, "lora_path") ||
+                        !d.str(a.tenant(), &o.tenant, "tenant") ||
+                        (o.dynamic &&
+                         !lora_dynamic_check(d, LLB_STATUS_MALFORMED, o.lora_path, o.tenant)))
                       return false;
                     return o.rank >= 1 ||
                            d.fail(LLB_STATUS_MALFORMED, "rank", "%d, must be >= 1", o.rank);

@@ -172,6 +172,8 @@ bool dec_structured_outputs(Dec &d, const llmbus::StructuredOutputs *t, llb_stru
 // Checks a lora_name (llb_lora_name_valid) and lora_int_id >= min_id, recording `bad`.
 bool lora_check(Ctx &c, llb_status bad, const llb_str &name, int32_t id, int32_t min_id,
                 const char *field);
+// Checks a dynamic adapter's lora_path and tenant (schemas/control.h llb_lora_update's rules).
+bool lora_dynamic_check(Ctx &c, llb_status bad, const llb_str &path, const llb_str &tenant);
 fb::Offset<llmbus::LoRARequest> enc_lora_request(Enc &e, const llb_lora_request &r, int32_t min_id,
                                                  const char *field);
 bool dec_lora_request(Dec &d, const llmbus::LoRARequest *t, int32_t min_id, llb_lora_request *out,

@@ -10,11 +10,39 @@ extern "C" {
 #endif
 
 /* One LoRA adapter a worker serves (control.fbs LoRAAdapter): name and id checked as
- * llb_lora_request's (id >= 1), rank >= 1. */
+ * llb_lora_request's (id >= 1), rank >= 1; a dynamic one (loaded by a LoRAUpdate) carries its
+ * path and owning tenant, checked as LoRAUpdate's. */
 struct llb_lora_adapter {
   struct llb_str lora_name;
   int32_t lora_int_id;
   int32_t rank;
+  bool dynamic;
+  struct llb_str lora_path; /* dynamic: relative to the worker's --lora-dir */
+  struct llb_str tenant;    /* dynamic: the owning tenant */
+};
+
+#define LLB_LORA_PATH_MAX 1024 /* bytes of a LoRAUpdate's lora_path */
+#define LLB_LORA_TENANT_MAX 64 /* bytes of a LoRAUpdate's tenant */
+
+enum llb_lora_update_op { LLB_LORA_UPDATE_LOAD = 0, LLB_LORA_UPDATE_UNLOAD = 1 };
+
+/* <prefix>.lora.update: load or unload a LoRA adapter on every worker (control.fbs LoRAUpdate).
+ * Checked both ways: op known; lora_name a model name; for a load, lora_path 1..LLB_LORA_PATH_MAX
+ * bytes, relative, without a ".." component or NUL, and tenant 1..LLB_LORA_TENANT_MAX letters,
+ * digits, '-' and '_'. */
+struct llb_lora_update {
+  uint16_t version;
+  int8_t op; /* enum llb_lora_update_op */
+  struct llb_str lora_name;
+  struct llb_str lora_path;
+  struct llb_str tenant;
+};
+
+/* A worker's answer to a LoRAUpdate: error.code 0 = done. */
+struct llb_lora_update_reply {
+  uint16_t version;
+  struct llb_str engine_id;
+  struct llb_error_info error;
 };
 
 struct llb_heartbeat {
@@ -91,6 +119,17 @@ llb_status llb_error_reply_encode(const struct llb_error_reply *m, uint8_t *buf,
 llb_status llb_error_reply_encode_buf(const struct llb_error_reply *m, struct llb_buf *out);
 llb_status llb_error_reply_decode(const uint8_t *buf, size_t len, struct llb_arena *arena,
                                   struct llb_error_reply *out);
+
+llb_status llb_lora_update_encode(const struct llb_lora_update *m, uint8_t *buf, size_t cap, size_t *len_out);
+llb_status llb_lora_update_encode_buf(const struct llb_lora_update *m, struct llb_buf *out);
+llb_status llb_lora_update_decode(const uint8_t *buf, size_t len, struct llb_arena *arena,
+                                  struct llb_lora_update *out);
+
+llb_status llb_lora_update_reply_encode(const struct llb_lora_update_reply *m, uint8_t *buf, size_t cap,
+                                        size_t *len_out);
+llb_status llb_lora_update_reply_encode_buf(const struct llb_lora_update_reply *m, struct llb_buf *out);
+llb_status llb_lora_update_reply_decode(const uint8_t *buf, size_t len, struct llb_arena *arena,
+                                        struct llb_lora_update_reply *out);
 
 /* Builds an ErrorReply from this thread's last error (llb_err_last()) and `status` into
  * `out`: the one-liner an actor uses to answer a bad request. */

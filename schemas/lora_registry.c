@@ -15,6 +15,8 @@ struct worker_entry {
   int32_t num;
   char names[WORKER_MAX_LORAS][LLB_LORA_NAME_MAX + 1];
   int32_t ids[WORKER_MAX_LORAS];
+  char owners[WORKER_MAX_LORAS][LLB_LORA_TENANT_MAX + 1]; /* a dynamic adapter's tenant; "" = --lora-modules */
+  char paths[WORKER_MAX_LORAS][LLB_LORA_PATH_MAX + 1];    /* a dynamic adapter's lora_path */
 };
 
 struct restriction {
@@ -88,13 +90,20 @@ void lora_registry_on_heartbeat(struct lora_registry *r, const struct llb_heartb
   for (int32_t i = 0; i < hb->num_lora_adapters && w->num < WORKER_MAX_LORAS; i++) {
     const struct llb_lora_adapter *a = &hb->lora_adapters[i];
     snprintf(w->names[w->num], sizeof w->names[0], "%.*s", (int)a->lora_name.len, a->lora_name.data);
+    snprintf(w->owners[w->num], sizeof w->owners[0], "%.*s", a->dynamic ? (int)a->tenant.len : 0,
+             a->dynamic ? a->tenant.data : "");
+    snprintf(w->paths[w->num], sizeof w->paths[0], "%.*s", a->dynamic ? (int)a->lora_path.len : 0,
+             a->dynamic ? a->lora_path.data : "");
     w->ids[w->num++] = a->lora_int_id;
   }
   pthread_mutex_unlock(&r->mu);
 }
 
-/* Under r->mu: may `tenant` use `name`? Listed for no tenant, or listed for it. */
-static bool allowed(const struct lora_registry *r, const char *name, const char *tenant) {
+/* Under r->mu: may `tenant` use adapter `name` of owner `owner` ("" = --lora-modules)? Loaded at
+ * run time by a tenant other than the default one: that tenant only. Else listed for no tenant in
+ * the tenants file, or listed for it. */
+static bool allowed(const struct lora_registry *r, const char *name, const char *owner, const char *tenant) {
+  if (owner[0] && strcmp(owner, LORA_REGISTRY_OPEN_TENANT) != 0) return tenant && strcmp(owner, tenant) == 0;
   bool listed = false;
   for (int32_t i = 0; i < r->num_restrictions; i++) {
     if (strcmp(r->restrictions[i].lora, name) != 0) continue;
@@ -111,9 +120,9 @@ int32_t lora_registry_lookup(struct lora_registry *r, const char *name, const ch
     const struct worker_entry *w = &r->workers[i];
     if (now_ns - w->seen_ns > r->ttl_ns) continue;
     for (int32_t k = 0; k < w->num && !id; k++)
-      if (strcmp(w->names[k], name) == 0) id = w->ids[k];
+      if (strcmp(w->names[k], name) == 0) id = allowed(r, name, w->owners[k], tenant) ? w->ids[k] : -1;
   }
-  if (id && !allowed(r, name, tenant)) id = 0;
+  if (id < 0) id = 0;
   pthread_mutex_unlock(&r->mu);
   return id;
 }
@@ -130,10 +139,57 @@ int32_t lora_registry_list(struct lora_registry *r, const char *tenant, int64_t 
     for (int32_t k = 0; k < w->num && n < cap; k++) {
       bool dup = false;
       for (int32_t j = 0; j < n && !dup; j++) dup = strcmp(names[j], w->names[k]) == 0;
-      if (!dup && allowed(r, w->names[k], tenant)) snprintf(names[n++], sizeof names[0], "%s", w->names[k]);
+      if (!dup && allowed(r, w->names[k], w->owners[k], tenant)) snprintf(names[n++], sizeof names[0], "%s", w->names[k]);
     }
   }
   pthread_mutex_unlock(&r->mu);
   qsort(names, (size_t)n, sizeof names[0], by_name);
+  return n;
+}
+
+int32_t lora_registry_num_workers(struct lora_registry *r, int64_t now_ns, int64_t window_ns) {
+  int32_t n = 0;
+  pthread_mutex_lock(&r->mu);
+  const int64_t w = window_ns > 0 && window_ns < r->ttl_ns ? window_ns : r->ttl_ns;
+  for (int32_t i = 0; i < r->num_workers; i++) n += now_ns - r->workers[i].seen_ns <= w;
+  pthread_mutex_unlock(&r->mu);
+  return n;
+}
+
+int32_t lora_registry_dynamic(struct lora_registry *r, int64_t now_ns, struct lora_registry_dynamic *out, int32_t cap) {
+  int32_t n = 0;
+  pthread_mutex_lock(&r->mu);
+  for (int32_t i = 0; i < r->num_workers; i++) {
+    const struct worker_entry *w = &r->workers[i];
+    if (now_ns - w->seen_ns > r->ttl_ns) continue;
+    for (int32_t k = 0; k < w->num && n < cap; k++) {
+      if (!w->owners[k][0]) continue;
+      bool dup = false;
+      for (int32_t j = 0; j < n && !dup; j++) dup = strcmp(out[j].name, w->names[k]) == 0;
+      if (dup) continue;
+      snprintf(out[n].name, sizeof out[n].name, "%s", w->names[k]);
+      snprintf(out[n].path, sizeof out[n].path, "%s", w->paths[k]);
+      snprintf(out[n].tenant, sizeof out[n].tenant, "%s", w->owners[k]);
+      n++;
+    }
+  }
+  pthread_mutex_unlock(&r->mu);
+  return n;
+}
+
+int32_t lora_registry_served_by(struct lora_registry *r, const char *name, int64_t now_ns, char *owner, size_t cap) {
+  int32_t n = 0;
+  if (cap) owner[0] = '\0';
+  pthread_mutex_lock(&r->mu);
+  for (int32_t i = 0; i < r->num_workers; i++) {
+    const struct worker_entry *w = &r->workers[i];
+    if (now_ns - w->seen_ns > r->ttl_ns) continue;
+    for (int32_t k = 0; k < w->num; k++)
+      if (strcmp(w->names[k], name) == 0) {
+        if (!n && cap) snprintf(owner, cap, "%s", w->owners[k]);
+        n++;
+      }
+  }
+  pthread_mutex_unlock(&r->mu);
   return n;
 }

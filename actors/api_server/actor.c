@@ -29,6 +29,7 @@
 #include "actors/api_server/api_cors.h"
 #include "actors/api_server/api_images.h"
 #include "actors/api_server/api_keys.h"
+#include "actors/api_server/api_lora_admin.h"
 #include "actors/api_server/api_metrics.h"
 #include "actors/api_server/api_resend.h"
 #include "actors/api_server/api_responses.h"
@@ -78,6 +79,7 @@ struct api_server_actor {
   atomic_int_fast64_t inflight;
   struct api_peer_beats *peers;   /* engine stats, heartbeats: /health, restarts seen */
   struct llb_metrics_merge *merge; /* the engine actors' metrics, merged into /metrics */
+  struct api_lora_admin *lora_admin; /* --lora-dir: the LoRA load/unload routes, else NULL */
 };
 
 /* The sampling seed of a request that gives none: from the --seed generator (splitmix64 of the
@@ -637,7 +639,8 @@ static void on_request(struct evhttp_request *req, void *arg) {
   } routes[] = {{"/v1/completions", true}, {"/v1/chat/completions", true}, {"/v1/models", false},
                 {"/health", false},        {"/metrics", false},            {"/tokenize", true},
                 {"/detokenize", true},     {"/version", false},            {"/v1/models/", false},
-                {"/v1/embeddings", true},  {"/v1/responses", true}};
+                {"/v1/embeddings", true},  {"/v1/responses", true},        {"/v1/load_lora_adapter", true},
+                {"/v1/unload_lora_adapter", true}};
   api_http_echo_request_id(req);
   if (!api_http_cors(&a->cors, req, method)) return; /* a preflight, answered before authentication */
   const char *tenant = a->tenant;
@@ -656,6 +659,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     route = 8;
     model_id = path + 11;
   }
+  if (route >= 11 && !a->lora_admin) route = -1; /* without --lora-dir, as vLLM without runtime updating */
   if (route < 0) {
     api_error_set(&e, 404, NULL, "no route %.200s", path);
     api_http_send_error(a->metrics, req, &e);
@@ -683,6 +687,8 @@ static void on_request(struct evhttp_request *req, void *arg) {
     case 7: api_route_version(req); break;
     case 9: handle_generate(a, req, API_ENDPOINT_EMBEDDINGS, NULL, tenant); break;
     case 10: handle_generate(a, req, API_ENDPOINT_RESPONSES, NULL, tenant); break;
+    case 11:
+    case 12: api_lora_admin_route(a->lora_admin, req, route == 11, tenant); break;
     default:
       if (!route_lora_card(a, req, model_id, tenant)) handle_generate(a, req, API_ENDPOINT_MODEL_INFO, model_id, tenant);
       break;
@@ -720,6 +726,7 @@ static llb_status make_refused_response(struct api_server_actor *a) {
 static void loop_setup(struct api_loop_call *lc, void *arg) {
   struct api_server_actor *a = arg;
   llb_status st = api_inbox_bind(a->inbox, a->base);
+  if (st == LLB_STATUS_OK && a->lora_admin) st = api_lora_admin_bind(a->lora_admin, a->base);
   if (st != LLB_STATUS_OK) {
     api_loop_call_done(lc, st);
     return;
@@ -745,6 +752,7 @@ static void loop_free_http(evutil_socket_t fd, short what, void *arg) {
   api_http_listener_destroy(a->listener);
   a->listener = NULL;
   api_inbox_unbind(a->inbox);
+  api_lora_admin_unbind(a->lora_admin);
   api_loop_call_done(a->loop, LLB_STATUS_OK);
 }
 
@@ -826,6 +834,10 @@ llb_status api_server_actor_create(const struct api_server_actor_options *o,
   if (st == LLB_STATUS_OK)
     st = api_peer_beats_create(o->health_actors ? o->health_actors : API_ACTOR_DEFAULT_HEALTH_ACTORS,
                                a->o.health_window_ms, a->metrics, &a->peers);
+  if (st == LLB_STATUS_OK && o->lora_dir && !o->loras)
+    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: --lora-dir needs the LoRA registry");
+  if (st == LLB_STATUS_OK && o->lora_dir) st = api_lora_admin_create(o->lora_dir, o->loras, a->o.health_window_ms, a->metrics,
+                                                           &a->lora_admin);
   if (st != LLB_STATUS_OK) {
     api_server_actor_destroy(a);
     return st;
@@ -864,6 +876,7 @@ llb_status api_server_actor_start(struct api_server_actor *a, struct bus *bus) {
   a->resend = (struct api_resend_ctx){.bus = bus, .inbox = a->inbox_subject, .table = a->subs};
   char generate[BUS_SUBJECT_MAX], subj[BUS_SUBJECT_MAX];
   llb_status st = make_subjects(a, generate, sizeof generate);
+  if (st == LLB_STATUS_OK && a->lora_admin) st = api_lora_admin_start(a->lora_admin, bus);
   if (st == LLB_STATUS_OK) st = api_loop_call_run(a->loop, a->base, loop_setup, a);
   if (st != LLB_STATUS_OK) return st;
   st = bus_pattern_replies(a->inbox_subject, subj, sizeof subj);
@@ -896,6 +909,7 @@ void api_server_actor_stop(struct api_server_actor *a) {
 void api_server_actor_destroy(struct api_server_actor *a) {
   if (!a) return;
   api_inbox_destroy(a->inbox);
+  api_lora_admin_destroy(a->lora_admin);
   api_sub_table_destroy(a->subs);
   llb_arena_destroy(&a->arena);
   llb_buf_free(&a->enc);

@@ -9,12 +9,10 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#include <linux/openat2.h>
-
 #include "actors/api_server/api_embeds.h"
+#include "base/open_beneath.h"
 #include "model/vision/image.h"
 
 #define BAD(param, ...) api_error_bad(err, (param), __VA_ARGS__)
@@ -62,15 +60,6 @@ static llb_status read_data_url(const char *url, size_t n, const char *param, ui
   return LLB_STATUS_OK;
 }
 
-/* Opens rel under the directory dirfd for reading, never leaving it and following no symbolic
- * link on the way (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, Linux
- * 5.6), without blocking on a FIFO or a device (O_NONBLOCK). -1 with errno otherwise. */
-static int open_beneath(int dirfd, const char *rel) {
-  struct open_how how = {.flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
-                         .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-  return (int)syscall(SYS_openat2, dirfd, rel, &how, sizeof how);
-}
-
 /* Reads the regular file fd (at most API_MAX_IMAGE_BYTES) into *data. */
 static llb_status read_regular(int fd, const char *param, uint8_t **data, size_t *len, struct api_error *err) {
   struct stat sb;
@@ -107,7 +96,7 @@ static llb_status read_file_url(const char *url, const char *param, const char *
   if (!root && (strncmp(path, dir, dl) != 0 || path[dl] != '/'))
     return BAD(param, "'%s': " API_LOCAL_MEDIA_NOT_FOUND, param);
   int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  int fd = dfd >= 0 && rel[0] ? open_beneath(dfd, rel) : -1;
+  int fd = dfd >= 0 && rel[0] ? llb_open_beneath(dfd, rel) : -1;
   const int open_errno = errno;
   if (dfd >= 0) close(dfd);
   if (fd < 0 && open_errno == ENOSYS)

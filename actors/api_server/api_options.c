@@ -103,6 +103,7 @@ llb_status api_server_config_init(struct api_server_config *c, const struct api_
       .cors_allowed_headers = f->allowed_headers,
       .cors_allow_credentials = f->allow_credentials,
       .allowed_local_media_path = f->allowed_local_media_path,
+      .lora_dir = f->lora_dir && f->lora_dir[0] ? f->lora_dir : NULL,
   };
   return LLB_STATUS_OK;
 }

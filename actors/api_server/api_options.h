@@ -67,6 +67,9 @@ struct api_server_actor_options {
                                       hears; a request's `model` may name one its tenant may use
                                       (chat, completions, responses), /v1/models lists them. NULL =
                                       none. Borrowed: outlives the actor */
+  const char *lora_dir;            /* the workers' --lora-dir: POST /v1/load_lora_adapter and
+                                      /v1/unload_lora_adapter (api_lora_admin.h; needs loras);
+                                      NULL = those routes are 404 */
 };
 
 /* llmbus-api-server's own flags as given (cmd/api_server_main.c holds their defaults and
@@ -95,6 +98,7 @@ struct api_server_flags {
   const char *allowed_origins, *allowed_methods, *allowed_headers; /* CORS (api_cors.h) */
   bool allow_credentials;
   const char *allowed_local_media_path; /* file:// image URLs under it (api_images.h) */
+  const char *lora_dir;          /* --lora-dir: the workers'; enables the LoRA load/unload routes */
 };
 
 /* The flags made into the actor's options. Holds pointers into itself: do not copy or move

@@ -4,6 +4,7 @@
 #include "model/forward/lora.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -21,6 +22,8 @@
 #include "model/structured/structured_output.h"
 #include "model/tokenizer/tokenizer.h"
 #include "base/metrics.h"
+#include "bus/subject.h"
+#include "schemas/control.h"
 #include "schemas/model_runner_output.h"
 #include "schemas/scheduler_output.h"
 
@@ -31,7 +34,17 @@ struct gpu_worker_actor {
   struct gguf_file *file;
   struct llama_model *model;
   struct model_runner *runner;
-  struct lora_adapters loras;   /* --lora-modules, borrowed by the runner */
+  struct lora_adapters loras;   /* --lora-modules and run-time ones, borrowed by the runner; lora_mu */
+  pthread_mutex_t lora_mu;      /* guards loras and loras_changed (update handler, heartbeat, execute) */
+  bool loras_changed;           /* the runner has not taken the set yet (on_execute does) */
+  bool lora_on;                 /* --lora-modules given or --lora-dir: the runner has LoRA scratch */
+  char *lora_dir;               /* --lora-dir, or NULL */
+  int32_t max_lora_rank;
+  char lora_subject[BUS_SUBJECT_MAX];
+  struct bus_sub *lora_sub;     /* <prefix>.lora.update, or NULL */
+  struct llb_arena lora_arena;  /* the update handler's decoded LoRAUpdate */
+  struct llb_buf lora_reply;    /* its encoded LoRAUpdateReply */
+  atomic_uint_fast64_t lora_updates, lora_update_errors;
   struct clip_model *clip; /* --mmproj: the image encoder, or NULL */
   /* used only on the execute subscription's delivery thread */
   struct llb_arena arena; /* decoded SchedulerOutput, reset per message */
@@ -160,13 +173,21 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
   if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "gpu_worker actor");
   snprintf(a->engine_id, sizeof(a->engine_id), "%s", eid);
   llb_arena_init(&a->arena, NULL, 0);
+  llb_arena_init(&a->lora_arena, NULL, 0);
+  pthread_mutex_init(&a->lora_mu, NULL);
   const bool cuda = o->device == MODEL_RUNNER_DEVICE_CUDA, sim = o->device == MODEL_RUNNER_DEVICE_SIM;
   llb_status st = model_runner_device_check(o->device); /* before reading a byte of the model */
   if (st) goto fail;
   const int nloras = o->lora_modules ? o->lora_modules->num : 0;
-  if (nloras && o->device != MODEL_RUNNER_DEVICE_CPU) {
-    st = LLB_ERRF(LLB_STATUS_UNSUPPORTED, "gpu_worker: LoRA adapters (--lora-modules) run on --device cpu only, not %s",
-                  model_runner_device_name(o->device));
+  a->lora_on = nloras || (o->lora_dir && o->lora_dir[0]);
+  a->max_lora_rank = o->max_lora_rank;
+  if (a->lora_on && o->device != MODEL_RUNNER_DEVICE_CPU) {
+    st = LLB_ERRF(LLB_STATUS_UNSUPPORTED, "gpu_worker: LoRA adapters (--lora-modules, --lora-dir) run on --device "
+                  "cpu only, not %s", model_runner_device_name(o->device));
+    goto fail;
+  }
+  if (o->lora_dir && o->lora_dir[0] && !(a->lora_dir = strdup(o->lora_dir))) {
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "--lora-dir");
     goto fail;
   }
   if ((st = gguf_open(o->model_path, &a->file))) goto fail;
@@ -181,7 +202,7 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
                                           .gguf = a->file, .matmul = o->matmul,
                                           .packed_cache_dir = o->packed_cache_dir, .spec = o->spec,
                                           .max_model_len = o->max_model_len, .sim_cost = o->sim_cost,
-                                          .max_lora_rank = nloras ? o->max_lora_rank : 0};
+                                          .max_lora_rank = a->lora_on ? o->max_lora_rank : 0};
   if ((st = model_runner_create(a->model, &cfg, &a->runner))) goto fail;
   if (nloras && (st = load_loras(a, o))) goto fail;
   if (sim) log_sim_cost(o->sim_cost); /* structured output is refused there: no logits to mask */
@@ -214,15 +235,28 @@ fail:
   return st;
 }
 
-const struct llb_lora_adapter *gpu_worker_actor_lora_adapters(const struct gpu_worker_actor *a, int32_t *num) {
+const struct llb_lora_adapter *gpu_worker_actor_loras_lock(void *actor, int32_t *num) {
+  struct gpu_worker_actor *a = actor;
+  pthread_mutex_lock(&a->lora_mu);
   *num = a->loras.num;
   return a->loras.beat;
 }
+
+void gpu_worker_actor_loras_unlock(void *actor) {
+  struct gpu_worker_actor *a = actor;
+  pthread_mutex_unlock(&a->lora_mu);
+}
+
+bool gpu_worker_actor_serves_loras(const struct gpu_worker_actor *a) { return a->lora_on; }
 
 void gpu_worker_actor_destroy(struct gpu_worker_actor *a) {
   if (!a) return;
   model_runner_destroy(a->runner);
   lora_adapters_free(&a->loras); /* after the runner that borrowed them */
+  free(a->lora_dir);
+  llb_arena_destroy(&a->lora_arena);
+  llb_buf_free(&a->lora_reply);
+  pthread_mutex_destroy(&a->lora_mu);
   clip_model_destroy(a->clip);
   llama_model_destroy(a->model);
   gguf_close(a->file);
@@ -301,6 +335,32 @@ static void record_execute_spans(struct bus *bus, const struct llb_scheduler_out
   }
 }
 
+static bool runner_holds(void *runner, const struct llama_lora *adapter) {
+  return model_runner_lora_in_use(runner, adapter);
+}
+
+/* Before a step (execute thread): the runner takes a set that changed since the last step. */
+static void take_loras(struct gpu_worker_actor *a) {
+  pthread_mutex_lock(&a->lora_mu);
+  if (a->loras_changed) {
+    llb_status st = model_runner_set_loras(a->runner, a->loras.ids, (const struct llama_lora *const *)a->loras.adapters,
+                                           a->loras.num);
+    if (st) { /* checked when loaded: cannot happen; the runner keeps the old set */
+      char q[400];
+      LLB_LOG_ERROR("lora_set_failed", "error=%s", llb_log_quote(q, sizeof q, llb_err_last()));
+    }
+    a->loras_changed = st != LLB_STATUS_OK;
+  }
+  pthread_mutex_unlock(&a->lora_mu);
+}
+
+/* After a step (execute thread): unloaded adapters no request of the runner holds are freed. */
+static void reap_loras(struct gpu_worker_actor *a) {
+  pthread_mutex_lock(&a->lora_mu);
+  if (a->loras.num_retired && !a->loras_changed) lora_adapters_reap(&a->loras, runner_holds, a->runner);
+  pthread_mutex_unlock(&a->lora_mu);
+}
+
 static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
   const int64_t start_unix_ns = llb_wall_ns();
   struct gpu_worker_actor *a = user;
@@ -324,10 +384,12 @@ static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
     send_reply(a, bus, msg, &e);
     return;
   }
+  if (a->lora_on) take_loras(a);
   const int64_t t0 = llb_now_ns();
   struct llb_model_runner_output out;
   st = model_runner_execute(a->runner, &so, &out);
   const int64_t t1 = llb_now_ns();
+  if (a->lora_on) reap_loras(a);
   if (st) {
     atomic_fetch_add(&a->step_errors, 1);
     LLB_LOG_WARN("gpu_worker_step_error", "step=%llu code=%s field=%s err=\"%s\"", (unsigned long long)so.step,
@@ -354,6 +416,67 @@ static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
   if (sub && bus_sub_pending(sub) == 0) model_runner_idle(a->runner);
 }
 
+/* Answers a LoRAUpdate with the engine id and st's error (OK: done). */
+static void send_lora_reply(struct gpu_worker_actor *a, struct bus *bus, const struct bus_msg *msg, llb_status st) {
+  char text[512];
+  snprintf(text, sizeof text, "%s", st ? llb_err_last() : "");
+  const struct llb_lora_update_reply r = {
+      .version = LLB_SCHEMA_VERSION, .engine_id = llb_str_c(a->engine_id),
+      .error = {.code = (int32_t)st, .message = llb_str_c(text), .field = llb_str_c("")}};
+  if (llb_lora_update_reply_encode_buf(&r, &a->lora_reply) ||
+      bus_respond(bus, msg, a->lora_reply.data, a->lora_reply.len, NULL)) {
+    char q[400];
+    LLB_LOG_ERROR("lora_update_reply", "error=%s", llb_log_quote(q, sizeof q, llb_err_last()));
+  }
+}
+
+/* Loads or unloads one adapter (LoRAUpdate); the runner takes the set before its next step. */
+static llb_status apply_lora_update(struct gpu_worker_actor *a, const struct llb_lora_update *u) {
+  char name[LLB_LORA_NAME_MAX + 1], path[LLB_LORA_PATH_MAX + 1], tenant[LLB_LORA_TENANT_MAX + 1];
+  snprintf(name, sizeof name, "%.*s", (int)u->lora_name.len, u->lora_name.data);
+  snprintf(path, sizeof path, "%.*s", (int)u->lora_path.len, u->lora_path.data);
+  snprintf(tenant, sizeof tenant, "%.*s", (int)u->tenant.len, u->tenant.data);
+  if (u->op == LLB_LORA_UPDATE_LOAD && !a->lora_dir)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "this worker loads no LoRA adapters at run time (no --lora-dir)");
+  pthread_mutex_lock(&a->lora_mu); /* a file read under the lock: adapters are small and loads rare */
+  llb_status st = u->op == LLB_LORA_UPDATE_LOAD
+                      ? lora_adapters_add(&a->loras, name, a->lora_dir, path, tenant, a->model, a->max_lora_rank)
+                      : lora_adapters_remove(&a->loras, name);
+  if (!st) a->loras_changed = true;
+  const int32_t num = a->loras.num;
+  pthread_mutex_unlock(&a->lora_mu);
+  char q[400];
+  if (st) LLB_LOG_WARN("lora_update_refused", "op=%d name=%s error=%s", u->op, name,
+                       llb_log_quote(q, sizeof q, llb_err_last()));
+  else LLB_LOG_INFO(u->op == LLB_LORA_UPDATE_LOAD ? "lora_adapter_loaded" : "lora_adapter_unloaded",
+                    "name=%s path=%s tenant=%s adapters=%d", name, path, tenant, num);
+  return st;
+}
+
+static void on_lora_update(struct bus *bus, const struct bus_msg *msg, void *user) {
+  struct gpu_worker_actor *a = user;
+  if (!msg->reply) {
+    atomic_fetch_add(&a->no_reply, 1);
+    LLB_LOG_WARN("gpu_worker_no_reply", "subject=%s bytes=%zu: a LoRAUpdate needs a reply subject", msg->subject,
+                 msg->len);
+    return;
+  }
+  llb_arena_reset(&a->lora_arena);
+  struct llb_lora_update u;
+  llb_status st = llb_lora_update_decode(msg->data, msg->len, &a->lora_arena, &u);
+  if (st) {
+    atomic_fetch_add(&a->malformed, 1);
+    char q[400];
+    LLB_LOG_WARN("gpu_worker_malformed", "subject=%s bytes=%zu error=%s", msg->subject, msg->len,
+                 llb_log_quote(q, sizeof q, llb_err_last()));
+  } else {
+    st = apply_lora_update(a, &u);
+  }
+  atomic_fetch_add(st ? &a->lora_update_errors : &a->lora_updates, 1);
+  if (!st) (void)bus_heartbeat_now(bus); /* the front doors learn the new set before the answer */
+  send_lora_reply(a, bus, msg, st);
+}
+
 llb_status gpu_worker_actor_start(struct gpu_worker_actor *a, struct bus *bus) {
   llb_status st = bus_subject_engine(bus_prefix(bus), a->engine_id, "execute", a->execute_subject,
                                      sizeof(a->execute_subject));
@@ -362,11 +485,17 @@ llb_status gpu_worker_actor_start(struct gpu_worker_actor *a, struct bus *bus) {
   if (st) return st;
   atomic_store(&a->execute_sub, sub);
   LLB_LOG_INFO("gpu_worker_subscribed", "execute=%s", a->execute_subject);
-  return LLB_STATUS_OK;
+  if (!a->lora_dir) return LLB_STATUS_OK;
+  st = bus_subject_lora_update(bus_prefix(bus), a->lora_subject, sizeof a->lora_subject);
+  if (!st) st = bus_subscribe(bus, a->lora_subject, NULL, on_lora_update, a, &a->lora_sub);
+  if (!st) LLB_LOG_INFO("gpu_worker_subscribed", "lora_update=%s", a->lora_subject);
+  return st;
 }
 
 void gpu_worker_actor_stop(struct gpu_worker_actor *a) {
   if (!a) return;
   struct bus_sub *sub = atomic_exchange(&a->execute_sub, NULL);
   if (sub) (void)bus_unsubscribe(sub); /* fails only when the drain already ended it */
+  if (a->lora_sub) (void)bus_unsubscribe(a->lora_sub);
+  a->lora_sub = NULL;
 }

@@ -14,6 +14,7 @@
 #ifndef LLB_ACTORS_GPU_WORKER_ACTOR_H
 #define LLB_ACTORS_GPU_WORKER_ACTOR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "actors/gpu_worker/lora_adapters.h"
@@ -47,6 +48,8 @@ struct gpu_worker_actor_options {
                                      each loaded and checked against the model at create (cpu
                                      only); NULL or none = the base model only */
   int32_t max_lora_rank;          /* vLLM's --max-lora-rank: adapters of higher rank are refused */
+  const char *lora_dir;           /* --lora-dir: LoRAUpdate loads adapters from files beneath it at run
+                                     time (<prefix>.lora.update; cpu only); NULL/"" = none */
   const char *step_log_path;      /* NULL/"" = none; else each step that ran a batch appends one JSON
                                      line: its shape (model_runner_last_step_shape) and the seconds
                                      model_runner_execute took (llmbus-kernel-bench --fit-steps) */
@@ -64,9 +67,15 @@ struct gpu_worker_actor_stats {
 
 struct gpu_worker_actor;
 
-/* The adapters the worker serves ([*num] name, lora_int_id, rank; valid while the actor lives):
- * what its Heartbeat announces (Heartbeat.lora_adapters). */
-const struct llb_lora_adapter *gpu_worker_actor_lora_adapters(const struct gpu_worker_actor *a, int32_t *num);
+/* The adapters the worker serves ([*num] name, lora_int_id, rank; a run-time one dynamic with its
+ * path and owner): what its Heartbeat announces (Heartbeat.lora_adapters). Locks the set: the list
+ * is valid until gpu_worker_actor_loras_unlock, which must follow (no other call between). The
+ * void * forms are actor_main_set_lora_source's. */
+const struct llb_lora_adapter *gpu_worker_actor_loras_lock(void *actor, int32_t *num);
+void gpu_worker_actor_loras_unlock(void *actor);
+
+/* Whether the worker takes LoRAUpdates (created with a --lora-dir) or serves --lora-modules. */
+bool gpu_worker_actor_serves_loras(const struct gpu_worker_actor *a);
 
 
 /* Opens o->model_path, loads the model and creates the model runner on o->device (KV cache
@@ -79,8 +88,12 @@ const struct llb_lora_adapter *gpu_worker_actor_lora_adapters(const struct gpu_w
  * *out: gpu_worker_actor_destroy(). */
 llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, struct gpu_worker_actor **out);
 
-/* Subscribes the execute handler on `bus` (borrowed; destroy the bus before the actor).
- * Errors: those of bus_subscribe and bus_subject_engine. */
+/* Subscribes the execute handler on `bus` (borrowed; destroy the bus before the actor), and with
+ * a --lora-dir the LoRAUpdate handler on <prefix>.lora.update (every worker, no queue group): a
+ * load or unload (lora_adapters_add / _remove, the same checks as --lora-modules at start)
+ * answered with a LoRAUpdateReply naming the engine; the runner takes the new set before its
+ * next step, requests admitted with an unloaded adapter finish with it, and a heartbeat goes out
+ * at once. Errors: those of bus_subscribe and bus_subject_engine. */
 llb_status gpu_worker_actor_start(struct gpu_worker_actor *a, struct bus *bus);
 
 /* Stops taking steps: unsubscribes the execute handler (a step being run still gets its

@@ -198,12 +198,18 @@ llb_status model_runner_set_structured_vocab(struct model_runner *r, struct so_v
  * the runner) for a NewRequestData whose lora_request.lora_int_id is ids[i]. A new request
  * naming an id not among them fails alone (NOT_FOUND, blamed on it: failed_req_id), never the
  * step; its rows run with its adapter (llama_batch.seq_loras). CPU only, created with
- * max_lora_rank >= every adapter's rank. Replaces the previous set; call before the first
- * execute. Errors: UNSUPPORTED (not the CPU device), INVALID_ARGUMENT (an id < 1 or repeated, a
+ * max_lora_rank >= every adapter's rank. Replaces the previous set, before the first execute or
+ * between two (on the thread that calls execute): a request admitted before keeps the adapter it
+ * was admitted with until it ends, so an adapter left out stays borrowed while
+ * model_runner_lora_in_use says so. Errors: UNSUPPORTED (not the CPU device), INVALID_ARGUMENT (an id < 1 or repeated, a
  * rank over max_lora_rank), OUT_OF_MEMORY. */
 struct llama_lora;
 llb_status model_runner_set_loras(struct model_runner *r, const int32_t *ids, const struct llama_lora *const *adapters,
                                   int32_t n);
+
+/* Whether a live request of r (admitted and neither finished nor preempted) runs with `adapter`:
+ * an adapter unloaded at run time is freed only once this is false. */
+bool model_runner_lora_in_use(const struct model_runner *r, const struct llama_lora *adapter);
 
 /* The token ids of reasoning parser p's markers (runner_so_set_reasoning_markers); after
  * model_runner_set_structured_vocab. */

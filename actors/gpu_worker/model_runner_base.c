@@ -74,6 +74,12 @@ void mr_blame(struct model_runner *r, const char *id, size_t len) {
   snprintf(r->err_req_id, sizeof(r->err_req_id), "%.*s", (int)(len < 255 ? len : 255), id ? id : "");
 }
 
+bool model_runner_lora_in_use(const struct model_runner *r, const struct llama_lora *adapter) {
+  for (int32_t i = 0; i < r->num_rows; i++)
+    if (r->rows[i]->lora == adapter) return true;
+  return false;
+}
+
 const struct llama_lora *mr_find_lora(const struct model_runner *r, int32_t id) {
   for (int32_t i = 0; i < r->num_loras; i++)
     if (r->lora_ids[i] == id) return r->loras[i];

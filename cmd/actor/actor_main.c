@@ -24,7 +24,8 @@
 #define ACTOR_MAIN_EXIT_FAILURE 1
 #define ACTOR_MAIN_EXIT_USAGE 2
 
-#define HEARTBEAT_CAP_BYTES 16384 /* a worker announcing LORA adapters: up to 32 names of <= 128 bytes */
+#define HEARTBEAT_CAP_BYTES 65536 /* a worker announcing LoRA adapters: up to 32, each a name of <= 128 bytes
+                                     and, loaded at run time, a path of <= 1024 and a tenant of <= 64 */
 /* Bound on waiting for the NATS client's own threads to end before the process exits. */
 #define ACTOR_MAIN_SHUTDOWN_WAIT_MS 5000
 
@@ -110,6 +111,8 @@ static void geometry_watch_free(struct geometry_watch *w);
 /* Runs on the bus loop thread: encode one Heartbeat, never block. */
 static llb_status heartbeat_fill(void *user, uint8_t *buf, size_t cap, size_t *len) {
   struct actor_main *am = user;
+  int32_t num_loras = 0;
+  const struct llb_lora_adapter *loras = am->lora_lock ? am->lora_lock(am->lora_user, &num_loras) : NULL;
   struct llb_heartbeat hb = {
       .version = LLB_SCHEMA_VERSION,
       .actor = llb_str_c(am->spec->actor),
@@ -124,10 +127,12 @@ static llb_status heartbeat_fill(void *user, uint8_t *buf, size_t cap, size_t *l
       .engine_id = llb_str_c(am->common.engine_id),
       .num_gpu_blocks = atomic_load(&am->kv_num_blocks),
       .block_size = atomic_load(&am->kv_block_size),
-      .lora_adapters = am->lora_adapters,
-      .num_lora_adapters = am->num_lora_adapters,
+      .lora_adapters = loras,
+      .num_lora_adapters = num_loras,
   };
-  return llb_heartbeat_encode(&hb, buf, cap, len);
+  const llb_status st = llb_heartbeat_encode(&hb, buf, cap, len);
+  if (am->lora_lock) am->lora_unlock(am->lora_user);
+  return st;
 }
 
 static void init_common(struct actor_main *am) {
@@ -391,9 +396,12 @@ void actor_main_set_inflight(struct actor_main *am, int32_t inflight) {
   atomic_store(&am->inflight, inflight);
 }
 
-void actor_main_set_lora_adapters(struct actor_main *am, const struct llb_lora_adapter *adapters, int32_t num) {
-  am->lora_adapters = adapters;
-  am->num_lora_adapters = num;
+void actor_main_set_lora_source(struct actor_main *am,
+                                 const struct llb_lora_adapter *(*lock)(void *user, int32_t *num),
+                                 void (*unlock)(void *user), void *user) {
+  am->lora_unlock = unlock;
+  am->lora_user = user;
+  am->lora_lock = lock;
 }
 
 void actor_main_set_kv_geometry(struct actor_main *am, int32_t num_blocks, int32_t block_size) {

@@ -91,9 +91,11 @@ struct actor_main {
   atomic_uint_fast64_t heartbeat_seq;
   atomic_int kv_num_blocks;   /* Heartbeat.num_gpu_blocks (gpu_worker); 0 = not announced */
   atomic_int kv_block_size;   /* Heartbeat.block_size (gpu_worker) */
-  const struct llb_lora_adapter *lora_adapters; /* Heartbeat.lora_adapters [num_lora_adapters]
-                                 (gpu_worker), borrowed; set in start, before the first beat */
-  int32_t num_lora_adapters;
+  /* Heartbeat.lora_adapters (gpu_worker; actor_main_set_lora_source): lock gives the list, unlock
+     ends its use; set in start, before the first beat; NULL = none */
+  const struct llb_lora_adapter *(*lora_lock)(void *user, int32_t *num);
+  void (*lora_unlock)(void *user);
+  void *lora_user;
   atomic_bool fail_exit;      /* the actor stopped itself for a reason that needs a restart: exit 1 */
   struct geometry_watch *geometry_watch; /* actor_main_wait_kv_geometry's watch, freed at exit */
   atomic_int_fast64_t hello_answered_ns; /* actor_main_answer_hellos: the last answer */
@@ -149,10 +151,14 @@ void actor_main_set_inflight(struct actor_main *am, int32_t inflight);
  * engine take it from here (actor_main_wait_kv_geometry). */
 void actor_main_set_kv_geometry(struct actor_main *am, int32_t num_blocks, int32_t block_size);
 
-/* The LoRA adapters every heartbeat announces (gpu_worker: its --lora-modules; borrowed, must
- * live until the actor exits). Call from the start hook: heartbeats start after it. */
+/* The LoRA adapters every heartbeat announces (gpu_worker: its --lora-modules and those loaded at
+ * run time), read at each beat: lock(user, &num) returns the list ([num], valid until
+ * unlock(user)), which the beat encodes, then unlock(user). The set may change between beats.
+ * Call from the start hook: heartbeats start after it. */
 struct llb_lora_adapter;
-void actor_main_set_lora_adapters(struct actor_main *am, const struct llb_lora_adapter *adapters, int32_t num);
+void actor_main_set_lora_source(struct actor_main *am,
+                                 const struct llb_lora_adapter *(*lock)(void *user, int32_t *num),
+                                 void (*unlock)(void *user), void *user);
 
 /* Blocks until a ready gpu_worker of this engine (same prefix and --engine-id) announces its
  * KV geometry in a heartbeat on <prefix>.engine.<eid>.health.gpu_worker, at most timeout_ms; sets

@@ -121,6 +121,9 @@ static const struct {
     {"lora-modules", NULL, 0, FLAG_KIND_LIST, A_WORKER,
      "LoRA adapters, each name=path (a llama.cpp GGUF LoRA) or vLLM's JSON {\"name\":..,\"path\":..,"
      "\"base_model_name\":..}; a request's `model` names one (needs --enable-lora)"},
+    {"lora-dir", NULL, 0, FLAG_KIND_STRING, A_WORKER | A_API,
+     "POST /v1/load_lora_adapter loads adapters from files beneath DIR at run time (no \"..\", no symbolic "
+     "link), /v1/unload_lora_adapter unloads them (needs --enable-lora)"},
     {"max-loras", NULL, 0, FLAG_KIND_INT64, A_SCHED, "distinct adapters in one step at most (default 1, as vLLM)"},
     {"max-lora-rank", NULL, 0, FLAG_KIND_INT64, A_WORKER, "largest adapter rank accepted (default 16, as vLLM)"},
     {"heartbeat-ms", NULL, 0, FLAG_KIND_INT64, A_ALL,
@@ -332,6 +335,8 @@ static llb_status check_loras(const struct serve_options *o) {
     if (strcmp(o->engine_flags[f].name, "lora-modules") == 0) values[n++] = o->engine_flags[f].value;
   if (n && !engine_flag_value(o, "enable-lora"))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--lora-modules needs --enable-lora (LoRA is not enabled)");
+  if (engine_flag_value(o, "lora-dir") && !engine_flag_value(o, "enable-lora"))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--lora-dir needs --enable-lora (LoRA is not enabled)");
   struct lora_modules m;
   llb_status st = lora_modules_parse(values, n, &m);
   lora_modules_free(&m);

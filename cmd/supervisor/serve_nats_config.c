@@ -40,7 +40,7 @@ static const struct user_perms {
     {"kv-manager", "ENGINE", {"P.health.kv_manager.>", "P.engine.*.health.kv_manager", "P.trace.kv_manager"},
      {"P.engine.*.kv", "P.health.>", "P.engine.*.health.*"}, true},
     {"gpu-worker", "ENGINE", {"P.health.gpu_worker.>", "P.engine.*.health.gpu_worker", "P.trace.gpu_worker"},
-     {"P.engine.*.execute", "P.health.>", "P.engine.*.health.*"}, true},
+     {"P.engine.*.execute", "P.lora.update", "P.health.>", "P.engine.*.health.*"}, true},
     /* durable requests: its JetStream pull consumer ($JS.API: create, next; $JS.ACK: acks and
      * in-progress), the dead-letter subject, and the output processor's resync requests */
     {"scheduler", "ENGINE",
@@ -69,7 +69,8 @@ static const struct user_perms {
     /* the front door: the tenants' three services (it establishes the tenant from the API key),
      * its replies, the engines' load, everyone's beats (/health) and published metrics (its
      * one-scrape /metrics): nothing of the engine's */
-    {"api-server", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.health.api_server.>", "P.trace.api_server"},
+    {"api-server", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*", "P.lora.update", "P.health.api_server.>",
+                             "P.trace.api_server"},
      {"_INBOX.>", "P.engine.*.stats", "P.health.*.*", "P.health.*.*.metrics"}, false},
     /* `llmbus run`, `llmbus status` and the operator's own clients */
     {"operator", "FRONT", {"P.generate.*", "P.abort.*", "P.tokenize.*"},
@@ -190,6 +191,8 @@ static bool render_config(const struct serve_nats_auth *a, const struct serve_te
         for (int s = 0; s < 3; s++)
           put(t, "      {service: \"%s.%s.%s\", response: stream, accounts: [\"TENANT_%s\", \"FRONT\"]}\n", prefix,
               tenant_services[s], tn->names[k], tn->names[k]);
+      /* LoRAUpdate: every worker answers (api_lora_admin.h), so a stream of responses */
+      put(t, "      {service: \"%s.lora.update\", response: stream, accounts: [\"FRONT\"]}\n", prefix);
       put(t, "      {stream: \"%s.engine.*.stats\", accounts: [\"FRONT\"]}\n", prefix);
       put(t, "      {stream: \"%s.health.>\", accounts: [\"FRONT\"]}\n", prefix);
       put(t, "      {stream: \"%s.trace.>\", accounts: [\"FRONT\"]}\n    ]\n", prefix);
@@ -199,6 +202,7 @@ static bool render_config(const struct serve_nats_auth *a, const struct serve_te
         for (int s = 0; s < 3; s++)
           put(t, "      {service: {account: \"ENGINE\", subject: \"%s.%s.%s\"}}\n", prefix, tenant_services[s],
               tn->names[k]);
+      put(t, "      {service: {account: \"ENGINE\", subject: \"%s.lora.update\"}}\n", prefix);
       put(t, "      {stream: {account: \"ENGINE\", subject: \"%s.engine.*.stats\"}}\n", prefix);
       put(t, "      {stream: {account: \"ENGINE\", subject: \"%s.health.>\"}}\n", prefix);
       put(t, "      {stream: {account: \"ENGINE\", subject: \"%s.trace.>\"}}\n    ]\n", prefix);

@@ -521,14 +521,24 @@ llb_status gguf_open(const char *path, struct gguf_file **out) {
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "gguf_open: NULL argument");
   }
   *out = NULL;
-  struct gguf_file *f = NULL;
-  void *map = MAP_FAILED;
-  struct stat sb;
-  llb_status st;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return LLB_ERRF(LLB_STATUS_IO, "gguf: cannot open %s: %s", path, strerror(errno));
   }
+  llb_status st = gguf_open_fd(fd, path, out);
+  close(fd);
+  return st;
+}
+
+llb_status gguf_open_fd(int fd, const char *path, struct gguf_file **out) {
+  if (fd < 0 || path == NULL || out == NULL) {
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "gguf_open_fd: no file");
+  }
+  *out = NULL;
+  struct gguf_file *f = NULL;
+  void *map = MAP_FAILED;
+  struct stat sb;
+  llb_status st;
   if (fstat(fd, &sb) != 0) {
     st = LLB_ERRF(LLB_STATUS_IO, "gguf: cannot stat %s: %s", path, strerror(errno));
     goto fail;
@@ -565,7 +575,6 @@ llb_status gguf_open(const char *path, struct gguf_file **out) {
     st = LLB_ERRF(st, "%s: %s", path, cause);
     goto fail;
   }
-  close(fd);
   *out = f;
   return LLB_STATUS_OK;
 fail:
@@ -573,7 +582,6 @@ fail:
     munmap(map, (size_t)sb.st_size);
   }
   gguf_close(f);
-  close(fd);
   return st;
 }
 

@@ -77,6 +77,11 @@ struct gguf_file; /* opaque */
  * OUT_OF_MEMORY. On failure *out is NULL. */
 llb_status gguf_open(const char *path, struct gguf_file **out);
 
+/* As gguf_open over the open descriptor fd (borrowed: the caller closes it, the mapping stays);
+ * `path` only names the file in errors. For files opened under a confined directory
+ * (base/open_beneath.h). */
+llb_status gguf_open_fd(int fd, const char *path, struct gguf_file **out);
+
 /* As gguf_open over a caller's buffer of `size` bytes; nothing is copied, so `buf` must
  * outlive the file. `buf` may be unaligned. */
 llb_status gguf_open_memory(const void *buf, size_t size, struct gguf_file **out);

@@ -16,3 +16,12 @@ add_test(NAME security_lora_adapters_belong_to_their_tenants
 set_tests_properties(security_lora_adapters_belong_to_their_tenants PROPERTIES
                      TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "e2e;security" RUN_SERIAL TRUE
                      ENVIRONMENT "LLMBUS_SOURCE_DIR=${CMAKE_SOURCE_DIR};LLMBUS_BUILD_DIR=${CMAKE_BINARY_DIR};LLMBUS_MODEL=${LLB_DEFAULT_MODEL}")
+# LoRA adapters loaded at run time (/v1/load_lora_adapter, /v1/unload_lora_adapter, --lora-dir):
+# behind the key, the loader's tenant's only, confined to the directory (one text for outside,
+# link and missing), answers as --lora-modules; a tenant cannot publish on <prefix>.lora.update.
+add_test(NAME security_lora_load_unload_at_run_time
+         COMMAND sh -c "if [ ! -x '${llb_security_py}' ]; then echo 'SKIP: ${llb_security_py} missing (make venv)'; exit 77; fi; exec '${llb_security_py}' \"$0\" \"$@\""
+                 ${CMAKE_CURRENT_LIST_DIR}/test_lora_load.py --pydir ${LLB_SCHEMAS_PYTHON_DIR})
+set_tests_properties(security_lora_load_unload_at_run_time PROPERTIES
+                     TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "e2e;security" RUN_SERIAL TRUE
+                     ENVIRONMENT "LLMBUS_SOURCE_DIR=${CMAKE_SOURCE_DIR};LLMBUS_BUILD_DIR=${CMAKE_BINARY_DIR};LLMBUS_MODEL=${LLB_DEFAULT_MODEL}")

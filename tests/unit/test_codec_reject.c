@@ -268,7 +268,7 @@ static void test_bad_lora_requests_are_refused(void **state) {
   assert_int_equal(llb_generate_request_encode_buf(&gr, &enc), LLB_STATUS_INVALID_ARGUMENT);
   gr.lora_request.lora_int_id = 0;
   assert_int_equal(llb_generate_request_encode_buf(&gr, &enc), LLB_STATUS_OK);
-  struct llb_lora_adapter ad = {llb_str_c("sql-lora"), 3, 0};
+  struct llb_lora_adapter ad = {.lora_name = llb_str_c("sql-lora"), .lora_int_id = 3, .rank = 0};
   struct llb_heartbeat hb = {.actor = llb_str_c("gpu_worker"), .lora_adapters = &ad, .num_lora_adapters = 1};
   assert_int_equal(llb_heartbeat_encode_buf(&hb, &enc), LLB_STATUS_INVALID_ARGUMENT);
   assert_non_null(strstr(llb_err_last(), "rank"));

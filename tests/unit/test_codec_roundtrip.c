@@ -186,6 +186,32 @@ static void test_error_reply_carries_the_last_error(void **state) {
   llb_arena_destroy(&arena);
 }
 
+/* A LoRAUpdate load names a file beneath the worker's --lora-dir and an owning tenant: paths that
+ * climb out or start at the root, and tenants that are not subject tokens, never leave the
+ * encoder (and a decoder refuses them as MALFORMED: the same check). An unload needs neither. */
+static void test_lora_update_refuses_escaping_paths_and_bad_tenants(void **state) {
+  (void)state;
+  static const char *const paths[] = {"../x.gguf", "a/../../x.gguf", "/etc/passwd", "a/..", ""};
+  struct llb_buf enc = {0};
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    const struct llb_lora_update m = {.op = LLB_LORA_UPDATE_LOAD, .lora_name = llb_str_c("ad"),
+                                      .lora_path = llb_str_c(paths[i]), .tenant = llb_str_c("t")};
+    assert_int_equal(llb_lora_update_encode_buf(&m, &enc), LLB_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(llb_err_last(), "lora_path"));
+  }
+  static const char *const tenants[] = {"", "a.b", "a b", "t>"};
+  for (size_t i = 0; i < sizeof tenants / sizeof tenants[0]; i++) {
+    const struct llb_lora_update m = {.op = LLB_LORA_UPDATE_LOAD, .lora_name = llb_str_c("ad"),
+                                      .lora_path = llb_str_c("a/x.gguf"), .tenant = llb_str_c(tenants[i])};
+    assert_int_equal(llb_lora_update_encode_buf(&m, &enc), LLB_STATUS_INVALID_ARGUMENT);
+  }
+  const struct llb_lora_update bad_op = {.op = 2, .lora_name = llb_str_c("ad")};
+  assert_int_equal(llb_lora_update_encode_buf(&bad_op, &enc), LLB_STATUS_INVALID_ARGUMENT);
+  const struct llb_lora_update unload = {.op = LLB_LORA_UPDATE_UNLOAD, .lora_name = llb_str_c("ad")};
+  assert_int_equal(llb_lora_update_encode_buf(&unload, &enc), LLB_STATUS_OK);
+  llb_buf_free(&enc);
+}
+
 static void test_arena_grows_aligns_and_reuses_after_reset(void **state) {
   (void)state;
   uint8_t mem[64];
@@ -223,6 +249,7 @@ int main(void) {
       cmocka_unit_test(test_encoder_rejects_bad_views_naming_the_field),
       cmocka_unit_test(test_identify_names_every_kind),
       cmocka_unit_test(test_error_reply_carries_the_last_error),
+      cmocka_unit_test(test_lora_update_refuses_escaping_paths_and_bad_tenants),
       cmocka_unit_test(test_arena_grows_aligns_and_reuses_after_reset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -677,7 +677,8 @@ static bool equals_request_output(const void *v) {
 
 /* ---- Heartbeat / SchedulerStats / ErrorReply ------------------------------------------- */
 
-static const struct llb_lora_adapter hb_loras[2] = {{S("sql-lora"), 12345, 16}, {S("org/chat-lora"), 1, 8}};
+static const struct llb_lora_adapter hb_loras[2] = {
+    {S("sql-lora"), 12345, 16, false, {0}, {0}}, {S("org/chat-lora"), 1, 8, true, S("t1/chat.gguf"), S("tenant_1")}};
 
 static void fill_heartbeat(struct llb_heartbeat *m) {
   *m = (struct llb_heartbeat){.lora_adapters = hb_loras, .num_lora_adapters = 2, .actor = S("gpu_worker"), .instance = S("w-ø-0"),
@@ -699,7 +700,11 @@ static bool equals_heartbeat(const void *v) {
   CHECK(a->num_lora_adapters == 2);
   for (int i = 0; i < 2; i++)
     CHECK(str_eq(a->lora_adapters[i].lora_name, hb_loras[i].lora_name) &&
-          a->lora_adapters[i].lora_int_id == hb_loras[i].lora_int_id && a->lora_adapters[i].rank == hb_loras[i].rank);
+          a->lora_adapters[i].lora_int_id == hb_loras[i].lora_int_id && a->lora_adapters[i].rank == hb_loras[i].rank &&
+          a->lora_adapters[i].dynamic == hb_loras[i].dynamic);
+  CHECK(a->lora_adapters[0].lora_path.len == 0 && a->lora_adapters[0].tenant.len == 0);
+  CHECK(str_eq(a->lora_adapters[1].lora_path, hb_loras[1].lora_path) &&
+        str_eq(a->lora_adapters[1].tenant, hb_loras[1].tenant));
   return true;
 }
 
@@ -737,6 +742,32 @@ static bool equals_error_reply(const void *v) {
   const struct llb_error_reply *a = v;
   CHECK(a->version == LLB_SCHEMA_VERSION && error_eq(&a->error));
   CHECK(str_eq(a->request_id, S("chatcmpl-ü-42")));
+  return true;
+}
+
+/* ---- LoRAUpdate / LoRAUpdateReply ----------------------------------------------------- */
+
+static void fill_lora_update(struct llb_lora_update *m) {
+  *m = (struct llb_lora_update){.op = LLB_LORA_UPDATE_LOAD, .lora_name = S("org/sql-lora.v2"),
+                                .lora_path = S("tenant-a/sql..v2/adapter.gguf"), .tenant = S("tenant-a")};
+}
+
+static bool equals_lora_update(const void *v) {
+  const struct llb_lora_update *a = v;
+  struct llb_lora_update b;
+  fill_lora_update(&b);
+  CHECK(a->version == LLB_SCHEMA_VERSION && a->op == LLB_LORA_UPDATE_LOAD);
+  CHECK(str_eq(a->lora_name, b.lora_name) && str_eq(a->lora_path, b.lora_path) && str_eq(a->tenant, b.tenant));
+  return true;
+}
+
+static void fill_lora_update_reply(struct llb_lora_update_reply *m) {
+  *m = (struct llb_lora_update_reply){.engine_id = S("e-ø-1"), .error = sample_error};
+}
+
+static bool equals_lora_update_reply(const void *v) {
+  const struct llb_lora_update_reply *a = v;
+  CHECK(a->version == LLB_SCHEMA_VERSION && str_eq(a->engine_id, S("e-ø-1")) && error_eq(&a->error));
   return true;
 }
 
@@ -780,7 +811,9 @@ static bool equals_error_reply(const void *v) {
   X(request_output, LLB_MESSAGE_KIND_REQUEST_OUTPUT)                      \
   X(heartbeat, LLB_MESSAGE_KIND_HEARTBEAT)                                \
   X(scheduler_stats, LLB_MESSAGE_KIND_SCHEDULER_STATS)                    \
-  X(error_reply, LLB_MESSAGE_KIND_ERROR_REPLY)
+  X(error_reply, LLB_MESSAGE_KIND_ERROR_REPLY)                            \
+  X(lora_update, LLB_MESSAGE_KIND_LORA_UPDATE)                            \
+  X(lora_update_reply, LLB_MESSAGE_KIND_LORA_UPDATE_REPLY)
 
 CODEC_ALL(CODEC_CASE)
 

@@ -37,7 +37,7 @@ static void test_adapters_resolve_for_their_tenants_only(void **state) {
   struct lora_registry *r;
   assert_int_equal(lora_registry_create(10 * SEC, &r), LLB_STATUS_OK);
   assert_int_equal(tenant_limits_restrict_loras(&cfg, r), LLB_STATUS_OK);
-  const struct llb_lora_adapter ads[3] = {{S("sql-lora"), 11, 8}, {S("org/chat"), 22, 4}, {S("open"), 33, 16}};
+  const struct llb_lora_adapter ads[3] = {{.lora_name = S("sql-lora"), .lora_int_id = 11, .rank = 8}, {.lora_name = S("org/chat"), .lora_int_id = 22, .rank = 4}, {.lora_name = S("open"), .lora_int_id = 33, .rank = 16}};
   const struct llb_heartbeat hb = worker("w1", ads, 3);
   lora_registry_on_heartbeat(r, &hb, 1 * SEC);
   assert_int_equal(lora_registry_lookup(r, "sql-lora", "acme", 2 * SEC), 11);
@@ -57,7 +57,7 @@ static void test_worker_lists_replace_and_expire(void **state) {
   (void)state;
   struct lora_registry *r;
   assert_int_equal(lora_registry_create(10 * SEC, &r), LLB_STATUS_OK);
-  const struct llb_lora_adapter a[1] = {{S("a"), 1, 8}}, b[1] = {{S("b"), 2, 8}};
+  const struct llb_lora_adapter a[1] = {{.lora_name = S("a"), .lora_int_id = 1, .rank = 8}}, b[1] = {{.lora_name = S("b"), .lora_int_id = 2, .rank = 8}};
   struct llb_heartbeat hb = worker("w1", a, 1);
   lora_registry_on_heartbeat(r, &hb, 1 * SEC);
   hb = worker("w2", a, 1); /* a second engine's worker serves it too: listed once */
@@ -76,8 +76,49 @@ static void test_worker_lists_replace_and_expire(void **state) {
   lora_registry_destroy(r);
 }
 
+/* An adapter loaded at run time (/v1/load_lora_adapter: Heartbeat LoRAAdapter.dynamic) belongs to
+ * the tenant that loaded it, another tenant sees it as unknown; loaded by the default tenant (no
+ * tenants) it is everyone's. The api server learns back what the workers loaded (path, owner) and
+ * how many workers serve it. */
+static void test_run_time_adapters_belong_to_their_loader(void **state) {
+  (void)state;
+  struct lora_registry *r;
+  assert_int_equal(lora_registry_create(10 * SEC, &r), LLB_STATUS_OK);
+  const struct llb_lora_adapter a[3] = {
+      {.lora_name = S("static"), .lora_int_id = 1, .rank = 8},
+      {.lora_name = S("mine"), .lora_int_id = 2, .rank = 8, .dynamic = true, .lora_path = S("acme/m.gguf"),
+       .tenant = S("acme")},
+      {.lora_name = S("shared"), .lora_int_id = 3, .rank = 8, .dynamic = true, .lora_path = S("s.gguf"),
+       .tenant = S(LORA_REGISTRY_OPEN_TENANT)}};
+  struct llb_heartbeat hb = worker("w1", a, 3);
+  lora_registry_on_heartbeat(r, &hb, 1 * SEC);
+  hb = worker("w2", a, 1);
+  lora_registry_on_heartbeat(r, &hb, 1 * SEC);
+  assert_int_equal(lora_registry_lookup(r, "mine", "acme", 2 * SEC), 2);
+  assert_int_equal(lora_registry_lookup(r, "mine", "beta", 2 * SEC), 0);
+  assert_int_equal(lora_registry_lookup(r, "shared", "beta", 2 * SEC), 3);
+  char names[4][LLB_LORA_NAME_MAX + 1];
+  assert_int_equal(lora_registry_list(r, "beta", 2 * SEC, names, 4), 2); /* shared, static */
+  assert_int_equal(lora_registry_num_workers(r, 2 * SEC, 0), 2);
+  hb = worker("w1", a, 3);
+  lora_registry_on_heartbeat(r, &hb, 5 * SEC);
+  assert_int_equal(lora_registry_num_workers(r, 6 * SEC, 3 * SEC), 1); /* w2 silent for 5 s */
+  char owner[LLB_LORA_TENANT_MAX + 1];
+  assert_int_equal(lora_registry_served_by(r, "static", 2 * SEC, owner, sizeof owner), 2);
+  assert_string_equal(owner, "");
+  assert_int_equal(lora_registry_served_by(r, "mine", 2 * SEC, owner, sizeof owner), 1);
+  assert_string_equal(owner, "acme");
+  struct lora_registry_dynamic d[4];
+  assert_int_equal(lora_registry_dynamic(r, 2 * SEC, d, 4), 2);
+  assert_string_equal(d[0].name, "mine");
+  assert_string_equal(d[0].path, "acme/m.gguf");
+  assert_string_equal(d[0].tenant, "acme");
+  lora_registry_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_run_time_adapters_belong_to_their_loader),
       cmocka_unit_test(test_adapters_resolve_for_their_tenants_only),
       cmocka_unit_test(test_worker_lists_replace_and_expire),
   };

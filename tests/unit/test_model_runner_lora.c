@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "actors/gpu_worker/lora_adapters.h"
 #include "actors/gpu_worker/model_runner.h"
 #include "kernels/quant.h"
 #include "model/forward/forward.h"
@@ -214,8 +216,107 @@ static void test_adapters_need_room_in_max_lora_rank(void **state) {
   model_runner_destroy(r);
 }
 
+/* The runner's rows drop request `id` (the scheduler's finished_req_ids), in an empty step. */
+static void finish(struct model_runner *r, uint64_t no, const char *id) {
+  const struct llb_str fin[1] = {llb_str_c(id)};
+  const struct llb_scheduler_output so = {.version = 1, .step = no, .block_size = BS, .finished_req_ids = fin,
+                                          .num_finished_req_ids = 1};
+  struct llb_model_runner_output out;
+  assert_int_equal(model_runner_execute(r, &so, &out), LLB_STATUS_OK);
+}
+
+static bool runner_holds(void *r, const struct llama_lora *adapter) { return model_runner_lora_in_use(r, adapter); }
+
+/* An adapter loaded at run time (lora_adapters_add, from a file beneath a directory) answers as
+ * the same file loaded at start; unloaded while a request runs with it (lora_adapters_remove, the
+ * runner given the smaller set), that request finishes with it and the same tokens, a new request
+ * naming it fails alone, and the adapter is freed once no request holds it (lora_adapters_reap).
+ * Loading a name twice, a path outside the directory, and unloading a --lora-modules adapter are
+ * refused. */
+static void test_adapter_unloaded_mid_request_serves_it_to_the_end(void **state) {
+  struct fixture *fx = *state;
+  char dir[] = "/tmp/llmbus-lora-XXXXXX", path[64];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/a.gguf", dir);
+  void *buf;
+  size_t size;
+  assert_int_equal(lora_model_write("llama", &specs[0], &buf, &size), LLB_STATUS_OK);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(buf, 1, size, f), size);
+  fclose(f);
+  free(buf);
+  struct lora_adapters la = {0};
+  assert_int_equal(lora_adapters_add(&la, "dyn", dir, "a.gguf", "t", fx->m, 16), LLB_STATUS_OK);
+  assert_int_equal(lora_adapters_add(&la, "dyn", dir, "a.gguf", "t", fx->m, 16), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "has already been loaded"));
+  assert_int_equal(lora_adapters_add(&la, "out", dir, "../a.gguf", "t", fx->m, 16), LLB_STATUS_NOT_FOUND);
+  assert_int_equal(lora_adapters_add(&la, "out", dir, path, "t", fx->m, 16), LLB_STATUS_NOT_FOUND);
+  assert_int_equal(la.num, 1);
+  assert_true(la.beat[0].dynamic);
+  assert_int_equal(la.ids[0], lora_module_int_id("dyn"));
+  int32_t alone[G];
+  run_alone(fx, ids[0], alone); /* the same adapter loaded at start */
+  struct model_runner *r = make_runner(fx, 16);
+  assert_int_equal(model_runner_set_loras(r, la.ids, (const struct llama_lora *const *)la.adapters, la.num),
+                   LLB_STATUS_OK);
+  struct req q[2] = {make_req("q", la.ids[0]), make_req("late", la.ids[0])};
+  uint64_t s = 1;
+  assert_int_equal(step(r, s++, q, 1), LLB_STATUS_OK); /* admitted with the adapter */
+  assert_int_equal(lora_adapters_remove(&la, "dyn"), LLB_STATUS_OK);
+  assert_int_equal(lora_adapters_remove(&la, "dyn"), LLB_STATUS_NOT_FOUND);
+  assert_int_equal(la.num, 0);
+  assert_int_equal(model_runner_set_loras(r, la.ids, (const struct llama_lora *const *)la.adapters, la.num),
+                   LLB_STATUS_OK);
+  lora_adapters_reap(&la, runner_holds, r);
+  assert_int_equal(la.num_retired, 1); /* q still runs with it */
+  assert_int_equal(step(r, s++, q, 2), LLB_STATUS_NOT_FOUND);
+  assert_true(q[1].failed && !q[0].failed);
+  while (q[0].num_outputs < G) assert_int_equal(step(r, s++, q, 1), LLB_STATUS_OK);
+  assert_memory_equal(q[0].outputs, alone, sizeof alone);
+  finish(r, s++, "q");
+  lora_adapters_reap(&la, runner_holds, r);
+  assert_int_equal(la.num_retired, 0);
+  model_runner_destroy(r);
+  lora_adapters_free(&la);
+  unlink(path);
+  rmdir(dir);
+}
+
+static void test_lora_modules_adapters_cannot_be_unloaded(void **state) {
+  struct fixture *fx = *state;
+  char dir[] = "/tmp/llmbus-lora-XXXXXX", path[64];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/b.gguf", dir);
+  void *buf;
+  size_t size;
+  assert_int_equal(lora_model_write("llama", &specs[1], &buf, &size), LLB_STATUS_OK);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(buf, 1, size, f), size);
+  fclose(f);
+  free(buf);
+  char value[96];
+  snprintf(value, sizeof value, "fixed=%s", path);
+  const char *values[1] = {value};
+  struct lora_modules m;
+  assert_int_equal(lora_modules_parse(values, 1, &m), LLB_STATUS_OK);
+  struct lora_adapters la;
+  assert_int_equal(lora_adapters_load(&m, fx->m, 16, &la), LLB_STATUS_OK);
+  assert_false(la.beat[0].dynamic);
+  assert_int_equal(lora_adapters_remove(&la, "fixed"), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(lora_adapters_add(&la, "fixed", dir, "b.gguf", "t", fx->m, 16), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(la.num, 1);
+  lora_adapters_free(&la);
+  lora_modules_free(&m);
+  unlink(path);
+  rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_adapter_unloaded_mid_request_serves_it_to_the_end),
+      cmocka_unit_test(test_lora_modules_adapters_cannot_be_unloaded),
       cmocka_unit_test(test_adapter_rows_match_alone_in_a_batch_mixing_adapters_and_the_base),
       cmocka_unit_test(test_unknown_adapter_fails_only_its_request),
       cmocka_unit_test(test_adapters_need_room_in_max_lora_rank),
