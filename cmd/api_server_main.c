@@ -4,10 +4,12 @@
  * --tenant, --health-actors, --api-key, --api-keys, --seed, --enable-auto-tool-choice,
  * --tool-call-parser, --reasoning-parser and the CORS options
  * (--allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials, as vLLM),
- * --tenant-limits (the tenants file: its `loras=` say whose LoRA adapters are whose);
+ * --tenant-limits (the tenants file: its `loras=` say whose LoRA adapters are whose, its
+ * `requests_per_s=` / `burst_requests=` each tenant's HTTP request rate);
  * checked and made into the actor's options by api_server_config_init (api_options.h). */
 #include <stdint.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "actors/api_server/actor.h"
@@ -23,16 +25,31 @@ struct api_main {
   struct api_server_config cfg; /* the flags checked and made into the actor's options */
   const char *tenants_file;     /* --tenant-limits: whose adapters are whose (`loras=`); NULL = none */
   struct lora_registry *loras;  /* the adapters the workers announce (the actor feeds it) */
+  struct api_request_rate rates[API_MAX_REQUEST_RATES]; /* the tenants file's request rates */
+  int32_t num_rates;
   struct api_server_actor *actor;
 };
 
-/* The LoRA registry, with each tenant's `loras=` of the tenants file. */
+/* The tenants with a request rate in tc. */
+static void api_main_rates(struct api_main *m, const struct tenant_limits_config *tc) {
+  for (int i = 0; i < tc->num && m->num_rates < API_MAX_REQUEST_RATES; i++) {
+    const struct tenant_limit *t = &tc->tenants[i];
+    if (t->requests_per_s <= 0) continue;
+    struct api_request_rate *r = &m->rates[m->num_rates++];
+    snprintf(r->tenant, sizeof r->tenant, "%s", t->name);
+    r->per_s = t->requests_per_s;
+    r->burst = t->burst_requests;
+  }
+}
+
+/* The LoRA registry, with each tenant's `loras=` of the tenants file, and its request rates. */
 static llb_status api_main_loras(struct api_main *m) {
   llb_status st = lora_registry_create(API_MAIN_LORA_TTL_NS, &m->loras);
   if (st || !m->tenants_file) return st;
   struct tenant_limits_config *tc = calloc(1, sizeof *tc);
   st = tc ? tenant_limits_config_load(m->tenants_file, tc) : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "tenants file");
   if (!st) st = tenant_limits_restrict_loras(tc, m->loras);
+  if (!st) api_main_rates(m, tc);
   free(tc);
   return st;
 }
@@ -54,6 +71,8 @@ static llb_status api_main_start(struct actor_main *am, void *user) {
   struct api_server_actor_options o = m->cfg.options;
   o.registry = am->metrics;
   o.loras = m->loras;
+  o.request_rates = m->rates;
+  o.num_request_rates = m->num_rates;
   llb_status st = api_server_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
   return api_server_actor_start(m->actor, am->bus);

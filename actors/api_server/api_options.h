@@ -22,6 +22,15 @@ struct lora_registry;
   "input_processor,scheduler,kv_manager,gpu_worker,output_processor"
 
 #define API_DEFAULT_MAX_CONNECTIONS 1024
+#define API_MAX_REQUEST_RATES 64 /* tenants with a request rate (the tenants file's at most) */
+
+/* A tenant's HTTP request rate: a token bucket of `burst` requests (>= 1), refilled at
+ * `per_s` (> 0) a second, full at start; a request takes one as soon as its headers arrive,
+ * before its body is read (the tenants file's requests_per_s / burst_requests). */
+struct api_request_rate {
+  char tenant[64];
+  double per_s, burst;
+};
 
 struct api_server_actor_options {
   const char *http_addr;           /* "HOST:PORT"; NULL = "127.0.0.1:8000"; port 0 = any */
@@ -70,6 +79,11 @@ struct api_server_actor_options {
   const char *lora_dir;            /* the workers' --lora-dir: POST /v1/load_lora_adapter and
                                       /v1/unload_lora_adapter (api_lora_admin.h; needs loras);
                                       NULL = those routes are 404 */
+  const struct api_request_rate *request_rates; /* [num_request_rates] (copied): with api_keys,
+                                      a request of a listed tenant over its rate is answered 429
+                                      with Retry-After from its headers, its body never read;
+                                      NULL = no rates */
+  int32_t num_request_rates;       /* 0..API_MAX_REQUEST_RATES */
 };
 
 /* llmbus-api-server's own flags as given (cmd/api_server_main.c holds their defaults and

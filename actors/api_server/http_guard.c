@@ -37,7 +37,7 @@ struct http_guard {
   struct evhttp *http;
   struct event_base *base; /* from the first bufferevent callback */
   struct http_guard_options o;
-  char *busy_response, *refused_response;
+  char *busy_response;
   struct conn *head;
   uint64_t num_expired, num_busy, num_refused;
 };
@@ -148,8 +148,9 @@ static size_t header_end(struct conn *c, struct evbuffer *in) {
   return 0;
 }
 
-/* The gate's verdict on the header block h[0..n): the method, the first Authorization value. */
-static bool gate_verdict(const struct http_guard *g, const char *h, size_t n) {
+/* The gate's verdict on the header block h[0..n) (the method, the first Authorization value):
+ * NULL = pass, else the answer to refuse with. */
+static const char *gate_verdict(const struct http_guard *g, const char *h, size_t n) {
   const bool is_options = n >= 8 && memcmp(h, "OPTIONS ", 8) == 0;
   char auth[MAX_AUTH_BYTES + 1];
   bool have_auth = false;
@@ -182,10 +183,11 @@ static void guard_read(struct bufferevent *bev, void *arg) {
     if (!end && evbuffer_get_length(in) <= MAX_HEADER_BYTES) return; /* the rest of the headers first */
     if (end) {
       const char *h = (const char *)evbuffer_pullup(in, (ev_ssize_t)end);
-      if (h && !gate_verdict(g, h, end)) {
-        if (g->num_refused++ % 100 == 0) LLB_LOG_WARN("http_refused_on_headers", "count=%llu reason=api_key",
-                                                      (unsigned long long)g->num_refused);
-        answer_and_close(c, g->refused_response);
+      const char *refusal = h ? gate_verdict(g, h, end) : NULL;
+      if (refusal) {
+        if (g->num_refused++ % 100 == 0)
+          LLB_LOG_WARN("http_refused_on_headers", "count=%llu", (unsigned long long)g->num_refused);
+        answer_and_close(c, refusal);
         return;
       }
     } /* headers over the limit: evhttp answers that */
@@ -295,21 +297,19 @@ static void on_complete(struct evhttp_request *req, void *arg) {
 
 llb_status http_guard_create(struct evhttp *http, const struct http_guard_options *o, struct http_guard **out) {
   *out = NULL;
-  if (!http || !o || o->read_timeout_ms <= 0 || o->max_connections < 0 || (o->gate && !o->refused_response))
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "http guard: no server, a timeout <= 0 or a gate without answer");
+  if (!http || !o || o->read_timeout_ms <= 0 || o->max_connections < 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "http guard: no server or a timeout <= 0");
   struct http_guard *g = calloc(1, sizeof *g);
   if (!g) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "http guard");
   g->http = http;
   g->o = *o;
   g->busy_response = strdup(o->busy_response ? o->busy_response : "HTTP/1.1 503 Service Unavailable\r\n"
                                                                    "Content-Length: 0\r\nConnection: close\r\n\r\n");
-  g->refused_response = o->refused_response ? strdup(o->refused_response) : NULL;
-  if (!g->busy_response || (o->refused_response && !g->refused_response)) {
+  if (!g->busy_response) {
     http_guard_destroy(g);
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "http guard");
   }
   g->o.busy_response = g->busy_response;
-  g->o.refused_response = g->refused_response;
   evhttp_set_bevcb(http, on_new_bufferevent, g);
   *out = g;
   return LLB_STATUS_OK;
@@ -335,6 +335,5 @@ void http_guard_destroy(struct http_guard *g) {
   if (!g) return;
   while (g->head) conn_free(g->head); /* evhttp_free closed every connection */
   free(g->busy_response);
-  free(g->refused_response);
   free(g);
 }

@@ -10,9 +10,10 @@
  * 2. A limit on open connections: a connection accepted while max_connections are open gets
  *    the `busy_response` (503) and is closed at once, before anything of it is read.
  * 3. A header gate: the gate sees each request's method and Authorization header as soon as
- *    its headers have arrived, before evhttp reads the body; a refused request gets the
- *    `refused_response` (401) and its connection is closed, so a client without a key cannot
- *    make the server read (and buffer) a body. A request pipelined behind another on one
+ *    its headers have arrived, before evhttp reads the body; a request it refuses gets the
+ *    answer the gate gives (a 401 without a key, a 429 over the key's request rate) and its
+ *    connection is closed, so a client without a key, or over its rate, cannot make the server
+ *    read (and buffer) a body. A request pipelined behind another on one
  *    connection is read by evhttp at once and is checked when complete, as every request is.
  *
  * How: the listener's bufferevent callback (evhttp_set_bevcb) makes each connection's
@@ -43,11 +44,11 @@ struct http_guard_options {
   int32_t max_connections;  /* open connections at most; 0 = no limit */
   const char *busy_response; /* the complete HTTP response to a connection over the limit (copied) */
   /* The header gate; NULL = none. Called with whether the request is an OPTIONS (a CORS
-   * preflight carries no key) and its Authorization header's value (NULL when absent): true
-   * lets the request through. */
-  bool (*gate)(void *user, bool is_options, const char *authorization);
+   * preflight carries no key) and its Authorization header's value (NULL when absent): NULL
+   * lets the request through, else the complete HTTP response to refuse it with (the gate's,
+   * valid until its next call; the connection is closed after it). */
+  const char *(*gate)(void *user, bool is_options, const char *authorization);
   void *gate_user;
-  const char *refused_response; /* the complete HTTP response to a request the gate refuses (copied) */
 };
 
 /* Installs the guard on `http` (its bufferevent callback: call before the first connection is

@@ -25,10 +25,10 @@ struct api_http_listener_options {
                                 to arrive (http_guard.h) */
   int32_t max_connections;   /* open connections at most (more: 503 and closed); 0 = no limit */
   /* the header gate (http_guard.h); NULL = none: with API keys, whether a request's headers
-   * carry one */
-  bool (*gate)(void *user, bool is_options, const char *authorization);
+   * carry one, and whether its tenant is within its request rate (NULL = pass, else the whole
+   * HTTP answer to refuse it with) */
+  const char *(*gate)(void *user, bool is_options, const char *authorization);
   void *gate_user;
-  const char *refused_response; /* the whole HTTP answer to a request the gate refuses */
   void (*on_request)(struct evhttp_request *req, void *arg); /* every request; first call
                                 api_http_listener_request_read */
   void *arg;

@@ -107,19 +107,25 @@ int tenant_limits_parse_line(const char *line, struct tenant_limit *t, char *why
       continue;
     }
     bool count = strcmp(key, "max_concurrent") == 0 || strcmp(key, "max_queued") == 0;
-    bool rate = strcmp(key, "tokens_per_s") == 0 || strcmp(key, "burst_tokens") == 0;
+    bool rate = strcmp(key, "tokens_per_s") == 0 || strcmp(key, "burst_tokens") == 0 ||
+                strcmp(key, "requests_per_s") == 0 || strcmp(key, "burst_requests") == 0;
     if (!count && !rate)
       return snprintf(why, why_cap, "unknown limit '%.40s' (max_concurrent, max_queued, tokens_per_s, "
-                      "burst_tokens, loras)", key), -1;
+                      "burst_tokens, requests_per_s, burst_requests, loras)", key), -1;
     if (!parse_number(val, count ? MAX_COUNT : MAX_RATE, &v) || (count && v != floor(v)))
       return snprintf(why, why_cap, "%s=%.40s: expected %s", key, val,
                       count ? "an integer 0..1000000" : "a number 0..1e9"), -1;
     if (strcmp(key, "max_concurrent") == 0) t->max_concurrent = (int32_t)v;
     else if (strcmp(key, "max_queued") == 0) t->max_queued = (int32_t)v;
     else if (strcmp(key, "tokens_per_s") == 0) t->tokens_per_s = v;
-    else t->burst_tokens = v;
+    else if (strcmp(key, "burst_tokens") == 0) t->burst_tokens = v;
+    else if (strcmp(key, "requests_per_s") == 0) t->requests_per_s = v;
+    else t->burst_requests = v;
   }
   if (t->tokens_per_s > 0 && t->burst_tokens == 0) t->burst_tokens = DEFAULT_BURST_SECONDS * t->tokens_per_s;
+  if (t->requests_per_s > 0 && t->burst_requests == 0) t->burst_requests = fmax(1.0, t->requests_per_s);
+  if (t->requests_per_s > 0 && t->burst_requests < 1)
+    return snprintf(why, why_cap, "burst_requests=%g: at least 1 (one request must fit)", t->burst_requests), -1;
   return 1;
 }
 

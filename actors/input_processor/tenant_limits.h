@@ -25,7 +25,10 @@
  *
  * Limits file (the `--tenants` file of `llmbus serve`): one tenant a line, its name, then
  * optional `key=value` limits: max_concurrent=N, max_queued=N, tokens_per_s=R, burst_tokens=B
- * (default 10 x tokens_per_s); '#' starts a comment. 0 or absent = no such limit. And
+ * (default 10 x tokens_per_s); '#' starts a comment. requests_per_s=R, burst_requests=B
+ * (default max(1, R)) are the api server's, not these counts: HTTP requests a second of the
+ * tenant's keys, a token bucket checked on a request's headers before its body is read
+ * (actors/api_server/actor.h request_rates). 0 or absent = no such limit. And
  * `loras=a,b`: the LoRA adapters listed for the tenant (docs/design.md §7: an adapter listed for
  * some tenants belongs to those only; tenant_limits_restrict_loras).
  *
@@ -50,6 +53,7 @@ struct tenant_limit {
   int32_t max_queued;
   double tokens_per_s;
   double burst_tokens; /* bucket capacity; 0 with tokens_per_s > 0 = 10 x tokens_per_s */
+  double requests_per_s, burst_requests; /* the api server's HTTP request bucket; 0 = none */
   char loras[400];     /* `loras=a,b` as given (each a valid model name), "" = none */
 };
 

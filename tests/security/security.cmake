@@ -25,3 +25,11 @@ add_test(NAME security_lora_load_unload_at_run_time
 set_tests_properties(security_lora_load_unload_at_run_time PROPERTIES
                      TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "e2e;security" RUN_SERIAL TRUE
                      ENVIRONMENT "LLMBUS_SOURCE_DIR=${CMAKE_SOURCE_DIR};LLMBUS_BUILD_DIR=${CMAKE_BINARY_DIR};LLMBUS_MODEL=${LLB_DEFAULT_MODEL}")
+# A tenant's HTTP request rate (requests_per_s / burst_requests in the tenants file): over it, a
+# 429 with Retry-After from the request's headers, its body never read; other tenants unaffected.
+add_test(NAME security_request_rate_refused_on_headers
+         COMMAND sh -c "if [ ! -x '${llb_security_py}' ]; then echo 'SKIP: ${llb_security_py} missing (make venv)'; exit 77; fi; exec '${llb_security_py}' \"$0\" \"$@\""
+                 ${CMAKE_CURRENT_LIST_DIR}/test_request_rate.py --pydir ${LLB_SCHEMAS_PYTHON_DIR})
+set_tests_properties(security_request_rate_refused_on_headers PROPERTIES
+                     TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "e2e;security" RUN_SERIAL TRUE
+                     ENVIRONMENT "LLMBUS_SOURCE_DIR=${CMAKE_SOURCE_DIR};LLMBUS_BUILD_DIR=${CMAKE_BINARY_DIR};LLMBUS_MODEL=${LLB_DEFAULT_MODEL}")

@@ -32,9 +32,10 @@ static struct api_http_listener *listener;
 static pthread_t loop_thread;
 static atomic_int bodies_read;
 
-static bool gate(void *user, bool is_options, const char *authorization) {
+static const char *gate(void *user, bool is_options, const char *authorization) {
   (void)user;
-  return is_options || (authorization && strcmp(authorization, "Bearer " KEY) == 0);
+  static const char refused[] = "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  return is_options || (authorization && strcmp(authorization, "Bearer " KEY) == 0) ? NULL : refused;
 }
 
 static void on_request(struct evhttp_request *req, void *arg) {
@@ -57,10 +58,9 @@ static int setup(void **state) {
   (void)state;
   evthread_use_pthreads();
   base = event_base_new();
-  static const char refused[] = "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
   const struct api_http_listener_options o = {.host = "127.0.0.1", .port = 0, .max_body_bytes = 1 << 20,
                                               .request_timeout_s = 60, .max_connections = 3, .gate = gate,
-                                              .refused_response = refused, .on_request = on_request};
+                                              .on_request = on_request};
   if (!base || api_http_listener_create(base, &o, &listener) != LLB_STATUS_OK) return -1;
   return pthread_create(&loop_thread, NULL, run_loop, NULL) == 0 ? 0 : -1;
 }

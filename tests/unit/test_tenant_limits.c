@@ -154,6 +154,15 @@ static void test_limits_file_errors_name_the_line(void **state) {
   assert_int_equal(tenant_limits_parse_line("a tokens_per_s=nan", &t, why, sizeof why), -1);
   assert_int_equal(tenant_limits_parse_line("a speed=3", &t, why, sizeof why), -1);
   assert_non_null(strstr(why, "unknown limit"));
+  /* the api server's request rate: one second of it by default, at least one request */
+  assert_int_equal(tenant_limits_parse_line("a requests_per_s=5", &t, why, sizeof why), 1);
+  assert_true(t.requests_per_s == 5 && t.burst_requests == 5);
+  assert_int_equal(tenant_limits_parse_line("a requests_per_s=0.5", &t, why, sizeof why), 1);
+  assert_true(t.burst_requests == 1);
+  assert_int_equal(tenant_limits_parse_line("a requests_per_s=2 burst_requests=8", &t, why, sizeof why), 1);
+  assert_true(t.burst_requests == 8);
+  assert_int_equal(tenant_limits_parse_line("a requests_per_s=2 burst_requests=0.5", &t, why, sizeof why), -1);
+  assert_non_null(strstr(why, "burst_requests"));
   char path[] = "/tmp/llmbus-tenant-limits-XXXXXX";
   int fd = mkstemp(path);
   const char *text = "# ok\na\n\nb max_queued=x\n";

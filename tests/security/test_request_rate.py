@@ -1,0 +1,88 @@
+"""A tenant's HTTP request rate (the tenants file's requests_per_s / burst_requests, checked by
+the api server on a request's headers before its body is read): `llmbus serve --tenants` with
+tenant `flood requests_per_s=0.01 burst_requests=2` (two requests, then one per 100 s) beside
+tenants a and b without a rate, an API key each.
+
+- flood's first two requests pass; the third is a 429 with Retry-After and OpenAI's
+  rate_limit_exceeded code;
+- the 429 comes from the headers: a request announcing a 900 KB body that never comes is
+  answered at once (without the gate the server would wait for the body);
+- a and b, at any pace meanwhile, are never refused.
+
+usage: test_request_rate.py --pydir DIR   (LLMBUS_BUILD_DIR, LLMBUS_SOURCE_DIR from ctest)
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import tempfile
+import urllib.parse
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"))
+import api_stack  # noqa: E402
+from test_security import KEY_A, KEY_B, SecureStack, http  # noqa: E402
+
+KEY_FLOOD = "sk-tenant-flood-7777777777777"
+
+
+class RateStack(SecureStack):
+    def __init__(self, work):
+        super().__init__(work)
+        with open(os.path.join(work, "tenants"), "w") as f:  # replaces SecureStack's
+            f.write("default\na\nb\nflood requests_per_s=0.01 burst_requests=2\n")
+        with open(os.path.join(work, "api-keys"), "w") as f:  # the same 0600 file, one key more
+            f.write(f"{KEY_A} a\n{KEY_B} b\n{KEY_FLOOD} flood\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pydir", required=True, help="flatc's Python output (unused: the stack's own helpers)")
+    ap.parse_args()
+    model = os.environ.get("LLMBUS_MODEL") or os.path.join(os.environ.get("LLMBUS_SOURCE_DIR", "."),
+                                                           "models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(model):
+        api_stack.skip(f"model {model} missing (run ops/fetch-model.sh)")
+    with tempfile.TemporaryDirectory(prefix="llmbus-request-rate-") as work:
+        with RateStack(work) as stack:
+            body = json.dumps({"model": stack.model_name, "prompt": "Hi", "max_tokens": 2,
+                               "temperature": 0}).encode()
+
+            def over_its_rate_a_tenant_gets_429_with_retry_after():
+                for i in range(2):
+                    status, _, out = http("GET", stack.base + "/v1/models", key=KEY_FLOOD)
+                    assert status == 200, (i, status, out[:200])
+                status, headers, out = http("POST", stack.base + "/v1/completions", body, key=KEY_FLOOD)
+                assert status == 429, (status, out[:200])
+                assert int(headers.get("Retry-After", "0")) >= 1, headers
+                err = json.loads(out)["error"]
+                assert err["code"] == "rate_limit_exceeded" and "requests_per_s" in err["message"], err
+
+            def the_429_comes_before_the_body_is_read():
+                u = urllib.parse.urlparse(stack.base)
+                with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+                    s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                               f"Authorization: Bearer {KEY_FLOOD}\r\nContent-Type: application/json\r\n"
+                               "Content-Length: 900000\r\n\r\n").encode())
+                    head = s.recv(4096)  # within the timeout: the body was never sent
+                assert head.startswith(b"HTTP/1.1 429"), head[:200]
+
+            def other_tenants_are_never_refused():
+                for key in (KEY_A, KEY_B) * 4:
+                    status, _, out = http("GET", stack.base + "/v1/models", key=key)
+                    assert status == 200, (status, out[:200])
+                status, _, out = http("POST", stack.base + "/v1/completions", body, key=KEY_B)
+                assert status == 200, (status, out[:200])
+
+            failures = api_stack.run_cases([
+                ("over_its_rate_a_tenant_gets_429_with_retry_after", over_its_rate_a_tenant_gets_429_with_retry_after),
+                ("the_429_comes_before_the_body_is_read", the_429_comes_before_the_body_is_read),
+                ("other_tenants_are_never_refused", other_tenants_are_never_refused),
+            ])
+            if failures:
+                print(f"--- serve log (tail) ---\n{stack.tail(60)}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
