@@ -6,6 +6,7 @@
 #
 # One `llmbus serve` per configuration (tenants a and b, an API key each):
 #   limited   : tenants file `a max_concurrent=$A_MAX_CONCURRENT max_queued=$A_MAX_QUEUED`, `b`
+#               (and `requests_per_s=$A_REQUESTS_PER_S` when set: A's HTTP request rate)
 #   unlimited : `a`, `b` (no limits): what the limits are for
 # In each, `llmbus-bench serve` with b's key measures B ($B_PROMPTS requests one at a time,
 # $B_INPUT-token prompts, $B_OUTPUT tokens): once alone, then while a second llmbus-bench with
@@ -42,6 +43,7 @@ while [ $# -gt 0 ]; do
 done
 A_MAX_CONCURRENT=${A_MAX_CONCURRENT:-4}
 A_MAX_QUEUED=${A_MAX_QUEUED:-1}
+A_REQUESTS_PER_S=${A_REQUESTS_PER_S:-} # e.g. 5: A's HTTP request rate, refused on the headers
 A_CONCURRENCY=${A_CONCURRENCY:-32}
 A_RATE=${A_RATE:-100}
 A_PROMPTS=${A_PROMPTS:-3000}
@@ -102,7 +104,8 @@ stop_flood() { kill -TERM "$flood_pid" 2>/dev/null; wait "$flood_pid" 2>/dev/nul
 
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d.get(sys.argv[2], 'nan'))" "$1" "$2"; }
 
-printf 'default\na max_concurrent=%s max_queued=%s\nb\n' "$A_MAX_CONCURRENT" "$A_MAX_QUEUED" > "$work/limited"
+printf 'default\na max_concurrent=%s max_queued=%s%s\nb\n' "$A_MAX_CONCURRENT" "$A_MAX_QUEUED" \
+  "${A_REQUESTS_PER_S:+ requests_per_s=$A_REQUESTS_PER_S}" > "$work/limited"
 if [ -n "${PATHS:-}" ]; then
   py=$root/.venv/bin/python
   [ -x "$py" ] || { echo "tenant-flood: PATHS needs $py (make venv)" >&2; exit 1; }
