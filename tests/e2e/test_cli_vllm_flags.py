@@ -41,9 +41,9 @@ VALUES = {"device": "cpu", "numerics": "packed", "policy": "priority", "router":
           "prefix": "llmx", "engine-id": "e7", "otlp-endpoint": "http://127.0.0.1:4318", "api-keys": "/tmp/keys",
           "mmproj": "/tmp/x.gguf", "packed-cache-dir": "/tmp", "allowed-origins": "*", "allowed-methods": "*",
           "allowed-headers": "*", "allowed-local-media-path": "/tmp", "tool-call-parser": "hermes",
-          "gpu-memory-utilization": "0.5", "trace-sample-ratio": "0.5", "lora-modules": "sql-lora=/tmp/sql.gguf"}
+          "gpu-memory-utilization": "0.5", "trace-sample-ratio": "0.5", "lora-modules": "sql-lora=/tmp/sql.gguf", "lora-dir": "/tmp"}
 # Flags that need another to be accepted (vLLM's rule: adapters only with --enable-lora).
-NEEDS = {"lora-modules": ["--enable-lora"]}
+NEEDS = {"lora-modules": ["--enable-lora"], "lora-dir": ["--enable-lora"]}
 
 
 def run(args, env=None, timeout=60):
