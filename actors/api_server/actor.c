@@ -4,8 +4,10 @@
  * destroy). The pieces with state of their own are modules given what they need: the reply
  * inbox (inbox.h), the seq table and call structs (api_call.h), resends (api_resend.h), the
  * listener (http_listener.h), setup and teardown on the loop (loop_call.h), replies
- * (http_reply.h), routes without the engine (plain_routes.h), peers' beats (peer_beats.h). */
+ * (http_reply.h), routes without the engine (plain_routes.h), peers' beats (peer_beats.h), the
+ * header gate of keys and request rates (api_gate.h). */
 #include "actors/api_server/actor.h"
+#include "actors/api_server/api_gate.h"
 #include "schemas/lora_registry.h"
 
 #include <errno.h>
@@ -16,7 +18,6 @@
 #include <event2/keyvalq_struct.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,12 +59,7 @@ struct api_server_actor {
   int num_model_names;
   uint64_t seed_counter; /* draws of the --seed generator (loop thread) */
   char *local_media_dir; /* realpath of --allowed-local-media-path, or NULL (owned) */
-  char *refused_response; /* the header gate's 401 (with API keys), or NULL (owned) */
-  struct api_request_rate rates[API_MAX_REQUEST_RATES]; /* the options' request_rates, copied */
-  double rate_tokens[API_MAX_REQUEST_RATES];            /* each one's bucket (loop thread) */
-  int64_t rate_refilled_ns[API_MAX_REQUEST_RATES];
-  int32_t num_rates;
-  char rate_response[1024]; /* the gate's last 429 (loop thread) */
+  struct api_gate *gate;  /* the header gate (with API keys), or NULL (owned) */
   char tenant[64];
   struct bus *bus;
   struct event_base *base;
@@ -703,82 +699,6 @@ static void on_request(struct evhttp_request *req, void *arg) {
 
 /* ---- life cycle ---------------------------------------------------------------------- */
 
-/* The header gate (http_guard.h): with API keys, a request whose headers carry none of them is
- * answered 401 before its body is read; a CORS preflight carries none and goes on (the route
- * answers it before authentication). */
-/* With request rates (api_request_rate), a request of a tenant over its rate is answered 429 here
- * too, with the Retry-After of its bucket: a flooding tenant's bodies are never read. */
-static const char *rate_gate(struct api_server_actor *a, const char *tenant) {
-  int32_t i = 0;
-  while (i < a->num_rates && strcmp(a->rates[i].tenant, tenant) != 0) i++;
-  if (i == a->num_rates) return NULL;
-  const struct api_request_rate *r = &a->rates[i];
-  const int64_t now = llb_now_ns();
-  a->rate_tokens[i] = fmin(r->burst, a->rate_tokens[i] + r->per_s * (double)(now - a->rate_refilled_ns[i]) / 1e9);
-  a->rate_refilled_ns[i] = now;
-  if (a->rate_tokens[i] >= 1.0) {
-    a->rate_tokens[i] -= 1.0;
-    return NULL;
-  }
-  struct api_error e;
-  api_error_set(&e, 429, NULL, "tenant %s is over its rate of %g requests/s (requests_per_s); retry later", tenant,
-                r->per_s);
-  snprintf(e.code, sizeof e.code, "rate_limit_exceeded");
-  const int64_t retry_s = (int64_t)ceil((1.0 - a->rate_tokens[i]) / r->per_s);
-  struct api_buf body = {0};
-  if (!api_error_render(&e, &body)) return a->refused_response; /* out of memory: refused all the same */
-  snprintf(a->rate_response, sizeof a->rate_response,
-           "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: %lld\r\n"
-           "Connection: close\r\nContent-Length: %zu\r\n\r\n%.*s",
-           (long long)(retry_s > 0 ? retry_s : 1), body.len, (int)body.len, body.data);
-  api_buf_free(&body);
-  return a->rate_response;
-}
-
-static const char *key_gate(void *user, bool is_options, const char *authorization) {
-  struct api_server_actor *a = user;
-  if (is_options) return NULL;
-  const char *tenant = api_keys_tenant_of(a->o.api_keys, authorization);
-  return tenant ? rate_gate(a, tenant) : a->refused_response;
-}
-
-/* The whole HTTP answer the gate gives: the 401 the route would give (OpenAI's shape). */
-static llb_status make_refused_response(struct api_server_actor *a) {
-  struct api_error e;
-  api_error_set(&e, 401, NULL, "missing or incorrect API key: send `Authorization: Bearer YOUR_KEY`");
-  snprintf(e.code, sizeof e.code, "invalid_api_key");
-  struct api_buf body = {0};
-  if (!api_error_render(&e, &body)) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "401 answer");
-  size_t cap = body.len + 256;
-  a->refused_response = malloc(cap);
-  if (a->refused_response)
-    snprintf(a->refused_response, cap,
-             "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nWWW-Authenticate: Bearer\r\n"
-             "Connection: close\r\nContent-Length: %zu\r\n\r\n%.*s", body.len, (int)body.len, body.data);
-  api_buf_free(&body);
-  return a->refused_response ? LLB_STATUS_OK : LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "401 answer");
-}
-
-/* The options' request rates, copied, each bucket full. */
-static llb_status take_request_rates(struct api_server_actor *a, const struct api_server_actor_options *o) {
-  if (o->num_request_rates < 0 || o->num_request_rates > API_MAX_REQUEST_RATES || (o->num_request_rates && !o->request_rates))
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: %d request rates (0..%d)", o->num_request_rates,
-                    API_MAX_REQUEST_RATES);
-  for (int32_t i = 0; i < o->num_request_rates; i++) {
-    const struct api_request_rate *r = &o->request_rates[i];
-    if (!(r->per_s > 0 && r->per_s <= 1e9 && r->burst >= 1 && r->burst <= 1e9) || !r->tenant[0] ||
-        !memchr(r->tenant, '\0', sizeof r->tenant))
-      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "api_server: request rate %d: a tenant, a rate in (0, 1e9] and a "
-                      "burst in [1, 1e9]", i);
-    a->rates[i] = *r;
-    a->rate_tokens[i] = r->burst;
-    a->rate_refilled_ns[i] = llb_now_ns();
-  }
-  a->num_rates = o->num_request_rates;
-  a->o.request_rates = NULL; /* copied above */
-  return LLB_STATUS_OK;
-}
-
 /* On the loop thread: the inbox's wake event and the HTTP listener. */
 static void loop_setup(struct api_loop_call *lc, void *arg) {
   struct api_server_actor *a = arg;
@@ -792,7 +712,7 @@ static void loop_setup(struct api_loop_call *lc, void *arg) {
                                                .max_body_bytes = a->o.max_body_bytes,
                                                .request_timeout_s = a->o.request_timeout_s,
                                                .max_connections = a->o.max_connections,
-                                               .gate = a->o.api_keys ? key_gate : NULL, .gate_user = a,
+                                               .gate = a->gate ? api_gate_check : NULL, .gate_user = a->gate,
                                                .on_request = on_request, .arg = a};
   st = api_http_listener_create(a->base, &lo, &a->listener);
   if (st == LLB_STATUS_OK) a->bound_port = api_http_listener_port(a->listener);
@@ -860,8 +780,9 @@ static llb_status take_options(struct api_server_actor *a, const struct api_serv
   }
   llb_status st = api_cors_parse(o->cors_allowed_origins, o->cors_allowed_methods, o->cors_allowed_headers,
                                  o->cors_allow_credentials, &a->cors);
-  if (st == LLB_STATUS_OK && o->api_keys) st = make_refused_response(a);
-  if (st == LLB_STATUS_OK) st = take_request_rates(a, o);
+  if (st == LLB_STATUS_OK && o->api_keys)
+    st = api_gate_create(o->api_keys, o->request_rates, o->num_request_rates, &a->gate);
+  a->o.request_rates = NULL; /* copied by the gate */
   if (st == LLB_STATUS_OK)
     st = api_parse_host_port(o->http_addr ? o->http_addr : "127.0.0.1:8000", a->http_host, sizeof a->http_host,
                              &a->http_port);
@@ -975,6 +896,6 @@ void api_server_actor_destroy(struct api_server_actor *a) {
   llb_metrics_merge_destroy(a->merge);
   api_loop_call_destroy(a->loop);
   free(a->local_media_dir);
-  free(a->refused_response);
+  api_gate_destroy(a->gate);
   free(a);
 }
