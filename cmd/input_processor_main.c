@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "actors/input_processor/actor.h"
+#include "actors/input_processor/engine_router.h"
 #include "cmd/actor/actor_main.h"
 
 struct input_processor_main {
@@ -20,6 +21,7 @@ struct input_processor_main {
   const char *chat_template;
   const char *mmproj;
   int32_t intake_threads;
+  int32_t disagg_min_prompt_tokens;
   struct input_processor_actor *actor;
 };
 
@@ -39,6 +41,7 @@ static llb_status input_processor_main_start(struct actor_main *am, void *user) 
       .stream_replicas = m->stream_replicas,
       .hash_key = &am->hash_key,
       .intake_threads = m->intake_threads,
+      .disagg_min_prompt_tokens = m->disagg_min_prompt_tokens,
   };
   llb_status st = input_processor_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -62,7 +65,8 @@ static void input_processor_main_destroy(struct actor_main *am, void *user) {
 
 int main(int argc, char **argv) {
   struct input_processor_main m = {.max_model_len = 0, .tenant = "*", .router = "cache-aware",
-                         .tenant_limit_ttl_ms = 30 * 60 * 1000, .intake_threads = 2};
+                         .tenant_limit_ttl_ms = 30 * 60 * 1000, .intake_threads = 2,
+                         .disagg_min_prompt_tokens = ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS};
   const struct flag flags[] = {
       {.name = "max-model-len", .kind = FLAG_KIND_INT32, .target = &m.max_model_len,
        .help = "context length in tokens (prompt + output); 0 = min(model context, 4096)"},
@@ -89,6 +93,11 @@ int main(int argc, char **argv) {
       {.name = "intake-threads", .kind = FLAG_KIND_INT32, .target = &m.intake_threads,
        .help = "threads that template, tokenize and decode requests, taken from per-tenant queues in deficit "
                "round robin; one tenant holds at most all but one"},
+      {.name = "disagg-min-prompt-tokens", .kind = FLAG_KIND_INT32, .target = &m.disagg_min_prompt_tokens, .min = 0,
+       .max = 1 << 30,
+       .help = "disaggregated prefill/decode: prompts of at least this many tokens go to a prefill engine and "
+               "on to a decode engine (when both are live; engines' --role), shorter ones are served aggregated "
+               "(default 256; 0 = every prompt)"},
       {.name = "mmproj", .kind = FLAG_KIND_STRING, .target = &m.mmproj,
        .help = "GGUF mmproj of the model (the workers' --mmproj): image_url parts are expanded with its "
                "plan; without it images are refused"},

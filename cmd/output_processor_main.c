@@ -28,12 +28,14 @@ static void output_processor_main_destroy(struct actor_main *am, void *user) {
     struct output_processor_actor_stats c;
     output_processor_actor_stats(*actor, &c);
     LLB_LOG_INFO("output_processor_counters", "batches=%llu outputs=%llu request_outputs=%llu unknown=%llu "
-                 "resyncs_asked=%llu resyncs=%llu duplicates_dropped=%llu publish_errors=%llu histories=%llu",
+                 "resyncs_asked=%llu resyncs=%llu duplicates_dropped=%llu publish_errors=%llu histories=%llu "
+                 "handoffs_forgotten=%llu handoffs_continued=%llu",
                  (unsigned long long)c.batches,
                  (unsigned long long)c.engine_outputs, (unsigned long long)c.request_outputs,
                  (unsigned long long)c.unknown, (unsigned long long)c.resyncs_asked,
                  (unsigned long long)c.resyncs, (unsigned long long)c.duplicates,
-                 (unsigned long long)c.publish_errors, (unsigned long long)c.histories);
+                 (unsigned long long)c.publish_errors, (unsigned long long)c.histories,
+                 (unsigned long long)c.handoffs_forgotten, (unsigned long long)c.handoffs_continued);
   }
   output_processor_actor_destroy(*actor);
   *actor = NULL;

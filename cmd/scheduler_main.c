@@ -18,6 +18,7 @@ struct sched_main {
   bool no_prefix_caching;
   bool no_async_scheduling;
   const char *speculative_config; /* JSON, "" = off */
+  const char *role;               /* prefill | decode | both */
   bool blocks_from_worker; /* --num-blocks 0 */
   struct scheduler_actor *actor;
 };
@@ -28,6 +29,7 @@ static llb_status sched_configure(struct actor_main *am, void *user) {
   struct sched_main *m = user;
   struct ngram_proposer_config spec;
   llb_status st = spec_config_parse(m->speculative_config, &spec);
+  if (!st) st = llb_engine_role_parse(m->role, &m->cfg.role);
   if (st) return st;
   const struct scheduler_flags f = {
       .policy = m->policy, .no_prefix_caching = m->no_prefix_caching, .no_async_scheduling = m->no_async_scheduling,
@@ -83,7 +85,8 @@ static void sched_destroy_hook(struct actor_main *am, void *user) {
     LLB_LOG_INFO("scheduler_counters", "steps=%llu requests=%llu rejected=%llu aborted=%llu "
                  "kv_failures=%llu execute_failures=%llu peer_failures=%llu outputs=%llu "
                  "replayed=%llu dead_lettered=%llu redelivered_held=%llu acked=%llu resyncs=%llu "
-                 "bus_recoveries=%llu history_resumed=%llu",
+                 "bus_recoveries=%llu history_resumed=%llu handoffs_sent=%llu handoffs_send_failed=%llu "
+                 "handoffs_received=%llu handoffs_refused=%llu",
                  (unsigned long long)c.num_steps, (unsigned long long)c.num_requests,
                  (unsigned long long)c.num_rejected, (unsigned long long)c.num_aborted,
                  (unsigned long long)c.num_kv_failures, (unsigned long long)c.num_execute_failures,
@@ -91,14 +94,16 @@ static void sched_destroy_hook(struct actor_main *am, void *user) {
                  (unsigned long long)c.num_replayed, (unsigned long long)c.num_dead_lettered,
                  (unsigned long long)c.num_redelivered_held, (unsigned long long)c.num_acked,
                  (unsigned long long)c.num_resyncs, (unsigned long long)c.num_bus_recoveries,
-                 (unsigned long long)c.num_history_resumed);
+                 (unsigned long long)c.num_history_resumed, (unsigned long long)c.num_handoffs_sent,
+                 (unsigned long long)c.num_handoffs_send_failed, (unsigned long long)c.num_handoffs_received,
+                 (unsigned long long)c.num_handoffs_refused);
   }
   scheduler_actor_destroy(m->actor);
   m->actor = NULL;
 }
 
 int main(int argc, char **argv) {
-  struct sched_main m = {.policy = "fcfs", .speculative_config = ""};
+  struct sched_main m = {.policy = "fcfs", .speculative_config = "", .role = "both"};
   scheduler_actor_options_init(&m.cfg);
   struct sched_config *c = &m.cfg.sched;
   c->num_blocks = 1024;
@@ -165,6 +170,10 @@ int main(int argc, char **argv) {
                "a 3-node NATS cluster, so the stream and the engine's consumer outlive a node)"},
       {.name = "stats-interval-ms", .kind = FLAG_KIND_INT64, .target = &m.cfg.stats_interval_ms,
        .help = "SchedulerStats period on <prefix>.engine.<eid>.stats while there is work (default 1000)"},
+      {.name = "role", .kind = FLAG_KIND_STRING, .target = &m.role,
+       .help = "prefill | decode | both (default): what this engine serves, announced in its SchedulerStats; "
+               "routers send disaggregated requests' prompts to prefill engines and hand them to decode "
+               "engines after the first token (docs/scaling.md)"},
       {.name = "log-stats-interval-ms", .kind = FLAG_KIND_INT64, .target = &m.cfg.log_stats_interval_ms,
        .help = "one event=engine_stats log line (throughput, running, waiting, KV usage, prefix hit rate) "
                "this often; 0 = none"},

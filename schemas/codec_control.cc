@@ -77,6 +77,8 @@ static fb::Offset<void> build_scheduler_stats(Enc &e, const llb_scheduler_stats 
   auto engine = e.str(m.engine_id, "engine_id");
   auto model = e.str(m.model, "model");
   auto instance = e.str(m.instance, "instance");
+  if (m.role < LLB_ENGINE_ROLE_BOTH || m.role > LLB_ENGINE_ROLE_DECODE)
+    e.fail(LLB_STATUS_INVALID_ARGUMENT, "role", "out of range (%d)", (int)m.role);
   if (!e.ok())
     return 0;
   llmbus::SchedulerStatsBuilder t(e.b);
@@ -106,6 +108,7 @@ static fb::Offset<void> build_scheduler_stats(Enc &e, const llb_scheduler_stats 
   t.add_stats_interval_ms(m.stats_interval_ms);
   t.add_instance(instance);
   t.add_draining(m.draining);
+  t.add_role(static_cast<llmbus::EngineRole>(m.role));
   return t.Finish().Union();
 }
 
@@ -133,11 +136,30 @@ static bool read_scheduler_stats(Dec &d, const llmbus::SchedulerStats &t,
   m.max_model_len = t.max_model_len();
   m.stats_interval_ms = t.stats_interval_ms();
   m.draining = t.draining();
+  const int role = static_cast<int>(t.role());
+  if (role < LLB_ENGINE_ROLE_BOTH || role > LLB_ENGINE_ROLE_DECODE)
+    return d.fail(LLB_STATUS_MALFORMED, "role", "unknown engine role %d", role);
+  m.role = static_cast<llb_engine_role>(role);
   return d.str(t.engine_id(), &m.engine_id, "engine_id") && d.str(t.model(), &m.model, "model") &&
          d.str(t.instance(), &m.instance, "instance");
 }
 
 LLB_CODEC_DEFINE(scheduler_stats, SchedulerStats, LLB_MESSAGE_KIND_SCHEDULER_STATS)
+
+static const char *const engine_role_names[] = {"both", "prefill", "decode"};
+
+extern "C" const char *llb_engine_role_name(enum llb_engine_role r) {
+  return r >= LLB_ENGINE_ROLE_BOTH && r <= LLB_ENGINE_ROLE_DECODE ? engine_role_names[r] : nullptr;
+}
+
+extern "C" llb_status llb_engine_role_parse(const char *name, enum llb_engine_role *out) {
+  for (int i = 0; name && i < 3; i++)
+    if (strcmp(name, engine_role_names[i]) == 0) {
+      *out = static_cast<llb_engine_role>(i);
+      return LLB_STATUS_OK;
+    }
+  return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine role '%s': prefill, decode or both", name ? name : "");
+}
 
 // ---- ErrorReply --------------------------------------------------------------------------
 

@@ -60,6 +60,8 @@ static fb::Offset<llmbus::EngineCoreOutput> enc_output(Enc &e, const llb_engine_
   auto tpp = e.str(o.trace_parent_span_id, "trace_parent_span_id");
   auto pool = enc_pooled(e, o.pooling_output, o.num_pooling_output, "pooling_output");
   auto plp = enc_logprobs(e, o.prompt_logprobs, "prompt_logprobs");
+  auto handed = e.str(o.handed_off_to, "handed_off_to");
+  auto handed_ids = e.vec(o.handed_off_token_ids, o.num_handed_off_token_ids, "handed_off_token_ids");
   if (!e.ok())
     return 0;
   llmbus::EngineCoreOutputBuilder t(e.b);
@@ -89,6 +91,8 @@ static fb::Offset<llmbus::EngineCoreOutput> enc_output(Enc &e, const llb_engine_
   t.add_resync(o.resync);
   t.add_pooling_output(pool);
   t.add_prompt_logprobs(plp);
+  t.add_handed_off_to(handed);
+  t.add_handed_off_token_ids(handed_ids);
   return t.Finish();
 }
 
@@ -131,7 +135,10 @@ static bool dec_output(Dec &d, const llmbus::EngineCoreOutput &t, llb_engine_cor
       !d.str(t.trace_parent_span_id(), &o.trace_parent_span_id, "trace_parent_span_id") ||
       !dec_pooled(d, t.pooling_output(), &o.pooling_output, &o.num_pooling_output,
                   "pooling_output") ||
-      !dec_logprobs(d, t.prompt_logprobs(), &o.prompt_logprobs, "prompt_logprobs"))
+      !dec_logprobs(d, t.prompt_logprobs(), &o.prompt_logprobs, "prompt_logprobs") ||
+      !d.str(t.handed_off_to(), &o.handed_off_to, "handed_off_to") ||
+      !d.vec(t.handed_off_token_ids(), &o.handed_off_token_ids, &o.num_handed_off_token_ids,
+             "handed_off_token_ids"))
     return false;
   if (o.new_logprobs.num_tokens != 0 && o.new_logprobs.num_tokens != o.num_new_token_ids)
     return d.fail(LLB_STATUS_MALFORMED, "new_logprobs", "%d rows for %d new tokens",

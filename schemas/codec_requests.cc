@@ -150,6 +150,31 @@ LLB_CODEC_DEFINE(abort_request, AbortRequest, LLB_MESSAGE_KIND_ABORT_REQUEST)
 
 // ---- EngineCoreRequest -------------------------------------------------------------------
 
+static fb::Offset<llmbus::KVTransferParams> enc_kv_transfer_params(Enc &e, const llb_engine_core_request &m) {
+  if (!m.has_kv_transfer_params)
+    return 0;
+  const llb_kv_transfer_params &k = m.kv_transfer_params;
+  auto eid = e.str(k.remote_engine_id, "kv_transfer_params.remote_engine_id");
+  auto rid = e.str(k.remote_request_id, "kv_transfer_params.remote_request_id");
+  if (!e.ok())
+    return 0;
+  return llmbus::CreateKVTransferParams(e.b, k.do_remote_decode, k.do_remote_prefill, eid, rid,
+                                        k.remote_num_blocks, k.num_tokens);
+}
+
+static bool dec_kv_transfer_params(Dec &d, const llmbus::KVTransferParams *t, llb_engine_core_request &m) {
+  m.has_kv_transfer_params = t != nullptr;
+  if (!t)
+    return true;
+  llb_kv_transfer_params &k = m.kv_transfer_params;
+  k.do_remote_decode = t->do_remote_decode();
+  k.do_remote_prefill = t->do_remote_prefill();
+  k.remote_num_blocks = t->remote_num_blocks();
+  k.num_tokens = t->num_tokens();
+  return d.str(t->remote_engine_id(), &k.remote_engine_id, "kv_transfer_params.remote_engine_id") &&
+         d.str(t->remote_request_id(), &k.remote_request_id, "kv_transfer_params.remote_request_id");
+}
+
 static fb::Offset<void> build_engine_core_request(Enc &e, const llb_engine_core_request &m) {
   auto request_id = e.str(m.request_id, "request_id", true);
   auto external_id = e.str(m.external_id, "external_id");
@@ -167,6 +192,9 @@ static fb::Offset<void> build_engine_core_request(Enc &e, const llb_engine_core_
   auto pool = enc_pooling_params(e, m.pooling_params, "pooling_params");
   auto resume = e.str(m.resume_request_id, "resume_request_id");
   auto lora = enc_lora_request(e, m.lora_request, 1, "lora_request");
+  auto kvt = enc_kv_transfer_params(e, m);
+  auto outs = m.num_output_token_ids > 0 ? e.vec(m.output_token_ids, m.num_output_token_ids, "output_token_ids")
+                                         : fb::Offset<fb::Vector<int32_t>>();
   if (!e.ok())
     return 0;
   llmbus::EngineCoreRequestBuilder t(e.b);
@@ -190,6 +218,8 @@ static fb::Offset<void> build_engine_core_request(Enc &e, const llb_engine_core_
   t.add_pooling_params(pool);
   t.add_resume_request_id(resume);
   t.add_lora_request(lora);
+  t.add_kv_transfer_params(kvt);
+  t.add_output_token_ids(outs);
   return t.Finish().Union();
 }
 
@@ -218,7 +248,9 @@ static bool read_engine_core_request(Dec &d, const llmbus::EngineCoreRequest &t,
          d.str(t.traceparent(), &m.traceparent, "traceparent") &&
          d.str(t.trace_parent_span_id(), &m.trace_parent_span_id, "trace_parent_span_id") &&
          dec_structured_outputs(d, t.structured_outputs(), &m.structured_outputs,
-                                "structured_outputs");
+                                "structured_outputs") &&
+         dec_kv_transfer_params(d, t.kv_transfer_params(), m) &&
+         d.vec(t.output_token_ids(), &m.output_token_ids, &m.num_output_token_ids, "output_token_ids");
 }
 
 LLB_CODEC_DEFINE(engine_core_request, EngineCoreRequest, LLB_MESSAGE_KIND_ENGINE_CORE_REQUEST)

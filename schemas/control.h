@@ -63,6 +63,18 @@ struct llb_heartbeat {
   int32_t num_lora_adapters;                    /* <= LLB_MAX_LORA_ADAPTERS */
 };
 
+/* What an engine serves (control.fbs EngineRole; docs/scaling.md, disaggregated prefill/decode). */
+enum llb_engine_role {
+  LLB_ENGINE_ROLE_BOTH = 0,    /* aggregated: prompt and decode (the default) */
+  LLB_ENGINE_ROLE_PREFILL = 1, /* prompts; hands requests to a decode engine after the first token */
+  LLB_ENGINE_ROLE_DECODE = 2,  /* continues requests handed over by prefill engines */
+};
+
+/* "both", "prefill", "decode"; NULL for a value out of range. */
+const char *llb_engine_role_name(enum llb_engine_role r);
+/* Parses those names into *out. Errors: INVALID_ARGUMENT naming the value. */
+llb_status llb_engine_role_parse(const char *name, enum llb_engine_role *out);
+
 /* vLLM v1 SchedulerStats + cumulative counters for Prometheus. */
 struct llb_scheduler_stats {
   uint16_t version;
@@ -92,6 +104,7 @@ struct llb_scheduler_stats {
   int32_t stats_interval_ms;        /* longest gap between two SchedulerStats (idle) */
   struct llb_str instance;          /* the scheduler's instance id */
   bool draining;                    /* stopping: routers send nothing new (its last stats) */
+  enum llb_engine_role role;        /* what it serves (absent on the wire: BOTH) */
 };
 
 /* The generic error reply to any request subject. */

@@ -51,6 +51,11 @@ struct llb_engine_core_output {
                                        its finishing output; NULL/0 otherwise */
   int32_t num_pooling_output;       /* <= LLB_MAX_POOLED_DIMS */
   struct llb_logprobs_lists prompt_logprobs; /* rows = prompt tokens 1..P-1; num_tokens 0 = none */
+  struct llb_str handed_off_to;     /* prefill engine: the request goes on on this decode engine
+                                       ("" = not handed off; see the .fbs) */
+  const int32_t *handed_off_token_ids; /* [num_handed_off_token_ids] decode engine's first output of
+                                       a hand-off: the outputs already delivered (see the .fbs) */
+  int32_t num_handed_off_token_ids;
 };
 
 struct llb_engine_core_outputs {

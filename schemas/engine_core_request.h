@@ -9,6 +9,16 @@
 extern "C" {
 #endif
 
+/* KVTransferParams (engine_core_request.fbs; vLLM v1 kv_transfer_params). */
+struct llb_kv_transfer_params {
+  bool do_remote_decode;            /* prefill here, then hand over to remote_engine_id */
+  bool do_remote_prefill;           /* a hand-off from the prefill engine remote_engine_id */
+  struct llb_str remote_engine_id;  /* "" = none */
+  struct llb_str remote_request_id; /* the request's id on the prefill engine */
+  int32_t remote_num_blocks;        /* its blocks holding the first num_tokens tokens */
+  int32_t num_tokens;               /* tokens whose KV the prefill engine holds */
+};
+
 struct llb_engine_core_request {
   uint16_t version;
   struct llb_str request_id;        /* internal, unique per engine; required */
@@ -32,6 +42,10 @@ struct llb_engine_core_request {
   struct llb_pooling_params pooling_params; /* type NONE = sample; else pool the prompt only */
   struct llb_str resume_request_id; /* a resend of that request ("" = none; see the .fbs) */
   struct llb_lora_request lora_request; /* resolved adapter (lora_int_id >= 1); name "" = the base model */
+  bool has_kv_transfer_params;      /* false: aggregated (kv_transfer_params zero) */
+  struct llb_kv_transfer_params kv_transfer_params;
+  const int32_t *output_token_ids;  /* [num_output_token_ids] outputs it already has (hand-off) */
+  int32_t num_output_token_ids;
 };
 
 struct llb_abort_requests {

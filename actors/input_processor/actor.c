@@ -59,7 +59,8 @@ struct input_processor_actor {
   bool durable;
   int32_t stream_replicas; /* of the requests stream, if this actor creates it */
   atomic_uint_fast64_t requests, engine_requests, rejected, malformed, no_reply, aborts, aborts_refused,
-      publish_errors, tokenize, stats_malformed, routed_by_prefix, routed_fallback, limited;
+      publish_errors, tokenize, stats_malformed, routed_by_prefix, routed_fallback, limited,
+      routed_disaggregated;
   char outputs_subject[BUS_SUBJECT_MAX];
   struct tenant_limits *limits; /* NULL = no per-tenant limits */
   struct jinja_template *jinja; /* the model's chat template; NULL = the named kind */
@@ -173,7 +174,7 @@ static llb_status publish_engine_request(struct input_processor_actor *a, const 
 static llb_status publish_children(struct input_processor_actor *a, const char *eid, const struct input_processor_generate_request *req,
                                    const struct input_processor_processed *pr, const struct bus_trace_ctx *span,
                                    const struct request_trace *rt, const struct llb_pooling_params *pool,
-                                   const char *resume_of) {
+                                   const char *resume_of, const char *decode_eid) {
   char subject[BUS_SUBJECT_MAX];
   llb_status sst = bus_subject_engine(bus_prefix(a->bus), eid, "requests", subject, sizeof subject);
   if (sst != LLB_STATUS_OK) return sst;
@@ -201,6 +202,11 @@ static llb_status publish_children(struct input_processor_actor *a, const char *
     m.trace_parent_span_id = llb_str_c(rt->on ? rt->parent_span_id : "");
     m.trace_start_time_ns = rt->on ? rt->start_ns : 0;
     m.resume_request_id = llb_str_c(pr->num_requests == 1 && resume_of ? resume_of : "");
+    if (decode_eid) { /* disaggregated: prefill here, then the decode engine (handoff.h) */
+      m.has_kv_transfer_params = true;
+      m.kv_transfer_params = (struct llb_kv_transfer_params){.do_remote_decode = true,
+                                                             .remote_engine_id = llb_str_c(decode_eid)};
+    }
     st = llb_engine_core_request_encode_buf(&m, &buf);
     if (st == LLB_STATUS_OK) st = publish_engine_request(a, subject, e->request_id, buf.data, buf.len, span);
     if (st != LLB_STATUS_OK) break;
@@ -435,12 +441,19 @@ static void process_generate(struct input_processor_actor *a, const struct bus_m
     reply_error(a, msg, ext_id, st, text, field);
     goto done;
   }
-  struct engine_router_choice choice;
-  engine_router_choose(a->router, pr.prompt_token_ids, pr.num_prompt_tokens, req.cache_salt, llb_now_ns(), &choice);
   char resume_of[INPUT_PROCESSOR_MAX_ID_BYTES], resume_eid[BUS_TOKEN_MAX + 1];
   const bool resuming = resume_target(a, msg, tenant, pr.num_requests, resume_of, sizeof resume_of, resume_eid,
                                       sizeof resume_eid);
+  /* one text sequence that samples: the only kind handed from a prefill to a decode engine
+   * (n > 1 children would finish on two output processors; multimodal and pooling requests stay
+   * where their encoder inputs and vectors are) */
+  const bool may_disaggregate = !resuming && pr.num_requests == 1 && pr.num_mm_features == 0 &&
+                                gr.pooling_params.pooling_type == LLB_POOLING_NONE;
+  struct engine_router_choice choice;
+  engine_router_choose_pd(a->router, pr.prompt_token_ids, pr.num_prompt_tokens, req.cache_salt, may_disaggregate,
+                          llb_now_ns(), &choice);
   if (resuming) snprintf(choice.engine_id, sizeof choice.engine_id, "%s", resume_eid);
+  if (choice.disaggregated) atomic_fetch_add(&a->routed_disaggregated, 1);
   if (choice.by_prefix) atomic_fetch_add(&a->routed_by_prefix, 1);
   if (choice.fallback) atomic_fetch_add(&a->routed_fallback, 1);
   st = input_processor_processed_set_engine(&pr, choice.engine_id);
@@ -458,7 +471,7 @@ static void process_generate(struct input_processor_actor *a, const struct bus_m
    * publish returns: ending here keeps this span inside the request span */
   proc.end_unix_ns = llb_wall_ns();
   st = publish_children(a, choice.engine_id, &req, &pr, &proc.ctx, &rt, &gr.pooling_params,
-                        resuming ? resume_of : NULL);
+                        resuming ? resume_of : NULL, choice.disaggregated ? choice.decode_engine_id : NULL);
   if (st != LLB_STATUS_OK) {
     release(a, &pr);
     LLB_LOG_ERROR("engine_publish_failed", "request_id=%s error=%s", pr.requests[0].parent_request_id,
@@ -469,9 +482,9 @@ static void process_generate(struct input_processor_actor *a, const struct bus_m
   atomic_fetch_add(&a->requests, 1);
   accepted = true;
   LLB_LOG_DEBUG("generate_accepted", "request_id=%s tenant=%s n=%d prompt_tokens=%" PRId64 " engine=%s "
-                "matched_blocks=%d/%d by_prefix=%d trace_id=%s", pr.requests[0].parent_request_id, tenant,
-                pr.num_requests, pr.num_prompt_tokens, choice.engine_id, choice.matched_blocks,
-                choice.prompt_blocks, choice.by_prefix, proc.ctx.trace_id);
+                "decode_engine=%s matched_blocks=%d/%d by_prefix=%d trace_id=%s", pr.requests[0].parent_request_id,
+                tenant, pr.num_requests, pr.num_prompt_tokens, choice.engine_id, choice.decode_engine_id,
+                choice.matched_blocks, choice.prompt_blocks, choice.by_prefix, proc.ctx.trace_id);
 done:
   proc.error = !accepted;
   bus_span_end(bus, &proc);
@@ -661,6 +674,24 @@ static int abort_everywhere(struct input_processor_actor *a, const struct llb_st
   return sent;
 }
 
+/* A disaggregated request may have left the prefill engine its id names for a decode engine
+ * (actors/scheduler/handoff.h): the abort goes to every decode engine too (the id alone: n > 1
+ * is never disaggregated); one that does not run it yet remembers it, so a hand-off racing the
+ * abort is dropped there. Returns the number of engines; *st the first error. */
+static int abort_decode_engines(struct input_processor_actor *a, const char *eid, const struct llb_str *id,
+                                const struct bus_trace_ctx *span, llb_status *st) {
+  enum { MAX_DECODE = 64 };
+  char ids[MAX_DECODE][BUS_TOKEN_MAX + 1];
+  int n = engine_router_decode_engines(a->router, ids, MAX_DECODE), sent = 0;
+  for (int i = 0; i < n && i < MAX_DECODE; i++) {
+    if (strcmp(ids[i], eid) == 0) continue;
+    llb_status s2 = publish_aborts(a, ids[i], id, 1, span);
+    if (*st == LLB_STATUS_OK) *st = s2;
+    sent++;
+  }
+  return sent;
+}
+
 /* <prefix>.engine.<eid>.stats: an engine announcing itself and its load (routing input). */
 static void input_processor_on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
@@ -743,7 +774,7 @@ static void input_processor_on_abort(struct bus *bus, const struct bus_msg *msg,
   if (input_processor_engine_of_id(ar.request_id.data, ar.request_id.len, eid, sizeof eid) &&
       engine_router_known(a->router, eid)) {
     st = publish_aborts(a, eid, ids, INPUT_PROCESSOR_ACTOR_MAX_N + 1, &span);
-    engines = 1;
+    engines = 1 + abort_decode_engines(a, eid, &ar.request_id, &span, &st);
   } else {
     engines = abort_everywhere(a, ids, INPUT_PROCESSOR_ACTOR_MAX_N + 1, &span, &st);
   }
@@ -784,6 +815,7 @@ llb_status input_processor_actor_create(const struct input_processor_actor_optio
   struct engine_router_config rc;
   engine_router_config_init(&rc);
   rc.default_engine_id = a->engine_id;
+  if (o->disagg_min_prompt_tokens >= 0) rc.disagg_min_prompt_tokens = o->disagg_min_prompt_tokens;
   const char *slash = strrchr(o->model_path, '/');
   rc.model = slash ? slash + 1 : o->model_path; /* engines announce their model's file name */
   a->durable = o->durable;
@@ -909,6 +941,7 @@ void input_processor_actor_stats(const struct input_processor_actor *a,
   out->stats_malformed = atomic_load(&m->stats_malformed);
   out->routed_by_prefix = atomic_load(&m->routed_by_prefix);
   out->routed_fallback = atomic_load(&m->routed_fallback);
+  out->routed_disaggregated = atomic_load(&m->routed_disaggregated);
   out->limited = atomic_load(&m->limited);
   out->intake_full = atomic_load(&m->intake_full);
   out->grammars_compiled = atomic_load(&m->grammars_compiled);

@@ -70,6 +70,10 @@ struct input_processor_actor_options {
   int32_t stream_replicas; /* durable: replicas of the requests stream if this actor creates it
                               (1..5; 0 = 1; 3 on a 3-node NATS cluster: bus/jetstream.h) */
   int32_t intake_threads;  /* intake workers (0 = 2); one tenant takes at most all but one */
+  int32_t disagg_min_prompt_tokens; /* disaggregated prefill/decode (engine_router.h): shortest
+                              prompt sent to a prefill engine and handed to a decode engine, when
+                              both are live; 0 = every prompt; < 0 = the default
+                              (ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS) */
   const struct llb_hash_key *hash_key; /* the deployment's key (base/hash.h: item hashes, the
                               tenant tags of request ids; every replica must hold the same);
                               copied; NULL = a random key of this process */
@@ -89,6 +93,7 @@ struct input_processor_actor_stats {
   uint64_t stats_malformed; /* SchedulerStats refused (undecodable, id mismatch, out of range) */
   uint64_t routed_by_prefix;/* requests sent to the engine holding their prefix */
   uint64_t routed_fallback; /* requests sent to the default engine: no live engine known */
+  uint64_t routed_disaggregated; /* requests sent to a prefill engine, to go on on a decode engine */
   uint64_t limited;         /* requests refused by a per-tenant limit (429 / 400), a full intake
                                queue included */
   uint64_t intake_full;     /* requests refused because their tenant's intake queue was full */

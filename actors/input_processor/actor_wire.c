@@ -132,6 +132,7 @@ llb_status input_processor_wire_engine_stats(const struct llb_scheduler_stats *s
       .num_total_blocks = s->num_total_blocks, .block_size = s->block_size, .max_num_seqs = s->max_num_seqs,
       .max_model_len = s->max_model_len, .stats_interval_ms = s->stats_interval_ms,
       .prefix_cache_queries = s->prefix_cache_queries, .prefix_cache_hits = s->prefix_cache_hits,
-      .generation_tokens_total = s->generation_tokens_total, .draining = s->draining};
+      .generation_tokens_total = s->generation_tokens_total, .draining = s->draining,
+      .role = (enum engine_router_role)s->role};
   return LLB_STATUS_OK;
 }

@@ -35,7 +35,22 @@ struct engine {
   int32_t total_blocks, block_size, interval_ms;
   uint64_t routed;
   bool draining;
+  enum engine_router_role role;
+  int32_t free_blocks;
 };
+
+/* Which engines a choice is among (disaggregated prefill/decode): every live one, the prefill
+ * ones, the decode ones, or those that decode (aggregated requests: not the prefill ones). */
+enum role_filter { ROLES_ANY = 0, ROLES_PREFILL, ROLES_DECODE, ROLES_NOT_PREFILL };
+
+static bool role_ok(const struct engine *e, enum role_filter f) {
+  switch (f) {
+  case ROLES_PREFILL: return e->role == ENGINE_ROUTER_ROLE_PREFILL;
+  case ROLES_DECODE: return e->role == ENGINE_ROUTER_ROLE_DECODE;
+  case ROLES_NOT_PREFILL: return e->role != ENGINE_ROUTER_ROLE_PREFILL;
+  default: return true;
+  }
+}
 
 struct prefix_entry {
   uint64_t hash;   /* 0 = empty */
@@ -69,6 +84,7 @@ void engine_router_config_init(struct engine_router_config *c) {
   c->max_prefix_blocks = 64;
   c->table_entries = 16384;
   c->prefix_ttl_ms = 600000;
+  c->disagg_min_prompt_tokens = ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS;
 }
 
 llb_status engine_router_create(const struct engine_router_config *c, struct engine_router **out) {
@@ -77,7 +93,7 @@ llb_status engine_router_create(const struct engine_router_config *c, struct eng
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine router: default engine id is not one subject token");
   if (c->balance_abs_threshold < 0 || !(c->balance_rel_threshold >= 1.0) || !(c->cache_threshold >= 0.0) ||
       c->cache_threshold > 1.0 || c->max_prefix_blocks < 1 || c->max_prefix_blocks > 4096 ||
-      c->table_entries < 1 || c->table_entries > (1 << 24) || c->prefix_ttl_ms < 0 ||
+      c->table_entries < 1 || c->table_entries > (1 << 24) || c->prefix_ttl_ms < 0 || c->disagg_min_prompt_tokens < 0 ||
       (unsigned)c->policy > ENGINE_ROUTER_RANDOM)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine router: a threshold or size is out of range");
   struct engine_router *r = calloc(1, sizeof *r);
@@ -131,7 +147,8 @@ static bool stats_valid(const struct engine_router_stats *s) {
   return s->engine_id && bus_token_valid(s->engine_id) && s->num_running_reqs >= 0 && s->num_waiting_reqs >= 0 &&
          isfinite(s->kv_cache_usage) && s->kv_cache_usage >= 0.0f && s->kv_cache_usage <= 1.0f &&
          s->num_free_blocks >= 0 && s->num_total_blocks >= 0 && s->block_size >= 0 && s->block_size <= 65536 &&
-         s->stats_interval_ms >= 0 && s->stats_interval_ms <= 3600000;
+         s->stats_interval_ms >= 0 && s->stats_interval_ms <= 3600000 &&
+         (unsigned)s->role <= ENGINE_ROUTER_ROLE_DECODE;
 }
 
 llb_status engine_router_update(struct engine_router *r, const struct engine_router_stats *s, int64_t now_ns) {
@@ -181,6 +198,8 @@ llb_status engine_router_update(struct engine_router *r, const struct engine_rou
   e->block_size = s->block_size;
   e->interval_ms = s->stats_interval_ms ? s->stats_interval_ms : ASSUMED_STATS_INTERVAL_MS;
   e->draining = s->draining;
+  e->role = s->role;
+  e->free_blocks = s->num_free_blocks;
   if (s->block_size > 0) r->block_size = s->block_size;
 out:
   pthread_mutex_unlock(&r->mu);
@@ -232,12 +251,15 @@ static void remember_prefix(struct engine_router *r, const uint64_t *hashes, int
 
 /* Least loaded live engine (ties: lower kv usage, then random); -1 if none is live. With
  * `matched` set, among the engines whose matched blocks equal best_match. */
-static int least_loaded(struct engine_router *r, int64_t now_ns, const int32_t *matched, int32_t best_match) {
+static int least_loaded(struct engine_router *r, int64_t now_ns, const int32_t *matched, int32_t best_match,
+                        enum role_filter f) {
   int best = -1, ties = 0;
   for (int i = 0; i < r->num_engines; i++) {
     const struct engine *e = &r->engines[i];
-    if (!engine_live(r, e, now_ns) || (matched && matched[i] != best_match)) continue;
+    if (!engine_live(r, e, now_ns) || !role_ok(e, f) || (matched && matched[i] != best_match)) continue;
     int cmp = best < 0 ? -1 : engine_load(e) - engine_load(&r->engines[best]);
+    if (cmp == 0 && f == ROLES_DECODE) /* a decode engine holds the request's KV: more free blocks first */
+      cmp = e->free_blocks > r->engines[best].free_blocks ? -1 : e->free_blocks < r->engines[best].free_blocks;
     if (cmp == 0) cmp = e->kv_usage < r->engines[best].kv_usage ? -1 : e->kv_usage > r->engines[best].kv_usage;
     if (cmp < 0) {
       best = i;
@@ -249,19 +271,20 @@ static int least_loaded(struct engine_router *r, int64_t now_ns, const int32_t *
   return best;
 }
 
-static int random_live(struct engine_router *r, int64_t now_ns) {
+static int random_live(struct engine_router *r, int64_t now_ns, enum role_filter f) {
   int pick = -1, seen = 0;
   for (int i = 0; i < r->num_engines; i++)
-    if (engine_live(r, &r->engines[i], now_ns) && next_random(r) % (uint64_t)++seen == 0) pick = i;
+    if (engine_live(r, &r->engines[i], now_ns) && role_ok(&r->engines[i], f) && next_random(r) % (uint64_t)++seen == 0)
+      pick = i;
   return pick;
 }
 
 /* SGLang's cache_aware decision over live engines; see the header. */
 static int cache_aware(struct engine_router *r, int64_t now_ns, const int32_t *matched, int32_t blocks,
-                       bool *by_prefix) {
+                       enum role_filter f, bool *by_prefix) {
   int32_t min_load = INT32_MAX, max_load = -1, best_match = 0;
   for (int i = 0; i < r->num_engines; i++) {
-    if (!engine_live(r, &r->engines[i], now_ns)) continue;
+    if (!engine_live(r, &r->engines[i], now_ns) || !role_ok(&r->engines[i], f)) continue;
     int32_t l = engine_load(&r->engines[i]);
     if (l < min_load) min_load = l;
     if (l > max_load) max_load = l;
@@ -272,27 +295,58 @@ static int cache_aware(struct engine_router *r, int64_t now_ns, const int32_t *m
                     (double)max_load > (double)min_load * r->cfg.balance_rel_threshold;
   if (!imbalanced && blocks > 0 && best_match > 0 && (double)best_match / blocks > r->cfg.cache_threshold) {
     *by_prefix = true;
-    return least_loaded(r, now_ns, matched, best_match);
+    return least_loaded(r, now_ns, matched, best_match, f);
   }
-  return least_loaded(r, now_ns, NULL, 0);
+  return least_loaded(r, now_ns, NULL, 0, f);
+}
+
+/* Whether some live engine passes f. */
+static bool any_live(const struct engine_router *r, int64_t now_ns, enum role_filter f) {
+  for (int i = 0; i < r->num_engines; i++)
+    if (engine_live(r, &r->engines[i], now_ns) && role_ok(&r->engines[i], f)) return true;
+  return false;
+}
+
+/* Counts one request routed to engine i now (pending until its stats count it). */
+static void count_routed(struct engine *e, int64_t now_ns) {
+  if (e->pending == PENDING_MAX) { /* the oldest has surely arrived */
+    e->pending_head = (e->pending_head + 1) % PENDING_MAX;
+    e->pending--;
+  }
+  e->routed_ns[(e->pending_head + e->pending++) % PENDING_MAX] = now_ns;
+  e->routed++;
 }
 
 void engine_router_choose(struct engine_router *r, const int32_t *ids, int64_t n, const char *salt,
                           int64_t now_ns, struct engine_router_choice *choice) {
+  engine_router_choose_pd(r, ids, n, salt, false, now_ns, choice);
+}
+
+void engine_router_choose_pd(struct engine_router *r, const int32_t *ids, int64_t n, const char *salt,
+                             bool may_disaggregate, int64_t now_ns, struct engine_router_choice *choice) {
   memset(choice, 0, sizeof *choice);
   pthread_mutex_lock(&r->mu);
+  /* Dynamo's conditional disaggregation: a long enough prompt, and a prefill and a decode
+   * engine alive; otherwise aggregated, on an engine that decodes when there is one. */
+  enum role_filter f = ROLES_ANY;
+  int decode = -1;
+  if (may_disaggregate && n >= r->cfg.disagg_min_prompt_tokens && any_live(r, now_ns, ROLES_PREFILL) &&
+      (decode = least_loaded(r, now_ns, NULL, 0, ROLES_DECODE)) >= 0)
+    f = ROLES_PREFILL;
+  else if (any_live(r, now_ns, ROLES_NOT_PREFILL))
+    f = ROLES_NOT_PREFILL;
   uint64_t hashes_small[64];
   uint64_t *hashes = r->cfg.max_prefix_blocks <= 64 ? hashes_small : malloc((size_t)r->cfg.max_prefix_blocks * sizeof *hashes);
   int32_t *matched = r->num_engines ? calloc((size_t)r->num_engines, sizeof *matched) : NULL;
   int32_t blocks = hashes && ids && n > 0 ? block_hashes(r, ids, n, salt, hashes) : 0;
   int pick = -1;
   if (r->cfg.policy == ENGINE_ROUTER_RANDOM) {
-    pick = random_live(r, now_ns);
+    pick = random_live(r, now_ns, f);
   } else if (r->cfg.policy == ENGINE_ROUTER_CACHE_AWARE && matched) {
     prefix_matches(r, hashes, blocks, now_ns, matched);
-    pick = cache_aware(r, now_ns, matched, blocks, &choice->by_prefix);
+    pick = cache_aware(r, now_ns, matched, blocks, f, &choice->by_prefix);
   } else {
-    pick = least_loaded(r, now_ns, NULL, 0);
+    pick = least_loaded(r, now_ns, NULL, 0, f);
   }
   choice->prompt_blocks = blocks;
   if (pick < 0) {
@@ -302,17 +356,29 @@ void engine_router_choose(struct engine_router *r, const int32_t *ids, int64_t n
     struct engine *e = &r->engines[pick];
     snprintf(choice->engine_id, sizeof choice->engine_id, "%s", e->id);
     choice->matched_blocks = matched ? matched[pick] : 0;
-    if (e->pending == PENDING_MAX) { /* the oldest has surely arrived */
-      e->pending_head = (e->pending_head + 1) % PENDING_MAX;
-      e->pending--;
-    }
-    e->routed_ns[(e->pending_head + e->pending++) % PENDING_MAX] = now_ns;
-    e->routed++;
+    count_routed(e, now_ns);
     remember_prefix(r, hashes, blocks, pick, now_ns);
+    if (f == ROLES_PREFILL) { /* the decode engine gets it after its first token */
+      choice->disaggregated = true;
+      snprintf(choice->decode_engine_id, sizeof choice->decode_engine_id, "%s", r->engines[decode].id);
+      count_routed(&r->engines[decode], now_ns);
+    }
   }
   pthread_mutex_unlock(&r->mu);
   if (hashes != hashes_small) free(hashes);
   free(matched);
+}
+
+int engine_router_decode_engines(struct engine_router *r, char (*ids)[BUS_TOKEN_MAX + 1], int max) {
+  pthread_mutex_lock(&r->mu);
+  int n = 0;
+  for (int i = 0; i < r->num_engines; i++)
+    if (r->engines[i].role == ENGINE_ROUTER_ROLE_DECODE) {
+      if (n < max) snprintf(ids[n], BUS_TOKEN_MAX + 1, "%s", r->engines[i].id);
+      n++;
+    }
+  pthread_mutex_unlock(&r->mu);
+  return n;
 }
 
 bool engine_router_known(struct engine_router *r, const char *engine_id) {
@@ -341,6 +407,7 @@ int engine_router_list(struct engine_router *r, int64_t now_ns, struct engine_ro
     w->num_total_blocks = e->total_blocks;
     w->block_size = e->block_size;
     w->routed = e->routed;
+    w->role = e->role;
   }
   pthread_mutex_unlock(&r->mu);
   return n;

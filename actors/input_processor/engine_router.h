@@ -29,6 +29,15 @@
  * got the prompt, in a fixed-size table (older entries are overwritten; entries older than
  * prefix_ttl_ms are ignored, the engine may have evicted them).
  *
+ * Disaggregated prefill/decode (docs/scaling.md; NVIDIA Dynamo's conditional disaggregation):
+ * engines announce a role (SchedulerStats.role). engine_router_choose_pd sends a request that
+ * may be disaggregated (the caller says: n = 1, text only, not pooling) with a prompt of at
+ * least disagg_min_prompt_tokens to a prefill engine chosen by the policy among the prefill
+ * engines (load and prefix affinity, as above), and names the decode engine that continues it:
+ * the least loaded decode engine, ties to the one with more free KV blocks. That needs a live
+ * prefill engine and a live decode engine; otherwise the request is aggregated, on an engine
+ * that decodes (role both or decode) when one is live, else on any live engine.
+ *
  * Thread safety: every function may be called from any thread (one mutex).
  */
 #ifndef LLB_ACTORS_INPUT_PROCESSOR_ENGINE_ROUTER_H
@@ -48,6 +57,17 @@ enum engine_router_policy {
 };
 
 #define ENGINE_ROUTER_MAX_ENGINES 1024 /* stats from more engines are ignored (and counted) */
+/* Prompts shorter than this are not disaggregated: their prefill costs less than a handful of
+ * decode steps of a batch (so it hardly delays the engine's decodes) while the hand-off adds a
+ * durable publish and, with KV transfer, the fetch of their blocks. docs/scaling.md. */
+#define ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS 256
+
+/* What an engine serves (the values of schemas/control.h llb_engine_role). */
+enum engine_router_role {
+  ENGINE_ROUTER_ROLE_BOTH = 0,
+  ENGINE_ROUTER_ROLE_PREFILL = 1,
+  ENGINE_ROUTER_ROLE_DECODE = 2,
+};
 
 struct engine_router_config {
   const char *default_engine_id; /* required; copied */
@@ -60,6 +80,8 @@ struct engine_router_config {
   int32_t table_entries;         /* prefix table size, rounded up to a power of two (default 16384) */
   int64_t prefix_ttl_ms;         /* default 600000 */
   uint64_t seed;                 /* random tie breaks (0: from the clock) */
+  int32_t disagg_min_prompt_tokens; /* shortest prompt disaggregated (default
+                                     ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS; 0 = every one) */
 };
 
 /* One engine's announcement, already verified by the caller (the decoded SchedulerStats with
@@ -79,6 +101,7 @@ struct engine_router_stats {
   int64_t age_ns;            /* how long ago the snapshot was taken (the caller's wall clock less
                                 SchedulerStats.timestamp, clamped to [0, the stats interval]);
                                 0 = just now. Requests routed before then are in its counts */
+  enum engine_router_role role; /* what it serves */
 };
 
 /* What engine_router_choose decided, for logs and tests. */
@@ -88,6 +111,8 @@ struct engine_router_choice {
   int32_t prompt_blocks;  /* full blocks of the prompt considered */
   bool by_prefix;         /* chosen for its prefix (cache_aware), not its load */
   bool fallback;          /* no live engine known: the default engine */
+  bool disaggregated;     /* engine_id is a prefill engine; decode_engine_id continues it */
+  char decode_engine_id[BUS_TOKEN_MAX + 1]; /* "" unless disaggregated */
 };
 
 /* A row of engine_router_list. */
@@ -101,6 +126,7 @@ struct engine_router_engine {
   float kv_cache_usage;
   int32_t num_total_blocks, block_size;
   uint64_t routed;        /* requests this router sent there */
+  enum engine_router_role role;
 };
 
 struct engine_router;
@@ -123,6 +149,16 @@ llb_status engine_router_update(struct engine_router *r, const struct engine_rou
  * Never fails: with no live engine it answers the default engine (choice->fallback). */
 void engine_router_choose(struct engine_router *r, const int32_t *ids, int64_t n, const char *salt,
                           int64_t now_ns, struct engine_router_choice *choice);
+
+/* As engine_router_choose, deciding between aggregated and disaggregated serving (see the head
+ * comment); may_disaggregate false = engine_router_choose. A disaggregated choice counts a
+ * pending request on both engines. */
+void engine_router_choose_pd(struct engine_router *r, const int32_t *ids, int64_t n, const char *salt,
+                             bool may_disaggregate, int64_t now_ns, struct engine_router_choice *choice);
+
+/* The decode engines this router knows (live or not): up to max ids into ids; returns how many
+ * there are. Aborts of a disaggregated request go to them too (it may have been handed over). */
+int engine_router_decode_engines(struct engine_router *r, char (*ids)[BUS_TOKEN_MAX + 1], int max);
 
 /* Whether `engine_id` is an engine this router knows (live or not) or the default engine. */
 bool engine_router_known(struct engine_router *r, const char *engine_id);

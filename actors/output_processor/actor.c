@@ -49,7 +49,8 @@ struct output_processor_actor {
   int32_t asked_next;
   struct llb_buf buf;
   atomic_uint_fast64_t batches, engine_outputs, request_outputs, malformed, unknown,
-      register_errors, num_aborted, publish_errors, resyncs_asked, resyncs, histories;
+      register_errors, num_aborted, publish_errors, resyncs_asked, resyncs, histories, handoffs_forgotten,
+      handoffs_continued;
 };
 
 llb_status output_processor_actor_create(const struct output_processor_actor_options *o,
@@ -108,6 +109,8 @@ void output_processor_actor_stats(const struct output_processor_actor *a,
   out->resyncs = atomic_load(&m->resyncs);
   out->duplicates = output_processor_num_duplicates(m->proc);
   out->histories = atomic_load(&m->histories);
+  out->handoffs_forgotten = atomic_load(&m->handoffs_forgotten);
+  out->handoffs_continued = atomic_load(&m->handoffs_continued);
 }
 
 /* Queues an engine abort of `id` for the end of the batch. */
@@ -268,6 +271,11 @@ static llb_status register_from(struct output_processor_actor *a, const struct l
     atomic_fetch_add(&a->resyncs, 1);
     LLB_LOG_INFO("request_resynced", "request_id=%s tokens=%d", eo->request_id.data, eo->num_new_token_ids);
   }
+  if (eo->num_handed_off_token_ids > 0) { /* a hand-off from a prefill engine: its outputs went out there */
+    atomic_fetch_add(&a->handoffs_continued, 1);
+    return output_processor_register_handed_off(a->proc, &info, eo->handed_off_token_ids,
+                                                eo->num_handed_off_token_ids, &a->res);
+  }
   return output_processor_register(a->proc, &info);
 }
 
@@ -409,6 +417,10 @@ static void handle_output(struct output_processor_actor *a, const struct llb_eng
                   llb_log_quote(q, sizeof q, llb_err_last()));
   }
   if (a->res.num_unknown > unknown_before) handle_unknown(a, eo, span);
+  if (eo->handed_off_to.len > 0 && output_processor_hand_off(a->proc, eo->request_id.data) == LLB_STATUS_OK) {
+    atomic_fetch_add(&a->handoffs_forgotten, 1); /* the decode engine's output processor goes on */
+    LLB_LOG_DEBUG("request_handed_off", "request_id=%s decode_engine=%s", eo->request_id.data, eo->handed_off_to.data);
+  }
   if (a->res.num_resync > resync_before && resync_due(a, eo->request_id.data, llb_now_ns())) {
     LLB_LOG_WARN("outputs_lost", "request_id=%s first_output_pos=%d action=resync", eo->request_id.data,
                  eo->first_output_pos);

@@ -50,6 +50,8 @@ struct output_processor_actor_stats {
   uint64_t resyncs;         /* requests rebuilt from the engine's history */
   uint64_t duplicates;      /* output tokens dropped: positions already delivered */
   uint64_t histories;       /* history requests answered (a restarted scheduler's replays) */
+  uint64_t handoffs_forgotten; /* prefill side: requests handed to a decode engine, forgotten here */
+  uint64_t handoffs_continued; /* decode side: handed-over requests whose stream goes on from here */
 };
 
 struct output_processor_actor;

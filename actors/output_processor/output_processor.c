@@ -724,6 +724,52 @@ llb_status output_processor_register_resume(struct output_processor *p, const st
   return LLB_STATUS_OK;
 }
 
+/* Removes r without an output: it finished or left elsewhere; frees its parent once every
+ * child did (no final output: another processor sends it, or already did). */
+static void drop_silently(struct output_processor *p, struct req_state *r) {
+  struct parent_state *ps = r->parent;
+  if (!r->finished) {
+    r->finished = true;
+    ps->num_finished++;
+    llb_strmap_remove(p->reqs, r->id);
+    llb_strmap_put(p->finished, r->id, r); /* never dereferenced; OOM only forgets */
+  }
+  if (ps->num_finished == ps->n) {
+    llb_strmap_remove(p->parents, ps->id);
+    parent_free(ps);
+  }
+}
+
+llb_status output_processor_hand_off(struct output_processor *p, const char *request_id) {
+  struct req_state *r = request_id ? llb_strmap_get(p->reqs, request_id) : NULL;
+  if (!r) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "no unfinished request %s", request_id ? request_id : "");
+  drop_silently(p, r);
+  return LLB_STATUS_OK;
+}
+
+llb_status output_processor_register_handed_off(struct output_processor *p,
+                                                const struct output_processor_request_info *info,
+                                                const int32_t *history, int64_t num_history,
+                                                struct output_processor_result *res) {
+  if (info && info->request_id && (llb_strmap_get(p->reqs, info->request_id) ||
+                                   llb_strmap_get(p->finished, info->request_id)))
+    return LLB_STATUS_OK;
+  llb_status st = output_processor_register_resume(p, info, history, num_history);
+  if (st != LLB_STATUS_OK) return st;
+  struct req_state *r = llb_strmap_get(p->reqs, info->request_id);
+  if (!r || r->params.num_stop <= 0) return LLB_STATUS_OK;
+  r->stop_check_from = 0; /* the prefill side searched this text too, with the same rule */
+  struct stop_match m;
+  if (r->num_tokens <= r->params.min_tokens ||
+      !stop_strings_find(r->detok.text, r->detok.len, 0, r->params.stop, r->params.num_stop, &m)) {
+    r->stop_check_from = r->detok.len;
+    return LLB_STATUS_OK;
+  }
+  st = push_id(&res->abort_ids, &res->num_abort, &res->cap_abort, r->id);
+  drop_silently(p, r);
+  return st;
+}
+
 static llb_status finish_by_id(struct output_processor *p, const char *request_id,
                                enum output_processor_finish_reason why, llb_status code, const char *message,
                                int64_t now_ns, struct output_processor_result *res) {

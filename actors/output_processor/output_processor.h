@@ -256,6 +256,26 @@ llb_status output_processor_register(struct output_processor *p, const struct ou
 llb_status output_processor_register_resume(struct output_processor *p, const struct output_processor_request_info *info,
                                    const int32_t *history, int64_t num_history);
 
+/* Disaggregated prefill/decode (docs/scaling.md), prefill side: the engine handed the request
+ * over to a decode engine after the output just processed (EngineCoreOutput.handed_off_to).
+ * Forgets it without a final output (the decode engine's output processor continues the
+ * client's stream) and drops its late outputs; an n > 1 parent whose children all left or
+ * finished is freed without one too. No metrics: the decode side reports the request.
+ * Errors: NOT_FOUND (unknown, or finished already: a stop string matched its first text, and
+ * the decode engine's output processor stops it on the same text). */
+llb_status output_processor_hand_off(struct output_processor *p, const char *request_id);
+
+/* Decode side: registers a request handed over by a prefill engine whose output processor
+ * delivered its first outputs `history[0, num_history)` (output_processor_register_resume), then
+ * searches their text for stop strings: on a match (the prefill side already ended the client's
+ * stream there) the request is finished at once without an output and its id appended to
+ * res->abort_ids, so the engine stops it. A known id is a no-op (a replayed hand-off). Errors:
+ * as output_processor_register_resume. */
+llb_status output_processor_register_handed_off(struct output_processor *p,
+                                                const struct output_processor_request_info *info,
+                                                const int32_t *history, int64_t num_history,
+                                                struct output_processor_result *res);
+
 /* Processes one EngineCoreOutput at wall time `now_ns`, appending to `res`: at most one
  * RequestOutput, an abort id when a stop string finished a request the engine still runs,
  * or an unknown id for an unregistered request (outputs of requests that finished recently

@@ -15,6 +15,7 @@
 #include "actors/scheduler/durable_intake.h"
 #include "actors/scheduler/engine_metrics.h"
 #include "actors/scheduler/exec_channel.h"
+#include "actors/scheduler/handoff.h"
 #include "actors/scheduler/history_fetch.h"
 #include "actors/scheduler/intake.h"
 #include "actors/scheduler/output_publisher.h"
@@ -51,6 +52,7 @@ struct scheduler_actor {
   struct output_publisher *pub;    /* EngineCoreOutputs and SchedulerStats */
   struct step_trace *trace;        /* the traced requests' step spans */
   struct sched_engine_metrics *metrics; /* series and the engine_stats line */
+  struct handoff *handoff;         /* disaggregated prefill/decode: hand-offs out and in */
 
   /* step-thread state */
   struct scheduler *sched;
@@ -117,8 +119,11 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
     list = m->next;
     m->next = NULL;
     llb_status st;
+    const char *handoff_refused = NULL;
     if (m->reject_status != LLB_STATUS_OK) { /* refused at intake (dead-lettered) */
       st = LLB_ERRF(m->reject_status, "%s", m->reject_message);
+    } else if ((handoff_refused = handoff_admit_check(a->handoff, m))) {
+      st = LLB_ERRF(LLB_STATUS_ABORTED, "%s", handoff_refused);
     } else if (sched_find_request(a->sched, m->id)) {
       st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "request_id '%s' is already running", m->id);
     } else {
@@ -162,6 +167,9 @@ static void apply_aborts(struct scheduler_actor *a, struct intake_id *list) {
     struct intake_id *it = list;
     list = it->next;
     const char *id = it->id;
+    /* a decode engine remembers aborts of requests it does not run (yet): a hand-off racing
+     * its abort is refused when it comes (handoff.h) */
+    if (a->cfg.role == LLB_ENGINE_ROLE_DECODE && !sched_find_request(a->sched, id)) handoff_note_abort(a->handoff, id);
     if (sched_abort_requests(a->sched, &id, 1, SCHED_FINISH_REASON_ABORT, &a->eo_side) != LLB_STATUS_OK)
       LLB_LOG_ERROR("abort_failed", "req=%s", it->id);
     free(it);
@@ -231,7 +239,9 @@ static llb_status apply_reply(struct scheduler_actor *a, const uint8_t *data, si
   st = sched_wire_model_output(&a->wire, &r, &mo);
   if (st) return st;
   a->last_applied_step = r.step;
-  return sched_update_from_output(a->sched, &mo, &a->eo);
+  st = sched_update_from_output(a->sched, &mo, &a->eo);
+  if (!st) (void)handoff_step(a->handoff, a->sched, &a->eo); /* first tokens of disaggregated requests */
+  return st;
 }
 
 /* Sends a->out to the worker (exec_channel.c) and records it as in flight; returns at once.
@@ -685,8 +695,12 @@ llb_status scheduler_actor_start(struct scheduler_actor *a, struct bus *bus) {
       .max_num_batched_tokens = cfg->sched.max_num_batched_tokens, .max_model_len = cfg->sched.max_model_len,
       .stats_interval_ms = (int32_t)(cfg->stats_idle_interval_ms > cfg->stats_interval_ms
                                          ? cfg->stats_idle_interval_ms : cfg->stats_interval_ms),
-      .on_request_done = request_done, .user = a};
+      .role = cfg->role, .on_request_done = request_done, .user = a};
   if (!st) st = output_publisher_create(&pc, &a->pub);
+  const struct handoff_config hoc = {.bus = bus, .prefix = prefix, .engine_id = a->engine_id, .durable = cfg->durable,
+                                     .block_size = cfg->sched.block_size, .max_model_len = cfg->sched.max_model_len,
+                                     .metrics = cfg->metrics};
+  if (!st) st = handoff_create(&hoc, &a->handoff);
   if (!st) st = exec_channel_create(bus, subj_execute, cfg->execute_timeout_ms, &a->exec);
   if (!st) exec_channel_set_tick(a->exec, cfg->stats_interval_ms, stats_tick, a);
   const struct peer_health_config hc = {
@@ -756,6 +770,7 @@ void scheduler_actor_destroy(struct scheduler_actor *a) {
   encoder_step_free(&a->enc);
   sched_wire_free(&a->wire);
   output_publisher_destroy(a->pub);
+  handoff_destroy(a->handoff);
   llb_arena_destroy(&a->arena);
   llb_buf_free(&a->buf);
   free(a->model_name);
@@ -786,6 +801,12 @@ void scheduler_actor_stats(const struct scheduler_actor *ca, struct scheduler_ac
       .num_resyncs = atomic_load(&a->c_resyncs),
       .num_history_resumed = atomic_load(&a->c_history_resumed),
       .num_bus_recoveries = bus_recoveries};
+  struct handoff_stats hs;
+  handoff_get_stats(a->handoff, &hs);
+  out->num_handoffs_sent = hs.num_sent;
+  out->num_handoffs_send_failed = hs.num_send_failed;
+  out->num_handoffs_received = hs.num_received;
+  out->num_handoffs_refused = hs.num_refused;
 }
 
 void scheduler_actor_announce_draining(struct scheduler_actor *a) {

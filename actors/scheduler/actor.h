@@ -38,6 +38,7 @@
 #include "base/metrics.h"
 #include "base/status.h"
 #include "bus/bus.h"
+#include "schemas/control.h"
 
 struct scheduler_actor;
 
@@ -81,6 +82,11 @@ struct scheduler_actor_options {
   int32_t max_ack_pending;        /* requests held at once (default 4096) */
   int32_t stream_replicas;        /* replicas of the requests stream if this scheduler creates
                                      it (1..5; 0 = 1; 3 on a 3-node cluster: bus/jetstream.h) */
+  /* Disaggregated prefill/decode (handoff.h, docs/scaling.md): what the engine serves, announced
+   * in SchedulerStats.role for the routers (default BOTH). A request with do_remote_decode is
+   * handed over after its first token whatever the role; a DECODE engine remembers aborts of
+   * requests it does not run yet, so a hand-off racing its abort is dropped. */
+  enum llb_engine_role role;
 };
 
 /* Counters since start (monotonic). */
@@ -101,6 +107,10 @@ struct scheduler_actor_stats {
   uint64_t num_resyncs;           /* requests sent whole again for an output processor */
   uint64_t num_history_resumed;   /* replays resumed from the output processor's history */
   uint64_t num_bus_recoveries;    /* own NATS reconnects acted on (steps in flight abandoned) */
+  uint64_t num_handoffs_sent;     /* requests handed to a decode engine (handoff.h) */
+  uint64_t num_handoffs_send_failed; /* ... whose publish failed (decoded here) */
+  uint64_t num_handoffs_received; /* hand-offs admitted from a prefill engine */
+  uint64_t num_handoffs_refused;  /* ... refused (malformed, or aborted before they came) */
 };
 
 /* Publishes one last SchedulerStats with `draining` set, so that routers send nothing new

@@ -106,7 +106,9 @@ static void fill_output(const struct output_step *s, struct llb_engine_core_outp
   o->new_token_ids = e->num_new_tokens > 0 ? sched_engine_outputs_tokens(eo, i) : NULL;
   o->num_new_token_ids = e->num_new_tokens;
   o->first_output_pos = e->first_output_pos;
-  o->finish_reason = (enum llb_finish_reason)e->finish_reason;
+  /* a hand-off ends the request here, not the client's stream (handoff.h) */
+  const bool handed_off = e->finish_reason == SCHED_FINISH_REASON_HANDED_OFF;
+  o->finish_reason = handed_off ? LLB_FINISH_REASON_NONE : (enum llb_finish_reason)e->finish_reason;
   o->stop_token_id = e->stop_token_id;
   o->num_cached_tokens = e->num_cached_tokens;
   o->num_preemptions = e->num_preemptions;
@@ -125,6 +127,11 @@ static void fill_output(const struct output_step *s, struct llb_engine_core_outp
                                                         "(finished so that the others go on)");
   }
   if (m->resync) fill_resync(s->sched, o, m);
+  if (handed_off && m->decode_engine_id) o->handed_off_to = llb_str_c(m->decode_engine_id);
+  if (m->num_handed > 0 && !m->first_sent) { /* a hand-off's first output here */
+    o->handed_off_token_ids = m->handed_ids;
+    o->num_handed_off_token_ids = m->num_handed;
+  }
   o->reply_to = llb_str_c(m->reply_to);
   o->external_id = llb_str_c(m->external_id);
   o->arrival_time = m->arrival_time;
@@ -203,6 +210,9 @@ cleanup:
       m->first_sent = true;
       free(m->prompt);
       m->prompt = NULL;
+      free(m->handed_ids);
+      m->handed_ids = NULL;
+      m->num_handed = 0;
     }
   for (int l = 0; l < 2; l++)
     for (int32_t i = 0; lists[l] && i < lists[l]->num_outputs; i++) {
@@ -239,7 +249,7 @@ void output_publisher_announce_draining(struct output_publisher *p) {
       .timestamp = (double)llb_wall_ns() / 1e9, .num_total_blocks = c->num_blocks,
       .model = llb_str_c(p->model_name), .block_size = c->block_size, .max_num_seqs = c->max_num_seqs,
       .max_num_batched_tokens = c->max_num_batched_tokens, .max_model_len = c->max_model_len,
-      .instance = llb_str_c(p->instance), .draining = true};
+      .instance = llb_str_c(p->instance), .draining = true, .role = c->role};
   struct llb_buf buf = {0};
   llb_status st = llb_scheduler_stats_encode_buf(&m, &buf);
   if (st == LLB_STATUS_OK) st = bus_publish(c->bus, p->subj_stats, buf.data, buf.len, NULL);
@@ -263,7 +273,7 @@ void output_publisher_publish_stats(struct output_publisher *p, const struct sch
       .encoder_embeds_computed = s->encoder_embeds_computed,
       .model = llb_str_c(p->model_name), .block_size = c->block_size, .max_num_seqs = c->max_num_seqs,
       .max_num_batched_tokens = c->max_num_batched_tokens, .max_model_len = c->max_model_len,
-      .stats_interval_ms = c->stats_interval_ms, .instance = llb_str_c(p->instance)};
+      .stats_interval_ms = c->stats_interval_ms, .instance = llb_str_c(p->instance), .role = c->role};
   llb_status st = llb_scheduler_stats_encode_buf(&m, &p->buf);
   if (st == LLB_STATUS_OK) st = bus_publish(c->bus, p->subj_stats, p->buf.data, p->buf.len, NULL);
   if (st != LLB_STATUS_OK) LLB_LOG_WARN("stats_publish_failed", "status=%s", llb_strerror(st));

@@ -15,6 +15,7 @@
 #include "actors/scheduler/sched_output.h"
 #include "base/status.h"
 #include "bus/bus.h"
+#include "schemas/control.h"
 #include "schemas/model_runner_output.h"
 
 struct output_publisher;
@@ -28,6 +29,7 @@ struct output_publisher_config {
   /* announced in SchedulerStats */
   int32_t num_blocks, block_size, max_num_seqs, max_num_batched_tokens, max_model_len;
   int32_t stats_interval_ms;
+  enum llb_engine_role role;                /* what the engine serves (disaggregated prefill/decode) */
   /* A request's last output went out (finished, aborted or refused): stream_seq is its
    * requests-stream message (0 = none). Step thread; NULL = nothing to do. */
   void (*on_request_done)(void *user, uint64_t stream_seq);

@@ -62,6 +62,30 @@ static bool copy_mm(struct req_meta *m, const struct llb_engine_core_request *r)
   return true;
 }
 
+/* kv_transfer_params (handoff.h): the engine to hand over to, or the hand-off's origin and
+ * outputs (as resume ids: recomputed as context, and as the ids its first output names). The
+ * values are checked at admission (handoff_admit_check). False: out of memory. */
+static bool copy_kv_transfer(struct req_meta *m, const struct llb_engine_core_request *r) {
+  if (!r->has_kv_transfer_params) return true;
+  const struct llb_kv_transfer_params *k = &r->kv_transfer_params;
+  if (k->do_remote_decode && k->remote_engine_id.len && !(m->decode_engine_id = dup_str(k->remote_engine_id)))
+    return false;
+  if (!k->do_remote_prefill) return true;
+  m->remote_num_blocks = k->remote_num_blocks;
+  m->remote_num_tokens = k->num_tokens;
+  if (!(m->prefill_engine_id = dup_str(k->remote_engine_id)) || !(m->remote_request_id = dup_str(k->remote_request_id)))
+    return false;
+  const int32_t n = r->num_output_token_ids;
+  if (n <= 0) return true;
+  m->handed_ids = malloc((size_t)n * sizeof(int32_t));
+  m->resume_ids = malloc((size_t)n * sizeof(int32_t));
+  if (!m->handed_ids || !m->resume_ids) return false;
+  memcpy(m->handed_ids, r->output_token_ids, (size_t)n * sizeof(int32_t));
+  memcpy(m->resume_ids, r->output_token_ids, (size_t)n * sizeof(int32_t));
+  m->num_handed = m->num_resume = n;
+  return true;
+}
+
 llb_status req_meta_from_request(const struct llb_engine_core_request *r, uint64_t stream_seq, bool replayed,
                                  const char *refuse, struct req_meta **out) {
   *out = NULL;
@@ -86,6 +110,10 @@ llb_status req_meta_from_request(const struct llb_engine_core_request *r, uint64
   m->lora_name = dup_str(r->lora_request.lora_name);
   m->lora_int_id = r->lora_request.lora_int_id;
   m->prompt = malloc((size_t)r->num_prompt_token_ids * sizeof(int32_t));
+  if (!copy_kv_transfer(m, r)) {
+    req_meta_free(m);
+    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "request metadata");
+  }
   if (!m->lora_name || !m->id || !m->reply_to || !m->external_id || !m->parent_request_id || !m->cache_salt ||
       !m->so_spec || !m->prompt || (r->resume_request_id.len && !m->resume_of) || !copy_mm(m, r)) {
     req_meta_free(m);
@@ -119,6 +147,10 @@ void req_meta_free(struct req_meta *m) {
   free(m->lora_name);
   free(m->resume_ids);
   free(m->resume_of);
+  free(m->decode_engine_id);
+  free(m->prefill_engine_id);
+  free(m->remote_request_id);
+  free(m->handed_ids);
   sched_prompt_logprobs_free(&m->plp);
   free(m);
 }

@@ -51,6 +51,15 @@ struct req_meta {
   char *lora_name;        /* EngineCoreRequest.lora_request's adapter, "" = the base model */
   int32_t lora_int_id;    /* 0 = the base model */
   struct sched_prompt_logprobs plp; /* prompt_logprobs >= 0: rows gathered chunk by chunk */
+  /* Disaggregated prefill/decode (handoff.h), from EngineCoreRequest.kv_transfer_params */
+  char *decode_engine_id; /* do_remote_decode: the decode engine it goes on on after its first
+                             token; NULL = none (aggregated, or handed off already) */
+  char *prefill_engine_id; /* do_remote_prefill: the prefill engine it came from; NULL = not a hand-off */
+  char *remote_request_id; /* ... and its id there */
+  int32_t remote_num_blocks, remote_num_tokens; /* P's blocks holding its first num_tokens tokens */
+  int32_t *handed_ids;    /* [num_handed] a hand-off's outputs the prefill engine delivered: its
+                             first output names them (EngineCoreOutput.handed_off_token_ids) */
+  int32_t num_handed;
 };
 
 /* A meta holding copies of everything it needs from `r` (a decoded EngineCoreRequest, whose

@@ -25,6 +25,7 @@ enum sched_request_status {
   SCHED_REQUEST_STATUS_FINISHED_LENGTH_CAPPED,
   SCHED_REQUEST_STATUS_FINISHED_ABORTED,
   SCHED_REQUEST_STATUS_FINISHED_ERROR,
+  SCHED_REQUEST_STATUS_FINISHED_HANDED_OFF, /* goes on on a decode engine (sched_hand_off) */
 };
 
 /* Why a request finished; values equal FinishReason in schemas/common.fbs. */
@@ -34,6 +35,9 @@ enum sched_finish_reason {
   SCHED_FINISH_REASON_LENGTH = 2,
   SCHED_FINISH_REASON_ABORT = 3,
   SCHED_FINISH_REASON_ERROR = 4,
+  /* Internal, never on the wire: the request left this (prefill) engine for a decode engine
+   * after its first token (sched_hand_off); the client's stream goes on there. */
+  SCHED_FINISH_REASON_HANDED_OFF = 100,
 };
 
 /* A multimodal input: its embeddings replace `length` placeholder tokens from `offset`;

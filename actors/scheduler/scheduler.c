@@ -697,6 +697,7 @@ llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched
   case SCHED_FINISH_REASON_STOP: r->status = SCHED_REQUEST_STATUS_FINISHED_STOPPED; break;
   case SCHED_FINISH_REASON_LENGTH: r->status = SCHED_REQUEST_STATUS_FINISHED_LENGTH_CAPPED; break;
   case SCHED_FINISH_REASON_ERROR: r->status = SCHED_REQUEST_STATUS_FINISHED_ERROR; break;
+  case SCHED_FINISH_REASON_HANDED_OFF: r->status = SCHED_REQUEST_STATUS_FINISHED_HANDED_OFF; break;
   default: r->status = SCHED_REQUEST_STATUS_FINISHED_ABORTED; r->finish_reason = SCHED_FINISH_REASON_ABORT; break;
   }
   if (eo) st = sched_engine_outputs_add(eo, r, first_pos, n_new);
@@ -715,6 +716,20 @@ llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched
   free_user(s, r); /* no final output took it (none asked for, or out of memory) */
   if (sched_can_destroy(r)) sched_request_destroy(r);
   return st;
+}
+
+llb_status sched_hand_off(struct scheduler *s, struct sched_engine_outputs *eo, int32_t i) {
+  if (!eo || i < 0 || i >= eo->num_outputs)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "hand-off: no output %d", i);
+  struct sched_engine_output *e = &eo->outputs[i];
+  struct sched_request *r = sched_map_get(s, sched_engine_outputs_req_id(eo, i));
+  if (e->finish_reason != SCHED_FINISH_REASON_NONE || e->num_new_tokens <= 0 || !r || r->user != e->user ||
+      r->abort_pending || sched_request_is_finished(r) || sched_request_is_pooling(r))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "hand-off of %s: not a running request's token output",
+                    sched_engine_outputs_req_id(eo, i));
+  e->finish_reason = SCHED_FINISH_REASON_HANDED_OFF; /* the output takes the user over */
+  r->user = NULL;
+  return sched_finish(s, r, SCHED_FINISH_REASON_HANDED_OFF, NULL, 0, 0);
 }
 
 llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids, int32_t n,

@@ -15,6 +15,7 @@
 #include "cmd/supervisor/serve_hash_key.h"
 #include "cmd/supervisor/serve_nats_config.h"
 #include "cmd/supervisor/supervisor.h"
+#include "schemas/control.h"
 
 #define BUS_TOKEN_MAX_SERVE 72 /* an engine id (a subject token of <= 64 bytes) and its index */
 
@@ -92,6 +93,9 @@ static const struct {
     {"engine-id", NULL, 0, FLAG_KIND_STRING, A_ALL,
      "engine id (<eid> in llm.engine.<eid>.*); with --engines N > 1 the engines are <eid>0..<eid>N-1"},
     {"router", NULL, 0, FLAG_KIND_STRING, A_IN, "cache-aware | least-loaded | random: how input processors pick an engine"},
+    {"disagg-min-prompt-tokens", NULL, 0, FLAG_KIND_INT64, A_IN,
+     "with --roles: prompts of at least this many tokens are disaggregated (prefill engine, then decode engine), "
+     "shorter ones served aggregated (default 256; 0 = every prompt)"},
     {"mmproj", NULL, 0, FLAG_KIND_STRING, A_IN | A_WORKER, "GGUF mmproj of the model: image_url parts (workers encode, input processors plan)"},
     {"chat-template", NULL, 0, FLAG_KIND_STRING, A_IN,
      "chat template instead of the GGUF's tokenizer.chat_template: a Jinja FILE, the Jinja text itself, or a "
@@ -262,6 +266,41 @@ static llb_status add_engine_flags(const struct serve_options *o, int actor, con
   return st;
 }
 
+/* Engine e's role from --roles ("prefill,decode,..."; absent: "both") into buf. False when the
+ * list has no e-th entry. */
+static bool serve_engine_role(const struct serve_options *o, int e, char *buf, size_t cap) {
+  snprintf(buf, cap, "both");
+  if (!o->roles) return true;
+  const char *p = o->roles;
+  for (int i = 0; i < e && p; i++) {
+    p = strchr(p, ',');
+    if (p) p++;
+  }
+  if (!p || !*p) return false;
+  size_t n = strcspn(p, ",");
+  snprintf(buf, cap, "%.*s", (int)(n < cap ? n : cap - 1), p);
+  return true;
+}
+
+/* --roles: one valid role per engine, and no more entries than engines. */
+static llb_status check_roles(const struct serve_options *o) {
+  if (!o->roles) return LLB_STATUS_OK;
+  const int engines = o->num_engines > 1 ? o->num_engines : 1;
+  int entries = 1;
+  for (const char *p = o->roles; *p; p++) entries += *p == ',';
+  if (entries != engines)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--roles %s: %d roles for %d engines (one per engine)", o->roles,
+                    entries, engines);
+  for (int e = 0; e < engines; e++) {
+    char role[16];
+    enum llb_engine_role r;
+    if (!serve_engine_role(o, e, role, sizeof role) || llb_engine_role_parse(role, &r) != LLB_STATUS_OK)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--roles %s: engine %d's role '%s' is not prefill, decode or both",
+                      o->roles, e, role);
+  }
+  return LLB_STATUS_OK;
+}
+
 /* Fills one actor's spec: program, --model, --http, engine flags. */
 static llb_status actor_spec(const struct serve_options *o, const char *dir, int a, int engine, struct child_spec *spec) {
   char path[PATH_MAX + 64], name[64], eid[BUS_TOKEN_MAX_SERVE];
@@ -280,6 +319,11 @@ static llb_status actor_spec(const struct serve_options *o, const char *dir, int
    * serves its steps, so no step of a clean stop meets an actor that is gone */
   spec->stop_stage = !serve_actors[a].per_engine ? 0 : !strcmp(serve_actors[a].name, "scheduler") ? 1 : 2;
   if (!st && durable_actor && !o->no_durable) st = child_spec_add_arg(spec, "--durable");
+  if (!st && o->roles && !strcmp(serve_actors[a].name, "scheduler")) {
+    char role[16];
+    (void)serve_engine_role(o, engine, role, sizeof role); /* checked by check_roles */
+    st = add_arg_pair(spec, "--role", role);
+  }
   return st ? st : add_engine_flags(o, a, eid, spec);
 }
 
@@ -363,6 +407,7 @@ static llb_status check_names(const struct serve_options *o) {
     if (n > 5 && strcmp(name + n - 5, ".gguf") == 0) name[n - 5] = '\0';
     st = bus_name_check(BUS_NAME_KIND_MODEL, "the model name (the --model file's name without .gguf)", name);
   }
+  if (!st) st = check_roles(o);
   return st ? st : check_loras(o);
 }
 

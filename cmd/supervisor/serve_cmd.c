@@ -58,7 +58,7 @@ static llb_status set_port(const struct flag *f, const char *value) {
   return st;
 }
 
-#define SERVE_OWN_FLAGS 18
+#define SERVE_OWN_FLAGS 19
 
 static int serve_own_flags(struct serve_cli *c, struct flag *t) {
   const struct flag own[SERVE_OWN_FLAGS] = {
@@ -107,6 +107,10 @@ static int serve_own_flags(struct serve_cli *c, struct flag *t) {
       {.name = "no-durable", .kind = FLAG_KIND_BOOL, .target = &c->so.no_durable,
        .help = "requests on a plain subject, not the JetStream stream (a scheduler that dies loses the requests "
                "it held)"},
+      {.name = "roles", .kind = FLAG_KIND_STRING, .target = &c->so.roles, .metavar = "R0,R1,..",
+       .help = "disaggregated prefill/decode: each engine's role, one per --engines (prefill | decode | both; "
+               "default both): prompts go to prefill engines, which hand each request to a decode engine after "
+               "its first token (docs/scaling.md); e.g. --engines 2 --roles prefill,decode"},
       {.name = "input-processors", .kind = FLAG_KIND_INT32, .target = &c->input_processors, .metavar = "N",
        .help = "input processors in the queue group (1..8; one takes requests while another restarts)"},
       {.name = "connection-name", .kind = FLAG_KIND_STRING, .target = &c->connection_name, .metavar = "NAME",

@@ -42,11 +42,12 @@ static const struct user_perms {
     {"gpu-worker", "ENGINE", {"P.health.gpu_worker.>", "P.engine.*.health.gpu_worker", "P.trace.gpu_worker"},
      {"P.engine.*.execute", "P.lora.update", "P.health.>", "P.engine.*.health.*"}, true},
     /* durable requests: its JetStream pull consumer ($JS.API: create, next; $JS.ACK: acks and
-     * in-progress), the dead-letter subject, and the output processor's resync requests */
+     * in-progress), the dead-letter subject, and the output processor's resync requests; a
+     * prefill engine's hand-offs to a decode engine's requests (actors/scheduler/handoff.h) */
     {"scheduler", "ENGINE",
      {"P.engine.*.kv", "P.engine.*.encoder", "P.engine.*.execute", "P.engine.*.outputs", "P.engine.*.stats",
       "P.engine.*.dead_letter", "P.engine.*.history", "$JS.API.>", "$JS.ACK.>", "P.health.scheduler.>",
-      "P.engine.*.health.scheduler", "P.trace.scheduler"},
+      "P.engine.*.health.scheduler", "P.trace.scheduler", "P.engine.*.requests"},
      {"P.engine.*.requests", "P.engine.*.abort", "P.engine.*.resync", "_INBOX.>", "P.health.>", "P.engine.*.health.*"},
      true},
     /* RequestOutputs go to the reply subject the input processor carried in the

@@ -88,6 +88,8 @@ struct serve_options {
   bool no_durable;        /* plain requests subject instead of JetStream (scheduler and input
                              processors get --durable unless this is set) */
   int num_input_processors; /* in the queue group; 0 = SERVE_DEFAULT_INPUT_PROCESSORS, at most 8 */
+  const char *roles;      /* `--roles R0,R1,..`: engine e's scheduler gets --role Re (prefill | decode |
+                             both), one per engine; NULL = every engine both */
   const char *state_dir;  /* `--state-dir DIR`: the embedded server's JetStream store (and the
                              hash key, cmd/supervisor/serve_hash_key.h); NULL = per run */
   const char *hash_key_file; /* `--hash-key-file FILE`: the deployment's hash key; NULL = serve's */
