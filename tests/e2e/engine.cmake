@@ -10,7 +10,7 @@ if(TARGET llmbus_nats_test_server AND TARGET llmbus)
   foreach(t test_engine_concurrent_matches_alone test_engine_prefix_cache test_engine_abort
             test_engine_prompt_too_long test_engine_malformed test_engine_preemption test_run_cli
             test_engine_kv_geometry test_engine_poison test_engine_actor_kill test_engine_scale_out
-            test_engine_spec_decode)
+            test_engine_spec_decode test_engine_pd_disagg)
     if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/${t}.c)
       llb_add_test(${t} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.c
                    LIBS llmbus_e2e_stack PkgConfig::CMOCKA PkgConfig::JANSSON
