@@ -244,6 +244,8 @@ static bool equals_abort_request(const void *v) {
 
 /* ---- EngineCoreRequest / AbortRequests ------------------------------------------------- */
 
+static const int32_t handed_ids[] = {100, 200};
+
 static void fill_engine_core_request(struct llb_engine_core_request *m) {
   *m = (struct llb_engine_core_request){
       .request_id = S("ecr-0001"), .external_id = S("chatcmpl-ü-42"),
@@ -254,7 +256,10 @@ static void fill_engine_core_request(struct llb_engine_core_request *m) {
       .parent_request_id = S("ecr-parent"),
       .structured_outputs = {.kind = LLB_SO_CHOICE, .spec = S("[\"yes\",\"no\"]")},
       .pooling_params = {LLB_POOLING_LAST, true, 64},
-      .lora_request = {S("sql-lora"), 0x7ffffffe}};
+      .lora_request = {S("sql-lora"), 0x7ffffffe}, .has_kv_transfer_params = true,
+      .kv_transfer_params = {.do_remote_prefill = true, .remote_engine_id = S("prefill-0"),
+                             .remote_request_id = S("ecr-0001"), .remote_num_blocks = 3, .num_tokens = 41},
+      .output_token_ids = handed_ids, .num_output_token_ids = 2};
 }
 
 static bool equals_engine_core_request(const void *v) {
@@ -275,6 +280,12 @@ static bool equals_engine_core_request(const void *v) {
   CHECK(a->pooling_params.pooling_type == LLB_POOLING_LAST && a->pooling_params.normalize &&
         a->pooling_params.dimensions == 64);
   CHECK(str_eq(a->lora_request.lora_name, b.lora_request.lora_name) && a->lora_request.lora_int_id == 0x7ffffffe);
+  CHECK(a->has_kv_transfer_params && a->kv_transfer_params.do_remote_prefill &&
+        !a->kv_transfer_params.do_remote_decode);
+  CHECK(str_eq(a->kv_transfer_params.remote_engine_id, b.kv_transfer_params.remote_engine_id) &&
+        str_eq(a->kv_transfer_params.remote_request_id, b.kv_transfer_params.remote_request_id));
+  CHECK(a->kv_transfer_params.remote_num_blocks == 3 && a->kv_transfer_params.num_tokens == 41);
+  CHECK(i32_eq(a->output_token_ids, a->num_output_token_ids, handed_ids, 2));
   return true;
 }
 
@@ -564,6 +575,9 @@ static void fill_engine_core_outputs(struct llb_engine_core_outputs *m) {
   outs[0].pooling_output = pooled;
   outs[0].num_pooling_output = N(pooled);
   outs[0].prompt_logprobs = sample_lp;
+  outs[0].handed_off_to = S("decode-1");
+  outs[0].handed_off_token_ids = sampled;
+  outs[0].num_handed_off_token_ids = 2;
   llb_engine_core_output_init(&outs[1]);
   outs[1].request_id = ids3[1];
   outs[1].new_token_ids = sampled;
@@ -596,12 +610,15 @@ static bool equals_engine_core_outputs(const void *v) {
   CHECK(error_eq(&x->error) && x->resync);
   CHECK(x->num_pooling_output == N(pooled) &&
         memcmp(x->pooling_output, pooled, sizeof(pooled)) == 0);
+  CHECK(str_eq(x->handed_off_to, S("decode-1")) &&
+        i32_eq(x->handed_off_token_ids, x->num_handed_off_token_ids, sampled, 2));
   x = &a->outputs[1];
   CHECK(str_eq(x->request_id, ids3[1]) && x->num_new_token_ids == 1 && x->new_token_ids[0] == 100);
   CHECK(x->stop_token_id == -1 && x->sampling_params == NULL && x->new_logprobs.num_tokens == 0);
   CHECK(x->finish_reason == LLB_FINISH_REASON_NONE && x->error.code == 0);
   CHECK(x->num_pooling_output == 0 && x->pooling_output == NULL);
   CHECK(str_eq(x->stop_reason, S("")) && str_eq(x->error.message, S("")));
+  CHECK(x->handed_off_to.len == 0 && x->num_handed_off_token_ids == 0);
   return true;
 }
 
@@ -715,7 +732,7 @@ static void fill_scheduler_stats(struct llb_scheduler_stats *m) {
       .num_free_blocks = 192, .num_total_blocks = 512, .prefix_cache_queries = 1000000,
       .prefix_cache_hits = 250000, .num_preemptions = 3, .prompt_tokens_total = 987654,
       .generation_tokens_total = 123456, .encoder_cache_queries = 40, .encoder_cache_hits = 30,
-      .encoder_inputs_computed = 12, .encoder_embeds_computed = 3456};
+      .encoder_inputs_computed = 12, .encoder_embeds_computed = 3456, .role = LLB_ENGINE_ROLE_DECODE};
 }
 
 static bool equals_scheduler_stats(const void *v) {
@@ -730,7 +747,7 @@ static bool equals_scheduler_stats(const void *v) {
   CHECK(a->num_preemptions == 3 && a->prompt_tokens_total == 987654);
   CHECK(a->generation_tokens_total == 123456 && a->encoder_cache_queries == 40);
   CHECK(a->encoder_cache_hits == 30 && a->encoder_inputs_computed == 12);
-  CHECK(a->encoder_embeds_computed == 3456);
+  CHECK(a->encoder_embeds_computed == 3456 && a->role == LLB_ENGINE_ROLE_DECODE);
   return true;
 }
 

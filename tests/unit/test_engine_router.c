@@ -16,22 +16,35 @@
 
 #define MS 1000000ll
 
-static struct engine_router *make_router(enum engine_router_policy policy) {
+static struct engine_router *make_pd_router(enum engine_router_policy policy, int32_t disagg_min_prompt_tokens) {
   struct engine_router_config c;
   engine_router_config_init(&c);
   c.default_engine_id = "local";
   c.model = "m.gguf";
   c.policy = policy;
   c.seed = 42;
+  c.disagg_min_prompt_tokens = disagg_min_prompt_tokens;
   struct engine_router *r = NULL;
   assert_int_equal(engine_router_create(&c, &r), LLB_STATUS_OK);
   return r;
+}
+
+static struct engine_router *make_router(enum engine_router_policy policy) {
+  return make_pd_router(policy, ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS);
 }
 
 static void announce(struct engine_router *r, const char *eid, int running, int waiting, int64_t now) {
   struct engine_router_stats s = {.engine_id = eid, .model = "m.gguf", .num_running_reqs = running,
                                   .num_waiting_reqs = waiting, .kv_cache_usage = 0.1f,
                                   .num_total_blocks = 100, .block_size = 4, .stats_interval_ms = 1000};
+  assert_int_equal(engine_router_update(r, &s, now), LLB_STATUS_OK);
+}
+
+static void announce_role(struct engine_router *r, const char *eid, enum engine_router_role role, int running,
+                          int free_blocks, int64_t now) {
+  struct engine_router_stats s = {.engine_id = eid, .model = "m.gguf", .num_running_reqs = running,
+                                  .kv_cache_usage = 1.0f - (float)free_blocks / 100.0f, .num_free_blocks = free_blocks,
+                                  .num_total_blocks = 100, .block_size = 4, .stats_interval_ms = 1000, .role = role};
   assert_int_equal(engine_router_update(r, &s, now), LLB_STATUS_OK);
 }
 
@@ -257,6 +270,70 @@ static void ids_name_their_engine(void **state) {
   assert_int_equal(input_processor_processed_set_engine(&pr, "bad.id"), LLB_STATUS_INVALID_ARGUMENT);
 }
 
+/* Dynamo's conditional disaggregation: a long prompt goes to the prefill engine and names a
+ * decode engine; a short one, or one that may not be split (n > 1, images), is served
+ * aggregated by an engine that decodes, never by the prefill engine. */
+static void long_prompts_are_disaggregated_short_ones_aggregated(void **state) {
+  (void)state;
+  struct engine_router *r = make_pd_router(ENGINE_ROUTER_CACHE_AWARE, 16);
+  announce_role(r, "p", ENGINE_ROUTER_ROLE_PREFILL, 0, 100, 0);
+  announce_role(r, "d", ENGINE_ROUTER_ROLE_DECODE, 0, 100, 0);
+  int32_t ids[32];
+  prompt(ids, 32, 1);
+  struct engine_router_choice c;
+  engine_router_choose_pd(r, ids, 32, NULL, true, 10 * MS, &c);
+  assert_true(c.disaggregated);
+  assert_string_equal(c.engine_id, "p");
+  assert_string_equal(c.decode_engine_id, "d");
+  for (int k = 0; k < 8; k++) { /* short, or not splittable: the decode engine, aggregated */
+    engine_router_choose_pd(r, ids, k < 4 ? 8 : 32, NULL, k < 4, 10 * MS, &c);
+    assert_false(c.disaggregated);
+    assert_string_equal(c.engine_id, "d");
+    assert_string_equal(c.decode_engine_id, "");
+  }
+  engine_router_choose(r, ids, 32, NULL, 10 * MS, &c); /* the plain choice never splits */
+  assert_false(c.disaggregated);
+  assert_string_equal(c.engine_id, "d");
+  engine_router_destroy(r);
+}
+
+/* Without a live decode engine nothing is disaggregated: the prefill engine serves it whole
+ * (it is a full engine); the decode engine is chosen by load, ties by free blocks. */
+static void disaggregation_needs_a_live_decode_engine_and_picks_the_freest(void **state) {
+  (void)state;
+  struct engine_router *r = make_pd_router(ENGINE_ROUTER_LEAST_LOADED, 0);
+  announce_role(r, "p", ENGINE_ROUTER_ROLE_PREFILL, 0, 100, 0);
+  int32_t ids[32];
+  prompt(ids, 32, 1);
+  struct engine_router_choice c;
+  engine_router_choose_pd(r, ids, 32, NULL, true, 10 * MS, &c);
+  assert_false(c.disaggregated);
+  assert_string_equal(c.engine_id, "p");
+  announce_role(r, "d1", ENGINE_ROUTER_ROLE_DECODE, 2, 90, 20 * MS);
+  announce_role(r, "d2", ENGINE_ROUTER_ROLE_DECODE, 2, 10, 20 * MS);
+  announce_role(r, "d3", ENGINE_ROUTER_ROLE_DECODE, 5, 100, 20 * MS);
+  announce_role(r, "p", ENGINE_ROUTER_ROLE_PREFILL, 0, 100, 20 * MS);
+  engine_router_choose_pd(r, ids, 32, NULL, true, 30 * MS, &c);
+  assert_true(c.disaggregated);
+  assert_string_equal(c.engine_id, "p");
+  assert_string_equal(c.decode_engine_id, "d1"); /* d1 and d2 equally loaded: d1 has more free blocks */
+  char decode[4][BUS_TOKEN_MAX + 1];
+  assert_int_equal(engine_router_decode_engines(r, decode, 4), 3);
+  /* the decode engines fall silent: aggregated on the prefill engine again */
+  engine_router_choose_pd(r, ids, 32, NULL, true, 10000 * MS, &c);
+  assert_false(c.disaggregated);
+  engine_router_destroy(r);
+}
+
+static void a_forged_role_is_refused(void **state) {
+  (void)state;
+  struct engine_router *r = make_router(ENGINE_ROUTER_LEAST_LOADED);
+  struct engine_router_stats s = {.engine_id = "x", .model = "m.gguf", .num_total_blocks = 100, .block_size = 4,
+                                  .stats_interval_ms = 1000, .role = (enum engine_router_role)7};
+  assert_int_equal(engine_router_update(r, &s, 0), LLB_STATUS_INVALID_ARGUMENT);
+  engine_router_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(before_any_stats_the_default_engine_gets_everything),
@@ -270,6 +347,9 @@ int main(void) {
       cmocka_unit_test(an_engine_serving_another_model_is_never_chosen),
       cmocka_unit_test(forged_stats_are_refused),
       cmocka_unit_test(ids_name_their_engine),
+      cmocka_unit_test(long_prompts_are_disaggregated_short_ones_aggregated),
+      cmocka_unit_test(disaggregation_needs_a_live_decode_engine_and_picks_the_freest),
+      cmocka_unit_test(a_forged_role_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -244,6 +244,91 @@ static void test_restarted_processor_resumes_from_engine_history(void **state) {
   output_processor_destroy(p);
 }
 
+/* Disaggregated prefill/decode: the prefill engine's processor delivers the first token and
+ * forgets the request (no final output; its late outputs are dropped), the decode engine's
+ * registers it with that token as delivered and continues: the client's deltas concatenate to
+ * exactly the text of one processor, with one final output. */
+static void test_a_handed_off_stream_continues_on_the_decode_side(void **state) {
+  (void)state;
+  struct llb_sampling_params sp;
+  llb_sampling_params_init(&sp);
+  sp.output_kind = LLB_OUTPUT_KIND_DELTA;
+  int64_t n;
+  const char *text = "x\xc3\xa9y and more";
+  int32_t *ids = test_byte_tokens(tok, text, &n);
+  struct output_processor *pp, *dp;
+  assert_int_equal(output_processor_create(tok, &pp), LLB_STATUS_OK);
+  assert_int_equal(output_processor_create(tok, &dp), LLB_STATUS_OK);
+  struct output_processor_request_info info = test_info("r1", &sp);
+  struct output_processor_result res;
+  output_processor_result_init(&res);
+  assert_int_equal(output_processor_register(pp, &info), LLB_STATUS_OK);
+  assert_int_equal(test_step(pp, "r1", ids, 0, 2, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(output_processor_hand_off(pp, "r1"), LLB_STATUS_OK);
+  assert_int_equal(output_processor_num_unfinished(pp), 0);
+  assert_int_equal(test_step(pp, "r1", ids, 2, 1, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(res.num_unknown, 0); /* a late output of the prefill engine: dropped silently */
+  assert_int_equal(output_processor_register_handed_off(dp, &info, ids, 2, &res), LLB_STATUS_OK);
+  assert_int_equal(output_processor_register_handed_off(dp, &info, ids, 2, &res), LLB_STATUS_OK); /* replayed */
+  assert_int_equal(test_step(dp, "r1", ids, 2, 3, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(test_step(dp, "r1", ids, 5, (int32_t)n - 5, OUTPUT_PROCESSOR_FINISH_REASON_LENGTH, &res),
+                   LLB_STATUS_OK);
+  char all[64] = "";
+  int finished = 0;
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < res.num_outputs; i++) {
+    strcat(all, res.outputs[i].outputs[0].text);
+    tokens += res.outputs[i].outputs[0].num_token_ids;
+    finished += res.outputs[i].finished;
+  }
+  assert_string_equal(all, text);
+  assert_int_equal(tokens, n);
+  assert_int_equal(finished, 1);
+  assert_true(res.outputs[res.num_outputs - 1].finished);
+  assert_int_equal(res.num_abort, 0);
+  output_processor_result_free(&res);
+  free(ids);
+  output_processor_destroy(pp);
+  output_processor_destroy(dp);
+}
+
+/* A stop string in the first token's text: the prefill side ends the client's stream (STOP);
+ * the decode side, registering the same token, stops the engine (an abort id) and sends
+ * nothing, so the client sees exactly one end. */
+static void test_a_stop_string_in_the_handed_off_tokens_ends_the_stream_once(void **state) {
+  (void)state;
+  struct llb_sampling_params sp;
+  llb_sampling_params_init(&sp);
+  sp.output_kind = LLB_OUTPUT_KIND_DELTA;
+  sp.num_stop = 1;
+  snprintf(sp.stop[0], sizeof sp.stop[0], "y");
+  int64_t n;
+  int32_t *ids = test_byte_tokens(tok, "xyz", &n);
+  struct output_processor *pp, *dp;
+  assert_int_equal(output_processor_create(tok, &pp), LLB_STATUS_OK);
+  assert_int_equal(output_processor_create(tok, &dp), LLB_STATUS_OK);
+  struct output_processor_request_info info = test_info("r1", &sp);
+  struct output_processor_result res;
+  output_processor_result_init(&res);
+  assert_int_equal(output_processor_register(pp, &info), LLB_STATUS_OK);
+  assert_int_equal(test_step(pp, "r1", ids, 0, 2, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(res.num_outputs, 1);
+  assert_true(res.outputs[0].finished);
+  assert_string_equal(res.outputs[0].outputs[0].text, "x");
+  assert_int_equal(output_processor_hand_off(pp, "r1"), LLB_STATUS_NOT_FOUND); /* finished already */
+  assert_int_equal(output_processor_register_handed_off(dp, &info, ids, 2, &res), LLB_STATUS_OK);
+  assert_int_equal(res.num_outputs, 1);
+  assert_int_equal(res.num_abort, 2); /* the prefill engine's and the decode engine's */
+  assert_int_equal(output_processor_num_unfinished(dp), 0);
+  assert_int_equal(test_step(dp, "r1", ids, 2, 1, OUTPUT_PROCESSOR_FINISH_REASON_NONE, &res), LLB_STATUS_OK);
+  assert_int_equal(res.num_outputs, 1);
+  assert_int_equal(res.num_unknown, 0);
+  output_processor_result_free(&res);
+  free(ids);
+  output_processor_destroy(pp);
+  output_processor_destroy(dp);
+}
+
 /* After a restart the scheduler sends a lost request whole (resync): the request is
  * registered from it, and its first completion output says `resync` (it repeats the text from
  * the start, which the client trims); later outputs are plain deltas. */
@@ -420,6 +505,8 @@ int main(void) {
       cmocka_unit_test(test_n_children_aggregate_into_one_parent),
       cmocka_unit_test(test_replayed_positions_are_not_sent_twice),
       cmocka_unit_test(test_restarted_processor_resumes_from_engine_history),
+      cmocka_unit_test(test_a_handed_off_stream_continues_on_the_decode_side),
+      cmocka_unit_test(test_a_stop_string_in_the_handed_off_tokens_ends_the_stream_once),
       cmocka_unit_test(test_request_rebuilt_from_a_resync_marks_its_first_output),
       cmocka_unit_test(test_logprobs_carry_decoded_text_and_cumulative_sum),
       cmocka_unit_test(test_abort_and_lost_tokens_finish_with_a_reason),
