@@ -67,7 +67,6 @@ struct kv_connector_config {
 struct kv_connector_stats {
   uint64_t exports;          /* reqs_to_send accepted */
   uint64_t exports_refused;  /* reqs_to_send refused (bad block ids, limits, duplicate): reported finished_sending */
-  uint64_t exports_expired;  /* exports dropped by their expiry before every block was fetched */
   uint64_t fetches_served;   /* KVFetchRequests answered with data */
   uint64_t fetches_refused;  /* answered with an error status (or undecodable) */
   uint64_t bytes_sent;       /* data bytes served */
