@@ -7,7 +7,7 @@
 
 static const char *const engine_kinds[] = {"requests", "abort",   "kv",    "encoder",
                                            "execute",  "outputs", "stats", "dead_letter",
-                                           "resync", "history"};
+                                           "resync", "history", "kv_fetch"};
 static const char *const tenant_kinds[] = {"generate", "abort", "tokenize"};
 
 static bool is_alnum(unsigned char c) {
@@ -197,6 +197,10 @@ llb_status bus_subject_lora_update(const char *prefix, char *buf, size_t cap) {
   llb_status st = prefix_or_default(&prefix);
   if (st != LLB_STATUS_OK) return st;
   return put(buf, cap, "%s.lora.update", prefix);
+}
+
+llb_status bus_subject_kv_fetch(const char *prefix, const char *eid, char *buf, size_t cap) {
+  return bus_subject_engine(prefix, eid, "kv_fetch", buf, cap);
 }
 
 static llb_status check_inbox(const char *inbox) {

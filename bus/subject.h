@@ -6,7 +6,7 @@
  *   <prefix>.abort.<tenant>             client → input_processor
  *   <prefix>.tokenize.<tenant>          client → input_processor (queue group)
  *   <prefix>.engine.<eid>.<kind>        kind: requests|abort|kv|encoder|execute|outputs|stats|
- *                                       dead_letter|resync|history
+ *                                       dead_letter|resync|history|kv_fetch
  *   <prefix>.health.<actor>.<instance>  heartbeats (every actor; watched by whoever watches all:
  *                                       the api server, `llmbus status`, the supervisors)
  *   <prefix>.health.<actor>.<instance>.metrics  the actor's Prometheus text, for the api server
@@ -80,7 +80,8 @@ llb_status bus_subject_generate(const char *prefix, const char *tenant, char *bu
 llb_status bus_subject_abort(const char *prefix, const char *tenant, char *buf, size_t cap);
 
 /* "<prefix>.engine.<eid>.<kind>" into buf[cap]; kind must be one of requests, abort, kv,
- * encoder, execute, outputs, stats, dead_letter, resync, history (INVALID_ARGUMENT otherwise). */
+ * encoder, execute, outputs, stats, dead_letter, resync, history, kv_fetch (INVALID_ARGUMENT
+ * otherwise). */
 llb_status bus_subject_engine(const char *prefix, const char *eid, const char *kind, char *buf,
                               size_t cap);
 
@@ -109,6 +110,12 @@ llb_status bus_subject_trace(const char *prefix, const char *actor, char *buf, s
  * gpu_worker (a plain subscription, no queue group), each answering on the request's reply
  * subject. Only the front user may publish there (cmd/supervisor/serve_nats_config.c). */
 llb_status bus_subject_lora_update(const char *prefix, char *buf, size_t cap);
+
+/* "<prefix>.engine.<eid>.kv_fetch" into buf[cap] (disaggregated prefill/decode, issue 36): request/
+ * reply served by engine <eid>'s gpu_worker, which answers a KVFetchRequest with a KVTransferChunk
+ * (schemas/kv_transfer.h) of blocks it exports; another engine's worker fetches there. Only the
+ * workers may publish or subscribe there: no tenant can (the blocks are other requests' KV). */
+llb_status bus_subject_kv_fetch(const char *prefix, const char *eid, char *buf, size_t cap);
 
 /* "<inbox>.<seq>" into buf[cap], seq in decimal (at most 20 digits): the reply subject of one
  * request, under `inbox` from bus_new_inbox (tokens joined by '.', like a prefix; NULL is

@@ -10,6 +10,7 @@ pkgs=(build-essential cmake pkg-config git python3 python3-venv
       libyaml-dev         # --config FILE (YAML) of every llmbus command (cmd/flags)
       libjpeg62-turbo-dev libpng-dev  # model/vision/image.h: the vision encoder's image decoding
       libsodium-dev libcrypt-dev      # base/hash.h keyed BLAKE2b; bcrypt password hashes in nats.conf
+      zlib1g-dev                      # schemas/: KVTransferChunk's CRC-32 (zlib crc32_z)
       bible-kjv           # a public-domain test text (KJV) for llmbus perplexity's e2e test
       systemd iproute2    # systemd-analyze checks ops/deploy/; ip netns runs tests/cluster/
       clang libclang-rt-dev  # libFuzzer (make fuzz, the end of make test)

@@ -26,6 +26,7 @@ const kind_info kinds[LLB_MESSAGE_KIND_COUNT] = {
     {"RequestOutput", "LRQO"},     {"Heartbeat", "LHBT"},
     {"SchedulerStats", "LSST"},    {"ErrorReply", "LERR"},
     {"LoRAUpdate", "LLUP"},        {"LoRAUpdateReply", "LLUR"},
+    {"KVFetchRequest", "LKVF"},    {"KVTransferChunk", "LKVC"},
 };
 
 // Prints 4 identifier bytes readably: printable ASCII as is, others as \xNN.

@@ -11,7 +11,11 @@
 #include <vector>
 
 #include "common_generated.h"
+#include "model_runner_output_generated.h"
+#include "scheduler_output_generated.h"
 #include "schemas/codec.h"
+#include "schemas/model_runner_output.h"
+#include "schemas/scheduler_output.h"
 
 namespace llb_codec {
 namespace fb = flatbuffers;
@@ -142,6 +146,22 @@ struct Dec : Ctx {
 bool check_len(Ctx &c, size_t have, int64_t want, const char *field, const char *want_name);
 // Sums `n` non-negative counts into *sum (int32 range), naming the field on error.
 bool sum_counts(Ctx &c, const int32_t *counts, int32_t n, const char *field, int32_t *sum);
+
+// A subject token (bus/subject.h's rule, which schemas/ cannot include): 1..max_len bytes of
+// ASCII letters, digits, '-' and '_' (codec_lora.cc).
+bool token_valid(const llb_str &t, size_t max_len);
+
+// KVConnectorMetadata of a SchedulerOutput and KVConnectorOutput of a ModelRunnerOutput
+// (issue 36; codec_kv_transfer.cc). block_size: the SchedulerOutput's, for the block-count
+// relations. Absent when every list is empty.
+fb::Offset<llmbus::KVConnectorMetadata> enc_kv_metadata(Enc &e, const llb_kv_connector_metadata &m,
+                                                        int32_t block_size, const char *field);
+bool dec_kv_metadata(Dec &d, const llmbus::KVConnectorMetadata *t, int32_t block_size,
+                     llb_kv_connector_metadata *out, const char *field);
+fb::Offset<llmbus::KVConnectorOutput> enc_kv_output(Enc &e, const llb_kv_connector_output &o,
+                                                    const char *field);
+bool dec_kv_output(Dec &d, const llmbus::KVConnectorOutput *t, llb_kv_connector_output *out,
+                   const char *field);
 
 // Shared tables of common.fbs.
 fb::Offset<llmbus::SamplingParams> enc_sampling(Enc &e, const llb_sampling_params *p,

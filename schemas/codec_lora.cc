@@ -21,10 +21,8 @@ extern "C" bool llb_lora_name_valid(const char *name, size_t len) {
   return true;
 }
 
-namespace {
-
-bool tenant_valid(const llb_str &t) {
-  if (t.len == 0 || t.len > LLB_LORA_TENANT_MAX)
+bool llb_codec::token_valid(const llb_str &t, size_t max_len) {
+  if (t.len == 0 || t.len > max_len)
     return false;
   for (size_t i = 0; i < t.len; i++) {
     const unsigned char c = (unsigned char)t.data[i];
@@ -33,6 +31,10 @@ bool tenant_valid(const llb_str &t) {
   }
   return true;
 }
+
+namespace {
+
+bool tenant_valid(const llb_str &t) { return llb_codec::token_valid(t, LLB_LORA_TENANT_MAX); }
 
 // Relative, 1..LLB_LORA_PATH_MAX bytes, no NUL, no ".." component (the worker also opens it
 // beneath its --lora-dir only: this keeps nonsense off the wire).

@@ -101,6 +101,7 @@ static fb::Offset<void> build_scheduler_output(Enc &e, const llb_scheduler_outpu
   auto preempted = e.strs(m.preempted_req_ids, m.num_preempted_req_ids, "preempted_req_ids");
   if (e.ok() && m.block_size < 1)
     e.fail(LLB_STATUS_INVALID_ARGUMENT, "block_size", "%d, must be >= 1", m.block_size);
+  auto kv_meta = e.ok() ? enc_kv_metadata(e, m.kv_connector_metadata, m.block_size, "kv_connector_metadata") : 0;
   if (!e.ok())
     return 0;
   llmbus::SchedulerOutputBuilder t(e.b);
@@ -115,6 +116,7 @@ static fb::Offset<void> build_scheduler_output(Enc &e, const llb_scheduler_outpu
   t.add_free_encoder_mm_hashes(free_mm);
   t.add_preempted_req_ids(preempted);
   t.add_block_size(m.block_size);
+  t.add_kv_connector_metadata(kv_meta);
   return t.Finish().Union();
 }
 
@@ -232,7 +234,9 @@ static bool read_scheduler_output(Dec &d, const llmbus::SchedulerOutput &t,
       d.strs(t.free_encoder_mm_hashes(), &m.free_encoder_mm_hashes,
              &m.num_free_encoder_mm_hashes, "free_encoder_mm_hashes") &&
       d.strs(t.preempted_req_ids(), &m.preempted_req_ids, &m.num_preempted_req_ids,
-             "preempted_req_ids");
+             "preempted_req_ids") &&
+      dec_kv_metadata(d, t.kv_connector_metadata(), m.block_size, &m.kv_connector_metadata,
+                      "kv_connector_metadata");
   if (!ok)
     return false;
   int64_t total = 0;
@@ -458,11 +462,12 @@ static fb::Offset<void> build_model_runner_output(Enc &e, const llb_model_runner
   } else if (m.num_spec_token_ids != 0) {
     e.fail(LLB_STATUS_INVALID_ARGUMENT, "num_spec_tokens", "missing for %d drafts", m.num_spec_token_ids);
   }
+  auto kv_out = e.ok() ? enc_kv_output(e, m.kv_connector_output, "kv_connector_output") : 0;
   if (!e.ok())
     return 0;
   return llmbus::CreateModelRunnerOutput(e.b, LLB_SCHEMA_VERSION, m.step, ids, tok, counts, lp,
                                          err, failed, pout, pcounts, plp_lists, plp_counts, plp_start,
-                                         spec, spec_counts)
+                                         spec, spec_counts, kv_out)
       .Union();
 }
 
@@ -519,7 +524,8 @@ static bool read_model_runner_output(Dec &d, const llmbus::ModelRunnerOutput &t,
   if (!dec_logprobs(d, t.logprobs(), &m.logprobs, "logprobs") ||
       !dec_error(d, t.error(), &m.error, "error") ||
       !d.str(t.failed_req_id(), &m.failed_req_id, "failed_req_id") ||
-      !dec_logprobs(d, t.prompt_logprobs(), &m.prompt_logprobs, "prompt_logprobs"))
+      !dec_logprobs(d, t.prompt_logprobs(), &m.prompt_logprobs, "prompt_logprobs") ||
+      !dec_kv_output(d, t.kv_connector_output(), &m.kv_connector_output, "kv_connector_output"))
     return false;
   if (m.prompt_logprobs.num_tokens == 0)
     return true;

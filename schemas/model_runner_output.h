@@ -4,10 +4,23 @@
 #define LLB_SCHEMAS_MODEL_RUNNER_OUTPUT_H
 
 #include "schemas/codec.h"
+#include "schemas/kv_transfer.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* vLLM v1 outputs.py KVConnectorOutput (issue 36): request ids whose KV transfer ended since
+ * the worker's previous ModelRunnerOutput, each reported once. All counts 0 = absent on the wire.
+ * Ids checked as the requests' (required, at most LLB_KV_REQ_ID_MAX bytes: kv_transfer.h). */
+struct llb_kv_connector_output {
+  const struct llb_str *finished_sending; /* [num_finished_sending] exports fetched or expired */
+  int32_t num_finished_sending;
+  const struct llb_str *finished_recving; /* [num_finished_recving] every block received */
+  int32_t num_finished_recving;
+  const struct llb_str *failed_recving;   /* [num_failed_recving] transfer failed: recompute */
+  int32_t num_failed_recving;
+};
 
 struct llb_model_runner_output {
   uint16_t version;
@@ -34,6 +47,7 @@ struct llb_model_runner_output {
   const int32_t *spec_token_ids;        /* [num_spec_token_ids] */
   int32_t num_spec_token_ids;           /* = sum of num_spec_tokens (checked) */
   const int32_t *num_spec_tokens;       /* [num_reqs], each in [0, LLB_MAX_SPEC_TOKENS] */
+  struct llb_kv_connector_output kv_connector_output; /* issue 36; zero = nothing ended */
 };
 
 llb_status llb_model_runner_output_encode(const struct llb_model_runner_output *m, uint8_t *buf,

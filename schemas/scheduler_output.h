@@ -4,6 +4,7 @@
 #define LLB_SCHEMAS_SCHEDULER_OUTPUT_H
 
 #include "schemas/codec.h"
+#include "schemas/kv_transfer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,6 +65,46 @@ struct llb_scheduled_encoder_input {
   int32_t num_mm_features;
 };
 
+/* Disaggregated prefill/decode (issue 36; vLLM v1 KVConnectorMetadata, nixl_connector.py ReqMeta):
+ * scheduler_output.fbs KVRecvRequest / KVSendRequest / KVConnectorMetadata. What the worker's KV
+ * connector (actors/gpu_worker/kv_transfer.h) does around the step. Checked both ways: ids
+ * required and at most LLB_KV_REQ_ID_MAX bytes, remote_engine_id one subject token (1..64
+ * letters, digits, '-', '_'), block ids >= 0, counts in [1, LLB_KV_MAX_BLOCKS_PER_REQ], the
+ * block-count relations below (with SchedulerOutput.block_size), expires_in_s finite in
+ * (0, LLB_KV_MAX_EXPIRES_S]. */
+
+/* A request whose KV this engine receives (decode side): local_block_ids[i] receives the remote
+ * export's block remote_first_block + i (the earlier ones this engine already holds: a prefix
+ * cache hit); remote_first_block + num_local_block_ids = ceil(num_tokens / block_size). */
+struct llb_kv_recv_request {
+  struct llb_str req_id;             /* required: this engine's request id */
+  const int32_t *local_block_ids;    /* [num_local_block_ids] this worker's blocks, in order */
+  int32_t num_local_block_ids;       /* >= 1 */
+  struct llb_str remote_engine_id;   /* required: the exporting engine (a subject token) */
+  struct llb_str remote_request_id;  /* required: the request's id on that engine */
+  int32_t remote_first_block;        /* >= 0 */
+  int32_t num_tokens;                /* >= 1: tokens whose KV is moved, from the request's start */
+};
+
+/* A request whose KV this engine exports (prefill side): block_ids are served to fetches naming
+ * req_id until every block was fetched once or expires_in_s passed; then req_id is reported in
+ * finished_sending. num_block_ids = ceil(num_tokens / block_size). */
+struct llb_kv_send_request {
+  struct llb_str req_id;     /* required: this engine's request id */
+  const int32_t *block_ids;  /* [num_block_ids] this worker's blocks holding the KV, in order */
+  int32_t num_block_ids;     /* >= 1 */
+  int32_t num_tokens;        /* >= 1 */
+  float expires_in_s;        /* finite, in (0, LLB_KV_MAX_EXPIRES_S] */
+};
+
+/* Both counts 0 = absent on the wire (no transfer this step). */
+struct llb_kv_connector_metadata {
+  const struct llb_kv_recv_request *reqs_to_recv; /* [num_reqs_to_recv] */
+  int32_t num_reqs_to_recv;
+  const struct llb_kv_send_request *reqs_to_send; /* [num_reqs_to_send] */
+  int32_t num_reqs_to_send;
+};
+
 struct llb_scheduler_output {
   uint16_t version;
   uint64_t step;
@@ -82,6 +123,7 @@ struct llb_scheduler_output {
   const struct llb_str *preempted_req_ids;
   int32_t num_preempted_req_ids;
   int32_t block_size; /* >= 1 */
+  struct llb_kv_connector_metadata kv_connector_metadata; /* issue 36; zero = none */
 };
 
 llb_status llb_scheduler_output_encode(const struct llb_scheduler_output *m, uint8_t *buf,

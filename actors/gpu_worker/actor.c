@@ -52,6 +52,9 @@ struct gpu_worker_actor {
   atomic_uint_fast64_t steps, step_errors, malformed, no_reply, reply_errors, tokens;
   struct llb_series *mask_seconds, *mask_wait_seconds; /* NULL = not exported */
   FILE *step_log; /* --step-log: one JSON line per step that ran a batch, or NULL */
+  struct kv_connector *kv; /* --kv-transfer (issue 36), or NULL */
+  struct llb_str *kv_off_ids; /* without a connector: the ids answered at once (execute thread) */
+  int32_t kv_off_cap;
 };
 
 /* The structured-output vocabulary from the model's tokenizer, built once (runner_so.h). A
@@ -215,6 +218,11 @@ llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, str
     }
     setvbuf(a->step_log, NULL, _IOLBF, 0); /* a line a write: workers may share the file (O_APPEND) */
   }
+  if (o->kv_transfer) {
+    struct kv_connector_config kc = o->kv_config;
+    kc.engine_id = a->engine_id;
+    if ((st = kv_connector_create(&kc, a->runner, &a->kv))) goto fail;
+  }
   if (cuda) { /* the weights live on the device now */
     gguf_close(a->file);
     a->file = NULL;
@@ -251,6 +259,8 @@ bool gpu_worker_actor_serves_loras(const struct gpu_worker_actor *a) { return a-
 
 void gpu_worker_actor_destroy(struct gpu_worker_actor *a) {
   if (!a) return;
+  kv_connector_destroy(a->kv); /* before the runner whose cache it reads and writes */
+  free(a->kv_off_ids);
   model_runner_destroy(a->runner);
   lora_adapters_free(&a->loras); /* after the runner that borrowed them */
   free(a->lora_dir);
@@ -277,6 +287,47 @@ static void log_step(struct gpu_worker_actor *a, double seconds) {
 }
 
 int32_t gpu_worker_actor_num_blocks(const struct gpu_worker_actor *a) { return model_runner_num_blocks(a->runner); }
+
+struct kv_connector *gpu_worker_actor_kv_connector(const struct gpu_worker_actor *a) { return a->kv; }
+
+/* Before the step: the connector takes the step's transfers and cancels the receives of requests
+ * that left. */
+static void kv_before_step(struct gpu_worker_actor *a, const struct llb_scheduler_output *so) {
+  if (!a->kv) return;
+  llb_status st = kv_connector_before_step(a->kv, &so->kv_connector_metadata, so->finished_req_ids,
+                                           so->num_finished_req_ids);
+  if (!st) st = kv_connector_before_step(a->kv, NULL, so->preempted_req_ids, so->num_preempted_req_ids);
+  if (st) LLB_LOG_ERROR("kv_connector_step", "step=%llu err=\"%s\"", (unsigned long long)so->step, llb_err_last());
+}
+
+/* Without a connector no transfer can happen: every export ends at once (its blocks are freed)
+ * and every receive fails (the scheduler recomputes), so that no request waits for nothing. */
+static void kv_refuse_all(struct gpu_worker_actor *a, const struct llb_kv_connector_metadata *m,
+                          struct llb_kv_connector_output *out) {
+  const int32_t n = m->num_reqs_to_send + m->num_reqs_to_recv;
+  if (n > a->kv_off_cap) {
+    struct llb_str *p = realloc(a->kv_off_ids, (size_t)n * sizeof *p);
+    if (!p) return;
+    a->kv_off_ids = p;
+    a->kv_off_cap = n;
+  }
+  for (int32_t i = 0; i < m->num_reqs_to_send; i++) a->kv_off_ids[i] = m->reqs_to_send[i].req_id;
+  for (int32_t i = 0; i < m->num_reqs_to_recv; i++) a->kv_off_ids[m->num_reqs_to_send + i] = m->reqs_to_recv[i].req_id;
+  out->finished_sending = m->num_reqs_to_send ? a->kv_off_ids : NULL;
+  out->num_finished_sending = m->num_reqs_to_send;
+  out->failed_recving = m->num_reqs_to_recv ? a->kv_off_ids + m->num_reqs_to_send : NULL;
+  out->num_failed_recving = m->num_reqs_to_recv;
+  LLB_LOG_WARN("kv_transfer_off", "exports=%d receives=%d: this worker runs without --kv-transfer",
+               m->num_reqs_to_send, m->num_reqs_to_recv);
+}
+
+/* After the step: the transfers that ended go in the reply. */
+static void kv_after_step(struct gpu_worker_actor *a, const struct llb_scheduler_output *so,
+                          struct llb_model_runner_output *out) {
+  if (a->kv) kv_connector_after_step(a->kv, &out->kv_connector_output);
+  else if (so->kv_connector_metadata.num_reqs_to_send || so->kv_connector_metadata.num_reqs_to_recv)
+    kv_refuse_all(a, &so->kv_connector_metadata, &out->kv_connector_output);
+}
 
 void gpu_worker_actor_stats(const struct gpu_worker_actor *a, struct gpu_worker_actor_stats *out) {
   *out = (struct gpu_worker_actor_stats){
@@ -385,10 +436,12 @@ static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
     return;
   }
   if (a->lora_on) take_loras(a);
+  kv_before_step(a, &so);
   const int64_t t0 = llb_now_ns();
   struct llb_model_runner_output out;
   st = model_runner_execute(a->runner, &so, &out);
   const int64_t t1 = llb_now_ns();
+  kv_after_step(a, &so, &out);
   if (a->lora_on) reap_loras(a);
   if (st) {
     atomic_fetch_add(&a->step_errors, 1);
@@ -485,6 +538,7 @@ llb_status gpu_worker_actor_start(struct gpu_worker_actor *a, struct bus *bus) {
   if (st) return st;
   atomic_store(&a->execute_sub, sub);
   LLB_LOG_INFO("gpu_worker_subscribed", "execute=%s", a->execute_subject);
+  if (a->kv && (st = kv_connector_start(a->kv, bus))) return st;
   if (!a->lora_dir) return LLB_STATUS_OK;
   st = bus_subject_lora_update(bus_prefix(bus), a->lora_subject, sizeof a->lora_subject);
   if (!st) st = bus_subscribe(bus, a->lora_subject, NULL, on_lora_update, a, &a->lora_sub);
@@ -496,6 +550,7 @@ void gpu_worker_actor_stop(struct gpu_worker_actor *a) {
   if (!a) return;
   struct bus_sub *sub = atomic_exchange(&a->execute_sub, NULL);
   if (sub) (void)bus_unsubscribe(sub); /* fails only when the drain already ended it */
+  kv_connector_stop(a->kv);
   if (a->lora_sub) (void)bus_unsubscribe(a->lora_sub);
   a->lora_sub = NULL;
 }

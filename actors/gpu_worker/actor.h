@@ -8,8 +8,14 @@
  * when the message could not be decoded), counted and logged; the actor keeps serving.
  * A message without a reply subject is counted and logged.
  *
+ * With kv_transfer (issue 36) each step's SchedulerOutput.kv_connector_metadata goes to the KV
+ * connector before the step (kv_connector_before_step, with the step's finished and preempted ids)
+ * and the reply carries the transfers that ended since the last reply in
+ * ModelRunnerOutput.kv_connector_output (also on an error reply).
+ *
  * Threading: one subscription, so steps run one at a time on its delivery thread (the
- * runner is not thread-safe and needs no lock). Counters are atomic.
+ * runner is not thread-safe and needs no lock). Counters are atomic. The KV connector serves
+ * fetches on its own subscription's thread and fetches on a thread of its own (kv_transfer.h).
  */
 #ifndef LLB_ACTORS_GPU_WORKER_ACTOR_H
 #define LLB_ACTORS_GPU_WORKER_ACTOR_H
@@ -17,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "actors/gpu_worker/kv_transfer.h"
 #include "actors/gpu_worker/lora_adapters.h"
 #include "actors/gpu_worker/model_runner.h"
 #include "bus/bus.h"
@@ -50,6 +57,13 @@ struct gpu_worker_actor_options {
   int32_t max_lora_rank;          /* vLLM's --max-lora-rank: adapters of higher rank are refused */
   const char *lora_dir;           /* --lora-dir: LoRAUpdate loads adapters from files beneath it at run
                                      time (<prefix>.lora.update; cpu only); NULL/"" = none */
+  bool kv_transfer;               /* disaggregated prefill/decode (issue 36; kv_transfer.h): the KV connector
+                                     serves <prefix>.engine.<eid>.kv_fetch and fetches other engines' blocks
+                                     (cpu and sim; cuda refuses at create). Off: a SchedulerOutput's
+                                     reqs_to_send are answered finished_sending and its reqs_to_recv
+                                     failed_recving at once (nothing exported, nothing fetched) */
+  struct kv_connector_config kv_config; /* with kv_transfer: limits and timeouts (engine_id is set
+                                     from engine_id); all 0 = the defaults */
   const char *step_log_path;      /* NULL/"" = none; else each step that ran a batch appends one JSON
                                      line: its shape (model_runner_last_step_shape) and the seconds
                                      model_runner_execute took (llmbus-kernel-bench --fit-steps) */
@@ -88,12 +102,17 @@ bool gpu_worker_actor_serves_loras(const struct gpu_worker_actor *a);
  * *out: gpu_worker_actor_destroy(). */
 llb_status gpu_worker_actor_create(const struct gpu_worker_actor_options *o, struct gpu_worker_actor **out);
 
+/* The KV connector (o->kv_transfer), or NULL: its counters (kv_connector_stats) for tests and the
+ * bench. Owned by the actor. */
+struct kv_connector *gpu_worker_actor_kv_connector(const struct gpu_worker_actor *a);
+
 /* Subscribes the execute handler on `bus` (borrowed; destroy the bus before the actor), and with
  * a --lora-dir the LoRAUpdate handler on <prefix>.lora.update (every worker, no queue group): a
  * load or unload (lora_adapters_add / _remove, the same checks as --lora-modules at start)
  * answered with a LoRAUpdateReply naming the engine; the runner takes the new set before its
  * next step, requests admitted with an unloaded adapter finish with it, and a heartbeat goes out
- * at once. Errors: those of bus_subscribe and bus_subject_engine. */
+ * at once. With kv_transfer, the KV connector's kv_fetch service and fetcher (kv_connector_start).
+ * Errors: those of bus_subscribe and bus_subject_engine, kv_connector_start's. */
 llb_status gpu_worker_actor_start(struct gpu_worker_actor *a, struct bus *bus);
 
 /* Stops taking steps: unsubscribes the execute handler (a step being run still gets its

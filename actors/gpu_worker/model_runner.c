@@ -145,6 +145,41 @@ int64_t model_runner_kv_cache_bytes(const struct model_runner *r) { return r->be
 
 int32_t model_runner_num_blocks(const struct model_runner *r) { return r->cfg.num_blocks; }
 
+void model_runner_kv_geometry(const struct model_runner *r, struct model_runner_kv_geometry *out) {
+  const struct llama_config *c = r->be.config;
+  *out = (struct model_runner_kv_geometry){
+      .num_blocks = r->cfg.num_blocks, .block_size = r->cfg.block_size, .num_layers = c->block_count,
+      .num_kv_heads = c->head_count_kv, .head_dim = c->head_dim, .dtype = r->cfg.kv_cache_dtype,
+      .block_bytes = backend_kv_row_bytes(r->cfg.kv_cache_dtype, c->head_dim) * (size_t)c->head_count_kv *
+                     (size_t)r->cfg.block_size * 2 * (size_t)c->block_count};
+}
+
+/* SIM and CUDA: the checks llama_kv_cache_block_read/_write make for a host cache. */
+static llb_status kv_block_io_check(const struct model_runner *r, int32_t block_id, size_t len) {
+  if (r->cfg.device == MODEL_RUNNER_DEVICE_CUDA)
+    return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "KV block transfer needs the CPU cache; the CUDA runner has none yet");
+  struct model_runner_kv_geometry g;
+  model_runner_kv_geometry(r, &g);
+  if (block_id < 0 || block_id >= g.num_blocks)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache block %d outside [0, %d)", block_id, g.num_blocks);
+  if (len != g.block_bytes)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache block of %zu bytes, not %zu", len, g.block_bytes);
+  return LLB_STATUS_OK;
+}
+
+llb_status model_runner_kv_block_read(const struct model_runner *r, int32_t block_id, void *dst, size_t len) {
+  if (r->cfg.device == MODEL_RUNNER_DEVICE_CPU) return llama_kv_cache_block_read(r->be.kv, block_id, dst, len);
+  llb_status st = kv_block_io_check(r, block_id, len);
+  if (!st) memset(dst, 0, len); /* SIM: no KV memory; the bytes of the real size still travel */
+  return st;
+}
+
+llb_status model_runner_kv_block_write(struct model_runner *r, int32_t block_id, const void *src, size_t len) {
+  if (r->cfg.device == MODEL_RUNNER_DEVICE_CPU) return llama_kv_cache_block_write(r->be.kv, block_id, src, len);
+  (void)src;
+  return kv_block_io_check(r, block_id, len);
+}
+
 const struct llama_config *model_runner_model_config(const struct model_runner *r) { return r->be.config; }
 
 int32_t model_runner_num_reqs(const struct model_runner *r) { return r->num_rows; }

@@ -136,6 +136,26 @@ void model_runner_idle(struct model_runner *r);
  * head_dim x 2 (fp16). */
 int64_t model_runner_kv_cache_bytes(const struct model_runner *r);
 
+/* The KV cache's shape, for moving blocks between workers (kv_transfer.h, issue 36). */
+struct model_runner_kv_geometry {
+  int32_t num_blocks, block_size, num_layers, num_kv_heads, head_dim;
+  enum backend_kv_dtype dtype;
+  size_t block_bytes; /* one block, every layer's K and V: llama_kv_cache_block_bytes */
+};
+
+/* Fills *out (any device). */
+void model_runner_kv_geometry(const struct model_runner *r, struct model_runner_kv_geometry *out);
+
+/* Copies block `block_id` of the cache out into dst[len] (len = block_bytes): the layers in order,
+ * each its K rows then its V rows (llama_kv_cache_block_read's layout). SIM: zeros (no KV memory).
+ * May run on another thread than execute's, for a block no step reads or writes meanwhile.
+ * Errors: INVALID_ARGUMENT (block id outside [0, num_blocks), len), UNSUPPORTED (CUDA). */
+llb_status model_runner_kv_block_read(const struct model_runner *r, int32_t block_id, void *dst, size_t len);
+
+/* Writes src[len] (the layout above) into block `block_id`. SIM: checks and drops the bytes. Same
+ * threads and errors as model_runner_kv_block_read. */
+llb_status model_runner_kv_block_write(struct model_runner *r, int32_t block_id, const void *src, size_t len);
+
 /* KV cache blocks of the runner (cfg->num_blocks, or the number sized from device memory). */
 int32_t model_runner_num_blocks(const struct model_runner *r);
 

@@ -255,6 +255,50 @@ llb_status llama_kv_cache_create_for(const struct llama_forward_ctx *c, int32_t 
   return llama_kv_cache_create_dtype_for(c, num_blocks, block_size, BACKEND_KV_DTYPE_F16, out);
 }
 
+/* One block's K (or V) slice of a layer: [block_size, n_kv_heads] rows, contiguous. */
+static size_t kv_block_slice_bytes(const struct backend_kv_layer *l) {
+  return backend_kv_row_bytes(l->dtype, l->head_dim) * (size_t)l->block_size * (size_t)l->n_kv_heads;
+}
+
+static llb_status kv_block_check(const struct llama_kv_cache *kv, int32_t block_id, size_t len) {
+  if (!kv) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache block copy: no cache");
+  if (kv->ops) return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "kv cache block copy: the cache is in device memory");
+  const struct backend_kv_layer *l = &kv->layers[0];
+  if (block_id < 0 || block_id >= l->num_blocks)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache block %d outside [0, %d)", block_id, l->num_blocks);
+  const size_t want = kv_block_slice_bytes(l) * 2 * (size_t)kv->model->cfg.block_count;
+  if (len != want) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv cache block of %zu bytes, not %zu", len, want);
+  return LLB_STATUS_OK;
+}
+
+llb_status llama_kv_cache_block_read(const struct llama_kv_cache *kv, int32_t block_id, void *dst, size_t len) {
+  llb_status st = kv_block_check(kv, block_id, len);
+  if (st) return st;
+  uint8_t *out = dst;
+  for (int32_t i = 0; i < kv->model->cfg.block_count; i++) {
+    const struct backend_kv_layer *l = &kv->layers[i];
+    const size_t n = kv_block_slice_bytes(l), off = (size_t)block_id * n;
+    memcpy(out, (const uint8_t *)l->k + off, n);
+    memcpy(out + n, (const uint8_t *)l->v + off, n);
+    out += 2 * n;
+  }
+  return LLB_STATUS_OK;
+}
+
+llb_status llama_kv_cache_block_write(struct llama_kv_cache *kv, int32_t block_id, const void *src, size_t len) {
+  llb_status st = kv_block_check(kv, block_id, len);
+  if (st) return st;
+  const uint8_t *in = src;
+  for (int32_t i = 0; i < kv->model->cfg.block_count; i++) {
+    const struct backend_kv_layer *l = &kv->layers[i];
+    const size_t n = kv_block_slice_bytes(l), off = (size_t)block_id * n;
+    memcpy((uint8_t *)l->k + off, in, n);
+    memcpy((uint8_t *)l->v + off, in + n, n);
+    in += 2 * n;
+  }
+  return LLB_STATUS_OK;
+}
+
 void llama_kv_cache_destroy(struct llama_kv_cache *kv) {
   if (!kv) return;
   if (kv->ops) kv->ops->buffer_free(kv->data);

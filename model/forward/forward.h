@@ -78,6 +78,15 @@ llb_status llama_kv_dtype_parse(const char *name, enum backend_kv_dtype *out);
 /* "fp16", "q8_0", "fp8". */
 const char *llama_kv_dtype_name(enum backend_kv_dtype t);
 
+/* Copies block `block_id` of a host cache into dst[len], len = llama_kv_cache_block_bytes: for each
+ * layer in order, its K rows then its V rows of the block ([block_size, head_count_kv] rows of the
+ * dtype's row bytes): the wire layout of a KV transfer (schemas/kv_transfer.h). INVALID_ARGUMENT
+ * for a block id outside the cache or another len; UNSUPPORTED for a device cache. */
+llb_status llama_kv_cache_block_read(const struct llama_kv_cache *kv, int32_t block_id, void *dst, size_t len);
+
+/* Writes src[len] (the layout above) into block `block_id` of a host cache; errors as the read. */
+llb_status llama_kv_cache_block_write(struct llama_kv_cache *kv, int32_t block_id, const void *src, size_t len);
+
 /* NULL ok. */
 void llama_kv_cache_destroy(struct llama_kv_cache *kv);
 

@@ -13,6 +13,7 @@
 #include "schemas/model_runner_output.h"
 #include "schemas/request_output.h"
 #include "schemas/scheduler_output.h"
+#include "schemas/kv_transfer.h"
 
 #define CHECK(c)                                                                  \
   do {                                                                            \
@@ -313,6 +314,31 @@ static const int32_t computed[3] = {17, 250, 31};
 static const int32_t outputs_n[3] = {5, 0, 12};
 static const int32_t enc_in[] = {0, 1};
 
+static const int32_t recv_blocks[] = {40, 41};
+static const int32_t send_blocks[] = {7, 8, 9};
+static const struct llb_kv_recv_request kv_recv[1] = {
+    {.req_id = S("req-d-ж"), .local_block_ids = recv_blocks, .num_local_block_ids = N(recv_blocks),
+     .remote_engine_id = S("prefill-0"), .remote_request_id = S("req-p-1"), .remote_first_block = 1,
+     .num_tokens = 40}};
+static const struct llb_kv_send_request kv_send[2] = {
+    {.req_id = S("req-p-ф"), .block_ids = send_blocks, .num_block_ids = 3, .num_tokens = 33, .expires_in_s = 30.5f},
+    {.req_id = S("req-p-2"), .block_ids = send_blocks + 2, .num_block_ids = 1, .num_tokens = 16, .expires_in_s = 1e-3f}};
+
+static bool kv_metadata_eq(const struct llb_kv_connector_metadata *a) {
+  CHECK(a->num_reqs_to_recv == 1 && a->num_reqs_to_send == 2);
+  const struct llb_kv_recv_request *r = &a->reqs_to_recv[0];
+  CHECK(str_eq(r->req_id, kv_recv[0].req_id) && str_eq(r->remote_engine_id, kv_recv[0].remote_engine_id) &&
+        str_eq(r->remote_request_id, kv_recv[0].remote_request_id));
+  CHECK(i32_eq(r->local_block_ids, r->num_local_block_ids, recv_blocks, N(recv_blocks)));
+  CHECK(r->remote_first_block == 1 && r->num_tokens == 40);
+  for (int i = 0; i < 2; i++) {
+    const struct llb_kv_send_request *x = &a->reqs_to_send[i], *y = &kv_send[i];
+    CHECK(str_eq(x->req_id, y->req_id) && i32_eq(x->block_ids, x->num_block_ids, y->block_ids, y->num_block_ids));
+    CHECK(x->num_tokens == y->num_tokens && x->expires_in_s == y->expires_in_s);
+  }
+  return true;
+}
+
 static void fill_scheduler_output(struct llb_scheduler_output *m) {
   static struct llb_new_request_data news[2];
   static struct llb_scheduled_tokens sched[4];
@@ -346,7 +372,9 @@ static void fill_scheduler_output(struct llb_scheduler_output *m) {
       .scheduled_encoder_inputs = enc, .num_scheduled_encoder_inputs = 1,
       .finished_req_ids = ids3 + 1, .num_finished_req_ids = 2,
       .free_encoder_mm_hashes = hashes2, .num_free_encoder_mm_hashes = 2,
-      .preempted_req_ids = ids3, .num_preempted_req_ids = 1, .block_size = 16};
+      .preempted_req_ids = ids3, .num_preempted_req_ids = 1, .block_size = 16,
+      .kv_connector_metadata = {.reqs_to_recv = kv_recv, .num_reqs_to_recv = 1, .reqs_to_send = kv_send,
+                                .num_reqs_to_send = 2}};
 }
 
 static bool equals_scheduler_output(const void *v) {
@@ -396,6 +424,7 @@ static bool equals_scheduler_output(const void *v) {
   CHECK(strs_eq(a->free_encoder_mm_hashes, a->num_free_encoder_mm_hashes, hashes2, 2));
   CHECK(strs_eq(a->preempted_req_ids, a->num_preempted_req_ids, ids3, 1));
   CHECK(a->block_size == 16);
+  CHECK(kv_metadata_eq(&a->kv_connector_metadata));
   return true;
 }
 
@@ -524,7 +553,9 @@ static void fill_model_runner_output(struct llb_model_runner_output *m) {
       .failed_req_id = {"req-poison", 10}, .pooler_output = pooled,
       .num_pooler_output = N(pooled), .num_pooled = num_pooled,
       .prompt_logprobs = sample_lp, .num_prompt_logprobs = num_prompt_lp,
-      .prompt_logprobs_start = prompt_lp_start};
+      .prompt_logprobs_start = prompt_lp_start,
+      .kv_connector_output = {.finished_sending = ids3, .num_finished_sending = 1, .finished_recving = ids3 + 1,
+                              .num_finished_recving = 2, .failed_recving = hashes2, .num_failed_recving = 2}};
 }
 
 static bool equals_model_runner_output(const void *v) {
@@ -541,6 +572,10 @@ static bool equals_model_runner_output(const void *v) {
   CHECK(lp_eq(&a->prompt_logprobs));
   CHECK(i32_eq(a->num_prompt_logprobs, a->num_reqs, num_prompt_lp, 3));
   CHECK(i32_eq(a->prompt_logprobs_start, a->num_reqs, prompt_lp_start, 3));
+  const struct llb_kv_connector_output *k = &a->kv_connector_output;
+  CHECK(strs_eq(k->finished_sending, k->num_finished_sending, ids3, 1));
+  CHECK(strs_eq(k->finished_recving, k->num_finished_recving, ids3 + 1, 2));
+  CHECK(strs_eq(k->failed_recving, k->num_failed_recving, hashes2, 2));
   return true;
 }
 
@@ -788,6 +823,43 @@ static bool equals_lora_update_reply(const void *v) {
   return true;
 }
 
+/* ---- KVFetchRequest / KVTransferChunk (issue 36) ---------------------------------------- */
+
+static void fill_kv_fetch_request(struct llb_kv_fetch_request *m) {
+  *m = (struct llb_kv_fetch_request){.request_id = S("req-p-ф"), .first_block = 2, .num_blocks = 5};
+}
+
+static bool equals_kv_fetch_request(const void *v) {
+  const struct llb_kv_fetch_request *a = v;
+  CHECK(a->version == LLB_SCHEMA_VERSION && str_eq(a->request_id, S("req-p-ф")));
+  CHECK(a->first_block == 2 && a->num_blocks == 5);
+  return true;
+}
+
+/* 2 blocks of 2 tokens, 3 layers, 1 KV head, head_dim 4, fp16: 2 * 3 * 2 * 1 * 4 * 2 = 96 bytes a block. */
+static uint8_t chunk_data[192];
+
+static void fill_kv_transfer_chunk(struct llb_kv_transfer_chunk *m) {
+  for (size_t i = 0; i < sizeof chunk_data; i++) chunk_data[i] = (uint8_t)(i * 37 + 11);
+  *m = (struct llb_kv_transfer_chunk){
+      .request_id = S("req-p-ф"), .first_block = 2, .num_blocks = 2, .block_size = 2, .num_layers = 3,
+      .num_kv_heads = 1, .head_dim = 4, .kv_cache_dtype = 0, .block_bytes = 96, .num_tokens = 9,
+      .data = chunk_data, .data_len = sizeof chunk_data, .status = LLB_KV_TRANSFER_OK};
+}
+
+static bool equals_kv_transfer_chunk(const void *v) {
+  const struct llb_kv_transfer_chunk *a = v;
+  struct llb_kv_transfer_chunk b;
+  fill_kv_transfer_chunk(&b);
+  CHECK(a->version == LLB_SCHEMA_VERSION && str_eq(a->request_id, b.request_id));
+  CHECK(a->first_block == 2 && a->num_blocks == 2 && a->block_size == 2 && a->num_layers == 3);
+  CHECK(a->num_kv_heads == 1 && a->head_dim == 4 && a->kv_cache_dtype == 0 && a->block_bytes == 96);
+  CHECK(a->num_tokens == 9 && a->status == LLB_KV_TRANSFER_OK && a->error.code == 0);
+  CHECK(bytes_eq(a->data, (int64_t)a->data_len, chunk_data, (int64_t)sizeof chunk_data));
+  CHECK(a->checksum == llb_kv_transfer_chunk_checksum(&b));
+  return true;
+}
+
 /* ---- the case table -------------------------------------------------------------------- */
 
 #define CODEC_CASE(name, KIND)                                                             \
@@ -830,7 +902,9 @@ static bool equals_lora_update_reply(const void *v) {
   X(scheduler_stats, LLB_MESSAGE_KIND_SCHEDULER_STATS)                    \
   X(error_reply, LLB_MESSAGE_KIND_ERROR_REPLY)                            \
   X(lora_update, LLB_MESSAGE_KIND_LORA_UPDATE)                            \
-  X(lora_update_reply, LLB_MESSAGE_KIND_LORA_UPDATE_REPLY)
+  X(lora_update_reply, LLB_MESSAGE_KIND_LORA_UPDATE_REPLY)              \
+  X(kv_fetch_request, LLB_MESSAGE_KIND_KV_FETCH_REQUEST)                  \
+  X(kv_transfer_chunk, LLB_MESSAGE_KIND_KV_TRANSFER_CHUNK)
 
 CODEC_ALL(CODEC_CASE)
 

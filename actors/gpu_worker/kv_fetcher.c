@@ -1,0 +1,456 @@
+/* The KV connector's background fetcher (kv_fetcher.h). */
+#include "actors/gpu_worker/kv_fetcher.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "bus/subject.h"
+#include "schemas/kv_transfer.h"
+
+struct job {
+  char id[LLB_KV_REQ_ID_MAX + 1];
+  char remote_engine[BUS_TOKEN_MAX + 1];
+  char remote_id[LLB_KV_REQ_ID_MAX + 1];
+  int32_t *blocks; /* [num_blocks] local block ids */
+  int32_t num_blocks, first, num_tokens;
+  int64_t deadline_ns;
+  bool cancelled; /* under mu */
+  struct job *next;
+};
+
+struct id_list {
+  char **ids;
+  int32_t n, cap;
+};
+
+struct kv_fetcher {
+  struct kv_fetcher_config cfg;
+  kv_fetcher_write_fn write;
+  void *user;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* CLOCK_MONOTONIC: new job, stop */
+  struct job *head, *tail, *running;
+  int32_t num_queued;
+  bool stop, started;
+  pthread_t thread;
+  struct bus *bus;
+  struct id_list finished, failed, taken_finished, taken_failed;
+  struct kv_fetcher_stats stats;
+  /* the fetch thread's own */
+  struct llb_buf req_buf;
+  struct llb_arena arena;
+};
+
+enum chunk_outcome { CHUNK_WRITTEN, CHUNK_NO_REPLY, CHUNK_NOT_READY, CHUNK_FAILED };
+
+static void list_free(struct id_list *l) {
+  for (int32_t i = 0; i < l->n; i++) free(l->ids[i]);
+  free(l->ids);
+  *l = (struct id_list){0};
+}
+
+/* Appends a copy of id (under mu). Out of memory loses the id (logged): the scheduler then
+ * waits for it until its own timeout. */
+static void list_push(struct id_list *l, const char *id) {
+  if (l->n == l->cap) {
+    const int32_t cap = l->cap ? 2 * l->cap : 16;
+    char **p = realloc(l->ids, (size_t)cap * sizeof *p);
+    if (!p) goto oom;
+    l->ids = p;
+    l->cap = cap;
+  }
+  if (!(l->ids[l->n] = strdup(id))) goto oom;
+  l->n++;
+  return;
+oom:
+  LLB_LOG_ERROR("kv_fetch_report_lost", "req_id=%s: out of memory", id);
+}
+
+static void job_free(struct job *j) {
+  if (!j) return;
+  free(j->blocks);
+  free(j);
+}
+
+llb_status kv_fetcher_create(const struct kv_fetcher_config *cfg, kv_fetcher_write_fn write, void *user,
+                             struct kv_fetcher **out) {
+  if (!cfg || !write || cfg->fetch_timeout_ms < 1 || cfg->transfer_timeout_ms < 1 || cfg->max_attempts < 1 ||
+      cfg->retry_ms < 1 || cfg->geometry.block_bytes < 1 || cfg->geometry.num_blocks < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv fetcher: timeouts, attempts and geometry must be >= 1");
+  struct kv_fetcher *f = calloc(1, sizeof *f);
+  if (!f) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv fetcher");
+  f->cfg = *cfg;
+  f->write = write;
+  f->user = user;
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&f->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  llb_arena_init(&f->arena, NULL, 0);
+  *out = f;
+  return LLB_STATUS_OK;
+}
+
+/* Waits up to ms on cv (under mu) unless stopping. */
+static void wait_ms(struct kv_fetcher *f, int64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t ns = (int64_t)ts.tv_nsec + ms * 1000000;
+  ts.tv_sec += (time_t)(ns / 1000000000);
+  ts.tv_nsec = (long)(ns % 1000000000);
+  if (!f->stop) pthread_cond_timedwait(&f->cv, &f->mu, &ts);
+}
+
+static bool geometry_matches(const struct model_runner_kv_geometry *g, const struct llb_kv_transfer_chunk *c) {
+  return c->block_size == g->block_size && c->num_layers == g->num_layers && c->num_kv_heads == g->num_kv_heads &&
+         c->head_dim == g->head_dim && c->kv_cache_dtype == (uint8_t)g->dtype && c->block_bytes == g->block_bytes;
+}
+
+/* What arrived answers what was asked, in a cache like ours. */
+static bool chunk_answers(const struct kv_fetcher *f, const struct job *j, const struct llb_kv_transfer_chunk *c,
+                          int32_t first, int32_t k, char *why, size_t cap) {
+  const struct model_runner_kv_geometry *g = &f->cfg.geometry;
+  if (strcmp(c->request_id.data, j->remote_id) != 0 || c->first_block != first || c->num_blocks != k ||
+      c->num_tokens != j->num_tokens) {
+    snprintf(why, cap, "chunk of %s blocks [%d, +%d) of %d tokens answers %s [%d, +%d) of %d tokens",
+             c->request_id.data, c->first_block, c->num_blocks, c->num_tokens, j->remote_id, first, k,
+             j->num_tokens);
+    return false;
+  }
+  if (!geometry_matches(g, c)) {
+    snprintf(why, cap,
+             "geometry mismatch: remote blocks of %d tokens, %d layers, %d kv heads, head_dim %d, dtype %u, %u bytes; "
+             "ours %d, %d, %d, %d, %u, %zu",
+             c->block_size, c->num_layers, c->num_kv_heads, c->head_dim, c->kv_cache_dtype, c->block_bytes,
+             g->block_size, g->num_layers, g->num_kv_heads, g->head_dim, (unsigned)g->dtype, g->block_bytes);
+    return false;
+  }
+  return true;
+}
+
+/* Writes the chunk's blocks unless the receive was cancelled (under mu: cancel is synchronous). */
+static bool write_blocks(struct kv_fetcher *f, struct job *j, const struct llb_kv_transfer_chunk *c, int32_t done,
+                         char *why, size_t cap) {
+  bool ok = true;
+  pthread_mutex_lock(&f->mu);
+  if (j->cancelled || f->stop) {
+    snprintf(why, cap, "cancelled");
+    ok = false;
+  }
+  for (int32_t i = 0; ok && i < c->num_blocks; i++) {
+    llb_status st = f->write(f->user, j->blocks[done + i], c->data + (size_t)i * c->block_bytes);
+    if (st) {
+      snprintf(why, cap, "writing local block %d: %s", j->blocks[done + i], llb_err_last());
+      ok = false;
+    }
+  }
+  if (ok) f->stats.bytes_received += c->data_len;
+  pthread_mutex_unlock(&f->mu);
+  return ok;
+}
+
+/* One request/reply: blocks [done, done + k) of the receive. */
+static enum chunk_outcome fetch_chunk(struct kv_fetcher *f, struct job *j, const char *subject, int32_t done,
+                                      int32_t k, char *why, size_t cap) {
+  const struct llb_kv_fetch_request q = {.request_id = llb_str_c(j->remote_id), .first_block = j->first + done,
+                                         .num_blocks = k};
+  llb_status st = llb_kv_fetch_request_encode_buf(&q, &f->req_buf);
+  if (st) {
+    snprintf(why, cap, "encoding the fetch: %s", llb_err_last());
+    return CHUNK_FAILED;
+  }
+  int64_t left_ms = (j->deadline_ns - llb_now_ns()) / 1000000;
+  if (left_ms > f->cfg.fetch_timeout_ms) left_ms = f->cfg.fetch_timeout_ms;
+  struct bus_msg *reply = NULL;
+  st = bus_request(f->bus, subject, f->req_buf.data, f->req_buf.len, NULL, left_ms > 0 ? left_ms : 1, &reply);
+  if (st == LLB_STATUS_TIMEOUT || st == LLB_STATUS_NOT_FOUND) {
+    snprintf(why, cap, "%s", llb_err_last());
+    return CHUNK_NO_REPLY;
+  }
+  if (st) {
+    snprintf(why, cap, "fetch request: %s", llb_err_last());
+    return CHUNK_FAILED;
+  }
+  llb_arena_reset(&f->arena);
+  struct llb_kv_transfer_chunk c;
+  st = llb_kv_transfer_chunk_decode(reply->data, reply->len, &f->arena, &c);
+  bus_msg_destroy(reply);
+  if (st) {
+    snprintf(why, cap, "bad chunk: %s", llb_err_last());
+    return CHUNK_FAILED;
+  }
+  if (c.status == LLB_KV_TRANSFER_NOT_READY) {
+    snprintf(why, cap, "%s", c.error.message.data);
+    return CHUNK_NOT_READY;
+  }
+  if (c.status != LLB_KV_TRANSFER_OK) {
+    snprintf(why, cap, "%s: %s", llb_kv_transfer_status_name(c.status), c.error.message.data);
+    return CHUNK_FAILED;
+  }
+  if (!chunk_answers(f, j, &c, j->first + done, k, why, cap) || !write_blocks(f, j, &c, done, why, cap))
+    return CHUNK_FAILED;
+  return CHUNK_WRITTEN;
+}
+
+/* Data bytes of one chunk: the configured limit, or the server's max_payload less the header's
+ * room; never over what a message may carry. */
+static size_t chunk_bytes(const struct kv_fetcher *f) {
+  size_t b = f->cfg.max_chunk_bytes;
+  if (!b) {
+    const int64_t mp = bus_max_payload(f->bus);
+    b = mp > 32 * 1024 ? (size_t)mp - 16 * 1024 : 0;
+  }
+  return b < LLB_KV_MAX_CHUNK_DATA_BYTES ? b : LLB_KV_MAX_CHUNK_DATA_BYTES;
+}
+
+static bool stopping(struct kv_fetcher *f, const struct job *j) {
+  pthread_mutex_lock(&f->mu);
+  const bool s = f->stop || j->cancelled;
+  pthread_mutex_unlock(&f->mu);
+  return s;
+}
+
+/* Counts a retry and waits ms before it (unless stopping). */
+static void retry_after(struct kv_fetcher *f, int64_t ms) {
+  pthread_mutex_lock(&f->mu);
+  f->stats.chunks_retried++;
+  wait_ms(f, ms);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Runs one receive to its end; false with why[] on failure. */
+static bool run_job(struct kv_fetcher *f, struct job *j, char *why, size_t cap) {
+  const size_t block_bytes = f->cfg.geometry.block_bytes, limit = chunk_bytes(f);
+  const int32_t per = (int32_t)(limit / block_bytes < (size_t)LLB_KV_MAX_BLOCKS_PER_REQ ? limit / block_bytes
+                                                                                         : LLB_KV_MAX_BLOCKS_PER_REQ);
+  if (per < 1) {
+    snprintf(why, cap, "a block of %zu bytes does not fit a chunk of %zu (the bus's max_payload)", block_bytes, limit);
+    return false;
+  }
+  char subject[BUS_SUBJECT_MAX];
+  if (bus_subject_kv_fetch(bus_prefix(f->bus), j->remote_engine, subject, sizeof subject)) {
+    snprintf(why, cap, "%s", llb_err_last());
+    return false;
+  }
+  int32_t done = 0, attempts = 0;
+  while (done < j->num_blocks) {
+    if (stopping(f, j)) {
+      snprintf(why, cap, "cancelled after %d of %d blocks", done, j->num_blocks);
+      return false;
+    }
+    if (llb_now_ns() >= j->deadline_ns) {
+      char last[256];
+      snprintf(last, sizeof last, "%.200s", why);
+      snprintf(why, cap, "deadline passed after %d of %d blocks (last: %s)", done, j->num_blocks, last);
+      return false;
+    }
+    const int32_t k = j->num_blocks - done < per ? j->num_blocks - done : per;
+    switch (fetch_chunk(f, j, subject, done, k, why, cap)) {
+    case CHUNK_WRITTEN:
+      done += k;
+      attempts = 0;
+      break;
+    case CHUNK_NO_REPLY:
+      if (++attempts >= f->cfg.max_attempts) return false;
+      retry_after(f, f->cfg.retry_ms);
+      break;
+    case CHUNK_NOT_READY:
+      retry_after(f, f->cfg.retry_ms);
+      break;
+    case CHUNK_FAILED:
+      return false;
+    }
+  }
+  return true;
+}
+
+static void *fetch_thread(void *arg) {
+  struct kv_fetcher *f = arg;
+  pthread_mutex_lock(&f->mu);
+  while (!f->stop) {
+    struct job *j = f->head;
+    if (!j) {
+      pthread_cond_wait(&f->cv, &f->mu);
+      continue;
+    }
+    f->head = j->next;
+    if (!f->head) f->tail = NULL;
+    f->num_queued--;
+    f->running = j;
+    pthread_mutex_unlock(&f->mu);
+    char why[512] = "";
+    const int64_t t0 = llb_now_ns();
+    const bool ok = run_job(f, j, why, sizeof why);
+    pthread_mutex_lock(&f->mu);
+    f->running = NULL;
+    list_push(ok ? &f->finished : &f->failed, j->id);
+    (*(ok ? &f->stats.finished : &f->stats.failed))++;
+    if (ok)
+      LLB_LOG_DEBUG("kv_fetch_finished", "req_id=%s remote=%s/%s blocks=%d ms=%.3f", j->id, j->remote_engine,
+                    j->remote_id, j->num_blocks, (double)(llb_now_ns() - t0) / 1e6);
+    else
+      LLB_LOG_WARN("kv_fetch_failed", "req_id=%s remote=%s/%s blocks=%d err=\"%s\"", j->id, j->remote_engine,
+                   j->remote_id, j->num_blocks, why);
+    job_free(j);
+  }
+  pthread_mutex_unlock(&f->mu);
+  return NULL;
+}
+
+llb_status kv_fetcher_start(struct kv_fetcher *f, struct bus *bus) {
+  if (f->started) return LLB_STATUS_OK;
+  f->bus = bus;
+  if (pthread_create(&f->thread, NULL, fetch_thread, f) != 0)
+    return LLB_ERRF(LLB_STATUS_INTERNAL, "kv fetcher thread");
+  f->started = true;
+  return LLB_STATUS_OK;
+}
+
+static bool id_is(const char *id, const char *s, size_t len) { return strlen(id) == len && memcmp(id, s, len) == 0; }
+
+/* Under mu: a receive of id queued or running. */
+static bool held(struct kv_fetcher *f, const char *s, size_t len) {
+  if (f->running && id_is(f->running->id, s, len)) return true;
+  for (struct job *j = f->head; j; j = j->next)
+    if (id_is(j->id, s, len)) return true;
+  return false;
+}
+
+static llb_status job_make(const struct kv_fetcher *f, const struct llb_kv_recv_request *r, struct job **out) {
+  const int32_t nb = f->cfg.geometry.num_blocks;
+  for (int32_t i = 0; i < r->num_local_block_ids; i++)
+    if (r->local_block_ids[i] < 0 || r->local_block_ids[i] >= nb)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "receive %.*s: local_block_ids[%d] = %d outside the cache's [0, %d)",
+                      (int)r->req_id.len, r->req_id.data, i, r->local_block_ids[i], nb);
+  if (r->num_local_block_ids < 1 || r->req_id.len > LLB_KV_REQ_ID_MAX || r->remote_request_id.len > LLB_KV_REQ_ID_MAX ||
+      r->remote_engine_id.len > BUS_TOKEN_MAX || r->remote_first_block < 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "receive %.*s: bad ids or blocks", (int)r->req_id.len, r->req_id.data);
+  struct job *j = calloc(1, sizeof *j);
+  if (j) j->blocks = malloc((size_t)r->num_local_block_ids * sizeof *j->blocks);
+  if (!j || !j->blocks) {
+    job_free(j);
+    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "receive of %d blocks", r->num_local_block_ids);
+  }
+  snprintf(j->id, sizeof j->id, "%.*s", (int)r->req_id.len, r->req_id.data);
+  snprintf(j->remote_engine, sizeof j->remote_engine, "%.*s", (int)r->remote_engine_id.len, r->remote_engine_id.data);
+  snprintf(j->remote_id, sizeof j->remote_id, "%.*s", (int)r->remote_request_id.len, r->remote_request_id.data);
+  memcpy(j->blocks, r->local_block_ids, (size_t)r->num_local_block_ids * sizeof *j->blocks);
+  j->num_blocks = r->num_local_block_ids;
+  j->first = r->remote_first_block;
+  j->num_tokens = r->num_tokens;
+  j->deadline_ns = llb_now_ns() + f->cfg.transfer_timeout_ms * 1000000;
+  *out = j;
+  return LLB_STATUS_OK;
+}
+
+llb_status kv_fetcher_submit(struct kv_fetcher *f, const struct llb_kv_recv_request *r) {
+  struct job *j = NULL;
+  llb_status st = job_make(f, r, &j);
+  pthread_mutex_lock(&f->mu);
+  if (!st && held(f, r->req_id.data, r->req_id.len)) {
+    job_free(j);
+    st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "receive %.*s is already running", (int)r->req_id.len, r->req_id.data);
+  } else if (st) {
+    char id[LLB_KV_REQ_ID_MAX + 1];
+    snprintf(id, sizeof id, "%.*s", (int)r->req_id.len, r->req_id.data);
+    list_push(&f->failed, id);
+    f->stats.failed++;
+  } else {
+    if (f->tail) f->tail->next = j;
+    else f->head = j;
+    f->tail = j;
+    f->num_queued++;
+    pthread_cond_broadcast(&f->cv);
+  }
+  pthread_mutex_unlock(&f->mu);
+  return st;
+}
+
+void kv_fetcher_cancel(struct kv_fetcher *f, const char *id, size_t id_len) {
+  pthread_mutex_lock(&f->mu);
+  if (f->running && id_is(f->running->id, id, id_len)) {
+    f->running->cancelled = true; /* the fetch thread reports it failed when it sees this */
+    pthread_cond_broadcast(&f->cv);
+  }
+  for (struct job **p = &f->head, *prev = NULL; *p; prev = *p, p = &(*p)->next) {
+    struct job *j = *p;
+    if (!id_is(j->id, id, id_len)) continue;
+    *p = j->next;
+    if (f->tail == j) f->tail = prev;
+    f->num_queued--;
+    list_push(&f->failed, j->id);
+    f->stats.failed++;
+    job_free(j);
+    break;
+  }
+  pthread_mutex_unlock(&f->mu);
+}
+
+void kv_fetcher_take_done(struct kv_fetcher *f, const char *const **finished, int32_t *num_finished,
+                          const char *const **failed, int32_t *num_failed) {
+  pthread_mutex_lock(&f->mu);
+  list_free(&f->taken_finished);
+  list_free(&f->taken_failed);
+  f->taken_finished = f->finished;
+  f->taken_failed = f->failed;
+  f->finished = f->failed = (struct id_list){0};
+  pthread_mutex_unlock(&f->mu);
+  *finished = (const char *const *)f->taken_finished.ids;
+  *num_finished = f->taken_finished.n;
+  *failed = (const char *const *)f->taken_failed.ids;
+  *num_failed = f->taken_failed.n;
+}
+
+int32_t kv_fetcher_pending(struct kv_fetcher *f) {
+  pthread_mutex_lock(&f->mu);
+  const int32_t n = f->num_queued + (f->running ? 1 : 0);
+  pthread_mutex_unlock(&f->mu);
+  return n;
+}
+
+void kv_fetcher_stats(struct kv_fetcher *f, struct kv_fetcher_stats *out) {
+  pthread_mutex_lock(&f->mu);
+  *out = f->stats;
+  pthread_mutex_unlock(&f->mu);
+}
+
+void kv_fetcher_stop(struct kv_fetcher *f) {
+  if (!f) return;
+  pthread_mutex_lock(&f->mu);
+  f->stop = true;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  if (f->started) pthread_join(f->thread, NULL);
+  f->started = false;
+  pthread_mutex_lock(&f->mu);
+  while (f->head) {
+    struct job *j = f->head;
+    f->head = j->next;
+    list_push(&f->failed, j->id);
+    f->stats.failed++;
+    job_free(j);
+  }
+  f->tail = NULL;
+  f->num_queued = 0;
+  pthread_mutex_unlock(&f->mu);
+}
+
+void kv_fetcher_destroy(struct kv_fetcher *f) {
+  if (!f) return;
+  kv_fetcher_stop(f);
+  list_free(&f->finished);
+  list_free(&f->failed);
+  list_free(&f->taken_finished);
+  list_free(&f->taken_failed);
+  llb_buf_free(&f->req_buf);
+  llb_arena_destroy(&f->arena);
+  pthread_cond_destroy(&f->cv);
+  pthread_mutex_destroy(&f->mu);
+  free(f);
+}
