@@ -240,7 +240,7 @@ static llb_status apply_reply(struct scheduler_actor *a, const uint8_t *data, si
   if (st) return st;
   a->last_applied_step = r.step;
   st = sched_update_from_output(a->sched, &mo, &a->eo);
-  if (!st) (void)handoff_step(a->handoff, a->sched, &a->eo); /* first tokens of disaggregated requests */
+  if (!st) handoff_collect(a->handoff, a->sched, &a->eo); /* first tokens of disaggregated requests */
   return st;
 }
 
@@ -594,6 +594,9 @@ static void *step_thread(void *arg) {
       stepped = true;
     }
     publish_outputs(a, async ? a->last_applied_step : a->out.step, stepped);
+    /* disaggregated requests whose first token just went out leave for their decode engine
+     * (handoff.h); their last outputs here follow at once */
+    if (handoff_run(a->handoff, a->sched, &a->eo_side) > 0) publish_outputs(a, a->last_applied_step, false);
     last_active = did;
     busy = sched_num_unfinished(a->sched) > 0;
     if (!busy && exec_channel_num_pending(a->exec) == 0) set_recovering(a, false); /* nothing waits */

@@ -27,6 +27,7 @@ struct handoff {
   struct llb_buf buf;              /* the encoded hand-off */
   struct aborted_id *aborted;      /* [HANDOFF_ABORTED_IDS] ring of aborted unknown ids */
   int32_t aborted_next;
+  struct sched_str_list due;       /* requests to hand over after this turn's publish */
   atomic_uint_fast64_t c_sent, c_send_failed, c_received, c_refused;
   struct llb_series *m_sent, *m_send_failed, *m_received, *m_refused; /* NULL = no metrics */
 };
@@ -78,6 +79,7 @@ llb_status handoff_create(const struct handoff_config *c, struct handoff **out) 
 void handoff_destroy(struct handoff *h) {
   if (!h) return;
   llb_buf_free(&h->buf);
+  sched_str_list_free(&h->due);
   free(h->aborted);
   free(h);
 }
@@ -127,42 +129,51 @@ static llb_status publish_handoff(struct handoff *h, const struct sched_request 
   return bus_js_publish(h->bus, &out, msg_id, h->publish_timeout_ms, NULL);
 }
 
-/* Whether output i of eo is the first token of a request to hand over. */
-static bool due(const struct scheduler *sched, const struct sched_engine_outputs *eo, int32_t i,
-                const struct sched_request **r_out) {
-  const struct sched_engine_output *e = &eo->outputs[i];
-  const struct req_meta *m = e->user;
-  if (!m || !m->decode_engine_id || e->finish_reason != SCHED_FINISH_REASON_NONE || e->num_new_tokens <= 0)
-    return false;
-  const struct sched_request *r = sched_find_request(sched, sched_engine_outputs_req_id(eo, i));
-  *r_out = r;
-  return r && r->user == m && !r->abort_pending && r->num_mm_features == 0;
+void handoff_collect(struct handoff *h, const struct scheduler *sched, const struct sched_engine_outputs *eo) {
+  for (int32_t i = 0; i < eo->num_outputs; i++) {
+    const struct sched_engine_output *e = &eo->outputs[i];
+    const struct req_meta *m = e->user;
+    if (!m || !m->decode_engine_id || e->finish_reason != SCHED_FINISH_REASON_NONE || e->num_new_tokens <= 0 ||
+        e->first_output_pos != 0)
+      continue;
+    const struct sched_request *r = sched_find_request(sched, sched_engine_outputs_req_id(eo, i));
+    if (!r || r->user != m || r->num_mm_features > 0) continue;
+    if (sched_str_list_add(&h->due, r->request_id) != LLB_STATUS_OK)
+      LLB_LOG_WARN("handoff_skipped", "req=%s reason=out_of_memory action=decode_here", r->request_id);
+  }
 }
 
-int32_t handoff_step(struct handoff *h, struct scheduler *sched, struct sched_engine_outputs *eo) {
+int32_t handoff_run(struct handoff *h, struct scheduler *sched, struct sched_engine_outputs *side) {
   int32_t n = 0;
-  for (int32_t i = 0; i < eo->num_outputs; i++) {
-    const struct sched_request *r = NULL;
-    if (!due(sched, eo, i, &r)) continue;
-    struct req_meta *m = eo->outputs[i].user;
+  for (int32_t i = 0; i < h->due.num; i++) {
+    const char *id = sched_str_list_get(&h->due, i);
+    const struct sched_request *r = sched_find_request(sched, id);
+    struct req_meta *m = r ? r->user : NULL;
+    if (!r || !m || !m->decode_engine_id || r->abort_pending) continue; /* finished or aborted since */
     const int64_t t0 = llb_now_ns();
     llb_status st = publish_handoff(h, r, m);
-    if (!st) st = sched_hand_off(sched, eo, i);
+    const int32_t outputs = sched_request_num_output_tokens(r);
+    char *decode_engine = m->decode_engine_id; /* the meta leaves with the final output */
+    m->decode_engine_id = NULL;
+    if (!st) {
+      m->decode_engine_id = decode_engine;
+      st = sched_hand_off(sched, id, side); /* the output (in side) owns m from here */
+    } else {
+      free(decode_engine);
+    }
     char q[300];
     if (st) {
       count(&h->c_send_failed, h->m_send_failed);
-      LLB_LOG_WARN("handoff_failed", "req=%s decode_engine=%s status=%s error=%s action=decode_here", m->id,
-                   m->decode_engine_id, llb_strerror(st), llb_log_quote(q, sizeof q, llb_err_last()));
-      free(m->decode_engine_id); /* it decodes here (aggregated) */
-      m->decode_engine_id = NULL;
+      LLB_LOG_WARN("handoff_failed", "req=%s status=%s error=%s action=decode_here", id, llb_strerror(st),
+                   llb_log_quote(q, sizeof q, llb_err_last()));
       continue;
     }
     count(&h->c_sent, h->m_sent);
     n++;
-    LLB_LOG_INFO("request_handed_off", "req=%s decode_engine=%s outputs=%d publish_ms=%.2f", m->id,
-                 m->decode_engine_id, eo->outputs[i].first_output_pos + eo->outputs[i].num_new_tokens,
+    LLB_LOG_INFO("request_handed_off", "req=%s outputs=%d publish_ms=%.2f", id, outputs,
                  (double)(llb_now_ns() - t0) / 1e6);
   }
+  sched_str_list_clear(&h->due);
   return n;
 }
 

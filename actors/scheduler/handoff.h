@@ -2,7 +2,8 @@
  * scheduler side: kv_transfer_params do_remote_decode / do_remote_prefill).
  *
  * Prefill side (role prefill, or any engine given a request with do_remote_decode): when a
- * step samples such a request's first token and it did not finish, handoff_step publishes an
+ * step samples such a request's first token and it did not finish, that token is published to
+ * the output processor first; then handoff_run publishes an
  * EngineCoreRequest to the decode engine's <prefix>.engine.<D>.requests (the same request id,
  * prompt, sampling params, tenant's cache salt, adapter, reply subject and trace context, the
  * outputs so far in output_token_ids, kv_transfer_params {do_remote_prefill, remote_engine_id =
@@ -62,10 +63,16 @@ struct handoff_stats {
 llb_status handoff_create(const struct handoff_config *c, struct handoff **out);
 void handoff_destroy(struct handoff *h); /* NULL ok */
 
-/* Prefill side, after sched_update_from_output filled `eo`: hands over every request whose
- * meta names a decode engine and whose output is its first sampled token (not final). Returns
- * how many left this engine. */
-int32_t handoff_step(struct handoff *h, struct scheduler *sched, struct sched_engine_outputs *eo);
+/* Prefill side, after sched_update_from_output filled `eo`: notes every request whose meta
+ * names a decode engine and whose output is its first sampled token (not final). Its hand-off
+ * waits until these outputs are published (handoff_run), so that the prefill side's tokens
+ * always leave before the decode side can send any. */
+void handoff_collect(struct handoff *h, const struct scheduler *sched, const struct sched_engine_outputs *eo);
+
+/* Prefill side, after the step's outputs were published: hands over the requests noted (still
+ * running here): publishes each to its decode engine, then sched_hand_off, whose final output
+ * (handed_off_to) goes into `side` for the next publish. Returns how many left this engine. */
+int32_t handoff_run(struct handoff *h, struct scheduler *sched, struct sched_engine_outputs *side);
 
 /* Decode side, before admitting `m`: NULL when it may be admitted (not a hand-off, or a sound
  * one), else why it is refused (static text; the caller refuses it with ABORTED and counts it

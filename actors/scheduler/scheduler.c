@@ -718,18 +718,13 @@ llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched
   return st;
 }
 
-llb_status sched_hand_off(struct scheduler *s, struct sched_engine_outputs *eo, int32_t i) {
-  if (!eo || i < 0 || i >= eo->num_outputs)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "hand-off: no output %d", i);
-  struct sched_engine_output *e = &eo->outputs[i];
-  struct sched_request *r = sched_map_get(s, sched_engine_outputs_req_id(eo, i));
-  if (e->finish_reason != SCHED_FINISH_REASON_NONE || e->num_new_tokens <= 0 || !r || r->user != e->user ||
-      r->abort_pending || sched_request_is_finished(r) || sched_request_is_pooling(r))
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "hand-off of %s: not a running request's token output",
-                    sched_engine_outputs_req_id(eo, i));
-  e->finish_reason = SCHED_FINISH_REASON_HANDED_OFF; /* the output takes the user over */
-  r->user = NULL;
-  return sched_finish(s, r, SCHED_FINISH_REASON_HANDED_OFF, NULL, 0, 0);
+llb_status sched_hand_off(struct scheduler *s, const char *req_id, struct sched_engine_outputs *eo) {
+  struct sched_request *r = req_id ? sched_map_get(s, req_id) : NULL;
+  if (!r || r->abort_pending || sched_request_is_finished(r) || sched_request_is_pooling(r) ||
+      sched_request_num_output_tokens(r) < 1)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "hand-off of %s: not a running request with an output",
+                    req_id ? req_id : "(null)");
+  return sched_finish(s, r, SCHED_FINISH_REASON_HANDED_OFF, eo, sched_request_num_output_tokens(r), 0);
 }
 
 llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids, int32_t n,

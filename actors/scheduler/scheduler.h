@@ -210,16 +210,15 @@ llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids,
                                 enum sched_finish_reason reason, struct sched_engine_outputs *eo);
 
 /* Disaggregated prefill/decode, the prefill side (vLLM v1: a request with do_remote_decode
- * finishes on the prefill engine after its first token): output i of `eo` (a token output of
- * a running request, not final) becomes the request's last one here: its finish_reason turns
- * SCHED_FINISH_REASON_HANDED_OFF (internal: the wire says NONE, the client's stream goes on on
- * the decode engine) and it takes the request's user over; the request leaves as any finished
- * one (its id in the next finished_req_ids, its blocks freed with the next kv step, to the
+ * finishes on the prefill engine after its first token): request `req_id` (running or waiting,
+ * with at least one output) finishes here with SCHED_FINISH_REASON_HANDED_OFF (internal: the
+ * wire says NONE, the client's stream goes on on the decode engine). Its final output, with no
+ * new token, is appended to `eo` (not cleared) and takes its user over; it leaves as any finished
+ * request (its id in the next finished_req_ids, its blocks freed with the next kv step, to the
  * prefix cache; a step in flight that includes it is discarded when applied). Call after the
- * caller has handed the request over (published it to the decode engine). Errors:
- * INVALID_ARGUMENT (no such output, not a running request's token output, aborted, pooling),
- * OUT_OF_MEMORY. */
-llb_status sched_hand_off(struct scheduler *s, struct sched_engine_outputs *eo, int32_t i);
+ * caller handed the request over (published it to the decode engine). Errors: INVALID_ARGUMENT
+ * (unknown, finished, aborted, pooling, no output yet), OUT_OF_MEMORY. */
+llb_status sched_hand_off(struct scheduler *s, const char *req_id, struct sched_engine_outputs *eo);
 
 /* Recovery (docs/design.md §6): preempts every running request for recompute and forgets the
  * steps in flight (their outputs, should they come, are refused by step number). kv_lost = true (the kv_manager restarted empty): the mirror starts with

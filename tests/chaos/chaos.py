@@ -30,6 +30,8 @@ is missing (api_stack.skip).
   tests/chaos/chaos.py                        # short form (make test): 40 requests, 1 kill each
   tests/chaos/chaos.py --requests 200 --kills 10 --jitter-s 2   # make chaos
   tests/chaos/chaos.py --serve-args "--device sim --engines 16" --victims engine,nats_server,input_processor
+  tests/chaos/chaos.py --serve-args "--engines 2 --roles prefill,decode --disagg-min-prompt-tokens 0" \
+      --victims scheduler@0,gpu_worker@0,scheduler@1,gpu_worker@1,output_processor@1   # one engine's actor
 """
 import argparse
 import http.client
@@ -233,6 +235,15 @@ class Run:
         return self
 
 
+def program_of(pid):
+    """The program name of process pid ("" when gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return os.path.basename(f.read().split(b"\0")[0].decode(errors="replace"))
+    except OSError:
+        return ""
+
+
 def engine_pids(parent):
     """{engine id: [pids]} of serve's per-engine processes, from their --engine-id argument."""
     out = {}
@@ -249,7 +260,11 @@ def engine_pids(parent):
 
 
 def victim_pids(parent, victim):
-    """The pids one kill of `victim` takes: one process of its program, or all of one engine's."""
+    """The pids one kill of `victim` takes: one process of its program, that program's process of
+    one engine (`scheduler@1`: engine 1's), or all of one engine's."""
+    if "@" in victim:
+        name, eid = victim.split("@", 1)
+        return [pid for pid in engine_pids(parent).get(eid, []) if program_of(pid) == PROGRAMS[name]]
     if victim != "engine":
         pids = child_pids(parent, PROGRAMS[victim])
         return [random.choice(pids)] if pids else []
@@ -375,7 +390,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--kills", type=int, default=1, help="kills per victim")
     ap.add_argument("--victims", default=",".join(v for v in PROGRAMS if v != "engine"),
-                    help="comma-separated, of: " + ", ".join(PROGRAMS) + " (default: all but engine)")
+                    help="comma-separated, of: " + ", ".join(PROGRAMS) + " (default: all but engine); an "
+                    "engine's actor as NAME@EID (scheduler@0: engine 0's scheduler)")
     ap.add_argument("--jitter-s", type=float, default=0.3, help="random delay before each kill, at most")
     ap.add_argument("--hang-s", type=float, default=120.0, help="no byte for this long is a hang")
     ap.add_argument("--seed", type=int, default=1)
@@ -388,7 +404,8 @@ def main():
     random.seed(args.seed)
     victims = [v for v in args.victims.split(",") if v]
     for v in victims:
-        if v not in PROGRAMS:
+        name = v.split("@", 1)[0]
+        if name not in PROGRAMS or ("@" in v and PROGRAMS[name] not in ENGINE_PROGRAMS):
             ap.error(f"unknown victim {v}")
     kills = victims * args.kills
     random.shuffle(kills)

@@ -49,13 +49,19 @@ static void a_request_handed_off_after_its_first_token_leaves_with_its_blocks_fr
   assert_true(i >= 0);
   assert_int_equal(h.eo.outputs[i].num_new_tokens, 1);
   assert_int_equal(h.eo.outputs[i].first_output_pos, 0);
-  assert_int_equal(sched_hand_off(h.s, &h.eo, i), LLB_STATUS_OK);
-  assert_int_equal(h.eo.outputs[i].finish_reason, SCHED_FINISH_REASON_HANDED_OFF);
-  assert_ptr_equal(h.eo.outputs[i].user, &user_p); /* the output owns it now */
+  struct sched_engine_outputs side;
+  sched_engine_outputs_init(&side);
+  assert_int_equal(sched_hand_off(h.s, "p", &side), LLB_STATUS_OK);
+  assert_int_equal(side.num_outputs, 1);
+  assert_string_equal(sched_engine_outputs_req_id(&side, 0), "p");
+  assert_int_equal(side.outputs[0].finish_reason, SCHED_FINISH_REASON_HANDED_OFF);
+  assert_int_equal(side.outputs[0].num_new_tokens, 0);
+  assert_int_equal(side.outputs[0].first_output_pos, 1);
+  assert_ptr_equal(side.outputs[0].user, &user_p); /* the final output owns it now */
   assert_null(sched_find_request(h.s, "p"));
   assert_non_null(sched_find_request(h.s, "q"));
-  /* a second hand-off of the same output is refused */
-  assert_int_equal(sched_hand_off(h.s, &h.eo, i), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(sched_hand_off(h.s, "p", &side), LLB_STATUS_INVALID_ARGUMENT); /* gone */
+  sched_engine_outputs_free(&side);
   h_schedule(&h);
   bool told = false;
   for (int32_t k = 0; k < h.out.finished_req_ids.num; k++)
@@ -70,23 +76,24 @@ static void a_request_handed_off_after_its_first_token_leaves_with_its_blocks_fr
   h_fini(&h);
 }
 
-/* Only a running request's token output can be handed off: not an output without tokens, not
- * an aborted request, not an index out of range. */
-static void only_a_running_requests_token_output_is_handed_off(void **state) {
+/* Only a running request with an output can be handed off: not before its first token, not
+ * an aborted one, not an unknown id. */
+static void only_a_running_request_with_an_output_is_handed_off(void **state) {
   (void)state;
   struct sched_config c;
   config(&c);
   struct harness h;
   h_init(&h, &c);
   h_add(&h, "a", 6, 8, 0, 0);
-  h_step(&h);
-  assert_int_equal(sched_hand_off(h.s, &h.eo, 5), LLB_STATUS_INVALID_ARGUMENT);
-  const char *ids[1] = {"a"};
   struct sched_engine_outputs side;
   sched_engine_outputs_init(&side);
+  assert_int_equal(sched_hand_off(h.s, "a", &side), LLB_STATUS_INVALID_ARGUMENT); /* no token yet */
+  h_step(&h);
+  assert_int_equal(sched_hand_off(h.s, "nobody", &side), LLB_STATUS_INVALID_ARGUMENT);
+  const char *ids[1] = {"a"};
   assert_int_equal(sched_abort_requests(h.s, ids, 1, SCHED_FINISH_REASON_ABORT, &side), LLB_STATUS_OK);
-  assert_int_equal(sched_hand_off(h.s, &h.eo, 0), LLB_STATUS_INVALID_ARGUMENT); /* gone */
-  assert_int_equal(sched_hand_off(h.s, &side, 0), LLB_STATUS_INVALID_ARGUMENT);  /* a final output */
+  assert_int_equal(sched_hand_off(h.s, "a", &side), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(side.num_outputs, 1); /* only the abort's */
   sched_engine_outputs_free(&side);
   h_fini(&h);
 }
@@ -94,7 +101,7 @@ static void only_a_running_requests_token_output_is_handed_off(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_request_handed_off_after_its_first_token_leaves_with_its_blocks_freed),
-      cmocka_unit_test(only_a_running_requests_token_output_is_handed_off),
+      cmocka_unit_test(only_a_running_request_with_an_output_is_handed_off),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
