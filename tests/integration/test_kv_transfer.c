@@ -11,6 +11,9 @@
  * transfer completes; an expired export is reported finished_sending and a later fetch gets
  * Expired; fetches for blocks the export does not list get errors, never data; every CPU KV cache
  * dtype (fp16, q8_0, fp8) arrives bit-exactly; --device sim moves zero bytes of the real size.
+ * Last, the same through two worker actors (gpu_worker_actor_options.kv_transfer): SchedulerOutputs
+ * on their execute subjects, the ended transfers in their ModelRunnerOutputs; a worker without
+ * kv_transfer ends the export and fails the receive at once.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "actors/gpu_worker/actor.h"
 #include "actors/gpu_worker/kv_transfer.h"
 #include "actors/gpu_worker/model_runner.h"
 #include "base/log.h"
@@ -39,9 +43,11 @@ enum { N = 13, G = 8 }; /* prompt tokens, tokens generated */
 
 static struct nats_test_server srv;
 static void *model_buf;
+static size_t model_size;
 static struct gguf_file *model_file;
 static struct llama_model *model;
 static struct bus *bus_p, *bus_q;
+static struct gpu_worker_actor *workers[3]; /* destroyed after the buses */
 
 static const int32_t prompt[N] = {5, 17, 42, 3, 88, 61, 9, 23, 70, 14, 2, 55, 31};
 
@@ -65,10 +71,9 @@ static int setup(void **state) {
   const struct gguf_llama_hparams hp = {L, CTX, E, F, H, HKV, D, V, 10000.0f};
   assert_int_equal(gguf_writer_add_random_llama(w, &hp, 4.0f, &rng), LLB_STATUS_OK);
   assert_int_equal(gguf_writer_add_tiny_vocab(w, V), LLB_STATUS_OK); /* the sim device reads it */
-  size_t size;
-  assert_int_equal(gguf_writer_write_memory(w, &model_buf, &size), LLB_STATUS_OK);
+  assert_int_equal(gguf_writer_write_memory(w, &model_buf, &model_size), LLB_STATUS_OK);
   gguf_writer_destroy(w);
-  assert_int_equal(gguf_open_memory(model_buf, size, &model_file), LLB_STATUS_OK);
+  assert_int_equal(gguf_open_memory(model_buf, model_size, &model_file), LLB_STATUS_OK);
   assert_int_equal(llama_model_load(model_file, &model), LLB_STATUS_OK);
   bus_p = connect_bus("kv_transfer_p");
   bus_q = connect_bus("kv_transfer_q");
@@ -79,6 +84,7 @@ static int teardown(void **state) {
   (void)state;
   bus_destroy(bus_p);
   bus_destroy(bus_q);
+  for (int i = 0; i < 3; i++) gpu_worker_actor_destroy(workers[i]);
   llama_model_destroy(model);
   gguf_close(model_file);
   free(model_buf);
@@ -545,6 +551,136 @@ static void test_a_receive_cancelled_by_finished_req_ids_is_reported_failed(void
   model_runner_destroy(rq);
 }
 
+/* ---- through the worker actor: the lists travel in ModelRunnerOutput ------------------------ */
+
+/* Sends so to engine eid's worker and decodes its reply into *out (arena a). */
+static void exec_step(const char *eid, const struct llb_scheduler_output *so, struct llb_arena *a,
+                      struct llb_model_runner_output *out) {
+  char subject[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_subject_engine(bus_prefix(bus_p), eid, "execute", subject, sizeof subject), LLB_STATUS_OK);
+  struct llb_buf b = {0};
+  assert_int_equal(llb_scheduler_output_encode_buf(so, &b), LLB_STATUS_OK);
+  struct bus_msg *reply = NULL;
+  assert_int_equal(bus_request(bus_p, subject, b.data, b.len, NULL, 10000, &reply), LLB_STATUS_OK);
+  llb_arena_reset(a);
+  assert_int_equal(llb_model_runner_output_decode(reply->data, reply->len, a, out), LLB_STATUS_OK);
+  if (out->error.code) fail_msg("step %llu: %s", (unsigned long long)so->step, out->error.message.data);
+  bus_msg_destroy(reply);
+  llb_buf_free(&b);
+}
+
+/* Empty steps of eid's worker until `id` is in the list `which` of a reply (10 s at most). */
+static void exec_until(const char *eid, const char *id, enum ended which) {
+  struct llb_arena a;
+  llb_arena_init(&a, NULL, 0);
+  const struct llb_scheduler_output empty = {.version = 1, .step = 60, .block_size = BS};
+  for (int i = 0; i < 2000; i++) {
+    struct llb_model_runner_output out;
+    exec_step(eid, &empty, &a, &out);
+    const struct llb_kv_connector_output *o = &out.kv_connector_output;
+    const bool hit = which == ENDED_SENDING   ? has(o->finished_sending, o->num_finished_sending, id)
+                     : which == ENDED_RECVING ? has(o->finished_recving, o->num_finished_recving, id)
+                                              : has(o->failed_recving, o->num_failed_recving, id);
+    if (hit) {
+      llb_arena_destroy(&a);
+      return;
+    }
+    nanosleep(&(struct timespec){0, 5000000}, NULL);
+  }
+  fail_msg("%s did not end on %s", id, eid);
+}
+
+static struct gpu_worker_actor *start_worker(const char *path, const char *eid, bool kv, struct bus *bus) {
+  const struct gpu_worker_actor_options o = {
+      .model_path = path, .engine_id = eid, .num_blocks = NB, .block_size = BS, .max_num_batched_tokens = MAX_TOK,
+      .num_threads = 1, .kv_transfer = kv, .kv_config = {.fetch_timeout_ms = 1000, .retry_ms = 5}};
+  struct gpu_worker_actor *w = NULL;
+  assert_int_equal(gpu_worker_actor_create(&o, &w), LLB_STATUS_OK);
+  assert_int_equal(gpu_worker_actor_start(w, bus), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(bus, 2000), LLB_STATUS_OK);
+  return w;
+}
+
+static void test_workers_report_the_transfer_in_their_model_runner_outputs(void **state) {
+  (void)state;
+  char path[300];
+  snprintf(path, sizeof path, "%s/tiny.gguf", srv.dir);
+  FILE *fp = fopen(path, "wb");
+  assert_non_null(fp);
+  assert_int_equal(fwrite(model_buf, 1, model_size, fp), model_size);
+  fclose(fp);
+  struct gpu_worker_actor *wp = start_worker(path, "AP", true, bus_p), *wq = start_worker(path, "AQ", true, bus_q),
+                          *wn = start_worker(path, "AN", false, bus_q);
+  struct req alone, p, q;
+  req_init(&alone, "alone", true, 0);
+  run_alone(&alone);
+  req_init(&p, "p-actor", true, 0);
+  req_init(&q, "q-actor", true, 24);
+  struct llb_arena a;
+  llb_arena_init(&a, NULL, 0);
+  struct llb_model_runner_output out;
+  /* P: prefill, sample the first token */
+  const struct llb_new_request_data nr = {.req_id = llb_str_c(p.id), .prompt_token_ids = p.tokens,
+                                          .num_prompt_token_ids = N, .sampling_params = &p.params,
+                                          .block_ids = p.blocks, .num_block_ids = p.num_blocks};
+  const struct llb_scheduled_tokens sched = {.req_id = llb_str_c(p.id), .num_tokens = N};
+  const struct llb_scheduler_output s1 = {.version = 1, .step = 1, .block_size = BS, .scheduled_new_reqs = &nr,
+                                          .num_scheduled_new_reqs = 1, .num_scheduled_tokens = &sched,
+                                          .num_scheduled_reqs = 1, .total_num_scheduled_tokens = N};
+  exec_step("AP", &s1, &a, &out);
+  assert_int_equal(out.num_sampled_token_ids, 1);
+  p.tokens[N] = out.sampled_token_ids[0];
+  assert_int_equal(p.tokens[N], alone.tokens[N]);
+  /* P: the request leaves the batch, its blocks are exported */
+  const struct llb_str pid = llb_str_c(p.id);
+  const struct llb_kv_send_request send = {.req_id = pid, .block_ids = p.blocks, .num_block_ids = (N + BS - 1) / BS,
+                                           .num_tokens = N, .expires_in_s = 30.0f};
+  const struct llb_scheduler_output s2 = {.version = 1, .step = 2, .block_size = BS, .finished_req_ids = &pid,
+                                          .num_finished_req_ids = 1,
+                                          .kv_connector_metadata = {.reqs_to_send = &send, .num_reqs_to_send = 1}};
+  exec_step("AP", &s2, &a, &out);
+  /* Q: receive, then decode from the received KV */
+  const struct llb_kv_recv_request recv = {.req_id = llb_str_c(q.id), .local_block_ids = q.blocks,
+                                           .num_local_block_ids = (N + BS - 1) / BS, .remote_engine_id = llb_str_c("AP"),
+                                           .remote_request_id = pid, .num_tokens = N};
+  const struct llb_scheduler_output s3 = {.version = 1, .step = 1, .block_size = BS,
+                                          .kv_connector_metadata = {.reqs_to_recv = &recv, .num_reqs_to_recv = 1}};
+  exec_step("AQ", &s3, &a, &out);
+  exec_until("AQ", q.id, ENDED_RECVING);
+  exec_until("AP", p.id, ENDED_SENDING);
+  q.tokens[N] = p.tokens[N];
+  q.num_tokens = N + 1;
+  const struct llb_new_request_data nq = {.req_id = llb_str_c(q.id), .prompt_token_ids = q.tokens,
+                                          .num_prompt_token_ids = N, .output_token_ids = q.tokens + N,
+                                          .num_output_token_ids = 1, .sampling_params = &q.params,
+                                          .block_ids = q.blocks, .num_block_ids = q.num_blocks,
+                                          .num_computed_tokens = N};
+  const struct llb_scheduled_tokens sq = {.req_id = llb_str_c(q.id), .num_tokens = 1};
+  const struct llb_scheduler_output s4 = {.version = 1, .step = 2, .block_size = BS, .scheduled_new_reqs = &nq,
+                                          .num_scheduled_new_reqs = 1, .num_scheduled_tokens = &sq,
+                                          .num_scheduled_reqs = 1, .total_num_scheduled_tokens = 1};
+  exec_step("AQ", &s4, &a, &out);
+  assert_int_equal(out.num_sampled_token_ids, 1);
+  assert_int_equal(out.sampled_token_ids[0], alone.tokens[N + 1]);
+  /* a worker without --kv-transfer: the export ends and the receive fails at once */
+  const struct llb_scheduler_output s5 = {.version = 1, .step = 1, .block_size = BS,
+                                          .kv_connector_metadata = {.reqs_to_recv = &recv, .num_reqs_to_recv = 1,
+                                                                    .reqs_to_send = &send, .num_reqs_to_send = 1}};
+  exec_step("AN", &s5, &a, &out);
+  assert_true(has(out.kv_connector_output.finished_sending, out.kv_connector_output.num_finished_sending, p.id));
+  assert_true(has(out.kv_connector_output.failed_recving, out.kv_connector_output.num_failed_recving, q.id));
+  llb_arena_destroy(&a);
+  gpu_worker_actor_stop(wp);
+  gpu_worker_actor_stop(wq);
+  gpu_worker_actor_stop(wn);
+  assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(bus_q, 2000), LLB_STATUS_OK);
+  /* the actors are destroyed with the buses (teardown): a handler may still hold them until then */
+  workers[0] = wp;
+  workers[1] = wq;
+  workers[2] = wn;
+}
+
 int main(void) {
   if (!nats_test_server_bin()) {
     fprintf(stderr, "skipped: no nats-server binary\n");
@@ -563,6 +699,7 @@ int main(void) {
       cmocka_unit_test(test_a_mismatched_geometry_fails_the_receive),
       cmocka_unit_test(test_sim_workers_move_bytes_of_the_real_size),
       cmocka_unit_test(test_a_receive_cancelled_by_finished_req_ids_is_reported_failed),
+      cmocka_unit_test(test_workers_report_the_transfer_in_their_model_runner_outputs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
