@@ -29,3 +29,7 @@ llb_add_test(test_model_runner_lora SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model
 # --lora-modules values and lora_int_id (actors/gpu_worker/lora_modules.c).
 llb_add_test(test_lora_modules SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lora_modules.c
              LIBS llmbus_lora_modules PkgConfig::CMOCKA LABELS unit)
+# The KV connector's export registry (actors/gpu_worker/kv_export.c, issue 36): listed blocks only,
+# limits, duplicates, expiry, tombstones.
+llb_add_test(test_kv_export SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kv_export.c
+             LIBS llmbus_gpu_worker PkgConfig::CMOCKA LABELS unit)

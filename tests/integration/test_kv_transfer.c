@@ -1,0 +1,705 @@
+/* KV blocks moved between two workers over a real bus (issue 36; actors/gpu_worker/kv_transfer.h).
+ *
+ * Three model runners on one tiny random LLaMA (2 layers, E 128, 4 heads, 2 KV heads, head_dim
+ * 32, vocab 97, blocks of 4 tokens): P prefills a prompt and samples the first token, its blocks
+ * are exported (reqs_to_send) and fetched by Q's connector through a nats-server into other block
+ * ids of Q's cache (reqs_to_recv); Q then decodes from the received KV. Its tokens must equal
+ * those of R, which ran the whole request itself: greedy and seeded at temperature 0.8. Also:
+ * a partial fetch (remote_first_block > 0) onto blocks whose prefix Q computed itself; a chunk
+ * whose byte was flipped in transit, or whose replies never come, fails the receive
+ * (failed_recving) and Q's recompute still gives R's tokens; a lost reply is resent and the
+ * transfer completes; an expired export is reported finished_sending and a later fetch gets
+ * Expired; fetches for blocks the export does not list get errors, never data; every CPU KV cache
+ * dtype (fp16, q8_0, fp8) arrives bit-exactly; --device sim moves zero bytes of the real size.
+ * Last, the same through two worker actors (gpu_worker_actor_options.kv_transfer): SchedulerOutputs
+ * on their execute subjects, the ended transfers in their ModelRunnerOutputs; a worker without
+ * kv_transfer ends the export and fails the receive at once.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "actors/gpu_worker/actor.h"
+#include "actors/gpu_worker/kv_transfer.h"
+#include "actors/gpu_worker/model_runner.h"
+#include "base/log.h"
+#include "bus/bus.h"
+#include "model/forward/forward.h"
+#include "model/gguf/gguf.h"
+#include "schemas/kv_transfer.h"
+#include "tests/integration/nats_test_server.h"
+#include "tests/unit/gguf_writer.h"
+
+enum { L = 2, E = 128, H = 4, HKV = 2, D = 32, F = 256, V = 97, CTX = 256, BS = 4, NB = 64, MAX_TOK = 32 };
+enum { N = 13, G = 8 }; /* prompt tokens, tokens generated */
+
+static struct nats_test_server srv;
+static void *model_buf;
+static size_t model_size;
+static struct gguf_file *model_file;
+static struct llama_model *model;
+static struct bus *bus_p, *bus_q;
+static struct gpu_worker_actor *workers[3]; /* destroyed after the buses */
+
+static const int32_t prompt[N] = {5, 17, 42, 3, 88, 61, 9, 23, 70, 14, 2, 55, 31};
+
+static struct bus *connect_bus(const char *name) {
+  struct bus_options o;
+  bus_options_init(&o);
+  o.urls = srv.url;
+  o.name = name;
+  o.install_signal_handlers = false;
+  struct bus *b = NULL;
+  assert_int_equal(bus_connect(&o, &b), LLB_STATUS_OK);
+  return b;
+}
+
+static int setup(void **state) {
+  (void)state;
+  if (nats_test_server_start(&srv, 0, false) != 0) return -1;
+  struct gguf_writer *w;
+  uint64_t rng = 4242;
+  assert_int_equal(gguf_writer_create(3, &w), LLB_STATUS_OK);
+  const struct gguf_llama_hparams hp = {L, CTX, E, F, H, HKV, D, V, 10000.0f};
+  assert_int_equal(gguf_writer_add_random_llama(w, &hp, 4.0f, &rng), LLB_STATUS_OK);
+  assert_int_equal(gguf_writer_add_tiny_vocab(w, V), LLB_STATUS_OK); /* the sim device reads it */
+  assert_int_equal(gguf_writer_write_memory(w, &model_buf, &model_size), LLB_STATUS_OK);
+  gguf_writer_destroy(w);
+  assert_int_equal(gguf_open_memory(model_buf, model_size, &model_file), LLB_STATUS_OK);
+  assert_int_equal(llama_model_load(model_file, &model), LLB_STATUS_OK);
+  bus_p = connect_bus("kv_transfer_p");
+  bus_q = connect_bus("kv_transfer_q");
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  bus_destroy(bus_p);
+  bus_destroy(bus_q);
+  for (int i = 0; i < 3; i++) gpu_worker_actor_destroy(workers[i]);
+  llama_model_destroy(model);
+  gguf_close(model_file);
+  free(model_buf);
+  nats_test_server_stop(&srv);
+  return 0;
+}
+
+static struct model_runner *make_runner(enum model_runner_device dev, enum backend_kv_dtype dtype) {
+  const struct model_runner_config cfg = {.num_blocks = NB, .block_size = BS, .max_num_batched_tokens = MAX_TOK,
+                                          .num_threads = 1, .device = dev, .kv_cache_dtype = dtype,
+                                          .gguf = model_file};
+  struct model_runner *r = NULL;
+  assert_int_equal(model_runner_create(dev == MODEL_RUNNER_DEVICE_SIM ? NULL : model, &cfg, &r), LLB_STATUS_OK);
+  return r;
+}
+
+/* A connector on `bus` (NULL: not started) with chunks of two blocks, so that a prompt's blocks
+ * take several requests, and short timeouts. */
+static struct kv_connector *make_connector(const char *eid, struct model_runner *r, struct bus *bus) {
+  struct model_runner_kv_geometry g;
+  model_runner_kv_geometry(r, &g);
+  const struct kv_connector_config cfg = {.engine_id = eid, .fetch_timeout_ms = 300, .transfer_timeout_ms = 5000,
+                                          .max_attempts = 3, .retry_ms = 5, .max_chunk_bytes = 2 * g.block_bytes};
+  struct kv_connector *c = NULL;
+  assert_int_equal(kv_connector_create(&cfg, r, &c), LLB_STATUS_OK);
+  if (bus) assert_int_equal(kv_connector_start(c, bus), LLB_STATUS_OK);
+  return c;
+}
+
+/* ---- a scripted scheduler for one request ------------------------------------------------ */
+
+struct req {
+  const char *id;
+  struct llb_sampling_params params;
+  int32_t tokens[N + G]; /* prompt then outputs */
+  int32_t num_tokens;
+  int32_t blocks[(N + G + BS - 1) / BS];
+  int32_t num_blocks;
+};
+
+static void req_init(struct req *q, const char *id, bool greedy, int32_t first_block) {
+  memset(q, 0, sizeof *q);
+  q->id = id;
+  llb_sampling_params_init(&q->params);
+  q->params.temperature = greedy ? 0.0f : 0.8f;
+  q->params.has_seed = !greedy;
+  q->params.seed = 1234;
+  memcpy(q->tokens, prompt, sizeof prompt);
+  q->num_tokens = N;
+  q->num_blocks = (N + G + BS - 1) / BS;
+  for (int32_t i = 0; i < q->num_blocks; i++) q->blocks[i] = first_block + i;
+}
+
+/* Runs one step; appends the sampled token (if any) to q. */
+static void step(struct model_runner *r, struct llb_scheduler_output *so, struct req *q) {
+  struct llb_model_runner_output out;
+  llb_status st = model_runner_execute(r, so, &out);
+  if (st) fail_msg("step %llu: %s (%s)", (unsigned long long)so->step, out.error.message.data, out.error.field.data);
+  if (q && out.num_sampled_token_ids == 1) q->tokens[q->num_tokens++] = out.sampled_token_ids[0];
+}
+
+/* Schedules q as a new request whose first `computed` tokens are in its blocks already; `n`
+ * tokens computed in this step. */
+static void schedule_new(struct model_runner *r, struct req *q, int32_t computed, int32_t n, uint64_t stepno) {
+  const struct llb_new_request_data nr = {
+      .req_id = llb_str_c(q->id), .prompt_token_ids = q->tokens, .num_prompt_token_ids = N,
+      .output_token_ids = q->tokens + N, .num_output_token_ids = q->num_tokens - N, .sampling_params = &q->params,
+      .block_ids = q->blocks, .num_block_ids = q->num_blocks, .num_computed_tokens = computed};
+  const struct llb_scheduled_tokens sched = {.req_id = llb_str_c(q->id), .num_tokens = n};
+  struct llb_scheduler_output so = {.version = 1, .step = stepno, .block_size = BS, .scheduled_new_reqs = &nr,
+                                    .num_scheduled_new_reqs = 1, .num_scheduled_tokens = &sched,
+                                    .num_scheduled_reqs = 1, .total_num_scheduled_tokens = n};
+  step(r, &so, q);
+}
+
+/* One decode step of q (already on the runner). */
+static void schedule_decode(struct model_runner *r, struct req *q, uint64_t stepno) {
+  const struct llb_str id = llb_str_c(q->id);
+  const bool resumed = false;
+  const int32_t computed = q->num_tokens - 1, outputs = q->num_tokens - N;
+  const struct llb_scheduled_tokens sched = {.req_id = id, .num_tokens = 1};
+  struct llb_scheduler_output so = {
+      .version = 1, .step = stepno, .block_size = BS, .num_scheduled_tokens = &sched, .num_scheduled_reqs = 1,
+      .total_num_scheduled_tokens = 1,
+      .scheduled_cached_reqs = {.num_reqs = 1, .req_ids = &id, .resumed_from_preemption = &resumed,
+                                .num_computed_tokens = &computed, .num_output_tokens = &outputs}};
+  step(r, &so, q);
+}
+
+/* Decodes q until it holds N + G tokens. */
+static void decode_rest(struct model_runner *r, struct req *q) {
+  for (uint64_t s = 100; q->num_tokens < N + G; s++) schedule_decode(r, q, s);
+}
+
+/* A step with nothing scheduled, only `finished` ids leaving (may be NULL). */
+static void step_finish(struct model_runner *r, const char *finished) {
+  const struct llb_str id = llb_str_c(finished);
+  struct llb_scheduler_output so = {.version = 1, .step = 50, .block_size = BS, .finished_req_ids = &id,
+                                    .num_finished_req_ids = finished ? 1 : 0};
+  step(r, &so, NULL);
+}
+
+/* R: the whole request on one runner. */
+static void run_alone(struct req *q) {
+  struct model_runner *r = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  schedule_new(r, q, 0, N, 1);
+  decode_rest(r, q);
+  model_runner_destroy(r);
+}
+
+/* ---- the connector's lists ---------------------------------------------------------------- */
+
+static bool has(const struct llb_str *ids, int32_t n, const char *id) {
+  for (int32_t i = 0; i < n; i++)
+    if (strcmp(ids[i].data, id) == 0) return true;
+  return false;
+}
+
+enum ended { ENDED_SENDING, ENDED_RECVING, ENDED_FAILED };
+
+/* Polls c's after_step (the worker's empty steps) until `id` is in the list `which`, up to 10 s;
+ * fails the test if it lands in another list. */
+static void wait_ended(struct kv_connector *c, const char *id, enum ended which) {
+  for (int i = 0; i < 2000; i++) {
+    struct llb_kv_connector_output o;
+    kv_connector_after_step(c, &o);
+    const bool s = has(o.finished_sending, o.num_finished_sending, id),
+               r = has(o.finished_recving, o.num_finished_recving, id),
+               f = has(o.failed_recving, o.num_failed_recving, id);
+    if ((s && which != ENDED_SENDING) || (r && which != ENDED_RECVING) || (f && which != ENDED_FAILED))
+      fail_msg("%s ended in the wrong list (sending %d, recving %d, failed %d)", id, s, r, f);
+    if (s || r || f) return;
+    nanosleep(&(struct timespec){0, 5000000}, NULL);
+  }
+  fail_msg("%s did not end", id);
+}
+
+static void export_blocks(struct kv_connector *c, const char *id, const int32_t *blocks, int32_t n, int32_t tokens,
+                          float expires_s) {
+  const struct llb_kv_send_request s = {.req_id = llb_str_c(id), .block_ids = blocks, .num_block_ids = n,
+                                        .num_tokens = tokens, .expires_in_s = expires_s};
+  const struct llb_kv_connector_metadata m = {.reqs_to_send = &s, .num_reqs_to_send = 1};
+  assert_int_equal(kv_connector_before_step(c, &m, NULL, 0), LLB_STATUS_OK);
+}
+
+static void receive_blocks(struct kv_connector *c, const char *id, const char *remote_eid, const char *remote_id,
+                           const int32_t *blocks, int32_t first, int32_t tokens) {
+  const struct llb_kv_recv_request r = {.req_id = llb_str_c(id), .local_block_ids = blocks,
+                                        .num_local_block_ids = (tokens + BS - 1) / BS - first,
+                                        .remote_engine_id = llb_str_c(remote_eid),
+                                        .remote_request_id = llb_str_c(remote_id), .remote_first_block = first,
+                                        .num_tokens = tokens};
+  const struct llb_kv_connector_metadata m = {.reqs_to_recv = &r, .num_reqs_to_recv = 1};
+  assert_int_equal(kv_connector_before_step(c, &m, NULL, 0), LLB_STATUS_OK);
+}
+
+/* P prefills `p` (blocks from 0) and samples its first token; the request leaves P's batch and
+ * its blocks holding the N prompt tokens' KV are exported under its id. */
+static void prefill_and_export(struct model_runner *rp, struct kv_connector *cp, struct req *p, float expires_s) {
+  schedule_new(rp, p, 0, N, 1);
+  step_finish(rp, p->id);
+  export_blocks(cp, p->id, p->blocks, (N + BS - 1) / BS, N, expires_s);
+}
+
+/* Q takes the request with P's first token (its KV received: num_computed N) and decodes. */
+static void decode_received(struct model_runner *rq, struct req *q, const struct req *p) {
+  q->tokens[N] = p->tokens[N];
+  q->num_tokens = N + 1;
+  schedule_new(rq, q, N, 1, 10);
+  decode_rest(rq, q);
+}
+
+static void test_decode_from_fetched_blocks_equals_the_request_run_alone(void **state) {
+  (void)state;
+  for (int greedy = 1; greedy >= 0; greedy--) {
+    struct req alone, p, q;
+    req_init(&alone, "alone", greedy, 0);
+    run_alone(&alone);
+    struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                        *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+    struct kv_connector *cp = make_connector("P", rp, bus_p), *cq = make_connector("Q", rq, bus_q);
+    req_init(&p, greedy ? "p-greedy" : "p-seeded", greedy, 0);
+    prefill_and_export(rp, cp, &p, 30.0f);
+    assert_int_equal(p.tokens[N], alone.tokens[N]); /* the first token comes from P */
+    req_init(&q, "q-1", greedy, 37);                 /* other block ids than P's */
+    receive_blocks(cq, q.id, "P", p.id, q.blocks, 0, N);
+    wait_ended(cq, q.id, ENDED_RECVING);
+    wait_ended(cp, p.id, ENDED_SENDING); /* every block fetched: P frees them */
+    decode_received(rq, &q, &p);
+    assert_memory_equal(q.tokens, alone.tokens, sizeof alone.tokens);
+    struct kv_connector_stats sp, sq;
+    kv_connector_stats(cp, &sp);
+    kv_connector_stats(cq, &sq);
+    struct model_runner_kv_geometry g;
+    model_runner_kv_geometry(rq, &g);
+    assert_int_equal(sq.bytes_received, (uint64_t)((N + BS - 1) / BS) * g.block_bytes);
+    assert_int_equal(sp.bytes_sent, sq.bytes_received);
+    assert_true(sp.fetches_served >= 2); /* chunks of 2 blocks */
+    kv_connector_destroy(cp);
+    kv_connector_destroy(cq);
+    model_runner_destroy(rp);
+    model_runner_destroy(rq);
+  }
+}
+
+static void test_partial_fetch_onto_a_prefix_q_holds_equals_the_request_run_alone(void **state) {
+  (void)state;
+  struct req alone, p, q, pre;
+  req_init(&alone, "alone", true, 0);
+  run_alone(&alone);
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                      *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("P2", rp, bus_p), *cq = make_connector("Q2", rq, bus_q);
+  req_init(&p, "p-partial", true, 0);
+  prefill_and_export(rp, cp, &p, 30.0f);
+  /* Q computes the first 2 blocks itself (a prefix-cache hit would hold them) */
+  const int32_t k = 2;
+  req_init(&q, "q-partial", true, 20);
+  req_init(&pre, "q-prefix", true, 20);
+  schedule_new(rq, &pre, 0, k * BS, 1);
+  step_finish(rq, pre.id);
+  receive_blocks(cq, q.id, "P2", p.id, q.blocks + k, k, N);
+  wait_ended(cq, q.id, ENDED_RECVING);
+  decode_received(rq, &q, &p);
+  assert_memory_equal(q.tokens, alone.tokens, sizeof alone.tokens);
+  struct kv_connector_stats sq;
+  kv_connector_stats(cq, &sq);
+  struct model_runner_kv_geometry g;
+  model_runner_kv_geometry(rq, &g);
+  assert_int_equal(sq.bytes_received, (uint64_t)((N + BS - 1) / BS - k) * g.block_bytes); /* only the missing */
+  kv_connector_destroy(cp);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rp);
+  model_runner_destroy(rq);
+}
+
+/* A stand-in for P's service: answers fetches through P's (unstarted) connector and damages the
+ * replies as told. */
+struct faulty {
+  struct kv_connector *c;
+  atomic_int replies;
+  int drop_first;  /* replies to drop before answering */
+  bool drop_all;
+  bool flip_byte;  /* flip a byte of each reply's data */
+};
+
+static void on_faulty_fetch(struct bus *bus, const struct bus_msg *msg, void *user) {
+  struct faulty *fx = user;
+  const int n = atomic_fetch_add(&fx->replies, 1);
+  if (fx->drop_all || n < fx->drop_first) return;
+  struct llb_buf b = {0};
+  assert_int_equal(kv_connector_serve(fx->c, msg->data, msg->len, &b), LLB_STATUS_OK);
+  if (fx->flip_byte) b.data[b.len - 200] ^= 0x01; /* inside the data (chunks of 2 blocks of 2 KiB) */
+  (void)bus_respond(bus, msg, b.data, b.len, NULL);
+  llb_buf_free(&b);
+}
+
+/* P's blocks served by the faulty service as engine `eid`; Q fetches them; returns what ended. */
+static void fetch_through_faults(struct faulty *fx, const char *eid, enum ended want) {
+  struct req alone, p, q;
+  req_init(&alone, "alone", true, 0);
+  run_alone(&alone);
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                      *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  fx->c = make_connector(eid, rp, NULL);
+  struct kv_connector *cq = make_connector("Qf", rq, bus_q);
+  char subject[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_subject_kv_fetch(bus_prefix(bus_p), eid, subject, sizeof subject), LLB_STATUS_OK);
+  struct bus_sub *sub = NULL;
+  assert_int_equal(bus_subscribe(bus_p, subject, NULL, on_faulty_fetch, fx, &sub), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
+  req_init(&p, "p-faulty", true, 0);
+  prefill_and_export(rp, fx->c, &p, 30.0f);
+  req_init(&q, "q-faulty", true, 40);
+  receive_blocks(cq, q.id, eid, p.id, q.blocks, 0, N);
+  wait_ended(cq, q.id, want);
+  if (want == ENDED_RECVING) {
+    decode_received(rq, &q, &p);
+  } else { /* the scheduler recomputes the request locally: the same tokens */
+    q.num_tokens = N + 1;
+    q.tokens[N] = p.tokens[N];
+    schedule_new(rq, &q, 0, N + 1, 10);
+    decode_rest(rq, &q);
+  }
+  assert_memory_equal(q.tokens, alone.tokens, sizeof alone.tokens);
+  (void)bus_unsubscribe(sub);
+  kv_connector_destroy(fx->c);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rp);
+  model_runner_destroy(rq);
+}
+
+static void test_a_flipped_byte_in_transit_fails_the_receive_and_recompute_gives_the_same_tokens(void **state) {
+  (void)state;
+  struct faulty fx = {.flip_byte = true};
+  fetch_through_faults(&fx, "Pflip", ENDED_FAILED);
+}
+
+static void test_a_lost_reply_is_fetched_again_and_the_transfer_completes(void **state) {
+  (void)state;
+  struct faulty fx = {.drop_first = 1};
+  fetch_through_faults(&fx, "Plost1", ENDED_RECVING);
+  assert_true(atomic_load(&fx.replies) >= 3); /* the dropped one, its resend, the second chunk */
+}
+
+static void test_replies_that_never_come_fail_the_receive(void **state) {
+  (void)state;
+  struct faulty fx = {.drop_all = true};
+  fetch_through_faults(&fx, "Plost", ENDED_FAILED);
+  assert_int_equal(atomic_load(&fx.replies), 3); /* max_attempts */
+}
+
+/* Serves one KVFetchRequest through c directly; returns the chunk's status (data in *bytes). */
+static int32_t fetch_direct(struct kv_connector *c, const char *id, int32_t first, int32_t n, size_t *bytes) {
+  const struct llb_kv_fetch_request q = {.request_id = llb_str_c(id), .first_block = first, .num_blocks = n};
+  struct llb_buf req = {0}, rep = {0};
+  assert_int_equal(llb_kv_fetch_request_encode_buf(&q, &req), LLB_STATUS_OK);
+  assert_int_equal(kv_connector_serve(c, req.data, req.len, &rep), LLB_STATUS_OK);
+  struct llb_arena a;
+  llb_arena_init(&a, NULL, 0);
+  struct llb_kv_transfer_chunk ch;
+  assert_int_equal(llb_kv_transfer_chunk_decode(rep.data, rep.len, &a, &ch), LLB_STATUS_OK);
+  *bytes = ch.data_len;
+  if (ch.status != LLB_KV_TRANSFER_OK) assert_true(ch.error.code != 0 && ch.error.message.len > 0);
+  llb_arena_destroy(&a);
+  llb_buf_free(&req);
+  llb_buf_free(&rep);
+  return ch.status;
+}
+
+static void test_only_listed_blocks_are_served_and_an_expired_export_says_so(void **state) {
+  (void)state;
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("P3", rp, NULL);
+  const int32_t blocks[3] = {5, 6, 7};
+  export_blocks(cp, "p-listed", blocks, 3, 10, 30.0f);
+  size_t bytes = 0;
+  assert_int_equal(fetch_direct(cp, "p-other", 0, 1, &bytes), LLB_KV_TRANSFER_NOT_READY);
+  assert_int_equal(bytes, 0);
+  assert_int_equal(fetch_direct(cp, "p-listed", 2, 2, &bytes), LLB_KV_TRANSFER_OUT_OF_RANGE);
+  assert_int_equal(fetch_direct(cp, "p-listed", 3, 1, &bytes), LLB_KV_TRANSFER_OUT_OF_RANGE);
+  assert_int_equal(bytes, 0);
+  /* an export of blocks outside the cache is refused and reported ended (its blocks freed) */
+  const int32_t outside[1] = {NB};
+  export_blocks(cp, "p-outside", outside, 1, 4, 30.0f);
+  wait_ended(cp, "p-outside", ENDED_SENDING);
+  assert_int_equal(fetch_direct(cp, "p-outside", 0, 1, &bytes), LLB_KV_TRANSFER_NOT_READY);
+  /* more blocks than a chunk carries (2 here): an error naming the most, no data */
+  assert_int_equal(fetch_direct(cp, "p-listed", 0, 3, &bytes), LLB_KV_TRANSFER_ERROR);
+  assert_int_equal(bytes, 0);
+  /* fetching every block ends the export; a late fetch gets Unknown */
+  assert_int_equal(fetch_direct(cp, "p-listed", 0, 2, &bytes), LLB_KV_TRANSFER_OK);
+  assert_int_equal(bytes, 2 * (size_t)(2 * L * BS * HKV * D * 2));
+  assert_int_equal(fetch_direct(cp, "p-listed", 2, 1, &bytes), LLB_KV_TRANSFER_OK);
+  wait_ended(cp, "p-listed", ENDED_SENDING);
+  assert_int_equal(fetch_direct(cp, "p-listed", 0, 1, &bytes), LLB_KV_TRANSFER_UNKNOWN);
+  /* an expired export: reported finished_sending, then fetches get Expired */
+  export_blocks(cp, "p-expiring", blocks, 3, 12, 0.05f);
+  nanosleep(&(struct timespec){0, 100000000}, NULL);
+  wait_ended(cp, "p-expiring", ENDED_SENDING);
+  assert_int_equal(fetch_direct(cp, "p-expiring", 0, 1, &bytes), LLB_KV_TRANSFER_EXPIRED);
+  assert_int_equal(bytes, 0);
+  kv_connector_destroy(cp);
+  model_runner_destroy(rp);
+}
+
+static void test_a_receive_of_an_expired_export_fails(void **state) {
+  (void)state;
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                      *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("P4", rp, bus_p), *cq = make_connector("Q4", rq, bus_q);
+  const int32_t blocks[4] = {1, 2, 3, 4}, local[4] = {9, 10, 11, 12};
+  export_blocks(cp, "p-gone", blocks, 4, N, 0.02f);
+  nanosleep(&(struct timespec){0, 60000000}, NULL);
+  wait_ended(cp, "p-gone", ENDED_SENDING);
+  receive_blocks(cq, "q-gone", "P4", "p-gone", local, 0, N);
+  wait_ended(cq, "q-gone", ENDED_FAILED);
+  kv_connector_destroy(cp);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rp);
+  model_runner_destroy(rq);
+}
+
+static void test_every_cpu_kv_dtype_arrives_bit_exactly(void **state) {
+  (void)state;
+  const enum backend_kv_dtype dtypes[] = {BACKEND_KV_DTYPE_F16, BACKEND_KV_DTYPE_Q8_0, BACKEND_KV_DTYPE_FP8_E4M3};
+  for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++) {
+    struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, dtypes[t]),
+                        *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, dtypes[t]);
+    char ep[16], eq[16];
+    snprintf(ep, sizeof ep, "Pd%zu", t);
+    snprintf(eq, sizeof eq, "Qd%zu", t);
+    struct kv_connector *cp = make_connector(ep, rp, bus_p), *cq = make_connector(eq, rq, bus_q);
+    struct req p, q;
+    req_init(&p, "p-dtype", true, 0);
+    prefill_and_export(rp, cp, &p, 30.0f);
+    req_init(&q, "q-dtype", true, 30);
+    receive_blocks(cq, q.id, ep, p.id, q.blocks, 0, N);
+    wait_ended(cq, q.id, ENDED_RECVING);
+    struct model_runner_kv_geometry g;
+    model_runner_kv_geometry(rp, &g);
+    assert_int_equal(g.dtype, dtypes[t]);
+    uint8_t *a = malloc(g.block_bytes), *b = malloc(g.block_bytes);
+    for (int32_t i = 0; i < (N + BS - 1) / BS; i++) {
+      assert_int_equal(model_runner_kv_block_read(rp, p.blocks[i], a, g.block_bytes), LLB_STATUS_OK);
+      assert_int_equal(model_runner_kv_block_read(rq, q.blocks[i], b, g.block_bytes), LLB_STATUS_OK);
+      assert_memory_equal(a, b, g.block_bytes);
+    }
+    bool nonzero = false; /* the prompt's KV is there, not an empty cache on both sides */
+    for (size_t i = 0; i < g.block_bytes && !nonzero; i++) nonzero = a[i] != 0;
+    assert_true(nonzero);
+    free(a);
+    free(b);
+    kv_connector_destroy(cp);
+    kv_connector_destroy(cq);
+    model_runner_destroy(rp);
+    model_runner_destroy(rq);
+  }
+}
+
+static void test_a_mismatched_geometry_fails_the_receive(void **state) {
+  (void)state;
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                      *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_Q8_0);
+  struct kv_connector *cp = make_connector("P5", rp, bus_p), *cq = make_connector("Q5", rq, bus_q);
+  const int32_t blocks[4] = {1, 2, 3, 4}, local[4] = {9, 10, 11, 12};
+  export_blocks(cp, "p-fp16", blocks, 4, N, 30.0f);
+  receive_blocks(cq, "q-q8", "P5", "p-fp16", local, 0, N);
+  wait_ended(cq, "q-q8", ENDED_FAILED);
+  kv_connector_destroy(cp);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rp);
+  model_runner_destroy(rq);
+}
+
+static void test_sim_workers_move_bytes_of_the_real_size(void **state) {
+  (void)state;
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_SIM, BACKEND_KV_DTYPE_F16),
+                      *rq = make_runner(MODEL_RUNNER_DEVICE_SIM, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("Psim", rp, bus_p), *cq = make_connector("Qsim", rq, bus_q);
+  const int32_t blocks[4] = {1, 2, 3, 4}, local[4] = {9, 10, 11, 12};
+  export_blocks(cp, "p-sim", blocks, 4, N, 30.0f);
+  receive_blocks(cq, "q-sim", "Psim", "p-sim", local, 0, N);
+  wait_ended(cq, "q-sim", ENDED_RECVING);
+  struct kv_connector_stats sq;
+  kv_connector_stats(cq, &sq);
+  assert_int_equal(sq.bytes_received, 4 * (uint64_t)(2 * L * BS * HKV * D * 2)); /* fp16 blocks */
+  kv_connector_destroy(cp);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rp);
+  model_runner_destroy(rq);
+}
+
+static void test_a_receive_cancelled_by_finished_req_ids_is_reported_failed(void **state) {
+  (void)state;
+  struct model_runner *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cq = make_connector("Q6", rq, bus_q);
+  const int32_t local[4] = {9, 10, 11, 12};
+  receive_blocks(cq, "q-aborted", "Pnobody", "p-none", local, 0, N); /* NotReady until cancelled */
+  const struct llb_str id = llb_str_c("q-aborted");
+  assert_int_equal(kv_connector_before_step(cq, NULL, &id, 1), LLB_STATUS_OK);
+  wait_ended(cq, "q-aborted", ENDED_FAILED);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rq);
+}
+
+/* ---- through the worker actor: the lists travel in ModelRunnerOutput ------------------------ */
+
+/* Sends so to engine eid's worker and decodes its reply into *out (arena a). */
+static void exec_step(const char *eid, const struct llb_scheduler_output *so, struct llb_arena *a,
+                      struct llb_model_runner_output *out) {
+  char subject[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_subject_engine(bus_prefix(bus_p), eid, "execute", subject, sizeof subject), LLB_STATUS_OK);
+  struct llb_buf b = {0};
+  assert_int_equal(llb_scheduler_output_encode_buf(so, &b), LLB_STATUS_OK);
+  struct bus_msg *reply = NULL;
+  assert_int_equal(bus_request(bus_p, subject, b.data, b.len, NULL, 10000, &reply), LLB_STATUS_OK);
+  llb_arena_reset(a);
+  assert_int_equal(llb_model_runner_output_decode(reply->data, reply->len, a, out), LLB_STATUS_OK);
+  if (out->error.code) fail_msg("step %llu: %s", (unsigned long long)so->step, out->error.message.data);
+  bus_msg_destroy(reply);
+  llb_buf_free(&b);
+}
+
+/* Empty steps of eid's worker until `id` is in the list `which` of a reply (10 s at most). */
+static void exec_until(const char *eid, const char *id, enum ended which) {
+  struct llb_arena a;
+  llb_arena_init(&a, NULL, 0);
+  const struct llb_scheduler_output empty = {.version = 1, .step = 60, .block_size = BS};
+  for (int i = 0; i < 2000; i++) {
+    struct llb_model_runner_output out;
+    exec_step(eid, &empty, &a, &out);
+    const struct llb_kv_connector_output *o = &out.kv_connector_output;
+    const bool hit = which == ENDED_SENDING   ? has(o->finished_sending, o->num_finished_sending, id)
+                     : which == ENDED_RECVING ? has(o->finished_recving, o->num_finished_recving, id)
+                                              : has(o->failed_recving, o->num_failed_recving, id);
+    if (hit) {
+      llb_arena_destroy(&a);
+      return;
+    }
+    nanosleep(&(struct timespec){0, 5000000}, NULL);
+  }
+  fail_msg("%s did not end on %s", id, eid);
+}
+
+static struct gpu_worker_actor *start_worker(const char *path, const char *eid, bool kv, struct bus *bus) {
+  const struct gpu_worker_actor_options o = {
+      .model_path = path, .engine_id = eid, .num_blocks = NB, .block_size = BS, .max_num_batched_tokens = MAX_TOK,
+      .num_threads = 1, .kv_transfer = kv, .kv_config = {.fetch_timeout_ms = 1000, .retry_ms = 5}};
+  struct gpu_worker_actor *w = NULL;
+  assert_int_equal(gpu_worker_actor_create(&o, &w), LLB_STATUS_OK);
+  assert_int_equal(gpu_worker_actor_start(w, bus), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(bus, 2000), LLB_STATUS_OK);
+  return w;
+}
+
+static void test_workers_report_the_transfer_in_their_model_runner_outputs(void **state) {
+  (void)state;
+  char path[300];
+  snprintf(path, sizeof path, "%s/tiny.gguf", srv.dir);
+  FILE *fp = fopen(path, "wb");
+  assert_non_null(fp);
+  assert_int_equal(fwrite(model_buf, 1, model_size, fp), model_size);
+  fclose(fp);
+  struct gpu_worker_actor *wp = start_worker(path, "AP", true, bus_p), *wq = start_worker(path, "AQ", true, bus_q),
+                          *wn = start_worker(path, "AN", false, bus_q);
+  struct req alone, p, q;
+  req_init(&alone, "alone", true, 0);
+  run_alone(&alone);
+  req_init(&p, "p-actor", true, 0);
+  req_init(&q, "q-actor", true, 24);
+  struct llb_arena a;
+  llb_arena_init(&a, NULL, 0);
+  struct llb_model_runner_output out;
+  /* P: prefill, sample the first token */
+  const struct llb_new_request_data nr = {.req_id = llb_str_c(p.id), .prompt_token_ids = p.tokens,
+                                          .num_prompt_token_ids = N, .sampling_params = &p.params,
+                                          .block_ids = p.blocks, .num_block_ids = p.num_blocks};
+  const struct llb_scheduled_tokens sched = {.req_id = llb_str_c(p.id), .num_tokens = N};
+  const struct llb_scheduler_output s1 = {.version = 1, .step = 1, .block_size = BS, .scheduled_new_reqs = &nr,
+                                          .num_scheduled_new_reqs = 1, .num_scheduled_tokens = &sched,
+                                          .num_scheduled_reqs = 1, .total_num_scheduled_tokens = N};
+  exec_step("AP", &s1, &a, &out);
+  assert_int_equal(out.num_sampled_token_ids, 1);
+  p.tokens[N] = out.sampled_token_ids[0];
+  assert_int_equal(p.tokens[N], alone.tokens[N]);
+  /* P: the request leaves the batch, its blocks are exported */
+  const struct llb_str pid = llb_str_c(p.id);
+  const struct llb_kv_send_request send = {.req_id = pid, .block_ids = p.blocks, .num_block_ids = (N + BS - 1) / BS,
+                                           .num_tokens = N, .expires_in_s = 30.0f};
+  const struct llb_scheduler_output s2 = {.version = 1, .step = 2, .block_size = BS, .finished_req_ids = &pid,
+                                          .num_finished_req_ids = 1,
+                                          .kv_connector_metadata = {.reqs_to_send = &send, .num_reqs_to_send = 1}};
+  exec_step("AP", &s2, &a, &out);
+  /* Q: receive, then decode from the received KV */
+  const struct llb_kv_recv_request recv = {.req_id = llb_str_c(q.id), .local_block_ids = q.blocks,
+                                           .num_local_block_ids = (N + BS - 1) / BS, .remote_engine_id = llb_str_c("AP"),
+                                           .remote_request_id = pid, .num_tokens = N};
+  const struct llb_scheduler_output s3 = {.version = 1, .step = 1, .block_size = BS,
+                                          .kv_connector_metadata = {.reqs_to_recv = &recv, .num_reqs_to_recv = 1}};
+  exec_step("AQ", &s3, &a, &out);
+  exec_until("AQ", q.id, ENDED_RECVING);
+  exec_until("AP", p.id, ENDED_SENDING);
+  q.tokens[N] = p.tokens[N];
+  q.num_tokens = N + 1;
+  const struct llb_new_request_data nq = {.req_id = llb_str_c(q.id), .prompt_token_ids = q.tokens,
+                                          .num_prompt_token_ids = N, .output_token_ids = q.tokens + N,
+                                          .num_output_token_ids = 1, .sampling_params = &q.params,
+                                          .block_ids = q.blocks, .num_block_ids = q.num_blocks,
+                                          .num_computed_tokens = N};
+  const struct llb_scheduled_tokens sq = {.req_id = llb_str_c(q.id), .num_tokens = 1};
+  const struct llb_scheduler_output s4 = {.version = 1, .step = 2, .block_size = BS, .scheduled_new_reqs = &nq,
+                                          .num_scheduled_new_reqs = 1, .num_scheduled_tokens = &sq,
+                                          .num_scheduled_reqs = 1, .total_num_scheduled_tokens = 1};
+  exec_step("AQ", &s4, &a, &out);
+  assert_int_equal(out.num_sampled_token_ids, 1);
+  assert_int_equal(out.sampled_token_ids[0], alone.tokens[N + 1]);
+  /* a worker without --kv-transfer: the export ends and the receive fails at once */
+  const struct llb_scheduler_output s5 = {.version = 1, .step = 1, .block_size = BS,
+                                          .kv_connector_metadata = {.reqs_to_recv = &recv, .num_reqs_to_recv = 1,
+                                                                    .reqs_to_send = &send, .num_reqs_to_send = 1}};
+  exec_step("AN", &s5, &a, &out);
+  assert_true(has(out.kv_connector_output.finished_sending, out.kv_connector_output.num_finished_sending, p.id));
+  assert_true(has(out.kv_connector_output.failed_recving, out.kv_connector_output.num_failed_recving, q.id));
+  llb_arena_destroy(&a);
+  gpu_worker_actor_stop(wp);
+  gpu_worker_actor_stop(wq);
+  gpu_worker_actor_stop(wn);
+  assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(bus_q, 2000), LLB_STATUS_OK);
+  /* the actors are destroyed with the buses (teardown): a handler may still hold them until then */
+  workers[0] = wp;
+  workers[1] = wq;
+  workers[2] = wn;
+}
+
+int main(void) {
+  if (!nats_test_server_bin()) {
+    fprintf(stderr, "skipped: no nats-server binary\n");
+    return 77;
+  }
+  llb_log_set_level(LLB_LOG_LEVEL_ERROR);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_decode_from_fetched_blocks_equals_the_request_run_alone),
+      cmocka_unit_test(test_partial_fetch_onto_a_prefix_q_holds_equals_the_request_run_alone),
+      cmocka_unit_test(test_a_flipped_byte_in_transit_fails_the_receive_and_recompute_gives_the_same_tokens),
+      cmocka_unit_test(test_a_lost_reply_is_fetched_again_and_the_transfer_completes),
+      cmocka_unit_test(test_replies_that_never_come_fail_the_receive),
+      cmocka_unit_test(test_only_listed_blocks_are_served_and_an_expired_export_says_so),
+      cmocka_unit_test(test_a_receive_of_an_expired_export_fails),
+      cmocka_unit_test(test_every_cpu_kv_dtype_arrives_bit_exactly),
+      cmocka_unit_test(test_a_mismatched_geometry_fails_the_receive),
+      cmocka_unit_test(test_sim_workers_move_bytes_of_the_real_size),
+      cmocka_unit_test(test_a_receive_cancelled_by_finished_req_ids_is_reported_failed),
+      cmocka_unit_test(test_workers_report_the_transfer_in_their_model_runner_outputs),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,128 @@
+/* The KV connector's export registry (actors/gpu_worker/kv_export.h, issue 36): only listed blocks
+ * are read, in range; limits refuse (and report, so the blocks are freed); a duplicate id keeps
+ * the first export; an export ends once every block was read or at its expiry, reported once;
+ * late fetches get Unknown or Expired, unseen ids NotReady. A fake cache: block b reads as bytes
+ * of value b. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "actors/gpu_worker/kv_export.h"
+
+enum { BLOCK_BYTES = 8, CACHE_BLOCKS = 16 };
+
+static int reads;
+
+static llb_status read_fake(void *user, int32_t block_id, uint8_t *dst) {
+  (void)user;
+  reads++;
+  memset(dst, block_id, BLOCK_BYTES);
+  return LLB_STATUS_OK;
+}
+
+static struct kv_export_registry *make(int32_t max_reqs, int64_t max_blocks) {
+  const struct kv_export_limits lim = {.num_cache_blocks = CACHE_BLOCKS, .max_reqs = max_reqs, .max_blocks = max_blocks};
+  struct kv_export_registry *r = NULL;
+  assert_int_equal(kv_export_create(&lim, &r), LLB_STATUS_OK);
+  return r;
+}
+
+static llb_status add(struct kv_export_registry *r, const char *id, const int32_t *blocks, int32_t n, float s,
+                      int64_t now) {
+  const struct llb_kv_send_request q = {.req_id = llb_str_c(id), .block_ids = blocks, .num_block_ids = n,
+                                        .num_tokens = n * 4, .expires_in_s = s};
+  return kv_export_add(r, &q, now);
+}
+
+static enum llb_kv_transfer_status fetch(struct kv_export_registry *r, const char *id, int32_t first, int32_t n,
+                                         int64_t now, uint8_t *dst) {
+  int32_t tokens = -1;
+  char why[256] = "";
+  enum llb_kv_transfer_status s =
+      kv_export_fetch(r, id, first, n, now, read_fake, NULL, dst, BLOCK_BYTES, &tokens, why, sizeof why);
+  if (s != LLB_KV_TRANSFER_OK) assert_true(why[0] != '\0'); /* every refusal says why */
+  return s;
+}
+
+static bool ended_is(struct kv_export_registry *r, const char *id) {
+  const char *const *ids;
+  const int32_t n = kv_export_take_ended(r, &ids);
+  return n == 1 && strcmp(ids[0], id) == 0;
+}
+
+static void test_only_the_listed_blocks_in_range_are_read(void **state) {
+  (void)state;
+  struct kv_export_registry *r = make(8, 64);
+  const int32_t blocks[3] = {9, 2, 14};
+  assert_int_equal(add(r, "a", blocks, 3, 10.0f, 0), LLB_STATUS_OK);
+  uint8_t buf[3 * BLOCK_BYTES];
+  reads = 0;
+  assert_int_equal(fetch(r, "b", 0, 1, 0, buf), LLB_KV_TRANSFER_NOT_READY);
+  assert_int_equal(fetch(r, "a", 2, 2, 0, buf), LLB_KV_TRANSFER_OUT_OF_RANGE);
+  assert_int_equal(fetch(r, "a", -1, 1, 0, buf), LLB_KV_TRANSFER_OUT_OF_RANGE);
+  assert_int_equal(reads, 0);
+  assert_int_equal(fetch(r, "a", 1, 2, 0, buf), LLB_KV_TRANSFER_OK);
+  assert_int_equal(buf[0], 2); /* export block 1 is cache block 2 */
+  assert_int_equal(buf[BLOCK_BYTES], 14);
+  assert_int_equal(kv_export_take_ended(r, &(const char *const *){0}), 0); /* block 0 not read yet */
+  assert_int_equal(fetch(r, "a", 1, 1, 0, buf), LLB_KV_TRANSFER_OK); /* a re-read (lost reply) is fine */
+  assert_int_equal(fetch(r, "a", 0, 1, 0, buf), LLB_KV_TRANSFER_OK);
+  assert_true(ended_is(r, "a"));
+  assert_int_equal(kv_export_take_ended(r, &(const char *const *){0}), 0); /* reported once */
+  assert_int_equal(fetch(r, "a", 0, 1, 0, buf), LLB_KV_TRANSFER_UNKNOWN);
+  kv_export_destroy(r);
+}
+
+static void test_limits_refuse_and_report_a_duplicate_keeps_the_first(void **state) {
+  (void)state;
+  struct kv_export_registry *r = make(2, 4);
+  const int32_t b3[3] = {0, 1, 2}, b2[2] = {3, 4}, b1[1] = {5}, bad[1] = {CACHE_BLOCKS};
+  assert_int_equal(add(r, "a", b3, 3, 10.0f, 0), LLB_STATUS_OK);
+  assert_int_equal(add(r, "b", b2, 2, 10.0f, 0), LLB_STATUS_QUEUE_FULL); /* 5 blocks > 4 */
+  assert_true(ended_is(r, "b"));
+  assert_int_equal(add(r, "a", b1, 1, 10.0f, 0), LLB_STATUS_INVALID_ARGUMENT); /* duplicate: not reported */
+  assert_int_equal(kv_export_take_ended(r, &(const char *const *){0}), 0);
+  assert_int_equal(add(r, "c", bad, 1, 10.0f, 0), LLB_STATUS_INVALID_ARGUMENT); /* outside the cache */
+  assert_true(ended_is(r, "c"));
+  assert_int_equal(add(r, "d", b1, 1, 10.0f, 0), LLB_STATUS_OK);
+  assert_int_equal(add(r, "e", b1, 1, 10.0f, 0), LLB_STATUS_QUEUE_FULL); /* 3 exports > 2 */
+  assert_true(ended_is(r, "e"));
+  int32_t n;
+  int64_t blocks;
+  kv_export_counts(r, &n, &blocks);
+  assert_int_equal(n, 2);
+  assert_int_equal(blocks, 4);
+  kv_export_destroy(r);
+}
+
+static void test_an_export_expires_once_and_late_fetches_say_expired(void **state) {
+  (void)state;
+  struct kv_export_registry *r = make(8, 64);
+  const int32_t blocks[2] = {1, 2};
+  assert_int_equal(add(r, "x", blocks, 2, 0.5f, 1000), LLB_STATUS_OK);
+  uint8_t buf[BLOCK_BYTES];
+  assert_int_equal(kv_export_expire(r, 1000 + 400000000), 0);
+  assert_int_equal(fetch(r, "x", 0, 1, 1000 + 400000000, buf), LLB_KV_TRANSFER_OK);
+  assert_int_equal(kv_export_expire(r, 1000 + 500000000), 1);
+  assert_true(ended_is(r, "x"));
+  reads = 0;
+  assert_int_equal(fetch(r, "x", 1, 1, 1000 + 600000000, buf), LLB_KV_TRANSFER_EXPIRED);
+  assert_int_equal(reads, 0);
+  const struct llb_kv_send_request nan_expiry = {.req_id = llb_str_c("y"), .block_ids = blocks, .num_block_ids = 2,
+                                                 .num_tokens = 8, .expires_in_s = __builtin_nanf("")};
+  assert_int_equal(kv_export_add(r, &nan_expiry, 0), LLB_STATUS_INVALID_ARGUMENT);
+  kv_export_destroy(r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_only_the_listed_blocks_in_range_are_read),
+      cmocka_unit_test(test_limits_refuse_and_report_a_duplicate_keeps_the_first),
+      cmocka_unit_test(test_an_export_expires_once_and_late_fetches_say_expired),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
