@@ -44,6 +44,7 @@ struct worker_main {
   struct lora_modules loras;       /* parsed */
   int32_t max_lora_rank;
   const char *lora_dir;            /* --lora-dir */
+  bool kv_transfer;                /* the KV connector (actors/gpu_worker/kv_transfer.h) */
   struct gpu_worker_actor *actor;
 };
 
@@ -116,7 +117,7 @@ static llb_status worker_main_start(struct actor_main *am, void *user) {
       .packed_cache_dir = m->packed_cache_dir, .spec = m->spec, .mmproj_path = m->mmproj,
       .max_model_len = m->max_model_len, .sim_cost = m->has_sim_cost ? &m->sim_cost : NULL,
       .step_log_path = m->step_log, .lora_modules = &m->loras, .max_lora_rank = m->max_lora_rank,
-      .lora_dir = m->lora_dir};
+      .lora_dir = m->lora_dir, .kv_transfer = m->kv_transfer};
   llb_status st = gpu_worker_actor_create(&o, &m->actor);
   if (st) return st;
   if (am->metrics && (st = gpu_worker_actor_register_metrics(m->actor, am->metrics))) return st;
@@ -152,6 +153,10 @@ int main(int argc, char **argv) {
                           .sim_cost_path = "", .step_log = "", .gpu_memory_utilization = 0.9,
                           .kv_cache_dtype = "auto", .max_lora_rank = 16};
   const struct flag flags[] = {
+      {.name = "kv-transfer", .kind = FLAG_KIND_BOOL, .target = &m.kv_transfer,
+       .help = "disaggregated prefill/decode: export handed-off requests' KV blocks on "
+               "<prefix>.engine.<eid>.kv_fetch and fetch hand-offs' blocks from their prefill engine's worker "
+               "(CPU and sim runners; the scheduler's --kv-transfer says which)"},
       {.name = "num-blocks", .kind = FLAG_KIND_INT32, .target = &m.num_blocks,
        .help = "KV cache blocks (same as kv_manager and scheduler)"},
       {.name = "block-size", .kind = FLAG_KIND_INT32, .target = &m.block_size,

@@ -174,6 +174,10 @@ int main(int argc, char **argv) {
        .help = "prefill | decode | both (default): what this engine serves, announced in its SchedulerStats; "
                "routers send disaggregated requests' prompts to prefill engines and hand them to decode "
                "engines after the first token (docs/scaling.md)"},
+      {.name = "kv-transfer", .kind = FLAG_KIND_BOOL, .target = &c->kv_transfer,
+       .help = "disaggregated prefill/decode: a handed-off request's KV blocks are exported to its decode engine "
+               "and a hand-off's KV is fetched from its prefill engine (the worker moves them: its --kv-transfer) "
+               "instead of computed again"},
       {.name = "log-stats-interval-ms", .kind = FLAG_KIND_INT64, .target = &m.cfg.log_stats_interval_ms,
        .help = "one event=engine_stats log line (throughput, running, waiting, KV usage, prefix hit rate) "
                "this often; 0 = none"},

@@ -32,6 +32,8 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
 #define STALL_WAIT_MS 50
+#define KV_POLL_MS 2 /* KV transfers under way and nothing else to run: ask the worker this often */
+#define KV_POLL_NS (KV_POLL_MS * 1000000LL)
 
 /* The actor's own state: the step loop's (the scheduler, this step's plain structs and their
  * wire buffers, failure handling) and the modules it drives, each with its own state. */
@@ -82,6 +84,7 @@ struct scheduler_actor {
    * failure), and the request it blamed ("" none); sched_step_failed isolates it */
   bool worker_error;
   char worker_blamed[256];
+  int64_t last_kv_poll_ns;         /* the last step sent (it polls the worker's KV transfers) */
 
   atomic_uint_fast64_t c_steps, c_requests, c_rejected, c_kv_fail, c_exec_fail, c_enc_fail, c_resyncs,
       c_history_resumed;
@@ -134,7 +137,10 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
           .mm_features = m->mm, .num_mm_features = m->num_mm,
           .structured_outputs = m->structured_outputs, .pooling_params = m->pooling_params,
           .resume_output_ids = m->resume_ids, .num_resume_output_ids = m->num_resume,
-          .lora_name = m->lora_name, .lora_int_id = m->lora_int_id, .user = m};
+          .lora_name = m->lora_name, .lora_int_id = m->lora_int_id, .user = m,
+          /* a hand-off: its KV is fetched from the prefill engine (with --kv-transfer) */
+          .kv_remote_engine_id = m->prefill_engine_id, .kv_remote_request_id = m->remote_request_id,
+          .kv_remote_num_tokens = m->prefill_engine_id ? m->remote_num_tokens : 0};
       st = sched_add_request(a->sched, &nr); /* on error m stays ours: refused below */
     }
     if (st == LLB_STATUS_OK) {
@@ -385,8 +391,9 @@ enum plan_result {
  * the ids the worker must drop for the next SchedulerOutput; a failure forgets every step in
  * flight (their replies are dropped by step number). *did: a round trip was made. */
 static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
-  const int64_t plan_ns = llb_wall_ns();
+  const int64_t plan_ns = llb_wall_ns(), now_ns = llb_now_ns();
   int64_t kv_ns[2] = {0, 0};
+  sched_kv_tick(a->sched, now_ns - a->last_kv_poll_ns >= KV_POLL_NS, (double)now_ns / 1e9);
   llb_status st = sched_schedule(a->sched, &a->out, &a->kv);
   if (st) {
     exec_channel_forget(a->exec);
@@ -422,10 +429,11 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
       return PLAN_FAILED;
     }
   }
-  if (a->out.total_num_scheduled_tokens == 0) {
+  if (a->out.total_num_scheduled_tokens == 0 && !sched_output_has_kv(&a->out)) {
     carry_all(a);
     return PLAN_EMPTY;
   }
+  a->last_kv_poll_ns = llb_now_ns(); /* every step's output reports the transfers that ended */
   step_trace_planned(a->trace, a->sched, &a->out, plan_ns, kv_ns[0], kv_ns[1]);
   return PLAN_READY;
 }
@@ -574,6 +582,9 @@ static void *step_thread(void *arg) {
     else if (!busy && !last_active) wait_ms = a->cfg.stats_idle_interval_ms;
     else if (busy && !last_active) wait_ms = STALL_WAIT_MS;
     if (exec_channel_num_pending(a->exec) > 0 && a->backoff_ms == 0) wait_ms = -1; /* a reply is due */
+    if (sched_kv_pending(a->sched) && a->backoff_ms == 0 && (wait_ms < 0 || wait_ms > KV_POLL_MS) &&
+        exec_channel_num_pending(a->exec) == 0)
+      wait_ms = KV_POLL_MS; /* transfers under way: the next poll */
     if (wait_ms > 0) {
       int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
       int64_t stats_in = (busy ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms) - since_stats;
@@ -589,7 +600,8 @@ static void *step_thread(void *arg) {
       peer_failed(a, LLB_ERRF(LLB_STATUS_ABORTED, "%s", peer_what));
     bool stepped = false, did = false;
     bool async = a->cfg.sched.async_scheduling;
-    if (sched_num_unfinished(a->sched) > 0 || last_active || exec_channel_num_pending(a->exec) > 0) {
+    if (sched_num_unfinished(a->sched) > 0 || last_active || exec_channel_num_pending(a->exec) > 0 ||
+        sched_kv_pending(a->sched)) {
       did = async ? run_step_async(a) : run_step(a);
       stepped = true;
     }

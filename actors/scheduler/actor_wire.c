@@ -36,6 +36,9 @@ void sched_wire_free(struct sched_wire *w) {
   free(w->enc_inputs);
   free(w->free_mm);
   free(w->enc_ops);
+  free(w->kv_recvs);
+  free(w->kv_sends);
+  free(w->mo_kv_ids);
   memset(w, 0, sizeof(*w));
 }
 
@@ -143,6 +146,30 @@ llb_status sched_wire_encoder_step(struct sched_wire *w, const struct encoder_st
   return LLB_STATUS_OK;
 }
 
+/* The step's KV transfers (sched_output.kv_recvs / kv_sends) as KVConnectorMetadata. */
+static llb_status wire_kv(struct sched_wire *w, const struct sched_output *o, struct llb_kv_connector_metadata *m) {
+  llb_status st = GROW(w, kv_recvs, cap_kv_recvs, o->num_kv_recvs);
+  if (!st) st = GROW(w, kv_sends, cap_kv_sends, o->num_kv_sends);
+  if (st) return st;
+  for (int32_t i = 0; i < o->num_kv_recvs; i++) {
+    const struct sched_kv_recv *r = &o->kv_recvs[i];
+    w->kv_recvs[i] = (struct llb_kv_recv_request){
+        .req_id = llb_str_c(r->req_id), .local_block_ids = r->local_block_ids,
+        .num_local_block_ids = r->num_local_block_ids, .remote_engine_id = llb_str_c(r->remote_engine_id),
+        .remote_request_id = llb_str_c(r->remote_request_id), .remote_first_block = r->remote_first_block,
+        .num_tokens = r->num_tokens};
+  }
+  for (int32_t i = 0; i < o->num_kv_sends; i++) {
+    const struct sched_kv_send *r = &o->kv_sends[i];
+    w->kv_sends[i] = (struct llb_kv_send_request){.req_id = llb_str_c(r->req_id), .block_ids = r->block_ids,
+                                                  .num_block_ids = r->num_block_ids, .num_tokens = r->num_tokens,
+                                                  .expires_in_s = r->expires_in_s};
+  }
+  *m = (struct llb_kv_connector_metadata){.reqs_to_recv = w->kv_recvs, .num_reqs_to_recv = o->num_kv_recvs,
+                                          .reqs_to_send = w->kv_sends, .num_reqs_to_send = o->num_kv_sends};
+  return LLB_STATUS_OK;
+}
+
 llb_status sched_wire_scheduler_output(struct sched_wire *w, const struct sched_output *o,
                                        const struct sched_str_list *carry_finished,
                                        const struct sched_str_list *carry_preempted,
@@ -212,6 +239,7 @@ llb_status sched_wire_scheduler_output(struct sched_wire *w, const struct sched_
   if (!st) st = strs(&w->free_mm, &w->cap_free_mm, carry_free_mm, &o->free_encoder_mm_hashes,
                      &out->num_free_encoder_mm_hashes);
   if (!st) st = wire_mm_parts(w, o, out);
+  if (!st) st = wire_kv(w, o, &out->kv_connector_metadata);
   out->finished_req_ids = w->finished;
   out->preempted_req_ids = w->preempted;
   out->free_encoder_mm_hashes = w->free_mm;
@@ -220,14 +248,26 @@ llb_status sched_wire_scheduler_output(struct sched_wire *w, const struct sched_
 
 llb_status sched_wire_model_output(struct sched_wire *w, const struct llb_model_runner_output *in,
                                    struct sched_model_output *out) {
+  const struct llb_kv_connector_output *k = &in->kv_connector_output;
+  const int64_t nk = (int64_t)k->num_finished_sending + k->num_finished_recving + k->num_failed_recving;
   llb_status st = GROW(w, mo_req_ids, cap_mo_req_ids, in->num_reqs);
+  if (!st) st = GROW(w, mo_kv_ids, cap_mo_kv_ids, nk);
   if (st) return st;
   for (int32_t i = 0; i < in->num_reqs; i++) w->mo_req_ids[i] = in->req_ids[i].data;
+  const struct llb_str *lists[3] = {k->finished_sending, k->finished_recving, k->failed_recving};
+  const int32_t counts[3] = {k->num_finished_sending, k->num_finished_recving, k->num_failed_recving};
+  int64_t off = 0;
+  for (int l = 0; l < 3; l++)
+    for (int32_t i = 0; i < counts[l]; i++) w->mo_kv_ids[off++] = lists[l][i].data;
   *out = (struct sched_model_output){.step = in->step, .num_reqs = in->num_reqs,
                                      .req_ids = w->mo_req_ids, .num_sampled = in->num_sampled,
                                      .sampled_token_ids = in->sampled_token_ids,
                                      .num_pooled = in->num_pooled, .pooler_output = in->pooler_output,
                                      .num_spec_tokens = in->num_spec_tokens,
-                                     .spec_token_ids = in->spec_token_ids};
+                                     .spec_token_ids = in->spec_token_ids,
+                                     .finished_sending = w->mo_kv_ids, .num_finished_sending = counts[0],
+                                     .finished_recving = w->mo_kv_ids + counts[0], .num_finished_recving = counts[1],
+                                     .failed_recving = w->mo_kv_ids + counts[0] + counts[1],
+                                     .num_failed_recving = counts[2]};
   return LLB_STATUS_OK;
 }

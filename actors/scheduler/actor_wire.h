@@ -46,6 +46,12 @@ struct sched_wire {
   int64_t cap_free_mm;
   struct llb_encoder_op *enc_ops;           /* [cap_enc_ops] */
   int64_t cap_enc_ops;
+  struct llb_kv_recv_request *kv_recvs;     /* [cap_kv_recvs] */
+  int64_t cap_kv_recvs;
+  struct llb_kv_send_request *kv_sends;     /* [cap_kv_sends] */
+  int64_t cap_kv_sends;
+  const char **mo_kv_ids;                   /* [cap_mo_kv_ids]: the KVConnectorOutput's three lists */
+  int64_t cap_mo_kv_ids;
 };
 
 /* Grows *arr (elements of `elem` bytes) to hold `need`; amortized doubling. OUT_OF_MEMORY. */

@@ -8,6 +8,7 @@
 struct sched_engine_metrics {
   struct llb_series *running, *waiting, *kv_usage, *queries, *hits, *preemptions, *iteration_tokens;
   struct llb_series *spec_drafts, *spec_draft_tokens, *spec_accepted; /* speculative decoding */
+  struct llb_series *kv_recv_tokens, *kv_recv_failures, *kv_exports;  /* disaggregated prefill/decode */
   int64_t log_interval_ns;
   bool have_prev;
   uint64_t prev_tokens; /* prompt + generation at the previous update */
@@ -46,8 +47,17 @@ llb_status sched_engine_metrics_create(struct llb_metrics *r, int64_t log_interv
                                                    "Number of draft tokens.", 0, NULL));
     m->spec_accepted = one(llb_metrics_counter(r, "llmbus:spec_decode_num_accepted_tokens_total",
                                                "Number of accepted tokens.", 0, NULL));
+    m->kv_recv_tokens = one(llb_metrics_counter(r, "llmbus:kv_transfer_received_tokens_total",
+                                                "Tokens whose KV a decode engine fetched from a prefill engine instead of "
+                                                "computing it.", 0, NULL));
+    m->kv_recv_failures = one(llb_metrics_counter(r, "llmbus:kv_transfer_failed_requests_total",
+                                                  "KV fetches that failed (the request was recomputed).", 0, NULL));
+    m->kv_exports = one(llb_metrics_counter(r, "llmbus:kv_transfer_exported_requests_total",
+                                            "Requests whose KV blocks a prefill engine exported to a decode engine.", 0,
+                                            NULL));
     if (!m->running || !m->waiting || !m->kv_usage || !m->queries || !m->hits || !m->preemptions ||
-        !m->iteration_tokens || !m->spec_drafts || !m->spec_draft_tokens || !m->spec_accepted) {
+        !m->iteration_tokens || !m->spec_drafts || !m->spec_draft_tokens || !m->spec_accepted || !m->kv_recv_tokens ||
+        !m->kv_recv_failures || !m->kv_exports) {
       free(m);
       return LLB_UPDATE_ERR_STACK(LLB_STATUS_INTERNAL);
     }
@@ -98,6 +108,9 @@ bool sched_engine_metrics_update(struct sched_engine_metrics *m, const struct sc
   llb_series_set(m->spec_drafts, (double)s->spec_num_drafts);
   llb_series_set(m->spec_draft_tokens, (double)s->spec_num_draft_tokens);
   llb_series_set(m->spec_accepted, (double)s->spec_num_accepted_tokens);
+  llb_series_set(m->kv_recv_tokens, (double)s->kv_recv_tokens);
+  llb_series_set(m->kv_recv_failures, (double)s->kv_recv_failures);
+  llb_series_set(m->kv_exports, (double)s->kv_sends);
   if (!m->have_prev) { /* the first snapshot starts the first interval */
     m->have_prev = true;
     m->log_ns = now_ns;

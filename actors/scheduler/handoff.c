@@ -88,9 +88,7 @@ void handoff_destroy(struct handoff *h) {
  * prefill engine was given, the outputs so far, and where its KV blocks are. */
 static llb_status encode_handoff(struct handoff *h, const struct sched_request *r, const struct req_meta *m) {
   const int32_t num_outputs = sched_request_num_output_tokens(r);
-  /* the KV written for sure: every position before the last sampled token (a step computing that
-   * one may still be in flight, asynchronous scheduling) */
-  const int32_t num_tokens = r->num_computed_tokens < r->num_tokens - 1 ? r->num_computed_tokens : r->num_tokens - 1;
+  const int32_t num_tokens = sched_request_kv_export_tokens(r); /* what sched_hand_off exports */
   struct llb_engine_core_request q = {
       .version = 1, .request_id = llb_str_c(m->id), .external_id = llb_str_c(m->external_id),
       .prompt_token_ids = r->token_ids, .num_prompt_token_ids = r->num_prompt_tokens,

@@ -11,10 +11,12 @@
 void sched_commit_step(struct scheduler *s) {
   if (!s->planned) return;
   s->planned = false;
+  const bool kv = s->planned_kv; /* a step of KV transfers or a poll goes out without tokens */
+  s->planned_kv = false;
   if (s->num_scheduled == 0 || s->total_scheduled == 0) {
     for (int32_t i = 0; i < s->num_scheduled; i++) s->scheduled[i]->num_scheduled_tokens = 0;
     s->num_scheduled = s->total_scheduled = 0;
-    return;
+    if (!kv) return;
   }
   struct sched_step_record *rec = &s->inflight[(s->inflight_head + s->num_inflight) % 2];
   rec->step = s->step;
@@ -62,7 +64,7 @@ void sched_drop_inflight_steps(struct scheduler *s) {
 }
 
 int32_t sched_num_steps_in_flight(const struct scheduler *s) {
-  return s->num_inflight + (s->planned && s->total_scheduled > 0 ? 1 : 0);
+  return s->num_inflight + (s->planned && (s->total_scheduled > 0 || s->planned_kv) ? 1 : 0);
 }
 
 bool sched_suspect_in_flight(const struct scheduler *s) {

@@ -46,6 +46,8 @@ void sched_output_free(struct sched_output *o) {
   sched_str_list_free(&o->preempted_req_ids);
   free(o->encoder_inputs);
   sched_str_list_free(&o->free_encoder_mm_hashes);
+  free(o->kv_recvs);
+  free(o->kv_sends);
   memset(o, 0, sizeof(*o));
 }
 

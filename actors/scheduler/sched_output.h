@@ -77,6 +77,26 @@ struct sched_encoder_input {
   const struct sched_mm_feature *mm_features; /* the request's [num_mm_features] (with data) */
 };
 
+/* KV transfer of disaggregated prefill/decode (vLLM v1 KVConnectorMetadata; schemas/
+ * scheduler_output.h llb_kv_recv_request / llb_kv_send_request). Pointers into the requests:
+ * valid until the next sched_schedule. */
+struct sched_kv_recv {
+  const char *req_id;
+  const int32_t *local_block_ids;        /* [num_local_block_ids] blocks to fill, in order */
+  int32_t num_local_block_ids;
+  const char *remote_engine_id, *remote_request_id;
+  int32_t remote_first_block;            /* the remote block local_block_ids[0] receives */
+  int32_t num_tokens;                    /* tokens whose KV moves, from the request's start */
+};
+
+struct sched_kv_send {
+  const char *req_id;
+  const int32_t *block_ids;              /* [num_block_ids] the blocks holding the KV, in order */
+  int32_t num_block_ids;
+  int32_t num_tokens;
+  float expires_in_s;
+};
+
 struct sched_output {
   uint64_t step;
   int32_t block_size;
@@ -90,7 +110,19 @@ struct sched_output {
   int32_t num_encoder_inputs, cap_encoder_inputs;
   struct sched_encoder_input *encoder_inputs; /* [num_encoder_inputs] (sched_schedule_encoder) */
   struct sched_str_list free_encoder_mm_hashes; /* evicted: the worker drops their outputs */
+  struct sched_kv_recv *kv_recvs;        /* [num_kv_recvs] receives starting with this step */
+  int32_t num_kv_recvs, cap_kv_recvs;
+  struct sched_kv_send *kv_sends;        /* [num_kv_sends] exports starting with this step */
+  int32_t num_kv_sends, cap_kv_sends;
+  bool kv_poll;                          /* no tokens and no transfer to start, but transfers are
+                                            under way: send it anyway, its output says which ended */
 };
+
+/* Whether `o` must go to the worker although it has no tokens (transfers to start or to ask
+ * about). */
+static inline bool sched_output_has_kv(const struct sched_output *o) {
+  return o->num_kv_recvs > 0 || o->num_kv_sends > 0 || o->kv_poll;
+}
 
 void sched_output_init(struct sched_output *o);
 void sched_output_free(struct sched_output *o); /* accepts NULL */
@@ -106,6 +138,13 @@ struct sched_model_output {
   const float *pooler_output;            /* flattened, sum(num_pooled) */
   const int32_t *num_spec_tokens;        /* [num_reqs] the worker's drafts for the next step; NULL = none */
   const int32_t *spec_token_ids;         /* flattened, sum(num_spec_tokens) */
+  /* vLLM KVConnectorOutput: transfers that ended since the worker's previous output */
+  const char *const *finished_sending;   /* [num_finished_sending] exports done: free their blocks */
+  int32_t num_finished_sending;
+  const char *const *finished_recving;   /* [num_finished_recving] every block received */
+  int32_t num_finished_recving;
+  const char *const *failed_recving;     /* [num_failed_recving] recompute them here */
+  int32_t num_failed_recving;
 };
 
 /* EngineCoreOutput, one entry; strings and tokens live in the owning sched_engine_outputs. */

@@ -113,6 +113,14 @@ llb_status sched_new_request_validate(const struct sched_new_request *nr, int32_
     if (!id_ok(nr->resume_output_ids[t], vocab_size))
       return BAD("request %s: resumed output %d = %d outside the vocabulary [0, %d)", id, t,
                  nr->resume_output_ids[t], vocab_size);
+  if (nr->kv_remote_num_tokens < 0 ||
+      (nr->kv_remote_num_tokens > 0 && (!nr->kv_remote_engine_id || !nr->kv_remote_engine_id[0] ||
+                                        !nr->kv_remote_request_id || !nr->kv_remote_request_id[0] ||
+                                        strlen(nr->kv_remote_engine_id) > 64 || strlen(nr->kv_remote_request_id) > 255 ||
+                                        nr->kv_remote_num_tokens >= nr->num_prompt_tokens + nr->num_resume_output_ids ||
+                                        nr->num_mm_features > 0 || pp->pooling_type != LLB_POOLING_NONE)))
+    return BAD("request %s: kv_transfer_params (%d remote tokens of %d; engine and request ids; text only)", id,
+               nr->kv_remote_num_tokens, nr->num_prompt_tokens + nr->num_resume_output_ids);
   if ((nr->lora_name && nr->lora_name[0]) != (nr->lora_int_id != 0) || nr->lora_int_id < 0)
     return BAD("request %s: lora_request (an adapter name with an id >= 1, or neither)", id);
   if (nr->num_mm_features < 0 || (nr->num_mm_features > 0 && !nr->mm_features))
@@ -220,6 +228,16 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
     r->lora_int_id = nr->lora_int_id;
     r->lora_name_hash = llb_hash_bytes(hash_key, nr->lora_name, strlen(nr->lora_name));
   }
+  if (nr->kv_remote_num_tokens > 0 && nr->kv_remote_engine_id && nr->kv_remote_request_id) {
+    /* at least the last known token is computed here: it samples the next one */
+    r->kv_remote_num_tokens = nr->kv_remote_num_tokens < r->num_tokens - 1 ? nr->kv_remote_num_tokens : r->num_tokens - 1;
+    if (r->kv_remote_num_tokens > 0) {
+      r->kv_remote_engine_id = strdup(nr->kv_remote_engine_id);
+      r->kv_remote_request_id = strdup(nr->kv_remote_request_id);
+      if (!r->kv_remote_engine_id || !r->kv_remote_request_id) goto fail;
+      r->kv_recv = SCHED_KV_RECV_WANTED;
+    }
+  }
   if (nr->cache_salt && nr->cache_salt[0]) {
     r->has_cache_salt = true;
     r->cache_salt_hash = llb_hash_bytes(hash_key, nr->cache_salt, strlen(nr->cache_salt));
@@ -247,6 +265,8 @@ void sched_request_destroy(struct sched_request *r) {
   free(r->enc_input_ids);
   free(r->so_spec);
   free(r->lora_name);
+  free(r->kv_remote_engine_id);
+  free(r->kv_remote_request_id);
   free(r);
 }
 

@@ -21,6 +21,8 @@ enum sched_request_status {
   SCHED_REQUEST_STATUS_WAITING = 0,
   SCHED_REQUEST_STATUS_RUNNING,
   SCHED_REQUEST_STATUS_PREEMPTED,          /* waiting again, to be recomputed */
+  SCHED_REQUEST_STATUS_WAITING_FOR_REMOTE_KVS, /* blocks allocated, the worker fetches their KV
+                                              from the prefill engine (vLLM's status) */
   SCHED_REQUEST_STATUS_FINISHED_STOPPED,   /* EOS or a stop token */
   SCHED_REQUEST_STATUS_FINISHED_LENGTH_CAPPED,
   SCHED_REQUEST_STATUS_FINISHED_ABORTED,
@@ -38,6 +40,15 @@ enum sched_finish_reason {
   /* Internal, never on the wire: the request left this (prefill) engine for a decode engine
    * after its first token (sched_hand_off); the client's stream goes on there. */
   SCHED_FINISH_REASON_HANDED_OFF = 100,
+};
+
+/* Decode side of a KV transfer (vLLM v1 WAITING_FOR_REMOTE_KVS): NONE (computes its KV), WANTED
+ * (admitted with remote KV, blocks not allocated yet), RECVING (blocks allocated, the worker
+ * fetches; status WAITING_FOR_REMOTE_KVS until finished_recving / failed_recving). */
+enum sched_kv_recv_state {
+  SCHED_KV_RECV_NONE = 0,
+  SCHED_KV_RECV_WANTED,
+  SCHED_KV_RECV_RECVING,
 };
 
 /* A multimodal input: its embeddings replace `length` placeholder tokens from `offset`;
@@ -93,6 +104,12 @@ struct sched_new_request {
    * NULL/"" and 0 = the base model. The scheduler adds one only with sched_config.enable_lora. */
   const char *lora_name;
   int32_t lora_int_id;                  /* >= 1 with a name */
+  /* Disaggregated prefill/decode with KV transfer (sched_config.kv_transfer): a hand-off whose
+   * first kv_remote_num_tokens tokens' KV the prefill engine kv_remote_engine_id holds (under
+   * request id kv_remote_request_id): fetched instead of computed (WAITING_FOR_REMOTE_KVS); at
+   * most num_prompt_tokens + outputs - 1. NULL / 0 = none. Strings copied. */
+  const char *kv_remote_engine_id, *kv_remote_request_id;
+  int32_t kv_remote_num_tokens;
   /* The caller's own data for this request (the scheduler actor's routing and first-output
    * fields), or NULL: never read by the scheduler, which carries it as sched_request.user. */
   void *user;
@@ -146,6 +163,15 @@ struct sched_request {
   bool kv_free_pending;                 /* blocks released in the mirror, FREE op not sent yet */
   bool abort_pending;                   /* aborted while its step was in flight */
   bool zombie;                          /* finished, FREE op in the kv step in flight */
+  /* KV transfer (disaggregated prefill/decode; scheduler.c) */
+  enum sched_kv_recv_state kv_recv;           /* decode side: where its remote KV stands */
+  char *kv_remote_engine_id, *kv_remote_request_id; /* owned; NULL = not a receiver */
+  int32_t kv_remote_num_tokens;         /* tokens whose KV it receives */
+  int32_t kv_remote_first_block;        /* the remote block its first fetched block is (the ones
+                                           before hit its own prefix cache) */
+  bool kv_sending;                      /* prefill side: handed off, its blocks held for the
+                                           decode engine's fetch until finished_sending */
+  double kv_send_deadline_s;            /* released then at the latest (sched_kv_tick's clock) */
   int32_t num_output_placeholders;      /* tokens the worker samples in committed steps whose
                                            output is not back yet (async scheduling, vLLM's
                                            num_output_placeholders); 0 in synchronous use */
@@ -198,6 +224,12 @@ void sched_request_destroy(struct sched_request *r); /* accepts NULL */
 static inline int32_t sched_request_num_output_tokens(const struct sched_request *r) {
   return r->num_tokens - r->num_prompt_tokens;
 }
+/* Tokens whose KV a request handed off after step output has for sure: every position before its
+ * last sampled token (a step computing that one may still be in flight). */
+static inline int32_t sched_request_kv_export_tokens(const struct sched_request *r) {
+  return r->num_computed_tokens < r->num_tokens - 1 ? r->num_computed_tokens : r->num_tokens - 1;
+}
+
 /* A pooling request (vLLM's embed task): computes its prompt, samples nothing. */
 static inline bool sched_request_is_pooling(const struct sched_request *r) {
   return r->pooling_params.pooling_type != LLB_POOLING_NONE;

@@ -37,6 +37,7 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
   sched_engine_outputs_clear(eo, mo->step);
   s->inflight_head = (s->inflight_head + 1) % 2;
   s->num_inflight--;
+  sched_kv_apply_output(s, mo); /* transfers that ended (sched_kv.c) */
   /* Find each row's request (the worker's order may differ from ours). */
   for (int32_t k = 0; k < rec->num; k++) {
     rec->entries[k].req->sampled_offset = -2; /* "in this step, no row yet" */

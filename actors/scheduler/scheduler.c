@@ -19,7 +19,7 @@ void sched_config_init(struct sched_config *c) {
                              .max_deferred_kv_ops = 64, .max_num_waiting = 1024,
                              .encoder_cache_size = 4096, .encoder_compute_budget = 0,
                              .max_encoder_bytes_per_step = 768 * 1024, .async_scheduling = true,
-                             .max_loras = 1};
+                             .max_loras = 1, .kv_export_expires_s = 10.0f};
   llb_hash_key_generate(&c->hash_key); /* safe alone; an engine's actors get the deployment's */
 }
 
@@ -41,6 +41,10 @@ static llb_status push_ptr(void ***arr, int32_t *num, int32_t *cap, void *p, siz
 
 struct sched_request *sched_map_get(const struct scheduler *s, const char *id) {
   return llb_strmap_get(s->reqs, id);
+}
+
+llb_status sched_push_request(struct sched_request ***arr, int32_t *num, int32_t *cap, struct sched_request *r) {
+  return push_ptr((void ***)arr, num, cap, r, sizeof(r));
 }
 
 static void map_remove(struct scheduler *s, const struct sched_request *r) {
@@ -118,6 +122,7 @@ void sched_destroy(struct scheduler *s) {
   for (int32_t i = 0; i < s->num_free_pending; i++)
     if (sched_request_is_finished(s->free_pending[i])) sched_request_destroy(s->free_pending[i]);
   for (int32_t i = 0; i < s->num_zombies; i++) sched_request_destroy(s->zombies[i]);
+  sched_kv_release_senders(s);
   if (s->reqs) llb_strmap_foreach(s->reqs, destroy_live_cb, s);
   llb_strmap_destroy(s->reqs);
   free(s->running);
@@ -128,6 +133,8 @@ void sched_destroy(struct scheduler *s) {
   free(s->block_refs);
   free(s->step_loras);
   free(s->lora_skipped);
+  free(s->kv_senders);
+  free(s->kv_new_sends);
   free(s->inflight[0].entries);
   free(s->inflight[1].entries);
   sched_queue_free(&s->waiting);
@@ -201,7 +208,7 @@ static int32_t cacheable_blocks(const struct scheduler *s, const struct sched_re
 
 /* Releases r's blocks in the mirror; the FREE op (with the CACHE of its computed blocks
  * before it) is deferred to the next kv step. */
-static llb_status release_blocks(struct scheduler *s, struct sched_request *r) {
+llb_status sched_release_blocks(struct scheduler *s, struct sched_request *r) {
   for (int32_t i = 0; i < r->num_block_ids; i++)
     if (--s->block_refs[r->block_ids[i]] == 0) s->num_free++;
   if (r->num_block_ids > 0 && !r->kv_free_pending) {
@@ -279,14 +286,16 @@ static llb_status encoder_release(struct scheduler *s, struct sched_request *r) 
 static llb_status preempt(struct scheduler *s, struct sched_request *r) {
   sched_remove_scheduled(s, r);
   remove_running(s, r);
-  llb_status st = release_blocks(s, r);
+  const bool recving = r->kv_recv == SCHED_KV_RECV_RECVING; /* its fetch is cancelled below */
+  sched_kv_recv_dropped(s, r);
+  llb_status st = sched_release_blocks(s, r);
   r->num_computed_tokens = 0;
   r->num_spec_tokens = 0; /* drafts follow the worker's state, which it drops */
   r->status = SCHED_REQUEST_STATUS_PREEMPTED;
   r->num_preemptions++;
   llb_status ste = encoder_release(s, r);
   s->stats.num_preemptions++;
-  if (r->on_worker && !st) st = sched_str_list_add(&s->preempted_ids, r->request_id);
+  if ((r->on_worker || recving) && !st) st = sched_str_list_add(&s->preempted_ids, r->request_id);
   r->on_worker = false;
   llb_status st2 = sched_queue_push_front(&s->waiting, r);
   return st ? st : st2 ? st2 : ste;
@@ -511,7 +520,9 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   /* Running requests first (decodes and unfinished prefills). */
   for (int32_t i = 0; i < s->num_running && budget > 0 && !st;) {
     struct sched_request *r = s->running[i];
-    int32_t n = r->abort_pending || length_reached_in_flight(s, r) ? 0 : tokens_to_schedule(s, r, budget);
+    int32_t n = r->abort_pending || length_reached_in_flight(s, r) || r->kv_recv == SCHED_KV_RECV_RECVING
+                    ? 0
+                    : tokens_to_schedule(s, r, budget);
     if (n <= 0) {
       i++;
       continue;
@@ -558,8 +569,12 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
       if (st) (void)sched_queue_push_front(&s->waiting, r);
       continue;
     }
-    int32_t n = tokens_to_schedule(s, r, budget);
-    if ((!s->cfg.enable_chunked_prefill && n < r->num_tokens - r->num_computed_tokens) || !plan_blocks(s, r, n)) {
+    /* a hand-off whose KV comes from its prefill engine: blocks for that KV now (a prefix hit
+     * shortens the fetch), no compute and no budget: it waits for the transfer (sched_kv.c) */
+    const bool wants_kv = r->kv_recv == SCHED_KV_RECV_WANTED && s->cfg.kv_transfer;
+    int32_t n = wants_kv ? r->kv_remote_num_tokens : tokens_to_schedule(s, r, budget);
+    if ((!wants_kv && !s->cfg.enable_chunked_prefill && n < r->num_tokens - r->num_computed_tokens) ||
+        !plan_blocks(s, r, n)) {
       s->num_step_loras = num_loras; /* r's adapter, if new, was not admitted after all */
       break;
     }
@@ -572,7 +587,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
     r->lookup = s->cfg.enable_prefix_caching && !sched_request_is_pooling(r) &&
                 r->sampling_params->prompt_logprobs < 0;
     mark_scheduled(s, r, n, true);
-    budget -= n;
+    if (!wants_kv) budget -= n;
   }
   if (s->num_lora_skipped) {
     llb_status rst = lora_requeue_skipped(s);
@@ -587,6 +602,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
     s->kv_in_flight = kv->num_ops > 0;
     if (s->kv_in_flight) s->stats.num_kv_round_trips++;
   }
+  if (!st) st = sched_kv_fill_output(s, out);
   if (!st) st = copy_strs(&out->finished_req_ids, &s->finished_ids);
   if (!st) st = copy_strs(&out->preempted_req_ids, &s->preempted_ids);
   if (!st) st = sched_assemble_output(s, out, kv->num_ops == 0);
@@ -665,6 +681,7 @@ llb_status sched_apply_kv_result(struct scheduler *s, const struct kv_step_resul
       if (r->num_cached_tokens < 0) r->num_cached_tokens = c;
       r->lookup = false;
     }
+    if (r->kv_recv == SCHED_KV_RECV_WANTED && s->cfg.kv_transfer) st = sched_kv_start_recv(s, r, out);
   }
   s->total_scheduled = 0;
   for (int32_t i = 0; i < s->num_scheduled; i++) s->total_scheduled += s->scheduled[i]->num_scheduled_tokens;
@@ -703,12 +720,16 @@ llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched
   if (eo) st = sched_engine_outputs_add(eo, r, first_pos, n_new);
   if (r->queue_index >= 0) sched_queue_remove(&s->waiting, r);
   remove_running(s, r);
-  if (r->on_worker) {
+  const bool recving = r->kv_recv == SCHED_KV_RECV_RECVING; /* the worker cancels its fetch */
+  sched_kv_recv_dropped(s, r);
+  if (r->on_worker || recving) {
     llb_status st2 = sched_str_list_add(&s->finished_ids, r->request_id);
     if (!st) st = st2;
     r->on_worker = false;
   }
-  llb_status st3 = release_blocks(s, r);
+  /* a hand-off's blocks stay for the decode engine's fetch (vLLM delay_free_blocks) */
+  const bool hold = reason == SCHED_FINISH_REASON_HANDED_OFF && s->cfg.kv_transfer && r->num_block_ids > 0;
+  llb_status st3 = hold ? sched_kv_hold(s, r) : sched_release_blocks(s, r);
   if (!st) st = st3;
   st3 = encoder_release(s, r);
   if (!st) st = st3;
@@ -764,7 +785,11 @@ void sched_preempt_all(struct scheduler *s, bool kv_lost) {
   (void)encoder_cache_evict_all(s->ec);
   encoder_step_clear(&s->enc_pending, s->step);
   s->enc_reset_pending = true;
+  /* Exports stay held: a worker that is alive may still serve them (its finished_sending, or
+   * their deadline, ends them: sched_kv_tick); with the kv_manager's state lost, the blocks are
+   * no longer ours to hold. */
   if (!kv_lost) return;
+  sched_kv_release_senders(s);
   for (int32_t i = 0; i < s->num_free_pending; i++) {
     struct sched_request *r = s->free_pending[i];
     r->kv_free_pending = false;
@@ -783,6 +808,7 @@ void sched_get_stats(const struct scheduler *s, struct sched_stats *out) {
   out->num_waiting = s->waiting.num;
   out->num_free_blocks = s->num_free;
   out->kv_cache_usage = 1.0 - (double)s->num_free / (double)s->cfg.num_blocks;
+  out->num_waiting_for_remote_kvs = s->num_kv_recving;
 }
 
 int32_t sched_num_unfinished(const struct scheduler *s) { return s->num_running + s->waiting.num; }

@@ -96,6 +96,14 @@ struct sched_config {
                                       Needs async_scheduling false; at most LLB_MAX_SPEC_TOKENS */
   bool enable_lora;                /* requests may run LoRA adapters (vLLM --enable-lora); without
                                       it a request naming one is refused (INVALID_ARGUMENT) */
+  bool kv_transfer;                /* disaggregated prefill/decode with KV transfer (sched_kv.c):
+                                      a handed-off request's blocks are exported to the decode
+                                      engine (held until finished_sending); a hand-off admitted
+                                      with remote KV fetches it (WAITING_FOR_REMOTE_KVS) instead
+                                      of computing it. Off: the decode side recomputes */
+  float kv_export_expires_s;       /* an export's lifetime on the worker (default 10 s): a decode engine
+                                      that held a prefix fetches only the rest, and the worker
+                                      ends such an export at its expiry */
   int32_t max_loras;               /* distinct adapters among a step's requests at most (vLLM
                                       --max-loras, default 1): a waiting request whose adapter
                                       would exceed it stays waiting while others are scheduled */
@@ -131,6 +139,10 @@ struct sched_stats {
                                       steps that verified drafts */
   uint64_t spec_num_draft_tokens;  /* drafts verified */
   uint64_t spec_num_accepted_tokens; /* drafts accepted (equal to the target's token) */
+  uint64_t kv_recv_tokens;         /* tokens whose KV came from a prefill engine (finished_recving) */
+  uint64_t kv_recv_failures;       /* receives that failed (recomputed here) */
+  uint64_t kv_sends;               /* requests whose blocks were exported to a decode engine */
+  int32_t num_waiting_for_remote_kvs; /* now */
 };
 
 /* vLLM-like defaults (see the field comments). */
@@ -219,6 +231,18 @@ llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids,
  * caller handed the request over (published it to the decode engine). Errors: INVALID_ARGUMENT
  * (unknown, finished, aborted, pooling, no output yet), OUT_OF_MEMORY. */
 llb_status sched_hand_off(struct scheduler *s, const char *req_id, struct sched_engine_outputs *eo);
+
+/* KV transfer housekeeping (sched_config.kv_transfer), before each sched_schedule: now_s is the
+ * caller's clock (seconds, monotonic). Exports whose deadline (kv_export_expires_s after they
+ * were sent, plus as long again) passed without finished_sending are released (a worker that
+ * restarted never reports them; one that is alive dropped them at their expiry). With `poll`,
+ * while transfers are under way (a request in WAITING_FOR_REMOTE_KVS, or an export held) the
+ * next sched_schedule plans a step even with no tokens (sched_output.kv_poll), so that the
+ * worker's output says which ended; the caller polls at the rate it wants (an idle engine would
+ * otherwise send such steps back to back). */
+void sched_kv_tick(struct scheduler *s, bool poll, double now_s);
+/* Whether transfers are under way (see sched_kv_tick). */
+bool sched_kv_pending(const struct scheduler *s);
 
 /* Recovery (docs/design.md §6): preempts every running request for recompute and forgets the
  * steps in flight (their outputs, should they come, are refused by step number). kv_lost = true (the kv_manager restarted empty): the mirror starts with

@@ -72,6 +72,15 @@ struct scheduler {
   int32_t num_step_loras;
   struct sched_request **lora_skipped; /* waiting requests passed over for max_loras this step */
   int32_t num_lora_skipped, cap_lora_skipped;
+  /* KV transfer (sched_kv.c) */
+  struct sched_request **kv_senders; /* handed off, blocks held until finished_sending */
+  int32_t num_kv_senders, cap_kv_senders;
+  struct sched_request **kv_new_sends; /* of those, the ones the worker has not been told yet */
+  int32_t num_kv_new_sends, cap_kv_new_sends;
+  int32_t num_kv_recving;            /* requests in WAITING_FOR_REMOTE_KVS */
+  bool kv_poll_allowed;              /* sched_kv_tick */
+  double kv_now_s;                   /* the caller's clock at the last sched_kv_tick */
+  bool planned_kv;                   /* the planned step carries KV transfers or a poll */
 };
 
 /* True when r takes part in encoder scheduling (a feature with a content hash). */
@@ -101,8 +110,32 @@ llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched
 /* A finished request is destroyed when nothing refers to it any more: no deferred FREE, no
  * FREE in the kv step in flight, no committed step whose output is not applied. */
 static inline bool sched_can_destroy(const struct sched_request *r) {
-  return sched_request_is_finished(r) && !r->kv_free_pending && !r->zombie && r->num_inflight_steps == 0;
+  return sched_request_is_finished(r) && !r->kv_free_pending && !r->zombie && r->num_inflight_steps == 0 &&
+         !r->kv_sending;
 }
+
+/* ---- KV transfer of disaggregated prefill/decode (sched_kv.c; vLLM v1 KV connector, scheduler
+ * side: delay_free_blocks, WAITING_FOR_REMOTE_KVS) ---- */
+
+/* Grows a pointer array by one (scheduler.c). OUT_OF_MEMORY. */
+llb_status sched_push_request(struct sched_request ***arr, int32_t *num, int32_t *cap, struct sched_request *r);
+/* Releases r's blocks in the mirror; FREE (and CACHE) deferred to the next kv step (scheduler.c). */
+llb_status sched_release_blocks(struct scheduler *s, struct sched_request *r);
+/* Prefill side: r (handed off, out of the map) keeps its blocks for the decode engine's fetch and
+ * is exported with the next step. Errors: OUT_OF_MEMORY (then its blocks are released). */
+llb_status sched_kv_hold(struct scheduler *s, struct sched_request *r);
+/* Decode side, r's ALLOCATE answered with a prefix hit of `hit` tokens: r waits for its remote
+ * KV (WAITING_FOR_REMOTE_KVS) and its receive goes into out. Errors: OUT_OF_MEMORY. */
+llb_status sched_kv_start_recv(struct scheduler *s, struct sched_request *r, struct sched_output *out);
+/* r leaves WAITING_FOR_REMOTE_KVS other than by its transfer's end (preemption, abort): the count. */
+void sched_kv_recv_dropped(struct scheduler *s, struct sched_request *r);
+/* The step's exports and poll into out (end of sched_schedule). Errors: OUT_OF_MEMORY. */
+llb_status sched_kv_fill_output(struct scheduler *s, struct sched_output *out);
+/* The worker's KVConnectorOutput (sched_update_from_output). */
+void sched_kv_apply_output(struct scheduler *s, const struct sched_model_output *mo);
+/* Every export ends without a FREE (the kv_manager lost its state, or the scheduler is
+ * destroyed): the held requests are destroyed. */
+void sched_kv_release_senders(struct scheduler *s);
 
 /* Commits the planned step if there is one: records it, advances num_computed_tokens,
  * counts placeholders (sched_inflight.c). No allocation. */

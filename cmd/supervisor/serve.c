@@ -324,6 +324,10 @@ static llb_status actor_spec(const struct serve_options *o, const char *dir, int
     (void)serve_engine_role(o, engine, role, sizeof role); /* checked by check_roles */
     st = add_arg_pair(spec, "--role", role);
   }
+  /* hand-offs' KV blocks move between the engines' workers (disaggregated prefill/decode) */
+  if (!st && o->roles && !o->no_kv_transfer &&
+      (!strcmp(serve_actors[a].name, "scheduler") || !strcmp(serve_actors[a].name, "gpu-worker")))
+    st = child_spec_add_arg(spec, "--kv-transfer");
   return st ? st : add_engine_flags(o, a, eid, spec);
 }
 

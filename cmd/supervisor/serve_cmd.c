@@ -58,7 +58,7 @@ static llb_status set_port(const struct flag *f, const char *value) {
   return st;
 }
 
-#define SERVE_OWN_FLAGS 19
+#define SERVE_OWN_FLAGS 20
 
 static int serve_own_flags(struct serve_cli *c, struct flag *t) {
   const struct flag own[SERVE_OWN_FLAGS] = {
@@ -111,6 +111,9 @@ static int serve_own_flags(struct serve_cli *c, struct flag *t) {
        .help = "disaggregated prefill/decode: each engine's role, one per --engines (prefill | decode | both; "
                "default both): prompts go to prefill engines, which hand each request to a decode engine after "
                "its first token (docs/scaling.md); e.g. --engines 2 --roles prefill,decode"},
+      {.name = "no-kv-transfer", .kind = FLAG_KIND_BOOL, .target = &c->so.no_kv_transfer,
+       .help = "with --roles: decode engines compute a hand-off's prompt again instead of fetching its KV blocks "
+               "from the prefill engine's worker"},
       {.name = "input-processors", .kind = FLAG_KIND_INT32, .target = &c->input_processors, .metavar = "N",
        .help = "input processors in the queue group (1..8; one takes requests while another restarts)"},
       {.name = "connection-name", .kind = FLAG_KIND_STRING, .target = &c->connection_name, .metavar = "NAME",

@@ -39,8 +39,12 @@ static const struct user_perms {
 } user_perms[] = {
     {"kv-manager", "ENGINE", {"P.health.kv_manager.>", "P.engine.*.health.kv_manager", "P.trace.kv_manager"},
      {"P.engine.*.kv", "P.health.>", "P.engine.*.health.*"}, true},
-    {"gpu-worker", "ENGINE", {"P.health.gpu_worker.>", "P.engine.*.health.gpu_worker", "P.trace.gpu_worker"},
-     {"P.engine.*.execute", "P.lora.update", "P.health.>", "P.engine.*.health.*"}, true},
+    /* disaggregated prefill/decode: a decode engine's worker fetches KV blocks from a prefill
+     * engine's worker (request/reply on P.engine.<eid>.kv_fetch; actors/gpu_worker/kv_transfer.h) */
+    {"gpu-worker", "ENGINE", {"P.health.gpu_worker.>", "P.engine.*.health.gpu_worker", "P.trace.gpu_worker",
+                              "P.engine.*.kv_fetch"},
+     {"P.engine.*.execute", "P.lora.update", "P.health.>", "P.engine.*.health.*", "P.engine.*.kv_fetch", "_INBOX.>"},
+     true},
     /* durable requests: its JetStream pull consumer ($JS.API: create, next; $JS.ACK: acks and
      * in-progress), the dead-letter subject, and the output processor's resync requests; a
      * prefill engine's hand-offs to a decode engine's requests (actors/scheduler/handoff.h) */

@@ -90,6 +90,8 @@ struct serve_options {
   int num_input_processors; /* in the queue group; 0 = SERVE_DEFAULT_INPUT_PROCESSORS, at most 8 */
   const char *roles;      /* `--roles R0,R1,..`: engine e's scheduler gets --role Re (prefill | decode |
                              both), one per engine; NULL = every engine both */
+  bool no_kv_transfer;    /* with roles: the decode engines recompute hand-offs instead of fetching
+                             their KV (schedulers and workers get --kv-transfer unless this is set) */
   const char *state_dir;  /* `--state-dir DIR`: the embedded server's JetStream store (and the
                              hash key, cmd/supervisor/serve_hash_key.h); NULL = per run */
   const char *hash_key_file; /* `--hash-key-file FILE`: the deployment's hash key; NULL = serve's */

@@ -5,7 +5,9 @@
  *     aggregated `serve` of the same model (the reference, run first in the same test), while
  *     each of them really was handed over: the prefill engine's outputs name the decode engine
  *     (EngineCoreOutput.handed_off_to) and the decode engine's first output the tokens the
- *     prefill side delivered (handed_off_token_ids), seen on the engines' outputs subjects;
+ *     prefill side delivered (handed_off_token_ids), seen on the engines' outputs subjects; and
+ *     their KV came over the bus from the prefill engine's worker (serve --roles turns on
+ *     --kv-transfer): the decode engine computed only their last known tokens;
  *   - a request whose first token ends it (max_tokens 1) finishes on the prefill engine, with
  *     no hand-off;
  *   - a stop string matched by the first token's text ends the client's stream once (STOP),
@@ -50,6 +52,7 @@ static struct {
   int handed_off_to_decode;         /* engine 0's outputs naming engine 1 */
   int continued_with_history;       /* engine 1's outputs naming delivered tokens */
   int32_t running[NUM_ENGINES], waiting[NUM_ENGINES], free_blocks[NUM_ENGINES], total_blocks[NUM_ENGINES];
+  uint64_t prompt_tokens[NUM_ENGINES]; /* tokens computed catching up with a context, cumulative */
   uint64_t stats_count[NUM_ENGINES];
 } seen = {.mu = PTHREAD_MUTEX_INITIALIZER, .role = {-1, -1}};
 
@@ -66,6 +69,7 @@ static void on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
     seen.waiting[e] = st.num_waiting_reqs;
     seen.free_blocks[e] = st.num_free_blocks;
     seen.total_blocks[e] = st.num_total_blocks;
+    seen.prompt_tokens[e] = st.prompt_tokens_total;
     seen.stats_count[e]++;
   }
   pthread_mutex_unlock(&seen.mu);
@@ -94,9 +98,11 @@ static void counts(int *handed, int *continued) {
   pthread_mutex_unlock(&seen.mu);
 }
 
-/* Waits for a stats of engine e taken after now; true when it says idle with every block free. */
+/* Waits for a stats of engine e taken after now; true when it says idle with every block free
+ * (within 30 stats: a prefill engine holds a hand-off's blocks until the decode engine fetched
+ * them, or, when the decode engine's prefix cache held part of them, until the export expires). */
 static bool engine_idle(int e) {
-  for (int k = 0; k < 6; k++) {
+  for (int k = 0; k < 30; k++) {
     pthread_mutex_lock(&seen.mu);
     const uint64_t after = seen.stats_count[e];
     pthread_mutex_unlock(&seen.mu);
@@ -112,6 +118,24 @@ static bool engine_idle(int e) {
     }
   }
   return false;
+}
+
+/* Engine e's prompt_tokens_total in a SchedulerStats taken after now. */
+static uint64_t prompt_tokens_now(int e) {
+  pthread_mutex_lock(&seen.mu);
+  const uint64_t after = seen.stats_count[e];
+  pthread_mutex_unlock(&seen.mu);
+  for (double end = e2e_now_s() + WAIT_STATS_MS / 1000.0; e2e_now_s() < end;) {
+    pthread_mutex_lock(&seen.mu);
+    const bool got = seen.stats_count[e] > after;
+    const uint64_t n = seen.prompt_tokens[e];
+    pthread_mutex_unlock(&seen.mu);
+    if (got) return n;
+    struct timespec ts = {0, 50 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  fail_msg("no SchedulerStats from engine %d", e);
+  return 0;
 }
 
 static void request_of(int c, char *id, size_t cap, struct e2e_request *r) {
@@ -184,8 +208,15 @@ static void disaggregated_tokens_equal_aggregated(void) {
   struct e2e_result got[NUM_CASES];
   int handed0, continued0, handed1, continued1;
   counts(&handed0, &continued0);
+  const uint64_t decode_prompt0 = prompt_tokens_now(1);
   run_alone(got);
   counts(&handed1, &continued1);
+  /* the KV of each prompt came from the prefill engine's worker: the decode engine computed only
+   * each request's last known token (without the transfer: its whole prompt, 20-40 tokens) */
+  const uint64_t decode_prompt = prompt_tokens_now(1) - decode_prompt0;
+  fprintf(stderr, "e2e: the decode engine computed %llu context tokens for %d hand-offs\n",
+          (unsigned long long)decode_prompt, NUM_CASES);
+  assert_true(decode_prompt <= 2 * NUM_CASES);
   for (int c = 0; c < NUM_CASES; c++) {
     char what[64];
     snprintf(what, sizeof what, "request %d alone, disaggregated vs aggregated", c);

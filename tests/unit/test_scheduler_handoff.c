@@ -98,10 +98,151 @@ static void only_a_running_request_with_an_output_is_handed_off(void **state) {
   h_fini(&h);
 }
 
+/* Applies an output for the planned step (no tokens) that reports the transfers that ended. */
+static void kv_report(struct harness *h, const char *const *sent, int32_t num_sent, const char *const *recvd,
+                      int32_t num_recvd, const char *const *failed, int32_t num_failed) {
+  h_worker_apply(h); /* the fake worker takes the step's finished / preempted ids */
+  struct sched_model_output mo = {.step = h->out.step, .finished_sending = sent, .num_finished_sending = num_sent,
+                                  .finished_recving = recvd, .num_finished_recving = num_recvd,
+                                  .failed_recving = failed, .num_failed_recving = num_failed};
+  assert_int_equal(sched_update_from_output(h->s, &mo, &h->eo), LLB_STATUS_OK);
+}
+
+/* KV transfer, prefill side (vLLM delay_free_blocks): a handed-off request's blocks stay
+ * allocated and are exported with the next step (the blocks of its prompt), the engine polls
+ * while the export is held, and finished_sending gives every block back. */
+static void a_handed_off_requests_blocks_are_exported_until_finished_sending(void **state) {
+  (void)state;
+  struct sched_config c;
+  config(&c);
+  c.kv_transfer = true;
+  c.async_scheduling = false;
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "p", 10, 8, 0, 0);
+  h_step(&h);
+  struct sched_engine_outputs side;
+  sched_engine_outputs_init(&side);
+  assert_int_equal(sched_hand_off(h.s, "p", &side), LLB_STATUS_OK);
+  sched_engine_outputs_free(&side);
+  sched_kv_tick(h.s, true, 1.0);
+  assert_true(sched_kv_pending(h.s));
+  h_schedule(&h);
+  assert_int_equal(h.out.total_num_scheduled_tokens, 0);
+  assert_int_equal(h.out.num_kv_sends, 1);
+  assert_string_equal(h.out.kv_sends[0].req_id, "p");
+  assert_int_equal(h.out.kv_sends[0].num_tokens, 10);        /* the prompt: before the sampled token */
+  assert_int_equal(h.out.kv_sends[0].num_block_ids, 3);      /* ceil(10 / 4) */
+  struct sched_stats st;
+  sched_get_stats(h.s, &st);
+  assert_true(st.num_free_blocks < c.num_blocks);            /* still held */
+  assert_int_equal(st.kv_sends, 1);
+  kv_report(&h, NULL, 0, NULL, 0, NULL, 0);
+  h_schedule(&h); /* a poll: nothing to run, the export still held */
+  assert_true(h.out.kv_poll);
+  assert_int_equal(h.out.num_kv_sends, 0);
+  const char *sent[1] = {"p"};
+  kv_report(&h, sent, 1, NULL, 0, NULL, 0);
+  assert_false(sched_kv_pending(h.s));
+  h_step(&h); /* an idle step flushes the FREE */
+  sched_get_stats(h.s, &st);
+  assert_int_equal(st.num_free_blocks, c.num_blocks);
+  h_fini(&h);
+}
+
+/* KV transfer, decode side (vLLM WAITING_FOR_REMOTE_KVS): a hand-off gets blocks for the remote
+ * KV (with a prefix lookup), waits for it without compute, then computes only its last known
+ * token; a failed receive computes everything from its prefix hit instead. */
+static void a_hand_off_waits_for_its_kv_then_decodes_or_recomputes(void **state) {
+  (void)state;
+  struct sched_config c;
+  config(&c);
+  c.kv_transfer = true;
+  c.async_scheduling = false;
+  struct harness h;
+  h_init(&h, &c);
+  for (int pass = 0; pass < 2; pass++) {
+    const char *id = pass ? "fails" : "gets";
+    int32_t toks[10];
+    for (int32_t i = 0; i < 10; i++) toks[i] = 100 + 10 * pass + i;
+    const int32_t first_output = 5;
+    struct llb_sampling_params *sp = h_new_params(&h);
+    sp->max_tokens = 4;
+    struct sched_new_request nr = {.request_id = id, .prompt_token_ids = toks, .num_prompt_tokens = 10,
+                                   .eos_token_id = 2, .sampling_params = sp, .resume_output_ids = &first_output,
+                                   .num_resume_output_ids = 1, .kv_remote_engine_id = "P",
+                                   .kv_remote_request_id = id, .kv_remote_num_tokens = 10};
+    assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_OK);
+    sched_kv_tick(h.s, true, 1.0);
+    assert_true(h_schedule(&h));
+    assert_int_equal(h.out.total_num_scheduled_tokens, 0); /* no compute while it waits */
+    assert_int_equal(h.out.num_kv_recvs, 1);
+    assert_string_equal(h.out.kv_recvs[0].remote_engine_id, "P");
+    assert_int_equal(h.out.kv_recvs[0].remote_first_block, 0);
+    assert_int_equal(h.out.kv_recvs[0].num_local_block_ids, 3);
+    assert_int_equal(h.out.kv_recvs[0].num_tokens, 10);
+    const struct sched_request *r = sched_find_request(h.s, id);
+    assert_int_equal(r->status, SCHED_REQUEST_STATUS_WAITING_FOR_REMOTE_KVS);
+    kv_report(&h, NULL, 0, pass ? NULL : &id, pass ? 0 : 1, pass ? &id : NULL, pass ? 1 : 0);
+    assert_false(sched_kv_pending(h.s));
+    h_schedule(&h);
+    assert_int_equal(h.out.num_new_reqs, 1);
+    assert_int_equal(h.out.new_reqs[0].num_computed_tokens, pass ? 0 : 10);
+    assert_int_equal(h.out.new_reqs[0].num_scheduled_tokens, pass ? 11 : 1);
+    h_execute(&h);
+    const int32_t i = find_output(&h.eo, id);
+    assert_true(i >= 0);
+    assert_int_equal(h.eo.outputs[i].first_output_pos, 1);
+    while (sched_num_unfinished(h.s) > 0) h_step(&h);
+  }
+  struct sched_stats st;
+  sched_get_stats(h.s, &st);
+  assert_int_equal(st.kv_recv_tokens, 10);
+  assert_int_equal(st.kv_recv_failures, 1);
+  h_fini(&h);
+}
+
+/* Preempting a request that waits for its KV names it to the worker (which cancels the fetch
+ * before its blocks go to anyone else) and recomputes it later. */
+static void a_receiving_request_preempted_is_named_and_recomputed(void **state) {
+  (void)state;
+  struct sched_config c;
+  config(&c);
+  c.kv_transfer = true;
+  c.async_scheduling = false;
+  struct harness h;
+  h_init(&h, &c);
+  int32_t toks[10];
+  for (int32_t i = 0; i < 10; i++) toks[i] = 300 + i;
+  const int32_t first_output = 5;
+  struct llb_sampling_params *sp = h_new_params(&h);
+  sp->max_tokens = 4;
+  struct sched_new_request nr = {.request_id = "r", .prompt_token_ids = toks, .num_prompt_tokens = 10,
+                                 .eos_token_id = 2, .sampling_params = sp, .resume_output_ids = &first_output,
+                                 .num_resume_output_ids = 1, .kv_remote_engine_id = "P", .kv_remote_request_id = "r",
+                                 .kv_remote_num_tokens = 10};
+  assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_OK);
+  h_schedule(&h);
+  kv_report(&h, NULL, 0, NULL, 0, NULL, 0);
+  sched_preempt_all(h.s, false);
+  sched_kv_tick(h.s, true, 1.0);
+  h_schedule(&h);
+  bool named = false;
+  for (int32_t k = 0; k < h.out.preempted_req_ids.num; k++)
+    named |= strcmp(sched_str_list_get(&h.out.preempted_req_ids, k), "r") == 0;
+  assert_true(named);
+  assert_int_equal(h.out.num_new_reqs, 1); /* recomputed: prompt + its first output */
+  assert_int_equal(h.out.new_reqs[0].num_scheduled_tokens, 11);
+  h_fini(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_request_handed_off_after_its_first_token_leaves_with_its_blocks_freed),
       cmocka_unit_test(only_a_running_request_with_an_output_is_handed_off),
+      cmocka_unit_test(a_handed_off_requests_blocks_are_exported_until_finished_sending),
+      cmocka_unit_test(a_hand_off_waits_for_its_kv_then_decodes_or_recomputes),
+      cmocka_unit_test(a_receiving_request_preempted_is_named_and_recomputed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
