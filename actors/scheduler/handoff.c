@@ -131,8 +131,10 @@ void handoff_collect(struct handoff *h, const struct scheduler *sched, const str
   for (int32_t i = 0; i < eo->num_outputs; i++) {
     const struct sched_engine_output *e = &eo->outputs[i];
     const struct req_meta *m = e->user;
+    /* its first output from this engine (position 0, or later for a replay resumed from the
+     * output processor's history) */
     if (!m || !m->decode_engine_id || e->finish_reason != SCHED_FINISH_REASON_NONE || e->num_new_tokens <= 0 ||
-        e->first_output_pos != 0)
+        m->first_sent)
       continue;
     const struct sched_request *r = sched_find_request(sched, sched_engine_outputs_req_id(eo, i));
     if (!r || r->user != m || r->num_mm_features > 0) continue;

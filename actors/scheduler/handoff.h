@@ -64,7 +64,7 @@ llb_status handoff_create(const struct handoff_config *c, struct handoff **out);
 void handoff_destroy(struct handoff *h); /* NULL ok */
 
 /* Prefill side, after sched_update_from_output filled `eo`: notes every request whose meta
- * names a decode engine and whose output is its first sampled token (not final). Its hand-off
+ * names a decode engine and whose output is its first from this engine (not final). Its hand-off
  * waits until these outputs are published (handoff_run), so that the prefill side's tokens
  * always leave before the decode side can send any. */
 void handoff_collect(struct handoff *h, const struct scheduler *sched, const struct sched_engine_outputs *eo);
