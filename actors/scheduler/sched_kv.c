@@ -18,88 +18,16 @@
  * for the rest (the last known token, which samples); failed_recving leaves it at its prefix hit,
  * so it computes the rest itself: the recompute. Preempting or finishing a receiving request
  * names it to the worker (preempted / finished ids), which cancels its fetch before the blocks
- * can go to anyone else. */
+ * can go to anyone else.
+ * This file applies what the worker reports and ends exports at their deadline; the steps of the
+ * flow inside the schedule (holding, receiving, the step's lists) are scheduler.c's, which this
+ * file calls and never the other way round. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "actors/scheduler/scheduler.h"
 #include "actors/scheduler/scheduler_internal.h"
 #include "base/log.h"
-
-static int32_t div_up(int64_t a, int64_t b) { return (int32_t)((a + b - 1) / b); }
-
-llb_status sched_kv_hold(struct scheduler *s, struct sched_request *r) {
-  if (sched_request_kv_export_tokens(r) < 1) return sched_release_blocks(s, r); /* nothing to fetch */
-  llb_status st = sched_push_request(&s->kv_senders, &s->num_kv_senders, &s->cap_kv_senders, r);
-  if (st) return sched_release_blocks(s, r);
-  st = sched_push_request(&s->kv_new_sends, &s->num_kv_new_sends, &s->cap_kv_new_sends, r);
-  if (st) { /* never exported: nobody fetches it */
-    s->num_kv_senders--;
-    return sched_release_blocks(s, r);
-  }
-  r->kv_sending = true;
-  r->kv_send_deadline_s = s->kv_now_s + 2.0 * (double)s->cfg.kv_export_expires_s;
-  s->stats.kv_sends++;
-  return LLB_STATUS_OK;
-}
-
-llb_status sched_kv_start_recv(struct scheduler *s, struct sched_request *r, struct sched_output *out) {
-  const int32_t bs = s->cfg.block_size;
-  const int32_t first = r->num_computed_tokens / bs, end = div_up(r->kv_remote_num_tokens, bs);
-  sched_remove_scheduled(s, r); /* nothing to compute: it waits for the transfer */
-  if (first >= end || end > r->num_block_ids) { /* its prefix cache held it all (or no room): compute */
-    r->kv_recv = SCHED_KV_RECV_NONE;
-    return LLB_STATUS_OK;
-  }
-  if (out->num_kv_recvs == out->cap_kv_recvs) {
-    int32_t cap = out->cap_kv_recvs ? out->cap_kv_recvs * 2 : 8;
-    void *a = realloc(out->kv_recvs, (size_t)cap * sizeof(*out->kv_recvs));
-    if (!a) {
-      r->kv_recv = SCHED_KV_RECV_NONE; /* computed here instead */
-      return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv receives");
-    }
-    out->kv_recvs = a;
-    out->cap_kv_recvs = cap;
-  }
-  r->kv_recv = SCHED_KV_RECV_RECVING;
-  r->kv_remote_first_block = first;
-  r->status = SCHED_REQUEST_STATUS_WAITING_FOR_REMOTE_KVS;
-  s->num_kv_recving++;
-  s->planned_kv = true;
-  out->kv_recvs[out->num_kv_recvs++] = (struct sched_kv_recv){
-      .req_id = r->request_id, .local_block_ids = r->block_ids + first, .num_local_block_ids = end - first,
-      .remote_engine_id = r->kv_remote_engine_id, .remote_request_id = r->kv_remote_request_id,
-      .remote_first_block = first, .num_tokens = r->kv_remote_num_tokens};
-  return LLB_STATUS_OK;
-}
-
-void sched_kv_recv_dropped(struct scheduler *s, struct sched_request *r) {
-  if (r->kv_recv != SCHED_KV_RECV_RECVING) return;
-  r->kv_recv = SCHED_KV_RECV_NONE;
-  s->num_kv_recving--;
-}
-
-llb_status sched_kv_fill_output(struct scheduler *s, struct sched_output *out) {
-  out->num_kv_recvs = out->num_kv_sends = 0;
-  out->kv_poll = false;
-  if (s->num_kv_new_sends > out->cap_kv_sends) {
-    void *a = realloc(out->kv_sends, (size_t)s->num_kv_new_sends * sizeof(*out->kv_sends));
-    if (!a) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv exports");
-    out->kv_sends = a;
-    out->cap_kv_sends = s->num_kv_new_sends;
-  }
-  for (int32_t i = 0; i < s->num_kv_new_sends; i++) {
-    const struct sched_request *r = s->kv_new_sends[i];
-    const int32_t tokens = sched_request_kv_export_tokens(r);
-    out->kv_sends[out->num_kv_sends++] = (struct sched_kv_send){
-        .req_id = r->request_id, .block_ids = r->block_ids, .num_block_ids = div_up(tokens, s->cfg.block_size),
-        .num_tokens = tokens, .expires_in_s = s->cfg.kv_export_expires_s};
-  }
-  s->num_kv_new_sends = 0;
-  out->kv_poll = s->kv_poll_allowed && sched_kv_pending(s) && s->total_scheduled == 0;
-  s->planned_kv = out->num_kv_sends > 0 || out->kv_poll;
-  return LLB_STATUS_OK;
-}
 
 /* Ends export i of kv_senders: its blocks are released (FREE with the next kv step). */
 static void end_export(struct scheduler *s, int32_t i) {
@@ -145,16 +73,6 @@ void sched_kv_apply_output(struct scheduler *s, const struct sched_model_output 
   }
 }
 
-void sched_kv_release_senders(struct scheduler *s) {
-  for (int32_t i = 0; i < s->num_kv_senders; i++) {
-    struct sched_request *r = s->kv_senders[i];
-    r->kv_sending = false;
-    r->num_block_ids = 0;
-    if (sched_can_destroy(r)) sched_request_destroy(r);
-  }
-  s->num_kv_senders = s->num_kv_new_sends = 0;
-}
-
 void sched_kv_tick(struct scheduler *s, bool poll, double now_s) {
   s->kv_poll_allowed = poll;
   s->kv_now_s = now_s;
@@ -167,4 +85,3 @@ void sched_kv_tick(struct scheduler *s, bool poll, double now_s) {
   }
 }
 
-bool sched_kv_pending(const struct scheduler *s) { return s->num_kv_recving > 0 || s->num_kv_senders > 0; }

@@ -114,8 +114,9 @@ static inline bool sched_can_destroy(const struct sched_request *r) {
          !r->kv_sending;
 }
 
-/* ---- KV transfer of disaggregated prefill/decode (sched_kv.c; vLLM v1 KV connector, scheduler
- * side: delay_free_blocks, WAITING_FOR_REMOTE_KVS) ---- */
+/* ---- KV transfer of disaggregated prefill/decode (vLLM v1 KV connector, scheduler side:
+ * delay_free_blocks, WAITING_FOR_REMOTE_KVS; the flow: sched_kv.c's head comment). In
+ * scheduler.c but sched_kv_apply_output (sched_kv.c). ---- */
 
 /* Grows a pointer array by one (scheduler.c). OUT_OF_MEMORY. */
 llb_status sched_push_request(struct sched_request ***arr, int32_t *num, int32_t *cap, struct sched_request *r);
