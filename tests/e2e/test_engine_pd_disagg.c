@@ -14,7 +14,10 @@
  *     and the decode engine stops the request too: both engines idle afterwards;
  *   - an abort of a request running on the decode engine reaches it (the input processor sends
  *     aborts of a prefill engine's ids to the decode engines too): finish_reason abort, both
- *     engines idle with every block free. */
+ *     engines idle with every block free;
+ *   - a forged hand-off (more KV tokens than prompt + outputs) published straight on the decode
+ *     engine's requests subject is refused with an error naming the field, and the engine goes
+ *     on serving. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +28,7 @@
 #include <string.h>
 
 #include "schemas/engine_core_outputs.h"
+#include "schemas/engine_core_request.h"
 #include "tests/e2e/stack.h"
 
 #define NUM_PROMPTS 4
@@ -292,6 +296,40 @@ static void an_abort_reaches_the_decode_engine(void) {
   for (int e = 0; e < NUM_ENGINES; e++) assert_true(engine_idle(e));
 }
 
+static void a_forged_hand_off_is_refused(void) {
+  struct e2e_pending p;
+  memset(&p, 0, sizeof p);
+  llb_arena_init(&p.arena, NULL, 0);
+  assert_int_equal(bus_new_inbox(s.bus, p.inbox, sizeof p.inbox), LLB_STATUS_OK);
+  assert_int_equal(bus_subscribe_sync(s.bus, p.inbox, &p.sub), LLB_STATUS_OK);
+  static const int32_t prompt[5] = {504, 3545, 314, 260, 5012}, outputs[1] = {1345};
+  struct llb_sampling_params sp;
+  llb_sampling_params_init(&sp);
+  sp.max_tokens = 8;
+  sp.output_kind = LLB_OUTPUT_KIND_DELTA;
+  const struct llb_engine_core_request q = {
+      .version = 1, .request_id = llb_str_c("forged-1"), .external_id = llb_str_c("forged-1"),
+      .prompt_token_ids = prompt, .num_prompt_token_ids = 5, .sampling_params = &sp, .eos_token_id = -1,
+      .reply_to = llb_str_c(p.inbox), .has_kv_transfer_params = true,
+      .kv_transfer_params = {.do_remote_prefill = true, .remote_engine_id = llb_str_c("0"),
+                             .remote_request_id = llb_str_c("forged-1"), .remote_num_blocks = 4096,
+                             .num_tokens = 100000},
+      .output_token_ids = outputs, .num_output_token_ids = 1};
+  struct llb_buf b = {0};
+  assert_int_equal(llb_engine_core_request_encode_buf(&q, &b), LLB_STATUS_OK);
+  assert_int_equal(bus_publish(s.bus, "llm.engine.1.requests", b.data, b.len, NULL), LLB_STATUS_OK);
+  llb_buf_free(&b);
+  int rc;
+  while ((rc = e2e_next(&p, E2E_WAIT_OUTPUT_MS)) == 0) {
+  }
+  fprintf(stderr, "e2e: forged hand-off: code %d, \"%s\"\n", p.result.error_code, p.result.error_message);
+  assert_int_equal(rc, 1);
+  assert_int_equal(p.result.error_code, LLB_STATUS_ABORTED);
+  assert_non_null(strstr(p.result.error_message, "num_tokens"));
+  assert_int_equal(p.result.num_tokens, 0);
+  e2e_pending_release(&p);
+}
+
 static void test_prefill_decode_gives_the_aggregated_tokens(void **state) {
   (void)state;
   llb_arena_init(&seen.arena, NULL, 0);
@@ -305,6 +343,7 @@ static void test_prefill_decode_gives_the_aggregated_tokens(void **state) {
   assert_int_equal(bus_subscribe(s.bus, "llm.engine.*.stats", NULL, on_stats, NULL, NULL), LLB_STATUS_OK);
   assert_int_equal(bus_subscribe(s.bus, "llm.engine.*.outputs", NULL, on_outputs, NULL, NULL), LLB_STATUS_OK);
   roles_are_announced();
+  a_forged_hand_off_is_refused();
   disaggregated_tokens_equal_aggregated();
   a_first_token_that_ends_it_stays_on_the_prefill_engine();
   a_stop_string_in_the_first_token_ends_it_on_both_engines();
