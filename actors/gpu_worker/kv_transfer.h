@@ -28,6 +28,8 @@
  * this runner's. A NotReady reply is retried every retry_ms until the transfer's deadline; a
  * request with no reply (a lost chunk) is sent again up to max_attempts times; a bad checksum, a
  * geometry mismatch, an unknown or expired export fail the transfer at once (failed_recving).
+ * An export ends when each of its blocks was read once, so a lost reply of its last chunk cannot
+ * be fetched again (Unknown): that receive fails and the decode side recomputes the request.
  *
  * Devices: the CPU runner's cache is read and written in place (model_runner_kv_block_read /
  * _write); the sim runner has no KV memory and moves zero bytes of the real size (so the wire

@@ -441,6 +441,19 @@ static void test_only_listed_blocks_are_served_and_an_expired_export_says_so(voi
   assert_int_equal(fetch_direct(cp, "p-listed", 2, 1, &bytes), LLB_KV_TRANSFER_OK);
   wait_ended(cp, "p-listed", ENDED_SENDING);
   assert_int_equal(fetch_direct(cp, "p-listed", 0, 1, &bytes), LLB_KV_TRANSFER_UNKNOWN);
+  /* an undecodable request gets an Error chunk naming the codec's complaint, never data */
+  const uint8_t garbage[24] = {20, 0, 0, 0, 'x', 'y'};
+  struct llb_buf rep = {0};
+  assert_int_equal(kv_connector_serve(cp, garbage, sizeof garbage, &rep), LLB_STATUS_OK);
+  struct llb_arena ga;
+  llb_arena_init(&ga, NULL, 0);
+  struct llb_kv_transfer_chunk gch;
+  assert_int_equal(llb_kv_transfer_chunk_decode(rep.data, rep.len, &ga, &gch), LLB_STATUS_OK);
+  assert_int_equal(gch.status, LLB_KV_TRANSFER_ERROR);
+  assert_int_equal(gch.error.code, LLB_STATUS_MALFORMED);
+  assert_int_equal(gch.data_len, 0);
+  llb_arena_destroy(&ga);
+  llb_buf_free(&rep);
   /* an expired export: reported finished_sending, then fetches get Expired */
   export_blocks(cp, "p-expiring", blocks, 3, 12, 0.05f);
   nanosleep(&(struct timespec){0, 100000000}, NULL);
