@@ -31,6 +31,7 @@
 #include "actors/gpu_worker/kv_transfer.h"
 #include "actors/gpu_worker/model_runner.h"
 #include "base/log.h"
+#include "base/metrics.h"
 #include "bus/bus.h"
 #include "model/forward/forward.h"
 #include "model/gguf/gguf.h"
@@ -678,6 +679,19 @@ static void test_workers_report_the_transfer_in_their_model_runner_outputs(void 
   exec_step("AQ", &s4, &a, &out);
   assert_int_equal(out.num_sampled_token_ids, 1);
   assert_int_equal(out.sampled_token_ids[0], alone.tokens[N + 1]);
+  /* the worker's /metrics counts what moved */
+  struct llb_metrics *reg = NULL;
+  assert_int_equal(llb_metrics_create(&reg), LLB_STATUS_OK);
+  assert_int_equal(gpu_worker_actor_register_metrics(wq, reg), LLB_STATUS_OK);
+  char *text = NULL, want[128];
+  size_t text_len = 0;
+  assert_int_equal(llb_metrics_render(reg, &text, &text_len), LLB_STATUS_OK);
+  const size_t block_bytes = (size_t)2 * L * BS * HKV * D * 2; /* fp16 */
+  snprintf(want, sizeof want, "llmbus:kv_transfer_received_bytes_total %zu\n", (size_t)((N + BS - 1) / BS) * block_bytes);
+  if (!strstr(text, want)) fail_msg("no '%s' in:\n%s", want, text);
+  assert_non_null(strstr(text, "llmbus:kv_transfer_receives_total{result=\"finished\"} 1\n"));
+  free(text);
+  llb_metrics_destroy(reg);
   /* a worker without --kv-transfer: the export ends and the receive fails at once */
   const struct llb_scheduler_output s5 = {.version = 1, .step = 1, .block_size = BS,
                                           .kv_connector_metadata = {.reqs_to_recv = &recv, .num_reqs_to_recv = 1,
