@@ -66,6 +66,7 @@ static llb_status make_parts(struct kv_connector *c, const struct kv_connector_c
       .transfer_timeout_ms = cfg->transfer_timeout_ms ? cfg->transfer_timeout_ms : 60000,
       .max_attempts = cfg->max_attempts ? cfg->max_attempts : 3,
       .retry_ms = cfg->retry_ms ? cfg->retry_ms : 10,
+      .num_threads = cfg->fetch_threads ? cfg->fetch_threads : 2,
       .max_chunk_bytes = cfg->max_chunk_bytes};
   llb_status st = kv_export_create(&lim, &c->exports);
   if (!st) st = kv_fetcher_create(&fc, write_block, c, &c->fetcher);

@@ -522,6 +522,53 @@ static void test_every_cpu_kv_dtype_arrives_bit_exactly(void **state) {
   }
 }
 
+static void test_concurrent_receives_each_get_their_own_blocks(void **state) {
+  (void)state;
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                      *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("P7", rp, bus_p), *cq = make_connector("Q7", rq, bus_q);
+  struct req p1, p2;
+  req_init(&p1, "p-one", true, 0);
+  req_init(&p2, "p-two", true, 8);
+  p2.tokens[0] = 60; /* another prompt: other KV */
+  prefill_and_export(rp, cp, &p1, 30.0f);
+  prefill_and_export(rp, cp, &p2, 30.0f);
+  const int32_t l1[4] = {40, 41, 42, 43}, l2[4] = {50, 51, 52, 53};
+  const struct llb_kv_recv_request r[2] = {
+      {.req_id = llb_str_c("q-one"), .local_block_ids = l1, .num_local_block_ids = 4,
+       .remote_engine_id = llb_str_c("P7"), .remote_request_id = llb_str_c("p-one"), .num_tokens = N},
+      {.req_id = llb_str_c("q-two"), .local_block_ids = l2, .num_local_block_ids = 4,
+       .remote_engine_id = llb_str_c("P7"), .remote_request_id = llb_str_c("p-two"), .num_tokens = N}};
+  const struct llb_kv_connector_metadata m = {.reqs_to_recv = r, .num_reqs_to_recv = 2};
+  assert_int_equal(kv_connector_before_step(cq, &m, NULL, 0), LLB_STATUS_OK);
+  int done = 0;
+  for (int i = 0; i < 2000 && done < 2; i++) {
+    struct llb_kv_connector_output o;
+    kv_connector_after_step(cq, &o);
+    assert_int_equal(o.num_failed_recving, 0);
+    done += o.num_finished_recving;
+    nanosleep(&(struct timespec){0, 5000000}, NULL);
+  }
+  assert_int_equal(done, 2);
+  struct model_runner_kv_geometry g;
+  model_runner_kv_geometry(rp, &g);
+  uint8_t *a = malloc(g.block_bytes), *b = malloc(g.block_bytes);
+  for (int32_t i = 0; i < 4; i++) {
+    assert_int_equal(model_runner_kv_block_read(rp, p1.blocks[i], a, g.block_bytes), LLB_STATUS_OK);
+    assert_int_equal(model_runner_kv_block_read(rq, l1[i], b, g.block_bytes), LLB_STATUS_OK);
+    assert_memory_equal(a, b, g.block_bytes);
+    assert_int_equal(model_runner_kv_block_read(rp, p2.blocks[i], a, g.block_bytes), LLB_STATUS_OK);
+    assert_int_equal(model_runner_kv_block_read(rq, l2[i], b, g.block_bytes), LLB_STATUS_OK);
+    assert_memory_equal(a, b, g.block_bytes);
+  }
+  free(a);
+  free(b);
+  kv_connector_destroy(cp);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rp);
+  model_runner_destroy(rq);
+}
+
 static void test_a_mismatched_geometry_fails_the_receive(void **state) {
   (void)state;
   struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
@@ -726,6 +773,7 @@ int main(void) {
       cmocka_unit_test(test_only_listed_blocks_are_served_and_an_expired_export_says_so),
       cmocka_unit_test(test_a_receive_of_an_expired_export_fails),
       cmocka_unit_test(test_every_cpu_kv_dtype_arrives_bit_exactly),
+      cmocka_unit_test(test_concurrent_receives_each_get_their_own_blocks),
       cmocka_unit_test(test_a_mismatched_geometry_fails_the_receive),
       cmocka_unit_test(test_sim_workers_move_bytes_of_the_real_size),
       cmocka_unit_test(test_a_receive_cancelled_by_finished_req_ids_is_reported_failed),
