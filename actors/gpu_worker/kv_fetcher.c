@@ -328,11 +328,10 @@ llb_status kv_fetcher_start(struct kv_fetcher *f, struct bus *bus) {
   return LLB_STATUS_OK;
 }
 
-/* Under mu: the job of `id` a fetch thread runs, or NULL. */
-static struct job *running_job(struct kv_fetcher *f, const char *s, size_t len);
 
 static bool id_is(const char *id, const char *s, size_t len) { return strlen(id) == len && memcmp(id, s, len) == 0; }
 
+/* Under mu: the job of id s[len] a fetch thread runs, or NULL. */
 static struct job *running_job(struct kv_fetcher *f, const char *s, size_t len) {
   for (int32_t i = 0; i < f->cfg.num_threads; i++)
     if (f->workers[i].running && id_is(f->workers[i].running->id, s, len)) return f->workers[i].running;
