@@ -53,6 +53,7 @@ struct gpu_worker_actor {
   struct llb_series *mask_seconds, *mask_wait_seconds; /* NULL = not exported */
   FILE *step_log; /* --step-log: one JSON line per step that ran a batch, or NULL */
   struct kv_connector *kv; /* --kv-transfer (issue 36), or NULL */
+  struct kv_metric_series *kv_series; /* its counters in the registry, or NULL (not exported) */
   struct llb_str *kv_off_ids; /* without a connector: the ids answered at once (execute thread) */
   int32_t kv_off_cap;
 };
@@ -106,7 +107,66 @@ static void load_structured_vocab(struct gpu_worker_actor *a) {
                (double)(llb_now_ns() - t0) / 1e6);
 }
 
+/* The KV connector's counters (issue 36), mirrored into the registry at each scrape. */
+struct kv_metric_series {
+  struct llb_series *bytes_sent, *bytes_received, *recv_finished, *recv_failed, *fetch_served, *fetch_refused,
+      *export_accepted, *export_refused, *retries;
+};
+
+static void kv_metrics_collect(struct llb_metrics *r, void *user) {
+  (void)r;
+  struct gpu_worker_actor *a = user;
+  const struct kv_metric_series *k = a->kv_series;
+  struct kv_connector_stats s;
+  kv_connector_stats(a->kv, &s);
+  llb_series_set(k->bytes_sent, (double)s.bytes_sent);
+  llb_series_set(k->bytes_received, (double)s.bytes_received);
+  llb_series_set(k->recv_finished, (double)s.recvs_finished);
+  llb_series_set(k->recv_failed, (double)s.recvs_failed);
+  llb_series_set(k->fetch_served, (double)s.fetches_served);
+  llb_series_set(k->fetch_refused, (double)s.fetches_refused);
+  llb_series_set(k->export_accepted, (double)s.exports);
+  llb_series_set(k->export_refused, (double)s.exports_refused);
+  llb_series_set(k->retries, (double)s.chunks_retried);
+}
+
+static llb_status kv_register_metrics(struct gpu_worker_actor *a, struct llb_metrics *m) {
+  static const char *const result[] = {"result"};
+  struct llb_metric *sent = llb_metrics_counter(m, "llmbus:kv_transfer_sent_bytes_total",
+                                                "KV block bytes this worker served to other engines' workers", 0, NULL),
+                    *recv = llb_metrics_counter(m, "llmbus:kv_transfer_received_bytes_total",
+                                                "KV block bytes this worker fetched and wrote into its cache", 0, NULL),
+                    *recvs = llb_metrics_counter(m, "llmbus:kv_transfer_receives_total",
+                                                 "KV receives that ended, by result (finished, failed)", 1, result),
+                    *fetches = llb_metrics_counter(m, "llmbus:kv_transfer_fetches_total",
+                                                   "KVFetchRequests answered, by result (served, refused)", 1, result),
+                    *exports = llb_metrics_counter(m, "llmbus:kv_transfer_exports_total",
+                                                   "reqs_to_send taken, by result (accepted, refused)", 1, result),
+                    *retries = llb_metrics_counter(m, "llmbus:kv_transfer_chunk_retries_total",
+                                                   "Chunk requests sent again (no reply, or not ready yet)", 0, NULL);
+  struct kv_metric_series *k = calloc(1, sizeof *k);
+  if (!k) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv transfer metrics");
+  a->kv_series = k;
+  *k = (struct kv_metric_series){
+      .bytes_sent = llb_metric_series(sent, NULL), .bytes_received = llb_metric_series(recv, NULL),
+      .recv_finished = llb_metric_series(recvs, (const char *const[]){"finished"}),
+      .recv_failed = llb_metric_series(recvs, (const char *const[]){"failed"}),
+      .fetch_served = llb_metric_series(fetches, (const char *const[]){"served"}),
+      .fetch_refused = llb_metric_series(fetches, (const char *const[]){"refused"}),
+      .export_accepted = llb_metric_series(exports, (const char *const[]){"accepted"}),
+      .export_refused = llb_metric_series(exports, (const char *const[]){"refused"}),
+      .retries = llb_metric_series(retries, NULL)};
+  if (!k->bytes_sent || !k->bytes_received || !k->recv_finished || !k->recv_failed || !k->fetch_served ||
+      !k->fetch_refused || !k->export_accepted || !k->export_refused || !k->retries)
+    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv transfer metrics");
+  return llb_metrics_on_collect(m, kv_metrics_collect, a);
+}
+
 llb_status gpu_worker_actor_register_metrics(struct gpu_worker_actor *a, struct llb_metrics *m) {
+  if (a->kv) {
+    llb_status st = kv_register_metrics(a, m);
+    if (st) return st;
+  }
   /* a mask out of the cache takes microseconds, a fresh one over a large vocabulary milliseconds */
   static const double b[] = {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
   const int nb = (int)(sizeof b / sizeof b[0]);
@@ -260,6 +320,7 @@ bool gpu_worker_actor_serves_loras(const struct gpu_worker_actor *a) { return a-
 void gpu_worker_actor_destroy(struct gpu_worker_actor *a) {
   if (!a) return;
   kv_connector_destroy(a->kv); /* before the runner whose cache it reads and writes */
+  free(a->kv_series);
   free(a->kv_off_ids);
   model_runner_destroy(a->runner);
   lora_adapters_free(&a->loras); /* after the runner that borrowed them */

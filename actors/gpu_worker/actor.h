@@ -130,7 +130,11 @@ int32_t gpu_worker_actor_num_blocks(const struct gpu_worker_actor *a);
 /* Exports the structured-output mask histograms (llmbus:structured_output_mask_seconds: the
  * helper thread's time per step; llmbus:structured_output_mask_wait_seconds: how long
  * sampling waited for it after the forward pass) in registry m (borrowed; outlives the
- * actor's steps). Observed on every step with a constrained request. Errors: OUT_OF_MEMORY. */
+ * actor's steps). Observed on every step with a constrained request. With kv_transfer also the
+ * KV connector's counters, read at each scrape: llmbus:kv_transfer_sent_bytes_total,
+ * _received_bytes_total, _receives_total{result=finished|failed},
+ * _fetches_total{result=served|refused}, _exports_total{result=accepted|refused},
+ * _chunk_retries_total. Errors: OUT_OF_MEMORY. */
 struct llb_metrics;
 llb_status gpu_worker_actor_register_metrics(struct gpu_worker_actor *a, struct llb_metrics *m);
 

@@ -27,22 +27,28 @@ struct id_list {
   int32_t n, cap;
 };
 
+/* One fetch thread and what it alone uses. */
+struct worker {
+  struct kv_fetcher *f;
+  pthread_t tid;
+  struct job *running; /* under mu */
+  struct llb_buf req_buf;
+  struct llb_arena arena;
+};
+
 struct kv_fetcher {
   struct kv_fetcher_config cfg;
   kv_fetcher_write_fn write;
   void *user;
   pthread_mutex_t mu;
   pthread_cond_t cv; /* CLOCK_MONOTONIC: new job, stop */
-  struct job *head, *tail, *running;
-  int32_t num_queued;
-  bool stop, started;
-  pthread_t thread;
+  struct job *head, *tail;
+  int32_t num_queued, num_started;
+  bool stop;
+  struct worker workers[KV_FETCHER_MAX_THREADS]; /* [cfg.num_threads] */
   struct bus *bus;
   struct id_list finished, failed, taken_finished, taken_failed;
   struct kv_fetcher_stats stats;
-  /* the fetch thread's own */
-  struct llb_buf req_buf;
-  struct llb_arena arena;
 };
 
 enum chunk_outcome { CHUNK_WRITTEN, CHUNK_NO_REPLY, CHUNK_NOT_READY, CHUNK_FAILED };
@@ -79,8 +85,10 @@ static void job_free(struct job *j) {
 llb_status kv_fetcher_create(const struct kv_fetcher_config *cfg, kv_fetcher_write_fn write, void *user,
                              struct kv_fetcher **out) {
   if (!cfg || !write || cfg->fetch_timeout_ms < 1 || cfg->transfer_timeout_ms < 1 || cfg->max_attempts < 1 ||
-      cfg->retry_ms < 1 || cfg->geometry.block_bytes < 1 || cfg->geometry.num_blocks < 1)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv fetcher: timeouts, attempts and geometry must be >= 1");
+      cfg->retry_ms < 1 || cfg->geometry.block_bytes < 1 || cfg->geometry.num_blocks < 1 || cfg->num_threads < 1 ||
+      cfg->num_threads > KV_FETCHER_MAX_THREADS)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv fetcher: timeouts, attempts and geometry must be >= 1, "
+                    "threads 1..%d", KV_FETCHER_MAX_THREADS);
   struct kv_fetcher *f = calloc(1, sizeof *f);
   if (!f) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv fetcher");
   f->cfg = *cfg;
@@ -92,7 +100,10 @@ llb_status kv_fetcher_create(const struct kv_fetcher_config *cfg, kv_fetcher_wri
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&f->cv, &ca);
   pthread_condattr_destroy(&ca);
-  llb_arena_init(&f->arena, NULL, 0);
+  for (int32_t i = 0; i < cfg->num_threads; i++) {
+    f->workers[i].f = f;
+    llb_arena_init(&f->workers[i].arena, NULL, 0);
+  }
   *out = f;
   return LLB_STATUS_OK;
 }
@@ -156,11 +167,12 @@ static bool write_blocks(struct kv_fetcher *f, struct job *j, const struct llb_k
 }
 
 /* One request/reply: blocks [done, done + k) of the receive. */
-static enum chunk_outcome fetch_chunk(struct kv_fetcher *f, struct job *j, const char *subject, int32_t done,
-                                      int32_t k, char *why, size_t cap) {
+static enum chunk_outcome fetch_chunk(struct worker *w, struct job *j, const char *subject, int32_t done, int32_t k,
+                                      char *why, size_t cap) {
+  struct kv_fetcher *f = w->f;
   const struct llb_kv_fetch_request q = {.request_id = llb_str_c(j->remote_id), .first_block = j->first + done,
                                          .num_blocks = k};
-  llb_status st = llb_kv_fetch_request_encode_buf(&q, &f->req_buf);
+  llb_status st = llb_kv_fetch_request_encode_buf(&q, &w->req_buf);
   if (st) {
     snprintf(why, cap, "encoding the fetch: %s", llb_err_last());
     return CHUNK_FAILED;
@@ -168,7 +180,7 @@ static enum chunk_outcome fetch_chunk(struct kv_fetcher *f, struct job *j, const
   int64_t left_ms = (j->deadline_ns - llb_now_ns()) / 1000000;
   if (left_ms > f->cfg.fetch_timeout_ms) left_ms = f->cfg.fetch_timeout_ms;
   struct bus_msg *reply = NULL;
-  st = bus_request(f->bus, subject, f->req_buf.data, f->req_buf.len, NULL, left_ms > 0 ? left_ms : 1, &reply);
+  st = bus_request(f->bus, subject, w->req_buf.data, w->req_buf.len, NULL, left_ms > 0 ? left_ms : 1, &reply);
   if (st == LLB_STATUS_TIMEOUT || st == LLB_STATUS_NOT_FOUND) {
     snprintf(why, cap, "%s", llb_err_last());
     return CHUNK_NO_REPLY;
@@ -177,9 +189,9 @@ static enum chunk_outcome fetch_chunk(struct kv_fetcher *f, struct job *j, const
     snprintf(why, cap, "fetch request: %s", llb_err_last());
     return CHUNK_FAILED;
   }
-  llb_arena_reset(&f->arena);
+  llb_arena_reset(&w->arena);
   struct llb_kv_transfer_chunk c;
-  st = llb_kv_transfer_chunk_decode(reply->data, reply->len, &f->arena, &c);
+  st = llb_kv_transfer_chunk_decode(reply->data, reply->len, &w->arena, &c);
   bus_msg_destroy(reply);
   if (st) {
     snprintf(why, cap, "bad chunk: %s", llb_err_last());
@@ -225,7 +237,8 @@ static void retry_after(struct kv_fetcher *f, int64_t ms) {
 }
 
 /* Runs one receive to its end; false with why[] on failure. */
-static bool run_job(struct kv_fetcher *f, struct job *j, char *why, size_t cap) {
+static bool run_job(struct worker *w, struct job *j, char *why, size_t cap) {
+  struct kv_fetcher *f = w->f;
   const size_t block_bytes = f->cfg.geometry.block_bytes, limit = chunk_bytes(f);
   const int32_t per = (int32_t)(limit / block_bytes < (size_t)LLB_KV_MAX_BLOCKS_PER_REQ ? limit / block_bytes
                                                                                          : LLB_KV_MAX_BLOCKS_PER_REQ);
@@ -251,7 +264,7 @@ static bool run_job(struct kv_fetcher *f, struct job *j, char *why, size_t cap) 
       return false;
     }
     const int32_t k = j->num_blocks - done < per ? j->num_blocks - done : per;
-    switch (fetch_chunk(f, j, subject, done, k, why, cap)) {
+    switch (fetch_chunk(w, j, subject, done, k, why, cap)) {
     case CHUNK_WRITTEN:
       done += k;
       attempts = 0;
@@ -271,7 +284,8 @@ static bool run_job(struct kv_fetcher *f, struct job *j, char *why, size_t cap) 
 }
 
 static void *fetch_thread(void *arg) {
-  struct kv_fetcher *f = arg;
+  struct worker *w = arg;
+  struct kv_fetcher *f = w->f;
   pthread_mutex_lock(&f->mu);
   while (!f->stop) {
     struct job *j = f->head;
@@ -282,13 +296,13 @@ static void *fetch_thread(void *arg) {
     f->head = j->next;
     if (!f->head) f->tail = NULL;
     f->num_queued--;
-    f->running = j;
+    w->running = j;
     pthread_mutex_unlock(&f->mu);
     char why[512] = "";
     const int64_t t0 = llb_now_ns();
-    const bool ok = run_job(f, j, why, sizeof why);
+    const bool ok = run_job(w, j, why, sizeof why);
     pthread_mutex_lock(&f->mu);
-    f->running = NULL;
+    w->running = NULL;
     list_push(ok ? &f->finished : &f->failed, j->id);
     (*(ok ? &f->stats.finished : &f->stats.failed))++;
     if (ok)
@@ -304,19 +318,29 @@ static void *fetch_thread(void *arg) {
 }
 
 llb_status kv_fetcher_start(struct kv_fetcher *f, struct bus *bus) {
-  if (f->started) return LLB_STATUS_OK;
+  if (f->num_started) return LLB_STATUS_OK;
   f->bus = bus;
-  if (pthread_create(&f->thread, NULL, fetch_thread, f) != 0)
-    return LLB_ERRF(LLB_STATUS_INTERNAL, "kv fetcher thread");
-  f->started = true;
+  for (; f->num_started < f->cfg.num_threads; f->num_started++)
+    if (pthread_create(&f->workers[f->num_started].tid, NULL, fetch_thread, &f->workers[f->num_started]) != 0) {
+      kv_fetcher_stop(f);
+      return LLB_ERRF(LLB_STATUS_INTERNAL, "kv fetcher thread");
+    }
   return LLB_STATUS_OK;
 }
 
+
 static bool id_is(const char *id, const char *s, size_t len) { return strlen(id) == len && memcmp(id, s, len) == 0; }
+
+/* Under mu: the job of id s[len] a fetch thread runs, or NULL. */
+static struct job *running_job(struct kv_fetcher *f, const char *s, size_t len) {
+  for (int32_t i = 0; i < f->cfg.num_threads; i++)
+    if (f->workers[i].running && id_is(f->workers[i].running->id, s, len)) return f->workers[i].running;
+  return NULL;
+}
 
 /* Under mu: a receive of id queued or running. */
 static bool held(struct kv_fetcher *f, const char *s, size_t len) {
-  if (f->running && id_is(f->running->id, s, len)) return true;
+  if (running_job(f, s, len)) return true;
   for (struct job *j = f->head; j; j = j->next)
     if (id_is(j->id, s, len)) return true;
   return false;
@@ -374,8 +398,9 @@ llb_status kv_fetcher_submit(struct kv_fetcher *f, const struct llb_kv_recv_requ
 
 void kv_fetcher_cancel(struct kv_fetcher *f, const char *id, size_t id_len) {
   pthread_mutex_lock(&f->mu);
-  if (f->running && id_is(f->running->id, id, id_len)) {
-    f->running->cancelled = true; /* the fetch thread reports it failed when it sees this */
+  struct job *run = running_job(f, id, id_len);
+  if (run) {
+    run->cancelled = true; /* its fetch thread reports it failed when it sees this */
     pthread_cond_broadcast(&f->cv);
   }
   for (struct job **p = &f->head, *prev = NULL; *p; prev = *p, p = &(*p)->next) {
@@ -409,7 +434,8 @@ void kv_fetcher_take_done(struct kv_fetcher *f, const char *const **finished, in
 
 int32_t kv_fetcher_pending(struct kv_fetcher *f) {
   pthread_mutex_lock(&f->mu);
-  const int32_t n = f->num_queued + (f->running ? 1 : 0);
+  int32_t n = f->num_queued;
+  for (int32_t i = 0; i < f->cfg.num_threads; i++) n += f->workers[i].running != NULL;
   pthread_mutex_unlock(&f->mu);
   return n;
 }
@@ -426,8 +452,8 @@ void kv_fetcher_stop(struct kv_fetcher *f) {
   f->stop = true;
   pthread_cond_broadcast(&f->cv);
   pthread_mutex_unlock(&f->mu);
-  if (f->started) pthread_join(f->thread, NULL);
-  f->started = false;
+  for (int32_t i = 0; i < f->num_started; i++) pthread_join(f->workers[i].tid, NULL);
+  f->num_started = 0;
   pthread_mutex_lock(&f->mu);
   while (f->head) {
     struct job *j = f->head;
@@ -448,8 +474,10 @@ void kv_fetcher_destroy(struct kv_fetcher *f) {
   list_free(&f->failed);
   list_free(&f->taken_finished);
   list_free(&f->taken_failed);
-  llb_buf_free(&f->req_buf);
-  llb_arena_destroy(&f->arena);
+  for (int32_t i = 0; i < f->cfg.num_threads; i++) {
+    llb_buf_free(&f->workers[i].req_buf);
+    llb_arena_destroy(&f->workers[i].arena);
+  }
   pthread_cond_destroy(&f->cv);
   pthread_mutex_destroy(&f->mu);
   free(f);

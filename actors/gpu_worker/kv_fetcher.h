@@ -1,5 +1,5 @@
-/* The decode side's background fetcher of the KV connector (kv_transfer.h, issue 36): one thread
- * that runs the queued receives one after another, each as a series of KVFetchRequests to
+/* The decode side's background fetcher of the KV connector (kv_transfer.h, issue 36): num_threads
+ * threads that take the queued receives in order, each run as a series of KVFetchRequests to
  * <prefix>.engine.<remote_engine_id>.kv_fetch (bus_request), writing the blocks of each checked
  * KVTransferChunk into the local blocks through a caller-given write function.
  *
@@ -11,9 +11,10 @@
  * (a bad checksum, another geometry, Unknown, Expired, OutOfRange, Error, the transfer's
  * deadline) fails the receive. Ended receives are collected for kv_fetcher_take_done.
  *
- * Threads: submit, cancel, take_done, busy from one thread (the worker's execute thread); the
- * fetch thread writes blocks under the fetcher's lock, so that after kv_fetcher_cancel returns
- * nothing more is written for that request.
+ * Threads: submit, cancel, take_done, pending from one thread (the worker's execute thread); the
+ * fetch threads write blocks under the fetcher's lock, so that after kv_fetcher_cancel returns
+ * nothing more is written for that request. Several threads keep one long transfer from holding
+ * up the others (and overlap one's copying with another's round trip).
  */
 #ifndef LLB_GPU_WORKER_KV_FETCHER_H
 #define LLB_GPU_WORKER_KV_FETCHER_H
@@ -27,7 +28,10 @@
 #include "bus/bus.h"
 #include "schemas/scheduler_output.h"
 
+#define KV_FETCHER_MAX_THREADS 16
+
 struct kv_fetcher_config {
+  int32_t num_threads;         /* receives run at once, 1..KV_FETCHER_MAX_THREADS */
   struct model_runner_kv_geometry geometry; /* the local cache's: what every chunk must match */
   int64_t fetch_timeout_ms;    /* one request's wait for its reply, >= 1 */
   int64_t transfer_timeout_ms; /* a receive's deadline from its submission, >= 1 */
@@ -46,12 +50,13 @@ struct kv_fetcher_stats {
 
 struct kv_fetcher; /* opaque */
 
-/* Creates the fetcher (no thread yet). write(user, ...) is called on the fetch thread. Errors:
+/* Creates the fetcher (no thread yet). write(user, ...) is called on the fetch threads, one at a
+ * time. Errors:
  * INVALID_ARGUMENT (config), OUT_OF_MEMORY. *out: kv_fetcher_destroy. */
 llb_status kv_fetcher_create(const struct kv_fetcher_config *cfg, kv_fetcher_write_fn write, void *user,
                              struct kv_fetcher **out);
 
-/* Starts the fetch thread over `bus` (borrowed: kv_fetcher_stop before bus_destroy). The
+/* Starts the fetch threads over `bus` (borrowed: kv_fetcher_stop before bus_destroy). The
  * prefix of the subjects is the bus's. Errors: INTERNAL (thread). */
 llb_status kv_fetcher_start(struct kv_fetcher *f, struct bus *bus);
 
@@ -76,7 +81,7 @@ int32_t kv_fetcher_pending(struct kv_fetcher *f);
 
 void kv_fetcher_stats(struct kv_fetcher *f, struct kv_fetcher_stats *out);
 
-/* Stops the thread (a request in flight is waited for, at most fetch_timeout_ms); the receives
+/* Stops the threads (a request in flight is waited for, at most fetch_timeout_ms); the receives
  * still queued or running are reported failed. Idempotent; NULL ok. */
 void kv_fetcher_stop(struct kv_fetcher *f);
 

@@ -66,6 +66,7 @@ static llb_status make_parts(struct kv_connector *c, const struct kv_connector_c
       .transfer_timeout_ms = cfg->transfer_timeout_ms ? cfg->transfer_timeout_ms : 60000,
       .max_attempts = cfg->max_attempts ? cfg->max_attempts : 3,
       .retry_ms = cfg->retry_ms ? cfg->retry_ms : 10,
+      .num_threads = cfg->fetch_threads ? cfg->fetch_threads : 2,
       .max_chunk_bytes = cfg->max_chunk_bytes};
   llb_status st = kv_export_create(&lim, &c->exports);
   if (!st) st = kv_fetcher_create(&fc, write_block, c, &c->fetcher);
@@ -144,14 +145,16 @@ llb_status kv_connector_serve(struct kv_connector *c, const uint8_t *req, size_t
   struct llb_kv_fetch_request q;
   struct llb_kv_transfer_chunk ch = {0};
   char why[512] = "";
-  if (llb_kv_fetch_request_decode(req, len, &c->serve_arena, &q)) {
+  const llb_status bad = llb_kv_fetch_request_decode(req, len, &c->serve_arena, &q);
+  if (bad) {
     snprintf(why, sizeof why, "%s", llb_err_last());
     ch = (struct llb_kv_transfer_chunk){.request_id = llb_str_c("?"), .status = LLB_KV_TRANSFER_ERROR};
   } else {
     serve_fetch(c, &q, &ch, why, sizeof why);
   }
   if (ch.status != LLB_KV_TRANSFER_OK) {
-    ch.error = (struct llb_error_info){.code = LLB_STATUS_NOT_FOUND, .message = llb_str_c(why)};
+    /* the codec's status for an undecodable request, else "not served" */
+    ch.error = (struct llb_error_info){.code = bad ? (int32_t)bad : LLB_STATUS_NOT_FOUND, .message = llb_str_c(why)};
     atomic_fetch_add(&c->fetches_refused, 1);
     if (ch.status != LLB_KV_TRANSFER_NOT_READY)
       LLB_LOG_WARN("kv_fetch_refused", "req_id=%s status=%s err=\"%s\"", ch.request_id.data,

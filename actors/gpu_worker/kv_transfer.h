@@ -7,9 +7,10 @@
  *   kv_connector_before_step(c, &so->kv_connector_metadata, finished ids)  before model_runner_execute:
  *     reqs_to_send: each becomes an export (kv_export.h): its blocks are served to fetches naming
  *       its req_id until every block was fetched once or expires_in_s passed;
- *     reqs_to_recv: each becomes a fetch job of the background fetcher (kv_fetcher.h), which asks
+ *     reqs_to_recv: each becomes a fetch job of the background fetcher (kv_fetcher.h), whose
+ *       threads (fetch_threads) each take one job at a time and ask
  *       <prefix>.engine.<remote_engine_id>.kv_fetch for blocks remote_first_block.. in chunks
- *       under the bus's max_payload and writes them into local_block_ids of this runner's cache;
+ *       under the bus's max_payload, writing them into local_block_ids of this runner's cache;
  *     finished_req_ids / preempted_req_ids: a fetch still running for one of them is cancelled
  *       before the step (its blocks may be handed to another request) and reported failed.
  *   kv_connector_after_step(c, &out->kv_connector_output)  after it, also after a failed step:
@@ -28,13 +29,15 @@
  * this runner's. A NotReady reply is retried every retry_ms until the transfer's deadline; a
  * request with no reply (a lost chunk) is sent again up to max_attempts times; a bad checksum, a
  * geometry mismatch, an unknown or expired export fail the transfer at once (failed_recving).
+ * An export ends when each of its blocks was read once, so a lost reply of its last chunk cannot
+ * be fetched again (Unknown): that receive fails and the decode side recomputes the request.
  *
  * Devices: the CPU runner's cache is read and written in place (model_runner_kv_block_read /
  * _write); the sim runner has no KV memory and moves zero bytes of the real size (so the wire
  * cost is the real one); the CUDA runner refuses: kv_connector_create returns UNSUPPORTED.
  *
  * Threads: before_step / after_step / destroy on the execute thread; the service handler on its
- * subscription's delivery thread; the fetcher on a thread of its own. Exported blocks are read
+ * subscription's delivery thread; the fetcher on threads of its own. Exported blocks are read
  * and received blocks written while steps run: the scheduler guarantees that no step touches
  * them (an export's blocks stay allocated until finished_sending; a receiving request is not
  * scheduled until finished_recving).
@@ -59,6 +62,7 @@ struct kv_connector_config {
   int64_t transfer_timeout_ms;    /* a whole transfer's deadline (NotReady retries included); 0 = 60000 */
   int32_t max_attempts;           /* sends of one chunk's request that got no reply; 0 = 3 */
   int64_t retry_ms;               /* wait before asking again after NotReady; 0 = 10 */
+  int32_t fetch_threads;          /* receives run at once (kv_fetcher.h); 0 = 2 */
   size_t max_chunk_bytes;         /* data bytes of one chunk at most; 0 = the bus's max_payload less
                                      16 KiB for the header (and <= LLB_KV_MAX_CHUNK_DATA_BYTES) */
 };

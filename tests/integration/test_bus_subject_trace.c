@@ -104,6 +104,17 @@ static void test_subject_trace(void **state) {
   assert_int_equal(bus_subject_trace("llm", "a b", buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
 }
 
+static llb_status kv_fetch_e0(char *b, size_t c) { return bus_subject_kv_fetch("llm", "prefill-0", b, c); }
+
+/* Issue 36: one engine's worker serves the KV blocks it exports there; the engine id is checked. */
+static void test_subject_kv_fetch(void **state) {
+  (void)state;
+  expect_subject(kv_fetch_e0, "llm.engine.prefill-0.kv_fetch");
+  char buf[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_subject_kv_fetch("llm", "e.*", buf, sizeof buf), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(bus_subject_engine("llm", "e1", "kv_fetch", buf, sizeof buf), LLB_STATUS_OK);
+}
+
 /* A step number at UINT64_MAX takes all 20 digits. */
 static llb_status reply_step(char *b, size_t c) { return bus_subject_reply("_INBOX.abc123", 42, b, c); }
 static llb_status reply_max(char *b, size_t c) { return bus_subject_reply("_INBOX.abc123", UINT64_MAX, b, c); }
@@ -275,6 +286,7 @@ int main(void) {
       cmocka_unit_test(test_subject_tokenize),
       cmocka_unit_test(test_subject_health_metrics),
       cmocka_unit_test(test_subject_trace),
+      cmocka_unit_test(test_subject_kv_fetch),
       cmocka_unit_test(test_subject_reply),
       cmocka_unit_test(test_pattern_tenants),
       cmocka_unit_test(test_pattern_engines),

@@ -31,6 +31,7 @@
 #include "actors/gpu_worker/kv_transfer.h"
 #include "actors/gpu_worker/model_runner.h"
 #include "base/log.h"
+#include "base/metrics.h"
 #include "bus/bus.h"
 #include "model/forward/forward.h"
 #include "model/gguf/gguf.h"
@@ -106,7 +107,7 @@ static struct model_runner *make_runner(enum model_runner_device dev, enum backe
 static struct kv_connector *make_connector(const char *eid, struct model_runner *r, struct bus *bus) {
   struct model_runner_kv_geometry g;
   model_runner_kv_geometry(r, &g);
-  const struct kv_connector_config cfg = {.engine_id = eid, .fetch_timeout_ms = 300, .transfer_timeout_ms = 5000,
+  const struct kv_connector_config cfg = {.engine_id = eid, .fetch_timeout_ms = 1000, .transfer_timeout_ms = 10000,
                                           .max_attempts = 3, .retry_ms = 5, .max_chunk_bytes = 2 * g.block_bytes};
   struct kv_connector *c = NULL;
   assert_int_equal(kv_connector_create(&cfg, r, &c), LLB_STATUS_OK);
@@ -394,7 +395,10 @@ static void test_replies_that_never_come_fail_the_receive(void **state) {
   (void)state;
   struct faulty fx = {.drop_all = true};
   fetch_through_faults(&fx, "Plost", ENDED_FAILED);
-  assert_int_equal(atomic_load(&fx.replies), 3); /* max_attempts */
+  /* max_attempts requests, no more (the last may still be on its way to the handler) */
+  for (int i = 0; i < 500 && atomic_load(&fx.replies) < 3; i++) nanosleep(&(struct timespec){0, 10000000}, NULL);
+  nanosleep(&(struct timespec){0, 50000000}, NULL);
+  assert_int_equal(atomic_load(&fx.replies), 3);
 }
 
 /* Serves one KVFetchRequest through c directly; returns the chunk's status (data in *bytes). */
@@ -441,6 +445,19 @@ static void test_only_listed_blocks_are_served_and_an_expired_export_says_so(voi
   assert_int_equal(fetch_direct(cp, "p-listed", 2, 1, &bytes), LLB_KV_TRANSFER_OK);
   wait_ended(cp, "p-listed", ENDED_SENDING);
   assert_int_equal(fetch_direct(cp, "p-listed", 0, 1, &bytes), LLB_KV_TRANSFER_UNKNOWN);
+  /* an undecodable request gets an Error chunk naming the codec's complaint, never data */
+  const uint8_t garbage[24] = {20, 0, 0, 0, 'x', 'y'};
+  struct llb_buf rep = {0};
+  assert_int_equal(kv_connector_serve(cp, garbage, sizeof garbage, &rep), LLB_STATUS_OK);
+  struct llb_arena ga;
+  llb_arena_init(&ga, NULL, 0);
+  struct llb_kv_transfer_chunk gch;
+  assert_int_equal(llb_kv_transfer_chunk_decode(rep.data, rep.len, &ga, &gch), LLB_STATUS_OK);
+  assert_int_equal(gch.status, LLB_KV_TRANSFER_ERROR);
+  assert_int_equal(gch.error.code, LLB_STATUS_MALFORMED);
+  assert_int_equal(gch.data_len, 0);
+  llb_arena_destroy(&ga);
+  llb_buf_free(&rep);
   /* an expired export: reported finished_sending, then fetches get Expired */
   export_blocks(cp, "p-expiring", blocks, 3, 12, 0.05f);
   nanosleep(&(struct timespec){0, 100000000}, NULL);
@@ -503,6 +520,53 @@ static void test_every_cpu_kv_dtype_arrives_bit_exactly(void **state) {
     model_runner_destroy(rp);
     model_runner_destroy(rq);
   }
+}
+
+static void test_concurrent_receives_each_get_their_own_blocks(void **state) {
+  (void)state;
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                      *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("P7", rp, bus_p), *cq = make_connector("Q7", rq, bus_q);
+  struct req p1, p2;
+  req_init(&p1, "p-one", true, 0);
+  req_init(&p2, "p-two", true, 8);
+  p2.tokens[0] = 60; /* another prompt: other KV */
+  prefill_and_export(rp, cp, &p1, 30.0f);
+  prefill_and_export(rp, cp, &p2, 30.0f);
+  const int32_t l1[4] = {40, 41, 42, 43}, l2[4] = {50, 51, 52, 53};
+  const struct llb_kv_recv_request r[2] = {
+      {.req_id = llb_str_c("q-one"), .local_block_ids = l1, .num_local_block_ids = 4,
+       .remote_engine_id = llb_str_c("P7"), .remote_request_id = llb_str_c("p-one"), .num_tokens = N},
+      {.req_id = llb_str_c("q-two"), .local_block_ids = l2, .num_local_block_ids = 4,
+       .remote_engine_id = llb_str_c("P7"), .remote_request_id = llb_str_c("p-two"), .num_tokens = N}};
+  const struct llb_kv_connector_metadata m = {.reqs_to_recv = r, .num_reqs_to_recv = 2};
+  assert_int_equal(kv_connector_before_step(cq, &m, NULL, 0), LLB_STATUS_OK);
+  int done = 0;
+  for (int i = 0; i < 2000 && done < 2; i++) {
+    struct llb_kv_connector_output o;
+    kv_connector_after_step(cq, &o);
+    assert_int_equal(o.num_failed_recving, 0);
+    done += o.num_finished_recving;
+    nanosleep(&(struct timespec){0, 5000000}, NULL);
+  }
+  assert_int_equal(done, 2);
+  struct model_runner_kv_geometry g;
+  model_runner_kv_geometry(rp, &g);
+  uint8_t *a = malloc(g.block_bytes), *b = malloc(g.block_bytes);
+  for (int32_t i = 0; i < 4; i++) {
+    assert_int_equal(model_runner_kv_block_read(rp, p1.blocks[i], a, g.block_bytes), LLB_STATUS_OK);
+    assert_int_equal(model_runner_kv_block_read(rq, l1[i], b, g.block_bytes), LLB_STATUS_OK);
+    assert_memory_equal(a, b, g.block_bytes);
+    assert_int_equal(model_runner_kv_block_read(rp, p2.blocks[i], a, g.block_bytes), LLB_STATUS_OK);
+    assert_int_equal(model_runner_kv_block_read(rq, l2[i], b, g.block_bytes), LLB_STATUS_OK);
+    assert_memory_equal(a, b, g.block_bytes);
+  }
+  free(a);
+  free(b);
+  kv_connector_destroy(cp);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rp);
+  model_runner_destroy(rq);
 }
 
 static void test_a_mismatched_geometry_fails_the_receive(void **state) {
@@ -662,6 +726,19 @@ static void test_workers_report_the_transfer_in_their_model_runner_outputs(void 
   exec_step("AQ", &s4, &a, &out);
   assert_int_equal(out.num_sampled_token_ids, 1);
   assert_int_equal(out.sampled_token_ids[0], alone.tokens[N + 1]);
+  /* the worker's /metrics counts what moved */
+  struct llb_metrics *reg = NULL;
+  assert_int_equal(llb_metrics_create(&reg), LLB_STATUS_OK);
+  assert_int_equal(gpu_worker_actor_register_metrics(wq, reg), LLB_STATUS_OK);
+  char *text = NULL, want[128];
+  size_t text_len = 0;
+  assert_int_equal(llb_metrics_render(reg, &text, &text_len), LLB_STATUS_OK);
+  const size_t block_bytes = (size_t)2 * L * BS * HKV * D * 2; /* fp16 */
+  snprintf(want, sizeof want, "llmbus:kv_transfer_received_bytes_total %zu\n", (size_t)((N + BS - 1) / BS) * block_bytes);
+  if (!strstr(text, want)) fail_msg("no '%s' in:\n%s", want, text);
+  assert_non_null(strstr(text, "llmbus:kv_transfer_receives_total{result=\"finished\"} 1\n"));
+  free(text);
+  llb_metrics_destroy(reg);
   /* a worker without --kv-transfer: the export ends and the receive fails at once */
   const struct llb_scheduler_output s5 = {.version = 1, .step = 1, .block_size = BS,
                                           .kv_connector_metadata = {.reqs_to_recv = &recv, .num_reqs_to_recv = 1,
@@ -696,6 +773,7 @@ int main(void) {
       cmocka_unit_test(test_only_listed_blocks_are_served_and_an_expired_export_says_so),
       cmocka_unit_test(test_a_receive_of_an_expired_export_fails),
       cmocka_unit_test(test_every_cpu_kv_dtype_arrives_bit_exactly),
+      cmocka_unit_test(test_concurrent_receives_each_get_their_own_blocks),
       cmocka_unit_test(test_a_mismatched_geometry_fails_the_receive),
       cmocka_unit_test(test_sim_workers_move_bytes_of_the_real_size),
       cmocka_unit_test(test_a_receive_cancelled_by_finished_req_ids_is_reported_failed),
