@@ -271,7 +271,11 @@ static llb_status register_from(struct output_processor_actor *a, const struct l
     atomic_fetch_add(&a->resyncs, 1);
     LLB_LOG_INFO("request_resynced", "request_id=%s tokens=%d", eo->request_id.data, eo->num_new_token_ids);
   }
-  if (eo->num_handed_off_token_ids > 0) { /* a hand-off from a prefill engine: its outputs went out there */
+  /* a hand-off from a prefill engine: its outputs went out there. Not when the output carries the
+   * whole history again (resync: a replay of the hand-off after this engine's scheduler died): then
+   * the request is registered as any resynced one, its completion restarts from the beginning and
+   * the client trims what it had, from either engine */
+  if (eo->num_handed_off_token_ids > 0 && !eo->resync) {
     atomic_fetch_add(&a->handoffs_continued, 1);
     return output_processor_register_handed_off(a->proc, &info, eo->handed_off_token_ids,
                                                 eo->num_handed_off_token_ids, &a->res);

@@ -32,8 +32,19 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
 #define STALL_WAIT_MS 50
-#define KV_POLL_MS 2 /* KV transfers under way and nothing else to run: ask the worker this often */
-#define KV_POLL_NS (KV_POLL_MS * 1000000LL)
+/* KV transfers under way and nothing else to run: ask the worker this often while a request
+ * waits for its KV, and this often while only exports are held (a decode engine that had part
+ * of a prompt cached fetches only the rest, and such an export ends at its expiry) */
+#define KV_POLL_MS 2
+#define KV_EXPORT_POLL_MS 50
+
+/* The poll interval now (ms), 0 when no transfer is under way. */
+static int64_t kv_poll_ms(const struct scheduler *s) {
+  if (!sched_kv_pending(s)) return 0;
+  struct sched_stats st;
+  sched_get_stats(s, &st);
+  return st.num_waiting_for_remote_kvs > 0 ? KV_POLL_MS : KV_EXPORT_POLL_MS;
+}
 
 /* The actor's own state: the step loop's (the scheduler, this step's plain structs and their
  * wire buffers, failure handling) and the modules it drives, each with its own state. */
@@ -393,7 +404,8 @@ enum plan_result {
 static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
   const int64_t plan_ns = llb_wall_ns(), now_ns = llb_now_ns();
   int64_t kv_ns[2] = {0, 0};
-  sched_kv_tick(a->sched, now_ns - a->last_kv_poll_ns >= KV_POLL_NS, (double)now_ns / 1e9);
+  const int64_t poll_ms = kv_poll_ms(a->sched);
+  sched_kv_tick(a->sched, poll_ms > 0 && now_ns - a->last_kv_poll_ns >= poll_ms * 1000000LL, (double)now_ns / 1e9);
   llb_status st = sched_schedule(a->sched, &a->out, &a->kv);
   if (st) {
     exec_channel_forget(a->exec);
@@ -582,9 +594,8 @@ static void *step_thread(void *arg) {
     else if (!busy && !last_active) wait_ms = a->cfg.stats_idle_interval_ms;
     else if (busy && !last_active) wait_ms = STALL_WAIT_MS;
     if (exec_channel_num_pending(a->exec) > 0 && a->backoff_ms == 0) wait_ms = -1; /* a reply is due */
-    if (sched_kv_pending(a->sched) && a->backoff_ms == 0 && (wait_ms < 0 || wait_ms > KV_POLL_MS) &&
-        exec_channel_num_pending(a->exec) == 0)
-      wait_ms = KV_POLL_MS; /* transfers under way: the next poll */
+    const int64_t poll_ms = kv_poll_ms(a->sched);
+    if (poll_ms > 0 && a->backoff_ms == 0 && wait_ms > poll_ms) wait_ms = poll_ms; /* transfers: the next poll */
     if (wait_ms > 0) {
       int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
       int64_t stats_in = (busy ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms) - since_stats;
