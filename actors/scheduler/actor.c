@@ -156,6 +156,8 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
     }
     if (st == LLB_STATUS_OK) {
       atomic_fetch_add(&a->c_requests, 1);
+      (void)handoff_replayed(a->handoff, a->sched, m, &a->eo_side); /* m may be owned by an output now */
+      if (!sched_find_request(a->sched, m->id)) continue;
       free(m->mm);
       m->mm = NULL;
       free(m->mm_blob);

@@ -143,38 +143,49 @@ void handoff_collect(struct handoff *h, const struct scheduler *sched, const str
   }
 }
 
+/* Hands request `id` over now, if it still runs here with a decode engine: publish, then
+ * sched_hand_off (its final output into side). True when it left. */
+static bool hand_off_one(struct handoff *h, struct scheduler *sched, const char *id, struct sched_engine_outputs *side) {
+  const struct sched_request *r = sched_find_request(sched, id);
+  struct req_meta *m = r ? r->user : NULL;
+  if (!r || !m || !m->decode_engine_id || r->abort_pending) return false; /* finished or aborted since */
+  const int64_t t0 = llb_now_ns();
+  llb_status st = publish_handoff(h, r, m);
+  const int32_t outputs = sched_request_num_output_tokens(r);
+  char *decode_engine = m->decode_engine_id; /* the meta leaves with the final output */
+  m->decode_engine_id = NULL;
+  if (!st) {
+    m->decode_engine_id = decode_engine;
+    st = sched_hand_off(sched, id, side); /* the output (in side) owns m from here */
+  } else {
+    free(decode_engine);
+  }
+  char q[300];
+  if (st) {
+    count(&h->c_send_failed, h->m_send_failed);
+    LLB_LOG_WARN("handoff_failed", "req=%s status=%s error=%s action=decode_here", id, llb_strerror(st),
+                 llb_log_quote(q, sizeof q, llb_err_last()));
+    return false;
+  }
+  count(&h->c_sent, h->m_sent);
+  LLB_LOG_INFO("request_handed_off", "req=%s outputs=%d publish_ms=%.2f", id, outputs,
+               (double)(llb_now_ns() - t0) / 1e6);
+  return true;
+}
+
 int32_t handoff_run(struct handoff *h, struct scheduler *sched, struct sched_engine_outputs *side) {
   int32_t n = 0;
-  for (int32_t i = 0; i < h->due.num; i++) {
-    const char *id = sched_str_list_get(&h->due, i);
-    const struct sched_request *r = sched_find_request(sched, id);
-    struct req_meta *m = r ? r->user : NULL;
-    if (!r || !m || !m->decode_engine_id || r->abort_pending) continue; /* finished or aborted since */
-    const int64_t t0 = llb_now_ns();
-    llb_status st = publish_handoff(h, r, m);
-    const int32_t outputs = sched_request_num_output_tokens(r);
-    char *decode_engine = m->decode_engine_id; /* the meta leaves with the final output */
-    m->decode_engine_id = NULL;
-    if (!st) {
-      m->decode_engine_id = decode_engine;
-      st = sched_hand_off(sched, id, side); /* the output (in side) owns m from here */
-    } else {
-      free(decode_engine);
-    }
-    char q[300];
-    if (st) {
-      count(&h->c_send_failed, h->m_send_failed);
-      LLB_LOG_WARN("handoff_failed", "req=%s status=%s error=%s action=decode_here", id, llb_strerror(st),
-                   llb_log_quote(q, sizeof q, llb_err_last()));
-      continue;
-    }
-    count(&h->c_sent, h->m_sent);
-    n++;
-    LLB_LOG_INFO("request_handed_off", "req=%s outputs=%d publish_ms=%.2f", id, outputs,
-                 (double)(llb_now_ns() - t0) / 1e6);
-  }
+  for (int32_t i = 0; i < h->due.num; i++) n += hand_off_one(h, sched, sched_str_list_get(&h->due, i), side);
   sched_str_list_clear(&h->due);
   return n;
+}
+
+bool handoff_replayed(struct handoff *h, struct scheduler *sched, const struct req_meta *m,
+                      struct sched_engine_outputs *side) {
+  if (!m->decode_engine_id || m->stream_seq == 0 || !m->resync) return false;
+  const struct sched_request *r = sched_find_request(sched, m->id);
+  if (!r || sched_request_num_output_tokens(r) < 1) return false; /* no history: it samples here first */
+  return hand_off_one(h, sched, m->id, side);
 }
 
 /* A hand-off's fields against what a prefill engine can have sent. NULL = sound. */

@@ -74,6 +74,14 @@ void handoff_collect(struct handoff *h, const struct scheduler *sched, const str
  * (handed_off_to) goes into `side` for the next publish. Returns how many left this engine. */
 int32_t handoff_run(struct handoff *h, struct scheduler *sched, struct sched_engine_outputs *side);
 
+/* Prefill side, right after admitting `m`: a replay (this engine's scheduler died) of a request
+ * to hand over that came back with outputs (the output processor's history: its first token was
+ * delivered, so its hand-off may already be stored) is handed over at once, before any step
+ * could sample and deliver another token here; the decode engine's stream drops the copy when the
+ * first hand-off was stored (Nats-Msg-Id). Returns whether it left (its final output in side). */
+bool handoff_replayed(struct handoff *h, struct scheduler *sched, const struct req_meta *m,
+                      struct sched_engine_outputs *side);
+
 /* Decode side, before admitting `m`: NULL when it may be admitted (not a hand-off, or a sound
  * one), else why it is refused (static text; the caller refuses it with ABORTED and counts it
  * refused); a hand-off admitted is counted received. */
