@@ -232,21 +232,30 @@ static int32_t block_hashes(const struct engine_router *r, const int32_t *ids, i
   return (int32_t)blocks;
 }
 
+/* The prefix table has two namespaces: the engine that computed a prompt (ns 0) and, for a
+ * disaggregated one, the decode engine its KV went to (DECODE_NS), which holds the prefix too. */
+#define DECODE_NS 0x9e3779b97f4a7c15ull
+
+static uint64_t ns_hash(uint64_t h, uint64_t ns) { return (h ^ ns) ? h ^ ns : 1; }
+
 /* Longest believed prefix per engine: matched[i] = blocks engine i holds. */
 static void prefix_matches(const struct engine_router *r, const uint64_t *hashes, int32_t blocks,
-                           int64_t now_ns, int32_t *matched) {
+                           int64_t now_ns, uint64_t ns, int32_t *matched) {
   int64_t ttl_ns = r->cfg.prefix_ttl_ms * 1000000;
   for (int32_t b = 0; b < blocks; b++) {
-    const struct prefix_entry *p = &r->table[hashes[b] & r->table_mask];
-    if (p->hash != hashes[b] || now_ns - p->used_ns > ttl_ns) continue;
+    const uint64_t h = ns_hash(hashes[b], ns);
+    const struct prefix_entry *p = &r->table[h & r->table_mask];
+    if (p->hash != h || now_ns - p->used_ns > ttl_ns) continue;
     if (p->engine >= 0 && p->engine < r->num_engines) matched[p->engine] = b + 1;
   }
 }
 
 static void remember_prefix(struct engine_router *r, const uint64_t *hashes, int32_t blocks, int engine,
-                            int64_t now_ns) {
-  for (int32_t b = 0; b < blocks; b++)
-    r->table[hashes[b] & r->table_mask] = (struct prefix_entry){hashes[b], engine, now_ns};
+                            int64_t now_ns, uint64_t ns) {
+  for (int32_t b = 0; b < blocks; b++) {
+    const uint64_t h = ns_hash(hashes[b], ns);
+    r->table[h & r->table_mask] = (struct prefix_entry){h, engine, now_ns};
+  }
 }
 
 /* Least loaded live engine (ties: lower kv usage, then random); -1 if none is live. With
@@ -329,21 +338,30 @@ void engine_router_choose_pd(struct engine_router *r, const int32_t *ids, int64_
   /* Dynamo's conditional disaggregation: a long enough prompt, and a prefill and a decode
    * engine alive; otherwise aggregated, on an engine that decodes when there is one. */
   enum role_filter f = ROLES_ANY;
-  int decode = -1;
-  if (may_disaggregate && n >= r->cfg.disagg_min_prompt_tokens && any_live(r, now_ns, ROLES_PREFILL) &&
-      (decode = least_loaded(r, now_ns, NULL, 0, ROLES_DECODE)) >= 0)
-    f = ROLES_PREFILL;
-  else if (any_live(r, now_ns, ROLES_NOT_PREFILL))
-    f = ROLES_NOT_PREFILL;
   uint64_t hashes_small[64];
   uint64_t *hashes = r->cfg.max_prefix_blocks <= 64 ? hashes_small : malloc((size_t)r->cfg.max_prefix_blocks * sizeof *hashes);
-  int32_t *matched = r->num_engines ? calloc((size_t)r->num_engines, sizeof *matched) : NULL;
+  int32_t *matched = r->num_engines ? calloc((size_t)r->num_engines * 2, sizeof *matched) : NULL;
   int32_t blocks = hashes && ids && n > 0 ? block_hashes(r, ids, n, salt, hashes) : 0;
+  int decode = -1;
+  if (may_disaggregate && n >= r->cfg.disagg_min_prompt_tokens && any_live(r, now_ns, ROLES_PREFILL) &&
+      any_live(r, now_ns, ROLES_DECODE)) {
+    /* the decode engine: the one believed to hold the prompt's prefix already (it then fetches
+     * only the rest, issue 36 item 5) unless loads are imbalanced, else the least loaded */
+    bool by_prefix = false;
+    if (r->cfg.policy == ENGINE_ROUTER_CACHE_AWARE && matched) {
+      prefix_matches(r, hashes, blocks, now_ns, DECODE_NS, matched + r->num_engines);
+      decode = cache_aware(r, now_ns, matched + r->num_engines, blocks, ROLES_DECODE, &by_prefix);
+    } else {
+      decode = least_loaded(r, now_ns, NULL, 0, ROLES_DECODE);
+    }
+    if (decode >= 0) f = ROLES_PREFILL;
+  }
+  if (f == ROLES_ANY && any_live(r, now_ns, ROLES_NOT_PREFILL)) f = ROLES_NOT_PREFILL;
   int pick = -1;
   if (r->cfg.policy == ENGINE_ROUTER_RANDOM) {
     pick = random_live(r, now_ns, f);
   } else if (r->cfg.policy == ENGINE_ROUTER_CACHE_AWARE && matched) {
-    prefix_matches(r, hashes, blocks, now_ns, matched);
+    prefix_matches(r, hashes, blocks, now_ns, 0, matched);
     pick = cache_aware(r, now_ns, matched, blocks, f, &choice->by_prefix);
   } else {
     pick = least_loaded(r, now_ns, NULL, 0, f);
@@ -357,11 +375,13 @@ void engine_router_choose_pd(struct engine_router *r, const int32_t *ids, int64_
     snprintf(choice->engine_id, sizeof choice->engine_id, "%s", e->id);
     choice->matched_blocks = matched ? matched[pick] : 0;
     count_routed(e, now_ns);
-    remember_prefix(r, hashes, blocks, pick, now_ns);
+    remember_prefix(r, hashes, blocks, pick, now_ns, 0);
     if (f == ROLES_PREFILL) { /* the decode engine gets it after its first token */
       choice->disaggregated = true;
+      choice->decode_matched_blocks = matched ? matched[r->num_engines + decode] : 0;
       snprintf(choice->decode_engine_id, sizeof choice->decode_engine_id, "%s", r->engines[decode].id);
       count_routed(&r->engines[decode], now_ns);
+      remember_prefix(r, hashes, blocks, decode, now_ns, DECODE_NS);
     }
   }
   pthread_mutex_unlock(&r->mu);

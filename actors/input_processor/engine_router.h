@@ -34,7 +34,9 @@
  * may be disaggregated (the caller says: n = 1, text only, not pooling) with a prompt of at
  * least disagg_min_prompt_tokens to a prefill engine chosen by the policy among the prefill
  * engines (load and prefix affinity, as above), and names the decode engine that continues it:
- * the least loaded decode engine, ties to the one with more free KV blocks. That needs a live
+ * by the same cache_aware rule among the decode engines, over a second namespace of the prefix
+ * table (the decode engines that received a prompt's KV hold its prefix: a decode engine that
+ * holds it fetches only the rest), least loaded ties to the one with more free KV blocks. That needs a live
  * prefill engine and a live decode engine; otherwise the request is aggregated, on an engine
  * that decodes (role both or decode) when one is live, else on any live engine.
  *
@@ -113,6 +115,7 @@ struct engine_router_choice {
   bool fallback;          /* no live engine known: the default engine */
   bool disaggregated;     /* engine_id is a prefill engine; decode_engine_id continues it */
   char decode_engine_id[BUS_TOKEN_MAX + 1]; /* "" unless disaggregated */
+  int32_t decode_matched_blocks; /* prefix blocks the decode engine is believed to hold */
 };
 
 /* A row of engine_router_list. */

@@ -325,6 +325,32 @@ static void disaggregation_needs_a_live_decode_engine_and_picks_the_freest(void 
   engine_router_destroy(r);
 }
 
+/* Issue 36 item 5: a prompt whose prefix a decode engine already received goes on to that
+ * decode engine (it then fetches only the missing blocks), as long as loads are balanced. */
+static void the_decode_engine_holding_the_prefix_continues_it(void **state) {
+  (void)state;
+  struct engine_router *r = make_pd_router(ENGINE_ROUTER_CACHE_AWARE, 0);
+  announce_role(r, "p", ENGINE_ROUTER_ROLE_PREFILL, 0, 100, 0);
+  announce_role(r, "d1", ENGINE_ROUTER_ROLE_DECODE, 0, 100, 0);
+  announce_role(r, "d2", ENGINE_ROUTER_ROLE_DECODE, 0, 100, 0);
+  int32_t ids[32];
+  prompt(ids, 32, 1);
+  struct engine_router_choice first, c;
+  engine_router_choose_pd(r, ids, 32, "tenant-a", true, 10 * MS, &first);
+  assert_true(first.disaggregated);
+  assert_int_equal(first.decode_matched_blocks, 0);
+  for (int k = 0; k < 4; k++) { /* same prefix, another ending: the same decode engine */
+    ids[31] = 5000 + k;
+    engine_router_choose_pd(r, ids, 32, "tenant-a", true, 20 * MS, &c);
+    assert_true(c.disaggregated);
+    assert_string_equal(c.decode_engine_id, first.decode_engine_id);
+    assert_true(c.decode_matched_blocks >= 7);
+  }
+  engine_router_choose_pd(r, ids, 32, "tenant-b", true, 20 * MS, &c); /* another tenant's salt: no match */
+  assert_int_equal(c.decode_matched_blocks, 0);
+  engine_router_destroy(r);
+}
+
 static void a_forged_role_is_refused(void **state) {
   (void)state;
   struct engine_router *r = make_router(ENGINE_ROUTER_LEAST_LOADED);
@@ -349,6 +375,7 @@ int main(void) {
       cmocka_unit_test(ids_name_their_engine),
       cmocka_unit_test(long_prompts_are_disaggregated_short_ones_aggregated),
       cmocka_unit_test(disaggregation_needs_a_live_decode_engine_and_picks_the_freest),
+      cmocka_unit_test(the_decode_engine_holding_the_prefix_continues_it),
       cmocka_unit_test(a_forged_role_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
