@@ -76,7 +76,7 @@ bool ids_ok(Ctx &c, llb_status bad, const llb_str *ids, int32_t n, const char *f
 
 fb::Offset<llmbus::KVConnectorMetadata> llb_codec::enc_kv_metadata(Enc &e, const llb_kv_connector_metadata &m,
                                                                    int32_t block_size, const char *field) {
-  if (m.num_reqs_to_recv == 0 && m.num_reqs_to_send == 0)
+  if (m.num_reqs_to_recv == 0 && m.num_reqs_to_send == 0 && m.epoch == 0)
     return 0;
   Scope s(e, field, 0);
   auto recv = e.tables<llmbus::KVRecvRequest>(
@@ -99,7 +99,7 @@ fb::Offset<llmbus::KVConnectorMetadata> llb_codec::enc_kv_metadata(Enc &e, const
       });
   if (!e.ok())
     return 0;
-  return llmbus::CreateKVConnectorMetadata(e.b, recv, send);
+  return llmbus::CreateKVConnectorMetadata(e.b, recv, send, m.epoch);
 }
 
 bool llb_codec::dec_kv_metadata(Dec &d, const llmbus::KVConnectorMetadata *t, int32_t block_size,
@@ -108,6 +108,7 @@ bool llb_codec::dec_kv_metadata(Dec &d, const llmbus::KVConnectorMetadata *t, in
   if (!t)
     return true;
   Scope s(d, field, 0);
+  out->epoch = t->epoch();
   return d.tables(t->reqs_to_recv(), &out->reqs_to_recv, &out->num_reqs_to_recv, "reqs_to_recv",
                   [block_size](Dec &d, const llmbus::KVRecvRequest &r, llb_kv_recv_request &o) {
                     o.remote_first_block = r.remote_first_block();

@@ -97,12 +97,15 @@ struct llb_kv_send_request {
   float expires_in_s;        /* finite, in (0, LLB_KV_MAX_EXPIRES_S] */
 };
 
-/* Both counts 0 = absent on the wire (no transfer this step). */
+/* Both counts and the epoch 0 = absent on the wire. */
 struct llb_kv_connector_metadata {
   const struct llb_kv_recv_request *reqs_to_recv; /* [num_reqs_to_recv] */
   int32_t num_reqs_to_recv;
   const struct llb_kv_send_request *reqs_to_send; /* [num_reqs_to_send] */
   int32_t num_reqs_to_send;
+  /* The scheduler's block-accounting epoch (0 = none): a change makes the worker drop every
+   * export it holds before the step, unreported (their blocks may be reallocated in it). */
+  uint64_t epoch;
 };
 
 struct llb_scheduler_output {

@@ -96,18 +96,23 @@ static struct kv_export *find(struct kv_export_registry *r, const char *id) {
   return NULL;
 }
 
-/* Removes export e (under the lock), remembering why, and reports its id. */
-static void end_export(struct kv_export_registry *r, struct kv_export *e, enum llb_kv_transfer_status why) {
+/* Removes export e (under the lock), remembering why, and reports its id when `report`. */
+static void remove_export(struct kv_export_registry *r, struct kv_export *e, enum llb_kv_transfer_status why,
+                          bool report) {
   struct tombstone *t = &r->tomb[r->tomb_next];
   r->tomb_next = (r->tomb_next + 1) % KV_EXPORT_TOMBSTONES;
   snprintf(t->id, sizeof t->id, "%s", e->id);
   t->status = why;
-  if (push_ended(r, e->id)) /* out of memory: the id is lost and its blocks leak until a restart */
+  if (report && push_ended(r, e->id)) /* out of memory: the id is lost and its blocks leak until a restart */
     fprintf(stderr, "kv_export: cannot report %s ended: out of memory\n", e->id);
   r->num_blocks -= e->num_blocks;
   free(e->block_ids);
   free(e->read);
   *e = r->exports[--r->num];
+}
+
+static void end_export(struct kv_export_registry *r, struct kv_export *e, enum llb_kv_transfer_status why) {
+  remove_export(r, e, why, true);
 }
 
 static llb_status check_request(const struct kv_export_registry *r, const struct llb_kv_send_request *q,
@@ -169,6 +174,14 @@ static int32_t expire_locked(struct kv_export_registry *r, int64_t now_ns) {
       end_export(r, &r->exports[i], LLB_KV_TRANSFER_EXPIRED);
       n++;
     }
+  return n;
+}
+
+int32_t kv_export_cancel_all(struct kv_export_registry *r) {
+  pthread_mutex_lock(&r->mu);
+  const int32_t n = r->num;
+  while (r->num > 0) remove_export(r, &r->exports[r->num - 1], LLB_KV_TRANSFER_EXPIRED, false);
+  pthread_mutex_unlock(&r->mu);
   return n;
 }
 

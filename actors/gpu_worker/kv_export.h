@@ -16,6 +16,7 @@
 #ifndef LLB_GPU_WORKER_KV_EXPORT_H
 #define LLB_GPU_WORKER_KV_EXPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,6 +61,12 @@ typedef llb_status (*kv_export_read_fn)(void *user, int32_t block_id, uint8_t *d
 enum llb_kv_transfer_status kv_export_fetch(struct kv_export_registry *r, const char *id, int32_t first, int32_t n,
                                             int64_t now_ns, kv_export_read_fn read, void *user, uint8_t *dst,
                                             size_t block_bytes, int32_t *num_tokens, char *why, size_t why_cap);
+
+/* Drops every export at once, unreported (the scheduler no longer holds their blocks: they may
+ * be handed to another request next); a later fetch of one gets Expired. Waits for a block read
+ * in progress (the registry's lock), so when this returns no fetch reads those blocks any more.
+ * Returns how many there were. */
+int32_t kv_export_cancel_all(struct kv_export_registry *r);
 
 /* Ends the exports whose expiry passed by now_ns (their ids go to the ended list); returns how
  * many. */

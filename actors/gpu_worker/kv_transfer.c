@@ -33,6 +33,7 @@ struct kv_connector {
   uint8_t *serve_data;
   size_t serve_data_cap;
   atomic_uint_fast64_t exports_added, exports_refused, fetches_served, fetches_refused, bytes_sent;
+  uint64_t epoch; /* the scheduler's block-accounting epoch of the last step (execute thread) */
 };
 
 static llb_status read_block(void *user, int32_t block_id, uint8_t *dst) {
@@ -210,6 +211,13 @@ llb_status kv_connector_before_step(struct kv_connector *c, const struct llb_kv_
   kv_export_expire(c->exports, now);
   for (int32_t i = 0; i < num_finished; i++)
     if (str_is(finished[i])) kv_fetcher_cancel(c->fetcher, finished[i].data, finished[i].len);
+  if (m && m->epoch != 0 && m->epoch != c->epoch) { /* before the step can reuse their blocks */
+    const int32_t n = kv_export_cancel_all(c->exports);
+    if (n > 0)
+      LLB_LOG_WARN("kv_exports_cancelled", "exports=%d epoch=%llu: the scheduler no longer holds their blocks", n,
+                   (unsigned long long)m->epoch);
+    c->epoch = m->epoch;
+  }
   for (int32_t i = 0; m && i < m->num_reqs_to_send; i++) {
     const struct llb_kv_send_request *q = &m->reqs_to_send[i];
     llb_status st = kv_export_add(c->exports, q, now);

@@ -11,6 +11,9 @@
  *       threads (fetch_threads) each take one job at a time and ask
  *       <prefix>.engine.<remote_engine_id>.kv_fetch for blocks remote_first_block.. in chunks
  *       under the bus's max_payload, writing them into local_block_ids of this runner's cache;
+ *     epoch: when it differs from the last step's, every export held is dropped first, unreported
+ *       (the scheduler restarted, or its kv_manager may have lost its state: those blocks are no
+ *       longer held and may be reallocated in this step);
  *     finished_req_ids / preempted_req_ids: a fetch still running for one of them is cancelled
  *       before the step (its blocks may be handed to another request) and reported failed.
  *   kv_connector_after_step(c, &out->kv_connector_output)  after it, also after a failed step:

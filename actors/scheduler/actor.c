@@ -423,6 +423,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
       atomic_fetch_add(&a->c_kv_fail, 1);
       exec_channel_forget(a->exec);
       carry_all(a);
+      sched_kv_new_epoch(a->sched); /* its blocks may be reallocated: the worker drops the exports */
       step_failed(a, "kv_manager", st);
       return PLAN_FAILED;
     }
@@ -459,6 +460,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
 static void peer_failed(struct scheduler_actor *a, llb_status st) {
   exec_channel_forget(a->exec);
   a->kv_reset_pending = true;
+  sched_kv_new_epoch(a->sched);
   step_failed(a, "peer_health", st);
 }
 

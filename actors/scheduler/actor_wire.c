@@ -166,7 +166,8 @@ static llb_status wire_kv(struct sched_wire *w, const struct sched_output *o, st
                                                   .expires_in_s = r->expires_in_s};
   }
   *m = (struct llb_kv_connector_metadata){.reqs_to_recv = w->kv_recvs, .num_reqs_to_recv = o->num_kv_recvs,
-                                          .reqs_to_send = w->kv_sends, .num_reqs_to_send = o->num_kv_sends};
+                                          .reqs_to_send = w->kv_sends, .num_reqs_to_send = o->num_kv_sends,
+                                          .epoch = o->kv_epoch};
   return LLB_STATUS_OK;
 }
 

@@ -73,6 +73,14 @@ void sched_kv_apply_output(struct scheduler *s, const struct sched_model_output 
   }
 }
 
+void sched_kv_new_epoch(struct scheduler *s) {
+  const int32_t n = s->num_kv_senders;
+  while (s->num_kv_senders > 0) end_export(s, s->num_kv_senders - 1);
+  s->kv_epoch = s->kv_epoch + 1 ? s->kv_epoch + 1 : 1;
+  if (n > 0) LLB_LOG_WARN("kv_exports_ended", "exports=%d epoch=%llu reason=kv_manager_state_unknown", n,
+                          (unsigned long long)s->kv_epoch);
+}
+
 void sched_kv_tick(struct scheduler *s, bool poll, double now_s) {
   s->kv_poll_allowed = poll;
   s->kv_now_s = now_s;

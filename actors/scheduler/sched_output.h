@@ -114,6 +114,7 @@ struct sched_output {
   int32_t num_kv_recvs, cap_kv_recvs;
   struct sched_kv_send *kv_sends;        /* [num_kv_sends] exports starting with this step */
   int32_t num_kv_sends, cap_kv_sends;
+  uint64_t kv_epoch;                     /* the scheduler's block-accounting epoch (0: no KV transfer) */
   bool kv_poll;                          /* no tokens and no transfer to start, but transfers are
                                             under way: send it anyway, its output says which ended */
 };

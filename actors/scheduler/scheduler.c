@@ -5,6 +5,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/hash.h"
 #include "base/log.h"
@@ -65,6 +68,18 @@ static void destroy_live_cb(void *ctx, const char *key, void *value) {
 
 /* ---- lifecycle ---- */
 
+/* A scheduler's first block-accounting epoch: random, so that a restarted scheduler's differs
+ * from its predecessor's (sched_kv_new_epoch); never 0 (none). */
+static uint64_t random_epoch(void) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    v = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
+  }
+  return v ? v : 1;
+}
+
 llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) {
   if (!cfg || !out) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sched_create: NULL argument");
   *out = NULL;
@@ -107,6 +122,7 @@ llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) 
   encoder_step_init(&s->enc_pending);
   s->enc_budget = cfg->encoder_compute_budget > 0 ? cfg->encoder_compute_budget : cfg->max_num_batched_tokens;
   s->num_free = cfg->num_blocks;
+  s->kv_epoch = random_epoch();
   *out = s;
   return LLB_STATUS_OK;
 fail:
@@ -318,6 +334,7 @@ llb_status sched_kv_fill_output(struct scheduler *s, struct sched_output *out) {
   }
   s->num_kv_new_sends = 0;
   out->kv_poll = s->kv_poll_allowed && sched_kv_pending(s) && s->total_scheduled == 0;
+  out->kv_epoch = s->cfg.kv_transfer ? s->kv_epoch : 0;
   s->planned_kv = out->num_kv_sends > 0 || out->kv_poll;
   return LLB_STATUS_OK;
 }

@@ -243,6 +243,13 @@ llb_status sched_hand_off(struct scheduler *s, const char *req_id, struct sched_
 void sched_kv_tick(struct scheduler *s, bool poll, double now_s);
 /* Whether transfers are under way (see sched_kv_tick). */
 bool sched_kv_pending(const struct scheduler *s);
+/* The kv_manager may have lost or reset its state (a failed KV round trip, a replaced peer):
+ * every held export is ended (its blocks released through the next kv step, which a kv_manager
+ * that starts over ignores) and the block-accounting epoch advances. Every later step carries
+ * the new epoch (sched_output.kv_epoch), and the worker drops the exports it holds before such
+ * a step, so a block reallocated in it is never read for a fetch meanwhile. A new scheduler
+ * starts with a random epoch for the same reason: its predecessor's exports go. */
+void sched_kv_new_epoch(struct scheduler *s);
 
 /* Recovery (docs/design.md §6): preempts every running request for recompute and forgets the
  * steps in flight (their outputs, should they come, are refused by step number). kv_lost = true (the kv_manager restarted empty): the mirror starts with

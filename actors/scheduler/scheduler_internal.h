@@ -81,6 +81,7 @@ struct scheduler {
   bool kv_poll_allowed;              /* sched_kv_tick */
   double kv_now_s;                   /* the caller's clock at the last sched_kv_tick */
   bool planned_kv;                   /* the planned step carries KV transfers or a poll */
+  uint64_t kv_epoch;                 /* block-accounting epoch (sched_kv_new_epoch), never 0 */
 };
 
 /* True when r takes part in encoder scheduling (a feature with a content hash). */

@@ -468,6 +468,34 @@ static void test_only_listed_blocks_are_served_and_an_expired_export_says_so(voi
   model_runner_destroy(rp);
 }
 
+/* The scheduler's epoch changes (it restarted, or its kv_manager may have lost its state: the
+ * blocks may go to another request in this very step): before that step every export is dropped,
+ * unreported, and a fetch gets Expired, never the blocks' new contents; the same epoch again
+ * drops nothing. */
+static void test_a_new_scheduler_epoch_drops_every_export_before_the_step(void **state) {
+  (void)state;
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("P4", rp, NULL);
+  const int32_t blocks[3] = {5, 6, 7};
+  const struct llb_kv_connector_metadata e1 = {.epoch = 11};
+  assert_int_equal(kv_connector_before_step(cp, &e1, NULL, 0), LLB_STATUS_OK);
+  export_blocks(cp, "p-old", blocks, 3, 10, 30.0f); /* no epoch on this one: none, nothing dropped */
+  size_t bytes = 0;
+  assert_int_equal(fetch_direct(cp, "p-old", 0, 1, &bytes), LLB_KV_TRANSFER_OK);
+  assert_int_equal(kv_connector_before_step(cp, &e1, NULL, 0), LLB_STATUS_OK); /* the same epoch */
+  assert_int_equal(fetch_direct(cp, "p-old", 1, 1, &bytes), LLB_KV_TRANSFER_OK);
+  const struct llb_kv_connector_metadata e2 = {.epoch = 12};
+  assert_int_equal(kv_connector_before_step(cp, &e2, NULL, 0), LLB_STATUS_OK);
+  assert_int_equal(fetch_direct(cp, "p-old", 2, 1, &bytes), LLB_KV_TRANSFER_EXPIRED);
+  assert_int_equal(bytes, 0);
+  struct llb_kv_connector_output out;
+  kv_connector_after_step(cp, &out);
+  assert_int_equal(out.num_finished_sending, 0); /* the scheduler ended them itself */
+  assert_false(kv_connector_busy(cp));
+  kv_connector_destroy(cp);
+  model_runner_destroy(rp);
+}
+
 static void test_a_receive_of_an_expired_export_fails(void **state) {
   (void)state;
   struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
@@ -771,6 +799,7 @@ int main(void) {
       cmocka_unit_test(test_a_lost_reply_is_fetched_again_and_the_transfer_completes),
       cmocka_unit_test(test_replies_that_never_come_fail_the_receive),
       cmocka_unit_test(test_only_listed_blocks_are_served_and_an_expired_export_says_so),
+      cmocka_unit_test(test_a_new_scheduler_epoch_drops_every_export_before_the_step),
       cmocka_unit_test(test_a_receive_of_an_expired_export_fails),
       cmocka_unit_test(test_every_cpu_kv_dtype_arrives_bit_exactly),
       cmocka_unit_test(test_concurrent_receives_each_get_their_own_blocks),

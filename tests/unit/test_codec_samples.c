@@ -336,6 +336,7 @@ static bool kv_metadata_eq(const struct llb_kv_connector_metadata *a) {
     CHECK(str_eq(x->req_id, y->req_id) && i32_eq(x->block_ids, x->num_block_ids, y->block_ids, y->num_block_ids));
     CHECK(x->num_tokens == y->num_tokens && x->expires_in_s == y->expires_in_s);
   }
+  CHECK(a->epoch == 0xfedcba9876543210ull);
   return true;
 }
 
@@ -374,7 +375,7 @@ static void fill_scheduler_output(struct llb_scheduler_output *m) {
       .free_encoder_mm_hashes = hashes2, .num_free_encoder_mm_hashes = 2,
       .preempted_req_ids = ids3, .num_preempted_req_ids = 1, .block_size = 16,
       .kv_connector_metadata = {.reqs_to_recv = kv_recv, .num_reqs_to_recv = 1, .reqs_to_send = kv_send,
-                                .num_reqs_to_send = 2}};
+                                .num_reqs_to_send = 2, .epoch = 0xfedcba9876543210ull}};
 }
 
 static bool equals_scheduler_output(const void *v) {

@@ -118,11 +118,38 @@ static void test_an_export_expires_once_and_late_fetches_say_expired(void **stat
   kv_export_destroy(r);
 }
 
+/* The scheduler's epoch changed (its kv_manager may hand the blocks to another request): every
+ * export is dropped at once, none reported (the scheduler ended them itself), and a fetch of one
+ * gets Expired, never the blocks' new contents. */
+static void test_cancel_all_drops_every_export_unreported(void **state) {
+  (void)state;
+  struct kv_export_registry *r = make(8, 64);
+  const int32_t a[2] = {3, 4}, b[1] = {7};
+  assert_int_equal(add(r, "a", a, 2, 10.0f, 0), LLB_STATUS_OK);
+  assert_int_equal(add(r, "b", b, 1, 10.0f, 0), LLB_STATUS_OK);
+  uint8_t buf[2 * BLOCK_BYTES];
+  assert_int_equal(fetch(r, "a", 0, 1, 0, buf), LLB_KV_TRANSFER_OK);
+  assert_int_equal(kv_export_cancel_all(r), 2);
+  assert_int_equal(kv_export_take_ended(r, &(const char *const *){0}), 0);
+  reads = 0;
+  assert_int_equal(fetch(r, "a", 1, 1, 0, buf), LLB_KV_TRANSFER_EXPIRED);
+  assert_int_equal(fetch(r, "b", 0, 1, 0, buf), LLB_KV_TRANSFER_EXPIRED);
+  assert_int_equal(reads, 0);
+  int32_t n = -1;
+  int64_t blocks = -1;
+  kv_export_counts(r, &n, &blocks);
+  assert_int_equal(n, 0);
+  assert_int_equal(blocks, 0);
+  assert_int_equal(kv_export_cancel_all(r), 0);
+  kv_export_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_only_the_listed_blocks_in_range_are_read),
       cmocka_unit_test(test_limits_refuse_and_report_a_duplicate_keeps_the_first),
       cmocka_unit_test(test_an_export_expires_once_and_late_fetches_say_expired),
+      cmocka_unit_test(test_cancel_all_drops_every_export_unreported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

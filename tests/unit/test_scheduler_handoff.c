@@ -236,6 +236,58 @@ static void a_receiving_request_preempted_is_named_and_recomputed(void **state) 
   h_fini(&h);
 }
 
+/* The kv_manager restarted while an export was held (its new instance thinks every block free):
+ * the export ends here, and the next step, which may hand those very blocks to another request,
+ * carries a new epoch, so the worker drops the export before that step writes into them (a
+ * fetch then gets Expired and the decode side recomputes). Without it, request q received p's
+ * exported blocks while a decode engine could still fetch them. */
+static void a_kv_manager_restart_ends_held_exports_under_a_new_epoch(void **state) {
+  (void)state;
+  struct sched_config c;
+  config(&c);
+  c.num_blocks = 8;
+  c.kv_transfer = true;
+  c.async_scheduling = false;
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "p", 10, 8, 0, 0);
+  h_step(&h);
+  struct sched_engine_outputs side;
+  sched_engine_outputs_init(&side);
+  assert_int_equal(sched_hand_off(h.s, "p", &side), LLB_STATUS_OK);
+  sched_engine_outputs_free(&side);
+  sched_kv_tick(h.s, true, 1.0);
+  h_schedule(&h);
+  assert_int_equal(h.out.num_kv_sends, 1);
+  const uint64_t epoch = h.out.kv_epoch;
+  assert_true(epoch != 0);
+  int32_t exported[3];
+  memcpy(exported, h.out.kv_sends[0].block_ids, sizeof exported);
+  kv_report(&h, NULL, 0, NULL, 0, NULL, 0);
+  /* the kv_manager dies: a new one, empty; the actor ends the exports and fails the step */
+  kv_manager_destroy(h.kv);
+  struct kv_manager_config kc = {.num_blocks = c.num_blocks, .block_size = c.block_size,
+                                 .enable_prefix_caching = c.enable_prefix_caching};
+  assert_int_equal(kv_manager_create(&kc, &h.kv), LLB_STATUS_OK);
+  sched_kv_new_epoch(h.s);
+  assert_int_equal(sched_step_failed(h.s, "", false, &h.eo), LLB_STATUS_OK);
+  assert_false(sched_kv_pending(h.s));
+  h_add(&h, "q", 6, 4, 0, 0);
+  h_schedule_unchecked_mirror(&h); /* the new kv_manager's count differs from the old one's */
+  const uint64_t epoch2 = h.out.kv_epoch;
+  assert_true(epoch2 != 0 && epoch2 != epoch); /* the worker drops p's export first */
+  assert_int_equal(h.out.num_kv_sends, 0);
+  bool reused = false; /* the case the epoch is for (the new kv_manager may pick them) */
+  for (int32_t i = 0; i < h.out.num_new_reqs; i++)
+    for (int32_t k = 0; k < h.out.new_reqs[i].num_block_ids; k++)
+      for (int32_t e = 0; e < 3; e++) reused |= h.out.new_reqs[i].block_ids[k] == exported[e];
+  assert_true(reused);
+  h_execute(&h);
+  h_schedule_unchecked_mirror(&h);
+  assert_true(h.out.kv_epoch == epoch2); /* the next steps keep it: nothing more is dropped */
+  h_fini(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_request_handed_off_after_its_first_token_leaves_with_its_blocks_freed),
@@ -243,6 +295,7 @@ int main(void) {
       cmocka_unit_test(a_handed_off_requests_blocks_are_exported_until_finished_sending),
       cmocka_unit_test(a_hand_off_waits_for_its_kv_then_decodes_or_recomputes),
       cmocka_unit_test(a_receiving_request_preempted_is_named_and_recomputed),
+      cmocka_unit_test(a_kv_manager_restart_ends_held_exports_under_a_new_epoch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
