@@ -57,14 +57,12 @@ LORA_AVX2 static inline __m256 skinny_load8(const void *v, enum ggml_type ty, in
                              : _mm256_loadu_ps((const float *)v + i);
 }
 
-/* skinny_scalar's results, 8 columns at a time: one accumulator per column, the 8 lane trees
- * by hadd (lanes (0+1)+(2+3), then + (4+5)+(6+7)), the scale and add on 8 columns at once. */
 /* Columns [0, n_out - n_out % 8) of weight rows of n (row c at data + c * row_bytes; fp16 when
  * f16, else fp32): inlined with constants for the common rank 16, so that its two fma steps
  * per column and its loads are unrolled at fixed offsets (the generic loop kept eight row
  * pointers and the type's branch in registers and on the stack: -5% of the LoRA products'
- * time on a batch-16 decode step, and -3% with the rows of a segment sharing each group of
- * columns instead, which this does not do). */
+ * time on a batch-16 decode step). One row at a time: a segment's rows sharing each group of
+ * columns, loaded once, measured +3%. */
 LORA_AVX2 static inline __attribute__((always_inline)) void
 skinny_body(const uint8_t *data, size_t row_bytes, int64_t n, bool f16, int64_t n_out, const void *t, float scale,
             float *y) {
