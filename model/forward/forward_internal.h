@@ -53,6 +53,7 @@ struct llama_lora {
   float alpha;
   int32_t max_rank, num_pairs;
   struct llama_lora_pair *pairs; /* [block_count * LLAMA_LORA_NUM_TARGETS] */
+  uint8_t *store;                /* every pair's A and B (lora.c copy_to_huge_pages); pairs point here */
 };
 
 struct llama_kv_cache {

@@ -9,7 +9,8 @@
  * (llama.cpp's llm_build_lora_mm with adapter scale 1.0; s = 1 when alpha is 0). Targets: the projections q, k, v, o, gate, up,
  * down of any layer (output / token_embd adapters are refused as UNSUPPORTED).
  *
- * The adapter's tensors are views into its GGUF mapping (nothing copied), like the base model's.
+ * The adapter's tensors are copied at load into one allocation with huge pages (the file's pages
+ * released): a step streams every adapter of its batch once from memory.
  * A batch names each sequence's adapter (struct llama_batch.seq_loras); the forward runs each
  * adapter's product over the rows of its sequences (Punica's SGMV shape: one A and one B product
  * per adapter present in the step, over the gathered rows), every row's result independent of
