@@ -114,7 +114,8 @@ static void test_permissions_follow_the_subject_table(void **state) {
   assert_true(serve_nats_user_permissions("gpu-worker", "llm", buf, sizeof buf) > 0);
   assert_non_null(strstr(buf, "subscribe: {allow: [\"llm.engine.*.execute\""));
   assert_non_null(strstr(buf, "allow_responses: true"));
-  assert_null(strstr(buf, "llm.engine.*.kv"));
+  assert_null(strstr(buf, "\"llm.engine.*.kv\"")); /* the kv_manager's subject is not the worker's */
+  assert_non_null(strstr(buf, "\"llm.engine.*.kv_fetch\"")); /* KV blocks between workers (P/D) */
   assert_true(serve_nats_user_permissions("scheduler", "x", buf, sizeof buf) > 0);
   assert_non_null(strstr(buf, "publish: {allow: [\"x.engine.*.kv\", \"x.engine.*.encoder\", \"x.engine.*.execute\""));
   assert_true(serve_nats_user_permissions("kv-manager", "llm", buf, sizeof buf) > 0);
