@@ -449,9 +449,18 @@ static void process_generate(struct input_processor_actor *a, const struct bus_m
    * where their encoder inputs and vectors are) */
   const bool may_disaggregate = !resuming && pr.num_requests == 1 && pr.num_mm_features == 0 &&
                                 gr.pooling_params.pooling_type == LLB_POOLING_NONE;
+  /* An adapter's KV is its own on the engines (its name is in every block hash), so the router's
+   * prefix table keeps it apart too: the adapter joins the salt it hashes with (router-local). */
+  char route_salt[INPUT_PROCESSOR_MAX_CACHE_SALT_BYTES + LLB_LORA_NAME_MAX + 8];
+  const char *salt = req.cache_salt ? req.cache_salt : "";
+  if (lora_int_id > 0) {
+    snprintf(route_salt, sizeof route_salt, "%s\x1flora=%.*s", salt, (int)gr.lora_request.lora_name.len,
+             gr.lora_request.lora_name.data);
+    salt = route_salt;
+  }
   struct engine_router_choice choice;
-  engine_router_choose_pd(a->router, pr.prompt_token_ids, pr.num_prompt_tokens, req.cache_salt, may_disaggregate,
-                          llb_now_ns(), &choice);
+  engine_router_choose_pd(a->router, pr.prompt_token_ids, pr.num_prompt_tokens, salt, may_disaggregate, llb_now_ns(),
+                          &choice);
   if (resuming) snprintf(choice.engine_id, sizeof choice.engine_id, "%s", resume_eid);
   if (choice.disaggregated) atomic_fetch_add(&a->routed_disaggregated, 1);
   if (choice.by_prefix) atomic_fetch_add(&a->routed_by_prefix, 1);
