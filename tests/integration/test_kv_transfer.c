@@ -11,6 +11,8 @@
  * transfer completes; an expired export is reported finished_sending and a later fetch gets
  * Expired; fetches for blocks the export does not list get errors, never data; every CPU KV cache
  * dtype (fp16, q8_0, fp8) arrives bit-exactly; --device sim moves zero bytes of the real size.
+ * The token identity again on every other architecture the CPU forward runs (the tiny random
+ * models of tests/unit/arch_models.h: llama3, mistral, qwen2, qwen3, phi3, gemma, gemma2, gemma3).
  * Last, the same through two worker actors (gpu_worker_actor_options.kv_transfer): SchedulerOutputs
  * on their execute subjects, the ended transfers in their ModelRunnerOutputs; a worker without
  * kv_transfer ends the export and fails the receive at once.
@@ -37,6 +39,7 @@
 #include "model/gguf/gguf.h"
 #include "schemas/kv_transfer.h"
 #include "tests/integration/nats_test_server.h"
+#include "tests/unit/arch_models.h"
 #include "tests/unit/gguf_writer.h"
 
 enum { L = 2, E = 128, H = 4, HKV = 2, D = 32, F = 256, V = 97, CTX = 256, BS = 4, NB = 64, MAX_TOK = 32 };
@@ -50,7 +53,8 @@ static struct llama_model *model;
 static struct bus *bus_p, *bus_q;
 static struct gpu_worker_actor *workers[3]; /* destroyed after the buses */
 
-static const int32_t prompt[N] = {5, 17, 42, 3, 88, 61, 9, 23, 70, 14, 2, 55, 31};
+/* ids below ARCH_MODEL_VOCAB, so that every architecture's tiny model takes the same prompt */
+static const int32_t prompt[N] = {5, 17, 42, 3, 48, 61, 9, 23, 50, 14, 2, 55, 31};
 
 static struct bus *connect_bus(const char *name) {
   struct bus_options o;
@@ -289,6 +293,46 @@ static void test_decode_from_fetched_blocks_equals_the_request_run_alone(void **
     model_runner_destroy(rp);
     model_runner_destroy(rq);
   }
+}
+
+/* Every other architecture the CPU forward runs: its KV, moved to other blocks of another
+ * runner, continues into the tokens of the request run alone (greedy). The model globals are
+ * switched to the architecture's tiny random model for the test and restored after it. */
+static void test_decode_from_fetched_blocks_equals_alone_on_every_architecture(void **state) {
+  (void)state;
+  static const char *const archs[] = {"llama3", "mistral", "qwen2", "qwen3", "phi3",
+                                      "gemma",  "gemma2",  "gemma3"};
+  struct gguf_file *const llama_file = model_file;
+  struct llama_model *const llama = model;
+  for (size_t a = 0; a < sizeof archs / sizeof *archs; a++) {
+    void *buf = NULL;
+    size_t size = 0;
+    assert_int_equal(arch_model_write(archs[a], &buf, &size), LLB_STATUS_OK);
+    assert_int_equal(gguf_open_memory(buf, size, &model_file), LLB_STATUS_OK);
+    assert_int_equal(llama_model_load(model_file, &model), LLB_STATUS_OK);
+    struct req alone, p, q;
+    req_init(&alone, "alone", true, 0);
+    run_alone(&alone);
+    struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                        *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+    struct kv_connector *cp = make_connector("P", rp, bus_p), *cq = make_connector("Q", rq, bus_q);
+    req_init(&p, "p-arch", true, 0);
+    prefill_and_export(rp, cp, &p, 30.0f);
+    req_init(&q, "q-arch", true, 37);
+    receive_blocks(cq, q.id, "P", p.id, q.blocks, 0, N);
+    wait_ended(cq, q.id, ENDED_RECVING);
+    decode_received(rq, &q, &p);
+    if (memcmp(q.tokens, alone.tokens, sizeof alone.tokens) != 0) fail_msg("%s: the tokens differ", archs[a]);
+    kv_connector_destroy(cp);
+    kv_connector_destroy(cq);
+    model_runner_destroy(rp);
+    model_runner_destroy(rq);
+    llama_model_destroy(model);
+    gguf_close(model_file);
+    free(buf);
+  }
+  model_file = llama_file;
+  model = llama;
 }
 
 static void test_partial_fetch_onto_a_prefix_q_holds_equals_the_request_run_alone(void **state) {
@@ -794,6 +838,7 @@ int main(void) {
   llb_log_set_level(LLB_LOG_LEVEL_ERROR);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_decode_from_fetched_blocks_equals_the_request_run_alone),
+      cmocka_unit_test(test_decode_from_fetched_blocks_equals_alone_on_every_architecture),
       cmocka_unit_test(test_partial_fetch_onto_a_prefix_q_holds_equals_the_request_run_alone),
       cmocka_unit_test(test_a_flipped_byte_in_transit_fails_the_receive_and_recompute_gives_the_same_tokens),
       cmocka_unit_test(test_a_lost_reply_is_fetched_again_and_the_transfer_completes),
