@@ -13,7 +13,7 @@
 # dataset, INPUT_LEN 2048 +-50%, OUTPUT_LEN 256, Poisson arrivals at --rate). Prints TTFT and TPOT
 # median / p99 and output tokens/s per config (medians over the repeats).
 # Env: BUILD_DIR (default build-release), SIM_COST (default ops/sim/h100-sxm-llama-3-8b-bf16.json),
-# PORT (18571), NATS_PORT (18572), INPUT_LEN (2048), OUTPUT_LEN (256), CONFIGS ("agg pd pd-rc").
+# NATS_PORT (default random), INPUT_LEN (2048), OUTPUT_LEN (256), CONFIGS ("agg pd pd-rc").
 # The KV geometry is the model file's (the default SmolLM2-135M: 23,040 bytes a token in fp16),
 # so a hand-off moves the bytes that model's cache holds, not Llama 3 8B's.
 set -uo pipefail
@@ -36,20 +36,14 @@ done
 [ $((engines % 2)) -eq 0 ] && [ "$engines" -ge 2 ] || { echo "pd-sim: --engines must be even" >&2; exit 2; }
 build=${BUILD_DIR:-$root/build-release}
 sim_cost=${SIM_COST:-$root/ops/sim/h100-sxm-llama-3-8b-bf16.json}
-port=${PORT:-18571}
-nats_port=${NATS_PORT:-18572}
 input_len=${INPUT_LEN:-2048}
 output_len=${OUTPUT_LEN:-256}
 configs=${CONFIGS:-agg pd pd-rc}
-work=$(mktemp -d /tmp/llb-pd-sim.XXXXXX)
-serve_pid="" nats_pid=""
+work=$(mktemp -d /tmp/llb-pd-sim.XXXXXX) # mktemp's template, not a placeholder
 log() { echo "pd-sim: $*" >&2; }
-
-cleanup() {
-  [ -n "$serve_pid" ] && kill -TERM "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
-  [ -n "$nats_pid" ] && kill -TERM "$nats_pid" 2>/dev/null && wait "$nats_pid" 2>/dev/null
-}
-trap cleanup EXIT
+# shellcheck source=ops/bench/sim-lib.sh
+. "$root/ops/bench/sim-lib.sh"
+trap sim_stop EXIT
 trap 'exit 130' INT TERM
 
 for b in llmbus llmbus-bench; do
@@ -60,33 +54,15 @@ for i in $(seq 1 "$engines"); do
   r=prefill; [ "$i" -gt $((engines / 2)) ] && r=decode
   roles=${roles:+$roles,}$r
 done
-nats-server -a 127.0.0.1 -p "$nats_port" -js -sd "$work/js" >"$work/nats.log" 2>&1 &
-nats_pid=$!
-nats_url=nats://127.0.0.1:$nats_port
-for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$nats_port") 2>/dev/null && break; sleep 0.1; done
 
-# run_config NAME REPEAT SERVE_FLAGS...
+# run_config NAME REPEAT SERVE_FLAGS...: a fresh nats-server and stack, the load, both stopped.
 run_config() {
   local name=$1 rep=$2; shift 2
-  "$build/cmd/llmbus" serve --nats "$nats_url" --model "$model" --http "127.0.0.1:$port" --device sim \
-    --sim-cost "$sim_cost" --engines "$engines" "$@" >"$work/serve-$name-$rep.log" 2>&1 &
-  serve_pid=$!
-  local ok=0
-  for _ in $(seq 1 240); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && { ok=1; break; }
-    sleep 0.5
-  done
-  if [ "$ok" != 1 ]; then
-    log "$name: stack not healthy (see $work/serve-$name-$rep.log)"
-    kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null; serve_pid=""
-    return 1
-  fi
-  sleep 3 # every engine announced itself (stats every second)
-  "$build/cmd/llmbus-bench" serve --base-url "http://127.0.0.1:$port" --model "$model" --no-progress \
-    --dataset random --input-len "$input_len" --range-ratio 0.5 --output-len "$output_len" --ignore-eos \
-    --num-prompts "$prompts" --request-rate "$rate" --seed "$rep" --json --label "$name" \
-    >"$work/bench-$name-$rep.json" 2>"$work/bench-$name-$rep.err"
-  kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null; serve_pid=""
+  sim_start_nats "$name-$rep" && sim_start_serve "$name-$rep" "$engines" --sim-cost "$sim_cost" "$@" &&
+    sim_bench --dataset random --input-len "$input_len" --range-ratio 0.5 --output-len "$output_len" \
+      --ignore-eos --num-prompts "$prompts" --request-rate "$rate" --seed "$rep" --json --label "$name" \
+      >"$work/bench-$name-$rep.json" 2>"$work/bench-$name-$rep.err"
+  sim_stop
 }
 
 has() { [[ " $configs " == *" $1 "* ]]; }
