@@ -6,7 +6,7 @@
 #               run every test under ctest
 #   make fuzz   the libFuzzer targets (tests/fuzz/README.md) built with clang in build-fuzz/
 #               and run FUZZ_SECONDS (default 60) each; `make test` ends with a smoke run of
-#               FUZZ_SMOKE_SECONDS (default 30) each (19 targets, two at a time: ~5 min)
+#               FUZZ_SMOKE_SECONDS (default 15) each (19 targets, two at a time: ~2.5 min)
 #   make chaos  the long chaos run (tests/chaos/): 200 streamed requests while every actor
 #               type and the nats-server are SIGKILLed 10 times each at random moments
 #               (Release build; CHAOS_BUILD=build for the sanitizer build)
@@ -23,7 +23,7 @@ MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 VENV := .venv
 
 FUZZ_SECONDS ?= 60
-FUZZ_SMOKE_SECONDS ?= 30
+FUZZ_SMOKE_SECONDS ?= 15
 
 .PHONY: run serve test chaos fuzz build-fuzz deps model test-models venv build build-release clean chat-templates \
 	install deb deb-test
