@@ -46,6 +46,13 @@ static char *whole_answer(const struct api_error *e, const char *status_line, co
   return out;
 }
 
+/* The index of tenant's entry, or g->num when it has none. */
+static int32_t index_of(const struct api_gate *g, const char *tenant) {
+  int32_t i = 0;
+  while (i < g->num && strcmp(g->t[i].r.tenant, tenant) != 0) i++;
+  return i;
+}
+
 /* Generation routes: what the engine's max_concurrent counts. */
 static bool is_generation(const struct http_gate_request *r) {
   static const char *const routes[] = {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/embeddings"};
@@ -100,8 +107,7 @@ void api_gate_check(void *gate, const struct http_gate_request *r, struct http_g
     v->refusal = g->refused_response;
     return;
   }
-  int32_t i = 0;
-  while (i < g->num && strcmp(g->t[i].r.tenant, tenant) != 0) i++;
+  const int32_t i = index_of(g, tenant);
   if (i == g->num) return;
   struct gate_tenant *t = &g->t[i];
   struct api_error e;
@@ -126,10 +132,10 @@ void api_gate_check(void *gate, const struct http_gate_request *r, struct http_g
 }
 
 int32_t api_gate_hold(struct api_gate *g, const char *tenant, int64_t retry_after_s, int64_t *hold_ms) {
-  int32_t i = 0;
-  while (g && tenant && i < g->num && strcmp(g->t[i].r.tenant, tenant) != 0) i++;
-  const int64_t most = g ? atomic_load(&g->hold_ms) : 0;
-  if (!g || !tenant || i == g->num || g->t[i].held >= API_GATE_MAX_HELD || most <= 0) return -1;
+  if (!g || !tenant) return -1;
+  const int32_t i = index_of(g, tenant);
+  const int64_t most = atomic_load(&g->hold_ms);
+  if (i == g->num || g->t[i].held >= API_GATE_MAX_HELD || most <= 0) return -1;
   g->t[i].held++;
   const int64_t want = (retry_after_s > 1 ? retry_after_s : 1) * 1000;
   *hold_ms = want < most ? want : most;
@@ -146,22 +152,6 @@ void api_gate_release(void *gate, int32_t ticket) {
 
 void api_gate_set_hold_ms(struct api_gate *g, int64_t hold_ms) {
   if (g) atomic_store(&g->hold_ms, hold_ms > 0 ? hold_ms : 0);
-}
-
-static const struct gate_tenant *find_tenant(const struct api_gate *g, const char *tenant) {
-  for (int32_t i = 0; g && tenant && i < g->num; i++)
-    if (strcmp(g->t[i].r.tenant, tenant) == 0) return &g->t[i];
-  return NULL;
-}
-
-int32_t api_gate_num_in_flight(const struct api_gate *g, const char *tenant) {
-  const struct gate_tenant *t = find_tenant(g, tenant);
-  return t ? t->in_flight : -1;
-}
-
-int32_t api_gate_num_held(const struct api_gate *g, const char *tenant) {
-  const struct gate_tenant *t = find_tenant(g, tenant);
-  return t ? t->held : -1;
 }
 
 static llb_status take_rates(struct api_gate *g, const struct api_request_rate *rates, int32_t n) {

@@ -62,11 +62,6 @@ int32_t api_gate_hold(struct api_gate *g, const char *tenant, int64_t retry_afte
  * at creation. Any thread (tests lengthen it). */
 void api_gate_set_hold_ms(struct api_gate *g, int64_t hold_ms);
 
-/* A tenant's generations in flight at the gate and refusals held now (-1 for a tenant without
- * front-door limits): for tests and metrics. */
-int32_t api_gate_num_in_flight(const struct api_gate *g, const char *tenant);
-int32_t api_gate_num_held(const struct api_gate *g, const char *tenant);
-
 /* NULL ok. */
 void api_gate_destroy(struct api_gate *g);
 

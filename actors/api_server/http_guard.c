@@ -252,6 +252,7 @@ static void guard_read(struct bufferevent *bev, void *arg) {
       struct http_gate_verdict v = {.ticket = -1};
       sweep(g); /* the tickets of connections evhttp freed come back before the gate counts */
       if (h) gate_verdict(g, h, end, &v);
+      give_back(c); /* none is left here (on_complete gave it back): kept balanced all the same */
       c->ticket = v.ticket;
       if (v.refusal) {
         if (g->num_refused++ % 100 == 0)
@@ -407,14 +408,6 @@ uint64_t http_guard_num_expired(const struct http_guard *g) { return g ? g->num_
 uint64_t http_guard_num_busy(const struct http_guard *g) { return g ? g->num_busy : 0; }
 uint64_t http_guard_num_refused(const struct http_guard *g) { return g ? g->num_refused : 0; }
 int32_t http_guard_num_open(struct http_guard *g) { return g ? count_open(g) : 0; }
-
-int32_t http_guard_num_held(struct http_guard *g) {
-  if (!g) return 0;
-  sweep(g);
-  int32_t n = 0;
-  for (struct conn *c = g->head; c; c = c->next) n += c->held_answer != NULL;
-  return n;
-}
 
 void http_guard_destroy(struct http_guard *g) {
   if (!g) return;

@@ -86,8 +86,6 @@ uint64_t http_guard_num_expired(const struct http_guard *g);
 uint64_t http_guard_num_busy(const struct http_guard *g);
 uint64_t http_guard_num_refused(const struct http_guard *g);
 
-/* Refusals held now. */
-int32_t http_guard_num_held(struct http_guard *g);
 
 /* Connections open now (records whose bufferevent evhttp has not freed). */
 int32_t http_guard_num_open(struct http_guard *g);
