@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
+
 #include "actors/scheduler/sched_fair.h"
 #include "test_scheduler_harness.h"
 
@@ -35,12 +37,13 @@ static void add_salted(struct harness *h, const char *id, const char *salt, doub
   assert_int_equal(sched_add_request(h->s, &nr), LLB_STATUS_OK);
 }
 
-/* The ids admitted by each step, in order, into got[] (a run to completion). */
-static int admitted_order(struct harness *h, const char **got, int cap) {
+/* The ids admitted by each step, in order, copied into got[] (a run to completion). */
+static int admitted_order(struct harness *h, char (*got)[16], int cap) {
   int n = 0;
   for (int s = 0; s < 60 && sched_num_unfinished(h->s) > 0; s++) {
     h_step(h);
-    for (int32_t i = 0; i < h->out.num_new_reqs && n < cap; i++) got[n++] = h->out.new_reqs[i].req_id;
+    for (int32_t i = 0; i < h->out.num_new_reqs && n < cap; i++)
+      snprintf(got[n++], sizeof got[0], "%s", h->out.new_reqs[i].req_id);
   }
   assert_int_equal(sched_num_unfinished(h->s), 0);
   return n;
@@ -55,7 +58,7 @@ static void test_another_tenants_request_is_admitted_before_a_busy_tenants_queue
   add_salted(&h, "a2", "1:a", 1.0);
   add_salted(&h, "a3", "1:a", 2.0);
   add_salted(&h, "b1", "1:bclient-salt", 3.0); /* tenant b (its client's salt after the prefix) */
-  const char *got[8];
+  char got[8][16];
   assert_int_equal(admitted_order(&h, got, 8), 4);
   /* FCFS would admit a1, a2 first and b1 last; a has a1 running when the second seat is given */
   const char *want[4] = {"a1", "b1", "a2", "a3"};
@@ -72,7 +75,7 @@ static void test_one_tenant_keeps_fcfs_order(void **state) {
   add_salted(&h, "r0", "1:ax", 1.0); /* the same tenant, another client salt */
   add_salted(&h, "r1", "1:a", 2.0);
   add_salted(&h, "r3", "1:ay", 3.0);
-  const char *got[8];
+  char got[8][16];
   assert_int_equal(admitted_order(&h, got, 8), 4);
   const char *want[4] = {"r2", "r0", "r1", "r3"};
   for (int i = 0; i < 4; i++) assert_string_equal(got[i], want[i]);
@@ -87,7 +90,7 @@ static void test_priority_policy_is_left_as_it_is(void **state) {
   add_salted(&h, "a1", "1:a", 0.0);
   add_salted(&h, "a2", "1:a", 1.0);
   add_salted(&h, "b1", "1:b", 2.0);
-  const char *got[8];
+  char got[8][16];
   assert_int_equal(admitted_order(&h, got, 8), 3);
   const char *want[3] = {"a1", "a2", "b1"}; /* equal priorities: arrival order */
   for (int i = 0; i < 3; i++) assert_string_equal(got[i], want[i]);
