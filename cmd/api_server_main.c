@@ -30,15 +30,17 @@ struct api_main {
   struct api_server_actor *actor;
 };
 
-/* The tenants with a request rate in tc. */
+/* The tenants with any limit in tc: the front door's (a request rate, max_concurrent), and a
+ * place to count the held refusals of those the engine limits (api_gate.h). */
 static void api_main_rates(struct api_main *m, const struct tenant_limits_config *tc) {
   for (int i = 0; i < tc->num && m->num_rates < API_MAX_REQUEST_RATES; i++) {
     const struct tenant_limit *t = &tc->tenants[i];
-    if (t->requests_per_s <= 0) continue;
+    if (t->requests_per_s <= 0 && t->max_concurrent <= 0 && t->max_queued <= 0 && t->tokens_per_s <= 0) continue;
     struct api_request_rate *r = &m->rates[m->num_rates++];
     snprintf(r->tenant, sizeof r->tenant, "%s", t->name);
-    r->per_s = t->requests_per_s;
-    r->burst = t->burst_requests;
+    r->per_s = t->requests_per_s > 0 ? t->requests_per_s : 0;
+    r->burst = t->requests_per_s > 0 ? t->burst_requests : 0;
+    r->max_concurrent = t->max_concurrent;
   }
 }
 

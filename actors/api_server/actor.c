@@ -115,8 +115,17 @@ static void detach_http(struct api_call *c) {
   c->req = NULL;
 }
 
+/* Ends a held refusal's hold: its gate ticket back, the error freed. */
+static void unhold(struct api_call *c) {
+  if (!c->held) return;
+  api_gate_release(c->a->gate, c->held_ticket);
+  free(c->held);
+  c->held = NULL;
+}
+
 static void call_free(struct api_call *c) {
   struct api_server_actor *a = c->a;
+  unhold(c);
   detach_http(c);
   bus_span_end(a->bus, &c->span);
   for (int32_t i = 0; i < c->num_subs; i++) {
@@ -189,6 +198,34 @@ static void call_fail(struct api_call *c, const struct api_error *e) {
   if (all_subs_settled(c)) call_free(c);
 }
 
+/* An engine's 429 for the call's tenant (its limits in the input processor): held before it is
+ * sent, as the header gate holds its own (api_gate.h: a client retrying at once comes back once
+ * per hold), when the gate has room for it; else call_fail at once. The call's timer ends the
+ * hold (on_timer); its requests are aborted now. */
+static void call_fail_or_hold(struct api_call *c, const struct api_error *e) {
+  struct api_server_actor *a = c->a;
+  int64_t ms = 0;
+  const int32_t ticket = e->http_status == 429 && a->gate && c->req && !c->headers_sent && c->timer && !c->held
+                             ? api_gate_hold(a->gate, c->tenant, e->retry_after_s, &ms)
+                             : -1;
+  if (ticket < 0) {
+    call_fail(c, e);
+    return;
+  }
+  c->held = malloc(sizeof *c->held);
+  if (!c->held) {
+    api_gate_release(a->gate, ticket);
+    call_fail(c, e);
+    return;
+  }
+  *c->held = *e;
+  c->held_ticket = ticket;
+  abort_running(c);
+  evtimer_del(c->timer);
+  const struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+  evtimer_add(c->timer, &tv);
+}
+
 /* The request finished: metrics, free. */
 static void call_succeed(struct api_call *c) {
   struct api_server_actor *a = c->a;
@@ -244,6 +281,10 @@ static void handle_output(struct api_server_actor *a, struct api_sub *s, const s
   bool first = !s->engine_id[0];
   if (first) snprintf(s->engine_id, sizeof s->engine_id, "%s", ro->request_id.data);
   s->t_last_heard_ns = llb_now_ns();
+  if (c->held) { /* refused, the answer held: the other prompts' outputs (aborted) are dropped */
+    if (ro->finished || ro->error.code != 0) s->finished = true;
+    return;
+  }
   if (c->client_gone) {
     /* The client left before this request's first output: abort it now. */
     if (!s->finished && !ro->finished) publish_abort(a, s);
@@ -264,7 +305,7 @@ static void handle_output(struct api_server_actor *a, struct api_sub *s, const s
     e.retry_after_s = (ro->error.retry_after_ms + 999) / 1000; /* a per-tenant rate says when */
     if (is_tokenize_call(c)) api_tokenize_map_error(&c->tok, &e);
     s->finished = true;
-    call_fail(c, &e);
+    call_fail_or_hold(c, &e);
     return;
   }
   if (c->emb) { /* /v1/embeddings: one FINAL_ONLY output per input, answered when all are in */
@@ -406,6 +447,12 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
   struct api_call *c = arg;
+  if (c->held && !c->client_gone) { /* the hold is over: the refusal goes out */
+    struct api_error e = *c->held;
+    unhold(c);
+    call_fail(c, &e);
+    return;
+  }
   if (c->client_gone) {
     /* Nobody waits and no engine id arrived to abort: give up on those. */
     for (int32_t i = 0; i < c->num_subs; i++) c->subs[i].finished = true;
@@ -430,7 +477,7 @@ static void on_probe(evutil_socket_t fd, short what, void *arg) {
   (void)what;
   struct api_call *c = arg;
   struct api_server_actor *a = c->a;
-  if (api_resend_poll(&a->resend, c, api_peer_beats_ip_beat_ns(a->peers), api_peer_beats_op_restart_ns(a->peers),
+  if (!c->held && api_resend_poll(&a->resend, c, api_peer_beats_ip_beat_ns(a->peers), api_peer_beats_op_restart_ns(a->peers),
                       llb_now_ns()) > 0)
     arm_timer(c);
   if (!c->conn) return;
@@ -712,7 +759,8 @@ static void loop_setup(struct api_loop_call *lc, void *arg) {
                                                .max_body_bytes = a->o.max_body_bytes,
                                                .request_timeout_s = a->o.request_timeout_s,
                                                .max_connections = a->o.max_connections,
-                                               .gate = a->gate ? api_gate_check : NULL, .gate_user = a->gate,
+                                               .gate = a->gate ? api_gate_check : NULL,
+                                               .release = a->gate ? api_gate_release : NULL, .gate_user = a->gate,
                                                .on_request = on_request, .arg = a};
   st = api_http_listener_create(a->base, &lo, &a->listener);
   if (st == LLB_STATUS_OK) a->bound_port = api_http_listener_port(a->listener);

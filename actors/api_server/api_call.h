@@ -54,7 +54,9 @@ struct api_call {
   int64_t gen_tokens;
   uint64_t reconnects;              /* bus_num_reconnects when its requests were (re)sent */
   int64_t reconnect_seen_ns;        /* when a reconnect was seen whose resend waits, else 0 */
-  struct event *timer;              /* first-output timeout */
+  struct event *timer;              /* first-output timeout; the end of a held refusal's hold */
+  struct api_error *held;           /* an engine's 429 held before it is sent (api_gate_hold), or NULL */
+  int32_t held_ticket;              /* its api_gate ticket */
   struct event *probe;              /* periodic check that the client is still there */
   struct api_call *prev, *next;     /* the actor's list */
   struct bus_span span;             /* "http": the request from arrival to the response's end */

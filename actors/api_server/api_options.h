@@ -24,12 +24,15 @@ struct lora_registry;
 #define API_DEFAULT_MAX_CONNECTIONS 1024
 #define API_MAX_REQUEST_RATES 64 /* tenants with a request rate (the tenants file's at most) */
 
-/* A tenant's HTTP request rate: a token bucket of `burst` requests (>= 1), refilled at
- * `per_s` (> 0) a second, full at start; a request takes one as soon as its headers arrive,
- * before its body is read (the tenants file's requests_per_s / burst_requests). */
+/* A tenant's limits at the front door, checked on a request's headers before its body is read
+ * (api_gate.h): its HTTP request rate, a token bucket of `burst` requests (>= 1) refilled at
+ * `per_s` a second, full at start (the tenants file's requests_per_s / burst_requests; per_s 0 =
+ * no rate), and its generation requests in flight at this api server, at most max_concurrent
+ * (the tenants file's; 0 = no limit here). */
 struct api_request_rate {
   char tenant[64];
   double per_s, burst;
+  int32_t max_concurrent;
 };
 
 struct api_server_actor_options {
@@ -80,8 +83,9 @@ struct api_server_actor_options {
                                       /v1/unload_lora_adapter (api_lora_admin.h; needs loras);
                                       NULL = those routes are 404 */
   const struct api_request_rate *request_rates; /* [num_request_rates] (copied): with api_keys,
-                                      a request of a listed tenant over its rate is answered 429
-                                      with Retry-After from its headers, its body never read;
+                                      a request of a listed tenant over its rate or its
+                                      max_concurrent is answered 429 with Retry-After from its
+                                      headers, its body never read (the answer held: api_gate.h);
                                       NULL = no rates */
   int32_t num_request_rates;       /* 0..API_MAX_REQUEST_RATES */
 };

@@ -1,5 +1,5 @@
-/* Per-connection policing of evhttp: read deadlines, a connection limit, a header gate (see
- * http_guard.h). */
+/* Per-connection policing of evhttp: read deadlines, a connection limit, a header gate with
+ * held refusals (see http_guard.h). */
 #include "actors/api_server/http_guard.h"
 
 #include <event2/buffer.h>
@@ -16,6 +16,8 @@
 
 #define MAX_HEADER_BYTES (64 * 1024) /* evhttp_set_max_headers_size of the listener */
 #define MAX_AUTH_BYTES 1024
+#define MAX_PATH_BYTES 255
+#define MAX_DRAIN_BYTES (256 * 1024) /* read and dropped before a held answer: below, drain */
 
 /* One connection, from the accept until evhttp freed it (seen at a sweep). */
 struct conn {
@@ -30,6 +32,8 @@ struct conn {
   void *cbarg;
   size_t scanned;                  /* header bytes searched for their end so far */
   int64_t start_ns;                /* the deadline is start + timeout */
+  char *held_answer;               /* a refusal held until the timer (malloc'd), or NULL */
+  int32_t ticket;                  /* the gate's, to give back; -1 = none */
   bool adopted, reading, gate_passed, closed;
 };
 
@@ -57,8 +61,16 @@ static bool bev_freed(struct bufferevent *bev) {
   return !rd && !wr && !ev;
 }
 
+/* Gives the gate back the connection's ticket, if any (once). */
+static void give_back(struct conn *c) {
+  if (c->ticket >= 0 && c->g->o.release) c->g->o.release(c->g->o.gate_user, c->ticket);
+  c->ticket = -1;
+}
+
 static void conn_free(struct conn *c) {
   struct http_guard *g = c->g;
+  give_back(c);
+  free(c->held_answer);
   if (c->prev) c->prev->next = c->next;
   else g->head = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -148,10 +160,26 @@ static size_t header_end(struct conn *c, struct evbuffer *in) {
   return 0;
 }
 
-/* The gate's verdict on the header block h[0..n) (the method, the first Authorization value):
- * NULL = pass, else the answer to refuse with. */
-static const char *gate_verdict(const struct http_guard *g, const char *h, size_t n) {
-  const bool is_options = n >= 8 && memcmp(h, "OPTIONS ", 8) == 0;
+/* The request line's target before any '?' into path[MAX_PATH_BYTES + 1] ("" when longer). */
+static void request_path(const char *h, size_t n, char *path) {
+  path[0] = '\0';
+  const char *sp = memchr(h, ' ', n < 16 ? n : 16);
+  if (!sp) return;
+  const char *p = sp + 1, *end = h + n;
+  size_t len = 0;
+  while (p + len < end && p[len] != ' ' && p[len] != '?' && p[len] != '\r' && p[len] != '\n') len++;
+  if (len > MAX_PATH_BYTES) return;
+  memcpy(path, p, len);
+  path[len] = '\0';
+}
+
+/* The gate's verdict on the header block h[0..n) (the method, the path, the first
+ * Authorization value). */
+static void gate_verdict(const struct http_guard *g, const char *h, size_t n, struct http_gate_verdict *v) {
+  char path[MAX_PATH_BYTES + 1];
+  request_path(h, n, path);
+  struct http_gate_request r = {.is_options = n >= 8 && memcmp(h, "OPTIONS ", 8) == 0,
+                                .is_post = n >= 5 && memcmp(h, "POST ", 5) == 0, .path = path};
   char auth[MAX_AUTH_BYTES + 1];
   bool have_auth = false;
   const char *line = memchr(h, '\n', n);
@@ -171,7 +199,45 @@ static const char *gate_verdict(const struct http_guard *g, const char *h, size_
     }
     line = end;
   }
-  return g->o.gate(g->o.gate_user, is_options, have_auth ? auth : NULL);
+  r.authorization = have_auth ? auth : NULL;
+  *v = (struct http_gate_verdict){.ticket = -1};
+  g->o.gate(g->o.gate_user, &r, v);
+}
+
+/* Drops what the client has sent and we have not read (up to MAX_DRAIN_BYTES): closing a
+ * socket with unread input sends a reset, which can destroy the answer before the client reads
+ * it (a held refusal's client has sent its body meanwhile). */
+static void drain(struct conn *c) {
+  evutil_socket_t fd = bufferevent_getfd(c->bev);
+  char buf[16384];
+  for (size_t n = 0; fd >= 0 && n < MAX_DRAIN_BYTES;) {
+    ssize_t got = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (got <= 0) break;
+    n += (size_t)got;
+  }
+}
+
+/* Holds the refusal for hold_ms (the tarpit): nothing more is read; the timer answers. */
+static void hold(struct conn *c, const char *refusal, int64_t hold_ms) {
+  c->held_answer = strdup(refusal);
+  if (!c->held_answer) { /* out of memory: answered at once */
+    answer_and_close(c, refusal);
+    give_back(c);
+    return;
+  }
+  c->reading = false;
+  bufferevent_disable(c->bev, EV_READ);
+  evtimer_del(c->timer);
+  arm(c, hold_ms);
+}
+
+/* The hold is over: the refusal goes out, the connection is closed, the ticket given back. */
+static void send_held(struct conn *c) {
+  drain(c);
+  answer_and_close(c, c->held_answer);
+  free(c->held_answer);
+  c->held_answer = NULL;
+  give_back(c);
 }
 
 static void guard_read(struct bufferevent *bev, void *arg) {
@@ -183,11 +249,20 @@ static void guard_read(struct bufferevent *bev, void *arg) {
     if (!end && evbuffer_get_length(in) <= MAX_HEADER_BYTES) return; /* the rest of the headers first */
     if (end) {
       const char *h = (const char *)evbuffer_pullup(in, (ev_ssize_t)end);
-      const char *refusal = h ? gate_verdict(g, h, end) : NULL;
-      if (refusal) {
+      struct http_gate_verdict v = {.ticket = -1};
+      sweep(g); /* the tickets of connections evhttp freed come back before the gate counts */
+      if (h) gate_verdict(g, h, end, &v);
+      give_back(c); /* none is left here (on_complete gave it back): kept balanced all the same */
+      c->ticket = v.ticket;
+      if (v.refusal) {
         if (g->num_refused++ % 100 == 0)
           LLB_LOG_WARN("http_refused_on_headers", "count=%llu", (unsigned long long)g->num_refused);
-        answer_and_close(c, refusal);
+        if (v.hold_ms > 0) {
+          hold(c, v.refusal, v.hold_ms);
+        } else {
+          answer_and_close(c, v.refusal);
+          give_back(c);
+        }
         return;
       }
     } /* headers over the limit: evhttp answers that */
@@ -214,6 +289,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
   (void)fd, (void)what;
   struct conn *c = arg;
   if (bev_freed(c->bev)) conn_free(c);
+  else if (c->held_answer) send_held(c);
   else if (c->reading && !c->closed) expire(c);
 }
 
@@ -267,6 +343,7 @@ static struct bufferevent *on_new_bufferevent(struct event_base *base, void *arg
   }
   c->g = g;
   c->bev = bev;
+  c->ticket = -1;
   bufferevent_incref(bev);
   c->start_ns = mono_ns();
   c->next = g->head;
@@ -289,6 +366,7 @@ static void on_complete(struct evhttp_request *req, void *arg) {
   struct evhttp_connection *evcon = evhttp_request_get_connection(req);
   struct conn *c = evcon ? find(g, evcon) : NULL;
   if (!c) return;
+  give_back(c); /* the request's ticket: its answer is written */
   c->reading = true;
   c->start_ns = mono_ns();
   arm(c, g->o.read_timeout_ms);
@@ -297,8 +375,8 @@ static void on_complete(struct evhttp_request *req, void *arg) {
 
 llb_status http_guard_create(struct evhttp *http, const struct http_guard_options *o, struct http_guard **out) {
   *out = NULL;
-  if (!http || !o || o->read_timeout_ms <= 0 || o->max_connections < 0)
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "http guard: no server or a timeout <= 0");
+  if (!http || !o || o->read_timeout_ms <= 0 || o->max_connections < 0 || (o->gate && !o->release))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "http guard: no server, a timeout <= 0 or a gate without release");
   struct http_guard *g = calloc(1, sizeof *g);
   if (!g) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "http guard");
   g->http = http;
@@ -333,6 +411,7 @@ int32_t http_guard_num_open(struct http_guard *g) { return g ? count_open(g) : 0
 
 void http_guard_destroy(struct http_guard *g) {
   if (!g) return;
+  g->o.release = NULL; /* the gate may be gone already: its counts end with it */
   while (g->head) conn_free(g->head); /* evhttp_free closed every connection */
   free(g->busy_response);
   free(g);

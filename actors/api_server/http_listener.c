@@ -45,7 +45,8 @@ llb_status api_http_listener_create(struct event_base *base, const struct api_ht
            "Connection: close\r\nContent-Length: %zu\r\n\r\n%s", strlen(busy_body), busy_body);
   const struct http_guard_options go = {.read_timeout_ms = o->request_timeout_s * 1000, /* and in total */
                                         .max_connections = o->max_connections, .busy_response = busy,
-                                        .gate = o->gate, .gate_user = o->gate_user};
+                                        .gate = o->gate, .release = o->release,
+                                        .gate_user = o->gate_user};
   llb_status st = http_guard_create(l->http, &go, &l->guard);
   if (st != LLB_STATUS_OK) {
     api_http_listener_destroy(l);

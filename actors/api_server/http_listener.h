@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "actors/api_server/http_guard.h"
 #include "base/status.h"
 
 struct event_base;     /* libevent */
@@ -24,10 +25,10 @@ struct api_http_listener_options {
   int64_t request_timeout_s; /* > 0: inactivity limit, and the time a whole request may take
                                 to arrive (http_guard.h) */
   int32_t max_connections;   /* open connections at most (more: 503 and closed); 0 = no limit */
-  /* the header gate (http_guard.h); NULL = none: with API keys, whether a request's headers
-   * carry one, and whether its tenant is within its request rate (NULL = pass, else the whole
-   * HTTP answer to refuse it with) */
-  const char *(*gate)(void *user, bool is_options, const char *authorization);
+  /* the header gate and its release (http_guard.h); NULL = none: with API keys, whether a
+   * request's headers carry one, and whether its tenant is within its front-door limits */
+  void (*gate)(void *user, const struct http_gate_request *r, struct http_gate_verdict *v);
+  void (*release)(void *user, int32_t ticket);
   void *gate_user;
   void (*on_request)(struct evhttp_request *req, void *arg); /* every request; first call
                                 api_http_listener_request_read */

@@ -1,6 +1,8 @@
 /* Scheduler-side request state. See sched_request.h (vLLM v1 request.py). */
 #include "actors/scheduler/sched_request.h"
 
+#include "actors/scheduler/sched_fair.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +243,7 @@ llb_status sched_request_create(const struct sched_new_request *nr, int32_t max_
   if (nr->cache_salt && nr->cache_salt[0]) {
     r->has_cache_salt = true;
     r->cache_salt_hash = llb_hash_bytes(hash_key, nr->cache_salt, strlen(nr->cache_salt));
+    r->tenant_key = sched_fair_tenant_key(hash_key, nr->cache_salt);
   }
   r->status = SCHED_REQUEST_STATUS_WAITING;
   r->stop_token_id = -1;

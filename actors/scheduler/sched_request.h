@@ -145,6 +145,7 @@ struct sched_request {
   int32_t num_cached_blocks;            /* blocks registered in the prefix cache (CACHE sent) */
   bool has_cache_salt;
   uint64_t cache_salt_hash;
+  uint64_t tenant_key;                  /* sched_fair_tenant_key of the salt: 0 = none */
   char *lora_name;                      /* the adapter (owned), NULL = the base model */
   int32_t lora_int_id;                  /* 0 = the base model */
   uint64_t lora_name_hash;              /* llb_hash_bytes of lora_name: in every block hash */

@@ -2,6 +2,7 @@
  * See scheduler.h; semantics of vLLM v1 core/sched/scheduler.py, our own code. */
 #include "actors/scheduler/scheduler.h"
 #include "actors/scheduler/scheduler_internal.h"
+#include "actors/scheduler/sched_fair.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -659,7 +660,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
    * max_loras is passed over: it keeps its place and the next one is tried (vLLM). */
   lora_collect_running(s);
   while (!preempted && !st && budget > 0 && s->num_running < s->cfg.max_num_seqs) {
-    struct sched_request *r = sched_queue_peek(&s->waiting);
+    struct sched_request *r = sched_fair_peek(&s->waiting, s->running, s->num_running); /* sched_fair.h */
     if (!r || r->num_output_placeholders > 0) break; /* preempted with a step in flight: after it */
     if (r->num_failed_steps > 0 && sched_suspect_in_flight(s)) break; /* one suspect at a time */
     if (r->abort_pending) { /* aborted while preempted, its step forgotten (sched_preempt_all) */
@@ -668,7 +669,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
     }
     const int32_t num_loras = s->num_step_loras;
     if (!lora_admit(s, r->lora_int_id)) {
-      sched_queue_pop(&s->waiting);
+      sched_fair_take(&s->waiting, r);
       st = push_ptr((void ***)&s->lora_skipped, &s->num_lora_skipped, &s->cap_lora_skipped, r, sizeof r);
       if (st) (void)sched_queue_push_front(&s->waiting, r);
       continue;
@@ -682,7 +683,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
       s->num_step_loras = num_loras; /* r's adapter, if new, was not admitted after all */
       break;
     }
-    sched_queue_pop(&s->waiting);
+    sched_fair_take(&s->waiting, r);
     s->running[s->num_running++] = r;
     r->status = SCHED_REQUEST_STATUS_RUNNING;
     /* a pooling request needs the hidden state of each row it pools, and a request scoring its

@@ -26,6 +26,9 @@
 # (ops/bench/smolvlm-chat.jinja) — so every image is decoded, planned and encoded by the engine's
 # encoder, and B's text requests run on that model too. Prints path,repeat,B alone,B under
 # flood,ratio and the statuses A's requests got.
+# The flooding client (either kind) runs under `nice -n $FLOOD_NICE` (default 19): on a 2-core
+# machine the attacker's own client would otherwise take CPU that a real attacker spends on its
+# own machine, not on the server's; FLOOD_NICE=0 measures it at equal priority.
 # Needs a Release build (make build-release) and, for PATHS, the venv (make venv).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -37,13 +40,14 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "tenant-flood: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 A_MAX_CONCURRENT=${A_MAX_CONCURRENT:-4}
 A_MAX_QUEUED=${A_MAX_QUEUED:-1}
 A_REQUESTS_PER_S=${A_REQUESTS_PER_S:-} # e.g. 5: A's HTTP request rate, refused on the headers
+FLOOD_NICE=${FLOOD_NICE:-19}
 A_CONCURRENCY=${A_CONCURRENCY:-32}
 A_RATE=${A_RATE:-100}
 A_PROMPTS=${A_PROMPTS:-3000}
@@ -93,7 +97,7 @@ measure_b() { # $1 = result file, $2 = seed (other prompts each run: no prefix-c
     --ignore-eos --seed "$2" --no-progress --no-memory --json > "$1" 2>/dev/null
 }
 start_flood() { # $1 = result file
-  "$bench" serve --base-url "http://127.0.0.1:$port" --model "$model" --api-key sk-flood-tenant-a-000001 \
+  nice -n "$FLOOD_NICE" "$bench" serve --base-url "http://127.0.0.1:$port" --model "$model" --api-key sk-flood-tenant-a-000001 \
     --num-prompts "$A_PROMPTS" --request-rate "$A_RATE" --max-concurrency "$A_CONCURRENCY" \
     --input-len "$A_INPUT" --output-len "$A_OUTPUT" \
     --ignore-eos --seed 11 --warmup 0 --no-progress --no-memory --json > "$1" 2>/dev/null &
@@ -125,7 +129,7 @@ if [ -n "${PATHS:-}" ]; then
       fi
       start_serve "$work/limited" "${extra[@]}"
       measure_b "$work/alone.json" $((100 + 2 * r))
-      "$py" "$root/ops/bench/intake_flood.py" "$path" --base-url "http://127.0.0.1:$port" \
+      nice -n "$FLOOD_NICE" "$py" "$root/ops/bench/intake_flood.py" "$path" --base-url "http://127.0.0.1:$port" \
         --api-key sk-flood-tenant-a-000001 --model "$(basename "$serve_model" .gguf)" --threads "${A_THREADS:-8}" --seconds 600 \
         > "$work/flood.txt" 2>&1 &
       flood_pid=$!

@@ -7,7 +7,11 @@ tenants a and b without a rate, an API key each.
   rate_limit_exceeded code;
 - the 429 comes from the headers: a request announcing a 900 KB body that never comes is
   answered at once (without the gate the server would wait for the body);
-- a and b, at any pace meanwhile, are never refused.
+- a and b, at any pace meanwhile, are never refused;
+- tenant `busy max_concurrent=1`: while its one generation streams, its next is answered 429
+  (max_concurrent, Retry-After: 1) from the headers (a 900 KB body announced and never sent),
+  the answer held by the api server (api_gate.h) while b's request is served meanwhile; once the
+  stream ends, busy's next request passes.
 
 usage: test_request_rate.py --pydir DIR   (LLMBUS_BUILD_DIR, LLMBUS_SOURCE_DIR from ctest)
 """
@@ -24,15 +28,16 @@ import api_stack  # noqa: E402
 from test_security import KEY_A, KEY_B, SecureStack, http  # noqa: E402
 
 KEY_FLOOD = "sk-tenant-flood-7777777777777"
+KEY_BUSY = "sk-tenant-busy-88888888888888"
 
 
 class RateStack(SecureStack):
     def __init__(self, work):
         super().__init__(work)
         with open(os.path.join(work, "tenants"), "w") as f:  # replaces SecureStack's
-            f.write("default\na\nb\nflood requests_per_s=0.01 burst_requests=2\n")
-        with open(os.path.join(work, "api-keys"), "w") as f:  # the same 0600 file, one key more
-            f.write(f"{KEY_A} a\n{KEY_B} b\n{KEY_FLOOD} flood\n")
+            f.write("default\na\nb\nflood requests_per_s=0.01 burst_requests=2\nbusy max_concurrent=1\n")
+        with open(os.path.join(work, "api-keys"), "w") as f:  # the same 0600 file, two keys more
+            f.write(f"{KEY_A} a\n{KEY_B} b\n{KEY_FLOOD} flood\n{KEY_BUSY} busy\n")
 
 
 def main():
@@ -74,10 +79,51 @@ def main():
                 status, _, out = http("POST", stack.base + "/v1/completions", body, key=KEY_B)
                 assert status == 200, (status, out[:200])
 
+            def at_its_max_concurrent_a_tenant_is_refused_on_headers_and_held_while_another_is_served():
+                import http.client as http_client
+                import threading
+                u = urllib.parse.urlparse(stack.base)
+                conn = http_client.HTTPConnection(u.hostname, u.port, timeout=120)
+                long_body = json.dumps({"model": stack.model_name, "prompt": "Hi", "max_tokens": 300,
+                                        "temperature": 0, "ignore_eos": True, "stream": True}).encode()
+                conn.request("POST", "/v1/completions", long_body, {"Content-Type": "application/json",
+                                                                   "Authorization": f"Bearer {KEY_BUSY}"})
+                resp = conn.getresponse()
+                assert resp.status == 200, resp.status
+                assert resp.readline().startswith(b"data:")  # in flight
+                got = {}
+
+                def refused():
+                    with socket.create_connection((u.hostname, u.port), timeout=30) as s:
+                        s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                   f"Authorization: Bearer {KEY_BUSY}\r\nContent-Type: application/json\r\n"
+                                   "Content-Length: 900000\r\n\r\n").encode())
+                        got["head"] = s.recv(4096)  # the body was never sent: only the headers answer
+                t = threading.Thread(target=refused)
+                t.start()
+                status, _, out = http("POST", stack.base + "/v1/completions", body, key=KEY_B)
+                assert status == 200, (status, out[:200])
+                t.join(60)
+                head = got.get("head", b"")
+                assert head.startswith(b"HTTP/1.1 429"), head[:300]
+                assert b"max_concurrent" in head and b"Retry-After: 1" in head, head[:400]
+                rest = resp.read()
+                conn.close()
+                assert rest.rstrip().endswith(b"data: [DONE]"), rest[-200:]
+                # the input processor learns that the stream ended a moment after the client has
+                # its [DONE] (test_security.py's `limited`): until then its slot is still taken
+                for _ in range(30):
+                    status, _, out = http("POST", stack.base + "/v1/completions", body, key=KEY_BUSY)
+                    if status != 429:
+                        break
+                assert status == 200, (status, out[:200])
+
             failures = api_stack.run_cases([
                 ("over_its_rate_a_tenant_gets_429_with_retry_after", over_its_rate_a_tenant_gets_429_with_retry_after),
                 ("the_429_comes_before_the_body_is_read", the_429_comes_before_the_body_is_read),
                 ("other_tenants_are_never_refused", other_tenants_are_never_refused),
+                ("at_its_max_concurrent_a_tenant_is_refused_on_headers_and_held_while_another_is_served",
+                 at_its_max_concurrent_a_tenant_is_refused_on_headers_and_held_while_another_is_served),
             ])
             if failures:
                 print(f"--- serve log (tail) ---\n{stack.tail(60)}")

@@ -5,6 +5,8 @@ llb_add_test(test_kv_manager SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kv_manager.c
              LIBS llmbus_kv_manager PkgConfig::CMOCKA LABELS unit)
 llb_add_test(test_scheduler SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler.c
              LIBS llmbus_scheduler_core llmbus_kv_manager PkgConfig::CMOCKA LABELS unit)
+llb_add_test(test_sched_fair SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sched_fair.c
+             LIBS llmbus_scheduler_core llmbus_kv_manager PkgConfig::CMOCKA LABELS unit)
 llb_add_test(test_scheduler_stop SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler_stop.c
              LIBS llmbus_scheduler_core llmbus_kv_manager PkgConfig::CMOCKA LABELS unit)
 llb_add_test(test_scheduler_async SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler_async.c
