@@ -27,9 +27,10 @@
  * so with K routers it weighs them K times (the others sent about as many meanwhile). Without
  * it, an engine whose stats said "idle" while a wave of requests arrived got up to 8 from each
  * of 2 routers: 12 of one wave where 8 was its share (docs/scaling.md, slow sim engines). */
-#define KV_USAGE_TIE 0.0625f /* kv_cache_usage closer than this: alike (a tie goes by the router's order) */
 #define ROUTERS_MAX 64                        /* more are not counted: a forged flood cannot grow K */
 #define ROUTER_TTL_NS 10000000000LL           /* heard within this: live (heartbeats every 2 s) */
+
+#define KV_USAGE_TIE 0.0625f /* kv_cache_usage closer than this: alike (a tie goes by the router's order) */
 
 struct router_peer {
   char instance[BUS_TOKEN_MAX + 1];
@@ -253,8 +254,8 @@ static int32_t live_routers(const struct engine_router *r, int64_t now_ns, int32
  * router's own, so that K routers, each spreading its share evenly, do not all put their extra
  * requests on the same engines: one ring of engines (by id hash, the same everywhere), router
  * rank 2j walks it up from j/ceil(K/2) of the way round, rank 2j+1 walks it down from there.
- * With 2 routers one's extras land where the other's come short: each engine gets within 1 of
- * its share in all, not within 2. Negative: a before b. */
+ * With 2 routers one's extras land where the other's come short: a burst of a multiple of the
+ * engines lands evenly, any other within 1 (independent orders: within 2). Negative: a before b. */
 static int tie_order(const struct engine_router *r, const struct engine *a, const struct engine *b) {
   const uint64_t start = (uint64_t)(r->rank / 2) * (UINT64_MAX / (uint64_t)((r->routers + 1) / 2));
   const uint64_t pa = a->order - start, pb = b->order - start;
@@ -318,8 +319,8 @@ static void remember_prefix(struct engine_router *r, const uint64_t *hashes, int
 }
 
 /* Least loaded live engine (ties: fewer pending, lower kv usage, this router's order, then
- * random); -1 if none is live. With
- * `matched` set, among the engines whose matched blocks equal best_match. */
+ * random); -1 if none is live. With `matched` set, among the engines whose matched blocks equal
+ * best_match. */
 static int least_loaded(struct engine_router *r, int64_t now_ns, const int32_t *matched, int32_t best_match,
                         enum role_filter f) {
   int best = -1, ties = 0;

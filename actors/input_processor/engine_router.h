@@ -181,7 +181,8 @@ int engine_router_list(struct engine_router *r, int64_t now_ns, struct engine_ro
 /* Records a router (an input processor: `instance` is the last token of its heartbeat's subject,
  * <prefix>.health.input_processor.<instance>) heard at now_ns (monotonic). Those heard within
  * the last 10 s, and this one (config.instance) weigh the pending sends and give this router its
- * tie order (the head comment); at most 64 are counted. An instance that is not one subject token is ignored. */
+ * tie order (the head comment); at most 64 are counted. An instance that is not one subject
+ * token is ignored. */
 void engine_router_router_seen(struct engine_router *r, const char *instance, int64_t now_ns);
 
 /* How many routers weigh the pending sends at now_ns (>= 1). */
