@@ -18,7 +18,9 @@
  *                               counts the same way). K is the number of routers (input
  *                               processors) heard on their heartbeats (engine_router_router_seen):
  *                               each sees only its own sends, and the others sent about as many
- *                               meanwhile. Ties go to fewer pending, then the lower
+ *                               meanwhile (an input processor that gets little of the traffic,
+ *                               e.g. one of another tenant, counts too: the busy ones then
+ *                               overrate their pending sends). Ties go to fewer pending, then the lower
  *                               kv_cache_usage (by more than 1/16), then in an order of each
  *                               router's own (its rank among the routers' instance names: two
  *                               routers walk the engines in opposite directions, so the extra
