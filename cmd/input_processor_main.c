@@ -40,6 +40,7 @@ static llb_status input_processor_main_start(struct actor_main *am, void *user) 
       .mmproj_path = m->mmproj,
       .stream_replicas = m->stream_replicas,
       .hash_key = &am->hash_key,
+      .instance = am->common.instance,
       .intake_threads = m->intake_threads,
       .disagg_min_prompt_tokens = m->disagg_min_prompt_tokens,
   };

@@ -727,6 +727,15 @@ static void input_processor_on_stats(struct bus *bus, const struct bus_msg *msg,
   llb_arena_destroy(&arena);
 }
 
+/* <prefix>.health.input_processor.<instance>: the routers sharing the engines (this one too);
+ * each weighs its own pending sends by their number (engine_router.h). Only the subject is read. */
+static void input_processor_on_router_beat(struct bus *bus, const struct bus_msg *msg, void *user) {
+  (void)bus;
+  struct input_processor_actor *a = user;
+  const char *dot = strrchr(msg->subject, '.');
+  if (dot) engine_router_router_seen(a->router, dot + 1, llb_now_ns());
+}
+
 /* <prefix>.health.gpu_worker.*: the LoRA adapters each worker serves (a request's `model`). */
 static void input_processor_on_worker_beat(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
@@ -824,6 +833,7 @@ llb_status input_processor_actor_create(const struct input_processor_actor_optio
   struct engine_router_config rc;
   engine_router_config_init(&rc);
   rc.default_engine_id = a->engine_id;
+  rc.instance = o->instance;
   if (o->disagg_min_prompt_tokens >= 0) rc.disagg_min_prompt_tokens = o->disagg_min_prompt_tokens;
   const char *slash = strrchr(o->model_path, '/');
   rc.model = slash ? slash + 1 : o->model_path; /* engines announce their model's file name */
@@ -994,6 +1004,9 @@ llb_status input_processor_actor_start(struct input_processor_actor *a, struct b
   char beats[BUS_SUBJECT_MAX];
   if (st == LLB_STATUS_OK) st = bus_pattern_health(prefix, "gpu_worker", beats, sizeof beats);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, beats, NULL, input_processor_on_worker_beat, a, NULL);
+  char routers[BUS_SUBJECT_MAX];
+  if (st == LLB_STATUS_OK) st = bus_pattern_health(prefix, "input_processor", routers, sizeof routers);
+  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, routers, NULL, input_processor_on_router_beat, a, NULL);
   if (st == LLB_STATUS_OK && a->limits) { /* every engine's outputs: its requests' first tokens and ends */
     st = bus_pattern_engines(prefix, "outputs", a->outputs_subject, sizeof a->outputs_subject);
     if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, input_processor_on_engine_outputs, a, NULL);

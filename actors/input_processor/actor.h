@@ -74,6 +74,8 @@ struct input_processor_actor_options {
                               prompt sent to a prefill engine and handed to a decode engine, when
                               both are live; 0 = every prompt; < 0 = the default
                               (ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS) */
+  const char *instance;   /* this actor's instance (its heartbeat subject's token): the router's
+                             tie order among the input processors (engine_router.h); NULL ok */
   const struct llb_hash_key *hash_key; /* the deployment's key (base/hash.h: item hashes, the
                               tenant tags of request ids; every replica must hold the same);
                               copied; NULL = a random key of this process */

@@ -23,6 +23,20 @@
 #define PENDING_MAX 128                  /* older ones count as arrived */
 #define PENDING_TRANSIT_NS 50000000LL    /* routed this long before a snapshot: maybe not in it yet */
 
+/* Routers (input processors) heard on their heartbeats: each counts only its own pending sends,
+ * so with K routers it weighs them K times (the others sent about as many meanwhile). Without
+ * it, an engine whose stats said "idle" while a wave of requests arrived got up to 8 from each
+ * of 2 routers: 12 of one wave where 8 was its share (docs/scaling.md, slow sim engines). */
+#define ROUTERS_MAX 64                        /* more are not counted: a forged flood cannot grow K */
+#define ROUTER_TTL_NS 10000000000LL           /* heard within this: live (heartbeats every 2 s) */
+
+#define KV_USAGE_TIE 0.0625f /* kv_cache_usage closer than this: alike (a tie goes by the router's order) */
+
+struct router_peer {
+  char instance[BUS_TOKEN_MAX + 1];
+  int64_t last_ns;
+};
+
 struct engine {
   char id[BUS_TOKEN_MAX + 1];
   char model[128];
@@ -31,6 +45,8 @@ struct engine {
   int32_t running, waiting, pending; /* pending: entries of routed_ns */
   int64_t routed_ns[PENDING_MAX];    /* ring from pending_head, routing times (monotonic) */
   int32_t pending_head;
+  int64_t snap_ns;                   /* when its last stats were taken (monotonic) */
+  uint64_t order;                    /* its place on the ring of tie orders: the same in every router */
   float kv_usage;
   int32_t total_blocks, block_size, interval_ms;
   uint64_t routed;
@@ -70,6 +86,11 @@ struct engine_router {
   int32_t block_size; /* of the engines' most recent stats */
   uint64_t rng;
   uint64_t rejected;
+  struct router_peer peers[ROUTERS_MAX]; /* routers heard (this one included) */
+  int num_peers;
+  char self[BUS_TOKEN_MAX + 1]; /* this router's instance ("" = unknown) */
+  int32_t routers; /* live routers at the current choice (>= 1): the weight of a pending send */
+  int32_t rank;    /* this router's place among them by instance name: its tie order */
   struct llb_hash_key key; /* this router's own: its table is private, so a client cannot aim
                               prompts at one slot of it (the hashes are keyed) */
 };
@@ -101,6 +122,7 @@ llb_status engine_router_create(const struct engine_router_config *c, struct eng
   r->cfg = *c;
   snprintf(r->default_id, sizeof r->default_id, "%s", c->default_engine_id);
   snprintf(r->model, sizeof r->model, "%s", c->model ? c->model : "");
+  if (c->instance && bus_token_valid(c->instance)) snprintf(r->self, sizeof r->self, "%s", c->instance);
   uint64_t entries = 1;
   while (entries < (uint64_t)c->table_entries) entries <<= 1;
   r->table = calloc(entries, sizeof *r->table);
@@ -111,6 +133,7 @@ llb_status engine_router_create(const struct engine_router_config *c, struct eng
   }
   r->table_mask = entries - 1;
   r->block_size = DEFAULT_BLOCK_SIZE;
+  r->routers = 1;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   r->rng = c->seed ? c->seed : (uint64_t)ts.tv_nsec * LLB_SPLITMIX64_GAMMA ^ (uint64_t)ts.tv_sec;
@@ -180,6 +203,7 @@ llb_status engine_router_update(struct engine_router *r, const struct engine_rou
     i = r->num_engines++;
     memset(&r->engines[i], 0, sizeof r->engines[i]);
     snprintf(r->engines[i].id, sizeof r->engines[i].id, "%s", s->engine_id);
+    r->engines[i].order = llb_mix64(llb_fnv1a64_str(s->engine_id));
   }
   struct engine *e = &r->engines[i];
   snprintf(e->model, sizeof e->model, "%s", s->model ? s->model : "");
@@ -188,7 +212,8 @@ llb_status engine_router_update(struct engine_router *r, const struct engine_rou
   e->running = s->num_running_reqs;
   e->waiting = s->num_waiting_reqs;
   /* what the snapshot counts: the requests routed before it was taken, less the transit */
-  const int64_t counted_until = now_ns - s->age_ns - PENDING_TRANSIT_NS;
+  e->snap_ns = now_ns - s->age_ns;
+  const int64_t counted_until = e->snap_ns - PENDING_TRANSIT_NS;
   while (e->pending > 0 && e->routed_ns[e->pending_head] <= counted_until) {
     e->pending_head = (e->pending_head + 1) % PENDING_MAX;
     e->pending--;
@@ -212,7 +237,42 @@ static bool engine_live(const struct engine_router *r, const struct engine *e, i
   return now_ns - e->last_ns <= limit_ms * 1000000;
 }
 
-static int32_t engine_load(const struct engine *e) { return e->running + e->waiting + e->pending; }
+/* Live routers heard, this one counted whether or not its own heartbeat came back yet; *rank =
+ * how many of them have a name before this one's. */
+static int32_t live_routers(const struct engine_router *r, int64_t now_ns, int32_t *rank) {
+  int32_t n = 1;
+  *rank = 0;
+  for (int i = 0; i < r->num_peers; i++) {
+    if (now_ns - r->peers[i].last_ns > ROUTER_TTL_NS || strcmp(r->peers[i].instance, r->self) == 0) continue;
+    n++;
+    *rank += strcmp(r->peers[i].instance, r->self) < 0;
+  }
+  return n;
+}
+
+/* Ties between engines the routers see alike (a burst over idle engines) go in an order of this
+ * router's own, so that K routers, each spreading its share evenly, do not all put their extra
+ * requests on the same engines: one ring of engines (by id hash, the same everywhere), router
+ * rank 2j walks it up from j/ceil(K/2) of the way round, rank 2j+1 walks it down from there.
+ * With 2 routers one's extras land where the other's come short: a burst of a multiple of the
+ * engines lands evenly, any other within 1 (independent orders: within 2). Negative: a before b. */
+static int tie_order(const struct engine_router *r, const struct engine *a, const struct engine *b) {
+  const uint64_t start = (uint64_t)(r->rank / 2) * (UINT64_MAX / (uint64_t)((r->routers + 1) / 2));
+  const uint64_t pa = a->order - start, pb = b->order - start;
+  const int up = pa < pb ? -1 : pa > pb;
+  return r->rank % 2 ? -up : up;
+}
+
+/* The engine's load as the routers together made it: its stats' count and the pending sends of
+ * this router. Those routed after the snapshot weigh r->routers (set at each choice): the other
+ * routers sent about as many meanwhile; those in transit at the snapshot (routed less than
+ * PENDING_TRANSIT_NS before it) weigh 1: the snapshot likely counted them and the others' too. */
+static int32_t engine_load(const struct engine_router *r, const struct engine *e) {
+  int32_t after = 0;
+  for (int32_t k = e->pending - 1; k >= 0 && e->routed_ns[(e->pending_head + k) % PENDING_MAX] > e->snap_ns; k--)
+    after++;
+  return e->running + e->waiting + e->pending + after * (r->routers - 1);
+}
 
 /* The hash of each full block of the prompt chained with all before it and the salt, as the
  * scheduler chains them (base/hash.h, under this router's key): hashes[0..return). */
@@ -258,18 +318,23 @@ static void remember_prefix(struct engine_router *r, const uint64_t *hashes, int
   }
 }
 
-/* Least loaded live engine (ties: lower kv usage, then random); -1 if none is live. With
- * `matched` set, among the engines whose matched blocks equal best_match. */
+/* Least loaded live engine (ties: fewer pending, lower kv usage, this router's order, then
+ * random); -1 if none is live. With `matched` set, among the engines whose matched blocks equal
+ * best_match. */
 static int least_loaded(struct engine_router *r, int64_t now_ns, const int32_t *matched, int32_t best_match,
                         enum role_filter f) {
   int best = -1, ties = 0;
   for (int i = 0; i < r->num_engines; i++) {
     const struct engine *e = &r->engines[i];
     if (!engine_live(r, e, now_ns) || !role_ok(e, f) || (matched && matched[i] != best_match)) continue;
-    int cmp = best < 0 ? -1 : engine_load(e) - engine_load(&r->engines[best]);
+    int cmp = best < 0 ? -1 : engine_load(r, e) - engine_load(r, &r->engines[best]);
     if (cmp == 0 && f == ROLES_DECODE) /* a decode engine holds the request's KV: more free blocks first */
       cmp = e->free_blocks > r->engines[best].free_blocks ? -1 : e->free_blocks < r->engines[best].free_blocks;
-    if (cmp == 0) cmp = e->kv_usage < r->engines[best].kv_usage ? -1 : e->kv_usage > r->engines[best].kv_usage;
+    /* fewer sends its stats do not count yet: those stats (their kv usage too) are older news */
+    if (cmp == 0) cmp = e->pending - r->engines[best].pending;
+    if (cmp == 0 && fabsf(e->kv_usage - r->engines[best].kv_usage) > KV_USAGE_TIE) /* more free KV */
+      cmp = e->kv_usage < r->engines[best].kv_usage ? -1 : 1;
+    if (cmp == 0) cmp = tie_order(r, e, &r->engines[best]);
     if (cmp < 0) {
       best = i;
       ties = 1;
@@ -294,7 +359,7 @@ static int cache_aware(struct engine_router *r, int64_t now_ns, const int32_t *m
   int32_t min_load = INT32_MAX, max_load = -1, best_match = 0;
   for (int i = 0; i < r->num_engines; i++) {
     if (!engine_live(r, &r->engines[i], now_ns) || !role_ok(&r->engines[i], f)) continue;
-    int32_t l = engine_load(&r->engines[i]);
+    int32_t l = engine_load(r, &r->engines[i]);
     if (l < min_load) min_load = l;
     if (l > max_load) max_load = l;
     if (matched[i] > best_match) best_match = matched[i];
@@ -335,6 +400,7 @@ void engine_router_choose_pd(struct engine_router *r, const int32_t *ids, int64_
                              bool may_disaggregate, int64_t now_ns, struct engine_router_choice *choice) {
   memset(choice, 0, sizeof *choice);
   pthread_mutex_lock(&r->mu);
+  r->routers = live_routers(r, now_ns, &r->rank);
   /* Dynamo's conditional disaggregation: a long enough prompt, and a prefill and a decode
    * engine alive; otherwise aggregated, on an engine that decodes when there is one. */
   enum role_filter f = ROLES_ANY;
@@ -429,6 +495,30 @@ int engine_router_list(struct engine_router *r, int64_t now_ns, struct engine_ro
     w->routed = e->routed;
     w->role = e->role;
   }
+  pthread_mutex_unlock(&r->mu);
+  return n;
+}
+
+void engine_router_router_seen(struct engine_router *r, const char *instance, int64_t now_ns) {
+  if (!instance || !bus_token_valid(instance)) return;
+  pthread_mutex_lock(&r->mu);
+  int slot = -1;
+  for (int i = 0; i < r->num_peers && slot < 0; i++)
+    if (strcmp(r->peers[i].instance, instance) == 0) slot = i;
+  for (int i = 0; i < r->num_peers && slot < 0; i++) /* a router gone: its slot is free */
+    if (now_ns - r->peers[i].last_ns > ROUTER_TTL_NS) slot = i;
+  if (slot < 0 && r->num_peers < ROUTERS_MAX) slot = r->num_peers++;
+  if (slot >= 0) {
+    snprintf(r->peers[slot].instance, sizeof r->peers[slot].instance, "%s", instance);
+    r->peers[slot].last_ns = now_ns;
+  }
+  pthread_mutex_unlock(&r->mu);
+}
+
+int32_t engine_router_routers(struct engine_router *r, int64_t now_ns) {
+  pthread_mutex_lock(&r->mu);
+  int32_t rank;
+  const int32_t n = live_routers(r, now_ns, &rank);
   pthread_mutex_unlock(&r->mu);
   return n;
 }

@@ -10,13 +10,21 @@
  *
  * Policies:
  *   ENGINE_ROUTER_RANDOM        uniform over live engines (the baseline of the benchmarks);
- *   ENGINE_ROUTER_LEAST_LOADED  lowest load, where load = running + waiting + pending (the
+ *   ENGINE_ROUTER_LEAST_LOADED  lowest load, where load = running + waiting + K x pending (the
  *                               requests this router sent that the engine's last stats cannot
  *                               count yet: routed after the snapshot was taken, or less than
  *                               50 ms before it, in transit; so a burst does not all go to the
  *                               engine that was idle a second ago — vLLM's DP load balancer
- *                               counts the same way); ties go to the lower kv_cache_usage, then
- *                               at random;
+ *                               counts the same way). K is the number of routers (input
+ *                               processors) heard on their heartbeats (engine_router_router_seen):
+ *                               each sees only its own sends, and the others sent about as many
+ *                               meanwhile (an input processor that gets little of the traffic,
+ *                               e.g. one of another tenant, counts too: the busy ones then
+ *                               overrate their pending sends). Ties go to fewer pending, then the lower
+ *                               kv_cache_usage (by more than 1/16), then in an order of each
+ *                               router's own (its rank among the routers' instance names: two
+ *                               routers walk the engines in opposite directions, so the extra
+ *                               requests of one land where the other's come short);
  *   ENGINE_ROUTER_CACHE_AWARE   SGLang router's cache_aware policy: when the loads are
  *                               imbalanced (max - min > balance_abs_threshold and
  *                               max > min x balance_rel_threshold) least loaded; otherwise the
@@ -82,6 +90,8 @@ struct engine_router_config {
   int32_t table_entries;         /* prefix table size, rounded up to a power of two (default 16384) */
   int64_t prefix_ttl_ms;         /* default 600000 */
   uint64_t seed;                 /* random tie breaks (0: from the clock) */
+  const char *instance;          /* this router's instance (its heartbeat subject's last token; copied):
+                                    its tie order among the routers; NULL = rank 0 */
   int32_t disagg_min_prompt_tokens; /* shortest prompt disaggregated (default
                                      ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS; 0 = every one) */
 };
@@ -169,6 +179,16 @@ bool engine_router_known(struct engine_router *r, const char *engine_id);
 /* Copies up to max engines (live and not, in first-seen order) into rows; returns how many
  * there are in all. */
 int engine_router_list(struct engine_router *r, int64_t now_ns, struct engine_router_engine *rows, int max);
+
+/* Records a router (an input processor: `instance` is the last token of its heartbeat's subject,
+ * <prefix>.health.input_processor.<instance>) heard at now_ns (monotonic). Those heard within
+ * the last 10 s, and this one (config.instance) weigh the pending sends and give this router its
+ * tie order (the head comment); at most 64 are counted. An instance that is not one subject
+ * token is ignored. */
+void engine_router_router_seen(struct engine_router *r, const char *instance, int64_t now_ns);
+
+/* How many routers weigh the pending sends at now_ns (>= 1). */
+int32_t engine_router_routers(struct engine_router *r, int64_t now_ns);
 
 /* Counters: stats rejected by engine_router_update. */
 uint64_t engine_router_rejected_stats(struct engine_router *r);

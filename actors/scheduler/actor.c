@@ -558,9 +558,18 @@ static void publish_outputs(struct scheduler_actor *a, uint64_t step, bool with_
   step_trace_steps_done(a->trace, step, with_step, end_ns);
 }
 
+/* Running + waiting as the routers count them: requests received and not yet admitted (queued
+ * in the intake while a step runs, up to a whole slow prefill step) wait too. Without them an
+ * engine's stats during a long step said 2 while 8 had arrived, and the routers, taking the
+ * snapshot to count what they sent before it, sent it more (docs/scaling.md). */
+static int32_t stats_load(const struct scheduler_actor *a) {
+  return sched_num_unfinished(a->sched) + intake_num_requests(a->intake);
+}
+
 static void publish_stats(struct scheduler_actor *a) {
   struct sched_stats s;
   sched_get_stats(a->sched, &s);
+  s.num_waiting += intake_num_requests(a->intake);
   output_publisher_publish_stats(a->pub, &s);
   a->last_stats_ns = llb_now_ns();
   a->last_stats_load = s.num_running + s.num_waiting;
@@ -572,11 +581,14 @@ static void publish_stats(struct scheduler_actor *a) {
  * router send all the next requests elsewhere while this engine sat idle (closed-loop clients:
  * 15 running on one engine, 0 on the other; docs/scaling.md). */
 #define STATS_CHANGE_MIN_MS 100
-static bool stats_changed(const struct scheduler_actor *a) {
-  if ((llb_now_ns() - a->last_stats_ns) / 1000000 < STATS_CHANGE_MIN_MS) return false;
-  const int32_t load = sched_num_unfinished(a->sched);
+static bool load_moved(const struct scheduler_actor *a) {
+  const int32_t load = stats_load(a);
   const int32_t diff = load > a->last_stats_load ? load - a->last_stats_load : a->last_stats_load - load;
   return diff >= 2 && diff * 4 >= (a->last_stats_load > load ? a->last_stats_load : load);
+}
+
+static bool stats_changed(const struct scheduler_actor *a) {
+  return (llb_now_ns() - a->last_stats_ns) / 1000000 >= STATS_CHANGE_MIN_MS && load_moved(a);
 }
 
 /* Step thread, while a worker reply is awaited (exec_channel_set_tick): an engine in a long
@@ -604,6 +616,10 @@ static void *step_thread(void *arg) {
       int64_t since_stats = (llb_now_ns() - a->last_stats_ns) / 1000000;
       int64_t stats_in = (busy ? a->cfg.stats_interval_ms : a->cfg.stats_idle_interval_ms) - since_stats;
       if (stats_in < wait_ms) wait_ms = stats_in > 0 ? stats_in : 0;
+      /* a moved load held back by STATS_CHANGE_MIN_MS (a wave that ended just after the last
+       * stats) goes out when that passes, not at the next request or interval */
+      const int64_t change_in = STATS_CHANGE_MIN_MS - since_stats;
+      if (load_moved(a) && change_in < wait_ms) wait_ms = change_in > 0 ? change_in : 0;
     }
     struct intake_batch in;
     if (!intake_wait(a->intake, wait_ms, &in)) break;

@@ -17,6 +17,7 @@ struct intake {
   pthread_cond_t cv;           /* the step thread sleeps here */
   bool stop;                   /* under mu */
   struct req_meta *req_head, *req_tail; /* under mu */
+  int32_t num_requests;                 /* under mu: queued in req_head */
   struct intake_id *aborts, *resyncs;   /* under mu, newest first */
   /* handler-thread state (one subscription each) */
   struct llb_arena req_arena, abort_arena, resync_arena;
@@ -52,6 +53,7 @@ bool intake_deliver(struct intake *in, const struct bus_msg *msg, uint64_t strea
   if (in->req_tail) in->req_tail->next = m;
   else in->req_head = m;
   in->req_tail = m;
+  in->num_requests++;
   pthread_cond_signal(&in->cv);
   pthread_mutex_unlock(&in->mu);
   return true;
@@ -147,9 +149,17 @@ bool intake_wait(struct intake *in, int64_t wait_ms, struct intake_batch *out) {
   }
   *out = (struct intake_batch){.requests = in->req_head, .aborts = in->aborts, .resyncs = in->resyncs};
   in->req_head = in->req_tail = NULL;
+  in->num_requests = 0;
   in->aborts = in->resyncs = NULL;
   pthread_mutex_unlock(&in->mu);
   return true;
+}
+
+int32_t intake_num_requests(struct intake *in) {
+  pthread_mutex_lock(&in->mu);
+  const int32_t n = in->num_requests;
+  pthread_mutex_unlock(&in->mu);
+  return n;
 }
 
 void intake_wake(struct intake *in) {

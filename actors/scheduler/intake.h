@@ -58,6 +58,10 @@ bool intake_deliver(struct intake *in, const struct bus_msg *msg, uint64_t strea
  * taken) once intake_stop was called. */
 bool intake_wait(struct intake *in, int64_t wait_ms, struct intake_batch *out);
 
+/* Requests queued and not yet taken by intake_wait: received, not yet admitted (a step thread
+ * in a long step takes them after it). Any thread. */
+int32_t intake_num_requests(struct intake *in);
+
 /* Wakes a step thread sleeping in intake_wait (a peer came back: go on now). Any thread. */
 void intake_wake(struct intake *in);
 

@@ -4,6 +4,7 @@
 #   ops/bench/sim-scale.sh [--engines 1,2,4,8,16,32] [--concurrency-per-engine C] [--prompts-per-engine P]
 #                          [--input-len N] [--output-len N] [--sim-cost FILE] [--repeats R]
 #                          [--router POLICY] [--input-processors K] [--label TEXT] [--idle-s S]
+#                          [--routing-detail]
 #
 # For each engine count N (repeats interleaved: 1 2 4 ... 1 2 4 ...), on a nats-server of its own
 # (JetStream, monitoring port): `llmbus serve --nats URL --engines N --device sim` (every actor
@@ -17,6 +18,9 @@
 #     client, the supervisor) from /proc, and the machine's busy CPU from /proc/stat (other
 #     users of the machine included) and its load average;
 #   - nats-server's messages and bytes in and out (/varz) and its CPU;
+# With --routing-detail, serve logs at debug level and OUT/routing-N-REP.txt says which engine got
+# each request and when (sim_routing_detail.py; its requests per engine go into the results too):
+# the run ends when the engine that got the most requests is done.
 # one JSON line per run in OUT/sim-scale.jsonl. sim_scale_report.py prints the table (output
 # tok/s, its ratio to N x one engine, TTFT, TPOT, CPU per 1,000 output tokens by process kind,
 # NATS msgs/s) and draws OUT/sim-scale-throughput.png and OUT/sim-scale-ttft.png (matplotlib,
@@ -37,6 +41,7 @@ router=least-loaded
 input_processors=2
 label=""
 idle_s=10
+routing_detail=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
@@ -51,7 +56,8 @@ while [ $# -gt 0 ]; do
     --input-processors) input_processors=$2; shift 2 ;;
     --label) label=$2; shift 2 ;;
     --idle-s) idle_s=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --routing-detail) routing_detail=1; shift ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "sim-scale: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -77,6 +83,7 @@ run_one() { # N rep
   sim_start_nats "$n-$rep" || return 1
   local extra=(--router "$router" --input-processors "$input_processors")
   [ -n "$sim_cost" ] && extra+=(--sim-cost "$sim_cost")
+  [ "$routing_detail" = 1 ] && extra+=(--log-level debug)
   # shellcheck disable=SC2086
   sim_start_serve "$n-$rep" "$n" "${extra[@]}" $serve_args || return 1
   local c=$((conc * n)) p=$((prompts * n))
@@ -92,8 +99,16 @@ run_one() { # N rep
       --output-len "$output_len" --ignore-eos --seed "$rep" --json --label "N=$n" \
       --result-file "$work/bench-$n-$rep.json" >/dev/null 2>"$work/bench-$n-$rep.err"; times; } | tail -1)
   cpu1=$(sim_cpu_by_kind); v1=$(varz); busy1=$(machine_busy); load1=$(cut -d' ' -f1 /proc/loadavg)
+  local routing='{}'
+  if [ "$routing_detail" = 1 ]; then
+    sleep 0.5 # the last request_done lines
+    python3 "$root/ops/bench/sim_routing_detail.py" --log "$work/serve-$n-$rep.log" --completion-tokens "$output_len" \
+      >"$work/routing-$n-$rep.txt"
+    routing=$(python3 "$root/ops/bench/sim_routing_detail.py" --log "$work/serve-$n-$rep.log" \
+      --completion-tokens "$output_len" --json)
+  fi
   python3 - "$n" "$rep" "$work/bench-$n-$rep.json" "$cpu0" "$cpu1" "$v0" "$v1" "$busy0" "$busy1" "$load0" "$load1" \
-    "$times_out" "$conc" "$label" "$i0" "$i1" "$iv0" "$iv1" "$idle_s" >>"$work/sim-scale.jsonl" <<'PY'
+    "$times_out" "$conc" "$label" "$i0" "$i1" "$iv0" "$iv1" "$idle_s" "$routing" >>"$work/sim-scale.jsonl" <<'PY'
 import json, os, re, sys
 n, rep, bench = int(sys.argv[1]), int(sys.argv[2]), json.load(open(sys.argv[3]))
 c0, c1, v0, v1 = (json.loads(x) for x in sys.argv[4:8])
@@ -119,7 +134,7 @@ print(json.dumps(dict(
     load_start=float(sys.argv[10]), load_end=float(sys.argv[11]),
     nats_in_msgs_s=d("in_msgs") / dur, nats_out_msgs_s=d("out_msgs") / dur,
     nats_in_bytes_s=d("in_bytes") / dur, nats_out_bytes_s=d("out_bytes") / dur,
-    idle=idle_of(*sys.argv[15:20]))))
+    idle=idle_of(*sys.argv[15:20]), routing=json.loads(sys.argv[20]))))
 PY
   sim_stop
 }

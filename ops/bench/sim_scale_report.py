@@ -80,6 +80,23 @@ def print_table(label, rows):
               f"{r['nats_msgs']:.0f} | {r['busy']:.2f} | {r['load']:.1f} |")
 
 
+def print_routing(label, runs):
+    """Requests per engine (sim-scale.sh --routing-detail): the most any engine got over the mean."""
+    rows = defaultdict(list)
+    for r in runs:
+        if (r.get("label") or "this machine") == label and r.get("routing"):
+            rows[r["engines"]].append(r["routing"])
+    if not rows:
+        return
+    print(f"\nrequests per engine, {label} (each run: fewest-most; max / mean)\n")
+    print("| engines | requests per engine | max / mean |")
+    print("|---:|---|---:|")
+    for n in sorted(rows):
+        spans = ", ".join(f"{min(x['requests_per_engine'].values())}-{max(x['requests_per_engine'].values())}"
+                          for x in rows[n])
+        print(f"| {n} | {spans} | {med([x['max_over_mean'] for x in rows[n]]):.2f} |")
+
+
 def print_idle(label, runs):
     rows = defaultdict(list)
     for r in runs:
@@ -152,6 +169,7 @@ def main():
     summary = summarize(runs)
     for label, rows in summary.items():
         print_table(label, rows)
+        print_routing(label, runs)
         print_idle(label, runs)
     with open(f"{a.out}/sim-scale-summary.json", "w") as f:
         json.dump(summary, f, indent=1)
