@@ -181,12 +181,13 @@ static fb::Offset<void> build_kv_fetch_request(Enc &e, const llb_kv_fetch_reques
   auto id = e.str(m.request_id, "request_id", true);
   if (!e.ok() || !fetch_ok(e, LLB_STATUS_INVALID_ARGUMENT, m))
     return 0;
-  return llmbus::CreateKVFetchRequest(e.b, LLB_SCHEMA_VERSION, id, m.first_block, m.num_blocks).Union();
+  return llmbus::CreateKVFetchRequest(e.b, LLB_SCHEMA_VERSION, id, m.first_block, m.num_blocks, m.last).Union();
 }
 
 static bool read_kv_fetch_request(Dec &d, const llmbus::KVFetchRequest &t, llb_kv_fetch_request &m) {
   m.first_block = t.first_block();
   m.num_blocks = t.num_blocks();
+  m.last = t.last();
   return d.str(t.request_id(), &m.request_id, "request_id", true) && fetch_ok(d, LLB_STATUS_MALFORMED, m);
 }
 

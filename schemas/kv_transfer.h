@@ -33,6 +33,7 @@ struct llb_kv_fetch_request {
   struct llb_str request_id;
   int32_t first_block;
   int32_t num_blocks;
+  bool last; /* the fetcher's last request of this export: it ends once these blocks are served */
 };
 
 /* kv_transfer.fbs KVTransferStatus. */

@@ -170,8 +170,10 @@ static bool write_blocks(struct kv_fetcher *f, struct job *j, const struct llb_k
 static enum chunk_outcome fetch_chunk(struct worker *w, struct job *j, const char *subject, int32_t done, int32_t k,
                                       char *why, size_t cap) {
   struct kv_fetcher *f = w->f;
+  /* the last chunk ends the export on the prefill side at once, even when the blocks before
+   * j->first (held by this engine's prefix cache) were never read: it frees them there */
   const struct llb_kv_fetch_request q = {.request_id = llb_str_c(j->remote_id), .first_block = j->first + done,
-                                         .num_blocks = k};
+                                         .num_blocks = k, .last = done + k == j->num_blocks};
   llb_status st = llb_kv_fetch_request_encode_buf(&q, &w->req_buf);
   if (st) {
     snprintf(why, cap, "encoding the fetch: %s", llb_err_last());

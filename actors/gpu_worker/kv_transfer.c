@@ -130,7 +130,7 @@ static void serve_fetch(struct kv_connector *c, const struct llb_kv_fetch_reques
     return;
   }
   int32_t num_tokens = 0;
-  ch->status = (int32_t)kv_export_fetch(c->exports, q->request_id.data, q->first_block, q->num_blocks, llb_now_ns(),
+  ch->status = (int32_t)kv_export_fetch(c->exports, q->request_id.data, q->first_block, q->num_blocks, q->last, llb_now_ns(),
                                         read_block, c, c->serve_data, g->block_bytes, &num_tokens, why, cap);
   if (ch->status != LLB_KV_TRANSFER_OK) return;
   *ch = (struct llb_kv_transfer_chunk){

@@ -5,7 +5,8 @@
  * are exported (reqs_to_send) and fetched by Q's connector through a nats-server into other block
  * ids of Q's cache (reqs_to_recv); Q then decodes from the received KV. Its tokens must equal
  * those of R, which ran the whole request itself: greedy and seeded at temperature 0.8. Also:
- * a partial fetch (remote_first_block > 0) onto blocks whose prefix Q computed itself; a chunk
+ * a partial fetch (remote_first_block > 0) onto blocks whose prefix Q computed itself, whose last
+ * request ends P's export at once (finished_sending, not at its expiry); a chunk
  * whose byte was flipped in transit, or whose replies never come, fails the receive
  * (failed_recving) and Q's recompute still gives R's tokens; a lost reply is resent and the
  * transfer completes; an expired export is reported finished_sending and a later fetch gets
@@ -360,6 +361,9 @@ static void test_partial_fetch_onto_a_prefix_q_holds_equals_the_request_run_alon
   struct model_runner_kv_geometry g;
   model_runner_kv_geometry(rq, &g);
   assert_int_equal(sq.bytes_received, (uint64_t)((N + BS - 1) / BS - k) * g.block_bytes); /* only the missing */
+  /* Q's last fetch ended P's export though its first k blocks were never read: P reports it
+   * finished_sending (its blocks freed) now, not at its 30 s expiry (wait_ended gives up at 10 s) */
+  wait_ended(cp, p.id, ENDED_SENDING);
   kv_connector_destroy(cp);
   kv_connector_destroy(cq);
   model_runner_destroy(rp);
