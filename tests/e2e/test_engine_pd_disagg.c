@@ -243,6 +243,54 @@ static void disaggregated_tokens_equal_aggregated(void) {
   assert_int_equal(continued0 - continued1, NUM_CASES);
 }
 
+/* Batch invariance through prefill -> decode: each handed-off request's tokens are its tokens
+ * alone whatever else the decode engine runs beside it. Two n = 2 requests (never split: served
+ * aggregated on the decode engine) keep 4 other sequences decoding in its batch while the 8 cases
+ * are handed to it, then are aborted. */
+static void handed_off_tokens_hold_beside_what_else_the_decode_engine_runs(void) {
+  struct e2e_pending companion[2];
+  char cid[2][32];
+  for (int k = 0; k < 2; k++) {
+    struct e2e_request r;
+    request_of(k + 1, cid[k], sizeof cid[k], &r);
+    snprintf(cid[k], sizeof cid[k], "pd-beside-%d", k);
+    r.request_id = cid[k];
+    r.sp.n = 2;
+    r.sp.max_tokens = LONG_MAX_TOKENS;
+    assert_int_equal(e2e_submit(&s, &r, &companion[k]), 0);
+  }
+  for (int k = 0; k < 2; k++) { /* decoding on the decode engine before the hand-offs arrive */
+    while (companion[k].result.num_tokens < 2) assert_int_equal(e2e_next(&companion[k], E2E_WAIT_OUTPUT_MS), 0);
+    assert_non_null(strstr(companion[k].result.request_id, "@1"));
+  }
+  int handed0, continued0, handed1, continued1;
+  counts(&handed0, &continued0);
+  struct e2e_result got[NUM_CASES];
+  run_together(got);
+  counts(&handed1, &continued1);
+  for (int c = 0; c < NUM_CASES; c++) {
+    char what[96];
+    snprintf(what, sizeof what, "request %d of 8 beside 4 aggregated sequences on the decode engine", c);
+    assert_true(e2e_same_tokens(what, &reference[c], &got[c]));
+  }
+  assert_int_equal(handed1 - handed0, NUM_CASES); /* the companions were not handed over */
+  for (int k = 0; k < 2; k++) { /* they decoded beside the 8 all along: what they sent meanwhile */
+    const int32_t before = companion[k].result.num_tokens;
+    while (e2e_poll(&companion[k], 0) == 0) {
+    }
+    fprintf(stderr, "e2e: beside the 8 hand-offs, companion %d decoded %d tokens on the decode engine\n", k,
+            companion[k].result.num_tokens - before);
+    assert_true(companion[k].result.num_tokens - before >= MAX_TOKENS);
+    assert_false(companion[k].result.finished);
+    assert_int_equal(e2e_send_abort(&s, companion[k].result.request_id), 0);
+    int rc;
+    while ((rc = e2e_next(&companion[k], E2E_WAIT_OUTPUT_MS)) == 0) {
+    }
+    assert_int_equal(rc, 1);
+    e2e_pending_release(&companion[k]);
+  }
+}
+
 static void a_first_token_that_ends_it_stays_on_the_prefill_engine(void) {
   int handed0, continued0, handed1, continued1;
   counts(&handed0, &continued0);
@@ -336,7 +384,8 @@ static void test_prefill_decode_gives_the_aggregated_tokens(void **state) {
   double t0 = e2e_now_s();
   aggregated_reference();
   static const char *const serve_args[] = {"--engines", "2", "--roles", "prefill,decode",
-                                           "--disagg-min-prompt-tokens", "0", "--threads", "2",
+                                           "--disagg-min-prompt-tokens", "0", "--max-prefill-queue-size", "0",
+                                           "--threads", "2",
                                            "--num-blocks", "512", NULL};
   struct e2e_stack_options o = {.serve_args = serve_args};
   assert_int_equal(e2e_stack_start(&s, model, &o), 0);
@@ -345,6 +394,7 @@ static void test_prefill_decode_gives_the_aggregated_tokens(void **state) {
   roles_are_announced();
   a_forged_hand_off_is_refused();
   disaggregated_tokens_equal_aggregated();
+  handed_off_tokens_hold_beside_what_else_the_decode_engine_runs();
   a_first_token_that_ends_it_stays_on_the_prefill_engine();
   a_stop_string_in_the_first_token_ends_it_on_both_engines();
   an_abort_reaches_the_decode_engine();
