@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "schemas/engine_core_outputs.h"
 #include "schemas/engine_core_request.h"
@@ -37,6 +38,8 @@
 #define LONG_MAX_TOKENS 3000
 #define WAIT_STATS_MS 30000
 #define NUM_ENGINES 2
+/* actors/scheduler/handoff.h HANDOFF_FAULT_ENV: the schedulers' fault hook, a marker file's path */
+#define HANDOFF_FAULT_ENV "LLMBUS_FAULT_EXIT_AFTER_HANDOFF_STORED"
 
 static const char *model;
 static struct e2e_stack s;
@@ -55,6 +58,7 @@ static struct {
   int role[NUM_ENGINES];            /* -1 until stats came */
   int handed_off_to_decode;         /* engine 0's outputs naming engine 1 */
   int continued_with_history;       /* engine 1's outputs naming delivered tokens */
+  int prefill_tokens;               /* tokens in engine 0's outputs */
   int32_t running[NUM_ENGINES], waiting[NUM_ENGINES], free_blocks[NUM_ENGINES], total_blocks[NUM_ENGINES];
   uint64_t prompt_tokens[NUM_ENGINES]; /* tokens computed catching up with a context, cumulative */
   uint64_t stats_count[NUM_ENGINES];
@@ -90,6 +94,7 @@ static void on_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
       if (strcmp(outs.engine_id.data, "0") == 0 && o->handed_off_to.len == 1 && o->handed_off_to.data[0] == '1')
         seen.handed_off_to_decode++;
       if (strcmp(outs.engine_id.data, "1") == 0 && o->num_handed_off_token_ids > 0) seen.continued_with_history++;
+      if (strcmp(outs.engine_id.data, "0") == 0) seen.prefill_tokens += o->num_new_token_ids;
     }
   }
   pthread_mutex_unlock(&seen.mu);
@@ -378,6 +383,53 @@ static void a_forged_hand_off_is_refused(void) {
   e2e_pending_release(&p);
 }
 
+/* Issue 36 item 3, the window handoff_replayed covers: P's scheduler dies after D's stream stored
+ * the hand-off and before P's own output of it (the fault hook of actors/scheduler/handoff.h ends
+ * it there, once). P's successor gets the request again from P's stream with the delivered first
+ * token from P's output processor, hands it off at admission without sampling again, and D's
+ * stream drops the second copy (Nats-Msg-Id): the client gets the aggregated tokens, the first
+ * token once, and D continues the request once. */
+static void a_prefill_scheduler_dying_after_the_hand_off_was_stored_loses_nothing(const char *const *serve_args) {
+  char dir[] = "/tmp/llb-pd-fault.XXXXXX", marker[64];
+  assert_non_null(mkdtemp(dir));
+  snprintf(marker, sizeof marker, "%s/fired", dir);
+  setenv(HANDOFF_FAULT_ENV, marker, 1);
+  struct e2e_stack_options o = {.serve_args = serve_args};
+  assert_int_equal(e2e_stack_start(&s, model, &o), 0);
+  unsetenv(HANDOFF_FAULT_ENV); /* the stack's processes have it; this one does not need it */
+  pthread_mutex_lock(&seen.mu);
+  seen.role[0] = seen.role[1] = -1;
+  pthread_mutex_unlock(&seen.mu);
+  assert_int_equal(bus_subscribe(s.bus, "llm.engine.*.stats", NULL, on_stats, NULL, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_subscribe(s.bus, "llm.engine.*.outputs", NULL, on_outputs, NULL, NULL), LLB_STATUS_OK);
+  roles_are_announced(); /* the router too heard them (same stats): the request is disaggregated */
+  int handed0, continued0, handed1, continued1;
+  counts(&handed0, &continued0);
+  pthread_mutex_lock(&seen.mu);
+  const int prefill0 = seen.prefill_tokens;
+  pthread_mutex_unlock(&seen.mu);
+  char id[32];
+  struct e2e_request r;
+  request_of(0, id, sizeof id, &r);
+  struct e2e_result got;
+  assert_int_equal(e2e_generate(&s, &r, &got), 0);
+  assert_int_equal(access(marker, F_OK), 0); /* the scheduler did die in the window */
+  counts(&handed1, &continued1);
+  pthread_mutex_lock(&seen.mu);
+  const int prefill_tokens = seen.prefill_tokens - prefill0;
+  pthread_mutex_unlock(&seen.mu);
+  fprintf(stderr, "e2e: P's scheduler killed after the hand-off was stored: %d tokens, %d sent by P, handed off %d, "
+          "continued %d\n", got.num_tokens, prefill_tokens, handed1 - handed0, continued1 - continued0);
+  assert_int_equal(got.error_code, 0);
+  assert_true(e2e_same_tokens("request 0 across P's scheduler's death after its hand-off", &reference[0], &got));
+  assert_int_equal(prefill_tokens, 1);            /* P sampled the first token once: not again on replay */
+  assert_int_equal(handed1 - handed0, 1);         /* P's successor's output names D */
+  assert_int_equal(continued1 - continued0, 1);   /* D admitted the hand-off once */
+  assert_int_equal(e2e_stack_stop(&s), 0);
+  unlink(marker);
+  rmdir(dir);
+}
+
 static void test_prefill_decode_gives_the_aggregated_tokens(void **state) {
   (void)state;
   llb_arena_init(&seen.arena, NULL, 0);
@@ -400,6 +452,7 @@ static void test_prefill_decode_gives_the_aggregated_tokens(void **state) {
   an_abort_reaches_the_decode_engine();
   fprintf(stderr, "e2e: prefill/decode scenario in %.1f s\n", e2e_now_s() - t0);
   assert_int_equal(e2e_stack_stop(&s), 0);
+  a_prefill_scheduler_dying_after_the_hand_off_was_stored_loses_nothing(serve_args);
   llb_arena_destroy(&seen.arena);
 }
 
