@@ -168,7 +168,7 @@ namespace {
 bool fetch_ok(Ctx &c, llb_status bad, const llb_kv_fetch_request &m) {
   if (!id_len_ok(c, bad, m.request_id, "request_id"))
     return false;
-  if (m.first_block < 0 || m.num_blocks < 1 || m.num_blocks > LLB_KV_MAX_BLOCKS_PER_REQ ||
+  if (m.first_block < 0 || m.num_blocks < (m.last ? 0 : 1) || m.num_blocks > LLB_KV_MAX_BLOCKS_PER_REQ ||
       (int64_t)m.first_block + m.num_blocks > LLB_KV_MAX_BLOCKS_PER_REQ)
     return c.fail(bad, "num_blocks", "blocks [%d, +%d): first >= 0, 1..%d blocks, below %d", m.first_block,
                   m.num_blocks, LLB_KV_MAX_BLOCKS_PER_REQ, LLB_KV_MAX_BLOCKS_PER_REQ);

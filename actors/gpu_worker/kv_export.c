@@ -246,6 +246,14 @@ enum llb_kv_transfer_status kv_export_fetch(struct kv_export_registry *r, const 
   return s;
 }
 
+bool kv_export_release(struct kv_export_registry *r, const char *id) {
+  pthread_mutex_lock(&r->mu);
+  struct kv_export *e = find(r, id);
+  if (e) end_export(r, e, LLB_KV_TRANSFER_UNKNOWN);
+  pthread_mutex_unlock(&r->mu);
+  return e != NULL;
+}
+
 int32_t kv_export_take_ended(struct kv_export_registry *r, const char *const **ids) {
   pthread_mutex_lock(&r->mu);
   free_ids(r->taken, r->num_taken);

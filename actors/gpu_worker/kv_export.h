@@ -64,6 +64,10 @@ enum llb_kv_transfer_status kv_export_fetch(struct kv_export_registry *r, const 
                                             bool last, int64_t now_ns, kv_export_read_fn read, void *user, uint8_t *dst,
                                             size_t block_bytes, int32_t *num_tokens, char *why, size_t why_cap);
 
+/* A release of export `id` (its fetcher failed or gave up): it ends now, reported like a
+ * finished one so that its blocks are freed; nothing is read. Returns whether it was held. */
+bool kv_export_release(struct kv_export_registry *r, const char *id);
+
 /* Drops every export at once, unreported (the scheduler no longer holds their blocks: they may
  * be handed to another request next); a later fetch of one gets Expired. Waits for a block read
  * in progress (the registry's lock), so when this returns no fetch reads those blocks any more.

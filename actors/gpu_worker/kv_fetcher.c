@@ -285,6 +285,19 @@ static bool run_job(struct worker *w, struct job *j, char *why, size_t cap) {
   return true;
 }
 
+/* Tells the exporting worker that this receive needs nothing more of its export (a KVFetchRequest
+ * of no blocks, last; published, no reply): it ends the export and its blocks are freed there
+ * now, not at its expiry. Best effort: a lost release leaves the expiry to do it. */
+static void release_export(struct kv_fetcher *f, const char *remote_engine, const char *remote_id) {
+  char subject[BUS_SUBJECT_MAX];
+  struct llb_buf buf = {0};
+  const struct llb_kv_fetch_request q = {.request_id = llb_str_c(remote_id), .num_blocks = 0, .last = true};
+  if (!f->bus || bus_subject_kv_fetch(bus_prefix(f->bus), remote_engine, subject, sizeof subject) ||
+      llb_kv_fetch_request_encode_buf(&q, &buf) || bus_publish(f->bus, subject, buf.data, buf.len, NULL))
+    LLB_LOG_DEBUG("kv_release_failed", "remote=%s/%s err=\"%s\"", remote_engine, remote_id, llb_err_last());
+  llb_buf_free(&buf);
+}
+
 static void *fetch_thread(void *arg) {
   struct worker *w = arg;
   struct kv_fetcher *f = w->f;
@@ -303,6 +316,7 @@ static void *fetch_thread(void *arg) {
     char why[512] = "";
     const int64_t t0 = llb_now_ns();
     const bool ok = run_job(w, j, why, sizeof why);
+    if (!ok) release_export(f, j->remote_engine, j->remote_id); /* failed or cancelled: P may hold it */
     pthread_mutex_lock(&f->mu);
     w->running = NULL;
     list_push(ok ? &f->finished : &f->failed, j->id);
@@ -413,6 +427,7 @@ void kv_fetcher_cancel(struct kv_fetcher *f, const char *id, size_t id_len) {
     f->num_queued--;
     list_push(&f->failed, j->id);
     f->stats.failed++;
+    release_export(f, j->remote_engine, j->remote_id); /* never fetched: P holds all of it */
     job_free(j);
     break;
   }

@@ -169,8 +169,23 @@ llb_status kv_connector_serve(struct kv_connector *c, const uint8_t *req, size_t
   return st;
 }
 
+/* A release (num_blocks 0, last): the fetcher needs nothing of that export any more. True when
+ * the message was one (handled here, no reply). */
+static bool released(struct kv_connector *c, const struct bus_msg *msg) {
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  struct llb_kv_fetch_request q;
+  const bool release = llb_kv_fetch_request_decode(msg->data, msg->len, &arena, &q) == LLB_STATUS_OK &&
+                       q.last && q.num_blocks == 0;
+  if (release && kv_export_release(c->exports, q.request_id.data))
+    LLB_LOG_DEBUG("kv_export_released", "req_id=%s", q.request_id.data);
+  llb_arena_destroy(&arena);
+  return release;
+}
+
 static void on_kv_fetch(struct bus *bus, const struct bus_msg *msg, void *user) {
   struct kv_connector *c = user;
+  if (released(c, msg)) return;
   if (!msg->reply) {
     atomic_fetch_add(&c->fetches_refused, 1);
     LLB_LOG_WARN("gpu_worker_no_reply", "subject=%s bytes=%zu: a KVFetchRequest needs a reply subject", msg->subject,

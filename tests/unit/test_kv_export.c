@@ -150,6 +150,24 @@ static void test_the_fetchers_last_request_ends_a_partly_read_export(void **stat
   kv_export_destroy(r);
 }
 
+/* A release (the fetcher failed or gave up) ends an export unread, reported so that its blocks
+ * are freed; an id not held is no-op. */
+static void test_a_release_ends_an_export_unread(void **state) {
+  (void)state;
+  struct kv_export_registry *r = make(8, 64);
+  const int32_t blocks[2] = {3, 4};
+  assert_int_equal(add(r, "a", blocks, 2, 10.0f, 0), LLB_STATUS_OK);
+  reads = 0;
+  assert_true(kv_export_release(r, "a"));
+  assert_int_equal(reads, 0);
+  assert_true(ended_is(r, "a"));
+  assert_false(kv_export_release(r, "a"));
+  assert_false(kv_export_release(r, "never"));
+  const char *const *ids;
+  assert_int_equal(kv_export_take_ended(r, &ids), 0);
+  kv_export_destroy(r);
+}
+
 static void test_cancel_all_drops_every_export_unreported(void **state) {
   (void)state;
   struct kv_export_registry *r = make(8, 64);
@@ -180,6 +198,7 @@ int main(void) {
       cmocka_unit_test(test_an_export_expires_once_and_late_fetches_say_expired),
       cmocka_unit_test(test_cancel_all_drops_every_export_unreported),
       cmocka_unit_test(test_the_fetchers_last_request_ends_a_partly_read_export),
+      cmocka_unit_test(test_a_release_ends_an_export_unread),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
