@@ -474,6 +474,7 @@ static void test_a_release_ends_the_export_at_once(void **state) {
   (void)state;
   struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
   struct kv_connector *cp = make_connector("P7", rp, bus_p);
+  assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK); /* its kv_fetch subscription is in place */
   const int32_t blocks[3] = {1, 2, 3};
   export_blocks(cp, "p-released", blocks, 3, 12, 30.0f);
   const struct llb_kv_fetch_request q = {.request_id = llb_str_c("p-released"), .num_blocks = 0, .last = true};
