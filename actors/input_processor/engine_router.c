@@ -349,11 +349,10 @@ static int32_t prefill_queue(const struct engine_router *r, int64_t now_ns) {
  * 2 x num_engines entries: [0, n) the engines that computed the prompt's blocks, [n, 2n) those
  * that received them by hand-off; both are filled here for the cache-aware policy. */
 static int choose_decode(struct engine_router *r, const uint64_t *hashes, int32_t blocks, int64_t now_ns,
-                         int32_t *matched) {
+                         int32_t *matched, bool *by_prefix) {
   if (r->cfg.policy != ENGINE_ROUTER_CACHE_AWARE || !matched) return least_loaded(r, now_ns, NULL, 0, ROLES_DECODE);
-  bool by_prefix = false;
   prefix_matches(r, hashes, blocks, now_ns, DECODE_NS, matched + r->num_engines);
-  return cache_aware(r, now_ns, matched + r->num_engines, blocks, ROLES_DECODE, &by_prefix);
+  return cache_aware(r, now_ns, matched + r->num_engines, blocks, ROLES_DECODE, by_prefix);
 }
 
 /* Dynamo's conditional disaggregation (pd_decision.h) for a request whose decode engine would be
@@ -389,21 +388,27 @@ void engine_router_choose_pd(struct engine_router *r, const int32_t *ids, int64_
   int32_t blocks = hashes && ids && n > 0 ? block_hashes(r, ids, n, salt, hashes) : 0;
   if (matched && r->cfg.policy == ENGINE_ROUTER_CACHE_AWARE) prefix_matches(r, hashes, blocks, now_ns, 0, matched);
   int decode = -1;
+  bool decode_by_prefix = false;
   if (may_disaggregate && any_live(r, now_ns, ROLES_PREFILL) && any_live(r, now_ns, ROLES_DECODE)) {
-    decode = choose_decode(r, hashes, blocks, now_ns, matched);
+    decode = choose_decode(r, hashes, blocks, now_ns, matched, &decode_by_prefix);
     if (decode >= 0) {
       choice->pd_considered = true;
       choice->pd_decision = decide(r, decode, matched, n, now_ns);
       if (choice->pd_decision == PD_DECISION_DISAGGREGATE) f = ROLES_PREFILL;
     }
   }
-  /* aggregated: on an engine that decodes, unless moving KV costs more than computing it (the
-   * rates say so for every prompt: no engine gains from its role, a prefill engine serves whole
-   * requests as well as any) */
+  /* aggregated: short or the prefill engines saturated, on the decode engine that would have
+   * continued it (it holds the prefix the rule took off); the transfer the costlier, on any
+   * engine (the rates say so for every prompt: no engine gains from its role, a prefill engine
+   * serves whole requests as well as any); else on an engine that decodes when one is live */
   const bool any_engine = choice->pd_considered && choice->pd_decision == PD_DECISION_TRANSFER_COSTLIER;
+  const bool on_decode = choice->pd_considered && f == ROLES_ANY && !any_engine;
   if (f == ROLES_ANY && !any_engine && any_live(r, now_ns, ROLES_NOT_PREFILL)) f = ROLES_NOT_PREFILL;
   int pick = -1;
-  if (r->cfg.policy == ENGINE_ROUTER_RANDOM) {
+  if (on_decode) {
+    pick = decode;
+    choice->by_prefix = decode_by_prefix;
+  } else if (r->cfg.policy == ENGINE_ROUTER_RANDOM) {
     pick = random_live(r, now_ns, f);
   } else if (r->cfg.policy == ENGINE_ROUTER_CACHE_AWARE && matched) {
     pick = cache_aware(r, now_ns, matched, blocks, f, &choice->by_prefix);

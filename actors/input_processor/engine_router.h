@@ -40,10 +40,12 @@
  * there) against disagg_min_prompt_tokens, the least loaded prefill engine's requests against
  * max_prefill_queue_size, and the KV transfer's time against recomputing on the decode engine.
  * Disaggregated: the prefill engine is chosen by the policy among the prefill engines (load and
- * prefix affinity, as above). Otherwise the request is aggregated, on an engine that decodes
- * (role both or decode) when one is live, else on any live engine; when the transfer was found
- * costlier than recomputing (which the rates decide for every prompt alike) on any live engine,
- * least loaded: a prefill engine serves whole requests as well as any.
+ * prefix affinity, as above). Otherwise the request is aggregated: a short one, or one that
+ * found the prefill engines saturated, on that decode engine (it holds the prefix the rule took
+ * off); one whose transfer was found costlier than recomputing (which the rates decide for every
+ * prompt alike) on any live engine by the policy: a prefill engine serves whole requests as well
+ * as any. Without a live prefill and decode engine (or for a request that may not be split), on
+ * an engine that decodes (role both or decode) when one is live, else on any live engine.
  *
  * Thread safety: every function may be called from any thread (one mutex).
  */

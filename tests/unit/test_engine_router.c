@@ -390,22 +390,26 @@ static void a_saturated_prefill_engine_sends_long_prompts_to_the_decode_engine(v
   engine_router_destroy(r);
 }
 
-/* Dynamo's prefill_length - prefix_hit_length: a prompt whose prefix the decode engine already
- * received is short once that prefix is taken off, so the decode engine prefills the rest. */
+/* Dynamo's prefill_length - prefix_hit_length: a prompt whose prefix a decode engine already
+ * received is short once that prefix is taken off, so that decode engine (not another) prefills
+ * the rest. */
 static void a_prompt_mostly_held_by_the_decode_engine_is_prefilled_there(void **state) {
   (void)state;
   struct engine_router *r = make_pd_router(ENGINE_ROUTER_CACHE_AWARE, 16);
   announce_role(r, "p", ENGINE_ROUTER_ROLE_PREFILL, 0, 100, 0);
-  announce_role(r, "d", ENGINE_ROUTER_ROLE_DECODE, 0, 100, 0);
+  announce_role(r, "d1", ENGINE_ROUTER_ROLE_DECODE, 0, 100, 0);
+  announce_role(r, "d2", ENGINE_ROUTER_ROLE_DECODE, 0, 100, 0);
   int32_t ids[40];
   prompt(ids, 40, 1);
-  struct engine_router_choice c;
-  engine_router_choose_pd(r, ids, 32, "t", true, 10 * MS, &c); /* 8 blocks of 4 move to d */
-  assert_true(c.disaggregated);
-  engine_router_choose_pd(r, ids, 40, "t", true, 20 * MS, &c); /* 8 new tokens: < 16 */
-  assert_false(c.disaggregated);
-  assert_int_equal(c.pd_decision, PD_DECISION_SHORT);
-  assert_string_equal(c.engine_id, "d");
+  struct engine_router_choice first, c;
+  engine_router_choose_pd(r, ids, 32, "t", true, 10 * MS, &first); /* 8 blocks of 4 move to d1 or d2 */
+  assert_true(first.disaggregated);
+  for (int k = 0; k < 4; k++) {
+    engine_router_choose_pd(r, ids, 40, "t", true, 20 * MS, &c); /* 8 new tokens: < 16 */
+    assert_false(c.disaggregated);
+    assert_int_equal(c.pd_decision, PD_DECISION_SHORT);
+    assert_string_equal(c.engine_id, first.decode_engine_id);
+  }
   engine_router_choose_pd(r, ids, 40, "other", true, 20 * MS, &c); /* another tenant holds nothing */
   assert_true(c.disaggregated);
   engine_router_destroy(r);
