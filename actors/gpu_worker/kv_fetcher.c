@@ -285,9 +285,9 @@ static bool run_job(struct worker *w, struct job *j, char *why, size_t cap) {
   return true;
 }
 
-/* Tells the exporting worker that this receive needs nothing more of its export (a KVFetchRequest
- * of no blocks, last; published, no reply): it ends the export and its blocks are freed there
- * now, not at its expiry. Best effort: a lost release leaves the expiry to do it. */
+/* Tells the exporting worker that this failed receive needs nothing more of its export (a
+ * KVFetchRequest of no blocks, last; published, no reply): it ends the export and its blocks are
+ * freed there now, not at its expiry. Best effort: a lost release leaves the expiry to do it. */
 static void release_export(struct kv_fetcher *f, const char *remote_engine, const char *remote_id) {
   char subject[BUS_SUBJECT_MAX];
   struct llb_buf buf = {0};
@@ -316,7 +316,12 @@ static void *fetch_thread(void *arg) {
     char why[512] = "";
     const int64_t t0 = llb_now_ns();
     const bool ok = run_job(w, j, why, sizeof why);
-    if (!ok) release_export(f, j->remote_engine, j->remote_id); /* failed or cancelled: P may hold it */
+    pthread_mutex_lock(&f->mu);
+    /* failed: P may still hold the export and this receive wants none of it. Not when cancelled:
+     * the request may fetch it again (a restarted scheduler admits the hand-off anew) */
+    const bool release = !ok && !j->cancelled && !f->stop;
+    pthread_mutex_unlock(&f->mu);
+    if (release) release_export(f, j->remote_engine, j->remote_id);
     pthread_mutex_lock(&f->mu);
     w->running = NULL;
     list_push(ok ? &f->finished : &f->failed, j->id);
@@ -427,7 +432,6 @@ void kv_fetcher_cancel(struct kv_fetcher *f, const char *id, size_t id_len) {
     f->num_queued--;
     list_push(&f->failed, j->id);
     f->stats.failed++;
-    release_export(f, j->remote_engine, j->remote_id); /* never fetched: P holds all of it */
     job_free(j);
     break;
   }
