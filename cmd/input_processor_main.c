@@ -22,6 +22,9 @@ struct input_processor_main {
   const char *mmproj;
   int32_t intake_threads;
   int32_t disagg_min_prompt_tokens;
+  int32_t max_prefill_queue_size;
+  int64_t disagg_kv_bytes_per_token;
+  double disagg_transfer_bytes_per_s, disagg_prefill_tokens_per_s;
   struct input_processor_actor *actor;
 };
 
@@ -43,6 +46,10 @@ static llb_status input_processor_main_start(struct actor_main *am, void *user) 
       .instance = am->common.instance,
       .intake_threads = m->intake_threads,
       .disagg_min_prompt_tokens = m->disagg_min_prompt_tokens,
+      .max_prefill_queue_size = m->max_prefill_queue_size,
+      .disagg_kv_bytes_per_token = m->disagg_kv_bytes_per_token,
+      .disagg_transfer_bytes_per_s = m->disagg_transfer_bytes_per_s,
+      .disagg_prefill_tokens_per_s = m->disagg_prefill_tokens_per_s,
   };
   llb_status st = input_processor_actor_create(&o, &m->actor);
   if (st != LLB_STATUS_OK) return st;
@@ -67,7 +74,8 @@ static void input_processor_main_destroy(struct actor_main *am, void *user) {
 int main(int argc, char **argv) {
   struct input_processor_main m = {.max_model_len = 0, .tenant = "*", .router = "cache-aware",
                          .tenant_limit_ttl_ms = 30 * 60 * 1000, .intake_threads = 2,
-                         .disagg_min_prompt_tokens = ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS};
+                         .disagg_min_prompt_tokens = ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS,
+                         .max_prefill_queue_size = ENGINE_ROUTER_DEFAULT_MAX_PREFILL_QUEUE_SIZE};
   const struct flag flags[] = {
       {.name = "max-model-len", .kind = FLAG_KIND_INT32, .target = &m.max_model_len,
        .help = "context length in tokens (prompt + output); 0 = min(model context, 4096)"},
@@ -96,9 +104,24 @@ int main(int argc, char **argv) {
                "round robin; one tenant holds at most all but one"},
       {.name = "disagg-min-prompt-tokens", .kind = FLAG_KIND_INT32, .target = &m.disagg_min_prompt_tokens, .min = 0,
        .max = 1 << 30,
-       .help = "disaggregated prefill/decode: prompts of at least this many tokens go to a prefill engine and "
-               "on to a decode engine (when both are live; engines' --role), shorter ones are served aggregated "
-               "(default 256; 0 = every prompt)"},
+       .help = "disaggregated prefill/decode (Dynamo's max_local_prefill_length): prompts of at least this many "
+               "tokens not cached on the decode engine go to a prefill engine and on to a decode engine (when both "
+               "are live; engines' --role), shorter ones are served aggregated (default 256; 0 = every prompt)"},
+      {.name = "max-prefill-queue-size", .kind = FLAG_KIND_INT32, .target = &m.max_prefill_queue_size, .min = 0,
+       .max = 1 << 30,
+       .help = "disaggregated prefill/decode (Dynamo's): when the least loaded prefill engine holds this many "
+               "requests, new prompts are served aggregated on a decode engine (default 16; 0 = no limit)"},
+      {.name = "disagg-transfer-bytes-per-s", .kind = FLAG_KIND_DOUBLE, .target = &m.disagg_transfer_bytes_per_s,
+       .min = 0, .max = 1e15, .metavar = "B",
+       .help = "with --disagg-prefill-tokens-per-s: the bus's rate for KV blocks; a prompt whose KV takes longer "
+               "to move than the decode engine takes to compute it is served aggregated (0 = not weighed)"},
+      {.name = "disagg-prefill-tokens-per-s", .kind = FLAG_KIND_DOUBLE, .target = &m.disagg_prefill_tokens_per_s,
+       .min = 0, .max = 1e12,
+       .help = "a decode engine's prefill rate, for --disagg-transfer-bytes-per-s (0 = not weighed)"},
+      {.name = "disagg-kv-bytes-per-token", .kind = FLAG_KIND_INT64, .target = &m.disagg_kv_bytes_per_token, .min = 0,
+       .max = 1e12, .metavar = "B",
+       .help = "the KV one token moves in a hand-off (default 0 = the model's fp16 cache; halve it for the "
+               "workers' --kv-cache-dtype fp8 or q8_0)"},
       {.name = "mmproj", .kind = FLAG_KIND_STRING, .target = &m.mmproj,
        .help = "GGUF mmproj of the model (the workers' --mmproj): image_url parts are expanded with its "
                "plan; without it images are refused"},

@@ -168,7 +168,7 @@ namespace {
 bool fetch_ok(Ctx &c, llb_status bad, const llb_kv_fetch_request &m) {
   if (!id_len_ok(c, bad, m.request_id, "request_id"))
     return false;
-  if (m.first_block < 0 || m.num_blocks < 1 || m.num_blocks > LLB_KV_MAX_BLOCKS_PER_REQ ||
+  if (m.first_block < 0 || m.num_blocks < (m.last ? 0 : 1) || m.num_blocks > LLB_KV_MAX_BLOCKS_PER_REQ ||
       (int64_t)m.first_block + m.num_blocks > LLB_KV_MAX_BLOCKS_PER_REQ)
     return c.fail(bad, "num_blocks", "blocks [%d, +%d): first >= 0, 1..%d blocks, below %d", m.first_block,
                   m.num_blocks, LLB_KV_MAX_BLOCKS_PER_REQ, LLB_KV_MAX_BLOCKS_PER_REQ);
@@ -181,12 +181,13 @@ static fb::Offset<void> build_kv_fetch_request(Enc &e, const llb_kv_fetch_reques
   auto id = e.str(m.request_id, "request_id", true);
   if (!e.ok() || !fetch_ok(e, LLB_STATUS_INVALID_ARGUMENT, m))
     return 0;
-  return llmbus::CreateKVFetchRequest(e.b, LLB_SCHEMA_VERSION, id, m.first_block, m.num_blocks).Union();
+  return llmbus::CreateKVFetchRequest(e.b, LLB_SCHEMA_VERSION, id, m.first_block, m.num_blocks, m.last).Union();
 }
 
 static bool read_kv_fetch_request(Dec &d, const llmbus::KVFetchRequest &t, llb_kv_fetch_request &m) {
   m.first_block = t.first_block();
   m.num_blocks = t.num_blocks();
+  m.last = t.last();
   return d.str(t.request_id(), &m.request_id, "request_id", true) && fetch_ok(d, LLB_STATUS_MALFORMED, m);
 }
 

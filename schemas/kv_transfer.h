@@ -26,13 +26,15 @@ extern "C" {
 
 /* Blocks [first_block, first_block + num_blocks) of the export of request_id: indices into that
  * export's KVSendRequest.block_ids, never cache block ids. Checked both ways: request_id 1..
- * LLB_KV_REQ_ID_MAX bytes, first_block >= 0, num_blocks in [1, LLB_KV_MAX_BLOCKS_PER_REQ],
+ * LLB_KV_REQ_ID_MAX bytes, first_block >= 0, num_blocks in [1, LLB_KV_MAX_BLOCKS_PER_REQ] (0 only
+ * with last: a release, the fetcher failed or gave up and needs nothing of the export),
  * first_block + num_blocks <= LLB_KV_MAX_BLOCKS_PER_REQ. */
 struct llb_kv_fetch_request {
   uint16_t version;
   struct llb_str request_id;
   int32_t first_block;
   int32_t num_blocks;
+  bool last; /* the fetcher's last request of this export: it ends once these blocks are served */
 };
 
 /* kv_transfer.fbs KVTransferStatus. */

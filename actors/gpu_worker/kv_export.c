@@ -199,7 +199,7 @@ static enum llb_kv_transfer_status gone_status(const struct kv_export_registry *
     const struct tombstone *t = &r->tomb[i];
     if (t->id[0] && strcmp(t->id, id) == 0) {
       snprintf(why, why_cap, t->status == LLB_KV_TRANSFER_EXPIRED ? "export %s expired"
-                                                                  : "export %s ended: every block was fetched",
+                                                                  : "export %s ended: its fetcher took what it needed",
                id);
       return t->status;
     }
@@ -209,7 +209,7 @@ static enum llb_kv_transfer_status gone_status(const struct kv_export_registry *
 }
 
 static enum llb_kv_transfer_status fetch_locked(struct kv_export_registry *r, const char *id, int32_t first,
-                                                int32_t n, kv_export_read_fn read, void *user, uint8_t *dst,
+                                                int32_t n, bool last, kv_export_read_fn read, void *user, uint8_t *dst,
                                                 size_t block_bytes, int32_t *num_tokens, char *why,
                                                 size_t why_cap) {
   struct kv_export *e = find(r, id);
@@ -231,19 +231,27 @@ static enum llb_kv_transfer_status fetch_locked(struct kv_export_registry *r, co
       e->read[i] = 1;
       e->num_read++;
     }
-  if (e->num_read == e->num_blocks) end_export(r, e, LLB_KV_TRANSFER_UNKNOWN);
+  if (last || e->num_read == e->num_blocks) end_export(r, e, LLB_KV_TRANSFER_UNKNOWN);
   return LLB_KV_TRANSFER_OK;
 }
 
 enum llb_kv_transfer_status kv_export_fetch(struct kv_export_registry *r, const char *id, int32_t first, int32_t n,
-                                            int64_t now_ns, kv_export_read_fn read, void *user, uint8_t *dst,
+                                            bool last, int64_t now_ns, kv_export_read_fn read, void *user, uint8_t *dst,
                                             size_t block_bytes, int32_t *num_tokens, char *why, size_t why_cap) {
   pthread_mutex_lock(&r->mu);
   expire_locked(r, now_ns);
   enum llb_kv_transfer_status s =
-      fetch_locked(r, id, first, n, read, user, dst, block_bytes, num_tokens, why, why_cap);
+      fetch_locked(r, id, first, n, last, read, user, dst, block_bytes, num_tokens, why, why_cap);
   pthread_mutex_unlock(&r->mu);
   return s;
+}
+
+bool kv_export_release(struct kv_export_registry *r, const char *id) {
+  pthread_mutex_lock(&r->mu);
+  struct kv_export *e = find(r, id);
+  if (e) end_export(r, e, LLB_KV_TRANSFER_UNKNOWN);
+  pthread_mutex_unlock(&r->mu);
+  return e != NULL;
 }
 
 int32_t kv_export_take_ended(struct kv_export_registry *r, const char *const **ids) {

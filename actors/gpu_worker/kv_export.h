@@ -7,7 +7,8 @@
  * until the worker reports the request in finished_sending). Only the blocks listed there are
  * ever read, and only for a fetch naming that request id and a range inside its list: nothing
  * else of the cache can be reached (it holds other tenants' KV). An export ends when every one
- * of its blocks was read once (finished) or when its expiry passes (expired); either way its id
+ * of its blocks was read once, or its fetcher's last request was served (finished), or when its
+ * expiry passes (expired); either way its id
  * is reported once through kv_export_take_ended. A block read is in progress under the registry's
  * lock, so an export never ends (and its blocks are never freed) while it is being read.
  * The ids of the last KV_EXPORT_TOMBSTONES ended exports are remembered so that a late fetch
@@ -53,14 +54,19 @@ typedef llb_status (*kv_export_read_fn)(void *user, int32_t block_id, uint8_t *d
 
 /* A fetch of blocks [first, first + n) of export `id` (n >= 1): when the export holds them, reads
  * each with read(user, cache block id, dst + i * block_bytes) under the lock, marks them read
- * (the export ends once all were) and returns LLB_KV_TRANSFER_OK with *num_tokens the export's;
+ * (the export ends once all were, or at once when `last`: the fetcher needs nothing more, as when
+ * its prefix cache held the first blocks) and returns LLB_KV_TRANSFER_OK with *num_tokens the export's;
  * else no block is read and the status says why, with a message in why[why_cap]: NOT_READY (no
  * such export yet: the scheduler may list it a step after the peer learnt of it), UNKNOWN (it
  * ended: every block read), EXPIRED, OUT_OF_RANGE, ERROR (a read failed; the blocks stay unread).
  * Expiry is checked against now_ns first. */
 enum llb_kv_transfer_status kv_export_fetch(struct kv_export_registry *r, const char *id, int32_t first, int32_t n,
-                                            int64_t now_ns, kv_export_read_fn read, void *user, uint8_t *dst,
+                                            bool last, int64_t now_ns, kv_export_read_fn read, void *user, uint8_t *dst,
                                             size_t block_bytes, int32_t *num_tokens, char *why, size_t why_cap);
+
+/* A release of export `id` (its fetcher failed or gave up): it ends now, reported like a
+ * finished one so that its blocks are freed; nothing is read. Returns whether it was held. */
+bool kv_export_release(struct kv_export_registry *r, const char *id);
 
 /* Drops every export at once, unreported (the scheduler no longer holds their blocks: they may
  * be handed to another request next); a later fetch of one gets Expired. Waits for a block read

@@ -170,8 +170,10 @@ static bool write_blocks(struct kv_fetcher *f, struct job *j, const struct llb_k
 static enum chunk_outcome fetch_chunk(struct worker *w, struct job *j, const char *subject, int32_t done, int32_t k,
                                       char *why, size_t cap) {
   struct kv_fetcher *f = w->f;
+  /* the last chunk ends the export on the prefill side at once, even when the blocks before
+   * j->first (held by this engine's prefix cache) were never read: it frees them there */
   const struct llb_kv_fetch_request q = {.request_id = llb_str_c(j->remote_id), .first_block = j->first + done,
-                                         .num_blocks = k};
+                                         .num_blocks = k, .last = done + k == j->num_blocks};
   llb_status st = llb_kv_fetch_request_encode_buf(&q, &w->req_buf);
   if (st) {
     snprintf(why, cap, "encoding the fetch: %s", llb_err_last());
@@ -283,6 +285,19 @@ static bool run_job(struct worker *w, struct job *j, char *why, size_t cap) {
   return true;
 }
 
+/* Tells the exporting worker that this failed receive needs nothing more of its export (a
+ * KVFetchRequest of no blocks, last; published, no reply): it ends the export and its blocks are
+ * freed there now, not at its expiry. Best effort: a lost release leaves the expiry to do it. */
+static void release_export(struct kv_fetcher *f, const char *remote_engine, const char *remote_id) {
+  char subject[BUS_SUBJECT_MAX];
+  struct llb_buf buf = {0};
+  const struct llb_kv_fetch_request q = {.request_id = llb_str_c(remote_id), .num_blocks = 0, .last = true};
+  if (!f->bus || bus_subject_kv_fetch(bus_prefix(f->bus), remote_engine, subject, sizeof subject) ||
+      llb_kv_fetch_request_encode_buf(&q, &buf) || bus_publish(f->bus, subject, buf.data, buf.len, NULL))
+    LLB_LOG_DEBUG("kv_release_failed", "remote=%s/%s err=\"%s\"", remote_engine, remote_id, llb_err_last());
+  llb_buf_free(&buf);
+}
+
 static void *fetch_thread(void *arg) {
   struct worker *w = arg;
   struct kv_fetcher *f = w->f;
@@ -301,6 +316,12 @@ static void *fetch_thread(void *arg) {
     char why[512] = "";
     const int64_t t0 = llb_now_ns();
     const bool ok = run_job(w, j, why, sizeof why);
+    pthread_mutex_lock(&f->mu);
+    /* failed: P may still hold the export and this receive wants none of it. Not when cancelled:
+     * the request may fetch it again (a restarted scheduler admits the hand-off anew) */
+    const bool release = !ok && !j->cancelled && !f->stop;
+    pthread_mutex_unlock(&f->mu);
+    if (release) release_export(f, j->remote_engine, j->remote_id);
     pthread_mutex_lock(&f->mu);
     w->running = NULL;
     list_push(ok ? &f->finished : &f->failed, j->id);

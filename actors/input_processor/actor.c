@@ -844,8 +844,15 @@ llb_status input_processor_actor_create(const struct input_processor_actor_optio
   else if (strcmp(o->router, "least-loaded") == 0) rc.policy = ENGINE_ROUTER_LEAST_LOADED;
   else if (strcmp(o->router, "random") == 0) rc.policy = ENGINE_ROUTER_RANDOM;
   else st = LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "--router '%s': expected cache-aware|least-loaded|random", o->router);
-  if (st == LLB_STATUS_OK) st = engine_router_create(&rc, &a->router);
+  if (o->max_prefill_queue_size >= 0) rc.max_prefill_queue_size = o->max_prefill_queue_size;
+  rc.transfer_bytes_per_s = o->disagg_transfer_bytes_per_s;
+  rc.prefill_tokens_per_s = o->disagg_prefill_tokens_per_s;
   if (st == LLB_STATUS_OK) st = gguf_open(o->model_path, &f);
+  if (st == LLB_STATUS_OK) { /* the KV a hand-off moves: the model's fp16 cache unless told */
+    rc.kv_bytes_per_token = o->disagg_kv_bytes_per_token > 0 ? o->disagg_kv_bytes_per_token
+                                                              : input_processor_model_kv_bytes_per_token(f);
+    st = engine_router_create(&rc, &a->router);
+  }
   if (st != LLB_STATUS_OK) goto fail;
   st = tokenizer_load(f, &a->tok);
   if (st != LLB_STATUS_OK) goto fail;

@@ -76,6 +76,14 @@ struct input_processor_actor_options {
                               (ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS) */
   const char *instance;   /* this actor's instance (its heartbeat subject's token): the router's
                              tie order among the input processors (engine_router.h); NULL ok */
+  int32_t max_prefill_queue_size; /* the prefill engines are saturated at this many requests each:
+                              prompts are then served aggregated; 0 = no limit; < 0 = the default
+                              (ENGINE_ROUTER_DEFAULT_MAX_PREFILL_QUEUE_SIZE) */
+  int64_t disagg_kv_bytes_per_token; /* the KV a token moves in a hand-off; 0 = the model's fp16 cache */
+  double disagg_transfer_bytes_per_s; /* with disagg_prefill_tokens_per_s: a prompt whose KV takes
+                              longer to move than to recompute on the decode engine is served
+                              aggregated (pd_decision.h); 0 = not weighed */
+  double disagg_prefill_tokens_per_s;
   const struct llb_hash_key *hash_key; /* the deployment's key (base/hash.h: item hashes, the
                               tenant tags of request ids; every replica must hold the same);
                               copied; NULL = a random key of this process */

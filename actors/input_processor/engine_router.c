@@ -106,6 +106,7 @@ void engine_router_config_init(struct engine_router_config *c) {
   c->table_entries = 16384;
   c->prefix_ttl_ms = 600000;
   c->disagg_min_prompt_tokens = ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS;
+  c->max_prefill_queue_size = ENGINE_ROUTER_DEFAULT_MAX_PREFILL_QUEUE_SIZE;
 }
 
 llb_status engine_router_create(const struct engine_router_config *c, struct engine_router **out) {
@@ -115,6 +116,8 @@ llb_status engine_router_create(const struct engine_router_config *c, struct eng
   if (c->balance_abs_threshold < 0 || !(c->balance_rel_threshold >= 1.0) || !(c->cache_threshold >= 0.0) ||
       c->cache_threshold > 1.0 || c->max_prefix_blocks < 1 || c->max_prefix_blocks > 4096 ||
       c->table_entries < 1 || c->table_entries > (1 << 24) || c->prefix_ttl_ms < 0 || c->disagg_min_prompt_tokens < 0 ||
+      c->max_prefill_queue_size < 0 || c->kv_bytes_per_token < 0 || !(c->transfer_bytes_per_s >= 0.0) ||
+      !isfinite(c->transfer_bytes_per_s) || !(c->prefill_tokens_per_s >= 0.0) || !isfinite(c->prefill_tokens_per_s) ||
       (unsigned)c->policy > ENGINE_ROUTER_RANDOM)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine router: a threshold or size is out of range");
   struct engine_router *r = calloc(1, sizeof *r);
@@ -396,38 +399,84 @@ void engine_router_choose(struct engine_router *r, const int32_t *ids, int64_t n
   engine_router_choose_pd(r, ids, n, salt, false, now_ns, choice);
 }
 
+/* Requests at the least loaded live prefill engine (its load, as least_loaded counts it). */
+static int32_t prefill_queue(const struct engine_router *r, int64_t now_ns) {
+  int32_t best = INT32_MAX;
+  for (int i = 0; i < r->num_engines; i++) {
+    const struct engine *e = &r->engines[i];
+    if (engine_live(r, e, now_ns) && role_ok(e, ROLES_PREFILL) && engine_load(e) < best) best = engine_load(e);
+  }
+  return best;
+}
+
+/* The decode engine that would continue a disaggregated request (prefix affinity unless loads
+ * are imbalanced: it then fetches only the missing blocks, issue 36 item 5), or -1. matched has
+ * 2 x num_engines entries: [0, n) the engines that computed the prompt's blocks, [n, 2n) those
+ * that received them by hand-off; both are filled here for the cache-aware policy. */
+static int choose_decode(struct engine_router *r, const uint64_t *hashes, int32_t blocks, int64_t now_ns,
+                         int32_t *matched, bool *by_prefix) {
+  if (r->cfg.policy != ENGINE_ROUTER_CACHE_AWARE || !matched) return least_loaded(r, now_ns, NULL, 0, ROLES_DECODE);
+  prefix_matches(r, hashes, blocks, now_ns, DECODE_NS, matched + r->num_engines);
+  return cache_aware(r, now_ns, matched + r->num_engines, blocks, ROLES_DECODE, by_prefix);
+}
+
+/* Dynamo's conditional disaggregation (pd_decision.h) for a request whose decode engine would be
+ * `decode`: the prefix that engine holds (computed there or received) is not moved or computed. */
+static enum pd_decision decide(const struct engine_router *r, int decode, const int32_t *matched, int64_t n,
+                               int64_t now_ns) {
+  int32_t held = 0;
+  if (matched) {
+    held = matched[r->num_engines + decode];
+    if (matched[decode] > held) held = matched[decode];
+  }
+  const struct pd_decision_config c = {.min_uncached_tokens = r->cfg.disagg_min_prompt_tokens,
+                                       .max_prefill_queue_size = r->cfg.max_prefill_queue_size,
+                                       .kv_bytes_per_token = r->cfg.kv_bytes_per_token,
+                                       .transfer_bytes_per_s = r->cfg.transfer_bytes_per_s,
+                                       .prefill_tokens_per_s = r->cfg.prefill_tokens_per_s};
+  const struct pd_decision_input in = {.prompt_tokens = n,
+                                       .cached_tokens = (int64_t)held * (r->block_size > 0 ? r->block_size : DEFAULT_BLOCK_SIZE),
+                                       .prefill_queue = prefill_queue(r, now_ns)};
+  return pd_decide(&c, &in, NULL);
+}
+
 void engine_router_choose_pd(struct engine_router *r, const int32_t *ids, int64_t n, const char *salt,
                              bool may_disaggregate, int64_t now_ns, struct engine_router_choice *choice) {
   memset(choice, 0, sizeof *choice);
   pthread_mutex_lock(&r->mu);
   r->routers = live_routers(r, now_ns, &r->rank);
-  /* Dynamo's conditional disaggregation: a long enough prompt, and a prefill and a decode
-   * engine alive; otherwise aggregated, on an engine that decodes when there is one. */
+  /* disaggregated when a prefill and a decode engine are alive and the rule says so; otherwise
+   * aggregated, on an engine that decodes when there is one */
   enum role_filter f = ROLES_ANY;
   uint64_t hashes_small[64];
   uint64_t *hashes = r->cfg.max_prefix_blocks <= 64 ? hashes_small : malloc((size_t)r->cfg.max_prefix_blocks * sizeof *hashes);
   int32_t *matched = r->num_engines ? calloc((size_t)r->num_engines * 2, sizeof *matched) : NULL;
   int32_t blocks = hashes && ids && n > 0 ? block_hashes(r, ids, n, salt, hashes) : 0;
+  if (matched && r->cfg.policy == ENGINE_ROUTER_CACHE_AWARE) prefix_matches(r, hashes, blocks, now_ns, 0, matched);
   int decode = -1;
-  if (may_disaggregate && n >= r->cfg.disagg_min_prompt_tokens && any_live(r, now_ns, ROLES_PREFILL) &&
-      any_live(r, now_ns, ROLES_DECODE)) {
-    /* the decode engine: the one believed to hold the prompt's prefix already (it then fetches
-     * only the rest, issue 36 item 5) unless loads are imbalanced, else the least loaded */
-    bool by_prefix = false;
-    if (r->cfg.policy == ENGINE_ROUTER_CACHE_AWARE && matched) {
-      prefix_matches(r, hashes, blocks, now_ns, DECODE_NS, matched + r->num_engines);
-      decode = cache_aware(r, now_ns, matched + r->num_engines, blocks, ROLES_DECODE, &by_prefix);
-    } else {
-      decode = least_loaded(r, now_ns, NULL, 0, ROLES_DECODE);
+  bool decode_by_prefix = false;
+  if (may_disaggregate && any_live(r, now_ns, ROLES_PREFILL) && any_live(r, now_ns, ROLES_DECODE)) {
+    decode = choose_decode(r, hashes, blocks, now_ns, matched, &decode_by_prefix);
+    if (decode >= 0) {
+      choice->pd_considered = true;
+      choice->pd_decision = decide(r, decode, matched, n, now_ns);
+      if (choice->pd_decision == PD_DECISION_DISAGGREGATE) f = ROLES_PREFILL;
     }
-    if (decode >= 0) f = ROLES_PREFILL;
   }
-  if (f == ROLES_ANY && any_live(r, now_ns, ROLES_NOT_PREFILL)) f = ROLES_NOT_PREFILL;
+  /* aggregated: short or the prefill engines saturated, on the decode engine that would have
+   * continued it (it holds the prefix the rule took off); the transfer the costlier, on any
+   * engine (the rates say so for every prompt: no engine gains from its role, a prefill engine
+   * serves whole requests as well as any); else on an engine that decodes when one is live */
+  const bool any_engine = choice->pd_considered && choice->pd_decision == PD_DECISION_TRANSFER_COSTLIER;
+  const bool on_decode = choice->pd_considered && f == ROLES_ANY && !any_engine;
+  if (f == ROLES_ANY && !any_engine && any_live(r, now_ns, ROLES_NOT_PREFILL)) f = ROLES_NOT_PREFILL;
   int pick = -1;
-  if (r->cfg.policy == ENGINE_ROUTER_RANDOM) {
+  if (on_decode) {
+    pick = decode;
+    choice->by_prefix = decode_by_prefix;
+  } else if (r->cfg.policy == ENGINE_ROUTER_RANDOM) {
     pick = random_live(r, now_ns, f);
   } else if (r->cfg.policy == ENGINE_ROUTER_CACHE_AWARE && matched) {
-    prefix_matches(r, hashes, blocks, now_ns, 0, matched);
     pick = cache_aware(r, now_ns, matched, blocks, f, &choice->by_prefix);
   } else {
     pick = least_loaded(r, now_ns, NULL, 0, f);

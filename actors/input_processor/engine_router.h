@@ -38,15 +38,22 @@
  * prefix_ttl_ms are ignored, the engine may have evicted them).
  *
  * Disaggregated prefill/decode (docs/scaling.md; NVIDIA Dynamo's conditional disaggregation):
- * engines announce a role (SchedulerStats.role). engine_router_choose_pd sends a request that
- * may be disaggregated (the caller says: n = 1, text only, not pooling) with a prompt of at
- * least disagg_min_prompt_tokens to a prefill engine chosen by the policy among the prefill
- * engines (load and prefix affinity, as above), and names the decode engine that continues it:
- * by the same cache_aware rule among the decode engines, over a second namespace of the prefix
- * table (the decode engines that received a prompt's KV hold its prefix: a decode engine that
- * holds it fetches only the rest), least loaded ties to the one with more free KV blocks. That needs a live
- * prefill engine and a live decode engine; otherwise the request is aggregated, on an engine
- * that decodes (role both or decode) when one is live, else on any live engine.
+ * engines announce a role (SchedulerStats.role). engine_router_choose_pd, for a request that may
+ * be disaggregated (the caller says: n = 1, text only, not pooling) while a prefill engine and a
+ * decode engine are live, first picks the decode engine that would continue it: by the same
+ * cache_aware rule among the decode engines, over a second namespace of the prefix table (the
+ * decode engines that received a prompt's KV hold its prefix: a decode engine that holds it
+ * fetches only the rest), least loaded ties to the one with more free KV blocks. Then
+ * pd_decision.h decides: the prompt less the prefix that engine holds (received or computed
+ * there) against disagg_min_prompt_tokens, the least loaded prefill engine's requests against
+ * max_prefill_queue_size, and the KV transfer's time against recomputing on the decode engine.
+ * Disaggregated: the prefill engine is chosen by the policy among the prefill engines (load and
+ * prefix affinity, as above). Otherwise the request is aggregated: a short one, or one that
+ * found the prefill engines saturated, on that decode engine (it holds the prefix the rule took
+ * off); one whose transfer was found costlier than recomputing (which the rates decide for every
+ * prompt alike) on any live engine by the policy: a prefill engine serves whole requests as well
+ * as any. Without a live prefill and decode engine (or for a request that may not be split), on
+ * an engine that decodes (role both or decode) when one is live, else on any live engine.
  *
  * Thread safety: every function may be called from any thread (one mutex).
  */
@@ -57,6 +64,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "actors/input_processor/pd_decision.h"
 #include "base/status.h"
 #include "bus/subject.h"
 
@@ -71,6 +79,9 @@ enum engine_router_policy {
  * decode steps of a batch (so it hardly delays the engine's decodes) while the hand-off adds a
  * durable publish and, with KV transfer, the fetch of their blocks. docs/scaling.md. */
 #define ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS 256
+/* A prefill engine this many requests deep (running, waiting, or routed there since its last
+ * stats) is saturated: a new prompt would queue behind them, so its decode engine prefills it. */
+#define ENGINE_ROUTER_DEFAULT_MAX_PREFILL_QUEUE_SIZE 16
 
 /* What an engine serves (the values of schemas/control.h llb_engine_role). */
 enum engine_router_role {
@@ -92,8 +103,13 @@ struct engine_router_config {
   uint64_t seed;                 /* random tie breaks (0: from the clock) */
   const char *instance;          /* this router's instance (its heartbeat subject's last token; copied):
                                     its tie order among the routers; NULL = rank 0 */
-  int32_t disagg_min_prompt_tokens; /* shortest prompt disaggregated (default
+  int32_t disagg_min_prompt_tokens; /* shortest uncached prompt disaggregated (default
                                      ENGINE_ROUTER_DEFAULT_DISAGG_MIN_PROMPT_TOKENS; 0 = every one) */
+  int32_t max_prefill_queue_size;   /* prefill engines this loaded are saturated (default
+                                     ENGINE_ROUTER_DEFAULT_MAX_PREFILL_QUEUE_SIZE; 0 = no limit) */
+  int64_t kv_bytes_per_token;       /* the KV a token moves (0: transfer not weighed) */
+  double transfer_bytes_per_s;      /* the bus's rate for KV (0: transfer not weighed) */
+  double prefill_tokens_per_s;      /* a decode engine's prefill rate (0: transfer not weighed) */
 };
 
 /* One engine's announcement, already verified by the caller (the decoded SchedulerStats with
@@ -126,6 +142,9 @@ struct engine_router_choice {
   bool disaggregated;     /* engine_id is a prefill engine; decode_engine_id continues it */
   char decode_engine_id[BUS_TOKEN_MAX + 1]; /* "" unless disaggregated */
   int32_t decode_matched_blocks; /* prefix blocks the decode engine is believed to hold */
+  bool pd_considered;     /* a prefill and a decode engine were live for a request that may be
+                             split: pd_decision says what the rule decided */
+  enum pd_decision pd_decision;
 };
 
 /* A row of engine_router_list. */

@@ -2,8 +2,12 @@
 #include "actors/input_processor/model_info.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "actors/input_processor/pd_decision.h"
+#include "model/gguf/config.h"
 
 /* An integer "<general.architecture>.<what>" of f; 0 when absent. */
 static int64_t arch_int(const struct gguf_file *f, const char *what) {
@@ -25,6 +29,15 @@ int32_t input_processor_model_max_model_len(const struct gguf_file *f, int32_t c
 int32_t input_processor_model_hidden_size(const struct gguf_file *f) {
   const int64_t v = arch_int(f, "embedding_length");
   return v > 0 && v < (1 << 20) ? (int32_t)v : 0;
+}
+
+int64_t input_processor_model_kv_bytes_per_token(const struct gguf_file *f) {
+  struct llama_config *c = malloc(sizeof *c); /* large: a flag per layer */
+  int64_t bytes = 0;
+  if (c && llama_config_from_gguf(f, c) == LLB_STATUS_OK)
+    bytes = pd_kv_bytes_per_token_fp16(c->block_count, c->head_count_kv, c->head_dim);
+  free(c);
+  return bytes;
 }
 
 char *input_processor_model_token_text(const struct tokenizer *t, int32_t id) {

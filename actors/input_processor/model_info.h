@@ -20,6 +20,10 @@ int32_t input_processor_model_max_model_len(const struct gguf_file *f, int32_t c
 /* "<general.architecture>.embedding_length": columns of "embeds" items; 0 if absent. */
 int32_t input_processor_model_hidden_size(const struct gguf_file *f);
 
+/* Bytes of KV one token takes in an fp16 cache (pd_decision.h), from the model's geometry
+ * (model/gguf/config.h); 0 when the file has none (a vocab-only GGUF). */
+int64_t input_processor_model_kv_bytes_per_token(const struct gguf_file *f);
+
 /* The vocabulary text of token id, malloc'd ("" for a bad id); NULL on OOM. */
 char *input_processor_model_token_text(const struct tokenizer *t, int32_t id);
 

@@ -1,10 +1,12 @@
 /* Disaggregated prefill/decode in the scheduler actor; see handoff.h. */
 #include "actors/scheduler/handoff.h"
 
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "bus/jetstream.h"
@@ -31,6 +33,19 @@ struct handoff {
   atomic_uint_fast64_t c_sent, c_send_failed, c_received, c_refused;
   struct llb_series *m_sent, *m_send_failed, *m_received, *m_refused; /* NULL = no metrics */
 };
+
+/* The fault-injection point of handoff.h (HANDOFF_FAULT_ENV): a hand-off was stored on the decode
+ * engine, this engine's own output not yet sent. The first time the marker file can be created,
+ * the process ends as a SIGKILL would end it (no cleanup, no stream ack). */
+static void fault_after_handoff_stored(void) {
+  const char *marker = getenv(HANDOFF_FAULT_ENV);
+  if (!marker || !marker[0]) return;
+  const int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return; /* EEXIST: it fired already (a predecessor of this process) */
+  close(fd);
+  LLB_LOG_WARN("fault_injected", "point=after_handoff_stored marker=%s action=exit", marker);
+  _exit(137);
+}
 
 /* One event: its counter and its series. */
 static void count(atomic_uint_fast64_t *c, struct llb_series *s) {
@@ -155,6 +170,7 @@ static bool hand_off_one(struct handoff *h, struct scheduler *sched, const char 
   char *decode_engine = m->decode_engine_id; /* the meta leaves with the final output */
   m->decode_engine_id = NULL;
   if (!st) {
+    fault_after_handoff_stored();
     m->decode_engine_id = decode_engine;
     st = sched_hand_off(sched, id, side); /* the output (in side) owns m from here */
   } else {
@@ -185,6 +201,7 @@ bool handoff_replayed(struct handoff *h, struct scheduler *sched, const struct r
   if (!m->decode_engine_id || m->stream_seq == 0 || !m->resync) return false;
   const struct sched_request *r = sched_find_request(sched, m->id);
   if (!r || sched_request_num_output_tokens(r) < 1) return false; /* no history: it samples here first */
+  LLB_LOG_INFO("handoff_replayed", "req=%s outputs=%d action=hand_off_now", m->id, sched_request_num_output_tokens(r));
   return hand_off_one(h, sched, m->id, side);
 }
 

@@ -21,6 +21,12 @@
  * ids it did not know (handoff_note_abort; HANDOFF_ABORTED_IDS, for HANDOFF_ABORTED_TTL_NS), so a
  * hand-off racing its abort is dropped (ABORTED output).
  *
+ * Fault injection (tests/e2e/test_engine_pd_disagg.c): with the environment variable
+ * HANDOFF_FAULT_ENV naming a file that does not exist, the first hand-off stored on its decode
+ * engine creates that file and ends this process at once, before this engine's own output of it
+ * (the window that handoff_replayed covers: the restarted scheduler finds the file and goes on).
+ * Unset in production; nothing else reads it.
+ *
  * Step thread only, except the counters (any thread).
  */
 #ifndef LLB_ACTORS_SCHEDULER_HANDOFF_H
@@ -35,6 +41,7 @@
 #include "base/status.h"
 #include "bus/bus.h"
 
+#define HANDOFF_FAULT_ENV "LLMBUS_FAULT_EXIT_AFTER_HANDOFF_STORED"
 #define HANDOFF_ABORTED_IDS 1024               /* aborted unknown ids remembered */
 #define HANDOFF_ABORTED_TTL_NS (120LL * 1000000000LL) /* ... for this long */
 

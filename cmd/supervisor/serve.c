@@ -96,6 +96,15 @@ static const struct {
     {"disagg-min-prompt-tokens", NULL, 0, FLAG_KIND_INT64, A_IN,
      "with --roles: prompts of at least this many tokens are disaggregated (prefill engine, then decode engine), "
      "shorter ones served aggregated (default 256; 0 = every prompt)"},
+    {"max-prefill-queue-size", NULL, 0, FLAG_KIND_INT64, A_IN,
+     "with --roles: a prefill engine this many requests deep is saturated, new prompts are served aggregated "
+     "(default 16; 0 = no limit)"},
+    {"disagg-transfer-bytes-per-s", NULL, 0, FLAG_KIND_DOUBLE, A_IN,
+     "with --roles and --disagg-prefill-tokens-per-s: prompts whose KV moves slower over the bus than the decode "
+     "engine computes it are served aggregated"},
+    {"disagg-prefill-tokens-per-s", NULL, 0, FLAG_KIND_DOUBLE, A_IN, "with --roles: a decode engine's prefill rate"},
+    {"disagg-kv-bytes-per-token", NULL, 0, FLAG_KIND_INT64, A_IN,
+     "with --roles: the KV a token moves (default: the model's fp16 cache)"},
     {"mmproj", NULL, 0, FLAG_KIND_STRING, A_IN | A_WORKER, "GGUF mmproj of the model: image_url parts (workers encode, input processors plan)"},
     {"chat-template", NULL, 0, FLAG_KIND_STRING, A_IN,
      "chat template instead of the GGUF's tokenizer.chat_template: a Jinja FILE, the Jinja text itself, or a "

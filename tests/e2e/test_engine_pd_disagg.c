@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "schemas/engine_core_outputs.h"
 #include "schemas/engine_core_request.h"
@@ -37,6 +38,8 @@
 #define LONG_MAX_TOKENS 3000
 #define WAIT_STATS_MS 30000
 #define NUM_ENGINES 2
+/* actors/scheduler/handoff.h HANDOFF_FAULT_ENV: the schedulers' fault hook, a marker file's path */
+#define HANDOFF_FAULT_ENV "LLMBUS_FAULT_EXIT_AFTER_HANDOFF_STORED"
 
 static const char *model;
 static struct e2e_stack s;
@@ -55,6 +58,7 @@ static struct {
   int role[NUM_ENGINES];            /* -1 until stats came */
   int handed_off_to_decode;         /* engine 0's outputs naming engine 1 */
   int continued_with_history;       /* engine 1's outputs naming delivered tokens */
+  int prefill_tokens;               /* tokens in engine 0's outputs */
   int32_t running[NUM_ENGINES], waiting[NUM_ENGINES], free_blocks[NUM_ENGINES], total_blocks[NUM_ENGINES];
   uint64_t prompt_tokens[NUM_ENGINES]; /* tokens computed catching up with a context, cumulative */
   uint64_t stats_count[NUM_ENGINES];
@@ -90,6 +94,7 @@ static void on_outputs(struct bus *bus, const struct bus_msg *msg, void *user) {
       if (strcmp(outs.engine_id.data, "0") == 0 && o->handed_off_to.len == 1 && o->handed_off_to.data[0] == '1')
         seen.handed_off_to_decode++;
       if (strcmp(outs.engine_id.data, "1") == 0 && o->num_handed_off_token_ids > 0) seen.continued_with_history++;
+      if (strcmp(outs.engine_id.data, "0") == 0) seen.prefill_tokens += o->num_new_token_ids;
     }
   }
   pthread_mutex_unlock(&seen.mu);
@@ -243,6 +248,54 @@ static void disaggregated_tokens_equal_aggregated(void) {
   assert_int_equal(continued0 - continued1, NUM_CASES);
 }
 
+/* Batch invariance through prefill -> decode: each handed-off request's tokens are its tokens
+ * alone whatever else the decode engine runs beside it. Two n = 2 requests (never split: served
+ * aggregated on the decode engine) keep 4 other sequences decoding in its batch while the 8 cases
+ * are handed to it, then are aborted. */
+static void handed_off_tokens_hold_beside_what_else_the_decode_engine_runs(void) {
+  struct e2e_pending companion[2];
+  char cid[2][32];
+  for (int k = 0; k < 2; k++) {
+    struct e2e_request r;
+    request_of(k + 1, cid[k], sizeof cid[k], &r);
+    snprintf(cid[k], sizeof cid[k], "pd-beside-%d", k);
+    r.request_id = cid[k];
+    r.sp.n = 2;
+    r.sp.max_tokens = LONG_MAX_TOKENS;
+    assert_int_equal(e2e_submit(&s, &r, &companion[k]), 0);
+  }
+  for (int k = 0; k < 2; k++) { /* decoding on the decode engine before the hand-offs arrive */
+    while (companion[k].result.num_tokens < 2) assert_int_equal(e2e_next(&companion[k], E2E_WAIT_OUTPUT_MS), 0);
+    assert_non_null(strstr(companion[k].result.request_id, "@1"));
+  }
+  int handed0, continued0, handed1, continued1;
+  counts(&handed0, &continued0);
+  struct e2e_result got[NUM_CASES];
+  run_together(got);
+  counts(&handed1, &continued1);
+  for (int c = 0; c < NUM_CASES; c++) {
+    char what[96];
+    snprintf(what, sizeof what, "request %d of 8 beside 4 aggregated sequences on the decode engine", c);
+    assert_true(e2e_same_tokens(what, &reference[c], &got[c]));
+  }
+  assert_int_equal(handed1 - handed0, NUM_CASES); /* the companions were not handed over */
+  for (int k = 0; k < 2; k++) { /* they decoded beside the 8 all along: what they sent meanwhile */
+    const int32_t before = companion[k].result.num_tokens;
+    while (e2e_poll(&companion[k], 0) == 0) {
+    }
+    fprintf(stderr, "e2e: beside the 8 hand-offs, companion %d decoded %d tokens on the decode engine\n", k,
+            companion[k].result.num_tokens - before);
+    assert_true(companion[k].result.num_tokens - before >= MAX_TOKENS);
+    assert_false(companion[k].result.finished);
+    assert_int_equal(e2e_send_abort(&s, companion[k].result.request_id), 0);
+    int rc;
+    while ((rc = e2e_next(&companion[k], E2E_WAIT_OUTPUT_MS)) == 0) {
+    }
+    assert_int_equal(rc, 1);
+    e2e_pending_release(&companion[k]);
+  }
+}
+
 static void a_first_token_that_ends_it_stays_on_the_prefill_engine(void) {
   int handed0, continued0, handed1, continued1;
   counts(&handed0, &continued0);
@@ -330,13 +383,61 @@ static void a_forged_hand_off_is_refused(void) {
   e2e_pending_release(&p);
 }
 
+/* Issue 36 item 3, the window handoff_replayed covers: P's scheduler dies after D's stream stored
+ * the hand-off and before P's own output of it (the fault hook of actors/scheduler/handoff.h ends
+ * it there, once). P's successor gets the request again from P's stream with the delivered first
+ * token from P's output processor, hands it off at admission without sampling again, and D's
+ * stream drops the second copy (Nats-Msg-Id): the client gets the aggregated tokens, the first
+ * token once, and D continues the request once. */
+static void a_prefill_scheduler_dying_after_the_hand_off_was_stored_loses_nothing(const char *const *serve_args) {
+  char dir[] = "/tmp/llb-pd-fault.XXXXXX", marker[64];
+  assert_non_null(mkdtemp(dir));
+  snprintf(marker, sizeof marker, "%s/fired", dir);
+  setenv(HANDOFF_FAULT_ENV, marker, 1);
+  struct e2e_stack_options o = {.serve_args = serve_args};
+  assert_int_equal(e2e_stack_start(&s, model, &o), 0);
+  unsetenv(HANDOFF_FAULT_ENV); /* the stack's processes have it; this one does not need it */
+  pthread_mutex_lock(&seen.mu);
+  seen.role[0] = seen.role[1] = -1;
+  pthread_mutex_unlock(&seen.mu);
+  assert_int_equal(bus_subscribe(s.bus, "llm.engine.*.stats", NULL, on_stats, NULL, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_subscribe(s.bus, "llm.engine.*.outputs", NULL, on_outputs, NULL, NULL), LLB_STATUS_OK);
+  roles_are_announced(); /* the router too heard them (same stats): the request is disaggregated */
+  int handed0, continued0, handed1, continued1;
+  counts(&handed0, &continued0);
+  pthread_mutex_lock(&seen.mu);
+  const int prefill0 = seen.prefill_tokens;
+  pthread_mutex_unlock(&seen.mu);
+  char id[32];
+  struct e2e_request r;
+  request_of(0, id, sizeof id, &r);
+  struct e2e_result got;
+  assert_int_equal(e2e_generate(&s, &r, &got), 0);
+  assert_int_equal(access(marker, F_OK), 0); /* the scheduler did die in the window */
+  counts(&handed1, &continued1);
+  pthread_mutex_lock(&seen.mu);
+  const int prefill_tokens = seen.prefill_tokens - prefill0;
+  pthread_mutex_unlock(&seen.mu);
+  fprintf(stderr, "e2e: P's scheduler killed after the hand-off was stored: %d tokens, %d sent by P, handed off %d, "
+          "continued %d\n", got.num_tokens, prefill_tokens, handed1 - handed0, continued1 - continued0);
+  assert_int_equal(got.error_code, 0);
+  assert_true(e2e_same_tokens("request 0 across P's scheduler's death after its hand-off", &reference[0], &got));
+  assert_int_equal(prefill_tokens, 1);            /* P sampled the first token once: not again on replay */
+  assert_int_equal(handed1 - handed0, 1);         /* P's successor's output names D */
+  assert_int_equal(continued1 - continued0, 1);   /* D admitted the hand-off once */
+  assert_int_equal(e2e_stack_stop(&s), 0);
+  unlink(marker);
+  rmdir(dir);
+}
+
 static void test_prefill_decode_gives_the_aggregated_tokens(void **state) {
   (void)state;
   llb_arena_init(&seen.arena, NULL, 0);
   double t0 = e2e_now_s();
   aggregated_reference();
   static const char *const serve_args[] = {"--engines", "2", "--roles", "prefill,decode",
-                                           "--disagg-min-prompt-tokens", "0", "--threads", "2",
+                                           "--disagg-min-prompt-tokens", "0", "--max-prefill-queue-size", "0",
+                                           "--threads", "2",
                                            "--num-blocks", "512", NULL};
   struct e2e_stack_options o = {.serve_args = serve_args};
   assert_int_equal(e2e_stack_start(&s, model, &o), 0);
@@ -345,11 +446,13 @@ static void test_prefill_decode_gives_the_aggregated_tokens(void **state) {
   roles_are_announced();
   a_forged_hand_off_is_refused();
   disaggregated_tokens_equal_aggregated();
+  handed_off_tokens_hold_beside_what_else_the_decode_engine_runs();
   a_first_token_that_ends_it_stays_on_the_prefill_engine();
   a_stop_string_in_the_first_token_ends_it_on_both_engines();
   an_abort_reaches_the_decode_engine();
   fprintf(stderr, "e2e: prefill/decode scenario in %.1f s\n", e2e_now_s() - t0);
   assert_int_equal(e2e_stack_stop(&s), 0);
+  a_prefill_scheduler_dying_after_the_hand_off_was_stored_loses_nothing(serve_args);
   llb_arena_destroy(&seen.arena);
 }
 

@@ -5,9 +5,11 @@
  * are exported (reqs_to_send) and fetched by Q's connector through a nats-server into other block
  * ids of Q's cache (reqs_to_recv); Q then decodes from the received KV. Its tokens must equal
  * those of R, which ran the whole request itself: greedy and seeded at temperature 0.8. Also:
- * a partial fetch (remote_first_block > 0) onto blocks whose prefix Q computed itself; a chunk
+ * a partial fetch (remote_first_block > 0) onto blocks whose prefix Q computed itself, whose last
+ * request ends P's export at once (finished_sending, not at its expiry); a chunk
  * whose byte was flipped in transit, or whose replies never come, fails the receive
- * (failed_recving) and Q's recompute still gives R's tokens; a lost reply is resent and the
+ * (failed_recving) and Q's recompute still gives R's tokens, and Q releases P's export (a
+ * release ends an export at once); a lost reply is resent and the
  * transfer completes; an expired export is reported finished_sending and a later fetch gets
  * Expired; fetches for blocks the export does not list get errors, never data; every CPU KV cache
  * dtype (fp16, q8_0, fp8) arrives bit-exactly; --device sim moves zero bytes of the real size.
@@ -360,6 +362,9 @@ static void test_partial_fetch_onto_a_prefix_q_holds_equals_the_request_run_alon
   struct model_runner_kv_geometry g;
   model_runner_kv_geometry(rq, &g);
   assert_int_equal(sq.bytes_received, (uint64_t)((N + BS - 1) / BS - k) * g.block_bytes); /* only the missing */
+  /* Q's last fetch ended P's export though its first k blocks were never read: P reports it
+   * finished_sending (its blocks freed) now, not at its 30 s expiry (wait_ended gives up at 10 s) */
+  wait_ended(cp, p.id, ENDED_SENDING);
   kv_connector_destroy(cp);
   kv_connector_destroy(cq);
   model_runner_destroy(rp);
@@ -371,6 +376,7 @@ static void test_partial_fetch_onto_a_prefix_q_holds_equals_the_request_run_alon
 struct faulty {
   struct kv_connector *c;
   atomic_int replies;
+  atomic_int releases; /* releases (no blocks, last) the fetcher published: not answered */
   int drop_first;  /* replies to drop before answering */
   bool drop_all;
   bool flip_byte;  /* flip a byte of each reply's data */
@@ -378,6 +384,16 @@ struct faulty {
 
 static void on_faulty_fetch(struct bus *bus, const struct bus_msg *msg, void *user) {
   struct faulty *fx = user;
+  struct llb_arena a;
+  llb_arena_init(&a, NULL, 0);
+  struct llb_kv_fetch_request q;
+  const bool release = llb_kv_fetch_request_decode(msg->data, msg->len, &a, &q) == LLB_STATUS_OK && q.last &&
+                       q.num_blocks == 0;
+  llb_arena_destroy(&a);
+  if (release) {
+    atomic_fetch_add(&fx->releases, 1);
+    return;
+  }
   const int n = atomic_fetch_add(&fx->replies, 1);
   if (fx->drop_all || n < fx->drop_first) return;
   struct llb_buf b = {0};
@@ -415,6 +431,10 @@ static void fetch_through_faults(struct faulty *fx, const char *eid, enum ended 
     decode_rest(rq, &q);
   }
   assert_memory_equal(q.tokens, alone.tokens, sizeof alone.tokens);
+  if (want == ENDED_FAILED) { /* the failed receive released P's export: P frees it now, not at the expiry */
+    for (int i = 0; i < 500 && atomic_load(&fx->releases) < 1; i++) nanosleep(&(struct timespec){0, 10000000}, NULL);
+    assert_int_equal(atomic_load(&fx->releases), 1);
+  }
   (void)bus_unsubscribe(sub);
   kv_connector_destroy(fx->c);
   kv_connector_destroy(cq);
@@ -443,6 +463,32 @@ static void test_replies_that_never_come_fail_the_receive(void **state) {
   for (int i = 0; i < 500 && atomic_load(&fx.replies) < 3; i++) nanosleep(&(struct timespec){0, 10000000}, NULL);
   nanosleep(&(struct timespec){0, 50000000}, NULL);
   assert_int_equal(atomic_load(&fx.replies), 3);
+}
+
+static int32_t fetch_direct(struct kv_connector *c, const char *id, int32_t first, int32_t n, size_t *bytes);
+
+/* A release (the fetcher failed or gave up: a KVFetchRequest of no blocks, last, published
+ * without a reply subject) ends P's export at once: finished_sending, long before its 30 s expiry
+ * (wait_ended gives up at 10 s); a later fetch finds it ended. */
+static void test_a_release_ends_the_export_at_once(void **state) {
+  (void)state;
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("P7", rp, bus_p);
+  assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK); /* its kv_fetch subscription is in place */
+  const int32_t blocks[3] = {1, 2, 3};
+  export_blocks(cp, "p-released", blocks, 3, 12, 30.0f);
+  const struct llb_kv_fetch_request q = {.request_id = llb_str_c("p-released"), .num_blocks = 0, .last = true};
+  struct llb_buf b = {0};
+  assert_int_equal(llb_kv_fetch_request_encode_buf(&q, &b), LLB_STATUS_OK);
+  char subject[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_subject_kv_fetch(bus_prefix(bus_q), "P7", subject, sizeof subject), LLB_STATUS_OK);
+  assert_int_equal(bus_publish(bus_q, subject, b.data, b.len, NULL), LLB_STATUS_OK);
+  llb_buf_free(&b);
+  wait_ended(cp, "p-released", ENDED_SENDING);
+  size_t bytes = 0;
+  assert_int_equal(fetch_direct(cp, "p-released", 0, 1, &bytes), LLB_KV_TRANSFER_UNKNOWN);
+  kv_connector_destroy(cp);
+  model_runner_destroy(rp);
 }
 
 /* Serves one KVFetchRequest through c directly; returns the chunk's status (data in *bytes). */
@@ -843,6 +889,7 @@ int main(void) {
       cmocka_unit_test(test_a_flipped_byte_in_transit_fails_the_receive_and_recompute_gives_the_same_tokens),
       cmocka_unit_test(test_a_lost_reply_is_fetched_again_and_the_transfer_completes),
       cmocka_unit_test(test_replies_that_never_come_fail_the_receive),
+      cmocka_unit_test(test_a_release_ends_the_export_at_once),
       cmocka_unit_test(test_only_listed_blocks_are_served_and_an_expired_export_says_so),
       cmocka_unit_test(test_a_new_scheduler_epoch_drops_every_export_before_the_step),
       cmocka_unit_test(test_a_receive_of_an_expired_export_fails),

@@ -22,6 +22,10 @@ llb_add_test(test_engine_router SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_engine_ro
 # Its load balance under bursts through several input processors (each seeing its own sends).
 llb_add_test(test_engine_router_balance SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_engine_router_balance.c
              LIBS llmbus_input_processor_actor PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
+# Conditional disaggregation: prompt length less the cached prefix, the prefill pool's queue, the
+# KV transfer against recomputing.
+llb_add_test(test_pd_decision SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pd_decision.c
+             LIBS llmbus_input_processor_actor PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
 llb_add_test(test_request_metrics SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_request_metrics.c
              LIBS llmbus_output_processor_core PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)
 # Fair intake: per-tenant queues in deficit round robin, bounds, the workers' share.

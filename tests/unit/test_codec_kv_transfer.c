@@ -214,6 +214,20 @@ static void test_fetch_request_hostile_ranges_are_refused_both_ways(void **state
     assert_int_equal(llb_kv_fetch_request_decode(copy, b.len, &arena, &out), LLB_STATUS_MALFORMED);
     assert_non_null(strstr(llb_err_last(), "KVFetchRequest.num_blocks"));
   }
+  /* the fetcher's last request says so (the export then ends on the prefill side) */
+  assert_int_equal(llb_kv_fetch_request_decode(b.data, b.len, &arena, &out), LLB_STATUS_OK);
+  assert_false(out.last);
+  f.last = true;
+  assert_int_equal(llb_kv_fetch_request_encode_buf(&f, &b), LLB_STATUS_OK);
+  assert_int_equal(llb_kv_fetch_request_decode(b.data, b.len, &arena, &out), LLB_STATUS_OK);
+  assert_true(out.last);
+  assert_int_equal(out.num_blocks, 0x2B2B);
+  f.num_blocks = 0; /* a release: no blocks, only with last */
+  assert_int_equal(llb_kv_fetch_request_encode_buf(&f, &b), LLB_STATUS_OK);
+  assert_int_equal(llb_kv_fetch_request_decode(b.data, b.len, &arena, &out), LLB_STATUS_OK);
+  assert_int_equal(out.num_blocks, 0);
+  f.last = false;
+  assert_int_equal(llb_kv_fetch_request_encode_buf(&f, &b), LLB_STATUS_INVALID_ARGUMENT);
   free(copy);
   llb_arena_destroy(&arena);
   llb_buf_free(&b);

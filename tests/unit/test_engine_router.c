@@ -2,6 +2,7 @@
  * (input_processor_processed_set_engine / input_processor_engine_of_id): what an operator running several
  * engines behind one subject depends on — load spreads, a shared prefix sticks to the engine
  * that holds it, a silent engine gets nothing new, an abort finds the engine of its id. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -351,6 +352,110 @@ static void the_decode_engine_holding_the_prefix_continues_it(void **state) {
   engine_router_destroy(r);
 }
 
+/* Dynamo's conditional disaggregation, load side: once the prefill engine holds
+ * max_prefill_queue_size requests (those its stats count and those routed there since), long
+ * prompts are served aggregated by the decode engine instead of queueing behind them. */
+static void a_saturated_prefill_engine_sends_long_prompts_to_the_decode_engine(void **state) {
+  (void)state;
+  struct engine_router_config cfg;
+  engine_router_config_init(&cfg);
+  cfg.default_engine_id = "local";
+  cfg.model = "m.gguf";
+  cfg.seed = 42;
+  cfg.disagg_min_prompt_tokens = 16;
+  cfg.max_prefill_queue_size = 3;
+  struct engine_router *r = NULL;
+  assert_int_equal(engine_router_create(&cfg, &r), LLB_STATUS_OK);
+  announce_role(r, "p", ENGINE_ROUTER_ROLE_PREFILL, 1, 100, 0);
+  announce_role(r, "d", ENGINE_ROUTER_ROLE_DECODE, 0, 100, 0);
+  int32_t ids[32];
+  struct engine_router_choice c;
+  for (int k = 0; k < 2; k++) { /* 1 running + 2 routed: the third fills it */
+    prompt(ids, 32, 1 + 100 * k);
+    engine_router_choose_pd(r, ids, 32, NULL, true, 10 * MS, &c);
+    assert_true(c.disaggregated);
+    assert_int_equal(c.pd_decision, PD_DECISION_DISAGGREGATE);
+  }
+  prompt(ids, 32, 1000);
+  engine_router_choose_pd(r, ids, 32, NULL, true, 10 * MS, &c);
+  assert_false(c.disaggregated);
+  assert_true(c.pd_considered);
+  assert_int_equal(c.pd_decision, PD_DECISION_PREFILL_SATURATED);
+  assert_string_equal(c.engine_id, "d");
+  /* its stats say it drained: disaggregated again (another prompt: d holds that one now) */
+  announce_role(r, "p", ENGINE_ROUTER_ROLE_PREFILL, 0, 100, 200 * MS);
+  prompt(ids, 32, 2000);
+  engine_router_choose_pd(r, ids, 32, NULL, true, 210 * MS, &c);
+  assert_true(c.disaggregated);
+  engine_router_destroy(r);
+}
+
+/* Dynamo's prefill_length - prefix_hit_length: a prompt whose prefix a decode engine already
+ * received is short once that prefix is taken off, so that decode engine (not another) prefills
+ * the rest. */
+static void a_prompt_mostly_held_by_the_decode_engine_is_prefilled_there(void **state) {
+  (void)state;
+  struct engine_router *r = make_pd_router(ENGINE_ROUTER_CACHE_AWARE, 16);
+  announce_role(r, "p", ENGINE_ROUTER_ROLE_PREFILL, 0, 100, 0);
+  announce_role(r, "d1", ENGINE_ROUTER_ROLE_DECODE, 0, 100, 0);
+  announce_role(r, "d2", ENGINE_ROUTER_ROLE_DECODE, 0, 100, 0);
+  int32_t ids[40];
+  prompt(ids, 40, 1);
+  struct engine_router_choice first, c;
+  engine_router_choose_pd(r, ids, 32, "t", true, 10 * MS, &first); /* 8 blocks of 4 move to d1 or d2 */
+  assert_true(first.disaggregated);
+  for (int k = 0; k < 4; k++) {
+    engine_router_choose_pd(r, ids, 40, "t", true, 20 * MS, &c); /* 8 new tokens: < 16 */
+    assert_false(c.disaggregated);
+    assert_int_equal(c.pd_decision, PD_DECISION_SHORT);
+    assert_string_equal(c.engine_id, first.decode_engine_id);
+  }
+  engine_router_choose_pd(r, ids, 40, "other", true, 20 * MS, &c); /* another tenant holds nothing */
+  assert_true(c.disaggregated);
+  engine_router_destroy(r);
+}
+
+/* Transfer against recompute: 23,040 bytes a token at 250 MB/s is slower than a 40,000 tokens/s
+ * prefill, so the request is served whole, by any engine (the prefill engine too: no engine gains
+ * from its role then), the least loaded; at 400 tokens/s (a CPU) the transfer pays. */
+static void a_transfer_slower_than_the_decode_engines_prefill_is_not_made(void **state) {
+  (void)state;
+  struct engine_router_config cfg;
+  engine_router_config_init(&cfg);
+  cfg.default_engine_id = "local";
+  cfg.model = "m.gguf";
+  cfg.seed = 42;
+  cfg.disagg_min_prompt_tokens = 16;
+  cfg.kv_bytes_per_token = 23040;
+  cfg.transfer_bytes_per_s = 250e6;
+  cfg.prefill_tokens_per_s = 40000.0;
+  struct engine_router *r = NULL;
+  assert_int_equal(engine_router_create(&cfg, &r), LLB_STATUS_OK);
+  announce_role(r, "p", ENGINE_ROUTER_ROLE_PREFILL, 0, 100, 0);
+  announce_role(r, "d", ENGINE_ROUTER_ROLE_DECODE, 2, 100, 0);
+  int32_t ids[32];
+  prompt(ids, 32, 1);
+  struct engine_router_choice c;
+  engine_router_choose_pd(r, ids, 32, NULL, true, 10 * MS, &c);
+  assert_false(c.disaggregated);
+  assert_int_equal(c.pd_decision, PD_DECISION_TRANSFER_COSTLIER);
+  assert_string_equal(c.engine_id, "p");
+  engine_router_choose_pd(r, ids, 8, NULL, true, 10 * MS, &c); /* short: where it decodes */
+  assert_int_equal(c.pd_decision, PD_DECISION_SHORT);
+  assert_string_equal(c.engine_id, "d");
+  engine_router_destroy(r);
+  cfg.prefill_tokens_per_s = 400.0;
+  assert_int_equal(engine_router_create(&cfg, &r), LLB_STATUS_OK);
+  announce_role(r, "p", ENGINE_ROUTER_ROLE_PREFILL, 0, 100, 0);
+  announce_role(r, "d", ENGINE_ROUTER_ROLE_DECODE, 0, 100, 0);
+  engine_router_choose_pd(r, ids, 32, NULL, true, 10 * MS, &c);
+  assert_true(c.disaggregated);
+  cfg.transfer_bytes_per_s = NAN; /* a rate must be a number */
+  struct engine_router *bad = NULL;
+  assert_int_equal(engine_router_create(&cfg, &bad), LLB_STATUS_INVALID_ARGUMENT);
+  engine_router_destroy(r);
+}
+
 static void a_forged_role_is_refused(void **state) {
   (void)state;
   struct engine_router *r = make_router(ENGINE_ROUTER_LEAST_LOADED);
@@ -376,6 +481,9 @@ int main(void) {
       cmocka_unit_test(long_prompts_are_disaggregated_short_ones_aggregated),
       cmocka_unit_test(disaggregation_needs_a_live_decode_engine_and_picks_the_freest),
       cmocka_unit_test(the_decode_engine_holding_the_prefix_continues_it),
+      cmocka_unit_test(a_saturated_prefill_engine_sends_long_prompts_to_the_decode_engine),
+      cmocka_unit_test(a_prompt_mostly_held_by_the_decode_engine_is_prefilled_there),
+      cmocka_unit_test(a_transfer_slower_than_the_decode_engines_prefill_is_not_made),
       cmocka_unit_test(a_forged_role_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

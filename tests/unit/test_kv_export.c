@@ -38,14 +38,19 @@ static llb_status add(struct kv_export_registry *r, const char *id, const int32_
   return kv_export_add(r, &q, now);
 }
 
-static enum llb_kv_transfer_status fetch(struct kv_export_registry *r, const char *id, int32_t first, int32_t n,
-                                         int64_t now, uint8_t *dst) {
+static enum llb_kv_transfer_status fetch_as(struct kv_export_registry *r, const char *id, int32_t first, int32_t n,
+                                            bool last, int64_t now, uint8_t *dst) {
   int32_t tokens = -1;
   char why[256] = "";
   enum llb_kv_transfer_status s =
-      kv_export_fetch(r, id, first, n, now, read_fake, NULL, dst, BLOCK_BYTES, &tokens, why, sizeof why);
+      kv_export_fetch(r, id, first, n, last, now, read_fake, NULL, dst, BLOCK_BYTES, &tokens, why, sizeof why);
   if (s != LLB_KV_TRANSFER_OK) assert_true(why[0] != '\0'); /* every refusal says why */
   return s;
+}
+
+static enum llb_kv_transfer_status fetch(struct kv_export_registry *r, const char *id, int32_t first, int32_t n,
+                                         int64_t now, uint8_t *dst) {
+  return fetch_as(r, id, first, n, false, now, dst);
 }
 
 static bool ended_is(struct kv_export_registry *r, const char *id) {
@@ -121,6 +126,48 @@ static void test_an_export_expires_once_and_late_fetches_say_expired(void **stat
 /* The scheduler's epoch changed (its kv_manager may hand the blocks to another request): every
  * export is dropped at once, none reported (the scheduler ended them itself), and a fetch of one
  * gets Expired, never the blocks' new contents. */
+/* Issue 36 item 5: a decode engine whose prefix cache held the first blocks fetches only the
+ * rest; its last request ends the export at once (reported, so the scheduler frees the blocks)
+ * instead of holding them to the expiry. */
+static void test_the_fetchers_last_request_ends_a_partly_read_export(void **state) {
+  (void)state;
+  struct kv_export_registry *r = make(8, 64);
+  const int32_t blocks[4] = {3, 4, 5, 6};
+  assert_int_equal(add(r, "a", blocks, 4, 10.0f, 0), LLB_STATUS_OK);
+  uint8_t buf[2 * BLOCK_BYTES];
+  const char *const *ids;
+  assert_int_equal(fetch_as(r, "a", 2, 1, false, 0, buf), LLB_KV_TRANSFER_OK);
+  assert_int_equal(kv_export_take_ended(r, &ids), 0); /* blocks 0, 1 and 3 unread: held */
+  assert_int_equal(fetch_as(r, "a", 3, 1, true, 0, buf), LLB_KV_TRANSFER_OK);
+  assert_int_equal(buf[0], 6);
+  assert_true(ended_is(r, "a")); /* ended now, long before its 10 s expiry */
+  int32_t reqs;
+  int64_t held;
+  kv_export_counts(r, &reqs, &held);
+  assert_int_equal(reqs, 0);
+  assert_int_equal(held, 0);
+  assert_int_equal(fetch(r, "a", 0, 1, 0, buf), LLB_KV_TRANSFER_UNKNOWN); /* a late fetch: ended */
+  kv_export_destroy(r);
+}
+
+/* A release (the fetcher failed or gave up) ends an export unread, reported so that its blocks
+ * are freed; an id not held is no-op. */
+static void test_a_release_ends_an_export_unread(void **state) {
+  (void)state;
+  struct kv_export_registry *r = make(8, 64);
+  const int32_t blocks[2] = {3, 4};
+  assert_int_equal(add(r, "a", blocks, 2, 10.0f, 0), LLB_STATUS_OK);
+  reads = 0;
+  assert_true(kv_export_release(r, "a"));
+  assert_int_equal(reads, 0);
+  assert_true(ended_is(r, "a"));
+  assert_false(kv_export_release(r, "a"));
+  assert_false(kv_export_release(r, "never"));
+  const char *const *ids;
+  assert_int_equal(kv_export_take_ended(r, &ids), 0);
+  kv_export_destroy(r);
+}
+
 static void test_cancel_all_drops_every_export_unreported(void **state) {
   (void)state;
   struct kv_export_registry *r = make(8, 64);
@@ -150,6 +197,8 @@ int main(void) {
       cmocka_unit_test(test_limits_refuse_and_report_a_duplicate_keeps_the_first),
       cmocka_unit_test(test_an_export_expires_once_and_late_fetches_say_expired),
       cmocka_unit_test(test_cancel_all_drops_every_export_unreported),
+      cmocka_unit_test(test_the_fetchers_last_request_ends_a_partly_read_export),
+      cmocka_unit_test(test_a_release_ends_an_export_unread),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
