@@ -404,7 +404,7 @@ static int32_t prefill_queue(const struct engine_router *r, int64_t now_ns) {
   int32_t best = INT32_MAX;
   for (int i = 0; i < r->num_engines; i++) {
     const struct engine *e = &r->engines[i];
-    if (engine_live(r, e, now_ns) && role_ok(e, ROLES_PREFILL) && engine_load(e) < best) best = engine_load(e);
+    if (engine_live(r, e, now_ns) && role_ok(e, ROLES_PREFILL) && engine_load(r, e) < best) best = engine_load(r, e);
   }
   return best;
 }
