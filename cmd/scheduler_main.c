@@ -64,6 +64,8 @@ static llb_status sched_start(struct actor_main *am, void *user) {
                       m->cfg.sched.block_size);
     m->cfg.sched.num_blocks = nb;
   }
+  struct peer_beat worker_seen; /* the watch of the worker starts from the beat just taken */
+  m->cfg.worker_seen = actor_main_kv_geometry_worker(am, &worker_seen) ? &worker_seen : NULL;
   llb_status st = scheduler_actor_create(&m->cfg, &m->actor);
   if (st == LLB_STATUS_OK) st = scheduler_actor_start(m->actor, am->bus);
   if (st == LLB_STATUS_OK) bus_set_before_drain(am->bus, sched_before_drain, m);

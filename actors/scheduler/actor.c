@@ -752,8 +752,9 @@ llb_status scheduler_actor_start(struct scheduler_actor *a, struct bus *bus) {
   const struct peer_health_config hc = {
       .bus = bus, .prefix = prefix, .engine_id = a->engine_id, .heartbeat_ms = cfg->peer_heartbeat_ms,
       .missed_beats = cfg->peer_missed_beats, .on_failure = on_peer_failure, .on_peer_up = wake_step_thread,
-      .user = a};
+      .user = a, .worker_seen = cfg->worker_seen};
   if (!st) st = peer_health_create(&hc, &a->health);
+  a->cfg.worker_seen = NULL; /* borrowed until here */
   if (st) goto fail;
   /* A previous scheduler of this engine may have left requests and blocks in the kv_manager
    * (it died): this one's mirror starts empty, so the kv_manager starts over too. */

@@ -38,6 +38,7 @@
 #include "base/metrics.h"
 #include "base/status.h"
 #include "bus/bus.h"
+#include "bus/peer_watch.h"
 #include "schemas/control.h"
 
 struct scheduler_actor;
@@ -60,6 +61,9 @@ struct scheduler_actor_options {
    * preempts every running request at once. 0 = off (only the timeouts above). */
   int64_t peer_heartbeat_ms;      /* the peers' --heartbeat-ms (default 0 = off) */
   int32_t peer_missed_beats;      /* default 3 */
+  /* The worker's beat that gave the KV geometry at start-up (peer_health_config.worker_seen:
+   * the watch starts from it); borrowed until scheduler_actor_start returns; NULL = none. */
+  const struct peer_beat *worker_seen;
   /* Optional (NULL): called on the step thread when the engine starts recovering (false: a
    * peer failure or a failed round trip; requests wait for recompute) and when it is back
    * (true: a step was applied after it, or there is nothing to run). llmbus-scheduler turns it

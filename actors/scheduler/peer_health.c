@@ -203,6 +203,9 @@ llb_status peer_health_create(const struct peer_health_config *c, struct peer_he
   const struct peer_watch_config wc = {.interval_ms = c->heartbeat_ms, .max_missed_beats = c->missed_beats};
   llb_status st = LLB_STATUS_OK;
   for (int p = 0; p < SCHED_PEER_COUNT && !st; p++) st = peer_watch_create(&wc, &h->watch[p]);
+  if (!st && c->worker_seen && c->worker_seen->instance && c->worker_seen->instance[0])
+    (void)peer_watch_observe(h->watch[SCHED_PEER_GPU_WORKER], c->worker_seen, llb_now_ns()); /* FIRST */
+  h->cfg.worker_seen = NULL; /* not kept */
   /* all watches exist before the first beat can arrive */
   for (int p = 0; p < SCHED_PEER_COUNT && !st; p++) { /* this engine's beats, not every engine's */
     st = bus_subject_engine_health(c->prefix, h->engine_id, peer_actor[p], h->subject[p], sizeof h->subject[p]);

@@ -19,6 +19,7 @@
 
 #include "base/status.h"
 #include "bus/bus.h"
+#include "bus/peer_watch.h"
 
 struct peer_health;
 
@@ -35,6 +36,12 @@ struct peer_health_config {
    * now rather than at the end of its back-off. */
   void (*on_peer_up)(void *user);
   void *user;
+  /* The engine's worker as seen before the detection started (the heartbeat whose KV geometry the
+   * scheduler took at start-up; actor_main_wait_kv_geometry), or NULL. Its watch starts from that
+   * beat, so a worker killed before its next beat is seen replaced by its successor's first beat
+   * (or silent), not taken for the first worker: a step sent to the dead one is abandoned at
+   * once rather than at the execute timeout. The beat is copied. */
+  const struct peer_beat *worker_seen;
 };
 
 /* Creates the detection and, when heartbeat_ms > 0, the watches and their subscriptions.

@@ -411,8 +411,10 @@ void actor_main_set_kv_geometry(struct actor_main *am, int32_t num_blocks, int32
 
 /* True (and the geometry set) when msg is a ready heartbeat of this engine's worker with a
  * geometry inside the bounds. */
+/* A ready beat of this engine's worker with a sane geometry: *num_blocks, *block_size and, when
+ * seen is not NULL, the worker's instance, pid and seq into it. */
 static bool worker_geometry(const struct actor_main *am, const struct bus_msg *msg, struct llb_arena *arena,
-                            int32_t *num_blocks, int32_t *block_size) {
+                            int32_t *num_blocks, int32_t *block_size, struct actor_main *seen) {
   struct llb_heartbeat hb;
   llb_arena_reset(arena);
   if (llb_heartbeat_decode(msg->data, msg->len, arena, &hb) != LLB_STATUS_OK) return false;
@@ -425,6 +427,17 @@ static bool worker_geometry(const struct actor_main *am, const struct bus_msg *m
       hb.block_size > ACTOR_MAIN_MAX_BLOCK_SIZE)
     return false;
   *num_blocks = hb.num_gpu_blocks, *block_size = hb.block_size;
+  if (seen && hb.instance.len < sizeof seen->kv_worker_instance && strlen(hb.instance.data) == hb.instance.len) {
+    memcpy(seen->kv_worker_instance, hb.instance.data, hb.instance.len + 1);
+    seen->kv_worker_pid = hb.pid, seen->kv_worker_seq = hb.seq;
+  }
+  return true;
+}
+
+bool actor_main_kv_geometry_worker(const struct actor_main *am, struct peer_beat *out) {
+  if (!am->kv_worker_instance[0]) return false;
+  *out = (struct peer_beat){.instance = am->kv_worker_instance, .pid = am->kv_worker_pid,
+                            .seq = am->kv_worker_seq, .ready = true};
   return true;
 }
 
@@ -443,7 +456,7 @@ static void geometry_watch_free(struct geometry_watch *w) {
 static void on_worker_heartbeat(struct bus *bus, const struct bus_msg *msg, void *user) {
   struct geometry_watch *w = user;
   int32_t nb, bs;
-  if (!worker_geometry(w->am, msg, &w->arena, &nb, &bs) || (nb == w->num_blocks && bs == w->block_size)) return;
+  if (!worker_geometry(w->am, msg, &w->arena, &nb, &bs, NULL) || (nb == w->num_blocks && bs == w->block_size)) return;
   if (atomic_exchange(&w->am->fail_exit, true)) return;
   LLB_LOG_ERROR("kv_geometry_changed", "adopted_num_blocks=%d adopted_block_size=%d worker_num_blocks=%d "
                 "worker_block_size=%d action=restart", w->num_blocks, w->block_size, nb, bs);
@@ -489,7 +502,7 @@ static llb_status geometry_wait_loop(struct actor_main *am, struct bus_sub *sub,
     const int64_t left_ms = (end_ns - llb_now_ns()) / 1000000;
     st = bus_sub_next_msg(sub, left_ms < 100 ? (left_ms > 0 ? left_ms : 1) : 100, &msg);
     if (st == LLB_STATUS_OK) {
-      st = worker_geometry(am, msg, &arena, num_blocks, block_size) ? LLB_STATUS_OK : LLB_STATUS_TIMEOUT;
+      st = worker_geometry(am, msg, &arena, num_blocks, block_size, am) ? LLB_STATUS_OK : LLB_STATUS_TIMEOUT;
       bus_msg_destroy(msg);
     }
   }

@@ -52,6 +52,7 @@
 #include "base/status.h"
 #include "bus/bus.h"
 #include "bus/metrics_http.h"
+#include "bus/peer_watch.h"
 #include "cmd/flags/flags.h"
 
 /* Values of the common flags after parsing. Strings point into argv or static storage. */
@@ -98,6 +99,10 @@ struct actor_main {
   void *lora_user;
   atomic_bool fail_exit;      /* the actor stopped itself for a reason that needs a restart: exit 1 */
   struct geometry_watch *geometry_watch; /* actor_main_wait_kv_geometry's watch, freed at exit */
+  /* the worker whose beat gave the geometry (actor_main_kv_geometry_worker); "" none */
+  char kv_worker_instance[BUS_TOKEN_MAX + 1];
+  int32_t kv_worker_pid;
+  uint64_t kv_worker_seq;
   atomic_int_fast64_t hello_answered_ns; /* actor_main_answer_hellos: the last answer */
   atomic_uint_fast64_t answered_reconnects; /* actor_main_answer_after_reconnect */
   atomic_int_fast64_t answer_until_ns;
@@ -172,6 +177,11 @@ void actor_main_set_lora_source(struct actor_main *am,
  * bus_subscribe_sync / bus_sub_next_msg / bus_subscribe. */
 llb_status actor_main_wait_kv_geometry(struct actor_main *am, int64_t timeout_ms, int32_t *num_blocks,
                                        int32_t *block_size);
+
+/* The worker whose heartbeat gave the geometry above, as a peer_watch beat (bus/peer_watch.h;
+ * instance points into am, valid as long as am): the scheduler's failure detection starts its
+ * worker watch from it. False (*out untouched) before a successful wait. */
+bool actor_main_kv_geometry_worker(const struct actor_main *am, struct peer_beat *out);
 
 /* The gpu_worker's side of the geometry wait: while a scheduler or kv_manager of this engine
  * waits (actor_main_wait_kv_geometry) it says hello with a not-ready heartbeat every 250 ms;

@@ -15,3 +15,8 @@ llb_add_test(test_actor_lifecycle SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_actor_l
              LIBS llmbus_kv_manager_actor llmbus_encoder_cache_actor llmbus_nats_test_server
                   PkgConfig::CMOCKA Threads::Threads
              LABELS integration engine TIMEOUT 180)
+# The scheduler's failure detection (peer_health) on a real bus: a worker replaced before its
+# next beat, seen from the beat the KV geometry came from.
+llb_add_test(test_scheduler_peer_health SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler_peer_health.c
+             LIBS llmbus_scheduler_actor llmbus_nats_test_server PkgConfig::CMOCKA Threads::Threads
+             LABELS integration engine TIMEOUT 120)
