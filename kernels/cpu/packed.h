@@ -61,9 +61,11 @@
  *            elements 16s..16s+15 of column j), ql[4][64] (the low 4 bits in the NIBBLE
  *            arrangement), qh[2][64]: bits 2t, 2t+1 of qh[i][4j + e] = the high 2 bits of element
  *            4(4i + t) + e of column j. Quants q are 0..63, w = d * sc * (q - 32).
- *   FLOAT    (F16, BF16): no scales; w[32][16]: w[i][j] = element i of column j as the file
- *            stores it (fp16 or bf16 bits). Multiplied in float against float activations
- *            (packed_float.c), not through block_q8_x.
+ *   FLOAT    (F16, BF16): no scales; F16 w[32][16]: w[i][j] = element i of column j as the
+ *            file stores it (fp16 bits); BF16 w[16][16][2]: w[k][j][e] = element 2k + e of
+ *            column j (bf16 bits; a 32-bit lane holds one column's pair, as vdpbf16ps takes
+ *            it). Multiplied in float against float activations (packed_float.c), not through
+ *            block_q8_x; BF16 on AVX512_BF16 against bf16 activations (cpu_packed_bf16_fn).
  * Q2_K and Q3_K have scales per 16 weights and no packed form. */
 enum cpu_pack_family {
   CPU_PACK_FAMILY_NIBBLE = 0,
@@ -121,6 +123,24 @@ typedef void (*cpu_packed_float_fn)(int64_t nb, const uint8_t *panel, const floa
 
 /* The FLOAT-family kernel of weight type w (F16, BF16) at `level`; NULL for other types. */
 cpu_packed_float_fn cpu_packed_float_select(enum ggml_type w, enum cpu_simd_level level);
+
+/* BF16 panels on CPU_SIMD_LEVEL_AVX512_BF16 (llama.cpp's arithmetic for BF16 weights on such a
+ * CPU): x rows are the activations rounded to bf16 (cpu_packed_bf16_act_row), 2 bytes each;
+ * out[r * out_stride + j] = over the pairs k < 16 * nb in order, from acc = 0,
+ *   acc = fma(w_2k+1,j, x[r][2k+1], acc); acc = fma(w_2k,j, x[r][2k], acc)
+ * (vdpbf16ps: bf16 products are exact in float, each add rounds to nearest even; a denormal
+ * bf16 input counts as zero and a denormal sum flushes to zero), for j < 16, r < n_rows
+ * (1..CPU_PACKED_MAX_ROWS). One order for every row: batch invariant. */
+typedef void (*cpu_packed_bf16_fn)(int64_t nb, const uint8_t *panel, const uint16_t *const *x, int n_rows,
+                                   float *out, int64_t out_stride);
+
+/* The kernel above for weight type w at `level` (clamped to the CPU's); NULL unless w is BF16 and
+ * the level is CPU_SIMD_LEVEL_AVX512_BF16 (the caller then takes cpu_packed_float_select). */
+cpu_packed_bf16_fn cpu_packed_bf16_select(enum ggml_type w, enum cpu_simd_level level);
+
+/* y[i] = x[i] as bf16 (llb_fp32_to_bf16: nearest even, NaN stays a quiet NaN), i < n; the same
+ * bits at every level. */
+void cpu_packed_bf16_act_row(enum cpu_simd_level level, const float *x, uint16_t *y, int64_t n);
 
 /* The kernel of packed weight type w (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS) at
  * `level`, clamped to what the CPU runs; NULL for other types. */

@@ -228,10 +228,12 @@ llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
   for (int64_t p = 0; p < panels; p++)
     for (int64_t b = 0; b < nb; b++) {
       uint8_t *o = out + ((size_t)p * (size_t)nb + (size_t)b) * bb;
-      if (fam == CPU_PACK_FAMILY_FLOAT) { /* w[i][j]: 2-byte values, element 32b + i of column j */
+      if (fam == CPU_PACK_FAMILY_FLOAT) { /* element 32b + i of column j: F16 w[i][j], BF16 w[i/2][j][i%2] */
+        const bool pairs = w->type == GGML_TYPE_BF16;
         for (int j = 0; j < CPU_PACK_COLS; j++) {
           const uint8_t *row = src + (size_t)(p * CPU_PACK_COLS + j) * w->row_bytes + (size_t)b * 64;
-          for (int i = 0; i < 32; i++) memcpy(o + 2 * (16 * i + j), row + 2 * i, 2);
+          for (int i = 0; i < 32; i++)
+            memcpy(o + (pairs ? 4 * (16 * (i / 2) + j) + 2 * (i % 2) : 2 * (16 * i + j)), row + 2 * i, 2);
         }
         continue;
       }
