@@ -51,9 +51,12 @@
  *            byte 4h + e of column j's Q4_1-style qs (low nibble: element 4h + e, high nibble:
  *            element 16 + 4h + e). Q4_0: m = -8 * d (exact in fp16; a file with |d| > 65504/8
  *            stays unpacked). Q4_K: d = d * sc, m = -(dmin * min) of the sub-block.
- *   SIGNED   (Q8_0, IQ4_NL; IQ4_XS float-scaled): d[16], then qs[8][64]: qs[g][4j + e] =
- *            the signed integer weight of element 4g + e of column j, plus 128 (unsigned, for
- *            vpdpbusd). IQ4_NL / IQ4_XS: kvalues_iq4nl[q] (-127..113); IQ4_XS: d = d * (ls - 32).
+ *   SIGNED   (Q8_0): d[16], then qs[8][64]: qs[g][4j + e] = the signed integer weight of
+ *            element 4g + e of column j, plus 128 (unsigned, for vpdpbusd).
+ *   NL4      (IQ4_NL; IQ4_XS float-scaled): d[16], then qs[4][64]: the 4-bit indices q of the
+ *            file in the NIBBLE arrangement; the weight is the signed integer kvalues_iq4nl[q]
+ *            (-127..113), looked up in the kernel (vpshufb), then summed as SIGNED's. IQ4_XS:
+ *            d = d * (ls - 32). Half the bytes of a byte per weight: decode reads the file's bits.
  *   UNSIGNED (Q5_0, Q5_1; Q5_K float-scaled): d[16], m[16], then qs[8][64]: qs[g][4j + e] = the
  *            5-bit quant (0..31) of element 4g + e of column j. Q5_0: m = -16 * d (exact in
  *            fp16; a file with |d| > 65504/16 stays unpacked). Q5_K: d, m as Q4_K.
@@ -73,6 +76,7 @@ enum cpu_pack_family {
   CPU_PACK_FAMILY_UNSIGNED = 2,
   CPU_PACK_FAMILY_K6 = 3,
   CPU_PACK_FAMILY_FLOAT = 4,
+  CPU_PACK_FAMILY_NL4 = 5,
 };
 
 /* The family of type t's packed blocks (enum cpu_pack_family), *float_scales (may be NULL) 1
