@@ -187,6 +187,7 @@ struct matmul_task {
   cpu_gemm_fn gemm[CPU_MATMUL_MAX_WEIGHTS]; /* tile kernel, NULL: dot per column */
   cpu_packed_fn packed[CPU_MATMUL_MAX_WEIGHTS]; /* w->packed's kernel, NULL: GGUF layout */
   cpu_packed_float_fn packed_f[CPU_MATMUL_MAX_WEIGHTS]; /* FLOAT panels' kernel (x as it is) */
+  cpu_packed_bf16_fn packed_bf[CPU_MATMUL_MAX_WEIGHTS]; /* BF16 panels on AVX512_BF16 (x as bf16) */
   int64_t rows_per_chunk;                   /* quantization phase */
   int64_t tile;                             /* output columns per chunk */
   int64_t chunk_end[CPU_MATMUL_MAX_WEIGHTS]; /* cumulative chunks of weights 0..j */
@@ -198,10 +199,11 @@ static void matmul_quantize_chunk(void *arg, int64_t chunk, int ith) {
   int64_t lo, hi;
   chunk_range(chunk, t->rows_per_chunk, t->n_rows, &lo, &hi);
   for (int j = 0; j < t->n_w; j++) {
-    if (!t->owns_act[j] || t->packed_f[j]) continue;
+    if (!t->owns_act[j] || (t->packed_f[j] && !t->packed_bf[j])) continue;
     for (int64_t r = lo; r < hi; r++) {
       uint8_t *row = t->act[j] + (size_t)r * t->act_row[j];
-      if (t->packed[j]) cpu_quantize_act_row_x(t->c->level, t->x + r * t->k, (block_q8_x *)row, t->k);
+      if (t->packed_bf[j]) cpu_packed_bf16_act_row(t->c->level, t->x + r * t->k, (uint16_t *)(void *)row, t->k);
+      else if (t->packed[j]) cpu_quantize_act_row_x(t->c->level, t->x + r * t->k, (block_q8_x *)row, t->k);
       else cpu_quantize_act_row(t->w[j]->type, t->x + r * t->k, row, t->k);
     }
   }
@@ -226,7 +228,7 @@ static void packed_columns(const struct matmul_task *t, int j, int64_t c0, int64
   }
 }
 
-/* packed_columns for FLOAT panels: the activation rows are x's own. */
+/* packed_columns for FLOAT panels: the activation rows are x's own, or their bf16 copy. */
 static void packed_float_columns(const struct matmul_task *t, int j, int64_t c0, int64_t c1) {
   const struct backend_weight *w = t->w[j];
   const int64_t nb = t->k / 32, n_out = w->rows;
@@ -234,10 +236,17 @@ static void packed_float_columns(const struct matmul_task *t, int j, int64_t c0,
   for (int32_t r0 = 0; r0 < t->n_rows; r0 += CPU_PACKED_MAX_ROWS) {
     const int nr = t->n_rows - r0 < CPU_PACKED_MAX_ROWS ? t->n_rows - r0 : CPU_PACKED_MAX_ROWS;
     const float *rows[CPU_PACKED_MAX_ROWS];
-    for (int r = 0; r < nr; r++) rows[r] = t->x + (int64_t)(r0 + r) * t->k;
+    const uint16_t *rows_bf[CPU_PACKED_MAX_ROWS];
+    for (int r = 0; r < nr; r++) {
+      rows[r] = t->x + (int64_t)(r0 + r) * t->k;
+      rows_bf[r] = (const uint16_t *)(const void *)(t->act[j] + (size_t)(r0 + r) * t->act_row[j]);
+    }
     float *o = t->out[j] + (int64_t)r0 * n_out;
-    for (int64_t col = c0; col < c1; col += CPU_PACK_COLS)
-      t->packed_f[j](nb, w->packed + (size_t)(col / CPU_PACK_COLS) * panel_bytes, rows, nr, o + col, n_out);
+    for (int64_t col = c0; col < c1; col += CPU_PACK_COLS) {
+      const uint8_t *panel = w->packed + (size_t)(col / CPU_PACK_COLS) * panel_bytes;
+      if (t->packed_bf[j]) t->packed_bf[j](nb, panel, rows_bf, nr, o + col, n_out);
+      else t->packed_f[j](nb, panel, rows, nr, o + col, n_out);
+    }
   }
 }
 
@@ -288,7 +297,7 @@ static void matmul_chunk(void *arg, int64_t chunk, int ith) {
 
 /* Weights whose activations are quantized alike share one quantized copy of x. */
 static int act_kind(const struct matmul_task *t, int j) {
-  return t->packed_f[j] ? -2 : t->packed[j] ? -1 : (int)cpu_vec_dot_type(t->w[j]->type);
+  return t->packed_bf[j] ? -3 : t->packed_f[j] ? -2 : t->packed[j] ? -1 : (int)cpu_vec_dot_type(t->w[j]->type);
 }
 
 llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
@@ -322,7 +331,10 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
     const bool packed = w[j]->packed && cpu_pack_shape_ok(w[j]);
     t.packed[j] = packed ? cpu_packed_select(ty, c->level) : NULL;
     t.packed_f[j] = packed ? cpu_packed_float_select(ty, c->level) : NULL;
-    t.act_row[j] = t.packed[j] ? (size_t)(t.k / 32) * sizeof(block_q8_x) : cpu_act_row_bytes(ty, t.k);
+    t.packed_bf[j] = packed ? cpu_packed_bf16_select(ty, c->level) : NULL;
+    t.act_row[j] = t.packed[j]      ? (size_t)(t.k / 32) * sizeof(block_q8_x)
+                   : t.packed_bf[j] ? (size_t)t.k * sizeof(uint16_t)
+                                    : cpu_act_row_bytes(ty, t.k);
     t.owns_act[j] = true;
     t.act[j] = c->act + (size_t)j * c->act_bytes;
     for (int i = 0; i < j; i++)

@@ -1,4 +1,4 @@
-/* Packed matmul kernels of the three block families (packed.h: NIBBLE, SIGNED, UNSIGNED), each
+/* Packed matmul kernels of the block families (packed.h: NIBBLE, SIGNED, NL4, UNSIGNED, K6), each
  * fp16- or float-scaled: scalar, AVX2, AVX-512 VNNI; one float order (packed.h). The layouts
  * and the repacking are packed_layout.c's. Compiled with -ffp-contract=off so that only the
  * explicit fmaf / fmadd fuse. */
@@ -21,8 +21,10 @@
  * float-scaled form. Constant-folded inside the always-inline kernels below. */
 #define PK_SB(fs) ((fs) ? 4 : 2)
 #define PK_M_OFF(fs) (16 * PK_SB(fs))
-#define PK_QS_OFF(fam, fs) ((fam) == CPU_PACK_FAMILY_SIGNED ? 16 * PK_SB(fs) : 32 * PK_SB(fs))
-#define PK_BLOCK(fam, fs) (PK_QS_OFF(fam, fs) + ((fam) == CPU_PACK_FAMILY_NIBBLE ? 4 : 8) * 64)
+#define PK_NO_MIN(fam) ((fam) == CPU_PACK_FAMILY_SIGNED || (fam) == CPU_PACK_FAMILY_NL4)
+#define PK_QS_OFF(fam, fs) (PK_NO_MIN(fam) ? 16 * PK_SB(fs) : 32 * PK_SB(fs))
+#define PK_BLOCK(fam, fs) \
+  (PK_QS_OFF(fam, fs) + ((fam) == CPU_PACK_FAMILY_NIBBLE || (fam) == CPU_PACK_FAMILY_NL4 ? 4 : 8) * 64)
 
 /* bsum of a quantized block: the sums of its two halves. */
 static void block_bsums(block_q8_x *y) {
@@ -122,11 +124,13 @@ static void packed_scalar(int fam, int fs, int64_t nb, const uint8_t *panel, con
       const block_q8_x *a = act[r] + b;
       for (int j = 0; j < CPU_PACK_COLS; j++) {
         int32_t s = 0;
-        if (fam == CPU_PACK_FAMILY_NIBBLE) {
+        if (fam == CPU_PACK_FAMILY_NIBBLE || fam == CPU_PACK_FAMILY_NL4) {
+          const bool nl = fam == CPU_PACK_FAMILY_NL4;
           for (int h = 0; h < 4; h++)
             for (int e = 0; e < 4; e++) {
               const uint8_t q = qs[64 * h + 4 * j + e];
-              s += (q & 0x0F) * a->qs[4 * h + e] + (q >> 4) * a->qs[16 + 4 * h + e];
+              const int lo = nl ? llb_kvalues_iq4nl[q & 0x0F] : q & 0x0F, hi = nl ? llb_kvalues_iq4nl[q >> 4] : q >> 4;
+              s += lo * a->qs[4 * h + e] + hi * a->qs[16 + 4 * h + e];
             }
         } else {
           const int bias = fam == CPU_PACK_FAMILY_SIGNED ? 128 : 0;
@@ -134,7 +138,7 @@ static void packed_scalar(int fam, int fs, int64_t nb, const uint8_t *panel, con
             for (int e = 0; e < 4; e++) s += ((int32_t)qs[64 * g + 4 * j + e] - bias) * a->qs[4 * g + e];
         }
         acc[j] = fmaf(scale_at(pb, j, fs) * a->d, (float)s, acc[j]);
-        if (fam != CPU_PACK_FAMILY_SIGNED) acc[j] = fmaf(scale_at(pb + PK_M_OFF(fs), j, fs), a->s, acc[j]);
+        if (!PK_NO_MIN(fam)) acc[j] = fmaf(scale_at(pb + PK_M_OFF(fs), j, fs), a->s, acc[j]);
       }
     }
     memcpy(out + (int64_t)r * os, acc, sizeof(acc));
@@ -183,6 +187,8 @@ PK_SCALAR(nibble_scalar, CPU_PACK_FAMILY_NIBBLE, 0)
 PK_SCALAR(nibble_f_scalar, CPU_PACK_FAMILY_NIBBLE, 1)
 PK_SCALAR(signed_scalar, CPU_PACK_FAMILY_SIGNED, 0)
 PK_SCALAR(signed_f_scalar, CPU_PACK_FAMILY_SIGNED, 1)
+PK_SCALAR(nl4_scalar, CPU_PACK_FAMILY_NL4, 0)
+PK_SCALAR(nl4_f_scalar, CPU_PACK_FAMILY_NL4, 1)
 PK_SCALAR(unsigned_scalar, CPU_PACK_FAMILY_UNSIGNED, 0)
 PK_SCALAR(unsigned_f_scalar, CPU_PACK_FAMILY_UNSIGNED, 1)
 
@@ -230,21 +236,31 @@ PK_AVX2 static PK_INLINE void nibble_avx2_half(int64_t nb, const uint8_t *panel,
   for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
 }
 
-/* SIGNED: signed weights by the sign trick (|w| unsigned, q with w's sign), widened per group. */
+/* SIGNED and NL4: signed weights by the sign trick (|w| unsigned, q with w's sign), widened
+ * per group. NL4's weights are kvalues_iq4nl[q], looked up by vpshufb from the 4-bit indices. */
 PK_AVX2 static PK_INLINE void signed_avx2_half(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                               const int n, float *out, int64_t os, int half, const int fs) {
+                                               const int n, float *out, int64_t os, int half, const int fs,
+                                               const int fam) {
   __m256 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm256_setzero_ps();
-  const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+  const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+  const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)llb_kvalues_iq4nl));
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_SIGNED, fs);
-    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_SIGNED, fs);
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(fam, fs);
+    const uint8_t *qs = pb + PK_QS_OFF(fam, fs);
     const __m256 dx = scales8(pb, half, fs);
     __m256i ws[8], wa[8];
-    for (int g = 0; g < 8; g++) {
-      ws[g] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(qs + 64 * g + 32 * half)), bias);
-      wa[g] = _mm256_sign_epi8(ws[g], ws[g]);
+    if (fam == CPU_PACK_FAMILY_NL4) {
+      for (int h = 0; h < 4; h++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 64 * h + 32 * half));
+        ws[h] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+        ws[h + 4] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+      }
+    } else {
+      for (int g = 0; g < 8; g++)
+        ws[g] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(qs + 64 * g + 32 * half)), bias);
     }
+    for (int g = 0; g < 8; g++) wa[g] = _mm256_sign_epi8(ws[g], ws[g]);
     for (int r = 0; r < n; r++) {
       const block_q8_x *a = act[r] + b;
       __m256i s = _mm256_setzero_si256();
@@ -390,17 +406,30 @@ PK_VNNI static PK_INLINE void nibble_vnni_n(int64_t nb, const uint8_t *panel, co
   for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
 }
 
-/* SIGNED weights are stored plus 128: sum((w + 128) * q) - 128 * sum(q) = sum(w * q), exact. */
+/* SIGNED weights are stored plus 128: sum((w + 128) * q) - 128 * sum(q) = sum(w * q), exact.
+ * NL4: w + 128 = (kvalues_iq4nl + 128)[q], looked up by vpshufb from the 4-bit indices. */
 PK_VNNI static PK_INLINE void signed_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                            const int n, float *out, int64_t os, const int fs) {
+                                            const int n, float *out, int64_t os, const int fs, const int fam) {
   __m512 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i lut = _mm512_xor_si512(
+      _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)llb_kvalues_iq4nl)),
+      _mm512_set1_epi8((char)0x80));
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_SIGNED, fs);
-    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_SIGNED, fs);
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(fam, fs);
+    const uint8_t *qs = pb + PK_QS_OFF(fam, fs);
     const __m512 dx = scales16(pb, fs);
     __m512i w[8];
-    for (int g = 0; g < 8; g++) w[g] = _mm512_loadu_si512((const void *)(qs + 64 * g));
+    if (fam == CPU_PACK_FAMILY_NL4) {
+      for (int h = 0; h < 4; h++) {
+        const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * h));
+        w[h] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+        w[h + 4] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+      }
+    } else {
+      for (int g = 0; g < 8; g++) w[g] = _mm512_loadu_si512((const void *)(qs + 64 * g));
+    }
     __m512i s[CPU_PACKED_MAX_ROWS]; /* rows inner, as nibble_vnni_n */
     for (int r = 0; r < n; r++) s[r] = _mm512_set1_epi32(-128 * act[r][b].sum);
     for (int g = 0; g < 8; g++)
@@ -494,7 +523,8 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
 
 /* FS is the enclosing wrapper's constant (0: fp16 scales, 1: float scales). */
 #define PK_NIBBLE_VNNI(N) nibble_vnni_n(nb, panel, act, N, out, os, FS)
-#define PK_SIGNED_VNNI(N) signed_vnni_n(nb, panel, act, N, out, os, FS)
+#define PK_SIGNED_VNNI(N) signed_vnni_n(nb, panel, act, N, out, os, FS, CPU_PACK_FAMILY_SIGNED)
+#define PK_NL4_VNNI(N) signed_vnni_n(nb, panel, act, N, out, os, FS, CPU_PACK_FAMILY_NL4)
 #define PK_UNSIGNED_VNNI(N) unsigned_vnni_n(nb, panel, act, N, out, os, FS)
 #define PK_K6_VNNI(N) k6_vnni_n(nb, panel, act, N, out, os)
 
@@ -524,13 +554,20 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
     PK_ROWS_SWITCH4(call)                                                                          \
   }
 #define PK_NIBBLE_AVX2_4(A, O, N) (nibble_avx2_half(nb, panel, A, N, O, os, 0, FS), nibble_avx2_half(nb, panel, A, N, O, os, 1, FS))
-#define PK_SIGNED_AVX2_4(A, O, N) (signed_avx2_half(nb, panel, A, N, O, os, 0, FS), signed_avx2_half(nb, panel, A, N, O, os, 1, FS))
+#define PK_SIGNED_AVX2_4(A, O, N) \
+  (signed_avx2_half(nb, panel, A, N, O, os, 0, FS, CPU_PACK_FAMILY_SIGNED), \
+   signed_avx2_half(nb, panel, A, N, O, os, 1, FS, CPU_PACK_FAMILY_SIGNED))
+#define PK_NL4_AVX2_4(A, O, N) \
+  (signed_avx2_half(nb, panel, A, N, O, os, 0, FS, CPU_PACK_FAMILY_NL4), \
+   signed_avx2_half(nb, panel, A, N, O, os, 1, FS, CPU_PACK_FAMILY_NL4))
 #define PK_UNSIGNED_AVX2_4(A, O, N) (unsigned_avx2_half(nb, panel, A, N, O, os, 0, FS), unsigned_avx2_half(nb, panel, A, N, O, os, 1, FS))
 #define PK_K6_AVX2_4(A, O, N) (k6_avx2_half(nb, panel, A, N, O, os, 0), k6_avx2_half(nb, panel, A, N, O, os, 1))
 PK_WRAP4(PK_AVX2, nibble_avx2, PK_NIBBLE_AVX2_4, 0)
 PK_WRAP4(PK_AVX2, nibble_f_avx2, PK_NIBBLE_AVX2_4, 1)
 PK_WRAP4(PK_AVX2, signed_avx2, PK_SIGNED_AVX2_4, 0)
 PK_WRAP4(PK_AVX2, signed_f_avx2, PK_SIGNED_AVX2_4, 1)
+PK_WRAP4(PK_AVX2, nl4_avx2, PK_NL4_AVX2_4, 0)
+PK_WRAP4(PK_AVX2, nl4_f_avx2, PK_NL4_AVX2_4, 1)
 PK_WRAP4(PK_AVX2, unsigned_avx2, PK_UNSIGNED_AVX2_4, 0)
 PK_WRAP4(PK_AVX2, unsigned_f_avx2, PK_UNSIGNED_AVX2_4, 1)
 PK_WRAP4(PK_AVX2, k6_avx2, PK_K6_AVX2_4, 0)
@@ -538,6 +575,8 @@ PK_WRAP(PK_VNNI, nibble_vnni, PK_NIBBLE_VNNI, 0)
 PK_WRAP(PK_VNNI, nibble_f_vnni, PK_NIBBLE_VNNI, 1)
 PK_WRAP(PK_VNNI, signed_vnni, PK_SIGNED_VNNI, 0)
 PK_WRAP(PK_VNNI, signed_f_vnni, PK_SIGNED_VNNI, 1)
+PK_WRAP(PK_VNNI, nl4_vnni, PK_NL4_VNNI, 0)
+PK_WRAP(PK_VNNI, nl4_f_vnni, PK_NL4_VNNI, 1)
 PK_WRAP(PK_VNNI, unsigned_vnni, PK_UNSIGNED_VNNI, 0)
 PK_WRAP(PK_VNNI, unsigned_f_vnni, PK_UNSIGNED_VNNI, 1)
 PK_WRAP(PK_VNNI, k6_vnni, PK_K6_VNNI, 0)
@@ -548,6 +587,13 @@ cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
   int fs = 0;
   const int fam = cpu_pack_kind(w, &fs);
   if (fam < 0 || fam == CPU_PACK_FAMILY_FLOAT) return NULL; /* FLOAT: cpu_packed_float_select */
+  if (fam == CPU_PACK_FAMILY_NL4) {
+#if PK_HAVE_X86
+    if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return fs ? nl4_f_vnni : nl4_vnni;
+    if (level >= CPU_SIMD_LEVEL_AVX2) return fs ? nl4_f_avx2 : nl4_avx2;
+#endif
+    return fs ? nl4_f_scalar : nl4_scalar;
+  }
   if (fam == CPU_PACK_FAMILY_K6) {
 #if PK_HAVE_X86
     if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return k6_vnni;

@@ -51,9 +51,12 @@
  *            byte 4h + e of column j's Q4_1-style qs (low nibble: element 4h + e, high nibble:
  *            element 16 + 4h + e). Q4_0: m = -8 * d (exact in fp16; a file with |d| > 65504/8
  *            stays unpacked). Q4_K: d = d * sc, m = -(dmin * min) of the sub-block.
- *   SIGNED   (Q8_0, IQ4_NL; IQ4_XS float-scaled): d[16], then qs[8][64]: qs[g][4j + e] =
- *            the signed integer weight of element 4g + e of column j, plus 128 (unsigned, for
- *            vpdpbusd). IQ4_NL / IQ4_XS: kvalues_iq4nl[q] (-127..113); IQ4_XS: d = d * (ls - 32).
+ *   SIGNED   (Q8_0): d[16], then qs[8][64]: qs[g][4j + e] = the signed integer weight of
+ *            element 4g + e of column j, plus 128 (unsigned, for vpdpbusd).
+ *   NL4      (IQ4_NL; IQ4_XS float-scaled): d[16], then qs[4][64]: the 4-bit indices q of the
+ *            file in the NIBBLE arrangement; the weight is the signed integer kvalues_iq4nl[q]
+ *            (-127..113), looked up in the kernel (vpshufb), then summed as SIGNED's. IQ4_XS:
+ *            d = d * (ls - 32). Half the bytes of a byte per weight: decode reads the file's bits.
  *   UNSIGNED (Q5_0, Q5_1; Q5_K float-scaled): d[16], m[16], then qs[8][64]: qs[g][4j + e] = the
  *            5-bit quant (0..31) of element 4g + e of column j. Q5_0: m = -16 * d (exact in
  *            fp16; a file with |d| > 65504/16 stays unpacked). Q5_K: d, m as Q4_K.
@@ -61,9 +64,11 @@
  *            elements 16s..16s+15 of column j), ql[4][64] (the low 4 bits in the NIBBLE
  *            arrangement), qh[2][64]: bits 2t, 2t+1 of qh[i][4j + e] = the high 2 bits of element
  *            4(4i + t) + e of column j. Quants q are 0..63, w = d * sc * (q - 32).
- *   FLOAT    (F16, BF16): no scales; w[32][16]: w[i][j] = element i of column j as the file
- *            stores it (fp16 or bf16 bits). Multiplied in float against float activations
- *            (packed_float.c), not through block_q8_x.
+ *   FLOAT    (F16, BF16): no scales; F16 w[32][16]: w[i][j] = element i of column j as the
+ *            file stores it (fp16 bits); BF16 w[16][16][2]: w[k][j][e] = element 2k + e of
+ *            column j (bf16 bits; a 32-bit lane holds one column's pair, as vdpbf16ps takes
+ *            it). Multiplied in float against float activations (packed_float.c), not through
+ *            block_q8_x; BF16 on AVX512_BF16 against bf16 activations (cpu_packed_bf16_fn).
  * Q2_K and Q3_K have scales per 16 weights and no packed form. */
 enum cpu_pack_family {
   CPU_PACK_FAMILY_NIBBLE = 0,
@@ -71,6 +76,7 @@ enum cpu_pack_family {
   CPU_PACK_FAMILY_UNSIGNED = 2,
   CPU_PACK_FAMILY_K6 = 3,
   CPU_PACK_FAMILY_FLOAT = 4,
+  CPU_PACK_FAMILY_NL4 = 5,
 };
 
 /* The family of type t's packed blocks (enum cpu_pack_family), *float_scales (may be NULL) 1
@@ -121,6 +127,24 @@ typedef void (*cpu_packed_float_fn)(int64_t nb, const uint8_t *panel, const floa
 
 /* The FLOAT-family kernel of weight type w (F16, BF16) at `level`; NULL for other types. */
 cpu_packed_float_fn cpu_packed_float_select(enum ggml_type w, enum cpu_simd_level level);
+
+/* BF16 panels on CPU_SIMD_LEVEL_AVX512_BF16 (llama.cpp's arithmetic for BF16 weights on such a
+ * CPU): x rows are the activations rounded to bf16 (cpu_packed_bf16_act_row), 2 bytes each;
+ * out[r * out_stride + j] = over the pairs k < 16 * nb in order, from acc = 0,
+ *   acc = fma(w_2k+1,j, x[r][2k+1], acc); acc = fma(w_2k,j, x[r][2k], acc)
+ * (vdpbf16ps: bf16 products are exact in float, each add rounds to nearest even; a denormal
+ * bf16 input counts as zero and a denormal sum flushes to zero), for j < 16, r < n_rows
+ * (1..CPU_PACKED_MAX_ROWS). One order for every row: batch invariant. */
+typedef void (*cpu_packed_bf16_fn)(int64_t nb, const uint8_t *panel, const uint16_t *const *x, int n_rows,
+                                   float *out, int64_t out_stride);
+
+/* The kernel above for weight type w at `level` (clamped to the CPU's); NULL unless w is BF16 and
+ * the level is CPU_SIMD_LEVEL_AVX512_BF16 (the caller then takes cpu_packed_float_select). */
+cpu_packed_bf16_fn cpu_packed_bf16_select(enum ggml_type w, enum cpu_simd_level level);
+
+/* y[i] = x[i] as bf16 (llb_fp32_to_bf16: nearest even, NaN stays a quiet NaN), i < n; the same
+ * bits at every level. */
+void cpu_packed_bf16_act_row(enum cpu_simd_level level, const float *x, uint16_t *y, int64_t n);
 
 /* The kernel of packed weight type w (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS) at
  * `level`, clamped to what the CPU runs; NULL for other types. */

@@ -1,7 +1,9 @@
 /* FLOAT-family packed matmuls (packed.h: F16 and BF16 weights in panels of 16 columns x 32
  * elements): float activations, one fma chain per output in index order from 0, on every level
  * (scalar fmaf, AVX2 8 columns a register, AVX-512 16), so the levels agree bit for bit and a
- * row's result never depends on the batch. This is llamafile tinyBLAS's shape (weights
+ * row's result never depends on the batch. BF16 weights on AVX512_BF16 instead take
+ * llama.cpp's arithmetic for them: activations rounded to bf16, vdpbf16ps (cpu_packed_bf16_fn),
+ * one order per output too, on that level only. This is llamafile tinyBLAS's shape (weights
  * converted once per k step, broadcast activations, a register tile of columns x rows); the
  * code is ours. Compiled with -ffp-contract=off so that only the explicit fmas fuse. */
 #include "kernels/cpu/packed.h"
@@ -14,6 +16,7 @@
 #define PF_HAVE_X86 1
 #define PF_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define PF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define PF_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 #define PF_INLINE inline __attribute__((always_inline))
 #else
 #define PF_HAVE_X86 0
@@ -21,6 +24,12 @@
 
 /* Bytes of one 32 x 16 block. */
 #define PF_BLOCK (32 * CPU_PACK_COLS * 2)
+
+/* Byte offset in a block of element i of column j: F16 w[i][j], BF16 w[i / 2][j][i % 2]
+ * (packed.h). */
+static size_t pf_offset(int i, int j, int bf16) {
+  return bf16 ? (size_t)(4 * (CPU_PACK_COLS * (i / 2) + j) + 2 * (i % 2)) : (size_t)(2 * (CPU_PACK_COLS * i + j));
+}
 
 static float pf_value(const uint8_t *p, int bf16) {
   uint16_t h;
@@ -35,8 +44,8 @@ static void float_scalar(int bf16, int64_t nb, const uint8_t *panel, const float
     for (int64_t b = 0; b < nb; b++)
       for (int i = 0; i < 32; i++) {
         const float xi = x[r][32 * b + i];
-        const uint8_t *w = panel + (size_t)b * PF_BLOCK + (size_t)i * CPU_PACK_COLS * 2;
-        for (int j = 0; j < CPU_PACK_COLS; j++) acc[j] = fmaf(pf_value(w + 2 * j, bf16), xi, acc[j]);
+        const uint8_t *blk = panel + (size_t)b * PF_BLOCK;
+        for (int j = 0; j < CPU_PACK_COLS; j++) acc[j] = fmaf(pf_value(blk + pf_offset(i, j, bf16), bf16), xi, acc[j]);
       }
     memcpy(out + (int64_t)r * os, acc, sizeof acc);
   }
@@ -50,11 +59,16 @@ static void bf16_scalar(int64_t nb, const uint8_t *panel, const float *const *x,
 }
 
 #if PF_HAVE_X86
-/* 8 values (fp16 or bf16 bits) at p as floats. */
-PF_AVX2 static PF_INLINE __m256 pf_load8(const uint8_t *p, const int bf16) {
-  const __m128i h = _mm_loadu_si128((const __m128i *)p);
-  if (bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  return _mm256_cvtph_ps(h);
+/* Columns 8h..8h+7 of elements 2k (e[0]) and 2k+1 (e[1]) as floats (blk: the block). */
+PF_AVX2 static PF_INLINE void pf_load8x2(const uint8_t *blk, int k, int h, const int bf16, __m256 e[2]) {
+  if (bf16) { /* a 32-bit lane holds one column's pair: low half element 2k, high half 2k + 1 */
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 4 * (CPU_PACK_COLS * k + 8 * h)));
+    e[0] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    e[1] = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
+    return;
+  }
+  for (int t = 0; t < 2; t++)
+    e[t] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 2 * (CPU_PACK_COLS * (2 * k + t) + 8 * h))));
 }
 
 /* n <= 4 rows: 8 accumulators (2 registers of 8 columns per row). */
@@ -62,13 +76,18 @@ PF_AVX2 static PF_INLINE void float_avx2_n(int64_t nb, const uint8_t *panel, con
                                            float *out, int64_t os, const int bf16) {
   __m256 acc[4][2];
   for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < 32 * nb; i++) {
-    const uint8_t *w = panel + (size_t)i * CPU_PACK_COLS * 2;
-    const __m256 w0 = pf_load8(w, bf16), w1 = pf_load8(w + 16, bf16);
-    for (int r = 0; r < n; r++) {
-      const __m256 xi = _mm256_broadcast_ss(x[r] + i);
-      acc[r][0] = _mm256_fmadd_ps(w0, xi, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(w1, xi, acc[r][1]);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *blk = panel + (size_t)b * PF_BLOCK;
+    for (int k = 0; k < 16; k++) {
+      __m256 w0[2], w1[2];
+      pf_load8x2(blk, k, 0, bf16, w0);
+      pf_load8x2(blk, k, 1, bf16, w1);
+      for (int t = 0; t < 2; t++)
+        for (int r = 0; r < n; r++) {
+          const __m256 xi = _mm256_broadcast_ss(x[r] + 32 * b + 2 * k + t);
+          acc[r][0] = _mm256_fmadd_ps(w0[t], xi, acc[r][0]);
+          acc[r][1] = _mm256_fmadd_ps(w1[t], xi, acc[r][1]);
+        }
     }
   }
   for (int r = 0; r < n; r++) {
@@ -77,11 +96,16 @@ PF_AVX2 static PF_INLINE void float_avx2_n(int64_t nb, const uint8_t *panel, con
   }
 }
 
-/* 16 values at p as floats. */
-PF_AVX512 static PF_INLINE __m512 pf_load16(const uint8_t *p, const int bf16) {
-  const __m256i h = _mm256_loadu_si256((const __m256i *)p);
-  if (bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  return _mm512_cvtph_ps(h);
+/* The 16 columns of elements 2k (e[0]) and 2k+1 (e[1]) as floats. */
+PF_AVX512 static PF_INLINE void pf_load16x2(const uint8_t *blk, int k, const int bf16, __m512 e[2]) {
+  if (bf16) {
+    const __m512i v = _mm512_loadu_si512((const void *)(blk + 4 * CPU_PACK_COLS * k));
+    e[0] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    e[1] = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u)));
+    return;
+  }
+  for (int t = 0; t < 2; t++)
+    e[t] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 2 * CPU_PACK_COLS * (2 * k + t))));
 }
 
 /* n <= 8 rows, one 16-column register each. */
@@ -89,9 +113,14 @@ PF_AVX512 static PF_INLINE void float_avx512_n(int64_t nb, const uint8_t *panel,
                                                float *out, int64_t os, const int bf16) {
   __m512 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < 32 * nb; i++) {
-    const __m512 w = pf_load16(panel + (size_t)i * CPU_PACK_COLS * 2, bf16);
-    for (int r = 0; r < n; r++) acc[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[r][i]), acc[r]);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *blk = panel + (size_t)b * PF_BLOCK;
+    for (int k = 0; k < 16; k++) {
+      __m512 w[2];
+      pf_load16x2(blk, k, bf16, w);
+      for (int t = 0; t < 2; t++)
+        for (int r = 0; r < n; r++) acc[r] = _mm512_fmadd_ps(w[t], _mm512_set1_ps(x[r][32 * b + 2 * k + t]), acc[r]);
+    }
   }
   for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
 }
@@ -131,7 +160,74 @@ PF_AVX2_WRAP(bf16_avx2, 1)
   }
 PF_AVX512_WRAP(f16_avx512, 0)
 PF_AVX512_WRAP(bf16_avx512, 1)
+
+/* x as bf16 (llb_fp32_to_bf16's rounding: nearest even, NaN kept quiet), 16 at a time. */
+PF_AVX512 static void bf16_act_avx512(const float *x, uint16_t *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i u = _mm512_loadu_si512((const void *)(x + i));
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                             _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)))),
+        16);
+    const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(64));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet)));
+  }
+  for (; i < n; i++) y[i] = llb_fp32_to_bf16(x[i]);
+}
+
+/* n <= 8 rows: one vdpbf16ps per row and pair of elements, the pair's 32 bits broadcast. */
+PF_BF16 static PF_INLINE void bf16dot_n(int64_t nb, const uint8_t *panel, const uint16_t *const *x, const int n,
+                                        float *out, int64_t os) {
+  __m512 acc[CPU_PACKED_MAX_ROWS];
+  for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < 16 * nb; k++) {
+    const __m512bh w = (__m512bh)_mm512_loadu_si512((const void *)(panel + 64 * k));
+    for (int r = 0; r < n; r++) {
+      int32_t pair;
+      memcpy(&pair, x[r] + 2 * k, 4);
+      acc[r] = _mm512_dpbf16_ps(acc[r], w, (__m512bh)_mm512_set1_epi32(pair));
+    }
+  }
+  for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
+}
+
+#define PF_BF16_CALL(N) bf16dot_n(nb, panel, x, N, out, os)
+PF_BF16 static void bf16dot(int64_t nb, const uint8_t *panel, const uint16_t *const *x, int n, float *out, int64_t os) {
+  switch (n) {
+  case 1: PF_BF16_CALL(1); break;
+  case 2: PF_BF16_CALL(2); break;
+  case 3: PF_BF16_CALL(3); break;
+  case 4: PF_BF16_CALL(4); break;
+  case 5: PF_BF16_CALL(5); break;
+  case 6: PF_BF16_CALL(6); break;
+  case 7: PF_BF16_CALL(7); break;
+  default: PF_BF16_CALL(8); break;
+  }
+}
 #endif
+
+cpu_packed_bf16_fn cpu_packed_bf16_select(enum ggml_type w, enum cpu_simd_level level) {
+  if (w != GGML_TYPE_BF16) return NULL;
+  if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
+#if PF_HAVE_X86
+  if (level >= CPU_SIMD_LEVEL_AVX512_BF16) return bf16dot;
+#endif
+  return NULL;
+}
+
+void cpu_packed_bf16_act_row(enum cpu_simd_level level, const float *x, uint16_t *y, int64_t n) {
+  if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
+#if PF_HAVE_X86
+  if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) {
+    bf16_act_avx512(x, y, n);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; i++) y[i] = llb_fp32_to_bf16(x[i]);
+}
 
 cpu_packed_float_fn cpu_packed_float_select(enum ggml_type w, enum cpu_simd_level level) {
   if (w != GGML_TYPE_F16 && w != GGML_TYPE_BF16) return NULL;

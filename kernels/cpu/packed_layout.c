@@ -13,8 +13,9 @@ int cpu_pack_kind(enum ggml_type t, int *float_scales) {
   switch (t) {
   case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: fam = CPU_PACK_FAMILY_NIBBLE; break;
   case GGML_TYPE_Q4_K: fam = CPU_PACK_FAMILY_NIBBLE, fs = 1; break;
-  case GGML_TYPE_Q8_0: case GGML_TYPE_IQ4_NL: fam = CPU_PACK_FAMILY_SIGNED; break;
-  case GGML_TYPE_IQ4_XS: fam = CPU_PACK_FAMILY_SIGNED, fs = 1; break;
+  case GGML_TYPE_Q8_0: fam = CPU_PACK_FAMILY_SIGNED; break;
+  case GGML_TYPE_IQ4_NL: fam = CPU_PACK_FAMILY_NL4; break;
+  case GGML_TYPE_IQ4_XS: fam = CPU_PACK_FAMILY_NL4, fs = 1; break;
   case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: fam = CPU_PACK_FAMILY_UNSIGNED; break;
   case GGML_TYPE_Q6_K: fam = CPU_PACK_FAMILY_K6; break;
   case GGML_TYPE_F16: case GGML_TYPE_BF16: fam = CPU_PACK_FAMILY_FLOAT; break;
@@ -33,6 +34,7 @@ size_t cpu_pack_block_bytes(int family, int float_scales) {
   case CPU_PACK_FAMILY_UNSIGNED: return 32 * sb + 8 * 64;
   case CPU_PACK_FAMILY_K6: return 16 * 2 + 2 * 16 + 4 * 64 + 2 * 64;
   case CPU_PACK_FAMILY_FLOAT: return 32 * 16 * 2;
+  case CPU_PACK_FAMILY_NL4: return 16 * sb + 4 * 64;
   default: return 0;
   }
 }
@@ -154,8 +156,9 @@ static void decode_block32(enum ggml_type t, const uint8_t *row, int64_t b, stru
     const block_iq4_nl *x = (const block_iq4_nl *)row + b;
     o->dh = x->d;
     for (int i = 0; i < 16; i++) {
-      o->sq[i] = llb_kvalues_iq4nl[x->qs[i] & 0x0F];
-      o->sq[i + 16] = llb_kvalues_iq4nl[x->qs[i] >> 4];
+      o->uq[i] = x->qs[i] & 0x0F, o->uq[i + 16] = x->qs[i] >> 4;
+      o->sq[i] = llb_kvalues_iq4nl[o->uq[i]];
+      o->sq[i + 16] = llb_kvalues_iq4nl[o->uq[i + 16]];
     }
     return;
   }
@@ -188,8 +191,9 @@ static void decode_block32(enum ggml_type t, const uint8_t *row, int64_t b, stru
     const int ls = ((x->scales_l[j / 2] >> (4 * (j % 2))) & 0x0F) | (((x->scales_h >> (2 * j)) & 3) << 4);
     o->df = llb_fp16_to_fp32(x->d) * (float)(ls - 32);
     for (int i = 0; i < 16; i++) {
-      o->sq[i] = llb_kvalues_iq4nl[x->qs[16 * j + i] & 0x0F];
-      o->sq[i + 16] = llb_kvalues_iq4nl[x->qs[16 * j + i] >> 4];
+      o->uq[i] = x->qs[16 * j + i] & 0x0F, o->uq[i + 16] = x->qs[16 * j + i] >> 4;
+      o->sq[i] = llb_kvalues_iq4nl[o->uq[i]];
+      o->sq[i + 16] = llb_kvalues_iq4nl[o->uq[i + 16]];
     }
     return;
   }
@@ -221,17 +225,20 @@ llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
   int fs = 0;
   const int fam = cpu_pack_kind(w->type, &fs);
   const size_t sb = fs ? 4 : 2, bb = cpu_pack_block_bytes(fam, fs);
-  const size_t m_off = 16 * sb, qs_off = fam == CPU_PACK_FAMILY_SIGNED ? 16 * sb : 32 * sb;
+  const bool no_min = fam == CPU_PACK_FAMILY_SIGNED || fam == CPU_PACK_FAMILY_NL4;
+  const size_t m_off = 16 * sb, qs_off = no_min ? 16 * sb : 32 * sb;
   const int64_t nb = w->cols / 32, panels = w->rows / CPU_PACK_COLS;
   const uint8_t *src = w->data;
   uint8_t *out = dst;
   for (int64_t p = 0; p < panels; p++)
     for (int64_t b = 0; b < nb; b++) {
       uint8_t *o = out + ((size_t)p * (size_t)nb + (size_t)b) * bb;
-      if (fam == CPU_PACK_FAMILY_FLOAT) { /* w[i][j]: 2-byte values, element 32b + i of column j */
+      if (fam == CPU_PACK_FAMILY_FLOAT) { /* element 32b + i of column j: F16 w[i][j], BF16 w[i/2][j][i%2] */
+        const bool pairs = w->type == GGML_TYPE_BF16;
         for (int j = 0; j < CPU_PACK_COLS; j++) {
           const uint8_t *row = src + (size_t)(p * CPU_PACK_COLS + j) * w->row_bytes + (size_t)b * 64;
-          for (int i = 0; i < 32; i++) memcpy(o + 2 * (16 * i + j), row + 2 * i, 2);
+          for (int i = 0; i < 32; i++)
+            memcpy(o + (pairs ? 4 * (16 * (i / 2) + j) + 2 * (i % 2) : 2 * (16 * i + j)), row + 2 * i, 2);
         }
         continue;
       }
@@ -244,10 +251,10 @@ llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
         decode_block32(w->type, src + (size_t)(p * CPU_PACK_COLS + j) * w->row_bytes, b, &k);
         if (fs) {
           memcpy(o + 4 * j, &k.df, 4);
-          if (fam != CPU_PACK_FAMILY_SIGNED) memcpy(o + m_off + 4 * j, &k.mf, 4);
+          if (!no_min) memcpy(o + m_off + 4 * j, &k.mf, 4);
         } else {
           memcpy(o + 2 * j, &k.dh, 2);
-          if (fam != CPU_PACK_FAMILY_SIGNED) memcpy(o + m_off + 2 * j, &k.mh, 2);
+          if (!no_min) memcpy(o + m_off + 2 * j, &k.mh, 2);
         }
         uint8_t *q = o + qs_off + 4 * j;
         for (int g = 0; g < 8; g++)
@@ -255,7 +262,7 @@ llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
             const int i = 4 * g + e;
             if (fam == CPU_PACK_FAMILY_SIGNED) q[64 * g + e] = (uint8_t)((uint8_t)k.sq[i] ^ 0x80);
             else if (fam == CPU_PACK_FAMILY_UNSIGNED) q[64 * g + e] = k.uq[i];
-            else if (g < 4) q[64 * g + e] = (uint8_t)(k.uq[i] | (k.uq[i + 16] << 4)); /* Q4_1's nibbles */
+            else if (g < 4) q[64 * g + e] = (uint8_t)(k.uq[i] | (k.uq[i + 16] << 4)); /* Q4_1's nibbles (NIBBLE, NL4) */
           }
       }
     }

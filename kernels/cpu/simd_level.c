@@ -21,6 +21,12 @@ static bool cpu_has_f16c(void) {
   unsigned eax, ebx, ecx, edx;
   return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
 }
+
+/* AVX512_BF16 from CPUID leaf 7 sub-leaf 1 (EAX bit 5). */
+static bool cpu_has_avx512_bf16(void) {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5));
+}
 #endif
 
 static enum cpu_simd_level simd_level_probe(void) {
@@ -29,7 +35,7 @@ static enum cpu_simd_level simd_level_probe(void) {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c()) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
-      return CPU_SIMD_LEVEL_AVX512_VNNI;
+      return cpu_has_avx512_bf16() ? CPU_SIMD_LEVEL_AVX512_BF16 : CPU_SIMD_LEVEL_AVX512_VNNI;
     return CPU_SIMD_LEVEL_AVX2;
   }
 #endif
@@ -43,18 +49,20 @@ static enum cpu_simd_level simd_level_probe(void) {
 static pthread_once_t simd_level_once = PTHREAD_ONCE_INIT;
 static enum cpu_simd_level simd_level;
 
-/* LLMBUS_SIMD caps the level (never raises it): scalar, avx2 or avx512. Benches and tests
- * run the AVX2 and portable paths on an AVX-512 machine this way; an unknown value is
- * reported once on stderr and ignored. */
+/* LLMBUS_SIMD caps the level (never raises it): scalar, avx2, avx512vnni (AVX-512 without the
+ * BF16 dot product) or avx512 (all of AVX-512 this CPU has). Benches and tests run the AVX2
+ * and portable paths on an AVX-512 machine this way; an unknown value is reported once on
+ * stderr and ignored. */
 static enum cpu_simd_level simd_level_cap(enum cpu_simd_level best) {
   const char *v = getenv("LLMBUS_SIMD");
   if (!v || !*v) return best;
   enum cpu_simd_level want;
   if (strcmp(v, "scalar") == 0) want = CPU_SIMD_LEVEL_SCALAR;
   else if (strcmp(v, "avx2") == 0) want = CPU_SIMD_LEVEL_AVX2;
-  else if (strcmp(v, "avx512") == 0) want = CPU_SIMD_LEVEL_AVX512_VNNI;
+  else if (strcmp(v, "avx512vnni") == 0) want = CPU_SIMD_LEVEL_AVX512_VNNI;
+  else if (strcmp(v, "avx512") == 0) want = CPU_SIMD_LEVEL_AVX512_BF16;
   else {
-    fprintf(stderr, "llmbus: LLMBUS_SIMD=%s is not one of scalar, avx2, avx512: ignored\n", v);
+    fprintf(stderr, "llmbus: LLMBUS_SIMD=%s is not one of scalar, avx2, avx512vnni, avx512: ignored\n", v);
     return best;
   }
   return want < best ? want : best;

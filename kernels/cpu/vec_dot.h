@@ -30,11 +30,13 @@
 enum cpu_simd_level {
   CPU_SIMD_LEVEL_SCALAR = 0, /* portable C */
   CPU_SIMD_LEVEL_AVX2 = 1,   /* AVX2 + FMA + F16C */
-  CPU_SIMD_LEVEL_AVX512_VNNI = 2 /* AVX2 paths, plus AVX-512 F/BW/VL + VNNI for packed matmuls */
+  CPU_SIMD_LEVEL_AVX512_VNNI = 2, /* AVX2 paths, plus AVX-512 F/BW/VL + VNNI for packed matmuls */
+  CPU_SIMD_LEVEL_AVX512_BF16 = 3  /* AVX-512 VNNI paths, plus AVX512_BF16 (vdpbf16ps) for BF16 weights:
+                                     their activations rounded to bf16 (packed.h, FLOAT family) */
 };
 
 /* Best level this CPU runs (__builtin_cpu_supports, CPUID), probed once per process, capped
- * by the environment variable LLMBUS_SIMD (scalar | avx2 | avx512) when it is set: every
+ * by the environment variable LLMBUS_SIMD (scalar | avx2 | avx512vnni | avx512) when it is set: every
  * kernel clamps to this, so the variable forces a path for benches and tests. */
 enum cpu_simd_level cpu_simd_level_detect(void);
 

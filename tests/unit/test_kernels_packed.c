@@ -14,7 +14,10 @@
  *    misreading of the block format would fail here.
  * 3. The activation quantizer gives the same bytes at every level, ties included.
  * 4. Weights without a packed layout are refused by pack and keep working unpacked.
- * 5. F16 / BF16 panels: one fma chain per output in index order on every level. */
+ * 5. F16 / BF16 panels: one fma chain per output in index order on every level; BF16 on
+ *    AVX512_BF16: the activations rounded to bf16 and vdpbf16ps's order (pair by pair, odd
+ *    element first), written out here in scalar C, and the rounding's cost bounded.
+ * 6. The activations' bf16 rounding gives llb_fp32_to_bf16's bits on every level. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -293,8 +296,33 @@ static void test_packed_matmul_equals_reference_on_every_level(void **state) {
   }
 }
 
+/* A bf16 value as vdpbf16ps reads it: denormals are zero. */
+static float bf16_daz(uint16_t h) { return (h & 0x7F80) == 0 ? 0.0f : llb_bf16_to_fp32(h); }
+
+/* acc + w * x as vdpbf16ps adds one product: exact product, rounded sum, denormal sum -> 0. */
+static float bf16_step(float acc, uint16_t w, uint16_t x) {
+  const float r = fmaf(bf16_daz(w), bf16_daz(x), acc);
+  return fabsf(r) < 1.17549435e-38f ? copysignf(0.0f, r) : r;
+}
+
+/* Output (w row, x row) in the order of level lvl: one fma chain in index order, or for BF16 on
+ * AVX512_BF16 the activations rounded to bf16 and the pairs (2k + 1 first, then 2k) in order. */
+static float float_ref(bool bf, int lvl, const uint16_t *w, const float *x, int64_t k) {
+  float ref = 0.0f;
+  if (bf && lvl >= CPU_SIMD_LEVEL_AVX512_BF16) {
+    for (int64_t i = 0; i < k; i += 2) {
+      ref = bf16_step(ref, w[i + 1], llb_fp32_to_bf16(x[i + 1]));
+      ref = bf16_step(ref, w[i], llb_fp32_to_bf16(x[i]));
+    }
+    return ref;
+  }
+  for (int64_t i = 0; i < k; i++) ref = fmaf(bf ? llb_bf16_to_fp32(w[i]) : llb_fp16_to_fp32(w[i]), x[i], ref);
+  return ref;
+}
+
 /* F16 / BF16 panels (the FLOAT family): each output is one fma chain over the row in index
- * order from 0, bit for bit on every level and thread count, and close to the exact product. */
+ * order from 0 (BF16 on AVX512_BF16: float_ref's bf16 order), bit for bit on every level and
+ * thread count, and close to the exact product (the bf16 activations within their rounding). */
 static void check_float_shape(enum ggml_type t, int64_t rows, int64_t k, int32_t n_rows) {
   const struct backend_ops *ops = backend_cpu_ops();
   const bool bf = t == GGML_TYPE_BF16;
@@ -320,16 +348,16 @@ static void check_float_shape(enum ggml_type t, int64_t rows, int64_t k, int32_t
       cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
       memset(out, 0xFF, (size_t)n_rows * (size_t)rows * sizeof(float));
       assert_int_equal(ops->matmul(c, x, n_rows, ws, outs, 1), LLB_STATUS_OK);
+      const bool bf_act = bf && lvl >= CPU_SIMD_LEVEL_AVX512_BF16; /* activations rounded to bf16 */
       for (int32_t r = 0; r < n_rows; r++)
         for (int64_t col = 0; col < rows; col++) {
-          float ref = 0.0f;
+          const float ref = float_ref(bf, lvl, data + col * k, x + (int64_t)r * k, k);
           double exact = 0.0, bound = 1e-5;
           for (int64_t i = 0; i < k; i++) {
             const uint16_t h = data[col * k + i];
-            const float wv = bf ? llb_bf16_to_fp32(h) : llb_fp16_to_fp32(h);
-            ref = fmaf(wv, x[(int64_t)r * k + i], ref);
-            exact += (double)wv * x[(int64_t)r * k + i];
-            bound += (double)k * 1.2e-7 * fabs((double)wv * x[(int64_t)r * k + i]); /* k roundings */
+            const double p = fabs((double)(bf ? llb_bf16_to_fp32(h) : llb_fp16_to_fp32(h)) * x[(int64_t)r * k + i]);
+            exact += (double)(bf ? llb_bf16_to_fp32(h) : llb_fp16_to_fp32(h)) * x[(int64_t)r * k + i];
+            bound += (double)k * 1.2e-7 * p + (bf_act ? p / 256.0 : 0.0); /* k roundings (+ x's to 8 bits) */
           }
           const float got = out[(int64_t)r * rows + col];
           if (memcmp(&ref, &got, sizeof ref) != 0 || fabs(got - exact) > bound)
@@ -359,6 +387,28 @@ static void test_float_panels_equal_one_fma_chain_on_every_level(void **state) {
   uint16_t d[16 * 40] = {0};
   struct backend_weight w = {.type = GGML_TYPE_F16, .rows = 16, .cols = 40, .row_bytes = 80, .data = d};
   assert_int_equal(backend_cpu_ops()->pack_bytes(&w), 0);
+}
+
+/* The bf16 activations of BF16 panels on AVX512_BF16: llb_fp32_to_bf16's bits (ggml's
+ * rounding) on every level, ties to even, NaN quiet, denormals rounded rather than flushed. */
+static void test_bf16_activations_round_as_ggml_on_every_level(void **state) {
+  (void)state;
+  enum { N = 67 }; /* not whole registers: the tail too */
+  float x[N];
+  for (int i = 0; i < N; i++) x[i] = rndf() * 100.0f;
+  const uint32_t special[] = {0x3F808000u, 0x3F818000u, 0x7FC00001u, 0xFF800001u, 0x7F800000u,
+                              0x00000123u, 0x007FFFFFu, 0x80400000u, 0x7F7FFFFFu};
+  for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) memcpy(&x[3 * i], &special[i], 4);
+  uint16_t y[N];
+  for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+    memset(y, 0x55, sizeof y);
+    cpu_packed_bf16_act_row((enum cpu_simd_level)lvl, x, y, N);
+    for (int i = 0; i < N; i++)
+      if (y[i] != llb_fp32_to_bf16(x[i])) fail_msg("level %d: x[%d] -> %04x, want %04x", lvl, i, y[i], llb_fp32_to_bf16(x[i]));
+  }
+  assert_int_equal(llb_fp32_to_bf16(x[0]), 0x3F80); /* tie to even (down) */
+  assert_int_equal(llb_fp32_to_bf16(x[3]), 0x3F82); /* tie to even (up) */
+  assert_int_equal(llb_fp32_to_bf16(x[18]), 0x0080); /* the largest denormal rounds up to FLT_MIN */
 }
 
 static void test_activation_quantizer_same_bytes_on_every_level(void **state) {
@@ -437,6 +487,7 @@ int main(void) {
       cmocka_unit_test(test_packed_matmul_equals_reference_on_every_level),
       cmocka_unit_test(test_float_panels_equal_one_fma_chain_on_every_level),
       cmocka_unit_test(test_activation_quantizer_same_bytes_on_every_level),
+      cmocka_unit_test(test_bf16_activations_round_as_ggml_on_every_level),
       cmocka_unit_test(test_weights_without_layout_are_refused_and_still_work),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -142,7 +142,8 @@ llb_status roofline_measure(int threads, struct roofline *out) {
   if (!out || threads < 1 || threads > 256)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "roofline: %d threads (1..256)", threads);
   memset(out, 0, sizeof *out);
-  const enum cpu_simd_level level = cpu_simd_level_detect();
+  enum cpu_simd_level level = cpu_simd_level_detect();
+  if (level > CPU_SIMD_LEVEL_AVX512_VNNI) level = CPU_SIMD_LEVEL_AVX512_VNNI; /* BF16 adds no int8 path */
   out->threads = threads;
   out->int8_path = level == CPU_SIMD_LEVEL_AVX512_VNNI ? "avx512-vnni (vpdpbusd)"
                    : level == CPU_SIMD_LEVEL_AVX2      ? "avx2 (vpmaddubsw)"
