@@ -37,7 +37,7 @@ static void end_export(struct scheduler *s, int32_t i) {
     if (s->kv_new_sends[k] == r) s->kv_new_sends[k] = s->kv_new_sends[--s->num_kv_new_sends];
   r->kv_sending = false;
   sched_release_blocks(s, r);
-  if (sched_can_destroy(r)) sched_request_destroy(r);
+  sched_retire(s, r);
 }
 
 static int32_t find_sender(const struct scheduler *s, const char *id) {

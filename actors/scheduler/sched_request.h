@@ -161,6 +161,8 @@ struct sched_request {
   int32_t num_preemptions;
   bool on_worker;                       /* in the worker's persistent batch */
   bool abort_pending;                   /* aborted while its step was in flight */
+  bool retired;                         /* finished, unreferenced: destroyed at the next
+                                           sched_schedule (sched_retire) */
   /* KV transfer (disaggregated prefill/decode; scheduler.c) */
   enum sched_kv_recv_state kv_recv;           /* decode side: where its remote KV stands */
   char *kv_remote_engine_id, *kv_remote_request_id; /* owned; NULL = not a receiver */

@@ -74,7 +74,7 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
     r->num_inflight_steps--;
     if (e->samples) r->num_output_placeholders--;
     if (sched_request_is_finished(r)) { /* finished after this step was planned: discard */
-      if (sched_can_destroy(r)) sched_request_destroy(r);
+      sched_retire(s, r);
       continue;
     }
     if (st) continue; /* keep the accounting of every entry right */

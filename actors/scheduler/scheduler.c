@@ -40,6 +40,22 @@ static llb_status push_ptr(void ***arr, int32_t *num, int32_t *cap, void *p, siz
   return LLB_STATUS_OK;
 }
 
+/* ---- retired requests ---- */
+
+void sched_retire(struct scheduler *s, struct sched_request *r) {
+  if (!sched_can_destroy(r)) return;
+  if (push_ptr((void ***)&s->retired, &s->num_retired, &s->cap_retired, r, sizeof r) != LLB_STATUS_OK) {
+    sched_request_destroy(r); /* out of memory: now rather than never */
+    return;
+  }
+  r->retired = true;
+}
+
+static void destroy_retired(struct scheduler *s) {
+  for (int32_t i = 0; i < s->num_retired; i++) sched_request_destroy(s->retired[i]);
+  s->num_retired = 0;
+}
+
 /* ---- request registry: live requests by id (base/strmap.h) ---- */
 
 struct sched_request *sched_map_get(const struct scheduler *s, const char *id) {
@@ -134,6 +150,8 @@ void sched_destroy(struct scheduler *s) {
   sched_kv_release_senders(s);
   if (s->reqs) llb_strmap_foreach(s->reqs, destroy_live_cb, s);
   llb_strmap_destroy(s->reqs);
+  destroy_retired(s);
+  free(s->retired);
   free(s->running);
   free(s->scheduled);
   free(s->op_refs);
@@ -317,7 +335,7 @@ void sched_kv_release_senders(struct scheduler *s) {
     struct sched_request *r = s->kv_senders[i];
     r->kv_sending = false;
     r->num_block_ids = 0;
-    if (sched_can_destroy(r)) sched_request_destroy(r);
+    sched_retire(s, r);
   }
   s->num_kv_senders = s->num_kv_new_sends = 0;
 }
@@ -543,6 +561,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   if (s->kv_in_flight)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu: kv step unanswered", (unsigned long long)s->step);
   sched_commit_step(s);
+  destroy_retired(s); /* the caller is done with the last outputs */
   if (s->num_inflight > (s->cfg.async_scheduling ? 1 : 0))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu still in flight (%d unanswered)",
                     (unsigned long long)s->inflight[s->inflight_head].step, s->num_inflight);
@@ -777,7 +796,7 @@ llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched
   if (!st) st = st3;
   map_remove(s, r);
   free_user(s, r); /* no final output took it (none asked for, or out of memory) */
-  if (sched_can_destroy(r)) sched_request_destroy(r);
+  sched_retire(s, r);
   return st;
 }
 

@@ -83,6 +83,8 @@ struct scheduler {
   int32_t num_step_loras;
   struct sched_request **lora_skipped; /* waiting requests passed over for max_loras this step */
   int32_t num_lora_skipped, cap_lora_skipped;
+  struct sched_request **retired;    /* finished, unreferenced: destroyed at the next schedule */
+  int32_t num_retired, cap_retired;
   /* KV transfer (sched_kv.c) */
   struct sched_request **kv_senders; /* handed off, blocks held until finished_sending */
   int32_t num_kv_senders, cap_kv_senders;
@@ -123,8 +125,13 @@ llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched
  * output is not applied, no export holding its blocks (its released blocks are ids in rel_ids,
  * not references to it). */
 static inline bool sched_can_destroy(const struct sched_request *r) {
-  return sched_request_is_finished(r) && r->num_inflight_steps == 0 && !r->kv_sending;
+  return sched_request_is_finished(r) && r->num_inflight_steps == 0 && !r->kv_sending && !r->retired;
 }
+
+/* Destroys r once sched_can_destroy: at the next sched_schedule (or sched_destroy), so that
+ * the pointers into it the last sched_output and the caller's model output hold (request ids,
+ * block tables) stay valid until the caller plans again (scheduler.c). */
+void sched_retire(struct scheduler *s, struct sched_request *r);
 
 /* ---- KV transfer of disaggregated prefill/decode (vLLM v1 KV connector, scheduler side:
  * delay_free_blocks, WAITING_FOR_REMOTE_KVS; the flow: sched_kv.c's head comment). In
