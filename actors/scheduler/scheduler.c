@@ -40,22 +40,6 @@ static llb_status push_ptr(void ***arr, int32_t *num, int32_t *cap, void *p, siz
   return LLB_STATUS_OK;
 }
 
-/* ---- retired requests ---- */
-
-void sched_retire(struct scheduler *s, struct sched_request *r) {
-  if (!sched_can_destroy(r)) return;
-  if (push_ptr((void ***)&s->retired, &s->num_retired, &s->cap_retired, r, sizeof r) != LLB_STATUS_OK) {
-    sched_request_destroy(r); /* out of memory: now rather than never */
-    return;
-  }
-  r->retired = true;
-}
-
-static void destroy_retired(struct scheduler *s) {
-  for (int32_t i = 0; i < s->num_retired; i++) sched_request_destroy(s->retired[i]);
-  s->num_retired = 0;
-}
-
 /* ---- request registry: live requests by id (base/strmap.h) ---- */
 
 struct sched_request *sched_map_get(const struct scheduler *s, const char *id) {
@@ -150,7 +134,7 @@ void sched_destroy(struct scheduler *s) {
   sched_kv_release_senders(s);
   if (s->reqs) llb_strmap_foreach(s->reqs, destroy_live_cb, s);
   llb_strmap_destroy(s->reqs);
-  destroy_retired(s);
+  sched_destroy_retired(s);
   free(s->retired);
   free(s->running);
   free(s->scheduled);
@@ -561,7 +545,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   if (s->kv_in_flight)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu: kv step unanswered", (unsigned long long)s->step);
   sched_commit_step(s);
-  destroy_retired(s); /* the caller is done with the last outputs */
+  sched_destroy_retired(s); /* the caller is done with the last outputs */
   if (s->num_inflight > (s->cfg.async_scheduling ? 1 : 0))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu still in flight (%d unanswered)",
                     (unsigned long long)s->inflight[s->inflight_head].step, s->num_inflight);
@@ -701,7 +685,8 @@ static llb_status apply_allocation(struct scheduler *s, struct sched_request *r,
   const int32_t *ids = kr ? kv_step_result_block_ids(res, kr) : NULL;
   const int32_t n_ids = kr && ids ? kr->num_block_ids : 0;
   const bool given = kr && kr->status == LLB_STATUS_OK;
-  const bool ok = given && n_ids == r->planned_new_blocks && kr->num_cached_tokens >= 0 &&
+  const int32_t planned = r->planned_new_blocks;
+  const bool ok = given && n_ids == planned && kr->num_cached_tokens >= 0 &&
                   kr->num_cached_tokens < r->num_scheduled_tokens && kr->num_cached_tokens % bs == 0 &&
                   (r->lookup || kr->num_cached_tokens == 0) && kr->num_cached_tokens / bs <= n_ids &&
                   sched_blocks_reply_ok(s, ids, n_ids, kr->num_cached_tokens / bs);
@@ -711,7 +696,7 @@ static llb_status apply_allocation(struct scheduler *s, struct sched_request *r,
     LLB_LOG_WARN("kv_alloc_refused", "req=%s step=%llu status=%d", r->request_id, (unsigned long long)s->step,
                  kr ? (int)kr->status : -1);
     /* blocks given but not taken are the kv_manager's error: the resync frees them there */
-    if (kr && kr->status != LLB_STATUS_QUEUE_FULL) protocol_fault(s, "allocate", r->request_id, r->planned_new_blocks, n_ids);
+    if (kr && kr->status != LLB_STATUS_QUEUE_FULL) protocol_fault(s, "allocate", r->request_id, planned, n_ids);
     return unschedule(s, r);
   }
   sched_take_blocks(s, r, ids, n_ids);
@@ -739,7 +724,7 @@ llb_status sched_apply_kv_result(struct scheduler *s, const struct kv_step_resul
   if (valid) sched_blocks_synced(s); /* before the checks below: a fault asks for a resync again */
   for (int32_t i = 0; valid && i < nb; i++)
     if (res->results[i].status != LLB_STATUS_OK)
-      protocol_fault(s, "release_or_cache", NULL, LLB_STATUS_OK, res->results[i].status);
+      protocol_fault(s, "release_or_cache_status", NULL, LLB_STATUS_OK, res->results[i].status);
   for (int32_t i = 0; i < s->num_op_refs; i++) {
     llb_status st2 = apply_allocation(s, s->op_refs[i].req, res, valid ? &res->results[nb + i] : NULL, out);
     if (!st) st = st2;

@@ -77,7 +77,7 @@ struct sched_config {
   int32_t num_blocks;              /* the kv_manager's pool size (default 1024) */
   int32_t block_size;              /* tokens per block (default 16) */
   int32_t num_lookahead_tokens;    /* extra slots per allocation (default = block_size) */
-  int32_t max_deferred_kv_ops;     /* flush deferred FREE/CACHE ops beyond this (default 64) */
+  int32_t max_deferred_kv_ops;     /* flush deferred RELEASE/CACHE work beyond this (default 64) */
   int32_t max_num_waiting;         /* waiting requests at most; a new one beyond it is refused
                                       with QUEUE_FULL (default 1024; 0 = unlimited) */
   int32_t encoder_cache_size;      /* encoder outputs kept, embedding rows (default 4096; the

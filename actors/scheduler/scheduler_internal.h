@@ -1,5 +1,6 @@
 /* Private to actors/scheduler: the scheduler's state, shared by scheduler.c (schedule, kv
- * reply, update) and sched_encoder.c (encoder-input scheduling). Not a public header. */
+ * reply, update), sched_blocks.c (the block state), sched_encoder.c (encoder-input
+ * scheduling) and the other core files. Not a public header. */
 #ifndef LLB_ACTORS_SCHEDULER_SCHEDULER_INTERNAL_H
 #define LLB_ACTORS_SCHEDULER_SCHEDULER_INTERNAL_H
 
@@ -104,7 +105,7 @@ static inline bool sched_has_encoder_inputs(const struct sched_request *r) {
   return false;
 }
 
-/* Takes r out of this step's scheduled list: its planned blocks are returned to the mirror,
+/* Takes r out of this step's scheduled list: its planned blocks count as free again,
  * its scheduled token count reset (scheduler.c). */
 void sched_remove_scheduled(struct scheduler *s, struct sched_request *r);
 
@@ -116,7 +117,7 @@ llb_status sched_assemble_output(struct scheduler *s, struct sched_output *out, 
 struct sched_request *sched_map_get(const struct scheduler *s, const char *id);
 
 /* Ends r with `reason`: output into eo (when not NULL), leaves running/waiting and the map,
- * blocks released in the mirror (FREE with the next kv step), destroyed when nothing refers
+ * its blocks released (RELEASE with the next kv step), destroyed when nothing refers
  * to it (scheduler.c). Errors: OUT_OF_MEMORY. */
 llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
                         struct sched_engine_outputs *eo, int32_t first_pos, int32_t n_new);
@@ -130,8 +131,10 @@ static inline bool sched_can_destroy(const struct sched_request *r) {
 
 /* Destroys r once sched_can_destroy: at the next sched_schedule (or sched_destroy), so that
  * the pointers into it the last sched_output and the caller's model output hold (request ids,
- * block tables) stay valid until the caller plans again (scheduler.c). */
+ * block tables) stay valid until the caller plans again (sched_retire.c). */
 void sched_retire(struct scheduler *s, struct sched_request *r);
+/* Destroys the retired requests (sched_retire.c). */
+void sched_destroy_retired(struct scheduler *s);
 
 /* ---- KV transfer of disaggregated prefill/decode (vLLM v1 KV connector, scheduler side:
  * delay_free_blocks, WAITING_FOR_REMOTE_KVS; the flow: sched_kv.c's head comment). In
