@@ -450,7 +450,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
 }
 
 /* Whether a peer failure (peer_health's text, "<actor> <instance> ...", alone or after ": ")
- * names the kv_manager: then the worker's KV contents are intact. */
+ * names the kv_manager. */
 static bool kv_manager_failed(const char *what) {
   return strncmp(what, "kv_manager ", 11) == 0 || strstr(what, ": kv_manager ") != NULL;
 }
@@ -458,18 +458,15 @@ static bool kv_manager_failed(const char *what) {
 /* The engine's worker or kv_manager died or was replaced, or the bus reconnected (heartbeats,
  * peer_health.c): the steps in flight are forgotten (a reply from a dead worker never comes;
  * one that still comes is dropped by step number) and every running request is preempted
- * (recompute), as after a timeout, but now rather than at the timeout. A new kv_manager gets
- * every held block with the next KV step (resync; exports survive); otherwise the worker's KV
- * contents may be gone: the next KV step also drops the prefix cache, and exports end. */
+ * (recompute), as after a timeout, but now rather than at the timeout. The next KV step
+ * resyncs every held block and drops the prefix cache (a new kv_manager has none; the worker's
+ * KV contents may be gone too). Exports end under a new epoch unless only the kv_manager
+ * failed: then their blocks are in the resync and the worker still holds their contents. */
 static void peer_failed(struct scheduler_actor *a, llb_status st) {
   const bool kv_only = kv_manager_failed(llb_err_last()); /* recorded with st */
   exec_channel_forget(a->exec);
-  if (kv_only) {
-    sched_kv_resync(a->sched);
-  } else {
-    sched_kv_reset(a->sched);
-    sched_kv_new_epoch(a->sched);
-  }
+  sched_kv_reset(a->sched);
+  if (!kv_only) sched_kv_new_epoch(a->sched);
   step_failed(a, "peer_health", st);
 }
 

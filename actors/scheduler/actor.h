@@ -25,7 +25,8 @@
  * tell within about a second that one was restarted (a new instance id or pid) or fell silent
  * (peer_missed_beats intervals); the step thread then abandons the steps in flight at once
  * (also while it waits for a worker reply, asynchronous scheduling), preempts everything,
- * resyncs (or resets) the kv_manager and retries as soon as the new instance beats.
+ * resyncs the kv_manager and drops its prefix cache (reset; exports survive when only the
+ * kv_manager failed) and retries as soon as the new instance beats.
  *
  * Buffers (wire views, encoded messages, decode arena) are reused across steps: at steady
  * state a step allocates only inside the FlatBuffers encoder's reused builder.
