@@ -250,7 +250,7 @@ llb_status sched_hand_off(struct scheduler *s, const char *req_id, struct sched_
 void sched_kv_tick(struct scheduler *s, bool poll, double now_s);
 /* Whether transfers are under way (see sched_kv_tick). */
 bool sched_kv_pending(const struct scheduler *s);
-/* The worker's KV contents may be gone (a restarted or failed worker, a replaced peer): every
+/* The worker's KV contents may be gone (a worker or the bus seen failing): every
  * held export is ended (its blocks released with the next kv step) and the block-accounting
  * epoch advances. Every later step carries the new epoch (sched_output.kv_epoch), and the
  * worker drops the exports it holds before such a step, so no fetch reads a block reallocated
