@@ -64,11 +64,9 @@ static void kv_destroy(struct actor_main *am, void *user) {
   if (m->actor) {
     struct kv_manager_actor_stats c;
     kv_manager_actor_stats(m->actor, &c);
-    LLB_LOG_INFO("kv_manager_counters", "steps=%llu malformed=%llu failed=%llu resets=%llu "
-                 "stale_frees=%llu",
+    LLB_LOG_INFO("kv_manager_counters", "steps=%llu malformed=%llu failed=%llu resyncs=%llu",
                  (unsigned long long)c.num_steps, (unsigned long long)c.num_malformed,
-                 (unsigned long long)c.num_failed, (unsigned long long)c.num_resets,
-                 (unsigned long long)c.num_stale_frees);
+                 (unsigned long long)c.num_failed, (unsigned long long)c.num_resyncs);
   }
   kv_manager_actor_destroy(m->actor);
   m->actor = NULL;

@@ -255,39 +255,84 @@ LLB_CODEC_DEFINE(scheduler_output, SchedulerOutput, LLB_MESSAGE_KIND_SCHEDULER_O
 
 static fb::Offset<void> build_kv_step(Enc &e, const llb_kv_step &m) {
   auto ops = e.tables<llmbus::KVOp>(m.ops, m.num_ops, "ops", [](Enc &e, const llb_kv_op &o) {
-    if ((unsigned)o.kind > LLB_KV_OP_KIND_CACHE)
+    if ((unsigned)o.kind > LLB_KV_OP_KIND_RELEASE)
       e.fail(LLB_STATUS_INVALID_ARGUMENT, "kind", "unknown value %d", (int)o.kind);
-    auto id = e.str(o.req_id, "req_id", true);
+    auto id = e.str(o.req_id, "req_id", o.kind == LLB_KV_OP_KIND_ALLOCATE);
     auto hashes = e.vec(o.block_hashes, o.num_block_hashes, "block_hashes");
+    auto ids = e.vec(o.block_ids, o.num_block_ids, "block_ids");
     return e.ok() ? llmbus::CreateKVOp(e.b, static_cast<llmbus::KVOpKind>(o.kind), id,
-                                       o.num_tokens, hashes, o.num_computed_tokens, o.lookup)
+                                       o.num_tokens, hashes, o.num_computed_tokens, o.lookup,
+                                       ids, o.num_held_blocks)
                   : fb::Offset<llmbus::KVOp>(0);
   });
+  auto held = e.vec(m.held_block_ids, m.num_held_block_ids, "held_block_ids");
   if (!e.ok())
     return 0;
-  return llmbus::CreateKVStep(e.b, LLB_SCHEMA_VERSION, m.step, ops, m.reset).Union();
+  return llmbus::CreateKVStep(e.b, m.version ? m.version : LLB_KV_STEP_VERSION, m.step, ops,
+                              m.reset, held, m.resync)
+      .Union();
+}
+
+// Both sides of the kv boundary refuse an older peer: version 1 kept the block tables in the
+// kv_manager (docs/design.md §4), and neither side can serve the other's meaning.
+static bool kv_version_ok(Dec &d, uint16_t version, const char *peer) {
+  if (version >= LLB_KV_STEP_VERSION)
+    return true;
+  return d.fail(LLB_STATUS_MALFORMED, "version",
+                "%u from a version-1 %s (blocks by request id); this peer speaks version %d "
+                "(block ids, the scheduler owns the block state)",
+                (unsigned)version, peer, LLB_KV_STEP_VERSION);
+}
+
+static bool ids_non_negative(Dec &d, const int32_t *ids, int32_t n, const char *field) {
+  for (int32_t i = 0; i < n; i++)
+    if (ids[i] < 0)
+      return d.fail(LLB_STATUS_MALFORMED, field, "[%d] = %d: a block id is >= 0", i, ids[i]);
+  return true;
+}
+
+static bool read_kv_op(Dec &d, const llmbus::KVOp &o, llb_kv_op &v) {
+  int kind = (int)o.kind();
+  if (kind == LLB_KV_OP_KIND_FREE)
+    return d.fail(LLB_STATUS_MALFORMED, "kind",
+                  "Free (by request id) is version 1: since version 2 the scheduler sends "
+                  "Release with block ids");
+  if (kind < 0 || kind > LLB_KV_OP_KIND_RELEASE)
+    return d.fail(LLB_STATUS_MALFORMED, "kind", "unknown value %d", kind);
+  v.kind = (llb_kv_op_kind)kind;
+  v.num_tokens = o.num_tokens();
+  v.num_computed_tokens = o.num_computed_tokens();
+  v.num_held_blocks = o.num_held_blocks();
+  v.lookup = o.lookup();
+  if (v.num_tokens < 0 || v.num_computed_tokens < 0 || v.num_held_blocks < 0)
+    return d.fail(LLB_STATUS_MALFORMED, "num_tokens",
+                  "negative count (tokens %d, computed %d, held blocks %d)", v.num_tokens,
+                  v.num_computed_tokens, v.num_held_blocks);
+  if (!d.str(o.req_id(), &v.req_id, "req_id", v.kind == LLB_KV_OP_KIND_ALLOCATE) ||
+      !d.vec(o.block_hashes(), &v.block_hashes, &v.num_block_hashes, "block_hashes") ||
+      !d.vec(o.block_ids(), &v.block_ids, &v.num_block_ids, "block_ids") ||
+      !ids_non_negative(d, v.block_ids, v.num_block_ids, "block_ids"))
+    return false;
+  if (v.kind == LLB_KV_OP_KIND_CACHE && v.num_block_ids != v.num_block_hashes)
+    return d.fail(LLB_STATUS_MALFORMED, "block_ids", "%d ids for %d hashes: Cache pairs them",
+                  v.num_block_ids, v.num_block_hashes);
+  return true;
 }
 
 static bool read_kv_step(Dec &d, const llmbus::KVStep &t, llb_kv_step &m) {
+  if (!kv_version_ok(d, t.version(), "scheduler"))
+    return false;
   m.step = t.step();
   m.reset = t.reset();
-  return d.tables(t.ops(), &m.ops, &m.num_ops, "ops",
-                  [](Dec &d, const llmbus::KVOp &o, llb_kv_op &v) {
-                    int kind = (int)o.kind();
-                    if (kind < 0 || kind > LLB_KV_OP_KIND_CACHE)
-                      return d.fail(LLB_STATUS_MALFORMED, "kind", "unknown value %d", kind);
-                    v.kind = (llb_kv_op_kind)kind;
-                    v.num_tokens = o.num_tokens();
-                    v.num_computed_tokens = o.num_computed_tokens();
-                    v.lookup = o.lookup();
-                    if (v.num_tokens < 0 || v.num_computed_tokens < 0)
-                      return d.fail(LLB_STATUS_MALFORMED, "num_tokens",
-                                    "negative token count (%d, computed %d)", v.num_tokens,
-                                    v.num_computed_tokens);
-                    return d.str(o.req_id(), &v.req_id, "req_id", true) &&
-                           d.vec(o.block_hashes(), &v.block_hashes, &v.num_block_hashes,
-                                 "block_hashes");
-                  });
+  m.resync = t.resync();
+  if (!d.vec(t.held_block_ids(), &m.held_block_ids, &m.num_held_block_ids, "held_block_ids") ||
+      !ids_non_negative(d, m.held_block_ids, m.num_held_block_ids, "held_block_ids"))
+    return false;
+  if (m.num_held_block_ids > 0 && !m.resync && !m.reset)
+    return d.fail(LLB_STATUS_MALFORMED, "held_block_ids",
+                  "%d ids without resync or reset: the list means nothing alone",
+                  m.num_held_block_ids);
+  return d.tables(t.ops(), &m.ops, &m.num_ops, "ops", read_kv_op);
 }
 
 LLB_CODEC_DEFINE(kv_step, KVStep, LLB_MESSAGE_KIND_KV_STEP)
@@ -297,7 +342,7 @@ static fb::Offset<void> build_kv_step_result(Enc &e, const llb_kv_step_result &m
       m.results, m.num_results, "results", [](Enc &e, const llb_kv_op_result &r) {
         if (r.status < 0 || r.status >= LLB_STATUS_COUNT)
           e.fail(LLB_STATUS_INVALID_ARGUMENT, "status", "%d is not an llb_status", r.status);
-        auto id = e.str(r.req_id, "req_id", true);
+        auto id = e.str(r.req_id, "req_id");
         auto blocks = e.vec(r.block_ids, r.num_block_ids, "block_ids");
         return e.ok() ? llmbus::CreateKVOpResult(e.b, id, r.status, r.num_cached_tokens, blocks)
                       : fb::Offset<llmbus::KVOpResult>(0);
@@ -305,13 +350,15 @@ static fb::Offset<void> build_kv_step_result(Enc &e, const llb_kv_step_result &m
   auto err = enc_error(e, m.error, "error");
   if (!e.ok())
     return 0;
-  return llmbus::CreateKVStepResult(e.b, LLB_SCHEMA_VERSION, m.step, results, m.num_free_blocks,
-                                    m.num_total_blocks, m.prefix_cache_queries,
-                                    m.prefix_cache_hits, err)
+  return llmbus::CreateKVStepResult(e.b, m.version ? m.version : LLB_KV_STEP_VERSION, m.step,
+                                    results, m.num_free_blocks, m.num_total_blocks,
+                                    m.prefix_cache_queries, m.prefix_cache_hits, err)
       .Union();
 }
 
 static bool read_kv_step_result(Dec &d, const llmbus::KVStepResult &t, llb_kv_step_result &m) {
+  if (!kv_version_ok(d, t.version(), "kv_manager"))
+    return false;
   m.step = t.step();
   m.num_free_blocks = t.num_free_blocks();
   m.num_total_blocks = t.num_total_blocks();
@@ -324,7 +371,7 @@ static bool read_kv_step_result(Dec &d, const llmbus::KVStepResult &t, llb_kv_st
                     if (v.status < 0 || v.status >= LLB_STATUS_COUNT)
                       return d.fail(LLB_STATUS_MALFORMED, "status", "%d is not an llb_status",
                                     v.status);
-                    return d.str(r.req_id(), &v.req_id, "req_id", true) &&
+                    return d.str(r.req_id(), &v.req_id, "req_id") &&
                            d.vec(r.block_ids(), &v.block_ids, &v.num_block_ids, "block_ids");
                   }) &&
          dec_error(d, t.error(), &m.error, "error");

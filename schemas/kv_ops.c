@@ -20,32 +20,75 @@ void kv_step_free(struct kv_step *s) {
   if (!s) return;
   free(s->ops);
   free(s->block_hashes);
+  free(s->block_ids);
+  free(s->held_block_ids);
   memset(s, 0, sizeof(*s));
 }
 
 void kv_step_clear(struct kv_step *s, uint64_t step) {
   s->step = step;
+  s->reset = s->resync = false;
+  s->num_held_block_ids = 0;
   s->num_ops = 0;
   s->num_block_hashes = 0;
+  s->num_block_ids = 0;
 }
 
-llb_status kv_step_add_op(struct kv_step *s, enum kv_op_kind kind, const char *req_id,
-                          int32_t num_tokens, int32_t num_computed_tokens, bool lookup,
-                          const uint64_t *hashes, int32_t num_hashes) {
-  if (!req_id || num_hashes < 0 || (num_hashes > 0 && !hashes))
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv_step_add_op: bad arguments");
+/* Appends an op with its hashes and ids copied into the pools. */
+static llb_status add_op(struct kv_step *s, const struct kv_op *tmpl, const uint64_t *hashes,
+                         int32_t num_hashes, const int32_t *ids, int32_t num_ids) {
+  if (num_hashes < 0 || num_ids < 0 || (num_hashes > 0 && !hashes) || (num_ids > 0 && !ids))
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv_step: %d hashes, %d ids", num_hashes, num_ids);
   llb_status st = grow32((void **)&s->ops, &s->cap_ops, (int64_t)s->num_ops + 1, sizeof(*s->ops));
-  if (st) return st;
-  st = llb_array_reserve((void **)&s->block_hashes, &s->cap_block_hashes, s->num_block_hashes + num_hashes,
-            sizeof(*s->block_hashes));
+  if (!st)
+    st = llb_array_reserve((void **)&s->block_hashes, &s->cap_block_hashes, s->num_block_hashes + num_hashes,
+                           sizeof(*s->block_hashes));
+  if (!st)
+    st = llb_array_reserve((void **)&s->block_ids, &s->cap_block_ids, s->num_block_ids + num_ids,
+                           sizeof(*s->block_ids));
   if (st) return st;
   struct kv_op *op = &s->ops[s->num_ops++];
-  *op = (struct kv_op){.kind = kind, .req_id = req_id, .num_tokens = num_tokens,
-                       .num_computed_tokens = num_computed_tokens, .lookup = lookup,
-                       .hash_offset = s->num_block_hashes, .num_block_hashes = num_hashes};
-  if (num_hashes > 0)
-    memcpy(s->block_hashes + s->num_block_hashes, hashes, (size_t)num_hashes * sizeof(*hashes));
+  *op = *tmpl;
+  op->hash_offset = s->num_block_hashes;
+  op->num_block_hashes = num_hashes;
+  op->id_offset = s->num_block_ids;
+  op->num_block_ids = num_ids;
+  if (num_hashes > 0) memcpy(s->block_hashes + s->num_block_hashes, hashes, (size_t)num_hashes * sizeof(*hashes));
+  if (num_ids > 0) memcpy(s->block_ids + s->num_block_ids, ids, (size_t)num_ids * sizeof(*ids));
   s->num_block_hashes += num_hashes;
+  s->num_block_ids += num_ids;
+  return LLB_STATUS_OK;
+}
+
+llb_status kv_step_add_allocate(struct kv_step *s, const char *req_id, int32_t num_tokens,
+                                int32_t num_held_blocks, int32_t num_computed_tokens, bool lookup,
+                                const uint64_t *hashes, int32_t num_hashes) {
+  if (!req_id || num_tokens < 0 || num_held_blocks < 0 || num_computed_tokens < 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv_step_add_allocate: bad arguments");
+  const struct kv_op op = {.kind = KV_OP_KIND_ALLOCATE, .req_id = req_id, .num_tokens = num_tokens,
+                           .num_held_blocks = num_held_blocks, .num_computed_tokens = num_computed_tokens,
+                           .lookup = lookup};
+  return add_op(s, &op, hashes, num_hashes, NULL, 0);
+}
+
+llb_status kv_step_add_cache(struct kv_step *s, const char *req_id, const int32_t *ids,
+                             const uint64_t *hashes, int32_t n) {
+  const struct kv_op op = {.kind = KV_OP_KIND_CACHE, .req_id = req_id};
+  return add_op(s, &op, hashes, n, ids, n);
+}
+
+llb_status kv_step_add_release(struct kv_step *s, const char *req_id, const int32_t *ids, int32_t n) {
+  const struct kv_op op = {.kind = KV_OP_KIND_RELEASE, .req_id = req_id};
+  return add_op(s, &op, NULL, 0, ids, n);
+}
+
+llb_status kv_step_set_held(struct kv_step *s, const int32_t *ids, int32_t n) {
+  if (n < 0 || (n > 0 && !ids)) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv_step_set_held: %d ids", n);
+  llb_status st = grow32((void **)&s->held_block_ids, &s->cap_held_block_ids, n, sizeof(*s->held_block_ids));
+  if (st) return st;
+  if (n > 0) memcpy(s->held_block_ids, ids, (size_t)n * sizeof(*ids));
+  s->num_held_block_ids = n;
+  s->resync = true;
   return LLB_STATUS_OK;
 }
 
@@ -54,6 +97,12 @@ const uint64_t *kv_step_op_hashes(const struct kv_step *s, const struct kv_op *o
       op->hash_offset + op->num_block_hashes > s->num_block_hashes)
     return NULL;
   return s->block_hashes + op->hash_offset;
+}
+
+const int32_t *kv_step_op_block_ids(const struct kv_step *s, const struct kv_op *op) {
+  if (op->num_block_ids <= 0 || op->id_offset < 0 || op->id_offset + op->num_block_ids > s->num_block_ids)
+    return NULL;
+  return s->block_ids + op->id_offset;
 }
 
 void kv_step_result_init(struct kv_step_result *r) { memset(r, 0, sizeof(*r)); }

@@ -21,14 +21,10 @@ struct kv_manager_actor {
   struct llb_arena arena;            /* decoded KVStep; reset per message */
   struct kv_step step;               /* the logic's view of the KVStep (reused) */
   struct kv_step_result res;         /* the logic's answer (reused) */
-  int32_t *op_index;                 /* [cap_op_index]: res index of wire op i */
-  int32_t cap_op_index;
   struct llb_kv_op_result *wire_results; /* [cap_wire_results] (reused) */
   int32_t cap_wire_results;
   struct llb_buf out;                /* encoded reply (reused) */
-  bool have_step;
-  uint64_t last_step;
-  atomic_uint_fast64_t num_steps, num_malformed, num_failed, num_resets, num_stale_frees;
+  atomic_uint_fast64_t num_steps, num_malformed, num_failed, num_resyncs;
 };
 
 /* Fills the pool statistics of a reply. */
@@ -64,54 +60,42 @@ static void respond_error(struct kv_manager_actor *a, const struct bus_msg *msg,
   LLB_LOG_WARN("kv_step_rejected", "step=%llu bytes=%zu status=%s reply=%d error=%s",
                (unsigned long long)step, msg->len, llb_strerror(status), msg->reply != NULL,
                llb_log_quote(q, sizeof q, message));
-  struct llb_kv_step_result w = {.version = LLB_SCHEMA_VERSION, .step = step};
+  struct llb_kv_step_result w = {.step = step};
   fill_stats(a, &w);
   w.error.code = (int32_t)status;
   w.error.message = llb_str_c(message);
   respond(a, msg, &w);
 }
 
-/* True if an op before `i` frees req_id (then its blocks are gone before op i runs). */
-static bool freed_earlier(const struct llb_kv_step *in, int32_t i) {
-  for (int32_t k = 0; k < i; k++)
-    if (in->ops[k].kind == LLB_KV_OP_KIND_FREE && in->ops[k].req_id.len == in->ops[i].req_id.len &&
-        memcmp(in->ops[k].req_id.data, in->ops[i].req_id.data, in->ops[i].req_id.len) == 0)
-      return true;
-  return false;
-}
-
 static enum kv_op_kind op_kind(enum llb_kv_op_kind k) {
   switch (k) {
-  case LLB_KV_OP_KIND_FREE: return KV_OP_KIND_FREE;
   case LLB_KV_OP_KIND_ALLOCATE: return KV_OP_KIND_ALLOCATE;
   case LLB_KV_OP_KIND_CACHE: return KV_OP_KIND_CACHE;
+  case LLB_KV_OP_KIND_RELEASE: return KV_OP_KIND_RELEASE;
+  case LLB_KV_OP_KIND_FREE: break; /* refused by the decoder */
   }
-  return KV_OP_KIND_FREE; /* unreachable: the decoder checks the enum range */
+  return (enum kv_op_kind)0; /* unreachable; the logic refuses an unknown kind */
 }
 
-/* Converts the wire step into a->step (plus recovery FREE ops, see actor.h); op_index maps
- * wire op i to its result. */
+/* Converts the wire step into a->step (the ids and hashes are copied into its pools). */
 static llb_status build_step(struct kv_manager_actor *a, const struct llb_kv_step *in) {
   kv_step_clear(&a->step, in->step);
-  llb_status st = llb_array_reserve32((void **)&a->op_index, &a->cap_op_index, in->num_ops,
-                             sizeof(*a->op_index));
+  llb_status st = LLB_STATUS_OK;
+  if (in->resync || in->reset) st = kv_step_set_held(&a->step, in->held_block_ids, in->num_held_block_ids);
+  a->step.reset = in->reset;
   for (int32_t i = 0; i < in->num_ops && st == LLB_STATUS_OK; i++) {
     const struct llb_kv_op *op = &in->ops[i];
-    if (op->kind == LLB_KV_OP_KIND_ALLOCATE && op->lookup) {
-      int32_t held = 0;
-      (void)kv_manager_req_blocks(a->kv, op->req_id.data, &held);
-      if (held > 0 && !freed_earlier(in, i)) {
-        LLB_LOG_WARN("kv_stale_request_freed", "req=%s blocks=%d step=%llu", op->req_id.data, held,
-                     (unsigned long long)in->step);
-        atomic_fetch_add(&a->num_stale_frees, 1);
-        st = kv_step_add_op(&a->step, KV_OP_KIND_FREE, op->req_id.data, 0, 0, false, NULL, 0);
-        if (st != LLB_STATUS_OK) break;
-      }
+    const char *id = op->req_id.len ? op->req_id.data : NULL;
+    switch (op_kind(op->kind)) {
+    case KV_OP_KIND_ALLOCATE:
+      st = kv_step_add_allocate(&a->step, op->req_id.data, op->num_tokens, op->num_held_blocks,
+                                op->num_computed_tokens, op->lookup, op->block_hashes, op->num_block_hashes);
+      break;
+    case KV_OP_KIND_CACHE: /* the decoder checked that ids and hashes pair up */
+      st = kv_step_add_cache(&a->step, id, op->block_ids, op->block_hashes, op->num_block_ids);
+      break;
+    case KV_OP_KIND_RELEASE: st = kv_step_add_release(&a->step, id, op->block_ids, op->num_block_ids); break;
     }
-    a->op_index[i] = a->step.num_ops;
-    st = kv_step_add_op(&a->step, op_kind(op->kind), op->req_id.data, op->num_tokens,
-                        op->num_computed_tokens, op->lookup, op->block_hashes,
-                        op->num_block_hashes);
   }
   return st;
 }
@@ -127,32 +111,25 @@ static void on_kv_step(struct bus *bus, const struct bus_msg *msg, void *user) {
     respond_error(a, msg, 0, st);
     return;
   }
-  if (a->have_step && in.step <= a->last_step) {
-    /* A restarted scheduler counts from 1 again: whatever it held is gone. */
-    LLB_LOG_WARN("kv_scheduler_restart", "step=%llu last_step=%llu", (unsigned long long)in.step,
-                 (unsigned long long)a->last_step);
-    kv_manager_reset(a->kv, false);
-    atomic_fetch_add(&a->num_resets, 1);
-  }
   if (in.reset) {
-    /* A starting scheduler always asks for a reset (a previous one may have left blocks here):
-     * worth a warning only when there was something to lose, not on a fresh start. */
+    /* A starting scheduler always asks for a reset (a previous one may have left hashes of
+     * blocks whose contents are gone): worth a warning only when there was something to lose. */
     struct kv_manager_stats ks;
     kv_manager_get_stats(a->kv, &ks);
-    if (ks.num_requests > 0 || ks.num_cached_blocks > 0)
-      LLB_LOG_WARN("kv_reset", "step=%llu reason=kv_contents_lost requests=%d cached_blocks=%d",
-                   (unsigned long long)in.step, ks.num_requests, ks.num_cached_blocks);
+    if (ks.num_cached_blocks > 0 || ks.num_free_blocks < ks.num_blocks)
+      LLB_LOG_WARN("kv_reset", "step=%llu reason=kv_contents_lost in_use=%d cached_blocks=%d held=%d",
+                   (unsigned long long)in.step, ks.num_blocks - ks.num_free_blocks, ks.num_cached_blocks,
+                   in.num_held_block_ids);
     else
-      LLB_LOG_DEBUG("kv_reset", "step=%llu reason=kv_contents_lost requests=0 cached_blocks=0",
-                    (unsigned long long)in.step);
-    kv_manager_reset(a->kv, true);
-    atomic_fetch_add(&a->num_resets, 1);
+      LLB_LOG_DEBUG("kv_reset", "step=%llu reason=kv_contents_lost in_use=0 cached_blocks=0 held=%d",
+                    (unsigned long long)in.step, in.num_held_block_ids);
+  } else if (in.resync) {
+    LLB_LOG_INFO("kv_resync", "step=%llu held=%d", (unsigned long long)in.step, in.num_held_block_ids);
   }
-  a->have_step = true;
-  a->last_step = in.step;
 
   st = build_step(a, &in);
   if (st == LLB_STATUS_OK) st = kv_manager_apply_step(a->kv, &a->step, &a->res);
+  if (st == LLB_STATUS_OK && (in.resync || in.reset)) atomic_fetch_add(&a->num_resyncs, 1);
   if (st == LLB_STATUS_OK)
     st = llb_array_reserve32((void **)&a->wire_results, &a->cap_wire_results, in.num_ops,
                     sizeof(*a->wire_results));
@@ -162,7 +139,7 @@ static void on_kv_step(struct bus *bus, const struct bus_msg *msg, void *user) {
     return;
   }
   for (int32_t i = 0; i < in.num_ops; i++) {
-    const struct kv_op_result *r = &a->res.results[a->op_index[i]];
+    const struct kv_op_result *r = &a->res.results[i];
     const int32_t *ids = kv_step_result_block_ids(&a->res, r);
     a->wire_results[i] = (struct llb_kv_op_result){
         .req_id = in.ops[i].req_id,
@@ -173,7 +150,6 @@ static void on_kv_step(struct bus *bus, const struct bus_msg *msg, void *user) {
     };
   }
   struct llb_kv_step_result w = {
-      .version = LLB_SCHEMA_VERSION,
       .step = in.step,
       .results = a->wire_results,
       .num_results = in.num_ops,
@@ -234,7 +210,6 @@ void kv_manager_actor_destroy(struct kv_manager_actor *a) {
   kv_step_result_free(&a->res);
   llb_arena_destroy(&a->arena);
   llb_buf_free(&a->out);
-  free(a->op_index);
   free(a->wire_results);
   free(a);
 }
@@ -244,6 +219,5 @@ void kv_manager_actor_stats(const struct kv_manager_actor *a, struct kv_manager_
   out->num_steps = atomic_load(&m->num_steps);
   out->num_malformed = atomic_load(&m->num_malformed);
   out->num_failed = atomic_load(&m->num_failed);
-  out->num_resets = atomic_load(&m->num_resets);
-  out->num_stale_frees = atomic_load(&m->num_stale_frees);
+  out->num_resyncs = atomic_load(&m->num_resyncs);
 }

@@ -6,13 +6,12 @@
  * bad field) is answered with a KVStepResult whose `error` is set (code = llb_status,
  * message from the decoder), counted and logged; the actor keeps serving.
  *
- * Recovery (docs/design.md §6):
- * - A KVStep whose step number is not above the last one seen means the scheduler
- *   restarted: every request's blocks are released first (kv_manager_reset keeps the
- *   prefix cache).
- * - An ALLOCATE with lookup for a request that still holds blocks (and is not freed earlier
- *   in the same step) means the scheduler lost the reply of an earlier step that gave it
- *   blocks: they are freed first, so the request is not stuck and no block leaks.
+ * Recovery (docs/design.md §4, §6): the block state is the scheduler's; a KVStep with
+ * `resync` (or `reset`) carries every block it references, and the manager rebuilds its free
+ * queue from that list. A manager that has not had one since it started (a restarted
+ * kv_manager), or a step number not above the last one (a restarted scheduler) without one,
+ * is refused with STATE_LOST in `error`: the scheduler resyncs on its next step. A refused step
+ * changes nothing.
  *
  * Threading: one subscription, so handlers run one at a time on its delivery thread; the
  * manager, the arena and the buffers are touched only there. Counters are atomic.
@@ -38,9 +37,8 @@ struct kv_manager_actor_options {
 struct kv_manager_actor_stats {
   uint64_t num_steps;      /* KVSteps applied */
   uint64_t num_malformed;  /* messages that did not decode */
-  uint64_t num_failed;     /* steps that decoded but could not be applied (out of memory) */
-  uint64_t num_resets;     /* scheduler restarts detected */
-  uint64_t num_stale_frees; /* requests freed before a lookup (see above) */
+  uint64_t num_failed;     /* steps that decoded but were refused (STATE_LOST, a bad held list) or out of memory */
+  uint64_t num_resyncs;    /* steps applied with resync or reset */
 };
 
 /* Checks the options and creates the manager (nothing subscribed yet). Errors:

@@ -7,7 +7,6 @@
 #define NO_BLOCK (-1)
 
 struct kv_block {
-  int32_t ref_cnt;
   int32_t prev, next;          /* free-queue links (NO_BLOCK at the ends / when not queued) */
   bool in_free_queue;
   bool has_hash;
@@ -28,6 +27,8 @@ struct kv_block_pool {
   int32_t head, tail;          /* free queue: head is evicted first */
   int32_t num_free;
   int32_t num_cached;
+  uint32_t *seen;              /* [num_blocks]: stamps of the duplicate check (check_ids) */
+  uint32_t stamp;
   uint64_t map_mask;
   struct hash_slot *map;       /* [map_mask + 1] */
 };
@@ -40,11 +41,12 @@ llb_status kv_block_pool_create(int32_t num_blocks, struct kv_block_pool **out) 
   if (!p) goto oom;
   p->num_blocks = num_blocks;
   p->blocks = calloc((size_t)num_blocks, sizeof(*p->blocks));
+  p->seen = calloc((size_t)num_blocks, sizeof(*p->seen));
   uint64_t map_size = 16;
   while (map_size < 2 * (uint64_t)num_blocks) map_size *= 2;
   p->map_mask = map_size - 1;
   p->map = malloc(map_size * sizeof(*p->map));
-  if (!p->blocks || !p->map) goto oom;
+  if (!p->blocks || !p->seen || !p->map) goto oom;
   for (uint64_t i = 0; i < map_size; i++) p->map[i].block_id = NO_BLOCK;
   for (int32_t i = 0; i < num_blocks; i++) {
     p->blocks[i] = (struct kv_block){.prev = i - 1, .next = i + 1 < num_blocks ? i + 1 : NO_BLOCK,
@@ -63,6 +65,7 @@ oom:
 void kv_block_pool_destroy(struct kv_block_pool *p) {
   if (!p) return;
   free(p->blocks);
+  free(p->seen);
   free(p->map);
   free(p);
 }
@@ -143,6 +146,27 @@ void kv_block_pool_reset_prefix_cache(struct kv_block_pool *p) {
   for (int32_t id = 0; id < p->num_blocks; id++) evict_hash(p, id);
 }
 
+/* ids[n] in range and distinct (with `in_use`, none in the queue either); else INVALID_ARGUMENT
+ * naming the first offender. O(n) with per-call stamps. */
+static llb_status check_ids(struct kv_block_pool *p, const int32_t *ids, int32_t n, bool in_use,
+                            const char *what) {
+  if (n < 0 || (n > 0 && !ids)) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "%s: %d ids", what, n);
+  if (++p->stamp == 0) { /* wrapped: old stamps could collide */
+    for (int32_t i = 0; i < p->num_blocks; i++) p->seen[i] = 0;
+    p->stamp = 1;
+  }
+  for (int32_t k = 0; k < n; k++) {
+    const int32_t id = ids[k];
+    if (id < 0 || id >= p->num_blocks)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "%s: block %d out of range [0, %d)", what, id, p->num_blocks);
+    if (p->seen[id] == p->stamp) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "%s: block %d listed twice", what, id);
+    p->seen[id] = p->stamp;
+    if (in_use && p->blocks[id].in_free_queue)
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "%s: block %d is already free", what, id);
+  }
+  return LLB_STATUS_OK;
+}
+
 llb_status kv_block_pool_get_new_blocks(struct kv_block_pool *p, int32_t n, int32_t *ids) {
   if (n < 0 || (n > 0 && !ids)) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "get_new_blocks: n %d", n);
   if (n > p->num_free)
@@ -151,7 +175,6 @@ llb_status kv_block_pool_get_new_blocks(struct kv_block_pool *p, int32_t n, int3
     int32_t id = p->head;
     queue_remove(p, id);
     evict_hash(p, id);
-    p->blocks[id].ref_cnt = 1;
     ids[k] = id;
   }
   return LLB_STATUS_OK;
@@ -161,39 +184,30 @@ llb_status kv_block_pool_touch(struct kv_block_pool *p, const int32_t *ids, int3
   for (int32_t k = 0; k < n; k++)
     if (ids[k] < 0 || ids[k] >= p->num_blocks)
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "touch: block %d out of range", ids[k]);
-  for (int32_t k = 0; k < n; k++) {
-    struct kv_block *b = &p->blocks[ids[k]];
-    if (b->ref_cnt == 0) queue_remove(p, ids[k]);
-    b->ref_cnt++;
-  }
+  for (int32_t k = 0; k < n; k++)
+    if (p->blocks[ids[k]].in_free_queue) queue_remove(p, ids[k]);
   return LLB_STATUS_OK;
 }
 
 llb_status kv_block_pool_free_blocks(struct kv_block_pool *p, const int32_t *ids, int32_t n) {
-  /* Validate first (a block listed twice needs two references) so a bad call changes
-   * nothing; the count check is O(n^2) only over duplicates of a short list. */
-  for (int32_t k = 0; k < n; k++) {
-    if (ids[k] < 0 || ids[k] >= p->num_blocks)
-      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "free: block %d out of range", ids[k]);
-    p->blocks[ids[k]].ref_cnt--;
-  }
-  bool bad = false;
-  int32_t bad_id = -1;
-  for (int32_t k = 0; k < n; k++) {
-    if (p->blocks[ids[k]].ref_cnt < 0) {
-      bad = true;
-      bad_id = ids[k];
-    }
-  }
-  if (bad) {
-    for (int32_t k = 0; k < n; k++) p->blocks[ids[k]].ref_cnt++;
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "free: block %d is already free", bad_id);
-  }
-  for (int32_t k = 0; k < n; k++) {
-    struct kv_block *b = &p->blocks[ids[k]];
-    if (b->ref_cnt == 0 && !b->in_free_queue) queue_append(p, ids[k]);
-  }
+  llb_status st = check_ids(p, ids, n, true, "release");
+  if (st) return st;
+  for (int32_t k = 0; k < n; k++) queue_append(p, ids[k]);
   return LLB_STATUS_OK;
+}
+
+llb_status kv_block_pool_resync(struct kv_block_pool *p, const int32_t *held, int32_t n) {
+  llb_status st = check_ids(p, held, n, false, "resync");
+  if (st) return st;
+  for (int32_t k = 0; k < n; k++)
+    if (p->blocks[held[k]].in_free_queue) queue_remove(p, held[k]);
+  for (int32_t id = 0; id < p->num_blocks; id++) /* seen[id] == stamp: held */
+    if (p->seen[id] != p->stamp && !p->blocks[id].in_free_queue) queue_append(p, id);
+  return LLB_STATUS_OK;
+}
+
+bool kv_block_pool_is_free(const struct kv_block_pool *p, int32_t id) {
+  return id >= 0 && id < p->num_blocks && p->blocks[id].in_free_queue;
 }
 
 int32_t kv_block_pool_get_cached_block(const struct kv_block_pool *p, uint64_t block_hash) {
@@ -210,10 +224,6 @@ bool kv_block_pool_cache_block(struct kv_block_pool *p, int32_t id, uint64_t blo
   map_insert(p, block_hash, id);
   p->num_cached++;
   return true;
-}
-
-int32_t kv_block_pool_ref_cnt(const struct kv_block_pool *p, int32_t id) {
-  return id < 0 || id >= p->num_blocks ? -1 : p->blocks[id].ref_cnt;
 }
 
 bool kv_block_pool_block_hash(const struct kv_block_pool *p, int32_t id, uint64_t *hash_out) {
@@ -238,8 +248,7 @@ llb_status kv_block_pool_check(const struct kv_block_pool *p) {
       return LLB_ERRF(LLB_STATUS_INTERNAL, "free queue corrupt at block %d", id);
     const struct kv_block *b = &p->blocks[id];
     if (b->prev != prev) return LLB_ERRF(LLB_STATUS_INTERNAL, "block %d: prev link %d != %d", id, b->prev, prev);
-    if (!b->in_free_queue || b->ref_cnt != 0)
-      return LLB_ERRF(LLB_STATUS_INTERNAL, "block %d queued with ref_cnt %d", id, b->ref_cnt);
+    if (!b->in_free_queue) return LLB_ERRF(LLB_STATUS_INTERNAL, "block %d linked but not marked queued", id);
     prev = id;
   }
   if (prev != p->tail) return LLB_ERRF(LLB_STATUS_INTERNAL, "free queue tail %d != %d", p->tail, prev);
@@ -248,10 +257,7 @@ llb_status kv_block_pool_check(const struct kv_block_pool *p) {
   int32_t referenced = 0, hashed = 0;
   for (int32_t id = 0; id < p->num_blocks; id++) {
     const struct kv_block *b = &p->blocks[id];
-    if (b->ref_cnt < 0) return LLB_ERRF(LLB_STATUS_INTERNAL, "block %d: ref_cnt %d", id, b->ref_cnt);
-    if ((b->ref_cnt > 0) == b->in_free_queue)
-      return LLB_ERRF(LLB_STATUS_INTERNAL, "block %d: ref_cnt %d, queued %d", id, b->ref_cnt, b->in_free_queue);
-    if (b->ref_cnt > 0) referenced++;
+    if (!b->in_free_queue) referenced++;
     if (b->has_hash) {
       hashed++;
       if (kv_block_pool_get_cached_block(p, b->block_hash) != id)

@@ -87,8 +87,6 @@ struct scheduler_actor {
   struct llb_buf buf;              /* encoded messages */
   int64_t backoff_ms;
   bool recovering; /* a failure was seen and no step applied since (cfg.on_ready reported it) */
-  bool kv_reset_pending; /* the worker failed: its KV contents are unknown, so the next KV
-                            step tells the kv_manager to drop its prefix cache */
   int64_t last_stats_ns;
   int32_t last_stats_load; /* running + waiting in the last stats published */
   /* the last failed execute: the worker answered with an error (not a timeout or a bus
@@ -332,7 +330,6 @@ static void step_failed(struct scheduler_actor *a, const char *what, llb_status 
 static llb_status kv_round_trip(struct scheduler_actor *a) {
   struct llb_kv_step m;
   llb_status st = sched_wire_kv_step(&a->wire, &a->kv, &m);
-  m.reset = a->kv_reset_pending;
   if (!st) st = llb_kv_step_encode_buf(&m, &a->buf);
   if (st) return st;
   struct bus_msg *reply = NULL;
@@ -345,7 +342,6 @@ static llb_status kv_round_trip(struct scheduler_actor *a) {
   if (st) return st;
   if (r.error.code != 0)
     return LLB_ERRF(LLB_STATUS_INTERNAL, "kv_manager error %d: %s", r.error.code, r.error.message.data);
-  a->kv_reset_pending = false;
   st = sched_wire_kv_result(&r, &a->kv_res);
   if (st) return st;
   return sched_apply_kv_result(a->sched, &a->kv_res, &a->out);
@@ -414,7 +410,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
     step_failed(a, "schedule", st);
     return PLAN_SCHEDULE_FAILED;
   }
-  if (a->kv.num_ops > 0) {
+  if (!kv_step_empty(&a->kv)) {
     *did = true;
     kv_ns[0] = llb_wall_ns();
     st = kv_round_trip(a);
@@ -423,7 +419,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
       atomic_fetch_add(&a->c_kv_fail, 1);
       exec_channel_forget(a->exec);
       carry_all(a);
-      sched_kv_new_epoch(a->sched); /* its blocks may be reallocated: the worker drops the exports */
+      sched_kv_resync(a->sched); /* its state is unknown: the next kv step carries every held block */
       step_failed(a, "kv_manager", st);
       return PLAN_FAILED;
     }
@@ -453,14 +449,24 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
   return PLAN_READY;
 }
 
-/* The engine's worker or kv_manager died or was replaced (heartbeats, peer_health.c): the
- * steps in flight are forgotten (a reply from a dead worker never comes; one that still comes
- * is dropped by step number), every running request is preempted (recompute) and the next
- * KV step resets the kv_manager, as after a timeout, but now rather than at the timeout. */
+/* Whether a peer failure (peer_health's text, "<actor> <instance> ...", alone or after ": ")
+ * names the kv_manager. */
+static bool kv_manager_failed(const char *what) {
+  return strncmp(what, "kv_manager ", 11) == 0 || strstr(what, ": kv_manager ") != NULL;
+}
+
+/* The engine's worker or kv_manager died or was replaced, or the bus reconnected (heartbeats,
+ * peer_health.c): the steps in flight are forgotten (a reply from a dead worker never comes;
+ * one that still comes is dropped by step number) and every running request is preempted
+ * (recompute), as after a timeout, but now rather than at the timeout. The next KV step
+ * resyncs every held block and drops the prefix cache (a new kv_manager has none; the worker's
+ * KV contents may be gone too). Exports end under a new epoch unless only the kv_manager
+ * failed: then their blocks are in the resync and the worker still holds their contents. */
 static void peer_failed(struct scheduler_actor *a, llb_status st) {
+  const bool kv_only = kv_manager_failed(llb_err_last()); /* recorded with st */
   exec_channel_forget(a->exec);
-  a->kv_reset_pending = true;
-  sched_kv_new_epoch(a->sched);
+  sched_kv_reset(a->sched);
+  if (!kv_only) sched_kv_new_epoch(a->sched);
   step_failed(a, "peer_health", st);
 }
 
@@ -486,7 +492,7 @@ static bool run_step(struct scheduler_actor *a) {
   if (st) {
     carry_all(a); /* the worker may not have seen this step's ids */
     atomic_fetch_add(&a->c_exec_fail, 1);
-    a->kv_reset_pending = true;
+    sched_kv_reset(a->sched);
     step_failed(a, "gpu_worker", st);
     return true;
   }
@@ -500,7 +506,7 @@ static bool run_step(struct scheduler_actor *a) {
  * (their replies, should they come, are dropped by step number). */
 static void exec_failed(struct scheduler_actor *a, llb_status st) {
   atomic_fetch_add(&a->c_exec_fail, 1);
-  a->kv_reset_pending = true;
+  sched_kv_reset(a->sched);
   exec_channel_forget(a->exec);
   step_failed(a, "gpu_worker", st);
 }
@@ -756,9 +762,10 @@ llb_status scheduler_actor_start(struct scheduler_actor *a, struct bus *bus) {
   if (!st) st = peer_health_create(&hc, &a->health);
   a->cfg.worker_seen = NULL; /* borrowed until here */
   if (st) goto fail;
-  /* A previous scheduler of this engine may have left requests and blocks in the kv_manager
-   * (it died): this one's mirror starts empty, so the kv_manager starts over too. */
-  a->kv_reset_pending = true;
+  /* A previous scheduler of this engine may have left blocks in use and hashes of contents it
+   * cannot vouch for in the kv_manager (it died): the first KV step resyncs to this one's block
+   * state (nothing held) and drops the prefix cache. */
+  sched_kv_reset(a->sched);
   if (pthread_create(&a->thread, NULL, step_thread, a) != 0) {
     st = LLB_ERRF(LLB_STATUS_INTERNAL, "scheduler actor: pthread_create failed");
     goto fail;

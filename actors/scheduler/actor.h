@@ -15,15 +15,18 @@
  *
  * Failure (docs/design.md §6): a timeout, an error reply or an undecodable reply from the
  * kv_manager or the worker logs one line and preempts every running request
- * (sched_preempt_all with kv_lost = false: FREE ops for their blocks go with the next KV
- * step; a restarted, empty kv_manager answers them NOT_FOUND, which is harmless, while a
- * live one gets its blocks back); then the loop backs off (100 ms doubling to 2 s) and
- * goes on: requests are recomputed when the actor is back. Those timeouts are the last resort:
- * with peer_heartbeat_ms set, the heartbeats of the engine's gpu_worker and kv_manager tell
- * within about a second that one was restarted (a new instance id or pid) or fell silent
+ * (sched_preempt_all: their blocks are released with the next KV step). The block state is the
+ * scheduler's (docs/design.md §4): after a failed or refused KV round trip, or a kv_manager seen
+ * restarted, the next KV step carries every held block (resync) and a new, empty kv_manager
+ * rebuilds its free queue from it, exports of disaggregated prefill included; after a worker
+ * failure it also drops the prefix cache (reset). Then the loop backs off (100 ms doubling to
+ * 2 s) and goes on: requests are recomputed when the actor is back. Those timeouts are the last
+ * resort: with peer_heartbeat_ms set, the heartbeats of the engine's gpu_worker and kv_manager
+ * tell within about a second that one was restarted (a new instance id or pid) or fell silent
  * (peer_missed_beats intervals); the step thread then abandons the steps in flight at once
  * (also while it waits for a worker reply, asynchronous scheduling), preempts everything,
- * resets the kv_manager and retries as soon as the new instance beats.
+ * resyncs the kv_manager and drops its prefix cache (reset; exports survive when only the
+ * kv_manager failed) and retries as soon as the new instance beats.
  *
  * Buffers (wire views, encoded messages, decode arena) are reused across steps: at steady
  * state a step allocates only inside the FlatBuffers encoder's reused builder.

@@ -48,19 +48,24 @@ llb_status sched_wire_kv_step(struct sched_wire *w, const struct kv_step *kv, st
   for (int32_t i = 0; i < kv->num_ops; i++) {
     const struct kv_op *op = &kv->ops[i];
     const uint64_t *h = kv_step_op_hashes(kv, op);
+    const int32_t *ids = kv_step_op_block_ids(kv, op);
     enum llb_kv_op_kind kind = op->kind == KV_OP_KIND_ALLOCATE ? LLB_KV_OP_KIND_ALLOCATE
                                : op->kind == KV_OP_KIND_CACHE  ? LLB_KV_OP_KIND_CACHE
-                                                               : LLB_KV_OP_KIND_FREE;
+                                                               : LLB_KV_OP_KIND_RELEASE;
     w->kv_ops[i] = (struct llb_kv_op){.kind = kind,
                                       .req_id = llb_str_c(op->req_id),
                                       .num_tokens = op->num_tokens,
                                       .block_hashes = h,
                                       .num_block_hashes = h ? op->num_block_hashes : 0,
                                       .num_computed_tokens = op->num_computed_tokens,
-                                      .lookup = op->lookup};
+                                      .lookup = op->lookup,
+                                      .block_ids = ids,
+                                      .num_block_ids = ids ? op->num_block_ids : 0,
+                                      .num_held_blocks = op->num_held_blocks};
   }
-  *out = (struct llb_kv_step){.version = LLB_SCHEMA_VERSION, .step = kv->step, .ops = w->kv_ops,
-                              .num_ops = kv->num_ops};
+  *out = (struct llb_kv_step){.step = kv->step, .ops = w->kv_ops, .num_ops = kv->num_ops, .reset = kv->reset,
+                              .held_block_ids = kv->held_block_ids, .num_held_block_ids = kv->num_held_block_ids,
+                              .resync = kv->resync};
   return LLB_STATUS_OK;
 }
 

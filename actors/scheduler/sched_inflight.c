@@ -55,7 +55,7 @@ void sched_drop_inflight_steps(struct scheduler *s) {
       struct sched_request *r = rec->entries[i].req;
       r->num_inflight_steps--;
       if (rec->entries[i].samples) r->num_output_placeholders--;
-      if (sched_can_destroy(r)) sched_request_destroy(r);
+      sched_retire(s, r);
     }
     rec->num = 0;
   }

@@ -29,15 +29,15 @@
 #include "actors/scheduler/scheduler_internal.h"
 #include "base/log.h"
 
-/* Ends export i of kv_senders: its blocks are released (FREE with the next kv step). */
+/* Ends export i of kv_senders: its blocks are released (RELEASE with the next kv step). */
 static void end_export(struct scheduler *s, int32_t i) {
   struct sched_request *r = s->kv_senders[i];
   s->kv_senders[i] = s->kv_senders[--s->num_kv_senders];
   for (int32_t k = 0; k < s->num_kv_new_sends; k++)
     if (s->kv_new_sends[k] == r) s->kv_new_sends[k] = s->kv_new_sends[--s->num_kv_new_sends];
   r->kv_sending = false;
-  (void)sched_release_blocks(s, r); /* on OOM the FREE is lost: the kv_manager's reset recovers it */
-  if (sched_can_destroy(r)) sched_request_destroy(r);
+  sched_release_blocks(s, r);
+  sched_retire(s, r);
 }
 
 static int32_t find_sender(const struct scheduler *s, const char *id) {
@@ -77,7 +77,7 @@ void sched_kv_new_epoch(struct scheduler *s) {
   const int32_t n = s->num_kv_senders;
   while (s->num_kv_senders > 0) end_export(s, s->num_kv_senders - 1);
   s->kv_epoch = s->kv_epoch + 1 ? s->kv_epoch + 1 : 1;
-  if (n > 0) LLB_LOG_WARN("kv_exports_ended", "exports=%d epoch=%llu reason=kv_manager_state_unknown", n,
+  if (n > 0) LLB_LOG_WARN("kv_exports_ended", "exports=%d epoch=%llu reason=kv_contents_unknown", n,
                           (unsigned long long)s->kv_epoch);
 }
 

@@ -161,9 +161,9 @@ struct sched_request {
   int32_t num_cached_tokens;            /* prefix-cache hit of the first scheduling, -1 unknown */
   int32_t num_preemptions;
   bool on_worker;                       /* in the worker's persistent batch */
-  bool kv_free_pending;                 /* blocks released in the mirror, FREE op not sent yet */
   bool abort_pending;                   /* aborted while its step was in flight */
-  bool zombie;                          /* finished, FREE op in the kv step in flight */
+  bool retired;                         /* finished, unreferenced: destroyed at the next
+                                           sched_schedule (sched_retire) */
   /* KV transfer (disaggregated prefill/decode; scheduler.c) */
   enum sched_kv_recv_state kv_recv;           /* decode side: where its remote KV stands */
   char *kv_remote_engine_id, *kv_remote_request_id; /* owned; NULL = not a receiver */
@@ -192,13 +192,12 @@ struct sched_request {
   /* per-step scratch (valid between sched_schedule and sched_update_from_output) */
   int32_t num_scheduled_tokens;
   int32_t num_scheduled_spec_tokens;    /* drafts among num_scheduled_tokens (the last ones) */
-  int32_t planned_new_blocks;           /* mirror blocks reserved for this step */
+  int32_t planned_new_blocks;           /* free blocks reserved for this step */
   int32_t num_lookahead_tokens;         /* slots beyond the scheduled tokens this step */
   int32_t step_blocks_begin;            /* block_ids index where this step's blocks start */
   bool scheduled_as_new;                /* NewRequestData (first time or resumed) */
   bool lookup;                          /* prefix-cache lookup with this step's ALLOCATE */
   int32_t queue_index;                  /* position in the waiting queue's heap, -1 none */
-  int32_t pending_cache_upto;           /* released: blocks to register before the FREE */
   int64_t sampled_offset;               /* this step's sampled tokens in the model output */
   int32_t num_sampled;
   int64_t pooled_offset;                /* this step's pooled vector in the model output */

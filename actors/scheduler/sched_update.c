@@ -74,7 +74,7 @@ llb_status sched_update_from_output(struct scheduler *s, const struct sched_mode
     r->num_inflight_steps--;
     if (e->samples) r->num_output_placeholders--;
     if (sched_request_is_finished(r)) { /* finished after this step was planned: discard */
-      if (sched_can_destroy(r)) sched_request_destroy(r);
+      sched_retire(s, r);
       continue;
     }
     if (st) continue; /* keep the accounting of every entry right */
@@ -151,7 +151,7 @@ llb_status sched_step_failed(struct scheduler *s, const char *blamed_req_id, boo
     }
     for (int32_t i = 0; s->planned && i < s->num_scheduled; i++) count_failure(s, s->scheduled[i]);
   }
-  sched_preempt_all(s, false);
+  sched_preempt_all(s);
   blamed = blamed ? sched_map_get(s, blamed_req_id) : NULL; /* an aborted one is gone now */
   if (blamed && blamed->abort_pending) blamed = NULL;     /* or finishes with its ABORT */
   llb_status st = LLB_STATUS_OK;

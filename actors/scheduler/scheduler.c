@@ -112,17 +112,15 @@ llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) 
   sched_queue_init(&s->waiting, cfg->policy);
   s->running = calloc((size_t)cfg->max_num_seqs, sizeof(*s->running));
   s->scheduled = calloc((size_t)cfg->max_num_seqs, sizeof(*s->scheduled));
-  s->block_refs = calloc((size_t)cfg->num_blocks, sizeof(*s->block_refs));
   if (cfg->enable_lora && !(s->step_loras = calloc((size_t)cfg->max_loras, sizeof(*s->step_loras)))) goto fail;
   for (int k = 0; k < 2; k++)
     s->inflight[k].entries = calloc((size_t)cfg->max_num_seqs, sizeof(*s->inflight[k].entries));
-  if (llb_strmap_create(0, &s->reqs) || !s->running || !s->scheduled || !s->block_refs || !s->inflight[0].entries ||
-      !s->inflight[1].entries)
+  if (llb_strmap_create(0, &s->reqs) || !s->running || !s->scheduled || sched_blocks_init(s) ||
+      !s->inflight[0].entries || !s->inflight[1].entries)
     goto fail;
   if (encoder_cache_create(cfg->encoder_cache_size, &s->ec)) goto fail;
   encoder_step_init(&s->enc_pending);
   s->enc_budget = cfg->encoder_compute_budget > 0 ? cfg->encoder_compute_budget : cfg->max_num_batched_tokens;
-  s->num_free = cfg->num_blocks;
   s->kv_epoch = random_epoch();
   *out = s;
   return LLB_STATUS_OK;
@@ -134,20 +132,15 @@ fail:
 void sched_destroy(struct scheduler *s) {
   if (!s) return;
   if (s->inflight[0].entries && s->inflight[1].entries) sched_drop_inflight_steps(s);
-  /* Finished requests left the map but may wait in free_pending or zombies; unfinished
-   * ones in free_pending are still in the map. Read the former before the map is freed. */
-  for (int32_t i = 0; i < s->num_free_pending; i++)
-    if (sched_request_is_finished(s->free_pending[i])) sched_request_destroy(s->free_pending[i]);
-  for (int32_t i = 0; i < s->num_zombies; i++) sched_request_destroy(s->zombies[i]);
   sched_kv_release_senders(s);
   if (s->reqs) llb_strmap_foreach(s->reqs, destroy_live_cb, s);
   llb_strmap_destroy(s->reqs);
+  sched_destroy_retired(s);
+  free(s->retired);
   free(s->running);
   free(s->scheduled);
-  free(s->free_pending);
-  free(s->zombies);
   free(s->op_refs);
-  free(s->block_refs);
+  sched_blocks_free(s);
   free(s->step_loras);
   free(s->lora_skipped);
   free(s->kv_senders);
@@ -213,32 +206,7 @@ llb_status sched_add_request(struct scheduler *s, const struct sched_new_request
   return st;
 }
 
-/* ---- mirror ---- */
-
-/* Number of r's blocks that can be registered in the prefix cache now. */
-static int32_t cacheable_blocks(const struct scheduler *s, const struct sched_request *r, int32_t held) {
-  int32_t n = r->num_computed_tokens / s->cfg.block_size;
-  if (n > held) n = held;
-  if (n > r->num_block_hashes) n = r->num_block_hashes;
-  return n;
-}
-
-/* Releases r's blocks in the mirror; the FREE op (with the CACHE of its computed blocks
- * before it) is deferred to the next kv step. */
-llb_status sched_release_blocks(struct scheduler *s, struct sched_request *r) {
-  for (int32_t i = 0; i < r->num_block_ids; i++)
-    if (--s->block_refs[r->block_ids[i]] == 0) s->num_free++;
-  if (r->num_block_ids > 0 && !r->kv_free_pending) {
-    llb_status st = push_ptr((void ***)&s->free_pending, &s->num_free_pending, &s->cap_free_pending,
-                             r, sizeof(r));
-    if (st) return st;
-    r->kv_free_pending = true;
-  }
-  /* Full computed blocks to register before the FREE (emit_kv_step). */
-  if (r->num_block_ids > 0) r->pending_cache_upto = cacheable_blocks(s, r, r->num_block_ids);
-  r->num_block_ids = 0;
-  return LLB_STATUS_OK;
-}
+/* ---- block plan (the block state itself: sched_blocks.c) ---- */
 
 /* Blocks r needs for n more tokens: false when even the minimum does not fit. */
 static bool plan_blocks(struct scheduler *s, struct sched_request *r, int32_t n) {
@@ -267,13 +235,20 @@ static void unplan_blocks(struct scheduler *s, struct sched_request *r) {
 /* ---- KV transfer of disaggregated prefill/decode (the flow: sched_kv.c's head comment) ---- */
 
 llb_status sched_kv_hold(struct scheduler *s, struct sched_request *r) {
-  if (sched_request_kv_export_tokens(r) < 1) return sched_release_blocks(s, r); /* nothing to fetch */
+  if (sched_request_kv_export_tokens(r) < 1) { /* nothing to fetch */
+    sched_release_blocks(s, r);
+    return LLB_STATUS_OK;
+  }
   llb_status st = sched_push_request(&s->kv_senders, &s->num_kv_senders, &s->cap_kv_senders, r);
-  if (st) return sched_release_blocks(s, r);
+  if (st) {
+    sched_release_blocks(s, r);
+    return st;
+  }
   st = sched_push_request(&s->kv_new_sends, &s->num_kv_new_sends, &s->cap_kv_new_sends, r);
   if (st) { /* never exported: nobody fetches it */
     s->num_kv_senders--;
-    return sched_release_blocks(s, r);
+    sched_release_blocks(s, r);
+    return st;
   }
   r->kv_sending = true;
   r->kv_send_deadline_s = s->kv_now_s + 2.0 * (double)s->cfg.kv_export_expires_s;
@@ -345,7 +320,7 @@ void sched_kv_release_senders(struct scheduler *s) {
     struct sched_request *r = s->kv_senders[i];
     r->kv_sending = false;
     r->num_block_ids = 0;
-    if (sched_can_destroy(r)) sched_request_destroy(r);
+    sched_retire(s, r);
   }
   s->num_kv_senders = s->num_kv_new_sends = 0;
 }
@@ -393,7 +368,8 @@ static llb_status preempt(struct scheduler *s, struct sched_request *r) {
   remove_running(s, r);
   const bool recving = r->kv_recv == SCHED_KV_RECV_RECVING; /* its fetch is cancelled below */
   sched_kv_recv_dropped(s, r);
-  llb_status st = sched_release_blocks(s, r);
+  sched_release_blocks(s, r);
+  llb_status st = LLB_STATUS_OK;
   r->num_computed_tokens = 0;
   r->num_spec_tokens = 0; /* drafts follow the worker's state, which it drops */
   r->status = SCHED_REQUEST_STATUS_PREEMPTED;
@@ -451,47 +427,10 @@ static llb_status add_op_ref(struct scheduler *s, struct sched_request *r, enum 
   return LLB_STATUS_OK;
 }
 
-static llb_status emit_cache(struct scheduler *s, struct kv_step *kv, struct sched_request *r, int32_t upto) {
-  if (!s->cfg.enable_prefix_caching || upto <= r->num_cached_blocks) return LLB_STATUS_OK;
-  llb_status st = kv_step_add_op(kv, KV_OP_KIND_CACHE, r->request_id, 0,
-                                 r->num_cached_blocks * s->cfg.block_size, false,
-                                 r->block_hashes + r->num_cached_blocks, upto - r->num_cached_blocks);
-  if (!st) st = add_op_ref(s, r, KV_OP_KIND_CACHE);
-  if (!st) r->num_cached_blocks = upto;
-  return st;
-}
-
-/* Deferred ops: CACHE+FREE of released requests, CACHE of running ones. */
-static int32_t num_deferred(const struct scheduler *s) {
-  int32_t n = s->num_free_pending;
-  for (int32_t i = 0; i < s->num_running; i++)
-    if (s->cfg.enable_prefix_caching &&
-        cacheable_blocks(s, s->running[i], s->running[i]->num_block_ids) > s->running[i]->num_cached_blocks)
-      n++;
-  return n;
-}
-
+/* The step's kv step: the deferred block ops (and a pending resync), then one ALLOCATE per
+ * request that needs blocks; op_refs map the ALLOCATE results back to their requests. */
 static llb_status emit_kv_step(struct scheduler *s, struct kv_step *kv) {
-  llb_status st = LLB_STATUS_OK;
-  for (int32_t i = 0; i < s->num_free_pending && !st; i++) {
-    struct sched_request *r = s->free_pending[i];
-    st = emit_cache(s, kv, r, r->pending_cache_upto);
-    if (!st) st = kv_step_add_op(kv, KV_OP_KIND_FREE, r->request_id, 0, 0, false, NULL, 0);
-    if (!st) st = add_op_ref(s, r, KV_OP_KIND_FREE);
-    if (st) break;
-    r->kv_free_pending = false;
-    r->num_cached_blocks = 0;
-    if (sched_request_is_finished(r)) {
-      st = push_ptr((void ***)&s->zombies, &s->num_zombies, &s->cap_zombies, r, sizeof(r));
-      r->zombie = !st;
-      if (st && sched_can_destroy(r)) sched_request_destroy(r);
-    }
-  }
-  s->num_free_pending = 0;
-  for (int32_t i = 0; i < s->num_running && !st; i++) {
-    struct sched_request *r = s->running[i];
-    st = emit_cache(s, kv, r, cacheable_blocks(s, r, r->num_block_ids));
-  }
+  llb_status st = sched_blocks_emit(s, kv, &s->num_block_ops);
   for (int32_t i = 0; i < s->num_scheduled && !st; i++) {
     struct sched_request *r = s->scheduled[i];
     if (r->planned_new_blocks == 0) continue;
@@ -501,8 +440,8 @@ static llb_status emit_kv_step(struct scheduler *s, struct kv_step *kv) {
       if (num_hashes > r->num_block_hashes) num_hashes = r->num_block_hashes;
     }
     int32_t slots = (r->num_block_ids + r->planned_new_blocks) * s->cfg.block_size;
-    st = kv_step_add_op(kv, KV_OP_KIND_ALLOCATE, r->request_id, slots, r->num_computed_tokens,
-                        r->lookup, r->block_hashes, num_hashes);
+    st = kv_step_add_allocate(kv, r->request_id, slots, r->num_block_ids, r->num_computed_tokens, r->lookup,
+                              r->block_hashes, num_hashes);
     if (!st) st = add_op_ref(s, r, KV_OP_KIND_ALLOCATE);
   }
   return st;
@@ -607,6 +546,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   if (s->kv_in_flight)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu: kv step unanswered", (unsigned long long)s->step);
   sched_commit_step(s);
+  sched_destroy_retired(s); /* the caller is done with the last outputs */
   if (s->num_inflight > (s->cfg.async_scheduling ? 1 : 0))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "step %llu still in flight (%d unanswered)",
                     (unsigned long long)s->inflight[s->inflight_head].step, s->num_inflight);
@@ -615,7 +555,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   /* preempted_ids may hold ids from sched_preempt_all since the last step: they go out now */
   s->num_scheduled = 0;
   s->total_scheduled = 0;
-  s->num_op_refs = 0;
+  s->num_op_refs = s->num_block_ops = 0;
   out->num_encoder_inputs = 0;
   sched_str_list_clear(&out->free_encoder_mm_hashes);
   llb_status st = LLB_STATUS_OK;
@@ -701,16 +641,16 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
 
   bool allocates = false;
   for (int32_t i = 0; i < s->num_scheduled; i++) allocates |= s->scheduled[i]->planned_new_blocks > 0;
-  int32_t deferred = num_deferred(s);
+  int32_t deferred = sched_blocks_num_deferred(s);
   if (!st && (allocates || (deferred > 0 && (s->num_scheduled == 0 || deferred >= s->cfg.max_deferred_kv_ops)))) {
     st = emit_kv_step(s, kv);
-    s->kv_in_flight = kv->num_ops > 0;
+    s->kv_in_flight = !kv_step_empty(kv);
     if (s->kv_in_flight) s->stats.num_kv_round_trips++;
   }
   if (!st) st = sched_kv_fill_output(s, out);
   if (!st) st = copy_strs(&out->finished_req_ids, &s->finished_ids);
   if (!st) st = copy_strs(&out->preempted_req_ids, &s->preempted_ids);
-  if (!st) st = sched_assemble_output(s, out, kv->num_ops == 0);
+  if (!st) st = sched_assemble_output(s, out, kv_step_empty(kv));
   if (!st) sched_str_list_clear(&s->finished_ids);
   if (!st) sched_str_list_clear(&s->preempted_ids);
   s->planned = true;
@@ -731,75 +671,75 @@ static llb_status unschedule(struct scheduler *s, struct sched_request *r) {
   return sched_queue_push_front(&s->waiting, r);
 }
 
-static void destroy_zombies(struct scheduler *s) {
-  for (int32_t i = 0; i < s->num_zombies; i++) {
-    s->zombies[i]->zombie = false;
-    if (sched_can_destroy(s->zombies[i])) sched_request_destroy(s->zombies[i]);
+/* A reply that disagrees with the block state: counted, logged, and the next kv step resyncs. */
+static void protocol_fault(struct scheduler *s, const char *what, const char *req_id, int32_t a, int32_t b) {
+  s->stats.num_kv_protocol_faults++;
+  LLB_LOG_WARN("kv_protocol_fault", "step=%llu what=%s req=%s ours=%d kv=%d action=resync",
+               (unsigned long long)s->step, what, req_id ? req_id : "-", a, b);
+  sched_kv_resync(s);
+}
+
+/* One ALLOCATE's answer for r: its blocks and prefix hit taken, or r unscheduled. */
+static llb_status apply_allocation(struct scheduler *s, struct sched_request *r, const struct kv_step_result *res,
+                                   const struct kv_op_result *kr, struct sched_output *out) {
+  const int32_t bs = s->cfg.block_size;
+  const int32_t *ids = kr ? kv_step_result_block_ids(res, kr) : NULL;
+  const int32_t n_ids = kr && ids ? kr->num_block_ids : 0;
+  const bool given = kr && kr->status == LLB_STATUS_OK;
+  const int32_t planned = r->planned_new_blocks;
+  const bool ok = given && n_ids == planned && kr->num_cached_tokens >= 0 &&
+                  kr->num_cached_tokens < r->num_scheduled_tokens && kr->num_cached_tokens % bs == 0 &&
+                  (r->lookup || kr->num_cached_tokens == 0) && kr->num_cached_tokens / bs <= n_ids &&
+                  sched_blocks_reply_ok(s, ids, n_ids, kr->num_cached_tokens / bs);
+  unplan_blocks(s, r);
+  if (!ok) {
+    s->stats.num_kv_alloc_failures++;
+    LLB_LOG_WARN("kv_alloc_refused", "req=%s step=%llu status=%d", r->request_id, (unsigned long long)s->step,
+                 kr ? (int)kr->status : -1);
+    /* blocks given but not taken are the kv_manager's error: the resync frees them there */
+    if (kr && kr->status != LLB_STATUS_QUEUE_FULL) protocol_fault(s, "allocate", r->request_id, planned, n_ids);
+    return unschedule(s, r);
   }
-  s->num_zombies = 0;
+  sched_take_blocks(s, r, ids, n_ids);
+  if (r->lookup) {
+    int32_t c = kr->num_cached_tokens;
+    s->stats.prefix_cache_queries += (uint64_t)r->num_tokens;
+    s->stats.prefix_cache_hits += (uint64_t)c;
+    r->num_computed_tokens += c;
+    r->num_scheduled_tokens -= c;
+    r->num_cached_blocks = c / bs; /* hit blocks carry their hash already */
+    if (r->num_cached_tokens < 0) r->num_cached_tokens = c;
+    r->lookup = false;
+  }
+  if (r->kv_recv == SCHED_KV_RECV_WANTED && s->cfg.kv_transfer) return sched_kv_start_recv(s, r, out);
+  return LLB_STATUS_OK;
 }
 
 llb_status sched_apply_kv_result(struct scheduler *s, const struct kv_step_result *res,
                                  struct sched_output *out) {
   if (!s->kv_in_flight) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "no kv step in flight");
   s->kv_in_flight = false;
-  destroy_zombies(s);
   llb_status st = LLB_STATUS_OK;
-  bool valid = res->step == s->step && res->num_results == s->num_op_refs;
-  for (int32_t i = 0; i < s->num_op_refs && !st; i++) {
-    struct op_ref *ref = &s->op_refs[i];
-    if (ref->kind != KV_OP_KIND_ALLOCATE) continue;
-    struct sched_request *r = ref->req;
-    const struct kv_op_result *kr = valid ? &res->results[i] : NULL;
-    const int32_t *ids = kr ? kv_step_result_block_ids(res, kr) : NULL;
-    int32_t n_ids = kr && ids ? kr->num_block_ids : 0;
-    bool ok = kr && kr->status == LLB_STATUS_OK && r->num_block_ids + n_ids <= r->cap_blocks &&
-              kr->num_cached_tokens >= 0 && kr->num_cached_tokens < r->num_scheduled_tokens &&
-              (!r->lookup || kr->num_cached_tokens % s->cfg.block_size == 0);
-    unplan_blocks(s, r);
-    if (!ok) {
-      s->stats.num_kv_alloc_failures++;
-      LLB_LOG_WARN("kv_alloc_refused", "req=%s step=%llu status=%d", r->request_id,
-                   (unsigned long long)s->step, kr ? (int)kr->status : -1);
-      /* blocks given despite the refusal would be lost: keep them with the request */
-      if (kr && kr->status == LLB_STATUS_OK && r->num_block_ids + n_ids <= r->cap_blocks) {
-        for (int32_t k = 0; k < n_ids; k++) {
-          if (s->block_refs[ids[k]]++ == 0) s->num_free--;
-          r->block_ids[r->num_block_ids++] = ids[k];
-        }
-      }
-      st = unschedule(s, r);
-      continue;
-    }
-    for (int32_t k = 0; k < n_ids; k++) {
-      if (ids[k] < 0 || ids[k] >= s->cfg.num_blocks) continue;
-      if (s->block_refs[ids[k]]++ == 0) s->num_free--;
-      r->block_ids[r->num_block_ids++] = ids[k];
-    }
-    if (r->lookup) {
-      int32_t c = kr->num_cached_tokens;
-      s->stats.prefix_cache_queries += (uint64_t)r->num_tokens;
-      s->stats.prefix_cache_hits += (uint64_t)c;
-      r->num_computed_tokens += c;
-      r->num_scheduled_tokens -= c;
-      r->num_cached_blocks = c / s->cfg.block_size; /* hit blocks carry their hash already */
-      if (r->num_cached_tokens < 0) r->num_cached_tokens = c;
-      r->lookup = false;
-    }
-    if (r->kv_recv == SCHED_KV_RECV_WANTED && s->cfg.kv_transfer) st = sched_kv_start_recv(s, r, out);
+  const int32_t nb = s->num_block_ops;
+  const bool valid = res->step == s->step && res->num_results == nb + s->num_op_refs;
+  if (valid) sched_blocks_synced(s); /* before the checks below: a fault asks for a resync again */
+  for (int32_t i = 0; valid && i < nb; i++)
+    if (res->results[i].status != LLB_STATUS_OK)
+      protocol_fault(s, "release_or_cache_status", NULL, LLB_STATUS_OK, res->results[i].status);
+  for (int32_t i = 0; i < s->num_op_refs; i++) {
+    llb_status st2 = apply_allocation(s, s->op_refs[i].req, res, valid ? &res->results[nb + i] : NULL, out);
+    if (!st) st = st2;
   }
   s->total_scheduled = 0;
   for (int32_t i = 0; i < s->num_scheduled; i++) s->total_scheduled += s->scheduled[i]->num_scheduled_tokens;
   if (!valid) {
     LLB_LOG_ERROR("kv_result_mismatch", "step=%llu result_step=%llu ops=%d results=%d",
-                  (unsigned long long)s->step, (unsigned long long)res->step, s->num_op_refs, res->num_results);
+                  (unsigned long long)s->step, (unsigned long long)res->step, nb + s->num_op_refs, res->num_results);
+    sched_kv_resync(s);
   } else if (res->num_free_blocks != s->num_free) {
-    s->stats.num_kv_mirror_mismatches++;
-    LLB_LOG_WARN("kv_mirror_mismatch", "step=%llu mirror=%d kv=%d", (unsigned long long)s->step,
-                 s->num_free, res->num_free_blocks);
-    s->num_free = res->num_free_blocks; /* the kv_manager is authoritative */
+    protocol_fault(s, "num_free_blocks", NULL, s->num_free, res->num_free_blocks);
   }
-  s->num_op_refs = 0;
+  s->num_op_refs = s->num_block_ops = 0;
   llb_status st2 = sched_assemble_output(s, out, true);
   if (st) return st;
   if (st2) return st2;
@@ -834,13 +774,15 @@ llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched
   }
   /* a hand-off's blocks stay for the decode engine's fetch (vLLM delay_free_blocks) */
   const bool hold = reason == SCHED_FINISH_REASON_HANDED_OFF && s->cfg.kv_transfer && r->num_block_ids > 0;
-  llb_status st3 = hold ? sched_kv_hold(s, r) : sched_release_blocks(s, r);
+  llb_status st3 = LLB_STATUS_OK;
+  if (hold) st3 = sched_kv_hold(s, r);
+  else sched_release_blocks(s, r);
   if (!st) st = st3;
   st3 = encoder_release(s, r);
   if (!st) st = st3;
   map_remove(s, r);
   free_user(s, r); /* no final output took it (none asked for, or out of memory) */
-  if (sched_can_destroy(r)) sched_request_destroy(r);
+  sched_retire(s, r);
   return st;
 }
 
@@ -874,12 +816,12 @@ llb_status sched_abort_requests(struct scheduler *s, const char *const *req_ids,
   return st;
 }
 
-void sched_preempt_all(struct scheduler *s, bool kv_lost) {
+void sched_preempt_all(struct scheduler *s) {
   while (s->num_scheduled > 0) sched_remove_scheduled(s, s->scheduled[s->num_scheduled - 1]);
+  if (s->kv_in_flight) sched_kv_resync(s); /* its answer never comes: what it did is unknown */
   s->planned = s->kv_in_flight = false;
-  s->num_op_refs = 0;
+  s->num_op_refs = s->num_block_ops = 0;
   sched_drop_inflight_steps(s);
-  destroy_zombies(s);
   while (s->num_running > 0) {
     struct sched_request *r = s->running[s->num_running - 1];
     if (r->abort_pending) (void)sched_finish(s, r, r->abort_reason, NULL, 0, 0);
@@ -891,19 +833,8 @@ void sched_preempt_all(struct scheduler *s, bool kv_lost) {
   encoder_step_clear(&s->enc_pending, s->step);
   s->enc_reset_pending = true;
   /* Exports stay held: a worker that is alive may still serve them (its finished_sending, or
-   * their deadline, ends them: sched_kv_tick); with the kv_manager's state lost, the blocks are
-   * no longer ours to hold. */
-  if (!kv_lost) return;
-  sched_kv_release_senders(s);
-  for (int32_t i = 0; i < s->num_free_pending; i++) {
-    struct sched_request *r = s->free_pending[i];
-    r->kv_free_pending = false;
-    r->num_cached_blocks = 0;
-    if (sched_can_destroy(r)) sched_request_destroy(r);
-  }
-  s->num_free_pending = 0;
-  memset(s->block_refs, 0, (size_t)s->cfg.num_blocks * sizeof(*s->block_refs));
-  s->num_free = s->cfg.num_blocks;
+   * their deadline, ends them: sched_kv_tick); a kv_manager that lost its state gets their
+   * blocks back with the resync. */
 }
 
 void sched_get_stats(const struct scheduler *s, struct sched_stats *out) {
@@ -922,8 +853,4 @@ const struct llb_hash_key *sched_hash_key(const struct scheduler *s) { return &s
 
 const struct sched_request *sched_find_request(const struct scheduler *s, const char *req_id) {
   return sched_map_get(s, req_id);
-}
-
-int32_t sched_mirror_ref(const struct scheduler *s, int32_t block_id) {
-  return block_id < 0 || block_id >= s->cfg.num_blocks ? -1 : s->block_refs[block_id];
 }

@@ -1,10 +1,9 @@
 /* The scheduler: EngineCore's step loop as pure logic (vLLM v1 vllm/v1/core/sched/
- * scheduler.py), planned against an exact mirror of the kv_manager's free blocks
- * (docs/design.md §4). One step:
+ * scheduler.py), and the one owner of the KV block state (docs/design.md §4). One step:
  *
  *   sched_schedule(s, &out, &kv)              plan: running first, then waiting; chunked
  *                                             prefill; preemption by recompute
- *   if (kv.num_ops > 0) {                     one round trip to the kv_manager
+ *   if (!kv_step_empty(&kv)) {                one round trip to the kv_manager
  *     send kv, get res;
  *     sched_apply_kv_result(s, &res, &out);   block ids, prefix hits, failures
  *   }
@@ -13,15 +12,18 @@
  *     sched_update_from_output(s, &mo, &eo);  append tokens, stop checks → EngineCoreOutputs
  *   }
  *
- * Blocks: the scheduler is the kv_manager's only client. It keeps a reference count per
- * block id it has been given, so it knows exactly which blocks are free, plans every
- * allocation against that count (assuming no prefix hit: a hit only lowers consumption)
- * and never overcommits. FREE and CACHE ops (finished or preempted requests, newly full
- * blocks) are deferred and ride ahead of the next step's allocations; the mirror counts
- * freed blocks as free at once, which is exact because they are sent before any ALLOCATE
- * that uses them. So a step whose requests need no new block (decode inside a block, or
- * inside the lookahead) sends nothing to the kv_manager. Deferred ops are flushed when a
- * step allocates, when max_deferred_kv_ops accumulate, or when nothing is scheduled.
+ * Blocks: the scheduler owns each request's block table and each block's reference count
+ * (sched_blocks.c); the kv_manager is its prefix index (free queue in LRU order, block hash
+ * -> block), the scheduler its only client. Knowing exactly which blocks are free, it plans
+ * every allocation against that count (assuming no prefix hit: a hit only lowers
+ * consumption) and never overcommits. RELEASE (the ids whose count dropped to zero) and
+ * CACHE (newly full blocks by id and hash) are deferred and ride ahead of the next step's
+ * allocations; a released block counts as free at once, which is exact because the RELEASE
+ * is sent before any ALLOCATE that could use it. So a step whose requests need no new block
+ * (decode inside a block, or inside the lookahead) sends nothing to the kv_manager. Deferred
+ * ops are flushed when a step allocates, when max_deferred_kv_ops accumulate, or when nothing
+ * is scheduled. After any doubt about the kv_manager's state (sched_kv_resync) the next kv
+ * step carries every held block (resync), which rebuilds its free queue.
  *
  * Allocation sizes: a request gets ceil((num_computed + scheduled + lookahead) /
  * block_size) blocks when it needs more (num_lookahead_tokens, trimmed when blocks are
@@ -75,7 +77,7 @@ struct sched_config {
   int32_t num_blocks;              /* the kv_manager's pool size (default 1024) */
   int32_t block_size;              /* tokens per block (default 16) */
   int32_t num_lookahead_tokens;    /* extra slots per allocation (default = block_size) */
-  int32_t max_deferred_kv_ops;     /* flush deferred FREE/CACHE ops beyond this (default 64) */
+  int32_t max_deferred_kv_ops;     /* flush deferred RELEASE/CACHE work beyond this (default 64) */
   int32_t max_num_waiting;         /* waiting requests at most; a new one beyond it is refused
                                       with QUEUE_FULL (default 1024; 0 = unlimited) */
   int32_t encoder_cache_size;      /* encoder outputs kept, embedding rows (default 4096; the
@@ -119,7 +121,7 @@ struct sched_config {
 struct sched_stats {
   uint64_t step;
   int32_t num_running, num_waiting;
-  int32_t num_free_blocks;         /* mirror */
+  int32_t num_free_blocks;         /* blocks no request holds */
   double kv_cache_usage;           /* 1 - free / num_blocks */
   uint64_t prefix_cache_queries;   /* tokens of the requests looked up (vLLM PrefixCacheStats) */
   uint64_t prefix_cache_hits;      /* tokens found */
@@ -127,7 +129,9 @@ struct sched_stats {
   uint64_t num_prompt_tokens;      /* tokens computed while catching up to the context */
   uint64_t num_generation_tokens;  /* tokens sampled and kept */
   uint64_t num_kv_round_trips;     /* kv_steps sent */
-  uint64_t num_kv_mirror_mismatches; /* replies whose free count differed from the mirror */
+  uint64_t num_kv_protocol_faults; /* replies that disagreed with the block state (free count,
+                                      an ALLOCATE giving a held block, a refused RELEASE) */
+  uint64_t num_kv_resyncs;         /* resyncs asked for (each sends every held block once) */
   uint64_t num_kv_alloc_failures;  /* ALLOCATE ops refused although planned */
   uint64_t encoder_cache_queries;  /* check_and_update calls (vLLM encoder cache stats) */
   uint64_t encoder_cache_hits;     /* ... that found the item cached */
@@ -161,8 +165,8 @@ void sched_destroy(struct scheduler *s);
 llb_status sched_add_request(struct scheduler *s, const struct sched_new_request *nr);
 
 /* Plans step N+1: first commits step N if it was planned and not committed yet (the caller
- * sent it, or it had no tokens), then fills `out` and the step's kv ops in `kv` (both cleared
- * first). When kv->num_ops == 0, `out` is final. Otherwise send kv and call
+ * sent it, or it had no tokens), then fills `out` and the step's kv step in `kv` (both cleared
+ * first). When kv_step_empty(kv), `out` is final. Otherwise send kv and call
  * sched_apply_kv_result with the answer before anything else. Errors: INVALID_ARGUMENT if a
  * kv round trip is unanswered, or a committed step is unanswered without async_scheduling,
  * or two are with it; OUT_OF_MEMORY. */
@@ -172,9 +176,12 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
  * and prefix hits (num_computed_tokens jumps by the hit, the scheduled count shrinks by
  * it), running ones their new blocks; a refused allocation unschedules that request for
  * this step (a new one goes back to the front of the waiting queue) and counts an
- * alloc failure; resyncs the mirror to res->num_free_blocks if they differ. Rewrites `out`
- * (final). Errors: INVALID_ARGUMENT (no kv step pending, step or op count mismatch: then
- * every request of the step is unscheduled), OUT_OF_MEMORY. */
+ * alloc failure. Every block id is checked (in range, distinct, a fresh block held by no
+ * one): an answer that disagrees with the block state (such ids, a refused RELEASE or CACHE,
+ * a free count other than ours) takes nothing from the op concerned, is counted
+ * (num_kv_protocol_faults) and makes the next kv step a resync. Rewrites `out` (final).
+ * Errors: INVALID_ARGUMENT (no kv step pending, step or op count mismatch: then every
+ * request of the step is unscheduled and the next kv step resyncs), OUT_OF_MEMORY. */
 llb_status sched_apply_kv_result(struct scheduler *s, const struct kv_step_result *res,
                                  struct sched_output *out);
 
@@ -243,19 +250,31 @@ llb_status sched_hand_off(struct scheduler *s, const char *req_id, struct sched_
 void sched_kv_tick(struct scheduler *s, bool poll, double now_s);
 /* Whether transfers are under way (see sched_kv_tick). */
 bool sched_kv_pending(const struct scheduler *s);
-/* The kv_manager may have lost or reset its state (a failed KV round trip, a replaced peer):
- * every held export is ended (its blocks released through the next kv step, which a kv_manager
- * that starts over ignores) and the block-accounting epoch advances. Every later step carries
- * the new epoch (sched_output.kv_epoch), and the worker drops the exports it holds before such
- * a step, so a block reallocated in it is never read for a fetch meanwhile. A new scheduler
- * starts with a random epoch for the same reason: its predecessor's exports go. */
+/* The worker's KV contents may be gone (a worker or the bus seen failing): every
+ * held export is ended (its blocks released with the next kv step) and the block-accounting
+ * epoch advances. Every later step carries the new epoch (sched_output.kv_epoch), and the
+ * worker drops the exports it holds before such a step, so no fetch reads a block reallocated
+ * meanwhile. A new scheduler starts with a random epoch for the same reason: its
+ * predecessor's exports go. A kv_manager failure needs none of this: the resync keeps every
+ * held block, exports included (sched_kv_resync). */
 void sched_kv_new_epoch(struct scheduler *s);
 
-/* Recovery (docs/design.md §6): preempts every running request for recompute and forgets the
- * steps in flight (their outputs, should they come, are refused by step number). kv_lost = true (the kv_manager restarted empty): the mirror starts with
- * every block free and no FREE op is sent; false (the worker restarted): blocks are freed
- * through the next kv step as usual. */
-void sched_preempt_all(struct scheduler *s, bool kv_lost);
+/* The kv_manager's state is in doubt (a failed, refused or mismatched KV round trip, a
+ * restarted or replaced kv_manager): the next kv step carries resync with every block a
+ * request or an export holds, and the kv_manager rebuilds its free queue from it (no block
+ * held here can go to another request). A new scheduler starts with one pending. Pending
+ * until a kv step carrying it is answered validly. */
+void sched_kv_resync(struct scheduler *s);
+/* The KV contents are gone (the worker failed): as sched_kv_resync, and the next kv step
+ * drops every hash of the prefix cache (reset); blocks computed before are never registered
+ * (deferred CACHE dropped, exports not cached when they end). */
+void sched_kv_reset(struct scheduler *s);
+
+/* Recovery (docs/design.md §6): preempts every running request for recompute (its blocks are
+ * released with the next kv step) and forgets the steps in flight (their outputs, should they
+ * come, are refused by step number). Exports stay held. The kv_manager needs no state from
+ * before: what it should do about a failure is sched_kv_resync / sched_kv_reset. */
+void sched_preempt_all(struct scheduler *s);
 
 /* A request that takes part in this many failed steps in a row is finished with ERROR. */
 #define SCHED_MAX_FAILED_STEPS 2
@@ -267,8 +286,8 @@ void sched_preempt_all(struct scheduler *s, bool kv_lost);
  * follows from the batch, not from a restart or a timeout) every request of the failed
  * steps becomes a suspect (num_failed_steps + 1), a step then takes at most one suspect
  * (sched_schedule), and a suspect whose count reaches SCHED_MAX_FAILED_STEPS is finished
- * with ERROR; one step applied for it clears it. Then, in every case, sched_preempt_all(s,
- * false): the others are recomputed. Final outputs are appended to `eo` (not cleared).
+ * with ERROR; one step applied for it clears it. Then, in every case, sched_preempt_all(s):
+ * the others are recomputed. Final outputs are appended to `eo` (not cleared).
  * Errors: OUT_OF_MEMORY. */
 llb_status sched_step_failed(struct scheduler *s, const char *blamed_req_id, bool count,
                              struct sched_engine_outputs *eo);
@@ -282,7 +301,7 @@ const struct sched_request *sched_find_request(const struct scheduler *s, const 
 /* Steps with tokens whose output is not applied yet, the last planned one included (it is
  * committed lazily): 0, 1, or 2 with async_scheduling. */
 int32_t sched_num_steps_in_flight(const struct scheduler *s);
-/* Mirror reference count of a block (tests). */
-int32_t sched_mirror_ref(const struct scheduler *s, int32_t block_id);
+/* Reference count of a block (requests and exports holding it); -1 out of range. */
+int32_t sched_block_ref_cnt(const struct scheduler *s, int32_t block_id);
 
 #endif

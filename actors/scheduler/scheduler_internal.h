@@ -1,5 +1,6 @@
 /* Private to actors/scheduler: the scheduler's state, shared by scheduler.c (schedule, kv
- * reply, update) and sched_encoder.c (encoder-input scheduling). Not a public header. */
+ * reply, update), sched_blocks.c (the block state), sched_encoder.c (encoder-input
+ * scheduling) and the other core files. Not a public header. */
 #ifndef LLB_ACTORS_SCHEDULER_SCHEDULER_INTERNAL_H
 #define LLB_ACTORS_SCHEDULER_SCHEDULER_INTERNAL_H
 
@@ -49,15 +50,26 @@ struct scheduler {
   int32_t num_scheduled;
   int32_t total_scheduled;
 
-  struct sched_request **free_pending; /* released in the mirror, FREE not sent yet */
-  int32_t num_free_pending, cap_free_pending;
-  struct sched_request **zombies;    /* finished, FREE in the kv step in flight */
-  int32_t num_zombies, cap_zombies;
-  struct op_ref *op_refs;            /* [num_op_refs] ops of the kv step in flight */
+  struct op_ref *op_refs;            /* [num_op_refs] ALLOCATE ops of the kv step in flight */
   int32_t num_op_refs, cap_op_refs;
+  int32_t num_block_ops;             /* ops ahead of them (CACHE, RELEASE: sched_blocks_emit) */
 
-  int32_t *block_refs;               /* mirror: [num_blocks] */
-  int32_t num_free;
+  /* The block state (docs/design.md §4): this is its one owner; the kv_manager is the prefix
+   * index it drives by block id (sched_kv.c's block-state section). */
+  int32_t *block_refs;               /* [num_blocks]: requests (and exports) holding each block */
+  int32_t num_free;                  /* blocks with no reference, minus this step's plan */
+  int32_t *rel_ids;                  /* [num_rel_ids]: count dropped to zero, RELEASE not sent yet,
+                                        in eviction order (a request's tail first) */
+  int32_t num_rel_ids, cap_rel_ids;
+  int32_t *cache_ids;                /* [num_cache]: released requests' full computed blocks ... */
+  uint64_t *cache_hashes;            /* ... and their hashes: CACHE not sent yet */
+  int32_t num_cache, cap_cache_ids, cap_cache_hashes;
+  int32_t num_released;              /* requests released since the last kv step (deferred ops) */
+  uint32_t *seen;                    /* [num_blocks] stamps: duplicate check of a kv reply */
+  uint32_t seen_stamp;
+  bool kv_resync_pending;            /* the next kv step carries every held block (resync) */
+  bool kv_reset_pending;             /* ... and drops every hash: the KV contents are gone */
+  bool kv_sent_resync, kv_sent_reset; /* the kv step in flight carries them */
   struct sched_str_list finished_ids; /* for the next sched_output */
   struct sched_str_list preempted_ids;
   struct sched_stats stats;
@@ -72,6 +84,8 @@ struct scheduler {
   int32_t num_step_loras;
   struct sched_request **lora_skipped; /* waiting requests passed over for max_loras this step */
   int32_t num_lora_skipped, cap_lora_skipped;
+  struct sched_request **retired;    /* finished, unreferenced: destroyed at the next schedule */
+  int32_t num_retired, cap_retired;
   /* KV transfer (sched_kv.c) */
   struct sched_request **kv_senders; /* handed off, blocks held until finished_sending */
   int32_t num_kv_senders, cap_kv_senders;
@@ -91,7 +105,7 @@ static inline bool sched_has_encoder_inputs(const struct sched_request *r) {
   return false;
 }
 
-/* Takes r out of this step's scheduled list: its planned blocks are returned to the mirror,
+/* Takes r out of this step's scheduled list: its planned blocks count as free again,
  * its scheduled token count reset (scheduler.c). */
 void sched_remove_scheduled(struct scheduler *s, struct sched_request *r);
 
@@ -103,17 +117,24 @@ llb_status sched_assemble_output(struct scheduler *s, struct sched_output *out, 
 struct sched_request *sched_map_get(const struct scheduler *s, const char *id);
 
 /* Ends r with `reason`: output into eo (when not NULL), leaves running/waiting and the map,
- * blocks released in the mirror (FREE with the next kv step), destroyed when nothing refers
+ * its blocks released (RELEASE with the next kv step), destroyed when nothing refers
  * to it (scheduler.c). Errors: OUT_OF_MEMORY. */
 llb_status sched_finish(struct scheduler *s, struct sched_request *r, enum sched_finish_reason reason,
                         struct sched_engine_outputs *eo, int32_t first_pos, int32_t n_new);
 
-/* A finished request is destroyed when nothing refers to it any more: no deferred FREE, no
- * FREE in the kv step in flight, no committed step whose output is not applied. */
+/* A finished request is destroyed when nothing refers to it any more: no committed step whose
+ * output is not applied, no export holding its blocks (its released blocks are ids in rel_ids,
+ * not references to it). */
 static inline bool sched_can_destroy(const struct sched_request *r) {
-  return sched_request_is_finished(r) && !r->kv_free_pending && !r->zombie && r->num_inflight_steps == 0 &&
-         !r->kv_sending;
+  return sched_request_is_finished(r) && r->num_inflight_steps == 0 && !r->kv_sending && !r->retired;
 }
+
+/* Destroys r once sched_can_destroy: at the next sched_schedule (or sched_destroy), so that
+ * the pointers into it the last sched_output and the caller's model output hold (request ids,
+ * block tables) stay valid until the caller plans again (sched_retire.c). */
+void sched_retire(struct scheduler *s, struct sched_request *r);
+/* Destroys the retired requests (sched_retire.c). */
+void sched_destroy_retired(struct scheduler *s);
 
 /* ---- KV transfer of disaggregated prefill/decode (vLLM v1 KV connector, scheduler side:
  * delay_free_blocks, WAITING_FOR_REMOTE_KVS; the flow: sched_kv.c's head comment). In
@@ -121,8 +142,30 @@ static inline bool sched_can_destroy(const struct sched_request *r) {
 
 /* Grows a pointer array by one (scheduler.c). OUT_OF_MEMORY. */
 llb_status sched_push_request(struct sched_request ***arr, int32_t *num, int32_t *cap, struct sched_request *r);
-/* Releases r's blocks in the mirror; FREE (and CACHE) deferred to the next kv step (scheduler.c). */
-llb_status sched_release_blocks(struct scheduler *s, struct sched_request *r);
+/* ---- the block state (sched_blocks.c: reference counts, deferred RELEASE / CACHE, resync) ---- */
+
+/* Allocates the block state of a new scheduler (block_refs, seen). OUT_OF_MEMORY. */
+llb_status sched_blocks_init(struct scheduler *s);
+void sched_blocks_free(struct scheduler *s);
+/* Drops r's references to its blocks: the ids whose count reaches zero (tail first) and its
+ * full computed blocks not registered yet go out as RELEASE and CACHE with the next kv step.
+ * Cannot fail: out of memory, the next kv step resyncs instead. */
+void sched_release_blocks(struct scheduler *s, struct sched_request *r);
+/* Takes a reference on each of ids[n] for r (appended to its block table; the caller checked
+ * the room and the ids with sched_blocks_reply_ok). */
+void sched_take_blocks(struct scheduler *s, struct sched_request *r, const int32_t *ids, int32_t n);
+/* The deferred block ops into kv, preceded by the resync or reset when pending: CACHE of
+ * released requests' blocks, RELEASE, CACHE of running requests' newly full blocks. Returns
+ * the number of ops added through *num_ops. Errors: OUT_OF_MEMORY. */
+llb_status sched_blocks_emit(struct scheduler *s, struct kv_step *kv, int32_t *num_ops);
+/* Number of deferred block ops waiting for a kv step. */
+int32_t sched_blocks_num_deferred(const struct scheduler *s);
+/* Whether ids[n], the blocks an ALLOCATE gave with `num_hit` prefix hits first, can be taken:
+ * in range, distinct, and each fresh one held by nobody (a kv_manager that lost track would
+ * otherwise hand a held block to a second request). */
+bool sched_blocks_reply_ok(struct scheduler *s, const int32_t *ids, int32_t n, int32_t num_hit);
+/* The kv step in flight was answered validly: the resync / reset it carried is done. */
+void sched_blocks_synced(struct scheduler *s);
 /* Prefill side: r (handed off, out of the map) keeps its blocks for the decode engine's fetch and
  * is exported with the next step. Errors: OUT_OF_MEMORY (then its blocks are released). */
 llb_status sched_kv_hold(struct scheduler *s, struct sched_request *r);
@@ -135,8 +178,8 @@ void sched_kv_recv_dropped(struct scheduler *s, struct sched_request *r);
 llb_status sched_kv_fill_output(struct scheduler *s, struct sched_output *out);
 /* The worker's KVConnectorOutput (sched_update_from_output). */
 void sched_kv_apply_output(struct scheduler *s, const struct sched_model_output *mo);
-/* Every export ends without a FREE (the kv_manager lost its state, or the scheduler is
- * destroyed): the held requests are destroyed. */
+/* Every export ends without a RELEASE (the scheduler is destroyed): the held requests are
+ * destroyed. */
 void sched_kv_release_senders(struct scheduler *s);
 
 /* Commits the planned step if there is one: records it, advances num_computed_tokens,

@@ -114,7 +114,7 @@ static void add(struct engine *e, const char *id, const int32_t *toks, int32_t n
 /* One engine step with every boundary crossed in its wire form where it carries data. */
 static void step(struct engine *e) {
   assert_int_equal(sched_schedule(e->s, &e->out, &e->step), LLB_STATUS_OK);
-  if (e->step.num_ops > 0) {
+  if (!kv_step_empty(&e->step)) {
     assert_int_equal(kv_manager_apply_step(e->kv, &e->step, &e->res), LLB_STATUS_OK);
     assert_int_equal(sched_apply_kv_result(e->s, &e->res, &e->out), LLB_STATUS_OK);
   }

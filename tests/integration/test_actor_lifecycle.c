@@ -79,7 +79,7 @@ static void test_kv_manager_answers_under_its_engine_until_stopped(void **state)
   assert_int_equal(kv_manager_actor_start(a, f->actor_bus), LLB_STATUS_OK);
 
   const struct llb_kv_op op = {.kind = LLB_KV_OP_KIND_ALLOCATE, .req_id = llb_str_c("r1"), .num_tokens = 5};
-  const struct llb_kv_step step = {.version = LLB_SCHEMA_VERSION, .step = 1, .ops = &op, .num_ops = 1};
+  const struct llb_kv_step step = {.step = 1, .ops = &op, .num_ops = 1, .resync = true}; /* held: none */
   struct llb_buf b = {0};
   assert_int_equal(llb_kv_step_encode_buf(&step, &b), LLB_STATUS_OK);
   struct bus_msg *reply = NULL;

@@ -1,6 +1,8 @@
-/* llmbus-kv-manager as a process against a real nats-server: KVStep over the bus
- * (allocation, prefix hit, free), malformed input answered with an error while the actor
- * keeps serving, recovery (scheduler restart, lost reply), heartbeat and clean drain. */
+/* llmbus-kv-manager as a process against a real nats-server: KVStep version 2 over the bus
+ * (resync, allocation, prefix hit, release by block id), malformed and version-1 input answered
+ * with an error while the actor keeps serving, recovery (a lost reply, a restarted scheduler:
+ * both by resync), heartbeat and clean drain. The test plays the scheduler, which owns the
+ * block tables (docs/design.md §4). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -88,16 +90,22 @@ static void request_raw(const void *data, size_t len, struct llb_kv_step_result 
   if (st != LLB_STATUS_OK) fail_msg("KVStepResult decode: %s", llb_err_last());
 }
 
-static void request_step(const struct llb_kv_op *ops, int32_t n, uint64_t step,
-                         struct llb_kv_step_result *out) {
-  struct llb_kv_step m = {.version = LLB_SCHEMA_VERSION, .step = step, .ops = ops, .num_ops = n};
+/* One KVStep; with `held` (resync) the block state is rebuilt from that list first. */
+static void request_step_held(const struct llb_kv_op *ops, int32_t n, uint64_t step, const int32_t *held,
+                              int32_t num_held, bool resync, struct llb_kv_step_result *out) {
+  struct llb_kv_step m = {.step = step, .ops = ops, .num_ops = n, .held_block_ids = held,
+                          .num_held_block_ids = num_held, .resync = resync};
   struct llb_buf b = {0};
   assert_int_equal(llb_kv_step_encode_buf(&m, &b), LLB_STATUS_OK);
   request_raw(b.data, b.len, out);
   llb_buf_free(&b);
-  assert_int_equal(out->error.code, 0);
+  if (out->error.code != 0) fail_msg("step %llu refused: %s", (unsigned long long)step, out->error.message.data);
   assert_int_equal(out->step, step);
   assert_int_equal(out->num_results, n);
+}
+
+static void request_step(const struct llb_kv_op *ops, int32_t n, uint64_t step, struct llb_kv_step_result *out) {
+  request_step_held(ops, n, step, NULL, 0, false, out);
 }
 
 static struct llb_kv_op op_alloc(const char *id, int32_t tokens, const uint64_t *h, int32_t nh) {
@@ -105,9 +113,11 @@ static struct llb_kv_op op_alloc(const char *id, int32_t tokens, const uint64_t 
                             .num_tokens = tokens, .block_hashes = h, .num_block_hashes = nh,
                             .lookup = true};
 }
-static struct llb_kv_op op_free(const char *id) {
-  return (struct llb_kv_op){.kind = LLB_KV_OP_KIND_FREE, .req_id = llb_str_c(id)};
+static struct llb_kv_op op_release(const int32_t *ids, int32_t n) {
+  return (struct llb_kv_op){.kind = LLB_KV_OP_KIND_RELEASE, .block_ids = ids, .num_block_ids = n};
 }
+
+static int32_t a_blocks[3], b_blocks[3]; /* the blocks the test (as scheduler) holds */
 
 static void test_kv_manager_process_starts_and_sends_heartbeats(void **state) {
   (void)state;
@@ -140,11 +150,10 @@ static void test_kv_manager_process_starts_and_sends_heartbeats(void **state) {
 static void test_allocate_gives_blocks_and_counts_free(void **state) {
   (void)state;
   const uint64_t h[2] = {0x1111, 0x2222};
-  struct llb_kv_op ops[2] = {op_alloc("a", 9, h, 2),
-                             {.kind = LLB_KV_OP_KIND_CACHE, .req_id = llb_str_c("a"),
-                              .block_hashes = h, .num_block_hashes = 2}};
+  struct llb_kv_op ops[1] = {op_alloc("a", 9, h, 2)};
   struct llb_kv_step_result r;
-  request_step(ops, 2, next_step++, &r);
+  /* a new kv_manager takes steps only once it was told what is held: the first one resyncs */
+  request_step_held(ops, 1, next_step++, NULL, 0, true, &r);
   assert_string_equal(r.results[0].req_id.data, "a");
   assert_int_equal(r.results[0].status, LLB_STATUS_OK);
   assert_int_equal(r.results[0].num_cached_tokens, 0);
@@ -152,13 +161,17 @@ static void test_allocate_gives_blocks_and_counts_free(void **state) {
   for (int i = 0; i < 3; i++) {
     assert_in_range(r.results[0].block_ids[i], 0, NUM_BLOCKS - 1);
     for (int k = 0; k < i; k++) assert_int_not_equal(r.results[0].block_ids[i], r.results[0].block_ids[k]);
+    a_blocks[i] = r.results[0].block_ids[i];
   }
-  assert_int_equal(r.results[1].status, LLB_STATUS_OK);
   assert_int_equal(r.num_free_blocks, NUM_BLOCKS - 3);
   assert_int_equal(r.num_total_blocks, NUM_BLOCKS);
+  struct llb_kv_op cache = {.kind = LLB_KV_OP_KIND_CACHE, .block_hashes = h, .num_block_hashes = 2,
+                            .block_ids = a_blocks, .num_block_ids = 2};
+  request_step(&cache, 1, next_step++, &r);
+  assert_int_equal(r.results[0].status, LLB_STATUS_OK);
 }
 
-static void test_prefix_hit_reuses_cached_blocks_then_free_returns_all(void **state) {
+static void test_prefix_hit_reuses_cached_blocks_then_release_returns_all(void **state) {
   (void)state;
   const uint64_t h[2] = {0x1111, 0x2222};
   struct llb_kv_op ops[1] = {op_alloc("b", 12, h, 2)};
@@ -167,15 +180,18 @@ static void test_prefix_hit_reuses_cached_blocks_then_free_returns_all(void **st
   assert_int_equal(r.results[0].status, LLB_STATUS_OK);
   assert_int_equal(r.results[0].num_cached_tokens, 2 * BLOCK_SIZE);
   assert_int_equal(r.results[0].num_block_ids, 3);
+  for (int i = 0; i < 3; i++) b_blocks[i] = r.results[0].block_ids[i];
+  assert_int_equal(b_blocks[0], a_blocks[0]);
   /* b shares a's first two blocks, so only one new block was taken. */
   assert_int_equal(r.num_free_blocks, NUM_BLOCKS - 4);
   assert_true(r.prefix_cache_hits >= 2 * BLOCK_SIZE);
-
-  struct llb_kv_op frees[3] = {op_free("a"), op_free("b"), op_free("never-allocated")};
-  request_step(frees, 3, next_step++, &r);
+  /* a ends: only its own block reaches zero; then b: its three */
+  const int32_t a_own[1] = {a_blocks[2]}, b_all[3] = {b_blocks[2], b_blocks[1], b_blocks[0]};
+  struct llb_kv_op rel[3] = {op_release(a_own, 1), op_release(b_all, 3), op_release(a_own, 1)};
+  request_step(rel, 3, next_step++, &r);
   assert_int_equal(r.results[0].status, LLB_STATUS_OK);
   assert_int_equal(r.results[1].status, LLB_STATUS_OK);
-  assert_int_equal(r.results[2].status, LLB_STATUS_NOT_FOUND);
+  assert_int_equal(r.results[2].status, LLB_STATUS_INVALID_ARGUMENT); /* already free */
   assert_int_equal(r.num_free_blocks, NUM_BLOCKS);
 }
 
@@ -190,7 +206,7 @@ static void test_garbage_and_truncated_get_error_reply_and_actor_keeps_serving(v
   assert_int_equal(r.num_results, 0);
 
   struct llb_kv_op ops[1] = {op_alloc("c", 5, NULL, 0)};
-  struct llb_kv_step m = {.version = LLB_SCHEMA_VERSION, .step = next_step, .ops = ops, .num_ops = 1};
+  struct llb_kv_step m = {.step = next_step, .ops = ops, .num_ops = 1};
   struct llb_buf b = {0};
   assert_int_equal(llb_kv_step_encode_buf(&m, &b), LLB_STATUS_OK);
   request_raw(b.data, b.len - 3, &r);
@@ -199,6 +215,19 @@ static void test_garbage_and_truncated_get_error_reply_and_actor_keeps_serving(v
   /* A message of another kind is refused too, naming what was expected. */
   request_raw((const uint8_t *)"", 0, &r);
   assert_true(r.error.code != 0);
+  /* A version-1 scheduler's step: refused as malformed, saying why. */
+  m.version = 1;
+  assert_int_equal(llb_kv_step_encode_buf(&m, &b), LLB_STATUS_OK);
+  request_raw(b.data, b.len, &r);
+  assert_int_equal(r.error.code, LLB_STATUS_MALFORMED);
+  assert_non_null(strstr(r.error.message.data, "version"));
+  /* A held list with a duplicate: the whole step is refused. */
+  const int32_t dup[2] = {1, 1};
+  m = (struct llb_kv_step){.step = next_step, .ops = ops, .num_ops = 1, .held_block_ids = dup,
+                           .num_held_block_ids = 2, .resync = true};
+  assert_int_equal(llb_kv_step_encode_buf(&m, &b), LLB_STATUS_OK);
+  request_raw(b.data, b.len, &r);
+  assert_int_equal(r.error.code, LLB_STATUS_INVALID_ARGUMENT);
   llb_buf_free(&b);
 
   /* Nothing of the bad messages was applied; the next valid step is served. */
@@ -208,30 +237,39 @@ static void test_garbage_and_truncated_get_error_reply_and_actor_keeps_serving(v
   assert_int_equal(r.num_free_blocks, NUM_BLOCKS - 2);
 }
 
-static void test_lookup_of_request_holding_blocks_frees_stale_blocks_first(void **state) {
+static void test_resync_frees_the_blocks_of_a_lost_reply(void **state) {
   (void)state;
-  /* "c" holds 2 blocks from the previous test; a scheduler that lost that reply asks again. */
+  /* "c" got 2 blocks in the previous test; a scheduler that lost that reply holds none: its
+   * resync (nothing held) gives them back, and the same step allocates again. */
   struct llb_kv_op ops[1] = {op_alloc("c", 5, NULL, 0)};
   struct llb_kv_step_result r;
-  request_step(ops, 1, next_step++, &r);
+  request_step_held(ops, 1, next_step++, NULL, 0, true, &r);
   assert_int_equal(r.results[0].status, LLB_STATUS_OK);
   assert_int_equal(r.results[0].num_block_ids, 2);
   assert_int_equal(r.num_free_blocks, NUM_BLOCKS - 2); /* not 4: nothing leaked */
 }
 
-static void test_step_number_going_back_resets_requests(void **state) {
+static void test_restarted_scheduler_is_refused_until_it_resyncs(void **state) {
   (void)state;
-  /* A restarted scheduler starts again at step 1: "c"'s blocks are released, so all of the
-   * pool is available to the new scheduler. */
+  /* A restarted scheduler starts again at step 1: without a resync its step is refused (the
+   * kv_manager cannot know what it holds); with one, all the pool is available to it. */
   struct llb_kv_op ops[1] = {op_alloc("d", NUM_BLOCKS * BLOCK_SIZE, NULL, 0)};
+  struct llb_kv_step m = {.step = 1, .ops = ops, .num_ops = 1};
+  struct llb_buf b = {0};
+  assert_int_equal(llb_kv_step_encode_buf(&m, &b), LLB_STATUS_OK);
   struct llb_kv_step_result r;
-  request_step(ops, 1, 1, &r);
+  request_raw(b.data, b.len, &r);
+  llb_buf_free(&b);
+  assert_int_equal(r.error.code, LLB_STATUS_STATE_LOST);
+  request_step_held(ops, 1, 1, NULL, 0, true, &r);
   next_step = 2;
   assert_int_equal(r.results[0].status, LLB_STATUS_OK);
   assert_int_equal(r.results[0].num_block_ids, NUM_BLOCKS);
   assert_int_equal(r.num_free_blocks, 0);
+  int32_t d_blocks[NUM_BLOCKS];
+  for (int i = 0; i < NUM_BLOCKS; i++) d_blocks[NUM_BLOCKS - 1 - i] = r.results[0].block_ids[i];
   /* Full pool: a further allocation is refused without changing anything. */
-  struct llb_kv_op more[2] = {op_alloc("e", 1, NULL, 0), op_free("d")};
+  struct llb_kv_op more[2] = {op_alloc("e", 1, NULL, 0), op_release(d_blocks, NUM_BLOCKS)};
   request_step(more, 2, next_step++, &r);
   assert_int_equal(r.results[0].status, LLB_STATUS_QUEUE_FULL);
   assert_int_equal(r.results[1].status, LLB_STATUS_OK);
@@ -260,10 +298,10 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kv_manager_process_starts_and_sends_heartbeats),
       cmocka_unit_test(test_allocate_gives_blocks_and_counts_free),
-      cmocka_unit_test(test_prefix_hit_reuses_cached_blocks_then_free_returns_all),
+      cmocka_unit_test(test_prefix_hit_reuses_cached_blocks_then_release_returns_all),
       cmocka_unit_test(test_garbage_and_truncated_get_error_reply_and_actor_keeps_serving),
-      cmocka_unit_test(test_lookup_of_request_holding_blocks_frees_stale_blocks_first),
-      cmocka_unit_test(test_step_number_going_back_resets_requests),
+      cmocka_unit_test(test_resync_frees_the_blocks_of_a_lost_reply),
+      cmocka_unit_test(test_restarted_scheduler_is_refused_until_it_resyncs),
       cmocka_unit_test(test_sigterm_drains_and_exits_zero),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

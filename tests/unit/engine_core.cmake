@@ -22,5 +22,7 @@ llb_add_test(test_scheduler_spec SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_schedule
 llb_add_test(test_scheduler_options SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler_options.c
              ${CMAKE_CURRENT_LIST_DIR}/random_llama.c ${CMAKE_CURRENT_LIST_DIR}/gguf_writer.c
              LIBS llmbus_scheduler_options PkgConfig::CMOCKA LABELS unit)
+llb_add_test(test_scheduler_blocks SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler_blocks.c
+             LIBS llmbus_scheduler_core llmbus_kv_manager PkgConfig::CMOCKA LABELS unit)
 llb_add_test(test_scheduler_handoff SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler_handoff.c
              LIBS llmbus_scheduler_core llmbus_kv_manager PkgConfig::CMOCKA LABELS unit)

@@ -14,6 +14,7 @@
 #include "schemas/control.h"
 #include "schemas/engine_core_request.h"
 #include "schemas/generate_request.h"
+#include "schemas/kv_step.h"
 #include "schemas/model_runner_output.h"
 #include "schemas/request_output.h"
 #include "schemas/scheduler_output.h"
@@ -277,6 +278,69 @@ static void test_bad_lora_requests_are_refused(void **state) {
   llb_buf_free(&enc);
 }
 
+/* Decodes m (encoded as given) as a KVStep; returns the status and keeps the error text. */
+static llb_status kv_step_roundtrip(const struct llb_kv_step *m) {
+  struct llb_buf enc = {0};
+  assert_int_equal(llb_kv_step_encode_buf(m, &enc), LLB_STATUS_OK);
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  struct llb_kv_step out;
+  llb_status st = llb_kv_step_decode(enc.data, enc.len, &arena, &out);
+  llb_arena_destroy(&arena);
+  llb_buf_free(&enc);
+  return st;
+}
+
+/* kv_step.fbs version 2: a version-1 peer (FREE by request id, block tables in the kv_manager)
+ * is refused as malformed with a message that says so, both ways; so are a Free op, a Cache
+ * whose ids and hashes do not pair, a negative block id, a held list without resync. */
+static void test_kv_step_v1_peers_and_bad_v2_fields_are_refused(void **state) {
+  (void)state;
+  const uint64_t h[2] = {1, 2};
+  const int32_t ids[2] = {3, 4}, neg[1] = {-1};
+  struct llb_kv_op op = {.kind = LLB_KV_OP_KIND_ALLOCATE, .req_id = llb_str_c("a"), .num_tokens = 8};
+  struct llb_kv_step m = {.version = 1, .step = 1, .ops = &op, .num_ops = 1};
+  assert_int_equal(kv_step_roundtrip(&m), LLB_STATUS_MALFORMED);
+  assert_non_null(strstr(llb_err_last(), "version-1 scheduler"));
+  m.version = 0; /* the current one */
+  assert_int_equal(kv_step_roundtrip(&m), LLB_STATUS_OK);
+  op = (struct llb_kv_op){.kind = LLB_KV_OP_KIND_FREE, .req_id = llb_str_c("a")};
+  assert_int_equal(kv_step_roundtrip(&m), LLB_STATUS_MALFORMED);
+  assert_non_null(strstr(llb_err_last(), "Release"));
+  op = (struct llb_kv_op){.kind = LLB_KV_OP_KIND_CACHE, .block_hashes = h, .num_block_hashes = 2,
+                          .block_ids = ids, .num_block_ids = 1};
+  assert_int_equal(kv_step_roundtrip(&m), LLB_STATUS_MALFORMED);
+  assert_non_null(strstr(llb_err_last(), "block_ids"));
+  op = (struct llb_kv_op){.kind = LLB_KV_OP_KIND_RELEASE, .block_ids = neg, .num_block_ids = 1};
+  assert_int_equal(kv_step_roundtrip(&m), LLB_STATUS_MALFORMED);
+  op = (struct llb_kv_op){.kind = LLB_KV_OP_KIND_ALLOCATE, .num_tokens = 4}; /* no req_id */
+  struct llb_buf no_id = {0};
+  assert_int_equal(llb_kv_step_encode_buf(&m, &no_id), LLB_STATUS_INVALID_ARGUMENT);
+  llb_buf_free(&no_id);
+  op = (struct llb_kv_op){.kind = LLB_KV_OP_KIND_RELEASE, .block_ids = ids, .num_block_ids = 2};
+  assert_int_equal(kv_step_roundtrip(&m), LLB_STATUS_OK);
+  m.held_block_ids = ids;
+  m.num_held_block_ids = 2;
+  assert_int_equal(kv_step_roundtrip(&m), LLB_STATUS_MALFORMED);
+  assert_non_null(strstr(llb_err_last(), "held_block_ids"));
+  m.resync = true;
+  assert_int_equal(kv_step_roundtrip(&m), LLB_STATUS_OK);
+  m.held_block_ids = neg;
+  m.num_held_block_ids = 1;
+  assert_int_equal(kv_step_roundtrip(&m), LLB_STATUS_MALFORMED);
+  /* a version-1 kv_manager's answer */
+  struct llb_kv_step_result r = {.version = 1, .step = 1};
+  struct llb_buf enc = {0};
+  assert_int_equal(llb_kv_step_result_encode_buf(&r, &enc), LLB_STATUS_OK);
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  struct llb_kv_step_result out;
+  assert_int_equal(llb_kv_step_result_decode(enc.data, enc.len, &arena, &out), LLB_STATUS_MALFORMED);
+  assert_non_null(strstr(llb_err_last(), "version-1 kv_manager"));
+  llb_arena_destroy(&arena);
+  llb_buf_free(&enc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_truncation_is_rejected),
@@ -287,6 +351,7 @@ int main(void) {
       cmocka_unit_test(test_inconsistent_scheduled_token_total_is_rejected),
       cmocka_unit_test(test_bad_pooling_fields_are_refused),
       cmocka_unit_test(test_bad_lora_requests_are_refused),
+      cmocka_unit_test(test_kv_step_v1_peers_and_bad_v2_fields_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -433,25 +433,30 @@ static bool equals_scheduler_output(const void *v) {
 
 static const uint64_t block_hashes[] = {0xFFFFFFFFFFFFFFFFULL, 1, 0x8000000000000000ULL};
 
+static const int32_t kv_held[] = {0, 7, 511};
+static const int32_t kv_ids[] = {4, 9, 2};
+
 static void fill_kv_step(struct llb_kv_step *m) {
   static struct llb_kv_op ops[3];
-  ops[0] = (struct llb_kv_op){.kind = LLB_KV_OP_KIND_FREE, .req_id = ids3[0]};
+  ops[0] = (struct llb_kv_op){.kind = LLB_KV_OP_KIND_RELEASE, .block_ids = kv_ids, .num_block_ids = N(kv_ids)};
   ops[1] = (struct llb_kv_op){.kind = LLB_KV_OP_KIND_ALLOCATE, .req_id = ids3[1],
                               .num_tokens = 70, .block_hashes = block_hashes,
                               .num_block_hashes = N(block_hashes), .num_computed_tokens = 48,
-                              .lookup = true};
+                              .lookup = true, .num_held_blocks = 3};
   ops[2] = (struct llb_kv_op){.kind = LLB_KV_OP_KIND_CACHE, .req_id = ids3[2],
-                              .num_tokens = 33, .block_hashes = block_hashes,
-                              .num_block_hashes = 2, .num_computed_tokens = 32};
-  *m = (struct llb_kv_step){.step = 77, .ops = ops, .num_ops = N(ops), .reset = true};
+                              .block_hashes = block_hashes, .num_block_hashes = 2,
+                              .block_ids = kv_ids, .num_block_ids = 2};
+  *m = (struct llb_kv_step){.step = 77, .ops = ops, .num_ops = N(ops), .reset = true,
+                            .held_block_ids = kv_held, .num_held_block_ids = N(kv_held), .resync = true};
 }
 
 static bool equals_kv_step(const void *v) {
   const struct llb_kv_step *a = v;
   struct llb_kv_step b;
   fill_kv_step(&b);
-  CHECK(a->version == LLB_SCHEMA_VERSION && a->step == 77 && a->num_ops == b.num_ops);
-  CHECK(a->reset == b.reset);
+  CHECK(a->version == LLB_KV_STEP_VERSION && a->step == 77 && a->num_ops == b.num_ops);
+  CHECK(a->reset == b.reset && a->resync == b.resync);
+  CHECK(i32_eq(a->held_block_ids, a->num_held_block_ids, b.held_block_ids, b.num_held_block_ids));
   for (int i = 0; i < b.num_ops; i++) {
     const struct llb_kv_op *x = &a->ops[i], *y = &b.ops[i];
     CHECK(x->kind == y->kind && str_eq(x->req_id, y->req_id) && x->num_tokens == y->num_tokens);
@@ -459,6 +464,8 @@ static bool equals_kv_step(const void *v) {
     CHECK(y->num_block_hashes == 0 ||
           memcmp(x->block_hashes, y->block_hashes, (size_t)y->num_block_hashes * 8) == 0);
     CHECK(x->num_computed_tokens == y->num_computed_tokens && x->lookup == y->lookup);
+    CHECK(i32_eq(x->block_ids, x->num_block_ids, y->block_ids, y->num_block_ids));
+    CHECK(x->num_held_blocks == y->num_held_blocks);
   }
   return true;
 }
@@ -479,7 +486,7 @@ static bool equals_kv_step_result(const void *v) {
   const struct llb_kv_step_result *a = v;
   struct llb_kv_step_result b;
   fill_kv_step_result(&b);
-  CHECK(a->version == LLB_SCHEMA_VERSION && a->step == 77 && a->num_results == 2);
+  CHECK(a->version == LLB_KV_STEP_VERSION && a->step == 77 && a->num_results == 2);
   for (int i = 0; i < 2; i++) {
     const struct llb_kv_op_result *x = &a->results[i], *y = &b.results[i];
     CHECK(str_eq(x->req_id, y->req_id) && x->status == y->status);

@@ -38,7 +38,7 @@ static void test_popleft_takes_head_and_free_appends_in_given_order(void **state
   assert_int_equal(ids[0], 0);
   assert_int_equal(ids[2], 2);
   assert_queue(p, (int32_t[]){3, 4, 5}, 3);
-  for (int i = 0; i < 3; i++) assert_int_equal(kv_block_pool_ref_cnt(p, ids[i]), 1);
+  for (int i = 0; i < 3; i++) assert_false(kv_block_pool_is_free(p, ids[i]));
   /* reverse order, as KVCacheManager.free does: the tail block (2) is evicted first */
   assert_int_equal(kv_block_pool_free_blocks(p, (int32_t[]){2, 1, 0}, 3), LLB_STATUS_OK);
   assert_queue(p, (int32_t[]){3, 4, 5, 2, 1, 0}, 6);
@@ -47,23 +47,48 @@ static void test_popleft_takes_head_and_free_appends_in_given_order(void **state
   kv_block_pool_destroy(p);
 }
 
-static void test_touch_removes_from_the_middle_and_shared_blocks_need_every_free(void **state) {
+/* touch takes a free block out of the middle of the queue and leaves one in use as it is (a
+ * shared prefix hit); a release of a block that is free, out of range or listed twice
+ * changes nothing. The pool keeps no counts: the scheduler releases a block once, when its
+ * count reaches zero. */
+static void test_touch_removes_from_the_middle_and_bad_releases_change_nothing(void **state) {
   (void)state;
   struct kv_block_pool *p;
   assert_int_equal(kv_block_pool_create(4, &p), LLB_STATUS_OK);
   assert_int_equal(kv_block_pool_touch(p, (int32_t[]){2}, 1), LLB_STATUS_OK);
   assert_queue(p, (int32_t[]){0, 1, 3}, 3);
-  assert_int_equal(kv_block_pool_touch(p, (int32_t[]){2, 0}, 2), LLB_STATUS_OK); /* 2 shared now */
-  assert_int_equal(kv_block_pool_ref_cnt(p, 2), 2);
+  assert_int_equal(kv_block_pool_touch(p, (int32_t[]){2, 0}, 2), LLB_STATUS_OK); /* 2 in use already */
   assert_queue(p, (int32_t[]){1, 3}, 2);
-  assert_int_equal(kv_block_pool_free_blocks(p, (int32_t[]){2}, 1), LLB_STATUS_OK);
-  assert_queue(p, (int32_t[]){1, 3}, 2); /* still referenced once */
+  assert_int_equal(kv_block_pool_free_blocks(p, (int32_t[]){2, 1}, 2), LLB_STATUS_INVALID_ARGUMENT); /* 1 is free */
+  assert_int_equal(kv_block_pool_free_blocks(p, (int32_t[]){2, 2}, 2), LLB_STATUS_INVALID_ARGUMENT); /* twice */
+  assert_int_equal(kv_block_pool_free_blocks(p, (int32_t[]){2, 4}, 2), LLB_STATUS_INVALID_ARGUMENT); /* range */
+  assert_int_equal(kv_block_pool_free_blocks(p, (int32_t[]){-1}, 1), LLB_STATUS_INVALID_ARGUMENT);
+  assert_queue(p, (int32_t[]){1, 3}, 2);
   assert_int_equal(kv_block_pool_free_blocks(p, (int32_t[]){2, 0}, 2), LLB_STATUS_OK);
   assert_queue(p, (int32_t[]){1, 3, 2, 0}, 4);
-  /* a double free changes nothing */
-  assert_int_equal(kv_block_pool_free_blocks(p, (int32_t[]){1}, 1), LLB_STATUS_INVALID_ARGUMENT);
-  assert_queue(p, (int32_t[]){1, 3, 2, 0}, 4);
   assert_int_equal(kv_block_pool_touch(p, (int32_t[]){9}, 1), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(kv_block_pool_check(p), LLB_STATUS_OK);
+  kv_block_pool_destroy(p);
+}
+
+/* resync: the listed blocks leave the queue, every other one not in it is appended (id order),
+ * the free ones keep their order and every hash stays; a bad list changes nothing. */
+static void test_resync_rebuilds_the_free_queue_from_the_held_list(void **state) {
+  (void)state;
+  struct kv_block_pool *p;
+  assert_int_equal(kv_block_pool_create(6, &p), LLB_STATUS_OK);
+  int32_t ids[4];
+  assert_int_equal(kv_block_pool_get_new_blocks(p, 4, ids), LLB_STATUS_OK); /* 0..3 in use */
+  assert_true(kv_block_pool_cache_block(p, 1, 0xabc));
+  assert_int_equal(kv_block_pool_resync(p, (int32_t[]){5, 0, 5}, 3), LLB_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(kv_block_pool_resync(p, (int32_t[]){6}, 1), LLB_STATUS_INVALID_ARGUMENT);
+  assert_queue(p, (int32_t[]){4, 5}, 2);
+  assert_int_equal(kv_block_pool_resync(p, (int32_t[]){5, 0}, 2), LLB_STATUS_OK);
+  assert_queue(p, (int32_t[]){4, 1, 2, 3}, 4);
+  assert_int_equal(kv_block_pool_get_cached_block(p, 0xabc), 1); /* still a hit, now free */
+  assert_int_equal(kv_block_pool_resync(p, NULL, 0), LLB_STATUS_OK); /* nothing held */
+  assert_queue(p, (int32_t[]){4, 1, 2, 3, 0, 5}, 6);
+  assert_int_equal(kv_block_pool_check(p), LLB_STATUS_OK);
   kv_block_pool_destroy(p);
 }
 
@@ -133,7 +158,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_new_pool_queues_blocks_in_id_order),
       cmocka_unit_test(test_popleft_takes_head_and_free_appends_in_given_order),
-      cmocka_unit_test(test_touch_removes_from_the_middle_and_shared_blocks_need_every_free),
+      cmocka_unit_test(test_touch_removes_from_the_middle_and_bad_releases_change_nothing),
+      cmocka_unit_test(test_resync_rebuilds_the_free_queue_from_the_held_list),
       cmocka_unit_test(test_cached_block_stays_a_hit_while_free_and_is_evicted_when_reused),
       cmocka_unit_test(test_map_deletion_keeps_colliding_probe_chains),
       cmocka_unit_test(test_queue_operations_are_constant_time),

@@ -37,11 +37,10 @@ static void assert_all_blocks_free(struct harness *h) {
   struct kv_manager_stats ks;
   kv_manager_get_stats(h->kv, &ks);
   assert_int_equal(ks.num_free_blocks, h->cfg.num_blocks);
-  assert_int_equal(ks.num_requests, 0);
   struct sched_stats ss;
   sched_get_stats(h->s, &ss);
   assert_int_equal(ss.num_free_blocks, h->cfg.num_blocks);
-  for (int32_t b = 0; b < h->cfg.num_blocks; b++) assert_int_equal(sched_mirror_ref(h->s, b), 0);
+  for (int32_t b = 0; b < h->cfg.num_blocks; b++) assert_int_equal(sched_block_ref_cnt(h->s, b), 0);
 }
 
 static void test_token_budget_and_max_num_seqs_are_respected(void **state) {
@@ -306,7 +305,9 @@ static void test_abort_frees_everything(void **state) {
   assert_int_equal(sched_num_unfinished(h.s), 0);
   h_step(&h);
   assert_int_equal(h.out.finished_req_ids.num, 2);        /* r0, r1 were on the worker */
-  assert_int_equal(h.step.num_ops, 2);                    /* their FREE ops */
+  int32_t releases = 0;                                   /* one RELEASE of all their blocks */
+  for (int32_t i = 0; i < h.step.num_ops; i++) releases += h.step.ops[i].kind == KV_OP_KIND_RELEASE;
+  assert_int_equal(releases, 1);
   struct kv_manager_stats ks;
   kv_manager_get_stats(h.kv, &ks);
   assert_int_equal(ks.num_free_blocks, c.num_blocks);
@@ -332,7 +333,7 @@ static void test_destroy_with_pending_frees_releases_each_request_once(void **st
   const char *ids[1] = {"r1"};
   assert_int_equal(sched_abort_requests(h.s, ids, 1, SCHED_FINISH_REASON_ABORT, &eo), LLB_STATUS_OK);
   assert_int_equal(eo.num_outputs, 1);
-  sched_preempt_all(h.s, false);
+  sched_preempt_all(h.s);
   assert_non_null(sched_find_request(h.s, "r0"));
   /* the worker hears of the recovery's preemption with the next step (its row is dropped) */
   h_schedule(&h);
@@ -495,7 +496,7 @@ static void test_request_user_leaves_with_its_final_output_once(void **state) {
   assert_int_equal(eo.num_outputs, 1);
   assert_ptr_equal(eo.outputs[0].user, &u_aborted);
   assert_null(sched_find_request(h.s, "aborted")->user); /* still live, no longer holding it */
-  if (h.step.num_ops > 0) {
+  if (!kv_step_empty(&h.step)) {
     assert_int_equal(kv_manager_apply_step(h.kv, &h.step, &h.res), LLB_STATUS_OK);
     assert_int_equal(sched_apply_kv_result(h.s, &h.res, &h.out), LLB_STATUS_OK);
   }
@@ -558,18 +559,25 @@ static void test_prefix_hit_reduces_scheduled_tokens(void **state) {
   h_fini(&h);
 }
 
-static void test_refused_allocation_unschedules_the_request(void **state) {
+/* A kv_manager short of blocks (another resync told it 6 are in use) refuses an allocation
+ * the scheduler planned: that request waits, the others go on; the free count in the reply
+ * differs from the scheduler's, which counts a protocol fault and resyncs, and the next step
+ * gets the refused request its blocks. */
+static void test_refused_allocation_unschedules_the_request_and_the_resync_repairs(void **state) {
   (void)state;
   struct sched_config c = base_cfg();
   c.num_blocks = 8;
   struct harness h;
   h_init(&h, &c);
-  /* someone else holds 6 blocks behind the scheduler's back: the mirror is out of sync */
+  h_add(&h, "r", 3, 1, 0, 0);
+  run_all(&h, 10); /* the scheduler's first resync is done */
+  h_step(&h);
   kv_step_clear(&h.step, 0);
-  assert_int_equal(kv_step_add_op(&h.step, KV_OP_KIND_ALLOCATE, "intruder", 24, 0, false, NULL, 0), LLB_STATUS_OK);
+  const int32_t intruder[6] = {0, 1, 2, 3, 4, 5};
+  assert_int_equal(kv_step_set_held(&h.step, intruder, 6), LLB_STATUS_OK);
   assert_int_equal(kv_manager_apply_step(h.kv, &h.step, &h.res), LLB_STATUS_OK);
-  h_add(&h, "r0", 16, 4, 0, 0);
-  h_add(&h, "r1", 4, 4, 0, 1);
+  h_add(&h, "r0", 16, 4, 0, 1);
+  h_add(&h, "r1", 4, 4, 0, 2);
   assert_true(h_schedule_unchecked_mirror(&h));
   assert_int_equal(h.out.num_new_reqs, 1);               /* r0 (4 blocks) refused, r1 fits */
   assert_string_equal(h.out.new_reqs[0].req_id, "r1");
@@ -577,15 +585,25 @@ static void test_refused_allocation_unschedules_the_request(void **state) {
   struct sched_stats ss;
   sched_get_stats(h.s, &ss);
   assert_int_equal(ss.num_kv_alloc_failures, 1);
-  assert_int_equal(ss.num_kv_mirror_mismatches, 1);
-  assert_int_equal(ss.num_free_blocks, h.res.num_free_blocks);
+  assert_int_equal(ss.num_kv_protocol_faults, 1);        /* 1 free there, 7 here */
+  assert_int_equal(ss.num_free_blocks, 7);               /* never patched from the reply */
   h_execute(&h);
+  assert_true(h_schedule_unchecked_mirror(&h));          /* the resync, then r0's ALLOCATE */
+  assert_true(h.step.resync);
+  assert_int_equal(h.step.num_held_block_ids, 1);        /* r1's block */
+  assert_int_equal(h.out.num_new_reqs, 1);
+  assert_string_equal(h.out.new_reqs[0].req_id, "r0");
+  h_check_blocks(&h);
+  h_execute(&h);
+  run_all(&h, 20);
+  assert_all_blocks_free(&h);
   h_fini(&h);
 }
 
 /* Random arrivals (shared prompts, so prefix hits), aborts, tight blocks and preemption:
- * every step the harness checks the exact mirror and the worker's block tables. */
-static void test_random_load_keeps_mirror_exact_and_leaks_nothing(void **state) {
+ * every step the harness checks that the kv_manager's free blocks are exactly those the
+ * scheduler holds no reference to, and the worker's block tables. */
+static void test_random_load_keeps_the_block_state_exact_and_leaks_nothing(void **state) {
   (void)state;
   struct sched_config c = base_cfg();
   c.num_blocks = 24;
@@ -621,7 +639,7 @@ static void test_random_load_keeps_mirror_exact_and_leaks_nothing(void **state) 
   sched_get_stats(h.s, &ss);
   assert_true(ss.num_preemptions > 0);
   assert_true(ss.prefix_cache_hits > 0);
-  assert_int_equal(ss.num_kv_mirror_mismatches, 0);
+  assert_int_equal(ss.num_kv_protocol_faults, 0);
   assert_int_equal(ss.num_kv_alloc_failures, 0);
   sched_engine_outputs_free(&eo);
   assert_all_blocks_free(&h);
@@ -645,8 +663,8 @@ int main(void) {
       cmocka_unit_test(test_request_user_leaves_with_its_final_output_once),
       cmocka_unit_test(test_decode_inside_allocated_blocks_makes_no_kv_round_trip),
       cmocka_unit_test(test_prefix_hit_reduces_scheduled_tokens),
-      cmocka_unit_test(test_refused_allocation_unschedules_the_request),
-      cmocka_unit_test(test_random_load_keeps_mirror_exact_and_leaks_nothing),
+      cmocka_unit_test(test_refused_allocation_unschedules_the_request_and_the_resync_repairs),
+      cmocka_unit_test(test_random_load_keeps_the_block_state_exact_and_leaks_nothing),
       cmocka_unit_test(test_forged_requests_are_refused_at_admission),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -200,11 +200,10 @@ static void assert_no_block_leaked(struct harness *h) {
   struct kv_manager_stats ks;
   kv_manager_get_stats(h->kv, &ks);
   assert_int_equal(ks.num_free_blocks, h->cfg.num_blocks);
-  assert_int_equal(ks.num_requests, 0);
   struct sched_stats st;
   sched_get_stats(h->s, &st);
   assert_int_equal(st.num_free_blocks, h->cfg.num_blocks);
-  for (int32_t b = 0; b < h->cfg.num_blocks; b++) assert_int_equal(sched_mirror_ref(h->s, b), 0);
+  for (int32_t b = 0; b < h->cfg.num_blocks; b++) assert_int_equal(sched_block_ref_cnt(h->s, b), 0);
 }
 
 static struct sched_config cfg(int32_t num_blocks, int32_t budget) {
@@ -381,7 +380,7 @@ static void test_depth_is_two_and_preempt_all_forgets_steps_in_flight(void **sta
   aw_execute(a);
   h_schedule(&a->h);
   aw_execute(a);
-  sched_preempt_all(a->h.s, false);
+  sched_preempt_all(a->h.s);
   assert_int_equal(sched_num_steps_in_flight(a->h.s), 0);
   const struct sched_request *r = sched_find_request(a->h.s, "r1");
   assert_non_null(r);
@@ -410,7 +409,7 @@ static void test_missing_sample_is_an_error_and_recovery_finishes_the_request(vo
   assert_int_not_equal(sched_update_from_output(a->h.s, &mo, &a->h.eo), LLB_STATUS_OK);
   a->q_head = (a->q_head + 1) % 2;
   a->q_num--;
-  sched_preempt_all(a->h.s, false); /* what the actor does on a failed step */
+  sched_preempt_all(a->h.s); /* what the actor does on a failed step */
   run_async(a, 200);
   assert_true(a->finished[0]);
   assert_int_equal(a->ntoks[0], 5);

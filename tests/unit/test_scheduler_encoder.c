@@ -67,7 +67,7 @@ static void h_add(struct h *h, const char *id, int32_t n, const struct sched_mm_
 /* Plans one step up to the encoder phase (kv answered in process). */
 static void h_plan(struct h *h) {
   assert_int_equal(sched_schedule(h->s, &h->out, &h->step), LLB_STATUS_OK);
-  if (h->step.num_ops > 0) {
+  if (!kv_step_empty(&h->step)) {
     assert_int_equal(kv_manager_apply_step(h->kv, &h->step, &h->res), LLB_STATUS_OK);
     assert_int_equal(sched_apply_kv_result(h->s, &h->res, &h->out), LLB_STATUS_OK);
   }

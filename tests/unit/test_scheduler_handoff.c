@@ -69,7 +69,7 @@ static void a_request_handed_off_after_its_first_token_leaves_with_its_blocks_fr
   assert_true(told);
   h_execute(&h);
   while (sched_num_unfinished(h.s) > 0) h_step(&h);
-  h_step(&h); /* an idle step flushes the deferred FREE ops */
+  h_step(&h); /* an idle step flushes the deferred RELEASE */
   struct sched_stats st;
   sched_get_stats(h.s, &st);
   assert_int_equal(st.num_free_blocks, c.num_blocks);
@@ -144,7 +144,7 @@ static void a_handed_off_requests_blocks_are_exported_until_finished_sending(voi
   const char *sent[1] = {"p"};
   kv_report(&h, sent, 1, NULL, 0, NULL, 0);
   assert_false(sched_kv_pending(h.s));
-  h_step(&h); /* an idle step flushes the FREE */
+  h_step(&h); /* an idle step flushes the RELEASE */
   sched_get_stats(h.s, &st);
   assert_int_equal(st.num_free_blocks, c.num_blocks);
   h_fini(&h);
@@ -224,7 +224,7 @@ static void a_receiving_request_preempted_is_named_and_recomputed(void **state) 
   assert_int_equal(sched_add_request(h.s, &nr), LLB_STATUS_OK);
   h_schedule(&h);
   kv_report(&h, NULL, 0, NULL, 0, NULL, 0);
-  sched_preempt_all(h.s, false);
+  sched_preempt_all(h.s);
   sched_kv_tick(h.s, true, 1.0);
   h_schedule(&h);
   bool named = false;
@@ -236,12 +236,11 @@ static void a_receiving_request_preempted_is_named_and_recomputed(void **state) 
   h_fini(&h);
 }
 
-/* The kv_manager restarted while an export was held (its new instance thinks every block free):
- * the export ends here, and the next step, which may hand those very blocks to another request,
- * carries a new epoch, so the worker drops the export before that step writes into them (a
- * fetch then gets Expired and the decode side recomputes). Without it, request q received p's
- * exported blocks while a decode engine could still fetch them. */
-static void a_kv_manager_restart_ends_held_exports_under_a_new_epoch(void **state) {
+/* The kv_manager restarted while an export was held (its new instance thinks every block
+ * free, and refuses the first step as it knows nothing): the actor's recovery resyncs, the
+ * export keeps its blocks (they are listed as held), the next request gets other blocks, the
+ * epoch stays (no export was given up), and finished_sending releases them as usual. */
+static void a_kv_manager_restart_keeps_held_exports_through_the_resync(void **state) {
   (void)state;
   struct sched_config c;
   config(&c);
@@ -264,27 +263,39 @@ static void a_kv_manager_restart_ends_held_exports_under_a_new_epoch(void **stat
   int32_t exported[3];
   memcpy(exported, h.out.kv_sends[0].block_ids, sizeof exported);
   kv_report(&h, NULL, 0, NULL, 0, NULL, 0);
-  /* the kv_manager dies: a new one, empty; the actor ends the exports and fails the step */
+  /* the kv_manager dies: a new one, empty, refuses the next step; the actor resyncs and fails it */
   kv_manager_destroy(h.kv);
   struct kv_manager_config kc = {.num_blocks = c.num_blocks, .block_size = c.block_size,
                                  .enable_prefix_caching = c.enable_prefix_caching};
   assert_int_equal(kv_manager_create(&kc, &h.kv), LLB_STATUS_OK);
-  sched_kv_new_epoch(h.s);
+  h_add(&h, "q", 14, 4, 0, 0); /* 4 blocks, 5 at its end: every one not exported */
+  assert_int_equal(sched_schedule(h.s, &h.out, &h.step), LLB_STATUS_OK);
+  assert_int_equal(kv_manager_apply_step(h.kv, &h.step, &h.res), LLB_STATUS_STATE_LOST);
+  sched_kv_resync(h.s);
   assert_int_equal(sched_step_failed(h.s, "", false, &h.eo), LLB_STATUS_OK);
-  assert_false(sched_kv_pending(h.s));
-  h_add(&h, "q", 6, 4, 0, 0);
-  h_schedule_unchecked_mirror(&h); /* the new kv_manager's count differs from the old one's */
-  const uint64_t epoch2 = h.out.kv_epoch;
-  assert_true(epoch2 != 0 && epoch2 != epoch); /* the worker drops p's export first */
-  assert_int_equal(h.out.num_kv_sends, 0);
-  bool reused = false; /* the case the epoch is for (the new kv_manager may pick them) */
-  for (int32_t i = 0; i < h.out.num_new_reqs; i++)
-    for (int32_t k = 0; k < h.out.new_reqs[i].num_block_ids; k++)
-      for (int32_t e = 0; e < 3; e++) reused |= h.out.new_reqs[i].block_ids[k] == exported[e];
-  assert_true(reused);
+  assert_true(sched_kv_pending(h.s)); /* the export is still held */
+  assert_true(h_schedule(&h));
+  assert_true(h.step.resync);
+  assert_int_equal(h.step.num_held_block_ids, 3);
+  assert_true(h.out.kv_epoch == epoch); /* nothing to drop on the worker */
+  const struct sched_request *q = sched_find_request(h.s, "q");
+  assert_int_equal(q->num_block_ids, 4);
+  for (int32_t k = 0; k < q->num_block_ids; k++)
+    for (int32_t e = 0; e < 3; e++) assert_int_not_equal(q->block_ids[k], exported[e]);
+  for (int32_t e = 0; e < 3; e++) assert_int_equal(sched_block_ref_cnt(h.s, exported[e]), 1);
   h_execute(&h);
-  h_schedule_unchecked_mirror(&h);
-  assert_true(h.out.kv_epoch == epoch2); /* the next steps keep it: nothing more is dropped */
+  while (sched_num_unfinished(h.s) > 0) h_step(&h);
+  sched_kv_tick(h.s, true, 2.0);
+  h_schedule(&h); /* a poll */
+  assert_true(h.out.kv_poll);
+  const char *sent[1] = {"p"};
+  kv_report(&h, sent, 1, NULL, 0, NULL, 0); /* the decode engine fetched p's blocks */
+  assert_false(sched_kv_pending(h.s));
+  h_step(&h); /* an idle step sends the last RELEASE */
+  struct sched_stats st;
+  sched_get_stats(h.s, &st);
+  assert_int_equal(st.num_free_blocks, c.num_blocks);
+  assert_int_equal(st.num_kv_protocol_faults, 0);
   h_fini(&h);
 }
 
@@ -295,7 +306,7 @@ int main(void) {
       cmocka_unit_test(a_handed_off_requests_blocks_are_exported_until_finished_sending),
       cmocka_unit_test(a_hand_off_waits_for_its_kv_then_decodes_or_recomputes),
       cmocka_unit_test(a_receiving_request_preempted_is_named_and_recomputed),
-      cmocka_unit_test(a_kv_manager_restart_ends_held_exports_under_a_new_epoch),
+      cmocka_unit_test(a_kv_manager_restart_keeps_held_exports_through_the_resync),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
-/* Test harness for the scheduler: an in-process kv_manager answers each kv step directly,
- * and a fake worker keeps the block tables the scheduler's deltas describe and samples a
+/* Test harness for the scheduler: an in-process kv_manager (the prefix index) answers each kv
+ * step directly, and a fake worker keeps the block tables the scheduler's deltas describe and
+ * checks them against the scheduler's (their one owner), and samples a
  * deterministic token per (request, output position), as docs/design.md §5's sampler does, so
  * recompute after preemption must reproduce the same tokens. Included by test_scheduler*.c. */
 #ifndef TEST_SCHEDULER_HARNESS_H
@@ -42,6 +43,7 @@ struct harness {
   int32_t eos;           /* token the fake sampler emits at output position eos_at, -1 never */
   int32_t eos_at;
   int32_t kv_trips;
+  uint64_t kv_faults;    /* protocol faults a test provoked (h_schedule_unchecked_mirror) */
 };
 
 static inline void h_init(struct harness *h, const struct sched_config *cfg) {
@@ -117,7 +119,7 @@ static inline struct h_worker_req *h_wreq(struct harness *h, const char *id, boo
 }
 
 /* Worker side of a sched_output: applies finished/preempted/new/cached, checks that its
- * block tables equal the kv_manager's and cover the scheduled tokens. */
+ * block tables equal the scheduler's and cover the scheduled tokens. */
 static inline void h_worker_apply(struct harness *h) {
   const struct sched_output *o = &h->out;
   for (int32_t i = 0; i < o->finished_req_ids.num; i++) {
@@ -145,10 +147,10 @@ static inline void h_worker_apply(struct harness *h) {
   }
   for (int i = 0; i < H_MAX_REQS; i++) {
     if (!h->wreqs[i].live) continue;
-    int32_t n;
-    const int32_t *kb = kv_manager_req_blocks(h->kv, h->wreqs[i].id, &n);
-    assert_int_equal(n, h->wreqs[i].num_blocks);
-    for (int32_t k = 0; k < n; k++) assert_int_equal(kb[k], h->wreqs[i].blocks[k]);
+    const struct sched_request *r = sched_find_request(h->s, h->wreqs[i].id);
+    if (!r) continue; /* finished: its id reaches the worker with the next output */
+    assert_int_equal(r->num_block_ids, h->wreqs[i].num_blocks);
+    for (int32_t k = 0; k < r->num_block_ids; k++) assert_int_equal(r->block_ids[k], h->wreqs[i].blocks[k]);
   }
   int32_t total = 0;
   for (int32_t i = 0; i < o->num_new_reqs; i++) {
@@ -168,26 +170,42 @@ static inline void h_worker_apply(struct harness *h) {
   assert_true(o->num_new_reqs + o->num_cached_reqs <= h->cfg.max_num_seqs);
 }
 
+/* The one block state and its index agree: a block is free in the kv_manager exactly when no
+ * request (or export) of the scheduler references it. Holds right after a kv round trip (every
+ * deferred RELEASE went with it). */
+static inline void h_check_blocks(const struct harness *h) {
+  const struct kv_block_pool *p = kv_manager_pool(h->kv);
+  for (int32_t b = 0; b < h->cfg.num_blocks; b++)
+    if ((sched_block_ref_cnt(h->s, b) > 0) == kv_block_pool_is_free(p, b))
+      fail_msg("block %d: %d references in the scheduler, %s in the kv_manager", b, sched_block_ref_cnt(h->s, b),
+               kv_block_pool_is_free(p, b) ? "free" : "in use");
+}
+
 /* schedule → (kv round trip) → returns whether the kv_manager was asked. */
 static inline bool h_schedule(struct harness *h) {
-  assert_int_equal(sched_schedule(h->s, &h->out, &h->step), LLB_STATUS_OK);
-  if (h->step.num_ops == 0) return false;
+  if (sched_schedule(h->s, &h->out, &h->step) != LLB_STATUS_OK) fail_msg("sched_schedule: %s", llb_err_last());
+  if (kv_step_empty(&h->step)) return false;
   assert_int_equal(kv_manager_apply_step(h->kv, &h->step, &h->res), LLB_STATUS_OK);
   assert_int_equal(sched_apply_kv_result(h->s, &h->res, &h->out), LLB_STATUS_OK);
   assert_int_equal(kv_manager_check(h->kv), LLB_STATUS_OK);
   struct sched_stats st;
   sched_get_stats(h->s, &st);
-  assert_int_equal(st.num_free_blocks, h->res.num_free_blocks); /* exact mirror */
+  assert_int_equal(st.num_free_blocks, h->res.num_free_blocks); /* the check the reply carries */
+  assert_int_equal(st.num_kv_protocol_faults, h->kv_faults); /* none but those a test provoked */
+  h_check_blocks(h);
   h->kv_trips++;
   return true;
 }
 
-/* schedule → kv round trip without the mirror check (tests that desync it on purpose). */
+/* schedule → kv round trip without the checks (tests that break the kv_manager on purpose). */
 static inline bool h_schedule_unchecked_mirror(struct harness *h) {
   assert_int_equal(sched_schedule(h->s, &h->out, &h->step), LLB_STATUS_OK);
-  if (h->step.num_ops == 0) return false;
+  if (kv_step_empty(&h->step)) return false;
   assert_int_equal(kv_manager_apply_step(h->kv, &h->step, &h->res), LLB_STATUS_OK);
   assert_int_equal(sched_apply_kv_result(h->s, &h->res, &h->out), LLB_STATUS_OK);
+  struct sched_stats st;
+  sched_get_stats(h->s, &st);
+  h->kv_faults = st.num_kv_protocol_faults;
   h->kv_trips++;
   return true;
 }

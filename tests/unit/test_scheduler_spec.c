@@ -103,7 +103,7 @@ static void assert_all_blocks_free(struct harness *h) {
   struct kv_manager_stats ks;
   kv_manager_get_stats(h->kv, &ks);
   assert_int_equal(ks.num_free_blocks, h->cfg.num_blocks);
-  for (int32_t b = 0; b < h->cfg.num_blocks; b++) assert_int_equal(sched_mirror_ref(h->s, b), 0);
+  for (int32_t b = 0; b < h->cfg.num_blocks; b++) assert_int_equal(sched_block_ref_cnt(h->s, b), 0);
 }
 
 static void config(struct sched_config *c) {
@@ -257,7 +257,7 @@ static void test_forged_drafts_are_dropped_and_too_many_tokens_fail_the_step(voi
   mo = (struct sched_model_output){.step = h.out.step, .num_reqs = 1, .req_ids = ids, .num_sampled = &two,
                                    .sampled_token_ids = toks};
   assert_int_equal(sched_update_from_output(h.s, &mo, &h.eo), LLB_STATUS_INVALID_ARGUMENT);
-  sched_preempt_all(h.s, false);
+  sched_preempt_all(h.s);
   h_fini(&h);
 }
 
