@@ -449,11 +449,6 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
   return PLAN_READY;
 }
 
-/* Whether a peer failure (peer_health's text, "<actor> <instance> ...", alone or after ": ")
- * names the kv_manager. */
-static bool kv_manager_failed(const char *what) {
-  return strncmp(what, "kv_manager ", 11) == 0 || strstr(what, ": kv_manager ") != NULL;
-}
 
 /* The engine's worker or kv_manager died or was replaced, or the bus reconnected (heartbeats,
  * peer_health.c): the steps in flight are forgotten (a reply from a dead worker never comes;
@@ -463,7 +458,7 @@ static bool kv_manager_failed(const char *what) {
  * KV contents may be gone too). Exports end under a new epoch unless only the kv_manager
  * failed: then their blocks are in the resync and the worker still holds their contents. */
 static void peer_failed(struct scheduler_actor *a, llb_status st) {
-  const bool kv_only = kv_manager_failed(llb_err_last()); /* recorded with st */
+  const bool kv_only = peer_health_taken_kv_only(a->health); /* the take that led here */
   exec_channel_forget(a->exec);
   sched_kv_reset(a->sched);
   if (!kv_only) sched_kv_new_epoch(a->sched);

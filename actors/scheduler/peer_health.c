@@ -31,6 +31,9 @@ struct peer_health {
   uint64_t fail_seen;       /* under mu: failures the step thread took */
   char fail_what[384];      /* under mu: the last detection, for the step's log */
   uint64_t reconnects_seen; /* under mu: bus_num_reconnects acted on */
+  bool pending_kv, pending_other; /* under mu: what failed since the last take (kv_manager; the
+                                     worker or the bus) */
+  bool taken_kv_only;             /* under mu: the last take's failures were the kv_manager's only */
   atomic_uint_fast64_t c_peer_fail, c_bus_recoveries;
 };
 
@@ -39,6 +42,8 @@ static void record_failure(struct peer_health *h, enum sched_peer p, const char 
                            const struct peer_watch_view *v, int64_t silent_ms) {
   h->fail_gen++;
   atomic_fetch_add(&h->c_peer_fail, 1);
+  if (p == SCHED_PEER_KV_MANAGER) h->pending_kv = true;
+  else h->pending_other = true;
   if (strcmp(how, "replaced") == 0) {
     snprintf(h->fail_what, sizeof h->fail_what, "%s %s (pid %d) replaced by %s (pid %d)",
              peer_actor[p], v->prev_instance, v->prev_pid, v->instance, v->pid);
@@ -64,6 +69,7 @@ static void check_own_reconnect(struct peer_health *h) {
   if (n == h->reconnects_seen) return;
   h->reconnects_seen = n;
   h->fail_gen++;
+  h->pending_other = true;
   atomic_fetch_add(&h->c_bus_recoveries, 1);
   snprintf(h->fail_what, sizeof h->fail_what,
            "the scheduler's NATS connection was re-established (reconnect %llu): messages of the "
@@ -86,6 +92,8 @@ static void poll_locked(struct peer_health *h, int64_t now_ns) {
 static bool take_locked(struct peer_health *h, char *what, size_t cap) {
   if (h->fail_seen == h->fail_gen) return false;
   h->fail_seen = h->fail_gen;
+  h->taken_kv_only = h->pending_kv && !h->pending_other;
+  h->pending_kv = h->pending_other = false;
   snprintf(what, cap, "%s", h->fail_what);
   return true;
 }
@@ -178,6 +186,13 @@ bool peer_health_take(struct peer_health *h, char *what, size_t cap) {
   const bool failed = take_locked(h, what, cap);
   pthread_mutex_unlock(&h->mu);
   return failed;
+}
+
+bool peer_health_taken_kv_only(struct peer_health *h) {
+  pthread_mutex_lock(&h->mu);
+  const bool kv_only = h->taken_kv_only;
+  pthread_mutex_unlock(&h->mu);
+  return kv_only;
 }
 
 void peer_health_counters(struct peer_health *h, uint64_t *num_peer_failures, uint64_t *num_bus_recoveries) {

@@ -65,6 +65,11 @@ bool peer_health_take_detected(struct peer_health *h, char *what, size_t cap);
 int64_t peer_health_next_check_ns(struct peer_health *h);
 void peer_health_poll(struct peer_health *h, int64_t now_ns);
 
+/* Whether every failure the last successful take covered was the kv_manager's (none of the
+ * worker, none of the scheduler's own connection): several detected before one take are
+ * taken together, and `what` names only the last. Step thread, after a take returned true. */
+bool peer_health_taken_kv_only(struct peer_health *h);
+
 /* Failures detected (peers replaced or silent) and own reconnects acted on, so far. */
 void peer_health_counters(struct peer_health *h, uint64_t *num_peer_failures, uint64_t *num_bus_recoveries);
 

@@ -628,9 +628,11 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
     r->status = SCHED_REQUEST_STATUS_RUNNING;
     /* a pooling request needs the hidden state of each row it pools, and a request scoring its
      * prompt computes every position: no prefix-cache hit for either (vLLM skips the prefix
-     * cache for both) */
+     * cache for both); nor for one that still holds blocks (sent back to the queue after a
+     * refused allocation while its encoder inputs waited): the kv_manager refuses a lookup with
+     * held blocks, and a hit from its first admission would count twice */
     r->lookup = s->cfg.enable_prefix_caching && !sched_request_is_pooling(r) &&
-                r->sampling_params->prompt_logprobs < 0;
+                r->sampling_params->prompt_logprobs < 0 && r->num_block_ids == 0 && r->num_computed_tokens == 0;
     mark_scheduled(s, r, n, true);
     if (!wants_kv) budget -= n;
   }

@@ -39,18 +39,22 @@ static struct bus *connect_or_fail(const char *name) {
   return b;
 }
 
-/* One beat of engine e0's gpu_worker, as the worker publishes it. */
-static void publish_worker_beat(struct bus *b, const char *instance, int32_t pid, uint64_t seq) {
-  const struct llb_heartbeat hb = {.actor = llb_str_c("gpu_worker"), .instance = llb_str_c(instance),
+/* One beat of engine e0's `actor`, as that actor publishes it. */
+static void publish_beat(struct bus *b, const char *actor, const char *instance, int32_t pid, uint64_t seq) {
+  const struct llb_heartbeat hb = {.actor = llb_str_c(actor), .instance = llb_str_c(instance),
                                    .pid = pid, .seq = seq, .ready = true, .engine_id = llb_str_c("e0"),
                                    .num_gpu_blocks = 64, .block_size = 16};
   uint8_t buf[1024];
   size_t len = 0;
   assert_int_equal(llb_heartbeat_encode(&hb, buf, sizeof buf, &len), LLB_STATUS_OK);
   char subject[BUS_SUBJECT_MAX];
-  assert_int_equal(bus_subject_engine_health("llm", "e0", "gpu_worker", subject, sizeof subject), LLB_STATUS_OK);
+  assert_int_equal(bus_subject_engine_health("llm", "e0", actor, subject, sizeof subject), LLB_STATUS_OK);
   assert_int_equal(bus_publish(b, subject, buf, len, NULL), LLB_STATUS_OK);
   assert_int_equal(bus_flush(b, WAIT_MS), LLB_STATUS_OK);
+}
+
+static void publish_worker_beat(struct bus *b, const char *instance, int32_t pid, uint64_t seq) {
+  publish_beat(b, "gpu_worker", instance, pid, seq);
 }
 
 struct fixture {
@@ -123,6 +127,32 @@ static void test_without_a_seen_worker_the_first_beat_is_the_first_worker(void *
   destroy_health(&f);
 }
 
+/* Which peers failed decides whether exports survive (the scheduler's kv_only): a kv_manager
+ * replaced alone is kv-only; a worker replaced in the same take is not, whichever failure the
+ * take's text names (it names only the last). */
+static void test_a_take_says_whether_only_the_kv_manager_failed(void **state) {
+  (void)state;
+  struct fixture f;
+  const struct peer_beat seen = {.instance = "host-100", .pid = 100, .seq = 7, .ready = true};
+  create_health(&f, &seen);
+  publish_beat(f.worker, "kv_manager", "kv-1", 300, 1); /* first kv_manager seen */
+  char what[384] = "";
+  assert_false(take_within(f.h, what, sizeof what, 3 * HEARTBEAT_MS));
+  publish_beat(f.worker, "kv_manager", "kv-2", 301, 1);
+  assert_true(take_within(f.h, what, sizeof what, WAIT_MS));
+  assert_non_null(strstr(what, "kv_manager kv-1"));
+  assert_true(peer_health_taken_kv_only(f.h));
+  /* both in one take: the worker and (one interval later, as replacements are rate limited)
+   * the kv_manager, which the text then names */
+  publish_worker_beat(f.worker, "host-200", 200, 1);
+  nanosleep(&(struct timespec){.tv_nsec = (HEARTBEAT_MS + 50) * 1000000L}, NULL);
+  publish_beat(f.worker, "kv_manager", "kv-3", 302, 1);
+  nanosleep(&(struct timespec){.tv_nsec = 100 * 1000000L}, NULL);
+  assert_true(take_within(f.h, what, sizeof what, WAIT_MS));
+  assert_false(peer_health_taken_kv_only(f.h));
+  destroy_health(&f);
+}
+
 static int start_server(void **state) {
   (void)state;
   return nats_test_server_start(&srv, 0, false);
@@ -144,6 +174,7 @@ int main(void) {
       cmocka_unit_test(test_a_worker_replaced_before_its_next_beat_is_a_failure),
       cmocka_unit_test(test_the_same_worker_beating_on_is_no_failure),
       cmocka_unit_test(test_without_a_seen_worker_the_first_beat_is_the_first_worker),
+      cmocka_unit_test(test_a_take_says_whether_only_the_kv_manager_failed),
   };
   return cmocka_run_group_tests(tests, start_server, stop_server);
 }

@@ -23,10 +23,13 @@ struct h {
   struct llb_sampling_params sp; /* every h_add request's (the scheduler borrows it) */
 };
 
+static int32_t h_lookahead = -1; /* >= 0: sched_config.num_lookahead_tokens of the next h_init */
+
 static void h_init(struct h *h, int32_t budget, int32_t enc_budget, int32_t enc_cache) {
   memset(h, 0, sizeof(*h));
   struct sched_config c;
   sched_config_init(&c);
+  if (h_lookahead >= 0) c.num_lookahead_tokens = h_lookahead;
   c.max_num_batched_tokens = budget;
   c.encoder_compute_budget = enc_budget;
   c.encoder_cache_size = enc_cache;
@@ -231,10 +234,65 @@ static void test_item_larger_than_the_cache_is_refused(void **state) {
   h_fini(&h);
 }
 
+/* Plans one step whose ALLOCATE for `id` the kv_manager refuses for lack of room (QUEUE_FULL,
+ * nothing changed: the op asks for more tokens than the pool holds). */
+static void h_plan_refusing(struct h *h, const char *id) {
+  assert_int_equal(sched_schedule(h->s, &h->out, &h->step), LLB_STATUS_OK);
+  bool refused = false;
+  for (int32_t i = 0; i < h->step.num_ops; i++) {
+    struct kv_op *op = &h->step.ops[i];
+    if (op->kind == KV_OP_KIND_ALLOCATE && op->req_id && strcmp(op->req_id, id) == 0) {
+      op->num_tokens = 64 * 4 + 4;
+      refused = true;
+    }
+  }
+  assert_true(refused);
+  assert_int_equal(kv_manager_apply_step(h->kv, &h->step, &h->res), LLB_STATUS_OK);
+  assert_int_equal(sched_apply_kv_result(h->s, &h->res, &h->out), LLB_STATUS_OK);
+  assert_int_equal(sched_schedule_encoder(h->s, &h->out, &h->enc), LLB_STATUS_OK);
+}
+
+/* A request whose image waits for encoder-cache room keeps its blocks; when its next allocation
+ * is then refused it goes back to the queue still holding them, and when admitted again it
+ * allocates the rest without a prefix lookup (the kv_manager refuses a lookup with held blocks:
+ * before, that request was refused, resynced and requeued at every step, never running). */
+static void test_requeued_request_holding_blocks_allocates_without_lookup(void **state) {
+  (void)state;
+  struct h h;
+  h_lookahead = 0; /* blocks for the scheduled tokens only: r2 allocates again in step 3 */
+  h_init(&h, 24, 0, 16);
+  h_lookahead = -1;
+  struct sched_mm_feature a[] = {{.offset = 0, .length = 12, .hash = "A"}};
+  struct sched_mm_feature b[] = {{.offset = 0, .length = 12, .hash = "B"}};
+  h_add(&h, "r1", 40, a, 1);
+  h_plan(&h); /* r1: 24 of 40, A encoded (12 of the cache's 16 rows) */
+  assert_int_equal(scheduled_of(&h, "r1"), 24);
+  h_finish(&h);
+  h_add(&h, "r2", 20, b, 1);
+  h_plan(&h); /* r1 ends its prompt; r2 gets blocks, but B (12 rows) has no room while A is in use */
+  assert_int_equal(scheduled_of(&h, "r2"), 0);
+  h_finish(&h);
+  h_plan_refusing(&h, "r2"); /* r2's next allocation refused: back to the queue, blocks held */
+  assert_int_equal(scheduled_of(&h, "r2"), 0);
+  h_finish(&h);
+  bool ran = false;
+  for (int i = 0; i < 8 && !ran; i++) { /* r1 finishes (max_tokens 2), A is freed, r2 runs */
+    h_plan(&h);
+    ran = scheduled_of(&h, "r2") > 0;
+    h_finish(&h);
+  }
+  assert_true(ran);
+  struct sched_stats st;
+  sched_get_stats(h.s, &st);
+  assert_int_equal(st.num_kv_protocol_faults, 0);
+  h_fini(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chunked_prefill_splits_an_item_encoded_once),
       cmocka_unit_test(test_step_is_cut_before_an_item_over_the_budget),
+      cmocka_unit_test(test_requeued_request_holding_blocks_allocates_without_lookup),
       cmocka_unit_test(test_masked_image_counts_embedding_rows_not_positions),
       cmocka_unit_test(test_two_requests_share_an_item_and_freed_hashes_reach_the_worker),
       cmocka_unit_test(test_item_larger_than_the_cache_is_refused),
