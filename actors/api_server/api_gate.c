@@ -72,8 +72,8 @@ static bool over_rate(struct gate_tenant *t, int64_t *retry_s) {
     t->tokens -= 1.0;
     return false;
   }
-  *retry_s = (int64_t)ceil((1.0 - t->tokens) / t->r.per_s);
-  if (*retry_s < 1) *retry_s = 1;
+  const double wait_s = ceil((1.0 - t->tokens) / t->r.per_s); /* a tiny per_s: huge, clamped */
+  *retry_s = wait_s < 1 ? 1 : wait_s > 3600 ? 3600 : (int64_t)wait_s;
   return true;
 }
 

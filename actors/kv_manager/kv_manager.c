@@ -3,6 +3,7 @@
 #include "actors/kv_manager/kv_manager.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct kv_manager {
   struct kv_manager_config cfg;
@@ -10,6 +11,8 @@ struct kv_manager {
   bool synced;                 /* a resync or reset was applied since create */
   uint64_t last_step;
   uint64_t prefix_cache_queries, prefix_cache_hits, num_resyncs;
+  uint32_t *seen;              /* [num_blocks]: == seen_stamp when in the current hit run */
+  uint32_t seen_stamp;
 };
 
 static int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -23,6 +26,8 @@ llb_status kv_manager_create(const struct kv_manager_config *cfg, struct kv_mana
   if (!m) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv_manager: create");
   m->cfg = *cfg;
   llb_status st = kv_block_pool_create(cfg->num_blocks, &m->pool);
+  if (!st && !(m->seen = calloc((size_t)cfg->num_blocks, sizeof(*m->seen))))
+    st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv_manager: create");
   if (st) {
     kv_manager_destroy(m);
     return st;
@@ -34,6 +39,7 @@ llb_status kv_manager_create(const struct kv_manager_config *cfg, struct kv_mana
 void kv_manager_destroy(struct kv_manager *m) {
   if (!m) return;
   kv_block_pool_destroy(m->pool);
+  free(m->seen);
   free(m);
 }
 
@@ -54,15 +60,18 @@ static llb_status op_release(struct kv_manager *m, const struct kv_step *step, c
 /* The longest run of hashes[0..max_hit) in the prefix cache (vLLM get_computed_blocks), cut
  * at a block already in the run (hashes repeated by a broken or hostile sender): fills
  * ids[0..n), returns n; *num_free_hits: how many of them are free (they leave the queue). */
-static int32_t find_hits(const struct kv_manager *m, const uint64_t *hashes, int64_t max_hit, int32_t *ids,
+static int32_t find_hits(struct kv_manager *m, const uint64_t *hashes, int64_t max_hit, int32_t *ids,
                          int32_t *num_free_hits) {
   int32_t n = 0;
   *num_free_hits = 0;
+  if (++m->seen_stamp == 0) { /* wrapped: start the stamps over */
+    memset(m->seen, 0, (size_t)m->cfg.num_blocks * sizeof(*m->seen));
+    m->seen_stamp = 1;
+  }
   for (; n < max_hit; n++) {
     const int32_t id = kv_block_pool_get_cached_block(m->pool, hashes[n]);
-    bool repeated = false;
-    for (int32_t k = 0; k < n && !repeated; k++) repeated = ids[k] == id; /* a chain never repeats */
-    if (id < 0 || repeated) break;
+    if (id < 0 || id >= m->cfg.num_blocks || m->seen[id] == m->seen_stamp) break; /* a chain never repeats */
+    m->seen[id] = m->seen_stamp;
     ids[n] = id;
     if (kv_block_pool_is_free(m->pool, id)) (*num_free_hits)++;
   }

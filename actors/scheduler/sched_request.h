@@ -164,6 +164,7 @@ struct sched_request {
   bool abort_pending;                   /* aborted while its step was in flight */
   bool retired;                         /* finished, unreferenced: destroyed at the next
                                            sched_schedule (sched_retire) */
+  struct sched_request *retired_next;   /* the scheduler's list of retired requests */
   /* KV transfer (disaggregated prefill/decode; scheduler.c) */
   enum sched_kv_recv_state kv_recv;           /* decode side: where its remote KV stands */
   char *kv_remote_engine_id, *kv_remote_request_id; /* owned; NULL = not a receiver */

@@ -136,7 +136,6 @@ void sched_destroy(struct scheduler *s) {
   if (s->reqs) llb_strmap_foreach(s->reqs, destroy_live_cb, s);
   llb_strmap_destroy(s->reqs);
   sched_destroy_retired(s);
-  free(s->retired);
   free(s->running);
   free(s->scheduled);
   free(s->op_refs);
@@ -689,7 +688,7 @@ static llb_status apply_allocation(struct scheduler *s, struct sched_request *r,
   const int32_t n_ids = kr && ids ? kr->num_block_ids : 0;
   const bool given = kr && kr->status == LLB_STATUS_OK;
   const int32_t planned = r->planned_new_blocks;
-  const bool ok = given && n_ids == planned && kr->num_cached_tokens >= 0 &&
+  const bool ok = given && n_ids == planned && r->num_block_ids + n_ids <= r->cap_blocks && kr->num_cached_tokens >= 0 &&
                   kr->num_cached_tokens < r->num_scheduled_tokens && kr->num_cached_tokens % bs == 0 &&
                   (r->lookup || kr->num_cached_tokens == 0) && kr->num_cached_tokens / bs <= n_ids &&
                   sched_blocks_reply_ok(s, ids, n_ids, kr->num_cached_tokens / bs);
@@ -723,7 +722,10 @@ llb_status sched_apply_kv_result(struct scheduler *s, const struct kv_step_resul
   s->kv_in_flight = false;
   llb_status st = LLB_STATUS_OK;
   const int32_t nb = s->num_block_ops;
-  const bool valid = res->step == s->step && res->num_results == nb + s->num_op_refs;
+  /* a kv_manager of another pool size (a mismatched --num-blocks) cannot be resynced into
+   * agreement: its replies are refused, each naming both sizes */
+  const bool same_pool = res->num_total_blocks == s->cfg.num_blocks;
+  const bool valid = same_pool && res->step == s->step && res->num_results == nb + s->num_op_refs;
   if (valid) sched_blocks_synced(s); /* before the checks below: a fault asks for a resync again */
   for (int32_t i = 0; valid && i < nb; i++)
     if (res->results[i].status != LLB_STATUS_OK)
@@ -745,6 +747,9 @@ llb_status sched_apply_kv_result(struct scheduler *s, const struct kv_step_resul
   llb_status st2 = sched_assemble_output(s, out, true);
   if (st) return st;
   if (st2) return st2;
+  if (!same_pool)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "the kv_manager's pool has %d blocks, this scheduler's %d "
+                    "(--num-blocks of both must agree)", res->num_total_blocks, s->cfg.num_blocks);
   return valid ? LLB_STATUS_OK
                : LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv result does not answer step %llu",
                           (unsigned long long)s->step);

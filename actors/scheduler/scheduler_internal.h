@@ -84,8 +84,8 @@ struct scheduler {
   int32_t num_step_loras;
   struct sched_request **lora_skipped; /* waiting requests passed over for max_loras this step */
   int32_t num_lora_skipped, cap_lora_skipped;
-  struct sched_request **retired;    /* finished, unreferenced: destroyed at the next schedule */
-  int32_t num_retired, cap_retired;
+  struct sched_request *retired;     /* finished, unreferenced: destroyed at the next schedule
+                                        (a list through sched_request.retired_next) */
   /* KV transfer (sched_kv.c) */
   struct sched_request **kv_senders; /* handed off, blocks held until finished_sending */
   int32_t num_kv_senders, cap_kv_senders;
