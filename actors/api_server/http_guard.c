@@ -160,7 +160,9 @@ static size_t header_end(struct conn *c, struct evbuffer *in) {
   return 0;
 }
 
-/* The request line's target before any '?' into path[MAX_PATH_BYTES + 1] ("" when longer). */
+/* The request line's target before any '?' into path[MAX_PATH_BYTES + 1] ("" when longer), as
+ * evhttp routes it: an absolute-form target ("http://host/v1/...", RFC 9112 3.2.2) by its path,
+ * percent-escapes decoded (evhttp matches the decoded path against its callbacks). */
 static void request_path(const char *h, size_t n, char *path) {
   path[0] = '\0';
   const char *sp = memchr(h, ' ', n < 16 ? n : 16);
@@ -168,9 +170,20 @@ static void request_path(const char *h, size_t n, char *path) {
   const char *p = sp + 1, *end = h + n;
   size_t len = 0;
   while (p + len < end && p[len] != ' ' && p[len] != '?' && p[len] != '\r' && p[len] != '\n') len++;
+  const size_t scheme = len >= 7 && strncasecmp(p, "http://", 7) == 0 ? 7 : len >= 8 && strncasecmp(p, "https://", 8) == 0 ? 8 : 0;
+  if (scheme) { /* skip the authority */
+    size_t k = scheme;
+    while (k < len && p[k] != '/') k++;
+    p += k, len -= k;
+  }
   if (len > MAX_PATH_BYTES) return;
-  memcpy(path, p, len);
-  path[len] = '\0';
+  char raw[MAX_PATH_BYTES + 1];
+  memcpy(raw, p, len);
+  raw[len] = '\0';
+  size_t dn = 0;
+  char *decoded = evhttp_uridecode(raw, 0, &dn);
+  if (decoded && dn <= MAX_PATH_BYTES) memcpy(path, decoded, dn + 1);
+  free(decoded);
 }
 
 /* The gate's verdict on the header block h[0..n) (the method, the path, the first

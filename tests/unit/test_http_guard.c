@@ -219,6 +219,13 @@ static void test_a_tenant_at_its_max_concurrent_is_held_then_refused_while_anoth
   send_a_generation(a3, KEY_A, "");
   assert_int_equal(read_status(a3), 429);
   close(a3);
+  /* the same route in absolute form with an escaped letter (evhttp routes it by its decoded
+   * path) is counted as well, not let through uncounted */
+  int a5 = connect_to_server();
+  send_all(a5, "POST http://x/v1/%63ompletions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " KEY_A "\r\n"
+               "Content-Length: 2\r\n\r\n{}");
+  assert_int_equal(read_status(a5), 429);
+  close(a5);
   assert_int_equal(atomic_load(&bodies_read), before + 1); /* b's only */
   /* a's first is answered: its slot comes back, a's next generation passes */
   assert_int_equal(event_base_once(base, -1, EV_TIMEOUT, on_answer_parked, NULL, &(struct timeval){0}), 0);
