@@ -449,7 +449,6 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
   return PLAN_READY;
 }
 
-
 /* The engine's worker or kv_manager died or was replaced, or the bus reconnected (heartbeats,
  * peer_health.c): the steps in flight are forgotten (a reply from a dead worker never comes;
  * one that still comes is dropped by step number) and every running request is preempted
