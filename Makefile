@@ -7,7 +7,7 @@
 #   make fuzz   the libFuzzer targets (tests/fuzz/README.md) built with clang in build-fuzz/
 #               and run FUZZ_SECONDS (default 60) each; `make test` ends with a smoke run of
 #               FUZZ_SMOKE_SECONDS (default 15) each (19 targets, two at a time: ~2.5 min)
-#   make chaos  the long chaos run (tests/chaos/): 200 streamed requests while every actor
+#   make chaos  the long chaos run (tests/chaos/): 300 streamed requests while every actor
 #               type and the nats-server are SIGKILLed 10 times each at random moments
 #               (Release build; CHAOS_BUILD=build for the sanitizer build)
 #   make install   the Release build installed under PREFIX (default /usr/local): binaries,
@@ -80,7 +80,7 @@ fuzz: build-fuzz model
 CHAOS_BUILD ?= build-release
 chaos: $(CHAOS_BUILD) model
 	@LLMBUS_BUILD_DIR=$(CURDIR)/$(CHAOS_BUILD) LLMBUS_SOURCE_DIR=$(CURDIR) LLMBUS_MODEL=$(CURDIR)/$(MODEL) \
-	  python3 tests/chaos/chaos.py --requests 200 --kills 10 --jitter-s 1.5 --max-tokens 128
+	  python3 tests/chaos/chaos.py --requests 300 --kills 10 --jitter-s 1.5 --max-tokens 128
 
 run: build-release model
 	@build-release/cmd/llmbus run --model $(MODEL) $(RUN_FLAGS) "$(PROMPT)"
