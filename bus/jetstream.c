@@ -2,6 +2,7 @@
 #include "bus/jetstream.h"
 
 #include <ctype.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,11 @@ struct bus_js_pull {
   char stream[BUS_JS_NAME_MAX], consumer[BUS_JS_NAME_MAX], subject[BUS_SUBJECT_MAX];
   int64_t ack_wait_ms;
   int32_t max_ack_pending, replicas;
+  uint64_t num_fetched;  /* messages fetched so far */
+  int64_t deaf_after;    /* BUS_JS_FAULT_DEAF_ENV: unsubscribe after this many fetched; -1 = never */
 };
+
+static atomic_bool deaf_fault_taken; /* the fault hook goes to a process's first pull only */
 
 static void sleep_ms(int64_t ms) {
   struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
@@ -316,6 +321,45 @@ static llb_status consumer_ensure(struct bus_js_pull *p) {
   return LLB_STATUS_OK;
 }
 
+static llb_status subscribe(struct bus_js_pull *p) {
+  jsSubOptions so;
+  jsSubOptions_Init(&so);
+  so.Stream = p->stream;
+  so.Consumer = p->consumer;
+  jsErrCode jerr = 0;
+  natsStatus s = js_PullSubscribe(&p->sub, p->js, p->subject, p->consumer, NULL, &so, &jerr);
+  return s == NATS_OK ? LLB_STATUS_OK : js_api_err(s, jerr, "subscribing to the engine's consumer");
+}
+
+static void unsubscribe(struct bus_js_pull *p) {
+  if (!p->sub) return;
+  natsSubscription_Unsubscribe(p->sub);
+  natsSubscription_Destroy(p->sub);
+  p->sub = NULL;
+}
+
+llb_status bus_js_pull_resubscribe(struct bus_js_pull *p) {
+  if (!p) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "resubscribe: NULL pull");
+  unsubscribe(p);
+  llb_status st = consumer_ensure(p);
+  return st ? st : subscribe(p);
+}
+
+llb_status bus_js_pull_state(struct bus_js_pull *p, struct bus_js_pull_state *out) {
+  *out = (struct bus_js_pull_state){0};
+  jsConsumerInfo *ci = NULL;
+  jsErrCode jerr = 0;
+  natsStatus s = js_GetConsumerInfo(&ci, p->js, p->stream, p->consumer, NULL, &jerr);
+  if (s != NATS_OK) return js_api_err(s, jerr, "looking up the engine's consumer");
+  *out = (struct bus_js_pull_state){
+      .num_pending = ci->NumPending, .num_ack_pending = ci->NumAckPending, .num_waiting = ci->NumWaiting,
+      .num_redelivered = ci->NumRedelivered, .delivered_stream_seq = ci->Delivered.Stream,
+      .ack_floor_stream_seq = ci->AckFloor.Stream,
+      .max_ack_pending = ci->Config ? ci->Config->MaxAckPending : p->max_ack_pending};
+  jsConsumerInfo_Destroy(ci);
+  return LLB_STATUS_OK;
+}
+
 llb_status bus_js_pull_create(struct bus *b, const struct bus_js_pull_config *cfg,
                               struct bus_js_pull **out) {
   if (!b || !cfg || !out || cfg->ack_wait_ms <= 0 || cfg->max_ack_pending <= 0 || !cfg->engine_id ||
@@ -340,17 +384,11 @@ llb_status bus_js_pull_create(struct bus *b, const struct bus_js_pull_config *cf
   if (!st) st = js_ctx(b, 2000, &p->js);
   if (!st) st = stream_ensure(b, p->js, 0, p->replicas, 10000);
   if (!st) st = consumer_ensure(p);
+  if (!st) st = subscribe(p);
   if (st) goto fail;
-  jsSubOptions so;
-  jsSubOptions_Init(&so);
-  so.Stream = p->stream;
-  so.Consumer = p->consumer;
-  jsErrCode jerr = 0;
-  natsStatus s = js_PullSubscribe(&p->sub, p->js, p->subject, p->consumer, NULL, &so, &jerr);
-  if (s != NATS_OK) {
-    st = js_api_err(s, jerr, "subscribing to the engine's consumer");
-    goto fail;
-  }
+  p->deaf_after = -1;
+  const char *deaf = getenv(BUS_JS_FAULT_DEAF_ENV);
+  if (deaf && *deaf && !atomic_exchange(&deaf_fault_taken, true)) p->deaf_after = strtoll(deaf, NULL, 10);
   *out = p;
   return LLB_STATUS_OK;
 fail:
@@ -360,10 +398,7 @@ fail:
 
 void bus_js_pull_destroy(struct bus_js_pull *p) {
   if (!p) return;
-  if (p->sub) {
-    natsSubscription_Unsubscribe(p->sub);
-    natsSubscription_Destroy(p->sub);
-  }
+  unsubscribe(p);
   jsCtx_Destroy(p->js);
   free(p);
 }
@@ -403,6 +438,10 @@ llb_status bus_js_pull_fetch(struct bus_js_pull *p, int32_t cap, int64_t timeout
                              struct bus_js_msg **out, int32_t *num) {
   *num = 0;
   if (!p || cap <= 0 || timeout_ms <= 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "fetch arguments");
+  if (!p->sub) { /* a resubscribe failed: again first */
+    llb_status st = bus_js_pull_resubscribe(p);
+    if (st) return st;
+  }
   natsMsgList list = {0};
   jsErrCode jerr = 0;
   natsStatus s = natsSubscription_Fetch(&list, p->sub, cap, timeout_ms, &jerr);
@@ -423,6 +462,13 @@ llb_status bus_js_pull_fetch(struct bus_js_pull *p, int32_t cap, int64_t timeout
     if (!st && (st = copy_msg(list.Msgs[i], &out[*num])) == LLB_STATUS_OK) (*num)++;
   }
   natsMsgList_Destroy(&list);
+  p->num_fetched += (uint64_t)*num;
+  if (p->deaf_after >= 0 && p->num_fetched >= (uint64_t)p->deaf_after) {
+    LLB_LOG_WARN("fault_js_pull_deaf", "consumer=%s fetched=%llu env=%s", p->consumer,
+                 (unsigned long long)p->num_fetched, BUS_JS_FAULT_DEAF_ENV);
+    natsSubscription_Unsubscribe(p->sub); /* the object stays: its fetches fail */
+    p->deaf_after = -1;
+  }
   return st;
 }
 

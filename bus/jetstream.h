@@ -107,6 +107,34 @@ void bus_js_pull_destroy(struct bus_js_pull *p);
 llb_status bus_js_pull_fetch(struct bus_js_pull *p, int32_t cap, int64_t timeout_ms,
                              struct bus_js_msg **out, int32_t *num);
 
+/* What the server says of the consumer (its consumer info), for telling a stalled consumer
+ * from an idle one. */
+struct bus_js_pull_state {
+  uint64_t num_pending;           /* stored for this consumer and never delivered */
+  int64_t num_ack_pending;        /* delivered and not acknowledged (due redeliveries included) */
+  int64_t num_waiting;            /* pull requests the server holds */
+  int64_t num_redelivered;        /* delivered more than once and not acknowledged */
+  uint64_t delivered_stream_seq;  /* the last delivered message's stream sequence */
+  uint64_t ack_floor_stream_seq;  /* every message up to this one is acknowledged */
+  int64_t max_ack_pending;        /* the consumer's limit: no delivery while num_ack_pending is at it */
+};
+
+/* Asks the server for the consumer's state (one JetStream API round trip, at most 2 s).
+ * Errors: CONNECTION, TIMEOUT, NOT_FOUND (JetStream or the consumer missing). */
+llb_status bus_js_pull_state(struct bus_js_pull *p, struct bus_js_pull_state *out);
+
+/* Drops the subscription (what its inbox still holds is redelivered after ack_wait) and
+ * subscribes again with a new inbox, the consumer ensured first: the recovery of a consumer
+ * that stopped delivering to it. On an error the pull has no subscription and each
+ * bus_js_pull_fetch tries again first. Not concurrent with bus_js_pull_fetch. Errors: those of
+ * bus_js_pull_create. */
+llb_status bus_js_pull_resubscribe(struct bus_js_pull *p);
+
+/* Fault hook for tests (env): after this many messages a process's first pull fetched, its
+ * subscription is unsubscribed under it, once: its fetches fail from then on while the
+ * consumer's messages wait, until bus_js_pull_resubscribe. */
+#define BUS_JS_FAULT_DEAF_ENV "LLMBUS_FAULT_JS_PULL_DEAF_AFTER"
+
 /* Acknowledges: processing is done, the stream forgets the message. */
 llb_status bus_js_ack(struct bus *bus, const struct bus_js_msg *m);
 /* Still working on it: restarts the message's ack_wait. */

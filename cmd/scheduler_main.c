@@ -86,7 +86,7 @@ static void sched_destroy_hook(struct actor_main *am, void *user) {
     scheduler_actor_stats(m->actor, &c);
     LLB_LOG_INFO("scheduler_counters", "steps=%llu requests=%llu rejected=%llu aborted=%llu "
                  "kv_failures=%llu execute_failures=%llu peer_failures=%llu outputs=%llu "
-                 "replayed=%llu dead_lettered=%llu redelivered_held=%llu acked=%llu resyncs=%llu "
+                 "replayed=%llu dead_lettered=%llu redelivered_held=%llu acked=%llu intake_stalls=%llu resyncs=%llu "
                  "bus_recoveries=%llu history_resumed=%llu handoffs_sent=%llu handoffs_send_failed=%llu "
                  "handoffs_received=%llu handoffs_refused=%llu",
                  (unsigned long long)c.num_steps, (unsigned long long)c.num_requests,
@@ -95,6 +95,7 @@ static void sched_destroy_hook(struct actor_main *am, void *user) {
                  (unsigned long long)c.num_peer_failures, (unsigned long long)c.num_outputs_published,
                  (unsigned long long)c.num_replayed, (unsigned long long)c.num_dead_lettered,
                  (unsigned long long)c.num_redelivered_held, (unsigned long long)c.num_acked,
+                 (unsigned long long)c.num_intake_stalls,
                  (unsigned long long)c.num_resyncs, (unsigned long long)c.num_bus_recoveries,
                  (unsigned long long)c.num_history_resumed, (unsigned long long)c.num_handoffs_sent,
                  (unsigned long long)c.num_handoffs_send_failed, (unsigned long long)c.num_handoffs_received,

@@ -846,6 +846,7 @@ void scheduler_actor_stats(const struct scheduler_actor *ca, struct scheduler_ac
       .num_dead_lettered = dc.dead_lettered,
       .num_redelivered_held = dc.redelivered_held,
       .num_acked = dc.acked,
+      .num_intake_stalls = dc.stalls,
       .num_resyncs = atomic_load(&a->c_resyncs),
       .num_history_resumed = atomic_load(&a->c_history_resumed),
       .num_bus_recoveries = bus_recoveries};

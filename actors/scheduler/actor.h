@@ -111,6 +111,7 @@ struct scheduler_actor_stats {
   uint64_t num_dead_lettered;     /* durable: requests refused after max_deliver deliveries */
   uint64_t num_redelivered_held;  /* durable: redeliveries of a request still running (dropped) */
   uint64_t num_acked;             /* durable: requests acknowledged (left the scheduler) */
+  uint64_t num_intake_stalls;     /* durable: consumer stalls found and subscribed again (durable_intake.h) */
   uint64_t num_resyncs;           /* requests sent whole again for an output processor */
   uint64_t num_history_resumed;   /* replays resumed from the output processor's history */
   uint64_t num_bus_recoveries;    /* own NATS reconnects acted on (steps in flight abandoned) */

@@ -18,6 +18,7 @@
 #define FETCH_BATCH 64
 #define FETCH_TIMEOUT_MAX_MS 250
 #define RETRY_SLEEP_MS 200
+#define STALL_MS_MIN 10000
 
 struct durable_intake {
   struct durable_intake_config cfg;
@@ -31,7 +32,8 @@ struct durable_intake {
   struct bus_js_msg **held;    /* [num_held] delivered, not yet acknowledged */
   int64_t num_held, cap_held;
   int64_t last_progress_ns;
-  atomic_uint_fast64_t c_replayed, c_dead_lettered, c_redelivered_held, c_acked;
+  int64_t last_taken_ns, last_stall_check_ns; /* fetch thread: stall watch */
+  atomic_uint_fast64_t c_replayed, c_dead_lettered, c_redelivered_held, c_acked, c_stalls;
 };
 
 static int64_t find_held(const struct durable_intake *d, uint64_t seq) {
@@ -119,17 +121,45 @@ static void keep_alive(struct durable_intake *d) {
   d->last_progress_ns = llb_now_ns();
 }
 
+/* Fetch thread, after a fetch that brought nothing: the stall watch (durable_intake.h). */
+static void check_stall(struct durable_intake *d) {
+  const int64_t now = llb_now_ns(), stall_ns = d->cfg.stall_ms * 1000000;
+  if (now - d->last_taken_ns < stall_ns || now - d->last_stall_check_ns < stall_ns) return;
+  d->last_stall_check_ns = now;
+  struct bus_js_pull_state s;
+  if (bus_js_pull_state(d->pull, &s) != LLB_STATUS_OK) return; /* the fetches' errors say why */
+  pthread_mutex_lock(&d->mu);
+  const int64_t held = d->num_held;
+  pthread_mutex_unlock(&d->mu);
+  const bool undelivered = s.num_pending > 0 && (s.max_ack_pending <= 0 || s.num_ack_pending < s.max_ack_pending);
+  if (!undelivered && s.num_ack_pending <= held) return; /* idle, or at max_ack_pending with our own */
+  atomic_fetch_add(&d->c_stalls, 1);
+  const llb_status st = bus_js_pull_resubscribe(d->pull);
+  char q[300];
+  LLB_LOG_WARN("durable_consumer_stalled", "engine_id=%s nothing_fetched_ms=%lld num_pending=%llu "
+               "num_ack_pending=%lld held=%lld max_ack_pending=%lld num_waiting=%lld num_redelivered=%lld "
+               "delivered_stream_seq=%llu ack_floor_stream_seq=%llu resubscribed=%s error=%s", d->engine_id,
+               (long long)((now - d->last_taken_ns) / 1000000), (unsigned long long)s.num_pending,
+               (long long)s.num_ack_pending, (long long)held, (long long)s.max_ack_pending, (long long)s.num_waiting,
+               (long long)s.num_redelivered, (unsigned long long)s.delivered_stream_seq,
+               (unsigned long long)s.ack_floor_stream_seq, st ? "no" : "yes",
+               st ? llb_log_quote(q, sizeof q, llb_err_last()) : "\"\"");
+  d->last_taken_ns = now; /* the new subscription gets a window of its own */
+}
+
 static void *durable_thread(void *arg) {
   struct durable_intake *d = arg;
   const int64_t progress_ms = d->cfg.ack_wait_ms / 4 > 0 ? d->cfg.ack_wait_ms / 4 : 1;
   const int64_t fetch_ms = progress_ms < FETCH_TIMEOUT_MAX_MS ? progress_ms : FETCH_TIMEOUT_MAX_MS;
   struct bus_js_msg *got[FETCH_BATCH];
   int64_t last_error_log_ns = 0;
-  d->last_progress_ns = llb_now_ns();
+  d->last_progress_ns = d->last_taken_ns = d->last_stall_check_ns = llb_now_ns();
   while (!atomic_load(&d->stop)) {
     int32_t n = 0;
     llb_status st = bus_js_pull_fetch(d->pull, FETCH_BATCH, fetch_ms, got, &n);
     for (int32_t i = 0; i < n; i++) take(d, got[i]);
+    if (n > 0) d->last_taken_ns = llb_now_ns();
+    else if (!atomic_load(&d->stop)) check_stall(d);
     if ((llb_now_ns() - d->last_progress_ns) / 1000000 >= progress_ms) keep_alive(d);
     if (st == LLB_STATUS_OK || atomic_load(&d->stop)) continue;
     /* CLOSED: the actor drains (its stop follows); otherwise reconnecting: once per 2 s */
@@ -155,6 +185,7 @@ llb_status durable_intake_start(const struct durable_intake_config *c, struct du
   snprintf(d->engine_id, sizeof d->engine_id, "%s", c->engine_id);
   d->cfg.engine_id = d->engine_id;
   d->cfg.prefix = NULL; /* not kept */
+  if (d->cfg.stall_ms <= 0) d->cfg.stall_ms = 4 * c->ack_wait_ms > STALL_MS_MIN ? 4 * c->ack_wait_ms : STALL_MS_MIN;
   pthread_mutex_init(&d->mu, NULL);
   llb_status st = bus_subject_engine(c->prefix, d->engine_id, "dead_letter", d->subj_dead_letter,
                                      sizeof d->subj_dead_letter);
@@ -169,8 +200,8 @@ llb_status durable_intake_start(const struct durable_intake_config *c, struct du
   }
   d->thread_started = true;
   LLB_LOG_INFO("durable_intake_started", "engine_id=%s ack_wait_ms=%lld max_deliver=%d "
-               "max_ack_pending=%d dead_letter=%s", d->engine_id, (long long)c->ack_wait_ms,
-               c->max_deliver, c->max_ack_pending, d->subj_dead_letter);
+               "max_ack_pending=%d dead_letter=%s stall_ms=%lld", d->engine_id, (long long)c->ack_wait_ms,
+               c->max_deliver, c->max_ack_pending, d->subj_dead_letter, (long long)d->cfg.stall_ms);
   *out = d;
   return LLB_STATUS_OK;
 }
@@ -205,7 +236,8 @@ void durable_intake_get_counters(struct durable_intake *d, struct durable_intake
   if (!d) return;
   *out = (struct durable_intake_counters){
       .replayed = atomic_load(&d->c_replayed), .dead_lettered = atomic_load(&d->c_dead_lettered),
-      .redelivered_held = atomic_load(&d->c_redelivered_held), .acked = atomic_load(&d->c_acked)};
+      .redelivered_held = atomic_load(&d->c_redelivered_held), .acked = atomic_load(&d->c_acked),
+      .stalls = atomic_load(&d->c_stalls)};
 }
 
 void durable_intake_destroy(struct durable_intake *d) {

@@ -7,7 +7,13 @@
  * with an in-progress ack every ack_wait/4; the step thread acknowledges with
  * durable_intake_done. A redelivery of a held message is dropped; a message delivered more
  * than max_deliver times is copied to <prefix>.engine.<eid>.dead_letter and delivered with a
- * refusal. */
+ * refusal.
+ *
+ * Stall watch: when nothing was fetched for stall_ms, the fetch thread asks the server for the
+ * consumer's state (one API call per stall_ms while idle); if it holds messages for us that it
+ * does not deliver (never-delivered ones while under max_ack_pending, or more delivered and
+ * unacknowledged than this intake holds: lost deliveries), that is logged with the consumer's
+ * state (`durable_consumer_stalled`), counted, and the pull subscription is made again. */
 #ifndef LLB_ACTORS_SCHEDULER_DURABLE_INTAKE_H
 #define LLB_ACTORS_SCHEDULER_DURABLE_INTAKE_H
 
@@ -27,6 +33,8 @@ struct durable_intake_config {
   int32_t max_deliver;      /* deliveries at most; the next is dead-lettered (0 = no limit) */
   int32_t max_ack_pending;  /* requests held at once */
   int32_t stream_replicas;  /* the stream's replicas (bus/jetstream.h) */
+  int64_t stall_ms;         /* a stall: nothing fetched for this long while the consumer has messages
+                               for us (below); 0 = max(10 s, 4 x ack_wait_ms) */
   /* Fetch thread: decodes and queues an EngineCoreRequest for the step thread (stream_seq: its
    * message; replayed: delivered before; refuse: NULL = admit, else admission refuses it with
    * this message). Returns false when it was not queued (undecodable, out of memory): the
@@ -35,9 +43,10 @@ struct durable_intake_config {
   void *user;
 };
 
-/* What it did so far (scheduler_actor_stats: num_replayed, ...). */
+/* What it did so far (scheduler_actor_stats: num_replayed, ...). stalls: times the consumer
+ * was found stalled and subscribed to again (below). */
 struct durable_intake_counters {
-  uint64_t replayed, dead_lettered, redelivered_held, acked;
+  uint64_t replayed, dead_lettered, redelivered_held, acked, stalls;
 };
 
 /* Creates the engine's pull consumer (stream and consumer ensured) and starts the fetch

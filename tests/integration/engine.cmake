@@ -20,3 +20,8 @@ llb_add_test(test_actor_lifecycle SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_actor_l
 llb_add_test(test_scheduler_peer_health SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler_peer_health.c
              LIBS llmbus_scheduler_actor llmbus_nats_test_server PkgConfig::CMOCKA Threads::Threads
              LABELS integration engine TIMEOUT 120)
+# The scheduler's durable intake on a real JetStream: a consumer that stops delivering is found
+# and subscribed again; idle and full consumers are not taken for stalled.
+llb_add_test(test_durable_intake SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_durable_intake.c
+             LIBS llmbus_scheduler_actor llmbus_nats_test_server PkgConfig::CMOCKA Threads::Threads
+             LABELS integration engine TIMEOUT 120)
