@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "bus/bus.h"
 #include "bus/jetstream.h"
+#include "bus/subject.h"
 #include "tests/integration/nats_test_server.h"
 
 #define ACK_WAIT_MS 400
@@ -85,8 +86,8 @@ static struct durable_intake *start_intake(struct bus *b, const char *eid, int32
 }
 
 static uint64_t publish(struct bus *b, const char *eid, const char *text) {
-  char subject[64];
-  snprintf(subject, sizeof subject, "llm.engine.%s.requests", eid);
+  char subject[BUS_SUBJECT_MAX];
+  if (bus_subject_engine("llm", eid, "requests", subject, sizeof subject) != LLB_STATUS_OK) fail_msg("subject");
   const struct bus_out_msg m = {.subject = subject, .data = text, .len = strlen(text)};
   uint64_t seq = 0;
   if (bus_js_publish(b, &m, NULL, 5000, &seq) != LLB_STATUS_OK) fail_msg("publish: %s", llb_err_last());
