@@ -471,25 +471,9 @@ static int32_t match_special(const struct tokenizer *t, const char *s, size_t n,
   return id >= 0 && !(t->attr[id] & hidden) ? id : -1;
 }
 
-/* ceil(bytes / max_cover_bytes) */
-static int64_t min_tokens_of(const struct tokenizer *t, size_t bytes) {
-  return (int64_t)(bytes / t->max_cover_bytes + (bytes % t->max_cover_bytes != 0));
-}
-
 int64_t tokenizer_min_tokens(const struct tokenizer *t, const char *text, size_t len) {
   if (!t || (!text && len)) return 0;
-  return min_tokens_of(t, len - count_droppable(t, text, len));
-}
-
-llb_status tok_ids_check_bound(const struct tokenizer *t, struct tok_ids *v, size_t bytes_left) {
-  if (v->max_len <= 0) return LLB_STATUS_OK;
-  /* the droppable bytes of the whole text may all lie in what is left */
-  const size_t counted = bytes_left + v->bytes_after > v->droppable ? bytes_left + v->bytes_after - v->droppable : 0;
-  const int64_t at_least = v->len + min_tokens_of(t, counted);
-  if (at_least <= v->max_len) return LLB_STATUS_OK;
-  v->at_least = at_least;
-  return LLB_ERRF(LLB_STATUS_TOO_LARGE, "the text makes at least %lld tokens, more than %lld", (long long)at_least,
-                  (long long)v->max_len);
+  return tok_min_tokens(t, len - count_droppable(t, text, len));
 }
 
 /* One fragment (text between special tokens); `after` bytes of text follow it. */

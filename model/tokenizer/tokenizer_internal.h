@@ -109,9 +109,14 @@ int32_t tok_merge_rank(const struct tokenizer *t, const char *a, size_t alen, co
 /* Appends one id. OUT_OF_MEMORY on failure. (tokenizer_vocab.c) */
 llb_status tok_ids_push(struct tok_ids *v, int32_t id);
 
+/* ceil(bytes / t->max_cover_bytes): the fewest tokens `bytes` counted bytes make
+ * (tokenizer_min_tokens). (tokenizer_vocab.c) */
+int64_t tok_min_tokens(const struct tokenizer *t, size_t bytes);
+
 /* With v's bound set: TOO_LARGE (message naming the bound; v->at_least the count proven) when
- * v->len plus the lower bound of bytes_left + v->bytes_after more bytes exceeds v->max_len. Call before encoding
- * a piece of text, bytes_left = what is left of the fragment. (tokenizer.c) */
+ * v->len plus the lower bound of bytes_left + v->bytes_after more bytes exceeds v->max_len.
+ * Call before encoding a piece of text, bytes_left = what is left of the fragment.
+ * (tokenizer_vocab.c) */
 llb_status tok_ids_check_bound(const struct tokenizer *t, struct tok_ids *v, size_t bytes_left);
 
 /* Length of the UTF-8 sequence that starts with byte c (1 for invalid lead bytes). */
