@@ -1,7 +1,8 @@
 /* The tokenizer's vocabulary and BPE merge index: token texts in one arena with an
  * open-addressing index text -> id, merges with one (left, right) -> rank, and the growable id
- * buffer with its bound (tokenizer_encode_at_most). A leaf of model/tokenizer/tokenizer*.c: tokenizer.c (loading, special tokens), tokenizer_bpe.c
- * and tokenizer_spm.c all look tokens up here, and this file calls none of them.
+ * buffer with its bound (tokenizer_encode_at_most). A leaf of model/tokenizer/tokenizer*.c:
+ * tokenizer.c (loading, special tokens), tokenizer_bpe.c and tokenizer_spm.c all look tokens up
+ * here, and this file calls none of them.
  * Source followed: llama.cpp src/llama-vocab.cpp (token_to_id, bpe_ranks: the first rank of a
  * repeated merge wins). */
 #include <stdlib.h>
