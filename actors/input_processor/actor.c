@@ -18,6 +18,7 @@
 #include "actors/input_processor/engine_router.h"
 #include "actors/input_processor/input_processor.h"
 #include "actors/input_processor/intake_queue.h"
+#include "actors/input_processor/intake_workers.h"
 #include "actors/input_processor/model_info.h"
 #include "actors/input_processor/pooling_check.h"
 #include "actors/input_processor/structured_check.h"
@@ -47,6 +48,10 @@
 #define INPUT_PROCESSOR_INTAKE_ITEM_OVERHEAD 1024    /* cost of a queued request beside its bytes */
 #define INPUT_PROCESSOR_INTAKE_RETRY_AFTER_MS 1000   /* a full intake queue's Retry-After */
 #define INPUT_PROCESSOR_IMAGE_ESTIMATE_TOKENS 64     /* an image before it is planned (estimate_tokens) */
+/* A request's intake CPU time after which its thread yields the cores to the engine (nice 19,
+ * intake_workers.h): above what a prompt of a few thousand tokens costs to template and tokenize,
+ * far below an 800 KB chat or a real vision model's images. */
+#define INPUT_PROCESSOR_INTAKE_DEMOTE_AFTER_NS (10 * 1000 * 1000LL)
 
 struct input_processor_actor {
   struct tokenizer *tok;
@@ -923,10 +928,12 @@ fail:
 
 void input_processor_actor_stop(struct input_processor_actor *a) {
   if (!a || !a->workers) return;
+  const long long demoted = (long long)intake_workers_demoted(a->workers);
   intake_workers_stop(a->workers); /* what is queued is answered first */
   a->workers = NULL;
-  LLB_LOG_INFO("intake_stopped", "grammars_compiled=%llu intake_full=%llu",
-               (unsigned long long)atomic_load(&a->grammars_compiled), (unsigned long long)atomic_load(&a->intake_full));
+  LLB_LOG_INFO("intake_stopped", "grammars_compiled=%llu intake_full=%llu intake_demoted=%lld",
+               (unsigned long long)atomic_load(&a->grammars_compiled), (unsigned long long)atomic_load(&a->intake_full),
+               demoted);
 }
 
 /* SIGTERM: the queued requests are answered while the connection is still up; what arrives
@@ -989,7 +996,8 @@ llb_status input_processor_actor_start(struct input_processor_actor *a, struct b
   if (a->durable && (st = bus_js_requests_stream_ensure(bus, 0, a->stream_replicas,
                                                                 INPUT_PROCESSOR_DURABLE_START_TIMEOUT_MS)))
     return st;
-  if ((st = intake_workers_start(a->intake, a->intake_threads, intake_work, a, &a->workers)) != LLB_STATUS_OK)
+  if ((st = intake_workers_start(a->intake, a->intake_threads, INPUT_PROCESSOR_INTAKE_DEMOTE_AFTER_NS, intake_work, a,
+                                 &a->workers)) != LLB_STATUS_OK)
     return st;
   bus_set_before_drain(bus, before_drain, a);
   char gen[BUS_SUBJECT_MAX], abort_subj[BUS_SUBJECT_MAX], tok_subj[BUS_SUBJECT_MAX];

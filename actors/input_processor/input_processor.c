@@ -388,9 +388,49 @@ static llb_status tokenize_images(const struct input_processor *p, const struct 
   return LLB_STATUS_OK;
 }
 
-/* Tokenizes the prompt into out->prompt_token_ids (and, for images, out->mm_features). */
+/* The most prompt tokens `req` could be admitted with: under max_model_len with room for
+ * max_tokens (at least one). 0 = no bound: with truncate_prompt_tokens any length may fit. */
+static int64_t admissible_prompt_tokens(const struct input_processor *p, const struct input_processor_generate_request *req) {
+  const struct llb_sampling_params *sp = req->sampling_params;
+  if (sp->truncate_prompt_tokens != 0) return 0;
+  const int64_t most = (int64_t)p->cfg.max_model_len - (sp->max_tokens > 1 ? sp->max_tokens : 1);
+  return most > 1 ? most : 1;
+}
+
+/* The tokenizer stopped: text[len] makes at least `at_least` tokens, more than can be admitted.
+ * The error names the limit and says the count is a lower bound (vLLM and llama-server report the
+ * exact count after tokenizing everything; this stops at the limit). */
+static llb_status refuse_long_prompt(const struct input_processor *p, const struct input_processor_generate_request *req,
+                                     int64_t at_least, struct input_processor_errors *errs) {
+  const char *src = req->prompt && !req->messages ? "prompt" : "messages";
+  const int32_t max_len = p->cfg.max_model_len, mt = req->sampling_params->max_tokens;
+  llb_err_clear();
+  if (at_least >= max_len || mt < 1)
+    add_error(errs, src, "has at least %" PRId64 " tokens (counting stopped there) but the context length is %d "
+              "tokens, leaving no room for output", at_least, max_len);
+  else
+    add_error(errs, "max_tokens", "the prompt has at least %" PRId64 " tokens (counting stopped there) and max_tokens "
+              "is %d: at least %" PRId64 " in total exceeds the context length of %d tokens", at_least, mt,
+              at_least + mt, max_len);
+  return LLB_STATUS_INVALID_ARGUMENT;
+}
+
+/* tokenizer_encode_at_most into out, a stop at `bound` refused as refuse_long_prompt says. */
+static llb_status encode_bounded(const struct input_processor *p, const struct input_processor_generate_request *req,
+                                 const char *text, bool add_special, int64_t bound, struct input_processor_processed *out,
+                                 struct input_processor_errors *errs) {
+  llb_status st = tokenizer_encode_at_most(p->tok, text, strlen(text), add_special, true, bound, &out->prompt_token_ids,
+                                           &out->num_prompt_tokens);
+  if (st != LLB_STATUS_TOO_LARGE || bound <= 0) return st;
+  const int64_t at_least = out->num_prompt_tokens;
+  out->num_prompt_tokens = 0;
+  return refuse_long_prompt(p, req, at_least, errs);
+}
+
+/* Tokenizes the prompt into out->prompt_token_ids (and, for images, out->mm_features), giving up
+ * once it provably makes more than `bound` tokens (0 = no bound; encode_bounded). */
 static llb_status tokenize_prompt(const struct input_processor *p, const struct input_processor_generate_request *req,
-                                  struct input_processor_processed *out, struct input_processor_errors *errs) {
+                                  int64_t bound, struct input_processor_processed *out, struct input_processor_errors *errs) {
   const int32_t num_images = count_images(req);
   if (req->prompt_token_ids) {
     int64_t n = req->num_prompt_token_ids;
@@ -402,10 +442,7 @@ static llb_status tokenize_prompt(const struct input_processor *p, const struct 
   }
   bool templated = req->messages ||
                    (!req->raw && (req->chat_template || p->cfg.has_chat_template || p->cfg.jinja_template));
-  if (!templated) {
-    return tokenizer_encode(p->tok, req->prompt, strlen(req->prompt), true, true, &out->prompt_token_ids,
-                            &out->num_prompt_tokens);
-  }
+  if (!templated) return encode_bounded(p, req, req->prompt, true, bound, out, errs);
   enum chat_template_kind kind = p->cfg.chat_template;
   if (req->chat_template) {
     llb_status st = chat_template_from_name(req->chat_template, &kind);
@@ -433,8 +470,7 @@ static llb_status tokenize_prompt(const struct input_processor *p, const struct 
   }
   if (st != LLB_STATUS_OK) return st;
   /* The template writes its own special tokens (vLLM: add_special_tokens=False for chat). */
-  st = tokenizer_encode(p->tok, text, strlen(text), false, true, &out->prompt_token_ids,
-                        &out->num_prompt_tokens);
+  st = encode_bounded(p, req, text, false, bound, out, errs);
   free(text);
   if (st != LLB_STATUS_OK) return st;
   return add_bos(p, out);
@@ -547,7 +583,7 @@ llb_status input_processor_process(const struct input_processor *p, const struct
   memset(out, 0, sizeof *out);
   llb_status st = input_processor_validate(p, req, errs);
   if (st != LLB_STATUS_OK) return st;
-  st = tokenize_prompt(p, req, out, errs);
+  st = tokenize_prompt(p, req, admissible_prompt_tokens(p, req), out, errs);
   if (st != LLB_STATUS_OK) return st;
   st = truncate_prompt(p, req, out, errs);
   if (st != LLB_STATUS_OK) return st;
@@ -645,7 +681,7 @@ llb_status input_processor_tokenize(const struct input_processor *p, const struc
   *n_out = 0;
   struct input_processor_processed out = {0};
   llb_status st = input_processor_validate(p, req, errs);
-  if (st == LLB_STATUS_OK) st = tokenize_prompt(p, req, &out, errs);
+  if (st == LLB_STATUS_OK) st = tokenize_prompt(p, req, 0, &out, errs); /* /tokenize: no context check */
   if (st == LLB_STATUS_OK) st = truncate_prompt(p, req, &out, errs);
   if (st == LLB_STATUS_OK) {
     *ids_out = out.prompt_token_ids;

@@ -259,49 +259,6 @@ void intake_queue_close(struct intake_queue *q) {
   pthread_mutex_unlock(&q->mu);
 }
 
-struct intake_workers {
-  struct intake_queue *q;
-  intake_work_fn fn;
-  void *user;
-  int n;
-  pthread_t threads[];
-};
-
-static void *worker_main(void *arg) {
-  struct intake_workers *w = arg;
-  void *item;
-  int slot;
-  while (intake_queue_pop(w->q, &item, &slot)) {
-    w->fn(w->user, item);
-    intake_queue_done(w->q, slot);
-  }
-  return NULL;
-}
-
-llb_status intake_workers_start(struct intake_queue *q, int n, intake_work_fn fn, void *user,
-                                struct intake_workers **out) {
-  *out = NULL;
-  if (!q || n < 1 || n > 64 || !fn) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "intake workers: 1..64 and a function");
-  struct intake_workers *w = calloc(1, sizeof *w + (size_t)n * sizeof(pthread_t));
-  if (!w) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "intake workers");
-  *w = (struct intake_workers){.q = q, .fn = fn, .user = user};
-  for (; w->n < n; w->n++)
-    if (pthread_create(&w->threads[w->n], NULL, worker_main, w) != 0) {
-      const int failed = w->n;
-      intake_workers_stop(w); /* frees w */
-      return LLB_ERRF(LLB_STATUS_IO, "intake worker thread %d could not start", failed);
-    }
-  *out = w;
-  return LLB_STATUS_OK;
-}
-
-void intake_workers_stop(struct intake_workers *w) {
-  if (!w) return;
-  intake_queue_close(w->q);
-  for (int i = 0; i < w->n; i++) pthread_join(w->threads[i], NULL);
-  free(w);
-}
-
 int32_t intake_queue_pending(struct intake_queue *q, const char *tenant, int32_t *total) {
   pthread_mutex_lock(&q->mu);
   int i = tenant ? slot_of(q, tenant, false) : -1;

@@ -14,7 +14,8 @@
  *   W workers and a cap of W - 1, a tenant's flood can never occupy every worker.
  * - Pure logic: items are opaque pointers, costs any unit (the input processor: request bytes).
  *
- * Thread-safe: push from delivery threads, pop/done from workers, close from anyone.
+ * Thread-safe: push from delivery threads, pop/done from workers (intake_workers.h), close from
+ * anyone.
  */
 #ifndef LLB_ACTORS_INPUT_PROCESSOR_INTAKE_QUEUE_H
 #define LLB_ACTORS_INPUT_PROCESSOR_INTAKE_QUEUE_H
@@ -67,19 +68,5 @@ void intake_queue_close(struct intake_queue *q);
 
 /* Items queued for `tenant` (0 when unknown) and in all. */
 int32_t intake_queue_pending(struct intake_queue *q, const char *tenant, int32_t *total);
-
-/* The work on one popped item; runs on a worker thread, owns the item. */
-typedef void (*intake_work_fn)(void *user, void *item);
-
-struct intake_workers;
-
-/* Starts n (>= 1) threads that pop items of q and hand each to fn(user, item), then mark it
- * done. q and user must outlive intake_workers_stop. Errors: INVALID_ARGUMENT, IO (a thread
- * could not start; those started are stopped). */
-llb_status intake_workers_start(struct intake_queue *q, int n, intake_work_fn fn, void *user,
-                                struct intake_workers **out);
-
-/* Closes the queue, lets the workers finish every queued item, joins them and frees. NULL ok. */
-void intake_workers_stop(struct intake_workers *w);
 
 #endif

@@ -124,6 +124,34 @@ static int cmp_special(const void *pa, const void *pb, void *ctx) {
   return a < b ? -1 : a > b;
 }
 
+/* The most input bytes one token can stand for (tokenizer_min_tokens): a normal token its piece
+ * (byte-level BPE: exactly the raw bytes it covers; SPM: '▁' is one input space, and the prefix
+ * space it may add is no input byte), any other its text (a special token matches its text; a
+ * symbol's text is the input escaped, never shorter); byte fallbacks and <unk> stand for one
+ * byte. A byte without a token of its own (nor <unk> for SPM) may be dropped by the encoders
+ * (llama.cpp does the same): such bytes are not counted (SmolLM2 has none for 0x04, 0x06, 0x13,
+ * 0x14, 0x16, 0x1D, 0xC0, 0xC1, 0xF1, 0xF2, 0xF5-0xFF). */
+static void set_max_cover(struct tokenizer *t) {
+  t->any_droppable = false;
+  for (int b = 0; b < 256; b++) {
+    t->droppable[b] = t->byte_tokens[b] < 0 && !(t->kind == TOK_MODEL_KIND_SPM && t->unk_id >= 0);
+    t->any_droppable |= t->droppable[b];
+  }
+  size_t most = 1;
+  for (int32_t id = 0; id < t->n_vocab; id++) {
+    const size_t n = t->attr[id] == TOK_ATTR_NORMAL ? t->piece_len[id] : t->text_len[id];
+    if (n > most) most = n;
+  }
+  t->max_cover_bytes = most;
+}
+
+/* Bytes of text[len] that may become no token. */
+static size_t count_droppable(const struct tokenizer *t, const char *text, size_t len) {
+  size_t n = 0;
+  for (size_t i = 0; t->any_droppable && i < len; i++) n += t->droppable[(unsigned char)text[i]];
+  return n;
+}
+
 /* Indexes special tokens (control, user-defined, unknown) for leftmost-longest matching. */
 static llb_status build_specials(struct tokenizer *t) {
   t->special_ids = malloc(((size_t)t->n_vocab + 1) * sizeof(*t->special_ids));
@@ -367,6 +395,7 @@ llb_status tokenizer_load(const struct gguf_file *f, struct tokenizer **out) {
     }
   }
   if ((st = build_pieces(t)) != LLB_STATUS_OK || (st = build_specials(t)) != LLB_STATUS_OK) goto fail;
+  set_max_cover(t);
   *out = t;
   return LLB_STATUS_OK;
 fail:
@@ -442,21 +471,36 @@ static int32_t match_special(const struct tokenizer *t, const char *s, size_t n,
   return id >= 0 && !(t->attr[id] & hidden) ? id : -1;
 }
 
-static llb_status encode_fragment(const struct tokenizer *t, const char *s, size_t n, bool prev_special,
+int64_t tokenizer_min_tokens(const struct tokenizer *t, const char *text, size_t len) {
+  if (!t || (!text && len)) return 0;
+  return tok_min_tokens(t, len - count_droppable(t, text, len));
+}
+
+/* One fragment (text between special tokens); `after` bytes of text follow it. */
+static llb_status encode_fragment(const struct tokenizer *t, const char *s, size_t n, size_t after, bool prev_special,
                                   struct tok_ids *out) {
+  out->bytes_after = after;
+  llb_status st = tok_ids_check_bound(t, out, n);
+  if (st != LLB_STATUS_OK) return st;
   if (t->kind == TOK_MODEL_KIND_SPM) return tok_spm_encode(t, s, n, t->add_space_prefix && prev_special, out);
   return n ? tok_bpe_encode(t, s, n, out) : LLB_STATUS_OK;
 }
 
 llb_status tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
                             bool parse_special, int32_t **ids_out, int64_t *n_out) {
-  if (!t || !ids_out || !n_out || (!text && len))
-    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tokenizer_encode: NULL argument");
+  return tokenizer_encode_at_most(t, text, len, add_special, parse_special, 0, ids_out, n_out);
+}
+
+llb_status tokenizer_encode_at_most(const struct tokenizer *t, const char *text, size_t len, bool add_special,
+                                    bool parse_special, int64_t max_tokens, int32_t **ids_out, int64_t *n_out) {
+  if (!t || !ids_out || !n_out || (!text && len) || max_tokens < 0)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "tokenizer_encode: NULL argument or max_tokens < 0");
   *ids_out = NULL;
   *n_out = 0;
-  struct tok_ids v = {0};
+  struct tok_ids v = {.max_len = max_tokens, .droppable = max_tokens ? count_droppable(t, text, len) : 0};
   llb_status st = LLB_STATUS_OK;
   if (add_special && t->add_bos && (st = tok_ids_push(&v, t->bos_id)) != LLB_STATUS_OK) goto fail;
+  if ((st = tok_ids_check_bound(t, &v, len)) != LLB_STATUS_OK) goto fail; /* before any work */
   /* Split at special tokens (llama.cpp tokenizer_st_partition); an SPM fragment gets the
    * prefix space when it opens the text or follows a special token. */
   size_t frag = 0, pos = 0;
@@ -468,20 +512,27 @@ llb_status tokenizer_encode(const struct tokenizer *t, const char *text, size_t 
       continue;
     }
     if (pos > frag) {
-      if ((st = encode_fragment(t, text + frag, pos - frag, prev_special, &v)) != LLB_STATUS_OK) goto fail;
+      if ((st = encode_fragment(t, text + frag, pos - frag, len - pos, prev_special, &v)) != LLB_STATUS_OK) goto fail;
     }
     if ((st = tok_ids_push(&v, id)) != LLB_STATUS_OK) goto fail;
     pos += t->text_len[id];
     frag = pos;
     prev_special = true;
   }
-  if (len > frag && (st = encode_fragment(t, text + frag, len - frag, prev_special, &v)) != LLB_STATUS_OK) goto fail;
+  if (len > frag && (st = encode_fragment(t, text + frag, len - frag, 0, prev_special, &v)) != LLB_STATUS_OK) goto fail;
   if (add_special && t->add_eos && (st = tok_ids_push(&v, t->eos_id)) != LLB_STATUS_OK) goto fail;
+  if (max_tokens > 0 && v.len > max_tokens) {
+    v.at_least = v.len;
+    st = LLB_ERRF(LLB_STATUS_TOO_LARGE, "the text makes %lld tokens, more than %lld", (long long)v.len,
+                  (long long)max_tokens);
+    goto fail;
+  }
   *ids_out = v.data;
   *n_out = v.len;
   return LLB_STATUS_OK;
 fail:
   free(v.data);
+  if (st == LLB_STATUS_TOO_LARGE) *n_out = v.at_least; /* only the bound stops with TOO_LARGE */
   return st;
 }
 

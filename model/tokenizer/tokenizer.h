@@ -80,6 +80,24 @@ int32_t tokenizer_find_token(const struct tokenizer *t, const char *text, size_t
 llb_status tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
                             bool parse_special, int32_t **ids_out, int64_t *n_out);
 
+/* tokenizer_encode that gives up once the text provably makes more than max_tokens tokens
+ * (BOS/EOS included; 0 = no bound, as tokenizer_encode): before the work, before each fragment
+ * between special tokens and before each pre-token of byte-level BPE, the ids so far plus
+ * tokenizer_min_tokens of the bytes left are checked, so a text far over the bound costs no
+ * tokenization at all and one near it about max_tokens tokens' work. Errors as tokenizer_encode,
+ * and TOO_LARGE when over: *ids_out NULL, *n_out = the count proven (> max_tokens: the exact
+ * count only when the whole text was encoded), the message names both. */
+llb_status tokenizer_encode_at_most(const struct tokenizer *t, const char *text, size_t len, bool add_special,
+                                    bool parse_special, int64_t max_tokens, int32_t **ids_out, int64_t *n_out);
+
+/* A lower bound on the tokens tokenizer_encode makes of text[len] (add_special false):
+ * ceil(counted bytes / the most input bytes one token can stand for), which is the longest piece
+ * of a normal token and the longest text of any other (a byte fallback or <unk> stands for one
+ * byte); the counted bytes are all but those the vocabulary has no token for (the encoders drop
+ * them, as llama.cpp does). SmolLM2's vocabulary: 81 bytes (a newline and 80 spaces). Linear in
+ * len (a table lookup a byte) when the vocabulary lacks some byte, O(1) otherwise. */
+int64_t tokenizer_min_tokens(const struct tokenizer *t, const char *text, size_t len);
+
 /* Bytes of one token as they appear in text (byte-level BPE unmapped, SPM '▁' → ' ',
  * <0xNN> → byte). Control tokens give "" unless render_special; user-defined tokens always
  * give their text. Writes min(len, cap) bytes to buf (no NUL) and returns the byte length

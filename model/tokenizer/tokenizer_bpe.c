@@ -346,8 +346,10 @@ llb_status tok_bpe_encode(const struct tokenizer *t, const char *text, size_t le
         a = b;
         b = tmp;
       }
-      for (size_t i = 0; i < a.len; i++)
-        if ((st = bpe_word(t, &c, text + a.data[i].start, a.data[i].len, out)) != LLB_STATUS_OK) goto done;
+      for (size_t i = 0; i < a.len; i++) /* the bound first: a long word is the costly one */
+        if ((st = tok_ids_check_bound(t, out, len - a.data[i].start)) != LLB_STATUS_OK ||
+            (st = bpe_word(t, &c, text + a.data[i].start, a.data[i].len, out)) != LLB_STATUS_OK)
+          goto done;
       pos = run;
     }
     if (pos < len) {

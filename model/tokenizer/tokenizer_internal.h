@@ -27,10 +27,14 @@ enum tok_attr {
 
 #define TOK_MAX_REGEXES 8
 
-/* A growable array of int32 token ids. */
+/* A growable array of int32 token ids, with the bound of tokenizer_encode_at_most. */
 struct tok_ids {
   int32_t *data;
   int64_t len, cap;
+  int64_t max_len;    /* 0 = none; else the encoders stop (TOO_LARGE) once the ids provably exceed it */
+  size_t bytes_after; /* text after the fragment being encoded: it adds at least its lower bound */
+  int64_t at_least;   /* set when the bound stopped the encoding: the count proven, > max_len */
+  size_t droppable;   /* bytes of the whole text that may become no token: not counted by the bound */
 };
 
 struct tokenizer {
@@ -48,6 +52,9 @@ struct tokenizer {
   uint64_t *piece_off;    /* [n_vocab] */
   uint32_t *piece_len;    /* [n_vocab] */
   size_t max_piece_len;
+  size_t max_cover_bytes; /* most input bytes one token can stand for (tokenizer_min_tokens) */
+  bool droppable[256];    /* byte b may become no token at all (no token of its own, nor <unk> for SPM) */
+  bool any_droppable;
 
   /* Private, not base/strmap: keyed by (pointer, length) slices of the text being tokenized, no copy */
   int32_t *tok_slots;     /* open-addressing index text → id; -1 = empty */
@@ -101,6 +108,16 @@ int32_t tok_merge_rank(const struct tokenizer *t, const char *a, size_t alen, co
 
 /* Appends one id. OUT_OF_MEMORY on failure. (tokenizer_vocab.c) */
 llb_status tok_ids_push(struct tok_ids *v, int32_t id);
+
+/* ceil(bytes / t->max_cover_bytes): the fewest tokens `bytes` counted bytes make
+ * (tokenizer_min_tokens). (tokenizer_vocab.c) */
+int64_t tok_min_tokens(const struct tokenizer *t, size_t bytes);
+
+/* With v's bound set: TOO_LARGE (message naming the bound; v->at_least the count proven) when
+ * v->len plus the lower bound of bytes_left + v->bytes_after more bytes exceeds v->max_len.
+ * Call before encoding a piece of text, bytes_left = what is left of the fragment.
+ * (tokenizer_vocab.c) */
+llb_status tok_ids_check_bound(const struct tokenizer *t, struct tok_ids *v, size_t bytes_left);
 
 /* Length of the UTF-8 sequence that starts with byte c (1 for invalid lead bytes). */
 static inline size_t tok_utf8_len(unsigned char c) {

@@ -1,7 +1,8 @@
 /* The tokenizer's vocabulary and BPE merge index: token texts in one arena with an
  * open-addressing index text -> id, merges with one (left, right) -> rank, and the growable id
- * buffer. A leaf of model/tokenizer/tokenizer*.c: tokenizer.c (loading, special tokens), tokenizer_bpe.c
- * and tokenizer_spm.c all look tokens up here, and this file calls none of them.
+ * buffer with its bound (tokenizer_encode_at_most). A leaf of model/tokenizer/tokenizer*.c:
+ * tokenizer.c (loading, special tokens), tokenizer_bpe.c and tokenizer_spm.c all look tokens up
+ * here, and this file calls none of them.
  * Source followed: llama.cpp src/llama-vocab.cpp (token_to_id, bpe_ranks: the first rank of a
  * repeated merge wins). */
 #include <stdlib.h>
@@ -126,4 +127,20 @@ llb_status tok_merges_load(struct tokenizer *t, const struct gguf_file *f) {
     t->merge_slots[i] = r;
   }
   return LLB_STATUS_OK;
+}
+
+int64_t tok_min_tokens(const struct tokenizer *t, size_t bytes) {
+  if (!t->max_cover_bytes) return 0;
+  return (int64_t)(bytes / t->max_cover_bytes + (bytes % t->max_cover_bytes != 0));
+}
+
+llb_status tok_ids_check_bound(const struct tokenizer *t, struct tok_ids *v, size_t bytes_left) {
+  if (v->max_len <= 0) return LLB_STATUS_OK;
+  /* the droppable bytes of the whole text may all lie in what is left */
+  const size_t counted = bytes_left + v->bytes_after > v->droppable ? bytes_left + v->bytes_after - v->droppable : 0;
+  const int64_t at_least = v->len + tok_min_tokens(t, counted);
+  if (at_least <= v->max_len) return LLB_STATUS_OK;
+  v->at_least = at_least;
+  return LLB_ERRF(LLB_STATUS_TOO_LARGE, "the text makes at least %lld tokens, more than %lld", (long long)at_least,
+                  (long long)v->max_len);
 }

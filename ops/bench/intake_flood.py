@@ -9,12 +9,15 @@ Paths (what each request makes the input processor do before anything reaches an
   template    a chat of two 400 KB messages of one repeated character (under the 1 MiB body
               limit), continue_final_message: the chat template renders it and the cut after
               the final message searches it (quadratic until KMP; issue 38 measured 12-16 s
-              for 150 KB)
+              for 150 KB), then it is refused: since 2026-11-30 from its length alone (at least
+              9,877 tokens for SmolLM2's 8,192), before that after tokenizing ~200k tokens
   tokenize    /tokenize of 800 KB of text built to be slow for the byte-level BPE (a long
               run of mixed letters and digits, no spaces: one pre-token, the merge heap's
               worst case)
   images      8 PNG images of 4096 x 4096 pixels (the pixel limit), each ~50 KB, in one chat:
-              8 decodes of 16 M pixels each before the request is refused or planned
+              8 decodes of 16 M pixels each before the request is planned; a model without an
+              image token (the default) refuses it before decoding any, so what this path costs
+              there is the api server reading and parsing 540 KB of JSON a request
   images-mm   the same, to a multimodal model (tenant-flood.sh serves one): each image is
               decoded, planned into the model's tiles and encoded by the engine's encoder
   grammar     a JSON Schema of ~70 KB, anyOf nested 60 deep with enums of 50 strings, a new

@@ -31,6 +31,9 @@ llb_add_test(test_request_metrics SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_request
 # Fair intake: per-tenant queues in deficit round robin, bounds, the workers' share.
 llb_add_test(test_intake_queue SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_intake_queue.c
              LIBS llmbus_input_processor_core PkgConfig::CMOCKA Threads::Threads LABELS unit TIMEOUT 60)
+# The intake threads: every queued item done, a costly item's thread demoted and replaced.
+llb_add_test(test_intake_workers SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_intake_workers.c
+             LIBS llmbus_input_processor_core PkgConfig::CMOCKA Threads::Threads LABELS unit TIMEOUT 120)
 # Per-tenant limits of the input processor: in flight, queued, token bucket.
 llb_add_test(test_tenant_limits SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tenant_limits.c
              LIBS llmbus_input_processor_core PkgConfig::CMOCKA m LABELS unit TIMEOUT 60)

@@ -164,6 +164,56 @@ static void test_prompt_too_long_for_the_context_names_both_lengths(void **state
   input_processor_processed_free(&out);
 }
 
+/* A text prompt that cannot fit is refused without tokenizing it all: far over the context
+ * (more bytes than max_model_len tokens can stand for), from its length alone; nearer, once the
+ * count passes the limit. The message names the limit and says the count is a lower bound; with
+ * truncate_prompt_tokens the same prompt is admissible and is tokenized whole. */
+static void test_prompt_over_the_context_is_refused_before_it_is_tokenized(void **state) {
+  (void)state;
+  size_t len = 1 << 20; /* the prompt limit: 1 MiB */
+  char *text = malloc(len + 1);
+  for (size_t i = 0; i < len; i++) text[i] = "ab cd"[i % 5];
+  text[len] = '\0';
+  while (tokenizer_min_tokens(tok, text, len / 2) > 2 * MAX_MODEL_LEN) len /= 2; /* the shortest power of 2 */
+  text[len] = '\0';
+  struct llb_sampling_params sp;
+  struct input_processor_generate_request r = base_request(&sp);
+  r.prompt = text;
+  struct input_processor_errors errs;
+  struct input_processor_processed out;
+  char want[128];
+  assert_int_equal(input_processor_process(proc, &r, &out, &errs), LLB_STATUS_INVALID_ARGUMENT);
+  assert_string_equal(errs.errors[0].field, "prompt");
+  snprintf(want, sizeof want, "has at least %lld tokens (counting stopped there) but the context length is 256",
+           (long long)tokenizer_min_tokens(tok, text, len)); /* the bound alone: nothing was tokenized */
+  assert_non_null(strstr(errs.errors[0].message, want));
+  input_processor_processed_free(&out);
+  /* as a chat message: the rendered text, field messages */
+  struct chat_message m = {"user", text};
+  r.prompt = NULL, r.raw = false, r.messages = &m, r.num_messages = 1;
+  assert_int_equal(input_processor_process(proc, &r, &out, &errs), LLB_STATUS_INVALID_ARGUMENT);
+  assert_string_equal(errs.errors[0].field, "messages");
+  assert_non_null(strstr(errs.errors[0].message, "at least"));
+  input_processor_processed_free(&out);
+  /* truncation keeps the last 8 tokens: admissible, tokenized whole */
+  sp.truncate_prompt_tokens = 8;
+  assert_int_equal(input_processor_process(proc, &r, &out, &errs), LLB_STATUS_OK);
+  assert_int_equal(out.num_prompt_tokens, 8);
+  input_processor_processed_free(&out);
+  /* 200 words fit the context alone but not with max_tokens = 100: the count stops past 156 */
+  sp.truncate_prompt_tokens = 0;
+  text[5 * 200] = '\0'; /* "ab cd" x 200: 400 words */
+  r.messages = NULL, r.num_messages = 0, r.prompt = text, r.raw = true;
+  sp.max_tokens = 100;
+  assert_int_equal(input_processor_process(proc, &r, &out, &errs), LLB_STATUS_INVALID_ARGUMENT);
+  assert_string_equal(errs.errors[0].field, "max_tokens");
+  assert_non_null(strstr(errs.errors[0].message, "at least"));
+  assert_non_null(strstr(errs.errors[0].message, "max_tokens is 100"));
+  assert_non_null(strstr(errs.errors[0].message, "context length of 256"));
+  input_processor_processed_free(&out);
+  free(text);
+}
+
 static void test_max_tokens_minus_one_fills_the_context(void **state) {
   (void)state;
   struct llb_sampling_params sp;
@@ -493,6 +543,7 @@ int main(void) {
       cmocka_unit_test(test_max_tokens_minus_one_fills_the_context),
       cmocka_unit_test(test_raw_prompt_is_tokenized_as_is),
       cmocka_unit_test(test_truncate_prompt_tokens_keeps_the_last_n_tokens),
+      cmocka_unit_test(test_prompt_over_the_context_is_refused_before_it_is_tokenized),
       cmocka_unit_test(test_logit_bias_and_priority_reach_the_engine_request),
       cmocka_unit_test(test_special_token_text_in_a_raw_prompt_is_the_special_token),
       cmocka_unit_test(test_messages_go_through_the_chat_template),

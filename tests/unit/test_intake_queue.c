@@ -1,5 +1,6 @@
 /* actors/input_processor/intake_queue: per-tenant intake queues served in deficit round robin,
- * bounded per tenant, at most one tenant's share of the workers, drained on close. */
+ * bounded per tenant, at most one tenant's share of the workers, drained on close. (The threads
+ * that serve them: test_intake_workers.c.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -116,28 +117,6 @@ static void test_close_drains_then_refuses(void **state) {
   intake_queue_destroy(q);
 }
 
-static atomic_int worked;
-static void work(void *user, void *item) {
-  (void)user;
-  (void)item;
-  atomic_fetch_add(&worked, 1);
-}
-
-static void test_workers_finish_every_queued_item_on_stop(void **state) {
-  (void)state;
-  struct intake_queue *q = make(256, 1, 8192);
-  struct intake_workers *w = NULL;
-  assert_int_equal(intake_workers_start(q, 2, work, NULL, &w), LLB_STATUS_OK);
-  char tenant[16];
-  for (int i = 0; i < 60; i++) {
-    snprintf(tenant, sizeof tenant, "t%d", i % 7);
-    assert_int_equal(intake_queue_push(q, tenant, &items[i], 100 + i), LLB_STATUS_OK);
-  }
-  intake_workers_stop(w);
-  assert_int_equal(atomic_load(&worked), 60);
-  intake_queue_destroy(q);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tenants_are_served_in_turn_not_in_arrival_order),
@@ -145,7 +124,6 @@ int main(void) {
       cmocka_unit_test(test_a_full_tenant_queue_refuses_only_that_tenant),
       cmocka_unit_test(test_a_busy_tenant_waits_for_its_share_of_the_workers),
       cmocka_unit_test(test_close_drains_then_refuses),
-      cmocka_unit_test(test_workers_finish_every_queued_item_on_stop),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

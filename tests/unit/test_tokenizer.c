@@ -78,7 +78,8 @@ static void run_vectors(const char *name) {
     int32_t *ids;
     int64_t n;
     assert_int_equal(tokenizer_encode(t, s, slen, false, false, &ids, &n), LLB_STATUS_OK);
-    bool ok = n == n_expect && (n == 0 || memcmp(ids, expect, (size_t)n * sizeof(int32_t)) == 0);
+    bool ok = n == n_expect && (n == 0 || memcmp(ids, expect, (size_t)n * sizeof(int32_t)) == 0) &&
+              tokenizer_min_tokens(t, s, slen) <= n; /* the lower bound the input processor refuses on */
     if (!ok) {
       n_fail++;
       printf("[%s] test %zu '%.*s'\n  expected:", name, n_tests, (int)slen, s);
@@ -323,6 +324,119 @@ static void test_unknown_pre_tokenizer_is_unsupported_and_named(void **state) {
   gguf_close(gf);
 }
 
+/* Texts built to make few tokens: long runs of one character, of spaces and newlines (the longest
+ * tokens of byte-level vocabularies), special-token texts back to back, a word repeated, and
+ * bytes some vocabularies have no token for (dropped), alone and between letters. */
+#define FEW_TOKEN_KINDS 10
+static char *few_token_text(int kind, size_t len) {
+  static const char *const units[FEW_TOKEN_KINDS] = {"a", " ", "\n ", "<|endoftext|>", "<s></s>", " the", "----",
+                                                     "\t\t", "\x04", "\x04\x13" "a\xff"};
+  const char *u = units[kind];
+  char *s = malloc(len + 1);
+  for (size_t i = 0; i < len; i++) s[i] = u[i % strlen(u)];
+  s[len] = '\0';
+  return s;
+}
+
+/* tokenizer_min_tokens is what the input processor refuses a prompt on without tokenizing it: it
+ * must never exceed the real count, whatever the text (the vectors, and texts built to make few
+ * tokens), with and without special tokens parsed. */
+static void check_min_tokens_bounds(struct tokenizer *t, const char *name) {
+  int64_t checked = 0;
+  for (int kind = 0; kind < FEW_TOKEN_KINDS; kind++) {
+    for (size_t len = 1; len <= 5000; len = len * 3 + 1) {
+      char *s = few_token_text(kind, len);
+      for (int special = 0; special < 2; special++) {
+        int32_t *ids;
+        int64_t n;
+        assert_int_equal(tokenizer_encode(t, s, len, false, special, &ids, &n), LLB_STATUS_OK);
+        if (tokenizer_min_tokens(t, s, len) > n)
+          fail_msg("[%s] %zu bytes of kind %d make %lld tokens, bound %lld", name, len, kind, (long long)n,
+                   (long long)tokenizer_min_tokens(t, s, len));
+        /* stopped only when the real count is over, and then with a count that is proven */
+        int32_t *got;
+        int64_t m;
+        const llb_status st = tokenizer_encode_at_most(t, s, len, false, special, n > 1 ? n - 1 : 1, &got, &m);
+        assert_int_equal(st, n > 1 ? LLB_STATUS_TOO_LARGE : LLB_STATUS_OK);
+        if (st == LLB_STATUS_TOO_LARGE) assert_true(m >= n - 1 && m <= n);
+        llb_err_clear();
+        free(got);
+        free(ids);
+        checked++;
+      }
+      free(s);
+    }
+  }
+  char *a = few_token_text(0, 1000);
+  printf("[%s] bound held on %lld texts; 1000 letters make at least %lld tokens\n", name, (long long)checked,
+         (long long)tokenizer_min_tokens(t, a, 1000));
+  free(a);
+}
+
+static void test_min_tokens_never_exceeds_the_count_of_any_text(void **state) {
+  (void)state;
+  static const char *const vocabs[] = {"gpt-2", "falcon", "deepseek-coder", "llama-spm", "starcoder"};
+  for (size_t v = 0; v < sizeof vocabs / sizeof *vocabs; v++) {
+    struct gguf_file *gf;
+    struct tokenizer *t = load_vocab(vocabs[v], &gf);
+    check_min_tokens_bounds(t, vocabs[v]);
+    tokenizer_destroy(t);
+    gguf_close(gf);
+  }
+  struct gguf_file *gf;
+  if (gguf_open(g_model, &gf) != LLB_STATUS_OK) return;
+  struct tokenizer *t;
+  assert_int_equal(tokenizer_load(gf, &t), LLB_STATUS_OK);
+  check_min_tokens_bounds(t, "smollm2");
+  /* its longest token stands for 81 bytes (a newline and 80 spaces): 800 KB of text is over its
+   * 8192-token context; bytes it has no token for count nothing */
+  char *s = few_token_text(0, 800000);
+  assert_int_equal(tokenizer_min_tokens(t, s, 81), 1);
+  assert_int_equal(tokenizer_min_tokens(t, s, 82), 2);
+  assert_true(tokenizer_min_tokens(t, s, 800000) > 8192);
+  memset(s, 0x04, 81);
+  assert_int_equal(tokenizer_min_tokens(t, s, 82), 1);
+  free(s);
+  tokenizer_destroy(t);
+  gguf_close(gf);
+}
+
+/* tokenizer_encode_at_most: the same ids as tokenizer_encode up to the bound; over it TOO_LARGE
+ * with a count that is proven (above the bound, never above the real count), also for a text
+ * that is one 200 KB pre-token, where it stops before any BPE work. */
+static void test_encode_at_most_stops_over_the_bound_with_a_proven_count(void **state) {
+  (void)state;
+  struct gguf_file *gf;
+  struct tokenizer *t = load_vocab("gpt-2", &gf);
+  const char *text = "The quick brown fox jumps over the lazy dog, again and again <|endoftext|> and again.";
+  int32_t *ids, *got;
+  int64_t n, m;
+  assert_int_equal(tokenizer_encode(t, text, strlen(text), false, true, &ids, &n), LLB_STATUS_OK);
+  assert_int_equal(tokenizer_encode_at_most(t, text, strlen(text), false, true, n, &got, &m), LLB_STATUS_OK);
+  assert_int_equal(m, n);
+  assert_memory_equal(got, ids, (size_t)n * sizeof *ids);
+  free(got);
+  for (int64_t max = 1; max < n; max++) {
+    assert_int_equal(tokenizer_encode_at_most(t, text, strlen(text), false, true, max, &got, &m), LLB_STATUS_TOO_LARGE);
+    assert_null(got);
+    assert_true(m > max && m <= n);
+    assert_non_null(strstr(llb_err_last(), "more than"));
+    llb_err_clear();
+  }
+  free(ids);
+  const size_t len = 200000;
+  char *s = few_token_text(0, len); /* one word of 200,000 'a's */
+  assert_int_equal(tokenizer_encode(t, s, len, false, false, &ids, &n), LLB_STATUS_OK);
+  assert_int_equal(tokenizer_encode_at_most(t, s, len, false, false, 1000, &got, &m), LLB_STATUS_TOO_LARGE);
+  assert_int_equal(m, tokenizer_min_tokens(t, s, len)); /* the bound alone: nothing was encoded */
+  assert_true(m > 1000 && m <= n);
+  llb_err_clear();
+  free(ids);
+  free(s);
+  tokenizer_destroy(t);
+  gguf_close(gf);
+}
+
 int main(int argc, char **argv) {
   g_dir = argc > 1 ? argv[1] : LLB_TESTDATA_DIR "/tokenizer";
   g_model = argc > 2 ? argv[2] : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -345,6 +459,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_smollm2_encodes_chat_text_like_hf),
       cmocka_unit_test(test_special_token_text_in_a_prompt_becomes_the_special_token),
       cmocka_unit_test(test_unknown_pre_tokenizer_is_unsupported_and_named),
+      cmocka_unit_test(test_min_tokens_never_exceeds_the_count_of_any_text),
+      cmocka_unit_test(test_encode_at_most_stops_over_the_bound_with_a_proven_count),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
