@@ -467,15 +467,16 @@ PK_VNNI static PK_INLINE void unsigned_vnni_n(int64_t nb, const uint8_t *panel, 
     const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_UNSIGNED, fs);
     const __m512 dx = scales16(pb, fs), mx = scales16(pb + PK_M_OFF(fs), fs);
     __m512i w[8];
-    /* the nibbles as nibble_vnni_n's, plus 16 where bit g of qh is set (a byte-masked add) */
-    const __m512i qh = _mm512_loadu_si512((const void *)(qs + 4 * 64));
+    /* the nibbles as nibble_vnni_n's, bit g of qh moved to bit 4 as unsigned_unpack_avx2 does,
+     * and the two merged by one vpternlogd ((nibbles & 0x0F) | bit) */
+    const __m512i qh = _mm512_loadu_si512((const void *)(qs + 4 * 64)), qh4 = _mm512_slli_epi16(qh, 4);
     for (int h = 0; h < 4; h++) {
       const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * h));
-      w[h] = _mm512_and_si512(v, m4);
-      w[h + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      const __m512i lo = _mm512_and_si512(h == 0 ? qh4 : _mm512_srli_epi16(qh4, h), m16);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qh, h), m16);
+      w[h] = _mm512_ternarylogic_epi32(v, lo, m4, 0xEC);
+      w[h + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), hi, m4, 0xEC);
     }
-    for (int g = 0; g < 8; g++)
-      w[g] = _mm512_mask_add_epi8(w[g], _mm512_test_epi8_mask(qh, _mm512_set1_epi8((char)(1 << g))), w[g], m16);
     __m512i s[CPU_PACKED_MAX_ROWS]; /* rows inner, as nibble_vnni_n */
     for (int r = 0; r < n; r++) s[r] = _mm512_setzero_si512();
     for (int g = 0; g < 8; g++)
