@@ -51,7 +51,7 @@ RL_VNNI static uint64_t int8_vnni(long iters) {
 
 /* AVX2 int8 multiply-adds, 8 independent chains: vpmaddubsw (32 u8 x s8 products, pairs summed
  * to s16) added in int16 by vpaddw (`widen` 0: the packed kernels' step, which widen once per
- * 8 products, packed.c), or widened at every step by vpmaddwd against ones and added by vpaddd
+ * 8 vpmaddubsw, packed.c), or widened at every step by vpmaddwd against ones and added by vpaddd
  * (`widen` 1: ggml's AVX2 dot step). 32 multiply-adds per step either way. The empty asm makes
  * `a` new at every step: without it the compiler computes the loop-invariant products once,
  * before the loop, and times the adds alone (what this loop measured before 2026-11-30:
