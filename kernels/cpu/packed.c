@@ -24,7 +24,7 @@
 #define PK_NO_MIN(fam) ((fam) == CPU_PACK_FAMILY_SIGNED || (fam) == CPU_PACK_FAMILY_NL4)
 #define PK_QS_OFF(fam, fs) (PK_NO_MIN(fam) ? 16 * PK_SB(fs) : 32 * PK_SB(fs))
 #define PK_BLOCK(fam, fs) \
-  (PK_QS_OFF(fam, fs) + ((fam) == CPU_PACK_FAMILY_NIBBLE || (fam) == CPU_PACK_FAMILY_NL4 ? 4 : 8) * 64)
+  (PK_QS_OFF(fam, fs) + ((fam) == CPU_PACK_FAMILY_SIGNED ? 8 : (fam) == CPU_PACK_FAMILY_UNSIGNED ? 5 : 4) * 64)
 
 /* bsum of a quantized block: the sums of its two halves. */
 static void block_bsums(block_q8_x *y) {
@@ -124,18 +124,18 @@ static void packed_scalar(int fam, int fs, int64_t nb, const uint8_t *panel, con
       const block_q8_x *a = act[r] + b;
       for (int j = 0; j < CPU_PACK_COLS; j++) {
         int32_t s = 0;
-        if (fam == CPU_PACK_FAMILY_NIBBLE || fam == CPU_PACK_FAMILY_NL4) {
-          const bool nl = fam == CPU_PACK_FAMILY_NL4;
+        if (fam != CPU_PACK_FAMILY_SIGNED) { /* nibbles (+ UNSIGNED's bit 4 of qh) */
+          const bool nl = fam == CPU_PACK_FAMILY_NL4, q5 = fam == CPU_PACK_FAMILY_UNSIGNED;
           for (int h = 0; h < 4; h++)
             for (int e = 0; e < 4; e++) {
-              const uint8_t q = qs[64 * h + 4 * j + e];
-              const int lo = nl ? llb_kvalues_iq4nl[q & 0x0F] : q & 0x0F, hi = nl ? llb_kvalues_iq4nl[q >> 4] : q >> 4;
+              const uint8_t q = qs[64 * h + 4 * j + e], qh = q5 ? qs[4 * 64 + 4 * j + e] : 0;
+              int lo = nl ? llb_kvalues_iq4nl[q & 0x0F] : q & 0x0F, hi = nl ? llb_kvalues_iq4nl[q >> 4] : q >> 4;
+              lo |= ((qh >> h) & 1) << 4, hi |= ((qh >> (h + 4)) & 1) << 4;
               s += lo * a->qs[4 * h + e] + hi * a->qs[16 + 4 * h + e];
             }
         } else {
-          const int bias = fam == CPU_PACK_FAMILY_SIGNED ? 128 : 0;
           for (int g = 0; g < 8; g++)
-            for (int e = 0; e < 4; e++) s += ((int32_t)qs[64 * g + 4 * j + e] - bias) * a->qs[4 * g + e];
+            for (int e = 0; e < 4; e++) s += ((int32_t)qs[64 * g + 4 * j + e] - 128) * a->qs[4 * g + e];
         }
         acc[j] = fmaf(scale_at(pb, j, fs) * a->d, (float)s, acc[j]);
         if (!PK_NO_MIN(fam)) acc[j] = fmaf(scale_at(pb + PK_M_OFF(fs), j, fs), a->s, acc[j]);
@@ -274,6 +274,21 @@ PK_AVX2 static PK_INLINE void signed_avx2_half(int64_t nb, const uint8_t *panel,
   for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
 }
 
+/* The 8 groups of 5-bit quants of columns 8*half .. 8*half+7 of an UNSIGNED block: the nibbles
+ * as NIBBLE's, bit g of qh moved to bit 4 (16-bit shifts: what crosses a byte is masked off). */
+PK_AVX2 static PK_INLINE void unsigned_unpack_avx2(const uint8_t *qs, int half, __m256i w[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
+  const __m256i qh = _mm256_loadu_si256((const __m256i *)(qs + 4 * 64 + 32 * half));
+  const __m256i qh4 = _mm256_slli_epi16(qh, 4); /* bit g at 4 + g */
+  for (int h = 0; h < 4; h++) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 64 * h + 32 * half));
+    const __m256i lo = _mm256_and_si256(h == 0 ? qh4 : _mm256_srli_epi16(qh4, h), m10);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, h), m10);
+    w[h] = _mm256_or_si256(_mm256_and_si256(v, m4), lo);
+    w[h + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hi);
+  }
+}
+
 /* UNSIGNED: 5-bit weights; the products of four groups stay within int16 (4 * 2 * 31 * 128 <
  * 32768), so they are summed there and widened once per half block. */
 PK_AVX2 static PK_INLINE void unsigned_avx2_half(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
@@ -286,7 +301,7 @@ PK_AVX2 static PK_INLINE void unsigned_avx2_half(int64_t nb, const uint8_t *pane
     const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_UNSIGNED, fs);
     const __m256 dx = scales8(pb, half, fs), mx = scales8(pb + PK_M_OFF(fs), half, fs);
     __m256i w[8];
-    for (int g = 0; g < 8; g++) w[g] = _mm256_loadu_si256((const __m256i *)(qs + 64 * g + 32 * half));
+    unsigned_unpack_avx2(qs, half, w);
     for (int r = 0; r < n; r++) {
       const block_q8_x *a = act[r] + b;
       __m256i t[2];
@@ -446,12 +461,22 @@ PK_VNNI static PK_INLINE void unsigned_vnni_n(int64_t nb, const uint8_t *panel, 
                                               const int n, float *out, int64_t os, const int fs) {
   __m512 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m16 = _mm512_set1_epi8(0x10);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, fs);
     const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_UNSIGNED, fs);
     const __m512 dx = scales16(pb, fs), mx = scales16(pb + PK_M_OFF(fs), fs);
     __m512i w[8];
-    for (int g = 0; g < 8; g++) w[g] = _mm512_loadu_si512((const void *)(qs + 64 * g));
+    /* the nibbles as nibble_vnni_n's, bit g of qh moved to bit 4 as unsigned_unpack_avx2 does,
+     * and the two merged by one vpternlogd ((nibbles & 0x0F) | bit) */
+    const __m512i qh = _mm512_loadu_si512((const void *)(qs + 4 * 64)), qh4 = _mm512_slli_epi16(qh, 4);
+    for (int h = 0; h < 4; h++) {
+      const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * h));
+      const __m512i lo = _mm512_and_si512(h == 0 ? qh4 : _mm512_srli_epi16(qh4, h), m16);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qh, h), m16);
+      w[h] = _mm512_ternarylogic_epi32(v, lo, m4, 0xEC);
+      w[h + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), hi, m4, 0xEC);
+    }
     __m512i s[CPU_PACKED_MAX_ROWS]; /* rows inner, as nibble_vnni_n */
     for (int r = 0; r < n; r++) s[r] = _mm512_setzero_si512();
     for (int g = 0; g < 8; g++)
@@ -535,7 +560,10 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
     PK_ROWS_SWITCH(call)                                                                           \
   }
 /* AVX2 has 16 registers: 8 unpacked weight groups and more than 4 rows' accumulators spill,
- * so a call takes at most 4 rows at a time (the weights are unpacked once per 4 rows). */
+ * so a call takes at most 4 rows at a time (the weights are unpacked once per 4 rows). UNSIGNED
+ * takes all 8 rows of a call at once (PK_WRAP): its unpacking (5th bits from qh) costs more
+ * than the spilled accumulators (L2-resident 1536x576 Q5_0, 8 rows, 1 thread: 73.5 -> 79.0
+ * GMAC/s). */
 #define PK_ROWS_SWITCH4(call)                                                                     \
   for (int r0 = 0; r0 < n; r0 += 4) {                                                             \
     const block_q8_x *const *act4 = act + r0;                                                     \
@@ -568,8 +596,9 @@ PK_WRAP4(PK_AVX2, signed_avx2, PK_SIGNED_AVX2_4, 0)
 PK_WRAP4(PK_AVX2, signed_f_avx2, PK_SIGNED_AVX2_4, 1)
 PK_WRAP4(PK_AVX2, nl4_avx2, PK_NL4_AVX2_4, 0)
 PK_WRAP4(PK_AVX2, nl4_f_avx2, PK_NL4_AVX2_4, 1)
-PK_WRAP4(PK_AVX2, unsigned_avx2, PK_UNSIGNED_AVX2_4, 0)
-PK_WRAP4(PK_AVX2, unsigned_f_avx2, PK_UNSIGNED_AVX2_4, 1)
+#define PK_UNSIGNED_AVX2_8(N) PK_UNSIGNED_AVX2_4(act, out, N)
+PK_WRAP(PK_AVX2, unsigned_avx2, PK_UNSIGNED_AVX2_8, 0)
+PK_WRAP(PK_AVX2, unsigned_f_avx2, PK_UNSIGNED_AVX2_8, 1)
 PK_WRAP4(PK_AVX2, k6_avx2, PK_K6_AVX2_4, 0)
 PK_WRAP(PK_VNNI, nibble_vnni, PK_NIBBLE_VNNI, 0)
 PK_WRAP(PK_VNNI, nibble_f_vnni, PK_NIBBLE_VNNI, 1)

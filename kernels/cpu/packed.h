@@ -57,9 +57,12 @@
  *            file in the NIBBLE arrangement; the weight is the signed integer kvalues_iq4nl[q]
  *            (-127..113), looked up in the kernel (vpshufb), then summed as SIGNED's. IQ4_XS:
  *            d = d * (ls - 32). Half the bytes of a byte per weight: decode reads the file's bits.
- *   UNSIGNED (Q5_0, Q5_1; Q5_K float-scaled): d[16], m[16], then qs[8][64]: qs[g][4j + e] = the
- *            5-bit quant (0..31) of element 4g + e of column j. Q5_0: m = -16 * d (exact in
- *            fp16; a file with |d| > 65504/16 stays unpacked). Q5_K: d, m as Q4_K.
+ *   UNSIGNED (Q5_0, Q5_1; Q5_K float-scaled): d[16], m[16], then qs[4][64], the low 4 bits of
+ *            the 5-bit quants (0..31) in the NIBBLE arrangement, then qh[64]: bit g of qh[4j + e]
+ *            = bit 4 of the quant of element 4g + e of column j (5 bits a weight, as the file;
+ *            a byte per weight before 2026-11-30 made a decode step read 1.64x the file's
+ *            Q5_0 bytes). Q5_0: m = -16 * d (exact in fp16; a file with |d| > 65504/16 stays
+ *            unpacked). Q5_K: d, m as Q4_K.
  *   K6       (Q6_K): d[16] (fp16, the super-block's d), sc[2][16] (int8: sc[s][j] = the scale of
  *            elements 16s..16s+15 of column j), ql[4][64] (the low 4 bits in the NIBBLE
  *            arrangement), qh[2][64]: bits 2t, 2t+1 of qh[i][4j + e] = the high 2 bits of element

@@ -31,7 +31,7 @@ size_t cpu_pack_block_bytes(int family, int float_scales) {
   switch (family) {
   case CPU_PACK_FAMILY_NIBBLE: return 32 * sb + 4 * 64;
   case CPU_PACK_FAMILY_SIGNED: return 16 * sb + 8 * 64;
-  case CPU_PACK_FAMILY_UNSIGNED: return 32 * sb + 8 * 64;
+  case CPU_PACK_FAMILY_UNSIGNED: return 32 * sb + 4 * 64 + 64;
   case CPU_PACK_FAMILY_K6: return 16 * 2 + 2 * 16 + 4 * 64 + 2 * 64;
   case CPU_PACK_FAMILY_FLOAT: return 32 * 16 * 2;
   case CPU_PACK_FAMILY_NL4: return 16 * sb + 4 * 64;
@@ -246,6 +246,7 @@ llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
         pack_k6_block(src + (size_t)p * CPU_PACK_COLS * w->row_bytes, w->row_bytes, b, o);
         continue;
       }
+      if (fam == CPU_PACK_FAMILY_UNSIGNED) memset(o + qs_off + 4 * 64, 0, 64); /* qh: bits or'ed in */
       for (int j = 0; j < CPU_PACK_COLS; j++) {
         struct block32 k;
         decode_block32(w->type, src + (size_t)(p * CPU_PACK_COLS + j) * w->row_bytes, b, &k);
@@ -261,8 +262,9 @@ llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
           for (int e = 0; e < 4; e++) {
             const int i = 4 * g + e;
             if (fam == CPU_PACK_FAMILY_SIGNED) q[64 * g + e] = (uint8_t)((uint8_t)k.sq[i] ^ 0x80);
-            else if (fam == CPU_PACK_FAMILY_UNSIGNED) q[64 * g + e] = k.uq[i];
-            else if (g < 4) q[64 * g + e] = (uint8_t)(k.uq[i] | (k.uq[i + 16] << 4)); /* Q4_1's nibbles (NIBBLE, NL4) */
+            else if (g < 4) /* Q4_1's nibbles (NIBBLE, NL4; UNSIGNED's low 4 bits) */
+              q[64 * g + e] = (uint8_t)((k.uq[i] & 0x0F) | (k.uq[i + 16] & 0x0F) << 4);
+            if (fam == CPU_PACK_FAMILY_UNSIGNED) q[4 * 64 + e] |= (uint8_t)((k.uq[i] >> 4) << g); /* bit 4 */
           }
       }
     }

@@ -15,14 +15,20 @@
 struct roofline {
   double read_bytes_per_s; /* DRAM read bandwidth, bytes/s (median of the repeats) */
   double int8_ops_per_s;   /* int8 multiply-adds x 2 per second, all threads */
-  const char *int8_path;   /* "avx512-vnni (vpdpbusd)", "avx2 (vpmaddubsw)" or "scalar" */
+  /* AVX2 only (else 0): the same with a vpmaddwd and vpaddd after every vpmaddubsw (ggml's AVX2
+   * dot step, which widens every 32 products to int32); int8_ops_per_s adds them in int16 (the
+   * packed kernels' step), the bound of any AVX2 int8 dot product: every product passes
+   * through a vpmaddubsw. */
+  double int8_widened_ops_per_s;
+  const char *int8_path;   /* "avx512-vnni (vpdpbusd)", "avx2 (vpmaddubsw + vpaddw)" or "scalar" */
   int threads;
 };
 
 /* Measures both ceilings with `threads` threads (1..256): the read bandwidth streams a
  * 512 MiB buffer (far past any last-level cache) 5 times (median), the int8 peak runs
- * independent dot-product chains in registers on the best SIMD level of this CPU, the best of
- * 3 runs; ~1-2 s in all.
+ * independent dot-product chains in registers on the best SIMD level of this CPU (AVX2: also
+ * widened at every step), the best of 3 runs, a run's rate the sum of its threads' fastest of
+ * 400 timed slices (~30 us each: on a loaded machine some run undisturbed); ~1-2 s in all.
  * Errors: INVALID_ARGUMENT (threads), OUT_OF_MEMORY, IO (a thread could not start). */
 llb_status roofline_measure(int threads, struct roofline *out);
 
