@@ -19,7 +19,8 @@
  * The adapters loaded here are kept (and learnt back from the heartbeats after a restart of this
  * server): a worker whose heartbeats lack one (it restarted) is sent it again.
  *
- * Loop thread, except api_lora_admin_on_msg and the heartbeat hook (delivery threads).
+ * Loop thread, except the inbox's delivery (api_server_inbox_on_msg) and the heartbeat hook
+ * (delivery threads).
  */
 #ifndef LLB_ACTORS_API_SERVER_API_SERVER_LORA_ADMIN_H
 #define LLB_ACTORS_API_SERVER_API_SERVER_LORA_ADMIN_H
