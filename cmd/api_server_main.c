@@ -6,7 +6,7 @@
  * (--allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials, as vLLM),
  * --tenant-limits (the tenants file: its `loras=` say whose LoRA adapters are whose, its
  * `requests_per_s=` / `burst_requests=` each tenant's HTTP request rate);
- * checked and made into the actor's options by api_server_config_init (api_options.h). */
+ * checked and made into the actor's options by api_server_config_init (api_server_options.h). */
 #include <stdint.h>
 
 #include <stdio.h>
@@ -25,18 +25,18 @@ struct api_main {
   struct api_server_config cfg; /* the flags checked and made into the actor's options */
   const char *tenants_file;     /* --tenant-limits: whose adapters are whose (`loras=`); NULL = none */
   struct lora_registry *loras;  /* the adapters the workers announce (the actor feeds it) */
-  struct api_request_rate rates[API_MAX_REQUEST_RATES]; /* the tenants file's request rates */
+  struct api_server_request_rate rates[API_SERVER_MAX_REQUEST_RATES]; /* the tenants file's request rates */
   int32_t num_rates;
   struct api_server_actor *actor;
 };
 
 /* The tenants with any limit in tc: the front door's (a request rate, max_concurrent), and a
- * place to count the held refusals of those the engine limits (api_gate.h). */
+ * place to count the held refusals of those the engine limits (api_server_gate.h). */
 static void api_main_rates(struct api_main *m, const struct tenant_limits_config *tc) {
-  for (int i = 0; i < tc->num && m->num_rates < API_MAX_REQUEST_RATES; i++) {
+  for (int i = 0; i < tc->num && m->num_rates < API_SERVER_MAX_REQUEST_RATES; i++) {
     const struct tenant_limit *t = &tc->tenants[i];
     if (t->requests_per_s <= 0 && t->max_concurrent <= 0 && t->max_queued <= 0 && t->tokens_per_s <= 0) continue;
-    struct api_request_rate *r = &m->rates[m->num_rates++];
+    struct api_server_request_rate *r = &m->rates[m->num_rates++];
     snprintf(r->tenant, sizeof r->tenant, "%s", t->name);
     r->per_s = t->requests_per_s > 0 ? t->requests_per_s : 0;
     r->burst = t->requests_per_s > 0 ? t->burst_requests : 0;
@@ -102,9 +102,9 @@ int main(int argc, char **argv) {
                             .max_body_bytes = 1024 * 1024,
                             .request_timeout_s = 10,
                             .first_output_timeout_s = 60,
-                            .max_concurrent = 256, .max_connections = API_DEFAULT_MAX_CONNECTIONS,
+                            .max_concurrent = 256, .max_connections = API_SERVER_DEFAULT_MAX_CONNECTIONS,
                             .tenant = "default",
-                            .health_actors = API_ACTOR_DEFAULT_HEALTH_ACTORS,
+                            .health_actors = API_SERVER_ACTOR_DEFAULT_HEALTH_ACTORS,
                             .health_missed_beats = 3,
                             .tool_call_parser = "hermes",
                         }};

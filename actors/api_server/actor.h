@@ -10,7 +10,7 @@
  *     AbortRequest{request_id = RequestOutput.request_id} on <prefix>.abort.<tenant> (at once,
  *     or on the first output when none arrived yet), which frees their KV blocks;
  *   - /tokenize, /detokenize and /v1/models/{id} send one GenerateRequest on
- *     <prefix>.tokenize.<tenant> (same inbox) and render its one RequestOutput (api_tokenize.h);
+ *     <prefix>.tokenize.<tenant> (same inbox) and render its one RequestOutput (api_server_tokenize.h);
  *   - <prefix>.engine.*.stats (SchedulerStats) feeds the engine gauges of /metrics;
  *     <prefix>.health.*.* (Heartbeat) feeds /health: 200 once every actor named in
  *     health_actors sent a ready heartbeat within health_window_ms, 503 naming the missing
@@ -44,7 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "actors/api_server/api_options.h"
+#include "actors/api_server/api_server_options.h"
 #include "base/status.h"
 #include "bus/bus.h"
 
@@ -63,7 +63,7 @@ llb_status api_server_actor_start(struct api_server_actor *a, struct bus *bus);
 /* The port the listener is bound to (useful with port 0); 0 before start. */
 int api_server_actor_port(const struct api_server_actor *a);
 
-/* What the actor counts (its histograms are rendered on GET /metrics: api_metrics.h). */
+/* What the actor counts (its histograms are rendered on GET /metrics: api_server_metrics.h). */
 struct api_server_actor_stats {
   int64_t inflight; /* requests being served now (at most options.max_concurrent) */
 };

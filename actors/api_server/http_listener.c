@@ -10,7 +10,7 @@
 
 #include "actors/api_server/http_guard.h"
 
-struct api_http_listener {
+struct api_server_http_listener {
   struct evhttp *http;
   struct http_guard *guard; /* read deadlines, connection limit, header gate */
   int port;
@@ -25,9 +25,9 @@ static int bound_port(struct evhttp_bound_socket *sock) {
   return 0;
 }
 
-llb_status api_http_listener_create(struct event_base *base, const struct api_http_listener_options *o,
-                                    struct api_http_listener **out) {
-  struct api_http_listener *l = calloc(1, sizeof *l);
+llb_status api_server_http_listener_create(struct event_base *base, const struct api_server_http_listener_options *o,
+                                    struct api_server_http_listener **out) {
+  struct api_server_http_listener *l = calloc(1, sizeof *l);
   if (!l || !(l->http = evhttp_new(base))) {
     free(l);
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "evhttp_new failed");
@@ -49,7 +49,7 @@ llb_status api_http_listener_create(struct event_base *base, const struct api_ht
                                         .gate_user = o->gate_user};
   llb_status st = http_guard_create(l->http, &go, &l->guard);
   if (st != LLB_STATUS_OK) {
-    api_http_listener_destroy(l);
+    api_server_http_listener_destroy(l);
     return st;
   }
   evhttp_set_allowed_methods(l->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
@@ -58,7 +58,7 @@ llb_status api_http_listener_create(struct event_base *base, const struct api_ht
   struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(l->http, o->host, (ev_uint16_t)o->port);
   if (!sock) {
     st = LLB_ERRF(LLB_STATUS_IO, "cannot listen on %s:%d (address in use or not local?)", o->host, o->port);
-    api_http_listener_destroy(l);
+    api_server_http_listener_destroy(l);
     return st;
   }
   l->port = bound_port(sock);
@@ -66,13 +66,13 @@ llb_status api_http_listener_create(struct event_base *base, const struct api_ht
   return LLB_STATUS_OK;
 }
 
-int api_http_listener_port(const struct api_http_listener *l) { return l ? l->port : 0; }
+int api_server_http_listener_port(const struct api_server_http_listener *l) { return l ? l->port : 0; }
 
-void api_http_listener_request_read(struct api_http_listener *l, struct evhttp_request *req) {
+void api_server_http_listener_request_read(struct api_server_http_listener *l, struct evhttp_request *req) {
   http_guard_request_read(l->guard, req);
 }
 
-void api_http_listener_destroy(struct api_http_listener *l) {
+void api_server_http_listener_destroy(struct api_server_http_listener *l) {
   if (!l) return;
   if (l->http) evhttp_free(l->http);
   http_guard_destroy(l->guard); /* after evhttp_free, which closed every connection */

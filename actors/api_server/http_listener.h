@@ -15,9 +15,9 @@
 
 struct event_base;     /* libevent */
 struct evhttp_request; /* libevent */
-struct api_http_listener;
+struct api_server_http_listener;
 
-struct api_http_listener_options {
+struct api_server_http_listener_options {
   const char *host;          /* to bind: a name or an address ("::1" without brackets) */
   int port;                  /* 0 = any free port */
   size_t max_body_bytes;     /* the server's limit (a JSON 413 above it); evhttp itself refuses
@@ -31,22 +31,22 @@ struct api_http_listener_options {
   void (*release)(void *user, int32_t ticket);
   void *gate_user;
   void (*on_request)(struct evhttp_request *req, void *arg); /* every request; first call
-                                api_http_listener_request_read */
+                                api_server_http_listener_request_read */
   void *arg;
 };
 
 /* Listens on o->host:o->port on `base`. Errors: IO naming the address when it cannot be
- * bound, OUT_OF_MEMORY. *out: api_http_listener_destroy. */
-llb_status api_http_listener_create(struct event_base *base, const struct api_http_listener_options *o,
-                                    struct api_http_listener **out);
+ * bound, OUT_OF_MEMORY. *out: api_server_http_listener_destroy. */
+llb_status api_server_http_listener_create(struct event_base *base, const struct api_server_http_listener_options *o,
+                                    struct api_server_http_listener **out);
 
 /* The port bound (the chosen one for port 0); 0 when it cannot be read. */
-int api_http_listener_port(const struct api_http_listener *l);
+int api_server_http_listener_port(const struct api_server_http_listener *l);
 
 /* A complete request arrived: its connection's read deadline stops until it is answered. */
-void api_http_listener_request_read(struct api_http_listener *l, struct evhttp_request *req);
+void api_server_http_listener_request_read(struct api_server_http_listener *l, struct evhttp_request *req);
 
 /* Closes the listener and every connection (evhttp_free). NULL ok. */
-void api_http_listener_destroy(struct api_http_listener *l);
+void api_server_http_listener_destroy(struct api_server_http_listener *l);
 
 #endif

@@ -20,7 +20,7 @@ static const char *reason_phrase(int status) {
   }
 }
 
-void api_http_send_body(struct evhttp_request *req, int status, const char *ctype, const char *body,
+void api_server_http_send_body(struct evhttp_request *req, int status, const char *ctype, const char *body,
                       size_t len) {
   struct evbuffer *b = evbuffer_new();
   if (!b) {
@@ -33,9 +33,9 @@ void api_http_send_body(struct evhttp_request *req, int status, const char *ctyp
   evbuffer_free(b);
 }
 
-void api_http_send_error(struct api_metrics *metrics, struct evhttp_request *req, const struct api_error *e) {
-  struct api_buf b = {0};
-  if (!api_error_render(e, &b)) {
+void api_server_http_send_error(struct api_server_metrics *metrics, struct evhttp_request *req, const struct api_server_error *e) {
+  struct api_server_buf b = {0};
+  if (!api_server_error_render(e, &b)) {
     evhttp_send_error(req, 500, NULL);
     return;
   }
@@ -46,41 +46,41 @@ void api_http_send_error(struct api_metrics *metrics, struct evhttp_request *req
     snprintf(secs, sizeof secs, "%lld", (long long)(e->retry_after_s > 0 ? e->retry_after_s : 1));
     evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", secs);
   }
-  api_http_send_body(req, e->http_status, "application/json", b.data, b.len);
-  api_buf_free(&b);
-  api_metrics_request_failed(metrics, e->http_status);
+  api_server_http_send_body(req, e->http_status, "application/json", b.data, b.len);
+  api_server_buf_free(&b);
+  api_server_metrics_request_failed(metrics, e->http_status);
 }
 
-void api_http_send_unauthorized(struct api_metrics *metrics, struct evhttp_request *req) {
-  struct api_error e;
-  api_error_set(&e, 401, NULL, "missing or incorrect API key: send `Authorization: Bearer YOUR_KEY`");
+void api_server_http_send_unauthorized(struct api_server_metrics *metrics, struct evhttp_request *req) {
+  struct api_server_error e;
+  api_server_error_set(&e, 401, NULL, "missing or incorrect API key: send `Authorization: Bearer YOUR_KEY`");
   snprintf(e.code, sizeof e.code, "invalid_api_key");
   evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
-  api_http_send_error(metrics, req, &e);
+  api_server_http_send_error(metrics, req, &e);
 }
 
-bool api_http_cors(const struct api_cors *cors, struct evhttp_request *req, enum evhttp_cmd_type method) {
+bool api_server_http_cors(const struct api_server_cors *cors, struct evhttp_request *req, enum evhttp_cmd_type method) {
   struct evkeyvalq *in = evhttp_request_get_input_headers(req), *out = evhttp_request_get_output_headers(req);
-  struct api_cors_header h[6];
+  struct api_server_cors_header h[6];
   int n = 0;
   char why[128];
-  enum api_cors_verdict v = api_cors_check(cors, method == EVHTTP_REQ_OPTIONS, evhttp_find_header(in, "Origin"),
+  enum api_server_cors_verdict v = api_server_cors_check(cors, method == EVHTTP_REQ_OPTIONS, evhttp_find_header(in, "Origin"),
                                            evhttp_find_header(in, "Access-Control-Request-Method"),
                                            evhttp_find_header(in, "Access-Control-Request-Headers"), h, &n, why,
                                            sizeof why);
   for (int i = 0; i < n; i++) evhttp_add_header(out, h[i].name, h[i].value); /* refuses CR/LF */
-  if (v == API_CORS_PREFLIGHT) {
+  if (v == API_SERVER_CORS_PREFLIGHT) {
     evhttp_send_reply(req, 200, "OK", NULL);
     return false;
   }
-  if (v == API_CORS_DENIED) {
-    api_http_send_body(req, 400, "text/plain", why, strlen(why));
+  if (v == API_SERVER_CORS_DENIED) {
+    api_server_http_send_body(req, 400, "text/plain", why, strlen(why));
     return false;
   }
   return true;
 }
 
-void api_http_echo_request_id(struct evhttp_request *req) {
+void api_server_http_echo_request_id(struct evhttp_request *req) {
   const char *id = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Id");
   if (!id) return;
   size_t n = strlen(id);
@@ -90,19 +90,19 @@ void api_http_echo_request_id(struct evhttp_request *req) {
   evhttp_add_header(evhttp_request_get_output_headers(req), "X-Request-Id", id);
 }
 
-void api_http_send_rendered(struct api_metrics *metrics, struct evhttp_request *req, llb_status render_status,
-                            const struct api_buf *b) {
+void api_server_http_send_rendered(struct api_server_metrics *metrics, struct evhttp_request *req, llb_status render_status,
+                            const struct api_server_buf *b) {
   if (render_status == LLB_STATUS_OK) {
-    api_http_send_body(req, 200, "application/json", b->data, b->len);
+    api_server_http_send_body(req, 200, "application/json", b->data, b->len);
     return;
   }
-  struct api_error e;
-  api_error_set(&e, 500, NULL, "could not render the response");
-  api_http_send_error(metrics, req, &e);
+  struct api_server_error e;
+  api_server_error_set(&e, 500, NULL, "could not render the response");
+  api_server_http_send_error(metrics, req, &e);
 }
 
 
-void api_http_span_begin(struct bus_span *span, struct evhttp_request *req) {
+void api_server_http_span_begin(struct bus_span *span, struct evhttp_request *req) {
   struct evkeyvalq *in = evhttp_request_get_input_headers(req);
   const char *tp = evhttp_find_header(in, BUS_TRACEPARENT_HEADER);
   struct bus_trace_ctx parent;

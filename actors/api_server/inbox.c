@@ -14,16 +14,16 @@ struct inbox_item {
   uint8_t data[]; /* [len] */
 };
 
-struct api_inbox {
-  api_inbox_fn fn;
+struct api_server_inbox {
+  api_server_inbox_fn fn;
   void *user;
   pthread_mutex_t mu; /* guards head, tail and wake */
   struct inbox_item *head, *tail;
   struct event *wake; /* NULL before bind and after unbind */
 };
 
-llb_status api_inbox_create(api_inbox_fn fn, void *user, struct api_inbox **out) {
-  struct api_inbox *q = calloc(1, sizeof *q);
+llb_status api_server_inbox_create(api_server_inbox_fn fn, void *user, struct api_server_inbox **out) {
+  struct api_server_inbox *q = calloc(1, sizeof *q);
   if (!q) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "api_server: out of memory");
   q->fn = fn;
   q->user = user;
@@ -40,14 +40,14 @@ static void free_items(struct inbox_item *it) {
   }
 }
 
-void api_inbox_drain(struct api_inbox *q) {
+void api_server_inbox_drain(struct api_server_inbox *q) {
   pthread_mutex_lock(&q->mu);
   struct inbox_item *it = q->head;
   q->head = q->tail = NULL;
   pthread_mutex_unlock(&q->mu);
   while (it) {
     struct inbox_item *next = it->next;
-    const struct api_inbox_item view = {.seq = it->seq, .no_responders = it->no_responders, .len = it->len,
+    const struct api_server_inbox_item view = {.seq = it->seq, .no_responders = it->no_responders, .len = it->len,
                                         .data = it->data};
     q->fn(&view, q->user);
     free(it);
@@ -58,10 +58,10 @@ void api_inbox_drain(struct api_inbox *q) {
 static void on_wake(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
-  api_inbox_drain(arg);
+  api_server_inbox_drain(arg);
 }
 
-llb_status api_inbox_bind(struct api_inbox *q, struct event_base *base) {
+llb_status api_server_inbox_bind(struct api_server_inbox *q, struct event_base *base) {
   struct event *wake = event_new(base, -1, EV_PERSIST | EV_READ, on_wake, q);
   if (!wake) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "api_server: event_new failed");
   event_add(wake, NULL);
@@ -71,16 +71,16 @@ llb_status api_inbox_bind(struct api_inbox *q, struct event_base *base) {
   return LLB_STATUS_OK;
 }
 
-void api_inbox_unbind(struct api_inbox *q) {
+void api_server_inbox_unbind(struct api_server_inbox *q) {
   pthread_mutex_lock(&q->mu);
   if (q->wake) event_free(q->wake);
   q->wake = NULL;
   pthread_mutex_unlock(&q->mu);
 }
 
-void api_inbox_on_msg(struct bus *bus, const struct bus_msg *msg, void *user) {
+void api_server_inbox_on_msg(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
-  struct api_inbox *q = user;
+  struct api_server_inbox *q = user;
   const char *dot = strrchr(msg->subject, '.');
   char *end = NULL;
   uint64_t seq = dot ? strtoull(dot + 1, &end, 10) : 0;
@@ -101,7 +101,7 @@ void api_inbox_on_msg(struct bus *bus, const struct bus_msg *msg, void *user) {
   pthread_mutex_unlock(&q->mu);
 }
 
-void api_inbox_destroy(struct api_inbox *q) {
+void api_server_inbox_destroy(struct api_server_inbox *q) {
   if (!q) return;
   free_items(q->head);
   pthread_mutex_destroy(&q->mu);

@@ -63,13 +63,13 @@ static size_t scan_value(const char *s, size_t n, size_t i, bool final) {
   return i < n || final ? i : SCAN_PARTIAL;
 }
 
-static bool set_buf(struct api_buf *b, const char *s, size_t n) {
+static bool set_buf(struct api_server_buf *b, const char *s, size_t n) {
   b->len = 0;
-  return api_buf_append(b, s, n);
+  return api_server_buf_append(b, s, n);
 }
 
 /* The decoded text of the complete JSON string s[0..n) into b; false when not a valid string. */
-static bool decode_string(const char *s, size_t n, struct api_buf *b, bool *oom) {
+static bool decode_string(const char *s, size_t n, struct api_server_buf *b, bool *oom) {
   json_t *v = json_loadb(s, n, JSON_DECODE_ANY, NULL);
   bool ok = json_is_string(v);
   if (ok && !set_buf(b, json_string_value(v), json_string_length(v))) *oom = true;
@@ -195,7 +195,7 @@ static void add_content(struct scan *sc, struct tool_snapshot *out, size_t from,
       }
     }
   }
-  sc->oom |= !api_buf_append(&out->content, sc->s + from, to - from);
+  sc->oom |= !api_server_buf_append(&out->content, sc->s + from, to - from);
 }
 
 static const char *find(const char *s, size_t n, size_t from, const char *needle) {
@@ -361,8 +361,8 @@ llb_status tool_parse(enum tool_format format, const char *named, const char *te
   if (sc.oom) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "tool_parse: out of memory");
   if (final && out->malformed) { /* vLLM's fallback: the whole output is content */
     for (int32_t i = 0; i < out->num_calls; i++) {
-      api_buf_free(&out->calls[i].name);
-      api_buf_free(&out->calls[i].arguments);
+      api_server_buf_free(&out->calls[i].name);
+      api_server_buf_free(&out->calls[i].arguments);
     }
     out->num_calls = 0;
     if (!set_buf(&out->content, sc.s, sc.n)) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "tool_parse: out of memory");
@@ -372,10 +372,10 @@ llb_status tool_parse(enum tool_format format, const char *named, const char *te
 
 void tool_snapshot_free(struct tool_snapshot *s) {
   if (!s) return;
-  api_buf_free(&s->content);
+  api_server_buf_free(&s->content);
   for (int32_t i = 0; i < TOOL_MAX_CALLS; i++) {
-    api_buf_free(&s->calls[i].name);
-    api_buf_free(&s->calls[i].arguments);
+    api_server_buf_free(&s->calls[i].name);
+    api_server_buf_free(&s->calls[i].arguments);
   }
   memset(s, 0, sizeof *s);
 }

@@ -13,7 +13,7 @@
  *   TOOL_FORMAT_NAMED        the whole text is the arguments of the one named tool
  *                            (tool_choice {"type": "function", ...}, constrained by its schema);
  *   TOOL_FORMAT_REQUIRED     [{"name": N, "parameters": {...}}, ...] (tool_choice "required",
- *                            constrained by the array schema of api_tools.h).
+ *                            constrained by the array schema of api_server_tools.h).
  * "arguments" and "parameters" are both accepted as the arguments key in every JSON format. An
  * argument value that is a JSON string (some models stringify) is taken as its decoded text.
  *
@@ -38,7 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "actors/api_server/api_request.h"
+#include "actors/api_server/api_server_request.h"
 #include "base/status.h"
 
 enum tool_format {
@@ -53,13 +53,13 @@ enum tool_format {
 #define TOOL_ID_BYTES 48  /* "chatcmpl-tool-" + 32 hex + NUL */
 
 struct tool_call_snap {
-  struct api_buf name;      /* len 0 = not known yet */
-  struct api_buf arguments; /* JSON text of the arguments so far */
+  struct api_server_buf name;      /* len 0 = not known yet */
+  struct api_server_buf arguments; /* JSON text of the arguments so far */
   bool complete;
 };
 
 struct tool_snapshot {
-  struct api_buf content;                       /* text outside the markup */
+  struct api_server_buf content;                       /* text outside the markup */
   struct tool_call_snap calls[TOOL_MAX_CALLS];  /* [num_calls] */
   int32_t num_calls;
   bool malformed;                               /* final: the text is content, no calls */
@@ -83,7 +83,7 @@ struct tool_stream {
   enum tool_format format;
   char named[65];                    /* TOOL_FORMAT_NAMED: the tool */
   bool single_call;                  /* parallel_tool_calls false: calls after the first dropped */
-  struct api_buf text;               /* everything generated so far */
+  struct api_server_buf text;               /* everything generated so far */
   size_t content_sent;               /* bytes of snapshot content sent */
   int32_t num_started;               /* calls whose id + name went out */
   size_t args_sent[TOOL_MAX_CALLS];  /* bytes of each call's arguments sent */

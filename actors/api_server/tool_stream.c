@@ -30,7 +30,7 @@ void tool_stream_init(struct tool_stream *s, enum tool_format format, const char
 
 void tool_stream_free(struct tool_stream *s) {
   if (!s) return;
-  api_buf_free(&s->text);
+  api_server_buf_free(&s->text);
   memset(s, 0, sizeof *s);
 }
 
@@ -78,7 +78,7 @@ static bool diff(struct tool_stream *s, const struct tool_snapshot *snap, json_t
 
 llb_status tool_stream_feed(struct tool_stream *s, const char *delta, size_t n, bool final, json_t **deltas) {
   *deltas = NULL;
-  if (!api_buf_append(&s->text, delta ? delta : "", delta ? n : 0))
+  if (!api_server_buf_append(&s->text, delta ? delta : "", delta ? n : 0))
     return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "tool_stream: out of memory");
   struct tool_snapshot *snap = calloc(1, sizeof *snap);
   json_t *arr = json_array();

@@ -323,7 +323,7 @@ static void ask_resync(struct output_processor_actor *a, const char *id, const s
  * first output): while the engine still runs it, ask the scheduler for its whole history,
  * from which the request is rebuilt (docs/design.md §6); the outputs until then are dropped (the
  * history holds them). Its last output cannot be rebuilt any more: the api server is told once,
- * with STATE_LOST, and sends the (seeded) request again (api_resend.h). */
+ * with STATE_LOST, and sends the (seeded) request again (api_server_resend.h). */
 static void handle_unknown(struct output_processor_actor *a, const struct llb_engine_core_output *eo,
                            const struct bus_trace_ctx *span) {
   atomic_fetch_add(&a->unknown, 1);

@@ -534,7 +534,7 @@ llb_status client_generate(struct bus *bus, const struct client_options *o, cons
    * send it again, 50 ms doubling to 1 s, CLIENT_NO_RESPONDER_TRIES times (about 5 s). An
    * output processor that restarted after the engine finished the request cannot rebuild its
    * end and says STATE_LOST: send it again at once, CLIENT_STATE_LOST_TRIES times, skipping
-   * the text already printed (as the api server does, api_resend_state_lost). */
+   * the text already printed (as the api server does, api_server_resend_state_lost). */
   for (int tries = 0, lost_tries = 0;; tries++) {
     s.no_responders = s.state_lost = false;
     st = send_request(bus, o, p, inbox);

@@ -25,7 +25,7 @@
 #endif
 
 #define SERVE_DEFAULT_HOST "127.0.0.1"
-#define SERVE_API_KEY_MIN_BYTES 8 /* the api server's bounds (actors/api_server/api_keys.h) */
+#define SERVE_API_KEY_MIN_BYTES 8 /* the api server's bounds (actors/api_server/api_server_keys.h) */
 #define SERVE_API_KEY_MAX_BYTES 256
 #define SERVE_DEFAULT_PORT 8000
 
@@ -173,7 +173,7 @@ static int serve_resolve(const struct flag_command *cmd, struct serve_cli *c, co
   snprintf(c->http_buf, sizeof c->http_buf, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
   c->so.http_addr = c->http_buf;
   const char *env_key = getenv("LLMBUS_API_KEY");
-  for (int i = 0; i <= c->api_keys.num; i++) { /* as the api server takes them (api_keys.h), said before the start */
+  for (int i = 0; i <= c->api_keys.num; i++) { /* as the api server takes them (api_server_keys.h), said before the start */
     const char *k = i < c->api_keys.num ? c->api_keys.items[i] : env_key;
     if (k && (i < c->api_keys.num || *k) &&
         (strlen(k) < SERVE_API_KEY_MIN_BYTES || strlen(k) > SERVE_API_KEY_MAX_BYTES || strpbrk(k, " \t\r\n")))

@@ -196,7 +196,7 @@ static bool render_config(const struct serve_nats_auth *a, const struct serve_te
         for (int s = 0; s < 3; s++)
           put(t, "      {service: \"%s.%s.%s\", response: stream, accounts: [\"TENANT_%s\", \"FRONT\"]}\n", prefix,
               tenant_services[s], tn->names[k], tn->names[k]);
-      /* LoRAUpdate: every worker answers (api_lora_admin.h), so a stream of responses */
+      /* LoRAUpdate: every worker answers (api_server_lora_admin.h), so a stream of responses */
       put(t, "      {service: \"%s.lora.update\", response: stream, accounts: [\"FRONT\"]}\n", prefix);
       put(t, "      {stream: \"%s.engine.*.stats\", accounts: [\"FRONT\"]}\n", prefix);
       put(t, "      {stream: \"%s.health.>\", accounts: [\"FRONT\"]}\n", prefix);

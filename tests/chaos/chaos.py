@@ -411,7 +411,7 @@ def main():
     random.shuffle(kills)
     # With serve's NATS accounts, as users run it: a restarted nats-server forgets the reply
     # mappings of its service imports, which the api server survives by sending its requests
-    # in flight again (api_resend_after_reconnect).
+    # in flight again (api_server_resend_after_reconnect).
     stack_args = (["--heartbeat-ms", str(args.heartbeat_ms)] + (["--no-nats-auth"] if args.no_nats_auth else []) +
                   shlex.split(args.serve_args))
     with Stack(args=stack_args) as st:

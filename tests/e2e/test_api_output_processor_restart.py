@@ -4,7 +4,7 @@ The engine's outputs go to the output processor by plain publish: while it is de
 lost. A request still running when the new one starts is rebuilt from the scheduler's history
 (the resync); one that finished in the gap would leave its client waiting for the api server's
 60 s first-output timeout and a 503. The api server sees the new output processor in the
-heartbeats and sends such a request again (seeded, so the same tokens; api_delta forwards only
+heartbeats and sends such a request again (seeded, so the same tokens; api_server_delta forwards only
 what the client lacks): the stream ends with exactly the text of the fault-free run.
 
 Made deterministic: `llmbus serve` is frozen (SIGSTOP) while its output processor is killed, so

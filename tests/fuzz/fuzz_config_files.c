@@ -1,6 +1,6 @@
 /* libFuzzer targets for the operator's files that name tenants and keys: FUZZ_FILE_KIND 0 is
  * the tenants file (`serve --tenants`, actors/input_processor/tenant_limits.h, whose names end
- * up in nats.conf), 1 the API-keys file (`--api-keys`, actors/api_server/api_keys.h). Built as
+ * up in nats.conf), 1 the API-keys file (`--api-keys`, actors/api_server/api_server_keys.h). Built as
  * fuzz_tenants_file and fuzz_api_keys_file. The bytes are written to a private file (0600, as
  * both readers demand) and loaded. Oracles: a refusal says which line; every tenant loaded is a
  * subject token (bus/subject.h's one rule) with limits in their ranges, and the limits run on
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "actors/api_server/api_keys.h"
+#include "actors/api_server/api_server_keys.h"
 #include "actors/input_processor/tenant_limits.h"
 #include "bus/subject.h"
 
@@ -59,12 +59,12 @@ static void check(void) {
 }
 #else
 static void check(void) {
-  struct api_keys *k = NULL;
-  if (api_keys_create(&k) != LLB_STATUS_OK) abort();
-  if (api_keys_load_file(k, path) != LLB_STATUS_OK) {
+  struct api_server_keys *k = NULL;
+  if (api_server_keys_create(&k) != LLB_STATUS_OK) abort();
+  if (api_server_keys_load_file(k, path) != LLB_STATUS_OK) {
     if (!strstr(llb_err_last(), path)) abort();
   }
-  api_keys_destroy(k);
+  api_server_keys_destroy(k);
 }
 #endif
 

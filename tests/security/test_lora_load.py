@@ -1,5 +1,5 @@
 """LoRA adapters loaded and unloaded at run time (vLLM's /v1/load_lora_adapter and
-/v1/unload_lora_adapter; actors/api_server/api_lora_admin.h): `llmbus serve --tenants` (default,
+/v1/unload_lora_adapter; actors/api_server/api_server_lora_admin.h): `llmbus serve --tenants` (default,
 a, b) with an API key each, `--enable-lora --lora-dir DIR` and, for comparison, the same file as
 `--lora-modules same=DIR/a.gguf`.
 

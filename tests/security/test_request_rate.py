@@ -10,7 +10,7 @@ tenants a and b without a rate, an API key each.
 - a and b, at any pace meanwhile, are never refused;
 - tenant `busy max_concurrent=1`: while its one generation streams, its next is answered 429
   (max_concurrent, Retry-After: 1) from the headers (a 900 KB body announced and never sent),
-  the answer held by the api server (api_gate.h) while b's request is served meanwhile; once the
+  the answer held by the api server (api_server_gate.h) while b's request is served meanwhile; once the
   stream ends, busy's next request passes.
 
 usage: test_request_rate.py --pydir DIR   (LLMBUS_BUILD_DIR, LLMBUS_SOURCE_DIR from ctest)

@@ -38,6 +38,11 @@ is none. What it enforces:
     *.cmake files it includes from its subfolders) names only sources of its folder and of
     subfolders without a CMakeLists.txt of their own, and the root CMakeLists.txt names none
     (cmake_source_problems below; CMAKE_EXEMPT names the one separate project).
+  - an actor's names carry its folder's whole name (actors/README.md): no name an
+    actors/<folder>/ header declares starts with an actor's old short prefix (`inproc_`,
+    `outproc_`, `api_` but not `api_server_`) or with its own folder's first word without the
+    rest (`kv_` but not `kv_manager_`), except as the header's own file stem
+    (actor_prefix_problems below).
 
 Known violations that are still to be fixed are listed in ALLOWLIST and CALL_CYCLE_ALLOWLIST
 with the reason; an entry that no longer matches anything is reported too, so the lists only
@@ -422,6 +427,7 @@ def check(root):
     problems.extend(subject_problems(root, files))
     problems.extend(cmake_source_problems(root))
     problems.extend(actor_shape_problems(root, files))
+    problems.extend(actor_prefix_problems(root, files))
     for i, (src, pat, reason) in enumerate(ALLOWLIST):
         if i not in used:
             problems.append(("tests/unit/check_layout.py", 1,
@@ -510,6 +516,80 @@ def actor_shape_problems(root, files):
             problems.append((f, 1, f"the actor's lifecycle lacks {', '.join(missing)} (every actor "
                                    f"declares the shape of actors/README.md, named for its folder)"))
     return problems
+
+
+# The short prefixes actors had before each took its folder's name (issue 33): a header in any
+# actor folder that declares a name starting with one of them (and not with the full name
+# after it) is caught.
+OLD_ACTOR_PREFIXES = {"inproc_": "input_processor_", "outproc_": "output_processor_", "api_": "api_server_"}
+
+
+def header_names(text):
+    """[(name, line)] of what a C header declares for its includers: macros, the tags of the
+    struct / union / enum it defines, enumerators, typedef names, and file-scope functions and
+    variables. Members, parameters, tags only named (`struct x *p`, `struct x;`), names inside
+    function bodies and initializers, comments and literals are not read."""
+    clean = blank_comments_and_strings(text)
+    names = []
+    for m in DIRECTIVE_RE.finditer(clean):
+        d = DEFINE_RE.match(m.group().strip())
+        if d:
+            names.append((d.group(1), clean.count("\n", 0, m.start()) + 1))
+    toks, lines = tokens_of(DIRECTIVE_RE.sub(lambda m: "\n" * m.group().count("\n"), clean))
+    toks.append(";")
+    blocks, parens = [], 0  # blocks: 'enum', 'struct' or 'other' per open brace
+    for k, t in enumerate(toks[:-1]):
+        prev = toks[k - 1] if k else ";"
+        if t == "{":
+            back = [x for x in toks[max(0, k - 2):k] if x in ("enum", "struct", "union")]
+            blocks.append("enum" if back == ["enum"] else "struct" if back else "other")
+        elif t == "}" and blocks:
+            blocks.pop()
+        elif t in ("(", ")") and not blocks:
+            parens += 1 if t == "(" else -1
+        elif not is_ident(t):
+            continue
+        elif prev in ("struct", "union", "enum"):
+            if toks[k + 1] == "{":  # a definition; `struct x *p` and `struct x;` name it only
+                names.append((t, lines[k]))
+        elif blocks:
+            if blocks[-1] == "enum" and prev in ("{", ","):
+                names.append((t, lines[k]))
+        elif parens == 0 and toks[k + 1] in ("(", ";", ",", "=", "["):
+            names.append((t, lines[k]))
+        elif parens == 1 and prev == "*" and toks[k - 2] == "(" and toks[k + 1] == ")":
+            names.append((t, lines[k]))  # typedef void (*name)(...)
+    return names
+
+
+def actor_prefix_problems(root, files):
+    """One problem per name an actors/<folder>/ header declares (header_names) that starts with
+    a short form of an actor's folder name instead of the whole name (actors/README.md: the
+    prefix is the folder name): one of OLD_ACTOR_PREFIXES, or its own folder's first word
+    (`kv_` in actors/kv_manager/) not followed by the rest unless the name starts with the
+    header's own file stem (kv_block_pool.h: kv_block_pool_*). Compared in lower case, so
+    macros count too."""
+    problems = set()
+    for f in files:
+        parts = f.split("/")
+        if len(parts) != 3 or parts[0] != "actors" or not f.endswith(".h"):
+            continue
+        folder, stem = parts[1], parts[2][:-2]
+        own = folder.split("_")[0] + "_" if "_" in folder else None
+        with open(os.path.join(root, f), encoding="utf-8", errors="replace") as fh:
+            declared = header_names(fh.read())
+        for name, line in declared:
+            low = name.lower()
+            bad = next((p for p, full in OLD_ACTOR_PREFIXES.items()
+                        if low.startswith(p) and not low.startswith(full)), None)
+            if (not bad and own and low.startswith(own) and not low.startswith(folder + "_")
+                    and low not in (folder, stem) and not low.startswith(stem + "_")):
+                bad = own
+            if bad:
+                full = OLD_ACTOR_PREFIXES.get(bad, folder + "_")
+                problems.add((f, line, f"`{name}` starts with `{bad}`, a short form of `{full}`: an "
+                                       f"actor's names use its folder's whole name (actors/README.md)"))
+    return sorted(problems)
 
 
 def find_cycles(graph):

@@ -1,7 +1,7 @@
-/* api_delta: a completion output marked `resync` (its output processor restarted and repeats
+/* api_server_delta: a completion output marked `resync` (its output processor restarted and repeats
  * the completion from its start) reaches the HTTP client only with what the client does not
  * have yet: text bytes, token ids and the logprobs of those tokens; so does every output of a
- * request sent again after a NATS reconnect (api_delta_restart); other outputs pass as they
+ * request sent again after a NATS reconnect (api_server_delta_restart); other outputs pass as they
  * are and are counted. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,7 +10,7 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "actors/api_server/api_delta.h"
+#include "actors/api_server/api_server_delta.h"
 
 static struct llb_completion_output completion(int32_t index, const char *text, const int32_t *ids, int32_t n,
                                                 bool resync) {
@@ -20,10 +20,10 @@ static struct llb_completion_output completion(int32_t index, const char *text, 
 }
 
 /* Applies one output of a single completion; returns the completion as forwarded. */
-static struct llb_completion_output forward(struct api_delta *d, struct llb_completion_output c) {
+static struct llb_completion_output forward(struct api_server_delta *d, struct llb_completion_output c) {
   static struct llb_completion_output scratch[1];
   struct llb_request_output ro = {.outputs = &c, .num_outputs = 1};
-  api_delta_apply(d, &ro, scratch);
+  api_server_delta_apply(d, &ro, scratch);
   assert_ptr_equal(ro.outputs, scratch);
   return scratch[0];
 }
@@ -35,7 +35,7 @@ static void assert_text(struct llb_completion_output c, const char *want) {
 
 static void test_resync_output_forwards_only_what_the_client_lacks(void **state) {
   (void)state;
-  struct api_delta d = {0};
+  struct api_server_delta d = {0};
   const int32_t ids[] = {10, 11, 12, 13};
   assert_text(forward(&d, completion(0, "He", ids, 1, false)), "He");
   assert_text(forward(&d, completion(0, "llo", ids + 1, 1, false)), "llo");
@@ -57,7 +57,7 @@ static void test_resync_output_forwards_only_what_the_client_lacks(void **state)
 
 static void test_resync_keeps_the_logprobs_of_the_new_tokens_only(void **state) {
   (void)state;
-  struct api_delta d = {0};
+  struct api_server_delta d = {0};
   const int32_t ids[] = {1, 2, 3};
   struct llb_token_logprobs lps[3] = {{.token_id = 1}, {.token_id = 2}, {.token_id = 3}};
   forward(&d, completion(0, "a", ids, 1, false));
@@ -76,7 +76,7 @@ static void test_resync_keeps_the_logprobs_of_the_new_tokens_only(void **state) 
 
 static void test_resync_shorter_than_what_was_sent_forwards_nothing(void **state) {
   (void)state;
-  struct api_delta d = {0};
+  struct api_server_delta d = {0};
   const int32_t ids[] = {1, 2, 3};
   forward(&d, completion(1, "abc", ids, 3, false));
   struct llb_completion_output c = forward(&d, completion(1, "ab", ids, 2, true));
@@ -84,7 +84,7 @@ static void test_resync_shorter_than_what_was_sent_forwards_nothing(void **state
   assert_int_equal(c.num_token_ids, 0);
   /* other completions of the request are counted apart; out-of-range indexes pass */
   assert_int_equal(d.text_bytes[0], 0);
-  c = forward(&d, completion(API_DELTA_MAX_N, "zz", ids, 2, true));
+  c = forward(&d, completion(API_SERVER_DELTA_MAX_N, "zz", ids, 2, true));
   assert_text(c, "zz");
   assert_true(c.resync);
   /* the repeated stream goes on in deltas: the token the client already has is not sent twice */
@@ -99,11 +99,11 @@ static void test_resync_shorter_than_what_was_sent_forwards_nothing(void **state
  * deltas): the client gets every token once, in order, across both runs. */
 static void test_restarted_request_forwards_each_token_once(void **state) {
   (void)state;
-  struct api_delta d = {0};
+  struct api_server_delta d = {0};
   const int32_t ids[] = {1, 2, 3, 4, 5};
   assert_text(forward(&d, completion(0, "The", ids, 1, false)), "The");
   assert_text(forward(&d, completion(0, " cat", ids + 1, 1, false)), " cat");
-  api_delta_restart(&d);
+  api_server_delta_restart(&d);
   struct llb_completion_output c = forward(&d, completion(0, "The", ids, 1, false));
   assert_int_equal(c.text.len, 0);
   assert_int_equal(c.num_token_ids, 0);

@@ -1,8 +1,8 @@
-/* file:// image URLs (api_images.h): read only when the path opens inside
+/* file:// image URLs (api_server_images.h): read only when the path opens inside
  * --allowed-local-media-path with no symbolic link and no "..", as a regular file (a FIFO does
  * not block the server); a missing path, a path outside it, a symlink (even one pointing inside),
  * a FIFO and a directory all get the same 400 text (no existence oracle); a non-image file and a
- * file over API_MAX_IMAGE_BYTES are 400s naming the part. */
+ * file over API_SERVER_MAX_IMAGE_BYTES are 400s naming the part. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "actors/api_server/api_images.h"
-#include "actors/api_server/api_request.h"
+#include "actors/api_server/api_server_images.h"
+#include "actors/api_server/api_server_request.h"
 
 static char g_dir[PATH_MAX], g_real[PATH_MAX];
 
@@ -30,13 +30,13 @@ static void write_file(const char *name, const void *data, size_t n) {
   fclose(f);
 }
 
-static llb_status parse_url(const char *url, const char *allowed, struct api_request *r, struct api_error *e) {
+static llb_status parse_url(const char *url, const char *allowed, struct api_server_request *r, struct api_server_error *e) {
   char body[PATH_MAX * 2];
   snprintf(body, sizeof body,
            "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
            "\"image_url\":{\"url\":\"%s\"}}]}]}", url);
-  const struct api_parse_options o = {.served_model = "smol", .allowed_local_media_path = allowed};
-  return api_request_parse(API_ENDPOINT_CHAT, body, strlen(body), &o, r, e);
+  const struct api_server_parse_options o = {.served_model = "smol", .allowed_local_media_path = allowed};
+  return api_server_request_parse(API_SERVER_ENDPOINT_CHAT, body, strlen(body), &o, r, e);
 }
 
 static void test_file_urls_are_read_only_inside_the_allowed_directory(void **state) {
@@ -44,10 +44,10 @@ static void test_file_urls_are_read_only_inside_the_allowed_directory(void **sta
   static const uint8_t png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
   write_file("a.png", png, sizeof png);
   write_file("note.txt", "hello", 5);
-  char *big = calloc(1, API_MAX_IMAGE_BYTES + 1);
+  char *big = calloc(1, API_SERVER_MAX_IMAGE_BYTES + 1);
   assert_non_null(big);
   memcpy(big, png, sizeof png);
-  write_file("big.png", big, API_MAX_IMAGE_BYTES + 1);
+  write_file("big.png", big, API_SERVER_MAX_IMAGE_BYTES + 1);
   free(big);
   char link[PATH_MAX + 64], url[PATH_MAX + 64];
   snprintf(link, sizeof link, "%s/sub", g_dir);
@@ -61,30 +61,30 @@ static void test_file_urls_are_read_only_inside_the_allowed_directory(void **sta
   snprintf(link, sizeof link, "%s/fifo.png", g_dir);
   assert_int_equal(mkfifo(link, 0600), 0); /* no writer: a blocking open would hang the server */
 
-  struct api_request r;
-  struct api_error e;
+  struct api_server_request r;
+  struct api_server_error e;
   snprintf(url, sizeof url, "file://%s/a.png", g_real);
   if (parse_url(url, g_real, &r, &e) != LLB_STATUS_OK) fail_msg("%s: %s", e.param, e.message);
   assert_int_equal(r.num_mm_items, 1);
   assert_int_equal(r.mm_items[0].data_bytes, sizeof png);
   assert_string_equal(r.mm_items[0].dtype.data, "png");
-  api_request_free(&r);
+  api_server_request_free(&r);
 
   static const struct {
     const char *name, *needle;
     bool allowed;
   } bad[] = {
       {"a.png", "file:// URLs are refused", false},
-      {"out.png", API_LOCAL_MEDIA_NOT_FOUND, true},
-      {"in.png", API_LOCAL_MEDIA_NOT_FOUND, true},
-      {"fifo.png", API_LOCAL_MEDIA_NOT_FOUND, true},
+      {"out.png", API_SERVER_LOCAL_MEDIA_NOT_FOUND, true},
+      {"in.png", API_SERVER_LOCAL_MEDIA_NOT_FOUND, true},
+      {"fifo.png", API_SERVER_LOCAL_MEDIA_NOT_FOUND, true},
       {"note.txt", "neither a JPEG nor a PNG", true},
       {"big.png", "larger than", true},
-      {"missing.png", API_LOCAL_MEDIA_NOT_FOUND, true},
-      {"sub", API_LOCAL_MEDIA_NOT_FOUND, true},
-      {"", API_LOCAL_MEDIA_NOT_FOUND, true},
-      {"../a.png", API_LOCAL_MEDIA_NOT_FOUND, true},
-      {"sub/../../a.png", API_LOCAL_MEDIA_NOT_FOUND, true}, /* ".." that stays inside is fine */
+      {"missing.png", API_SERVER_LOCAL_MEDIA_NOT_FOUND, true},
+      {"sub", API_SERVER_LOCAL_MEDIA_NOT_FOUND, true},
+      {"", API_SERVER_LOCAL_MEDIA_NOT_FOUND, true},
+      {"../a.png", API_SERVER_LOCAL_MEDIA_NOT_FOUND, true},
+      {"sub/../../a.png", API_SERVER_LOCAL_MEDIA_NOT_FOUND, true}, /* ".." that stays inside is fine */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(url, sizeof url, "file://%s/%s", g_real, bad[i].name);

@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "actors/api_server/actor.h"
-#include "actors/api_server/api_keys.h"
+#include "actors/api_server/api_server_keys.h"
 
 /* Whether creating an api actor for `addr` (with keys or not) logs the warning. */
-static bool warns(const char *addr, const struct api_keys *keys) {
+static bool warns(const char *addr, const struct api_server_keys *keys) {
   char path[] = "/tmp/llmbus-listen-warning-XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
@@ -45,11 +45,11 @@ static void test_an_open_address_without_keys_is_logged(void **state) {
   assert_true(warns("[::]:8000", NULL));
   assert_false(warns("127.0.0.1:8000", NULL));
   assert_false(warns("[::1]:8000", NULL));
-  struct api_keys *keys = NULL;
-  assert_int_equal(api_keys_create(&keys), LLB_STATUS_OK);
-  assert_int_equal(api_keys_add(keys, "sk-test-0123456789", "default"), LLB_STATUS_OK);
+  struct api_server_keys *keys = NULL;
+  assert_int_equal(api_server_keys_create(&keys), LLB_STATUS_OK);
+  assert_int_equal(api_server_keys_add(keys, "sk-test-0123456789", "default"), LLB_STATUS_OK);
   assert_false(warns("0.0.0.0:8000", keys));
-  api_keys_destroy(keys);
+  api_server_keys_destroy(keys);
 }
 
 int main(void) {

@@ -1,4 +1,4 @@
-/* actors/api_server/api_metrics: the api server's counters, histograms and engine gauges, in the
+/* actors/api_server/api_server_metrics: the api server's counters, histograms and engine gauges, in the
  * Prometheus text base/metrics renders for them (the names, labels and buckets users scrape). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/api_server/api_metrics.h"
+#include "actors/api_server/api_server_metrics.h"
 
 static void expect_line(const char *text, const char *line) {
   const char *p = strstr(text, line);
@@ -21,10 +21,10 @@ static void expect_line(const char *text, const char *line) {
 
 /* The view as GET /metrics renders it (before merging): caller frees. */
 /* Not inlined: gcc's -Wdangling-pointer misreads the returned text inlined into a caller. */
-static __attribute__((noinline)) char *render(struct api_metrics *m) {
+static __attribute__((noinline)) char *render(struct api_server_metrics *m) {
   char *text;
   size_t len;
-  assert_int_equal(llb_metrics_render(api_metrics_registry(m), &text, &len), LLB_STATUS_OK);
+  assert_int_equal(llb_metrics_render(api_server_metrics_registry(m), &text, &len), LLB_STATUS_OK);
   return text;
 }
 
@@ -40,15 +40,15 @@ static double value_of(const char *text, const char *series) {
 
 static void test_histograms_are_cumulative_with_sum_and_count(void **state) {
   (void)state;
-  struct api_metrics *m;
-  assert_int_equal(api_metrics_create("smol", &m), LLB_STATUS_OK);
-  api_metrics_request_started(m);
-  api_metrics_request_started(m);
-  api_metrics_request_ended(m);
-  api_metrics_request_succeeded(m, "stop", 5, 7, 0.03, 0.9);
-  api_metrics_request_succeeded(m, "length", 3, 16, 0.5, 2.0);
-  api_metrics_observe_itl(m, 0.02, 1);
-  api_metrics_request_failed(m, 429);
+  struct api_server_metrics *m;
+  assert_int_equal(api_server_metrics_create("smol", &m), LLB_STATUS_OK);
+  api_server_metrics_request_started(m);
+  api_server_metrics_request_started(m);
+  api_server_metrics_request_ended(m);
+  api_server_metrics_request_succeeded(m, "stop", 5, 7, 0.03, 0.9);
+  api_server_metrics_request_succeeded(m, "length", 3, 16, 0.5, 2.0);
+  api_server_metrics_observe_itl(m, 0.02, 1);
+  api_server_metrics_request_failed(m, 429);
   char *text = render(m);
   expect_line(text, "# HELP llmbus:time_to_first_token_seconds Time to first token.");
   expect_line(text, "# TYPE llmbus:time_to_first_token_seconds histogram");
@@ -70,39 +70,39 @@ static void test_histograms_are_cumulative_with_sum_and_count(void **state) {
   expect_line(text, "llmbus:inter_token_latency_seconds_count{model_name=\"smol\"} 1");
   expect_line(text, "llmbus:e2e_request_latency_seconds_bucket{model_name=\"smol\",le=\"1\"} 1");
   free(text);
-  api_metrics_destroy(m);
+  api_server_metrics_destroy(m);
 }
 
 /* A stall shows: one sample per token gap, not one mean per request. */
 static void test_inter_token_latency_is_one_sample_per_gap(void **state) {
   (void)state;
-  struct api_metrics *m;
-  assert_int_equal(api_metrics_create("smol", &m), LLB_STATUS_OK);
-  for (int i = 0; i < 9; i++) api_metrics_observe_itl(m, 0.02, 1);
-  api_metrics_observe_itl(m, 3.0, 1); /* one stall of 3 s among ten gaps */
-  api_metrics_observe_itl(m, 0.01, 2); /* two tokens after one 20 ms gap */
+  struct api_server_metrics *m;
+  assert_int_equal(api_server_metrics_create("smol", &m), LLB_STATUS_OK);
+  for (int i = 0; i < 9; i++) api_server_metrics_observe_itl(m, 0.02, 1);
+  api_server_metrics_observe_itl(m, 3.0, 1); /* one stall of 3 s among ten gaps */
+  api_server_metrics_observe_itl(m, 0.01, 2); /* two tokens after one 20 ms gap */
   char *text = render(m);
   expect_line(text, "llmbus:inter_token_latency_seconds_count{model_name=\"smol\"} 12");
   expect_line(text, "llmbus:inter_token_latency_seconds_bucket{model_name=\"smol\",le=\"0.01\"} 2");
   expect_line(text, "llmbus:inter_token_latency_seconds_bucket{model_name=\"smol\",le=\"2.5\"} 11");
   expect_line(text, "llmbus:inter_token_latency_seconds_bucket{model_name=\"smol\",le=\"5\"} 12");
   free(text);
-  api_metrics_destroy(m);
+  api_server_metrics_destroy(m);
 }
 
 static void test_engine_gauges_keep_the_latest_stats_per_engine(void **state) {
   (void)state;
-  struct api_metrics *m;
-  assert_int_equal(api_metrics_create("we\"ird", &m), LLB_STATUS_OK);
+  struct api_server_metrics *m;
+  assert_int_equal(api_server_metrics_create("we\"ird", &m), LLB_STATUS_OK);
   struct llb_scheduler_stats s = {.engine_id = llb_str_c("0"), .num_waiting_reqs = 4, .num_running_reqs = 2,
                                   .kv_cache_usage = 0.25f, .prefix_cache_queries = 100, .prefix_cache_hits = 40,
                                   .num_preemptions = 3};
-  api_metrics_engine_stats(m, &s);
+  api_server_metrics_engine_stats(m, &s);
   s.num_waiting_reqs = 1;
-  api_metrics_engine_stats(m, &s);
+  api_server_metrics_engine_stats(m, &s);
   s.engine_id = llb_str_c("1");
   s.num_waiting_reqs = 9;
-  api_metrics_engine_stats(m, &s);
+  api_server_metrics_engine_stats(m, &s);
   char *text = render(m);
   expect_line(text, "llmbus:num_requests_waiting{model_name=\"we\\\"ird\",engine=\"0\"} 1");
   expect_line(text, "llmbus:num_requests_waiting{model_name=\"we\\\"ird\",engine=\"1\"} 9");
@@ -110,7 +110,7 @@ static void test_engine_gauges_keep_the_latest_stats_per_engine(void **state) {
   expect_line(text, "llmbus:prefix_cache_hits_total{model_name=\"we\\\"ird\",engine=\"0\"} 40");
   expect_line(text, "llmbus:num_preemptions_total{model_name=\"we\\\"ird\",engine=\"1\"} 3");
   free(text);
-  api_metrics_destroy(m);
+  api_server_metrics_destroy(m);
 }
 
 int main(void) {

@@ -1,4 +1,4 @@
-/* actors/api_server/api_options: llmbus-api-server's flags → the actor's options. */
+/* actors/api_server/api_server_options: llmbus-api-server's flags → the actor's options. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -6,16 +6,16 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "actors/api_server/api_keys.h"
-#include "actors/api_server/api_options.h"
-#include "actors/api_server/api_tools.h"
+#include "actors/api_server/api_server_keys.h"
+#include "actors/api_server/api_server_options.h"
+#include "actors/api_server/api_server_tools.h"
 
 /* llmbus-api-server's defaults (cmd/api_server_main.c). */
 static struct api_server_flags defaults(void) {
   return (struct api_server_flags){.http = "127.0.0.1:8000", .max_body_bytes = 1024 * 1024,
                                    .request_timeout_s = 10, .first_output_timeout_s = 60, .max_concurrent = 256,
-                                   .max_connections = API_DEFAULT_MAX_CONNECTIONS,
-                                   .tenant = "default", .health_actors = API_ACTOR_DEFAULT_HEALTH_ACTORS,
+                                   .max_connections = API_SERVER_DEFAULT_MAX_CONNECTIONS,
+                                   .tenant = "default", .health_actors = API_SERVER_ACTOR_DEFAULT_HEALTH_ACTORS,
                                    .health_missed_beats = 3, .tool_call_parser = "hermes"};
 }
 
@@ -87,12 +87,12 @@ static void test_api_key_serves_its_tenant_and_a_bad_one_stops_the_start(void **
   struct api_server_config c;
   assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_OK);
   assert_non_null(c.options.api_keys);
-  assert_string_equal(api_keys_tenant_of(c.options.api_keys, "Bearer sk-aaaaaaaa"), "team-a");
-  assert_string_equal(api_keys_tenant_of(c.options.api_keys, "Bearer sk-cccccccc"), "team-a");
-  assert_null(api_keys_tenant_of(c.options.api_keys, "Bearer sk-bbbbbbbb"));
+  assert_string_equal(api_server_keys_tenant_of(c.options.api_keys, "Bearer sk-aaaaaaaa"), "team-a");
+  assert_string_equal(api_server_keys_tenant_of(c.options.api_keys, "Bearer sk-cccccccc"), "team-a");
+  assert_null(api_server_keys_tenant_of(c.options.api_keys, "Bearer sk-bbbbbbbb"));
   assert_string_equal(c.options.tenant, "team-a");
   api_server_config_free(&c);
-  keys[1] = "short"; /* under API_KEY_MIN_BYTES: refused, nothing left to free (ASan) */
+  keys[1] = "short"; /* under API_SERVER_KEY_MIN_BYTES: refused, nothing left to free (ASan) */
   assert_int_equal(api_server_config_init(&c, &f, "m.gguf", 2000), LLB_STATUS_INVALID_ARGUMENT);
   f.num_api_keys = 0;
   const char *files[] = {"/nonexistent/llmbus-keys"};
@@ -143,14 +143,14 @@ static void test_model_names_with_syntax_are_refused(void **state) {
 
 static void test_loopback_hosts_are_told_from_open_ones(void **state) {
   (void)state;
-  assert_true(api_host_is_loopback("127.0.0.1"));
-  assert_true(api_host_is_loopback("127.9.8.7"));
-  assert_true(api_host_is_loopback("::1"));
-  assert_true(api_host_is_loopback("localhost"));
-  assert_false(api_host_is_loopback("0.0.0.0"));
-  assert_false(api_host_is_loopback("::"));
-  assert_false(api_host_is_loopback("10.1.2.3"));
-  assert_false(api_host_is_loopback(""));
+  assert_true(api_server_host_is_loopback("127.0.0.1"));
+  assert_true(api_server_host_is_loopback("127.9.8.7"));
+  assert_true(api_server_host_is_loopback("::1"));
+  assert_true(api_server_host_is_loopback("localhost"));
+  assert_false(api_server_host_is_loopback("0.0.0.0"));
+  assert_false(api_server_host_is_loopback("::"));
+  assert_false(api_server_host_is_loopback("10.1.2.3"));
+  assert_false(api_server_host_is_loopback(""));
 }
 
 int main(void) {

@@ -1,4 +1,4 @@
-/* actors/api_server/api_response: RequestOutputs → OpenAI objects and SSE chunks. */
+/* actors/api_server/api_server_response: RequestOutputs → OpenAI objects and SSE chunks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,14 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/api_server/api_response.h"
-#include "actors/api_server/api_tokenize.h"
+#include "actors/api_server/api_server_response.h"
+#include "actors/api_server/api_server_tokenize.h"
 
-static const struct api_parse_options opts = {.served_model = "smol"};
+static const struct api_server_parse_options opts = {.served_model = "smol"};
 
-static void parse_ok(enum api_endpoint ep, const char *body, struct api_request *r) {
-  struct api_error e;
-  llb_status st = api_request_parse(ep, body, strlen(body), &opts, r, &e);
+static void parse_ok(enum api_server_endpoint ep, const char *body, struct api_server_request *r) {
+  struct api_server_error e;
+  llb_status st = api_server_request_parse(ep, body, strlen(body), &opts, r, &e);
   if (st != LLB_STATUS_OK) fprintf(stderr, "parse: %s\n", e.message);
   assert_int_equal(st, LLB_STATUS_OK);
 }
@@ -54,23 +54,23 @@ static int sse_events(const char *text, char events[][2048], int max) {
 
 static void test_completion_stream_chunks_end_with_usage_and_done(void **state) {
   (void)state;
-  struct api_request req;
-  parse_ok(API_ENDPOINT_COMPLETIONS,
+  struct api_server_request req;
+  parse_ok(API_SERVER_ENDPOINT_COMPLETIONS,
            "{\"model\":\"smol\",\"prompt\":\"p\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}", &req);
-  struct api_response r;
-  assert_int_equal(api_response_init(&r, &req, "cmpl-abc", 1700000000), LLB_STATUS_OK);
-  struct api_buf out = {0};
+  struct api_server_response r;
+  assert_int_equal(api_server_response_init(&r, &req, "cmpl-abc", 1700000000), LLB_STATUS_OK);
+  struct api_server_buf out = {0};
   struct llb_completion_output c;
   int32_t prompt_ids[3] = {1, 2, 3}, t1[2] = {10, 11}, t2[1] = {12};
   struct llb_request_output ro = one(0, "Hel", t1, 2, LLB_FINISH_REASON_NONE, false, &c);
   ro.prompt_token_ids = prompt_ids;
   ro.num_prompt_token_ids = 3;
   ro.metrics.num_cached_tokens = 2; /* two prompt tokens came from the prefix cache */
-  assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
+  assert_int_equal(api_server_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
   ro = one(0, "lo", t2, 1, LLB_FINISH_REASON_LENGTH, true, &c);
-  assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
-  assert_true(api_response_done(&r));
-  assert_int_equal(api_response_stream_end(&r, &out), LLB_STATUS_OK);
+  assert_int_equal(api_server_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
+  assert_true(api_server_response_done(&r));
+  assert_int_equal(api_server_response_stream_end(&r, &out), LLB_STATUS_OK);
   char ev[8][2048];
   int n = sse_events(out.data, ev, 8);
   assert_int_equal(n, 4);
@@ -94,28 +94,28 @@ static void test_completion_stream_chunks_end_with_usage_and_done(void **state) 
   assert_int_equal(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")), 2);
   json_decref(j);
   assert_string_equal(ev[3], "[DONE]");
-  api_buf_free(&out);
-  api_response_free(&r);
-  api_request_free(&req);
+  api_server_buf_free(&out);
+  api_server_response_free(&r);
+  api_server_request_free(&req);
 }
 
 static void test_chat_stream_sends_role_first_per_choice(void **state) {
   (void)state;
-  struct api_request req;
-  parse_ok(API_ENDPOINT_CHAT,
+  struct api_server_request req;
+  parse_ok(API_SERVER_ENDPOINT_CHAT,
            "{\"model\":\"smol\",\"n\":2,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &req);
-  struct api_response r;
-  assert_int_equal(api_response_init(&r, &req, "chatcmpl-1", 1), LLB_STATUS_OK);
-  struct api_buf out = {0};
+  struct api_server_response r;
+  assert_int_equal(api_server_response_init(&r, &req, "chatcmpl-1", 1), LLB_STATUS_OK);
+  struct api_server_buf out = {0};
   struct llb_completion_output c;
   int32_t t[1] = {5};
   struct llb_request_output ro = one(1, "B", t, 1, LLB_FINISH_REASON_NONE, false, &c);
-  assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
+  assert_int_equal(api_server_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
   ro = one(0, "A", t, 1, LLB_FINISH_REASON_STOP, false, &c);
-  assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
+  assert_int_equal(api_server_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
   ro = one(1, "", NULL, 0, LLB_FINISH_REASON_STOP, true, &c);
-  assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
-  assert_int_equal(api_response_stream_end(&r, &out), LLB_STATUS_OK);
+  assert_int_equal(api_server_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
+  assert_int_equal(api_server_response_stream_end(&r, &out), LLB_STATUS_OK);
   char ev[8][2048];
   int n = sse_events(out.data, ev, 8);
   assert_int_equal(n, 6); /* role1, B, role0, A, finish1, DONE (no usage chunk) */
@@ -143,18 +143,18 @@ static void test_chat_stream_sends_role_first_per_choice(void **state) {
     json_decref(j);
   }
   assert_string_equal(ev[5], "[DONE]");
-  api_buf_free(&out);
-  api_response_free(&r);
-  api_request_free(&req);
+  api_server_buf_free(&out);
+  api_server_response_free(&r);
+  api_server_request_free(&req);
 }
 
 /* Non-streaming: deltas of two prompts x n=2 accumulate into four ordered choices. */
 static void test_non_stream_accumulates_choices_of_every_prompt(void **state) {
   (void)state;
-  struct api_request req;
-  parse_ok(API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[\"a\",\"b\"],\"n\":2,\"stop\":\"!\"}", &req);
-  struct api_response r;
-  assert_int_equal(api_response_init(&r, &req, "cmpl-2", 5), LLB_STATUS_OK);
+  struct api_server_request req;
+  parse_ok(API_SERVER_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[\"a\",\"b\"],\"n\":2,\"stop\":\"!\"}", &req);
+  struct api_server_response r;
+  assert_int_equal(api_server_response_init(&r, &req, "cmpl-2", 5), LLB_STATUS_OK);
   struct llb_completion_output c;
   int32_t t[2] = {1, 2}, p[4] = {7, 8, 9, 10};
   const char *texts[2][2] = {{"x", "y"}, {"zz", "w"}};
@@ -168,11 +168,11 @@ static void test_non_stream_accumulates_choices_of_every_prompt(void **state) {
         if (last) c.stop_reason = llb_str_c("!");
         ro.prompt_token_ids = p;
         ro.num_prompt_token_ids = prompt + 1;
-        assert_int_equal(api_response_add_output(&r, prompt, &ro), LLB_STATUS_OK);
+        assert_int_equal(api_server_response_add_output(&r, prompt, &ro), LLB_STATUS_OK);
       }
-  assert_true(api_response_done(&r));
-  struct api_buf out = {0};
-  assert_int_equal(api_response_render(&r, &out), LLB_STATUS_OK);
+  assert_true(api_server_response_done(&r));
+  struct api_server_buf out = {0};
+  assert_int_equal(api_server_response_render(&r, &out), LLB_STATUS_OK);
   json_t *j = json_loads(out.data, 0, NULL);
   assert_non_null(j);
   assert_string_equal(json_string_value(json_object_get(j, "object")), "text_completion");
@@ -190,9 +190,9 @@ static void test_non_stream_accumulates_choices_of_every_prompt(void **state) {
   assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")), 1 + 2);
   assert_int_equal(json_integer_value(json_object_get(u, "completion_tokens")), 8);
   json_decref(j);
-  api_buf_free(&out);
-  api_response_free(&r);
-  api_request_free(&req);
+  api_server_buf_free(&out);
+  api_server_response_free(&r);
+  api_server_request_free(&req);
 }
 
 /* echo + logprobs has the engine score the prompt (the GenerateRequest's prompt_logprobs) for
@@ -203,65 +203,65 @@ static void test_echo_logprobs_score_the_prompt_without_a_prompt_logprobs_field(
   const char *bodies[2] = {"{\"model\":\"smol\",\"prompt\":\"Say\",\"echo\":true,\"logprobs\":2}",
                            "{\"model\":\"smol\",\"prompt\":\"Say\",\"echo\":true,\"logprobs\":2,\"prompt_logprobs\":1}"};
   for (int asked = 0; asked < 2; asked++) {
-    struct api_request req;
-    parse_ok(API_ENDPOINT_COMPLETIONS, bodies[asked], &req);
+    struct api_server_request req;
+    parse_ok(API_SERVER_ENDPOINT_COMPLETIONS, bodies[asked], &req);
     struct llb_generate_request g;
-    api_request_to_generate(&req, 0, "cmpl-p", &g);
+    api_server_request_to_generate(&req, 0, "cmpl-p", &g);
     assert_ptr_equal(g.sampling_params, &req.sampling_params);
     assert_int_equal(g.sampling_params->prompt_logprobs, 2);
     assert_int_equal(g.sampling_params->output_kind, LLB_OUTPUT_KIND_DELTA);
-    struct api_response r;
-    assert_int_equal(api_response_init(&r, &req, "cmpl-p", 5), LLB_STATUS_OK);
+    struct api_server_response r;
+    assert_int_equal(api_server_response_init(&r, &req, "cmpl-p", 5), LLB_STATUS_OK);
     struct llb_completion_output c;
     int32_t t[1] = {1};
     struct llb_request_output ro = one(0, "!", t, 1, LLB_FINISH_REASON_LENGTH, true, &c);
     ro.num_prompt_token_ids = 1; /* a one-token prompt: no prompt logprobs to wait for */
-    assert_int_equal(api_response_add_output(&r, 0, &ro), LLB_STATUS_OK);
-    struct api_buf out = {0};
-    assert_int_equal(api_response_render(&r, &out), LLB_STATUS_OK);
+    assert_int_equal(api_server_response_add_output(&r, 0, &ro), LLB_STATUS_OK);
+    struct api_server_buf out = {0};
+    assert_int_equal(api_server_response_render(&r, &out), LLB_STATUS_OK);
     json_t *j = json_loads(out.data, 0, NULL);
     json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
     assert_non_null(choice);
     assert_int_equal(json_object_get(choice, "prompt_logprobs") != NULL, asked);
     json_decref(j);
-    api_buf_free(&out);
-    api_response_free(&r);
-    api_request_free(&req);
+    api_server_buf_free(&out);
+    api_server_response_free(&r);
+    api_server_request_free(&req);
   }
 }
 
 static void test_echo_prepends_the_prompt_once_per_choice(void **state) {
   (void)state;
-  struct api_request req;
-  parse_ok(API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[\"Say: \",\"Q: \"],\"echo\":true}", &req);
-  struct api_response r;
-  assert_int_equal(api_response_init(&r, &req, "cmpl-e", 5), LLB_STATUS_OK);
+  struct api_server_request req;
+  parse_ok(API_SERVER_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":[\"Say: \",\"Q: \"],\"echo\":true}", &req);
+  struct api_server_response r;
+  assert_int_equal(api_server_response_init(&r, &req, "cmpl-e", 5), LLB_STATUS_OK);
   struct llb_completion_output c;
   int32_t t[1] = {1};
   for (int prompt = 0; prompt < 2; prompt++) {
     struct llb_request_output ro = one(0, "hi", t, 1, LLB_FINISH_REASON_NONE, false, &c);
-    assert_int_equal(api_response_add_output(&r, prompt, &ro), LLB_STATUS_OK);
+    assert_int_equal(api_server_response_add_output(&r, prompt, &ro), LLB_STATUS_OK);
     ro = one(0, "!", t, 1, LLB_FINISH_REASON_LENGTH, true, &c);
-    assert_int_equal(api_response_add_output(&r, prompt, &ro), LLB_STATUS_OK);
+    assert_int_equal(api_server_response_add_output(&r, prompt, &ro), LLB_STATUS_OK);
   }
-  struct api_buf out = {0};
-  assert_int_equal(api_response_render(&r, &out), LLB_STATUS_OK);
+  struct api_server_buf out = {0};
+  assert_int_equal(api_server_response_render(&r, &out), LLB_STATUS_OK);
   json_t *j = json_loads(out.data, 0, NULL);
   json_t *choices = json_object_get(j, "choices");
   assert_string_equal(json_string_value(json_object_get(json_array_get(choices, 0), "text")), "Say: hi!");
   assert_string_equal(json_string_value(json_object_get(json_array_get(choices, 1), "text")), "Q: hi!");
   json_decref(j);
-  api_buf_free(&out);
-  api_response_free(&r);
-  api_request_free(&req);
+  api_server_buf_free(&out);
+  api_server_response_free(&r);
+  api_server_request_free(&req);
 
   /* streamed: the prompt rides on the first chunk only, even when that chunk has no text */
-  parse_ok(API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"Say: \",\"echo\":true,\"stream\":true}", &req);
-  assert_int_equal(api_response_init(&r, &req, "cmpl-s", 5), LLB_STATUS_OK);
+  parse_ok(API_SERVER_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"Say: \",\"echo\":true,\"stream\":true}", &req);
+  assert_int_equal(api_server_response_init(&r, &req, "cmpl-s", 5), LLB_STATUS_OK);
   struct llb_request_output ro = one(0, "", t, 1, LLB_FINISH_REASON_NONE, false, &c);
-  assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
+  assert_int_equal(api_server_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
   ro = one(0, "ok", t, 1, LLB_FINISH_REASON_LENGTH, true, &c);
-  assert_int_equal(api_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
+  assert_int_equal(api_server_response_stream_output(&r, 0, &ro, &out), LLB_STATUS_OK);
   char ev[4][2048];
   assert_int_equal(sse_events(out.data, ev, 4), 2);
   const char *want[2] = {"Say: ", "ok"};
@@ -271,49 +271,49 @@ static void test_echo_prepends_the_prompt_once_per_choice(void **state) {
     assert_string_equal(json_string_value(json_object_get(ch, "text")), want[i]);
     json_decref(j);
   }
-  api_buf_free(&out);
-  api_response_free(&r);
-  api_request_free(&req);
+  api_server_buf_free(&out);
+  api_server_response_free(&r);
+  api_server_request_free(&req);
 }
 
 static void test_tokenize_replies_render_vllm_shapes(void **state) {
   (void)state;
-  struct api_tokenize t = {.endpoint = API_ENDPOINT_TOKENIZE};
+  struct api_server_tokenize t = {.endpoint = API_SERVER_ENDPOINT_TOKENIZE};
   int32_t ids[3] = {1, 4093, 2};
   struct llb_request_output ro = {.request_id = llb_str_c("tok-1"), .prompt_token_ids = ids,
                                   .num_prompt_token_ids = 3, .finished = true, .max_model_len = 2048};
-  struct api_buf out = {0};
-  assert_int_equal(api_tokenize_render(&t, &ro, "smol", 7, &out), LLB_STATUS_OK);
+  struct api_server_buf out = {0};
+  assert_int_equal(api_server_tokenize_render(&t, &ro, "smol", 7, &out), LLB_STATUS_OK);
   json_t *j = json_loads(out.data, 0, NULL);
   assert_int_equal(json_integer_value(json_object_get(j, "count")), 3);
   assert_int_equal(json_integer_value(json_object_get(j, "max_model_len")), 2048);
   assert_int_equal(json_integer_value(json_array_get(json_object_get(j, "tokens"), 1)), 4093);
   json_decref(j);
-  api_buf_free(&out);
+  api_server_buf_free(&out);
   /* detokenize: the text; bytes that are not UTF-8 (ids cut inside a character) become U+FFFD */
-  t.endpoint = API_ENDPOINT_DETOKENIZE;
+  t.endpoint = API_SERVER_ENDPOINT_DETOKENIZE;
   ro.prompt = (struct llb_str){"caf\xc3", 4};
-  assert_int_equal(api_tokenize_render(&t, &ro, "smol", 7, &out), LLB_STATUS_OK);
+  assert_int_equal(api_server_tokenize_render(&t, &ro, "smol", 7, &out), LLB_STATUS_OK);
   j = json_loads(out.data, 0, NULL);
   assert_string_equal(json_string_value(json_object_get(j, "prompt")), "caf\xef\xbf\xbd");
   json_decref(j);
-  api_buf_free(&out);
+  api_server_buf_free(&out);
   /* an engine error on the ids names the request's field */
-  struct api_error e;
-  api_error_from_status(LLB_STATUS_INVALID_ARGUMENT, "prompt_token_ids[1]: token id 99 is outside", "prompt_token_ids[1]",
+  struct api_server_error e;
+  api_server_error_from_status(LLB_STATUS_INVALID_ARGUMENT, "prompt_token_ids[1]: token id 99 is outside", "prompt_token_ids[1]",
                         &e);
-  api_tokenize_map_error(&t, &e);
+  api_server_tokenize_map_error(&t, &e);
   assert_string_equal(e.param, "tokens[1]");
   assert_string_equal(e.message, "tokens[1]: token id 99 is outside");
   /* /v1/models/{id}: the model object with max_model_len */
-  t.endpoint = API_ENDPOINT_MODEL_INFO;
-  assert_int_equal(api_tokenize_render(&t, &ro, "smol", 7, &out), LLB_STATUS_OK);
+  t.endpoint = API_SERVER_ENDPOINT_MODEL_INFO;
+  assert_int_equal(api_server_tokenize_render(&t, &ro, "smol", 7, &out), LLB_STATUS_OK);
   j = json_loads(out.data, 0, NULL);
   assert_string_equal(json_string_value(json_object_get(j, "id")), "smol");
   assert_string_equal(json_string_value(json_object_get(j, "object")), "model");
   assert_int_equal(json_integer_value(json_object_get(j, "max_model_len")), 2048);
   json_decref(j);
-  api_buf_free(&out);
+  api_server_buf_free(&out);
 }
 
 static struct llb_token_logprobs tok_lp(int32_t id, const char *text, float lp, struct llb_top_logprob *top,
@@ -329,21 +329,21 @@ static void test_logprobs_shapes_for_completions_and_chat(void **state) {
   struct llb_token_logprobs lps[2] = {tok_lp(4, "Hi", -0.1f, top, 2), tok_lp(6, "!", -2.0f, top, 1)};
   int32_t ids[2] = {4, 6};
   /* Completions: two deltas; text_offset continues; -inf clamps to -9999. */
-  struct api_request req;
-  parse_ok(API_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"p\",\"logprobs\":2}", &req);
-  struct api_response r;
-  assert_int_equal(api_response_init(&r, &req, "cmpl-3", 5), LLB_STATUS_OK);
+  struct api_server_request req;
+  parse_ok(API_SERVER_ENDPOINT_COMPLETIONS, "{\"model\":\"smol\",\"prompt\":\"p\",\"logprobs\":2}", &req);
+  struct api_server_response r;
+  assert_int_equal(api_server_response_init(&r, &req, "cmpl-3", 5), LLB_STATUS_OK);
   struct llb_completion_output c;
   struct llb_request_output ro = one(0, "Hi", ids, 1, LLB_FINISH_REASON_NONE, false, &c);
   c.logprobs = &lps[0];
   c.num_logprobs = 1;
-  assert_int_equal(api_response_add_output(&r, 0, &ro), LLB_STATUS_OK);
+  assert_int_equal(api_server_response_add_output(&r, 0, &ro), LLB_STATUS_OK);
   ro = one(0, "!", ids + 1, 1, LLB_FINISH_REASON_LENGTH, true, &c);
   c.logprobs = &lps[1];
   c.num_logprobs = 1;
-  assert_int_equal(api_response_add_output(&r, 0, &ro), LLB_STATUS_OK);
-  struct api_buf out = {0};
-  assert_int_equal(api_response_render(&r, &out), LLB_STATUS_OK);
+  assert_int_equal(api_server_response_add_output(&r, 0, &ro), LLB_STATUS_OK);
+  struct api_server_buf out = {0};
+  assert_int_equal(api_server_response_render(&r, &out), LLB_STATUS_OK);
   json_t *j = json_loads(out.data, 0, NULL);
   json_t *lp = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs");
   assert_int_equal(json_array_size(json_object_get(lp, "tokens")), 2);
@@ -353,20 +353,20 @@ static void test_logprobs_shapes_for_completions_and_chat(void **state) {
   json_t *top0 = json_array_get(json_object_get(lp, "top_logprobs"), 0);
   assert_float_equal(json_real_value(json_object_get(top0, "Yo")), -9999.0, 0);
   json_decref(j);
-  api_buf_free(&out);
-  api_response_free(&r);
-  api_request_free(&req);
+  api_server_buf_free(&out);
+  api_server_response_free(&r);
+  api_server_request_free(&req);
 
   /* Chat: content entries with bytes and top_logprobs cut to top_logprobs = 1. */
-  parse_ok(API_ENDPOINT_CHAT,
+  parse_ok(API_SERVER_ENDPOINT_CHAT,
            "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":1}",
            &req);
-  assert_int_equal(api_response_init(&r, &req, "chatcmpl-3", 5), LLB_STATUS_OK);
+  assert_int_equal(api_server_response_init(&r, &req, "chatcmpl-3", 5), LLB_STATUS_OK);
   ro = one(0, "Hi!", ids, 2, LLB_FINISH_REASON_STOP, true, &c);
   c.logprobs = lps;
   c.num_logprobs = 2;
-  assert_int_equal(api_response_add_output(&r, 0, &ro), LLB_STATUS_OK);
-  assert_int_equal(api_response_render(&r, &out), LLB_STATUS_OK);
+  assert_int_equal(api_server_response_add_output(&r, 0, &ro), LLB_STATUS_OK);
+  assert_int_equal(api_server_response_render(&r, &out), LLB_STATUS_OK);
   j = json_loads(out.data, 0, NULL);
   json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
   assert_string_equal(json_string_value(json_object_get(json_object_get(ch, "message"), "content")), "Hi!");
@@ -378,23 +378,23 @@ static void test_logprobs_shapes_for_completions_and_chat(void **state) {
   assert_int_equal(json_integer_value(json_array_get(json_object_get(e0, "bytes"), 0)), 'H');
   assert_int_equal(json_array_size(json_object_get(e0, "top_logprobs")), 1);
   json_decref(j);
-  api_buf_free(&out);
-  api_response_free(&r);
-  api_request_free(&req);
+  api_server_buf_free(&out);
+  api_server_response_free(&r);
+  api_server_request_free(&req);
 }
 
 static void test_stream_error_event_is_openai_error_object(void **state) {
   (void)state;
-  struct api_error e;
-  api_error_set(&e, 503, NULL, "engine gone");
-  struct api_buf out = {0};
-  assert_int_equal(api_response_stream_error(&e, &out), LLB_STATUS_OK);
+  struct api_server_error e;
+  api_server_error_set(&e, 503, NULL, "engine gone");
+  struct api_server_buf out = {0};
+  assert_int_equal(api_server_response_stream_error(&e, &out), LLB_STATUS_OK);
   char ev[2][2048];
   assert_int_equal(sse_events(out.data, ev, 2), 1);
   json_t *j = json_loads(ev[0], 0, NULL);
   assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "message")), "engine gone");
   json_decref(j);
-  api_buf_free(&out);
+  api_server_buf_free(&out);
 }
 
 int main(void) {

@@ -393,8 +393,38 @@ class CheckLayoutTest(unittest.TestCase):
             "void kv_manager_actor_stats(", "void kv_manager_actor_get_counters(")
         self.assert_one_problem({"actors/kv_manager/actor.h": old_names}, "actors/kv_manager/actor.h:1",
                                 ["kv_manager_actor_stop(", "kv_manager_actor_stats(", "actors/README.md"])
-        self.assert_one_problem({"actors/kv_manager/actor.h": full.replace("kv_manager_actor", "kv_actor")},
+        self.assert_one_problem({"actors/kv_manager/actor.h": full.replace("kv_manager_actor", "kvm_actor")},
                                 "actors/kv_manager/actor.h:1", ["struct kv_manager_actor_options"])
+
+    def test_an_actor_header_declaring_a_short_form_of_a_folder_name_is_caught(self):
+        clean = ("#ifndef API_SERVER_X_H\n#define API_SERVER_X_H\n#define API_SERVER_MAX 3\n"
+                 "/* api_old_name() in a comment */\nstruct api_server_opts {\n"
+                 "  const struct api_keys *api_keys; /* a member: not a declaration for includers */\n"
+                 "  int api_count;\n};\nstruct api_gone;\n"
+                 "int api_server_x(const struct api_gone *api_param, const char *s);\n"
+                 "static inline int api_server_y(void) { int api_local = 0; return api_local; }\n"
+                 "enum api_server_kind { API_SERVER_KIND_A, API_SERVER_KIND_B = 2 };\n"
+                 "typedef void (*api_server_fn)(int api_arg);\n#endif\n")
+        tree = {"actors/api_server/x.h": clean,
+                "actors/api_server/x.c": 'static int api_private(void) { return 0; }\n',
+                "actors/kv_manager/kv_block_pool.h": "struct kv_block_pool { int n; };\nint kv_block_pool_n(void);\n"}
+        with Tree(tree) as t:
+            self.assertEqual(t.problems(), [])
+        self.assert_one_problem({**tree, "actors/api_server/x.h": clean.replace("#endif", "int api_foo(void);\n#endif")},
+                                "actors/api_server/x.h:14", ["`api_foo`", "`api_server_`", "actors/README.md"])
+        # An old prefix is caught even in a header named for it, and in any actor folder.
+        self.assert_one_problem({"actors/api_server/api_foo.h": "int api_foo_get(void);\n"},
+                                "actors/api_server/api_foo.h:1", ["`api_foo_get`"])
+        self.assert_one_problem({"actors/gpu_worker/w.h": "\n#define INPROC_MAX 3\n"},
+                                "actors/gpu_worker/w.h:2", ["`INPROC_MAX`", "`input_processor_`"])
+        self.assert_one_problem({"actors/scheduler/s.h": "typedef int (*outproc_fn)(void);\n"},
+                                "actors/scheduler/s.h:1", ["`outproc_fn`"])
+        # The folder's own first word: only with the rest, or as the header's own stem.
+        with Tree({"actors/kv_manager/kv_manager.h": "struct kv_step { int n; };\nenum { KV_A, KV_B };\n"}) as t:
+            problems = t.problems()
+        self.assertEqual(len(problems), 3, problems)
+        self.assertTrue(all("a short form of `kv_manager_`" in p for p in problems), problems)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

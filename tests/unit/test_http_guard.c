@@ -1,5 +1,5 @@
 /* actors/api_server/http_guard (through the api server's listener, http_listener.h) with the
- * api server's gate (api_gate.h) on a real evhttp on loopback, its event loop on a thread: a
+ * api server's gate (api_server_gate.h) on a real evhttp on loopback, its event loop on a thread: a
  * request whose headers carry no valid key is answered 401 before its body is read (the client
  * never sends the body it announced: without the gate the server would wait for it), also on a
  * kept-alive connection; a preflight passes; a connection over max_connections gets 503 at once,
@@ -27,17 +27,17 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "actors/api_server/api_gate.h"
-#include "actors/api_server/api_keys.h"
+#include "actors/api_server/api_server_gate.h"
+#include "actors/api_server/api_server_keys.h"
 #include "actors/api_server/http_listener.h"
 
 #define KEY "sk-test-0123456789"   /* tenant b: no limits */
 #define KEY_A "sk-test-aaaaaaaaaa" /* tenant a: max_concurrent=1 */
 
 static struct event_base *base;
-static struct api_http_listener *listener;
-static struct api_keys *keys;
-static struct api_gate *gate;
+static struct api_server_http_listener *listener;
+static struct api_server_keys *keys;
+static struct api_server_gate *gate;
 static pthread_t loop_thread;
 static atomic_int bodies_read, num_parked;
 static struct evhttp_request *parked; /* loop thread only */
@@ -52,7 +52,7 @@ static void answer(struct evhttp_request *req) {
 /* A request with `X-Park: 1` is left unanswered (in flight) until answer_parked. */
 static void on_request(struct evhttp_request *req, void *arg) {
   (void)arg;
-  api_http_listener_request_read(listener, req);
+  api_server_http_listener_request_read(listener, req);
   atomic_fetch_add(&bodies_read, 1);
   if (evhttp_find_header(evhttp_request_get_input_headers(req), "X-Park")) {
     parked = req;
@@ -78,15 +78,15 @@ static int setup(void **state) {
   (void)state;
   evthread_use_pthreads();
   base = event_base_new();
-  const struct api_request_rate limits[] = {{.tenant = "a", .max_concurrent = 1}};
-  if (api_keys_create(&keys) || api_keys_add(keys, KEY, "b") || api_keys_add(keys, KEY_A, "a") ||
-      api_gate_create(keys, limits, 1, &gate))
+  const struct api_server_request_rate limits[] = {{.tenant = "a", .max_concurrent = 1}};
+  if (api_server_keys_create(&keys) || api_server_keys_add(keys, KEY, "b") || api_server_keys_add(keys, KEY_A, "a") ||
+      api_server_gate_create(keys, limits, 1, &gate))
     return -1;
-  const struct api_http_listener_options o = {.host = "127.0.0.1", .port = 0, .max_body_bytes = 1 << 20,
+  const struct api_server_http_listener_options o = {.host = "127.0.0.1", .port = 0, .max_body_bytes = 1 << 20,
                                               .request_timeout_s = 60, .max_connections = 6,
-                                              .gate = api_gate_check, .release = api_gate_release,
+                                              .gate = api_server_gate_check, .release = api_server_gate_release,
                                               .gate_user = gate, .on_request = on_request};
-  if (!base || api_http_listener_create(base, &o, &listener) != LLB_STATUS_OK) return -1;
+  if (!base || api_server_http_listener_create(base, &o, &listener) != LLB_STATUS_OK) return -1;
   return pthread_create(&loop_thread, NULL, run_loop, NULL) == 0 ? 0 : -1;
 }
 
@@ -94,16 +94,16 @@ static int teardown(void **state) {
   (void)state;
   event_base_loopbreak(base);
   pthread_join(loop_thread, NULL);
-  api_http_listener_destroy(listener);
-  api_gate_destroy(gate);
-  api_keys_destroy(keys);
+  api_server_http_listener_destroy(listener);
+  api_server_gate_destroy(gate);
+  api_server_keys_destroy(keys);
   event_base_free(base);
   return 0;
 }
 
 static int connect_to_server(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)api_http_listener_port(listener))};
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)api_server_http_listener_port(listener))};
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   struct timeval tv = {.tv_sec = 20}; /* a hang guard: the answers here come at once or never */
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -197,7 +197,7 @@ static void send_a_generation(int fd, const char *key, const char *extra) {
 
 static void test_a_tenant_at_its_max_concurrent_is_held_then_refused_while_another_is_served(void **state) {
   (void)state;
-  api_gate_set_hold_ms(gate, 60000);
+  api_server_gate_set_hold_ms(gate, 60000);
   int a1 = connect_to_server(); /* a's one generation in flight */
   send_a_generation(a1, KEY_A, "X-Park: 1\r\n");
   for (int i = 0; i < 2000 && atomic_load(&num_parked) == 0; i++) usleep(10000);
@@ -214,7 +214,7 @@ static void test_a_tenant_at_its_max_concurrent_is_held_then_refused_while_anoth
   assert_int_equal(poll(&p, 1, 0), 0);
   close(a2);
   /* a short hold: the 429 comes, after a's body was sent meanwhile (not read: dropped) */
-  api_gate_set_hold_ms(gate, 50);
+  api_server_gate_set_hold_ms(gate, 50);
   int a3 = connect_to_server();
   send_a_generation(a3, KEY_A, "");
   assert_int_equal(read_status(a3), 429);
@@ -235,7 +235,7 @@ static void test_a_tenant_at_its_max_concurrent_is_held_then_refused_while_anoth
   send_a_generation(a4, KEY_A, "");
   assert_int_equal(read_status(a4), 200);
   close(a4);
-  api_gate_set_hold_ms(gate, API_GATE_HOLD_MS);
+  api_server_gate_set_hold_ms(gate, API_SERVER_GATE_HOLD_MS);
 }
 
 int main(void) {

@@ -38,8 +38,8 @@ static void assert_content(const struct tool_snapshot *s, const char *want) {
 
 /* What a client assembles from the streamed deltas of `text` fed in pieces of `step` bytes. */
 struct assembled {
-  struct api_buf content;
-  struct api_buf names[8], args[8];
+  struct api_server_buf content;
+  struct api_server_buf names[8], args[8];
   char ids[8][TOOL_ID_BYTES];
   int num_calls;
 };
@@ -59,7 +59,7 @@ static void stream_text(enum tool_format f, const char *named, const char *text,
     json_array_foreach(deltas, j, d) {
       json_t *content = json_object_get(d, "content"), *calls = json_object_get(d, "tool_calls");
       assert_true((content != NULL) != (calls != NULL)); /* one kind per delta */
-      if (content) api_buf_append(&a->content, json_string_value(content), json_string_length(content));
+      if (content) api_server_buf_append(&a->content, json_string_value(content), json_string_length(content));
       if (!calls) continue;
       assert_int_equal(json_array_size(calls), 1);
       json_t *c = json_array_get(calls, 0), *fn = json_object_get(c, "function");
@@ -70,12 +70,12 @@ static void stream_text(enum tool_format f, const char *named, const char *text,
         assert_int_equal(idx, a->num_calls);
         assert_string_equal(json_string_value(json_object_get(c, "type")), "function");
         snprintf(a->ids[idx], TOOL_ID_BYTES, "%s", json_string_value(id));
-        api_buf_append(&a->names[idx], json_string_value(name), json_string_length(name));
+        api_server_buf_append(&a->names[idx], json_string_value(name), json_string_length(name));
         a->num_calls++;
       } else {
         assert_null(name);
         assert_true(idx < a->num_calls); /* arguments only after the name */
-        api_buf_append(&a->args[idx], json_string_value(args), json_string_length(args));
+        api_server_buf_append(&a->args[idx], json_string_value(args), json_string_length(args));
       }
     }
     json_decref(deltas);
@@ -85,10 +85,10 @@ static void stream_text(enum tool_format f, const char *named, const char *text,
 }
 
 static void assembled_free(struct assembled *a) {
-  api_buf_free(&a->content);
+  api_server_buf_free(&a->content);
   for (int i = 0; i < 8; i++) {
-    api_buf_free(&a->names[i]);
-    api_buf_free(&a->args[i]);
+    api_server_buf_free(&a->names[i]);
+    api_server_buf_free(&a->args[i]);
   }
 }
 
