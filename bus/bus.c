@@ -249,6 +249,7 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
   if (!b) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "bus_connect: no memory");
   b->stop_pipe[0] = b->stop_pipe[1] = -1;
   pthread_mutex_init(&b->mu, NULL);
+  pthread_mutex_init(&b->grave_mu, NULL);
   pthread_cond_init(&b->cv, NULL);
   snprintf(b->prefix, sizeof b->prefix, "%s", prefix);
   snprintf(b->urls, sizeof b->urls, "%s", urls);
@@ -398,6 +399,7 @@ void bus_destroy(struct bus *b) {
     pthread_join(b->loop_thread, NULL);
   }
   bus_tracing_stop(b); /* no handler and no loop callback records a span any more */
+  bus_msg_release_flush(b);
   for (int i = 0; i < 2; i++)
     if (b->stop_pipe[i] >= 0) close(b->stop_pipe[i]);
   if (!detached) {
@@ -410,6 +412,7 @@ void bus_destroy(struct bus *b) {
   if (b->base) event_base_free(b->base);
   pthread_cond_destroy(&b->cv);
   pthread_mutex_destroy(&b->mu);
+  pthread_mutex_destroy(&b->grave_mu);
   free(b);
 }
 
@@ -457,7 +460,7 @@ static void on_msg(natsConnection *nc, natsSubscription *ns, natsMsg *m, void *c
   const int64_t t0 = s->m_handler ? llb_now_ns() : 0;
   s->fn(s->bus, &bm, s->user);
   if (s->m_handler) llb_series_observe(s->m_handler, (double)(llb_now_ns() - t0) / 1e9);
-  if (bm.impl) natsMsg_Destroy(m); /* NULL: the handler kept it (bus_msg_keep) */
+  if (bm.impl) bus_msg_release(s->bus, m); /* NULL: the handler kept it (bus_msg_keep) */
 }
 
 static void on_sub_complete(void *closure) {

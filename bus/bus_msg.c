@@ -13,6 +13,36 @@
 
 /* ---- messages ---- */
 
+static void destroy_all(natsMsg **ms, int n) {
+  for (int i = 0; i < n; i++) natsMsg_Destroy(ms[i]);
+}
+
+void bus_msg_release(struct bus *b, natsMsg *m) {
+  if (!m) return;
+  if (natsMsg_GetDataLength(m) > BUS_GRAVE_MSG_BYTES) {
+    natsMsg_Destroy(m);
+    return;
+  }
+  natsMsg *full[BUS_GRAVE_MAX];
+  int n = 0;
+  pthread_mutex_lock(&b->grave_mu);
+  b->grave[b->num_grave++] = m;
+  if (b->num_grave == BUS_GRAVE_MAX) {
+    n = b->num_grave;
+    memcpy(full, b->grave, sizeof full);
+    b->num_grave = 0;
+  }
+  pthread_mutex_unlock(&b->grave_mu);
+  destroy_all(full, n);
+}
+
+void bus_msg_release_flush(struct bus *b) {
+  pthread_mutex_lock(&b->grave_mu);
+  destroy_all(b->grave, b->num_grave);
+  b->num_grave = 0;
+  pthread_mutex_unlock(&b->grave_mu);
+}
+
 void bus_fill_msg(struct bus_msg *bm, natsMsg *m) {
   memset(bm, 0, sizeof *bm);
   bm->subject = natsMsg_GetSubject(m);
@@ -112,7 +142,7 @@ llb_status bus_publish_msg(struct bus *b, const struct bus_out_msg *m) {
   llb_status st = bus_build_msg(b, m, m ? m->reply : NULL, &nm);
   if (st != LLB_STATUS_OK) return st;
   natsStatus s = natsConnection_PublishMsg(b->nc, nm);
-  natsMsg_Destroy(nm);
+  bus_msg_release(b, nm);
   if (s != NATS_OK) return BUS_NATS_ERR(s, m->subject);
   return LLB_STATUS_OK;
 }
@@ -133,7 +163,7 @@ llb_status bus_request_msg(struct bus *b, const struct bus_out_msg *m, int64_t t
   natsMsg *rm = NULL;
   const int64_t t0 = b->m_request ? llb_now_ns() : 0;
   natsStatus s = natsConnection_RequestMsg(&rm, b->nc, nm, timeout_ms);
-  natsMsg_Destroy(nm);
+  bus_msg_release(b, nm);
   if (s == NATS_OK && b->m_request)
     llb_series_observe(bus_metrics_series(b->m_request, m->subject), (double)(llb_now_ns() - t0) / 1e9);
   if (s == NATS_TIMEOUT)

@@ -1,15 +1,18 @@
 /* llmbus-output-processor: EngineCoreOutputs → RequestOutputs on each client's reply subject
- * (actors/output_processor/actor.h). Flags: the common actor flags (cmd/actor/actor_main.h). */
+ * (actors/output_processor/actor.h). Flags: the common actor flags (cmd/actor/actor_main.h) and
+ * --stream-interval N. */
 #include <stdlib.h>
 
 #include "actors/output_processor/actor.h"
 #include "base/log.h"
 #include "cmd/actor/actor_main.h"
 
+static int64_t stream_interval = 1; /* --stream-interval */
+
 static llb_status output_processor_main_start(struct actor_main *am, void *user) {
   struct output_processor_actor **actor = user;
   struct output_processor_actor_options o = {.model_path = am->common.model_path, .engine_id = am->common.engine_id,
-                                   .metrics = am->metrics};
+                                   .metrics = am->metrics, .stream_interval = stream_interval};
   llb_status st = output_processor_actor_create(&o, actor);
   if (st != LLB_STATUS_OK) return st;
   return output_processor_actor_start(*actor, am->bus);
@@ -43,7 +46,15 @@ static void output_processor_main_destroy(struct actor_main *am, void *user) {
 
 int main(int argc, char **argv) {
   struct output_processor_actor *actor = NULL;
+  static const struct flag flags[] = {
+      {.name = "stream-interval", .kind = FLAG_KIND_INT64, .target = &stream_interval, .metavar = "N",
+       .min = 1, .max = 1 << 20,
+       .help = "tokens per streamed output (vLLM's --stream-interval): fewer messages and SSE events, "
+               "each with up to N tokens; the first and the last go out at once"},
+  };
   const struct actor_main_spec spec = {
+      .flags = flags,
+      .num_flags = (int)(sizeof flags / sizeof flags[0]),
       .actor = "output_processor",
       .program = "llmbus-output-processor",
       .summary = "detokenizes EngineCoreOutputs into RequestOutputs for each client",

@@ -70,13 +70,15 @@ llb_status output_processor_actor_create(const struct output_processor_actor_opt
   if (st == LLB_STATUS_OK) st = tokenizer_load(f, &a->tok);
   gguf_close(f);
   if (st == LLB_STATUS_OK) st = output_processor_create(a->tok, &a->proc);
+  if (st == LLB_STATUS_OK) output_processor_set_stream_interval(a->proc, o->stream_interval);
   if (st == LLB_STATUS_OK && o->metrics) st = output_processor_request_metrics_create(o->metrics, &a->metrics);
   if (st == LLB_STATUS_OK && a->metrics) output_processor_set_stats_hooks(a->proc, output_processor_request_metrics_hooks(), a->metrics);
   if (st != LLB_STATUS_OK) {
     output_processor_actor_destroy(a);
     return st;
   }
-  LLB_LOG_INFO("output_processor_ready", "model=%s vocab=%d", o->model_path, tokenizer_vocab_size(a->tok));
+  LLB_LOG_INFO("output_processor_ready", "model=%s vocab=%d stream_interval=%lld", o->model_path,
+               tokenizer_vocab_size(a->tok), (long long)(o->stream_interval > 1 ? o->stream_interval : 1));
   *out = a;
   return LLB_STATUS_OK;
 }

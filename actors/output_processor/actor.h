@@ -34,6 +34,8 @@ struct output_processor_actor_options {
   const char *engine_id;  /* <eid>; NULL = "0" */
   struct llb_metrics *metrics; /* NULL = none; else the per-request metrics of
                                 * request_metrics.h are recorded there (borrowed) */
+  int64_t stream_interval;     /* tokens per streamed RequestOutput (vLLM's --stream-interval;
+                                * output_processor_set_stream_interval); <= 1 = every token */
 };
 
 /* Counters since start (monotonic). */

@@ -30,6 +30,7 @@ struct req_state {
   size_t stop_check_from;              /* text bytes already searched for stop strings */
   size_t sent_text;                    /* DELTA: text bytes delivered */
   int64_t sent_tokens;                 /* DELTA: tokens delivered */
+  int64_t emitted_tokens;              /* tokens when it was last in a RequestOutput (any kind) */
   bool has_output;                     /* appeared in an output already */
   bool resync_pending;                 /* the next completion output says `resync` */
   bool finished;
@@ -72,6 +73,7 @@ struct output_processor {
   void *hooks_user;
   int64_t now_ns;           /* of the call in progress */
   uint64_t num_duplicates;  /* output tokens dropped: positions already delivered (replays) */
+  int64_t stream_interval;  /* output_processor_set_stream_interval; 1 = every token */
 };
 
 void output_processor_set_stats_hooks(struct output_processor *p, const struct output_processor_stats_hooks *hooks, void *user) {
@@ -186,6 +188,8 @@ void output_processor_destroy(struct output_processor *p) {
   llb_strmap_destroy(p->finished);
   free(p);
 }
+
+void output_processor_set_stream_interval(struct output_processor *p, int64_t n) { p->stream_interval = n > 1 ? n : 1; }
 
 int64_t output_processor_num_unfinished(const struct output_processor *p) { return llb_strmap_size(p->reqs); }
 
@@ -485,6 +489,7 @@ static llb_status build_completion(const struct tokenizer *tok, struct req_state
   c->stop_token_id = c->stop_reason_kind == OUTPUT_PROCESSOR_STOP_REASON_KIND_TOKEN ? r->stop_token_id : -1;
   c->resync = r->resync_pending;
   r->resync_pending = false;
+  r->emitted_tokens = tto;
   if (delta) {
     r->sent_text = to;
     r->sent_tokens = tto;
@@ -516,6 +521,19 @@ static void parent_metrics(const struct parent_state *ps, struct output_processo
   if (!all_finished) m->finished_time_ns = 0;
 }
 
+/* --stream-interval (vLLM's): a streamed output waits until one of the children that moved has
+ * `stream_interval` tokens not yet in a RequestOutput; a child's first output, a finished parent
+ * and an error go out at once. */
+static bool held(const struct output_processor *p, const struct parent_state *ps, struct req_state *const *changed,
+                 int32_t num_changed, bool finished) {
+  if (p->stream_interval <= 1 || finished || ps->error[0]) return false;
+  for (int32_t i = 0; i < num_changed; i++)
+    if (!changed[i]->has_output || changed[i]->finished ||
+        changed[i]->num_tokens - changed[i]->emitted_tokens >= p->stream_interval)
+      return false;
+  return true;
+}
+
 /* Appends the RequestOutput for `ps` after `changed[0, num_changed)` moved, per output kind
  * (vLLM ParentRequest.get_outputs; CUMULATIVE with n > 1 streams a snapshot of every child
  * with output so far, where vLLM waits for all). Frees the parent after its final output. */
@@ -528,6 +546,8 @@ static llb_status emit(struct output_processor *p, struct parent_state *ps, stru
   if (ps->kind == LLB_OUTPUT_KIND_FINAL_ONLY) {
     if (!finished) return LLB_STATUS_OK;
     for (int32_t i = 0; i < ps->n; i++) if (ps->children[i]) pick[num_pick++] = ps->children[i];
+  } else if (held(p, ps, changed, num_changed, finished)) {
+    return LLB_STATUS_OK;
   } else if (delta) {
     for (int32_t i = 0; i < num_changed; i++) pick[num_pick++] = changed[i];
   } else {

@@ -240,6 +240,11 @@ llb_status output_processor_create(const struct tokenizer *tok, struct output_pr
 /* Frees all request state. Accepts NULL. */
 void output_processor_destroy(struct output_processor *p);
 
+/* vLLM's --stream-interval: a request's streamed RequestOutputs (DELTA and CUMULATIVE) go out
+ * once a child has `n` tokens not yet sent (its first output, the final one and errors at
+ * once), so a client gets about one message per n tokens; n <= 1: every output (the default). */
+void output_processor_set_stream_interval(struct output_processor *p, int64_t n);
+
 /* Registers one engine request (copies everything). Registering a known id again is a
  * no-op (a replayed EngineCoreRequest). Errors: INVALID_ARGUMENT (missing id or params,
  * child_index outside [0, num_children), a parent already registered with another n or

@@ -139,6 +139,9 @@ static const struct {
      "link), /v1/unload_lora_adapter unloads them (needs --enable-lora)"},
     {"max-loras", NULL, 0, FLAG_KIND_INT64, A_SCHED, "distinct adapters in one step at most (default 1, as vLLM)"},
     {"max-lora-rank", NULL, 0, FLAG_KIND_INT64, A_WORKER, "largest adapter rank accepted (default 16, as vLLM)"},
+    {"stream-interval", NULL, 0, FLAG_KIND_INT64, A_OUT,
+     "tokens per streamed output (vLLM's): fewer messages and SSE events of up to N tokens each; the first and "
+     "the last at once (default 1: every token)"},
     {"heartbeat-ms", NULL, 0, FLAG_KIND_INT64, A_ALL,
      "heartbeat interval of every actor (a worker / kv_manager silent for 3 is dead; default 2000)"},
 };

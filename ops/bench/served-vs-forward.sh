@@ -9,7 +9,9 @@
 #            HTTP, the api server, input processor, scheduler, worker, output processor, NATS
 # and prints the medians and served / forward per batch: output tokens / duration (the first
 # step's prefill of C prompts included), and the steady decode rate C / mean TPOT. The client
-# runs on this machine too.
+# runs on this machine too. Then, per process of the stack and the client, the CPU (user +
+# system) and wake-ups (voluntary context switches) per output token of the served runs
+# (ops/bench/served_cpu.py): on a loaded machine the CPU figures hold where the rates do not.
 #   ops/bench/served-vs-forward.sh [--repeats N]          (B=build-release/cmd, M=model)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,10 +33,13 @@ for rep in $(seq 1 "$REPEATS"); do
   "$B/llmbus-kernel-bench" --model "$M" --threads "$T" --decode-threads "$DT" --runs 3 --prefill 0 --decode 128 \
     --batch 1,16,32 | awk -v r="$rep" '/^decode b/ {sub("b", "", $2); print "forward", r, $2, $3}' >>"$tmp/rates"
   for c in 1 16 32; do
-    "$B/llmbus-bench" serve --base-url "http://127.0.0.1:$http" --model "$M" --num-prompts "$c" \
-      --max-concurrency "$c" --input-len 16 --output-len 128 --ignore-eos --no-progress --no-memory --json \
-      | "$PY" -c 'import json,sys; d = json.load(sys.stdin); r, c = sys.argv[1], int(sys.argv[2])
-print("served", r, c, d["output_throughput"]); print("steady", r, c, c * 1e3 / d["mean_tpot_ms"])' \
+    "$PY" ops/bench/served_cpu.py --tree "$stack" -- "$B/llmbus-bench" serve --base-url "http://127.0.0.1:$http" \
+      --model "$M" --num-prompts "$c" --max-concurrency "$c" --input-len 16 --output-len 128 --ignore-eos \
+      --no-progress --no-memory --json \
+      | "$PY" -c 'import json,sys; d = json.loads(sys.stdin.readline()); r, c = sys.argv[1], int(sys.argv[2])
+print("served", r, c, d["output_throughput"]); print("steady", r, c, c * 1e3 / d["mean_tpot_ms"])
+for k, v in json.loads(sys.stdin.readline())["per_token"].items():
+    print("cpu:" + k, r, c, v["cpu_us"]); print("wake:" + k, r, c, v["wakeups"])' \
         "$rep" "$c" >>"$tmp/rates"
   done
 done
@@ -50,6 +55,18 @@ print("|---:|---:|---:|---:|---:|---:|")
 for b in (1, 16, 32):
     f, s, d = (statistics.median(rates[(k, b)]) for k in ("forward", "served", "steady"))
     print(f"| {b} | {f:.1f} | {s:.1f} | {s / f:.2f} | {d:.1f} | {d / f:.2f} |")
+kinds = sorted({k[0][4:] for k in rates if k[0].startswith("cpu:")},
+               key=lambda k: -statistics.median(rates[("cpu:" + k, 32)]) if ("cpu:" + k, 32) in rates else 0)
+print("\nper output token while served (medians): CPU microseconds / wake-ups (voluntary context switches)")
+print("| process | " + " | ".join(f"batch {b}" for b in (1, 16, 32)) + " |")
+print("|---|" + "---:|" * 3)
+for k in kinds:
+    cells = []
+    for b in (1, 16, 32):
+        c, w = rates.get(("cpu:" + k, b)), rates.get(("wake:" + k, b))
+        cells.append(f"{statistics.median(c):.1f} / {statistics.median(w):.2f}" if c and w else "-")
+    print(f"| {k} | " + " | ".join(cells) + " |")
 for k in sorted(rates):
-    print(f"  {k[0]} b{k[1]} per repeat: {rates[k]}")
+    if ":" not in k[0]:
+        print(f"  {k[0]} b{k[1]} per repeat: {rates[k]}")
 PY

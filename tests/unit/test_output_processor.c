@@ -70,6 +70,42 @@ static void test_delta_outputs_concatenate_to_the_cumulative_last(void **state) 
   output_processor_result_free(&del);
 }
 
+/* --stream-interval 4, one token a step: the first output at once, then one per 4 tokens, and
+ * the final one with the rest; DELTA and CUMULATIVE alike, the deltas adding up to the text. */
+static void test_stream_interval_sends_one_output_per_n_tokens(void **state) {
+  (void)state;
+  for (int kind = 0; kind < 2; kind++) {
+    struct llb_sampling_params sp;
+    llb_sampling_params_init(&sp);
+    sp.output_kind = kind ? LLB_OUTPUT_KIND_CUMULATIVE : LLB_OUTPUT_KIND_DELTA;
+    struct output_processor *p;
+    assert_int_equal(output_processor_create(tok, &p), LLB_STATUS_OK);
+    output_processor_set_stream_interval(p, 4);
+    struct output_processor_request_info info = test_info("r1", &sp);
+    assert_int_equal(output_processor_register(p, &info), LLB_STATUS_OK);
+    int64_t n;
+    int32_t *ids = test_byte_tokens(tok, "0123456789", &n); /* 10 tokens */
+    struct output_processor_result res;
+    output_processor_result_init(&res);
+    for (int64_t pos = 0; pos < n; pos++) {
+      enum output_processor_finish_reason why = pos + 1 == n ? OUTPUT_PROCESSOR_FINISH_REASON_LENGTH : OUTPUT_PROCESSOR_FINISH_REASON_NONE;
+      assert_int_equal(test_step(p, "r1", ids, pos, 1, why, &res), LLB_STATUS_OK);
+    }
+    /* after tokens 1, 5, 9 and the final 10th */
+    assert_int_equal(res.num_outputs, 4);
+    static const char *const delta_text[4] = {"0", "1234", "5678", "9"};
+    static const char *const cum_text[4] = {"0", "01234", "012345678", "0123456789"};
+    for (int64_t i = 0; i < res.num_outputs; i++) {
+      assert_int_equal(res.outputs[i].finished, i == 3);
+      assert_string_equal(res.outputs[i].outputs[0].text, kind ? cum_text[i] : delta_text[i]);
+    }
+    assert_int_equal(res.outputs[3].outputs[0].finish_reason, OUTPUT_PROCESSOR_FINISH_REASON_LENGTH);
+    output_processor_result_free(&res);
+    free(ids);
+    output_processor_destroy(p);
+  }
+}
+
 static void test_final_only_yields_exactly_one_output(void **state) {
   (void)state;
   struct output_processor_result res;
@@ -502,6 +538,7 @@ int main(void) {
       cmocka_unit_test(test_delta_outputs_concatenate_to_the_cumulative_last),
       cmocka_unit_test(test_stop_string_inside_several_new_tokens_drops_the_rest),
       cmocka_unit_test(test_final_only_yields_exactly_one_output),
+      cmocka_unit_test(test_stream_interval_sends_one_output_per_n_tokens),
       cmocka_unit_test(test_n_children_aggregate_into_one_parent),
       cmocka_unit_test(test_replayed_positions_are_not_sent_twice),
       cmocka_unit_test(test_restarted_processor_resumes_from_engine_history),

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""CPU and wake-ups per output token of each process of a serving stack over one client run.
+
+    served_cpu.py --tree PID -- llmbus-bench serve ... --json
+
+Runs the client command (its stdout: llmbus-bench serve's --json result, passed through on the
+first line), and prints a second JSON line: for each process kind of the tree PID (the actors,
+nats-server, ...; ops/bench/proc_cpu.py's kinds) and for the client itself, the CPU microseconds
+(user + system) and the voluntary context switches (a thread blocked and was woken: a wake-up)
+per output token, from /proc before and after the run (CPU from each thread's schedstat, in
+nanoseconds).
+"""
+import json
+import os
+import resource
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proc_cpu import kind_of, processes  # noqa: E402
+
+
+def by_kind(tree):
+    """{kind: [CPU seconds, voluntary context switches]} summed over every thread of the
+    processes under `tree` (CPU from /proc/<pid>/task/<tid>/schedstat: nanoseconds, where
+    /proc/<pid>/stat counts 10 ms ticks)."""
+    procs = processes()
+    children = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    by, todo = {}, [tree]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        if p not in procs:
+            continue
+        cpu, n = 0.0, 0
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/schedstat") as f:
+                    cpu += int(f.read().split()[0]) / 1e9
+                with open(f"/proc/{p}/task/{t}/status") as f:
+                    for line in f:
+                        if line.startswith("voluntary_ctxt_switches:"):
+                            n += int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        acc = by.setdefault(kind_of(procs[p][1]), [0.0, 0])
+        acc[0] += cpu
+        acc[1] += n
+    return by
+
+
+def main():
+    argv = sys.argv[1:]
+    if len(argv) < 4 or argv[0] != "--tree" or argv[2] != "--":
+        sys.exit("usage: served_cpu.py --tree PID -- COMMAND...")
+    tree, cmd = int(argv[1]), argv[3:]
+    k0 = by_kind(tree)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    k1 = by_kind(tree)
+    res = json.loads(out)
+    tokens = max(int(res["total_output_tokens"]), 1)
+    per = {k: {"cpu_us": (v[0] - k0.get(k, [0.0, 0])[0]) * 1e6 / tokens,
+               "wakeups": (v[1] - k0.get(k, [0.0, 0])[1]) / tokens} for k, v in k1.items()}
+    per["client"] = {"cpu_us": (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1e6 / tokens,
+                     "wakeups": (r1.ru_nvcsw - r0.ru_nvcsw) / tokens}
+    print(json.dumps(res))
+    print(json.dumps({"tokens": tokens, "per_token": per}))
+
+
+if __name__ == "__main__":
+    main()
