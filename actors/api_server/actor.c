@@ -198,14 +198,20 @@ static void call_fail(struct api_server_call *c, const struct api_server_error *
   if (all_subs_settled(c)) call_free(c);
 }
 
-/* An engine's 429 for the call's tenant (its limits in the input processor): held before it is
- * sent, as the header gate holds its own (api_server_gate.h: a client retrying at once comes back once
- * per hold), when the gate has room for it; else call_fail at once. The call's timer ends the
- * hold (on_timer); its requests are aborted now. */
+/* An engine's 429 for the call's tenant (its limits in the input processor), or its refusal of
+ * a costly request as the client's error (a 4xx of a body of API_SERVER_GATE_COSTLY_BODY_BYTES or
+ * more: the front door parsed it and the input processor worked on it): held before it is sent,
+ * as the header gate holds its own (api_server_gate.h: a client retrying at once comes back once
+ * per hold, and a held answer keeps its max_concurrent slot), when the gate has room for it;
+ * else call_fail at once. The call's timer ends the hold (on_timer); its requests are aborted
+ * now. */
 static void call_fail_or_hold(struct api_server_call *c, const struct api_server_error *e) {
   struct api_server_actor *a = c->a;
   int64_t ms = 0;
-  const int32_t ticket = e->http_status == 429 && a->gate && c->req && !c->headers_sent && c->timer && !c->held
+  const bool costly_refusal = e->http_status >= 400 && e->http_status < 500 &&
+                              c->body_bytes >= API_SERVER_GATE_COSTLY_BODY_BYTES;
+  const int32_t ticket = (e->http_status == 429 || costly_refusal) && a->gate && c->req && !c->headers_sent &&
+                                 c->timer && !c->held
                              ? api_server_gate_hold(a->gate, c->tenant, e->retry_after_s, &ms)
                              : -1;
   if (ticket < 0) {
@@ -540,6 +546,7 @@ static struct api_server_call *call_new(struct api_server_actor *a, struct evhtt
   }
   c->a = a;
   c->tenant = tenant;
+  c->body_bytes = len;
   c->t_start_ns = llb_now_ns();
   api_server_http_span_begin(&c->span, req);
   struct api_server_parse_options po = {.served_model = a->model_name, .model_aliases = a->model_names + 1,

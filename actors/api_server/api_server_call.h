@@ -6,6 +6,7 @@
 #define LLB_ACTORS_API_SERVER_API_SERVER_CALL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "actors/api_server/api_server_delta.h"
@@ -55,7 +56,9 @@ struct api_server_call {
   uint64_t reconnects;              /* bus_num_reconnects when its requests were (re)sent */
   int64_t reconnect_seen_ns;        /* when a reconnect was seen whose resend waits, else 0 */
   struct event *timer;              /* first-output timeout; the end of a held refusal's hold */
-  struct api_server_error *held;           /* an engine's 429 held before it is sent (api_server_gate_hold), or NULL */
+  size_t body_bytes;                /* the request body's length */
+  struct api_server_error *held;           /* an engine's 429 or costly refusal held before it is sent
+                                       (api_server_gate_hold), or NULL */
   int32_t held_ticket;              /* its api_server_gate ticket */
   struct event *probe;              /* periodic check that the client is still there */
   struct api_server_call *prev, *next;     /* the actor's list */

@@ -34,6 +34,12 @@
 
 #define API_SERVER_GATE_HOLD_MS 1000 /* the longest a refusal is held */
 #define API_SERVER_GATE_MAX_HELD 32  /* refusals of one tenant held at a time */
+/* A request body at least this long that the engine refuses as the client's error (a 4xx: a
+ * prompt over the context, images the model cannot take) has its answer held like a 429 (the
+ * api server's call_fail_or_hold): the front door parsed it and the input processor worked on it,
+ * so a tenant sending such requests as fast as they are answered gets at most max_concurrent of
+ * them a hold, not as many as the two can refuse. */
+#define API_SERVER_GATE_COSTLY_BODY_BYTES (64 * 1024)
 
 struct api_server_keys;
 struct api_server_gate;

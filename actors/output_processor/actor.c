@@ -410,6 +410,7 @@ static void handle_output(struct output_processor_actor *a, const struct llb_eng
       .scheduled_time_ns = eo->scheduled_time_ns,
       .queued_time_ns = eo->queued_time_ns,
       .timestamp_ns = outs->timestamp > 0 ? (int64_t)(outs->timestamp * 1e9) : 0,
+      .handed_off = eo->handed_off_to.len > 0,
       .pooling_output = eo->pooling_output,
       .num_pooling_output = eo->num_pooling_output,
       .prompt_logprobs = plp,

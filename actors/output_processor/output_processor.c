@@ -56,6 +56,7 @@ struct parent_state {
   int64_t arrival_ns;
   enum llb_output_kind kind;
   bool sent_first;
+  int64_t last_sent_ns;  /* when its last RequestOutput was emitted (--stream-interval's time bound) */
   char error[OUTPUT_PROCESSOR_MAX_ERROR_BYTES];
   llb_status error_code; /* the engine's status for `error` (0: INTERNAL) */
   struct output_processor_new_logprobs *plp;    /* [num_plp] prompt logprobs (from the first child that has them) */
@@ -74,6 +75,7 @@ struct output_processor {
   int64_t now_ns;           /* of the call in progress */
   uint64_t num_duplicates;  /* output tokens dropped: positions already delivered (replays) */
   int64_t stream_interval;  /* output_processor_set_stream_interval; 1 = every token */
+  bool handing_off;         /* the output being processed is the last before a P/D hand-off */
 };
 
 void output_processor_set_stats_hooks(struct output_processor *p, const struct output_processor_stats_hooks *hooks, void *user) {
@@ -522,11 +524,15 @@ static void parent_metrics(const struct parent_state *ps, struct output_processo
 }
 
 /* --stream-interval (vLLM's): a streamed output waits until one of the children that moved has
- * `stream_interval` tokens not yet in a RequestOutput; a child's first output, a finished parent
- * and an error go out at once. */
+ * `stream_interval` tokens not yet in a RequestOutput; a child's first output, a finished parent,
+ * an error, an output the engine hands off after (P/D: what is held would be lost) and an output
+ * OUTPUT_PROCESSOR_STREAM_HOLD_MAX_NS or more after the parent's last one go out at once (so a
+ * healthy stream is heard from as often as at interval 1 when steps are slow: the api server
+ * takes a stream silent past its grace for one whose output processor restarted). */
 static bool held(const struct output_processor *p, const struct parent_state *ps, struct req_state *const *changed,
-                 int32_t num_changed, bool finished) {
-  if (p->stream_interval <= 1 || finished || ps->error[0]) return false;
+                 int32_t num_changed, bool finished, bool handing_off) {
+  if (p->stream_interval <= 1 || finished || handing_off || ps->error[0]) return false;
+  if (p->now_ns - ps->last_sent_ns >= OUTPUT_PROCESSOR_STREAM_HOLD_MAX_NS) return false;
   for (int32_t i = 0; i < num_changed; i++)
     if (!changed[i]->has_output || changed[i]->finished ||
         changed[i]->num_tokens - changed[i]->emitted_tokens >= p->stream_interval)
@@ -546,7 +552,7 @@ static llb_status emit(struct output_processor *p, struct parent_state *ps, stru
   if (ps->kind == LLB_OUTPUT_KIND_FINAL_ONLY) {
     if (!finished) return LLB_STATUS_OK;
     for (int32_t i = 0; i < ps->n; i++) if (ps->children[i]) pick[num_pick++] = ps->children[i];
-  } else if (held(p, ps, changed, num_changed, finished)) {
+  } else if (held(p, ps, changed, num_changed, finished, p->handing_off)) {
     return LLB_STATUS_OK;
   } else if (delta) {
     for (int32_t i = 0; i < num_changed; i++) pick[num_pick++] = changed[i];
@@ -577,6 +583,7 @@ static llb_status emit(struct output_processor *p, struct parent_state *ps, stru
     o->num_prompt_tokens = ps->num_prompt;
   }
   ps->sent_first = true;
+  ps->last_sent_ns = p->now_ns;
   if ((st = build_prompt_logprobs(p->tok, ps, o)) != LLB_STATUS_OK) return st;
   o->outputs = calloc((size_t)(num_pick > 0 ? num_pick : 1), sizeof *o->outputs);
   if (!o->outputs) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "completion outputs");
@@ -644,6 +651,7 @@ llb_status output_processor_process(struct output_processor *p, const struct out
   }
   int64_t t_ns = eo->timestamp_ns ? eo->timestamp_ns : now_ns;
   p->now_ns = now_ns;
+  p->handing_off = eo->handed_off;
   bool engine_finished = eo->finish_reason != OUTPUT_PROCESSOR_FINISH_REASON_NONE;
   if (eo->first_output_pos > r->num_tokens && !engine_finished) {
     /* Outputs were lost (a nats-server restart, a scheduler replay racing its predecessor):
@@ -794,6 +802,7 @@ static llb_status finish_by_id(struct output_processor *p, const char *request_i
                                enum output_processor_finish_reason why, llb_status code, const char *message,
                                int64_t now_ns, struct output_processor_result *res) {
   p->now_ns = now_ns;
+  p->handing_off = false;
   struct req_state *r = llb_strmap_get(p->reqs, request_id);
   struct parent_state *ps = r ? r->parent : llb_strmap_get(p->parents, request_id);
   if (!ps) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "no unfinished request %s", request_id);

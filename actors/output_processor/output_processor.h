@@ -82,6 +82,8 @@ struct output_processor_engine_output {
   int64_t scheduled_time_ns;                /* when the engine first scheduled it; 0 = not reported */
   int64_t queued_time_ns;                   /* when the engine queued it; 0 = not reported */
   int64_t timestamp_ns;                     /* when the engine produced it; 0 = use `now_ns` */
+  bool handed_off;                          /* the engine hands the request to a decode engine
+                                               after this output (P/D): nothing of it is held */
   const float *pooling_output;              /* [num_pooling_output]: a pooling request's vector,
                                                on its finishing output; NULL = none */
   int32_t num_pooling_output;
@@ -243,6 +245,9 @@ void output_processor_destroy(struct output_processor *p);
 /* vLLM's --stream-interval: a request's streamed RequestOutputs (DELTA and CUMULATIVE) go out
  * once a child has `n` tokens not yet sent (its first output, the final one and errors at
  * once), so a client gets about one message per n tokens; n <= 1: every output (the default). */
+/* The longest a streamed output is held by --stream-interval after its request's last one (ns). */
+#define OUTPUT_PROCESSOR_STREAM_HOLD_MAX_NS (250 * 1000 * 1000LL)
+
 void output_processor_set_stream_interval(struct output_processor *p, int64_t n);
 
 /* Registers one engine request (copies everything). Registering a known id again is a

@@ -11,7 +11,10 @@ tenants a and b without a rate, an API key each.
 - tenant `busy max_concurrent=1`: while its one generation streams, its next is answered 429
   (max_concurrent, Retry-After: 1) from the headers (a 900 KB body announced and never sent),
   the answer held by the api server (api_server_gate.h) while b's request is served meanwhile; once the
-  stream ends, busy's next request passes.
+  stream ends, busy's next request passes;
+- busy's request of a costly body (>= 64 KiB, a prompt over the context) refused by the engine as
+  its error: the 400 is held like a 429 (a flooder of such bodies gets one a hold per
+  max_concurrent, not as many as the server can parse and refuse), while b is served meanwhile.
 
 usage: test_request_rate.py --pydir DIR   (LLMBUS_BUILD_DIR, LLMBUS_SOURCE_DIR from ctest)
 """
@@ -118,12 +121,36 @@ def main():
                         break
                 assert status == 200, (status, out[:200])
 
+            def a_costly_body_refused_as_the_clients_error_is_held_while_another_is_served():
+                import threading
+                import time
+                big = json.dumps({"model": stack.model_name, "prompt": "hello " * 20000, "max_tokens": 2,
+                                  "temperature": 0}).encode()
+                assert len(big) >= 64 * 1024
+                got = {}
+
+                def costly():
+                    t0 = time.monotonic()
+                    got["status"], _, got["out"] = http("POST", stack.base + "/v1/completions", big, key=KEY_BUSY)
+                    got["s"] = time.monotonic() - t0
+                t = threading.Thread(target=costly)
+                t.start()
+                status, _, out = http("POST", stack.base + "/v1/completions", body, key=KEY_B)
+                assert status == 200, (status, out[:200])
+                t.join(60)
+                assert got.get("status") == 400, (got.get("status"), got.get("out", b"")[:200])
+                assert b"context" in got["out"] or b"max_model_len" in got["out"], got["out"][:300]
+                # held (API_SERVER_GATE_HOLD_MS = 1 s): a lower bound, which load cannot break
+                assert got["s"] >= 0.9, got["s"]
+
             failures = api_stack.run_cases([
                 ("over_its_rate_a_tenant_gets_429_with_retry_after", over_its_rate_a_tenant_gets_429_with_retry_after),
                 ("the_429_comes_before_the_body_is_read", the_429_comes_before_the_body_is_read),
                 ("other_tenants_are_never_refused", other_tenants_are_never_refused),
                 ("at_its_max_concurrent_a_tenant_is_refused_on_headers_and_held_while_another_is_served",
                  at_its_max_concurrent_a_tenant_is_refused_on_headers_and_held_while_another_is_served),
+                ("a_costly_body_refused_as_the_clients_error_is_held_while_another_is_served",
+                 a_costly_body_refused_as_the_clients_error_is_held_while_another_is_served),
             ])
             if failures:
                 print(f"--- serve log (tail) ---\n{stack.tail(60)}")

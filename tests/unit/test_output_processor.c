@@ -106,6 +106,51 @@ static void test_stream_interval_sends_one_output_per_n_tokens(void **state) {
   }
 }
 
+/* --stream-interval 4 holds nothing longer than OUTPUT_PROCESSOR_STREAM_HOLD_MAX_NS after the
+ * request's last output (slow steps: every token goes out, so the api server, which takes a
+ * stream silent past its grace for an orphan, hears it as at interval 1), nor the output the
+ * engine hands off after (P/D: the decode side takes those tokens as delivered). */
+static void test_stream_interval_holds_neither_slow_steps_nor_a_hand_off(void **state) {
+  (void)state;
+  struct llb_sampling_params sp;
+  llb_sampling_params_init(&sp);
+  sp.output_kind = LLB_OUTPUT_KIND_DELTA;
+  struct output_processor *p;
+  assert_int_equal(output_processor_create(tok, &p), LLB_STATUS_OK);
+  output_processor_set_stream_interval(p, 4);
+  struct output_processor_request_info a = test_info("slow", &sp), b = test_info("handed", &sp);
+  assert_int_equal(output_processor_register(p, &a), LLB_STATUS_OK);
+  assert_int_equal(output_processor_register(p, &b), LLB_STATUS_OK);
+  int64_t n;
+  int32_t *ids = test_byte_tokens(tok, "012345", &n);
+  struct output_processor_result res;
+  output_processor_result_init(&res);
+  for (int64_t pos = 0; pos < 3; pos++) { /* one token every 300 ms */
+    struct output_processor_engine_output eo = {.request_id = "slow", .new_token_ids = ids + pos, .num_new_tokens = 1,
+                                                .first_output_pos = pos, .stop_token_id = -1, .num_cached_tokens = -1};
+    assert_int_equal(output_processor_process(p, &eo, 1000000000LL + pos * 300000000LL, &res), LLB_STATUS_OK);
+  }
+  assert_int_equal(res.num_outputs, 3);
+  struct output_processor_engine_output first = {.request_id = "handed", .new_token_ids = ids, .num_new_tokens = 1,
+                                                 .first_output_pos = 0, .stop_token_id = -1, .num_cached_tokens = -1};
+  assert_int_equal(output_processor_process(p, &first, 2000000000LL, &res), LLB_STATUS_OK);
+  assert_int_equal(res.num_outputs, 4);
+  struct output_processor_engine_output last = {.request_id = "handed", .new_token_ids = ids + 1, .num_new_tokens = 2,
+                                                .first_output_pos = 1, .stop_token_id = -1, .num_cached_tokens = -1,
+                                                .handed_off = true};
+  assert_int_equal(output_processor_process(p, &last, 2000000001LL, &res), LLB_STATUS_OK);
+  assert_int_equal(res.num_outputs, 5);
+  assert_string_equal(res.outputs[4].outputs[0].text, "12");
+  /* without the hand-off, the same two tokens 1 ns later are held */
+  struct output_processor_engine_output more = {.request_id = "handed", .new_token_ids = ids + 3, .num_new_tokens = 2,
+                                                .first_output_pos = 3, .stop_token_id = -1, .num_cached_tokens = -1};
+  assert_int_equal(output_processor_process(p, &more, 2000000002LL, &res), LLB_STATUS_OK);
+  assert_int_equal(res.num_outputs, 5);
+  output_processor_result_free(&res);
+  free(ids);
+  output_processor_destroy(p);
+}
+
 static void test_final_only_yields_exactly_one_output(void **state) {
   (void)state;
   struct output_processor_result res;
@@ -539,6 +584,7 @@ int main(void) {
       cmocka_unit_test(test_stop_string_inside_several_new_tokens_drops_the_rest),
       cmocka_unit_test(test_final_only_yields_exactly_one_output),
       cmocka_unit_test(test_stream_interval_sends_one_output_per_n_tokens),
+      cmocka_unit_test(test_stream_interval_holds_neither_slow_steps_nor_a_hand_off),
       cmocka_unit_test(test_n_children_aggregate_into_one_parent),
       cmocka_unit_test(test_replayed_positions_are_not_sent_twice),
       cmocka_unit_test(test_restarted_processor_resumes_from_engine_history),
