@@ -33,6 +33,7 @@ struct durable_intake {
   int64_t num_held, cap_held;
   int64_t last_progress_ns;
   int64_t last_taken_ns, last_stall_check_ns; /* fetch thread: stall watch */
+  bool stall_seen;                            /* the last check saw one (a stall is two in a row) */
   atomic_uint_fast64_t c_replayed, c_dead_lettered, c_redelivered_held, c_acked, c_stalls;
 };
 
@@ -132,7 +133,12 @@ static void check_stall(struct durable_intake *d) {
   const int64_t held = d->num_held;
   pthread_mutex_unlock(&d->mu);
   const bool undelivered = s.num_pending > 0 && (s.max_ack_pending <= 0 || s.num_ack_pending < s.max_ack_pending);
-  if (!undelivered && s.num_ack_pending <= held) return; /* idle, or at max_ack_pending with our own */
+  const bool seen = undelivered || s.num_ack_pending > held; /* else idle, or at max_ack_pending with our own */
+  /* Twice in a row, stall_ms apart: an ack still in flight when the server answered (the request
+   * left `held` first) is not a stall. */
+  const bool again = seen && d->stall_seen;
+  d->stall_seen = seen && !again;
+  if (!again) return;
   atomic_fetch_add(&d->c_stalls, 1);
   const llb_status st = bus_js_pull_resubscribe(d->pull);
   char q[300];

@@ -12,7 +12,7 @@
  * Stall watch: when nothing was fetched for stall_ms, the fetch thread asks the server for the
  * consumer's state (one API call per stall_ms while idle); if it holds messages for us that it
  * does not deliver (never-delivered ones while under max_ack_pending, or more delivered and
- * unacknowledged than this intake holds: lost deliveries), that is logged with the consumer's
+ * unacknowledged than this intake holds: lost deliveries) on two checks in a row, that is logged with the consumer's
  * state (`durable_consumer_stalled`), counted, and the pull subscription is made again. */
 #ifndef LLB_ACTORS_SCHEDULER_DURABLE_INTAKE_H
 #define LLB_ACTORS_SCHEDULER_DURABLE_INTAKE_H
