@@ -611,6 +611,48 @@ static llb_status publish_sub(struct api_server_actor *a, struct api_server_call
   return st;
 }
 
+/* A costly body the api server refused itself (the parser's 4xx for a body of
+ * API_SERVER_GATE_COSTLY_BODY_BYTES or more: it was read and parsed) is held as
+ * call_fail_or_hold holds the engine's refusal: in a call of no prompts that only waits out the
+ * hold (on_timer answers it, on_close frees it). False: not held (no limits for the tenant, its
+ * holds full, out of memory): answer at once. */
+static bool hold_parse_refusal(struct api_server_actor *a, struct evhttp_request *req, const char *tenant, size_t len,
+                               const struct api_server_error *e) {
+  if (!a->gate || len < API_SERVER_GATE_COSTLY_BODY_BYTES || e->http_status < 400 || e->http_status >= 500 ||
+      e->http_status == 429)
+    return false;
+  int64_t ms = 0;
+  const int32_t ticket = api_server_gate_hold(a->gate, tenant, e->retry_after_s, &ms);
+  if (ticket < 0) return false;
+  struct api_server_call *c = calloc(1, sizeof *c);
+  if (c) c->held = malloc(sizeof *c->held);
+  if (c && c->held) c->timer = evtimer_new(a->base, on_timer, c);
+  if (!c || !c->held || !c->timer) {
+    if (c) free(c->held);
+    free(c);
+    api_server_gate_release(a->gate, ticket);
+    return false;
+  }
+  c->a = a;
+  c->tenant = tenant;
+  c->body_bytes = len;
+  c->t_start_ns = llb_now_ns();
+  api_server_http_span_begin(&c->span, req);
+  *c->held = *e;
+  c->held_ticket = ticket;
+  c->req = req;
+  c->conn = evhttp_request_get_connection(req);
+  c->next = a->calls;
+  if (a->calls) a->calls->prev = c;
+  a->calls = c;
+  atomic_fetch_add(&a->inflight, 1);
+  api_server_metrics_request_started(a->metrics);
+  evhttp_connection_set_closecb(c->conn, on_close, c);
+  const struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+  evtimer_add(c->timer, &tv);
+  return true;
+}
+
 /* Completions and chat (ep), or a tokenize call (/tokenize, /detokenize, /v1/models/{id}:
  * one GenerateRequest on the tokenize subject, `model` = the path's id for the last). */
 static void handle_generate(struct api_server_actor *a, struct evhttp_request *req, enum api_server_endpoint ep,
@@ -629,7 +671,7 @@ static void handle_generate(struct api_server_actor *a, struct evhttp_request *r
   }
   struct api_server_call *c = call_new(a, req, ep, model, tenant, &e);
   if (!c) {
-    api_server_http_send_error(a->metrics, req, &e);
+    if (!hold_parse_refusal(a, req, tenant, len, &e)) api_server_http_send_error(a->metrics, req, &e);
     return;
   }
   c->req = req;

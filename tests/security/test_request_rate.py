@@ -14,7 +14,8 @@ tenants a and b without a rate, an API key each.
   stream ends, busy's next request passes;
 - busy's request of a costly body (>= 64 KiB, a prompt over the context) refused by the engine as
   its error: the 400 is held like a 429 (a flooder of such bodies gets one a hold per
-  max_concurrent, not as many as the server can parse and refuse), while b is served meanwhile.
+  max_concurrent, not as many as the server can parse and refuse), while b is served meanwhile;
+  so is one the api server refuses itself (malformed JSON at the end of 120 KB).
 
 usage: test_request_rate.py --pydir DIR   (LLMBUS_BUILD_DIR, LLMBUS_SOURCE_DIR from ctest)
 """
@@ -142,6 +143,11 @@ def main():
                 assert b"context" in got["out"] or b"max_model_len" in got["out"], got["out"][:300]
                 # held (API_SERVER_GATE_HOLD_MS = 1 s): a lower bound, which load cannot break
                 assert got["s"] >= 0.9, got["s"]
+                # a costly body the api server refuses itself (not JSON at its end): held the same way
+                t0 = time.monotonic()
+                status, _, out = http("POST", stack.base + "/v1/completions", big[:-1] + b",", key=KEY_BUSY)
+                assert status == 400, (status, out[:200])
+                assert time.monotonic() - t0 >= 0.9
 
             failures = api_stack.run_cases([
                 ("over_its_rate_a_tenant_gets_429_with_retry_after", over_its_rate_a_tenant_gets_429_with_retry_after),
