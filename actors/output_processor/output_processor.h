@@ -242,12 +242,14 @@ llb_status output_processor_create(const struct tokenizer *tok, struct output_pr
 /* Frees all request state. Accepts NULL. */
 void output_processor_destroy(struct output_processor *p);
 
-/* vLLM's --stream-interval: a request's streamed RequestOutputs (DELTA and CUMULATIVE) go out
- * once a child has `n` tokens not yet sent (its first output, the final one and errors at
- * once), so a client gets about one message per n tokens; n <= 1: every output (the default). */
 /* The longest a streamed output is held by --stream-interval after its request's last one (ns). */
 #define OUTPUT_PROCESSOR_STREAM_HOLD_MAX_NS (250 * 1000 * 1000LL)
 
+/* vLLM's --stream-interval: a request's streamed RequestOutputs (DELTA and CUMULATIVE) go out
+ * once a child has `n` tokens not yet sent (its first output, the final one and errors at
+ * once; nothing held OUTPUT_PROCESSOR_STREAM_HOLD_MAX_NS past its last output, nor the output
+ * before a P/D hand-off), so a client gets about one message per n tokens; n <= 1: every
+ * output (the default). */
 void output_processor_set_stream_interval(struct output_processor *p, int64_t n);
 
 /* Registers one engine request (copies everything). Registering a known id again is a
