@@ -38,21 +38,26 @@ def kind_of(comm):
     return KINDS.get(comm.replace("llmbus-", "")[:8], comm)
 
 
-def cpu_by_kind(trees=(), named=None):
-    procs = processes()
+def descendants(procs, trees):
+    """The pids of `trees` and of all their descendants that are in `procs` (processes()), each once."""
     children = {}
     for pid, (ppid, _, _) in procs.items():
         children.setdefault(ppid, []).append(pid)
-    by, seen, todo = {}, set(), list(trees)
-    while todo:
-        q = todo.pop()
-        if q in seen:
-            continue
-        seen.add(q)
-        todo += children.get(q, [])
-        if q in procs:
-            k = kind_of(procs[q][1])
-            by[k] = by.get(k, 0.0) + procs[q][2]
+    seen, stack = set(), list(trees)
+    while stack:
+        q = stack.pop()
+        if q not in seen:
+            seen.add(q)
+            stack += children.get(q, [])
+    return [q for q in seen if q in procs]
+
+
+def cpu_by_kind(trees=(), named=None):
+    procs = processes()
+    by = {}
+    for q in descendants(procs, trees):
+        k = kind_of(procs[q][1])
+        by[k] = by.get(k, 0.0) + procs[q][2]
     for name, pid in (named or {}).items():
         if pid in procs:
             by[name] = by.get(name, 0.0) + procs[pid][2]

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_cpu import kind_of, processes  # noqa: E402
+from proc_cpu import descendants, kind_of, processes  # noqa: E402
 
 
 def by_kind(tree):
@@ -25,15 +25,8 @@ def by_kind(tree):
     processes under `tree` (CPU from /proc/<pid>/task/<tid>/schedstat: nanoseconds, where
     /proc/<pid>/stat counts 10 ms ticks)."""
     procs = processes()
-    children = {}
-    for pid, (ppid, _, _) in procs.items():
-        children.setdefault(ppid, []).append(pid)
-    by, todo = {}, [tree]
-    while todo:
-        p = todo.pop()
-        todo += children.get(p, [])
-        if p not in procs:
-            continue
+    by = {}
+    for p in descendants(procs, [tree]):
         cpu, n = 0.0, 0
         try:
             for t in os.listdir(f"/proc/{p}/task"):
