@@ -198,38 +198,47 @@ static void call_fail(struct api_server_call *c, const struct api_server_error *
   if (all_subs_settled(c)) call_free(c);
 }
 
-/* An engine's 429 for the call's tenant (its limits in the input processor), or its refusal of
- * a costly request as the client's error (a 4xx of a body of API_SERVER_GATE_COSTLY_BODY_BYTES or
- * more: the front door parsed it and the input processor worked on it): held before it is sent,
- * as the header gate holds its own (api_server_gate.h: a client retrying at once comes back once
- * per hold, and a held answer keeps its max_concurrent slot), when the gate has room for it;
- * else call_fail at once. The call's timer ends the hold (on_timer); its requests are aborted
- * now. */
-static void call_fail_or_hold(struct api_server_call *c, const struct api_server_error *e) {
-  struct api_server_actor *a = c->a;
-  int64_t ms = 0;
-  const bool costly_refusal = e->http_status >= 400 && e->http_status < 500 &&
-                              c->body_bytes >= API_SERVER_GATE_COSTLY_BODY_BYTES;
-  const int32_t ticket = (e->http_status == 429 || costly_refusal) && a->gate && c->req && !c->headers_sent &&
-                                 c->timer && !c->held
-                             ? api_server_gate_hold(a->gate, c->tenant, e->retry_after_s, &ms)
-                             : -1;
-  if (ticket < 0) {
-    call_fail(c, e);
-    return;
-  }
+/* Whether refusal e of a request whose body was body_bytes is held before it is sent, as the
+ * header gate holds its own 429s (api_server_gate.h: a client retrying at once comes back once
+ * per hold, and a held answer keeps its max_concurrent slot): an engine's 429 (the tenant's
+ * limits in the input processor), or a client error (4xx) for a body of
+ * API_SERVER_GATE_COSTLY_BODY_BYTES or more, which the front door parsed (and the input
+ * processor may have worked on) before refusing it. */
+static bool refusal_is_held(const struct api_server_error *e, size_t body_bytes) {
+  return e->http_status == 429 ||
+         (e->http_status >= 400 && e->http_status < 500 && body_bytes >= API_SERVER_GATE_COSTLY_BODY_BYTES);
+}
+
+/* Holds refusal e on c for ms with the gate's ticket (given back when the hold ends); c's timer
+ * ends the hold (on_timer answers it). False: out of memory, the ticket given back. */
+static bool start_hold(struct api_server_call *c, const struct api_server_error *e, int32_t ticket, int64_t ms) {
   c->held = malloc(sizeof *c->held);
   if (!c->held) {
-    api_server_gate_release(a->gate, ticket);
-    call_fail(c, e);
-    return;
+    api_server_gate_release(c->a->gate, ticket);
+    return false;
   }
   *c->held = *e;
   c->held_ticket = ticket;
-  abort_running(c);
   evtimer_del(c->timer);
   const struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
   evtimer_add(c->timer, &tv);
+  return true;
+}
+
+/* The engine refused the call: held (refusal_is_held) when the gate has room for it, its requests
+ * aborted now; else call_fail at once. */
+static void call_fail_or_hold(struct api_server_call *c, const struct api_server_error *e) {
+  struct api_server_actor *a = c->a;
+  int64_t ms = 0;
+  const int32_t ticket = refusal_is_held(e, c->body_bytes) && a->gate && c->req && !c->headers_sent && c->timer &&
+                                 !c->held
+                             ? api_server_gate_hold(a->gate, c->tenant, e->retry_after_s, &ms)
+                             : -1;
+  if (ticket < 0 || !start_hold(c, e, ticket, ms)) {
+    call_fail(c, e);
+    return;
+  }
+  abort_running(c);
 }
 
 /* The request finished: metrics, free. */
@@ -531,6 +540,29 @@ static bool route_lora_card(struct api_server_actor *a, struct evhttp_request *r
   return true;
 }
 
+/* What every call starts with: its actor, tenant, body length, start time and span. */
+static void call_init(struct api_server_call *c, struct api_server_actor *a, struct evhttp_request *req,
+                      const char *tenant, size_t body_bytes) {
+  c->a = a;
+  c->tenant = tenant;
+  c->body_bytes = body_bytes;
+  c->t_start_ns = llb_now_ns();
+  api_server_http_span_begin(&c->span, req);
+}
+
+/* c answers req from now on: on the actor's list of calls and counted in flight (call_free
+ * undoes both). */
+static void call_attach(struct api_server_call *c, struct evhttp_request *req) {
+  struct api_server_actor *a = c->a;
+  c->req = req;
+  c->conn = evhttp_request_get_connection(req);
+  c->next = a->calls;
+  if (a->calls) a->calls->prev = c;
+  a->calls = c;
+  atomic_fetch_add(&a->inflight, 1);
+  api_server_metrics_request_started(a->metrics);
+}
+
 /* A new call for `req`: its body parsed as endpoint ep wants, its subs allocated (one per
  * prompt or input), its response begun. NULL with e set (400/404 from the parser, 500 out of
  * memory). */
@@ -544,11 +576,7 @@ static struct api_server_call *call_new(struct api_server_actor *a, struct evhtt
     api_server_error_set(e, 500, NULL, "out of memory");
     return NULL;
   }
-  c->a = a;
-  c->tenant = tenant;
-  c->body_bytes = len;
-  c->t_start_ns = llb_now_ns();
-  api_server_http_span_begin(&c->span, req);
+  call_init(c, a, req, tenant, len);
   struct api_server_parse_options po = {.served_model = a->model_name, .model_aliases = a->model_names + 1,
                                 .num_model_aliases = a->num_model_names - 1, .tool_parser = a->o.tool_call_parser,
                                 .no_auto_tool_choice = !a->o.enable_auto_tool_choice,
@@ -618,38 +646,28 @@ static llb_status publish_sub(struct api_server_actor *a, struct api_server_call
  * holds full, out of memory): answer at once. */
 static bool hold_parse_refusal(struct api_server_actor *a, struct evhttp_request *req, const char *tenant, size_t len,
                                const struct api_server_error *e) {
-  if (!a->gate || len < API_SERVER_GATE_COSTLY_BODY_BYTES || e->http_status < 400 || e->http_status >= 500 ||
-      e->http_status == 429)
-    return false;
   int64_t ms = 0;
-  const int32_t ticket = api_server_gate_hold(a->gate, tenant, e->retry_after_s, &ms);
+  const int32_t ticket =
+      a->gate && refusal_is_held(e, len) ? api_server_gate_hold(a->gate, tenant, e->retry_after_s, &ms) : -1;
   if (ticket < 0) return false;
   struct api_server_call *c = calloc(1, sizeof *c);
-  if (c) c->held = malloc(sizeof *c->held);
-  if (c && c->held) c->timer = evtimer_new(a->base, on_timer, c);
-  if (!c || !c->held || !c->timer) {
-    if (c) free(c->held);
+  if (c) {
+    c->a = a;
+    c->timer = evtimer_new(a->base, on_timer, c);
+  }
+  if (!c || !c->timer) {
     free(c);
     api_server_gate_release(a->gate, ticket);
     return false;
   }
-  c->a = a;
-  c->tenant = tenant;
-  c->body_bytes = len;
-  c->t_start_ns = llb_now_ns();
-  api_server_http_span_begin(&c->span, req);
-  *c->held = *e;
-  c->held_ticket = ticket;
-  c->req = req;
-  c->conn = evhttp_request_get_connection(req);
-  c->next = a->calls;
-  if (a->calls) a->calls->prev = c;
-  a->calls = c;
-  atomic_fetch_add(&a->inflight, 1);
-  api_server_metrics_request_started(a->metrics);
+  if (!start_hold(c, e, ticket, ms)) { /* it gave the ticket back */
+    event_free(c->timer);
+    free(c);
+    return false;
+  }
+  call_init(c, a, req, tenant, len);
+  call_attach(c, req);
   evhttp_connection_set_closecb(c->conn, on_close, c);
-  const struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-  evtimer_add(c->timer, &tv);
   return true;
 }
 
@@ -674,13 +692,7 @@ static void handle_generate(struct api_server_actor *a, struct evhttp_request *r
     if (!hold_parse_refusal(a, req, tenant, len, &e)) api_server_http_send_error(a->metrics, req, &e);
     return;
   }
-  c->req = req;
-  c->conn = evhttp_request_get_connection(req);
-  c->next = a->calls;
-  if (a->calls) a->calls->prev = c;
-  a->calls = c;
-  atomic_fetch_add(&a->inflight, 1);
-  api_server_metrics_request_started(a->metrics);
+  call_attach(c, req);
   for (int32_t i = 0; i < c->num_subs; i++) {
     struct api_server_sub *s = &c->subs[i];
     s->call = c;
