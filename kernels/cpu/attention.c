@@ -710,9 +710,112 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
 #endif
 
 #if ATTN_HAVE_X86
+/* Accumulators of one p.v lane pass over several rows (zmm registers, the rest hold a V row). */
+#define ATTN_PV_ROWS_ACC 24
+
+/* Lane l of p.v for rows r < nr of a run (row r attends keys [0, n0 + r): no window) and heads
+ * g < ng of each, the V row of each key converted once for all of them: accumulator
+ * (r * ng + g) * nv + i takes the keys j = l (mod 16) of row r in key order, fma(p_j, v_j, a),
+ * as pv_lane_avx512's, so the same bits. pr [r * ng + g]: row r's head g probabilities from
+ * key 0. Stored to lane [16 * x] for accumulator x. nr * ng * nv <= ATTN_PV_ROWS_ACC. */
+ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
+pv_lane_rows_avx512(const struct backend_kv_layer *kv, const int32_t *table, const float *const *pr, int32_t n0,
+                    int64_t stride, int64_t head_off, int32_t l, const int32_t nv, const int32_t ng, const int32_t nr,
+                    float *lane) {
+  const int32_t bs = kv->block_size, n_blocks = (n0 + bs - 1) / bs;
+  __m512 a[ATTN_PV_ROWS_ACC], vf[ATTN_MAX_DIM / 16];
+  _Pragma("GCC unroll 24") for (int32_t x = 0; x < nr * ng * nv; x++) a[x] = _mm512_setzero_ps();
+  for (int32_t b = 0; b < n_blocks; b++) { /* keys [0, n0): every row's */
+    const uint16_t *vb = (const uint16_t *)kv->v + (int64_t)table[b] * bs * stride + head_off;
+    const int32_t key0 = b * bs, n = n0 - key0 < bs ? n0 - key0 : bs;
+    for (int32_t o = l; o < n; o += 16) { /* bs % 16 == 0: key key0 + o is in lane o % 16 */
+      const uint16_t *vr = vb + (int64_t)o * stride;
+      for (int32_t i = 0; i < nv; i++) vf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * i)));
+      _Pragma("GCC unroll 24") for (int32_t x = 0; x < nr * ng; x++) {
+        const __m512 pj = _mm512_set1_ps(pr[x][key0 + o]);
+        for (int32_t i = 0; i < nv; i++) a[x * nv + i] = _mm512_fmadd_ps(pj, vf[i], a[x * nv + i]);
+      }
+    }
+  }
+  /* keys [n0, n0 + nr - 1), the later rows' only (nr <= 16: at most one in this lane), last */
+  const int32_t j = n0 + ((l - n0 % 16) + 16) % 16;
+  if (j < n0 + nr - 1) {
+    const uint16_t *vr = kv_row_at(kv, kv->v, table, j, 0) + head_off;
+    for (int32_t i = 0; i < nv; i++) vf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * i)));
+    _Pragma("GCC unroll 24") for (int32_t x = 0; x < nr * ng; x++) { /* rows r > j - n0 (constant indices: a stays in registers) */
+      if (x / ng <= j - n0) continue;
+      const __m512 pj = _mm512_set1_ps(pr[x][j]);
+      for (int32_t i = 0; i < nv; i++) a[x * nv + i] = _mm512_fmadd_ps(pj, vf[i], a[x * nv + i]);
+    }
+  }
+  _Pragma("GCC unroll 24") for (int32_t x = 0; x < nr * ng * nv; x++) _mm512_storeu_ps(lane + 16 * x, a[x]);
+}
+
+/* Rows of one pass of pv_rows_avx512: as many as keep their accumulators in registers (<= 4;
+ * 0 or 1: none shared). */
+static int32_t pv_rows_per_pass(int32_t nv, int32_t n_h) {
+  const int32_t rp = ATTN_PV_ROWS_ACC / (nv * n_h);
+  return rp > ATTN_MAX_TILE_ROWS ? ATTN_MAX_TILE_ROWS : rp;
+}
+
+/* p.v of rows it0->tok + r0 .. + m - 1 of a run (scores [r][n_h][n_ctx of row r] in slices
+ * of n_h * n_last, row r's n_ctx it0->n_ctx + r) and every head of the item, in one lane pass
+ * (pv_lane_rows_avx512), then the 16 lanes summed in combine_lanes' tree as pv_avx512 does. */
+ATTN_AVX512_TARGET static void pv_rows_pass_avx512(const struct backend_attn_params *p, const struct attn_item *it0,
+                                                   int32_t r0, int32_t m, const float *scores, int32_t n_last,
+                                                   int64_t stride, int64_t head_off) {
+  const int32_t hd = p->kv->head_dim, nv = hd / 16, n_h = it0->n_h, n0 = it0->n_ctx + r0, na = m * n_h * nv;
+  const float *pr[ATTN_PV_ROWS_ACC];
+  for (int32_t r = 0; r < m; r++)
+    for (int32_t g = 0; g < n_h; g++) pr[r * n_h + g] = scores + (int64_t)(r0 + r) * n_h * n_last + (int64_t)g * (n0 + r);
+  float lane[16][ATTN_PV_ROWS_ACC * 16];
+  for (int32_t l = 0; l < 16; l++) {
+#define PV_ROWS(NV, NG, NR) pv_lane_rows_avx512(p->kv, it0->table, pr, n0, stride, head_off, l, NV, NG, NR, lane[l])
+    if (nv == 4 && n_h == 3 && m == 2) PV_ROWS(4, 3, 2); /* head_dim 64, 3 heads per KV head (SmolLM2) */
+    else if (nv == 4 && n_h == 3 && m == 1) PV_ROWS(4, 3, 1);
+    else if (nv == 4 && n_h == 2 && m == 3) PV_ROWS(4, 2, 3);
+    else if (nv == 4 && n_h == 1 && m == 4) PV_ROWS(4, 1, 4);
+    else if (nv == 8 && n_h == 1 && m == 3) PV_ROWS(8, 1, 3); /* head_dim 128, one head per KV head */
+    else if (nv == 8 && n_h == 1 && m == 2) PV_ROWS(8, 1, 2);
+    else PV_ROWS(nv, n_h, m);
+#undef PV_ROWS
+  }
+  for (int32_t x = 0; x < na; x++) { /* x = (r * n_h + g) * nv + i */
+    __m512 t[16];
+    for (int l = 0; l < 16; l++) t[l] = _mm512_loadu_ps(lane[l] + 16 * x);
+    for (int l = 0; l < 8; l++) t[l] = _mm512_add_ps(t[l + 8], t[l]);
+    for (int l = 0; l < 4; l++) t[l] = _mm512_add_ps(t[l + 4], t[l]);
+    const int32_t r = x / (n_h * nv), g = x / nv % n_h, i = x % nv;
+    float *out = p->out + ((int64_t)(it0->tok + r0 + r) * p->n_heads + it0->h0 + g) * hd + 16 * i;
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(t[0], t[2]), _mm512_add_ps(t[1], t[3])));
+  }
+}
+
+/* p.v of the nr rows of attention_rows_avx512 (probabilities in scores, its layout): rows
+ * that fit in one pass share each key's V conversion; heads too many for that go row by row
+ * (pv_avx512). */
+ATTN_AVX512_TARGET static void pv_rows_avx512(const struct backend_attn_params *p, const struct attn_item *it0,
+                                              int32_t nr, const float *scores, int32_t n_last, int64_t stride,
+                                              int64_t head_off) {
+  const int32_t nv = p->kv->head_dim / 16, n_h = it0->n_h, rp = pv_rows_per_pass(nv, n_h);
+  for (int32_t r0 = 0; r0 < nr; r0 += rp > 1 ? rp : 1) {
+    if (rp < 2) { /* one row's heads (nearly) fill the registers: pv_avx512's passes */
+      struct attn_item ir = *it0;
+      ir.tok += r0;
+      ir.n_ctx += r0;
+      pv_avx512(p, &ir, scores + (int64_t)r0 * n_h * n_last, stride, head_off);
+      continue;
+    }
+    pv_rows_pass_avx512(p, it0, r0, nr - r0 < rp ? nr - r0 : rp, scores, n_last, stride, head_off);
+  }
+}
+#endif
+
+#if ATTN_HAVE_X86
 /* Rows it0->tok .. + nr - 1 of one sequence (n_ctx, n_ctx + 1, ... keys from key 0: no
  * window), the heads of one KV head: attention_item_avx512 for each row, with each whole group
- * of 16 keys converted once for all of them. Same numbers row by row. scores [nr][n_h][n_ctx of
+ * of 16 keys converted once for all of them and each V row once per pass of rows
+ * (pv_rows_avx512). Same numbers row by row. scores [nr][n_h][n_ctx of
  * the row] in slices of n_h * (n_ctx + nr - 1). */
 ATTN_AVX512_TARGET static void attention_rows_avx512(const struct attn_task *t, const struct attn_item *it0, int32_t nr,
                                                      float *scores) {
@@ -748,11 +851,8 @@ ATTN_AVX512_TARGET static void attention_rows_avx512(const struct attn_task *t, 
       score1_avx512(p, n_h, (const float(*)[ATTN_MAX_DIM])(qh + r * n_h), kv_row_at(kv, kv->k, it0->table, j, it0->kvh),
                     nv, sr + j, n_r);
     for (int32_t g = 0; g < n_h; g++) softmax_f16(CPU_SIMD_LEVEL_AVX2, sr + (int64_t)g * n_r, 0, n_r);
-    struct attn_item ir = *it0;
-    ir.tok += r;
-    ir.n_ctx = n_r;
-    pv_avx512(p, &ir, sr, stride, head_off);
   }
+  pv_rows_avx512(p, it0, nr, scores, n_last, stride, head_off);
 }
 #endif
 
@@ -827,12 +927,16 @@ static void attention_run_quantized(const struct attn_task *t, int32_t tok, int3
 }
 
 /* Work item `chunk`: query rows [tile * rows, + rows) (cut at the batch's end), heads of one
- * KV head (or one head), run by run of rows of one sequence. */
+ * KV head (or one head), run by run of rows of one sequence. Tiles are handed out last row
+ * first: a causal row's cost grows with its position, so the pool's last claims (several
+ * items each) are the cheapest and the threads finish together; each item's numbers do not
+ * depend on when it runs. */
 static void attention_chunk(void *arg, int64_t chunk, int ith) {
   const struct attn_task *t = arg;
   float *scores = t->c->scores + (size_t)ith * (size_t)t->c->params.max_context_len * ATTN_MAX_ROW_HEADS;
   const int32_t groups = t->p->n_heads / t->group, h0 = (int32_t)(chunk % groups) * t->group;
-  const int32_t tok0 = (int32_t)(chunk / groups) * t->rows;
+  const int64_t tiles = (t->p->num_tokens + t->rows - 1) / t->rows;
+  const int32_t tok0 = (int32_t)(tiles - 1 - chunk / groups) * t->rows;
   const int32_t end = tok0 + t->rows < t->p->num_tokens ? tok0 + t->rows : t->p->num_tokens;
   for (int32_t tok = tok0; tok < end;) {
     int32_t nr = 1;
