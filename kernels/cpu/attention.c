@@ -418,9 +418,14 @@ ATTN_AVX2_TARGET static void scores_batch_avx2(const struct backend_attn_params 
     for (; o + 4 <= n; o += 4) {
       if (n_h > 1) convert4_avx2(kb + o * stride, stride, hd, kf);
       for (int32_t g = 0; g < n_h; g++) {
-        float d[4];
-        _mm_storeu_ps(d, qk4_avx2(qh[g], n_h > 1 ? (const float(*)[ATTN_MAX_DIM])kf : NULL, kb + o * stride, stride, hd));
-        for (int k = 0; k < 4; k++) scores[(int64_t)g * n_ctx + b * bs + o + k] = attn_score(p, d[k]);
+        const __m128 d = qk4_avx2(qh[g], n_h > 1 ? (const float(*)[ATTN_MAX_DIM])kf : NULL, kb + o * stride, stride, hd);
+        float *sc = scores + (int64_t)g * n_ctx + b * bs + o;
+        if (p->logit_softcap > 0.0f) {
+          _mm_storeu_ps(sc, d);
+          for (int k = 0; k < 4; k++) sc[k] = attn_score(p, sc[k]);
+        } else {
+          _mm_storeu_ps(sc, _mm_mul_ps(d, _mm_set1_ps(p->scale))); /* attn_score of 4 dots */
+        }
       }
     }
     for (; o < n; o++)

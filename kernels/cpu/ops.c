@@ -150,14 +150,21 @@ static void rms_norm_chunk(void *arg, int64_t chunk, int ith) {
   const struct norm_task *t = arg;
   int64_t lo, hi;
   chunk_range(chunk, t->per, t->n_rows, &lo, &hi);
-  for (int64_t r = lo; r < hi; r++) {
-    const float *x = t->x + r * t->dim;
-    float *y = t->out + r * t->dim;
-    double sum = 0.0; /* ggml_compute_forward_rms_norm_f32 sums in ggml_float */
-    for (int32_t i = 0; i < t->dim; i++) sum += (double)(x[i] * x[i]);
-    const float mean = (float)(sum / t->dim);
-    const float scale = 1.0f / sqrtf(mean + t->eps);
-    for (int32_t i = 0; i < t->dim; i++) y[i] = (x[i] * scale) * t->w[i];
+  for (int64_t r0 = lo; r0 < hi; r0 += 4) {
+    /* ggml_compute_forward_rms_norm_f32 sums each row in ggml_float (double), in index order:
+     * one chain of dependent adds per row, so up to 4 rows' chains run side by side */
+    const int64_t nr = hi - r0 < 4 ? hi - r0 : 4;
+    double sum[4] = {0.0, 0.0, 0.0, 0.0};
+    const float *x[4];
+    for (int64_t k = 0; k < 4; k++) x[k] = t->x + (r0 + (k < nr ? k : 0)) * t->dim;
+    for (int32_t i = 0; i < t->dim; i++)
+      for (int k = 0; k < 4; k++) sum[k] += (double)(x[k][i] * x[k][i]);
+    for (int64_t k = 0; k < nr; k++) {
+      float *y = t->out + (r0 + k) * t->dim;
+      const float mean = (float)(sum[k] / t->dim);
+      const float scale = 1.0f / sqrtf(mean + t->eps);
+      for (int32_t i = 0; i < t->dim; i++) y[i] = (x[k][i] * scale) * t->w[i];
+    }
   }
 }
 
