@@ -481,6 +481,55 @@ ATTN_AVX2_TARGET static void pv_batch_avx2(const struct backend_attn_params *p, 
   }
 }
 
+/* Lane l of the p.v of two heads (probabilities s0, s1) over dims [off, off + 32) of their KV
+ * head: pv_lane_avx2's fmas for each head, in the same key order, with each key's 32 V values
+ * converted once for both (4 + 8 registers). Stored to lane0 [32], lane1 [32]. */
+ATTN_AVX2_TARGET static inline void pv_lane2_avx2(const struct backend_kv_layer *kv, const struct attn_item *it,
+                                                  const float *s0, const float *s1, int64_t stride, int64_t off,
+                                                  int32_t l, float *lane0, float *lane1) {
+  const int32_t n_ctx = it->n_ctx, bs = kv->block_size, first = it->first;
+  const int32_t n_blocks = (n_ctx + bs - 1) / bs, b0 = first / bs;
+  __m256 a0[4], a1[4];
+  for (int i = 0; i < 4; i++) a0[i] = a1[i] = _mm256_setzero_ps();
+  for (int32_t b = b0; b < n_blocks; b++) {
+    const uint16_t *vb = (const uint16_t *)kv->v + (int64_t)it->table[b] * bs * stride + off;
+    const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    int32_t o = l; /* bs % 16 == 0: key b * bs + o is in lane o % 16 */
+    while (b * bs + o < first) o += 16;
+    for (; o < n; o += 16) {
+      const uint16_t *vr = vb + (int64_t)o * stride;
+      const __m256 p0 = _mm256_set1_ps(s0[b * bs + o]), p1 = _mm256_set1_ps(s1[b * bs + o]);
+      for (int i = 0; i < 4; i++) {
+        const __m256 vf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8 * i)));
+        a0[i] = _mm256_fmadd_ps(p0, vf, a0[i]);
+        a1[i] = _mm256_fmadd_ps(p1, vf, a1[i]);
+      }
+    }
+  }
+  for (int i = 0; i < 4; i++) _mm256_storeu_ps(lane0 + 8 * i, a0[i]), _mm256_storeu_ps(lane1 + 8 * i, a1[i]);
+}
+
+/* out0, out1 [hd] = p.v of two heads of the item (probabilities s0, s1), as pv_batch_avx2 gives
+ * each: per 32 dims, the 16 lanes (pv_lane2_avx2) summed in the same tree. head_dim % 32 == 0. */
+ATTN_AVX2_TARGET static void pv_batch2_avx2(const struct backend_attn_params *p, const struct attn_item *it,
+                                            const float *s0, const float *s1, int64_t stride, int64_t head_off,
+                                            float *out0, float *out1) {
+  const int32_t hd = p->kv->head_dim;
+  for (int32_t d0 = 0; d0 < hd; d0 += 32) {
+    float lane[2][16][32];
+    for (int32_t l = 0; l < 16; l++) pv_lane2_avx2(p->kv, it, s0, s1, stride, head_off + d0, l, lane[0][l], lane[1][l]);
+    for (int h = 0; h < 2; h++)
+      for (int32_t i = 0; i < 4; i++) {
+        __m256 t[16];
+        for (int l = 0; l < 16; l++) t[l] = _mm256_loadu_ps(lane[h][l] + 8 * i);
+        for (int l = 0; l < 8; l++) t[l] = _mm256_add_ps(t[l + 8], t[l]);
+        for (int l = 0; l < 4; l++) t[l] = _mm256_add_ps(t[l + 4], t[l]);
+        _mm256_storeu_ps((h ? out1 : out0) + d0 + 8 * i,
+                         _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+      }
+  }
+}
+
 /* The BATCH order on AVX2 (see above). block_size % 16 == 0, head_dim % 16 == 0 and <=
  * ATTN_MAX_DIM. Same numbers as the generic path. */
 ATTN_AVX2_TARGET static void attention_item_batch_avx2(const struct attn_task *t, const struct attn_item *it,
@@ -495,11 +544,14 @@ ATTN_AVX2_TARGET static void attention_item_batch_avx2(const struct attn_task *t
       _mm256_storeu_ps(qh[g] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
   }
   scores_batch_avx2(p, it, (const float(*)[ATTN_MAX_DIM])qh, stride, head_off, scores);
-  for (int32_t g = 0; g < n_h; g++) {
-    float *sg = scores + (int64_t)g * n_ctx;
-    softmax_f16(CPU_SIMD_LEVEL_AVX2, sg, it->first, n_ctx);
-    pv_batch_avx2(p, it, sg, stride, head_off, p->out + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd);
-  }
+  for (int32_t g = 0; g < n_h; g++) softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)g * n_ctx, it->first, n_ctx);
+  float *out = p->out + ((int64_t)it->tok * p->n_heads + it->h0) * hd;
+  int32_t g = 0;
+  if (hd % 32 == 0) /* heads in pairs: each key's V row converted once for both */
+    for (; g + 2 <= n_h; g += 2)
+      pv_batch2_avx2(p, it, scores + (int64_t)g * n_ctx, scores + (int64_t)(g + 1) * n_ctx, stride, head_off,
+                     out + (int64_t)g * hd, out + (int64_t)(g + 1) * hd);
+  for (; g < n_h; g++) pv_batch_avx2(p, it, scores + (int64_t)g * n_ctx, stride, head_off, out + (int64_t)g * hd);
 }
 #endif
 
