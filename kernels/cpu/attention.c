@@ -152,16 +152,15 @@ ATTN_AVX2_TARGET static float softmax_max_avx2(const float *s, int32_t first, in
   return max;
 }
 
-/* s [first, n) *= inv. */
-ATTN_AVX2_TARGET static void softmax_scale_avx2(float *s, int32_t first, int32_t n, float inv) {
+/* s [first, n) = fp16(s * inv) as float, rounding to nearest even (F16C: exact both ways),
+ * in one pass. */
+ATTN_AVX2_TARGET static void softmax_scale_round_avx2(float *s, int32_t first, int32_t n, float inv) {
   int32_t j = first;
-  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(inv)));
-  for (; j < n; j++) s[j] *= inv;
-}
-
-/* s [8] = fp16(s) as float, rounding to nearest even (F16C: exact both ways). */
-ATTN_AVX2_TARGET static void softmax_round8_f16(float *s) {
-  _mm256_storeu_ps(s, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(s), _MM_FROUND_TO_NEAREST_INT)));
+  const __m256 v = _mm256_set1_ps(inv);
+  for (; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(s + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + j), v),
+                                                            _MM_FROUND_TO_NEAREST_INT)));
+  for (; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j] * inv));
 }
 #endif
 
@@ -198,19 +197,12 @@ static void softmax_f16(enum cpu_simd_level level, float *s, int32_t first, int3
   }
   const float inv = (float)(1.0 / sum);
 #if ATTN_HAVE_X86
-  if (avx2) softmax_scale_avx2(s, first, n, inv);
-#endif
-  if (!avx2)
-    for (int32_t j = first; j < n; j++) s[j] *= inv;
-#if ATTN_HAVE_X86
   if (avx2) {
-    int32_t j = first;
-    for (; j + 8 <= n; j += 8) softmax_round8_f16(s + j);
-    for (; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j]));
+    softmax_scale_round_avx2(s, first, n, inv);
     return;
   }
 #endif
-  for (int32_t j = first; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j]));
+  for (int32_t j = first; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j] * inv));
 }
 
 /* Combines lane accumulators acc [lanes][dn] (rows >= used are zero) into out [dn]. */
