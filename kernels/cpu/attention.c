@@ -135,9 +135,11 @@ ATTN_AVX2_TARGET static inline float attn_reduce16(__m256 lo, __m256 hi) {
   return attn_hsum8(_mm256_add_ps(hi, lo));
 }
 
-/* attn_reduce16 of s [16] (for callers without AVX2 in their target). */
-ATTN_AVX2_TARGET static float attn_reduce16_at(const float *s) {
-  return attn_reduce16(_mm256_loadu_ps(s), _mm256_loadu_ps(s + 8));
+/* sum + the attn_reduce16 of each of the w groups s [16 g .. 16 g + 16), added in order in
+ * double (softmax_f16's whole groups, in one call). */
+ATTN_AVX2_TARGET static double softmax_groups_avx2(const float *s, int32_t w, double sum) {
+  for (int32_t g = 0; g < w; g++) sum += (double)attn_reduce16(_mm256_loadu_ps(s + 16 * g), _mm256_loadu_ps(s + 16 * g + 8));
+  return sum;
 }
 
 /* Largest of s [first, n) (max is exact in any order). */
@@ -183,17 +185,20 @@ static void softmax_f16(enum cpu_simd_level level, float *s, int32_t first, int3
     for (int32_t j = first; j < n; j++) max = s[j] > max ? s[j] : max;
   cpu_exp_sub_row(level, s + first, max, s + first, n - first);
   double sum = 0.0;
-  for (int32_t j0 = first - first % 16; j0 < n; j0 += 16) {
+  for (int32_t j0 = first - first % 16; j0 < n;) {
     const int32_t a = j0 < first ? first : j0, e = n - j0 < 16 ? n : j0 + 16;
 #if ATTN_HAVE_X86
-    if (avx2 && a == j0 && e == j0 + 16) { /* a whole group */
-      sum += (double)attn_reduce16_at(s + j0);
+    if (avx2 && a == j0 && e == j0 + 16) { /* whole groups from here on, but the last part */
+      const int32_t w = (n - j0) / 16;
+      sum = softmax_groups_avx2(s + j0, w, sum);
+      j0 += 16 * w;
       continue;
     }
 #endif
     float g[16] = {0};
     memcpy(g + (a - j0), s + a, (size_t)(e - a) * sizeof(float));
     sum += (double)cpu_reduce16(g);
+    j0 += 16;
   }
   const float inv = (float)(1.0 / sum);
 #if ATTN_HAVE_X86
