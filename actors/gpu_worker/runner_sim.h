@@ -27,9 +27,10 @@
  * (softmax and the draw over the vocabulary); attention_s: one q.k and one weighted v of every
  * layer and head (attention's arithmetic); context_s: reading a sequence's K/V once a step
  * (attention's memory traffic, what bounds a decode on a GPU); first_step_s: what the first
- * step after idle pays beyond the same step in a running engine (measured on this machine's
- * served CPU steps: caches the idle gap's other work evicted; only a served fit, --fit-steps,
- * sees it: a synthetic fit runs its steps back to back and leaves it 0).
+ * step after idle pays beyond the same step in a running engine, as the served steps show it
+ * (on a shared host it carries that step's contention too; the cause on this machine's CPU
+ * forward is not established, docs/scaling.md); only a served fit (--fit-steps) sees it: a
+ * synthetic fit runs its steps back to back and leaves it 0.
  * Pure logic but sim_wait_until; no bus, no FlatBuffers.
  */
 #ifndef LLB_GPU_WORKER_RUNNER_SIM_H
