@@ -343,8 +343,9 @@ static void log_step(struct gpu_worker_actor *a, double seconds) {
   if (!a->step_log || s.num_tokens <= 0) return;
   fprintf(a->step_log,
           "{\"tokens\":%d,\"seqs\":%d,\"sampled\":%d,\"random\":%d,\"attention_pairs\":%.0f,"
-          "\"context_tokens\":%.0f,\"seconds\":%.9f}\n",
-          s.num_tokens, s.num_seqs, s.num_sampled, s.num_random, s.attention_pairs, s.context_tokens, seconds);
+          "\"context_tokens\":%.0f,\"seconds\":%.9f,\"first\":%d}\n",
+          s.num_tokens, s.num_seqs, s.num_sampled, s.num_random, s.attention_pairs, s.context_tokens, seconds,
+          s.first);
 }
 
 int32_t gpu_worker_actor_num_blocks(const struct gpu_worker_actor *a) { return model_runner_num_blocks(a->runner); }

@@ -290,6 +290,7 @@ static llb_status add_new(struct model_runner *r, const struct llb_new_request_d
   q->num_block_ids = 0;
   if (!append_blocks(q, nr->block_ids, nr->num_block_ids)) return mr_fail(r, LLB_STATUS_OUT_OF_MEMORY, "", "blocks");
   q->num_computed_tokens = nr->num_computed_tokens;
+  q->stepped = false;
   mr_sampler_params(nr->sampling_params, &q->sampler_params);
   q->prompt_logprobs = nr->sampling_params->prompt_logprobs;
   q->lora = nr->lora_request.lora_int_id ? mr_find_lora(r, nr->lora_request.lora_int_id) : NULL; /* checked */
@@ -642,6 +643,9 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
   r->last_shape = sim_step_shape_of(&r->batch); /* what a sim step of this batch costs, any device */
   for (int32_t l = 0; l < r->num_sample_logits; l++)
     r->last_shape.num_random += r->rows[r->logits_rows[l]]->sampler_params.temperature >= SAMPLER_GREEDY_EPS;
+  r->last_shape.first = 1; /* every scheduled sequence starts now: the first step after idle */
+  for (int32_t i = 0; i < r->num_rows; i++)
+    if (r->row_sched[i] > 0 && r->rows[i]->stepped) r->last_shape.first = 0;
   if (r->cfg.device == MODEL_RUNNER_DEVICE_SIM) {
     sim_step(r, start_ns);
   } else {
@@ -664,6 +668,7 @@ static llb_status run_step(struct model_runner *r, const struct llb_scheduler_ou
     if (r->row_sched[i] <= 0) continue;
     struct mr_request *q = r->rows[i];
     q->num_computed_tokens += r->row_sched[i];
+    q->stepped = true;
     r->out_req_ids[k] = (struct llb_str){q->req_id, q->req_id_len};
     r->out_num_sampled[k] = 0;
     r->out_num_pooled[k] = 0;

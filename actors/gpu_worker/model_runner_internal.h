@@ -36,6 +36,7 @@ struct mr_request {
   int32_t spec_ids[LLB_MAX_SPEC_TOKENS]; /* this step's drafts to verify (scheduled_spec_decode_tokens) */
   int32_t num_spec;             /* 0 = none this step */
   uint64_t sim_key;             /* SIM: the key of its tokens (sim_request_key) */
+  bool stepped;                 /* it ran a step on this worker (sim_step_shape.first) */
   const struct llama_lora *lora; /* its adapter (model_runner_set_loras), NULL = the base model */
 };
 

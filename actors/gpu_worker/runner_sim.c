@@ -14,7 +14,7 @@
 #include "model/sampling/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 
-enum { SIM_TERMS = 5 }; /* fixed, token, sampled_row, attention, context */
+enum { SIM_TERMS = 6 }; /* fixed, token, sampled_row, attention, context, first_step */
 #define SIM_MAX_COEFF_S 60.0
 
 void sim_cost_model_default(struct sim_cost_model *m) {
@@ -73,18 +73,19 @@ llb_status sim_cost_model_load(const char *path, struct sim_cost_model *m) {
   if (!st) st = read_coeff(root, path, "weights_s", false, &c.weights_s);
   if (!st) st = read_coeff(root, path, "random_row_s", false, &c.random_row_s);
   if (!st) st = read_coeff(root, path, "context_s", false, &c.context_s);
+  if (!st) st = read_coeff(root, path, "first_step_s", false, &c.first_step_s);
   json_decref(root);
   if (!st) *m = c;
   return st;
 }
 
 llb_status sim_cost_model_write(const char *path, const struct sim_cost_model *m, const struct sim_fit_quality *q) {
-  json_t *root = json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}", "name", m->name, "source",
+  json_t *root = json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}", "name", m->name, "source",
                            m->source, "fixed_s", m->fixed_s, "token_s", m->token_s, "weights_s", m->weights_s,
                            "sampled_row_s", m->sampled_row_s, "random_row_s", m->random_row_s, "attention_s",
-                           m->attention_s, "context_s", m->context_s, "formula",
+                           m->attention_s, "context_s", m->context_s, "first_step_s", m->first_step_s, "formula",
                            "t = fixed_s + max(weights_s, token_s*T) + sampled_row_s*R + random_row_s*S + "
-                           "attention_s*A + context_s*K");
+                           "attention_s*A + context_s*K + first_step_s*F");
   if (root && q)
     json_object_set_new(root, "fit", json_pack("{s:i, s:f, s:f}", "points", q->num_points, "rms_rel_error",
                                                q->rms_rel_error, "max_rel_error", q->max_rel_error));
@@ -110,7 +111,8 @@ struct sim_step_shape sim_step_shape_of(const struct llama_batch *b) {
 double sim_cost_seconds(const struct sim_cost_model *m, const struct sim_step_shape *s) {
   const double tokens = m->token_s * s->num_tokens;
   return m->fixed_s + (tokens > m->weights_s ? tokens : m->weights_s) + m->sampled_row_s * s->num_sampled +
-         m->random_row_s * s->num_random + m->attention_s * s->attention_pairs + m->context_s * s->context_tokens;
+         m->random_row_s * s->num_random + m->attention_s * s->attention_pairs + m->context_s * s->context_tokens +
+         m->first_step_s * s->first;
 }
 
 /* ---- the fit ---- */
@@ -121,6 +123,7 @@ static void features(const struct sim_step_shape *s, double x[SIM_TERMS]) {
   x[2] = s->num_sampled;
   x[3] = s->attention_pairs;
   x[4] = s->context_tokens;
+  x[5] = s->first;
 }
 
 /* Solves the k x k system a c = b (Gaussian elimination, partial pivoting); false when singular. */
@@ -221,7 +224,7 @@ llb_status sim_cost_fit(const struct sim_fit_point *pts, int32_t n, struct sim_c
   }
   if (!isfinite(best_sse)) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sim fit: no non-negative solution");
   out->fixed_s = best[0], out->token_s = best[1], out->sampled_row_s = best[2], out->attention_s = best[3];
-  out->context_s = best[4];
+  out->context_s = best[4], out->first_step_s = best[5];
   out->weights_s = 0.0;
   if (q) {
     *q = (struct sim_fit_quality){.num_points = n};

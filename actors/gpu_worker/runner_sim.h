@@ -15,9 +15,10 @@
  * The cost of a step with T scheduled tokens, R sampled rows (S of them sampled at a temperature,
  * the others greedy), A attended (query, key) pairs (a query at position p attends the p + 1
  * keys 0..p of its sequence) and K context tokens (the sum of the scheduled sequences'
- * lengths):
+ * lengths), and F = 1 when every sequence of the step starts in it (none ran a step on this worker
+ * before: the engine had nothing running, the first step after idle), else 0:
  *     t = fixed_s + max(weights_s, token_s * T) + sampled_row_s * R + random_row_s * S
- *         + attention_s * A + context_s * K
+ *         + attention_s * A + context_s * K + first_step_s * F
  * fixed_s: what a step costs whatever its size (launches, norms, the step's bookkeeping);
  * token_s: each token's rows of every matmul; weights_s: the floor of that term when a step
  * is bound by reading the weights once (a memory-bound decode on a GPU; 0 on a CPU fit, where
@@ -25,7 +26,11 @@
  * hidden) and its greedy sampling; random_row_s: what sampling at a temperature adds to a row
  * (softmax and the draw over the vocabulary); attention_s: one q.k and one weighted v of every
  * layer and head (attention's arithmetic); context_s: reading a sequence's K/V once a step
- * (attention's memory traffic, what bounds a decode on a GPU).
+ * (attention's memory traffic, what bounds a decode on a GPU); first_step_s: what the first
+ * step after idle pays beyond the same step in a running engine, as the served steps show it
+ * (on a shared host it carries that step's contention too; the cause on this machine's CPU
+ * forward is not established, docs/scaling.md); only a served fit (--fit-steps) sees it: a
+ * synthetic fit runs its steps back to back and leaves it 0.
  * Pure logic but sim_wait_until; no bus, no FlatBuffers.
  */
 #ifndef LLB_GPU_WORKER_RUNNER_SIM_H
@@ -43,7 +48,7 @@ struct tokenizer;
 struct sim_cost_model {
   char name[128];   /* what it models: model, device, threads ("smollm2-135m-q4_1 cpu x2") */
   char source[512]; /* where the numbers come from (the fit's command and date, a datasheet) */
-  double fixed_s, token_s, weights_s, sampled_row_s, random_row_s, attention_s, context_s;
+  double fixed_s, token_s, weights_s, sampled_row_s, random_row_s, attention_s, context_s, first_step_s;
 };
 
 /* The quantities of one step that the model prices. */
@@ -54,6 +59,7 @@ struct sim_step_shape {
   int32_t num_random;     /* S: of those, rows sampled at a temperature (not greedy) */
   double attention_pairs; /* A: sum over query tokens of the keys they attend */
   double context_tokens;  /* K: sum of the scheduled sequences' lengths after the step */
+  int32_t first;          /* F: 1 when every scheduled sequence starts in this step (none ran one before) */
 };
 
 /* How well a fit reproduces its measurements. */
@@ -75,8 +81,8 @@ struct sim_fit_point {
 void sim_cost_model_default(struct sim_cost_model *m);
 
 /* Reads a cost model from a JSON file: {"name", "source", "fixed_s", "token_s",
- * "sampled_row_s", "attention_s", optional "weights_s", "random_row_s" and "context_s" (0 when
- * absent);
+ * "sampled_row_s", "attention_s", optional "weights_s", "random_row_s", "context_s" and
+ * "first_step_s" (0 when absent: files written before a term existed keep their meaning);
  * other keys ignored ("fit", notes)}.
  * Errors: IO (unreadable, naming the file), MALFORMED (not JSON, a coefficient missing, not a
  * number, negative, not finite, or above 60 s), naming the key. */
@@ -86,19 +92,20 @@ llb_status sim_cost_model_load(const char *path, struct sim_cost_model *m);
 llb_status sim_cost_model_write(const char *path, const struct sim_cost_model *m, const struct sim_fit_quality *q);
 
 /* The shape of a flattened batch: tokens, sequences, logits rows, attended pairs and context
- * tokens (from query_start_loc and seq_lens); num_random 0 (the batch does not say how rows
- * sample). */
+ * tokens (from query_start_loc and seq_lens); num_random and first 0 (the batch does not say how
+ * rows sample or whether its sequences ran before). */
 struct sim_step_shape sim_step_shape_of(const struct llama_batch *b);
 
 /* The modelled duration of a step of this shape, in seconds (>= 0). */
 double sim_cost_seconds(const struct sim_cost_model *m, const struct sim_step_shape *s);
 
-/* Least-squares fit of fixed_s, token_s, sampled_row_s, attention_s and context_s to n measured
- * steps, minimizing the weighted squared error (by default each point's relative error) with
- * every coefficient >= 0 (the best of the non-negative solutions over the subsets of the five
- * terms). The points' random rows are priced at out->random_row_s, which the caller sets
+/* Least-squares fit of fixed_s, token_s, sampled_row_s, attention_s, context_s and first_step_s
+ * to n measured steps, minimizing the weighted squared error (by default each point's relative
+ * error) with every coefficient >= 0 (the best of the non-negative solutions over the subsets of
+ * the six terms; a term whose quantity is 0 at every point, as F in steps timed back to back,
+ * is fitted as 0). The points' random rows are priced at out->random_row_s, which the caller sets
  * (measured apart) and the fit keeps, as it keeps the name and source; weights_s becomes 0.
- * Errors: INVALID_ARGUMENT (fewer than 5 points, a measurement <= 0 or not finite, no
+ * Errors: INVALID_ARGUMENT (fewer than 6 points, a measurement <= 0 or not finite, no
  * non-negative solution). */
 llb_status sim_cost_fit(const struct sim_fit_point *pts, int32_t n, struct sim_cost_model *out,
                         struct sim_fit_quality *q);

@@ -280,7 +280,7 @@ int kernel_fit_run(const struct kernel_bench_options *o) {
 /* ---- --fit-steps: the model of a real worker's served steps (--step-log) ---- */
 
 /* A step of the log and its shape class: same tokens, sequences, sampled and random rows,
- * context in the same 256-token bucket. */
+ * context in the same 256-token bucket, first step after idle or not. */
 struct logged_step {
   struct sim_fit_point p;
   int64_t class_key;
@@ -288,7 +288,7 @@ struct logged_step {
 
 static int64_t class_key_of(const struct sim_step_shape *s) {
   return (((int64_t)s->num_tokens * 4099 + s->num_seqs) * 4099 + s->num_sampled) * 4099 + s->num_random +
-         (int64_t)(s->context_tokens / 256) * 1000003;
+         (int64_t)(s->context_tokens / 256) * 1000003 + (int64_t)s->first * 1000000007;
 }
 
 static int cmp_class(const void *a, const void *b) {
@@ -308,10 +308,11 @@ static int64_t read_step_log(const char *path, struct logged_step **out) {
   while (fgets(line, sizeof line, f)) {
     struct sim_step_shape s = {0};
     double sec = 0;
-    if (sscanf(line, "{\"tokens\":%d,\"seqs\":%d,\"sampled\":%d,\"random\":%d,\"attention_pairs\":%lf,"
-                     "\"context_tokens\":%lf,\"seconds\":%lf}", &s.num_tokens, &s.num_seqs, &s.num_sampled,
-               &s.num_random, &s.attention_pairs, &s.context_tokens, &sec) != 7 || !(sec > 0) || s.num_tokens < 1)
-      continue; /* not a step line */
+    /* "first" (the first step after idle) is absent from logs written before it: 0 there */
+    const int got = sscanf(line, "{\"tokens\":%d,\"seqs\":%d,\"sampled\":%d,\"random\":%d,\"attention_pairs\":%lf,"
+                                 "\"context_tokens\":%lf,\"seconds\":%lf,\"first\":%d}", &s.num_tokens, &s.num_seqs,
+                           &s.num_sampled, &s.num_random, &s.attention_pairs, &s.context_tokens, &sec, &s.first);
+    if (got < 7 || !(sec > 0) || s.num_tokens < 1 || s.first < 0 || s.first > 1) continue; /* not a step line */
     if (n == cap) {
       struct logged_step *q = realloc(*out, (size_t)(cap = cap ? 2 * cap : 1024) * sizeof *q);
       if (!q) {
@@ -371,11 +372,12 @@ int kernel_fit_steps_run(const struct kernel_bench_options *o) {
   for (int64_t i = 0; i < n; i++) modelled += sim_cost_seconds(&m, &pts[i].shape);
   /* then scaled so that the served steps' total time is the measured one: the run's throughput */
   const double k = modelled > 0 ? total / modelled : 1.0;
-  m.fixed_s *= k, m.token_s *= k, m.sampled_row_s *= k, m.attention_s *= k, m.context_s *= k;
+  m.fixed_s *= k, m.token_s *= k, m.sampled_row_s *= k, m.attention_s *= k, m.context_s *= k, m.first_step_s *= k;
   printf("%lld steps, %d shape classes; fit: fixed %.4f ms + %.5f ms a token + %.5f ms a sampled row + %.3f ns an "
-         "attended pair + %.3f ns a context token (scaled by %.3f to the steps' total time); a step's relative "
-         "error rms %.1f%%\n", (long long)n, classes, m.fixed_s * 1e3, m.token_s * 1e3, m.sampled_row_s * 1e3,
-         m.attention_s * 1e9, m.context_s * 1e9, k, 100.0 * q.rms_rel_error);
+         "attended pair + %.3f ns a context token + %.4f ms a first step after idle (scaled by %.3f to the steps' "
+         "total time); a step's relative error rms %.1f%%\n", (long long)n, classes, m.fixed_s * 1e3, m.token_s * 1e3,
+         m.sampled_row_s * 1e3, m.attention_s * 1e9, m.context_s * 1e9, m.first_step_s * 1e3, k,
+         100.0 * q.rms_rel_error);
   if ((fst = sim_cost_model_write(o->fit_path, &m, &q))) {
     fail("write", fst);
     goto done;

@@ -2,6 +2,7 @@
 # The sim worker against the real one (issue: scale measured, not assumed; item 2), one run.
 #
 #   ops/bench/sim-validate.sh [--repeats N] [--fit | --fit-served | --sim-cost FILE] [--threads T] [--model PATH]
+#                             [--autogroup-nice N]
 #
 # The same workloads through `llmbus serve --device cpu` and `llmbus serve --device sim`, the
 # two interleaved (cpu sim, sim cpu, ...), each stack started fresh per repeat; `llmbus-bench
@@ -22,6 +23,13 @@
 # engine (real, sim, real, sim: on a machine shared with other work the forward's speed drifts,
 # and this measures the sim under the same conditions as the real run it follows); --sim-cost
 # FILE uses that model; default: the worker's built-in one.
+# --autogroup-nice N runs everything in a session of its own (setsid) whose CFS autogroup gets
+# nice N (/proc/self/autogroup; a negative N needs CAP_SYS_NICE): on a machine shared with other
+# sessions' work, the scheduler charges the real forward's CPU to the stack's session, and right
+# after a long step the actors that carry its tokens (the worker's bus thread, nats-server, the
+# scheduler, ...) wait behind the other sessions (docs/scaling.md: 4 ms of a batch-1 TTFT), which
+# a sim's sleeping step never pays; -19 gives both stacks the cores they would have on a quiet
+# machine. Default: the caller's session, unchanged.
 # Env: BUILD_DIR (default build-release), OUT (default a temporary directory), SERVE_ARGS (more
 # serve flags for both; default "--max-num-batched-tokens 256 --max-model-len 2048").
 set -uo pipefail
@@ -31,6 +39,8 @@ repeats=3
 threads=2
 fit=0
 sim_cost=""
+autogroup_nice=""
+args=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
@@ -39,16 +49,26 @@ while [ $# -gt 0 ]; do
     --fit) fit=1; shift ;;
     --fit-served) fit=2; shift ;;
     --sim-cost) sim_cost=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --autogroup-nice) autogroup_nice=$2; shift 2 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "sim-validate: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+log() { echo "sim-validate: $*" >&2; }
+if [ -n "$autogroup_nice" ] && [ -z "${LLB_SIM_VALIDATE_SESSION:-}" ]; then
+  # a session of its own (its own autogroup), then its nice; the stacks and clients inherit it
+  LLB_SIM_VALIDATE_SESSION=1 exec setsid --wait "$0" "${args[@]}"
+fi
+if [ -n "$autogroup_nice" ]; then
+  echo "$autogroup_nice" >/proc/self/autogroup 2>/dev/null ||
+    { log "cannot set the autogroup's nice to $autogroup_nice (CAP_SYS_NICE? sched_autogroup_enabled?)"; exit 1; }
+  log "session autogroup: $(cat /proc/self/autogroup)"
+fi
 build=${BUILD_DIR:-$root/build-release}
 work=${OUT:-$(mktemp -d /tmp/llb-sim-validate.XXXXXX)}
 mkdir -p "$work"
 serve_args=${SERVE_ARGS---max-num-batched-tokens 256 --max-model-len 2048}
 serve_pid=""
-log() { echo "sim-validate: $*" >&2; }
 cleanup() { [ -n "$serve_pid" ] && kill -TERM "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -122,7 +142,8 @@ for rep in $(seq 1 "$repeats"); do
 done
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 python3 "$root/ops/bench/sim_validate_report.py" --work "$work" --repeats "$repeats" --threads "$threads" \
-  --commit "$commit" --sim-cost "${sim_cost:-built-in}" --serve-args "$serve_args"
+  --commit "$commit" --sim-cost "${sim_cost:-built-in}" --serve-args "$serve_args" \
+  --autogroup-nice "${autogroup_nice:-unchanged}"
 rc=$?
 log "raw results in $work"
 exit $rc

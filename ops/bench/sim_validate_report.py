@@ -41,6 +41,7 @@ def main():
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--sim-cost", default="built-in")
     ap.add_argument("--serve-args", default="")
+    ap.add_argument("--autogroup-nice", default="unchanged", help="the runs' session autogroup nice")
     a = ap.parse_args()
     rows, within, total, runs = [], 0, 0, []
     for scen, title in SCENARIOS:
@@ -75,7 +76,7 @@ def main():
                                      mean_ttft_ms=r.get("mean_ttft_ms"), median_tpot_ms=r.get("median_tpot_ms"),
                                      load_start=r.get("loadavg_1m_start"), load_end=r.get("loadavg_1m_end")))
     print(f"sim vs real, medians of {a.repeats} interleaved repeats; commit {a.commit}; {a.threads} threads; "
-          f"sim cost model: {a.sim_cost}; serve {a.serve_args}\n")
+          f"sim cost model: {a.sim_cost}; serve {a.serve_args}; session autogroup nice {a.autogroup_nice}\n")
     print("| workload | metric | real (cpu) | sim | sim / real | within 10% | median of the repeats' sim / real "
           "| real's own spread (max / min over repeats) |")
     print("|---|---|---:|---:|---:|---|---:|---:|")
@@ -92,7 +93,7 @@ def main():
               f"{r['mean_ttft_ms'] or 0:.1f}, {r['median_tpot_ms'] or 0:.2f}, load {r['load_start'] or 0:.1f}"
               + (f", {r['failed']} failed" if r["failed"] else ""))
     with open(os.path.join(a.work, "sim-validate.json"), "w") as f:
-        json.dump(dict(commit=a.commit, repeats=a.repeats, sim_cost=a.sim_cost, rows=rows, runs=runs), f, indent=1)
+        json.dump(dict(commit=a.commit, repeats=a.repeats, sim_cost=a.sim_cost, autogroup_nice=a.autogroup_nice, rows=rows, runs=runs), f, indent=1)
     return 0
 
 

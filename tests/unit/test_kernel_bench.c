@@ -1,18 +1,22 @@
 /* llmbus-kernel-bench (cmd/bench/kernel_bench.h): options out of range are refused with exit
  * code 2 and a message, and --context N decodes after N-token prompts (prompts longer than a
  * KV block and than one prompt step's share, cut into several steps), with a greedy --check
- * that still answers "Paris" on the default model (skipped without it). */
+ * that still answers "Paris" on the default model (skipped without it); --fit-steps reads a
+ * worker's --step-log, lines with "first" and lines written before it, and fits the model the
+ * steps came from, the first-step-after-idle term with it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "actors/gpu_worker/runner_sim.h"
 #include "cmd/bench/kernel_bench.h"
 
 static const char *model_path;
@@ -84,11 +88,59 @@ static void test_decode_after_long_prompts(void **s) {
   free(out);
 }
 
+/* A step log of steps priced by a known model, some the first after idle, the first lines in
+ * the format from before "first" existed (they read as 0): --fit-steps gives the model back. */
+static void test_fit_steps_recovers_the_first_step_after_idle(void **s) {
+  (void)s;
+  const struct sim_cost_model truth = {.fixed_s = 2.5e-3, .token_s = 9e-4, .sampled_row_s = 2e-4,
+                                       .attention_s = 1.2e-6, .context_s = 3.7e-6, .first_step_s = 1.9e-3};
+  char log_path[] = "/tmp/llb-step-log-XXXXXX", fit_path[] = "/tmp/llb-step-fit-XXXXXX";
+  int fd = mkstemp(log_path), fd2 = mkstemp(fit_path);
+  assert_true(fd >= 0 && fd2 >= 0);
+  close(fd2);
+  FILE *f = fdopen(fd, "w");
+  assert_non_null(f);
+  fputs("not a step line\n", f);
+  int line = 0;
+  for (int32_t t = 1; t <= 256; t *= 2)
+    for (int32_t seqs = 1; seqs <= t && seqs <= 32; seqs *= 4)
+      for (int32_t ctx = 0; ctx <= 512; ctx += 256) {
+        const struct sim_step_shape sh = {.num_tokens = t, .num_seqs = seqs, .num_sampled = seqs,
+                                          .attention_pairs = (double)t * (t + 1) / 2.0 + (double)ctx * t,
+                                          .context_tokens = (double)ctx * seqs + t, .first = line % 4 == 1};
+        const double sec = sim_cost_seconds(&truth, &sh);
+        if (line++ < 3) /* the format of logs written before "first" (all 0 here) */
+          fprintf(f, "{\"tokens\":%d,\"seqs\":%d,\"sampled\":%d,\"random\":0,\"attention_pairs\":%.0f,"
+                     "\"context_tokens\":%.0f,\"seconds\":%.9f}\n", t, seqs, seqs, sh.attention_pairs,
+                  sh.context_tokens, sec - truth.first_step_s * sh.first);
+        else
+          fprintf(f, "{\"tokens\":%d,\"seqs\":%d,\"sampled\":%d,\"random\":0,\"attention_pairs\":%.0f,"
+                     "\"context_tokens\":%.0f,\"seconds\":%.9f,\"first\":%d}\n", t, seqs, seqs,
+                  sh.attention_pairs, sh.context_tokens, sec, sh.first);
+      }
+  fclose(f);
+  struct kernel_bench_options o = small();
+  o.fit_steps_path = log_path;
+  o.fit_path = fit_path;
+  char *text;
+  assert_int_equal(run_captured(&o, &text), 0);
+  assert_non_null(strstr(text, "a first step after idle"));
+  free(text);
+  struct sim_cost_model m;
+  assert_int_equal(sim_cost_model_load(fit_path, &m), LLB_STATUS_OK);
+  assert_true(fabs(m.first_step_s / truth.first_step_s - 1) < 1e-4);
+  assert_true(fabs(m.fixed_s / truth.fixed_s - 1) < 1e-4 && fabs(m.token_s / truth.token_s - 1) < 1e-4);
+  assert_true(fabs(m.context_s / truth.context_s - 1) < 1e-4);
+  unlink(log_path);
+  unlink(fit_path);
+}
+
 int main(int argc, char **argv) {
   model_path = argc > 1 ? argv[1] : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_out_of_range_options_exit_2),
       cmocka_unit_test(test_decode_after_long_prompts),
+      cmocka_unit_test(test_fit_steps_recovers_the_first_step_after_idle),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

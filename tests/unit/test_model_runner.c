@@ -821,6 +821,37 @@ static void test_sim_device_gives_a_request_the_same_tokens_in_any_batch(void **
   model_runner_destroy(r);
 }
 
+/* A step is the first after idle (sim_step_shape.first, what first_step_s prices and --step-log
+ * records) when every sequence it schedules starts in it: a request that ran a step before
+ * makes it not; one resumed after preemption starts again. */
+static void test_step_shape_marks_the_first_step_after_idle(void **state) {
+  struct fixture *fx = *state;
+  struct model_runner *r = make_sim_runner(fx, &free_steps);
+  struct sim_req a = make_req("a", 10, 1, true), b = make_req("b", 13, 2, false);
+  struct sim_req *reqs[] = {&a, &b};
+  struct sim_step s;
+  sim_begin(&s, 1);
+  sim_schedule(&s, &a, 10); /* a alone, new: the engine had nothing running */
+  sim_run(r, &s, reqs, 2);
+  assert_int_equal(model_runner_last_step_shape(r).first, 1);
+  sim_begin(&s, 2);
+  sim_schedule(&s, &a, 1); /* a decodes beside b's first chunk: a ran before */
+  sim_schedule(&s, &b, 5);
+  sim_run(r, &s, reqs, 2);
+  assert_int_equal(model_runner_last_step_shape(r).first, 0);
+  sim_begin(&s, 3);
+  sim_preempt(&s, &a);
+  sim_schedule(&s, &b, 5); /* b's next chunk alone: b ran before */
+  sim_run(r, &s, reqs, 2);
+  assert_int_equal(model_runner_last_step_shape(r).first, 0);
+  sim_begin(&s, 4);
+  sim_preempt(&s, &b);
+  sim_schedule(&s, &a, a.num_tokens); /* a resumed, alone: it starts again */
+  sim_run(r, &s, reqs, 2);
+  assert_int_equal(model_runner_last_step_shape(r).first, 1);
+  model_runner_destroy(r);
+}
+
 static int64_t thread_cpu_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -915,6 +946,7 @@ int main(void) {
       cmocka_unit_test(test_drafts_verified_in_one_forward_give_the_tokens_of_plain_decoding),
       cmocka_unit_test(test_kv_cache_memory_sizes_the_block_count_by_dtype),
       cmocka_unit_test(test_sim_device_gives_a_request_the_same_tokens_in_any_batch),
+      cmocka_unit_test(test_step_shape_marks_the_first_step_after_idle),
       cmocka_unit_test(test_sim_step_waits_its_modelled_time_asleep),
       cmocka_unit_test(test_sim_device_refuses_what_needs_logits_naming_the_request),
   };

@@ -40,6 +40,12 @@ static void test_shape_counts_the_keys_each_query_attends(void **state) {
   r.num_random = 1;
   assert_true(fabs(sim_cost_seconds(&m, &s) - (1e-3 + 8e-4 + 2e-5 + 41e-6 + 22e-7)) < 1e-12);
   assert_true(fabs(sim_cost_seconds(&m, &r) - sim_cost_seconds(&m, &s) - 1e-2) < 1e-12);
+  /* the first step after idle pays first_step_s on top; the batch alone never says it is one */
+  assert_int_equal(s.first, 0);
+  const struct sim_cost_model fm = {.fixed_s = 1e-3, .first_step_s = 2e-3};
+  struct sim_step_shape f = s;
+  f.first = 1;
+  assert_true(fabs(sim_cost_seconds(&fm, &f) - 3e-3) < 1e-12 && fabs(sim_cost_seconds(&fm, &s) - 1e-3) < 1e-12);
   /* the weights floor: a one-token step costs at least reading the weights */
   const struct sim_cost_model g = {.token_s = 1e-6, .weights_s = 5e-3};
   const struct sim_step_shape one = {.num_tokens = 1}, many = {.num_tokens = 10000};
@@ -47,14 +53,15 @@ static void test_shape_counts_the_keys_each_query_attends(void **state) {
   assert_true(fabs(sim_cost_seconds(&g, &many) - 1e-2) < 1e-12);
 }
 
-/* Points from a known model (sampled rows partly at a temperature); n of them. */
+/* Points from a known model (sampled rows partly at a temperature, every third the first step
+ * after idle); n of them. */
 static int32_t make_points(const struct sim_cost_model *m, struct sim_fit_point *pts) {
   int32_t n = 0;
   for (int32_t t = 1; t <= 512; t *= 2)
     for (int32_t rows = 1; rows <= 32 && rows <= t; rows *= 4) {
       struct sim_step_shape s = {.num_tokens = t, .num_seqs = rows, .num_sampled = rows, .num_random = rows / 2,
                                  .attention_pairs = (double)t * (t + 1) / 2.0 + 300.0 * rows,
-                                 .context_tokens = 50.0 * rows * rows + t};
+                                 .context_tokens = 50.0 * rows * rows + t, .first = n % 3 == 0};
       pts[n++] = (struct sim_fit_point){.shape = s, .seconds = sim_cost_seconds(m, &s)};
     }
   return n;
@@ -63,7 +70,8 @@ static int32_t make_points(const struct sim_cost_model *m, struct sim_fit_point 
 static void test_fit_recovers_the_model_its_steps_came_from(void **state) {
   (void)state;
   const struct sim_cost_model truth = {.fixed_s = 2.1e-3, .token_s = 3.3e-4, .sampled_row_s = 2.4e-4,
-                                       .random_row_s = 3e-4, .attention_s = 4.5e-7, .context_s = 2e-6};
+                                       .random_row_s = 3e-4, .attention_s = 4.5e-7, .context_s = 2e-6,
+                                       .first_step_s = 1.7e-3};
   struct sim_fit_point pts[64];
   const int32_t n = make_points(&truth, pts);
   struct sim_cost_model m = {.random_row_s = truth.random_row_s};
@@ -74,6 +82,7 @@ static void test_fit_recovers_the_model_its_steps_came_from(void **state) {
   assert_true(fabs(m.sampled_row_s / truth.sampled_row_s - 1) < 1e-6);
   assert_true(fabs(m.attention_s / truth.attention_s - 1) < 1e-6);
   assert_true(fabs(m.context_s / truth.context_s - 1) < 1e-6);
+  assert_true(fabs(m.first_step_s / truth.first_step_s - 1) < 1e-6); /* what the steps after idle add */
   assert_true(m.random_row_s == truth.random_row_s);
   assert_int_equal(q.num_points, n);
   assert_true(q.max_rel_error < 1e-6);
@@ -82,6 +91,7 @@ static void test_fit_recovers_the_model_its_steps_came_from(void **state) {
   struct sim_cost_model w = {.random_row_s = truth.random_row_s};
   assert_int_equal(sim_cost_fit(pts, n, &w, &q), LLB_STATUS_OK);
   assert_true(fabs(w.token_s / truth.token_s - 1) < 1e-6 && fabs(w.context_s / truth.context_s - 1) < 1e-6);
+  assert_true(fabs(w.first_step_s / truth.first_step_s - 1) < 1e-6);
   pts[0].weight = -1.0;
   assert_int_equal(sim_cost_fit(pts, n, &w, &q), LLB_STATUS_INVALID_ARGUMENT);
 }
@@ -104,6 +114,7 @@ static void test_fit_keeps_every_coefficient_non_negative(void **state) {
    * max error 6.9%) */
   assert_true(fabs(m.fixed_s / 0.0187409591 - 1) < 1e-4 && fabs(m.token_s / 8.74950854e-05 - 1) < 1e-4);
   assert_true(m.sampled_row_s == 0 && m.attention_s == 0 && m.context_s == 0);
+  assert_true(m.first_step_s == 0); /* no step after idle among the points: the term is 0, not a guess */
   assert_true(fabs(q.max_rel_error - 0.0688086970) < 1e-4);
   pts[3].seconds = 0.0;
   assert_int_equal(sim_cost_fit(pts, 8, &m, &q), LLB_STATUS_INVALID_ARGUMENT);
@@ -125,7 +136,8 @@ static void test_cost_model_file_round_trips_and_bad_ones_are_refused(void **sta
   close(fd);
   const struct sim_cost_model m = {.name = "h100 llama-3-8b", .source = "roofline", .fixed_s = 1.5e-3,
                                    .token_s = 2.7e-5, .weights_s = 5.5e-3, .sampled_row_s = 1e-6,
-                                   .random_row_s = 2e-6, .attention_s = 4e-9, .context_s = 4.9e-8};
+                                   .random_row_s = 2e-6, .attention_s = 4e-9, .context_s = 4.9e-8,
+                                   .first_step_s = 1.5e-3};
   const struct sim_fit_quality q = {.num_points = 26, .rms_rel_error = 0.05, .max_rel_error = 0.1};
   assert_int_equal(sim_cost_model_write(path, &m, &q), LLB_STATUS_OK);
   struct sim_cost_model r;
@@ -135,11 +147,12 @@ static void test_cost_model_file_round_trips_and_bad_ones_are_refused(void **sta
   assert_true(fabs(r.fixed_s / m.fixed_s - 1) < 1e-5 && fabs(r.token_s / m.token_s - 1) < 1e-5);
   assert_true(fabs(r.weights_s / m.weights_s - 1) < 1e-5 && fabs(r.sampled_row_s / m.sampled_row_s - 1) < 1e-5);
   assert_true(fabs(r.random_row_s / m.random_row_s - 1) < 1e-5 && fabs(r.attention_s / m.attention_s - 1) < 1e-5);
-  assert_true(fabs(r.context_s / m.context_s - 1) < 1e-5);
-  /* optional terms absent: 0 */
+  assert_true(fabs(r.context_s / m.context_s - 1) < 1e-5 && fabs(r.first_step_s / m.first_step_s - 1) < 1e-5);
+  /* optional terms absent (a file written before they existed): 0 */
   write_text(path, "{\"fixed_s\": 0.001, \"token_s\": 0, \"sampled_row_s\": 0, \"attention_s\": 0}");
   assert_int_equal(sim_cost_model_load(path, &r), LLB_STATUS_OK);
-  assert_true(r.weights_s == 0 && r.random_row_s == 0 && r.context_s == 0 && r.fixed_s == 0.001);
+  assert_true(r.weights_s == 0 && r.random_row_s == 0 && r.context_s == 0 && r.first_step_s == 0 &&
+              r.fixed_s == 0.001);
   const char *bad[][2] = {
       {"{\"token_s\": 0, \"sampled_row_s\": 0, \"attention_s\": 0}", "fixed_s"},
       {"{\"fixed_s\": -1, \"token_s\": 0, \"sampled_row_s\": 0, \"attention_s\": 0}", "fixed_s"},
