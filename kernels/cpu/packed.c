@@ -236,6 +236,53 @@ PK_AVX2 static PK_INLINE void nibble_avx2_half(int64_t nb, const uint8_t *panel,
   for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
 }
 
+
+/* NIBBLE, all 16 columns of a block in one pass over it (one stream; each activation
+ * broadcast serves both halves): per group pair h (elements 4h.. and 16 + 4h..) the low and
+ * high nibbles of both halves' bytes, then every row. The 8 products of a lane pair are summed
+ * in int16: each vpmaddubsw lane is u * a + u' * a' with u, u' <= 15 and |a|, |a'| <= 127
+ * (block_q8_x: round(x * 127 / amax)), so |lane| <= 2 * 15 * 127 = 3810 and the 8 groups of a
+ * block sum to at most 8 * 3810 = 30480 < 32768 in magnitude: exact whatever the order of the
+ * adds; widened once per block (vpmaddwd by 1). n <= 4 rows: 8 int16 sums, 4 unpacked
+ * weight registers and the mask fill the 16 ymm registers. */
+PK_AVX2 static PK_INLINE void nibble_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+                                             const int n, float *out, int64_t os, const int fs) {
+  __m256 acc[4][2];
+  for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_NIBBLE, fs);
+    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_NIBBLE, fs);
+    __m256i t[4][2];
+    for (int h = 0; h < 4; h++) {
+      const __m256i v0 = _mm256_loadu_si256((const __m256i *)(qs + 64 * h));
+      const __m256i v1 = _mm256_loadu_si256((const __m256i *)(qs + 64 * h + 32));
+      const __m256i l0 = _mm256_and_si256(v0, m4), l1 = _mm256_and_si256(v1, m4);
+      const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+      const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+      for (int r = 0; r < n; r++) {
+        const __m256i al = bcast4(act[r][b].qs + 4 * h), ah = bcast4(act[r][b].qs + 16 + 4 * h);
+        const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(l0, al), _mm256_maddubs_epi16(h0, ah));
+        const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(l1, al), _mm256_maddubs_epi16(h1, ah));
+        t[r][0] = h == 0 ? p0 : _mm256_add_epi16(t[r][0], p0);
+        t[r][1] = h == 0 ? p1 : _mm256_add_epi16(t[r][1], p1);
+      }
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int r = 0; r < n; r++) {
+      const block_q8_x *a = act[r] + b;
+      for (int half = 0; half < 2; half++) {
+        const __m256 dx = scales8(pb, half, fs), mx = scales8(pb + PK_M_OFF(fs), half, fs);
+        const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(t[r][half], ones));
+        acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)), s, acc[r][half]);
+        acc[r][half] = _mm256_fmadd_ps(mx, _mm256_set1_ps(a->s), acc[r][half]);
+      }
+    }
+  }
+  for (int r = 0; r < n; r++)
+    for (int half = 0; half < 2; half++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r][half]);
+}
+
 /* SIGNED and NL4: signed weights by the sign trick (|w| unsigned, q with w's sign), widened
  * per group. NL4's weights are kvalues_iq4nl[q], looked up by vpshufb from the 4-bit indices. */
 PK_AVX2 static PK_INLINE void signed_avx2_half(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
@@ -272,6 +319,48 @@ PK_AVX2 static PK_INLINE void signed_avx2_half(int64_t nb, const uint8_t *panel,
     }
   }
   for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
+}
+
+/* SIGNED and NL4, all 16 columns of a block in one pass (as nibble_avx2_16): per group the
+ * weights of both halves, then every row, each broadcast serving both halves. The same
+ * operations per lane as signed_avx2_half, widened per group: exact int32 sums. n <= 3. */
+PK_AVX2 static PK_INLINE void signed_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+                                             const int n, float *out, int64_t os, const int fs, const int fam) {
+  __m256 acc[3][2];
+  for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+  const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)llb_kvalues_iq4nl));
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(fam, fs);
+    const uint8_t *qs = pb + PK_QS_OFF(fam, fs);
+    __m256i s[3][2];
+    for (int r = 0; r < n; r++) s[r][0] = s[r][1] = _mm256_setzero_si256();
+    for (int g = 0; g < 8; g++) {
+      __m256i ws[2];
+      for (int half = 0; half < 2; half++) {
+        if (fam == CPU_PACK_FAMILY_NL4) { /* group g: the low nibbles of bytes 64 * (g % 4), or the high */
+          const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 64 * (g & 3) + 32 * half));
+          ws[half] = _mm256_shuffle_epi8(lut, _mm256_and_si256(g < 4 ? v : _mm256_srli_epi16(v, 4), m4));
+        } else {
+          ws[half] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(qs + 64 * g + 32 * half)), bias);
+        }
+      }
+      const __m256i wa0 = _mm256_sign_epi8(ws[0], ws[0]), wa1 = _mm256_sign_epi8(ws[1], ws[1]);
+      for (int r = 0; r < n; r++) {
+        const __m256i a = bcast4(act[r][b].qs + 4 * g);
+        s[r][0] = _mm256_add_epi32(s[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(wa0, _mm256_sign_epi8(a, ws[0])), ones));
+        s[r][1] = _mm256_add_epi32(s[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(wa1, _mm256_sign_epi8(a, ws[1])), ones));
+      }
+    }
+    for (int r = 0; r < n; r++)
+      for (int half = 0; half < 2; half++) {
+        const __m256 dx = scales8(pb, half, fs);
+        acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(act[r][b].d)), _mm256_cvtepi32_ps(s[r][half]),
+                                       acc[r][half]);
+      }
+  }
+  for (int r = 0; r < n; r++)
+    for (int half = 0; half < 2; half++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r][half]);
 }
 
 /* The 8 groups of 5-bit quants of columns 8*half .. 8*half+7 of an UNSIGNED block: the nibbles
@@ -316,6 +405,57 @@ PK_AVX2 static PK_INLINE void unsigned_avx2_half(int64_t nb, const uint8_t *pane
     }
   }
   for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
+}
+
+/* UNSIGNED, all 16 columns of a block in one pass (as nibble_avx2_16): per group pair h the
+ * 5-bit quants of both halves (nibbles as NIBBLE's; bit h of qh to bit 4 by a 16-bit left shift
+ * of 4 - h, bit h + 4 by a right shift of h: what crosses a byte is masked off), then every
+ * row. Any four groups' products stay within int16 (4 * 2 * 31 * 127 = 31496 < 32768), so
+ * groups {h, h + 4} of h = 0, 1 are summed there, widened, then those of h = 2, 3: exact
+ * int32 sums as unsigned_avx2_half's. n <= 2. */
+PK_AVX2 static PK_INLINE void unsigned_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+                                               const int n, float *out, int64_t os, const int fs) {
+  __m256 acc[2][2];
+  for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, fs);
+    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_UNSIGNED, fs);
+    const __m256i qh0 = _mm256_loadu_si256((const __m256i *)(qs + 4 * 64));
+    const __m256i qh1 = _mm256_loadu_si256((const __m256i *)(qs + 4 * 64 + 32));
+    __m256i s[2][2], t[2][2];
+    for (int h = 0; h < 4; h++) {
+      __m256i lo[2], hi[2];
+      for (int half = 0; half < 2; half++) {
+        const __m256i qh = half ? qh1 : qh0;
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 64 * h + 32 * half));
+        const __m256i bl = _mm256_and_si256(_mm256_slli_epi16(qh, 4 - h), m10);
+        const __m256i bh = _mm256_and_si256(h == 0 ? qh : _mm256_srli_epi16(qh, h), m10);
+        lo[half] = _mm256_or_si256(_mm256_and_si256(v, m4), bl);
+        hi[half] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), bh);
+      }
+      for (int r = 0; r < n; r++) {
+        const __m256i al = bcast4(act[r][b].qs + 4 * h), ah = bcast4(act[r][b].qs + 16 + 4 * h);
+        for (int half = 0; half < 2; half++) {
+          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[half], al), _mm256_maddubs_epi16(hi[half], ah));
+          t[r][half] = (h & 1) == 0 ? p : _mm256_add_epi16(t[r][half], p);
+          if (h == 1) s[r][half] = _mm256_madd_epi16(t[r][half], ones);
+          if (h == 3) s[r][half] = _mm256_add_epi32(s[r][half], _mm256_madd_epi16(t[r][half], ones));
+        }
+      }
+    }
+    for (int r = 0; r < n; r++) {
+      const block_q8_x *a = act[r] + b;
+      for (int half = 0; half < 2; half++) {
+        const __m256 dx = scales8(pb, half, fs), mx = scales8(pb + PK_M_OFF(fs), half, fs);
+        acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)), _mm256_cvtepi32_ps(s[r][half]),
+                                       acc[r][half]);
+        acc[r][half] = _mm256_fmadd_ps(mx, _mm256_set1_ps(a->s), acc[r][half]);
+      }
+    }
+  }
+  for (int r = 0; r < n; r++)
+    for (int half = 0; half < 2; half++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r][half]);
 }
 
 /* K6 scales of columns 8*half .. 8*half+7 as int16 pairs per 32-bit lane: (sc0, sc0), (sc1,
@@ -581,13 +721,17 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
     enum { FS = fs };                                                                              \
     PK_ROWS_SWITCH4(call)                                                                          \
   }
-#define PK_NIBBLE_AVX2_4(A, O, N) (nibble_avx2_half(nb, panel, A, N, O, os, 0, FS), nibble_avx2_half(nb, panel, A, N, O, os, 1, FS))
+#define PK_NIBBLE_AVX2_4(A, O, N) \
+  ((N) <= 2 ? nibble_avx2_16(nb, panel, A, N, O, os, FS) \
+           : (nibble_avx2_half(nb, panel, A, N, O, os, 0, FS), nibble_avx2_half(nb, panel, A, N, O, os, 1, FS)))
 #define PK_SIGNED_AVX2_4(A, O, N) \
-  (signed_avx2_half(nb, panel, A, N, O, os, 0, FS, CPU_PACK_FAMILY_SIGNED), \
-   signed_avx2_half(nb, panel, A, N, O, os, 1, FS, CPU_PACK_FAMILY_SIGNED))
+  ((N) < 4 ? signed_avx2_16(nb, panel, A, N, O, os, FS, CPU_PACK_FAMILY_SIGNED) \
+           : (signed_avx2_half(nb, panel, A, N, O, os, 0, FS, CPU_PACK_FAMILY_SIGNED), \
+              signed_avx2_half(nb, panel, A, N, O, os, 1, FS, CPU_PACK_FAMILY_SIGNED)))
 #define PK_NL4_AVX2_4(A, O, N) \
-  (signed_avx2_half(nb, panel, A, N, O, os, 0, FS, CPU_PACK_FAMILY_NL4), \
-   signed_avx2_half(nb, panel, A, N, O, os, 1, FS, CPU_PACK_FAMILY_NL4))
+  ((N) < 4 ? signed_avx2_16(nb, panel, A, N, O, os, FS, CPU_PACK_FAMILY_NL4) \
+           : (signed_avx2_half(nb, panel, A, N, O, os, 0, FS, CPU_PACK_FAMILY_NL4), \
+              signed_avx2_half(nb, panel, A, N, O, os, 1, FS, CPU_PACK_FAMILY_NL4)))
 #define PK_UNSIGNED_AVX2_4(A, O, N) (unsigned_avx2_half(nb, panel, A, N, O, os, 0, FS), unsigned_avx2_half(nb, panel, A, N, O, os, 1, FS))
 #define PK_K6_AVX2_4(A, O, N) (k6_avx2_half(nb, panel, A, N, O, os, 0), k6_avx2_half(nb, panel, A, N, O, os, 1))
 PK_WRAP4(PK_AVX2, nibble_avx2, PK_NIBBLE_AVX2_4, 0)
@@ -596,7 +740,7 @@ PK_WRAP4(PK_AVX2, signed_avx2, PK_SIGNED_AVX2_4, 0)
 PK_WRAP4(PK_AVX2, signed_f_avx2, PK_SIGNED_AVX2_4, 1)
 PK_WRAP4(PK_AVX2, nl4_avx2, PK_NL4_AVX2_4, 0)
 PK_WRAP4(PK_AVX2, nl4_f_avx2, PK_NL4_AVX2_4, 1)
-#define PK_UNSIGNED_AVX2_8(N) PK_UNSIGNED_AVX2_4(act, out, N)
+#define PK_UNSIGNED_AVX2_8(N) ((N) <= 2 ? unsigned_avx2_16(nb, panel, act, N, out, os, FS) : PK_UNSIGNED_AVX2_4(act, out, N))
 PK_WRAP(PK_AVX2, unsigned_avx2, PK_UNSIGNED_AVX2_8, 0)
 PK_WRAP(PK_AVX2, unsigned_f_avx2, PK_UNSIGNED_AVX2_8, 1)
 PK_WRAP4(PK_AVX2, k6_avx2, PK_K6_AVX2_4, 0)

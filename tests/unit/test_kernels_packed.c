@@ -285,7 +285,7 @@ static void test_packed_matmul_equals_reference_on_every_level(void **state) {
                                   GGML_TYPE_IQ4_XS};
   const int64_t shapes[][2] = {{16, 32}, {48, 64}, {192, 576}, {64, 1024}};
   const int64_t super_shapes[][2] = {{16, 256}, {48, 512}, {64, 1024}};
-  const int32_t row_counts[] = {1, 3, 8, 9, 17, 32};
+  const int32_t row_counts[] = {1, 2, 3, 6, 8, 9, 17, 32}; /* AVX2 calls of 1 to 4 rows, tiles of 8 and remainders */
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     const bool sup = is_super(types[ti]);
     const size_t n_shapes = sup ? sizeof super_shapes / sizeof super_shapes[0] : sizeof shapes / sizeof shapes[0];
