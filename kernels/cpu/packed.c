@@ -518,6 +518,71 @@ PK_AVX2 static PK_INLINE void k6_avx2_half(int64_t nb, const uint8_t *panel, con
   for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
 }
 
+/* K6, all 16 columns of a block in one pass (as nibble_avx2_16): per group pair h the quants
+ * of groups h (low nibbles, high bits from qh[0]) and h + 4 (high nibbles, qh[1]) of both
+ * halves, then every row; groups {0, 1} and {4, 5}, then {2, 3} and {6, 7}, summed in int16 as
+ * k6_avx2_half's pairs (2 * 2 * 63 * 127 < 32768) and widened by their sub-block's scale pair:
+ * the same exact int32 sums. n <= 2 (used for 1: 2 rows measured no faster than two halves). */
+PK_AVX2 static PK_INLINE void k6_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
+                                         float *out, int64_t os) {
+  __m256 acc[2][2];
+  for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *pb = panel + (size_t)b * PK_K6_BLOCK;
+    __m256i s[2][2], tl[2][2], th[2][2];
+    for (int r = 0; r < n; r++) /* all set at h = 0, 1 below: this only tells the compiler */
+      s[r][0] = s[r][1] = tl[r][0] = tl[r][1] = th[r][0] = th[r][1] = _mm256_setzero_si256();
+    for (int h = 0; h < 4; h++) {
+      __m256i lo[2], hi[2];
+      for (int half = 0; half < 2; half++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(pb + PK_K6_QL + 64 * h + 32 * half));
+        const __m256i b0 = _mm256_loadu_si256((const __m256i *)(pb + PK_K6_QH + 32 * half));
+        const __m256i b1 = _mm256_loadu_si256((const __m256i *)(pb + PK_K6_QH + 64 + 32 * half));
+        /* bits 2h, 2h+1 to bits 4, 5 (16-bit shifts: what crosses a byte is masked off) */
+        const __m256i e0 = h == 0 ? _mm256_slli_epi16(b0, 4) : h == 1 ? _mm256_slli_epi16(b0, 2)
+                           : h == 2 ? b0 : _mm256_srli_epi16(b0, 2);
+        const __m256i e1 = h == 0 ? _mm256_slli_epi16(b1, 4) : h == 1 ? _mm256_slli_epi16(b1, 2)
+                           : h == 2 ? b1 : _mm256_srli_epi16(b1, 2);
+        lo[half] = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(e0, m30));
+        hi[half] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_and_si256(e1, m30));
+      }
+      for (int r = 0; r < n; r++) {
+        const __m256i al = bcast4(act[r][b].qs + 4 * h), ah = bcast4(act[r][b].qs + 16 + 4 * h);
+        for (int half = 0; half < 2; half++) {
+          const __m256i pl = _mm256_maddubs_epi16(lo[half], al), ph = _mm256_maddubs_epi16(hi[half], ah);
+          tl[r][half] = (h & 1) == 0 ? pl : _mm256_add_epi16(tl[r][half], pl);
+          th[r][half] = (h & 1) == 0 ? ph : _mm256_add_epi16(th[r][half], ph);
+        }
+      }
+      if ((h & 1) == 0) continue;
+      for (int half = 0; half < 2; half++) {
+        __m256i p0, p1, p01;
+        k6_scale_pairs(pb, half, &p0, &p1, &p01);
+        for (int r = 0; r < n; r++) {
+          const __m256i w = _mm256_add_epi32(_mm256_madd_epi16(tl[r][half], p0), _mm256_madd_epi16(th[r][half], p1));
+          s[r][half] = h == 1 ? w : _mm256_add_epi32(s[r][half], w);
+        }
+      }
+    }
+    for (int half = 0; half < 2; half++) {
+      __m256i p0, p1, p01;
+      k6_scale_pairs(pb, half, &p0, &p1, &p01);
+      const __m256 dx = scales8(pb, half, 0);
+      for (int r = 0; r < n; r++) {
+        const block_q8_x *a = act[r] + b;
+        int32_t bs;
+        memcpy(&bs, a->bsum, 4);
+        const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(p01, _mm256_set1_epi32(bs)), 5);
+        acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)),
+                                       _mm256_cvtepi32_ps(_mm256_sub_epi32(s[r][half], off)), acc[r][half]);
+      }
+    }
+  }
+  for (int r = 0; r < n; r++)
+    for (int half = 0; half < 2; half++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r][half]);
+}
+
 /* ---------------------------------------------------------------- AVX-512 VNNI (16 columns) */
 
 PK_VNNI static PK_INLINE __m512i bcast4_512(const int8_t *q) {
@@ -733,7 +798,9 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
            : (signed_avx2_half(nb, panel, A, N, O, os, 0, FS, CPU_PACK_FAMILY_NL4), \
               signed_avx2_half(nb, panel, A, N, O, os, 1, FS, CPU_PACK_FAMILY_NL4)))
 #define PK_UNSIGNED_AVX2_4(A, O, N) (unsigned_avx2_half(nb, panel, A, N, O, os, 0, FS), unsigned_avx2_half(nb, panel, A, N, O, os, 1, FS))
-#define PK_K6_AVX2_4(A, O, N) (k6_avx2_half(nb, panel, A, N, O, os, 0), k6_avx2_half(nb, panel, A, N, O, os, 1))
+#define PK_K6_AVX2_4(A, O, N) \
+  ((N) == 1 ? k6_avx2_16(nb, panel, A, N, O, os) \
+            : (k6_avx2_half(nb, panel, A, N, O, os, 0), k6_avx2_half(nb, panel, A, N, O, os, 1)))
 PK_WRAP4(PK_AVX2, nibble_avx2, PK_NIBBLE_AVX2_4, 0)
 PK_WRAP4(PK_AVX2, nibble_f_avx2, PK_NIBBLE_AVX2_4, 1)
 PK_WRAP4(PK_AVX2, signed_avx2, PK_SIGNED_AVX2_4, 0)
