@@ -801,7 +801,15 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
 #define PK_K6_AVX2_4(A, O, N) \
   ((N) == 1 ? k6_avx2_16(nb, panel, A, N, O, os) \
             : (k6_avx2_half(nb, panel, A, N, O, os, 0), k6_avx2_half(nb, panel, A, N, O, os, 1)))
-PK_WRAP4(PK_AVX2, nibble_avx2, PK_NIBBLE_AVX2_4, 0)
+/* NIBBLE with fp16 scales (Q4_0, Q4_1): 3 to 7 rows in one pair of 8-column passes (the
+ * weights unpacked once for all; past 4 rows the accumulators spill, which costs less than a
+ * second unpacking), 8 rows as 7 + 1: L2-resident 1536x576 Q4_0, 1 thread, G multiply-adds/s:
+ * 4 + 4 rows 93.1, 8 in one pass 83.2 (its spills), 7 + 1 98.9, 7 alone 103.5. Float scales
+ * (Q4_K) keep 4 + 4 rows: 7 + 1 measured 3% slower there. */
+#define PK_NIBBLE_AVX2_8(N)                                                                       \
+  ((N) == 8 ? (PK_NIBBLE_AVX2_4(act, out, 7), nibble_avx2_16(nb, panel, act + 7, 1, out + 7 * os, os, FS)) \
+            : PK_NIBBLE_AVX2_4(act, out, N))
+PK_WRAP(PK_AVX2, nibble_avx2, PK_NIBBLE_AVX2_8, 0)
 PK_WRAP4(PK_AVX2, nibble_f_avx2, PK_NIBBLE_AVX2_4, 1)
 PK_WRAP4(PK_AVX2, signed_avx2, PK_SIGNED_AVX2_4, 0)
 PK_WRAP4(PK_AVX2, signed_f_avx2, PK_SIGNED_AVX2_4, 1)
@@ -856,4 +864,11 @@ cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
   if (level >= CPU_SIMD_LEVEL_AVX2) return avx2[fam][fs];
 #endif
   return scalar[fam][fs];
+}
+
+int cpu_packed_tile_rows(enum ggml_type w, enum cpu_simd_level level) {
+  if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
+  int fs = 0;
+  const int fam = cpu_pack_kind(w, &fs);
+  return level == CPU_SIMD_LEVEL_AVX2 && fam == CPU_PACK_FAMILY_NIBBLE && !fs ? 7 : CPU_PACKED_MAX_ROWS;
 }
