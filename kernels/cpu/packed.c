@@ -492,7 +492,7 @@ PK_AVX2 static PK_INLINE void k6_unpack_avx2(const uint8_t *pb, int half, __m256
  * comes off as 32 * (sc0 * bsum0 + sc1 * bsum1). */
 PK_AVX2 static PK_INLINE void k6_avx2_half(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                                            const int n, float *out, int64_t os, int half) {
-  __m256 acc[4];
+  __m256 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *pb = panel + (size_t)b * PK_K6_BLOCK;
@@ -768,7 +768,10 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
  * so a call takes at most 4 rows at a time (the weights are unpacked once per 4 rows). UNSIGNED
  * takes all 8 rows of a call at once (PK_WRAP): its unpacking (5th bits from qh) costs more
  * than the spilled accumulators (L2-resident 1536x576 Q5_0, 8 rows, 1 thread: 73.5 -> 79.0
- * GMAC/s). */
+ * GMAC/s). Calls of few rows (a decode step's, and remainders) take the *_avx2_16 kernels,
+ * which walk each block once for both halves: one stream instead of two passes, and each
+ * activation broadcast used twice (1 row, L2-resident, 1 thread: Q4_0 +3%, Q8_0 +15%, Q5_0
+ * +17%, Q4_K +13%, Q6_K +5%; kernels/cpu/README.md). */
 #define PK_ROWS_SWITCH4(call)                                                                     \
   for (int r0 = 0; r0 < n; r0 += 4) {                                                             \
     const block_q8_x *const *act4 = act + r0;                                                     \
@@ -818,7 +821,11 @@ PK_WRAP4(PK_AVX2, nl4_f_avx2, PK_NL4_AVX2_4, 1)
 #define PK_UNSIGNED_AVX2_8(N) ((N) <= 2 ? unsigned_avx2_16(nb, panel, act, N, out, os, FS) : PK_UNSIGNED_AVX2_4(act, out, N))
 PK_WRAP(PK_AVX2, unsigned_avx2, PK_UNSIGNED_AVX2_8, 0)
 PK_WRAP(PK_AVX2, unsigned_f_avx2, PK_UNSIGNED_AVX2_8, 1)
-PK_WRAP4(PK_AVX2, k6_avx2, PK_K6_AVX2_4, 0)
+/* K6 takes all 8 rows of a call at once, as UNSIGNED: its unpacking (two planes) costs more
+ * than the spilled accumulators (L2-resident 576x1536 Q6_K, 8 rows, 1 thread: 71.5 -> 77.6
+ * G multiply-adds/s). */
+#define PK_K6_AVX2_8(N) PK_K6_AVX2_4(act, out, N)
+PK_WRAP(PK_AVX2, k6_avx2, PK_K6_AVX2_8, 0)
 PK_WRAP(PK_VNNI, nibble_vnni, PK_NIBBLE_VNNI, 0)
 PK_WRAP(PK_VNNI, nibble_f_vnni, PK_NIBBLE_VNNI, 1)
 PK_WRAP(PK_VNNI, signed_vnni, PK_SIGNED_VNNI, 0)
