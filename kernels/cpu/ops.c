@@ -210,16 +210,17 @@ static void matmul_quantize_chunk(void *arg, int64_t chunk, int ith) {
   }
 }
 
-/* Columns [c0, c1) (whole panels) of packed weight j for all token rows, packed_rows[j] rows
- * at a time: the chunk's panels stay in L1/L2 while the activation rows stream past. */
-static void packed_columns(const struct matmul_task *t, int j, int64_t c0, int64_t c1) {
+/* Columns [c0, c1) (whole panels) of packed weight j for all token rows, `tile` rows at a
+ * time (a constant: 7 or CPU_PACKED_MAX_ROWS, cpu_packed_tile_rows): the chunk's panels stay
+ * in L1/L2 while the activation rows stream past. */
+static inline __attribute__((always_inline)) void packed_columns_tile(const struct matmul_task *t, int j, int64_t c0,
+                                                                      int64_t c1, const int tile) {
   const struct backend_weight *w = t->w[j];
   const int64_t nb = t->k / 32, n_out = w->rows;
   int fs = 0;
   const int fam = cpu_pack_kind(w->type, &fs);
   const size_t panel_bytes = (size_t)nb * cpu_pack_block_bytes(fam, fs);
   const uint8_t *wp = w->packed;
-  const int tile = t->packed_rows[j];
   for (int32_t r0 = 0; r0 < t->n_rows; r0 += tile) {
     const int nr = t->n_rows - r0 < tile ? t->n_rows - r0 : tile;
     const block_q8_x *rows[CPU_PACKED_MAX_ROWS];
@@ -230,14 +231,18 @@ static void packed_columns(const struct matmul_task *t, int j, int64_t c0, int64
   }
 }
 
+static void packed_columns(const struct matmul_task *t, int j, int64_t c0, int64_t c1) {
+  if (t->packed_rows[j] == 7) packed_columns_tile(t, j, c0, c1, 7);
+  else packed_columns_tile(t, j, c0, c1, CPU_PACKED_MAX_ROWS);
+}
+
 /* packed_columns for FLOAT panels: the activation rows are x's own, or their bf16 copy. */
 static void packed_float_columns(const struct matmul_task *t, int j, int64_t c0, int64_t c1) {
   const struct backend_weight *w = t->w[j];
   const int64_t nb = t->k / 32, n_out = w->rows;
   const size_t panel_bytes = (size_t)nb * cpu_pack_block_bytes(CPU_PACK_FAMILY_FLOAT, 0);
-  const int tile = t->packed_rows[j];
-  for (int32_t r0 = 0; r0 < t->n_rows; r0 += tile) {
-    const int nr = t->n_rows - r0 < tile ? t->n_rows - r0 : tile;
+  for (int32_t r0 = 0; r0 < t->n_rows; r0 += CPU_PACKED_MAX_ROWS) {
+    const int nr = t->n_rows - r0 < CPU_PACKED_MAX_ROWS ? t->n_rows - r0 : CPU_PACKED_MAX_ROWS;
     const float *rows[CPU_PACKED_MAX_ROWS];
     const uint16_t *rows_bf[CPU_PACKED_MAX_ROWS];
     for (int r = 0; r < nr; r++) {
