@@ -17,7 +17,9 @@
  * 5. F16 / BF16 panels: one fma chain per output in index order on every level; BF16 on
  *    AVX512_BF16: the activations rounded to bf16 and vdpbf16ps's order (pair by pair, odd
  *    element first), written out here in scalar C, and the rounding's cost bounded.
- * 6. The activations' bf16 rounding gives llb_fp32_to_bf16's bits on every level. */
+ * 6. The activations' bf16 rounding gives llb_fp32_to_bf16's bits on every level.
+ * 7. Each kernel called directly with 1 to 8 rows gives every row its 1-row call's bits on
+ *    every level, including call sizes the matmul never makes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -285,7 +287,7 @@ static void test_packed_matmul_equals_reference_on_every_level(void **state) {
                                   GGML_TYPE_IQ4_XS};
   const int64_t shapes[][2] = {{16, 32}, {48, 64}, {192, 576}, {64, 1024}};
   const int64_t super_shapes[][2] = {{16, 256}, {48, 512}, {64, 1024}};
-  const int32_t row_counts[] = {1, 3, 8, 9, 17, 32};
+  const int32_t row_counts[] = {1, 2, 3, 6, 8, 9, 17, 32}; /* AVX2 calls of 1 to 4 rows, tiles of 8 and remainders */
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     const bool sup = is_super(types[ti]);
     const size_t n_shapes = sup ? sizeof super_shapes / sizeof super_shapes[0] : sizeof shapes / sizeof shapes[0];
@@ -293,6 +295,54 @@ static void test_packed_matmul_equals_reference_on_every_level(void **state) {
       for (size_t n = 0; n < sizeof row_counts / sizeof row_counts[0]; n++)
         check_shape(types[ti], sup ? super_shapes[s][0] : shapes[s][0], sup ? super_shapes[s][1] : shapes[s][1],
                     row_counts[n]);
+  }
+}
+
+/* Every packed kernel called directly with 1 to CPU_PACKED_MAX_ROWS rows gives each row the
+ * bits of a 1-row call, on every level: the call sizes the matmul's tiles never make (8 rows
+ * of Q4_0 / Q4_1 on AVX2, which the matmul calls 7 at a time) keep the batch invariance too. */
+static void test_kernel_calls_of_every_row_count_give_each_row_its_own_bits(void **state) {
+  (void)state;
+  const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                  GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+                                  GGML_TYPE_IQ4_XS};
+  const int64_t rows = 32, k = 512, nb = k / 32;
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    size_t row_bytes;
+    uint8_t *data = random_weight(types[ti], rows, k, &row_bytes);
+    const struct backend_weight w = {types[ti], rows, k, row_bytes, data, NULL};
+    const size_t pb = cpu_pack_bytes(&w);
+    assert_true(pb > 0);
+    uint8_t *packed = malloc(pb);
+    assert_int_equal(cpu_pack_weight(&w, packed), LLB_STATUS_OK);
+    block_q8_x *act[CPU_PACKED_MAX_ROWS];
+    float x[512];
+    for (int r = 0; r < CPU_PACKED_MAX_ROWS; r++) {
+      act[r] = malloc((size_t)nb * sizeof(block_q8_x));
+      for (int64_t i = 0; i < k; i++) x[i] = rndf();
+      cpu_quantize_act_row_x(CPU_SIMD_LEVEL_SCALAR, x, act[r], k);
+    }
+    for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+      const cpu_packed_fn fn = cpu_packed_select(types[ti], (enum cpu_simd_level)lvl);
+      assert_non_null(fn);
+      float one[CPU_PACKED_MAX_ROWS][CPU_PACK_COLS], many[CPU_PACKED_MAX_ROWS][CPU_PACK_COLS];
+      for (int64_t p = 0; p < rows / CPU_PACK_COLS; p++) {
+        const uint8_t *panel = packed + (size_t)p * (pb / (size_t)(rows / CPU_PACK_COLS));
+        for (int r = 0; r < CPU_PACKED_MAX_ROWS; r++)
+          fn(nb, panel, (const block_q8_x *const *)&act[r], 1, one[r], CPU_PACK_COLS);
+        for (int n = 2; n <= CPU_PACKED_MAX_ROWS; n++) {
+          memset(many, 0xFF, sizeof many);
+          fn(nb, panel, (const block_q8_x *const *)act, n, &many[0][0], CPU_PACK_COLS);
+          for (int r = 0; r < n; r++)
+            if (memcmp(one[r], many[r], sizeof one[r]) != 0)
+              fail_msg("%s level %d panel %lld: row %d of a %d-row call differs from its 1-row call",
+                       ggml_type_name(types[ti]), lvl, (long long)p, r, n);
+        }
+      }
+    }
+    for (int r = 0; r < CPU_PACKED_MAX_ROWS; r++) free(act[r]);
+    free(packed);
+    free(data);
   }
 }
 
@@ -485,6 +535,7 @@ static void test_weights_without_layout_are_refused_and_still_work(void **state)
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_packed_matmul_equals_reference_on_every_level),
+      cmocka_unit_test(test_kernel_calls_of_every_row_count_give_each_row_its_own_bits),
       cmocka_unit_test(test_float_panels_equal_one_fma_chain_on_every_level),
       cmocka_unit_test(test_activation_quantizer_same_bytes_on_every_level),
       cmocka_unit_test(test_bf16_activations_round_as_ggml_on_every_level),
