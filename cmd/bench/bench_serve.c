@@ -523,6 +523,11 @@ static void add_samples(json_t *j, const struct run *r) {
   json_object_set_new(j, "output_lens", lens);
 }
 
+/* User + system CPU seconds of a getrusage result. */
+static double rusage_cpu_s(const struct rusage *u) {
+  return (double)(u->ru_utime.tv_sec + u->ru_stime.tv_sec) + (double)(u->ru_utime.tv_usec + u->ru_stime.tv_usec) / 1e6;
+}
+
 static json_t *result_json(const struct run *r, const struct summary *s) {
   const struct serve_opts *o = r->o;
   double dur = s->duration > 0 ? s->duration : 1e-9;
@@ -540,12 +545,9 @@ static json_t *result_json(const struct run *r, const struct summary *s) {
   json_object_set_new(j, "lora_mix", o->lora_mix ? json_string(o->lora_mix) : json_null());
   json_object_set_new(j, "loadavg_1m_start", json_real(r->load_start));
   json_object_set_new(j, "loadavg_1m_end", json_real(r->load_end));
-  const struct rusage *a = &r->ru_start, *b = &r->ru_end;
-  json_object_set_new(j, "client_cpu_s", json_real((double)(b->ru_utime.tv_sec - a->ru_utime.tv_sec + b->ru_stime.tv_sec -
-                                                            a->ru_stime.tv_sec) +
-                                                   (double)(b->ru_utime.tv_usec - a->ru_utime.tv_usec +
-                                                            b->ru_stime.tv_usec - a->ru_stime.tv_usec) / 1e6));
-  json_object_set_new(j, "client_voluntary_ctxt_switches", json_integer((json_int_t)(b->ru_nvcsw - a->ru_nvcsw)));
+  json_object_set_new(j, "client_cpu_s", json_real(rusage_cpu_s(&r->ru_end) - rusage_cpu_s(&r->ru_start)));
+  json_object_set_new(j, "client_voluntary_ctxt_switches",
+                      json_integer((json_int_t)(r->ru_end.ru_nvcsw - r->ru_start.ru_nvcsw)));
   add_dist(j, "ttft", &s->ttft);
   add_dist(j, "tpot", &s->tpot);
   add_dist(j, "itl", &s->itl);
