@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,6 +70,7 @@ struct run {
   struct bench_mem mem_last, mem_peak;
   int64_t t_start;
   double load_start, load_end; /* 1-minute load average before and after the run */
+  struct rusage ru_start, ru_end; /* this process over the run (not its start-up before it) */
   bool have_spec;               /* spec_* read before and after the run */
   double spec_before[3], spec_after[3]; /* drafts, draft tokens, accepted tokens */
 };
@@ -521,6 +523,11 @@ static void add_samples(json_t *j, const struct run *r) {
   json_object_set_new(j, "output_lens", lens);
 }
 
+/* User + system CPU seconds of a getrusage result. */
+static double rusage_cpu_s(const struct rusage *u) {
+  return (double)(u->ru_utime.tv_sec + u->ru_stime.tv_sec) + (double)(u->ru_utime.tv_usec + u->ru_stime.tv_usec) / 1e6;
+}
+
 static json_t *result_json(const struct run *r, const struct summary *s) {
   const struct serve_opts *o = r->o;
   double dur = s->duration > 0 ? s->duration : 1e-9;
@@ -538,6 +545,9 @@ static json_t *result_json(const struct run *r, const struct summary *s) {
   json_object_set_new(j, "lora_mix", o->lora_mix ? json_string(o->lora_mix) : json_null());
   json_object_set_new(j, "loadavg_1m_start", json_real(r->load_start));
   json_object_set_new(j, "loadavg_1m_end", json_real(r->load_end));
+  json_object_set_new(j, "client_cpu_s", json_real(rusage_cpu_s(&r->ru_end) - rusage_cpu_s(&r->ru_start)));
+  json_object_set_new(j, "client_voluntary_ctxt_switches",
+                      json_integer((json_int_t)(r->ru_end.ru_nvcsw - r->ru_start.ru_nvcsw)));
   add_dist(j, "ttft", &s->ttft);
   add_dist(j, "tpot", &s->tpot);
   add_dist(j, "itl", &s->itl);
@@ -657,6 +667,7 @@ static int run_benchmark(struct run *r) {
   pthread_t monitor;
   r->have_spec = o->spec_metrics_url && read_spec_counters(o->spec_metrics_url, r->spec_before);
   r->load_start = bench_loadavg();
+  getrusage(RUSAGE_SELF, &r->ru_start);
   r->t_start = llb_now_ns();
   bool have_monitor = pthread_create(&monitor, NULL, monitor_thread, r) == 0;
   for (int64_t i = 0; i < n; i++) {
@@ -681,6 +692,7 @@ static int run_benchmark(struct run *r) {
   for (int64_t i = 0; i < n; i++)
     if (started[i]) pthread_join(threads[i], NULL);
   int64_t t_end = llb_now_ns();
+  getrusage(RUSAGE_SELF, &r->ru_end);
   r->load_end = bench_loadavg();
   if (r->have_spec) r->have_spec = read_spec_counters(o->spec_metrics_url, r->spec_after);
   atomic_store(&r->finished, true);

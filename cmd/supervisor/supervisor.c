@@ -211,6 +211,18 @@ llb_status supervisor_add_child(struct supervisor *s, const struct child_spec *s
   return LLB_STATUS_OK;
 }
 
+/* In the forked nats-server child, before exec: one Go P (GOMAXPROCS=1) unless the
+ * environment sets GOMAXPROCS. With more, the Go scheduler hands the goroutines of one routed
+ * message (the sender's read loop, the receiver's flush) to other OS threads and wakes them:
+ * ~16 wake-ups and ~460 us of nats-server CPU per streamed token at batch 1, taken from the
+ * forward's cores on a small machine; one P routes the engine's few thousand messages a second
+ * with fewer (ops/bench/README.md "Served against the forward"). glibc's fork leaves malloc
+ * usable in the child, so putenv may grow the environment. */
+static void nats_child_env(void) {
+  static char gomaxprocs[] = "GOMAXPROCS=1";
+  if (!getenv("GOMAXPROCS")) putenv(gomaxprocs);
+}
+
 /* fork + exec of one child in its own process group. */
 static llb_status start_child(struct supervisor *s, struct child *c) {
   char *argv[CHILD_SPEC_MAX_ARGS + 1];
@@ -250,6 +262,7 @@ static llb_status start_child(struct supervisor *s, struct child *c) {
         close(fd);
       }
     }
+    if (c->is_nats) nats_child_env();
     if (strchr(argv[0], '/'))
       execv(argv[0], argv);
     else

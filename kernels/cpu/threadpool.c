@@ -27,8 +27,18 @@
 /* Pauses between clock reads while spinning. */
 #define CPU_POOL_SPIN_CHECK 256
 /* Pauses the caller spins waiting for a worker's chunk before it starts yielding the core
- * (the worker may be descheduled on a loaded machine). */
+ * (the worker may be descheduled on a loaded machine); cpu_threadpool_run and the barrier. */
 #define CPU_POOL_YIELD_ITERS 4000
+/* The caller of cpu_threadpool_parallel, its own chunks done, spins this long for the chunks
+ * workers still hold; then it looks every CPU_POOL_LOOK_NS whether a worker holding chunks is
+ * off its core (its CPU clock ran less than half the time: the OS gave the core to another
+ * process) and if so sleeps until the op's last chunk is done. A sleeping caller leaves its
+ * core idle, so the processes that took the worker's core (on a 2-core machine: the bus and the
+ * actors serving the tokens) can run there instead of preempting a forward thread again, where
+ * a spinning caller burnt the core for nothing. A worker that is running is waited for
+ * spinning, as before. LLMBUS_POOL_WAIT_SPIN_US overrides the spin. */
+#define CPU_POOL_WAIT_SPIN_NS 10000
+#define CPU_POOL_LOOK_NS 5000
 
 /* Claims a thread makes per op at most, about (chunks are taken in groups beyond it). */
 #define CPU_POOL_CLAIMS_PER_THREAD 8
@@ -40,6 +50,10 @@ struct cpu_worker {
   struct cpu_threadpool *pool;
   int ith;
   pthread_t thread;
+  clockid_t clock;       /* its CPU-time clock (pthread_getcpuclockid) */
+  bool has_clock;
+  int64_t looked_cpu_ns; /* the caller's last look at that clock, -1 none (caller only) */
+  _Alignas(64) _Atomic int holding; /* 1 while it runs a claimed group of chunks */
 };
 
 struct cpu_op_slot {
@@ -61,6 +75,9 @@ struct cpu_threadpool {
                                          every claim is a CAS on it */
   _Alignas(64) _Atomic uint32_t wake;       /* futex word, bumped once per published op */
   _Atomic int n_sleeping;
+  _Alignas(64) _Atomic uint32_t done_wake; /* futex word the caller sleeps on for an op's end */
+  _Atomic int caller_sleeping;  /* set while the caller may be asleep on done_wake */
+  int64_t wait_spin_ns;         /* CPU_POOL_WAIT_SPIN_NS or the environment's */
   _Atomic int pending;         /* workers that have not finished the current run() */
   _Atomic int stop;
   _Atomic int parked;          /* cpu_threadpool_park: idle workers sleep without spinning;
@@ -106,10 +123,17 @@ static void claim_chunks(struct cpu_threadpool *p, uint64_t w, int ith) {
     if (k < 1 || k > n - idx) k = n - idx < 1 ? 1 : n - idx;
     if (atomic_compare_exchange_weak_explicit(&p->work, &w, w + (uint64_t)k, memory_order_acq_rel,
                                               memory_order_acquire)) {
+      if (ith > 0) atomic_store_explicit(&p->workers[ith - 1].holding, 1, memory_order_relaxed);
       const cpu_chunk_fn fn = atomic_load_explicit(&s->chunk_fn, memory_order_relaxed);
       void *arg = atomic_load_explicit(&s->arg, memory_order_relaxed);
       for (int64_t i = 0; i < k; i++) fn(arg, idx + i, ith);
-      atomic_fetch_add_explicit(&s->done, k, memory_order_release);
+      if (ith > 0) atomic_store_explicit(&p->workers[ith - 1].holding, 0, memory_order_relaxed);
+      /* seq_cst: the add and the load of caller_sleeping order against the caller's store of
+       * caller_sleeping and load of done (wait_op_done's sleep) */
+      if (atomic_fetch_add(&s->done, k) + k == n && ith != 0 && atomic_load(&p->caller_sleeping)) {
+        atomic_fetch_add(&p->done_wake, 1);
+        futex_wake_all(&p->done_wake);
+      }
       w = atomic_load_explicit(&p->work, memory_order_acquire);
     }
   }
@@ -177,9 +201,13 @@ llb_status cpu_threadpool_create(int n_threads, struct cpu_threadpool **out) {
   memset(p, 0, sizeof(*p));
   p->n_threads = n_threads;
   atomic_store(&p->active, (uint32_t)n_threads);
+  const char *spin_us = getenv("LLMBUS_POOL_WAIT_SPIN_US");
+  p->wait_spin_ns = spin_us && *spin_us ? strtoll(spin_us, NULL, 10) * 1000 : CPU_POOL_WAIT_SPIN_NS;
   llb_status st = LLB_STATUS_OK;
   if (n_threads > 1) {
-    p->workers = calloc((size_t)n_threads - 1, sizeof(*p->workers));
+    const size_t bytes = ((size_t)n_threads - 1) * sizeof(*p->workers);
+    p->workers = aligned_alloc(64, (bytes + 63) / 64 * 64); /* `holding` on a line of its own */
+    if (p->workers) memset(p->workers, 0, bytes);
     if (!p->workers) {
       st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "thread pool workers");
       goto fail;
@@ -193,6 +221,7 @@ llb_status cpu_threadpool_create(int n_threads, struct cpu_threadpool **out) {
       goto fail;
     }
     p->n_started++;
+    p->workers[i].has_clock = pthread_getcpuclockid(p->workers[i].thread, &p->workers[i].clock) == 0;
   }
   *out = p;
   return LLB_STATUS_OK;
@@ -243,6 +272,50 @@ static void wait_spin(int *spins) {
   else sched_yield();
 }
 
+/* Whether a worker holding chunks ran less than half of the `elapsed` ns since the last look
+ * at its CPU clock (0: a first look, no verdict). Records this look. */
+static bool holder_off_core(struct cpu_threadpool *p, int64_t elapsed) {
+  bool off = false;
+  for (int i = 0; i < p->n_started; i++) {
+    struct cpu_worker *w = &p->workers[i];
+    struct timespec ts;
+    if (!w->has_clock || !atomic_load_explicit(&w->holding, memory_order_relaxed) ||
+        clock_gettime(w->clock, &ts) != 0) {
+      w->looked_cpu_ns = -1;
+      continue;
+    }
+    const int64_t cpu = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    if (elapsed > 0 && w->looked_cpu_ns >= 0 && cpu - w->looked_cpu_ns < elapsed / 2) off = true;
+    w->looked_cpu_ns = cpu;
+  }
+  return off;
+}
+
+/* Waits until the n_chunks chunks of the op in slot s are done: spins while the workers
+ * holding its chunks run, and sleeps on done_wake (the worker that finishes the op's last chunk
+ * wakes it) once one of them is off its core (CPU_POOL_WAIT_SPIN_NS). */
+static void wait_op_done(struct cpu_threadpool *p, struct cpu_op_slot *s, int64_t n_chunks) {
+  if (atomic_load_explicit(&s->done, memory_order_acquire) >= n_chunks) return;
+  const int64_t t0 = mono_ns();
+  int64_t looked = 0; /* when the workers' clocks were last looked at, 0 never */
+  for (int spins = 1;; spins++) {
+    cpu_relax();
+    if (atomic_load_explicit(&s->done, memory_order_acquire) >= n_chunks) return;
+    if (spins % CPU_POOL_SPIN_CHECK != 0) continue;
+    const int64_t now = mono_ns();
+    if (now - t0 < p->wait_spin_ns || now - looked < CPU_POOL_LOOK_NS) continue;
+    if (holder_off_core(p, looked ? now - looked : 0)) break;
+    looked = now;
+  }
+  for (;;) {
+    atomic_store(&p->caller_sleeping, 1);
+    const uint32_t seen = atomic_load(&p->done_wake);
+    if (atomic_load(&s->done) >= n_chunks) break;
+    futex_wait_u32(&p->done_wake, seen);
+  }
+  atomic_store_explicit(&p->caller_sleeping, 0, memory_order_relaxed); /* done's load acquired */
+}
+
 void cpu_threadpool_parallel(struct cpu_threadpool *p, cpu_chunk_fn fn, void *arg, int64_t n_chunks) {
   if (n_chunks <= 0) return;
   if (p->n_threads == 1 || n_chunks == 1 || atomic_load_explicit(&p->active, memory_order_relaxed) == 1) {
@@ -262,8 +335,7 @@ void cpu_threadpool_parallel(struct cpu_threadpool *p, cpu_chunk_fn fn, void *ar
   const uint64_t word = (uint64_t)g << 32;
   publish(p, word);
   claim_chunks(p, word, 0);
-  int spins = 0;
-  while (atomic_load_explicit(&s->done, memory_order_acquire) < n_chunks) wait_spin(&spins);
+  wait_op_done(p, s, n_chunks);
 }
 
 void cpu_threadpool_run(struct cpu_threadpool *p, cpu_task_fn fn, void *arg) {

@@ -10,7 +10,10 @@
  *    every chunk is done. Nobody waits for a thread that has not claimed anything, so a
  *    worker that the OS has descheduled (a loaded machine) costs at most the chunk it holds,
  *    never a whole op: the caller simply does the remaining chunks itself. This is the path
- *    of every op of a forward step (hundreds per token).
+ *    of every op of a forward step (hundreds per token). A caller left waiting for chunks a
+ *    worker holds spins while that worker runs and sleeps (a futex the worker wakes) once the
+ *    worker's CPU clock shows it off its core, leaving its own core to whatever took the
+ *    worker's (LLMBUS_POOL_WAIT_SPIN_US: microseconds spun before the first look, default 10).
  *  - cpu_threadpool_run(): fn runs once on EVERY thread (ith = 0..nth-1), with
  *    cpu_threadpool_barrier() available inside; kept for work that needs all threads.
  *

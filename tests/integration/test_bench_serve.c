@@ -204,6 +204,11 @@ static void binary_reports_json_under_a_concurrency_cap(void **state) {
   assert_true(json_real_value(json_object_get(j, "mean_e2el_ms")) >= 6 * TOKEN_GAP_MS * 0.99);
   assert_true(json_real_value(json_object_get(j, "mean_itl_ms")) > 0);
   assert_true(json_real_value(json_object_get(j, "median_ttft_ms")) > 0);
+  /* the client's own CPU and wake-ups over the run: each request's thread blocked in recv
+   * between tokens 3 ms apart (at least one wake-up a request) */
+  assert_true(json_is_real(json_object_get(j, "client_cpu_s")));
+  assert_true(json_real_value(json_object_get(j, "client_cpu_s")) >= 0);
+  assert_true(json_integer_value(json_object_get(j, "client_voluntary_ctxt_switches")) >= 12);
   /* this process is the server: its tree's memory is reported */
   assert_true(json_integer_value(json_object_get(j, "stack_procs")) >= 1);
   assert_true(json_real_value(json_object_get(j, "stack_peak_pss_mib")) > 0);

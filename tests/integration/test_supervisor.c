@@ -223,6 +223,46 @@ static void test_killed_child_restarts_and_sigterm_leaves_no_process(void **stat
   rmdir(dir);
 }
 
+/* Whether process pid's environment holds the entry `want` ("NAME=value"). */
+static bool environ_has(pid_t pid, const char *want) {
+  char path[64], buf[65536];
+  snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+    if (strcmp(buf + i, want) == 0) return true;
+  return false;
+}
+
+/* The embedded nats-server runs with one Go P (GOMAXPROCS=1: fewer wake-ups per routed message)
+ * unless the environment sets GOMAXPROCS, which it then keeps. */
+static void test_embedded_nats_gets_gomaxprocs_1_unless_set(void **state) {
+  (void)state;
+  const char *had = getenv("GOMAXPROCS");
+  char saved[64] = "";
+  if (had) snprintf(saved, sizeof saved, "%s", had);
+  for (int round = 0; round < 2; round++) {
+    if (round == 0) unsetenv("GOMAXPROCS");
+    else setenv("GOMAXPROCS", "2", 1);
+    struct supervisor_config cfg;
+    supervisor_config_init(&cfg);
+    cfg.jetstream = false;
+    struct supervisor *s = NULL;
+    assert_int_equal(supervisor_create(&cfg, &s), LLB_STATUS_OK);
+    assert_int_equal(supervisor_start(s), LLB_STATUS_OK);
+    pid_t nats = supervisor_child_pid(s, "nats-server");
+    assert_true(alive(nats));
+    assert_true(environ_has(nats, round == 0 ? "GOMAXPROCS=1" : "GOMAXPROCS=2"));
+    assert_int_equal(supervisor_stop(s), LLB_STATUS_OK);
+    supervisor_destroy(s);
+  }
+  if (had) setenv("GOMAXPROCS", saved, 1);
+  else unsetenv("GOMAXPROCS");
+}
+
 static void test_embedded_nats_accepts_clients_and_is_removed(void **state) {
   (void)state;
   struct supervisor_config cfg;
@@ -778,6 +818,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_restart_delay_backs_off_only_for_children_dying_at_start),
       cmocka_unit_test(test_embedded_nats_accepts_clients_and_is_removed),
+      cmocka_unit_test(test_embedded_nats_gets_gomaxprocs_1_unless_set),
       cmocka_unit_test(test_external_url_is_passed_to_children),
       cmocka_unit_test(test_stop_goes_stage_by_stage),
       cmocka_unit_test(test_killed_child_restarts_and_sigterm_leaves_no_process),

@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -847,6 +848,44 @@ static void test_threadpool_parallel_runs_each_chunk_exactly_once(void **state) 
   cpu_threadpool_destroy(p);
 }
 
+struct slow_chunk {
+  _Atomic int *hits; /* [n] */
+  _Atomic int finished; /* chunks whose work is over */
+};
+
+/* Every chunk a worker runs takes 2 ms (a worker the OS descheduled mid-op, as far as the
+ * caller can tell); the caller's take no time. */
+static void slow_worker_chunk(void *arg, int64_t chunk, int ith) {
+  struct slow_chunk *sc = arg;
+  if (ith != 0) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  atomic_fetch_add(&sc->hits[chunk], 1);
+  atomic_fetch_add(&sc->finished, 1);
+}
+
+/* A caller whose worker holds chunks far longer than it spins (it sleeps until the worker
+ * wakes it): cpu_threadpool_parallel still returns only once every chunk has run, each exactly
+ * once, op after op, whether the worker finishes the op's last chunk or the caller does. */
+static void test_threadpool_parallel_waits_for_a_slow_worker(void **state) {
+  (void)state;
+  struct cpu_threadpool *p = NULL;
+  assert_int_equal(cpu_threadpool_create(2, &p), LLB_STATUS_OK);
+  static _Atomic int hits[40];
+  for (int i = 0; i < 60; i++) {
+    const int64_t n = 2 + i % 39;
+    for (int64_t j = 0; j < n; j++) atomic_store(&hits[j], 0);
+    struct slow_chunk sc = {hits, 0};
+    cpu_threadpool_parallel(p, slow_worker_chunk, &sc, n);
+    if (atomic_load(&sc.finished) != n) fail_msg("op %d returned with %d of %lld chunks done", i, atomic_load(&sc.finished), (long long)n);
+    for (int64_t j = 0; j < n; j++)
+      if (atomic_load(&hits[j]) != 1) fail_msg("op %d chunk %lld ran %d times", i, (long long)j, atomic_load(&hits[j]));
+    if (i % 9 == 0) cpu_threadpool_park(p);
+  }
+  cpu_threadpool_destroy(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_matches_references_for_all_types),
@@ -867,6 +906,7 @@ int main(void) {
       cmocka_unit_test(test_ggml_expf_and_swiglu_rows_bit_identical_across_paths),
       cmocka_unit_test(test_threadpool_parallel_runs_each_chunk_exactly_once),
       cmocka_unit_test(test_threadpool_active_threads_take_the_chunks),
+      cmocka_unit_test(test_threadpool_parallel_waits_for_a_slow_worker),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
