@@ -207,10 +207,10 @@ static void log_sim_cost(const struct sim_cost_model *given) {
   else sim_cost_model_default(&m);
   char name[300], source[1100];
   LLB_LOG_INFO("gpu_worker_sim", "cost_model=%s source=%s fixed_ms=%.4f token_ms=%.5f weights_ms=%.4f "
-               "sampled_row_ms=%.5f random_row_ms=%.5f attention_ns=%.4f context_ns=%.4f",
+               "sampled_row_ms=%.5f random_row_ms=%.5f attention_ns=%.4f context_ns=%.4f first_step_ms=%.4f",
                llb_log_quote(name, sizeof name, m.name), llb_log_quote(source, sizeof source, m.source),
                m.fixed_s * 1e3, m.token_s * 1e3, m.weights_s * 1e3, m.sampled_row_s * 1e3, m.random_row_s * 1e3,
-               m.attention_s * 1e9, m.context_s * 1e9);
+               m.attention_s * 1e9, m.context_s * 1e9, m.first_step_s * 1e3);
 }
 
 /* --lora-modules: each adapter loaded against the model, then given to the runner (logged). */

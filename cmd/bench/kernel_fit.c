@@ -16,6 +16,9 @@
  */
 #include "cmd/bench/kernel_fit.h"
 
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,6 +299,33 @@ static int cmp_class(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* One --step-log line (gpu_worker's log_step) into *s and *sec: the seven fields, then "}" (a
+ * log written before "first", read as 0) or ,"first":0} / ,"first":1}, then the end of the
+ * line. False for anything else, or a step without tokens or time. */
+static bool step_line_parse(const char *line, struct sim_step_shape *s, double *sec) {
+  int end = -1;
+  if (sscanf(line, "{\"tokens\":%d,\"seqs\":%d,\"sampled\":%d,\"random\":%d,\"attention_pairs\":%lf,"
+                   "\"context_tokens\":%lf,\"seconds\":%lf%n",
+             &s->num_tokens, &s->num_seqs, &s->num_sampled, &s->num_random, &s->attention_pairs,
+             &s->context_tokens, sec, &end) != 7 || end < 0)
+    return false;
+  const char *rest = line + end;
+  if (strncmp(rest, ",\"first\":0}", 11) == 0 || strncmp(rest, ",\"first\":1}", 11) == 0) {
+    s->first = rest[9] - '0';
+    rest += 11;
+  } else if (*rest == '}') {
+    s->first = 0;
+    rest += 1;
+  } else {
+    return false;
+  }
+  if (*rest == '\r') rest++;
+  if (*rest == '\n') rest++;
+  return *rest == '\0' && *sec > 0 && isfinite(*sec) && s->num_tokens >= 1 && s->num_seqs >= 0 &&
+         s->num_sampled >= 0 && s->num_random >= 0 && isfinite(s->attention_pairs) && s->attention_pairs >= 0 &&
+         isfinite(s->context_tokens) && s->context_tokens >= 0;
+}
+
 /* The steps of a --step-log file into *out (grown); how many, or -1 (printed). */
 static int64_t read_step_log(const char *path, struct logged_step **out) {
   FILE *f = fopen(path, "r");
@@ -304,15 +334,14 @@ static int64_t read_step_log(const char *path, struct logged_step **out) {
     return -1;
   }
   char line[512];
-  int64_t n = 0, cap = 0;
+  int64_t n = 0, cap = 0, refused = 0;
   while (fgets(line, sizeof line, f)) {
     struct sim_step_shape s = {0};
     double sec = 0;
-    /* "first" (the first step after idle) is absent from logs written before it: 0 there */
-    const int got = sscanf(line, "{\"tokens\":%d,\"seqs\":%d,\"sampled\":%d,\"random\":%d,\"attention_pairs\":%lf,"
-                                 "\"context_tokens\":%lf,\"seconds\":%lf,\"first\":%d}", &s.num_tokens, &s.num_seqs,
-                           &s.num_sampled, &s.num_random, &s.attention_pairs, &s.context_tokens, &sec, &s.first);
-    if (got < 7 || !(sec > 0) || s.num_tokens < 1 || s.first < 0 || s.first > 1) continue; /* not a step line */
+    if (!step_line_parse(line, &s, &sec)) {
+      refused += strncmp(line, "{\"tokens\":", 10) == 0; /* a step line, malformed */
+      continue;
+    }
     if (n == cap) {
       struct logged_step *q = realloc(*out, (size_t)(cap = cap ? 2 * cap : 1024) * sizeof *q);
       if (!q) {
@@ -325,6 +354,8 @@ static int64_t read_step_log(const char *path, struct logged_step **out) {
     (*out)[n++] = (struct logged_step){.p = {.shape = s, .seconds = sec}, .class_key = class_key_of(&s)};
   }
   fclose(f);
+  if (refused)
+    fprintf(stderr, "llmbus-kernel-bench --fit-steps: %s: %" PRId64 " malformed step lines left out\n", path, refused);
   return n;
 }
 

@@ -762,6 +762,7 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
   attr static void name(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n, float *out, \
                         int64_t os) {                                                              \
     enum { FS = fs };                                                                              \
+    if (n < 1) return; /* the switch's default runs 8 rows */                                      \
     PK_ROWS_SWITCH(call)                                                                           \
   }
 /* AVX2 has 16 registers: 8 unpacked weight groups and more than 4 rows' accumulators spill,

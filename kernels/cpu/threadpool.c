@@ -9,6 +9,7 @@
  * through several ops) simply fails its CAS and moves on to the newest op. */
 #include "kernels/cpu/threadpool.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -191,6 +192,18 @@ static void *cpu_worker_main(void *opaque) {
   return NULL;
 }
 
+/* LLMBUS_POOL_WAIT_SPIN_US: microseconds in [0, 10^9]; unset, empty or not such a number:
+ * CPU_POOL_WAIT_SPIN_NS. */
+static int64_t wait_spin_ns_from_env(void) {
+  const char *v = getenv("LLMBUS_POOL_WAIT_SPIN_US");
+  if (!v || !*v) return CPU_POOL_WAIT_SPIN_NS;
+  char *end = NULL;
+  errno = 0;
+  const long long us = strtoll(v, &end, 10);
+  if (errno || *end || us < 0 || us > 1000000000LL) return CPU_POOL_WAIT_SPIN_NS;
+  return (int64_t)us * 1000;
+}
+
 llb_status cpu_threadpool_create(int n_threads, struct cpu_threadpool **out) {
   if (!out || n_threads < 1 || n_threads > 256)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "thread count %d not in [1, 256]", n_threads);
@@ -201,8 +214,7 @@ llb_status cpu_threadpool_create(int n_threads, struct cpu_threadpool **out) {
   memset(p, 0, sizeof(*p));
   p->n_threads = n_threads;
   atomic_store(&p->active, (uint32_t)n_threads);
-  const char *spin_us = getenv("LLMBUS_POOL_WAIT_SPIN_US");
-  p->wait_spin_ns = spin_us && *spin_us ? strtoll(spin_us, NULL, 10) * 1000 : CPU_POOL_WAIT_SPIN_NS;
+  p->wait_spin_ns = wait_spin_ns_from_env();
   llb_status st = LLB_STATUS_OK;
   if (n_threads > 1) {
     const size_t bytes = ((size_t)n_threads - 1) * sizeof(*p->workers);
@@ -298,8 +310,11 @@ static void wait_op_done(struct cpu_threadpool *p, struct cpu_op_slot *s, int64_
   if (atomic_load_explicit(&s->done, memory_order_acquire) >= n_chunks) return;
   const int64_t t0 = mono_ns();
   int64_t looked = 0; /* when the workers' clocks were last looked at, 0 never */
-  for (int spins = 1;; spins++) {
-    cpu_relax();
+  for (int64_t spins = 1;; spins++) {
+    /* a holder preempted outside its `holding` window is invisible to the clocks: past
+     * CPU_POOL_YIELD_ITERS the spin yields, so a caller sharing the holder's core lets it run */
+    if (spins < CPU_POOL_YIELD_ITERS) cpu_relax();
+    else sched_yield();
     if (atomic_load_explicit(&s->done, memory_order_acquire) >= n_chunks) return;
     if (spins % CPU_POOL_SPIN_CHECK != 0) continue;
     const int64_t now = mono_ns();

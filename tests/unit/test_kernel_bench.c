@@ -101,6 +101,11 @@ static void test_fit_steps_recovers_the_first_step_after_idle(void **s) {
   FILE *f = fdopen(fd, "w");
   assert_non_null(f);
   fputs("not a step line\n", f);
+  /* malformed step lines with far-off times: read, any of them would pull the fit off */
+  static const char *const bad_first[] = {"2}", "-1}", "true}", "1.5}", "1}x", "1,\"more\":0}"};
+  for (size_t i = 0; i < sizeof bad_first / sizeof *bad_first; i++)
+    fprintf(f, "{\"tokens\":16,\"seqs\":1,\"sampled\":1,\"random\":0,\"attention_pairs\":136,"
+               "\"context_tokens\":16,\"seconds\":9.0,\"first\":%s\n", bad_first[i]);
   int line = 0;
   for (int32_t t = 1; t <= 256; t *= 2)
     for (int32_t seqs = 1; seqs <= t && seqs <= 32; seqs *= 4)
