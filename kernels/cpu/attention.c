@@ -54,7 +54,7 @@ struct attn_task {
   const struct backend_attn_params *p;
   int32_t group; /* query heads per work item: n_heads / n_kv_heads, or 1 */
   int32_t rows;  /* query rows per work item (consecutive tokens; a run of one sequence shares
-                    each key's conversion on the AVX-512 path), rows * group <= ATTN_MAX_ROW_HEADS */
+                    each key's conversion on the AVX2 and AVX-512 paths), rows * group <= ATTN_MAX_ROW_HEADS */
 };
 
 /* Context of one work item: query row tok, heads h0 .. h0 + n_h - 1 (one KV head). */
@@ -399,6 +399,16 @@ ATTN_AVX2_TARGET static inline float qk1_avx2(const float *q, const uint16_t *k,
   return attn_reduce16(lo, hi);
 }
 
+/* sc [0 .. 4) = attn_score of the raw dots d (lane k: key k). */
+ATTN_AVX2_TARGET static inline void scores4_store_avx2(const struct backend_attn_params *p, __m128 d, float *sc) {
+  if (p->logit_softcap > 0.0f) {
+    _mm_storeu_ps(sc, d);
+    for (int k = 0; k < 4; k++) sc[k] = attn_score(p, sc[k]);
+  } else {
+    _mm_storeu_ps(sc, _mm_mul_ps(d, _mm_set1_ps(p->scale))); /* attn_score of 4 dots */
+  }
+}
+
 /* Scores [g * n_ctx + j] of the item's heads for keys [first, n_ctx), block by block; 4 keys
  * at a time (converted once for all heads when there are several). */
 ATTN_AVX2_TARGET static void scores_batch_avx2(const struct backend_attn_params *p, const struct attn_item *it,
@@ -416,13 +426,7 @@ ATTN_AVX2_TARGET static void scores_batch_avx2(const struct backend_attn_params 
       if (n_h > 1) convert4_avx2(kb + o * stride, stride, hd, kf);
       for (int32_t g = 0; g < n_h; g++) {
         const __m128 d = qk4_avx2(qh[g], n_h > 1 ? (const float(*)[ATTN_MAX_DIM])kf : NULL, kb + o * stride, stride, hd);
-        float *sc = scores + (int64_t)g * n_ctx + b * bs + o;
-        if (p->logit_softcap > 0.0f) {
-          _mm_storeu_ps(sc, d);
-          for (int k = 0; k < 4; k++) sc[k] = attn_score(p, sc[k]);
-        } else {
-          _mm_storeu_ps(sc, _mm_mul_ps(d, _mm_set1_ps(p->scale))); /* attn_score of 4 dots */
-        }
+        scores4_store_avx2(p, d, scores + (int64_t)g * n_ctx + b * bs + o);
       }
     }
     for (; o < n; o++)
@@ -527,6 +531,20 @@ ATTN_AVX2_TARGET static void pv_batch2_avx2(const struct backend_attn_params *p,
   }
 }
 
+/* out of the item's heads = p.v (probabilities scores [n_h, n_ctx]) in the BATCH order: heads in
+ * pairs where head_dim % 32 == 0 (pv_batch2_avx2), the rest one by one (pv_batch_avx2). */
+ATTN_AVX2_TARGET static void pv_item_batch_avx2(const struct backend_attn_params *p, const struct attn_item *it,
+                                                const float *scores, int64_t stride, int64_t head_off) {
+  const int32_t hd = p->kv->head_dim, n_h = it->n_h, n_ctx = it->n_ctx;
+  float *out = p->out + ((int64_t)it->tok * p->n_heads + it->h0) * hd;
+  int32_t g = 0;
+  if (hd % 32 == 0) /* heads in pairs: each key's V row converted once for both */
+    for (; g + 2 <= n_h; g += 2)
+      pv_batch2_avx2(p, it, scores + (int64_t)g * n_ctx, scores + (int64_t)(g + 1) * n_ctx, stride, head_off,
+                     out + (int64_t)g * hd, out + (int64_t)(g + 1) * hd);
+  for (; g < n_h; g++) pv_batch_avx2(p, it, scores + (int64_t)g * n_ctx, stride, head_off, out + (int64_t)g * hd);
+}
+
 /* The BATCH order on AVX2 (see above). block_size % 16 == 0, head_dim % 16 == 0 and <=
  * ATTN_MAX_DIM. Same numbers as the generic path. */
 ATTN_AVX2_TARGET static void attention_item_batch_avx2(const struct attn_task *t, const struct attn_item *it,
@@ -542,13 +560,163 @@ ATTN_AVX2_TARGET static void attention_item_batch_avx2(const struct attn_task *t
   }
   scores_batch_avx2(p, it, (const float(*)[ATTN_MAX_DIM])qh, stride, head_off, scores);
   for (int32_t g = 0; g < n_h; g++) softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)g * n_ctx, it->first, n_ctx);
-  float *out = p->out + ((int64_t)it->tok * p->n_heads + it->h0) * hd;
-  int32_t g = 0;
-  if (hd % 32 == 0) /* heads in pairs: each key's V row converted once for both */
-    for (; g + 2 <= n_h; g += 2)
-      pv_batch2_avx2(p, it, scores + (int64_t)g * n_ctx, scores + (int64_t)(g + 1) * n_ctx, stride, head_off,
-                     out + (int64_t)g * hd, out + (int64_t)(g + 1) * hd);
-  for (; g < n_h; g++) pv_batch_avx2(p, it, scores + (int64_t)g * n_ctx, stride, head_off, out + (int64_t)g * hd);
+  pv_item_batch_avx2(p, it, scores, stride, head_off);
+}
+#endif
+
+#if ATTN_HAVE_X86
+/* ymm accumulators of one AVX2 p.v lane pass over rows: (row, head) pairs x 16 dims (2
+ * registers each); the other 4 registers hold a V row's 16 dims and a broadcast probability. */
+#define ATTN_PV2_ROWS_ACC 12
+
+/* Lane l of p.v over dims [off, off + 16) for (row, head) pairs x < nx of a run (pair x is row
+ * x / ng; row r attends keys [0, n0 + r): no window), each key's 16 V values converted once for
+ * all of them: accumulators 2x, 2x + 1 take the keys j = l (mod 16) of the row in key order,
+ * fma(p_j, v_j, a), as pv_lane_avx2's, so the same bits. pr [x]: pair x's probabilities from
+ * key 0. Stored to lane [16 * x]. Inlined with constant nx and ng: the accumulators stay in
+ * registers. 2 * nx <= ATTN_PV2_ROWS_ACC, the rows of a run <= 16. */
+ATTN_AVX2_TARGET static inline __attribute__((always_inline)) void
+pv_lane_rows_avx2(const struct backend_kv_layer *kv, const int32_t *table, const float *const *pr, int32_t n0,
+                  int64_t stride, int64_t off, int32_t l, const int32_t nx, const int32_t ng, float *lane) {
+  const int32_t bs = kv->block_size, n_blocks = (n0 + bs - 1) / bs, nr = nx / ng;
+  __m256 a[ATTN_PV2_ROWS_ACC];
+  _Pragma("GCC unroll 12") for (int32_t x = 0; x < 2 * nx; x++) a[x] = _mm256_setzero_ps();
+  for (int32_t b = 0; b < n_blocks; b++) { /* keys [0, n0): every row's */
+    const uint16_t *vb = (const uint16_t *)kv->v + (int64_t)table[b] * bs * stride + off;
+    const int32_t key0 = b * bs, n = n0 - key0 < bs ? n0 - key0 : bs;
+    for (int32_t o = l; o < n; o += 16) { /* bs % 16 == 0: key key0 + o is in lane o % 16 */
+      const uint16_t *vr = vb + (int64_t)o * stride;
+      const __m256 v0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vr));
+      const __m256 v1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8)));
+      _Pragma("GCC unroll 6") for (int32_t x = 0; x < nx; x++) {
+        const __m256 pj = _mm256_set1_ps(pr[x][key0 + o]);
+        a[2 * x] = _mm256_fmadd_ps(pj, v0, a[2 * x]);
+        a[2 * x + 1] = _mm256_fmadd_ps(pj, v1, a[2 * x + 1]);
+      }
+    }
+  }
+  /* keys [n0, n0 + nr - 1), the later rows' only (at most one in this lane), last */
+  const int32_t j = n0 + ((l - n0 % 16) + 16) % 16;
+  if (j < n0 + nr - 1) {
+    const uint16_t *vr = kv_row_at(kv, kv->v, table, j, 0) + off;
+    const __m256 v0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vr));
+    const __m256 v1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8)));
+    _Pragma("GCC unroll 6") for (int32_t x = 0; x < nx; x++) { /* rows r > j - n0 */
+      if (x / ng <= j - n0) continue;
+      const __m256 pj = _mm256_set1_ps(pr[x][j]);
+      a[2 * x] = _mm256_fmadd_ps(pj, v0, a[2 * x]);
+      a[2 * x + 1] = _mm256_fmadd_ps(pj, v1, a[2 * x + 1]);
+    }
+  }
+  _Pragma("GCC unroll 12") for (int32_t x = 0; x < 2 * nx; x++) _mm256_storeu_ps(lane + 8 * x, a[x]);
+}
+
+/* p.v of rows it0->tok + r0 .. + m - 1 of a run (scores [r][n_h][n_ctx of row r] in slices of
+ * n_h * n_last, row r's n_ctx it0->n_ctx + r), every head of the item, 16 dims at a time in one
+ * lane pass (pv_lane_rows_avx2), then the 16 lanes summed in combine_lanes' tree as
+ * pv_batch_avx2 does. m * n_h * 2 <= ATTN_PV2_ROWS_ACC. */
+ATTN_AVX2_TARGET static void pv_rows_pass_avx2(const struct backend_attn_params *p, const struct attn_item *it0,
+                                               int32_t r0, int32_t m, const float *scores, int32_t n_last,
+                                               int64_t stride, int64_t head_off) {
+  const int32_t hd = p->kv->head_dim, n_h = it0->n_h, n0 = it0->n_ctx + r0, nx = m * n_h;
+  const float *pr[ATTN_PV2_ROWS_ACC / 2];
+  for (int32_t r = 0; r < m; r++)
+    for (int32_t g = 0; g < n_h; g++) pr[r * n_h + g] = scores + (int64_t)(r0 + r) * n_h * n_last + (int64_t)g * (n0 + r);
+  for (int32_t d0 = 0; d0 < hd; d0 += 16) {
+    float lane[16][ATTN_PV2_ROWS_ACC * 8];
+    for (int32_t l = 0; l < 16; l++) {
+#define PV_ROWS(NX, NG) pv_lane_rows_avx2(p->kv, it0->table, pr, n0, stride, head_off + d0, l, NX, NG, lane[l])
+      if (n_h == 3 && m == 2) PV_ROWS(6, 3); /* 3 heads per KV head (SmolLM2) */
+      else if (n_h == 3 && m == 1) PV_ROWS(3, 3);
+      else if (n_h == 2 && m == 3) PV_ROWS(6, 2);
+      else if (n_h == 2 && m == 2) PV_ROWS(4, 2);
+      else if (n_h == 2 && m == 1) PV_ROWS(2, 2);
+      else if (n_h == 1 && m == 4) PV_ROWS(4, 1); /* one head per KV head */
+      else if (n_h == 1 && m == 3) PV_ROWS(3, 1);
+      else if (n_h == 1 && m == 2) PV_ROWS(2, 1);
+      else PV_ROWS(nx, n_h);
+#undef PV_ROWS
+    }
+    for (int32_t y = 0; y < 2 * nx; y++) { /* y = 2 x + i: pair x, dims d0 + 8 i .. */
+      __m256 t[16];
+      for (int l = 0; l < 16; l++) t[l] = _mm256_loadu_ps(lane[l] + 8 * y);
+      for (int l = 0; l < 8; l++) t[l] = _mm256_add_ps(t[l + 8], t[l]);
+      for (int l = 0; l < 4; l++) t[l] = _mm256_add_ps(t[l + 4], t[l]);
+      const int32_t r = y / 2 / n_h, g = y / 2 % n_h, i = y % 2;
+      float *out = p->out + ((int64_t)(it0->tok + r0 + r) * p->n_heads + it0->h0 + g) * hd + d0 + 8 * i;
+      _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+    }
+  }
+}
+
+/* Scores of the nr rows of attention_rows_avx2 (its layout): each group of 4 keys converted
+ * once for all the rows whose keys cover it (qk4_avx2 over floats: the same dots as over fp16),
+ * the last n_r % 4 keys of row r one by one (qk1_avx2), as scores_batch_avx2 gives each row. */
+ATTN_AVX2_TARGET static void scores_rows_avx2(const struct backend_attn_params *p, const struct attn_item *it0,
+                                              int32_t nr, const float (*qh)[ATTN_MAX_DIM], int64_t stride,
+                                              int64_t head_off, int32_t n_last, float *scores) {
+  const struct backend_kv_layer *kv = p->kv;
+  const int32_t hd = kv->head_dim, n_h = it0->n_h, bs = kv->block_size, n_blocks = (n_last + bs - 1) / bs;
+  float kf[4][ATTN_MAX_DIM];
+  for (int32_t b = 0; b < n_blocks; b++) {
+    const uint16_t *kb = (const uint16_t *)kv->k + (int64_t)it0->table[b] * bs * stride + head_off;
+    const int32_t n = n_last - b * bs < bs ? n_last - b * bs : bs;
+    for (int32_t o = 0; o + 4 <= n; o += 4) {
+      const int32_t key0 = b * bs + o;
+      convert4_avx2(kb + o * stride, stride, hd, kf);
+      for (int32_t r = 0; r < nr; r++) {
+        const int32_t n_r = it0->n_ctx + r;
+        if (key0 + 4 > n_r) continue;
+        float *sr = scores + (int64_t)r * n_h * n_last + key0;
+        for (int32_t g = 0; g < n_h; g++)
+          scores4_store_avx2(p, qk4_avx2(qh[r * n_h + g], (const float(*)[ATTN_MAX_DIM])kf, NULL, 0, hd),
+                             sr + (int64_t)g * n_r);
+      }
+    }
+  }
+  for (int32_t r = 0; r < nr; r++) {
+    const int32_t n_r = it0->n_ctx + r;
+    float *sr = scores + (int64_t)r * n_h * n_last;
+    for (int32_t j = n_r - n_r % 4; j < n_r; j++) /* the last keys, one by one */
+      for (int32_t g = 0; g < n_h; g++)
+        sr[(int64_t)g * n_r + j] =
+            attn_score(p, qk1_avx2(qh[r * n_h + g], kv_row_at(kv, kv->k, it0->table, j, it0->kvh), hd));
+  }
+}
+
+/* Rows it0->tok .. + nr - 1 of one sequence (n_ctx, n_ctx + 1, ... keys from key 0: no
+ * window), the heads of one KV head: attention_item_batch_avx2 for each row, with each group
+ * of 4 keys converted once for all of them (scores_rows_avx2) and each V row once per pass of
+ * rows (pv_rows_pass_avx2; rows one by one when a row's heads alone fill the registers). Same
+ * numbers row by row. scores [nr][n_h][n_ctx of the row] in slices of n_h * (n_ctx + nr - 1).
+ * block_size % 16 == 0, head_dim % 16 == 0 and <= ATTN_MAX_DIM, nr * n_h <= ATTN_MAX_ROW_HEADS. */
+ATTN_AVX2_TARGET static void attention_rows_avx2(const struct attn_task *t, const struct attn_item *it0, int32_t nr,
+                                                 float *scores) {
+  const struct backend_attn_params *p = t->p;
+  const int32_t hd = p->kv->head_dim, n_h = it0->n_h, n_last = it0->n_ctx + nr - 1;
+  const int64_t stride = (int64_t)p->kv->n_kv_heads * hd, head_off = (int64_t)it0->kvh * hd;
+  float qh[ATTN_MAX_ROW_HEADS][ATTN_MAX_DIM]; /* [r * n_h + g] */
+  for (int32_t x = 0; x < nr * n_h; x++) {
+    const float *q = p->q + ((int64_t)(it0->tok + x / n_h) * p->n_heads + it0->h0 + x % n_h) * hd;
+    for (int32_t i = 0; i < hd; i += 8)
+      _mm256_storeu_ps(qh[x] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
+  }
+  scores_rows_avx2(p, it0, nr, (const float(*)[ATTN_MAX_DIM])qh, stride, head_off, n_last, scores);
+  for (int32_t r = 0; r < nr; r++)
+    for (int32_t g = 0; g < n_h; g++)
+      softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)r * n_h * n_last + (int64_t)g * (it0->n_ctx + r), 0,
+                  it0->n_ctx + r);
+  const int32_t rp = ATTN_PV2_ROWS_ACC / 2 / n_h;
+  for (int32_t r0 = 0; r0 < nr; r0 += rp > 1 ? rp : 1) {
+    if (rp < 2) { /* one row's heads (nearly) fill the registers: attention_item_batch_avx2's p.v */
+      struct attn_item ir = *it0;
+      ir.tok += r0;
+      ir.n_ctx += r0;
+      pv_item_batch_avx2(p, &ir, scores + (int64_t)r0 * n_h * n_last, stride, head_off);
+      continue;
+    }
+    pv_rows_pass_avx2(p, it0, r0, nr - r0 < rp ? nr - r0 : rp, scores, n_last, stride, head_off);
+  }
 }
 #endif
 
@@ -934,13 +1102,14 @@ static void attention_row(const struct attn_task *t, const struct attn_item *it,
 }
 
 /* Rows tok .. tok + nr - 1 of one sequence, heads from h0 (one KV head, or one head): through
- * attention_rows_avx512 when it can (t->rows > 1 only without a window, on AVX-512, BATCH
- * order), otherwise row by row. */
+ * attention_rows_avx512 or attention_rows_avx2 when it can (t->rows > 1 only without a window,
+ * on AVX2 or AVX-512, BATCH order), otherwise row by row. */
 static void attention_run(const struct attn_task *t, int32_t tok, int32_t nr, int32_t h0, float *scores) {
 #if ATTN_HAVE_X86
   const struct attn_item it = attn_item_at(t, tok, h0);
-  if (nr > 1 && it.order == CPU_ATTN_ORDER_BATCH) { /* t->rows > 1: the AVX-512 conditions hold */
-    attention_rows_avx512(t, &it, nr, scores);
+  if (nr > 1 && it.order == CPU_ATTN_ORDER_BATCH) { /* t->rows > 1: the conditions of the rows paths hold */
+    if (t->c->level >= CPU_SIMD_LEVEL_AVX512_VNNI) attention_rows_avx512(t, &it, nr, scores);
+    else attention_rows_avx2(t, &it, nr, scores);
     return;
   }
 #endif
@@ -1053,8 +1222,8 @@ llb_status cpu_attention(struct backend_ctx *c, const struct backend_attn_params
   if (per_kv <= ATTN_MAX_GROUP &&
       ((int64_t)p->num_tokens * kv->n_kv_heads >= 4 * (int64_t)nth || longest >= ATTN_GROUP_MIN_CONTEXT))
     t.group = per_kv;
-  /* tiles of rows where sequences have several (prefill) and the AVX-512 rows path takes them */
-  if (c->level >= CPU_SIMD_LEVEL_AVX512_VNNI && c->attn_order != CPU_ATTN_ORDER_SINGLE && p->sliding_window == 0 &&
+  /* tiles of rows where sequences have several (prefill) and a rows path (AVX-512, AVX2) takes them */
+  if (c->level >= CPU_SIMD_LEVEL_AVX2 && c->attn_order != CPU_ATTN_ORDER_SINGLE && p->sliding_window == 0 &&
       kv->head_dim % 16 == 0 && kv->head_dim <= ATTN_MAX_DIM && kv->block_size % 16 == 0 &&
       p->num_tokens >= ATTN_MAX_TILE_ROWS * p->num_seqs) {
     t.rows = ATTN_MAX_ROW_HEADS / t.group < ATTN_MAX_TILE_ROWS ? ATTN_MAX_ROW_HEADS / t.group : ATTN_MAX_TILE_ROWS;

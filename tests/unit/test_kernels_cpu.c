@@ -663,14 +663,38 @@ static void test_attention_bit_identical_across_paths_and_grouping(void **state)
   check_attention_paths_n(16, 300, 0.0f, 64, 6, 600);
 }
 
-/* Prefill rows in tiles (the AVX-512 rows path: several rows of a sequence share each key's
- * conversion, p.v in passes of rows): a batch of three sequences whose runs of rows cut the
- * tiles raggedly (7 rows at 300 keys, 5 at 45, a fresh 4), GQA with 1-4 heads per KV head and
+/* Each row of the batch p (its output in p->out) equals the same row computed alone (one row,
+ * no tile) at c's level; o3 [H * D] scratch. */
+static void check_attention_rows_alone(struct backend_ctx *c, const struct backend_attn_params *p, int32_t D,
+                                       int32_t H, float *o3) {
+  for (int s = 0; s < p->num_seqs; s++) {
+    const int32_t q0 = p->query_start_loc[s], q_len = p->query_start_loc[s + 1] - q0;
+    for (int r = 0; r < q_len; r++) {
+      const int32_t tok = q0 + r, one[2] = {0, 1}, len1 = p->seq_lens[s] - q_len + r + 1;
+      struct backend_attn_params p1 = *p;
+      p1.q = p->q + (int64_t)tok * H * D;
+      p1.out = o3;
+      p1.num_tokens = 1;
+      p1.num_seqs = 1;
+      p1.query_start_loc = one;
+      p1.seq_lens = &len1;
+      p1.block_tables = p->block_tables + (int64_t)s * p->max_blocks_per_seq;
+      assert_int_equal(backend_cpu_ops()->attention(c, &p1), LLB_STATUS_OK);
+      if (memcmp(o3, p->out + (int64_t)tok * H * D, (size_t)H * D * sizeof(float)) != 0)
+        fail_msg("D %d H %d: row %d of seq %d differs alone", D, H, r, s);
+    }
+  }
+}
+
+/* Prefill rows in tiles (the AVX2 and AVX-512 rows paths, each level from AVX2 up to the
+ * CPU's: several rows of a sequence share each key's conversion, p.v in passes of rows), with
+ * soft-capping when softcap > 0: a batch of three sequences whose runs of rows cut the tiles
+ * raggedly (7 rows at 300 keys, 5 at 45, a fresh 4), GQA with 1-4 heads per KV head and
  * head_dim 64 / 128, gives the scalar path's bits, and each row equals the same row computed
  * alone (one row, no tile), in the BATCH order. */
-static void check_attention_row_tiles(const int32_t D, const int32_t H) {
+static void check_attention_row_tiles(const int32_t D, const int32_t H, float softcap) {
   enum { BS = 16, HKV = 2, DM = 128, NS = 3, T = 16, NB_SEQ = 20, HM = 8 };
-  const int32_t q_len[NS] = {7, 5, 4}, lens[NS] = {300, 45, 4}, qsl[NS + 1] = {0, 7, 12, 16};
+  const int32_t lens[NS] = {300, 45, 4}, qsl[NS + 1] = {0, 7, 12, 16};
   struct backend_ctx *c = make_ctx(2);
   static uint16_t kc[NS * NB_SEQ * BS * HKV * DM], vc[NS * NB_SEQ * BS * HKV * DM];
   struct backend_kv_layer kv = {kc, vc, NS * NB_SEQ, BS, HKV, D, BACKEND_KV_DTYPE_F16};
@@ -688,39 +712,31 @@ static void check_attention_row_tiles(const int32_t D, const int32_t H) {
   cpu_backend_set_attn_order(c, CPU_ATTN_ORDER_BATCH);
   struct backend_attn_params p = {.q = q, .out = o1, .kv = &kv, .num_tokens = T, .n_heads = H, .scale = 0.125f,
                                   .num_seqs = NS, .query_start_loc = qsl, .seq_lens = lens, .block_tables = table,
-                                  .max_blocks_per_seq = NB_SEQ};
-  cpu_backend_set_simd_level(c, cpu_simd_level_detect());
-  assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
-  for (int s = 0; s < NS; s++)
-    for (int r = 0; r < q_len[s]; r++) { /* the row alone */
-      const int32_t tok = qsl[s] + r, one[2] = {0, 1}, len1 = lens[s] - q_len[s] + r + 1;
-      struct backend_attn_params p1 = p;
-      p1.q = q + (int64_t)tok * H * D;
-      p1.out = o3;
-      p1.num_tokens = 1;
-      p1.num_seqs = 1;
-      p1.query_start_loc = one;
-      p1.seq_lens = &len1;
-      p1.block_tables = table + s * NB_SEQ;
-      assert_int_equal(backend_cpu_ops()->attention(c, &p1), LLB_STATUS_OK);
-      if (memcmp(o3, o1 + (int64_t)tok * H * D, (size_t)H * D * sizeof(float)) != 0)
-        fail_msg("D %d H %d: row %d of seq %d differs alone", D, H, r, s);
-    }
+                                  .max_blocks_per_seq = NB_SEQ, .logit_softcap = softcap};
   cpu_backend_set_simd_level(c, CPU_SIMD_LEVEL_SCALAR);
   p.out = o2;
   assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
-  assert_memory_equal(o1, o2, (size_t)T * H * D * sizeof(float));
+  p.out = o1;
+  const enum cpu_simd_level best = cpu_simd_level_detect();
+  for (enum cpu_simd_level level = best >= CPU_SIMD_LEVEL_AVX2 ? CPU_SIMD_LEVEL_AVX2 : best; level <= best; level++) {
+    cpu_backend_set_simd_level(c, level);
+    assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
+    check_attention_rows_alone(c, &p, D, H, o3);
+    if (memcmp(o1, o2, (size_t)T * H * D * sizeof(float)) != 0)
+      fail_msg("D %d H %d level %d: the tiles differ from the scalar path", D, H, (int)level);
+  }
   backend_cpu_ops()->ctx_destroy(c);
 }
 
 static void test_attention_row_tiles_bit_identical_ragged(void **state) {
   (void)state;
-  check_attention_row_tiles(64, 6); /* SmolLM2: 3 heads per KV head, passes of 2 rows */
-  check_attention_row_tiles(64, 4); /* passes of 3 rows and 1 */
-  check_attention_row_tiles(64, 2); /* passes of 4 rows */
-  check_attention_row_tiles(64, 8); /* 4 heads: passes of 1 row */
-  check_attention_row_tiles(128, 2);
-  check_attention_row_tiles(128, 4); /* a row's heads fill the registers: row by row */
+  check_attention_row_tiles(64, 6, 0.0f); /* SmolLM2: 3 heads per KV head, passes of 2 rows */
+  check_attention_row_tiles(64, 6, 2.0f); /* soft-capped scores */
+  check_attention_row_tiles(64, 4, 0.0f); /* passes of 3 rows and 1 */
+  check_attention_row_tiles(64, 2, 0.0f); /* passes of 4 rows */
+  check_attention_row_tiles(64, 8, 0.0f); /* 4 heads: passes of 1 row (AVX2: row by row) */
+  check_attention_row_tiles(128, 2, 0.0f);
+  check_attention_row_tiles(128, 4, 0.0f); /* a row's heads fill the registers: row by row */
 }
 
 /* The final-logit soft-cap op: cap * tanh(x / cap), in place, bounded by the cap. */
