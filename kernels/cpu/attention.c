@@ -46,6 +46,8 @@
 #define ATTN_MAX_ROW_HEADS CPU_ATTN_MAX_ROW_HEADS
 /* Query rows of one work item at most. */
 #define ATTN_MAX_TILE_ROWS 4
+/* pv_lane_rows_avx2 / _avx512 add at most one key per lane past the tile's first row's */
+_Static_assert(ATTN_MAX_TILE_ROWS <= 16, "a tile's later rows attend at most one more key per 16-key lane");
 /* Keys from which the heads of a KV head stay one work item however few the items. */
 #define ATTN_GROUP_MIN_CONTEXT 512
 

@@ -689,15 +689,19 @@ static void check_attention_rows_alone(struct backend_ctx *c, const struct backe
 /* Prefill rows in tiles (the AVX2 and AVX-512 rows paths, each level from AVX2 up to the
  * CPU's: several rows of a sequence share each key's conversion, p.v in passes of rows), with
  * soft-capping when softcap > 0: a batch of three sequences whose runs of rows cut the tiles
- * raggedly (7 rows at 300 keys, 5 at 45, a fresh 4), GQA with 1-4 heads per KV head and
- * head_dim 64 / 128, gives the scalar path's bits, and each row equals the same row computed
- * alone (one row, no tile), in the BATCH order. */
-static void check_attention_row_tiles(const int32_t D, const int32_t H, float softcap) {
-  enum { BS = 16, HKV = 2, DM = 128, NS = 3, T = 16, NB_SEQ = 20, HM = 8 };
+ * raggedly (7 rows at 300 keys, 5 at 45, a fresh 4), GQA with 1-8 heads per KV head,
+ * head_dim 64 / 80 / 128 / 256 and fp16, q8_0 or fp8 caches, gives the scalar path's bits, and
+ * each row equals the same row computed alone (one row, no tile), in the BATCH order. */
+static void check_attention_row_tiles(const int32_t D, const int32_t H, float softcap, enum backend_kv_dtype dtype) {
+  enum { BS = 16, HKV = 2, DM = 256, NS = 3, T = 16, NB_SEQ = 20, HM = 16 };
   const int32_t lens[NS] = {300, 45, 4}, qsl[NS + 1] = {0, 7, 12, 16};
-  struct backend_ctx *c = make_ctx(2);
+  /* n_heads / head_dim: the per-thread fp16 scratch a quantized cache's keys are converted into */
+  const struct backend_ctx_params cp = {.n_threads = 2, .max_num_tokens = 16, .max_row_elems = 1024,
+                                        .max_context_len = 640, .n_heads = H, .head_dim = D};
+  struct backend_ctx *c = NULL;
+  assert_int_equal(backend_cpu_ops()->ctx_create(&cp, &c), LLB_STATUS_OK);
   static uint16_t kc[NS * NB_SEQ * BS * HKV * DM], vc[NS * NB_SEQ * BS * HKV * DM];
-  struct backend_kv_layer kv = {kc, vc, NS * NB_SEQ, BS, HKV, D, BACKEND_KV_DTYPE_F16};
+  struct backend_kv_layer kv = {kc, vc, NS * NB_SEQ, BS, HKV, D, dtype};
   int32_t table[NS * NB_SEQ];
   for (int i = 0; i < NS * NB_SEQ; i++) table[i] = (i * 7 + 3) % (NS * NB_SEQ); /* 7 and 60 coprime */
   rng_state = 555;
@@ -730,13 +734,20 @@ static void check_attention_row_tiles(const int32_t D, const int32_t H, float so
 
 static void test_attention_row_tiles_bit_identical_ragged(void **state) {
   (void)state;
-  check_attention_row_tiles(64, 6, 0.0f); /* SmolLM2: 3 heads per KV head, passes of 2 rows */
-  check_attention_row_tiles(64, 6, 2.0f); /* soft-capped scores */
-  check_attention_row_tiles(64, 4, 0.0f); /* passes of 3 rows and 1 */
-  check_attention_row_tiles(64, 2, 0.0f); /* passes of 4 rows */
-  check_attention_row_tiles(64, 8, 0.0f); /* 4 heads: passes of 1 row (AVX2: row by row) */
-  check_attention_row_tiles(128, 2, 0.0f);
-  check_attention_row_tiles(128, 4, 0.0f); /* a row's heads fill the registers: row by row */
+  const enum backend_kv_dtype f16 = BACKEND_KV_DTYPE_F16;
+  check_attention_row_tiles(64, 6, 0.0f, f16); /* SmolLM2: 3 heads per KV head, passes of 2 rows */
+  check_attention_row_tiles(64, 6, 2.0f, f16); /* soft-capped scores */
+  check_attention_row_tiles(64, 4, 0.0f, f16); /* passes of 3 rows and 1 */
+  check_attention_row_tiles(64, 2, 0.0f, f16); /* passes of 4 rows */
+  check_attention_row_tiles(64, 8, 0.0f, f16); /* 4 heads: passes of 1 row (AVX2: row by row) */
+  check_attention_row_tiles(64, 10, 0.0f, f16); /* 5 and 8 heads per KV head: row by row */
+  check_attention_row_tiles(64, 16, 0.0f, f16);
+  check_attention_row_tiles(80, 6, 0.0f, f16); /* head_dim not a multiple of 32 */
+  check_attention_row_tiles(128, 2, 0.0f, f16);
+  check_attention_row_tiles(128, 4, 0.0f, f16); /* a row's heads fill the registers: row by row */
+  check_attention_row_tiles(256, 2, 0.0f, f16);
+  check_attention_row_tiles(64, 6, 0.0f, BACKEND_KV_DTYPE_Q8_0); /* keys converted to fp16 scratch */
+  check_attention_row_tiles(64, 6, 0.0f, BACKEND_KV_DTYPE_FP8_E4M3);
 }
 
 /* The final-logit soft-cap op: cap * tanh(x / cap), in place, bounded by the cap. */
