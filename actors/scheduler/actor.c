@@ -160,8 +160,10 @@ static void admit(struct scheduler_actor *a, struct req_meta *list) {
       m->mm = NULL;
       free(m->mm_blob);
       m->mm_blob = NULL;
-      free(m->resume_ids);
-      m->resume_ids = NULL;
+      if (!m->resync) { /* else kept for its first output: it may finish in its first step */
+        free(m->resume_ids);
+        m->resume_ids = NULL;
+      }
       continue;
     }
     m->reject_status = st;

@@ -75,14 +75,47 @@ static struct llb_logprobs_lists step_logprobs(const struct llb_model_runner_out
   return out;
 }
 
-/* The output processor lost this request (intake.c): this output carries its whole
- * output so far, from position 0, with the first-output fields (the prompt from the
- * request's token buffer: the meta's copy is gone after the first output). No logprobs rows
- * (the earlier ones are not kept). A request already gone from the scheduler stays marked:
- * its last output went out without the history. */
+/* A resumed request (a takeover or a replay: history_fetch.c) that finished in its first step
+ * is gone from the scheduler when its only output is built: its history is the meta's
+ * resume_ids, kept until then (actor.c), and this output's tokens follow it. The whole output,
+ * from position 0, goes into resume_ids (the meta, and so the buffer, lives until the output is
+ * published: the final output owns it). False when the history does not reach this output. */
+static bool fill_resync_from_meta(struct llb_engine_core_output *o, struct req_meta *m) {
+  if (!m->resume_ids || o->finish_reason == LLB_FINISH_REASON_NONE || o->first_output_pos > m->num_resume)
+    return false;
+  const int32_t end = o->first_output_pos + o->num_new_token_ids;
+  int32_t *all = realloc(m->resume_ids, (size_t)(end > 0 ? end : 1) * sizeof *all);
+  if (!all) return false;
+  if (o->num_new_token_ids > 0)
+    memcpy(all + o->first_output_pos, o->new_token_ids, (size_t)o->num_new_token_ids * sizeof *all);
+  m->resume_ids = all;
+  m->num_resume = end;
+  o->new_token_ids = end > 0 ? all : NULL;
+  o->num_new_token_ids = end;
+  o->first_output_pos = 0;
+  return true;
+}
+
+/* The output processor lost this request (intake.c) or never had its earlier outputs (a
+ * takeover, a replay): this output carries its whole output so far, from position 0, with the
+ * first-output fields (the prompt from the request's token buffer: the meta's copy is gone
+ * after the first output). No logprobs rows (the earlier ones are not kept). A request
+ * already gone from the scheduler whose history the meta does not hold stays marked: its last
+ * output went out without the history. */
 static void fill_resync(const struct scheduler *sched, struct llb_engine_core_output *o, struct req_meta *m) {
   const struct sched_request *r = sched_find_request(sched, m->id);
-  if (!r) return;
+  if (!r) {
+    if (!fill_resync_from_meta(o, m)) return;
+    o->new_logprobs = (struct llb_logprobs_lists){0};
+    o->prompt_token_ids = m->prompt; /* a first output: the meta still has it */
+    o->num_prompt_token_ids = m->num_prompt;
+    o->sampling_params = &m->params;
+    o->parent_request_id = llb_str_c(m->parent_request_id);
+    o->index = m->client_index;
+    o->resync = true;
+    m->resync = false;
+    return;
+  }
   const int32_t end = o->first_output_pos + o->num_new_token_ids;
   if (end > r->num_tokens - r->num_prompt_tokens) return;
   o->new_token_ids = end > 0 ? r->token_ids + r->num_prompt_tokens : NULL;
@@ -96,6 +129,9 @@ static void fill_resync(const struct scheduler *sched, struct llb_engine_core_ou
   o->index = m->client_index;
   o->resync = true;
   m->resync = false;
+  free(m->resume_ids); /* the history was kept for a first output that finishes (above) */
+  m->resume_ids = NULL;
+  m->num_resume = 0;
 }
 
 static void fill_output(const struct output_step *s, struct llb_engine_core_output *o,
