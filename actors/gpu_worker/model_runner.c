@@ -196,6 +196,7 @@ llb_status model_runner_set_structured_vocab(struct model_runner *r, struct so_v
 
 llb_status model_runner_set_loras(struct model_runner *r, const int32_t *ids, const struct llama_lora *const *adapters,
                                   int32_t n) {
+  if (n < 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "LoRA adapters: a count of %d", n);
   if (n > 0 && r->cfg.device != MODEL_RUNNER_DEVICE_CPU)
     return LLB_ERRF(LLB_STATUS_UNSUPPORTED, "LoRA adapters run on the cpu device only, not %s",
                     model_runner_device_name(r->cfg.device));
