@@ -104,34 +104,30 @@ static bool fill_resync_from_meta(struct llb_engine_core_output *o, struct req_m
  * output went out without the history. */
 static void fill_resync(const struct scheduler *sched, struct llb_engine_core_output *o, struct req_meta *m) {
   const struct sched_request *r = sched_find_request(sched, m->id);
+  const int32_t *prompt = m->prompt; /* a request gone in its first step: the meta still has it */
+  int32_t num_prompt = m->num_prompt;
   if (!r) {
     if (!fill_resync_from_meta(o, m)) return;
-    o->new_logprobs = (struct llb_logprobs_lists){0};
-    o->prompt_token_ids = m->prompt; /* a first output: the meta still has it */
-    o->num_prompt_token_ids = m->num_prompt;
-    o->sampling_params = &m->params;
-    o->parent_request_id = llb_str_c(m->parent_request_id);
-    o->index = m->client_index;
-    o->resync = true;
-    m->resync = false;
-    return;
+  } else {
+    const int32_t end = o->first_output_pos + o->num_new_token_ids;
+    if (end > r->num_tokens - r->num_prompt_tokens) return;
+    o->new_token_ids = end > 0 ? r->token_ids + r->num_prompt_tokens : NULL;
+    o->num_new_token_ids = end;
+    o->first_output_pos = 0;
+    prompt = r->token_ids;
+    num_prompt = r->num_prompt_tokens;
+    free(m->resume_ids); /* kept only for a first output that finishes (fill_resync_from_meta) */
+    m->resume_ids = NULL;
+    m->num_resume = 0;
   }
-  const int32_t end = o->first_output_pos + o->num_new_token_ids;
-  if (end > r->num_tokens - r->num_prompt_tokens) return;
-  o->new_token_ids = end > 0 ? r->token_ids + r->num_prompt_tokens : NULL;
-  o->num_new_token_ids = end;
-  o->first_output_pos = 0;
   o->new_logprobs = (struct llb_logprobs_lists){0};
-  o->prompt_token_ids = r->token_ids;
-  o->num_prompt_token_ids = r->num_prompt_tokens;
+  o->prompt_token_ids = prompt;
+  o->num_prompt_token_ids = num_prompt;
   o->sampling_params = &m->params;
   o->parent_request_id = llb_str_c(m->parent_request_id);
   o->index = m->client_index;
   o->resync = true;
   m->resync = false;
-  free(m->resume_ids); /* the history was kept for a first output that finishes (above) */
-  m->resume_ids = NULL;
-  m->num_resume = 0;
 }
 
 static void fill_output(const struct output_step *s, struct llb_engine_core_output *o,
