@@ -31,15 +31,22 @@
 
 /* ---- /proc helpers ---- */
 
-/* Reads comm, state and ppid of `pid`; false if it does not exist. */
-static bool proc_stat(pid_t pid, char *comm, size_t cap, char *state, pid_t *ppid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return false;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
+/* /proc/<pid>/<name> into buf[cap] (NUL-terminated); its length, or -1 if it cannot be read. */
+static ssize_t proc_read(pid_t pid, const char *name, char *buf, size_t cap) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, cap - 1, f);
   fclose(f);
   buf[n] = '\0';
+  return (ssize_t)n;
+}
+
+/* Reads comm, state and ppid of `pid`; false if it does not exist. */
+static bool proc_stat(pid_t pid, char *comm, size_t cap, char *state, pid_t *ppid) {
+  char buf[512];
+  if (proc_read(pid, "stat", buf, sizeof buf) < 0) return false;
   char *open = strchr(buf, '('), *close = strrchr(buf, ')');
   if (!open || !close || close[1] != ' ') return false;
   size_t len = (size_t)(close - open - 1);
@@ -225,14 +232,10 @@ static void test_killed_child_restarts_and_sigterm_leaves_no_process(void **stat
 
 /* Whether process pid's environment holds the entry `want` ("NAME=value"). */
 static bool environ_has(pid_t pid, const char *want) {
-  char path[64], buf[65536];
-  snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
-  FILE *f = fopen(path, "rb");
-  if (!f) return false;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+  static char buf[65536];
+  const ssize_t got = proc_read(pid, "environ", buf, sizeof buf);
+  if (got < 0) return false;
+  for (size_t i = 0, n = (size_t)got; i < n; i += strlen(buf + i) + 1)
     if (strcmp(buf + i, want) == 0) return true;
   return false;
 }

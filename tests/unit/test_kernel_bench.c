@@ -94,6 +94,7 @@ static void test_fit_steps_recovers_the_first_step_after_idle(void **s) {
   (void)s;
   const struct sim_cost_model truth = {.fixed_s = 2.5e-3, .token_s = 9e-4, .sampled_row_s = 2e-4,
                                        .attention_s = 1.2e-6, .context_s = 3.7e-6, .first_step_s = 1.9e-3};
+  /* mkstemp templates: the X's are replaced by the file name's unique part */
   char log_path[] = "/tmp/llb-step-log-XXXXXX", fit_path[] = "/tmp/llb-step-fit-XXXXXX";
   int fd = mkstemp(log_path), fd2 = mkstemp(fit_path);
   assert_true(fd >= 0 && fd2 >= 0);
