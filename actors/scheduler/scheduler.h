@@ -88,7 +88,7 @@ struct sched_config {
                                       the first item (keeps SchedulerOutput under the bus'
                                       max_payload; default 768 KiB; 0 = unlimited) */
   int32_t max_resync_blocks;       /* held blocks a resync may list (its KVStep must fit the bus'
-                                      max_payload: the actor sets half of it, in block ids, with
+                                      max_payload: the actor sets 7/8 of it, in block ids, with
                                       sched_set_max_resync_blocks); over it, running requests are
                                       preempted (pick order as for lack of blocks) until it fits,
                                       instead of the round trip failing and every request being

@@ -214,7 +214,7 @@ static void a_kv_manager_refuses_steps_until_it_is_told_the_held_blocks(void **s
 }
 
 /* A resync lists every held block in one KVStep, which must fit the bus' max_payload (the
- * actor gives it half: 131,072 block ids at NATS' default 1 MiB). Over max_resync_blocks held,
+ * actor gives it 7/8: 229,376 block ids at NATS' default 1 MiB). Over max_resync_blocks held,
  * only as many running requests as needed are preempted, the latest first (c), so that the
  * resync fits; the others decode on in the blocks they hold, and c is recomputed after. Before,
  * the resync listed them all, its round trip failed (over max_payload) and every running
