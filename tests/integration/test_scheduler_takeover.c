@@ -467,7 +467,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_takeover_with_all_but_the_last_token_finishes_whole, setup_sync, teardown),
       cmocka_unit_test_setup_teardown(test_takeover_with_all_but_the_last_token_finishes_whole, setup_async, teardown),
       cmocka_unit_test_setup_teardown(test_takeover_sampling_eos_in_its_first_step_finishes_whole, setup_sync, teardown),
+      cmocka_unit_test_setup_teardown(test_takeover_sampling_eos_in_its_first_step_finishes_whole, setup_async, teardown),
       cmocka_unit_test_setup_teardown(test_resend_after_a_scheduler_restart_finishes_whole, setup_sync, teardown),
+      cmocka_unit_test_setup_teardown(test_resend_after_a_scheduler_restart_finishes_whole, setup_async, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
