@@ -405,9 +405,10 @@ PK_AVX2 static PK_INLINE void unsigned_avx2_16(int64_t nb, const uint8_t *panel,
  * registers, past ~4 rows the row accumulators spill, and every weight group of a half is
  * multiplied against an activation broadcast of its own (two broadcasts per group and row).
  * Here a run of up to PK_STAGE_BLOCKS blocks is unpacked once into an L1-resident stage (the
- * weights as bytes, both halves, and the scales as floats), then each row walks the run with
- * its two accumulators in registers: every vpmaddubsw takes its weights as a memory operand,
- * each activation broadcast serves both halves, and nothing spills. The integer sums are the
+ * weights as bytes, both halves, and the scales as floats), then the rows walk the run two at
+ * a time with their four accumulators in registers: each staged weight register is loaded once
+ * for both rows, each activation broadcast serves both halves, and nothing spills; a call of
+ * many rows (cpu_packed_select_many) unpacks once for all of them. The integer sums are the
  * same exact sums (any order) and the float epilogue is the same per output, so the bits are
  * those of the other kernels. */
 #define PK_STAGE_BLOCKS 16
@@ -607,7 +608,8 @@ struct pk_stage_k6 {
 
 /* R (1 or 2) K6 rows over nc staged blocks, as staged_rows_avx2: the group pairs (g, g + 1)
  * summed in int16 (2 * 2 * 63 * 127 < 32768) and widened by their sub-block's scale pair, the
- * offset 32 * (sc0 * bsum0 + sc1 * bsum1) taken off: the exact int32 sums of k6_avx2_16 and the scalar path. */
+ * offset 32 * (sc0 * bsum0 + sc1 * bsum1) taken off: the exact int32 sums of k6_avx2_16 and
+ * the scalar path. */
 PK_AVX2 static PK_INLINE void k6_staged_rows_avx2(const struct pk_stage_k6 *st, int64_t nc,
                                                   const block_q8_x *const *act, int64_t b0, float *o, int64_t os,
                                                   int cont, const int R) {
