@@ -224,7 +224,7 @@ static int kernel_only_time(struct kernel_only_run *r, int passes, const struct 
   const double best = macs / s[0] * 1e-9, median = macs / s[passes / 2] * 1e-9;
   double load[1] = {-1};
   (void)getloadavg(load, 1);
-  printf("%s %lldx%lld, %d rows in calls of %d, %s: fastest %.1f G multiply-adds/s (%.2f of the peak), median %.1f "
+  printf("%s %lldx%lld, %d rows in calls of up to %d, %s: fastest %.1f G multiply-adds/s (%.2f of the peak), median %.1f "
          "(%.2f) of %d passes; int8 peak %.1f G multiply-adds/s (%s, 1 thread); load average %.2f\n",
          ggml_type_name(r->type), (long long)r->n_out, (long long)r->k, r->rows, r->calls_of,
          kernel_only_level_name(r->level), best, best * 1e9 / peak, median, median * 1e9 / peak, passes, peak * 1e-9,
