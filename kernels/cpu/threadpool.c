@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -272,6 +273,9 @@ llb_status cpu_threadpool_create(int n_threads, struct cpu_threadpool **out) {
       goto fail;
     }
     p->n_started++;
+    char name[16]; /* what perf, top and ops/bench/served_cpu.py --threads show for it */
+    snprintf(name, sizeof name, "llb-pool-%d", i + 1);
+    (void)pthread_setname_np(p->workers[i].thread, name);
     p->workers[i].has_clock = pthread_getcpuclockid(p->workers[i].thread, &p->workers[i].clock) == 0;
   }
   *out = p;
