@@ -83,8 +83,8 @@ struct cpu_threadpool {
   _Atomic int n_sleeping;
   _Alignas(64) _Atomic uint32_t done_wake; /* futex word the caller sleeps on for an op's end */
   _Atomic int caller_sleeping;  /* set while the caller may be asleep on done_wake */
-  pthread_t caller;             /* the thread that published the last op (caller side) */
-  bool has_caller;
+  pid_t caller_tid;             /* kernel id of the thread that published the last op, 0 none
+                                 * (caller side; a pthread_t is reused once its thread exits) */
   _Atomic int caller_clock;     /* its CPU-time clock (a clockid_t), for idle workers */
   _Atomic int caller_has_clock;
   int64_t wait_spin_ns;         /* CPU_POOL_WAIT_SPIN_NS or the environment's */
@@ -285,18 +285,24 @@ fail:
   return st;
 }
 
+/* The calling thread's kernel id, cached per thread (one system call per thread's life). */
+static pid_t self_tid(void) {
+  static _Thread_local pid_t tid;
+  if (!tid) tid = (pid_t)syscall(SYS_gettid);
+  return tid;
+}
+
 /* Publishes op word (generation already in it) and wakes sleeping workers. The slot was
  * written before: the release store makes it visible to whoever reads the word. */
 static void publish(struct cpu_threadpool *p, uint64_t word) {
-  const pthread_t self = pthread_self();
-  if (!p->has_caller || !pthread_equal(self, p->caller)) { /* idle workers look at its clock */
+  const pid_t tid = self_tid();
+  if (tid != p->caller_tid) { /* a new caller: idle workers look at its clock */
     clockid_t clock;
-    const bool ok = pthread_getcpuclockid(self, &clock) == 0;
+    const bool ok = pthread_getcpuclockid(pthread_self(), &clock) == 0;
     atomic_store_explicit(&p->caller_has_clock, 0, memory_order_relaxed);
     atomic_store_explicit(&p->caller_clock, ok ? (int)clock : 0, memory_order_relaxed);
     atomic_store_explicit(&p->caller_has_clock, ok, memory_order_release);
-    p->caller = self;
-    p->has_caller = true;
+    p->caller_tid = tid;
   }
   atomic_store_explicit(&p->parked, 0, memory_order_relaxed);
   atomic_store_explicit(&p->work, word, memory_order_release);
