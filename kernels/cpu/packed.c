@@ -4,6 +4,7 @@
  * explicit fmaf / fmadd fuse. */
 #include "kernels/cpu/packed.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -59,7 +60,10 @@ PK_AVX2 static void quantize_x_avx2(const float *x, block_q8_x *y, int64_t k) {
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     const float amax = _mm_cvtss_f32(m4);
     const float d = amax / 127.0f;
-    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    /* a block whose |x| max is under 127 / FLT_MAX (127 / amax overflows) quantizes to zeros,
+     * as cpu_quantize_block_q8 (x * inf would give -128 here, 0 there) */
+    const float idf = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const __m256 id = _mm256_set1_ps(idf <= FLT_MAX ? idf : 0.0f);
     __m256i q[4];
     for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
     /* int32 -> int8 in element order: packs interleave 128-bit lanes, the permute undoes it */
@@ -537,7 +541,7 @@ PK_AVX2 static PK_INLINE void k6_unpack_avx2(const uint8_t *pb, int half, __m256
  * of groups h (low nibbles, high bits from qh[0]) and h + 4 (high nibbles, qh[1]) of both
  * halves, then every row; groups {0, 1} and {4, 5}, then {2, 3} and {6, 7}, summed in int16 as
  * k6_staged_rows_avx2's pairs (2 * 2 * 63 * 127 < 32768) and widened by their sub-block's scale pair:
- * the same exact int32 sums. n <= 2 (used for 1: 2 rows measured no faster than two halves). */
+ * the same exact int32 sums. n <= 2 (called for 1 row). */
 PK_AVX2 static PK_INLINE void k6_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
                                          float *out, int64_t os) {
   __m256 acc[2][2];

@@ -3,6 +3,7 @@
 #include "kernels/cpu/vec_dot.h"
 #include "kernels/cpu/vec_dot_lowbit.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -54,7 +55,8 @@ float cpu_quantize_block_q8(const float *x, int8_t *qs, int *sum) {
   float amax = 0.0f;
   for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
   const float d = amax / 127.0f;
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  if (!(id <= FLT_MAX)) id = 0.0f; /* amax < 127 / FLT_MAX: zeros, as packed.c's quantizer */
   int s = 0;
   for (int j = 0; j < 32; j++) {
     qs[j] = (int8_t)lrintf(x[j] * id);

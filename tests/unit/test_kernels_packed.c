@@ -370,6 +370,88 @@ static void test_many_row_kernels_give_each_row_its_own_bits(void **state) {
   }
 }
 
+/* GGUF rows of type t whose quants are all at their largest (every byte but the fp16 d and
+ * dmin 0xFF: nibbles 15, 5th bits set, K sub-block scales and mins 63), Q6_K's int8 scales all
+ * `k6_scale` (127 or -128): the worst case of the kernels' int16 sums. */
+static uint8_t *saturated_weight(enum ggml_type t, int64_t rows, int64_t cols, uint8_t k6_scale, size_t *row_bytes) {
+  uint8_t *p = random_weight(t, rows, cols, row_bytes);
+  const size_t bb = ggml_type_block_bytes(t), n = *row_bytes * (size_t)rows;
+  for (size_t b = 0; b < n / bb; b++) {
+    uint8_t *blk = p + b * bb;
+    if (t == GGML_TYPE_Q6_K) { /* ql[128] qh[64] scales[16] d */
+      memset(blk, 0xFF, 192);
+      memset(blk + 192, k6_scale, 16);
+    } else {
+      const size_t head = stores_min(t) ? 4 : 2;
+      memset(blk + head, 0xFF, bb - head);
+    }
+  }
+  return p;
+}
+
+/* Activation rows of nb blocks, every quant `q` (127, -127 or -128; 0: alternating 127 and -128),
+ * with their sums as the quantizer keeps them. */
+static void saturated_act(block_q8_x *a, int64_t nb, int q) {
+  for (int64_t b = 0; b < nb; b++) {
+    int s0 = 0, s1 = 0;
+    for (int i = 0; i < 32; i++) {
+      const int v = q ? q : (i & 1) ? -128 : 127;
+      a[b].qs[i] = (int8_t)v;
+      *(i < 16 ? &s0 : &s1) += v;
+    }
+    a[b].d = 0.01f + 0.001f * (float)(b % 7);
+    a[b].sum = s0 + s1;
+    a[b].s = a[b].d * (float)(s0 + s1);
+    a[b].bsum[0] = (int16_t)s0;
+    a[b].bsum[1] = (int16_t)s1;
+  }
+}
+
+/* At the largest quants and activations (where an int16 partial sum would overflow first, if
+ * a kernel's stated bound were wrong) every level's kernels, 1 to CPU_PACKED_MANY_ROWS rows a
+ * call, give the scalar kernel's bits; rows cover runs of 16 blocks and a ragged end. */
+static void test_packed_kernels_at_saturated_quants_equal_scalar(void **state) {
+  (void)state;
+  const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                  GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+  const int acts[] = {127, -127, -128, 0};
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    const int64_t rows = CPU_PACK_COLS, k = is_super(types[ti]) ? 4352 : 1088, nb = k / 32;
+    for (int sc = 0; sc < (types[ti] == GGML_TYPE_Q6_K ? 2 : 1); sc++) {
+      size_t row_bytes;
+      uint8_t *data = saturated_weight(types[ti], rows, k, sc ? 0x80 : 0x7F, &row_bytes);
+      const struct backend_weight w = {types[ti], rows, k, row_bytes, data, NULL};
+      uint8_t *panel = malloc(cpu_pack_bytes(&w));
+      assert_int_equal(cpu_pack_weight(&w, panel), LLB_STATUS_OK);
+      block_q8_x *act[CPU_PACKED_MANY_ROWS];
+      for (int r = 0; r < CPU_PACKED_MANY_ROWS; r++) act[r] = malloc((size_t)nb * sizeof(block_q8_x));
+      for (size_t ai = 0; ai < sizeof acts / sizeof acts[0]; ai++) {
+        for (int r = 0; r < CPU_PACKED_MANY_ROWS; r++) saturated_act(act[r], nb, acts[ai]);
+        static float ref[CPU_PACKED_MANY_ROWS][CPU_PACK_COLS], got[CPU_PACKED_MANY_ROWS][CPU_PACK_COLS];
+        const cpu_packed_fn scalar = cpu_packed_select(types[ti], CPU_SIMD_LEVEL_SCALAR);
+        for (int r0 = 0; r0 < CPU_PACKED_MANY_ROWS; r0 += CPU_PACKED_MAX_ROWS)
+          scalar(nb, panel, (const block_q8_x *const *)act + r0, CPU_PACKED_MAX_ROWS, ref[r0], CPU_PACK_COLS);
+        for (int lvl = CPU_SIMD_LEVEL_SCALAR + 1; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+          const cpu_packed_fn many = cpu_packed_select_many(types[ti], (enum cpu_simd_level)lvl);
+          const cpu_packed_fn fn = many ? many : cpu_packed_select(types[ti], (enum cpu_simd_level)lvl);
+          const int most = many ? CPU_PACKED_MANY_ROWS : CPU_PACKED_MAX_ROWS;
+          for (int n = 1; n <= most; n++) {
+            memset(got, 0xFF, sizeof got);
+            fn(nb, panel, (const block_q8_x *const *)act, n, &got[0][0], CPU_PACK_COLS);
+            if (memcmp(got, ref, (size_t)n * sizeof ref[0]) != 0)
+              fail_msg("%s%s, activations %d (0: 127/-128), level %d, %d rows a call: differs from scalar",
+                       ggml_type_name(types[ti]), types[ti] != GGML_TYPE_Q6_K ? "" : sc ? " scales -128" : " scales 127",
+                       acts[ai], lvl, n);
+          }
+        }
+      }
+      for (int r = 0; r < CPU_PACKED_MANY_ROWS; r++) free(act[r]);
+      free(panel);
+      free(data);
+    }
+  }
+}
+
 /* Every packed kernel called directly with 1 to CPU_PACKED_MAX_ROWS rows gives each row the
  * bits of a 1-row call, on every level (on AVX2 1-2 rows and more take different kernels, the
  * staged ones pairing rows): the batch invariance of every call size. */
@@ -542,12 +624,16 @@ static void test_activation_quantizer_same_bytes_on_every_level(void **state) {
   for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) + 0.5f;
   x[31] = 127.0f;
   for (int i = 32; i < 64; i++) x[i] = 0.0f;
+  /* a block of values so small that 127 / amax overflows: zeros at every level */
+  for (int i = 96; i < 128; i++) x[i] = (float)(i - 112) * 1e-38f;
   block_q8_x ref[K / 32], got[K / 32];
   cpu_quantize_act_row_x(CPU_SIMD_LEVEL_SCALAR, x, ref, K);
   for (int j = 0; j < 31; j++) assert_int_equal(ref[0].qs[j], (int)lrintf(x[j]));
   assert_int_equal(ref[0].qs[15], 0);  /* -0.5 -> 0 */
   assert_int_equal(ref[0].qs[18], 2);  /* 2.5 -> 2 */
   assert_true(ref[1].d == 0.0f && ref[1].sum == 0);
+  for (int j = 0; j < 32; j++) assert_int_equal(ref[3].qs[j], 0);
+  assert_true(ref[3].sum == 0 && ref[3].d > 0.0f);
   int h0 = 0, h1 = 0;
   for (int j = 0; j < 16; j++) h0 += ref[2].qs[j], h1 += ref[2].qs[16 + j];
   assert_int_equal(ref[2].bsum[0], h0);
@@ -608,6 +694,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_packed_matmul_equals_reference_on_every_level),
       cmocka_unit_test(test_kernel_calls_of_every_row_count_give_each_row_its_own_bits),
+      cmocka_unit_test(test_packed_kernels_at_saturated_quants_equal_scalar),
       cmocka_unit_test(test_packed_matmul_of_many_rows_equals_reference),
       cmocka_unit_test(test_many_row_kernels_give_each_row_its_own_bits),
       cmocka_unit_test(test_float_panels_equal_one_fma_chain_on_every_level),
