@@ -226,6 +226,9 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
     printf("roofline: DRAM read %.1f GB/s, int8 peak %.1f GOPS (%s), %d threads; a token reads %.1f MB of "
            "matrices and does %.1f M int8 multiply-adds\n", rl.read_bytes_per_s / 1e9, rl.int8_ops_per_s / 1e9,
            rl.int8_path, threads, tcost.weight_bytes / 1e6, tcost.matmul_macs / 1e6);
+    printf("roofline: DRAM read runs: fastest %.1f (the bound), median %.1f, slowest %.1f GB/s of %d runs of %.0f MiB\n",
+           rl.read_bytes_per_s / 1e9, rl.read_median_bytes_per_s / 1e9, rl.read_worst_bytes_per_s / 1e9, rl.read_runs,
+           (double)rl.read_buffer_bytes / (1 << 20));
     if (rl.int8_widened_ops_per_s > 0)
       printf("roofline: avx2 int8 widened at every step (vpmaddubsw + vpmaddwd + vpaddd, ggml's AVX2 dot): "
              "%.1f GOPS\n", rl.int8_widened_ops_per_s / 1e9);
