@@ -206,8 +206,11 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
       .forward = {.max_num_tokens = BENCH_PROMPT_STEP_TOKENS > longest ? BENCH_PROMPT_STEP_TOKENS : longest,
                   .n_threads = threads, .n_threads_decode = o->decode_threads,
                   .packed_cache_dir = packed_cache_dir}};
-  static struct kernel_optimes optimes; /* --op-times: the forward's eval callback sums into it */
-  if (o->op_times) so.forward.eval_cb = kernel_optimes_cb, so.forward.eval_user = &optimes;
+  static struct kernel_optimes optimes; /* --op-times: the forward's eval callback times into it */
+  if (o->op_times) {
+    if ((st = kernel_optimes_init(&optimes, runs * n_decode)) != LLB_STATUS_OK) return die("op times", st);
+    so.forward.eval_cb = kernel_optimes_cb, so.forward.eval_user = &optimes;
+  }
   if ((st = llama_session_create(b.m, &so, &b.s)) != LLB_STATUS_OK) return die("session", st);
   if (kv_dtype != BACKEND_KV_DTYPE_F16) printf("kv cache: %s\n", llama_kv_dtype_name(kv_dtype));
   if (packed_cache_dir)
@@ -299,6 +302,7 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
     if (o->op_times) kernel_optimes_print(&optimes, B);
   }
 
+  kernel_optimes_free(&optimes);
   free(tokens);
   free(seq_ids);
   free(step_tokens);
