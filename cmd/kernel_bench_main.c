@@ -4,6 +4,12 @@
  *                       [--batch B[,B...]] [--check] [--roofline] [--op-times] [--packed-cache-dir DIR]
  *                       [--kv-cache-dtype auto|fp16|fp8|q8_0] [--fit FILE [--fit-steps LOG]]
  *                       [--lora-adapters N [--lora-rank R]]
+ *   llmbus-kernel-bench --kernel TYPE [--shape ROWSxCOLS] [--rows R] [--calls-of N] [--passes P]
+ *
+ * --kernel TYPE: one packed int8 matmul kernel alone on a random ROWSxCOLS weight (default
+ * 1536x576) against R activation rows (default 64), fastest and median of P passes (default
+ * 300) against the one-thread int8 peak, after a bit-for-bit check against the scalar kernel
+ * (cmd/bench/kernel_only.h); no model is loaded.
  *
  * --lora-adapters N: the decode steps (--batch) and the --prefill step with N random LoRA
  * adapters of rank R (default 16) on all seven projections, sequences round-robin over them,
@@ -41,7 +47,8 @@ static llb_status set_batches(const struct flag *f, const char *v) {
 
 int main(int argc, char **argv) {
   struct kernel_bench_options o = {.model = LLB_DEFAULT_MODEL, .threads = 2, .runs = 5, .n_prefill = 512,
-                                   .n_decode = 32, .decode_context = 16, .batches = {1, 16}, .n_batches = 2, .lora_rank = 16};
+                                   .n_decode = 32, .decode_context = 16, .batches = {1, 16}, .n_batches = 2, .lora_rank = 16,
+                                   .kernel_only = {.shape = "1536x576", .rows = 64, .passes = 300}};
   const struct flag t[] = {
       {.name = "model", .short_name = 'm', .kind = FLAG_KIND_STRING, .target = &o.model, .metavar = "PATH",
        .help = "GGUF model"},
@@ -74,6 +81,16 @@ int main(int argc, char **argv) {
        .help = "time the steps with N random LoRA adapters (sequences round-robin) against the base model"},
       {.name = "lora-rank", .kind = FLAG_KIND_INT32, .target = &o.lora_rank, .metavar = "R",
        .help = "rank of those adapters (default 16)"},
+      {.name = "kernel", .kind = FLAG_KIND_STRING, .target = &o.kernel_only.type, .metavar = "TYPE",
+       .help = "time one packed int8 kernel alone (q4_0, q5_0, q4_k, q6_k, ...) instead of the forward"},
+      {.name = "shape", .kind = FLAG_KIND_STRING, .target = &o.kernel_only.shape, .metavar = "ROWSxCOLS",
+       .help = "with --kernel: the weight's output rows x input columns"},
+      {.name = "rows", .kind = FLAG_KIND_INT32, .target = &o.kernel_only.rows, .metavar = "R",
+       .help = "with --kernel: activation rows (tokens)"},
+      {.name = "calls-of", .kind = FLAG_KIND_INT32, .target = &o.kernel_only.calls_of, .metavar = "N",
+       .help = "with --kernel: rows per kernel call (0 = as the matmul: 64 with a many-row kernel, else 8)"},
+      {.name = "passes", .kind = FLAG_KIND_INT32, .target = &o.kernel_only.passes, .metavar = "P",
+       .help = "with --kernel: timed passes over the whole matrix"},
       {.name = "packed-cache-dir", .kind = FLAG_KIND_STRING, .target = &o.packed_cache_dir, .metavar = "DIR",
        .help = "the forward's packed-weight cache (default: private packing)"},
   };

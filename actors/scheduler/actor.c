@@ -726,6 +726,10 @@ llb_status scheduler_actor_start(struct scheduler_actor *a, struct bus *bus) {
   const struct scheduler_actor_options *cfg = &a->cfg;
   const char *prefix = bus_prefix(bus);
   a->bus = bus;
+  /* a resync's held list gets 7/8 of the bus' max_payload; the step's other ops (CACHE and the
+   * ALLOCATE lookups of at most one step's tokens) fit in the rest */
+  const int64_t max_payload = bus_max_payload(bus);
+  if (max_payload > 0) sched_set_max_resync_blocks(a->sched, (int32_t)(max_payload / 8 * 7 / (int64_t)sizeof(int32_t)));
   llb_status st = intake_create(bus, &a->intake);
   if (!st) st = step_trace_create(bus, &a->trace);
   char subj_requests[BUS_SUBJECT_MAX], subj_abort[BUS_SUBJECT_MAX], subj_resync[BUS_SUBJECT_MAX],

@@ -95,6 +95,7 @@ llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) 
                     : cfg->encoder_cache_size < 1   ? "encoder_cache_size"
                     : cfg->encoder_compute_budget < 0 ? "encoder_compute_budget"
                     : cfg->max_encoder_bytes_per_step < 0 ? "max_encoder_bytes_per_step"
+                    : cfg->max_resync_blocks < 0    ? "max_resync_blocks"
                     : cfg->vocab_size < 0           ? "vocab_size"
                     : cfg->enable_lora && cfg->max_loras < 1 ? "max_loras"
                     : cfg->num_speculative_tokens < 0 || cfg->num_speculative_tokens > LLB_MAX_SPEC_TOKENS
@@ -396,6 +397,27 @@ static struct sched_request *pick_victim(const struct scheduler *s) {
   return v;
 }
 
+/* A pending resync lists every held block, and its KVStep must fit the bus: while more than
+ * max_resync_blocks are held, running requests are preempted (pick_victim's order) until it
+ * fits. Exports cannot be: past the limit with only them held, the round trip still fails
+ * (logged here first). Sets *preempted when it preempted any (no admission this step). */
+static llb_status fit_resync(struct scheduler *s, bool *preempted) {
+  const int32_t max = s->cfg.max_resync_blocks, before = s->cfg.num_blocks - s->num_free;
+  if (!s->kv_resync_pending || max <= 0 || before <= max) return LLB_STATUS_OK;
+  llb_status st = LLB_STATUS_OK;
+  int32_t n = 0;
+  for (; !st && s->num_running > 0 && s->cfg.num_blocks - s->num_free > max; n++) st = preempt(s, pick_victim(s));
+  const int32_t held = s->cfg.num_blocks - s->num_free;
+  if (held > max)
+    LLB_LOG_ERROR("kv_resync_too_large", "step=%llu held=%d max_resync_blocks=%d preempted=%d exports=%d",
+                  (unsigned long long)s->step, held, max, n, s->num_kv_senders);
+  else
+    LLB_LOG_WARN("kv_resync_trimmed", "step=%llu held_before=%d held=%d max_resync_blocks=%d preempted=%d",
+                 (unsigned long long)s->step, before, held, max, n);
+  *preempted = *preempted || n > 0;
+  return st;
+}
+
 /* Tokens r may compute this step under the budget. */
 static int32_t tokens_to_schedule(const struct scheduler *s, const struct sched_request *r, int32_t budget) {
   int32_t n = r->num_tokens + r->num_output_placeholders - r->num_computed_tokens;
@@ -560,6 +582,7 @@ llb_status sched_schedule(struct scheduler *s, struct sched_output *out, struct 
   llb_status st = LLB_STATUS_OK;
   int32_t budget = s->cfg.max_num_batched_tokens;
   bool preempted = false;
+  st = fit_resync(s, &preempted);
 
   /* Running requests first (decodes and unfinished prefills). */
   for (int32_t i = 0; i < s->num_running && budget > 0 && !st;) {
@@ -857,6 +880,8 @@ void sched_get_stats(const struct scheduler *s, struct sched_stats *out) {
 int32_t sched_num_unfinished(const struct scheduler *s) { return s->num_running + s->waiting.num; }
 
 const struct llb_hash_key *sched_hash_key(const struct scheduler *s) { return &s->cfg.hash_key; }
+
+void sched_set_max_resync_blocks(struct scheduler *s, int32_t n) { s->cfg.max_resync_blocks = n > 0 ? n : 0; }
 
 const struct sched_request *sched_find_request(const struct scheduler *s, const char *req_id) {
   return sched_map_get(s, req_id);

@@ -87,6 +87,12 @@ struct sched_config {
   int64_t max_encoder_bytes_per_step; /* item bytes sent to the worker per step at most, beyond
                                       the first item (keeps SchedulerOutput under the bus'
                                       max_payload; default 768 KiB; 0 = unlimited) */
+  int32_t max_resync_blocks;       /* held blocks a resync may list (its KVStep must fit the bus'
+                                      max_payload: the actor sets 7/8 of it, in block ids, with
+                                      sched_set_max_resync_blocks); over it, running requests are
+                                      preempted (pick order as for lack of blocks) until it fits,
+                                      instead of the round trip failing and every request being
+                                      preempted; exports are kept (default 0 = unlimited) */
   int32_t vocab_size;              /* the model's vocabulary: token ids of admitted requests
                                       must be below it (default 0 = unknown: ids only >= 0) */
   bool async_scheduling;           /* allow planning step N+1 before step N's output is applied
@@ -265,6 +271,9 @@ void sched_kv_new_epoch(struct scheduler *s);
  * held here can go to another request). A new scheduler starts with one pending. Pending
  * until a kv step carrying it is answered validly. */
 void sched_kv_resync(struct scheduler *s);
+/* Sets sched_config.max_resync_blocks (n >= 0; 0 = unlimited): the actor learns the bus'
+ * max_payload only once connected, after sched_create. */
+void sched_set_max_resync_blocks(struct scheduler *s, int32_t n);
 /* The KV contents are gone (the worker failed): as sched_kv_resync, and the next kv step
  * drops every hash of the prefix cache (reset); blocks computed before are never registered
  * (deferred CACHE dropped, exports not cached when they end). */

@@ -161,6 +161,7 @@ static void report(const char *what, double *v, double *c, int n) {
 }
 
 int kernel_bench_run(const struct kernel_bench_options *o) {
+  if (o->kernel_only.type) return kernel_only_run(&o->kernel_only);
   if (o->fit_path && o->fit_steps_path) return kernel_fit_steps_run(o);
   if (o->fit_path) return o->model && o->threads >= 1 && o->runs >= 1 ? kernel_fit_run(o) : 2;
   if (o->lora_adapters > 0) return kernel_lora_run(o);

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cmd/bench/kernel_only.h"
+
 #define KERNEL_BENCH_MAX_BATCH 64  /* sequences of one decode step */
 #define KERNEL_BENCH_MAX_BATCHES 8 /* batch sizes of one run */
 #define KERNEL_BENCH_MAX_CONTEXT 32768 /* prompt tokens before the decode steps */
@@ -36,6 +38,8 @@ struct kernel_bench_options {
   int lora_adapters; /* > 0: the steps with that many random LoRA adapters against the base
                         model instead (cmd/bench/kernel_lora.h) */
   int lora_rank;     /* their rank, >= 1 */
+  struct kernel_only_options kernel_only; /* .type set: one packed kernel alone instead, no model
+                                             (cmd/bench/kernel_only.h); the rest is skipped */
 };
 
 /* Runs the benchmark, printing to stdout (errors to stderr). Returns the process exit code:

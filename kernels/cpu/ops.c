@@ -201,7 +201,7 @@ struct matmul_task {
   bool llamacpp_order; /* unpacked weights take llama.cpp's step-dependent kernels (cpu_vec_dot_select_llamacpp) */
   cpu_gemm_fn gemm[CPU_MATMUL_MAX_WEIGHTS]; /* tile kernel, NULL: dot per column */
   cpu_packed_fn packed[CPU_MATMUL_MAX_WEIGHTS]; /* w->packed's kernel, NULL: GGUF layout */
-  int packed_rows[CPU_MATMUL_MAX_WEIGHTS];      /* activation rows per call of it (cpu_packed_tile_rows) */
+  bool packed_many[CPU_MATMUL_MAX_WEIGHTS];     /* packed[j] takes CPU_PACKED_MANY_ROWS rows a call */
   cpu_packed_float_fn packed_f[CPU_MATMUL_MAX_WEIGHTS]; /* FLOAT panels' kernel (x as it is) */
   cpu_packed_bf16_fn packed_bf[CPU_MATMUL_MAX_WEIGHTS]; /* BF16 panels on AVX512_BF16 (x as bf16) */
   int64_t rows_per_chunk;                   /* quantization phase */
@@ -225,9 +225,10 @@ static void matmul_quantize_chunk(void *arg, int64_t chunk, int ith) {
   }
 }
 
-/* Columns [c0, c1) (whole panels) of packed weight j for all token rows, `tile` rows at a
- * time (a constant: 7 or CPU_PACKED_MAX_ROWS, cpu_packed_tile_rows): the chunk's panels stay
- * in L1/L2 while the activation rows stream past. */
+/* Columns [c0, c1) (whole panels) of packed weight j for all token rows, `tile` rows at a time
+ * (a constant: CPU_PACKED_MAX_ROWS, or CPU_PACKED_MANY_ROWS for a cpu_packed_select_many kernel,
+ * which unpacks a panel's blocks once per call): the chunk's panels stay in L1/L2 while the
+ * activation rows stream past. */
 static inline __attribute__((always_inline)) void packed_columns_tile(const struct matmul_task *t, int j, int64_t c0,
                                                                       int64_t c1, const int tile) {
   const struct backend_weight *w = t->w[j];
@@ -238,7 +239,7 @@ static inline __attribute__((always_inline)) void packed_columns_tile(const stru
   const uint8_t *wp = w->packed;
   for (int32_t r0 = 0; r0 < t->n_rows; r0 += tile) {
     const int nr = t->n_rows - r0 < tile ? t->n_rows - r0 : tile;
-    const block_q8_x *rows[CPU_PACKED_MAX_ROWS];
+    const block_q8_x *rows[CPU_PACKED_MANY_ROWS];
     for (int r = 0; r < nr; r++) rows[r] = (const block_q8_x *)(t->act[j] + (size_t)(r0 + r) * t->act_row[j]);
     float *o = t->out[j] + (int64_t)r0 * n_out;
     for (int64_t col = c0; col < c1; col += CPU_PACK_COLS)
@@ -247,7 +248,7 @@ static inline __attribute__((always_inline)) void packed_columns_tile(const stru
 }
 
 static void packed_columns(const struct matmul_task *t, int j, int64_t c0, int64_t c1) {
-  if (t->packed_rows[j] == 7) packed_columns_tile(t, j, c0, c1, 7);
+  if (t->packed_many[j]) packed_columns_tile(t, j, c0, c1, CPU_PACKED_MANY_ROWS);
   else packed_columns_tile(t, j, c0, c1, CPU_PACKED_MAX_ROWS);
 }
 
@@ -365,8 +366,9 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
       return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "row of %lld not a multiple of %s blocks",
                       (long long)t.k, ggml_type_name(ty));
     const bool packed = w[j]->packed && cpu_pack_shape_ok(w[j]);
-    t.packed[j] = packed ? cpu_packed_select(ty, c->level) : NULL;
-    t.packed_rows[j] = cpu_packed_tile_rows(ty, c->level);
+    const cpu_packed_fn many = packed ? cpu_packed_select_many(ty, c->level) : NULL;
+    t.packed[j] = many ? many : packed ? cpu_packed_select(ty, c->level) : NULL;
+    t.packed_many[j] = many != NULL;
     t.packed_f[j] = packed ? cpu_packed_float_select(ty, c->level) : NULL;
     t.packed_bf[j] = packed ? cpu_packed_bf16_select(ty, c->level) : NULL;
     t.act_row[j] = t.packed[j]      ? (size_t)(t.k / 32) * sizeof(block_q8_x)

@@ -207,35 +207,6 @@ PK_AVX2 static PK_INLINE __m256 scales8(const uint8_t *p, int half, int fs) {
   return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * half)));
 }
 
-/* NIBBLE, columns 8*half .. 8*half+7. The 8 products of a lane pair stay within int16
- * (|2 * 15 * 128| * 8 < 32768), so they are summed there and widened once per block. */
-PK_AVX2 static PK_INLINE void nibble_avx2_half(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                               const int n, float *out, int64_t os, int half, const int fs) {
-  __m256 acc[CPU_PACKED_MAX_ROWS];
-  for (int r = 0; r < n; r++) acc[r] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_NIBBLE, fs);
-    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_NIBBLE, fs);
-    const __m256 dx = scales8(pb, half, fs), mx = scales8(pb + PK_M_OFF(fs), half, fs);
-    __m256i w[8];
-    for (int h = 0; h < 4; h++) {
-      const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 64 * h + 32 * half));
-      w[h] = _mm256_and_si256(v, m4);
-      w[h + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    }
-    for (int r = 0; r < n; r++) {
-      const block_q8_x *a = act[r] + b;
-      __m256i t = _mm256_maddubs_epi16(w[0], bcast4(a->qs));
-      for (int g = 1; g < 8; g++) t = _mm256_add_epi16(t, _mm256_maddubs_epi16(w[g], bcast4(a->qs + 4 * g)));
-      const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(t, ones));
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)), s, acc[r]);
-      acc[r] = _mm256_fmadd_ps(mx, _mm256_set1_ps(a->s), acc[r]);
-    }
-  }
-  for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
-}
-
 
 /* NIBBLE, all 16 columns of a block in one pass over it (one stream; each activation
  * broadcast serves both halves): per group pair h (elements 4h.. and 16 + 4h..) the low and
@@ -378,41 +349,12 @@ PK_AVX2 static PK_INLINE void unsigned_unpack_avx2(const uint8_t *qs, int half, 
   }
 }
 
-/* UNSIGNED: 5-bit weights; the products of four groups stay within int16 (4 * 2 * 31 * 128 <
- * 32768), so they are summed there and widened once per half block. */
-PK_AVX2 static PK_INLINE void unsigned_avx2_half(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                                 const int n, float *out, int64_t os, int half, const int fs) {
-  __m256 acc[CPU_PACKED_MAX_ROWS];
-  for (int r = 0; r < n; r++) acc[r] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, fs);
-    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_UNSIGNED, fs);
-    const __m256 dx = scales8(pb, half, fs), mx = scales8(pb + PK_M_OFF(fs), half, fs);
-    __m256i w[8];
-    unsigned_unpack_avx2(qs, half, w);
-    for (int r = 0; r < n; r++) {
-      const block_q8_x *a = act[r] + b;
-      __m256i t[2];
-      for (int h = 0; h < 2; h++) {
-        t[h] = _mm256_maddubs_epi16(w[4 * h], bcast4(a->qs + 16 * h));
-        for (int g = 4 * h + 1; g < 4 * h + 4; g++)
-          t[h] = _mm256_add_epi16(t[h], _mm256_maddubs_epi16(w[g], bcast4(a->qs + 4 * g)));
-      }
-      const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(t[0], ones), _mm256_madd_epi16(t[1], ones));
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)), _mm256_cvtepi32_ps(s), acc[r]);
-      acc[r] = _mm256_fmadd_ps(mx, _mm256_set1_ps(a->s), acc[r]);
-    }
-  }
-  for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
-}
-
 /* UNSIGNED, all 16 columns of a block in one pass (as nibble_avx2_16): per group pair h the
  * 5-bit quants of both halves (nibbles as NIBBLE's; bit h of qh to bit 4 by a 16-bit left shift
  * of 4 - h, bit h + 4 by a right shift of h: what crosses a byte is masked off), then every
  * row. Any four groups' products stay within int16 (4 * 2 * 31 * 127 = 31496 < 32768), so
  * groups {h, h + 4} of h = 0, 1 are summed there, widened, then those of h = 2, 3: exact
- * int32 sums as unsigned_avx2_half's. n <= 2. */
+ * int32 sums as the staged kernels'. n <= 2. */
 PK_AVX2 static PK_INLINE void unsigned_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                                                const int n, float *out, int64_t os, const int fs) {
   __m256 acc[2][2];
@@ -458,6 +400,110 @@ PK_AVX2 static PK_INLINE void unsigned_avx2_16(int64_t nb, const uint8_t *panel,
     for (int half = 0; half < 2; half++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r][half]);
 }
 
+/* Staged AVX2 kernels for calls of many rows (prefill). The kernels above keep a block's 8
+ * unpacked weight groups in registers and walk the rows inside the block: with 16 ymm
+ * registers, past ~4 rows the row accumulators spill, and every weight group of a half is
+ * multiplied against an activation broadcast of its own (two broadcasts per group and row).
+ * Here a run of up to PK_STAGE_BLOCKS blocks is unpacked once into an L1-resident stage (the
+ * weights as bytes, both halves, and the scales as floats), then the rows walk the run two at
+ * a time with their four accumulators in registers: each staged weight register is loaded once
+ * for both rows, each activation broadcast serves both halves, and nothing spills; a call of
+ * many rows (cpu_packed_select_many) unpacks once for all of them. The integer sums are the
+ * same exact sums (any order) and the float epilogue is the same per output, so the bits are
+ * those of the other kernels. */
+#define PK_STAGE_BLOCKS 16
+/* Keeps v in a register at this point of the program: GCC otherwise reassociates a chain of
+ * integer adds into a tree over all the products first, which spills them. */
+#define PK_PIN(v) __asm__("" : "+x"(v))
+
+/* One staged block: w[g][half] = the 32 weights (bytes) of group g (elements 4g..4g+3) of
+ * columns 8*half..8*half+7; d, m = the 16 columns' scale and min as floats. */
+struct pk_stage {
+  __m256i w[8][2];
+  __m256 d[2], m[2];
+};
+
+/* Stages block pb of family fam (NIBBLE or UNSIGNED) into st. */
+PK_AVX2 static PK_INLINE void stage_block_avx2(const uint8_t *pb, int fam, int fs, struct pk_stage *st) {
+  const uint8_t *qs = pb + PK_QS_OFF(fam, fs);
+  for (int half = 0; half < 2; half++) {
+    __m256i w[8];
+    if (fam == CPU_PACK_FAMILY_UNSIGNED) {
+      unsigned_unpack_avx2(qs, half, w);
+    } else {
+      const __m256i m4 = _mm256_set1_epi8(0x0F);
+      for (int h = 0; h < 4; h++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 64 * h + 32 * half));
+        w[h] = _mm256_and_si256(v, m4);
+        w[h + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      }
+    }
+    for (int g = 0; g < 8; g++) _mm256_store_si256(&st->w[g][half], w[g]);
+    st->d[half] = scales8(pb, half, fs);
+    st->m[half] = scales8(pb + PK_M_OFF(fs), half, fs);
+  }
+}
+
+/* R (1 or 2) rows over nc staged blocks: o_r[0..15] = acc (from o_r when `cont`, else from 0)
+ * after the blocks. Two rows at a time share each staged weight load and give the out-of-order
+ * core four accumulator chains (one row's two chains of 2 dependent fma a block left it
+ * waiting on them). NIBBLE sums a block's 8 groups in int16 (|sum| <= 8 * 2 * 15 * 127 <
+ * 32768, see nibble_avx2_16); UNSIGNED sums 4 groups at a time (4 * 2 * 31 * 127 < 32768) and
+ * widens twice. */
+PK_AVX2 static PK_INLINE void staged_rows_avx2(const struct pk_stage *st, int64_t nc, const block_q8_x *const *act,
+                                               int64_t b0, float *o, int64_t os, int cont, const int fam, const int R) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[2][2];
+  for (int r = 0; r < R; r++)
+    for (int half = 0; half < 2; half++)
+      acc[r][half] = cont ? _mm256_loadu_ps(o + r * os + 8 * half) : _mm256_setzero_ps();
+  for (int64_t i = 0; i < nc; i++, st++) {
+    __m256i s[2][2], t[2][2];
+    const int gq = fam == CPU_PACK_FAMILY_UNSIGNED ? 4 : 8; /* groups summed in int16 before widening */
+    for (int g = 0; g < 8; g++) {
+      const __m256i w0 = _mm256_load_si256(&st->w[g][0]), w1 = _mm256_load_si256(&st->w[g][1]);
+      for (int r = 0; r < R; r++) {
+        const __m256i bc = bcast4(act[r][b0 + i].qs + 4 * g);
+        const __m256i p0 = _mm256_maddubs_epi16(w0, bc), p1 = _mm256_maddubs_epi16(w1, bc);
+        t[r][0] = g % gq == 0 ? p0 : _mm256_add_epi16(t[r][0], p0);
+        t[r][1] = g % gq == 0 ? p1 : _mm256_add_epi16(t[r][1], p1);
+        PK_PIN(t[r][0]);
+        PK_PIN(t[r][1]);
+        if (g % gq == gq - 1)
+          for (int half = 0; half < 2; half++) {
+            const __m256i wd = _mm256_madd_epi16(t[r][half], ones);
+            s[r][half] = g == gq - 1 ? wd : _mm256_add_epi32(s[r][half], wd);
+          }
+      }
+    }
+    for (int r = 0; r < R; r++) {
+      const block_q8_x *a = act[r] + b0 + i;
+      const __m256 da = _mm256_set1_ps(a->d), sa = _mm256_set1_ps(a->s);
+      for (int half = 0; half < 2; half++) {
+        acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(st->d[half], da), _mm256_cvtepi32_ps(s[r][half]), acc[r][half]);
+        acc[r][half] = _mm256_fmadd_ps(st->m[half], sa, acc[r][half]);
+      }
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int half = 0; half < 2; half++) _mm256_storeu_ps(o + r * os + 8 * half, acc[r][half]);
+}
+
+/* NIBBLE or UNSIGNED, any n rows (up to CPU_PACKED_MANY_ROWS: cpu_packed_select_many), staged:
+ * runs of PK_STAGE_BLOCKS blocks, each unpacked once, then every row over the run. */
+PK_AVX2 static PK_INLINE void staged_avx2(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
+                                          float *out, int64_t os, const int fs, const int fam) {
+  struct pk_stage st[PK_STAGE_BLOCKS];
+  const size_t bb = PK_BLOCK(fam, fs);
+  for (int64_t b0 = 0; b0 < nb; b0 += PK_STAGE_BLOCKS) {
+    const int64_t nc = nb - b0 < PK_STAGE_BLOCKS ? nb - b0 : PK_STAGE_BLOCKS;
+    for (int64_t i = 0; i < nc; i++) stage_block_avx2(panel + (size_t)(b0 + i) * bb, fam, fs, &st[i]);
+    int r = 0;
+    for (; r + 2 <= n; r += 2) staged_rows_avx2(st, nc, act + r, b0, out + (int64_t)r * os, os, b0 > 0, fam, 2);
+    if (r < n) staged_rows_avx2(st, nc, act + r, b0, out + (int64_t)r * os, os, b0 > 0, fam, 1);
+  }
+}
+
 /* K6 scales of columns 8*half .. 8*half+7 as int16 pairs per 32-bit lane: (sc0, sc0), (sc1,
  * sc1) and (sc0, sc1), for vpmaddwd. */
 PK_AVX2 static PK_INLINE void k6_scale_pairs(const uint8_t *pb, int half, __m256i *p0, __m256i *p1, __m256i *p01) {
@@ -487,41 +533,10 @@ PK_AVX2 static PK_INLINE void k6_unpack_avx2(const uint8_t *pb, int half, __m256
   }
 }
 
-/* K6, columns 8*half .. 8*half+7: two groups' products stay within int16 (2 * 2 * 63 * 128 <
- * 32768), then vpmaddwd by the sub-block's scale pair widens and scales them; the offset 32
- * comes off as 32 * (sc0 * bsum0 + sc1 * bsum1). */
-PK_AVX2 static PK_INLINE void k6_avx2_half(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                           const int n, float *out, int64_t os, int half) {
-  __m256 acc[CPU_PACKED_MAX_ROWS];
-  for (int r = 0; r < n; r++) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_K6_BLOCK;
-    const __m256 dx = scales8(pb, half, 0);
-    __m256i p0, p1, p01, q[8];
-    k6_scale_pairs(pb, half, &p0, &p1, &p01);
-    k6_unpack_avx2(pb, half, q);
-    for (int r = 0; r < n; r++) {
-      const block_q8_x *a = act[r] + b;
-      __m256i s = _mm256_setzero_si256();
-      for (int g = 0; g < 8; g += 2) {
-        const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(q[g], bcast4(a->qs + 4 * g)),
-                                           _mm256_maddubs_epi16(q[g + 1], bcast4(a->qs + 4 * g + 4)));
-        s = _mm256_add_epi32(s, _mm256_madd_epi16(t, g < 4 ? p0 : p1));
-      }
-      int32_t bs;
-      memcpy(&bs, a->bsum, 4);
-      const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(p01, _mm256_set1_epi32(bs)), 5);
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)), _mm256_cvtepi32_ps(_mm256_sub_epi32(s, off)),
-                               acc[r]);
-    }
-  }
-  for (int r = 0; r < n; r++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r]);
-}
-
 /* K6, all 16 columns of a block in one pass (as nibble_avx2_16): per group pair h the quants
  * of groups h (low nibbles, high bits from qh[0]) and h + 4 (high nibbles, qh[1]) of both
  * halves, then every row; groups {0, 1} and {4, 5}, then {2, 3} and {6, 7}, summed in int16 as
- * k6_avx2_half's pairs (2 * 2 * 63 * 127 < 32768) and widened by their sub-block's scale pair:
+ * k6_staged_rows_avx2's pairs (2 * 2 * 63 * 127 < 32768) and widened by their sub-block's scale pair:
  * the same exact int32 sums. n <= 2 (used for 1: 2 rows measured no faster than two halves). */
 PK_AVX2 static PK_INLINE void k6_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
                                          float *out, int64_t os) {
@@ -581,6 +596,81 @@ PK_AVX2 static PK_INLINE void k6_avx2_16(int64_t nb, const uint8_t *panel, const
   }
   for (int r = 0; r < n; r++)
     for (int half = 0; half < 2; half++) _mm256_storeu_ps(out + (int64_t)r * os + 8 * half, acc[r][half]);
+}
+
+/* K6 staged as staged_avx2: a staged block holds the quants (0..63) as bytes, the int16 scale
+ * pairs of k6_scale_pairs and the scale as floats. */
+struct pk_stage_k6 {
+  __m256i w[8][2];
+  __m256i p0[2], p1[2], p01[2];
+  __m256 d[2];
+};
+
+/* R (1 or 2) K6 rows over nc staged blocks, as staged_rows_avx2: the group pairs (g, g + 1)
+ * summed in int16 (2 * 2 * 63 * 127 < 32768) and widened by their sub-block's scale pair, the
+ * offset 32 * (sc0 * bsum0 + sc1 * bsum1) taken off: the exact int32 sums of k6_avx2_16 and
+ * the scalar path. */
+PK_AVX2 static PK_INLINE void k6_staged_rows_avx2(const struct pk_stage_k6 *st, int64_t nc,
+                                                  const block_q8_x *const *act, int64_t b0, float *o, int64_t os,
+                                                  int cont, const int R) {
+  __m256 acc[2][2];
+  for (int r = 0; r < R; r++)
+    for (int half = 0; half < 2; half++)
+      acc[r][half] = cont ? _mm256_loadu_ps(o + r * os + 8 * half) : _mm256_setzero_ps();
+  for (int64_t i = 0; i < nc; i++, st++) {
+    __m256i s[2][2];
+    for (int g = 0; g < 8; g += 2) {
+      const __m256i w0 = _mm256_load_si256(&st->w[g][0]), w1 = _mm256_load_si256(&st->w[g][1]);
+      const __m256i v0 = _mm256_load_si256(&st->w[g + 1][0]), v1 = _mm256_load_si256(&st->w[g + 1][1]);
+      for (int r = 0; r < R; r++) {
+        const __m256i bc = bcast4(act[r][b0 + i].qs + 4 * g), bd = bcast4(act[r][b0 + i].qs + 4 * g + 4);
+        __m256i t0 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bc), _mm256_maddubs_epi16(v0, bd));
+        __m256i t1 = _mm256_add_epi16(_mm256_maddubs_epi16(w1, bc), _mm256_maddubs_epi16(v1, bd));
+        PK_PIN(t0);
+        PK_PIN(t1);
+        t0 = _mm256_madd_epi16(t0, g < 4 ? st->p0[0] : st->p1[0]);
+        t1 = _mm256_madd_epi16(t1, g < 4 ? st->p0[1] : st->p1[1]);
+        s[r][0] = g == 0 ? t0 : _mm256_add_epi32(s[r][0], t0);
+        s[r][1] = g == 0 ? t1 : _mm256_add_epi32(s[r][1], t1);
+      }
+    }
+    for (int r = 0; r < R; r++) {
+      const block_q8_x *a = act[r] + b0 + i;
+      int32_t bs;
+      memcpy(&bs, a->bsum, 4);
+      const __m256i bsv = _mm256_set1_epi32(bs);
+      const __m256 da = _mm256_set1_ps(a->d);
+      for (int half = 0; half < 2; half++) {
+        const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(st->p01[half], bsv), 5);
+        acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(st->d[half], da),
+                                       _mm256_cvtepi32_ps(_mm256_sub_epi32(s[r][half], off)), acc[r][half]);
+      }
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int half = 0; half < 2; half++) _mm256_storeu_ps(o + r * os + 8 * half, acc[r][half]);
+}
+
+/* K6, any n rows (up to CPU_PACKED_MANY_ROWS), staged as staged_avx2. */
+PK_AVX2 static PK_INLINE void k6_staged_avx2(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+                                             const int n, float *out, int64_t os) {
+  struct pk_stage_k6 st[PK_STAGE_BLOCKS];
+  for (int64_t b0 = 0; b0 < nb; b0 += PK_STAGE_BLOCKS) {
+    const int64_t nc = nb - b0 < PK_STAGE_BLOCKS ? nb - b0 : PK_STAGE_BLOCKS;
+    for (int64_t i = 0; i < nc; i++) {
+      const uint8_t *pb = panel + (size_t)(b0 + i) * PK_K6_BLOCK;
+      for (int half = 0; half < 2; half++) {
+        __m256i q[8];
+        k6_unpack_avx2(pb, half, q);
+        for (int g = 0; g < 8; g++) _mm256_store_si256(&st[i].w[g][half], q[g]);
+        k6_scale_pairs(pb, half, &st[i].p0[half], &st[i].p1[half], &st[i].p01[half]);
+        st[i].d[half] = scales8(pb, half, 0);
+      }
+    }
+    int r = 0;
+    for (; r + 2 <= n; r += 2) k6_staged_rows_avx2(st, nc, act + r, b0, out + (int64_t)r * os, os, b0 > 0, 2);
+    if (r < n) k6_staged_rows_avx2(st, nc, act + r, b0, out + (int64_t)r * os, os, b0 > 0, 1);
+  }
 }
 
 /* ---------------------------------------------------------------- AVX-512 VNNI (16 columns) */
@@ -765,14 +855,11 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
     if (n < 1) return; /* the switch's default runs 8 rows */                                      \
     PK_ROWS_SWITCH(call)                                                                           \
   }
-/* AVX2 has 16 registers: 8 unpacked weight groups and more than 4 rows' accumulators spill,
- * so a call takes at most 4 rows at a time (the weights are unpacked once per 4 rows). UNSIGNED
- * takes all 8 rows of a call at once (PK_WRAP): its unpacking (5th bits from qh) costs more
- * than the spilled accumulators (L2-resident 1536x576 Q5_0, 8 rows, 1 thread: 73.5 -> 79.0
- * GMAC/s). Calls of few rows (a decode step's, and remainders) take the *_avx2_16 kernels,
- * which walk each block once for both halves: one stream instead of two passes, and each
- * activation broadcast used twice (1 row, L2-resident, 1 thread: Q4_0 +3%, Q8_0 +15%, Q5_0
- * +17%, Q4_K +13%, Q6_K +5%; kernels/cpu/README.md). */
+/* SIGNED and NL4 on AVX2: 16 ymm registers hold 8 unpacked weight groups and 4 rows'
+ * accumulators, so a call takes at most 4 rows at a time (the weights are unpacked once per 4
+ * rows); calls of 1-3 rows take signed_avx2_16, which walks each block once for both halves:
+ * one stream instead of two passes, and each activation broadcast used twice (1 row,
+ * L2-resident, 1 thread: Q8_0 +15%; kernels/cpu/README.md). */
 #define PK_ROWS_SWITCH4(call)                                                                     \
   for (int r0 = 0; r0 < n; r0 += 4) {                                                             \
     const block_q8_x *const *act4 = act + r0;                                                     \
@@ -790,9 +877,6 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
     enum { FS = fs };                                                                              \
     PK_ROWS_SWITCH4(call)                                                                          \
   }
-#define PK_NIBBLE_AVX2_4(A, O, N) \
-  ((N) <= 2 ? nibble_avx2_16(nb, panel, A, N, O, os, FS) \
-           : (nibble_avx2_half(nb, panel, A, N, O, os, 0, FS), nibble_avx2_half(nb, panel, A, N, O, os, 1, FS)))
 #define PK_SIGNED_AVX2_4(A, O, N) \
   ((N) < 4 ? signed_avx2_16(nb, panel, A, N, O, os, FS, CPU_PACK_FAMILY_SIGNED) \
            : (signed_avx2_half(nb, panel, A, N, O, os, 0, FS, CPU_PACK_FAMILY_SIGNED), \
@@ -801,32 +885,42 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
   ((N) < 4 ? signed_avx2_16(nb, panel, A, N, O, os, FS, CPU_PACK_FAMILY_NL4) \
            : (signed_avx2_half(nb, panel, A, N, O, os, 0, FS, CPU_PACK_FAMILY_NL4), \
               signed_avx2_half(nb, panel, A, N, O, os, 1, FS, CPU_PACK_FAMILY_NL4)))
-#define PK_UNSIGNED_AVX2_4(A, O, N) (unsigned_avx2_half(nb, panel, A, N, O, os, 0, FS), unsigned_avx2_half(nb, panel, A, N, O, os, 1, FS))
-#define PK_K6_AVX2_4(A, O, N) \
-  ((N) == 1 ? k6_avx2_16(nb, panel, A, N, O, os) \
-            : (k6_avx2_half(nb, panel, A, N, O, os, 0), k6_avx2_half(nb, panel, A, N, O, os, 1)))
-/* NIBBLE with fp16 scales (Q4_0, Q4_1): 3 to 7 rows in one pair of 8-column passes (the
- * weights unpacked once for all; past 4 rows the accumulators spill, which costs less than a
- * second unpacking), 8 rows as 7 + 1: L2-resident 1536x576 Q4_0, 1 thread, G multiply-adds/s:
- * 4 + 4 rows 93.1, 8 in one pass 83.2 (its spills), 7 + 1 98.9, 7 alone 103.5. Float scales
- * (Q4_K) keep 4 + 4 rows: 7 + 1 measured 3% slower there. */
-#define PK_NIBBLE_AVX2_8(N)                                                                       \
-  ((N) == 8 ? (PK_NIBBLE_AVX2_4(act, out, 7), nibble_avx2_16(nb, panel, act + 7, 1, out + 7 * os, os, FS)) \
-            : PK_NIBBLE_AVX2_4(act, out, N))
-PK_WRAP(PK_AVX2, nibble_avx2, PK_NIBBLE_AVX2_8, 0)
-PK_WRAP4(PK_AVX2, nibble_f_avx2, PK_NIBBLE_AVX2_4, 1)
 PK_WRAP4(PK_AVX2, signed_avx2, PK_SIGNED_AVX2_4, 0)
 PK_WRAP4(PK_AVX2, signed_f_avx2, PK_SIGNED_AVX2_4, 1)
 PK_WRAP4(PK_AVX2, nl4_avx2, PK_NL4_AVX2_4, 0)
 PK_WRAP4(PK_AVX2, nl4_f_avx2, PK_NL4_AVX2_4, 1)
-#define PK_UNSIGNED_AVX2_8(N) ((N) <= 2 ? unsigned_avx2_16(nb, panel, act, N, out, os, FS) : PK_UNSIGNED_AVX2_4(act, out, N))
-PK_WRAP(PK_AVX2, unsigned_avx2, PK_UNSIGNED_AVX2_8, 0)
-PK_WRAP(PK_AVX2, unsigned_f_avx2, PK_UNSIGNED_AVX2_8, 1)
-/* K6 takes all 8 rows of a call at once, as UNSIGNED: its unpacking (two planes) costs more
- * than the spilled accumulators (L2-resident 576x1536 Q6_K, 8 rows, 1 thread: 71.5 -> 77.6
- * G multiply-adds/s). */
-#define PK_K6_AVX2_8(N) PK_K6_AVX2_4(act, out, N)
-PK_WRAP(PK_AVX2, k6_avx2, PK_K6_AVX2_8, 0)
+
+/* NIBBLE, UNSIGNED and K6 on AVX2: a call of 1-2 rows (1 for K6; a decode step's) walks each
+ * block once (the *_avx2_16 kernels), more rows are staged (staged_avx2, k6_staged_avx2: the
+ * register-resident 8-column kernels they replace spilled past 4 rows; L2-resident, 8 rows a
+ * call, 1 thread, G multiply-adds/s: Q4_0 103 -> 106-108, Q5_0 78-80 -> 94-96, Q4_K 95 -> 107,
+ * Q6_K 77 -> 78; kernels/cpu/README.md). */
+PK_AVX2 static PK_INLINE void staged_or_16_avx2(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
+                                                float *out, int64_t os, const int fs, const int fam) {
+  if (n < 1) return;
+  if (fam == CPU_PACK_FAMILY_K6) {
+    if (n == 1) k6_avx2_16(nb, panel, act, 1, out, os);
+    else k6_staged_avx2(nb, panel, act, n, out, os);
+  } else if (n > 2) {
+    staged_avx2(nb, panel, act, n, out, os, fs, fam);
+  } else if (fam == CPU_PACK_FAMILY_NIBBLE) {
+    if (n == 1) nibble_avx2_16(nb, panel, act, 1, out, os, fs);
+    else nibble_avx2_16(nb, panel, act, 2, out, os, fs);
+  } else {
+    if (n == 1) unsigned_avx2_16(nb, panel, act, 1, out, os, fs);
+    else unsigned_avx2_16(nb, panel, act, 2, out, os, fs);
+  }
+}
+#define PK_STAGED_WRAP(name, fs, fam)                                                              \
+  PK_AVX2 static void name(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n, float *out, \
+                           int64_t os) {                                                           \
+    staged_or_16_avx2(nb, panel, act, n, out, os, fs, fam);                                        \
+  }
+PK_STAGED_WRAP(nibble_avx2, 0, CPU_PACK_FAMILY_NIBBLE)
+PK_STAGED_WRAP(nibble_f_avx2, 1, CPU_PACK_FAMILY_NIBBLE)
+PK_STAGED_WRAP(unsigned_avx2, 0, CPU_PACK_FAMILY_UNSIGNED)
+PK_STAGED_WRAP(unsigned_f_avx2, 1, CPU_PACK_FAMILY_UNSIGNED)
+PK_STAGED_WRAP(k6_avx2, 0, CPU_PACK_FAMILY_K6)
 PK_WRAP(PK_VNNI, nibble_vnni, PK_NIBBLE_VNNI, 0)
 PK_WRAP(PK_VNNI, nibble_f_vnni, PK_NIBBLE_VNNI, 1)
 PK_WRAP(PK_VNNI, signed_vnni, PK_SIGNED_VNNI, 0)
@@ -874,9 +968,9 @@ cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
   return scalar[fam][fs];
 }
 
-int cpu_packed_tile_rows(enum ggml_type w, enum cpu_simd_level level) {
+cpu_packed_fn cpu_packed_select_many(enum ggml_type w, enum cpu_simd_level level) {
   if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
-  int fs = 0;
-  const int fam = cpu_pack_kind(w, &fs);
-  return level == CPU_SIMD_LEVEL_AVX2 && fam == CPU_PACK_FAMILY_NIBBLE && !fs ? 7 : CPU_PACKED_MAX_ROWS;
+  const int fam = cpu_pack_kind(w, NULL);
+  const bool staged = fam == CPU_PACK_FAMILY_NIBBLE || fam == CPU_PACK_FAMILY_UNSIGNED || fam == CPU_PACK_FAMILY_K6;
+  return level == CPU_SIMD_LEVEL_AVX2 && staged ? cpu_packed_select(w, level) : NULL;
 }

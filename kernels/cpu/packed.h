@@ -149,13 +149,19 @@ cpu_packed_bf16_fn cpu_packed_bf16_select(enum ggml_type w, enum cpu_simd_level 
  * bits at every level. */
 void cpu_packed_bf16_act_row(enum cpu_simd_level level, const float *x, uint16_t *y, int64_t n);
 
-/* Activation rows per call of cpu_packed_select(w, level) that run it fastest, 1 to
- * CPU_PACKED_MAX_ROWS: 7 for Q4_0 / Q4_1 on AVX2 (its 8-row calls split as 7 + 1: 16 ymm
- * registers, packed.c), else CPU_PACKED_MAX_ROWS. Any count gives the same bits per row. */
-int cpu_packed_tile_rows(enum ggml_type w, enum cpu_simd_level level);
-
 /* The kernel of packed weight type w (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS) at
  * `level`, clamped to what the CPU runs; NULL for other types. */
 cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level);
+
+/* Most activation rows one call of a cpu_packed_select_many kernel takes. */
+#define CPU_PACKED_MANY_ROWS 64
+
+/* A kernel of packed weight type w at `level` (clamped to the CPU's) that takes 1 to
+ * CPU_PACKED_MANY_ROWS rows a call, as cpu_packed_fn otherwise, each row's bits those of
+ * cpu_packed_select's kernel; NULL where there is none (then call cpu_packed_select's, up to
+ * CPU_PACKED_MAX_ROWS rows a call). AVX2 NIBBLE, UNSIGNED and K6 (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1,
+ * Q5_K, Q6_K) have one: their staged kernels unpack a panel's blocks once per call for all its
+ * rows, so more rows a call unpack less per row. */
+cpu_packed_fn cpu_packed_select_many(enum ggml_type w, enum cpu_simd_level level);
 
 #endif

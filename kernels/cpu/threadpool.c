@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -23,7 +24,9 @@
 #include <unistd.h>
 
 /* How long an idle worker spins before it sleeps: far longer than the gap between two ops
- * of a step (microseconds), short enough that an idle engine stops burning a core at once. */
+ * of a step (microseconds), short enough that an idle engine stops burning a core at once.
+ * It sleeps sooner when the caller is off its core or blocked (idle_wait: the caller's CPU
+ * clock looked at every CPU_POOL_LOOK_NS after the first wait_spin_ns). */
 #define CPU_POOL_SPIN_NS 2000000
 /* Pauses between clock reads while spinning. */
 #define CPU_POOL_SPIN_CHECK 256
@@ -37,7 +40,9 @@
  * core idle, so the processes that took the worker's core (on a 2-core machine: the bus and the
  * actors serving the tokens) can run there instead of preempting a forward thread again, where
  * a spinning caller burnt the core for nothing. A worker that is running is waited for
- * spinning, as before. LLMBUS_POOL_WAIT_SPIN_US overrides the spin. */
+ * spinning, as before. LLMBUS_POOL_WAIT_SPIN_US overrides the spin. The same spin and looks
+ * serve the other side: an idle worker waiting for the next op sleeps once the caller that
+ * publishes it is off its core or blocked (idle_wait). */
 #define CPU_POOL_WAIT_SPIN_NS 10000
 #define CPU_POOL_LOOK_NS 5000
 
@@ -78,6 +83,10 @@ struct cpu_threadpool {
   _Atomic int n_sleeping;
   _Alignas(64) _Atomic uint32_t done_wake; /* futex word the caller sleeps on for an op's end */
   _Atomic int caller_sleeping;  /* set while the caller may be asleep on done_wake */
+  pid_t caller_tid;             /* kernel id of the thread that published the last op, 0 none
+                                 * (caller side; a pthread_t is reused once its thread exits) */
+  _Atomic int caller_clock;     /* its CPU-time clock (a clockid_t), for idle workers */
+  _Atomic int caller_has_clock;
   int64_t wait_spin_ns;         /* CPU_POOL_WAIT_SPIN_NS or the environment's */
   _Atomic int pending;         /* workers that have not finished the current run() */
   _Atomic int stop;
@@ -140,6 +149,59 @@ static void claim_chunks(struct cpu_threadpool *p, uint64_t w, int ith) {
   }
 }
 
+/* Whether the caller (the thread that published the last op) ran less than half of the
+ * `elapsed` ns since this worker's last look at its CPU clock (*last: that clock then, -1 none;
+ * a first look gives no verdict). Records this look in *last. A clock that cannot be read (the
+ * caller has no clock, or its thread is gone) counts as off its core. */
+static bool caller_off_core(struct cpu_threadpool *p, int64_t *last, int64_t elapsed) {
+  struct timespec ts;
+  if (!atomic_load_explicit(&p->caller_has_clock, memory_order_acquire) ||
+      clock_gettime((clockid_t)atomic_load_explicit(&p->caller_clock, memory_order_relaxed), &ts) != 0)
+    return true;
+  const int64_t cpu = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  const bool off = *last >= 0 && elapsed > 0 && cpu - *last < elapsed / 2;
+  *last = cpu;
+  return off;
+}
+
+/* Sleeps on `wake` until an op newer than done_gen is published (or a spurious wake-up);
+ * *word is the work word after it. */
+static void idle_sleep(struct cpu_threadpool *p, uint32_t done_gen, uint64_t *word) {
+  atomic_fetch_add(&p->n_sleeping, 1);
+  const uint32_t seen = atomic_load(&p->wake);
+  *word = atomic_load(&p->work);
+  if ((uint32_t)(*word >> 32) == done_gen) futex_wait_u32(&p->wake, seen);
+  atomic_fetch_sub(&p->n_sleeping, 1);
+  *word = atomic_load_explicit(&p->work, memory_order_acquire);
+}
+
+/* Worker w waits for an op newer than done_gen: spins (the next op of a step follows within
+ * microseconds) and sleeps on a futex once the pool is parked, CPU_POOL_SPIN_NS have passed, or
+ * (looked at every CPU_POOL_LOOK_NS after the first wait_spin_ns) the caller is off its core or
+ * blocked: no op can come until the caller runs again, and a spinning worker would hold a core
+ * the caller (or whatever preempted it) could use. Returns true when w was left out of the
+ * active threads meanwhile; *word is the last work word read. */
+static bool idle_wait(struct cpu_threadpool *p, const struct cpu_worker *w, uint32_t done_gen, uint64_t *word) {
+  const int64_t t0 = mono_ns();
+  int64_t looked = 0, caller_cpu = -1;
+  for (int spins = 1;; spins++) {
+    cpu_relax();
+    *word = atomic_load_explicit(&p->work, memory_order_acquire);
+    if ((uint32_t)(*word >> 32) != done_gen) return false;
+    if (spins % CPU_POOL_SPIN_CHECK != 0) continue;
+    if ((uint32_t)w->ith >= atomic_load(&p->active)) return true;
+    const int64_t now = mono_ns();
+    bool sleep = atomic_load_explicit(&p->parked, memory_order_relaxed) || now - t0 > CPU_POOL_SPIN_NS;
+    if (!sleep && now - t0 >= p->wait_spin_ns && now - looked >= CPU_POOL_LOOK_NS) {
+      sleep = caller_off_core(p, &caller_cpu, looked ? now - looked : 0);
+      looked = now;
+    }
+    if (!sleep) continue;
+    idle_sleep(p, done_gen, word);
+    if ((uint32_t)(*word >> 32) != done_gen) return false;
+  }
+}
+
 static void *cpu_worker_main(void *opaque) {
   struct cpu_worker *w = opaque;
   struct cpu_threadpool *p = w->pool;
@@ -150,29 +212,7 @@ static void *cpu_worker_main(void *opaque) {
       futex_wait_u32(&p->active, act);
     uint64_t word = atomic_load_explicit(&p->work, memory_order_acquire);
     bool dropped = false; /* left out while waiting: back to the top */
-    if ((uint32_t)(word >> 32) == done_gen) {
-      /* nothing new: spin a while, then sleep until the next op is published */
-      const int64_t t0 = mono_ns();
-      for (int spins = 1;; spins++) {
-        cpu_relax();
-        word = atomic_load_explicit(&p->work, memory_order_acquire);
-        if ((uint32_t)(word >> 32) != done_gen) break;
-        if (spins % CPU_POOL_SPIN_CHECK == 0 && (uint32_t)w->ith >= atomic_load(&p->active)) {
-          dropped = true;
-          break;
-        }
-        if (spins % CPU_POOL_SPIN_CHECK == 0 &&
-            (atomic_load_explicit(&p->parked, memory_order_relaxed) || mono_ns() - t0 > CPU_POOL_SPIN_NS)) {
-          atomic_fetch_add(&p->n_sleeping, 1);
-          const uint32_t seen = atomic_load(&p->wake);
-          word = atomic_load(&p->work);
-          if ((uint32_t)(word >> 32) == done_gen) futex_wait_u32(&p->wake, seen);
-          atomic_fetch_sub(&p->n_sleeping, 1);
-          word = atomic_load_explicit(&p->work, memory_order_acquire);
-          if ((uint32_t)(word >> 32) != done_gen) break;
-        }
-      }
-    }
+    if ((uint32_t)(word >> 32) == done_gen) dropped = idle_wait(p, w, done_gen, &word);
     if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
     /* an op published after set_active left this worker out: the count is seen with the op */
     if (dropped || ((word & WORK_ALL_BIT) == 0 && (uint32_t)w->ith >= atomic_load(&p->active))) continue;
@@ -233,6 +273,9 @@ llb_status cpu_threadpool_create(int n_threads, struct cpu_threadpool **out) {
       goto fail;
     }
     p->n_started++;
+    char name[16]; /* what perf, top and ops/bench/served_cpu.py --threads show for it */
+    snprintf(name, sizeof name, "llb-pool-%d", i + 1);
+    (void)pthread_setname_np(p->workers[i].thread, name);
     p->workers[i].has_clock = pthread_getcpuclockid(p->workers[i].thread, &p->workers[i].clock) == 0;
   }
   *out = p;
@@ -242,9 +285,25 @@ fail:
   return st;
 }
 
+/* The calling thread's kernel id, cached per thread (one system call per thread's life). */
+static pid_t self_tid(void) {
+  static _Thread_local pid_t tid;
+  if (!tid) tid = (pid_t)syscall(SYS_gettid);
+  return tid;
+}
+
 /* Publishes op word (generation already in it) and wakes sleeping workers. The slot was
  * written before: the release store makes it visible to whoever reads the word. */
 static void publish(struct cpu_threadpool *p, uint64_t word) {
+  const pid_t tid = self_tid();
+  if (tid != p->caller_tid) { /* a new caller: idle workers look at its clock */
+    clockid_t clock;
+    const bool ok = pthread_getcpuclockid(pthread_self(), &clock) == 0;
+    atomic_store_explicit(&p->caller_has_clock, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->caller_clock, ok ? (int)clock : 0, memory_order_relaxed);
+    atomic_store_explicit(&p->caller_has_clock, ok, memory_order_release);
+    p->caller_tid = tid;
+  }
   atomic_store_explicit(&p->parked, 0, memory_order_relaxed);
   atomic_store_explicit(&p->work, word, memory_order_release);
   /* seq_cst bump, then read n_sleeping: a worker counted itself before reading `wake`, so

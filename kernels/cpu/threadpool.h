@@ -18,8 +18,12 @@
  *    cpu_threadpool_barrier() available inside; kept for work that needs all threads.
  *
  * Workers that find no work spin for up to 2 ms (ops of one step follow each other within
- * microseconds) and then sleep on a futex, so an idle engine costs no CPU. A caller that knows
- * no op follows soon (a step is over and the next one is not here yet) parks the pool: the
+ * microseconds) and then sleep on a futex, so an idle engine costs no CPU. They sleep sooner,
+ * after the same LLMBUS_POOL_WAIT_SPIN_US and a look every 5 us at the caller's CPU clock, when
+ * the thread that publishes the ops ran less than half of that time: it is off its core (the OS
+ * gave it to another process) or blocked (waiting for its next step), so no op can come, and a
+ * spinning worker would only keep from its core the caller or whatever preempted it. A caller
+ * that knows no op follows soon (a step is over and the next one is not here yet) parks the pool: the
  * workers sleep at once and leave the cores to the rest of the machine (on a small machine,
  * the actors and the bus that bring the next step).
  */

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #define CPU_HAVE_X86 1
 #define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#define AVX512_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
 #else
 #define CPU_HAVE_X86 0
 #endif
@@ -836,10 +837,57 @@ AVX2_TARGET static void swiglu_row_avx2(const float *g, const float *u, float *y
   }
   for (; i < n; i++) y[i] = (g[i] / (1.0f + cpu_expf_ggml(0.0f - g[i]))) * u[i];
 }
+
+/* 16 lanes of cpu_expf_ggml: expf_ggml_avx2's operations lane by lane, so the same bits. */
+AVX512_TARGET static inline __m512 expf_ggml_avx512(__m512 x) {
+  const __m512 r = _mm512_set1_ps(EXPG_SHIFT);
+  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(EXPG_LOG2E), r);
+  const __m512 n = _mm512_sub_ps(z, r);
+  const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXPG_LN2_LO),
+                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(EXPG_LN2_HI), x));
+  const __m512 u = _mm512_mul_ps(b, b);
+  const __m512 j = _mm512_fmadd_ps(
+      _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(EXPG_C5), b, _mm512_set1_ps(EXPG_C4)), u,
+                      _mm512_fmadd_ps(_mm512_set1_ps(EXPG_C3), b, _mm512_set1_ps(EXPG_C2))),
+      u, _mm512_fmadd_ps(_mm512_set1_ps(EXPG_C1), b, _mm512_set1_ps(1.0f)));
+  /* in range (NaN compares false): -125 <= n <= 126 */
+  const __mmask16 ok = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-125.0f), _CMP_GE_OQ) &
+                       _mm512_cmp_ps_mask(n, _mm512_set1_ps(126.0f), _CMP_LE_OQ);
+  if (ok != 0xFFFF) {
+    float xs[16], ys[16];
+    _mm512_storeu_ps(xs, x);
+    for (int i = 0; i < 16; i++) ys[i] = cpu_expf_ggml(xs[i]);
+    return _mm512_loadu_ps(ys);
+  }
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(j, _mm512_castsi512_ps(e)); /* exact: the product is a normal float */
+}
+
+AVX512_TARGET static void exp_sub_row_avx512(const float *x, float sub, float *y, int64_t n) {
+  int64_t i = 0;
+  const __m512 s = _mm512_set1_ps(sub);
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, expf_ggml_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + i), s)));
+  if (i < n) exp_sub_row_avx2(x + i, sub, y + i, n - i);
+}
+
+AVX512_TARGET static void swiglu_row_avx512(const float *g, const float *u, float *y, int64_t n) {
+  int64_t i = 0;
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(g + i);
+    const __m512 e = expf_ggml_avx512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i)));
+  }
+  if (i < n) swiglu_row_avx2(g + i, u + i, y + i, n - i);
+}
 #endif
 
 void cpu_exp_sub_row(enum cpu_simd_level level, const float *x, float sub, float *y, int64_t n) {
 #if CPU_HAVE_X86
+  if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) {
+    exp_sub_row_avx512(x, sub, y, n);
+    return;
+  }
   if (level >= CPU_SIMD_LEVEL_AVX2) {
     exp_sub_row_avx2(x, sub, y, n);
     return;
@@ -851,6 +899,10 @@ void cpu_exp_sub_row(enum cpu_simd_level level, const float *x, float sub, float
 
 void cpu_swiglu_row(enum cpu_simd_level level, const float *g, const float *u, float *y, int64_t n) {
 #if CPU_HAVE_X86
+  if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) {
+    swiglu_row_avx512(g, u, y, n);
+    return;
+  }
   if (level >= CPU_SIMD_LEVEL_AVX2) {
     swiglu_row_avx2(g, u, y, n);
     return;

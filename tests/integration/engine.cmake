@@ -25,3 +25,11 @@ llb_add_test(test_scheduler_peer_health SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_s
 llb_add_test(test_durable_intake SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_durable_intake.c
              LIBS llmbus_scheduler_actor llmbus_nats_test_server PkgConfig::CMOCKA Threads::Threads
              LABELS integration engine TIMEOUT 120)
+# A resumed request (a resend taken over from the request it replaces, or resumed from the
+# output processor's history after a scheduler restart) that finishes in its first step: its
+# client gets the whole completion from position 0. Scheduler, kv_manager and output processor
+# in process, the test as the worker and the clients.
+llb_add_test(test_scheduler_takeover SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler_takeover.c
+             LIBS llmbus_scheduler_actor llmbus_kv_manager_actor llmbus_output_processor_actor
+                  llmbus_nats_test_server PkgConfig::CMOCKA Threads::Threads
+             LABELS integration engine TIMEOUT 180)

@@ -3,8 +3,9 @@
  * KV block and than one prompt step's share, cut into several steps), with a greedy --check
  * that still answers "Paris" on the default model (skipped without it); --fit-steps reads a
  * worker's --step-log, lines with "first" and lines written before it, and fits the model the
- * steps came from, the first-step-after-idle term with it; --op-times prints each decode step
- * split at every op the forward reports. */
+ * steps came from, the first-step-after-idle term with it; --kernel times one packed kernel
+ * after checking it against the scalar one, and refuses an unknown type or a bad shape;
+ * --op-times prints each decode step split at every op the forward reports. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -47,17 +48,20 @@ static void test_out_of_range_options_exit_2(void **s) {
   assert_int_equal(kernel_bench_run(&o), 2);
 }
 
-/* Runs o with stdout in a file; returns the exit code and what was printed (caller frees). */
-static int run_captured(const struct kernel_bench_options *o, char **text) {
+/* Runs o with file descriptor `out_fd` (1: stdout, 2: stderr) in a file; returns the exit code
+ * and what was written there (caller frees). */
+static int run_captured_fd(const struct kernel_bench_options *o, int out_fd, char **text) {
   char path[] = "/tmp/llb-kernel-bench-XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
   fflush(stdout);
-  int saved = dup(1);
-  dup2(fd, 1);
+  fflush(stderr);
+  int saved = dup(out_fd);
+  dup2(fd, out_fd);
   int rc = kernel_bench_run(o);
   fflush(stdout);
-  dup2(saved, 1);
+  fflush(stderr);
+  dup2(saved, out_fd);
   close(saved);
   FILE *f = fdopen(fd, "r");
   fseek(f, 0, SEEK_SET);
@@ -68,6 +72,58 @@ static int run_captured(const struct kernel_bench_options *o, char **text) {
   fclose(f);
   unlink(path);
   return rc;
+}
+
+static int run_captured(const struct kernel_bench_options *o, char **text) { return run_captured_fd(o, 1, text); }
+
+/* --kernel on a tiny weight: the check against the scalar kernel passes and a rate line comes
+ * out, for a NIBBLE type (Q4_0, whose AVX2 kernel takes up to 64 rows a call) and a K6 one
+ * (Q6_K, 256-weight blocks), at a row count that leaves a partial call. */
+static void test_kernel_only_prints_a_checked_rate(void **s) {
+  (void)s;
+  const struct kernel_only_options cases[] = {
+      {.type = "q4_0", .shape = "32x64", .rows = 11, .passes = 3},
+      {.type = "Q6_K", .shape = "16x512", .rows = 9, .calls_of = 4, .passes = 3},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct kernel_bench_options o = {.model = "/nonexistent.gguf", .kernel_only = cases[i]}; /* no model read */
+    char *out = NULL;
+    assert_int_equal(run_captured(&o, &out), 0);
+    assert_non_null(strstr(out, "gives the scalar kernel's bits"));
+    const char *line = strstr(out, "fastest ");
+    assert_non_null(line);
+    double rate = 0, fraction = 0;
+    assert_int_equal(sscanf(line, "fastest %lf G multiply-adds/s (%lf of the peak)", &rate, &fraction), 2);
+    assert_true(rate > 0 && fraction >= 0); /* the scalar level's peak (LLMBUS_SIMD=scalar) dwarfs any rate */
+    assert_non_null(strstr(out, cases[i].rows == 11 ? "q4_0 32x64, 11 rows" : "q6_K 16x512, 9 rows in calls of up to 4"));
+    free(out);
+  }
+}
+
+/* A type without a packed int8 kernel, a shape that is not whole panels and blocks, and rows
+ * per call past what the kernel takes: exit 2 and a message naming the option. */
+static void test_kernel_only_refuses_bad_type_and_shape(void **s) {
+  (void)s;
+  const struct {
+    struct kernel_only_options k;
+    const char *says;
+  } cases[] = {
+      {{.type = "q9_9", .shape = "32x64", .rows = 1, .passes = 1}, "--kernel 'q9_9' is not a type"},
+      {{.type = "f16", .shape = "32x64", .rows = 1, .passes = 1}, "--kernel 'f16' is not a type"},
+      {{.type = "q4_0", .shape = "100x64", .rows = 1, .passes = 1}, "--shape '100x64' is not ROWSxCOLS"},
+      {{.type = "q4_k", .shape = "32x64", .rows = 1, .passes = 1}, "--shape '32x64' is not ROWSxCOLS"},
+      {{.type = "q4_0", .shape = "32", .rows = 1, .passes = 1}, "--shape '32' is not ROWSxCOLS"},
+      {{.type = "q4_0", .shape = "32x64x2", .rows = 1, .passes = 1}, "--shape '32x64x2' is not ROWSxCOLS"},
+      {{.type = "q4_0", .shape = "32x64", .rows = 0, .passes = 1}, "needs --rows in [1, "},
+      {{.type = "q8_0", .shape = "32x64", .rows = 8, .calls_of = 65, .passes = 1}, "--calls-of in [0, "},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct kernel_bench_options o = {.model = "/nonexistent.gguf", .kernel_only = cases[i].k};
+    char *err = NULL;
+    assert_int_equal(run_captured_fd(&o, 2, &err), 2);
+    if (!strstr(err, cases[i].says)) fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err, cases[i].says);
+    free(err);
+  }
 }
 
 static void test_decode_after_long_prompts(void **s) {
@@ -177,6 +233,8 @@ int main(int argc, char **argv) {
   model_path = argc > 1 ? argv[1] : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_out_of_range_options_exit_2),
+      cmocka_unit_test(test_kernel_only_prints_a_checked_rate),
+      cmocka_unit_test(test_kernel_only_refuses_bad_type_and_shape),
       cmocka_unit_test(test_decode_after_long_prompts),
       cmocka_unit_test(test_op_times_split_a_step_op_by_op),
       cmocka_unit_test(test_fit_steps_recovers_the_first_step_after_idle),

@@ -19,7 +19,9 @@
  *    element first), written out here in scalar C, and the rounding's cost bounded.
  * 6. The activations' bf16 rounding gives llb_fp32_to_bf16's bits on every level.
  * 7. Each kernel called directly with 1 to 8 rows gives every row its 1-row call's bits on
- *    every level, including call sizes the matmul never makes. */
+ *    every level, including call sizes the matmul never makes; the many-row kernels
+ *    (cpu_packed_select_many: AVX2's staged ones) likewise with up to 64 rows, and a matmul of
+ *    70 rows (a 64-row tile and a remainder) equals the reference. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -224,7 +226,7 @@ static void output_exact(enum ggml_type t, const uint8_t *wrow, const float *x, 
 }
 
 static struct backend_ctx *make_ctx(int n_threads) {
-  const struct backend_ctx_params p = {.n_threads = n_threads, .max_num_tokens = 32, .max_row_elems = 1024,
+  const struct backend_ctx_params p = {.n_threads = n_threads, .max_num_tokens = 80, .max_row_elems = 1024,
                                        .max_context_len = 16};
   struct backend_ctx *c = NULL;
   assert_int_equal(backend_cpu_ops()->ctx_create(&p, &c), LLB_STATUS_OK);
@@ -286,8 +288,11 @@ static void test_packed_matmul_equals_reference_on_every_level(void **state) {
                                   GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
                                   GGML_TYPE_IQ4_XS};
   const int64_t shapes[][2] = {{16, 32}, {48, 64}, {192, 576}, {64, 1024}};
-  const int64_t super_shapes[][2] = {{16, 256}, {48, 512}, {64, 1024}};
-  const int32_t row_counts[] = {1, 2, 3, 6, 8, 9, 17, 32}; /* AVX2 calls of 1 to 4 rows, tiles of 8 and remainders */
+  /* 576 and 768 columns: 18 and 24 blocks, a whole run of the AVX2 staged kernels
+   * (PK_STAGE_BLOCKS = 16) and a part of one */
+  const int64_t super_shapes[][2] = {{16, 256}, {48, 512}, {48, 768}, {64, 1024}};
+  /* calls of 1 to 8 rows, odd and even, tiles of 8 and remainders */
+  const int32_t row_counts[] = {1, 2, 3, 6, 8, 9, 17, 32};
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     const bool sup = is_super(types[ti]);
     const size_t n_shapes = sup ? sizeof super_shapes / sizeof super_shapes[0] : sizeof shapes / sizeof shapes[0];
@@ -356,9 +361,76 @@ static void test_matmul_of_weights_cut_into_unequal_chunks_equals_reference(void
   free(x);
 }
 
+/* A matmul of 70 rows: on AVX2 the staged kernels take CPU_PACKED_MANY_ROWS (64) rows a call,
+ * then the 6 left; 18 and 24 blocks, a whole run of staged blocks and part of one. */
+static void test_packed_matmul_of_many_rows_equals_reference(void **state) {
+  (void)state;
+  const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                  GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0};
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+    check_shape(types[ti], 32, is_super(types[ti]) ? 768 : 576, 70);
+}
+
+/* cpu_packed_select_many's kernels (on AVX2: NIBBLE, UNSIGNED and K6, staged) called with 3, 33
+ * and CPU_PACKED_MANY_ROWS rows give each row the bits of cpu_packed_select's 1-row call; the
+ * other families and levels have none. 18 and 24 blocks: a run of 16 staged blocks and part of
+ * another. */
+static void test_many_row_kernels_give_each_row_its_own_bits(void **state) {
+  (void)state;
+  const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                  GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+                                  GGML_TYPE_IQ4_XS};
+  const int counts[] = {3, 33, CPU_PACKED_MANY_ROWS};
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    const int64_t rows = 32, k = is_super(types[ti]) ? 768 : 576, nb = k / 32;
+    size_t row_bytes;
+    uint8_t *data = random_weight(types[ti], rows, k, &row_bytes);
+    const struct backend_weight w = {types[ti], rows, k, row_bytes, data, NULL};
+    const size_t pb = cpu_pack_bytes(&w);
+    assert_true(pb > 0);
+    uint8_t *packed = malloc(pb);
+    assert_int_equal(cpu_pack_weight(&w, packed), LLB_STATUS_OK);
+    block_q8_x *act[CPU_PACKED_MANY_ROWS];
+    float x[768];
+    for (int r = 0; r < CPU_PACKED_MANY_ROWS; r++) {
+      act[r] = malloc((size_t)nb * sizeof(block_q8_x));
+      for (int64_t i = 0; i < k; i++) x[i] = rndf();
+      cpu_quantize_act_row_x(CPU_SIMD_LEVEL_SCALAR, x, act[r], k);
+    }
+    const int fam = cpu_pack_kind(types[ti], NULL);
+    const bool staged = fam == CPU_PACK_FAMILY_NIBBLE || fam == CPU_PACK_FAMILY_UNSIGNED || fam == CPU_PACK_FAMILY_K6;
+    for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+      const cpu_packed_fn many = cpu_packed_select_many(types[ti], (enum cpu_simd_level)lvl);
+      const cpu_packed_fn fn = cpu_packed_select(types[ti], (enum cpu_simd_level)lvl);
+      if (!(staged && lvl == CPU_SIMD_LEVEL_AVX2)) {
+        assert_null(many);
+        continue;
+      }
+      assert_non_null(many);
+      static float one[CPU_PACKED_MANY_ROWS][CPU_PACK_COLS], got[CPU_PACKED_MANY_ROWS][CPU_PACK_COLS];
+      for (int64_t p = 0; p < rows / CPU_PACK_COLS; p++) {
+        const uint8_t *panel = packed + (size_t)p * (pb / (size_t)(rows / CPU_PACK_COLS));
+        for (int r = 0; r < CPU_PACKED_MANY_ROWS; r++)
+          fn(nb, panel, (const block_q8_x *const *)&act[r], 1, one[r], CPU_PACK_COLS);
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+          memset(got, 0xFF, sizeof got);
+          many(nb, panel, (const block_q8_x *const *)act, counts[c], &got[0][0], CPU_PACK_COLS);
+          for (int r = 0; r < counts[c]; r++)
+            if (memcmp(one[r], got[r], sizeof one[r]) != 0)
+              fail_msg("%s level %d panel %lld: row %d of a %d-row call differs from its 1-row call",
+                       ggml_type_name(types[ti]), lvl, (long long)p, r, counts[c]);
+        }
+      }
+    }
+    for (int r = 0; r < CPU_PACKED_MANY_ROWS; r++) free(act[r]);
+    free(packed);
+    free(data);
+  }
+}
+
 /* Every packed kernel called directly with 1 to CPU_PACKED_MAX_ROWS rows gives each row the
- * bits of a 1-row call, on every level: the call sizes the matmul's tiles never make (8 rows
- * of Q4_0 / Q4_1 on AVX2, which the matmul calls 7 at a time) keep the batch invariance too. */
+ * bits of a 1-row call, on every level (on AVX2 1-2 rows and more take different kernels, the
+ * staged ones pairing rows): the batch invariance of every call size. */
 static void test_kernel_calls_of_every_row_count_give_each_row_its_own_bits(void **state) {
   (void)state;
   const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
@@ -595,6 +667,8 @@ int main(void) {
       cmocka_unit_test(test_packed_matmul_equals_reference_on_every_level),
       cmocka_unit_test(test_kernel_calls_of_every_row_count_give_each_row_its_own_bits),
       cmocka_unit_test(test_matmul_of_weights_cut_into_unequal_chunks_equals_reference),
+      cmocka_unit_test(test_packed_matmul_of_many_rows_equals_reference),
+      cmocka_unit_test(test_many_row_kernels_give_each_row_its_own_bits),
       cmocka_unit_test(test_float_panels_equal_one_fma_chain_on_every_level),
       cmocka_unit_test(test_activation_quantizer_same_bytes_on_every_level),
       cmocka_unit_test(test_bf16_activations_round_as_ggml_on_every_level),

@@ -213,12 +213,48 @@ static void a_kv_manager_refuses_steps_until_it_is_told_the_held_blocks(void **s
   h_fini(&h);
 }
 
+/* A resync lists every held block in one KVStep, which must fit the bus' max_payload (the
+ * actor gives it 7/8: 229,376 block ids at NATS' default 1 MiB). Over max_resync_blocks held,
+ * only as many running requests as needed are preempted, the latest first (c), so that the
+ * resync fits; the others decode on in the blocks they hold, and c is recomputed after. Before,
+ * the resync listed them all, its round trip failed (over max_payload) and every running
+ * request was preempted. */
+static void a_resync_over_its_limit_preempts_only_what_it_must(void **state) {
+  (void)state;
+  struct sched_config c = config(32);
+  c.max_resync_blocks = 6;
+  struct harness h;
+  h_init(&h, &c);
+  add_tokens(&h, "a", 100, 12, 6); /* 3 blocks each */
+  add_tokens(&h, "b", 300, 12, 6);
+  add_tokens(&h, "c", 500, 12, 6);
+  h_step(&h);
+  struct sched_stats st;
+  sched_get_stats(h.s, &st);
+  assert_int_equal(c.num_blocks - st.num_free_blocks, 9);
+  restart_kv_manager(&h);
+  sched_kv_resync(h.s);
+  assert_true(h_schedule(&h));
+  assert_true(h.step.resync);
+  assert_int_equal(h.step.num_held_block_ids, 6); /* a's and b's */
+  assert_int_equal(sched_find_request(h.s, "c")->status, SCHED_REQUEST_STATUS_PREEMPTED);
+  assert_int_equal(sched_find_request(h.s, "a")->status, SCHED_REQUEST_STATUS_RUNNING);
+  assert_int_equal(sched_find_request(h.s, "b")->status, SCHED_REQUEST_STATUS_RUNNING);
+  h_execute(&h);
+  run_to_end(&h);
+  sched_get_stats(h.s, &st);
+  assert_int_equal(st.num_preemptions, 1);
+  assert_int_equal(st.num_kv_protocol_faults, 0);
+  h_fini(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_restarted_kv_manager_gets_every_held_block_back_by_resync),
       cmocka_unit_test(preemption_with_shared_prefix_blocks_releases_exactly_the_unshared_ones),
       cmocka_unit_test(an_allocation_giving_a_held_block_is_refused_and_resyncs),
       cmocka_unit_test(a_kv_manager_refuses_steps_until_it_is_told_the_held_blocks),
+      cmocka_unit_test(a_resync_over_its_limit_preempts_only_what_it_must),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
