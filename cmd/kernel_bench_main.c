@@ -1,7 +1,7 @@
 /* llmbus-kernel-bench: the flags of cmd/bench/kernel_bench.h (one table, cmd/flags/flags.h).
  *
  *   llmbus-kernel-bench [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N]
- *                       [--batch B[,B...]] [--check] [--roofline] [--packed-cache-dir DIR]
+ *                       [--batch B[,B...]] [--check] [--roofline] [--op-times] [--packed-cache-dir DIR]
  *                       [--kv-cache-dtype auto|fp16|fp8|q8_0] [--fit FILE [--fit-steps LOG]]
  *                       [--lora-adapters N [--lora-rank R]]
  *   llmbus-kernel-bench --kernel TYPE [--shape ROWSxCOLS] [--rows R] [--calls-of N] [--passes P]
@@ -68,6 +68,8 @@ int main(int argc, char **argv) {
        .help = "the ChatML \"capital of France?\" prompt, greedily: fails without \"Paris\""},
       {.name = "roofline", .kind = FLAG_KIND_BOOL, .target = &o.roofline,
        .help = "measure the machine's bounds first and print each rate as a fraction"},
+      {.name = "op-times", .kind = FLAG_KIND_BOOL, .target = &o.op_times,
+       .help = "each decode batch's step split op by op (wall and caller-thread CPU us a step)"},
       {.name = "fit", .kind = FLAG_KIND_STRING, .target = &o.fit_path, .metavar = "FILE",
        .help = "fit the sim worker's step-time model (--device sim --sim-cost FILE) to this machine's forward "
                "and write it to FILE"},

@@ -10,12 +10,14 @@
  * the same threads (kernels/cpu/bench/roofline.h) and prints each rate as a fraction of its
  * bound: decode against the bytes a token must read (every matrix once per step, shared by the
  * batch, plus the sequence's K/V), prefill against the int8 multiply-adds of its matmuls.
+ * --op-times adds each decode batch's op-by-op split of a step (kernel_optimes.h).
  * The forward runs in one model/forward/session.h session holding a sequence per batch row; each
  * sequence's prompt is computed alone (the cache's values are those of any batching).
  */
 #include "cmd/bench/kernel_bench.h"
 #include "cmd/bench/kernel_fit.h"
 #include "cmd/bench/kernel_lora.h"
+#include "cmd/bench/kernel_optimes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,11 +202,16 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
     fprintf(stderr, "llmbus-kernel-bench: %s\n", llb_err_last());
     return 2;
   }
-  const struct llama_session_options so = {
+  struct llama_session_options so = {
       .max_context = longest, .max_seqs = max_batch, .max_logits = max_batch, .kv_dtype = kv_dtype,
       .forward = {.max_num_tokens = BENCH_PROMPT_STEP_TOKENS > longest ? BENCH_PROMPT_STEP_TOKENS : longest,
                   .n_threads = threads, .n_threads_decode = o->decode_threads,
                   .packed_cache_dir = packed_cache_dir}};
+  static struct kernel_optimes optimes; /* --op-times: the forward's eval callback times into it */
+  if (o->op_times) {
+    if ((st = kernel_optimes_init(&optimes, runs * n_decode)) != LLB_STATUS_OK) return die("op times", st);
+    so.forward.eval_cb = kernel_optimes_cb, so.forward.eval_user = &optimes;
+  }
   if ((st = llama_session_create(b.m, &so, &b.s)) != LLB_STATUS_OK) return die("session", st);
   if (kv_dtype != BACKEND_KV_DTYPE_F16) printf("kv cache: %s\n", llama_kv_dtype_name(kv_dtype));
   if (packed_cache_dir)
@@ -227,6 +234,9 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
     printf("roofline: DRAM read %.1f GB/s, int8 peak %.1f GOPS (%s), %d threads; a token reads %.1f MB of "
            "matrices and does %.1f M int8 multiply-adds\n", rl.read_bytes_per_s / 1e9, rl.int8_ops_per_s / 1e9,
            rl.int8_path, threads, tcost.weight_bytes / 1e6, tcost.matmul_macs / 1e6);
+    printf("roofline: DRAM read runs: fastest %.1f (the bound), median %.1f, slowest %.1f GB/s of %d runs of %.0f MiB\n",
+           rl.read_bytes_per_s / 1e9, rl.read_median_bytes_per_s / 1e9, rl.read_worst_bytes_per_s / 1e9, rl.read_runs,
+           (double)rl.read_buffer_bytes / (1 << 20));
     if (rl.int8_widened_ops_per_s > 0)
       printf("roofline: avx2 int8 widened at every step (vpmaddubsw + vpmaddwd + vpaddd, ggml's AVX2 dot): "
              "%.1f GOPS\n", rl.int8_widened_ops_per_s / 1e9);
@@ -266,14 +276,18 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
     if ((st = bench_prompts(&b, B, context, seq_ids)) != LLB_STATUS_OK) return die("prompt", st);
     for (int i = 0; i < n_decode; i++)
       for (int32_t q = 0; q < B; q++) step_tokens[(int64_t)i * B + q] = seq_ids[q][context + i];
+    kernel_optimes_reset(&optimes);
     for (int r = 0; r <= runs; r++) {
       for (int32_t q = 0; q < B; q++)
         if ((st = llama_session_truncate(b.s, q, context)) != LLB_STATUS_OK) return die("decode", st);
       float *logits = NULL;
       const int64_t t0 = llb_now_ns(), c0 = cpu_ns();
-      for (int i = 0; i < n_decode; i++)
+      for (int i = 0; i < n_decode; i++) {
+        if (o->op_times && r > 0) kernel_optimes_step_begin(&optimes);
         if ((st = llama_session_decode_batch(b.s, 0, B, step_tokens + (int64_t)i * B, &logits)) != LLB_STATUS_OK)
           return die("decode", st);
+        if (o->op_times && r > 0) kernel_optimes_step_end(&optimes);
+      }
       const double s = (double)(llb_now_ns() - t0) * 1e-9;
       if (r > 0) v[r - 1] = (double)B * n_decode / s, c[r - 1] = (double)(cpu_ns() - c0) * 1e-6 / ((double)B * n_decode);
     }
@@ -286,8 +300,10 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
       printf("%-14s %9.2f of the DRAM read bound (%.2f MB a token: matrices / %d + K/V)\n", "",
              roofline_fraction(v[runs / 2], bytes, rl.read_bytes_per_s), bytes / 1e6, B);
     }
+    if (o->op_times) kernel_optimes_print(&optimes, B);
   }
 
+  kernel_optimes_free(&optimes);
   free(tokens);
   free(seq_ids);
   free(step_tokens);

@@ -30,6 +30,7 @@ struct kernel_bench_options {
   int n_batches;
   bool check;    /* the ChatML "capital of France?" prompt, greedily: fails without "Paris" */
   bool roofline; /* measure the machine's bounds first and print each rate as a fraction */
+  bool op_times; /* each decode batch's op-by-op split of a step (cmd/bench/kernel_optimes.h) */
   const char *fit_path; /* non-NULL: fit --device sim's step-time model instead and write it
                            here as JSON (kernel_fit.h); the other measurements are skipped */
   const char *fit_steps_path; /* with fit_path: fit to this --step-log of a served worker instead

@@ -21,6 +21,14 @@
 #define CPU_MATMUL_CHUNK_DOTS 256
 #define CPU_MATMUL_MIN_TILE 16
 #define CPU_MATMUL_MAX_TILE 64
+/* Rows up to which a matmul call is a decode step's (a few rows reading every weight once): its
+ * chunks are cut by the bytes of weights they read, not by row-dots. */
+#define CPU_MATMUL_DECODE_ROWS 3
+/* Weight bytes a decode chunk reads, about: long runs for the hardware prefetchers and few claims.
+ * A weight is cut into round(bytes / it) chunks, at least one: under 1.5 times it, one chunk
+ * (SmolLM2's Q, K, V and output projection: 62-187 KiB; a call of one such weight runs on the
+ * caller with no hand-off at all, one of Q, K and V shares three chunks). */
+#define CPU_MATMUL_DECODE_CHUNK_BYTES (128 * 1024)
 /* Largest rotated dims per head RoPE takes. */
 #define CPU_ROPE_MAX_DIMS 1024
 
@@ -197,7 +205,7 @@ struct matmul_task {
   cpu_packed_float_fn packed_f[CPU_MATMUL_MAX_WEIGHTS]; /* FLOAT panels' kernel (x as it is) */
   cpu_packed_bf16_fn packed_bf[CPU_MATMUL_MAX_WEIGHTS]; /* BF16 panels on AVX512_BF16 (x as bf16) */
   int64_t rows_per_chunk;                   /* quantization phase */
-  int64_t tile;                             /* output columns per chunk */
+  int64_t tile[CPU_MATMUL_MAX_WEIGHTS];     /* output columns per chunk of each weight */
   int64_t chunk_end[CPU_MATMUL_MAX_WEIGHTS]; /* cumulative chunks of weights 0..j */
 };
 
@@ -277,7 +285,7 @@ static void matmul_chunk(void *arg, int64_t chunk, int ith) {
   const struct backend_weight *w = t->w[j];
   const int64_t n_out = w->rows;
   int64_t c0, c1;
-  chunk_range(chunk - first, t->tile, n_out, &c0, &c1);
+  chunk_range(chunk - first, t->tile[j], n_out, &c0, &c1);
   float *out = t->out[j];
   if (t->packed[j]) {
     packed_columns(t, j, c0, c1);
@@ -316,6 +324,23 @@ static int act_kind(const struct matmul_task *t, int j) {
   return t->packed_bf[j] ? -3 : t->packed_f[j] ? -2 : t->packed[j] ? -1 : (int)cpu_vec_dot_type(t->w[j]->type);
 }
 
+/* Output columns per chunk of w in a call of n_rows rows, whole panels (a multiple of the gemm
+ * tile too). Up to CPU_MATMUL_DECODE_ROWS rows: w cut into chunks of ~CPU_MATMUL_DECODE_CHUNK_BYTES
+ * of its rows (64 columns before, ~20 KiB of a 576-wide Q4_0 weight: a SmolLM2 decode step made
+ * 3200 claims, each thread's stream broken every chunk). More rows: ~CPU_MATMUL_CHUNK_DOTS
+ * row-dots, clamped to [CPU_MATMUL_MIN_TILE, CPU_MATMUL_MAX_TILE]. */
+static int64_t matmul_tile(const struct backend_weight *w, int32_t n_rows) {
+  if (n_rows <= CPU_MATMUL_DECODE_ROWS) {
+    const int64_t bytes = w->rows * (int64_t)w->row_bytes;
+    int64_t n = (bytes + CPU_MATMUL_DECODE_CHUNK_BYTES / 2) / CPU_MATMUL_DECODE_CHUNK_BYTES;
+    n = n < 1 ? 1 : n;
+    return ceil_div(ceil_div(w->rows, n), CPU_PACK_COLS) * CPU_PACK_COLS;
+  }
+  int64_t tile = CPU_MATMUL_CHUNK_DOTS / n_rows;
+  tile = tile < CPU_MATMUL_MIN_TILE ? CPU_MATMUL_MIN_TILE : tile > CPU_MATMUL_MAX_TILE ? CPU_MATMUL_MAX_TILE : tile;
+  return tile - tile % CPU_PACK_COLS;
+}
+
 llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
                       const struct backend_weight *const *w, float *const *out, int32_t n_w) {
   if (n_w < 1 || n_w > CPU_MATMUL_MAX_WEIGHTS)
@@ -328,10 +353,6 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
   if (t.k > c->params.max_row_elems)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "matmul row of %lld (max %lld)", (long long)t.k,
                     (long long)c->params.max_row_elems);
-  /* columns per chunk: ~CPU_MATMUL_CHUNK_DOTS row-dots, a multiple of the tile width */
-  int64_t tile = CPU_MATMUL_CHUNK_DOTS / (n_rows > 0 ? n_rows : 1);
-  tile = tile < CPU_MATMUL_MIN_TILE ? CPU_MATMUL_MIN_TILE : tile > CPU_MATMUL_MAX_TILE ? CPU_MATMUL_MAX_TILE : tile;
-  t.tile = tile - tile % CPU_PACK_COLS; /* whole panels, and a multiple of the gemm tile */
   int64_t n_chunks = 0;
   for (int j = 0; j < n_w; j++) {
     const enum ggml_type ty = w[j]->type;
@@ -361,7 +382,8 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
         t.act[j] = t.act[i];
         break;
       }
-    n_chunks += ceil_div(w[j]->rows, t.tile);
+    t.tile[j] = matmul_tile(w[j], n_rows);
+    n_chunks += ceil_div(w[j]->rows, t.tile[j]);
     t.chunk_end[j] = n_chunks;
   }
   if (n_rows == 0) return LLB_STATUS_OK;

@@ -4,7 +4,8 @@
  * that still answers "Paris" on the default model (skipped without it); --fit-steps reads a
  * worker's --step-log, lines with "first" and lines written before it, and fits the model the
  * steps came from, the first-step-after-idle term with it; --kernel times one packed kernel
- * after checking it against the scalar one, and refuses an unknown type or a bad shape. */
+ * after checking it against the scalar one, and refuses an unknown type or a bad shape;
+ * --op-times prints each decode step split at every op the forward reports. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -144,6 +145,37 @@ static void test_decode_after_long_prompts(void **s) {
   free(out);
 }
 
+/* Calls per step of the op line named `name` in --op-times output, -1 if there is none. */
+static double op_calls(const char *out, const char *name) {
+  char key[64];
+  snprintf(key, sizeof(key), " %s ", name);
+  const char *at = strstr(out, key);
+  double calls = -1.0;
+  if (at && sscanf(at + strlen(key), "%lf", &calls) != 1) calls = -1.0;
+  return calls;
+}
+
+/* --op-times splits each timed decode step of the default model at every op the forward
+ * reports: the logits matmul once a step, each layer's ops once per layer, and the totals. */
+static void test_op_times_split_a_step_op_by_op(void **s) {
+  (void)s;
+  if (access(model_path, R_OK) != 0) skip();
+  struct kernel_bench_options o = small();
+  o.op_times = true;
+  o.batches[0] = 1;
+  char *out = NULL;
+  assert_int_equal(run_captured(&o, &out), 0);
+  if (!strstr(out, "op times of a 1-row step (medians of 2 steps") || !strstr(out, "= matmuls") ||
+      !strstr(out, "= other ops"))
+    fail_msg("no op-times table for 2 decode steps:\n%s", out);
+  const double layers = op_calls(out, "attn_norm");
+  if (layers < 1.0 || op_calls(out, "kqv_out") != layers || op_calls(out, "ffn_out") != layers ||
+      op_calls(out, "result_output") != 1.0)
+    fail_msg("op calls a step: attn_norm %g, kqv_out %g, ffn_out %g, result_output %g:\n%s", layers,
+             op_calls(out, "kqv_out"), op_calls(out, "ffn_out"), op_calls(out, "result_output"), out);
+  free(out);
+}
+
 /* A step log of steps priced by a known model, some the first after idle, the first lines in
  * the format from before "first" existed (they read as 0): --fit-steps gives the model back. */
 static void test_fit_steps_recovers_the_first_step_after_idle(void **s) {
@@ -204,6 +236,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_kernel_only_prints_a_checked_rate),
       cmocka_unit_test(test_kernel_only_refuses_bad_type_and_shape),
       cmocka_unit_test(test_decode_after_long_prompts),
+      cmocka_unit_test(test_op_times_split_a_step_op_by_op),
       cmocka_unit_test(test_fit_steps_recovers_the_first_step_after_idle),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -303,6 +303,64 @@ static void test_packed_matmul_equals_reference_on_every_level(void **state) {
   }
 }
 
+/* A decode-sized call (1-3 rows) cuts each weight into chunks by its bytes (~128 KiB, ops.c
+ * matmul_tile), so the weights of one call have chunks of different widths, the last of each
+ * narrower: three weights of 329, 61 and 239 KiB (3, 1 and 2 chunks) in one call, on 1 and 2
+ * threads and every level, give every output the reference's bits; 4 rows (row-dot chunks)
+ * too. */
+static void test_matmul_of_weights_cut_into_unequal_chunks_equals_reference(void **state) {
+  (void)state;
+  const struct backend_ops *ops = backend_cpu_ops();
+  const int64_t k = 576;
+  const enum ggml_type types[3] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0};
+  const int64_t rows[3] = {1040, 192, 400};
+  uint8_t *data[3];
+  size_t rb[3];
+  void *packed[3];
+  struct backend_weight w[3];
+  const struct backend_weight *ws[3];
+  float *outs[3];
+  for (int j = 0; j < 3; j++) {
+    data[j] = random_weight(types[j], rows[j], k, &rb[j]);
+    w[j] = (struct backend_weight){.type = types[j], .rows = rows[j], .cols = k, .row_bytes = rb[j], .data = data[j]};
+    const size_t pb = ops->pack_bytes(&w[j]);
+    assert_true(pb > 0);
+    packed[j] = aligned_alloc(64, (pb + 63) / 64 * 64);
+    assert_int_equal(ops->pack(&w[j], packed[j]), LLB_STATUS_OK);
+    w[j].packed = packed[j];
+    ws[j] = &w[j];
+    outs[j] = malloc(4 * (size_t)rows[j] * sizeof(float));
+  }
+  float *x = malloc(4 * (size_t)k * sizeof(float));
+  for (int64_t i = 0; i < 4 * k; i++) x[i] = rndf();
+  for (int threads = 1; threads <= 2; threads++) {
+    struct backend_ctx *c = make_ctx(threads);
+    for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++)
+      for (int32_t n_rows = 1; n_rows <= 4; n_rows++) {
+        cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
+        for (int j = 0; j < 3; j++) memset(outs[j], 0xFF, 4 * (size_t)rows[j] * sizeof(float));
+        assert_int_equal(ops->matmul(c, x, n_rows, ws, outs, 3), LLB_STATUS_OK);
+        for (int j = 0; j < 3; j++)
+          for (int32_t r = 0; r < n_rows; r++)
+            for (int64_t col = 0; col < rows[j]; col++) {
+              const float ref = output_ref(types[j], data[j] + (size_t)col * rb[j], x + (int64_t)r * k, k);
+              const float got = outs[j][(int64_t)r * rows[j] + col];
+              if (memcmp(&ref, &got, sizeof ref) != 0)
+                fail_msg("weight %d (%s %lldx%lld), %d rows, level %d, %d threads: out[%d][%lld] = %.9g, reference %.9g",
+                         j, ggml_type_name(types[j]), (long long)rows[j], (long long)k, n_rows, lvl, threads, r,
+                         (long long)col, got, ref);
+            }
+      }
+    ops->ctx_destroy(c);
+  }
+  for (int j = 0; j < 3; j++) {
+    free(outs[j]);
+    free(packed[j]);
+    free(data[j]);
+  }
+  free(x);
+}
+
 /* A matmul of 70 rows: on AVX2 the staged kernels take CPU_PACKED_MANY_ROWS (64) rows a call,
  * then the 6 left; 18 and 24 blocks, a whole run of staged blocks and part of one. */
 static void test_packed_matmul_of_many_rows_equals_reference(void **state) {
@@ -695,6 +753,7 @@ int main(void) {
       cmocka_unit_test(test_packed_matmul_equals_reference_on_every_level),
       cmocka_unit_test(test_kernel_calls_of_every_row_count_give_each_row_its_own_bits),
       cmocka_unit_test(test_packed_kernels_at_saturated_quants_equal_scalar),
+      cmocka_unit_test(test_matmul_of_weights_cut_into_unequal_chunks_equals_reference),
       cmocka_unit_test(test_packed_matmul_of_many_rows_equals_reference),
       cmocka_unit_test(test_many_row_kernels_give_each_row_its_own_bits),
       cmocka_unit_test(test_float_panels_equal_one_fma_chain_on_every_level),

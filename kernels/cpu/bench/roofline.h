@@ -8,12 +8,16 @@
 #ifndef LLB_KERNELS_CPU_BENCH_ROOFLINE_H
 #define LLB_KERNELS_CPU_BENCH_ROOFLINE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
 
 struct roofline {
-  double read_bytes_per_s; /* DRAM read bandwidth, bytes/s (median of the repeats) */
+  double read_bytes_per_s; /* DRAM read bandwidth, bytes/s: the fastest of read_runs runs */
+  double read_median_bytes_per_s, read_worst_bytes_per_s; /* the median and slowest run, bytes/s */
+  int read_runs;
+  size_t read_buffer_bytes; /* bytes each run reads (the threads' slices together) */
   double int8_ops_per_s;   /* int8 multiply-adds x 2 per second, all threads */
   /* AVX2 only (else 0): the same with a vpmaddwd and vpaddd after every vpmaddubsw (ggml's AVX2
    * dot step, which widens every 32 products to int32); int8_ops_per_s adds them in int16 (the
@@ -24,8 +28,10 @@ struct roofline {
   int threads;
 };
 
-/* Measures both ceilings with `threads` threads (1..256): the read bandwidth streams a
- * 512 MiB buffer (far past any last-level cache) 5 times (median), the int8 peak runs
+/* Measures both ceilings with `threads` threads (1..256): the read bandwidth streams a buffer
+ * of 512 MiB or 8x the L3 if larger, in 2 MiB pages (MADV_HUGEPAGE, as the packed weights), 21
+ * times, all threads at once from a common start (their slices together over the span from the
+ * first start to the last end), the fastest run the bound (the median and slowest kept); the int8 peak runs
  * independent dot-product chains in registers on the best SIMD level of this CPU (AVX2: also
  * widened at every step), the best of 3 runs, a run's rate the sum of its threads' fastest of
  * 400 timed slices (~30 us each: on a loaded machine some run undisturbed); ~1-2 s in all.
