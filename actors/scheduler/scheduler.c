@@ -399,14 +399,19 @@ static struct sched_request *pick_victim(const struct scheduler *s) {
 
 /* A pending resync lists every held block, and its KVStep must fit the bus: while more than
  * max_resync_blocks are held, running requests are preempted (pick_victim's order) until it
- * fits. Exports cannot be: past the limit with only them held, the round trip still fails
- * (logged here first). Sets *preempted when it preempted any (no admission this step). */
+ * fits. Exports and waiting requests' blocks cannot be: when the blocks running requests hold
+ * (an over-count where they share cached blocks) could not bring it under the limit, none is
+ * preempted and the round trip still fails (logged here). Sets *preempted when it preempted
+ * any (no admission this step). */
 static llb_status fit_resync(struct scheduler *s, bool *preempted) {
   const int32_t max = s->cfg.max_resync_blocks, before = s->cfg.num_blocks - s->num_free;
   if (!s->kv_resync_pending || max <= 0 || before <= max) return LLB_STATUS_OK;
+  int64_t running_held = 0;
+  for (int32_t i = 0; i < s->num_running; i++) running_held += s->running[i]->num_block_ids;
   llb_status st = LLB_STATUS_OK;
   int32_t n = 0;
-  for (; !st && s->num_running > 0 && s->cfg.num_blocks - s->num_free > max; n++) st = preempt(s, pick_victim(s));
+  if (before - running_held <= max)
+    for (; !st && s->num_running > 0 && s->cfg.num_blocks - s->num_free > max; n++) st = preempt(s, pick_victim(s));
   const int32_t held = s->cfg.num_blocks - s->num_free;
   if (held > max)
     LLB_LOG_ERROR("kv_resync_too_large", "step=%llu held=%d max_resync_blocks=%d preempted=%d exports=%d",

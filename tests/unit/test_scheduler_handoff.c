@@ -299,6 +299,46 @@ static void a_kv_manager_restart_keeps_held_exports_through_the_resync(void **st
   h_fini(&h);
 }
 
+/* A resync over its limit (max_resync_blocks) whose held list the exports alone keep over it:
+ * preempting running requests could not make it fit, so none is preempted (the round trip
+ * fails as it would have; the running request keeps its progress). */
+static void a_resync_that_exports_keep_over_its_limit_preempts_nothing(void **state) {
+  (void)state;
+  struct sched_config c;
+  config(&c);
+  c.num_blocks = 16;
+  c.kv_transfer = true;
+  c.async_scheduling = false;
+  c.max_resync_blocks = 2;
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "p", 10, 8, 0, 0);
+  h_step(&h);
+  struct sched_engine_outputs side;
+  sched_engine_outputs_init(&side);
+  assert_int_equal(sched_hand_off(h.s, "p", &side), LLB_STATUS_OK);
+  sched_engine_outputs_free(&side);
+  sched_kv_tick(h.s, true, 1.0);
+  h_schedule(&h);
+  assert_int_equal(h.out.num_kv_sends, 1); /* p's 3 blocks held for the decode engine */
+  kv_report(&h, NULL, 0, NULL, 0, NULL, 0);
+  h_add(&h, "r", 6, 8, 0, 0);
+  h_step(&h);
+  assert_int_equal(sched_find_request(h.s, "r")->status, SCHED_REQUEST_STATUS_RUNNING);
+  const int32_t r_blocks = sched_find_request(h.s, "r")->num_block_ids;
+  assert_true(r_blocks > 0);
+  sched_kv_resync(h.s);
+  h_add(&h, "s", 6, 8, 0, 0); /* its allocation takes the resync to the kv_manager now */
+  assert_true(h_schedule(&h));
+  assert_true(h.step.resync);
+  assert_int_equal(h.step.num_held_block_ids, 3 + r_blocks);
+  assert_int_equal(sched_find_request(h.s, "r")->status, SCHED_REQUEST_STATUS_RUNNING);
+  struct sched_stats st;
+  sched_get_stats(h.s, &st);
+  assert_int_equal(st.num_preemptions, 0);
+  h_fini(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_request_handed_off_after_its_first_token_leaves_with_its_blocks_freed),
@@ -307,6 +347,7 @@ int main(void) {
       cmocka_unit_test(a_hand_off_waits_for_its_kv_then_decodes_or_recomputes),
       cmocka_unit_test(a_receiving_request_preempted_is_named_and_recomputed),
       cmocka_unit_test(a_kv_manager_restart_keeps_held_exports_through_the_resync),
+      cmocka_unit_test(a_resync_that_exports_keep_over_its_limit_preempts_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
