@@ -213,7 +213,10 @@ static const char *kernel_only_level_name(enum cpu_simd_level l) {
 /* Times `passes` passes; prints the fastest and the median against the one-thread peak. */
 static int kernel_only_time(struct kernel_only_run *r, int passes, const struct roofline *rl) {
   double *s = malloc(sizeof(double) * (size_t)passes);
-  if (!s) return 1;
+  if (!s) {
+    fprintf(stderr, "llmbus-kernel-bench: --kernel: out of memory for %d passes\n", passes);
+    return 1;
+  }
   for (int p = 0; p < passes; p++) {
     const int64_t t0 = llb_now_ns();
     kernel_only_pass(r, r->fn, r->calls_of, r->out);
