@@ -73,6 +73,30 @@ static uint8_t *random_weight(enum ggml_type t, int64_t rows, int64_t cols, size
   return p;
 }
 
+/* A random weight of type t (rows x k, GGUF layout in *data, the caller frees both) packed:
+ * returns the packed bytes (*pb of them). */
+static uint8_t *packed_random_weight(enum ggml_type t, int64_t rows, int64_t k, uint8_t **data, size_t *pb) {
+  size_t row_bytes;
+  *data = random_weight(t, rows, k, &row_bytes);
+  const struct backend_weight w = {t, rows, k, row_bytes, *data, NULL};
+  *pb = cpu_pack_bytes(&w);
+  assert_true(*pb > 0);
+  uint8_t *packed = malloc(*pb);
+  assert_int_equal(cpu_pack_weight(&w, packed), LLB_STATUS_OK);
+  return packed;
+}
+
+/* n activation rows of k random values in [-1, 1), quantized (the caller frees each). */
+static void random_act_rows(block_q8_x **act, int n, int64_t k) {
+  float *x = malloc((size_t)k * sizeof *x);
+  for (int r = 0; r < n; r++) {
+    act[r] = malloc((size_t)(k / 32) * sizeof(block_q8_x));
+    for (int64_t i = 0; i < k; i++) x[i] = rndf();
+    cpu_quantize_act_row_x(CPU_SIMD_LEVEL_SCALAR, x, act[r], k);
+  }
+  free(x);
+}
+
 static float h2f(const uint8_t *p) {
   uint16_t h;
   memcpy(&h, p, 2);
@@ -383,20 +407,11 @@ static void test_many_row_kernels_give_each_row_its_own_bits(void **state) {
   const int counts[] = {3, 33, CPU_PACKED_MANY_ROWS};
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     const int64_t rows = 32, k = is_super(types[ti]) ? 768 : 576, nb = k / 32;
-    size_t row_bytes;
-    uint8_t *data = random_weight(types[ti], rows, k, &row_bytes);
-    const struct backend_weight w = {types[ti], rows, k, row_bytes, data, NULL};
-    const size_t pb = cpu_pack_bytes(&w);
-    assert_true(pb > 0);
-    uint8_t *packed = malloc(pb);
-    assert_int_equal(cpu_pack_weight(&w, packed), LLB_STATUS_OK);
+    uint8_t *data;
+    size_t pb;
+    uint8_t *packed = packed_random_weight(types[ti], rows, k, &data, &pb);
     block_q8_x *act[CPU_PACKED_MANY_ROWS];
-    float x[768];
-    for (int r = 0; r < CPU_PACKED_MANY_ROWS; r++) {
-      act[r] = malloc((size_t)nb * sizeof(block_q8_x));
-      for (int64_t i = 0; i < k; i++) x[i] = rndf();
-      cpu_quantize_act_row_x(CPU_SIMD_LEVEL_SCALAR, x, act[r], k);
-    }
+    random_act_rows(act, CPU_PACKED_MANY_ROWS, k);
     const int fam = cpu_pack_kind(types[ti], NULL);
     const bool staged = fam == CPU_PACK_FAMILY_NIBBLE || fam == CPU_PACK_FAMILY_UNSIGNED || fam == CPU_PACK_FAMILY_K6;
     for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
@@ -520,20 +535,11 @@ static void test_kernel_calls_of_every_row_count_give_each_row_its_own_bits(void
                                   GGML_TYPE_IQ4_XS};
   const int64_t rows = 32, k = 512, nb = k / 32;
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-    size_t row_bytes;
-    uint8_t *data = random_weight(types[ti], rows, k, &row_bytes);
-    const struct backend_weight w = {types[ti], rows, k, row_bytes, data, NULL};
-    const size_t pb = cpu_pack_bytes(&w);
-    assert_true(pb > 0);
-    uint8_t *packed = malloc(pb);
-    assert_int_equal(cpu_pack_weight(&w, packed), LLB_STATUS_OK);
+    uint8_t *data;
+    size_t pb;
+    uint8_t *packed = packed_random_weight(types[ti], rows, k, &data, &pb);
     block_q8_x *act[CPU_PACKED_MAX_ROWS];
-    float x[512];
-    for (int r = 0; r < CPU_PACKED_MAX_ROWS; r++) {
-      act[r] = malloc((size_t)nb * sizeof(block_q8_x));
-      for (int64_t i = 0; i < k; i++) x[i] = rndf();
-      cpu_quantize_act_row_x(CPU_SIMD_LEVEL_SCALAR, x, act[r], k);
-    }
+    random_act_rows(act, CPU_PACKED_MAX_ROWS, k);
     for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
       const cpu_packed_fn fn = cpu_packed_select(types[ti], (enum cpu_simd_level)lvl);
       assert_non_null(fn);
