@@ -236,6 +236,19 @@ static void a_receiving_request_preempted_is_named_and_recomputed(void **state) 
   h_fini(&h);
 }
 
+/* "p" (10 tokens, 3 blocks) computes its prompt, is handed off, and the next step exports its
+ * blocks (the engine's first poll). */
+static void export_p(struct harness *h) {
+  h_add(h, "p", 10, 8, 0, 0);
+  h_step(h);
+  struct sched_engine_outputs side;
+  sched_engine_outputs_init(&side);
+  assert_int_equal(sched_hand_off(h->s, "p", &side), LLB_STATUS_OK);
+  sched_engine_outputs_free(&side);
+  sched_kv_tick(h->s, true, 1.0);
+  h_schedule(h);
+}
+
 /* The kv_manager restarted while an export was held (its new instance thinks every block
  * free, and refuses the first step as it knows nothing): the actor's recovery resyncs, the
  * export keeps its blocks (they are listed as held), the next request gets other blocks, the
@@ -249,14 +262,7 @@ static void a_kv_manager_restart_keeps_held_exports_through_the_resync(void **st
   c.async_scheduling = false;
   struct harness h;
   h_init(&h, &c);
-  h_add(&h, "p", 10, 8, 0, 0);
-  h_step(&h);
-  struct sched_engine_outputs side;
-  sched_engine_outputs_init(&side);
-  assert_int_equal(sched_hand_off(h.s, "p", &side), LLB_STATUS_OK);
-  sched_engine_outputs_free(&side);
-  sched_kv_tick(h.s, true, 1.0);
-  h_schedule(&h);
+  export_p(&h);
   assert_int_equal(h.out.num_kv_sends, 1);
   const uint64_t epoch = h.out.kv_epoch;
   assert_true(epoch != 0);
@@ -312,14 +318,7 @@ static void a_resync_that_exports_keep_over_its_limit_preempts_nothing(void **st
   c.max_resync_blocks = 2;
   struct harness h;
   h_init(&h, &c);
-  h_add(&h, "p", 10, 8, 0, 0);
-  h_step(&h);
-  struct sched_engine_outputs side;
-  sched_engine_outputs_init(&side);
-  assert_int_equal(sched_hand_off(h.s, "p", &side), LLB_STATUS_OK);
-  sched_engine_outputs_free(&side);
-  sched_kv_tick(h.s, true, 1.0);
-  h_schedule(&h);
+  export_p(&h);
   assert_int_equal(h.out.num_kv_sends, 1); /* p's 3 blocks held for the decode engine */
   kv_report(&h, NULL, 0, NULL, 0, NULL, 0);
   h_add(&h, "r", 6, 8, 0, 0);
