@@ -41,11 +41,13 @@ struct rl_job {
 };
 
 /* A read run's thread: waits until every thread of the run has started (the run's time is not
- * thread creation), then sums its slice, timing itself. */
+ * thread creation), at most a second (a thread that failed to start never counts itself: the
+ * run is then dropped, run_threads joins the others), then sums its slice, timing itself. */
 static void *read_slice(void *arg) {
   struct rl_job *j = arg;
   atomic_fetch_add(j->ready, 1);
-  while (atomic_load(j->ready) < j->n_threads) {
+  const int64_t give_up = llb_now_ns() + 1000000000;
+  while (atomic_load(j->ready) < j->n_threads && llb_now_ns() < give_up) {
   }
   j->t0 = llb_now_ns();
   uint64_t s[8] = {0};
