@@ -177,7 +177,10 @@ static void idle_sleep(struct cpu_threadpool *p, uint32_t done_gen, uint64_t *wo
 
 /* Worker w waits for an op newer than done_gen: spins (the next op of a step follows within
  * microseconds) and sleeps on a futex once the pool is parked, CPU_POOL_SPIN_NS have passed, or
- * (looked at every CPU_POOL_LOOK_NS after the first wait_spin_ns) the caller is off its core or
+ * (looked at every CPU_POOL_LOOK_NS after the first wait_spin_ns, times the workers: reading
+ * another thread's CPU clock is a system call that takes the lock of that thread's run queue,
+ * so the caller's clock is read about once per CPU_POOL_LOOK_NS whatever the pool's size; not
+ * measured beyond 2 threads here) the caller is off its core or
  * blocked: no op can come until the caller runs again, and a spinning worker would hold a core
  * the caller (or whatever preempted it) could use. Returns true when w was left out of the
  * active threads meanwhile; *word is the last work word read. */
@@ -192,7 +195,7 @@ static bool idle_wait(struct cpu_threadpool *p, const struct cpu_worker *w, uint
     if ((uint32_t)w->ith >= atomic_load(&p->active)) return true;
     const int64_t now = mono_ns();
     bool sleep = atomic_load_explicit(&p->parked, memory_order_relaxed) || now - t0 > CPU_POOL_SPIN_NS;
-    if (!sleep && now - t0 >= p->wait_spin_ns && now - looked >= CPU_POOL_LOOK_NS) {
+    if (!sleep && now - t0 >= p->wait_spin_ns && now - looked >= CPU_POOL_LOOK_NS * (int64_t)(p->n_threads - 1)) {
       sleep = caller_off_core(p, &caller_cpu, looked ? now - looked : 0);
       looked = now;
     }
