@@ -2,6 +2,7 @@
 # test starts itself (tests/integration/nats_test_server.{c,h}, reusable by other areas).
 add_library(llmbus_nats_test_server STATIC ${CMAKE_CURRENT_LIST_DIR}/nats_test_server.c)
 target_include_directories(llmbus_nats_test_server PUBLIC ${CMAKE_SOURCE_DIR})
+target_link_libraries(llmbus_nats_test_server PUBLIC llmbus_bus PkgConfig::CMOCKA)
 
 llb_add_test(test_bus_subject_trace SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bus_subject_trace.c
              LIBS llmbus_bus PkgConfig::CMOCKA LABELS unit bus)

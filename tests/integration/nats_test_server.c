@@ -1,5 +1,15 @@
 #include "tests/integration/nats_test_server.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "base/status.h"
+#include "bus/bus.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -215,4 +225,16 @@ void nats_test_server_stop(struct nats_test_server *s) {
     remove_tree(s->dir);
     s->dir[0] = '\0';
   }
+}
+
+struct bus *nats_test_connect(const char *url, const char *name, const char *prefix) {
+  struct bus_options o;
+  bus_options_init(&o);
+  o.urls = url;
+  o.name = name;
+  if (prefix) o.prefix = prefix;
+  o.install_signal_handlers = false;
+  struct bus *b = NULL;
+  if (bus_connect(&o, &b) != LLB_STATUS_OK) fail_msg("bus_connect %s to %s: %s", name, url, llb_err_last());
+  return b;
 }

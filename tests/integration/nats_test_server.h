@@ -18,6 +18,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+struct bus;
+
 struct nats_test_server {
   pid_t pid;          /* 0 when not running */
   int port;           /* the port it listens on */
@@ -52,5 +54,10 @@ bool nats_test_port_open(int port);
  * predicate's last value. For conditions that cannot be waited on with a condition variable
  * (files, /proc, another process). */
 bool nats_test_wait_until(bool (*pred)(void *arg), void *arg, int timeout_ms);
+
+/* Connects a bus named `name` to `url` with subject prefix `prefix` (NULL: the default "llm"),
+ * without signal handlers. Inside a cmocka test: fails the test (fail_msg, the bus error)
+ * when it cannot connect, so it never returns NULL. The caller owns the bus (bus_close). */
+struct bus *nats_test_connect(const char *url, const char *name, const char *prefix);
 
 #endif

@@ -25,15 +25,7 @@
 static struct nats_test_server srv;
 
 static struct bus *connect_or_fail(const char *name) {
-  struct bus_options o;
-  bus_options_init(&o);
-  o.urls = srv.url;
-  o.name = name;
-  o.install_signal_handlers = false;
-  struct bus *b = NULL;
-  llb_status st = bus_connect(&o, &b);
-  if (st != LLB_STATUS_OK) fail_msg("bus_connect: %s", llb_err_last());
-  return b;
+  return nats_test_connect(srv.url, name, NULL);
 }
 
 /* A counter with a condition to wait on. */

@@ -161,14 +161,7 @@ static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
 }
 
 static struct bus *connect_or_fail(const char *url, const char *name) {
-  struct bus_options o;
-  bus_options_init(&o);
-  o.urls = url;
-  o.name = name;
-  o.install_signal_handlers = false;
-  struct bus *b = NULL;
-  if (bus_connect(&o, &b) != LLB_STATUS_OK) fail_msg("bus_connect: %s", llb_err_last());
-  return b;
+  return nats_test_connect(url, name, NULL);
 }
 
 static void start_scheduler(struct fixture *f) {
