@@ -181,13 +181,15 @@ static fb::Offset<void> build_kv_fetch_request(Enc &e, const llb_kv_fetch_reques
   auto id = e.str(m.request_id, "request_id", true);
   if (!e.ok() || !fetch_ok(e, LLB_STATUS_INVALID_ARGUMENT, m))
     return 0;
-  return llmbus::CreateKVFetchRequest(e.b, LLB_SCHEMA_VERSION, id, m.first_block, m.num_blocks, m.last).Union();
+  return llmbus::CreateKVFetchRequest(e.b, LLB_SCHEMA_VERSION, id, m.first_block, m.num_blocks, m.last, m.generation)
+      .Union();
 }
 
 static bool read_kv_fetch_request(Dec &d, const llmbus::KVFetchRequest &t, llb_kv_fetch_request &m) {
   m.first_block = t.first_block();
   m.num_blocks = t.num_blocks();
   m.last = t.last();
+  m.generation = t.generation();
   return d.str(t.request_id(), &m.request_id, "request_id", true) && fetch_ok(d, LLB_STATUS_MALFORMED, m);
 }
 
@@ -225,6 +227,9 @@ bool chunk_ok(Ctx &c, llb_status bad, const llb_kv_transfer_chunk &m) {
     return c.fail(bad, "status", "unknown value %d", (int)m.status);
   if (m.first_block < 0 || m.num_tokens < 0)
     return c.fail(bad, "first_block", "first_block %d, num_tokens %d: both >= 0", m.first_block, m.num_tokens);
+  if (m.status == LLB_KV_TRANSFER_NOT_READY && m.generation != 0)
+    return c.fail(bad, "generation", "%llu with status NotReady (no export found: 0)",
+                  (unsigned long long)m.generation);
   if (m.data_len > LLB_KV_MAX_CHUNK_DATA_BYTES)
     return c.fail(bad, "data", "%zu bytes, at most %zu", m.data_len, LLB_KV_MAX_CHUNK_DATA_BYTES);
   if (m.status != LLB_KV_TRANSFER_OK) {
@@ -274,6 +279,7 @@ static fb::Offset<void> build_kv_transfer_chunk(Enc &e, const llb_kv_transfer_ch
   t.add_checksum(llb_kv_transfer_chunk_checksum(&m));
   t.add_status(static_cast<llmbus::KVTransferStatus>(m.status));
   t.add_error(err);
+  t.add_generation(m.generation);
   return t.Finish().Union();
 }
 
@@ -289,6 +295,7 @@ static bool read_kv_transfer_chunk(Dec &d, const llmbus::KVTransferChunk &t, llb
   m.num_tokens = t.num_tokens();
   m.checksum = t.checksum();
   m.status = (int32_t)t.status();
+  m.generation = t.generation();
   int32_t n = 0;
   if (!d.str(t.request_id(), &m.request_id, "request_id", true) || !d.vec(t.data(), &m.data, &n, "data") ||
       !dec_error(d, t.error(), &m.error, "error"))

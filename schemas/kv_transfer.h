@@ -28,13 +28,15 @@ extern "C" {
  * export's KVSendRequest.block_ids, never cache block ids. Checked both ways: request_id 1..
  * LLB_KV_REQ_ID_MAX bytes, first_block >= 0, num_blocks in [1, LLB_KV_MAX_BLOCKS_PER_REQ] (0 only
  * with last: a release, the fetcher failed or gave up and needs nothing of the export),
- * first_block + num_blocks <= LLB_KV_MAX_BLOCKS_PER_REQ. */
+ * first_block + num_blocks <= LLB_KV_MAX_BLOCKS_PER_REQ. generation: any value (0 = not known;
+ * absent on old messages: 0); the exporter checks it against its export's. */
 struct llb_kv_fetch_request {
   uint16_t version;
   struct llb_str request_id;
   int32_t first_block;
   int32_t num_blocks;
-  bool last; /* the fetcher's last request of this export: it ends once these blocks are served */
+  bool last;           /* the fetcher's last request of this export (the export ends on a release) */
+  uint64_t generation; /* the export's, from an earlier reply; 0 = not known yet: any export of the id */
 };
 
 /* kv_transfer.fbs KVTransferStatus. */
@@ -56,7 +58,9 @@ enum llb_kv_transfer_status {
  * block_size, num_layers, num_kv_heads, head_dim, kv_cache_dtype as 4 bytes, block_bytes,
  * num_tokens, status as 4 bytes), the request_id bytes, then data. The encoder computes it (the
  * view's value is ignored); the decoder recomputes it and refuses a mismatch (MALFORMED naming
- * KVTransferChunk.checksum), and fills the view's with the wire value. */
+ * KVTransferChunk.checksum), and fills the view's with the wire value. generation is outside the
+ * checksum (so that old peers' chunks still check); NotReady (no export found) carries 0, checked
+ * both ways. */
 struct llb_kv_transfer_chunk {
   uint16_t version;
   struct llb_str request_id;         /* required: as fetched */
@@ -74,6 +78,8 @@ struct llb_kv_transfer_chunk {
   uint32_t checksum;
   int32_t status;                    /* enum llb_kv_transfer_status (checked in range) */
   struct llb_error_info error;       /* status != OK: code != 0 */
+  uint64_t generation;               /* the export's (never 0 from this exporter); 0: none found, or an
+                                        exporter older than the field */
 };
 
 /* CRC-32 of a chunk's header fields and data as defined above (what encode writes). */

@@ -87,8 +87,8 @@ struct llb_kv_recv_request {
 };
 
 /* A request whose KV this engine exports (prefill side): block_ids are served to fetches naming
- * req_id until every block was fetched once or expires_in_s passed; then req_id is reported in
- * finished_sending. num_block_ids = ceil(num_tokens / block_size). */
+ * req_id until the fetcher releases the export (naming its generation: kv_transfer.fbs) or
+ * expires_in_s passed; then req_id is reported in finished_sending. num_block_ids = ceil(num_tokens / block_size). */
 struct llb_kv_send_request {
   struct llb_str req_id;     /* required: this engine's request id */
   const int32_t *block_ids;  /* [num_block_ids] this worker's blocks holding the KV, in order */

@@ -8,18 +8,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct kv_export {
   char id[LLB_KV_REQ_ID_MAX + 1];
   int32_t *block_ids; /* [num_blocks] cache block ids, in order */
-  uint8_t *read;      /* [num_blocks] 1 once served */
-  int32_t num_blocks, num_read, num_tokens;
+  int32_t num_blocks, num_tokens;
+  uint64_t generation; /* unique per export of an id, never 0 */
   int64_t deadline_ns;
 };
 
 struct tombstone {
   char id[LLB_KV_REQ_ID_MAX + 1];
-  enum llb_kv_transfer_status status; /* UNKNOWN (read completely) or EXPIRED */
+  enum llb_kv_transfer_status status; /* UNKNOWN (released) or EXPIRED */
 };
 
 struct kv_export_registry {
@@ -28,6 +29,7 @@ struct kv_export_registry {
   struct kv_export *exports; /* [num] live, capacity lim.max_reqs */
   int32_t num;
   int64_t num_blocks;
+  uint64_t next_generation; /* of the next export; starts at the wall clock (ns) at creation */
   struct tombstone *tomb; /* ring [KV_EXPORT_TOMBSTONES] */
   int32_t tomb_next;
   char **ended;           /* [num_ended] ids not yet taken */
@@ -42,6 +44,9 @@ llb_status kv_export_create(const struct kv_export_limits *lim, struct kv_export
   struct kv_export_registry *r = calloc(1, sizeof *r);
   if (!r) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "kv export registry");
   r->lim = *lim;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  r->next_generation = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + 1; /* never 0 */
   r->exports = calloc((size_t)lim->max_reqs, sizeof *r->exports);
   r->tomb = calloc(KV_EXPORT_TOMBSTONES, sizeof *r->tomb);
   if (!r->exports || !r->tomb) {
@@ -61,10 +66,7 @@ static void free_ids(char **ids, int32_t n) {
 
 void kv_export_destroy(struct kv_export_registry *r) {
   if (!r) return;
-  for (int32_t i = 0; i < r->num; i++) {
-    free(r->exports[i].block_ids);
-    free(r->exports[i].read);
-  }
+  for (int32_t i = 0; i < r->num; i++) free(r->exports[i].block_ids);
   free_ids(r->ended, r->num_ended);
   free_ids(r->taken, r->num_taken);
   free(r->ended);
@@ -107,7 +109,6 @@ static void remove_export(struct kv_export_registry *r, struct kv_export *e, enu
     fprintf(stderr, "kv_export: cannot report %s ended: out of memory\n", e->id);
   r->num_blocks -= e->num_blocks;
   free(e->block_ids);
-  free(e->read);
   *e = r->exports[--r->num];
 }
 
@@ -148,13 +149,10 @@ static llb_status add_locked(struct kv_export_registry *r, const struct llb_kv_s
                         .deadline_ns = now_ns + (int64_t)((double)q->expires_in_s * 1e9)};
   memcpy(e.id, id, sizeof id);
   e.block_ids = malloc((size_t)e.num_blocks * sizeof *e.block_ids);
-  e.read = calloc((size_t)e.num_blocks, 1);
-  if (!e.block_ids || !e.read) {
-    free(e.block_ids);
-    free(e.read);
-    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "export %s of %d blocks", id, e.num_blocks);
-  }
+  if (!e.block_ids) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "export %s of %d blocks", id, e.num_blocks);
   memcpy(e.block_ids, q->block_ids, (size_t)e.num_blocks * sizeof *e.block_ids);
+  e.generation = r->next_generation++;
+  if (!r->next_generation) r->next_generation = 1; /* 0 names no export */
   r->exports[r->num++] = e;
   r->num_blocks += e.num_blocks;
   return LLB_STATUS_OK;
@@ -199,7 +197,7 @@ static enum llb_kv_transfer_status gone_status(const struct kv_export_registry *
     const struct tombstone *t = &r->tomb[i];
     if (t->id[0] && strcmp(t->id, id) == 0) {
       snprintf(why, why_cap, t->status == LLB_KV_TRANSFER_EXPIRED ? "export %s expired"
-                                                                  : "export %s ended: its fetcher took what it needed",
+                                                                  : "export %s ended: its fetcher released it",
                id);
       return t->status;
     }
@@ -208,12 +206,18 @@ static enum llb_kv_transfer_status gone_status(const struct kv_export_registry *
   return LLB_KV_TRANSFER_NOT_READY;
 }
 
-static enum llb_kv_transfer_status fetch_locked(struct kv_export_registry *r, const char *id, int32_t first,
-                                                int32_t n, bool last, kv_export_read_fn read, void *user, uint8_t *dst,
-                                                size_t block_bytes, int32_t *num_tokens, char *why,
-                                                size_t why_cap) {
+static enum llb_kv_transfer_status fetch_locked(struct kv_export_registry *r, const char *id, uint64_t gen,
+                                                int32_t first, int32_t n, kv_export_read_fn read, void *user,
+                                                uint8_t *dst, size_t block_bytes, int32_t *num_tokens,
+                                                uint64_t *generation, char *why, size_t why_cap) {
   struct kv_export *e = find(r, id);
+  *generation = e ? e->generation : 0;
   if (!e) return gone_status(r, id, why, why_cap);
+  if (gen != 0 && gen != e->generation) {
+    snprintf(why, why_cap, "export %s of generation %llu is not held here (generation %llu is): a stale fetch", id,
+             (unsigned long long)gen, (unsigned long long)e->generation);
+    return LLB_KV_TRANSFER_UNKNOWN;
+  }
   if (first < 0 || n < 1 || (int64_t)first + n > e->num_blocks) {
     snprintf(why, why_cap, "blocks [%d, +%d) of export %s, which has %d", first, n, id, e->num_blocks);
     return LLB_KV_TRANSFER_OUT_OF_RANGE;
@@ -226,32 +230,33 @@ static enum llb_kv_transfer_status fetch_locked(struct kv_export_registry *r, co
     }
   }
   *num_tokens = e->num_tokens;
-  for (int32_t i = first; i < first + n; i++)
-    if (!e->read[i]) {
-      e->read[i] = 1;
-      e->num_read++;
-    }
-  if (last || e->num_read == e->num_blocks) end_export(r, e, LLB_KV_TRANSFER_UNKNOWN);
   return LLB_KV_TRANSFER_OK;
 }
 
-enum llb_kv_transfer_status kv_export_fetch(struct kv_export_registry *r, const char *id, int32_t first, int32_t n,
-                                            bool last, int64_t now_ns, kv_export_read_fn read, void *user, uint8_t *dst,
-                                            size_t block_bytes, int32_t *num_tokens, char *why, size_t why_cap) {
+enum llb_kv_transfer_status kv_export_fetch(struct kv_export_registry *r, const char *id, uint64_t gen, int32_t first,
+                                            int32_t n, int64_t now_ns, kv_export_read_fn read, void *user,
+                                            uint8_t *dst, size_t block_bytes, int32_t *num_tokens,
+                                            uint64_t *generation, char *why, size_t why_cap) {
   pthread_mutex_lock(&r->mu);
   expire_locked(r, now_ns);
   enum llb_kv_transfer_status s =
-      fetch_locked(r, id, first, n, last, read, user, dst, block_bytes, num_tokens, why, why_cap);
+      fetch_locked(r, id, gen, first, n, read, user, dst, block_bytes, num_tokens, generation, why, why_cap);
   pthread_mutex_unlock(&r->mu);
   return s;
 }
 
-bool kv_export_release(struct kv_export_registry *r, const char *id) {
+llb_status kv_export_release(struct kv_export_registry *r, const char *id, uint64_t gen) {
   pthread_mutex_lock(&r->mu);
   struct kv_export *e = find(r, id);
-  if (e) end_export(r, e, LLB_KV_TRANSFER_UNKNOWN);
+  const uint64_t held = e ? e->generation : 0;
+  if (e && gen == held) end_export(r, e, LLB_KV_TRANSFER_UNKNOWN);
   pthread_mutex_unlock(&r->mu);
-  return e != NULL;
+  if (!e) return LLB_ERRF(LLB_STATUS_NOT_FOUND, "release of export %s: none held", id);
+  if (gen != held)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT,
+                    "release of export %s of generation %llu refused: generation %llu is held (a release names the "
+                    "generation of its export; a stale one ends nothing)", id, (unsigned long long)gen, (unsigned long long)held);
+  return LLB_STATUS_OK;
 }
 
 int32_t kv_export_take_ended(struct kv_export_registry *r, const char *const **ids) {

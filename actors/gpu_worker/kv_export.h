@@ -6,13 +6,18 @@
  * An export is a scheduler's KVSendRequest (vLLM delay_free_blocks: the blocks stay allocated
  * until the worker reports the request in finished_sending). Only the blocks listed there are
  * ever read, and only for a fetch naming that request id and a range inside its list: nothing
- * else of the cache can be reached (it holds other tenants' KV). An export ends when every one
- * of its blocks was read once, or its fetcher's last request was served (finished), or when its
- * expiry passes (expired); either way its id
- * is reported once through kv_export_take_ended. A block read is in progress under the registry's
- * lock, so an export never ends (and its blocks are never freed) while it is being read.
- * The ids of the last KV_EXPORT_TOMBSTONES ended exports are remembered so that a late fetch
- * gets a clear answer (Expired, or Unknown "already fetched") instead of NotReady.
+ * else of the cache can be reached (it holds other tenants' KV).
+ *
+ * Each export gets a generation, unique per export of an id (a counter started from the wall
+ * clock at creation, so a restarted worker does not reuse its predecessor's): a fetch names it
+ * once it learnt it (0 before: any export of the id), and a release must name it, so that a late
+ * or duplicated release of an earlier export of the same id (the request was exported again)
+ * ends nothing. An export ends on its fetcher's release or at its expiry, never on serving a
+ * block: a fetch whose reply was lost, the last one included, can be served again. Either way
+ * its id is reported once through kv_export_take_ended. A block read is in progress under the
+ * registry's lock, so an export never ends (and its blocks are never freed) while it is being
+ * read. The ids of the last KV_EXPORT_TOMBSTONES ended exports are remembered so that a late
+ * fetch gets a clear answer (Expired, or Unknown "released") instead of NotReady.
  */
 #ifndef LLB_GPU_WORKER_KV_EXPORT_H
 #define LLB_GPU_WORKER_KV_EXPORT_H
@@ -52,21 +57,25 @@ llb_status kv_export_add(struct kv_export_registry *r, const struct llb_kv_send_
 /* Reads one block into dst (block_bytes of it); the registry's caller supplies the cache. */
 typedef llb_status (*kv_export_read_fn)(void *user, int32_t block_id, uint8_t *dst);
 
-/* A fetch of blocks [first, first + n) of export `id` (n >= 1): when the export holds them, reads
- * each with read(user, cache block id, dst + i * block_bytes) under the lock, marks them read
- * (the export ends once all were, or at once when `last`: the fetcher needs nothing more, as when
- * its prefix cache held the first blocks) and returns LLB_KV_TRANSFER_OK with *num_tokens the export's;
- * else no block is read and the status says why, with a message in why[why_cap]: NOT_READY (no
- * such export yet: the scheduler may list it a step after the peer learnt of it), UNKNOWN (it
- * ended: every block read), EXPIRED, OUT_OF_RANGE, ERROR (a read failed; the blocks stay unread).
- * Expiry is checked against now_ns first. */
-enum llb_kv_transfer_status kv_export_fetch(struct kv_export_registry *r, const char *id, int32_t first, int32_t n,
-                                            bool last, int64_t now_ns, kv_export_read_fn read, void *user, uint8_t *dst,
-                                            size_t block_bytes, int32_t *num_tokens, char *why, size_t why_cap);
+/* A fetch of blocks [first, first + n) of export `id` (n >= 1) of generation `gen` (0: whichever
+ * export of id is held): when the export holds them, reads each with read(user, cache block id,
+ * dst + i * block_bytes) under the lock and returns LLB_KV_TRANSFER_OK with *num_tokens and
+ * *generation the export's (nothing ends: a repeated fetch gets the same blocks); else no block
+ * is read and the status says why, with a message in why[why_cap]: NOT_READY (no such export
+ * yet: the scheduler may list it a step after the peer learnt of it; *generation 0), UNKNOWN (it
+ * was released, or the export held has another generation than gen: nothing of it is read),
+ * EXPIRED, OUT_OF_RANGE, ERROR (a read failed). *generation is the held export's whenever one
+ * was found. Expiry is checked against now_ns first. */
+enum llb_kv_transfer_status kv_export_fetch(struct kv_export_registry *r, const char *id, uint64_t gen, int32_t first,
+                                            int32_t n, int64_t now_ns, kv_export_read_fn read, void *user,
+                                            uint8_t *dst, size_t block_bytes, int32_t *num_tokens,
+                                            uint64_t *generation, char *why, size_t why_cap);
 
-/* A release of export `id` (its fetcher failed or gave up): it ends now, reported like a
- * finished one so that its blocks are freed; nothing is read. Returns whether it was held. */
-bool kv_export_release(struct kv_export_registry *r, const char *id);
+/* A release of export `id` of generation `gen` (its fetcher has all it needs, or failed or gave
+ * up): it ends now, reported like an expired one so that its blocks are freed; nothing is read.
+ * Refusals end nothing: NOT_FOUND (no export of id held), INVALID_ARGUMENT (gen 0, which names no
+ * export, or another generation than the held export's: a stale or duplicated release). */
+llb_status kv_export_release(struct kv_export_registry *r, const char *id, uint64_t gen);
 
 /* Drops every export at once, unreported (the scheduler no longer holds their blocks: they may
  * be handed to another request next); a later fetch of one gets Expired. Waits for a block read
@@ -78,7 +87,7 @@ int32_t kv_export_cancel_all(struct kv_export_registry *r);
  * many. */
 int32_t kv_export_expire(struct kv_export_registry *r, int64_t now_ns);
 
-/* The ids of exports that ended (read completely, expired, refused) since the last call, each
+/* The ids of exports that ended (released, expired, refused) since the last call, each
  * once: *ids [return value] points to NUL-terminated strings owned by the registry, valid until
  * the next call or kv_export_destroy. */
 int32_t kv_export_take_ended(struct kv_export_registry *r, const char *const **ids);

@@ -17,6 +17,7 @@ struct job {
   char remote_id[LLB_KV_REQ_ID_MAX + 1];
   int32_t *blocks; /* [num_blocks] local block ids */
   int32_t num_blocks, first, num_tokens;
+  uint64_t generation; /* the export's, from its first reply naming one (0 before); fetch thread only */
   int64_t deadline_ns;
   bool cancelled; /* under mu */
   struct job *next;
@@ -127,6 +128,11 @@ static bool geometry_matches(const struct model_runner_kv_geometry *g, const str
 static bool chunk_answers(const struct kv_fetcher *f, const struct job *j, const struct llb_kv_transfer_chunk *c,
                           int32_t first, int32_t k, char *why, size_t cap) {
   const struct model_runner_kv_geometry *g = &f->cfg.geometry;
+  if (j->generation != 0 && c->generation != j->generation) {
+    snprintf(why, cap, "chunk of export %s generation %llu answers generation %llu", c->request_id.data,
+             (unsigned long long)c->generation, (unsigned long long)j->generation);
+    return false;
+  }
   if (strcmp(c->request_id.data, j->remote_id) != 0 || c->first_block != first || c->num_blocks != k ||
       c->num_tokens != j->num_tokens) {
     snprintf(why, cap, "chunk of %s blocks [%d, +%d) of %d tokens answers %s [%d, +%d) of %d tokens",
@@ -170,10 +176,11 @@ static bool write_blocks(struct kv_fetcher *f, struct job *j, const struct llb_k
 static enum chunk_outcome fetch_chunk(struct worker *w, struct job *j, const char *subject, int32_t done, int32_t k,
                                       char *why, size_t cap) {
   struct kv_fetcher *f = w->f;
-  /* the last chunk ends the export on the prefill side at once, even when the blocks before
-   * j->first (held by this engine's prefix cache) were never read: it frees them there */
+  /* the generation once a reply named it: a later export of the same id refuses these fetches. The
+   * release ends the export (kv_export.h); `last` only tells an older exporter to end it now */
   const struct llb_kv_fetch_request q = {.request_id = llb_str_c(j->remote_id), .first_block = j->first + done,
-                                         .num_blocks = k, .last = done + k == j->num_blocks};
+                                         .num_blocks = k, .last = done + k == j->num_blocks,
+                                         .generation = j->generation};
   llb_status st = llb_kv_fetch_request_encode_buf(&q, &w->req_buf);
   if (st) {
     snprintf(why, cap, "encoding the fetch: %s", llb_err_last());
@@ -199,6 +206,8 @@ static enum chunk_outcome fetch_chunk(struct worker *w, struct job *j, const cha
     snprintf(why, cap, "bad chunk: %s", llb_err_last());
     return CHUNK_FAILED;
   }
+  if (j->generation == 0 && c.generation != 0 && !strcmp(c.request_id.data, j->remote_id))
+    j->generation = c.generation; /* this receive's export from now on (an error reply names it too) */
   if (c.status == LLB_KV_TRANSFER_NOT_READY) {
     snprintf(why, cap, "%s", c.error.message.data);
     return CHUNK_NOT_READY;
@@ -285,13 +294,17 @@ static bool run_job(struct worker *w, struct job *j, char *why, size_t cap) {
   return true;
 }
 
-/* Tells the exporting worker that this failed receive needs nothing more of its export (a
- * KVFetchRequest of no blocks, last; published, no reply): it ends the export and its blocks are
- * freed there now, not at its expiry. Best effort: a lost release leaves the expiry to do it. */
-static void release_export(struct kv_fetcher *f, const char *remote_engine, const char *remote_id) {
+/* Tells the exporting worker that this receive, finished or failed, needs nothing more of export
+ * generation `gen` (a KVFetchRequest of no blocks, last; published, no reply): it ends the export
+ * and its blocks are freed there now, not at its expiry. Best effort: a lost release leaves the
+ * expiry to do it. Nothing is sent without a generation (no reply named one: no export was
+ * found, or the exporter predates generations and ended it on the last fetch itself). */
+static void release_export(struct kv_fetcher *f, const char *remote_engine, const char *remote_id, uint64_t gen) {
+  if (gen == 0) return;
   char subject[BUS_SUBJECT_MAX];
   struct llb_buf buf = {0};
-  const struct llb_kv_fetch_request q = {.request_id = llb_str_c(remote_id), .num_blocks = 0, .last = true};
+  const struct llb_kv_fetch_request q = {.request_id = llb_str_c(remote_id), .num_blocks = 0, .last = true,
+                                         .generation = gen};
   if (!f->bus || bus_subject_kv_fetch(bus_prefix(f->bus), remote_engine, subject, sizeof subject) ||
       llb_kv_fetch_request_encode_buf(&q, &buf) || bus_publish(f->bus, subject, buf.data, buf.len, NULL))
     LLB_LOG_DEBUG("kv_release_failed", "remote=%s/%s err=\"%s\"", remote_engine, remote_id, llb_err_last());
@@ -317,11 +330,12 @@ static void *fetch_thread(void *arg) {
     const int64_t t0 = llb_now_ns();
     const bool ok = run_job(w, j, why, sizeof why);
     pthread_mutex_lock(&f->mu);
-    /* failed: P may still hold the export and this receive wants none of it. Not when cancelled:
-     * the request may fetch it again (a restarted scheduler admits the hand-off anew) */
-    const bool release = !ok && !j->cancelled && !f->stop;
+    /* finished or failed: P holds the export until released and this receive wants no more of
+     * it. Not when cancelled: the request may fetch it again (a restarted scheduler admits the
+     * hand-off anew) */
+    const bool release = ok || (!j->cancelled && !f->stop);
     pthread_mutex_unlock(&f->mu);
-    if (release) release_export(f, j->remote_engine, j->remote_id);
+    if (release) release_export(f, j->remote_engine, j->remote_id, j->generation);
     pthread_mutex_lock(&f->mu);
     w->running = NULL;
     list_push(ok ? &f->finished : &f->failed, j->id);

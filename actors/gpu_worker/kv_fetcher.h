@@ -9,10 +9,13 @@
  * against the local cache's. NotReady is asked again every retry_ms; a request without a reply
  * (lost, or no responder yet) is sent again, up to max_attempts times in a row; anything else
  * (a bad checksum, another geometry, Unknown, Expired, OutOfRange, Error, the transfer's
- * deadline) fails the receive. Ended receives are collected for kv_fetcher_take_done. The last
- * request of a receive says so (KVFetchRequest.last), and a receive that fails (not one
- * cancelled: its request may fetch again) publishes a release (no blocks, last): either way the
- * exporting worker ends the export at once.
+ * deadline) fails the receive. Ended receives are collected for kv_fetcher_take_done. The first
+ * reply naming the export's generation pins it: every later request names it (the exporter
+ * refuses it for another export of the same id) and a chunk of another generation fails the
+ * receive. A receive that ends, finished or failed (not one cancelled: its request may fetch
+ * again), publishes a release naming that generation (no blocks, last): the exporting worker
+ * ends the export then, not on serving a chunk, so a lost reply of the last chunk is fetched
+ * again. The last request says so (KVFetchRequest.last) for exporters older than generations.
  *
  * Threads: submit, cancel, take_done, pending from one thread (the worker's execute thread); the
  * fetch threads write blocks under the fetcher's lock, so that after kv_fetcher_cancel returns

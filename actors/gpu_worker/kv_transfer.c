@@ -130,14 +130,18 @@ static void serve_fetch(struct kv_connector *c, const struct llb_kv_fetch_reques
     return;
   }
   int32_t num_tokens = 0;
-  ch->status = (int32_t)kv_export_fetch(c->exports, q->request_id.data, q->first_block, q->num_blocks, q->last, llb_now_ns(),
-                                        read_block, c, c->serve_data, g->block_bytes, &num_tokens, why, cap);
+  uint64_t gen = 0;
+  ch->status = (int32_t)kv_export_fetch(c->exports, q->request_id.data, q->generation, q->first_block, q->num_blocks,
+                                        llb_now_ns(), read_block, c, c->serve_data, g->block_bytes, &num_tokens, &gen,
+                                        why, cap);
+  ch->generation = ch->status == LLB_KV_TRANSFER_NOT_READY ? 0 : gen;
   if (ch->status != LLB_KV_TRANSFER_OK) return;
   *ch = (struct llb_kv_transfer_chunk){
       .request_id = q->request_id, .first_block = q->first_block, .num_blocks = q->num_blocks,
       .block_size = g->block_size, .num_layers = g->num_layers, .num_kv_heads = g->num_kv_heads,
       .head_dim = g->head_dim, .kv_cache_dtype = (uint8_t)g->dtype, .block_bytes = (uint32_t)g->block_bytes,
-      .num_tokens = num_tokens, .data = c->serve_data, .data_len = bytes, .status = LLB_KV_TRANSFER_OK};
+      .num_tokens = num_tokens, .data = c->serve_data, .data_len = bytes, .status = LLB_KV_TRANSFER_OK,
+      .generation = gen};
 }
 
 llb_status kv_connector_serve(struct kv_connector *c, const uint8_t *req, size_t len, struct llb_buf *reply) {
@@ -169,23 +173,26 @@ llb_status kv_connector_serve(struct kv_connector *c, const uint8_t *req, size_t
   return st;
 }
 
-/* A release (num_blocks 0, last): the fetcher needs nothing of that export any more. True when
- * the message was one (handled here, no reply). */
-static bool released(struct kv_connector *c, const struct bus_msg *msg) {
+bool kv_connector_release(struct kv_connector *c, const uint8_t *msg, size_t len) {
   struct llb_arena arena;
   llb_arena_init(&arena, NULL, 0);
   struct llb_kv_fetch_request q;
-  const bool release = llb_kv_fetch_request_decode(msg->data, msg->len, &arena, &q) == LLB_STATUS_OK &&
-                       q.last && q.num_blocks == 0;
-  if (release && kv_export_release(c->exports, q.request_id.data))
-    LLB_LOG_DEBUG("kv_export_released", "req_id=%s", q.request_id.data);
+  const bool release = llb_kv_fetch_request_decode(msg, len, &arena, &q) == LLB_STATUS_OK && q.last &&
+                       q.num_blocks == 0;
+  if (release) {
+    if (kv_export_release(c->exports, q.request_id.data, q.generation) == LLB_STATUS_OK)
+      LLB_LOG_DEBUG("kv_export_released", "req_id=%s generation=%llu", q.request_id.data,
+                    (unsigned long long)q.generation);
+    else
+      LLB_LOG_WARN("kv_release_refused", "req_id=%s err=\"%s\"", q.request_id.data, llb_err_last());
+  }
   llb_arena_destroy(&arena);
   return release;
 }
 
 static void on_kv_fetch(struct bus *bus, const struct bus_msg *msg, void *user) {
   struct kv_connector *c = user;
-  if (released(c, msg)) return;
+  if (kv_connector_release(c, msg->data, msg->len)) return;
   if (!msg->reply) {
     atomic_fetch_add(&c->fetches_refused, 1);
     LLB_LOG_WARN("gpu_worker_no_reply", "subject=%s bytes=%zu: a KVFetchRequest needs a reply subject", msg->subject,

@@ -5,8 +5,9 @@
  *
  * Per step (the actor's on_execute, on the execute thread):
  *   kv_connector_before_step(c, &so->kv_connector_metadata, finished ids)  before model_runner_execute:
- *     reqs_to_send: each becomes an export (kv_export.h): its blocks are served to fetches naming
- *       its req_id until every block was fetched once or expires_in_s passed;
+ *     reqs_to_send: each becomes an export (kv_export.h) of a new generation: its blocks are
+ *       served to fetches naming its req_id (and, once the fetcher learnt it from a reply, its
+ *       generation) until the fetcher releases it or expires_in_s passed;
  *     reqs_to_recv: each becomes a fetch job of the background fetcher (kv_fetcher.h), whose
  *       threads (fetch_threads) each take one job at a time and ask
  *       <prefix>.engine.<remote_engine_id>.kv_fetch for blocks remote_first_block.. in chunks
@@ -17,7 +18,7 @@
  *     finished_req_ids / preempted_req_ids: a fetch still running for one of them is cancelled
  *       before the step (its blocks may be handed to another request) and reported failed.
  *   kv_connector_after_step(c, &out->kv_connector_output)  after it, also after a failed step:
- *     the ids whose transfer ended since the last call: finished_sending (fetched or expired:
+ *     the ids whose transfer ended since the last call: finished_sending (released or expired:
  *     the scheduler frees the blocks), finished_recving (every block written: the tokens are
  *     computed), failed_recving (the scheduler recomputes the request).
  * The service: <prefix>.engine.<eid>.kv_fetch (bus_subject_kv_fetch), one subscription whose
@@ -32,8 +33,12 @@
  * this runner's. A NotReady reply is retried every retry_ms until the transfer's deadline; a
  * request with no reply (a lost chunk) is sent again up to max_attempts times; a bad checksum, a
  * geometry mismatch, an unknown or expired export fail the transfer at once (failed_recving).
- * An export ends when each of its blocks was read once, so a lost reply of its last chunk cannot
- * be fetched again (Unknown): that receive fails and the decode side recomputes the request.
+ * Every chunk names its export's generation; the fetcher names it in its later requests and in
+ * its release (a KVFetchRequest of no blocks, last), published when the receive ends, finished or
+ * failed (not cancelled). An export ends only on a release naming its generation, or at its
+ * expiry: a lost reply, of the last chunk too, is fetched again; a stale or duplicated release
+ * of an earlier export of the same id (the request was exported again) is refused (logged
+ * kv_release_refused) and ends nothing; a fetch naming another generation gets Unknown.
  *
  * Devices: the CPU runner's cache is read and written in place (model_runner_kv_block_read /
  * _write); the sim runner has no KV memory and moves zero bytes of the real size (so the wire
@@ -122,10 +127,18 @@ void kv_connector_after_step(struct kv_connector *c, struct llb_kv_connector_out
 /* The service's work, without the bus (the handler calls it; tests may too): decodes a
  * KVFetchRequest from req[len] and encodes the KVTransferChunk answering it into *reply
  * (grown; caller-owned). Never fails for the request's content: an undecodable request, an
- * unknown, not-ready, expired or out-of-range one get a chunk with that status and error; a
- * chunk of data marks its blocks fetched (the export is finished_sending once every block was).
+ * unknown, not-ready, expired, out-of-range or stale (another generation) one get a chunk with
+ * that status and error; serving ends nothing (a release does: finished_sending).
  * Thread-safe. Errors: OUT_OF_MEMORY / the encoder's (nothing to send). */
 llb_status kv_connector_serve(struct kv_connector *c, const uint8_t *req, size_t len, struct llb_buf *reply);
+
+/* The service's release, without the bus (the handler calls it first; tests may too): when
+ * msg[len] is a release (a KVFetchRequest of no blocks, last: no reply), ends the export it
+ * names if it also names that export's generation (finished_sending follows), else logs the
+ * refusal (kv_release_refused: none held, no generation, or a stale one) and ends nothing.
+ * Returns whether msg was a release (false: a fetch, or undecodable: kv_connector_serve answers
+ * it). Thread-safe. */
+bool kv_connector_release(struct kv_connector *c, const uint8_t *msg, size_t len);
 
 /* Whether any export is held or any fetch queued or running (a worker that only waits for
  * transfers). */

@@ -5,12 +5,13 @@
  * are exported (reqs_to_send) and fetched by Q's connector through a nats-server into other block
  * ids of Q's cache (reqs_to_recv); Q then decodes from the received KV. Its tokens must equal
  * those of R, which ran the whole request itself: greedy and seeded at temperature 0.8. Also:
- * a partial fetch (remote_first_block > 0) onto blocks whose prefix Q computed itself, whose last
- * request ends P's export at once (finished_sending, not at its expiry); a chunk
- * whose byte was flipped in transit, or whose replies never come, fails the receive
- * (failed_recving) and Q's recompute still gives R's tokens, and Q releases P's export (a
- * release ends an export at once); a lost reply is resent and the
- * transfer completes; an expired export is reported finished_sending and a later fetch gets
+ * a partial fetch (remote_first_block > 0) onto blocks whose prefix Q computed itself, whose
+ * release ends P's export at once (finished_sending, not at its expiry); a chunk whose byte was
+ * flipped in transit, or whose replies never come, fails the receive (failed_recving) and Q's
+ * recompute still gives R's tokens, and Q releases P's export when a reply told it the export's
+ * generation (a release naming it ends an export at once); a lost reply, of the last chunk too,
+ * is resent and the transfer completes; a stale release (an earlier export of the same id) ends
+ * nothing and the newer export is received whole; an expired export is reported finished_sending and a later fetch gets
  * Expired; fetches for blocks the export does not list get errors, never data; every CPU KV cache
  * dtype (fp16, q8_0, fp8) arrives bit-exactly; --device sim moves zero bytes of the real size.
  * The token identity again on every other architecture the CPU forward runs (the tiny random
@@ -279,7 +280,7 @@ static void test_decode_from_fetched_blocks_equals_the_request_run_alone(void **
     req_init(&q, "q-1", greedy, 37);                 /* other block ids than P's */
     receive_blocks(cq, q.id, "P", p.id, q.blocks, 0, N);
     wait_ended(cq, q.id, ENDED_RECVING);
-    wait_ended(cp, p.id, ENDED_SENDING); /* every block fetched: P frees them */
+    wait_ended(cp, p.id, ENDED_SENDING); /* Q's release after its last block: P frees them */
     decode_received(rq, &q, &p);
     assert_memory_equal(q.tokens, alone.tokens, sizeof alone.tokens);
     struct kv_connector_stats sp, sq;
@@ -362,7 +363,7 @@ static void test_partial_fetch_onto_a_prefix_q_holds_equals_the_request_run_alon
   struct model_runner_kv_geometry g;
   model_runner_kv_geometry(rq, &g);
   assert_int_equal(sq.bytes_received, (uint64_t)((N + BS - 1) / BS - k) * g.block_bytes); /* only the missing */
-  /* Q's last fetch ended P's export though its first k blocks were never read: P reports it
+  /* Q's release ended P's export though its first k blocks were never read: P reports it
    * finished_sending (its blocks freed) now, not at its 30 s expiry (wait_ended gives up at 10 s) */
   wait_ended(cp, p.id, ENDED_SENDING);
   kv_connector_destroy(cp);
@@ -376,10 +377,12 @@ static void test_partial_fetch_onto_a_prefix_q_holds_equals_the_request_run_alon
 struct faulty {
   struct kv_connector *c;
   atomic_int replies;
-  atomic_int releases; /* releases (no blocks, last) the fetcher published: not answered */
+  atomic_int releases; /* releases (no blocks, last) the fetcher published: applied to c, not answered */
   int drop_first;  /* replies to drop before answering */
   bool drop_all;
-  bool flip_byte;  /* flip a byte of each reply's data */
+  bool drop_last_once; /* drop the reply to the first fetch of the receive's last chunk (after serving it) */
+  int flip_from;   /* flip a byte of the data of every reply from this one on (0 = none) */
+  int want_releases; /* releases the fetcher must publish; with 1 P's export ends at once */
 };
 
 static void on_faulty_fetch(struct bus *bus, const struct bus_msg *msg, void *user) {
@@ -387,10 +390,10 @@ static void on_faulty_fetch(struct bus *bus, const struct bus_msg *msg, void *us
   struct llb_arena a;
   llb_arena_init(&a, NULL, 0);
   struct llb_kv_fetch_request q;
-  const bool release = llb_kv_fetch_request_decode(msg->data, msg->len, &a, &q) == LLB_STATUS_OK && q.last &&
-                       q.num_blocks == 0;
+  const bool decoded = llb_kv_fetch_request_decode(msg->data, msg->len, &a, &q) == LLB_STATUS_OK;
+  const bool last_chunk = decoded && q.last && q.num_blocks > 0;
   llb_arena_destroy(&a);
-  if (release) {
+  if (kv_connector_release(fx->c, msg->data, msg->len)) {
     atomic_fetch_add(&fx->releases, 1);
     return;
   }
@@ -398,7 +401,12 @@ static void on_faulty_fetch(struct bus *bus, const struct bus_msg *msg, void *us
   if (fx->drop_all || n < fx->drop_first) return;
   struct llb_buf b = {0};
   assert_int_equal(kv_connector_serve(fx->c, msg->data, msg->len, &b), LLB_STATUS_OK);
-  if (fx->flip_byte) b.data[b.len - 200] ^= 0x01; /* inside the data (chunks of 2 blocks of 2 KiB) */
+  if (fx->drop_last_once && last_chunk) { /* served (before generations that ended the export), reply lost */
+    fx->drop_last_once = false;
+    llb_buf_free(&b);
+    return;
+  }
+  if (fx->flip_from && n >= fx->flip_from) b.data[b.len - 200] ^= 0x01; /* inside the data (2 blocks of 2 KiB) */
   (void)bus_respond(bus, msg, b.data, b.len, NULL);
   llb_buf_free(&b);
 }
@@ -431,10 +439,14 @@ static void fetch_through_faults(struct faulty *fx, const char *eid, enum ended 
     decode_rest(rq, &q);
   }
   assert_memory_equal(q.tokens, alone.tokens, sizeof alone.tokens);
-  if (want == ENDED_FAILED) { /* the failed receive released P's export: P frees it now, not at the expiry */
-    for (int i = 0; i < 500 && atomic_load(&fx->releases) < 1; i++) nanosleep(&(struct timespec){0, 10000000}, NULL);
-    assert_int_equal(atomic_load(&fx->releases), 1);
-  }
+  /* the ended receive released P's export (it knew the generation from a reply): P frees it now,
+   * not at its 30 s expiry (wait_ended gives up at 10 s); else P still holds it */
+  for (int i = 0; i < 500 && atomic_load(&fx->releases) < fx->want_releases; i++)
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+  nanosleep(&(struct timespec){0, 20000000}, NULL);
+  assert_int_equal(atomic_load(&fx->releases), fx->want_releases);
+  if (fx->want_releases) wait_ended(fx->c, p.id, ENDED_SENDING);
+  assert_int_equal(kv_connector_busy(fx->c), fx->want_releases == 0);
   (void)bus_unsubscribe(sub);
   kv_connector_destroy(fx->c);
   kv_connector_destroy(cq);
@@ -442,19 +454,34 @@ static void fetch_through_faults(struct faulty *fx, const char *eid, enum ended 
   model_runner_destroy(rq);
 }
 
+/* The second chunk's byte flipped: the receive fails, and its release (naming the generation the
+ * first chunk gave) ends P's export at once. */
 static void test_a_flipped_byte_in_transit_fails_the_receive_and_recompute_gives_the_same_tokens(void **state) {
   (void)state;
-  struct faulty fx = {.flip_byte = true};
+  struct faulty fx = {.flip_from = 1, .want_releases = 1};
   fetch_through_faults(&fx, "Pflip", ENDED_FAILED);
 }
 
 static void test_a_lost_reply_is_fetched_again_and_the_transfer_completes(void **state) {
   (void)state;
-  struct faulty fx = {.drop_first = 1};
+  struct faulty fx = {.drop_first = 1, .want_releases = 1};
   fetch_through_faults(&fx, "Plost1", ENDED_RECVING);
   assert_true(atomic_load(&fx.replies) >= 3); /* the dropped one, its resend, the second chunk */
 }
 
+/* Defect "a lost reply to the last fetch chunk fails the receive": P served the last chunk but its
+ * reply was lost; the fetcher asks again and gets it (serving ends nothing: before generations P
+ * had ended the export, the resend got Unknown and the receive failed), the transfer completes
+ * and its release ends P's export at once. */
+static void test_a_lost_reply_to_the_last_chunk_is_fetched_again(void **state) {
+  (void)state;
+  struct faulty fx = {.drop_last_once = true, .want_releases = 1};
+  fetch_through_faults(&fx, "Plostlast", ENDED_RECVING);
+  assert_int_equal(atomic_load(&fx.replies), 3); /* chunk 1, chunk 2 (reply lost), chunk 2 again */
+}
+
+/* No reply at all: the fetcher never learnt the export's generation, so it publishes no release
+ * (one naming none would be refused) and P holds the export to its expiry. */
 static void test_replies_that_never_come_fail_the_receive(void **state) {
   (void)state;
   struct faulty fx = {.drop_all = true};
@@ -466,10 +493,25 @@ static void test_replies_that_never_come_fail_the_receive(void **state) {
 }
 
 static int32_t fetch_direct(struct kv_connector *c, const char *id, int32_t first, int32_t n, size_t *bytes);
+static int32_t fetch_gen(struct kv_connector *c, const char *id, uint64_t gen, int32_t first, int32_t n, size_t *bytes,
+                         uint64_t *got);
 
-/* A release (the fetcher failed or gave up: a KVFetchRequest of no blocks, last, published
- * without a reply subject) ends P's export at once: finished_sending, long before its 30 s expiry
- * (wait_ended gives up at 10 s); a later fetch finds it ended. */
+/* Publishes a release of export `id` of generation gen to engine eid, as a fetcher does. */
+static void publish_release(const char *eid, const char *id, uint64_t gen) {
+  const struct llb_kv_fetch_request q = {.request_id = llb_str_c(id), .num_blocks = 0, .last = true,
+                                         .generation = gen};
+  struct llb_buf b = {0};
+  assert_int_equal(llb_kv_fetch_request_encode_buf(&q, &b), LLB_STATUS_OK);
+  char subject[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_subject_kv_fetch(bus_prefix(bus_q), eid, subject, sizeof subject), LLB_STATUS_OK);
+  assert_int_equal(bus_publish(bus_q, subject, b.data, b.len, NULL), LLB_STATUS_OK);
+  llb_buf_free(&b);
+}
+
+/* A release (the fetcher finished, failed or gave up: a KVFetchRequest of no blocks, last,
+ * published without a reply subject) naming the export's generation ends P's export at once:
+ * finished_sending, long before its 30 s expiry (wait_ended gives up at 10 s); a later fetch
+ * finds it ended. One naming no generation ends nothing. */
 static void test_a_release_ends_the_export_at_once(void **state) {
   (void)state;
   struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
@@ -477,23 +519,72 @@ static void test_a_release_ends_the_export_at_once(void **state) {
   assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK); /* its kv_fetch subscription is in place */
   const int32_t blocks[3] = {1, 2, 3};
   export_blocks(cp, "p-released", blocks, 3, 12, 30.0f);
-  const struct llb_kv_fetch_request q = {.request_id = llb_str_c("p-released"), .num_blocks = 0, .last = true};
-  struct llb_buf b = {0};
-  assert_int_equal(llb_kv_fetch_request_encode_buf(&q, &b), LLB_STATUS_OK);
-  char subject[BUS_SUBJECT_MAX];
-  assert_int_equal(bus_subject_kv_fetch(bus_prefix(bus_q), "P7", subject, sizeof subject), LLB_STATUS_OK);
-  assert_int_equal(bus_publish(bus_q, subject, b.data, b.len, NULL), LLB_STATUS_OK);
-  llb_buf_free(&b);
-  wait_ended(cp, "p-released", ENDED_SENDING);
   size_t bytes = 0;
+  uint64_t gen = 0;
+  assert_int_equal(fetch_gen(cp, "p-released", 0, 0, 1, &bytes, &gen), LLB_KV_TRANSFER_OK);
+  assert_true(gen != 0);
+  publish_release("P7", "p-released", 0);
+  assert_int_equal(bus_flush(bus_q, 2000), LLB_STATUS_OK);
+  nanosleep(&(struct timespec){0, 50000000}, NULL);
+  assert_true(kv_connector_busy(cp)); /* no generation: refused */
+  publish_release("P7", "p-released", gen);
+  wait_ended(cp, "p-released", ENDED_SENDING);
   assert_int_equal(fetch_direct(cp, "p-released", 0, 1, &bytes), LLB_KV_TRANSFER_UNKNOWN);
   kv_connector_destroy(cp);
   model_runner_destroy(rp);
 }
 
-/* Serves one KVFetchRequest through c directly; returns the chunk's status (data in *bytes). */
-static int32_t fetch_direct(struct kv_connector *c, const char *id, int32_t first, int32_t n, size_t *bytes) {
-  const struct llb_kv_fetch_request q = {.request_id = llb_str_c(id), .first_block = first, .num_blocks = n};
+/* Defect "a stale release by id can end a newer export": P exports request p-again, which is
+ * released and exported again (preempted and prefilled anew, or a retried hand-off); the first
+ * export's release published again (late or duplicated) is refused and ends nothing, a fetch
+ * naming its generation gets Unknown and no data, and Q's receive of the new export over the bus
+ * completes; Q's own release then ends it. Before generations the stale release ended the new
+ * export and Q's receive failed (Unknown). */
+static void test_a_stale_release_does_not_end_a_newer_export(void **state) {
+  (void)state;
+  struct req alone, p, q;
+  req_init(&alone, "alone", true, 0);
+  run_alone(&alone);
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                      *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("P8", rp, bus_p), *cq = make_connector("Q8", rq, bus_q);
+  assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
+  req_init(&p, "p-again", true, 0);
+  prefill_and_export(rp, cp, &p, 30.0f);
+  size_t bytes = 0;
+  uint64_t old_gen = 0, new_gen = 0;
+  assert_int_equal(fetch_gen(cp, p.id, 0, 0, 1, &bytes, &old_gen), LLB_KV_TRANSFER_OK);
+  publish_release("P8", p.id, old_gen);
+  wait_ended(cp, p.id, ENDED_SENDING);
+  export_blocks(cp, p.id, p.blocks, (N + BS - 1) / BS, N, 30.0f); /* exported again */
+  assert_int_equal(fetch_gen(cp, p.id, 0, 0, 1, &bytes, &new_gen), LLB_KV_TRANSFER_OK);
+  assert_true(new_gen != old_gen);
+  publish_release("P8", p.id, old_gen); /* the stale one, again */
+  assert_int_equal(bus_flush(bus_q, 2000), LLB_STATUS_OK);
+  assert_int_equal(fetch_gen(cp, p.id, old_gen, 0, 1, &bytes, NULL), LLB_KV_TRANSFER_UNKNOWN);
+  assert_int_equal(bytes, 0);
+  nanosleep(&(struct timespec){0, 50000000}, NULL); /* the stale release has been handled */
+  struct llb_kv_connector_output out;
+  kv_connector_after_step(cp, &out);
+  assert_false(has(out.finished_sending, out.num_finished_sending, p.id));
+  req_init(&q, "q-again", true, 40);
+  receive_blocks(cq, q.id, "P8", p.id, q.blocks, 0, N);
+  wait_ended(cq, q.id, ENDED_RECVING);
+  decode_received(rq, &q, &p);
+  assert_memory_equal(q.tokens, alone.tokens, sizeof alone.tokens);
+  wait_ended(cp, p.id, ENDED_SENDING); /* Q's release named the new generation */
+  kv_connector_destroy(cp);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rp);
+  model_runner_destroy(rq);
+}
+
+/* Serves one KVFetchRequest naming generation gen through c directly; returns the chunk's status
+ * (data in *bytes, the chunk's generation in *got, may be NULL). */
+static int32_t fetch_gen(struct kv_connector *c, const char *id, uint64_t gen, int32_t first, int32_t n, size_t *bytes,
+                         uint64_t *got) {
+  const struct llb_kv_fetch_request q = {.request_id = llb_str_c(id), .first_block = first, .num_blocks = n,
+                                         .generation = gen};
   struct llb_buf req = {0}, rep = {0};
   assert_int_equal(llb_kv_fetch_request_encode_buf(&q, &req), LLB_STATUS_OK);
   assert_int_equal(kv_connector_serve(c, req.data, req.len, &rep), LLB_STATUS_OK);
@@ -502,11 +593,17 @@ static int32_t fetch_direct(struct kv_connector *c, const char *id, int32_t firs
   struct llb_kv_transfer_chunk ch;
   assert_int_equal(llb_kv_transfer_chunk_decode(rep.data, rep.len, &a, &ch), LLB_STATUS_OK);
   *bytes = ch.data_len;
+  if (got) *got = ch.generation;
   if (ch.status != LLB_KV_TRANSFER_OK) assert_true(ch.error.code != 0 && ch.error.message.len > 0);
   llb_arena_destroy(&a);
   llb_buf_free(&req);
   llb_buf_free(&rep);
   return ch.status;
+}
+
+/* Serves one KVFetchRequest (no generation: any export of id) through c directly. */
+static int32_t fetch_direct(struct kv_connector *c, const char *id, int32_t first, int32_t n, size_t *bytes) {
+  return fetch_gen(c, id, 0, first, n, bytes, NULL);
 }
 
 static void test_only_listed_blocks_are_served_and_an_expired_export_says_so(void **state) {
@@ -529,10 +626,25 @@ static void test_only_listed_blocks_are_served_and_an_expired_export_says_so(voi
   /* more blocks than a chunk carries (2 here): an error naming the most, no data */
   assert_int_equal(fetch_direct(cp, "p-listed", 0, 3, &bytes), LLB_KV_TRANSFER_ERROR);
   assert_int_equal(bytes, 0);
-  /* fetching every block ends the export; a late fetch gets Unknown */
-  assert_int_equal(fetch_direct(cp, "p-listed", 0, 2, &bytes), LLB_KV_TRANSFER_OK);
+  /* fetching every block ends nothing (a lost reply may be fetched again); a fetch naming another
+   * generation gets Unknown and no data; the release ends it and a late fetch gets Unknown */
+  uint64_t gen = 0;
+  assert_int_equal(fetch_gen(cp, "p-listed", 0, 0, 2, &bytes, &gen), LLB_KV_TRANSFER_OK);
   assert_int_equal(bytes, 2 * (size_t)(2 * L * BS * HKV * D * 2));
-  assert_int_equal(fetch_direct(cp, "p-listed", 2, 1, &bytes), LLB_KV_TRANSFER_OK);
+  assert_int_equal(fetch_gen(cp, "p-listed", gen, 2, 1, &bytes, NULL), LLB_KV_TRANSFER_OK);
+  assert_int_equal(fetch_gen(cp, "p-listed", gen, 2, 1, &bytes, NULL), LLB_KV_TRANSFER_OK);
+  uint64_t named = 0;
+  assert_int_equal(fetch_gen(cp, "p-listed", gen + 1, 0, 1, &bytes, &named), LLB_KV_TRANSFER_UNKNOWN);
+  assert_int_equal(bytes, 0);
+  assert_true(named == gen);
+  struct llb_kv_connector_output held;
+  kv_connector_after_step(cp, &held);
+  assert_false(has(held.finished_sending, held.num_finished_sending, "p-listed"));
+  const struct llb_kv_fetch_request rel = {.request_id = llb_str_c("p-listed"), .last = true, .generation = gen};
+  struct llb_buf rb = {0};
+  assert_int_equal(llb_kv_fetch_request_encode_buf(&rel, &rb), LLB_STATUS_OK);
+  assert_true(kv_connector_release(cp, rb.data, rb.len));
+  llb_buf_free(&rb);
   wait_ended(cp, "p-listed", ENDED_SENDING);
   assert_int_equal(fetch_direct(cp, "p-listed", 0, 1, &bytes), LLB_KV_TRANSFER_UNKNOWN);
   /* an undecodable request gets an Error chunk naming the codec's complaint, never data */
@@ -888,6 +1000,8 @@ int main(void) {
       cmocka_unit_test(test_partial_fetch_onto_a_prefix_q_holds_equals_the_request_run_alone),
       cmocka_unit_test(test_a_flipped_byte_in_transit_fails_the_receive_and_recompute_gives_the_same_tokens),
       cmocka_unit_test(test_a_lost_reply_is_fetched_again_and_the_transfer_completes),
+      cmocka_unit_test(test_a_lost_reply_to_the_last_chunk_is_fetched_again),
+      cmocka_unit_test(test_a_stale_release_does_not_end_a_newer_export),
       cmocka_unit_test(test_replies_that_never_come_fail_the_receive),
       cmocka_unit_test(test_a_release_ends_the_export_at_once),
       cmocka_unit_test(test_only_listed_blocks_are_served_and_an_expired_export_says_so),

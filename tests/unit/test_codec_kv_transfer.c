@@ -2,7 +2,8 @@
  * (ModelRunnerOutput), KVFetchRequest and KVTransferChunk refuse hostile values both ways (the
  * encoder with INVALID_ARGUMENT, the decoder with MALFORMED naming the field): negative and huge
  * block ids and counts, block counts that do not match the tokens, non-finite or out-of-range
- * expiries, oversize or mis-sized data, a checksum that does not match. The decoder side is
+ * expiries, oversize or mis-sized data, a checksum that does not match, a NotReady chunk naming
+ * an export generation; the generation round-trips and reads 0 when absent (old peers). The decoder side is
  * reached by encoding a valid message with a sentinel value and patching the sentinel's bytes
  * in the buffer (the verifier passes; the meaning does not). */
 #include <setjmp.h>
@@ -343,6 +344,90 @@ static void test_error_chunk_carries_its_status_and_no_data(void **state) {
   llb_buf_free(&b);
 }
 
+/* The export generation (KVFetchRequest / KVTransferChunk.generation, added at the end of both
+ * tables): any 64-bit value round-trips; 0 is written as absent, so a message without the field
+ * (a peer older than it) is exactly one with 0 and decodes as 0. */
+static void test_generation_round_trips_and_absent_is_zero(void **state) {
+  (void)state;
+  struct llb_arena arena;
+  llb_arena_init(&arena, NULL, 0);
+  struct llb_buf b = {0}, old = {0};
+  struct llb_kv_fetch_request f = {.request_id = S("p-1"), .first_block = 2, .num_blocks = 3}, fout;
+  assert_int_equal(llb_kv_fetch_request_encode_buf(&f, &old), LLB_STATUS_OK); /* the old layout */
+  assert_int_equal(llb_kv_fetch_request_decode(old.data, old.len, &arena, &fout), LLB_STATUS_OK);
+  assert_true(fout.generation == 0);
+  const uint64_t gens[] = {1, 0x0123456789ABCDEFull, UINT64_MAX};
+  for (size_t i = 0; i < sizeof gens / sizeof gens[0]; i++) {
+    f.generation = gens[i];
+    assert_int_equal(llb_kv_fetch_request_encode_buf(&f, &b), LLB_STATUS_OK);
+    assert_true(b.len > old.len); /* the field is on the wire only when set */
+    assert_int_equal(llb_kv_fetch_request_decode(b.data, b.len, &arena, &fout), LLB_STATUS_OK);
+    assert_true(fout.generation == gens[i]);
+    assert_int_equal(fout.first_block, 2);
+    assert_int_equal(fout.num_blocks, 3);
+  }
+  const struct llb_kv_fetch_request rel = {.request_id = S("p-1"), .last = true, .generation = 77};
+  assert_int_equal(llb_kv_fetch_request_encode_buf(&rel, &b), LLB_STATUS_OK);
+  assert_int_equal(llb_kv_fetch_request_decode(b.data, b.len, &arena, &fout), LLB_STATUS_OK);
+  assert_true(fout.last && fout.num_blocks == 0 && fout.generation == 77);
+  struct llb_kv_transfer_chunk c = sample_chunk(), cout;
+  assert_int_equal(llb_kv_transfer_chunk_encode_buf(&c, &old), LLB_STATUS_OK);
+  assert_int_equal(decode_chunk(old.data, old.len, &cout), LLB_STATUS_OK);
+  assert_true(cout.generation == 0);
+  for (size_t i = 0; i < sizeof gens / sizeof gens[0]; i++) {
+    c.generation = gens[i];
+    assert_int_equal(llb_kv_transfer_chunk_encode_buf(&c, &b), LLB_STATUS_OK);
+    assert_int_equal(decode_chunk(b.data, b.len, &cout), LLB_STATUS_OK);
+    assert_true(cout.generation == gens[i]);
+    /* outside the checksum: an old peer computes the same CRC for the same chunk */
+    struct llb_kv_transfer_chunk no_gen = c;
+    no_gen.generation = 0;
+    assert_true(cout.checksum == llb_kv_transfer_chunk_checksum(&no_gen));
+  }
+  llb_arena_destroy(&arena);
+  llb_buf_free(&b);
+  llb_buf_free(&old);
+}
+
+/* A NotReady chunk says no export was found, so it names no generation: one that does is refused
+ * both ways (MALFORMED naming KVTransferChunk.generation); other error statuses may name the
+ * export that refused the fetch (a stale generation). The decoder's case: the status byte of an
+ * Unknown chunk, found by comparing it with the same chunk as Expired, patched to NotReady. */
+static void test_a_not_ready_chunk_naming_a_generation_is_refused_both_ways(void **state) {
+  (void)state;
+  struct llb_kv_transfer_chunk c = {.request_id = S("p-9"), .status = LLB_KV_TRANSFER_UNKNOWN, .generation = 0x77,
+                                    .error = {.code = LLB_STATUS_NOT_FOUND, .message = S("stale")}},
+                               out;
+  struct llb_buf unknown = {0}, expired = {0};
+  assert_int_equal(llb_kv_transfer_chunk_encode_buf(&c, &unknown), LLB_STATUS_OK);
+  assert_int_equal(decode_chunk(unknown.data, unknown.len, &out), LLB_STATUS_OK);
+  assert_true(out.generation == 0x77 && out.status == LLB_KV_TRANSFER_UNKNOWN);
+  c.status = LLB_KV_TRANSFER_EXPIRED;
+  assert_int_equal(llb_kv_transfer_chunk_encode_buf(&c, &expired), LLB_STATUS_OK);
+  c.status = LLB_KV_TRANSFER_NOT_READY;
+  assert_int_equal(llb_kv_transfer_chunk_encode_buf(&c, &expired), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "KVTransferChunk.generation"));
+  c.status = LLB_KV_TRANSFER_EXPIRED;
+  assert_int_equal(llb_kv_transfer_chunk_encode_buf(&c, &expired), LLB_STATUS_OK);
+  assert_int_equal(unknown.len, expired.len);
+  size_t at = SIZE_MAX;
+  for (size_t i = 0; i < unknown.len; i++)
+    if (unknown.data[i] == LLB_KV_TRANSFER_UNKNOWN && expired.data[i] == LLB_KV_TRANSFER_EXPIRED) {
+      assert_true(at == SIZE_MAX);
+      at = i;
+    }
+  assert_true(at != SIZE_MAX);
+  unknown.data[at] = LLB_KV_TRANSFER_NOT_READY;
+  assert_int_equal(decode_chunk(unknown.data, unknown.len, &out), LLB_STATUS_MALFORMED);
+  assert_non_null(strstr(llb_err_last(), "KVTransferChunk.generation"));
+  c.generation = 0; /* NotReady without one: fine */
+  c.status = LLB_KV_TRANSFER_NOT_READY;
+  assert_int_equal(llb_kv_transfer_chunk_encode_buf(&c, &expired), LLB_STATUS_OK);
+  assert_int_equal(decode_chunk(expired.data, expired.len, &out), LLB_STATUS_OK);
+  llb_buf_free(&unknown);
+  llb_buf_free(&expired);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kv_metadata_round_trips_and_absent_is_empty),
@@ -353,6 +438,8 @@ int main(void) {
       cmocka_unit_test(test_chunk_with_a_flipped_byte_fails_its_checksum),
       cmocka_unit_test(test_chunk_geometry_and_size_are_checked_both_ways),
       cmocka_unit_test(test_error_chunk_carries_its_status_and_no_data),
+      cmocka_unit_test(test_generation_round_trips_and_absent_is_zero),
+      cmocka_unit_test(test_a_not_ready_chunk_naming_a_generation_is_refused_both_ways),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

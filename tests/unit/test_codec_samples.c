@@ -834,13 +834,14 @@ static bool equals_lora_update_reply(const void *v) {
 /* ---- KVFetchRequest / KVTransferChunk (issue 36) ---------------------------------------- */
 
 static void fill_kv_fetch_request(struct llb_kv_fetch_request *m) {
-  *m = (struct llb_kv_fetch_request){.request_id = S("req-p-ф"), .first_block = 2, .num_blocks = 5};
+  *m = (struct llb_kv_fetch_request){.request_id = S("req-p-ф"), .first_block = 2, .num_blocks = 5,
+                                     .generation = 0x1122334455667788ull};
 }
 
 static bool equals_kv_fetch_request(const void *v) {
   const struct llb_kv_fetch_request *a = v;
   CHECK(a->version == LLB_SCHEMA_VERSION && str_eq(a->request_id, S("req-p-ф")));
-  CHECK(a->first_block == 2 && a->num_blocks == 5);
+  CHECK(a->first_block == 2 && a->num_blocks == 5 && a->generation == 0x1122334455667788ull);
   return true;
 }
 
@@ -852,7 +853,7 @@ static void fill_kv_transfer_chunk(struct llb_kv_transfer_chunk *m) {
   *m = (struct llb_kv_transfer_chunk){
       .request_id = S("req-p-ф"), .first_block = 2, .num_blocks = 2, .block_size = 2, .num_layers = 3,
       .num_kv_heads = 1, .head_dim = 4, .kv_cache_dtype = 0, .block_bytes = 96, .num_tokens = 9,
-      .data = chunk_data, .data_len = sizeof chunk_data, .status = LLB_KV_TRANSFER_OK};
+      .data = chunk_data, .data_len = sizeof chunk_data, .status = LLB_KV_TRANSFER_OK, .generation = 0x99AABBCCDDEEFF01ull};
 }
 
 static bool equals_kv_transfer_chunk(const void *v) {
@@ -863,6 +864,7 @@ static bool equals_kv_transfer_chunk(const void *v) {
   CHECK(a->first_block == 2 && a->num_blocks == 2 && a->block_size == 2 && a->num_layers == 3);
   CHECK(a->num_kv_heads == 1 && a->head_dim == 4 && a->kv_cache_dtype == 0 && a->block_bytes == 96);
   CHECK(a->num_tokens == 9 && a->status == LLB_KV_TRANSFER_OK && a->error.code == 0);
+  CHECK(a->generation == 0x99AABBCCDDEEFF01ull);
   CHECK(bytes_eq(a->data, (int64_t)a->data_len, chunk_data, (int64_t)sizeof chunk_data));
   CHECK(a->checksum == llb_kv_transfer_chunk_checksum(&b));
   return true;

@@ -1,8 +1,9 @@
 /* The KV connector's export registry (actors/gpu_worker/kv_export.h, issue 36): only listed blocks
  * are read, in range; limits refuse (and report, so the blocks are freed); a duplicate id keeps
- * the first export; an export ends once every block was read or at its expiry, reported once;
- * late fetches get Unknown or Expired, unseen ids NotReady. A fake cache: block b reads as bytes
- * of value b. */
+ * the first export; an export ends on a release naming its generation or at its expiry, reported
+ * once, never on serving a block (a lost last reply is fetched again); a stale release or fetch
+ * (another generation of the same id) ends and reads nothing; late fetches get Unknown or
+ * Expired, unseen ids NotReady. A fake cache: block b reads as bytes of value b. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,19 +39,33 @@ static llb_status add(struct kv_export_registry *r, const char *id, const int32_
   return kv_export_add(r, &q, now);
 }
 
-static enum llb_kv_transfer_status fetch_as(struct kv_export_registry *r, const char *id, int32_t first, int32_t n,
-                                            bool last, int64_t now, uint8_t *dst) {
+static char why[256];
+
+/* A fetch naming generation gen (0: any); *got (may be NULL) receives the export's generation. */
+static enum llb_kv_transfer_status fetch_gen(struct kv_export_registry *r, const char *id, uint64_t gen, int32_t first,
+                                             int32_t n, int64_t now, uint8_t *dst, uint64_t *got) {
   int32_t tokens = -1;
-  char why[256] = "";
+  uint64_t g = 12345;
+  why[0] = '\0';
   enum llb_kv_transfer_status s =
-      kv_export_fetch(r, id, first, n, last, now, read_fake, NULL, dst, BLOCK_BYTES, &tokens, why, sizeof why);
+      kv_export_fetch(r, id, gen, first, n, now, read_fake, NULL, dst, BLOCK_BYTES, &tokens, &g, why, sizeof why);
   if (s != LLB_KV_TRANSFER_OK) assert_true(why[0] != '\0'); /* every refusal says why */
+  if (s == LLB_KV_TRANSFER_OK) assert_true(g != 0);
+  if (got) *got = g;
   return s;
 }
 
 static enum llb_kv_transfer_status fetch(struct kv_export_registry *r, const char *id, int32_t first, int32_t n,
                                          int64_t now, uint8_t *dst) {
-  return fetch_as(r, id, first, n, false, now, dst);
+  return fetch_gen(r, id, 0, first, n, now, dst, NULL);
+}
+
+/* The generation of the export of id held now (a fetch of its first block). */
+static uint64_t generation_of(struct kv_export_registry *r, const char *id) {
+  uint8_t buf[BLOCK_BYTES];
+  uint64_t g = 0;
+  assert_int_equal(fetch_gen(r, id, 0, 0, 1, 0, buf, &g), LLB_KV_TRANSFER_OK);
+  return g;
 }
 
 static bool ended_is(struct kv_export_registry *r, const char *id) {
@@ -73,9 +88,12 @@ static void test_only_the_listed_blocks_in_range_are_read(void **state) {
   assert_int_equal(fetch(r, "a", 1, 2, 0, buf), LLB_KV_TRANSFER_OK);
   assert_int_equal(buf[0], 2); /* export block 1 is cache block 2 */
   assert_int_equal(buf[BLOCK_BYTES], 14);
-  assert_int_equal(kv_export_take_ended(r, &(const char *const *){0}), 0); /* block 0 not read yet */
   assert_int_equal(fetch(r, "a", 1, 1, 0, buf), LLB_KV_TRANSFER_OK); /* a re-read (lost reply) is fine */
-  assert_int_equal(fetch(r, "a", 0, 1, 0, buf), LLB_KV_TRANSFER_OK);
+  uint64_t gen = 0;
+  assert_int_equal(fetch_gen(r, "a", 0, 0, 1, 0, buf, &gen), LLB_KV_TRANSFER_OK);
+  assert_int_equal(buf[0], 9);
+  assert_int_equal(kv_export_take_ended(r, &(const char *const *){0}), 0); /* every block read: held still */
+  assert_int_equal(kv_export_release(r, "a", gen), LLB_STATUS_OK);
   assert_true(ended_is(r, "a"));
   assert_int_equal(kv_export_take_ended(r, &(const char *const *){0}), 0); /* reported once */
   assert_int_equal(fetch(r, "a", 0, 1, 0, buf), LLB_KV_TRANSFER_UNKNOWN);
@@ -123,51 +141,101 @@ static void test_an_export_expires_once_and_late_fetches_say_expired(void **stat
   kv_export_destroy(r);
 }
 
-/* The scheduler's epoch changed (its kv_manager may hand the blocks to another request): every
- * export is dropped at once, none reported (the scheduler ended them itself), and a fetch of one
- * gets Expired, never the blocks' new contents. */
-/* Issue 36 item 5: a decode engine whose prefix cache held the first blocks fetches only the
- * rest; its last request ends the export at once (reported, so the scheduler frees the blocks)
- * instead of holding them to the expiry. */
-static void test_the_fetchers_last_request_ends_a_partly_read_export(void **state) {
+/* Defect "a lost reply to the last fetch chunk fails the receive": serving the last chunk (and
+ * every block) ends nothing, so the fetcher's resend after a lost reply gets the same blocks; a
+ * decode engine whose prefix cache held the first blocks fetches only the rest and its release
+ * ends the export at once (reported, so the scheduler frees the blocks), not at the expiry. */
+static void test_a_repeated_last_chunk_fetch_succeeds_and_the_release_ends_it(void **state) {
   (void)state;
   struct kv_export_registry *r = make(8, 64);
   const int32_t blocks[4] = {3, 4, 5, 6};
   assert_int_equal(add(r, "a", blocks, 4, 10.0f, 0), LLB_STATUS_OK);
   uint8_t buf[2 * BLOCK_BYTES];
-  const char *const *ids;
-  assert_int_equal(fetch_as(r, "a", 2, 1, false, 0, buf), LLB_KV_TRANSFER_OK);
-  assert_int_equal(kv_export_take_ended(r, &ids), 0); /* blocks 0, 1 and 3 unread: held */
-  assert_int_equal(fetch_as(r, "a", 3, 1, true, 0, buf), LLB_KV_TRANSFER_OK);
-  assert_int_equal(buf[0], 6);
+  uint64_t gen = 0, again = 0;
+  assert_int_equal(fetch_gen(r, "a", 0, 2, 2, 0, buf, &gen), LLB_KV_TRANSFER_OK); /* blocks 0, 1: never read */
+  assert_int_equal(kv_export_take_ended(r, &(const char *const *){0}), 0);
+  memset(buf, 0, sizeof buf);
+  assert_int_equal(fetch_gen(r, "a", gen, 2, 2, 0, buf, &again), LLB_KV_TRANSFER_OK); /* its reply was lost */
+  assert_int_equal(buf[0], 5);
+  assert_int_equal(buf[BLOCK_BYTES], 6);
+  assert_true(again == gen);
+  assert_int_equal(kv_export_take_ended(r, &(const char *const *){0}), 0);
+  assert_int_equal(kv_export_release(r, "a", gen), LLB_STATUS_OK);
   assert_true(ended_is(r, "a")); /* ended now, long before its 10 s expiry */
   int32_t reqs;
   int64_t held;
   kv_export_counts(r, &reqs, &held);
   assert_int_equal(reqs, 0);
   assert_int_equal(held, 0);
-  assert_int_equal(fetch(r, "a", 0, 1, 0, buf), LLB_KV_TRANSFER_UNKNOWN); /* a late fetch: ended */
+  assert_int_equal(fetch(r, "a", 0, 1, 0, buf), LLB_KV_TRANSFER_UNKNOWN); /* a late fetch: released */
+  assert_int_equal(kv_export_release(r, "a", gen), LLB_STATUS_NOT_FOUND); /* a duplicated release */
   kv_export_destroy(r);
 }
 
 /* A release (the fetcher failed or gave up) ends an export unread, reported so that its blocks
- * are freed; an id not held is no-op. */
+ * are freed; an id not held, or a release naming no generation, ends nothing. */
 static void test_a_release_ends_an_export_unread(void **state) {
   (void)state;
   struct kv_export_registry *r = make(8, 64);
   const int32_t blocks[2] = {3, 4};
   assert_int_equal(add(r, "a", blocks, 2, 10.0f, 0), LLB_STATUS_OK);
+  const uint64_t gen = generation_of(r, "a");
   reads = 0;
-  assert_true(kv_export_release(r, "a"));
+  assert_int_equal(kv_export_release(r, "a", 0), LLB_STATUS_INVALID_ARGUMENT); /* no generation */
+  assert_non_null(strstr(llb_err_last(), "generation"));
+  assert_int_equal(kv_export_take_ended(r, &(const char *const *){0}), 0);
+  assert_int_equal(kv_export_release(r, "a", gen), LLB_STATUS_OK);
   assert_int_equal(reads, 0);
   assert_true(ended_is(r, "a"));
-  assert_false(kv_export_release(r, "a"));
-  assert_false(kv_export_release(r, "never"));
+  assert_int_equal(kv_export_release(r, "a", gen), LLB_STATUS_NOT_FOUND);
+  assert_int_equal(kv_export_release(r, "never", gen), LLB_STATUS_NOT_FOUND);
   const char *const *ids;
   assert_int_equal(kv_export_take_ended(r, &ids), 0);
   kv_export_destroy(r);
 }
 
+/* Defect "a stale release by id can end a newer export": request "a" is exported, released and
+ * exported again (preempted and prefilled anew, or a retried hand-off); the first export's
+ * release arriving again (late or duplicated), or a fetch naming its generation, is refused with
+ * an error naming both generations and ends, reads and reports nothing: the newer export is
+ * still served whole, and only its own release ends it. */
+static void test_a_stale_release_or_fetch_leaves_a_newer_export_alone(void **state) {
+  (void)state;
+  struct kv_export_registry *r = make(8, 64);
+  const int32_t first[2] = {3, 4}, second[2] = {8, 9};
+  assert_int_equal(add(r, "a", first, 2, 10.0f, 0), LLB_STATUS_OK);
+  const uint64_t old_gen = generation_of(r, "a");
+  assert_int_equal(kv_export_release(r, "a", old_gen), LLB_STATUS_OK);
+  assert_true(ended_is(r, "a"));
+  assert_int_equal(add(r, "a", second, 2, 10.0f, 0), LLB_STATUS_OK);
+  const uint64_t new_gen = generation_of(r, "a");
+  assert_true(new_gen != old_gen && new_gen != 0);
+  assert_int_equal(kv_export_release(r, "a", old_gen), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "stale"));
+  assert_int_equal(kv_export_take_ended(r, &(const char *const *){0}), 0);
+  uint8_t buf[2 * BLOCK_BYTES];
+  uint64_t got = 0;
+  reads = 0;
+  assert_int_equal(fetch_gen(r, "a", old_gen, 0, 2, 0, buf, &got), LLB_KV_TRANSFER_UNKNOWN);
+  assert_int_equal(reads, 0);
+  assert_non_null(strstr(why, "stale"));
+  assert_true(got == new_gen); /* the reply names the export held */
+  int32_t reqs;
+  int64_t held;
+  kv_export_counts(r, &reqs, &held);
+  assert_int_equal(reqs, 1);
+  assert_int_equal(held, 2);
+  assert_int_equal(fetch_gen(r, "a", new_gen, 0, 2, 0, buf, &got), LLB_KV_TRANSFER_OK);
+  assert_int_equal(buf[0], 8);
+  assert_int_equal(buf[BLOCK_BYTES], 9);
+  assert_int_equal(kv_export_release(r, "a", new_gen), LLB_STATUS_OK);
+  assert_true(ended_is(r, "a"));
+  kv_export_destroy(r);
+}
+
+/* The scheduler's epoch changed (its kv_manager may hand the blocks to another request): every
+ * export is dropped at once, none reported (the scheduler ended them itself), and a fetch of one
+ * gets Expired, never the blocks' new contents. */
 static void test_cancel_all_drops_every_export_unreported(void **state) {
   (void)state;
   struct kv_export_registry *r = make(8, 64);
@@ -197,8 +265,9 @@ int main(void) {
       cmocka_unit_test(test_limits_refuse_and_report_a_duplicate_keeps_the_first),
       cmocka_unit_test(test_an_export_expires_once_and_late_fetches_say_expired),
       cmocka_unit_test(test_cancel_all_drops_every_export_unreported),
-      cmocka_unit_test(test_the_fetchers_last_request_ends_a_partly_read_export),
+      cmocka_unit_test(test_a_repeated_last_chunk_fetch_succeeds_and_the_release_ends_it),
       cmocka_unit_test(test_a_release_ends_an_export_unread),
+      cmocka_unit_test(test_a_stale_release_or_fetch_leaves_a_newer_export_alone),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
