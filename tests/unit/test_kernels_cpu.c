@@ -790,14 +790,36 @@ static void test_ggml_expf_and_swiglu_rows_bit_identical_across_paths(void **sta
   x[5] = -INFINITY;
   x[6] = INFINITY;
   x[7] = -100.0f; /* subnormal result (after the shift by 1.5) */
+  x[8] = NAN;
   for (int lvl = CPU_SIMD_LEVEL_AVX2; lvl <= (int)cpu_simd_level_detect(); lvl++) {
     cpu_exp_sub_row(CPU_SIMD_LEVEL_SCALAR, x, 1.5f, y1, N);
     cpu_exp_sub_row((enum cpu_simd_level)lvl, x, 1.5f, y2, N);
     assert_memory_equal(y1, y2, sizeof(y1));
     assert_true(y1[7] > 0.0f && y1[7] < 1e-38f);
+    assert_true(isnan(y1[8]));
     cpu_swiglu_row(CPU_SIMD_LEVEL_SCALAR, x, u, y1, N);
     cpu_swiglu_row((enum cpu_simd_level)lvl, x, u, y2, N);
     assert_memory_equal(y1, y2, sizeof(y1));
+  }
+  /* every n = round(x * log2 e) from -200 to 200 (the flush to 0, subnormal results, the
+   * normal range, overflow to inf, the flush to inf), 64 inputs each, in rows of every length
+   * 1 .. 40 (the masked tails after the 8- and 16-lane steps) */
+  for (int i = 0; i < N; i++) x[i] = -139.0f + 278.0f * (float)i / (float)(N - 1);
+  for (int lvl = CPU_SIMD_LEVEL_AVX2; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+    cpu_exp_sub_row(CPU_SIMD_LEVEL_SCALAR, x, 0.0f, y1, N);
+    cpu_exp_sub_row((enum cpu_simd_level)lvl, x, 0.0f, y2, N);
+    assert_memory_equal(y1, y2, sizeof(y1));
+    for (int len = 1; len <= 40; len++)
+      for (int at = 0; at + len <= N; at += 997) {
+        float a[40], b[40];
+        memcpy(a, x + at, sizeof(float) * (size_t)len);
+        cpu_exp_sub_row(CPU_SIMD_LEVEL_SCALAR, a, 0.25f, a, len); /* in place, as attention calls it */
+        cpu_exp_sub_row((enum cpu_simd_level)lvl, x + at, 0.25f, b, len);
+        assert_memory_equal(a, b, sizeof(float) * (size_t)len);
+        cpu_swiglu_row(CPU_SIMD_LEVEL_SCALAR, x + at, u + at, a, len);
+        cpu_swiglu_row((enum cpu_simd_level)lvl, x + at, u + at, b, len);
+        assert_memory_equal(a, b, sizeof(float) * (size_t)len);
+      }
   }
 }
 
