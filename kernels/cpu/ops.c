@@ -80,9 +80,13 @@ llb_status cpu_ctx_create(const struct backend_ctx_params *p, struct backend_ctx
   if (c->kv_ident)
     for (int32_t i = 0; i < p->max_context_len; i++) c->kv_ident[i] = i;
   c->lora_scratch = malloc((size_t)p->n_threads * CPU_LORA_SCRATCH(p->max_row_elems)); /* touched only by LoRA */
-  if (p->head_dim > 0) /* malloc'd, not calloc'd: untouched pages cost no memory (fp16 caches) */
+  if (p->head_dim > 0) { /* malloc'd, not calloc'd: untouched pages cost no memory (fp16 caches) */
     c->kv_f16 = malloc((size_t)p->n_threads * 2 * (size_t)p->max_context_len * (size_t)p->head_dim * sizeof(uint16_t));
-  if (!c->act || !c->scores || !c->row_seq || !c->kv_ident || !c->lora_scratch || (p->head_dim > 0 && !c->kv_f16)) {
+    c->rope_cs = malloc((size_t)p->max_num_tokens * (size_t)p->head_dim * sizeof(float));
+    c->rope_pos = malloc((size_t)p->max_num_tokens * sizeof(int32_t));
+  }
+  if (!c->act || !c->scores || !c->row_seq || !c->kv_ident || !c->lora_scratch ||
+      (p->head_dim > 0 && (!c->kv_f16 || !c->rope_cs || !c->rope_pos))) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "cpu backend scratch (%d tokens x %lld elems)",
                   p->max_num_tokens, (long long)p->max_row_elems);
     goto fail;
@@ -103,6 +107,8 @@ void cpu_ctx_destroy(struct backend_ctx *c) {
   free(c->kv_ident);
   free(c->kv_f16);
   free(c->lora_scratch);
+  free(c->rope_cs);
+  free(c->rope_pos);
   free(c);
 }
 
@@ -403,7 +409,23 @@ struct rope_task {
   float theta_scale;
   int64_t per;
   enum cpu_simd_level level;
+  float *table; /* [n_rows, n_dims] cos then sin per row (backend_ctx.rope_cs), or NULL: per row on the stack */
+  bool fill;    /* compute the table's rows (else read them) */
 };
+
+/* Row r's n_dims / 2 cos and sin (ggml_rope_cache_init: theta_i = p * theta_scale^i by repeated
+ * products, then scaled by ggml's rope_yarn with ext_factor 0). */
+static void rope_angles(const struct rope_task *t, int64_t r, float *cs, float *sn) {
+  const int32_t half = t->p.n_dims / 2;
+  const float mscale = t->p.attn_factor == 0.0f ? 1.0f : t->p.attn_factor;
+  float theta = (float)t->positions[r];
+  for (int32_t i = 0; i < half; i++) {
+    const float th = t->p.freq_factors ? t->p.freq_scale * (theta / t->p.freq_factors[i]) : t->p.freq_scale * theta;
+    cs[i] = cosf(th) * mscale;
+    sn[i] = sinf(th) * mscale;
+    theta *= t->theta_scale;
+  }
+}
 
 /* ggml's rotate_pairs on one head's first 2 * half dims, as its -O3 -march=native build
  * computes it (GCC contracts x0*c - x1*s to fma(x0, c, -(x1*s)) and x0*s + x1*c to
@@ -452,20 +474,13 @@ static void rope_chunk(void *arg, int64_t chunk, int ith) {
   (void)ith;
   const struct rope_task *t = arg;
   const int32_t half = t->p.n_dims / 2;
-  const float mscale = t->p.attn_factor == 0.0f ? 1.0f : t->p.attn_factor;
-  float cs[CPU_ROPE_MAX_DIMS / 2], sn[CPU_ROPE_MAX_DIMS / 2];
+  float cs_row[CPU_ROPE_MAX_DIMS / 2], sn_row[CPU_ROPE_MAX_DIMS / 2];
   int64_t lo, hi;
   chunk_range(chunk, t->per, t->n_rows, &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
-    /* ggml_rope_cache_init: theta_i = p * theta_scale^i by repeated products, then scaled */
-    float theta = (float)t->positions[r];
-    for (int32_t i = 0; i < half; i++) {
-      /* ggml rope_yarn(theta / ff, freq_scale, ...) with ext_factor 0 */
-      const float th = t->p.freq_factors ? t->p.freq_scale * (theta / t->p.freq_factors[i]) : t->p.freq_scale * theta;
-      cs[i] = cosf(th) * mscale;
-      sn[i] = sinf(th) * mscale;
-      theta *= t->theta_scale;
-    }
+    float *cs = t->table ? t->table + r * t->p.n_dims : cs_row, *sn = cs + half;
+    if (!t->table) sn = sn_row;
+    if (!t->table || t->fill) rope_angles(t, r, cs, sn);
     const bool neox = t->p.style == BACKEND_ROPE_STYLE_NEOX;
 #if OPS_HAVE_X86
     if (t->level >= CPU_SIMD_LEVEL_AVX2) {
@@ -481,6 +496,15 @@ static void rope_chunk(void *arg, int64_t chunk, int ith) {
   }
 }
 
+/* Whether c's RoPE table holds the angles of these rows and params. */
+static bool rope_table_holds(const struct backend_ctx *c, const int32_t *positions, int32_t n_rows,
+                             const struct backend_rope_params *p) {
+  const struct backend_rope_params *q = &c->rope_p;
+  return c->rope_rows == n_rows && n_rows > 0 && q->n_dims == p->n_dims && q->freq_base == p->freq_base &&
+         q->freq_scale == p->freq_scale && q->style == p->style && q->freq_factors == p->freq_factors &&
+         q->attn_factor == p->attn_factor && memcmp(c->rope_pos, positions, (size_t)n_rows * sizeof(int32_t)) == 0;
+}
+
 llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, int32_t n_rows,
                     int32_t n_heads, int32_t head_dim, const struct backend_rope_params *p) {
   if (p->n_dims < 2 || p->n_dims % 2 != 0 || p->n_dims > head_dim || p->n_dims > CPU_ROPE_MAX_DIMS ||
@@ -489,8 +513,19 @@ llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, i
                     head_dim, (int)p->style);
   struct rope_task t = {x, positions, n_rows, n_heads, head_dim, *p,
                         powf(p->freq_base, -2.0f / (float)p->n_dims),
-                        items_per_chunk((int64_t)n_heads * head_dim * 4), c->level};
+                        items_per_chunk((int64_t)n_heads * head_dim * 4), c->level, NULL, false};
+  /* the table holds rows of up to head_dim (ctx) values: n_dims <= this call's head_dim */
+  if (c->rope_cs && n_rows <= c->params.max_num_tokens && p->n_dims <= c->params.head_dim) {
+    t.table = c->rope_cs;
+    t.fill = !rope_table_holds(c, positions, n_rows, p);
+    if (t.fill) {
+      c->rope_rows = 0; /* invalid until the op has filled it */
+      memcpy(c->rope_pos, positions, (size_t)n_rows * sizeof(int32_t));
+      c->rope_p = *p;
+    }
+  }
   cpu_threadpool_parallel(c->pool, rope_chunk, &t, ceil_div(n_rows, t.per));
+  if (t.fill) c->rope_rows = n_rows;
   return LLB_STATUS_OK;
 }
 

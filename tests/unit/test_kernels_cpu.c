@@ -253,6 +253,45 @@ static void test_rope_same_bits_on_every_level(void **state) {
   backend_cpu_ops()->ctx_destroy(c);
 }
 
+/* A context with head_dim keeps the last call's cos and sin (the forward rotates q and k of every
+ * layer at the same positions): each call of a sequence that reuses, refreshes or bypasses the
+ * table (same rows again, other positions, fewer rows, other attn_factor, freq_factors, n_dims or
+ * style) rotates exactly as a context without the table. */
+static void test_rope_table_reused_only_for_same_rows_and_params(void **state) {
+  (void)state;
+  enum { T = 9, H = 3, D = 64 };
+  struct backend_ctx_params cp = {.n_threads = 2, .max_num_tokens = 16, .max_row_elems = 1024,
+                                  .max_context_len = 640, .n_heads = H, .head_dim = D};
+  struct backend_ctx *tab = NULL;
+  assert_int_equal(backend_cpu_ops()->ctx_create(&cp, &tab), LLB_STATUS_OK);
+  struct backend_ctx *plain = make_ctx(2);
+  const int32_t pos_a[T] = {0, 1, 2, 3, 4, 5, 6, 7, 8}, pos_b[T] = {8, 9, 10, 11, 12, 13, 14, 15, 400};
+  static float ff[D / 2];
+  for (int i = 0; i < D / 2; i++) ff[i] = 1.0f + 0.25f * (float)i;
+  const struct backend_rope_params base = {.n_dims = D, .freq_base = 10000.0f, .freq_scale = 1.0f,
+                                           .style = BACKEND_ROPE_STYLE_NEOX};
+  struct backend_rope_params ps[8];
+  for (int i = 0; i < 8; i++) ps[i] = base;
+  ps[4].attn_factor = 1.25f;
+  ps[5].freq_factors = ff;
+  ps[6].n_dims = 32;
+  ps[7].style = BACKEND_ROPE_STYLE_NORM;
+  const int32_t *pos[8] = {pos_a, pos_a, pos_b, pos_b, pos_b, pos_b, pos_b, pos_b};
+  const int32_t rows[8] = {T, T, T, T - 2, T, T, T, T};
+  for (int k = 0; k < 8; k++) {
+    static float x[T * H * D], y[T * H * D], ref[T * H * D];
+    rng_state = 41 + (uint64_t)k;
+    for (int i = 0; i < T * H * D; i++) x[i] = rndf() * 4.0f;
+    memcpy(y, x, sizeof x);
+    memcpy(ref, x, sizeof x);
+    assert_int_equal(backend_cpu_ops()->rope(tab, y, pos[k], rows[k], H, D, &ps[k]), LLB_STATUS_OK);
+    assert_int_equal(backend_cpu_ops()->rope(plain, ref, pos[k], rows[k], H, D, &ps[k]), LLB_STATUS_OK);
+    if (memcmp(y, ref, sizeof y) != 0) fail_msg("rope call %d: the table's result differs", k);
+  }
+  backend_cpu_ops()->ctx_destroy(tab);
+  backend_cpu_ops()->ctx_destroy(plain);
+}
+
 static void test_rope_norm_and_neox_match_reference(void **state) {
   (void)state;
   struct backend_ctx *c = make_ctx(2);
@@ -976,6 +1015,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_bit_identical_across_paths_threads_and_batches),
       cmocka_unit_test(test_rope_norm_and_neox_match_reference),
       cmocka_unit_test(test_rope_same_bits_on_every_level),
+      cmocka_unit_test(test_rope_table_reused_only_for_same_rows_and_params),
       cmocka_unit_test(test_paged_attention_matches_contiguous_reference),
       cmocka_unit_test(test_sliding_window_and_softcap_attention_match_reference),
       cmocka_unit_test(test_softcap_matches_reference),
