@@ -157,22 +157,62 @@ struct norm_task {
   float eps;
   int64_t per;
   float *out;
+  enum cpu_simd_level level;
 };
+
+/* Rows in one pass of RMSNorm's sums of squares. */
+#define CPU_NORM_ROWS 8
+
+/* sum[k] += (double)(x[k][i] * x[k][i]) for i in [from, dim), index order, CPU_NORM_ROWS rows. */
+static void rms_sums_scalar(const float *const *x, int32_t from, int32_t dim, double *sum) {
+  for (int32_t i = from; i < dim; i++)
+    for (int k = 0; k < CPU_NORM_ROWS; k++) sum[k] += (double)(x[k][i] * x[k][i]);
+}
+
+#if OPS_HAVE_X86
+/* rms_sums_scalar from 0: 4 elements of 8 rows squared in float, transposed so that a register
+ * holds one element of 4 rows, widened to double and added in index order: the same adds,
+ * two chains of 4 rows (4 scalar chains before: each add waits for the last). */
+OPS_AVX2_TARGET static void rms_sums_avx2(const float *const *x, int32_t dim, double *sum) {
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  int32_t i = 0;
+  for (; i + 4 <= dim; i += 4) {
+    __m128 a[CPU_NORM_ROWS];
+    for (int k = 0; k < CPU_NORM_ROWS; k++) {
+      a[k] = _mm_loadu_ps(x[k] + i);
+      a[k] = _mm_mul_ps(a[k], a[k]);
+    }
+    _MM_TRANSPOSE4_PS(a[0], a[1], a[2], a[3]);
+    _MM_TRANSPOSE4_PS(a[4], a[5], a[6], a[7]);
+    for (int e = 0; e < 4; e++) {
+      s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(a[e]));
+      s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(a[4 + e]));
+    }
+  }
+  _mm256_storeu_pd(sum, s0);
+  _mm256_storeu_pd(sum + 4, s1);
+  rms_sums_scalar(x, i, dim, sum);
+}
+#endif
 
 static void rms_norm_chunk(void *arg, int64_t chunk, int ith) {
   (void)ith;
   const struct norm_task *t = arg;
   int64_t lo, hi;
   chunk_range(chunk, t->per, t->n_rows, &lo, &hi);
-  for (int64_t r0 = lo; r0 < hi; r0 += 4) {
+  for (int64_t r0 = lo; r0 < hi; r0 += CPU_NORM_ROWS) {
     /* ggml_compute_forward_rms_norm_f32 sums each row in ggml_float (double), in index order:
-     * one chain of dependent adds per row, so up to 4 rows' chains run side by side */
-    const int64_t nr = hi - r0 < 4 ? hi - r0 : 4;
-    double sum[4] = {0.0, 0.0, 0.0, 0.0};
-    const float *x[4];
-    for (int64_t k = 0; k < 4; k++) x[k] = t->x + (r0 + (k < nr ? k : 0)) * t->dim;
-    for (int32_t i = 0; i < t->dim; i++)
-      for (int k = 0; k < 4; k++) sum[k] += (double)(x[k][i] * x[k][i]);
+     * one chain of dependent adds per row, so up to CPU_NORM_ROWS rows' chains run side by side */
+    const int64_t nr = hi - r0 < CPU_NORM_ROWS ? hi - r0 : CPU_NORM_ROWS;
+    double sum[CPU_NORM_ROWS] = {0.0};
+    const float *x[CPU_NORM_ROWS];
+    for (int64_t k = 0; k < CPU_NORM_ROWS; k++) x[k] = t->x + (r0 + (k < nr ? k : 0)) * t->dim;
+#if OPS_HAVE_X86
+    if (t->level >= CPU_SIMD_LEVEL_AVX2) rms_sums_avx2(x, t->dim, sum);
+    else rms_sums_scalar(x, 0, t->dim, sum);
+#else
+    rms_sums_scalar(x, 0, t->dim, sum);
+#endif
     for (int64_t k = 0; k < nr; k++) {
       float *y = t->out + (r0 + k) * t->dim;
       const float mean = (float)(sum[k] / t->dim);
@@ -185,7 +225,7 @@ static void rms_norm_chunk(void *arg, int64_t chunk, int ith) {
 llb_status cpu_rms_norm(struct backend_ctx *c, const float *x, const float *w, int32_t n_rows,
                         int32_t dim, float eps, float *out) {
   if (n_rows < 0 || dim < 1) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "rms_norm %d x %d", n_rows, dim);
-  struct norm_task t = {x, w, n_rows, dim, eps, items_per_chunk(dim), out};
+  struct norm_task t = {x, w, n_rows, dim, eps, items_per_chunk(dim), out, c->level};
   cpu_threadpool_parallel(c->pool, rms_norm_chunk, &t, ceil_div(n_rows, t.per));
   return LLB_STATUS_OK;
 }

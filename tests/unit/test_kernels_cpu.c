@@ -445,6 +445,36 @@ static void test_kv_write_skips_negative_slots_and_refuses_out_of_range(void **s
   backend_cpu_ops()->ctx_destroy(c);
 }
 
+/* RMSNorm is ggml_compute_forward_rms_norm_f32 bit for bit on every level: each row's sum of
+ * (double)(x * x) in index order, (float)(sum / dim), 1 / sqrtf(mean + eps), (x * scale) * w;
+ * batches of 1 .. 21 rows (the passes of 8 rows and their remainders) of 576 and 67 elements
+ * (whole groups of 4 and a tail), rows of every size of value. */
+static void test_rms_norm_bit_exact_on_every_level(void **state) {
+  (void)state;
+  struct backend_ctx *c = make_ctx(2);
+  enum { TM = 21, EM = 576 };
+  static float x[TM * EM], w[EM], y[TM * EM], ref[TM * EM];
+  rng_state = 23;
+  for (int i = 0; i < TM * EM; i++) x[i] = rndf() * ldexpf(1.0f, (int)(rnd() % 24) - 12);
+  for (int i = 0; i < EM; i++) w[i] = rndf();
+  for (int32_t dim = 67; dim <= EM; dim += EM - 67)
+    for (int32_t T = 1; T <= TM; T++) {
+      for (int32_t r = 0; r < T; r++) {
+        double sum = 0.0;
+        for (int32_t i = 0; i < dim; i++) sum += (double)(x[r * dim + i] * x[r * dim + i]);
+        const float scale = 1.0f / sqrtf((float)(sum / dim) + 1e-5f);
+        for (int32_t i = 0; i < dim; i++) ref[r * dim + i] = (x[r * dim + i] * scale) * w[i];
+      }
+      for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+        cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
+        assert_int_equal(backend_cpu_ops()->rms_norm(c, x, w, T, dim, 1e-5f, y), LLB_STATUS_OK);
+        if (memcmp(y, ref, sizeof(float) * (size_t)(T * dim)) != 0)
+          fail_msg("rms_norm %d rows of %d: level %d differs from ggml's order", T, dim, lvl);
+      }
+    }
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
 static void test_norm_swiglu_add_embed_match_reference(void **state) {
   (void)state;
   struct backend_ctx *c = make_ctx(2);
@@ -1021,6 +1051,7 @@ int main(void) {
       cmocka_unit_test(test_softcap_matches_reference),
       cmocka_unit_test(test_kv_write_skips_negative_slots_and_refuses_out_of_range),
       cmocka_unit_test(test_norm_swiglu_add_embed_match_reference),
+      cmocka_unit_test(test_rms_norm_bit_exact_on_every_level),
       cmocka_unit_test(test_threadpool_runs_every_thread_once_per_run),
       cmocka_unit_test(test_gemm_tiles_bit_identical_to_single_dots),
       cmocka_unit_test(test_matmul_shapes_bit_identical_across_paths_and_batches),
