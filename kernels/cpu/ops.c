@@ -536,13 +536,14 @@ static void rope_chunk(void *arg, int64_t chunk, int ith) {
   }
 }
 
-/* Whether c's RoPE table holds the angles of these rows and params. */
+/* Whether c's RoPE table holds the angles of these rows (its first n_rows) and params (the
+ * style only pairs the dims differently: the same angles). */
 static bool rope_table_holds(const struct backend_ctx *c, const int32_t *positions, int32_t n_rows,
                              const struct backend_rope_params *p) {
   const struct backend_rope_params *q = &c->rope_p;
-  return c->rope_rows == n_rows && n_rows > 0 && q->n_dims == p->n_dims && q->freq_base == p->freq_base &&
-         q->freq_scale == p->freq_scale && q->style == p->style && q->freq_factors == p->freq_factors &&
-         q->attn_factor == p->attn_factor && memcmp(c->rope_pos, positions, (size_t)n_rows * sizeof(int32_t)) == 0;
+  return n_rows <= c->rope_rows && n_rows > 0 && q->n_dims == p->n_dims && q->freq_base == p->freq_base &&
+         q->freq_scale == p->freq_scale && q->freq_factors == p->freq_factors && q->attn_factor == p->attn_factor &&
+         memcmp(c->rope_pos, positions, (size_t)n_rows * sizeof(int32_t)) == 0;
 }
 
 llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, int32_t n_rows,

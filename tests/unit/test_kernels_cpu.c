@@ -253,10 +253,26 @@ static void test_rope_same_bits_on_every_level(void **state) {
   backend_cpu_ops()->ctx_destroy(c);
 }
 
+/* RoPE of random rows of 3 heads x 64 at positions pos on tab (a context with head_dim: the
+ * cos / sin table) and on plain (none): the same bits, or fails naming call k. */
+static void rope_table_call(struct backend_ctx *tab, struct backend_ctx *plain, const int32_t *pos, int32_t rows,
+                            const struct backend_rope_params *p, int k) {
+  enum { T = 9, H = 3, D = 64 };
+  static float x[T * H * D], y[T * H * D], ref[T * H * D];
+  rng_state = 41 + (uint64_t)k;
+  for (int i = 0; i < T * H * D; i++) x[i] = rndf() * 4.0f;
+  memcpy(y, x, sizeof x);
+  memcpy(ref, x, sizeof x);
+  assert_int_equal(backend_cpu_ops()->rope(tab, y, pos, rows, H, D, p), LLB_STATUS_OK);
+  assert_int_equal(backend_cpu_ops()->rope(plain, ref, pos, rows, H, D, p), LLB_STATUS_OK);
+  if (memcmp(y, ref, sizeof y) != 0) fail_msg("rope call %d: the table's result differs", k);
+}
+
 /* A context with head_dim keeps the last call's cos and sin (the forward rotates q and k of every
  * layer at the same positions): each call of a sequence that reuses, refreshes or bypasses the
  * table (same rows again, other positions, fewer rows, other attn_factor, freq_factors, n_dims or
- * style) rotates exactly as a context without the table. */
+ * style, a position changed in place in the same buffer) rotates exactly as a context without
+ * the table. */
 static void test_rope_table_reused_only_for_same_rows_and_params(void **state) {
   (void)state;
   enum { T = 9, H = 3, D = 64 };
@@ -270,24 +286,27 @@ static void test_rope_table_reused_only_for_same_rows_and_params(void **state) {
   for (int i = 0; i < D / 2; i++) ff[i] = 1.0f + 0.25f * (float)i;
   const struct backend_rope_params base = {.n_dims = D, .freq_base = 10000.0f, .freq_scale = 1.0f,
                                            .style = BACKEND_ROPE_STYLE_NEOX};
-  struct backend_rope_params ps[8];
-  for (int i = 0; i < 8; i++) ps[i] = base;
-  ps[4].attn_factor = 1.25f;
+  /* each changed call between two calls of the base params at the same rows: a table kept
+   * across one of them would rotate by the other's angles */
+  enum { N_CALLS = 16 };
+  struct backend_rope_params ps[N_CALLS];
+  for (int i = 0; i < N_CALLS; i++) ps[i] = base;
+  ps[3].attn_factor = 1.25f;
   ps[5].freq_factors = ff;
-  ps[6].n_dims = 32;
-  ps[7].style = BACKEND_ROPE_STYLE_NORM;
-  const int32_t *pos[8] = {pos_a, pos_a, pos_b, pos_b, pos_b, pos_b, pos_b, pos_b};
-  const int32_t rows[8] = {T, T, T, T - 2, T, T, T, T};
-  for (int k = 0; k < 8; k++) {
-    static float x[T * H * D], y[T * H * D], ref[T * H * D];
-    rng_state = 41 + (uint64_t)k;
-    for (int i = 0; i < T * H * D; i++) x[i] = rndf() * 4.0f;
-    memcpy(y, x, sizeof x);
-    memcpy(ref, x, sizeof x);
-    assert_int_equal(backend_cpu_ops()->rope(tab, y, pos[k], rows[k], H, D, &ps[k]), LLB_STATUS_OK);
-    assert_int_equal(backend_cpu_ops()->rope(plain, ref, pos[k], rows[k], H, D, &ps[k]), LLB_STATUS_OK);
-    if (memcmp(y, ref, sizeof y) != 0) fail_msg("rope call %d: the table's result differs", k);
-  }
+  ps[7].n_dims = 32;
+  ps[9].style = BACKEND_ROPE_STYLE_NORM; /* the angles do not depend on it: a reuse, rotated the NORM way */
+  ps[10].attn_factor = ps[11].attn_factor = 1.25f; /* 7 rows refilled, then all 9 (the last 2 not held) */
+  ps[13].freq_base = 500000.0f;
+  ps[15].freq_scale = 0.5f;
+  const int32_t *pos[N_CALLS] = {pos_a, pos_a, pos_b, pos_b, pos_b, pos_b, pos_b, pos_b,
+                                 pos_b, pos_b, pos_b, pos_b, pos_b, pos_b, pos_b, pos_b};
+  const int32_t rows[N_CALLS] = {T, T, T, T, T, T, T, T, T, T, T - 2, T, T, T, T, T};
+  for (int k = 0; k < N_CALLS; k++) rope_table_call(tab, plain, pos[k], rows[k], &ps[k], k);
+  int32_t pos_c[T]; /* one buffer whose positions change in place between steps */
+  memcpy(pos_c, pos_b, sizeof pos_c);
+  rope_table_call(tab, plain, pos_c, T, &base, N_CALLS);
+  pos_c[4] = 77;
+  rope_table_call(tab, plain, pos_c, T, &base, N_CALLS + 1);
   backend_cpu_ops()->ctx_destroy(tab);
   backend_cpu_ops()->ctx_destroy(plain);
 }
