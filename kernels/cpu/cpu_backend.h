@@ -49,6 +49,13 @@ struct backend_ctx {
                                  Pages are touched only by quantized caches */
   int32_t *kv_ident;          /* [max_context_len]: 0, 1, 2, ... (the scratch's block table) */
   uint8_t *lora_scratch;      /* [n_threads, CPU_LORA_SCRATCH(max_row_elems)] bytes (lora.c) */
+  /* RoPE's cos and sin of the rows of the last cpu_rope call that computed them (ops.c): the
+   * forward rotates q and k of every layer at the same positions with the same params, so the
+   * other 2 * n_layer - 1 calls of a step read them. NULL without head_dim. */
+  float *rope_cs;             /* [max_num_tokens, head_dim]: a row's n_dims / 2 cos, then its sin */
+  int32_t *rope_pos;          /* [max_num_tokens] the positions the table holds */
+  int32_t rope_rows;          /* rows the table holds; 0: none */
+  struct backend_rope_params rope_p; /* and their params (freq_factors compared as a pointer) */
 };
 
 /* Per-thread bytes of the LoRA op for rows of up to n elements: CPU_DOT_MAX_ROWS activation

@@ -80,9 +80,13 @@ llb_status cpu_ctx_create(const struct backend_ctx_params *p, struct backend_ctx
   if (c->kv_ident)
     for (int32_t i = 0; i < p->max_context_len; i++) c->kv_ident[i] = i;
   c->lora_scratch = malloc((size_t)p->n_threads * CPU_LORA_SCRATCH(p->max_row_elems)); /* touched only by LoRA */
-  if (p->head_dim > 0) /* malloc'd, not calloc'd: untouched pages cost no memory (fp16 caches) */
+  if (p->head_dim > 0) { /* malloc'd, not calloc'd: untouched pages cost no memory (fp16 caches) */
     c->kv_f16 = malloc((size_t)p->n_threads * 2 * (size_t)p->max_context_len * (size_t)p->head_dim * sizeof(uint16_t));
-  if (!c->act || !c->scores || !c->row_seq || !c->kv_ident || !c->lora_scratch || (p->head_dim > 0 && !c->kv_f16)) {
+    c->rope_cs = malloc((size_t)p->max_num_tokens * (size_t)p->head_dim * sizeof(float));
+    c->rope_pos = malloc((size_t)p->max_num_tokens * sizeof(int32_t));
+  }
+  if (!c->act || !c->scores || !c->row_seq || !c->kv_ident || !c->lora_scratch ||
+      (p->head_dim > 0 && (!c->kv_f16 || !c->rope_cs || !c->rope_pos))) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "cpu backend scratch (%d tokens x %lld elems)",
                   p->max_num_tokens, (long long)p->max_row_elems);
     goto fail;
@@ -103,6 +107,8 @@ void cpu_ctx_destroy(struct backend_ctx *c) {
   free(c->kv_ident);
   free(c->kv_f16);
   free(c->lora_scratch);
+  free(c->rope_cs);
+  free(c->rope_pos);
   free(c);
 }
 
@@ -151,22 +157,62 @@ struct norm_task {
   float eps;
   int64_t per;
   float *out;
+  enum cpu_simd_level level;
 };
+
+/* Rows in one pass of RMSNorm's sums of squares. */
+#define CPU_NORM_ROWS 8
+
+/* sum[k] += (double)(x[k][i] * x[k][i]) for i in [from, dim), index order, CPU_NORM_ROWS rows. */
+static void rms_sums_scalar(const float *const *x, int32_t from, int32_t dim, double *sum) {
+  for (int32_t i = from; i < dim; i++)
+    for (int k = 0; k < CPU_NORM_ROWS; k++) sum[k] += (double)(x[k][i] * x[k][i]);
+}
+
+#if OPS_HAVE_X86
+/* rms_sums_scalar from 0: 4 elements of 8 rows squared in float, transposed so that a register
+ * holds one element of 4 rows, widened to double and added in index order: the same adds,
+ * two chains of 4 rows (4 scalar chains before: each add waits for the last). */
+OPS_AVX2_TARGET static void rms_sums_avx2(const float *const *x, int32_t dim, double *sum) {
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  int32_t i = 0;
+  for (; i + 4 <= dim; i += 4) {
+    __m128 a[CPU_NORM_ROWS];
+    for (int k = 0; k < CPU_NORM_ROWS; k++) {
+      a[k] = _mm_loadu_ps(x[k] + i);
+      a[k] = _mm_mul_ps(a[k], a[k]);
+    }
+    _MM_TRANSPOSE4_PS(a[0], a[1], a[2], a[3]);
+    _MM_TRANSPOSE4_PS(a[4], a[5], a[6], a[7]);
+    for (int e = 0; e < 4; e++) {
+      s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(a[e]));
+      s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(a[4 + e]));
+    }
+  }
+  _mm256_storeu_pd(sum, s0);
+  _mm256_storeu_pd(sum + 4, s1);
+  rms_sums_scalar(x, i, dim, sum);
+}
+#endif
 
 static void rms_norm_chunk(void *arg, int64_t chunk, int ith) {
   (void)ith;
   const struct norm_task *t = arg;
   int64_t lo, hi;
   chunk_range(chunk, t->per, t->n_rows, &lo, &hi);
-  for (int64_t r0 = lo; r0 < hi; r0 += 4) {
+  for (int64_t r0 = lo; r0 < hi; r0 += CPU_NORM_ROWS) {
     /* ggml_compute_forward_rms_norm_f32 sums each row in ggml_float (double), in index order:
-     * one chain of dependent adds per row, so up to 4 rows' chains run side by side */
-    const int64_t nr = hi - r0 < 4 ? hi - r0 : 4;
-    double sum[4] = {0.0, 0.0, 0.0, 0.0};
-    const float *x[4];
-    for (int64_t k = 0; k < 4; k++) x[k] = t->x + (r0 + (k < nr ? k : 0)) * t->dim;
-    for (int32_t i = 0; i < t->dim; i++)
-      for (int k = 0; k < 4; k++) sum[k] += (double)(x[k][i] * x[k][i]);
+     * one chain of dependent adds per row, so up to CPU_NORM_ROWS rows' chains run side by side */
+    const int64_t nr = hi - r0 < CPU_NORM_ROWS ? hi - r0 : CPU_NORM_ROWS;
+    double sum[CPU_NORM_ROWS] = {0.0};
+    const float *x[CPU_NORM_ROWS];
+    for (int64_t k = 0; k < CPU_NORM_ROWS; k++) x[k] = t->x + (r0 + (k < nr ? k : 0)) * t->dim;
+#if OPS_HAVE_X86
+    if (t->level >= CPU_SIMD_LEVEL_AVX2) rms_sums_avx2(x, t->dim, sum);
+    else rms_sums_scalar(x, 0, t->dim, sum);
+#else
+    rms_sums_scalar(x, 0, t->dim, sum);
+#endif
     for (int64_t k = 0; k < nr; k++) {
       float *y = t->out + (r0 + k) * t->dim;
       const float mean = (float)(sum[k] / t->dim);
@@ -179,7 +225,7 @@ static void rms_norm_chunk(void *arg, int64_t chunk, int ith) {
 llb_status cpu_rms_norm(struct backend_ctx *c, const float *x, const float *w, int32_t n_rows,
                         int32_t dim, float eps, float *out) {
   if (n_rows < 0 || dim < 1) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "rms_norm %d x %d", n_rows, dim);
-  struct norm_task t = {x, w, n_rows, dim, eps, items_per_chunk(dim), out};
+  struct norm_task t = {x, w, n_rows, dim, eps, items_per_chunk(dim), out, c->level};
   cpu_threadpool_parallel(c->pool, rms_norm_chunk, &t, ceil_div(n_rows, t.per));
   return LLB_STATUS_OK;
 }
@@ -403,7 +449,23 @@ struct rope_task {
   float theta_scale;
   int64_t per;
   enum cpu_simd_level level;
+  float *table; /* [n_rows, n_dims] cos then sin per row (backend_ctx.rope_cs), or NULL: per row on the stack */
+  bool fill;    /* compute the table's rows (else read them) */
 };
+
+/* Row r's n_dims / 2 cos and sin (ggml_rope_cache_init: theta_i = p * theta_scale^i by repeated
+ * products, then scaled by ggml's rope_yarn with ext_factor 0). */
+static void rope_angles(const struct rope_task *t, int64_t r, float *cs, float *sn) {
+  const int32_t half = t->p.n_dims / 2;
+  const float mscale = t->p.attn_factor == 0.0f ? 1.0f : t->p.attn_factor;
+  float theta = (float)t->positions[r];
+  for (int32_t i = 0; i < half; i++) {
+    const float th = t->p.freq_factors ? t->p.freq_scale * (theta / t->p.freq_factors[i]) : t->p.freq_scale * theta;
+    cs[i] = cosf(th) * mscale;
+    sn[i] = sinf(th) * mscale;
+    theta *= t->theta_scale;
+  }
+}
 
 /* ggml's rotate_pairs on one head's first 2 * half dims, as its -O3 -march=native build
  * computes it (GCC contracts x0*c - x1*s to fma(x0, c, -(x1*s)) and x0*s + x1*c to
@@ -452,20 +514,13 @@ static void rope_chunk(void *arg, int64_t chunk, int ith) {
   (void)ith;
   const struct rope_task *t = arg;
   const int32_t half = t->p.n_dims / 2;
-  const float mscale = t->p.attn_factor == 0.0f ? 1.0f : t->p.attn_factor;
-  float cs[CPU_ROPE_MAX_DIMS / 2], sn[CPU_ROPE_MAX_DIMS / 2];
+  float cs_row[CPU_ROPE_MAX_DIMS / 2], sn_row[CPU_ROPE_MAX_DIMS / 2];
   int64_t lo, hi;
   chunk_range(chunk, t->per, t->n_rows, &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
-    /* ggml_rope_cache_init: theta_i = p * theta_scale^i by repeated products, then scaled */
-    float theta = (float)t->positions[r];
-    for (int32_t i = 0; i < half; i++) {
-      /* ggml rope_yarn(theta / ff, freq_scale, ...) with ext_factor 0 */
-      const float th = t->p.freq_factors ? t->p.freq_scale * (theta / t->p.freq_factors[i]) : t->p.freq_scale * theta;
-      cs[i] = cosf(th) * mscale;
-      sn[i] = sinf(th) * mscale;
-      theta *= t->theta_scale;
-    }
+    float *cs = t->table ? t->table + r * t->p.n_dims : cs_row, *sn = cs + half;
+    if (!t->table) sn = sn_row;
+    if (!t->table || t->fill) rope_angles(t, r, cs, sn);
     const bool neox = t->p.style == BACKEND_ROPE_STYLE_NEOX;
 #if OPS_HAVE_X86
     if (t->level >= CPU_SIMD_LEVEL_AVX2) {
@@ -481,6 +536,16 @@ static void rope_chunk(void *arg, int64_t chunk, int ith) {
   }
 }
 
+/* Whether c's RoPE table holds the angles of these rows (its first n_rows) and params (the
+ * style only pairs the dims differently: the same angles). */
+static bool rope_table_holds(const struct backend_ctx *c, const int32_t *positions, int32_t n_rows,
+                             const struct backend_rope_params *p) {
+  const struct backend_rope_params *q = &c->rope_p;
+  return n_rows <= c->rope_rows && n_rows > 0 && q->n_dims == p->n_dims && q->freq_base == p->freq_base &&
+         q->freq_scale == p->freq_scale && q->freq_factors == p->freq_factors && q->attn_factor == p->attn_factor &&
+         memcmp(c->rope_pos, positions, (size_t)n_rows * sizeof(int32_t)) == 0;
+}
+
 llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, int32_t n_rows,
                     int32_t n_heads, int32_t head_dim, const struct backend_rope_params *p) {
   if (p->n_dims < 2 || p->n_dims % 2 != 0 || p->n_dims > head_dim || p->n_dims > CPU_ROPE_MAX_DIMS ||
@@ -489,8 +554,19 @@ llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, i
                     head_dim, (int)p->style);
   struct rope_task t = {x, positions, n_rows, n_heads, head_dim, *p,
                         powf(p->freq_base, -2.0f / (float)p->n_dims),
-                        items_per_chunk((int64_t)n_heads * head_dim * 4), c->level};
+                        items_per_chunk((int64_t)n_heads * head_dim * 4), c->level, NULL, false};
+  /* the table holds rows of up to head_dim (ctx) values: n_dims <= this call's head_dim */
+  if (c->rope_cs && n_rows <= c->params.max_num_tokens && p->n_dims <= c->params.head_dim) {
+    t.table = c->rope_cs;
+    t.fill = !rope_table_holds(c, positions, n_rows, p);
+    if (t.fill) {
+      c->rope_rows = 0; /* invalid until the op has filled it */
+      memcpy(c->rope_pos, positions, (size_t)n_rows * sizeof(int32_t));
+      c->rope_p = *p;
+    }
+  }
   cpu_threadpool_parallel(c->pool, rope_chunk, &t, ceil_div(n_rows, t.per));
+  if (t.fill) c->rope_rows = n_rows;
   return LLB_STATUS_OK;
 }
 

@@ -71,15 +71,11 @@ PK_AVX2 static void quantize_x_avx2(const float *x, block_q8_x *y, int64_t k) {
     const __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
                                                   _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256((__m256i *)y[b].qs, p);
-    /* halves: elements 0-15 are q[0], q[1]; 16-31 are q[2], q[3] */
-    const __m256i h0 = _mm256_add_epi32(q[0], q[1]), h1 = _mm256_add_epi32(q[2], q[3]);
-    __m128i u0 = _mm_add_epi32(_mm256_extracti128_si256(h0, 1), _mm256_castsi256_si128(h0));
-    __m128i u1 = _mm_add_epi32(_mm256_extracti128_si256(h1, 1), _mm256_castsi256_si128(h1));
-    u0 = _mm_add_epi32(u0, _mm_shuffle_epi32(u0, 0x4E));
-    u1 = _mm_add_epi32(u1, _mm_shuffle_epi32(u1, 0x4E));
-    u0 = _mm_add_epi32(u0, _mm_shuffle_epi32(u0, 0xB1));
-    u1 = _mm_add_epi32(u1, _mm_shuffle_epi32(u1, 0xB1));
-    const int32_t s0 = _mm_cvtsi128_si32(u0), s1 = _mm_cvtsi128_si32(u1);
+    /* halves' sums from the bytes (|q| <= 127: the packs did not saturate): q + 128 as unsigned
+     * bytes, vpsadbw sums each 8 of them, the two 8s of a half added; minus 16 * 128 */
+    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(p, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+    const __m256i hs = _mm256_add_epi64(sad, _mm256_shuffle_epi32(sad, 0x4E));
+    const int32_t s0 = _mm256_cvtsi256_si32(hs) - 16 * 128, s1 = _mm256_extract_epi32(hs, 4) - 16 * 128;
     y[b].d = d;
     y[b].sum = s0 + s1;
     y[b].s = d * (float)(s0 + s1);

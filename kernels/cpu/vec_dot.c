@@ -796,8 +796,27 @@ float cpu_reduce16(const float v[16]) {
 }
 
 #if CPU_HAVE_X86
-/* 8 lanes of cpu_expf_ggml. Lanes whose 2^n is not a normal float (n < -125, n > 126) or
- * that need the |n| > 192 rule go through the scalar function (one rounding in scalef). */
+/* cpu_expf_ggml's last step on 8 lanes whose 2^n is not a normal float (n < -125, n > 126), or
+ * that take the NaN or |n| > 192 rule: ldexpf(j, n) rounds j * 2^n once (glibc's scalbnf, also
+ * into subnormals and to inf), and so does (j * 2^n1) * 2^n2 with n1 = n clamped to [-125, 126]:
+ * j (0.7 .. 1.42) times 2^n1 is an exact normal float, and the second product, 2^n2 a normal
+ * float for |n| <= 192, rounds once. */
+AVX2_TARGET static __m256 expf_ggml_scale_avx2(__m256 n, __m256 j) {
+  const __m256 n1 = _mm256_min_ps(_mm256_max_ps(n, _mm256_set1_ps(-125.0f)), _mm256_set1_ps(126.0f));
+  const __m256 n2 = _mm256_min_ps(_mm256_max_ps(_mm256_sub_ps(n, n1), _mm256_set1_ps(-126.0f)),
+                                  _mm256_set1_ps(127.0f)); /* clamped only where |n| > 192 or NaN */
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n1), bias), 23));
+  const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n2), bias), 23));
+  __m256 y = _mm256_mul_ps(_mm256_mul_ps(j, p1), p2);
+  const __m256 big = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), n), _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+  const __m256 flush = _mm256_blendv_ps(_mm256_set1_ps(INFINITY), _mm256_setzero_ps(),
+                                        _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ));
+  y = _mm256_blendv_ps(y, flush, big);
+  return _mm256_blendv_ps(y, n, _mm256_cmp_ps(n, n, _CMP_UNORD_Q)); /* NaN in, NaN out */
+}
+
+/* 8 lanes of cpu_expf_ggml: the same operations lane by lane, so the same bits. */
 AVX2_TARGET static inline __m256 expf_ggml_avx2(__m256 x) {
   const __m256 r = _mm256_set1_ps(EXPG_SHIFT);
   const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(EXPG_LOG2E), r);
@@ -812,35 +831,42 @@ AVX2_TARGET static inline __m256 expf_ggml_avx2(__m256 x) {
   /* in range (NaN compares false): -125 <= n <= 126 */
   const __m256 ok = _mm256_and_ps(_mm256_cmp_ps(n, _mm256_set1_ps(-125.0f), _CMP_GE_OQ),
                                   _mm256_cmp_ps(n, _mm256_set1_ps(126.0f), _CMP_LE_OQ));
-  if (_mm256_movemask_ps(ok) != 0xFF) {
-    float xs[8], ys[8];
-    _mm256_storeu_ps(xs, x);
-    for (int i = 0; i < 8; i++) ys[i] = cpu_expf_ggml(xs[i]);
-    return _mm256_loadu_ps(ys);
-  }
+  if (_mm256_movemask_ps(ok) != 0xFF) return expf_ggml_scale_avx2(n, j);
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(j, _mm256_castsi256_ps(e)); /* exact: the product is a normal float */
+}
+
+/* Lanes i < m of 8 set (for maskload / maskstore: a row's last 1-7 elements). */
+AVX2_TARGET static inline __m256i lanes_below_avx2(int64_t m) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
 AVX2_TARGET static void exp_sub_row_avx2(const float *x, float sub, float *y, int64_t n) {
   int64_t i = 0;
   const __m256 s = _mm256_set1_ps(sub);
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, expf_ggml_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)));
-  for (; i < n; i++) y[i] = cpu_expf_ggml(x[i] - sub);
+  if (i < n) { /* the tail in masked lanes (a causal softmax row's last 1-7 keys) */
+    const __m256i m = lanes_below_avx2(n - i);
+    _mm256_maskstore_ps(y + i, m, expf_ggml_avx2(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), s)));
+  }
+}
+
+AVX2_TARGET static inline __m256 swiglu8_avx2(__m256 x, __m256 u) {
+  const __m256 e = expf_ggml_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
 }
 
 AVX2_TARGET static void swiglu_row_avx2(const float *g, const float *u, float *y, int64_t n) {
   int64_t i = 0;
-  const __m256 one = _mm256_set1_ps(1.0f);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_loadu_ps(g + i);
-    const __m256 e = expf_ggml_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
-    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, swiglu8_avx2(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+  if (i < n) {
+    const __m256i m = lanes_below_avx2(n - i);
+    _mm256_maskstore_ps(y + i, m, swiglu8_avx2(_mm256_maskload_ps(g + i, m), _mm256_maskload_ps(u + i, m)));
   }
-  for (; i < n; i++) y[i] = (g[i] / (1.0f + cpu_expf_ggml(0.0f - g[i]))) * u[i];
 }
 
-/* 16 lanes of cpu_expf_ggml: expf_ggml_avx2's operations lane by lane, so the same bits. */
+/* 16 lanes of cpu_expf_ggml: expf_ggml_avx2's operations lane by lane (its
+ * expf_ggml_scale_avx2 on each half where a lane is out of range), so the same bits. */
 AVX512_TARGET static inline __m512 expf_ggml_avx512(__m512 x) {
   const __m512 r = _mm512_set1_ps(EXPG_SHIFT);
   const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(EXPG_LOG2E), r);
@@ -856,10 +882,10 @@ AVX512_TARGET static inline __m512 expf_ggml_avx512(__m512 x) {
   const __mmask16 ok = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-125.0f), _CMP_GE_OQ) &
                        _mm512_cmp_ps_mask(n, _mm512_set1_ps(126.0f), _CMP_LE_OQ);
   if (ok != 0xFFFF) {
-    float xs[16], ys[16];
-    _mm512_storeu_ps(xs, x);
-    for (int i = 0; i < 16; i++) ys[i] = cpu_expf_ggml(xs[i]);
-    return _mm512_loadu_ps(ys);
+    const __m256 lo = expf_ggml_scale_avx2(_mm512_castps512_ps256(n), _mm512_castps512_ps256(j));
+    const __m256 hi = expf_ggml_scale_avx2(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(n), 1)),
+                                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(j), 1)));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
   }
   const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(j, _mm512_castsi512_ps(e)); /* exact: the product is a normal float */
@@ -869,18 +895,25 @@ AVX512_TARGET static void exp_sub_row_avx512(const float *x, float sub, float *y
   int64_t i = 0;
   const __m512 s = _mm512_set1_ps(sub);
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, expf_ggml_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + i), s)));
-  if (i < n) exp_sub_row_avx2(x + i, sub, y + i, n - i);
+  if (i < n) { /* the tail in masked lanes */
+    const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(y + i, m, expf_ggml_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s)));
+  }
+}
+
+AVX512_TARGET static inline __m512 swiglu16_avx512(__m512 x, __m512 u) {
+  const __m512 e = expf_ggml_avx512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+  return _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
 }
 
 AVX512_TARGET static void swiglu_row_avx512(const float *g, const float *u, float *y, int64_t n) {
   int64_t i = 0;
-  const __m512 one = _mm512_set1_ps(1.0f);
-  for (; i + 16 <= n; i += 16) {
-    const __m512 x = _mm512_loadu_ps(g + i);
-    const __m512 e = expf_ggml_avx512(_mm512_sub_ps(_mm512_setzero_ps(), x));
-    _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i)));
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, swiglu16_avx512(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
+  if (i < n) {
+    const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(y + i, m, swiglu16_avx512(_mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, u + i)));
   }
-  if (i < n) swiglu_row_avx2(g + i, u + i, y + i, n - i);
 }
 #endif
 

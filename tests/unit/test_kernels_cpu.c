@@ -253,6 +253,64 @@ static void test_rope_same_bits_on_every_level(void **state) {
   backend_cpu_ops()->ctx_destroy(c);
 }
 
+/* RoPE of random rows of 3 heads x 64 at positions pos on tab (a context with head_dim: the
+ * cos / sin table) and on plain (none): the same bits, or fails naming call k. */
+static void rope_table_call(struct backend_ctx *tab, struct backend_ctx *plain, const int32_t *pos, int32_t rows,
+                            const struct backend_rope_params *p, int k) {
+  enum { T = 9, H = 3, D = 64 };
+  static float x[T * H * D], y[T * H * D], ref[T * H * D];
+  rng_state = 41 + (uint64_t)k;
+  for (int i = 0; i < T * H * D; i++) x[i] = rndf() * 4.0f;
+  memcpy(y, x, sizeof x);
+  memcpy(ref, x, sizeof x);
+  assert_int_equal(backend_cpu_ops()->rope(tab, y, pos, rows, H, D, p), LLB_STATUS_OK);
+  assert_int_equal(backend_cpu_ops()->rope(plain, ref, pos, rows, H, D, p), LLB_STATUS_OK);
+  if (memcmp(y, ref, sizeof y) != 0) fail_msg("rope call %d: the table's result differs", k);
+}
+
+/* A context with head_dim keeps the last call's cos and sin (the forward rotates q and k of every
+ * layer at the same positions): each call of a sequence that reuses, refreshes or bypasses the
+ * table (same rows again, other positions, fewer rows, other attn_factor, freq_factors, n_dims or
+ * style, a position changed in place in the same buffer) rotates exactly as a context without
+ * the table. */
+static void test_rope_table_reused_only_for_same_rows_and_params(void **state) {
+  (void)state;
+  enum { T = 9, H = 3, D = 64 };
+  struct backend_ctx_params cp = {.n_threads = 2, .max_num_tokens = 16, .max_row_elems = 1024,
+                                  .max_context_len = 640, .n_heads = H, .head_dim = D};
+  struct backend_ctx *tab = NULL;
+  assert_int_equal(backend_cpu_ops()->ctx_create(&cp, &tab), LLB_STATUS_OK);
+  struct backend_ctx *plain = make_ctx(2);
+  const int32_t pos_a[T] = {0, 1, 2, 3, 4, 5, 6, 7, 8}, pos_b[T] = {8, 9, 10, 11, 12, 13, 14, 15, 400};
+  static float ff[D / 2];
+  for (int i = 0; i < D / 2; i++) ff[i] = 1.0f + 0.25f * (float)i;
+  const struct backend_rope_params base = {.n_dims = D, .freq_base = 10000.0f, .freq_scale = 1.0f,
+                                           .style = BACKEND_ROPE_STYLE_NEOX};
+  /* each changed call between two calls of the base params at the same rows: a table kept
+   * across one of them would rotate by the other's angles */
+  enum { N_CALLS = 16 };
+  struct backend_rope_params ps[N_CALLS];
+  for (int i = 0; i < N_CALLS; i++) ps[i] = base;
+  ps[3].attn_factor = 1.25f;
+  ps[5].freq_factors = ff;
+  ps[7].n_dims = 32;
+  ps[9].style = BACKEND_ROPE_STYLE_NORM; /* the angles do not depend on it: a reuse, rotated the NORM way */
+  ps[10].attn_factor = ps[11].attn_factor = 1.25f; /* 7 rows refilled, then all 9 (the last 2 not held) */
+  ps[13].freq_base = 500000.0f;
+  ps[15].freq_scale = 0.5f;
+  const int32_t *pos[N_CALLS] = {pos_a, pos_a, pos_b, pos_b, pos_b, pos_b, pos_b, pos_b,
+                                 pos_b, pos_b, pos_b, pos_b, pos_b, pos_b, pos_b, pos_b};
+  const int32_t rows[N_CALLS] = {T, T, T, T, T, T, T, T, T, T, T - 2, T, T, T, T, T};
+  for (int k = 0; k < N_CALLS; k++) rope_table_call(tab, plain, pos[k], rows[k], &ps[k], k);
+  int32_t pos_c[T]; /* one buffer whose positions change in place between steps */
+  memcpy(pos_c, pos_b, sizeof pos_c);
+  rope_table_call(tab, plain, pos_c, T, &base, N_CALLS);
+  pos_c[4] = 77;
+  rope_table_call(tab, plain, pos_c, T, &base, N_CALLS + 1);
+  backend_cpu_ops()->ctx_destroy(tab);
+  backend_cpu_ops()->ctx_destroy(plain);
+}
+
 static void test_rope_norm_and_neox_match_reference(void **state) {
   (void)state;
   struct backend_ctx *c = make_ctx(2);
@@ -403,6 +461,36 @@ static void test_kv_write_skips_negative_slots_and_refuses_out_of_range(void **s
   }
   const int64_t bad = 4;
   assert_int_equal(backend_cpu_ops()->kv_write(c, &kv, k, v, &bad, 1), LLB_STATUS_INVALID_ARGUMENT);
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
+/* RMSNorm is ggml_compute_forward_rms_norm_f32 bit for bit on every level: each row's sum of
+ * (double)(x * x) in index order, (float)(sum / dim), 1 / sqrtf(mean + eps), (x * scale) * w;
+ * batches of 1 .. 21 rows (the passes of 8 rows and their remainders) of 576 and 67 elements
+ * (whole groups of 4 and a tail), rows of every size of value. */
+static void test_rms_norm_bit_exact_on_every_level(void **state) {
+  (void)state;
+  struct backend_ctx *c = make_ctx(2);
+  enum { TM = 21, EM = 576 };
+  static float x[TM * EM], w[EM], y[TM * EM], ref[TM * EM];
+  rng_state = 23;
+  for (int i = 0; i < TM * EM; i++) x[i] = rndf() * ldexpf(1.0f, (int)(rnd() % 24) - 12);
+  for (int i = 0; i < EM; i++) w[i] = rndf();
+  for (int32_t dim = 67; dim <= EM; dim += EM - 67)
+    for (int32_t T = 1; T <= TM; T++) {
+      for (int32_t r = 0; r < T; r++) {
+        double sum = 0.0;
+        for (int32_t i = 0; i < dim; i++) sum += (double)(x[r * dim + i] * x[r * dim + i]);
+        const float scale = 1.0f / sqrtf((float)(sum / dim) + 1e-5f);
+        for (int32_t i = 0; i < dim; i++) ref[r * dim + i] = (x[r * dim + i] * scale) * w[i];
+      }
+      for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+        cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
+        assert_int_equal(backend_cpu_ops()->rms_norm(c, x, w, T, dim, 1e-5f, y), LLB_STATUS_OK);
+        if (memcmp(y, ref, sizeof(float) * (size_t)(T * dim)) != 0)
+          fail_msg("rms_norm %d rows of %d: level %d differs from ggml's order", T, dim, lvl);
+      }
+    }
   backend_cpu_ops()->ctx_destroy(c);
 }
 
@@ -790,14 +878,36 @@ static void test_ggml_expf_and_swiglu_rows_bit_identical_across_paths(void **sta
   x[5] = -INFINITY;
   x[6] = INFINITY;
   x[7] = -100.0f; /* subnormal result (after the shift by 1.5) */
+  x[8] = NAN;
   for (int lvl = CPU_SIMD_LEVEL_AVX2; lvl <= (int)cpu_simd_level_detect(); lvl++) {
     cpu_exp_sub_row(CPU_SIMD_LEVEL_SCALAR, x, 1.5f, y1, N);
     cpu_exp_sub_row((enum cpu_simd_level)lvl, x, 1.5f, y2, N);
     assert_memory_equal(y1, y2, sizeof(y1));
     assert_true(y1[7] > 0.0f && y1[7] < 1e-38f);
+    assert_true(isnan(y1[8]));
     cpu_swiglu_row(CPU_SIMD_LEVEL_SCALAR, x, u, y1, N);
     cpu_swiglu_row((enum cpu_simd_level)lvl, x, u, y2, N);
     assert_memory_equal(y1, y2, sizeof(y1));
+  }
+  /* every n = round(x * log2 e) from -200 to 200 (the flush to 0, subnormal results, the
+   * normal range, overflow to inf, the flush to inf), 64 inputs each, in rows of every length
+   * 1 .. 40 (the masked tails after the 8- and 16-lane steps) */
+  for (int i = 0; i < N; i++) x[i] = -139.0f + 278.0f * (float)i / (float)(N - 1);
+  for (int lvl = CPU_SIMD_LEVEL_AVX2; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+    cpu_exp_sub_row(CPU_SIMD_LEVEL_SCALAR, x, 0.0f, y1, N);
+    cpu_exp_sub_row((enum cpu_simd_level)lvl, x, 0.0f, y2, N);
+    assert_memory_equal(y1, y2, sizeof(y1));
+    for (int len = 1; len <= 40; len++)
+      for (int at = 0; at + len <= N; at += 997) {
+        float a[40], b[40];
+        memcpy(a, x + at, sizeof(float) * (size_t)len);
+        cpu_exp_sub_row(CPU_SIMD_LEVEL_SCALAR, a, 0.25f, a, len); /* in place, as attention calls it */
+        cpu_exp_sub_row((enum cpu_simd_level)lvl, x + at, 0.25f, b, len);
+        assert_memory_equal(a, b, sizeof(float) * (size_t)len);
+        cpu_swiglu_row(CPU_SIMD_LEVEL_SCALAR, x + at, u + at, a, len);
+        cpu_swiglu_row((enum cpu_simd_level)lvl, x + at, u + at, b, len);
+        assert_memory_equal(a, b, sizeof(float) * (size_t)len);
+      }
   }
 }
 
@@ -954,11 +1064,13 @@ int main(void) {
       cmocka_unit_test(test_matmul_bit_identical_across_paths_threads_and_batches),
       cmocka_unit_test(test_rope_norm_and_neox_match_reference),
       cmocka_unit_test(test_rope_same_bits_on_every_level),
+      cmocka_unit_test(test_rope_table_reused_only_for_same_rows_and_params),
       cmocka_unit_test(test_paged_attention_matches_contiguous_reference),
       cmocka_unit_test(test_sliding_window_and_softcap_attention_match_reference),
       cmocka_unit_test(test_softcap_matches_reference),
       cmocka_unit_test(test_kv_write_skips_negative_slots_and_refuses_out_of_range),
       cmocka_unit_test(test_norm_swiglu_add_embed_match_reference),
+      cmocka_unit_test(test_rms_norm_bit_exact_on_every_level),
       cmocka_unit_test(test_threadpool_runs_every_thread_once_per_run),
       cmocka_unit_test(test_gemm_tiles_bit_identical_to_single_dots),
       cmocka_unit_test(test_matmul_shapes_bit_identical_across_paths_and_batches),

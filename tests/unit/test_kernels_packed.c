@@ -690,6 +690,9 @@ static void test_activation_quantizer_same_bytes_on_every_level(void **state) {
   for (int i = 32; i < 64; i++) x[i] = 0.0f;
   /* a block of values so small that 127 / amax overflows: zeros at every level */
   for (int i = 96; i < 128; i++) x[i] = (float)(i - 112) * 1e-38f;
+  /* the extreme sums of a half: every quant -127, then halves of +127 and -127 */
+  for (int i = 128; i < 160; i++) x[i] = -5.0f;
+  for (int i = 160; i < 192; i++) x[i] = i < 176 ? 3.0f : -3.0f;
   block_q8_x ref[K / 32], got[K / 32];
   cpu_quantize_act_row_x(CPU_SIMD_LEVEL_SCALAR, x, ref, K);
   for (int j = 0; j < 31; j++) assert_int_equal(ref[0].qs[j], (int)lrintf(x[j]));
@@ -702,6 +705,8 @@ static void test_activation_quantizer_same_bytes_on_every_level(void **state) {
   for (int j = 0; j < 16; j++) h0 += ref[2].qs[j], h1 += ref[2].qs[16 + j];
   assert_int_equal(ref[2].bsum[0], h0);
   assert_int_equal(ref[2].bsum[1], h1);
+  assert_true(ref[4].sum == -32 * 127 && ref[4].bsum[0] == -16 * 127 && ref[4].bsum[1] == -16 * 127);
+  assert_true(ref[5].sum == 0 && ref[5].bsum[0] == 16 * 127 && ref[5].bsum[1] == -16 * 127);
   for (int lvl = CPU_SIMD_LEVEL_AVX2; lvl <= (int)cpu_simd_level_detect(); lvl++) {
     memset(got, 0x55, sizeof got);
     cpu_quantize_act_row_x((enum cpu_simd_level)lvl, x, got, K);
