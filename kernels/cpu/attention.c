@@ -904,6 +904,40 @@ ATTN_AVX512_TARGET static void pv_avx512(const struct backend_attn_params *p, co
   }
 }
 
+/* out [hd] of one head = p.v in the BATCH order (probabilities sg [n_ctx] from key `first`),
+ * key by key: for each 16-dim slice the 16 lane accumulators (lane l: keys j = l (mod 16), in
+ * key order, fma(p_j, v_j, a)) stay in registers, a group of 16 keys is one step per lane,
+ * then the lanes are summed in combine_lanes' tree: pv_avx512's fmas and sums for one head,
+ * so the same bits, without its per-key walk of the block table (one key a block and lane at
+ * block_size 16). block_size % 16 == 0. */
+ATTN_AVX512_TARGET static void pv_keys_avx512(const struct backend_kv_layer *kv, const struct attn_item *it,
+                                              const float *sg, float *out) {
+  const int32_t nv = kv->head_dim / 16, n_ctx = it->n_ctx, first = it->first;
+  const int64_t stride = (int64_t)kv->n_kv_heads * kv->head_dim;
+  for (int32_t i = 0; i < nv; i++) {
+    __m512 a[16];
+    _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] = _mm512_setzero_ps();
+    for (int32_t g = first - first % 16; g < n_ctx; g += 16) { /* keys g .. g + 15: one block's rows */
+      const uint16_t *vg = kv_row_at(kv, kv->v, it->table, g, it->kvh) + 16 * i;
+      const float *pg = sg + g;
+      const int32_t lo = g < first ? first - g : 0, hi = n_ctx - g < 16 ? n_ctx - g : 16;
+      if (lo == 0 && hi == 16) {
+        _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] = _mm512_fmadd_ps(
+            _mm512_set1_ps(pg[l]), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vg + l * stride))), a[l]);
+        continue;
+      }
+      _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) { /* a group cut by the window or n_ctx */
+        if (l < lo || l >= hi) continue;
+        a[l] = _mm512_fmadd_ps(_mm512_set1_ps(pg[l]), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vg + l * stride))),
+                               a[l]);
+      }
+    }
+    _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) a[l] = _mm512_add_ps(a[l + 8], a[l]);
+    _Pragma("GCC unroll 4") for (int l = 0; l < 4; l++) a[l] = _mm512_add_ps(a[l + 4], a[l]);
+    _mm512_storeu_ps(out + 16 * i, _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3])));
+  }
+}
+
 /* The BATCH order with 16-lane registers: a q.k dot is one accumulator (lane i % 16), the
  * p.v lanes j % 16 are combined in combine_lanes' tree (pv_avx512). Same numbers as the
  * generic path. Keys are walked block by block (no division per key); block_size % 16 == 0,
@@ -928,8 +962,11 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
     for (; o < n; o++)
       score1_avx512(p, n_h, (const float(*)[ATTN_MAX_DIM])qh, kb + o * stride, hd / 16, scores + b * bs + o, n_ctx);
   }
-  for (int32_t g = 0; g < n_h; g++) softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)g * n_ctx, first, n_ctx);
-  pv_avx512(p, it, scores, stride, head_off);
+  for (int32_t g = 0; g < n_h; g++) softmax_f16(t->c->level, scores + (int64_t)g * n_ctx, first, n_ctx); /* AVX-512 expf: same bits */
+  if (n_h == 1) /* one head (decode items): key by key, nothing shared to convert once */
+    pv_keys_avx512(kv, it, scores, p->out + ((int64_t)it->tok * p->n_heads + it->h0) * hd);
+  else
+    pv_avx512(p, it, scores, stride, head_off);
 }
 #endif
 
@@ -1074,7 +1111,7 @@ ATTN_AVX512_TARGET static void attention_rows_avx512(const struct attn_task *t, 
     for (int32_t j = n_r - n_r % 16; j < n_r; j++) /* the last keys, one by one */
       score1_avx512(p, n_h, (const float(*)[ATTN_MAX_DIM])(qh + r * n_h), kv_row_at(kv, kv->k, it0->table, j, it0->kvh),
                     nv, sr + j, n_r);
-    for (int32_t g = 0; g < n_h; g++) softmax_f16(CPU_SIMD_LEVEL_AVX2, sr + (int64_t)g * n_r, 0, n_r);
+    for (int32_t g = 0; g < n_h; g++) softmax_f16(t->c->level, sr + (int64_t)g * n_r, 0, n_r); /* AVX-512 expf */
   }
   pv_rows_avx512(p, it0, nr, scores, n_last, stride, head_off);
 }
