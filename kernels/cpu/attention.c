@@ -938,24 +938,29 @@ ATTN_AVX512_TARGET static void pv_avx512(const struct backend_attn_params *p, co
  * block_size 16). block_size % 16 == 0. */
 ATTN_AVX512_TARGET static void pv_keys_avx512(const struct backend_kv_layer *kv, const struct attn_item *it,
                                               const float *sg, float *out) {
-  const int32_t nv = kv->head_dim / 16, n_ctx = it->n_ctx, first = it->first;
-  const int64_t stride = (int64_t)kv->n_kv_heads * kv->head_dim;
-  for (int32_t i = 0; i < nv; i++) {
+  const int32_t hd = kv->head_dim, n_ctx = it->n_ctx, first = it->first, bs = kv->block_size;
+  const int32_t b0 = first / bs, n_blocks = (n_ctx + bs - 1) / bs;
+  const int64_t stride = (int64_t)kv->n_kv_heads * hd;
+  for (int32_t i = 0; i < hd / 16; i++) {
     __m512 a[16];
     _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] = _mm512_setzero_ps();
-    for (int32_t g = first - first % 16; g < n_ctx; g += 16) { /* keys g .. g + 15: one block's rows */
-      const uint16_t *vg = kv_row_at(kv, kv->v, it->table, g, it->kvh) + 16 * i;
-      const float *pg = sg + g;
-      const int32_t lo = g < first ? first - g : 0, hi = n_ctx - g < 16 ? n_ctx - g : 16;
-      if (lo == 0 && hi == 16) {
-        _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] = _mm512_fmadd_ps(
-            _mm512_set1_ps(pg[l]), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vg + l * stride))), a[l]);
-        continue;
-      }
-      _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) { /* a group cut by the window or n_ctx */
-        if (l < lo || l >= hi) continue;
-        a[l] = _mm512_fmadd_ps(_mm512_set1_ps(pg[l]), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vg + l * stride))),
-                               a[l]);
+    for (int32_t b = b0; b < n_blocks; b++) {
+      const uint16_t *vb = (const uint16_t *)kv->v + (int64_t)it->table[b] * bs * stride + (int64_t)it->kvh * hd + 16 * i;
+      const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs, o0 = b == b0 ? (first - b * bs) / 16 * 16 : 0;
+      for (int32_t o = o0; o < n; o += 16) { /* keys b * bs + o .. + 15: lanes 0 .. 15 */
+        const uint16_t *vg = vb + (int64_t)o * stride;
+        const float *pg = sg + b * bs + o;
+        const int32_t lo = b * bs + o < first ? first - b * bs - o : 0, hi = n - o < 16 ? n - o : 16;
+        if (lo == 0 && hi == 16) {
+          _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] = _mm512_fmadd_ps(
+              _mm512_set1_ps(pg[l]), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vg + l * stride))), a[l]);
+          continue;
+        }
+        _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) { /* a group cut by the window or n_ctx */
+          if (l < lo || l >= hi) continue;
+          a[l] = _mm512_fmadd_ps(_mm512_set1_ps(pg[l]),
+                                 _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vg + l * stride))), a[l]);
+        }
       }
     }
     _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) a[l] = _mm512_add_ps(a[l + 8], a[l]);
