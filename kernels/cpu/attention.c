@@ -157,14 +157,56 @@ ATTN_AVX2_TARGET static float softmax_max_avx2(const float *s, int32_t first, in
 }
 
 /* s [first, n) = fp16(s * inv) as float, rounding to nearest even (F16C: exact both ways),
- * in one pass. */
+ * in one pass (the last n % 8 values as one padded vector). */
 ATTN_AVX2_TARGET static void softmax_scale_round_avx2(float *s, int32_t first, int32_t n, float inv) {
   int32_t j = first;
   const __m256 v = _mm256_set1_ps(inv);
   for (; j + 8 <= n; j += 8)
     _mm256_storeu_ps(s + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + j), v),
                                                             _MM_FROUND_TO_NEAREST_INT)));
-  for (; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j] * inv));
+  if (j == n) return;
+  float t[8] = {0}; /* the last n - j values: one padded vector */
+  memcpy(t, s + j, (size_t)(n - j) * sizeof(float));
+  _mm256_storeu_ps(t, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(t), v), _MM_FROUND_TO_NEAREST_INT)));
+  memcpy(s + j, t, (size_t)(n - j) * sizeof(float));
+}
+#endif
+
+#if ATTN_HAVE_X86
+/* sum + the group sum of the 16-key group s [0, 16) cut to keys [lo, hi) (by the window or the
+ * row's end): their exponentials e = expf_ggml(s - max) stored in place, computed in a padded
+ * copy with whole vectors (the same bits as one by one: test_kernels_cpu), the group's other
+ * keys zeros as ggml's masked keys, summed as attn_reduce16. */
+ATTN_AVX2_TARGET static double softmax_part_group_avx2(enum cpu_simd_level level, float *s, int32_t lo, int32_t hi,
+                                                       float max, double sum) {
+  float g[16];
+  for (int32_t k = 0; k < 16; k++) g[k] = k >= lo && k < hi ? s[k] : max;
+  cpu_exp_sub_row(level, g, max, g, 16);
+  for (int32_t k = 0; k < 16; k++) {
+    if (k >= lo && k < hi) s[k] = g[k];
+    else g[k] = 0.0f;
+  }
+  return sum + (double)attn_reduce16(_mm256_loadu_ps(g), _mm256_loadu_ps(g + 8));
+}
+
+/* softmax_f16's exponentials and sum on AVX2 and up: whole 16-key groups in one call each
+ * way, a cut group through softmax_part_group_avx2 (no scalar expf). */
+ATTN_AVX2_TARGET static double softmax_exp_sum_avx2(enum cpu_simd_level level, float *s, int32_t first, int32_t n,
+                                                    float max) {
+  double sum = 0.0;
+  for (int32_t j0 = first - first % 16; j0 < n;) {
+    const int32_t lo = j0 < first ? first - j0 : 0, hi = n - j0 < 16 ? n - j0 : 16;
+    if (lo == 0 && hi == 16) { /* whole groups from here on, but the last part */
+      const int32_t w = (n - j0) / 16;
+      cpu_exp_sub_row(level, s + j0, max, s + j0, 16 * w);
+      sum = softmax_groups_avx2(s + j0, w, sum);
+      j0 += 16 * w;
+      continue;
+    }
+    sum = softmax_part_group_avx2(level, s + j0, lo, hi, max, sum);
+    j0 += 16;
+  }
+  return sum;
 }
 #endif
 
@@ -175,40 +217,24 @@ ATTN_AVX2_TARGET static void softmax_scale_round_avx2(float *s, int32_t first, i
  * with the F16 V). */
 static void softmax_f16(enum cpu_simd_level level, float *s, int32_t first, int32_t n) {
 #if ATTN_HAVE_X86
-  const bool avx2 = level >= CPU_SIMD_LEVEL_AVX2;
-#else
-  const bool avx2 = false;
-#endif
-  float max = -INFINITY;
-#if ATTN_HAVE_X86
-  if (avx2) max = softmax_max_avx2(s, first, n);
-#endif
-  if (!avx2)
-    for (int32_t j = first; j < n; j++) max = s[j] > max ? s[j] : max;
-  cpu_exp_sub_row(level, s + first, max, s + first, n - first);
-  double sum = 0.0;
-  for (int32_t j0 = first - first % 16; j0 < n;) {
-    const int32_t a = j0 < first ? first : j0, e = n - j0 < 16 ? n : j0 + 16;
-#if ATTN_HAVE_X86
-    if (avx2 && a == j0 && e == j0 + 16) { /* whole groups from here on, but the last part */
-      const int32_t w = (n - j0) / 16;
-      sum = softmax_groups_avx2(s + j0, w, sum);
-      j0 += 16 * w;
-      continue;
-    }
-#endif
-    float g[16] = {0};
-    memcpy(g + (a - j0), s + a, (size_t)(e - a) * sizeof(float));
-    sum += (double)cpu_reduce16(g);
-    j0 += 16;
-  }
-  const float inv = (float)(1.0 / sum);
-#if ATTN_HAVE_X86
-  if (avx2) {
-    softmax_scale_round_avx2(s, first, n, inv);
+  if (level >= CPU_SIMD_LEVEL_AVX2) {
+    const float max = softmax_max_avx2(s, first, n);
+    const double sum = softmax_exp_sum_avx2(level, s, first, n, max);
+    softmax_scale_round_avx2(s, first, n, (float)(1.0 / sum));
     return;
   }
 #endif
+  float max = -INFINITY;
+  for (int32_t j = first; j < n; j++) max = s[j] > max ? s[j] : max;
+  cpu_exp_sub_row(level, s + first, max, s + first, n - first);
+  double sum = 0.0;
+  for (int32_t j0 = first - first % 16; j0 < n; j0 += 16) {
+    const int32_t a = j0 < first ? first : j0, e = n - j0 < 16 ? n : j0 + 16;
+    float g[16] = {0};
+    memcpy(g + (a - j0), s + a, (size_t)(e - a) * sizeof(float));
+    sum += (double)cpu_reduce16(g);
+  }
+  const float inv = (float)(1.0 / sum);
   for (int32_t j = first; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j] * inv));
 }
 
@@ -904,6 +930,45 @@ ATTN_AVX512_TARGET static void pv_avx512(const struct backend_attn_params *p, co
   }
 }
 
+/* out [hd] of one head = p.v in the BATCH order (probabilities sg [n_ctx] from key `first`),
+ * key by key: for each 16-dim slice the 16 lane accumulators (lane l: keys j = l (mod 16), in
+ * key order, fma(p_j, v_j, a)) stay in registers, a group of 16 keys is one step per lane,
+ * then the lanes are summed in combine_lanes' tree: pv_avx512's fmas and sums for one head,
+ * so the same bits, without its per-key walk of the block table (one key a block and lane at
+ * block_size 16). block_size % 16 == 0. */
+ATTN_AVX512_TARGET static void pv_keys_avx512(const struct backend_kv_layer *kv, const struct attn_item *it,
+                                              const float *sg, float *out) {
+  const int32_t hd = kv->head_dim, n_ctx = it->n_ctx, first = it->first, bs = kv->block_size;
+  const int32_t b0 = first / bs, n_blocks = (n_ctx + bs - 1) / bs;
+  const int64_t stride = (int64_t)kv->n_kv_heads * hd;
+  for (int32_t i = 0; i < hd / 16; i++) {
+    __m512 a[16];
+    _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] = _mm512_setzero_ps();
+    for (int32_t b = b0; b < n_blocks; b++) {
+      const uint16_t *vb = (const uint16_t *)kv->v + (int64_t)it->table[b] * bs * stride + (int64_t)it->kvh * hd + 16 * i;
+      const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs, o0 = b == b0 ? (first - b * bs) / 16 * 16 : 0;
+      for (int32_t o = o0; o < n; o += 16) { /* keys b * bs + o .. + 15: lanes 0 .. 15 */
+        const uint16_t *vg = vb + (int64_t)o * stride;
+        const float *pg = sg + b * bs + o;
+        const int32_t lo = b * bs + o < first ? first - b * bs - o : 0, hi = n - o < 16 ? n - o : 16;
+        if (lo == 0 && hi == 16) {
+          _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] = _mm512_fmadd_ps(
+              _mm512_set1_ps(pg[l]), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vg + l * stride))), a[l]);
+          continue;
+        }
+        _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) { /* a group cut by the window or n_ctx */
+          if (l < lo || l >= hi) continue;
+          a[l] = _mm512_fmadd_ps(_mm512_set1_ps(pg[l]),
+                                 _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vg + l * stride))), a[l]);
+        }
+      }
+    }
+    _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) a[l] = _mm512_add_ps(a[l + 8], a[l]);
+    _Pragma("GCC unroll 4") for (int l = 0; l < 4; l++) a[l] = _mm512_add_ps(a[l + 4], a[l]);
+    _mm512_storeu_ps(out + 16 * i, _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3])));
+  }
+}
+
 /* The BATCH order with 16-lane registers: a q.k dot is one accumulator (lane i % 16), the
  * p.v lanes j % 16 are combined in combine_lanes' tree (pv_avx512). Same numbers as the
  * generic path. Keys are walked block by block (no division per key); block_size % 16 == 0,
@@ -928,8 +993,11 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
     for (; o < n; o++)
       score1_avx512(p, n_h, (const float(*)[ATTN_MAX_DIM])qh, kb + o * stride, hd / 16, scores + b * bs + o, n_ctx);
   }
-  for (int32_t g = 0; g < n_h; g++) softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)g * n_ctx, first, n_ctx);
-  pv_avx512(p, it, scores, stride, head_off);
+  for (int32_t g = 0; g < n_h; g++) softmax_f16(t->c->level, scores + (int64_t)g * n_ctx, first, n_ctx); /* AVX-512 expf: same bits */
+  if (n_h == 1) /* one head (decode items): key by key, nothing shared to convert once */
+    pv_keys_avx512(kv, it, scores, p->out + ((int64_t)it->tok * p->n_heads + it->h0) * hd);
+  else
+    pv_avx512(p, it, scores, stride, head_off);
 }
 #endif
 
@@ -1074,7 +1142,7 @@ ATTN_AVX512_TARGET static void attention_rows_avx512(const struct attn_task *t, 
     for (int32_t j = n_r - n_r % 16; j < n_r; j++) /* the last keys, one by one */
       score1_avx512(p, n_h, (const float(*)[ATTN_MAX_DIM])(qh + r * n_h), kv_row_at(kv, kv->k, it0->table, j, it0->kvh),
                     nv, sr + j, n_r);
-    for (int32_t g = 0; g < n_h; g++) softmax_f16(CPU_SIMD_LEVEL_AVX2, sr + (int64_t)g * n_r, 0, n_r);
+    for (int32_t g = 0; g < n_h; g++) softmax_f16(t->c->level, sr + (int64_t)g * n_r, 0, n_r); /* AVX-512 expf */
   }
   pv_rows_avx512(p, it0, nr, scores, n_last, stride, head_off);
 }

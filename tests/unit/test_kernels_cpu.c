@@ -668,6 +668,7 @@ static void check_attention_paths_n(const int32_t BS, int32_t window, float soft
   assert_true(T <= T_MAX && (T + BS - 1) / BS < NB_MAX);
   int32_t NB = (T + BS - 1) / BS;
   if (NB % 7 == 0) NB++; /* (i * 7 + 3) % NB: a permutation */
+  assert_true(NB * BS <= NB_MAX * BS_MAX); /* the cache's rows fit (blocks of 32: fewer blocks) */
   const int32_t MB = NB;
   const size_t n_out = (size_t)Q * H * D * sizeof(float), n_row = (size_t)H * D * sizeof(float);
   struct backend_ctx *c = make_ctx(2);
@@ -730,7 +731,7 @@ static void check_attention_paths(const int32_t BS, int32_t window, float softca
   check_attention_paths_n(BS, window, softcap, D, H, 40);
 }
 
-/* Block size 8 takes the AVX2 path, 16 the AVX-512 one where the CPU has it; also with a
+/* Block size 8 takes the AVX2 path, 16 and 32 the AVX-512 one where the CPU has it; also with a
  * window of 19 keys (its first key inside a block and inside a 16-key softmax group) and
  * soft-capping; head_dim 80 with 3 heads per KV head, 64 with 3, 4 and 1, 128 with 2; 600
  * keys (grouped decode rows). */
@@ -744,6 +745,10 @@ static void test_attention_bit_identical_across_paths_and_grouping(void **state)
   check_attention_paths(16, 19, 2.0f, 64, 8);
   check_attention_paths(16, 0, 0.0f, 64, 2);
   check_attention_paths(16, 0, 0.0f, 128, 4);
+  /* blocks of 32 keys: two 16-key groups a block, the window's first key in the second
+   * (a one-head decode item walks the groups of each block) */
+  check_attention_paths(32, 19, 0.0f, 64, 6);
+  check_attention_paths(32, 19, 2.0f, 80, 2);
   /* past 512 keys a decode row alone keeps the heads of a KV head in one item (fewer items
    * than threads): the same bits as per head, as the scalar path and as inside the chunk */
   check_attention_paths_n(16, 0, 0.0f, 64, 6, 600);
