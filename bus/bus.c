@@ -370,11 +370,11 @@ void bus_destroy(struct bus *b) {
   signals_restore(b);
   heartbeat_stop(b);
   bus_metrics_publish_stop(b);
+  bool closed = true;
   if (b->nc) {
     /* Returns at once when a drain already closed (or is closing) it on the drain thread. */
     natsConnection_Close(b->nc);
-    if (!wait_closed(b, BUS_CLOSE_WAIT_MS))
-      LLB_LOG_ERROR("bus_close_timeout", "wait_ms=%d: no closed callback", BUS_CLOSE_WAIT_MS);
+    closed = wait_closed(b, BUS_CLOSE_WAIT_MS);
     /* No handler may run after we return: wait for each asynchronous subscription's last. */
     for (struct bus_sub *s = b->subs; s; s = s->next)
       if (s->fn) wait_flag(b, &s->complete, BUS_CLOSE_WAIT_MS);
@@ -396,6 +396,12 @@ void bus_destroy(struct bus *b) {
   bus_msg_release_flush(b);
   for (int i = 0; i < 2; i++)
     if (b->stop_pipe[i] >= 0) close(b->stop_pipe[i]);
+  if (!closed) {
+    /* The client's closed callback (on_closed) is still to come and will lock b->mu: freeing
+     * now would let it write into freed memory. Leak the bus instead. */
+    LLB_LOG_ERROR("bus_destroy_leak", "reason=no_closed_callback wait_ms=%d", BUS_CLOSE_WAIT_MS);
+    return;
+  }
   if (b->loop_stop_ev) event_free(b->loop_stop_ev);
   if (b->base) event_base_free(b->base);
   pthread_cond_destroy(&b->cv);
