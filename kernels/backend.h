@@ -326,12 +326,6 @@ struct backend_ops {
   /* Optional (NULL: the backend has no host threads). Threads that run the next ops, in
    * [1, backend_ctx_params.n_threads] (clamped); the others sleep. Between steps only. */
   void (*set_num_threads)(struct backend_ctx *c, int32_t n);
-  /* Optional (NULL: no such hint). A matmul soon reads w[0..n_w) (at most 4; the forward names,
-   * before each matmul, the one after it) for n_rows rows: the backend may start loading those
-   * weights from memory with threads that would otherwise idle meanwhile (CPU: a decode step's,
-   * n_rows up to 3, prefetched by idle pool workers). A hint: no result changes; the next hint
-   * replaces it, n_w 0 drops it. */
-  void (*prefetch)(struct backend_ctx *c, const struct backend_weight *const *w, int32_t n_w, int32_t n_rows);
 };
 
 /* The CPU backend (kernels/cpu): SIMD (AVX2/FMA/F16C, detected at run time) and threads;

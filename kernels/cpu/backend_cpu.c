@@ -61,7 +61,6 @@ static const struct backend_ops cpu_ops = {
     .buffer_clear = cpu_buffer_clear,
     .idle = cpu_idle,
     .set_num_threads = cpu_set_num_threads,
-    .prefetch = cpu_prefetch,
     /* memory_info, weight_bytes, weight_upload, get_rows, step_begin, step_end: NULL (host
      * memory; each op is done when it returns) */
 };

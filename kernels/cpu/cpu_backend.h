@@ -78,11 +78,6 @@ llb_status cpu_rms_norm(struct backend_ctx *c, const float *x, const float *w, i
                         int32_t dim, float eps, float *out);
 llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
                       const struct backend_weight *const *w, float *const *out, int32_t n_w);
-/* backend_ops.prefetch: up to CPU_MATMUL_DECODE_ROWS rows, the bytes matmul will read of each
- * w[j] (its packed layout or its GGUF rows) become the pool's prefetch hint
- * (cpu_threadpool_prefetch); more rows clear the hint (prefill and large batches keep every
- * thread busy and read each weight for many rows). */
-void cpu_prefetch(struct backend_ctx *c, const struct backend_weight *const *w, int32_t n_w, int32_t n_rows);
 /* backend_ops.lora (lora.c). */
 llb_status cpu_lora(struct backend_ctx *c, const float *x, int64_t cols, float *const *y, int32_t n_targets,
                     const struct backend_lora_seg *segs, int32_t n_segs);

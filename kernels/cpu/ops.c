@@ -439,22 +439,6 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
   return LLB_STATUS_OK;
 }
 
-void cpu_prefetch(struct backend_ctx *c, const struct backend_weight *const *w, int32_t n_w, int32_t n_rows) {
-  const void *addr[CPU_POOL_PREFETCH_RANGES];
-  size_t bytes[CPU_POOL_PREFETCH_RANGES];
-  int n = 0;
-  for (int32_t j = 0; n_rows <= CPU_MATMUL_DECODE_ROWS && j < n_w && n < CPU_POOL_PREFETCH_RANGES; j++) {
-    const bool packed = w[j]->packed && cpu_pack_shape_ok(w[j]);
-    int fs = 0;
-    const int fam = packed ? cpu_pack_kind(w[j]->type, &fs) : 0;
-    /* cpu_pack_bytes's size without its checks of the weight's values (a pass over them) */
-    addr[n] = packed ? w[j]->packed : w[j]->data;
-    bytes[n++] = packed ? (size_t)(w[j]->rows / CPU_PACK_COLS) * (size_t)(w[j]->cols / 32) * cpu_pack_block_bytes(fam, fs)
-                        : (size_t)w[j]->rows * w[j]->row_bytes;
-  }
-  cpu_threadpool_prefetch(c->pool, addr, bytes, n);
-}
-
 /* ---------------------------------------------------------------- RoPE */
 
 struct rope_task {

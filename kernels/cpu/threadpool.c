@@ -49,11 +49,6 @@
 /* Claims a thread makes per op at most, about (chunks are taken in groups beyond it). */
 #define CPU_POOL_CLAIMS_PER_THREAD 8
 
-/* Lines an idle worker prefetches between two looks at the work word (cpu_threadpool_prefetch):
- * 1 KiB, some tens of nanoseconds from DRAM, so a published op waits no longer than that. */
-#define CPU_POOL_PREFETCH_LINES 16
-#define CPU_POOL_LINE 64
-
 #define WORK_ALL_BIT ((uint64_t)1 << 31)    /* op runs once on every thread (cpu_threadpool_run) */
 #define WORK_INDEX_MASK (WORK_ALL_BIT - 1)   /* next unclaimed chunk */
 
@@ -101,12 +96,6 @@ struct cpu_threadpool {
                                   with ith >= active sleep on this word (a futex) */
   _Atomic int barrier_count;
   _Atomic uint32_t barrier_gen;
-  /* cpu_threadpool_prefetch's hint: ranges of whole groups of CPU_POOL_PREFETCH_LINES lines;
-   * pf_word = (hint sequence << 32) | next group not yet taken (a worker takes one by a CAS) */
-  _Atomic(uintptr_t) pf_start[CPU_POOL_PREFETCH_RANGES]; /* first group's address */
-  _Atomic int64_t pf_end[CPU_POOL_PREFETCH_RANGES];       /* groups of ranges 0..i */
-  _Atomic int pf_n;
-  _Alignas(64) _Atomic uint64_t pf_word;
 };
 
 static void cpu_relax(void) {
@@ -186,28 +175,6 @@ static void idle_sleep(struct cpu_threadpool *p, uint32_t done_gen, uint64_t *wo
   *word = atomic_load_explicit(&p->work, memory_order_acquire);
 }
 
-/* Takes the next group of lines of the pending prefetch hint, if any, and prefetches it; false
- * when nothing is left to prefetch. A newer hint may replace the ranges between the take and the
- * reads: the group then prefetches lines of another range, which is harmless (a prefetch never
- * faults and changes no result). */
-static bool prefetch_group(struct cpu_threadpool *p) {
-  uint64_t w = atomic_load_explicit(&p->pf_word, memory_order_acquire);
-  const int n = atomic_load_explicit(&p->pf_n, memory_order_relaxed);
-  if (n < 1 || n > CPU_POOL_PREFETCH_RANGES) return false;
-  const int64_t total = atomic_load_explicit(&p->pf_end[n - 1], memory_order_relaxed);
-  const int64_t g = (int64_t)(uint32_t)w;
-  if (g >= total) return false;
-  if (!atomic_compare_exchange_strong_explicit(&p->pf_word, &w, w + 1, memory_order_acq_rel, memory_order_relaxed))
-    return true; /* another worker took it, or a new hint came: look again */
-  int r = 0;
-  while (r < n - 1 && g >= atomic_load_explicit(&p->pf_end[r], memory_order_relaxed)) r++;
-  const int64_t first = r == 0 ? 0 : atomic_load_explicit(&p->pf_end[r - 1], memory_order_relaxed);
-  const char *a = (const char *)atomic_load_explicit(&p->pf_start[r], memory_order_relaxed) +
-                  (g - first) * CPU_POOL_PREFETCH_LINES * CPU_POOL_LINE;
-  for (int i = 0; i < CPU_POOL_PREFETCH_LINES; i++) __builtin_prefetch(a + i * CPU_POOL_LINE, 0, 3);
-  return true;
-}
-
 /* Worker w waits for an op newer than done_gen: spins (the next op of a step follows within
  * microseconds) and sleeps on a futex once the pool is parked, CPU_POOL_SPIN_NS have passed, or
  * (looked at every CPU_POOL_LOOK_NS after the first wait_spin_ns, times the workers: reading
@@ -221,7 +188,7 @@ static bool idle_wait(struct cpu_threadpool *p, const struct cpu_worker *w, uint
   const int64_t t0 = mono_ns();
   int64_t looked = 0, caller_cpu = -1;
   for (int spins = 1;; spins++) {
-    if (!prefetch_group(p)) cpu_relax();
+    cpu_relax();
     *word = atomic_load_explicit(&p->work, memory_order_acquire);
     if ((uint32_t)(*word >> 32) != done_gen) return false;
     if (spins % CPU_POOL_SPIN_CHECK != 0) continue;
@@ -369,27 +336,6 @@ void cpu_threadpool_set_active(struct cpu_threadpool *p, int n) {
 }
 
 int cpu_threadpool_active(const struct cpu_threadpool *p) { return (int)atomic_load(&p->active); }
-
-void cpu_threadpool_prefetch(struct cpu_threadpool *p, const void *const *addr, const size_t *bytes, int n) {
-  if (!p || p->n_threads == 1) return;
-  n = n < 0 ? 0 : n > CPU_POOL_PREFETCH_RANGES ? CPU_POOL_PREFETCH_RANGES : n;
-  const int64_t group = CPU_POOL_PREFETCH_LINES * CPU_POOL_LINE;
-  int64_t total = 0;
-  int kept = 0;
-  for (int i = 0; i < n; i++) {
-    if (!addr[i] || bytes[i] == 0) continue;
-    const uintptr_t lo = (uintptr_t)addr[i] / (uintptr_t)group * (uintptr_t)group;
-    const uintptr_t hi = (uintptr_t)addr[i] + bytes[i];
-    total += (int64_t)((hi - lo + (uintptr_t)group - 1) / (uintptr_t)group);
-    atomic_store_explicit(&p->pf_start[kept], lo, memory_order_relaxed);
-    atomic_store_explicit(&p->pf_end[kept], total, memory_order_relaxed);
-    kept++;
-  }
-  atomic_store_explicit(&p->pf_n, kept, memory_order_relaxed);
-  /* a new sequence, group 0: a worker's CAS on the old word fails */
-  const uint64_t seq = (atomic_load_explicit(&p->pf_word, memory_order_relaxed) >> 32) + 1;
-  atomic_store_explicit(&p->pf_word, seq << 32, memory_order_release);
-}
 
 void cpu_threadpool_park(struct cpu_threadpool *p) {
   if (p && p->n_threads > 1) atomic_store_explicit(&p->parked, 1, memory_order_relaxed);

@@ -30,7 +30,6 @@
 #ifndef LLB_KERNELS_CPU_THREADPOOL_H
 #define LLB_KERNELS_CPU_THREADPOOL_H
 
-#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -58,18 +57,6 @@ int cpu_threadpool_size(const struct cpu_threadpool *p);
  * a few microseconds); the next op wakes them (one futex wake). NULL ok; any time from the
  * caller's thread, between ops. */
 void cpu_threadpool_park(struct cpu_threadpool *p);
-
-/* Ranges a prefetch hint holds at most (more are dropped). */
-#define CPU_POOL_PREFETCH_RANGES 4
-
-/* Hint: ops soon read the n ranges [addr[i], addr[i] + bytes[i]) (a decode step's next weights,
- * which come from DRAM). Workers that find no op to run (the caller alone runs small ops;
- * the last chunks of an op) issue software prefetches for them meanwhile, 1 KiB between looks
- * for a new op, from the first range's start on; each byte once per hint, by one worker. The
- * next hint replaces this one (n 0: none). Nothing is read through the pointers (a prefetch never
- * faults), so a range freed meanwhile is harmless; results never change. From the caller's
- * thread, between ops. NULL pool or one thread: nothing. */
-void cpu_threadpool_prefetch(struct cpu_threadpool *p, const void *const *addr, const size_t *bytes, int n);
 
 /* How many threads (the caller included) take the chunks of the next ops, in [1, size]
  * (clamped); the others sleep until counted again. Set between ops by the caller: a step whose

@@ -532,26 +532,6 @@ static void scale_rows(float *x, int64_t n, float s) {
     if ((c)->eval_cb) (c)->eval_cb((c)->eval_user, (name), (il), (data), (int64_t)(n)); \
   } while (0)
 
-/* Tells the backend (backend_ops.prefetch, where it has one) that the matmul after the next one
- * reads w[0..n) for T rows (given before each matmul, so that threads idle in and after it load
- * the weights of the one that follows). */
-static void hint_matmul_after_next(struct llama_forward_ctx *c, const struct backend_weight *const *w, int32_t n,
-                                   int32_t T) {
-  if (c->ops->prefetch) c->ops->prefetch(c->bc, w, n, T);
-}
-
-/* Hints the first matmul of layer il (the logits' past the last layer; none for no rows) for T rows. */
-static void hint_layer_start(struct llama_forward_ctx *c, int32_t il, int32_t T) {
-  if (il >= c->m->cfg.block_count) {
-    const struct backend_weight *outw[1] = {&c->output};
-    hint_matmul_after_next(c, outw, T > 0 ? 1 : 0, T);
-    return;
-  }
-  const struct llama_layer *l = &c->layers[il];
-  const struct backend_weight *qkv[3] = {&l->wq, &l->wk, &l->wv};
-  hint_matmul_after_next(c, qkv, 3, T);
-}
-
 /* c->x [T, E] = the batch's embeddings: token rows of token_embd, rows of input_embeds where the
  * mask says so (all of them without a mask); gemma* scale by sqrt(E) (ggml_scale(inpL,
  * sqrt(n_embd))), gemma3 its token rows only (llama.cpp scales no raw embeddings there). */
@@ -609,8 +589,6 @@ static llb_status attention_block(struct llama_forward_ctx *c, struct llama_kv_c
   FWD_EVAL(c, "attn_norm", il, c->xn, (int64_t)T * E);
   const struct backend_weight *qkv[3] = {&l->wq, &l->wk, &l->wv};
   float *qkv_out[3] = {c->q, c->k, c->v};
-  const struct backend_weight *wo[1] = {&l->wo};
-  hint_matmul_after_next(c, wo, 1, T);
   FWD_TRY(ops->matmul(bc, c->xn, T, qkv, qkv_out, 3));
   static const enum llama_lora_target qkv_ids[3] = {LLAMA_LORA_Q, LLAMA_LORA_K, LLAMA_LORA_V};
   FWD_TRY(llama_forward_lora(c, il, c->xn, T, qkv_ids, qkv_out, 3)); /* before the biases, as llama.cpp */
@@ -642,9 +620,8 @@ static llb_status attention_block(struct llama_forward_ctx *c, struct llama_kv_c
       .logit_softcap = cfg->attn_logit_softcapping};
   FWD_TRY(ops->attention(bc, &ap));
   FWD_EVAL(c, "kqv_out", il, c->attn, nq);
+  const struct backend_weight *wo[1] = {&l->wo};
   float *o_out[1] = {c->xn};
-  const struct backend_weight *gu[2] = {&l->w_gate, &l->w_up};
-  hint_matmul_after_next(c, gu, 2, T); /* the last layer may run fewer rows (a hint only) */
   FWD_TRY(ops->matmul(bc, c->attn, T, wo, o_out, 1));
   static const enum llama_lora_target o_id[1] = {LLAMA_LORA_O};
   FWD_TRY(llama_forward_lora(c, il, c->attn, T, o_id, o_out, 1));
@@ -689,9 +666,8 @@ static void gather_logits_rows(struct llama_forward_ctx *c, const struct llama_b
 }
 
 /* The feed-forward half of layer il: c->x += [post_ffw_norm](down(act(gate) * up)) of
- * rms_norm(c->x); act is SiLU, or GELU for gemma*. next_rows: the logits rows, for the hint of
- * the logits matmul after the last layer. */
-static llb_status ffn_block(struct llama_forward_ctx *c, int32_t T, int32_t il, int32_t next_rows) {
+ * rms_norm(c->x); act is SiLU, or GELU for gemma*. */
+static llb_status ffn_block(struct llama_forward_ctx *c, int32_t T, int32_t il) {
   const struct llama_config *cfg = &c->m->cfg;
   const struct backend_ops *ops = c->ops;
   struct backend_ctx *bc = c->bc;
@@ -703,8 +679,6 @@ static llb_status ffn_block(struct llama_forward_ctx *c, int32_t T, int32_t il, 
   FWD_EVAL(c, "ffn_norm", il, c->xn, (int64_t)T * E);
   const struct backend_weight *gu[2] = {&l->w_gate, &l->w_up};
   float *gu_out[2] = {c->gate, c->up};
-  const struct backend_weight *down[1] = {&l->w_down};
-  hint_matmul_after_next(c, down, 1, T);
   FWD_TRY(ops->matmul(bc, c->xn, T, gu, gu_out, 2));
   static const enum llama_lora_target gu_ids[2] = {LLAMA_LORA_GATE, LLAMA_LORA_UP};
   FWD_TRY(llama_forward_lora(c, il, c->xn, T, gu_ids, gu_out, 2));
@@ -717,8 +691,8 @@ static llb_status ffn_block(struct llama_forward_ctx *c, int32_t T, int32_t il, 
     FWD_TRY(ops->swiglu(bc, c->gate, c->up, (int64_t)T * F, c->gate));
   }
   FWD_EVAL(c, "ffn_gate_par", il, c->gate, (int64_t)T * F);
+  const struct backend_weight *down[1] = {&l->w_down};
   float *d_out[1] = {c->xn};
-  hint_layer_start(c, il + 1, il + 1 < cfg->block_count ? T : next_rows);
   FWD_TRY(ops->matmul(bc, c->gate, T, down, d_out, 1));
   static const enum llama_lora_target down_id[1] = {LLAMA_LORA_DOWN};
   FWD_TRY(llama_forward_lora(c, il, c->gate, T, down_id, d_out, 1));
@@ -753,7 +727,7 @@ static llb_status forward_step(struct llama_forward_ctx *c, struct llama_kv_cach
       rows = b->num_logits;
     }
     FWD_TRY(attention_residual(c, rows, il));
-    FWD_TRY(ffn_block(c, rows, il, b->num_logits));
+    FWD_TRY(ffn_block(c, rows, il));
   }
 
   if (b->num_hidden > 0) { /* pooling: final-norm hidden states of the rows asked for */
@@ -761,10 +735,7 @@ static llb_status forward_step(struct llama_forward_ctx *c, struct llama_kv_cach
       memcpy(b->hidden_states + (size_t)i * E, c->x + (size_t)b->hidden_indices[i] * E, (size_t)E * sizeof(float));
     FWD_TRY(ops->rms_norm(bc, b->hidden_states, c->output_norm, b->num_hidden, E, eps, b->hidden_states));
   }
-  if (b->num_logits == 0) {
-    hint_layer_start(c, 0, T);
-    return LLB_STATUS_OK;
-  }
+  if (b->num_logits == 0) return LLB_STATUS_OK;
   /* final norm and logits only for the rows asked for (already rows 0.. when selected) */
   if (select)
     memcpy(c->xn, c->x, (size_t)b->num_logits * (size_t)E * sizeof(float));
@@ -777,9 +748,6 @@ static llb_status forward_step(struct llama_forward_ctx *c, struct llama_kv_cach
   FWD_EVAL(c, "result_norm", -1, c->xn, (int64_t)b->num_logits * E);
   const struct backend_weight *outw[1] = {&c->output};
   float *l_out[1] = {logits};
-  /* the next step's first matmul (a decode step's follows with as many rows, about): loaded
-   * between the steps rather than the logits' weights, read already */
-  hint_layer_start(c, 0, T);
   FWD_TRY(ops->matmul(bc, c->xn, b->num_logits, outw, l_out, 1));
   FWD_EVAL(c, "result_output", -1, logits, (int64_t)b->num_logits * cfg->vocab_size);
   if (cfg->final_logit_softcapping > 0.0f) { /* gemma2: logits -> c * tanh(logits / c) */

@@ -16,7 +16,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "kernels/backend.h"
@@ -1064,66 +1063,6 @@ static void test_threadpool_idle_worker_sleeps_while_the_caller_is_stopped(void 
   if (worker_ns > 8000000) fail_msg("the worker ran %.2f ms while the caller was stopped 20 x 5 ms", worker_ns / 1e6);
 }
 
-struct pair_chunks {
-  _Atomic int started[2];
-  _Atomic int hits[2];
-  _Atomic int timed_out;
-};
-
-/* Chunk 0 waits (5 s at most) until chunk 1 has started: another thread must take chunk 1
- * while this one holds chunk 0. */
-static void pair_chunk(void *arg, int64_t chunk, int ith) {
-  (void)ith;
-  struct pair_chunks *pc = arg;
-  atomic_store(&pc->started[chunk], 1);
-  atomic_fetch_add(&pc->hits[chunk], 1);
-  const int64_t t0 = cpu_clock_ns(CLOCK_MONOTONIC);
-  while (chunk == 0 && !atomic_load(&pc->started[1]))
-    if (cpu_clock_ns(CLOCK_MONOTONIC) - t0 > 5000000000LL) {
-      atomic_store(&pc->timed_out, 1);
-      return;
-    }
-}
-
-/* Prefetch hints (cpu_threadpool_prefetch) pending while ops come: a 64 MiB range, an unmapped one,
- * empty and NULL ranges, more ranges than a hint holds, none. Every op still runs each chunk
- * exactly once, and a worker busy with a hint still takes the op's chunks: the op's chunk 0
- * waits for another thread to start its chunk 1, which only a worker can. */
-static void test_threadpool_prefetch_hints_keep_no_worker_from_an_op(void **state) {
-  (void)state;
-  struct cpu_threadpool *p = NULL;
-  assert_int_equal(cpu_threadpool_create(2, &p), LLB_STATUS_OK);
-  const size_t big = (size_t)64 << 20;
-  uint8_t *buf = malloc(big);
-  assert_non_null(buf);
-  memset(buf, 1, big);
-  void *gone = mmap(NULL, 1 << 20, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); /* unmapped below */
-  assert_true(gone != MAP_FAILED);
-  assert_int_equal(munmap(gone, 1 << 20), 0);
-  const void *addr[6] = {buf, gone, NULL, buf + 4096, buf, buf};
-  const size_t bytes[6] = {big, 1 << 20, 4096, 0, 1000, big};
-  static _Atomic int hits[24];
-  for (int i = 0; i < 400; i++) {
-    const int k = i % 5; /* hints of 1, 2, 3, 6 and 0 ranges */
-    cpu_threadpool_prefetch(p, addr + (k == 1 ? 1 : 0), bytes + (k == 1 ? 1 : 0), k == 4 ? 0 : k == 3 ? 6 : k + 1);
-    struct pair_chunks pc = {0};
-    cpu_threadpool_parallel(p, pair_chunk, &pc, 2);
-    if (atomic_load(&pc.timed_out)) fail_msg("op %d: no worker took chunk 1 in 5 s (hint %d pending)", i, k);
-    assert_int_equal(atomic_load(&pc.hits[0]), 1);
-    assert_int_equal(atomic_load(&pc.hits[1]), 1);
-    const int64_t n = 1 + i % 24;
-    for (int64_t j = 0; j < n; j++) atomic_store(&hits[j], 0);
-    struct chunk_count cc = {hits, n, 0, 0};
-    cpu_threadpool_parallel(p, count_chunk, &cc, n);
-    for (int64_t j = 0; j < n; j++)
-      if (atomic_load(&hits[j]) != 1) fail_msg("op %d chunk %lld ran %d times", i, (long long)j, atomic_load(&hits[j]));
-    if (i % 50 == 0) cpu_threadpool_park(p);
-  }
-  cpu_threadpool_destroy(p);
-  free(buf);
-  cpu_threadpool_prefetch(NULL, addr, bytes, 1); /* NULL pool: nothing */
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_matches_references_for_all_types),
@@ -1148,7 +1087,6 @@ int main(void) {
       cmocka_unit_test(test_threadpool_active_threads_take_the_chunks),
       cmocka_unit_test(test_threadpool_parallel_waits_for_a_slow_worker),
       cmocka_unit_test(test_threadpool_idle_worker_sleeps_while_the_caller_is_stopped),
-      cmocka_unit_test(test_threadpool_prefetch_hints_keep_no_worker_from_an_op),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
