@@ -226,13 +226,8 @@ static llb_status set_options(struct bus *b, const struct bus_options *o, natsOp
                       o->tls_cert_file, o->tls_key_file, natsStatus_GetText(s),
                       nats_GetLastError(NULL));
   }
-  /* The client's own I/O threads, not the libevent loop: with SendAsap a publish is one send()
-   * on the publishing thread, where the loop's adapter queued it and woke the loop thread to
-   * write it (a wake-up and ~4 syscalls more a message, on the cores the forward runs on). The
-   * write deadline bounds a publish that meets a full socket (a stopped server) instead of
-   * blocking its thread, and with it the connection, until the server reads again. */
-  if ((s = natsOptions_SetWriteDeadline(opts, o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 2000)) != NATS_OK)
-    return BUS_NATS_ERR(s, "write deadline");
+  if ((s = natsOptions_SetEventLoop(opts, b, bus_ev_attach, bus_ev_read, bus_ev_write, bus_ev_detach)) != NATS_OK)
+    return BUS_NATS_ERR(s, "event loop");
   return LLB_STATUS_OK;
 }
 
@@ -349,8 +344,17 @@ static bool wait_flag(struct bus *b, const bool *flag, int64_t timeout_ms) {
   return v;
 }
 
-/* Waits until the connection's closed callback ran, up to timeout_ms; true if so. */
-static bool wait_closed(struct bus *b, int64_t timeout_ms) { return wait_flag(b, &b->closed, timeout_ms); }
+/* Waits until the connection is closed (when need_closed) AND the client has detached from
+ * the loop (the closed callback comes first, see bus_ev_detach), up to timeout_ms; true if so. */
+static bool wait_closed(struct bus *b, bool need_closed, int64_t timeout_ms) {
+  const struct timespec dl = deadline_in(timeout_ms);
+  pthread_mutex_lock(&b->mu);
+  while ((need_closed && !b->closed) || b->ev_attached)
+    if (!deadline_wait(b, &dl)) break;
+  bool done = (!need_closed || b->closed) && !b->ev_attached;
+  pthread_mutex_unlock(&b->mu);
+  return done;
+}
 
 static void heartbeat_stop(struct bus *b) {
   if (!b->hb_ev) return;
@@ -370,11 +374,13 @@ void bus_destroy(struct bus *b) {
   signals_restore(b);
   heartbeat_stop(b);
   bus_metrics_publish_stop(b);
-  bool closed = true;
-  if (b->nc) {
+  bool detached;
+  if (!b->nc) {
+    detached = wait_closed(b, false, BUS_CLOSE_WAIT_MS); /* a failed connect: normally at once */
+  } else {
     /* Returns at once when a drain already closed (or is closing) it on the drain thread. */
     natsConnection_Close(b->nc);
-    closed = wait_closed(b, BUS_CLOSE_WAIT_MS);
+    detached = wait_closed(b, true, BUS_CLOSE_WAIT_MS);
     /* No handler may run after we return: wait for each asynchronous subscription's last. */
     for (struct bus_sub *s = b->subs; s; s = s->next)
       if (s->fn) wait_flag(b, &s->complete, BUS_CLOSE_WAIT_MS);
@@ -396,10 +402,10 @@ void bus_destroy(struct bus *b) {
   bus_msg_release_flush(b);
   for (int i = 0; i < 2; i++)
     if (b->stop_pipe[i] >= 0) close(b->stop_pipe[i]);
-  if (!closed) {
-    /* The client's closed callback (on_closed) is still to come and will lock b->mu: freeing
-     * now would let it write into freed memory. Leak the bus instead. */
-    LLB_LOG_ERROR("bus_destroy_leak", "reason=no_closed_callback wait_ms=%d", BUS_CLOSE_WAIT_MS);
+  if (!detached) {
+    /* The client still holds events of b->base and will free them and signal b->cv when it
+     * detaches: freeing now would corrupt the heap. Leak the base and the bus instead. */
+    LLB_LOG_ERROR("bus_destroy_leak", "reason=client_not_detached wait_ms=%d", BUS_CLOSE_WAIT_MS);
     return;
   }
   if (b->loop_stop_ev) event_free(b->loop_stop_ev);
@@ -669,7 +675,8 @@ llb_status bus_drain(struct bus *b, int64_t timeout_ms) {
     LLB_LOG_WARN("bus_drain_skipped", "reason=%s", natsStatus_GetText(s));
     natsConnection_Close(b->nc);
   }
-  bool closed = wait_closed(b, timeout_ms + 2000);
+  /* Closed and detached from the loop: the client's drain thread is done with the bus. */
+  bool closed = wait_closed(b, true, timeout_ms + 2000);
   int64_t ms = (llb_now_ns() - t0) / 1000000;
   const char *err = NULL;
   /* The client closes the connection when its drain timer fires without a distinct status

@@ -1,4 +1,4 @@
-/* The llmbus actor runtime: one NATS connection plus a libevent loop for the actor's timers.
+/* The llmbus actor runtime: one NATS connection driven by a libevent loop.
  *
  * An actor creates a bus with bus_connect(), subscribes its handlers, optionally starts a
  * heartbeat, then calls bus_actor_run(), which returns after a graceful drain once SIGTERM,
@@ -6,10 +6,8 @@
  *
  * THREADING CONTRACT
  * - The bus owns one libevent loop, run by a thread the bus starts in bus_connect() (the
- *   "loop thread") and kept until bus_destroy(): the heartbeat, the metrics timer and what the
- *   actor adds to bus_event_base() run there. The connection's socket I/O is the NATS client's
- *   own: it reads on its read thread, and a publish (SendAsap) writes on the publishing thread,
- *   so requests work before, during and after nothing else runs.
+ *   "loop thread"); socket I/O of the connection happens there. It keeps running until
+ *   bus_destroy(), so requests work before, during and after nothing else runs.
  * - Message handlers run on the NATS client's delivery threads: one thread per
  *   subscription. Messages of one subscription are delivered one at a time, in order;
  *   handlers of different subscriptions run concurrently. A handler may block (e.g. do a
@@ -30,8 +28,8 @@
  * sender's context in msg->trace (a new trace when none or an invalid one arrived);
  * bus_respond(..., NULL) answers under a child span of it.
  *
- * Source followed: NATS C client 3.4 (nats.h: natsOptions_*, natsConnection_*), PLATFORM.md
- * (SendAsap, loopbreak after close).
+ * Source followed: NATS C client 3.4 (nats.h: natsOptions_*, natsConnection_*, libevent
+ * adapter), PLATFORM.md (SendAsap, loop start before flush, loopbreak after close).
  */
 #ifndef LLB_BUS_BUS_H
 #define LLB_BUS_BUS_H

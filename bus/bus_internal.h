@@ -1,5 +1,5 @@
 /* Private to bus/: struct bus, shared by bus.c (connection, messages, subscriptions, actor
- * loop) and bus_loop.c (the libevent loop thread). Not a
+ * loop) and bus_loop.c (the libevent loop thread and the NATS client's hooks into it). Not a
  * public header: it names NATS and libevent types. */
 #ifndef LLB_BUS_BUS_INTERNAL_H
 #define LLB_BUS_BUS_INTERNAL_H
@@ -42,6 +42,7 @@ struct bus {
   pthread_mutex_t mu; /* guards the fields below and url */
   pthread_cond_t cv;
   bool closed; /* the connection's closed callback ran */
+  bool ev_attached; /* the client is attached to the loop (see bus_ev_attach / bus_ev_detach) */
   struct bus_sub *subs;
 
   int stop_pipe[2]; /* bus_stop writes a byte; bus_actor_run polls the read end */
@@ -119,7 +120,7 @@ void bus_msg_release_flush(struct bus *b);
 
 /* ---- bus_loop.c ---- */
 
-/* evthread_use_pthreads once per process; call before the first event_base_new. */
+/* natsLibevent_Init once per process; call before the first event_base_new (PLATFORM.md). */
 void bus_libevent_init(void);
 
 /* The loop thread's body: runs b->base (arg: the struct bus) until bus_loop_on_stop. */
@@ -127,6 +128,13 @@ void *bus_loop_main(void *arg);
 
 /* Callback of b->loop_stop_ev (arg: the event_base): breaks the loop. */
 void bus_loop_on_stop(evutil_socket_t fd, short what, void *arg);
+
+/* The libevent adapter's callbacks, wrapped (natsOptions_SetEventLoop with `loop` = the bus);
+ * bus_ev_detach clears b->ev_attached, which bus_destroy waits for before freeing b->base. */
+natsStatus bus_ev_attach(void **user_data, void *loop, natsConnection *nc, natsSock sock);
+natsStatus bus_ev_read(void *user_data, bool add);
+natsStatus bus_ev_write(void *user_data, bool add);
+natsStatus bus_ev_detach(void *user_data);
 
 /* ---- bus_metrics.c ---- */
 

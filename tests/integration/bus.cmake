@@ -7,7 +7,7 @@ target_link_libraries(llmbus_nats_test_server PUBLIC llmbus_bus PkgConfig::CMOCK
 llb_add_test(test_bus_subject_trace SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bus_subject_trace.c
              LIBS llmbus_bus PkgConfig::CMOCKA LABELS unit bus)
 llb_add_test(test_bus_messaging SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bus_messaging.c
-             LIBS llmbus_bus llmbus_nats_test_server PkgConfig::CMOCKA PkgConfig::LIBEVENT Threads::Threads
+             LIBS llmbus_bus llmbus_nats_test_server PkgConfig::CMOCKA Threads::Threads
              LABELS integration bus TIMEOUT 180)
 llb_add_test(test_bus_reconnect SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bus_reconnect.c
              LIBS llmbus_bus llmbus_nats_test_server PkgConfig::CMOCKA Threads::Threads

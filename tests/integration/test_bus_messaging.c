@@ -16,8 +16,6 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include <event2/event.h>
-
 #include "bus/bus.h"
 #include "base/log.h"
 #include "tests/integration/nats_test_server.h"
@@ -97,49 +95,6 @@ static void test_request_reply_round_trip(void **state) {
   llb_status st = bus_request(req, "llm.test.nobody", "x", 1, NULL, WAIT_MS, &r);
   assert_int_equal(st, LLB_STATUS_NOT_FOUND);
   assert_non_null(strstr(llb_err_last(), "llm.test.nobody"));
-  bus_destroy(req);
-  bus_destroy(resp);
-}
-
-/* Holds the loop thread it runs on until the waiter it points to counts 1. */
-struct loop_hold {
-  struct waiter *entered, *release;
-};
-
-static void hold_loop(evutil_socket_t fd, short what, void *arg) {
-  (void)fd;
-  (void)what;
-  struct loop_hold *h = arg;
-  waiter_add(h->entered);
-  waiter_wait(h->release, 1, WAIT_MS);
-}
-
-/* The connection does its own socket I/O: an actor's loop thread busy with its own work (an
- * evhttp callback, a timer) delays no message. Both buses' loops are held while a request
- * goes out and its reply comes back (with the libevent adapter nothing was written or read
- * until the loops ran again: the request timed out). */
-static void test_messages_flow_while_the_loop_thread_is_busy(void **state) {
-  (void)state;
-  struct bus *resp = connect_or_fail("responder");
-  struct bus *req = connect_or_fail("requester");
-  assert_int_equal(bus_subscribe(resp, "llm.test.echo", NULL, echo_handler, NULL, NULL), LLB_STATUS_OK);
-  assert_int_equal(bus_flush(resp, WAIT_MS), LLB_STATUS_OK);
-  struct waiter entered, release;
-  waiter_init(&entered);
-  waiter_init(&release);
-  struct loop_hold h = {&entered, &release};
-  const struct timeval now = {0, 0};
-  assert_int_equal(event_base_once(bus_event_base(resp), -1, EV_TIMEOUT, hold_loop, &h, &now), 0);
-  assert_int_equal(event_base_once(bus_event_base(req), -1, EV_TIMEOUT, hold_loop, &h, &now), 0);
-  assert_true(waiter_wait(&entered, 2, WAIT_MS)); /* both loop threads are held */
-  struct bus_msg *r = NULL;
-  for (int i = 0; i < 20; i++) {
-    assert_int_equal(bus_request(req, "llm.test.echo", "busy", 4, NULL, 5000, &r), LLB_STATUS_OK);
-    assert_int_equal(r->len, 9);
-    assert_memory_equal(r->data, "echo:busy", 9);
-    bus_msg_destroy(r);
-  }
-  waiter_add(&release);
   bus_destroy(req);
   bus_destroy(resp);
 }
@@ -670,7 +625,6 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_request_reply_round_trip),
       cmocka_unit_test(test_request_timeout_names_subject),
-      cmocka_unit_test(test_messages_flow_while_the_loop_thread_is_busy),
       cmocka_unit_test(test_sub_pending_counts_what_waits_behind_the_handler),
       cmocka_unit_test(test_queue_group_shares_messages_without_duplicates),
       cmocka_unit_test(test_traceparent_propagates_parent_to_child),
