@@ -8,7 +8,15 @@
 #            32), 16-token prompts, 128 output tokens each (ignore_eos): the same shape, through
 #            HTTP, the api server, input processor, scheduler, worker, output processor, NATS
 # and prints the medians and served / forward per batch: output tokens / duration (the first
-# step's prefill of C prompts included), and the steady decode rate C / mean TPOT. The client
+# step's prefill of C prompts included), and the steady decode rate C / mean TPOT. The forward
+# alone times decode steps only; "the forward's job" adds what served also does, the prefill:
+#   job      llmbus-kernel-bench --prefill 16*C: one step of the C prompts' rows (as one
+#            sequence of 16*C tokens: the same matmul rows; attention over 16*C positions where
+#            the worker's step has C of 16, a few % of that step, which makes the job slower),
+#            then the decode steps: C * 128 tokens / (that step + 127 decode steps at the
+#            forward's rate), the first token of each sequence coming from the prefill step as
+#            in served; served / job is the ratio of the same job with and without the stack.
+# The client
 # runs on this machine too. Then, per process of the stack and the client, the CPU (user +
 # system) and wake-ups (voluntary context switches) per output token of the served runs
 # (ops/bench/served_cpu.py): on a loaded machine the CPU figures hold where the rates do not.
@@ -32,6 +40,10 @@ DT=$T # the worker's default --decode-threads
 for rep in $(seq 1 "$REPEATS"); do
   "$B/llmbus-kernel-bench" --model "$M" --threads "$T" --decode-threads "$DT" --runs 3 --prefill 0 --decode 128 \
     --batch 1,16,32 | awk -v r="$rep" '/^decode b/ {sub("b", "", $2); print "forward", r, $2, $3}' >>"$tmp/rates"
+  for c in 1 16 32; do # the prompts' step of the job: prefill tok/s of 16*C tokens
+    "$B/llmbus-kernel-bench" --model "$M" --threads "$T" --decode-threads "$DT" --runs 3 --prefill $((16 * c)) \
+      --decode 1 --batch 1 | awk -v r="$rep" -v c="$c" '/^prefill / {print "prefill", r, c, $3}' >>"$tmp/rates"
+  done
   for c in 1 16 32; do
     "$PY" ops/bench/served_cpu.py --tree "$stack" -- "$B/llmbus-bench" serve --base-url "http://127.0.0.1:$http" \
       --model "$M" --num-prompts "$c" --max-concurrency "$c" --input-len 16 --output-len 128 --ignore-eos \
@@ -50,11 +62,16 @@ for line in open(sys.argv[1]):
     kind, _, batch, v = line.split()
     rates.setdefault((kind, int(batch)), []).append(float(v))
 print(f"served vs forward: {sys.argv[2]} threads ({sys.argv[3]} in steps of <= 8 tokens), medians of {sys.argv[4]}, load {open('/proc/loadavg').read().split()[0]}")
-print("| batch | forward tok/s | served tok/s | served / forward | served decode tok/s (C / mean TPOT) | / forward |")
-print("|---:|---:|---:|---:|---:|---:|")
+print("| batch | forward tok/s | served tok/s | served / forward | served decode tok/s (C / mean TPOT) | / forward "
+      "| forward's job tok/s (prefill + decode) | served / job |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+OUT = 128  # output tokens a sequence: the prefill step samples the first, 127 decode steps the rest
 for b in (1, 16, 32):
-    f, s, d = (statistics.median(rates[(k, b)]) for k in ("forward", "served", "steady"))
-    print(f"| {b} | {f:.1f} | {s:.1f} | {s / f:.2f} | {d:.1f} | {d / f:.2f} |")
+    f, s, d, p = (statistics.median(rates[(k, b)]) for k in ("forward", "served", "steady", "prefill"))
+    job = b * OUT / (16 * b / p + (OUT - 1) * b / f)
+    print(f"| {b} | {f:.1f} | {s:.1f} | {s / f:.2f} | {d:.1f} | {d / f:.2f} | {job:.1f} | {s / job:.2f} |")
+print("forward: decode steps only; job: one prefill step of the C 16-token prompts, then 127 decode steps "
+      "(C * 128 tokens over both); served: the same job through the stack")
 kinds = sorted({k[0][4:] for k in rates if k[0].startswith("cpu:")},
                key=lambda k: -statistics.median(rates[("cpu:" + k, 32)]) if ("cpu:" + k, 32) in rates else 0)
 print("\nper output token while served (medians): CPU microseconds / wake-ups (voluntary context switches)")
