@@ -55,7 +55,8 @@ struct backend_ctx {
   float *rope_cs;             /* [max_num_tokens, head_dim]: a row's n_dims / 2 cos, then its sin */
   int32_t *rope_pos;          /* [max_num_tokens] the positions the table holds */
   int32_t rope_rows;          /* rows the table holds; 0: none */
-  struct backend_rope_params rope_p; /* and their params (freq_factors compared as a pointer) */
+  struct backend_rope_params rope_p; /* and their params */
+  float *rope_ff;             /* [head_dim / 2 + 1] a copy of rope_p's freq_factors (compared by value) */
 };
 
 /* Per-thread bytes of the LoRA op for rows of up to n elements: CPU_DOT_MAX_ROWS activation

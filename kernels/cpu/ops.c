@@ -84,9 +84,10 @@ llb_status cpu_ctx_create(const struct backend_ctx_params *p, struct backend_ctx
     c->kv_f16 = malloc((size_t)p->n_threads * 2 * (size_t)p->max_context_len * (size_t)p->head_dim * sizeof(uint16_t));
     c->rope_cs = malloc((size_t)p->max_num_tokens * (size_t)p->head_dim * sizeof(float));
     c->rope_pos = malloc((size_t)p->max_num_tokens * sizeof(int32_t));
+    c->rope_ff = malloc((size_t)(p->head_dim / 2 + 1) * sizeof(float));
   }
   if (!c->act || !c->scores || !c->row_seq || !c->kv_ident || !c->lora_scratch ||
-      (p->head_dim > 0 && (!c->kv_f16 || !c->rope_cs || !c->rope_pos))) {
+      (p->head_dim > 0 && (!c->kv_f16 || !c->rope_cs || !c->rope_pos || !c->rope_ff))) {
     st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "cpu backend scratch (%d tokens x %lld elems)",
                   p->max_num_tokens, (long long)p->max_row_elems);
     goto fail;
@@ -109,6 +110,7 @@ void cpu_ctx_destroy(struct backend_ctx *c) {
   free(c->lora_scratch);
   free(c->rope_cs);
   free(c->rope_pos);
+  free(c->rope_ff);
   free(c);
 }
 
@@ -537,12 +539,14 @@ static void rope_chunk(void *arg, int64_t chunk, int ith) {
 }
 
 /* Whether c's RoPE table holds the angles of these rows (its first n_rows) and params (the
- * style only pairs the dims differently: the same angles). */
+ * style only pairs the dims differently: the same angles; freq_factors compared by value, so
+ * factors rewritten at the same address refill it). */
 static bool rope_table_holds(const struct backend_ctx *c, const int32_t *positions, int32_t n_rows,
                              const struct backend_rope_params *p) {
   const struct backend_rope_params *q = &c->rope_p;
   return n_rows <= c->rope_rows && n_rows > 0 && q->n_dims == p->n_dims && q->freq_base == p->freq_base &&
-         q->freq_scale == p->freq_scale && q->freq_factors == p->freq_factors && q->attn_factor == p->attn_factor &&
+         q->freq_scale == p->freq_scale && !q->freq_factors == !p->freq_factors && q->attn_factor == p->attn_factor &&
+         (!p->freq_factors || memcmp(c->rope_ff, p->freq_factors, (size_t)(p->n_dims / 2) * sizeof(float)) == 0) &&
          memcmp(c->rope_pos, positions, (size_t)n_rows * sizeof(int32_t)) == 0;
 }
 
@@ -563,6 +567,7 @@ llb_status cpu_rope(struct backend_ctx *c, float *x, const int32_t *positions, i
       c->rope_rows = 0; /* invalid until the op has filled it */
       memcpy(c->rope_pos, positions, (size_t)n_rows * sizeof(int32_t));
       c->rope_p = *p;
+      if (p->freq_factors) memcpy(c->rope_ff, p->freq_factors, (size_t)(p->n_dims / 2) * sizeof(float));
     }
   }
   cpu_threadpool_parallel(c->pool, rope_chunk, &t, ceil_div(n_rows, t.per));

@@ -57,7 +57,7 @@ bool nats_test_wait_until(bool (*pred)(void *arg), void *arg, int timeout_ms);
 
 /* Connects a bus named `name` to `url` with subject prefix `prefix` (NULL: the default "llm"),
  * without signal handlers. Inside a cmocka test: fails the test (fail_msg, the bus error)
- * when it cannot connect, so it never returns NULL. The caller owns the bus (bus_close). */
+ * when it cannot connect, so it never returns NULL. The caller owns the bus (bus_destroy). */
 struct bus *nats_test_connect(const char *url, const char *name, const char *prefix);
 
 #endif

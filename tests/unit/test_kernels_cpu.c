@@ -307,6 +307,11 @@ static void test_rope_table_reused_only_for_same_rows_and_params(void **state) {
   rope_table_call(tab, plain, pos_c, T, &base, N_CALLS);
   pos_c[4] = 77;
   rope_table_call(tab, plain, pos_c, T, &base, N_CALLS + 1);
+  struct backend_rope_params pf = base; /* factors rewritten in place, at the same address */
+  pf.freq_factors = ff;
+  rope_table_call(tab, plain, pos_b, T, &pf, N_CALLS + 2);
+  ff[3] = 4.0f;
+  rope_table_call(tab, plain, pos_b, T, &pf, N_CALLS + 3);
   backend_cpu_ops()->ctx_destroy(tab);
   backend_cpu_ops()->ctx_destroy(plain);
 }
