@@ -508,6 +508,22 @@ static void publish_release(const char *eid, const char *id, uint64_t gen) {
   llb_buf_free(&b);
 }
 
+/* Returns once engine eid's kv_fetch subscription has handled every message bus_q published to
+ * it before: a request on the same subject from the same connection is delivered after them
+ * (one publisher's order holds on one subscription, handled one at a time) and its reply
+ * comes once it ran. */
+static void kv_fetch_barrier(const char *eid) {
+  const struct llb_kv_fetch_request q = {.request_id = llb_str_c("barrier"), .num_blocks = 1};
+  struct llb_buf b = {0};
+  assert_int_equal(llb_kv_fetch_request_encode_buf(&q, &b), LLB_STATUS_OK);
+  char subject[BUS_SUBJECT_MAX];
+  assert_int_equal(bus_subject_kv_fetch(bus_prefix(bus_q), eid, subject, sizeof subject), LLB_STATUS_OK);
+  struct bus_msg *reply = NULL;
+  assert_int_equal(bus_request(bus_q, subject, b.data, b.len, NULL, 10000, &reply), LLB_STATUS_OK);
+  bus_msg_destroy(reply);
+  llb_buf_free(&b);
+}
+
 /* A release (the fetcher finished, failed or gave up: a KVFetchRequest of no blocks, last,
  * published without a reply subject) naming the export's generation ends P's export at once:
  * finished_sending, long before its 30 s expiry (wait_ended gives up at 10 s); a later fetch
@@ -524,8 +540,7 @@ static void test_a_release_ends_the_export_at_once(void **state) {
   assert_int_equal(fetch_gen(cp, "p-released", 0, 0, 1, &bytes, &gen), LLB_KV_TRANSFER_OK);
   assert_true(gen != 0);
   publish_release("P7", "p-released", 0);
-  assert_int_equal(bus_flush(bus_q, 2000), LLB_STATUS_OK);
-  nanosleep(&(struct timespec){0, 50000000}, NULL);
+  kv_fetch_barrier("P7");
   assert_true(kv_connector_busy(cp)); /* no generation: refused */
   publish_release("P7", "p-released", gen);
   wait_ended(cp, "p-released", ENDED_SENDING);
@@ -563,7 +578,7 @@ static void test_a_stale_release_does_not_end_a_newer_export(void **state) {
   assert_int_equal(bus_flush(bus_q, 2000), LLB_STATUS_OK);
   assert_int_equal(fetch_gen(cp, p.id, old_gen, 0, 1, &bytes, NULL), LLB_KV_TRANSFER_UNKNOWN);
   assert_int_equal(bytes, 0);
-  nanosleep(&(struct timespec){0, 50000000}, NULL); /* the stale release has been handled */
+  kv_fetch_barrier("P8"); /* the stale release has been handled */
   struct llb_kv_connector_output out;
   kv_connector_after_step(cp, &out);
   assert_false(has(out.finished_sending, out.num_finished_sending, p.id));
