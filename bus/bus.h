@@ -164,7 +164,8 @@ struct event_base *bus_event_base(struct bus *bus);
 
 /* Publishes `len` bytes on `subject` with a traceparent of `trace` (NULL = new trace).
  * Errors: LLB_STATUS_TOO_LARGE (message names sizes and the server's max_payload),
- * LLB_STATUS_INVALID_ARGUMENT (bad subject), LLB_STATUS_CLOSED, LLB_STATUS_CONNECTION.
+ * LLB_STATUS_INVALID_ARGUMENT (bad subject), LLB_STATUS_CLOSED, LLB_STATUS_CONNECTION,
+ * LLB_STATUS_QUEUE_FULL (64 MiB already wait to be written: the server stalls; nothing sent).
  * While reconnecting, messages are buffered by the client (8 MiB) and sent on reconnect. */
 llb_status bus_publish(struct bus *bus, const char *subject, const void *data, size_t len,
                        const struct bus_trace_ctx *trace);

@@ -24,6 +24,10 @@ struct otlp_exporter;
 #define BUS_GRAVE_MAX 32
 #define BUS_GRAVE_MSG_BYTES 4096
 
+/* Bytes a connection may hold not yet written to the server before a publish or request is
+ * refused (QUEUE_FULL): 64 x the 1 MiB max_payload, far above a step's messages. */
+#define BUS_MAX_BUFFERED (64 * 1024 * 1024)
+
 struct bus {
   natsConnection *nc;
   struct event_base *base;

@@ -121,6 +121,15 @@ llb_status bus_build_msg(struct bus *b, const struct bus_out_msg *m, const char 
                     m->subject, m->len + hdr, m->len, hdr, (long long)maxp);
   if (m->len > (size_t)INT32_MAX)
     return LLB_ERRF(LLB_STATUS_TOO_LARGE, "message on %s is %zu bytes", m->subject, m->len);
+  /* libnats keeps what the socket cannot take yet in a buffer with no bound: a stalled server
+   * (stopped, or a link slower than the publishes) grew a flooding process to ~2 GB before
+   * libnats ran out of memory. Past BUS_MAX_BUFFERED bytes not yet written, refuse. */
+  const int buffered = natsConnection_Buffered(b->nc);
+  if (buffered > 0 && (int64_t)buffered + (int64_t)(m->len + hdr) > BUS_MAX_BUFFERED)
+    return LLB_ERRF(LLB_STATUS_QUEUE_FULL,
+                    "message on %s refused: %d bytes are not yet written to the server (at most "
+                    "%d held; is the server stalled?)",
+                    m->subject, buffered, BUS_MAX_BUFFERED);
   natsMsg *nm = NULL;
   natsStatus s = natsMsg_Create(&nm, m->subject, reply, (const char *)m->data, (int)m->len);
   if (s != NATS_OK) return BUS_NATS_ERR(s, m->subject);

@@ -1,15 +1,18 @@
 /* bus/ survives a nats-server restart on the same port: both connections reconnect, the
  * responder's subscription is restored, request/reply works again, and each disconnect and
- * reconnect is logged as one structured line. */
+ * reconnect is logged as one structured line. A stalled server makes publishes refuse once
+ * 64 MiB wait to be written, instead of the process growing without a bound. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bus/bus.h"
@@ -120,6 +123,40 @@ static void test_reconnects_after_server_restart_on_same_port(void **state) {
   nats_test_server_stop(&srv);
 }
 
+/* A stopped server reads nothing: 256 KiB publishes fill the socket, then the client's buffer
+ * up to 64 MiB, and the next one is refused (QUEUE_FULL, saying why) rather than buffered; once
+ * the server runs again the bus publishes again, without a reconnect. Before, libnats buffered
+ * every message (a flood reached ~2 GB). */
+static void test_a_stalled_server_makes_publish_refuse_not_grow(void **state) {
+  (void)state;
+  struct nats_test_server srv;
+  if (nats_test_server_start(&srv, 0, false) != 0) fail_msg("nats-server did not start");
+  struct bus *b = nats_test_connect(srv.url, "flooder", NULL);
+  enum { MSG = 256 * 1024, MAX_MSGS = 1024 };
+  char *buf = calloc(1, MSG);
+  assert_non_null(buf);
+  assert_int_equal(kill(srv.pid, SIGSTOP), 0);
+  llb_status st = LLB_STATUS_OK;
+  int sent = 0;
+  for (; sent < MAX_MSGS; sent++)
+    if ((st = bus_publish(b, "flood.stalled", buf, MSG, NULL)) != LLB_STATUS_OK) break;
+  assert_int_equal(kill(srv.pid, SIGCONT), 0);
+  assert_int_equal(st, LLB_STATUS_QUEUE_FULL);
+  assert_non_null(strstr(llb_err_last(), "not yet written"));
+  /* 64 MiB in the client's buffer, the rest in the loopback socket's (a few MiB) */
+  assert_in_range(sent, 64 * 1024 * 1024 / MSG - 1, 96 * 1024 * 1024 / MSG);
+  bool again = false;
+  for (int i = 0; i < 1500 && !again; i++) {
+    again = bus_publish(b, "flood.stalled", buf, 16, NULL) == LLB_STATUS_OK;
+    if (!again) nanosleep(&(struct timespec){0, 10000000}, NULL);
+  }
+  assert_true(again);
+  assert_int_equal(bus_flush(b, 10000), LLB_STATUS_OK);
+  free(buf);
+  bus_destroy(b);
+  nats_test_server_stop(&srv);
+}
+
 int main(void) {
   if (!nats_test_server_bin()) {
     fprintf(stderr, "skipped: no nats-server binary\n");
@@ -127,6 +164,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reconnects_after_server_restart_on_same_port),
+      cmocka_unit_test(test_a_stalled_server_makes_publish_refuse_not_grow),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
