@@ -244,7 +244,7 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "NATS URL list longer than %zu bytes",
                     sizeof b->urls - 1);
 
-  bus_libevent_init(); /* before event_base_new (PLATFORM.md) */
+  bus_libevent_init(); /* before event_base_new (bus/README.md) */
   b = calloc(1, sizeof *b);
   if (!b) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "bus_connect: no memory");
   b->stop_pipe[0] = b->stop_pipe[1] = -1;
@@ -274,7 +274,7 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
     st = LLB_ERRF(LLB_STATUS_INTERNAL, "bus_connect: event_new failed");
     goto fail;
   }
-  /* The loop must run before the first flush, or nothing is read (PLATFORM.md). */
+  /* The loop must run before the first flush, or nothing is read (bus/README.md). */
   if (pthread_create(&b->loop_thread, NULL, bus_loop_main, b) != 0) {
     st = LLB_ERRF(LLB_STATUS_INTERNAL, "bus_connect: cannot start the loop thread");
     goto fail;

@@ -29,7 +29,7 @@
  * bus_respond(..., NULL) answers under a child span of it.
  *
  * Source followed: NATS C client 3.4 (nats.h: natsOptions_*, natsConnection_*, libevent
- * adapter), PLATFORM.md (SendAsap, loop start before flush, loopbreak after close).
+ * adapter); bus/README.md (SendAsap, loop start before flush, loopbreak after close).
  */
 #ifndef LLB_BUS_BUS_H
 #define LLB_BUS_BUS_H

@@ -124,7 +124,7 @@ void bus_msg_release_flush(struct bus *b);
 
 /* ---- bus_loop.c ---- */
 
-/* natsLibevent_Init once per process; call before the first event_base_new (PLATFORM.md). */
+/* natsLibevent_Init once per process; call before the first event_base_new (bus/README.md). */
 void bus_libevent_init(void);
 
 /* The loop thread's body: runs b->base (arg: the struct bus) until bus_loop_on_stop. */

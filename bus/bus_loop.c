@@ -7,7 +7,7 @@
 
 #include <event2/event.h>
 #include <nats/nats.h>
-/* Defines non-static functions: included in this one file only (PLATFORM.md). */
+/* Defines non-static functions: included in this one file only (bus/README.md). */
 #include <nats/adapters/libevent.h>
 
 static pthread_once_t libevent_once = PTHREAD_ONCE_INIT;
