@@ -85,7 +85,8 @@ static void job_free(struct job *j) {
 
 llb_status kv_fetcher_create(const struct kv_fetcher_config *cfg, kv_fetcher_write_fn write, void *user,
                              struct kv_fetcher **out) {
-  if (!cfg || !write || cfg->fetch_timeout_ms < 1 || cfg->transfer_timeout_ms < 1 || cfg->max_attempts < 1 ||
+  if (!cfg || !write || cfg->fetch_timeout_ms < 1 || cfg->transfer_timeout_ms < 1 ||
+      cfg->not_ready_timeout_ms < 1 || cfg->max_attempts < 1 ||
       cfg->retry_ms < 1 || cfg->geometry.block_bytes < 1 || cfg->geometry.num_blocks < 1 || cfg->num_threads < 1 ||
       cfg->num_threads > KV_FETCHER_MAX_THREADS)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "kv fetcher: timeouts, attempts and geometry must be >= 1, "
@@ -263,6 +264,7 @@ static bool run_job(struct worker *w, struct job *j, char *why, size_t cap) {
     return false;
   }
   int32_t done = 0, attempts = 0;
+  int64_t not_ready_since = 0; /* the first NotReady of the current run of them (0: none) */
   while (done < j->num_blocks) {
     if (stopping(f, j)) {
       snprintf(why, cap, "cancelled after %d of %d blocks", done, j->num_blocks);
@@ -279,12 +281,21 @@ static bool run_job(struct worker *w, struct job *j, char *why, size_t cap) {
     case CHUNK_WRITTEN:
       done += k;
       attempts = 0;
+      not_ready_since = 0;
       break;
     case CHUNK_NO_REPLY:
       if (++attempts >= f->cfg.max_attempts) return false;
       retry_after(f, f->cfg.retry_ms);
       break;
     case CHUNK_NOT_READY:
+      if (!not_ready_since) not_ready_since = llb_now_ns();
+      if (llb_now_ns() - not_ready_since >= f->cfg.not_ready_timeout_ms * 1000000) {
+        char last[256];
+        snprintf(last, sizeof last, "%.200s", why);
+        snprintf(why, cap, "still not exported after %lld ms (%s): its worker or scheduler restarted?",
+                 (long long)f->cfg.not_ready_timeout_ms, last);
+        return false;
+      }
       retry_after(f, f->cfg.retry_ms);
       break;
     case CHUNK_FAILED:

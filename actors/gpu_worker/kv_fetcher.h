@@ -41,6 +41,9 @@ struct kv_fetcher_config {
   struct model_runner_kv_geometry geometry; /* the local cache's: what every chunk must match */
   int64_t fetch_timeout_ms;    /* one request's wait for its reply, >= 1 */
   int64_t transfer_timeout_ms; /* a receive's deadline from its submission, >= 1 */
+  int64_t not_ready_timeout_ms; /* how long the exporter may answer NotReady in a row, >= 1: an
+                                   export that is not there by then never comes (its worker
+                                   restarted, or its scheduler died before the step carrying it) */
   int32_t max_attempts;        /* sends of one chunk's request in a row without a reply, >= 1 */
   int64_t retry_ms;            /* wait after NotReady (or no responder), >= 1 */
   size_t max_chunk_bytes;      /* data bytes a chunk may hold; 0 = the bus's max_payload - 16 KiB */

@@ -65,6 +65,7 @@ static llb_status make_parts(struct kv_connector *c, const struct kv_connector_c
       .geometry = *g,
       .fetch_timeout_ms = cfg->fetch_timeout_ms ? cfg->fetch_timeout_ms : 5000,
       .transfer_timeout_ms = cfg->transfer_timeout_ms ? cfg->transfer_timeout_ms : 60000,
+      .not_ready_timeout_ms = cfg->not_ready_timeout_ms ? cfg->not_ready_timeout_ms : 10000,
       .max_attempts = cfg->max_attempts ? cfg->max_attempts : 3,
       .retry_ms = cfg->retry_ms ? cfg->retry_ms : 10,
       .num_threads = cfg->fetch_threads ? cfg->fetch_threads : 2,

@@ -68,6 +68,11 @@ struct kv_connector_config {
   int64_t max_export_blocks;      /* blocks exported at once, all requests; 0 = the cache's blocks */
   int64_t fetch_timeout_ms;       /* one KVFetchRequest's wait for its reply; 0 = 5000 */
   int64_t transfer_timeout_ms;    /* a whole transfer's deadline (NotReady retries included); 0 = 60000 */
+  int64_t not_ready_timeout_ms;   /* NotReady answers in a row for this long end the receive (failed:
+                                     the scheduler recomputes); 0 = 10000. The export is registered
+                                     with the exporter's next step after the hand-off: one that is
+                                     still unknown by then was lost with a restarted worker or
+                                     scheduler */
   int32_t max_attempts;           /* sends of one chunk's request that got no reply; 0 = 3 */
   int64_t retry_ms;               /* wait before asking again after NotReady; 0 = 10 */
   int32_t fetch_threads;          /* receives run at once (kv_fetcher.h); 0 = 2 */

@@ -10,7 +10,8 @@
  * flipped in transit, or whose replies never come, fails the receive (failed_recving) and Q's
  * recompute still gives R's tokens, and Q releases P's export when a reply told it the export's
  * generation (a release naming it ends an export at once); a lost reply, of the last chunk too,
- * is resent and the transfer completes; a stale release (an earlier export of the same id) ends
+ * is resent and the transfer completes; a receive started before P's export completes once it
+ * comes, and fails after not_ready_timeout_ms of NotReady when it never does; a stale release (an earlier export of the same id) ends
  * nothing and the newer export is received whole; an expired export is reported finished_sending and a later fetch gets
  * Expired; fetches for blocks the export does not list get errors, never data; every CPU KV cache
  * dtype (fp16, q8_0, fp8) arrives bit-exactly; --device sim moves zero bytes of the real size.
@@ -110,16 +111,23 @@ static struct model_runner *make_runner(enum model_runner_device dev, enum backe
 }
 
 /* A connector on `bus` (NULL: not started) with chunks of two blocks, so that a prompt's blocks
- * take several requests, and short timeouts. */
-static struct kv_connector *make_connector(const char *eid, struct model_runner *r, struct bus *bus) {
+ * take several requests, short timeouts and NotReady answered for at most not_ready_ms in a row
+ * (0: the default). */
+static struct kv_connector *make_connector_nr(const char *eid, struct model_runner *r, struct bus *bus,
+                                              int64_t not_ready_ms) {
   struct model_runner_kv_geometry g;
   model_runner_kv_geometry(r, &g);
   const struct kv_connector_config cfg = {.engine_id = eid, .fetch_timeout_ms = 1000, .transfer_timeout_ms = 10000,
-                                          .max_attempts = 3, .retry_ms = 5, .max_chunk_bytes = 2 * g.block_bytes};
+                                          .not_ready_timeout_ms = not_ready_ms, .max_attempts = 3, .retry_ms = 5,
+                                          .max_chunk_bytes = 2 * g.block_bytes};
   struct kv_connector *c = NULL;
   assert_int_equal(kv_connector_create(&cfg, r, &c), LLB_STATUS_OK);
   if (bus) assert_int_equal(kv_connector_start(c, bus), LLB_STATUS_OK);
   return c;
+}
+
+static struct kv_connector *make_connector(const char *eid, struct model_runner *r, struct bus *bus) {
+  return make_connector_nr(eid, r, bus, 0);
 }
 
 /* ---- a scripted scheduler for one request ------------------------------------------------ */
@@ -730,6 +738,53 @@ static void test_a_receive_of_an_expired_export_fails(void **state) {
   model_runner_destroy(rq);
 }
 
+/* The hand-off reaches the decode engine before the exporting worker runs the step that registers
+ * the export: Q's first fetches get NotReady and the receive completes once P exports. */
+static void test_a_receive_started_before_its_export_completes(void **state) {
+  (void)state;
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                      *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("P9", rp, bus_p), *cq = make_connector_nr("Q9", rq, bus_q, 3000);
+  assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
+  const int32_t blocks[4] = {1, 2, 3, 4}, local[4] = {9, 10, 11, 12};
+  receive_blocks(cq, "q-early", "P9", "p-late", local, 0, N);
+  nanosleep(&(struct timespec){0, 200000000}, NULL); /* Q asked, P answered NotReady */
+  struct kv_connector_stats st;
+  kv_connector_stats(cq, &st);
+  assert_true(st.chunks_retried > 0);
+  export_blocks(cp, "p-late", blocks, 4, N, 30.0f);
+  wait_ended(cq, "q-early", ENDED_RECVING);
+  wait_ended(cp, "p-late", ENDED_SENDING); /* Q's release */
+  kv_connector_destroy(cp);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rp);
+  model_runner_destroy(rq);
+}
+
+/* Defect "a receive waits a minute for an export lost with its worker" (chaos_pd_short: the
+ * prefill engine's scheduler and worker killed between the hand-off and the step carrying the
+ * export; the new worker answered NotReady until the 60 s transfer deadline and the request sent
+ * nothing for 60 s): NotReady in a row for not_ready_timeout_ms (here 300 ms) fails the receive,
+ * long before its 10 s transfer deadline (wait_ended's own limit), and the scheduler recomputes. */
+static void test_an_export_that_never_comes_fails_the_receive_at_the_not_ready_timeout(void **state) {
+  (void)state;
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                      *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("P10", rp, bus_p), *cq = make_connector_nr("Q10", rq, bus_q, 300);
+  assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
+  const int32_t local[4] = {9, 10, 11, 12};
+  const int64_t t0 = llb_now_ns();
+  receive_blocks(cq, "q-lost", "P10", "p-lost", local, 0, N);
+  wait_ended(cq, "q-lost", ENDED_FAILED);
+  const double s = (double)(llb_now_ns() - t0) / 1e9;
+  assert_true(s >= 0.3);
+  assert_true(s < 8.0);
+  kv_connector_destroy(cp);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rp);
+  model_runner_destroy(rq);
+}
+
 static void test_every_cpu_kv_dtype_arrives_bit_exactly(void **state) {
   (void)state;
   const enum backend_kv_dtype dtypes[] = {BACKEND_KV_DTYPE_F16, BACKEND_KV_DTYPE_Q8_0, BACKEND_KV_DTYPE_FP8_E4M3};
@@ -1022,6 +1077,8 @@ int main(void) {
       cmocka_unit_test(test_only_listed_blocks_are_served_and_an_expired_export_says_so),
       cmocka_unit_test(test_a_new_scheduler_epoch_drops_every_export_before_the_step),
       cmocka_unit_test(test_a_receive_of_an_expired_export_fails),
+      cmocka_unit_test(test_a_receive_started_before_its_export_completes),
+      cmocka_unit_test(test_an_export_that_never_comes_fails_the_receive_at_the_not_ready_timeout),
       cmocka_unit_test(test_every_cpu_kv_dtype_arrives_bit_exactly),
       cmocka_unit_test(test_concurrent_receives_each_get_their_own_blocks),
       cmocka_unit_test(test_a_mismatched_geometry_fails_the_receive),
