@@ -280,6 +280,7 @@ static fb::Offset<void> build_kv_transfer_chunk(Enc &e, const llb_kv_transfer_ch
   t.add_status(static_cast<llmbus::KVTransferStatus>(m.status));
   t.add_error(err);
   t.add_generation(m.generation);
+  t.add_incarnation(m.incarnation);
   return t.Finish().Union();
 }
 
@@ -296,6 +297,7 @@ static bool read_kv_transfer_chunk(Dec &d, const llmbus::KVTransferChunk &t, llb
   m.checksum = t.checksum();
   m.status = (int32_t)t.status();
   m.generation = t.generation();
+  m.incarnation = t.incarnation();
   int32_t n = 0;
   if (!d.str(t.request_id(), &m.request_id, "request_id", true) || !d.vec(t.data(), &m.data, &n, "data") ||
       !dec_error(d, t.error(), &m.error, "error"))

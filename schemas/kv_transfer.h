@@ -80,6 +80,9 @@ struct llb_kv_transfer_chunk {
   struct llb_error_info error;       /* status != OK: code != 0 */
   uint64_t generation;               /* the export's (never 0 from this exporter); 0: none found, or an
                                         exporter older than the field */
+  uint64_t incarnation;              /* the exporting worker's, drawn at its start, on every reply
+                                        (any status, never 0 from this exporter; 0: an exporter
+                                        older than the field); outside the checksum */
 };
 
 /* CRC-32 of a chunk's header fields and data as defined above (what encode writes). */

@@ -18,6 +18,7 @@ struct job {
   int32_t *blocks; /* [num_blocks] local block ids */
   int32_t num_blocks, first, num_tokens;
   uint64_t generation; /* the export's, from its first reply naming one (0 before); fetch thread only */
+  uint64_t incarnation; /* the exporting worker's, from its first reply naming one (0 before); fetch thread only */
   int64_t deadline_ns;
   bool cancelled; /* under mu */
   struct job *next;
@@ -173,6 +174,19 @@ static bool write_blocks(struct kv_fetcher *f, struct job *j, const struct llb_k
   return ok;
 }
 
+/* Whether reply c comes from the worker that answered this receive before: the first reply
+ * naming an incarnation pins it; another one later means the exporting worker restarted and
+ * every export it held went with it (a NotReady from its successor would otherwise be asked
+ * again until not_ready_timeout_ms). 0 (an exporter older than the field) pins and breaks nothing. */
+static bool same_exporter(struct job *j, const struct llb_kv_transfer_chunk *c, char *why, size_t cap) {
+  if (c->incarnation == 0) return true;
+  if (j->incarnation == 0) j->incarnation = c->incarnation;
+  if (c->incarnation == j->incarnation) return true;
+  snprintf(why, cap, "the exporting worker restarted (incarnation %016llx, then %016llx): its exports are gone",
+           (unsigned long long)j->incarnation, (unsigned long long)c->incarnation);
+  return false;
+}
+
 /* One request/reply: blocks [done, done + k) of the receive. */
 static enum chunk_outcome fetch_chunk(struct worker *w, struct job *j, const char *subject, int32_t done, int32_t k,
                                       char *why, size_t cap) {
@@ -207,6 +221,7 @@ static enum chunk_outcome fetch_chunk(struct worker *w, struct job *j, const cha
     snprintf(why, cap, "bad chunk: %s", llb_err_last());
     return CHUNK_FAILED;
   }
+  if (!same_exporter(j, &c, why, cap)) return CHUNK_FAILED;
   if (j->generation == 0 && c.generation != 0 && !strcmp(c.request_id.data, j->remote_id))
     j->generation = c.generation; /* this receive's export from now on (an error reply names it too) */
   if (c.status == LLB_KV_TRANSFER_NOT_READY) {

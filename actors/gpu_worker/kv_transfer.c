@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "actors/gpu_worker/kv_export.h"
 #include "actors/gpu_worker/kv_fetcher.h"
@@ -34,7 +36,20 @@ struct kv_connector {
   size_t serve_data_cap;
   atomic_uint_fast64_t exports_added, exports_refused, fetches_served, fetches_refused, bytes_sent;
   uint64_t epoch; /* the scheduler's block-accounting epoch of the last step (execute thread) */
+  uint64_t incarnation; /* this connector's, on every reply (KVTransferChunk.incarnation), never 0 */
 };
+
+/* A value no other connector (process or restart) is likely to draw: 64 random bits, else the
+ * wall clock in ns; never 0. */
+static uint64_t draw_incarnation(void) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    v = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+  }
+  return v ? v : 1;
+}
 
 static llb_status read_block(void *user, int32_t block_id, uint8_t *dst) {
   struct kv_connector *c = user;
@@ -88,6 +103,7 @@ llb_status kv_connector_create(const struct kv_connector_config *cfg, struct mod
   c->cfg = *cfg;
   c->cfg.engine_id = c->engine_id;
   c->runner = runner;
+  c->incarnation = draw_incarnation();
   model_runner_kv_geometry(runner, &c->geom);
   pthread_mutex_init(&c->serve_mu, NULL);
   llb_arena_init(&c->serve_arena, NULL, 0);
@@ -169,6 +185,7 @@ llb_status kv_connector_serve(struct kv_connector *c, const uint8_t *req, size_t
     atomic_fetch_add(&c->fetches_served, 1);
     atomic_fetch_add(&c->bytes_sent, ch.data_len);
   }
+  ch.incarnation = c->incarnation;
   llb_status st = llb_kv_transfer_chunk_encode_buf(&ch, reply);
   pthread_mutex_unlock(&c->serve_mu);
   return st;

@@ -11,7 +11,8 @@
  * recompute still gives R's tokens, and Q releases P's export when a reply told it the export's
  * generation (a release naming it ends an export at once); a lost reply, of the last chunk too,
  * is resent and the transfer completes; a receive started before P's export completes once it
- * comes, and fails after not_ready_timeout_ms of NotReady when it never does; a stale release (an earlier export of the same id) ends
+ * comes, fails after not_ready_timeout_ms of NotReady when it never does and at once when the
+ * exporting worker restarted (another incarnation answers); a stale release (an earlier export of the same id) ends
  * nothing and the newer export is received whole; an expired export is reported finished_sending and a later fetch gets
  * Expired; fetches for blocks the export does not list get errors, never data; every CPU KV cache
  * dtype (fp16, q8_0, fp8) arrives bit-exactly; --device sim moves zero bytes of the real size.
@@ -785,6 +786,36 @@ static void test_an_export_that_never_comes_fails_the_receive_at_the_not_ready_t
   model_runner_destroy(rq);
 }
 
+/* The prefill engine's worker restarts while Q waits for an export it has not registered yet: its
+ * successor (same engine id, another incarnation) answers NotReady, and Q's receive fails at that
+ * answer, not after not_ready_timeout_ms (here 8 s; wait_ended gives up at 10 s), so the scheduler
+ * recomputes at once. */
+static void test_a_restarted_exporter_fails_the_receive_at_its_first_answer(void **state) {
+  (void)state;
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                      *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("P11", rp, bus_p), *cq = make_connector_nr("Q11", rq, bus_q, 8000);
+  assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
+  const int32_t local[4] = {9, 10, 11, 12};
+  receive_blocks(cq, "q-orphan", "P11", "p-orphan", local, 0, N);
+  struct kv_connector_stats st = {0};
+  for (int i = 0; i < 400 && st.chunks_retried == 0; i++) { /* the first worker answered NotReady */
+    nanosleep(&(struct timespec){0, 5000000}, NULL);
+    kv_connector_stats(cq, &st);
+  }
+  assert_true(st.chunks_retried > 0);
+  kv_connector_destroy(cp); /* the worker dies; its successor subscribes */
+  cp = make_connector("P11", rp, bus_p);
+  assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
+  const int64_t t0 = llb_now_ns();
+  wait_ended(cq, "q-orphan", ENDED_FAILED);
+  assert_true((double)(llb_now_ns() - t0) / 1e9 < 4.0);
+  kv_connector_destroy(cp);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rp);
+  model_runner_destroy(rq);
+}
+
 static void test_every_cpu_kv_dtype_arrives_bit_exactly(void **state) {
   (void)state;
   const enum backend_kv_dtype dtypes[] = {BACKEND_KV_DTYPE_F16, BACKEND_KV_DTYPE_Q8_0, BACKEND_KV_DTYPE_FP8_E4M3};
@@ -1079,6 +1110,7 @@ int main(void) {
       cmocka_unit_test(test_a_receive_of_an_expired_export_fails),
       cmocka_unit_test(test_a_receive_started_before_its_export_completes),
       cmocka_unit_test(test_an_export_that_never_comes_fails_the_receive_at_the_not_ready_timeout),
+      cmocka_unit_test(test_a_restarted_exporter_fails_the_receive_at_its_first_answer),
       cmocka_unit_test(test_every_cpu_kv_dtype_arrives_bit_exactly),
       cmocka_unit_test(test_concurrent_receives_each_get_their_own_blocks),
       cmocka_unit_test(test_a_mismatched_geometry_fails_the_receive),

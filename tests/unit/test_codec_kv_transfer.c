@@ -389,6 +389,34 @@ static void test_generation_round_trips_and_absent_is_zero(void **state) {
   llb_buf_free(&old);
 }
 
+/* The exporter's incarnation (KVTransferChunk.incarnation, at the end of the table): any 64-bit
+ * value round-trips on every status, NotReady too (it names the worker, not an export); 0 is
+ * absent, so an old peer's chunk decodes as 0; it is outside the checksum. */
+static void test_incarnation_round_trips_on_every_status_and_absent_is_zero(void **state) {
+  (void)state;
+  struct llb_buf b = {0}, old = {0};
+  struct llb_kv_transfer_chunk c = sample_chunk(), cout;
+  assert_int_equal(llb_kv_transfer_chunk_encode_buf(&c, &old), LLB_STATUS_OK);
+  assert_int_equal(decode_chunk(old.data, old.len, &cout), LLB_STATUS_OK);
+  assert_true(cout.incarnation == 0);
+  c.incarnation = 0xFEDCBA9876543210ull;
+  assert_int_equal(llb_kv_transfer_chunk_encode_buf(&c, &b), LLB_STATUS_OK);
+  assert_true(b.len > old.len);
+  assert_int_equal(decode_chunk(b.data, b.len, &cout), LLB_STATUS_OK);
+  assert_true(cout.incarnation == 0xFEDCBA9876543210ull);
+  struct llb_kv_transfer_chunk plain = c;
+  plain.incarnation = 0;
+  assert_true(cout.checksum == llb_kv_transfer_chunk_checksum(&plain));
+  const struct llb_kv_transfer_chunk nr = {.request_id = S("p-2"), .status = LLB_KV_TRANSFER_NOT_READY,
+                                           .error = {.code = LLB_STATUS_NOT_FOUND, .message = S("not yet")},
+                                           .incarnation = UINT64_MAX};
+  assert_int_equal(llb_kv_transfer_chunk_encode_buf(&nr, &b), LLB_STATUS_OK);
+  assert_int_equal(decode_chunk(b.data, b.len, &cout), LLB_STATUS_OK);
+  assert_true(cout.status == LLB_KV_TRANSFER_NOT_READY && cout.incarnation == UINT64_MAX && cout.generation == 0);
+  llb_buf_free(&b);
+  llb_buf_free(&old);
+}
+
 /* A NotReady chunk says no export was found, so it names no generation: one that does is refused
  * both ways (MALFORMED naming KVTransferChunk.generation); other error statuses may name the
  * export that refused the fetch (a stale generation). The decoder's case: the status byte of an
@@ -439,6 +467,7 @@ int main(void) {
       cmocka_unit_test(test_chunk_geometry_and_size_are_checked_both_ways),
       cmocka_unit_test(test_error_chunk_carries_its_status_and_no_data),
       cmocka_unit_test(test_generation_round_trips_and_absent_is_zero),
+      cmocka_unit_test(test_incarnation_round_trips_on_every_status_and_absent_is_zero),
       cmocka_unit_test(test_a_not_ready_chunk_naming_a_generation_is_refused_both_ways),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
