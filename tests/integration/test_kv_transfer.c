@@ -112,14 +112,15 @@ static struct model_runner *make_runner(enum model_runner_device dev, enum backe
 }
 
 /* A connector on `bus` (NULL: not started) with chunks of two blocks, so that a prompt's blocks
- * take several requests, short timeouts and NotReady answered for at most not_ready_ms in a row
- * (0: the default). */
+ * take several requests, short timeouts, NotReady answered for at most not_ready_ms in a row
+ * (0: the default) and max_attempts sends of a chunk's request without a reply (0: 3). */
 static struct kv_connector *make_connector_nr(const char *eid, struct model_runner *r, struct bus *bus,
-                                              int64_t not_ready_ms) {
+                                              int64_t not_ready_ms, int32_t max_attempts) {
   struct model_runner_kv_geometry g;
   model_runner_kv_geometry(r, &g);
   const struct kv_connector_config cfg = {.engine_id = eid, .fetch_timeout_ms = 1000, .transfer_timeout_ms = 10000,
-                                          .not_ready_timeout_ms = not_ready_ms, .max_attempts = 3, .retry_ms = 5,
+                                          .not_ready_timeout_ms = not_ready_ms,
+                                          .max_attempts = max_attempts ? max_attempts : 3, .retry_ms = 5,
                                           .max_chunk_bytes = 2 * g.block_bytes};
   struct kv_connector *c = NULL;
   assert_int_equal(kv_connector_create(&cfg, r, &c), LLB_STATUS_OK);
@@ -128,7 +129,7 @@ static struct kv_connector *make_connector_nr(const char *eid, struct model_runn
 }
 
 static struct kv_connector *make_connector(const char *eid, struct model_runner *r, struct bus *bus) {
-  return make_connector_nr(eid, r, bus, 0);
+  return make_connector_nr(eid, r, bus, 0, 0);
 }
 
 /* ---- a scripted scheduler for one request ------------------------------------------------ */
@@ -745,7 +746,7 @@ static void test_a_receive_started_before_its_export_completes(void **state) {
   (void)state;
   struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
                       *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
-  struct kv_connector *cp = make_connector("P9", rp, bus_p), *cq = make_connector_nr("Q9", rq, bus_q, 3000);
+  struct kv_connector *cp = make_connector("P9", rp, bus_p), *cq = make_connector_nr("Q9", rq, bus_q, 3000, 0);
   assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
   const int32_t blocks[4] = {1, 2, 3, 4}, local[4] = {9, 10, 11, 12};
   receive_blocks(cq, "q-early", "P9", "p-late", local, 0, N);
@@ -771,7 +772,7 @@ static void test_an_export_that_never_comes_fails_the_receive_at_the_not_ready_t
   (void)state;
   struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
                       *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
-  struct kv_connector *cp = make_connector("P10", rp, bus_p), *cq = make_connector_nr("Q10", rq, bus_q, 300);
+  struct kv_connector *cp = make_connector("P10", rp, bus_p), *cq = make_connector_nr("Q10", rq, bus_q, 300, 0);
   assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
   const int32_t local[4] = {9, 10, 11, 12};
   const int64_t t0 = llb_now_ns();
@@ -789,12 +790,13 @@ static void test_an_export_that_never_comes_fails_the_receive_at_the_not_ready_t
 /* The prefill engine's worker restarts while Q waits for an export it has not registered yet: its
  * successor (same engine id, another incarnation) answers NotReady, and Q's receive fails at that
  * answer, not after not_ready_timeout_ms (here 8 s; wait_ended gives up at 10 s), so the scheduler
- * recomputes at once. */
+ * recomputes at once. Q resends unanswered requests without limit here, so that the moment with no
+ * worker subscribed cannot end the receive first. */
 static void test_a_restarted_exporter_fails_the_receive_at_its_first_answer(void **state) {
   (void)state;
   struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
                       *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
-  struct kv_connector *cp = make_connector("P11", rp, bus_p), *cq = make_connector_nr("Q11", rq, bus_q, 8000);
+  struct kv_connector *cp = make_connector("P11", rp, bus_p), *cq = make_connector_nr("Q11", rq, bus_q, 8000, 1000000);
   assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
   const int32_t local[4] = {9, 10, 11, 12};
   receive_blocks(cq, "q-orphan", "P11", "p-orphan", local, 0, N);
