@@ -10,8 +10,9 @@
  * of a copy in 128 KiB chunks claimed from the same pool (the matmul's walk without its
  * arithmetic), and a read of a copy in one contiguous slice per thread (one sequential stream
  * each); each event on the next copy in turn. Prints the fastest and the median of each as
- * GB/s of packed weight bytes, the matmul's over each read's, the huge-page share of the
- * copies (/proc/self/smaps) and the load average.
+ * GB/s of packed weight bytes, the matmul's over each read's (also the median of the rounds'
+ * paired ratios, robust to load that comes and goes), the huge-page share of the copies
+ * (/proc/self/smaps) and the load average.
  */
 #ifndef LLB_CMD_KERNEL_STREAM_H
 #define LLB_CMD_KERNEL_STREAM_H
