@@ -20,6 +20,7 @@
 
 #include "actors/gpu_worker/runner_sim.h"
 #include "cmd/bench/kernel_bench.h"
+#include "kernels/cpu/bench/roofline.h"
 #include "kernels/cpu/packed.h"
 #include "kernels/cpu/vec_dot.h"
 
@@ -135,6 +136,22 @@ static void test_kernel_stream_prints_three_rates(void **s) {
   }
   assert_non_null(strstr(out, "matmul / read in chunks: fastest "));
   free(out);
+}
+
+/* --roofline's read bound with 2 threads: the fastest of its 21 runs, no run of those whose
+ * threads ran together faster than it, a 1-thread read beside it, and the host's steal share a
+ * fraction (or -1 where /proc/stat cannot be read). */
+static void test_roofline_says_how_the_bound_was_taken(void **s) {
+  (void)s;
+  struct roofline rl;
+  assert_int_equal(roofline_measure(2, &rl), LLB_STATUS_OK);
+  assert_int_equal(rl.read_runs, 21);
+  assert_true(rl.read_bytes_per_s > 0 && rl.read_median_bytes_per_s <= rl.read_bytes_per_s);
+  assert_true(rl.read_together_runs >= 0 && rl.read_together_runs <= rl.read_runs);
+  assert_true(rl.read_together_bytes_per_s <= rl.read_bytes_per_s);
+  assert_true(rl.read_together_runs > 0 || rl.read_together_bytes_per_s == 0);
+  assert_true(rl.read_one_thread_bytes_per_s > 0);
+  assert_true(rl.read_steal_share == -1.0 || (rl.read_steal_share >= 0 && rl.read_steal_share <= 1.0));
 }
 
 /* --stream outside the decode path (4 rows) or with no threads: exit 2 and a message. */
@@ -289,6 +306,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_kernel_only_refuses_bad_type_and_shape),
       cmocka_unit_test(test_kernel_stream_prints_three_rates),
       cmocka_unit_test(test_kernel_stream_refuses_bad_rows_and_threads),
+      cmocka_unit_test(test_roofline_says_how_the_bound_was_taken),
       cmocka_unit_test(test_decode_after_long_prompts),
       cmocka_unit_test(test_op_times_split_a_step_op_by_op),
       cmocka_unit_test(test_fit_steps_recovers_the_first_step_after_idle),
