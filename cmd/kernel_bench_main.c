@@ -5,11 +5,14 @@
  *                       [--kv-cache-dtype auto|fp16|fp8|q8_0] [--fit FILE [--fit-steps LOG]]
  *                       [--lora-adapters N [--lora-rank R]]
  *   llmbus-kernel-bench --kernel TYPE [--shape ROWSxCOLS] [--rows R] [--calls-of N] [--passes P]
+ *   llmbus-kernel-bench --kernel TYPE --stream [--shape ROWSxCOLS] [--rows 1-3] [--threads N] [--passes P]
  *
  * --kernel TYPE: one packed int8 matmul kernel alone on a random ROWSxCOLS weight (default
  * 1536x576) against R activation rows (default 64), fastest and median of P passes (default
  * 300) against the one-thread int8 peak, after a bit-for-bit check against the scalar kernel
- * (cmd/bench/kernel_only.h); no model is loaded.
+ * (cmd/bench/kernel_only.h); no model is loaded. With --stream: the forward's decode matmul on
+ * N threads reading DRAM-resident copies of the weight, against plain reads of the same bytes
+ * by the same threads, interleaved, as GB/s (cmd/bench/kernel_stream.h).
  *
  * --lora-adapters N: the decode steps (--batch) and the --prefill step with N random LoRA
  * adapters of rank R (default 16) on all seven projections, sequences round-robin over them,
@@ -89,6 +92,9 @@ int main(int argc, char **argv) {
        .help = "with --kernel: activation rows (tokens)"},
       {.name = "calls-of", .kind = FLAG_KIND_INT32, .target = &o.kernel_only.calls_of, .metavar = "N",
        .help = "with --kernel: rows per kernel call (0 = as the matmul: 64 with a many-row kernel, else 8)"},
+      {.name = "stream", .kind = FLAG_KIND_BOOL, .target = &o.kernel_only.stream,
+       .help = "with --kernel: the decode matmul (--rows 1-3) on --threads threads streaming DRAM-resident copies of "
+               "the weight, beside plain reads of them by the same threads, interleaved (cmd/bench/kernel_stream.h)"},
       {.name = "passes", .kind = FLAG_KIND_INT32, .target = &o.kernel_only.passes, .metavar = "P",
        .help = "with --kernel: timed passes over the whole matrix"},
       {.name = "packed-cache-dir", .kind = FLAG_KIND_STRING, .target = &o.packed_cache_dir, .metavar = "DIR",

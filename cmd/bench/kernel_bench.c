@@ -17,6 +17,7 @@
 #include "cmd/bench/kernel_bench.h"
 #include "cmd/bench/kernel_fit.h"
 #include "cmd/bench/kernel_lora.h"
+#include "cmd/bench/kernel_stream.h"
 #include "cmd/bench/kernel_optimes.h"
 
 #include <stdio.h>
@@ -161,7 +162,8 @@ static void report(const char *what, double *v, double *c, int n) {
 }
 
 int kernel_bench_run(const struct kernel_bench_options *o) {
-  if (o->kernel_only.type) return kernel_only_run(&o->kernel_only);
+  if (o->kernel_only.type)
+    return o->kernel_only.stream ? kernel_stream_run(&o->kernel_only, o->threads) : kernel_only_run(&o->kernel_only);
   if (o->fit_path && o->fit_steps_path) return kernel_fit_steps_run(o);
   if (o->fit_path) return o->model && o->threads >= 1 && o->runs >= 1 ? kernel_fit_run(o) : 2;
   if (o->lora_adapters > 0) return kernel_lora_run(o);
@@ -237,6 +239,10 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
     printf("roofline: DRAM read runs: fastest %.1f (the bound), median %.1f, slowest %.1f GB/s of %d runs of %.0f MiB\n",
            rl.read_bytes_per_s / 1e9, rl.read_median_bytes_per_s / 1e9, rl.read_worst_bytes_per_s / 1e9, rl.read_runs,
            (double)rl.read_buffer_bytes / (1 << 20));
+    printf("roofline: how the bound was taken: the threads ran together (each on a vCPU >= 95%% of the run) in %d of "
+           "%d runs, fastest of those %.1f GB/s; 1 thread alone (runs interleaved) fastest %.1f GB/s; host steal %.1f%% "
+           "of the vCPUs' time\n", rl.read_together_runs, rl.read_runs, rl.read_together_bytes_per_s / 1e9,
+           rl.read_one_thread_bytes_per_s / 1e9, rl.read_steal_share * 100);
     if (rl.int8_widened_ops_per_s > 0)
       printf("roofline: avx2 int8 widened at every step (vpmaddubsw + vpmaddwd + vpaddd, ggml's AVX2 dot): "
              "%.1f GOPS\n", rl.int8_widened_ops_per_s / 1e9);

@@ -44,9 +44,7 @@ static uint32_t kernel_only_rand(uint32_t *s) { /* xorshift32 */
   return *s;
 }
 
-/* The type named `name` (ggml_type_name, any case) if it has a packed int8 kernel, else
- * GGML_TYPE_COUNT. */
-static enum ggml_type kernel_only_type(const char *name) {
+enum ggml_type kernel_only_type(const char *name) {
   for (int t = 0; t < GGML_TYPE_COUNT; t++)
     if (cpu_packed_select((enum ggml_type)t, CPU_SIMD_LEVEL_SCALAR) && strcasecmp(ggml_type_name(t), name) == 0)
       return (enum ggml_type)t;
@@ -119,9 +117,7 @@ static void kernel_only_scale_offsets(enum ggml_type t, int *d_at, int *m_at) {
   }
 }
 
-/* Random quants and sub-block scales; each block's fp16 d (and min) in [1e-3, 1.1e-2]: finite,
- * and small enough that Q4_0 / Q5_0's offset min fits fp16 (cpu_pack_bytes). */
-static void kernel_only_fill(uint8_t *w, size_t n_bytes, enum ggml_type t, uint32_t *seed) {
+void kernel_only_fill(uint8_t *w, size_t n_bytes, enum ggml_type t, uint32_t *seed) {
   for (size_t i = 0; i < n_bytes; i++) w[i] = (uint8_t)kernel_only_rand(seed);
   int d_at, m_at;
   kernel_only_scale_offsets(t, &d_at, &m_at);

@@ -16,6 +16,12 @@
 #ifndef LLB_CMD_KERNEL_ONLY_H
 #define LLB_CMD_KERNEL_ONLY_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/quant.h"
+
 /* What to time (strings borrowed). */
 struct kernel_only_options {
   const char *type;  /* ggml_type_name of a type with a packed int8 kernel ("q4_0", "q6_k", ...);
@@ -25,7 +31,17 @@ struct kernel_only_options {
   int calls_of;      /* rows per kernel call; 0 = as the matmul does (64 with a many-row kernel, else 8);
                         above CPU_PACKED_MAX_ROWS only where a many-row kernel exists */
   int passes;        /* timed passes over the whole matrix, >= 1 */
+  bool stream;       /* the DRAM streaming mode instead (cmd/bench/kernel_stream.h) */
 };
+
+/* The type named `name` (ggml_type_name, any case) if it has a packed int8 kernel, else
+ * GGML_TYPE_COUNT. */
+enum ggml_type kernel_only_type(const char *name);
+
+/* Fills w [n_bytes, whole blocks of t] with random quants and sub-block scales from the
+ * xorshift32 state *seed; each block's fp16 d (and min) in [1e-3, 1.1e-2]: finite, and small
+ * enough that Q4_0 / Q5_0's offset min fits fp16 (cpu_pack_bytes). */
+void kernel_only_fill(uint8_t *w, size_t n_bytes, enum ggml_type t, uint32_t *seed);
 
 /* Runs the mode, printing to stdout (errors to stderr). Returns the process exit code: 0, 1
  * (the kernel's bits differ from the scalar kernel's, or no memory) or 2 (an unknown type, a

@@ -20,6 +20,7 @@
 
 #include "actors/gpu_worker/runner_sim.h"
 #include "cmd/bench/kernel_bench.h"
+#include "kernels/cpu/bench/roofline.h"
 #include "kernels/cpu/packed.h"
 #include "kernels/cpu/vec_dot.h"
 
@@ -105,6 +106,66 @@ static void test_kernel_only_prints_a_checked_rate(void **s) {
     assert_non_null(strstr(out, many ? "(cpu_packed_select_many)" : "(cpu_packed_select)"));
     assert_non_null(strstr(out, cases[i].rows == 11 ? "q4_0 32x64, 11 rows" : "q6_K 16x512, 9 rows in calls of up to 4"));
     free(out);
+  }
+}
+
+/* --kernel --stream on a small weight, 2 rows on 2 threads: the three timed events each print
+ * a positive rate, the copies hold at least 3x the L3 (each event reads DRAM), and the ratios
+ * line follows. */
+static void test_kernel_stream_prints_three_rates(void **s) {
+  (void)s;
+  struct kernel_bench_options o = {.model = "/nonexistent.gguf", .threads = 2,
+                                   .kernel_only = {.type = "q4_0", .shape = "64x256", .rows = 2, .passes = 3,
+                                                   .stream = true}};
+  char *out = NULL;
+  assert_int_equal(run_captured(&o, &out), 0);
+  assert_non_null(strstr(out, "q4_0 64x256 packed "));
+  assert_non_null(strstr(out, ", 2 rows, 2 threads, "));
+  const char *c = strstr(out, "copies (");
+  assert_non_null(c);
+  double mib = 0;
+  assert_int_equal(sscanf(c, "copies (%lf MiB", &mib), 1);
+  assert_true(mib >= 3 * 8); /* 3x an L3 of at least 8 MiB (32 MiB here) */
+  const char *names[] = {"matmul (cpu_matmul)", "read, 128 KiB chunks", "read, 1 slice a thread"};
+  for (int i = 0; i < 3; i++) {
+    const char *line = strstr(out, names[i]);
+    assert_non_null(line);
+    double best = 0, median = 0;
+    assert_int_equal(sscanf(line + strlen(names[i]), " fastest %lf GB/s median %lf GB/s", &best, &median), 2);
+    assert_true(best > 0 && median > 0 && best >= median);
+  }
+  assert_non_null(strstr(out, "matmul / read in chunks: fastest "));
+  free(out);
+}
+
+/* --roofline's read bound with 2 threads: the fastest of its 21 runs, no run of those whose
+ * threads ran together faster than it, a 1-thread read beside it, and the host's steal share a
+ * fraction (or -1 where /proc/stat cannot be read). */
+static void test_roofline_says_how_the_bound_was_taken(void **s) {
+  (void)s;
+  struct roofline rl;
+  assert_int_equal(roofline_measure(2, &rl), LLB_STATUS_OK);
+  assert_int_equal(rl.read_runs, 21);
+  assert_true(rl.read_bytes_per_s > 0 && rl.read_median_bytes_per_s <= rl.read_bytes_per_s);
+  assert_true(rl.read_together_runs >= 0 && rl.read_together_runs <= rl.read_runs);
+  assert_true(rl.read_together_bytes_per_s <= rl.read_bytes_per_s);
+  assert_true(rl.read_together_runs > 0 || rl.read_together_bytes_per_s == 0);
+  assert_true(rl.read_one_thread_bytes_per_s > 0);
+  assert_true(rl.read_steal_share == -1.0 || (rl.read_steal_share >= 0 && rl.read_steal_share <= 1.0));
+}
+
+/* --stream outside the decode path (4 rows) or with no threads: exit 2 and a message. */
+static void test_kernel_stream_refuses_bad_rows_and_threads(void **s) {
+  (void)s;
+  const int rows[] = {4, 1}, threads[] = {2, 0};
+  for (int i = 0; i < 2; i++) {
+    struct kernel_bench_options o = {.model = "/nonexistent.gguf", .threads = threads[i],
+                                     .kernel_only = {.type = "q4_0", .shape = "64x256", .rows = rows[i], .passes = 1,
+                                                     .stream = true}};
+    char *err = NULL;
+    assert_int_equal(run_captured_fd(&o, 2, &err), 2);
+    assert_non_null(strstr(err, "--stream needs --rows in [1, 3]"));
+    free(err);
   }
 }
 
@@ -243,6 +304,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_out_of_range_options_exit_2),
       cmocka_unit_test(test_kernel_only_prints_a_checked_rate),
       cmocka_unit_test(test_kernel_only_refuses_bad_type_and_shape),
+      cmocka_unit_test(test_kernel_stream_prints_three_rates),
+      cmocka_unit_test(test_kernel_stream_refuses_bad_rows_and_threads),
+      cmocka_unit_test(test_roofline_says_how_the_bound_was_taken),
       cmocka_unit_test(test_decode_after_long_prompts),
       cmocka_unit_test(test_op_times_split_a_step_op_by_op),
       cmocka_unit_test(test_fit_steps_recovers_the_first_step_after_idle),

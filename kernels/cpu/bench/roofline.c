@@ -4,8 +4,10 @@
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,8 @@
  * cores), the median and the slowest printed beside it. */
 #define RL_READ_REPEATS 21
 #define RL_HUGE_PAGE ((size_t)2 << 20)
+/* A run's threads ran together when each one's CPU time is at least this share of the run. */
+#define RL_TOGETHER 0.95
 #define RL_INT8_ITERS 20000000L /* per thread: ~0.1-0.3 s on a 2-4 GHz core */
 /* Timed int8 runs; the peak is the best of them (a run whose threads the OS put on one core
  * for part of it measured half the peak: 1010 / 1079 / 2132 GOPS in three runs here). */
@@ -37,23 +41,35 @@ struct rl_job {
   _Atomic int *ready; /* read: threads of the run started so far */
   int n_threads;      /* read: threads of the run */
   int64_t t0, t1;     /* read: the thread's own start and end, ns */
+  int64_t cpu_ns;     /* read: the thread's CPU time between them (CLOCK_THREAD_CPUTIME_ID) */
   double best_rate; /* int8_loop: the thread's fastest slice, ops/s */
 };
 
+/* CPU time of the calling thread, ns. */
+static int64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* A read run's thread: waits until every thread of the run has started (the run's time is not
  * thread creation), at most a second (a thread that failed to start never counts itself: the
- * run is then dropped, run_threads joins the others), then sums its slice, timing itself. */
+ * run is then dropped, run_threads joins the others), then sums its slice, timing itself (wall
+ * and its own CPU time: a thread the guest's scheduler took off its vCPU for part of the run
+ * has less CPU time than wall). */
 static void *read_slice(void *arg) {
   struct rl_job *j = arg;
   atomic_fetch_add(j->ready, 1);
   const int64_t give_up = llb_now_ns() + 1000000000;
   while (atomic_load(j->ready) < j->n_threads && llb_now_ns() < give_up) {
   }
+  const int64_t c0 = thread_cpu_ns();
   j->t0 = llb_now_ns();
   uint64_t s[8] = {0};
   for (size_t i = 0; i + 8 <= j->n; i += 8)
     for (int k = 0; k < 8; k++) s[k] += j->p[i + k];
   j->t1 = llb_now_ns();
+  j->cpu_ns = thread_cpu_ns() - c0;
   j->sink = s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
   return NULL;
 }
@@ -183,8 +199,9 @@ static size_t read_buffer_bytes(void) {
 }
 
 /* One read run: `threads` threads each sum their slice of buf at once; bytes/s over the span
- * from the first thread's start to the last one's end, or < 0 when a thread did not start. */
-static double read_run(const uint64_t *buf, size_t per, int threads) {
+ * from the first thread's start to the last one's end, or < 0 when a thread did not start.
+ * *together: every thread was on a vCPU (its CPU time) for at least RL_TOGETHER of the span. */
+static double read_run(const uint64_t *buf, size_t per, int threads, bool *together) {
   struct rl_job jobs[256];
   _Atomic int ready = 0;
   for (int t = 0; t < threads; t++)
@@ -195,7 +212,28 @@ static double read_run(const uint64_t *buf, size_t per, int threads) {
     t0 = jobs[t].t0 < t0 ? jobs[t].t0 : t0;
     t1 = jobs[t].t1 > t1 ? jobs[t].t1 : t1;
   }
+  *together = true;
+  for (int t = 0; t < threads; t++)
+    if ((double)jobs[t].cpu_ns < RL_TOGETHER * (double)(t1 - t0)) *together = false;
   return t1 > t0 ? (double)per * 8.0 * threads * 1e9 / (double)(t1 - t0) : 0.0;
+}
+
+/* Seconds of steal time of all vCPUs so far (/proc/stat's "cpu" line, 8th value, in USER_HZ
+ * ticks): time the host ran something else while a vCPU had work; < 0 where unreadable. */
+static double guest_steal_s(void) {
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return -1.0;
+  unsigned long long v[8] = {0};
+  const int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                       &v[6], &v[7]);
+  fclose(f);
+  const long hz = sysconf(_SC_CLK_TCK);
+  return n == 8 && hz > 0 ? (double)v[7] / (double)hz : -1.0;
+}
+
+static int cpu_count(void) {
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
 }
 
 static llb_status measure_read(int threads, struct roofline *out) {
@@ -210,13 +248,22 @@ static llb_status measure_read(int threads, struct roofline *out) {
 #endif
   const size_t words = bytes / 8, per = words / (size_t)threads;
   for (size_t i = 0; i < words; i++) buf[i] = i * 0x9E3779B97F4A7C15ull; /* touched: real pages */
-  double rates[RL_READ_REPEATS];
-  for (int r = 0; r < RL_READ_REPEATS; r++) {
-    if ((rates[r] = read_run(buf, per, threads)) < 0) {
+  double rates[RL_READ_REPEATS], one[RL_READ_REPEATS];
+  const double steal0 = guest_steal_s();
+  const int64_t w0 = llb_now_ns();
+  out->read_together_runs = 0;
+  for (int r = 0; r < RL_READ_REPEATS; r++) { /* a run of `threads` threads, then one of 1 thread on its whole slice */
+    bool together = false, unused;
+    if ((rates[r] = read_run(buf, per, threads, &together)) < 0 || (one[r] = read_run(buf, per, 1, &unused)) < 0) {
       free(buf);
       return LLB_ERRF(LLB_STATUS_IO, "roofline: could not start %d threads", threads);
     }
+    out->read_together_runs += together;
+    if (together && rates[r] > out->read_together_bytes_per_s) out->read_together_bytes_per_s = rates[r];
+    if (one[r] > out->read_one_thread_bytes_per_s) out->read_one_thread_bytes_per_s = one[r];
   }
+  const double wall = (double)(llb_now_ns() - w0) * 1e-9, steal = guest_steal_s() - steal0;
+  out->read_steal_share = steal0 >= 0 && steal >= 0 && wall > 0 ? steal / (wall * (double)cpu_count()) : -1.0;
   free(buf);
   qsort(rates, RL_READ_REPEATS, sizeof(double), cmp_double);
   out->read_bytes_per_s = rates[RL_READ_REPEATS - 1];

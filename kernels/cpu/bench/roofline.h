@@ -18,6 +18,13 @@ struct roofline {
   double read_median_bytes_per_s, read_worst_bytes_per_s; /* the median and slowest run, bytes/s */
   int read_runs;
   size_t read_buffer_bytes; /* bytes each run reads (the threads' slices together) */
+  /* How the bound was taken: runs whose threads all ran for >= 95% of the run (their CPU time:
+   * none waited for a vCPU) and the fastest of those (0 if none); the fastest of the 1-thread
+   * runs interleaved with them (thread 0's slice); the host's steal time over the runs as a
+   * share of all vCPUs' time (/proc/stat; < 0 where unreadable). 2 threads together reading no
+   * faster than 1, with no steal, is a host that gives the 2 vCPUs one core's memory path. */
+  int read_together_runs;
+  double read_together_bytes_per_s, read_one_thread_bytes_per_s, read_steal_share;
   double int8_ops_per_s;   /* int8 multiply-adds x 2 per second, all threads */
   /* AVX2 only (else 0): the same with a vpmaddwd and vpaddd after every vpmaddubsw (ggml's AVX2
    * dot step, which widens every 32 products to int32); int8_ops_per_s adds them in int16 (the
@@ -31,7 +38,8 @@ struct roofline {
 /* Measures both ceilings with `threads` threads (1..256): the read bandwidth streams a buffer
  * of 512 MiB or 8x the L3 if larger, in 2 MiB pages (MADV_HUGEPAGE, as the packed weights), 21
  * times, all threads at once from a common start (their slices together over the span from the
- * first start to the last end), the fastest run the bound (the median and slowest kept); the int8 peak runs
+ * first start to the last end), the fastest run the bound (the median and slowest kept), each run
+ * followed by one of 1 thread reading thread 0's slice (read_one_thread_bytes_per_s); the int8 peak runs
  * independent dot-product chains in registers on the best SIMD level of this CPU (AVX2: also
  * widened at every step), the best of 3 runs, a run's rate the sum of its threads' fastest of
  * 400 timed slices (~30 us each: on a loaded machine some run undisturbed); ~1-2 s in all.
