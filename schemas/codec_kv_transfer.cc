@@ -281,6 +281,8 @@ static fb::Offset<void> build_kv_transfer_chunk(Enc &e, const llb_kv_transfer_ch
   t.add_error(err);
   t.add_generation(m.generation);
   t.add_incarnation(m.incarnation);
+  t.add_worker_steps(m.worker_steps);
+  t.add_worker_busy(m.worker_busy);
   return t.Finish().Union();
 }
 
@@ -298,6 +300,8 @@ static bool read_kv_transfer_chunk(Dec &d, const llmbus::KVTransferChunk &t, llb
   m.status = (int32_t)t.status();
   m.generation = t.generation();
   m.incarnation = t.incarnation();
+  m.worker_steps = t.worker_steps();
+  m.worker_busy = t.worker_busy();
   int32_t n = 0;
   if (!d.str(t.request_id(), &m.request_id, "request_id", true) || !d.vec(t.data(), &m.data, &n, "data") ||
       !dec_error(d, t.error(), &m.error, "error"))

@@ -83,6 +83,9 @@ struct llb_kv_transfer_chunk {
   uint64_t incarnation;              /* the exporting worker's, drawn at its start, on every reply
                                         (any status, never 0 from this exporter; 0: an exporter
                                         older than the field); outside the checksum */
+  uint64_t worker_steps;             /* steps that worker has begun, exports registered (0: none, or
+                                        an older exporter); outside the checksum */
+  bool worker_busy;                  /* a step executes on that worker now; outside the checksum */
 };
 
 /* CRC-32 of a chunk's header fields and data as defined above (what encode writes). */

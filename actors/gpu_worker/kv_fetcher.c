@@ -19,6 +19,7 @@ struct job {
   int32_t num_blocks, first, num_tokens;
   uint64_t generation; /* the export's, from its first reply naming one (0 before); fetch thread only */
   uint64_t incarnation; /* the exporting worker's, from its first reply naming one (0 before); fetch thread only */
+  uint64_t steps_at_not_ready; /* its worker_steps at this receive's first NotReady naming them (0: none); fetch thread only */
   int64_t deadline_ns;
   bool cancelled; /* under mu */
   struct job *next;
@@ -53,7 +54,9 @@ struct kv_fetcher {
   struct kv_fetcher_stats stats;
 };
 
-enum chunk_outcome { CHUNK_WRITTEN, CHUNK_NO_REPLY, CHUNK_NOT_READY, CHUNK_FAILED };
+/* CHUNK_NOT_READY_BUSY: NotReady while a step executes on the exporting worker (the step that
+ * carries the export may be queued behind it) */
+enum chunk_outcome { CHUNK_WRITTEN, CHUNK_NO_REPLY, CHUNK_NOT_READY, CHUNK_NOT_READY_BUSY, CHUNK_FAILED };
 
 static void list_free(struct id_list *l) {
   for (int32_t i = 0; i < l->n; i++) free(l->ids[i]);
@@ -177,14 +180,41 @@ static bool write_blocks(struct kv_fetcher *f, struct job *j, const struct llb_k
 /* Whether reply c comes from the worker that answered this receive before: the first reply
  * naming an incarnation pins it; another one later means the exporting worker restarted and
  * every export it held went with it (a NotReady from its successor would otherwise be asked
- * again until not_ready_timeout_ms). 0 (an exporter older than the field) pins and breaks nothing. */
+ * again until not_ready_timeout_ms); no release is sent then (the successor holds nothing of
+ * ours). A reply naming none (an exporter older than the field) is taken as it is. */
 static bool same_exporter(struct job *j, const struct llb_kv_transfer_chunk *c, char *why, size_t cap) {
   if (c->incarnation == 0) return true;
   if (j->incarnation == 0) j->incarnation = c->incarnation;
   if (c->incarnation == j->incarnation) return true;
   snprintf(why, cap, "the exporting worker restarted (incarnation %016llx, then %016llx): its exports are gone",
            (unsigned long long)j->incarnation, (unsigned long long)c->incarnation);
+  j->generation = 0;
   return false;
+}
+
+/* What a NotReady reply c means for the receive (`done` blocks written). The export can no longer
+ * come (CHUNK_FAILED) when it was there before (its generation is gone: they are never reused) or
+ * when the exporting worker has begun two more steps since this receive's first NotReady: P's
+ * scheduler hands a request off, then sends its export with the next step it builds, which with
+ * asynchronous scheduling is the second after the one in flight, so an export still missing then
+ * was never sent (its scheduler restarted, or dropped the step). Otherwise CHUNK_NOT_READY_BUSY
+ * while a step executes there (the export may wait behind it), else CHUNK_NOT_READY. */
+static enum chunk_outcome not_ready(struct job *j, const struct llb_kv_transfer_chunk *c, int32_t done, char *why,
+                                    size_t cap) {
+  char last[256];
+  snprintf(last, sizeof last, "%.200s", c->error.message.data);
+  if (done > 0 || j->generation != 0) {
+    snprintf(why, cap, "the export is gone after %d blocks (%s)", done, last);
+    return CHUNK_FAILED;
+  }
+  if (c->worker_steps != 0 && j->steps_at_not_ready == 0) j->steps_at_not_ready = c->worker_steps;
+  if (j->steps_at_not_ready != 0 && c->worker_steps >= j->steps_at_not_ready + 2) {
+    snprintf(why, cap, "not exported after the exporting worker began %llu more steps (%s): never sent",
+             (unsigned long long)(c->worker_steps - j->steps_at_not_ready), last);
+    return CHUNK_FAILED;
+  }
+  snprintf(why, cap, "%s", last);
+  return c->worker_busy ? CHUNK_NOT_READY_BUSY : CHUNK_NOT_READY;
 }
 
 /* One request/reply: blocks [done, done + k) of the receive. */
@@ -224,10 +254,7 @@ static enum chunk_outcome fetch_chunk(struct worker *w, struct job *j, const cha
   if (!same_exporter(j, &c, why, cap)) return CHUNK_FAILED;
   if (j->generation == 0 && c.generation != 0 && !strcmp(c.request_id.data, j->remote_id))
     j->generation = c.generation; /* this receive's export from now on (an error reply names it too) */
-  if (c.status == LLB_KV_TRANSFER_NOT_READY) {
-    snprintf(why, cap, "%s", c.error.message.data);
-    return CHUNK_NOT_READY;
-  }
+  if (c.status == LLB_KV_TRANSFER_NOT_READY) return not_ready(j, &c, done, why, cap);
   if (c.status != LLB_KV_TRANSFER_OK) {
     snprintf(why, cap, "%s: %s", llb_kv_transfer_status_name(c.status), c.error.message.data);
     return CHUNK_FAILED;
@@ -279,7 +306,7 @@ static bool run_job(struct worker *w, struct job *j, char *why, size_t cap) {
     return false;
   }
   int32_t done = 0, attempts = 0;
-  int64_t not_ready_since = 0; /* the first NotReady of the current run of them (0: none) */
+  int64_t not_ready_since = 0; /* the first NotReady of the current run of them with the exporter idle (0: none) */
   while (done < j->num_blocks) {
     if (stopping(f, j)) {
       snprintf(why, cap, "cancelled after %d of %d blocks", done, j->num_blocks);
@@ -302,12 +329,19 @@ static bool run_job(struct worker *w, struct job *j, char *why, size_t cap) {
       if (++attempts >= f->cfg.max_attempts) return false;
       retry_after(f, f->cfg.retry_ms);
       break;
+    case CHUNK_NOT_READY_BUSY: /* the clock runs only while the exporting worker idles */
+      not_ready_since = 0;
+      attempts = 0;
+      retry_after(f, f->cfg.retry_ms);
+      break;
     case CHUNK_NOT_READY:
+      attempts = 0; /* a reply: max_attempts counts unanswered requests in a row */
       if (!not_ready_since) not_ready_since = llb_now_ns();
       if (llb_now_ns() - not_ready_since >= f->cfg.not_ready_timeout_ms * 1000000) {
         char last[256];
         snprintf(last, sizeof last, "%.200s", why);
-        snprintf(why, cap, "still not exported after %lld ms (%s): its worker or scheduler restarted?",
+        snprintf(why, cap, "still not exported after %lld ms of NotReady with its worker idle (%s): its scheduler "
+                 "restarted?",
                  (long long)f->cfg.not_ready_timeout_ms, last);
         return false;
       }

@@ -6,7 +6,9 @@
  * A chunk holds as many whole blocks as fit in max_chunk_bytes (the bus's max_payload less room
  * for the header, when 0). Every reply is checked before a byte is written: the codec (verifier,
  * bounds, CRC-32), then the id, the block range and token count asked for, and the geometry
- * against the local cache's. NotReady is asked again every retry_ms; a request without a reply
+ * against the local cache's. NotReady is asked again every retry_ms while the export may still
+ * come (see not_ready_timeout_ms; a changed incarnation, two more steps begun by the exporting
+ * worker, or a NotReady after blocks came fail the receive); a request without a reply
  * (lost, or no responder yet) is sent again, up to max_attempts times in a row; anything else
  * (a bad checksum, another geometry, Unknown, Expired, OutOfRange, Error, the transfer's
  * deadline) fails the receive. Ended receives are collected for kv_fetcher_take_done. The first
@@ -41,9 +43,9 @@ struct kv_fetcher_config {
   struct model_runner_kv_geometry geometry; /* the local cache's: what every chunk must match */
   int64_t fetch_timeout_ms;    /* one request's wait for its reply, >= 1 */
   int64_t transfer_timeout_ms; /* a receive's deadline from its submission, >= 1 */
-  int64_t not_ready_timeout_ms; /* how long the exporter may answer NotReady in a row, >= 1: an
-                                   export that is not there by then never comes (its worker
-                                   restarted, or its scheduler died before the step carrying it) */
+  int64_t not_ready_timeout_ms; /* how long the exporter may answer NotReady in a row while its
+                                   worker runs no step, >= 1: an export not there by then never
+                                   comes (its scheduler died before the step carrying it) */
   int32_t max_attempts;        /* sends of one chunk's request in a row without a reply, >= 1 */
   int64_t retry_ms;            /* wait after NotReady (or no responder), >= 1 */
   size_t max_chunk_bytes;      /* data bytes a chunk may hold; 0 = the bus's max_payload - 16 KiB */

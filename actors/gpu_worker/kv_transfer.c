@@ -37,6 +37,8 @@ struct kv_connector {
   atomic_uint_fast64_t exports_added, exports_refused, fetches_served, fetches_refused, bytes_sent;
   uint64_t epoch; /* the scheduler's block-accounting epoch of the last step (execute thread) */
   uint64_t incarnation; /* this connector's, on every reply (KVTransferChunk.incarnation), never 0 */
+  atomic_uint_fast64_t steps_begun; /* before_step calls with metadata (exports registered) */
+  atomic_bool busy;                 /* between such a call and after_step */
 };
 
 /* A value no other connector (process or restart) is likely to draw: 64 random bits, else the
@@ -186,6 +188,8 @@ llb_status kv_connector_serve(struct kv_connector *c, const uint8_t *req, size_t
     atomic_fetch_add(&c->bytes_sent, ch.data_len);
   }
   ch.incarnation = c->incarnation;
+  ch.worker_steps = atomic_load(&c->steps_begun);
+  ch.worker_busy = atomic_load(&c->busy);
   llb_status st = llb_kv_transfer_chunk_encode_buf(&ch, reply);
   pthread_mutex_unlock(&c->serve_mu);
   return st;
@@ -271,6 +275,10 @@ llb_status kv_connector_before_step(struct kv_connector *c, const struct llb_kv_
     if (st == LLB_STATUS_OUT_OF_MEMORY) return st;
     if (st) LLB_LOG_WARN("kv_recv_refused", "req_id=%.*s err=\"%s\"", (int)q->req_id.len, q->req_id.data, llb_err_last());
   }
+  if (m) { /* the step's exports are registered: what a fetch's NotReady counts on */
+    atomic_store(&c->busy, true);
+    atomic_fetch_add(&c->steps_begun, 1);
+  }
   return LLB_STATUS_OK;
 }
 
@@ -283,6 +291,7 @@ static const struct llb_str *put_ids(struct kv_connector *c, int32_t *n, const c
 
 void kv_connector_after_step(struct kv_connector *c, struct llb_kv_connector_output *out) {
   *out = (struct llb_kv_connector_output){0};
+  atomic_store(&c->busy, false);
   kv_export_expire(c->exports, llb_now_ns());
   const char *const *sending, *const *recving, *const *failed;
   int32_t num_recving, num_failed;

@@ -30,7 +30,10 @@
  * Every reply the fetcher receives is checked before a byte is written: the codec (verifier,
  * bounds, CRC-32 over header and data), then the request id, block range and token count asked
  * for, and a geometry (block size, layers, KV heads, head_dim, cache dtype, block bytes) equal to
- * this runner's. A NotReady reply is retried every retry_ms until the transfer's deadline; a
+ * this runner's. A NotReady reply is retried every retry_ms until the transfer's deadline, unless
+ * the export can no longer come: it was there before, the exporting worker restarted (another
+ * KVTransferChunk.incarnation), began two more steps since the first NotReady (the step carrying
+ * an export is at most the second after the hand-off), or idled not_ready_timeout_ms; a
  * request with no reply (a lost chunk) is sent again up to max_attempts times; a bad checksum, a
  * geometry mismatch, an unknown or expired export fail the transfer at once (failed_recving).
  * Every chunk names its export's generation; the fetcher names it in its later requests and in
@@ -68,11 +71,12 @@ struct kv_connector_config {
   int64_t max_export_blocks;      /* blocks exported at once, all requests; 0 = the cache's blocks */
   int64_t fetch_timeout_ms;       /* one KVFetchRequest's wait for its reply; 0 = 5000 */
   int64_t transfer_timeout_ms;    /* a whole transfer's deadline (NotReady retries included); 0 = 60000 */
-  int64_t not_ready_timeout_ms;   /* NotReady answers in a row for this long end the receive (failed:
-                                     the scheduler recomputes); 0 = 10000. The export is registered
-                                     with the exporter's next step after the hand-off: one that is
-                                     still unknown by then was lost with a restarted worker or
-                                     scheduler */
+  int64_t not_ready_timeout_ms;   /* NotReady answers in a row for this long while the exporting
+                                     worker runs no step end the receive (failed: the scheduler
+                                     recomputes); 0 = 10000. The clock stops while a step executes
+                                     there (the export may be queued behind it); an export missing
+                                     after that worker began two more steps fails at once
+                                     (kv_fetcher.c) */
   int32_t max_attempts;           /* sends of one chunk's request that got no reply; 0 = 3 */
   int64_t retry_ms;               /* wait before asking again after NotReady; 0 = 10 */
   int32_t fetch_threads;          /* receives run at once (kv_fetcher.h); 0 = 2 */

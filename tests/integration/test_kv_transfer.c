@@ -11,8 +11,9 @@
  * recompute still gives R's tokens, and Q releases P's export when a reply told it the export's
  * generation (a release naming it ends an export at once); a lost reply, of the last chunk too,
  * is resent and the transfer completes; a receive started before P's export completes once it
- * comes, fails after not_ready_timeout_ms of NotReady when it never does and at once when the
- * exporting worker restarted (another incarnation answers); a stale release (an earlier export of the same id) ends
+ * comes, also behind a step on P longer than not_ready_timeout_ms, and fails after that timeout
+ * of NotReady with P idle when it never comes, at once when the exporting worker restarted
+ * (another incarnation answers) or began two more steps without it; a stale release (an earlier export of the same id) ends
  * nothing and the newer export is received whole; an expired export is reported finished_sending and a later fetch gets
  * Expired; fetches for blocks the export does not list get errors, never data; every CPU KV cache
  * dtype (fp16, q8_0, fp8) arrives bit-exactly; --device sim moves zero bytes of the real size.
@@ -740,6 +741,82 @@ static void test_a_receive_of_an_expired_export_fails(void **state) {
   model_runner_destroy(rq);
 }
 
+/* Returns once c's fetcher asked again after a reply (NotReady here: P runs, no reply is lost). */
+static void wait_retried(struct kv_connector *c) {
+  struct kv_connector_stats st = {0};
+  for (int i = 0; i < 2000 && st.chunks_retried == 0; i++) {
+    nanosleep(&(struct timespec){0, 5000000}, NULL);
+    kv_connector_stats(c, &st);
+  }
+  assert_true(st.chunks_retried > 0);
+}
+
+/* A step on worker c with nothing to transfer: before_step (metadata, no exports), after_step. */
+static void empty_step(struct kv_connector *c, bool end) {
+  const struct llb_kv_connector_metadata m = {0};
+  assert_int_equal(kv_connector_before_step(c, &m, NULL, 0), LLB_STATUS_OK);
+  struct llb_kv_connector_output o;
+  if (end) kv_connector_after_step(c, &o);
+}
+
+/* P's worker is in a step longer than not_ready_timeout_ms (300 ms here; a CPU prefill of
+ * thousands of tokens on a large model) with the step carrying the export queued behind it: Q's
+ * NotReady clock stops while P reports a step executing, and the receive completes once P
+ * exports. Before, the 300 ms of NotReady failed it and Q recomputed the whole prompt. */
+static void test_a_long_step_on_the_exporter_does_not_fail_a_receive_queued_behind_it(void **state) {
+  (void)state;
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                      *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("P12", rp, bus_p), *cq = make_connector_nr("Q12", rq, bus_q, 300, 0);
+  assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
+  const int32_t blocks[4] = {1, 2, 3, 4}, local[4] = {9, 10, 11, 12};
+  empty_step(cp, false); /* the long step begins */
+  receive_blocks(cq, "q-behind", "P12", "p-behind", local, 0, N);
+  for (int i = 0; i < 12; i++) { /* 1.2 s of it, 4x Q's NotReady timeout */
+    nanosleep(&(struct timespec){0, 100000000}, NULL);
+    struct llb_kv_connector_output o;
+    kv_connector_after_step(cq, &o);
+    assert_int_equal(o.num_failed_recving, 0);
+  }
+  struct llb_kv_connector_output o;
+  kv_connector_after_step(cp, &o); /* it ends; the next step registers the export */
+  export_blocks(cp, "p-behind", blocks, 4, N, 30.0f);
+  wait_ended(cq, "q-behind", ENDED_RECVING);
+  kv_connector_destroy(cp);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rp);
+  model_runner_destroy(rq);
+}
+
+/* P's scheduler died after the hand-off and its successor runs steps without the export (or a
+ * step carrying it was dropped): once P's worker has begun two more steps since Q's first
+ * NotReady, the export cannot come and the receive fails, long before Q's NotReady timeout
+ * (8 s here; wait_ended gives up at 10 s). */
+static void test_an_export_missing_two_steps_later_fails_the_receive_at_once(void **state) {
+  (void)state;
+  struct model_runner *rp = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16),
+                      *rq = make_runner(MODEL_RUNNER_DEVICE_CPU, BACKEND_KV_DTYPE_F16);
+  struct kv_connector *cp = make_connector("P13", rp, bus_p), *cq = make_connector_nr("Q13", rq, bus_q, 8000, 0);
+  assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
+  const int32_t local[4] = {9, 10, 11, 12};
+  empty_step(cp, true); /* P has run a step: its replies name worker_steps 1 */
+  receive_blocks(cq, "q-never", "P13", "p-never", local, 0, N);
+  wait_retried(cq);
+  empty_step(cp, true);
+  nanosleep(&(struct timespec){0, 100000000}, NULL);
+  struct llb_kv_connector_output o;
+  kv_connector_after_step(cq, &o);
+  assert_int_equal(o.num_failed_recving, 0); /* one step later the export may still come */
+  const int64_t t0 = llb_now_ns();
+  empty_step(cp, true);
+  wait_ended(cq, "q-never", ENDED_FAILED);
+  assert_true((double)(llb_now_ns() - t0) / 1e9 < 4.0);
+  kv_connector_destroy(cp);
+  kv_connector_destroy(cq);
+  model_runner_destroy(rp);
+  model_runner_destroy(rq);
+}
+
 /* The hand-off reaches the decode engine before the exporting worker runs the step that registers
  * the export: Q's first fetches get NotReady and the receive completes once P exports. */
 static void test_a_receive_started_before_its_export_completes(void **state) {
@@ -750,10 +827,7 @@ static void test_a_receive_started_before_its_export_completes(void **state) {
   assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
   const int32_t blocks[4] = {1, 2, 3, 4}, local[4] = {9, 10, 11, 12};
   receive_blocks(cq, "q-early", "P9", "p-late", local, 0, N);
-  nanosleep(&(struct timespec){0, 200000000}, NULL); /* Q asked, P answered NotReady */
-  struct kv_connector_stats st;
-  kv_connector_stats(cq, &st);
-  assert_true(st.chunks_retried > 0);
+  wait_retried(cq); /* Q asked, P answered NotReady */
   export_blocks(cp, "p-late", blocks, 4, N, 30.0f);
   wait_ended(cq, "q-early", ENDED_RECVING);
   wait_ended(cp, "p-late", ENDED_SENDING); /* Q's release */
@@ -800,12 +874,7 @@ static void test_a_restarted_exporter_fails_the_receive_at_its_first_answer(void
   assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
   const int32_t local[4] = {9, 10, 11, 12};
   receive_blocks(cq, "q-orphan", "P11", "p-orphan", local, 0, N);
-  struct kv_connector_stats st = {0};
-  for (int i = 0; i < 400 && st.chunks_retried == 0; i++) { /* the first worker answered NotReady */
-    nanosleep(&(struct timespec){0, 5000000}, NULL);
-    kv_connector_stats(cq, &st);
-  }
-  assert_true(st.chunks_retried > 0);
+  wait_retried(cq); /* the first worker answered NotReady */
   kv_connector_destroy(cp); /* the worker dies; its successor subscribes */
   cp = make_connector("P11", rp, bus_p);
   assert_int_equal(bus_flush(bus_p, 2000), LLB_STATUS_OK);
@@ -1113,6 +1182,8 @@ int main(void) {
       cmocka_unit_test(test_a_receive_started_before_its_export_completes),
       cmocka_unit_test(test_an_export_that_never_comes_fails_the_receive_at_the_not_ready_timeout),
       cmocka_unit_test(test_a_restarted_exporter_fails_the_receive_at_its_first_answer),
+      cmocka_unit_test(test_a_long_step_on_the_exporter_does_not_fail_a_receive_queued_behind_it),
+      cmocka_unit_test(test_an_export_missing_two_steps_later_fails_the_receive_at_once),
       cmocka_unit_test(test_every_cpu_kv_dtype_arrives_bit_exactly),
       cmocka_unit_test(test_concurrent_receives_each_get_their_own_blocks),
       cmocka_unit_test(test_a_mismatched_geometry_fails_the_receive),

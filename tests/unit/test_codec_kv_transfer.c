@@ -389,9 +389,10 @@ static void test_generation_round_trips_and_absent_is_zero(void **state) {
   llb_buf_free(&old);
 }
 
-/* The exporter's incarnation (KVTransferChunk.incarnation, at the end of the table): any 64-bit
- * value round-trips on every status, NotReady too (it names the worker, not an export); 0 is
- * absent, so an old peer's chunk decodes as 0; it is outside the checksum. */
+/* The exporter's incarnation, step count and busy flag (KVTransferChunk.incarnation,
+ * worker_steps, worker_busy, at the end of the table): any value round-trips on every status,
+ * NotReady too (they describe the worker, not an export); absent (an old peer's chunk) decodes as
+ * 0 / false; the incarnation is outside the checksum. */
 static void test_incarnation_round_trips_on_every_status_and_absent_is_zero(void **state) {
   (void)state;
   struct llb_buf b = {0}, old = {0};
@@ -409,10 +410,15 @@ static void test_incarnation_round_trips_on_every_status_and_absent_is_zero(void
   assert_true(cout.checksum == llb_kv_transfer_chunk_checksum(&plain));
   const struct llb_kv_transfer_chunk nr = {.request_id = S("p-2"), .status = LLB_KV_TRANSFER_NOT_READY,
                                            .error = {.code = LLB_STATUS_NOT_FOUND, .message = S("not yet")},
-                                           .incarnation = UINT64_MAX};
+                                           .incarnation = UINT64_MAX, .worker_steps = 0x123456789ull,
+                                           .worker_busy = true};
   assert_int_equal(llb_kv_transfer_chunk_encode_buf(&nr, &b), LLB_STATUS_OK);
   assert_int_equal(decode_chunk(b.data, b.len, &cout), LLB_STATUS_OK);
   assert_true(cout.status == LLB_KV_TRANSFER_NOT_READY && cout.incarnation == UINT64_MAX && cout.generation == 0);
+  assert_true(cout.worker_steps == 0x123456789ull && cout.worker_busy);
+  assert_true(old.len > 0);
+  assert_int_equal(decode_chunk(old.data, old.len, &cout), LLB_STATUS_OK); /* an older exporter's */
+  assert_true(cout.worker_steps == 0 && !cout.worker_busy);
   llb_buf_free(&b);
   llb_buf_free(&old);
 }
