@@ -391,6 +391,13 @@ static void carry_all(struct scheduler_actor *a) {
     LLB_LOG_ERROR("carry_ids_failed", "reason=out_of_memory");
 }
 
+/* The step was never sent (a round trip or the send failed): its ids and its exports go with the
+ * next one. */
+static void carry_unsent(struct scheduler_actor *a) {
+  carry_all(a);
+  sched_kv_sends_unsent(a->sched, &a->out);
+}
+
 enum plan_result {
   PLAN_SCHEDULE_FAILED, /* schedule() failed: nothing was done */
   PLAN_FAILED,          /* a KV or encoder round trip (or the encoder plan) failed */
@@ -420,7 +427,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
     if (st) {
       atomic_fetch_add(&a->c_kv_fail, 1);
       exec_channel_forget(a->exec);
-      carry_all(a);
+      carry_unsent(a);
       sched_kv_resync(a->sched); /* its state is unknown: the next kv step carries every held block */
       step_failed(a, "kv_manager", st);
       return PLAN_FAILED;
@@ -428,7 +435,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
   }
   if ((st = sched_schedule_encoder(a->sched, &a->out, &a->enc))) {
     exec_channel_forget(a->exec);
-    carry_all(a);
+    carry_unsent(a);
     step_failed(a, "schedule_encoder", st);
     return PLAN_FAILED;
   }
@@ -437,7 +444,7 @@ static enum plan_result plan_step(struct scheduler_actor *a, bool *did) {
     if ((st = encoder_round_trip(a))) {
       atomic_fetch_add(&a->c_enc_fail, 1);
       exec_channel_forget(a->exec);
-      carry_all(a);
+      carry_unsent(a);
       step_failed(a, "encoder_cache", st);
       return PLAN_FAILED;
     }
@@ -479,6 +486,7 @@ static bool run_step(struct scheduler_actor *a) {
   /* the same send and wait as the asynchronous pipeline at depth 1: a wait that a peer
    * failure seen in the heartbeats ends at once, which bus_request could not offer */
   llb_status st = execute_send(a);
+  if (st) sched_kv_sends_unsent(a->sched, &a->out); /* not sent: its exports go with the next step */
   if (!st) st = execute_receive(a);
   if (st == LLB_STATUS_ABORTED) { /* a peer failure, already counted and logged */
     carry_all(a);
@@ -523,7 +531,7 @@ static bool run_step_async(struct scheduler_actor *a) {
     case PLAN_READY: {
       const llb_status st = execute_send(a);
       if (st) {
-        carry_all(a); /* not sent: its ids go with the next step */
+        carry_unsent(a); /* not sent: its ids and exports go with the next step */
         exec_failed(a, st);
         return true;
       }

@@ -73,6 +73,18 @@ void sched_kv_apply_output(struct scheduler *s, const struct sched_model_output 
   }
 }
 
+void sched_kv_sends_unsent(struct scheduler *s, const struct sched_output *out) {
+  for (int32_t i = 0; i < out->num_kv_sends; i++) {
+    const int32_t k = out->kv_sends[i].req_id ? find_sender(s, out->kv_sends[i].req_id) : -1;
+    if (k < 0) continue; /* ended since */
+    struct sched_request *r = s->kv_senders[k];
+    bool queued = false;
+    for (int32_t j = 0; j < s->num_kv_new_sends && !queued; j++) queued = s->kv_new_sends[j] == r;
+    if (!queued && sched_push_request(&s->kv_new_sends, &s->num_kv_new_sends, &s->cap_kv_new_sends, r))
+      LLB_LOG_ERROR("kv_send_lost", "req=%s reason=out_of_memory: its export waits for its deadline", r->request_id);
+  }
+}
+
 void sched_kv_new_epoch(struct scheduler *s) {
   const int32_t n = s->num_kv_senders;
   while (s->num_kv_senders > 0) end_export(s, s->num_kv_senders - 1);

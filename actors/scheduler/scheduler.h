@@ -254,6 +254,13 @@ llb_status sched_hand_off(struct scheduler *s, const char *req_id, struct sched_
  * worker's output says which ended; the caller polls at the rate it wants (an idle engine would
  * otherwise send such steps back to back). */
 void sched_kv_tick(struct scheduler *s, bool poll, double now_s);
+/* The step `out` (its kv_sends, from sched_schedule) never reached the worker (a KV or encoder
+ * round trip failed, or the send did): its exports go with the next step instead, so that the
+ * decode engine, which has the hand-off already, can still fetch them (else the worker never
+ * registers them, the decode side waits on NotReady and the blocks stay held until the send
+ * deadline). Exports ended meanwhile are skipped. Not for a step that was sent (the worker may
+ * have registered them: a second registration would be a new export generation). */
+void sched_kv_sends_unsent(struct scheduler *s, const struct sched_output *out);
 /* Whether transfers are under way (see sched_kv_tick). */
 bool sched_kv_pending(const struct scheduler *s);
 /* The worker's KV contents may be gone (a worker or the bus seen failing): every

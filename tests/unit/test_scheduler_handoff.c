@@ -150,6 +150,52 @@ static void a_handed_off_requests_blocks_are_exported_until_finished_sending(voi
   h_fini(&h);
 }
 
+/* Defect (review of the chaos_pd_short fix): a step whose KV round trip, encoder round trip or
+ * send failed was dropped with the exports sched_schedule had moved into it, so the worker never
+ * registered them while the decode engine, which has the hand-off, waited for them. Now
+ * sched_kv_sends_unsent puts them back: the next step carries the export again; one ended
+ * meanwhile (finished_sending) is not carried. */
+static void an_export_of_a_step_never_sent_goes_with_the_next_step(void **state) {
+  (void)state;
+  struct sched_config c;
+  config(&c);
+  c.kv_transfer = true;
+  c.async_scheduling = false;
+  struct harness h;
+  h_init(&h, &c);
+  h_add(&h, "p", 10, 8, 0, 0);
+  h_step(&h);
+  struct sched_engine_outputs side;
+  sched_engine_outputs_init(&side);
+  assert_int_equal(sched_hand_off(h.s, "p", &side), LLB_STATUS_OK);
+  sched_kv_tick(h.s, true, 1.0);
+  h_schedule(&h);
+  assert_int_equal(h.out.num_kv_sends, 1);
+  sched_kv_sends_unsent(h.s, &h.out); /* the step was not sent */
+  assert_int_equal(sched_step_failed(h.s, "", false, &side), LLB_STATUS_OK);
+  h_schedule(&h);
+  assert_int_equal(h.out.num_kv_sends, 1);
+  assert_string_equal(h.out.kv_sends[0].req_id, "p");
+  assert_int_equal(h.out.kv_sends[0].num_tokens, 10);
+  sched_kv_sends_unsent(h.s, &h.out); /* twice in a row: queued once */
+  sched_kv_sends_unsent(h.s, &h.out);
+  assert_int_equal(sched_step_failed(h.s, "", false, &side), LLB_STATUS_OK);
+  h_schedule(&h);
+  assert_int_equal(h.out.num_kv_sends, 1);
+  kv_report(&h, NULL, 0, NULL, 0, NULL, 0); /* sent this time */
+  h_schedule(&h);
+  assert_int_equal(h.out.num_kv_sends, 0); /* registered: not again */
+  const char *sent[1] = {"p"};
+  kv_report(&h, sent, 1, NULL, 0, NULL, 0);
+  assert_false(sched_kv_pending(h.s));
+  sched_engine_outputs_free(&side);
+  h_step(&h);
+  struct sched_stats st;
+  sched_get_stats(h.s, &st);
+  assert_int_equal(st.num_free_blocks, c.num_blocks);
+  h_fini(&h);
+}
+
 /* KV transfer, decode side (vLLM WAITING_FOR_REMOTE_KVS): a hand-off gets blocks for the remote
  * KV (with a prefix lookup), waits for it without compute, then computes only its last known
  * token; a failed receive computes everything from its prefix hit instead. */
@@ -343,6 +389,7 @@ int main(void) {
       cmocka_unit_test(a_request_handed_off_after_its_first_token_leaves_with_its_blocks_freed),
       cmocka_unit_test(only_a_running_request_with_an_output_is_handed_off),
       cmocka_unit_test(a_handed_off_requests_blocks_are_exported_until_finished_sending),
+      cmocka_unit_test(an_export_of_a_step_never_sent_goes_with_the_next_step),
       cmocka_unit_test(a_hand_off_waits_for_its_kv_then_decodes_or_recomputes),
       cmocka_unit_test(a_receiving_request_preempted_is_named_and_recomputed),
       cmocka_unit_test(a_kv_manager_restart_keeps_held_exports_through_the_resync),
