@@ -17,6 +17,13 @@ void llb_hash_key_generate(struct llb_hash_key *key) {
   randombytes_buf(key->bytes, sizeof key->bytes);
 }
 
+uint64_t llb_random_u64_nonzero(void) {
+  uint64_t v = 0;
+  if (sodium_init() < 0) return 1; /* unreachable: randombytes_buf aborts without randomness */
+  while (v == 0) randombytes_buf(&v, sizeof v);
+  return v;
+}
+
 static int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;

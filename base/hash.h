@@ -83,6 +83,11 @@ struct llb_hash_key {
  * libsodium aborts the process when the system has no randomness at all. */
 void llb_hash_key_generate(struct llb_hash_key *key);
 
+/* 64 fresh random bits, never 0 (the kernel's CSPRNG through libsodium, as llb_hash_key_generate:
+ * never fails). For identities that must differ across processes and restarts: a scheduler's
+ * first KV epoch, a worker's incarnation, sampling seeds. */
+uint64_t llb_random_u64_nonzero(void);
+
 /* Parses a key written as 64 hex digits (what llb_hash_key_to_hex writes; surrounding ASCII
  * whitespace ignored) into *key. INVALID_ARGUMENT for anything else (the message never quotes
  * the text: it is a secret). */

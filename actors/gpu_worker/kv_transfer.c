@@ -7,11 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
 #include "actors/gpu_worker/kv_export.h"
 #include "actors/gpu_worker/kv_fetcher.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "bus/subject.h"
 #include "schemas/kv_transfer.h"
@@ -41,17 +40,7 @@ struct kv_connector {
   atomic_bool busy;                 /* between such a call and after_step */
 };
 
-/* A value no other connector (process or restart) is likely to draw: 64 random bits, else the
- * wall clock in ns; never 0. */
-static uint64_t draw_incarnation(void) {
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    v = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-  }
-  return v ? v : 1;
-}
+
 
 static llb_status read_block(void *user, int32_t block_id, uint8_t *dst) {
   struct kv_connector *c = user;
@@ -105,7 +94,7 @@ llb_status kv_connector_create(const struct kv_connector_config *cfg, struct mod
   c->cfg = *cfg;
   c->cfg.engine_id = c->engine_id;
   c->runner = runner;
-  c->incarnation = draw_incarnation();
+  c->incarnation = llb_random_u64_nonzero(); /* no other connector (process or restart) draws it */
   model_runner_kv_geometry(runner, &c->geom);
   pthread_mutex_init(&c->serve_mu, NULL);
   llb_arena_init(&c->serve_arena, NULL, 0);

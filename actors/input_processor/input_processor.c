@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
+#include "base/hash.h"
 #include "base/log.h"
 #include "bus/subject.h"
 #include "model/tokenizer/tokenizer.h"
@@ -29,11 +29,7 @@ static const char *const known_roles[] = {"system", "user", "assistant", "tool"}
 
 static uint64_t os_random_u64(void *ctx) {
   (void)ctx;
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
-    v = (uint64_t)llb_wall_ns() * 0x9E3779B97F4A7C15ull ^ (uint64_t)llb_now_ns();
-  }
-  return v;
+  return llb_random_u64_nonzero();
 }
 
 llb_status input_processor_create(const struct tokenizer *tok, const struct input_processor_config *cfg,

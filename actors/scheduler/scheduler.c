@@ -6,9 +6,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "base/hash.h"
 #include "base/log.h"
@@ -71,15 +68,7 @@ static void destroy_live_cb(void *ctx, const char *key, void *value) {
 
 /* A scheduler's first block-accounting epoch: random, so that a restarted scheduler's differs
  * from its predecessor's (sched_kv_new_epoch); never 0 (none). */
-static uint64_t random_epoch(void) {
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    v = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
-  }
-  return v ? v : 1;
-}
+static uint64_t random_epoch(void) { return llb_random_u64_nonzero(); }
 
 llb_status sched_create(const struct sched_config *cfg, struct scheduler **out) {
   if (!cfg || !out) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sched_create: NULL argument");

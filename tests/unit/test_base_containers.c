@@ -307,6 +307,18 @@ static void test_block_hash_needs_the_key(void **state) {
   assert_int_equal(llb_hash_key_from_hex("abcd", &back), LLB_STATUS_INVALID_ARGUMENT);
 }
 
+/* Identities drawn with llb_random_u64_nonzero (a worker's incarnation, a scheduler's first KV
+ * epoch) must never be 0 (the wire's "none") and must differ from one draw to the next. */
+static void test_random_u64_is_nonzero_and_differs(void **state) {
+  (void)state;
+  uint64_t seen[256];
+  for (int i = 0; i < 256; i++) {
+    seen[i] = llb_random_u64_nonzero();
+    assert_true(seen[i] != 0);
+    for (int j = 0; j < i; j++) assert_true(seen[j] != seen[i]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_strmap_put_get_replace_remove),
@@ -320,6 +332,7 @@ int main(void) {
       cmocka_unit_test(test_hash_values_are_pinned),
       cmocka_unit_test(test_keyed_hashes_are_blake2b_under_the_key),
       cmocka_unit_test(test_block_hash_needs_the_key),
+      cmocka_unit_test(test_random_u64_is_nonzero_and_differs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
