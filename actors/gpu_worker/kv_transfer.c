@@ -40,8 +40,6 @@ struct kv_connector {
   atomic_bool busy;                 /* between such a call and after_step */
 };
 
-
-
 static llb_status read_block(void *user, int32_t block_id, uint8_t *dst) {
   struct kv_connector *c = user;
   return model_runner_kv_block_read(c->runner, block_id, dst, c->geom.block_bytes);
@@ -153,6 +151,10 @@ static void serve_fetch(struct kv_connector *c, const struct llb_kv_fetch_reques
 }
 
 llb_status kv_connector_serve(struct kv_connector *c, const uint8_t *req, size_t len, struct llb_buf *reply) {
+  /* read before the export is looked up: a NotReady naming step n means the exports of steps up
+   * to n were registered before the lookup (kv_fetcher.c counts on it) */
+  const uint64_t steps = atomic_load(&c->steps_begun);
+  const bool busy = atomic_load(&c->busy);
   pthread_mutex_lock(&c->serve_mu);
   llb_arena_reset(&c->serve_arena);
   struct llb_kv_fetch_request q;
@@ -177,8 +179,8 @@ llb_status kv_connector_serve(struct kv_connector *c, const uint8_t *req, size_t
     atomic_fetch_add(&c->bytes_sent, ch.data_len);
   }
   ch.incarnation = c->incarnation;
-  ch.worker_steps = atomic_load(&c->steps_begun);
-  ch.worker_busy = atomic_load(&c->busy);
+  ch.worker_steps = steps;
+  ch.worker_busy = busy;
   llb_status st = llb_kv_transfer_chunk_encode_buf(&ch, reply);
   pthread_mutex_unlock(&c->serve_mu);
   return st;
