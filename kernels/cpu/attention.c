@@ -658,12 +658,22 @@ attention_item_batch_t_avx2(enum backend_kv_dtype t, const struct attn_task *tk,
  * ATTN_MAX_DIM. Same numbers as the generic path. A quantized cache (Q8_0, FP8) is read where it
  * lies, 8 values at a time widened in registers to the fp16 values attention_run_quantized's
  * scratch would hold (kv_load8_avx2). */
+#define ATTN_ITEM_FN(NAME, T)                                                                                        \
+  ATTN_AVX2_TARGET __attribute__((noinline)) static void NAME(const struct attn_task *t, const struct attn_item *it,   \
+                                                              float *scores) {                                       \
+    attention_item_batch_t_avx2(T, t, it, scores);                                                                   \
+  }
+ATTN_ITEM_FN(attention_item_batch_f16_avx2, BACKEND_KV_DTYPE_F16)
+ATTN_ITEM_FN(attention_item_batch_q8_0_avx2, BACKEND_KV_DTYPE_Q8_0)
+ATTN_ITEM_FN(attention_item_batch_fp8_avx2, BACKEND_KV_DTYPE_FP8_E4M3)
+#undef ATTN_ITEM_FN
+
 ATTN_AVX2_TARGET static void attention_item_batch_avx2(const struct attn_task *t, const struct attn_item *it,
                                                        float *scores /* [n_h, n_ctx] */) {
-  switch (t->p->kv->dtype) {
-  case BACKEND_KV_DTYPE_Q8_0: attention_item_batch_t_avx2(BACKEND_KV_DTYPE_Q8_0, t, it, scores); return;
-  case BACKEND_KV_DTYPE_FP8_E4M3: attention_item_batch_t_avx2(BACKEND_KV_DTYPE_FP8_E4M3, t, it, scores); return;
-  default: attention_item_batch_t_avx2(BACKEND_KV_DTYPE_F16, t, it, scores); return;
+  switch (t->p->kv->dtype) { /* one function per dtype (see pv_lanes_avx512's) */
+  case BACKEND_KV_DTYPE_Q8_0: attention_item_batch_q8_0_avx2(t, it, scores); return;
+  case BACKEND_KV_DTYPE_FP8_E4M3: attention_item_batch_fp8_avx2(t, it, scores); return;
+  default: attention_item_batch_f16_avx2(t, it, scores); return;
   }
 }
 #endif
