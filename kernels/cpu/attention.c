@@ -1,9 +1,12 @@
 /* Paged causal attention with GQA over an fp16 KV cache (vLLM's paged layout).
  *
- * Quantized caches (Q8_0, FP8 E4M3: kernels/backend.h) are read as fp16: for each run of rows of
- * one sequence and KV head, the keys it attends are converted into a per-thread fp16 scratch
- * once (FP8 exactly, Q8_0's d * q rounded to nearest even), and the fp16 paths below run on that:
- * the same numbers on every path and in every batch, half or less of the cache's bytes read.
+ * Quantized caches (Q8_0, FP8 E4M3: kernels/backend.h) are read as the fp16 values they hold (FP8
+ * exactly, Q8_0's d * q rounded to nearest even): a one-row item in the BATCH order on AVX2 or
+ * AVX-512 (every decode step) reads the cache where it lies and widens 8 or 16 values at a time
+ * in registers (kv_load8_avx2, kv_load16_avx512); the other paths (row tiles of a prefill, the
+ * SINGLE order, the portable path) first convert the keys a run of rows of one sequence and KV
+ * head attends into a per-thread fp16 scratch, once, and run the fp16 paths on that. The same
+ * numbers on every path and in every batch, half or less of the cache's bytes read.
  *
  * A work item is one query row and the query heads of one KV head (or a single head when
  * there are too few items for the threads and the contexts are short); threads claim
@@ -269,6 +272,18 @@ static const uint16_t *kv_row_at(const struct backend_kv_layer *kv, const void *
   return (const uint16_t *)base + slot * (int64_t)kv->n_kv_heads * kv->head_dim + (int64_t)kvh * kv->head_dim;
 }
 
+/* Where an item reads its KV head's rows: V (or K) row of slot s at base + s * rs + off bytes. */
+struct attn_kv_rows {
+  const uint8_t *base;
+  int64_t rs, off; /* bytes: a slot's rows (n_kv_heads of them), the KV head's row in it */
+};
+
+/* The V rows of the item's KV head in kv (any dtype). */
+static struct attn_kv_rows attn_v_rows(const struct backend_kv_layer *kv, int32_t kvh) {
+  const int64_t rb = (int64_t)backend_kv_row_bytes(kv->dtype, kv->head_dim);
+  return (struct attn_kv_rows){(const uint8_t *)kv->v, rb * kv->n_kv_heads, rb * kvh};
+}
+
 /* Portable path, the reference order: per head, per key. acc [64 * ATTN_COMB_DIM] scratch. */
 static void attention_item_generic(const struct attn_task *t, const struct attn_item *it, float *scores,
                                    float *acc) {
@@ -386,12 +401,40 @@ ATTN_AVX2_TARGET static inline __m128 reduce4x16_avx2(const __m256 lo[4], const 
   return _mm256_castps256_ps128(_mm256_permutevar8x32_ps(t, _mm256_setr_epi32(0, 4, 2, 6, 0, 0, 0, 0)));
 }
 
+/* Values e .. e + 7 of the K or V row at `row` (dtype t: backend_kv_row_bytes bytes; e % 8 == 0)
+ * as float, as kv_load16_avx512 widens them: fp16 exactly; Q8_0's fp16(d * q) rounded to nearest
+ * even; FP8 E4M3 as sign | magnitude << 7 (the fp16 of the value times 2^-8; magnitude 0x7F:
+ * NaN 0x7E00 | sign) widened and times 2^8 (exact; a NaN stays the same NaN). Inlined with a
+ * constant t. */
+ATTN_AVX2_TARGET static inline __attribute__((always_inline)) __m256 kv_load8_avx2(enum backend_kv_dtype t,
+                                                                                 const uint8_t *row, int32_t e) {
+  if (t == BACKEND_KV_DTYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * e)));
+  if (t == BACKEND_KV_DTYPE_Q8_0) {
+    const uint8_t *blk = row + 34 * (e >> 5);
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + (e & 31)))));
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), q), _MM_FROUND_TO_NEAREST_INT));
+  }
+  const __m128i w = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(row + e))), 7),
+                                  _mm_set1_epi16((short)0xBF80));
+  const __m128i mag = _mm_set1_epi16(0x3F80);
+  const __m128i nan = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16((short)0x8000)), _mm_set1_epi16(0x7E00));
+  const __m128i h = _mm_blendv_epi8(w, nan, _mm_cmpeq_epi16(_mm_and_si128(w, mag), mag));
+  return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+}
+
+/* kf [k][0 .. hd) = key k (row k0 + k * rs bytes, dtype t) as float, k < 4. */
+ATTN_AVX2_TARGET static inline __attribute__((always_inline)) void
+kv_convert4_avx2(enum backend_kv_dtype t, const uint8_t *k0, int64_t rs, int32_t hd, float (*kf)[ATTN_MAX_DIM]) {
+  for (int k = 0; k < 4; k++)
+    for (int32_t i = 0; i < hd; i += 8) _mm256_storeu_ps(kf[k] + i, kv_load8_avx2(t, k0 + k * rs, i));
+}
+
 /* kf [k][0 .. hd) = key k (fp16 at k0 + k * stride) as float, k < 4. */
 ATTN_AVX2_TARGET static inline void convert4_avx2(const uint16_t *k0, int64_t stride, int32_t hd,
                                                   float (*kf)[ATTN_MAX_DIM]) {
-  for (int k = 0; k < 4; k++)
-    for (int32_t i = 0; i < hd; i += 8)
-      _mm256_storeu_ps(kf[k] + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k0 + k * stride + i))));
+  kv_convert4_avx2(BACKEND_KV_DTYPE_F16, (const uint8_t *)k0, 2 * stride, hd, kf);
 }
 
 /* The raw BATCH dots of q [hd] (fp16-rounded) with 4 keys: from floats kf (kf != NULL) or
@@ -417,14 +460,20 @@ ATTN_AVX2_TARGET static inline __m128 qk4_avx2(const float *q, const float (*kf)
   return reduce4x16_avx2(lo, hi);
 }
 
-/* The BATCH dot of q with one fp16 key: two accumulators, attn_reduce16. */
-ATTN_AVX2_TARGET static inline float qk1_avx2(const float *q, const uint16_t *k, int32_t hd) {
+/* The BATCH dot of q with one key (row k, dtype t): two accumulators, attn_reduce16. */
+ATTN_AVX2_TARGET static inline __attribute__((always_inline)) float kv_qk1_avx2(enum backend_kv_dtype t, const float *q,
+                                                                              const uint8_t *k, int32_t hd) {
   __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
   for (int32_t i = 0; i < hd; i += 16) {
-    lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), lo);
-    hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8))), hi);
+    lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), kv_load8_avx2(t, k, i), lo);
+    hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), kv_load8_avx2(t, k, i + 8), hi);
   }
   return attn_reduce16(lo, hi);
+}
+
+/* kv_qk1_avx2 of an fp16 key. */
+ATTN_AVX2_TARGET static inline float qk1_avx2(const float *q, const uint16_t *k, int32_t hd) {
+  return kv_qk1_avx2(BACKEND_KV_DTYPE_F16, q, (const uint8_t *)k, hd);
 }
 
 /* sc [0 .. 4) = attn_score of the raw dots d (lane k: key k). */
@@ -438,51 +487,54 @@ ATTN_AVX2_TARGET static inline void scores4_store_avx2(const struct backend_attn
 }
 
 /* Scores [g * n_ctx + j] of the item's heads for keys [first, n_ctx), block by block; 4 keys
- * at a time (converted once for all heads when there are several). */
-ATTN_AVX2_TARGET static void scores_batch_avx2(const struct backend_attn_params *p, const struct attn_item *it,
-                                               const float (*qh)[ATTN_MAX_DIM], int64_t stride, int64_t head_off,
-                                               float *scores) {
+ * at a time (converted once for all heads when there are several or the cache is quantized).
+ * K rows of dtype t at kr. */
+ATTN_AVX2_TARGET static inline __attribute__((always_inline)) void
+scores_batch_avx2(enum backend_kv_dtype t, const struct backend_attn_params *p, const struct attn_item *it,
+                  const float (*qh)[ATTN_MAX_DIM], struct attn_kv_rows kr, float *scores) {
   const struct backend_kv_layer *kv = p->kv;
   const int32_t hd = kv->head_dim, n_h = it->n_h, n_ctx = it->n_ctx, bs = kv->block_size;
   const int32_t n_blocks = (n_ctx + bs - 1) / bs, b0 = it->first / bs;
+  const bool widen = n_h > 1 || t != BACKEND_KV_DTYPE_F16;
   float kf[4][ATTN_MAX_DIM];
   for (int32_t b = b0; b < n_blocks; b++) {
-    const uint16_t *kb = (const uint16_t *)kv->k + (int64_t)it->table[b] * bs * stride + head_off;
+    const uint8_t *kb = kr.base + (int64_t)it->table[b] * bs * kr.rs + kr.off;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
     int32_t o = b == b0 ? it->first - b * bs : 0;
     for (; o + 4 <= n; o += 4) {
-      if (n_h > 1) convert4_avx2(kb + o * stride, stride, hd, kf);
+      if (widen) kv_convert4_avx2(t, kb + o * kr.rs, kr.rs, hd, kf);
       for (int32_t g = 0; g < n_h; g++) {
-        const __m128 d = qk4_avx2(qh[g], n_h > 1 ? (const float(*)[ATTN_MAX_DIM])kf : NULL, kb + o * stride, stride, hd);
+        const __m128 d = qk4_avx2(qh[g], widen ? (const float(*)[ATTN_MAX_DIM])kf : NULL,
+                                  (const uint16_t *)(const void *)(kb + o * kr.rs), kr.rs / 2, hd);
         scores4_store_avx2(p, d, scores + (int64_t)g * n_ctx + b * bs + o);
       }
     }
     for (; o < n; o++)
       for (int32_t g = 0; g < n_h; g++)
-        scores[(int64_t)g * n_ctx + b * bs + o] = attn_score(p, qk1_avx2(qh[g], kb + o * stride, hd));
+        scores[(int64_t)g * n_ctx + b * bs + o] = attn_score(p, kv_qk1_avx2(t, qh[g], kb + o * kr.rs, hd));
   }
 }
 
 /* Lane l of head g's p.v over dims [d0, d0 + 8 * nv) (nv <= 8 registers): the keys j = l
- * (mod 16) from `first` in key order, fma(p_j, v_j[d], a[d]); stored to lane [8 * nv]. */
+ * (mod 16) from `first` in key order, fma(p_j, v_j[d], a[d]); stored to lane [8 * nv]. V rows
+ * of dtype t at vr. */
 ATTN_AVX2_TARGET static inline __attribute__((always_inline)) void
-pv_lane_avx2(const struct backend_kv_layer *kv, const struct attn_item *it, const float *sg, int64_t stride,
-             int64_t off, int32_t l, const int32_t nv, float *lane) {
+pv_lane_avx2(enum backend_kv_dtype t, const struct backend_kv_layer *kv, const struct attn_item *it, const float *sg,
+             struct attn_kv_rows vr, int32_t d0, int32_t l, const int32_t nv, float *lane) {
   const int32_t n_ctx = it->n_ctx, bs = kv->block_size, first = it->first;
   const int32_t n_blocks = (n_ctx + bs - 1) / bs, b0 = first / bs;
   __m256 a[8];
   for (int32_t i = 0; i < nv; i++) a[i] = _mm256_setzero_ps();
   for (int32_t b = b0; b < n_blocks; b++) {
-    const uint16_t *vb = (const uint16_t *)kv->v + (int64_t)it->table[b] * bs * stride + off;
+    const uint8_t *vb = vr.base + (int64_t)it->table[b] * bs * vr.rs + vr.off;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
     int32_t o = l; /* bs % 16 == 0: key b * bs + o is in lane o % 16 */
     while (b * bs + o < first) o += 16;
     const float *pb = sg + b * bs;
     for (; o < n; o += 16) {
-      const uint16_t *vr = vb + (int64_t)o * stride;
+      const uint8_t *row = vb + (int64_t)o * vr.rs;
       const __m256 pj = _mm256_set1_ps(pb[o]);
-      for (int32_t i = 0; i < nv; i++)
-        a[i] = _mm256_fmadd_ps(pj, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8 * i))), a[i]);
+      for (int32_t i = 0; i < nv; i++) a[i] = _mm256_fmadd_ps(pj, kv_load8_avx2(t, row, d0 + 8 * i), a[i]);
     }
   }
   for (int32_t i = 0; i < nv; i++) _mm256_storeu_ps(lane + 8 * i, a[i]);
@@ -490,46 +542,47 @@ pv_lane_avx2(const struct backend_kv_layer *kv, const struct attn_item *it, cons
 
 /* out [hd] of head g = p.v in the BATCH order: per slice of up to 64 dims, the 16 lanes
  * (pv_lane_avx2) summed in combine_lanes' tree. */
-ATTN_AVX2_TARGET static void pv_batch_avx2(const struct backend_attn_params *p, const struct attn_item *it,
-                                           const float *sg, int64_t stride, int64_t head_off, float *out) {
+ATTN_AVX2_TARGET static inline __attribute__((always_inline)) void
+pv_batch_avx2(enum backend_kv_dtype t, const struct backend_attn_params *p, const struct attn_item *it, const float *sg,
+              struct attn_kv_rows vr, float *out) {
   const int32_t hd = p->kv->head_dim;
   for (int32_t d0 = 0; d0 < hd; d0 += 64) {
     const int32_t nv = (hd - d0 < 64 ? hd - d0 : 64) / 8;
     float lane[16][64];
     for (int32_t l = 0; l < 16; l++) {
-      if (nv == 8) pv_lane_avx2(p->kv, it, sg, stride, head_off + d0, l, 8, lane[l]);
-      else pv_lane_avx2(p->kv, it, sg, stride, head_off + d0, l, nv, lane[l]);
+      if (nv == 8) pv_lane_avx2(t, p->kv, it, sg, vr, d0, l, 8, lane[l]);
+      else pv_lane_avx2(t, p->kv, it, sg, vr, d0, l, nv, lane[l]);
     }
     for (int32_t i = 0; i < nv; i++) {
-      __m256 t[16];
-      for (int l = 0; l < 16; l++) t[l] = _mm256_loadu_ps(lane[l] + 8 * i);
-      for (int l = 0; l < 8; l++) t[l] = _mm256_add_ps(t[l + 8], t[l]);
-      for (int l = 0; l < 4; l++) t[l] = _mm256_add_ps(t[l + 4], t[l]);
-      _mm256_storeu_ps(out + d0 + 8 * i, _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+      __m256 s[16];
+      for (int l = 0; l < 16; l++) s[l] = _mm256_loadu_ps(lane[l] + 8 * i);
+      for (int l = 0; l < 8; l++) s[l] = _mm256_add_ps(s[l + 8], s[l]);
+      for (int l = 0; l < 4; l++) s[l] = _mm256_add_ps(s[l + 4], s[l]);
+      _mm256_storeu_ps(out + d0 + 8 * i, _mm256_add_ps(_mm256_add_ps(s[0], s[2]), _mm256_add_ps(s[1], s[3])));
     }
   }
 }
 
-/* Lane l of the p.v of two heads (probabilities s0, s1) over dims [off, off + 32) of their KV
+/* Lane l of the p.v of two heads (probabilities s0, s1) over dims [d0, d0 + 32) of their KV
  * head: pv_lane_avx2's fmas for each head, in the same key order, with each key's 32 V values
  * converted once for both (4 + 8 registers). Stored to lane0 [32], lane1 [32]. */
-ATTN_AVX2_TARGET static inline void pv_lane2_avx2(const struct backend_kv_layer *kv, const struct attn_item *it,
-                                                  const float *s0, const float *s1, int64_t stride, int64_t off,
-                                                  int32_t l, float *lane0, float *lane1) {
+ATTN_AVX2_TARGET static inline __attribute__((always_inline)) void
+pv_lane2_avx2(enum backend_kv_dtype t, const struct backend_kv_layer *kv, const struct attn_item *it, const float *s0,
+              const float *s1, struct attn_kv_rows vr, int32_t d0, int32_t l, float *lane0, float *lane1) {
   const int32_t n_ctx = it->n_ctx, bs = kv->block_size, first = it->first;
   const int32_t n_blocks = (n_ctx + bs - 1) / bs, b0 = first / bs;
   __m256 a0[4], a1[4];
   for (int i = 0; i < 4; i++) a0[i] = a1[i] = _mm256_setzero_ps();
   for (int32_t b = b0; b < n_blocks; b++) {
-    const uint16_t *vb = (const uint16_t *)kv->v + (int64_t)it->table[b] * bs * stride + off;
+    const uint8_t *vb = vr.base + (int64_t)it->table[b] * bs * vr.rs + vr.off;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
     int32_t o = l; /* bs % 16 == 0: key b * bs + o is in lane o % 16 */
     while (b * bs + o < first) o += 16;
     for (; o < n; o += 16) {
-      const uint16_t *vr = vb + (int64_t)o * stride;
+      const uint8_t *row = vb + (int64_t)o * vr.rs;
       const __m256 p0 = _mm256_set1_ps(s0[b * bs + o]), p1 = _mm256_set1_ps(s1[b * bs + o]);
       for (int i = 0; i < 4; i++) {
-        const __m256 vf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8 * i)));
+        const __m256 vf = kv_load8_avx2(t, row, d0 + 8 * i);
         a0[i] = _mm256_fmadd_ps(p0, vf, a0[i]);
         a1[i] = _mm256_fmadd_ps(p1, vf, a1[i]);
       }
@@ -540,55 +593,88 @@ ATTN_AVX2_TARGET static inline void pv_lane2_avx2(const struct backend_kv_layer 
 
 /* out0, out1 [hd] = p.v of two heads of the item (probabilities s0, s1), as pv_batch_avx2 gives
  * each: per 32 dims, the 16 lanes (pv_lane2_avx2) summed in the same tree. head_dim % 32 == 0. */
-ATTN_AVX2_TARGET static void pv_batch2_avx2(const struct backend_attn_params *p, const struct attn_item *it,
-                                            const float *s0, const float *s1, int64_t stride, int64_t head_off,
-                                            float *out0, float *out1) {
+ATTN_AVX2_TARGET static inline __attribute__((always_inline)) void
+pv_batch2_avx2(enum backend_kv_dtype t, const struct backend_attn_params *p, const struct attn_item *it,
+               const float *s0, const float *s1, struct attn_kv_rows vr, float *out0, float *out1) {
   const int32_t hd = p->kv->head_dim;
   for (int32_t d0 = 0; d0 < hd; d0 += 32) {
     float lane[2][16][32];
-    for (int32_t l = 0; l < 16; l++) pv_lane2_avx2(p->kv, it, s0, s1, stride, head_off + d0, l, lane[0][l], lane[1][l]);
+    for (int32_t l = 0; l < 16; l++) pv_lane2_avx2(t, p->kv, it, s0, s1, vr, d0, l, lane[0][l], lane[1][l]);
     for (int h = 0; h < 2; h++)
       for (int32_t i = 0; i < 4; i++) {
-        __m256 t[16];
-        for (int l = 0; l < 16; l++) t[l] = _mm256_loadu_ps(lane[h][l] + 8 * i);
-        for (int l = 0; l < 8; l++) t[l] = _mm256_add_ps(t[l + 8], t[l]);
-        for (int l = 0; l < 4; l++) t[l] = _mm256_add_ps(t[l + 4], t[l]);
+        __m256 s[16];
+        for (int l = 0; l < 16; l++) s[l] = _mm256_loadu_ps(lane[h][l] + 8 * i);
+        for (int l = 0; l < 8; l++) s[l] = _mm256_add_ps(s[l + 8], s[l]);
+        for (int l = 0; l < 4; l++) s[l] = _mm256_add_ps(s[l + 4], s[l]);
         _mm256_storeu_ps((h ? out1 : out0) + d0 + 8 * i,
-                         _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+                         _mm256_add_ps(_mm256_add_ps(s[0], s[2]), _mm256_add_ps(s[1], s[3])));
       }
   }
 }
 
 /* out of the item's heads = p.v (probabilities scores [n_h, n_ctx]) in the BATCH order: heads in
- * pairs where head_dim % 32 == 0 (pv_batch2_avx2), the rest one by one (pv_batch_avx2). */
-ATTN_AVX2_TARGET static void pv_item_batch_avx2(const struct backend_attn_params *p, const struct attn_item *it,
-                                                const float *scores, int64_t stride, int64_t head_off) {
+ * pairs where head_dim % 32 == 0 (pv_batch2_avx2), the rest one by one (pv_batch_avx2). V rows
+ * of dtype t. */
+ATTN_AVX2_TARGET static inline __attribute__((always_inline)) void
+pv_item_batch_t_avx2(enum backend_kv_dtype t, const struct backend_attn_params *p, const struct attn_item *it,
+                     const float *scores) {
   const int32_t hd = p->kv->head_dim, n_h = it->n_h, n_ctx = it->n_ctx;
+  const struct attn_kv_rows vr = attn_v_rows(p->kv, it->kvh);
   float *out = p->out + ((int64_t)it->tok * p->n_heads + it->h0) * hd;
   int32_t g = 0;
   if (hd % 32 == 0) /* heads in pairs: each key's V row converted once for both */
     for (; g + 2 <= n_h; g += 2)
-      pv_batch2_avx2(p, it, scores + (int64_t)g * n_ctx, scores + (int64_t)(g + 1) * n_ctx, stride, head_off,
+      pv_batch2_avx2(t, p, it, scores + (int64_t)g * n_ctx, scores + (int64_t)(g + 1) * n_ctx, vr,
                      out + (int64_t)g * hd, out + (int64_t)(g + 1) * hd);
-  for (; g < n_h; g++) pv_batch_avx2(p, it, scores + (int64_t)g * n_ctx, stride, head_off, out + (int64_t)g * hd);
+  for (; g < n_h; g++) pv_batch_avx2(t, p, it, scores + (int64_t)g * n_ctx, vr, out + (int64_t)g * hd);
 }
 
-/* The BATCH order on AVX2 (see above). block_size % 16 == 0, head_dim % 16 == 0 and <=
- * ATTN_MAX_DIM. Same numbers as the generic path. */
-ATTN_AVX2_TARGET static void attention_item_batch_avx2(const struct attn_task *t, const struct attn_item *it,
-                                                       float *scores /* [n_h, n_ctx] */) {
-  const struct backend_attn_params *p = t->p;
+/* pv_item_batch_t_avx2 over an fp16 cache (the row tiles' p.v). */
+ATTN_AVX2_TARGET static void pv_item_batch_avx2(const struct backend_attn_params *p, const struct attn_item *it,
+                                                const float *scores) {
+  pv_item_batch_t_avx2(BACKEND_KV_DTYPE_F16, p, it, scores);
+}
+
+/* attention_item_batch_avx2 on a cache of dtype t (inlined with a constant t). */
+ATTN_AVX2_TARGET static inline __attribute__((always_inline)) void
+attention_item_batch_t_avx2(enum backend_kv_dtype t, const struct attn_task *tk, const struct attn_item *it,
+                            float *scores /* [n_h, n_ctx] */) {
+  const struct backend_attn_params *p = tk->p;
   const int32_t hd = p->kv->head_dim, n_h = it->n_h, n_ctx = it->n_ctx;
-  const int64_t stride = (int64_t)p->kv->n_kv_heads * hd, head_off = (int64_t)it->kvh * hd;
+  const int64_t rb = (int64_t)backend_kv_row_bytes(t, hd);
+  const struct attn_kv_rows kr = {(const uint8_t *)p->kv->k, rb * p->kv->n_kv_heads, rb * it->kvh};
   float qh[ATTN_MAX_GROUP][ATTN_MAX_DIM];
   for (int32_t g = 0; g < n_h; g++) {
     const float *q = p->q + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd;
     for (int32_t i = 0; i < hd; i += 8)
       _mm256_storeu_ps(qh[g] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
   }
-  scores_batch_avx2(p, it, (const float(*)[ATTN_MAX_DIM])qh, stride, head_off, scores);
+  scores_batch_avx2(t, p, it, (const float(*)[ATTN_MAX_DIM])qh, kr, scores);
   for (int32_t g = 0; g < n_h; g++) softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)g * n_ctx, it->first, n_ctx);
-  pv_item_batch_avx2(p, it, scores, stride, head_off);
+  pv_item_batch_t_avx2(t, p, it, scores);
+}
+
+/* The BATCH order on AVX2 (see above). block_size % 16 == 0, head_dim % 16 == 0 and <=
+ * ATTN_MAX_DIM. Same numbers as the generic path. A quantized cache (Q8_0, FP8) is read where it
+ * lies, 8 values at a time widened in registers to the fp16 values attention_run_quantized's
+ * scratch would hold (kv_load8_avx2). */
+#define ATTN_ITEM_FN(NAME, T)                                                                                        \
+  ATTN_AVX2_TARGET __attribute__((noinline)) static void NAME(const struct attn_task *t, const struct attn_item *it,   \
+                                                              float *scores) {                                       \
+    attention_item_batch_t_avx2(T, t, it, scores);                                                                   \
+  }
+ATTN_ITEM_FN(attention_item_batch_f16_avx2, BACKEND_KV_DTYPE_F16)
+ATTN_ITEM_FN(attention_item_batch_q8_0_avx2, BACKEND_KV_DTYPE_Q8_0)
+ATTN_ITEM_FN(attention_item_batch_fp8_avx2, BACKEND_KV_DTYPE_FP8_E4M3)
+#undef ATTN_ITEM_FN
+
+ATTN_AVX2_TARGET static void attention_item_batch_avx2(const struct attn_task *t, const struct attn_item *it,
+                                                       float *scores /* [n_h, n_ctx] */) {
+  switch (t->p->kv->dtype) { /* one function per dtype (see pv_lanes_avx512's) */
+  case BACKEND_KV_DTYPE_Q8_0: attention_item_batch_q8_0_avx2(t, it, scores); return;
+  case BACKEND_KV_DTYPE_FP8_E4M3: attention_item_batch_fp8_avx2(t, it, scores); return;
+  default: attention_item_batch_f16_avx2(t, it, scores); return;
+  }
 }
 #endif
 
@@ -740,7 +826,7 @@ ATTN_AVX2_TARGET static void attention_rows_avx2(const struct attn_task *t, cons
       struct attn_item ir = *it0;
       ir.tok += r0;
       ir.n_ctx += r0;
-      pv_item_batch_avx2(p, &ir, scores + (int64_t)r0 * n_h * n_last, stride, head_off);
+      pv_item_batch_avx2(p, &ir, scores + (int64_t)r0 * n_h * n_last);
       continue;
     }
     pv_rows_pass_avx2(p, it0, r0, nr - r0 < rp ? nr - r0 : rp, scores, n_last, stride, head_off);
@@ -824,21 +910,51 @@ ATTN_AVX512_TARGET static void round_q_avx512(const struct backend_attn_params *
   }
 }
 
+/* Values i * 16 .. i * 16 + 15 of the K or V row at `row` (dtype t: backend_kv_row_bytes bytes)
+ * as float, the values the fp16 scratch of cpu_kv_row_to_fp16 holds widened: fp16 exactly;
+ * Q8_0's fp16(d * q) rounded to nearest even (the float product, then F16C); FP8 E4M3 exactly
+ * (sign | magnitude << 7 is the fp16 of the value times 2^-8, normals and subnormals alike,
+ * times 2^8 in float; the magnitude 0x7F is NaN, fp16 0x7E00 | sign as the table). Inlined with
+ * a constant t: one load and conversion (fp16), five more operations (Q8_0, FP8). */
+ATTN_AVX512_TARGET static inline __attribute__((always_inline)) __m512 kv_load16_avx512(enum backend_kv_dtype t,
+                                                                                      const uint8_t *row, int32_t i) {
+  if (t == BACKEND_KV_DTYPE_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 32 * i)));
+  if (t == BACKEND_KV_DTYPE_Q8_0) {
+    const uint8_t *blk = row + 34 * (i >> 1);
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2 + 16 * (i & 1)))));
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h)), q), _MM_FROUND_TO_NEAREST_INT));
+  }
+  const __m256i w = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + 16 * i))), 7),
+                                     _mm256_set1_epi16((short)0xBF80)); /* sign at bit 15, magnitude at 7-13 */
+  const __m256i mag = _mm256_set1_epi16(0x3F80);
+  const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, mag), mag);
+  const __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(w), _mm512_set1_ps(256.0f));
+  const __m256i nan_h = _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16((short)0x8000)), _mm256_set1_epi16(0x7E00));
+  return _mm512_mask_mov_ps(f, nan, _mm512_cvtph_ps(nan_h));
+}
+
+/* kf [l] = the key row k + l * rs (bytes; l < 16, dtype t, 16 * nv values) as float
+ * (kv_load16_avx512). */
+ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
+kv_convert16_avx512(enum backend_kv_dtype t, const uint8_t *k, int64_t rs, int32_t nv, float (*kf)[ATTN_MAX_DIM]) {
+  for (int l = 0; l < 16; l++)
+    for (int32_t i = 0; i < nv; i++) _mm512_storeu_ps(kf[l] + 16 * i, kv_load16_avx512(t, k + l * rs, i));
+}
+
 /* kf [l] = the fp16 key k + l * stride (l < 16, 16 * nv values) as float. */
 ATTN_AVX512_TARGET static inline void convert16_avx512(const uint16_t *k, int64_t stride, int32_t nv,
                                                        float (*kf)[ATTN_MAX_DIM]) {
-  for (int l = 0; l < 16; l++)
-    for (int32_t i = 0; i < nv; i++)
-      _mm512_storeu_ps(kf[l] + 16 * i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + l * stride + 16 * i))));
+  kv_convert16_avx512(BACKEND_KV_DTYPE_F16, (const uint8_t *)k, 2 * stride, nv, kf);
 }
 
-/* sc [g * head_stride] = the score of one key k (fp16, 16 * nv values) for heads qh [g < n_h]:
- * one 16-lane accumulator, _mm512_reduce_add_ps (the bits of a lane of reduce16x16_avx512). */
+/* sc [g * head_stride] = the score of one key (kf: nv registers of its values as float) for heads
+ * qh [g < n_h]: one 16-lane accumulator, _mm512_reduce_add_ps (the bits of a lane of
+ * reduce16x16_avx512). */
 ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
-score1_avx512(const struct backend_attn_params *p, int32_t n_h, const float (*qh)[ATTN_MAX_DIM], const uint16_t *k,
-              int32_t nv, float *sc, int64_t head_stride) {
-  __m512 kf[ATTN_MAX_DIM / 16];
-  for (int32_t i = 0; i < nv; i++) kf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + 16 * i)));
+score1f_avx512(const struct backend_attn_params *p, int32_t n_h, const float (*qh)[ATTN_MAX_DIM], const __m512 *kf,
+               int32_t nv, float *sc, int64_t head_stride) {
   for (int32_t g = 0; g < n_h; g++) {
     __m512 acc = _mm512_setzero_ps();
     for (int32_t i = 0; i < nv; i++) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh[g] + 16 * i), kf[i], acc);
@@ -846,15 +962,35 @@ score1_avx512(const struct backend_attn_params *p, int32_t n_h, const float (*qh
   }
 }
 
-/* The scores of 16 keys (kb + o * stride on) for every head of the item, scaled (attn_score). */
-ATTN_AVX512_TARGET static void scores16_avx512(const struct backend_attn_params *p, int32_t n_h, int32_t n_ctx,
-                                               const float (*qh)[ATTN_MAX_DIM], const uint16_t *k, int64_t stride,
-                                               int32_t nv, float *scores /* [n_h, n_ctx] at this key */) {
+/* score1f_avx512 of the key row k (dtype t). */
+ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
+kv_score1_avx512(const struct backend_attn_params *p, enum backend_kv_dtype t, int32_t n_h,
+                 const float (*qh)[ATTN_MAX_DIM], const uint8_t *k, int32_t nv, float *sc, int64_t head_stride) {
+  __m512 kf[ATTN_MAX_DIM / 16];
+  for (int32_t i = 0; i < nv; i++) kf[i] = kv_load16_avx512(t, k, i);
+  score1f_avx512(p, n_h, qh, kf, nv, sc, head_stride);
+}
+
+/* kv_score1_avx512 of an fp16 key k. */
+ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
+score1_avx512(const struct backend_attn_params *p, int32_t n_h, const float (*qh)[ATTN_MAX_DIM], const uint16_t *k,
+              int32_t nv, float *sc, int64_t head_stride) {
+  kv_score1_avx512(p, BACKEND_KV_DTYPE_F16, n_h, qh, (const uint8_t *)k, nv, sc, head_stride);
+}
+
+/* The scores of 16 keys (rows k + l * rs, bytes, dtype t) for every head of the item, scaled
+ * (attn_score). One fp16 head reads its keys in the dot (qk16_avx512); otherwise they are
+ * widened once into floats for all heads (the same fmas of the same values). */
+ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
+kv_scores16_avx512(const struct backend_attn_params *p, enum backend_kv_dtype t, int32_t n_h, int32_t n_ctx,
+                   const float (*qh)[ATTN_MAX_DIM], const uint8_t *k, int64_t rs, int32_t nv,
+                   float *scores /* [n_h, n_ctx] at this key */) {
   float kf[16][ATTN_MAX_DIM];
-  if (n_h > 1) convert16_avx512(k, stride, nv, kf);
+  const bool widen = n_h > 1 || t != BACKEND_KV_DTYPE_F16;
+  if (widen) kv_convert16_avx512(t, k, rs, nv, kf);
   for (int32_t g = 0; g < n_h; g++) {
-    const __m512 dots = n_h > 1 ? qk16f_avx512(qh[g], (const float(*)[ATTN_MAX_DIM])kf, nv)
-                                : qk16_avx512(qh[g], k, stride, nv);
+    const __m512 dots = widen ? qk16f_avx512(qh[g], (const float(*)[ATTN_MAX_DIM])kf, nv)
+                              : qk16_avx512(qh[g], (const uint16_t *)(const void *)k, rs / 2, nv);
     scores16_store_avx512(p, dots, scores + (int64_t)g * n_ctx);
   }
 }
@@ -867,25 +1003,26 @@ static int32_t pv_heads_per_pass(int32_t nv, int32_t n_h) {
 
 /* Lane l of pv_avx512's pass over heads g0 .. g0 + ng - 1: their accumulators (nv registers
  * of 16 output dims per head) over the keys j = l (mod 16) from `first`, in key order, stored
- * to lane [ng * nv * 16]. Inlined with constant nv and ng where it matters, so the
- * accumulators stay in registers. */
+ * to lane [ng * nv * 16]. V rows of dtype t at vr. Inlined with constant t, nv and ng where it
+ * matters, so the accumulators stay in registers. */
 ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
-pv_lane_avx512(const struct backend_kv_layer *kv, const struct attn_item *it, const float *scores, int64_t stride,
-               int64_t head_off, int32_t g0, int32_t l, const int32_t nv, const int32_t ng, float *lane) {
+pv_lane_avx512(enum backend_kv_dtype t, const struct backend_kv_layer *kv, const struct attn_item *it,
+               const float *scores, struct attn_kv_rows vr, int32_t g0, int32_t l, const int32_t nv, const int32_t ng,
+               float *lane) {
   const int32_t n_ctx = it->n_ctx, bs = kv->block_size, first = it->first;
   const int32_t n_blocks = (n_ctx + bs - 1) / bs, b0 = first / bs;
   __m512 a[16];
   for (int32_t x = 0; x < ng * nv; x++) a[x] = _mm512_setzero_ps();
   for (int32_t b = b0; b < n_blocks; b++) {
-    const uint16_t *vb = (const uint16_t *)kv->v + (int64_t)it->table[b] * bs * stride + head_off;
+    const uint8_t *vb = vr.base + (int64_t)it->table[b] * bs * vr.rs + vr.off;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
     int32_t o = l; /* bs % 16 == 0: key b * bs + o is in lane o % 16 */
     while (b * bs + o < first) o += 16;
     const float *pb = scores + (int64_t)g0 * n_ctx + b * bs;
     for (; o < n; o += 16) {
-      const uint16_t *vr = vb + (int64_t)o * stride;
+      const uint8_t *row = vb + (int64_t)o * vr.rs;
       __m512 vf[16];
-      for (int32_t i = 0; i < nv; i++) vf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * i)));
+      for (int32_t i = 0; i < nv; i++) vf[i] = kv_load16_avx512(t, row, i);
       for (int32_t g = 0; g < ng; g++) {
         const __m512 pj = _mm512_set1_ps(pb[(int64_t)g * n_ctx + o]);
         for (int32_t i = 0; i < nv; i++) a[g * nv + i] = _mm512_fmadd_ps(pj, vf[i], a[g * nv + i]);
@@ -895,37 +1032,63 @@ pv_lane_avx512(const struct backend_kv_layer *kv, const struct attn_item *it, co
   for (int32_t x = 0; x < ng * nv; x++) _mm512_storeu_ps(lane + 16 * x, a[x]);
 }
 
+/* The 16 lanes of pv_avx512's pass over heads g0 .. g0 + ng - 1 (lane [l][ng * hd]), specialized
+ * for SmolLM2's and head_dim 128's shapes. */
+ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
+pv_lanes_avx512(enum backend_kv_dtype t, const struct backend_kv_layer *kv, const struct attn_item *it,
+                const float *scores, struct attn_kv_rows vr, int32_t g0, int32_t nv, int32_t ng, float (*lane)[16 * 16]) {
+  for (int32_t l = 0; l < 16; l++) {
+#define PV_LANE(NV, NG) pv_lane_avx512(t, kv, it, scores, vr, g0, l, NV, NG, lane[l])
+    if (nv == 4 && ng == 3) PV_LANE(4, 3); /* head_dim 64, 3 heads per KV head (SmolLM2) */
+    else if (nv == 4 && ng == 4) PV_LANE(4, 4);
+    else if (nv == 4 && ng == 2) PV_LANE(4, 2);
+    else if (nv == 4 && ng == 1) PV_LANE(4, 1);
+    else if (nv == 8 && ng == 2) PV_LANE(8, 2); /* head_dim 128 */
+    else if (nv == 8 && ng == 1) PV_LANE(8, 1);
+    else PV_LANE(nv, ng);
+#undef PV_LANE
+  }
+}
+
+/* pv_lanes_avx512 for each dtype, each its own function (one dtype's specializations per
+ * function; with all three inlined into pv_avx512 and attention_item_avx512, fp16 decode at 4096
+ * tokens measured 0.86x, 0.96x, 0.93x of main in three pairs, split 1.00-1.14x). */
+#define ATTN_PV_LANES_FN(NAME, T)                                                                                    \
+  ATTN_AVX512_TARGET __attribute__((noinline)) static void NAME(                                                     \
+      const struct backend_kv_layer *kv, const struct attn_item *it, const float *scores, struct attn_kv_rows vr,    \
+      int32_t g0, int32_t nv, int32_t ng, float (*lane)[16 * 16]) {                                                  \
+    pv_lanes_avx512(T, kv, it, scores, vr, g0, nv, ng, lane);                                                        \
+  }
+ATTN_PV_LANES_FN(pv_lanes_f16_avx512, BACKEND_KV_DTYPE_F16)
+ATTN_PV_LANES_FN(pv_lanes_q8_0_avx512, BACKEND_KV_DTYPE_Q8_0)
+ATTN_PV_LANES_FN(pv_lanes_fp8_avx512, BACKEND_KV_DTYPE_FP8_E4M3)
+#undef ATTN_PV_LANES_FN
+
 /* out [n_h][hd] = p.v of the item's heads in the BATCH order: the accumulator of lane l (one
  * per head and 16 output dims) takes the keys j = l (mod 16) in key order, then the 16 lanes
  * are summed in combine_lanes' tree. Lane by lane, so each key's V row is converted once for
- * all the heads of a pass (the same fmas as per head, so the same bits). */
+ * all the heads of a pass (the same fmas as per head, so the same bits). V rows of the
+ * cache's dtype, read where they lie (kv_load16_avx512). */
 ATTN_AVX512_TARGET static void pv_avx512(const struct backend_attn_params *p, const struct attn_item *it,
-                                         const float *scores /* [n_h, n_ctx] */, int64_t stride, int64_t head_off) {
+                                         const float *scores /* [n_h, n_ctx] */) {
   const struct backend_kv_layer *kv = p->kv;
   const int32_t hd = kv->head_dim, nv = hd / 16;
   const int32_t gh = pv_heads_per_pass(nv, it->n_h);
+  const struct attn_kv_rows vr = attn_v_rows(kv, it->kvh);
   for (int32_t g0 = 0; g0 < it->n_h; g0 += gh) {
     const int32_t ng = it->n_h - g0 < gh ? it->n_h - g0 : gh, na = ng * nv;
     float lane[16][16 * 16]; /* [l][g * hd + d]: ng * hd <= 256 */
-    for (int32_t l = 0; l < 16; l++) {
-#define PV_LANE(NV, NG) pv_lane_avx512(kv, it, scores, stride, head_off, g0, l, NV, NG, lane[l])
-      if (nv == 4 && ng == 3) PV_LANE(4, 3); /* head_dim 64, 3 heads per KV head (SmolLM2) */
-      else if (nv == 4 && ng == 4) PV_LANE(4, 4);
-      else if (nv == 4 && ng == 2) PV_LANE(4, 2);
-      else if (nv == 4 && ng == 1) PV_LANE(4, 1);
-      else if (nv == 8 && ng == 2) PV_LANE(8, 2); /* head_dim 128 */
-      else if (nv == 8 && ng == 1) PV_LANE(8, 1);
-      else PV_LANE(nv, ng);
-#undef PV_LANE
-    }
+    if (kv->dtype == BACKEND_KV_DTYPE_Q8_0) pv_lanes_q8_0_avx512(kv, it, scores, vr, g0, nv, ng, lane);
+    else if (kv->dtype == BACKEND_KV_DTYPE_FP8_E4M3) pv_lanes_fp8_avx512(kv, it, scores, vr, g0, nv, ng, lane);
+    else pv_lanes_f16_avx512(kv, it, scores, vr, g0, nv, ng, lane);
     for (int32_t x = 0; x < na; x++) { /* x = g * nv + i: head g0 + g, dims 16 i .. */
-      __m512 t[16];
-      for (int l = 0; l < 16; l++) t[l] = _mm512_loadu_ps(lane[l] + 16 * x);
-      for (int l = 0; l < 8; l++) t[l] = _mm512_add_ps(t[l + 8], t[l]);
-      for (int l = 0; l < 4; l++) t[l] = _mm512_add_ps(t[l + 4], t[l]);
+      __m512 s[16];
+      for (int l = 0; l < 16; l++) s[l] = _mm512_loadu_ps(lane[l] + 16 * x);
+      for (int l = 0; l < 8; l++) s[l] = _mm512_add_ps(s[l + 8], s[l]);
+      for (int l = 0; l < 4; l++) s[l] = _mm512_add_ps(s[l + 4], s[l]);
       const int32_t g = x / nv, i = x % nv;
       float *out = p->out + ((int64_t)it->tok * p->n_heads + it->h0 + g0 + g) * hd + 16 * i;
-      _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(t[0], t[2]), _mm512_add_ps(t[1], t[3])));
+      _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3])));
     }
   }
 }
@@ -935,31 +1098,31 @@ ATTN_AVX512_TARGET static void pv_avx512(const struct backend_attn_params *p, co
  * key order, fma(p_j, v_j, a)) stay in registers, a group of 16 keys is one step per lane,
  * then the lanes are summed in combine_lanes' tree: pv_avx512's fmas and sums for one head,
  * so the same bits, without its per-key walk of the block table (one key a block and lane at
- * block_size 16). block_size % 16 == 0. */
-ATTN_AVX512_TARGET static void pv_keys_avx512(const struct backend_kv_layer *kv, const struct attn_item *it,
-                                              const float *sg, float *out) {
+ * block_size 16). block_size % 16 == 0. V rows of dtype t. */
+ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
+pv_keys_avx512(enum backend_kv_dtype t, const struct backend_kv_layer *kv, const struct attn_item *it, const float *sg,
+               float *out) {
   const int32_t hd = kv->head_dim, n_ctx = it->n_ctx, first = it->first, bs = kv->block_size;
   const int32_t b0 = first / bs, n_blocks = (n_ctx + bs - 1) / bs;
-  const int64_t stride = (int64_t)kv->n_kv_heads * hd;
+  const struct attn_kv_rows vr = attn_v_rows(kv, it->kvh);
   for (int32_t i = 0; i < hd / 16; i++) {
     __m512 a[16];
     _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] = _mm512_setzero_ps();
     for (int32_t b = b0; b < n_blocks; b++) {
-      const uint16_t *vb = (const uint16_t *)kv->v + (int64_t)it->table[b] * bs * stride + (int64_t)it->kvh * hd + 16 * i;
+      const uint8_t *vb = vr.base + (int64_t)it->table[b] * bs * vr.rs + vr.off;
       const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs, o0 = b == b0 ? (first - b * bs) / 16 * 16 : 0;
       for (int32_t o = o0; o < n; o += 16) { /* keys b * bs + o .. + 15: lanes 0 .. 15 */
-        const uint16_t *vg = vb + (int64_t)o * stride;
+        const uint8_t *vg = vb + (int64_t)o * vr.rs;
         const float *pg = sg + b * bs + o;
         const int32_t lo = b * bs + o < first ? first - b * bs - o : 0, hi = n - o < 16 ? n - o : 16;
         if (lo == 0 && hi == 16) {
-          _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] = _mm512_fmadd_ps(
-              _mm512_set1_ps(pg[l]), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vg + l * stride))), a[l]);
+          _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) a[l] =
+              _mm512_fmadd_ps(_mm512_set1_ps(pg[l]), kv_load16_avx512(t, vg + l * vr.rs, i), a[l]);
           continue;
         }
         _Pragma("GCC unroll 16") for (int l = 0; l < 16; l++) { /* a group cut by the window or n_ctx */
           if (l < lo || l >= hi) continue;
-          a[l] = _mm512_fmadd_ps(_mm512_set1_ps(pg[l]),
-                                 _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vg + l * stride))), a[l]);
+          a[l] = _mm512_fmadd_ps(_mm512_set1_ps(pg[l]), kv_load16_avx512(t, vg + l * vr.rs, i), a[l]);
         }
       }
     }
@@ -969,35 +1132,59 @@ ATTN_AVX512_TARGET static void pv_keys_avx512(const struct backend_kv_layer *kv,
   }
 }
 
-/* The BATCH order with 16-lane registers: a q.k dot is one accumulator (lane i % 16), the
- * p.v lanes j % 16 are combined in combine_lanes' tree (pv_avx512). Same numbers as the
- * generic path. Keys are walked block by block (no division per key); block_size % 16 == 0,
- * head_dim % 16 == 0 and <= ATTN_MAX_DIM. */
-ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, const struct attn_item *it,
-                                                     float *scores /* [n_h, n_ctx] */) {
-  const struct backend_attn_params *p = t->p;
+/* attention_item_avx512 on a cache of dtype t (inlined with a constant t): K and V rows read
+ * where they lie and widened in registers. */
+ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
+attention_item_kv_avx512(enum backend_kv_dtype t, const struct attn_task *tk, const struct attn_item *it,
+                         float *scores /* [n_h, n_ctx] */) {
+  const struct backend_attn_params *p = tk->p;
   const struct backend_kv_layer *kv = p->kv;
   const int32_t hd = kv->head_dim, n_h = it->n_h, n_ctx = it->n_ctx, bs = kv->block_size;
-  const int64_t stride = (int64_t)kv->n_kv_heads * hd, head_off = (int64_t)it->kvh * hd;
+  const int64_t rb = (int64_t)backend_kv_row_bytes(t, hd), rs = rb * kv->n_kv_heads;
   const int32_t n_blocks = (n_ctx + bs - 1) / bs, first = it->first, b0 = first / bs;
   float qh[ATTN_MAX_GROUP][ATTN_MAX_DIM];
   round_q_avx512(p, it->tok, it->h0, n_h, qh);
   for (int32_t b = b0; b < n_blocks; b++) {
-    const uint16_t *kb = (const uint16_t *)kv->k + (int64_t)it->table[b] * bs * stride + head_off;
+    const uint8_t *kb = (const uint8_t *)kv->k + (int64_t)it->table[b] * bs * rs + rb * it->kvh;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
     int32_t o = b == b0 ? first - b * bs : 0;
     /* whole groups of 16 keys: 16 dots at once, reduced together */
     for (; o % 16 == 0 && o + 16 <= n; o += 16)
-      scores16_avx512(p, n_h, n_ctx, (const float(*)[ATTN_MAX_DIM])qh, kb + o * stride, stride, hd / 16,
-                      scores + b * bs + o);
+      kv_scores16_avx512(p, t, n_h, n_ctx, (const float(*)[ATTN_MAX_DIM])qh, kb + o * rs, rs, hd / 16,
+                         scores + b * bs + o);
     for (; o < n; o++)
-      score1_avx512(p, n_h, (const float(*)[ATTN_MAX_DIM])qh, kb + o * stride, hd / 16, scores + b * bs + o, n_ctx);
+      kv_score1_avx512(p, t, n_h, (const float(*)[ATTN_MAX_DIM])qh, kb + o * rs, hd / 16, scores + b * bs + o, n_ctx);
   }
-  for (int32_t g = 0; g < n_h; g++) softmax_f16(t->c->level, scores + (int64_t)g * n_ctx, first, n_ctx); /* AVX-512 expf: same bits */
+  for (int32_t g = 0; g < n_h; g++) softmax_f16(tk->c->level, scores + (int64_t)g * n_ctx, first, n_ctx); /* AVX-512 expf: same bits */
   if (n_h == 1) /* one head (decode items): key by key, nothing shared to convert once */
-    pv_keys_avx512(kv, it, scores, p->out + ((int64_t)it->tok * p->n_heads + it->h0) * hd);
+    pv_keys_avx512(t, kv, it, scores, p->out + ((int64_t)it->tok * p->n_heads + it->h0) * hd);
   else
-    pv_avx512(p, it, scores, stride, head_off);
+    pv_avx512(p, it, scores);
+}
+
+/* The BATCH order with 16-lane registers: a q.k dot is one accumulator (lane i % 16), the
+ * p.v lanes j % 16 are combined in combine_lanes' tree (pv_avx512). Same numbers as the
+ * generic path. Keys are walked block by block (no division per key); block_size % 16 == 0,
+ * head_dim % 16 == 0 and <= ATTN_MAX_DIM. A quantized cache (Q8_0, FP8) is read where it lies,
+ * each 16 values widened in registers to the fp16 values the scratch of attention_run_quantized
+ * would hold (kv_load16_avx512): the same fmas of the same values, half the bytes read. */
+#define ATTN_ITEM_FN(NAME, T)                                                                                        \
+  ATTN_AVX512_TARGET __attribute__((noinline)) static void NAME(const struct attn_task *t, const struct attn_item *it, \
+                                                                float *scores) {                                     \
+    attention_item_kv_avx512(T, t, it, scores);                                                                      \
+  }
+ATTN_ITEM_FN(attention_item_f16_avx512, BACKEND_KV_DTYPE_F16)
+ATTN_ITEM_FN(attention_item_q8_0_avx512, BACKEND_KV_DTYPE_Q8_0)
+ATTN_ITEM_FN(attention_item_fp8_avx512, BACKEND_KV_DTYPE_FP8_E4M3)
+#undef ATTN_ITEM_FN
+
+ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, const struct attn_item *it,
+                                                     float *scores /* [n_h, n_ctx] */) {
+  switch (t->p->kv->dtype) { /* one function per dtype, as pv_lanes_avx512's */
+  case BACKEND_KV_DTYPE_Q8_0: attention_item_q8_0_avx512(t, it, scores); return;
+  case BACKEND_KV_DTYPE_FP8_E4M3: attention_item_fp8_avx512(t, it, scores); return;
+  default: attention_item_f16_avx512(t, it, scores); return;
+  }
 }
 #endif
 
@@ -1095,7 +1282,7 @@ ATTN_AVX512_TARGET static void pv_rows_avx512(const struct backend_attn_params *
       struct attn_item ir = *it0;
       ir.tok += r0;
       ir.n_ctx += r0;
-      pv_avx512(p, &ir, scores + (int64_t)r0 * n_h * n_last, stride, head_off);
+      pv_avx512(p, &ir, scores + (int64_t)r0 * n_h * n_last);
       continue;
     }
     pv_rows_pass_avx512(p, it0, r0, nr - r0 < rp ? nr - r0 : rp, scores, n_last, stride, head_off);
@@ -1148,17 +1335,23 @@ ATTN_AVX512_TARGET static void attention_rows_avx512(const struct attn_task *t, 
 }
 #endif
 
+/* Whether attention_row takes attention_item_avx512 or attention_item_batch_avx2 for an item of
+ * this order on level `level`, the paths that read a quantized cache where it lies (the others
+ * read fp16: attention_run_quantized's scratch). */
+static bool attention_row_direct(const struct attn_task *t, enum cpu_simd_level level, enum cpu_attn_order order) {
+  return ATTN_HAVE_X86 && t->c->level >= level && order == CPU_ATTN_ORDER_BATCH && t->p->kv->head_dim % 16 == 0 &&
+         t->p->kv->head_dim <= ATTN_MAX_DIM && t->p->kv->block_size % 16 == 0;
+}
+
 /* One row's item on the best path for it. */
 static void attention_row(const struct attn_task *t, const struct attn_item *it, float *scores) {
   float acc[64 * ATTN_COMB_DIM]; /* lane accumulators of p.v */
 #if ATTN_HAVE_X86
-  if (t->c->level >= CPU_SIMD_LEVEL_AVX512_VNNI && it->order == CPU_ATTN_ORDER_BATCH &&
-      t->p->kv->head_dim % 16 == 0 && t->p->kv->head_dim <= ATTN_MAX_DIM && t->p->kv->block_size % 16 == 0) {
+  if (attention_row_direct(t, CPU_SIMD_LEVEL_AVX512_VNNI, it->order)) {
     attention_item_avx512(t, it, scores);
     return;
   }
-  if (t->c->level >= CPU_SIMD_LEVEL_AVX2 && it->order == CPU_ATTN_ORDER_BATCH && t->p->kv->head_dim % 16 == 0 &&
-      t->p->kv->head_dim <= ATTN_MAX_DIM && t->p->kv->block_size % 16 == 0) {
+  if (attention_row_direct(t, CPU_SIMD_LEVEL_AVX2, it->order)) {
     attention_item_batch_avx2(t, it, scores);
     return;
   }
@@ -1234,7 +1427,10 @@ static void attention_chunk(void *arg, int64_t chunk, int ith) {
   for (int32_t tok = tok0; tok < end;) {
     int32_t nr = 1;
     while (tok + nr < end && t->c->row_seq[tok + nr] == t->c->row_seq[tok]) nr++;
-    if (t->p->kv->dtype != BACKEND_KV_DTYPE_F16) attention_run_quantized(t, tok, nr, h0, scores, ith);
+    /* a quantized cache: one row on AVX2 / AVX-512 reads it where it lies, the other paths from fp16 scratch */
+    if (t->p->kv->dtype != BACKEND_KV_DTYPE_F16 &&
+        !(nr == 1 && attention_row_direct(t, CPU_SIMD_LEVEL_AVX2, attn_item_at(t, tok, h0).order)))
+      attention_run_quantized(t, tok, nr, h0, scores, ith);
     else attention_run(t, tok, nr, h0, scores);
     tok += nr;
   }

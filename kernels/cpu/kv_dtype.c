@@ -63,8 +63,58 @@ static void e4m3_table_init(void) {
   }
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define KV_DTYPE_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+
+/* Q8_0 row to fp16 with F16C: per 8 values fp16(d * q) rounded to nearest even, the scalar
+ * path's float product and rounding (F16C rounds as llb_fp32_to_fp16). */
+KV_DTYPE_AVX2_TARGET static void kv_q8_0_to_fp16_avx2(const uint8_t *row, int32_t hd, uint16_t *dst) {
+  for (int32_t b = 0; b < hd / 32; b++) {
+    uint16_t h;
+    memcpy(&h, row + 34 * b, 2);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
+    for (int k = 0; k < 4; k++) {
+      const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(row + 34 * b + 2 + 8 * k)));
+      _mm_storeu_si128((__m128i *)(dst + 32 * b + 8 * k),
+                       _mm256_cvtps_ph(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), _MM_FROUND_TO_NEAREST_INT));
+    }
+  }
+}
+
+/* FP8 E4M3 row to fp16, 16 bytes at a time: sign | magnitude << 7 is the fp16 of the value
+ * times 2^-8 (normals and subnormals alike), widened to float, times 2^8 (exact), back to fp16
+ * (exact: E4M3 fits fp16); the magnitude 0x7F (NaN) gives 0x7E00 | sign, as e4m3_fp16. */
+KV_DTYPE_AVX2_TARGET static void kv_e4m3_to_fp16_avx2(const uint8_t *row, int32_t hd, uint16_t *dst) {
+  int32_t i = 0;
+  const __m256i mag_sign = _mm256_set1_epi16((short)0xBF80), mag = _mm256_set1_epi16(0x3F80);
+  const __m256i nan = _mm256_set1_epi16(0x7E00), sign = _mm256_set1_epi16((short)0x8000);
+  const __m256 two8 = _mm256_set1_ps(256.0f);
+  for (; i + 16 <= hd; i += 16) {
+    /* sign-extended byte << 7: sign at bit 15, magnitude at bits 7-13, bit 14 cleared by the mask */
+    const __m256i w = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + i))), 7),
+                                       mag_sign);
+    const __m256i is_nan = _mm256_cmpeq_epi16(_mm256_and_si256(w, mag), mag);
+    const __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
+    const __m128i flo = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_cvtph_ps(lo), two8), _MM_FROUND_TO_NEAREST_INT);
+    const __m128i fhi = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_cvtph_ps(hi), two8), _MM_FROUND_TO_NEAREST_INT);
+    const __m256i f = _mm256_inserti128_si256(_mm256_castsi128_si256(flo), fhi, 1);
+    const __m256i n = _mm256_or_si256(_mm256_and_si256(w, sign), nan);
+    _mm256_storeu_si256((__m256i *)(dst + i), _mm256_blendv_epi8(f, n, is_nan));
+  }
+  for (; i < hd; i++) dst[i] = e4m3_fp16[row[i]];
+}
+#endif
+
 void cpu_kv_row_to_fp16(enum cpu_simd_level level, enum backend_kv_dtype t, const uint8_t *row, int32_t hd,
                            uint16_t *dst) {
+#if defined(__x86_64__)
+  if (level >= CPU_SIMD_LEVEL_AVX2) {
+    if (t == BACKEND_KV_DTYPE_FP8_E4M3) kv_e4m3_to_fp16_avx2(row, hd, dst);
+    else kv_q8_0_to_fp16_avx2(row, hd, dst);
+    return;
+  }
+#endif
   if (t == BACKEND_KV_DTYPE_FP8_E4M3) {
     for (int32_t i = 0; i < hd; i++) dst[i] = e4m3_fp16[row[i]];
     return;

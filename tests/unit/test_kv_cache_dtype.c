@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,6 +203,112 @@ static void test_quantized_cache_reads_as_its_fp16_values_on_every_path(void **s
   }
 }
 
+/* The fp16 value the cache row `row` (dtype t, hd values) holds, by the references above: FP8 by
+ * the code's value (NaN 0x7E00 with the code's sign), Q8_0 as fp16(d * q). */
+static void ref_fp16_of_row(enum backend_kv_dtype t, const uint8_t *row, int32_t hd, uint16_t *f16) {
+  for (int32_t i = 0; i < hd; i++) {
+    if (t == BACKEND_KV_DTYPE_FP8_E4M3) { /* NaN codes: the quiet NaN of their sign */
+      f16[i] = (row[i] & 0x7F) == 0x7F ? (uint16_t)(0x7E00 | (row[i] & 0x80) << 8) : llb_fp32_to_fp16(e4m3_value(row[i]));
+      continue;
+    }
+    uint16_t d;
+    memcpy(&d, row + 34 * (i / 32), 2);
+    f16[i] = llb_fp32_to_fp16(llb_fp16_to_fp32(d) * (float)(int8_t)row[34 * (i / 32) + 2 + i % 32]);
+  }
+}
+
+/* Cache bytes no kv_write gives in this test's other cases: every FP8 code (NaN read alone),
+ * Q8_0 blocks with subnormal, tiny and large fp16 scales and every q from -128 to 127. */
+static void odd_rows(enum backend_kv_dtype t, uint8_t *rows, int32_t n_rows, int32_t D, uint32_t mul, bool with_nan) {
+  static const uint16_t scales[] = {0x0001, 0x0155, 0x03FF, 0x0400, 0x1234, 0x2E66, 0x3C00, 0x4A00, 0x6000};
+  const size_t rb = backend_kv_row_bytes(t, D);
+  for (int32_t r = 0; r < n_rows; r++)
+    for (size_t i = 0; i < rb; i++) {
+      const uint32_t x = (uint32_t)r * (uint32_t)rb + (uint32_t)i;
+      uint8_t b = (uint8_t)(x * mul + 11);
+      if (t == BACKEND_KV_DTYPE_FP8_E4M3 && !with_nan && (b & 0x7F) == 0x7F) b ^= 1; /* NaN: its own check */
+      rows[(size_t)r * rb + i] = b;
+    }
+  if (t != BACKEND_KV_DTYPE_Q8_0) return;
+  for (int32_t r = 0; r < n_rows; r++)
+    for (int32_t b = 0; b < D / 32; b++) {
+      const uint16_t d = scales[((uint32_t)r * 7 + (uint32_t)b * mul) % (sizeof scales / sizeof scales[0])];
+      memcpy(rows + (size_t)r * rb + 34 * b, &d, 2);
+    }
+}
+
+static void check_odd_values(enum backend_kv_dtype t, int32_t T, int32_t H, float scale, bool v_nan) {
+  enum { D = 64, BS = 16 };
+  const int32_t NB = (T + BS - 1) / BS, n_rows = NB * BS * HKV;
+  int32_t table[NB_MAX];
+  for (int32_t i = 0; i < NB; i++) table[i] = (i * 5 + 2) % NB;
+  static uint8_t kq[NB_MAX * BS_MAX * HKV * DM * 2], vq[NB_MAX * BS_MAX * HKV * DM * 2];
+  static uint16_t k16[NB_MAX * BS_MAX * HKV * DM], v16[NB_MAX * BS_MAX * HKV * DM], got[DM];
+  static float q[Q * HM * DM], oq[Q * HM * DM], of[Q * HM * DM];
+  const size_t rb = backend_kv_row_bytes(t, D);
+  odd_rows(t, kq, n_rows, D, 37, false);
+  odd_rows(t, vq, n_rows, D, 101, v_nan);
+  for (int32_t r = 0; r < n_rows; r++) {
+    ref_fp16_of_row(t, kq + (size_t)r * rb, D, k16 + (size_t)r * D);
+    ref_fp16_of_row(t, vq + (size_t)r * rb, D, v16 + (size_t)r * D);
+  }
+  for (int i = 0; i < Q * H * D; i++) q[i] = rndf();
+  struct backend_ctx *c = make_ctx(D);
+  cpu_kv_dtype_prepare(t);
+  struct backend_kv_layer kvq = {.k = kq, .v = vq, .num_blocks = NB, .block_size = BS, .n_kv_heads = HKV,
+                                 .head_dim = D, .dtype = t};
+  struct backend_kv_layer kvf = kvq;
+  kvf.k = k16, kvf.v = v16, kvf.dtype = BACKEND_KV_DTYPE_F16;
+  const int32_t qsl[2] = {0, Q}, qsl1[2] = {0, 1}, lens[1] = {T};
+  for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+    cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
+    for (int32_t r = 0; r < n_rows; r++) { /* the row conversion of the scratch paths */
+      cpu_kv_row_to_fp16((enum cpu_simd_level)lvl, t, kq + (size_t)r * rb, D, got);
+      if (memcmp(got, k16 + (size_t)r * D, D * sizeof(uint16_t)) != 0)
+        fail_msg("%s level %d row %d: read as other fp16 values than the reference", t == 1 ? "q8_0" : "fp8", lvl, r);
+    }
+    for (int decode = 0; decode <= 1; decode++) { /* a prefill chunk, then the last row alone */
+      struct backend_attn_params p = {.q = decode ? q + (Q - 1) * H * D : q, .out = oq, .kv = &kvq,
+                                      .num_tokens = decode ? 1 : Q, .n_heads = H, .scale = scale, .num_seqs = 1,
+                                      .query_start_loc = decode ? qsl1 : qsl, .seq_lens = lens, .block_tables = table,
+                                      .max_blocks_per_seq = NB};
+      assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
+      struct backend_attn_params pf = p;
+      pf.kv = &kvf, pf.out = of;
+      assert_int_equal(backend_cpu_ops()->attention(c, &pf), LLB_STATUS_OK);
+      if (memcmp(oq, of, (size_t)p.num_tokens * H * D * sizeof(float)) != 0)
+        fail_msg("%s T %d H %d level %d %s: differs from the fp16 cache of its values", t == 1 ? "q8_0" : "fp8", T, H,
+                 lvl, decode ? "decode" : "chunk");
+    }
+  }
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
+static void test_every_fp8_code_and_q8_0_scale_reads_as_its_fp16_value(void **state) {
+  (void)state;
+  uint8_t codes[256];
+  uint16_t got[256];
+  for (int b = 0; b < 256; b++) codes[b] = (uint8_t)b;
+  cpu_kv_dtype_prepare(BACKEND_KV_DTYPE_FP8_E4M3);
+  for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+    for (int32_t n = 1; n <= 256; n += n < 40 ? 1 : 27) { /* rows of any length: vectors and a tail */
+      memset(got, 0, sizeof got);
+      cpu_kv_row_to_fp16((enum cpu_simd_level)lvl, BACKEND_KV_DTYPE_FP8_E4M3, codes + (256 - n), n, got);
+      for (int32_t i = 0; i < n; i++) {
+        const int b = 256 - n + i;
+        const uint16_t want = (b & 0x7F) == 0x7F ? (uint16_t)(0x7E00 | (b & 0x80) << 8) : llb_fp32_to_fp16(e4m3_value(b));
+        if (got[i] != want) fail_msg("level %d: fp8 0x%02x read as 0x%04x, want 0x%04x", lvl, b, got[i], want);
+      }
+    }
+  }
+  for (int t = BACKEND_KV_DTYPE_Q8_0; t <= BACKEND_KV_DTYPE_FP8_E4M3; t++) {
+    check_odd_values((enum backend_kv_dtype)t, 40, 6, 0.01f, false);   /* a decode item per head */
+    check_odd_values((enum backend_kv_dtype)t, 600, 6, 0.01f, false);  /* the heads of a KV head per item */
+    check_odd_values((enum backend_kv_dtype)t, 600, 2, 1e-4f, false);
+    check_odd_values((enum backend_kv_dtype)t, 40, 2, 1e-4f, true);    /* FP8 NaN values read from V */
+  }
+}
+
 static void test_rows_a_dtype_cannot_hold_are_refused(void **state) {
   (void)state;
   assert_int_equal(backend_kv_row_bytes(BACKEND_KV_DTYPE_F16, 80), 160);
@@ -233,6 +340,7 @@ int main(void) {
       cmocka_unit_test(test_fp8_encoding_rounds_to_nearest_even_and_saturates),
       cmocka_unit_test(test_quantized_cache_reads_as_its_fp16_values_on_every_path),
       cmocka_unit_test(test_rows_a_dtype_cannot_hold_are_refused),
+      cmocka_unit_test(test_every_fp8_code_and_q8_0_scale_reads_as_its_fp16_value),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
