@@ -2,11 +2,12 @@
  *
  * Quantized caches (Q8_0, FP8 E4M3: kernels/backend.h) are read as the fp16 values they hold (FP8
  * exactly, Q8_0's d * q rounded to nearest even): a one-row item in the BATCH order on AVX2 or
- * AVX-512 (every decode step) reads the cache where it lies and widens 8 or 16 values at a time
+ * AVX-512 (every decode step under the default batch-invariant order, head_dim a multiple of 16 up
+ * to 256, blocks a multiple of 16 slots) reads the cache where it lies and widens 8 or 16 values at a time
  * in registers (kv_load8_avx2, kv_load16_avx512); the other paths (row tiles of a prefill, the
  * SINGLE order, the portable path) first convert the keys a run of rows of one sequence and KV
  * head attends into a per-thread fp16 scratch, once, and run the fp16 paths on that. The same
- * numbers on every path and in every batch, half or less of the cache's bytes read.
+ * numbers on every path and in every batch, about half of fp16's bytes read (fp8 1/2, q8_0 17/32).
  *
  * A work item is one query row and the query heads of one KV head (or a single head when
  * there are too few items for the threads and the contexts are short); threads claim

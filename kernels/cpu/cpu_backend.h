@@ -91,8 +91,8 @@ bool cpu_kv_dtype_ok(enum backend_kv_dtype t);
  * saturated at +-448 (NaN 0x7F). n a multiple of 32 for Q8_0. */
 void cpu_kv_row_store(enum cpu_simd_level level, enum backend_kv_dtype t, const float *x, uint8_t *dst, int32_t n);
 /* dst[hd] = the KV row at `row` (dtype t, backend_kv_row_bytes bytes) read as fp16: FP8 exactly,
- * Q8_0's d * q rounded to nearest even (what fp16 holds of it). Call cpu_kv_dtype_prepare(t)
- * once before (its FP8 table). */
+ * Q8_0's d * q rounded to nearest even (what fp16 holds of it). t must be Q8_0 or FP8_E4M3 (any
+ * other value is read as Q8_0). Call cpu_kv_dtype_prepare(t) once before (its FP8 table). */
 void cpu_kv_row_to_fp16(enum cpu_simd_level level, enum backend_kv_dtype t, const uint8_t *row, int32_t hd,
                         uint16_t *dst);
 /* Fills the tables cpu_kv_row_to_fp16 reads for t (once per process; thread-safe). */

@@ -145,7 +145,7 @@ def med(vals):
     return statistics.median(v) if v else None
 print(f"model {model}; decode 32 steps after the context, medians of {repeats} repeats; load {load}\n")
 cells = [(c, b) for c in contexts for b in batches]
-print("| level | engine, attention | KV dtype | " + " | ".join(f"decode b{b} @ {c}, tok/s (vs llmbus fp16)" for c, b in cells)
+print("| level | engine, attention | KV dtype | " + " | ".join(f"decode b{b} @ {c}, tok/s (vs llmbus {dtypes[0]})" for c, b in cells)
       + (f" | perplexity ({chunks} x {ctx} tokens) |" if int(chunks) > 0 else " |"))
 print("|---|---|---|" + "---:|" * (len(cells) + (1 if int(chunks) > 0 else 0)))
 ppl = {}

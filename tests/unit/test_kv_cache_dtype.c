@@ -218,9 +218,11 @@ static void ref_fp16_of_row(enum backend_kv_dtype t, const uint8_t *row, int32_t
 }
 
 /* Cache bytes no kv_write gives in this test's other cases: every FP8 code (NaN read alone),
- * Q8_0 blocks with subnormal, tiny and large fp16 scales and every q from -128 to 127. */
+ * Q8_0 blocks with subnormal, tiny and large fp16 scales and every q from -128 to 127 (the
+ * largest scale, 255.875, keeps d * q finite: an infinite K value would make its heads' outputs
+ * NaN on every path alike, and the comparison would check nothing). */
 static void odd_rows(enum backend_kv_dtype t, uint8_t *rows, int32_t n_rows, int32_t D, uint32_t mul, bool with_nan) {
-  static const uint16_t scales[] = {0x0001, 0x0155, 0x03FF, 0x0400, 0x1234, 0x2E66, 0x3C00, 0x4A00, 0x6000};
+  static const uint16_t scales[] = {0x0001, 0x0155, 0x03FF, 0x0400, 0x1234, 0x2E66, 0x3C00, 0x4A00, 0x5BFF};
   const size_t rb = backend_kv_row_bytes(t, D);
   for (int32_t r = 0; r < n_rows; r++)
     for (size_t i = 0; i < rb; i++) {
@@ -237,8 +239,13 @@ static void odd_rows(enum backend_kv_dtype t, uint8_t *rows, int32_t n_rows, int
     }
 }
 
-static void check_odd_values(enum backend_kv_dtype t, int32_t T, int32_t H, float scale, bool v_nan) {
-  enum { D = 64, BS = 16 };
+/* Attention of Q rows (a chunk, then the last row alone: a decode item) over T keys of odd cache
+ * bytes (head_dim D, window 0 = none) equals, bit for bit, attention over the fp16 cache of the
+ * same values, at every level; without NaN codes in V, at least 90% of the outputs are finite
+ * (so that the comparison compares numbers). */
+static void check_odd_values(enum backend_kv_dtype t, int32_t T, int32_t H, int32_t D, int32_t window, float scale,
+                             bool v_nan) {
+  enum { BS = 16 };
   const int32_t NB = (T + BS - 1) / BS, n_rows = NB * BS * HKV;
   int32_t table[NB_MAX];
   for (int32_t i = 0; i < NB; i++) table[i] = (i * 5 + 2) % NB;
@@ -271,14 +278,18 @@ static void check_odd_values(enum backend_kv_dtype t, int32_t T, int32_t H, floa
       struct backend_attn_params p = {.q = decode ? q + (Q - 1) * H * D : q, .out = oq, .kv = &kvq,
                                       .num_tokens = decode ? 1 : Q, .n_heads = H, .scale = scale, .num_seqs = 1,
                                       .query_start_loc = decode ? qsl1 : qsl, .seq_lens = lens, .block_tables = table,
-                                      .max_blocks_per_seq = NB};
+                                      .max_blocks_per_seq = NB, .sliding_window = window};
       assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
       struct backend_attn_params pf = p;
       pf.kv = &kvf, pf.out = of;
       assert_int_equal(backend_cpu_ops()->attention(c, &pf), LLB_STATUS_OK);
       if (memcmp(oq, of, (size_t)p.num_tokens * H * D * sizeof(float)) != 0)
-        fail_msg("%s T %d H %d level %d %s: differs from the fp16 cache of its values", t == 1 ? "q8_0" : "fp8", T, H,
-                 lvl, decode ? "decode" : "chunk");
+        fail_msg("%s T %d H %d D %d level %d %s: differs from the fp16 cache of its values", t == 1 ? "q8_0" : "fp8", T,
+                 H, D, lvl, decode ? "decode" : "chunk");
+      int64_t finite = 0;
+      for (int64_t i = 0; i < (int64_t)p.num_tokens * H * D; i++) finite += isfinite(oq[i]);
+      if (!v_nan && finite * 10 < (int64_t)p.num_tokens * H * D * 9)
+        fail_msg("%s T %d D %d: only %lld outputs finite", t == 1 ? "q8_0" : "fp8", T, D, (long long)finite);
     }
   }
   backend_cpu_ops()->ctx_destroy(c);
@@ -302,10 +313,15 @@ static void test_every_fp8_code_and_q8_0_scale_reads_as_its_fp16_value(void **st
     }
   }
   for (int t = BACKEND_KV_DTYPE_Q8_0; t <= BACKEND_KV_DTYPE_FP8_E4M3; t++) {
-    check_odd_values((enum backend_kv_dtype)t, 40, 6, 0.01f, false);   /* a decode item per head */
-    check_odd_values((enum backend_kv_dtype)t, 600, 6, 0.01f, false);  /* the heads of a KV head per item */
-    check_odd_values((enum backend_kv_dtype)t, 600, 2, 1e-4f, false);
-    check_odd_values((enum backend_kv_dtype)t, 40, 2, 1e-4f, true);    /* FP8 NaN values read from V */
+    check_odd_values((enum backend_kv_dtype)t, 40, 6, 64, 0, 0.01f, false);   /* a decode item per head */
+    check_odd_values((enum backend_kv_dtype)t, 600, 6, 64, 0, 0.01f, false);  /* the heads of a KV head per item */
+    check_odd_values((enum backend_kv_dtype)t, 600, 2, 64, 0, 1e-4f, false);
+    check_odd_values((enum backend_kv_dtype)t, 40, 2, 64, 0, 1e-4f, true);    /* FP8 NaN values read from V */
+    check_odd_values((enum backend_kv_dtype)t, 43, 4, 128, 0, 0.01f, false);  /* 4 q8_0 blocks a row, a key tail */
+    check_odd_values((enum backend_kv_dtype)t, 599, 8, 128, 0, 0.01f, false);
+    check_odd_values((enum backend_kv_dtype)t, 301, 6, 96, 0, 0.01f, false);  /* 3 blocks a row */
+    check_odd_values((enum backend_kv_dtype)t, 299, 6, 64, 37, 0.01f, false); /* a window from mid-block */
+    check_odd_values((enum backend_kv_dtype)t, 45, 2, 32, 0, 0.01f, false);
   }
 }
 
