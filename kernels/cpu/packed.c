@@ -533,11 +533,37 @@ PK_AVX2 static PK_INLINE void k6_unpack_avx2(const uint8_t *pb, int half, __m256
   }
 }
 
+/* K6 offsets of activation block a for the one-pass kernel: c[s] has, in every 32-bit lane
+ * (a column), the int16 pair 32 * (sum over the 4 groups g of sub-block s of a[4g] + a[4g + 1],
+ * the same of a[4g + 2] + a[4g + 3]): what the weights' -32 adds to the two int16 lanes of a
+ * column's vpmaddubsw sums over the sub-block. Wrapping int16 adds: exact mod 2^16. */
+PK_AVX2 static PK_INLINE void k6_offsets_avx2(const block_q8_x *a, __m256i c[2]) {
+  const __m256i x = _mm256_maddubs_epi16(_mm256_set1_epi8(32), _mm256_loadu_si256((const __m256i *)(const void *)a->qs));
+  __m256i y = _mm256_add_epi16(x, _mm256_shuffle_epi32(x, 0x4E));
+  y = _mm256_add_epi16(y, _mm256_shuffle_epi32(y, 0xB1)); /* every dword of a 128-bit lane: its sub-block's pair */
+  c[0] = _mm256_permute4x64_epi64(y, 0x00);
+  c[1] = _mm256_permute4x64_epi64(y, 0xAA);
+}
+
+/* K6 scales of sub-block s of columns 8*half .. 8*half+7 as the int16 pair (sc, sc) per 32-bit
+ * lane, for vpmaddwd. */
+PK_AVX2 static PK_INLINE __m256i k6_scale_pair(const uint8_t *pb, int s, int half) {
+  const __m256i lo2 = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8, 9,
+                                       8, 9, 12, 13, 12, 13);
+  const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(pb + PK_K6_SC + 16 * s + 8 * half)));
+  return _mm256_shuffle_epi8(v, lo2);
+}
+
 /* K6, all 16 columns of a block in one pass (as nibble_avx2_16): per group pair h the quants
- * of groups h (low nibbles, high bits from qh[0]) and h + 4 (high nibbles, qh[1]) of both
- * halves, then every row; groups {0, 1} and {4, 5}, then {2, 3} and {6, 7}, summed in int16 as
- * k6_staged_rows_avx2's pairs (2 * 2 * 63 * 127 < 32768) and widened by their sub-block's scale pair:
- * the same exact int32 sums. n <= 2 (called for 1 row). */
+ * of groups h (sub-block 0: low nibbles, high bits from qh[0]) and h + 4 (sub-block 1: high
+ * nibbles, qh[1]) of both halves, then every row. A sub-block's 4 groups are summed in int16
+ * whole, centred: t = offset - the 4 vpmaddubsw sums (k6_offsets_avx2), each int16 lane the sum
+ * of 8 products (32 - q) * a with 32 - q in -31..32 and a in -128..127, so -32768 <= t <= 32512
+ * (8 * -4096, 8 * 4064): t fits int16, and as the adds wrap (exact mod 2^16) it is exact
+ * whatever the order. vpmaddwd by the scale pairs then gives x = -isum, and the float step
+ * subtracts: fnmadd(d * d_a, (float)x, acc) is fma(d * d_a, (float)isum, acc) bit for bit
+ * (int -> float rounds to nearest even, symmetric; negation is exact). n <= 2 (called for 1
+ * row). */
 PK_AVX2 static PK_INLINE void k6_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
                                          float *out, int64_t os) {
   __m256 acc[2][2];
@@ -545,9 +571,12 @@ PK_AVX2 static PK_INLINE void k6_avx2_16(int64_t nb, const uint8_t *panel, const
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *pb = panel + (size_t)b * PK_K6_BLOCK;
-    __m256i s[2][2], tl[2][2], th[2][2];
-    for (int r = 0; r < n; r++) /* all set at h = 0, 1 below: this only tells the compiler */
-      s[r][0] = s[r][1] = tl[r][0] = tl[r][1] = th[r][0] = th[r][1] = _mm256_setzero_si256();
+    __m256i tl[2][2], th[2][2], c[2][2];
+    for (int r = 0; r < n; r++) {
+      k6_offsets_avx2(act[r] + b, c[r]);
+      tl[r][0] = tl[r][1] = c[r][0];
+      th[r][0] = th[r][1] = c[r][1];
+    }
     for (int h = 0; h < 4; h++) {
       __m256i lo[2], hi[2];
       for (int half = 0; half < 2; half++) {
@@ -565,32 +594,18 @@ PK_AVX2 static PK_INLINE void k6_avx2_16(int64_t nb, const uint8_t *panel, const
       for (int r = 0; r < n; r++) {
         const __m256i al = bcast4(act[r][b].qs + 4 * h), ah = bcast4(act[r][b].qs + 16 + 4 * h);
         for (int half = 0; half < 2; half++) {
-          const __m256i pl = _mm256_maddubs_epi16(lo[half], al), ph = _mm256_maddubs_epi16(hi[half], ah);
-          tl[r][half] = (h & 1) == 0 ? pl : _mm256_add_epi16(tl[r][half], pl);
-          th[r][half] = (h & 1) == 0 ? ph : _mm256_add_epi16(th[r][half], ph);
-        }
-      }
-      if ((h & 1) == 0) continue;
-      for (int half = 0; half < 2; half++) {
-        __m256i p0, p1, p01;
-        k6_scale_pairs(pb, half, &p0, &p1, &p01);
-        for (int r = 0; r < n; r++) {
-          const __m256i w = _mm256_add_epi32(_mm256_madd_epi16(tl[r][half], p0), _mm256_madd_epi16(th[r][half], p1));
-          s[r][half] = h == 1 ? w : _mm256_add_epi32(s[r][half], w);
+          tl[r][half] = _mm256_sub_epi16(tl[r][half], _mm256_maddubs_epi16(lo[half], al));
+          th[r][half] = _mm256_sub_epi16(th[r][half], _mm256_maddubs_epi16(hi[half], ah));
         }
       }
     }
     for (int half = 0; half < 2; half++) {
-      __m256i p0, p1, p01;
-      k6_scale_pairs(pb, half, &p0, &p1, &p01);
+      const __m256i p0 = k6_scale_pair(pb, 0, half), p1 = k6_scale_pair(pb, 1, half);
       const __m256 dx = scales8(pb, half, 0);
       for (int r = 0; r < n; r++) {
-        const block_q8_x *a = act[r] + b;
-        int32_t bs;
-        memcpy(&bs, a->bsum, 4);
-        const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(p01, _mm256_set1_epi32(bs)), 5);
-        acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)),
-                                       _mm256_cvtepi32_ps(_mm256_sub_epi32(s[r][half], off)), acc[r][half]);
+        const __m256i x = _mm256_add_epi32(_mm256_madd_epi16(tl[r][half], p0), _mm256_madd_epi16(th[r][half], p1));
+        acc[r][half] = _mm256_fnmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(act[r][b].d)), _mm256_cvtepi32_ps(x),
+                                        acc[r][half]);
       }
     }
   }
