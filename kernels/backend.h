@@ -326,14 +326,6 @@ struct backend_ops {
   /* Optional (NULL: the backend has no host threads). Threads that run the next ops, in
    * [1, backend_ctx_params.n_threads] (clamped); the others sleep. Between steps only. */
   void (*set_num_threads)(struct backend_ctx *c, int32_t n);
-  /* Optional (NULL: no host threads to hand work to). Hands fn(arg) to a host thread of the
-   * backend that idles between ops and returns at once (CPU: a pool worker spinning for the
-   * next op; cpu_threadpool_side_post): true when taken, false (fn not run) when none can
-   * take it now: the caller runs fn itself. One job at a time; arg valid until side_wait.
-   * Between steps only. */
-  bool (*side_post)(struct backend_ctx *c, void (*fn)(void *), void *arg);
-  /* Optional with side_post: returns once the job posted last has run. */
-  void (*side_wait)(struct backend_ctx *c);
 };
 
 /* The CPU backend (kernels/cpu): SIMD (AVX2/FMA/F16C, detected at run time) and threads;

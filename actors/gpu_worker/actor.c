@@ -48,14 +48,7 @@ struct gpu_worker_actor {
   struct clip_model *clip; /* --mmproj: the image encoder, or NULL */
   /* used only on the execute subscription's delivery thread */
   struct llb_arena arena; /* decoded SchedulerOutput, reset per message */
-  struct llb_buf reply;   /* encoded ModelRunnerOutput, reused once the last one is sent */
-  struct gpu_worker_reply {
-    struct gpu_worker_actor *actor;
-    struct bus *bus;
-    char subject[BUS_SUBJECT_MAX];  /* the SchedulerOutput's reply subject */
-    struct bus_trace_ctx trace;     /* a child of the SchedulerOutput's span, as bus_respond */
-    uint64_t step;
-  } out;                  /* the reply in flight (publish_reply), sent from a pool worker */
+  struct llb_buf reply;   /* encoded ModelRunnerOutput, reused */
   atomic_uint_fast64_t steps, step_errors, malformed, no_reply, reply_errors, tokens;
   struct llb_series *mask_seconds, *mask_wait_seconds; /* NULL = not exported */
   FILE *step_log; /* --step-log: one JSON line per step that ran a batch, or NULL */
@@ -405,47 +398,10 @@ void gpu_worker_actor_stats(const struct gpu_worker_actor *a, struct gpu_worker_
       .reply_errors = atomic_load(&a->reply_errors), .tokens = atomic_load(&a->tokens)};
 }
 
-/* Publishes a->reply (on a pool worker, or the delivery thread when none took it). */
-static void publish_reply(void *arg) {
-  struct gpu_worker_reply *r = arg;
-  struct gpu_worker_actor *a = r->actor;
-  const struct bus_out_msg m = {.subject = r->subject, .data = a->reply.data, .len = a->reply.len,
-                                .trace = &r->trace};
-  if (bus_publish_msg(r->bus, &m)) {
-    atomic_fetch_add(&a->reply_errors, 1);
-    LLB_LOG_ERROR("gpu_worker_reply_send", "step=%llu err=\"%s\"", (unsigned long long)r->step, llb_err_last());
-  }
-}
-
-/* Sends a->reply to msg's reply subject. From a pool worker spinning for the next op when one
- * is (model_runner_side_post): the wake-ups the publish starts (the bus's loop thread, then
- * nats-server, then the scheduler) start from that worker's core, while this thread, the one
- * that publishes the forward's ops and runs its serial ones, goes on to the next step instead
- * of being preempted by them. A reply subject too long to copy is answered here. */
-static void post_reply(struct gpu_worker_actor *a, struct bus *bus, const struct bus_msg *msg, uint64_t step) {
-  struct gpu_worker_reply *r = &a->out;
-  const size_t n = strlen(msg->reply);
-  if (n >= sizeof r->subject) {
-    if (bus_respond(bus, msg, a->reply.data, a->reply.len, NULL)) {
-      atomic_fetch_add(&a->reply_errors, 1);
-      LLB_LOG_ERROR("gpu_worker_reply_send", "step=%llu err=\"%s\"", (unsigned long long)step, llb_err_last());
-    }
-    return;
-  }
-  memcpy(r->subject, msg->reply, n + 1);
-  bus_trace_child(&msg->trace, &r->trace);
-  r->actor = a;
-  r->bus = bus;
-  r->step = step;
-  if (!model_runner_side_post(a->runner, publish_reply, r)) publish_reply(r);
-}
-
 /* Encodes `o` and answers `msg`; a reply that cannot be encoded (too large) is replaced by
- * one carrying that error, so the scheduler never waits for nothing. Replies leave in the
- * order of their steps: the last one is out before a->reply is written again. */
+ * one carrying that error, so the scheduler never waits for nothing. */
 static void send_reply(struct gpu_worker_actor *a, struct bus *bus, const struct bus_msg *msg,
                        const struct llb_model_runner_output *o) {
-  model_runner_side_wait(a->runner);
   llb_status st = llb_model_runner_output_encode_buf(o, &a->reply);
   if (st) {
     char text[512];
@@ -457,7 +413,11 @@ static void send_reply(struct gpu_worker_actor *a, struct bus *bus, const struct
     LLB_LOG_ERROR("gpu_worker_reply_encode", "step=%llu err=\"%s\"", (unsigned long long)o->step, text);
     if (llb_model_runner_output_encode_buf(&e, &a->reply)) return;
   }
-  post_reply(a, bus, msg, o->step);
+  st = bus_respond(bus, msg, a->reply.data, a->reply.len, NULL);
+  if (st) {
+    atomic_fetch_add(&a->reply_errors, 1);
+    LLB_LOG_ERROR("gpu_worker_reply_send", "step=%llu err=\"%s\"", (unsigned long long)o->step, llb_err_last());
+  }
 }
 
 /* One "gpu_worker.execute" span per traced request of the step, each a child of that
@@ -514,17 +474,6 @@ static void reap_loras(struct gpu_worker_actor *a) {
   pthread_mutex_unlock(&a->lora_mu);
 }
 
-/* The end of a handler that replied. No step queued behind this one (synchronous scheduling,
- * the scheduler slower than the forward, or the subscription ending): the reply is out before
- * the handler returns (a drain closes the connection after its last message), then the cores
- * go to the processes that bring the next step. */
-static void after_reply(struct gpu_worker_actor *a) {
-  struct bus_sub *sub = atomic_load(&a->execute_sub);
-  if (sub && bus_sub_pending(sub) > 0) return;
-  model_runner_side_wait(a->runner);
-  model_runner_idle(a->runner);
-}
-
 static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
   const int64_t start_unix_ns = llb_wall_ns();
   struct gpu_worker_actor *a = user;
@@ -546,7 +495,6 @@ static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
         .version = LLB_SCHEMA_VERSION,
         .error = {.code = (int32_t)st, .message = llb_str_c(text), .field = llb_str_c("")}};
     send_reply(a, bus, msg, &e);
-    after_reply(a);
     return;
   }
   if (a->lora_on) take_loras(a);
@@ -577,7 +525,10 @@ static void on_execute(struct bus *bus, const struct bus_msg *msg, void *user) {
   const int64_t end_unix_ns = llb_wall_ns();
   send_reply(a, bus, msg, &out);
   record_execute_spans(bus, &so, start_unix_ns, end_unix_ns, st != LLB_STATUS_OK);
-  after_reply(a);
+  /* no step queued behind this one (synchronous scheduling, or the scheduler is slower than
+   * the forward): leave the cores to the processes that bring the next one */
+  struct bus_sub *sub = atomic_load(&a->execute_sub);
+  if (sub && bus_sub_pending(sub) == 0) model_runner_idle(a->runner);
 }
 
 /* Answers a LoRAUpdate with the engine id and st's error (OK: done). */
@@ -661,7 +612,6 @@ void gpu_worker_actor_stop(struct gpu_worker_actor *a) {
   if (!a) return;
   struct bus_sub *sub = atomic_exchange(&a->execute_sub, NULL);
   if (sub) (void)bus_unsubscribe(sub); /* fails only when the drain already ended it */
-  model_runner_side_wait(a->runner); /* the last reply is out while the bus still is */
   kv_connector_stop(a->kv);
   if (a->lora_sub) (void)bus_unsubscribe(a->lora_sub);
   a->lora_sub = NULL;

@@ -111,14 +111,6 @@ void model_runner_idle(struct model_runner *r) {
   if (r && r->be.fwd) llama_forward_ctx_idle(r->be.fwd);
 }
 
-bool model_runner_side_post(struct model_runner *r, void (*fn)(void *), void *arg) {
-  return r && r->be.fwd && llama_forward_ctx_side_post(r->be.fwd, fn, arg);
-}
-
-void model_runner_side_wait(struct model_runner *r) {
-  if (r && r->be.fwd) llama_forward_ctx_side_wait(r->be.fwd);
-}
-
 void model_runner_destroy(struct model_runner *r) {
   if (!r) return;
   for (int32_t i = 0; i < r->rows_cap; i++)

@@ -132,19 +132,6 @@ void model_runner_destroy(struct model_runner *r);
  * the next step). Not between the calls of one step. NULL ok. */
 void model_runner_idle(struct model_runner *r);
 
-/* Between steps: hands fn(arg) to a thread of the forward's backend that idles between ops (a
- * CPU pool worker spinning for the next op: llama_forward_ctx_side_post), so that the threads
- * fn wakes (a reply's publish: the bus's loop thread, then nats-server) are woken from that
- * thread's core while the caller goes on to the next step. True when taken; false, fn not run,
- * when none can take it now (asleep, parked, one thread, no CPU forward): the caller runs fn
- * itself. One job at a time, run in the order posted; arg valid until model_runner_side_wait.
- * NULL ok (false). */
-bool model_runner_side_post(struct model_runner *r, void (*fn)(void *), void *arg);
-
-/* Returns once the job model_runner_side_post handed out last has run (at once when none is
- * pending). NULL ok. */
-void model_runner_side_wait(struct model_runner *r);
-
 /* Bytes of the KV cache: 2 (K, V) x layers x num_blocks x block_size x head_count_kv x
  * head_dim x 2 (fp16). */
 int64_t model_runner_kv_cache_bytes(const struct model_runner *r);

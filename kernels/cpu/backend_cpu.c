@@ -31,12 +31,6 @@ static void cpu_idle(struct backend_ctx *c) { cpu_threadpool_park(c->pool); }
 
 static void cpu_set_num_threads(struct backend_ctx *c, int32_t n) { cpu_threadpool_set_active(c->pool, n); }
 
-static bool cpu_side_post(struct backend_ctx *c, void (*fn)(void *), void *arg) {
-  return cpu_threadpool_side_post(c->pool, fn, arg);
-}
-
-static void cpu_side_wait(struct backend_ctx *c) { cpu_threadpool_side_wait(c->pool); }
-
 static const struct backend_ops cpu_ops = {
     .name = "cpu",
     .ctx_create = cpu_ctx_create,
@@ -67,8 +61,6 @@ static const struct backend_ops cpu_ops = {
     .buffer_clear = cpu_buffer_clear,
     .idle = cpu_idle,
     .set_num_threads = cpu_set_num_threads,
-    .side_post = cpu_side_post,
-    .side_wait = cpu_side_wait,
     /* memory_info, weight_bytes, weight_upload, get_rows, step_begin, step_end: NULL (host
      * memory; each op is done when it returns) */
 };

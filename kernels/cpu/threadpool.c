@@ -49,10 +49,6 @@
 /* Claims a thread makes per op at most, about (chunks are taken in groups beyond it). */
 #define CPU_POOL_CLAIMS_PER_THREAD 8
 
-/* The side job's states (cpu_threadpool_side_post): none pending, posted and not taken yet,
- * taken and running (on a worker or the caller). */
-enum cpu_side_state { CPU_SIDE_IDLE = 0, CPU_SIDE_POSTED = 1, CPU_SIDE_RUNNING = 2 };
-
 #define WORK_ALL_BIT ((uint64_t)1 << 31)    /* op runs once on every thread (cpu_threadpool_run) */
 #define WORK_INDEX_MASK (WORK_ALL_BIT - 1)   /* next unclaimed chunk */
 
@@ -100,13 +96,6 @@ struct cpu_threadpool {
                                   with ith >= active sleep on this word (a futex) */
   _Atomic int barrier_count;
   _Atomic uint32_t barrier_gen;
-  /* the side job: its state (enum cpu_side_state; a futex the caller sleeps on while a worker
-   * runs it) on a line of its own, read by every spinning worker at each turn */
-  _Alignas(64) _Atomic uint32_t side;
-  _Atomic int side_waiting;          /* threads that may be asleep on `side` */
-  _Atomic(cpu_side_fn) side_fn;      /* written by the caller before it posts */
-  _Atomic(void *) side_arg;
-  _Alignas(64) _Atomic int n_spinning; /* workers spinning in idle_wait (they take a side job) */
 };
 
 static void cpu_relax(void) {
@@ -175,31 +164,6 @@ static bool caller_off_core(struct cpu_threadpool *p, int64_t *last, int64_t ela
   return off;
 }
 
-/* Runs the posted side job, if there is one and this thread takes it first (the caller taking
- * back a job no worker took, or a worker). True when it ran one. */
-static bool side_take(struct cpu_threadpool *p) {
-  uint32_t want = CPU_SIDE_POSTED;
-  if (atomic_load_explicit(&p->side, memory_order_relaxed) != CPU_SIDE_POSTED ||
-      !atomic_compare_exchange_strong_explicit(&p->side, &want, CPU_SIDE_RUNNING, memory_order_acquire,
-                                               memory_order_relaxed))
-    return false;
-  const cpu_side_fn fn = atomic_load_explicit(&p->side_fn, memory_order_relaxed);
-  fn(atomic_load_explicit(&p->side_arg, memory_order_relaxed));
-  /* seq_cst store, then the waiting flag: the caller sets the flag before it reads the state
-   * and sleeps only while the futex still reads RUNNING */
-  atomic_store(&p->side, CPU_SIDE_IDLE);
-  if (atomic_load(&p->side_waiting)) futex_wake_all(&p->side);
-  return true;
-}
-
-/* A worker stops spinning (it goes to sleep, or leaves idle_wait). The seq_cst decrement, then
- * the look at the side job: a caller that posted one either sees this worker no longer counted
- * (and runs the job itself) or the job is seen here and run before this worker sleeps. */
-static void spin_leave(struct cpu_threadpool *p) {
-  atomic_fetch_sub(&p->n_spinning, 1);
-  (void)side_take(p);
-}
-
 /* Sleeps on `wake` until an op newer than done_gen is published (or a spurious wake-up);
  * *word is the work word after it. */
 static void idle_sleep(struct cpu_threadpool *p, uint32_t done_gen, uint64_t *word) {
@@ -221,22 +185,14 @@ static void idle_sleep(struct cpu_threadpool *p, uint32_t done_gen, uint64_t *wo
  * the caller (or whatever preempted it) could use. Returns true when w was left out of the
  * active threads meanwhile; *word is the last work word read. */
 static bool idle_wait(struct cpu_threadpool *p, const struct cpu_worker *w, uint32_t done_gen, uint64_t *word) {
-  int64_t t0 = mono_ns();
+  const int64_t t0 = mono_ns();
   int64_t looked = 0, caller_cpu = -1;
-  atomic_fetch_add(&p->n_spinning, 1);
   for (int spins = 1;; spins++) {
     cpu_relax();
     *word = atomic_load_explicit(&p->work, memory_order_acquire);
-    if ((uint32_t)(*word >> 32) != done_gen) {
-      spin_leave(p);
-      return false;
-    }
-    if (side_take(p)) t0 = mono_ns(); /* the caller goes on with its next step: keep spinning */
+    if ((uint32_t)(*word >> 32) != done_gen) return false;
     if (spins % CPU_POOL_SPIN_CHECK != 0) continue;
-    if ((uint32_t)w->ith >= atomic_load(&p->active)) {
-      spin_leave(p);
-      return true;
-    }
+    if ((uint32_t)w->ith >= atomic_load(&p->active)) return true;
     const int64_t now = mono_ns();
     bool sleep = atomic_load_explicit(&p->parked, memory_order_relaxed) || now - t0 > CPU_POOL_SPIN_NS;
     if (!sleep && now - t0 >= p->wait_spin_ns && now - looked >= CPU_POOL_LOOK_NS * (int64_t)(p->n_threads - 1)) {
@@ -244,10 +200,8 @@ static bool idle_wait(struct cpu_threadpool *p, const struct cpu_worker *w, uint
       looked = now;
     }
     if (!sleep) continue;
-    spin_leave(p);
     idle_sleep(p, done_gen, word);
     if ((uint32_t)(*word >> 32) != done_gen) return false;
-    atomic_fetch_add(&p->n_spinning, 1);
   }
 }
 
@@ -363,7 +317,6 @@ static void publish(struct cpu_threadpool *p, uint64_t word) {
 
 void cpu_threadpool_destroy(struct cpu_threadpool *p) {
   if (!p) return;
-  cpu_threadpool_side_wait(p); /* a job posted is a job run */
   atomic_store(&p->stop, 1);
   futex_wake_all(&p->active);
   p->gen++;
@@ -441,8 +394,6 @@ static void wait_op_done(struct cpu_threadpool *p, struct cpu_op_slot *s, int64_
 }
 
 void cpu_threadpool_parallel(struct cpu_threadpool *p, cpu_chunk_fn fn, void *arg, int64_t n_chunks) {
-  /* a side job still not taken: its worker is off its core, the caller runs it now */
-  if (atomic_load_explicit(&p->side, memory_order_relaxed) == CPU_SIDE_POSTED) (void)side_take(p);
   if (n_chunks <= 0) return;
   if (p->n_threads == 1 || n_chunks == 1 || atomic_load_explicit(&p->active, memory_order_relaxed) == 1) {
     for (int64_t i = 0; i < n_chunks; i++) fn(arg, i, 0);
@@ -465,7 +416,6 @@ void cpu_threadpool_parallel(struct cpu_threadpool *p, cpu_chunk_fn fn, void *ar
 }
 
 void cpu_threadpool_run(struct cpu_threadpool *p, cpu_task_fn fn, void *arg) {
-  if (atomic_load_explicit(&p->side, memory_order_relaxed) == CPU_SIDE_POSTED) (void)side_take(p);
   if (p->n_threads == 1) {
     fn(arg, 0, 1);
     return;
@@ -494,32 +444,4 @@ void cpu_threadpool_barrier(struct cpu_threadpool *p) {
   }
   int spins = 0;
   while (atomic_load(&p->barrier_gen) == g) wait_spin(&spins);
-}
-
-bool cpu_threadpool_side_post(struct cpu_threadpool *p, cpu_side_fn fn, void *arg) {
-  if (!p || p->n_threads == 1 || !fn) return false;
-  cpu_threadpool_side_wait(p);
-  if (atomic_load_explicit(&p->n_spinning, memory_order_relaxed) == 0) return false; /* the common "no" */
-  atomic_store_explicit(&p->side_fn, fn, memory_order_relaxed);
-  atomic_store_explicit(&p->side_arg, arg, memory_order_relaxed);
-  /* seq_cst store, then the count: see spin_leave */
-  atomic_store(&p->side, CPU_SIDE_POSTED);
-  if (atomic_load(&p->n_spinning) > 0) return true;
-  uint32_t want = CPU_SIDE_POSTED; /* nobody spins any more: take it back, unless one took it */
-  return !atomic_compare_exchange_strong(&p->side, &want, CPU_SIDE_IDLE);
-}
-
-void cpu_threadpool_side_wait(struct cpu_threadpool *p) {
-  if (!p || atomic_load_explicit(&p->side, memory_order_acquire) == CPU_SIDE_IDLE) return;
-  if (side_take(p)) return; /* posted and never taken: the caller runs it */
-  const int64_t t0 = mono_ns();
-  for (int spins = 1; atomic_load_explicit(&p->side, memory_order_acquire) != CPU_SIDE_IDLE; spins++) {
-    cpu_relax();
-    if (spins % CPU_POOL_SPIN_CHECK == 0 && mono_ns() - t0 >= p->wait_spin_ns) break;
-  }
-  /* a worker still runs it (a publish that blocks, or the worker off its core): sleep until
-   * it is done instead of holding the core it may need */
-  atomic_fetch_add(&p->side_waiting, 1);
-  while (atomic_load(&p->side) != CPU_SIDE_IDLE) futex_wait_u32(&p->side, CPU_SIDE_RUNNING);
-  atomic_fetch_sub_explicit(&p->side_waiting, 1, memory_order_relaxed);
 }

@@ -26,17 +26,10 @@
  * that knows no op follows soon (a step is over and the next one is not here yet) parks the pool: the
  * workers sleep at once and leave the cores to the rest of the machine (on a small machine,
  * the actors and the bus that bring the next step).
- *
- * Between steps the caller can also hand one SIDE JOB to a worker that spins for the next op
- * (cpu_threadpool_side_post): the gpu_worker sends a step's reply from there, so that the
- * threads the publish wakes are woken from the worker's core (the kernel puts a woken thread on
- * its waker's core when the other is busy) instead of preempting the caller, whose serial work
- * (publishing each op, running the ops too small to share) is the next step's critical path.
  */
 #ifndef LLB_KERNELS_CPU_THREADPOOL_H
 #define LLB_KERNELS_CPU_THREADPOOL_H
 
-#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -54,8 +47,7 @@ typedef void (*cpu_chunk_fn)(void *arg, int64_t chunk, int ith);
  * INTERNAL if a thread cannot be started. Caller frees with cpu_threadpool_destroy. */
 llb_status cpu_threadpool_create(int n_threads, struct cpu_threadpool **out);
 
-/* Runs a side job still pending (cpu_threadpool_side_wait), then stops and joins the workers.
- * NULL ok. Must not be called while a run is in progress. */
+/* Stops and joins the workers. NULL ok. Must not be called while a run is in progress. */
 void cpu_threadpool_destroy(struct cpu_threadpool *p);
 
 /* Number of threads including the caller. */
@@ -84,25 +76,6 @@ void cpu_threadpool_parallel(struct cpu_threadpool *p, cpu_chunk_fn fn, void *ar
 /* Runs fn(arg, ith, nth) on all threads (the caller is ith 0) and waits for all of them.
  * Not reentrant: one run at a time, from one caller thread. */
 void cpu_threadpool_run(struct cpu_threadpool *p, cpu_task_fn fn, void *arg);
-
-/* A side job: runs once, on one thread, outside any op. */
-typedef void (*cpu_side_fn)(void *arg);
-
-/* Hands fn(arg) to a worker that spins idle (waiting for the next op) and returns at once: that
- * worker runs it before it goes on waiting, so whatever fn wakes (a publish on the bus: the
- * bus's loop thread, then the server) is woken from the worker's core while the caller goes on
- * with its next op. Returns false, fn not run, when no worker spins now (one thread, the
- * workers asleep, parked or left out): the caller runs fn itself. One job at a time: a job
- * posted before is waited for first (cpu_threadpool_side_wait), so jobs run in the order
- * posted and never at the same time. A job no worker has taken by the caller's next op (its
- * worker went off its core) is run by the caller there. `arg` must stay valid until the job
- * has run (cpu_threadpool_side_wait). From the caller's thread, between ops. */
-bool cpu_threadpool_side_post(struct cpu_threadpool *p, cpu_side_fn fn, void *arg);
-
-/* Returns once the side job posted last has run: spins while a worker runs it, sleeps (a futex)
- * once it ran longer than LLMBUS_POOL_WAIT_SPIN_US, and runs it on the caller when no worker
- * has taken it. Immediate when none is pending. NULL ok; from the caller's thread. */
-void cpu_threadpool_side_wait(struct cpu_threadpool *p);
 
 /* Barrier among the threads of the current cpu_threadpool_run; call from inside its task,
  * from every thread the same number of times. Memory written before it is visible after it. */

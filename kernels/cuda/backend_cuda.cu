@@ -250,8 +250,6 @@ static const struct backend_ops cuda_ops = {
     .step_end = cuda_backend_step_end,
     .idle = NULL,            /* the device holds no host core between steps */
     .set_num_threads = NULL, /* no host threads */
-    .side_post = NULL,       /* none to hand a job to: the worker runs it itself */
-    .side_wait = NULL,
 };
 
 const struct backend_ops *backend_cuda_ops(void) { return &cuda_ops; }

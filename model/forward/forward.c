@@ -459,14 +459,6 @@ void llama_forward_ctx_idle(struct llama_forward_ctx *c) {
   if (c && c->ops && c->ops->idle) c->ops->idle(c->bc);
 }
 
-bool llama_forward_ctx_side_post(struct llama_forward_ctx *c, void (*fn)(void *), void *arg) {
-  return c && c->ops && c->ops->side_post && c->ops->side_post(c->bc, fn, arg);
-}
-
-void llama_forward_ctx_side_wait(struct llama_forward_ctx *c) {
-  if (c && c->ops && c->ops->side_wait) c->ops->side_wait(c->bc);
-}
-
 void llama_forward_ctx_destroy(struct llama_forward_ctx *c) {
   if (!c) return;
   if (c->ops) {

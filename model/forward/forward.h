@@ -209,16 +209,6 @@ void llama_forward_ctx_destroy(struct llama_forward_ctx *c);
  * holds between steps (backend_ops.idle; CPU: the pool's threads stop spinning). NULL ok. */
 void llama_forward_ctx_idle(struct llama_forward_ctx *c);
 
-/* Between steps: hands fn(arg) to a backend thread idle between ops (backend_ops.side_post;
- * CPU: a pool worker that spins for the next op), so that what fn wakes is woken from that
- * thread's core while the caller goes on to its next step. True when taken; false, fn not run,
- * when no thread can take it now (or c is NULL): the caller runs fn itself. One job at a
- * time, run in the order posted; arg valid until llama_forward_ctx_side_wait returns. */
-bool llama_forward_ctx_side_post(struct llama_forward_ctx *c, void (*fn)(void *), void *arg);
-
-/* Returns once the job posted last has run (at once when none is pending). NULL ok. */
-void llama_forward_ctx_side_wait(struct llama_forward_ctx *c);
-
 /* Whether c's packed weights are the host's shared cache file (mapped), not a private copy. */
 bool llama_forward_ctx_packed_shared(const struct llama_forward_ctx *c);
 

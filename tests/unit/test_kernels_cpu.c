@@ -13,7 +13,6 @@
 
 #include <cmocka.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1069,77 +1068,6 @@ static void test_threadpool_idle_worker_sleeps_while_the_caller_is_stopped(void 
   if (worker_ns > 8000000) fail_msg("the worker ran %.2f ms while the caller was stopped 20 x 5 ms", worker_ns / 1e6);
 }
 
-/* Side jobs (the worker's reply sent from a pool worker): each job records its place in the
- * order it ran and whether it ran on the caller's thread. */
-struct side_log {
-  _Atomic int ran;        /* jobs run so far */
-  _Atomic int out_of_order;
-  _Atomic int on_worker;  /* jobs that ran on a thread other than the caller's */
-  pthread_t caller;
-};
-
-struct side_job {
-  struct side_log *log;
-  int index;              /* its place in the order posted */
-  long sleep_ns;          /* how long it takes */
-};
-
-static void side_job_run(void *arg) {
-  struct side_job *j = arg;
-  if (j->sleep_ns) {
-    struct timespec ts = {0, j->sleep_ns};
-    nanosleep(&ts, NULL);
-  }
-  if (atomic_fetch_add(&j->log->ran, 1) != j->index) atomic_store(&j->log->out_of_order, 1);
-  if (!pthread_equal(pthread_self(), j->log->caller)) atomic_fetch_add(&j->log->on_worker, 1);
-}
-
-/* Jobs posted between ops, with the workers spinning, parked, left out (set_active) or asleep
- * (a pause past the spin) when a job comes: every job runs exactly once, in the order posted,
- * whether a worker took it, the post refused it (the caller runs it, as the gpu_worker does),
- * or the caller took it back at its next op; cpu_threadpool_side_wait returns only after a job
- * that takes 1 ms on a worker; a job still posted at destroy runs. Jobs do reach the workers. */
-static void test_threadpool_side_jobs_run_once_in_order(void **state) {
-  (void)state;
-  struct cpu_threadpool *p = NULL;
-  assert_int_equal(cpu_threadpool_create(3, &p), LLB_STATUS_OK);
-  struct side_log log = {.caller = pthread_self()};
-  enum { N = 600 };
-  static struct side_job jobs[N + 1];
-  static _Atomic int hits[32];
-  for (int i = 0; i < N; i++) {
-    struct chunk_count cc = {hits, 32, 0, 0};
-    for (int j = 0; j < 32; j++) atomic_store(&hits[j], 0);
-    cpu_threadpool_set_active(p, i % 11 == 5 ? 1 : 3);
-    cpu_threadpool_parallel(p, count_chunk, &cc, 32);
-    for (int j = 0; j < 32; j++)
-      if (atomic_load(&hits[j]) != 1) fail_msg("op %d chunk %d ran %d times", i, j, atomic_load(&hits[j]));
-    if (i % 7 == 3) cpu_threadpool_park(p);
-    if (i % 50 == 25) { /* past the 2 ms spin: the workers sleep */
-      struct timespec ts = {0, 3000000};
-      nanosleep(&ts, NULL);
-    }
-    jobs[i] = (struct side_job){&log, i, i % 13 == 0 ? 1000000 : 0};
-    if (!cpu_threadpool_side_post(p, side_job_run, &jobs[i])) side_job_run(&jobs[i]);
-    if (i % 13 == 0) {
-      cpu_threadpool_side_wait(p);
-      if (atomic_load(&log.ran) != i + 1) fail_msg("side_wait returned before job %d ran", i);
-    }
-    if (i % 17 == 0) cpu_threadpool_park(p); /* the next op then finds the job, if no worker did */
-  }
-  jobs[N] = (struct side_job){&log, N, 1000000};
-  if (!cpu_threadpool_side_post(p, side_job_run, &jobs[N])) side_job_run(&jobs[N]);
-  cpu_threadpool_destroy(p);
-  assert_int_equal(atomic_load(&log.ran), N + 1);
-  assert_int_equal(atomic_load(&log.out_of_order), 0);
-  if (atomic_load(&log.on_worker) < 10) fail_msg("only %d of %d jobs ran on a worker", atomic_load(&log.on_worker), N + 1);
-  /* one thread: nothing to hand to */
-  assert_int_equal(cpu_threadpool_create(1, &p), LLB_STATUS_OK);
-  assert_false(cpu_threadpool_side_post(p, side_job_run, &jobs[0]));
-  cpu_threadpool_side_wait(p);
-  cpu_threadpool_destroy(p);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_matches_references_for_all_types),
@@ -1164,7 +1092,6 @@ int main(void) {
       cmocka_unit_test(test_threadpool_active_threads_take_the_chunks),
       cmocka_unit_test(test_threadpool_parallel_waits_for_a_slow_worker),
       cmocka_unit_test(test_threadpool_idle_worker_sleeps_while_the_caller_is_stopped),
-      cmocka_unit_test(test_threadpool_side_jobs_run_once_in_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
