@@ -766,7 +766,7 @@ PK_VNNI static PK_INLINE void touch_lines_in_order(const uint8_t *p, const int b
  * read of the bytes (65536x2048, 1 row, 1 or 2 threads; 0.96-0.99 touched in order; touched in
  * reverse order, or into L2 only by prefetcht2, no better than not at all; kernels/cpu/README.md).
  * Calls of more rows (prefill, batch 16) are bound by their arithmetic and skip it (cache-
- * resident the touch cost -1% at 1 row and -3% at 3; at 8 and 64 rows ~1%). */
+ * resident the touch cost -2% at 1 row and -3% at 3; at 8 and 64 rows ~1%). */
 PK_VNNI static PK_INLINE void unsigned_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                                               const int n, float *out, int64_t os, const int fs) {
   __m512 acc[CPU_PACKED_MAX_ROWS];
