@@ -15,7 +15,8 @@
 #     NICE  0 (default): as started; 1..19: every thread of every process of the stack but the
 #           worker (the actors, nats-server, the supervisor) reniced to NICE once the stack is up;
 #           idle: those threads SCHED_IDLE instead; batch: SCHED_BATCH (the same weight, but a
-#           woken thread does not preempt the running one)
+#           woken thread does not preempt the running one); poolbatch: the worker's pool threads
+#           (llb-pool-*) SCHED_BATCH instead, the rest as started
 #     BUILD the cmd directory of another build (an old main's build-release/cmd), default $B
 #   e.g. ops/bench/served-ab.sh 3 base nice10:10   |   ops/bench/served-ab.sh 3 old:0:/tmp/old/cmd new
 # SERVE_FLAGS (optional) go to every stack. AUTOGROUP_NICE=N (as sim-validate.sh's
@@ -55,9 +56,24 @@ print("\n".join(str(q) for q in descendants(ps, [int(sys.argv[1])]) if kind_of(p
 PY
 }
 
+# the worker's pool threads (llb-pool-*) SCHED_BATCH: woken, they wait for the running thread's
+# slice instead of preempting it (the forward's caller, on whose core the kernel puts them)
+pool_batch() {
+  local p t
+  for p in $("$PY" -c 'import sys; sys.path.insert(0, "ops/bench")
+from proc_cpu import descendants, kind_of, processes
+ps = processes()
+print("\n".join(str(q) for q in descendants(ps, [int(sys.argv[1])]) if kind_of(ps[q][1]) == "gpu_worker"))' "$1"); do
+    for t in /proc/"$p"/task/*; do
+      case "$(cat "$t/comm" 2>/dev/null)" in llb-pool-*) chrt --batch -p 0 "${t##*/}" >/dev/null ;; esac
+    done
+  done
+}
+
 # renice (or SCHED_IDLE) every thread of the stack's processes but the worker's
 demote() {
   local stack=$1 how=$2 p t
+  if [ "$how" = poolbatch ]; then pool_batch "$stack"; return; fi
   for p in $(stack_rest "$stack"); do
     for t in /proc/"$p"/task/*; do
       t=${t##*/}
