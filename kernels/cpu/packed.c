@@ -145,18 +145,17 @@ static void packed_scalar(int fam, int fs, int64_t nb, const uint8_t *panel, con
   }
 }
 
-/* K6 (Q6_K) blocks: d[16] fp16, sc[2][16] int8, ql[4][64], qh[2][64] (packed.h). */
+/* K6 (Q6_K) blocks: d[16] fp16, sc[2][16] int8, q[2][3][64] (packed.h). */
 #define PK_K6_SC 32
-#define PK_K6_QL 64
-#define PK_K6_QH 320
+#define PK_K6_Q 64
 #define PK_K6_BLOCK 448
 
 /* Quant (0..63) of element i of column j in a K6 block. */
 static int k6_quant(const uint8_t *pb, int j, int i) {
-  const int g = i / 4, e = i % 4;
-  const int lo = (pb[PK_K6_QL + 64 * (g % 4) + 4 * j + e] >> (4 * (g / 4))) & 0x0F;
-  const int hi = (pb[PK_K6_QH + 64 * (g / 4) + 4 * j + e] >> (2 * (g % 4))) & 3;
-  return lo | hi << 4;
+  const int t = (i / 4) % 4;
+  const uint8_t *q = pb + PK_K6_Q + 192 * (i / 16) + 4 * j + i % 4;
+  if (t < 3) return q[64 * t] & 0x3F;
+  return q[0] >> 6 | (q[64] >> 6) << 2 | (q[128] >> 6) << 4;
 }
 
 static void k6_scalar(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n, float *out,
@@ -515,83 +514,86 @@ PK_AVX2 static PK_INLINE void k6_scale_pairs(const uint8_t *pb, int half, __m256
   *p01 = _mm256_or_si256(_mm256_and_si256(s0, lo16), _mm256_slli_epi32(s1, 16));
 }
 
-/* The 8 groups of quants (0..63) of columns 8*half .. 8*half+7 of a K6 block. */
-PK_AVX2 static PK_INLINE void k6_unpack_avx2(const uint8_t *pb, int half, __m256i q[8]) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-  for (int h = 0; h < 4; h++) {
-    const __m256i v = _mm256_loadu_si256((const __m256i *)(pb + PK_K6_QL + 64 * h + 32 * half));
-    q[h] = _mm256_and_si256(v, m4);
-    q[h + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-  }
-  for (int i = 0; i < 2; i++) {
-    const __m256i hb = _mm256_loadu_si256((const __m256i *)(pb + PK_K6_QH + 64 * i + 32 * half));
-    /* bits 2t, 2t+1 to bits 4, 5 (16-bit shifts: what crosses a byte is masked off) */
-    q[4 * i + 0] = _mm256_or_si256(q[4 * i + 0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-    q[4 * i + 1] = _mm256_or_si256(q[4 * i + 1], _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-    q[4 * i + 2] = _mm256_or_si256(q[4 * i + 2], _mm256_and_si256(hb, m30));
-    q[4 * i + 3] = _mm256_or_si256(q[4 * i + 3], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
-  }
+/* The 4 groups of quants (0..63) of sub-block s (elements 16s + 4t + e, group t) of columns
+ * 8*half .. 8*half+7 of a K6 block: groups 0-2 the low 6 bits of their bytes, group 3 their top
+ * 2 bits put together (masked first, so the 16-bit shifts move nothing across a byte). */
+PK_AVX2 static PK_INLINE void k6_unpack4_avx2(const uint8_t *pb, int s, int half, __m256i w[4]) {
+  const __m256i m3f = _mm256_set1_epi8(0x3F);
+  const uint8_t *q = pb + PK_K6_Q + 192 * s + 32 * half;
+  const __m256i x = _mm256_loadu_si256((const __m256i *)q), y = _mm256_loadu_si256((const __m256i *)(q + 64));
+  const __m256i z = _mm256_loadu_si256((const __m256i *)(q + 128));
+  w[0] = _mm256_and_si256(x, m3f);
+  w[1] = _mm256_and_si256(y, m3f);
+  w[2] = _mm256_and_si256(z, m3f);
+  w[3] = _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16(_mm256_andnot_si256(m3f, x), 6),
+                                         _mm256_srli_epi16(_mm256_andnot_si256(m3f, y), 4)),
+                         _mm256_srli_epi16(_mm256_andnot_si256(m3f, z), 2));
 }
 
-/* K6, all 16 columns of a block in one pass (as nibble_avx2_16): per group pair h the quants
- * of groups h (low nibbles, high bits from qh[0]) and h + 4 (high nibbles, qh[1]) of both
- * halves, then every row; groups {0, 1} and {4, 5}, then {2, 3} and {6, 7}, summed in int16 as
- * k6_staged_rows_avx2's pairs (2 * 2 * 63 * 127 < 32768) and widened by their sub-block's scale pair:
- * the same exact int32 sums. n <= 2 (called for 1 row). */
+/* The 8 groups of quants (0..63) of columns 8*half .. 8*half+7 of a K6 block. */
+PK_AVX2 static PK_INLINE void k6_unpack_avx2(const uint8_t *pb, int half, __m256i q[8]) {
+  k6_unpack4_avx2(pb, 0, half, q);
+  k6_unpack4_avx2(pb, 1, half, q + 4);
+}
+
+/* K6 offsets of activation block a for the one-pass kernel: c[s] has, in every 32-bit lane
+ * (a column), the int16 pair 32 * (sum over the 4 groups g of sub-block s of a[4g] + a[4g + 1],
+ * the same of a[4g + 2] + a[4g + 3]): what the weights' -32 adds to the two int16 lanes of a
+ * column's vpmaddubsw sums over the sub-block. Wrapping int16 adds: exact mod 2^16. */
+PK_AVX2 static PK_INLINE void k6_offsets_avx2(const block_q8_x *a, __m256i c[2]) {
+  const __m256i x = _mm256_maddubs_epi16(_mm256_set1_epi8(32), _mm256_loadu_si256((const __m256i *)(const void *)a->qs));
+  __m256i y = _mm256_add_epi16(x, _mm256_shuffle_epi32(x, 0x4E));
+  y = _mm256_add_epi16(y, _mm256_shuffle_epi32(y, 0xB1)); /* every dword of a 128-bit lane: its sub-block's pair */
+  c[0] = _mm256_permute4x64_epi64(y, 0x00);
+  c[1] = _mm256_permute4x64_epi64(y, 0xAA);
+}
+
+/* K6 scales of sub-block s of columns 8*half .. 8*half+7 as the int16 pair (sc, sc) per 32-bit
+ * lane, for vpmaddwd. */
+PK_AVX2 static PK_INLINE __m256i k6_scale_pair(const uint8_t *pb, int s, int half) {
+  const __m256i lo2 = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8, 9,
+                                       8, 9, 12, 13, 12, 13);
+  const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(pb + PK_K6_SC + 16 * s + 8 * half)));
+  return _mm256_shuffle_epi8(v, lo2);
+}
+
+/* K6, all 16 columns of a block in one pass (as nibble_avx2_16): per sub-block s the quants of
+ * both halves (k6_unpack4_avx2), then every row. A sub-block's 4 groups are summed in int16
+ * whole, centred: t = offset - the 4 vpmaddubsw sums (k6_offsets_avx2), each int16 lane the sum
+ * of 8 products (32 - q) * a with 32 - q in -31..32 and a in -128..127, so -32768 <= t <= 32512
+ * (8 * -4096, 8 * 4064): t fits int16, and as the adds wrap (exact mod 2^16) it is exact
+ * whatever the order. vpmaddwd by the scale pairs then gives x = -isum, and the float step
+ * subtracts: fnmadd(d * d_a, (float)x, acc) is fma(d * d_a, (float)isum, acc) bit for bit
+ * (int -> float rounds to nearest even, symmetric; negation is exact). n <= 2 (called for 1
+ * row). */
 PK_AVX2 static PK_INLINE void k6_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
                                          float *out, int64_t os) {
   __m256 acc[2][2];
   for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *pb = panel + (size_t)b * PK_K6_BLOCK;
-    __m256i s[2][2], tl[2][2], th[2][2];
-    for (int r = 0; r < n; r++) /* all set at h = 0, 1 below: this only tells the compiler */
-      s[r][0] = s[r][1] = tl[r][0] = tl[r][1] = th[r][0] = th[r][1] = _mm256_setzero_si256();
-    for (int h = 0; h < 4; h++) {
-      __m256i lo[2], hi[2];
-      for (int half = 0; half < 2; half++) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(pb + PK_K6_QL + 64 * h + 32 * half));
-        const __m256i b0 = _mm256_loadu_si256((const __m256i *)(pb + PK_K6_QH + 32 * half));
-        const __m256i b1 = _mm256_loadu_si256((const __m256i *)(pb + PK_K6_QH + 64 + 32 * half));
-        /* bits 2h, 2h+1 to bits 4, 5 (16-bit shifts: what crosses a byte is masked off) */
-        const __m256i e0 = h == 0 ? _mm256_slli_epi16(b0, 4) : h == 1 ? _mm256_slli_epi16(b0, 2)
-                           : h == 2 ? b0 : _mm256_srli_epi16(b0, 2);
-        const __m256i e1 = h == 0 ? _mm256_slli_epi16(b1, 4) : h == 1 ? _mm256_slli_epi16(b1, 2)
-                           : h == 2 ? b1 : _mm256_srli_epi16(b1, 2);
-        lo[half] = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(e0, m30));
-        hi[half] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_and_si256(e1, m30));
-      }
+    __m256i c[2][2], x[2][2];
+    for (int r = 0; r < n; r++) k6_offsets_avx2(act[r] + b, c[r]);
+    for (int s = 0; s < 2; s++) {
+      __m256i w[2][4];
+      for (int half = 0; half < 2; half++) k6_unpack4_avx2(pb, s, half, w[half]);
       for (int r = 0; r < n; r++) {
-        const __m256i al = bcast4(act[r][b].qs + 4 * h), ah = bcast4(act[r][b].qs + 16 + 4 * h);
-        for (int half = 0; half < 2; half++) {
-          const __m256i pl = _mm256_maddubs_epi16(lo[half], al), ph = _mm256_maddubs_epi16(hi[half], ah);
-          tl[r][half] = (h & 1) == 0 ? pl : _mm256_add_epi16(tl[r][half], pl);
-          th[r][half] = (h & 1) == 0 ? ph : _mm256_add_epi16(th[r][half], ph);
+        __m256i t[2] = {c[r][s], c[r][s]};
+        for (int g = 0; g < 4; g++) {
+          const __m256i a = bcast4(act[r][b].qs + 16 * s + 4 * g);
+          for (int half = 0; half < 2; half++) t[half] = _mm256_sub_epi16(t[half], _mm256_maddubs_epi16(w[half][g], a));
         }
-      }
-      if ((h & 1) == 0) continue;
-      for (int half = 0; half < 2; half++) {
-        __m256i p0, p1, p01;
-        k6_scale_pairs(pb, half, &p0, &p1, &p01);
-        for (int r = 0; r < n; r++) {
-          const __m256i w = _mm256_add_epi32(_mm256_madd_epi16(tl[r][half], p0), _mm256_madd_epi16(th[r][half], p1));
-          s[r][half] = h == 1 ? w : _mm256_add_epi32(s[r][half], w);
+        for (int half = 0; half < 2; half++) {
+          const __m256i y = _mm256_madd_epi16(t[half], k6_scale_pair(pb, s, half));
+          x[r][half] = s == 0 ? y : _mm256_add_epi32(x[r][half], y);
         }
       }
     }
     for (int half = 0; half < 2; half++) {
-      __m256i p0, p1, p01;
-      k6_scale_pairs(pb, half, &p0, &p1, &p01);
       const __m256 dx = scales8(pb, half, 0);
-      for (int r = 0; r < n; r++) {
-        const block_q8_x *a = act[r] + b;
-        int32_t bs;
-        memcpy(&bs, a->bsum, 4);
-        const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(p01, _mm256_set1_epi32(bs)), 5);
-        acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)),
-                                       _mm256_cvtepi32_ps(_mm256_sub_epi32(s[r][half], off)), acc[r][half]);
-      }
+      for (int r = 0; r < n; r++)
+        acc[r][half] = _mm256_fnmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(act[r][b].d)), _mm256_cvtepi32_ps(x[r][half]),
+                                        acc[r][half]);
     }
   }
   for (int r = 0; r < n; r++)
@@ -807,24 +809,23 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
                                         float *out, int64_t os) {
   __m512 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i m3f = _mm512_set1_epi8(0x3F);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *pb = panel + (size_t)b * PK_K6_BLOCK;
     const __m512 dx = scales16(pb, 0);
     const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(pb + PK_K6_SC)));
     const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(pb + PK_K6_SC + 16)));
-    __m512i q[8];
-    for (int h = 0; h < 4; h++) {
-      const __m512i v = _mm512_loadu_si512((const void *)(pb + PK_K6_QL + 64 * h));
-      q[h] = _mm512_and_si512(v, m4);
-      q[h + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    }
-    for (int i = 0; i < 2; i++) {
-      const __m512i hb = _mm512_loadu_si512((const void *)(pb + PK_K6_QH + 64 * i));
-      q[4 * i + 0] = _mm512_or_si512(q[4 * i + 0], _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30));
-      q[4 * i + 1] = _mm512_or_si512(q[4 * i + 1], _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30));
-      q[4 * i + 2] = _mm512_or_si512(q[4 * i + 2], _mm512_and_si512(hb, m30));
-      q[4 * i + 3] = _mm512_or_si512(q[4 * i + 3], _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30));
+    __m512i q[8]; /* k6_unpack4_avx2's, 16 columns wide; group 3's pieces or'ed by one vpternlogd */
+    for (int sb = 0; sb < 2; sb++) {
+      const uint8_t *qb = pb + PK_K6_Q + 192 * sb;
+      const __m512i x = _mm512_loadu_si512((const void *)qb), y = _mm512_loadu_si512((const void *)(qb + 64));
+      const __m512i z = _mm512_loadu_si512((const void *)(qb + 128));
+      q[4 * sb + 0] = _mm512_and_si512(x, m3f);
+      q[4 * sb + 1] = _mm512_and_si512(y, m3f);
+      q[4 * sb + 2] = _mm512_and_si512(z, m3f);
+      q[4 * sb + 3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(_mm512_andnot_si512(m3f, x), 6),
+                                                _mm512_srli_epi16(_mm512_andnot_si512(m3f, y), 4),
+                                                _mm512_srli_epi16(_mm512_andnot_si512(m3f, z), 2), 0xFE);
     }
     __m512i s0[CPU_PACKED_MAX_ROWS], s1[CPU_PACKED_MAX_ROWS]; /* rows inner, as nibble_vnni_n */
     for (int r = 0; r < n; r++) {

@@ -64,9 +64,12 @@
  *            Q5_0 bytes). Q5_0: m = -16 * d (exact in fp16; a file with |d| > 65504/16 stays
  *            unpacked). Q5_K: d, m as Q4_K.
  *   K6       (Q6_K): d[16] (fp16, the super-block's d), sc[2][16] (int8: sc[s][j] = the scale of
- *            elements 16s..16s+15 of column j), ql[4][64] (the low 4 bits in the NIBBLE
- *            arrangement), qh[2][64]: bits 2t, 2t+1 of qh[i][4j + e] = the high 2 bits of element
- *            4(4i + t) + e of column j. Quants q are 0..63, w = d * sc * (q - 32).
+ *            elements 16s..16s+15 of column j), q[2][3][64]: sub-block s at 6 bits a byte,
+ *            bits 0-5 of q[s][t][4j + e] = the quant of element 16s + 4t + e of column j (t =
+ *            0, 1, 2) and bits 6-7 = bits 2t, 2t+1 of the quant of element 16s + 12 + e (the
+ *            sub-block's fourth group in three pieces; a 4-bit and a 2-bit plane before
+ *            2026-11-30: this one unpacks three groups of four by one and). Quants q are 0..63,
+ *            w = d * sc * (q - 32).
  *   FLOAT    (F16, BF16): no scales; F16 w[32][16]: w[i][j] = element i of column j as the
  *            file stores it (fp16 bits); BF16 w[16][16][2]: w[k][j][e] = element 2k + e of
  *            column j (bf16 bits; a 32-bit lane holds one column's pair, as vdpbf16ps takes

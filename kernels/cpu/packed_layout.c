@@ -203,19 +203,17 @@ static void decode_block32(enum ggml_type t, const uint8_t *row, int64_t b, stru
 
 /* One K6 block (packed.h) of the 16 Q6_K rows from `rows` (row_bytes apart): 32-block b. */
 static void pack_k6_block(const uint8_t *rows, size_t row_bytes, int64_t b, uint8_t *o) {
-  uint8_t *ql = o + 64, *qh = o + 320;
-  memset(ql, 0, 4 * 64 + 2 * 64);
   for (int j = 0; j < CPU_PACK_COLS; j++) {
     struct block32 k;
     decode_block32(GGML_TYPE_Q6_K, rows + (size_t)j * row_bytes, b, &k);
     memcpy(o + 2 * j, &k.dh, 2);
     o[32 + j] = (uint8_t)k.sc16[0], o[48 + j] = (uint8_t)k.sc16[1];
-    for (int g = 0; g < 8; g++)
-      for (int e = 0; e < 4; e++) {
-        const int i = 4 * g + e;
-        ql[64 * (g % 4) + 4 * j + e] |= (uint8_t)((k.uq[i] & 0x0F) << (4 * (g / 4)));
-        qh[64 * (g / 4) + 4 * j + e] |= (uint8_t)((k.uq[i] >> 4) << (2 * (g % 4)));
-      }
+    for (int s = 0; s < 2; s++) {
+      const uint8_t *u = k.uq + 16 * s; /* sub-block s: groups t = 0..2 whole, group 3 in 2-bit pieces */
+      for (int t = 0; t < 3; t++)
+        for (int e = 0; e < 4; e++)
+          o[64 + 64 * (3 * s + t) + 4 * j + e] = (uint8_t)(u[4 * t + e] | ((u[12 + e] >> (2 * t)) & 3) << 6);
+    }
   }
 }
 

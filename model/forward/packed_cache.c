@@ -12,7 +12,10 @@
 #include <unistd.h>
 
 #define MAGIC "LLBPACK1"
-#define HEADER_VERSION 1u
+/* 2 (2026-11-30): the K6 (Q6_K) panels hold their quants 6 bits a byte (kernels/cpu/packed.h).
+ * A version-1 file holds the old K6 bytes, which the caller's probe of the first packed weight
+ * misses when that weight is of another type: such files are now ignored and rewritten. */
+#define HEADER_VERSION 2u
 
 struct header {
   char magic[8];

@@ -445,14 +445,17 @@ static void test_many_row_kernels_give_each_row_its_own_bits(void **state) {
 
 /* GGUF rows of type t whose quants are all at their largest (every byte but the fp16 d and
  * dmin 0xFF: nibbles 15, 5th bits set, K sub-block scales and mins 63), Q6_K's int8 scales all
- * `k6_scale` (127 or -128): the worst case of the kernels' int16 sums. */
-static uint8_t *saturated_weight(enum ggml_type t, int64_t rows, int64_t cols, uint8_t k6_scale, size_t *row_bytes) {
+ * `k6_scale` (127 or -128) and its ql / qh bytes all `k6_quants` (0xFF: quants 63; 0x00:
+ * quants 0, where the one-row AVX2 kernel's centred sums of (32 - q) * a are largest): the
+ * worst case of the kernels' int16 sums. */
+static uint8_t *saturated_weight(enum ggml_type t, int64_t rows, int64_t cols, uint8_t k6_scale, uint8_t k6_quants,
+                                 size_t *row_bytes) {
   uint8_t *p = random_weight(t, rows, cols, row_bytes);
   const size_t bb = ggml_type_block_bytes(t), n = *row_bytes * (size_t)rows;
   for (size_t b = 0; b < n / bb; b++) {
     uint8_t *blk = p + b * bb;
     if (t == GGML_TYPE_Q6_K) { /* ql[128] qh[64] scales[16] d */
-      memset(blk, 0xFF, 192);
+      memset(blk, k6_quants, 192);
       memset(blk + 192, k6_scale, 16);
     } else {
       const size_t head = stores_min(t) ? 4 : 2;
@@ -490,9 +493,10 @@ static void test_packed_kernels_at_saturated_quants_equal_scalar(void **state) {
   const int acts[] = {127, -127, -128, 0};
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     const int64_t rows = CPU_PACK_COLS, k = is_super(types[ti]) ? 4352 : 1088, nb = k / 32;
-    for (int sc = 0; sc < (types[ti] == GGML_TYPE_Q6_K ? 2 : 1); sc++) {
+    for (int v = 0; v < (types[ti] == GGML_TYPE_Q6_K ? 4 : 1); v++) { /* Q6_K: scales 127 / -128 x quants 63 / 0 */
+      const int sc = v & 1, q0 = v >> 1;
       size_t row_bytes;
-      uint8_t *data = saturated_weight(types[ti], rows, k, sc ? 0x80 : 0x7F, &row_bytes);
+      uint8_t *data = saturated_weight(types[ti], rows, k, sc ? 0x80 : 0x7F, q0 ? 0x00 : 0xFF, &row_bytes);
       const struct backend_weight w = {types[ti], rows, k, row_bytes, data, NULL};
       uint8_t *panel = malloc(cpu_pack_bytes(&w));
       assert_int_equal(cpu_pack_weight(&w, panel), LLB_STATUS_OK);
@@ -512,9 +516,9 @@ static void test_packed_kernels_at_saturated_quants_equal_scalar(void **state) {
             memset(got, 0xFF, sizeof got);
             fn(nb, panel, (const block_q8_x *const *)act, n, &got[0][0], CPU_PACK_COLS);
             if (memcmp(got, ref, (size_t)n * sizeof ref[0]) != 0)
-              fail_msg("%s%s, activations %d (0: 127/-128), level %d, %d rows a call: differs from scalar",
+              fail_msg("%s%s%s, activations %d (0: 127/-128), level %d, %d rows a call: differs from scalar",
                        ggml_type_name(types[ti]), types[ti] != GGML_TYPE_Q6_K ? "" : sc ? " scales -128" : " scales 127",
-                       acts[ai], lvl, n);
+                       types[ti] != GGML_TYPE_Q6_K ? "" : q0 ? " quants 0" : " quants 63", acts[ai], lvl, n);
           }
         }
       }
