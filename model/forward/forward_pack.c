@@ -69,17 +69,30 @@ static llb_status pack_private(struct llama_forward_ctx *c, struct backend_weigh
   return st;
 }
 
-/* Whether the cache file's bytes were made by this build's packing: the first packed weight,
- * repacked now, must equal its copy in the file. */
-static bool cache_matches_packing(const struct llama_forward_ctx *c, struct backend_weight **ws, int32_t n,
-                                  const uint64_t *sizes, const uint8_t *data) {
-  int32_t i = 0;
-  while (i < n && sizes[i] == 0) i++;
-  if (i == n) return true;
-  uint8_t *probe = malloc(sizes[i]);
-  bool same = probe && c->ops->pack(ws[i], probe) == LLB_STATUS_OK && memcmp(probe, data, sizes[i]) == 0;
+/* Whether weight i's bytes in the cache file (at data) equal its packing by this build. */
+static bool cache_weight_matches(const struct llama_forward_ctx *c, const struct backend_weight *w, uint64_t size,
+                                 const uint8_t *data) {
+  uint8_t *probe = malloc(size);
+  bool same = probe && c->ops->pack(w, probe) == LLB_STATUS_OK && memcmp(probe, data, size) == 0;
   free(probe);
   return same;
+}
+
+/* Whether the cache file's bytes were made by this build's packing: the first packed weight of
+ * each GGML type, repacked now, must equal its copy in the file (one probe per type, so that a
+ * layout change of any one type's panels is caught whichever type comes first in the file). */
+static bool cache_matches_packing(const struct llama_forward_ctx *c, struct backend_weight **ws, int32_t n,
+                                  const uint64_t *sizes, const uint8_t *data) {
+  bool seen[GGML_TYPE_COUNT] = {false};
+  for (int32_t i = 0; i < n; i++) {
+    if (sizes[i] == 0) continue;
+    const enum ggml_type t = ws[i]->type;
+    const bool probe = (unsigned)t >= GGML_TYPE_COUNT || !seen[t];
+    if ((unsigned)t < GGML_TYPE_COUNT) seen[t] = true;
+    if (probe && !cache_weight_matches(c, ws[i], sizes[i], data)) return false;
+    data += (sizes[i] + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN;
+  }
+  return true;
 }
 
 /* Maps the host's cache file of these packed weights if it holds them, else packs privately

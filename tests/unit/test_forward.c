@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/backend.h"
 #include "kernels/quant.h"
 #include "model/forward/forward.h"
 #include "model/gguf/gguf.h"
@@ -390,6 +391,27 @@ static void prefill_logits(const struct llama_model *m, struct llama_forward_ctx
   llama_kv_cache_destroy(kv);
 }
 
+/* XORs the byte at offset of the one cache file under cache_path (dir: scratch for its listing). */
+static void flip_cache_byte(const char *dir, const char *cache_path, long offset) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -f %s/*.tmp.*; ls %s/*.llbpack > %s/list", cache_path, cache_path, dir);
+  assert_int_equal(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s/list", dir);
+  FILE *lf = fopen(cmd, "r");
+  assert_non_null(lf);
+  char packed_file[200] = "";
+  assert_non_null(fgets(packed_file, sizeof packed_file, lf));
+  fclose(lf);
+  packed_file[strcspn(packed_file, "\n")] = '\0';
+  FILE *pf = fopen(packed_file, "r+b");
+  assert_non_null(pf);
+  assert_int_equal(fseek(pf, offset, SEEK_SET), 0);
+  int byte = fgetc(pf);
+  assert_int_equal(fseek(pf, offset, SEEK_SET), 0);
+  fputc(byte ^ 0x5a, pf);
+  fclose(pf);
+}
+
 static void test_shared_packed_cache_maps_and_matches_private(void **state) {
   struct fixture *fx = *state;
   char dir[] = "/tmp/llb-packed-XXXXXX", model_path[64], cache_path[128];
@@ -417,31 +439,30 @@ static void test_shared_packed_cache_maps_and_matches_private(void **state) {
   assert_memory_equal(first, priv, sizeof priv);
   assert_memory_equal(second, priv, sizeof priv);
   /* a cache written by other packing code: flip a byte of the first weight's bytes */
-  char file[512];
-  snprintf(file, sizeof file, "rm -f %s/*.tmp.*; ls %s/*.llbpack > %s/list", cache_path, cache_path, dir);
-  assert_int_equal(system(file), 0);
-  snprintf(file, sizeof file, "%s/list", dir);
-  FILE *lf = fopen(file, "r");
-  char packed_file[200] = "";
-  assert_non_null(fgets(packed_file, sizeof packed_file, lf));
-  fclose(lf);
-  packed_file[strcspn(packed_file, "\n")] = '\0';
-  FILE *pf = fopen(packed_file, "r+b");
-  assert_non_null(pf);
-  assert_int_equal(fseek(pf, PACKED_CACHE_DATA_OFFSET + 5, SEEK_SET), 0);
-  int byte = fgetc(pf);
-  assert_int_equal(fseek(pf, PACKED_CACHE_DATA_OFFSET + 5, SEEK_SET), 0);
-  fputc(byte ^ 0x5a, pf);
-  fclose(pf);
+  flip_cache_byte(dir, cache_path, PACKED_CACHE_DATA_OFFSET + 5);
   assert_int_equal(llama_forward_ctx_create_opts(m, &o, &c), LLB_STATUS_OK); /* detects, repacks, rewrites */
   prefill_logits(m, c, third);
   assert_memory_equal(third, priv, sizeof priv);
   assert_true(llama_forward_ctx_packed_shared(c));
+  /* ... and of the first weight of another type (blk.0.attn_k, Q8_0, after blk.0.attn_q, Q4_1):
+   * a layout change of one type's panels is caught whichever type the file starts with */
+  const struct backend_weight wq0 = {.type = GGML_TYPE_Q4_1, .rows = H * D, .cols = E,
+                                     .row_bytes = (size_t)E / QK4_1 * ggml_type_block_bytes(GGML_TYPE_Q4_1)};
+  const size_t wq0_bytes = backend_cpu_ops()->pack_bytes(&wq0);
+  assert_true(wq0_bytes > 0);
+  flip_cache_byte(dir, cache_path, PACKED_CACHE_DATA_OFFSET + (long)((wq0_bytes + 63) / 64 * 64) + 5);
+  struct llama_forward_ctx *d;
+  assert_int_equal(llama_forward_ctx_create_opts(m, &o, &d), LLB_STATUS_OK); /* detects, repacks, rewrites */
+  float fourth[12 * V];
+  prefill_logits(m, d, fourth);
+  assert_memory_equal(fourth, priv, sizeof priv);
+  llama_forward_ctx_destroy(d);
   llama_forward_ctx_destroy(a);
   llama_forward_ctx_destroy(b);
   llama_forward_ctx_destroy(c);
   llama_model_destroy(m);
   gguf_close(gf);
+  char file[512];
   snprintf(file, sizeof file, "rm -rf %s", dir);
   assert_int_equal(system(file), 0);
 }
