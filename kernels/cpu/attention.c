@@ -4,7 +4,7 @@
  * exactly, Q8_0's d * q rounded to nearest even): a one-row item in the BATCH order on AVX2 or
  * AVX-512 (every decode step under the default batch-invariant order, head_dim a multiple of 16 up
  * to 256, blocks a multiple of 16 slots) reads the cache where it lies and widens 8 or 16 values at a time
- * in registers (kv_load8_avx2, kv_load16_avx512); the other paths (row tiles of a prefill, the
+ * in registers (kv_load8_avx2, kv_load16_avx512: kv_widen.h, as the scratch's conversion); the other paths (row tiles of a prefill, the
  * SINGLE order, the portable path) first convert the keys a run of rows of one sequence and KV
  * head attends into a per-thread fp16 scratch, once, and run the fp16 paths on that. The same
  * numbers on every path and in every batch, about half of fp16's bytes read (fp8 1/2, q8_0 17/32).
@@ -26,6 +26,7 @@
  * context. A soft-capped score is c * tanh(s * (1/c)) of the raw dot, then scaled (ggml_scale,
  * ggml_tanh, ggml_scale before soft_max_ext). */
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/kv_widen.h"
 
 #include <math.h>
 #include <string.h>
@@ -403,26 +404,16 @@ ATTN_AVX2_TARGET static inline __m128 reduce4x16_avx2(const __m256 lo[4], const 
 }
 
 /* Values e .. e + 7 of the K or V row at `row` (dtype t: backend_kv_row_bytes bytes; e % 8 == 0)
- * as float, as kv_load16_avx512 widens them: fp16 exactly; Q8_0's fp16(d * q) rounded to nearest
- * even; FP8 E4M3 as sign | magnitude << 7 (the fp16 of the value times 2^-8; magnitude 0x7F:
- * NaN 0x7E00 | sign) widened and times 2^8 (exact; a NaN stays the same NaN). Inlined with a
- * constant t. */
+ * as float: fp16 exactly; Q8_0 and FP8 E4M3 as kv_widen.h reads them (the fp16 values
+ * cpu_kv_row_to_fp16's scratch holds), widened. Inlined with a constant t. */
 ATTN_AVX2_TARGET static inline __attribute__((always_inline)) __m256 kv_load8_avx2(enum backend_kv_dtype t,
                                                                                  const uint8_t *row, int32_t e) {
   if (t == BACKEND_KV_DTYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * e)));
   if (t == BACKEND_KV_DTYPE_Q8_0) {
-    const uint8_t *blk = row + 34 * (e >> 5);
-    uint16_t h;
-    memcpy(&h, blk, 2);
-    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + (e & 31)))));
-    return _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), q), _MM_FROUND_TO_NEAREST_INT));
+    const uint8_t *blk = row + KV_WIDEN_Q8_0_BLOCK_BYTES * (e >> 5);
+    return _mm256_cvtph_ps(kv_widen_q8_0_fp16x8_avx2(kv_widen_q8_0_d8_avx2(blk), blk + 2 + (e & 31)));
   }
-  const __m128i w = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(row + e))), 7),
-                                  _mm_set1_epi16((short)0xBF80));
-  const __m128i mag = _mm_set1_epi16(0x3F80);
-  const __m128i nan = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16((short)0x8000)), _mm_set1_epi16(0x7E00));
-  const __m128i h = _mm_blendv_epi8(w, nan, _mm_cmpeq_epi16(_mm_and_si128(w, mag), mag));
-  return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+  return kv_widen_e4m3_ps8_avx2(row + e);
 }
 
 /* kf [k][0 .. hd) = key k (row k0 + k * rs bytes, dtype t) as float, k < 4. */
@@ -912,28 +903,17 @@ ATTN_AVX512_TARGET static void round_q_avx512(const struct backend_attn_params *
 }
 
 /* Values i * 16 .. i * 16 + 15 of the K or V row at `row` (dtype t: backend_kv_row_bytes bytes)
- * as float, the values the fp16 scratch of cpu_kv_row_to_fp16 holds widened: fp16 exactly;
- * Q8_0's fp16(d * q) rounded to nearest even (the float product, then F16C); FP8 E4M3 exactly
- * (sign | magnitude << 7 is the fp16 of the value times 2^-8, normals and subnormals alike,
- * times 2^8 in float; the magnitude 0x7F is NaN, fp16 0x7E00 | sign as the table). Inlined with
- * a constant t: one load and conversion (fp16), five more operations (Q8_0, FP8). */
+ * as float: fp16 exactly; Q8_0 and FP8 E4M3 as kv_widen.h reads them (the fp16 values the
+ * scratch of cpu_kv_row_to_fp16 holds), widened. Inlined with a constant t: one load and
+ * conversion (fp16), a few more operations (Q8_0, FP8). */
 ATTN_AVX512_TARGET static inline __attribute__((always_inline)) __m512 kv_load16_avx512(enum backend_kv_dtype t,
                                                                                       const uint8_t *row, int32_t i) {
   if (t == BACKEND_KV_DTYPE_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 32 * i)));
   if (t == BACKEND_KV_DTYPE_Q8_0) {
-    const uint8_t *blk = row + 34 * (i >> 1);
-    uint16_t h;
-    memcpy(&h, blk, 2);
-    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2 + 16 * (i & 1)))));
-    return _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h)), q), _MM_FROUND_TO_NEAREST_INT));
+    const uint8_t *blk = row + KV_WIDEN_Q8_0_BLOCK_BYTES * (i >> 1);
+    return _mm512_cvtph_ps(kv_widen_q8_0_fp16x16_avx512(kv_widen_q8_0_d16_avx512(blk), blk + 2 + 16 * (i & 1)));
   }
-  const __m256i w = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + 16 * i))), 7),
-                                     _mm256_set1_epi16((short)0xBF80)); /* sign at bit 15, magnitude at 7-13 */
-  const __m256i mag = _mm256_set1_epi16(0x3F80);
-  const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, mag), mag);
-  const __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(w), _mm512_set1_ps(256.0f));
-  const __m256i nan_h = _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16((short)0x8000)), _mm256_set1_epi16(0x7E00));
-  return _mm512_mask_mov_ps(f, nan, _mm512_cvtph_ps(nan_h));
+  return kv_widen_e4m3_ps16_avx512(row + 16 * i);
 }
 
 /* kf [l] = the key row k + l * rs (bytes; l < 16, dtype t, 16 * nv values) as float
