@@ -73,8 +73,8 @@ KV_WIDEN_AVX2_TARGET static inline __m128i kv_widen_q8_0_fp16x8_avx2(__m256 d, c
 /* The 8 FP8 codes at src (unaligned) as fp16 bits of their values times 2^-8, NaN codes as
  * 0x7E00 | sign (a NaN times 2^8 stays that NaN): kv_widen_e4m3_fp16's bit step, 8 lanes. */
 KV_WIDEN_AVX2_TARGET static inline __m128i kv_widen_e4m3_half8_avx2(const uint8_t *src) {
-  const __m128i w = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)src)), 7),
-                                  _mm_set1_epi16((short)KV_WIDEN_E4M3_KEEP));
+  const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)src));
+  const __m128i w = _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)KV_WIDEN_E4M3_KEEP));
   const __m128i mag = _mm_set1_epi16(KV_WIDEN_E4M3_MAG);
   const __m128i nan = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16((short)0x8000)), _mm_set1_epi16(KV_WIDEN_FP16_QNAN));
   return _mm_blendv_epi8(w, nan, _mm_cmpeq_epi16(_mm_and_si128(w, mag), mag));
@@ -82,8 +82,8 @@ KV_WIDEN_AVX2_TARGET static inline __m128i kv_widen_e4m3_half8_avx2(const uint8_
 
 /* kv_widen_e4m3_half8_avx2 of 16 codes at src (lane i: code i), in one 256-bit register. */
 KV_WIDEN_AVX2_TARGET static inline __m256i kv_widen_e4m3_half16_avx2(const uint8_t *src) {
-  const __m256i w = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)src)), 7),
-                                     _mm256_set1_epi16((short)KV_WIDEN_E4M3_KEEP));
+  const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)src));
+  const __m256i w = _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16((short)KV_WIDEN_E4M3_KEEP));
   const __m256i mag = _mm256_set1_epi16(KV_WIDEN_E4M3_MAG);
   const __m256i nan = _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16((short)0x8000)),
                                       _mm256_set1_epi16(KV_WIDEN_FP16_QNAN));
