@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "actors/input_processor/abort_fanout.h"
 #include "actors/input_processor/actor_wire.h"
 #include "model/template/chat_render.h"
 #include "actors/input_processor/engine_router.h"
@@ -122,18 +123,10 @@ static void reply_error(struct input_processor_actor *a, const struct bus_msg *m
   reply_error_retry(a, msg, request_id, code, message, field, 0);
 }
 
-/* Publishes AbortRequests{ids} on engine `eid`'s abort subject. */
-static llb_status publish_aborts(struct input_processor_actor *a, const char *eid, const struct llb_str *ids, int32_t n,
-                                 const struct bus_trace_ctx *trace) {
-  struct llb_abort_requests ab = {.request_ids = ids, .num_request_ids = n};
-  struct llb_buf buf = {0};
-  char subject[BUS_SUBJECT_MAX];
-  llb_status st = bus_subject_engine(bus_prefix(a->bus), eid, "abort", subject, sizeof subject);
-  if (st == LLB_STATUS_OK) st = llb_abort_requests_encode_buf(&ab, &buf);
-  if (st == LLB_STATUS_OK) st = bus_publish(a->bus, subject, buf.data, buf.len, trace);
-  if (st != LLB_STATUS_OK) atomic_fetch_add(&a->publish_errors, 1);
-  llb_buf_free(&buf);
-  return st;
+/* The abort fan-out of this actor (abort_fanout.h): its bus, router and default engine. */
+static struct abort_fanout fanout_of(struct input_processor_actor *a) {
+  return (struct abort_fanout){.bus = a->bus, .router = a->router, .default_engine_id = a->engine_id,
+                               .publish_errors = &a->publish_errors};
 }
 
 /* Compiles the request's structured-output spec once (structured_check.h): a spec the engine
@@ -224,7 +217,9 @@ static llb_status publish_children(struct input_processor_actor *a, const char *
   snprintf(msg, sizeof msg, "%s", llb_err_last());
   struct llb_str ids[INPUT_PROCESSOR_ACTOR_MAX_N];
   for (int32_t i = 0; i < sent && i < INPUT_PROCESSOR_ACTOR_MAX_N; i++) ids[i] = llb_str_c(pr->requests[i].request_id);
-  if (sent > 0) (void)publish_aborts(a, eid, ids, sent < INPUT_PROCESSOR_ACTOR_MAX_N ? sent : INPUT_PROCESSOR_ACTOR_MAX_N, span);
+  const struct abort_fanout f = fanout_of(a);
+  if (sent > 0)
+    (void)abort_fanout_publish(&f, eid, ids, sent < INPUT_PROCESSOR_ACTOR_MAX_N ? sent : INPUT_PROCESSOR_ACTOR_MAX_N, span);
   return LLB_ERRF(st, "publishing to %s: %s", subject, msg);
 }
 
@@ -340,8 +335,6 @@ static void trace_begin(struct bus *bus, const struct bus_msg *msg, struct reque
 }
 
 static bool id_printable(struct llb_str id);
-static int abort_everywhere(struct input_processor_actor *a, const struct llb_str *ids, int32_t n,
-                            const struct bus_trace_ctx *span, llb_status *st);
 
 /* A client's resend (the api server after a nats-server restart lost its reply route): the
  * GenerateRequest carries the id of the engine request it replaces in the header
@@ -363,7 +356,8 @@ static bool resume_target(struct input_processor_actor *a, const struct bus_msg 
                  tenant, n, owned);
     if (owned) { /* ours, but not to be taken over here: stop it */
       llb_status st = LLB_STATUS_OK;
-      (void)abort_everywhere(a, &s, 1, &msg->trace, &st);
+      const struct abort_fanout f = fanout_of(a);
+      (void)abort_fanout_everywhere(&f, &s, 1, &msg->trace, &st);
     }
     return false;
   }
@@ -668,44 +662,6 @@ static bool id_printable(struct llb_str id) {
   return true;
 }
 
-/* An abort whose id names no engine we know (an id from before routing, or an engine that has
- * not announced itself to this replica yet): every known engine and the default one get it;
- * the engines ignore ids they do not run. Returns the number of engines; *st the first error. */
-static int abort_everywhere(struct input_processor_actor *a, const struct llb_str *ids, int32_t n,
-                            const struct bus_trace_ctx *span, llb_status *st) {
-  enum { MAX_FANOUT = 64 };
-  struct engine_router_engine rows[MAX_FANOUT];
-  int total = engine_router_list(a->router, llb_now_ns(), rows, MAX_FANOUT);
-  if (total > MAX_FANOUT) total = MAX_FANOUT;
-  *st = publish_aborts(a, a->engine_id, ids, n, span);
-  int sent = 1;
-  for (int i = 0; i < total; i++) {
-    if (strcmp(rows[i].engine_id, a->engine_id) == 0) continue;
-    llb_status s2 = publish_aborts(a, rows[i].engine_id, ids, n, span);
-    if (*st == LLB_STATUS_OK) *st = s2;
-    sent++;
-  }
-  return sent;
-}
-
-/* A disaggregated request may have left the prefill engine its id names for a decode engine
- * (actors/scheduler/handoff.h): the abort goes to every decode engine too (the id alone: n > 1
- * is never disaggregated); one that does not run it yet remembers it, so a hand-off racing the
- * abort is dropped there. Returns the number of engines; *st the first error. */
-static int abort_decode_engines(struct input_processor_actor *a, const char *eid, const struct llb_str *id,
-                                const struct bus_trace_ctx *span, llb_status *st) {
-  enum { MAX_DECODE = 64 };
-  char ids[MAX_DECODE][BUS_TOKEN_MAX + 1];
-  int n = engine_router_decode_engines(a->router, ids, MAX_DECODE), sent = 0;
-  for (int i = 0; i < n && i < MAX_DECODE; i++) {
-    if (strcmp(ids[i], eid) == 0) continue;
-    llb_status s2 = publish_aborts(a, ids[i], id, 1, span);
-    if (*st == LLB_STATUS_OK) *st = s2;
-    sent++;
-  }
-  return sent;
-}
-
 /* <prefix>.engine.<eid>.stats: an engine announcing itself and its load (routing input). */
 static void input_processor_on_stats(struct bus *bus, const struct bus_msg *msg, void *user) {
   (void)bus;
@@ -781,26 +737,12 @@ static void input_processor_on_abort(struct bus *bus, const struct bus_msg *msg,
                  msg->subject, ar.request_id.data, tenant);
     goto done;
   }
-  /* The processor keeps no state: abort the id itself (n = 1) and every child id it could
-   * have (n > 1: "<i>_<id>"); the engine ignores those it does not run. */
-  char child_ids[INPUT_PROCESSOR_ACTOR_MAX_N][INPUT_PROCESSOR_MAX_ID_BYTES];
-  struct llb_str ids[INPUT_PROCESSOR_ACTOR_MAX_N + 1];
-  ids[0] = ar.request_id;
-  for (int32_t i = 0; i < INPUT_PROCESSOR_ACTOR_MAX_N; i++) {
-    snprintf(child_ids[i], sizeof child_ids[i], "%d_%s", i, ar.request_id.data);
-    ids[i + 1] = llb_str_c(child_ids[i]);
-  }
+  /* The processor keeps no state: the id itself (n = 1) and every child id it could have
+   * (n > 1), where the id may run (abort_fanout_request) */
   struct bus_trace_ctx span;
   bus_trace_child(&msg->trace, &span);
-  char eid[BUS_TOKEN_MAX + 1];
-  int engines = 0;
-  if (input_processor_engine_of_id(ar.request_id.data, ar.request_id.len, eid, sizeof eid) &&
-      engine_router_known(a->router, eid)) {
-    st = publish_aborts(a, eid, ids, INPUT_PROCESSOR_ACTOR_MAX_N + 1, &span);
-    engines = 1 + abort_decode_engines(a, eid, &ar.request_id, &span, &st);
-  } else {
-    engines = abort_everywhere(a, ids, INPUT_PROCESSOR_ACTOR_MAX_N + 1, &span, &st);
-  }
+  const struct abort_fanout f = fanout_of(a);
+  const int engines = abort_fanout_request(&f, ar.request_id, &span, &st);
   if (st != LLB_STATUS_OK) {
     LLB_LOG_ERROR("abort_publish_failed", "request_id=%s error=%s", ar.request_id.data,
                   llb_log_quote(q, sizeof q, llb_err_last()));

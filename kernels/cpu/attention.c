@@ -4,7 +4,7 @@
  * exactly, Q8_0's d * q rounded to nearest even): a one-row item in the BATCH order on AVX2 or
  * AVX-512 (every decode step under the default batch-invariant order, head_dim a multiple of 16 up
  * to 256, blocks a multiple of 16 slots) reads the cache where it lies and widens 8 or 16 values at a time
- * in registers (kv_load8_avx2, kv_load16_avx512); the other paths (row tiles of a prefill, the
+ * in registers (kv_load8_avx2, kv_load16_avx512: kv_widen.h, as the scratch's conversion); the other paths (row tiles of a prefill, the
  * SINGLE order, the portable path) first convert the keys a run of rows of one sequence and KV
  * head attends into a per-thread fp16 scratch, once, and run the fp16 paths on that. The same
  * numbers on every path and in every batch, about half of fp16's bytes read (fp8 1/2, q8_0 17/32).
@@ -26,6 +26,8 @@
  * context. A soft-capped score is c * tanh(s * (1/c)) of the raw dot, then scaled (ggml_scale,
  * ggml_tanh, ggml_scale before soft_max_ext). */
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/attention_softmax.h"
+#include "kernels/cpu/kv_widen.h"
 
 #include <math.h>
 #include <string.h>
@@ -128,120 +130,6 @@ static inline float attn_score(const struct backend_attn_params *p, float dot) {
   return dot * p->scale;
 }
 
-#if ATTN_HAVE_X86
-ATTN_AVX2_TARGET static inline float attn_hsum8(__m256 x) {
-  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
-
-/* cpu_reduce16 of lanes lo (0..7) and hi (8..15): the same additions. */
-ATTN_AVX2_TARGET static inline float attn_reduce16(__m256 lo, __m256 hi) {
-  return attn_hsum8(_mm256_add_ps(hi, lo));
-}
-
-/* sum + the attn_reduce16 of each of the w groups s [16 g .. 16 g + 16), added in order in
- * double (softmax_f16's whole groups, in one call). */
-ATTN_AVX2_TARGET static double softmax_groups_avx2(const float *s, int32_t w, double sum) {
-  for (int32_t g = 0; g < w; g++) sum += (double)attn_reduce16(_mm256_loadu_ps(s + 16 * g), _mm256_loadu_ps(s + 16 * g + 8));
-  return sum;
-}
-
-/* Largest of s [first, n) (max is exact in any order). */
-ATTN_AVX2_TARGET static float softmax_max_avx2(const float *s, int32_t first, int32_t n) {
-  __m256 m = _mm256_set1_ps(-INFINITY);
-  int32_t j = first;
-  for (; j + 8 <= n; j += 8) m = _mm256_max_ps(_mm256_loadu_ps(s + j), m); /* a NaN score is skipped, as below */
-  float lanes[8], max = -INFINITY;
-  _mm256_storeu_ps(lanes, m);
-  for (int l = 0; l < 8; l++) max = lanes[l] > max ? lanes[l] : max;
-  for (; j < n; j++) max = s[j] > max ? s[j] : max;
-  return max;
-}
-
-/* s [first, n) = fp16(s * inv) as float, rounding to nearest even (F16C: exact both ways),
- * in one pass (the last n % 8 values as one padded vector). */
-ATTN_AVX2_TARGET static void softmax_scale_round_avx2(float *s, int32_t first, int32_t n, float inv) {
-  int32_t j = first;
-  const __m256 v = _mm256_set1_ps(inv);
-  for (; j + 8 <= n; j += 8)
-    _mm256_storeu_ps(s + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + j), v),
-                                                            _MM_FROUND_TO_NEAREST_INT)));
-  if (j == n) return;
-  float t[8] = {0}; /* the last n - j values: one padded vector */
-  memcpy(t, s + j, (size_t)(n - j) * sizeof(float));
-  _mm256_storeu_ps(t, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(t), v), _MM_FROUND_TO_NEAREST_INT)));
-  memcpy(s + j, t, (size_t)(n - j) * sizeof(float));
-}
-#endif
-
-#if ATTN_HAVE_X86
-/* sum + the group sum of the 16-key group s [0, 16) cut to keys [lo, hi) (by the window or the
- * row's end): their exponentials e = expf_ggml(s - max) stored in place, computed in a padded
- * copy with whole vectors (the same bits as one by one: test_kernels_cpu), the group's other
- * keys zeros as ggml's masked keys, summed as attn_reduce16. */
-ATTN_AVX2_TARGET static double softmax_part_group_avx2(enum cpu_simd_level level, float *s, int32_t lo, int32_t hi,
-                                                       float max, double sum) {
-  float g[16];
-  for (int32_t k = 0; k < 16; k++) g[k] = k >= lo && k < hi ? s[k] : max;
-  cpu_exp_sub_row(level, g, max, g, 16);
-  for (int32_t k = 0; k < 16; k++) {
-    if (k >= lo && k < hi) s[k] = g[k];
-    else g[k] = 0.0f;
-  }
-  return sum + (double)attn_reduce16(_mm256_loadu_ps(g), _mm256_loadu_ps(g + 8));
-}
-
-/* softmax_f16's exponentials and sum on AVX2 and up: whole 16-key groups in one call each
- * way, a cut group through softmax_part_group_avx2 (no scalar expf). */
-ATTN_AVX2_TARGET static double softmax_exp_sum_avx2(enum cpu_simd_level level, float *s, int32_t first, int32_t n,
-                                                    float max) {
-  double sum = 0.0;
-  for (int32_t j0 = first - first % 16; j0 < n;) {
-    const int32_t lo = j0 < first ? first - j0 : 0, hi = n - j0 < 16 ? n - j0 : 16;
-    if (lo == 0 && hi == 16) { /* whole groups from here on, but the last part */
-      const int32_t w = (n - j0) / 16;
-      cpu_exp_sub_row(level, s + j0, max, s + j0, 16 * w);
-      sum = softmax_groups_avx2(s + j0, w, sum);
-      j0 += 16 * w;
-      continue;
-    }
-    sum = softmax_part_group_avx2(level, s + j0, lo, hi, max, sum);
-    j0 += 16;
-  }
-  return sum;
-}
-#endif
-
-/* Softmax of s [first, n) (already scaled; keys before `first` are outside the window) in place
- * as ggml's soft_max: e = expf_ggml(s - max), the sum in double of cpu_reduce16 over groups of
- * 16 from key 0 (masked keys and the last group's tail are zeros, as ggml's -INF mask and masked
- * tail), times (float)(1 / sum), then rounded to fp16 (kq is converted to F16 for the product
- * with the F16 V). */
-static void softmax_f16(enum cpu_simd_level level, float *s, int32_t first, int32_t n) {
-#if ATTN_HAVE_X86
-  if (level >= CPU_SIMD_LEVEL_AVX2) {
-    const float max = softmax_max_avx2(s, first, n);
-    const double sum = softmax_exp_sum_avx2(level, s, first, n, max);
-    softmax_scale_round_avx2(s, first, n, (float)(1.0 / sum));
-    return;
-  }
-#endif
-  float max = -INFINITY;
-  for (int32_t j = first; j < n; j++) max = s[j] > max ? s[j] : max;
-  cpu_exp_sub_row(level, s + first, max, s + first, n - first);
-  double sum = 0.0;
-  for (int32_t j0 = first - first % 16; j0 < n; j0 += 16) {
-    const int32_t a = j0 < first ? first : j0, e = n - j0 < 16 ? n : j0 + 16;
-    float g[16] = {0};
-    memcpy(g + (a - j0), s + a, (size_t)(e - a) * sizeof(float));
-    sum += (double)cpu_reduce16(g);
-  }
-  const float inv = (float)(1.0 / sum);
-  for (int32_t j = first; j < n; j++) s[j] = llb_fp16_to_fp32(llb_fp32_to_fp16(s[j] * inv));
-}
-
 /* Combines lane accumulators acc [lanes][dn] (rows >= used are zero) into out [dn]. */
 static void combine_lanes(enum cpu_attn_order order, const float *acc, int32_t used, int32_t dn, float *out) {
   const int32_t lanes = order_lanes(order);
@@ -301,7 +189,7 @@ static void attention_item_generic(const struct attn_task *t, const struct attn_
     for (int32_t i = 0; i < hd; i++) qh[i] = llb_fp16_to_fp32(llb_fp32_to_fp16(q[i]));
     for (int32_t j = it->first; j < it->n_ctx; j++)
       scores[j] = attn_score(p, dot_qk_scalar(qk_order(order, hd), hd, qh, kv_row_at(kv, kv->k, it->table, j, it->kvh)));
-    softmax_f16(level, scores, it->first, it->n_ctx);
+    cpu_attn_softmax_f16(level, scores, it->first, it->n_ctx);
     for (int32_t d0 = 0; d0 < hd; d0 += ATTN_COMB_DIM) {
       const int32_t dn = hd - d0 < ATTN_COMB_DIM ? hd - d0 : ATTN_COMB_DIM;
       memset(acc, 0, (size_t)used * (size_t)dn * sizeof(float));
@@ -346,7 +234,7 @@ ATTN_AVX2_TARGET static void attention_item_avx2(const struct attn_task *t, cons
           lo = _mm256_fmadd_ps(_mm256_loadu_ps(qh[g] + i), _mm256_loadu_ps(kf + i), lo);
           hi = _mm256_fmadd_ps(_mm256_loadu_ps(qh[g] + i + 8), _mm256_loadu_ps(kf + i + 8), hi);
         }
-        sc = attn_reduce16(lo, hi);
+        sc = cpu_attn_reduce16_avx2(lo, hi);
       } else {
         __m256 a[8];
         for (int c = 0; c < 8; c++) a[c] = _mm256_setzero_ps();
@@ -356,7 +244,7 @@ ATTN_AVX2_TARGET static void attention_item_avx2(const struct attn_task *t, cons
         /* accumulator m = lanes a[2m] (lo), a[2m+1] (hi): (a0 + a2) + (a1 + a3) */
         const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
         const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
-        double s = (double)attn_reduce16(lo, hi);
+        double s = (double)cpu_attn_reduce16_avx2(lo, hi);
         for (int32_t i = np; i < hd; i++) s += (double)(qh[g][i] * kf[i]);
         sc = (float)s;
       }
@@ -365,7 +253,7 @@ ATTN_AVX2_TARGET static void attention_item_avx2(const struct attn_task *t, cons
   }
   for (int32_t g = 0; g < n_h; g++) {
     float *sg = scores + (int64_t)g * n_ctx;
-    softmax_f16(CPU_SIMD_LEVEL_AVX2, sg, it->first, n_ctx);
+    cpu_attn_softmax_f16(CPU_SIMD_LEVEL_AVX2, sg, it->first, n_ctx);
     float *out = p->out + ((int64_t)it->tok * p->n_heads + it->h0 + g) * hd;
     memset(acc, 0, (size_t)used * (size_t)hd * sizeof(float));
     for (int32_t j = it->first; j < n_ctx; j++) {
@@ -388,8 +276,8 @@ ATTN_AVX2_TARGET static void attention_item_avx2(const struct attn_task *t, cons
  * 4 keys run side by side (one chain per key and half would wait on the fma latency), are
  * reduced together, and p.v runs lane by lane with its accumulators in registers. */
 
-/* Dots of 4 keys (lo[k], hi[k]) to lanes 0-3, each reduced as attn_reduce16 does one: h = hi +
- * lo, r[i] = h[i] + h[i + 4], (r0 + r2) + (r1 + r3), done for the 4 keys at once. */
+/* Dots of 4 keys (lo[k], hi[k]) to lanes 0-3, each reduced as cpu_attn_reduce16_avx2 does one:
+ * h = hi + lo, r[i] = h[i] + h[i + 4], (r0 + r2) + (r1 + r3), done for the 4 keys at once. */
 ATTN_AVX2_TARGET static inline __m128 reduce4x16_avx2(const __m256 lo[4], const __m256 hi[4]) {
   __m256 h[4];
   for (int k = 0; k < 4; k++) h[k] = _mm256_add_ps(hi[k], lo[k]);
@@ -403,26 +291,16 @@ ATTN_AVX2_TARGET static inline __m128 reduce4x16_avx2(const __m256 lo[4], const 
 }
 
 /* Values e .. e + 7 of the K or V row at `row` (dtype t: backend_kv_row_bytes bytes; e % 8 == 0)
- * as float, as kv_load16_avx512 widens them: fp16 exactly; Q8_0's fp16(d * q) rounded to nearest
- * even; FP8 E4M3 as sign | magnitude << 7 (the fp16 of the value times 2^-8; magnitude 0x7F:
- * NaN 0x7E00 | sign) widened and times 2^8 (exact; a NaN stays the same NaN). Inlined with a
- * constant t. */
+ * as float: fp16 exactly; Q8_0 and FP8 E4M3 as kv_widen.h reads them (the fp16 values
+ * cpu_kv_row_to_fp16's scratch holds), widened. Inlined with a constant t. */
 ATTN_AVX2_TARGET static inline __attribute__((always_inline)) __m256 kv_load8_avx2(enum backend_kv_dtype t,
                                                                                  const uint8_t *row, int32_t e) {
   if (t == BACKEND_KV_DTYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * e)));
   if (t == BACKEND_KV_DTYPE_Q8_0) {
-    const uint8_t *blk = row + 34 * (e >> 5);
-    uint16_t h;
-    memcpy(&h, blk, 2);
-    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + (e & 31)))));
-    return _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), q), _MM_FROUND_TO_NEAREST_INT));
+    const uint8_t *blk = row + KV_WIDEN_Q8_0_BLOCK_BYTES * (e >> 5);
+    return _mm256_cvtph_ps(kv_widen_q8_0_fp16x8_avx2(kv_widen_q8_0_d8_avx2(blk), blk + 2 + (e & 31)));
   }
-  const __m128i w = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(row + e))), 7),
-                                  _mm_set1_epi16((short)0xBF80));
-  const __m128i mag = _mm_set1_epi16(0x3F80);
-  const __m128i nan = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16((short)0x8000)), _mm_set1_epi16(0x7E00));
-  const __m128i h = _mm_blendv_epi8(w, nan, _mm_cmpeq_epi16(_mm_and_si128(w, mag), mag));
-  return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+  return kv_widen_e4m3_ps8_avx2(row + e);
 }
 
 /* kf [k][0 .. hd) = key k (row k0 + k * rs bytes, dtype t) as float, k < 4. */
@@ -461,7 +339,7 @@ ATTN_AVX2_TARGET static inline __m128 qk4_avx2(const float *q, const float (*kf)
   return reduce4x16_avx2(lo, hi);
 }
 
-/* The BATCH dot of q with one key (row k, dtype t): two accumulators, attn_reduce16. */
+/* The BATCH dot of q with one key (row k, dtype t): two accumulators, cpu_attn_reduce16_avx2. */
 ATTN_AVX2_TARGET static inline __attribute__((always_inline)) float kv_qk1_avx2(enum backend_kv_dtype t, const float *q,
                                                                               const uint8_t *k, int32_t hd) {
   __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
@@ -469,7 +347,7 @@ ATTN_AVX2_TARGET static inline __attribute__((always_inline)) float kv_qk1_avx2(
     lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), kv_load8_avx2(t, k, i), lo);
     hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), kv_load8_avx2(t, k, i + 8), hi);
   }
-  return attn_reduce16(lo, hi);
+  return cpu_attn_reduce16_avx2(lo, hi);
 }
 
 /* kv_qk1_avx2 of an fp16 key. */
@@ -651,7 +529,7 @@ attention_item_batch_t_avx2(enum backend_kv_dtype t, const struct attn_task *tk,
       _mm256_storeu_ps(qh[g] + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT)));
   }
   scores_batch_avx2(t, p, it, (const float(*)[ATTN_MAX_DIM])qh, kr, scores);
-  for (int32_t g = 0; g < n_h; g++) softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)g * n_ctx, it->first, n_ctx);
+  for (int32_t g = 0; g < n_h; g++) cpu_attn_softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)g * n_ctx, it->first, n_ctx);
   pv_item_batch_t_avx2(t, p, it, scores);
 }
 
@@ -819,7 +697,7 @@ ATTN_AVX2_TARGET static void attention_rows_avx2(const struct attn_task *t, cons
   scores_rows_avx2(p, it0, nr, (const float(*)[ATTN_MAX_DIM])qh, stride, head_off, n_last, scores);
   for (int32_t r = 0; r < nr; r++)
     for (int32_t g = 0; g < n_h; g++)
-      softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)r * n_h * n_last + (int64_t)g * (it0->n_ctx + r), 0,
+      cpu_attn_softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)r * n_h * n_last + (int64_t)g * (it0->n_ctx + r), 0,
                   it0->n_ctx + r);
   const int32_t rp = ATTN_PV2_ROWS_ACC / 2 / n_h;
   for (int32_t r0 = 0; r0 < nr; r0 += rp > 1 ? rp : 1) {
@@ -912,28 +790,17 @@ ATTN_AVX512_TARGET static void round_q_avx512(const struct backend_attn_params *
 }
 
 /* Values i * 16 .. i * 16 + 15 of the K or V row at `row` (dtype t: backend_kv_row_bytes bytes)
- * as float, the values the fp16 scratch of cpu_kv_row_to_fp16 holds widened: fp16 exactly;
- * Q8_0's fp16(d * q) rounded to nearest even (the float product, then F16C); FP8 E4M3 exactly
- * (sign | magnitude << 7 is the fp16 of the value times 2^-8, normals and subnormals alike,
- * times 2^8 in float; the magnitude 0x7F is NaN, fp16 0x7E00 | sign as the table). Inlined with
- * a constant t: one load and conversion (fp16), five more operations (Q8_0, FP8). */
+ * as float: fp16 exactly; Q8_0 and FP8 E4M3 as kv_widen.h reads them (the fp16 values the
+ * scratch of cpu_kv_row_to_fp16 holds), widened. Inlined with a constant t: one load and
+ * conversion (fp16), a few more operations (Q8_0, FP8). */
 ATTN_AVX512_TARGET static inline __attribute__((always_inline)) __m512 kv_load16_avx512(enum backend_kv_dtype t,
                                                                                       const uint8_t *row, int32_t i) {
   if (t == BACKEND_KV_DTYPE_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 32 * i)));
   if (t == BACKEND_KV_DTYPE_Q8_0) {
-    const uint8_t *blk = row + 34 * (i >> 1);
-    uint16_t h;
-    memcpy(&h, blk, 2);
-    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2 + 16 * (i & 1)))));
-    return _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h)), q), _MM_FROUND_TO_NEAREST_INT));
+    const uint8_t *blk = row + KV_WIDEN_Q8_0_BLOCK_BYTES * (i >> 1);
+    return _mm512_cvtph_ps(kv_widen_q8_0_fp16x16_avx512(kv_widen_q8_0_d16_avx512(blk), blk + 2 + 16 * (i & 1)));
   }
-  const __m256i w = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + 16 * i))), 7),
-                                     _mm256_set1_epi16((short)0xBF80)); /* sign at bit 15, magnitude at 7-13 */
-  const __m256i mag = _mm256_set1_epi16(0x3F80);
-  const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, mag), mag);
-  const __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(w), _mm512_set1_ps(256.0f));
-  const __m256i nan_h = _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16((short)0x8000)), _mm256_set1_epi16(0x7E00));
-  return _mm512_mask_mov_ps(f, nan, _mm512_cvtph_ps(nan_h));
+  return kv_widen_e4m3_ps16_avx512(row + 16 * i);
 }
 
 /* kf [l] = the key row k + l * rs (bytes; l < 16, dtype t, 16 * nv values) as float
@@ -1156,7 +1023,7 @@ attention_item_kv_avx512(enum backend_kv_dtype t, const struct attn_task *tk, co
     for (; o < n; o++)
       kv_score1_avx512(p, t, n_h, (const float(*)[ATTN_MAX_DIM])qh, kb + o * rs, hd / 16, scores + b * bs + o, n_ctx);
   }
-  for (int32_t g = 0; g < n_h; g++) softmax_f16(tk->c->level, scores + (int64_t)g * n_ctx, first, n_ctx); /* AVX-512 expf: same bits */
+  for (int32_t g = 0; g < n_h; g++) cpu_attn_softmax_f16(tk->c->level, scores + (int64_t)g * n_ctx, first, n_ctx); /* AVX-512 expf: same bits */
   if (n_h == 1) /* one head (decode items): key by key, nothing shared to convert once */
     pv_keys_avx512(t, kv, it, scores, p->out + ((int64_t)it->tok * p->n_heads + it->h0) * hd);
   else
@@ -1330,7 +1197,7 @@ ATTN_AVX512_TARGET static void attention_rows_avx512(const struct attn_task *t, 
     for (int32_t j = n_r - n_r % 16; j < n_r; j++) /* the last keys, one by one */
       score1_avx512(p, n_h, (const float(*)[ATTN_MAX_DIM])(qh + r * n_h), kv_row_at(kv, kv->k, it0->table, j, it0->kvh),
                     nv, sr + j, n_r);
-    for (int32_t g = 0; g < n_h; g++) softmax_f16(t->c->level, sr + (int64_t)g * n_r, 0, n_r); /* AVX-512 expf */
+    for (int32_t g = 0; g < n_h; g++) cpu_attn_softmax_f16(t->c->level, sr + (int64_t)g * n_r, 0, n_r); /* AVX-512 expf */
   }
   pv_rows_avx512(p, it0, nr, scores, n_last, stride, head_off);
 }

@@ -239,12 +239,20 @@ static void odd_rows(enum backend_kv_dtype t, uint8_t *rows, int32_t n_rows, int
     }
 }
 
+/* Q8_0 scales at the edges of fp16: the largest (65504: d * q past fp16's range reads as +-inf),
+ * 2^15 (d * q overflows from |q| = 2), infinities (inf * 0: NaN), quiet and signaling NaNs, zeros
+ * of both signs, negative subnormals. */
+static const uint16_t q8_0_extreme_scales[] = {0x7BFF, 0xFBFF, 0x7800, 0x7C00, 0xFC00, 0x7E00,
+                                                0xFE00, 0x7D00, 0x0000, 0x8000, 0x8001, 0x83FF};
+
 /* Attention of Q rows (a chunk, then the last row alone: a decode item) over T keys of odd cache
  * bytes (head_dim D, window 0 = none) equals, bit for bit, attention over the fp16 cache of the
  * same values, at every level; without NaN codes in V, at least 90% of the outputs are finite
- * (so that the comparison compares numbers). */
+ * (so that the comparison compares numbers). extreme >= 0 (Q8_0): key 7's V row of KV head 0
+ * has every block scaled by q8_0_extreme_scales[extreme], and at least half the outputs (the
+ * other KV head's) stay finite. */
 static void check_odd_values(enum backend_kv_dtype t, int32_t T, int32_t H, int32_t D, int32_t window, float scale,
-                             bool v_nan) {
+                             bool v_nan, int32_t extreme) {
   enum { BS = 16 };
   const int32_t NB = (T + BS - 1) / BS, n_rows = NB * BS * HKV;
   int32_t table[NB_MAX];
@@ -255,6 +263,9 @@ static void check_odd_values(enum backend_kv_dtype t, int32_t T, int32_t H, int3
   const size_t rb = backend_kv_row_bytes(t, D);
   odd_rows(t, kq, n_rows, D, 37, false);
   odd_rows(t, vq, n_rows, D, 101, v_nan);
+  if (t == BACKEND_KV_DTYPE_Q8_0 && extreme >= 0) /* one V row (key 7, KV head 0) at an edge of fp16 */
+    for (int32_t b = 0; b < D / 32; b++)
+      memcpy(vq + ((size_t)table[0] * BS + 7) * HKV * rb + 34 * b, &q8_0_extreme_scales[extreme], 2);
   for (int32_t r = 0; r < n_rows; r++) {
     ref_fp16_of_row(t, kq + (size_t)r * rb, D, k16 + (size_t)r * D);
     ref_fp16_of_row(t, vq + (size_t)r * rb, D, v16 + (size_t)r * D);
@@ -269,10 +280,12 @@ static void check_odd_values(enum backend_kv_dtype t, int32_t T, int32_t H, int3
   const int32_t qsl[2] = {0, Q}, qsl1[2] = {0, 1}, lens[1] = {T};
   for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
     cpu_backend_set_simd_level(c, (enum cpu_simd_level)lvl);
-    for (int32_t r = 0; r < n_rows; r++) { /* the row conversion of the scratch paths */
-      cpu_kv_row_to_fp16((enum cpu_simd_level)lvl, t, kq + (size_t)r * rb, D, got);
-      if (memcmp(got, k16 + (size_t)r * D, D * sizeof(uint16_t)) != 0)
-        fail_msg("%s level %d row %d: read as other fp16 values than the reference", t == 1 ? "q8_0" : "fp8", lvl, r);
+    for (int32_t r = 0; r < 2 * n_rows; r++) { /* the row conversion of the scratch paths: K rows, then V */
+      const uint8_t *row = (r < n_rows ? kq : vq) + (size_t)(r % n_rows) * rb;
+      cpu_kv_row_to_fp16((enum cpu_simd_level)lvl, t, row, D, got);
+      if (memcmp(got, (r < n_rows ? k16 : v16) + (size_t)(r % n_rows) * D, D * sizeof(uint16_t)) != 0)
+        fail_msg("%s level %d %s row %d: read as other fp16 values than the reference", t == 1 ? "q8_0" : "fp8", lvl,
+                 r < n_rows ? "K" : "V", r % n_rows);
     }
     for (int decode = 0; decode <= 1; decode++) { /* a prefill chunk, then the last row alone */
       struct backend_attn_params p = {.q = decode ? q + (Q - 1) * H * D : q, .out = oq, .kv = &kvq,
@@ -284,12 +297,14 @@ static void check_odd_values(enum backend_kv_dtype t, int32_t T, int32_t H, int3
       pf.kv = &kvf, pf.out = of;
       assert_int_equal(backend_cpu_ops()->attention(c, &pf), LLB_STATUS_OK);
       if (memcmp(oq, of, (size_t)p.num_tokens * H * D * sizeof(float)) != 0)
-        fail_msg("%s T %d H %d D %d level %d %s: differs from the fp16 cache of its values", t == 1 ? "q8_0" : "fp8", T,
-                 H, D, lvl, decode ? "decode" : "chunk");
+        fail_msg("%s T %d H %d D %d level %d %s (extreme %d): differs from the fp16 cache of its values",
+                 t == 1 ? "q8_0" : "fp8", T, H, D, lvl, decode ? "decode" : "chunk", extreme);
       int64_t finite = 0;
       for (int64_t i = 0; i < (int64_t)p.num_tokens * H * D; i++) finite += isfinite(oq[i]);
-      if (!v_nan && finite * 10 < (int64_t)p.num_tokens * H * D * 9)
+      if (!v_nan && extreme < 0 && finite * 10 < (int64_t)p.num_tokens * H * D * 9)
         fail_msg("%s T %d D %d: only %lld outputs finite", t == 1 ? "q8_0" : "fp8", T, D, (long long)finite);
+      if (extreme >= 0 && finite * 2 < (int64_t)p.num_tokens * H * D)
+        fail_msg("q8_0 scale 0x%04x: only %lld outputs finite", q8_0_extreme_scales[extreme], (long long)finite);
     }
   }
   backend_cpu_ops()->ctx_destroy(c);
@@ -313,15 +328,27 @@ static void test_every_fp8_code_and_q8_0_scale_reads_as_its_fp16_value(void **st
     }
   }
   for (int t = BACKEND_KV_DTYPE_Q8_0; t <= BACKEND_KV_DTYPE_FP8_E4M3; t++) {
-    check_odd_values((enum backend_kv_dtype)t, 40, 6, 64, 0, 0.01f, false);   /* a decode item per head */
-    check_odd_values((enum backend_kv_dtype)t, 600, 6, 64, 0, 0.01f, false);  /* the heads of a KV head per item */
-    check_odd_values((enum backend_kv_dtype)t, 600, 2, 64, 0, 1e-4f, false);
-    check_odd_values((enum backend_kv_dtype)t, 40, 2, 64, 0, 1e-4f, true);    /* FP8 NaN values read from V */
-    check_odd_values((enum backend_kv_dtype)t, 43, 4, 128, 0, 0.01f, false);  /* 4 q8_0 blocks a row, a key tail */
-    check_odd_values((enum backend_kv_dtype)t, 599, 8, 128, 0, 0.01f, false);
-    check_odd_values((enum backend_kv_dtype)t, 301, 6, 96, 0, 0.01f, false);  /* 3 blocks a row */
-    check_odd_values((enum backend_kv_dtype)t, 299, 6, 64, 37, 0.01f, false); /* a window from mid-block */
-    check_odd_values((enum backend_kv_dtype)t, 45, 2, 32, 0, 0.01f, false);
+    check_odd_values((enum backend_kv_dtype)t, 40, 6, 64, 0, 0.01f, false, -1);   /* a decode item per head */
+    check_odd_values((enum backend_kv_dtype)t, 600, 6, 64, 0, 0.01f, false, -1);  /* the heads of a KV head per item */
+    check_odd_values((enum backend_kv_dtype)t, 600, 2, 64, 0, 1e-4f, false, -1);
+    check_odd_values((enum backend_kv_dtype)t, 40, 2, 64, 0, 1e-4f, true, -1);    /* FP8 NaN values read from V */
+    check_odd_values((enum backend_kv_dtype)t, 43, 4, 128, 0, 0.01f, false, -1);  /* 4 q8_0 blocks a row, a key tail */
+    check_odd_values((enum backend_kv_dtype)t, 599, 8, 128, 0, 0.01f, false, -1);
+    check_odd_values((enum backend_kv_dtype)t, 301, 6, 96, 0, 0.01f, false, -1);  /* 3 blocks a row */
+    check_odd_values((enum backend_kv_dtype)t, 299, 6, 64, 37, 0.01f, false, -1); /* a window from mid-block */
+    check_odd_values((enum backend_kv_dtype)t, 45, 2, 32, 0, 0.01f, false, -1);
+  }
+}
+
+/* Q8_0 blocks scaled at fp16's edges (q8_0_extreme_scales: overflow to inf, inf, NaN, zeros,
+ * negative subnormals) in one V row read as the same fp16 values (inf and NaN included) on every
+ * path: the scratch's row conversion and the AVX2 / AVX-512 paths that widen in registers, a
+ * decode item per head and items of a KV head's heads. */
+static void test_q8_0_extreme_scales_read_alike_on_every_path(void **state) {
+  (void)state;
+  for (int32_t e = 0; e < (int32_t)(sizeof q8_0_extreme_scales / sizeof q8_0_extreme_scales[0]); e++) {
+    check_odd_values(BACKEND_KV_DTYPE_Q8_0, 40, 2, 64, 0, 0.01f, false, e);
+    check_odd_values(BACKEND_KV_DTYPE_Q8_0, 600, 6, 64, 0, 0.01f, false, e);
   }
 }
 
@@ -357,6 +384,7 @@ int main(void) {
       cmocka_unit_test(test_quantized_cache_reads_as_its_fp16_values_on_every_path),
       cmocka_unit_test(test_rows_a_dtype_cannot_hold_are_refused),
       cmocka_unit_test(test_every_fp8_code_and_q8_0_scale_reads_as_its_fp16_value),
+      cmocka_unit_test(test_q8_0_extreme_scales_read_alike_on_every_path),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
