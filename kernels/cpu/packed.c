@@ -609,7 +609,7 @@ struct pk_stage_k6 {
 };
 
 /* R (1 or 2) K6 rows over nc staged blocks, as staged_rows_avx2: the group pairs (g, g + 1)
- * summed in int16 (2 * 2 * 63 * 127 < 32768) and widened by their sub-block's scale pair, the
+ * summed in int16 (2 * 2 * 63 * 128 = 32256 < 32768) and widened by their sub-block's scale pair, the
  * offset 32 * (sc0 * bsum0 + sc1 * bsum1) taken off: the exact int32 sums of k6_avx2_16 and
  * the scalar path. */
 PK_AVX2 static PK_INLINE void k6_staged_rows_avx2(const struct pk_stage_k6 *st, int64_t nc,
@@ -754,6 +754,8 @@ PK_VNNI static PK_INLINE void signed_vnni_n(int64_t nb, const uint8_t *panel, co
   for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
 }
 
+_Static_assert(PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, 0) % 64 == 0 && PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, 1) % 64 == 0,
+               "touch_lines_in_order covers a whole UNSIGNED block only in whole 64-byte lines");
 /* Touches the `bytes` / 64 lines of a block at p in address order (prefetcht0: into L1), ahead
  * of its loads. */
 PK_VNNI static PK_INLINE void touch_lines_in_order(const uint8_t *p, const int bytes) {

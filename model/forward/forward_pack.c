@@ -69,7 +69,7 @@ static llb_status pack_private(struct llama_forward_ctx *c, struct backend_weigh
   return st;
 }
 
-/* Whether weight i's bytes in the cache file (at data) equal its packing by this build. */
+/* Whether w's bytes in the cache file (at data, size bytes) equal its packing by this build. */
 static bool cache_weight_matches(const struct llama_forward_ctx *c, const struct backend_weight *w, uint64_t size,
                                  const uint8_t *data) {
   uint8_t *probe = malloc(size);
@@ -78,20 +78,24 @@ static bool cache_weight_matches(const struct llama_forward_ctx *c, const struct
   return same;
 }
 
-/* Whether the cache file's bytes were made by this build's packing: the first packed weight of
- * each GGML type, repacked now, must equal its copy in the file (one probe per type, so that a
- * layout change of any one type's panels is caught whichever type comes first in the file). */
+/* Whether the cache file's bytes were made by this build's packing: the smallest packed weight
+ * of each GGML type, repacked now, must equal its copy in the file. One probe per type catches a
+ * layout change of any one type's panels whatever type the file starts with; the smallest keeps
+ * a worker's start cheap (a type whose only weight is a large output matrix is not repacked
+ * whole when a layer's weight of that type exists). */
 static bool cache_matches_packing(const struct llama_forward_ctx *c, struct backend_weight **ws, int32_t n,
                                   const uint64_t *sizes, const uint8_t *data) {
-  bool seen[GGML_TYPE_COUNT] = {false};
-  for (int32_t i = 0; i < n; i++) {
+  int32_t pick[GGML_TYPE_COUNT];
+  uint64_t at[GGML_TYPE_COUNT], off = 0;
+  for (int t = 0; t < GGML_TYPE_COUNT; t++) pick[t] = -1;
+  for (int32_t i = 0; i < n; off += (sizes[i] + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN, i++) {
+    const unsigned t = (unsigned)ws[i]->type;
     if (sizes[i] == 0) continue;
-    const enum ggml_type t = ws[i]->type;
-    const bool probe = (unsigned)t >= GGML_TYPE_COUNT || !seen[t];
-    if ((unsigned)t < GGML_TYPE_COUNT) seen[t] = true;
-    if (probe && !cache_weight_matches(c, ws[i], sizes[i], data)) return false;
-    data += (sizes[i] + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN;
+    if (t >= GGML_TYPE_COUNT) return false; /* the backend packed a type this check cannot name */
+    if (pick[t] < 0 || sizes[i] < sizes[pick[t]]) pick[t] = i, at[t] = off;
   }
+  for (int t = 0; t < GGML_TYPE_COUNT; t++)
+    if (pick[t] >= 0 && !cache_weight_matches(c, ws[pick[t]], sizes[pick[t]], data + at[t])) return false;
   return true;
 }
 

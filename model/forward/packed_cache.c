@@ -14,7 +14,7 @@
 #define MAGIC "LLBPACK1"
 /* 2 (2026-11-30): the K6 (Q6_K) panels hold their quants 6 bits a byte (kernels/cpu/packed.h).
  * A version-1 file holds the old K6 bytes: ignored and rewritten (the caller also repacks the
- * first weight of each type and compares, forward_pack.c). */
+ * smallest weight of each type and compares, forward_pack.c). */
 #define HEADER_VERSION 2u
 
 struct header {

@@ -438,19 +438,23 @@ static void test_shared_packed_cache_maps_and_matches_private(void **state) {
   prefill_logits(m, b, second);
   assert_memory_equal(first, priv, sizeof priv);
   assert_memory_equal(second, priv, sizeof priv);
-  /* a cache written by other packing code: flip a byte of the first weight's bytes */
-  flip_cache_byte(dir, cache_path, PACKED_CACHE_DATA_OFFSET + 5);
+  /* a cache written by other packing code: flip a byte of the weight the check repacks for each
+   * type, the smallest (blk.0.attn_v for Q4_1, after blk.0.attn_q, Q4_1, and blk.0.attn_k, Q8_0) */
+  const struct backend_weight wq0 = {.type = GGML_TYPE_Q4_1, .rows = H * D, .cols = E,
+                                     .row_bytes = (size_t)E / QK4_1 * ggml_type_block_bytes(GGML_TYPE_Q4_1)};
+  const struct backend_weight wk0 = {.type = GGML_TYPE_Q8_0, .rows = HKV * D, .cols = E,
+                                     .row_bytes = (size_t)E / QK8_0 * ggml_type_block_bytes(GGML_TYPE_Q8_0)};
+  const long wq0_at = (long)((backend_cpu_ops()->pack_bytes(&wq0) + 63) / 64 * 64);
+  const long wk0_at = (long)((backend_cpu_ops()->pack_bytes(&wk0) + 63) / 64 * 64);
+  assert_true(wq0_at > 0 && wk0_at > 0);
+  flip_cache_byte(dir, cache_path, PACKED_CACHE_DATA_OFFSET + wq0_at + wk0_at + 5);
   assert_int_equal(llama_forward_ctx_create_opts(m, &o, &c), LLB_STATUS_OK); /* detects, repacks, rewrites */
   prefill_logits(m, c, third);
   assert_memory_equal(third, priv, sizeof priv);
   assert_true(llama_forward_ctx_packed_shared(c));
-  /* ... and of the first weight of another type (blk.0.attn_k, Q8_0, after blk.0.attn_q, Q4_1):
-   * a layout change of one type's panels is caught whichever type the file starts with */
-  const struct backend_weight wq0 = {.type = GGML_TYPE_Q4_1, .rows = H * D, .cols = E,
-                                     .row_bytes = (size_t)E / QK4_1 * ggml_type_block_bytes(GGML_TYPE_Q4_1)};
-  const size_t wq0_bytes = backend_cpu_ops()->pack_bytes(&wq0);
-  assert_true(wq0_bytes > 0);
-  flip_cache_byte(dir, cache_path, PACKED_CACHE_DATA_OFFSET + (long)((wq0_bytes + 63) / 64 * 64) + 5);
+  /* ... and for the other type (blk.0.attn_k, Q8_0, the second weight): a layout change of one
+   * type's panels is caught whichever type the file starts with */
+  flip_cache_byte(dir, cache_path, PACKED_CACHE_DATA_OFFSET + wq0_at + 5);
   struct llama_forward_ctx *d;
   assert_int_equal(llama_forward_ctx_create_opts(m, &o, &d), LLB_STATUS_OK); /* detects, repacks, rewrites */
   float fourth[12 * V];
