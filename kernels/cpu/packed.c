@@ -18,14 +18,18 @@
 #define PK_HAVE_X86 0
 #endif
 
-/* Byte offsets in a packed block: scales d at 0, mins at PK_M_OFF, quants at PK_QS_OFF. fs: the
- * float-scaled form. Constant-folded inside the always-inline kernels below. */
-#define PK_SB(fs) ((fs) ? 4 : 2)
-#define PK_M_OFF(fs) (16 * PK_SB(fs))
-#define PK_NO_MIN(fam) ((fam) == CPU_PACK_FAMILY_SIGNED || (fam) == CPU_PACK_FAMILY_NL4)
-#define PK_QS_OFF(fam, fs) (PK_NO_MIN(fam) ? 16 * PK_SB(fs) : 32 * PK_SB(fs))
-#define PK_BLOCK(fam, fs) \
-  (PK_QS_OFF(fam, fs) + ((fam) == CPU_PACK_FAMILY_SIGNED ? 8 : (fam) == CPU_PACK_FAMILY_UNSIGNED ? 5 : 4) * 64)
+/* Byte offsets in a packed block: scales d at 0, mins at PK_M_OFF, quants at PK_QS_OFF. sf: the
+ * scales' form (enum cpu_pack_scales). Constant-folded inside the always-inline kernels below. */
+#define PK_SB(sf) ((sf) == CPU_PACK_SCALES_FLOAT ? 4 : 2)
+#define PK_M_OFF(sf) (16 * PK_SB(sf))
+#define PK_NO_MIN(fam, sf) \
+  ((fam) == CPU_PACK_FAMILY_SIGNED || (fam) == CPU_PACK_FAMILY_NL4 || (sf) == CPU_PACK_SCALES_ZERO_POINT)
+#define PK_QS_OFF(fam, sf) (PK_NO_MIN(fam, sf) ? 16 * PK_SB(sf) : 32 * PK_SB(sf))
+/* The zero point of the zero-point form (Q4_0: 8, Q5_0: 16), 0 otherwise: a block's int32 sum
+ * starts from -PK_ZP * sum(q) of the activation block (exact: |8 * 32 * 127| < 2^31). */
+#define PK_ZP(fam, sf) ((sf) == CPU_PACK_SCALES_ZERO_POINT ? ((fam) == CPU_PACK_FAMILY_UNSIGNED ? 16 : 8) : 0)
+#define PK_BLOCK(fam, sf) \
+  (PK_QS_OFF(fam, sf) + ((fam) == CPU_PACK_FAMILY_SIGNED ? 8 : (fam) == CPU_PACK_FAMILY_UNSIGNED ? 5 : 4) * 64)
 
 /* bsum of a quantized block: the sums of its two halves. */
 static void block_bsums(block_q8_x *y) {
@@ -103,8 +107,8 @@ static float fp16_at(const uint8_t *p) {
 }
 
 /* Scale j of the 16 of a block: fp16 bits or a float. */
-static float scale_at(const uint8_t *p, int j, int fs) {
-  if (fs) {
+static float scale_at(const uint8_t *p, int j, int sf) {
+  if (sf == CPU_PACK_SCALES_FLOAT) {
     float f;
     memcpy(&f, p + 4 * j, 4);
     return f;
@@ -114,16 +118,16 @@ static float scale_at(const uint8_t *p, int j, int fs) {
 
 /* ---------------------------------------------------------------- scalar */
 
-static void packed_scalar(int fam, int fs, int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
+static void packed_scalar(int fam, int sf, int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                           int n, float *out, int64_t os) {
-  const size_t bb = PK_BLOCK(fam, fs);
+  const size_t bb = PK_BLOCK(fam, sf);
   for (int r = 0; r < n; r++) {
     float acc[CPU_PACK_COLS] = {0};
     for (int64_t b = 0; b < nb; b++) {
-      const uint8_t *pb = panel + (size_t)b * bb, *qs = pb + PK_QS_OFF(fam, fs);
+      const uint8_t *pb = panel + (size_t)b * bb, *qs = pb + PK_QS_OFF(fam, sf);
       const block_q8_x *a = act[r] + b;
       for (int j = 0; j < CPU_PACK_COLS; j++) {
-        int32_t s = 0;
+        int32_t s = -PK_ZP(fam, sf) * a->sum;
         if (fam != CPU_PACK_FAMILY_SIGNED) { /* nibbles (+ UNSIGNED's bit 4 of qh) */
           const bool nl = fam == CPU_PACK_FAMILY_NL4, q5 = fam == CPU_PACK_FAMILY_UNSIGNED;
           for (int h = 0; h < 4; h++)
@@ -137,8 +141,8 @@ static void packed_scalar(int fam, int fs, int64_t nb, const uint8_t *panel, con
           for (int g = 0; g < 8; g++)
             for (int e = 0; e < 4; e++) s += ((int32_t)qs[64 * g + 4 * j + e] - 128) * a->qs[4 * g + e];
         }
-        acc[j] = fmaf(scale_at(pb, j, fs) * a->d, (float)s, acc[j]);
-        if (!PK_NO_MIN(fam)) acc[j] = fmaf(scale_at(pb + PK_M_OFF(fs), j, fs), a->s, acc[j]);
+        acc[j] = fmaf(scale_at(pb, j, sf) * a->d, (float)s, acc[j]);
+        if (!PK_NO_MIN(fam, sf)) acc[j] = fmaf(scale_at(pb + PK_M_OFF(sf), j, sf), a->s, acc[j]);
       }
     }
     memcpy(out + (int64_t)r * os, acc, sizeof(acc));
@@ -177,10 +181,10 @@ static void k6_scalar(int64_t nb, const uint8_t *panel, const block_q8_x *const 
   }
 }
 
-#define PK_SCALAR(name, fam, fs)                                                                  \
+#define PK_SCALAR(name, fam, sf)                                                                  \
   static void name(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n, float *out, \
                    int64_t os) {                                                                  \
-    packed_scalar(fam, fs, nb, panel, act, n, out, os);                                           \
+    packed_scalar(fam, sf, nb, panel, act, n, out, os);                                           \
   }
 PK_SCALAR(nibble_scalar, CPU_PACK_FAMILY_NIBBLE, 0)
 PK_SCALAR(nibble_f_scalar, CPU_PACK_FAMILY_NIBBLE, 1)
@@ -190,6 +194,8 @@ PK_SCALAR(nl4_scalar, CPU_PACK_FAMILY_NL4, 0)
 PK_SCALAR(nl4_f_scalar, CPU_PACK_FAMILY_NL4, 1)
 PK_SCALAR(unsigned_scalar, CPU_PACK_FAMILY_UNSIGNED, 0)
 PK_SCALAR(unsigned_f_scalar, CPU_PACK_FAMILY_UNSIGNED, 1)
+PK_SCALAR(nibble_z_scalar, CPU_PACK_FAMILY_NIBBLE, CPU_PACK_SCALES_ZERO_POINT)
+PK_SCALAR(unsigned_z_scalar, CPU_PACK_FAMILY_UNSIGNED, CPU_PACK_SCALES_ZERO_POINT)
 
 #if PK_HAVE_X86
 /* ---------------------------------------------------------------- AVX2 (8 columns a pass) */
@@ -201,8 +207,8 @@ PK_AVX2 static PK_INLINE __m256i bcast4(const int8_t *q) {
 }
 
 /* Scales of columns 8*half .. 8*half+7. */
-PK_AVX2 static PK_INLINE __m256 scales8(const uint8_t *p, int half, int fs) {
-  if (fs) return _mm256_loadu_ps((const float *)(const void *)p + 8 * half);
+PK_AVX2 static PK_INLINE __m256 scales8(const uint8_t *p, int half, int sf) {
+  if (sf == CPU_PACK_SCALES_FLOAT) return _mm256_loadu_ps((const float *)(const void *)p + 8 * half);
   return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * half)));
 }
 
@@ -216,13 +222,13 @@ PK_AVX2 static PK_INLINE __m256 scales8(const uint8_t *p, int half, int fs) {
  * adds; widened once per block (vpmaddwd by 1). n <= 4 rows: 8 int16 sums, 4 unpacked
  * weight registers and the mask fill the 16 ymm registers. */
 PK_AVX2 static PK_INLINE void nibble_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                             const int n, float *out, int64_t os, const int fs) {
+                                             const int n, float *out, int64_t os, const int sf) {
   __m256 acc[4][2];
   for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_NIBBLE, fs);
-    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_NIBBLE, fs);
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_NIBBLE, sf);
+    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_NIBBLE, sf);
     __m256i t[4][2];
     for (int h = 0; h < 4; h++) {
       const __m256i v0 = _mm256_loadu_si256((const __m256i *)(qs + 64 * h));
@@ -242,10 +248,12 @@ PK_AVX2 static PK_INLINE void nibble_avx2_16(int64_t nb, const uint8_t *panel, c
     for (int r = 0; r < n; r++) {
       const block_q8_x *a = act[r] + b;
       for (int half = 0; half < 2; half++) {
-        const __m256 dx = scales8(pb, half, fs), mx = scales8(pb + PK_M_OFF(fs), half, fs);
-        const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(t[r][half], ones));
+        __m256i si = _mm256_madd_epi16(t[r][half], ones);
+        if (PK_ZP(CPU_PACK_FAMILY_NIBBLE, sf)) si = _mm256_add_epi32(si, _mm256_set1_epi32(-PK_ZP(CPU_PACK_FAMILY_NIBBLE, sf) * a->sum));
+        const __m256 dx = scales8(pb, half, sf), s = _mm256_cvtepi32_ps(si);
         acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)), s, acc[r][half]);
-        acc[r][half] = _mm256_fmadd_ps(mx, _mm256_set1_ps(a->s), acc[r][half]);
+        if (!PK_NO_MIN(CPU_PACK_FAMILY_NIBBLE, sf))
+          acc[r][half] = _mm256_fmadd_ps(scales8(pb + PK_M_OFF(sf), half, sf), _mm256_set1_ps(a->s), acc[r][half]);
       }
     }
   }
@@ -256,16 +264,16 @@ PK_AVX2 static PK_INLINE void nibble_avx2_16(int64_t nb, const uint8_t *panel, c
 /* SIGNED and NL4: signed weights by the sign trick (|w| unsigned, q with w's sign), widened
  * per group. NL4's weights are kvalues_iq4nl[q], looked up by vpshufb from the 4-bit indices. */
 PK_AVX2 static PK_INLINE void signed_avx2_half(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                               const int n, float *out, int64_t os, int half, const int fs,
+                                               const int n, float *out, int64_t os, int half, const int sf,
                                                const int fam) {
   __m256 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm256_setzero_ps();
   const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
   const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)llb_kvalues_iq4nl));
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(fam, fs);
-    const uint8_t *qs = pb + PK_QS_OFF(fam, fs);
-    const __m256 dx = scales8(pb, half, fs);
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(fam, sf);
+    const uint8_t *qs = pb + PK_QS_OFF(fam, sf);
+    const __m256 dx = scales8(pb, half, sf);
     __m256i ws[8], wa[8];
     if (fam == CPU_PACK_FAMILY_NL4) {
       for (int h = 0; h < 4; h++) {
@@ -295,14 +303,14 @@ PK_AVX2 static PK_INLINE void signed_avx2_half(int64_t nb, const uint8_t *panel,
  * weights of both halves, then every row, each broadcast serving both halves. The same
  * operations per lane as signed_avx2_half, widened per group: exact int32 sums. n <= 3. */
 PK_AVX2 static PK_INLINE void signed_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                             const int n, float *out, int64_t os, const int fs, const int fam) {
+                                             const int n, float *out, int64_t os, const int sf, const int fam) {
   __m256 acc[3][2];
   for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
   const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)llb_kvalues_iq4nl));
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(fam, fs);
-    const uint8_t *qs = pb + PK_QS_OFF(fam, fs);
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(fam, sf);
+    const uint8_t *qs = pb + PK_QS_OFF(fam, sf);
     __m256i s[3][2];
     for (int r = 0; r < n; r++) s[r][0] = s[r][1] = _mm256_setzero_si256();
     for (int g = 0; g < 8; g++) {
@@ -324,7 +332,7 @@ PK_AVX2 static PK_INLINE void signed_avx2_16(int64_t nb, const uint8_t *panel, c
     }
     for (int r = 0; r < n; r++)
       for (int half = 0; half < 2; half++) {
-        const __m256 dx = scales8(pb, half, fs);
+        const __m256 dx = scales8(pb, half, sf);
         acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(act[r][b].d)), _mm256_cvtepi32_ps(s[r][half]),
                                        acc[r][half]);
       }
@@ -355,13 +363,13 @@ PK_AVX2 static PK_INLINE void unsigned_unpack_avx2(const uint8_t *qs, int half, 
  * groups {h, h + 4} of h = 0, 1 are summed there, widened, then those of h = 2, 3: exact
  * int32 sums as the staged kernels'. n <= 2. */
 PK_AVX2 static PK_INLINE void unsigned_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                               const int n, float *out, int64_t os, const int fs) {
+                                               const int n, float *out, int64_t os, const int sf) {
   __m256 acc[2][2];
   for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, fs);
-    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_UNSIGNED, fs);
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, sf);
+    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_UNSIGNED, sf);
     const __m256i qh0 = _mm256_loadu_si256((const __m256i *)(qs + 4 * 64));
     const __m256i qh1 = _mm256_loadu_si256((const __m256i *)(qs + 4 * 64 + 32));
     __m256i s[2][2], t[2][2];
@@ -388,10 +396,12 @@ PK_AVX2 static PK_INLINE void unsigned_avx2_16(int64_t nb, const uint8_t *panel,
     for (int r = 0; r < n; r++) {
       const block_q8_x *a = act[r] + b;
       for (int half = 0; half < 2; half++) {
-        const __m256 dx = scales8(pb, half, fs), mx = scales8(pb + PK_M_OFF(fs), half, fs);
+        if (PK_ZP(CPU_PACK_FAMILY_UNSIGNED, sf)) s[r][half] = _mm256_add_epi32(s[r][half], _mm256_set1_epi32(-PK_ZP(CPU_PACK_FAMILY_UNSIGNED, sf) * a->sum));
+        const __m256 dx = scales8(pb, half, sf);
         acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)), _mm256_cvtepi32_ps(s[r][half]),
                                        acc[r][half]);
-        acc[r][half] = _mm256_fmadd_ps(mx, _mm256_set1_ps(a->s), acc[r][half]);
+        if (!PK_NO_MIN(CPU_PACK_FAMILY_UNSIGNED, sf))
+          acc[r][half] = _mm256_fmadd_ps(scales8(pb + PK_M_OFF(sf), half, sf), _mm256_set1_ps(a->s), acc[r][half]);
       }
     }
   }
@@ -416,15 +426,16 @@ PK_AVX2 static PK_INLINE void unsigned_avx2_16(int64_t nb, const uint8_t *panel,
 #define PK_PIN(v) __asm__("" : "+x"(v))
 
 /* One staged block: w[g][half] = the 32 weights (bytes) of group g (elements 4g..4g+3) of
- * columns 8*half..8*half+7; d, m = the 16 columns' scale and min as floats. */
+ * columns 8*half..8*half+7; d, m = the 16 columns' scale and min as floats (m not written in
+ * the zero-point form). */
 struct pk_stage {
   __m256i w[8][2];
   __m256 d[2], m[2];
 };
 
 /* Stages block pb of family fam (NIBBLE or UNSIGNED) into st. */
-PK_AVX2 static PK_INLINE void stage_block_avx2(const uint8_t *pb, int fam, int fs, struct pk_stage *st) {
-  const uint8_t *qs = pb + PK_QS_OFF(fam, fs);
+PK_AVX2 static PK_INLINE void stage_block_avx2(const uint8_t *pb, int fam, int sf, struct pk_stage *st) {
+  const uint8_t *qs = pb + PK_QS_OFF(fam, sf);
   for (int half = 0; half < 2; half++) {
     __m256i w[8];
     if (fam == CPU_PACK_FAMILY_UNSIGNED) {
@@ -438,8 +449,8 @@ PK_AVX2 static PK_INLINE void stage_block_avx2(const uint8_t *pb, int fam, int f
       }
     }
     for (int g = 0; g < 8; g++) _mm256_store_si256(&st->w[g][half], w[g]);
-    st->d[half] = scales8(pb, half, fs);
-    st->m[half] = scales8(pb + PK_M_OFF(fs), half, fs);
+    st->d[half] = scales8(pb, half, sf);
+    if (!PK_NO_MIN(fam, sf)) st->m[half] = scales8(pb + PK_M_OFF(sf), half, sf);
   }
 }
 
@@ -450,7 +461,8 @@ PK_AVX2 static PK_INLINE void stage_block_avx2(const uint8_t *pb, int fam, int f
  * 32768, see nibble_avx2_16); UNSIGNED sums 4 groups at a time (4 * 2 * 31 * 127 < 32768) and
  * widens twice. */
 PK_AVX2 static PK_INLINE void staged_rows_avx2(const struct pk_stage *st, int64_t nc, const block_q8_x *const *act,
-                                               int64_t b0, float *o, int64_t os, int cont, const int fam, const int R) {
+                                               int64_t b0, float *o, int64_t os, int cont, const int fam, const int sf,
+                                               const int R) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[2][2];
   for (int r = 0; r < R; r++)
@@ -479,8 +491,9 @@ PK_AVX2 static PK_INLINE void staged_rows_avx2(const struct pk_stage *st, int64_
       const block_q8_x *a = act[r] + b0 + i;
       const __m256 da = _mm256_set1_ps(a->d), sa = _mm256_set1_ps(a->s);
       for (int half = 0; half < 2; half++) {
+        if (PK_ZP(fam, sf)) s[r][half] = _mm256_add_epi32(s[r][half], _mm256_set1_epi32(-PK_ZP(fam, sf) * a->sum));
         acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(st->d[half], da), _mm256_cvtepi32_ps(s[r][half]), acc[r][half]);
-        acc[r][half] = _mm256_fmadd_ps(st->m[half], sa, acc[r][half]);
+        if (!PK_NO_MIN(fam, sf)) acc[r][half] = _mm256_fmadd_ps(st->m[half], sa, acc[r][half]);
       }
     }
   }
@@ -491,15 +504,15 @@ PK_AVX2 static PK_INLINE void staged_rows_avx2(const struct pk_stage *st, int64_
 /* NIBBLE or UNSIGNED, any n rows (up to CPU_PACKED_MANY_ROWS: cpu_packed_select_many), staged:
  * runs of PK_STAGE_BLOCKS blocks, each unpacked once, then every row over the run. */
 PK_AVX2 static PK_INLINE void staged_avx2(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
-                                          float *out, int64_t os, const int fs, const int fam) {
+                                          float *out, int64_t os, const int sf, const int fam) {
   struct pk_stage st[PK_STAGE_BLOCKS];
-  const size_t bb = PK_BLOCK(fam, fs);
+  const size_t bb = PK_BLOCK(fam, sf);
   for (int64_t b0 = 0; b0 < nb; b0 += PK_STAGE_BLOCKS) {
     const int64_t nc = nb - b0 < PK_STAGE_BLOCKS ? nb - b0 : PK_STAGE_BLOCKS;
-    for (int64_t i = 0; i < nc; i++) stage_block_avx2(panel + (size_t)(b0 + i) * bb, fam, fs, &st[i]);
+    for (int64_t i = 0; i < nc; i++) stage_block_avx2(panel + (size_t)(b0 + i) * bb, fam, sf, &st[i]);
     int r = 0;
-    for (; r + 2 <= n; r += 2) staged_rows_avx2(st, nc, act + r, b0, out + (int64_t)r * os, os, b0 > 0, fam, 2);
-    if (r < n) staged_rows_avx2(st, nc, act + r, b0, out + (int64_t)r * os, os, b0 > 0, fam, 1);
+    for (; r + 2 <= n; r += 2) staged_rows_avx2(st, nc, act + r, b0, out + (int64_t)r * os, os, b0 > 0, fam, sf, 2);
+    if (r < n) staged_rows_avx2(st, nc, act + r, b0, out + (int64_t)r * os, os, b0 > 0, fam, sf, 1);
   }
 }
 
@@ -683,20 +696,20 @@ PK_VNNI static PK_INLINE __m512i bcast4_512(const int8_t *q) {
   return _mm512_set1_epi32(v);
 }
 
-PK_VNNI static PK_INLINE __m512 scales16(const uint8_t *p, int fs) {
-  if (fs) return _mm512_loadu_ps((const void *)p);
+PK_VNNI static PK_INLINE __m512 scales16(const uint8_t *p, int sf) {
+  if (sf == CPU_PACK_SCALES_FLOAT) return _mm512_loadu_ps((const void *)p);
   return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
 PK_VNNI static PK_INLINE void nibble_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                            const int n, float *out, int64_t os, const int fs) {
+                                            const int n, float *out, int64_t os, const int sf) {
   __m512 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_NIBBLE, fs);
-    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_NIBBLE, fs);
-    const __m512 dx = scales16(pb, fs), mx = scales16(pb + PK_M_OFF(fs), fs);
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_NIBBLE, sf);
+    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_NIBBLE, sf);
+    const __m512 dx = scales16(pb, sf);
     __m512i w[8];
     for (int h = 0; h < 4; h++) {
       const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * h));
@@ -705,14 +718,16 @@ PK_VNNI static PK_INLINE void nibble_vnni_n(int64_t nb, const uint8_t *panel, co
     }
     /* groups outer, rows inner: the rows' dpbusd chains interleave in program order (one
      * chain after another left the out-of-order window to overlap 8 chains of 8) */
-    __m512i s[CPU_PACKED_MAX_ROWS];
+    __m512i s[CPU_PACKED_MAX_ROWS]; /* from -z * sum(q) in the zero-point form */
     for (int r = 0; r < n; r++) s[r] = _mm512_setzero_si512();
     for (int g = 0; g < 8; g++)
       for (int r = 0; r < n; r++) s[r] = _mm512_dpbusd_epi32(s[r], w[g], bcast4_512(act[r][b].qs + 4 * g));
     for (int r = 0; r < n; r++) {
       const block_q8_x *a = act[r] + b;
+      if (PK_ZP(CPU_PACK_FAMILY_NIBBLE, sf)) s[r] = _mm512_add_epi32(s[r], _mm512_set1_epi32(-PK_ZP(CPU_PACK_FAMILY_NIBBLE, sf) * a->sum));
       acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s[r]), acc[r]);
-      acc[r] = _mm512_fmadd_ps(mx, _mm512_set1_ps(a->s), acc[r]);
+      if (!PK_NO_MIN(CPU_PACK_FAMILY_NIBBLE, sf))
+        acc[r] = _mm512_fmadd_ps(scales16(pb + PK_M_OFF(sf), sf), _mm512_set1_ps(a->s), acc[r]);
     }
   }
   for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
@@ -721,7 +736,7 @@ PK_VNNI static PK_INLINE void nibble_vnni_n(int64_t nb, const uint8_t *panel, co
 /* SIGNED weights are stored plus 128: sum((w + 128) * q) - 128 * sum(q) = sum(w * q), exact.
  * NL4: w + 128 = (kvalues_iq4nl + 128)[q], looked up by vpshufb from the 4-bit indices. */
 PK_VNNI static PK_INLINE void signed_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                            const int n, float *out, int64_t os, const int fs, const int fam) {
+                                            const int n, float *out, int64_t os, const int sf, const int fam) {
   __m512 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -729,9 +744,9 @@ PK_VNNI static PK_INLINE void signed_vnni_n(int64_t nb, const uint8_t *panel, co
       _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)llb_kvalues_iq4nl)),
       _mm512_set1_epi8((char)0x80));
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(fam, fs);
-    const uint8_t *qs = pb + PK_QS_OFF(fam, fs);
-    const __m512 dx = scales16(pb, fs);
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(fam, sf);
+    const uint8_t *qs = pb + PK_QS_OFF(fam, sf);
+    const __m512 dx = scales16(pb, sf);
     __m512i w[8];
     if (fam == CPU_PACK_FAMILY_NL4) {
       for (int h = 0; h < 4; h++) {
@@ -754,12 +769,15 @@ PK_VNNI static PK_INLINE void signed_vnni_n(int64_t nb, const uint8_t *panel, co
   for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
 }
 
-_Static_assert(PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, 0) % 64 == 0 && PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, 1) % 64 == 0,
-               "touch_lines_in_order covers a whole UNSIGNED block only in whole 64-byte lines");
-/* Touches the `bytes` / 64 lines of a block at p in address order (prefetcht0: into L1), ahead
- * of its loads. */
+/* Touches the 64-byte lines that hold the `bytes` of a block at p in address order (prefetcht0:
+ * into L1), ahead of its loads; a block that starts or ends inside a line (the zero-point
+ * form's 352 bytes) touches that line too. */
 PK_VNNI static PK_INLINE void touch_lines_in_order(const uint8_t *p, const int bytes) {
-  for (int l = 0; l < bytes / 64; l++) _mm_prefetch((const char *)p + 64 * l, _MM_HINT_T0);
+  /* (bytes + 63) / 64 lines from p's: one more than whole lines only where bytes is not a
+   * multiple of 64, which is also where a block can start inside a line (blocks follow each
+   * other, panels start on a line), so the count holds whatever p's offset in its line */
+  const char *first = (const char *)((uintptr_t)p & ~(uintptr_t)63);
+  for (int l = 0; l < (bytes + 63) / 64; l++) _mm_prefetch(first + 64 * l, _MM_HINT_T0);
   __asm__ volatile("" ::: "memory"); /* the compiler schedules no load of the block above them */
 }
 
@@ -772,15 +790,15 @@ PK_VNNI static PK_INLINE void touch_lines_in_order(const uint8_t *p, const int b
  * Calls of more rows (prefill, batch 16) are bound by their arithmetic and skip it (cache-
  * resident the touch cost -2% at 1 row and -3% at 3; at 8 and 64 rows ~1%). */
 PK_VNNI static PK_INLINE void unsigned_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                              const int n, float *out, int64_t os, const int fs) {
+                                              const int n, float *out, int64_t os, const int sf) {
   __m512 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F), m16 = _mm512_set1_epi8(0x10);
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, fs);
-    if (n <= 3) touch_lines_in_order(pb, PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, fs));
-    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_UNSIGNED, fs);
-    const __m512 dx = scales16(pb, fs), mx = scales16(pb + PK_M_OFF(fs), fs);
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, sf);
+    if (n <= 3) touch_lines_in_order(pb, PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, sf));
+    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_UNSIGNED, sf);
+    const __m512 dx = scales16(pb, sf);
     __m512i w[8];
     /* the nibbles as nibble_vnni_n's, bit g of qh moved to bit 4 as unsigned_unpack_avx2 does,
      * and the two merged by one vpternlogd ((nibbles & 0x0F) | bit) */
@@ -798,8 +816,10 @@ PK_VNNI static PK_INLINE void unsigned_vnni_n(int64_t nb, const uint8_t *panel, 
       for (int r = 0; r < n; r++) s[r] = _mm512_dpbusd_epi32(s[r], w[g], bcast4_512(act[r][b].qs + 4 * g));
     for (int r = 0; r < n; r++) {
       const block_q8_x *a = act[r] + b;
+      if (PK_ZP(CPU_PACK_FAMILY_UNSIGNED, sf)) s[r] = _mm512_add_epi32(s[r], _mm512_set1_epi32(-PK_ZP(CPU_PACK_FAMILY_UNSIGNED, sf) * a->sum));
       acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s[r]), acc[r]);
-      acc[r] = _mm512_fmadd_ps(mx, _mm512_set1_ps(a->s), acc[r]);
+      if (!PK_NO_MIN(CPU_PACK_FAMILY_UNSIGNED, sf))
+        acc[r] = _mm512_fmadd_ps(scales16(pb + PK_M_OFF(sf), sf), _mm512_set1_ps(a->s), acc[r]);
     }
   }
   for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
@@ -860,17 +880,17 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
   default: call(8); break;                                                                        \
   }
 
-/* FS is the enclosing wrapper's constant (0: fp16 scales, 1: float scales). */
-#define PK_NIBBLE_VNNI(N) nibble_vnni_n(nb, panel, act, N, out, os, FS)
-#define PK_SIGNED_VNNI(N) signed_vnni_n(nb, panel, act, N, out, os, FS, CPU_PACK_FAMILY_SIGNED)
-#define PK_NL4_VNNI(N) signed_vnni_n(nb, panel, act, N, out, os, FS, CPU_PACK_FAMILY_NL4)
-#define PK_UNSIGNED_VNNI(N) unsigned_vnni_n(nb, panel, act, N, out, os, FS)
+/* SF is the enclosing wrapper's constant: the scales' form (enum cpu_pack_scales). */
+#define PK_NIBBLE_VNNI(N) nibble_vnni_n(nb, panel, act, N, out, os, SF)
+#define PK_SIGNED_VNNI(N) signed_vnni_n(nb, panel, act, N, out, os, SF, CPU_PACK_FAMILY_SIGNED)
+#define PK_NL4_VNNI(N) signed_vnni_n(nb, panel, act, N, out, os, SF, CPU_PACK_FAMILY_NL4)
+#define PK_UNSIGNED_VNNI(N) unsigned_vnni_n(nb, panel, act, N, out, os, SF)
 #define PK_K6_VNNI(N) k6_vnni_n(nb, panel, act, N, out, os)
 
-#define PK_WRAP(attr, name, call, fs)                                                              \
+#define PK_WRAP(attr, name, call, sf)                                                              \
   attr static void name(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n, float *out, \
                         int64_t os) {                                                              \
-    enum { FS = fs };                                                                              \
+    enum { SF = sf };                                                                              \
     if (n < 1) return; /* the switch's default runs 8 rows */                                      \
     PK_ROWS_SWITCH(call)                                                                           \
   }
@@ -890,20 +910,20 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
     default: call(act4, out4, 4); break;                                                          \
     }                                                                                             \
   }
-#define PK_WRAP4(attr, name, call, fs)                                                             \
+#define PK_WRAP4(attr, name, call, sf)                                                             \
   attr static void name(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n, float *out, \
                         int64_t os) {                                                              \
-    enum { FS = fs };                                                                              \
+    enum { SF = sf };                                                                              \
     PK_ROWS_SWITCH4(call)                                                                          \
   }
 #define PK_SIGNED_AVX2_4(A, O, N) \
-  ((N) < 4 ? signed_avx2_16(nb, panel, A, N, O, os, FS, CPU_PACK_FAMILY_SIGNED) \
-           : (signed_avx2_half(nb, panel, A, N, O, os, 0, FS, CPU_PACK_FAMILY_SIGNED), \
-              signed_avx2_half(nb, panel, A, N, O, os, 1, FS, CPU_PACK_FAMILY_SIGNED)))
+  ((N) < 4 ? signed_avx2_16(nb, panel, A, N, O, os, SF, CPU_PACK_FAMILY_SIGNED) \
+           : (signed_avx2_half(nb, panel, A, N, O, os, 0, SF, CPU_PACK_FAMILY_SIGNED), \
+              signed_avx2_half(nb, panel, A, N, O, os, 1, SF, CPU_PACK_FAMILY_SIGNED)))
 #define PK_NL4_AVX2_4(A, O, N) \
-  ((N) < 4 ? signed_avx2_16(nb, panel, A, N, O, os, FS, CPU_PACK_FAMILY_NL4) \
-           : (signed_avx2_half(nb, panel, A, N, O, os, 0, FS, CPU_PACK_FAMILY_NL4), \
-              signed_avx2_half(nb, panel, A, N, O, os, 1, FS, CPU_PACK_FAMILY_NL4)))
+  ((N) < 4 ? signed_avx2_16(nb, panel, A, N, O, os, SF, CPU_PACK_FAMILY_NL4) \
+           : (signed_avx2_half(nb, panel, A, N, O, os, 0, SF, CPU_PACK_FAMILY_NL4), \
+              signed_avx2_half(nb, panel, A, N, O, os, 1, SF, CPU_PACK_FAMILY_NL4)))
 PK_WRAP4(PK_AVX2, signed_avx2, PK_SIGNED_AVX2_4, 0)
 PK_WRAP4(PK_AVX2, signed_f_avx2, PK_SIGNED_AVX2_4, 1)
 PK_WRAP4(PK_AVX2, nl4_avx2, PK_NL4_AVX2_4, 0)
@@ -915,30 +935,32 @@ PK_WRAP4(PK_AVX2, nl4_f_avx2, PK_NL4_AVX2_4, 1)
  * call, 1 thread, G multiply-adds/s: Q4_0 103 -> 106-108, Q5_0 78-80 -> 94-96, Q4_K 95 -> 107,
  * Q6_K 77 -> 78; kernels/cpu/README.md). */
 PK_AVX2 static PK_INLINE void staged_or_16_avx2(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n,
-                                                float *out, int64_t os, const int fs, const int fam) {
+                                                float *out, int64_t os, const int sf, const int fam) {
   if (n < 1) return;
   if (fam == CPU_PACK_FAMILY_K6) {
     if (n == 1) k6_avx2_16(nb, panel, act, 1, out, os);
     else k6_staged_avx2(nb, panel, act, n, out, os);
   } else if (n > 2) {
-    staged_avx2(nb, panel, act, n, out, os, fs, fam);
+    staged_avx2(nb, panel, act, n, out, os, sf, fam);
   } else if (fam == CPU_PACK_FAMILY_NIBBLE) {
-    if (n == 1) nibble_avx2_16(nb, panel, act, 1, out, os, fs);
-    else nibble_avx2_16(nb, panel, act, 2, out, os, fs);
+    if (n == 1) nibble_avx2_16(nb, panel, act, 1, out, os, sf);
+    else nibble_avx2_16(nb, panel, act, 2, out, os, sf);
   } else {
-    if (n == 1) unsigned_avx2_16(nb, panel, act, 1, out, os, fs);
-    else unsigned_avx2_16(nb, panel, act, 2, out, os, fs);
+    if (n == 1) unsigned_avx2_16(nb, panel, act, 1, out, os, sf);
+    else unsigned_avx2_16(nb, panel, act, 2, out, os, sf);
   }
 }
-#define PK_STAGED_WRAP(name, fs, fam)                                                              \
+#define PK_STAGED_WRAP(name, sf, fam)                                                              \
   PK_AVX2 static void name(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n, float *out, \
                            int64_t os) {                                                           \
-    staged_or_16_avx2(nb, panel, act, n, out, os, fs, fam);                                        \
+    staged_or_16_avx2(nb, panel, act, n, out, os, sf, fam);                                        \
   }
 PK_STAGED_WRAP(nibble_avx2, 0, CPU_PACK_FAMILY_NIBBLE)
 PK_STAGED_WRAP(nibble_f_avx2, 1, CPU_PACK_FAMILY_NIBBLE)
 PK_STAGED_WRAP(unsigned_avx2, 0, CPU_PACK_FAMILY_UNSIGNED)
 PK_STAGED_WRAP(unsigned_f_avx2, 1, CPU_PACK_FAMILY_UNSIGNED)
+PK_STAGED_WRAP(nibble_z_avx2, CPU_PACK_SCALES_ZERO_POINT, CPU_PACK_FAMILY_NIBBLE)
+PK_STAGED_WRAP(unsigned_z_avx2, CPU_PACK_SCALES_ZERO_POINT, CPU_PACK_FAMILY_UNSIGNED)
 PK_STAGED_WRAP(k6_avx2, 0, CPU_PACK_FAMILY_K6)
 PK_WRAP(PK_VNNI, nibble_vnni, PK_NIBBLE_VNNI, 0)
 PK_WRAP(PK_VNNI, nibble_f_vnni, PK_NIBBLE_VNNI, 1)
@@ -948,20 +970,22 @@ PK_WRAP(PK_VNNI, nl4_vnni, PK_NL4_VNNI, 0)
 PK_WRAP(PK_VNNI, nl4_f_vnni, PK_NL4_VNNI, 1)
 PK_WRAP(PK_VNNI, unsigned_vnni, PK_UNSIGNED_VNNI, 0)
 PK_WRAP(PK_VNNI, unsigned_f_vnni, PK_UNSIGNED_VNNI, 1)
+PK_WRAP(PK_VNNI, nibble_z_vnni, PK_NIBBLE_VNNI, CPU_PACK_SCALES_ZERO_POINT)
+PK_WRAP(PK_VNNI, unsigned_z_vnni, PK_UNSIGNED_VNNI, CPU_PACK_SCALES_ZERO_POINT)
 PK_WRAP(PK_VNNI, k6_vnni, PK_K6_VNNI, 0)
 #endif /* PK_HAVE_X86 */
 
 cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
   if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
-  int fs = 0;
-  const int fam = cpu_pack_kind(w, &fs);
+  int sf = 0;
+  const int fam = cpu_pack_kind(w, &sf);
   if (fam < 0 || fam == CPU_PACK_FAMILY_FLOAT) return NULL; /* FLOAT: cpu_packed_float_select */
   if (fam == CPU_PACK_FAMILY_NL4) {
 #if PK_HAVE_X86
-    if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return fs ? nl4_f_vnni : nl4_vnni;
-    if (level >= CPU_SIMD_LEVEL_AVX2) return fs ? nl4_f_avx2 : nl4_avx2;
+    if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return sf ? nl4_f_vnni : nl4_vnni;
+    if (level >= CPU_SIMD_LEVEL_AVX2) return sf ? nl4_f_avx2 : nl4_avx2;
 #endif
-    return fs ? nl4_f_scalar : nl4_scalar;
+    return sf ? nl4_f_scalar : nl4_scalar;
   }
   if (fam == CPU_PACK_FAMILY_K6) {
 #if PK_HAVE_X86
@@ -970,21 +994,21 @@ cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
 #endif
     return k6_scalar;
   }
-  /* [family][float scales] */
-  static const cpu_packed_fn scalar[3][2] = {{nibble_scalar, nibble_f_scalar},
-                                             {signed_scalar, signed_f_scalar},
-                                             {unsigned_scalar, unsigned_f_scalar}};
+  /* [family][scales' form] (SIGNED has no zero-point form) */
+  static const cpu_packed_fn scalar[3][3] = {{nibble_scalar, nibble_f_scalar, nibble_z_scalar},
+                                             {signed_scalar, signed_f_scalar, NULL},
+                                             {unsigned_scalar, unsigned_f_scalar, unsigned_z_scalar}};
 #if PK_HAVE_X86
-  static const cpu_packed_fn avx2[3][2] = {{nibble_avx2, nibble_f_avx2},
-                                           {signed_avx2, signed_f_avx2},
-                                           {unsigned_avx2, unsigned_f_avx2}};
-  static const cpu_packed_fn vnni[3][2] = {{nibble_vnni, nibble_f_vnni},
-                                           {signed_vnni, signed_f_vnni},
-                                           {unsigned_vnni, unsigned_f_vnni}};
-  if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return vnni[fam][fs];
-  if (level >= CPU_SIMD_LEVEL_AVX2) return avx2[fam][fs];
+  static const cpu_packed_fn avx2[3][3] = {{nibble_avx2, nibble_f_avx2, nibble_z_avx2},
+                                           {signed_avx2, signed_f_avx2, NULL},
+                                           {unsigned_avx2, unsigned_f_avx2, unsigned_z_avx2}};
+  static const cpu_packed_fn vnni[3][3] = {{nibble_vnni, nibble_f_vnni, nibble_z_vnni},
+                                           {signed_vnni, signed_f_vnni, NULL},
+                                           {unsigned_vnni, unsigned_f_vnni, unsigned_z_vnni}};
+  if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return vnni[fam][sf];
+  if (level >= CPU_SIMD_LEVEL_AVX2) return avx2[fam][sf];
 #endif
-  return scalar[fam][fs];
+  return scalar[fam][sf];
 }
 
 cpu_packed_fn cpu_packed_select_many(enum ggml_type w, enum cpu_simd_level level) {

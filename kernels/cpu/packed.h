@@ -12,9 +12,11 @@
  *     Q8 quantizer), kept with d and s = d * sum(q) as floats (block_q8_x);
  *   per output (column c, token t), block by block:
  *     i   = the exact int32 sum of the 32 products w * q (w the packed integer weight of the
- *           family below: a nibble, a signed byte, a 5-bit quant)
+ *           family below: a nibble, a signed byte, a 5-bit quant), minus z * sum(q) for the
+ *           zero-point forms (Q4_0: z = 8, Q5_0: z = 16; w - z is GGUF's signed quant)
  *     acc = fma(d_w * d_a, (float)i, acc)
- *     acc = fma(m_w, s_a, acc)                      (NIBBLE and UNSIGNED families only)
+ *     acc = fma(m_w, s_a, acc)                      (NIBBLE and UNSIGNED families with a min:
+ *                                                    Q4_1, Q5_1, Q4_K, Q5_K)
  *   (K6, Q6_K: i = sc_0 * (sum of q * a over elements 0-15 - 32 * bsum_0) + sc_1 * (the same
  *   over elements 16-31 - 32 * bsum_1), exact in int32, sc the int8 scales of the two 16-weight
  *   sub-blocks and bsum the activation sums of the halves; then the fma with d_w = the
@@ -46,23 +48,25 @@
 /* Kernel families of packed blocks (32 weights of each of 16 columns). Each family has an
  * fp16-scaled form (scales as the GGUF block's fp16 bits) and a float-scaled form for the K
  * and IQ4_XS types, whose per-32 scale is the super-block scale times a sub-block scale (exact
- * in float, not in fp16). With S the bytes of a scale (2 or 4):
- *   NIBBLE   (Q4_0, Q4_1; Q4_K float-scaled): d[16], m[16], then qs[4][64]: qs[h][4j + e] =
- *            byte 4h + e of column j's Q4_1-style qs (low nibble: element 4h + e, high nibble:
- *            element 16 + 4h + e). Q4_0: m = -8 * d (exact in fp16; a file with |d| > 65504/8
- *            stays unpacked). Q4_K: d = d * sc, m = -(dmin * min) of the sub-block.
+ * in float, not in fp16); NIBBLE and UNSIGNED also a zero-point form (enum cpu_pack_scales).
+ * With S the bytes of a scale (2 or 4), and the min array m[16] absent in the zero-point form:
+ *   NIBBLE   (Q4_1; Q4_0 zero-point, z = 8; Q4_K float-scaled): d[16], m[16], then qs[4][64]:
+ *            qs[h][4j + e] = byte 4h + e of column j's Q4_1-style qs (low nibble: element
+ *            4h + e, high nibble: element 16 + 4h + e). Q4_K: d = d * sc, m = -(dmin * min) of
+ *            the sub-block.
  *   SIGNED   (Q8_0): d[16], then qs[8][64]: qs[g][4j + e] = the signed integer weight of
  *            element 4g + e of column j, plus 128 (unsigned, for vpdpbusd).
  *   NL4      (IQ4_NL; IQ4_XS float-scaled): d[16], then qs[4][64]: the 4-bit indices q of the
  *            file in the NIBBLE arrangement; the weight is the signed integer kvalues_iq4nl[q]
  *            (-127..113), looked up in the kernel (vpshufb), then summed as SIGNED's. IQ4_XS:
  *            d = d * (ls - 32). Half the bytes of a byte per weight: decode reads the file's bits.
- *   UNSIGNED (Q5_0, Q5_1; Q5_K float-scaled): d[16], m[16], then qs[4][64], the low 4 bits of
- *            the 5-bit quants (0..31) in the NIBBLE arrangement, then qh[64]: bit g of qh[4j + e]
- *            = bit 4 of the quant of element 4g + e of column j (5 bits a weight, as the file;
- *            a byte per weight before 2026-11-30 made a decode step read 1.64x the file's
- *            Q5_0 bytes). Q5_0: m = -16 * d (exact in fp16; a file with |d| > 65504/16 stays
- *            unpacked). Q5_K: d, m as Q4_K.
+ *   UNSIGNED (Q5_1; Q5_0 zero-point, z = 16; Q5_K float-scaled): d[16], m[16], then
+ *            qs[4][64], the low 4 bits of the 5-bit quants (0..31) in the NIBBLE arrangement,
+ *            then qh[64]: bit g of qh[4j + e] = bit 4 of the quant of element 4g + e of column
+ *            j (5 bits a weight, as the file; a byte per weight before 2026-11-30 made a decode
+ *            step read 1.64x the file's Q5_0 bytes). Q5_K: d, m as Q4_K.
+ *   (Q4_0 and Q5_0 were packed with a min m = -z * d before 2026-12-01: 32 more bytes a block,
+ *   1.11x / 1.09x the file's bytes read by a decode step, and one more fma per block and row.)
  *   K6       (Q6_K): d[16] (fp16, the super-block's d), sc[2][16] (int8: sc[s][j] = the scale of
  *            elements 16s..16s+15 of column j), q[2][3][64]: sub-block s at 6 bits a byte,
  *            bits 0-5 of q[s][t][4j + e] = the quant of element 16s + 4t + e of column j (t =
@@ -85,12 +89,20 @@ enum cpu_pack_family {
   CPU_PACK_FAMILY_NL4 = 5,
 };
 
-/* The family of type t's packed blocks (enum cpu_pack_family), *float_scales (may be NULL) 1
- * for the float-scaled form; -1 if t has no packed layout. */
-int cpu_pack_kind(enum ggml_type t, int *float_scales);
+/* How a packed block holds its scales. */
+enum cpu_pack_scales {
+  CPU_PACK_SCALES_FP16 = 0,       /* d[16] (and m[16]) as the GGUF block's fp16 bits */
+  CPU_PACK_SCALES_FLOAT = 1,      /* d[16] (and m[16]) as floats: K and IQ4_XS types */
+  CPU_PACK_SCALES_ZERO_POINT = 2, /* d[16] fp16, no min: w = d * (q - z), z = 8 (NIBBLE: Q4_0)
+                                     or 16 (UNSIGNED: Q5_0), subtracted in the int32 sum */
+};
 
-/* Bytes of one packed block of `family`, fp16- or float-scaled. */
-size_t cpu_pack_block_bytes(int family, int float_scales);
+/* The family of type t's packed blocks (enum cpu_pack_family), *scales (may be NULL) its
+ * scales' form (enum cpu_pack_scales); -1 if t has no packed layout. */
+int cpu_pack_kind(enum ggml_type t, int *scales);
+
+/* Bytes of one packed block of `family` with scales of form `scales` (enum cpu_pack_scales). */
+size_t cpu_pack_block_bytes(int family, int scales);
 
 /* Activation block of packed matmuls: 48 bytes. */
 typedef struct {
@@ -107,8 +119,7 @@ typedef struct {
 bool cpu_pack_shape_ok(const struct backend_weight *w);
 
 /* Bytes of w packed; 0 if w has no packed layout (a type without cpu_pack_kind, rows not a
- * multiple of CPU_PACK_COLS, cols not whole blocks of the type, a Q4_0 / Q5_0 scale whose
- * offset min does not fit fp16). Reads every block's scale of Q4_0 / Q5_0 weights. */
+ * multiple of CPU_PACK_COLS, cols not whole blocks of the type). The values are not read. */
 size_t cpu_pack_bytes(const struct backend_weight *w);
 
 /* Writes w's packed layout into dst [cpu_pack_bytes(w)]: panel p (columns 16p..16p+15) at

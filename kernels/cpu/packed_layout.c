@@ -4,56 +4,41 @@
  * dequantize_row_q6_K. */
 #include "kernels/cpu/packed.h"
 
-#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
-int cpu_pack_kind(enum ggml_type t, int *float_scales) {
-  int fs = 0, fam;
+int cpu_pack_kind(enum ggml_type t, int *scales) {
+  int sc = CPU_PACK_SCALES_FP16, fam;
   switch (t) {
-  case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: fam = CPU_PACK_FAMILY_NIBBLE; break;
-  case GGML_TYPE_Q4_K: fam = CPU_PACK_FAMILY_NIBBLE, fs = 1; break;
+  case GGML_TYPE_Q4_0: fam = CPU_PACK_FAMILY_NIBBLE, sc = CPU_PACK_SCALES_ZERO_POINT; break;
+  case GGML_TYPE_Q4_1: fam = CPU_PACK_FAMILY_NIBBLE; break;
+  case GGML_TYPE_Q4_K: fam = CPU_PACK_FAMILY_NIBBLE, sc = CPU_PACK_SCALES_FLOAT; break;
   case GGML_TYPE_Q8_0: fam = CPU_PACK_FAMILY_SIGNED; break;
   case GGML_TYPE_IQ4_NL: fam = CPU_PACK_FAMILY_NL4; break;
-  case GGML_TYPE_IQ4_XS: fam = CPU_PACK_FAMILY_NL4, fs = 1; break;
-  case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: fam = CPU_PACK_FAMILY_UNSIGNED; break;
+  case GGML_TYPE_IQ4_XS: fam = CPU_PACK_FAMILY_NL4, sc = CPU_PACK_SCALES_FLOAT; break;
+  case GGML_TYPE_Q5_0: fam = CPU_PACK_FAMILY_UNSIGNED, sc = CPU_PACK_SCALES_ZERO_POINT; break;
+  case GGML_TYPE_Q5_1: fam = CPU_PACK_FAMILY_UNSIGNED; break;
   case GGML_TYPE_Q6_K: fam = CPU_PACK_FAMILY_K6; break;
   case GGML_TYPE_F16: case GGML_TYPE_BF16: fam = CPU_PACK_FAMILY_FLOAT; break;
-  case GGML_TYPE_Q5_K: fam = CPU_PACK_FAMILY_UNSIGNED, fs = 1; break;
+  case GGML_TYPE_Q5_K: fam = CPU_PACK_FAMILY_UNSIGNED, sc = CPU_PACK_SCALES_FLOAT; break;
   default: return -1;
   }
-  if (float_scales) *float_scales = fs;
+  if (scales) *scales = sc;
   return fam;
 }
 
-size_t cpu_pack_block_bytes(int family, int float_scales) {
-  const size_t sb = float_scales ? 4 : 2; /* bytes of one column's scale */
+size_t cpu_pack_block_bytes(int family, int scales) {
+  const size_t sb = scales == CPU_PACK_SCALES_FLOAT ? 4 : 2; /* bytes of one column's scale */
+  const size_t dm = scales == CPU_PACK_SCALES_ZERO_POINT ? 16 * sb : 32 * sb; /* d[16] (and m[16]) */
   switch (family) {
-  case CPU_PACK_FAMILY_NIBBLE: return 32 * sb + 4 * 64;
+  case CPU_PACK_FAMILY_NIBBLE: return dm + 4 * 64;
   case CPU_PACK_FAMILY_SIGNED: return 16 * sb + 8 * 64;
-  case CPU_PACK_FAMILY_UNSIGNED: return 32 * sb + 4 * 64 + 64;
+  case CPU_PACK_FAMILY_UNSIGNED: return dm + 4 * 64 + 64;
   case CPU_PACK_FAMILY_K6: return 16 * 2 + 2 * 16 + 4 * 64 + 2 * 64;
   case CPU_PACK_FAMILY_FLOAT: return 32 * 16 * 2;
   case CPU_PACK_FAMILY_NL4: return 16 * sb + 4 * 64;
   default: return 0;
   }
-}
-
-/* Q4_0 and Q5_0 pack with a min of -8 * d and -16 * d, which fp16 holds exactly unless |d| >
- * 65504 / 8 (/ 16): whether every block of w (its fp16 d first) has such a scale (a real file
- * always does). */
-static bool offset_mins_fit_fp16(const struct backend_weight *w, float offset) {
-  const int64_t nb = w->cols / 32;
-  const size_t bb = ggml_type_block_bytes(w->type);
-  for (int64_t r = 0; r < w->rows; r++) {
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-    for (int64_t b = 0; b < nb; b++) {
-      uint16_t d;
-      memcpy(&d, row + (size_t)b * bb, 2);
-      if (!(fabsf(llb_fp16_to_fp32(d)) <= 65504.0f / offset)) return false;
-    }
-  }
-  return true;
 }
 
 bool cpu_pack_shape_ok(const struct backend_weight *w) {
@@ -63,15 +48,14 @@ bool cpu_pack_shape_ok(const struct backend_weight *w) {
 }
 
 size_t cpu_pack_bytes(const struct backend_weight *w) {
-  int fs = 0;
-  const int fam = cpu_pack_kind(w->type, &fs);
+  int sc = 0;
+  const int fam = cpu_pack_kind(w->type, &sc);
   if (!cpu_pack_shape_ok(w)) return 0;
-  if (w->type == GGML_TYPE_Q4_0 && !offset_mins_fit_fp16(w, 8.0f)) return 0;
-  if (w->type == GGML_TYPE_Q5_0 && !offset_mins_fit_fp16(w, 16.0f)) return 0;
-  return (size_t)(w->rows / CPU_PACK_COLS) * (size_t)(w->cols / 32) * cpu_pack_block_bytes(fam, fs);
+  return (size_t)(w->rows / CPU_PACK_COLS) * (size_t)(w->cols / 32) * cpu_pack_block_bytes(fam, sc);
 }
 
-/* One block of 32 weights of a packable type: w_i = d * q_i + m (m = 0 without a min), with
+/* One block of 32 weights of a packable type: w_i = d * q_i + m (m = 0 without a min; Q4_0 and
+ * Q5_0: w_i = d * (q_i - z), their zero point z subtracted by the kernels), with
  * q unsigned (uq, NIBBLE and UNSIGNED families) or signed (sq, SIGNED family). d and m are the
  * fp16 bits (dh, mh) for fp16-scaled types, floats (df, mf) for the K and IQ4_XS types, whose
  * per-32 scale d * sub-scale is exact in float (11 + 8 significant bits). */
@@ -109,9 +93,9 @@ static void decode_block32(enum ggml_type t, const uint8_t *row, int64_t b, stru
   const int64_t sb = b / 8;
   const int j = (int)(b % 8); /* sub-block of a 256-weight super-block */
   switch (t) {
-  case GGML_TYPE_Q4_0: { /* w = d * (q - 8) = d * q + (-8 * d), exact in fp16 (cpu_pack_bytes) */
+  case GGML_TYPE_Q4_0: { /* w = d * (q - 8): zero point 8, no min */
     const block_q4_0 *x = (const block_q4_0 *)row + b;
-    o->dh = x->d, o->mh = llb_fp32_to_fp16(-8.0f * llb_fp16_to_fp32(x->d));
+    o->dh = x->d, o->mh = 0;
     for (int i = 0; i < 16; i++) o->uq[i] = x->qs[i] & 0x0F, o->uq[i + 16] = x->qs[i] >> 4;
     return;
   }
@@ -133,10 +117,10 @@ static void decode_block32(enum ggml_type t, const uint8_t *row, int64_t b, stru
     memcpy(o->sq, x->qs, 32);
     return;
   }
-  case GGML_TYPE_Q5_0: { /* w = d * (q - 16) = d * q + (-16 * d), exact in fp16 (cpu_pack_bytes) */
+  case GGML_TYPE_Q5_0: { /* w = d * (q - 16): zero point 16, no min */
     const block_q5_0 *x = (const block_q5_0 *)row + b;
     unpack_q5(x->qh, x->qs, o->uq);
-    o->dh = x->d, o->mh = llb_fp32_to_fp16(-16.0f * llb_fp16_to_fp32(x->d));
+    o->dh = x->d, o->mh = 0;
     return;
   }
   case GGML_TYPE_Q6_K: {
@@ -220,10 +204,11 @@ static void pack_k6_block(const uint8_t *rows, size_t row_bytes, int64_t b, uint
 llb_status cpu_pack_weight(const struct backend_weight *w, void *dst) {
   if (!w || !dst || cpu_pack_bytes(w) == 0)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "no packed layout for this weight");
-  int fs = 0;
-  const int fam = cpu_pack_kind(w->type, &fs);
-  const size_t sb = fs ? 4 : 2, bb = cpu_pack_block_bytes(fam, fs);
-  const bool no_min = fam == CPU_PACK_FAMILY_SIGNED || fam == CPU_PACK_FAMILY_NL4;
+  int sc = 0;
+  const int fam = cpu_pack_kind(w->type, &sc);
+  const bool fs = sc == CPU_PACK_SCALES_FLOAT;
+  const size_t sb = fs ? 4 : 2, bb = cpu_pack_block_bytes(fam, sc);
+  const bool no_min = fam == CPU_PACK_FAMILY_SIGNED || fam == CPU_PACK_FAMILY_NL4 || sc == CPU_PACK_SCALES_ZERO_POINT;
   const size_t m_off = 16 * sb, qs_off = no_min ? 16 * sb : 32 * sb;
   const int64_t nb = w->cols / 32, panels = w->rows / CPU_PACK_COLS;
   const uint8_t *src = w->data;

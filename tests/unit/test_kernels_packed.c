@@ -3,8 +3,9 @@
  * through the CPU backend's matmul.
  *
  * 1. Every output equals, bit for bit, a reference written here from the GGUF layout in the
- *    documented order (exact int32 block sums, acc = fma(d_w * d_a, isum, acc), Q4_0, Q4_1, Q5_0,
- *    Q5_1, Q4_K, Q5_K then acc = fma(m_w, s_a, acc); K and IQ4_XS blocks of 32 take d_w, m_w = the
+ *    documented order (exact int32 block sums, Q4_0 / Q5_0 of the signed quants q - 8 / q - 16,
+ *    acc = fma(d_w * d_a, isum, acc), Q4_1, Q5_1, Q4_K, Q5_K then acc = fma(m_w, s_a, acc); K
+ *    and IQ4_XS blocks of 32 take d_w, m_w = the
  *    float products of super-block and sub-block scales; Q6_K the int8 sub-block scales inside
  *    the exact sum), on every SIMD level this CPU runs (scalar, AVX2, AVX-512
  *    VNNI), with 1 and 2 threads, for row counts that do and do not fill a kernel tile: so
@@ -49,9 +50,9 @@ static bool stores_min(enum ggml_type t) {
   return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K;
 }
 
-/* Whether the packed order adds a min term: the types that store one, and Q4_0 / Q5_0, packed
- * as unsigned quants q with m = -8 * d / -16 * d (w = d * (q - 8), d * (q - 16)). */
-static bool has_min(enum ggml_type t) { return stores_min(t) || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0; }
+/* The zero point of t's quants in the packed order's int32 sum: Q4_0 w = d * (q - 8), Q5_0
+ * w = d * (q - 16) (GGUF's signed quants), 0 for the other types. */
+static int zero_point(enum ggml_type t) { return t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 0; }
 
 static bool is_super(enum ggml_type t) { return ggml_type_block_elems(t) == 256; }
 
@@ -217,9 +218,9 @@ static float output_ref(enum ggml_type t, const uint8_t *wrow, const float *x, i
     }
     int32_t isum = 0;
     float dw = 0.0f, mw = 0.0f;
-    for (int j = 0; j < 32; j++) isum += block_weight(t, wrow, b, j, &dw, &mw) * q[j];
+    for (int j = 0; j < 32; j++) isum += (block_weight(t, wrow, b, j, &dw, &mw) - zero_point(t)) * q[j];
     acc = fmaf(dw * d, (float)isum, acc);
-    if (has_min(t)) acc = fmaf(mw, d * (float)sum, acc);
+    if (stores_min(t)) acc = fmaf(mw, d * (float)sum, acc);
   }
   return acc;
 }
@@ -257,10 +258,11 @@ static struct backend_ctx *make_ctx(int n_threads) {
   return c;
 }
 
-static void check_shape(enum ggml_type t, int64_t rows, int64_t k, int32_t n_rows) {
+/* The matmul of weight `data` (t, rows x k, GGUF rows rb bytes apart; freed here) packed, on
+ * n_rows random activation rows: every output equals output_ref bit for bit on every level with
+ * 1 and 2 threads, and the real product within output_exact's bound. */
+static void check_weight(enum ggml_type t, uint8_t *data, size_t rb, int64_t rows, int64_t k, int32_t n_rows) {
   const struct backend_ops *ops = backend_cpu_ops();
-  size_t rb;
-  uint8_t *data = random_weight(t, rows, k, &rb);
   struct backend_weight w = {.type = t, .rows = rows, .cols = k, .row_bytes = rb, .data = data};
   const size_t pb = ops->pack_bytes(&w);
   assert_true(pb > 0);
@@ -304,6 +306,30 @@ static void check_shape(enum ggml_type t, int64_t rows, int64_t k, int32_t n_row
   free(x);
   free(packed);
   free(data);
+}
+
+static void check_shape(enum ggml_type t, int64_t rows, int64_t k, int32_t n_rows) {
+  size_t rb;
+  uint8_t *data = random_weight(t, rows, k, &rb);
+  check_weight(t, data, rb, rows, k, n_rows);
+}
+
+/* Q4_0 and Q5_0 pack without a min (their zero point is subtracted in the int32 sum), so blocks
+ * whose -8 * d / -16 * d fp16 could not hold (|d| past 65504 / 8, / 16: packed with a min
+ * before, such a file ran unpacked) pack too, and equal the reference on every level. */
+static void test_zero_point_types_pack_whatever_their_scale(void **state) {
+  (void)state;
+  const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q5_0};
+  for (size_t ti = 0; ti < 2; ti++) {
+    size_t rb;
+    uint8_t *data = random_weight(types[ti], 32, 128, &rb);
+    const uint16_t big = llb_fp32_to_fp16(ti ? -60000.0f : 9000.0f);
+    memcpy(data + 5 * rb + ggml_type_block_bytes(types[ti]), &big, 2); /* row 5, block 1 */
+    memcpy(data + 20 * rb, &big, 2);                                  /* row 20, block 0 */
+    const struct backend_weight w = {.type = types[ti], .rows = 32, .cols = 128, .row_bytes = rb, .data = data};
+    assert_int_equal(cpu_pack_bytes(&w), 2 * 4 * (16 * 2 + (ti ? 5 : 4) * 64)); /* no min: d[16] then quants */
+    check_weight(types[ti], data, rb, 32, 128, 3);
+  }
 }
 
 static void test_packed_matmul_equals_reference_on_every_level(void **state) {
@@ -737,15 +763,6 @@ static void test_weights_without_layout_are_refused_and_still_work(void **state)
   assert_int_equal(ops->pack_bytes(&k3), 0); /* Q3_K: no packed form */
   struct backend_weight k4 = {.type = GGML_TYPE_Q4_K, .rows = 16, .cols = 32, .row_bytes = 18, .data = data};
   assert_int_equal(ops->pack_bytes(&k4), 0); /* not a whole super-block */
-  /* Q4_0 packs with min -8 * d in fp16: a scale past 65504 / 8 has none, so no packed form */
-  size_t rb0;
-  uint8_t *q40 = random_weight(GGML_TYPE_Q4_0, 16, 64, &rb0);
-  struct backend_weight w0 = {.type = GGML_TYPE_Q4_0, .rows = 16, .cols = 64, .row_bytes = rb0, .data = q40};
-  assert_true(ops->pack_bytes(&w0) > 0);
-  const uint16_t big = llb_fp32_to_fp16(9000.0f);
-  memcpy(q40 + 5 * rb0 + 18, &big, 2); /* row 5, block 1 */
-  assert_int_equal(ops->pack_bytes(&w0), 0);
-  free(q40);
   /* a packed pointer on a weight without a layout is ignored: GGUF layout, ggml order */
   w.packed = dst;
   float x[64], out[24];
@@ -766,6 +783,7 @@ static void test_weights_without_layout_are_refused_and_still_work(void **state)
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_packed_matmul_equals_reference_on_every_level),
+      cmocka_unit_test(test_zero_point_types_pack_whatever_their_scale),
       cmocka_unit_test(test_kernel_calls_of_every_row_count_give_each_row_its_own_bits),
       cmocka_unit_test(test_packed_kernels_at_saturated_quants_equal_scalar),
       cmocka_unit_test(test_matmul_of_weights_cut_into_unequal_chunks_equals_reference),
