@@ -39,8 +39,7 @@ struct kernel_only_options {
 enum ggml_type kernel_only_type(const char *name);
 
 /* Fills w [n_bytes, whole blocks of t] with random quants and sub-block scales from the
- * xorshift32 state *seed; each block's fp16 d (and min) in [1e-3, 1.1e-2]: finite, and small
- * enough that Q4_0 / Q5_0's offset min fits fp16 (cpu_pack_bytes). */
+ * xorshift32 state *seed; each block's fp16 d (and min) in [1e-3, 1.1e-2]: finite. */
 void kernel_only_fill(uint8_t *w, size_t n_bytes, enum ggml_type t, uint32_t *seed);
 
 /* Runs the mode, printing to stdout (errors to stderr). Returns the process exit code: 0, 1

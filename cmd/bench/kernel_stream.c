@@ -120,7 +120,7 @@ static int ks_prepare(struct kernel_stream *s) {
   uint32_t seed = KS_SEED;
   kernel_only_fill(raw, row_bytes * (size_t)s->n_out, s->type, &seed);
   const struct backend_weight w = {.type = s->type, .rows = s->n_out, .cols = s->k, .row_bytes = row_bytes, .data = raw};
-  s->packed_bytes = cpu_pack_bytes(&w); /* reads the scales (Q4_0 / Q5_0's offset mins) */
+  s->packed_bytes = cpu_pack_bytes(&w);
   if (s->packed_bytes == 0) {
     free(raw);
     fprintf(stderr, "llmbus-kernel-bench: %s %lldx%lld has no packed layout\n", ggml_type_name(s->type),
