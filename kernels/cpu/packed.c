@@ -701,36 +701,46 @@ PK_VNNI static PK_INLINE __m512 scales16(const uint8_t *p, int sf) {
   return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-PK_VNNI static PK_INLINE void nibble_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                            const int n, float *out, int64_t os, const int sf) {
-  __m512 acc[CPU_PACKED_MAX_ROWS];
-  for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_NIBBLE, sf);
-    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_NIBBLE, sf);
-    const __m512 dx = scales16(pb, sf);
-    __m512i w[8];
-    for (int h = 0; h < 4; h++) {
-      const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * h));
+/* The 8 weight groups of a NIBBLE or UNSIGNED block's 16 columns (qs: its quants), as bytes:
+ * the nibbles; UNSIGNED's bit g of qh moved to bit 4 as unsigned_unpack_avx2 does, and the two
+ * merged by one vpternlogd ((nibbles & 0x0F) | bit). */
+PK_VNNI static PK_INLINE void unpack_vnni(const uint8_t *qs, const int fam, __m512i w[8]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m16 = _mm512_set1_epi8(0x10);
+  const __m512i qh = fam == CPU_PACK_FAMILY_UNSIGNED ? _mm512_loadu_si512((const void *)(qs + 4 * 64)) : m4;
+  const __m512i qh4 = _mm512_slli_epi16(qh, 4);
+  for (int h = 0; h < 4; h++) {
+    const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * h));
+    if (fam == CPU_PACK_FAMILY_UNSIGNED) {
+      const __m512i lo = _mm512_and_si512(h == 0 ? qh4 : _mm512_srli_epi16(qh4, h), m16);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qh, h), m16);
+      w[h] = _mm512_ternarylogic_epi32(v, lo, m4, 0xEC);
+      w[h + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), hi, m4, 0xEC);
+    } else {
       w[h] = _mm512_and_si512(v, m4);
       w[h + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     }
-    /* groups outer, rows inner: the rows' dpbusd chains interleave in program order (one
-     * chain after another left the out-of-order window to overlap 8 chains of 8) */
-    __m512i s[CPU_PACKED_MAX_ROWS]; /* from -z * sum(q) in the zero-point form */
-    for (int r = 0; r < n; r++) s[r] = _mm512_setzero_si512();
-    for (int g = 0; g < 8; g++)
-      for (int r = 0; r < n; r++) s[r] = _mm512_dpbusd_epi32(s[r], w[g], bcast4_512(act[r][b].qs + 4 * g));
-    for (int r = 0; r < n; r++) {
-      const block_q8_x *a = act[r] + b;
-      if (PK_ZP(CPU_PACK_FAMILY_NIBBLE, sf)) s[r] = _mm512_add_epi32(s[r], _mm512_set1_epi32(-PK_ZP(CPU_PACK_FAMILY_NIBBLE, sf) * a->sum));
-      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s[r]), acc[r]);
-      if (!PK_NO_MIN(CPU_PACK_FAMILY_NIBBLE, sf))
-        acc[r] = _mm512_fmadd_ps(scales16(pb + PK_M_OFF(sf), sf), _mm512_set1_ps(a->s), acc[r]);
-    }
   }
-  for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
+}
+
+/* One row's float step for a block of NIBBLE / UNSIGNED weights (packed.h's order): s, the exact
+ * sum of the products, less the zero point's z * sum(q); then acc = fma(d_w * d_a, s, acc) and,
+ * where the form has a min, acc = fma(m_w, s_a, acc). dx, mx: the 16 columns' d and m. */
+PK_VNNI static PK_INLINE __m512 block_step_vnni(__m512 acc, __m512i s, __m512 dx, __m512 mx, const block_q8_x *a,
+                                                const int fam, const int sf) {
+  if (PK_ZP(fam, sf)) s = _mm512_add_epi32(s, _mm512_set1_epi32(-PK_ZP(fam, sf) * a->sum));
+  acc = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s), acc);
+  if (!PK_NO_MIN(fam, sf)) acc = _mm512_fmadd_ps(mx, _mm512_set1_ps(a->s), acc);
+  return acc;
+}
+
+/* The n rows' sums of one block's 32 products: groups outer, rows inner, so the rows' dpbusd
+ * chains interleave in program order (one chain after another left the out-of-order window to
+ * overlap 8 chains of 8). */
+PK_VNNI static PK_INLINE void block_sums_vnni(const __m512i w[8], const block_q8_x *const *act, int64_t b, const int n,
+                                              __m512i *s) {
+  for (int r = 0; r < n; r++) s[r] = _mm512_setzero_si512();
+  for (int g = 0; g < 8; g++)
+    for (int r = 0; r < n; r++) s[r] = _mm512_dpbusd_epi32(s[r], w[g], bcast4_512(act[r][b].qs + 4 * g));
 }
 
 /* SIGNED weights are stored plus 128: sum((w + 128) * q) - 128 * sum(q) = sum(w * q), exact.
@@ -757,7 +767,7 @@ PK_VNNI static PK_INLINE void signed_vnni_n(int64_t nb, const uint8_t *panel, co
     } else {
       for (int g = 0; g < 8; g++) w[g] = _mm512_loadu_si512((const void *)(qs + 64 * g));
     }
-    __m512i s[CPU_PACKED_MAX_ROWS]; /* rows inner, as nibble_vnni_n */
+    __m512i s[CPU_PACKED_MAX_ROWS]; /* rows inner, as block_sums_vnni */
     for (int r = 0; r < n; r++) s[r] = _mm512_set1_epi32(-128 * act[r][b].sum);
     for (int g = 0; g < 8; g++)
       for (int r = 0; r < n; r++) s[r] = _mm512_dpbusd_epi32(s[r], w[g], bcast4_512(act[r][b].qs + 4 * g));
@@ -781,7 +791,8 @@ PK_VNNI static PK_INLINE void touch_lines_in_order(const uint8_t *p, const int b
   __asm__ volatile("" ::: "memory"); /* the compiler schedules no load of the block above them */
 }
 
-/* UNSIGNED on VNNI. A call of 1-3 rows (ops.c's decode path: the weights come from DRAM) first
+/* NIBBLE and UNSIGNED on VNNI, up to CPU_PACKED_MAX_ROWS rows, each block unpacked once per
+ * call. An UNSIGNED call of 1-3 rows (ops.c's decode path: the weights come from DRAM) first
  * touches each block's lines in address order. The compiler issues a block's loads in its own
  * order (the 5th-bit line and nibbles first, the scales line last), and so the L1 misses came
  * out of order: the hardware prefetcher then stayed behind and the stream ran ~0.7 of a plain
@@ -789,38 +800,18 @@ PK_VNNI static PK_INLINE void touch_lines_in_order(const uint8_t *p, const int b
  * reverse order, or into L2 only by prefetcht2, no better than not at all; kernels/cpu/README.md).
  * Calls of more rows (prefill, batch 16) are bound by their arithmetic and skip it (cache-
  * resident the touch cost -2% at 1 row and -3% at 3; at 8 and 64 rows ~1%). */
-PK_VNNI static PK_INLINE void unsigned_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
-                                              const int n, float *out, int64_t os, const int sf) {
+PK_VNNI static PK_INLINE void nu_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
+                                        float *out, int64_t os, const int sf, const int fam) {
   __m512 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m16 = _mm512_set1_epi8(0x10);
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, sf);
-    if (n <= 3) touch_lines_in_order(pb, PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, sf));
-    const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_UNSIGNED, sf);
-    const __m512 dx = scales16(pb, sf);
-    __m512i w[8];
-    /* the nibbles as nibble_vnni_n's, bit g of qh moved to bit 4 as unsigned_unpack_avx2 does,
-     * and the two merged by one vpternlogd ((nibbles & 0x0F) | bit) */
-    const __m512i qh = _mm512_loadu_si512((const void *)(qs + 4 * 64)), qh4 = _mm512_slli_epi16(qh, 4);
-    for (int h = 0; h < 4; h++) {
-      const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * h));
-      const __m512i lo = _mm512_and_si512(h == 0 ? qh4 : _mm512_srli_epi16(qh4, h), m16);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qh, h), m16);
-      w[h] = _mm512_ternarylogic_epi32(v, lo, m4, 0xEC);
-      w[h + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), hi, m4, 0xEC);
-    }
-    __m512i s[CPU_PACKED_MAX_ROWS]; /* rows inner, as nibble_vnni_n */
-    for (int r = 0; r < n; r++) s[r] = _mm512_setzero_si512();
-    for (int g = 0; g < 8; g++)
-      for (int r = 0; r < n; r++) s[r] = _mm512_dpbusd_epi32(s[r], w[g], bcast4_512(act[r][b].qs + 4 * g));
-    for (int r = 0; r < n; r++) {
-      const block_q8_x *a = act[r] + b;
-      if (PK_ZP(CPU_PACK_FAMILY_UNSIGNED, sf)) s[r] = _mm512_add_epi32(s[r], _mm512_set1_epi32(-PK_ZP(CPU_PACK_FAMILY_UNSIGNED, sf) * a->sum));
-      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a->d)), _mm512_cvtepi32_ps(s[r]), acc[r]);
-      if (!PK_NO_MIN(CPU_PACK_FAMILY_UNSIGNED, sf))
-        acc[r] = _mm512_fmadd_ps(scales16(pb + PK_M_OFF(sf), sf), _mm512_set1_ps(a->s), acc[r]);
-    }
+    const uint8_t *pb = panel + (size_t)b * PK_BLOCK(fam, sf);
+    if (fam == CPU_PACK_FAMILY_UNSIGNED && n <= 3) touch_lines_in_order(pb, PK_BLOCK(fam, sf));
+    __m512i w[8], s[CPU_PACKED_MAX_ROWS];
+    unpack_vnni(pb + PK_QS_OFF(fam, sf), fam, w);
+    block_sums_vnni(w, act, b, n, s);
+    const __m512 dx = scales16(pb, sf), mx = PK_NO_MIN(fam, sf) ? dx : scales16(pb + PK_M_OFF(sf), sf);
+    for (int r = 0; r < n; r++) acc[r] = block_step_vnni(acc[r], s[r], dx, mx, act[r] + b, fam, sf);
   }
   for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
 }
@@ -849,7 +840,7 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
                                                 _mm512_srli_epi16(_mm512_andnot_si512(m3f, y), 4),
                                                 _mm512_srli_epi16(_mm512_andnot_si512(m3f, z), 2), 0xFE);
     }
-    __m512i s0[CPU_PACKED_MAX_ROWS], s1[CPU_PACKED_MAX_ROWS]; /* rows inner, as nibble_vnni_n */
+    __m512i s0[CPU_PACKED_MAX_ROWS], s1[CPU_PACKED_MAX_ROWS]; /* rows inner, as block_sums_vnni */
     for (int r = 0; r < n; r++) {
       s0[r] = _mm512_set1_epi32(-32 * act[r][b].bsum[0]);
       s1[r] = _mm512_set1_epi32(-32 * act[r][b].bsum[1]);
@@ -881,10 +872,10 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
   }
 
 /* SF is the enclosing wrapper's constant: the scales' form (enum cpu_pack_scales). */
-#define PK_NIBBLE_VNNI(N) nibble_vnni_n(nb, panel, act, N, out, os, SF)
+#define PK_NIBBLE_VNNI(N) nu_vnni_n(nb, panel, act, N, out, os, SF, CPU_PACK_FAMILY_NIBBLE)
 #define PK_SIGNED_VNNI(N) signed_vnni_n(nb, panel, act, N, out, os, SF, CPU_PACK_FAMILY_SIGNED)
 #define PK_NL4_VNNI(N) signed_vnni_n(nb, panel, act, N, out, os, SF, CPU_PACK_FAMILY_NL4)
-#define PK_UNSIGNED_VNNI(N) unsigned_vnni_n(nb, panel, act, N, out, os, SF)
+#define PK_UNSIGNED_VNNI(N) nu_vnni_n(nb, panel, act, N, out, os, SF, CPU_PACK_FAMILY_UNSIGNED)
 #define PK_K6_VNNI(N) k6_vnni_n(nb, panel, act, N, out, os)
 
 #define PK_WRAP(attr, name, call, sf)                                                              \
