@@ -25,8 +25,9 @@
 #define PK_NO_MIN(fam, sf) \
   ((fam) == CPU_PACK_FAMILY_SIGNED || (fam) == CPU_PACK_FAMILY_NL4 || (sf) == CPU_PACK_SCALES_ZERO_POINT)
 #define PK_QS_OFF(fam, sf) (PK_NO_MIN(fam, sf) ? 16 * PK_SB(sf) : 32 * PK_SB(sf))
-/* The zero point of the zero-point form (Q4_0: 8, Q5_0: 16), 0 otherwise: a block's int32 sum
- * starts from -PK_ZP * sum(q) of the activation block (exact: |8 * 32 * 127| < 2^31). */
+/* The zero point of the zero-point form (Q4_0: 8, Q5_0: 16), 0 otherwise: -PK_ZP * sum(q) of the
+ * activation block is added to a block's widened int32 sum (the scalar kernel starts from it),
+ * exact: |32 * 31 * 128| + |16 * 32 * 128| = 192512 < 2^31. */
 #define PK_ZP(fam, sf) ((sf) == CPU_PACK_SCALES_ZERO_POINT ? ((fam) == CPU_PACK_FAMILY_UNSIGNED ? 16 : 8) : 0)
 #define PK_BLOCK(fam, sf) \
   (PK_QS_OFF(fam, sf) + ((fam) == CPU_PACK_FAMILY_SIGNED ? 8 : (fam) == CPU_PACK_FAMILY_UNSIGNED ? 5 : 4) * 64)
@@ -216,9 +217,9 @@ PK_AVX2 static PK_INLINE __m256 scales8(const uint8_t *p, int half, int sf) {
 /* NIBBLE, all 16 columns of a block in one pass over it (one stream; each activation
  * broadcast serves both halves): per group pair h (elements 4h.. and 16 + 4h..) the low and
  * high nibbles of both halves' bytes, then every row. The 8 products of a lane pair are summed
- * in int16: each vpmaddubsw lane is u * a + u' * a' with u, u' <= 15 and |a|, |a'| <= 127
- * (block_q8_x: round(x * 127 / amax)), so |lane| <= 2 * 15 * 127 = 3810 and the 8 groups of a
- * block sum to at most 8 * 3810 = 30480 < 32768 in magnitude: exact whatever the order of the
+ * in int16: each vpmaddubsw lane is u * a + u' * a' with u, u' <= 15 and |a|, |a'| <= 128
+ * (block_q8_x: round(x * 127 / amax), -128 in a hand-made block), so |lane| <= 2 * 15 * 128 =
+ * 3840 and the 8 groups of a block sum to at most 8 * 3840 = 30720 < 32768 in magnitude: exact whatever the order of the
  * adds; widened once per block (vpmaddwd by 1). n <= 4 rows: 8 int16 sums, 4 unpacked
  * weight registers and the mask fill the 16 ymm registers. */
 PK_AVX2 static PK_INLINE void nibble_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
@@ -783,9 +784,10 @@ PK_VNNI static PK_INLINE void signed_vnni_n(int64_t nb, const uint8_t *panel, co
  * into L1), ahead of its loads; a block that starts or ends inside a line (the zero-point
  * form's 352 bytes) touches that line too. */
 PK_VNNI static PK_INLINE void touch_lines_in_order(const uint8_t *p, const int bytes) {
-  /* (bytes + 63) / 64 lines from p's: one more than whole lines only where bytes is not a
-   * multiple of 64, which is also where a block can start inside a line (blocks follow each
-   * other, panels start on a line), so the count holds whatever p's offset in its line */
+  /* (bytes + 63) / 64 lines from p's: whole lines where bytes is a multiple of 64 (such blocks
+   * start on a line in a 64-aligned buffer); the zero-point form's 352-byte blocks start 0 or
+   * 32 bytes into a line in a 32-aligned buffer (the forward's and the cache's are 64-aligned),
+   * and span 6 lines at either offset */
   const char *first = (const char *)((uintptr_t)p & ~(uintptr_t)63);
   for (int l = 0; l < (bytes + 63) / 64; l++) _mm_prefetch(first + 64 * l, _MM_HINT_T0);
   __asm__ volatile("" ::: "memory"); /* the compiler schedules no load of the block above them */

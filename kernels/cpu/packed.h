@@ -65,7 +65,7 @@
  *            then qh[64]: bit g of qh[4j + e] = bit 4 of the quant of element 4g + e of column
  *            j (5 bits a weight, as the file; a byte per weight before 2026-11-30 made a decode
  *            step read 1.64x the file's Q5_0 bytes). Q5_K: d, m as Q4_K.
- *   (Q4_0 and Q5_0 were packed with a min m = -z * d before 2026-12-01: 32 more bytes a block,
+ *   (Q4_0 and Q5_0 were packed with a min m = -z * d before 2026-11-30: 32 more bytes a block,
  *   1.11x / 1.09x the file's bytes read by a decode step, and one more fma per block and row.)
  *   K6       (Q6_K): d[16] (fp16, the super-block's d), sc[2][16] (int8: sc[s][j] = the scale of
  *            elements 16s..16s+15 of column j), q[2][3][64]: sub-block s at 6 bits a byte,

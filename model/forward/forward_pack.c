@@ -106,6 +106,7 @@ static llb_status pack_via_cache(struct llama_forward_ctx *c, const char *dir, s
                                  int32_t n, const uint64_t *sizes, size_t total, enum llama_matmul_mode mode) {
   uint64_t key = packed_cache_hash(PACKED_CACHE_HASH_INIT, &(uint64_t){gguf_identity(c->m->gguf)}, sizeof(uint64_t));
   key = packed_cache_hash(key, &(int32_t){(int32_t)mode}, sizeof(int32_t));
+  key = packed_cache_hash(key, &(uint32_t){PACKED_CACHE_VERSION}, sizeof(uint32_t));
   char path[4096];
   snprintf(path, sizeof path, "%s/packed-%016llx.llbpack", dir, (unsigned long long)key);
   const struct packed_cache_layout layout = {.source_key = key, .sizes = sizes, .num_weights = n, .total = total};

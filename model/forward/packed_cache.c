@@ -13,10 +13,10 @@
 
 #define MAGIC "LLBPACK1"
 /* 2 (2026-11-30): the K6 (Q6_K) panels hold their quants 6 bits a byte (kernels/cpu/packed.h).
- * 3 (2026-12-01): Q4_0 / Q5_0 blocks hold no min (the zero-point form, 32 bytes a block less).
+ * 3 (2026-11-30): Q4_0 / Q5_0 blocks hold no min (the zero-point form, 32 bytes a block less).
  * An older file holds other bytes: ignored and rewritten (the caller also repacks the smallest
  * weight of each type and compares, forward_pack.c). */
-#define HEADER_VERSION 3u
+#define HEADER_VERSION PACKED_CACHE_VERSION
 
 struct header {
   char magic[8];

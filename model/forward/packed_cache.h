@@ -28,6 +28,10 @@
 #include "base/status.h"
 
 #define PACKED_CACHE_DATA_OFFSET 4096
+/* The layout version of a cache file's packed bytes (packed_cache.c's header says what each
+ * changed); the caller puts it in the file's key too, so that builds of two versions sharing a
+ * cache directory keep a file each instead of rewriting one at every start. */
+#define PACKED_CACHE_VERSION 3u
 #define PACKED_CACHE_MAX_WEIGHTS 480 /* fits the 4 KiB header: 8 bytes each after 48 */
 
 /* What a cache file must hold to be used. */

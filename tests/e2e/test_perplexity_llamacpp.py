@@ -6,7 +6,7 @@ Q4_K and Q6_K matrices, GeGLU, q/k norms, sliding windows of 512); the text is t
 Debian's base-files. llama.cpp's values below were printed by llama-perplexity from the
 llama-cpp-python 0.3.36 source tree, built GGML_NATIVE=ON on this project's AVX-512 machine
 (2026-11-29), with `-c 256 --chunks 1 -t 2 -fa off` (one short chunk, 127 tokens scored, keeps the
-sanitizer build's run near 2 minutes in `make test`; 512-token chunks, 1 to 4 of them, agree the
+sanitizer build's run near 2 minutes in `make test`, ~3.5 with the packed run of 2 x 512 after it; 512-token chunks, 1 to 4 of them, agree the
 same way, docs/correctness.md): the chunk's value and the
 final estimate agree to the digits it prints, which is what bit-exact numerics give (a difference of
 one float rounding in any op moves the fourth decimal here: before the fixes, 13.1015 against
@@ -27,7 +27,7 @@ LLAMACPP_CHUNKS = ["10.4776"]
 LLAMACPP_FINAL = ("10.4776", "2.22061")
 # its running value after the second chunk of `-c 512 --chunks 4` (docs/correctness.md): the
 # packed numerics are compared over those 510 tokens, where rounding alone moves one chunk of 127
-# tokens by ~1% (Q4_0 / Q5_0's zero-point order, 2026-12-01: one chunk 10.5412 -> 10.6630, two
+# tokens by ~1% (Q4_0 / Q5_0's zero-point order, 2026-11-30: one chunk 10.5412 -> 10.6630, two
 # chunks of 512 -0.32% -> +0.33%, four -0.19% -> +0.16%)
 LLAMACPP_2X512 = 13.8755
 

@@ -1,11 +1,12 @@
-/* The LLaMA forward pass on weights of the types GGUF files mix in (Q5_0, Q5_1, Q2_K, Q3_K,
+/* The LLaMA forward pass on weights of the types GGUF files mix in (Q4_0, Q5_0, Q5_1, Q2_K, Q3_K,
  * IQ4_NL, IQ4_XS, and Q4_K/Q5_K, which now have packed panels): a tiny random model (2 layers, E 256, 4 heads, 2 KV heads, head_dim 64,
  * FFN 512, vocab 61) written with the GGUF writer, every matmul weight and the embedding in
  * one of those types, against the SAME model written in F32 (each tensor the exact
  * ggml_dequantize_row of the quantized one). The F32 model's matmuls take float activations,
  * the quantized model's take Q8_0/Q8_1/Q8_K activations (ggml's vec_dot types), so the logits
  * differ only by activation rounding: stated tolerance 0.05 * max|logit| + 0.02 (measured
- * 1.5-3% of max|logit|), with both matmul numerics: PACKED (Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K,
+ * 1.5-3% of max|logit|), with both matmul numerics: PACKED (Q4_0 and Q5_0 in their zero-point
+ * form, Q5_1, IQ4_NL, Q4_K, Q5_K,
  * IQ4_XS repacked into int8 panels, Q2_K/Q3_K on their dots) and GGML (every type on its dot). Also: a
  * decode step equals the recompute bit for bit, and a type with no matmul (iq2_xxs) is
  * refused naming the tensor and the type. */
@@ -41,6 +42,7 @@ static void type_scales(enum ggml_type t, int *d_off, int *m_off, float *qmax) {
   *d_off = 0;
   *qmax = 1;
   switch (t) {
+  case GGML_TYPE_Q4_0: *qmax = 8; break;
   case GGML_TYPE_Q5_0: *qmax = 16; break;
   case GGML_TYPE_Q5_1: *m_off = 2; *qmax = 31; break;
   case GGML_TYPE_Q2_K: *d_off = 80; *m_off = 82; *qmax = 45; break;
@@ -126,10 +128,10 @@ static void close_model(struct model *m) {
   free(m->buf);
 }
 
-/* Each layer uses every new type at least once; the two layers swap roles. */
+/* Between them the two layers use every type above; the two layers swap roles. */
 static const enum ggml_type k_layer_types[L][7] = {
     {GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL,
-     GGML_TYPE_Q3_K},
+     GGML_TYPE_Q4_0},
     {GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL, GGML_TYPE_Q5_0, GGML_TYPE_IQ4_XS, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
      GGML_TYPE_Q2_K},
 };

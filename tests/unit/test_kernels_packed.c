@@ -120,7 +120,7 @@ static int weight_q(enum ggml_type t, const uint8_t *row, int64_t b, int j) {
   case GGML_TYPE_Q5_1: {
     const uint8_t *qh = blk + (t == GGML_TYPE_Q5_0 ? 2 : 4), *qs = qh + 4;
     const int lo = j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4;
-    return lo | (((qh[j / 8] >> (j % 8)) & 1) << 4); /* Q5_0: q - 16 as d * q + (-16 d) */
+    return lo | (((qh[j / 8] >> (j % 8)) & 1) << 4); /* Q5_0: w = d * (q - 16) */
   }
   case GGML_TYPE_IQ4_NL: {
     const uint8_t q = blk[2 + j % 16];
@@ -162,7 +162,9 @@ static int super_q(enum ggml_type t, const uint8_t *row, int64_t b, int l, float
   return q;
 }
 
-/* Weight l of 32-block b as the integer the kernel multiplies, with the block's d and m. */
+/* Weight l of 32-block b as the integer the kernel multiplies, with the block's d and m (Q4_0 /
+ * Q5_0: m = -8 * d / -16 * d, their dequantized weight d * q + m; the packed order subtracts
+ * zero_point(t) in the integer sum instead). */
 static int block_weight(enum ggml_type t, const uint8_t *row, int64_t b, int l, float *d, float *m) {
   if (is_super(t)) return super_q(t, row, b, l, d, m);
   const uint8_t *blk = row + b * (int64_t)ggml_type_block_bytes(t);
