@@ -251,6 +251,7 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
   b->stop_pipe[0] = b->stop_pipe[1] = -1;
   pthread_mutex_init(&b->mu, NULL);
   pthread_mutex_init(&b->grave_mu, NULL);
+  pthread_mutex_init(&b->ev_mu, NULL);
   pthread_cond_init(&b->cv, NULL);
   snprintf(b->prefix, sizeof b->prefix, "%s", prefix);
   snprintf(b->urls, sizeof b->urls, "%s", urls);
@@ -418,6 +419,7 @@ void bus_destroy(struct bus *b) {
   pthread_cond_destroy(&b->cv);
   pthread_mutex_destroy(&b->mu);
   pthread_mutex_destroy(&b->grave_mu);
+  pthread_mutex_destroy(&b->ev_mu);
   free(b);
 }
 
@@ -601,6 +603,7 @@ llb_status bus_sub_next_msg(struct bus_sub *sub, int64_t timeout_ms, struct bus_
   if (!sub || !msg || sub->fn)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "next_msg: not a synchronous subscription");
   *msg = NULL;
+  bus_uncork(sub->bus); /* it may wait for an answer to what the thread published */
   natsMsg *m = NULL;
   natsStatus s = natsSubscription_NextMsg(&m, sub->ns, timeout_ms);
   if (s == NATS_TIMEOUT)
@@ -634,6 +637,7 @@ llb_status bus_new_inbox(struct bus *b, char *buf, size_t cap) {
 }
 
 llb_status bus_flush(struct bus *b, int64_t timeout_ms) {
+  bus_uncork(b); /* the PING must go out */
   natsStatus s = natsConnection_FlushTimeout(b->nc, timeout_ms);
   if (s != NATS_OK) return BUS_NATS_ERR(s, "flush");
   return LLB_STATUS_OK;

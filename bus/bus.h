@@ -232,6 +232,24 @@ llb_status bus_subscribe(struct bus *bus, const char *subject, const char *queue
 llb_status bus_subscribe_on_loop(struct bus *bus, const char *subject, const char *queue,
                                  bus_handler_fn fn, void *user, struct bus_sub **out);
 
+/* Corks what the calling thread publishes on `bus` until bus_uncork: each message is queued
+ * in order as always, but not written yet; bus_uncork writes everything from the calling thread
+ * (one send; what the socket does not take at once is left to the loop thread). Two messages
+ * published microseconds apart (the scheduler's EngineCoreOutputs of step N and its
+ * SchedulerOutput of step N+2) then cost one write and one read for nats-server instead of two
+ * each, and no wake-up of the loop thread (a plain publish from a thread other than the loop's
+ * wakes it to write); the first waits for the second. What other threads publish meanwhile
+ * may wait for the uncork too. So the thread must uncork before it waits for anything:
+ * bus_request, bus_request_msg, bus_flush, bus_sub_next_msg and the JetStream calls
+ * (jetstream.h) uncork first by themselves, a wait of the caller's own is the caller's to
+ * mind. One bus per thread: corking another uncorks the first. Not on the loop thread (it
+ * writes in its own turn anyway). NULL ok. */
+void bus_cork(struct bus *bus);
+
+/* Ends bus_cork of the calling thread and writes what it held back (see bus_cork). Nothing
+ * when the thread has not corked `bus`. NULL ok. */
+void bus_uncork(struct bus *bus);
+
 /* Subscribes without a handler: messages are queued for bus_sub_next_msg(). Use it to read
  * a streamed reply on an inbox. *out is owned by the bus. */
 llb_status bus_subscribe_sync(struct bus *bus, const char *subject, struct bus_sub **out);

@@ -81,6 +81,12 @@ struct bus {
   atomic_int num_loop_subs;
   atomic_bool draining;          /* bus_drain started */
 
+  /* bus_cork: the write event of the connection's socket (NULL while detached) and whether
+   * a corked thread's publish held back adding it */
+  pthread_mutex_t ev_mu;         /* guards write_ev (attach, detach, uncork) */
+  struct event *write_ev;
+  atomic_bool write_held;
+
   pthread_mutex_t grave_mu; /* guards grave, num_grave (bus_msg_release) */
   natsMsg *grave[BUS_GRAVE_MAX];
   int num_grave;

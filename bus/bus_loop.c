@@ -62,7 +62,38 @@ static void on_socket(evutil_socket_t fd, short what, void *arg) {
   if (what & EV_WRITE) natsConnection_ProcessWriteEvent(e->nc);
 }
 
+/* The bus the calling thread corked (bus_cork); NULL none. */
+static _Thread_local struct bus *corked;
+
+static void set_write_ev(struct bus *b, struct event *ev) {
+  pthread_mutex_lock(&b->ev_mu);
+  b->write_ev = ev;
+  pthread_mutex_unlock(&b->ev_mu);
+}
+
+void bus_cork(struct bus *b) {
+  if (corked && corked != b) bus_uncork(corked);
+  corked = b;
+}
+
+/* Writes what the corked thread held back from this thread (the write libnats would have had
+ * the loop thread do on its write event; under the connection's lock): no wake-up of the loop
+ * thread. Whatever the socket does not take at once is left to the loop (the write event, as
+ * for any publish): libnats removes the event when it wrote all, which clears write_held. */
+void bus_uncork(struct bus *b) {
+  if (!b || corked != b) return;
+  corked = NULL;
+  if (!atomic_load(&b->write_held)) return;
+  natsConnection_ProcessWriteEvent(b->nc);
+  if (!atomic_exchange(&b->write_held, false)) return;
+  pthread_mutex_lock(&b->ev_mu);
+  if (b->write_ev) event_add(b->write_ev, NULL);
+  pthread_mutex_unlock(&b->ev_mu);
+}
+
 static void free_events(struct bus_ev *e) {
+  set_write_ev(e->bus, NULL);
+  atomic_store(&e->bus->write_held, false);
   if (e->read) event_free(e->read); /* waits for a callback the loop thread is running */
   if (e->write) event_free(e->write);
   e->read = e->write = NULL;
@@ -90,6 +121,7 @@ natsStatus bus_ev_attach(void **user_data, void *loop, natsConnection *nc, natsS
     return NATS_NO_MEMORY;
   }
   *user_data = e;
+  set_write_ev(b, e->write);
   if (created) {
     pthread_mutex_lock(&b->mu);
     b->ev_attached = true;
@@ -108,9 +140,20 @@ natsStatus bus_ev_read(void *user_data, bool add) {
   return e ? add_or_del(e->read, add) : NATS_ERR;
 }
 
+/* Called by libnats under its connection lock, from the publishing thread when a publish
+ * finds nothing waiting to be written (add) and from the loop thread once all is written
+ * (remove). A corked thread's add is held back until its bus_uncork: libnats, which thinks the
+ * event added, calls nothing more until then, so whatever is published meanwhile goes in the
+ * same write. */
 natsStatus bus_ev_write(void *user_data, bool add) {
   struct bus_ev *e = user_data;
-  return e ? add_or_del(e->write, add) : NATS_ERR;
+  if (!e) return NATS_ERR;
+  if (add && corked == e->bus && e->write) {
+    atomic_store(&e->bus->write_held, true);
+    return NATS_OK;
+  }
+  if (!add) atomic_store(&e->bus->write_held, false);
+  return add_or_del(e->write, add);
 }
 
 /* Called once by libnats when it closes the connection, on whichever thread closes it (the

@@ -177,6 +177,49 @@ static void test_on_loop_handlers_run_on_the_loop_thread_in_order(void **state) 
   bus_destroy(resp);
 }
 
+/* ---- cork ---- */
+
+static void count_handler(struct bus *b, const struct bus_msg *m, void *user) {
+  (void)b;
+  (void)m;
+  waiter_add(user);
+}
+
+/* What a corked thread publishes is written when it uncorks, in order; bus_request and bus_flush
+ * uncork first (a corked request must not wait for its own cork). */
+static void test_cork_holds_publishes_until_uncork(void **state) {
+  (void)state;
+  struct bus *pub = connect_or_fail("cork-publisher");
+  struct bus *sub = connect_or_fail("cork-subscriber");
+  struct waiter got;
+  waiter_init(&got);
+  assert_int_equal(bus_subscribe(sub, "llm.test.cork", NULL, count_handler, &got, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_subscribe(sub, "llm.test.corkecho", NULL, echo_handler, NULL, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(sub, WAIT_MS), LLB_STATUS_OK);
+
+  bus_cork(pub);
+  assert_int_equal(bus_publish(pub, "llm.test.cork", "a", 1, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_publish(pub, "llm.test.cork", "b", 1, NULL), LLB_STATUS_OK);
+  assert_false(waiter_wait(&got, 1, 1000)); /* a second: held back, not written */
+  bus_uncork(pub);
+  assert_true(waiter_wait(&got, 2, WAIT_MS));
+
+  bus_cork(pub); /* a request while corked: the held publish and the request go out */
+  assert_int_equal(bus_publish(pub, "llm.test.cork", "c", 1, NULL), LLB_STATUS_OK);
+  struct bus_msg *r = NULL;
+  assert_int_equal(bus_request(pub, "llm.test.corkecho", "x", 1, NULL, WAIT_MS, &r), LLB_STATUS_OK);
+  bus_msg_destroy(r);
+  assert_true(waiter_wait(&got, 3, WAIT_MS));
+  bus_cork(pub); /* and a flush */
+  assert_int_equal(bus_publish(pub, "llm.test.cork", "d", 1, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(pub, WAIT_MS), LLB_STATUS_OK);
+  assert_true(waiter_wait(&got, 4, WAIT_MS));
+  bus_uncork(pub); /* nothing held: nothing happens */
+  bus_uncork(NULL);
+  bus_destroy(pub);
+  bus_destroy(sub);
+}
+
 /* A handler that reports bus_sub_pending on its first call, then holds until released. */
 struct pending_probe {
   struct bus_sub *_Atomic sub;
@@ -704,6 +747,7 @@ int main(void) {
       cmocka_unit_test(test_request_reply_round_trip),
       cmocka_unit_test(test_request_timeout_names_subject),
       cmocka_unit_test(test_on_loop_handlers_run_on_the_loop_thread_in_order),
+      cmocka_unit_test(test_cork_holds_publishes_until_uncork),
       cmocka_unit_test(test_sub_pending_counts_what_waits_behind_the_handler),
       cmocka_unit_test(test_queue_group_shares_messages_without_duplicates),
       cmocka_unit_test(test_traceparent_propagates_parent_to_child),
