@@ -25,6 +25,7 @@ struct bus_sub {
   natsSubscription *ns;
   bus_handler_fn fn; /* NULL for a synchronous subscription */
   void *user;
+  bool on_loop;  /* bus_subscribe_on_loop: a NATS synchronous subscription read by the loop */
   bool complete; /* asynchronous: the last handler has returned after close */
   struct llb_series *m_receive, *m_handler; /* NULL: not recorded */
   struct bus_sub *next;
@@ -250,6 +251,7 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
   b->stop_pipe[0] = b->stop_pipe[1] = -1;
   pthread_mutex_init(&b->mu, NULL);
   pthread_mutex_init(&b->grave_mu, NULL);
+  pthread_mutex_init(&b->ev_mu, NULL);
   pthread_cond_init(&b->cv, NULL);
   snprintf(b->prefix, sizeof b->prefix, "%s", prefix);
   snprintf(b->urls, sizeof b->urls, "%s", urls);
@@ -270,7 +272,9 @@ llb_status bus_connect(const struct bus_options *o, struct bus **out) {
     goto fail;
   }
   b->loop_stop_ev = event_new(b->base, -1, 0, bus_loop_on_stop, b->base);
-  if (!b->loop_stop_ev) {
+  b->deliver_ev = event_new(b->base, -1, 0, bus_loop_deliver, b);
+  b->drain_ev = event_new(b->base, -1, EV_PERSIST, bus_loop_deliver, b);
+  if (!b->loop_stop_ev || !b->deliver_ev || !b->drain_ev) {
     st = LLB_ERRF(LLB_STATUS_INTERNAL, "bus_connect: event_new failed");
     goto fail;
   }
@@ -409,10 +413,13 @@ void bus_destroy(struct bus *b) {
     return;
   }
   if (b->loop_stop_ev) event_free(b->loop_stop_ev);
+  if (b->deliver_ev) event_free(b->deliver_ev);
+  if (b->drain_ev) event_free(b->drain_ev);
   if (b->base) event_base_free(b->base);
   pthread_cond_destroy(&b->cv);
   pthread_mutex_destroy(&b->mu);
   pthread_mutex_destroy(&b->grave_mu);
+  pthread_mutex_destroy(&b->ev_mu);
   free(b);
 }
 
@@ -450,10 +457,9 @@ struct event_base *bus_event_base(struct bus *b) { return b->base; }
 
 /* ---- subscriptions ---- */
 
-static void on_msg(natsConnection *nc, natsSubscription *ns, natsMsg *m, void *closure) {
-  (void)nc;
-  (void)ns;
-  struct bus_sub *s = closure;
+/* Hands m to s's handler (delivery thread, or the loop thread for s->on_loop), then frees it
+ * unless the handler kept it. */
+static void deliver(struct bus_sub *s, natsMsg *m) {
   struct bus_msg bm;
   bus_fill_msg(&bm, m);
   bus_metrics_observe_receive(s->m_receive, m);
@@ -461,6 +467,58 @@ static void on_msg(natsConnection *nc, natsSubscription *ns, natsMsg *m, void *c
   s->fn(s->bus, &bm, s->user);
   if (s->m_handler) llb_series_observe(s->m_handler, (double)(llb_now_ns() - t0) / 1e9);
   if (bm.impl) bus_msg_release(s->bus, m); /* NULL: the handler kept it (bus_msg_keep) */
+}
+
+static void on_msg(natsConnection *nc, natsSubscription *ns, natsMsg *m, void *closure) {
+  (void)nc;
+  (void)ns;
+  deliver(closure, m);
+}
+
+/* The subscriptions made by bus_subscribe_on_loop into subs[BUS_LOOP_SUBS_MAX]; their count.
+ * They live until bus_destroy, which ends the loop thread first. */
+static int loop_subs(struct bus *b, struct bus_sub **subs) {
+  int n = 0;
+  pthread_mutex_lock(&b->mu);
+  for (struct bus_sub *s = b->subs; s && n < BUS_LOOP_SUBS_MAX; s = s->next)
+    if (s->on_loop) subs[n++] = s;
+  pthread_mutex_unlock(&b->mu);
+  return n;
+}
+
+/* Delivers every message waiting on s (a subscription read by the loop), each NextMsg waiting
+ * up to timeout_ms. A slow-consumer report (messages were dropped: on_async_error logs it) is
+ * passed over; anything else but a message ends it. */
+static void take_all(struct bus_sub *s, int64_t timeout_ms) {
+  for (;;) {
+    natsMsg *m = NULL;
+    const natsStatus st = natsSubscription_NextMsg(&m, s->ns, timeout_ms);
+    if (st == NATS_SLOW_CONSUMER) continue;
+    if (st != NATS_OK) return;
+    deliver(s, m);
+  }
+}
+
+/* While the connection drains: a subscription that is draining and has nothing left is
+ * removed by a NextMsg with a timeout (not by one without: libnats), which returns at once
+ * then; one whose drain has not started yet waits up to 1 ms here (a drain only). Returns
+ * whether s is still valid. */
+static bool drain_step(struct bus_sub *s) {
+  take_all(s, 1);
+  return natsSubscription_IsValid(s->ns);
+}
+
+void bus_loop_deliver(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  struct bus *b = arg;
+  struct bus_sub *subs[BUS_LOOP_SUBS_MAX];
+  const int n = loop_subs(b, subs);
+  for (int i = 0; i < n; i++) take_all(subs[i], 0);
+  if (!atomic_load(&b->draining)) return;
+  int valid = 0;
+  for (int i = 0; i < n; i++) valid += drain_step(subs[i]);
+  if (valid == 0) event_del(b->drain_ev); /* every one drained: the timer's job is done */
 }
 
 static void on_sub_complete(void *closure) {
@@ -471,8 +529,19 @@ static void on_sub_complete(void *closure) {
   pthread_mutex_unlock(&s->bus->mu);
 }
 
-static llb_status subscribe(struct bus *b, const char *subject, const char *queue,
-                            bus_handler_fn fn, void *user, struct bus_sub **out) {
+/* The NATS subscription of s: asynchronous (a delivery thread calls on_msg), or synchronous
+ * (no handler; or s->on_loop: read by the loop thread). */
+static natsStatus nats_subscribe(struct bus_sub *s, const char *subject, const char *queue) {
+  natsConnection *nc = s->bus->nc;
+  if (!s->fn || s->on_loop)
+    return queue ? natsConnection_QueueSubscribeSync(&s->ns, nc, subject, queue)
+                 : natsConnection_SubscribeSync(&s->ns, nc, subject);
+  return queue ? natsConnection_QueueSubscribe(&s->ns, nc, subject, queue, on_msg, s)
+               : natsConnection_Subscribe(&s->ns, nc, subject, on_msg, s);
+}
+
+static llb_status subscribe(struct bus *b, const char *subject, const char *queue, bus_handler_fn fn,
+                            bool on_loop, void *user, struct bus_sub **out) {
   if (out) *out = NULL;
   if (!b || !subject || !*subject)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subscribe: NULL bus or subject");
@@ -483,27 +552,32 @@ static llb_status subscribe(struct bus *b, const char *subject, const char *queu
   s->bus = b;
   s->fn = fn;
   s->user = user;
+  s->on_loop = on_loop;
+  s->complete = on_loop; /* no delivery thread: bus_destroy ends the loop thread instead */
   if (fn) {
     s->m_receive = bus_metrics_series(b->m_receive, subject);
     s->m_handler = bus_metrics_series(b->m_handler, subject);
   }
-  natsStatus ns;
-  if (!fn)
-    ns = natsConnection_SubscribeSync(&s->ns, b->nc, subject);
-  else if (queue)
-    ns = natsConnection_QueueSubscribe(&s->ns, b->nc, subject, queue, on_msg, s);
-  else
-    ns = natsConnection_Subscribe(&s->ns, b->nc, subject, on_msg, s);
+  if (on_loop && atomic_fetch_add(&b->num_loop_subs, 1) >= BUS_LOOP_SUBS_MAX) {
+    atomic_fetch_sub(&b->num_loop_subs, 1);
+    free(s);
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subscribe %s: at most %d subscriptions on the loop", subject,
+                    BUS_LOOP_SUBS_MAX);
+  }
+  const natsStatus ns = nats_subscribe(s, subject, queue);
   if (ns != NATS_OK) {
+    if (on_loop) atomic_fetch_sub(&b->num_loop_subs, 1);
     free(s);
     return BUS_NATS_ERR(ns, subject);
   }
-  if (fn && natsSubscription_SetOnCompleteCB(s->ns, on_sub_complete, s) != NATS_OK)
+  if (fn && !on_loop && natsSubscription_SetOnCompleteCB(s->ns, on_sub_complete, s) != NATS_OK)
     s->complete = true; /* already closed: no handler will run */
   pthread_mutex_lock(&b->mu);
   s->next = b->subs;
   b->subs = s;
   pthread_mutex_unlock(&b->mu);
+  /* a message that arrived between the subscribe and the list: handled now, not at the next read */
+  if (on_loop) event_active(b->deliver_ev, EV_READ, 0);
   if (out) *out = s;
   return LLB_STATUS_OK;
 }
@@ -511,18 +585,25 @@ static llb_status subscribe(struct bus *b, const char *subject, const char *queu
 llb_status bus_subscribe(struct bus *b, const char *subject, const char *queue,
                          bus_handler_fn fn, void *user, struct bus_sub **out) {
   if (!fn) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subscribe %s: NULL handler", subject);
-  return subscribe(b, subject, queue, fn, user, out);
+  return subscribe(b, subject, queue, fn, false, user, out);
+}
+
+llb_status bus_subscribe_on_loop(struct bus *b, const char *subject, const char *queue, bus_handler_fn fn,
+                                 void *user, struct bus_sub **out) {
+  if (!fn) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subscribe %s: NULL handler", subject);
+  return subscribe(b, subject, queue, fn, true, user, out);
 }
 
 llb_status bus_subscribe_sync(struct bus *b, const char *subject, struct bus_sub **out) {
   if (!out) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "subscribe_sync: NULL out");
-  return subscribe(b, subject, NULL, NULL, NULL, out);
+  return subscribe(b, subject, NULL, NULL, false, NULL, out);
 }
 
 llb_status bus_sub_next_msg(struct bus_sub *sub, int64_t timeout_ms, struct bus_msg **msg) {
   if (!sub || !msg || sub->fn)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "next_msg: not a synchronous subscription");
   *msg = NULL;
+  bus_uncork(sub->bus); /* it may wait for an answer to what the thread published */
   natsMsg *m = NULL;
   natsStatus s = natsSubscription_NextMsg(&m, sub->ns, timeout_ms);
   if (s == NATS_TIMEOUT)
@@ -556,6 +637,7 @@ llb_status bus_new_inbox(struct bus *b, char *buf, size_t cap) {
 }
 
 llb_status bus_flush(struct bus *b, int64_t timeout_ms) {
+  bus_uncork(b); /* the PING must go out */
   natsStatus s = natsConnection_FlushTimeout(b->nc, timeout_ms);
   if (s != NATS_OK) return BUS_NATS_ERR(s, "flush");
   return LLB_STATUS_OK;
@@ -669,6 +751,11 @@ llb_status bus_drain(struct bus *b, int64_t timeout_ms) {
   heartbeat_stop(b);
   bus_metrics_publish_stop(b);
   int64_t t0 = llb_now_ns();
+  atomic_store(&b->draining, true);
+  if (atomic_load(&b->num_loop_subs) > 0) { /* their drain completes from the loop (bus_loop_deliver) */
+    const struct timeval every = {.tv_sec = 0, .tv_usec = 5000};
+    event_add(b->drain_ev, &every);
+  }
   natsStatus s = natsConnection_DrainTimeout(b->nc, timeout_ms);
   if (s != NATS_OK) {
     /* Not connected (or already closed): nothing can be delivered; close. */
@@ -677,6 +764,7 @@ llb_status bus_drain(struct bus *b, int64_t timeout_ms) {
   }
   /* Closed and detached from the loop: the client's drain thread is done with the bus. */
   bool closed = wait_closed(b, true, timeout_ms + 2000);
+  event_del(b->drain_ev); /* waits for a tick the loop thread is running */
   int64_t ms = (llb_now_ns() - t0) / 1000000;
   const char *err = NULL;
   /* The client closes the connection when its drain timer fires without a distinct status

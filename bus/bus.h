@@ -12,6 +12,8 @@
  *   subscription. Messages of one subscription are delivered one at a time, in order;
  *   handlers of different subscriptions run concurrently. A handler may block (e.g. do a
  *   bus_request()), which delays only its own subscription.
+ * - Handlers of bus_subscribe_on_loop() subscriptions run on the loop thread instead, right
+ *   after the read that brought their messages (one at a time, in order per subscription).
  * - Heartbeat callbacks and anything the caller adds to bus_event_base() run on the loop
  *   thread. Never block there and never call bus_request() or bus_sub_next_msg() from it
  *   (the reply could not be read: deadlock until the timeout).
@@ -215,6 +217,38 @@ const char *bus_msg_header(const struct bus_msg *msg, const char *key);
  * the bus. Errors: INVALID_ARGUMENT, CLOSED, CONNECTION. */
 llb_status bus_subscribe(struct bus *bus, const char *subject, const char *queue,
                          bus_handler_fn fn, void *user, struct bus_sub **out);
+
+/* As bus_subscribe, but `fn` runs on the bus's loop thread (bus_event_base), in the turn of
+ * the loop that read the message, instead of on a delivery thread of the subscription's own.
+ * A message then costs no wake-up of a delivery thread, and what the handler publishes is
+ * written by the loop thread without a wake-up of its own: for the subscriptions of an
+ * actor's per-token path (the api server's replies, the output processor's outputs, the
+ * scheduler's worker replies), where each wake-up takes a core from the forward on a small
+ * machine. The handler must not block: no bus_request, bus_sub_next_msg or bus_flush, no lock
+ * held across such a call; it holds up every other message, timer and connection of the loop
+ * while it runs. bus_msg_keep works as for bus_subscribe. At most 8 such subscriptions per
+ * bus (INVALID_ARGUMENT beyond); other errors as bus_subscribe. A drain (bus_actor_run,
+ * bus_drain) delivers what arrived before it, as for the other subscriptions. */
+llb_status bus_subscribe_on_loop(struct bus *bus, const char *subject, const char *queue,
+                                 bus_handler_fn fn, void *user, struct bus_sub **out);
+
+/* Corks what the calling thread publishes on `bus` until bus_uncork: each message is queued
+ * in order as always, but not written yet; bus_uncork writes everything from the calling thread
+ * (one send; what the socket does not take at once is left to the loop thread). Two messages
+ * published microseconds apart (the scheduler's EngineCoreOutputs of step N and its
+ * SchedulerOutput of step N+2) then cost one write and one read for nats-server instead of two
+ * each, and no wake-up of the loop thread (a plain publish from a thread other than the loop's
+ * wakes it to write); the first waits for the second. What other threads publish meanwhile
+ * may wait for the uncork too. So the thread must uncork before it waits for anything:
+ * bus_request, bus_request_msg, bus_flush, bus_sub_next_msg and the JetStream calls
+ * (jetstream.h) uncork first by themselves, a wait of the caller's own is the caller's to
+ * mind. One bus per thread: corking another uncorks the first. Not on the loop thread (it
+ * writes in its own turn anyway). NULL ok. */
+void bus_cork(struct bus *bus);
+
+/* Ends bus_cork of the calling thread and writes what it held back (see bus_cork). Nothing
+ * when the thread has not corked `bus`. NULL ok. */
+void bus_uncork(struct bus *bus);
 
 /* Subscribes without a handler: messages are queued for bus_sub_next_msg(). Use it to read
  * a streamed reply on an inbox. *out is owned by the bus. */

@@ -75,6 +75,18 @@ struct bus {
   atomic_bool trace_publish_closed;
   char trace_subject[BUS_SUBJECT_MAX];
 
+  /* subscriptions delivered on the loop thread (bus_subscribe_on_loop) */
+  struct event *deliver_ev;      /* activated after each read while num_loop_subs > 0 */
+  struct event *drain_ev;        /* bus_drain: a timer that lets those subscriptions drain */
+  atomic_int num_loop_subs;
+  atomic_bool draining;          /* bus_drain started */
+
+  /* bus_cork: the write event of the connection's socket (NULL while detached) and whether
+   * a corked thread's publish held back adding it */
+  pthread_mutex_t ev_mu;         /* guards write_ev (attach, detach, uncork) */
+  struct event *write_ev;
+  atomic_bool write_held;
+
   pthread_mutex_t grave_mu; /* guards grave, num_grave (bus_msg_release) */
   natsMsg *grave[BUS_GRAVE_MAX];
   int num_grave;
@@ -122,9 +134,19 @@ void bus_msg_release(struct bus *b, natsMsg *m);
 /* Destroys every message bus_msg_release kept (bus_destroy, after the last handler). */
 void bus_msg_release_flush(struct bus *b);
 
+/* ---- bus.c: subscriptions delivered on the loop thread ---- */
+
+/* Subscriptions bus_subscribe_on_loop may make on one bus. */
+#define BUS_LOOP_SUBS_MAX 8
+
+/* Callback of b->deliver_ev and b->drain_ev (arg: the bus), on the loop thread: hands every
+ * message waiting on a subscription made by bus_subscribe_on_loop to its handler; while the
+ * connection drains, lets such a subscription with nothing left complete its drain. */
+void bus_loop_deliver(evutil_socket_t fd, short what, void *arg);
+
 /* ---- bus_loop.c ---- */
 
-/* natsLibevent_Init once per process; call before the first event_base_new (bus/README.md). */
+/* evthread_use_pthreads once per process; call before the first event_base_new (bus/README.md). */
 void bus_libevent_init(void);
 
 /* The loop thread's body: runs b->base (arg: the struct bus) until bus_loop_on_stop. */
@@ -133,8 +155,10 @@ void *bus_loop_main(void *arg);
 /* Callback of b->loop_stop_ev (arg: the event_base): breaks the loop. */
 void bus_loop_on_stop(evutil_socket_t fd, short what, void *arg);
 
-/* The libevent adapter's callbacks, wrapped (natsOptions_SetEventLoop with `loop` = the bus);
- * bus_ev_detach clears b->ev_attached, which bus_destroy waits for before freeing b->base. */
+/* The client's event-loop callbacks (natsOptions_SetEventLoop with `loop` = the bus), as
+ * libnats' libevent adapter, plus: each read activates b->deliver_ev while subscriptions are
+ * delivered on the loop; bus_ev_detach clears b->ev_attached, which bus_destroy waits for
+ * before freeing b->base. */
 natsStatus bus_ev_attach(void **user_data, void *loop, natsConnection *nc, natsSock sock);
 natsStatus bus_ev_read(void *user_data, bool add);
 natsStatus bus_ev_write(void *user_data, bool add);

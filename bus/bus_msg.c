@@ -166,6 +166,7 @@ llb_status bus_request_msg(struct bus *b, const struct bus_out_msg *m, int64_t t
                            struct bus_msg **reply) {
   if (!reply) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "bus_request: NULL reply");
   *reply = NULL;
+  bus_uncork(b); /* the request and what the thread held back go out now: it waits */
   natsMsg *nm = NULL;
   llb_status st = bus_build_msg(b, m, NULL, &nm);
   if (st != LLB_STATUS_OK) return st;

@@ -188,6 +188,7 @@ llb_status bus_js_requests_stream_ensure(struct bus *b, int64_t max_bytes, int32
   if (!b || timeout_ms <= 0 || replicas < 1 || replicas > BUS_JS_MAX_REPLICAS)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "stream ensure: NULL bus, timeout or replicas %d (1..%d)",
                     (int)replicas, BUS_JS_MAX_REPLICAS);
+  bus_uncork(b); /* every JetStream call below waits for an answer */
   jsCtx *js = NULL;
   llb_status st = js_ctx(b, timeout_ms < 2000 ? timeout_ms : 2000, &js);
   if (!st) st = stream_ensure(b, js, max_bytes, replicas, timeout_ms);
@@ -225,6 +226,7 @@ llb_status bus_js_publish(struct bus *b, const struct bus_out_msg *m, const char
   if (msg_id && (!*msg_id || strlen(msg_id) > BUS_JS_MSG_ID_MAX))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "durable publish: message id of %zu bytes (1..%d)",
                     strlen(msg_id), BUS_JS_MSG_ID_MAX);
+  bus_uncork(b); /* it waits for the stream's confirmation */
   natsMsg *nm = NULL;
   llb_status st = bus_build_msg(b, m, NULL, &nm);
   if (st) return st;
@@ -340,6 +342,7 @@ static void unsubscribe(struct bus_js_pull *p) {
 
 llb_status bus_js_pull_resubscribe(struct bus_js_pull *p) {
   if (!p) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "resubscribe: NULL pull");
+  bus_uncork(p->bus);
   unsubscribe(p);
   llb_status st = consumer_ensure(p);
   return st ? st : subscribe(p);
@@ -347,6 +350,7 @@ llb_status bus_js_pull_resubscribe(struct bus_js_pull *p) {
 
 llb_status bus_js_pull_state(struct bus_js_pull *p, struct bus_js_pull_state *out) {
   *out = (struct bus_js_pull_state){0};
+  bus_uncork(p->bus);
   jsConsumerInfo *ci = NULL;
   jsErrCode jerr = 0;
   natsStatus s = js_GetConsumerInfo(&ci, p->js, p->stream, p->consumer, NULL, &jerr);
@@ -367,6 +371,7 @@ llb_status bus_js_pull_create(struct bus *b, const struct bus_js_pull_config *cf
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "pull consumer: need engine id, ack_wait, max_ack_pending, "
                     "replicas 0..%d", BUS_JS_MAX_REPLICAS);
   *out = NULL;
+  bus_uncork(b);
   if (!bus_token_valid(cfg->engine_id) ||
       strlen(cfg->engine_id) + sizeof "engine_" > BUS_JS_NAME_MAX)
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "engine id '%s' cannot name a consumer", cfg->engine_id);
@@ -438,6 +443,7 @@ llb_status bus_js_pull_fetch(struct bus_js_pull *p, int32_t cap, int64_t timeout
                              struct bus_js_msg **out, int32_t *num) {
   *num = 0;
   if (!p || cap <= 0 || timeout_ms <= 0) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "fetch arguments");
+  bus_uncork(p->bus);
   if (!p->sub) { /* a resubscribe failed: again first */
     llb_status st = bus_js_pull_resubscribe(p);
     if (st) return st;

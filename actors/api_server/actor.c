@@ -967,7 +967,7 @@ llb_status api_server_actor_start(struct api_server_actor *a, struct bus *bus) {
   if (st == LLB_STATUS_OK) st = api_server_loop_call_run(a->loop, a->base, loop_setup, a);
   if (st != LLB_STATUS_OK) return st;
   st = bus_pattern_replies(a->inbox_subject, subj, sizeof subj);
-  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, subj, NULL, api_server_inbox_on_msg, a->inbox, NULL);
+  if (st == LLB_STATUS_OK) st = bus_subscribe_on_loop(bus, subj, NULL, api_server_inbox_on_msg, a->inbox, NULL);
   if (st == LLB_STATUS_OK) st = bus_pattern_engines(bus_prefix(bus), "stats", subj, sizeof subj);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, subj, NULL, api_server_peer_beats_on_stats, a->peers, NULL);
   if (st == LLB_STATUS_OK) st = bus_pattern_health(bus_prefix(bus), NULL, subj, sizeof subj);

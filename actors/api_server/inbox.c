@@ -1,4 +1,4 @@
-/* The reply inbox's handover from the delivery threads to the loop; see inbox.h. */
+/* The reply inbox's queue in front of the loop's handler; see inbox.h. */
 #include "actors/api_server/inbox.h"
 
 #include <event2/event.h>

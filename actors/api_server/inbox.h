@@ -1,7 +1,10 @@
 /* The api server's reply inbox: RequestOutputs (and NATS "no responders" notices) on
- * <inbox>.<seq>, handed from the NATS delivery threads to the loop thread. The bus handler
- * copies each message into a locked queue and activates the wake event; on the loop thread
- * the queue is taken whole and each item goes to the handler, in arrival order. Hostile
+ * <inbox>.<seq>. The subscription is delivered on the bus's loop thread
+ * (bus_subscribe_on_loop: no delivery thread's wake-up a token), the thread of the HTTP
+ * connections too; the bus handler copies each message into a locked queue and activates the
+ * wake event, which runs in the same turn of the loop (the queue is taken whole and each item
+ * goes to the handler, in arrival order), or, before bind and after unbind (setup, teardown),
+ * keeps it for api_server_inbox_drain / _destroy. Hostile
  * input: a subject whose last token is not a number is dropped here; the payload is decoded
  * by the handler. */
 #ifndef LLB_ACTORS_API_SERVER_INBOX_H
@@ -42,7 +45,7 @@ void api_server_inbox_drain(struct api_server_inbox *q);
  * api_server_inbox_destroy). */
 void api_server_inbox_unbind(struct api_server_inbox *q);
 
-/* The bus handler of <inbox>.* (user: the api_server_inbox); delivery threads. */
+/* The bus handler of <inbox>.* (user: the api_server_inbox); the loop thread (any thread is safe). */
 void api_server_inbox_on_msg(struct bus *bus, const struct bus_msg *msg, void *user);
 
 /* Frees the queue and the inbox; after the bus delivers nothing more (bus_destroy). NULL ok. */

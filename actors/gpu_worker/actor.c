@@ -413,7 +413,11 @@ static void send_reply(struct gpu_worker_actor *a, struct bus *bus, const struct
     LLB_LOG_ERROR("gpu_worker_reply_encode", "step=%llu err=\"%s\"", (unsigned long long)o->step, text);
     if (llb_model_runner_output_encode_buf(&e, &a->reply)) return;
   }
+  /* corked, then written by this thread at the uncork (bus_cork): no wake-up of the loop
+   * thread on the forward's cores to write the step's one message */
+  bus_cork(bus);
   st = bus_respond(bus, msg, a->reply.data, a->reply.len, NULL);
+  bus_uncork(bus);
   if (st) {
     atomic_fetch_add(&a->reply_errors, 1);
     LLB_LOG_ERROR("gpu_worker_reply_send", "step=%llu err=\"%s\"", (unsigned long long)o->step, llb_err_last());

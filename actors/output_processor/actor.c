@@ -660,7 +660,7 @@ llb_status output_processor_actor_start(struct output_processor_actor *a, struct
     st = bus_subject_engine(prefix, a->engine_id, "resync", a->resync_subject, sizeof a->resync_subject);
   if (st == LLB_STATUS_OK)
     st = bus_subject_engine(prefix, a->engine_id, "history", a->history_subject, sizeof a->history_subject);
-  if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->outputs_subject, NULL, on_outputs, a, &a->outputs_sub);
+  if (st == LLB_STATUS_OK) st = bus_subscribe_on_loop(bus, a->outputs_subject, NULL, on_outputs, a, &a->outputs_sub);
   if (st == LLB_STATUS_OK) st = bus_subscribe(bus, a->history_subject, NULL, on_history, a, &a->history_sub);
   if (st != LLB_STATUS_OK) return st;
   LLB_LOG_INFO("output_processor_subscribed", "outputs=%s abort=%s", a->outputs_subject, a->abort_subject);

@@ -280,6 +280,7 @@ static llb_status execute_send(struct scheduler_actor *a) {
  * a peer failure was detected from heartbeats), decoding, an error reply,
  * sched_update_from_output's. */
 static llb_status execute_receive(struct scheduler_actor *a) {
+  bus_uncork(a->bus); /* it waits: what the turn published goes out (step_thread) */
   struct exec_reply *reply;
   llb_status st = exec_channel_receive(a->exec, a->health, &reply);
   if (st) return st;
@@ -632,6 +633,7 @@ static void *step_thread(void *arg) {
       if (load_moved(a) && change_in < wait_ms) wait_ms = change_in > 0 ? change_in : 0;
     }
     struct intake_batch in;
+    if (wait_ms > 0) bus_uncork(a->bus); /* it sleeps: what the turn published goes out */
     if (!intake_wait(a->intake, wait_ms, &in)) break;
     admit(a, in.requests);
     apply_aborts(a, in.aborts);
@@ -646,6 +648,10 @@ static void *step_thread(void *arg) {
       did = async ? run_step_async(a) : run_step(a);
       stepped = true;
     }
+    /* Corked (bus_cork) until the next wait: the outputs go out in one write with the next turn's
+     * SchedulerOutput, planned right after (one wake-up of the loop thread and of nats-server a
+     * step instead of two); they wait for that plan, tens of microseconds. */
+    bus_cork(a->bus);
     publish_outputs(a, async ? a->last_applied_step : a->out.step, stepped);
     /* disaggregated requests whose first token just went out leave for their decode engine
      * (handoff.h); their last outputs here follow at once */
@@ -660,6 +666,7 @@ static void *step_thread(void *arg) {
     sched_get_stats(a->sched, &snap);
     sched_engine_metrics_update(a->metrics, &snap, llb_now_ns());
   }
+  bus_uncork(a->bus);
   return NULL;
 }
 

@@ -87,7 +87,7 @@ llb_status exec_channel_create(struct bus *bus, const char *subj_execute, int64_
   char subject[BUS_SUBJECT_MAX];
   *out = ch;
   st = bus_pattern_replies(ch->inbox, subject, sizeof subject);
-  return st ? st : bus_subscribe(bus, subject, NULL, on_exec_reply, ch, NULL);
+  return st ? st : bus_subscribe_on_loop(bus, subject, NULL, on_exec_reply, ch, NULL);
 }
 
 void exec_channel_stop(struct exec_channel *ch) {

@@ -1,7 +1,8 @@
 /* The scheduler's channel to its worker (`.execute`): a SchedulerOutput is published with the
- * reply subject <inbox>.<step> and the worker's replies, copied off the delivery thread into
- * a queue by one subscription's handler, are taken oldest first by the step thread. So the
- * step thread never blocks a reader, a reply (a no-responders status too) names its step,
+ * reply subject <inbox>.<step> and the worker's replies, copied into a queue by one
+ * subscription's handler (on the bus's loop thread: bus_subscribe_on_loop, so a reply wakes the
+ * loop and the step thread, no delivery thread), are taken oldest first by the step thread.
+ * So the step thread never blocks a reader, a reply (a no-responders status too) names its step,
  * and replies to steps forgotten after a failure are recognised and dropped. At most two
  * steps are in flight (asynchronous scheduling: step N executing, N+1 queued on the worker);
  * one in synchronous use (send, then receive). Round trips are timed into

@@ -13,8 +13,8 @@ client_voluntary_ctxt_switches) when it reports them: its start-up before the ru
 work (at 128 tokens ~170 of the ~210 us per token counted before 2026-11-30: ~22 ms of
 tokenizer load and process start).
 
---threads KIND (e.g. gpu_worker) adds a third JSON line: per thread of the processes of that
-kind, its name, CPU and run-queue wait microseconds (schedstat), and voluntary (it blocked) and
+--threads KIND (e.g. gpu_worker, or several: scheduler,api_server) adds a third JSON line: per
+thread of the processes of that kind, its name, CPU and run-queue wait microseconds (schedstat), and voluntary (it blocked) and
 involuntary (it was preempted) context switches, per output token: the worker's pool threads
 are named llb-pool-N; its forward runs on the execute subscription's delivery thread.
 """
@@ -54,11 +54,13 @@ def by_kind(tree):
 
 def thread_stats(tree, kind):
     """{(pid, tid): (name, [cpu ns, run-queue wait ns, voluntary, involuntary switches])} of
-    every thread of the processes of `kind` under `tree`."""
+    every thread of the processes of `kind` (one kind, or several joined by commas) under
+    `tree`."""
+    kinds = set(kind.split(","))
     procs = processes()
     out = {}
     for p in descendants(procs, [tree]):
-        if kind_of(procs[p][1]) != kind:
+        if kind_of(procs[p][1]) not in kinds:
             continue
         try:
             tids = os.listdir(f"/proc/{p}/task")

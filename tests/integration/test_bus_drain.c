@@ -3,7 +3,8 @@
  * process exits 0. Also: a programmatic bus_stop() ends bus_actor_run; a busy actor that gets
  * SIGTERM in the middle of its traffic exits 0 every time (the client's drain thread used to
  * detach from the loop after bus_destroy had freed it: heap corruption at exit); after a
- * drain returns the client holds no event of the loop any more. */
+ * drain returns the client holds no event of the loop any more; a subscription delivered on the
+ * loop drains too, at once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -284,6 +285,36 @@ static void test_drain_returns_after_client_left_the_loop(void **state) {
   }
 }
 
+/* A subscription delivered on the loop (bus_subscribe_on_loop: a NATS synchronous subscription
+ * that the loop reads) drains as the others: what arrived before the stop is handled, and the
+ * drain ends at once rather than at its timeout (libnats removes a draining synchronous
+ * subscription only from a NextMsg with a timeout). */
+static void test_drain_of_an_on_loop_subscription_delivers_and_ends(void **state) {
+  (void)state;
+  struct bus_options o;
+  bus_options_init(&o);
+  o.urls = srv.url;
+  o.install_signal_handlers = false;
+  o.drain_timeout_ms = 20000;
+  for (int round = 0; round < 3; round++) {
+    struct bus *b = NULL;
+    assert_int_equal(bus_connect(&o, &b), LLB_STATUS_OK);
+    struct busy_state st;
+    atomic_init(&st.handled, 0);
+    assert_int_equal(bus_subscribe_on_loop(b, "llm.test.busy", NULL, busy_handler, &st, NULL), LLB_STATUS_OK);
+    assert_int_equal(bus_flush(b, 5000), LLB_STATUS_OK);
+    for (int i = 0; i < 200; i++) bus_publish(b, "llm.test.busy", "x", 1, NULL);
+    bus_stop(b); /* the drain's UNSUB follows the 200 on the connection: all come back first */
+    const int64_t t0 = llb_now_ns();
+    assert_int_equal(bus_actor_run(b), LLB_STATUS_OK);
+    const int64_t ms = (llb_now_ns() - t0) / 1000000;
+    assert_true(ms < 5000);
+    assert_int_equal(atomic_load(&st.handled), 200);
+    assert_int_equal(event_base_get_num_events(bus_event_base(b), EVENT_BASE_COUNT_ADDED), 0);
+    bus_destroy(b);
+  }
+}
+
 static void *stop_later(void *arg) {
   usleep(50 * 1000);
   bus_stop(arg);
@@ -361,6 +392,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_drain_past_its_timeout_reports_timeout),
       cmocka_unit_test(test_sigterm_during_traffic_always_exits_zero),
       cmocka_unit_test(test_drain_returns_after_client_left_the_loop),
+      cmocka_unit_test(test_drain_of_an_on_loop_subscription_delivers_and_ends),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

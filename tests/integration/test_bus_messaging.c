@@ -99,6 +99,127 @@ static void test_request_reply_round_trip(void **state) {
   bus_destroy(resp);
 }
 
+/* ---- subscriptions delivered on the loop thread ---- */
+
+/* The loop thread's id, from a heartbeat callback (which runs there). */
+struct loop_probe {
+  pthread_t loop;
+  atomic_bool loop_known;
+  struct waiter got;
+  _Atomic int next;        /* the sequence number expected next */
+  _Atomic int out_of_order, off_loop;
+};
+
+static llb_status probe_beat(void *user, uint8_t *buf, size_t cap, size_t *len) {
+  struct loop_probe *p = user;
+  (void)cap;
+  if (!atomic_load(&p->loop_known)) {
+    p->loop = pthread_self();
+    atomic_store(&p->loop_known, true);
+  }
+  buf[0] = 'b';
+  *len = 1;
+  return LLB_STATUS_OK;
+}
+
+static void loop_handler(struct bus *b, const struct bus_msg *m, void *user) {
+  struct loop_probe *p = user;
+  if (!atomic_load(&p->loop_known) || !pthread_equal(p->loop, pthread_self())) atomic_fetch_add(&p->off_loop, 1);
+  char num[16] = "";
+  snprintf(num, sizeof num, "%.*s", (int)(m->len < 15 ? m->len : 15), (const char *)m->data);
+  if (atoi(num) != atomic_load(&p->next)) atomic_fetch_add(&p->out_of_order, 1);
+  atomic_fetch_add(&p->next, 1);
+  if (m->reply) assert_int_equal(bus_respond(b, m, "loop", 4, NULL), LLB_STATUS_OK); /* a publish from the loop */
+  waiter_add(&p->got);
+}
+
+static void test_on_loop_handlers_run_on_the_loop_thread_in_order(void **state) {
+  (void)state;
+  struct bus *resp = connect_or_fail("loop-responder");
+  struct bus *req = connect_or_fail("loop-requester");
+  struct loop_probe p = {0};
+  waiter_init(&p.got);
+  assert_int_equal(bus_heartbeat_start(resp, "probe", "one", 60000, 16, probe_beat, &p), LLB_STATUS_OK);
+  for (int i = 0; i < 500 && !atomic_load(&p.loop_known); i++) usleep(10 * 1000);
+  assert_true(atomic_load(&p.loop_known));
+  assert_int_equal(bus_subscribe_on_loop(resp, "llm.test.loop", NULL, loop_handler, &p, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(resp, WAIT_MS), LLB_STATUS_OK);
+  const int n = 300;
+  for (int i = 0; i < n; i++) {
+    char num[16];
+    int len = snprintf(num, sizeof num, "%d", i);
+    assert_int_equal(bus_publish(req, "llm.test.loop", num, (size_t)len, NULL), LLB_STATUS_OK);
+  }
+  struct bus_msg *r = NULL; /* answered from the loop thread */
+  assert_int_equal(bus_request(req, "llm.test.loop", "300", 3, NULL, WAIT_MS, &r), LLB_STATUS_OK);
+  assert_int_equal(r->len, 4);
+  assert_memory_equal(r->data, "loop", 4);
+  bus_msg_destroy(r);
+  assert_true(waiter_wait(&p.got, n + 1, WAIT_MS));
+  assert_int_equal(atomic_load(&p.off_loop), 0);
+  assert_int_equal(atomic_load(&p.out_of_order), 0);
+
+  /* a queue group on the loop shares as any queue group; at most 8 on the loop */
+  struct loop_probe q = {0};
+  waiter_init(&q.got);
+  q.loop = p.loop;
+  atomic_store(&q.loop_known, true);
+  assert_int_equal(bus_subscribe_on_loop(resp, "llm.test.loopq", "workers", loop_handler, &q, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(resp, WAIT_MS), LLB_STATUS_OK);
+  assert_int_equal(bus_request(req, "llm.test.loopq", "0", 1, NULL, WAIT_MS, &r), LLB_STATUS_OK);
+  bus_msg_destroy(r);
+  assert_int_equal(atomic_load(&q.off_loop), 0);
+  for (int i = 2; i < 8; i++)
+    assert_int_equal(bus_subscribe_on_loop(resp, "llm.test.loopx", NULL, loop_handler, &q, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_subscribe_on_loop(resp, "llm.test.loopx", NULL, loop_handler, &q, NULL), LLB_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(llb_err_last(), "at most 8"));
+  bus_destroy(req);
+  bus_destroy(resp);
+}
+
+/* ---- cork ---- */
+
+static void count_handler(struct bus *b, const struct bus_msg *m, void *user) {
+  (void)b;
+  (void)m;
+  waiter_add(user);
+}
+
+/* What a corked thread publishes is written when it uncorks, in order; bus_request and bus_flush
+ * uncork first (a corked request must not wait for its own cork). */
+static void test_cork_holds_publishes_until_uncork(void **state) {
+  (void)state;
+  struct bus *pub = connect_or_fail("cork-publisher");
+  struct bus *sub = connect_or_fail("cork-subscriber");
+  struct waiter got;
+  waiter_init(&got);
+  assert_int_equal(bus_subscribe(sub, "llm.test.cork", NULL, count_handler, &got, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_subscribe(sub, "llm.test.corkecho", NULL, echo_handler, NULL, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(sub, WAIT_MS), LLB_STATUS_OK);
+
+  bus_cork(pub);
+  assert_int_equal(bus_publish(pub, "llm.test.cork", "a", 1, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_publish(pub, "llm.test.cork", "b", 1, NULL), LLB_STATUS_OK);
+  assert_false(waiter_wait(&got, 1, 1000)); /* a second: held back, not written */
+  bus_uncork(pub);
+  assert_true(waiter_wait(&got, 2, WAIT_MS));
+
+  bus_cork(pub); /* a request while corked: the held publish and the request go out */
+  assert_int_equal(bus_publish(pub, "llm.test.cork", "c", 1, NULL), LLB_STATUS_OK);
+  struct bus_msg *r = NULL;
+  assert_int_equal(bus_request(pub, "llm.test.corkecho", "x", 1, NULL, WAIT_MS, &r), LLB_STATUS_OK);
+  bus_msg_destroy(r);
+  assert_true(waiter_wait(&got, 3, WAIT_MS));
+  bus_cork(pub); /* and a flush */
+  assert_int_equal(bus_publish(pub, "llm.test.cork", "d", 1, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(pub, WAIT_MS), LLB_STATUS_OK);
+  assert_true(waiter_wait(&got, 4, WAIT_MS));
+  bus_uncork(pub); /* nothing held: nothing happens */
+  bus_uncork(NULL);
+  bus_destroy(pub);
+  bus_destroy(sub);
+}
+
 /* A handler that reports bus_sub_pending on its first call, then holds until released. */
 struct pending_probe {
   struct bus_sub *_Atomic sub;
@@ -625,6 +746,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_request_reply_round_trip),
       cmocka_unit_test(test_request_timeout_names_subject),
+      cmocka_unit_test(test_on_loop_handlers_run_on_the_loop_thread_in_order),
+      cmocka_unit_test(test_cork_holds_publishes_until_uncork),
       cmocka_unit_test(test_sub_pending_counts_what_waits_behind_the_handler),
       cmocka_unit_test(test_queue_group_shares_messages_without_duplicates),
       cmocka_unit_test(test_traceparent_propagates_parent_to_child),
