@@ -219,9 +219,9 @@ PK_AVX2 static PK_INLINE __m256 scales8(const uint8_t *p, int half, int sf) {
  * high nibbles of both halves' bytes, then every row. The 8 products of a lane pair are summed
  * in int16: each vpmaddubsw lane is u * a + u' * a' with u, u' <= 15 and |a|, |a'| <= 128
  * (block_q8_x: round(x * 127 / amax), -128 in a hand-made block), so |lane| <= 2 * 15 * 128 =
- * 3840 and the 8 groups of a block sum to at most 8 * 3840 = 30720 < 32768 in magnitude: exact whatever the order of the
- * adds; widened once per block (vpmaddwd by 1). n <= 4 rows: 8 int16 sums, 4 unpacked
- * weight registers and the mask fill the 16 ymm registers. */
+ * 3840 and the 8 groups of a block sum to at most 8 * 3840 = 30720 < 32768 in magnitude: exact
+ * whatever the order of the adds; widened once per block (vpmaddwd by 1). n <= 4 rows: 8 int16
+ * sums, 4 unpacked weight registers and the mask fill the 16 ymm registers. */
 PK_AVX2 static PK_INLINE void nibble_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                                              const int n, float *out, int64_t os, const int sf) {
   __m256 acc[4][2];
@@ -250,7 +250,8 @@ PK_AVX2 static PK_INLINE void nibble_avx2_16(int64_t nb, const uint8_t *panel, c
       const block_q8_x *a = act[r] + b;
       for (int half = 0; half < 2; half++) {
         __m256i si = _mm256_madd_epi16(t[r][half], ones);
-        if (PK_ZP(CPU_PACK_FAMILY_NIBBLE, sf)) si = _mm256_add_epi32(si, _mm256_set1_epi32(-PK_ZP(CPU_PACK_FAMILY_NIBBLE, sf) * a->sum));
+        if (PK_ZP(CPU_PACK_FAMILY_NIBBLE, sf))
+          si = _mm256_add_epi32(si, _mm256_set1_epi32(-PK_ZP(CPU_PACK_FAMILY_NIBBLE, sf) * a->sum));
         const __m256 dx = scales8(pb, half, sf), s = _mm256_cvtepi32_ps(si);
         acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)), s, acc[r][half]);
         if (!PK_NO_MIN(CPU_PACK_FAMILY_NIBBLE, sf))
@@ -397,7 +398,8 @@ PK_AVX2 static PK_INLINE void unsigned_avx2_16(int64_t nb, const uint8_t *panel,
     for (int r = 0; r < n; r++) {
       const block_q8_x *a = act[r] + b;
       for (int half = 0; half < 2; half++) {
-        if (PK_ZP(CPU_PACK_FAMILY_UNSIGNED, sf)) s[r][half] = _mm256_add_epi32(s[r][half], _mm256_set1_epi32(-PK_ZP(CPU_PACK_FAMILY_UNSIGNED, sf) * a->sum));
+        if (PK_ZP(CPU_PACK_FAMILY_UNSIGNED, sf))
+          s[r][half] = _mm256_add_epi32(s[r][half], _mm256_set1_epi32(-PK_ZP(CPU_PACK_FAMILY_UNSIGNED, sf) * a->sum));
         const __m256 dx = scales8(pb, half, sf);
         acc[r][half] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(a->d)), _mm256_cvtepi32_ps(s[r][half]),
                                        acc[r][half]);
