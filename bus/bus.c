@@ -375,6 +375,7 @@ static void heartbeat_stop(struct bus *b) {
 
 void bus_destroy(struct bus *b) {
   if (!b) return;
+  bus_uncork(b); /* this thread's cork (bus_cork) must not outlive the bus */
   signals_restore(b);
   heartbeat_stop(b);
   bus_metrics_publish_stop(b);
@@ -389,6 +390,11 @@ void bus_destroy(struct bus *b) {
     for (struct bus_sub *s = b->subs; s; s = s->next)
       if (s->fn) wait_flag(b, &s->complete, BUS_CLOSE_WAIT_MS);
   }
+  /* nor one on the loop thread (bus_subscribe_on_loop): no read activates the deliver event any
+   * more, and event_del waits for a delivery the loop thread is running (a threaded base) */
+  atomic_store(&b->num_loop_subs, 0);
+  if (b->deliver_ev) event_del(b->deliver_ev);
+  if (b->drain_ev) event_del(b->drain_ev);
   bus_tracing_close_publish(b);
   while (b->subs) {
     struct bus_sub *s = b->subs;
@@ -476,7 +482,8 @@ static void on_msg(natsConnection *nc, natsSubscription *ns, natsMsg *m, void *c
 }
 
 /* The subscriptions made by bus_subscribe_on_loop into subs[BUS_LOOP_SUBS_MAX]; their count.
- * They live until bus_destroy, which ends the loop thread first. */
+ * They live until bus_destroy, which first removes the deliver and drain events (waiting for a
+ * delivery the loop thread is running) and then frees them. */
 static int loop_subs(struct bus *b, struct bus_sub **subs) {
   int n = 0;
   pthread_mutex_lock(&b->mu);
@@ -510,12 +517,13 @@ static bool drain_step(struct bus_sub *s) {
 
 void bus_loop_deliver(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
-  (void)what;
   struct bus *b = arg;
   struct bus_sub *subs[BUS_LOOP_SUBS_MAX];
   const int n = loop_subs(b, subs);
   for (int i = 0; i < n; i++) take_all(subs[i], 0);
-  if (!atomic_load(&b->draining)) return;
+  /* the drain's steps from the drain timer only: a step may wait 1 ms a subscription, which on
+   * every read would hold the loop (and the reads the drain waits for) */
+  if (!(what & EV_TIMEOUT) || !atomic_load(&b->draining)) return;
   int valid = 0;
   for (int i = 0; i < n; i++) valid += drain_step(subs[i]);
   if (valid == 0) event_del(b->drain_ev); /* every one drained: the timer's job is done */
@@ -553,7 +561,7 @@ static llb_status subscribe(struct bus *b, const char *subject, const char *queu
   s->fn = fn;
   s->user = user;
   s->on_loop = on_loop;
-  s->complete = on_loop; /* no delivery thread: bus_destroy ends the loop thread instead */
+  s->complete = on_loop; /* no delivery thread: bus_destroy removes the deliver event instead */
   if (fn) {
     s->m_receive = bus_metrics_series(b->m_receive, subject);
     s->m_handler = bus_metrics_series(b->m_handler, subject);

@@ -177,6 +177,37 @@ static void test_on_loop_handlers_run_on_the_loop_thread_in_order(void **state) 
   bus_destroy(resp);
 }
 
+/* A slow handler on the loop thread: counts, then sleeps 20 ms. */
+static void slow_loop_handler(struct bus *b, const struct bus_msg *m, void *user) {
+  (void)b;
+  (void)m;
+  atomic_fetch_add((atomic_int *)user, 1);
+  usleep(20 * 1000);
+}
+
+/* bus_destroy while the loop thread is inside a handler with messages still waiting (no drain)
+ * returns only after that delivery, and frees nothing a delivery still uses (under ASan: a
+ * use-after-free of the subscription when the loop thread went on delivering after the free). */
+static void test_destroy_waits_for_a_delivery_on_the_loop(void **state) {
+  (void)state;
+  struct bus *resp = connect_or_fail("loop-destroy");
+  struct bus *req = connect_or_fail("loop-destroy-pub");
+  atomic_int calls = 0;
+  assert_int_equal(bus_subscribe_on_loop(resp, "llm.test.loopslow", NULL, slow_loop_handler, &calls, NULL),
+                   LLB_STATUS_OK);
+  assert_int_equal(bus_flush(resp, WAIT_MS), LLB_STATUS_OK);
+  for (int i = 0; i < 50; i++) assert_int_equal(bus_publish(req, "llm.test.loopslow", "x", 1, NULL), LLB_STATUS_OK);
+  assert_int_equal(bus_flush(req, WAIT_MS), LLB_STATUS_OK);
+  for (int i = 0; i < 500 && atomic_load(&calls) == 0; i++) usleep(1000);
+  assert_true(atomic_load(&calls) > 0);
+  bus_destroy(resp); /* the loop thread is delivering: 50 x 20 ms would outlast this */
+  const int after = atomic_load(&calls);
+  usleep(60 * 1000);
+  assert_int_equal(atomic_load(&calls), after); /* no delivery after bus_destroy returned */
+  assert_true(after < 50);
+  bus_destroy(req);
+}
+
 /* ---- cork ---- */
 
 static void count_handler(struct bus *b, const struct bus_msg *m, void *user) {
@@ -747,6 +778,7 @@ int main(void) {
       cmocka_unit_test(test_request_reply_round_trip),
       cmocka_unit_test(test_request_timeout_names_subject),
       cmocka_unit_test(test_on_loop_handlers_run_on_the_loop_thread_in_order),
+      cmocka_unit_test(test_destroy_waits_for_a_delivery_on_the_loop),
       cmocka_unit_test(test_cork_holds_publishes_until_uncork),
       cmocka_unit_test(test_sub_pending_counts_what_waits_behind_the_handler),
       cmocka_unit_test(test_queue_group_shares_messages_without_duplicates),
