@@ -1,6 +1,6 @@
 /* Packed matmul kernels of the block families (packed.h: NIBBLE, SIGNED, NL4, UNSIGNED, K6), each
- * fp16- or float-scaled: scalar, AVX2, AVX-512 VNNI; one float order (packed.h). The layouts
- * and the repacking are packed_layout.c's. Compiled with -ffp-contract=off so that only the
+ * fp16-scaled, float-scaled or in the zero-point form (Q4_0, Q5_0): scalar, AVX2, AVX-512 VNNI;
+ * one float order (packed.h). The layouts and the repacking are packed_layout.c's. Compiled with -ffp-contract=off so that only the
  * explicit fmaf / fmadd fuse. */
 #include "kernels/cpu/packed.h"
 
