@@ -173,6 +173,42 @@ static struct attn_kv_rows attn_v_rows(const struct backend_kv_layer *kv, int32_
   return (struct attn_kv_rows){(const uint8_t *)kv->v, rb * kv->n_kv_heads, rb * kvh};
 }
 
+#if ATTN_HAVE_X86
+/* Blocks ahead of the one a decode item's score walk is at whose K and V rows it asks for, and
+ * the walks of up to ATTN_PREFETCH_MIN_BLOCKS blocks that ask for none (a few blocks' first
+ * loads cost little; their rows are often still in cache). */
+#define ATTN_PREFETCH_BLOCKS 2
+#define ATTN_PREFETCH_MIN_BLOCKS 4
+
+/* Asks for the K and V rows of the item's KV head in block b (rows of rb bytes) into L2, every
+ * line each row touches. A one-row item (every decode step) walks its KV head's rows block by
+ * block: short rows a slot's stride apart (384 bytes for SmolLM2), then a jump to the next
+ * block; the hardware prefetchers follow little of that, and at 1024 keys and more a step
+ * waited on the cache's loads (every line a row touches: the forward's host cache is calloc'd,
+ * 16 bytes past a page, so a 128-byte row spans three). Asked for
+ * ATTN_PREFETCH_BLOCKS blocks ahead during the q.k walk, the V rows are in L2 by the p.v walk
+ * that follows. Hints only: no value changes. */
+static inline void kv_block_prefetch(const struct backend_kv_layer *kv, const struct attn_item *it, int32_t b,
+                                     int64_t rb) {
+  const int64_t rs = rb * kv->n_kv_heads, at = (int64_t)it->table[b] * kv->block_size * rs + rb * it->kvh;
+  const uintptr_t k = (uintptr_t)kv->k + (uintptr_t)at, v = (uintptr_t)kv->v + (uintptr_t)at;
+  for (int32_t j = 0; j < kv->block_size; j++) {
+    const uintptr_t r = (uintptr_t)(j * rs), end = r + (uintptr_t)rb;
+    for (uintptr_t a = (k + r) & ~(uintptr_t)63; a < k + end; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T1);
+    for (uintptr_t a = (v + r) & ~(uintptr_t)63; a < v + end; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T1);
+  }
+}
+
+/* At block b of a walk from block b0 over n_blocks (longer than ATTN_PREFETCH_MIN_BLOCKS): the
+ * block ATTN_PREFETCH_BLOCKS ahead (and, at the walk's start, the ones before it). */
+static inline void kv_walk_prefetch(const struct backend_kv_layer *kv, const struct attn_item *it, int32_t b,
+                                    int32_t b0, int32_t n_blocks, int64_t rb) {
+  if (n_blocks - b0 <= ATTN_PREFETCH_MIN_BLOCKS) return;
+  for (int32_t d = b == b0 ? 1 : ATTN_PREFETCH_BLOCKS; d <= ATTN_PREFETCH_BLOCKS && b + d < n_blocks; d++)
+    kv_block_prefetch(kv, it, b + d, rb);
+}
+#endif
+
 /* Portable path, the reference order: per head, per key. acc [64 * ATTN_COMB_DIM] scratch. */
 static void attention_item_generic(const struct attn_task *t, const struct attn_item *it, float *scores,
                                    float *acc) {
@@ -379,6 +415,7 @@ scores_batch_avx2(enum backend_kv_dtype t, const struct backend_attn_params *p, 
   for (int32_t b = b0; b < n_blocks; b++) {
     const uint8_t *kb = kr.base + (int64_t)it->table[b] * bs * kr.rs + kr.off;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    kv_walk_prefetch(kv, it, b, b0, n_blocks, kr.rs / kv->n_kv_heads);
     int32_t o = b == b0 ? it->first - b * bs : 0;
     for (; o + 4 <= n; o += 4) {
       if (widen) kv_convert4_avx2(t, kb + o * kr.rs, kr.rs, hd, kf);
@@ -1015,6 +1052,7 @@ attention_item_kv_avx512(enum backend_kv_dtype t, const struct attn_task *tk, co
   for (int32_t b = b0; b < n_blocks; b++) {
     const uint8_t *kb = (const uint8_t *)kv->k + (int64_t)it->table[b] * bs * rs + rb * it->kvh;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+    kv_walk_prefetch(kv, it, b, b0, n_blocks, rb);
     int32_t o = b == b0 ? first - b * bs : 0;
     /* whole groups of 16 keys: 16 dots at once, reduced together */
     for (; o % 16 == 0 && o + 16 <= n; o += 16)
