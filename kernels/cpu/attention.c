@@ -181,13 +181,16 @@ static struct attn_kv_rows attn_v_rows(const struct backend_kv_layer *kv, int32_
 #define ATTN_PREFETCH_MIN_BLOCKS 4
 
 /* Asks for the K and V rows of the item's KV head in block b (rows of rb bytes) into L2, every
- * line each row touches. A one-row item (every decode step) walks its KV head's rows block by
- * block: short rows a slot's stride apart (384 bytes for SmolLM2), then a jump to the next
- * block; the hardware prefetchers follow little of that, and at 1024 keys and more a step
- * waited on the cache's loads (every line a row touches: the forward's host cache is calloc'd,
- * 16 bytes past a page, so a 128-byte row spans three). Asked for
- * ATTN_PREFETCH_BLOCKS blocks ahead during the q.k walk, the V rows are in L2 by the p.v walk
- * that follows. Hints only: no value changes. */
+ * line each row touches (by whole lines: a line's bytes before the row too). A one-row item in
+ * the BATCH order (every decode step by default; a prefill row too where row tiles are off)
+ * walks its KV head's rows block by block: short rows a slot's stride apart (384 bytes for
+ * SmolLM2), then a jump to the next block; the hardware prefetchers follow little of that, and
+ * at 1024 keys and more a step waited on the cache's loads. Every line a row touches, because
+ * rows need not start on one (the forward's host cache is calloc'd, 16 bytes past a page: a
+ * 128-byte row spans three). Asked for ATTN_PREFETCH_BLOCKS blocks ahead during the q.k walk,
+ * the V rows are in L2 when the p.v walk that follows reads them, or past ~2048 keys of
+ * SmolLM2's (an item's K and V then outgrow the 1 MiB L2) in L3, where L2's victims go. Hints
+ * only: no value changes. */
 static inline void kv_block_prefetch(const struct backend_kv_layer *kv, const struct attn_item *it, int32_t b,
                                      int64_t rb) {
   const int64_t rs = rb * kv->n_kv_heads, at = (int64_t)it->table[b] * kv->block_size * rs + rb * it->kvh;
