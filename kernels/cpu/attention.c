@@ -415,10 +415,11 @@ scores_batch_avx2(enum backend_kv_dtype t, const struct backend_attn_params *p, 
   const int32_t n_blocks = (n_ctx + bs - 1) / bs, b0 = it->first / bs;
   const bool widen = n_h > 1 || t != BACKEND_KV_DTYPE_F16;
   float kf[4][ATTN_MAX_DIM];
+  const int64_t rb = kr.rs / kv->n_kv_heads; /* a row's bytes (kr.rs: a slot's) */
   for (int32_t b = b0; b < n_blocks; b++) {
     const uint8_t *kb = kr.base + (int64_t)it->table[b] * bs * kr.rs + kr.off;
     const int32_t n = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
-    kv_walk_prefetch(kv, it, b, b0, n_blocks, kr.rs / kv->n_kv_heads);
+    kv_walk_prefetch(kv, it, b, b0, n_blocks, rb);
     int32_t o = b == b0 ? it->first - b * bs : 0;
     for (; o + 4 <= n; o += 4) {
       if (widen) kv_convert4_avx2(t, kb + o * kr.rs, kr.rs, hd, kf);

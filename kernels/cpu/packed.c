@@ -1,7 +1,7 @@
 /* Packed matmul kernels of the block families (packed.h: NIBBLE, SIGNED, NL4, UNSIGNED, K6), each
  * fp16-scaled, float-scaled or in the zero-point form (Q4_0, Q5_0): scalar, AVX2, AVX-512 VNNI;
- * one float order (packed.h). The layouts and the repacking are packed_layout.c's. Compiled with -ffp-contract=off so that only the
- * explicit fmaf / fmadd fuse. */
+ * one float order (packed.h). The layouts and the repacking are packed_layout.c's. Compiled with
+ * -ffp-contract=off so that only the explicit fmaf / fmadd fuse. */
 #include "kernels/cpu/packed.h"
 
 #include <float.h>
@@ -187,14 +187,14 @@ static void k6_scalar(int64_t nb, const uint8_t *panel, const block_q8_x *const 
                    int64_t os) {                                                                  \
     packed_scalar(fam, sf, nb, panel, act, n, out, os);                                           \
   }
-PK_SCALAR(nibble_scalar, CPU_PACK_FAMILY_NIBBLE, 0)
-PK_SCALAR(nibble_f_scalar, CPU_PACK_FAMILY_NIBBLE, 1)
-PK_SCALAR(signed_scalar, CPU_PACK_FAMILY_SIGNED, 0)
-PK_SCALAR(signed_f_scalar, CPU_PACK_FAMILY_SIGNED, 1)
-PK_SCALAR(nl4_scalar, CPU_PACK_FAMILY_NL4, 0)
-PK_SCALAR(nl4_f_scalar, CPU_PACK_FAMILY_NL4, 1)
-PK_SCALAR(unsigned_scalar, CPU_PACK_FAMILY_UNSIGNED, 0)
-PK_SCALAR(unsigned_f_scalar, CPU_PACK_FAMILY_UNSIGNED, 1)
+PK_SCALAR(nibble_scalar, CPU_PACK_FAMILY_NIBBLE, CPU_PACK_SCALES_FP16)
+PK_SCALAR(nibble_f_scalar, CPU_PACK_FAMILY_NIBBLE, CPU_PACK_SCALES_FLOAT)
+PK_SCALAR(signed_scalar, CPU_PACK_FAMILY_SIGNED, CPU_PACK_SCALES_FP16)
+PK_SCALAR(signed_f_scalar, CPU_PACK_FAMILY_SIGNED, CPU_PACK_SCALES_FLOAT)
+PK_SCALAR(nl4_scalar, CPU_PACK_FAMILY_NL4, CPU_PACK_SCALES_FP16)
+PK_SCALAR(nl4_f_scalar, CPU_PACK_FAMILY_NL4, CPU_PACK_SCALES_FLOAT)
+PK_SCALAR(unsigned_scalar, CPU_PACK_FAMILY_UNSIGNED, CPU_PACK_SCALES_FP16)
+PK_SCALAR(unsigned_f_scalar, CPU_PACK_FAMILY_UNSIGNED, CPU_PACK_SCALES_FLOAT)
 PK_SCALAR(nibble_z_scalar, CPU_PACK_FAMILY_NIBBLE, CPU_PACK_SCALES_ZERO_POINT)
 PK_SCALAR(unsigned_z_scalar, CPU_PACK_FAMILY_UNSIGNED, CPU_PACK_SCALES_ZERO_POINT)
 
@@ -919,10 +919,10 @@ PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const 
   ((N) < 4 ? signed_avx2_16(nb, panel, A, N, O, os, SF, CPU_PACK_FAMILY_NL4) \
            : (signed_avx2_half(nb, panel, A, N, O, os, 0, SF, CPU_PACK_FAMILY_NL4), \
               signed_avx2_half(nb, panel, A, N, O, os, 1, SF, CPU_PACK_FAMILY_NL4)))
-PK_WRAP4(PK_AVX2, signed_avx2, PK_SIGNED_AVX2_4, 0)
-PK_WRAP4(PK_AVX2, signed_f_avx2, PK_SIGNED_AVX2_4, 1)
-PK_WRAP4(PK_AVX2, nl4_avx2, PK_NL4_AVX2_4, 0)
-PK_WRAP4(PK_AVX2, nl4_f_avx2, PK_NL4_AVX2_4, 1)
+PK_WRAP4(PK_AVX2, signed_avx2, PK_SIGNED_AVX2_4, CPU_PACK_SCALES_FP16)
+PK_WRAP4(PK_AVX2, signed_f_avx2, PK_SIGNED_AVX2_4, CPU_PACK_SCALES_FLOAT)
+PK_WRAP4(PK_AVX2, nl4_avx2, PK_NL4_AVX2_4, CPU_PACK_SCALES_FP16)
+PK_WRAP4(PK_AVX2, nl4_f_avx2, PK_NL4_AVX2_4, CPU_PACK_SCALES_FLOAT)
 
 /* NIBBLE, UNSIGNED and K6 on AVX2: a call of 1-2 rows (1 for K6; a decode step's) walks each
  * block once (the *_avx2_16 kernels), more rows are staged (staged_avx2, k6_staged_avx2: the
@@ -950,24 +950,24 @@ PK_AVX2 static PK_INLINE void staged_or_16_avx2(int64_t nb, const uint8_t *panel
                            int64_t os) {                                                           \
     staged_or_16_avx2(nb, panel, act, n, out, os, sf, fam);                                        \
   }
-PK_STAGED_WRAP(nibble_avx2, 0, CPU_PACK_FAMILY_NIBBLE)
-PK_STAGED_WRAP(nibble_f_avx2, 1, CPU_PACK_FAMILY_NIBBLE)
-PK_STAGED_WRAP(unsigned_avx2, 0, CPU_PACK_FAMILY_UNSIGNED)
-PK_STAGED_WRAP(unsigned_f_avx2, 1, CPU_PACK_FAMILY_UNSIGNED)
+PK_STAGED_WRAP(nibble_avx2, CPU_PACK_SCALES_FP16, CPU_PACK_FAMILY_NIBBLE)
+PK_STAGED_WRAP(nibble_f_avx2, CPU_PACK_SCALES_FLOAT, CPU_PACK_FAMILY_NIBBLE)
+PK_STAGED_WRAP(unsigned_avx2, CPU_PACK_SCALES_FP16, CPU_PACK_FAMILY_UNSIGNED)
+PK_STAGED_WRAP(unsigned_f_avx2, CPU_PACK_SCALES_FLOAT, CPU_PACK_FAMILY_UNSIGNED)
 PK_STAGED_WRAP(nibble_z_avx2, CPU_PACK_SCALES_ZERO_POINT, CPU_PACK_FAMILY_NIBBLE)
 PK_STAGED_WRAP(unsigned_z_avx2, CPU_PACK_SCALES_ZERO_POINT, CPU_PACK_FAMILY_UNSIGNED)
-PK_STAGED_WRAP(k6_avx2, 0, CPU_PACK_FAMILY_K6)
-PK_WRAP(PK_VNNI, nibble_vnni, PK_NIBBLE_VNNI, 0)
-PK_WRAP(PK_VNNI, nibble_f_vnni, PK_NIBBLE_VNNI, 1)
-PK_WRAP(PK_VNNI, signed_vnni, PK_SIGNED_VNNI, 0)
-PK_WRAP(PK_VNNI, signed_f_vnni, PK_SIGNED_VNNI, 1)
-PK_WRAP(PK_VNNI, nl4_vnni, PK_NL4_VNNI, 0)
-PK_WRAP(PK_VNNI, nl4_f_vnni, PK_NL4_VNNI, 1)
-PK_WRAP(PK_VNNI, unsigned_vnni, PK_UNSIGNED_VNNI, 0)
-PK_WRAP(PK_VNNI, unsigned_f_vnni, PK_UNSIGNED_VNNI, 1)
+PK_STAGED_WRAP(k6_avx2, CPU_PACK_SCALES_FP16, CPU_PACK_FAMILY_K6)
+PK_WRAP(PK_VNNI, nibble_vnni, PK_NIBBLE_VNNI, CPU_PACK_SCALES_FP16)
+PK_WRAP(PK_VNNI, nibble_f_vnni, PK_NIBBLE_VNNI, CPU_PACK_SCALES_FLOAT)
+PK_WRAP(PK_VNNI, signed_vnni, PK_SIGNED_VNNI, CPU_PACK_SCALES_FP16)
+PK_WRAP(PK_VNNI, signed_f_vnni, PK_SIGNED_VNNI, CPU_PACK_SCALES_FLOAT)
+PK_WRAP(PK_VNNI, nl4_vnni, PK_NL4_VNNI, CPU_PACK_SCALES_FP16)
+PK_WRAP(PK_VNNI, nl4_f_vnni, PK_NL4_VNNI, CPU_PACK_SCALES_FLOAT)
+PK_WRAP(PK_VNNI, unsigned_vnni, PK_UNSIGNED_VNNI, CPU_PACK_SCALES_FP16)
+PK_WRAP(PK_VNNI, unsigned_f_vnni, PK_UNSIGNED_VNNI, CPU_PACK_SCALES_FLOAT)
 PK_WRAP(PK_VNNI, nibble_z_vnni, PK_NIBBLE_VNNI, CPU_PACK_SCALES_ZERO_POINT)
 PK_WRAP(PK_VNNI, unsigned_z_vnni, PK_UNSIGNED_VNNI, CPU_PACK_SCALES_ZERO_POINT)
-PK_WRAP(PK_VNNI, k6_vnni, PK_K6_VNNI, 0)
+PK_WRAP(PK_VNNI, k6_vnni, PK_K6_VNNI, CPU_PACK_SCALES_FP16)
 #endif /* PK_HAVE_X86 */
 
 cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
@@ -977,10 +977,10 @@ cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
   if (fam < 0 || fam == CPU_PACK_FAMILY_FLOAT) return NULL; /* FLOAT: cpu_packed_float_select */
   if (fam == CPU_PACK_FAMILY_NL4) {
 #if PK_HAVE_X86
-    if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return sf ? nl4_f_vnni : nl4_vnni;
-    if (level >= CPU_SIMD_LEVEL_AVX2) return sf ? nl4_f_avx2 : nl4_avx2;
+    if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return sf == CPU_PACK_SCALES_FLOAT ? nl4_f_vnni : nl4_vnni;
+    if (level >= CPU_SIMD_LEVEL_AVX2) return sf == CPU_PACK_SCALES_FLOAT ? nl4_f_avx2 : nl4_avx2;
 #endif
-    return sf ? nl4_f_scalar : nl4_scalar;
+    return sf == CPU_PACK_SCALES_FLOAT ? nl4_f_scalar : nl4_scalar;
   }
   if (fam == CPU_PACK_FAMILY_K6) {
 #if PK_HAVE_X86
