@@ -5,7 +5,6 @@
 #include "kernels/cpu/packed.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -645,36 +644,16 @@ static void add_chunk(void *arg, int64_t chunk, int ith) {
   for (int64_t i = lo; i < hi; i++) t->out[i] = t->a[i] + t->b[i];
 }
 
-/* ggml's GELU table (ggml-cpu: ggml_table_gelu_f16[i] = fp16(gelu(fp16 value i)), filled once),
- * with the one contraction GCC makes in ggml's -O3 build of ggml_gelu_f32:
- * 1 + GELU_COEF_A * x * x becomes fma(GELU_COEF_A * x, x, 1) (this file is built with
- * -ffp-contract=off, so the fma is written out). Without it one entry of the 65536 differs. */
-static uint16_t gelu_table[1 << 16];
-static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
-
-static void gelu_table_init(void) {
-  const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f;
-  for (uint32_t i = 0; i < (1u << 16); i++) {
-    const float x = llb_fp16_to_fp32((uint16_t)i);
-    gelu_table[i] = llb_fp32_to_fp16(0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * fmaf(coef_a * x, x, 1.0f))));
-  }
-}
-
 static void geglu_chunk(void *arg, int64_t chunk, int ith) {
   (void)ith;
   const struct elem_task *t = arg;
   int64_t lo, hi;
   chunk_range(chunk, CPU_CHUNK_ELEMS, t->n, &lo, &hi);
-  for (int64_t i = lo; i < hi; i++) { /* ggml_vec_geglu_f32 with GGML_GELU_FP16 */
-    const float x = t->a[i];
-    if (x <= -10.0f) t->out[i] = 0.0f; /* +0 whatever up's sign, as ggml writes it */
-    else if (x >= 10.0f) t->out[i] = x * t->b[i];
-    else t->out[i] = llb_fp16_to_fp32(gelu_table[llb_fp32_to_fp16(x)]) * t->b[i];
-  }
+  /* ggml_vec_geglu_f32 with GGML_GELU_FP16 */
+  cpu_gelu_row(t->level, CPU_GELU_TANH, t->a + lo, t->b + lo, t->out + lo, hi - lo);
 }
 
 llb_status cpu_geglu(struct backend_ctx *c, const float *gate, const float *up, int64_t n, float *out) {
-  pthread_once(&gelu_once, gelu_table_init);
   struct elem_task t = {c->level, gate, up, out, n};
   cpu_threadpool_parallel(c->pool, geglu_chunk, &t, ceil_div(n, CPU_CHUNK_ELEMS));
   return LLB_STATUS_OK;

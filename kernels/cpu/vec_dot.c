@@ -5,6 +5,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -945,4 +946,71 @@ void cpu_swiglu_row(enum cpu_simd_level level, const float *g, const float *u, f
 #endif
   (void)level;
   for (int64_t i = 0; i < n; i++) y[i] = (g[i] / (1.0f + cpu_expf_ggml(0.0f - g[i]))) * u[i];
+}
+
+/* ---------------------------------------------------------------- ggml's GELU tables */
+
+/* ggml_table_gelu_f16 and ggml_table_gelu_quick_f16 (ggml-cpu, filled once at ggml_cpu_init):
+ * fp16(gelu(v)) for every fp16 value v. The tanh one with the one contraction GCC makes in
+ * ggml's -O3 build of ggml_gelu_f32: 1 + GELU_COEF_A * x * x becomes fma(GELU_COEF_A * x, x,
+ * 1) (this file is built with -ffp-contract=off, so the fma is written out; without it one
+ * entry of the 65536 differs). The quick one has no product to contract. */
+static uint16_t gelu_tables[2][1 << 16];
+static pthread_once_t gelu_tables_once = PTHREAD_ONCE_INIT;
+
+static void gelu_tables_init(void) {
+  const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f, quick = -1.702f;
+  for (uint32_t i = 0; i < (1u << 16); i++) {
+    const float x = llb_fp16_to_fp32((uint16_t)i);
+    gelu_tables[CPU_GELU_TANH][i] =
+        llb_fp32_to_fp16(0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * fmaf(coef_a * x, x, 1.0f))));
+    gelu_tables[CPU_GELU_QUICK][i] = llb_fp32_to_fp16(x * (1.0f / (1.0f + expf(quick * x))));
+  }
+}
+
+/* One element of cpu_gelu_row (u: its factor, or NULL). TANH: the table only strictly between
+ * -10 and 10 (ggml_vec_gelu_f32 / ggml_vec_geglu_f32), +0 at or below -10 whatever u. */
+static inline float gelu_one(enum cpu_gelu_kind kind, const uint16_t *table, float x, const float *u) {
+  if (kind == CPU_GELU_TANH && x <= -10.0f) return 0.0f;
+  const float g = kind == CPU_GELU_TANH && x >= 10.0f ? x : llb_fp16_to_fp32(table[llb_fp32_to_fp16(x)]);
+  return u ? g * *u : g;
+}
+
+#if CPU_HAVE_X86
+/* gelu_one of 8 lanes (u: 8 factors, or NULL): x rounded to fp16 by F16C (llb_fp32_to_fp16's
+ * bits, NaN included), the 16-bit entries gathered as the 32-bit words holding them (index
+ * h / 2, then the half h % 2: no read past the table), widened by F16C. */
+AVX2_TARGET static inline __m256 gelu8_avx2(enum cpu_gelu_kind kind, const uint16_t *table, __m256 x, const float *u) {
+  const __m256i h = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  const __m256i w = _mm256_i32gather_epi32((const int *)(const void *)table, _mm256_srli_epi32(h, 1), 4);
+  const __m256i shift = _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(1)), 4);
+  const __m256i e = _mm256_and_si256(_mm256_srlv_epi32(w, shift), _mm256_set1_epi32(0xFFFF));
+  __m256 y = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(e), _mm256_extracti128_si256(e, 1)));
+  if (kind == CPU_GELU_TANH) y = _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, _mm256_set1_ps(10.0f), _CMP_GE_OQ));
+  if (u) y = _mm256_mul_ps(y, _mm256_loadu_ps(u));
+  if (kind == CPU_GELU_TANH) y = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-10.0f), _CMP_LE_OQ), y); /* +0 */
+  return y;
+}
+
+AVX2_TARGET static void gelu_row_avx2(enum cpu_gelu_kind kind, const uint16_t *table, const float *x, const float *u,
+                                      float *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu8_avx2(kind, table, _mm256_loadu_ps(x + i), u ? u + i : NULL));
+  for (; i < n; i++) y[i] = gelu_one(kind, table, x[i], u ? u + i : NULL);
+}
+#endif
+
+void cpu_gelu_row(enum cpu_simd_level level, enum cpu_gelu_kind kind, const float *x, const float *u, float *y,
+                  int64_t n) {
+  pthread_once(&gelu_tables_once, gelu_tables_init);
+  const uint16_t *table = gelu_tables[kind == CPU_GELU_QUICK ? CPU_GELU_QUICK : CPU_GELU_TANH];
+  if (kind != CPU_GELU_QUICK) kind = CPU_GELU_TANH;
+#if CPU_HAVE_X86
+  if (level >= CPU_SIMD_LEVEL_AVX2) {
+    gelu_row_avx2(kind, table, x, u, y, n);
+    return;
+  }
+#endif
+  (void)level;
+  for (int64_t i = 0; i < n; i++) y[i] = gelu_one(kind, table, x[i], u ? u + i : NULL);
 }

@@ -120,6 +120,19 @@ void cpu_exp_sub_row(enum cpu_simd_level level, const float *x, float sub, float
  * (ggml_v_silu then one multiply). y may alias g or u. Same bits on every level. */
 void cpu_swiglu_row(enum cpu_simd_level level, const float *g, const float *u, float *y, int64_t n);
 
+/* Which of ggml's fp16 GELU tables cpu_gelu_row reads: the tanh approximation (ggml_gelu) or
+ * x * sigmoid(1.702 x) (ggml_gelu_quick). */
+enum cpu_gelu_kind { CPU_GELU_TANH = 0, CPU_GELU_QUICK = 1 };
+
+/* ggml's GELU with GGML_GELU_FP16 / GGML_GELU_QUICK_FP16, for i < n: x[i] rounded to fp16 (to
+ * nearest even), looked up in the kind's table (fp16(gelu(v)) for every fp16 value v, filled
+ * once), widened; TANH gives +0 where x[i] <= -10 and x[i] where x[i] >= 10 (ggml_vec_gelu_f32),
+ * QUICK the table everywhere (ggml_vec_gelu_quick_f32). u != NULL: that times u[i]
+ * (ggml_vec_geglu_f32: its +0 stays +0, not 0 * u). y may alias x or u. Same bits on every
+ * level (AVX2: F16C and a gather). */
+void cpu_gelu_row(enum cpu_simd_level level, enum cpu_gelu_kind kind, const float *x, const float *u, float *y,
+                  int64_t n);
+
 /* Sum of 16 lanes in _mm512_reduce_add_ps's order: t[i] = v[i+8] + v[i] (8), then
  * t[i+4] + t[i] (4), then (t0 + t2) + (t1 + t3). */
 float cpu_reduce16(const float v[16]);

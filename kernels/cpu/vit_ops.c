@@ -6,7 +6,6 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -64,47 +63,25 @@ llb_status cpu_layer_norm(struct backend_ctx *c, const float *x, const float *w,
 
 /* ---------------------------------------------------------------- GELU */
 
-/* ggml's tables: fp16(gelu(v)) for every fp16 value v (ggml_table_gelu_f16 and
- * ggml_table_gelu_quick_f16, filled once at ggml_cpu_init). */
-static uint16_t gelu_tanh_table[1 << 16], gelu_quick_table[1 << 16];
-static pthread_once_t gelu_tables_once = PTHREAD_ONCE_INIT;
-
-static void gelu_tables_init(void) {
-  const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f, quick = -1.702f;
-  for (uint32_t i = 0; i < (1u << 16); i++) {
-    const float x = llb_fp16_to_fp32((uint16_t)i);
-    gelu_tanh_table[i] = llb_fp32_to_fp16(0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x))));
-    gelu_quick_table[i] = llb_fp32_to_fp16(x * (1.0f / (1.0f + expf(quick * x))));
-  }
-}
-
 struct gelu_task {
+  enum cpu_simd_level level;
   float *x;
   int64_t n;
-  enum backend_gelu_kind kind;
+  enum cpu_gelu_kind kind;
 };
 
 static void gelu_chunk(void *arg, int64_t chunk, int ith) {
   (void)ith;
   const struct gelu_task *t = arg;
   const int64_t lo = chunk * VIT_CHUNK_ELEMS, hi = lo + VIT_CHUNK_ELEMS < t->n ? lo + VIT_CHUNK_ELEMS : t->n;
-  if (t->kind == BACKEND_GELU_TANH) {
-    for (int64_t i = lo; i < hi; i++) { /* ggml_vec_gelu_f32 with GGML_GELU_FP16 */
-      const float x = t->x[i];
-      if (x <= -10.0f) t->x[i] = 0.0f;
-      else if (x < 10.0f) t->x[i] = llb_fp16_to_fp32(gelu_tanh_table[llb_fp32_to_fp16(x)]);
-    }
-  } else {
-    for (int64_t i = lo; i < hi; i++) /* ggml_vec_gelu_quick_f32 with GGML_GELU_QUICK_FP16 */
-      t->x[i] = llb_fp16_to_fp32(gelu_quick_table[llb_fp32_to_fp16(t->x[i])]);
-  }
+  /* ggml_vec_gelu_f32 / ggml_vec_gelu_quick_f32 with GGML_GELU_FP16 / GGML_GELU_QUICK_FP16 */
+  cpu_gelu_row(t->level, t->kind, t->x + lo, NULL, t->x + lo, hi - lo);
 }
 
 llb_status cpu_gelu(struct backend_ctx *c, float *x, int64_t n, enum backend_gelu_kind kind) {
   if (n < 0 || (kind != BACKEND_GELU_TANH && kind != BACKEND_GELU_QUICK))
     return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "gelu of %lld (kind %d)", (long long)n, (int)kind);
-  pthread_once(&gelu_tables_once, gelu_tables_init);
-  struct gelu_task t = {x, n, kind};
+  struct gelu_task t = {c->level, x, n, kind == BACKEND_GELU_QUICK ? CPU_GELU_QUICK : CPU_GELU_TANH};
   cpu_threadpool_parallel(c->pool, gelu_chunk, &t, ceil_div(n, VIT_CHUNK_ELEMS));
   return LLB_STATUS_OK;
 }

@@ -921,6 +921,63 @@ static void test_ggml_expf_and_swiglu_rows_bit_identical_across_paths(void **sta
   }
 }
 
+/* ggml's fp16-table GELU (GeGLU of Gemma's FFN, the vision encoder's tanh and quick GELU):
+ * known values, the clamps at -10 / 10 (+0 below whatever up is, x above), and the AVX2 row
+ * (F16C and a gather) equal to the scalar row bit for bit over every fp16 value, floats
+ * between them (rounding to nearest even, ties), specials, rows of every length 1 .. 20,
+ * with and without up, and in place. */
+static void test_gelu_rows_bit_identical_across_paths(void **state) {
+  (void)state;
+  enum { N = 65536 + 4096 + 8 };
+  static float x[N], u[N], y1[N], y2[N];
+  rng_state = 7;
+  for (int i = 0; i < 65536; i++) x[i] = llb_fp16_to_fp32((uint16_t)i);
+  for (int i = 65536; i < N; i++) x[i] = rndf() * (i % 5 == 0 ? 14.0f : 4.0f);
+  for (int i = 65536; i < 65536 + 512; i++) { /* halfway between two fp16 values: ties to even */
+    const uint16_t h = (uint16_t)(rnd() & 0x7bff);
+    x[i] = 0.5f * (llb_fp16_to_fp32(h) + llb_fp16_to_fp32((uint16_t)(h + 1)));
+  }
+  const float specials[] = {-10.0f, 10.0f, nextafterf(-10.0f, 0.0f), nextafterf(10.0f, 0.0f), NAN, INFINITY,
+                            -INFINITY, -0.0f, 65520.0f, 1e-8f};
+  for (int i = 0; i < (int)(sizeof(specials) / sizeof(specials[0])); i++) x[N - 1 - i] = specials[i];
+  for (int i = 0; i < N; i++) u[i] = rndf() * 3.0f;
+  u[N - 7] = INFINITY; /* x = -inf: +0, not 0 * inf */
+  for (int kind = CPU_GELU_TANH; kind <= CPU_GELU_QUICK; kind++) {
+    cpu_gelu_row(CPU_SIMD_LEVEL_SCALAR, (enum cpu_gelu_kind)kind, x, NULL, y1, N);
+    if (kind == CPU_GELU_TANH) {
+      assert_true(fabsf(y1[0x3c00] - 0.841192f) < 1e-3f); /* x = 1 */
+      assert_true(y1[N - 1] == 0.0f && !signbit(y1[N - 1])); /* -10 */
+      assert_true(y1[N - 2] == 10.0f);
+      assert_true(fabsf(y1[N - 4] - 10.0f) < 1e-2f); /* just below 10: the table (10 in fp16) */
+      assert_true(isnan(y1[N - 5]) && y1[N - 6] == INFINITY && y1[N - 7] == 0.0f);
+    } else {
+      assert_true(fabsf(y1[0x3c00] - 0.845796f) < 1e-3f); /* 1 * sigmoid(1.702) */
+      assert_true(y1[N - 1] < 0.0f && y1[N - 1] > -1e-6f); /* -10 sigmoid(-17.02): ~-4e-7 */
+    }
+    for (int lvl = CPU_SIMD_LEVEL_AVX2; lvl <= (int)cpu_simd_level_detect(); lvl++) {
+      cpu_gelu_row((enum cpu_simd_level)lvl, (enum cpu_gelu_kind)kind, x, NULL, y2, N);
+      assert_memory_equal(y1, y2, sizeof(y1));
+      cpu_gelu_row(CPU_SIMD_LEVEL_SCALAR, (enum cpu_gelu_kind)kind, x, u, y1, N);
+      memcpy(y2, x, sizeof(y2));
+      cpu_gelu_row((enum cpu_simd_level)lvl, (enum cpu_gelu_kind)kind, y2, u, y2, N); /* in place */
+      assert_memory_equal(y1, y2, sizeof(y1));
+      for (int len = 1; len <= 20; len++)
+        for (int at = N - 20; at + len <= N; at += 3) {
+          float a[20], b[20];
+          cpu_gelu_row(CPU_SIMD_LEVEL_SCALAR, (enum cpu_gelu_kind)kind, x + at, u + at, a, len);
+          cpu_gelu_row((enum cpu_simd_level)lvl, (enum cpu_gelu_kind)kind, x + at, u + at, b, len);
+          assert_memory_equal(a, b, sizeof(float) * (size_t)len);
+        }
+      cpu_gelu_row(CPU_SIMD_LEVEL_SCALAR, (enum cpu_gelu_kind)kind, x, NULL, y1, N);
+    }
+    if (kind == CPU_GELU_TANH) { /* geglu: +0 below -10 whatever up (here -inf x, +inf up) */
+      cpu_gelu_row(cpu_simd_level_detect(), CPU_GELU_TANH, x, u, y2, N);
+      assert_true(y2[N - 7] == 0.0f && !signbit(y2[N - 7]));
+      assert_true(y2[N - 2] == 10.0f * u[N - 2]);
+    }
+  }
+}
+
 struct chunk_count {
   _Atomic int *hits; /* [n] */
   int64_t n;
@@ -1088,6 +1145,7 @@ int main(void) {
       cmocka_unit_test(test_attention_bit_identical_across_paths_and_grouping),
       cmocka_unit_test(test_attention_row_tiles_bit_identical_ragged),
       cmocka_unit_test(test_ggml_expf_and_swiglu_rows_bit_identical_across_paths),
+      cmocka_unit_test(test_gelu_rows_bit_identical_across_paths),
       cmocka_unit_test(test_threadpool_parallel_runs_each_chunk_exactly_once),
       cmocka_unit_test(test_threadpool_active_threads_take_the_chunks),
       cmocka_unit_test(test_threadpool_parallel_waits_for_a_slow_worker),
