@@ -789,8 +789,11 @@ static void check_attention_rows_alone(struct backend_ctx *c, const struct backe
  * soft-capping when softcap > 0: a batch of three sequences whose runs of rows cut the tiles
  * raggedly (7 rows at 300 keys, 5 at 45, a fresh 4), GQA with 1-8 heads per KV head,
  * head_dim 64 / 80 / 128 / 256 and fp16, q8_0 or fp8 caches, gives the scalar path's bits, and
- * each row equals the same row computed alone (one row, no tile), in the BATCH order. */
-static void check_attention_row_tiles(const int32_t D, const int32_t H, float softcap, enum backend_kv_dtype dtype) {
+ * each row equals the same row computed alone (one row, no tile), in the BATCH order. A sliding
+ * window (window > 0) no sequence is longer than cuts no key (the tiles still run); one that
+ * cuts sends the rows one by one: the same bits either way. */
+static void check_attention_row_tiles_w(const int32_t D, const int32_t H, float softcap, enum backend_kv_dtype dtype,
+                                        int32_t window) {
   enum { BS = 16, HKV = 2, DM = 256, NS = 3, T = 16, NB_SEQ = 20, HM = 16 };
   const int32_t lens[NS] = {300, 45, 4}, qsl[NS + 1] = {0, 7, 12, 16};
   /* n_heads / head_dim: the per-thread fp16 scratch a quantized cache's keys are converted into */
@@ -814,7 +817,7 @@ static void check_attention_row_tiles(const int32_t D, const int32_t H, float so
   cpu_backend_set_attn_order(c, CPU_ATTN_ORDER_BATCH);
   struct backend_attn_params p = {.q = q, .out = o1, .kv = &kv, .num_tokens = T, .n_heads = H, .scale = 0.125f,
                                   .num_seqs = NS, .query_start_loc = qsl, .seq_lens = lens, .block_tables = table,
-                                  .max_blocks_per_seq = NB_SEQ, .logit_softcap = softcap};
+                                  .max_blocks_per_seq = NB_SEQ, .logit_softcap = softcap, .sliding_window = window};
   cpu_backend_set_simd_level(c, CPU_SIMD_LEVEL_SCALAR);
   p.out = o2;
   assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
@@ -830,9 +833,20 @@ static void check_attention_row_tiles(const int32_t D, const int32_t H, float so
   backend_cpu_ops()->ctx_destroy(c);
 }
 
+static void check_attention_row_tiles(const int32_t D, const int32_t H, float softcap, enum backend_kv_dtype dtype) {
+  check_attention_row_tiles_w(D, H, softcap, dtype, 0);
+}
+
 static void test_attention_row_tiles_bit_identical_ragged(void **state) {
   (void)state;
   const enum backend_kv_dtype f16 = BACKEND_KV_DTYPE_F16;
+  /* Gemma's sliding layers over a prompt within the window (300 keys, the longest sequence),
+   * soft-capped as gemma2's, and a window of 299 that cuts the longest sequence's last row */
+  check_attention_row_tiles_w(64, 6, 0.0f, f16, 300);
+  check_attention_row_tiles_w(64, 8, 2.0f, f16, 300);
+  check_attention_row_tiles_w(256, 8, 0.0f, f16, 512);
+  check_attention_row_tiles_w(64, 6, 0.0f, f16, 299);
+  check_attention_row_tiles_w(64, 6, 0.0f, BACKEND_KV_DTYPE_Q8_0, 300);
   check_attention_row_tiles(64, 6, 0.0f, f16); /* SmolLM2: 3 heads per KV head, passes of 2 rows */
   check_attention_row_tiles(64, 6, 2.0f, f16); /* soft-capped scores */
   check_attention_row_tiles(64, 4, 0.0f, f16); /* passes of 3 rows and 1 */
