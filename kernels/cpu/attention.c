@@ -598,40 +598,67 @@ ATTN_AVX2_TARGET static void attention_item_batch_avx2(const struct attn_task *t
 }
 #endif
 
+/* Blocks of V rows a rows-path p.v walk looks up at a time (their first rows on the stack: 2 KiB;
+ * 4096 keys at block_size 16, so one window for most prompts). */
+#define ATTN_PV_WINDOW 256
+
+/* A window of a sequence's keys [j0, j1) for the rows paths' p.v: rows [b] = the first fp16 V
+ * row of its block j0 / block_size + b in the cache (the table looked up once per window, not
+ * once per key and lane: at block_size 16 a lane meets each block once). j0 is a multiple of
+ * ATTN_PV_WINDOW * block_size. */
+struct pv_window {
+  const uint16_t *rows[ATTN_PV_WINDOW];
+  int32_t j0, j1;
+};
+
+/* The window of keys from j0 (its start) to at most n0 of the sequence with block table `table`. */
+static void pv_window_at(const struct backend_kv_layer *kv, const int32_t *table, int64_t stride, int32_t j0, int32_t n0,
+                         struct pv_window *w) {
+  const int32_t bs = kv->block_size, b0 = j0 / bs;
+  w->j0 = j0;
+  w->j1 = n0 - j0 < ATTN_PV_WINDOW * bs ? n0 : j0 + ATTN_PV_WINDOW * bs;
+  for (int32_t b = b0; b * bs < w->j1; b++)
+    w->rows[b - b0] = (const uint16_t *)kv->v + (int64_t)table[b] * bs * stride;
+}
+
 #if ATTN_HAVE_X86
 /* ymm accumulators of one AVX2 p.v lane pass over rows: (row, head) pairs x 16 dims (2
  * registers each); the other 4 registers hold a V row's 16 dims and a broadcast probability. */
 #define ATTN_PV2_ROWS_ACC 12
 
 /* Lane l of p.v over dims [off, off + 16) for (row, head) pairs x < nx of a run (pair x is row
- * x / ng; row r attends keys [0, n0 + r): no window), each key's 16 V values converted once for
+ * x / ng; row r attends keys [0, n0 + r): no window), over the keys of window w (from the
+ * accumulators in lane when `cont`, else from zero), each key's 16 V values converted once for
  * all of them: accumulators 2x, 2x + 1 take the keys j = l (mod 16) of the row in key order,
- * fma(p_j, v_j, a), as pv_lane_avx2's, so the same bits. pr [x]: pair x's probabilities from
- * key 0. Stored to lane [16 * x]. Inlined with constant nx and ng: the accumulators stay in
- * registers. 2 * nx <= ATTN_PV2_ROWS_ACC, the rows of a run <= 16. */
+ * fma(p_j, v_j, a), as pv_lane_avx2's, so the same bits (a float stored and loaded back between
+ * windows is exact). pr [x]: pair x's probabilities from key 0. The window that ends at n0 adds
+ * the later rows' keys [n0, n0 + nr - 1) last. Stored to lane [16 * x]. Inlined with constant nx
+ * and ng: the accumulators stay in registers. 2 * nx <= ATTN_PV2_ROWS_ACC, the rows of a run
+ * <= 16. */
 ATTN_AVX2_TARGET static inline __attribute__((always_inline)) void
-pv_lane_rows_avx2(const struct backend_kv_layer *kv, const int32_t *table, const float *const *pr, int32_t n0,
-                  int64_t stride, int64_t off, int32_t l, const int32_t nx, const int32_t ng, float *lane) {
-  const int32_t bs = kv->block_size, n_blocks = (n0 + bs - 1) / bs, nr = nx / ng;
+pv_lane_rows_avx2(const struct backend_kv_layer *kv, const int32_t *table, const struct pv_window *w,
+                  const float *const *pr, int32_t n0, int64_t stride, int64_t off, int32_t l, const int32_t nx,
+                  const int32_t ng, bool cont, float *lane) {
+  const int32_t bs = kv->block_size, nr = nx / ng;
   __m256 a[ATTN_PV2_ROWS_ACC];
-  _Pragma("GCC unroll 12") for (int32_t x = 0; x < 2 * nx; x++) a[x] = _mm256_setzero_ps();
-  for (int32_t b = 0; b < n_blocks; b++) { /* keys [0, n0): every row's */
-    const uint16_t *vb = (const uint16_t *)kv->v + (int64_t)table[b] * bs * stride + off;
-    const int32_t key0 = b * bs, n = n0 - key0 < bs ? n0 - key0 : bs;
-    for (int32_t o = l; o < n; o += 16) { /* bs % 16 == 0: key key0 + o is in lane o % 16 */
-      const uint16_t *vr = vb + (int64_t)o * stride;
-      const __m256 v0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vr));
-      const __m256 v1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8)));
-      _Pragma("GCC unroll 6") for (int32_t x = 0; x < nx; x++) {
-        const __m256 pj = _mm256_set1_ps(pr[x][key0 + o]);
-        a[2 * x] = _mm256_fmadd_ps(pj, v0, a[2 * x]);
-        a[2 * x + 1] = _mm256_fmadd_ps(pj, v1, a[2 * x + 1]);
-      }
+  _Pragma("GCC unroll 12") for (int32_t x = 0; x < 2 * nx; x++) a[x] = cont ? _mm256_loadu_ps(lane + 8 * x)
+                                                                            : _mm256_setzero_ps();
+  const uint16_t *const *vb = w->rows;
+  int32_t o = l; /* key j: row o of block vb (w->j0 % bs == 0) */
+  for (int32_t j = w->j0 + l; j < w->j1; j += 16) { /* bs % 16 == 0: key j is in lane j % 16 */
+    const uint16_t *vr = *vb + (int64_t)o * stride + off;
+    const __m256 v0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vr));
+    const __m256 v1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8)));
+    _Pragma("GCC unroll 6") for (int32_t x = 0; x < nx; x++) {
+      const __m256 pj = _mm256_set1_ps(pr[x][j]);
+      a[2 * x] = _mm256_fmadd_ps(pj, v0, a[2 * x]);
+      a[2 * x + 1] = _mm256_fmadd_ps(pj, v1, a[2 * x + 1]);
     }
+    if ((o += 16) >= bs) o -= bs, vb++;
   }
   /* keys [n0, n0 + nr - 1), the later rows' only (at most one in this lane), last */
   const int32_t j = n0 + ((l - n0 % 16) + 16) % 16;
-  if (j < n0 + nr - 1) {
+  if (w->j1 == n0 && j < n0 + nr - 1) {
     const uint16_t *vr = kv_row_at(kv, kv->v, table, j, 0) + off;
     const __m256 v0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vr));
     const __m256 v1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8)));
@@ -656,20 +683,26 @@ ATTN_AVX2_TARGET static void pv_rows_pass_avx2(const struct backend_attn_params 
   const float *pr[ATTN_PV2_ROWS_ACC / 2];
   for (int32_t r = 0; r < m; r++)
     for (int32_t g = 0; g < n_h; g++) pr[r * n_h + g] = scores + (int64_t)(r0 + r) * n_h * n_last + (int64_t)g * (n0 + r);
+  struct pv_window w;
   for (int32_t d0 = 0; d0 < hd; d0 += 16) {
     float lane[16][ATTN_PV2_ROWS_ACC * 8];
-    for (int32_t l = 0; l < 16; l++) {
-#define PV_ROWS(NX, NG) pv_lane_rows_avx2(p->kv, it0->table, pr, n0, stride, head_off + d0, l, NX, NG, lane[l])
-      if (n_h == 3 && m == 2) PV_ROWS(6, 3); /* 3 heads per KV head (SmolLM2) */
-      else if (n_h == 3 && m == 1) PV_ROWS(3, 3);
-      else if (n_h == 2 && m == 3) PV_ROWS(6, 2);
-      else if (n_h == 2 && m == 2) PV_ROWS(4, 2);
-      else if (n_h == 2 && m == 1) PV_ROWS(2, 2);
-      else if (n_h == 1 && m == 4) PV_ROWS(4, 1); /* one head per KV head */
-      else if (n_h == 1 && m == 3) PV_ROWS(3, 1);
-      else if (n_h == 1 && m == 2) PV_ROWS(2, 1);
-      else PV_ROWS(nx, n_h);
+    for (int32_t j0 = 0, more = 1; more; j0 = w.j1) { /* one window unless n0 > ATTN_PV_WINDOW blocks */
+      pv_window_at(p->kv, it0->table, stride, j0, n0, &w);
+      more = w.j1 < n0;
+      for (int32_t l = 0; l < 16; l++) {
+#define PV_ROWS(NX, NG) \
+  pv_lane_rows_avx2(p->kv, it0->table, &w, pr, n0, stride, head_off + d0, l, NX, NG, j0 > 0, lane[l])
+        if (n_h == 3 && m == 2) PV_ROWS(6, 3); /* 3 heads per KV head (SmolLM2) */
+        else if (n_h == 3 && m == 1) PV_ROWS(3, 3);
+        else if (n_h == 2 && m == 3) PV_ROWS(6, 2);
+        else if (n_h == 2 && m == 2) PV_ROWS(4, 2);
+        else if (n_h == 2 && m == 1) PV_ROWS(2, 2);
+        else if (n_h == 1 && m == 4) PV_ROWS(4, 1); /* one head per KV head */
+        else if (n_h == 1 && m == 3) PV_ROWS(3, 1);
+        else if (n_h == 1 && m == 2) PV_ROWS(2, 1);
+        else PV_ROWS(nx, n_h);
 #undef PV_ROWS
+      }
     }
     for (int32_t y = 0; y < 2 * nx; y++) { /* y = 2 x + i: pair x, dims d0 + 8 i .. */
       __m256 t[16];
@@ -1129,32 +1162,34 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
 #define ATTN_PV_ROWS_ACC 24
 
 /* Lane l of p.v for rows r < nr of a run (row r attends keys [0, n0 + r): no window) and heads
- * g < ng of each, the V row of each key converted once for all of them: accumulator
+ * g < ng of each, over the keys of window w (from the accumulators in lane when `cont`, else
+ * from zero), the V row of each key converted once for all of them: accumulator
  * (r * ng + g) * nv + i takes the keys j = l (mod 16) of row r in key order, fma(p_j, v_j, a),
  * as pv_lane_avx512's, so the same bits. pr [r * ng + g]: row r's head g probabilities from
- * key 0. Stored to lane [16 * x] for accumulator x. nr * ng * nv <= ATTN_PV_ROWS_ACC. */
+ * key 0. The window that ends at n0 adds the later rows' keys last. Stored to lane [16 * x] for
+ * accumulator x. nr * ng * nv <= ATTN_PV_ROWS_ACC. */
 ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
-pv_lane_rows_avx512(const struct backend_kv_layer *kv, const int32_t *table, const float *const *pr, int32_t n0,
-                    int64_t stride, int64_t head_off, int32_t l, const int32_t nv, const int32_t ng, const int32_t nr,
-                    float *lane) {
-  const int32_t bs = kv->block_size, n_blocks = (n0 + bs - 1) / bs;
+pv_lane_rows_avx512(const struct backend_kv_layer *kv, const int32_t *table, const struct pv_window *w,
+                    const float *const *pr, int32_t n0, int64_t stride, int64_t head_off, int32_t l, const int32_t nv,
+                    const int32_t ng, const int32_t nr, bool cont, float *lane) {
+  const int32_t bs = kv->block_size;
   __m512 a[ATTN_PV_ROWS_ACC], vf[ATTN_MAX_DIM / 16];
-  _Pragma("GCC unroll 24") for (int32_t x = 0; x < nr * ng * nv; x++) a[x] = _mm512_setzero_ps();
-  for (int32_t b = 0; b < n_blocks; b++) { /* keys [0, n0): every row's */
-    const uint16_t *vb = (const uint16_t *)kv->v + (int64_t)table[b] * bs * stride + head_off;
-    const int32_t key0 = b * bs, n = n0 - key0 < bs ? n0 - key0 : bs;
-    for (int32_t o = l; o < n; o += 16) { /* bs % 16 == 0: key key0 + o is in lane o % 16 */
-      const uint16_t *vr = vb + (int64_t)o * stride;
-      for (int32_t i = 0; i < nv; i++) vf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * i)));
-      _Pragma("GCC unroll 24") for (int32_t x = 0; x < nr * ng; x++) {
-        const __m512 pj = _mm512_set1_ps(pr[x][key0 + o]);
-        for (int32_t i = 0; i < nv; i++) a[x * nv + i] = _mm512_fmadd_ps(pj, vf[i], a[x * nv + i]);
-      }
+  _Pragma("GCC unroll 24") for (int32_t x = 0; x < nr * ng * nv; x++) a[x] = cont ? _mm512_loadu_ps(lane + 16 * x)
+                                                                                  : _mm512_setzero_ps();
+  const uint16_t *const *vb = w->rows;
+  int32_t o = l; /* key j: row o of block vb (w->j0 % bs == 0) */
+  for (int32_t j = w->j0 + l; j < w->j1; j += 16) { /* bs % 16 == 0: key j is in lane j % 16 */
+    const uint16_t *vr = *vb + (int64_t)o * stride + head_off;
+    for (int32_t i = 0; i < nv; i++) vf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * i)));
+    _Pragma("GCC unroll 24") for (int32_t x = 0; x < nr * ng; x++) {
+      const __m512 pj = _mm512_set1_ps(pr[x][j]);
+      for (int32_t i = 0; i < nv; i++) a[x * nv + i] = _mm512_fmadd_ps(pj, vf[i], a[x * nv + i]);
     }
+    if ((o += 16) >= bs) o -= bs, vb++;
   }
   /* keys [n0, n0 + nr - 1), the later rows' only (nr <= 16: at most one in this lane), last */
   const int32_t j = n0 + ((l - n0 % 16) + 16) % 16;
-  if (j < n0 + nr - 1) {
+  if (w->j1 == n0 && j < n0 + nr - 1) {
     const uint16_t *vr = kv_row_at(kv, kv->v, table, j, 0) + head_off;
     for (int32_t i = 0; i < nv; i++) vf[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * i)));
     _Pragma("GCC unroll 24") for (int32_t x = 0; x < nr * ng; x++) { /* rows r > j - n0 (constant indices: a stays in registers) */
@@ -1184,16 +1219,22 @@ ATTN_AVX512_TARGET static void pv_rows_pass_avx512(const struct backend_attn_par
   for (int32_t r = 0; r < m; r++)
     for (int32_t g = 0; g < n_h; g++) pr[r * n_h + g] = scores + (int64_t)(r0 + r) * n_h * n_last + (int64_t)g * (n0 + r);
   float lane[16][ATTN_PV_ROWS_ACC * 16];
-  for (int32_t l = 0; l < 16; l++) {
-#define PV_ROWS(NV, NG, NR) pv_lane_rows_avx512(p->kv, it0->table, pr, n0, stride, head_off, l, NV, NG, NR, lane[l])
-    if (nv == 4 && n_h == 3 && m == 2) PV_ROWS(4, 3, 2); /* head_dim 64, 3 heads per KV head (SmolLM2) */
-    else if (nv == 4 && n_h == 3 && m == 1) PV_ROWS(4, 3, 1);
-    else if (nv == 4 && n_h == 2 && m == 3) PV_ROWS(4, 2, 3);
-    else if (nv == 4 && n_h == 1 && m == 4) PV_ROWS(4, 1, 4);
-    else if (nv == 8 && n_h == 1 && m == 3) PV_ROWS(8, 1, 3); /* head_dim 128, one head per KV head */
-    else if (nv == 8 && n_h == 1 && m == 2) PV_ROWS(8, 1, 2);
-    else PV_ROWS(nv, n_h, m);
+  struct pv_window w;
+  for (int32_t j0 = 0, more = 1; more; j0 = w.j1) { /* one window unless n0 > ATTN_PV_WINDOW blocks */
+    pv_window_at(p->kv, it0->table, stride, j0, n0, &w);
+    more = w.j1 < n0;
+    for (int32_t l = 0; l < 16; l++) {
+#define PV_ROWS(NV, NG, NR) \
+  pv_lane_rows_avx512(p->kv, it0->table, &w, pr, n0, stride, head_off, l, NV, NG, NR, j0 > 0, lane[l])
+      if (nv == 4 && n_h == 3 && m == 2) PV_ROWS(4, 3, 2); /* head_dim 64, 3 heads per KV head (SmolLM2) */
+      else if (nv == 4 && n_h == 3 && m == 1) PV_ROWS(4, 3, 1);
+      else if (nv == 4 && n_h == 2 && m == 3) PV_ROWS(4, 2, 3);
+      else if (nv == 4 && n_h == 1 && m == 4) PV_ROWS(4, 1, 4);
+      else if (nv == 8 && n_h == 1 && m == 3) PV_ROWS(8, 1, 3); /* head_dim 128, one head per KV head */
+      else if (nv == 8 && n_h == 1 && m == 2) PV_ROWS(8, 1, 2);
+      else PV_ROWS(nv, n_h, m);
 #undef PV_ROWS
+    }
   }
   for (int32_t x = 0; x < na; x++) { /* x = (r * n_h + g) * nv + i */
     __m512 t[16];

@@ -862,6 +862,47 @@ static void test_attention_row_tiles_bit_identical_ragged(void **state) {
   check_attention_row_tiles(64, 6, 0.0f, BACKEND_KV_DTYPE_FP8_E4M3);
 }
 
+/* Prefill rows past 4096 keys (the rows paths' p.v looks up 256 blocks of V rows at a time and
+ * carries its lane accumulators from one window to the next): a chunk of 16 rows (tiles of 4)
+ * at the end of a 4200-key sequence, blocks of 16 in a scrambled order, SmolLM2's heads, gives
+ * the scalar path's bits on every level from AVX2 up, and each row equals the same row
+ * computed alone. */
+static void test_attention_row_tiles_past_one_window(void **state) {
+  (void)state;
+  enum { BS = 16, HKV = 3, H = 9, D = 64, LEN = 4200, Q = 16, NB = (LEN + BS - 1) / BS };
+  const struct backend_ctx_params cp = {.n_threads = 2, .max_num_tokens = 16, .max_row_elems = 1024,
+                                        .max_context_len = LEN};
+  struct backend_ctx *c = NULL;
+  assert_int_equal(backend_cpu_ops()->ctx_create(&cp, &c), LLB_STATUS_OK);
+  static uint16_t kc[NB * BS * HKV * D], vc[NB * BS * HKV * D];
+  static float k[LEN * HKV * D], v[LEN * HKV * D], q[Q * H * D], o1[Q * H * D], o2[Q * H * D], o3[H * D];
+  static int64_t slots[LEN];
+  static int32_t table[NB];
+  struct backend_kv_layer kv = {kc, vc, NB, BS, HKV, D, BACKEND_KV_DTYPE_F16};
+  for (int i = 0; i < NB; i++) table[i] = (i * 37 + 5) % NB; /* 37 and 263 coprime */
+  rng_state = 4096;
+  for (int i = 0; i < LEN * HKV * D; i++) k[i] = rndf() * 2, v[i] = rndf();
+  for (int i = 0; i < Q * H * D; i++) q[i] = rndf();
+  for (int j = 0; j < LEN; j++) slots[j] = (int64_t)table[j / BS] * BS + j % BS;
+  assert_int_equal(backend_cpu_ops()->kv_write(c, &kv, k, v, slots, LEN), LLB_STATUS_OK);
+  const int32_t qsl[2] = {0, Q}, lens[1] = {LEN};
+  cpu_backend_set_attn_order(c, CPU_ATTN_ORDER_BATCH);
+  struct backend_attn_params p = {.q = q, .out = o2, .kv = &kv, .num_tokens = Q, .n_heads = H, .scale = 0.125f,
+                                  .num_seqs = 1, .query_start_loc = qsl, .seq_lens = lens, .block_tables = table,
+                                  .max_blocks_per_seq = NB};
+  cpu_backend_set_simd_level(c, CPU_SIMD_LEVEL_SCALAR);
+  assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
+  p.out = o1;
+  const enum cpu_simd_level best = cpu_simd_level_detect();
+  for (enum cpu_simd_level level = best >= CPU_SIMD_LEVEL_AVX2 ? CPU_SIMD_LEVEL_AVX2 : best; level <= best; level++) {
+    cpu_backend_set_simd_level(c, level);
+    assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
+    if (memcmp(o1, o2, sizeof(o1)) != 0) fail_msg("level %d: the tiles differ from the scalar path", (int)level);
+    check_attention_rows_alone(c, &p, D, H, o3);
+  }
+  backend_cpu_ops()->ctx_destroy(c);
+}
+
 /* The final-logit soft-cap op: cap * tanh(x / cap), in place, bounded by the cap. */
 static void test_softcap_matches_reference(void **state) {
   (void)state;
@@ -1158,6 +1199,7 @@ int main(void) {
       cmocka_unit_test(test_fp16_row_conversion_matches_scalar_rounding),
       cmocka_unit_test(test_attention_bit_identical_across_paths_and_grouping),
       cmocka_unit_test(test_attention_row_tiles_bit_identical_ragged),
+      cmocka_unit_test(test_attention_row_tiles_past_one_window),
       cmocka_unit_test(test_ggml_expf_and_swiglu_rows_bit_identical_across_paths),
       cmocka_unit_test(test_gelu_rows_bit_identical_across_paths),
       cmocka_unit_test(test_threadpool_parallel_runs_each_chunk_exactly_once),
