@@ -784,6 +784,26 @@ static void check_attention_rows_alone(struct backend_ctx *c, const struct backe
   }
 }
 
+/* The attention batch p on the scalar path (into scalar [num_tokens * H * D]), then on every
+ * level from AVX2 up (into p->out): the same bits, and each row equals the same row computed
+ * alone (check_attention_rows_alone; o3 [H * D] scratch). */
+static void check_attention_tiles_every_level(struct backend_ctx *c, struct backend_attn_params *p, float *scalar,
+                                              int32_t D, int32_t H, float *o3) {
+  float *out = p->out;
+  p->out = scalar;
+  cpu_backend_set_simd_level(c, CPU_SIMD_LEVEL_SCALAR);
+  assert_int_equal(backend_cpu_ops()->attention(c, p), LLB_STATUS_OK);
+  p->out = out;
+  const enum cpu_simd_level best = cpu_simd_level_detect();
+  for (enum cpu_simd_level level = best >= CPU_SIMD_LEVEL_AVX2 ? CPU_SIMD_LEVEL_AVX2 : best; level <= best; level++) {
+    cpu_backend_set_simd_level(c, level);
+    assert_int_equal(backend_cpu_ops()->attention(c, p), LLB_STATUS_OK);
+    check_attention_rows_alone(c, p, D, H, o3);
+    if (memcmp(out, scalar, (size_t)p->num_tokens * H * D * sizeof(float)) != 0)
+      fail_msg("D %d H %d level %d: the tiles differ from the scalar path", D, H, (int)level);
+  }
+}
+
 /* Prefill rows in tiles (the AVX2 and AVX-512 rows paths, each level from AVX2 up to the
  * CPU's: several rows of a sequence share each key's conversion, p.v in passes of rows), with
  * soft-capping when softcap > 0: a batch of three sequences whose runs of rows cut the tiles
@@ -818,18 +838,7 @@ static void check_attention_row_tiles_w(const int32_t D, const int32_t H, float 
   struct backend_attn_params p = {.q = q, .out = o1, .kv = &kv, .num_tokens = T, .n_heads = H, .scale = 0.125f,
                                   .num_seqs = NS, .query_start_loc = qsl, .seq_lens = lens, .block_tables = table,
                                   .max_blocks_per_seq = NB_SEQ, .logit_softcap = softcap, .sliding_window = window};
-  cpu_backend_set_simd_level(c, CPU_SIMD_LEVEL_SCALAR);
-  p.out = o2;
-  assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
-  p.out = o1;
-  const enum cpu_simd_level best = cpu_simd_level_detect();
-  for (enum cpu_simd_level level = best >= CPU_SIMD_LEVEL_AVX2 ? CPU_SIMD_LEVEL_AVX2 : best; level <= best; level++) {
-    cpu_backend_set_simd_level(c, level);
-    assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
-    check_attention_rows_alone(c, &p, D, H, o3);
-    if (memcmp(o1, o2, (size_t)T * H * D * sizeof(float)) != 0)
-      fail_msg("D %d H %d level %d: the tiles differ from the scalar path", D, H, (int)level);
-  }
+  check_attention_tiles_every_level(c, &p, o2, D, H, o3);
   backend_cpu_ops()->ctx_destroy(c);
 }
 
@@ -887,19 +896,10 @@ static void test_attention_row_tiles_past_one_window(void **state) {
   assert_int_equal(backend_cpu_ops()->kv_write(c, &kv, k, v, slots, LEN), LLB_STATUS_OK);
   const int32_t qsl[2] = {0, Q}, lens[1] = {LEN};
   cpu_backend_set_attn_order(c, CPU_ATTN_ORDER_BATCH);
-  struct backend_attn_params p = {.q = q, .out = o2, .kv = &kv, .num_tokens = Q, .n_heads = H, .scale = 0.125f,
+  struct backend_attn_params p = {.q = q, .out = o1, .kv = &kv, .num_tokens = Q, .n_heads = H, .scale = 0.125f,
                                   .num_seqs = 1, .query_start_loc = qsl, .seq_lens = lens, .block_tables = table,
                                   .max_blocks_per_seq = NB};
-  cpu_backend_set_simd_level(c, CPU_SIMD_LEVEL_SCALAR);
-  assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
-  p.out = o1;
-  const enum cpu_simd_level best = cpu_simd_level_detect();
-  for (enum cpu_simd_level level = best >= CPU_SIMD_LEVEL_AVX2 ? CPU_SIMD_LEVEL_AVX2 : best; level <= best; level++) {
-    cpu_backend_set_simd_level(c, level);
-    assert_int_equal(backend_cpu_ops()->attention(c, &p), LLB_STATUS_OK);
-    if (memcmp(o1, o2, sizeof(o1)) != 0) fail_msg("level %d: the tiles differ from the scalar path", (int)level);
-    check_attention_rows_alone(c, &p, D, H, o3);
-  }
+  check_attention_tiles_every_level(c, &p, o2, D, H, o3);
   backend_cpu_ops()->ctx_destroy(c);
 }
 
