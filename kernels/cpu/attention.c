@@ -700,6 +700,9 @@ ATTN_AVX2_TARGET static void pv_rows_pass_avx2(const struct backend_attn_params 
         else if (n_h == 1 && m == 4) PV_ROWS(4, 1); /* one head per KV head */
         else if (n_h == 1 && m == 3) PV_ROWS(3, 1);
         else if (n_h == 1 && m == 2) PV_ROWS(2, 1);
+        else if (n_h == 4 && m == 1) PV_ROWS(4, 4); /* one row of 4-6 heads (Gemma 3: 4) */
+        else if (n_h == 5 && m == 1) PV_ROWS(5, 5);
+        else if (n_h == 6 && m == 1) PV_ROWS(6, 6);
         else PV_ROWS(nx, n_h);
 #undef PV_ROWS
       }
@@ -774,8 +777,12 @@ ATTN_AVX2_TARGET static void attention_rows_avx2(const struct attn_task *t, cons
       cpu_attn_softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)r * n_h * n_last + (int64_t)g * (it0->n_ctx + r), 0,
                   it0->n_ctx + r);
   const int32_t rp = ATTN_PV2_ROWS_ACC / 2 / n_h;
+  /* passes of one row where its heads' accumulators fill the registers and a pass is specialized
+   * (4-6 heads per KV head: each V slice converted once for all of them, where
+   * attention_item_batch_avx2's p.v converts it once per pair of heads) */
+  const bool one_row_passes = rp == 1 && n_h >= 4 && n_h <= 6;
   for (int32_t r0 = 0; r0 < nr; r0 += rp > 1 ? rp : 1) {
-    if (rp < 2) { /* one row's heads (nearly) fill the registers: attention_item_batch_avx2's p.v */
+    if (rp < 2 && !one_row_passes) { /* attention_item_batch_avx2's p.v */
       struct attn_item ir = *it0;
       ir.tok += r0;
       ir.n_ctx += r0;
@@ -1209,12 +1216,15 @@ static int32_t pv_rows_per_pass(int32_t nv, int32_t n_h) {
 }
 
 /* p.v of rows it0->tok + r0 .. + m - 1 of a run (scores [r][n_h][n_ctx of row r] in slices
- * of n_h * n_last, row r's n_ctx it0->n_ctx + r) and every head of the item, in one lane pass
- * (pv_lane_rows_avx512), then the 16 lanes summed in combine_lanes' tree as pv_avx512 does. */
+ * of n_h * n_last, row r's n_ctx it0->n_ctx + r) and every head of the item over dims
+ * [d0, d0 + 16 nvp) (the whole head, or one 16-dim slice), in one lane pass
+ * (pv_lane_rows_avx512), then the 16 lanes summed in combine_lanes' tree as pv_avx512 does:
+ * each (head, 16-dim slice) accumulator takes the same fmas whatever the pass holds beside it,
+ * so the same bits. m * n_h * nvp <= ATTN_PV_ROWS_ACC. */
 ATTN_AVX512_TARGET static void pv_rows_pass_avx512(const struct backend_attn_params *p, const struct attn_item *it0,
                                                    int32_t r0, int32_t m, const float *scores, int32_t n_last,
-                                                   int64_t stride, int64_t head_off) {
-  const int32_t hd = p->kv->head_dim, nv = hd / 16, n_h = it0->n_h, n0 = it0->n_ctx + r0, na = m * n_h * nv;
+                                                   int64_t stride, int64_t head_off, int32_t d0, int32_t nvp) {
+  const int32_t hd = p->kv->head_dim, n_h = it0->n_h, n0 = it0->n_ctx + r0, na = m * n_h * nvp;
   const float *pr[ATTN_PV_ROWS_ACC];
   for (int32_t r = 0; r < m; r++)
     for (int32_t g = 0; g < n_h; g++) pr[r * n_h + g] = scores + (int64_t)(r0 + r) * n_h * n_last + (int64_t)g * (n0 + r);
@@ -1225,35 +1235,45 @@ ATTN_AVX512_TARGET static void pv_rows_pass_avx512(const struct backend_attn_par
     more = w.j1 < n0;
     for (int32_t l = 0; l < 16; l++) {
 #define PV_ROWS(NV, NG, NR) \
-  pv_lane_rows_avx512(p->kv, it0->table, &w, pr, n0, stride, head_off, l, NV, NG, NR, j0 > 0, lane[l])
-      if (nv == 4 && n_h == 3 && m == 2) PV_ROWS(4, 3, 2); /* head_dim 64, 3 heads per KV head (SmolLM2) */
-      else if (nv == 4 && n_h == 3 && m == 1) PV_ROWS(4, 3, 1);
-      else if (nv == 4 && n_h == 2 && m == 3) PV_ROWS(4, 2, 3);
-      else if (nv == 4 && n_h == 1 && m == 4) PV_ROWS(4, 1, 4);
-      else if (nv == 8 && n_h == 1 && m == 3) PV_ROWS(8, 1, 3); /* head_dim 128, one head per KV head */
-      else if (nv == 8 && n_h == 1 && m == 2) PV_ROWS(8, 1, 2);
-      else PV_ROWS(nv, n_h, m);
+  pv_lane_rows_avx512(p->kv, it0->table, &w, pr, n0, stride, head_off + d0, l, NV, NG, NR, j0 > 0, lane[l])
+      if (nvp == 4 && n_h == 3 && m == 2) PV_ROWS(4, 3, 2); /* head_dim 64, 3 heads per KV head (SmolLM2) */
+      else if (nvp == 4 && n_h == 3 && m == 1) PV_ROWS(4, 3, 1);
+      else if (nvp == 4 && n_h == 2 && m == 3) PV_ROWS(4, 2, 3);
+      else if (nvp == 4 && n_h == 1 && m == 4) PV_ROWS(4, 1, 4);
+      else if (nvp == 8 && n_h == 1 && m == 3) PV_ROWS(8, 1, 3); /* head_dim 128, one head per KV head */
+      else if (nvp == 8 && n_h == 1 && m == 2) PV_ROWS(8, 1, 2);
+      else if (nvp == 1 && n_h == 4 && m == 4) PV_ROWS(1, 4, 4); /* slices: 4 heads per KV head (Gemma 3) */
+      else if (nvp == 1 && n_h == 4 && m == 3) PV_ROWS(1, 4, 3);
+      else if (nvp == 1 && n_h == 4 && m == 2) PV_ROWS(1, 4, 2);
+      else if (nvp == 1 && n_h == 4 && m == 1) PV_ROWS(1, 4, 1);
+      else if (nvp == 1 && n_h == 3 && m == 4) PV_ROWS(1, 3, 4);
+      else if (nvp == 1 && n_h == 2 && m == 4) PV_ROWS(1, 2, 4);
+      else if (nvp == 1 && n_h == 1 && m == 4) PV_ROWS(1, 1, 4);
+      else PV_ROWS(nvp, n_h, m);
 #undef PV_ROWS
     }
   }
-  for (int32_t x = 0; x < na; x++) { /* x = (r * n_h + g) * nv + i */
+  for (int32_t x = 0; x < na; x++) { /* x = (r * n_h + g) * nvp + i */
     __m512 t[16];
     for (int l = 0; l < 16; l++) t[l] = _mm512_loadu_ps(lane[l] + 16 * x);
     for (int l = 0; l < 8; l++) t[l] = _mm512_add_ps(t[l + 8], t[l]);
     for (int l = 0; l < 4; l++) t[l] = _mm512_add_ps(t[l + 4], t[l]);
-    const int32_t r = x / (n_h * nv), g = x / nv % n_h, i = x % nv;
-    float *out = p->out + ((int64_t)(it0->tok + r0 + r) * p->n_heads + it0->h0 + g) * hd + 16 * i;
+    const int32_t r = x / (n_h * nvp), g = x / nvp % n_h, i = x % nvp;
+    float *out = p->out + ((int64_t)(it0->tok + r0 + r) * p->n_heads + it0->h0 + g) * hd + d0 + 16 * i;
     _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(t[0], t[2]), _mm512_add_ps(t[1], t[3])));
   }
 }
 
 /* p.v of the nr rows of attention_rows_avx512 (probabilities in scores, its layout): rows
- * that fit in one pass share each key's V conversion; heads too many for that go row by row
- * (pv_avx512). */
+ * that fit in one pass share each key's V conversion, whole heads at head_dim 64 and 128, one
+ * 16-dim slice at a time otherwise (80, 96, Gemma's 256: each V slice converted once for up
+ * to 4 rows x the KV head's heads, where head by head converted every V row once per head and
+ * row); heads too many for a pass go row by row (pv_avx512). */
 ATTN_AVX512_TARGET static void pv_rows_avx512(const struct backend_attn_params *p, const struct attn_item *it0,
                                               int32_t nr, const float *scores, int32_t n_last, int64_t stride,
                                               int64_t head_off) {
-  const int32_t nv = p->kv->head_dim / 16, n_h = it0->n_h, rp = pv_rows_per_pass(nv, n_h);
+  const int32_t nv = p->kv->head_dim / 16, n_h = it0->n_h, nvp = nv == 4 || nv == 8 ? nv : 1;
+  const int32_t rp = pv_rows_per_pass(nvp, n_h);
   for (int32_t r0 = 0; r0 < nr; r0 += rp > 1 ? rp : 1) {
     if (rp < 2) { /* one row's heads (nearly) fill the registers: pv_avx512's passes */
       struct attn_item ir = *it0;
@@ -1262,7 +1282,8 @@ ATTN_AVX512_TARGET static void pv_rows_avx512(const struct backend_attn_params *
       pv_avx512(p, &ir, scores + (int64_t)r0 * n_h * n_last);
       continue;
     }
-    pv_rows_pass_avx512(p, it0, r0, nr - r0 < rp ? nr - r0 : rp, scores, n_last, stride, head_off);
+    for (int32_t d0 = 0; d0 < 16 * nv; d0 += 16 * nvp)
+      pv_rows_pass_avx512(p, it0, r0, nr - r0 < rp ? nr - r0 : rp, scores, n_last, stride, head_off, d0, nvp);
   }
 }
 #endif

@@ -861,7 +861,9 @@ static void test_attention_row_tiles_bit_identical_ragged(void **state) {
   check_attention_row_tiles(64, 4, 0.0f, f16); /* passes of 3 rows and 1 */
   check_attention_row_tiles(64, 2, 0.0f, f16); /* passes of 4 rows */
   check_attention_row_tiles(64, 8, 0.0f, f16); /* 4 heads: passes of 1 row (AVX2: row by row) */
-  check_attention_row_tiles(64, 10, 0.0f, f16); /* 5 and 8 heads per KV head: row by row */
+  check_attention_row_tiles(64, 10, 0.0f, f16); /* 5, 6 and 8 heads per KV head: passes of one row (AVX2) */
+  check_attention_row_tiles(64, 12, 0.0f, f16);
+  check_attention_row_tiles(96, 8, 0.0f, f16); /* AVX-512 p.v in 16-dim slices: 4 rows x 4 heads */
   check_attention_row_tiles(64, 16, 0.0f, f16);
   check_attention_row_tiles(80, 6, 0.0f, f16); /* head_dim not a multiple of 32 */
   check_attention_row_tiles(128, 2, 0.0f, f16);
