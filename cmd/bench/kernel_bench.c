@@ -126,10 +126,11 @@ done:
 }
 
 /* What one token costs the machine: the matrices a step reads (all tensors of 2 or more dims;
- * token_embd only when it is also the output, tied), the int8 multiply-adds of the matmuls,
- * and the K/V bytes of one context position (K and V of every layer in the cache's dtype). */
+ * token_embd only when it is also the output, tied), the int8 multiply-adds of the matmuls
+ * (output_macs of them the output matrix's), and the K/V bytes of one context position (K and
+ * V of every layer in the cache's dtype). */
 struct token_cost {
-  double weight_bytes, matmul_macs, kv_bytes_per_pos;
+  double weight_bytes, matmul_macs, output_macs, kv_bytes_per_pos;
 };
 
 static struct token_cost token_cost_of(const struct gguf_file *f, const struct llama_config *c,
@@ -139,8 +140,10 @@ static struct token_cost token_cost_of(const struct gguf_file *f, const struct l
   for (int64_t i = 0; i < gguf_tensor_count(f); i++) {
     const struct gguf_tensor *t = gguf_tensor_at(f, i);
     if (t->n_dims < 2 || (!tied && strcmp(t->name, "token_embd.weight") == 0)) continue;
+    const double macs = (double)t->ne[0] * (double)t->ne[1];
     tc.weight_bytes += (double)t->size_bytes;
-    tc.matmul_macs += (double)t->ne[0] * (double)t->ne[1];
+    tc.matmul_macs += macs;
+    if (strcmp(t->name, tied ? "token_embd.weight" : "output.weight") == 0) tc.output_macs = macs;
   }
   tc.kv_bytes_per_pos = 2.0 * c->block_count * c->head_count_kv * (double)backend_kv_row_bytes(kv_dtype, c->head_dim);
   return tc;
@@ -265,10 +268,14 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
     snprintf(what, sizeof(what), "prefill %d", n_prefill);
     report(what, v, c, runs);
     if (roofline) {
-      /* the CPU-time figure holds on a loaded machine: the peak per thread over CPU s a token */
-      const double ops = 2.0 * tcost.matmul_macs, per_thread = rl.int8_ops_per_s / threads;
-      printf("%-14s %9.2f of the int8 peak (%.1f M int ops a token; attention in float not counted; "
-             "%.2f by CPU time)\n", "", roofline_fraction(v[runs / 2], ops, rl.int8_ops_per_s), ops / 1e6,
+      /* the CPU-time figure holds on a loaded machine: the peak per thread over CPU s a token.
+       * A prefill step computes the logits of its last row only (as llama-bench's pp): the
+       * output matrix's multiply-adds count once a step, not once a token */
+      const double ops = 2.0 * (tcost.matmul_macs - tcost.output_macs + tcost.output_macs / n_prefill),
+                   per_thread = rl.int8_ops_per_s / threads;
+      printf("%-14s %9.2f of the int8 peak (%.1f M int ops a token: the layers' matmuls, the output's for the "
+             "last row only; attention in float not counted; %.2f by CPU time)\n", "",
+             roofline_fraction(v[runs / 2], ops, rl.int8_ops_per_s), ops / 1e6,
              roofline_fraction(1e3 / c[runs / 2], ops, per_thread));
       if (rl.int8_widened_ops_per_s > 0)
         printf("%-14s %9.2f of the widened-step int8 rate\n", "",
