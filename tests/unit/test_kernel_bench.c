@@ -5,7 +5,8 @@
  * worker's --step-log, lines with "first" and lines written before it, and fits the model the
  * steps came from, the first-step-after-idle term with it; --kernel times one packed kernel
  * after checking it against the scalar one, and refuses an unknown type or a bad shape;
- * --op-times prints each decode step split at every op the forward reports. */
+ * --op-times prints each decode step split at every op the forward reports; --roofline counts a
+ * prefill token's int8 work with the output matrix's once a step. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -245,6 +246,28 @@ static void test_op_times_split_a_step_op_by_op(void **s) {
   free(out);
 }
 
+/* --roofline's prefill fraction counts a prefill token's int8 work as the layers' matmuls plus
+ * the output matrix's once a step (a step computes its last row's logits only): on the default
+ * model (tied output, 49152 x 576) the printed ops a token are 2 x (the token's multiply-adds -
+ * the output's + the output's / 32) for a 32-token prefill. */
+static void test_roofline_prefill_counts_the_output_once_a_step(void **s) {
+  (void)s;
+  if (access(model_path, R_OK) != 0) skip();
+  struct kernel_bench_options o = small();
+  o.n_prefill = 32;
+  o.batches[0] = 1;
+  o.roofline = true;
+  char *out = NULL;
+  assert_int_equal(run_captured(&o, &out), 0);
+  const char *h = strstr(out, "of matrices and does "), *p = strstr(out, "of the int8 peak (");
+  double macs = 0, ops = 0;
+  if (!h || !p || sscanf(h, "of matrices and does %lf", &macs) != 1 || sscanf(p, "of the int8 peak (%lf", &ops) != 1)
+    fail_msg("no roofline header or prefill fraction:\n%s", out);
+  const double output = 49152.0 * 576.0 / 1e6, want = 2.0 * (macs - output + output / 32.0);
+  if (fabs(ops - want) > 0.15) fail_msg("prefill int ops a token %.1f M, want %.1f M:\n%s", ops, want, out);
+  free(out);
+}
+
 /* A step log of steps priced by a known model, some the first after idle, the first lines in
  * the format from before "first" existed (they read as 0): --fit-steps gives the model back. */
 static void test_fit_steps_recovers_the_first_step_after_idle(void **s) {
@@ -309,6 +332,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_roofline_says_how_the_bound_was_taken),
       cmocka_unit_test(test_decode_after_long_prompts),
       cmocka_unit_test(test_op_times_split_a_step_op_by_op),
+      cmocka_unit_test(test_roofline_prefill_counts_the_output_once_a_step),
       cmocka_unit_test(test_fit_steps_recovers_the_first_step_after_idle),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
