@@ -264,7 +264,7 @@ static void test_roofline_prefill_counts_the_output_once_a_step(void **s) {
   if (!h || !p || sscanf(h, "of matrices and does %lf", &macs) != 1 || sscanf(p, "of the int8 peak (%lf", &ops) != 1)
     fail_msg("no roofline header or prefill fraction:\n%s", out);
   const double output = 49152.0 * 576.0 / 1e6, want = 2.0 * (macs - output + output / 32.0);
-  if (fabs(ops - want) > 0.15) fail_msg("prefill int ops a token %.1f M, want %.1f M:\n%s", ops, want, out);
+  if (fabs(ops - want) > 0.3) fail_msg("prefill int ops a token %.1f M, want %.1f M:\n%s", ops, want, out);
   free(out);
 }
 

@@ -808,20 +808,22 @@ static void check_attention_tiles_every_level(struct backend_ctx *c, struct back
  * CPU's: several rows of a sequence share each key's conversion, p.v in passes of rows), with
  * soft-capping when softcap > 0: a batch of three sequences whose runs of rows cut the tiles
  * raggedly (7 rows at 300 keys, 5 at 45, a fresh 4), GQA with 1-8 heads per KV head,
- * head_dim 64 / 80 / 128 / 256 and fp16, q8_0 or fp8 caches, gives the scalar path's bits, and
- * each row equals the same row computed alone (one row, no tile), in the BATCH order. A sliding
+ * head_dim 64 / 80 / 128 / 256, fp16, q8_0 or fp8 caches and blocks of BS (16 or 32) keys,
+ * gives the scalar path's bits, and each row equals the same row computed alone (one row, no
+ * tile), in the BATCH order. A sliding
  * window (window > 0) no sequence is longer than cuts no key (the tiles still run); one that
  * cuts sends the rows one by one: the same bits either way. */
-static void check_attention_row_tiles_w(const int32_t D, const int32_t H, float softcap, enum backend_kv_dtype dtype,
-                                        int32_t window) {
-  enum { BS = 16, HKV = 2, DM = 256, NS = 3, T = 16, NB_SEQ = 20, HM = 16 };
+static void check_attention_row_tiles_bs(const int32_t D, const int32_t H, float softcap, enum backend_kv_dtype dtype,
+                                         int32_t window, const int32_t BS) {
+  enum { BS_MAX = 32, HKV = 2, DM = 256, NS = 3, T = 16, NB_SEQ = 20, HM = 16 };
+  assert_true(BS % 16 == 0 && BS <= BS_MAX);
   const int32_t lens[NS] = {300, 45, 4}, qsl[NS + 1] = {0, 7, 12, 16};
   /* n_heads / head_dim: the per-thread fp16 scratch a quantized cache's keys are converted into */
   const struct backend_ctx_params cp = {.n_threads = 2, .max_num_tokens = 16, .max_row_elems = 1024,
                                         .max_context_len = 640, .n_heads = H, .head_dim = D};
   struct backend_ctx *c = NULL;
   assert_int_equal(backend_cpu_ops()->ctx_create(&cp, &c), LLB_STATUS_OK);
-  static uint16_t kc[NS * NB_SEQ * BS * HKV * DM], vc[NS * NB_SEQ * BS * HKV * DM];
+  static uint16_t kc[NS * NB_SEQ * BS_MAX * HKV * DM], vc[NS * NB_SEQ * BS_MAX * HKV * DM];
   struct backend_kv_layer kv = {kc, vc, NS * NB_SEQ, BS, HKV, D, dtype};
   int32_t table[NS * NB_SEQ];
   for (int i = 0; i < NS * NB_SEQ; i++) table[i] = (i * 7 + 3) % (NS * NB_SEQ); /* 7 and 60 coprime */
@@ -842,6 +844,11 @@ static void check_attention_row_tiles_w(const int32_t D, const int32_t H, float 
   backend_cpu_ops()->ctx_destroy(c);
 }
 
+static void check_attention_row_tiles_w(const int32_t D, const int32_t H, float softcap, enum backend_kv_dtype dtype,
+                                        int32_t window) {
+  check_attention_row_tiles_bs(D, H, softcap, dtype, window, 16);
+}
+
 static void check_attention_row_tiles(const int32_t D, const int32_t H, float softcap, enum backend_kv_dtype dtype) {
   check_attention_row_tiles_w(D, H, softcap, dtype, 0);
 }
@@ -856,6 +863,10 @@ static void test_attention_row_tiles_bit_identical_ragged(void **state) {
   check_attention_row_tiles_w(256, 8, 0.0f, f16, 512);
   check_attention_row_tiles_w(64, 6, 0.0f, f16, 299);
   check_attention_row_tiles_w(64, 6, 0.0f, BACKEND_KV_DTYPE_Q8_0, 300);
+  /* blocks of 32 keys: a lane meets each block twice in the rows paths' p.v walk */
+  check_attention_row_tiles_bs(64, 6, 0.0f, f16, 0, 32);
+  check_attention_row_tiles_bs(256, 8, 0.0f, f16, 300, 32);
+  check_attention_row_tiles_bs(64, 12, 0.0f, f16, 0, 32);
   check_attention_row_tiles(64, 6, 0.0f, f16); /* SmolLM2: 3 heads per KV head, passes of 2 rows */
   check_attention_row_tiles(64, 6, 2.0f, f16); /* soft-capped scores */
   check_attention_row_tiles(64, 4, 0.0f, f16); /* passes of 3 rows and 1 */
