@@ -1057,8 +1057,9 @@ pv_keys_avx512(enum backend_kv_dtype t, const struct backend_kv_layer *kv, const
  * specialize (80, 96, Gemma's 256): its lane pass with a run-time count of accumulators keeps
  * them in memory, and at 256 they would not fit the registers anyway; head by head, each V row
  * is converted once per head, not once for all, and still 1.3-1.9x faster (a 512-token prefill
- * layer, 2 threads: head_dim 80 3.83 -> 2.86 ms, 96 6.49 -> 4.51, 256 11.2 -> 5.9; one decode
- * row at 2048 keys, head_dim 80 / 256: 64.8 -> 56.8 / 329 -> 222 us). */
+ * layer, 2 threads, when the row tiles still took this path: head_dim 80 3.83 -> 2.86 ms, 96
+ * 6.49 -> 4.51, 256 11.2 -> 5.9; they now run slices, pv_rows_avx512). Decode items of several
+ * heads take it (one decode row at 2048 keys, head_dim 80 / 256: 64.8 -> 56.8 / 329 -> 222 us). */
 ATTN_AVX512_TARGET __attribute__((noinline)) static void pv_heads_keys_avx512(const struct backend_attn_params *p,
                                                                             const struct attn_item *it,
                                                                             const float *scores) {
