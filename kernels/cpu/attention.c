@@ -628,7 +628,7 @@ static void pv_window_at(const struct backend_kv_layer *kv, const int32_t *table
 
 /* Lane l of p.v over dims [off, off + 16) for (row, head) pairs x < nx of a run (pair x is row
  * x / ng; row r attends keys [0, n0 + r): no window), over the keys of window w (from the
- * accumulators in lane when `cont`, else from zero), each key's 16 V values converted once for
+ * accumulators in lane after the first window, else from zero), each key's 16 V values converted once for
  * all of them: accumulators 2x, 2x + 1 take the keys j = l (mod 16) of the row in key order,
  * fma(p_j, v_j, a), as pv_lane_avx2's, so the same bits (a float stored and loaded back between
  * windows is exact). pr [x]: pair x's probabilities from key 0. The window that ends at n0 adds
@@ -638,11 +638,11 @@ static void pv_window_at(const struct backend_kv_layer *kv, const int32_t *table
 ATTN_AVX2_TARGET static inline __attribute__((always_inline)) void
 pv_lane_rows_avx2(const struct backend_kv_layer *kv, const int32_t *table, const struct pv_window *w,
                   const float *const *pr, int32_t n0, int64_t stride, int64_t off, int32_t l, const int32_t nx,
-                  const int32_t ng, bool cont, float *lane) {
+                  const int32_t ng, float *lane) {
   const int32_t bs = kv->block_size, nr = nx / ng;
   __m256 a[ATTN_PV2_ROWS_ACC];
-  _Pragma("GCC unroll 12") for (int32_t x = 0; x < 2 * nx; x++) a[x] = cont ? _mm256_loadu_ps(lane + 8 * x)
-                                                                            : _mm256_setzero_ps();
+  _Pragma("GCC unroll 12") for (int32_t x = 0; x < 2 * nx; x++) a[x] = w->j0 > 0 ? _mm256_loadu_ps(lane + 8 * x)
+                                                                                : _mm256_setzero_ps();
   const uint16_t *const *vb = w->rows;
   int32_t o = l; /* key j: row o of block vb (w->j0 % bs == 0) */
   for (int32_t j = w->j0 + l; j < w->j1; j += 16) { /* bs % 16 == 0: key j is in lane j % 16 */
@@ -691,7 +691,7 @@ ATTN_AVX2_TARGET static void pv_rows_pass_avx2(const struct backend_attn_params 
       more = w.j1 < n0;
       for (int32_t l = 0; l < 16; l++) {
 #define PV_ROWS(NX, NG) \
-  pv_lane_rows_avx2(p->kv, it0->table, &w, pr, n0, stride, head_off + d0, l, NX, NG, j0 > 0, lane[l])
+  pv_lane_rows_avx2(p->kv, it0->table, &w, pr, n0, stride, head_off + d0, l, NX, NG, lane[l])
         if (n_h == 3 && m == 2) PV_ROWS(6, 3); /* 3 heads per KV head (SmolLM2) */
         else if (n_h == 3 && m == 1) PV_ROWS(3, 3);
         else if (n_h == 2 && m == 3) PV_ROWS(6, 2);
@@ -776,13 +776,12 @@ ATTN_AVX2_TARGET static void attention_rows_avx2(const struct attn_task *t, cons
     for (int32_t g = 0; g < n_h; g++)
       cpu_attn_softmax_f16(CPU_SIMD_LEVEL_AVX2, scores + (int64_t)r * n_h * n_last + (int64_t)g * (it0->n_ctx + r), 0,
                   it0->n_ctx + r);
+  /* rows a pass: 2 or more at 1-3 heads per KV head, 1 at 4-6 (each V slice converted once for
+   * the row's heads, where attention_item_batch_avx2's p.v converts it once per pair of heads),
+   * none past 6 */
   const int32_t rp = ATTN_PV2_ROWS_ACC / 2 / n_h;
-  /* passes of one row where its heads' accumulators fill the registers and a pass is specialized
-   * (4-6 heads per KV head: each V slice converted once for all of them, where
-   * attention_item_batch_avx2's p.v converts it once per pair of heads) */
-  const bool one_row_passes = rp == 1 && n_h >= 4 && n_h <= 6;
   for (int32_t r0 = 0; r0 < nr; r0 += rp > 1 ? rp : 1) {
-    if (rp < 2 && !one_row_passes) { /* attention_item_batch_avx2's p.v */
+    if (rp < 1) { /* attention_item_batch_avx2's p.v */
       struct attn_item ir = *it0;
       ir.tok += r0;
       ir.n_ctx += r0;
@@ -1170,8 +1169,8 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
 #define ATTN_PV_ROWS_ACC 24
 
 /* Lane l of p.v for rows r < nr of a run (row r attends keys [0, n0 + r): no window) and heads
- * g < ng of each, over the keys of window w (from the accumulators in lane when `cont`, else
- * from zero), the V row of each key converted once for all of them: accumulator
+ * g < ng of each, over the keys of window w (from the accumulators in lane after the first
+ * window, else from zero), the V row of each key converted once for all of them: accumulator
  * (r * ng + g) * nv + i takes the keys j = l (mod 16) of row r in key order, fma(p_j, v_j, a),
  * as pv_lane_avx512's, so the same bits. pr [r * ng + g]: row r's head g probabilities from
  * key 0. The window that ends at n0 adds the later rows' keys last. Stored to lane [16 * x] for
@@ -1179,11 +1178,11 @@ ATTN_AVX512_TARGET static void attention_item_avx512(const struct attn_task *t, 
 ATTN_AVX512_TARGET static inline __attribute__((always_inline)) void
 pv_lane_rows_avx512(const struct backend_kv_layer *kv, const int32_t *table, const struct pv_window *w,
                     const float *const *pr, int32_t n0, int64_t stride, int64_t head_off, int32_t l, const int32_t nv,
-                    const int32_t ng, const int32_t nr, bool cont, float *lane) {
+                    const int32_t ng, const int32_t nr, float *lane) {
   const int32_t bs = kv->block_size;
   __m512 a[ATTN_PV_ROWS_ACC], vf[ATTN_MAX_DIM / 16];
-  _Pragma("GCC unroll 24") for (int32_t x = 0; x < nr * ng * nv; x++) a[x] = cont ? _mm512_loadu_ps(lane + 16 * x)
-                                                                                  : _mm512_setzero_ps();
+  _Pragma("GCC unroll 24") for (int32_t x = 0; x < nr * ng * nv; x++) a[x] = w->j0 > 0 ? _mm512_loadu_ps(lane + 16 * x)
+                                                                                      : _mm512_setzero_ps();
   const uint16_t *const *vb = w->rows;
   int32_t o = l; /* key j: row o of block vb (w->j0 % bs == 0) */
   for (int32_t j = w->j0 + l; j < w->j1; j += 16) { /* bs % 16 == 0: key j is in lane j % 16 */
@@ -1236,7 +1235,7 @@ ATTN_AVX512_TARGET static void pv_rows_pass_avx512(const struct backend_attn_par
     more = w.j1 < n0;
     for (int32_t l = 0; l < 16; l++) {
 #define PV_ROWS(NV, NG, NR) \
-  pv_lane_rows_avx512(p->kv, it0->table, &w, pr, n0, stride, head_off + d0, l, NV, NG, NR, j0 > 0, lane[l])
+  pv_lane_rows_avx512(p->kv, it0->table, &w, pr, n0, stride, head_off + d0, l, NV, NG, NR, lane[l])
       if (nvp == 4 && n_h == 3 && m == 2) PV_ROWS(4, 3, 2); /* head_dim 64, 3 heads per KV head (SmolLM2) */
       else if (nvp == 4 && n_h == 3 && m == 1) PV_ROWS(4, 3, 1);
       else if (nvp == 4 && n_h == 2 && m == 3) PV_ROWS(4, 2, 3);
