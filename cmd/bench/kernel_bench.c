@@ -164,6 +164,40 @@ static void report(const char *what, double *v, double *c, int n) {
          v[0], v[n - 1], c[n / 2]);
 }
 
+/* --roofline's bound for each decode run, read in the DRAM state it ran in: the fastest of this
+ * many read runs of the same threads taken right before the run, and right after the last. */
+#define BENCH_PAIRED_READS 3
+
+/* The fastest of BENCH_PAIRED_READS read runs, bytes/s (0 if none ran). Sleeps 3 ms first so
+ * that the forward pool's idle worker (which spins up to 2 ms after a step) is off the core
+ * the read's threads need. */
+static double paired_read(struct roofline_reader *rd) {
+  const struct timespec pause = {0, 3000000};
+  nanosleep(&pause, NULL);
+  double best = 0;
+  for (int i = 0; i < BENCH_PAIRED_READS; i++) {
+    const double r = roofline_reader_run(rd, NULL);
+    if (r > best) best = r;
+  }
+  return best;
+}
+
+/* Prints the decode runs' median fraction of their paired reads: run r (rates v[0, runs)) against
+ * the faster of reads[r] (before it) and reads[r + 1] (after it), `bytes` a token. */
+static void report_paired(const double *v, const double *reads, int runs, double bytes) {
+  double f[BENCH_MAX_RUNS], lo = 0, hi = 0;
+  for (int r = 0; r < runs; r++) {
+    const double bound = reads[r] > reads[r + 1] ? reads[r] : reads[r + 1];
+    f[r] = roofline_fraction(v[r], bytes, bound);
+    lo = r == 0 || bound < lo ? bound : lo;
+    hi = bound > hi ? bound : hi;
+  }
+  qsort(f, (size_t)runs, sizeof(double), cmp_double);
+  printf("%-14s %9.2f of the DRAM read rate beside it (median of %d runs, each against the fastest of %d reads "
+         "before and %d after it: %.1f-%.1f GB/s)\n", "", f[runs / 2], runs, BENCH_PAIRED_READS, BENCH_PAIRED_READS,
+         lo / 1e9, hi / 1e9);
+}
+
 int kernel_bench_run(const struct kernel_bench_options *o) {
   if (o->kernel_only.type)
     return o->kernel_only.stream ? kernel_stream_run(&o->kernel_only, o->threads) : kernel_only_run(&o->kernel_only);
@@ -250,6 +284,9 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
       printf("roofline: avx2 int8 widened at every step (vpmaddubsw + vpmaddwd + vpaddd, ggml's AVX2 dot): "
              "%.1f GOPS\n", rl.int8_widened_ops_per_s / 1e9);
   }
+  struct roofline_reader *rd = NULL; /* reads paired with the decode runs */
+  if (roofline && n_batches > 0 && (st = roofline_reader_open(threads, &rd)) != LLB_STATUS_OK)
+    return die("roofline reader", st);
   int rc = 0;
   if (check) rc = run_check(&b);
 
@@ -290,7 +327,9 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
     for (int i = 0; i < n_decode; i++)
       for (int32_t q = 0; q < B; q++) step_tokens[(int64_t)i * B + q] = seq_ids[q][context + i];
     kernel_optimes_reset(&optimes);
+    double reads[BENCH_MAX_RUNS + 1]; /* reads[r - 1]: before run r; reads[runs]: after the last */
     for (int r = 0; r <= runs; r++) {
+      if (rd && r > 0) reads[r - 1] = paired_read(rd);
       for (int32_t q = 0; q < B; q++)
         if ((st = llama_session_truncate(b.s, q, context)) != LLB_STATUS_OK) return die("decode", st);
       float *logits = NULL;
@@ -304,19 +343,24 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
       const double s = (double)(llb_now_ns() - t0) * 1e-9;
       if (r > 0) v[r - 1] = (double)B * n_decode / s, c[r - 1] = (double)(cpu_ns() - c0) * 1e-6 / ((double)B * n_decode);
     }
+    if (rd) reads[runs] = paired_read(rd);
+    const double bytes = tcost.weight_bytes / B + tcost.kv_bytes_per_pos * (context + n_decode / 2.0);
+    double unsorted[BENCH_MAX_RUNS];
+    memcpy(unsorted, v, (size_t)runs * sizeof(double));
     char what[32];
     if (context == 16) snprintf(what, sizeof(what), "decode b%d", B);
     else snprintf(what, sizeof(what), "decode b%d c%d", B, context);
     report(what, v, c, runs);
     if (roofline) {
-      const double bytes = tcost.weight_bytes / B + tcost.kv_bytes_per_pos * (context + n_decode / 2.0);
       printf("%-14s %9.2f of the DRAM read bound (%.2f MB a token: matrices / %d + K/V)\n", "",
              roofline_fraction(v[runs / 2], bytes, rl.read_bytes_per_s), bytes / 1e6, B);
+      report_paired(unsorted, reads, runs, bytes);
     }
     if (o->op_times) kernel_optimes_print(&optimes, B);
   }
 
   kernel_optimes_free(&optimes);
+  roofline_reader_close(rd);
   free(tokens);
   free(seq_ids);
   free(step_tokens);

@@ -115,10 +115,15 @@ fetch_llamacpp() {
   fi
 }
 
+# The native build's extra compiler flags: none, or -mno-amx-* once it was found not to run
+# (check_llamacpp_runs; $src/build/.no-amx records it).
+native_flags() { [ -f "$src/build/.no-amx" ] && echo "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"; }
+
 build_llamacpp() {
   if [ ! -f "$src/build/CMakeCache.txt" ]; then
     log "configuring llama.cpp in $src/build"
     flock "$cache/.lock" cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+      -DCMAKE_C_FLAGS="$(native_flags)" -DCMAKE_CXX_FLAGS="$(native_flags)" \
       -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF >"$work/llamacpp-cmake.log" 2>&1 ||
       { tail -20 "$work/llamacpp-cmake.log" >&2; return 1; }
   fi
@@ -143,10 +148,31 @@ requant_q40() {
   fi
   mv "$q40.tmp.$$" "$q40"
 }
+# A native build must run here to be a peer. On a KVM guest with AMX (Intel Xeon, 2026-12-01)
+# llama.cpp's AMX matmul (ggml-cpu/amx, compiled in by GGML_NATIVE where the CPU has AMX-INT8)
+# died at its first tile instruction (SIGILL; SIGSEGV at ldtilecfg under gdb) although the guest
+# grants AMX to a process that asks (a tdpbusd loop ran there): the build is then redone without
+# AMX, its strongest form that runs, and says so. Any other failure stops the comparison.
+check_llamacpp_runs() {
+  local rc=0
+  "$lbin/llama-bench" -m "$q40" -t "$threads" -p 32 -n 0 -r 1 >"$work/llamacpp-smoke.log" 2>&1 || rc=$?
+  [ $rc = 0 ] && return 0
+  if [ -f "$src/build/.no-amx" ] || ! grep -qw amx_int8 /proc/cpuinfo; then
+    tail -5 "$work/llamacpp-smoke.log" >&2
+    return 1
+  fi
+  log "llama.cpp's native build does not run on this CPU (exit $rc, $work/llamacpp-smoke.log): rebuilding it" \
+    "without AMX (-mno-amx-tile -mno-amx-int8 -mno-amx-bf16), about 10 min"
+  flock "$cache/.lock" rm -rf "$src/build" && mkdir -p "$src/build" && touch "$src/build/.no-amx" &&
+    build_llamacpp && check_llamacpp_runs
+}
+
 if [ "$llmbus_only" = 0 ]; then
   fetch_llamacpp || die "could not get llama-cpp-python $version's source"
   build_llamacpp || die "llama.cpp build failed"
   requant_q40 || die "llama-quantize failed"
+  check_llamacpp_runs || die "llama.cpp's llama-bench does not run on this machine"
+  [ -f "$src/build/.no-amx" ] && log "llama.cpp: native build without AMX (its AMX matmul does not run here)"
 fi
 
 # ---- 2. llmbus (Release) ---------------------------------------------------------------

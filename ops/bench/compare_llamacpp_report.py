@@ -59,7 +59,8 @@ def serving(work, col, scen, repeats):
 
 def kernel_bench(path):
     """llmbus-kernel-bench's rates {prefill, decode_b1, decode_b16}, the fraction of its bound under
-    each (same keys + '_frac') and the roofline numbers (dram_gbs, int8_gops, path)."""
+    each (same keys + '_frac'), decode's fraction of the reads beside its runs (+ '_paired') and the
+    roofline numbers (dram_gbs, int8_gops, path)."""
     out = {}
     try:
         lines = open(path).read().splitlines()
@@ -78,6 +79,10 @@ def kernel_bench(path):
                 f = re.match(r"\s+([\d.]+) of the ", nxt)
                 if f:
                     out[key + "_frac"] = float(f[1])
+                after = lines[i + 2] if i + 2 < len(lines) else ""
+                f = re.match(r"\s+([\d.]+) of the DRAM read rate beside it", after)
+                if f:  # decode: the runs against the reads taken next to each (kernel_bench.c)
+                    out[key + "_paired"] = float(f[1])
     return out
 
 

@@ -268,6 +268,39 @@ static void test_roofline_prefill_counts_the_output_once_a_step(void **s) {
   free(out);
 }
 
+/* --roofline's decode runs each beside reads of the same threads: the paired fraction is a
+ * run's rate x the token's bytes over the reads taken next to it, so it lies between the slowest
+ * run over the fastest read and the fastest run over the slowest read, for every run counted. */
+static void test_roofline_pairs_each_decode_run_with_reads(void **s) {
+  (void)s;
+  if (access(model_path, R_OK) != 0) skip();
+  struct kernel_bench_options o = small();
+  o.runs = 3;
+  o.batches[0] = 1;
+  o.roofline = true;
+  char *out = NULL;
+  assert_int_equal(run_captured(&o, &out), 0);
+  const char *d = strstr(out, "decode b1 "), *b = strstr(out, "of the DRAM read bound ("),
+             *p = strstr(out, "of the DRAM read rate beside it (median of ");
+  double med = 0, lo_rate = 0, hi_rate = 0, mb = 0, f = 0, lo = 0, hi = 0;
+  int runs = 0, before = 0, after = 0;
+  if (!d || !b || !p || sscanf(d, "decode b1 %lf tok/s (median of %*d; min %lf, max %lf)", &med, &lo_rate, &hi_rate) != 3 ||
+      sscanf(b, "of the DRAM read bound (%lf MB", &mb) != 1)
+    fail_msg("no decode rate or bound:\n%s", out);
+  const char *line = p;
+  while (line > out && line[-1] != '\n') line--;
+  if (sscanf(line, " %lf of the DRAM read rate beside it (median of %d runs, each against the fastest of %d reads "
+                   "before and %d after it: %lf-%lf GB/s)", &f, &runs, &before, &after, &lo, &hi) != 6)
+    fail_msg("no paired fraction:\n%s", out);
+  assert_int_equal(runs, 3);
+  assert_true(before >= 1 && after == before);
+  assert_true(lo > 0 && lo <= hi);
+  const double least = lo_rate * mb / 1e3 / hi, most = hi_rate * mb / 1e3 / lo;
+  if (f < least - 0.005 || f > most + 0.005)
+    fail_msg("paired fraction %.2f outside [%.3f, %.3f]:\n%s", f, least, most, out);
+  free(out);
+}
+
 /* A step log of steps priced by a known model, some the first after idle, the first lines in
  * the format from before "first" existed (they read as 0): --fit-steps gives the model back. */
 static void test_fit_steps_recovers_the_first_step_after_idle(void **s) {
@@ -333,6 +366,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_decode_after_long_prompts),
       cmocka_unit_test(test_op_times_split_a_step_op_by_op),
       cmocka_unit_test(test_roofline_prefill_counts_the_output_once_a_step),
+      cmocka_unit_test(test_roofline_pairs_each_decode_run_with_reads),
       cmocka_unit_test(test_fit_steps_recovers_the_first_step_after_idle),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

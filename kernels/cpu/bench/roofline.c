@@ -236,26 +236,63 @@ static int cpu_count(void) {
   return n > 0 ? (int)n : 1;
 }
 
-static llb_status measure_read(int threads, struct roofline *out) {
-  const size_t bytes = read_buffer_bytes();
+struct roofline_reader {
+  uint64_t *buf; /* [words], 2 MiB aligned, MADV_HUGEPAGE, every page touched */
+  size_t bytes, per; /* the buffer's bytes, and each thread's slice in words */
+  int threads;
+};
+
+llb_status roofline_reader_open(int threads, struct roofline_reader **out) {
+  if (!out || threads < 1 || threads > 256)
+    return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "roofline reader: %d threads (1..256)", threads);
+  *out = NULL;
+  struct roofline_reader *r = calloc(1, sizeof *r);
+  if (!r) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "roofline reader");
+  const size_t bytes = r->bytes = read_buffer_bytes();
   /* in huge pages, as the forward's packed weights (model/forward/forward_pack.c): the hardware
    * prefetchers stop at a 4 KiB page's end, so a 4 KiB-page buffer reads slower than the
    * weights do and the bound would be low */
-  uint64_t *buf = aligned_alloc(RL_HUGE_PAGE, bytes);
-  if (!buf) return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "roofline: %zu bytes", bytes);
+  r->buf = aligned_alloc(RL_HUGE_PAGE, r->bytes);
+  if (!r->buf) {
+    free(r);
+    return LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "roofline: %zu bytes", bytes);
+  }
 #ifdef MADV_HUGEPAGE
-  (void)madvise(buf, bytes, MADV_HUGEPAGE);
+  (void)madvise(r->buf, r->bytes, MADV_HUGEPAGE);
 #endif
-  const size_t words = bytes / 8, per = words / (size_t)threads;
-  for (size_t i = 0; i < words; i++) buf[i] = i * 0x9E3779B97F4A7C15ull; /* touched: real pages */
+  const size_t words = r->bytes / 8;
+  for (size_t i = 0; i < words; i++) r->buf[i] = i * 0x9E3779B97F4A7C15ull; /* touched: real pages */
+  r->threads = threads;
+  r->per = words / (size_t)threads;
+  *out = r;
+  return LLB_STATUS_OK;
+}
+
+double roofline_reader_run(struct roofline_reader *r, bool *together) {
+  bool unused;
+  return r ? read_run(r->buf, r->per, r->threads, together ? together : &unused) : -1.0;
+}
+
+size_t roofline_reader_bytes(const struct roofline_reader *r) { return r ? r->per * 8 * (size_t)r->threads : 0; }
+
+void roofline_reader_close(struct roofline_reader *r) {
+  if (!r) return;
+  free(r->buf);
+  free(r);
+}
+
+static llb_status measure_read(int threads, struct roofline *out) {
+  struct roofline_reader *rd = NULL;
+  llb_status st = roofline_reader_open(threads, &rd);
+  if (st != LLB_STATUS_OK) return st;
   double rates[RL_READ_REPEATS], one[RL_READ_REPEATS];
   const double steal0 = guest_steal_s();
   const int64_t w0 = llb_now_ns();
   out->read_together_runs = 0;
   for (int r = 0; r < RL_READ_REPEATS; r++) { /* a run of `threads` threads, then one of 1 thread on its whole slice */
     bool together = false, unused;
-    if ((rates[r] = read_run(buf, per, threads, &together)) < 0 || (one[r] = read_run(buf, per, 1, &unused)) < 0) {
-      free(buf);
+    if ((rates[r] = roofline_reader_run(rd, &together)) < 0 || (one[r] = read_run(rd->buf, rd->per, 1, &unused)) < 0) {
+      roofline_reader_close(rd);
       return LLB_ERRF(LLB_STATUS_IO, "roofline: could not start %d threads", threads);
     }
     out->read_together_runs += together;
@@ -264,13 +301,13 @@ static llb_status measure_read(int threads, struct roofline *out) {
   }
   const double wall = (double)(llb_now_ns() - w0) * 1e-9, steal = guest_steal_s() - steal0;
   out->read_steal_share = steal0 >= 0 && steal >= 0 && wall > 0 ? steal / (wall * (double)cpu_count()) : -1.0;
-  free(buf);
+  out->read_buffer_bytes = rd->bytes;
+  roofline_reader_close(rd);
   qsort(rates, RL_READ_REPEATS, sizeof(double), cmp_double);
   out->read_bytes_per_s = rates[RL_READ_REPEATS - 1];
   out->read_median_bytes_per_s = rates[RL_READ_REPEATS / 2];
   out->read_worst_bytes_per_s = rates[0];
   out->read_runs = RL_READ_REPEATS;
-  out->read_buffer_bytes = bytes;
   return LLB_STATUS_OK;
 }
 

@@ -8,6 +8,7 @@
 #ifndef LLB_KERNELS_CPU_BENCH_ROOFLINE_H
 #define LLB_KERNELS_CPU_BENCH_ROOFLINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +46,26 @@ struct roofline {
  * 400 timed slices (~30 us each: on a loaded machine some run undisturbed); ~1-2 s in all.
  * Errors: INVALID_ARGUMENT (threads), OUT_OF_MEMORY, IO (a thread could not start). */
 llb_status roofline_measure(int threads, struct roofline *out);
+
+/* A read buffer kept open between read runs, so that reads can be paired with the runs they
+ * bound (llmbus-kernel-bench --roofline times a read run next to every decode run: this guest's
+ * DRAM rate moves by 2x from one minute to the next, and a bound read seconds before in another
+ * state says little). The same buffer as roofline_measure's (512 MiB or 8x the L3, huge pages,
+ * touched once at open), split into one slice per thread. Owned by the caller: close it. */
+struct roofline_reader;
+
+/* Opens a reader for `threads` threads (1..256). Errors: INVALID_ARGUMENT, OUT_OF_MEMORY. */
+llb_status roofline_reader_open(int threads, struct roofline_reader **out);
+
+/* One read run (as roofline_measure's): every thread sums its slice at once; bytes/s over the
+ * span from the first start to the last end, < 0 when a thread did not start. *together
+ * (optional): every thread was on a vCPU for >= 95% of the span. */
+double roofline_reader_run(struct roofline_reader *r, bool *together);
+
+/* Bytes one run reads (the threads' slices together). */
+size_t roofline_reader_bytes(const struct roofline_reader *r);
+
+void roofline_reader_close(struct roofline_reader *r);
 
 /* Fraction of a bound reached: rate x cost per unit / ceiling (e.g. decode tok/s x bytes
  * read per token / read bytes per s). 0 when the ceiling is not positive. */
