@@ -283,6 +283,9 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
     if (rl.int8_widened_ops_per_s > 0)
       printf("roofline: avx2 int8 widened at every step (vpmaddubsw + vpmaddwd + vpaddd, ggml's AVX2 dot): "
              "%.1f GOPS\n", rl.int8_widened_ops_per_s / 1e9);
+    if (rl.int8_amx_ops_per_s > 0)
+      printf("roofline: amx int8 tiles (tdpbusd): %.1f GOPS, %.1fx the int8 peak above; llmbus's kernels do not "
+             "use AMX\n", rl.int8_amx_ops_per_s / 1e9, rl.int8_amx_ops_per_s / rl.int8_ops_per_s);
   }
   struct roofline_reader *rd = NULL; /* reads paired with the decode runs */
   if (roofline && n_batches > 0 && (st = roofline_reader_open(threads, &rd)) != LLB_STATUS_OK)
@@ -317,6 +320,8 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
       if (rl.int8_widened_ops_per_s > 0)
         printf("%-14s %9.2f of the widened-step int8 rate\n", "",
                roofline_fraction(v[runs / 2], ops, rl.int8_widened_ops_per_s));
+      if (rl.int8_amx_ops_per_s > 0)
+        printf("%-14s %9.2f of the AMX int8 peak\n", "", roofline_fraction(v[runs / 2], ops, rl.int8_amx_ops_per_s));
     }
   }
   for (int bi = 0; bi < n_batches; bi++) {

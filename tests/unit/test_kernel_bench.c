@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <cpuid.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,8 +141,8 @@ static void test_kernel_stream_prints_three_rates(void **s) {
 }
 
 /* --roofline's read bound with 2 threads: the fastest of its 21 runs, no run of those whose
- * threads ran together faster than it, a 1-thread read beside it, and the host's steal share a
- * fraction (or -1 where /proc/stat cannot be read). */
+ * threads ran together faster than it, a 1-thread read beside it, the host's steal share a
+ * fraction (or -1 where /proc/stat cannot be read), and AMX's int8 peak only where the CPU has it. */
 static void test_roofline_says_how_the_bound_was_taken(void **s) {
   (void)s;
   struct roofline rl;
@@ -153,6 +154,13 @@ static void test_roofline_says_how_the_bound_was_taken(void **s) {
   assert_true(rl.read_together_runs > 0 || rl.read_together_bytes_per_s == 0);
   assert_true(rl.read_one_thread_bytes_per_s > 0);
   assert_true(rl.read_steal_share == -1.0 || (rl.read_steal_share >= 0 && rl.read_steal_share <= 1.0));
+  /* AMX's int8 peak: none on a CPU without AMX-INT8 (CPUID.(7,0):EDX bit 25); where measured,
+   * above the vector peak (a tile multiply does 16 x 16 x 64 multiply-adds) */
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 25))) assert_true(rl.int8_amx_ops_per_s == 0);
+  assert_true(rl.int8_amx_ops_per_s == 0 || rl.int8_amx_ops_per_s > rl.int8_ops_per_s);
+  if (rl.int8_amx_ops_per_s > 0)
+    fprintf(stderr, "amx int8 %.1f GOPS, vector int8 %.1f GOPS\n", rl.int8_amx_ops_per_s / 1e9, rl.int8_ops_per_s / 1e9);
 }
 
 /* --stream outside the decode path (4 rows) or with no threads: exit 2 and a message. */

@@ -1,12 +1,14 @@
 /* Microbenchmarks of the CPU's ceilings (see roofline.h). */
 #include "kernels/cpu/bench/roofline.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -31,12 +33,20 @@
 #define RL_INT8_SLICES 400 /* timed slices of a thread's run (int8_loop) */
 #define RL_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #define RL_AVX2 __attribute__((target("avx2")))
+#define RL_AMX __attribute__((target("amx-tile,amx-int8")))
+#define RL_ARCH_REQ_XCOMP_PERM 0x1023 /* arch_prctl: ask for an extended state component */
+#define RL_XFEATURE_XTILEDATA 18      /* AMX's tile data */
+#define RL_AMX_MACS_PER_ITER (4.0 * 16 * 16 * 64) /* int8_amx: 4 tdpbusd of 16 x 16 x 64 */
+
+/* The int8 loops: the level's (the packed kernels' step), AVX2 widened at every step
+ * (int8_avx2's `widen`), AMX tiles (int8_amx). */
+enum rl_loop { RL_LOOP_LEVEL, RL_LOOP_WIDENED, RL_LOOP_AMX };
 
 struct rl_job {
   const uint64_t *p; /* read: the thread's slice [n] */
   size_t n;
   enum cpu_simd_level level;
-  int widen;     /* AVX2: a vpmaddwd at every step (int8_avx2) */
+  enum rl_loop loop; /* which int8 loop int8_loop runs */
   uint64_t sink; /* keeps the work observable */
   _Atomic int *ready; /* read: threads of the run started so far */
   int n_threads;      /* read: threads of the run */
@@ -134,8 +144,55 @@ __attribute__((optimize("no-tree-vectorize"))) static uint64_t int8_scalar(long 
   return (uint64_t)(acc[0] + acc[7]);
 }
 
-/* Multiply-adds one call of the level's loop does per iteration. */
-static double macs_per_iter(enum cpu_simd_level l) {
+/* Whether this CPU has AMX-TILE and AMX-INT8 (CPUID.(EAX=7,ECX=0):EDX bits 24, 25) and Linux grants
+ * this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, Linux >= 5.16; without the grant
+ * the first tile instruction raises SIGILL). The grant is the process's, asked once. */
+static bool amx_usable(void) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
+  return syscall(SYS_arch_prctl, RL_ARCH_REQ_XCOMP_PERM, RL_XFEATURE_XTILEDATA) == 0;
+}
+
+/* AMX's tile configuration (ldtilecfg's 64-byte operand): palette 1, per tile its bytes a row
+ * and rows (Intel SDM vol. 1, 18.2). */
+struct rl_tilecfg {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+/* 4 independent tdpbusd chains on 8 tiles of 16 rows x 64 bytes: tiles 4-7 += tiles 0-1 (u8) x
+ * tiles 2-3 (s8, in the 4-byte groups tdpbusd reads), 16 x 16 x 64 multiply-adds each. The tile
+ * state is the thread's: configured here, released at the end. */
+RL_AMX static uint64_t int8_amx(long iters) {
+  struct rl_tilecfg cfg = {.palette = 1};
+  for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  uint8_t src[16 * 64];
+  for (int i = 0; i < 16 * 64; i++) src[i] = (uint8_t)(i * 37 + 11);
+  _tile_loadconfig(&cfg);
+  _tile_loadd(0, src, 64);
+  _tile_loadd(1, src, 64);
+  _tile_loadd(2, src, 64);
+  _tile_loadd(3, src, 64);
+  _tile_zero(4);
+  _tile_zero(5);
+  _tile_zero(6);
+  _tile_zero(7);
+  for (long i = 0; i < iters; i++) {
+    _tile_dpbusd(4, 0, 2);
+    _tile_dpbusd(5, 0, 3);
+    _tile_dpbusd(6, 1, 2);
+    _tile_dpbusd(7, 1, 3);
+  }
+  int32_t out[16 * 16];
+  _tile_stored(4, out, 64);
+  _tile_release();
+  return (uint64_t)(uint32_t)out[0];
+}
+
+/* Multiply-adds one call of the loop does per iteration. */
+static double macs_per_iter(enum cpu_simd_level l, enum rl_loop loop) {
+  if (loop == RL_LOOP_AMX) return RL_AMX_MACS_PER_ITER;
   return l == CPU_SIMD_LEVEL_AVX512_VNNI ? 12.0 * 64 : l == CPU_SIMD_LEVEL_AVX2 ? 8.0 * 32 : 8.0;
 }
 
@@ -145,15 +202,18 @@ static double macs_per_iter(enum cpu_simd_level l) {
  * the quiet peak while other builds ran). */
 static void *int8_loop(void *arg) {
   struct rl_job *j = arg;
-  const long iters = (j->level == CPU_SIMD_LEVEL_SCALAR ? RL_INT8_ITERS / 4 : RL_INT8_ITERS / 8) / RL_INT8_SLICES;
+  const long iters = (j->loop == RL_LOOP_AMX             ? RL_INT8_ITERS / 32
+                      : j->level == CPU_SIMD_LEVEL_SCALAR ? RL_INT8_ITERS / 4
+                                                          : RL_INT8_ITERS / 8) / RL_INT8_SLICES;
   j->best_rate = 0;
   for (int sl = 0; sl < RL_INT8_SLICES; sl++) {
     const int64_t t0 = llb_now_ns();
-    j->sink += j->level == CPU_SIMD_LEVEL_AVX512_VNNI ? int8_vnni(iters)
-               : j->level == CPU_SIMD_LEVEL_AVX2      ? int8_avx2(iters, j->widen)
-                                                      : int8_scalar(iters);
+    j->sink += j->loop == RL_LOOP_AMX                 ? int8_amx(iters)
+               : j->level == CPU_SIMD_LEVEL_AVX512_VNNI ? int8_vnni(iters)
+               : j->level == CPU_SIMD_LEVEL_AVX2        ? int8_avx2(iters, j->loop == RL_LOOP_WIDENED)
+                                                        : int8_scalar(iters);
     const int64_t ns = llb_now_ns() - t0;
-    const double rate = ns > 0 ? 2.0 * macs_per_iter(j->level) * (double)iters * 1e9 / (double)ns : 0.0;
+    const double rate = ns > 0 ? 2.0 * macs_per_iter(j->level, j->loop) * (double)iters * 1e9 / (double)ns : 0.0;
     if (rate > j->best_rate) j->best_rate = rate;
   }
   return NULL;
@@ -311,13 +371,13 @@ static llb_status measure_read(int threads, struct roofline *out) {
   return LLB_STATUS_OK;
 }
 
-static llb_status measure_int8(int threads, enum cpu_simd_level level, int widen, double *ops_per_s) {
+static llb_status measure_int8(int threads, enum cpu_simd_level level, enum rl_loop loop, double *ops_per_s) {
   struct rl_job jobs[256];
-  for (int t = 0; t < threads; t++) jobs[t] = (struct rl_job){.level = level, .widen = widen};
+  for (int t = 0; t < threads; t++) jobs[t] = (struct rl_job){.level = level, .loop = loop};
   (void)run_threads(int8_loop, jobs, threads); /* warm-up: clocks, AVX-512 license */
   *ops_per_s = 0;
   for (int r = 0; r < RL_INT8_REPEATS; r++) {
-    for (int t = 0; t < threads; t++) jobs[t] = (struct rl_job){.level = level, .widen = widen};
+    for (int t = 0; t < threads; t++) jobs[t] = (struct rl_job){.level = level, .loop = loop};
     if (run_threads(int8_loop, jobs, threads) <= 0)
       return LLB_ERRF(LLB_STATUS_IO, "roofline: could not start %d threads", threads);
     double rate = 0; /* the threads run at once: each one's fastest slice, summed */
@@ -338,8 +398,10 @@ llb_status roofline_measure(int threads, struct roofline *out) {
                    : level == CPU_SIMD_LEVEL_AVX2      ? "avx2 (vpmaddubsw + vpaddw)"
                                                        : "scalar";
   llb_status st = measure_read(threads, out);
-  if (st == LLB_STATUS_OK) st = measure_int8(threads, level, 0, &out->int8_ops_per_s);
-  if (st == LLB_STATUS_OK && level == CPU_SIMD_LEVEL_AVX2) st = measure_int8(threads, level, 1, &out->int8_widened_ops_per_s);
+  if (st == LLB_STATUS_OK) st = measure_int8(threads, level, RL_LOOP_LEVEL, &out->int8_ops_per_s);
+  if (st == LLB_STATUS_OK && level == CPU_SIMD_LEVEL_AVX2)
+    st = measure_int8(threads, level, RL_LOOP_WIDENED, &out->int8_widened_ops_per_s);
+  if (st == LLB_STATUS_OK && amx_usable()) st = measure_int8(threads, level, RL_LOOP_AMX, &out->int8_amx_ops_per_s);
   return st;
 }
 
