@@ -401,7 +401,10 @@ llb_status roofline_measure(int threads, struct roofline *out) {
   if (st == LLB_STATUS_OK) st = measure_int8(threads, level, RL_LOOP_LEVEL, &out->int8_ops_per_s);
   if (st == LLB_STATUS_OK && level == CPU_SIMD_LEVEL_AVX2)
     st = measure_int8(threads, level, RL_LOOP_WIDENED, &out->int8_widened_ops_per_s);
-  if (st == LLB_STATUS_OK && amx_usable()) st = measure_int8(threads, level, RL_LOOP_AMX, &out->int8_amx_ops_per_s);
+  /* AMX beside AVX-512 only: a run at LLMBUS_SIMD=avx2 stands for a CPU without AVX-512, and
+   * none of those has AMX */
+  if (st == LLB_STATUS_OK && level == CPU_SIMD_LEVEL_AVX512_VNNI && amx_usable())
+    st = measure_int8(threads, level, RL_LOOP_AMX, &out->int8_amx_ops_per_s);
   return st;
 }
 

@@ -32,7 +32,7 @@ struct roofline {
    * packed kernels' step), the bound of any AVX2 int8 dot product: every product passes
    * through a vpmaddubsw. */
   double int8_widened_ops_per_s;
-  /* Where the CPU has AMX-INT8 and the OS grants it (else 0): the same from tdpbusd on 16 x 64
+  /* Where the CPU has AMX-INT8, the OS grants it and the level is AVX-512's (else 0): the same from tdpbusd on 16 x 64
    * byte tiles, the int8 peak of such a CPU (Intel Xeon since Sapphire Rapids: ~7x vpdpbusd's
    * rate here). llmbus's kernels do not use AMX, so a prefill's fraction of it is printed beside
    * the fraction of int8_ops_per_s. */
