@@ -9,7 +9,8 @@
  * --roofline first measures this machine's DRAM read bandwidth and int8 dot-product peak with
  * the same threads (kernels/cpu/bench/roofline.h) and prints each rate as a fraction of its
  * bound: decode against the bytes a token must read (every matrix once per step, shared by the
- * batch, plus the sequence's K/V), prefill against the int8 multiply-adds of its matmuls.
+ * batch, plus the sequence's K/V), also run by run against reads taken right beside each run,
+ * prefill against the int8 multiply-adds of its matmuls (and AMX's tile peak where the CPU has it).
  * --op-times adds each decode batch's op-by-op split of a step (kernel_optimes.h).
  * The forward runs in one model/forward/session.h session holding a sequence per batch row; each
  * sequence's prompt is computed alone (the cache's values are those of any batching).
