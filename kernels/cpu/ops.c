@@ -28,6 +28,11 @@
  * (SmolLM2's Q, K, V and output projection: 62-187 KiB; a call of one such weight runs on the
  * caller with no hand-off at all, one of Q, K and V shares three chunks). */
 #define CPU_MATMUL_DECODE_CHUNK_BYTES (128 * 1024)
+/* ... but a weight of at least this many bytes a thread is cut into one chunk per thread that
+ * takes chunks: a weight under 1.5 chunks (SmolLM2's 576 x 576 attention output, 187 KiB in
+ * Q4_0) otherwise ran on the caller alone, and on a CPU where one core reads half of what two
+ * do (the Intel Xeon guest of 2026-12-01: 18 against 35 GB/s) it took twice as long as split. */
+#define CPU_MATMUL_DECODE_MIN_CHUNK_BYTES (64 * 1024)
 /* Largest rotated dims per head RoPE takes. */
 #define CPU_ROPE_MAX_DIMS 1024
 
@@ -374,12 +379,18 @@ static int act_kind(const struct matmul_task *t, int j) {
 /* Output columns per chunk of w in a call of n_rows rows, whole panels (a multiple of the gemm
  * tile too). Up to CPU_MATMUL_DECODE_ROWS rows: w cut into chunks of ~CPU_MATMUL_DECODE_CHUNK_BYTES
  * of its rows (64 columns before, ~20 KiB of a 576-wide Q4_0 weight: a SmolLM2 decode step made
- * 3200 claims, each thread's stream broken every chunk). More rows: ~CPU_MATMUL_CHUNK_DOTS
- * row-dots, clamped to [CPU_MATMUL_MIN_TILE, CPU_MATMUL_MAX_TILE]. */
-static int64_t matmul_tile(const struct backend_weight *w, int32_t n_rows) {
+ * 3200 claims, each thread's stream broken every chunk), and into at least one chunk for each of
+ * the `threads` that take chunks where every one still reads CPU_MATMUL_DECODE_MIN_CHUNK_BYTES.
+ * More rows: ~CPU_MATMUL_CHUNK_DOTS row-dots, clamped to [CPU_MATMUL_MIN_TILE, CPU_MATMUL_MAX_TILE].
+ * The chunks are column ranges: how a weight is cut changes no output bit. */
+static int64_t matmul_tile(const struct backend_weight *w, int32_t n_rows, int threads) {
   if (n_rows <= CPU_MATMUL_DECODE_ROWS) {
     const int64_t bytes = w->rows * (int64_t)w->row_bytes;
     int64_t n = (bytes + CPU_MATMUL_DECODE_CHUNK_BYTES / 2) / CPU_MATMUL_DECODE_CHUNK_BYTES;
+    if (n < threads) {
+      const int64_t most = bytes / CPU_MATMUL_DECODE_MIN_CHUNK_BYTES;
+      n = most < threads ? (most > n ? most : n) : threads;
+    }
     n = n < 1 ? 1 : n;
     return ceil_div(ceil_div(w->rows, n), CPU_PACK_COLS) * CPU_PACK_COLS;
   }
@@ -429,7 +440,7 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
         t.act[j] = t.act[i];
         break;
       }
-    t.tile[j] = matmul_tile(w[j], n_rows);
+    t.tile[j] = matmul_tile(w[j], n_rows, cpu_threadpool_active(c->pool));
     n_chunks += ceil_div(w[j]->rows, t.tile[j]);
     t.chunk_end[j] = n_chunks;
   }
