@@ -24,14 +24,15 @@
  * chunks are cut by the bytes of weights they read, not by row-dots. */
 #define CPU_MATMUL_DECODE_ROWS 3
 /* Weight bytes a decode chunk reads, about: long runs for the hardware prefetchers and few claims.
- * A weight is cut into round(bytes / it) chunks, at least one: under 1.5 times it, one chunk
- * (SmolLM2's Q, K, V and output projection: 62-187 KiB; a call of one such weight runs on the
- * caller with no hand-off at all, one of Q, K and V shares three chunks). */
+ * A weight is cut into round(bytes / it) chunks, at least one (a call of one chunk runs on the
+ * caller with no hand-off at all), and at least one a thread past CPU_MATMUL_DECODE_MIN_CHUNK_BYTES
+ * a thread (SmolLM2's K and V, 62 KiB in Q4_0, stay whole; its Q and attention output, 187 KiB,
+ * are cut in two on 2 threads). */
 #define CPU_MATMUL_DECODE_CHUNK_BYTES (128 * 1024)
-/* ... but a weight of at least this many bytes a thread is cut into one chunk per thread that
- * takes chunks: a weight under 1.5 chunks (SmolLM2's 576 x 576 attention output, 187 KiB in
- * Q4_0) otherwise ran on the caller alone, and on a CPU where one core reads half of what two
- * do (the Intel Xeon guest of 2026-12-01: 18 against 35 GB/s) it took twice as long as split. */
+/* The least bytes a chunk of a weight cut one chunk a thread reads. Before, a weight under 1.5
+ * chunks (SmolLM2's 576 x 576 attention output, 187 KiB in Q4_0) ran on the caller alone, and on
+ * a CPU where one core reads half of what two do (the Intel Xeon guest of 2026-12-01: 18 against
+ * 35 GB/s) that op took ~1.6x as long as split (docs/performance.md). */
 #define CPU_MATMUL_DECODE_MIN_CHUNK_BYTES (64 * 1024)
 /* Largest rotated dims per head RoPE takes. */
 #define CPU_ROPE_MAX_DIMS 1024
