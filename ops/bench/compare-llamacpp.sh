@@ -117,7 +117,7 @@ fetch_llamacpp() {
 
 # The native build's extra compiler flags: none, or -mno-amx-* once it was found not to run
 # (check_llamacpp_runs; $src/build/.no-amx records it).
-native_flags() { [ -f "$src/build/.no-amx" ] && echo "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"; }
+native_flags() { if [ -f "$src/build/.no-amx" ]; then echo "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"; fi; }
 
 build_llamacpp() {
   if [ ! -f "$src/build/CMakeCache.txt" ]; then
