@@ -333,8 +333,6 @@ double roofline_reader_run(struct roofline_reader *r, bool *together) {
   return r ? read_run(r->buf, r->per, r->threads, together ? together : &unused) : -1.0;
 }
 
-size_t roofline_reader_bytes(const struct roofline_reader *r) { return r ? r->per * 8 * (size_t)r->threads : 0; }
-
 void roofline_reader_close(struct roofline_reader *r) {
   if (!r) return;
   free(r->buf);

@@ -67,9 +67,6 @@ llb_status roofline_reader_open(int threads, struct roofline_reader **out);
  * (optional): every thread was on a vCPU for >= 95% of the span. */
 double roofline_reader_run(struct roofline_reader *r, bool *together);
 
-/* Bytes one run reads (the threads' slices together). */
-size_t roofline_reader_bytes(const struct roofline_reader *r);
-
 void roofline_reader_close(struct roofline_reader *r);
 
 /* Fraction of a bound reached: rate x cost per unit / ceiling (e.g. decode tok/s x bytes
