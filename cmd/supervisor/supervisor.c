@@ -211,9 +211,6 @@ llb_status supervisor_add_child(struct supervisor *s, const struct child_spec *s
   return LLB_STATUS_OK;
 }
 
-/* The embedded nats-server's timer slack, nanoseconds (nats_child_env). */
-#define NATS_TIMER_SLACK_NS 1000000UL
-
 /* In the forked nats-server child, before exec: one Go P (GOMAXPROCS=1) unless the
  * environment sets GOMAXPROCS. With more, the Go scheduler hands the goroutines of one routed
  * message (the sender's read loop, the receiver's flush) to other OS threads and wakes them:
@@ -224,14 +221,6 @@ llb_status supervisor_add_child(struct supervisor *s, const struct child_spec *s
 static void nats_child_env(void) {
   static char gomaxprocs[] = "GOMAXPROCS=1";
   if (!getenv("GOMAXPROCS")) putenv(gomaxprocs);
-  /* A 1 ms timer slack, inherited across exec by every thread the Go runtime starts: its
-   * sysmon thread, woken by each message after an idle moment, polls with 20 us sleeps for 50
-   * rounds; on a small machine those were ~6 of nats-server's ~9 wake-ups and ~80 us of its CPU
-   * per streamed token at batch 1, each landing on a forward's core. The slack lets the kernel
-   * merge them with other expiries. Go's timers (pings, write deadlines) may fire up to 1 ms
-   * late, which nothing in the engine notices (ops/bench/README.md "Served against the
-   * forward"). */
-  prctl(PR_SET_TIMERSLACK, NATS_TIMER_SLACK_NS, 0, 0, 0);
 }
 
 /* fork + exec of one child in its own process group. */
