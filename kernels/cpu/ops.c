@@ -388,10 +388,8 @@ static int64_t matmul_tile(const struct backend_weight *w, int32_t n_rows, int t
   if (n_rows <= CPU_MATMUL_DECODE_ROWS) {
     const int64_t bytes = w->rows * (int64_t)w->row_bytes;
     int64_t n = (bytes + CPU_MATMUL_DECODE_CHUNK_BYTES / 2) / CPU_MATMUL_DECODE_CHUNK_BYTES;
-    if (n < threads) {
-      const int64_t most = bytes / CPU_MATMUL_DECODE_MIN_CHUNK_BYTES;
-      n = most < threads ? (most > n ? most : n) : threads;
-    }
+    const int64_t most = bytes / CPU_MATMUL_DECODE_MIN_CHUNK_BYTES, split = most < threads ? most : threads;
+    if (split > n) n = split;
     n = n < 1 ? 1 : n;
     return ceil_div(ceil_div(w->rows, n), CPU_PACK_COLS) * CPU_PACK_COLS;
   }
