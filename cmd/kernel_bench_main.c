@@ -3,7 +3,7 @@
  *   llmbus-kernel-bench [--model PATH] [--threads N] [--decode-threads N] [--runs N] [--prefill N] [--decode N] [--context N]
  *                       [--batch B[,B...]] [--check] [--roofline] [--op-times] [--packed-cache-dir DIR]
  *                       [--kv-cache-dtype auto|fp16|fp8|q8_0] [--fit FILE [--fit-steps LOG]]
- *                       [--lora-adapters N [--lora-rank R]]
+ *                       [--lora-adapters N [--lora-rank R]] [--sampler]
  *   llmbus-kernel-bench --kernel TYPE [--shape ROWSxCOLS] [--rows R] [--calls-of N] [--passes P]
  *   llmbus-kernel-bench --kernel TYPE --stream [--shape ROWSxCOLS] [--rows 1-3] [--threads N] [--passes P]
  *
@@ -22,6 +22,9 @@
  * --fit FILE: the step-time model of the worker's --device sim fitted to this forward, written
  * as JSON (cmd/bench/kernel_fit.h); the other measurements are skipped. With --fit-steps LOG:
  * fitted to the steps a served worker recorded (llmbus-gpu-worker --step-log LOG) instead.
+ *
+ * --sampler: the sampler's time per logits row of the model, per setting (greedy, temperature,
+ * top_p, top_k, min_p, logprobs), on a fixed text's positions (cmd/bench/kernel_sampler.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +87,9 @@ int main(int argc, char **argv) {
        .help = "time the steps with N random LoRA adapters (sequences round-robin) against the base model"},
       {.name = "lora-rank", .kind = FLAG_KIND_INT32, .target = &o.lora_rank, .metavar = "R",
        .help = "rank of those adapters (default 16)"},
+      {.name = "sampler", .kind = FLAG_KIND_BOOL, .target = &o.sampler,
+       .help = "time the sampler per logits row of the model (greedy, temperature, top_p, top_k, min_p, logprobs) "
+               "instead of the forward"},
       {.name = "kernel", .kind = FLAG_KIND_STRING, .target = &o.kernel_only.type, .metavar = "TYPE",
        .help = "time one packed int8 kernel alone (q4_0, q5_0, q4_k, q6_k, ...) instead of the forward"},
       {.name = "shape", .kind = FLAG_KIND_STRING, .target = &o.kernel_only.shape, .metavar = "ROWSxCOLS",

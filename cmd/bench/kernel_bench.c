@@ -18,6 +18,7 @@
 #include "cmd/bench/kernel_bench.h"
 #include "cmd/bench/kernel_fit.h"
 #include "cmd/bench/kernel_lora.h"
+#include "cmd/bench/kernel_sampler.h"
 #include "cmd/bench/kernel_stream.h"
 #include "cmd/bench/kernel_optimes.h"
 
@@ -205,6 +206,7 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
   if (o->fit_path && o->fit_steps_path) return kernel_fit_steps_run(o);
   if (o->fit_path) return o->model && o->threads >= 1 && o->runs >= 1 ? kernel_fit_run(o) : 2;
   if (o->lora_adapters > 0) return kernel_lora_run(o);
+  if (o->sampler) return kernel_sampler_run(o);
   const char *model = o->model, *packed_cache_dir = o->packed_cache_dir;
   const int threads = o->threads, runs = o->runs, n_prefill = o->n_prefill, n_decode = o->n_decode;
   const int context = o->decode_context;

@@ -38,6 +38,7 @@ struct kernel_bench_options {
   int lora_adapters; /* > 0: the steps with that many random LoRA adapters against the base
                         model instead (cmd/bench/kernel_lora.h) */
   int lora_rank;     /* their rank, >= 1 */
+  bool sampler;      /* the sampler's time per row on the model's logits instead (kernel_sampler.h) */
   struct kernel_only_options kernel_only; /* .type set: one packed kernel alone instead, no model
                                              (cmd/bench/kernel_only.h); the rest is skipped */
 };

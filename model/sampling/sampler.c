@@ -1,10 +1,16 @@
 /* Token sampler (see sampler.h for the order of processing and the sources followed). */
 #include "model/sampling/sampler.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+enum { SUM_BLOCK = 16 }; /* weights summed a block at a time (weight_sums) */
 
 struct sampler {
   int32_t vocab_size;
@@ -12,6 +18,12 @@ struct sampler {
   uint8_t *seen;     /* [vocab_size] prompt ∪ output mask; all zero between calls */
   float *cand_val;   /* [vocab_size] candidate logits / temperature, later their weights */
   int32_t *cand_id;  /* [vocab_size] candidate token ids, paired with cand_val */
+  double *cum;       /* [blocks of vocab_size] running sums of candidate weights (weight_sums) */
+  float *bmax;       /* [blocks of vocab_size] block maxima (block_max) */
+  float *sel;        /* [vocab_size] values copied for a selection that reorders them */
+  float *short_val;  /* [vocab_size] a shortlist of candidates (shortlist) */
+  int32_t *short_id; /* [vocab_size] its token ids */
+  int32_t *sort_id;  /* [vocab_size] sort_desc's scratch for ids (s->sel for values) */
   int32_t max_num_logprobs; /* the batch's width (sampler_set_max_num_logprobs); -1 = each row's own */
 };
 
@@ -80,7 +92,15 @@ llb_status sampler_create(int32_t vocab_size, struct sampler **out) {
   s->seen = calloc((size_t)vocab_size, sizeof *s->seen);
   s->cand_val = malloc((size_t)vocab_size * sizeof *s->cand_val);
   s->cand_id = malloc((size_t)vocab_size * sizeof *s->cand_id);
-  if (!s->counts || !s->seen || !s->cand_val || !s->cand_id) goto fail;
+  s->cum = malloc((size_t)(vocab_size / SUM_BLOCK + 1) * sizeof *s->cum);
+  s->bmax = malloc((size_t)(vocab_size / SUM_BLOCK + 1) * sizeof *s->bmax);
+  s->sel = malloc((size_t)vocab_size * sizeof *s->sel);
+  s->short_val = malloc((size_t)vocab_size * sizeof *s->short_val);
+  s->short_id = malloc((size_t)vocab_size * sizeof *s->short_id);
+  s->sort_id = malloc((size_t)vocab_size * sizeof *s->sort_id);
+  if (!s->counts || !s->seen || !s->cand_val || !s->cand_id || !s->cum || !s->bmax || !s->sel || !s->short_val ||
+      !s->short_id || !s->sort_id)
+    goto fail;
   *out = s;
   return LLB_STATUS_OK;
 fail:
@@ -95,6 +115,12 @@ void sampler_destroy(struct sampler *s) {
   free(s->seen);
   free(s->cand_val);
   free(s->cand_id);
+  free(s->cum);
+  free(s->bmax);
+  free(s->sel);
+  free(s->short_val);
+  free(s->short_id);
+  free(s->sort_id);
   free(s);
 }
 
@@ -193,6 +219,18 @@ static void apply_penalties(struct sampler *s, const struct sampler_params *p, f
   }
 }
 
+/* The loops over a whole row that the compiler vectorizes, built once for each vector width
+ * and picked at load time (GCC / Clang target_clones on x86-64). Their results do not depend
+ * on the width: element-wise IEEE operations, no reassociation, and no contraction into FMA
+ * (sampler.c is built with -ffp-contract=off), so a draw is the same on every CPU. GCC only,
+ * and not under AddressSanitizer (whose start-up runs after ifunc resolvers): elsewhere the one
+ * baseline build. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define SAMPLER_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define SAMPLER_CLONES
+#endif
+
 /* ---- exp ------------------------------------------------------------------------------- */
 
 /* e^x for x <= 0 (weights relative to the max), branch-free so that loops over the vocab
@@ -200,7 +238,10 @@ static void apply_penalties(struct sampler *s, const struct sampler_params *p, f
  * degree-6 polynomial, relative error < 3e-7 (checked against expf in the unit test);
  * x < -87 (and -inf) gives 0. */
 static inline float exp_nonpos(float x) {
-  float xc = x < -87.0f ? -87.0f : x;
+  union { float f; uint32_t u; } in = {.f = x}, lo = {.f = -87.0f};
+  const uint32_t below = 0u - (uint32_t)(x < -87.0f); /* all ones below -87: select bits, no branch */
+  in.u = (lo.u & below) | (in.u & ~below);
+  const float xc = in.f;
   float n = (float)(int32_t)(xc * 1.44269504088896341f - 0.5f); /* round(x / ln 2), x <= 0 */
   float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
   float q = 1.9875691500e-4f;
@@ -211,15 +252,127 @@ static inline float exp_nonpos(float x) {
   q = q * r + 5.0000001201e-1f;
   float y = q * r * r + r + 1.0f;
   union { uint32_t u; float f; } scale = {.u = (uint32_t)((int32_t)n + 127) << 23};
-  return x < -87.0f ? 0.0f : y * scale.f;
+  return y * scale.f * (float)(x >= -87.0f); /* a multiply, not a branch: every width vectorizes it */
 }
 
-/* w[i] = e^(v[i] - max) for v [n] (every v[i] <= max), then their sum in double. */
-static double exp_weights(const float *v, float *w, int64_t n, float max) {
-  for (int64_t i = 0; i < n; i++) w[i] = exp_nonpos(v[i] - max);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; i++) sum += w[i];
-  return sum;
+/* One block of SUM_BLOCK weights summed in double as a fixed tree (w[j] + w[j + 8], then
+ * pairs 4 apart, 2 apart, 1 apart): the same bits with SSE2 as without. */
+static double block_sum(const float *w) {
+#if defined(__SSE2__)
+  const __m128 a = _mm_loadu_ps(w), b = _mm_loadu_ps(w + 4), c = _mm_loadu_ps(w + 8), d = _mm_loadu_ps(w + 12);
+  const __m128d p01 = _mm_add_pd(_mm_cvtps_pd(a), _mm_cvtps_pd(c));
+  const __m128d p23 = _mm_add_pd(_mm_cvtps_pd(_mm_movehl_ps(a, a)), _mm_cvtps_pd(_mm_movehl_ps(c, c)));
+  const __m128d p45 = _mm_add_pd(_mm_cvtps_pd(b), _mm_cvtps_pd(d));
+  const __m128d p67 = _mm_add_pd(_mm_cvtps_pd(_mm_movehl_ps(b, b)), _mm_cvtps_pd(_mm_movehl_ps(d, d)));
+  const __m128d r = _mm_add_pd(_mm_add_pd(p01, p45), _mm_add_pd(p23, p67));
+  return _mm_cvtsd_f64(r) + _mm_cvtsd_f64(_mm_unpackhi_pd(r, r));
+#else
+  double p[8];
+  for (int j = 0; j < 8; j++) p[j] = (double)w[j] + (double)w[j + 8];
+  for (int j = 0; j < 4; j++) p[j] += p[j + 4];
+  for (int j = 0; j < 2; j++) p[j] += p[j + 2];
+  return p[0] + p[1];
+#endif
+}
+
+/* Running sums of the weights w [n] (each >= 0) a block of SUM_BLOCK at a time: cum[b] = the
+ * sum of blocks 0..b, the last block possibly short (its weights added in order); cum holds
+ * ceil(n / SUM_BLOCK). Returns the total, 0 for n = 0. Blocks are independent, so the sums
+ * overlap; one dependent add a block, not one a weight. */
+static double weight_sums(const float *w, int64_t n, double *cum) {
+  double run = 0.0;
+  int64_t b = 0, i = 0;
+  for (; i + SUM_BLOCK <= n; i += SUM_BLOCK) {
+    run += block_sum(w + i);
+    cum[b++] = run;
+  }
+  if (i < n) {
+    double tail = 0.0;
+    for (; i < n; i++) tail += w[i];
+    run += tail;
+    cum[b] = run;
+  }
+  return run;
+}
+
+/* w[i] = e^(w[i] - max) for w [n] (every w[i] <= max), in place: a loop the compiler
+ * vectorizes without an alias check. */
+SAMPLER_CLONES static void exp_row(float *w, int64_t n, float max) {
+  for (int64_t i = 0; i < n; i++) w[i] = exp_nonpos(w[i] - max);
+}
+
+/* w[i] = e^(v[i] - max) for v [n] (every v[i] <= max; w may be v), then their running sums
+ * (weight_sums into cum); returns the total. */
+static double exp_weights(const float *v, float *w, int64_t n, float max, double *cum) {
+  if (w != v) memcpy(w, v, (size_t)n * sizeof *w);
+  exp_row(w, n, max);
+  return weight_sums(w, n, cum);
+}
+
+/* Inverse CDF over the weights w [n] with weight_sums' cum: the first index whose running sum
+ * exceeds target, found by a binary search over the blocks and then the block's weights added
+ * one by one to the sum of the blocks before it. Those adds may round apart from the block's
+ * tree: a block passed through without exceeding target gives its last weighted index (there
+ * is one: its sum is > 0). n - 1 when no block's sum exceeds target (target rounded up to the
+ * total). */
+static int64_t draw_index(const float *w, int64_t n, const double *cum, double target) {
+  const int64_t nb = (n + SUM_BLOCK - 1) / SUM_BLOCK;
+  int64_t lo = 0, hi = nb;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (cum[mid] > target) hi = mid;
+    else lo = mid + 1;
+  }
+  if (lo == nb) return n - 1;
+  const int64_t start = lo * SUM_BLOCK, end = start + SUM_BLOCK < n ? start + SUM_BLOCK : n;
+  double acc = lo > 0 ? cum[lo - 1] : 0.0;
+  int64_t last = start;
+  for (int64_t i = start; i < end; i++) {
+    if (!(w[i] > 0.0f)) continue;
+    last = i;
+    acc += w[i];
+    if (acc > target) return i;
+  }
+  return last;
+}
+
+/* The argmax of v [n] (n >= 1; the lowest index among equal maxima, -0 equal to +0), and
+ * *bad = whether any v[i] is NaN or +inf. Two passes: the maximum (SSE2 max over 16 lanes,
+ * NaN noted apart), then the first index holding it. Exact: max and == do not round. */
+static int32_t argmax_checked(const float *v, int32_t n, bool *bad) {
+  float max = -INFINITY;
+  bool nan = false;
+  int32_t i = 0;
+#if defined(__SSE2__)
+  __m128 m0 = _mm_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0, unord = _mm_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    const __m128 x0 = _mm_loadu_ps(v + i), x1 = _mm_loadu_ps(v + i + 4);
+    const __m128 x2 = _mm_loadu_ps(v + i + 8), x3 = _mm_loadu_ps(v + i + 12);
+    m0 = _mm_max_ps(x0, m0), m1 = _mm_max_ps(x1, m1), m2 = _mm_max_ps(x2, m2), m3 = _mm_max_ps(x3, m3);
+    unord = _mm_or_ps(unord, _mm_or_ps(_mm_cmpunord_ps(x0, x1), _mm_cmpunord_ps(x2, x3)));
+  }
+  float lanes[4];
+  _mm_storeu_ps(lanes, _mm_max_ps(_mm_max_ps(m0, m1), _mm_max_ps(m2, m3)));
+  for (int j = 0; j < 4; j++) max = lanes[j] > max ? lanes[j] : max;
+  nan = _mm_movemask_ps(unord) != 0;
+#endif
+  for (; i < n; i++) {
+    nan |= isnan(v[i]);
+    max = v[i] > max ? v[i] : max;
+  }
+  *bad = nan || max == INFINITY;
+  int32_t j = 0;
+#if defined(__SSE2__)
+  const __m128 mx = _mm_set1_ps(max);
+  for (; j + 16 <= n; j += 16) {
+    const __m128 e01 = _mm_or_ps(_mm_cmpeq_ps(_mm_loadu_ps(v + j), mx), _mm_cmpeq_ps(_mm_loadu_ps(v + j + 4), mx));
+    const __m128 e23 = _mm_or_ps(_mm_cmpeq_ps(_mm_loadu_ps(v + j + 8), mx), _mm_cmpeq_ps(_mm_loadu_ps(v + j + 12), mx));
+    if (_mm_movemask_ps(_mm_or_ps(e01, e23))) break;
+  }
+#endif
+  for (; j < n; j++)
+    if (v[j] == max) return j;
+  return 0; /* every v[i] NaN: *bad is set */
 }
 
 float sampler_exp_nonpos(float x) { return exp_nonpos(x); }
@@ -231,18 +384,9 @@ static inline bool ranks_before(float va, int32_t ia, float vb, int32_t ib) {
   return va > vb || (va == vb && ia < ib);
 }
 
-static inline void cand_swap(float *v, int32_t *id, int64_t a, int64_t b) {
-  float tv = v[a];
-  v[a] = v[b];
-  v[b] = tv;
-  int32_t ti = id[a];
-  id[a] = id[b];
-  id[b] = ti;
-}
-
-/* Value of the k-th largest (0-based) of v[0..n), by quickselect with a three-way
- * partition (so runs of equal values cost O(n)); reorders v/id [n]. Expected O(n). */
-static float select_kth_largest(float *v, int32_t *id, int64_t n, int64_t k) {
+/* Value of the k-th largest (0-based) of v [n], by quickselect with a three-way partition (so
+ * runs of equal values cost O(n)); reorders v. Expected O(n). */
+static float select_kth_largest(float *v, int64_t n, int64_t k) {
   int64_t lo = 0, hi = n;
   for (;;) {
     if (hi - lo <= 1) return v[lo];
@@ -251,8 +395,9 @@ static float select_kth_largest(float *v, int32_t *id, int64_t n, int64_t k) {
     /* [lo, gt) > pivot, [gt, i) == pivot, [lt, hi) < pivot */
     int64_t gt = lo, i = lo, lt = hi;
     while (i < lt) {
-      if (v[i] > pivot) cand_swap(v, id, gt++, i++);
-      else if (v[i] < pivot) cand_swap(v, id, i, --lt);
+      const float x = v[i];
+      if (x > pivot) v[i++] = v[gt], v[gt++] = x;
+      else if (x < pivot) v[i] = v[--lt], v[lt] = x;
       else i++;
     }
     if (k < gt) hi = gt;
@@ -261,56 +406,211 @@ static float select_kth_largest(float *v, int32_t *id, int64_t n, int64_t k) {
   }
 }
 
-static void heap_sift_down(float *v, int32_t *id, int64_t n, int64_t i) {
-  for (;;) {
-    int64_t l = 2 * i + 1, r = l + 1, best = i;
-    if (l < n && ranks_before(v[l], id[l], v[best], id[best])) best = l;
-    if (r < n && ranks_before(v[r], id[r], v[best], id[best])) best = r;
-    if (best == i) return;
-    cand_swap(v, id, i, best);
-    i = best;
+/* Maxima of v [n] (no NaN) by blocks of SUM_BLOCK, the last possibly short, into
+ * bmax [ceil(n / SUM_BLOCK)]: what lets a selection skip whole blocks (shortlist). */
+static void block_max(const float *v, int64_t n, float *bmax) {
+  int64_t b = 0, i = 0;
+#if defined(__SSE2__)
+  for (; i + SUM_BLOCK <= n; i += SUM_BLOCK) {
+    __m128 m = _mm_max_ps(_mm_max_ps(_mm_loadu_ps(v + i), _mm_loadu_ps(v + i + 4)),
+                          _mm_max_ps(_mm_loadu_ps(v + i + 8), _mm_loadu_ps(v + i + 12)));
+    m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
+    bmax[b++] = _mm_cvtss_f32(m);
+  }
+#endif
+  for (; i < n; b++) { /* without SSE2 every block, with it the short last one */
+    const int64_t end = i + SUM_BLOCK < n ? i + SUM_BLOCK : n;
+    float m = v[i];
+    for (i++; i < end; i++) m = v[i] > m ? v[i] : m;
+    bmax[b] = m;
   }
 }
 
-/* Top-p over candidate weights w [n] (unnormalized probabilities, total `sum`): keeps the
- * smallest descending prefix whose mass reaches top_p, i.e. every token whose higher-ranked
- * mass is < top_p (vLLM/HF: drop tokens whose ascending cumulative probability <= 1 - p).
- * Heap selection: O(n + m log n) for m kept. Moves the kept ones, in descending order, to
- * the front; returns m and their total mass in *kept_sum. */
-static int64_t top_p_select(float *w, int32_t *id, int64_t n, double sum, float top_p,
-                            double *kept_sum) {
-  for (int64_t i = n / 2 - 1; i >= 0; i--) heap_sift_down(w, id, n, i);
-  double limit = (double)top_p * sum, cum = 0.0;
-  int64_t heap_n = n;
-  while (heap_n > 0 && cum < limit) {
-    cum += w[0];
-    cand_swap(w, id, 0, --heap_n); /* popped max lands at the end, in descending order */
-    heap_sift_down(w, id, heap_n, 0);
+/* Copies every candidate of val/id [n] whose value is >= t to dst_val/dst_id, in order (dst may
+ * be val/id themselves: n only shrinks), reading only the blocks whose maximum in bmax (block_max
+ * of val) is >= t. Returns the count. */
+static int64_t shortlist(const float *val, const int32_t *id, int64_t n, const float *bmax, float t, float *dst_val,
+                         int32_t *dst_id) {
+  int64_t m = 0;
+  for (int64_t b = 0, start = 0; start < n; b++, start += SUM_BLOCK) {
+    if (bmax[b] < t) continue;
+    const int64_t end = start + SUM_BLOCK < n ? start + SUM_BLOCK : n;
+    for (int64_t i = start; i < end; i++) { /* branch-free: written always, kept when >= t */
+      dst_val[m] = val[i];
+      dst_id[m] = id[i];
+      m += val[i] >= t;
+    }
   }
-  int64_t m = n - heap_n;
-  /* [heap_n, n) holds the kept ones, largest last. Swapping i with n-1-i (stopping at the
-   * middle, which makes it a full reversal when the ranges overlap) puts rank i at i. */
-  for (int64_t i = 0; i < m && i < n - 1 - i; i++) cand_swap(w, id, i, n - 1 - i);
+  return m;
+}
+
+/* The k-th largest (1-based, counting equal values apart) of v [n], k in [1, min(n, 64)], by a
+ * sorted buffer: after the first k, a value at or below the buffer's last costs one compare. */
+static float kth_largest_small(const float *v, int64_t n, int32_t k) {
+  float top[64];
+  int32_t have = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const float x = v[i];
+    if (have == k && !(x > top[k - 1])) continue;
+    int32_t j = have < k ? have++ : k - 1;
+    for (; j > 0 && x > top[j - 1]; j--) top[j] = top[j - 1];
+    top[j] = x;
+  }
+  return top[k - 1];
+}
+
+/* top_k (k in [1, n)): keeps every candidate of val/id [n] whose value is >= the k-th largest
+ * (ties at the boundary kept, as vLLM and HF), in id order; returns the count. For k <= 64 the
+ * k-th largest block maximum bounds it from below (k blocks each hold a value that large), so
+ * the selection runs over the blocks that reach it, not the whole row. */
+static int64_t top_k_keep(struct sampler *s, float *val, int32_t *id, int64_t n, int32_t k) {
+  const int64_t nb = (n + SUM_BLOCK - 1) / SUM_BLOCK;
+  block_max(val, n, s->bmax);
+  const float bound = k <= 64 && nb >= k ? kth_largest_small(s->bmax, nb, k) : -INFINITY;
+  const int64_t c = shortlist(val, id, n, s->bmax, bound, val, id);
+  memcpy(s->sel, val, (size_t)c * sizeof *val);
+  const float kth = select_kth_largest(s->sel, c, k - 1);
+  int64_t m = 0;
+  for (int64_t i = 0; i < c; i++) { /* in place, branch-free as shortlist */
+    val[m] = val[i];
+    id[m] = id[i];
+    m += val[i] >= kth;
+  }
+  return m;
+}
+
+/* Sorts val/id [n] by value, descending and stable (equal values keep their order: by id when
+ * they came in id order), for values >= 0, whose bit patterns order as they do: an LSD radix
+ * sort on the complemented bits, three passes of 11 bits (one skipped when every value falls in
+ * one bucket). tmp_val / tmp_id [n]: scratch. O(n), no branch on the data. */
+static void sort_desc(float *val, int32_t *id, int64_t n, float *tmp_val, int32_t *tmp_id) {
+  float *sv = val, *dv = tmp_val;
+  int32_t *si = id, *di = tmp_id;
+  for (int shift = 0; shift < 33 && n > 1; shift += 11) {
+    int64_t count[2048] = {0};
+    for (int64_t i = 0; i < n; i++) {
+      uint32_t u;
+      memcpy(&u, &sv[i], sizeof u);
+      count[(~u >> shift) & 2047]++;
+    }
+    uint32_t u0;
+    memcpy(&u0, &sv[0], sizeof u0);
+    if (count[(~u0 >> shift) & 2047] == n) continue;
+    for (int64_t d = 0, at = 0; d < 2048; d++) {
+      const int64_t c = count[d];
+      count[d] = at;
+      at += c;
+    }
+    for (int64_t i = 0; i < n; i++) {
+      uint32_t u;
+      memcpy(&u, &sv[i], sizeof u);
+      const int64_t to = count[(~u >> shift) & 2047]++;
+      dv[to] = sv[i];
+      di[to] = si[i];
+    }
+    float *fv = sv;
+    sv = dv, dv = fv;
+    int32_t *fi = si;
+    si = di, di = fi;
+  }
+  if (sv != val) {
+    memcpy(val, sv, (size_t)n * sizeof *val);
+    memcpy(id, si, (size_t)n * sizeof *id);
+  }
+}
+
+/* Top-p over candidate weights w [n] (unnormalized probabilities, in id order): keeps the
+ * smallest prefix by descending weight (equal weights by id) whose mass reaches `limit` (top_p
+ * times the total), i.e. every token whose higher-ranked mass is below it (vLLM/HF: drop tokens
+ * whose ascending cumulative probability <= 1 - p). Sorts all n (sort_desc, s->sel / s->sort_id
+ * as scratch), so the kept ones lie at the front in descending order; returns their count m and
+ * their mass, added in that order, in *kept_sum (below limit only when m = n). */
+static int64_t top_p_select(struct sampler *s, float *w, int32_t *id, int64_t n, double limit, double *kept_sum) {
+  sort_desc(w, id, n, s->sel, s->sort_id);
+  double cum = 0.0;
+  int64_t m = 0;
+  while (m < n && cum < limit) cum += w[m++];
   *kept_sum = cum;
   return m;
 }
 
-/* Keeps the top-n (value desc, id asc) of logits [vocab] in top [n], sorted. */
-static void select_top_n(const float *logits, int32_t vocab, int32_t n, float *top_val,
+/* top_p over the weights *pval / *pid [n] (total `total`, the largest 1): top_p_select's kept
+ * set, found in a shortlist of the weights at or above a threshold (s->short_val / short_id).
+ * Where the kept mass is reached inside the shortlist, its sorted front is the whole row's (all
+ * it left out is smaller): the same tokens kept, their mass added in the same order.
+ * Thresholds from 2^-10 down by 2^-3 until the shortlist weighs more than the limit (by its
+ * block sums, with a margin far above their rounding), at the latest one low enough that what
+ * it leaves out (fewer than n weights, each below it) weighs under half of 1 - top_p of the
+ * total; the whole row when a shortlist would hold it all, or should rounding leave the
+ * shortlist short. Returns the count kept; *pval / *pid then point at the arrays whose front
+ * holds them, in descending order. */
+static int64_t top_p_keep(struct sampler *s, float **pval, int32_t **pid, int64_t n, double total, float top_p,
+                          double *kept_sum) {
+  const double limit = (double)top_p * total;
+  const float sure = (float)((1.0 - (double)top_p) * total * 0.5 / (double)n);
+  block_max(*pval, n, s->bmax);
+  for (float t = 0x1p-10f;; t *= 0x1p-3f) {
+    t = t > sure ? t : sure;
+    const int64_t c = shortlist(*pval, *pid, n, s->bmax, t, s->short_val, s->short_id);
+    if (c == n) break;
+    if (t > sure && weight_sums(s->short_val, c, s->cum) < limit * (1.0 + 1e-9)) continue;
+    const int64_t m = top_p_select(s, s->short_val, s->short_id, c, limit, kept_sum);
+    if (*kept_sum < limit) break;
+    *pval = s->short_val;
+    *pid = s->short_id;
+    return m;
+  }
+  return top_p_select(s, *pval, *pid, n, limit, kept_sum);
+}
+
+/* Keeps the top-n (value desc, id asc) of logits [vocab] in top [n], sorted. Blocks whose
+ * maximum (bmax: block_max of logits) is below the n-th kept so far are skipped whole. */
+static void select_top_n(const float *logits, int32_t vocab, int32_t n, const float *bmax, float *top_val,
                          int32_t *top_id) {
   int32_t have = 0;
-  for (int32_t i = 0; i < vocab; i++) {
-    float x = logits[i];
-    if (have == n && !ranks_before(x, i, top_val[n - 1], top_id[n - 1])) continue;
-    int32_t j = have < n ? have++ : n - 1;
-    while (j > 0 && ranks_before(x, i, top_val[j - 1], top_id[j - 1])) {
-      top_val[j] = top_val[j - 1];
-      top_id[j] = top_id[j - 1];
-      j--;
+  for (int32_t b = 0, start = 0; start < vocab; b++, start += SUM_BLOCK) {
+    if (have == n && bmax[b] < top_val[n - 1]) continue;
+    const int32_t end = start + SUM_BLOCK < vocab ? start + SUM_BLOCK : vocab;
+    for (int32_t i = start; i < end; i++) {
+      float x = logits[i];
+      if (have == n && !ranks_before(x, i, top_val[n - 1], top_id[n - 1])) continue;
+      int32_t j = have < n ? have++ : n - 1;
+      while (j > 0 && ranks_before(x, i, top_val[j - 1], top_id[j - 1])) {
+        top_val[j] = top_val[j - 1];
+        top_id[j] = top_id[j - 1];
+        j--;
+      }
+      top_val[j] = x;
+      top_id[j] = i;
     }
-    top_val[j] = x;
-    top_id[j] = i;
   }
+}
+
+
+/* val[i] = logits[i] / temp for the whole row (a loop that vectorizes); returns how many of
+ * them are -inf or below min_scaled. */
+SAMPLER_CLONES static int32_t scaled_row(const float *logits, int32_t vocab, float temp, float min_scaled,
+                                         float *val) {
+  int32_t dropped = 0;
+  for (int32_t i = 0; i < vocab; i++) {
+    const float x = logits[i] / temp;
+    val[i] = x;
+    dropped += (x == -INFINITY) | (x < min_scaled);
+  }
+  return dropped;
+}
+
+/* The candidates of a random draw: val[n] = logits[i] / temp and id[n] = i for each i whose
+ * scaled logit is neither -inf nor below min_scaled (min_p), in id order; returns n. Most rows
+ * drop nothing; the others keep what a shortlist (s->bmax) finds. */
+static int64_t scaled_candidates(struct sampler *s, const float *logits, int32_t vocab, float temp, float min_scaled,
+                                 float *val, int32_t *id) {
+  const int32_t dropped = scaled_row(logits, vocab, temp, min_scaled, val);
+  for (int32_t i = 0; i < vocab; i++) id[i] = i;
+  if (dropped == 0) return vocab;
+  block_max(val, vocab, s->bmax);
+  return shortlist(val, id, vocab, s->bmax, min_scaled > -FLT_MAX ? min_scaled : -FLT_MAX, val, id);
 }
 
 /* ---- sample ---------------------------------------------------------------------------- */
@@ -391,13 +691,8 @@ static llb_status sample_impl(struct sampler *s, const struct sampler_params *p,
 
   /* Argmax (ties to the lowest id) of the penalized logits; one pass that also rejects NaN
    * and +inf (which penalties cannot create from finite values). */
-  int32_t argmax = 0;
-  bool bad = false;
-  for (int32_t i = 0; i < vocab; i++) {
-    float x = logits[i];
-    bad |= isnan(x) || x == INFINITY;
-    if (x > logits[argmax]) argmax = i;
-  }
+  bool bad;
+  const int32_t argmax = argmax_checked(logits, vocab, &bad);
   if (bad) return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: a logit is NaN or +inf");
   const float max_logit = logits[argmax];
   if (max_logit == -INFINITY)
@@ -406,8 +701,7 @@ static llb_status sample_impl(struct sampler *s, const struct sampler_params *p,
   double log_z = 0.0;
   const int32_t num_logprobs = s->max_num_logprobs >= 0 ? s->max_num_logprobs : p->logprobs;
   if (num_logprobs >= 0) {
-    double z = exp_weights(logits, s->cand_val /* [vocab] scratch, reused below */, vocab,
-                           max_logit);
+    double z = exp_weights(logits, s->cand_val /* [vocab] scratch, reused below */, vocab, max_logit, s->cum);
     log_z = (double)max_logit + log(z);
   }
 
@@ -417,7 +711,8 @@ static llb_status sample_impl(struct sampler *s, const struct sampler_params *p,
   if (num_top > 0) {
     float top_val[SAMPLER_MAX_LOGPROBS];
     int32_t top_id[SAMPLER_MAX_LOGPROBS];
-    select_top_n(logits, vocab, num_top, top_val, top_id);
+    block_max(logits, vocab, s->bmax);
+    select_top_n(logits, vocab, num_top, s->bmax, top_val, top_id);
     for (int32_t j = 0; j < num_top; j++) {
       out->top[j].token_id = top_id[j];
       out->top[j].logprob = (float)((double)top_val[j] - log_z);
@@ -429,45 +724,19 @@ static llb_status sample_impl(struct sampler *s, const struct sampler_params *p,
     const float temp = p->temperature;
     const float max_scaled = max_logit / temp; /* = max of logits[i] / temp: rounding is monotonic */
     const float min_scaled = p->min_p > 0.0f ? max_scaled + logf(p->min_p) : -INFINITY;
-    float *val = s->cand_val;  /* [n] */
+    float *val = s->cand_val;  /* [n]; top_p may move both to the shortlist's arrays */
     int32_t *id = s->cand_id;  /* [n] */
-    int64_t n = 0;
-    for (int32_t i = 0; i < vocab; i++) {
-      float x = logits[i] / temp;
-      if (x == -INFINITY || x < min_scaled) continue;
-      val[n] = x;
-      id[n] = i;
-      n++;
+    int64_t n = scaled_candidates(s, logits, vocab, temp, min_scaled, val, id);
+    if (p->top_k > 0 && p->top_k < n) n = top_k_keep(s, val, id, n, p->top_k);
+    double total = exp_weights(val, val, n, max_scaled, s->cum); /* val holds weights from here on */
+    if (p->top_p < 1.0f) {
+      n = top_p_keep(s, &val, &id, n, total, p->top_p, &total);
+      total = weight_sums(val, n, s->cum);
     }
-    if (p->top_k > 0 && p->top_k < n) {
-      float kth = select_kth_largest(val, id, n, p->top_k - 1);
-      int64_t m = 0;
-      for (int64_t i = 0; i < n; i++)
-        if (val[i] >= kth) {
-          val[m] = val[i];
-          id[m] = id[i];
-          m++;
-        }
-      n = m;
-    }
-    double total = exp_weights(val, val, n, max_scaled); /* val holds weights from here on */
-    if (p->top_p < 1.0f) n = top_p_select(val, id, n, total, p->top_p, &total);
     double u[2];
     uniform_pair(p->seed, stream, output_pos, u);
-    if (draft >= 0) {
-      token = verify_draft(val, id, n, total, draft, u, accepted);
-    } else {
-      double target = u[0] * total;
-      double acc = 0.0;
-      token = id[n - 1];
-      for (int64_t i = 0; i < n; i++) {
-        acc += val[i];
-        if (acc > target) {
-          token = id[i];
-          break;
-        }
-      }
-    }
+    if (draft >= 0) token = verify_draft(val, id, n, total, draft, u, accepted);
+    else token = id[draw_index(val, n, s->cum, u[0] * total)];
   } else if (draft >= 0) {
     *accepted = token == draft; /* greedy: the draft stands while it is the argmax */
   }

@@ -94,7 +94,7 @@ struct sampler_result {
 struct sampler; /* opaque: scratch for vocab-size work */
 
 /* Creates a sampler for rows of `vocab_size` logits (1 .. 2^30). Allocates all scratch now
- * (about 20 bytes per vocab entry). *out: caller frees with sampler_destroy.
+ * (about 34 bytes per vocab entry). *out: caller frees with sampler_destroy.
  * Errors: INVALID_ARGUMENT (vocab_size), OUT_OF_MEMORY. */
 llb_status sampler_create(int32_t vocab_size, struct sampler **out);
 

@@ -2,9 +2,9 @@
  * (with ties), temperature alone, min_p, top_p, top_k with top_p, on random logits (coarse
  * grids too, so that ties occur), vocab 1000 and 49152, 32 draws per setting. Tokens must be
  * equal: both walk the same order with the same Philox uniform, only the double sums differ
- * in order (a draw within ~1e-15 of a boundary, never seen at these sizes). top_k alone:
- * sampler.c walks candidates in its quickselect order, the device in id order, so there the
- * check is that the token lies in the top-k set. NaN rows give -1. */
+ * in order (a draw within ~1e-15 of a boundary, never seen at these sizes). top_k alone: the
+ * check is that the token lies in the top-k set (written when sampler.c walked the kept ones in
+ * its quickselect's order; both walk them in id order now). NaN rows give -1. */
 #include <string.h>
 
 #include "model/sampling/sampler.h"

@@ -6,7 +6,8 @@
  * steps came from, the first-step-after-idle term with it; --kernel times one packed kernel
  * after checking it against the scalar one, and refuses an unknown type or a bad shape;
  * --op-times prints each decode step split at every op the forward reports; --roofline counts a
- * prefill token's int8 work with the output matrix's once a step. */
+ * prefill token's int8 work with the output matrix's once a step; --sampler times each sampling
+ * setting per logits row. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -223,6 +224,31 @@ static void test_decode_after_long_prompts(void **s) {
   free(out);
 }
 
+/* --sampler times the sampler on the model's own logits rows (its vocabulary's width): one line
+ * per setting with a positive time per row; --runs out of range is refused. */
+static void test_sampler_times_each_setting_per_row(void **s) {
+  (void)s;
+  if (access(model_path, R_OK) != 0) skip();
+  struct kernel_bench_options o = small();
+  o.sampler = true;
+  o.runs = 0;
+  char *out = NULL;
+  assert_int_equal(run_captured_fd(&o, 2, &out), 2);
+  free(out);
+  o.runs = 1;
+  assert_int_equal(run_captured(&o, &out), 0);
+  static const char *const names[] = {"greedy ", "temperature 1 ", "top_p 0.9 ", "top_p 0.95 ", "top_k 50 ",
+                                      "top_k 40, top_p 0.95 ", "min_p 0.05 ", "logprobs 5 "};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *at = strstr(out, names[i]);
+    double us = 0.0;
+    if (!at || sscanf(at + strlen(names[i]), "%lf us/row", &us) != 1 || !(us > 0.0))
+      fail_msg("no positive time for \"%s\":\n%s", names[i], out);
+  }
+  if (!strstr(out, "logits rows of 49152")) fail_msg("not the model's vocabulary:\n%s", out);
+  free(out);
+}
+
 /* Calls per step of the op line named `name` in --op-times output, -1 if there is none. */
 static double op_calls(const char *out, const char *name) {
   char key[64];
@@ -364,6 +390,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_kernel_stream_refuses_bad_rows_and_threads),
       cmocka_unit_test(test_roofline_says_how_the_bound_was_taken),
       cmocka_unit_test(test_decode_after_long_prompts),
+      cmocka_unit_test(test_sampler_times_each_setting_per_row),
       cmocka_unit_test(test_op_times_split_a_step_op_by_op),
       cmocka_unit_test(test_roofline_prefill_ops_and_decode_runs_paired_with_reads),
       cmocka_unit_test(test_fit_steps_recovers_the_first_step_after_idle),

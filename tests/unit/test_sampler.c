@@ -366,6 +366,113 @@ static void test_draws_follow_renormalized_distribution_after_filters(void **sta
   if (chi2 > 40.0) fail_msg("chi2 %.2f > 40", chi2);
 }
 
+/* ---- against a plain reference ---------------------------------------------------------- */
+
+struct ref_cand {
+  float w;
+  int32_t id;
+};
+
+static int ref_cmp(const void *a, const void *b) { /* weight descending, then id ascending */
+  const struct ref_cand *x = a, *y = b;
+  if (x->w != y->w) return x->w > y->w ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+/* sampler.h's steps written the plain way (loops, qsort, sums in order): the greedy argmax,
+ * candidates in id order (min_p, top_k with ties kept), weights by sampler_exp_nonpos, top_p
+ * over the sorted weights, one inverse-CDF walk (id order, or descending after top_p). */
+static int32_t reference_token(const float *logits, int32_t V, const struct sampler_params *p, uint32_t stream,
+                               int64_t pos, struct ref_cand *c, float *tmp) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < V; i++) best = logits[i] > logits[best] ? i : best;
+  if (p->temperature < SAMPLER_GREEDY_EPS) return best;
+  const float max_scaled = logits[best] / p->temperature;
+  const float min_scaled = p->min_p > 0.0f ? max_scaled + logf(p->min_p) : -INFINITY;
+  int64_t n = 0;
+  for (int32_t i = 0; i < V; i++) {
+    const float x = logits[i] / p->temperature;
+    if (x != -INFINITY && x >= min_scaled) c[n++] = (struct ref_cand){x, i};
+  }
+  if (p->top_k > 0 && p->top_k < n) {
+    for (int64_t i = 0; i < n; i++) tmp[i] = c[i].w;
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_desc);
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+      if (c[i].w >= tmp[p->top_k - 1]) c[m++] = c[i];
+    n = m;
+  }
+  double total = 0.0;
+  for (int64_t i = 0; i < n; i++) total += c[i].w = sampler_exp_nonpos(c[i].w - max_scaled);
+  if (p->top_p < 1.0f) {
+    qsort(c, (size_t)n, sizeof *c, ref_cmp);
+    const double limit = (double)p->top_p * total;
+    double cum = 0.0;
+    int64_t m = 0;
+    while (m < n && cum < limit) cum += c[m++].w;
+    n = m, total = cum;
+  }
+  const double target = sampler_uniform(p->seed, stream, pos) * total;
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; i++)
+    if ((acc += c[i].w) > target) return c[i].id;
+  return c[n - 1].id;
+}
+
+/* Rows of real-looking logits (a normal bulk, a few far above it; coarse grids for ties; a
+ * share at -inf as a grammar leaves them) over vocabularies with and without a short last
+ * block, every filter alone and together: the sampler's token equals the reference's in every
+ * draw. The two add the weights in different orders, so a draw within ~1e-15 of a boundary
+ * could differ; none does at these sizes (fixed seeds). */
+static void test_tokens_match_a_plain_reference(void **state) {
+  (void)state;
+  static const int32_t vocabs[] = {49152, 1001, 37};
+  static const struct {
+    float temperature, top_p, min_p;
+    int32_t top_k;
+  } grid[] = {{0.0f, 1.0f, 0.0f, 0},  {1.0f, 1.0f, 0.0f, 0},   {0.7f, 0.9f, 0.0f, 0},  {1.0f, 0.95f, 0.0f, 0},
+              {1.5f, 0.99f, 0.0f, 0}, {1.0f, 1.0f, 0.0f, 40},  {0.8f, 0.95f, 0.0f, 50}, {1.0f, 1.0f, 0.0f, 100},
+              {1.0f, 1.0f, 0.05f, 0}, {1.2f, 0.9f, 0.02f, 20}, {1.0f, 0.5f, 0.0f, 1}};
+  for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++) {
+    const int32_t V = vocabs[v];
+    float *logits = malloc((size_t)V * sizeof *logits), *row = malloc((size_t)V * sizeof *row);
+    float *tmp = malloc((size_t)V * sizeof *tmp);
+    struct ref_cand *c = malloc((size_t)V * sizeof *c);
+    struct sampler *s = NULL;
+    assert_true(logits && row && tmp && c);
+    assert_int_equal(sampler_create(V, &s), LLB_STATUS_OK);
+    int mismatches = 0, draws = 0;
+    for (uint64_t r = 0; r < 12; r++) {
+      uint64_t x = 1000 + r * 7 + (uint64_t)v;
+      for (int32_t i = 0; i < V; i++) { /* Box-Muller: a normal bulk of sd 2.5 */
+        const double u1 = ((double)(splitmix64(&x) >> 11) + 1.0) * 0x1.0p-53;
+        const double u2 = (double)(splitmix64(&x) >> 11) * 0x1.0p-53;
+        logits[i] = (float)(2.5 * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+        if (r % 3 == 1) logits[i] = roundf(logits[i] * 2.0f) / 2.0f; /* ties */
+        if (r % 4 == 3 && splitmix64(&x) % 3 == 0) logits[i] = -INFINITY;
+      }
+      for (int j = 0; j < 8; j++) logits[splitmix64(&x) % (uint64_t)V] = 8.0f + (float)j * (float)(r % 5);
+      for (size_t g = 0; g < sizeof grid / sizeof grid[0]; g++) {
+        struct sampler_params p = params_default();
+        p.temperature = grid[g].temperature, p.top_p = grid[g].top_p, p.min_p = grid[g].min_p, p.top_k = grid[g].top_k;
+        p.seed = 17 + r;
+        for (int64_t pos = 0; pos < 6; pos++, draws++) {
+          memcpy(row, logits, (size_t)V * sizeof *row);
+          struct sampler_result res;
+          assert_int_equal(sampler_sample(s, &p, row, NULL, 0, NULL, 0, (uint32_t)g, pos, &res), LLB_STATUS_OK);
+          const int32_t want = reference_token(logits, V, &p, (uint32_t)g, pos, c, tmp);
+          if (res.token_id != want && mismatches++ < 5)
+            print_message("V %d row %d T %g top_p %g min_p %g top_k %d pos %d: %d, reference %d\n", (int)V, (int)r,
+                          p.temperature, p.top_p, p.min_p, (int)p.top_k, (int)pos, (int)res.token_id, (int)want);
+        }
+      }
+    }
+    if (mismatches) fail_msg("%d of %d draws differ from the reference (vocab %d)", mismatches, draws, (int)V);
+    sampler_destroy(s);
+    free(logits), free(row), free(tmp), free(c);
+  }
+}
+
 /* ---- penalties ------------------------------------------------------------------------- */
 
 static void test_repetition_penalty_divides_positive_and_multiplies_negative(void **state) {
@@ -678,6 +785,7 @@ int main(void) {
       cmocka_unit_test(test_seeded_draws_do_not_depend_on_call_order_or_other_streams),
       cmocka_unit_test(test_draws_follow_softmax_of_logits_over_temperature),
       cmocka_unit_test(test_draws_follow_renormalized_distribution_after_filters),
+      cmocka_unit_test(test_tokens_match_a_plain_reference),
       cmocka_unit_test(test_repetition_penalty_divides_positive_and_multiplies_negative),
       cmocka_unit_test(test_frequency_and_presence_penalties_count_output_tokens_only),
       cmocka_unit_test(test_repetition_applies_before_frequency),
