@@ -30,6 +30,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "kernels/cpu/bench/roofline.h"
+#include "kernels/cpu/vec_dot.h"
 #include "model/template/chat_template.h"
 #include "model/forward/forward.h"
 #include "model/gguf/gguf.h"
@@ -267,8 +268,9 @@ int kernel_bench_run(const struct kernel_bench_options *o) {
   for (int64_t i = 0; i < (int64_t)BENCH_MAX_BATCH * longest; i++) tokens[i] = (int32_t)((i * 7919 + 13) % b.vocab);
   for (int s = 0; s < BENCH_MAX_BATCH; s++) seq_ids[s] = tokens + (int64_t)s * longest;
 
-  printf("model %s\nthreads %d (decode steps of <= %d rows: %d), runs %d\n", model, threads, LLAMA_DECODE_MAX_TOKENS,
-         o->decode_threads > 0 && o->decode_threads < threads ? o->decode_threads : threads, runs);
+  printf("model %s\nthreads %d (decode steps of <= %d rows: %d), runs %d, decode prefetch %d bytes ahead\n", model,
+         threads, LLAMA_DECODE_MAX_TOKENS, o->decode_threads > 0 && o->decode_threads < threads ? o->decode_threads : threads,
+         runs, cpu_decode_prefetch_bytes());
   struct roofline rl = {0};
   const struct token_cost tcost = token_cost_of(b.f, cfg, kv_dtype);
   if (roofline) {

@@ -213,6 +213,15 @@ PK_AVX2 static PK_INLINE __m256 scales8(const uint8_t *p, int half, int sf) {
   return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * half)));
 }
 
+/* The lines of the `bytes` of the block `ahead` bytes past p, into L1 in address order
+ * (prefetcht0); nothing when ahead is 0. The one-row kernels' weights come from DRAM, and on some
+ * CPUs the hardware prefetchers fall behind their loads (cpu_decode_prefetch_bytes, vec_dot.h).
+ * Past the end of a panel it touches lines no load reads: a prefetch never faults. */
+static PK_INLINE void prefetch_ahead(const uint8_t *p, int ahead, int bytes) {
+  if (!ahead) return;
+  const char *first = (const char *)((uintptr_t)(p + ahead) & ~(uintptr_t)63);
+  for (int l = 0; l < (bytes + 63) / 64; l++) _mm_prefetch(first + 64 * l, _MM_HINT_T0);
+}
 
 /* NIBBLE, all 16 columns of a block in one pass over it (one stream; each activation
  * broadcast serves both halves): per group pair h (elements 4h.. and 16 + 4h..) the low and
@@ -224,11 +233,13 @@ PK_AVX2 static PK_INLINE __m256 scales8(const uint8_t *p, int half, int sf) {
  * sums, 4 unpacked weight registers and the mask fill the 16 ymm registers. */
 PK_AVX2 static PK_INLINE void nibble_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                                              const int n, float *out, int64_t os, const int sf) {
+  const int pf = n <= 3 ? cpu_decode_prefetch_bytes() : 0; /* the decode calls stream from DRAM */
   __m256 acc[4][2];
   for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_NIBBLE, sf);
+    prefetch_ahead(pb, pf, PK_BLOCK(CPU_PACK_FAMILY_NIBBLE, sf));
     const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_NIBBLE, sf);
     __m256i t[4][2];
     for (int h = 0; h < 4; h++) {
@@ -306,12 +317,14 @@ PK_AVX2 static PK_INLINE void signed_avx2_half(int64_t nb, const uint8_t *panel,
  * operations per lane as signed_avx2_half, widened per group: exact int32 sums. n <= 3. */
 PK_AVX2 static PK_INLINE void signed_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                                              const int n, float *out, int64_t os, const int sf, const int fam) {
+  const int pf = n <= 3 ? cpu_decode_prefetch_bytes() : 0; /* the decode calls stream from DRAM */
   __m256 acc[3][2];
   for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
   const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)llb_kvalues_iq4nl));
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *pb = panel + (size_t)b * PK_BLOCK(fam, sf);
+    prefetch_ahead(pb, pf, PK_BLOCK(fam, sf));
     const uint8_t *qs = pb + PK_QS_OFF(fam, sf);
     __m256i s[3][2];
     for (int r = 0; r < n; r++) s[r][0] = s[r][1] = _mm256_setzero_si256();
@@ -366,11 +379,13 @@ PK_AVX2 static PK_INLINE void unsigned_unpack_avx2(const uint8_t *qs, int half, 
  * int32 sums as the staged kernels'. n <= 2. */
 PK_AVX2 static PK_INLINE void unsigned_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                                                const int n, float *out, int64_t os, const int sf) {
+  const int pf = n <= 3 ? cpu_decode_prefetch_bytes() : 0; /* the decode calls stream from DRAM */
   __m256 acc[2][2];
   for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *pb = panel + (size_t)b * PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, sf);
+    prefetch_ahead(pb, pf, PK_BLOCK(CPU_PACK_FAMILY_UNSIGNED, sf));
     const uint8_t *qs = pb + PK_QS_OFF(CPU_PACK_FAMILY_UNSIGNED, sf);
     const __m256i qh0 = _mm256_loadu_si256((const __m256i *)(qs + 4 * 64));
     const __m256i qh1 = _mm256_loadu_si256((const __m256i *)(qs + 4 * 64 + 32));
@@ -584,10 +599,12 @@ PK_AVX2 static PK_INLINE __m256i k6_scale_pair(const uint8_t *pb, int s, int hal
  * row). */
 PK_AVX2 static PK_INLINE void k6_avx2_16(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
                                          float *out, int64_t os) {
+  const int pf = n <= 3 ? cpu_decode_prefetch_bytes() : 0; /* the decode calls stream from DRAM */
   __m256 acc[2][2];
   for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *pb = panel + (size_t)b * PK_K6_BLOCK;
+    prefetch_ahead(pb, pf, PK_K6_BLOCK);
     __m256i c[2][2], x[2][2];
     for (int r = 0; r < n; r++) k6_offsets_avx2(act[r] + b, c[r]);
     for (int s = 0; s < 2; s++) {
@@ -750,6 +767,7 @@ PK_VNNI static PK_INLINE void block_sums_vnni(const __m512i w[8], const block_q8
  * NL4: w + 128 = (kvalues_iq4nl + 128)[q], looked up by vpshufb from the 4-bit indices. */
 PK_VNNI static PK_INLINE void signed_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act,
                                             const int n, float *out, int64_t os, const int sf, const int fam) {
+  const int pf = n <= 3 ? cpu_decode_prefetch_bytes() : 0; /* the decode calls stream from DRAM */
   __m512 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -758,6 +776,7 @@ PK_VNNI static PK_INLINE void signed_vnni_n(int64_t nb, const uint8_t *panel, co
       _mm512_set1_epi8((char)0x80));
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *pb = panel + (size_t)b * PK_BLOCK(fam, sf);
+    prefetch_ahead(pb, pf, PK_BLOCK(fam, sf));
     const uint8_t *qs = pb + PK_QS_OFF(fam, sf);
     const __m512 dx = scales16(pb, sf);
     __m512i w[8];
@@ -806,10 +825,12 @@ PK_VNNI static PK_INLINE void touch_lines_in_order(const uint8_t *p, const int b
  * resident the touch cost -2% at 1 row and -3% at 3; at 8 and 64 rows ~1%). */
 PK_VNNI static PK_INLINE void nu_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
                                         float *out, int64_t os, const int sf, const int fam) {
+  const int pf = n <= 3 ? cpu_decode_prefetch_bytes() : 0; /* the decode calls stream from DRAM */
   __m512 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *pb = panel + (size_t)b * PK_BLOCK(fam, sf);
+    prefetch_ahead(pb, pf, PK_BLOCK(fam, sf));
     if (fam == CPU_PACK_FAMILY_UNSIGNED && n <= 3) touch_lines_in_order(pb, PK_BLOCK(fam, sf));
     __m512i w[8], s[CPU_PACKED_MAX_ROWS];
     unpack_vnni(pb + PK_QS_OFF(fam, sf), fam, w);
@@ -824,11 +845,13 @@ PK_VNNI static PK_INLINE void nu_vnni_n(int64_t nb, const uint8_t *panel, const 
  * (vpmulld): the same exact isum as the other levels. */
 PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
                                         float *out, int64_t os) {
+  const int pf = n <= 3 ? cpu_decode_prefetch_bytes() : 0; /* the decode calls stream from DRAM */
   __m512 acc[CPU_PACKED_MAX_ROWS];
   for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
   const __m512i m3f = _mm512_set1_epi8(0x3F);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *pb = panel + (size_t)b * PK_K6_BLOCK;
+    prefetch_ahead(pb, pf, PK_K6_BLOCK);
     const __m512 dx = scales16(pb, 0);
     const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(pb + PK_K6_SC)));
     const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(pb + PK_K6_SC + 16)));

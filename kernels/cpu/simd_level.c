@@ -1,7 +1,9 @@
 /* The CPU's SIMD level (vec_dot.h's cpu_simd_level_detect), probed once per process and capped
- * by the environment variable LLMBUS_SIMD. */
+ * by the environment variable LLMBUS_SIMD; the decode kernels' prefetch distance
+ * (cpu_decode_prefetch_bytes), from the CPU's vendor or LLMBUS_PREFETCH_BYTES. */
 #include "kernels/cpu/vec_dot.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -75,3 +77,43 @@ enum cpu_simd_level cpu_simd_level_detect(void) {
   return simd_level;
 }
 
+
+int cpu_decode_prefetch_parse(const char *env, bool intel) {
+  const int fallback = intel ? CPU_DECODE_PREFETCH_INTEL : 0;
+  if (!env || !*env) return fallback;
+  char *end = NULL;
+  errno = 0;
+  const long v = strtol(env, &end, 10);
+  if (errno || *end || v < 0 || v > CPU_DECODE_PREFETCH_MAX) return fallback;
+  return (int)(v / 64 * 64);
+}
+
+static bool cpu_is_intel(void) {
+#if CPU_HAVE_X86
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  char vendor[13];
+  memcpy(vendor, &ebx, 4), memcpy(vendor + 4, &edx, 4), memcpy(vendor + 8, &ecx, 4);
+  vendor[12] = 0;
+  return strcmp(vendor, "GenuineIntel") == 0;
+#else
+  return false;
+#endif
+}
+
+/* Probed once, as the level: CPUID is a VM exit under a hypervisor. */
+static pthread_once_t prefetch_once = PTHREAD_ONCE_INIT;
+static int prefetch_bytes;
+
+static void prefetch_init(void) {
+  const char *v = getenv("LLMBUS_PREFETCH_BYTES");
+  prefetch_bytes = cpu_decode_prefetch_parse(v, cpu_is_intel());
+  if (v && *v && cpu_decode_prefetch_parse(v, false) != cpu_decode_prefetch_parse(v, true)) /* refused */
+    fprintf(stderr, "llmbus: LLMBUS_PREFETCH_BYTES=%s is not a byte count in [0, %d]: ignored\n", v,
+            CPU_DECODE_PREFETCH_MAX);
+}
+
+int cpu_decode_prefetch_bytes(void) {
+  pthread_once(&prefetch_once, prefetch_init);
+  return prefetch_bytes;
+}

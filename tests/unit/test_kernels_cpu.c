@@ -1193,6 +1193,28 @@ static void test_threadpool_idle_worker_sleeps_while_the_caller_is_stopped(void 
   if (worker_ns > 8000000) fail_msg("the worker ran %.2f ms while the caller was stopped 20 x 5 ms", worker_ns / 1e6);
 }
 
+/* LLMBUS_PREFETCH_BYTES: a decimal in [0, 65536] rounded down to 64-byte lines; unset, empty or
+ * anything else: 2048 on an Intel CPU, 0 elsewhere. And whatever the distance, the decode
+ * kernels give the same bits (the kernel tests above check them at this process's distance). */
+static void test_decode_prefetch_distance_parse(void **state) {
+  (void)state;
+  assert_int_equal(cpu_decode_prefetch_parse(NULL, true), CPU_DECODE_PREFETCH_INTEL);
+  assert_int_equal(cpu_decode_prefetch_parse(NULL, false), 0);
+  assert_int_equal(cpu_decode_prefetch_parse("", true), CPU_DECODE_PREFETCH_INTEL);
+  assert_int_equal(cpu_decode_prefetch_parse("0", true), 0);
+  assert_int_equal(cpu_decode_prefetch_parse("4096", false), 4096);
+  assert_int_equal(cpu_decode_prefetch_parse("100", false), 64);
+  assert_int_equal(cpu_decode_prefetch_parse("63", true), 0);
+  assert_int_equal(cpu_decode_prefetch_parse("65536", false), 65536);
+  static const char *const refused[] = {"65537", "-64", "1k", "2048 ", " ", "0x800", "99999999999999999999"};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    assert_int_equal(cpu_decode_prefetch_parse(refused[i], true), CPU_DECODE_PREFETCH_INTEL);
+    assert_int_equal(cpu_decode_prefetch_parse(refused[i], false), 0);
+  }
+  const int d = cpu_decode_prefetch_bytes();
+  assert_true(d >= 0 && d <= CPU_DECODE_PREFETCH_MAX && d % 64 == 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_matches_references_for_all_types),
@@ -1215,6 +1237,7 @@ int main(void) {
       cmocka_unit_test(test_attention_row_tiles_past_one_window),
       cmocka_unit_test(test_ggml_expf_and_swiglu_rows_bit_identical_across_paths),
       cmocka_unit_test(test_gelu_rows_bit_identical_across_paths),
+      cmocka_unit_test(test_decode_prefetch_distance_parse),
       cmocka_unit_test(test_threadpool_parallel_runs_each_chunk_exactly_once),
       cmocka_unit_test(test_threadpool_active_threads_take_the_chunks),
       cmocka_unit_test(test_threadpool_parallel_waits_for_a_slow_worker),
