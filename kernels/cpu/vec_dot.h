@@ -51,9 +51,10 @@ enum cpu_simd_level cpu_simd_level_detect(void);
  * (prefetcht0, in address order): cpu_decode_prefetch_parse of the environment variable
  * LLMBUS_PREFETCH_BYTES and the CPU's vendor (CPUID leaf 0), probed once per process. Measured
  * (kernels/cpu/README.md "Prefetching ahead in the decode kernels"): on an Intel Xeon guest
- * (AMX, AVX512-FP16: Sapphire Rapids or later) 2048 bytes took every one-row kernel from 0.73-0.95 of a read of the
- * same bytes to 0.93-1.05; on an AMD EPYC Zen 4 guest the same prefetches cost 20-30%: there the
- * hardware prefetchers already keep ahead. Changes no result, only the loads' timing. */
+ * (AMX, AVX512-FP16: Sapphire Rapids or later) 2048 bytes took every one-row kernel from
+ * 0.73-0.95 of a read of the same bytes to 0.93-1.05; on an AMD EPYC Zen 4 guest the same
+ * prefetches cost 20-30%: there the hardware prefetchers already keep ahead. Changes no result,
+ * only the loads' timing. */
 int cpu_decode_prefetch_bytes(void);
 
 /* The distance cpu_decode_prefetch_bytes uses: `env` (LLMBUS_PREFETCH_BYTES' value, NULL or
