@@ -81,7 +81,7 @@ static double pass_seconds(struct sampler *s, const struct sampler_bench_setting
   return total / r->n;
 }
 
-/* The text's logits rows, one per token after the first. */
+/* The text's logits rows, one per token (each the prediction of the token after it). */
 static llb_status text_rows(const struct kernel_bench_options *o, struct gguf_file *f, struct llama_model *m,
                             struct rows *r) {
   struct tokenizer *tok = NULL;
@@ -121,7 +121,7 @@ int kernel_sampler_run(const struct kernel_bench_options *o) {
   if (!st) st = llama_model_load(f, &m);
   if (!st) st = text_rows(o, f, m, &r);
   if (!st) st = sampler_create(r.vocab, &s);
-  if (!st && !(row = malloc((size_t)r.vocab * sizeof(float)))) st = LLB_STATUS_OUT_OF_MEMORY;
+  if (!st && !(row = malloc((size_t)r.vocab * sizeof(float)))) st = LLB_ERRF(LLB_STATUS_OUT_OF_MEMORY, "a logits row");
   int rc = st ? 1 : 0;
   if (st) fprintf(stderr, "llmbus-kernel-bench --sampler: %s (%s)\n", llb_strerror(st), llb_err_last());
   else printf("sampler: %d logits rows of %d (the text's positions), %d runs after a warm-up\n", r.n, r.vocab, o->runs);

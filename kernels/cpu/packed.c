@@ -219,7 +219,7 @@ PK_AVX2 static PK_INLINE __m256 scales8(const uint8_t *p, int half, int sf) {
  * Past the end of a panel it touches lines no load reads: a prefetch never faults. */
 static PK_INLINE void prefetch_ahead(const uint8_t *p, int ahead, int bytes) {
   if (!ahead) return;
-  const char *first = (const char *)((uintptr_t)(p + ahead) & ~(uintptr_t)63);
+  const char *first = (const char *)(((uintptr_t)p + (uintptr_t)ahead) & ~(uintptr_t)63); /* may pass the end */
   for (int l = 0; l < (bytes + 63) / 64; l++) _mm_prefetch(first + 64 * l, _MM_HINT_T0);
 }
 

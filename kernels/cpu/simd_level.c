@@ -81,6 +81,7 @@ enum cpu_simd_level cpu_simd_level_detect(void) {
 int cpu_decode_prefetch_parse(const char *env, bool intel) {
   const int fallback = intel ? CPU_DECODE_PREFETCH_INTEL : 0;
   if (!env || !*env) return fallback;
+  if (*env < '0' || *env > '9') return fallback; /* strtol would take a sign or leading spaces */
   char *end = NULL;
   errno = 0;
   const long v = strtol(env, &end, 10);

@@ -222,10 +222,11 @@ static void apply_penalties(struct sampler *s, const struct sampler_params *p, f
 /* The loops over a whole row that the compiler vectorizes, built once for each vector width
  * and picked at load time (GCC / Clang target_clones on x86-64). Their results do not depend
  * on the width: element-wise IEEE operations, no reassociation, and no contraction into FMA
- * (sampler.c is built with -ffp-contract=off), so a draw is the same on every CPU. GCC only,
- * and not under AddressSanitizer (whose start-up runs after ifunc resolvers): elsewhere the one
- * baseline build. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+ * (sampler.c is built with -ffp-contract=off), so a draw is the same on every CPU. GCC on glibc
+ * only (clones need ifunc), and not under AddressSanitizer (whose start-up runs after ifunc
+ * resolvers): elsewhere the one baseline build. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define SAMPLER_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define SAMPLER_CLONES
@@ -313,8 +314,8 @@ static double exp_weights(const float *v, float *w, int64_t n, float max, double
  * exceeds target, found by a binary search over the blocks and then the block's weights added
  * one by one to the sum of the blocks before it. Those adds may round apart from the block's
  * tree: a block passed through without exceeding target gives its last weighted index (there
- * is one: its sum is > 0). n - 1 when no block's sum exceeds target (target rounded up to the
- * total). */
+ * is one: its sum is > 0). The last weighted index when no block's sum exceeds target (target
+ * rounded up to the total). */
 static int64_t draw_index(const float *w, int64_t n, const double *cum, double target) {
   const int64_t nb = (n + SUM_BLOCK - 1) / SUM_BLOCK;
   int64_t lo = 0, hi = nb;
@@ -323,7 +324,11 @@ static int64_t draw_index(const float *w, int64_t n, const double *cum, double t
     if (cum[mid] > target) hi = mid;
     else lo = mid + 1;
   }
-  if (lo == nb) return n - 1;
+  if (lo == nb) { /* target rounded up to the total: the last index with weight */
+    int64_t i = n - 1;
+    while (i > 0 && !(w[i] > 0.0f)) i--;
+    return i;
+  }
   const int64_t start = lo * SUM_BLOCK, end = start + SUM_BLOCK < n ? start + SUM_BLOCK : n;
   double acc = lo > 0 ? cum[lo - 1] : 0.0;
   int64_t last = start;
@@ -723,6 +728,9 @@ static llb_status sample_impl(struct sampler *s, const struct sampler_params *p,
   if (p->temperature >= SAMPLER_GREEDY_EPS) {
     const float temp = p->temperature;
     const float max_scaled = max_logit / temp; /* = max of logits[i] / temp: rounding is monotonic */
+    if (!isfinite(max_scaled)) /* every weight would be exp(x - inf): no distribution to draw from */
+      return LLB_ERRF(LLB_STATUS_INVALID_ARGUMENT, "sampler: logit %g / temperature %g overflows a float",
+                      (double)max_logit, (double)temp);
     const float min_scaled = p->min_p > 0.0f ? max_scaled + logf(p->min_p) : -INFINITY;
     float *val = s->cand_val;  /* [n]; top_p may move both to the shortlist's arrays */
     int32_t *id = s->cand_id;  /* [n] */

@@ -127,7 +127,8 @@ llb_status sampler_check_params(const struct sampler_params *p);
  * presence/frequency penalty, logprobs > SAMPLER_MAX_LOGPROBS, a logit_bias entry with a token
  * outside the vocabulary or a bias not finite in [-100, 100]), a token id outside [0, vocab),
  * a negative count or a negative output_pos (all checked before logits are touched), or a
- * NaN / +inf logit or a row whose logits are all -inf (found after the penalties). */
+ * NaN / +inf logit, a row whose logits are all -inf (found after the penalties), or a largest
+ * logit that overflows a float once divided by the temperature. */
 llb_status sampler_sample(struct sampler *s, const struct sampler_params *p, float *logits,
                           const int32_t *prompt_ids, int64_t num_prompt, const int32_t *output_ids,
                           int64_t num_output, uint32_t stream, int64_t output_pos,

@@ -1206,7 +1206,7 @@ static void test_decode_prefetch_distance_parse(void **state) {
   assert_int_equal(cpu_decode_prefetch_parse("100", false), 64);
   assert_int_equal(cpu_decode_prefetch_parse("63", true), 0);
   assert_int_equal(cpu_decode_prefetch_parse("65536", false), 65536);
-  static const char *const refused[] = {"65537", "-64", "1k", "2048 ", " ", "0x800", "99999999999999999999"};
+  static const char *const refused[] = {"65537", "-64", "1k", "2048 ", " 2048", "+2048", " ", "0x800", "99999999999999999999"};
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     assert_int_equal(cpu_decode_prefetch_parse(refused[i], true), CPU_DECODE_PREFETCH_INTEL);
     assert_int_equal(cpu_decode_prefetch_parse(refused[i], false), 0);

@@ -769,6 +769,87 @@ static void test_bad_input_is_rejected_without_touching_logits(void **state) {
   sampler_destroy(s);
 }
 
+/* A finite logit that overflows once divided by the temperature (3e38 / 0.5) has no softmax to
+ * draw from: refused, not a read outside the candidates. */
+static void test_logit_overflowing_over_temperature_is_rejected(void **state) {
+  (void)state;
+  struct sampler *s = NULL;
+  assert_int_equal(sampler_create(2, &s), LLB_STATUS_OK);
+  struct sampler_params p = params_default();
+  p.temperature = 0.5f;
+  p.top_p = 0.9f;
+  struct sampler_result r;
+  float near[2] = {1e38f, 0.0f}; /* 2e38 after the division: still a float, all the mass on 0 */
+  assert_int_equal(sampler_sample(s, &p, near, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_OK);
+  assert_int_equal(r.token_id, 0);
+  float big[2] = {3e38f, 0.0f};
+  assert_int_equal(sampler_sample(s, &p, big, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_INVALID_ARGUMENT);
+  float low[2] = {-3e38f, -3.2e38f};
+  p.temperature = 0.01f;
+  p.top_p = 1.0f;
+  assert_int_equal(sampler_sample(s, &p, low, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_INVALID_ARGUMENT);
+  p.temperature = 0.0f; /* greedy never divides: still answers */
+  assert_int_equal(sampler_sample(s, &p, big, NULL, 0, NULL, 0, 0, 0, &r), LLB_STATUS_OK);
+  assert_int_equal(r.token_id, 0);
+  sampler_destroy(s);
+}
+
+/* NaN or +inf is found wherever it sits in a real-size row (past the first SIMD block, in the
+ * tail), for greedy and random sampling alike. */
+static void test_nan_or_inf_anywhere_in_a_big_row_is_rejected(void **state) {
+  (void)state;
+  struct sampler *s = NULL;
+  assert_int_equal(sampler_create(BIG_VOCAB, &s), LLB_STATUS_OK);
+  float *row = malloc(BIG_VOCAB * sizeof *row);
+  assert_non_null(row);
+  const int64_t where[] = {17, 1000, BIG_VOCAB - 17, BIG_VOCAB - 1};
+  const float bad[] = {NAN, INFINITY};
+  for (int t = 0; t < 2; t++) {
+    struct sampler_params p = params_default();
+    p.temperature = t == 0 ? 0.0f : 0.8f;
+    for (size_t w = 0; w < sizeof where / sizeof where[0]; w++)
+      for (int b = 0; b < 2; b++) {
+        fill_random(row, BIG_VOCAB, 7 + w, -5.0f, 5.0f);
+        row[where[w]] = bad[b];
+        struct sampler_result r;
+        if (sampler_sample(s, &p, row, NULL, 0, NULL, 0, 0, 0, &r) != LLB_STATUS_INVALID_ARGUMENT)
+          fail_msg("%s at %lld (temperature %g) was not rejected", b ? "+inf" : "NaN", (long long)where[w],
+                   (double)p.temperature);
+      }
+  }
+  free(row);
+  sampler_destroy(s);
+}
+
+/* Draft verification after top_p: a draft top_p leaves out is never accepted and never the
+ * correction; a kept one is accepted at some positions and every token stays in the kept set. */
+static void test_verify_draft_respects_top_p(void **state) {
+  (void)state;
+  const float logits[6] = {3.0f, 2.9f, 0.0f, -1.0f, -1.0f, -2.0f}; /* top_p 0.8 keeps {0, 1} */
+  struct sampler *s = NULL;
+  assert_int_equal(sampler_create(6, &s), LLB_STATUS_OK);
+  struct sampler_params p = params_default();
+  p.temperature = 1.0f;
+  p.top_p = 0.8f;
+  int accepted_kept = 0;
+  for (int draft = 0; draft < 6; draft += 5) {
+    for (int pos = 0; pos < 500; pos++) {
+      float row[6];
+      memcpy(row, logits, sizeof row);
+      bool accepted = false;
+      struct sampler_result r;
+      assert_int_equal(sampler_verify_draft(s, &p, row, NULL, 0, NULL, 0, 0, pos, draft, &accepted, &r),
+                       LLB_STATUS_OK);
+      if (r.token_id != 0 && r.token_id != 1) fail_msg("draft %d, position %d: token %d outside top_p's set",
+                                                        draft, pos, r.token_id);
+      if (draft == 5) assert_false(accepted);
+      else accepted_kept += accepted;
+    }
+  }
+  assert_true(accepted_kept > 100 && accepted_kept < 400); /* p(0) after top_p ~ 0.52 */
+  sampler_destroy(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_philox_matches_random123_known_answers),
@@ -796,6 +877,9 @@ int main(void) {
       cmocka_unit_test(test_logprobs_match_log_softmax_and_ignore_temperature),
       cmocka_unit_test(test_logprobs_reflect_penalties),
       cmocka_unit_test(test_bad_input_is_rejected_without_touching_logits),
+      cmocka_unit_test(test_logit_overflowing_over_temperature_is_rejected),
+      cmocka_unit_test(test_nan_or_inf_anywhere_in_a_big_row_is_rejected),
+      cmocka_unit_test(test_verify_draft_respects_top_p),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
