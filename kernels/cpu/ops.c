@@ -290,6 +290,8 @@ static inline __attribute__((always_inline)) void packed_columns_tile(const stru
   const int fam = cpu_pack_kind(w->type, &fs);
   const size_t panel_bytes = (size_t)nb * cpu_pack_block_bytes(fam, fs);
   const uint8_t *wp = w->packed;
+  cpu_packed_prefetch_to_l2(panel_bytes * (size_t)((n_out + CPU_PACK_COLS - 1) / CPU_PACK_COLS) >=
+                            CPU_PACK_L2_PREFETCH_BYTES);
   for (int32_t r0 = 0; r0 < t->n_rows; r0 += tile) {
     const int nr = t->n_rows - r0 < tile ? t->n_rows - r0 : tile;
     const block_q8_x *rows[CPU_PACKED_MANY_ROWS];

@@ -49,6 +49,10 @@ static void quantize_x_scalar(const float *x, block_q8_x *y, int64_t k) {
   }
 }
 
+static _Thread_local bool pk_prefetch_l2; /* cpu_packed_prefetch_to_l2; read by the x86 kernels */
+
+void cpu_packed_prefetch_to_l2(bool on) { pk_prefetch_l2 = on; }
+
 #if PK_HAVE_X86
 /* Same values: |x| max is exact, x * id rounds once, cvtps rounds half to even as lrintf. */
 PK_AVX2 static void quantize_x_avx2(const float *x, block_q8_x *y, int64_t k) {
@@ -213,14 +217,18 @@ PK_AVX2 static PK_INLINE __m256 scales8(const uint8_t *p, int half, int sf) {
   return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * half)));
 }
 
-/* The lines of the `bytes` of the block `ahead` bytes past p, into L1 in address order
- * (prefetcht0); nothing when ahead is 0. The one-row kernels' weights come from DRAM, and on some
+/* The lines of the `bytes` of the block `ahead` bytes past p, in address order, into L1
+ * (prefetcht0), or into L2 (prefetcht1) when the calling thread's cpu_packed_prefetch_to_l2 is
+ * on; nothing when ahead is 0. The one-row kernels' weights come from DRAM, and on some
  * CPUs the hardware prefetchers fall behind their loads (cpu_decode_prefetch_bytes, vec_dot.h).
  * Past the end of a panel it touches lines no load reads: a prefetch never faults. */
 static PK_INLINE void prefetch_ahead(const uint8_t *p, int ahead, int bytes) {
   if (!ahead) return;
   const char *first = (const char *)(((uintptr_t)p + (uintptr_t)ahead) & ~(uintptr_t)63); /* may pass the end */
-  for (int l = 0; l < (bytes + 63) / 64; l++) _mm_prefetch(first + 64 * l, _MM_HINT_T0);
+  if (pk_prefetch_l2)
+    for (int l = 0; l < (bytes + 63) / 64; l++) _mm_prefetch(first + 64 * l, _MM_HINT_T1);
+  else
+    for (int l = 0; l < (bytes + 63) / 64; l++) _mm_prefetch(first + 64 * l, _MM_HINT_T0);
 }
 
 /* NIBBLE, all 16 columns of a block in one pass over it (one stream; each activation

@@ -559,7 +559,8 @@ static void test_packed_kernels_at_saturated_quants_equal_scalar(void **state) {
 
 /* Every packed kernel called directly with 1 to CPU_PACKED_MAX_ROWS rows gives each row the
  * bits of a 1-row call, on every level (on AVX2 1-2 rows and more take different kernels, the
- * staged ones pairing rows): the batch invariance of every call size. */
+ * staged ones pairing rows): the batch invariance of every call size; and a 1-row call gives
+ * the same bits whether it prefetches into L1 or L2 (cpu_packed_prefetch_to_l2). */
 static void test_kernel_calls_of_every_row_count_give_each_row_its_own_bits(void **state) {
   (void)state;
   const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
@@ -578,8 +579,16 @@ static void test_kernel_calls_of_every_row_count_give_each_row_its_own_bits(void
       float one[CPU_PACKED_MAX_ROWS][CPU_PACK_COLS], many[CPU_PACKED_MAX_ROWS][CPU_PACK_COLS];
       for (int64_t p = 0; p < rows / CPU_PACK_COLS; p++) {
         const uint8_t *panel = packed + (size_t)p * (pb / (size_t)(rows / CPU_PACK_COLS));
-        for (int r = 0; r < CPU_PACKED_MAX_ROWS; r++)
+        for (int r = 0; r < CPU_PACKED_MAX_ROWS; r++) {
           fn(nb, panel, (const block_q8_x *const *)&act[r], 1, one[r], CPU_PACK_COLS);
+          float l2[CPU_PACK_COLS]; /* a large weight's decode call, prefetching into L2 */
+          cpu_packed_prefetch_to_l2(true);
+          fn(nb, panel, (const block_q8_x *const *)&act[r], 1, l2, CPU_PACK_COLS);
+          cpu_packed_prefetch_to_l2(false);
+          if (memcmp(one[r], l2, sizeof l2) != 0)
+            fail_msg("%s level %d panel %lld: row %d prefetched into L2 differs", ggml_type_name(types[ti]), lvl,
+                     (long long)p, r);
+        }
         for (int n = 2; n <= CPU_PACKED_MAX_ROWS; n++) {
           memset(many, 0xFF, sizeof many);
           fn(nb, panel, (const block_q8_x *const *)act, n, &many[0][0], CPU_PACK_COLS);
