@@ -255,6 +255,7 @@ struct matmul_task {
   cpu_gemm_fn gemm[CPU_MATMUL_MAX_WEIGHTS]; /* tile kernel, NULL: dot per column */
   cpu_packed_fn packed[CPU_MATMUL_MAX_WEIGHTS]; /* w->packed's kernel, NULL: GGUF layout */
   bool packed_many[CPU_MATMUL_MAX_WEIGHTS];     /* packed[j] takes CPU_PACKED_MANY_ROWS rows a call */
+  bool prefetch_l2[CPU_MATMUL_MAX_WEIGHTS];     /* packed[j]'s decode calls prefetch into L2 (a large weight) */
   cpu_packed_float_fn packed_f[CPU_MATMUL_MAX_WEIGHTS]; /* FLOAT panels' kernel (x as it is) */
   cpu_packed_bf16_fn packed_bf[CPU_MATMUL_MAX_WEIGHTS]; /* BF16 panels on AVX512_BF16 (x as bf16) */
   int64_t rows_per_chunk;                   /* quantization phase */
@@ -290,8 +291,7 @@ static inline __attribute__((always_inline)) void packed_columns_tile(const stru
   const int fam = cpu_pack_kind(w->type, &fs);
   const size_t panel_bytes = (size_t)nb * cpu_pack_block_bytes(fam, fs);
   const uint8_t *wp = w->packed;
-  cpu_packed_prefetch_to_l2(panel_bytes * (size_t)((n_out + CPU_PACK_COLS - 1) / CPU_PACK_COLS) >=
-                            CPU_PACK_L2_PREFETCH_BYTES);
+  cpu_packed_prefetch_to_l2(t->prefetch_l2[j]); /* on this chunk's thread */
   for (int32_t r0 = 0; r0 < t->n_rows; r0 += tile) {
     const int nr = t->n_rows - r0 < tile ? t->n_rows - r0 : tile;
     const block_q8_x *rows[CPU_PACKED_MANY_ROWS];
@@ -428,6 +428,7 @@ llb_status cpu_matmul(struct backend_ctx *c, const float *x, int32_t n_rows,
     const cpu_packed_fn many = packed ? cpu_packed_select_many(ty, c->level) : NULL;
     t.packed[j] = many ? many : packed ? cpu_packed_select(ty, c->level) : NULL;
     t.packed_many[j] = many != NULL;
+    t.prefetch_l2[j] = t.packed[j] && cpu_pack_bytes(w[j]) >= CPU_PACK_L2_PREFETCH_BYTES;
     t.packed_f[j] = packed ? cpu_packed_float_select(ty, c->level) : NULL;
     t.packed_bf[j] = packed ? cpu_packed_bf16_select(ty, c->level) : NULL;
     t.act_row[j] = t.packed[j]      ? (size_t)(t.k / 32) * sizeof(block_q8_x)

@@ -175,7 +175,7 @@ cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level);
  * default). The matmul sets it per weight: on for weights of CPU_PACK_L2_PREFETCH_BYTES or more.
  * Measured on an Intel Xeon guest (kernels/cpu/README.md "Prefetching ahead in the decode
  * kernels"): Gemma 3 270M's 178 MB Q8_0 output matrix 6.7 -> 5.4 ms a decode step on AVX2 with
- * prefetcht1, while SmolLM2's weights (30 MB and less) ran 4-6% slower with it. Changes no
+ * prefetcht1, while SmolLM2's weights (30 MB and less) ran 4-13% slower with it. Changes no
  * result, only the loads' timing. Thread-local; no effect where the distance is 0. */
 void cpu_packed_prefetch_to_l2(bool on);
 

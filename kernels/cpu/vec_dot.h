@@ -48,9 +48,10 @@ enum cpu_simd_level cpu_simd_level_detect(void);
 
 /* How far ahead (bytes, a multiple of 64, 0 = none) the packed kernels' calls of 1-3 rows (the
  * decode matmuls, which stream their weights from DRAM) prefetch each block's lines into L1
- * (prefetcht0, in address order; into L2 for the largest weights, cpu_packed_prefetch_to_l2): cpu_decode_prefetch_parse of the environment variable
- * LLMBUS_PREFETCH_BYTES and the CPU's vendor (CPUID leaf 0), probed once per process. Measured
- * (kernels/cpu/README.md "Prefetching ahead in the decode kernels"): on an Intel Xeon guest
+ * (prefetcht0, in address order; into L2 for the largest weights, cpu_packed_prefetch_to_l2):
+ * cpu_decode_prefetch_parse of the environment variable LLMBUS_PREFETCH_BYTES and the CPU's
+ * vendor (CPUID leaf 0), probed once per process. Measured (kernels/cpu/README.md "Prefetching
+ * ahead in the decode kernels"): on an Intel Xeon guest
  * (AMX, AVX512-FP16: Sapphire Rapids or later) 2048 bytes took every one-row kernel from
  * 0.73-0.95 of a read of the same bytes to 0.93-1.05; on an AMD EPYC Zen 4 guest the same
  * prefetches cost 20-30%: there the hardware prefetchers already keep ahead. Changes no result,
