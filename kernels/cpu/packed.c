@@ -849,6 +849,66 @@ PK_VNNI static PK_INLINE void nu_vnni_n(int64_t nb, const uint8_t *panel, const 
   for (int r = 0; r < n; r++) _mm512_storeu_ps(out + (int64_t)r * os, acc[r]);
 }
 
+/* UNSIGNED on VNNI for calls of many rows (prefill; the code takes NIBBLE too, which is not
+ * staged: see PK_MANY_VNNI_WRAP), staged as staged_avx2: runs of
+ * PK_STAGE_BLOCKS blocks unpacked once into an L1-resident stage (the 8 weight groups as bytes,
+ * d and m as floats: 10 KiB), then the rows 8 at a time over the run. nu_vnni_n unpacks each
+ * block once per call of 8 rows: on a CPU whose two 512-bit pipes both run vpdpbusd (the Intel
+ * Xeon guest's peak loop does two a cycle), UNSIGNED's unpacking (~27 shifts, ands and
+ * ternary-logic ops a block) adds a fifth to the ~105 ops those pipes run for 8 rows (64
+ * vpdpbusd and the rows' float steps). The sums and the float steps are nu_vnni_n's, in the same order, with
+ * each row's accumulators carried between runs through `out` (exact): the same bits. */
+struct pk_stage_vnni {
+  __m512i w[8];
+  __m512 d, m;
+};
+
+/* R rows (1-8) over nc staged blocks: o_r[0..15] = acc (from o_r when `cont`, else from 0) after
+ * the blocks, as nu_vnni_n's. */
+PK_VNNI static PK_INLINE void staged_rows_vnni(const struct pk_stage_vnni *st, int64_t nc, const block_q8_x *const *act,
+                                               int64_t b0, float *o, int64_t os, int cont, const int fam, const int sf,
+                                               const int R) {
+  __m512 acc[CPU_PACKED_MAX_ROWS];
+  for (int r = 0; r < R; r++) acc[r] = cont ? _mm512_loadu_ps(o + r * os) : _mm512_setzero_ps();
+  for (int64_t i = 0; i < nc; i++, st++) {
+    __m512i s[CPU_PACKED_MAX_ROWS];
+    block_sums_vnni(st->w, act, b0 + i, R, s);
+    for (int r = 0; r < R; r++) acc[r] = block_step_vnni(acc[r], s[r], st->d, st->m, act[r] + b0 + i, fam, sf);
+  }
+  for (int r = 0; r < R; r++) _mm512_storeu_ps(o + r * os, acc[r]);
+}
+
+/* NIBBLE or UNSIGNED, any n rows (up to CPU_PACKED_MANY_ROWS: cpu_packed_select_many), staged. */
+PK_VNNI static PK_INLINE void staged_vnni(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
+                                          float *out, int64_t os, const int sf, const int fam) {
+  struct pk_stage_vnni st[PK_STAGE_BLOCKS];
+  const size_t bb = PK_BLOCK(fam, sf);
+  for (int64_t b0 = 0; b0 < nb; b0 += PK_STAGE_BLOCKS) {
+    const int64_t nc = nb - b0 < PK_STAGE_BLOCKS ? nb - b0 : PK_STAGE_BLOCKS;
+    for (int64_t i = 0; i < nc; i++) {
+      const uint8_t *pb = panel + (size_t)(b0 + i) * bb;
+      unpack_vnni(pb + PK_QS_OFF(fam, sf), fam, st[i].w);
+      st[i].d = scales16(pb, sf);
+      st[i].m = PK_NO_MIN(fam, sf) ? st[i].d : scales16(pb + PK_M_OFF(sf), sf);
+    }
+    const int cont = b0 > 0;
+    int r = 0;
+    for (; r + 8 <= n; r += 8) staged_rows_vnni(st, nc, act + r, b0, out + (int64_t)r * os, os, cont, fam, sf, 8);
+    const block_q8_x *const *ar = act + r;
+    float *orow = out + (int64_t)r * os;
+    switch (n - r) { /* the remainder, each count a constant */
+      case 7: staged_rows_vnni(st, nc, ar, b0, orow, os, cont, fam, sf, 7); break;
+      case 6: staged_rows_vnni(st, nc, ar, b0, orow, os, cont, fam, sf, 6); break;
+      case 5: staged_rows_vnni(st, nc, ar, b0, orow, os, cont, fam, sf, 5); break;
+      case 4: staged_rows_vnni(st, nc, ar, b0, orow, os, cont, fam, sf, 4); break;
+      case 3: staged_rows_vnni(st, nc, ar, b0, orow, os, cont, fam, sf, 3); break;
+      case 2: staged_rows_vnni(st, nc, ar, b0, orow, os, cont, fam, sf, 2); break;
+      case 1: staged_rows_vnni(st, nc, ar, b0, orow, os, cont, fam, sf, 1); break;
+      default: break;
+    }
+  }
+}
+
 /* K6 on VNNI: vpdpbusd per 16-weight sub-block, then the offset and the int8 scales in int32
  * (vpmulld): the same exact isum as the other levels. */
 PK_VNNI static PK_INLINE void k6_vnni_n(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, const int n,
@@ -999,6 +1059,19 @@ PK_WRAP(PK_VNNI, unsigned_f_vnni, PK_UNSIGNED_VNNI, CPU_PACK_SCALES_FLOAT)
 PK_WRAP(PK_VNNI, nibble_z_vnni, PK_NIBBLE_VNNI, CPU_PACK_SCALES_ZERO_POINT)
 PK_WRAP(PK_VNNI, unsigned_z_vnni, PK_UNSIGNED_VNNI, CPU_PACK_SCALES_ZERO_POINT)
 PK_WRAP(PK_VNNI, k6_vnni, PK_K6_VNNI, CPU_PACK_SCALES_FP16)
+/* cpu_packed_select_many's VNNI kernels, UNSIGNED's: calls of up to CPU_PACKED_MAX_ROWS rows
+ * (decode, and a tile's remainder) as cpu_packed_select's, more staged (staged_vnni). NIBBLE's
+ * unpacking is 12 ops a block, and staged it measured +1-5% in the forward on the Xeon guest
+ * and -4% kernel-only on the Zen 4 one (kernels/cpu/README.md): not staged. */
+#define PK_MANY_VNNI_WRAP(name, few, sf, fam)                                                      \
+  PK_VNNI static void name(int64_t nb, const uint8_t *panel, const block_q8_x *const *act, int n, float *out, \
+                           int64_t os) {                                                           \
+    if (n <= CPU_PACKED_MAX_ROWS) few(nb, panel, act, n, out, os);                                 \
+    else staged_vnni(nb, panel, act, n, out, os, sf, fam);                                         \
+  }
+PK_MANY_VNNI_WRAP(unsigned_many_vnni, unsigned_vnni, CPU_PACK_SCALES_FP16, CPU_PACK_FAMILY_UNSIGNED)
+PK_MANY_VNNI_WRAP(unsigned_f_many_vnni, unsigned_f_vnni, CPU_PACK_SCALES_FLOAT, CPU_PACK_FAMILY_UNSIGNED)
+PK_MANY_VNNI_WRAP(unsigned_z_many_vnni, unsigned_z_vnni, CPU_PACK_SCALES_ZERO_POINT, CPU_PACK_FAMILY_UNSIGNED)
 #endif /* PK_HAVE_X86 */
 
 cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
@@ -1039,7 +1112,12 @@ cpu_packed_fn cpu_packed_select(enum ggml_type w, enum cpu_simd_level level) {
 
 cpu_packed_fn cpu_packed_select_many(enum ggml_type w, enum cpu_simd_level level) {
   if (level > cpu_simd_level_detect()) level = cpu_simd_level_detect();
-  const int fam = cpu_pack_kind(w, NULL);
+  int sf = 0;
+  const int fam = cpu_pack_kind(w, &sf);
+#if PK_HAVE_X86
+  static const cpu_packed_fn vnni[3] = {unsigned_many_vnni, unsigned_f_many_vnni, unsigned_z_many_vnni};
+  if (level >= CPU_SIMD_LEVEL_AVX512_VNNI) return fam == CPU_PACK_FAMILY_UNSIGNED ? vnni[sf] : NULL;
+#endif
   const bool staged = fam == CPU_PACK_FAMILY_NIBBLE || fam == CPU_PACK_FAMILY_UNSIGNED || fam == CPU_PACK_FAMILY_K6;
   return level == CPU_SIMD_LEVEL_AVX2 && staged ? cpu_packed_select(w, level) : NULL;
 }

@@ -186,8 +186,8 @@ void cpu_packed_prefetch_to_l2(bool on);
  * CPU_PACKED_MANY_ROWS rows a call, as cpu_packed_fn otherwise, each row's bits those of
  * cpu_packed_select's kernel; NULL where there is none (then call cpu_packed_select's, up to
  * CPU_PACKED_MAX_ROWS rows a call). AVX2 NIBBLE, UNSIGNED and K6 (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1,
- * Q5_K, Q6_K) have one: their staged kernels unpack a panel's blocks once per call for all its
- * rows, so more rows a call unpack less per row. */
+ * Q5_K, Q6_K) and AVX-512 VNNI UNSIGNED (Q5_0, Q5_1, Q5_K) have one: their staged kernels unpack
+ * a panel's blocks once per call for all its rows, so more rows a call unpack less per row. */
 cpu_packed_fn cpu_packed_select_many(enum ggml_type w, enum cpu_simd_level level);
 
 #endif

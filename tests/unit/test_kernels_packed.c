@@ -21,8 +21,8 @@
  * 6. The activations' bf16 rounding gives llb_fp32_to_bf16's bits on every level.
  * 7. Each kernel called directly with 1 to 8 rows gives every row its 1-row call's bits on
  *    every level, including call sizes the matmul never makes; the many-row kernels
- *    (cpu_packed_select_many: AVX2's staged ones) likewise with up to 64 rows, and a matmul of
- *    70 rows (a 64-row tile and a remainder) equals the reference. */
+ *    (cpu_packed_select_many: the staged ones of AVX2 and AVX-512 VNNI) likewise with up to
+ *    64 rows, and a matmul of 70 rows (a 64-row tile and a remainder) equals the reference. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -423,16 +423,16 @@ static void test_packed_matmul_of_many_rows_equals_reference(void **state) {
     check_shape(types[ti], 32, is_super(types[ti]) ? 768 : 576, 70);
 }
 
-/* cpu_packed_select_many's kernels (on AVX2: NIBBLE, UNSIGNED and K6, staged) called with 3, 33
- * and CPU_PACKED_MANY_ROWS rows give each row the bits of cpu_packed_select's 1-row call; the
- * other families and levels have none. 18 and 24 blocks: a run of 16 staged blocks and part of
- * another. */
+/* cpu_packed_select_many's kernels (on AVX2: NIBBLE, UNSIGNED and K6, staged; on AVX-512 VNNI:
+ * UNSIGNED, staged past 8 rows) called with 3, 15, 33 and CPU_PACKED_MANY_ROWS rows
+ * give each row the bits of cpu_packed_select's 1-row call; the other families and levels have
+ * none. 18 and 24 blocks: a run of 16 staged blocks and part of another. */
 static void test_many_row_kernels_give_each_row_its_own_bits(void **state) {
   (void)state;
   const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
                                   GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
                                   GGML_TYPE_IQ4_XS};
-  const int counts[] = {3, 33, CPU_PACKED_MANY_ROWS};
+  const int counts[] = {3, 15, 33, CPU_PACKED_MANY_ROWS};
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     const int64_t rows = 32, k = is_super(types[ti]) ? 768 : 576, nb = k / 32;
     uint8_t *data;
@@ -441,11 +441,13 @@ static void test_many_row_kernels_give_each_row_its_own_bits(void **state) {
     block_q8_x *act[CPU_PACKED_MANY_ROWS];
     random_act_rows(act, CPU_PACKED_MANY_ROWS, k);
     const int fam = cpu_pack_kind(types[ti], NULL);
-    const bool staged = fam == CPU_PACK_FAMILY_NIBBLE || fam == CPU_PACK_FAMILY_UNSIGNED || fam == CPU_PACK_FAMILY_K6;
+    const bool nu = fam == CPU_PACK_FAMILY_NIBBLE || fam == CPU_PACK_FAMILY_UNSIGNED;
     for (int lvl = CPU_SIMD_LEVEL_SCALAR; lvl <= (int)cpu_simd_level_detect(); lvl++) {
       const cpu_packed_fn many = cpu_packed_select_many(types[ti], (enum cpu_simd_level)lvl);
       const cpu_packed_fn fn = cpu_packed_select(types[ti], (enum cpu_simd_level)lvl);
-      if (!(staged && lvl == CPU_SIMD_LEVEL_AVX2)) {
+      const bool staged = lvl == CPU_SIMD_LEVEL_AVX2 ? nu || fam == CPU_PACK_FAMILY_K6
+                                                     : lvl >= CPU_SIMD_LEVEL_AVX512_VNNI && fam == CPU_PACK_FAMILY_UNSIGNED;
+      if (!staged) {
         assert_null(many);
         continue;
       }
