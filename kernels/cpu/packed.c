@@ -850,14 +850,14 @@ PK_VNNI static PK_INLINE void nu_vnni_n(int64_t nb, const uint8_t *panel, const 
 }
 
 /* UNSIGNED on VNNI for calls of many rows (prefill; the code takes NIBBLE too, which is not
- * staged: see PK_MANY_VNNI_WRAP), staged as staged_avx2: runs of
- * PK_STAGE_BLOCKS blocks unpacked once into an L1-resident stage (the 8 weight groups as bytes,
- * d and m as floats: 10 KiB), then the rows 8 at a time over the run. nu_vnni_n unpacks each
- * block once per call of 8 rows: on a CPU whose two 512-bit pipes both run vpdpbusd (the Intel
- * Xeon guest's peak loop does two a cycle), UNSIGNED's unpacking (~27 shifts, ands and
- * ternary-logic ops a block) adds a fifth to the ~105 ops those pipes run for 8 rows (64
- * vpdpbusd and the rows' float steps). The sums and the float steps are nu_vnni_n's, in the same order, with
- * each row's accumulators carried between runs through `out` (exact): the same bits. */
+ * staged: see PK_MANY_VNNI_WRAP), staged as staged_avx2: runs of PK_STAGE_BLOCKS blocks
+ * unpacked once into an L1-resident stage (the 8 weight groups as bytes, d and m as floats:
+ * 10 KiB), then the rows 8 at a time over the run. nu_vnni_n unpacks each block once per call
+ * of 8 rows: on a CPU whose two 512-bit pipes both run vpdpbusd (the Intel Xeon guest's peak
+ * loop does two a cycle), UNSIGNED's unpacking (~27 shifts, ands and ternary-logic ops a block)
+ * adds a fifth to the ~105 ops those pipes run for 8 rows (64 vpdpbusd and the rows' float
+ * steps). The sums and the float steps are nu_vnni_n's, in the same order, with each row's
+ * accumulators carried between runs through `out` (exact): the same bits. */
 struct pk_stage_vnni {
   __m512i w[8];
   __m512 d, m;

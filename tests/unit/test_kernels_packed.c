@@ -446,7 +446,8 @@ static void test_many_row_kernels_give_each_row_its_own_bits(void **state) {
       const cpu_packed_fn many = cpu_packed_select_many(types[ti], (enum cpu_simd_level)lvl);
       const cpu_packed_fn fn = cpu_packed_select(types[ti], (enum cpu_simd_level)lvl);
       const bool staged = lvl == CPU_SIMD_LEVEL_AVX2 ? nu || fam == CPU_PACK_FAMILY_K6
-                                                     : lvl >= CPU_SIMD_LEVEL_AVX512_VNNI && fam == CPU_PACK_FAMILY_UNSIGNED;
+                                                     : lvl >= CPU_SIMD_LEVEL_AVX512_VNNI &&
+                                                           fam == CPU_PACK_FAMILY_UNSIGNED;
       if (!staged) {
         assert_null(many);
         continue;
